@@ -1,0 +1,111 @@
+"""Constness analysis: which values of a graph are compile-time constants.
+
+A value is constant if it is a non-overridable initializer, the output of a ``Constant`` node,
+a constant of an enclosing scope, or an output of a *foldable* node: a deterministic node of the
+default domain whose inputs are all constant (and whose subgraphs only capture constants).
+``Shape``/``Size`` of a value with a statically known shape are foldable too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+
+NONDETERMINISTIC = frozenset({
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+    "Bernoulli",
+})
+SHAPE_ONLY = frozenset({"Shape", "Size"})
+FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+
+
+def subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            yield attr.as_graph()
+        elif attr.type == ir.AttributeType.GRAPHS:
+            yield from attr.as_graphs()
+
+
+def captured_values(node: ir.Node) -> list[ir.Value]:
+    """Values of enclosing scopes read inside ``node``'s subgraphs (recursively)."""
+    inner: set[ir.Value] = set()
+    used: list[ir.Value] = []
+    seen: set[ir.Value] = set()
+
+    def walk(graph: ir.Graph) -> None:
+        inner.update(graph.inputs)
+        inner.update(graph.initializers.values())
+        for n in graph:
+            for sub in subgraphs(n):
+                walk(sub)
+            for v in n.inputs:
+                if v is not None and v not in seen:
+                    seen.add(v)
+                    used.append(v)
+            inner.update(n.outputs)
+
+    for sub in subgraphs(node):
+        walk(sub)
+    return [v for v in used if v not in inner]
+
+
+def static_shape(value: ir.Value) -> tuple[int, ...] | None:
+    shape = value.shape
+    if shape is None or not shape.is_static():
+        return None
+    return tuple(int(d) for d in shape)
+
+
+def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
+    """From IR 4 on, an initializer that is also a graph input is only a default."""
+    return ir_version >= 4 and value in graph.inputs
+
+
+def why_not_foldable(node: ir.Node) -> str | None:
+    """The reason a node can never be folded, whatever its inputs."""
+    if node.domain not in FOLDABLE_DOMAINS:
+        return f"custom domain '{node.domain}'"
+    if node.op_type in NONDETERMINISTIC:
+        return "non-deterministic op"
+    return None
+
+
+@dataclass
+class ConstPlan:
+    """The outcome of the analysis for one graph."""
+
+    constant: set[ir.Value] = field(default_factory=set)
+    sources: set[ir.Value] = field(default_factory=set)
+    foldable: list[ir.Node] = field(default_factory=list)
+
+
+def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
+               inputs_are_constant: bool = False, shape_folding: bool = True) -> ConstPlan:
+    """Mark the constant values and the foldable nodes of ``graph``, in topological order."""
+    plan = ConstPlan()
+    plan.constant.update(outer)
+    for value in graph.initializers.values():
+        if inputs_are_constant or not is_overridable(value, graph, ir_version):
+            if value.const_value is not None:
+                plan.constant.add(value)
+                plan.sources.add(value)
+    for node in graph:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            plan.constant.update(node.outputs)
+            plan.sources.update(node.outputs)
+            continue
+        if why_not_foldable(node) is not None:
+            continue
+        inputs = [v for v in node.inputs if v is not None]
+        if node.op_type in SHAPE_ONLY and node.domain in ("", "ai.onnx") and inputs:
+            ok = inputs[0] in plan.constant or (shape_folding and static_shape(inputs[0]))
+        else:
+            ok = bool(inputs) and all(v in plan.constant for v in inputs)
+            ok = ok and all(v in plan.constant for v in captured_values(node))
+        if ok:
+            plan.foldable.append(node)
+            plan.constant.update(node.outputs)
+    return plan

@@ -1,0 +1,187 @@
+"""The ``onnxfold`` command line: a thin layer over the Python API.
+
+Every user error is one line on stderr and exit code 2; nothing the user had is overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+
+from onnxfold.errors import OnnxfoldError
+
+EXIT_USAGE = 2
+
+
+def _parse_bytes(text: str) -> int:
+    """'512M', '2G', '1.5GiB' or a plain byte count."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2)]
+    return int(float(match.group(1)) * scale)
+
+
+class _Progress:
+    """Prints ``folding i/n`` to stderr at most once a second, only after the first second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.last = self.start
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self.enabled and now - self.last >= 1.0 and now - self.start >= 1.0:
+            self.last = now
+            print(f"\rfolding {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.enabled and self.last != self.start:
+            print(file=sys.stderr)
+
+
+def _add_fold_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--disable-rule", action="append", default=[], metavar="NAME",
+                   help="do not use this folding rule (a rule name or an op type); repeatable")
+    p.add_argument("--no-fallback", action="store_true",
+                   help="fold only with native rules, never through onnxruntime")
+    p.add_argument("--no-shape-folding", action="store_true",
+                   help="do not fold Shape/Size of statically shaped values")
+    p.add_argument("--inputs-are-constant", action="store_true",
+                   help="treat initializers that are also graph inputs as constants (IR >= 4)")
+    p.add_argument("--expansion-factor", type=float, default=4.0,
+                   help="refuse folds whose output exceeds this many times their input bytes "
+                        "(and --expansion-min)")
+    p.add_argument("--expansion-min", type=_parse_bytes, default=1 << 20,
+                   help="outputs up to this size are never refused by the expansion bound")
+    p.add_argument("--max-tensor", type=_parse_bytes, default=None,
+                   help="refuse folds producing a tensor larger than this (e.g. 256M)")
+    p.add_argument("--skip-check", action="store_true",
+                   help="do not run the ONNX checker on the input")
+
+
+def _fold_options(args: argparse.Namespace):
+    from onnxfold.fold import FoldOptions
+
+    return FoldOptions(disabled_rules=set(args.disable_rule), fallback=not args.no_fallback,
+                       shape_folding=not args.no_shape_folding,
+                       inputs_are_constant=args.inputs_are_constant,
+                       expansion_factor=args.expansion_factor,
+                       expansion_min_bytes=args.expansion_min, max_tensor_bytes=args.max_tensor)
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from onnxfold.errors import OutputError
+    from onnxfold.io import save_model
+    from onnxfold.pipeline import optimize
+
+    if os.path.exists(args.output) and os.path.realpath(args.output) == \
+            os.path.realpath(args.input):
+        raise OutputError(f"{args.output}: refusing to overwrite the input model")
+    if args.json and os.path.realpath(args.json) in (os.path.realpath(args.input),
+                                                     os.path.realpath(args.output)):
+        raise OutputError(f"{args.json}: the JSON report would overwrite a model")
+    progress = _Progress(sys.stderr.isatty() and not args.quiet)
+    try:
+        result = optimize(args.input, _fold_options(args), check=not args.skip_check,
+                          progress=progress)
+    finally:
+        progress.close()
+    external = {"auto": None, "yes": True, "no": False}[args.external_data]
+    info = save_model(result.model, args.output, external_data=external,
+                      protect={args.input})
+    report = result.report
+    report.output = info.path
+    report.external_data = info.data_path
+    report.output_bytes = info.bytes_written
+    if not args.quiet:
+        print(report.summary())
+    if args.json:
+        _write_text(args.json, report.to_json() + "\n")
+    return 0
+
+
+def _write_text(path: str, text: str) -> None:
+    from onnxfold.errors import OutputError
+
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise OutputError(f"{path}: cannot write ({e.strerror})") from None
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from onnxfold.inspect import inspect_model
+
+    info = inspect_model(args.input, check=not args.skip_check)
+    print(json.dumps(info, indent=2) if args.json else info["text"])
+    return 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from onnxfold.registry import default_registry
+
+    for rule in default_registry().all_rules():
+        until = rule.until if rule.until is not None else ""
+        print(f"{rule.name:28} {rule.domain or 'ai.onnx'}::{rule.op_type} "
+              f"opset {rule.since}-{until}  {os.path.basename(rule.source)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from onnxfold import __version__
+
+    parser = argparse.ArgumentParser(prog="onnxfold", description="ONNX constant folding.")
+    parser.add_argument("--version", action="version", version=f"onnxfold {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("optimize", help="fold constants and write the optimized model")
+    p.add_argument("input", help="the .onnx model")
+    p.add_argument("-o", "--output", required=True, help="where to write the optimized model")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
+                   help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    _add_fold_options(p)
+    p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("inspect", help="opsets, counts and what is still foldable")
+    p.add_argument("input")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("rules", help="list the native folding rules")
+    p.set_defaults(func=cmd_rules)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except OnnxfoldError as e:
+        print(f"onnxfold: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("onnxfold: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("onnxfold: error: out of memory; nothing was written", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

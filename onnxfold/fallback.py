@@ -1,0 +1,91 @@
+"""Executor fallback: evaluate nodes that have no native rule in one onnxruntime session.
+
+Neighbouring fallback nodes are batched into a single model (inputs: the constant values they
+read, outputs: the values needed outside the batch), so a chain costs one session, not one per
+node. Graph optimizations are disabled: the session computes exactly what the nodes say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.analysis import captured_values
+
+
+class FallbackError(Exception):
+    """onnxruntime could not build or run the batch (message: its first line)."""
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def _to_ort(arr: np.ndarray):
+    import onnxruntime as ort
+
+    from onnxfold.dtypes import onnx_type
+
+    if arr.dtype.kind == "V" or "bfloat16" in arr.dtype.name or "float8" in arr.dtype.name:
+        raw = np.ascontiguousarray(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr))
+
+
+def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
+              wanted: Sequence[ir.Value], opsets: dict[str, int], ir_version: int
+              ) -> list[np.ndarray]:
+    """Run ``nodes`` in onnxruntime on ``feeds``; return the arrays of ``wanted``."""
+    import onnxruntime as ort
+
+    from onnxfold.dtypes import onnx_type
+
+    graph = onnx.GraphProto(name="onnxfold_fallback")
+    graph.node.extend(ir.serde.serialize_node(n) for n in nodes)
+    for value, arr in feeds.items():
+        graph.input.append(onnx.helper.make_tensor_value_info(
+            value.name, onnx_type(arr.dtype), list(arr.shape)))
+    graph.output.extend(onnx.ValueInfoProto(name=v.name) for v in wanted)
+    model = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
+    model.ir_version = max(ir_version, 7)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        feed = {v.name: _to_ort(a) for v, a in feeds.items()}
+        results = session.run_with_ort_values([v.name for v in wanted], feed)
+    except Exception as e:  # onnxruntime raises several unrelated exception types
+        raise FallbackError(_first_line(e)) from None
+    out = []
+    for value, res in zip(wanted, results):
+        if not res.is_tensor():
+            raise FallbackError(f"output {value.name} is not a tensor")
+        out.append(_from_ort(res))
+    return out
+
+
+def _from_ort(res) -> np.ndarray:
+    try:
+        return res.numpy()
+    except Exception as e:
+        raise FallbackError(f"cannot read an onnxruntime result: {_first_line(e)}") from None
+
+
+def batch_inputs(nodes: Sequence[ir.Node]) -> list[ir.Value]:
+    """Values read by ``nodes`` (or their subgraphs) that no node of the batch produces."""
+    produced = {v for n in nodes for v in n.outputs}
+    needed: list[ir.Value] = []
+    seen: set[ir.Value] = set()
+    for node in nodes:
+        for v in list(node.inputs) + captured_values(node):
+            if v is not None and v not in produced and v not in seen:
+                seen.add(v)
+                needed.append(v)
+    return needed

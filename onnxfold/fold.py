@@ -1,0 +1,326 @@
+"""The fold pass: evaluate every foldable node once, in topological order, through the pool.
+
+Readers are counted before evaluation starts; a buffer leaves the pool as soon as its last
+reader has run. Values the graph keeps (graph outputs, inputs of nodes that stay) are
+materialized as initializers; everything else lives and dies in the pool.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold import fallback
+from onnxfold.analysis import SHAPE_ONLY, ConstPlan, plan_graph, static_shape
+from onnxfold.pool import BufferPool
+from onnxfold.registry import Decline, FolderRule, RuleRegistry, default_registry
+
+
+@dataclass
+class FoldOptions:
+    """What may be folded. Every field has a CLI flag of the same meaning."""
+
+    disabled_rules: set[str] = field(default_factory=set)
+    fallback: bool = True
+    shape_folding: bool = True
+    inputs_are_constant: bool = False
+    expansion_factor: float = 4.0
+    expansion_min_bytes: int = 1 << 20
+    max_tensor_bytes: int | None = None
+    strict: bool = False
+
+
+@dataclass
+class FoldStats:
+    """What the pass did."""
+
+    folded: int = 0
+    native: int = 0
+    via_fallback: int = 0
+    fallback_sessions: int = 0
+    materialized: int = 0
+    materialized_bytes: int = 0
+    declined: Counter = field(default_factory=Counter)
+    declined_nodes: list[tuple[str, str, str]] = field(default_factory=list)
+    rule_hits: Counter = field(default_factory=Counter)
+    pool_peak_bytes: int = 0
+    rounds: int = 0
+
+
+def _attr_value(attr: ir.Attr):
+    if attr.type == ir.AttributeType.TENSOR:
+        return attr.as_tensor().numpy()
+    if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        raise Decline("graph attributes are left to onnxruntime")
+    value = attr.value
+    if isinstance(value, tuple):
+        value = list(value)
+    return value
+
+
+def _constant_value(node: ir.Node) -> np.ndarray | None:
+    """The array of a Constant node, or None for sparse/string constants."""
+    for name, attr in node.attributes.items():
+        if name == "value":
+            arr = attr.as_tensor().numpy()
+            return None if arr.dtype.kind in "OSU" else arr
+        if name in ("value_float", "value_int"):
+            return np.asarray(attr.value, np.float32 if name == "value_float" else np.int64)
+        if name in ("value_floats", "value_ints"):
+            return np.asarray(list(attr.value),
+                              np.float32 if name == "value_floats" else np.int64)
+    return None
+
+
+def _source_array(value: ir.Value) -> np.ndarray | None:
+    producer = value.producer()
+    if producer is not None:
+        return _constant_value(producer)
+    arr = value.const_value.numpy() if value.const_value is not None else None
+    return None if arr is None or arr.dtype.kind in "OSU" else arr
+
+
+class GraphFolder:
+    """Folds one graph's foldable nodes; see the module docstring."""
+
+    def __init__(self, graph: ir.Graph, model: ir.Model, options: FoldOptions,
+                 registry: RuleRegistry, stats: FoldStats, pool: BufferPool,
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        self.graph, self.model, self.options = graph, model, options
+        self.registry, self.stats, self.pool = registry, stats, pool
+        self.opset = model.opset_imports.get("", 1)
+        self.progress = progress
+        self.plan: ConstPlan = plan_graph(graph, model.ir_version,
+                                          inputs_are_constant=options.inputs_are_constant,
+                                          shape_folding=options.shape_folding)
+        self.planned = set(self.plan.foldable)
+        self.keep: set[ir.Value] = set()
+        self.readers: Counter = Counter()
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def _reads(self, node: ir.Node) -> list[ir.Value]:
+        """Distinct values whose data ``node`` reads (shape-only rules read no data)."""
+        if node.op_type in SHAPE_ONLY and node.domain in ("", "ai.onnx"):
+            return []
+        seen: dict[ir.Value, None] = {}
+        for v in list(node.inputs) + fallback.captured_values(node):
+            if v is not None:
+                seen[v] = None
+        return list(seen)
+
+    def _kept_by_graph(self, value: ir.Value) -> bool:
+        if value in self.graph.outputs:
+            return True
+        return any(user not in self.planned for user, _ in value.uses())
+
+    def _count(self) -> None:
+        for node in self.plan.foldable:
+            for v in self._reads(node):
+                self.readers[v] += 1
+
+    def _available(self, value: ir.Value) -> bool:
+        if value in self.pool:
+            return True
+        if value in self.plan.sources:
+            arr = _source_array(value)
+            if arr is None:
+                return False
+            self.pool.put(value, arr, self.readers[value], source=True)
+            return value in self.pool
+        return False
+
+    def _abandon(self, node: ir.Node, reason: str | None) -> None:
+        """``node`` stays in the graph: its constant inputs must now be kept."""
+        self.planned.discard(node)
+        if reason is not None:
+            self.stats.declined[reason.split(":")[0]] += 1
+            self.stats.declined_nodes.append((node.name or "", node.op_type, reason))
+        for v in self._reads(node):
+            if v in self.pool:
+                if v not in self.plan.sources and v not in self.keep:
+                    self.keep.add(v)
+                    self.pool.hold(v)
+                self.pool.release(v)
+            elif v in self.plan.sources and self.readers[v] > 0:
+                self.readers[v] -= 1
+
+    def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
+        for value, arr in results.items():
+            keep = self._kept_by_graph(value)
+            if keep:
+                self.keep.add(value)
+            self.pool.put(value, arr, self.readers[value] + int(keep))
+        for v in self._reads(node):
+            if v in self.pool:
+                self.pool.release(v)
+        self.stats.folded += 1
+        if how == "native":
+            self.stats.native += 1
+        else:
+            self.stats.via_fallback += 1
+
+    # -- evaluation --------------------------------------------------------------------------
+    def _size_check(self, node: ir.Node, outs: list[np.ndarray], ins: list[np.ndarray]) -> None:
+        out_bytes = sum(a.nbytes for a in outs)
+        in_bytes = sum(a.nbytes for a in ins)
+        bound = max(self.options.expansion_min_bytes, self.options.expansion_factor * in_bytes)
+        if out_bytes > bound:
+            raise Decline(f"size: output {out_bytes} B > {self.options.expansion_factor:g}x "
+                          f"inputs {in_bytes} B")
+        limit = self.options.max_tensor_bytes
+        if limit is not None and any(a.nbytes > limit for a in outs):
+            raise Decline(f"size: output over the per-tensor limit of {limit} B")
+
+    def _native(self, node: ir.Node, rule: FolderRule) -> list[np.ndarray]:
+        kwargs = {name: _attr_value(attr) for name, attr in node.attributes.items()}
+        if rule.shape_only:
+            x = node.inputs[0]
+            shape = self.pool.get(x).shape if x in self.pool else static_shape(x)
+            args: list = [tuple(shape)]
+        else:
+            args = [self.pool.get(v) if v is not None else None for v in node.inputs]
+        with np.errstate(all="ignore"):
+            result = rule.fn(*args, **kwargs)
+        outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        outs = [np.asarray(o) for o in outs]
+        for value, arr in zip(node.outputs, outs):
+            if value.dtype is not None and arr.dtype != value.dtype.numpy():
+                raise Decline(f"rule error: {rule.name} returned {arr.dtype}, "
+                              f"expected {value.dtype.numpy()}")
+        return outs
+
+    def _try_native(self, node: ir.Node) -> str | None:
+        """Fold ``node`` with its rule; return None on success or the reason it declined."""
+        rule = self.registry.lookup(node.domain, node.op_type, node.version or self.opset)
+        if rule is None:
+            return "no rule"
+        ins = [] if rule.shape_only else [self.pool.get(v) for v in node.inputs if v is not None]
+        try:
+            outs = self._native(node, rule)
+            self._size_check(node, outs, ins)
+        except Decline as e:
+            return str(e)
+        except Exception as e:
+            if self.options.strict:
+                raise
+            return f"rule error: {rule.name}: {type(e).__name__}: {e}"
+        rule.hits += 1
+        self.stats.rule_hits[rule.name] += 1
+        self._finish(node, dict(zip(node.outputs, outs)), "native")
+        return None
+
+    def _run_fallback(self, batch: list[ir.Node]) -> None:
+        """Evaluate ``batch`` in one onnxruntime session (node by node if that fails)."""
+        members = set(batch)
+        wanted = [v for n in batch for v in n.outputs if v.name and (
+            v in self.graph.outputs or any(u not in members for u, _ in v.uses()))]
+        feeds = {v: self.pool.get(v) for v in fallback.batch_inputs(batch)}
+        try:
+            arrays = fallback.run_nodes(batch, feeds, wanted, dict(self.model.opset_imports),
+                                        self.model.ir_version)
+            self.stats.fallback_sessions += 1
+            outs = dict(zip(wanted, arrays))
+            in_bytes = list(feeds.values())
+            for node in batch:
+                self._size_check(node, [outs[v] for v in node.outputs if v in outs], in_bytes)
+        except (fallback.FallbackError, Decline) as e:
+            if len(batch) > 1:
+                for node in batch:
+                    if all(self._available(v) for v in self._reads(node)):
+                        self._run_fallback([node])
+                    else:
+                        self._abandon(node, None)
+                return
+            self._abandon(batch[0], f"onnxruntime: {e}" if isinstance(
+                e, fallback.FallbackError) else str(e))
+            return
+        for node in batch:
+            self._finish(node, {v: outs[v] for v in node.outputs if v in outs}, "fallback")
+
+    def run(self) -> None:
+        self._count()
+        order = list(self.plan.foldable)
+        i = 0
+        while i < len(order):
+            node = order[i]
+            i += 1
+            if self.progress is not None:
+                self.progress(i, len(order))
+            if not all(self._available(v) for v in self._reads(node)) or (
+                    node.op_type in SHAPE_ONLY and not self._shape_known(node)):
+                self._abandon(node, None)
+                continue
+            reason = self._try_native(node)
+            if reason is None:
+                continue
+            if self.options.strict and reason.startswith("rule error"):
+                raise RuntimeError(reason)
+            if reason.startswith("size") or not self.options.fallback or not self._has_data(node):
+                self._abandon(node, reason)
+                continue
+            batch = [node]
+            while i < len(order) and self._wants_fallback(order[i], batch):
+                batch.append(order[i])
+                i += 1
+            self._run_fallback(batch)
+        self.stats.pool_peak_bytes = max(self.stats.pool_peak_bytes, self.pool.peak_bytes)
+
+    def _has_data(self, node: ir.Node) -> bool:
+        """Whether every input of ``node`` is in the pool (shape-only folds may lack data)."""
+        return all(v is None or self._available(v) for v in node.inputs)
+
+    def _shape_known(self, node: ir.Node) -> bool:
+        x = node.inputs[0]
+        return x in self.pool or static_shape(x) is not None
+
+    def _wants_fallback(self, node: ir.Node, batch: list[ir.Node]) -> bool:
+        """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready."""
+        if self.registry.lookup(node.domain, node.op_type, node.version or self.opset):
+            return False
+        produced = {v for n in batch for v in n.outputs}
+        inputs = [v for v in node.inputs if v is not None] + fallback.captured_values(node)
+        return all(v in produced or self._available(v) for v in inputs)
+
+    # -- materialization ---------------------------------------------------------------------
+    def materialize(self) -> None:
+        """Turn every kept computed value into an initializer replacing its producer's output."""
+        for value in list(self.keep):
+            if value not in self.pool:
+                continue
+            arr = self.pool.get(value)
+            name = value.name
+            value.name = f"{name}__onnxfold_replaced"
+            new = ir.Value(name=name, shape=ir.Shape(arr.shape),
+                           type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                           const_value=ir.Tensor(arr, name=name))
+            ir.convenience.replace_all_uses_with(value, new)
+            for i, out in enumerate(self.graph.outputs):
+                if out is value:
+                    self.graph.outputs[i] = new
+            self.graph.register_initializer(new)
+            if self.model.ir_version < 4:
+                self.graph.inputs.append(new)
+            self.stats.materialized += 1
+            self.stats.materialized_bytes += arr.nbytes
+            self.pool.release(value)
+
+
+def fold_model(model: ir.Model, options: FoldOptions | None = None,
+               registry: RuleRegistry | None = None, stats: FoldStats | None = None,
+               pool: BufferPool | None = None,
+               progress: Callable[[int, int], None] | None = None) -> FoldStats:
+    """Fold the main graph of ``model`` in place (one round); return what happened."""
+    options = options or FoldOptions()
+    registry = registry or default_registry()
+    registry.disabled = set(options.disabled_rules)
+    stats = stats or FoldStats()
+    pool = pool or BufferPool()
+    folder = GraphFolder(model.graph, model, options, registry, stats, pool, progress)
+    folder.run()
+    folder.materialize()
+    stats.rounds += 1
+    return stats

@@ -1,0 +1,139 @@
+"""Load an ONNX model into onnx-ir without copying its weights.
+
+Large initializers stored inline (``raw_data`` inside the .onnx) are turned into external-data
+references that point at their own bytes inside the .onnx file, so onnx-ir memory-maps them like
+any external tensor: loading a 400 MiB model reads only its graph, never its weights.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import onnx
+import onnx_ir as ir
+
+from onnxfold.errors import InputError
+from onnxfold.io import protowire as pw
+
+# ModelProto.graph, GraphProto.initializer, TensorProto.raw_data / external_data / data_location
+_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
+_TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
+LAZY_THRESHOLD = 1024
+
+
+def _entry(key: str, value: str) -> bytes:
+    body = pw.len_prefix(1, len(key.encode())) + key.encode()
+    body += pw.len_prefix(2, len(value.encode())) + value.encode()
+    return pw.len_prefix(_TENSOR_EXTERNAL_DATA, len(body)) + body
+
+
+def _strip_tensor(buf, start: int, end: int, location: str) -> bytes | None:
+    """The tensor message with its raw_data replaced by a reference into the file, or None."""
+    for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, start, end):
+        if field == _TENSOR_RAW_DATA and fend - pstart >= LAZY_THRESHOLD:
+            ref = (_entry("location", location) + _entry("offset", str(pstart))
+                   + _entry("length", str(fend - pstart)))
+            location_field = pw.tag(_TENSOR_DATA_LOCATION, pw.VARINT) + pw.encode_varint(1)
+            return bytes(buf[start:fstart]) + bytes(buf[fend:end]) + ref + location_field
+    return None
+
+
+def _strip_graph(buf, start: int, end: int, location: str) -> bytes:
+    out = bytearray()
+    for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, start, end):
+        stripped = None
+        if field == _GRAPH_INITIALIZER:
+            stripped = _strip_tensor(buf, pstart, fend, location)
+        if stripped is None:
+            out += buf[fstart:fend]
+        else:
+            out += pw.len_prefix(_GRAPH_INITIALIZER, len(stripped)) + stripped
+    return bytes(out)
+
+
+def _graph_only_bytes(path: str) -> bytes:
+    """The model's bytes with every large inline weight replaced by a reference to itself."""
+    size = os.path.getsize(path)
+    if size == 0:
+        raise InputError(f"{path}: empty file, not an ONNX model")
+    location = os.path.basename(path)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        out = bytearray()
+        try:
+            for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, 0, size):
+                if fend > size:
+                    raise ValueError("truncated")
+                if field == _MODEL_GRAPH:
+                    graph = _strip_graph(buf, pstart, fend, location)
+                    out += pw.len_prefix(_MODEL_GRAPH, len(graph)) + graph
+                else:
+                    out += buf[fstart:fend]
+        except (ValueError, IndexError) as e:
+            raise InputError(f"{path}: not an ONNX model or truncated ({e})") from None
+    return bytes(out)
+
+
+def _check_external_files(model: ir.Model, path: str) -> None:
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                data = tensor.path
+                if not os.path.exists(data):
+                    raise InputError(f"{path}: external data file not found: {tensor.location}")
+                end = (tensor.offset or 0) + (tensor.length or tensor.nbytes)
+                if os.path.getsize(data) < end:
+                    raise InputError(f"{path}: external data file {tensor.location} is truncated "
+                                     f"(tensor {value.name} needs bytes up to {end})")
+
+
+def _without_external(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy fit for the checker: external weights become typed graph inputs.
+
+    The checker resolves external files against the current directory, not the model's; file
+    existence is checked separately by :func:`_check_external_files`.
+    """
+    checked = onnx.ModelProto()
+    checked.CopyFrom(proto)
+    inputs = {i.name for i in checked.graph.input}
+    kept = []
+    for tensor in checked.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            kept.append(tensor)
+        elif tensor.name not in inputs:
+            checked.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    del checked.graph.initializer[:]
+    checked.graph.initializer.extend(kept)
+    return checked
+
+
+def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
+    """Load ``path`` with weights memory-mapped; raise InputError on anything unreadable."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not an ONNX file")
+    try:
+        proto = onnx.ModelProto.FromString(_graph_only_bytes(path))
+    except InputError:
+        raise
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise InputError(f"{path}: not an ONNX model ({type(e).__name__})") from None
+    if not proto.HasField("graph") or proto.ir_version == 0:
+        raise InputError(f"{path}: not an ONNX model (no graph or IR version)")
+    if check:
+        try:
+            onnx.checker.check_model(_without_external(proto))
+        except onnx.checker.ValidationError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise InputError(f"{path}: invalid model: {first}") from None
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as e:
+        raise InputError(f"{path}: cannot read model: {e}".splitlines()[0]) from None
+    ir.external_data.set_base_dir(model.graph, os.path.dirname(os.path.abspath(path)))
+    _check_external_files(model, path)
+    return model

@@ -1,0 +1,128 @@
+"""The buffer pool: reference-counted storage for intermediate constant-folding results.
+
+Each constant value being folded owns one entry. Its count is the number of readers still to
+come (constant nodes that will consume it) plus one hold per reason the graph keeps it (a graph
+output, a dynamic consumer). When the count reaches zero the entry is dropped at once. Results
+of reshape/transpose/slice are numpy views of their source; memory is accounted per *owning*
+allocation, so a view costs nothing and its base stays counted while any view of it lives.
+Memory-mapped weights are accounted separately (they are file pages, not heap).
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _owner(arr: np.ndarray) -> object:
+    """The object that owns ``arr``'s memory: the root ndarray, or a buffer (mmap, bytes)."""
+    base = arr
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base
+
+
+def _owner_nbytes(owner: object, arr: np.ndarray) -> tuple[int, bool]:
+    """(bytes owned, is heap memory). Memory-mapped files are not heap."""
+    if isinstance(owner, np.ndarray):
+        return owner.nbytes, True
+    if isinstance(owner, mmap.mmap):
+        return arr.nbytes, False
+    return memoryview(owner).nbytes if _has_buffer(owner) else arr.nbytes, True
+
+
+def _has_buffer(obj: object) -> bool:
+    try:
+        memoryview(obj)
+    except TypeError:
+        return False
+    return True
+
+
+@dataclass
+class _Entry:
+    array: np.ndarray
+    count: int
+    owner_key: int
+
+
+class BufferPool:
+    """Reference-counted arrays keyed by value; tracks live and peak heap bytes."""
+
+    def __init__(self, memory_limit: int | None = None) -> None:
+        self._entries: dict[Hashable, _Entry] = {}
+        self._owners: dict[int, list] = {}  # id(owner) -> [owner, live entry count, bytes, heap]
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.mapped_bytes = 0
+        self.allocations = 0
+        self.frees = 0
+        self.memory_limit = memory_limit
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, key: Hashable, array: np.ndarray, count: int, source: bool = False) -> None:
+        """Store ``array`` for ``key`` with ``count`` pending readers/holds (0 frees at once).
+
+        ``source`` arrays (weights owned by the model, often memory-mapped) are not pool memory.
+        """
+        if key in self._entries:
+            raise KeyError(f"value {key!r} is already in the pool")
+        owner = _owner(array)
+        okey = id(owner)
+        rec = self._owners.get(okey)
+        if rec is None:
+            nbytes, heap = _owner_nbytes(owner, array)
+            heap = heap and not source
+            rec = self._owners[okey] = [owner, 0, nbytes, heap]
+            if heap:
+                self.live_bytes += nbytes
+                self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+                self.allocations += 1
+            else:
+                self.mapped_bytes += nbytes
+        rec[1] += 1
+        self._entries[key] = _Entry(array, count, okey)
+        if count <= 0:
+            self._drop(key)
+
+    def get(self, key: Hashable) -> np.ndarray:
+        return self._entries[key].array
+
+    def count(self, key: Hashable) -> int:
+        return self._entries[key].count
+
+    def hold(self, key: Hashable, n: int = 1) -> None:
+        """Add ``n`` holds (a new reader or a reason to keep the value)."""
+        self._entries[key].count += n
+
+    def release(self, key: Hashable, n: int = 1) -> None:
+        """Drop ``n`` holds; the entry is freed when none remain."""
+        entry = self._entries[key]
+        entry.count -= n
+        if entry.count < 0:
+            raise RuntimeError(f"value {key!r} released more often than held")
+        if entry.count == 0:
+            self._drop(key)
+
+    def _drop(self, key: Hashable) -> None:
+        entry = self._entries.pop(key)
+        rec = self._owners[entry.owner_key]
+        rec[1] -= 1
+        if rec[1] == 0:
+            del self._owners[entry.owner_key]
+            if rec[3]:
+                self.live_bytes -= rec[2]
+                self.frees += 1
+            else:
+                self.mapped_bytes -= rec[2]
+
+    def keys(self) -> list[Hashable]:
+        return list(self._entries)

@@ -1,0 +1,103 @@
+"""What an optimization did, as text for people and JSON for tools."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import onnx_ir as ir
+
+from onnxfold.fold import FoldStats
+
+
+@dataclass
+class ModelCounts:
+    nodes: int
+    initializers: int
+    initializer_bytes: int
+    ops: dict[str, int]
+
+
+def model_counts(model: ir.Model) -> ModelCounts:
+    """Node and initializer counts over the main graph and all subgraphs."""
+    nodes = 0
+    ops: Counter = Counter()
+    inits = init_bytes = 0
+    for graph in model.graphs():
+        for node in graph:
+            nodes += 1
+            ops[node.op_type] += 1
+        for value in graph.initializers.values():
+            inits += 1
+            if value.const_value is not None:
+                init_bytes += value.const_value.nbytes
+    return ModelCounts(nodes, inits, init_bytes, dict(ops))
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+@dataclass
+class Report:
+    """The summary printed by ``onnxfold optimize`` (``--json`` writes :meth:`to_dict`)."""
+
+    input: str | None
+    nodes_before: int
+    nodes_after: int
+    folded_nodes: int
+    folded_native: int
+    folded_fallback: int
+    fallback_sessions: int
+    initializer_bytes_before: int
+    initializer_bytes_after: int
+    new_initializers: int
+    seconds: float
+    pool_peak_bytes: int
+    rounds: int
+    declined: dict[str, int] = field(default_factory=dict)
+    declined_nodes: list[dict[str, str]] = field(default_factory=list)
+    rule_hits: dict[str, int] = field(default_factory=dict)
+    output: str | None = None
+    output_bytes: int | None = None
+    external_data: str | None = None
+
+    @classmethod
+    def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
+              stats: FoldStats, seconds: float) -> Report:
+        return cls(
+            input=source, nodes_before=before.nodes, nodes_after=after.nodes,
+            folded_nodes=stats.folded, folded_native=stats.native,
+            folded_fallback=stats.via_fallback, fallback_sessions=stats.fallback_sessions,
+            initializer_bytes_before=before.initializer_bytes,
+            initializer_bytes_after=after.initializer_bytes,
+            new_initializers=stats.materialized, seconds=round(seconds, 3),
+            pool_peak_bytes=stats.pool_peak_bytes, rounds=stats.rounds,
+            declined=dict(stats.declined),
+            declined_nodes=[{"node": n, "op": o, "reason": r} for n, o, r in stats.declined_nodes],
+            rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def summary(self) -> str:
+        lines = [
+            f"nodes        {self.nodes_before} -> {self.nodes_after}  "
+            f"(folded {self.folded_nodes}: {self.folded_native} native, "
+            f"{self.folded_fallback} via onnxruntime in {self.fallback_sessions} sessions)",
+            f"initializers {_mib(self.initializer_bytes_before)} -> "
+            f"{_mib(self.initializer_bytes_after)}  ({self.new_initializers} new)",
+            f"pool peak    {_mib(self.pool_peak_bytes)}",
+            f"time         {self.seconds:.2f} s ({self.rounds} rounds)",
+        ]
+        if self.declined:
+            reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.declined.items()))
+            lines.append(f"not folded   {sum(self.declined.values())} ({reasons})")
+        if self.output:
+            where = f" + {self.external_data}" if self.external_data else ""
+            lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")
+        return "\n".join(lines)

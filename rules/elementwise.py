@@ -1,0 +1,167 @@
+"""Elementwise arithmetic, comparison, logic and unary math, computed in the node's own dtype.
+
+numpy's broadcasting is ONNX's multidirectional broadcasting; integer arithmetic wraps as in
+onnxruntime's C++ kernels; float16/bfloat16 results are rounded once per op, as the runtime does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxfold.dtypes import np_dtype
+from onnxfold.registry import Decline, folder
+
+
+def _is_int(x: np.ndarray) -> bool:
+    return np.issubdtype(x.dtype, np.integer)
+
+
+@folder("Add", since=7)
+def add(a, b):
+    return np.add(a, b)
+
+
+@folder("Sub", since=7)
+def sub(a, b):
+    return np.subtract(a, b)
+
+
+@folder("Mul", since=7)
+def mul(a, b):
+    return np.multiply(a, b)
+
+
+@folder("Div", since=7)
+def div(a, b):
+    if not _is_int(a):
+        return np.divide(a, b)
+    if np.any(b == 0):
+        raise Decline("integer division by zero")
+    q = np.floor_divide(a, b)
+    # C++ truncates toward zero; numpy floors. Fix the quotients of inexact negative divisions.
+    fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return (q + fix.astype(q.dtype)).astype(np.result_type(a, b))
+
+
+@folder("Mod", since=10)
+def mod(a, b, fmod=0):
+    if _is_int(a) and np.any(b == 0):
+        raise Decline("integer modulo by zero")
+    return np.fmod(a, b) if fmod else np.mod(a, b)
+
+
+@folder("Pow", since=7)
+def pow_(a, b):
+    if _is_int(a):
+        if np.any(np.asarray(b) < 0):
+            raise Decline("integer power with a negative exponent")
+        return np.power(a, b.astype(a.dtype))
+    return np.power(a, b.astype(a.dtype))
+
+
+@folder("BitShift", since=11)
+def bit_shift(a, b, direction="LEFT"):
+    return np.left_shift(a, b) if direction == "LEFT" else np.right_shift(a, b)
+
+
+_BINARY = {
+    "Equal": np.equal, "Less": np.less, "Greater": np.greater,
+    "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
+    "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
+    "BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor,
+}
+for _op, _fn in _BINARY.items():
+    folder(_op, since=7)(lambda a, b, _fn=_fn: _fn(a, b))
+
+_UNARY = {
+    "Abs": np.abs, "Neg": np.negative, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
+    "Floor": np.floor, "Ceil": np.ceil, "Round": np.round, "Sign": np.sign,
+    "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
+    "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
+    "Acosh": np.arccosh, "Atanh": np.arctanh, "Tanh": np.tanh, "Not": np.logical_not,
+    "BitwiseNot": np.invert, "IsNaN": np.isnan,
+}
+for _op, _fn in _UNARY.items():
+    folder(_op, since=6)(lambda x, _fn=_fn: _fn(x))
+
+
+@folder("Reciprocal", since=6)
+def reciprocal(x):
+    return np.divide(np.ones((), x.dtype), x)
+
+
+@folder("Relu", since=6)
+def relu(x):
+    return np.where(x > 0, x, np.zeros((), x.dtype))
+
+
+@folder("Sigmoid", since=6)
+def sigmoid(x):
+    one = np.ones((), x.dtype)
+    return one / (one + np.exp(-x))
+
+
+@folder("IsInf", since=10)
+def is_inf(x, detect_negative=1, detect_positive=1):
+    return (np.isposinf(x) & bool(detect_positive)) | (np.isneginf(x) & bool(detect_negative))
+
+
+@folder("Where", since=9)
+def where(cond, a, b):
+    return np.where(cond, a, b)
+
+
+def _variadic(fn):
+    def run(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        return np.asarray(out)
+
+    return run
+
+
+folder("Max", since=8)(_variadic(np.maximum))
+folder("Min", since=8)(_variadic(np.minimum))
+folder("Sum", since=8)(_variadic(np.add))
+
+
+@folder("Mean", since=8)
+def mean(*xs):
+    total = _variadic(np.add)(*xs)
+    return np.divide(total, np.asarray(len(xs), dtype=total.dtype))
+
+
+@folder("Clip", since=11)
+def clip(x, lo=None, hi=None):
+    if lo is not None:
+        x = np.maximum(x, lo)
+    if hi is not None:
+        x = np.minimum(x, hi)
+    return np.asarray(x)
+
+
+@folder("Clip", since=6, until=10)
+def clip_v6(x, min=-3.4028234663852886e38, max=3.4028234663852886e38):  # noqa: A002
+    return np.clip(x, np.asarray(min, x.dtype), np.asarray(max, x.dtype))
+
+
+@folder("Cast", since=6)
+def cast(x, to, saturate=1, round_mode="up"):
+    dtype = np_dtype(to)
+    if x.dtype.kind in "OSU" or dtype.kind in "OSU":
+        raise Decline("string casts are left to onnxruntime")
+    if dtype.itemsize == 1 and dtype.kind == "V" or "float8" in dtype.name or "float4" in dtype.name:
+        raise Decline(f"cast to {dtype.name} is left to onnxruntime")
+    if "int4" in dtype.name or "int2" in dtype.name or "float8" in x.dtype.name:
+        raise Decline(f"cast between {x.dtype.name} and {dtype.name} is left to onnxruntime")
+    if np.issubdtype(dtype, np.integer) and x.dtype.kind == "f" and np.any(~np.isfinite(x)):
+        raise Decline("cast of nan/inf to an integer type is implementation-defined")
+    return x.astype(dtype)
+
+
+@folder("CastLike", since=15)
+def cast_like(x, like, saturate=1, round_mode="up"):
+    from onnxfold.dtypes import onnx_type
+
+    return cast(x, onnx_type(like.dtype), saturate)
