@@ -297,10 +297,7 @@ class GraphFolder:
             new = ir.Value(name=name, shape=ir.Shape(arr.shape),
                            type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
                            const_value=ir.Tensor(arr, name=name))
-            ir.convenience.replace_all_uses_with(value, new)
-            for i, out in enumerate(self.graph.outputs):
-                if out is value:
-                    self.graph.outputs[i] = new
+            value.replace_all_uses_with(new, replace_graph_outputs=True)
             self.graph.register_initializer(new)
             if self.model.ir_version < 4:
                 self.graph.inputs.append(new)

@@ -22,6 +22,8 @@ def _owner(arr: np.ndarray) -> object:
     base = arr
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
+    if isinstance(base, memoryview) and base.obj is not None:
+        return base.obj
     return base
 
 

@@ -151,7 +151,9 @@ def cast(x, to, saturate=1, round_mode="up"):
     dtype = np_dtype(to)
     if x.dtype.kind in "OSU" or dtype.kind in "OSU":
         raise Decline("string casts are left to onnxruntime")
-    if dtype.itemsize == 1 and dtype.kind == "V" or "float8" in dtype.name or "float4" in dtype.name:
+    if (dtype.itemsize == 1 and dtype.kind == "V") or any(
+        f in dtype.name for f in ("float8", "float4")
+    ):
         raise Decline(f"cast to {dtype.name} is left to onnxruntime")
     if "int4" in dtype.name or "int2" in dtype.name or "float8" in x.dtype.name:
         raise Decline(f"cast between {x.dtype.name} and {dtype.name} is left to onnxruntime")

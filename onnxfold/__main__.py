@@ -1,0 +1,5 @@
+import sys
+
+from onnxfold.cli import main
+
+sys.exit(main())

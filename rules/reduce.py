@@ -1,0 +1,173 @@
+"""Reductions (Reduce*, ArgMax/ArgMin, CumSum), accumulated in the input dtype.
+
+``axes`` is an attribute up to ReduceSum-12 / Reduce*-17 and an optional input afterwards; the
+same rule serves both since both arrive as the second argument. An empty axes list with
+``noop_with_empty_axes`` reduces over no axis: the non-reduction steps still apply (ReduceL1
+returns abs(x)), which numpy reproduces with ``axis=()``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnxfold.registry import Decline, folder
+
+
+def _norm_axes(x, axes, noop_with_empty_axes) -> tuple[int, ...]:
+    axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1).tolist()]
+    if not axes:
+        return () if noop_with_empty_axes else tuple(range(x.ndim))
+    rank = max(x.ndim, 1)
+    if any(not -rank <= a < rank for a in axes):
+        raise Decline(f"axes {axes} out of range for rank {x.ndim}")
+    out = tuple(sorted({a % rank for a in axes}))
+    if x.ndim == 0:
+        return ()
+    if len(out) != len(axes):
+        raise Decline(f"repeated axes {axes}")
+    return out
+
+
+def _count(x, axes) -> int:
+    return math.prod(x.shape[a] for a in axes)
+
+
+def _float_only(x, op):
+    if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
+        raise Decline(f"{op} of {x.dtype} (onnxruntime's integer rounding is not reproduced)")
+
+
+def _sum(x, ax, keepdims):
+    return np.sum(x, axis=ax, dtype=x.dtype, keepdims=bool(keepdims))
+
+
+def _reduce_sum(x, ax, keepdims):
+    return _sum(x, ax, keepdims)
+
+
+def _reduce_sum_square(x, ax, keepdims):
+    return _sum(np.multiply(x, x), ax, keepdims)
+
+
+def _reduce_l1(x, ax, keepdims):
+    return _sum(np.abs(x), ax, keepdims)
+
+
+def _reduce_l2(x, ax, keepdims):
+    _float_only(x, "ReduceL2")
+    return np.sqrt(_sum(np.multiply(x, x), ax, keepdims))
+
+
+def _reduce_log_sum(x, ax, keepdims):
+    _float_only(x, "ReduceLogSum")
+    return np.log(_sum(x, ax, keepdims))
+
+
+def _reduce_log_sum_exp(x, ax, keepdims):
+    _float_only(x, "ReduceLogSumExp")
+    top = np.max(x, axis=ax, keepdims=True, initial=-np.inf)
+    top = np.where(np.isfinite(top), top, np.zeros((), x.dtype))
+    total = _sum(np.exp(x - top), ax, keepdims=True)
+    out = np.log(total) + top
+    return out if keepdims else np.squeeze(out, ax)
+
+
+def _reduce_prod(x, ax, keepdims):
+    return np.prod(x, axis=ax, dtype=x.dtype, keepdims=bool(keepdims))
+
+
+def _reduce_mean(x, ax, keepdims):
+    n = _count(x, ax)
+    if n == 0:
+        raise Decline("mean over an empty set is undefined")
+    total = _sum(x, ax, keepdims)
+    count = np.asarray(n, dtype=x.dtype)
+    if x.dtype.kind not in "iu":
+        return np.divide(total, count)
+    q = np.floor_divide(total, count)  # onnxruntime divides in T: truncate toward zero
+    return np.where((q < 0) & (q * count != total), q + 1, q).astype(x.dtype)
+
+
+def _extremum(fn):
+    def run(x, ax, keepdims):
+        if _count(x, ax) == 0:
+            raise Decline("max/min over an empty set")
+        if x.dtype.kind == "f" and np.isnan(x).any():
+            raise Decline("onnxruntime's max/min skip NaN depending on position")
+        return fn(x, axis=ax, keepdims=bool(keepdims))
+
+    return run
+
+
+_REDUCERS = {
+    "ReduceSum": (_reduce_sum, 13),
+    "ReduceSumSquare": (_reduce_sum_square, 18),
+    "ReduceL1": (_reduce_l1, 18),
+    "ReduceL2": (_reduce_l2, 18),
+    "ReduceLogSum": (_reduce_log_sum, 18),
+    "ReduceLogSumExp": (_reduce_log_sum_exp, 18),
+    "ReduceProd": (_reduce_prod, 18),
+    "ReduceMean": (_reduce_mean, 18),
+    "ReduceMax": (_extremum(np.max), 18),
+    "ReduceMin": (_extremum(np.min), 18),
+}
+
+
+def _make(reducer):
+    def rule(x, axes=None, keepdims=1, noop_with_empty_axes=0):
+        return np.asarray(reducer(x, _norm_axes(x, axes, noop_with_empty_axes), keepdims))
+
+    return rule
+
+
+for _op, (_reducer, _input_since) in _REDUCERS.items():
+    # axes is an attribute before `_input_since` and an optional input from it on
+    folder(_op, since=1, until=_input_since - 1)(_make(_reducer))
+    folder(_op, since=_input_since)(_make(_reducer))
+
+
+def _arg(fn, x, axis, keepdims, select_last_index):
+    if x.ndim == 0:
+        raise Decline("arg-reduction of a scalar")
+    if not -x.ndim <= axis < x.ndim:
+        raise Decline(f"axis {axis} out of range")
+    axis %= x.ndim
+    if x.shape[axis] == 0:
+        raise Decline("arg-reduction over an empty axis")
+    if x.dtype.kind == "f" and np.isnan(x).any():
+        raise Decline("onnxruntime's ArgMax/ArgMin skip NaN depending on position")
+    if select_last_index:
+        out = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis, keepdims=bool(keepdims))
+    else:
+        out = fn(x, axis=axis, keepdims=bool(keepdims))
+    return np.asarray(out, dtype=np.int64)
+
+
+@folder("ArgMax")
+def arg_max(x, axis=0, keepdims=1, select_last_index=0):
+    return _arg(np.argmax, x, axis, keepdims, select_last_index)
+
+
+@folder("ArgMin")
+def arg_min(x, axis=0, keepdims=1, select_last_index=0):
+    return _arg(np.argmin, x, axis, keepdims, select_last_index)
+
+
+@folder("CumSum", since=11)
+def cum_sum(x, axis, exclusive=0, reverse=0):
+    if x.ndim == 0:
+        raise Decline("CumSum of a scalar")
+    ax = int(np.asarray(axis).reshape(-1)[0])
+    if not -x.ndim <= ax < x.ndim:
+        raise Decline(f"axis {ax} out of range")
+    ax %= x.ndim
+    y = np.flip(x, ax) if reverse else x
+    out = np.cumsum(y, axis=ax, dtype=x.dtype)
+    if exclusive:  # shift by one along the axis, starting from 0
+        along = (slice(None),) * ax
+        out = np.concatenate(
+            [np.zeros_like(out[along + (slice(0, 1),)]), out[along + (slice(0, -1),)]], axis=ax
+        )
+    return np.flip(out, ax) if reverse else out

@@ -1,0 +1,120 @@
+"""The command line: summaries, JSON, and one-line errors with exit code 2 on bad input."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from conftest import MODELS, make_model, random_feeds, run_ort, tensor, vinfo
+from onnx import helper
+
+TINY_BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
+
+
+def onnxfold(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def assert_clean_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnxfold: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_optimize_prints_summary_and_writes_json(tmp_path):
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    proc = onnxfold("optimize", TINY_BERT, "-o", str(out), "--json", str(report))
+    assert proc.returncode == 0, proc.stderr
+    assert "nodes" in proc.stdout and "pool peak" in proc.stdout and "wrote" in proc.stdout
+    data = json.loads(report.read_text())
+    assert data["folded_nodes"] > 100 and data["nodes_after"] < data["nodes_before"]
+    feeds = random_feeds(TINY_BERT, int_high=500)
+    np.testing.assert_allclose(run_ort(TINY_BERT, feeds)[0], run_ort(str(out), feeds)[0],
+                               atol=1e-5)
+
+
+def test_inspect_and_rules():
+    proc = onnxfold("inspect", TINY_BERT)
+    assert proc.returncode == 0 and "constant-foldable nodes:" in proc.stdout
+    proc = onnxfold("inspect", TINY_BERT, "--json")
+    assert json.loads(proc.stdout)["foldable_nodes"] > 0
+    proc = onnxfold("rules")
+    assert proc.returncode == 0 and "Transpose" in proc.stdout
+
+
+@pytest.fixture
+def existing_output(tmp_path):
+    out = tmp_path / "existing.onnx"
+    out.write_bytes(b"user data")
+    yield out
+    assert out.read_bytes() == b"user data"  # never overwritten on failure
+
+
+def test_missing_file(tmp_path, existing_output):
+    assert_clean_error(onnxfold("optimize", str(tmp_path / "nope.onnx"), "-o",
+                                str(existing_output)), "no such file")
+
+
+def test_not_onnx(tmp_path, existing_output):
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("this is not a model\n" * 10)
+    assert_clean_error(onnxfold("optimize", str(bad), "-o", str(existing_output)),
+                       "not an ONNX model")
+
+
+def test_truncated(tmp_path, existing_output):
+    data = open(TINY_BERT, "rb").read()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: len(data) // 2])
+    assert_clean_error(onnxfold("optimize", str(cut), "-o", str(existing_output)))
+
+
+def test_invalid_graph(tmp_path, existing_output):
+    proto = make_model([helper.make_node("Add", ["x", "undefined"], ["y"])],
+                       [vinfo("x", shape=[2])], [vinfo("y", shape=[2])])
+    path = tmp_path / "invalid.onnx"
+    onnx.save(proto, str(path))
+    assert_clean_error(onnxfold("optimize", str(path), "-o", str(existing_output)),
+                       "invalid model")
+
+
+def test_missing_external_data(tmp_path, existing_output):
+    proto = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [vinfo("x", shape=[512])],
+                       [vinfo("y", shape=[512])], [tensor("w", np.ones(512, np.float32))])
+    path = tmp_path / "ext.onnx"
+    onnx.save(proto, str(path), save_as_external_data=True, location="ext.onnx.data",
+              size_threshold=0)
+    os.remove(tmp_path / "ext.onnx.data")
+    assert_clean_error(onnxfold("optimize", str(path), "-o", str(existing_output)),
+                       "external data file not found")
+
+
+def test_unwritable_output(tmp_path):
+    proc = onnxfold("optimize", TINY_BERT, "-o", str(tmp_path / "no" / "such" / "dir.onnx"))
+    assert_clean_error(proc, "cannot write")
+    if os.geteuid() != 0:  # root ignores directory permissions
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        assert_clean_error(onnxfold("optimize", TINY_BERT, "-o", str(ro / "x.onnx")))
+
+
+def test_output_is_input(tmp_path):
+    copy = tmp_path / "model.onnx"
+    shutil.copy(TINY_BERT, copy)
+    before = copy.read_bytes()
+    assert_clean_error(onnxfold("optimize", str(copy), "-o", str(copy)), "overwrite")
+    assert copy.read_bytes() == before
+
+
+def test_bad_option_value():
+    proc = onnxfold("optimize", TINY_BERT, "-o", "x.onnx", "--max-tensor", "lots")
+    assert proc.returncode == 2 and "not a size" in proc.stderr

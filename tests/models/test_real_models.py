@@ -1,0 +1,52 @@
+"""Real exported models: fold completely and compute what the original computes.
+
+The tiny exports in models/ always run. Corpus models (``python ../shared/corpus/build.py DIR``)
+run when ONNXFOLD_CORPUS points at that directory.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from conftest import MODELS, random_feeds, run_ort
+
+import onnxfold
+from onnxfold.inspect import foldable_ops
+from onnxfold.io import load_model
+from onnxfold.pipeline import infer_shapes
+
+CORPUS = os.environ.get("ONNXFOLD_CORPUS")
+CORPUS_MODELS = ["bert_base_ts", "bert_base_dynamo", "distilbert_ts", "gpt2_small_ts",
+                 "gpt2_small_dynamo", "vit_base_ts", "vit_base_dynamo", "whisper_tiny_enc_ts",
+                 "t5_small_enc_ts", "syn_chain_big"]
+
+
+def fold_and_compare(src, out, atol):
+    result = onnxfold.optimize(src)
+    onnxfold.save_model(result.model, out)
+    folded = load_model(out)
+    infer_shapes(folded)
+    left = foldable_ops(folded)
+    assert sum(left.values()) == 0, f"still foldable: {dict(left)}"
+    feeds = random_feeds(src, int_high=500)
+    for a, b in zip(run_ort(src, feeds), run_ort(out, feeds)):
+        np.testing.assert_allclose(a, b, atol=atol, rtol=1e-4)
+    return result.report
+
+
+@pytest.mark.parametrize("name", ["tiny_bert_ts", "tiny_gpt2_ts"])
+def test_tiny_exports_fold_completely(tmp_path, name):
+    report = fold_and_compare(os.path.join(MODELS, name + ".onnx"), str(tmp_path / "o.onnx"),
+                              atol=1e-5)
+    assert report.nodes_after < report.nodes_before / 2
+    assert report.folded_native > report.folded_fallback
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CORPUS, reason="set ONNXFOLD_CORPUS to a built corpus directory")
+@pytest.mark.parametrize("name", CORPUS_MODELS)
+def test_corpus_model(tmp_path, name):
+    src = os.path.join(CORPUS, name + ".onnx")
+    if not os.path.exists(src):
+        pytest.skip(f"{name} not built in {CORPUS}")
+    fold_and_compare(src, str(tmp_path / "o.onnx"), atol=1e-4 if "syn" not in name else 1.0)

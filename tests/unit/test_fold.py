@@ -1,0 +1,196 @@
+"""The fold pass on small graphs built with onnx.helper, checked against onnxruntime."""
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from conftest import make_model, run_ort, tensor, vinfo
+from onnx import TensorProto, helper
+
+import onnxfold
+from onnxfold.fold import FoldOptions
+from onnxfold.io import save_model
+
+
+def fold_proto(proto, tmp_path, options=None):
+    """Fold a ModelProto through the file path API; return (folded proto, report, path)."""
+    src = str(tmp_path / "in.onnx")
+    out = str(tmp_path / "out.onnx")
+    onnx.save(proto, src)
+    result = onnxfold.optimize(src, options or FoldOptions(strict=True))
+    save_model(result.model, out)
+    return onnx.load(out), result.report, out
+
+
+def ops(proto):
+    return [n.op_type for n in proto.graph.node]
+
+
+def test_chain_folds_into_one_initializer(tmp_path):
+    w = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("Mul", ["wt", "two"], ["w2"]),
+             helper.make_node("Abs", ["w2"], ["w3"]),
+             helper.make_node("MatMul", ["x", "w3"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 8])], [vinfo("y", shape=[2, 4])],
+                       [tensor("w", w), tensor("two", np.float32(2))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["MatMul"]
+    assert report.folded_nodes == 3 and report.folded_fallback == 0
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+    (init,) = [t for t in folded.graph.initializer]
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(init), np.abs(w.T * 2))
+
+
+def test_overridable_initializer_is_not_a_constant(tmp_path):
+    nodes = [helper.make_node("Neg", ["w"], ["nw"]), helper.make_node("Add", ["x", "nw"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[3]), vinfo("w", shape=[3])],
+                       [vinfo("y", shape=[3])], [tensor("w", np.ones(3, np.float32))])
+    folded, report, _ = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Neg", "Add"] and report.folded_nodes == 0
+    folded, report, out = fold_proto(proto, tmp_path,
+                                     FoldOptions(inputs_are_constant=True, strict=True))
+    assert ops(folded) == ["Add"]
+    assert [i.name for i in folded.graph.input] == ["x"]  # no dangling input left
+    np.testing.assert_array_equal(run_ort(out, {"x": np.zeros(3, np.float32)})[0], -np.ones(3))
+
+
+def test_ir3_initializers_are_constants_and_inputs_stay_consistent(tmp_path):
+    nodes = [helper.make_node("Neg", ["w"], ["nw"]), helper.make_node("Add", ["x", "nw"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[3]), vinfo("w", shape=[3])],
+                       [vinfo("y", shape=[3])], [tensor("w", np.arange(3, dtype=np.float32))],
+                       opset=7, ir_version=3)
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Add"] and report.folded_nodes == 1
+    inputs = {i.name for i in folded.graph.input}
+    inits = {t.name for t in folded.graph.initializer}
+    assert "w" not in inputs and inits <= inputs  # IR 3: every initializer is an input
+    onnx.checker.check_model(folded)
+    np.testing.assert_array_equal(run_ort(out, {"x": np.zeros(3, np.float32)})[0],
+                                  -np.arange(3, dtype=np.float32))
+
+
+@pytest.mark.parametrize("op", ["RandomNormal", "RandomUniform"])
+def test_nondeterministic_ops_never_fold(tmp_path, op):
+    nodes = [helper.make_node(op, [], ["r"], shape=[3], dtype=TensorProto.FLOAT),
+             helper.make_node("Mul", ["r", "zero"], ["z"]),
+             helper.make_node("Add", ["x", "z"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])],
+                       [tensor("zero", np.float32(0))])
+    folded, report, _ = fold_proto(proto, tmp_path)
+    assert ops(folded) == [op, "Mul", "Add"] and report.folded_nodes == 0
+
+
+def test_random_like_ops_never_fold(tmp_path):
+    nodes = [helper.make_node("RandomNormalLike", ["c"], ["r"]),
+             helper.make_node("Add", ["x", "r"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])],
+                       [tensor("c", np.zeros(3, np.float32))])
+    folded, _, _ = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["RandomNormalLike", "Add"]
+
+
+def test_custom_domain_is_never_folded(tmp_path):
+    nodes = [helper.make_node("Frobnicate", ["c"], ["f"], domain="com.example"),
+             helper.make_node("Add", ["x", "f"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [vinfo("x", shape=[3])], [vinfo("y", shape=[3])],
+                              [tensor("c", np.zeros(3, np.float32))])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 1)])
+    proto.ir_version = 8
+    src = str(tmp_path / "in.onnx")
+    onnx.save(proto, src)
+    result = onnxfold.optimize(src, FoldOptions(strict=True), check=False)
+    assert [n.op_type for n in result.model.graph] == ["Frobnicate", "Add"]
+
+
+def test_fallback_batches_neighbouring_nodes_into_one_session(tmp_path):
+    c = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    nodes = [helper.make_node("Softmax", ["c"], ["s"], axis=-1),
+             helper.make_node("HardSigmoid", ["s"], ["h"]),
+             helper.make_node("Softsign", ["h"], ["g"]),
+             helper.make_node("Add", ["x", "g"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[3, 4])], [vinfo("y", shape=[3, 4])],
+                       [tensor("c", c)])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Add"]
+    assert report.folded_fallback == 3 and report.fallback_sessions == 1
+    x = np.zeros((3, 4), np.float32)
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+def test_disabled_rule_goes_through_fallback_or_stays(tmp_path):
+    nodes = [helper.make_node("Neg", ["c"], ["n"]), helper.make_node("Add", ["x", "n"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2])], [vinfo("y", shape=[2])],
+                       [tensor("c", np.ones(2, np.float32))])
+    _, report, _ = fold_proto(proto, tmp_path, FoldOptions(disabled_rules={"Neg"}))
+    assert report.folded_fallback == 1 and report.folded_native == 0
+    folded, report, _ = fold_proto(proto, tmp_path,
+                                   FoldOptions(disabled_rules={"Neg"}, fallback=False))
+    assert ops(folded) == ["Neg", "Add"] and report.declined == {"no rule": 1}
+
+
+def test_shape_of_statically_shaped_dynamic_value_folds(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("ReduceProd", ["s"], ["n"], keepdims=1),
+             helper.make_node("Reshape", ["r", "n"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3])], [vinfo("y", shape=[6])])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Relu", "Reshape"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+def test_expansion_bound_refuses_blow_ups(tmp_path):
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+             helper.make_node("Add", ["x", "big"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[1024, 1024])], [vinfo("y", shape=[1024, 1024])],
+                       [tensor("shape", np.array([1024, 1024], np.int64))])
+    folded, report, _ = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["ConstantOfShape", "Add"]
+    assert report.declined == {"size": 1}
+    folded, _, _ = fold_proto(proto, tmp_path, FoldOptions(expansion_min_bytes=8 << 20))
+    assert ops(folded) == ["Add"]
+
+
+def test_pool_frees_chain_intermediates(tmp_path):
+    w = np.random.default_rng(1).standard_normal((512, 1024)).astype(np.float32)  # 2 MiB
+    nodes, cur = [], "w"
+    for i, op in enumerate(["Abs", "Sqrt", "Neg", "Exp", "Abs", "Log", "Neg", "Abs"] * 2):
+        nodes.append(helper.make_node(op, [cur], [f"c{i}"]))
+        cur = f"c{i}"
+    nodes.append(helper.make_node("MatMul", ["x", cur], ["y"], ))
+    proto = make_model(nodes, [vinfo("x", shape=[1, 512])], [vinfo("y", shape=[1, 1024])],
+                       [tensor("w", w)])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["MatMul"]
+    assert report.pool_peak_bytes <= 2 * w.nbytes  # one input and one output alive at a time
+    x = np.ones((1, 512), np.float32)
+    np.testing.assert_allclose(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0],
+                               rtol=1e-5)
+
+
+def test_constant_node_and_graph_output_that_folds(tmp_path):
+    nodes = [helper.make_node("Constant", [], ["c"], value=tensor("cv", np.arange(4.0,
+                                                                                    dtype=np.float32))),
+             helper.make_node("Mul", ["c", "c"], ["sq"]),
+             helper.make_node("Add", ["x", "sq"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[4])], [vinfo("y", shape=[4]),
+                                                         vinfo("sq", shape=[4])])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Add"]
+    y, sq = run_ort(out, {"x": np.zeros(4, np.float32)})
+    np.testing.assert_array_equal(sq, np.arange(4.0) ** 2)
+
+
+def test_api_accepts_an_ir_model():
+    nodes = [helper.make_node("Neg", ["c"], ["n"]), helper.make_node("Add", ["x", "n"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2])], [vinfo("y", shape=[2])],
+                       [tensor("c", np.ones(2, np.float32))])
+    model = ir.serde.deserialize_model(proto)
+    result = onnxfold.optimize(model)
+    assert result.model is model and result.report.folded_nodes == 1
+    assert "Folded" not in result.report.summary() and "nodes" in result.report.summary()

@@ -1,0 +1,107 @@
+"""Reading with memory-mapped weights, streaming atomic writes, external data."""
+
+import os
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from conftest import make_model, run_ort, tensor, vinfo
+from onnx import helper
+
+from onnxfold.errors import OutputError
+from onnxfold.io import load_model, save_model, writer
+
+
+def _mlp(tmp_path, external=False, n=64):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((n, n)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[1, n])], [vinfo("y", shape=[1, n])],
+                       [tensor("w", w), tensor("small", np.arange(3, dtype=np.int64))])
+    path = str(tmp_path / "mlp.onnx")
+    if external:
+        onnx.save(proto, path, save_as_external_data=True, location="mlp.onnx.data",
+                  size_threshold=0)
+    else:
+        onnx.save(proto, path)
+    return path, w
+
+
+def test_inline_weights_are_memory_mapped_not_copied(tmp_path):
+    path, w = _mlp(tmp_path)
+    model = load_model(path)
+    tensor_ = model.graph.initializers["w"].const_value
+    assert isinstance(tensor_, ir.ExternalTensor)  # refers to its bytes inside the .onnx
+    assert os.path.samefile(tensor_.path, path)
+    np.testing.assert_array_equal(tensor_.numpy(), w)
+    assert not tensor_.numpy().flags.writeable
+
+
+def test_round_trip_is_byte_identical_in_values(tmp_path):
+    path, w = _mlp(tmp_path)
+    out = str(tmp_path / "copy.onnx")
+    save_model(load_model(path), out)
+    x = np.ones((1, 64), np.float32)
+    np.testing.assert_array_equal(run_ort(path, {"x": x})[0], run_ort(out, {"x": x})[0])
+    saved = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    np.testing.assert_array_equal(saved["w"], w)
+
+
+def test_external_data_input_and_forced_external_output(tmp_path):
+    path, w = _mlp(tmp_path, external=True)
+    model = load_model(path)
+    out = str(tmp_path / "ext_out.onnx")
+    info = save_model(model, out, external_data=True)
+    assert info.data_path and os.path.exists(info.data_path)
+    x = np.ones((1, 64), np.float32)
+    np.testing.assert_array_equal(run_ort(path, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+def test_large_models_switch_to_external_data_automatically(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "EMBED_LIMIT", 1000)  # stands in for protobuf's 2 GiB
+    path, _ = _mlp(tmp_path)
+    out = str(tmp_path / "auto.onnx")
+    info = save_model(load_model(path), out)
+    assert info.data_path == str(tmp_path / "auto.onnx.data")
+    x = np.ones((1, 64), np.float32)
+    np.testing.assert_array_equal(run_ort(path, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+def test_folded_views_are_written_in_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "_CHUNK", 1024)  # force many chunks for a transposed view
+    arr = np.arange(64 * 48, dtype=np.float32).reshape(64, 48)
+    model = ir.serde.deserialize_model(make_model(
+        [helper.make_node("Identity", ["c"], ["y"])], [], [vinfo("y", shape=[48, 64])]))
+    value = ir.Value(name="c", const_value=ir.Tensor(arr.T), shape=ir.Shape([48, 64]),
+                     type=ir.TensorType(ir.DataType.FLOAT))
+    model.graph.register_initializer(value)
+    model.graph.node(0).replace_input_with(0, value)
+    out = str(tmp_path / "view.onnx")
+    save_model(model, out)
+    np.testing.assert_array_equal(run_ort(out, {})[0], arr.T)
+
+
+def test_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    path, _ = _mlp(tmp_path)
+    out = tmp_path / "out.onnx"
+    out.write_bytes(b"precious")
+
+    def boom(fd, tensor_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "_write_tensor_data", boom)
+    with pytest.raises(OutputError, match="No space left"):
+        save_model(load_model(path), str(out))
+    assert out.read_bytes() == b"precious"
+    assert sorted(os.listdir(tmp_path)) == ["mlp.onnx", "out.onnx"]
+
+
+def test_refuses_to_overwrite_its_own_inputs(tmp_path):
+    path, _ = _mlp(tmp_path, external=True)
+    model = load_model(path)
+    with pytest.raises(OutputError, match="overwrite an input"):
+        save_model(model, str(tmp_path / "x.onnx"), external_data=True, data_name="mlp.onnx.data")
+    with pytest.raises(OutputError, match="overwrite an input"):
+        save_model(model, path)
