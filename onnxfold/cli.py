@@ -62,6 +62,9 @@ def _add_fold_options(p: argparse.ArgumentParser) -> None:
                    help="outputs up to this size are never refused by the expansion bound")
     p.add_argument("--max-tensor", type=_parse_bytes, default=None,
                    help="refuse folds producing a tensor larger than this (e.g. 256M)")
+    p.add_argument("--fold-qdq", action="store_true",
+                   help="also fold DequantizeLinear of constant quantized weights (by default "
+                        "they stay, so a quantized model stays quantized and small)")
     p.add_argument("--skip-check", action="store_true",
                    help="do not run the ONNX checker on the input")
 
@@ -73,7 +76,8 @@ def _fold_options(args: argparse.Namespace):
                        shape_folding=not args.no_shape_folding,
                        inputs_are_constant=args.inputs_are_constant,
                        expansion_factor=args.expansion_factor,
-                       expansion_min_bytes=args.expansion_min, max_tensor_bytes=args.max_tensor)
+                       expansion_min_bytes=args.expansion_min, max_tensor_bytes=args.max_tensor,
+                       fold_qdq=args.fold_qdq)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:

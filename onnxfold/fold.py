@@ -31,7 +31,11 @@ class FoldOptions:
     expansion_factor: float = 4.0
     expansion_min_bytes: int = 1 << 20
     max_tensor_bytes: int | None = None
+    fold_qdq: bool = False
     strict: bool = False
+
+
+QDQ_KEPT = ("DequantizeLinear",)
 
 
 @dataclass
@@ -254,6 +258,9 @@ class GraphFolder:
                     node.op_type in SHAPE_ONLY and not self._shape_known(node)):
                 self._abandon(node, None)
                 continue
+            if node.op_type in QDQ_KEPT and not self.options.fold_qdq:
+                self._abandon(node, "qdq policy: quantized weights stay quantized (--fold-qdq)")
+                continue
             reason = self._try_native(node)
             if reason is None:
                 continue
@@ -315,6 +322,8 @@ def fold_model(model: ir.Model, options: FoldOptions | None = None,
     registry = registry or default_registry()
     registry.disabled = set(options.disabled_rules)
     stats = stats or FoldStats()
+    stats.declined.clear()  # every round re-examines what is left: report the last one's view
+    stats.declined_nodes.clear()
     pool = pool or BufferPool()
     folder = GraphFolder(model.graph, model, options, registry, stats, pool, progress)
     folder.run()

@@ -23,7 +23,7 @@ def foldable_ops(model: ir.Model, shape_folding: bool = True) -> Counter:
 
 def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
     """A dict of facts about the model, with a human-readable ``text`` entry."""
-    from onnxfold.pipeline import infer_shapes
+    from onnxfold.shapes import infer_shapes
 
     model = load_model(path, check=check)
     counts = model_counts(model)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
-from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxfold.fold import FoldOptions, FoldStats, fold_model
 from onnxfold.io import load_model
 from onnxfold.pool import BufferPool
 from onnxfold.report import Report, model_counts
+from onnxfold.shapes import infer_shapes
 
 MAX_ROUNDS = 8
 
@@ -26,12 +26,6 @@ class OptimizeResult:
     model: ir.Model
     report: Report
     stats: FoldStats = field(repr=False, default_factory=FoldStats)
-
-
-def infer_shapes(model: ir.Model) -> None:
-    """ONNX shape inference with data propagation, merged into the model (never fatal)."""
-    logging.getLogger("onnx_ir.passes.common.shape_inference").setLevel(logging.ERROR)
-    ShapeInferencePass(strict_mode=False, data_prop=True)(model)
 
 
 def drop_dead_initializer_inputs(model: ir.Model, constant_inputs: bool) -> None:

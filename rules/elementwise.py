@@ -92,7 +92,7 @@ def reciprocal(x):
 
 @folder("Relu", since=6)
 def relu(x):
-    return np.where(x > 0, x, np.zeros((), x.dtype))
+    return np.where(x < 0, np.zeros((), x.dtype), x)  # keeps NaN (and -0.0) as onnxruntime
 
 
 @folder("Sigmoid", since=6)

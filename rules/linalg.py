@@ -1,4 +1,8 @@
-"""Matrix ops: MatMul, Gemm, Einsum, Trilu."""
+"""Matrix ops: MatMul, Gemm, Einsum, Trilu.
+
+numpy's float16 matmul accumulates in float32 and rounds once, like onnxruntime's; float16 Gemm
+is likewise evaluated in float32 (alpha * A.B + beta * C) and rounded once at the end.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ def _check(*xs):
 def mat_mul(a, b):
     _check(a, b)
     try:
-        return np.matmul(a, b)
+        return np.asarray(np.matmul(a, b))
     except ValueError as e:
         raise Decline(str(e)) from None
 
@@ -31,30 +35,38 @@ def gemm(a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: N803 -
     _check(*(t for t in (a, b, c) if t is not None))
     if a.ndim != 2 or b.ndim != 2:
         raise Decline("Gemm operands must be 2-D")
-    a = a.T if transA else a
-    b = b.T if transB else b
+    dtype = a.dtype
+    if dtype.kind in "iu" and (alpha != 1.0 or beta not in (0.0, 1.0)):
+        raise Decline("integer Gemm with a fractional alpha or beta")
+    acc = np.float32 if dtype == np.float16 else dtype
+    a = (a.T if transA else a).astype(acc, copy=False)
+    b = (b.T if transB else b).astype(acc, copy=False)
     if a.shape[1] != b.shape[0]:
         raise Decline(f"Gemm shapes {a.shape} and {b.shape}")
     y = np.matmul(a, b)
     if alpha != 1.0:
-        y = np.multiply(y, np.asarray(alpha, dtype=y.dtype))
+        y = np.multiply(y, np.asarray(alpha, dtype=acc))
     if c is not None and beta != 0.0:  # onnxruntime ignores C when beta is 0
-        cc = c if beta == 1.0 else np.multiply(c, np.asarray(beta, dtype=c.dtype))
+        cc = c.astype(acc, copy=False)
+        cc = cc if beta == 1.0 else np.multiply(cc, np.asarray(beta, dtype=acc))
         try:
             y = np.add(y, np.broadcast_to(cc, y.shape))
         except ValueError as e:
             raise Decline(str(e)) from None
-    return y
+    return y.astype(dtype, copy=False)
 
 
 @folder("Einsum", since=12)
 def einsum(*xs, equation):
-    if len({x.dtype for x in xs}) != 1 or xs[0].dtype.kind not in "iuf":
+    dtype = xs[0].dtype
+    if any(x.dtype != dtype for x in xs) or dtype.kind not in "iuf":
         raise Decline("Einsum inputs must share one numeric dtype")
+    acc = np.float32 if dtype == np.float16 else dtype  # onnxruntime: float16 via float32
     try:
-        return np.asarray(np.einsum(equation.replace(" ", ""), *xs)).astype(xs[0].dtype, copy=False)
+        out = np.einsum(equation.replace(" ", ""), *(x.astype(acc, copy=False) for x in xs))
     except ValueError as e:
         raise Decline(str(e)) from None
+    return np.asarray(out).astype(dtype, copy=False)
 
 
 @folder("Trilu", since=14)

@@ -1,9 +1,14 @@
-"""Reductions (Reduce*, ArgMax/ArgMin, CumSum), accumulated in the input dtype.
+"""Reductions (Reduce*, ArgMax/ArgMin, CumSum).
 
 ``axes`` is an attribute up to ReduceSum-12 / Reduce*-17 and an optional input afterwards; the
 same rule serves both since both arrive as the second argument. An empty axes list with
 ``noop_with_empty_axes`` reduces over no axis: the non-reduction steps still apply (ReduceL1
 returns abs(x)), which numpy reproduces with ``axis=()``.
+
+Like onnxruntime, float16/bfloat16 are accumulated in float32 and rounded once at the end
+(checked bitwise against it); float32/float64 accumulate in their own type. Integer sums and
+products are exact in onnxruntime and saturate on overflow, so an overflowing integer
+reduction is declined (the overflow is detected on a float64 estimate).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import math
 import numpy as np
 
 from onnxfold.registry import Decline, folder
+
+_HALF = ("float16", "bfloat16")
 
 
 def _norm_axes(x, axes, noop_with_empty_axes) -> tuple[int, ...]:
@@ -101,31 +108,46 @@ def _extremum(fn):
     return run
 
 
-_REDUCERS = {
-    "ReduceSum": (_reduce_sum, 13),
-    "ReduceSumSquare": (_reduce_sum_square, 18),
-    "ReduceL1": (_reduce_l1, 18),
-    "ReduceL2": (_reduce_l2, 18),
-    "ReduceLogSum": (_reduce_log_sum, 18),
-    "ReduceLogSumExp": (_reduce_log_sum_exp, 18),
-    "ReduceProd": (_reduce_prod, 18),
-    "ReduceMean": (_reduce_mean, 18),
-    "ReduceMax": (_extremum(np.max), 18),
-    "ReduceMin": (_extremum(np.min), 18),
+_REDUCERS = {  # op: (reducer, opset where axes became an input, integer estimate or None)
+    "ReduceSum": (_reduce_sum, 13, lambda f, ax: np.sum(f, axis=ax)),
+    "ReduceSumSquare": (_reduce_sum_square, 18, lambda f, ax: np.sum(f * f, axis=ax)),
+    "ReduceL1": (_reduce_l1, 18, lambda f, ax: np.sum(np.abs(f), axis=ax)),
+    "ReduceL2": (_reduce_l2, 18, None),
+    "ReduceLogSum": (_reduce_log_sum, 18, None),
+    "ReduceLogSumExp": (_reduce_log_sum_exp, 18, None),
+    "ReduceProd": (_reduce_prod, 18, lambda f, ax: np.prod(f, axis=ax)),
+    "ReduceMean": (_reduce_mean, 18, lambda f, ax: np.sum(f, axis=ax)),
+    "ReduceMax": (_extremum(np.max), 18, None),
+    "ReduceMin": (_extremum(np.min), 18, None),
 }
 
 
-def _make(reducer):
+def _check_int_overflow(x, ax, estimate) -> None:
+    if estimate is None or x.dtype.kind not in "iu" or x.size == 0:
+        return
+    approx = estimate(x.astype(np.float64), ax)
+    info = np.iinfo(x.dtype)
+    if approx.max(initial=0) >= info.max * 0.9999 or approx.min(initial=0) <= info.min * 0.9999:
+        raise Decline("integer reduction overflows (onnxruntime saturates)")
+
+
+def _make(reducer, estimate):
+    exact = reducer in (_REDUCERS["ReduceMax"][0], _REDUCERS["ReduceMin"][0])
+
     def rule(x, axes=None, keepdims=1, noop_with_empty_axes=0):
-        return np.asarray(reducer(x, _norm_axes(x, axes, noop_with_empty_axes), keepdims))
+        ax = _norm_axes(x, axes, noop_with_empty_axes)
+        _check_int_overflow(x, ax, estimate)
+        if x.dtype.name in _HALF and not exact:
+            return np.asarray(reducer(x.astype(np.float32), ax, keepdims)).astype(x.dtype)
+        return np.asarray(reducer(x, ax, keepdims))
 
     return rule
 
 
-for _op, (_reducer, _input_since) in _REDUCERS.items():
+for _op, (_reducer, _input_since, _estimate) in _REDUCERS.items():
     # axes is an attribute before `_input_since` and an optional input from it on
-    folder(_op, since=1, until=_input_since - 1)(_make(_reducer))
-    folder(_op, since=_input_since)(_make(_reducer))
+    folder(_op, since=1, until=_input_since - 1)(_make(_reducer, _estimate))
+    folder(_op, since=_input_since)(_make(_reducer, _estimate))
 
 
 def _arg(fn, x, axis, keepdims, select_last_index):
@@ -164,7 +186,9 @@ def cum_sum(x, axis, exclusive=0, reverse=0):
         raise Decline(f"axis {ax} out of range")
     ax %= x.ndim
     y = np.flip(x, ax) if reverse else x
-    out = np.cumsum(y, axis=ax, dtype=x.dtype)
+    # float16/bfloat16 accumulate in float32, as in onnxruntime; integers wrap
+    acc = np.float32 if x.dtype.name in _HALF else x.dtype
+    out = np.cumsum(y, axis=ax, dtype=acc).astype(x.dtype, copy=False)
     if exclusive:  # shift by one along the axis, starting from 0
         along = (slice(None),) * ax
         out = np.concatenate(

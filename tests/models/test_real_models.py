@@ -13,7 +13,7 @@ from conftest import MODELS, random_feeds, run_ort
 import onnxfold
 from onnxfold.inspect import foldable_ops
 from onnxfold.io import load_model
-from onnxfold.pipeline import infer_shapes
+from onnxfold.shapes import infer_shapes
 
 CORPUS = os.environ.get("ONNXFOLD_CORPUS")
 CORPUS_MODELS = ["bert_base_ts", "bert_base_dynamo", "distilbert_ts", "gpt2_small_ts",

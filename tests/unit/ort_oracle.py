@@ -153,8 +153,9 @@ def rand(shape, dtype, rs: np.random.Generator | None = None, lo=-5, hi=5) -> np
     rs = rs or rng()
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
-        return rs.random(shape) < 0.5
+        return np.asarray(rs.random(shape) < 0.5)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        return rs.integers(max(lo, info.min), min(hi, info.max) + 1, size=shape).astype(dtype)
-    return (rs.random(shape) * (hi - lo) + lo).astype(dtype)
+        values = rs.integers(max(lo, info.min), min(hi, info.max) + 1, size=shape)
+        return np.asarray(values).astype(dtype)
+    return np.asarray(rs.random(shape) * (hi - lo) + lo).astype(dtype)

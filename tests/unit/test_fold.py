@@ -194,3 +194,22 @@ def test_api_accepts_an_ir_model():
     result = onnxfold.optimize(model)
     assert result.model is model and result.report.folded_nodes == 1
     assert "Folded" not in result.report.summary() and "nodes" in result.report.summary()
+
+
+def test_dequantize_linear_of_weights_is_kept_unless_asked(tmp_path):
+    wq = np.random.default_rng(3).integers(-128, 127, (8, 4)).astype(np.int8)
+    nodes = [helper.make_node("Mul", ["s0", "two"], ["scale"]),
+             helper.make_node("DequantizeLinear", ["wq", "scale"], ["w"]),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[1, 8])], [vinfo("y", shape=[1, 4])],
+                       [tensor("wq", wq), tensor("s0", np.float32(0.01)),
+                        tensor("two", np.float32(2))])
+    folded, report, _ = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["DequantizeLinear", "MatMul"]  # the scale arithmetic still folds
+    assert report.declined == {"qdq policy": 1}
+    folded, _, out = fold_proto(proto, tmp_path, FoldOptions(fold_qdq=True, strict=True))
+    assert ops(folded) == ["MatMul"]
+    x = np.ones((1, 8), np.float32)
+    # MatMul with a constant weight runs a prepacked kernel: summation order may differ
+    np.testing.assert_allclose(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0],
+                               atol=1e-5)
