@@ -6,6 +6,7 @@
 >>> print(result.report.summary())                     # doctest: +SKIP
 """
 
+from onnxfold.compare import CompareResult, compare
 from onnxfold.errors import InputError, OnnxfoldError, OutputError
 from onnxfold.fold import FoldOptions, FoldStats
 from onnxfold.io import load_model, save_model
@@ -15,6 +16,6 @@ from onnxfold.report import Report
 __version__ = "0.1.0"
 
 __all__ = [
-    "FoldOptions", "FoldStats", "InputError", "OnnxfoldError", "OptimizeResult", "OutputError",
-    "Report", "load_model", "optimize", "save_model", "__version__",
+    "CompareResult", "FoldOptions", "FoldStats", "InputError", "OnnxfoldError", "OptimizeResult",
+    "OutputError", "Report", "compare", "load_model", "optimize", "save_model", "__version__",
 ]

@@ -91,6 +91,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.json and os.path.realpath(args.json) in (os.path.realpath(args.input),
                                                      os.path.realpath(args.output)):
         raise OutputError(f"{args.json}: the JSON report would overwrite a model")
+    checking = _compare_options(args) if args.check else None  # bad --dim fails before folding
     progress = _Progress(sys.stderr.isatty() and not args.quiet)
     try:
         result = optimize(args.input, _fold_options(args), check=not args.skip_check,
@@ -98,8 +99,20 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     external = {"auto": None, "yes": True, "no": False}[args.external_data]
-    info = save_model(result.model, args.output, external_data=external,
-                      protect={args.input})
+    if checking is not None:
+        from onnxfold.checked_save import save_checked
+
+        info, check = save_checked(result.model, args.input, args.output, n=args.check,
+                                   external_data=external, protect={args.input}, **checking)
+        if info is None or not args.quiet:
+            print(check.summary())
+        if info is None:
+            print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; "
+                  f"nothing was written to {args.output}", file=sys.stderr)
+            return 1
+    else:
+        info = save_model(result.model, args.output, external_data=external,
+                          protect={args.input})
     report = result.report
     report.output = info.path
     report.external_data = info.data_path
@@ -108,6 +121,40 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(report.summary())
     if args.json:
         _write_text(args.json, report.to_json() + "\n")
+    return 0
+
+
+def _add_compare_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic input dimension (unbound ones are 1); repeatable")
+    p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
+                   help="random values in [LO, HI) for this integer input; repeatable")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first random input set")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance")
+    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance")
+
+
+def _compare_options(args: argparse.Namespace) -> dict:
+    from onnxfold.compare import parse_dims, parse_int_ranges
+
+    return {"dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
+            "seed": args.seed, "rtol": args.rtol, "atol": args.atol}
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from onnxfold.compare import compare
+    from onnxfold.errors import OutputError
+
+    if args.json and os.path.realpath(args.json) in (os.path.realpath(args.a),
+                                                     os.path.realpath(args.b)):
+        raise OutputError(f"{args.json}: the JSON report would overwrite a model")
+    result = compare(args.a, args.b, inputs=args.inputs, n=args.n, **_compare_options(args))
+    print(result.summary())
+    if args.json:
+        _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
+    if not result.ok:
+        print(f"onnxfold: outside tolerance: {', '.join(result.failing)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -158,7 +205,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     _add_fold_options(p)
+    p.add_argument("--check", type=int, default=0, metavar="N",
+                   help="compare with the input in onnxruntime on N input sets and write "
+                        "nothing (exit 1) if an output is outside tolerance")
+    _add_compare_options(p)
     p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("compare", help="run two models in onnxruntime and compare their outputs")
+    p.add_argument("a", help="the reference model")
+    p.add_argument("b", help="the model to check (e.g. the folded one)")
+    p.add_argument("--inputs", metavar="FILE", help="an .npz of input arrays (the rest random)")
+    p.add_argument("-n", type=int, default=1, help="number of input sets (seeds S..S+N-1)")
+    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    _add_compare_options(p)
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("inspect", help="opsets, counts and what is still foldable")
     p.add_argument("input")

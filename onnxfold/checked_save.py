@@ -1,0 +1,61 @@
+"""Save a folded model only if it still computes what the original did (``optimize --check``).
+
+The model is written to a temporary file beside the output, compared with the original in
+onnxruntime, and only then moved into place; on failure (or any error) the temporary files are
+removed and the output is neither created nor overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+
+import onnx_ir as ir
+
+from onnxfold.compare import CompareResult, compare
+from onnxfold.errors import OutputError
+from onnxfold.io import save_model
+from onnxfold.io.writer import SaveInfo, _input_files
+
+
+def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.PathLike, *,
+                 n: int, external_data: bool | None = None, protect: set[str] | None = None,
+                 seed: int = 0, dims: Mapping[str, int] | None = None,
+                 int_ranges: Mapping[str, tuple[int, int]] | None = None, rtol: float = 1e-4,
+                 atol: float = 1e-5) -> tuple[SaveInfo | None, CompareResult]:
+    """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
+
+    Returns the save info (None when nothing was written) and the comparison.
+    """
+    path = os.fspath(path)
+    guarded = _input_files(model) | {os.path.realpath(p) for p in (protect or set())}
+    if os.path.realpath(path) in guarded:
+        raise OutputError(f"{path}: refusing to overwrite an input of this model")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".",
+                                   suffix=".check.onnx", dir=directory)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write here ({e.strerror})") from None
+    os.close(fd)
+    tmp_data = None
+    try:
+        info = save_model(model, tmp, external_data=external_data, protect=protect)
+        tmp_data = info.data_path
+        result = compare(original, tmp, n=n, seed=seed, dims=dims, int_ranges=int_ranges,
+                         rtol=rtol, atol=atol)
+        result.model_b = path  # report the output, not the temporary name
+        if not result.ok:
+            return None, result
+        if tmp_data is None:
+            os.replace(tmp, path)
+            return SaveInfo(path, None, info.bytes_written, info.streamed_tensors), result
+        # The .onnx names its data file, so external data is written again under the final name.
+        return save_model(model, path, external_data=True, protect=protect), result
+    except OSError as e:
+        raise OutputError(f"{path}: write failed ({e.strerror or e})") from None
+    finally:
+        for leftover in (tmp, tmp_data):
+            if leftover and os.path.exists(leftover):
+                os.unlink(leftover)

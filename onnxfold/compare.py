@@ -1,0 +1,477 @@
+"""Compare two models' outputs in onnxruntime on the same inputs.
+
+Folding must not change what a model computes. This runs the original and the rewritten model
+side by side (CPU, onnxruntime's own graph optimizations off, so only the rewrite is compared) on
+seeded random or user-supplied inputs, and reports per output how far apart they are.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.errors import InputError
+
+ModelRef = str | os.PathLike | onnx.ModelProto
+
+TOKEN_ID_HIGH = 1000
+_ORT_TYPES = {
+    "float": np.float32, "float16": np.float16, "double": np.float64, "bool": np.bool_,
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+    "string": np.object_,
+}
+# Ops an id tensor passes through unchanged on its way to an embedding Gather.
+_ID_PASSTHROUGH = {"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}
+
+
+@dataclass
+class OutputDiff:
+    """How one output of model A differs from model B over all input sets."""
+
+    name: str
+    dtype_a: str
+    dtype_b: str
+    shape_a: list[int]
+    shape_b: list[int]
+    elements: int = 0
+    max_abs_diff: float = 0.0
+    max_rel_diff: float = 0.0
+    mismatches: int = 0
+    bitwise_equal: bool = True
+    shapes_equal: bool = True
+    dtypes_equal: bool = True
+    ok: bool = True
+
+
+@dataclass
+class InputInfo:
+    """What was fed to an input (so a report says which values the verdict holds for)."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    source: str
+
+
+@dataclass
+class CompareResult:
+    """Per-output differences; truthy when every output is within tolerance."""
+
+    model_a: str
+    model_b: str
+    rows: list[OutputDiff]
+    inputs: list[InputInfo]
+    n: int
+    seed: int
+    rtol: float
+    atol: float
+    dims: dict[str, int] = field(default_factory=dict)
+    defaulted_dims: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(row.ok for row in self.rows)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def failing(self) -> list[str]:
+        return [row.name for row in self.rows if not row.ok]
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["ok"] = self.ok
+        data["failing"] = self.failing
+        return data
+
+    def summary(self) -> str:
+        seeds = f"seed {self.seed}" if self.n == 1 else \
+            f"seeds {self.seed}..{self.seed + self.n - 1}"
+        lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
+                 f"{'s' if self.n != 1 else ''} ({seeds}), rtol {self.rtol:g}, atol {self.atol:g}"]
+        for info in self.inputs:
+            lines.append(f"  input {info.name}: {info.dtype}{_shape(info.shape)} {info.source}")
+        if self.defaulted_dims:
+            lines.append(f"  symbolic dims not bound with --dim, set to 1: "
+                         f"{', '.join(self.defaulted_dims)}")
+        table = [["output", "dtype", "shape", "max abs", "max rel", "mismatches", "bitwise",
+                  "ok"]]
+        for r in self.rows:
+            dtype = r.dtype_a if r.dtypes_equal else f"{r.dtype_a}/{r.dtype_b}"
+            shape = _shape(r.shape_a) if r.shapes_equal else \
+                f"{_shape(r.shape_a)}/{_shape(r.shape_b)}"
+            table.append([r.name, dtype, shape, f"{r.max_abs_diff:.3g}",
+                          f"{r.max_rel_diff:.3g}", f"{r.mismatches}/{r.elements}",
+                          "yes" if r.bitwise_equal else "no", "yes" if r.ok else "NO"])
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+        lines.append("all outputs within tolerance" if self.ok else
+                     f"outside tolerance: {', '.join(self.failing)}")
+        return "\n".join(lines)
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def parse_dims(items: Sequence[str]) -> dict[str, int]:
+    """``["batch=2", ...]`` (the CLI's ``--dim``) to ``{"batch": 2}``."""
+    dims = {}
+    for item in items:
+        name, eq, value = item.rpartition("=")
+        if not eq or not name or not value.strip().isdigit() or int(value) < 1:
+            raise InputError(f"--dim {item}: expected NAME=VALUE with VALUE a positive integer")
+        dims[name] = int(value)
+    return dims
+
+
+def parse_int_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``["input_ids=0:30522"]`` (the CLI's ``--int-range``) to ``{"input_ids": (0, 30522)}``."""
+    ranges = {}
+    for item in items:
+        name, eq, span = item.rpartition("=")
+        lo, colon, hi = span.partition(":")
+        try:
+            bounds = (int(lo), int(hi))
+        except ValueError:
+            bounds = (0, 0)
+        if not eq or not colon or not name or bounds[0] >= bounds[1]:
+            raise InputError(f"--int-range {item}: expected NAME=LO:HI with integers LO < HI")
+        ranges[name] = bounds
+    return ranges
+
+
+def _label(model: ModelRef, default: str) -> str:
+    return default if isinstance(model, onnx.ModelProto) else os.fspath(model)
+
+
+def _graph(model: ModelRef) -> ir.Model:
+    """The model's graph (weights memory-mapped); also turns unreadable files into InputError."""
+    if isinstance(model, onnx.ModelProto):
+        return ir.serde.deserialize_model(model)
+    from onnxfold.io import load_model
+
+    return load_model(model, check=False)
+
+
+def _ort_message(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if text.startswith("[ONNXRuntimeError]"):
+        text = text.split(" : ", 3)[-1]
+    # drop C++ source locations and signatures: "/src/x.cc:256 ns::f(args) message"
+    text = re.sub(r"/\S*\.(?:cc|cpp|h):\d+ (?:[^()\s]+\([^()]*\) )?", " ", text)
+    return text[:300]
+
+
+def _session(model: ModelRef, label: str):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4  # failures are raised (and reported) as one line each
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
+        os.fspath(model)
+    try:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise InputError(f"{label}: onnxruntime cannot load it: {_ort_message(e)}") from None
+
+
+def _numpy_type(ort_type: str, label: str, name: str) -> np.dtype:
+    inner = ort_type[len("tensor("):-1] if ort_type.startswith("tensor(") else None
+    if inner not in _ORT_TYPES:
+        raise InputError(f"{label}: input {name} has type {ort_type}, which compare cannot "
+                         "feed")
+    return np.dtype(_ORT_TYPES[inner])
+
+
+def _names_differ(what: str, a: Sequence[str], b: Sequence[str]) -> str | None:
+    only_a, only_b = [x for x in a if x not in b], [x for x in b if x not in a]
+    if not only_a and not only_b:
+        return None
+    parts = [f"only in A: {', '.join(only_a)}" if only_a else "",
+             f"only in B: {', '.join(only_b)}" if only_b else ""]
+    return f"the models' {what} differ ({'; '.join(p for p in parts if p)})"
+
+
+def _id_table_sizes(model: ir.Model) -> dict[str, int]:
+    """Per graph input, the smallest constant Gather table it indexes (its valid id range)."""
+    sizes: dict[str, int] = {}
+    for value in model.graph.inputs:
+        frontier, seen = [value], set()
+        while frontier:
+            current = frontier.pop()
+            seen.add(current)
+            for use in current.uses():
+                node = use.node
+                if node.op_type in _ID_PASSTHROUGH and use.idx == 0 and node.outputs:
+                    if node.outputs[0] not in seen:
+                        frontier.append(node.outputs[0])
+                elif node.op_type == "Gather" and use.idx == 1 and node.domain in ("", "ai.onnx"):
+                    table = node.inputs[0]
+                    axis = node.attributes.get_int("axis", 0)
+                    const = table.const_value if table is not None else None
+                    if const is not None and len(const.shape) > 0:
+                        dim = const.shape[axis]
+                        if isinstance(dim, int) and dim > 0:
+                            sizes[value.name] = min(dim, sizes.get(value.name, dim))
+    return sizes
+
+
+class _Inputs:
+    """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data."""
+
+    def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
+                 dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]]) -> None:
+        self.specs = [(i.name, _numpy_type(i.type, label, i.name), list(i.shape))
+                      for i in session.get_inputs()]
+        names = {name: dtype for name, dtype, _ in self.specs}
+        for name in given:
+            if name not in names:
+                raise InputError(f"--inputs: {name} is not an input of {label} "
+                                 f"(inputs: {', '.join(names)})")
+        for name, (lo, hi) in int_ranges.items():
+            if name not in names:
+                raise InputError(f"--int-range {name}: not an input of {label} "
+                                 f"(inputs: {', '.join(names)})")
+            if names[name].kind not in "iu":
+                raise InputError(f"--int-range {name}: the input is {names[name]}, not an "
+                                 "integer")
+            if lo >= hi:
+                raise InputError(f"--int-range {name}={lo}:{hi}: LO must be below HI")
+        self.given = {name: self._cast(name, names[name], arr) for name, arr in given.items()}
+        self.int_ranges = dict(int_ranges)
+        self.table_sizes = _id_table_sizes(graph)
+        self.dims, self.defaulted = self._bind(dims, label)
+
+    @staticmethod
+    def _cast(name: str, dtype: np.dtype, arr) -> np.ndarray:
+        arr = np.asarray(arr)
+        if arr.dtype == dtype:
+            return arr
+        if dtype.kind == "O" or not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+            raise InputError(f"--inputs: {name} is {arr.dtype}, the model wants {dtype}")
+        return arr.astype(dtype)
+
+    def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], list[str]]:
+        symbolic = {d for _, _, shape in self.specs for d in shape if isinstance(d, str)}
+        for name in dims:
+            if name not in symbolic:
+                known = ", ".join(sorted(symbolic)) or "none"
+                raise InputError(f"--dim {name}: no input of {label} has a dimension of that "
+                                 f"name (symbolic dimensions: {known})")
+        bound = dict(dims)
+        for name, _, shape in self.specs:
+            if name not in self.given:
+                continue
+            actual = self.given[name].shape
+            if len(actual) != len(shape):
+                raise InputError(f"--inputs: {name} has shape {_shape(actual)}, the model "
+                                 f"wants rank {len(shape)}")
+            for want, got in zip(shape, actual):
+                if isinstance(want, str):
+                    if bound.setdefault(want, got) != got:
+                        raise InputError(f"--inputs: {name} has {want}={got} but {want} is "
+                                         f"{bound[want]}")
+        defaulted = sorted(d for d in symbolic if d not in bound)
+        if any(d is None for _, _, shape in self.specs for d in shape):
+            defaulted.append("(unnamed)")
+        return bound, defaulted
+
+    def shape(self, shape: list) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) and d >= 0 else
+                     self.dims.get(d, 1) if isinstance(d, str) else 1 for d in shape)
+
+    def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
+        """How an integer input is filled: a description and a [lo, hi) range (None: fixed)."""
+        lower = name.lower()
+        info = np.iinfo(dtype)
+        if name in self.int_ranges:
+            lo, hi = self.int_ranges[name]
+            span = (max(lo, info.min), min(hi, info.max + 1))
+            return f"random [{span[0]}, {span[1]}) (--int-range)", span
+        if "mask" in lower:
+            return "ones (mask)", None
+        if "token_type" in lower or "segment" in lower:
+            return "zeros (token types)", None
+        if "position" in lower:
+            return "arange along the last axis (positions)", None
+        high = min(TOKEN_ID_HIGH, info.max + 1)
+        if name in self.table_sizes and self.table_sizes[name] < high:
+            high = self.table_sizes[name]
+            return f"random [0, {high}) (token ids, size of the table they index)", (0, high)
+        return f"random [0, {high}) (token ids)", (0, high)
+
+    def describe(self) -> list[InputInfo]:
+        infos = []
+        for name, dtype, shape in self.specs:
+            if name in self.given:
+                source = "from --inputs"
+            elif dtype.kind in "iu":
+                source = self._int_source(name, dtype)[0]
+            elif dtype.kind == "b":
+                source = "true (mask)" if "mask" in name.lower() else "random true/false"
+            else:
+                source = "standard normal"
+            real = self.given[name].shape if name in self.given else self.shape(shape)
+            infos.append(InputInfo(name, str(dtype), list(real), source))
+        return infos
+
+    def feeds(self, seed: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for name, dtype, shape in self.specs:
+            if name in self.given:
+                feeds[name] = self.given[name]
+                continue
+            dims = self.shape(shape)
+            if dtype.kind in "iu":
+                _, span = self._int_source(name, dtype)
+                lower = name.lower()
+                if span is not None:
+                    arr = rng.integers(span[0], span[1], dims, dtype=dtype)
+                elif "mask" in lower:
+                    arr = np.ones(dims, dtype)
+                elif "position" in lower and dims:
+                    arr = np.broadcast_to(np.arange(dims[-1], dtype=dtype), dims).copy()
+                else:
+                    arr = np.zeros(dims, dtype)
+            elif dtype.kind == "b":
+                arr = np.ones(dims, bool) if "mask" in name.lower() else \
+                    rng.integers(0, 2, dims).astype(bool)
+            elif dtype.kind == "f":
+                arr = rng.standard_normal(dims).astype(dtype)
+            else:
+                raise InputError(f"input {name} is a {dtype} tensor; supply it with --inputs")
+            feeds[name] = arr
+        return feeds
+
+
+def _load_given(inputs: Mapping[str, np.ndarray] | str | os.PathLike | None
+                ) -> dict[str, np.ndarray]:
+    if inputs is None:
+        return {}
+    if isinstance(inputs, Mapping):
+        return dict(inputs)
+    path = os.fspath(inputs)
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise ValueError("a single array, not an .npz archive of named arrays")
+            return {name: data[name] for name in data.files}
+    except InputError:
+        raise
+    except Exception as e:
+        raise InputError(f"{path}: cannot read inputs ({e})".splitlines()[0]) from None
+
+
+def _as_array(value) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except ValueError:  # ragged sequences
+        arr = np.empty(1, object)
+        arr[0] = value
+        return arr
+
+
+def _accumulate(row: OutputDiff, a, b, rtol: float, atol: float) -> None:
+    """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``."""
+    a, b = _as_array(a), _as_array(b)
+    row.elements += max(a.size, b.size)
+    row.dtypes_equal &= a.dtype == b.dtype
+    if a.shape != b.shape:
+        row.shapes_equal = row.bitwise_equal = False
+        row.mismatches += max(a.size, b.size)
+        return
+    row.bitwise_equal &= a.dtype == b.dtype and (
+        a.tobytes() == b.tobytes() if a.dtype.kind != "O" else bool(np.all(a == b)))
+    if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
+        row.mismatches += int(np.sum(a != b))
+        return
+    with np.errstate(all="ignore"):
+        x = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+        y = b.astype(np.complex128 if b.dtype.kind == "c" else np.float64)
+        same = (a == b) if a.dtype == b.dtype else (x == y)
+        same |= np.isnan(x) & np.isnan(y)
+        finite = np.isfinite(x) & np.isfinite(y)
+        diff = np.abs(x - y)
+        close = same | (finite & (diff <= atol + rtol * np.abs(y)))
+        differ = finite & ~same
+        if differ.any():
+            row.max_abs_diff = max(row.max_abs_diff, float(diff[differ].max()))
+            nonzero = differ & (y != 0)
+            if nonzero.any():
+                rel = float((diff[nonzero] / np.abs(y[nonzero])).max())
+                row.max_rel_diff = max(row.max_rel_diff, rel)
+    row.mismatches += int((~close).sum())
+
+
+def compare(a: ModelRef, b: ModelRef, *,
+            inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None, n: int = 1,
+            seed: int = 0, dims: Mapping[str, int] | None = None,
+            int_ranges: Mapping[str, tuple[int, int]] | None = None, rtol: float = 1e-4,
+            atol: float = 1e-5) -> CompareResult:
+    """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
+
+    Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
+    from model A's inputs (``dims`` binds symbolic dimensions, the rest are 1). ``n`` input sets
+    use seeds ``seed .. seed+n-1``. An element matches when ``|a-b| <= atol + rtol*|b|`` or both
+    are NaN. Raises InputError when a model cannot be read or run, or the I/O names differ.
+    """
+    if n < 1:
+        raise InputError(f"the number of input sets must be at least 1, not {n}")
+    if rtol < 0 or atol < 0 or math.isnan(rtol) or math.isnan(atol):
+        raise InputError("rtol and atol must be non-negative")
+    label_a, label_b = _label(a, "model A"), _label(b, "model B")
+    graph_a = _graph(a)
+    _graph(b)
+    sess_a, sess_b = _session(a, label_a), _session(b, label_b)
+    for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
+        names_a = [v.name for v in getattr(sess_a, get)()]
+        names_b = [v.name for v in getattr(sess_b, get)()]
+        problem = _names_differ(what, names_a, names_b)
+        if problem:
+            raise InputError(f"{label_a} vs {label_b}: {problem}")
+    types_b = {i.name: i.type for i in sess_b.get_inputs()}
+    for i in sess_a.get_inputs():
+        if types_b[i.name] != i.type:
+            raise InputError(f"{label_a} vs {label_b}: input {i.name} is {i.type} in A but "
+                             f"{types_b[i.name]} in B")
+    import onnxruntime as ort
+
+    run_options = ort.RunOptions()
+    run_options.log_severity_level = 4
+    feeder = _Inputs(sess_a, label_a, graph_a, _load_given(inputs), dims or {}, int_ranges or {})
+    outputs = [o.name for o in sess_a.get_outputs()]
+    rows: dict[str, OutputDiff] = {}
+    for k in range(n):
+        feeds = feeder.feeds(seed + k)
+        results = []
+        for sess, label in ((sess_a, label_a), (sess_b, label_b)):
+            try:
+                results.append(sess.run(outputs, feeds, run_options))
+            except Exception as e:
+                raise InputError(f"{label}: onnxruntime failed to run it: {_ort_message(e)} "
+                                 "(see --dim, --int-range, --inputs)") from None
+        for name, va, vb in zip(outputs, *results):
+            va, vb = _as_array(va), _as_array(vb)
+            row = rows.setdefault(name, OutputDiff(name, str(va.dtype), str(vb.dtype),
+                                                   list(va.shape), list(vb.shape)))
+            _accumulate(row, va, vb, rtol, atol)
+    for row in rows.values():
+        row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
+    return CompareResult(label_a, label_b, [rows[name] for name in outputs], feeder.describe(),
+                         n, seed, rtol, atol, feeder.dims, feeder.defaulted)
