@@ -75,11 +75,15 @@ def why_not_foldable(node: ir.Node) -> str | None:
 
 @dataclass
 class ConstPlan:
-    """The outcome of the analysis for one graph."""
+    """The outcome of the analysis for one graph.
+
+    ``refused`` holds nodes whose inputs are all constant but that may never fold, with why.
+    """
 
     constant: set[ir.Value] = field(default_factory=set)
     sources: set[ir.Value] = field(default_factory=set)
     foldable: list[ir.Node] = field(default_factory=list)
+    refused: list[tuple[ir.Node, str]] = field(default_factory=list)
 
 
 def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
@@ -97,9 +101,12 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
             plan.constant.update(node.outputs)
             plan.sources.update(node.outputs)
             continue
-        if why_not_foldable(node) is not None:
-            continue
         inputs = [v for v in node.inputs if v is not None]
+        reason = why_not_foldable(node)
+        if reason is not None:
+            if all(v in plan.constant for v in inputs):
+                plan.refused.append((node, reason))
+            continue
         if node.op_type in SHAPE_ONLY and node.domain in ("", "ai.onnx") and inputs:
             ok = inputs[0] in plan.constant or (shape_folding and static_shape(inputs[0]))
         else:

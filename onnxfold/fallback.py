@@ -31,9 +31,14 @@ def _to_ort(arr: np.ndarray):
     from onnxfold.dtypes import onnx_type
 
     if arr.dtype.kind == "V" or "bfloat16" in arr.dtype.name or "float8" in arr.dtype.name:
-        raw = np.ascontiguousarray(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))
+        raw = _c_order(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr))
+    return ort.OrtValue.ortvalue_from_numpy(_c_order(arr))
+
+
+def _c_order(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous without promoting 0-d arrays to 1-d (np.ascontiguousarray would)."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
@@ -66,7 +71,7 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     out = []
     for value, res in zip(wanted, results):
         if not res.is_tensor():
-            raise FallbackError(f"output {value.name} is not a tensor")
+            raise FallbackError(f"unsupported type: output {value.name} is not a tensor")
         out.append(_from_ort(res))
     return out
 

@@ -107,9 +107,12 @@ class GraphFolder:
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _reads(self, node: ir.Node) -> list[ir.Value]:
-        """Distinct values whose data ``node`` reads (shape-only rules read no data)."""
+        """Distinct values whose data ``node`` reads.
+
+        Shape-only folds read a constant input's buffer for its shape, and nothing otherwise.
+        """
         if node.op_type in SHAPE_ONLY and node.domain in ("", "ai.onnx"):
-            return []
+            return [node.inputs[0]] if node.inputs[0] in self.plan.constant else []
         seen: dict[ir.Value, None] = {}
         for v in list(node.inputs) + fallback.captured_values(node):
             if v is not None:
@@ -141,8 +144,7 @@ class GraphFolder:
         """``node`` stays in the graph: its constant inputs must now be kept."""
         self.planned.discard(node)
         if reason is not None:
-            self.stats.declined[reason.split(":")[0]] += 1
-            self.stats.declined_nodes.append((node.name or "", node.op_type, reason))
+            self._record(node, reason)
         for v in self._reads(node):
             if v in self.pool:
                 if v not in self.plan.sources and v not in self.keep:
@@ -151,6 +153,10 @@ class GraphFolder:
                 self.pool.release(v)
             elif v in self.plan.sources and self.readers[v] > 0:
                 self.readers[v] -= 1
+
+    def _record(self, node: ir.Node, reason: str) -> None:
+        self.stats.declined[reason.split(":")[0]] += 1
+        self.stats.declined_nodes.append((node.name or "", node.op_type, reason))
 
     def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
         for value, arr in results.items():
@@ -239,14 +245,18 @@ class GraphFolder:
                     else:
                         self._abandon(node, None)
                 return
-            self._abandon(batch[0], f"onnxruntime: {e}" if isinstance(
-                e, fallback.FallbackError) else str(e))
+            reason = str(e)
+            if isinstance(e, fallback.FallbackError) and not reason.startswith("unsupported"):
+                reason = f"onnxruntime: {reason}"
+            self._abandon(batch[0], reason)
             return
         for node in batch:
             self._finish(node, {v: outs[v] for v in node.outputs if v in outs}, "fallback")
 
     def run(self) -> None:
         self._count()
+        for node, reason in self.plan.refused:
+            self._record(node, reason)
         order = list(self.plan.foldable)
         i = 0
         while i < len(order):
@@ -254,9 +264,9 @@ class GraphFolder:
             i += 1
             if self.progress is not None:
                 self.progress(i, len(order))
-            if not all(self._available(v) for v in self._reads(node)) or (
-                    node.op_type in SHAPE_ONLY and not self._shape_known(node)):
-                self._abandon(node, None)
+            if not self._shape_known(node) if node.op_type in SHAPE_ONLY else \
+                    not all(self._available(v) for v in self._reads(node)):
+                self._abandon(node, self._why_unavailable(node))
                 continue
             if node.op_type in QDQ_KEPT and not self.options.fold_qdq:
                 self._abandon(node, "qdq policy: quantized weights stay quantized (--fold-qdq)")
@@ -276,13 +286,20 @@ class GraphFolder:
             self._run_fallback(batch)
         self.stats.pool_peak_bytes = max(self.stats.pool_peak_bytes, self.pool.peak_bytes)
 
+    def _why_unavailable(self, node: ir.Node) -> str | None:
+        """A reason if an input is a constant onnxfold cannot hold (upstream declines have one)."""
+        for v in self._reads(node):
+            if v in self.plan.sources and _source_array(v) is None:
+                return "unsupported type: string or sparse constant"
+        return None
+
     def _has_data(self, node: ir.Node) -> bool:
         """Whether every input of ``node`` is in the pool (shape-only folds may lack data)."""
         return all(v is None or self._available(v) for v in node.inputs)
 
     def _shape_known(self, node: ir.Node) -> bool:
         x = node.inputs[0]
-        return x in self.pool or static_shape(x) is not None
+        return self._available(x) or static_shape(x) is not None
 
     def _wants_fallback(self, node: ir.Node, batch: list[ir.Node]) -> bool:
         """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready."""

@@ -80,6 +80,7 @@ def test_nondeterministic_ops_never_fold(tmp_path, op):
                        [tensor("zero", np.float32(0))])
     folded, report, _ = fold_proto(proto, tmp_path)
     assert ops(folded) == [op, "Mul", "Add"] and report.folded_nodes == 0
+    assert report.declined == {"non-deterministic op": 1}
 
 
 def test_random_like_ops_never_fold(tmp_path):
@@ -103,6 +104,7 @@ def test_custom_domain_is_never_folded(tmp_path):
     onnx.save(proto, src)
     result = onnxfold.optimize(src, FoldOptions(strict=True), check=False)
     assert [n.op_type for n in result.model.graph] == ["Frobnicate", "Add"]
+    assert result.report.declined == {"custom domain 'com.example'": 1}
 
 
 def test_fallback_batches_neighbouring_nodes_into_one_session(tmp_path):

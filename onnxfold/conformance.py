@@ -1,0 +1,194 @@
+"""The ONNX node test suite as a folding oracle.
+
+``onnx.backend.test.case.node.collect_testcases`` builds ~1,900 single-op models with inputs and
+expected outputs. Each case's inputs become initializers; onnxfold must then either fold the
+graph completely, with values equal to the expected outputs within the case's tolerances, or
+say why not (non-deterministic op, unsupported type, ...). A case onnxruntime can run but
+onnxfold leaves unfolded is a gap; a folded value that differs is *wrong*.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import numpy_helper
+
+from onnxfold.fold import FoldOptions, _constant_value
+from onnxfold.pipeline import optimize
+
+FOLDED_NATIVE, FOLDED_FALLBACK, DECLINED, GAP, WRONG = (
+    "folded_native", "folded_fallback", "declined", "gap", "wrong")
+
+
+@dataclass
+class CaseResult:
+    """How one node test case went."""
+
+    name: str
+    ops: str
+    outcome: str
+    reason: str = ""
+    ort_runs: bool = False
+
+
+def _options() -> FoldOptions:
+    # Exactness is what is checked here: no size policy, QDQ folded too.
+    return FoldOptions(fold_qdq=True, expansion_factor=float("inf"),
+                       expansion_min_bytes=1 << 40)
+
+
+def collect_cases() -> list:
+    import warnings
+
+    import onnx.backend.test.case.node as node_cases
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return [c for c in node_cases.collect_testcases("") if c.kind == "node"]
+
+
+def _ort_outputs(model: onnx.ModelProto, inputs: list) -> list | None:
+    """onnxruntime's outputs for the case, or None if it cannot run it."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), options,
+                                    providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        return sess.run(None, dict(zip(names, inputs)))
+    except Exception:  # any failure means onnxruntime cannot run this case
+        return None
+
+
+def _as_initializers(model: onnx.ModelProto, inputs: list) -> onnx.ModelProto | None:
+    folded = onnx.ModelProto()
+    folded.CopyFrom(model)
+    graph = folded.graph
+    for info, value in zip(list(graph.input), inputs):
+        if not isinstance(value, np.ndarray):
+            return None
+        graph.initializer.append(numpy_helper.from_array(value, info.name))
+    del graph.input[:]
+    return folded
+
+
+def _constant_output(value: ir.Value) -> np.ndarray | None:
+    if value.const_value is not None:
+        return value.const_value.numpy()
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant":
+        return _constant_value(producer)
+    return None
+
+
+def _equal(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
+    """None when equal within tolerance, else what differs."""
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype} != {want.dtype}"
+    if want.dtype.kind in "OSUb" or want.dtype.kind in "iu":
+        return None if np.array_equal(got, want) else "values differ"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
+        return None
+    return f"max abs diff {np.nanmax(np.abs(g - w)):.3g}"
+
+
+def run_case(case, strict: bool = False) -> CaseResult:
+    """Fold one node test case and judge the result."""
+    ops = ",".join(sorted({n.op_type for n in case.model.graph.node}))
+    inputs, expected = case.data_sets[0]
+    ort_out = _ort_outputs(case.model, list(inputs))
+    result = CaseResult(case.name, ops, DECLINED, ort_runs=ort_out is not None)
+    model = _as_initializers(case.model, list(inputs))
+    if model is None:
+        result.reason = "unsupported type: sequence/optional input"
+        return result
+    try:
+        ir_model = ir.serde.deserialize_model(model)
+        options = _options()
+        options.strict = strict
+        report = optimize(ir_model, options).report
+    except Exception as e:
+        if strict:
+            raise
+        result.outcome, result.reason = WRONG, f"crash: {type(e).__name__}: {e}"[:200]
+        return result
+    outputs = [_constant_output(v) for v in ir_model.graph.outputs]
+    remaining = [n for n in ir_model.graph if n.op_type != "Constant"]
+    if any(o is None for o in outputs) or remaining:
+        reasons = sorted(report.declined)
+        result.reason = "; ".join(reasons) or "not folded, no reason given"
+        result.outcome = GAP if result.ort_runs and not _acceptable(reasons) else DECLINED
+        return result
+    for i, (got, want) in enumerate(zip(outputs, expected)):
+        diff = _equal(got, np.asarray(want), case.rtol, case.atol)
+        if diff is not None and ort_out is not None:
+            # onnxfold promises onnxruntime's values; note where the runtime itself deviates
+            if _equal(got, np.asarray(ort_out[i]), case.rtol, case.atol) is None:
+                result.reason = "matches onnxruntime, which deviates from the reference"
+                continue
+        if diff is not None:
+            result.outcome, result.reason = WRONG, diff
+            return result
+    result.outcome = FOLDED_FALLBACK if report.folded_fallback else FOLDED_NATIVE
+    return result
+
+
+ACCEPTED_REASONS = ("non-deterministic op", "unsupported type", "custom domain")
+
+
+def _acceptable(reasons: list[str]) -> bool:
+    return bool(reasons) and all(r.startswith(ACCEPTED_REASONS) for r in reasons)
+
+
+def _run_index(index: int) -> CaseResult:
+    return run_case(_CASES[index])
+
+
+_CASES: list = []
+
+
+def run_all(jobs: int | None = None) -> list[CaseResult]:
+    """Every node test case, in ``jobs`` processes."""
+    global _CASES
+    _CASES = collect_cases()
+    jobs = jobs or os.cpu_count() or 1
+    if jobs == 1:
+        return [run_case(c) for c in _CASES]
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(_run_index, range(len(_CASES)), chunksize=16))
+
+
+def summarize(results: list[CaseResult]) -> dict:
+    """Totals, per-op outcomes and every non-folded case with its reason (JSON-ready)."""
+    totals = Counter(r.outcome for r in results)
+    per_op: dict[str, Counter] = defaultdict(Counter)
+    for r in results:
+        per_op[r.ops][r.outcome] += 1
+    reasons = Counter(r.reason.split(":")[0] for r in results if r.outcome == DECLINED)
+    runnable = [r for r in results if r.ort_runs]
+    return {
+        "cases": len(results),
+        "totals": dict(totals),
+        "declined_by_reason": dict(reasons),
+        "ort_runnable": len(runnable),
+        "ort_runnable_folded": sum(r.outcome.startswith("folded") for r in runnable),
+        "per_op": {op: dict(c) for op, c in sorted(per_op.items())},
+        "not_folded": [asdict(r) for r in results if not r.outcome.startswith("folded")],
+    }
+
+
+def write_report(path: str, summary: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(summary, f, indent=1)
