@@ -52,6 +52,14 @@ def captured_values(node: ir.Node) -> list[ir.Value]:
     return [v for v in used if v not in inner]
 
 
+def node_label(node: ir.Node) -> str:
+    """A node's name, or for unnamed nodes the name of what it computes."""
+    if node.name:
+        return node.name
+    first = next((v.name for v in node.outputs if v.name), None)
+    return f"{node.op_type}->{first}" if first else node.op_type
+
+
 def static_shape(value: ir.Value) -> tuple[int, ...] | None:
     shape = value.shape
     if shape is None or not shape.is_static():
@@ -91,6 +99,7 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
     """Mark the constant values and the foldable nodes of ``graph``, in topological order."""
     plan = ConstPlan()
     plan.constant.update(outer)
+    plan.sources.update(outer)
     for value in graph.initializers.values():
         if inputs_are_constant or not is_overridable(value, graph, ir_version):
             if value.const_value is not None:

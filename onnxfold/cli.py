@@ -62,6 +62,17 @@ def _add_fold_options(p: argparse.ArgumentParser) -> None:
                    help="outputs up to this size are never refused by the expansion bound")
     p.add_argument("--max-tensor", type=_parse_bytes, default=None,
                    help="refuse folds producing a tensor larger than this (e.g. 256M)")
+    p.add_argument("--allow-growth", action="store_true",
+                   help="fold even when the kept results are bigger than the constants they "
+                        "replace (fp16->fp32 casts, transposes of shared weights)")
+    p.add_argument("--growth-factor", type=float, default=1.0,
+                   help="a kept result may be this many times the constants it replaces")
+    p.add_argument("--growth-min", type=_parse_bytes, default=1 << 20,
+                   help="results up to this size are never refused for growth")
+    p.add_argument("--max-growth", type=_parse_bytes, default=None,
+                   help="refuse folds once the model would grow by more than this in total")
+    p.add_argument("--fold-fp16-casts", action="store_true",
+                   help="fold casts of fp16/bf16 weights to wider types (doubles their size)")
     p.add_argument("--fold-qdq", action="store_true",
                    help="also fold DequantizeLinear of constant quantized weights (by default "
                         "they stay, so a quantized model stays quantized and small)")
@@ -77,7 +88,9 @@ def _fold_options(args: argparse.Namespace):
                        inputs_are_constant=args.inputs_are_constant,
                        expansion_factor=args.expansion_factor,
                        expansion_min_bytes=args.expansion_min, max_tensor_bytes=args.max_tensor,
-                       fold_qdq=args.fold_qdq)
+                       growth_factor=None if args.allow_growth else args.growth_factor,
+                       growth_min_bytes=args.growth_min, max_growth_bytes=args.max_growth,
+                       fold_fp16_casts=args.fold_fp16_casts, fold_qdq=args.fold_qdq)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -119,6 +132,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     report.output_bytes = info.bytes_written
     if not args.quiet:
         print(report.summary())
+    if args.explain:
+        print(report.explain())
     if args.json:
         _write_text(args.json, report.to_json() + "\n")
     return 0
@@ -181,13 +196,45 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    if args.coverage:
+        return _coverage(args)
+    from onnxfold.patterns import cleanup_rules, pattern_rules
     from onnxfold.registry import default_registry
 
+    print("folders (evaluate one op on constants):")
     for rule in default_registry().all_rules():
         until = rule.until if rule.until is not None else ""
-        print(f"{rule.name:28} {rule.domain or 'ai.onnx'}::{rule.op_type} "
-              f"opset {rule.since}-{until}  {os.path.basename(rule.source)}")
+        print(f"  {rule.name:28} {rule.domain or 'ai.onnx'}::{rule.op_type} "
+              f"opset {rule.since}-{until}  {_where(rule.source)}")
+    print("patterns (rewrites that enable folding):")
+    for rule in pattern_rules():
+        print(f"  {rule.name:28} on {','.join(rule.op_types)}  {_where(rule.source)}")
+    print("cleanups (whole-model passes):")
+    for rule in cleanup_rules():
+        print(f"  {rule.name:28} {_where(rule.source)}")
     return 0
+
+
+def _where(source: str) -> str:
+    path, line = source.rsplit(":", 1)
+    return f"{os.path.basename(path)}:{line}"
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from onnxfold.conformance import run_all, summarize, write_report
+
+    summary = summarize(run_all(args.jobs))
+    totals = summary["totals"]
+    print(f"ONNX node test cases: {summary['cases']}")
+    for key in ("folded_native", "folded_fallback", "declined", "gap", "wrong"):
+        print(f"  {key:16} {totals.get(key, 0)}")
+    print(f"  onnxruntime can run {summary['ort_runnable']}, of which onnxfold folds "
+          f"{summary['ort_runnable_folded']}")
+    for reason, n in sorted(summary["declined_by_reason"].items(), key=lambda kv: -kv[1]):
+        print(f"  declined: {reason}: {n}")
+    if args.json:
+        write_report(args.json, summary)
+    return 1 if totals.get("wrong") or totals.get("gap") else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
                    help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("--explain", action="store_true",
+                   help="say why each constant-foldable node that was left alone was not folded")
     _add_fold_options(p)
     p.add_argument("--check", type=int, default=0, metavar="N",
                    help="compare with the input in onnxruntime on N input sets and write "
@@ -226,7 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("rules", help="list the native folding rules")
+    p = sub.add_parser("rules", help="list the rules, or measure coverage on the ONNX node tests")
+    p.add_argument("--coverage", action="store_true",
+                   help="fold every case of the ONNX node test suite and report the outcome")
+    p.add_argument("--json", metavar="FILE", help="with --coverage: write the full report")
+    p.add_argument("--jobs", type=int, default=None, help="with --coverage: processes to use")
     p.set_defaults(func=cmd_rules)
     return parser
 
@@ -239,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OnnxfoldError as e:
         print(f"onnxfold: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # output piped into e.g. `head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("onnxfold: interrupted; nothing was written", file=sys.stderr)
         return 130

@@ -8,14 +8,23 @@ materialized as initializers; everything else lives and dies in the pool.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxfold import fallback
-from onnxfold.analysis import SHAPE_ONLY, ConstPlan, plan_graph, static_shape
+from onnxfold.analysis import (
+    SHAPE_ONLY,
+    ConstPlan,
+    is_overridable,
+    node_label,
+    plan_graph,
+    static_shape,
+    subgraphs,
+)
+from onnxfold.policy import refuse_growth
 from onnxfold.pool import BufferPool
 from onnxfold.registry import Decline, FolderRule, RuleRegistry, default_registry
 
@@ -31,11 +40,17 @@ class FoldOptions:
     expansion_factor: float = 4.0
     expansion_min_bytes: int = 1 << 20
     max_tensor_bytes: int | None = None
+    growth_factor: float | None = 1.0
+    growth_min_bytes: int = 1 << 20
+    max_growth_bytes: int | None = None
+    fold_fp16_casts: bool = False
     fold_qdq: bool = False
     strict: bool = False
 
 
 QDQ_KEPT = ("DequantizeLinear",)
+PROVENANCE_KEY = "onnxfold.folded_from"
+PROVENANCE_LIMIT = 64
 
 
 @dataclass
@@ -51,6 +66,9 @@ class FoldStats:
     declined: Counter = field(default_factory=Counter)
     declined_nodes: list[tuple[str, str, str]] = field(default_factory=list)
     rule_hits: Counter = field(default_factory=Counter)
+    pattern_hits: Counter = field(default_factory=Counter)
+    rejected_patterns: Counter = field(default_factory=Counter)
+    cleanup_hits: Counter = field(default_factory=Counter)
     pool_peak_bytes: int = 0
     rounds: int = 0
 
@@ -93,17 +111,30 @@ class GraphFolder:
 
     def __init__(self, graph: ir.Graph, model: ir.Model, options: FoldOptions,
                  registry: RuleRegistry, stats: FoldStats, pool: BufferPool,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None,
+                 outer: Iterable[ir.Value] = ()) -> None:
         self.graph, self.model, self.options = graph, model, options
         self.registry, self.stats, self.pool = registry, stats, pool
         self.opset = model.opset_imports.get("", 1)
         self.progress = progress
-        self.plan: ConstPlan = plan_graph(graph, model.ir_version,
+        self.plan: ConstPlan = plan_graph(graph, model.ir_version, outer,
                                           inputs_are_constant=options.inputs_are_constant,
                                           shape_folding=options.shape_folding)
         self.planned = set(self.plan.foldable)
+        self.policy_refused = self._qdq_policy() + refuse_growth(
+            self.plan, self.planned, graph, options.growth_factor, options.growth_min_bytes,
+            options.max_growth_bytes, options.fold_fp16_casts)
         self.keep: set[ir.Value] = set()
         self.readers: Counter = Counter()
+        self.provenance: dict[ir.Value, tuple[str, ...]] = {}
+
+    def _qdq_policy(self) -> list[tuple[ir.Node, str]]:
+        """Quantized weights stay quantized unless ``fold_qdq``: their dequantization stays."""
+        if self.options.fold_qdq:
+            return []
+        kept = [n for n in self.plan.foldable if n.op_type in QDQ_KEPT]
+        self.planned.difference_update(kept)
+        return [(n, "qdq policy: quantized weights stay quantized (--fold-qdq)") for n in kept]
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _reads(self, node: ir.Node) -> list[ir.Value]:
@@ -156,10 +187,15 @@ class GraphFolder:
 
     def _record(self, node: ir.Node, reason: str) -> None:
         self.stats.declined[reason.split(":")[0]] += 1
-        self.stats.declined_nodes.append((node.name or "", node.op_type, reason))
+        self.stats.declined_nodes.append((node_label(node), node.op_type, reason))
 
     def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
+        origin = {node_label(node): None}
+        for v in node.inputs:
+            origin.update(dict.fromkeys(self.provenance.get(v, ())))
+        names = tuple(origin)[:PROVENANCE_LIMIT]
         for value, arr in results.items():
+            self.provenance[value] = names
             keep = self._kept_by_graph(value)
             if keep:
                 self.keep.add(value)
@@ -255,9 +291,9 @@ class GraphFolder:
 
     def run(self) -> None:
         self._count()
-        for node, reason in self.plan.refused:
+        for node, reason in self.plan.refused + self.policy_refused:
             self._record(node, reason)
-        order = list(self.plan.foldable)
+        order = [n for n in self.plan.foldable if n in self.planned]
         i = 0
         while i < len(order):
             node = order[i]
@@ -267,9 +303,6 @@ class GraphFolder:
             if not self._shape_known(node) if node.op_type in SHAPE_ONLY else \
                     not all(self._available(v) for v in self._reads(node)):
                 self._abandon(node, self._why_unavailable(node))
-                continue
-            if node.op_type in QDQ_KEPT and not self.options.fold_qdq:
-                self._abandon(node, "qdq policy: quantized weights stay quantized (--fold-qdq)")
                 continue
             reason = self._try_native(node)
             if reason is None:
@@ -318,12 +351,14 @@ class GraphFolder:
             arr = self.pool.get(value)
             name = value.name
             value.name = f"{name}__onnxfold_replaced"
+            tensor = ir.Tensor(arr, name=name)
+            tensor.metadata_props[PROVENANCE_KEY] = ",".join(self.provenance.get(value, ()))
             new = ir.Value(name=name, shape=ir.Shape(arr.shape),
                            type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
-                           const_value=ir.Tensor(arr, name=name))
+                           const_value=tensor)
             value.replace_all_uses_with(new, replace_graph_outputs=True)
             self.graph.register_initializer(new)
-            if self.model.ir_version < 4:
+            if self.model.ir_version < 4 and self.graph is self.model.graph:
                 self.graph.inputs.append(new)
             self.stats.materialized += 1
             self.stats.materialized_bytes += arr.nbytes
@@ -342,8 +377,25 @@ def fold_model(model: ir.Model, options: FoldOptions | None = None,
     stats.declined.clear()  # every round re-examines what is left: report the last one's view
     stats.declined_nodes.clear()
     pool = pool or BufferPool()
-    folder = GraphFolder(model.graph, model, options, registry, stats, pool, progress)
-    folder.run()
-    folder.materialize()
+
+    def fold_graph(graph: ir.Graph, outer: set[ir.Value]) -> None:
+        folder = GraphFolder(graph, model, options, registry, stats, pool, progress, outer)
+        folder.run()
+        folder.materialize()
+        visible = outer | visible_constants(graph, model.ir_version, options.inputs_are_constant)
+        for node in graph:
+            for sub in subgraphs(node):
+                fold_graph(sub, visible)
+
+    fold_graph(model.graph, set())
     stats.rounds += 1
     return stats
+
+
+def visible_constants(graph: ir.Graph, ir_version: int, inputs_are_constant: bool
+                      ) -> set[ir.Value]:
+    """Constants of ``graph`` that its subgraphs may use: initializers and Constant outputs."""
+    found = {v for v in graph.initializers.values() if v.const_value is not None and (
+        inputs_are_constant or not is_overridable(v, graph, ir_version))}
+    found.update(n.outputs[0] for n in graph if n.op_type == "Constant" and n.outputs)
+    return found

@@ -12,6 +12,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxfold.fold import FoldOptions, FoldStats, fold_model
 from onnxfold.io import load_model
+from onnxfold.patterns import rewrite, run_cleanups
 from onnxfold.pool import BufferPool
 from onnxfold.report import Report, model_counts
 from onnxfold.shapes import infer_shapes
@@ -67,14 +68,19 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
     pool = BufferPool()
     if options.shape_folding:
         infer_shapes(model)
+    disabled = set(options.disabled_rules)
     for _ in range(MAX_ROUNDS):
         folded = stats.folded
+        rewritten = rewrite(model, disabled, stats.rejected_patterns, options.inputs_are_constant)
+        stats.pattern_hits.update(rewritten)
         fold_model(model, options, stats=stats, pool=pool, progress=progress)
         cleanup(model, options.inputs_are_constant)
-        if stats.folded == folded:
+        if stats.folded == folded and not rewritten:
             break
         if options.shape_folding:
             infer_shapes(model)
+    stats.cleanup_hits.update(run_cleanups(model, disabled))
+    cleanup(model, options.inputs_are_constant)
     report = Report.build(source, before, model_counts(model), stats,
                           time.perf_counter() - started)
     return OptimizeResult(model, report, stats)

@@ -59,6 +59,9 @@ class Report:
     declined: dict[str, int] = field(default_factory=dict)
     declined_nodes: list[dict[str, str]] = field(default_factory=list)
     rule_hits: dict[str, int] = field(default_factory=dict)
+    pattern_hits: dict[str, int] = field(default_factory=dict)
+    patterns_rejected: dict[str, int] = field(default_factory=dict)
+    cleanup_hits: dict[str, int] = field(default_factory=dict)
     output: str | None = None
     output_bytes: int | None = None
     external_data: str | None = None
@@ -76,7 +79,27 @@ class Report:
             pool_peak_bytes=stats.pool_peak_bytes, rounds=stats.rounds,
             declined=dict(stats.declined),
             declined_nodes=[{"node": n, "op": o, "reason": r} for n, o, r in stats.declined_nodes],
-            rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])))
+            rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])),
+            pattern_hits=dict(stats.pattern_hits), patterns_rejected=dict(stats.rejected_patterns),
+            cleanup_hits=dict(stats.cleanup_hits))
+
+    def explain(self) -> str:
+        """Every constant-foldable node left unfolded, grouped by reason, with examples."""
+        if not self.declined_nodes and not self.patterns_rejected:
+            return "every constant-foldable node was folded"
+        groups: dict[str, list[dict[str, str]]] = {}
+        for item in self.declined_nodes:
+            groups.setdefault(item["reason"].split(":")[0], []).append(item)
+        lines = []
+        for reason, items in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"{reason}: {len(items)} node(s)")
+            for item in items[:5]:
+                lines.append(f"  {item['op']} {item['node']}: {item['reason']}")
+            if len(items) > 5:
+                lines.append(f"  ... and {len(items) - 5} more")
+        for what, n in sorted(self.patterns_rejected.items()):
+            lines.append(f"rewrite not applied: {what} ({n}x)")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,6 +117,9 @@ class Report:
             f"pool peak    {_mib(self.pool_peak_bytes)}",
             f"time         {self.seconds:.2f} s ({self.rounds} rounds)",
         ]
+        rewrites = {**self.pattern_hits, **self.cleanup_hits}
+        if rewrites:
+            lines.append("rewrites     " + ", ".join(f"{k} {v}" for k, v in rewrites.items()))
         if self.declined:
             reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.declined.items()))
             lines.append(f"not folded   {sum(self.declined.values())} ({reasons})")

@@ -199,7 +199,11 @@ def gather_elements(x, indices, axis=0):
     _check_indices(indices, x.shape[axis])
     idx = indices.astype(np.int64)
     idx[idx < 0] += x.shape[axis]
-    return np.take_along_axis(x, idx, axis=axis)
+    if any(i > n for d, (i, n) in enumerate(zip(idx.shape, x.shape)) if d != axis):
+        raise Decline("indices larger than data outside the gather axis")
+    # outside the axis, indices may be smaller than the data: read only the covered corner
+    corner = tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(idx.shape))
+    return np.take_along_axis(x[corner], idx, axis=axis)
 
 
 @folder("GatherND", since=11)

@@ -101,6 +101,8 @@ def _streamable(tensor: ir.TensorProtocol | None) -> bool:
 def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | None) -> bytes:
     proto = onnx.TensorProto(name=name, dims=list(tensor.shape.numpy()),
                              data_type=int(tensor.dtype))
+    for key, value in getattr(tensor, "metadata_props", {}).items():
+        proto.metadata_props.add(key=key, value=value)
     if external is not None:
         location, offset = external
         proto.data_location = onnx.TensorProto.EXTERNAL

@@ -151,10 +151,15 @@ def test_expansion_bound_refuses_blow_ups(tmp_path):
              helper.make_node("Add", ["x", "big"], ["y"])]
     proto = make_model(nodes, [vinfo("x", shape=[1024, 1024])], [vinfo("y", shape=[1024, 1024])],
                        [tensor("shape", np.array([1024, 1024], np.int64))])
-    folded, report, _ = fold_proto(proto, tmp_path)
+    no_growth_policy = FoldOptions(growth_factor=None, strict=True)
+    folded, report, _ = fold_proto(proto, tmp_path, no_growth_policy)
     assert ops(folded) == ["ConstantOfShape", "Add"]
     assert report.declined == {"size": 1}
-    folded, _, _ = fold_proto(proto, tmp_path, FoldOptions(expansion_min_bytes=8 << 20))
+    assert "4194304 B > 4x inputs 16 B" in report.declined_nodes[0]["reason"]
+    folded, report, _ = fold_proto(proto, tmp_path)  # the growth policy refuses it first
+    assert ops(folded) == ["ConstantOfShape", "Add"] and report.declined == {"growth": 1}
+    folded, _, _ = fold_proto(proto, tmp_path, FoldOptions(expansion_min_bytes=8 << 20,
+                                                           growth_factor=None))
     assert ops(folded) == ["Add"]
 
 

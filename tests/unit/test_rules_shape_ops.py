@@ -323,3 +323,11 @@ def test_unique_declines():
 
 def test_shape_rule_gets_shape_only():
     assert run_rule("Shape", [np.zeros((2, 5), np.float32)], {"start": -1}, 15)[0].tolist() == [5]
+
+
+def test_gather_elements_with_indices_smaller_than_data():
+    from ort_oracle import check
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    idx = np.array([[[0, 3, 1]], [[2, 2, 0]]], dtype=np.int64)  # (2, 1, 3): smaller off-axis
+    check("GatherElements", [x, idx], {"axis": 2}, opset=13)
