@@ -237,6 +237,65 @@ def _coverage(args: argparse.Namespace) -> int:
     return 1 if totals.get("wrong") or totals.get("gap") else 0
 
 
+def cmd_split(args: argparse.Namespace) -> int:
+    from onnxfold.io import load_model
+    from onnxfold.pipeline import optimize
+    from onnxfold.split import split_model, write_split
+
+    model = load_model(args.input, check=not args.skip_check)
+    if not args.no_compile_time_fold:
+        optimize(model)
+    parts = split_model(model, args.runtime_const,
+                        fold_compile_time=not args.no_compile_time_fold)
+    for path in write_split(parts, args.output):
+        print(f"wrote {path}")
+    fold = parts.manifest["runtime_fold"]
+    print(f"runtime_fold: {len(parts.runtime_fold.graph.node)} nodes, "
+          f"{len(fold['inputs'])} inputs -> {len(fold['outputs'])} folded tensors for entry")
+    return 0
+
+
+def _load_feeds(path: str) -> dict:
+    import numpy as np
+
+    from onnxfold.errors import InputError
+
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from onnxfold.errors import InputError
+    from onnxfold.session import Session
+
+    feeds = _load_feeds(args.inputs)
+    session = Session(args.model, args.runtime_const, backend=args.backend,
+                      cache_dir=args.cache_dir)
+    missing = [i.name for i in session.get_inputs() if i.name not in feeds]
+    if missing:
+        raise InputError(f"{args.inputs}: no array for input(s) {', '.join(missing)}")
+    times = []
+    for _ in range(max(1, args.repeat)):
+        started = time.perf_counter()
+        outputs = session.run(None, feeds)
+        times.append(time.perf_counter() - started)
+    names = [o.name for o in session.get_outputs()]
+    for name, arr in zip(names, outputs):
+        print(f"{name}: {arr.dtype} {list(arr.shape)}")
+    print(f"backend {args.backend}: first call {times[0] * 1e3:.1f} ms "
+          f"(fold {session.fold_seconds * 1e3:.1f} ms)" + (
+              f", then median {np.median(times[1:]) * 1e3:.2f} ms over {len(times) - 1} runs"
+              if len(times) > 1 else ""))
+    if args.output:
+        np.savez(args.output, **dict(zip(names, outputs)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from onnxfold import __version__
 
@@ -268,6 +327,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     _add_compare_options(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("split", help="split around runtime constants into runtime_fold + entry")
+    p.add_argument("input")
+    p.add_argument("--runtime-const", nargs="+", required=True, metavar="NAME",
+                   help="graph inputs constant at run time (names or patterns like 'w*')")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--no-compile-time-fold", action="store_true",
+                   help="write compile-time constants as a compiletime_fold model instead")
+    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
+    p.set_defaults(func=cmd_split)
+
+    p = sub.add_parser("run", help="run a model with runtime constants folded once")
+    p.add_argument("model")
+    p.add_argument("--runtime-const", nargs="*", default=[], metavar="NAME")
+    p.add_argument("--inputs", required=True, metavar="FILE.npz", help="every input's array")
+    p.add_argument("--backend", default="ort", choices=["ort", "numpy", "mlir", "onnx-mlir"])
+    p.add_argument("--repeat", type=int, default=1, help="run this many times, report timing")
+    p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
+    p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("inspect", help="opsets, counts and what is still foldable")
     p.add_argument("input")

@@ -14,6 +14,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis import captured_values
+from onnxfold.arrays import c_contiguous
 
 
 class FallbackError(Exception):
@@ -31,14 +32,10 @@ def _to_ort(arr: np.ndarray):
     from onnxfold.dtypes import onnx_type
 
     if arr.dtype.kind == "V" or "bfloat16" in arr.dtype.name or "float8" in arr.dtype.name:
-        raw = _c_order(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))
+        raw = c_contiguous(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
-    return ort.OrtValue.ortvalue_from_numpy(_c_order(arr))
+    return ort.OrtValue.ortvalue_from_numpy(c_contiguous(arr))
 
-
-def _c_order(arr: np.ndarray) -> np.ndarray:
-    """C-contiguous without promoting 0-d arrays to 1-d (np.ascontiguousarray would)."""
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],

@@ -94,8 +94,10 @@ def _write_tensor_data(fd: int, tensor: ir.TensorProtocol) -> None:
 
 
 def _streamable(tensor: ir.TensorProtocol | None) -> bool:
+    """Large tensors with data; placeholders (references filled in elsewhere) are not."""
     return (tensor is not None and tensor.dtype != ir.DataType.STRING
-            and tensor.nbytes >= STREAM_THRESHOLD)
+            and tensor.nbytes >= STREAM_THRESHOLD
+            and not getattr(tensor, "is_placeholder", False))
 
 
 def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | None) -> bytes:
@@ -116,7 +118,8 @@ def _input_files(model: ir.Model) -> set[str]:
     files = set()
     for graph in model.graphs():
         for value in graph.initializers.values():
-            if isinstance(value.const_value, ir.ExternalTensor):
+            if isinstance(value.const_value, ir.ExternalTensor) and \
+                    not getattr(value.const_value, "is_placeholder", False):
                 files.add(os.path.realpath(value.const_value.path))
     return files
 

@@ -1,0 +1,26 @@
+"""The ``ort`` backend: the fold model in an onnxruntime session."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+
+class Backend:
+    name = "ort"
+
+    def __init__(self, providers: list[str] | None = None) -> None:
+        self.providers = providers or ["CPUExecutionProvider"]
+        self.session = None
+
+    def prepare(self, model: onnx.ModelProto) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(model.SerializeToString(), options,
+                                            providers=self.providers)
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))

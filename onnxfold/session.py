@@ -1,0 +1,233 @@
+"""``onnxfold.Session``: an onnxruntime session that folds runtime constants once.
+
+The model is folded at compile time, then split around the inputs named in
+``runtime_constants``. The first ``run`` evaluates ``runtime_fold`` on those feeds with a
+backend, and builds the ``entry`` session with the results bound as initializers
+(``SessionOptions.add_external_initializers``), so onnxruntime can prepack them. Later calls run
+entry only.
+
+Cache contract: each call checks the runtime-constant feeds against what was folded.
+``check="fingerprint"`` (default) compares dtype, shape and a strided sample of the bytes and
+refolds on a change; ``"hash"`` hashes every byte; ``"identity"`` only compares the array
+objects' buffers; ``"refuse"`` raises instead of refolding. ``refold()`` forces a new fold,
+``invalidate()`` drops the cached results. With ``cache_dir`` the folded tensors are stored on
+disk under a key of the model and the full content hash of the runtime-constant feeds, so a new
+process skips the fold. Feeds used only by the fold are not kept after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.arrays import c_contiguous
+from onnxfold.backends import get_backend
+from onnxfold.errors import InputError, OnnxfoldError
+
+CHECKS = ("fingerprint", "hash", "identity", "refuse")
+_SAMPLE = 4096
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output description, like onnxruntime's ``NodeArg``."""
+
+    name: str
+    type: str
+    shape: list
+
+
+def _node_args(values: Iterable[ir.Value]) -> list[NodeArg]:
+    out = []
+    for v in values:
+        dtype = v.dtype.name.lower() if v.dtype is not None else "undefined"
+        dtype = {"float": "float", "double": "double"}.get(dtype, dtype)
+        shape = [d if isinstance(d, int) else (d.value if hasattr(d, "value") else None)
+                 for d in (v.shape or [])]
+        out.append(NodeArg(v.name, f"tensor({dtype})", shape))
+    return out
+
+
+def _fingerprint(arr: np.ndarray, full: bool) -> tuple:
+    flat = c_contiguous(arr).reshape(-1).view(np.uint8)
+    if full or flat.size <= _SAMPLE:
+        digest = hashlib.blake2b(memoryview(flat), digest_size=16).hexdigest()
+    else:
+        step = max(1, flat.size // _SAMPLE)
+        sample = np.concatenate([flat[:1024], flat[::step], flat[-1024:]])
+        digest = hashlib.blake2b(sample.tobytes(), digest_size=16).hexdigest()
+    return arr.dtype.str, arr.shape, digest
+
+
+class RuntimeConstantsChanged(OnnxfoldError):
+    """Raised with ``check="refuse"`` when runtime-constant feeds differ from the folded ones."""
+
+
+class Session:
+    """A drop-in for ``onnxruntime.InferenceSession`` that folds runtime constants once."""
+
+    def __init__(self, model, runtime_constants: Sequence[str] = (), backend: str = "ort",
+                 providers: Sequence[str] | None = None, sess_options=None,
+                 check: str = "fingerprint", cache_dir: str | os.PathLike | None = None,
+                 fold_compile_time: bool = True, backend_options: dict | None = None) -> None:
+        from onnxfold.io import load_model
+        from onnxfold.pipeline import optimize
+        from onnxfold.split import split_model
+
+        if check not in CHECKS:
+            raise InputError(f"check must be one of {', '.join(CHECKS)}")
+        if isinstance(model, onnx.ModelProto):
+            model = ir.serde.deserialize_model(model)
+        elif not isinstance(model, ir.Model):
+            model = load_model(model)
+        self._inputs = _node_args(model.graph.inputs)
+        self._outputs = _node_args(model.graph.outputs)
+        if fold_compile_time:
+            optimize(model)
+        self.parts = split_model(model, runtime_constants, fold_compile_time=True)
+        self.runtime_constants = list(self.parts.manifest["runtime_constants"])
+        self.providers = list(providers or ["CPUExecutionProvider"])
+        self.sess_options = sess_options
+        self.check = check
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
+        self.backend = get_backend(backend, **(backend_options or {}))
+        self.backend.prepare(self.parts.runtime_fold)
+        self._tmp = tempfile.TemporaryDirectory(prefix="onnxfold-session-")
+        self._entry_path = os.path.join(self._tmp.name, "entry.onnx")
+        self._entry_layout: dict | None = None
+        graph = self.parts.entry.graph
+        self._fold_values = {v.name: v for v in graph.inputs if v.name in
+                             set(self.parts.fold_outputs)}
+        self._entry_inputs = {v.name for v in graph.inputs} - set(self._fold_values)
+        self._lock = threading.Lock()
+        self._entry = None
+        self._folded_key: tuple | None = None
+        self._pinned: list = []
+        self.folds = 0
+        self.fold_seconds = 0.0
+        self.cache_hits = 0
+
+    # -- onnxruntime's interface -----------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        return list(self.providers)
+
+    def run(self, output_names, input_feed: Mapping[str, np.ndarray], run_options=None):
+        """Run the model; the first call (or a changed runtime constant) folds first."""
+        missing = [n for n in self.runtime_constants if n not in input_feed]
+        if missing:
+            raise InputError(f"feeds lack the runtime constants {', '.join(missing)}")
+        rt_feeds = {n: np.asarray(input_feed[n]) for n in self.parts.fold_inputs}
+        key = self._key(rt_feeds)
+        with self._lock:
+            if self._entry is None or key != self._folded_key:
+                if self._entry is not None and self.check == "refuse":
+                    raise RuntimeConstantsChanged(
+                        "runtime-constant inputs changed since the fold (check='refuse')")
+                self._fold(rt_feeds, key)
+            entry = self._entry
+        feeds = {n: a for n, a in input_feed.items() if n in self._entry_inputs}
+        return entry.run(output_names, feeds, run_options)
+
+    # -- folding -----------------------------------------------------------------------------
+    def _key(self, feeds: dict[str, np.ndarray]) -> tuple:
+        if self.check == "identity":
+            return tuple((n, a.__array_interface__["data"][0], a.shape, a.dtype.str)
+                         for n, a in sorted(feeds.items()))
+        full = self.check == "hash"
+        return tuple((n, *_fingerprint(a, full)) for n, a in sorted(feeds.items()))
+
+    def refold(self, input_feed: Mapping[str, np.ndarray]) -> None:
+        """Fold again now from ``input_feed``'s runtime constants."""
+        rt_feeds = {n: np.asarray(input_feed[n]) for n in self.parts.fold_inputs}
+        with self._lock:
+            self._fold(rt_feeds, self._key(rt_feeds))
+
+    def invalidate(self) -> None:
+        """Forget the folded tensors; the next ``run`` folds again."""
+        with self._lock:
+            self._entry = None
+            self._folded_key = None
+            self._pinned = []
+
+    def _disk_path(self, feeds: dict[str, np.ndarray]) -> str | None:
+        if self.cache_dir is None:
+            return None
+        h = hashlib.sha256(self.parts.runtime_fold.SerializeToString())
+        for name, arr in sorted(feeds.items()):
+            h.update(repr(_fingerprint(arr, full=True)).encode() + name.encode())
+        return os.path.join(self.cache_dir, h.hexdigest() + ".npz")
+
+    def _fold(self, rt_feeds: dict[str, np.ndarray], key: tuple) -> None:
+        started = time.perf_counter()
+        disk = self._disk_path(rt_feeds)
+        if disk is not None and os.path.exists(disk):
+            with np.load(disk) as stored:
+                folded = {name: stored[name] for name in stored.files}
+            self.cache_hits += 1
+        else:
+            folded = self.backend.run(rt_feeds) if self.parts.fold_outputs else {}
+            if disk is not None:
+                os.makedirs(self.cache_dir, exist_ok=True)
+                tmp = f"{disk}.{os.getpid()}.tmp.npz"
+                np.savez(tmp, **folded)
+                os.replace(tmp, disk)
+        self._entry = self._entry_session(folded)
+        self._folded_key = key
+        self.folds += 1
+        self.fold_seconds = time.perf_counter() - started
+
+    def _entry_session(self, folded: dict[str, np.ndarray]):
+        import onnxruntime as ort
+
+        layout = {n: (a.dtype.str, a.shape) for n, a in folded.items()}
+        if layout != self._entry_layout:
+            self._write_entry(folded)
+            self._entry_layout = layout
+        options = self.sess_options or ort.SessionOptions()
+        names = list(self.parts.fold_outputs)
+        values = [ort.OrtValue.ortvalue_from_numpy(c_contiguous(folded[n]))
+                  for n in names]
+        if names:
+            options.add_external_initializers(names, values)
+        session = ort.InferenceSession(self._entry_path, options, providers=self.providers)
+        self._pinned = values  # onnxruntime reads the buffers in place: keep them alive
+        return session
+
+    def _write_entry(self, folded: dict[str, np.ndarray]) -> None:
+        """Entry with each fold output as a placeholder initializer of the folded layout."""
+        from onnxfold.io import save_model
+
+        graph = self.parts.entry.graph
+        for name, value in self._fold_values.items():
+            if value in graph.inputs:
+                graph.inputs.remove(value)
+            value.const_value = _Placeholder(name, folded[name])
+            if name not in graph.initializers:
+                graph.register_initializer(value)
+        save_model(self.parts.entry, self._entry_path)
+
+
+class _Placeholder(ir.ExternalTensor):
+    """An external tensor never read: onnxruntime receives its data at fold time."""
+
+    is_placeholder = True
+
+    def __init__(self, name: str, like: np.ndarray) -> None:
+        super().__init__("onnxfold-runtime-constant", 0, like.nbytes,
+                         ir.DataType.from_numpy(like.dtype), shape=ir.Shape(like.shape),
+                         name=name)

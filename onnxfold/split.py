@@ -1,0 +1,248 @@
+"""Runtime constants: split a model into ``runtime_fold`` and ``entry`` (the seed design).
+
+Graph inputs the user marks as constant at run time (weights fed at the first call) make a
+three-level lattice: compile-time constants (folded by the fold pass), runtime constants (depend
+only on marked inputs and compile-time constants), dynamic values. The runtime-constant nodes
+become the ``runtime_fold`` model, run once; its outputs are the *frontier*: runtime-constant
+values that dynamic nodes (or graph outputs) read. ``entry`` is the rest, taking the frontier
+values as extra inputs. An expanding op at the frontier stays in entry, so the fold hands over
+the small tensor. Optionally compile-time constants go into a ``compiletime_fold`` model too,
+for users who fold them late.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import onnx
+import onnx_ir as ir
+
+from onnxfold.analysis import captured_values, plan_graph, why_not_foldable
+from onnxfold.errors import InputError
+from onnxfold.policy import static_nbytes
+
+FRONTIER_EXPANSION = 4.0
+FRONTIER_MIN_BYTES = 1 << 20
+
+
+@dataclass
+class Lattice:
+    """Which values are compile-time constant, runtime constant, or (by omission) dynamic."""
+
+    compile_time: set[ir.Value]
+    runtime: set[ir.Value]
+    compile_nodes: list[ir.Node]
+    runtime_nodes: list[ir.Node]
+
+
+def match_inputs(graph: ir.Graph, names_or_patterns: Iterable[str]) -> list[ir.Value]:
+    """Graph inputs named by ``names_or_patterns`` (exact names or shell patterns like 'w*')."""
+    chosen: list[ir.Value] = []
+    for spec in names_or_patterns:
+        hits = [v for v in graph.inputs if v.name == spec or fnmatch.fnmatchcase(v.name, spec)]
+        if not hits:
+            raise InputError(f"--runtime-const {spec}: no graph input matches "
+                             f"(inputs: {', '.join(v.name for v in graph.inputs)})")
+        chosen.extend(v for v in hits if v not in chosen)
+    return chosen
+
+
+def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value]) -> Lattice:
+    """The three-level constness lattice of the main graph."""
+    graph = model.graph
+    plan = plan_graph(graph, model.ir_version)
+    ct = set(plan.constant)
+    rt: set[ir.Value] = set(runtime_inputs)
+    rt_nodes: list[ir.Node] = []
+    for node in graph:
+        if node in plan.foldable or node.op_type == "Constant" or why_not_foldable(node):
+            continue
+        inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
+        if inputs and all(v in ct or v in rt for v in inputs) and any(v in rt for v in inputs):
+            rt_nodes.append(node)
+            rt.update(node.outputs)
+    return Lattice(ct, rt, list(plan.foldable), rt_nodes)
+
+
+def _readers_outside(value: ir.Value, group: set[ir.Node], graph: ir.Graph) -> bool:
+    return value in graph.outputs or any(u.node not in group for u in value.uses())
+
+
+def _keep_expansions_in_entry(nodes: list[ir.Node], graph: ir.Graph) -> list[ir.Node]:
+    """Move frontier nodes whose output is much bigger than their inputs back to entry."""
+    group = set(nodes)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(nodes):
+            if node not in group:
+                continue
+            outs = [v for v in node.outputs if _readers_outside(v, group, graph)]
+            if not outs:
+                continue
+            out_bytes = [static_nbytes(v) for v in outs]
+            in_bytes = [static_nbytes(v) for v in node.inputs if v is not None]
+            if None in out_bytes or None in in_bytes:
+                continue
+            if sum(out_bytes) > max(FRONTIER_MIN_BYTES, FRONTIER_EXPANSION * sum(in_bytes)):
+                group.discard(node)
+                changed = True
+    return [n for n in nodes if n in group]
+
+
+def _value_info(value: ir.Value) -> onnx.ValueInfoProto:
+    return ir.serde.serialize_value(value)
+
+
+def _extract(model: ir.Model, nodes: list[ir.Node], inputs: list[ir.Value],
+             outputs: list[ir.Value], name: str) -> onnx.ModelProto:
+    """A standalone model of ``nodes`` reading ``inputs`` (+ initializers) giving ``outputs``."""
+    graph = onnx.GraphProto(name=name)
+    members = set(nodes)
+    produced = {v for n in nodes for v in n.outputs}
+    needed: list[ir.Value] = []
+    for node in nodes:
+        for v in list(node.inputs) + captured_values(node):
+            if v is not None and v not in produced and v not in needed:
+                needed.append(v)
+    constants = [n for n in model.graph if n.op_type == "Constant" and n not in members
+                 and any(o in needed for o in n.outputs)]
+    graph.node.extend(ir.serde.serialize_node(n) for n in constants + nodes)
+    graph.input.extend(_value_info(v) for v in inputs)
+    for v in needed:
+        if v in inputs or (v.producer() is not None and v.producer() in constants):
+            continue
+        if v.const_value is None:
+            raise InputError(f"{name}: value {v.name} is neither an input nor a constant")
+        graph.initializer.append(ir.serde.serialize_tensor(v.const_value))
+        graph.initializer[-1].name = v.name
+    graph.output.extend(_value_info(v) for v in outputs)
+    proto = onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid(d, v) for d, v in model.opset_imports.items()])
+    proto.ir_version = max(model.ir_version, 4)
+    return proto
+
+
+def _cut(model: ir.Model, nodes: list[ir.Node], frontier: list[ir.Value]) -> None:
+    """Remove ``nodes`` from the main graph; ``frontier`` values become graph inputs."""
+    graph = model.graph
+    for value in frontier:
+        replacement = ir.Value(name=value.name, shape=value.shape, type=value.type)
+        value.name = f"{value.name}__onnxfold_folded"
+        value.replace_all_uses_with(replacement, replace_graph_outputs=True)
+        graph.inputs.append(replacement)
+    for node in reversed(nodes):
+        graph.remove(node, safe=True)
+
+
+@dataclass
+class SplitModels:
+    """The parts of a split model and the manifest that ties them together."""
+
+    entry: ir.Model
+    runtime_fold: onnx.ModelProto
+    compiletime_fold: onnx.ModelProto | None
+    manifest: dict = field(default_factory=dict)
+
+    @property
+    def fold_inputs(self) -> list[str]:
+        return [i.name for i in self.runtime_fold.graph.input]
+
+    @property
+    def fold_outputs(self) -> list[str]:
+        return [o.name for o in self.runtime_fold.graph.output]
+
+
+def split_model(model: ir.Model, runtime_constants: Iterable[str],
+                fold_compile_time: bool = True) -> SplitModels:
+    """Split ``model`` (changed in place into the entry model) around its runtime constants.
+
+    ``fold_compile_time=False`` leaves compile-time constant subgraphs unfolded in a separate
+    ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs.
+    """
+    graph = model.graph
+    rt_inputs = match_inputs(graph, runtime_constants)
+    lattice = analyse(model, rt_inputs)
+    rt_nodes = _keep_expansions_in_entry(lattice.runtime_nodes, graph)
+    rt_set = set(rt_nodes)
+    frontier = [v for n in rt_nodes for v in n.outputs
+                if v.name and _readers_outside(v, rt_set, graph)]
+    fold_inputs = [v for v in rt_inputs if any(u.node in rt_set for u in v.uses())]
+
+    compiletime = None
+    ct_frontier: list[ir.Value] = []
+    if not fold_compile_time and lattice.compile_nodes:
+        ct_set = set(lattice.compile_nodes)
+        ct_frontier = [v for n in lattice.compile_nodes for v in n.outputs
+                       if v.name and _readers_outside(v, ct_set, graph)]
+        compiletime = _extract(model, lattice.compile_nodes, [], ct_frontier,
+                               "compiletime_fold")
+    ct_fed = [v for v in ct_frontier if any(u.node in rt_set for u in v.uses())]
+    runtime = _extract(model, rt_nodes, fold_inputs + ct_fed, frontier, "runtime_fold")
+
+    _cut(model, rt_nodes, frontier)
+    if compiletime is not None:
+        _cut(model, lattice.compile_nodes, ct_frontier)
+    for value in fold_inputs:
+        if not value.uses() and value not in graph.outputs:
+            graph.inputs.remove(value)
+    from onnxfold.pipeline import cleanup
+
+    cleanup(model, constant_inputs=False)
+    manifest = build_manifest(model, runtime, compiletime, [v.name for v in rt_inputs])
+    return SplitModels(model, runtime, compiletime, manifest)
+
+
+def _io(values) -> list[dict]:
+    out = []
+    for v in values:
+        t = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in t.shape.dim] if t.HasField("shape") else None
+        out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(
+            t.elem_type).name if t.elem_type else None, "shape": dims})
+    return out
+
+
+def build_manifest(entry: ir.Model, runtime: onnx.ModelProto,
+                   compiletime: onnx.ModelProto | None, runtime_constants: list[str]) -> dict:
+    from onnxfold import __version__
+
+    return {
+        "format": "onnxfold-split/1",
+        "onnxfold": __version__,
+        "onnx": onnx.__version__,
+        "opsets": {d or "ai.onnx": v for d, v in entry.opset_imports.items()},
+        "runtime_constants": runtime_constants,
+        "runtime_fold": {"file": "runtime_fold.onnx", "inputs": _io(runtime.graph.input),
+                         "outputs": _io(runtime.graph.output)},
+        "compiletime_fold": None if compiletime is None else {
+            "file": "compiletime_fold.onnx", "outputs": _io(compiletime.graph.output)},
+        "entry": {"file": "entry.onnx",
+                  "inputs": [v.name for v in entry.graph.inputs],
+                  "from_fold": [o.name for o in runtime.graph.output]},
+    }
+
+
+def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
+    """Write entry.onnx, runtime_fold.onnx (and compiletime_fold.onnx) and manifest.json."""
+    from onnxfold.io import save_model
+
+    out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    written = [os.path.join(out_dir, "entry.onnx"), os.path.join(out_dir, "runtime_fold.onnx")]
+    save_model(parts.entry, written[0])
+    save_model(ir.serde.deserialize_model(parts.runtime_fold), written[1])
+    if parts.compiletime_fold is not None:
+        written.append(os.path.join(out_dir, "compiletime_fold.onnx"))
+        save_model(ir.serde.deserialize_model(parts.compiletime_fold), written[-1])
+    manifest = os.path.join(out_dir, "manifest.json")
+    tmp = manifest + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(parts.manifest, f, indent=2)
+    os.replace(tmp, manifest)
+    return written + [manifest]
