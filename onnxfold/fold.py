@@ -24,7 +24,7 @@ from onnxfold.analysis import (
     static_shape,
     subgraphs,
 )
-from onnxfold.policy import refuse_growth
+from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_growth
 from onnxfold.pool import BufferPool
 from onnxfold.registry import Decline, FolderRule, RuleRegistry, default_registry
 
@@ -70,6 +70,7 @@ class FoldStats:
     rejected_patterns: Counter = field(default_factory=Counter)
     cleanup_hits: Counter = field(default_factory=Counter)
     pool_peak_bytes: int = 0
+    growth_bytes: int = 0
     rounds: int = 0
 
 
@@ -121,9 +122,15 @@ class GraphFolder:
                                           inputs_are_constant=options.inputs_are_constant,
                                           shape_folding=options.shape_folding)
         self.planned = set(self.plan.foldable)
-        self.policy_refused = self._qdq_policy() + refuse_growth(
-            self.plan, self.planned, graph, options.growth_factor, options.growth_min_bytes,
-            options.max_growth_bytes, options.fold_fp16_casts)
+        qdq_refused = self._qdq_policy()
+        budget = None if options.max_growth_bytes is None else \
+            options.max_growth_bytes - stats.growth_bytes
+        widening = {**(HALF_FLOATS if options.fold_fp16_casts else {}),
+                    **(QUANTIZED if options.fold_qdq else {})}
+        refused, growth = refuse_growth(self.plan, self.planned, graph, options.growth_factor,
+                                        options.growth_min_bytes, budget, widening)
+        stats.growth_bytes += growth
+        self.policy_refused = qdq_refused + refused
         self.keep: set[ir.Value] = set()
         self.readers: Counter = Counter()
         self.provenance: dict[ir.Value, tuple[str, ...]] = {}

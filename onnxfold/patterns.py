@@ -128,8 +128,8 @@ class RewriteContext:
                          type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
                          const_value=ir.Tensor(array, name=name))
         self.graph.register_initializer(value)
-        if self.model.ir_version < 4:
-            self.graph.inputs.append(value)
+        if self.model.ir_version < 4 and self.graph is self.model.graph:
+            self.graph.inputs.append(value)  # IR 3: initializers are inputs (main graph only)
         return value
 
     def replace_output(self, old: ir.Value, new: ir.Value) -> None:

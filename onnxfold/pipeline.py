@@ -71,6 +71,7 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
     disabled = set(options.disabled_rules)
     for _ in range(MAX_ROUNDS):
         folded = stats.folded
+        stats.rejected_patterns.clear()  # like declines: report what the last round saw
         rewritten = rewrite(model, disabled, stats.rejected_patterns, options.inputs_are_constant)
         stats.pattern_hits.update(rewritten)
         fold_model(model, options, stats=stats, pool=pool, progress=progress)

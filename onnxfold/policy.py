@@ -19,7 +19,9 @@ import onnx_ir as ir
 
 from onnxfold.analysis import ConstPlan, static_shape
 
-WIDENED = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+HALF_FLOATS = {ir.DataType.FLOAT16: 2, ir.DataType.BFLOAT16: 2}
+QUANTIZED = {ir.DataType.INT8: 4, ir.DataType.UINT8: 4, ir.DataType.INT16: 2,
+             ir.DataType.UINT16: 2, ir.DataType.INT4: 8, ir.DataType.UINT4: 8}
 
 
 def static_nbytes(value: ir.Value) -> int | None:
@@ -45,9 +47,13 @@ def _origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
 
 def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                   growth_factor: float | None, growth_min_bytes: int,
-                  max_growth_bytes: int | None, fold_fp16_casts: bool,
-                  ) -> list[tuple[ir.Node, str]]:
-    """Remove from ``planned`` the nodes whose kept results would grow the model; say why."""
+                  max_growth_bytes: int | None, widening: dict[ir.DataType, int],
+                  ) -> tuple[list[tuple[ir.Node, str]], int]:
+    """Remove from ``planned`` the nodes whose kept results would grow the model; say why.
+
+    ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
+    the factor their bytes may grow by. Returns the refusals and the growth still planned.
+    """
     origins = _origins(plan)
     refused: list[tuple[ir.Node, str]] = []
     outputs = set(graph.outputs)
@@ -56,9 +62,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
         return value in outputs or any(u.node not in planned for u in value.uses())
 
     def source_bytes(value: ir.Value) -> int:
-        n = static_nbytes(value) or 0
-        widened = fold_fp16_casts and value.dtype in WIDENED
-        return 2 * n if widened else n
+        return (static_nbytes(value) or 0) * widening.get(value.dtype, 1)
 
     changed = True
     while changed:
@@ -92,4 +96,4 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                 planned.discard(node)
                 total -= growth
                 changed = True
-    return refused
+    return refused, sum(g for g, *_rest, node in candidates if g > 0 and node in planned)

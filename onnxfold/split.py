@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import captured_values, plan_graph, why_not_foldable
+from onnxfold.analysis import captured_values, plan_graph, subgraphs, why_not_foldable
 from onnxfold.errors import InputError
 from onnxfold.policy import static_nbytes
 
@@ -51,21 +51,76 @@ def match_inputs(graph: ir.Graph, names_or_patterns: Iterable[str]) -> list[ir.V
     return chosen
 
 
+def _hoist(model: ir.Model, known: set[ir.Value], runtime: set[ir.Value]) -> int:
+    """Move subgraph nodes that read only runtime/compile-time constants to the main graph.
+
+    Such a node computes the same value on every execution of its subgraph, so the split can
+    fold it once like any other runtime constant. Nested subgraphs are hoisted level by level.
+    """
+    graph = model.graph
+    moved = 0
+    for top in list(graph):
+        stack = list(subgraphs(top))
+        while stack:
+            sub = stack.pop()
+            for node in list(sub):
+                stack.extend(subgraphs(node))
+                inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
+                if node.op_type == "Identity" and all(o in sub.outputs for o in node.outputs):
+                    continue  # the subgraph's hand-over of a hoisted value
+                if (not inputs or why_not_foldable(node) or node.op_type == "Constant"
+                        or not all(v in known or v in runtime for v in inputs)
+                        or not any(v in runtime for v in inputs)):
+                    continue
+                sub.remove(node)
+                graph.insert_before(top, node)
+                runtime.update(node.outputs)
+                _keep_subgraph_outputs(sub, node)
+                moved += 1
+    return moved
+
+
+def _keep_subgraph_outputs(sub: ir.Graph, hoisted: ir.Node) -> None:
+    """A subgraph output must be produced inside it: hoisted outputs get an Identity there."""
+    for value in hoisted.outputs:
+        for i, out in enumerate(sub.outputs):
+            if out is value:
+                ident = ir.Node("", "Identity", [value])
+                ident.outputs[0].name = value.name
+                ident.outputs[0].type, ident.outputs[0].shape = value.type, value.shape
+                value.name = f"{value.name}__onnxfold_hoisted"
+                sub.append(ident)
+                sub.outputs[i] = ident.outputs[0]
+
+
 def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value]) -> Lattice:
-    """The three-level constness lattice of the main graph."""
+    """The three-level constness lattice of the main graph (subgraph nodes hoisted into it)."""
     graph = model.graph
     plan = plan_graph(graph, model.ir_version)
-    ct = set(plan.constant)
+    while _hoist(model, set(plan.constant), _runtime_values(graph, plan, runtime_inputs)):
+        plan = plan_graph(graph, model.ir_version)
+    rt_nodes = _runtime_nodes(graph, plan, runtime_inputs)
+    rt = set(runtime_inputs) | {v for n in rt_nodes for v in n.outputs}
+    return Lattice(set(plan.constant), rt, list(plan.foldable), rt_nodes)
+
+
+def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> list[ir.Node]:
+    ct = plan.constant
     rt: set[ir.Value] = set(runtime_inputs)
-    rt_nodes: list[ir.Node] = []
+    nodes: list[ir.Node] = []
     for node in graph:
         if node in plan.foldable or node.op_type == "Constant" or why_not_foldable(node):
             continue
         inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
         if inputs and all(v in ct or v in rt for v in inputs) and any(v in rt for v in inputs):
-            rt_nodes.append(node)
+            nodes.append(node)
             rt.update(node.outputs)
-    return Lattice(ct, rt, list(plan.foldable), rt_nodes)
+    return nodes
+
+
+def _runtime_values(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> set[ir.Value]:
+    nodes = _runtime_nodes(graph, plan, runtime_inputs)
+    return set(runtime_inputs) | {v for n in nodes for v in n.outputs}
 
 
 def _readers_outside(value: ir.Value, group: set[ir.Node], graph: ir.Graph) -> bool:
@@ -164,8 +219,11 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     ``fold_compile_time=False`` leaves compile-time constant subgraphs unfolded in a separate
     ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs.
     """
+    from onnxfold.shapes import infer_shapes
+
     graph = model.graph
     rt_inputs = match_inputs(graph, runtime_constants)
+    infer_shapes(model)  # sizes at the frontier decide where expanding ops go
     lattice = analyse(model, rt_inputs)
     rt_nodes = _keep_expansions_in_entry(lattice.runtime_nodes, graph)
     rt_set = set(rt_nodes)

@@ -1,4 +1,5 @@
-"""Whole-model cleanups run after folding: Identity removal and initializer deduplication."""
+"""Whole-model cleanups run after folding: Identity removal, initializer deduplication and
+the pruning of subgraph initializers that folding left unused."""
 
 from __future__ import annotations
 
@@ -52,6 +53,25 @@ def dedupe_initializers(model: ir.Model) -> int:
                 if keep is value:
                     continue
                 value.replace_all_uses_with(keep)
+                graph.initializers.pop(value.name)
+                removed += 1
+    return removed
+
+
+@cleanup("prune_subgraph_initializers")
+def prune_subgraph_initializers(model: ir.Model) -> int:
+    """Initializers of subgraphs (Loop/If/Scan bodies) that nothing reads any more disappear.
+
+    Folding a body's weight leaves the weight unused, and onnx-ir's unused-node pass only
+    prunes the main graph's initializers: without this the body would keep both.
+    """
+    removed = 0
+    for graph in model.graphs():
+        if graph is model.graph:
+            continue
+        kept = set(graph.inputs) | set(graph.outputs)
+        for value in list(graph.initializers.values()):
+            if not value.uses() and value not in kept:
                 graph.initializers.pop(value.name)
                 removed += 1
     return removed

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.analysis import subgraphs
 from onnxfold.patterns import RewriteContext, pattern
 
 UNARY = ("Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
@@ -68,11 +69,12 @@ def postpone_expand(node: ir.Node, ctx: RewriteContext):
     spec_value = ctx.array(spec)
     if small_shape is None or spec_value is None or any(s is None for s in other_shapes):
         return "shapes not statically known"
+    inner = _broadcast(small_shape, *other_shapes)
     if expand.op_type == "Expand":
         big = _broadcast(small_shape, tuple(int(d) for d in spec_value))
         before = _broadcast(big, *other_shapes) if big is not None else None
-        inner = _broadcast(small_shape, *other_shapes)
-        after = _broadcast(inner, tuple(int(d) for d in spec_value)) if inner else None
+        after = _broadcast(inner, tuple(int(d) for d in spec_value)) \
+            if inner is not None else None  # () is a valid (scalar) shape
         if before is None or before != after:
             return "the broadcast result would change"
     else:  # Tile: only operands that are the same for every tile element
@@ -84,6 +86,8 @@ def postpone_expand(node: ir.Node, ctx: RewriteContext):
                              node.name or node.op_type))
     inner_node.outputs[0].name = ctx.fresh_name(node.outputs[0].name or "postponed")
     inner_node.outputs[0].dtype = node.outputs[0].dtype
+    if inner is not None:  # a known shape lets the next op of a chain be postponed at once
+        inner_node.outputs[0].shape = ir.Shape(inner)
     outer = ir.Node("", expand.op_type, [inner_node.outputs[0], spec],
                     name=ctx.fresh_name(expand.name or expand.op_type))
     outer.outputs[0].name = ctx.fresh_name(node.outputs[0].name or "expanded")
@@ -120,18 +124,31 @@ def constant_of_shape_as_expand(node: ir.Node, ctx: RewriteContext):
     return True
 
 
+def _detach(graph: ir.Graph) -> None:
+    """Make a discarded graph stop using outer values, so that they can be removed."""
+    for inner in graph:
+        for sub in subgraphs(inner):
+            _detach(sub)
+        for i in range(len(inner.inputs)):
+            inner.replace_input_with(i, None)
+    graph.outputs.clear()
+
+
 @pattern("If", name="inline_constant_if")
 def inline_constant_if(node: ir.Node, ctx: RewriteContext):
     """If(c) with a constant condition becomes the nodes of the branch it takes."""
     cond = ctx.array(node.inputs[0])
     if cond is None:
-        return None if not ctx.is_constant(node.inputs[0]) else "condition not folded yet"
+        return None  # not constant, or not folded yet: the fold pass then the next round
     if cond.size != 1:
         return "condition is not a single value"
-    branch = node.attributes["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
-    graph = branch.as_graph()
+    taken, dropped = ("then_branch", "else_branch") if bool(cond.reshape(-1)[0]) \
+        else ("else_branch", "then_branch")
+    graph = node.attributes[taken].as_graph()
     if len(graph.outputs) != len(node.outputs):
         return "branch output count differs"
+    if dropped in node.attributes:
+        _detach(node.attributes[dropped].as_graph())
     for value in list(graph.initializers.values()):
         graph.initializers.pop(value.name)
         value.name = ctx.fresh_name(value.name)

@@ -1,0 +1,99 @@
+"""Splitting around runtime constants: the two models compute what the original computes."""
+
+import json
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from conftest import run_ort
+from onnx import TensorProto, helper
+from weight_models import RUNTIME, D, weight_feeds, weights_as_inputs_model
+
+from onnxfold.errors import InputError
+from onnxfold.split import split_model, write_split
+
+
+def _run_split(parts, feeds):
+    fold = run_ort(parts.runtime_fold, {n: feeds[n] for n in parts.fold_inputs})
+    entry = ir.serde.serialize_model(parts.entry)
+    entry_feeds = {i.name: feeds[i.name] for i in entry.graph.input if i.name in feeds}
+    entry_feeds.update(dict(zip(parts.fold_outputs, fold)))
+    return run_ort(entry, entry_feeds)
+
+
+def test_split_moves_weight_processing_into_runtime_fold(tmp_path):
+    model = weights_as_inputs_model()
+    parts = split_model(ir.serde.deserialize_model(model), RUNTIME)
+    fold_ops = sorted(n.op_type for n in parts.runtime_fold.graph.node)
+    assert fold_ops == ["Cast", "DequantizeLinear", "Transpose"]
+    assert sorted(parts.fold_outputs) == ["bias", "wt"]
+    assert [n.op_type for n in parts.entry.graph] == ["MatMul", "Add"]
+    assert sorted(v.name for v in parts.entry.graph.inputs) == ["bias", "wt", "x"]
+    feeds = weight_feeds()
+    np.testing.assert_allclose(_run_split(parts, feeds)[0], run_ort(model, feeds)[0],
+                               rtol=1e-6, atol=1e-6)
+    written = write_split(parts, tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["runtime_constants"] == RUNTIME
+    assert {o["name"] for o in manifest["runtime_fold"]["outputs"]} == {"bias", "wt"}
+    assert all(onnx.load(p) for p in written if p.endswith(".onnx"))
+
+
+def test_split_hoists_runtime_constants_out_of_subgraphs():
+    model = weights_as_inputs_model(with_if=True)
+    parts = split_model(ir.serde.deserialize_model(model), RUNTIME)
+    # the Cast of the runtime-constant bias inside both If branches is folded once
+    assert [n.op_type for n in parts.runtime_fold.graph.node].count("Cast") == 2
+    branch_ops = [n.op_type for n in parts.entry.graph if n.op_type == "If"]
+    assert branch_ops == ["If"]
+    for flag in (True, False):
+        feeds = weight_feeds(flag=flag)
+        np.testing.assert_allclose(_run_split(parts, feeds)[0], run_ort(model, feeds)[0],
+                                   rtol=1e-6, atol=1e-6)
+
+
+def test_expanding_op_at_the_frontier_stays_in_entry():
+    n = 1024
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["row", "two"], ["row2"]),
+         helper.make_node("Expand", ["row2", "shape"], ["big"]),
+         helper.make_node("Add", ["x", "big"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n]),
+         helper.make_tensor_value_info("row", TensorProto.FLOAT, [1, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+         helper.make_tensor("shape", TensorProto.INT64, [2], [n, n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    parts = split_model(ir.serde.deserialize_model(model), ["row"])
+    assert [n.op_type for n in parts.runtime_fold.graph.node] == ["Mul"]
+    assert [n.op_type for n in parts.entry.graph] == ["Expand", "Add"]
+
+
+def test_compiletime_fold_variant():
+    model = weights_as_inputs_model()
+    graph = model.graph
+    graph.initializer.append(helper.make_tensor("c", TensorProto.FLOAT, [D], [1.0] * D))
+    graph.node.insert(0, helper.make_node("Neg", ["c"], ["nc"]))
+    graph.node.append(helper.make_node("Add", ["y", "nc"], ["y2"]))
+    graph.output[0].name = "y2"
+    parts = split_model(ir.serde.deserialize_model(model), RUNTIME, fold_compile_time=False)
+    assert parts.compiletime_fold is not None
+    assert [n.op_type for n in parts.compiletime_fold.graph.node] == ["Neg"]
+    assert "nc" in {v.name for v in parts.entry.graph.inputs}
+
+
+
+
+
+def test_unknown_runtime_constant_is_a_clear_error():
+    model = weights_as_inputs_model()
+    with pytest.raises(InputError, match="no graph input matches"):
+        split_model(ir.serde.deserialize_model(model), ["nope"])
+
+
+def test_patterns_select_inputs():
+    model = weights_as_inputs_model()
+    parts = split_model(ir.serde.deserialize_model(model), ["w*", "scale", "zp", "bias_*"])
+    assert parts.manifest["runtime_constants"] == RUNTIME

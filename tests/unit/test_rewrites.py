@@ -1,0 +1,328 @@
+"""Pattern rules (rules/rewrites.py) and cleanups (rules/cleanups.py), checked in onnxruntime."""
+
+import numpy as np
+import onnx
+from conftest import make_model, run_ort, tensor, vinfo
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxfold
+from onnxfold.fold import FoldOptions
+from onnxfold.io import save_model
+
+N = 1024  # [N, N] float32 is 4 MiB: over the expansion and growth bounds, so it never folds
+
+
+def fold_proto(proto, tmp_path, options=None):
+    """Fold a ModelProto through the file path API; return (folded proto, report, path)."""
+    src = str(tmp_path / "in.onnx")
+    out = str(tmp_path / "out.onnx")
+    onnx.save(proto, src)
+    result = onnxfold.optimize(src, options or FoldOptions(strict=True))
+    save_model(result.model, out)
+    return onnx.load(out), result.report, out
+
+
+def ops(proto):
+    return [n.op_type for n in proto.graph.node]
+
+
+def inits(proto):
+    return {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+
+
+def assert_same(proto, out, feeds):
+    for a, b in zip(run_ort(proto, feeds), run_ort(out, feeds)):
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def node(proto, op):
+    (found,) = [n for n in proto.graph.node if n.op_type == op]
+    return found
+
+
+# -- postpone_expand -----------------------------------------------------------------------------
+
+def _expand_chain():
+    c = np.arange(N, dtype=np.float32)
+    nodes = [helper.make_node("Expand", ["c", "shape"], ["e"]),
+             helper.make_node("Mul", ["e", "s"], ["m"]),
+             helper.make_node("Add", ["m", "bias"], ["a"]),
+             helper.make_node("Add", ["x", "a"], ["y"])]
+    return make_model(nodes, [vinfo("x", shape=[N, N])], [vinfo("y", shape=[N, N])],
+                      [tensor("c", c), tensor("shape", np.array([N, N], np.int64)),
+                       tensor("s", np.float32(3)), tensor("bias", np.linspace(0, 1, N,
+                                                                              dtype=np.float32))])
+
+
+def test_postpone_expand_folds_the_chain_on_the_small_tensor(tmp_path):
+    proto = _expand_chain()
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Expand", "Add"]
+    assert report.pattern_hits == {"postpone_expand": 2}
+    assert report.patterns_rejected == {}
+    small = inits(folded)[node(folded, "Expand").input[0]]
+    c = np.arange(N, dtype=np.float32)
+    np.testing.assert_array_equal(small, c * np.float32(3) + np.linspace(0, 1, N,
+                                                                         dtype=np.float32))
+    assert report.initializer_bytes_after < report.initializer_bytes_before
+    x = np.random.default_rng(0).standard_normal((N, N)).astype(np.float32)
+    assert_same(proto, out, {"x": x})
+
+
+def test_postpone_expand_can_be_disabled(tmp_path):
+    proto = _expand_chain()
+    folded, report, out = fold_proto(proto, tmp_path,
+                                     FoldOptions(disabled_rules={"postpone_expand"}, strict=True))
+    assert ops(folded) == ["Expand", "Mul", "Add", "Add"]
+    assert report.pattern_hits == {}
+    assert node(folded, "Expand").input[0] == "c"
+    assert_same(proto, out, {"x": np.ones((N, N), np.float32)})
+
+
+def test_postpone_expand_with_a_higher_rank_operand(tmp_path):
+    n = 600  # Expand(c[1,n], [n,n]) + k[3,1,n]: the result is [3,n,n] either way
+    c = np.arange(n, dtype=np.float32).reshape(1, n)
+    k = np.arange(3 * n, dtype=np.float32).reshape(3, 1, n)
+    nodes = [helper.make_node("Expand", ["c", "shape"], ["e"]),
+             helper.make_node("Add", ["e", "k"], ["a"]),
+             helper.make_node("Mul", ["x", "a"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[n, n])], [vinfo("y", shape=[3, n, n])],
+                       [tensor("c", c), tensor("k", k),
+                        tensor("shape", np.array([n, n], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert report.pattern_hits == {"postpone_expand": 1}
+    assert ops(folded) == ["Expand", "Mul"]
+    assert inits(folded)[node(folded, "Expand").input[0]].shape == (3, 1, n)
+    x = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+    assert run_ort(out, {"x": x})[0].shape == (3, n, n)
+    assert_same(proto, out, {"x": x})
+
+
+def test_postpone_expand_leaves_a_dynamic_operand_alone(tmp_path):
+    c = np.arange(N, dtype=np.float32).reshape(1, N)
+    nodes = [helper.make_node("Expand", ["c", "shape"], ["e"]),
+             helper.make_node("Mul", ["e", "x"], ["m"]),
+             helper.make_node("Relu", ["m"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[N, 1])], [vinfo("y", shape=[N, N])],
+                       [tensor("c", c), tensor("shape", np.array([N, N], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Expand", "Mul", "Relu"]
+    assert list(node(folded, "Expand").input) == ["c", "shape"]
+    assert list(node(folded, "Mul").input) == ["e", "x"]
+    assert report.pattern_hits == {}
+    x = np.linspace(-1, 1, N, dtype=np.float32).reshape(N, 1)
+    assert_same(proto, out, {"x": x})
+
+
+def test_postpone_tile_with_a_scalar_operand(tmp_path):
+    c = np.arange(N, dtype=np.float32).reshape(1, N)
+    nodes = [helper.make_node("Tile", ["c", "reps"], ["t"]),
+             helper.make_node("Mul", ["t", "s"], ["m"]),
+             helper.make_node("Add", ["x", "m"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[N, N])], [vinfo("y", shape=[N, N])],
+                       [tensor("c", c), tensor("reps", np.array([N, 1], np.int64)),
+                        tensor("s", np.float32(-2))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Tile", "Add"]
+    assert report.pattern_hits == {"postpone_expand": 1}
+    np.testing.assert_array_equal(inits(folded)[node(folded, "Tile").input[0]], c * -2)
+    x = np.random.default_rng(2).standard_normal((N, N)).astype(np.float32)
+    assert_same(proto, out, {"x": x})
+
+
+def test_postpone_tile_refuses_operands_that_change_the_result(tmp_path):
+    # Tile(c[2,2], [512,512]) + bias[1024]: bias differs per tile element (c + bias is not even
+    # valid); Tile(c[1024], [1024]) * k[1,1]: k adds a dimension the repeats do not cover
+    c2 = np.arange(4, dtype=np.float32).reshape(2, 2)
+    c1 = np.arange(N, dtype=np.float32)
+    nodes = [helper.make_node("Tile", ["c2", "reps2"], ["t2"]),
+             helper.make_node("Add", ["t2", "bias"], ["a2"]),
+             helper.make_node("Add", ["x", "a2"], ["y"]),
+             helper.make_node("Tile", ["c1", "reps1"], ["t1"]),
+             helper.make_node("Mul", ["t1", "k"], ["m1"]),
+             helper.make_node("Add", ["z", "m1"], ["w"])]
+    proto = make_model(nodes, [vinfo("x", shape=[N, N]), vinfo("z", shape=[1, N * N])],
+                       [vinfo("y", shape=[N, N]), vinfo("w", shape=[1, N * N])],
+                       [tensor("c2", c2), tensor("reps2", np.array([N // 2, N // 2], np.int64)),
+                        tensor("bias", np.arange(N, dtype=np.float32) * 0.25),
+                        tensor("c1", c1), tensor("reps1", np.array([N], np.int64)),
+                        tensor("k", np.full((1, 1), 0.5, np.float32))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ops(proto)
+    assert report.pattern_hits == {}
+    assert report.patterns_rejected == {"postpone_expand: Tile with a non-scalar operand": 2}
+    assert [list(n.input) for n in folded.graph.node] == [list(n.input) for n in proto.graph.node]
+    rng = np.random.default_rng(3)
+    assert_same(proto, out, {"x": rng.standard_normal((N, N)).astype(np.float32),
+                             "z": rng.standard_normal((1, N * N)).astype(np.float32)})
+
+
+# -- constant_of_shape_as_expand ------------------------------------------------------------------
+
+def test_constant_of_shape_becomes_an_expand_of_a_folded_scalar(tmp_path):
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["cs"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.0])),
+             helper.make_node("Mul", ["cs", "three"], ["m"]),
+             helper.make_node("Add", ["x", "m"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[N, N])], [vinfo("y", shape=[N, N])],
+                       [tensor("shape", np.array([N, N], np.int64)),
+                        tensor("three", np.float32(3))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Expand", "Add"]
+    assert report.pattern_hits == {"constant_of_shape_as_expand": 1, "postpone_expand": 1}
+    scalar = inits(folded)[node(folded, "Expand").input[0]]
+    assert scalar.shape == () and scalar.dtype == np.float32 and scalar == 6.0
+    assert sum(a.nbytes for a in inits(folded).values()) <= 32
+    x = np.random.default_rng(4).standard_normal((N, N)).astype(np.float32)
+    assert_same(proto, out, {"x": x})
+    folded, _, _ = fold_proto(proto, tmp_path, FoldOptions(
+        disabled_rules={"constant_of_shape_as_expand"}, strict=True))
+    assert ops(folded) == ["ConstantOfShape", "Mul", "Add"]
+
+
+# -- merges and no-ops on dynamic values ----------------------------------------------------------
+
+def test_merge_transposes_on_a_dynamic_value(tmp_path):
+    nodes = [helper.make_node("Transpose", ["x"], ["t1"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 2, 1]),
+             helper.make_node("Relu", ["t2"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3, 4])], [vinfo("y", shape=[3, 4, 2])])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Transpose", "Relu"]
+    assert list(node(folded, "Transpose").attribute[0].ints) == [1, 2, 0]
+    assert report.pattern_hits == {"merge_transposes": 1}
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 10
+    assert_same(proto, out, {"x": x})
+    np.testing.assert_array_equal(run_ort(out, {"x": x})[0],
+                                  np.maximum(x.transpose(1, 2, 0), 0))
+
+
+def test_cancelling_transposes_disappear(tmp_path):
+    nodes = [helper.make_node("Transpose", ["x"], ["t1"], perm=[1, 2, 0]),
+             helper.make_node("Transpose", ["t1"], ["t2"], perm=[2, 0, 1]),
+             helper.make_node("Relu", ["t2"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3, 4])], [vinfo("y", shape=[2, 3, 4])])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Relu"] and list(folded.graph.node[0].input) == ["x"]
+    assert report.pattern_hits == {"merge_transposes": 1}
+    assert_same(proto, out, {"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 10})
+    folded, _, _ = fold_proto(proto, tmp_path, FoldOptions(disabled_rules={"merge_transposes"},
+                                                           strict=True))
+    assert ops(folded) == ["Transpose", "Transpose", "Relu"]
+
+
+def test_merge_transposes_keeps_a_first_transpose_that_is_used_elsewhere(tmp_path):
+    nodes = [helper.make_node("Transpose", ["x"], ["t1"], perm=[1, 0]),
+             helper.make_node("Transpose", ["t1"], ["t2"], perm=[1, 0]),
+             helper.make_node("Relu", ["t2"], ["y"]),
+             helper.make_node("Neg", ["t1"], ["z"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3])],
+                       [vinfo("y", shape=[2, 3]), vinfo("z", shape=[3, 2])])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert sorted(ops(folded)) == ["Neg", "Relu", "Transpose"]
+    assert list(node(folded, "Relu").input) == ["x"]
+    assert_same(proto, out, {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 3})
+
+
+def test_merge_reshapes_on_a_dynamic_value(tmp_path):
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["r1"]),
+             helper.make_node("Reshape", ["r1", "s2"], ["r2"]),
+             helper.make_node("Relu", ["r2"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3, 4])], [vinfo("y", shape=[4, 6])],
+                       [tensor("s1", np.array([6, 4], np.int64)),
+                        tensor("s2", np.array([4, -1], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Reshape", "Relu"]
+    assert list(node(folded, "Reshape").input) == ["x", "s2"]
+    assert report.pattern_hits == {"merge_reshapes": 1}
+    assert_same(proto, out, {"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 10})
+
+
+def test_merge_reshapes_keeps_a_target_that_copies_dimensions(tmp_path):
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["r1"]),
+             helper.make_node("Reshape", ["r1", "s2"], ["r2"]),
+             helper.make_node("Relu", ["r2"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3, 4])], [vinfo("y", shape=[6, 4])],
+                       [tensor("s1", np.array([6, 2, 2], np.int64)),
+                        tensor("s2", np.array([0, -1], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Reshape", "Reshape", "Relu"]
+    assert report.patterns_rejected == {
+        "merge_reshapes: target shape copies dimensions (0 entries)": 1}
+    assert_same(proto, out, {"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4)})
+
+
+def test_drop_noop_cast_reshape_expand_pad(tmp_path):
+    nodes = [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.FLOAT),
+             helper.make_node("Reshape", ["c", "same"], ["r"]),
+             helper.make_node("Expand", ["r", "same"], ["e"]),
+             helper.make_node("Pad", ["e", "zeros"], ["p"]),
+             helper.make_node("Relu", ["p"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3])], [vinfo("y", shape=[2, 3])],
+                       [tensor("same", np.array([2, 3], np.int64)),
+                        tensor("zeros", np.zeros(4, np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Relu"] and list(folded.graph.node[0].input) == ["x"]
+    assert report.pattern_hits == {"drop_noop": 4}
+    assert_same(proto, out, {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 3})
+    folded, _, _ = fold_proto(proto, tmp_path, FoldOptions(disabled_rules={"drop_noop"},
+                                                           strict=True))
+    assert ops(folded) == ops(proto)
+
+
+def test_drop_noop_keeps_real_casts_and_reshapes(tmp_path):
+    nodes = [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.INT32),
+             helper.make_node("Reshape", ["c", "other"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3])], [vinfo("y", TensorProto.INT32, [3, 2])],
+                       [tensor("other", np.array([3, 2], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Cast", "Reshape"] and report.pattern_hits == {}
+    assert_same(proto, out, {"x": np.arange(6, dtype=np.float32).reshape(2, 3) * 1.5})
+
+
+# -- cleanups -----------------------------------------------------------------------------------
+
+def test_remove_identity(tmp_path):
+    nodes = [helper.make_node("Identity", ["x"], ["i"]),
+             helper.make_node("Relu", ["i"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Relu"] and report.cleanup_hits == {"remove_identity": 1}
+    assert_same(proto, out, {"x": np.array([-1, 0, 1], np.float32)})
+    folded, report, _ = fold_proto(proto, tmp_path, FoldOptions(
+        disabled_rules={"remove_identity"}, strict=True))
+    assert ops(folded) == ["Identity", "Relu"] and "remove_identity" not in report.cleanup_hits
+
+
+def _twin_initializers(b_is_input):
+    w = np.linspace(-1, 1, 16, dtype=np.float32)
+    nodes = [helper.make_node("Add", ["x", "a"], ["s"]),
+             helper.make_node("Mul", ["s", "b"], ["y"])]
+    inputs = [vinfo("x", shape=[16])] + ([vinfo("b", shape=[16])] if b_is_input else [])
+    return make_model(nodes, inputs, [vinfo("y", shape=[16])],
+                      [tensor("a", w), tensor("b", w.copy())]), w
+
+
+def test_dedupe_initializers(tmp_path):
+    proto, w = _twin_initializers(b_is_input=False)
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert report.cleanup_hits == {"dedupe_initializers": 1}
+    (only,) = folded.graph.initializer
+    assert [list(n.input) for n in folded.graph.node] == [["x", only.name], ["s", only.name]]
+    x = np.arange(16, dtype=np.float32)
+    assert_same(proto, out, {"x": x})
+    np.testing.assert_array_equal(run_ort(out, {"x": x})[0], (x + w) * w)
+
+
+def test_dedupe_never_touches_an_initializer_that_is_a_graph_input(tmp_path):
+    proto, w = _twin_initializers(b_is_input=True)
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert "dedupe_initializers" not in report.cleanup_hits
+    assert sorted(inits(folded)) == ["a", "b"]
+    assert [i.name for i in folded.graph.input] == ["x", "b"]
+    x = np.arange(16, dtype=np.float32)
+    override = {"x": x, "b": np.full(16, 2, np.float32)}
+    assert_same(proto, out, {"x": x})
+    assert_same(proto, out, override)
+    np.testing.assert_array_equal(run_ort(out, override)[0], (x + w) * 2)
