@@ -16,15 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def _owner(arr: np.ndarray) -> object:
-    """The object that owns ``arr``'s memory: the root ndarray, or a buffer (mmap, bytes)."""
-    base = arr
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    if isinstance(base, memoryview) and base.obj is not None:
-        return base.obj
-    return base
+from onnxfold.arrays import memory_owner, release_pages
 
 
 def _owner_nbytes(owner: object, arr: np.ndarray) -> tuple[int, bool]:
@@ -77,7 +69,7 @@ class BufferPool:
         """
         if key in self._entries:
             raise KeyError(f"value {key!r} is already in the pool")
-        owner = _owner(array)
+        owner = memory_owner(array)
         okey = id(owner)
         rec = self._owners.get(okey)
         if rec is None:
@@ -125,6 +117,7 @@ class BufferPool:
                 self.frees += 1
             else:
                 self.mapped_bytes -= rec[2]
+                release_pages(entry.array)  # a consumed weight leaves the resident set
 
     def keys(self) -> list[Hashable]:
         return list(self._entries)

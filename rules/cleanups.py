@@ -10,6 +10,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import IdentityEliminationPass
 
+from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.patterns import cleanup
 
 
@@ -21,40 +22,55 @@ def remove_identity(model: ir.Model) -> int:
     return before - sum(1 for g in model.graphs() for n in g if n.op_type == "Identity")
 
 
+def _sample_digest(tensor: ir.TensorProtocol) -> bytes:
+    """A digest of 256 elements spread over the tensor: reads at most 256 pages, not all."""
+    arr = tensor.numpy()
+    picks = np.unique(np.linspace(0, max(arr.size - 1, 0), num=min(arr.size, 256),
+                                  dtype=np.int64))
+    digest = hashlib.blake2b(np.asarray(arr.flat[picks]).tobytes(), digest_size=16).digest()
+    release_pages(arr)
+    return digest
+
+
 def _digest(tensor: ir.TensorProtocol) -> bytes:
     arr = tensor.numpy()
-    data = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-    return hashlib.blake2b(memoryview(data.reshape(-1).view(np.uint8)), digest_size=32).digest()
+    data = c_contiguous(arr)
+    digest = hashlib.blake2b(memoryview(data.reshape(-1).view(np.uint8)), digest_size=32)
+    release_pages(arr)
+    return digest.digest()
+
+
+def _groups(values, key) -> list[list[ir.Value]]:
+    grouped: dict = defaultdict(list)
+    for value in values:
+        grouped[key(value)].append(value)
+    return [members for members in grouped.values() if len(members) > 1]
 
 
 @cleanup("dedupe_initializers")
 def dedupe_initializers(model: ir.Model) -> int:
     """Identical initializers (same dtype, shape and bytes) become one; inputs are left alone.
 
-    Only tensors that share dtype and shape with another are hashed, so most weights are never
-    read.
+    Candidates are narrowed by dtype and shape, then by a digest of a few sampled KiB; only
+    tensors that still collide are hashed whole, so distinct weights are barely read.
     """
     removed = 0
     for graph in model.graphs():
-        groups: dict[tuple, list[ir.Value]] = defaultdict(list)
-        for value in graph.initializers.values():
-            tensor = value.const_value
-            if tensor is None or value in graph.inputs or value in graph.outputs \
-                    or tensor.dtype == ir.DataType.STRING:
-                continue
-            groups[(tensor.dtype, tuple(tensor.shape.numpy()))].append(value)
-        for members in groups.values():
-            if len(members) < 2:
-                continue
-            seen: dict[bytes, ir.Value] = {}
-            for value in members:
-                key = _digest(value.const_value)
-                keep = seen.setdefault(key, value)
-                if keep is value:
-                    continue
-                value.replace_all_uses_with(keep)
-                graph.initializers.pop(value.name)
-                removed += 1
+        candidates = [v for v in graph.initializers.values()
+                      if v.const_value is not None and v not in graph.inputs
+                      and v not in graph.outputs and v.const_value.dtype != ir.DataType.STRING]
+        shaped = _groups(candidates, lambda v: (v.const_value.dtype,
+                                                tuple(v.const_value.shape.numpy())))
+        for same_shape in shaped:
+            for same_sample in _groups(same_shape, lambda v: _sample_digest(v.const_value)):
+                seen: dict[bytes, ir.Value] = {}
+                for value in same_sample:
+                    keep = seen.setdefault(_digest(value.const_value), value)
+                    if keep is value:
+                        continue
+                    value.replace_all_uses_with(keep)
+                    graph.initializers.pop(value.name)
+                    removed += 1
     return removed
 
 

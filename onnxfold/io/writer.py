@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.arrays import release_pages
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
 
@@ -91,6 +92,7 @@ def _write_tensor_data(fd: int, tensor: ir.TensorProtocol) -> None:
         if chunk.dtype.byteorder == ">":
             chunk = chunk.byteswap().view(chunk.dtype.newbyteorder("<"))
         _write_all(fd, chunk.view(np.uint8))
+    release_pages(arr)  # a folded view of a mapped weight: its pages are no longer needed
 
 
 def _streamable(tensor: ir.TensorProtocol | None) -> bool:
