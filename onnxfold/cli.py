@@ -76,6 +76,9 @@ def _add_fold_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fold-qdq", action="store_true",
                    help="also fold DequantizeLinear of constant quantized weights (by default "
                         "they stay, so a quantized model stays quantized and small)")
+    p.add_argument("--memory-limit", type=_parse_bytes, default=None,
+                   help="keep the fold pool's heap under this (e.g. 4G): larger intermediates "
+                        "move to memory-mapped temporary files")
     p.add_argument("--skip-check", action="store_true",
                    help="do not run the ONNX checker on the input")
 
@@ -90,7 +93,8 @@ def _fold_options(args: argparse.Namespace):
                        expansion_min_bytes=args.expansion_min, max_tensor_bytes=args.max_tensor,
                        growth_factor=None if args.allow_growth else args.growth_factor,
                        growth_min_bytes=args.growth_min, max_growth_bytes=args.max_growth,
-                       fold_fp16_casts=args.fold_fp16_casts, fold_qdq=args.fold_qdq)
+                       fold_fp16_casts=args.fold_fp16_casts, fold_qdq=args.fold_qdq,
+                       memory_limit=args.memory_limit)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:

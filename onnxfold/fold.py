@@ -24,7 +24,7 @@ from onnxfold.analysis import (
     static_shape,
     subgraphs,
 )
-from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_growth
+from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_growth, static_nbytes
 from onnxfold.pool import BufferPool
 from onnxfold.registry import Decline, FolderRule, RuleRegistry, default_registry
 
@@ -45,6 +45,7 @@ class FoldOptions:
     max_growth_bytes: int | None = None
     fold_fp16_casts: bool = False
     fold_qdq: bool = False
+    memory_limit: int | None = None
     strict: bool = False
 
 
@@ -71,6 +72,8 @@ class FoldStats:
     cleanup_hits: Counter = field(default_factory=Counter)
     pool_peak_bytes: int = 0
     growth_bytes: int = 0
+    spilled: int = 0
+    spilled_bytes: int = 0
     rounds: int = 0
 
 
@@ -252,6 +255,7 @@ class GraphFolder:
         if rule is None:
             return "no rule"
         ins = [] if rule.shape_only else [self.pool.get(v) for v in node.inputs if v is not None]
+        self.pool.make_room(sum(static_nbytes(v) or 0 for v in node.outputs))
         try:
             outs = self._native(node, rule)
             self._size_check(node, outs, ins)
@@ -383,7 +387,7 @@ def fold_model(model: ir.Model, options: FoldOptions | None = None,
     stats = stats or FoldStats()
     stats.declined.clear()  # every round re-examines what is left: report the last one's view
     stats.declined_nodes.clear()
-    pool = pool or BufferPool()
+    pool = BufferPool() if pool is None else pool  # an empty pool is falsy (len 0)
 
     def fold_graph(graph: ir.Graph, outer: set[ir.Value]) -> None:
         folder = GraphFolder(graph, model, options, registry, stats, pool, progress, outer)
@@ -396,6 +400,7 @@ def fold_model(model: ir.Model, options: FoldOptions | None = None,
 
     fold_graph(model.graph, set())
     stats.rounds += 1
+    stats.spilled, stats.spilled_bytes = pool.spilled, pool.spilled_bytes
     return stats
 
 

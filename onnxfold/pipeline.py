@@ -65,7 +65,7 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
         model = load_model(source, check=check)
     before = model_counts(model)
     stats = FoldStats()
-    pool = BufferPool()
+    pool = BufferPool(memory_limit=options.memory_limit)
     if options.shape_folding:
         infer_shapes(model)
     disabled = set(options.disabled_rules)

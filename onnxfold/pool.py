@@ -46,7 +46,8 @@ class _Entry:
 class BufferPool:
     """Reference-counted arrays keyed by value; tracks live and peak heap bytes."""
 
-    def __init__(self, memory_limit: int | None = None) -> None:
+    def __init__(self, memory_limit: int | None = None,
+                 spill_dir: str | None = None) -> None:
         self._entries: dict[Hashable, _Entry] = {}
         self._owners: dict[int, list] = {}  # id(owner) -> [owner, live entry count, bytes, heap]
         self.live_bytes = 0
@@ -55,6 +56,9 @@ class BufferPool:
         self.allocations = 0
         self.frees = 0
         self.memory_limit = memory_limit
+        self.spill_dir = spill_dir
+        self.spilled = 0
+        self.spilled_bytes = 0
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
@@ -86,6 +90,56 @@ class BufferPool:
         self._entries[key] = _Entry(array, count, okey)
         if count <= 0:
             self._drop(key)
+        elif self.memory_limit is not None and self.live_bytes > self.memory_limit:
+            self._spill_until_under_limit()
+
+    def make_room(self, nbytes: int) -> None:
+        """Before allocating ``nbytes``: spill buffers so the result fits under the limit."""
+        if self.memory_limit is not None and self.live_bytes + nbytes > self.memory_limit:
+            self._spill_until_under_limit(self.memory_limit - nbytes)
+
+    def _spill_until_under_limit(self, target: int | None = None) -> None:
+        """Move the largest heap buffers to temporary files (memory-mapped) until under limit.
+
+        Only buffers whose memory no other entry shares are moved, so moving one really frees
+        it. A spilled buffer is read back through the page cache and counts as mapped memory.
+        """
+        candidates = sorted(((rec[2], key) for key, entry in self._entries.items()
+                             for rec in [self._owners[entry.owner_key]]
+                             if rec[3] and rec[1] == 1), key=lambda c: -c[0])
+        target = self.memory_limit if target is None else target
+        for _nbytes, key in candidates:
+            if self.live_bytes <= target:
+                return
+            self._spill(key)
+
+    def _spill(self, key: Hashable) -> None:
+        import os
+        import tempfile
+
+        entry = self._entries[key]
+        array = entry.array
+        fd, path = tempfile.mkstemp(prefix="onnxfold-spill-", suffix=".bin", dir=self.spill_dir)
+        os.close(fd)
+        try:
+            spilled = np.memmap(path, dtype=array.dtype, mode="w+", shape=array.shape or (1,))
+            spilled[...] = array.reshape(spilled.shape)
+            spilled.flush()
+            readonly = np.memmap(path, dtype=array.dtype, mode="r", shape=spilled.shape)
+        finally:
+            os.unlink(path)  # the mapping keeps the data; nothing is left on disk afterwards
+        del spilled
+        if array.ndim == 0:
+            readonly = readonly.reshape(())
+        rec = self._owners.pop(entry.owner_key)
+        self.live_bytes -= rec[2]
+        self.spilled += 1
+        self.spilled_bytes += rec[2]
+        owner = memory_owner(readonly)
+        self._owners[id(owner)] = [owner, 1, array.nbytes, False]
+        self.mapped_bytes += array.nbytes
+        entry.array, entry.owner_key = readonly, id(owner)
+        release_pages(readonly)
 
     def get(self, key: Hashable) -> np.ndarray:
         return self._entries[key].array

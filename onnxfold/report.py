@@ -56,6 +56,8 @@ class Report:
     seconds: float
     pool_peak_bytes: int
     rounds: int
+    pool_spilled: int = 0
+    pool_spilled_bytes: int = 0
     declined: dict[str, int] = field(default_factory=dict)
     declined_nodes: list[dict[str, str]] = field(default_factory=list)
     rule_hits: dict[str, int] = field(default_factory=dict)
@@ -77,6 +79,7 @@ class Report:
             initializer_bytes_after=after.initializer_bytes,
             new_initializers=stats.materialized, seconds=round(seconds, 3),
             pool_peak_bytes=stats.pool_peak_bytes, rounds=stats.rounds,
+            pool_spilled=stats.spilled, pool_spilled_bytes=stats.spilled_bytes,
             declined=dict(stats.declined),
             declined_nodes=[{"node": n, "op": o, "reason": r} for n, o, r in stats.declined_nodes],
             rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])),
@@ -114,7 +117,9 @@ class Report:
             f"{self.folded_fallback} via onnxruntime in {self.fallback_sessions} sessions)",
             f"initializers {_mib(self.initializer_bytes_before)} -> "
             f"{_mib(self.initializer_bytes_after)}  ({self.new_initializers} new)",
-            f"pool peak    {_mib(self.pool_peak_bytes)}",
+            f"pool peak    {_mib(self.pool_peak_bytes)}" + (
+                f" (spilled {self.pool_spilled} buffers, {_mib(self.pool_spilled_bytes)}, "
+                "to stay under the memory limit)" if self.pool_spilled else ""),
             f"time         {self.seconds:.2f} s ({self.rounds} rounds)",
         ]
         rewrites = {**self.pattern_hits, **self.cleanup_hits}

@@ -220,3 +220,24 @@ def test_dequantize_linear_of_weights_is_kept_unless_asked(tmp_path):
     # MatMul with a constant weight runs a prepacked kernel: summation order may differ
     np.testing.assert_allclose(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0],
                                atol=1e-5)
+
+
+def test_memory_limit_keeps_the_pool_under_it(tmp_path):
+    w = np.random.default_rng(2).standard_normal((256, 1024)).astype(np.float32)  # 1 MiB
+    nodes, cur = [], "w"
+    for i, op in enumerate(["Abs", "Sqrt", "Neg", "Exp", "Abs", "Log"]):
+        nodes.append(helper.make_node(op, [cur], [f"c{i}"]))
+        cur = f"c{i}"
+    nodes.append(helper.make_node("MatMul", ["x", cur], ["y"]))
+    proto = make_model(nodes, [vinfo("x", shape=[1, 256])], [vinfo("y", shape=[1, 1024])],
+                       [tensor("w", w)])
+    limit = w.nbytes * 3 // 2  # room for one buffer, not for an input and its output
+    _, unlimited, _ = fold_proto(proto, tmp_path)
+    folded, report, out = fold_proto(proto, tmp_path, FoldOptions(memory_limit=limit,
+                                                                  strict=True))
+    assert unlimited.pool_peak_bytes == 2 * w.nbytes and unlimited.pool_spilled == 0
+    assert report.pool_peak_bytes <= limit and report.pool_spilled >= 5
+    assert ops(folded) == ["MatMul"]
+    x = np.ones((1, 256), np.float32)
+    np.testing.assert_allclose(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0],
+                               rtol=1e-5)

@@ -78,3 +78,32 @@ def test_duplicate_key_rejected():
     pool.put("k", np.ones(3), 1)
     with pytest.raises(KeyError):
         pool.put("k", np.ones(3), 1)
+
+
+def test_memory_limit_spills_largest_buffers_to_disk():
+    pool = BufferPool(memory_limit=3000)
+    a = np.arange(500, dtype=np.float32)  # 2000 B
+    b = np.arange(400, dtype=np.float32)  # 1600 B
+    pool.put("a", a, 1)
+    pool.put("b", b, 1)  # 3600 B > limit: the largest ("a") moves to a file
+    assert pool.live_bytes == 1600 and pool.spilled == 1 and pool.spilled_bytes == 2000
+    assert isinstance(pool.get("a"), np.memmap)
+    np.testing.assert_array_equal(pool.get("a"), np.arange(500, dtype=np.float32))
+    assert pool.peak_bytes == 3600  # the moment before the spill
+    pool.release("a")
+    pool.release("b")
+    assert pool.live_bytes == 0 and pool.mapped_bytes == 0
+
+
+def test_spill_skips_shared_buffers_and_keeps_scalars_scalar():
+    pool = BufferPool(memory_limit=130)
+    base = np.arange(16, dtype=np.int64)  # 128 B
+    pool.put("base", base, 1)
+    pool.put("view", base[::2], 1)  # shares base's memory: spilling it would free nothing
+    pool.put("s", np.array(7, np.int64), 1)  # 136 B > limit: only "s" owns its memory alone
+    assert pool.spilled == 1 and pool.live_bytes == 128
+    assert pool.get("s").shape == () and int(pool.get("s")) == 7
+    pool.release("view")
+    pool.put("t", np.array(8, np.int64), 1)  # now base owns its memory alone: it moves
+    assert pool.spilled == 2 and pool.live_bytes == 8
+    np.testing.assert_array_equal(pool.get("base"), np.arange(16))
