@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxfold.dtypes import np_dtype
+from onnxfold.dtypes import is_float, np_dtype
 from onnxfold.registry import Decline, folder
 
 
@@ -157,8 +157,14 @@ def cast(x, to, saturate=1, round_mode="up"):
         raise Decline(f"cast to {dtype.name} is left to onnxruntime")
     if "int4" in dtype.name or "int2" in dtype.name or "float8" in x.dtype.name:
         raise Decline(f"cast between {x.dtype.name} and {dtype.name} is left to onnxruntime")
-    if np.issubdtype(dtype, np.integer) and x.dtype.kind == "f" and np.any(~np.isfinite(x)):
-        raise Decline("cast of nan/inf to an integer type is implementation-defined")
+    if np.issubdtype(dtype, np.integer) and is_float(x.dtype) and x.size:
+        wide = x.astype(np.float64)
+        if not np.isfinite(wide).all():
+            raise Decline("cast of nan/inf to an integer type is implementation-defined")
+        info = np.iinfo(dtype)
+        if np.trunc(wide).min() < info.min or np.trunc(wide).max() > info.max:
+            raise Decline(f"cast of out-of-range values to {dtype.name} is "
+                          "implementation-defined")
     return x.astype(dtype)
 
 

@@ -232,3 +232,9 @@ def test_clip_nan_passes_through():
     x = np.array([np.nan, -3.0, 0.5, 9.0, -np.inf], np.float32)
     check("Clip", [x, np.array(-1, np.float32), np.array(1, np.float32)], {}, 13)
     check("Clip", [x], {"min": -1.0, "max": 1.0}, 6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cast_declines_out_of_range_to_int(dtype):
+    check_declines("Cast", [np.array([1.0, 300.0], dtype)], {"to": 3}, 13)  # int8
+    check("Cast", [np.array([-128.9, 127.9, -0.5], dtype)], {"to": 3}, 13)  # truncates in range
