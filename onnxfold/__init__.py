@@ -12,10 +12,13 @@ from onnxfold.fold import FoldOptions, FoldStats
 from onnxfold.io import load_model, save_model
 from onnxfold.pipeline import OptimizeResult, optimize
 from onnxfold.report import Report
+from onnxfold.session import Session
+from onnxfold.split import split_model, write_split
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CompareResult", "FoldOptions", "FoldStats", "InputError", "OnnxfoldError", "OptimizeResult",
-    "OutputError", "Report", "compare", "load_model", "optimize", "save_model", "__version__",
+    "OutputError", "Report", "Session", "compare", "load_model", "optimize", "save_model",
+    "split_model", "write_split", "__version__",
 ]
