@@ -105,8 +105,10 @@ class Session:
         self._entry_path = os.path.join(self._tmp.name, "entry.onnx")
         self._entry_layout: dict | None = None
         graph = self.parts.entry.graph
-        self._fold_values = {v.name: v for v in graph.inputs if v.name in
-                             set(self.parts.fold_outputs)}
+        # bound as initializers: the fold's results, and runtime constants entry reads directly
+        bound = set(self.parts.fold_outputs) | set(self.runtime_constants)
+        self._fold_values = {v.name: v for v in graph.inputs if v.name in bound}
+        self._passthrough = [n for n in self._fold_values if n not in self.parts.fold_outputs]
         self._entry_inputs = {v.name for v in graph.inputs} - set(self._fold_values)
         self._lock = threading.Lock()
         self._entry = None
@@ -131,7 +133,7 @@ class Session:
         missing = [n for n in self.runtime_constants if n not in input_feed]
         if missing:
             raise InputError(f"feeds lack the runtime constants {', '.join(missing)}")
-        rt_feeds = {n: np.asarray(input_feed[n]) for n in self.parts.fold_inputs}
+        rt_feeds = {n: np.asarray(input_feed[n]) for n in self.runtime_constants}
         key = self._key(rt_feeds)
         with self._lock:
             if self._entry is None or key != self._folded_key:
@@ -153,7 +155,7 @@ class Session:
 
     def refold(self, input_feed: Mapping[str, np.ndarray]) -> None:
         """Fold again now from ``input_feed``'s runtime constants."""
-        rt_feeds = {n: np.asarray(input_feed[n]) for n in self.parts.fold_inputs}
+        rt_feeds = {n: np.asarray(input_feed[n]) for n in self.runtime_constants}
         with self._lock:
             self._fold(rt_feeds, self._key(rt_feeds))
 
@@ -180,12 +182,14 @@ class Session:
                 folded = {name: stored[name] for name in stored.files}
             self.cache_hits += 1
         else:
-            folded = self.backend.run(rt_feeds) if self.parts.fold_outputs else {}
+            fold_feeds = {n: rt_feeds[n] for n in self.parts.fold_inputs}
+            folded = self.backend.run(fold_feeds) if self.parts.fold_outputs else {}
             if disk is not None:
                 os.makedirs(self.cache_dir, exist_ok=True)
                 tmp = f"{disk}.{os.getpid()}.tmp.npz"
                 np.savez(tmp, **folded)
                 os.replace(tmp, disk)
+        folded.update({n: rt_feeds[n] for n in self._passthrough})
         self._entry = self._entry_session(folded)
         self._folded_key = key
         self.folds += 1
@@ -199,7 +203,7 @@ class Session:
             self._write_entry(folded)
             self._entry_layout = layout
         options = self.sess_options or ort.SessionOptions()
-        names = list(self.parts.fold_outputs)
+        names = list(self._fold_values)
         values = [ort.OrtValue.ortvalue_from_numpy(c_contiguous(folded[n]))
                   for n in names]
         if names:
