@@ -70,14 +70,17 @@ def text_feeds(path: str) -> dict[str, np.ndarray]:
     return feeds
 
 
-def latency(fn, runs: int) -> float:
-    fn()  # warm-up
-    times = []
+def latencies(fns: dict, runs: int) -> dict[str, float]:
+    """Median latency of each function, measured in rotation so drift hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()  # warm-up
     for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
 def bench_model(corpus: str, name: str, runs: int, tmp: str) -> dict:
@@ -100,12 +103,14 @@ def bench_model(corpus: str, name: str, runs: int, tmp: str) -> dict:
     out = session.run(None, all_feeds)[0]
     first = time.perf_counter() - t
     want = prefolded.run(None, dyn_feeds)[0]
+    ms = latencies({"prefolded": lambda: prefolded.run(None, dyn_feeds),
+                    "plain": lambda: plain.run(None, all_feeds),
+                    "session": lambda: session.run(None, all_feeds)}, runs)
     row = {
         "model": name, "weights": len(weight_names),
         "weight_mib": round(sum(a.nbytes for a in weights.values()) / 2**20, 1),
-        "ort_prefolded_ms": 1e3 * latency(lambda: prefolded.run(None, dyn_feeds), runs),
-        "ort_weights_as_inputs_ms": 1e3 * latency(lambda: plain.run(None, all_feeds), runs),
-        "session_ms": 1e3 * latency(lambda: session.run(None, all_feeds), runs),
+        "ort_prefolded_ms": ms["prefolded"], "ort_weights_as_inputs_ms": ms["plain"],
+        "session_ms": ms["session"],
         "session_setup_s": setup, "session_first_call_s": first,
         "fold_s": session.fold_seconds, "folds": session.folds,
         "fold_outputs": len(session.parts.fold_outputs),
