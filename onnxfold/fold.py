@@ -126,6 +126,7 @@ class GraphFolder:
                                           shape_folding=options.shape_folding)
         self.planned = set(self.plan.foldable)
         qdq_refused = self._qdq_policy()
+        self._prune_unreachable()
         budget = None if options.max_growth_bytes is None else \
             options.max_growth_bytes - stats.growth_bytes
         widening = {**(HALF_FLOATS if options.fold_fp16_casts else {}),
@@ -133,10 +134,23 @@ class GraphFolder:
         refused, growth = refuse_growth(self.plan, self.planned, graph, options.growth_factor,
                                         options.growth_min_bytes, budget, widening)
         stats.growth_bytes += growth
+        self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
         self.keep: set[ir.Value] = set()
         self.readers: Counter = Counter()
         self.provenance: dict[ir.Value, tuple[str, ...]] = {}
+
+    def _prune_unreachable(self) -> None:
+        """Unplan nodes downstream of refused ones: their inputs will never be constant."""
+        available = set(self.plan.sources)
+        for node in self.plan.foldable:
+            if node in self.planned and (
+                    node.op_type in SHAPE_ONLY or all(
+                        v is None or v in available for v in
+                        list(node.inputs) + fallback.captured_values(node))):
+                available.update(node.outputs)
+            else:
+                self.planned.discard(node)
 
     def _qdq_policy(self) -> list[tuple[ir.Node, str]]:
         """Quantized weights stay quantized unless ``fold_qdq``: their dequantization stays."""

@@ -245,3 +245,49 @@ def drop_noop(node: ir.Node, ctx: RewriteContext):
         shape_in, shape_out = ctx.shape(src), ctx.shape(out)
         noop = shape_in is not None and shape_in == shape_out
     return _drop(node, ctx) if noop else None
+
+
+@pattern("Transpose", name="transpose_before_widening")
+def transpose_before_widening(node: ir.Node, ctx: RewriteContext):
+    """Transpose(Cast(c)) -> Cast(Transpose(c)); Transpose(DequantizeLinear(q, s, z)) ->
+    DequantizeLinear(Transpose(q), s, z) with the axis moved: for constant ``c``/``q`` the
+    transpose then folds in the narrow dtype, while the widening op may stay (size policy)."""
+    source = node.inputs[0]
+    inner = source.producer() if source is not None else None
+    if inner is None or inner.op_type not in ("Cast", "DequantizeLinear") \
+            or inner.domain not in ("", "ai.onnx") or not ctx.single_use(source):
+        return None
+    narrow = inner.inputs[0]
+    shape = ctx.shape(narrow)
+    if not ctx.is_constant(narrow) or shape is None:
+        return None
+    perm_attr = node.attributes.get("perm")
+    perm = list(perm_attr.as_ints()) if perm_attr is not None else \
+        list(range(len(shape)))[::-1]
+    attributes = [a for a in inner.attributes.values() if a.name != "axis"]
+    if inner.op_type == "DequantizeLinear":
+        if inner.attributes.get("block_size") is not None and \
+                inner.attributes["block_size"].as_int() != 0:
+            return "blocked dequantization"
+        scale_shape = ctx.shape(inner.inputs[1])
+        if scale_shape is None:
+            return "scale shape not known"
+        if int(np.prod(scale_shape)) > 1:
+            axis = inner.attributes["axis"].as_int() if "axis" in inner.attributes else 1
+            attributes.append(ir.AttrInt64("axis", perm.index(axis % len(shape))))
+    moved = ir.Node("", "Transpose", [narrow], attributes=[ir.AttrInt64s("perm", perm)],
+                    name=ctx.fresh_name(node.name or "Transpose"))
+    moved.outputs[0].name = ctx.fresh_name(narrow.name or "transposed")
+    moved.outputs[0].dtype = narrow.dtype
+    moved.outputs[0].shape = ir.Shape([shape[p] for p in perm])
+    widened = ir.Node(inner.domain, inner.op_type, [moved.outputs[0], *inner.inputs[1:]],
+                      attributes=attributes, name=ctx.fresh_name(inner.name or inner.op_type))
+    widened.outputs[0].name = ctx.fresh_name(node.outputs[0].name or "widened")
+    widened.outputs[0].dtype = node.outputs[0].dtype
+    widened.outputs[0].shape = node.outputs[0].shape
+    ctx.graph.insert_before(node, [moved, widened])
+    ctx.replace_output(node.outputs[0], widened.outputs[0])
+    ctx.graph.remove(node, safe=True)
+    if not source.uses() and source not in ctx.graph.outputs:
+        ctx.graph.remove(inner, safe=True)
+    return True

@@ -326,3 +326,38 @@ def test_dedupe_never_touches_an_initializer_that_is_a_graph_input(tmp_path):
     assert_same(proto, out, {"x": x})
     assert_same(proto, out, override)
     np.testing.assert_array_equal(run_ort(out, override)[0], (x + w) * 2)
+
+
+def test_transpose_moves_before_a_refused_cast_and_folds_in_fp16(tmp_path):
+    w = np.random.default_rng(5).standard_normal((1024, 512)).astype(np.float16)  # 1 MiB
+    nodes = [helper.make_node("Cast", ["w"], ["w32"], to=TensorProto.FLOAT),
+             helper.make_node("Transpose", ["w32"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 512])], [vinfo("y", shape=[2, 1024])],
+                       [tensor("w", w)])
+    folded, report, out = fold_proto(proto, tmp_path, FoldOptions(growth_min_bytes=0))
+    assert [n.op_type for n in folded.graph.node] == ["Cast", "MatMul"]  # no runtime Transpose
+    (init,) = folded.graph.initializer
+    assert init.data_type == TensorProto.FLOAT16 and list(init.dims) == [512, 1024]
+    assert report.pattern_hits == {"transpose_before_widening": 1}
+    x = np.random.default_rng(6).standard_normal((2, 512)).astype(np.float32)
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+def test_transpose_moves_before_per_channel_dequantize_with_its_axis(tmp_path):
+    rng = np.random.default_rng(7)
+    q = rng.integers(-128, 128, (96, 64)).astype(np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["w"], axis=0),
+             helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[3, 64])], [vinfo("y", shape=[3, 96])],
+                       [tensor("q", q), tensor("s", rng.random(96).astype(np.float32) / 50),
+                        tensor("z", rng.integers(-3, 3, 96).astype(np.int8))])
+    folded, _, out = fold_proto(proto, tmp_path)
+    ops = [n.op_type for n in folded.graph.node]
+    assert ops == ["DequantizeLinear", "MatMul"]  # stays quantized, transposed once, offline
+    dq = folded.graph.node[0]
+    assert helper.get_attribute_value(dq.attribute[0]) == 1  # channel axis followed the perm
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    np.testing.assert_allclose(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0],
+                               rtol=1e-6, atol=1e-6)
