@@ -178,6 +178,8 @@ def _session(model: ModelRef, label: str):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # failures are raised (and reported) as one line each
+    # no prepacked weight copies: a comparison runs once, and large models must fit
+    options.add_session_config_entry("session.disable_prepacking", "1")
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
         os.fspath(model)
     try:
@@ -419,6 +421,14 @@ def _accumulate(row: OutputDiff, a, b, rtol: float, atol: float) -> None:
     row.mismatches += int((~close).sum())
 
 
+def _run(sess, label: str, outputs: list[str], feeds: dict, run_options) -> list:
+    try:
+        return sess.run(outputs, feeds, run_options)
+    except Exception as e:
+        raise InputError(f"{label}: onnxruntime failed to run it: {_ort_message(e)} "
+                         "(see --dim, --int-range, --inputs)") from None
+
+
 def compare(a: ModelRef, b: ModelRef, *,
             inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None, n: int = 1,
             seed: int = 0, dims: Mapping[str, int] | None = None,
@@ -438,35 +448,34 @@ def compare(a: ModelRef, b: ModelRef, *,
     label_a, label_b = _label(a, "model A"), _label(b, "model B")
     graph_a = _graph(a)
     _graph(b)
-    sess_a, sess_b = _session(a, label_a), _session(b, label_b)
-    for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
-        names_a = [v.name for v in getattr(sess_a, get)()]
-        names_b = [v.name for v in getattr(sess_b, get)()]
-        problem = _names_differ(what, names_a, names_b)
-        if problem:
-            raise InputError(f"{label_a} vs {label_b}: {problem}")
-    types_b = {i.name: i.type for i in sess_b.get_inputs()}
-    for i in sess_a.get_inputs():
-        if types_b[i.name] != i.type:
-            raise InputError(f"{label_a} vs {label_b}: input {i.name} is {i.type} in A but "
-                             f"{types_b[i.name]} in B")
     import onnxruntime as ort
 
     run_options = ort.RunOptions()
     run_options.log_severity_level = 4
+    # one model in memory at a time: A runs every input set, then B (large models fit twice)
+    sess_a = _session(a, label_a)
     feeder = _Inputs(sess_a, label_a, graph_a, _load_given(inputs), dims or {}, int_ranges or {})
-    outputs = [o.name for o in sess_a.get_outputs()]
+    io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
+            for get in ("get_inputs", "get_outputs")}
+    outputs = [name for name, _ in io_a["get_outputs"]]
+    all_feeds = [feeder.feeds(seed + k) for k in range(n)]
+    results_a = [_run(sess_a, label_a, outputs, feeds, run_options) for feeds in all_feeds]
+    del sess_a
+    sess_b = _session(b, label_b)
+    for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
+        problem = _names_differ(what, [name for name, _ in io_a[get]],
+                                [v.name for v in getattr(sess_b, get)()])
+        if problem:
+            raise InputError(f"{label_a} vs {label_b}: {problem}")
+    types_b = {i.name: i.type for i in sess_b.get_inputs()}
+    for name, type_a in io_a["get_inputs"]:
+        if types_b[name] != type_a:
+            raise InputError(f"{label_a} vs {label_b}: input {name} is {type_a} in A but "
+                             f"{types_b[name]} in B")
     rows: dict[str, OutputDiff] = {}
-    for k in range(n):
-        feeds = feeder.feeds(seed + k)
-        results = []
-        for sess, label in ((sess_a, label_a), (sess_b, label_b)):
-            try:
-                results.append(sess.run(outputs, feeds, run_options))
-            except Exception as e:
-                raise InputError(f"{label}: onnxruntime failed to run it: {_ort_message(e)} "
-                                 "(see --dim, --int-range, --inputs)") from None
-        for name, va, vb in zip(outputs, *results):
+    for feeds, result_a in zip(all_feeds, results_a):
+        result_b = _run(sess_b, label_b, outputs, feeds, run_options)
+        for name, va, vb in zip(outputs, result_a, result_b):
             va, vb = _as_array(va), _as_array(vb)
             row = rows.setdefault(name, OutputDiff(name, str(va.dtype), str(vb.dtype),
                                                    list(va.shape), list(vb.shape)))
