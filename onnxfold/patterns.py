@@ -132,6 +132,23 @@ class RewriteContext:
             self.graph.inputs.append(value)  # IR 3: initializers are inputs (main graph only)
         return value
 
+    def add_node(self, op_type: str, inputs: list, before: ir.Node, *, attributes=(),
+                 dtype: ir.DataType | None = None, shape: ir.Shape | None = None,
+                 domain: str = "", base: str | None = None) -> ir.Value:
+        """Insert a one-output node before ``before``; return its (freshly named) output."""
+        node = ir.Node(domain, op_type, inputs, attributes=list(attributes),
+                       name=self.fresh_name(op_type))
+        out = node.outputs[0]
+        out.name = self.fresh_name(base or op_type)
+        out.dtype, out.shape = dtype, shape
+        self.graph.insert_before(before, node)
+        return out
+
+    def replace_node(self, node: ir.Node, new: ir.Value) -> None:
+        """``new`` takes over the only output of ``node``, which leaves the graph."""
+        self.replace_output(node.outputs[0], new)
+        self.graph.remove(node, safe=True)
+
     def replace_output(self, old: ir.Value, new: ir.Value) -> None:
         """Route every use of ``old`` to ``new``, keeping graph output names stable."""
         name = old.name

@@ -80,22 +80,14 @@ def postpone_expand(node: ir.Node, ctx: RewriteContext):
     else:  # Tile: only operands that are the same for every tile element
         if any(int(np.prod(s)) != 1 or len(s) > len(small_shape) for s in other_shapes):
             return "Tile with a non-scalar operand"
-    inputs = [small if j == i else v for j, v in enumerate(node.inputs)]
-    inner_node = ir.Node(node.domain, node.op_type, inputs,
-                         attributes=list(node.attributes.values()), name=ctx.fresh_name(
-                             node.name or node.op_type))
-    inner_node.outputs[0].name = ctx.fresh_name(node.outputs[0].name or "postponed")
-    inner_node.outputs[0].dtype = node.outputs[0].dtype
-    if inner is not None:  # a known shape lets the next op of a chain be postponed at once
-        inner_node.outputs[0].shape = ir.Shape(inner)
-    outer = ir.Node("", expand.op_type, [inner_node.outputs[0], spec],
-                    name=ctx.fresh_name(expand.name or expand.op_type))
-    outer.outputs[0].name = ctx.fresh_name(node.outputs[0].name or "expanded")
-    outer.outputs[0].dtype = node.outputs[0].dtype
-    outer.outputs[0].shape = node.outputs[0].shape
-    ctx.graph.insert_before(node, [inner_node, outer])
-    ctx.replace_output(node.outputs[0], outer.outputs[0])
-    ctx.graph.remove(node, safe=True)
+    out = node.outputs[0]
+    # a known inner shape lets the next op of a chain be postponed in the same sweep
+    small_result = ctx.add_node(
+        node.op_type, [small if j == i else v for j, v in enumerate(node.inputs)], node,
+        attributes=node.attributes.values(), domain=node.domain, dtype=out.dtype,
+        shape=ir.Shape(inner) if inner is not None else None, base=out.name)
+    ctx.replace_node(node, ctx.add_node(expand.op_type, [small_result, spec], node,
+                                        dtype=out.dtype, shape=out.shape, base=out.name))
     if not expanded.uses():
         ctx.graph.remove(expand, safe=True)
     return True
@@ -114,13 +106,9 @@ def constant_of_shape_as_expand(node: ir.Node, ctx: RewriteContext):
     attr = node.attributes.get("value")
     scalar = attr.as_tensor().numpy().reshape(()) if attr is not None else np.float32(0)
     value = ctx.constant_value(np.asarray(scalar), "constant_of_shape_value")
-    expand = ir.Node("", "Expand", [value, node.inputs[0]], name=ctx.fresh_name("Expand"))
-    expand.outputs[0].name = ctx.fresh_name(out.name or "expanded")
-    expand.outputs[0].dtype = ir.DataType.from_numpy(np.asarray(scalar).dtype)
-    expand.outputs[0].shape = out.shape
-    ctx.graph.insert_before(node, expand)
-    ctx.replace_output(out, expand.outputs[0])
-    ctx.graph.remove(node, safe=True)
+    ctx.replace_node(node, ctx.add_node(
+        "Expand", [value, node.inputs[0]], node, shape=out.shape, base=out.name,
+        dtype=ir.DataType.from_numpy(np.asarray(scalar).dtype)))
     return True
 
 
@@ -180,19 +168,15 @@ def merge_transposes(node: ir.Node, ctx: RewriteContext):
     if p1 is None or p2 is None:
         return "perm not given"
     perm = [p1.as_ints()[i] for i in p2.as_ints()]
+    out = node.outputs[0]
     if perm == sorted(perm):
-        if node.outputs[0] in ctx.graph.outputs:
+        if out in ctx.graph.outputs:
             return "identity result is a graph output"
-        ctx.replace_output(node.outputs[0], first.inputs[0])
+        ctx.replace_node(node, first.inputs[0])
     else:
-        merged = ir.Node("", "Transpose", [first.inputs[0]], attributes=[ir.AttrInt64s(
-            "perm", perm)], name=ctx.fresh_name(node.name or "Transpose"))
-        merged.outputs[0].name = ctx.fresh_name(node.outputs[0].name or "transposed")
-        merged.outputs[0].dtype = node.outputs[0].dtype
-        merged.outputs[0].shape = node.outputs[0].shape
-        ctx.graph.insert_before(node, merged)
-        ctx.replace_output(node.outputs[0], merged.outputs[0])
-    ctx.graph.remove(node, safe=True)
+        ctx.replace_node(node, ctx.add_node(
+            "Transpose", [first.inputs[0]], node, attributes=[ir.AttrInt64s("perm", perm)],
+            dtype=out.dtype, shape=out.shape, base=out.name))
     if not source.uses() and source not in ctx.graph.outputs:
         ctx.graph.remove(first, safe=True)
     return True
@@ -275,19 +259,13 @@ def transpose_before_widening(node: ir.Node, ctx: RewriteContext):
         if int(np.prod(scale_shape)) > 1:
             axis = inner.attributes["axis"].as_int() if "axis" in inner.attributes else 1
             attributes.append(ir.AttrInt64("axis", perm.index(axis % len(shape))))
-    moved = ir.Node("", "Transpose", [narrow], attributes=[ir.AttrInt64s("perm", perm)],
-                    name=ctx.fresh_name(node.name or "Transpose"))
-    moved.outputs[0].name = ctx.fresh_name(narrow.name or "transposed")
-    moved.outputs[0].dtype = narrow.dtype
-    moved.outputs[0].shape = ir.Shape([shape[p] for p in perm])
-    widened = ir.Node(inner.domain, inner.op_type, [moved.outputs[0], *inner.inputs[1:]],
-                      attributes=attributes, name=ctx.fresh_name(inner.name or inner.op_type))
-    widened.outputs[0].name = ctx.fresh_name(node.outputs[0].name or "widened")
-    widened.outputs[0].dtype = node.outputs[0].dtype
-    widened.outputs[0].shape = node.outputs[0].shape
-    ctx.graph.insert_before(node, [moved, widened])
-    ctx.replace_output(node.outputs[0], widened.outputs[0])
-    ctx.graph.remove(node, safe=True)
+    moved = ctx.add_node("Transpose", [narrow], node, attributes=[ir.AttrInt64s("perm", perm)],
+                         dtype=narrow.dtype, shape=ir.Shape([shape[p] for p in perm]),
+                         base=narrow.name)
+    out = node.outputs[0]
+    ctx.replace_node(node, ctx.add_node(
+        inner.op_type, [moved, *inner.inputs[1:]], node, attributes=attributes,
+        domain=inner.domain, dtype=out.dtype, shape=out.shape, base=out.name))
     if not source.uses() and source not in ctx.graph.outputs:
         ctx.graph.remove(inner, safe=True)
     return True

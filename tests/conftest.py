@@ -62,6 +62,22 @@ def random_feeds(path, seed=0, int_high=100):
     return feeds
 
 
+def fold_proto(proto, tmp_path, options=None, name="out.onnx"):
+    """Fold a ModelProto through the file path API; return (folded proto, report, path).
+
+    Without options the fold is strict: a rule that raises fails the test.
+    """
+    import onnxfold
+    from onnxfold.fold import FoldOptions
+
+    src = str(tmp_path / "in.onnx")
+    out = str(tmp_path / name)
+    onnx.save(proto, src)
+    result = onnxfold.optimize(src, options or FoldOptions(strict=True))
+    onnxfold.save_model(result.model, out)
+    return onnx.load(out), result.report, out
+
+
 @pytest.fixture
 def save(tmp_path):
     """Save an onnx ModelProto in tmp_path and return its path."""

@@ -4,22 +4,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
+from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.fold import FoldOptions
-from onnxfold.io import save_model
-
-
-def fold_proto(proto, tmp_path, options=None):
-    """Fold a ModelProto through the file path API; return (folded proto, report, path)."""
-    src = str(tmp_path / "in.onnx")
-    out = str(tmp_path / "out.onnx")
-    onnx.save(proto, src)
-    result = onnxfold.optimize(src, options or FoldOptions(strict=True))
-    save_model(result.model, out)
-    return onnx.load(out), result.report, out
 
 
 def ops(proto):

@@ -1,27 +1,15 @@
 """Size policy: the expansion bound, growth refusal, fp16 casts, per-tensor and total limits."""
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
+from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxfold
 from onnxfold.fold import FoldOptions
-from onnxfold.io import save_model
 
 MIB = 1 << 20
 
-
-def fold_proto(proto, tmp_path, options=None, name="out.onnx"):
-    """Fold a ModelProto through the file path API; return (folded proto, report, path)."""
-    src = str(tmp_path / "in.onnx")
-    out = str(tmp_path / name)
-    onnx.save(proto, src)
-    result = onnxfold.optimize(src, options or FoldOptions(strict=True))
-    save_model(result.model, out)
-    return onnx.load(out), result.report, out
 
 
 def ops(proto):

@@ -1,25 +1,13 @@
 """Pattern rules (rules/rewrites.py) and cleanups (rules/cleanups.py), checked in onnxruntime."""
 
 import numpy as np
-import onnx
-from conftest import make_model, run_ort, tensor, vinfo
+from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxfold
 from onnxfold.fold import FoldOptions
-from onnxfold.io import save_model
 
 N = 1024  # [N, N] float32 is 4 MiB: over the expansion and growth bounds, so it never folds
 
-
-def fold_proto(proto, tmp_path, options=None):
-    """Fold a ModelProto through the file path API; return (folded proto, report, path)."""
-    src = str(tmp_path / "in.onnx")
-    out = str(tmp_path / "out.onnx")
-    onnx.save(proto, src)
-    result = onnxfold.optimize(src, options or FoldOptions(strict=True))
-    save_model(result.model, out)
-    return onnx.load(out), result.report, out
 
 
 def ops(proto):
