@@ -180,9 +180,11 @@ class GraphFolder:
         return any(user not in self.planned for user, _ in value.uses())
 
     def _count(self) -> None:
+        """Readers still to come per value: only nodes that will run release their reads."""
         for node in self.plan.foldable:
-            for v in self._reads(node):
-                self.readers[v] += 1
+            if node in self.planned:
+                for v in self._reads(node):
+                    self.readers[v] += 1
 
     def _available(self, value: ir.Value) -> bool:
         if value in self.pool:
@@ -413,6 +415,8 @@ def fold_model(model: ir.Model, options: FoldOptions | None = None,
                 fold_graph(sub, visible)
 
     fold_graph(model.graph, set())
+    if options.strict and len(pool):
+        raise RuntimeError(f"buffers left in the pool after folding: {pool.keys()[:5]}")
     stats.rounds += 1
     stats.spilled, stats.spilled_bytes = pool.spilled, pool.spilled_bytes
     return stats
