@@ -115,6 +115,13 @@ class RewriteContext:
             return tuple(value.const_value.shape.numpy())
         return static_shape(value)
 
+    def producer(self, value: ir.Value | None, *op_types: str) -> ir.Node | None:
+        """The default-domain node of one of ``op_types`` that computes ``value``, if any."""
+        node = value.producer() if value is not None else None
+        if node is None or node.op_type not in op_types or node.domain not in ("", "ai.onnx"):
+            return None
+        return node
+
     def single_use(self, value: ir.Value) -> bool:
         return len(value.uses()) == 1 and value not in self.graph.outputs
 

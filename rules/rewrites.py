@@ -161,8 +161,8 @@ def inline_constant_if(node: ir.Node, ctx: RewriteContext):
 def merge_transposes(node: ir.Node, ctx: RewriteContext):
     """Transpose(Transpose(x, p1), p2) -> Transpose(x, p1[p2]) (or x itself)."""
     source = node.inputs[0]
-    first = source.producer()
-    if first is None or first.op_type != "Transpose" or first.domain not in ("", "ai.onnx"):
+    first = ctx.producer(source, "Transpose")
+    if first is None:
         return None
     p1, p2 = first.attributes.get("perm"), node.attributes.get("perm")
     if p1 is None or p2 is None:
@@ -186,8 +186,8 @@ def merge_transposes(node: ir.Node, ctx: RewriteContext):
 def merge_reshapes(node: ir.Node, ctx: RewriteContext):
     """Reshape(Reshape(x, s1), s2) -> Reshape(x, s2) when s2 has no 0 (copy) entries."""
     source = node.inputs[0]
-    first = source.producer()
-    if first is None or first.op_type != "Reshape" or first.domain not in ("", "ai.onnx"):
+    first = ctx.producer(source, "Reshape")
+    if first is None:
         return None
     target = ctx.array(node.inputs[1])
     if target is None:
@@ -237,9 +237,8 @@ def transpose_before_widening(node: ir.Node, ctx: RewriteContext):
     DequantizeLinear(Transpose(q), s, z) with the axis moved: for constant ``c``/``q`` the
     transpose then folds in the narrow dtype, while the widening op may stay (size policy)."""
     source = node.inputs[0]
-    inner = source.producer() if source is not None else None
-    if inner is None or inner.op_type not in ("Cast", "DequantizeLinear") \
-            or inner.domain not in ("", "ai.onnx") or not ctx.single_use(source):
+    inner = ctx.producer(source, "Cast", "DequantizeLinear")
+    if inner is None or not ctx.single_use(source):
         return None
     narrow = inner.inputs[0]
     shape = ctx.shape(narrow)
