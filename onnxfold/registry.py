@@ -9,7 +9,6 @@ cannot handle a case raises :class:`Decline`; the engine then tries the onnxrunt
 from __future__ import annotations
 
 import importlib
-import inspect
 import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -104,7 +103,7 @@ def folder(
     ops = [op_types] if isinstance(op_types, str) else list(op_types)
 
     def register(fn: Callable) -> Callable:
-        src = f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+        src = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"  # no source parsing
         for op in ops:
             rule_name = name or f"{op}" + (f"_v{since}" if since > 1 or until else "")
             if len(ops) > 1 and name:
