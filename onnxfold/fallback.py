@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import captured_values
+from onnxfold.analysis import captured_values, static_shape
 from onnxfold.arrays import c_contiguous
 
 
@@ -62,7 +62,11 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         feed = {v.name: _to_ort(a) for v, a in feeds.items()}
+        if any(_raw_only(v) for v in wanted):
+            return _run_into_buffers(session, feed, wanted)
         results = session.run_with_ort_values([v.name for v in wanted], feed)
+    except FallbackError:
+        raise
     except Exception as e:  # onnxruntime raises several unrelated exception types
         raise FallbackError(_first_line(e)) from None
     out = []
@@ -70,6 +74,36 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
         if not res.is_tensor():
             raise FallbackError(f"unsupported type: output {value.name} is not a tensor")
         out.append(_from_ort(res))
+    return out
+
+
+def _raw_only(value: ir.Value) -> bool:
+    """onnxruntime's Python API cannot hand these (bfloat16, float8) over as numpy arrays."""
+    if value.dtype is None or value.dtype in (ir.DataType.STRING,):
+        return False
+    dtype = value.dtype.numpy()
+    return dtype.kind == "V" or "bfloat16" in dtype.name or "float8" in dtype.name
+
+
+def _run_into_buffers(session, feed: dict, wanted: Sequence[ir.Value]) -> list[np.ndarray]:
+    """Run with every output bound to a numpy buffer of its statically known shape."""
+    import onnxruntime as ort
+
+    binding = session.io_binding()
+    for name, value in feed.items():
+        binding.bind_ortvalue_input(name, value)
+    out = []
+    for value in wanted:
+        shape = static_shape(value)
+        if shape is None:
+            raise FallbackError(f"unsupported type: {value.dtype.name} output {value.name} of "
+                                "unknown shape")
+        dtype = value.dtype.numpy()
+        buffer = np.empty(shape, np.dtype(f"u{dtype.itemsize}"))
+        binding.bind_ortvalue_output(value.name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            buffer, int(value.dtype)))
+        out.append(buffer.view(dtype))
+    session.run_with_iobinding(binding)
     return out
 
 

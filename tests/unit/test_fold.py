@@ -230,3 +230,19 @@ def test_memory_limit_keeps_the_pool_under_it(tmp_path):
     x = np.ones((1, 256), np.float32)
     np.testing.assert_allclose(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0],
                                rtol=1e-5)
+
+
+def test_fallback_returns_bfloat16_results(tmp_path):
+    import ml_dtypes
+
+    w = np.arange(12, dtype=np.float32).reshape(3, 4).astype(ml_dtypes.bfloat16)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("Cast", ["wt"], ["w32"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "w32"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[4, 3])], [vinfo("y", shape=[4, 3])],
+                       [tensor("w", w)])
+    options = FoldOptions(disabled_rules={"Transpose"}, strict=True)  # through onnxruntime
+    folded, report, out = fold_proto(proto, tmp_path, options)
+    assert ops(folded) == ["Add"] and report.folded_fallback == 1
+    x = np.zeros((4, 3), np.float32)
+    np.testing.assert_array_equal(run_ort(out, {"x": x})[0], w.T.astype(np.float32))
