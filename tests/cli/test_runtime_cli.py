@@ -1,0 +1,68 @@
+"""`onnxfold split` and `onnxfold run` from the shell."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+
+def _model(path):
+    d = 32
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s"], ["w"]),
+             helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, d]),
+                     helper.make_tensor_value_info("wq", TensorProto.INT8, [d, d]),
+                     helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, d])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    rng = np.random.default_rng(0)
+    return {"x": rng.standard_normal((1, d)).astype(np.float32),
+            "wq": rng.integers(-100, 100, (d, d)).astype(np.int8),
+            "s": np.array(0.02, np.float32)}
+
+
+def onnxfold(*args):
+    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_split_writes_the_parts_and_manifest(tmp_path):
+    _model(str(tmp_path / "m.onnx"))
+    proc = onnxfold("split", str(tmp_path / "m.onnx"), "--runtime-const", "wq", "s",
+                    "-o", str(tmp_path / "parts"))
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "parts" / "manifest.json").read_text())
+    assert [o["name"] for o in manifest["runtime_fold"]["outputs"]] == ["wt"]
+    fold = onnx.load(str(tmp_path / "parts" / "runtime_fold.onnx"))
+    assert [n.op_type for n in fold.graph.node] == ["DequantizeLinear", "Transpose"]
+
+
+def test_run_folds_once_and_writes_outputs(tmp_path):
+    feeds = _model(str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    proc = onnxfold("run", str(tmp_path / "m.onnx"), "--runtime-const", "wq", "s", "--inputs",
+                    str(tmp_path / "feeds.npz"), "--repeat", "5", "-o", str(tmp_path / "y.npz"))
+    assert proc.returncode == 0, proc.stderr
+    assert "first call" in proc.stdout and "median" in proc.stdout
+    want = (feeds["x"] @ (feeds["wq"].astype(np.float32) * feeds["s"]).T)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_missing_backend_or_bad_name_is_one_line(tmp_path):
+    feeds = _model(str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    for args in (["--runtime-const", "nope"], ["--runtime-const", "wq", "--backend",
+                                                 "onnx-mlir"]):
+        proc = onnxfold("run", str(tmp_path / "m.onnx"), "--inputs",
+                        str(tmp_path / "feeds.npz"), *args)
+        if "onnx-mlir" in args and proc.returncode == 0:
+            continue  # onnx-mlir is installed here
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
