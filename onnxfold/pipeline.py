@@ -76,8 +76,8 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
         stats.pattern_hits.update(rewritten)
         fold_model(model, options, stats=stats, pool=pool, progress=progress)
         cleanup(model, options.inputs_are_constant)
-        if stats.folded == folded and not rewritten:
-            break
+        if stats.folded == folded:
+            break  # rewrites enable folds within their own round: nothing new will come
         if options.shape_folding:
             infer_shapes(model)
     stats.cleanup_hits.update(run_cleanups(model, disabled))
