@@ -55,7 +55,7 @@ Optimized models live in a temporary directory that is deleted per model once it
 
 Usage (see bench/README.md)::
 
-    python bench/bench_fold.py --corpus /work/corpus --peers-python /work/peers-venv/bin/python
+    python bench/bench_fold.py --corpus ../corpus --peers-python ../peers-venv/bin/python
         [--models bert_base_ts ... | path/to/model.onnx] [--tools onnxfold ort ...] [--repeat N]
         [--tool-timeout 900 [onnxsim=1800 ...]] [--out bench/results] [--build]
 """
@@ -856,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="tools to run, in this order; default: %(default)s")
     ap.add_argument("--peers-python", default=sys.executable,
                     help="interpreter for every tool but onnxfold (e.g. "
-                         "/work/peers-venv/bin/python); default: this one")
+                         "../peers-venv/bin/python); default: this one")
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool (median wall, max RSS)")
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results",
                     help="where results.md / results.json / results.svg go")
