@@ -20,7 +20,7 @@ import onnx
 import onnx_ir as ir
 from onnx import numpy_helper
 
-from onnxfold.fold import FoldOptions, _constant_value
+from onnxfold.fold import FoldOptions, constant_array
 from onnxfold.pipeline import optimize
 
 FOLDED_NATIVE, FOLDED_FALLBACK, DECLINED, GAP, WRONG = (
@@ -36,12 +36,6 @@ class CaseResult:
     outcome: str
     reason: str = ""
     ort_runs: bool = False
-
-
-def _options() -> FoldOptions:
-    # Exactness is what is checked here: no size policy, QDQ folded too.
-    return FoldOptions(fold_qdq=True, expansion_factor=float("inf"),
-                       expansion_min_bytes=1 << 40)
 
 
 def collect_cases() -> list:
@@ -81,15 +75,6 @@ def _as_initializers(model: onnx.ModelProto, inputs: list) -> onnx.ModelProto | 
     return folded
 
 
-def _constant_output(value: ir.Value) -> np.ndarray | None:
-    if value.const_value is not None:
-        return value.const_value.numpy()
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Constant":
-        return _constant_value(producer)
-    return None
-
-
 def _equal(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
     """None when equal within tolerance, else what differs."""
     if got.shape != want.shape:
@@ -116,15 +101,14 @@ def run_case(case, strict: bool = False) -> CaseResult:
         return result
     try:
         ir_model = ir.serde.deserialize_model(model)
-        options = _options()
-        options.strict = strict
+        options = FoldOptions.everything(strict=strict)  # exactness is checked, not policy
         report = optimize(ir_model, options).report
     except Exception as e:
         if strict:
             raise
         result.outcome, result.reason = WRONG, f"crash: {type(e).__name__}: {e}"[:200]
         return result
-    outputs = [_constant_output(v) for v in ir_model.graph.outputs]
+    outputs = [constant_array(v) for v in ir_model.graph.outputs]
     remaining = [n for n in ir_model.graph if n.op_type != "Constant"]
     if any(o is None for o in outputs) or remaining:
         reasons = sorted(report.declined)

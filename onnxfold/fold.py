@@ -48,6 +48,13 @@ class FoldOptions:
     memory_limit: int | None = None
     strict: bool = False
 
+    @classmethod
+    def everything(cls, **overrides) -> FoldOptions:
+        """Fold every constant whatever its size: no expansion or growth bound, QDQ and fp16
+        casts folded (the runtime fold and the exactness tier, where results are needed)."""
+        return cls(growth_factor=None, fold_qdq=True, fold_fp16_casts=True,
+                   expansion_factor=float("inf"), expansion_min_bytes=1 << 62, **overrides)
+
 
 QDQ_KEPT = ("DequantizeLinear",)
 PROVENANCE_KEY = "onnxfold.folded_from"
@@ -102,11 +109,20 @@ def _constant_value(node: ir.Node) -> np.ndarray | None:
     return None
 
 
-def _source_array(value: ir.Value) -> np.ndarray | None:
+def constant_array(value: ir.Value) -> np.ndarray | None:
+    """The data of an initializer or of a Constant node's output; None for anything else."""
+    if value.const_value is not None:
+        return value.const_value.numpy()
     producer = value.producer()
-    if producer is not None:
+    if producer is not None and producer.op_type == "Constant" \
+            and producer.domain in ("", "ai.onnx"):
         return _constant_value(producer)
-    arr = value.const_value.numpy() if value.const_value is not None else None
+    return None
+
+
+def _source_array(value: ir.Value) -> np.ndarray | None:
+    """A constant's data as the pool can hold it (numeric: strings are not folded)."""
+    arr = constant_array(value)
     return None if arr is None or arr.dtype.kind in "OSU" else arr
 
 
@@ -145,9 +161,7 @@ class GraphFolder:
         available = set(self.plan.sources)
         for node in self.plan.foldable:
             if node in self.planned and (
-                    node.op_type in SHAPE_ONLY or all(
-                        v is None or v in available for v in
-                        list(node.inputs) + fallback.captured_values(node))):
+                    node.op_type in SHAPE_ONLY or all(v in available for v in self._reads(node))):
                 available.update(node.outputs)
             else:
                 self.planned.discard(node)

@@ -98,14 +98,9 @@ class RewriteContext:
 
     def array(self, value: ir.Value | None) -> np.ndarray | None:
         """The data of an initializer or Constant output (not of values still to be folded)."""
-        if value is None:
-            return None
         from onnxfold.fold import _source_array
 
-        if value.const_value is None and (value.producer() is None
-                                          or value.producer().op_type != "Constant"):
-            return None
-        return _source_array(value)
+        return None if value is None else _source_array(value)
 
     def shape(self, value: ir.Value | None) -> tuple[int, ...] | None:
         if value is None:

@@ -19,7 +19,7 @@ class Backend:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from onnxfold.errors import OnnxfoldError
-        from onnxfold.fold import FoldOptions
+        from onnxfold.fold import FoldOptions, constant_array
         from onnxfold.pipeline import optimize
 
         model = ir.serde.deserialize_model(onnx.ModelProto.FromString(self.model))
@@ -29,13 +29,11 @@ class Backend:
             graph.inputs.remove(value)
             graph.register_initializer(value)
         # a runtime fold has no size policy: its results are needed whatever their size
-        options = FoldOptions(fallback=self.fallback, growth_factor=None, fold_qdq=True,
-                              fold_fp16_casts=True, expansion_factor=float("inf"),
-                              expansion_min_bytes=1 << 62)
-        optimize(model, options)
+        optimize(model, FoldOptions.everything(fallback=self.fallback))
         out = {}
         for value in graph.outputs:
-            if value.const_value is None:
+            array = constant_array(value)
+            if array is None:
                 raise OnnxfoldError(f"numpy backend could not fold {value.name}")
-            out[value.name] = value.const_value.numpy()
+            out[value.name] = array
         return out

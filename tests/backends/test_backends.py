@@ -123,3 +123,18 @@ def test_mlir_missing_dependency_message():
 def test_unknown_backend():
     with pytest.raises(BackendUnavailable, match="unknown backend"):
         get_backend("tvm")
+
+
+def test_numpy_backend_returns_outputs_made_by_constant_nodes():
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=helper.make_tensor(
+            "v", TensorProto.FLOAT, [2], [1.5, -2.0])),
+         helper.make_node("Neg", ["a"], ["n"])], "consts",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("n", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    got = _run("numpy", model, {"a": np.array([1.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(got["c"], np.array([1.5, -2.0], np.float32))
+    np.testing.assert_array_equal(got["n"], np.array([-1.0, -2.0], np.float32))
