@@ -8,7 +8,7 @@ default domain whose inputs are all constant (and whose subgraphs only capture c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -50,6 +50,17 @@ def captured_values(node: ir.Node) -> list[ir.Value]:
     for sub in subgraphs(node):
         walk(sub)
     return [v for v in used if v not in inner]
+
+
+def external_inputs(nodes: Sequence[ir.Node]) -> list[ir.Value]:
+    """Values read by ``nodes`` (or their subgraphs) that none of them produces, in order."""
+    produced = {v for n in nodes for v in n.outputs}
+    needed: dict[ir.Value, None] = {}
+    for node in nodes:
+        for v in list(node.inputs) + captured_values(node):
+            if v is not None and v not in produced:
+                needed[v] = None
+    return list(needed)
 
 
 def node_label(node: ir.Node) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import captured_values, static_shape
+from onnxfold.analysis import static_shape
 from onnxfold.arrays import c_contiguous
 
 
@@ -112,16 +112,3 @@ def _from_ort(res) -> np.ndarray:
         return res.numpy()
     except Exception as e:
         raise FallbackError(f"cannot read an onnxruntime result: {_first_line(e)}") from None
-
-
-def batch_inputs(nodes: Sequence[ir.Node]) -> list[ir.Value]:
-    """Values read by ``nodes`` (or their subgraphs) that no node of the batch produces."""
-    produced = {v for n in nodes for v in n.outputs}
-    needed: list[ir.Value] = []
-    seen: set[ir.Value] = set()
-    for node in nodes:
-        for v in list(node.inputs) + captured_values(node):
-            if v is not None and v not in produced and v not in seen:
-                seen.add(v)
-                needed.append(v)
-    return needed

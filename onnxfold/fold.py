@@ -18,6 +18,8 @@ from onnxfold import fallback
 from onnxfold.analysis import (
     SHAPE_ONLY,
     ConstPlan,
+    captured_values,
+    external_inputs,
     is_overridable,
     node_label,
     plan_graph,
@@ -183,7 +185,7 @@ class GraphFolder:
         if node.op_type in SHAPE_ONLY and node.domain in ("", "ai.onnx"):
             return [node.inputs[0]] if node.inputs[0] in self.plan.constant else []
         seen: dict[ir.Value, None] = {}
-        for v in list(node.inputs) + fallback.captured_values(node):
+        for v in list(node.inputs) + captured_values(node):
             if v is not None:
                 seen[v] = None
         return list(seen)
@@ -305,7 +307,7 @@ class GraphFolder:
         members = set(batch)
         wanted = [v for n in batch for v in n.outputs if v.name and (
             v in self.graph.outputs or any(u not in members for u, _ in v.uses()))]
-        feeds = {v: self.pool.get(v) for v in fallback.batch_inputs(batch)}
+        feeds = {v: self.pool.get(v) for v in external_inputs(batch)}
         try:
             arrays = fallback.run_nodes(batch, feeds, wanted, dict(self.model.opset_imports),
                                         self.model.ir_version)
@@ -380,7 +382,7 @@ class GraphFolder:
         if self.registry.lookup(node.domain, node.op_type, node.version or self.opset):
             return False
         produced = {v for n in batch for v in n.outputs}
-        inputs = [v for v in node.inputs if v is not None] + fallback.captured_values(node)
+        inputs = [v for v in node.inputs if v is not None] + captured_values(node)
         return all(v in produced or self._available(v) for v in inputs)
 
     # -- materialization ---------------------------------------------------------------------

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import captured_values, plan_graph, subgraphs, why_not_foldable
+from onnxfold.analysis import (
+    captured_values,
+    external_inputs,
+    plan_graph,
+    subgraphs,
+    why_not_foldable,
+)
 from onnxfold.errors import InputError
 from onnxfold.policy import static_nbytes
 
@@ -158,12 +164,7 @@ def _extract(model: ir.Model, nodes: list[ir.Node], inputs: list[ir.Value],
     """A standalone model of ``nodes`` reading ``inputs`` (+ initializers) giving ``outputs``."""
     graph = onnx.GraphProto(name=name)
     members = set(nodes)
-    produced = {v for n in nodes for v in n.outputs}
-    needed: list[ir.Value] = []
-    for node in nodes:
-        for v in list(node.inputs) + captured_values(node):
-            if v is not None and v not in produced and v not in needed:
-                needed.append(v)
+    needed = external_inputs(nodes)
     constants = [n for n in model.graph if n.op_type == "Constant" and n not in members
                  and any(o in needed for o in n.outputs)]
     graph.node.extend(ir.serde.serialize_node(n) for n in constants + nodes)
