@@ -154,7 +154,7 @@ class GraphFolder:
         stats.growth_bytes += growth
         self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
-        self.keep: set[ir.Value] = set()
+        self.keep: dict[ir.Value, None] = {}  # ordered: initializers are added in this order
         self.readers: Counter = Counter()
         self.provenance: dict[ir.Value, tuple[str, ...]] = {}
 
@@ -221,7 +221,7 @@ class GraphFolder:
         for v in self._reads(node):
             if v in self.pool:
                 if v not in self.plan.sources and v not in self.keep:
-                    self.keep.add(v)
+                    self.keep[v] = None
                     self.pool.hold(v)
                 self.pool.release(v)
             elif v in self.plan.sources and self.readers[v] > 0:
@@ -240,7 +240,7 @@ class GraphFolder:
             self.provenance[value] = names
             keep = self._kept_by_graph(value)
             if keep:
-                self.keep.add(value)
+                self.keep[value] = None
             self.pool.put(value, arr, self.readers[value] + int(keep))
         for v in self._reads(node):
             if v in self.pool:

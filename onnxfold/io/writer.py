@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.arrays import release_pages
+from onnxfold.arrays import copy_c_order, release_pages
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
 
@@ -71,13 +71,19 @@ def _copy_range(src_path: str, offset: int, length: int, dst_fd: int) -> None:
 
 
 def _array_chunks(arr: np.ndarray) -> Iterator[np.ndarray]:
-    """Contiguous little-endian pieces of ``arr`` in C order, without copying it whole."""
+    """Contiguous pieces of ``arr`` in C order, without copying it whole.
+
+    Non-contiguous views are copied piece by piece into one reused buffer: each piece must be
+    consumed before the next is asked for.
+    """
     if arr.ndim == 0 or arr.flags.c_contiguous:
         yield np.ascontiguousarray(arr).reshape(-1)
         return
     rows = max(1, _CHUNK // max(1, arr[0].nbytes))
+    buffer = np.empty((min(rows, arr.shape[0]), *arr.shape[1:]), arr.dtype)
     for i in range(0, arr.shape[0], rows):
-        yield np.ascontiguousarray(arr[i : i + rows]).reshape(-1)
+        piece = arr[i : i + rows]
+        yield copy_c_order(piece, buffer[: len(piece)]).reshape(-1)
 
 
 def _write_tensor_data(fd: int, tensor: ir.TensorProtocol) -> None:

@@ -118,3 +118,18 @@ def test_output_is_input(tmp_path):
 def test_bad_option_value():
     proc = onnxfold("optimize", TINY_BERT, "-o", "x.onnx", "--max-tensor", "lots")
     assert proc.returncode == 2 and "not a size" in proc.stderr
+
+
+@pytest.mark.parametrize("model", ["tiny_bert_ts.onnx", "tiny_gpt2_ts.onnx"])
+def test_output_is_byte_identical_across_processes(tmp_path, model):
+    """Hash seeds and memory addresses differ per process; the written model must not."""
+    digests = set()
+    for seed in ("0", "1", "2"):
+        out = tmp_path / f"out{seed}.onnx"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize",
+                               os.path.join(MODELS, model), "-o", str(out), "-q"],
+                              capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        digests.add(out.read_bytes())
+    assert len(digests) == 1

@@ -1,0 +1,29 @@
+"""sympy is imported only when something uses it, and works as usual then."""
+
+import subprocess
+import sys
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_importing_onnxfold_does_not_import_sympy():
+    assert _run("import onnxfold.cli, sys; print('sympy.core' in sys.modules)") == "False"
+
+
+def test_symbolic_dims_still_compute_after_the_deferred_import():
+    out = _run("import onnxfold, onnx_ir as ir\n"
+               "d = ir.SymbolicDim('N')\n"
+               "print(d * 2 + ir.SymbolicDim('max(M, 3)'))\n"
+               "import sympy; print(sympy.Symbol('x') + 1)")
+    assert out.splitlines() == ["2*N + Max(3, M)", "x + 1"]
+
+
+def test_sympy_imported_first_is_left_alone():
+    out = _run("import sympy, onnxfold, sys\n"
+               "print(sys.modules['sympy'] is sympy, type(sympy).__name__)")
+    assert out == "True module"
