@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from onnxfold.analysis import SHAPE_ONLY, static_shape
 from onnxfold.fold import FoldOptions, FoldStats, fold_model
 from onnxfold.io import load_model
 from onnxfold.patterns import rewrite, run_cleanups
@@ -50,6 +51,30 @@ def cleanup(model: ir.Model, constant_inputs: bool) -> None:
     RemoveUnusedNodesPass()(model)
 
 
+def _initializers(model: ir.Model) -> set[ir.Value]:
+    return {v for graph in model.graphs() for v in graph.initializers.values()}
+
+
+def _asks_shapes(model: ir.Model) -> bool:
+    """Whether a Shape/Size node is left: the only folds a better shape can enable."""
+    return any(node.op_type in SHAPE_ONLY for graph in model.graphs() for node in graph)
+
+
+def _may_refine_shapes(model: ir.Model, new_constants: set[ir.Value]) -> bool:
+    """Whether inferring shapes again can reveal more.
+
+    Inference last ran before the fold; what it did not know then are the values of the
+    constants the fold created. Only a node reading one of them, with an output whose shape
+    is not yet static, can get a better shape (and pass it on downstream).
+    """
+    for graph in model.graphs():
+        for node in graph:
+            if any(v in new_constants for v in node.inputs) and any(
+                    static_shape(v) is None for v in node.outputs):
+                return True
+    return False
+
+
 def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = None,
              *, check: bool = True,
              progress: Callable[[int, int], None] | None = None) -> OptimizeResult:
@@ -69,17 +94,22 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
     if options.shape_folding:
         infer_shapes(model)
     disabled = set(options.disabled_rules)
+    news = True  # whether this round can fold what the last one could not
     for _ in range(MAX_ROUNDS):
         folded = stats.folded
         stats.rejected_patterns.clear()  # like declines: report what the last round saw
         rewritten = rewrite(model, disabled, stats.rejected_patterns, options.inputs_are_constant)
         stats.pattern_hits.update(rewritten)
+        if not (news or rewritten):
+            break  # a fold round propagates fully: without new shapes or rewrites it repeats
+        constants = _initializers(model)
         fold_model(model, options, stats=stats, pool=pool, progress=progress)
         cleanup(model, options.inputs_are_constant)
         if stats.folded == folded:
             break  # rewrites enable folds within their own round: nothing new will come
-        if options.shape_folding:
-            infer_shapes(model)
+        refined = options.shape_folding and _may_refine_shapes(
+            model, _initializers(model) - constants) and infer_shapes(model) > 0
+        news = refined and _asks_shapes(model)  # rewrites see the new shapes anyway
     stats.cleanup_hits.update(run_cleanups(model, disabled))
     cleanup(model, options.inputs_are_constant)
     report = Report.build(source, before, model_counts(model), stats,
