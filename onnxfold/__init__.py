@@ -4,25 +4,60 @@
 >>> result = onnxfold.optimize("model.onnx")          # doctest: +SKIP
 >>> onnxfold.save_model(result.model, "folded.onnx")   # doctest: +SKIP
 >>> print(result.report.summary())                     # doctest: +SKIP
+
+The public names are imported on first use, so ``onnxfold optimize`` does not pay for the
+comparison, split and session machinery.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from onnxfold._deferred_imports import defer
 
 defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; folding never needs it
 
+# The function ``compare`` shares its module's name: importing it eagerly keeps the submodule
+# import from ever rebinding ``onnxfold.compare`` to the module.
 from onnxfold.compare import CompareResult, compare  # noqa: E402
-from onnxfold.errors import InputError, OnnxfoldError, OutputError  # noqa: E402
-from onnxfold.fold import FoldOptions, FoldStats  # noqa: E402
-from onnxfold.io import load_model, save_model  # noqa: E402
-from onnxfold.pipeline import OptimizeResult, optimize  # noqa: E402
-from onnxfold.report import Report  # noqa: E402
-from onnxfold.session import Session  # noqa: E402
-from onnxfold.split import split_model, write_split  # noqa: E402
 
 __version__ = "0.1.0"
+
+_HOMES = {
+    "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
+    "FoldOptions": "fold", "FoldStats": "fold",
+    "load_model": "io", "save_model": "io",
+    "OptimizeResult": "pipeline", "optimize": "pipeline",
+    "Report": "report",
+    "Session": "session",
+    "split_model": "split", "write_split": "split",
+}
 
 __all__ = [
     "CompareResult", "FoldOptions", "FoldStats", "InputError", "OnnxfoldError", "OptimizeResult",
     "OutputError", "Report", "Session", "compare", "load_model", "optimize", "save_model",
     "split_model", "write_split", "__version__",
 ]
+
+if TYPE_CHECKING:
+    from onnxfold.errors import InputError, OnnxfoldError, OutputError
+    from onnxfold.fold import FoldOptions, FoldStats
+    from onnxfold.io import load_model, save_model
+    from onnxfold.pipeline import OptimizeResult, optimize
+    from onnxfold.report import Report
+    from onnxfold.session import Session
+    from onnxfold.split import split_model, write_split
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'onnxfold' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"onnxfold.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
