@@ -88,7 +88,7 @@ def test_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     out = tmp_path / "out.onnx"
     out.write_bytes(b"precious")
 
-    def boom(fd, tensor_):
+    def boom(fd, tensor_, scratch_):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(writer, "_write_tensor_data", boom)
