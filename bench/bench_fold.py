@@ -22,7 +22,8 @@ each peer is asked to save external data (``OUT.data``) where its API allows; on
 also switch to it by themselves above 2 GB, onnxfold does (``--external-data auto``). A peer that
 cannot save a large model shows up as crashed.
 
-Measured per tool (``--repeat N`` runs, interleaved between the tools):
+Measured per tool (``--repeat N`` runs, interleaved between the tools; before each run the
+previous outputs are deleted and ``sync`` flushes them, so no tool pays for another's writeback):
 
 * status: ``ok``, ``crashed: <first error line>`` (the exception of the first traceback, the
   first ``[E]`` line, the killing signal, ...), ``timeout (N s)`` (``--tool-timeout``, default
@@ -545,6 +546,7 @@ def bench_model(name: str, src: Path, tools_dir: Path, tmp_root: Path, repeat: i
                 report_path.unlink(missing_ok=True)
                 print(f"[{name}] {tool} run {r + 1}/{repeat}", file=sys.stderr, flush=True)
                 cmd = tool_cmd(tool, src, outputs[tool], report_path, input_bytes, peers_python)
+                os.sync()  # the previous tool's output must not be written back during this run
                 run = run_child(cmd, tmp / f"{tool}_{r}", tool_timeouts[tool], cwd=tmp)
                 runs[tool].append(run)
                 if tool == "onnxfold" and run.rc == 0 and report_path.exists():
