@@ -10,9 +10,11 @@ failure never leaves a half-written output, and the model's own input files are 
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,7 +101,24 @@ def _array_chunks(arr: np.ndarray, scratch: _Scratch) -> Iterator[np.ndarray]:
     rows = max(1, _CHUNK // max(1, arr[0].nbytes))
     for i in range(0, arr.shape[0], rows):
         piece = arr[i : i + rows]
-        yield copy_c_order(piece, scratch.array(piece.shape, piece.dtype)).reshape(-1)
+        out = scratch.array(piece.shape, piece.dtype)
+        half = len(piece) // 2
+        if piece.nbytes >= _PARALLEL_COPY and half:
+            other = _helper().submit(copy_c_order, piece[half:], out[half:])
+            copy_c_order(piece[:half], out[:half])
+            other.result()
+        else:
+            copy_c_order(piece, out)
+        yield out.reshape(-1)
+
+
+_PARALLEL_COPY = 4 << 20
+
+
+@functools.cache
+def _helper() -> ThreadPoolExecutor:
+    """A second thread for copying large transposed views (numpy releases the GIL)."""
+    return ThreadPoolExecutor(1, thread_name_prefix="onnxfold-copy")
 
 
 def _write_tensor_data(fd: int, tensor: ir.TensorProtocol, scratch: _Scratch) -> None:
