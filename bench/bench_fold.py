@@ -28,7 +28,10 @@ previous outputs are deleted and ``sync`` flushes them, so no tool pays for anot
 * status: ``ok``, ``crashed: <first error line>`` (the exception of the first traceback, the
   first ``[E]`` line, the killing signal, ...), ``timeout (N s)`` (``--tool-timeout``, default
   900 s; the process group is killed) or ``not installed``;
-* wall time of the child (median over the runs), including interpreter start-up and imports;
+* wall time of the child (median over the runs), including interpreter start-up and imports,
+  and its user and system CPU time (``os.wait4``, medians): on a VM whose free memory is handed
+  back to the host, touching fresh memory (anonymous or page cache) costs system time that varies
+  from run to run, which is where most of the wall-time noise comes from;
 * peak RSS of the child alone (max over the runs): ``ru_maxrss`` from ``os.wait4`` on its pid.
   Linux carries the parent's RSS high-water mark into a child at ``exec``, so the parent stays
   small (no numpy/onnx imports, all analysis in further children); the RSS of a trivial child,
@@ -211,6 +214,8 @@ class ChildRun:
 
     rc: int
     wall_s: float
+    user_s: float
+    sys_s: float
     maxrss_mib: float
     timed_out: bool
     stderr_tail: str
@@ -291,7 +296,8 @@ def run_child(cmd: list[str], log_stem: Path, timeout: float,
     text = err_path.read_text(errors="replace")
     tail = text.strip().splitlines()[-8:]
     err_line = first_error_line(text, proc.returncode) if proc.returncode != 0 else ""
-    return ChildRun(rc=proc.returncode, wall_s=wall, maxrss_mib=usage.ru_maxrss / 1024,
+    return ChildRun(rc=proc.returncode, wall_s=wall, user_s=usage.ru_utime,
+                    sys_s=usage.ru_stime, maxrss_mib=usage.ru_maxrss / 1024,
                     timed_out=timed_out.is_set(), stderr_tail="\n".join(tail),
                     error_line=err_line)
 
@@ -567,6 +573,8 @@ def bench_model(name: str, src: Path, tools_dir: Path, tmp_root: Path, repeat: i
                 "status": status,
                 "ok": ok,
                 "wall_s": statistics.median(x.wall_s for x in rs),
+                "user_s": statistics.median(x.user_s for x in rs),
+                "sys_s": statistics.median(x.sys_s for x in rs),
                 "peak_rss_mib": rss,
                 "rss_over_input": rss * MiB / input_bytes if input_bytes else None,
                 "runs": [asdict(x) for x in rs],
@@ -669,24 +677,26 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"- RSS floor (trivial `python -c pass` child): {m['rss_floor_mib']} MiB "
         f"(peers' interpreter: {m['peers_rss_floor_mib']} MiB)",
         f"- tool timeouts (s): {timeouts}",
-        "- wall and RSS are whole child processes (interpreter start-up and imports included);"
+        "- wall, CPU (user, sys) and RSS are whole child processes (interpreter start-up and "
+        "imports included);"
         " max abs diff vs the original, both run with ORT_DISABLE_ALL; chart: results.svg",
         "",
-        "| model | tool | status | wall s | peak RSS MiB | RSS / input | cf_shape left "
-        "| output MiB | loads in ORT | max abs diff |",
-        "|---|---|---|--:|--:|--:|--:|--:|:-:|--:|",
+        "| model | tool | status | wall s | user s | sys s | peak RSS MiB | RSS / input "
+        "| cf_shape left | output MiB | loads in ORT | max abs diff |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|:-:|--:|",
     ]
     notes: list[str] = []
     pools: list[str] = []
     for name, res in result["models"].items():
         inp = res["input"]
-        lines.append(f"| {name} | (input) | | | | | {_fmt(inp.get('cf_shape'))} | "
+        lines.append(f"| {name} | (input) | | | | | | | {_fmt(inp.get('cf_shape'))} | "
                      f"{_mib(inp.get('file_bytes'))} | | |")
         for tool in tools:
             t = res["tools"][tool]
             diff = t.get("max_abs_diff")
             lines.append(
                 f"| {name} | {tool} | {_cell(t['status'])} | {_fmt(t['wall_s'], '.2f')} | "
+                f"{_fmt(t.get('user_s'), '.2f')} | {_fmt(t.get('sys_s'), '.2f')} | "
                 f"{_fmt(t['peak_rss_mib'], '.0f')} | {_fmt(t['rss_over_input'], '.2f')} | "
                 f"{_fmt(t.get('cf_shape'))} | {_mib(t.get('output_bytes'))} | "
                 f"{_fmt(t.get('loads_in_ort'))} | {_fmt(diff, '.3g')} |")
