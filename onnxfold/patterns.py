@@ -150,6 +150,11 @@ class RewriteContext:
         self.replace_output(node.outputs[0], new)
         self.graph.remove(node, safe=True)
 
+    def remove_if_unused(self, node: ir.Node) -> None:
+        """Remove ``node`` once a rewrite has moved every reader of its results elsewhere."""
+        if all(not v.uses() and v not in self.graph.outputs for v in node.outputs):
+            self.graph.remove(node, safe=True)
+
     def replace_output(self, old: ir.Value, new: ir.Value) -> None:
         """Route every use of ``old`` to ``new``, keeping graph output names stable."""
         name = old.name

@@ -177,8 +177,7 @@ def merge_transposes(node: ir.Node, ctx: RewriteContext):
         ctx.replace_node(node, ctx.add_node(
             "Transpose", [first.inputs[0]], node, attributes=[ir.AttrInt64s("perm", perm)],
             dtype=out.dtype, shape=out.shape, base=out.name))
-    if not source.uses() and source not in ctx.graph.outputs:
-        ctx.graph.remove(first, safe=True)
+    ctx.remove_if_unused(first)
     return True
 
 
@@ -195,8 +194,7 @@ def merge_reshapes(node: ir.Node, ctx: RewriteContext):
     if (target == 0).any():
         return "target shape copies dimensions (0 entries)"
     node.replace_input_with(0, first.inputs[0])
-    if not source.uses() and source not in ctx.graph.outputs:
-        ctx.graph.remove(first, safe=True)
+    ctx.remove_if_unused(first)
     return True
 
 
@@ -265,6 +263,5 @@ def transpose_before_widening(node: ir.Node, ctx: RewriteContext):
     ctx.replace_node(node, ctx.add_node(
         inner.op_type, [moved, *inner.inputs[1:]], node, attributes=attributes,
         domain=inner.domain, dtype=out.dtype, shape=out.shape, base=out.name))
-    if not source.uses() and source not in ctx.graph.outputs:
-        ctx.graph.remove(inner, safe=True)
+    ctx.remove_if_unused(inner)
     return True
