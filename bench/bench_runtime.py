@@ -160,27 +160,24 @@ def _measure_backend(name: str, runs: int, cache_dir: str) -> dict:
     model, feeds = dq_transpose_model()
     if name == SESSION_FOLDING:
         first, result = ort_session_folding(model, feeds)
-        prepare, steady = 0.0, first
-    else:
+        return {"backend": name, "prepare_s": 0.0, "first_fold_s": first, "fold_s": first,
+                "digests": _digests(result), "routed_to": None}
+    t = time.perf_counter()
+    backend = get_backend(name, **({"cache_dir": cache_dir} if name == "mlir" else {}))
+    backend.prepare(model)
+    prepare = time.perf_counter() - t
+    t = time.perf_counter()
+    result = backend.run(feeds)  # what a Session pays: one fold, right after prepare
+    first = time.perf_counter() - t
+    digests = _digests(result)
+    del result  # dropped, as between the repeated folds
+    times = []
+    for _ in range(max(3, runs // 5)):
         t = time.perf_counter()
-        backend = get_backend(name, **({"cache_dir": cache_dir} if name == "mlir" else {}))
-        backend.prepare(model)
-        prepare = time.perf_counter() - t
-        t = time.perf_counter()
-        result = backend.run(feeds)  # what a Session pays: one fold, right after prepare
-        first = time.perf_counter() - t
-        digests = _digests(result)
-        del result
-        times = []
-        for _ in range(max(3, runs // 5)):
-            t = time.perf_counter()
-            backend.run(feeds)
-            times.append(time.perf_counter() - t)
-        steady = min(times)
-        result = {}
-    return {"backend": name, "prepare_s": prepare, "first_fold_s": first, "fold_s": steady,
-            "digests": _digests(result) if result else digests,
-            "routed_to": getattr(locals().get("backend"), "routed_to", None)}
+        backend.run(feeds)
+        times.append(time.perf_counter() - t)
+    return {"backend": name, "prepare_s": prepare, "first_fold_s": first, "fold_s": min(times),
+            "digests": digests, "routed_to": getattr(backend, "routed_to", None)}
 
 
 def _digests(arrays: dict[str, np.ndarray]) -> dict[str, str]:
