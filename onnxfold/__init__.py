@@ -18,13 +18,10 @@ from onnxfold._deferred_imports import defer
 
 defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; folding never needs it
 
-# The function ``compare`` shares its module's name: importing it eagerly keeps the submodule
-# import from ever rebinding ``onnxfold.compare`` to the module.
-from onnxfold.compare import CompareResult, compare  # noqa: E402
-
 __version__ = "0.1.0"
 
 _HOMES = {
+    "CompareResult": "comparison", "compare": "comparison",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
     "FoldOptions": "fold", "FoldStats": "fold",
     "load_model": "io", "save_model": "io",
@@ -41,6 +38,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from onnxfold.comparison import CompareResult, compare
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
     from onnxfold.fold import FoldOptions, FoldStats
     from onnxfold.io import load_model, save_model

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
-from onnxfold.compare import CompareResult, compare
+from onnxfold.comparison import CompareResult, compare
 from onnxfold.errors import OutputError
 from onnxfold.io import save_model
 from onnxfold.io.writer import SaveInfo, _input_files

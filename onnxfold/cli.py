@@ -154,14 +154,14 @@ def _add_compare_options(p: argparse.ArgumentParser) -> None:
 
 
 def _compare_options(args: argparse.Namespace) -> dict:
-    from onnxfold.compare import parse_dims, parse_int_ranges
+    from onnxfold.comparison import parse_dims, parse_int_ranges
 
     return {"dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
             "seed": args.seed, "rtol": args.rtol, "atol": args.atol}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from onnxfold.compare import compare
+    from onnxfold.comparison import compare
     from onnxfold.errors import OutputError
 
     if args.json and os.path.realpath(args.json) in (os.path.realpath(args.a),
