@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +23,8 @@ import onnx_ir as ir
 from onnxfold.arrays import copy_c_order, release_pages
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
+from onnxfold.io.prefill import OutputPrefill
+from onnxfold.io.tempfiles import temp_beside
 
 STREAM_THRESHOLD = 1024
 PROTOBUF_LIMIT = 2**31 - 1
@@ -167,25 +168,14 @@ def _input_files(model: ir.Model) -> set[str]:
     return files
 
 
-def _temp_beside(path: str) -> tuple[int, str]:
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=directory)
-    except OSError as e:
-        raise OutputError(f"{path}: cannot write here ({e.strerror})") from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    return fd, tmp
-
-
 def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
-               data_name: str | None = None, protect: set[str] | None = None) -> SaveInfo:
+               data_name: str | None = None, protect: set[str] | None = None,
+               prefill: OutputPrefill | None = None) -> SaveInfo:
     """Write ``model`` to ``path``; ``external_data=None`` chooses external data only if needed.
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
-    model's own external-data sources are protected too.
+    model's own external-data sources are protected too. ``prefill``, started for ``path``
+    before folding, provides the (already warm) temporary file to write over.
     """
     path = os.fspath(path)
     data_name = data_name or os.path.basename(path) + ".data"
@@ -217,14 +207,14 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     proto.ClearField("graph")
     head = proto.SerializeToString()
 
-    fd, tmp = _temp_beside(path)
+    fd, tmp = (prefill and prefill.take(path)) or temp_beside(path)
     data_fd = data_tmp = None
     scratch = _Scratch()
     try:
         offset = 0
         headers = []
         if external_data:
-            data_fd, data_tmp = _temp_beside(data_path)
+            data_fd, data_tmp = temp_beside(data_path)
             for name, value in streamed.items():
                 headers.append(_header(name, value.const_value, (data_name, offset)))
                 _write_tensor_data(data_fd, value.const_value, scratch)
@@ -247,6 +237,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
                 written += _write_all(fd, prefix)
                 _write_tensor_data(fd, tensor, scratch)
                 written += tensor.nbytes
+        os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR))  # a prefilled file may be longer
         os.close(fd)
         fd = None
         if data_fd is not None:

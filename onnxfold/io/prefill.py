@@ -1,0 +1,77 @@
+"""Warm the output file's pages on the idle core while the model is read and folded.
+
+Writing a few hundred MB into new page-cache pages is most of what saving costs once the
+weights are laid out, and on virtual machines whose free memory is handed back to the host
+(free page reporting, ballooning) the first touch of each page costs several times more, and
+varies from run to run. Folding is single-threaded Python, so the second core is free: a
+thread fills the output's temporary file with zeros meanwhile, and the writer then overwrites
+pages that are already in the page cache, and truncates the file to the model's size.
+
+Standard library only, so the CLI can start it before numpy, onnx and onnx-ir are imported.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from onnxfold.io.tempfiles import temp_beside
+
+PREFILL_LIMIT = 1 << 30  # bigger outputs take long to fold; zeros kept that long get written back
+_PIECE = 8 << 20
+
+
+class OutputPrefill:
+    """A temporary file beside ``path`` that a background thread fills with ``nbytes`` zeros.
+
+    Pass it to ``save_model(..., prefill=...)``, which takes the file over; if it is never
+    taken, ``discard`` (or leaving the ``with`` block) stops the thread and deletes the file.
+    """
+
+    def __init__(self, path: str | os.PathLike, nbytes: int) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.target = max(0, min(int(nbytes), PREFILL_LIMIT))
+        self.filled = 0
+        self.fd, self.tmp = temp_beside(self.path)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, name="onnxfold-prefill", daemon=True)
+        self._thread.start()
+
+    def _fill(self) -> None:
+        zeros = memoryview(bytes(min(_PIECE, self.target)))
+        try:
+            while self.filled < self.target and not self._stop.is_set():
+                size = min(len(zeros), self.target - self.filled)
+                self.filled += os.pwrite(self.fd, zeros[:size], self.filled)
+        except OSError:
+            pass  # e.g. a full disk: the writer meets it again and reports it
+
+    def _halt(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def take(self, path: str) -> tuple[int, str] | None:
+        """Hand the file over for writing ``path``: ``(fd, temporary path)``, or None if the
+        prefill was made for another file (or already taken)."""
+        if self.fd is None or os.path.abspath(path) != self.path:
+            return None
+        self._halt()
+        taken = (self.fd, self.tmp)
+        self.fd = None
+        return taken
+
+    def discard(self) -> None:
+        """Stop filling and delete the temporary file, unless it was taken."""
+        if self.fd is None:
+            return
+        self._halt()
+        os.close(self.fd)
+        self.fd = None
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+    def __enter__(self) -> OutputPrefill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()

@@ -1,0 +1,78 @@
+"""The output prefill: a warm temporary file that the writer takes over and truncates."""
+
+import os
+
+import numpy as np
+import pytest
+from conftest import make_model, run_ort, tensor, vinfo
+from onnx import helper
+
+from onnxfold.errors import OutputError
+from onnxfold.io import load_model, save_model, writer
+from onnxfold.io.prefill import PREFILL_LIMIT, OutputPrefill
+
+
+def _model(tmp_path, n=256):
+    w = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    path = tmp_path / "in.onnx"
+    path.write_bytes(make_model(nodes, [vinfo("x", shape=[1, n])], [vinfo("y", shape=[1, n])],
+                                [tensor("w", w)]).SerializeToString())
+    return str(path)
+
+
+def _wait_filled(prefill):
+    prefill._thread.join(timeout=60)
+    assert prefill.filled == prefill.target
+
+
+@pytest.mark.parametrize("factor", [0.25, 1.0, 3.0], ids=["shorter", "same", "longer"])
+def test_output_is_identical_with_a_prefill_of_any_length(tmp_path, factor):
+    src = _model(tmp_path)
+    plain, warm = tmp_path / "plain.onnx", tmp_path / "warm.onnx"
+    save_model(load_model(src), plain)
+    prefill = OutputPrefill(warm, int(os.path.getsize(plain) * factor))
+    _wait_filled(prefill)  # the worst case: zeros everywhere the model goes, and beyond
+    save_model(load_model(src), warm, prefill=prefill)
+    prefill.discard()  # taken: a no-op
+    assert warm.read_bytes() == plain.read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["in.onnx", "plain.onnx", "warm.onnx"]
+    x = {"x": np.ones((1, 256), np.float32)}
+    np.testing.assert_array_equal(run_ort(str(warm), x)[0], run_ort(str(plain), x)[0])
+
+
+def test_prefill_for_another_path_is_not_taken(tmp_path):
+    src = _model(tmp_path)
+    with OutputPrefill(tmp_path / "a.onnx", 1 << 20) as prefill:
+        assert prefill.take(str(tmp_path / "b.onnx")) is None
+        save_model(load_model(src), tmp_path / "b.onnx", prefill=prefill)
+        assert os.path.exists(prefill.tmp)
+    assert sorted(os.listdir(tmp_path)) == ["b.onnx", "in.onnx"]  # discarded on exit
+
+
+def test_discard_while_filling_removes_the_file(tmp_path):
+    prefill = OutputPrefill(tmp_path / "out.onnx", PREFILL_LIMIT * 4)
+    assert prefill.target == PREFILL_LIMIT  # capped
+    prefill.discard()
+    assert not prefill._thread.is_alive() and os.listdir(tmp_path) == []
+
+
+def test_failed_save_leaves_neither_output_nor_prefill(tmp_path, monkeypatch):
+    src = _model(tmp_path)
+    out = tmp_path / "out.onnx"
+    out.write_bytes(b"precious")
+
+    def disk_full(fd, tensor_, scratch_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "_write_tensor_data", disk_full)
+    with OutputPrefill(out, 1 << 20) as prefill, pytest.raises(OutputError, match="No space"):
+        save_model(load_model(src), out, prefill=prefill)
+    assert out.read_bytes() == b"precious"
+    assert sorted(os.listdir(tmp_path)) == ["in.onnx", "out.onnx"]
+
+
+def test_unwritable_directory_is_a_clean_error(tmp_path):
+    with pytest.raises(OutputError, match="cannot write here"):
+        OutputPrefill(tmp_path / "missing" / "out.onnx", 1 << 20)
