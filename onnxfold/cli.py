@@ -99,8 +99,6 @@ def _fold_options(args: argparse.Namespace):
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     from onnxfold.errors import OutputError
-    from onnxfold.io import save_model
-    from onnxfold.pipeline import optimize
 
     if os.path.exists(args.output) and os.path.realpath(args.output) == \
             os.path.realpath(args.input):
@@ -108,6 +106,33 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.json and os.path.realpath(args.json) in (os.path.realpath(args.input),
                                                      os.path.realpath(args.output)):
         raise OutputError(f"{args.json}: the JSON report would overwrite a model")
+    with _start_prefill(args) as prefill:
+        return _optimize_and_save(args, prefill)
+
+
+def _start_prefill(args: argparse.Namespace):
+    """Warm the output's temporary file while the model folds (``onnxfold.io.prefill``).
+
+    The output is expected to be about as big as the input .onnx; ``--check`` writes elsewhere
+    first, and small models gain nothing.
+    """
+    import contextlib
+
+    from onnxfold.io.prefill import OutputPrefill
+
+    size = os.path.getsize(args.input) if os.path.isfile(args.input) else 0
+    if args.check or args.no_prefill or size < _PREFILL_MIN:
+        return contextlib.nullcontext()
+    return OutputPrefill(args.output, size)
+
+
+_PREFILL_MIN = 16 << 20
+
+
+def _optimize_and_save(args: argparse.Namespace, prefill) -> int:
+    from onnxfold.io import save_model
+    from onnxfold.pipeline import optimize
+
     checking = _compare_options(args) if args.check else None  # bad --dim fails before folding
     progress = _Progress(sys.stderr.isatty() and not args.quiet)
     try:
@@ -129,7 +154,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             return 1
     else:
         info = save_model(result.model, args.output, external_data=external,
-                          protect={args.input})
+                          protect={args.input}, prefill=prefill)
     report = result.report
     report.output = info.path
     report.external_data = info.data_path
@@ -316,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.add_argument("--explain", action="store_true",
                    help="say why each constant-foldable node that was left alone was not folded")
+    p.add_argument("--no-prefill", action="store_true",
+                   help="do not warm the output file's pages on a second thread while folding")
     _add_fold_options(p)
     p.add_argument("--check", type=int, default=0, metavar="N",
                    help="compare with the input in onnxruntime on N input sets and write "

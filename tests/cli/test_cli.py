@@ -133,3 +133,30 @@ def test_output_is_byte_identical_across_processes(tmp_path, model):
         assert proc.returncode == 0, proc.stderr
         digests.add(out.read_bytes())
     assert len(digests) == 1
+
+
+def test_prefilled_output_equals_unprefilled_and_leaves_no_temporaries(tmp_path):
+    """Inputs over 16 MiB get their output's pages warmed on a second thread while folding."""
+    w = np.random.default_rng(0).standard_normal((2048, 2560)).astype(np.float32)  # 20 MiB
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    src = tmp_path / "big.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", shape=[1, 2560])], [vinfo("y", shape=[1, 2048])],
+                         [tensor("w", w)]), src)
+    outs = {}
+    for flag in ("", "--no-prefill"):
+        out = tmp_path / f"out{flag}.onnx"
+        proc = onnxfold("optimize", str(src), "-o", str(out), "-q", *([flag] if flag else []))
+        assert proc.returncode == 0, proc.stderr
+        outs[flag] = out.read_bytes()
+    assert outs[""] == outs["--no-prefill"]
+    assert sorted(os.listdir(tmp_path)) == ["big.onnx", "out--no-prefill.onnx", "out.onnx"]
+    x = {"x": np.ones((1, 2560), np.float32)}
+    np.testing.assert_array_equal(run_ort(str(tmp_path / "out.onnx"), x)[0],
+                                  run_ort(str(src), x)[0])
+
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x0e" * (20 << 20))
+    assert_clean_error(onnxfold("optimize", str(junk), "-o", str(tmp_path / "j.onnx")),
+                       "not an ONNX model")
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
