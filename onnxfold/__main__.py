@@ -1,5 +1,3 @@
-import sys
+from onnxfold.cli import entry_point
 
-from onnxfold.cli import main
-
-sys.exit(main())
+entry_point()
