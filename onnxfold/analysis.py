@@ -106,10 +106,17 @@ class ConstPlan:
 
 
 def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
-               inputs_are_constant: bool = False, shape_folding: bool = True) -> ConstPlan:
-    """Mark the constant values and the foldable nodes of ``graph``, in topological order."""
+               inputs_are_constant: bool = False, shape_folding: bool = True,
+               constant_inputs: bool = False) -> ConstPlan:
+    """Mark the constant values and the foldable nodes of ``graph``, in topological order.
+
+    ``constant_inputs``: every graph input counts as constant, without data (a runtime-fold
+    model, whose inputs are the runtime constants).
+    """
     plan = ConstPlan()
     plan.constant.update(outer)
+    if constant_inputs:
+        plan.constant.update(graph.inputs)
     plan.sources.update(outer)
     for value in graph.initializers.values():
         if inputs_are_constant or not is_overridable(value, graph, ir_version):

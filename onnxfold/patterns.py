@@ -173,8 +173,11 @@ def _graphs(model: ir.Model) -> list[ir.Graph]:
 
 
 def rewrite(model: ir.Model, disabled: set[str], rejected: Counter | None = None,
-            inputs_are_constant: bool = False) -> Counter:
-    """Apply the enabled pattern rules everywhere until nothing changes; return hits per rule."""
+            inputs_are_constant: bool = False, constant_inputs: bool = False) -> Counter:
+    """Apply the enabled pattern rules everywhere until nothing changes; return hits per rule.
+
+    ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``).
+    """
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op: dict[str, list[PatternRule]] = {}
@@ -186,7 +189,8 @@ def rewrite(model: ir.Model, disabled: set[str], rejected: Counter | None = None
     for _ in range(MAX_ITERATIONS):
         changed = False
         for graph in _graphs(model):
-            plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant)
+            plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
+                              constant_inputs=constant_inputs and graph is model.graph)
             ctx = RewriteContext(graph, model, plan.constant, rejected)
             for node in list(graph):
                 if node.graph is not graph:

@@ -1,7 +1,8 @@
 """Rewrites the ``mlir`` backend applies to a fold model before IREE compiles it.
 
-- ``transpose_before_dequantize`` (ONNX): transpose the integer weight, then dequantize, so the
-  float result is written in order (bitwise the same values).
+- ``transpose_before_dequantize`` (ONNX, through the folding rule ``transpose_before_widening``):
+  transpose the integer weight, then dequantize, so the float result is written in order
+  (bitwise the same values).
 - ``results_to_out_params`` (MLIR): results become arguments the function overwrites, so each
   dispatch stores into memory the caller provides instead of a buffer IREE allocates per call.
 - ``tile_2d_transposes`` (IREE executable configurations): [16, 16] vector tiles for 2-D ops
@@ -19,72 +20,22 @@ import onnx
 
 
 def transpose_before_dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``Transpose(DequantizeLinear(q, s, zp, axis))`` -> ``DequantizeLinear(Transpose(q), ...)``.
+    """``Transpose(DequantizeLinear(q))`` -> ``DequantizeLinear(Transpose(q))`` (and the same
+    for ``Cast``): the folding rule ``transpose_before_widening``, applied with the fold
+    model's inputs, the runtime constants, counted as constants.
 
-    Dequantizing is elementwise, so moving the transpose onto the (4x smaller) integer tensor
-    gives the same floats, bitwise; the quantization axis moves to where ``perm`` puts it.
-    Only when the float tensor has no other consumer and is not a graph output; blocked
-    quantization (``block_size``) is left alone.
+    The transpose then moves the (4x smaller) integer tensor and the float result is written
+    in order; the values are bitwise the same. Returns ``model`` itself if nothing matched.
     """
-    graph = model.graph
-    nodes = list(graph.node)
-    uses: dict[str, int] = {}
-    for node in nodes:
-        for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
-    outputs = {o.name for o in graph.output}
-    producer = {n.output[0]: i for i, n in enumerate(nodes) if n.op_type == "DequantizeLinear"}
-    rank = {v.name: len(v.type.tensor_type.shape.dim) for v in
-            list(graph.input) + list(graph.value_info) + list(graph.output)
-            if v.type.tensor_type.HasField("shape")}
-    rewrites: dict[int, tuple[int, list[int], int]] = {}  # transpose index -> (dq index, ...)
-    for t, node in enumerate(nodes):
-        if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
-            continue
-        d = producer.get(node.input[0])
-        if d is None:
-            continue
-        dq = nodes[d]
-        if dq.domain not in ("", "ai.onnx") or uses.get(dq.output[0]) != 1 \
-                or dq.output[0] in outputs:
-            continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in dq.attribute}
-        if attrs.get("block_size", 0):
-            continue
-        perm = {a.name: list(onnx.helper.get_attribute_value(a))
-                for a in node.attribute}.get("perm")
-        n = len(perm) if perm else rank.get(dq.input[0])
-        if n is None:
-            continue
-        perm = perm or list(reversed(range(n)))
-        axis = attrs.get("axis", 1)
-        axis = axis + n if axis < 0 else axis
-        if not 0 <= axis < n:
-            continue
-        rewrites[t] = (d, perm, perm.index(axis))
-    if not rewrites:
+    import onnx_ir as ir
+
+    from onnxfold.patterns import pattern_rules, rewrite
+
+    ir_model = ir.serde.deserialize_model(model)
+    others = {rule.name for rule in pattern_rules()} - {"transpose_before_widening"}
+    if not rewrite(ir_model, others, constant_inputs=True):
         return model
-    dropped = {d for d, _, _ in rewrites.values()}
-    new_nodes = []
-    for i, node in enumerate(nodes):
-        if i in dropped:
-            continue
-        if i not in rewrites:
-            new_nodes.append(node)
-            continue
-        d, perm, axis = rewrites[i]
-        dq = nodes[d]
-        moved = f"{dq.input[0]}__transposed_for_{node.output[0]}"
-        new_nodes.append(onnx.helper.make_node("Transpose", [dq.input[0]], [moved], perm=perm))
-        new_dq = onnx.helper.make_node("DequantizeLinear", [moved, *dq.input[1:]],
-                                       [node.output[0]], axis=axis)
-        new_dq.attribute.extend(a for a in dq.attribute if a.name != "axis")
-        new_nodes.append(new_dq)
-    new_model = onnx.ModelProto()
-    new_model.CopyFrom(model)
-    del new_model.graph.node[:]
-    new_model.graph.node.extend(new_nodes)
-    return new_model
+    return ir.serde.serialize_model(ir_model)
 
 
 def results_to_out_params(asm: str, func_name: str) -> str:
