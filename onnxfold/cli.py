@@ -118,10 +118,10 @@ def _start_prefill(args: argparse.Namespace):
     """
     import contextlib
 
-    from onnxfold.io.prefill import OutputPrefill
+    from onnxfold.io.prefill import AVAILABLE, OutputPrefill
 
     size = os.path.getsize(args.input) if os.path.isfile(args.input) else 0
-    if args.check or args.no_prefill or size < _PREFILL_MIN:
+    if args.check or args.no_prefill or size < _PREFILL_MIN or not AVAILABLE:
         return contextlib.nullcontext()
     return OutputPrefill(args.output, size)
 

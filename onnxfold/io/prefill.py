@@ -17,6 +17,7 @@ import threading
 
 from onnxfold.io.tempfiles import temp_beside
 
+AVAILABLE = hasattr(os, "pwrite")  # not on Windows
 PREFILL_LIMIT = 1 << 30  # bigger outputs take long to fold; zeros kept that long get written back
 _PIECE = 8 << 20
 
