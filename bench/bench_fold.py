@@ -89,8 +89,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = Path(__file__).resolve().parent
-DEFAULT_MODELS = ["bert_base_ts", "gpt2_small_ts", "syn_chain_big", "syn_expand_postpone",
-                  "syn_fp16_cast", "distilbert_qdq"]
+DEFAULT_MODELS = ["bert_base_ts", "gpt2_small_ts", "vit_base_ts", "syn_chain_big",
+                  "syn_expand_postpone", "syn_fp16_cast", "distilbert_qdq"]
 TOOLS = ("onnxfold", "ort", "onnxsim", "onnxslim", "polygraphy", "graphsurgeon", "onnxscript")
 PEERS = TOOLS[1:]
 MiB = 1 << 20

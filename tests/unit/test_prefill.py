@@ -76,3 +76,20 @@ def test_failed_save_leaves_neither_output_nor_prefill(tmp_path, monkeypatch):
 def test_unwritable_directory_is_a_clean_error(tmp_path):
     with pytest.raises(OutputError, match="cannot write here"):
         OutputPrefill(tmp_path / "missing" / "out.onnx", 1 << 20)
+
+
+def test_external_data_output_over_a_prefill(tmp_path):
+    """The prefilled file becomes the (small) .onnx; the weights go to OUT.data as usual."""
+    src = _model(tmp_path)
+    plain_dir, warm_dir = tmp_path / "plain", tmp_path / "warm"
+    plain_dir.mkdir()
+    warm_dir.mkdir()
+    save_model(load_model(src), plain_dir / "m.onnx", external_data=True)
+    prefill = OutputPrefill(warm_dir / "m.onnx", 1 << 20)
+    _wait_filled(prefill)
+    save_model(load_model(src), warm_dir / "m.onnx", external_data=True, prefill=prefill)
+    for name in ("m.onnx", "m.onnx.data"):
+        assert (warm_dir / name).read_bytes() == (plain_dir / name).read_bytes()
+    assert sorted(os.listdir(warm_dir)) == ["m.onnx", "m.onnx.data"]
+    x = {"x": np.ones((1, 256), np.float32)}
+    np.testing.assert_array_equal(run_ort(str(warm_dir / "m.onnx"), x)[0], run_ort(src, x)[0])
