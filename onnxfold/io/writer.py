@@ -168,6 +168,24 @@ def _input_files(model: ir.Model) -> set[str]:
     return files
 
 
+def _inline_references(model: ir.Model, streamed: set[ir.Value]
+                       ) -> dict[ir.Value, ir.TensorProtocol]:
+    """Give every initializer that is not streamed but still refers to the input's files (a
+    small tensor, or one in a subgraph) its data, so that the serializer writes the bytes rather
+    than a path that does not exist beside the output; returns the replaced references."""
+    replaced = {}
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if value in streamed or not isinstance(tensor, ir.ExternalTensor) or \
+                    getattr(tensor, "is_placeholder", False):
+                continue
+            replaced[value] = tensor
+            value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name,
+                                          metadata_props=dict(tensor.metadata_props))
+    return replaced
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
                data_name: str | None = None, protect: set[str] | None = None,
                prefill: OutputPrefill | None = None) -> SaveInfo:
@@ -196,6 +214,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
         raise OutputError(f"{path}: {total} bytes of weights exceed protobuf's 2 GiB limit; "
                           "use external data")
 
+    inlined = _inline_references(model, set(streamed.values()))
     for name in streamed:
         graph.initializers.pop(name)
     try:
@@ -203,6 +222,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     finally:
         for value in streamed.values():
             graph.register_initializer(value)
+        for value, reference in inlined.items():
+            value.const_value = reference
     graph_bytes = proto.graph.SerializeToString()
     proto.ClearField("graph")
     head = proto.SerializeToString()

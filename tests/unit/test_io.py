@@ -105,3 +105,24 @@ def test_refuses_to_overwrite_its_own_inputs(tmp_path):
         save_model(model, str(tmp_path / "x.onnx"), external_data=True, data_name="mlp.onnx.data")
     with pytest.raises(OutputError, match="overwrite an input"):
         save_model(model, path)
+
+
+@pytest.mark.parametrize("external_out", [None, True], ids=["auto", "external"])
+def test_small_external_weights_are_written_into_the_output(tmp_path, external_out):
+    """Tensors too small to stream used to keep their reference to the input's data file, a
+    path that does not exist beside an output in another directory."""
+    src_dir, out_dir = tmp_path / "in", tmp_path / "out"
+    src_dir.mkdir()
+    out_dir.mkdir()
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y0"]),
+             helper.make_node("Add", ["y0", "b"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[1, 64])], [vinfo("y", shape=[1, 64])],
+                       [tensor("w", w), tensor("b", np.float32([0.5]))])
+    src = str(src_dir / "m.onnx")
+    onnx.save(proto, src, save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    out = str(out_dir / "m.onnx")
+    save_model(load_model(src), out, external_data=external_out)
+    x = {"x": np.ones((1, 64), np.float32)}
+    np.testing.assert_array_equal(run_ort(out, x)[0], run_ort(src, x)[0])
+    assert load_model(src).graph.initializers["b"].const_value.numpy() == 0.5  # input untouched
