@@ -1,35 +1,31 @@
 """Save an onnx-ir model by streaming its weights, atomically.
 
 The graph is serialized without its large initializers; each of them is then appended to the
-file as a protobuf field written piece by piece: weights still on disk are copied file-to-file,
-folded arrays are written from their buffers (non-contiguous views in chunks). No full
-in-memory protobuf of the model is ever built. Models whose weights exceed the protobuf limit
-are written with external data. Everything goes to temporary files renamed at the end, so a
-failure never leaves a half-written output, and the model's own input files are never targets.
+file as a protobuf field whose bytes ``onnxfold.io.segments`` writes in place: weights still on
+disk are copied file-to-file, folded arrays are written from their buffers (non-contiguous views
+in chunks). No full in-memory protobuf of the model is ever built. Models whose weights exceed
+the protobuf limit are written with external data. Everything goes to temporary files renamed
+at the end, so a failure never leaves a half-written output, and the model's own input files
+are never targets.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.arrays import copy_c_order, release_pages
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
+from onnxfold.io import segments
 from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.tempfiles import temp_beside
 
 STREAM_THRESHOLD = 1024
 PROTOBUF_LIMIT = 2**31 - 1
 EMBED_LIMIT = 1_800_000_000  # leave headroom under protobuf's 2 GiB for the graph itself
-_CHUNK = 16 << 20
 
 
 @dataclass
@@ -40,101 +36,6 @@ class SaveInfo:
     data_path: str | None
     bytes_written: int
     streamed_tensors: int
-
-
-def _write_all(fd: int, data) -> int:
-    view = memoryview(data).cast("B")
-    done = 0
-    while done < len(view):
-        done += os.write(fd, view[done:])
-    return done
-
-
-def _copy_range(src_path: str, offset: int, length: int, dst_fd: int) -> None:
-    with open(src_path, "rb") as src:
-        left = length
-        pos = offset
-        try:
-            while left:
-                n = os.copy_file_range(src.fileno(), dst_fd, left, pos)
-                if n == 0:
-                    raise OSError("short copy")
-                pos += n
-                left -= n
-            return
-        except OSError:
-            pass
-        src.seek(pos)
-        while left:
-            chunk = src.read(min(left, _CHUNK))
-            if not chunk:
-                raise OutputError(f"source data ended early: {src_path}")
-            _write_all(dst_fd, chunk)
-            left -= len(chunk)
-
-
-class _Scratch:
-    """One reusable buffer for the pieces of non-contiguous arrays.
-
-    A fresh buffer per tensor would page-fault all of its pages again (large allocations are
-    new mappings): reusing one halves the cost of writing BERT's transposed weights.
-    """
-
-    def __init__(self) -> None:
-        self._buffer = np.empty(0, np.uint8)
-
-    def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if nbytes > self._buffer.nbytes:
-            self._buffer = np.empty(nbytes, np.uint8)
-        return self._buffer[:nbytes].view(dtype).reshape(shape)
-
-
-def _array_chunks(arr: np.ndarray, scratch: _Scratch) -> Iterator[np.ndarray]:
-    """Contiguous pieces of ``arr`` in C order, without copying it whole.
-
-    Non-contiguous views are copied piece by piece into ``scratch``: each piece must be
-    consumed before the next is asked for.
-    """
-    if arr.ndim == 0 or arr.flags.c_contiguous:
-        yield np.ascontiguousarray(arr).reshape(-1)
-        return
-    rows = max(1, _CHUNK // max(1, arr[0].nbytes))
-    for i in range(0, arr.shape[0], rows):
-        piece = arr[i : i + rows]
-        out = scratch.array(piece.shape, piece.dtype)
-        half = len(piece) // 2
-        if piece.nbytes >= _PARALLEL_COPY and half:
-            other = _helper().submit(copy_c_order, piece[half:], out[half:])
-            copy_c_order(piece[:half], out[:half])
-            other.result()
-        else:
-            copy_c_order(piece, out)
-        yield out.reshape(-1)
-
-
-_PARALLEL_COPY = 4 << 20
-
-
-@functools.cache
-def _helper() -> ThreadPoolExecutor:
-    """A second thread for copying large transposed views (numpy releases the GIL)."""
-    return ThreadPoolExecutor(1, thread_name_prefix="onnxfold-copy")
-
-
-def _write_tensor_data(fd: int, tensor: ir.TensorProtocol, scratch: _Scratch) -> None:
-    if isinstance(tensor, ir.ExternalTensor):
-        _copy_range(tensor.path, tensor.offset or 0, tensor.length or tensor.nbytes, fd)
-        return
-    if tensor.dtype.bitwidth < 8:
-        _write_all(fd, tensor.tobytes())
-        return
-    arr = tensor.numpy()
-    for chunk in _array_chunks(arr, scratch):
-        if chunk.dtype.byteorder == ">":
-            chunk = chunk.byteswap().view(chunk.dtype.newbyteorder("<"))
-        _write_all(fd, chunk.view(np.uint8))
-    release_pages(arr)  # a folded view of a mapped weight: its pages are no longer needed
 
 
 def _streamable(tensor: ir.TensorProtocol | None) -> bool:
@@ -230,21 +131,20 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
 
     fd, tmp = (prefill and prefill.take(path)) or temp_beside(path)
     data_fd = data_tmp = None
-    scratch = _Scratch()
     try:
         offset = 0
-        headers = []
         if external_data:
             data_fd, data_tmp = temp_beside(data_path)
+            headers = []
             for name, value in streamed.items():
                 headers.append(_header(name, value.const_value, (data_name, offset)))
-                _write_tensor_data(data_fd, value.const_value, scratch)
                 offset += value.const_value.nbytes
+            data, data_end = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
+            segments.write(data_fd, data)
             fields = [pw.len_prefix(5, len(h)) + h for h in headers]
             graph_len = len(graph_bytes) + sum(len(f) for f in fields)
-            written = _write_all(fd, head + pw.len_prefix(7, graph_len) + graph_bytes)
-            for field in fields:
-                written += _write_all(fd, field)
+            written = segments.pwrite_all(fd, b"".join(
+                [head, pw.len_prefix(7, graph_len), graph_bytes, *fields]), 0)
         else:
             pieces = []
             for name, value in streamed.items():
@@ -253,12 +153,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
                 body_len = len(header) + len(raw) + value.const_value.nbytes
                 pieces.append((pw.len_prefix(5, body_len) + header + raw, value.const_value))
             graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
-            written = _write_all(fd, head + pw.len_prefix(7, graph_len) + graph_bytes)
-            for prefix, tensor in pieces:
-                written += _write_all(fd, prefix)
-                _write_tensor_data(fd, tensor, scratch)
-                written += tensor.nbytes
-        os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR))  # a prefilled file may be longer
+            first = head + pw.len_prefix(7, graph_len) + graph_bytes
+            segments.pwrite_all(fd, first, 0)
+            tensors, written = segments.layout(len(first), pieces)
+            segments.write(fd, tensors)
+        os.ftruncate(fd, written)  # a prefilled file may be longer
         os.close(fd)
         fd = None
         if data_fd is not None:

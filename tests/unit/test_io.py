@@ -10,7 +10,7 @@ from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 from onnxfold.errors import OutputError
-from onnxfold.io import load_model, save_model, writer
+from onnxfold.io import load_model, save_model, segments, writer
 
 
 def _mlp(tmp_path, external=False, n=64):
@@ -70,7 +70,7 @@ def test_large_models_switch_to_external_data_automatically(tmp_path, monkeypatc
 
 
 def test_folded_views_are_written_in_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(writer, "_CHUNK", 1024)  # force many chunks for a transposed view
+    monkeypatch.setattr(segments, "_CHUNK", 1024)  # force many chunks for a transposed view
     arr = np.arange(64 * 48, dtype=np.float32).reshape(64, 48)
     model = ir.serde.deserialize_model(make_model(
         [helper.make_node("Identity", ["c"], ["y"])], [], [vinfo("y", shape=[48, 64])]))
@@ -88,10 +88,10 @@ def test_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     out = tmp_path / "out.onnx"
     out.write_bytes(b"precious")
 
-    def boom(fd, tensor_, scratch_):
+    def boom(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "_write_tensor_data", boom)
+    monkeypatch.setattr(segments, "_write_one", boom)
     with pytest.raises(OutputError, match="No space left"):
         save_model(load_model(path), str(out))
     assert out.read_bytes() == b"precious"

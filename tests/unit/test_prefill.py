@@ -8,7 +8,7 @@ from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 from onnxfold.errors import OutputError
-from onnxfold.io import load_model, save_model, writer
+from onnxfold.io import load_model, save_model, segments
 from onnxfold.io.prefill import PREFILL_LIMIT, OutputPrefill
 
 
@@ -63,10 +63,10 @@ def test_failed_save_leaves_neither_output_nor_prefill(tmp_path, monkeypatch):
     out = tmp_path / "out.onnx"
     out.write_bytes(b"precious")
 
-    def disk_full(fd, tensor_, scratch_):
+    def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "_write_tensor_data", disk_full)
+    monkeypatch.setattr(segments, "_write_one", disk_full)
     with OutputPrefill(out, 1 << 20) as prefill, pytest.raises(OutputError, match="No space"):
         save_model(load_model(src), out, prefill=prefill)
     assert out.read_bytes() == b"precious"

@@ -1,0 +1,195 @@
+"""Write the pieces of an output file at known offsets, the two halves on two threads.
+
+The writer lays the whole file out before writing a byte (protobuf framing makes every size
+known), so each piece has an offset: bytes (framing), a numpy array (a weight, maybe a
+non-contiguous view that must be copied in C order), a range of another file (an unchanged
+weight, copied file-to-file) or a sub-byte tensor. A large segment is cut in two (arrays between
+rows, file ranges anywhere) and its halves are written concurrently: the copies of transposed
+views and the kernel's page-cache work both run on two cores, while only one weight at a time is
+being read (the resident memory stays that of one weight).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.arrays import copy_c_order, release_pages
+from onnxfold.errors import OutputError
+
+_CHUNK = 16 << 20
+PARALLEL_WRITE = 4 << 20  # a segment this big is written in two halves, one per thread
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """``length`` bytes of ``path`` from ``offset``: an unchanged weight."""
+
+    path: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``data`` goes to ``offset`` of the output file."""
+
+    offset: int
+    data: bytes | np.ndarray | FileRange | ir.TensorProtocol  # the last: sub-byte dtypes
+
+    @property
+    def nbytes(self) -> int:
+        if isinstance(self.data, bytes):
+            return len(self.data)
+        if isinstance(self.data, FileRange):
+            return self.data.length
+        return self.data.nbytes
+
+
+def layout(start: int, parts: list[tuple[bytes, ir.TensorProtocol | None]]
+           ) -> tuple[list[Segment], int]:
+    """Segments for each ``(prefix, tensor)`` placed one after another from ``start``, and the
+    end offset."""
+    segments: list[Segment] = []
+    pos = start
+    for prefix, tensor in parts:
+        if prefix:
+            segments.append(Segment(pos, prefix))
+            pos += len(prefix)
+        if tensor is None:
+            continue
+        if isinstance(tensor, ir.ExternalTensor):
+            data = FileRange(tensor.path, tensor.offset or 0, tensor.length or tensor.nbytes)
+        elif tensor.dtype.bitwidth < 8:
+            data = tensor
+        else:
+            data = tensor.numpy()
+        segments.append(Segment(pos, data))
+        pos += tensor.nbytes
+    return segments, pos
+
+
+def halves(seg: Segment) -> tuple[Segment, Segment] | None:
+    """``seg`` cut in two (arrays between rows, file ranges anywhere), or None where it cannot
+    be (framing bytes, sub-byte tensors, a single row)."""
+    data = seg.data
+    if isinstance(data, FileRange) and data.length > 1:
+        head = data.length // 2
+        return (Segment(seg.offset, FileRange(data.path, data.offset, head)),
+                Segment(seg.offset + head,
+                        FileRange(data.path, data.offset + head, data.length - head)))
+    if isinstance(data, np.ndarray) and data.ndim and len(data) > 1:
+        top = data[: len(data) // 2]
+        return Segment(seg.offset, top), Segment(seg.offset + top.nbytes, data[len(top):])
+    return None
+
+
+def write(fd: int, segments: list[Segment]) -> None:
+    """Write every segment; those of ``PARALLEL_WRITE`` bytes or more in two halves at once."""
+    scratch = (_Scratch(), _Scratch())
+    for seg in segments:
+        cut = halves(seg) if seg.nbytes >= PARALLEL_WRITE else None
+        if cut is None:
+            _write_one(fd, seg, scratch[0])
+        else:
+            other = _helper().submit(_write_one, fd, cut[1], scratch[1])
+            try:
+                _write_one(fd, cut[0], scratch[0])
+            finally:
+                failure = other.exception()  # never leave it writing to a closed descriptor
+            if failure is not None:
+                raise failure
+        if isinstance(seg.data, np.ndarray):
+            release_pages(seg.data)  # a folded view of a mapped weight: its pages are done with
+
+
+def _write_one(fd: int, seg: Segment, scratch: _Scratch) -> None:
+    data = seg.data
+    if isinstance(data, bytes):
+        pwrite_all(fd, data, seg.offset)
+    elif isinstance(data, FileRange):
+        copy_range(data, fd, seg.offset)
+    elif isinstance(data, np.ndarray):
+        pos = seg.offset
+        for chunk in _array_chunks(data, scratch):
+            if chunk.dtype.byteorder == ">":
+                chunk = chunk.byteswap().view(chunk.dtype.newbyteorder("<"))
+            pos += pwrite_all(fd, chunk.view(np.uint8), pos)
+    else:
+        pwrite_all(fd, data.tobytes(), seg.offset)
+
+
+def pwrite_all(fd: int, data, offset: int) -> int:
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+    return done
+
+
+def copy_range(source: FileRange, dst_fd: int, dst_offset: int) -> None:
+    """Copy file-to-file (``copy_file_range``; read and write where the kernel cannot)."""
+    with open(source.path, "rb") as src:
+        left, pos, out = source.length, source.offset, dst_offset
+        try:
+            while left:
+                n = os.copy_file_range(src.fileno(), dst_fd, left, pos, out)
+                if n == 0:
+                    raise OSError("short copy")
+                pos, out, left = pos + n, out + n, left - n
+            return
+        except OSError:
+            pass
+        src.seek(pos)
+        while left:
+            chunk = src.read(min(left, _CHUNK))
+            if not chunk:
+                raise OutputError(f"source data ended early: {source.path}")
+            out += pwrite_all(dst_fd, chunk, out)
+            left -= len(chunk)
+
+
+class _Scratch:
+    """One reusable buffer for the pieces of non-contiguous arrays.
+
+    A fresh buffer per tensor would page-fault all of its pages again (large allocations are
+    new mappings): reusing one halves the cost of writing BERT's transposed weights.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = np.empty(0, np.uint8)
+
+    def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes > self._buffer.nbytes:
+            self._buffer = np.empty(nbytes, np.uint8)
+        return self._buffer[:nbytes].view(dtype).reshape(shape)
+
+
+def _array_chunks(arr: np.ndarray, scratch: _Scratch) -> Iterator[np.ndarray]:
+    """Contiguous pieces of ``arr`` in C order, without copying it whole.
+
+    Non-contiguous views are copied piece by piece into ``scratch``: each piece must be
+    consumed before the next is asked for.
+    """
+    if arr.ndim == 0 or arr.flags.c_contiguous:
+        yield np.ascontiguousarray(arr).reshape(-1)
+        return
+    rows = max(1, _CHUNK // max(1, arr[0].nbytes))
+    for i in range(0, arr.shape[0], rows):
+        piece = arr[i : i + rows]
+        out = scratch.array(piece.shape, piece.dtype)
+        copy_c_order(piece, out)
+        yield out.reshape(-1)
+
+
+@functools.cache
+def _helper() -> ThreadPoolExecutor:
+    """The second thread (numpy copies and file writes release the GIL)."""
+    return ThreadPoolExecutor(1, thread_name_prefix="onnxfold-write")

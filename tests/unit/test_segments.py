@@ -1,0 +1,91 @@
+"""Positioned output segments: layout, the split into two halves, and writing on two threads."""
+
+import os
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from conftest import make_model, run_ort, tensor, vinfo
+from onnx import helper
+
+from onnxfold.errors import OutputError
+from onnxfold.io import load_model, save_model, segments
+from onnxfold.io.segments import FileRange, Segment, halves
+from onnxfold.pipeline import optimize
+
+
+def test_halves_cut_arrays_between_rows_and_file_ranges_anywhere():
+    view = np.arange(40, dtype=np.float32).reshape(10, 4).T  # 4 rows of 40 bytes, strided
+    top, bottom = halves(Segment(3, view))
+    assert (top.offset, bottom.offset) == (3, 3 + 80)
+    np.testing.assert_array_equal(np.concatenate([top.data, bottom.data]), view)
+    top, bottom = halves(Segment(100, FileRange("f", 10, 51)))
+    assert top == Segment(100, FileRange("f", 10, 25))
+    assert bottom == Segment(125, FileRange("f", 35, 26))
+    assert halves(Segment(0, b"framing")) is None
+    assert halves(Segment(0, np.zeros((1, 99), np.float32))) is None
+
+
+def _model(tmp_path, external):
+    """Folded transposes (non-contiguous views), a weight kept as it is, and an int4 weight."""
+    rng = np.random.default_rng(0)
+    keep = rng.standard_normal((257, 257)).astype(np.float32)
+    q = rng.integers(-8, 8, (64, 64)).astype(np.int8)
+    nodes = [helper.make_node("MatMul", ["x", "keep"], ["y"]),
+             helper.make_node("DequantizeLinear", ["q4", "s"], ["q4f"])]  # kept: q4 stays
+    inits = [tensor("keep", keep),
+             helper.make_tensor("q4", onnx.TensorProto.INT4, q.shape, q.flatten().tolist()),
+             tensor("s", np.float32(0.5))]
+    outputs = [vinfo("y", shape=[1, 257]), vinfo("q4f", shape=[64, 64])]
+    for i in range(3):
+        rows = 300 + 7 * i
+        inits.append(tensor(f"w{i}", rng.standard_normal((rows, 257)).astype(np.float32)))
+        nodes.append(helper.make_node("Transpose", [f"w{i}"], [f"wt{i}"], perm=[1, 0]))
+        outputs.append(vinfo(f"wt{i}", shape=[257, rows]))
+    proto = make_model(nodes, [vinfo("x", shape=[1, 257])], outputs, inits, opset=21,
+                       ir_version=10)
+    path = str(tmp_path / "in.onnx")
+    onnx.save(proto, path, save_as_external_data=external, location="in.onnx.data",
+              size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["inline", "external-data"])
+def test_two_halves_write_the_same_bytes(tmp_path, monkeypatch, external):
+    src = _model(tmp_path, external)
+    outs = {}
+    for name, threshold in (("one", 1 << 40), ("two", 1)):
+        monkeypatch.setattr(segments, "PARALLEL_WRITE", threshold)
+        model = optimize(src).model
+        kinds = {type(seg.data).__name__ for seg in segments.layout(0, [
+            (b"", v.const_value) for v in model.graph.initializers.values()])[0]}
+        assert kinds == {"ndarray", "FileRange", "TensorProtoTensor"}  # every kind of segment
+        assert any(not v.const_value.numpy().flags.c_contiguous
+                   for v in model.graph.initializers.values()
+                   if v.const_value.dtype != onnx.TensorProto.INT4)  # views really written
+        out = tmp_path / name / "m.onnx"
+        out.parent.mkdir()
+        save_model(model, out, external_data=external)
+        outs[name] = {p: (out.parent / p).read_bytes() for p in sorted(os.listdir(out.parent))}
+    assert outs["one"] == outs["two"]
+    x = {"x": np.random.default_rng(1).standard_normal((1, 257)).astype(np.float32)}
+    for a, b in zip(run_ort(src, x), run_ort(str(tmp_path / "two" / "m.onnx"), x)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_failing_half_leaves_nothing_behind(tmp_path, monkeypatch):
+    src = _model(tmp_path, external=False)
+    monkeypatch.setattr(segments, "PARALLEL_WRITE", 1)
+    real = segments._write_one
+
+    def helper_half_fails(fd, seg, scratch):
+        if threading.current_thread() is not threading.main_thread():
+            raise OSError(28, "No space left on device")
+        real(fd, seg, scratch)
+
+    monkeypatch.setattr(segments, "_write_one", helper_half_fails)
+    out = tmp_path / "out.onnx"
+    with pytest.raises(OutputError, match="No space left"):
+        save_model(load_model(src), out)
+    assert sorted(os.listdir(tmp_path)) == ["in.onnx"]
