@@ -12,8 +12,14 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from onnxfold.errors import OnnxfoldError
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from onnxfold.io.prefill import OutputPrefill
 
 EXIT_USAGE = 2
 
@@ -110,7 +116,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         return _optimize_and_save(args, prefill)
 
 
-def _start_prefill(args: argparse.Namespace):
+def _start_prefill(args: argparse.Namespace) -> AbstractContextManager[OutputPrefill | None]:
     """Warm the output's temporary file while the model folds (``onnxfold.io.prefill``).
 
     The output is expected to be about as big as the input .onnx; ``--check`` writes elsewhere
@@ -129,7 +135,7 @@ def _start_prefill(args: argparse.Namespace):
 _PREFILL_MIN = 16 << 20
 
 
-def _optimize_and_save(args: argparse.Namespace, prefill) -> int:
+def _optimize_and_save(args: argparse.Namespace, prefill: OutputPrefill | None) -> int:
     from onnxfold.io import save_model
     from onnxfold.pipeline import optimize
 
