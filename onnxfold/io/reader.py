@@ -7,7 +7,6 @@ any external tensor: loading a 400 MiB model reads only its graph, never its wei
 
 from __future__ import annotations
 
-import mmap
 import os
 
 import onnx
@@ -52,13 +51,52 @@ def _strip_graph(buf, start: int, end: int, location: str) -> bytes:
     return bytes(out)
 
 
+class _FileBytes:
+    """A file's bytes by index and slice, read with ``pread`` (a small window is cached).
+
+    Walking the protobuf headers through a memory map would map the page-cache folios around
+    every header (up to 2 MiB each, where the kernel caches the file in large folios) and count
+    them as resident; reads copy only the bytes asked for.
+    """
+
+    _WINDOW = 16 << 10
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._size = fd, size
+        self._start, self._window = 0, b""
+
+    def _read(self, start: int, stop: int) -> bytes:
+        parts, pos = [], start
+        while pos < stop:
+            part = os.pread(self._fd, stop - pos, pos)
+            if not part:
+                raise IndexError("read past the end of the file")
+            parts.append(part)
+            pos += len(part)
+        return b"".join(parts)
+
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        if isinstance(key, slice):
+            start, stop = key.start, min(key.stop, self._size)
+            if self._start <= start and stop <= self._start + len(self._window):
+                return self._window[start - self._start:stop - self._start]
+            return self._read(start, stop)
+        if not self._start <= key < self._start + len(self._window):
+            if not 0 <= key < self._size:
+                raise IndexError("read past the end of the file")
+            self._start = key
+            self._window = self._read(key, min(key + self._WINDOW, self._size))
+        return self._window[key - self._start]
+
+
 def _graph_only_bytes(path: str) -> bytes:
     """The model's bytes with every large inline weight replaced by a reference to itself."""
     size = os.path.getsize(path)
     if size == 0:
         raise InputError(f"{path}: empty file, not an ONNX model")
     location = os.path.basename(path)
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+    with open(path, "rb") as f:
+        buf = _FileBytes(f.fileno(), size)
         out = bytearray()
         try:
             for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, 0, size):

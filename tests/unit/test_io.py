@@ -126,3 +126,21 @@ def test_small_external_weights_are_written_into_the_output(tmp_path, external_o
     x = {"x": np.ones((1, 64), np.float32)}
     np.testing.assert_array_equal(run_ort(out, x)[0], run_ort(src, x)[0])
     assert load_model(src).graph.initializers["b"].const_value.numpy() == 0.5  # input untouched
+
+
+def test_header_reads_match_the_file_across_windows(tmp_path):
+    """The reader walks headers with pread through a small window instead of a memory map."""
+    from onnxfold.io.reader import _FileBytes
+
+    data = np.random.default_rng(0).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        buf = _FileBytes(f.fileno(), len(data))
+        rng = np.random.default_rng(1)
+        for pos in [0, 16383, 16384, 99_999, *rng.integers(0, len(data), 200).tolist()]:
+            assert buf[pos] == data[pos]
+            end = pos + int(rng.integers(0, 40_000))
+            assert buf[pos:end] == data[pos:end]
+        with pytest.raises(IndexError):
+            buf[len(data)]
