@@ -11,10 +11,10 @@ comparison, split and session machinery.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from onnxfold._deferred_imports import defer
+from onnxfold._lazy import lazy_attributes
 
 defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; folding never needs it
 
@@ -48,13 +48,7 @@ if TYPE_CHECKING:
     from onnxfold.split import split_model, write_split
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'onnxfold' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"onnxfold.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _HOMES)
 
 
 def __dir__() -> list[str]:

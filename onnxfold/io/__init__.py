@@ -6,8 +6,9 @@ package (``prefill``, ``tempfiles``) can start work before numpy and onnx are lo
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from onnxfold._lazy import lazy_attributes
 
 __all__ = ["load_model", "save_model"]
 _HOMES = {"load_model": "reader", "save_model": "writer"}
@@ -17,10 +18,4 @@ if TYPE_CHECKING:
     from onnxfold.io.writer import save_model
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'onnxfold.io' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"onnxfold.io.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _HOMES)
