@@ -135,12 +135,10 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
         offset = 0
         if external_data:
             data_fd, data_tmp = temp_beside(data_path)
-            headers = []
-            for name, value in streamed.items():
-                headers.append(_header(name, value.const_value, (data_name, offset)))
-                offset += value.const_value.nbytes
-            data, data_end = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
+            data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
             segments.write(data_fd, data)
+            headers = [_header(name, value.const_value, (data_name, seg.offset))
+                       for (name, value), seg in zip(streamed.items(), data)]  # one per tensor
             fields = [pw.len_prefix(5, len(h)) + h for h in headers]
             graph_len = len(graph_bytes) + sum(len(f) for f in fields)
             written = segments.pwrite_all(fd, b"".join(
