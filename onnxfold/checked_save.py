@@ -8,7 +8,6 @@ removed and the output is neither created nor overwritten.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 
 import onnx_ir as ir
@@ -16,6 +15,7 @@ import onnx_ir as ir
 from onnxfold.comparison import CompareResult, compare
 from onnxfold.errors import OutputError
 from onnxfold.io import save_model
+from onnxfold.io.tempfiles import temp_beside
 from onnxfold.io.writer import SaveInfo, _input_files
 
 
@@ -32,12 +32,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
     guarded = _input_files(model) | {os.path.realpath(p) for p in (protect or set())}
     if os.path.realpath(path) in guarded:
         raise OutputError(f"{path}: refusing to overwrite an input of this model")
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".",
-                                   suffix=".check.onnx", dir=directory)
-    except OSError as e:
-        raise OutputError(f"{path}: cannot write here ({e.strerror})") from None
+    fd, tmp = temp_beside(path, suffix=".check.onnx")
     os.close(fd)
     tmp_data = None
     try:

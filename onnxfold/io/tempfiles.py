@@ -8,11 +8,11 @@ import tempfile
 from onnxfold.errors import OutputError
 
 
-def temp_beside(path: str) -> tuple[int, str]:
+def temp_beside(path: str, suffix: str = ".tmp") -> tuple[int, str]:
     """Open a new hidden temporary file in ``path``'s directory, with the umask's permissions."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=suffix,
                                    dir=directory)
     except OSError as e:
         raise OutputError(f"{path}: cannot write here ({e.strerror})") from None
