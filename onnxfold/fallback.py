@@ -16,6 +16,12 @@ import onnx_ir as ir
 from onnxfold.analysis import static_shape
 from onnxfold.arrays import c_contiguous
 
+# Small feeds become initializers of the batch model: onnxruntime's shape inference then sees
+# their values (a Scan body's Unsqueeze axes captured from the outer graph, a Reshape target),
+# as it does in the original model; some kernels refuse subgraphs whose output shapes it cannot
+# infer ("Subgraph must have the shape set for all outputs").
+EMBED_BYTES = 4096
+
 
 class FallbackError(Exception):
     """onnxruntime could not build or run the batch (message: its first line)."""
@@ -48,9 +54,14 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
 
     graph = onnx.GraphProto(name="onnxfold_fallback")
     graph.node.extend(ir.serde.serialize_node(n) for n in nodes)
+    embedded = {v for v, arr in feeds.items() if arr.nbytes <= EMBED_BYTES and not _raw_only(v)
+                and arr.dtype.kind not in "OSUV"}
     for value, arr in feeds.items():
-        graph.input.append(onnx.helper.make_tensor_value_info(
-            value.name, onnx_type(arr.dtype), list(arr.shape)))
+        if value in embedded:
+            graph.initializer.append(onnx.numpy_helper.from_array(c_contiguous(arr), value.name))
+        else:
+            graph.input.append(onnx.helper.make_tensor_value_info(
+                value.name, onnx_type(arr.dtype), list(arr.shape)))
     graph.output.extend(onnx.ValueInfoProto(name=v.name) for v in wanted)
     model = onnx.helper.make_model(
         graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
@@ -61,7 +72,7 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     try:
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-        feed = {v.name: _to_ort(a) for v, a in feeds.items()}
+        feed = {v.name: _to_ort(a) for v, a in feeds.items() if v not in embedded}
         if any(_raw_only(v) for v in wanted):
             return _run_into_buffers(session, feed, wanted)
         results = session.run_with_ort_values([v.name for v in wanted], feed)

@@ -71,8 +71,10 @@ def one_hot(indices, depth, values, axis=-1):
     rank = indices.ndim + 1
     if not -rank <= axis < rank:
         raise Decline(f"axis {axis} out of range")
-    # onnxruntime compares float indices exactly: a non-integral index selects nothing
-    idx = indices if indices.dtype.kind == "f" else indices.astype(np.int64)
+    if indices.dtype.kind == "f" and (indices != np.trunc(indices)).any():
+        # onnxruntime < 1.32 selects nothing for a non-integral index, 1.32 truncates it
+        raise Decline("OneHot with non-integral float indices")
+    idx = indices.astype(np.int64)
     idx = np.where(idx < 0, idx + d, idx)
     hot = np.expand_dims(idx, -1) == np.arange(d)
     hot = np.moveaxis(hot, -1, axis)

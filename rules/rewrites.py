@@ -137,6 +137,8 @@ def inline_constant_if(node: ir.Node, ctx: RewriteContext):
         return "branch output count differs"
     if dropped in node.attributes:
         _detach(node.attributes[dropped].as_graph())
+    results = list(graph.outputs)
+    graph.outputs.clear()  # a value that is an output of the branch cannot move to another graph
     for value in list(graph.initializers.values()):
         graph.initializers.pop(value.name)
         value.name = ctx.fresh_name(value.name)
@@ -144,8 +146,6 @@ def inline_constant_if(node: ir.Node, ctx: RewriteContext):
     for inner in list(graph):
         graph.remove(inner)
         ctx.graph.insert_before(node, inner)
-    results = list(graph.outputs)
-    graph.outputs.clear()
     for old, new in zip(node.outputs, results):
         if new in ctx.graph.outputs or (new.producer() is None and old in ctx.graph.outputs):
             ident = ir.Node("", "Identity", [new], name=ctx.fresh_name("Identity"))

@@ -172,3 +172,36 @@ def test_loop_body_if_with_a_folded_nested_chain(tmp_path):
     (init,) = body_of(folded).initializer
     np.testing.assert_array_equal(numpy_helper.to_array(init), -c * 3)
     assert_same(proto, out, {"x": X})
+
+
+def test_inlined_branch_whose_output_is_its_own_initializer(tmp_path):
+    # onnx-ir keeps a graph output tied to its graph: the branch's outputs must be released
+    # before its initializers move to the enclosing graph (AffineGrid's expanded function)
+    then_g = graph("then", [], [vec("w_then")], initializers=[tensor("w_then", X * 2)])
+    else_g = graph("else", [], [vec("w_else")], initializers=[tensor("w_else", X * 3)])
+    nodes = [helper.make_node("Greater", ["c1", "c2"], ["cond"]),
+             helper.make_node("If", ["cond"], ["r"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Add", ["r", "x"], ["y"])]
+    proto = make_model(nodes, [vec("x")], [vec("y")], SCALARS)
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert ops(folded.graph) == ["Add"]
+    assert_same(proto, out, {"x": X})
+
+
+def test_scan_whose_body_reads_outer_shape_constants_folds_in_the_fallback(tmp_path):
+    # onnxruntime refuses a Scan body whose output shapes it cannot infer; it can only infer
+    # them when the captured Unsqueeze axes reach the fallback model as values, not inputs
+    body = graph("body", [helper.make_node("Unsqueeze", ["x_t", "axes"], ["u"]),
+                          helper.make_node("Add", ["s_in", "u"], ["s_out"]),
+                          helper.make_node("Mul", ["s_out", "x_t"], ["y_t"])],
+                 [onnx.ValueInfoProto(name="s_out"), onnx.ValueInfoProto(name="y_t")],
+                 inputs=[onnx.ValueInfoProto(name="s_in"), onnx.ValueInfoProto(name="x_t")])
+    nodes = [helper.make_node("Constant", [], ["axes"], value=tensor("axes_v", np.array([0]))),
+             helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], body=body, num_scan_inputs=1),
+             helper.make_node("Add", ["s", "x"], ["y"])]
+    xs = np.arange(12, dtype=np.float32).reshape(3, 4)
+    proto = make_model(nodes, [vec("x")], [vinfo("y", shape=[1, 4]), vinfo("ys", shape=[3, 1, 4])],
+                       [tensor("s0", np.zeros((1, 4), np.float32)), tensor("xs", xs)])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert "Scan" not in ops(folded.graph), report.explain()
+    assert_same(proto, out, {"x": X})
