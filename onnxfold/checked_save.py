@@ -15,8 +15,9 @@ import onnx_ir as ir
 from onnxfold.comparison import CompareResult, compare
 from onnxfold.errors import OutputError
 from onnxfold.io import save_model
+from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.tempfiles import temp_beside
-from onnxfold.io.writer import SaveInfo, _input_files
+from onnxfold.io.writer import SaveInfo, input_files
 
 
 def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.PathLike, *,
@@ -29,10 +30,10 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
     Returns the save info (None when nothing was written) and the comparison.
     """
     path = os.fspath(path)
-    guarded = _input_files(model) | {os.path.realpath(p) for p in (protect or set())}
-    if os.path.realpath(path) in guarded:
-        raise OutputError(f"{path}: refusing to overwrite an input of this model")
-    fd, tmp = temp_beside(path, suffix=".check.onnx")
+    guard = OutputGuard(input_files(model))
+    guard.protect(protect or ())
+    target = guard.claim(path, "output model")
+    fd, tmp = temp_beside(target, suffix=".check.onnx")
     os.close(fd)
     tmp_data = None
     try:
@@ -44,7 +45,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
         if not result.ok:
             return None, result
         if tmp_data is None:
-            os.replace(tmp, path)
+            os.replace(tmp, target)
             return SaveInfo(path, None, info.bytes_written, info.streamed_tensors), result
         # The .onnx names its data file, so external data is written again under the final name.
         return save_model(model, path, external_data=True, protect=protect), result

@@ -1,6 +1,8 @@
 """The ``onnxfold`` command line: a thin layer over the Python API.
 
-Every user error is one line on stderr and exit code 2; nothing the user had is overwritten.
+Exit codes: 0 ok; 1 a check or comparison failed; 2 bad input, one line ``onnxfold: error: ...``
+on stderr; 3 an internal error (a bug), one line that says so (``--debug`` prints the
+traceback). Nothing the user had is overwritten, and a failure leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import re
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -19,9 +22,11 @@ from onnxfold.errors import OnnxfoldError
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
 
 
 def _parse_bytes(text: str) -> int:
@@ -104,19 +109,20 @@ def _fold_options(args: argparse.Namespace):
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from onnxfold.errors import OutputError
+    from onnxfold.io.outputs import OutputGuard
 
-    if os.path.exists(args.output) and os.path.realpath(args.output) == \
-            os.path.realpath(args.input):
-        raise OutputError(f"{args.output}: refusing to overwrite the input model")
-    if args.json and os.path.realpath(args.json) in (os.path.realpath(args.input),
-                                                     os.path.realpath(args.output)):
-        raise OutputError(f"{args.json}: the JSON report would overwrite a model")
-    with _start_prefill(args) as prefill:
-        return _optimize_and_save(args, prefill)
+    guard = OutputGuard([args.input])
+    target = guard.claim(args.output, "output model")
+    if args.external_data == "yes":
+        guard.claim(args.output + ".data", "output model's external data")
+    if args.json:
+        guard.claim(args.json, "JSON report")
+    with _start_prefill(args, target) as prefill:
+        return _optimize_and_save(args, guard, prefill)
 
 
-def _start_prefill(args: argparse.Namespace) -> AbstractContextManager[OutputPrefill | None]:
+def _start_prefill(args: argparse.Namespace, target: str
+                   ) -> AbstractContextManager[OutputPrefill | None]:
     """Warm the output's temporary file while the model folds (``onnxfold.io.prefill``).
 
     The output is expected to be about as big as the input .onnx; ``--check`` writes elsewhere
@@ -129,21 +135,25 @@ def _start_prefill(args: argparse.Namespace) -> AbstractContextManager[OutputPre
     size = os.path.getsize(args.input) if os.path.isfile(args.input) else 0
     if args.check or args.no_prefill or size < _PREFILL_MIN or not AVAILABLE:
         return contextlib.nullcontext()
-    return OutputPrefill(args.output, size)
+    return OutputPrefill(target, size)
 
 
 _PREFILL_MIN = 16 << 20
 
 
-def _optimize_and_save(args: argparse.Namespace, prefill: OutputPrefill | None) -> int:
-    from onnxfold.io import save_model
+def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
+                       prefill: OutputPrefill | None) -> int:
+    from onnxfold.io import load_model, save_model
+    from onnxfold.io.writer import input_files
     from onnxfold.pipeline import optimize
 
     checking = _compare_options(args) if args.check else None  # bad --dim fails before folding
+    model = load_model(args.input, check=not args.skip_check)
+    guard.protect(input_files(model))
     progress = _Progress(sys.stderr.isatty() and not args.quiet)
     try:
-        result = optimize(args.input, _fold_options(args), check=not args.skip_check,
-                          progress=progress)
+        result = optimize(model, _fold_options(args), progress=progress)
+        result.report.input = args.input
     finally:
         progress.close()
     external = {"auto": None, "yes": True, "no": False}[args.external_data]
@@ -193,11 +203,9 @@ def _compare_options(args: argparse.Namespace) -> dict:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from onnxfold.comparison import compare
-    from onnxfold.errors import OutputError
 
-    if args.json and os.path.realpath(args.json) in (os.path.realpath(args.a),
-                                                     os.path.realpath(args.b)):
-        raise OutputError(f"{args.json}: the JSON report would overwrite a model")
+    if args.json:
+        _guard_inputs([args.a, args.b]).claim(args.json, "JSON report")
     result = compare(args.a, args.b, inputs=args.inputs, n=args.n, **_compare_options(args))
     print(result.summary())
     if args.json:
@@ -208,18 +216,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_text(path: str, text: str) -> None:
-    from onnxfold.errors import OutputError
+def _guard_inputs(models: Sequence[str]) -> OutputGuard:
+    """A guard protecting ``models`` and every file their weights are read from."""
+    from onnxfold.io import load_model
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.writer import input_files
 
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise OutputError(f"{path}: cannot write ({e.strerror})") from None
+    guard = OutputGuard(models)
+    for path in models:
+        guard.protect(input_files(load_model(path, check=False)))
+    return guard
+
+
+def _write_text(path: str, text: str) -> None:
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.tempfiles import write_text
+
+    write_text(OutputGuard().claim(path, "report"), text)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -290,32 +303,25 @@ def cmd_split(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_feeds(path: str) -> dict:
-    import numpy as np
-
-    from onnxfold.errors import InputError
-
-    try:
-        with np.load(path) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read input arrays ({e})") from None
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from onnxfold.errors import InputError
+    from onnxfold.io.feeds import load_arrays
+    from onnxfold.io.tempfiles import write_atomic
     from onnxfold.session import Session
 
-    feeds = _load_feeds(args.inputs)
+    output = _guard_inputs([args.model]).claim(args.output, "outputs") if args.output else None
+    if args.repeat < 1:
+        raise InputError(f"--repeat {args.repeat}: must be at least 1")
+    feeds = load_arrays(args.inputs)
     session = Session(args.model, args.runtime_const, backend=args.backend,
                       cache_dir=args.cache_dir)
     missing = [i.name for i in session.get_inputs() if i.name not in feeds]
     if missing:
         raise InputError(f"{args.inputs}: no array for input(s) {', '.join(missing)}")
     times = []
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         started = time.perf_counter()
         outputs = session.run(None, feeds)
         times.append(time.perf_counter() - started)
@@ -326,19 +332,29 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"(fold {session.fold_seconds * 1e3:.1f} ms)" + (
               f", then median {np.median(times[1:]) * 1e3:.2f} ms over {len(times) - 1} runs"
               if len(times) > 1 else ""))
-    if args.output:
-        np.savez(args.output, **dict(zip(names, outputs)))
+    if output is not None:
+        arrays = dict(zip(names, outputs))
+        write_atomic(output, lambda f: np.savez(f, **arrays))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     from onnxfold import __version__
 
-    parser = argparse.ArgumentParser(prog="onnxfold", description="ONNX constant folding.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the traceback of an error (also ONNXFOLD_DEBUG=1)")
+    parser = argparse.ArgumentParser(
+        prog="onnxfold", description="ONNX constant folding.", parents=[common],
+        epilog="exit codes: 0 ok, 1 a check or comparison failed, 2 bad input, 3 internal error")
+    parser.set_defaults(debug=False)
     parser.add_argument("--version", action="version", version=f"onnxfold {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("optimize", help="fold constants and write the optimized model")
+    def add(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    p = add("optimize", help="fold constants and write the optimized model")
     p.add_argument("input", help="the .onnx model")
     p.add_argument("-o", "--output", required=True, help="where to write the optimized model")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
@@ -356,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare_options(p)
     p.set_defaults(func=cmd_optimize)
 
-    p = sub.add_parser("compare", help="run two models in onnxruntime and compare their outputs")
+    p = add("compare", help="run two models in onnxruntime and compare their outputs")
     p.add_argument("a", help="the reference model")
     p.add_argument("b", help="the model to check (e.g. the folded one)")
     p.add_argument("--inputs", metavar="FILE", help="an .npz of input arrays (the rest random)")
@@ -365,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare_options(p)
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("split", help="split around runtime constants into runtime_fold + entry")
+    p = add("split", help="split around runtime constants into runtime_fold + entry")
     p.add_argument("input")
     p.add_argument("--runtime-const", nargs="+", required=True, metavar="NAME",
                    help="graph inputs constant at run time (names or patterns like 'w*')")
@@ -375,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
     p.set_defaults(func=cmd_split)
 
-    p = sub.add_parser("run", help="run a model with runtime constants folded once")
+    p = add("run", help="run a model with runtime constants folded once")
     p.add_argument("model")
     p.add_argument("--runtime-const", nargs="*", default=[], metavar="NAME")
     p.add_argument("--inputs", required=True, metavar="FILE.npz", help="every input's array")
@@ -385,13 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("inspect", help="opsets, counts and what is still foldable")
+    p = add("inspect", help="opsets, counts and what is still foldable")
     p.add_argument("input")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("rules", help="list the rules, or measure coverage on the ONNX node tests")
+    p = add("rules", help="list the rules, or measure coverage on the ONNX node tests")
     p.add_argument("--coverage", action="store_true",
                    help="fold every case of the ONNX node test suite and report the outcome")
     p.add_argument("--json", metavar="FILE", help="with --coverage: write the full report")
@@ -406,10 +422,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
     try:
         return args.func(args)
     except OnnxfoldError as e:
-        print(f"onnxfold: error: {e}", file=sys.stderr)
+        if debug:
+            traceback.print_exc()
+        print(f"onnxfold: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # output piped into e.g. `head`
         sys.stderr.close()
@@ -420,6 +439,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         print("onnxfold: error: out of memory; nothing was written", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as e:  # a bug: one line, the traceback on request
+        if debug:
+            traceback.print_exc()
+        print(f"onnxfold: internal error: {type(e).__name__}: {_one_line(e)} (this is a bug; "
+              "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:500] + ("..." if len(text) > 500 else "")
 
 
 def entry_point() -> None:

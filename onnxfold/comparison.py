@@ -364,18 +364,9 @@ def _load_given(inputs: Mapping[str, np.ndarray] | str | os.PathLike | None
         return {}
     if isinstance(inputs, Mapping):
         return dict(inputs)
-    path = os.fspath(inputs)
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise ValueError("a single array, not an .npz archive of named arrays")
-            return {name: data[name] for name in data.files}
-    except InputError:
-        raise
-    except Exception as e:
-        raise InputError(f"{path}: cannot read inputs ({e})".splitlines()[0]) from None
+    from onnxfold.io.feeds import load_arrays
+
+    return load_arrays(inputs)
 
 
 def _as_array(value) -> np.ndarray:

@@ -17,6 +17,7 @@ process skips the fold. Feeds used only by the fold are not kept after it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -31,7 +32,10 @@ import onnx_ir as ir
 
 from onnxfold.arrays import c_contiguous
 from onnxfold.backends import get_backend
+from onnxfold.dtypes import np_dtype
 from onnxfold.errors import InputError, OnnxfoldError
+from onnxfold.io.feeds import load_arrays
+from onnxfold.io.tempfiles import write_atomic
 
 CHECKS = ("fingerprint", "hash", "identity", "refuse")
 _SAMPLE = 4096
@@ -99,8 +103,18 @@ class Session:
         self.sess_options = sess_options
         self.check = check
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
+        if self.cache_dir is not None and os.path.lexists(self.cache_dir) and \
+                not os.path.isdir(self.cache_dir):
+            raise InputError(f"{self.cache_dir}: the cache directory is not a directory")
         self.backend = get_backend(backend, **(backend_options or {}))
-        self.backend.prepare(self.parts.runtime_fold)
+        if self.parts.fold_outputs:  # nothing to fold: entry is the whole model
+            try:
+                self.backend.prepare(self.parts.runtime_fold)
+            except OnnxfoldError:
+                raise
+            except Exception as e:  # the backend's compiler or runtime refuses the fold model
+                raise InputError(f"backend {backend} cannot prepare the runtime fold: "
+                                 f"{_first_line(e)}") from None
         self._tmp = tempfile.TemporaryDirectory(prefix="onnxfold-session-")
         self._entry_path = os.path.join(self._tmp.name, "entry.onnx")
         self._entry_layout: dict | None = None
@@ -117,6 +131,8 @@ class Session:
         self.folds = 0
         self.fold_seconds = 0.0
         self.cache_hits = 0
+        self.cache_discarded = 0
+        self.cache_events: list[str] = []
 
     # -- onnxruntime's interface -----------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -143,7 +159,11 @@ class Session:
                 self._fold(rt_feeds, key)
             entry = self._entry
         feeds = {n: a for n, a in input_feed.items() if n in self._entry_inputs}
-        return entry.run(output_names, feeds, run_options)
+        try:
+            return entry.run(output_names, feeds, run_options)
+        except Exception as e:  # onnxruntime's errors for bad feeds (names, types, shapes)
+            raise InputError(f"onnxruntime cannot run the model on these inputs: "
+                             f"{_first_line(e)}") from None
 
     # -- folding -----------------------------------------------------------------------------
     def _key(self, feeds: dict[str, np.ndarray]) -> tuple:
@@ -174,26 +194,53 @@ class Session:
             h.update(repr(_fingerprint(arr, full=True)).encode() + name.encode())
         return os.path.join(self.cache_dir, h.hexdigest() + ".npz")
 
+    def _cached(self, disk: str | None) -> dict[str, np.ndarray] | None:
+        """The folded tensors stored at ``disk`` if they are exactly what the fold gives: the
+        same names, dtypes and known dims. Anything else is discarded (and counted)."""
+        if disk is None or not os.path.exists(disk):
+            return None
+        try:
+            stored = load_arrays(disk)
+            problem = _layout_problem(stored, self.parts.runtime_fold.graph.output)
+        except InputError as e:
+            problem = str(e)
+        if problem is None:
+            return stored
+        self.cache_discarded += 1
+        self.cache_events.append(f"discarded {disk}: {problem}")
+        with contextlib.suppress(OSError):
+            os.unlink(disk)
+        return None
+
     def _fold(self, rt_feeds: dict[str, np.ndarray], key: tuple) -> None:
         started = time.perf_counter()
         disk = self._disk_path(rt_feeds)
-        if disk is not None and os.path.exists(disk):
-            with np.load(disk) as stored:
-                folded = {name: stored[name] for name in stored.files}
+        folded = self._cached(disk)
+        if folded is not None:
             self.cache_hits += 1
         else:
             fold_feeds = {n: rt_feeds[n] for n in self.parts.fold_inputs}
-            folded = self.backend.run(fold_feeds) if self.parts.fold_outputs else {}
+            try:
+                folded = self.backend.run(fold_feeds) if self.parts.fold_outputs else {}
+            except OnnxfoldError:
+                raise
+            except Exception as e:  # the backend's runtime rejects the feeds
+                raise InputError(f"folding the runtime constants failed: {_first_line(e)}"
+                                 ) from None
             if disk is not None:
-                os.makedirs(self.cache_dir, exist_ok=True)
-                tmp = f"{disk}.{os.getpid()}.tmp.npz"
-                np.savez(tmp, **folded)
-                os.replace(tmp, disk)
+                self._store(disk, folded)
         folded.update({n: rt_feeds[n] for n in self._passthrough})
         self._entry = self._entry_session(folded)
         self._folded_key = key
         self.folds += 1
         self.fold_seconds = time.perf_counter() - started
+
+    def _store(self, disk: str, folded: dict[str, np.ndarray]) -> None:
+        try:
+            os.makedirs(os.path.dirname(disk), exist_ok=True)
+            write_atomic(disk, lambda f: np.savez(f, **folded))
+        except (OSError, OnnxfoldError) as e:  # a cache that cannot be written is only slower
+            self.cache_events.append(f"not stored: {e}")
 
     def _entry_session(self, folded: dict[str, np.ndarray]):
         import onnxruntime as ort
@@ -202,13 +249,17 @@ class Session:
         if layout != self._entry_layout:
             self._write_entry(folded)
             self._entry_layout = layout
-        options = self.sess_options or ort.SessionOptions()
+        options = _fresh_options(self.sess_options)
         names = list(self._fold_values)
         values = [ort.OrtValue.ortvalue_from_numpy(c_contiguous(folded[n]))
                   for n in names]
-        if names:
-            options.add_external_initializers(names, values)
-        session = ort.InferenceSession(self._entry_path, options, providers=self.providers)
+        try:
+            if names:
+                options.add_external_initializers(names, values)
+            session = ort.InferenceSession(self._entry_path, options, providers=self.providers)
+        except Exception as e:  # onnxruntime refuses the folded tensors or the options
+            raise InputError(f"onnxruntime cannot build the entry session: {_first_line(e)}"
+                             ) from None
         self._pinned = values  # onnxruntime reads the buffers in place: keep them alive
         return session
 
@@ -224,6 +275,62 @@ class Session:
             if name not in graph.initializers:
                 graph.register_initializer(value)
         save_model(self.parts.entry, self._entry_path)
+
+
+def _first_line(e: Exception) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text[:300]
+
+
+def _layout_problem(arrays: Mapping[str, np.ndarray], outputs) -> str | None:
+    """Why ``arrays`` are not what a fold with these ``outputs`` (ValueInfoProtos) gives."""
+    want = {o.name: o for o in outputs}
+    if set(arrays) != set(want):
+        return "not the fold's outputs"
+    for name, arr in arrays.items():
+        t = want[name].type.tensor_type
+        if t.elem_type and np.dtype(arr.dtype) != np_dtype(t.elem_type):
+            return f"{name} is {arr.dtype}"
+        if t.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+            if len(dims) != arr.ndim or any(d is not None and d != n
+                                            for d, n in zip(dims, arr.shape)):
+                return f"{name} has shape {list(arr.shape)}"
+    return None
+
+
+_OPTION_PROPERTIES = (
+    "enable_cpu_mem_arena", "enable_mem_pattern", "enable_mem_reuse", "enable_profiling",
+    "execution_mode", "execution_order", "graph_optimization_level", "inter_op_num_threads",
+    "intra_op_num_threads", "log_severity_level", "log_verbosity_level", "logid",
+    "optimized_model_filepath", "profile_file_prefix", "use_deterministic_compute",
+    "use_per_session_threads")
+_CONFIG_KEYS = (  # onnxruntime cannot list a SessionOptions' entries: the common ones are copied
+    "session.disable_prepacking", "session.intra_op.allow_spinning",
+    "session.inter_op.allow_spinning", "session.use_env_allocators",
+    "session.set_denormal_as_zero", "session.disable_cpu_ep_fallback",
+    "session.intra_op_thread_affinities", "optimization.disable_specified_optimizers",
+    "session.use_device_allocator_for_initializers", "session.dynamic_block_base")
+
+
+def _fresh_options(user):
+    """A new SessionOptions with the caller's settings: the folded tensors are added to it, and
+    onnxruntime allows adding a name only once per options object (a refold needs another)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if user is None:
+        return options
+    for name in _OPTION_PROPERTIES:
+        with contextlib.suppress(AttributeError, TypeError, RuntimeError):
+            setattr(options, name, getattr(user, name))
+    for key in _CONFIG_KEYS:
+        try:
+            value = user.get_session_config_entry(key)
+        except Exception:  # onnxruntime raises RuntimeError for a key that was never set
+            continue
+        options.add_session_config_entry(key, value)
+    return options
 
 
 class _Placeholder(ir.ExternalTensor):

@@ -7,23 +7,12 @@ merged back: a sequence or optional value keeps its type.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import onnx
 import onnx_ir as ir
 
+from onnxfold.protos import graph_protos
+
 _BIG = 1024
-
-
-def _graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graph_protos(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _graph_protos(sub)
 
 
 def _serialize_light(model: ir.Model) -> onnx.ModelProto:
@@ -75,7 +64,7 @@ def infer_shapes(model: ir.Model) -> int:
     except Exception:  # inference is an optimization aid, never a reason to fail
         return 0
     infos: dict[str, onnx.TypeProto] = {}
-    for g in _graph_protos(inferred.graph):
+    for g in graph_protos(inferred.graph):
         for vi in list(g.value_info) + list(g.output):
             if vi.type.HasField("tensor_type"):
                 infos[vi.name] = vi.type

@@ -28,7 +28,7 @@ from onnxfold.analysis import (
     subgraphs,
     why_not_foldable,
 )
-from onnxfold.errors import InputError
+from onnxfold.errors import InputError, OutputError
 from onnxfold.policy import static_nbytes
 
 FRONTIER_EXPANSION = 4.0
@@ -174,7 +174,11 @@ def _extract(model: ir.Model, nodes: list[ir.Node], inputs: list[ir.Value],
             continue
         if v.const_value is None:
             raise InputError(f"{name}: value {v.name} is neither an input nor a constant")
-        graph.initializer.append(ir.serde.serialize_tensor(v.const_value))
+        # the data itself: a reference would name the input's file relative to nowhere
+        tensor = v.const_value
+        if isinstance(tensor, ir.ExternalTensor):
+            tensor = ir.Tensor(tensor.numpy(), name=tensor.name)
+        graph.initializer.append(ir.serde.serialize_tensor(tensor))
         graph.initializer[-1].name = v.name
     graph.output.extend(_value_info(v) for v in outputs)
     proto = onnx.helper.make_model(graph, opset_imports=[
@@ -288,20 +292,46 @@ def build_manifest(entry: ir.Model, runtime: onnx.ModelProto,
 
 
 def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
-    """Write entry.onnx, runtime_fold.onnx (and compiletime_fold.onnx) and manifest.json."""
+    """Write entry.onnx, runtime_fold.onnx (and compiletime_fold.onnx) and manifest.json.
+
+    Every path is checked before the first is written (never over the input model or its data);
+    a failure removes what was written, and the directory if this call created it.
+    """
     from onnxfold.io import save_model
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.tempfiles import write_text
+    from onnxfold.io.writer import input_files
 
     out_dir = os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    written = [os.path.join(out_dir, "entry.onnx"), os.path.join(out_dir, "runtime_fold.onnx")]
-    save_model(parts.entry, written[0])
-    save_model(ir.serde.deserialize_model(parts.runtime_fold), written[1])
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        raise OutputError(f"{out_dir}: exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise OutputError(f"{out_dir}: directory {parent} does not exist")
+    created = not os.path.exists(out_dir)
+    models = [("entry.onnx", parts.entry), ("runtime_fold.onnx", parts.runtime_fold)]
     if parts.compiletime_fold is not None:
-        written.append(os.path.join(out_dir, "compiletime_fold.onnx"))
-        save_model(ir.serde.deserialize_model(parts.compiletime_fold), written[-1])
+        models.append(("compiletime_fold.onnx", parts.compiletime_fold))
+    paths = [os.path.join(out_dir, name) for name, _ in models]
     manifest = os.path.join(out_dir, "manifest.json")
-    tmp = manifest + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(parts.manifest, f, indent=2)
-    os.replace(tmp, manifest)
-    return written + [manifest]
+    guard = OutputGuard(input_files(parts.entry))
+    if not created:
+        for path in paths + [manifest]:
+            guard.claim(path, os.path.basename(path))
+    written: list[str] = []
+    try:
+        if created:
+            os.mkdir(out_dir)
+        for path, (_name, part) in zip(paths, models):
+            model = part if isinstance(part, ir.Model) else ir.serde.deserialize_model(part)
+            save_model(model, path, protect=guard.inputs())
+            written.append(path)
+        write_text(manifest, json.dumps(parts.manifest, indent=2))
+        written.append(manifest)
+    except BaseException:
+        for path in written:
+            os.unlink(path)
+        if created:
+            os.rmdir(out_dir)
+        raise
+    return written

@@ -8,17 +8,21 @@ any external tensor: loading a 400 MiB model reads only its graph, never its wei
 from __future__ import annotations
 
 import os
+import stat
 
 import onnx
 import onnx_ir as ir
 
 from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
+from onnxfold.io.sparse import densify
+from onnxfold.io.trust import check_tensor_data
 
 # ModelProto.graph, GraphProto.initializer, TensorProto.raw_data / external_data / data_location
 _MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
 _TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
 LAZY_THRESHOLD = 1024
+SOURCE_KEY = "onnxfold.source"  # Model.meta: the file a model was loaded from
 
 
 def _entry(key: str, value: str) -> bytes:
@@ -112,25 +116,11 @@ def _graph_only_bytes(path: str) -> bytes:
     return bytes(out)
 
 
-def _check_external_files(model: ir.Model, path: str) -> None:
-    for graph in model.graphs():
-        for value in graph.initializers.values():
-            tensor = value.const_value
-            if isinstance(tensor, ir.ExternalTensor):
-                data = tensor.path
-                if not os.path.exists(data):
-                    raise InputError(f"{path}: external data file not found: {tensor.location}")
-                end = (tensor.offset or 0) + (tensor.length or tensor.nbytes)
-                if os.path.getsize(data) < end:
-                    raise InputError(f"{path}: external data file {tensor.location} is truncated "
-                                     f"(tensor {value.name} needs bytes up to {end})")
-
-
 def _without_external(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A copy fit for the checker: external weights become typed graph inputs.
 
-    The checker resolves external files against the current directory, not the model's; file
-    existence is checked separately by :func:`_check_external_files`.
+    The checker resolves external files against the current directory, not the model's; the
+    files are checked separately (``onnxfold.io.trust``).
     """
     checked = onnx.ModelProto()
     checked.CopyFrom(proto)
@@ -150,18 +140,27 @@ def _without_external(proto: onnx.ModelProto) -> onnx.ModelProto:
 def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
     """Load ``path`` with weights memory-mapped; raise InputError on anything unreadable."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
-    if os.path.isdir(path):
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot open ({e.strerror})") from None
+    if stat.S_ISDIR(info.st_mode):
         raise InputError(f"{path}: is a directory, not an ONNX file")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path}: not a regular file")
     try:
         proto = onnx.ModelProto.FromString(_graph_only_bytes(path))
     except InputError:
         raise
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
     except Exception as e:  # protobuf's DecodeError and friends
         raise InputError(f"{path}: not an ONNX model ({type(e).__name__})") from None
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise InputError(f"{path}: not an ONNX model (no graph or IR version)")
+    densify(proto, path)
     if check:
         try:
             onnx.checker.check_model(_without_external(proto))
@@ -172,6 +171,6 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
         model = ir.serde.deserialize_model(proto)
     except Exception as e:
         raise InputError(f"{path}: cannot read model: {e}".splitlines()[0]) from None
-    ir.external_data.set_base_dir(model.graph, os.path.dirname(os.path.abspath(path)))
-    _check_external_files(model, path)
+    check_tensor_data(model, path)
+    model.meta[SOURCE_KEY] = os.path.abspath(path)
     return model

@@ -1,22 +1,93 @@
-"""Temporary files beside an output, renamed into place once complete (standard library only)."""
+"""Temporary files beside an output, renamed into place once complete (standard library only).
+
+A temporary file is named ``.<output name>.onnxfold-<pid>-<random><suffix>``: a run that was
+killed leaves one behind, and the next run writing beside it removes those whose process is
+gone.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import tempfile
+from collections.abc import Callable, Iterator
+from typing import IO
 
 from onnxfold.errors import OutputError
+
+NAME_MAX = 255
+_STALE = re.compile(r"^\..*\.onnxfold-(\d+)-[^.]+\..*$")
+
+
+def _prefix(path: str, suffix: str) -> str:
+    """The temporary name's prefix, cut so that the whole name stays under NAME_MAX."""
+    room = NAME_MAX - len(suffix) - len(".onnxfold-4194304-xxxxxxxx.") - 1
+    return "." + os.path.basename(path)[:max(room, 1)] + f".onnxfold-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(directory: str) -> int:
+    """Delete temporary files of onnxfold runs that no longer exist; return how many."""
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            match = _STALE.match(entry.name)
+            if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+                with contextlib.suppress(OSError):
+                    if entry.is_file(follow_symlinks=False):
+                        os.unlink(entry.path)
+                        removed += 1
+    return removed
 
 
 def temp_beside(path: str, suffix: str = ".tmp") -> tuple[int, str]:
     """Open a new hidden temporary file in ``path``'s directory, with the umask's permissions."""
     directory = os.path.dirname(os.path.abspath(path))
+    remove_stale(directory)
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=suffix,
-                                   dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=_prefix(path, suffix), suffix=suffix, dir=directory)
     except OSError as e:
         raise OutputError(f"{path}: cannot write here ({e.strerror})") from None
     umask = os.umask(0)
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
     return fd, tmp
+
+
+@contextlib.contextmanager
+def replacing(path: str, suffix: str = ".tmp") -> Iterator[tuple[int, str]]:
+    """A temporary file beside ``path`` that replaces it when the block ends without error, and
+    is deleted otherwise: ``with replacing(p) as (fd, tmp): ...`` (the block may close ``fd``)."""
+    fd, tmp = temp_beside(path, suffix)
+    try:
+        yield fd, tmp
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OutputError(f"{path}: write failed ({e.strerror or e})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def write_atomic(path: str, write: Callable[[IO[bytes]], object]) -> None:
+    """Write ``path`` through ``write(file)`` into a temporary file, then rename it in place."""
+    with replacing(path) as (fd, _tmp), os.fdopen(fd, "wb", closefd=False) as f:
+        write(f)
+
+
+def write_text(path: str, text: str) -> None:
+    write_atomic(path, lambda f: f.write(text.encode()))

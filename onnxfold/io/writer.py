@@ -20,7 +20,9 @@ import onnx_ir as ir
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
 from onnxfold.io import segments
+from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.prefill import OutputPrefill
+from onnxfold.io.reader import SOURCE_KEY
 from onnxfold.io.tempfiles import temp_beside
 
 STREAM_THRESHOLD = 1024
@@ -59,13 +61,15 @@ def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | No
     return proto.SerializeToString()
 
 
-def _input_files(model: ir.Model) -> set[str]:
-    files = set()
+def input_files(model: ir.Model) -> set[str]:
+    """The file the model was loaded from and those its external tensors read."""
+    source = model.meta.get(SOURCE_KEY)
+    files = {source} if source else set()
     for graph in model.graphs():
         for value in graph.initializers.values():
             if isinstance(value.const_value, ir.ExternalTensor) and \
                     not getattr(value.const_value, "is_placeholder", False):
-                files.add(os.path.realpath(value.const_value.path))
+                files.add(value.const_value.path)
     return files
 
 
@@ -93,18 +97,16 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     """Write ``model`` to ``path``; ``external_data=None`` chooses external data only if needed.
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
-    model's own external-data sources are protected too. ``prefill``, started for ``path``
-    before folding, provides the (already warm) temporary file to write over.
+    model's own external-data sources are protected too (``onnxfold.io.outputs``); a symlinked
+    ``path`` is written through. ``prefill``, started for ``path``'s target before folding,
+    provides the (already warm) temporary file to write over.
     """
     path = os.fspath(path)
     data_name = data_name or os.path.basename(path) + ".data"
-    data_path = os.path.join(os.path.dirname(os.path.abspath(path)), data_name)
-    guarded = _input_files(model) | {os.path.realpath(p) for p in (protect or set())}
-    for target in (path, data_path):
-        if os.path.realpath(target) in guarded:
-            raise OutputError(f"{target}: refusing to overwrite an input of this model")
-    if os.path.isdir(path):
-        raise OutputError(f"{path}: is a directory")
+    guard = OutputGuard(input_files(model))
+    guard.protect(protect or ())
+    target = guard.claim(path, "output model")
+    data_path = os.path.join(os.path.dirname(target), data_name)
 
     graph = model.graph
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
@@ -114,6 +116,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     if not external_data and total > PROTOBUF_LIMIT:
         raise OutputError(f"{path}: {total} bytes of weights exceed protobuf's 2 GiB limit; "
                           "use external data")
+    if external_data:
+        data_path = guard.claim(data_path, "output model's external data")
 
     inlined = _inline_references(model, set(streamed.values()))
     for name in streamed:
@@ -129,7 +133,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     proto.ClearField("graph")
     head = proto.SerializeToString()
 
-    fd, tmp = (prefill and prefill.take(path)) or temp_beside(path)
+    fd, tmp = (prefill and prefill.take(target)) or temp_beside(target)
     data_fd = data_tmp = None
     try:
         offset = 0
@@ -162,7 +166,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
             os.close(data_fd)
             data_fd = None
             os.replace(data_tmp, data_path)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as e:
         raise OutputError(f"{path}: write failed ({e.strerror or e})") from None
     finally:

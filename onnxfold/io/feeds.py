@@ -1,0 +1,63 @@
+"""Reading arrays users hand over (``--inputs`` files, Session caches): untrusted ``.npz`` files.
+
+Only ``.npz`` archives of plain arrays are accepted (never pickles). Each member's header is
+read first: its shape and dtype must agree with the member's size in the archive, and the
+total stays under a limit, so a forged header or a compressed bomb is refused before anything
+is allocated.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zipfile
+
+import numpy as np
+from numpy.lib import format as npy_format
+
+from onnxfold.errors import InputError
+
+LIMIT = 16 << 30  # bytes of arrays one file may hold
+
+
+def _member_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple, np.dtype]:
+    with archive.open(info) as f:
+        version = npy_format.read_magic(f)
+        read = {(1, 0): npy_format.read_array_header_1_0,
+                (2, 0): npy_format.read_array_header_2_0}.get(version)
+        if read is None:
+            raise ValueError(f"unsupported .npy version {version}")
+        shape, _fortran, dtype = read(f)
+    return shape, dtype
+
+
+def load_arrays(path: str | os.PathLike, limit: int = LIMIT) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` file ``path``; InputError for anything else."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"{path}: not an .npz archive of named arrays (np.savez writes one)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            total = 0
+            for info in archive.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise ValueError(f"member {info.filename!r} is not an array")
+                shape, dtype = _member_header(archive, info)
+                if dtype.hasobject:
+                    raise ValueError(f"{info.filename}: object arrays are refused")
+                nbytes = math.prod(shape) * dtype.itemsize
+                if nbytes > info.file_size:
+                    raise ValueError(f"{info.filename}: header claims {nbytes} B, the archive "
+                                     f"holds {info.file_size} B")
+                total += nbytes
+                if total > limit:
+                    raise ValueError(f"arrays larger than {limit >> 20} MiB")
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except InputError:
+        raise
+    except Exception as e:  # zipfile, numpy and OS errors of a malformed archive
+        raise InputError(f"{path}: cannot read arrays ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:200]})") from None

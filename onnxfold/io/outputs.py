@@ -1,0 +1,84 @@
+"""Output paths are checked before a byte is written: nothing the user has is ever replaced.
+
+An :class:`OutputGuard` knows a command's input files by identity (device and inode, so hard
+links and symlinks of an input are recognized) and checks every output path against them and
+against each other. A symlinked output is written through (its target is replaced, the link
+stays); devices, FIFOs, sockets and directories are refused, never replaced; an output whose
+directory does not exist is refused before the command does any work.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+
+from onnxfold.errors import OutputError
+
+FileId = tuple[int, int]
+
+
+def file_id(path: str) -> FileId | None:
+    """(device, inode) of the file ``path`` leads to, or None if there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+class OutputGuard:
+    """The input files of a command, and the outputs it has claimed so far."""
+
+    def __init__(self, inputs: Iterable[str | os.PathLike] = ()) -> None:
+        self._inputs: dict[FileId, str] = {}
+        self._claimed: dict[str, str] = {}
+        self.protect(inputs)
+
+    def protect(self, paths: Iterable[str | os.PathLike]) -> None:
+        """Add input files that no output may replace (outputs claimed so far included)."""
+        for path in paths:
+            ident = file_id(os.fspath(path))
+            if ident is not None:
+                self._inputs.setdefault(ident, os.fspath(path))
+        for target, what in self._claimed.items():
+            self._check_existing(target, what)
+
+    def inputs(self) -> set[str]:
+        """The protected input files (as first named)."""
+        return set(self._inputs.values())
+
+    def claim(self, path: str | os.PathLike, what: str = "output") -> str:
+        """Check ``path`` as an output; return the path to replace (a symlink's target)."""
+        path = os.fspath(path)
+        if not path:
+            raise OutputError(f"empty {what} path")
+        target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
+        if not os.path.isdir(os.path.dirname(target)):
+            raise OutputError(f"{path}: directory {os.path.dirname(path) or '.'} does not exist")
+        if len(os.path.basename(target).encode()) > 255:
+            raise OutputError(f"{path}: file name too long")
+        self._check_existing(target, what, path)
+        other = self._claimed.get(target)
+        if other is not None:
+            raise OutputError(f"{path}: the {what} would also be the {other}")
+        self._claimed[target] = what
+        return target
+
+    def _check_existing(self, target: str, what: str, shown: str | None = None) -> None:
+        shown = shown or target
+        try:
+            info = os.stat(target)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise OutputError(f"{shown}: cannot write the {what} ({e.strerror})") from None
+        if stat.S_ISDIR(info.st_mode):
+            raise OutputError(f"{shown}: is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise OutputError(f"{shown}: not a regular file (a device, FIFO or socket is never "
+                              "replaced)")
+        source = self._inputs.get((info.st_dev, info.st_ino))
+        if source is not None:
+            same = "" if os.path.abspath(source) == target else f" ({source})"
+            raise OutputError(f"{shown}: refusing to overwrite an input{same} with the {what}")

@@ -1,0 +1,165 @@
+"""The trust boundary for a model's tensor data: nothing is read before it is checked here.
+
+External data (the rule, as onnxruntime >= 1.24 and onnx's checker apply it):
+
+- ``location`` is a non-empty relative path; it may not be absolute or start with ``..`` once
+  normalized (``sub/../w.bin`` is fine, ``../w.bin`` is not).
+- Following symlinks, the file must lie inside the model's directory as given, or inside the
+  directory of the model file's real path (the Hugging Face cache layout, where
+  ``snapshots/REV/model.onnx`` and its data are symlinks into ``blobs/``).
+- It must be an existing regular file with a single hard link (a hard link can make any file of
+  the same filesystem look local), unless it is the model file itself.
+- ``offset`` and ``length`` are non-negative; ``length``, when given, equals what the tensor's
+  shape and dtype need, and ``offset + that`` fits in the file.
+
+Inline data must hold exactly what the tensor's shape and dtype need. Every failure is an
+:class:`InputError` naming the tensor. Validated external tensors point at the file's real
+path, so a symlink swapped after the check cannot redirect a later read.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from collections.abc import Callable, Iterator
+
+import onnx_ir as ir
+
+from onnxfold.errors import InputError
+
+
+class CheckedExternalTensor(ir.ExternalTensor):
+    """An external tensor whose file this module has already checked (see the module doc).
+
+    onnx-ir's own load-time check knows only the logical model directory, so it would refuse
+    the hub cache layout and a model file with a second hard link, both of which onnxruntime
+    loads; the check done here is the one that applies.
+    """
+
+    def _check_path_containment(self) -> None:
+        return None
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def resolve_location(location: str, model_path: str, what: str) -> str:
+    """The real path of an external-data file named by ``location``; InputError if refused."""
+    if not location:
+        raise InputError(f"{model_path}: {what}: empty external data location")
+    if "\0" in location:
+        raise InputError(f"{model_path}: {what}: external data location contains a NUL byte")
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or (
+            len(location) > 1 and location[1] == ":"):
+        raise InputError(f"{model_path}: {what}: absolute external data location {location!r} "
+                         "(must be relative to the model's directory)")
+    normal = os.path.normpath(location)
+    if normal == ".." or normal.startswith(".." + os.sep):
+        raise InputError(f"{model_path}: {what}: external data location {location!r} leaves "
+                         "the model's directory")
+    logical_dir = os.path.dirname(os.path.abspath(model_path))
+    real = os.path.realpath(os.path.join(logical_dir, normal))
+    allowed = (os.path.realpath(logical_dir), os.path.dirname(os.path.realpath(model_path)))
+    if not any(_inside(real, d) for d in allowed):
+        raise InputError(f"{model_path}: {what}: external data location {location!r} resolves "
+                         "outside the model's directory")
+    try:
+        info = os.stat(real)
+    except OSError:
+        raise InputError(f"{model_path}: {what}: external data file not found: "
+                         f"{location}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{model_path}: {what}: external data location {location!r} is not a "
+                         "regular file")
+    if info.st_nlink > 1 and not os.path.samefile(real, model_path):
+        raise InputError(f"{model_path}: {what}: external data file {location!r} has "
+                         f"{info.st_nlink} hard links (refused, as onnx's checker does)")
+    return real
+
+
+Rebind = Callable[[ir.TensorProtocol], None]
+
+
+def _tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol, Rebind | None]]:
+    """Every tensor of the model (initializers and tensor attributes, in all graphs), with a
+    function that puts a replacement in its place."""
+    for graph in model.graphs():
+        for name, value in graph.initializers.items():
+            if value.const_value is not None:
+                yield f"initializer {name}", value.const_value, functools.partial(
+                    setattr, value, "const_value")
+        for node in graph:
+            for attr in node.attributes.values():
+                what = f"{node.op_type} attribute {attr.name}"
+                if attr.type == ir.AttributeType.TENSOR:
+                    yield what, attr.as_tensor(), functools.partial(_rebind_attr, node, attr.name)
+                elif attr.type == ir.AttributeType.TENSORS:
+                    for tensor in attr.as_tensors():
+                        yield what, tensor, None
+
+
+def _rebind_attr(node: ir.Node, name: str, tensor: ir.TensorProtocol) -> None:
+    node.attributes[name] = ir.AttrTensor(name, tensor)
+
+
+def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> int:
+    dims = list(tensor.shape.numpy())
+    if any(not isinstance(d, int) or d < 0 for d in dims):
+        raise InputError(f"{model_path}: {what}: invalid dimensions {dims}")
+    return tensor.nbytes
+
+
+def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str
+                      ) -> CheckedExternalTensor:
+    real = resolve_location(os.fspath(tensor.location), model_path, what)
+    offset, length = tensor.offset or 0, tensor.length
+    needed = _expected_bytes(tensor, model_path, what)
+    if offset < 0 or (length is not None and length < 0):
+        raise InputError(f"{model_path}: {what}: negative external data offset or length")
+    if length is not None and length != needed:
+        raise InputError(f"{model_path}: {what}: external data length {length} B does not match "
+                         f"its shape and dtype ({needed} B)")
+    size = os.path.getsize(real)
+    if offset + needed > size:
+        raise InputError(f"{model_path}: {what}: external data ends at byte {offset + needed}, "
+                         f"past the end of {tensor.location} ({size} B)")
+    return CheckedExternalTensor(
+        os.path.basename(real), offset, needed, tensor.dtype, shape=tensor.shape,
+        name=tensor.name or "", doc_string=tensor.doc_string,
+        metadata_props=dict(tensor.metadata_props), base_dir=os.path.dirname(real))
+
+
+def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None:
+    needed = _expected_bytes(tensor, model_path, what)
+    proto = getattr(tensor, "raw", None)
+    raw = getattr(proto, "raw_data", None)
+    if tensor.dtype == ir.DataType.STRING:
+        return
+    if raw:
+        if len(raw) != needed:
+            raise InputError(f"{model_path}: {what}: raw_data has {len(raw)} B, its shape and "
+                             f"dtype need {needed} B")
+        return
+    try:
+        arr = tensor.numpy()
+    except Exception as e:  # onnx-ir raises several types on malformed typed fields
+        raise InputError(f"{model_path}: {what}: unreadable tensor data "
+                         f"({type(e).__name__})") from None
+    if tuple(arr.shape) != tuple(tensor.shape.numpy()):
+        raise InputError(f"{model_path}: {what}: data does not match its shape")
+
+
+def check_tensor_data(model: ir.Model, model_path: str) -> None:
+    """Check every tensor's data (see the module doc); rebind external tensors to real paths."""
+    for what, tensor, rebind in list(_tensors(model)):
+        if isinstance(tensor, CheckedExternalTensor):
+            continue
+        if not isinstance(tensor, ir.ExternalTensor):
+            _check_inline(tensor, model_path, what)
+        elif rebind is None:
+            raise InputError(f"{model_path}: {what}: external data in a tensor list is not "
+                             "supported")
+        else:
+            rebind(_checked_external(tensor, model_path, what))

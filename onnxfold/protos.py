@@ -1,0 +1,19 @@
+"""Walking ONNX protobuf messages (the few places that work on ``onnx.ModelProto``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx
+
+
+def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph in it, depth first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from graph_protos(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from graph_protos(sub)

@@ -1,0 +1,114 @@
+"""External data never reads outside the model directory (issue 11: "Reads outside the model").
+
+A canary file sits beside the model directory; every trick points a weight at it. Each command
+must refuse with one line (exit 2), write nothing, and the canary's bytes must appear nowhere.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from advkit import (
+    PASSWD_PROBE,
+    assert_no_canary,
+    assert_one_line_error,
+    assert_unchanged,
+    feeds,
+    forge,
+    make_canary,
+    mlp_proto,
+    run_cli,
+    runtime_proto,
+    save_external,
+    snapshot,
+)
+
+UP = "../" * 24  # more than enough to reach / from any tmp_path
+
+
+def _point_at_canary(trick, model_dir, canary):
+    """The location string for W after setting up ``trick`` inside ``model_dir``."""
+    if trick == "relative":
+        return "../secret/x.bin"
+    if trick == "nested":
+        (model_dir / "sub").mkdir()
+        return "sub/../../secret/x.bin"
+    if trick == "absolute":
+        return str(canary)
+    if trick == "symlink":
+        os.symlink(canary, model_dir / "evil.bin")
+        return "evil.bin"
+    if trick == "relative-symlink":
+        os.symlink("../secret/x.bin", model_dir / "evil.bin")
+        return "evil.bin"
+    if trick == "hardlink":
+        try:
+            os.link(canary, model_dir / "evil.bin")
+        except OSError as e:
+            pytest.skip(f"no hard link possible here: {e}")
+        return "evil.bin"
+    raise AssertionError(trick)
+
+
+@pytest.mark.parametrize("trick", ["relative", "nested", "absolute", "symlink",
+                                   "relative-symlink", "hardlink"])
+def test_optimize_refuses_weights_outside_the_model_dir(tmp_path, trick):
+    canary = make_canary(tmp_path)
+    model_dir = tmp_path / "model"
+    model = save_external(mlp_proto(), model_dir)
+    forge(model, "W", location=_point_at_canary(trick, model_dir, canary), offset=0,
+          length=4096)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    before = snapshot(model_dir, out_dir, canary.parent)
+    code, _, err = run_cli(["optimize", model, "-o", out_dir / "o.onnx"])
+    assert_one_line_error(code, err)
+    assert_unchanged(before, snapshot(model_dir, out_dir, canary.parent))
+    assert_no_canary(tmp_path, canary)
+
+
+@pytest.mark.parametrize("location", [UP + "etc/passwd", "/etc/passwd"],
+                         ids=["dotdot-etc-passwd", "absolute-etc-passwd"])
+def test_optimize_refuses_etc_passwd(tmp_path, location):
+    if not os.path.isfile("/etc/passwd") or os.path.getsize("/etc/passwd") < 128:
+        pytest.skip("no /etc/passwd of 128 bytes here")
+    model_dir = tmp_path / "model"
+    model = save_external(mlp_proto(), model_dir)
+    forge(model, "b", location=location, offset=0, length=128)  # b is 32 float32
+    before = snapshot(model_dir)
+    code, _, err = run_cli(["optimize", model, "-o", tmp_path / "o.onnx"])
+    assert_one_line_error(code, err)
+    assert not (tmp_path / "o.onnx").exists()
+    assert_unchanged(before, snapshot(model_dir))
+    assert_no_canary(tmp_path, probes=(PASSWD_PROBE,))
+
+
+COMMANDS = ["optimize-ext-json", "split", "run-cache", "compare", "inspect"]
+
+
+@pytest.mark.parametrize("trick", ["relative", "symlink"])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_refuses_weights_outside_the_model_dir(tmp_path, command, trick):
+    canary = make_canary(tmp_path)
+    model_dir = tmp_path / "model"
+    clean = save_external(runtime_proto(), model_dir, name="clean.onnx", location="clean.bin")
+    model = save_external(runtime_proto(), model_dir)
+    forge(model, "W", location=_point_at_canary(trick, model_dir, canary), offset=0,
+          length=4096)
+    out = tmp_path / "out"
+    out.mkdir()
+    np.savez(out / "feeds.npz", **feeds(s_ones=True))  # s = 1: the folded Ws is W's bytes
+    args = {
+        "optimize-ext-json": ["optimize", model, "-o", out / "o.onnx", "--external-data", "yes",
+                              "--json", out / "r.json"],
+        "split": ["split", model, "--runtime-const", "s", "-o", out / "parts"],
+        "run-cache": ["run", model, "--runtime-const", "s", "--inputs", out / "feeds.npz",
+                      "-o", out / "y.npz", "--cache-dir", out / "cache"],
+        "compare": ["compare", clean, model, "--json", out / "c.json"],
+        "inspect": ["inspect", model],
+    }[command]
+    before = snapshot(model_dir, out, canary.parent)
+    code, _, err = run_cli(args)
+    assert_one_line_error(code, err)
+    assert_unchanged(before, snapshot(model_dir, out, canary.parent))
+    assert_no_canary(tmp_path, canary)

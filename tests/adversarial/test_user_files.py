@@ -1,0 +1,162 @@
+"""Never write over anything the user has (issue 11: "The user's files are modified").
+
+Every input file is hashed before and after; the directories involved are listed before and
+after, and only the expected outputs may be new (no temporary file left behind).
+"""
+
+import os
+import stat
+
+import numpy as np
+import onnx
+import pytest
+from advkit import (
+    assert_ok,
+    assert_one_line_error,
+    assert_unchanged,
+    feeds,
+    ort_run,
+    run_cli,
+    runtime_proto,
+    save_external,
+    snapshot,
+)
+
+
+def _model(tmp_path, name="m.onnx", location="w.bin"):
+    return save_external(runtime_proto(), tmp_path / "model", name=name, location=location)
+
+
+def _out_is_data(tmp_path):
+    m = _model(tmp_path)
+    return ["optimize", m, "-o", m.parent / "w.bin"]
+
+
+def _out_data_is_data(tmp_path):
+    m = _model(tmp_path, location="o.onnx.data")
+    return ["optimize", m, "-o", m.parent / "o.onnx", "--external-data", "yes"]
+
+
+def _json_is_model(tmp_path):
+    m = _model(tmp_path)
+    return ["optimize", m, "-o", tmp_path / "out" / "o.onnx", "--json", m]
+
+
+def _json_is_data(tmp_path):
+    m = _model(tmp_path)
+    return ["optimize", m, "-o", tmp_path / "out" / "o.onnx", "--json", m.parent / "w.bin"]
+
+
+def _compare_json_is_data(tmp_path):
+    a = _model(tmp_path)
+    b = _model(tmp_path, name="b.onnx", location="b.bin")
+    return ["compare", a, b, "--json", b.parent / "b.bin"]
+
+
+def _split_into_own_dir(tmp_path):
+    m = _model(tmp_path, name="entry.onnx")
+    return ["split", m, "--runtime-const", "s", "-o", m.parent]
+
+
+def _json_dir_missing(tmp_path):
+    m = _model(tmp_path)
+    return ["optimize", m, "-o", tmp_path / "out" / "o.onnx",
+            "--json", tmp_path / "out" / "missing" / "r.json"]
+
+
+def _run_out_is_data(tmp_path):
+    m = _model(tmp_path, location="w.npz")  # np.savez keeps a name ending in .npz
+    np.savez(tmp_path / "out" / "feeds.npz", **feeds())
+    return ["run", m, "--runtime-const", "s", "--inputs", tmp_path / "out" / "feeds.npz",
+            "-o", m.parent / "w.npz"]
+
+
+REFUSED = {
+    "optimize-o-is-input-data": _out_is_data,
+    "optimize-o-data-is-input-data": _out_data_is_data,
+    "optimize-json-is-input-model": _json_is_model,
+    "optimize-json-is-input-data": _json_is_data,
+    "compare-json-is-model-data": _compare_json_is_data,
+    "split-entry-into-its-own-dir": _split_into_own_dir,
+    "optimize-json-dir-missing": _json_dir_missing,  # must fail before the model is written
+    "run-o-is-input-data": _run_out_is_data,
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_outputs_over_inputs_are_refused_before_anything_is_written(tmp_path, case):
+    (tmp_path / "out").mkdir()
+    args = REFUSED[case](tmp_path)
+    before = snapshot(tmp_path)
+    code, _, err = run_cli(args)
+    assert_one_line_error(code, err)
+    assert_unchanged(before, snapshot(tmp_path))
+    assert not (tmp_path / "out" / "o.onnx").exists()
+
+
+def test_symlinked_output_is_written_through_or_refused(tmp_path):
+    model = _model(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "precious.onnx"
+    target.write_bytes(b"the user's file")
+    link = out / "link.onnx"
+    os.symlink("precious.onnx", link)
+    inputs = snapshot(model.parent)
+    code, _, err = run_cli(["optimize", model, "-o", link])
+    assert code in (0, 2), err
+    assert os.path.islink(link), "the symlink was replaced by a regular file"
+    assert os.readlink(link) == "precious.onnx"
+    # written through = the link's target path gets the model (atomically, by rename)
+    assert sorted(os.listdir(out)) == ["link.onnx", "precious.onnx"]
+    if code == 2:
+        assert_one_line_error(code, err)
+        assert target.read_bytes() == b"the user's file"
+    else:  # written through the link
+        assert_ok(code, err)
+        onnx.checker.check_model(onnx.load(str(target)))
+    assert_unchanged(inputs, snapshot(model.parent))
+
+
+def _null_device(tmp_path):
+    """A private null device node: the real /dev/null is not risked when running as root."""
+    path = tmp_path / "out" / "null"
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        return path
+    except OSError:
+        if os.access("/dev", os.W_OK):
+            pytest.skip("cannot mknod, and /dev is writable: not risking the real /dev/null")
+        return "/dev/null"
+
+
+def test_device_output_is_not_replaced(tmp_path):
+    model = _model(tmp_path)
+    (tmp_path / "out").mkdir()
+    dev = _null_device(tmp_path)
+    rdev = os.stat(dev).st_rdev
+    listing = sorted(os.listdir(os.path.dirname(dev)))
+    inputs = snapshot(model.parent)
+    code, _, err = run_cli(["optimize", model, "-o", dev])
+    if code == 2:
+        assert_one_line_error(code, err)
+    else:
+        assert_ok(code, err)
+    st = os.lstat(dev)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == rdev, f"{dev} was replaced"
+    assert sorted(os.listdir(os.path.dirname(dev))) == listing
+    assert_unchanged(inputs, snapshot(model.parent))
+
+
+def test_valid_outputs_beside_the_inputs_leave_nothing_else(tmp_path):
+    """The control case: -o and --json next to the input write exactly those files."""
+    model = _model(tmp_path)
+    before = snapshot(tmp_path)
+    out = model.parent / "o.onnx"
+    code, _, err = run_cli(["optimize", model, "-o", out, "--external-data", "yes",
+                            "--json", model.parent / "r.json"])
+    assert_ok(code, err)
+    assert_unchanged(before, snapshot(tmp_path),
+                     new_ok=[out, model.parent / "o.onnx.data", model.parent / "r.json"])
+    f = feeds()
+    np.testing.assert_allclose(ort_run(out, f)[0], ort_run(model, f)[0], rtol=1e-5, atol=1e-6)
