@@ -13,12 +13,20 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
+from onnxfold.declines import DeclineKind, Reason
+
 NONDETERMINISTIC = frozenset({
     "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
     "Bernoulli",
 })
 SHAPE_ONLY = frozenset({"Shape", "Size"})
 FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def is_default_op(node: ir.Node, *op_types: str) -> bool:
+    """Whether ``node`` is in the default ONNX domain (and, given ``op_types``, one of them)."""
+    return node.domain in DEFAULT_DOMAINS and (not op_types or node.op_type in op_types)
 
 
 def subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
@@ -83,12 +91,12 @@ def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
     return ir_version >= 4 and value in graph.inputs
 
 
-def why_not_foldable(node: ir.Node) -> str | None:
+def why_not_foldable(node: ir.Node) -> Reason | None:
     """The reason a node can never be folded, whatever its inputs."""
     if node.domain not in FOLDABLE_DOMAINS:
-        return f"custom domain '{node.domain}'"
+        return Reason(DeclineKind.CUSTOM_DOMAIN, f"'{node.domain}'")
     if node.op_type in NONDETERMINISTIC:
-        return "non-deterministic op"
+        return Reason(DeclineKind.NON_DETERMINISTIC)
     return None
 
 
@@ -102,7 +110,7 @@ class ConstPlan:
     constant: set[ir.Value] = field(default_factory=set)
     sources: set[ir.Value] = field(default_factory=set)
     foldable: list[ir.Node] = field(default_factory=list)
-    refused: list[tuple[ir.Node, str]] = field(default_factory=list)
+    refused: list[tuple[ir.Node, Reason]] = field(default_factory=list)
 
 
 def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
@@ -124,7 +132,7 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
                 plan.constant.add(value)
                 plan.sources.add(value)
     for node in graph:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if is_default_op(node, "Constant"):
             plan.constant.update(node.outputs)
             plan.sources.update(node.outputs)
             continue
@@ -134,7 +142,7 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
             if all(v in plan.constant for v in inputs):
                 plan.refused.append((node, reason))
             continue
-        if node.op_type in SHAPE_ONLY and node.domain in ("", "ai.onnx") and inputs:
+        if is_default_op(node, *SHAPE_ONLY) and inputs:
             ok = inputs[0] in plan.constant or (shape_folding and static_shape(inputs[0]))
         else:
             ok = bool(inputs) and all(v in plan.constant for v in inputs)

@@ -59,7 +59,9 @@ class _Progress:
 
 def _add_fold_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disable-rule", action="append", default=[], metavar="NAME",
-                   help="do not use this folding rule (a rule name or an op type); repeatable")
+                   help="do not use this rule: a rule name, or an op type (every native rule "
+                        "for that op: its folder, the patterns matching it, the cleanup removing "
+                        "it; the onnxruntime fallback still folds it); repeatable")
     p.add_argument("--no-fallback", action="store_true",
                    help="fold only with native rules, never through onnxruntime")
     p.add_argument("--no-shape-folding", action="store_true",
@@ -246,20 +248,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_rules(args: argparse.Namespace) -> int:
     if args.coverage:
         return _coverage(args)
-    from onnxfold.patterns import cleanup_rules, pattern_rules
-    from onnxfold.registry import default_registry
+    from onnxfold.catalogue import load_catalogue
 
+    catalogue = load_catalogue()
     print("folders (evaluate one op on constants):")
-    for rule in default_registry().all_rules():
+    for rule in sorted(catalogue.folders, key=lambda r: r.name):
         until = rule.until if rule.until is not None else ""
         print(f"  {rule.name:28} {rule.domain or 'ai.onnx'}::{rule.op_type} "
               f"opset {rule.since}-{until}  {_where(rule.source)}")
     print("patterns (rewrites that enable folding):")
-    for rule in pattern_rules():
-        print(f"  {rule.name:28} on {','.join(rule.op_types)}  {_where(rule.source)}")
+    for pattern in catalogue.patterns:
+        print(f"  {pattern.name:28} on {','.join(pattern.op_types)}  {_where(pattern.source)}")
     print("cleanups (whole-model passes):")
-    for rule in cleanup_rules():
-        print(f"  {rule.name:28} {_where(rule.source)}")
+    for cleanup in catalogue.cleanups:
+        print(f"  {cleanup.name:28} {_where(cleanup.source)}")
     return 0
 
 

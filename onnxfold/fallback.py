@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis import static_shape
 from onnxfold.arrays import c_contiguous
+from onnxfold.declines import DeclineKind, Reason
 
 # Small feeds become initializers of the batch model: onnxruntime's shape inference then sees
 # their values (a Scan body's Unsqueeze axes captured from the outer graph, a Reshape target),
@@ -25,6 +26,10 @@ EMBED_BYTES = 4096
 
 class FallbackError(Exception):
     """onnxruntime could not build or run the batch (message: its first line)."""
+
+    def __init__(self, detail: str, kind: DeclineKind = DeclineKind.RUNTIME_ERROR) -> None:
+        super().__init__(detail)
+        self.reason = Reason(kind, detail)
 
 
 def _first_line(e: Exception) -> str:
@@ -83,7 +88,8 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     out = []
     for value, res in zip(wanted, results):
         if not res.is_tensor():
-            raise FallbackError(f"unsupported type: output {value.name} is not a tensor")
+            raise FallbackError(f"output {value.name} is not a tensor",
+                                DeclineKind.UNSUPPORTED_TYPE)
         out.append(_from_ort(res))
     return out
 
@@ -107,8 +113,8 @@ def _run_into_buffers(session, feed: dict, wanted: Sequence[ir.Value]) -> list[n
     for value in wanted:
         shape = static_shape(value)
         if shape is None:
-            raise FallbackError(f"unsupported type: {value.dtype.name} output {value.name} of "
-                                "unknown shape")
+            raise FallbackError(f"{value.dtype.name} output {value.name} of unknown shape",
+                                DeclineKind.UNSUPPORTED_TYPE)
         dtype = value.dtype.numpy()
         buffer = np.empty(shape, np.dtype(f"u{dtype.itemsize}"))
         binding.bind_ortvalue_output(value.name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(

@@ -20,15 +20,18 @@ from onnxfold.analysis import (
     ConstPlan,
     captured_values,
     external_inputs,
+    is_default_op,
     is_overridable,
     node_label,
     plan_graph,
     static_shape,
     subgraphs,
 )
+from onnxfold.catalogue import Catalogue, load_catalogue
+from onnxfold.declines import Decline, DeclineKind, Reason
 from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_growth, static_nbytes
 from onnxfold.pool import BufferPool
-from onnxfold.registry import Decline, FolderRule, RuleRegistry, default_registry
+from onnxfold.registry import FolderRule
 
 
 @dataclass
@@ -73,8 +76,8 @@ class FoldStats:
     fallback_sessions: int = 0
     materialized: int = 0
     materialized_bytes: int = 0
-    declined: Counter = field(default_factory=Counter)
-    declined_nodes: list[tuple[str, str, str]] = field(default_factory=list)
+    declined: Counter = field(default_factory=Counter)  # by DeclineKind value
+    declined_nodes: list[tuple[str, str, Reason]] = field(default_factory=list)
     rule_hits: Counter = field(default_factory=Counter)
     pattern_hits: Counter = field(default_factory=Counter)
     rejected_patterns: Counter = field(default_factory=Counter)
@@ -116,13 +119,12 @@ def constant_array(value: ir.Value) -> np.ndarray | None:
     if value.const_value is not None:
         return value.const_value.numpy()
     producer = value.producer()
-    if producer is not None and producer.op_type == "Constant" \
-            and producer.domain in ("", "ai.onnx"):
+    if producer is not None and is_default_op(producer, "Constant"):
         return _constant_value(producer)
     return None
 
 
-def _source_array(value: ir.Value) -> np.ndarray | None:
+def source_array(value: ir.Value) -> np.ndarray | None:
     """A constant's data as the pool can hold it (numeric: strings are not folded)."""
     arr = constant_array(value)
     return None if arr is None or arr.dtype.kind in "OSU" else arr
@@ -132,11 +134,11 @@ class GraphFolder:
     """Folds one graph's foldable nodes; see the module docstring."""
 
     def __init__(self, graph: ir.Graph, model: ir.Model, options: FoldOptions,
-                 registry: RuleRegistry, stats: FoldStats, pool: BufferPool,
+                 catalogue: Catalogue, stats: FoldStats, pool: BufferPool,
                  progress: Callable[[int, int], None] | None = None,
                  outer: Iterable[ir.Value] = ()) -> None:
         self.graph, self.model, self.options = graph, model, options
-        self.registry, self.stats, self.pool = registry, stats, pool
+        self.catalogue, self.stats, self.pool = catalogue, stats, pool
         self.opset = model.opset_imports.get("", 1)
         self.progress = progress
         self.plan: ConstPlan = plan_graph(graph, model.ir_version, outer,
@@ -168,13 +170,14 @@ class GraphFolder:
             else:
                 self.planned.discard(node)
 
-    def _qdq_policy(self) -> list[tuple[ir.Node, str]]:
+    def _qdq_policy(self) -> list[tuple[ir.Node, Reason]]:
         """Quantized weights stay quantized unless ``fold_qdq``: their dequantization stays."""
         if self.options.fold_qdq:
             return []
         kept = [n for n in self.plan.foldable if n.op_type in QDQ_KEPT]
         self.planned.difference_update(kept)
-        return [(n, "qdq policy: quantized weights stay quantized (--fold-qdq)") for n in kept]
+        why = Reason(DeclineKind.QDQ_POLICY, "quantized weights stay quantized (--fold-qdq)")
+        return [(n, why) for n in kept]
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _reads(self, node: ir.Node) -> list[ir.Value]:
@@ -182,7 +185,7 @@ class GraphFolder:
 
         Shape-only folds read a constant input's buffer for its shape, and nothing otherwise.
         """
-        if node.op_type in SHAPE_ONLY and node.domain in ("", "ai.onnx"):
+        if is_default_op(node, *SHAPE_ONLY):
             return [node.inputs[0]] if node.inputs[0] in self.plan.constant else []
         seen: dict[ir.Value, None] = {}
         for v in list(node.inputs) + captured_values(node):
@@ -206,14 +209,14 @@ class GraphFolder:
         if value in self.pool:
             return True
         if value in self.plan.sources:
-            arr = _source_array(value)
+            arr = source_array(value)
             if arr is None:
                 return False
             self.pool.put(value, arr, self.readers[value], source=True)
             return value in self.pool
         return False
 
-    def _abandon(self, node: ir.Node, reason: str | None) -> None:
+    def _abandon(self, node: ir.Node, reason: Reason | None) -> None:
         """``node`` stays in the graph: its constant inputs must now be kept."""
         self.planned.discard(node)
         if reason is not None:
@@ -227,8 +230,8 @@ class GraphFolder:
             elif v in self.plan.sources and self.readers[v] > 0:
                 self.readers[v] -= 1
 
-    def _record(self, node: ir.Node, reason: str) -> None:
-        self.stats.declined[reason.split(":")[0]] += 1
+    def _record(self, node: ir.Node, reason: Reason) -> None:
+        self.stats.declined[reason.kind.value] += 1
         self.stats.declined_nodes.append((node_label(node), node.op_type, reason))
 
     def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
@@ -257,11 +260,11 @@ class GraphFolder:
         in_bytes = sum(a.nbytes for a in ins)
         bound = max(self.options.expansion_min_bytes, self.options.expansion_factor * in_bytes)
         if out_bytes > bound:
-            raise Decline(f"size: output {out_bytes} B > {self.options.expansion_factor:g}x "
-                          f"inputs {in_bytes} B")
+            raise Decline(f"output {out_bytes} B > {self.options.expansion_factor:g}x "
+                          f"inputs {in_bytes} B", DeclineKind.SIZE)
         limit = self.options.max_tensor_bytes
         if limit is not None and any(a.nbytes > limit for a in outs):
-            raise Decline(f"size: output over the per-tensor limit of {limit} B")
+            raise Decline(f"output over the per-tensor limit of {limit} B", DeclineKind.SIZE)
 
     def _native(self, node: ir.Node, rule: FolderRule) -> list[np.ndarray]:
         kwargs = {name: _attr_value(attr) for name, attr in node.attributes.items()}
@@ -277,27 +280,26 @@ class GraphFolder:
         outs = [np.asarray(o) for o in outs]
         for value, arr in zip(node.outputs, outs):
             if value.dtype is not None and arr.dtype != value.dtype.numpy():
-                raise Decline(f"rule error: {rule.name} returned {arr.dtype}, "
-                              f"expected {value.dtype.numpy()}")
+                raise Decline(f"{rule.name} returned {arr.dtype}, expected "
+                              f"{value.dtype.numpy()}", DeclineKind.RULE_ERROR)
         return outs
 
-    def _try_native(self, node: ir.Node) -> str | None:
+    def _try_native(self, node: ir.Node) -> Reason | None:
         """Fold ``node`` with its rule; return None on success or the reason it declined."""
-        rule = self.registry.lookup(node.domain, node.op_type, node.version or self.opset)
+        rule = self.catalogue.folder(node.domain, node.op_type, node.version or self.opset)
         if rule is None:
-            return "no rule"
+            return Reason(DeclineKind.NO_RULE)
         ins = [] if rule.shape_only else [self.pool.get(v) for v in node.inputs if v is not None]
         self.pool.make_room(sum(static_nbytes(v) or 0 for v in node.outputs))
         try:
             outs = self._native(node, rule)
             self._size_check(node, outs, ins)
         except Decline as e:
-            return str(e)
+            return e.reason
         except Exception as e:
             if self.options.strict:
                 raise
-            return f"rule error: {rule.name}: {type(e).__name__}: {e}"
-        rule.hits += 1
+            return Reason(DeclineKind.RULE_ERROR, f"{rule.name}: {type(e).__name__}: {e}")
         self.stats.rule_hits[rule.name] += 1
         self._finish(node, dict(zip(node.outputs, outs)), "native")
         return None
@@ -324,10 +326,7 @@ class GraphFolder:
                     else:
                         self._abandon(node, None)
                 return
-            reason = str(e)
-            if isinstance(e, fallback.FallbackError) and not reason.startswith("unsupported"):
-                reason = f"onnxruntime: {reason}"
-            self._abandon(batch[0], reason)
+            self._abandon(batch[0], e.reason)
             return
         for node in batch:
             self._finish(node, {v: outs[v] for v in node.outputs if v in outs}, "fallback")
@@ -350,9 +349,10 @@ class GraphFolder:
             reason = self._try_native(node)
             if reason is None:
                 continue
-            if self.options.strict and reason.startswith("rule error"):
-                raise RuntimeError(reason)
-            if reason.startswith("size") or not self.options.fallback or not self._has_data(node):
+            if self.options.strict and reason.kind is DeclineKind.RULE_ERROR:
+                raise RuntimeError(str(reason))
+            if reason.kind is DeclineKind.SIZE or not self.options.fallback or \
+                    not self._has_data(node):
                 self._abandon(node, reason)
                 continue
             batch = [node]
@@ -362,11 +362,11 @@ class GraphFolder:
             self._run_fallback(batch)
         self.stats.pool_peak_bytes = max(self.stats.pool_peak_bytes, self.pool.peak_bytes)
 
-    def _why_unavailable(self, node: ir.Node) -> str | None:
+    def _why_unavailable(self, node: ir.Node) -> Reason | None:
         """A reason if an input is a constant onnxfold cannot hold (upstream declines have one)."""
         for v in self._reads(node):
-            if v in self.plan.sources and _source_array(v) is None:
-                return "unsupported type: string or sparse constant"
+            if v in self.plan.sources and source_array(v) is None:
+                return Reason(DeclineKind.UNSUPPORTED_TYPE, "string or sparse constant")
         return None
 
     def _has_data(self, node: ir.Node) -> bool:
@@ -379,7 +379,7 @@ class GraphFolder:
 
     def _wants_fallback(self, node: ir.Node, batch: list[ir.Node]) -> bool:
         """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready."""
-        if self.registry.lookup(node.domain, node.op_type, node.version or self.opset):
+        if self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
             return False
         produced = {v for n in batch for v in n.outputs}
         inputs = [v for v in node.inputs if v is not None] + captured_values(node)
@@ -409,20 +409,19 @@ class GraphFolder:
 
 
 def fold_model(model: ir.Model, options: FoldOptions | None = None,
-               registry: RuleRegistry | None = None, stats: FoldStats | None = None,
+               catalogue: Catalogue | None = None, stats: FoldStats | None = None,
                pool: BufferPool | None = None,
                progress: Callable[[int, int], None] | None = None) -> FoldStats:
-    """Fold the main graph of ``model`` in place (one round); return what happened."""
+    """Fold every graph of ``model`` in place (one round); return what happened."""
     options = options or FoldOptions()
-    registry = registry or default_registry()
-    registry.disabled = set(options.disabled_rules)
+    catalogue = catalogue or load_catalogue().without(options.disabled_rules)
     stats = stats or FoldStats()
     stats.declined.clear()  # every round re-examines what is left: report the last one's view
     stats.declined_nodes.clear()
     pool = BufferPool() if pool is None else pool  # an empty pool is falsy (len 0)
 
     def fold_graph(graph: ir.Graph, outer: set[ir.Value]) -> None:
-        folder = GraphFolder(graph, model, options, registry, stats, pool, progress, outer)
+        folder = GraphFolder(graph, model, options, catalogue, stats, pool, progress, outer)
         folder.run()
         folder.materialize()
         visible = outer | visible_constants(graph, model.ir_version, options.inputs_are_constant)
@@ -443,5 +442,5 @@ def visible_constants(graph: ir.Graph, ir_version: int, inputs_are_constant: boo
     """Constants of ``graph`` that its subgraphs may use: initializers and Constant outputs."""
     found = {v for v in graph.initializers.values() if v.const_value is not None and (
         inputs_are_constant or not is_overridable(v, graph, ir_version))}
-    found.update(n.outputs[0] for n in graph if n.op_type == "Constant" and n.outputs)
+    found.update(n.outputs[0] for n in graph if is_default_op(n, "Constant") and n.outputs)
     return found

@@ -1,92 +1,216 @@
-"""Pattern rules: graph rewrites that enable or improve folding, and whole-graph cleanups.
+"""Pattern rules (graph rewrites that enable or improve folding) and whole-model cleanups.
 
-A pattern rule is a function registered with :func:`pattern` for one or more root op types. It
-receives the root node and a :class:`RewriteContext`, and returns ``True`` when it rewrote the
-graph, ``None`` when the node does not match, or a string: the reason a match was rejected (kept
-for ``--explain``). A cleanup rule (:func:`cleanup`) runs once over the whole model and returns
-how many changes it made. Both kinds have a name, a hit counter and a source location, and both
-are disabled by name like folder rules.
+A pattern is data: ``P(op, *inputs, name=..., single_use=...)`` matches a default-domain node
+and, position by position, its inputs; ``Var(name, const=...)`` matches any value. Named parts
+are captured (a ``P`` captures its node, a ``Var`` its value) and arrive as keyword arguments
+to the rule's ``check`` and ``rewrite``, after the :class:`RewriteContext`::
+
+    @pattern(P("Transpose", P("Transpose", Var("x"), name="first"), name="second"))
+    def merge_transposes(ctx, x, first, second): ...
+
+``check`` (optional) returns True to rewrite, False when the match does not apply after all, or
+a :class:`Reject` carrying the reason (``--explain`` lists it); ``rewrite`` then changes the
+graph. A cleanup (:func:`cleanup`) runs once over the whole model and returns how many changes
+it made. Every rule has a name, the op types it works on and its source location; the
+catalogue (:mod:`onnxfold.catalogue`) disables rules by name or op type. Hit counts live in
+the run's statistics only.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import plan_graph, static_shape, subgraphs
+from onnxfold.analysis import is_default_op, plan_graph, static_shape, subgraphs
+from onnxfold.registry import mark, source_of
+
+if TYPE_CHECKING:
+    from onnxfold.catalogue import Catalogue
 
 MAX_ITERATIONS = 10
 
 
-@dataclass
+@dataclass(frozen=True)
+class Var:
+    """Any value (``const``: only a constant one), captured as ``name``."""
+
+    name: str | None = None
+    const: bool = False
+
+
+@dataclass(frozen=True)
+class P:
+    """A value computed by a default-domain node of ``op`` (one of them, for a tuple), whose
+    inputs match ``inputs`` position by position (an input list ending in ``...`` allows more).
+    The node is captured as ``name``; ``single_use``: its output has one reader and is not a
+    graph output."""
+
+    op: str | tuple[str, ...]
+    inputs: tuple[Any, ...] | None  # patterns, maybe ending in ...
+    name: str | None
+    single_use: bool
+
+    def __init__(self, op: str | Iterable[str], *inputs: Pattern | Any, name: str | None = None,
+                 single_use: bool = False) -> None:
+        object.__setattr__(self, "op", op if isinstance(op, str) else tuple(op))
+        object.__setattr__(self, "inputs", inputs or None)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "single_use", single_use)
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return (self.op,) if isinstance(self.op, str) else self.op
+
+    def op_types(self) -> Iterator[str]:
+        """Every op type this pattern matches, its inputs' included."""
+        yield from self.ops
+        for sub in self.inputs or ():
+            if isinstance(sub, P):
+                yield from sub.op_types()
+
+    def match_node(self, node: ir.Node, ctx: RewriteContext, captures: dict[str, Any]) -> bool:
+        if node.op_type not in self.ops or not is_default_op(node):
+            return False
+        if self.single_use and not all(ctx.single_use(v) for v in node.outputs):
+            return False
+        if self.inputs is not None:
+            open_ended = self.inputs[-1] is Ellipsis
+            patterns = self.inputs[:-1] if open_ended else self.inputs
+            given = list(node.inputs)
+            if len(given) < len(patterns) or (not open_ended and len(given) > len(patterns)):
+                return False
+            for sub, value in zip(patterns, given):
+                if not _match_value(sub, value, ctx, captures):
+                    return False
+        if self.name is not None:
+            captures[self.name] = node
+        return True
+
+
+Pattern = P | Var
+
+
+def _match_value(pattern: Pattern, value: ir.Value | None, ctx: RewriteContext,
+                 captures: dict[str, Any]) -> bool:
+    if isinstance(pattern, Var):
+        if value is None or (pattern.const and not ctx.is_constant(value)):
+            return False
+        if pattern.name is not None:
+            captures[pattern.name] = value
+        return True
+    producer = value.producer() if value is not None else None
+    return producer is not None and pattern.match_node(producer, ctx, captures)
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A match a rule's check refused, and why (kept for ``--explain``)."""
+
+    reason: str
+
+
+Check = Callable[..., bool | Reject]
+
+
+@dataclass(frozen=True)
 class PatternRule:
+    """A rewrite: where it applies (``roots``, the op types of nodes it starts from), every op
+    type it matches (``uses``), and its check and rewrite."""
+
     name: str
-    op_types: tuple[str, ...]
-    fn: Callable
+    pattern: P
+    rewrite: Callable[..., object]
+    check: Check | None
     source: str
-    hits: int = 0
+    roots: tuple[str, ...] = ()
+
+    @property
+    def uses(self) -> frozenset[str]:
+        return frozenset(self.pattern.op_types())
+
+    @property
+    def op_types(self) -> tuple[str, ...]:
+        return self.roots or self.pattern.ops
+
+    def apply(self, node: ir.Node, ctx: RewriteContext) -> bool | Reject:
+        """Match at ``node``; rewrite and return True, or return False / the rejection."""
+        captures: dict[str, Any] = {}
+        if not self.pattern.match_node(node, ctx, captures):
+            return False
+        verdict = self.check(ctx, **captures) if self.check is not None else True
+        if verdict is True:
+            self.rewrite(ctx, **captures)
+        return verdict
 
 
-@dataclass
+@dataclass(frozen=True)
 class CleanupRule:
+    """A whole-model pass ``fn(model) -> number of changes``; ``op_types`` it removes."""
+
     name: str
-    fn: Callable
+    fn: Callable[[ir.Model], int]
     source: str
-    hits: int = 0
+    op_types: tuple[str, ...] = ()
 
 
-_PATTERNS: list[PatternRule] = []
-_CLEANUPS: list[CleanupRule] = []
-_names = itertools.count()
-
-
-def _where(fn: Callable) -> str:
-    return f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"  # no source parsing
-
-
-def pattern(op_types: str | Iterable[str], name: str | None = None) -> Callable:
-    """Register a rewrite rooted at nodes of ``op_types``."""
-    ops = (op_types,) if isinstance(op_types, str) else tuple(op_types)
+def pattern(matches: P, *, check: Check | None = None, name: str | None = None
+            ) -> Callable[[Callable], Callable]:
+    """Declare the decorated function the rewrite of ``matches`` (see the module doc)."""
 
     def register(fn: Callable) -> Callable:
-        _PATTERNS.append(PatternRule(name or fn.__name__, ops, fn, _where(fn)))
-        return fn
+        return mark(fn, PatternRule(name or fn.__name__, matches, fn, check, source_of(fn)))
 
     return register
 
 
-def cleanup(name: str | None = None) -> Callable:
-    """Register a whole-model cleanup ``fn(model) -> number of changes``."""
+def cleanup(name: str | None = None, op_types: Iterable[str] = ()) -> Callable:
+    """Declare a whole-model cleanup ``fn(model) -> number of changes``."""
 
     def register(fn: Callable) -> Callable:
-        _CLEANUPS.append(CleanupRule(name or fn.__name__, fn, _where(fn)))
-        return fn
+        return mark(fn, CleanupRule(name or fn.__name__, fn, source_of(fn), tuple(op_types)))
 
     return register
 
 
-def pattern_rules() -> list[PatternRule]:
-    from onnxfold.registry import default_registry
+class NameAllocator:
+    """Fresh value and node names for one model: never one the model already uses."""
 
-    default_registry()  # imports every rules module
-    return list(_PATTERNS)
+    def __init__(self, model: ir.Model) -> None:
+        self._used = {v.name for g in model.graphs() for n in g for v in n.outputs if v.name}
+        self._used.update(n.name for g in model.graphs() for n in g if n.name)
+        for graph in model.graphs():
+            self._used.update(v.name for v in graph.inputs if v.name)
+            self._used.update(graph.initializers)
+        self._next = 0
+
+    def fresh(self, base: str) -> str:
+        while True:
+            name = f"{base}__onnxfold{self._next}"
+            self._next += 1
+            if name not in self._used:
+                self._used.add(name)
+                return name
 
 
-def cleanup_rules() -> list[CleanupRule]:
-    from onnxfold.registry import default_registry
+_NAMES_KEY = "onnxfold.names"
 
-    default_registry()
-    return list(_CLEANUPS)
+
+def names_for(model: ir.Model) -> NameAllocator:
+    """The model's name allocator (kept in ``model.meta`` for the model's lifetime)."""
+    allocator = model.meta.get(_NAMES_KEY)
+    if allocator is None:
+        allocator = model.meta[_NAMES_KEY] = NameAllocator(model)
+    return allocator
 
 
 @dataclass
 class RewriteContext:
-    """What a pattern may ask about the graph it rewrites."""
+    """What a pattern may ask about the graph it rewrites, and how it changes it."""
 
     graph: ir.Graph
     model: ir.Model
@@ -98,9 +222,9 @@ class RewriteContext:
 
     def array(self, value: ir.Value | None) -> np.ndarray | None:
         """The data of an initializer or Constant output (not of values still to be folded)."""
-        from onnxfold.fold import _source_array
+        from onnxfold.fold import source_array
 
-        return None if value is None else _source_array(value)
+        return None if value is None else source_array(value)
 
     def shape(self, value: ir.Value | None) -> tuple[int, ...] | None:
         if value is None:
@@ -112,7 +236,7 @@ class RewriteContext:
     def producer(self, value: ir.Value | None, *op_types: str) -> ir.Node | None:
         """The default-domain node of one of ``op_types`` that computes ``value``, if any."""
         node = value.producer() if value is not None else None
-        if node is None or node.op_type not in op_types or node.domain not in ("", "ai.onnx"):
+        if node is None or node.op_type not in op_types or not is_default_op(node):
             return None
         return node
 
@@ -120,7 +244,7 @@ class RewriteContext:
         return len(value.uses()) == 1 and value not in self.graph.outputs
 
     def fresh_name(self, base: str) -> str:
-        return f"{base}__onnxfold{next(_names)}"
+        return names_for(self.model).fresh(base)
 
     def constant_value(self, array: np.ndarray, base: str) -> ir.Value:
         """A new initializer holding ``array``."""
@@ -164,7 +288,8 @@ class RewriteContext:
             new.name = name
 
 
-def _graphs(model: ir.Model) -> list[ir.Graph]:
+def all_graphs(model: ir.Model) -> list[ir.Graph]:
+    """The main graph and every subgraph, outer before inner (a list: rewrites may add more)."""
     out = [model.graph]
     for graph in out:
         for node in graph:
@@ -172,23 +297,18 @@ def _graphs(model: ir.Model) -> list[ir.Graph]:
     return out
 
 
-def rewrite(model: ir.Model, disabled: set[str], rejected: Counter | None = None,
+def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
             inputs_are_constant: bool = False, constant_inputs: bool = False) -> Counter:
-    """Apply the enabled pattern rules everywhere until nothing changes; return hits per rule.
+    """Apply the catalogue's patterns everywhere until nothing changes; return hits per rule.
 
     ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``).
     """
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
-    by_op: dict[str, list[PatternRule]] = {}
-    for rule in pattern_rules():
-        if rule.name in disabled:
-            continue
-        for op in rule.op_types:
-            by_op.setdefault(op, []).append(rule)
+    by_op = catalogue.patterns_by_op()
     for _ in range(MAX_ITERATIONS):
         changed = False
-        for graph in _graphs(model):
+        for graph in all_graphs(model):
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph)
             ctx = RewriteContext(graph, model, plan.constant, rejected)
@@ -196,26 +316,22 @@ def rewrite(model: ir.Model, disabled: set[str], rejected: Counter | None = None
                 if node.graph is not graph:
                     continue  # removed by an earlier rewrite in this sweep
                 for rule in by_op.get(node.op_type, ()):
-                    outcome = rule.fn(node, ctx)
+                    outcome = rule.apply(node, ctx)
                     if outcome is True:
-                        rule.hits += 1
                         hits[rule.name] += 1
                         changed = True
                         break
-                    if isinstance(outcome, str):
-                        rejected[f"{rule.name}: {outcome}"] += 1
+                    if isinstance(outcome, Reject):
+                        rejected[f"{rule.name}: {outcome.reason}"] += 1
         if not changed:
             break
     return hits
 
 
-def run_cleanups(model: ir.Model, disabled: set[str]) -> Counter:
+def run_cleanups(model: ir.Model, catalogue: Catalogue) -> Counter:
     hits: Counter = Counter()
-    for rule in cleanup_rules():
-        if rule.name in disabled:
-            continue
+    for rule in catalogue.cleanups:
         n = rule.fn(model)
         if n:
-            rule.hits += n
             hits[rule.name] += n
     return hits

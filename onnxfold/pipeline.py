@@ -1,4 +1,17 @@
-"""``onnxfold.optimize``: load, infer shapes, fold to a fixed point, clean up, report."""
+"""``onnxfold.optimize``: one pipeline of passes over an in-memory model.
+
+::
+
+    infer shapes
+    repeat until nothing changes (at most MAX_ROUNDS):
+        rewrite -> fold -> prune -> refine shapes
+    cleanups -> prune
+
+Each stage is an onnx-ir ``InPlacePass`` with one job (``onnxfold/passes.py``) whose result
+says whether it changed the model; onnx-ir's ``PassManager`` runs the list and repeats the
+fold rounds until a round changes nothing. ``optimize``, the split and ``Session`` build it
+from the same :class:`FoldOptions`.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +21,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
-from onnx_ir.passes.common import RemoveUnusedNodesPass
+from onnx_ir.passes import PassError, PassManager
 
-from onnxfold.analysis import SHAPE_ONLY, static_shape
-from onnxfold.fold import FoldOptions, FoldStats, fold_model
+from onnxfold.catalogue import load_catalogue
+from onnxfold.fold import FoldOptions, FoldStats
 from onnxfold.io import load_model
-from onnxfold.patterns import rewrite, run_cleanups
+from onnxfold.passes import (
+    Cleanups,
+    Fold,
+    InferShapes,
+    Prune,
+    RefineShapes,
+    Rewrite,
+    RoundState,
+)
 from onnxfold.pool import BufferPool
 from onnxfold.report import Report, model_counts
-from onnxfold.shapes import infer_shapes
 
 MAX_ROUNDS = 8
 
@@ -30,49 +50,23 @@ class OptimizeResult:
     stats: FoldStats = field(repr=False, default_factory=FoldStats)
 
 
-def drop_dead_initializer_inputs(model: ir.Model, constant_inputs: bool) -> None:
-    """Remove initializer-backed graph inputs that folding left unused.
-
-    In IR 3 every initializer is an input and a constant; once its readers are folded away it
-    must leave the input list too, or the model would carry a dangling input. The same holds
-    for overridable initializers the user declared constant.
-    """
-    graph = model.graph
-    if model.ir_version >= 4 and not constant_inputs:
-        return
-    outputs = set(graph.outputs)
-    for value in list(graph.inputs):
-        if value.name in graph.initializers and not value.uses() and value not in outputs:
-            graph.inputs.remove(value)
-
-
-def cleanup(model: ir.Model, constant_inputs: bool) -> None:
-    drop_dead_initializer_inputs(model, constant_inputs)
-    RemoveUnusedNodesPass()(model)
-
-
-def _initializers(model: ir.Model) -> set[ir.Value]:
-    return {v for graph in model.graphs() for v in graph.initializers.values()}
-
-
-def _asks_shapes(model: ir.Model) -> bool:
-    """Whether a Shape/Size node is left: the only folds a better shape can enable."""
-    return any(node.op_type in SHAPE_ONLY for graph in model.graphs() for node in graph)
-
-
-def _may_refine_shapes(model: ir.Model, new_constants: set[ir.Value]) -> bool:
-    """Whether inferring shapes again can reveal more.
-
-    Inference last ran before the fold; what it did not know then are the values of the
-    constants the fold created. Only a node reading one of them, with an output whose shape
-    is not yet static, can get a better shape (and pass it on downstream).
-    """
-    for graph in model.graphs():
-        for node in graph:
-            if any(v in new_constants for v in node.inputs) and any(
-                    static_shape(v) is None for v in node.outputs):
-                return True
-    return False
+def build_pipeline(options: FoldOptions, stats: FoldStats,
+                   progress: Callable[[int, int], None] | None = None) -> PassManager:
+    """The passes of ``optimize`` for these options, recording into ``stats``."""
+    catalogue = load_catalogue().without(options.disabled_rules)
+    pool = BufferPool(memory_limit=options.memory_limit)
+    state = RoundState()
+    return PassManager([
+        InferShapes(),
+        PassManager([
+            Rewrite(catalogue, options, stats, state),
+            Fold(catalogue, options, stats, state, pool, progress),
+            Prune(options),
+            RefineShapes(options, state),
+        ], steps=MAX_ROUNDS, early_stop=True),
+        Cleanups(catalogue, stats),
+        Prune(options),
+    ])
 
 
 def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = None,
@@ -82,36 +76,21 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
 
     Returns the model and a :class:`Report`; save it with :func:`onnxfold.save_model`.
     """
+    from onnxfold.io.reader import SOURCE_KEY
+
     started = time.perf_counter()
     options = options or FoldOptions()
-    source = None
     if not isinstance(model, ir.Model):
-        source = os.fspath(model)
-        model = load_model(source, check=check)
+        model = load_model(os.fspath(model), check=check)
     before = model_counts(model)
     stats = FoldStats()
-    pool = BufferPool(memory_limit=options.memory_limit)
-    if options.shape_folding:
-        infer_shapes(model)
-    disabled = set(options.disabled_rules)
-    news = True  # whether this round can fold what the last one could not
-    for _ in range(MAX_ROUNDS):
-        folded = stats.folded
-        stats.rejected_patterns.clear()  # like declines: report what the last round saw
-        rewritten = rewrite(model, disabled, stats.rejected_patterns, options.inputs_are_constant)
-        stats.pattern_hits.update(rewritten)
-        if not (news or rewritten):
-            break  # a fold round propagates fully: without new shapes or rewrites it repeats
-        constants = _initializers(model)
-        fold_model(model, options, stats=stats, pool=pool, progress=progress)
-        cleanup(model, options.inputs_are_constant)
-        if stats.folded == folded:
-            break  # rewrites enable folds within their own round: nothing new will come
-        refined = options.shape_folding and _may_refine_shapes(
-            model, _initializers(model) - constants) and infer_shapes(model) > 0
-        news = refined and _asks_shapes(model)  # rewrites see the new shapes anyway
-    stats.cleanup_hits.update(run_cleanups(model, disabled))
-    cleanup(model, options.inputs_are_constant)
-    report = Report.build(source, before, model_counts(model), stats,
+    try:
+        build_pipeline(options, stats, progress)(model)
+    except PassError as e:  # the pass's own exception is the one worth reporting
+        cause: BaseException = e
+        while isinstance(cause, PassError) and cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise cause from None
+    report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
                           time.perf_counter() - started)
     return OptimizeResult(model, report, stats)

@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis import ConstPlan, static_shape
+from onnxfold.declines import DeclineKind, Reason
 
 HALF_FLOATS = {ir.DataType.FLOAT16: 2, ir.DataType.BFLOAT16: 2}
 QUANTIZED = {ir.DataType.INT8: 4, ir.DataType.UINT8: 4, ir.DataType.INT16: 2,
@@ -48,14 +49,14 @@ def _origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
 def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                   growth_factor: float | None, growth_min_bytes: int,
                   max_growth_bytes: int | None, widening: dict[ir.DataType, int],
-                  ) -> tuple[list[tuple[ir.Node, str]], int]:
+                  ) -> tuple[list[tuple[ir.Node, Reason]], int]:
     """Remove from ``planned`` the nodes whose kept results would grow the model; say why.
 
     ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
     the factor their bytes may grow by. Returns the refusals and the growth still planned.
     """
     origins = _origins(plan)
-    refused: list[tuple[ir.Node, str]] = []
+    refused: list[tuple[ir.Node, Reason]] = []
     outputs = set(graph.outputs)
 
     def kept(value: ir.Value) -> bool:
@@ -81,8 +82,9 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
         for _growth, size, exclusive, node in candidates:
             if growth_factor is not None and size > growth_factor * exclusive:
                 shared = "; its source stays in use" if exclusive == 0 else ""
-                refused.append((node, f"growth: result {size} B > {growth_factor:g}x the "
-                                      f"{exclusive} B of constants it replaces{shared}"))
+                refused.append((node, Reason(DeclineKind.GROWTH, f"result {size} B > "
+                                             f"{growth_factor:g}x the {exclusive} B of constants "
+                                             f"it replaces{shared}")))
                 planned.discard(node)
                 changed = True
         if not changed and max_growth_bytes is not None:
@@ -91,8 +93,8 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
             for growth, _size, _exclusive, node in by_growth:
                 if total <= max_growth_bytes or growth <= 0:
                     break
-                refused.append((node, f"model growth: folding adds {total} B > "
-                                      f"limit {max_growth_bytes} B"))
+                refused.append((node, Reason(DeclineKind.MODEL_GROWTH, f"folding adds {total} B "
+                                             f"> limit {max_growth_bytes} B")))
                 planned.discard(node)
                 total -= growth
                 changed = True

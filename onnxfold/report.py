@@ -81,7 +81,8 @@ class Report:
             pool_peak_bytes=stats.pool_peak_bytes, rounds=stats.rounds,
             pool_spilled=stats.spilled, pool_spilled_bytes=stats.spilled_bytes,
             declined=dict(stats.declined),
-            declined_nodes=[{"node": n, "op": o, "reason": r} for n, o, r in stats.declined_nodes],
+            declined_nodes=[{"node": n, "op": o, "kind": r.kind.value, "reason": str(r)}
+                            for n, o, r in stats.declined_nodes],
             rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])),
             pattern_hits=dict(stats.pattern_hits), patterns_rejected=dict(stats.rejected_patterns),
             cleanup_hits=dict(stats.cleanup_hits))
@@ -92,7 +93,7 @@ class Report:
             return "every constant-foldable node was folded"
         groups: dict[str, list[dict[str, str]]] = {}
         for item in self.declined_nodes:
-            groups.setdefault(item["reason"].split(":")[0], []).append(item)
+            groups.setdefault(item["kind"], []).append(item)
         lines = []
         for reason, items in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"{reason}: {len(items)} node(s)")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import onnx
 import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxfold.analysis import (
     captured_values,
@@ -253,9 +254,7 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     for value in fold_inputs:
         if not value.uses() and value not in graph.outputs:
             graph.inputs.remove(value)
-    from onnxfold.pipeline import cleanup
-
-    cleanup(model, constant_inputs=False)
+    RemoveUnusedNodesPass()(model)
     manifest = build_manifest(model, runtime, compiletime, [v.name for v in rt_inputs])
     return SplitModels(model, runtime, compiletime, manifest)
 

@@ -14,7 +14,7 @@ from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.patterns import cleanup
 
 
-@cleanup("remove_identity")
+@cleanup("remove_identity", op_types=("Identity",))
 def remove_identity(model: ir.Model) -> int:
     """Identity nodes disappear (graph outputs keep their names)."""
     before = sum(1 for g in model.graphs() for n in g if n.op_type == "Identity")

@@ -70,8 +70,8 @@ _BINARY = {
     "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
     "BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor,
 }
-for _op, _fn in _BINARY.items():
-    folder(_op, since=7)(lambda a, b, _fn=_fn: _fn(a, b))
+BINARY_RULES = tuple(folder(op, since=7)(lambda a, b, fn=fn: fn(a, b))
+                     for op, fn in _BINARY.items())
 
 _UNARY = {
     "Abs": np.abs, "Neg": np.negative, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
@@ -81,8 +81,7 @@ _UNARY = {
     "Acosh": np.arccosh, "Atanh": np.arctanh, "Tanh": np.tanh, "Not": np.logical_not,
     "BitwiseNot": np.invert, "IsNaN": np.isnan,
 }
-for _op, _fn in _UNARY.items():
-    folder(_op, since=6)(lambda x, _fn=_fn: _fn(x))
+UNARY_RULES = tuple(folder(op, since=6)(lambda x, fn=fn: fn(x)) for op, fn in _UNARY.items())
 
 
 @folder("Reciprocal", since=6)
@@ -121,9 +120,9 @@ def _variadic(fn):
     return run
 
 
-folder("Max", since=8)(_variadic(np.maximum))
-folder("Min", since=8)(_variadic(np.minimum))
-folder("Sum", since=8)(_variadic(np.add))
+maximum = folder("Max", since=8)(_variadic(np.maximum))
+minimum = folder("Min", since=8)(_variadic(np.minimum))
+sum_ = folder("Sum", since=8)(_variadic(np.add))
 
 
 @folder("Mean", since=8)

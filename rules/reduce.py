@@ -144,10 +144,11 @@ def _make(reducer, estimate):
     return rule
 
 
-for _op, (_reducer, _input_since, _estimate) in _REDUCERS.items():
-    # axes is an attribute before `_input_since` and an optional input from it on
-    folder(_op, since=1, until=_input_since - 1)(_make(_reducer, _estimate))
-    folder(_op, since=_input_since)(_make(_reducer, _estimate))
+# axes is an attribute before `input_since` and an optional input from it on
+REDUCE_RULES = tuple(
+    rule for op, (reducer, input_since, estimate) in _REDUCERS.items()
+    for rule in (folder(op, since=1, until=input_since - 1)(_make(reducer, estimate)),
+                 folder(op, since=input_since)(_make(reducer, estimate))))
 
 
 def _arg(fn, x, axis, keepdims, select_last_index):

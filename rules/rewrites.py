@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis import subgraphs
-from onnxfold.patterns import RewriteContext, pattern
+from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
 
 UNARY = ("Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
          "Tan", "Tanh", "Sigmoid", "Relu", "Reciprocal", "Erf", "Not", "Cast", "IsNaN", "Softsign",
@@ -50,36 +50,45 @@ def _expanding_input(node: ir.Node, ctx: RewriteContext) -> int | None:
     return found
 
 
-@pattern(ELEMENTWISE, name="postpone_expand")
-def postpone_expand(node: ir.Node, ctx: RewriteContext):
-    """f(Expand(c, s), k) -> Expand(f(c, k), s), f(Tile(c, r), k) -> Tile(f(c, k), r)."""
-    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
-        return None
+def _postponable(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
+    if len(node.outputs) != 1:
+        return False
     i = _expanding_input(node, ctx)
     if i is None:
-        return None
-    expanded = node.inputs[i]
-    expand = expanded.producer()
+        return False
+    expand = node.inputs[i].producer()
     small, spec = expand.inputs[0], expand.inputs[1]
     if not (ctx.is_constant(small) and ctx.is_constant(spec)):
-        return None
+        return False
     others = [v for j, v in enumerate(node.inputs) if j != i and v is not None]
     small_shape = ctx.shape(small)
     other_shapes = [ctx.shape(v) for v in others]
     spec_value = ctx.array(spec)
     if small_shape is None or spec_value is None or any(s is None for s in other_shapes):
-        return "shapes not statically known"
-    inner = _broadcast(small_shape, *other_shapes)
+        return Reject("shapes not statically known")
     if expand.op_type == "Expand":
+        inner = _broadcast(small_shape, *other_shapes)
         big = _broadcast(small_shape, tuple(int(d) for d in spec_value))
         before = _broadcast(big, *other_shapes) if big is not None else None
         after = _broadcast(inner, tuple(int(d) for d in spec_value)) \
             if inner is not None else None  # () is a valid (scalar) shape
         if before is None or before != after:
-            return "the broadcast result would change"
-    else:  # Tile: only operands that are the same for every tile element
-        if any(int(np.prod(s)) != 1 or len(s) > len(small_shape) for s in other_shapes):
-            return "Tile with a non-scalar operand"
+            return Reject("the broadcast result would change")
+    elif any(int(np.prod(s)) != 1 or len(s) > len(small_shape) for s in other_shapes):
+        return Reject("Tile with a non-scalar operand")  # only operands equal on every tile
+    return True
+
+
+@pattern(P(ELEMENTWISE, name="node"), check=_postponable, name="postpone_expand")
+def postpone_expand(ctx: RewriteContext, node: ir.Node) -> None:
+    """f(Expand(c, s), k) -> Expand(f(c, k), s), f(Tile(c, r), k) -> Tile(f(c, k), r)."""
+    i = _expanding_input(node, ctx)
+    assert i is not None
+    expanded = node.inputs[i]
+    expand = expanded.producer()
+    small, spec = expand.inputs[0], expand.inputs[1]
+    others = [v for j, v in enumerate(node.inputs) if j != i and v is not None]
+    inner = _broadcast(ctx.shape(small), *(ctx.shape(v) for v in others))
     out = node.outputs[0]
     # a known inner shape lets the next op of a chain be postponed in the same sweep
     small_result = ctx.add_node(
@@ -90,26 +99,29 @@ def postpone_expand(node: ir.Node, ctx: RewriteContext):
                                         dtype=out.dtype, shape=out.shape, base=out.name))
     if not expanded.uses():
         ctx.graph.remove(expand, safe=True)
-    return True
 
 
-@pattern("ConstantOfShape", name="constant_of_shape_as_expand")
-def constant_of_shape_as_expand(node: ir.Node, ctx: RewriteContext):
+def _feeds_a_foldable_elementwise(ctx: RewriteContext, node: ir.Node, shape: ir.Value) -> bool:
+    out = node.outputs[0]
+    if not ctx.single_use(out) or not ctx.is_constant(shape):
+        return False
+    user = out.uses()[0].node
+    # only worth it when the elementwise op can then fold on the scalar
+    return user.op_type in ELEMENTWISE and all(
+        v is out or v is None or ctx.is_constant(v) for v in user.inputs)
+
+
+@pattern(P("ConstantOfShape", Var("shape"), name="node"), check=_feeds_a_foldable_elementwise,
+         name="constant_of_shape_as_expand")
+def constant_of_shape_as_expand(ctx: RewriteContext, node: ir.Node, shape: ir.Value) -> None:
     """ConstantOfShape(s) feeding elementwise ops -> Expand(scalar, s), to postpone it."""
     out = node.outputs[0]
-    if not ctx.single_use(out) or not ctx.is_constant(node.inputs[0]):
-        return None
-    user = out.uses()[0].node
-    if user.op_type not in ELEMENTWISE or not all(
-            v is out or v is None or ctx.is_constant(v) for v in user.inputs):
-        return None  # only worth it when the elementwise op can then fold on the scalar
     attr = node.attributes.get("value")
     scalar = attr.as_tensor().numpy().reshape(()) if attr is not None else np.float32(0)
     value = ctx.constant_value(np.asarray(scalar), "constant_of_shape_value")
     ctx.replace_node(node, ctx.add_node(
-        "Expand", [value, node.inputs[0]], node, shape=out.shape, base=out.name,
+        "Expand", [value, shape], node, shape=out.shape, base=out.name,
         dtype=ir.DataType.from_numpy(np.asarray(scalar).dtype)))
-    return True
 
 
 def _detach(graph: ir.Graph) -> None:
@@ -122,19 +134,33 @@ def _detach(graph: ir.Graph) -> None:
     graph.outputs.clear()
 
 
-@pattern("If", name="inline_constant_if")
-def inline_constant_if(node: ir.Node, ctx: RewriteContext):
-    """If(c) with a constant condition becomes the nodes of the branch it takes."""
+def _taken_branch(ctx: RewriteContext, node: ir.Node) -> str | None:
     cond = ctx.array(node.inputs[0])
-    if cond is None:
-        return None  # not constant, or not folded yet: the fold pass then the next round
-    if cond.size != 1:
-        return "condition is not a single value"
-    taken, dropped = ("then_branch", "else_branch") if bool(cond.reshape(-1)[0]) \
-        else ("else_branch", "then_branch")
+    if cond is None or cond.size != 1:
+        return None
+    return "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+
+
+def _condition_known(ctx: RewriteContext, node: ir.Node, cond: ir.Value) -> bool | Reject:
+    array = ctx.array(cond)
+    if array is None:
+        return False  # not constant, or not folded yet: the fold pass then the next round
+    if array.size != 1:
+        return Reject("condition is not a single value")
+    taken = _taken_branch(ctx, node)
+    if taken not in node.attributes or \
+            len(node.attributes[taken].as_graph().outputs) != len(node.outputs):
+        return Reject("branch output count differs")
+    return True
+
+
+@pattern(P("If", Var("cond"), name="node"), check=_condition_known, name="inline_constant_if")
+def inline_constant_if(ctx: RewriteContext, node: ir.Node, cond: ir.Value) -> None:
+    """If(c) with a constant condition becomes the nodes of the branch it takes."""
+    taken = _taken_branch(ctx, node)
+    assert taken is not None
+    dropped = "else_branch" if taken == "then_branch" else "then_branch"
     graph = node.attributes[taken].as_graph()
-    if len(graph.outputs) != len(node.outputs):
-        return "branch output count differs"
     if dropped in node.attributes:
         _detach(node.attributes[dropped].as_graph())
     results = list(graph.outputs)
@@ -154,67 +180,61 @@ def inline_constant_if(node: ir.Node, ctx: RewriteContext):
             new = ident.outputs[0]
         ctx.replace_output(old, new)
     ctx.graph.remove(node, safe=True)
+
+
+def _composed_perm(first: ir.Node, second: ir.Node) -> list[int] | None:
+    p1, p2 = first.attributes.get("perm"), second.attributes.get("perm")
+    return None if p1 is None or p2 is None else [p1.as_ints()[i] for i in p2.as_ints()]
+
+
+def _perms_known(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node
+                 ) -> bool | Reject:
+    perm = _composed_perm(first, second)
+    if perm is None:
+        return Reject("perm not given")
+    if perm == sorted(perm) and second.outputs[0] in ctx.graph.outputs:
+        return Reject("identity result is a graph output")
     return True
 
 
-@pattern("Transpose", name="merge_transposes")
-def merge_transposes(node: ir.Node, ctx: RewriteContext):
+@pattern(P("Transpose", P("Transpose", Var("x"), name="first"), name="second"),
+         check=_perms_known)
+def merge_transposes(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node) -> None:
     """Transpose(Transpose(x, p1), p2) -> Transpose(x, p1[p2]) (or x itself)."""
-    source = node.inputs[0]
-    first = ctx.producer(source, "Transpose")
-    if first is None:
-        return None
-    p1, p2 = first.attributes.get("perm"), node.attributes.get("perm")
-    if p1 is None or p2 is None:
-        return "perm not given"
-    perm = [p1.as_ints()[i] for i in p2.as_ints()]
-    out = node.outputs[0]
+    perm = _composed_perm(first, second)
+    out = second.outputs[0]
     if perm == sorted(perm):
-        if out in ctx.graph.outputs:
-            return "identity result is a graph output"
-        ctx.replace_node(node, first.inputs[0])
+        ctx.replace_node(second, x)
     else:
-        ctx.replace_node(node, ctx.add_node(
-            "Transpose", [first.inputs[0]], node, attributes=[ir.AttrInt64s("perm", perm)],
+        ctx.replace_node(second, ctx.add_node(
+            "Transpose", [x], second, attributes=[ir.AttrInt64s("perm", perm)],
             dtype=out.dtype, shape=out.shape, base=out.name))
     ctx.remove_if_unused(first)
+
+
+def _copies_no_dims(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
+                    target: ir.Value) -> bool | Reject:
+    shape = ctx.array(target)
+    if shape is None:
+        return Reject("target shape not constant")
+    if (shape == 0).any():
+        return Reject("target shape copies dimensions (0 entries)")
     return True
 
 
-@pattern("Reshape", name="merge_reshapes")
-def merge_reshapes(node: ir.Node, ctx: RewriteContext):
+@pattern(P("Reshape", P("Reshape", Var("x"), ..., name="first"), Var("target"), ...,
+           name="second"), check=_copies_no_dims)
+def merge_reshapes(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
+                   target: ir.Value) -> None:
     """Reshape(Reshape(x, s1), s2) -> Reshape(x, s2) when s2 has no 0 (copy) entries."""
-    source = node.inputs[0]
-    first = ctx.producer(source, "Reshape")
-    if first is None:
-        return None
-    target = ctx.array(node.inputs[1])
-    if target is None:
-        return "target shape not constant"
-    if (target == 0).any():
-        return "target shape copies dimensions (0 entries)"
-    node.replace_input_with(0, first.inputs[0])
+    second.replace_input_with(0, x)
     ctx.remove_if_unused(first)
-    return True
 
 
-def _drop(node: ir.Node, ctx: RewriteContext) -> bool:
-    """Replace ``node``'s only output by its first input."""
-    out, src = node.outputs[0], node.inputs[0]
-    if out in ctx.graph.outputs and (src in ctx.graph.inputs or src in ctx.graph.outputs
-                                     or src.producer() is None):
-        return False
-    ctx.replace_output(out, src)
-    ctx.graph.remove(node, safe=True)
-    return True
-
-
-@pattern(("Cast", "Reshape", "Expand", "Pad"), name="drop_noop")
-def drop_noop(node: ir.Node, ctx: RewriteContext):
-    """Cast to the same type, Reshape/Expand to the same static shape, Pad by zeros."""
-    src, out = node.inputs[0], node.outputs[0]
-    if node.domain not in ("", "ai.onnx") or src is None or ctx.is_constant(src):
-        return None  # constants fold anyway
+def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
+    out = node.outputs[0]
+    if ctx.is_constant(src):
+        return False  # constants fold anyway
     if node.op_type == "Cast":
         noop = src.dtype is not None and node.attributes.get("to") is not None and \
             int(src.dtype) == node.attributes["to"].as_int()
@@ -226,42 +246,55 @@ def drop_noop(node: ir.Node, ctx: RewriteContext):
     else:
         shape_in, shape_out = ctx.shape(src), ctx.shape(out)
         noop = shape_in is not None and shape_in == shape_out
-    return _drop(node, ctx) if noop else None
+    if not noop:
+        return False
+    # a graph output must stay computed by a node of this graph
+    return out not in ctx.graph.outputs or not (
+        src in ctx.graph.inputs or src in ctx.graph.outputs or src.producer() is None)
 
 
-@pattern("Transpose", name="transpose_before_widening")
-def transpose_before_widening(node: ir.Node, ctx: RewriteContext):
+@pattern(P(("Cast", "Reshape", "Expand", "Pad"), Var("src"), ..., name="node"), check=_is_noop)
+def drop_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> None:
+    """Cast to the same type, Reshape/Expand to the same static shape, Pad by zeros."""
+    ctx.replace_output(node.outputs[0], src)
+    ctx.graph.remove(node, safe=True)
+
+
+def _narrow_constant(ctx: RewriteContext, transpose: ir.Node, widen: ir.Node, narrow: ir.Value
+                     ) -> bool | Reject:
+    if not ctx.is_constant(narrow) or ctx.shape(narrow) is None:
+        return False
+    if widen.op_type == "DequantizeLinear":
+        if widen.attributes.get("block_size") is not None and \
+                widen.attributes["block_size"].as_int() != 0:
+            return Reject("blocked dequantization")
+        if ctx.shape(widen.inputs[1]) is None:
+            return Reject("scale shape not known")
+    return True
+
+
+@pattern(P("Transpose", P(("Cast", "DequantizeLinear"), Var("narrow"), ..., name="widen",
+                          single_use=True), name="transpose"), check=_narrow_constant)
+def transpose_before_widening(ctx: RewriteContext, transpose: ir.Node, widen: ir.Node,
+                              narrow: ir.Value) -> None:
     """Transpose(Cast(c)) -> Cast(Transpose(c)); Transpose(DequantizeLinear(q, s, z)) ->
     DequantizeLinear(Transpose(q), s, z) with the axis moved: for constant ``c``/``q`` the
     transpose then folds in the narrow dtype, while the widening op may stay (size policy)."""
-    source = node.inputs[0]
-    inner = ctx.producer(source, "Cast", "DequantizeLinear")
-    if inner is None or not ctx.single_use(source):
-        return None
-    narrow = inner.inputs[0]
     shape = ctx.shape(narrow)
-    if not ctx.is_constant(narrow) or shape is None:
-        return None
-    perm_attr = node.attributes.get("perm")
+    assert shape is not None
+    perm_attr = transpose.attributes.get("perm")
     perm = list(perm_attr.as_ints()) if perm_attr is not None else \
         list(range(len(shape)))[::-1]
-    attributes = [a for a in inner.attributes.values() if a.name != "axis"]
-    if inner.op_type == "DequantizeLinear":
-        if inner.attributes.get("block_size") is not None and \
-                inner.attributes["block_size"].as_int() != 0:
-            return "blocked dequantization"
-        scale_shape = ctx.shape(inner.inputs[1])
-        if scale_shape is None:
-            return "scale shape not known"
-        if int(np.prod(scale_shape)) > 1:
-            axis = inner.attributes["axis"].as_int() if "axis" in inner.attributes else 1
-            attributes.append(ir.AttrInt64("axis", perm.index(axis % len(shape))))
-    moved = ctx.add_node("Transpose", [narrow], node, attributes=[ir.AttrInt64s("perm", perm)],
-                         dtype=narrow.dtype, shape=ir.Shape([shape[p] for p in perm]),
-                         base=narrow.name)
-    out = node.outputs[0]
-    ctx.replace_node(node, ctx.add_node(
-        inner.op_type, [moved, *inner.inputs[1:]], node, attributes=attributes,
-        domain=inner.domain, dtype=out.dtype, shape=out.shape, base=out.name))
-    ctx.remove_if_unused(inner)
-    return True
+    attributes = [a for a in widen.attributes.values() if a.name != "axis"]
+    scale_shape = ctx.shape(widen.inputs[1]) if widen.op_type == "DequantizeLinear" else None
+    if scale_shape is not None and int(np.prod(scale_shape)) > 1:
+        axis = widen.attributes["axis"].as_int() if "axis" in widen.attributes else 1
+        attributes.append(ir.AttrInt64("axis", perm.index(axis % len(shape))))
+    moved = ctx.add_node("Transpose", [narrow], transpose,
+                         attributes=[ir.AttrInt64s("perm", perm)], dtype=narrow.dtype,
+                         shape=ir.Shape([shape[p] for p in perm]), base=narrow.name)
+    out = transpose.outputs[0]
+    ctx.replace_node(transpose, ctx.add_node(
+        widen.op_type, [moved, *widen.inputs[1:]], transpose, attributes=attributes,
+        domain=widen.domain, dtype=out.dtype, shape=out.shape, base=out.name))
+    ctx.remove_if_unused(widen)

@@ -29,11 +29,12 @@ def transpose_before_dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
     """
     import onnx_ir as ir
 
-    from onnxfold.patterns import pattern_rules, rewrite
+    from onnxfold.catalogue import load_catalogue
+    from onnxfold.patterns import rewrite
 
     ir_model = ir.serde.deserialize_model(model)
-    others = {rule.name for rule in pattern_rules()} - {"transpose_before_widening"}
-    if not rewrite(ir_model, others, constant_inputs=True):
+    rules = load_catalogue().only("transpose_before_widening")
+    if not rewrite(ir_model, rules, constant_inputs=True):
         return model
     return ir.serde.serialize_model(ir_model)
 

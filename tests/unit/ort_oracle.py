@@ -10,8 +10,9 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
+from onnxfold.catalogue import load_catalogue
 from onnxfold.dtypes import onnx_type
-from onnxfold.registry import Decline, default_registry
+from onnxfold.registry import Decline
 
 MAX_IR_VERSION = 13  # onnxruntime 1.31 refuses IR 14
 MAX_OPSET = 26  # and opsets above 26
@@ -119,7 +120,7 @@ def run_rule(
     opset: int = 18,
 ) -> list[np.ndarray]:
     """Run onnxfold's rule for the node (raises Decline like the engine would see it)."""
-    rule = default_registry().lookup("", op_type, opset)
+    rule = load_catalogue().folder("", op_type, opset)
     assert rule is not None, f"no rule for {op_type} at opset {opset}"
     args = list(inputs)
     if rule.shape_only:

@@ -93,7 +93,8 @@ def test_custom_domain_is_never_folded(tmp_path):
     onnx.save(proto, src)
     result = onnxfold.optimize(src, FoldOptions(strict=True), check=False)
     assert [n.op_type for n in result.model.graph] == ["Frobnicate", "Add"]
-    assert result.report.declined == {"custom domain 'com.example'": 1}
+    assert result.report.declined == {"custom domain": 1}
+    assert result.report.declined_nodes[0]["reason"] == "custom domain: 'com.example'"
 
 
 def test_fallback_batches_neighbouring_nodes_into_one_session(tmp_path):

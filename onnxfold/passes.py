@@ -1,0 +1,142 @@
+"""The passes ``optimize`` is made of (see ``pipeline.py`` for their order).
+
+Each is an onnx-ir in-place pass with one job that reports whether it changed the model. The
+fold rounds share a :class:`RoundState`: a fold round only runs when the round before it
+learned something a fold can use (new shapes or rewrites), since one fold round propagates
+constants fully on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassResult
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+from onnxfold.analysis import SHAPE_ONLY, static_shape
+from onnxfold.catalogue import Catalogue
+from onnxfold.fold import FoldOptions, FoldStats, fold_model
+from onnxfold.patterns import rewrite, run_cleanups
+from onnxfold.pool import BufferPool
+from onnxfold.shapes import infer_shapes
+
+
+@dataclass
+class RoundState:
+    """What the passes of one fold round tell each other."""
+
+    news: bool = True  # shapes changed in a way that can fold more (always true at first)
+    rewritten: bool = False
+    new_constants: frozenset[ir.Value] = frozenset()
+
+
+class InferShapes(InPlacePass):
+    """ONNX shape inference with data propagation, merged into the model."""
+
+    def call(self, model: ir.Model) -> PassResult:
+        return PassResult(model, infer_shapes(model) > 0)
+
+
+class Rewrite(InPlacePass):
+    """The catalogue's patterns, to a fixed point."""
+
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
+                 state: RoundState) -> None:
+        self.catalogue, self.options, self.stats, self.state = catalogue, options, stats, state
+
+    def call(self, model: ir.Model) -> PassResult:
+        self.stats.rejected_patterns.clear()  # like declines: report what the last round saw
+        hits = rewrite(model, self.catalogue, self.stats.rejected_patterns,
+                       self.options.inputs_are_constant)
+        self.stats.pattern_hits.update(hits)
+        self.state.rewritten = bool(hits)
+        return PassResult(model, bool(hits))
+
+
+def _initializers(model: ir.Model) -> set[ir.Value]:
+    return {v for graph in model.graphs() for v in graph.initializers.values()}
+
+
+class Fold(InPlacePass):
+    """Evaluate every foldable node once through the buffer pool (``fold.py``)."""
+
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
+                 state: RoundState, pool: BufferPool,
+                 progress: Callable[[int, int], None] | None) -> None:
+        self.catalogue, self.options, self.stats, self.state = catalogue, options, stats, state
+        self.pool, self.progress = pool, progress
+
+    def call(self, model: ir.Model) -> PassResult:
+        if not (self.state.news or self.state.rewritten):
+            return PassResult(model, False)  # the last round saw everything this one would
+        before, constants = self.stats.folded, _initializers(model)
+        fold_model(model, self.options, catalogue=self.catalogue, stats=self.stats,
+                   pool=self.pool, progress=self.progress)
+        self.state.new_constants = frozenset(_initializers(model) - constants)
+        return PassResult(model, self.stats.folded > before)
+
+
+class Prune(InPlacePass):
+    """Remove nodes nothing reads, and initializer inputs folding left unused.
+
+    In IR 3 every initializer is an input and a constant; once its readers are folded away it
+    must leave the input list too, or the model would carry a dangling input. The same holds
+    for overridable initializers the user declared constant.
+    """
+
+    def __init__(self, options: FoldOptions) -> None:
+        self.options = options
+
+    def call(self, model: ir.Model) -> PassResult:
+        graph = model.graph
+        if model.ir_version < 4 or self.options.inputs_are_constant:
+            outputs = set(graph.outputs)
+            for value in list(graph.inputs):
+                if value.name in graph.initializers and not value.uses() and \
+                        value not in outputs:
+                    graph.inputs.remove(value)
+        RemoveUnusedNodesPass()(model)
+        return PassResult(model, False)  # never a reason for another round
+
+
+class RefineShapes(InPlacePass):
+    """Infer shapes again when the fold's new constants can make a shape known.
+
+    Inference last ran before the fold; what it did not know then are the values of the
+    constants the fold created. Only a node reading one of them, with an output whose shape is
+    not yet static, can get a better shape (and pass it on downstream); and better shapes only
+    enable folds through a Shape/Size node still in the graph.
+    """
+
+    def __init__(self, options: FoldOptions, state: RoundState) -> None:
+        self.options, self.state = options, state
+
+    def call(self, model: ir.Model) -> PassResult:
+        refined = self.options.shape_folding and self._may_refine(model) and \
+            infer_shapes(model) > 0
+        self.state.news = refined and any(
+            node.op_type in SHAPE_ONLY for graph in model.graphs() for node in graph)
+        self.state.new_constants = frozenset()
+        return PassResult(model, self.state.news)
+
+    def _may_refine(self, model: ir.Model) -> bool:
+        new = self.state.new_constants
+        if not new:
+            return False
+        return any(any(v in new for v in node.inputs) and
+                   any(static_shape(v) is None for v in node.outputs)
+                   for graph in model.graphs() for node in graph)
+
+
+class Cleanups(InPlacePass):
+    """The catalogue's whole-model cleanups (Identity removal, deduplication, ...)."""
+
+    def __init__(self, catalogue: Catalogue, stats: FoldStats) -> None:
+        self.catalogue, self.stats = catalogue, stats
+
+    def call(self, model: ir.Model) -> PassResult:
+        hits = run_cleanups(model, self.catalogue)
+        self.stats.cleanup_hits.update(hits)
+        return PassResult(model, bool(hits))

@@ -1,0 +1,82 @@
+"""The rule catalogue: immutable, filtered per call, opset ranges that exist, no state leaks."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import fold_proto, make_model, tensor, vinfo
+from onnx import helper
+from test_policy import _tied_embedding
+
+from onnxfold.catalogue import load_catalogue
+from onnxfold.fold import FoldOptions
+
+
+def _neg_model():
+    nodes = [helper.make_node("Neg", ["c"], ["n"]), helper.make_node("Add", ["x", "n"], ["y"])]
+    return make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])],
+                      [tensor("c", np.float32([1, 2, 3]))])
+
+
+def test_disabling_a_rule_does_not_leak_into_later_calls(tmp_path):
+    _, report, _ = fold_proto(_neg_model(), tmp_path, FoldOptions(disabled_rules={"Neg"}))
+    assert "Neg_v6" not in report.rule_hits and report.folded_fallback == 1
+    _, report, _ = fold_proto(_neg_model(), tmp_path, name="again.onnx")
+    assert report.rule_hits == {"Neg_v6": 1}  # the shared catalogue was not changed
+    assert load_catalogue().folder("", "Neg", 17) is not None
+
+
+def test_an_op_type_disables_the_patterns_that_match_it(tmp_path):
+    x = vinfo("x", shape=[2, 3])
+    nodes = [helper.make_node("Transpose", ["x"], ["t1"], perm=[1, 0]),
+             helper.make_node("Transpose", ["t1"], ["t2"], perm=[1, 0]),
+             helper.make_node("Relu", ["t2"], ["y"])]
+    proto = make_model(nodes, [x], [vinfo("y", shape=[2, 3])])
+    _, report, _ = fold_proto(proto, tmp_path)
+    assert report.pattern_hits == {"merge_transposes": 1}
+    folded, report, _ = fold_proto(proto, tmp_path, FoldOptions(disabled_rules={"Transpose"}),
+                                   name="off.onnx")
+    assert report.pattern_hits == {}
+    assert [n.op_type for n in folded.graph.node] == ["Transpose", "Transpose", "Relu"]
+    assert load_catalogue().without({"Add"}).patterns_by_op().get("Add") is None
+    assert "Mul" in load_catalogue().without({"Add"}).patterns_by_op()  # other roots stay
+
+
+def test_no_shape_folding_keeps_the_growth_policy(tmp_path):
+    proto, wte = _tied_embedding(1024, 512)  # 2 MiB, shared by a Gather and a Transpose
+    options = FoldOptions(shape_folding=False, strict=True)
+    folded, report, _ = fold_proto(proto, tmp_path, options)
+    assert report.declined == {"growth": 1}
+    assert sum(t.ByteSize() for t in folded.graph.initializer) < 1.5 * wte.nbytes
+
+
+def test_rule_opset_ranges_exist_in_onnx():
+    for rule in load_catalogue().folders:
+        schema = onnx.defs.get_schema(rule.op_type, rule.since, rule.domain)
+        assert schema.since_version == rule.since, rule.name
+        if rule.until is not None:
+            later = onnx.defs.get_schema(rule.op_type, rule.until + 1, rule.domain)
+            assert later.since_version == rule.until + 1, rule.name
+        expected = rule.op_type if rule.since == 1 and rule.until is None else \
+            f"{rule.op_type}_v{rule.since}"
+        assert rule.name.startswith(expected), rule.name
+
+
+def test_the_catalogue_is_immutable():
+    catalogue = load_catalogue()
+    with pytest.raises(AttributeError):
+        catalogue.folders = ()  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        catalogue.folders[0].since = 1  # type: ignore[misc]
+    assert catalogue.without({"Neg"}) is not catalogue
+    assert catalogue.without({"Neg"}).folder("", "Neg", 17) is None
+    assert catalogue.only("merge_transposes").names() == {"merge_transposes"}
+
+
+def test_a_pattern_records_where_it_is_declared():
+    (rule,) = [p for p in load_catalogue().patterns if p.name == "merge_transposes"]
+    assert rule.source.endswith(".py:" + rule.source.rsplit(":", 1)[1])
+    assert "rewrites.py" in rule.source and rule.uses == {"Transpose"}
+
+
