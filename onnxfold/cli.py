@@ -94,6 +94,9 @@ def _add_fold_options(p: argparse.ArgumentParser) -> None:
                         "move to memory-mapped temporary files")
     p.add_argument("--skip-check", action="store_true",
                    help="do not run the ONNX checker on the input")
+    p.add_argument("--strict", action="store_true",
+                   help="a rule or pass that fails is an error (exit 3), not a step skipped "
+                        "with a warning (for tests and CI)")
 
 
 def _fold_options(args: argparse.Namespace):
@@ -107,7 +110,7 @@ def _fold_options(args: argparse.Namespace):
                        growth_factor=None if args.allow_growth else args.growth_factor,
                        growth_min_bytes=args.growth_min, max_growth_bytes=args.max_growth,
                        fold_fp16_casts=args.fold_fp16_casts, fold_qdq=args.fold_qdq,
-                       memory_limit=args.memory_limit)
+                       memory_limit=args.memory_limit, strict=args.strict)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -154,7 +157,8 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
     guard.protect(input_files(model))
     progress = _Progress(sys.stderr.isatty() and not args.quiet)
     try:
-        result = optimize(model, _fold_options(args), progress=progress)
+        result = optimize(model, _fold_options(args), progress=progress,
+                          pristine=lambda: load_model(args.input, check=False))
         result.report.input = args.input
     finally:
         progress.close()

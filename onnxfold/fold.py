@@ -87,6 +87,7 @@ class FoldStats:
     spilled: int = 0
     spilled_bytes: int = 0
     rounds: int = 0
+    skipped_steps: list[str] = field(default_factory=list)
 
 
 def _attr_value(attr: ir.Attr):

@@ -4,6 +4,11 @@ Each is an onnx-ir in-place pass with one job that reports whether it changed th
 fold rounds share a :class:`RoundState`: a fold round only runs when the round before it
 learned something a fold can use (new shapes or rewrites), since one fold round propagates
 constants fully on its own.
+
+A step that raises (a bug: a rule or pass that cannot handle some model) raises
+:class:`StepFailed` naming the step: a rule's name, or the pass's. ``optimize`` then starts
+again from the untouched model without that step, so a failure costs one optimization, never
+the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error instead).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from onnxfold.fold import FoldOptions, FoldStats, fold_model
 from onnxfold.patterns import rewrite, run_cleanups
 from onnxfold.pool import BufferPool
 from onnxfold.shapes import infer_shapes
+from onnxfold.steps import contained
 
 
 @dataclass
@@ -35,12 +41,16 @@ class RoundState:
 class InferShapes(InPlacePass):
     """ONNX shape inference with data propagation, merged into the model."""
 
+    name = "infer_shapes"
+
     def call(self, model: ir.Model) -> PassResult:
         return PassResult(model, infer_shapes(model) > 0)
 
 
 class Rewrite(InPlacePass):
     """The catalogue's patterns, to a fixed point."""
+
+    name = "rewrite"
 
     def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
                  state: RoundState) -> None:
@@ -49,7 +59,7 @@ class Rewrite(InPlacePass):
     def call(self, model: ir.Model) -> PassResult:
         self.stats.rejected_patterns.clear()  # like declines: report what the last round saw
         hits = rewrite(model, self.catalogue, self.stats.rejected_patterns,
-                       self.options.inputs_are_constant)
+                       self.options.inputs_are_constant, strict=self.options.strict)
         self.stats.pattern_hits.update(hits)
         self.state.rewritten = bool(hits)
         return PassResult(model, bool(hits))
@@ -62,6 +72,8 @@ def _initializers(model: ir.Model) -> set[ir.Value]:
 class Fold(InPlacePass):
     """Evaluate every foldable node once through the buffer pool (``fold.py``)."""
 
+    name = "fold"
+
     def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
                  state: RoundState, pool: BufferPool,
                  progress: Callable[[int, int], None] | None) -> None:
@@ -72,8 +84,9 @@ class Fold(InPlacePass):
         if not (self.state.news or self.state.rewritten):
             return PassResult(model, False)  # the last round saw everything this one would
         before, constants = self.stats.folded, _initializers(model)
-        fold_model(model, self.options, catalogue=self.catalogue, stats=self.stats,
-                   pool=self.pool, progress=self.progress)
+        contained("fold", self.options.strict, lambda: fold_model(
+            model, self.options, catalogue=self.catalogue, stats=self.stats, pool=self.pool,
+            progress=self.progress))
         self.state.new_constants = frozenset(_initializers(model) - constants)
         return PassResult(model, self.stats.folded > before)
 
@@ -86,10 +99,16 @@ class Prune(InPlacePass):
     for overridable initializers the user declared constant.
     """
 
+    name = "prune"
+
     def __init__(self, options: FoldOptions) -> None:
         self.options = options
 
     def call(self, model: ir.Model) -> PassResult:
+        contained("prune", self.options.strict, lambda: self._prune(model))
+        return PassResult(model, False)  # never a reason for another round
+
+    def _prune(self, model: ir.Model) -> None:
         graph = model.graph
         if model.ir_version < 4 or self.options.inputs_are_constant:
             outputs = set(graph.outputs)
@@ -98,7 +117,6 @@ class Prune(InPlacePass):
                         value not in outputs:
                     graph.inputs.remove(value)
         RemoveUnusedNodesPass()(model)
-        return PassResult(model, False)  # never a reason for another round
 
 
 class RefineShapes(InPlacePass):
@@ -109,6 +127,8 @@ class RefineShapes(InPlacePass):
     not yet static, can get a better shape (and pass it on downstream); and better shapes only
     enable folds through a Shape/Size node still in the graph.
     """
+
+    name = "refine_shapes"
 
     def __init__(self, options: FoldOptions, state: RoundState) -> None:
         self.options, self.state = options, state
@@ -133,10 +153,12 @@ class RefineShapes(InPlacePass):
 class Cleanups(InPlacePass):
     """The catalogue's whole-model cleanups (Identity removal, deduplication, ...)."""
 
-    def __init__(self, catalogue: Catalogue, stats: FoldStats) -> None:
-        self.catalogue, self.stats = catalogue, stats
+    name = "cleanups"
+
+    def __init__(self, catalogue: Catalogue, stats: FoldStats, strict: bool) -> None:
+        self.catalogue, self.stats, self.strict = catalogue, stats, strict
 
     def call(self, model: ir.Model) -> PassResult:
-        hits = run_cleanups(model, self.catalogue)
+        hits = run_cleanups(model, self.catalogue, strict=self.strict)
         self.stats.cleanup_hits.update(hits)
         return PassResult(model, bool(hits))

@@ -18,6 +18,7 @@ the run's statistics only.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis import is_default_op, plan_graph, static_shape, subgraphs
 from onnxfold.registry import mark, source_of
+from onnxfold.steps import contained
 
 if TYPE_CHECKING:
     from onnxfold.catalogue import Catalogue
@@ -197,14 +199,14 @@ class NameAllocator:
                 return name
 
 
-_NAMES_KEY = "onnxfold.names"
+NAMES_KEY = "onnxfold.names"
 
 
 def names_for(model: ir.Model) -> NameAllocator:
     """The model's name allocator (kept in ``model.meta`` for the model's lifetime)."""
-    allocator = model.meta.get(_NAMES_KEY)
+    allocator = model.meta.get(NAMES_KEY)
     if allocator is None:
-        allocator = model.meta[_NAMES_KEY] = NameAllocator(model)
+        allocator = model.meta[NAMES_KEY] = NameAllocator(model)
     return allocator
 
 
@@ -298,11 +300,14 @@ def all_graphs(model: ir.Model) -> list[ir.Graph]:
 
 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
-            inputs_are_constant: bool = False, constant_inputs: bool = False) -> Counter:
+            inputs_are_constant: bool = False, constant_inputs: bool = False,
+            strict: bool = True) -> Counter:
     """Apply the catalogue's patterns everywhere until nothing changes; return hits per rule.
 
-    ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``).
+    ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``). A
+    rule that raises raises ``StepFailed`` with its name (unless ``strict``).
     """
+
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
@@ -316,7 +321,8 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
                 if node.graph is not graph:
                     continue  # removed by an earlier rewrite in this sweep
                 for rule in by_op.get(node.op_type, ()):
-                    outcome = rule.apply(node, ctx)
+                    outcome = contained(rule.name, strict,
+                                        functools.partial(rule.apply, node, ctx))
                     if outcome is True:
                         hits[rule.name] += 1
                         changed = True
@@ -328,10 +334,11 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     return hits
 
 
-def run_cleanups(model: ir.Model, catalogue: Catalogue) -> Counter:
+def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True) -> Counter:
+
     hits: Counter = Counter()
     for rule in catalogue.cleanups:
-        n = rule.fn(model)
+        n = contained(rule.name, strict, functools.partial(rule.fn, model))
         if n:
             hits[rule.name] += n
     return hits

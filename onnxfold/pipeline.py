@@ -35,8 +35,10 @@ from onnxfold.passes import (
     Rewrite,
     RoundState,
 )
+from onnxfold.patterns import NAMES_KEY
 from onnxfold.pool import BufferPool
 from onnxfold.report import Report, model_counts
+from onnxfold.steps import StepFailed
 
 MAX_ROUNDS = 8
 
@@ -51,46 +53,84 @@ class OptimizeResult:
 
 
 def build_pipeline(options: FoldOptions, stats: FoldStats,
-                   progress: Callable[[int, int], None] | None = None) -> PassManager:
-    """The passes of ``optimize`` for these options, recording into ``stats``."""
-    catalogue = load_catalogue().without(options.disabled_rules)
+                   progress: Callable[[int, int], None] | None = None,
+                   skipped: frozenset[str] = frozenset()) -> PassManager:
+    """The passes of ``optimize`` for these options, recording into ``stats``; ``skipped``
+    names rules and passes (``fold``, ``prune``) left out after they failed."""
+    catalogue = load_catalogue().without(set(options.disabled_rules) | skipped)
     pool = BufferPool(memory_limit=options.memory_limit)
     state = RoundState()
+    rounds = [Rewrite(catalogue, options, stats, state),
+              Fold(catalogue, options, stats, state, pool, progress),
+              Prune(options),
+              RefineShapes(options, state)]
+    rounds = [p for p in rounds if p.name not in skipped]
     return PassManager([
         InferShapes(),
-        PassManager([
-            Rewrite(catalogue, options, stats, state),
-            Fold(catalogue, options, stats, state, pool, progress),
-            Prune(options),
-            RefineShapes(options, state),
-        ], steps=MAX_ROUNDS, early_stop=True),
-        Cleanups(catalogue, stats),
-        Prune(options),
+        PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
+        Cleanups(catalogue, stats, options.strict),
+        *([Prune(options)] if "prune" not in skipped else []),
     ])
+
+
+MAX_RESTARTS = 4
 
 
 def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = None,
              *, check: bool = True,
-             progress: Callable[[int, int], None] | None = None) -> OptimizeResult:
+             progress: Callable[[int, int], None] | None = None,
+             pristine: Callable[[], ir.Model] | None = None) -> OptimizeResult:
     """Fold every constant subgraph of ``model`` (a path or an ``ir.Model``, changed in place).
 
-    Returns the model and a :class:`Report`; save it with :func:`onnxfold.save_model`.
+    Returns the model and a :class:`Report`; save it with :func:`onnxfold.save_model`. A rule
+    or pass that fails is left out and the optimization starts again from the untouched model
+    (from ``pristine()``, a fresh copy, when given; else from a copy taken first); the report
+    lists it in ``skipped_steps``.
     """
     from onnxfold.io.reader import SOURCE_KEY
 
     started = time.perf_counter()
     options = options or FoldOptions()
     if not isinstance(model, ir.Model):
-        model = load_model(os.fspath(model), check=check)
+        path = os.fspath(model)
+        model = load_model(path, check=check)
+        pristine = pristine or (lambda: load_model(path, check=False))
+    if pristine is None and not options.strict:
+        snapshot = model.clone()
+        pristine = snapshot.clone
     before = model_counts(model)
-    stats = FoldStats()
+    skipped: dict[str, str] = {}
+    for _attempt in range(MAX_RESTARTS + 1):
+        stats = FoldStats()
+        try:
+            _run(build_pipeline(options, stats, progress, frozenset(skipped)), model)
+            break
+        except StepFailed as failure:
+            if pristine is None or failure.step in skipped:
+                raise failure.error from None
+            skipped[failure.step] = str(failure)
+            _restore(model, pristine())
+    else:
+        raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
+    stats.skipped_steps = [f"{why}; please report" for why in skipped.values()]
+    report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
+                          time.perf_counter() - started)
+    return OptimizeResult(model, report, stats)
+
+
+def _run(pipeline: PassManager, model: ir.Model) -> None:
     try:
-        build_pipeline(options, stats, progress)(model)
-    except PassError as e:  # the pass's own exception is the one worth reporting
+        pipeline(model)
+    except PassError as e:  # onnx-ir wraps each pass's error: report the pass's own
         cause: BaseException = e
         while isinstance(cause, PassError) and cause.__cause__ is not None:
             cause = cause.__cause__
         raise cause from None
-    report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
-                          time.perf_counter() - started)
-    return OptimizeResult(model, report, stats)
+
+
+def _restore(model: ir.Model, fresh: ir.Model) -> None:
+    """Make ``model`` (the caller's object) hold ``fresh``'s content."""
+    for slot in ("graph", "ir_version", "producer_name", "producer_version", "domain",
+                 "model_version", "doc_string", "_functions", "_metadata_props"):
+        setattr(model, slot, getattr(fresh, slot))
+    model.meta.pop(NAMES_KEY, None)

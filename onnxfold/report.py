@@ -64,6 +64,7 @@ class Report:
     pattern_hits: dict[str, int] = field(default_factory=dict)
     patterns_rejected: dict[str, int] = field(default_factory=dict)
     cleanup_hits: dict[str, int] = field(default_factory=dict)
+    skipped_steps: list[str] = field(default_factory=list)
     output: str | None = None
     output_bytes: int | None = None
     external_data: str | None = None
@@ -85,7 +86,7 @@ class Report:
                             for n, o, r in stats.declined_nodes],
             rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])),
             pattern_hits=dict(stats.pattern_hits), patterns_rejected=dict(stats.rejected_patterns),
-            cleanup_hits=dict(stats.cleanup_hits))
+            cleanup_hits=dict(stats.cleanup_hits), skipped_steps=list(stats.skipped_steps))
 
     def explain(self) -> str:
         """Every constant-foldable node left unfolded, grouped by reason, with examples."""
@@ -129,6 +130,8 @@ class Report:
         if self.declined:
             reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.declined.items()))
             lines.append(f"not folded   {sum(self.declined.values())} ({reasons})")
+        for step in self.skipped_steps:
+            lines.append(f"skipped      {step}")
         if self.output:
             where = f" + {self.external_data}" if self.external_data else ""
             lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")

@@ -1,0 +1,32 @@
+"""Contained steps: a rule or pass that raises names itself instead of breaking the run.
+
+``optimize`` catches :class:`StepFailed`, starts again from the untouched model without that
+step and reports it; ``strict`` (tests, ``--strict``) lets the original error through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class StepFailed(Exception):  # noqa: N818 - carries the failure of one step
+    """Step ``step`` (a rule name, or a pass name) raised ``error``."""
+
+    def __init__(self, step: str, error: BaseException) -> None:
+        super().__init__(f"{step}: {type(error).__name__}: {' '.join(str(error).split())}")
+        self.step, self.error = step, error
+
+
+def contained(step: str, strict: bool, fn: Callable[[], T]) -> T:
+    """``fn()``, with an exception turned into :class:`StepFailed` (re-raised when strict)."""
+    try:
+        return fn()
+    except (StepFailed, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        if strict:
+            raise
+        raise StepFailed(step, e) from e

@@ -1,0 +1,64 @@
+"""Contained steps: a rule or pass that raises is left out, the run goes on from the untouched
+model, and the report says so; strict runs fail instead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_model, run_ort, tensor, vinfo
+from onnx import helper
+
+import onnxfold
+from onnxfold.catalogue import Catalogue, load_catalogue
+from onnxfold.fold import FoldOptions
+from onnxfold.patterns import CleanupRule, P, PatternRule
+
+
+def _model():
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+             helper.make_node("Transpose", ["xt"], ["xtt"], perm=[1, 0]),
+             helper.make_node("Add", ["xtt", "wt"], ["y"])]
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)
+    return make_model(nodes, [vinfo("x", shape=[2, 3])], [vinfo("y", shape=[2, 3])],
+                      [tensor("w", w)])
+
+
+def _broken(*_args, **_kwargs):
+    raise ValueError("a bug in a rule")
+
+
+BROKEN_CLEANUP = CleanupRule("broken_cleanup", lambda model: _broken(), "test:1")
+BROKEN_PATTERN = PatternRule("broken_pattern", P("Add"), _broken, None, "test:2")
+
+
+@pytest.mark.parametrize("extra", [
+    Catalogue((), (), (BROKEN_CLEANUP,)), Catalogue((), (BROKEN_PATTERN,), ())],
+    ids=["cleanup", "pattern"])
+def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, monkeypatch, save, extra):
+    patched = load_catalogue() + extra
+    monkeypatch.setattr("onnxfold.pipeline.load_catalogue", lambda: patched)
+    path = save(_model())
+    result = onnxfold.optimize(path, FoldOptions())
+    (step,) = result.report.skipped_steps
+    assert step.startswith(f"{extra.names().pop()}: ValueError: a bug in a rule")
+    assert step.endswith("please report")
+    assert "skipped" in result.report.summary()
+    assert result.report.pattern_hits.get("merge_transposes") == 1  # the rest still ran
+    out = str(tmp_path / "out.onnx")
+    onnxfold.save_model(result.model, out)
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(run_ort(_model(), {"x": x})[0], run_ort(out, {"x": x})[0])
+    with pytest.raises(ValueError, match="a bug in a rule"):
+        onnxfold.optimize(path, FoldOptions(strict=True))
+
+
+def test_an_in_memory_model_is_restored_in_place(monkeypatch, save):
+    import onnx_ir as ir
+
+    patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
+    monkeypatch.setattr("onnxfold.pipeline.load_catalogue", lambda: patched)
+    model = ir.serde.deserialize_model(_model())
+    result = onnxfold.optimize(model, FoldOptions())
+    assert result.model is model and result.report.skipped_steps
+    assert [n.op_type for n in model.graph] == ["Add"]
