@@ -175,8 +175,11 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
                   f"nothing was written to {args.output}", file=sys.stderr)
             return 1
     else:
+        from onnxfold.verify import verifier
+
         info = save_model(result.model, args.output, external_data=external,
-                          protect={args.input}, prefill=prefill)
+                          protect={args.input}, prefill=prefill,
+                          verify=None if args.no_verify else verifier(args.input))
     report = result.report
     report.output = info.path
     report.external_data = info.data_path
@@ -369,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.add_argument("--explain", action="store_true",
                    help="say why each constant-foldable node that was left alone was not folded")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not load the output in onnxruntime before it replaces anything "
+                        "(done by default for outputs up to 64 MiB)")
     p.add_argument("--no-prefill", action="store_true",
                    help="do not warm the output file's pages on a second thread while folding")
     _add_fold_options(p)

@@ -242,6 +242,11 @@ class RewriteContext:
             return None
         return node
 
+    def produced_here(self, value: ir.Value) -> bool:
+        """Whether a node of this graph computes ``value`` (what a graph output must be)."""
+        producer = value.producer()
+        return producer is not None and producer.graph is self.graph
+
     def single_use(self, value: ir.Value) -> bool:
         return len(value.uses()) == 1 and value not in self.graph.outputs
 

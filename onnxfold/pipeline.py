@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import onnx
 import onnx_ir as ir
 from onnx_ir.passes import PassError, PassManager
 
@@ -100,10 +101,17 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
         pristine = snapshot.clone
     before = model_counts(model)
     skipped: dict[str, str] = {}
+    newest = onnx.defs.onnx_opset_version()
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+    unknown = [] if opset <= newest else [
+        f"opset {opset} is newer than the installed onnx knows ({newest}): nothing is folded "
+        "or rewritten (its ops may mean something new)"]
+    frozen = frozenset({"rewrite", "fold", "refine_shapes", *load_catalogue().names()}
+                       if unknown else ())
     for _attempt in range(MAX_RESTARTS + 1):
         stats = FoldStats()
         try:
-            _run(build_pipeline(options, stats, progress, frozenset(skipped)), model)
+            _run(build_pipeline(options, stats, progress, frozenset(skipped) | frozen), model)
             break
         except StepFailed as failure:
             if pristine is None or failure.step in skipped:
@@ -112,7 +120,7 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
             _restore(model, pristine())
     else:
         raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
-    stats.skipped_steps = [f"{why}; please report" for why in skipped.values()]
+    stats.skipped_steps = unknown + [f"{why}; please report" for why in skipped.values()]
     report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
                           time.perf_counter() - started)
     return OptimizeResult(model, report, stats)

@@ -8,18 +8,44 @@ from collections import defaultdict
 
 import numpy as np
 import onnx_ir as ir
-from onnx_ir.passes.common import IdentityEliminationPass
 
+from onnxfold.analysis import is_default_op
 from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.patterns import cleanup
 
 
+def _removable(node: ir.Node, graph: ir.Graph) -> bool:
+    """Whether ``y = Identity(x)`` can go. A graph output ``y`` may only become ``x`` where
+    onnxruntime runs that correctly: ``x`` computed by a node of the same graph (a subgraph
+    must not return an outer-scope value or its own input directly) and not already an output
+    (a subgraph returning one value twice computes wrong states in onnxruntime's Scan)."""
+    x, y = node.inputs[0] if node.inputs else None, node.outputs[0]
+    if x is None or len(node.outputs) != 1:
+        return False
+    if y not in graph.outputs:
+        return True
+    producer = x.producer()
+    return producer is not None and producer.graph is graph and x not in graph.outputs \
+        and graph.outputs.count(y) == 1
+
+
 @cleanup("remove_identity", op_types=("Identity",))
 def remove_identity(model: ir.Model) -> int:
-    """Identity nodes disappear (graph outputs keep their names)."""
-    before = sum(1 for g in model.graphs() for n in g if n.op_type == "Identity")
-    IdentityEliminationPass()(model)
-    return before - sum(1 for g in model.graphs() for n in g if n.op_type == "Identity")
+    """Identity nodes disappear where that is safe (graph outputs keep their names)."""
+    removed = 0
+    for graph in model.graphs():
+        for node in list(graph):
+            if not is_default_op(node, "Identity") or not _removable(node, graph):
+                continue
+            x, y = node.inputs[0], node.outputs[0]
+            if y in graph.outputs:
+                name = y.name
+                graph.outputs[graph.outputs.index(y)] = x
+                y.name, x.name = None, name
+            y.replace_all_uses_with(x)
+            graph.remove(node, safe=True)
+            removed += 1
+    return removed
 
 
 def _sample_digest(tensor: ir.TensorProtocol) -> bytes:

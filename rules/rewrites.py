@@ -173,7 +173,7 @@ def inline_constant_if(ctx: RewriteContext, node: ir.Node, cond: ir.Value) -> No
         graph.remove(inner)
         ctx.graph.insert_before(node, inner)
     for old, new in zip(node.outputs, results):
-        if new in ctx.graph.outputs or (new.producer() is None and old in ctx.graph.outputs):
+        if old in ctx.graph.outputs and (new in ctx.graph.outputs or not ctx.produced_here(new)):
             ident = ir.Node("", "Identity", [new], name=ctx.fresh_name("Identity"))
             ident.outputs[0].name = ctx.fresh_name(old.name or "branch")
             ctx.graph.insert_before(node, ident)
@@ -248,9 +248,9 @@ def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
         noop = shape_in is not None and shape_in == shape_out
     if not noop:
         return False
-    # a graph output must stay computed by a node of this graph
-    return out not in ctx.graph.outputs or not (
-        src in ctx.graph.inputs or src in ctx.graph.outputs or src.producer() is None)
+    # a graph output must stay computed by a node of this graph, and not be returned twice
+    return out not in ctx.graph.outputs or (
+        ctx.produced_here(src) and src not in ctx.graph.outputs)
 
 
 @pattern(P(("Cast", "Reshape", "Expand", "Pad"), Var("src"), ..., name="node"), check=_is_noop)

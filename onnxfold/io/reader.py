@@ -7,8 +7,11 @@ any external tensor: loading a 400 MiB model reads only its graph, never its wei
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import stat
+from collections.abc import Iterator
 
 import onnx
 import onnx_ir as ir
@@ -137,6 +140,49 @@ def _without_external(proto: onnx.ModelProto) -> onnx.ModelProto:
     return checked
 
 
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _defined(value: ir.Value) -> bool:
+    return value.producer() is not None or value.is_graph_input() or value.is_initializer()
+
+
+def check_structure(model: ir.Model, path: str) -> None:
+    """Every value read is defined somewhere, and every graph can be sorted (a graph out of
+    order is sorted, as onnxruntime accepts it); InputError otherwise, even with the checker
+    off (``--skip-check``)."""
+    for graph in model.graphs():
+        for node in graph:
+            for value in node.inputs:
+                if value is not None and not _defined(value):
+                    raise InputError(f"{path}: value '{value.name}' read by {node.op_type} node "
+                                     f"'{node.name}' is never defined")
+        for value in graph.outputs:
+            if not _defined(value):
+                raise InputError(f"{path}: graph output '{value.name}' is never defined")
+        seen: set[ir.Value] = set()
+        ordered = True
+        for node in graph:
+            if any(v is not None and v.producer() is not None and v.producer().graph is graph
+                   and v not in seen for v in node.inputs):
+                ordered = False
+                break
+            seen.update(node.outputs)
+        if not ordered:
+            try:
+                graph.sort()
+            except ValueError:
+                raise InputError(f"{path}: graph '{graph.name}' has a cycle") from None
+
+
 def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
     """Load ``path`` with weights memory-mapped; raise InputError on anything unreadable."""
     path = os.fspath(path)
@@ -168,9 +214,11 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise InputError(f"{path}: invalid model: {first}") from None
     try:
-        model = ir.serde.deserialize_model(proto)
+        with _quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
+            model = ir.serde.deserialize_model(proto)
     except Exception as e:
         raise InputError(f"{path}: cannot read model: {e}".splitlines()[0]) from None
+    check_structure(model, path)
     check_tensor_data(model, path)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
     return model

@@ -12,6 +12,7 @@ are never targets.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import onnx
@@ -93,13 +94,15 @@ def _inline_references(model: ir.Model, streamed: set[ir.Value]
 
 def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
                data_name: str | None = None, protect: set[str] | None = None,
-               prefill: OutputPrefill | None = None) -> SaveInfo:
+               prefill: OutputPrefill | None = None,
+               verify: Callable[[str], None] | None = None) -> SaveInfo:
     """Write ``model`` to ``path``; ``external_data=None`` chooses external data only if needed.
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
     model's own external-data sources are protected too (``onnxfold.io.outputs``); a symlinked
     ``path`` is written through. ``prefill``, started for ``path``'s target before folding,
-    provides the (already warm) temporary file to write over.
+    provides the (already warm) temporary file to write over. ``verify(temporary path)``, for
+    models without external data, may refuse the written file before it replaces anything.
     """
     path = os.fspath(path)
     data_name = data_name or os.path.basename(path) + ".data"
@@ -162,6 +165,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
         os.ftruncate(fd, written)  # a prefilled file may be longer
         os.close(fd)
         fd = None
+        if verify is not None and not external_data:
+            verify(tmp)
         if data_fd is not None:
             os.close(data_fd)
             data_fd = None

@@ -205,3 +205,50 @@ def test_scan_whose_body_reads_outer_shape_constants_folds_in_the_fallback(tmp_p
     folded, report, out = fold_proto(proto, tmp_path)
     assert "Scan" not in ops(folded.graph), report.explain()
     assert_same(proto, out, {"x": X})
+
+
+def _bool(name, value):
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(
+        name + "_v", TensorProto.BOOL, [], [value]))
+
+
+def _runs_like_the_original(proto, out, feeds):
+    """The folded model loads in onnxruntime and computes what the original computes."""
+    for a, b in zip(run_ort(proto, feeds), run_ort(out, feeds)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_inlined_if_returning_an_outer_value_through_identity(tmp_path):
+    # The Silero VAD shape: a constant If inside a branch returns Identity(v), v computed two
+    # graphs out. Inlining it must not make the branch return v itself (onnxruntime refuses a
+    # subgraph output that is an outer-scope value), and removing the Identity must not either.
+    f = vec
+    inner = helper.make_node("If", ["k"], ["ci"], then_branch=graph(
+        "c_then", [helper.make_node("Abs", ["v"], ["a1"])], [f("a1")]), else_branch=graph(
+        "c_else", [helper.make_node("Identity", ["v"], ["id"])], [f("id")]))
+    b_then = graph("b_then", [_bool("k", False), inner], [f("ci")])
+    b_else = graph("b_else", [helper.make_node("Abs", ["v"], ["a2"])], [f("a2")])
+    nodes = [helper.make_node("Neg", ["x"], ["v"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=b_then, else_branch=b_else)]
+    proto = make_model(nodes, [vec("x"), vinfo("c", TensorProto.BOOL, [])], [vec("y")])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert report.pattern_hits.get("inline_constant_if") == 1
+    for c in (True, False):
+        _runs_like_the_original(proto, out, {"x": X, "c": np.array(c)})
+
+
+def test_scan_body_ending_in_identity_of_its_state(tmp_path):
+    # return (Identity(s), s): removing the Identity would return one value twice, and
+    # onnxruntime's Scan then computes a wrong state (max abs diff 37 before the fix)
+    body = graph("body", [helper.make_node("Add", ["s_in", "x_t"], ["s"]),
+                          helper.make_node("Identity", ["s"], ["s_out"])],
+                 [vinfo("s_out", shape=[4]), vinfo("s", shape=[4])],
+                 inputs=[vinfo("s_in", shape=[4]), vinfo("x_t", shape=[4])])
+    nodes = [helper.make_node("Scan", ["s0", "xs"], ["final", "ys"], body=body,
+                              num_scan_inputs=1),
+             helper.make_node("Add", ["final", "x"], ["y"])]
+    xs = np.arange(12, dtype=np.float32).reshape(3, 4)
+    proto = make_model(nodes, [vec("x"), vinfo("s0", shape=[4])],
+                       [vec("y"), vinfo("ys", shape=[3, 4])], [tensor("xs", xs)])
+    folded, report, out = fold_proto(proto, tmp_path)
+    _runs_like_the_original(proto, out, {"x": X, "s0": np.float32([1, -2, 3, 5])})

@@ -47,3 +47,71 @@ def test_temporary_names_stay_under_the_file_name_limit(tmp_path, length):
     fd, tmp = temp_beside(str(tmp_path / ("m" * length + ".onnx")), suffix=".check.onnx")
     os.close(fd)
     assert len(os.path.basename(tmp)) <= 255
+
+
+def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, monkeypatch, capsys):
+    from onnxfold.catalogue import Catalogue, load_catalogue
+    from onnxfold.patterns import CleanupRule
+
+    def corrupt(model):  # a stand-in for a rewrite bug: a node onnxruntime does not know
+        next(iter(model.graph)).op_type = "NoSuchOp"
+        return 1
+
+    patched = load_catalogue() + Catalogue((), (), (CleanupRule("corrupt", corrupt, "t:1"),))
+    monkeypatch.setattr("onnxfold.pipeline.load_catalogue", lambda: patched)
+    out = tmp_path / "out.onnx"
+    assert cli.main(["optimize", TINY_BERT, "-o", str(out)]) == cli.EXIT_INTERNAL
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "onnxruntime refuses the folded model" in err[0], err
+    assert os.listdir(tmp_path) == []
+    assert cli.main(["optimize", TINY_BERT, "-o", str(out), "--no-verify"]) == 0
+
+
+def _graph_file(tmp_path, nodes, name):
+    import onnx
+    from onnx import helper
+
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "g", [info("x", 1, [2])], [info("c", 1, [2])])
+    path = str(tmp_path / f"{name}.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_skip_check_still_refuses_cycles_and_undefined_values(tmp_path, capsys):
+    from onnx import helper
+
+    cycle = _graph_file(tmp_path, [helper.make_node("Relu", ["b"], ["c"]),
+                                   helper.make_node("Neg", ["c"], ["b"])], "cycle")
+    undefined = _graph_file(tmp_path, [helper.make_node("Abs", ["zz"], ["c"])], "undefined")
+    for path, message in ((cycle, "has a cycle"), (undefined, "'zz'")):
+        out = str(tmp_path / "out.onnx")
+        assert cli.main(["optimize", path, "-o", out, "--skip-check"]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert not os.path.exists(out)
+    unsorted = _graph_file(tmp_path, [helper.make_node("Relu", ["b"], ["c"]),
+                                      helper.make_node("Neg", ["x"], ["b"])], "unsorted")
+    assert cli.main(["optimize", unsorted, "-o", str(tmp_path / "o.onnx"), "--skip-check",
+                     "-q"]) == 0
+
+
+def test_an_opset_newer_than_onnx_knows_is_not_folded(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    import onnxfold
+
+    newest = onnx.defs.onnx_opset_version()
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph([helper.make_node("Neg", ["w"], ["n"]),
+                               helper.make_node("Add", ["x", "n"], ["c"])], "g",
+                              [info("x", 1, [2])], [info("c", 1, [2])],
+                              [numpy_helper.from_array(np.float32([1, 2]), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", newest + 1)])
+    path = str(tmp_path / "new.onnx")
+    onnx.save(model, path)
+    result = onnxfold.optimize(path, check=False)
+    assert [n.op_type for n in result.model.graph] == ["Neg", "Add"]
+    assert "newer than the installed onnx knows" in result.report.skipped_steps[0]
