@@ -214,7 +214,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from onnxfold.comparison import compare
 
     if args.json:
-        _guard_inputs([args.a, args.b]).claim(args.json, "JSON report")
+        guard = _guard_inputs([args.a, args.b])
+        guard.protect([args.inputs] if args.inputs else [])
+        guard.claim(args.json, "JSON report")
     result = compare(args.a, args.b, inputs=args.inputs, n=args.n, **_compare_options(args))
     print(result.summary())
     if args.json:
@@ -320,7 +322,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from onnxfold.io.tempfiles import write_atomic
     from onnxfold.session import Session
 
-    output = _guard_inputs([args.model]).claim(args.output, "outputs") if args.output else None
+    output = None
+    if args.output:
+        guard = _guard_inputs([args.model])
+        guard.protect([args.inputs])
+        output = guard.claim(args.output, "outputs")
     if args.repeat < 1:
         raise InputError(f"--repeat {args.repeat}: must be at least 1")
     feeds = load_arrays(args.inputs)

@@ -156,9 +156,11 @@ def _label(model: ModelRef, default: str) -> str:
 
 def _graph(model: ModelRef) -> ir.Model:
     """The model's graph (weights memory-mapped); also turns unreadable files into InputError."""
-    if isinstance(model, onnx.ModelProto):
-        return ir.serde.deserialize_model(model)
     from onnxfold.io import load_model
+    from onnxfold.io.reader import model_from_proto
+
+    if isinstance(model, onnx.ModelProto):
+        return model_from_proto(model)
 
     return load_model(model, check=False)
 

@@ -84,13 +84,14 @@ class Session:
                  check: str = "fingerprint", cache_dir: str | os.PathLike | None = None,
                  fold_compile_time: bool = True, backend_options: dict | None = None) -> None:
         from onnxfold.io import load_model
+        from onnxfold.io.reader import model_from_proto
         from onnxfold.pipeline import optimize
         from onnxfold.split import split_model
 
         if check not in CHECKS:
             raise InputError(f"check must be one of {', '.join(CHECKS)}")
         if isinstance(model, onnx.ModelProto):
-            model = ir.serde.deserialize_model(model)
+            model = model_from_proto(model)
         elif not isinstance(model, ir.Model):
             model = load_model(model)
         self._inputs = _node_args(model.graph.inputs)

@@ -3,6 +3,10 @@
 The model is serialized without its large weights (they become typed graph inputs for the
 call), so inference costs a few milliseconds even on 400 MiB models. Only tensor types are
 merged back: a sequence or optional value keeps its type.
+
+Data propagation computes the values of 1-D tensors element by element (about 150 B each),
+so a model declaring a long 1-D input, or a ``Range`` of constant bounds, could make it
+allocate gigabytes; such models are inferred without it (:func:`_data_prop_is_bounded`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import onnx_ir as ir
 from onnxfold.protos import graph_protos
 
 _BIG = 1024
+DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
 
 
 def _serialize_light(model: ir.Model) -> onnx.ModelProto:
@@ -53,14 +58,53 @@ def _shape_of(type_proto: onnx.TypeProto) -> ir.Shape | None:
     return ir.Shape(dims)
 
 
+def _static_1d_length(type_proto: onnx.TypeProto) -> int:
+    shape = type_proto.tensor_type.shape
+    if not type_proto.tensor_type.HasField("shape") or len(shape.dim) != 1:
+        return 0
+    return shape.dim[0].dim_value
+
+
+def _range_length(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> float:
+    """Elements of ``Range`` with constant bounds (inf when not a finite number)."""
+    import math
+
+    from onnx import numpy_helper
+
+    try:
+        start, limit, delta = (float(numpy_helper.to_array(constants[n]).reshape(-1)[0])
+                               for n in node.input[:3])
+        return max(math.ceil((limit - start) / delta), 0)
+    except (KeyError, IndexError, ValueError, ZeroDivisionError, OverflowError):
+        return 0.0  # not all constant: nothing for data propagation to compute
+
+
+def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
+    """Whether data propagation holds no 1-D value longer than ``DATA_PROP_MAX``."""
+    for graph in graph_protos(proto.graph):
+        infos = list(graph.input) + list(graph.value_info) + list(graph.output)
+        if any(_static_1d_length(vi.type) > DATA_PROP_MAX for vi in infos):
+            return False
+        if any(len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX for t in graph.initializer):
+            return False
+        constants = {t.name: t for t in graph.initializer}
+        constants.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
+                          for a in n.attribute if a.name == "value"})
+        if any(n.op_type == "Range" and _range_length(n, constants) > DATA_PROP_MAX
+               for n in graph.node):
+            return False
+    return True
+
+
 def infer_shapes(model: ir.Model) -> int:
     """Run ONNX shape inference and merge tensor types/shapes; return how many values changed.
 
     Never fatal: a model ONNX cannot infer keeps the shapes it has.
     """
     try:
-        inferred = onnx.shape_inference.infer_shapes(_serialize_light(model), check_type=False,
-                                                     strict_mode=False, data_prop=True)
+        light = _serialize_light(model)
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
+                                                     data_prop=_data_prop_is_bounded(light))
     except Exception:  # inference is an optimization aid, never a reason to fail
         return 0
     infos: dict[str, onnx.TypeProto] = {}

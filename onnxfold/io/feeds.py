@@ -18,6 +18,7 @@ from numpy.lib import format as npy_format
 from onnxfold.errors import InputError
 
 LIMIT = 16 << 30  # bytes of arrays one file may hold
+MAX_RATIO, COMPRESSED_MIN = 100, 64 << 20  # a member over 64 MiB compressed more than 100:1
 
 
 def _member_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple, np.dtype]:
@@ -48,6 +49,10 @@ def load_arrays(path: str | os.PathLike, limit: int = LIMIT) -> dict[str, np.nda
                 if dtype.hasobject:
                     raise ValueError(f"{info.filename}: object arrays are refused")
                 nbytes = math.prod(shape) * dtype.itemsize
+                if info.file_size > COMPRESSED_MIN and \
+                        info.file_size > MAX_RATIO * max(info.compress_size, 1):
+                    raise ValueError(f"{info.filename}: compressed {info.file_size} B into "
+                                     f"{info.compress_size} B (refused as a decompression bomb)")
                 if nbytes > info.file_size:
                     raise ValueError(f"{info.filename}: header claims {nbytes} B, the archive "
                                      f"holds {info.file_size} B")

@@ -20,12 +20,14 @@ from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify
 from onnxfold.io.trust import check_tensor_data
+from onnxfold.protos import graph_protos
 
 # ModelProto.graph, GraphProto.initializer, TensorProto.raw_data / external_data / data_location
 _MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
 _TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
 LAZY_THRESHOLD = 1024
 SOURCE_KEY = "onnxfold.source"  # Model.meta: the file a model was loaded from
+DATA_FILES_KEY = "onnxfold.data_files"  # Model.meta: the external-data files it was read from
 
 
 def _entry(key: str, value: str) -> bytes:
@@ -137,6 +139,14 @@ def _without_external(proto: onnx.ModelProto) -> onnx.ModelProto:
                 onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
     del checked.graph.initializer[:]
     checked.graph.initializer.extend(kept)
+    for graph in graph_protos(checked.graph):  # elsewhere: an empty stand-in of the same type
+        tensors = [] if graph is checked.graph else list(graph.initializer)
+        tensors += [a.t for n in graph.node for a in n.attribute
+                    if a.type == onnx.AttributeProto.TENSOR]
+        for tensor in tensors:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                tensor.CopyFrom(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type,
+                                                 dims=[0]))
     return checked
 
 
@@ -219,6 +229,26 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
     except Exception as e:
         raise InputError(f"{path}: cannot read model: {e}".splitlines()[0]) from None
     check_structure(model, path)
-    check_tensor_data(model, path)
+    model.meta[DATA_FILES_KEY] = frozenset(check_tensor_data(model, path))
     model.meta[SOURCE_KEY] = os.path.abspath(path)
+    return model
+
+
+def model_from_proto(proto: onnx.ModelProto, label: str = "model") -> ir.Model:
+    """An in-memory model (``onnx.ModelProto``) with the checks a file gets. It has no
+    directory, so external-data references are refused: load it from its file instead."""
+    for graph in graph_protos(proto.graph):
+        tensors = list(graph.initializer) + [a.t for n in graph.node for a in n.attribute
+                                             if a.type == onnx.AttributeProto.TENSOR]
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors):
+            raise InputError(f"{label}: refers to external data, which an in-memory model "
+                             "cannot locate safely; pass the model's file path")
+    densify(proto, label)
+    try:
+        with _quiet("onnx_ir"):
+            model = ir.serde.deserialize_model(proto)
+    except Exception as e:
+        raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
+    check_structure(model, label)
+    check_tensor_data(model, label)
     return model

@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.arrays import copy_c_order, release_pages
-from onnxfold.errors import OutputError
+from onnxfold.errors import InputError, OutputError
 
 _CHUNK = 16 << 20
 PARALLEL_WRITE = 4 << 20  # a segment this big is written in two halves, one per thread
@@ -34,6 +34,7 @@ class FileRange:
     path: str
     offset: int
     length: int
+    identity: tuple[int, int] | None = None  # (device, inode) the file had when checked
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ def layout(start: int, parts: list[tuple[bytes, ir.TensorProtocol | None]]
         if tensor is None:
             continue
         if isinstance(tensor, ir.ExternalTensor):
-            data = FileRange(tensor.path, tensor.offset or 0, tensor.length or tensor.nbytes)
+            data = FileRange(tensor.path, tensor.offset or 0, tensor.length or tensor.nbytes,
+                             getattr(tensor, "identity", None))
         elif tensor.dtype.bitwidth < 8:
             data = tensor
         else:
@@ -81,9 +83,9 @@ def halves(seg: Segment) -> tuple[Segment, Segment] | None:
     data = seg.data
     if isinstance(data, FileRange) and data.length > 1:
         head = data.length // 2
-        return (Segment(seg.offset, FileRange(data.path, data.offset, head)),
-                Segment(seg.offset + head,
-                        FileRange(data.path, data.offset + head, data.length - head)))
+        return (Segment(seg.offset, FileRange(data.path, data.offset, head, data.identity)),
+                Segment(seg.offset + head, FileRange(data.path, data.offset + head,
+                                                     data.length - head, data.identity)))
     if isinstance(data, np.ndarray) and data.ndim and len(data) > 1:
         top = data[: len(data) // 2]
         return Segment(seg.offset, top), Segment(seg.offset + top.nbytes, data[len(top):])
@@ -134,8 +136,19 @@ def pwrite_all(fd: int, data, offset: int) -> int:
 
 
 def copy_range(source: FileRange, dst_fd: int, dst_offset: int) -> None:
-    """Copy file-to-file (``copy_file_range``; read and write where the kernel cannot)."""
-    with open(source.path, "rb") as src:
+    """Copy file-to-file (``copy_file_range``; read and write where the kernel cannot).
+
+    The source is opened without following a symlink and must be the file that was checked
+    when the model was loaded (``onnxfold.io.trust``)."""
+    try:
+        fd = os.open(source.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        raise InputError(f"{source.path}: cannot read external data ({e.strerror})") from None
+    info = os.fstat(fd)
+    if source.identity is not None and (info.st_dev, info.st_ino) != source.identity:
+        os.close(fd)
+        raise InputError(f"{source.path}: external data file was replaced after it was checked")
+    with os.fdopen(fd, "rb") as src:
         left, pos, out = source.length, source.offset, dst_offset
         try:
             while left:

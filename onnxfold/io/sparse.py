@@ -15,45 +15,60 @@ from onnx import numpy_helper
 from onnxfold.errors import InputError
 from onnxfold.protos import graph_protos
 
-DENSE_LIMIT = 1 << 30  # bytes a densified sparse initializer may take
+DENSE_LIMIT = 1 << 30  # bytes all densified sparse tensors of a model may take together
 
 
-def _dense(sparse: onnx.SparseTensorProto, where: str) -> onnx.TensorProto:
+def _dense(sparse: onnx.SparseTensorProto, where: str, budget: int) -> onnx.TensorProto:
     values, indices, dims = sparse.values, sparse.indices, list(sparse.dims)
     name = values.name
     if values.data_location == onnx.TensorProto.EXTERNAL or \
             indices.data_location == onnx.TensorProto.EXTERNAL:
-        raise InputError(f"{where}: sparse initializer {name}: external data is not supported")
+        raise InputError(f"{where}: sparse tensor {name}: external data is not supported")
+    if values.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        raise InputError(f"{where}: sparse tensor {name}: string or untyped values are not "
+                         "supported")
     if any(d < 0 for d in dims):
-        raise InputError(f"{where}: sparse initializer {name}: invalid dims {dims}")
+        raise InputError(f"{where}: sparse tensor {name}: invalid dims {dims}")
+    size = math.prod(dims)
+    itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(values.data_type)).itemsize
+    if size * itemsize > budget:
+        raise InputError(f"{where}: sparse tensors: dense forms exceed {DENSE_LIMIT >> 20} MiB "
+                         f"in total (at {name}, dims {dims})")
     try:
         vals = numpy_helper.to_array(values).reshape(-1)
         idx = numpy_helper.to_array(indices).astype(np.int64)
     except Exception as e:  # malformed tensor fields
-        raise InputError(f"{where}: sparse initializer {name}: unreadable ({type(e).__name__})"
+        raise InputError(f"{where}: sparse tensor {name}: unreadable ({type(e).__name__})"
                          ) from None
-    size = math.prod(dims)
-    if size * vals.dtype.itemsize > DENSE_LIMIT:
-        raise InputError(f"{where}: sparse initializer {name}: dense form of {dims} exceeds "
-                         f"{DENSE_LIMIT >> 20} MiB")
     if idx.ndim == 2 and idx.shape == (vals.size, len(dims)):
         if ((idx < 0) | (idx >= np.asarray(dims, np.int64))).any():
-            raise InputError(f"{where}: sparse initializer {name}: index out of range")
+            raise InputError(f"{where}: sparse tensor {name}: index out of range")
         idx = np.ravel_multi_index(tuple(idx.T), dims) if dims else idx.reshape(-1)
     elif idx.ndim != 1 or idx.size != vals.size or ((idx < 0) | (idx >= size)).any():
-        raise InputError(f"{where}: sparse initializer {name}: indices do not match its values")
+        raise InputError(f"{where}: sparse tensor {name}: indices do not match its values")
     dense = np.zeros(size, vals.dtype)
     dense[idx] = vals
     return numpy_helper.from_array(dense.reshape(dims), name)
 
 
 def densify(model: onnx.ModelProto, where: str) -> int:
-    """Replace every sparse initializer of ``model`` (all graphs) by a dense one; return how
-    many there were."""
-    count = 0
+    """Replace every sparse initializer (all graphs) and every Constant's ``sparse_value`` by a
+    dense tensor, within ``DENSE_LIMIT`` bytes in total; return how many there were."""
+    count, budget = 0, DENSE_LIMIT
     for graph in graph_protos(model.graph):
         for sparse in graph.sparse_initializer:
-            graph.initializer.append(_dense(sparse, where))
+            dense = _dense(sparse, where, budget)
+            budget -= len(dense.raw_data)
+            graph.initializer.append(dense)
             count += 1
         graph.ClearField("sparse_initializer")
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.name == "sparse_value" and node.op_type == "Constant" and \
+                        node.domain in ("", "ai.onnx"):
+                    dense = _dense(attr.sparse_tensor, where, budget)
+                    budget -= len(dense.raw_data)
+                    attr.Clear()
+                    attr.CopyFrom(onnx.helper.make_attribute("value", dense))
+                    count += 1
     return count

@@ -1,8 +1,8 @@
 """Temporary files beside an output, renamed into place once complete (standard library only).
 
 A temporary file is named ``.<output name>.onnxfold-<pid>-<random><suffix>``: a run that was
-killed leaves one behind, and the next run writing beside it removes those whose process is
-gone.
+killed leaves one behind, and a later run writing beside it removes those whose process is
+gone and that have not been written for ten minutes.
 """
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from typing import IO
 
 from onnxfold.errors import OutputError
 
 NAME_MAX = 255
+STALE_AGE = 600.0  # seconds a dead run's temporary file stays untouched before it is removed
 _STALE = re.compile(r"^\..*\.onnxfold-(\d+)-[^.]+\..*$")
 
 
@@ -36,17 +39,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale(directory: str) -> int:
-    """Delete temporary files of onnxfold runs that no longer exist; return how many."""
+def remove_stale(directory: str, min_age: float = STALE_AGE) -> int:
+    """Delete temporary files of onnxfold runs that no longer exist and have not been written
+    for ``min_age`` seconds (a process of another PID namespace sharing the directory may be
+    alive and writing); return how many."""
     removed = 0
+    now = time.time()
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
         for entry in entries:
             match = _STALE.match(entry.name)
-            if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
-                with contextlib.suppress(OSError):
-                    if entry.is_file(follow_symlinks=False):
-                        os.unlink(entry.path)
-                        removed += 1
+            if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and now - info.st_mtime >= min_age:
+                    os.unlink(entry.path)
+                    removed += 1
     return removed
 
 

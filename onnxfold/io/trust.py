@@ -24,6 +24,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import onnx_ir as ir
 
 from onnxfold.errors import InputError
@@ -37,8 +38,23 @@ class CheckedExternalTensor(ir.ExternalTensor):
     loads; the check done here is the one that applies.
     """
 
+    __slots__ = ("identity",)
+
     def _check_path_containment(self) -> None:
-        return None
+        """Called by onnx-ir before it opens the file: it must still be the file checked."""
+        ensure_same_file(self.path, self.identity)
+
+
+def ensure_same_file(path: str, identity: tuple[int, int] | None) -> None:
+    """InputError unless ``path`` is (not through a symlink) the file of ``identity``."""
+    if identity is None:
+        return
+    try:
+        info = os.lstat(path)
+    except OSError as e:
+        raise InputError(f"{path}: external data file is gone ({e.strerror})") from None
+    if stat.S_ISLNK(info.st_mode) or (info.st_dev, info.st_ino) != identity:
+        raise InputError(f"{path}: external data file was replaced after it was checked")
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -108,6 +124,9 @@ def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> in
     dims = list(tensor.shape.numpy())
     if any(not isinstance(d, int) or d < 0 for d in dims):
         raise InputError(f"{model_path}: {what}: invalid dimensions {dims}")
+    if tensor.dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
+        raise InputError(f"{model_path}: {what}: {tensor.dtype.name.lower()} tensors cannot hold "
+                         "raw or external data")
     return tensor.nbytes
 
 
@@ -125,18 +144,21 @@ def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str
     if offset + needed > size:
         raise InputError(f"{model_path}: {what}: external data ends at byte {offset + needed}, "
                          f"past the end of {tensor.location} ({size} B)")
-    return CheckedExternalTensor(
+    checked = CheckedExternalTensor(
         os.path.basename(real), offset, needed, tensor.dtype, shape=tensor.shape,
         name=tensor.name or "", doc_string=tensor.doc_string,
         metadata_props=dict(tensor.metadata_props), base_dir=os.path.dirname(real))
+    info = os.stat(real)
+    checked.identity = (info.st_dev, info.st_ino)
+    return checked
 
 
 def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None:
-    needed = _expected_bytes(tensor, model_path, what)
     proto = getattr(tensor, "raw", None)
     raw = getattr(proto, "raw_data", None)
-    if tensor.dtype == ir.DataType.STRING:
+    if tensor.dtype == ir.DataType.STRING and not raw:
         return
+    needed = _expected_bytes(tensor, model_path, what)
     if raw:
         if len(raw) != needed:
             raise InputError(f"{model_path}: {what}: raw_data has {len(raw)} B, its shape and "
@@ -151,8 +173,12 @@ def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None
         raise InputError(f"{model_path}: {what}: data does not match its shape")
 
 
-def check_tensor_data(model: ir.Model, model_path: str) -> None:
-    """Check every tensor's data (see the module doc); rebind external tensors to real paths."""
+def check_tensor_data(model: ir.Model, model_path: str) -> set[str]:
+    """Check every tensor's data (see the module doc); rebind external tensors to real paths.
+
+    Returns the data files the model reads (real paths).
+    """
+    files: set[str] = set()
     for what, tensor, rebind in list(_tensors(model)):
         if isinstance(tensor, CheckedExternalTensor):
             continue
@@ -162,4 +188,10 @@ def check_tensor_data(model: ir.Model, model_path: str) -> None:
             raise InputError(f"{model_path}: {what}: external data in a tensor list is not "
                              "supported")
         else:
-            rebind(_checked_external(tensor, model_path, what))
+            checked = _checked_external(tensor, model_path, what)
+            files.add(checked.path)
+            if what.startswith("initializer"):
+                rebind(checked)
+            else:  # an attribute keeps no reference to the input's files: its bytes, read now
+                rebind(ir.Tensor(np.array(checked.numpy()), name=tensor.name))
+    return files

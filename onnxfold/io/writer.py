@@ -23,7 +23,7 @@ from onnxfold.io import protowire as pw
 from onnxfold.io import segments
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.prefill import OutputPrefill
-from onnxfold.io.reader import SOURCE_KEY
+from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
 from onnxfold.io.tempfiles import temp_beside
 
 STREAM_THRESHOLD = 1024
@@ -66,6 +66,7 @@ def input_files(model: ir.Model) -> set[str]:
     """The file the model was loaded from and those its external tensors read."""
     source = model.meta.get(SOURCE_KEY)
     files = {source} if source else set()
+    files.update(model.meta.get(DATA_FILES_KEY, ()))
     for graph in model.graphs():
         for value in graph.initializers.values():
             if isinstance(value.const_value, ir.ExternalTensor) and \

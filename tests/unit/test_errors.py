@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -36,10 +37,15 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next(tmp_path):
     dead = 4194303  # above the default pid_max: no such process
     stale = tmp_path / f".out.onnx.onnxfold-{dead}-abcd1234.tmp"
     stale.write_bytes(b"half")
+    recent = tmp_path / f".other.onnx.onnxfold-{dead}-efgh5678.tmp"
+    recent.write_bytes(b"maybe another container's")
+    hour_ago = time.time() - 3600
+    os.utime(stale, (hour_ago, hour_ago))
     fd, mine = temp_beside(str(tmp_path / "out.onnx"))
     os.close(fd)
     assert not stale.exists() and os.path.exists(mine)
-    assert remove_stale(str(tmp_path)) == 0  # ours belongs to a live process
+    assert recent.exists()  # written in the last ten minutes: left alone
+    assert remove_stale(str(tmp_path), min_age=0) == 1  # ours belongs to a live process
 
 
 @pytest.mark.parametrize("length", [10, 240])
