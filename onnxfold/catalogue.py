@@ -17,7 +17,7 @@ import pkgutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from onnxfold.patterns import CleanupRule, PatternRule
+from onnxfold.patterns import CleanupRule, PatternRule, SizeRule
 from onnxfold.registry import RULES_ATTR, FolderRule
 
 _MAX_OPSET = 10**9
@@ -30,6 +30,7 @@ class Catalogue:
     folders: tuple[FolderRule, ...]
     patterns: tuple[PatternRule, ...]
     cleanups: tuple[CleanupRule, ...]
+    sizes: tuple[SizeRule, ...] = ()  # never disabled: they only measure
 
     def __post_init__(self) -> None:
         index: dict[tuple[str, str], list[FolderRule]] = {}
@@ -40,6 +41,11 @@ class Catalogue:
                     raise ValueError(f"rule {rule.name} overlaps {other.name} for {rule.op_type}")
             index.setdefault((rule.domain, rule.op_type), []).append(rule)
         object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_sizes", {r.op_type: r for r in self.sizes})
+
+    def size_rule(self, op_type: str) -> SizeRule | None:
+        """The output-size rule of a default-domain op, or None."""
+        return self._sizes.get(op_type)  # type: ignore[attr-defined]
 
     def folder(self, domain: str, op_type: str, opset: int) -> FolderRule | None:
         """The folder for this op at this opset, or None."""
@@ -74,7 +80,8 @@ class Catalogue:
         return Catalogue(
             tuple(r for r in self.folders if r.name not in off and r.op_type not in off),
             tuple(patterns),
-            tuple(r for r in self.cleanups if r.name not in off and not set(r.op_types) & off))
+            tuple(r for r in self.cleanups if r.name not in off and not set(r.op_types) & off),
+            self.sizes)
 
 
     def only(self, *names: str) -> Catalogue:
@@ -82,12 +89,12 @@ class Catalogue:
         keep = set(names)
         return Catalogue(tuple(r for r in self.folders if r.name in keep),
                          tuple(r for r in self.patterns if r.name in keep),
-                         tuple(r for r in self.cleanups if r.name in keep))
+                         tuple(r for r in self.cleanups if r.name in keep), self.sizes)
 
     def __add__(self, other: Catalogue) -> Catalogue:
         """Both catalogues' rules (this one's first)."""
         return Catalogue(self.folders + other.folders, self.patterns + other.patterns,
-                         self.cleanups + other.cleanups)
+                         self.cleanups + other.cleanups, self.sizes + other.sizes)
 
 
 def _resolved(rule: FolderRule) -> FolderRule:
@@ -120,6 +127,7 @@ def load_catalogue() -> Catalogue:
     folders: list[FolderRule] = []
     patterns: list[PatternRule] = []
     cleanups: list[CleanupRule] = []
+    sizes: list[SizeRule] = []
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         seen: set[int] = set()
@@ -134,4 +142,6 @@ def load_catalogue() -> Catalogue:
                     patterns.append(rule)
                 elif isinstance(rule, CleanupRule):
                     cleanups.append(rule)
-    return Catalogue(tuple(folders), tuple(patterns), tuple(cleanups))
+                elif isinstance(rule, SizeRule):
+                    sizes.append(rule)
+    return Catalogue(tuple(folders), tuple(patterns), tuple(cleanups), tuple(sizes))

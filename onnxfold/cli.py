@@ -92,6 +92,12 @@ def _add_fold_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-limit", type=_parse_bytes, default=None,
                    help="keep the fold pool's heap under this (e.g. 4G): larger intermediates "
                         "move to memory-mapped temporary files")
+    p.add_argument("--pool-budget", type=_parse_bytes, default=None,
+                   help="the fold pool may hold at most this much (e.g. 1G); a fold whose "
+                        "outputs would not fit is refused before it runs (default: a quarter "
+                        "of physical memory, at most 4G)")
+    p.add_argument("--fold-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="stop an onnxruntime fallback fold running longer than this")
     p.add_argument("--skip-check", action="store_true",
                    help="do not run the ONNX checker on the input")
     p.add_argument("--strict", action="store_true",
@@ -110,7 +116,8 @@ def _fold_options(args: argparse.Namespace):
                        growth_factor=None if args.allow_growth else args.growth_factor,
                        growth_min_bytes=args.growth_min, max_growth_bytes=args.max_growth,
                        fold_fp16_casts=args.fold_fp16_casts, fold_qdq=args.fold_qdq,
-                       memory_limit=args.memory_limit, strict=args.strict)
+                       memory_limit=args.memory_limit, pool_budget=args.pool_budget,
+                       fold_timeout=args.fold_timeout, strict=args.strict)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ node. Graph optimizations are disabled: the session computes exactly what the no
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -50,9 +51,13 @@ def _to_ort(arr: np.ndarray):
 
 
 def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
-              wanted: Sequence[ir.Value], opsets: dict[str, int], ir_version: int
-              ) -> list[np.ndarray]:
-    """Run ``nodes`` in onnxruntime on ``feeds``; return the arrays of ``wanted``."""
+              wanted: Sequence[ir.Value], opsets: dict[str, int], ir_version: int,
+              timeout: float | None = None) -> list[np.ndarray]:
+    """Run ``nodes`` in onnxruntime on ``feeds``; return the arrays of ``wanted``.
+
+    A run longer than ``timeout`` seconds is terminated (onnxruntime's ``RunOptions``) and
+    raises FallbackError.
+    """
     import onnxruntime as ort
 
     from onnxfold.dtypes import onnx_type
@@ -78,12 +83,28 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         feed = {v.name: _to_ort(a) for v, a in feeds.items() if v not in embedded}
-        if any(_raw_only(v) for v in wanted):
-            return _run_into_buffers(session, feed, wanted)
-        results = session.run_with_ort_values([v.name for v in wanted], feed)
+        run_options = ort.RunOptions()
+        run_options.log_severity_level = 4
+        timer = None
+        if timeout is not None:
+            timer = threading.Timer(timeout, setattr, (run_options, "terminate", True))
+            timer.daemon = True
+            timer.start()
+        try:
+            if any(_raw_only(v) for v in wanted):
+                return _run_into_buffers(session, feed, wanted, run_options)
+            results = session.run_with_ort_values([v.name for v in wanted], feed, run_options)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if run_options.terminate:
+            raise FallbackError(f"stopped after {timeout:g} s (--fold-timeout)", DeclineKind.SIZE)
     except FallbackError:
         raise
     except Exception as e:  # onnxruntime raises several unrelated exception types
+        if timeout is not None and "terminate" in str(e).lower():
+            raise FallbackError(f"stopped after {timeout:g} s (--fold-timeout)",
+                                DeclineKind.SIZE) from None
         raise FallbackError(_first_line(e)) from None
     out = []
     for value, res in zip(wanted, results):
@@ -102,7 +123,8 @@ def _raw_only(value: ir.Value) -> bool:
     return dtype.kind == "V" or "bfloat16" in dtype.name or "float8" in dtype.name
 
 
-def _run_into_buffers(session, feed: dict, wanted: Sequence[ir.Value]) -> list[np.ndarray]:
+def _run_into_buffers(session, feed: dict, wanted: Sequence[ir.Value], run_options
+                      ) -> list[np.ndarray]:
     """Run with every output bound to a numpy buffer of its statically known shape."""
     import onnxruntime as ort
 
@@ -120,7 +142,7 @@ def _run_into_buffers(session, feed: dict, wanted: Sequence[ir.Value]) -> list[n
         binding.bind_ortvalue_output(value.name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
             buffer, int(value.dtype)))
         out.append(buffer.view(dtype))
-    session.run_with_iobinding(binding)
+    session.run_with_iobinding(binding, run_options)
     return out
 
 

@@ -27,9 +27,10 @@ from onnxfold.analysis import (
     static_shape,
     subgraphs,
 )
+from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budget, planned_bytes
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
-from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_growth, static_nbytes
+from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_growth
 from onnxfold.pool import BufferPool
 from onnxfold.registry import FolderRule
 
@@ -51,6 +52,8 @@ class FoldOptions:
     fold_fp16_casts: bool = False
     fold_qdq: bool = False
     memory_limit: int | None = None
+    pool_budget: int | None = None  # None: a quarter of physical memory, at most 4 GiB
+    fold_timeout: float | None = 30.0  # seconds one onnxruntime fallback session may run
     strict: bool = False
 
     @classmethod
@@ -157,6 +160,9 @@ class GraphFolder:
         stats.growth_bytes += growth
         self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
+        self.budget = options.pool_budget or default_pool_budget()
+        self.input_bytes: dict[ir.Value, int] = {}  # per computed value: its node's inputs
+        self.how: dict[ir.Node, str] = {}
         self.keep: dict[ir.Value, None] = {}  # ordered: initializers are added in this order
         self.readers: Counter = Counter()
         self.provenance: dict[ir.Value, tuple[str, ...]] = {}
@@ -240,8 +246,10 @@ class GraphFolder:
         for v in node.inputs:
             origin.update(dict.fromkeys(self.provenance.get(v, ())))
         names = tuple(origin)[:PROVENANCE_LIMIT]
+        in_bytes = sum(self.pool.get(v).nbytes for v in node.inputs if v in self.pool)
         for value, arr in results.items():
             self.provenance[value] = names
+            self.input_bytes[value] = in_bytes
             keep = self._kept_by_graph(value)
             if keep:
                 self.keep[value] = None
@@ -250,23 +258,13 @@ class GraphFolder:
             if v in self.pool:
                 self.pool.release(v)
         self.stats.folded += 1
+        self.how[node] = how
         if how == "native":
             self.stats.native += 1
         else:
             self.stats.via_fallback += 1
 
     # -- evaluation --------------------------------------------------------------------------
-    def _size_check(self, node: ir.Node, outs: list[np.ndarray], ins: list[np.ndarray]) -> None:
-        out_bytes = sum(a.nbytes for a in outs)
-        in_bytes = sum(a.nbytes for a in ins)
-        bound = max(self.options.expansion_min_bytes, self.options.expansion_factor * in_bytes)
-        if out_bytes > bound:
-            raise Decline(f"output {out_bytes} B > {self.options.expansion_factor:g}x "
-                          f"inputs {in_bytes} B", DeclineKind.SIZE)
-        limit = self.options.max_tensor_bytes
-        if limit is not None and any(a.nbytes > limit for a in outs):
-            raise Decline(f"output over the per-tensor limit of {limit} B", DeclineKind.SIZE)
-
     def _native(self, node: ir.Node, rule: FolderRule) -> list[np.ndarray]:
         kwargs = {name: _attr_value(attr) for name, attr in node.attributes.items()}
         if rule.shape_only:
@@ -290,11 +288,8 @@ class GraphFolder:
         rule = self.catalogue.folder(node.domain, node.op_type, node.version or self.opset)
         if rule is None:
             return Reason(DeclineKind.NO_RULE)
-        ins = [] if rule.shape_only else [self.pool.get(v) for v in node.inputs if v is not None]
-        self.pool.make_room(sum(static_nbytes(v) or 0 for v in node.outputs))
         try:
             outs = self._native(node, rule)
-            self._size_check(node, outs, ins)
         except Decline as e:
             return e.reason
         except Exception as e:
@@ -313,12 +308,9 @@ class GraphFolder:
         feeds = {v: self.pool.get(v) for v in external_inputs(batch)}
         try:
             arrays = fallback.run_nodes(batch, feeds, wanted, dict(self.model.opset_imports),
-                                        self.model.ir_version)
+                                        self.model.ir_version, self.options.fold_timeout)
             self.stats.fallback_sessions += 1
             outs = dict(zip(wanted, arrays))
-            in_bytes = list(feeds.values())
-            for node in batch:
-                self._size_check(node, [outs[v] for v in node.outputs if v in outs], in_bytes)
         except (fallback.FallbackError, Decline) as e:
             if len(batch) > 1:
                 for node in batch:
@@ -347,6 +339,10 @@ class GraphFolder:
                     not all(self._available(v) for v in self._reads(node)):
                 self._abandon(node, self._why_unavailable(node))
                 continue
+            reason = self._budget(node)
+            if reason is not None:
+                self._abandon(node, reason)
+                continue
             reason = self._try_native(node)
             if reason is None:
                 continue
@@ -362,6 +358,26 @@ class GraphFolder:
                 i += 1
             self._run_fallback(batch)
         self.stats.pool_peak_bytes = max(self.stats.pool_peak_bytes, self.pool.peak_bytes)
+
+    def _budget(self, node: ir.Node) -> Reason | None:
+        """Why ``node`` may not run now: its outputs would not fit the pool budget (checked
+        before they exist), or it is a constant Loop running too long."""
+        if node.op_type in SHAPE_ONLY:
+            return None
+        arrays = self._pooled
+        reason = loop_work(node, arrays)
+        if reason is not None:
+            return reason
+        rule = self.catalogue.size_rule(node.op_type) if is_default_op(node) else None
+        need = planned_bytes(node, arrays, rule.fn if rule else None,
+                             lambda: {n: _attr_value(a) for n, a in node.attributes.items()})
+        if need is not None and self.options.memory_limit is not None:
+            self.pool.make_room(need)
+        return over_budget(need, self.pool.live_bytes, self.budget,
+                           spilling=self.options.memory_limit is not None)
+
+    def _pooled(self, value: ir.Value) -> np.ndarray | None:
+        return self.pool.get(value) if self._available(value) else None
 
     def _why_unavailable(self, node: ir.Node) -> Reason | None:
         """A reason if an input is a constant onnxfold cannot hold (upstream declines have one)."""
@@ -382,6 +398,8 @@ class GraphFolder:
         """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready."""
         if self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
             return False
+        if self._budget(node) is not None:
+            return False  # runs on its own, to be refused by the budget
         produced = {v for n in batch for v in n.outputs}
         inputs = [v for v in node.inputs if v is not None] + captured_values(node)
         return all(v in produced or self._available(v) for v in inputs)
@@ -393,6 +411,14 @@ class GraphFolder:
             if value not in self.pool:
                 continue
             arr = self.pool.get(value)
+            too_big = expansion(arr.nbytes, self.input_bytes.get(value, 0),
+                                self.options.expansion_factor, self.options.expansion_min_bytes,
+                                self.options.max_tensor_bytes)
+            producer = value.producer()
+            if too_big is not None and producer is not None:
+                self._unfold(producer, too_big)  # its node stays and computes it at run time
+                self.pool.release(value)
+                continue
             name = value.name
             value.name = f"{name}__onnxfold_replaced"
             tensor = ir.Tensor(arr, name=name)
@@ -407,6 +433,18 @@ class GraphFolder:
             self.stats.materialized += 1
             self.stats.materialized_bytes += arr.nbytes
             self.pool.release(value)
+
+
+    def _unfold(self, node: ir.Node, reason: Reason) -> None:
+        """``node`` was evaluated but its result is not kept: it stays in the graph."""
+        self._record(node, reason)
+        how = self.how.pop(node, None)
+        if how is not None:
+            self.stats.folded -= 1
+            if how == "native":
+                self.stats.native -= 1
+            else:
+                self.stats.via_fallback -= 1
 
 
 def fold_model(model: ir.Model, options: FoldOptions | None = None,

@@ -160,6 +160,32 @@ class CleanupRule:
     op_types: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class SizeRule:
+    """The bytes the outputs of ``op_type`` take, from its constant inputs (``rules/sizes.py``)."""
+
+    name: str
+    op_type: str
+    fn: Callable[..., int | None]
+    source: str
+
+    @property
+    def op_types(self) -> tuple[str, ...]:
+        return (self.op_type,)
+
+
+def output_bytes(op_types: str | Iterable[str]) -> Callable[[Callable], Callable]:
+    """Declare ``fn(*inputs, **attributes) -> bytes`` the output size of ``op_types``."""
+    ops = (op_types,) if isinstance(op_types, str) else tuple(op_types)
+
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            mark(fn, SizeRule(f"{fn.__name__}.{op}", op, fn, source_of(fn)))
+        return fn
+
+    return register
+
+
 def pattern(matches: P, *, check: Check | None = None, name: str | None = None
             ) -> Callable[[Callable], Callable]:
     """Declare the decorated function the rewrite of ``matches`` (see the module doc)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxfold.arrays import memory_owner, release_pages
+from onnxfold.errors import OutputError
 
 
 def _owner_nbytes(owner: object, arr: np.ndarray) -> tuple[int, bool]:
@@ -120,6 +121,14 @@ class BufferPool:
         entry = self._entries[key]
         array = entry.array
         fd, path = tempfile.mkstemp(prefix="onnxfold-spill-", suffix=".bin", dir=self.spill_dir)
+        try:  # reserve the blocks now: a full disk is an error here, never SIGBUS later
+            if hasattr(os, "posix_fallocate") and array.nbytes:
+                os.posix_fallocate(fd, 0, array.nbytes)
+        except OSError as e:
+            os.close(fd)
+            os.unlink(path)
+            raise OutputError(f"cannot spill {array.nbytes} B to {os.path.dirname(path)} "
+                              f"({e.strerror}); free space or raise --memory-limit") from None
         os.close(fd)
         try:
             spilled = np.memmap(path, dtype=array.dtype, mode="w+", shape=array.shape or (1,))

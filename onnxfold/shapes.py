@@ -5,8 +5,9 @@ call), so inference costs a few milliseconds even on 400 MiB models. Only tensor
 merged back: a sequence or optional value keeps its type.
 
 Data propagation computes the values of 1-D tensors element by element (about 150 B each),
-so a model declaring a long 1-D input, or a ``Range`` of constant bounds, could make it
-allocate gigabytes; such models are inferred without it (:func:`_data_prop_is_bounded`).
+so a model declaring a long 1-D input, a ``Range`` of constant bounds or a chain of
+``Concat`` could make it allocate gigabytes; such models are inferred without it
+(:func:`_data_prop_is_bounded`).
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def _static_1d_length(type_proto: onnx.TypeProto) -> int:
     return shape.dim[0].dim_value
 
 
-def _range_length(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> float:
-    """Elements of ``Range`` with constant bounds (inf when not a finite number)."""
+def _range_length(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> int:
+    """Elements of ``Range`` with constant bounds (0 when they are not all constant)."""
     import math
 
     from onnx import numpy_helper
@@ -76,22 +77,37 @@ def _range_length(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) 
                                for n in node.input[:3])
         return max(math.ceil((limit - start) / delta), 0)
     except (KeyError, IndexError, ValueError, ZeroDivisionError, OverflowError):
-        return 0.0  # not all constant: nothing for data propagation to compute
+        return 0  # not all constant: nothing for data propagation to compute
 
 
 def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
-    """Whether data propagation holds no 1-D value longer than ``DATA_PROP_MAX``."""
+    """Whether data propagation holds no 1-D value longer than ``DATA_PROP_MAX``.
+
+    The lengths of 1-D values are followed through the graph the way data propagation grows
+    them (``Concat`` adds its inputs' lengths, ``Range`` of constants has its own, any other op
+    is as long as its longest input): a chain of 20 ``Concat(x, x)`` of a short constant would
+    otherwise make inference allocate tens of gigabytes.
+    """
     for graph in graph_protos(proto.graph):
-        infos = list(graph.input) + list(graph.value_info) + list(graph.output)
-        if any(_static_1d_length(vi.type) > DATA_PROP_MAX for vi in infos):
-            return False
-        if any(len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX for t in graph.initializer):
-            return False
+        lengths: dict[str, int] = {}
+        for vi in list(graph.input) + list(graph.value_info):
+            lengths[vi.name] = _static_1d_length(vi.type)
         constants = {t.name: t for t in graph.initializer}
         constants.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
                           for a in n.attribute if a.name == "value"})
-        if any(n.op_type == "Range" and _range_length(n, constants) > DATA_PROP_MAX
-               for n in graph.node):
+        for name, t in constants.items():
+            lengths[name] = t.dims[0] if len(t.dims) == 1 else 0
+        for node in graph.node:
+            ins = [lengths.get(name, 0) for name in node.input if name]
+            if node.op_type == "Concat":
+                out = sum(ins)
+            elif node.op_type == "Range":
+                out = _range_length(node, constants)
+            else:
+                out = max(ins, default=0)
+            for name in node.output:
+                lengths[name] = max(lengths.get(name, 0), out)
+        if max(lengths.values(), default=0) > DATA_PROP_MAX:
             return False
     return True
 

@@ -1,0 +1,89 @@
+"""The pool budget: a node's outputs are sized, and refused, before they are allocated.
+
+Sizes come from static shapes, else from the op's size rule (``rules/sizes.py``) applied to
+its constant inputs. Without ``--memory-limit`` the pool's heap may not exceed the budget; with
+it, buffers spill to disk above the limit and only a single output larger than the budget is
+refused. Default budget: a quarter of physical memory, at most 4 GiB.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.declines import DeclineKind, Reason
+from onnxfold.policy import static_nbytes
+
+MAX_DEFAULT_BUDGET = 4 << 30
+LOOP_WORK_LIMIT = 10_000_000  # trip count x body nodes a constant Loop may run when folded
+
+
+def default_pool_budget() -> int:
+    """A quarter of physical memory, at most 4 GiB (4 GiB where memory cannot be read)."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return MAX_DEFAULT_BUDGET
+    return min(physical // 4, MAX_DEFAULT_BUDGET)
+
+
+def planned_bytes(node: ir.Node, arrays: Callable[[ir.Value], np.ndarray | None],
+                  size_rule: Callable[..., int | None] | None,
+                  attributes: Callable[[], dict]) -> int | None:
+    """Bytes of ``node``'s outputs before it runs: static shapes, else its size rule on the
+    input arrays (``arrays(value)``), else None (unknown)."""
+    static = [static_nbytes(v) for v in node.outputs]
+    if all(s is not None for s in static):
+        return sum(s for s in static if s is not None)
+    if size_rule is None:
+        return None
+    inputs = [arrays(v) if v is not None else None for v in node.inputs]
+    if any(a is None for v, a in zip(node.inputs, inputs) if v is not None):
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            size = size_rule(*inputs, **attributes())
+    except Exception:  # an input the rule cannot read: the folder declines such nodes anyway
+        return None
+    return None if size is None else int(size)
+
+
+def over_budget(need: int | None, live: int, budget: int, spilling: bool) -> Reason | None:
+    """Why ``need`` more bytes may not be allocated in a pool holding ``live``, or None."""
+    if need is None:
+        return None
+    if need > budget or (not spilling and live + need > budget):
+        return Reason(DeclineKind.SIZE, f"outputs of {need} B would exceed the pool budget of "
+                                        f"{budget} B ({live} B in use; --pool-budget)")
+    return None
+
+
+def loop_work(node: ir.Node, trips: Callable[[ir.Value], np.ndarray | None]) -> Reason | None:
+    """A constant ``Loop`` whose trip count times its body's size is too much to run."""
+    if node.op_type != "Loop" or not node.inputs or node.inputs[0] is None:
+        return None
+    count = trips(node.inputs[0])
+    body = node.attributes.get("body")
+    if count is None or count.size != 1 or body is None:
+        return None
+    work = int(np.asarray(count).reshape(-1)[0]) * max(len(body.as_graph()), 1)
+    if work > LOOP_WORK_LIMIT:
+        return Reason(DeclineKind.SIZE, f"Loop of {int(np.asarray(count).reshape(-1)[0])} "
+                                        f"iterations ({work} node runs > {LOOP_WORK_LIMIT})")
+    return None
+
+
+def expansion(out_bytes: int, in_bytes: int, factor: float, min_bytes: int,
+              max_tensor: int | None) -> Reason | None:
+    """Why a result of ``out_bytes`` made from ``in_bytes`` of inputs may not be *kept* (become
+    an initializer); intermediates the pool frees are judged by the budget alone."""
+    if not math.isinf(factor) and out_bytes > max(min_bytes, factor * in_bytes):
+        return Reason(DeclineKind.SIZE, f"output {out_bytes} B > {factor:g}x inputs "
+                                        f"{in_bytes} B")
+    if max_tensor is not None and out_bytes > max_tensor:
+        return Reason(DeclineKind.SIZE, f"output over the per-tensor limit of {max_tensor} B")
+    return None

@@ -1,0 +1,150 @@
+"""Memory and time bombs: folds are sized and refused before they allocate, within a budget.
+
+Each bomb runs in a child process whose peak RSS is measured (and whose address space is
+capped, so a regression fails instead of taking the machine down).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from conftest import make_model, tensor, vinfo
+from onnx import TensorProto, helper
+
+BUDGET = 256 << 20
+CAP = 3 << 30  # address space of the child: well under what any bomb would need
+
+
+def _fold_measured(path, out, *flags):
+    """Run ``onnxfold optimize`` in a child; return (exit code, stderr, peak RSS, seconds)."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
+
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", str(path), "-o",
+                             str(out), "-q", *flags], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=cap)
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.stderr.close()
+    return (os.waitstatus_to_exitcode(status), stderr, usage.ru_maxrss * 1024,
+            time.monotonic() - started)
+
+
+def _const(name, arr):
+    return helper.make_node("Constant", [], [name], value=tensor(name + "_v", arr))
+
+
+def _scalar_out(nodes, tmp_path, name, initializers=()):
+    """``nodes`` end in ``big``; the model returns ReduceMax(big) + x (a scalar-sized fold)."""
+    nodes = [*nodes, helper.make_node("ReduceMax", ["big"], ["reduced"], keepdims=0),
+             helper.make_node("Add", ["reduced", "x"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[])], [vinfo("y", shape=[])], initializers)
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+GIB3 = 3 << 30
+BOMBS = {
+    "constant_of_shape": lambda: [
+        _const("s", np.array([GIB3 // 4], np.int64)),
+        helper.make_node("ConstantOfShape", ["s"], ["big"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]))],
+    "tile": lambda: [_const("c", np.ones((1, 1024), np.float32)),
+                     _const("r", np.array([GIB3 // 4096, 1], np.int64)),
+                     helper.make_node("Tile", ["c", "r"], ["big"])],
+    "broadcast_add": lambda: [_const("a", np.ones((1 << 15, 1), np.float32)),
+                              _const("b", np.ones((1, 1 << 15), np.float32)),
+                              helper.make_node("Add", ["a", "b"], ["big"])],
+    "matmul": lambda: [_const("a", np.ones((1 << 15, 1), np.float32)),
+                       _const("b", np.ones((1, 1 << 15), np.float32)),
+                       helper.make_node("MatMul", ["a", "b"], ["big"])],
+    "range": lambda: [_const("lo", np.array(0, np.int64)), _const("hi", np.array(10**12)),
+                      _const("d", np.array(1, np.int64)),
+                      helper.make_node("Range", ["lo", "hi", "d"], ["i"]),
+                      helper.make_node("Cast", ["i"], ["big"], to=TensorProto.FLOAT)],
+    "concat_doublings": lambda: [_const("c0", np.ones(1024, np.float32))] + [
+        helper.make_node("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}" if i < 39 else "big"],
+                         axis=0) for i in range(40)],
+    "pad": lambda: [_const("p", np.ones((4, 4), np.float32)),
+                    _const("pads", np.array([0, 0, 1 << 14, 1 << 14], np.int64)),
+                    helper.make_node("Pad", ["p", "pads"], ["big"])],
+    "one_hot": lambda: [_const("i", np.arange(1 << 14, dtype=np.int64)),
+                        _const("depth", np.array(1 << 16, np.int64)),
+                        _const("vals", np.array([0, 1], np.float32)),
+                        helper.make_node("OneHot", ["i", "depth", "vals"], ["big"])],
+}
+
+
+@pytest.mark.parametrize("bomb", sorted(BOMBS))
+def test_a_bomb_is_refused_within_the_budget(tmp_path, bomb):
+    path = _scalar_out(BOMBS[bomb](), tmp_path, bomb)
+    code, err, rss, seconds = _fold_measured(path, tmp_path / "out.onnx",
+                                             "--pool-budget", str(BUDGET), "--explain")
+    assert code == 0, err
+    assert rss < BUDGET + (300 << 20), f"peak RSS {rss >> 20} MiB"
+    assert seconds < 60
+    assert onnx.load(tmp_path / "out.onnx").graph.node  # declined: the bomb stays unfolded
+
+
+def test_a_constant_loop_of_a_trillion_iterations_is_refused(tmp_path):
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "one"], ["s_out"]),
+                              helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+                             [vinfo("i", TensorProto.INT64, []),
+                              vinfo("cond_in", TensorProto.BOOL, []), vinfo("s_in", shape=[])],
+                             [vinfo("cond_out", TensorProto.BOOL, []), vinfo("s_out", shape=[])])
+    nodes = [_const("n", np.array(10**12)), _const("t", np.array(True)),
+             _const("s0", np.float32(0)), _const("one", np.float32(1)),
+             helper.make_node("Loop", ["n", "t", "s0"], ["big"], body=body),
+             helper.make_node("Add", ["big", "x"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[])], [vinfo("y", shape=[])])
+    path = tmp_path / "loop.onnx"
+    onnx.save(model, path)
+    code, err, _, seconds = _fold_measured(path, tmp_path / "out.onnx")
+    assert code == 0, err
+    assert seconds < 60
+    assert "Loop" in [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node]
+
+
+@pytest.mark.parametrize("chain", ["tile_mean", "range_cast_max"])
+def test_large_intermediates_with_a_small_result_fold(tmp_path, chain):
+    # the pool exists so that only final results are materialized: 64 MiB in flight, 4 B kept
+    if chain == "tile_mean":
+        nodes = [_const("c", np.arange(1024, dtype=np.float32).reshape(1, 1024)),
+                 _const("r", np.array([1 << 14, 1], np.int64)),
+                 helper.make_node("Tile", ["c", "r"], ["big"])]
+    else:
+        nodes = [_const("lo", np.array(0, np.int64)), _const("hi", np.array(1 << 24)),
+                 _const("d", np.array(1, np.int64)),
+                 helper.make_node("Range", ["lo", "hi", "d"], ["i"]),
+                 helper.make_node("Cast", ["i"], ["big"], to=TensorProto.FLOAT)]
+    path = _scalar_out(nodes, tmp_path, chain)
+    code, err, rss, _ = _fold_measured(path, tmp_path / "out.onnx")
+    assert code == 0, err
+    folded = onnx.load(tmp_path / "out.onnx")
+    assert [n.op_type for n in folded.graph.node] == ["Add"]
+    assert sum(t.ByteSize() for t in folded.graph.initializer) < 1024
+
+
+def test_a_full_spill_directory_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from onnxfold.errors import OutputError
+    from onnxfold.pool import BufferPool
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    pool = BufferPool(memory_limit=1 << 10, spill_dir=str(tmp_path))
+    with pytest.raises(OutputError, match="cannot spill"):
+        pool.put("v", np.ones(1 << 12, np.float32), 1)
+    assert os.listdir(tmp_path) == []
