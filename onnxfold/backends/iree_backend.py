@@ -244,7 +244,9 @@ class Backend:
                                 rt.array_interop.map_dtype_to_element_type(arr.dtype))
 
     def _staged(self, index: int, arr: np.ndarray) -> np.ndarray:
-        if _aligned(arr):
+        """``arr`` itself when IREE can import it (aligned, writable: IREE imports only
+        writable host memory), else a persistent aligned copy."""
+        if _aligned(arr) and arr.flags.writeable:
             return arr
         stage = self._staging.get(index)
         if stage is None or stage.shape != arr.shape or stage.dtype != arr.dtype:
@@ -266,7 +268,8 @@ class Backend:
         if self._other is not None:
             return self._other.run(feeds)
         if not self.out_params:
-            results = self.function(*[c_contiguous(feeds[n]) for n in self.inputs])
+            results = self.function(*[np.require(feeds[n], requirements=["C", "W"])
+                                      for n in self.inputs])
             if not isinstance(results, (list, tuple)):
                 results = [results]
             return {name: r.to_host() for name, r in zip(self.outputs, results)}

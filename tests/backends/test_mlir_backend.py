@@ -146,3 +146,32 @@ def test_concurrent_calls(prepared):
     for t in threads:
         t.join()
     assert not failures
+
+
+def test_read_only_and_mapped_inputs(prepared, tmp_path):
+    # numpy_helper.to_array, np.frombuffer and np.load(mmap_mode="r") all give read-only arrays
+    backend, model, feeds = prepared
+    expected = _ort(model, feeds)
+    readonly = {k: np.frombuffer(v.tobytes(), v.dtype).reshape(v.shape) for k, v in feeds.items()}
+    np.savez(tmp_path / "w.npz", **feeds)
+    for name, arr in feeds.items():
+        np.save(tmp_path / f"{name}.npy", arr)
+    mapped = {k: np.load(tmp_path / f"{k}.npy", mmap_mode="r") for k in feeds}
+    for variant in (readonly, mapped):
+        assert not any(a.flags.writeable for a in variant.values())
+        result = backend.run(variant)
+        for name in expected:
+            assert np.array_equal(result[name], expected[name])
+
+
+def test_session_with_read_only_weights_equals_numpy(tmp_path):
+    from weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
+
+    import onnxfold
+
+    model, feeds = weights_as_inputs_model(), weight_feeds()
+    frozen = {k: np.frombuffer(v.tobytes(), v.dtype).reshape(v.shape) for k, v in feeds.items()}
+    mlir = onnxfold.Session(model, RUNTIME, backend="mlir",
+                            backend_options={"cache_dir": str(tmp_path)})
+    reference = onnxfold.Session(model, RUNTIME, backend="numpy")
+    assert np.array_equal(mlir.run(None, frozen)[0], reference.run(None, feeds)[0])
