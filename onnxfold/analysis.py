@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import onnx_ir as ir
 
@@ -83,7 +84,7 @@ def static_shape(value: ir.Value) -> tuple[int, ...] | None:
     shape = value.shape
     if shape is None or not shape.is_static():
         return None
-    return tuple(int(d) for d in shape)
+    return tuple(int(cast(int, d)) for d in shape)  # static: every dim is an int
 
 
 def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:

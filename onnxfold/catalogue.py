@@ -63,7 +63,9 @@ class Catalogue:
         return by_op
 
     def names(self) -> set[str]:
-        return {r.name for r in (*self.folders, *self.patterns, *self.cleanups)}
+        rules: tuple[FolderRule | PatternRule | CleanupRule, ...] = (
+            *self.folders, *self.patterns, *self.cleanups)
+        return {r.name for r in rules}
 
     def without(self, disabled: Iterable[str]) -> Catalogue:
         """A copy without the rules ``disabled`` names (rule names or op types)."""

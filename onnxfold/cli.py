@@ -65,7 +65,12 @@ def _add_fold_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fallback", action="store_true",
                    help="fold only with native rules, never through onnxruntime")
     p.add_argument("--no-shape-folding", action="store_true",
-                   help="do not fold Shape/Size of statically shaped values")
+                   help="do not fold Shape/Size of statically shaped values, nor the static "
+                        "parts of shapes with dynamic dims")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,..",
+                   help="fix an input's shape before folding (an int fixes a dim, '?' keeps "
+                        "the model's); or DIM=VALUE binds a named dim in every input (e.g. "
+                        "batch=1); repeatable")
     p.add_argument("--inputs-are-constant", action="store_true",
                    help="treat initializers that are also graph inputs as constants (IR >= 4)")
     p.add_argument("--expansion-factor", type=float, default=4.0,
@@ -117,7 +122,8 @@ def _fold_options(args: argparse.Namespace):
                        growth_min_bytes=args.growth_min, max_growth_bytes=args.max_growth,
                        fold_fp16_casts=args.fold_fp16_casts, fold_qdq=args.fold_qdq,
                        memory_limit=args.memory_limit, pool_budget=args.pool_budget,
-                       fold_timeout=args.fold_timeout, strict=args.strict)
+                       fold_timeout=args.fold_timeout, strict=args.strict,
+                       input_shapes=tuple(args.input_shape))
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:

@@ -227,6 +227,7 @@ def _id_table_sizes(model: ir.Model) -> dict[str, int]:
                     if const is not None and len(const.shape) > 0:
                         dim = const.shape[axis]
                         if isinstance(dim, int) and dim > 0:
+                            assert value.name is not None  # a graph input read from a proto
                             sizes[value.name] = min(dim, sizes.get(value.name, dim))
     return sizes
 

@@ -117,6 +117,7 @@ def run_case(case, strict: bool = False) -> CaseResult:
         result.outcome = GAP if result.ort_runs and not _acceptable(reasons) else DECLINED
         return result
     for i, (got, want) in enumerate(zip(outputs, expected)):
+        assert got is not None  # a None output returned above
         diff = _equal(got, np.asarray(want), case.rtol, case.atol)
         if diff is not None and ort_out is not None:
             # onnxfold promises onnxruntime's values; note where the runtime itself deviates

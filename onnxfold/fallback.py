@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import onnx
@@ -70,6 +71,7 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
         if value in embedded:
             graph.initializer.append(onnx.numpy_helper.from_array(c_contiguous(arr), value.name))
         else:
+            assert value.name is not None  # onnx_ir names every value of a graph
             graph.input.append(onnx.helper.make_tensor_value_info(
                 value.name, onnx_type(arr.dtype), list(arr.shape)))
     graph.output.extend(onnx.ValueInfoProto(name=v.name) for v in wanted)
@@ -133,14 +135,15 @@ def _run_into_buffers(session, feed: dict, wanted: Sequence[ir.Value], run_optio
         binding.bind_ortvalue_input(name, value)
     out = []
     for value in wanted:
+        elem_type = cast(ir.DataType, value.dtype)  # unchecked: can be None (see #15)
         shape = static_shape(value)
         if shape is None:
-            raise FallbackError(f"{value.dtype.name} output {value.name} of unknown shape",
+            raise FallbackError(f"{elem_type.name} output {value.name} of unknown shape",
                                 DeclineKind.UNSUPPORTED_TYPE)
-        dtype = value.dtype.numpy()
+        dtype = elem_type.numpy()
         buffer = np.empty(shape, np.dtype(f"u{dtype.itemsize}"))
         binding.bind_ortvalue_output(value.name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-            buffer, int(value.dtype)))
+            buffer, int(elem_type)))
         out.append(buffer.view(dtype))
     session.run_with_iobinding(binding, run_options)
     return out

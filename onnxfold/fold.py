@@ -54,6 +54,7 @@ class FoldOptions:
     memory_limit: int | None = None
     pool_budget: int | None = None  # None: a quarter of physical memory, at most 4 GiB
     fold_timeout: float | None = 30.0  # seconds one onnxruntime fallback session may run
+    input_shapes: tuple[str, ...] = ()  # "NAME:d0,d1,..." or "DIM=VALUE" (input_shapes.py)
     strict: bool = False
 
     @classmethod
@@ -244,7 +245,7 @@ class GraphFolder:
     def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
         origin = {node_label(node): None}
         for v in node.inputs:
-            origin.update(dict.fromkeys(self.provenance.get(v, ())))
+            origin.update(dict.fromkeys(self.provenance.get(v, ()) if v is not None else ()))
         names = tuple(origin)[:PROVENANCE_LIMIT]
         in_bytes = sum(self.pool.get(v).nbytes for v in node.inputs if v in self.pool)
         for value, arr in results.items():
@@ -269,7 +270,9 @@ class GraphFolder:
         kwargs = {name: _attr_value(attr) for name, attr in node.attributes.items()}
         if rule.shape_only:
             x = node.inputs[0]
+            assert x is not None  # the data input of Shape and Size is required
             shape = self.pool.get(x).shape if x in self.pool else static_shape(x)
+            assert shape is not None  # run() checked _shape_known
             args: list = [tuple(shape)]
         else:
             args = [self.pool.get(v) if v is not None else None for v in node.inputs]
@@ -326,6 +329,7 @@ class GraphFolder:
 
     def run(self) -> None:
         self._count()
+        reason: Reason | None
         for node, reason in self.plan.refused + self.policy_refused:
             self._record(node, reason)
         order = [n for n in self.plan.foldable if n in self.planned]
@@ -392,6 +396,7 @@ class GraphFolder:
 
     def _shape_known(self, node: ir.Node) -> bool:
         x = node.inputs[0]
+        assert x is not None  # the data input of Shape and Size is required
         return self._available(x) or static_shape(x) is not None
 
     def _wants_fallback(self, node: ir.Node, batch: list[ir.Node]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import Any
 
 import onnx_ir as ir
 
@@ -29,7 +30,7 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
     counts = model_counts(model)
     infer_shapes(model)
     foldable = foldable_ops(model)
-    info = {
+    info: dict[str, Any] = {
         "path": os.fspath(path),
         "ir_version": model.ir_version,
         "opsets": {d or "ai.onnx": v for d, v in model.opset_imports.items()},

@@ -23,6 +23,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxfold.analysis import SHAPE_ONLY, static_shape
 from onnxfold.catalogue import Catalogue
 from onnxfold.fold import FoldOptions, FoldStats, fold_model
+from onnxfold.input_shapes import apply as apply_input_shapes
 from onnxfold.patterns import rewrite, run_cleanups
 from onnxfold.pool import BufferPool
 from onnxfold.shapes import infer_shapes
@@ -36,6 +37,18 @@ class RoundState:
     news: bool = True  # shapes changed in a way that can fold more (always true at first)
     rewritten: bool = False
     new_constants: frozenset[ir.Value] = frozenset()
+
+
+class FixInputShapes(InPlacePass):
+    """``--input-shape``: overwrite input dims before anything is inferred from them."""
+
+    name = "input_shapes"
+
+    def __init__(self, specs: tuple[str, ...]) -> None:
+        self.specs = specs
+
+    def call(self, model: ir.Model) -> PassResult:
+        return PassResult(model, apply_input_shapes(model, self.specs) > 0)
 
 
 class InferShapes(InPlacePass):

@@ -30,6 +30,7 @@ import onnx_ir as ir
 from onnxfold.analysis import is_default_op, plan_graph, static_shape, subgraphs
 from onnxfold.registry import mark, source_of
 from onnxfold.steps import contained
+from onnxfold.symbolic import Known, shape_values
 
 if TYPE_CHECKING:
     from onnxfold.catalogue import Catalogue
@@ -244,6 +245,7 @@ class RewriteContext:
     model: ir.Model
     constant: set[ir.Value]
     rejected: Counter = field(default_factory=Counter)
+    _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
 
     def is_constant(self, value: ir.Value | None) -> bool:
         return value is not None and value in self.constant
@@ -273,6 +275,13 @@ class RewriteContext:
         producer = value.producer()
         return producer is not None and producer.graph is self.graph
 
+    def shape_value(self, value: ir.Value) -> Known | None:
+        """What a small integer tensor of this graph computes, element by element (static
+        ints or dynamic dims: ``onnxfold.symbolic``); computed once per rewrite sweep."""
+        if self._shape_values is None:
+            self._shape_values = shape_values(self.graph, self.array)
+        return self._shape_values.get(value)
+
     def single_use(self, value: ir.Value) -> bool:
         return len(value.uses()) == 1 and value not in self.graph.outputs
 
@@ -298,7 +307,9 @@ class RewriteContext:
                        name=self.fresh_name(op_type))
         out = node.outputs[0]
         out.name = self.fresh_name(base or op_type)
-        out.dtype, out.shape = dtype, shape
+        if dtype is not None:  # unknown stays unknown: a TensorType(None) cannot be saved
+            out.dtype = dtype
+        out.shape = shape
         self.graph.insert_before(before, node)
         return out
 

@@ -2,7 +2,7 @@
 
 ::
 
-    infer shapes
+    fix input shapes (--input-shape) -> infer shapes
     repeat until nothing changes (at most MAX_ROUNDS):
         rewrite -> fold -> prune -> refine shapes
     cleanups -> prune
@@ -29,6 +29,7 @@ from onnxfold.fold import FoldOptions, FoldStats
 from onnxfold.io import load_model
 from onnxfold.passes import (
     Cleanups,
+    FixInputShapes,
     Fold,
     InferShapes,
     Prune,
@@ -42,6 +43,7 @@ from onnxfold.report import Report, model_counts
 from onnxfold.steps import StepFailed
 
 MAX_ROUNDS = 8
+SHAPE_VALUE_RULES = {"known_shape_value", "reshape_known_target"}  # off with --no-shape-folding
 
 
 @dataclass
@@ -58,15 +60,18 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
                    skipped: frozenset[str] = frozenset()) -> PassManager:
     """The passes of ``optimize`` for these options, recording into ``stats``; ``skipped``
     names rules and passes (``fold``, ``prune``) left out after they failed."""
-    catalogue = load_catalogue().without(set(options.disabled_rules) | skipped)
+    shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
+    catalogue = load_catalogue().without(set(options.disabled_rules) | skipped | shape_rules)
     pool = BufferPool(memory_limit=options.memory_limit)
     state = RoundState()
+    rounds: list[Rewrite | Fold | Prune | RefineShapes]
     rounds = [Rewrite(catalogue, options, stats, state),
               Fold(catalogue, options, stats, state, pool, progress),
               Prune(options),
               RefineShapes(options, state)]
     rounds = [p for p in rounds if p.name not in skipped]
     return PassManager([
+        FixInputShapes(options.input_shapes),
         InferShapes(),
         PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
         Cleanups(catalogue, stats, options.strict),

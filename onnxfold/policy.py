@@ -63,7 +63,8 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
         return value in outputs or any(u.node not in planned for u in value.uses())
 
     def source_bytes(value: ir.Value) -> int:
-        return (static_nbytes(value) or 0) * widening.get(value.dtype, 1)
+        factor = widening.get(value.dtype, 1) if value.dtype is not None else 1
+        return (static_nbytes(value) or 0) * factor
 
     changed = True
     while changed:

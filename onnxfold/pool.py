@@ -13,11 +13,15 @@ from __future__ import annotations
 import mmap
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import numpy as np
 
 from onnxfold.arrays import memory_owner, release_pages
 from onnxfold.errors import OutputError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 
 def _owner_nbytes(owner: object, arr: np.ndarray) -> tuple[int, bool]:
@@ -29,9 +33,9 @@ def _owner_nbytes(owner: object, arr: np.ndarray) -> tuple[int, bool]:
     return memoryview(owner).nbytes if _has_buffer(owner) else arr.nbytes, True
 
 
-def _has_buffer(obj: object) -> bool:
+def _has_buffer(obj: object) -> TypeGuard[Buffer]:
     try:
-        memoryview(obj)
+        memoryview(cast("Buffer", obj))  # the probe: TypeError if obj has no buffer
     except TypeError:
         return False
     return True
@@ -109,6 +113,7 @@ class BufferPool:
                              for rec in [self._owners[entry.owner_key]]
                              if rec[3] and rec[1] == 1), key=lambda c: -c[0])
         target = self.memory_limit if target is None else target
+        assert target is not None  # both callers check that memory_limit is set
         for _nbytes, key in candidates:
             if self.live_bytes <= target:
                 return
@@ -134,7 +139,8 @@ class BufferPool:
             spilled = np.memmap(path, dtype=array.dtype, mode="w+", shape=array.shape or (1,))
             spilled[...] = array.reshape(spilled.shape)
             spilled.flush()
-            readonly = np.memmap(path, dtype=array.dtype, mode="r", shape=spilled.shape)
+            readonly: np.ndarray = np.memmap(path, dtype=array.dtype, mode="r",
+                                             shape=spilled.shape)
         finally:
             os.unlink(path)  # the mapping keeps the data; nothing is left on disk afterwards
         del spilled

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -57,6 +58,7 @@ def _node_args(values: Iterable[ir.Value]) -> list[NodeArg]:
         dtype = {"float": "float", "double": "double"}.get(dtype, dtype)
         shape = [d if isinstance(d, int) else (d.value if hasattr(d, "value") else None)
                  for d in (v.shape or [])]
+        assert v.name is not None  # graph inputs and outputs are named
         out.append(NodeArg(v.name, f"tensor({dtype})", shape))
     return out
 
@@ -64,7 +66,8 @@ def _node_args(values: Iterable[ir.Value]) -> list[NodeArg]:
 def _fingerprint(arr: np.ndarray, full: bool) -> tuple:
     flat = c_contiguous(arr).reshape(-1).view(np.uint8)
     if full or flat.size <= _SAMPLE:
-        digest = hashlib.blake2b(memoryview(flat), digest_size=16).hexdigest()
+        # numpy's stubs give ndarray __buffer__ only for Python >= 3.12
+        digest = hashlib.blake2b(memoryview(flat), digest_size=16).hexdigest()  # type: ignore[arg-type]
     else:
         step = max(1, flat.size // _SAMPLE)
         sample = np.concatenate([flat[:1024], flat[::step], flat[-1024:]])
@@ -122,11 +125,11 @@ class Session:
         graph = self.parts.entry.graph
         # bound as initializers: the fold's results, and runtime constants entry reads directly
         bound = set(self.parts.fold_outputs) | set(self.runtime_constants)
-        self._fold_values = {v.name: v for v in graph.inputs if v.name in bound}
+        self._fold_values = {cast(str, v.name): v for v in graph.inputs if v.name in bound}
         self._passthrough = [n for n in self._fold_values if n not in self.parts.fold_outputs]
         self._entry_inputs = {v.name for v in graph.inputs} - set(self._fold_values)
         self._lock = threading.Lock()
-        self._entry = None
+        self._entry: Any = None  # the entry onnxruntime.InferenceSession (untyped)
         self._folded_key: tuple | None = None
         self._pinned: list = []
         self.folds = 0
@@ -239,7 +242,8 @@ class Session:
     def _store(self, disk: str, folded: dict[str, np.ndarray]) -> None:
         try:
             os.makedirs(os.path.dirname(disk), exist_ok=True)
-            write_atomic(disk, lambda f: np.savez(f, **folded))
+            # numpy's stub: mypy fears **folded could bind savez's allow_pickle: bool
+            write_atomic(disk, lambda f: np.savez(f, **folded))  # type: ignore[arg-type]
         except (OSError, OnnxfoldError) as e:  # a cache that cannot be written is only slower
             self.cache_events.append(f"not stored: {e}")
 

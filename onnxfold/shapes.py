@@ -12,6 +12,8 @@ so a model declaring a long 1-D input, a ``Range`` of constant bounds or a chain
 
 from __future__ import annotations
 
+from typing import cast
+
 import onnx
 import onnx_ir as ir
 
@@ -29,10 +31,11 @@ def _serialize_light(model: ir.Model) -> onnx.ModelProto:
     added = []
     for name, value in big.items():
         graph.initializers.pop(name)
+        assert value.const_value is not None  # big holds only constants
         if value.type is None:
             value.type = ir.TensorType(value.const_value.dtype)
         if value.shape is None:
-            value.shape = value.const_value.shape
+            value.shape = cast(ir.Shape, value.const_value.shape)  # onnx-ir tensors: an ir.Shape
         if value not in graph.inputs:
             graph.inputs.append(value)
             added.append(value)

@@ -17,6 +17,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import onnx
 import onnx_ir as ir
@@ -50,10 +51,11 @@ def match_inputs(graph: ir.Graph, names_or_patterns: Iterable[str]) -> list[ir.V
     """Graph inputs named by ``names_or_patterns`` (exact names or shell patterns like 'w*')."""
     chosen: list[ir.Value] = []
     for spec in names_or_patterns:
-        hits = [v for v in graph.inputs if v.name == spec or fnmatch.fnmatchcase(v.name, spec)]
+        hits = [v for v in graph.inputs  # graph inputs are named
+                if v.name == spec or fnmatch.fnmatchcase(cast(str, v.name), spec)]
         if not hits:
             raise InputError(f"--runtime-const {spec}: no graph input matches "
-                             f"(inputs: {', '.join(v.name for v in graph.inputs)})")
+                             f"(inputs: {', '.join(cast(str, v.name) for v in graph.inputs)})")
         chosen.extend(v for v in hits if v not in chosen)
     return chosen
 
@@ -150,7 +152,8 @@ def _keep_expansions_in_entry(nodes: list[ir.Node], graph: ir.Graph) -> list[ir.
             in_bytes = [static_nbytes(v) for v in node.inputs if v is not None]
             if None in out_bytes or None in in_bytes:
                 continue
-            if sum(out_bytes) > max(FRONTIER_MIN_BYTES, FRONTIER_EXPANSION * sum(in_bytes)):
+            out_total, in_total = sum(cast(list[int], out_bytes)), sum(cast(list[int], in_bytes))
+            if out_total > max(FRONTIER_MIN_BYTES, FRONTIER_EXPANSION * in_total):
                 group.discard(node)
                 changed = True
     return [n for n in nodes if n in group]
@@ -255,7 +258,8 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
         if not value.uses() and value not in graph.outputs:
             graph.inputs.remove(value)
     RemoveUnusedNodesPass()(model)
-    manifest = build_manifest(model, runtime, compiletime, [v.name for v in rt_inputs])
+    manifest = build_manifest(model, runtime, compiletime,
+                              [cast(str, v.name) for v in rt_inputs])  # graph inputs: named
     return SplitModels(model, runtime, compiletime, manifest)
 
 
@@ -308,7 +312,8 @@ def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
     if not os.path.isdir(parent):
         raise OutputError(f"{out_dir}: directory {parent} does not exist")
     created = not os.path.exists(out_dir)
-    models = [("entry.onnx", parts.entry), ("runtime_fold.onnx", parts.runtime_fold)]
+    models: list[tuple[str, ir.Model | onnx.ModelProto]] = [
+        ("entry.onnx", parts.entry), ("runtime_fold.onnx", parts.runtime_fold)]
     if parts.compiletime_fold is not None:
         models.append(("compiletime_fold.onnx", parts.compiletime_fold))
     paths = [os.path.join(out_dir, name) for name, _ in models]

@@ -38,6 +38,7 @@ def remove_identity(model: ir.Model) -> int:
             if not is_default_op(node, "Identity") or not _removable(node, graph):
                 continue
             x, y = node.inputs[0], node.outputs[0]
+            assert x is not None  # _removable checked it
             if y in graph.outputs:
                 name = y.name
                 graph.outputs[graph.outputs.index(y)] = x
@@ -64,7 +65,9 @@ _SAMPLES = 64  # distinct, increasing positions (the first and the last included
 def _digest(tensor: ir.TensorProtocol) -> bytes:
     arr = tensor.numpy()
     data = c_contiguous(arr)
-    digest = hashlib.blake2b(memoryview(data.reshape(-1).view(np.uint8)), digest_size=32)
+    # numpy's stubs give ndarray __buffer__ only for Python >= 3.12
+    digest = hashlib.blake2b(memoryview(data.reshape(-1).view(np.uint8)),  # type: ignore[arg-type]
+                             digest_size=32)
     release_pages(arr)
     return digest.digest()
 
@@ -94,6 +97,8 @@ def dedupe_initializers(model: ir.Model) -> int:
             for same_sample in _groups(same_shape, lambda v: _sample_digest(v.const_value)):
                 seen: dict[bytes, ir.Value] = {}
                 for value in same_sample:
+                    # candidates: named initializers with data
+                    assert value.const_value is not None and value.name is not None
                     keep = seen.setdefault(_digest(value.const_value), value)
                     if keep is value:
                         continue
@@ -117,6 +122,7 @@ def prune_subgraph_initializers(model: ir.Model) -> int:
         kept = set(graph.inputs) | set(graph.outputs)
         for value in list(graph.initializers.values()):
             if not value.uses() and value not in kept:
+                assert value.name is not None  # initializers are named
                 graph.initializers.pop(value.name)
                 removed += 1
     return removed

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import onnx_ir as ir
 
@@ -56,7 +58,10 @@ def _postponable(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
     i = _expanding_input(node, ctx)
     if i is None:
         return False
-    expand = node.inputs[i].producer()
+    expanded = node.inputs[i]
+    assert expanded is not None  # _expanding_input picks an input made by Expand/Tile
+    expand = expanded.producer()
+    assert expand is not None
     small, spec = expand.inputs[0], expand.inputs[1]
     if not (ctx.is_constant(small) and ctx.is_constant(spec)):
         return False
@@ -66,15 +71,16 @@ def _postponable(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
     spec_value = ctx.array(spec)
     if small_shape is None or spec_value is None or any(s is None for s in other_shapes):
         return Reject("shapes not statically known")
+    known = cast("list[tuple[int, ...]]", other_shapes)  # no None: checked just above
     if expand.op_type == "Expand":
-        inner = _broadcast(small_shape, *other_shapes)
+        inner = _broadcast(small_shape, *known)
         big = _broadcast(small_shape, tuple(int(d) for d in spec_value))
-        before = _broadcast(big, *other_shapes) if big is not None else None
+        before = _broadcast(big, *known) if big is not None else None
         after = _broadcast(inner, tuple(int(d) for d in spec_value)) \
             if inner is not None else None  # () is a valid (scalar) shape
         if before is None or before != after:
             return Reject("the broadcast result would change")
-    elif any(int(np.prod(s)) != 1 or len(s) > len(small_shape) for s in other_shapes):
+    elif any(int(np.prod(s)) != 1 or len(s) > len(small_shape) for s in known):
         return Reject("Tile with a non-scalar operand")  # only operands equal on every tile
     return True
 
@@ -85,10 +91,13 @@ def postpone_expand(ctx: RewriteContext, node: ir.Node) -> None:
     i = _expanding_input(node, ctx)
     assert i is not None
     expanded = node.inputs[i]
+    assert expanded is not None  # _expanding_input picks an input made by Expand/Tile
     expand = expanded.producer()
+    assert expand is not None
     small, spec = expand.inputs[0], expand.inputs[1]
     others = [v for j, v in enumerate(node.inputs) if j != i and v is not None]
-    inner = _broadcast(ctx.shape(small), *(ctx.shape(v) for v in others))
+    # every shape is known: _postponable checked them
+    inner = _broadcast(*cast("list[tuple[int, ...]]", [ctx.shape(v) for v in [small, *others]]))
     out = node.outputs[0]
     # a known inner shape lets the next op of a chain be postponed in the same sweep
     small_result = ctx.add_node(
@@ -105,7 +114,7 @@ def _feeds_a_foldable_elementwise(ctx: RewriteContext, node: ir.Node, shape: ir.
     out = node.outputs[0]
     if not ctx.single_use(out) or not ctx.is_constant(shape):
         return False
-    user = out.uses()[0].node
+    user = next(iter(out.uses())).node  # the single use; uses() is declared a Collection
     # only worth it when the elementwise op can then fold on the scalar
     return user.op_type in ELEMENTWISE and all(
         v is out or v is None or ctx.is_constant(v) for v in user.inputs)
@@ -148,6 +157,7 @@ def _condition_known(ctx: RewriteContext, node: ir.Node, cond: ir.Value) -> bool
     if array.size != 1:
         return Reject("condition is not a single value")
     taken = _taken_branch(ctx, node)
+    assert taken is not None  # the condition is a known single value
     if taken not in node.attributes or \
             len(node.attributes[taken].as_graph().outputs) != len(node.outputs):
         return Reject("branch output count differs")
@@ -166,6 +176,7 @@ def inline_constant_if(ctx: RewriteContext, node: ir.Node, cond: ir.Value) -> No
     results = list(graph.outputs)
     graph.outputs.clear()  # a value that is an output of the branch cannot move to another graph
     for value in list(graph.initializers.values()):
+        assert value.name is not None  # initializers are named
         graph.initializers.pop(value.name)
         value.name = ctx.fresh_name(value.name)
         ctx.graph.register_initializer(value)
@@ -202,6 +213,7 @@ def _perms_known(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.No
 def merge_transposes(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node) -> None:
     """Transpose(Transpose(x, p1), p2) -> Transpose(x, p1[p2]) (or x itself)."""
     perm = _composed_perm(first, second)
+    assert perm is not None  # _perms_known checked it
     out = second.outputs[0]
     if perm == sorted(perm):
         ctx.replace_node(second, x)

@@ -8,6 +8,7 @@ are declined: onnxruntime then reports the error the way it does at run time.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -217,7 +218,8 @@ def gather_nd(x, indices, batch_dims=0):
     data = x.reshape(batch, *x.shape[b:])
     idx = indices.reshape(batch, *indices.shape[b:])
     rows = np.arange(batch).reshape((batch,) + (1,) * (idx.ndim - 2))
-    out = data[(rows, *np.moveaxis(idx, -1, 0))]
+    index = (rows, *np.moveaxis(idx, -1, 0))  # not inline: mypy reads x[(a, *b)] as 3.11 syntax
+    out = data[index]
     return out.reshape(indices.shape[:-1] + x.shape[b + k :])
 
 
@@ -256,7 +258,8 @@ def size(shape):
     return np.array(math.prod(shape), dtype=np.int64)
 
 
-_NP_PAD_MODE = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+_NP_PAD_MODE: dict[str, Literal["constant", "reflect", "edge", "wrap"]] = {
+    "constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
 def _pad(x, pads: list[int], mode: str, value, axes=None):

@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 
 from onnxfold.arrays import c_contiguous
-from onnxfold.backends.base import BackendUnavailable
+from onnxfold.backends.base import BackendUnavailable, FoldBackend
 from onnxfold.backends.iree_rewrites import (
     results_to_out_params,
     tile_2d_transposes,
@@ -135,7 +135,7 @@ class Backend:
         self.routed_to: str | None = None
         self.route_reason: str | None = None
         self.cache_hit = False
-        self._other = None
+        self._other: FoldBackend | None = None
         self._lock = threading.Lock()
         self._blocks: list[_OutputBlock] = []
         self._staging: dict[int, np.ndarray] = {}

@@ -25,15 +25,17 @@ class Backend:
         model = ir.serde.deserialize_model(onnx.ModelProto.FromString(self.model))
         graph = model.graph
         for value in list(graph.inputs):
+            assert value.name is not None  # deserialized from a proto: always named
             value.const_value = ir.Tensor(np.asarray(feeds[value.name]), name=value.name)
             graph.inputs.remove(value)
             graph.register_initializer(value)
         # a runtime fold has no size policy: its results are needed whatever their size
         optimize(model, FoldOptions.everything(fallback=self.fallback))
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for value in graph.outputs:
             array = constant_array(value)
             if array is None:
                 raise OnnxfoldError(f"numpy backend could not fold {value.name}")
+            assert value.name is not None  # onnx_ir names every value of a graph
             out[value.name] = array
         return out

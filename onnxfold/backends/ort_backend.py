@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 
@@ -11,7 +13,7 @@ class Backend:
 
     def __init__(self, providers: list[str] | None = None) -> None:
         self.providers = providers or ["CPUExecutionProvider"]
-        self.session = None
+        self.session: Any = None  # an onnxruntime.InferenceSession (untyped) once prepared
 
     def prepare(self, model: onnx.ModelProto) -> None:
         import onnxruntime as ort

@@ -33,13 +33,15 @@ class OutputPrefill:
         self.path = os.path.abspath(os.fspath(path))
         self.target = max(0, min(int(nbytes), PREFILL_LIMIT))
         self.filled = 0
-        self.fd, self.tmp = temp_beside(self.path)
+        fd, self.tmp = temp_beside(self.path)
+        self.fd: int | None = fd  # None once taken or discarded
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._fill, name="onnxfold-prefill", daemon=True)
         self._thread.start()
 
     def _fill(self) -> None:
         zeros = memoryview(bytes(min(_PIECE, self.target)))
+        assert self.fd is not None  # cleared only after this thread is joined
         try:
             while self.filled < self.target and not self._stop.is_set():
                 size = min(len(zeros), self.target - self.filled)

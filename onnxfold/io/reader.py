@@ -12,6 +12,7 @@ import logging
 import os
 import stat
 from collections.abc import Iterator
+from typing import overload
 
 import onnx
 import onnx_ir as ir
@@ -83,6 +84,11 @@ class _FileBytes:
             parts.append(part)
             pos += len(part)
         return b"".join(parts)
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
 
     def __getitem__(self, key: int | slice) -> int | bytes:
         if isinstance(key, slice):
@@ -181,7 +187,7 @@ def check_structure(model: ir.Model, path: str) -> None:
         seen: set[ir.Value] = set()
         ordered = True
         for node in graph:
-            if any(v is not None and v.producer() is not None and v.producer().graph is graph
+            if any(v is not None and (p := v.producer()) is not None and p.graph is graph
                    and v not in seen for v in node.inputs):
                 ordered = False
                 break

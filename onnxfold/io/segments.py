@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -53,7 +53,7 @@ class Segment:
         return self.data.nbytes
 
 
-def layout(start: int, parts: list[tuple[bytes, ir.TensorProtocol | None]]
+def layout(start: int, parts: Sequence[tuple[bytes, ir.TensorProtocol | None]]
            ) -> tuple[list[Segment], int]:
     """Segments for each ``(prefix, tensor)`` placed one after another from ``start``, and the
     end offset."""
@@ -65,6 +65,7 @@ def layout(start: int, parts: list[tuple[bytes, ir.TensorProtocol | None]]
             pos += len(prefix)
         if tensor is None:
             continue
+        data: np.ndarray | FileRange | ir.TensorProtocol
         if isinstance(tensor, ir.ExternalTensor):
             data = FileRange(tensor.path, tensor.offset or 0, tensor.length or tensor.nbytes,
                              getattr(tensor, "identity", None))

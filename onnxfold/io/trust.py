@@ -39,6 +39,7 @@ class CheckedExternalTensor(ir.ExternalTensor):
     """
 
     __slots__ = ("identity",)
+    identity: tuple[int, int]  # (st_dev, st_ino), set by the function that checked the file
 
     def _check_path_containment(self) -> None:
         """Called by onnx-ir before it opens the file: it must still be the file checked."""

@@ -48,6 +48,12 @@ def _streamable(tensor: ir.TensorProtocol | None) -> bool:
             and not getattr(tensor, "is_placeholder", False))
 
 
+def _tensor(value: ir.Value) -> ir.TensorProtocol:
+    """The data of a streamed initializer (``_streamable`` checked that it has some)."""
+    assert value.const_value is not None
+    return value.const_value
+
+
 def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | None) -> bytes:
     proto = onnx.TensorProto(name=name, dims=list(tensor.shape.numpy()),
                              data_type=int(tensor.dtype))
@@ -80,7 +86,7 @@ def _inline_references(model: ir.Model, streamed: set[ir.Value]
     """Give every initializer that is not streamed but still refers to the input's files (a
     small tensor, or one in a subgraph) its data, so that the serializer writes the bytes rather
     than a path that does not exist beside the output; returns the replaced references."""
-    replaced = {}
+    replaced: dict[ir.Value, ir.TensorProtocol] = {}
     for graph in model.graphs():
         for value in graph.initializers.values():
             tensor = value.const_value
@@ -114,7 +120,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
 
     graph = model.graph
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
-    total = sum(v.const_value.nbytes for v in streamed.values())
+    total = sum(_tensor(v).nbytes for v in streamed.values())
     if external_data is None:
         external_data = total > EMBED_LIMIT
     if not external_data and total > PROTOBUF_LIMIT:
@@ -137,6 +143,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     proto.ClearField("graph")
     head = proto.SerializeToString()
 
+    fd: int | None
     fd, tmp = (prefill and prefill.take(target)) or temp_beside(target)
     data_fd = data_tmp = None
     try:
@@ -145,7 +152,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
             data_fd, data_tmp = temp_beside(data_path)
             data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
             segments.write(data_fd, data)
-            headers = [_header(name, value.const_value, (data_name, seg.offset))
+            headers = [_header(name, _tensor(value), (data_name, seg.offset))
                        for (name, value), seg in zip(streamed.items(), data)]  # one per tensor
             fields = [pw.len_prefix(5, len(h)) + h for h in headers]
             graph_len = len(graph_bytes) + sum(len(f) for f in fields)
@@ -154,10 +161,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
         else:
             pieces = []
             for name, value in streamed.items():
-                header = _header(name, value.const_value, None)
-                raw = pw.len_prefix(9, value.const_value.nbytes)
-                body_len = len(header) + len(raw) + value.const_value.nbytes
-                pieces.append((pw.len_prefix(5, body_len) + header + raw, value.const_value))
+                tensor = _tensor(value)
+                header = _header(name, tensor, None)
+                raw = pw.len_prefix(9, tensor.nbytes)
+                body_len = len(header) + len(raw) + tensor.nbytes
+                pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
             graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
             first = head + pw.len_prefix(7, graph_len) + graph_bytes
             segments.pwrite_all(fd, first, 0)
@@ -171,6 +179,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
         if data_fd is not None:
             os.close(data_fd)
             data_fd = None
+            assert data_tmp is not None  # set together with data_fd
             os.replace(data_tmp, data_path)
         os.replace(tmp, target)
     except OSError as e:

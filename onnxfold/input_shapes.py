@@ -1,0 +1,78 @@
+"""``--input-shape``: fix some or all of a model's input dims before folding.
+
+Two forms, repeatable: ``NAME:d0,d1,...`` gives input ``NAME`` a full shape (an int fixes a dim,
+``?`` keeps the dim the model declares, any other word makes it that named dim), and ``DIM=V``
+binds a named dim (``batch=1``) in every input that has it. A dim left symbolic stays symbolic.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import onnx_ir as ir
+
+from onnxfold.errors import InputError
+
+_NAMED = re.compile(r"^([A-Za-z_][\w.:/-]*)=(\d+)$")
+
+
+def parse(specs: Sequence[str]) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """(shapes by input name, values by dim name) from the ``--input-shape`` strings."""
+    shapes: dict[str, list[str]] = {}
+    named: dict[str, int] = {}
+    for spec in specs:
+        match = _NAMED.match(spec.strip())
+        if match and ":" not in spec:
+            named[match.group(1)] = int(match.group(2))
+            continue
+        name, colon, dims = spec.rpartition(":")
+        parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
+        if not colon or not name or any(not d for d in parts):
+            raise InputError(f"--input-shape {spec}: expected NAME:d0,d1,... or DIM=VALUE")
+        for d in parts:
+            if d.lstrip("-").isdigit() and int(d) < 0:
+                raise InputError(f"--input-shape {spec}: negative dim {d}")
+        shapes[name] = parts
+    return shapes, named
+
+
+def _label(dim: object) -> int | str | None:
+    """An int, a dim name, or None (unknown) for an ``ir.Shape`` entry."""
+    return dim if isinstance(dim, int) else getattr(dim, "value", None)
+
+
+def apply(model: ir.Model, specs: Sequence[str]) -> int:
+    """Overwrite the main graph's input dims as ``specs`` say; return how many dims changed."""
+    shapes, named = parse(specs)
+    inputs = {v.name: v for v in model.graph.inputs if v.name}
+    for name in shapes:
+        if name not in inputs:
+            raise InputError(f"--input-shape {name}: no such input "
+                             f"(inputs: {', '.join(inputs)})")
+    changed, used = 0, set()
+    for name, value in inputs.items():
+        old = [_label(d) for d in value.shape] if value.shape is not None else None
+        if name in shapes:
+            given = shapes[name]
+            if old is not None and len(old) != len(given):
+                raise InputError(f"--input-shape {name}: {len(given)} dims, the input has "
+                                 f"{len(old)}")
+            new: list[int | str | None] = [
+                int(d) if d.isdigit() else (old[i] if old is not None else None) if d == "?"
+                else d for i, d in enumerate(given)]
+        elif old is not None:
+            new = list(old)
+        else:
+            continue
+        for i, dim in enumerate(new):
+            if isinstance(dim, str) and dim in named:
+                used.add(dim)
+                new[i] = named[dim]
+        if new != old:
+            changed += sum(a != b for a, b in zip(old or [None] * len(new), new))
+            value.shape = ir.Shape(new)
+    unused = sorted(set(named) - used)
+    if unused:
+        raise InputError(f"--input-shape {unused[0]}=...: no input has a dim of that name")
+    return changed

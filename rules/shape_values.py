@@ -1,0 +1,74 @@
+"""Shape scaffolding of models with dynamic axes: whatever part of a shape is known folds.
+
+``Shape(x) -> Gather/Slice -> Unsqueeze -> Concat -> Reshape`` chains are built from a model's
+dims; with a batch or sequence axis dynamic, onnx sees none of them as constant. The shape
+values of ``onnxfold.symbolic`` say, element by element, what they compute: a value with only
+static elements becomes an initializer, and a ``Reshape`` target with one dynamic element left
+is written with ``0`` (copy the input's dim, when it provably is that dim) or ``-1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.symbolic import dim_symbol
+
+SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
+                  "Add", "Sub", "Mul", "Div", "Equal", "Identity")
+
+
+def _static_but_not_constant(ctx: RewriteContext, node: ir.Node) -> bool:
+    out = node.outputs[0] if len(node.outputs) == 1 else None
+    if out is None or ctx.is_constant(out) or out in ctx.graph.outputs:
+        return False  # constants fold anyway; a graph output stays computed by its node
+    known = ctx.shape_value(out)
+    return known is not None and known.is_constant
+
+
+@pattern(P(SHAPE_BUILDERS, name="node"), check=_static_but_not_constant)
+def known_shape_value(ctx: RewriteContext, node: ir.Node) -> None:
+    """A shape tensor whose every element is static, whatever the dynamic dims: a constant."""
+    out = node.outputs[0]
+    known = ctx.shape_value(out)
+    assert known is not None
+    ctx.replace_node(node, ctx.constant_value(known.array(), out.name or "shape"))
+
+
+def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
+            ) -> list[int] | Reject | None:
+    """The constant Reshape target equal to ``target``, None if not applicable."""
+    known = ctx.shape_value(target)
+    if known is None or known.is_constant or ctx.is_constant(target) or known.scalar:
+        return None
+    if node.attributes.get_int("allowzero", 0):
+        return Reject("allowzero: a 0 cannot copy a dim")
+    out: list[int | None] = []
+    for i, element in enumerate(known.elements):
+        if isinstance(element, int):
+            out.append(element)
+        else:  # 0 copies the input's dim i: right only when it is that very dim
+            out.append(0 if dim_symbol(x, i) == element else None)
+    unknown = [i for i, e in enumerate(out) if e is None]
+    if len(unknown) > 1 or (unknown and -1 in out):
+        names = ", ".join(str(a) for a in known.blocking())
+        return Reject(f"more than one dynamic dim in the target ({names})")
+    return [-1 if e is None else e for e in out]
+
+
+def _target_known(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
+                  ) -> bool | Reject:
+    found = _target(ctx, node, x, target)
+    return found if isinstance(found, Reject) else found is not None
+
+
+@pattern(P("Reshape", Var("x"), Var("target"), name="node"), check=_target_known)
+def reshape_known_target(ctx: RewriteContext, node: ir.Node, x: ir.Value,
+                         target: ir.Value) -> None:
+    """Reshape(x, Concat(Shape(x)[0:1], [192])) -> Reshape(x, [0, 192]): the shape
+    scaffolding feeding the target then has no reader left."""
+    found = _target(ctx, node, x, target)
+    assert isinstance(found, list)
+    node.replace_input_with(1, ctx.constant_value(np.asarray(found, np.int64),
+                                                  target.name or "shape"))

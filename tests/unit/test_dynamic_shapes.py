@@ -1,0 +1,159 @@
+"""Models with dynamic axes: the known parts of shapes fold, the dynamic dims stay dynamic, and
+the folded model computes what the original does for several values of every dynamic dim."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import fold_proto, make_model, run_ort, tensor, vinfo
+from onnx import TensorProto, helper
+
+X = vinfo("x", shape=["N", 3, 8, 8])
+
+
+def _const(name, arr):
+    return helper.make_node("Constant", [], [name], value=tensor(name + "_v", np.asarray(arr)))
+
+
+def _same_for(proto, out, batches, shape=(3, 8, 8)):
+    for n in batches:
+        x = np.random.default_rng(n).standard_normal((n, *shape)).astype(np.float32)
+        for a, b in zip(run_ort(proto, {"x": x}), run_ort(out, {"x": x})):
+            np.testing.assert_array_equal(a, b)
+
+
+def _ops(proto):
+    return [n.op_type for n in proto.graph.node]
+
+
+def test_flatten_by_known_size_folds_its_scaffolding(tmp_path):
+    # Shape(x) -> Gather(1) -> Mul(64) feeding Concat([N], [192]) -> Reshape (the issue's case)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             _const("i0", np.array([0])), _const("i1", np.array(1)),
+             _const("k64", np.array(64)),
+             helper.make_node("Gather", ["s", "i0"], ["n"]),
+             helper.make_node("Gather", ["s", "i1"], ["c"]),
+             helper.make_node("Mul", ["c", "k64"], ["c64"]),
+             _const("ax", np.array([0])),
+             helper.make_node("Unsqueeze", ["c64", "ax"], ["c64u"]),
+             helper.make_node("Concat", ["n", "c64u"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    proto = make_model(nodes, [X], [vinfo("y", shape=["N", 192])])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Reshape"]
+    target = {t.name: onnx.numpy_helper.to_array(t) for t in folded.graph.initializer}
+    assert [v.tolist() for v in target.values()] == [[0, 192]]
+    assert folded.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    _same_for(proto, out, [1, 3])
+
+
+def test_view_batch_minus_one(tmp_path):
+    # torch's x.view(x.size(0), -1)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), _const("i0", np.array(0)),
+             helper.make_node("Gather", ["s", "i0"], ["n"]), _const("ax", np.array([0])),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["nu"]), _const("m1", np.array([-1])),
+             helper.make_node("Concat", ["nu", "m1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    proto = make_model(nodes, [X], [vinfo("y", shape=["N", 192])])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Reshape"]
+    _same_for(proto, out, [1, 2, 5])
+
+
+def test_interpolate_to_another_tensors_static_size(tmp_path):
+    # interpolate(x, size=a.shape[-2:]) with a: [N, 3, 16, 16]
+    a = vinfo("a", shape=["N", 3, 16, 16])
+    nodes = [helper.make_node("Shape", ["a"], ["sa"]),
+             _const("st", np.array([-2])), _const("en", np.array([2**62])),
+             helper.make_node("Slice", ["sa", "st", "en"], ["hw"]),
+             helper.make_node("Shape", ["x"], ["sx"]),
+             _const("z", np.array([0])), _const("two", np.array([2])),
+             helper.make_node("Slice", ["sx", "z", "two"], ["nc"]),
+             helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["r"], mode="nearest"),
+             helper.make_node("Add", ["r", "a"], ["y"])]
+    proto = make_model(nodes, [X, a], [vinfo("y", shape=["N", 3, 16, 16])], opset=18)
+    folded, _, out = fold_proto(proto, tmp_path)
+    # Shape(a)[-2:] is [16, 16] for every N: it folds; Shape(x)[0:2] is [N, 3]: it stays
+    assert _ops(folded).count("Shape") == 1 and _ops(folded).count("Slice") == 1
+    for n in (1, 3):
+        feeds = {"x": np.ones((n, 3, 8, 8), np.float32),
+                 "a": np.ones((n, 3, 16, 16), np.float32)}
+        for p, q in zip(run_ort(proto, feeds), run_ort(out, feeds)):
+            np.testing.assert_array_equal(p, q)
+
+
+def test_equal_dims_compare_equal(tmp_path):
+    # Equal(Shape(x)[0], Shape(x)[0]) is true for every N; Sub of them is 0
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), _const("i0", np.array(0)),
+             helper.make_node("Gather", ["s", "i0"], ["n"]),
+             helper.make_node("Identity", ["n"], ["n2"]),
+             helper.make_node("Sub", ["n", "n2"], ["zero"]),
+             helper.make_node("Equal", ["n", "n2"], ["same"]),
+             helper.make_node("Cast", ["same"], ["same_i"], to=TensorProto.INT64),
+             helper.make_node("Add", ["zero", "same_i"], ["y"])]
+    proto = make_model(nodes, [X], [vinfo("y", TensorProto.INT64, [])])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert "Shape" not in _ops(folded)
+    _same_for(proto, out, [1, 4])
+
+
+@pytest.mark.parametrize("dims", [("N", "M"), ("N", 4)])
+def test_dynamic_dims_are_copied_by_position(tmp_path, dims):
+    x = vinfo("x", shape=[dims[0], dims[1], 6])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             _const("z", np.array([0])), _const("two", np.array([2])),
+             helper.make_node("Slice", ["s", "z", "two"], ["nm"]), _const("six", np.array([6])),
+             helper.make_node("Concat", ["nm", "six"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    proto = make_model(nodes, [x], [vinfo("y", shape=[dims[0], dims[1], 6])])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Reshape"]  # target [0, 0, 6] or [0, 4, 6]
+    m = 4 if dims[1] == 4 else 2
+    for n in (1, 3):
+        feed = {"x": np.arange(n * m * 6, dtype=np.float32).reshape(n, m, 6)}
+        np.testing.assert_array_equal(run_ort(proto, feed)[0], run_ort(out, feed)[0])
+
+
+def _flatten_model():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), _const("i0", np.array(0)),
+             helper.make_node("Gather", ["s", "i0"], ["n"]), _const("ax", np.array([0])),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["nu"]), _const("m1", np.array([-1])),
+             helper.make_node("Concat", ["nu", "m1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"]),
+             helper.make_node("Shape", ["r"], ["sr"]),
+             helper.make_node("Cast", ["sr"], ["y"], to=TensorProto.FLOAT)]
+    return make_model(nodes, [X], [vinfo("y", shape=[2])])
+
+
+@pytest.mark.parametrize("spec", ["x:2,3,8,8", "N=2", "x:2,?,?,?"])
+def test_input_shape_fixes_dims_and_everything_folds(tmp_path, spec):
+    from onnxfold.fold import FoldOptions
+
+    proto = _flatten_model()
+    folded, _, out = fold_proto(proto, tmp_path, FoldOptions(strict=True, input_shapes=(spec,)))
+    assert _ops(folded) == []  # the output is the constant [2, 192]
+    dims = folded.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [2, 3, 8, 8]
+    x = np.ones((2, 3, 8, 8), np.float32)
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+@pytest.mark.parametrize("spec,message", [("y:1,2", "no such input"), ("x:1,2", "4"),
+                                          ("M=3", "no input has a dim"), ("x", "expected")])
+def test_bad_input_shapes_are_one_line(tmp_path, save, spec, message):
+    import onnxfold
+    from onnxfold.errors import InputError
+    from onnxfold.fold import FoldOptions
+
+    with pytest.raises(InputError, match=message):
+        onnxfold.optimize(save(_flatten_model()), FoldOptions(input_shapes=(spec,)))
+
+
+def test_no_shape_folding_leaves_dynamic_scaffolding(tmp_path):
+    from onnxfold.fold import FoldOptions
+
+    folded, _, _ = fold_proto(_flatten_model(), tmp_path,
+                              FoldOptions(strict=True, shape_folding=False))
+    assert "Concat" in _ops(folded)
