@@ -349,3 +349,27 @@ def test_transpose_moves_before_per_channel_dequantize_with_its_axis(tmp_path):
     x = rng.standard_normal((3, 64)).astype(np.float32)
     np.testing.assert_allclose(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0],
                                rtol=1e-6, atol=1e-6)
+
+
+def test_merging_transposes_of_an_untyped_value_saves(tmp_path):
+    # custom op -> Transpose -> Transpose -> custom op: the merged Transpose's output has no
+    # known dtype, and must stay untyped rather than become an unsaveable TensorType(None)
+    import onnx
+
+    import onnxfold
+
+    nodes = [helper.make_node("Foo", ["x"], ["a"], domain="my.ops"),
+             helper.make_node("Transpose", ["a"], ["t1"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 2, 1]),
+             helper.make_node("Bar", ["t2"], ["y"], domain="my.ops")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", 1, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("my.ops", 1)])
+    src = str(tmp_path / "in.onnx")
+    onnx.save(proto, src)
+    result = onnxfold.optimize(src, FoldOptions(strict=True), check=False)
+    assert result.report.pattern_hits == {"merge_transposes": 1}
+    onnxfold.save_model(result.model, str(tmp_path / "out.onnx"))
+    assert [n.op_type for n in onnx.load(str(tmp_path / "out.onnx")).graph.node] == \
+        ["Foo", "Transpose", "Bar"]
