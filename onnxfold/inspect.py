@@ -8,9 +8,10 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnxfold.analysis import plan_graph
+from onnxfold.analysis import node_label, plan_graph
 from onnxfold.io import load_model
 from onnxfold.report import model_counts
+from onnxfold.symbolic import blocked_scaffolding, shape_values
 
 
 def foldable_ops(model: ir.Model, shape_folding: bool = True) -> Counter:
@@ -30,6 +31,8 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
     counts = model_counts(model)
     infer_shapes(model)
     foldable = foldable_ops(model)
+    static_shapes, blocked = _shape_scaffolding(model)
+    foldable.update(static_shapes)
     info: dict[str, Any] = {
         "path": os.fspath(path),
         "ir_version": model.ir_version,
@@ -40,6 +43,8 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
         "foldable_nodes": sum(foldable.values()),
         "foldable_by_op": dict(foldable.most_common()),
         "ops": dict(sorted(counts.ops.items(), key=lambda kv: -kv[1])),
+        "dynamic_shape_nodes": [{"node": node_label(n), "op": n.op_type,
+                                 "blocked_by": "; ".join(dims)} for n, dims in blocked],
     }
     opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
     lines = [f"{info['path']}: IR {model.ir_version}, opsets {opsets}",
@@ -47,5 +52,27 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
              f"({counts.initializer_bytes / 2**20:.1f} MiB)",
              f"constant-foldable nodes: {info['foldable_nodes']}"]
     lines += [f"  {op:24} {n}" for op, n in foldable.most_common()]
+    if blocked:
+        lines.append(f"shape nodes blocked by dynamic dims: {len(blocked)} (--input-shape "
+                     "fixes them)")
+        lines += [f"  {n.op_type} {node_label(n)}: {'; '.join(dims)}" for n, dims in blocked[:10]]
+        if len(blocked) > 10:
+            lines.append(f"  ... and {len(blocked) - 10} more")
     info["text"] = "\n".join(lines)
     return info
+
+
+def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, list[str]]]]:
+    """Shape nodes static for every value of the dynamic dims (by op), and those blocked."""
+    from onnxfold.fold import source_array
+
+    static: Counter = Counter()
+    for graph in model.graphs():
+        planned = set(plan_graph(graph, model.ir_version).foldable)
+        values = shape_values(graph, source_array)
+        for node in graph:
+            known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
+            if known is not None and known.is_constant and node not in planned and \
+                    node.op_type != "Constant":
+                static[node.op_type] += 1
+    return static, blocked_scaffolding(model, source_array)

@@ -24,8 +24,9 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import PassError, PassManager
 
+from onnxfold.analysis import node_label
 from onnxfold.catalogue import load_catalogue
-from onnxfold.fold import FoldOptions, FoldStats
+from onnxfold.fold import FoldOptions, FoldStats, source_array
 from onnxfold.io import load_model
 from onnxfold.passes import (
     Cleanups,
@@ -41,6 +42,7 @@ from onnxfold.patterns import NAMES_KEY
 from onnxfold.pool import BufferPool
 from onnxfold.report import Report, model_counts
 from onnxfold.steps import StepFailed
+from onnxfold.symbolic import blocked_scaffolding
 
 MAX_ROUNDS = 8
 SHAPE_VALUE_RULES = {"known_shape_value", "reshape_known_target"}  # off with --no-shape-folding
@@ -128,6 +130,9 @@ def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = 
     stats.skipped_steps = unknown + [f"{why}; please report" for why in skipped.values()]
     report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
                           time.perf_counter() - started)
+    report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
+                              "blocked_by": "; ".join(dims)}
+                             for node, dims in blocked_scaffolding(model, source_array)]
     return OptimizeResult(model, report, stats)
 
 

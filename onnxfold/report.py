@@ -65,6 +65,7 @@ class Report:
     patterns_rejected: dict[str, int] = field(default_factory=dict)
     cleanup_hits: dict[str, int] = field(default_factory=dict)
     skipped_steps: list[str] = field(default_factory=list)
+    dynamic_shapes: list[dict[str, str]] = field(default_factory=list)
     output: str | None = None
     output_bytes: int | None = None
     external_data: str | None = None
@@ -89,8 +90,9 @@ class Report:
             cleanup_hits=dict(stats.cleanup_hits), skipped_steps=list(stats.skipped_steps))
 
     def explain(self) -> str:
-        """Every constant-foldable node left unfolded, grouped by reason, with examples."""
-        if not self.declined_nodes and not self.patterns_rejected:
+        """Every constant-foldable node left unfolded, grouped by reason, with examples, and
+        the shape scaffolding that dynamic dims keep."""
+        if not self.declined_nodes and not self.patterns_rejected and not self.dynamic_shapes:
             return "every constant-foldable node was folded"
         groups: dict[str, list[dict[str, str]]] = {}
         for item in self.declined_nodes:
@@ -104,6 +106,13 @@ class Report:
                 lines.append(f"  ... and {len(items) - 5} more")
         for what, n in sorted(self.patterns_rejected.items()):
             lines.append(f"rewrite not applied: {what} ({n}x)")
+        if self.dynamic_shapes:
+            lines.append(f"dynamic shapes: {len(self.dynamic_shapes)} shape node(s) depend on "
+                         "dynamic dims (fix them with --input-shape)")
+            for item in self.dynamic_shapes[:5]:
+                lines.append(f"  {item['op']} {item['node']}: blocked by {item['blocked_by']}")
+            if len(self.dynamic_shapes) > 5:
+                lines.append(f"  ... and {len(self.dynamic_shapes) - 5} more")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:

@@ -268,3 +268,24 @@ def shape_values(graph: ir.Graph, arrays: Arrays) -> dict[ir.Value, Known]:
         if found is not None and len(found.elements) <= MAX_ELEMENTS:
             known[node.outputs[0]] = found
     return known
+
+
+def _where(atom: Sym, model: ir.Model) -> str:
+    """``N`` of input ``x``: a dim named with the graph inputs that declare it."""
+    if atom.expr[0] != "dim":
+        return f"`{atom}`"
+    owners = [v.name or "" for v in model.graph.inputs if v.shape is not None and any(
+        getattr(d, "value", None) == atom.expr[1] for d in v.shape)]
+    return f"`{atom}` of input {', '.join(owners)}" if owners else f"`{atom}`"
+
+
+def blocked_scaffolding(model: ir.Model, arrays: Arrays) -> list[tuple[ir.Node, list[str]]]:
+    """Nodes that compute shape values still dynamic, with the dims that block each."""
+    found = []
+    for graph in model.graphs():
+        values = shape_values(graph, arrays)
+        for node in graph:
+            known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
+            if known is not None and not known.is_constant and node.op_type != "Constant":
+                found.append((node, [_where(a, model) for a in known.blocking()]))
+    return found

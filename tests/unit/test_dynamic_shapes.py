@@ -157,3 +157,19 @@ def test_no_shape_folding_leaves_dynamic_scaffolding(tmp_path):
     folded, _, _ = fold_proto(_flatten_model(), tmp_path,
                               FoldOptions(strict=True, shape_folding=False))
     assert "Concat" in _ops(folded)
+
+
+def test_explain_and_inspect_name_the_blocking_dim(tmp_path, save):
+    import onnxfold
+    from onnxfold.fold import FoldOptions
+    from onnxfold.inspect import inspect_model
+
+    path = save(_flatten_model())
+    info = inspect_model(path)
+    assert info["dynamic_shape_nodes"] and all(
+        "`N` of input x" in item["blocked_by"] for item in info["dynamic_shape_nodes"])
+    report = onnxfold.optimize(path, FoldOptions(disabled_rules={"reshape_known_target"})).report
+    assert "blocked by `N` of input x" in report.explain()
+    assert report.explain() != "every constant-foldable node was folded"
+    fixed = onnxfold.optimize(path, FoldOptions(input_shapes=("N=2",))).report
+    assert fixed.explain() == "every constant-foldable node was folded"
