@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
-from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxfold.analysis import SHAPE_ONLY, static_shape
 from onnxfold.catalogue import Catalogue
@@ -104,6 +103,31 @@ class Fold(InPlacePass):
         return PassResult(model, self.stats.folded > before)
 
 
+def remove_dead_nodes(model: ir.Model) -> int:
+    """Remove nodes whose outputs nothing reads (all graphs), and the main graph's unused
+    initializers that are not inputs; return how many nodes went.
+
+    (onnx-ir's RemoveUnusedNodesPass also trims a node's trailing empty inputs, which turns a
+    valid ``Loop(M, "")`` into an invalid ``Loop(M)``.)
+    """
+    removed, changed = 0, True
+    while changed:
+        changed = False
+        for graph in model.graphs():
+            outputs = set(graph.outputs)
+            for node in reversed(list(graph)):
+                if all(not v.uses() and v not in outputs for v in node.outputs):
+                    graph.remove(node, safe=True)
+                    removed += 1
+                    changed = True
+    graph = model.graph
+    kept = set(graph.inputs) | set(graph.outputs)
+    for name, value in list(graph.initializers.items()):
+        if not value.uses() and value not in kept:
+            graph.initializers.pop(name)
+    return removed
+
+
 class Prune(InPlacePass):
     """Remove nodes nothing reads, and initializer inputs folding left unused.
 
@@ -129,7 +153,7 @@ class Prune(InPlacePass):
                 if value.name in graph.initializers and not value.uses() and \
                         value not in outputs:
                     graph.inputs.remove(value)
-        RemoveUnusedNodesPass()(model)
+        remove_dead_nodes(model)
 
 
 class RefineShapes(InPlacePass):

@@ -319,17 +319,33 @@ class RewriteContext:
         self.graph.remove(node, safe=True)
 
     def remove_if_unused(self, node: ir.Node) -> None:
-        """Remove ``node`` once a rewrite has moved every reader of its results elsewhere."""
-        if all(not v.uses() and v not in self.graph.outputs for v in node.outputs):
-            self.graph.remove(node, safe=True)
+        """Remove ``node`` (of this graph or an enclosing one) once a rewrite has moved every
+        reader of its results elsewhere."""
+        graph = node.graph
+        if graph is not None and all(not v.uses() and v not in graph.outputs
+                                     for v in node.outputs):
+            graph.remove(node, safe=True)
 
     def replace_output(self, old: ir.Value, new: ir.Value) -> None:
-        """Route every use of ``old`` to ``new``, keeping graph output names stable."""
-        name = old.name
-        old.replace_all_uses_with(new, replace_graph_outputs=True)
-        if new in self.graph.outputs:
-            old.name = self.fresh_name(name or "replaced")
-            new.name = name
+        """Route every use of ``old`` to ``new``; where ``old`` was a graph output, ``new``
+        takes its name, type and shape (output names and declarations stay as they were)."""
+        replace_value(self.graph, old, new, self.fresh_name)
+
+
+def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value,
+                  fresh_name: Callable[[str], str]) -> None:
+    """``new`` replaces ``old`` everywhere; a graph output keeps its name and declaration."""
+    was_output = old in graph.outputs
+    name = old.name
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    if was_output:
+        old.name = fresh_name(name or "replaced")
+        new.name = name
+        if new.type is None:
+            new.type = old.type
+        if new.shape is None or (old.shape is not None and len(old.shape) == len(new.shape)
+                                 and not new.shape.is_static() and old.shape.is_static()):
+            new.shape = old.shape
 
 
 def all_graphs(model: ir.Model) -> list[ir.Graph]:

@@ -21,7 +21,6 @@ from typing import cast
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxfold.analysis import (
     captured_values,
@@ -31,6 +30,7 @@ from onnxfold.analysis import (
     why_not_foldable,
 )
 from onnxfold.errors import InputError, OutputError
+from onnxfold.passes import remove_dead_nodes
 from onnxfold.policy import static_nbytes
 
 FRONTIER_EXPANSION = 4.0
@@ -257,7 +257,7 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     for value in fold_inputs:
         if not value.uses() and value not in graph.outputs:
             graph.inputs.remove(value)
-    RemoveUnusedNodesPass()(model)
+    remove_dead_nodes(model)
     manifest = build_manifest(model, runtime, compiletime,
                               [cast(str, v.name) for v in rt_inputs])  # graph inputs: named
     return SplitModels(model, runtime, compiletime, manifest)

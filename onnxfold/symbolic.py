@@ -91,9 +91,19 @@ def dim_symbol(value: ir.Value, axis: int) -> Dim | None:
 
 
 def _ints(arr: np.ndarray | None) -> list[int] | None:
-    if arr is None or arr.dtype.kind not in "iu" or arr.size > MAX_ELEMENTS:
+    """The elements of a 0-D or 1-D integer array (shape tensors are never of higher rank)."""
+    if arr is None or arr.dtype.kind not in "iu" or arr.size > MAX_ELEMENTS or arr.ndim > 1:
         return None
     return [int(v) for v in arr.reshape(-1).tolist()]
+
+
+def _fits(known: Known) -> bool:
+    """Whether every static element is representable in the value's dtype (onnxruntime wraps
+    what is not: such a value is left to it)."""
+    if known.dtype == np.bool_:
+        return True
+    info = np.iinfo(known.dtype)
+    return all(info.min <= e <= info.max for e in known.elements if isinstance(e, int))
 
 
 def _arith(op: str, a: Dim, b: Dim) -> Dim:
@@ -212,8 +222,10 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays) -> Known 
                      parts[0].dtype if parts[0] is not None else np.dtype(np.int64))
     if op == "Unsqueeze":
         source = get(0)
+        axes = ints(1) if value(1) is not None else \
+            list(node.attributes.get_ints("axes", []) or [])
         return Known(source.elements, False, source.dtype) \
-            if source is not None and source.scalar else None
+            if source is not None and source.scalar and len(axes or ()) == 1 else None
     if op == "Squeeze":
         source = get(0)
         return Known(source.elements, True, source.dtype) \
@@ -265,7 +277,7 @@ def shape_values(graph: ir.Graph, arrays: Arrays) -> dict[ir.Value, Known]:
         if not is_default_op(node) or len(node.outputs) != 1:
             continue
         found = _step(node, known, arrays)
-        if found is not None and len(found.elements) <= MAX_ELEMENTS:
+        if found is not None and len(found.elements) <= MAX_ELEMENTS and _fits(found):
             known[node.outputs[0]] = found
     return known
 

@@ -11,7 +11,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis import is_default_op
 from onnxfold.arrays import c_contiguous, release_pages
-from onnxfold.patterns import cleanup
+from onnxfold.patterns import cleanup, names_for, replace_value
 
 
 def _removable(node: ir.Node, graph: ir.Graph) -> bool:
@@ -39,11 +39,7 @@ def remove_identity(model: ir.Model) -> int:
                 continue
             x, y = node.inputs[0], node.outputs[0]
             assert x is not None  # _removable checked it
-            if y in graph.outputs:
-                name = y.name
-                graph.outputs[graph.outputs.index(y)] = x
-                y.name, x.name = None, name
-            y.replace_all_uses_with(x)
+            replace_value(graph, y, x, names_for(model).fresh)
             graph.remove(node, safe=True)
             removed += 1
     return removed

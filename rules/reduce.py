@@ -122,13 +122,20 @@ _REDUCERS = {  # op: (reducer, opset where axes became an input, integer estimat
 }
 
 
-def _check_int_overflow(x, ax, estimate) -> None:
+_EXACT_IN_DOUBLE = 2.0**53
+
+
+def _check_int_overflow(x, ax, estimate, exact: bool = False) -> None:
     if estimate is None or x.dtype.kind not in "iu" or x.size == 0:
         return
     approx = estimate(x.astype(np.float64), ax)
     info = np.iinfo(x.dtype)
     if approx.max(initial=0) >= info.max * 0.9999 or approx.min(initial=0) <= info.min * 0.9999:
         raise Decline("integer reduction overflows (onnxruntime saturates)")
+    if not exact and x.dtype.itemsize == 8 and (np.abs(approx).max(initial=0) >= _EXACT_IN_DOUBLE or
+                                  np.abs(x.astype(np.float64)).max() >= _EXACT_IN_DOUBLE):
+        # onnxruntime reduces 64-bit integers through double: beyond 2**53 it rounds
+        raise Decline("64-bit integer reduction beyond 2**53 (onnxruntime rounds through double)")
 
 
 def _make(reducer, estimate):
@@ -136,7 +143,7 @@ def _make(reducer, estimate):
 
     def rule(x, axes=None, keepdims=1, noop_with_empty_axes=0):
         ax = _norm_axes(x, axes, noop_with_empty_axes)
-        _check_int_overflow(x, ax, estimate)
+        _check_int_overflow(x, ax, estimate, exact)
         if x.dtype.name in _HALF and not exact:
             return np.asarray(reducer(x.astype(np.float32), ax, keepdims)).astype(x.dtype)
         return np.asarray(reducer(x, ax, keepdims))
