@@ -82,7 +82,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -920,7 +920,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_fold_", dir=a.tmpdir) as tmp_s:
         tmp = Path(tmp_s)
         result: dict[str, Any] = {
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "repeat": a.repeat,
             "seed": SEED,
             "tools": tools,

