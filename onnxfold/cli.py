@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 import traceback
@@ -27,15 +26,6 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
-
-
-def _parse_bytes(text: str) -> int:
-    """'512M', '2G', '1.5GiB' or a plain byte count."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2)]
-    return int(float(match.group(1)) * scale)
 
 
 class _Progress:
@@ -58,72 +48,17 @@ class _Progress:
 
 
 def _add_fold_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--disable-rule", action="append", default=[], metavar="NAME",
-                   help="do not use this rule: a rule name, or an op type (every native rule "
-                        "for that op: its folder, the patterns matching it, the cleanup removing "
-                        "it; the onnxruntime fallback still folds it); repeatable")
-    p.add_argument("--no-fallback", action="store_true",
-                   help="fold only with native rules, never through onnxruntime")
-    p.add_argument("--no-shape-folding", action="store_true",
-                   help="do not fold Shape/Size of statically shaped values, nor the static "
-                        "parts of shapes with dynamic dims")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,..",
-                   help="fix an input's shape before folding (an int fixes a dim, '?' keeps "
-                        "the model's); or DIM=VALUE binds a named dim in every input (e.g. "
-                        "batch=1); repeatable")
-    p.add_argument("--inputs-are-constant", action="store_true",
-                   help="treat initializers that are also graph inputs as constants (IR >= 4)")
-    p.add_argument("--expansion-factor", type=float, default=4.0,
-                   help="refuse folds whose output exceeds this many times their input bytes "
-                        "(and --expansion-min)")
-    p.add_argument("--expansion-min", type=_parse_bytes, default=1 << 20,
-                   help="outputs up to this size are never refused by the expansion bound")
-    p.add_argument("--max-tensor", type=_parse_bytes, default=None,
-                   help="refuse folds producing a tensor larger than this (e.g. 256M)")
-    p.add_argument("--allow-growth", action="store_true",
-                   help="fold even when the kept results are bigger than the constants they "
-                        "replace (fp16->fp32 casts, transposes of shared weights)")
-    p.add_argument("--growth-factor", type=float, default=1.0,
-                   help="a kept result may be this many times the constants it replaces")
-    p.add_argument("--growth-min", type=_parse_bytes, default=1 << 20,
-                   help="results up to this size are never refused for growth")
-    p.add_argument("--max-growth", type=_parse_bytes, default=None,
-                   help="refuse folds once the model would grow by more than this in total")
-    p.add_argument("--fold-fp16-casts", action="store_true",
-                   help="fold casts of fp16/bf16 weights to wider types (doubles their size)")
-    p.add_argument("--fold-qdq", action="store_true",
-                   help="also fold DequantizeLinear of constant quantized weights (by default "
-                        "they stay, so a quantized model stays quantized and small)")
-    p.add_argument("--memory-limit", type=_parse_bytes, default=None,
-                   help="keep the fold pool's heap under this (e.g. 4G): larger intermediates "
-                        "move to memory-mapped temporary files")
-    p.add_argument("--pool-budget", type=_parse_bytes, default=None,
-                   help="the fold pool may hold at most this much (e.g. 1G); a fold whose "
-                        "outputs would not fit is refused before it runs (default: a quarter "
-                        "of physical memory, at most 4G)")
-    p.add_argument("--fold-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="stop an onnxruntime fallback fold running longer than this")
+    from onnxfold.options import add_arguments
+
+    add_arguments(p)
     p.add_argument("--skip-check", action="store_true",
                    help="do not run the ONNX checker on the input")
-    p.add_argument("--strict", action="store_true",
-                   help="a rule or pass that fails is an error (exit 3), not a step skipped "
-                        "with a warning (for tests and CI)")
 
 
 def _fold_options(args: argparse.Namespace):
-    from onnxfold.fold import FoldOptions
+    from onnxfold.options import from_args
 
-    return FoldOptions(disabled_rules=set(args.disable_rule), fallback=not args.no_fallback,
-                       shape_folding=not args.no_shape_folding,
-                       inputs_are_constant=args.inputs_are_constant,
-                       expansion_factor=args.expansion_factor,
-                       expansion_min_bytes=args.expansion_min, max_tensor_bytes=args.max_tensor,
-                       growth_factor=None if args.allow_growth else args.growth_factor,
-                       growth_min_bytes=args.growth_min, max_growth_bytes=args.max_growth,
-                       fold_fp16_casts=args.fold_fp16_casts, fold_qdq=args.fold_qdq,
-                       memory_limit=args.memory_limit, pool_budget=args.pool_budget,
-                       fold_timeout=args.fold_timeout, strict=args.strict,
-                       input_shapes=tuple(args.input_shape))
+    return from_args(args)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -311,14 +246,11 @@ def _coverage(args: argparse.Namespace) -> int:
 
 def cmd_split(args: argparse.Namespace) -> int:
     from onnxfold.io import load_model
-    from onnxfold.pipeline import optimize
-    from onnxfold.split import split_model, write_split
+    from onnxfold.split import optimize_and_split, write_split
 
     model = load_model(args.input, check=not args.skip_check)
-    if not args.no_compile_time_fold:
-        optimize(model)
-    parts = split_model(model, args.runtime_const,
-                        fold_compile_time=not args.no_compile_time_fold)
+    parts = optimize_and_split(model, args.runtime_const, _fold_options(args),
+                               "separate" if args.no_compile_time_fold else "fold")
     for path in write_split(parts, args.output):
         print(f"wrote {path}")
     fold = parts.manifest["runtime_fold"]
@@ -344,7 +276,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"--repeat {args.repeat}: must be at least 1")
     feeds = load_arrays(args.inputs)
     session = Session(args.model, args.runtime_const, backend=args.backend,
-                      cache_dir=args.cache_dir)
+                      cache_dir=args.cache_dir, options=_fold_options(args))
     missing = [i.name for i in session.get_inputs() if i.name not in feeds]
     if missing:
         raise InputError(f"{args.inputs}: no array for input(s) {', '.join(missing)}")
@@ -419,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     p.add_argument("--no-compile-time-fold", action="store_true",
                    help="write compile-time constants as a compiletime_fold model instead")
-    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
+    _add_fold_options(p)
     p.set_defaults(func=cmd_split)
 
     p = add("run", help="run a model with runtime constants folded once")
@@ -430,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=1, help="run this many times, report timing")
     p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
     p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
+    _add_fold_options(p)
     p.set_defaults(func=cmd_run)
 
     p = add("inspect", help="opsets, counts and what is still foldable")

@@ -361,6 +361,19 @@ class _Inputs:
         return feeds
 
 
+def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | None = None,
+                    int_ranges: Mapping[str, tuple[int, int]] | None = None
+                    ) -> tuple[dict[str, np.ndarray], list[InputInfo]]:
+    """Seeded inputs for every input of ``model``, and what each one is, by the rules
+    :func:`compare` uses (floats standard normal; token ids below the size of the table they
+    index; masks ones; token types zeros; positions 0, 1, 2...; ``dims`` binds symbolic dims,
+    the rest are 1). The one feed generator of compare, the tests and ``bench/``."""
+    label = _label(model, "model")
+    feeder = _Inputs(_session(model, label), label, _graph(model), {}, dims or {},
+                     int_ranges or {})
+    return feeder.feeds(seed), feeder.describe()
+
+
 def _load_given(inputs: Mapping[str, np.ndarray] | str | os.PathLike | None
                 ) -> dict[str, np.ndarray]:
     if inputs is None:

@@ -30,40 +30,10 @@ from onnxfold.analysis import (
 from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budget, planned_bytes
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
+from onnxfold.options import FoldOptions
 from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_growth
 from onnxfold.pool import BufferPool
 from onnxfold.registry import FolderRule
-
-
-@dataclass
-class FoldOptions:
-    """What may be folded. Every field has a CLI flag of the same meaning."""
-
-    disabled_rules: set[str] = field(default_factory=set)
-    fallback: bool = True
-    shape_folding: bool = True
-    inputs_are_constant: bool = False
-    expansion_factor: float = 4.0
-    expansion_min_bytes: int = 1 << 20
-    max_tensor_bytes: int | None = None
-    growth_factor: float | None = 1.0
-    growth_min_bytes: int = 1 << 20
-    max_growth_bytes: int | None = None
-    fold_fp16_casts: bool = False
-    fold_qdq: bool = False
-    memory_limit: int | None = None
-    pool_budget: int | None = None  # None: a quarter of physical memory, at most 4 GiB
-    fold_timeout: float | None = 30.0  # seconds one onnxruntime fallback session may run
-    input_shapes: tuple[str, ...] = ()  # "NAME:d0,d1,..." or "DIM=VALUE" (input_shapes.py)
-    strict: bool = False
-
-    @classmethod
-    def everything(cls, **overrides) -> FoldOptions:
-        """Fold every constant whatever its size: no expansion or growth bound, QDQ and fp16
-        casts folded (the runtime fold and the exactness tier, where results are needed)."""
-        return cls(growth_factor=None, fold_qdq=True, fold_fp16_casts=True,
-                   expansion_factor=float("inf"), expansion_min_bytes=1 << 62, **overrides)
-
 
 QDQ_KEPT = ("DequantizeLinear",)
 PROVENANCE_KEY = "onnxfold.folded_from"

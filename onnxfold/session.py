@@ -37,6 +37,7 @@ from onnxfold.dtypes import np_dtype
 from onnxfold.errors import InputError, OnnxfoldError
 from onnxfold.io.feeds import load_arrays
 from onnxfold.io.tempfiles import write_atomic
+from onnxfold.options import FoldOptions
 
 CHECKS = ("fingerprint", "hash", "identity", "refuse")
 _SAMPLE = 4096
@@ -85,11 +86,11 @@ class Session:
     def __init__(self, model, runtime_constants: Sequence[str] = (), backend: str = "ort",
                  providers: Sequence[str] | None = None, sess_options=None,
                  check: str = "fingerprint", cache_dir: str | os.PathLike | None = None,
-                 fold_compile_time: bool = True, backend_options: dict | None = None) -> None:
+                 fold_compile_time: bool = True, backend_options: dict | None = None,
+                 options: FoldOptions | None = None) -> None:
         from onnxfold.io import load_model
         from onnxfold.io.reader import model_from_proto
-        from onnxfold.pipeline import optimize
-        from onnxfold.split import split_model
+        from onnxfold.split import optimize_and_split
 
         if check not in CHECKS:
             raise InputError(f"check must be one of {', '.join(CHECKS)}")
@@ -99,9 +100,8 @@ class Session:
             model = load_model(model)
         self._inputs = _node_args(model.graph.inputs)
         self._outputs = _node_args(model.graph.outputs)
-        if fold_compile_time:
-            optimize(model)
-        self.parts = split_model(model, runtime_constants, fold_compile_time=True)
+        self.parts = optimize_and_split(model, runtime_constants, options,
+                                        "fold" if fold_compile_time else "keep")
         self.runtime_constants = list(self.parts.manifest["runtime_constants"])
         self.providers = list(providers or ["CPUExecutionProvider"])
         self.sess_options = sess_options

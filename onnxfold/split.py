@@ -30,6 +30,7 @@ from onnxfold.analysis import (
     why_not_foldable,
 )
 from onnxfold.errors import InputError, OutputError
+from onnxfold.options import FoldOptions
 from onnxfold.passes import remove_dead_nodes
 from onnxfold.policy import static_nbytes
 
@@ -221,11 +222,31 @@ class SplitModels:
         return [o.name for o in self.runtime_fold.graph.output]
 
 
+COMPILE_TIME = ("fold", "keep", "separate")
+
+
+def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str],
+                       options: FoldOptions | None = None, compile_time: str = "fold"
+                       ) -> SplitModels:
+    """Fold ``model``'s compile-time constants, then split it around its runtime constants
+    (``model`` becomes the entry model). ``compile_time``: ``"fold"`` them first (the default),
+    ``"keep"`` them in entry unfolded (onnxruntime folds them when it loads entry), or put them
+    in a ``"separate"`` ``compiletime_fold`` model."""
+    from onnxfold.pipeline import optimize
+
+    if compile_time not in COMPILE_TIME:
+        raise InputError(f"compile_time must be one of {', '.join(COMPILE_TIME)}")
+    if compile_time == "fold":
+        optimize(model, options)
+    return split_model(model, runtime_constants,
+                       separate_compile_time=compile_time == "separate")
+
+
 def split_model(model: ir.Model, runtime_constants: Iterable[str],
-                fold_compile_time: bool = True) -> SplitModels:
+                separate_compile_time: bool = False) -> SplitModels:
     """Split ``model`` (changed in place into the entry model) around its runtime constants.
 
-    ``fold_compile_time=False`` leaves compile-time constant subgraphs unfolded in a separate
+    ``separate_compile_time`` puts compile-time constant subgraphs, unfolded, in a separate
     ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs.
     """
     from onnxfold.shapes import infer_shapes
@@ -242,7 +263,7 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
 
     compiletime = None
     ct_frontier: list[ir.Value] = []
-    if not fold_compile_time and lattice.compile_nodes:
+    if separate_compile_time and lattice.compile_nodes:
         ct_set = set(lattice.compile_nodes)
         ct_frontier = [v for n in lattice.compile_nodes for v in n.outputs
                        if v.name and _readers_outside(v, ct_set, graph)]

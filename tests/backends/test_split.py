@@ -78,7 +78,8 @@ def test_compiletime_fold_variant():
     graph.node.insert(0, helper.make_node("Neg", ["c"], ["nc"]))
     graph.node.append(helper.make_node("Add", ["y", "nc"], ["y2"]))
     graph.output[0].name = "y2"
-    parts = split_model(ir.serde.deserialize_model(model), RUNTIME, fold_compile_time=False)
+    parts = split_model(ir.serde.deserialize_model(model), RUNTIME,
+                        separate_compile_time=True)
     assert parts.compiletime_fold is not None
     assert [n.op_type for n in parts.compiletime_fold.graph.node] == ["Neg"]
     assert "nc" in {v.name for v in parts.entry.graph.inputs}

@@ -1,0 +1,144 @@
+"""``FoldOptions``: what may be folded, with each field's command-line flag beside it.
+
+The CLI's fold flags are generated from the fields' metadata (:func:`add_arguments`,
+:func:`from_args`), so a name, a default and a help text are written once, here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def parse_bytes(text: str) -> int:
+    """'512M', '2G', '1.5GiB' or a plain byte count."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2)]
+    return int(float(match.group(1)) * scale)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a field appears on the command line.
+
+    ``switch``: a boolean flag that sets the field to the opposite of its default
+    (``--no-fallback`` for ``fallback=True``); ``repeat``: a repeatable flag collected into the
+    field's collection; ``none_flag``: a second flag that sets the field to None.
+    """
+
+    name: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    switch: bool = False
+    repeat: bool = False
+    metavar: str | None = None
+    none_flag: tuple[str, str] | None = None
+
+
+def _opt(default: Any, flag: Flag, factory: Callable[[], Any] | None = None) -> Any:
+    if factory is not None:
+        return field(default_factory=factory, metadata={"cli": flag})
+    return field(default=default, metadata={"cli": flag})
+
+
+@dataclass
+class FoldOptions:
+    """What may be folded. Every field has a CLI flag of the same meaning."""
+
+    disabled_rules: set[str] = _opt(None, Flag(
+        "--disable-rule", "do not use this rule: a rule name, or an op type (every native rule "
+        "for that op: its folder, the patterns matching it, the cleanup removing it; the "
+        "onnxruntime fallback still folds it); repeatable", repeat=True, metavar="NAME"), set)
+    fallback: bool = _opt(True, Flag(
+        "--no-fallback", "fold only with native rules, never through onnxruntime", switch=True))
+    shape_folding: bool = _opt(True, Flag(
+        "--no-shape-folding", "do not fold Shape/Size of statically shaped values, nor the "
+        "static parts of shapes with dynamic dims", switch=True))
+    inputs_are_constant: bool = _opt(False, Flag(
+        "--inputs-are-constant", "treat initializers that are also graph inputs as constants "
+        "(IR >= 4)", switch=True))
+    expansion_factor: float = _opt(4.0, Flag(
+        "--expansion-factor", "refuse to keep a result that exceeds this many times its "
+        "inputs' bytes (and --expansion-min)", type=float))
+    expansion_min_bytes: int = _opt(1 << 20, Flag(
+        "--expansion-min", "results up to this size are never refused by the expansion bound",
+        type=parse_bytes))
+    max_tensor_bytes: int | None = _opt(None, Flag(
+        "--max-tensor", "refuse folds producing a tensor larger than this (e.g. 256M)",
+        type=parse_bytes))
+    growth_factor: float | None = _opt(1.0, Flag(
+        "--growth-factor", "a kept result may be this many times the constants it replaces",
+        type=float, none_flag=("--allow-growth", "fold even when the kept results are bigger "
+                               "than the constants they replace (fp16->fp32 casts, transposes "
+                               "of shared weights)")))
+    growth_min_bytes: int = _opt(1 << 20, Flag(
+        "--growth-min", "results up to this size are never refused for growth",
+        type=parse_bytes))
+    max_growth_bytes: int | None = _opt(None, Flag(
+        "--max-growth", "refuse folds once the model would grow by more than this in total",
+        type=parse_bytes))
+    fold_fp16_casts: bool = _opt(False, Flag(
+        "--fold-fp16-casts", "fold casts of fp16/bf16 weights to wider types (doubles their "
+        "size)", switch=True))
+    fold_qdq: bool = _opt(False, Flag(
+        "--fold-qdq", "also fold DequantizeLinear of constant quantized weights (by default "
+        "they stay, so a quantized model stays quantized and small)", switch=True))
+    memory_limit: int | None = _opt(None, Flag(
+        "--memory-limit", "keep the fold pool's heap under this (e.g. 4G): larger "
+        "intermediates move to memory-mapped temporary files", type=parse_bytes))
+    pool_budget: int | None = _opt(None, Flag(
+        "--pool-budget", "the fold pool may hold at most this much (e.g. 1G); a fold whose "
+        "outputs would not fit is refused before it runs (default: a quarter of physical "
+        "memory, at most 4G)", type=parse_bytes))
+    fold_timeout: float | None = _opt(30.0, Flag(
+        "--fold-timeout", "stop an onnxruntime fallback fold running longer than this",
+        type=float, metavar="SECONDS"))
+    input_shapes: tuple[str, ...] = _opt((), Flag(
+        "--input-shape", "fix an input's shape before folding (an int fixes a dim, '?' keeps "
+        "the model's); or DIM=VALUE binds a named dim in every input (e.g. batch=1); "
+        "repeatable", repeat=True, metavar="NAME:D0,D1,.."))
+    strict: bool = _opt(False, Flag(
+        "--strict", "a rule or pass that fails is an error (exit 3), not a step skipped with a "
+        "warning (for tests and CI)", switch=True))
+
+    @classmethod
+    def everything(cls, **overrides: Any) -> FoldOptions:
+        """Fold every constant whatever its size: no expansion or growth bound, QDQ and fp16
+        casts folded (the runtime fold and the exactness tier, where results are needed)."""
+        return cls(growth_factor=None, fold_qdq=True, fold_fp16_casts=True,
+                   expansion_factor=float("inf"), expansion_min_bytes=1 << 62, **overrides)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """A flag for every FoldOptions field (``dest`` is the field's name)."""
+    for f in fields(FoldOptions):
+        flag: Flag = f.metadata["cli"]
+        if flag.switch:
+            parser.add_argument(flag.name, dest=f.name, action="store_const",
+                                const=not f.default, default=f.default, help=flag.help)
+        elif flag.repeat:
+            parser.add_argument(flag.name, dest=f.name, action="append", default=[],
+                                metavar=flag.metavar, help=flag.help)
+        else:
+            metavar = flag.metavar or ("SIZE" if flag.type is parse_bytes else "X")
+            parser.add_argument(flag.name, dest=f.name, type=flag.type or str,
+                                default=f.default, metavar=metavar, help=flag.help)
+        if flag.none_flag is not None:
+            parser.add_argument(flag.none_flag[0], dest=f.name, action="store_const",
+                                const=None, help=flag.none_flag[1])
+
+
+def from_args(args: argparse.Namespace) -> FoldOptions:
+    """The FoldOptions the parsed command line asks for."""
+    values: dict[str, Any] = {}
+    for f in fields(FoldOptions):
+        value = getattr(args, f.name)
+        if f.metadata["cli"].repeat:
+            value = set(value) if f.name == "disabled_rules" else tuple(value)
+        values[f.name] = value
+    return FoldOptions(**values)
