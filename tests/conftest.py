@@ -38,28 +38,12 @@ def run_ort(model_or_path, feeds):
     return sess.run(None, feeds)
 
 
-def random_feeds(path, seed=0, int_high=100):
-    """Seeded random inputs for every graph input of an .onnx file (symbolic dims -> 1).
+def random_feeds(path, seed=0, dims=None):
+    """Seeded inputs for every graph input of an .onnx file: onnxfold's own synthetic feeds
+    (``onnxfold.comparison.synthetic_feeds``, the ones ``compare`` and ``bench/`` use)."""
+    from onnxfold.comparison import synthetic_feeds
 
-    Integer inputs are token ids in [0, int_high), except attention masks (ones) and token
-    type ids (zeros), whose valid ranges are tiny.
-    """
-    rng = np.random.default_rng(seed)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    feeds = {}
-    for i in sess.get_inputs():
-        shape = [d if isinstance(d, int) else 1 for d in i.shape]
-        if "int" in i.type:
-            high = 2 if "mask" in i.name else 1 if "type" in i.name else int_high
-            feeds[i.name] = rng.integers(1 if "mask" in i.name else 0, high, shape).astype(
-                np.int64 if "int64" in i.type else np.int32)
-        elif "bool" in i.type:
-            feeds[i.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
+    return synthetic_feeds(path, seed, dims)[0]
 
 
 def fold_proto(proto, tmp_path, options=None, name="out.onnx"):

@@ -1,0 +1,59 @@
+"""What the header says about the machine, the interpreters and their floor RSS."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from foldbench.runner import run_child
+
+
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_info(tmp: Path, timeout: float, peers_python: str,
+                 probe: dict[str, Any]) -> dict[str, Any]:
+    """CPU, memory, versions, and the RSS of a trivial child of each interpreter (the floor)."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+
+    floor = run_child([sys.executable, "-c", "pass"], tmp / "floor", timeout)
+    peers_floor = run_child([peers_python, "-c", "pass"], tmp / "floor_peers", timeout)
+    return {
+        "nproc": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "mem_total_gib": round(mem_kib / (1 << 20), 1),
+        "cpu": cpu,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "onnxruntime": _version("onnxruntime"),
+        "onnx": _version("onnx"),
+        "numpy": _version("numpy"),
+        "onnxfold": _version("onnxfold"),
+        "rss_floor_mib": round(floor.maxrss_mib, 1),
+        "peers_python": peers_python,
+        "peers_rss_floor_mib": round(peers_floor.maxrss_mib, 1),
+        "peers_versions": {m: (v["version"] if v.get("ok") else "not installed")
+                           for m, v in probe.items()},
+    }
