@@ -3,26 +3,33 @@
 A value is constant if it is a non-overridable initializer, the output of a ``Constant`` node,
 a constant of an enclosing scope, or an output of a *foldable* node: a deterministic node of the
 default domain whose inputs are all constant (and whose subgraphs only capture constants).
-``Shape``/``Size`` of a value with a statically known shape are foldable too.
+``Shape``/``Size`` of a value with a statically known shape are foldable too. Which ops are
+non-deterministic or shape-only are facts the rules declare (``rules/facts.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import onnx_ir as ir
 
 from onnxfold.declines import DeclineKind, Reason
 
-NONDETERMINISTIC = frozenset({
-    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-    "Bernoulli",
-})
-SHAPE_ONLY = frozenset({"Shape", "Size"})
+if TYPE_CHECKING:
+    from onnxfold.catalogue import Catalogue
+
 FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def op_facts() -> Catalogue:
+    """The rule catalogue, for the facts about ops it declares (``rules/facts.py``): which ops
+    are non-deterministic, which fold from a shape alone."""
+    from onnxfold.catalogue import load_catalogue
+
+    return load_catalogue()
 
 
 def is_default_op(node: ir.Node, *op_types: str) -> bool:
@@ -96,7 +103,7 @@ def why_not_foldable(node: ir.Node) -> Reason | None:
     """The reason a node can never be folded, whatever its inputs."""
     if node.domain not in FOLDABLE_DOMAINS:
         return Reason(DeclineKind.CUSTOM_DOMAIN, f"'{node.domain}'")
-    if node.op_type in NONDETERMINISTIC:
+    if node.op_type in op_facts().nondeterministic:
         return Reason(DeclineKind.NON_DETERMINISTIC)
     return None
 
@@ -127,6 +134,7 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
     if constant_inputs:
         plan.constant.update(graph.inputs)
     plan.sources.update(outer)
+    shape_only = op_facts().shape_only
     for value in graph.initializers.values():
         if inputs_are_constant or not is_overridable(value, graph, ir_version):
             if value.const_value is not None:
@@ -143,7 +151,7 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
             if all(v in plan.constant for v in inputs):
                 plan.refused.append((node, reason))
             continue
-        if is_default_op(node, *SHAPE_ONLY) and inputs:
+        if is_default_op(node, *shape_only) and inputs:
             ok = inputs[0] in plan.constant or (shape_folding and static_shape(inputs[0]))
         else:
             ok = bool(inputs) and all(v in plan.constant for v in inputs)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from onnxfold.patterns import CleanupRule, PatternRule, SizeRule
-from onnxfold.registry import RULES_ATTR, FolderRule
+from onnxfold.registry import RULES_ATTR, FolderRule, OpFact
 
 _MAX_OPSET = 10**9
 
@@ -31,6 +31,7 @@ class Catalogue:
     patterns: tuple[PatternRule, ...]
     cleanups: tuple[CleanupRule, ...]
     sizes: tuple[SizeRule, ...] = ()  # never disabled: they only measure
+    facts: tuple[OpFact, ...] = ()  # never disabled: they describe ops
 
     def __post_init__(self) -> None:
         index: dict[tuple[str, str], list[FolderRule]] = {}
@@ -42,6 +43,19 @@ class Catalogue:
             index.setdefault((rule.domain, rule.op_type), []).append(rule)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_sizes", {r.op_type: r for r in self.sizes})
+
+    @functools.cached_property
+    def shape_only(self) -> frozenset[str]:
+        """Ops folded from their input's shape alone (Shape, Size)."""
+        return frozenset(r.op_type for r in self.folders if r.shape_only)
+
+    @functools.cached_property
+    def nondeterministic(self) -> frozenset[str]:
+        return frozenset(f.op_type for f in self.facts if f.nondeterministic)
+
+    @functools.cached_property
+    def kept_quantized(self) -> frozenset[str]:
+        return frozenset(f.op_type for f in self.facts if f.kept_quantized)
 
     def size_rule(self, op_type: str) -> SizeRule | None:
         """The output-size rule of a default-domain op, or None."""
@@ -83,7 +97,7 @@ class Catalogue:
             tuple(r for r in self.folders if r.name not in off and r.op_type not in off),
             tuple(patterns),
             tuple(r for r in self.cleanups if r.name not in off and not set(r.op_types) & off),
-            self.sizes)
+            self.sizes, self.facts)
 
 
     def only(self, *names: str) -> Catalogue:
@@ -91,12 +105,14 @@ class Catalogue:
         keep = set(names)
         return Catalogue(tuple(r for r in self.folders if r.name in keep),
                          tuple(r for r in self.patterns if r.name in keep),
-                         tuple(r for r in self.cleanups if r.name in keep), self.sizes)
+                         tuple(r for r in self.cleanups if r.name in keep), self.sizes,
+                         self.facts)
 
     def __add__(self, other: Catalogue) -> Catalogue:
         """Both catalogues' rules (this one's first)."""
         return Catalogue(self.folders + other.folders, self.patterns + other.patterns,
-                         self.cleanups + other.cleanups, self.sizes + other.sizes)
+                         self.cleanups + other.cleanups, self.sizes + other.sizes,
+                         self.facts + other.facts)
 
 
 def _resolved(rule: FolderRule) -> FolderRule:
@@ -114,10 +130,11 @@ def _resolved(rule: FolderRule) -> FolderRule:
 
 
 def _declared(objects: Iterable[object]) -> Iterator[object]:
-    """Module attributes that carry rule declarations: functions, and tuples of them (tables)."""
+    """Module attributes that carry rule declarations: functions, and tuples of them (tables),
+    and op facts."""
     for obj in objects:
         for item in obj if isinstance(obj, tuple) else (obj,):
-            if hasattr(item, RULES_ATTR):
+            if hasattr(item, RULES_ATTR) or isinstance(item, OpFact):
                 yield item
 
 
@@ -130,10 +147,14 @@ def load_catalogue() -> Catalogue:
     patterns: list[PatternRule] = []
     cleanups: list[CleanupRule] = []
     sizes: list[SizeRule] = []
+    facts: list[OpFact] = []
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         seen: set[int] = set()
         for fn in _declared(vars(module).values()):
+            if isinstance(fn, OpFact):
+                facts.append(fn)
+                continue
             if id(fn) in seen or getattr(fn, "__module__", None) != module.__name__:
                 continue  # an alias, or a rule imported from another module
             seen.add(id(fn))
@@ -146,4 +167,5 @@ def load_catalogue() -> Catalogue:
                     cleanups.append(rule)
                 elif isinstance(rule, SizeRule):
                     sizes.append(rule)
-    return Catalogue(tuple(folders), tuple(patterns), tuple(cleanups), tuple(sizes))
+    return Catalogue(tuple(folders), tuple(patterns), tuple(cleanups), tuple(sizes),
+                     tuple(facts))

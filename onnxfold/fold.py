@@ -16,13 +16,13 @@ import onnx_ir as ir
 
 from onnxfold import fallback
 from onnxfold.analysis import (
-    SHAPE_ONLY,
     ConstPlan,
     captured_values,
     external_inputs,
     is_default_op,
     is_overridable,
     node_label,
+    op_facts,
     plan_graph,
     static_shape,
     subgraphs,
@@ -31,11 +31,10 @@ from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budg
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
 from onnxfold.options import FoldOptions
-from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_growth
+from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
 from onnxfold.pool import BufferPool
 from onnxfold.registry import FolderRule
 
-QDQ_KEPT = ("DequantizeLinear",)
 PROVENANCE_KEY = "onnxfold.folded_from"
 PROVENANCE_LIMIT = 64
 
@@ -114,13 +113,15 @@ class GraphFolder:
                  outer: Iterable[ir.Value] = ()) -> None:
         self.graph, self.model, self.options = graph, model, options
         self.catalogue, self.stats, self.pool = catalogue, stats, pool
+        self.shape_only = op_facts().shape_only
         self.opset = model.opset_imports.get("", 1)
         self.progress = progress
         self.plan: ConstPlan = plan_graph(graph, model.ir_version, outer,
                                           inputs_are_constant=options.inputs_are_constant,
                                           shape_folding=options.shape_folding)
         self.planned = set(self.plan.foldable)
-        qdq_refused = self._qdq_policy()
+        qdq_refused = refuse_dequantization(self.plan.foldable, self.planned,
+                                            catalogue.kept_quantized, options.fold_qdq)
         self._prune_unreachable()
         budget = None if options.max_growth_bytes is None else \
             options.max_growth_bytes - stats.growth_bytes
@@ -143,19 +144,11 @@ class GraphFolder:
         available = set(self.plan.sources)
         for node in self.plan.foldable:
             if node in self.planned and (
-                    node.op_type in SHAPE_ONLY or all(v in available for v in self._reads(node))):
+                    node.op_type in self.shape_only or
+                    all(v in available for v in self._reads(node))):
                 available.update(node.outputs)
             else:
                 self.planned.discard(node)
-
-    def _qdq_policy(self) -> list[tuple[ir.Node, Reason]]:
-        """Quantized weights stay quantized unless ``fold_qdq``: their dequantization stays."""
-        if self.options.fold_qdq:
-            return []
-        kept = [n for n in self.plan.foldable if n.op_type in QDQ_KEPT]
-        self.planned.difference_update(kept)
-        why = Reason(DeclineKind.QDQ_POLICY, "quantized weights stay quantized (--fold-qdq)")
-        return [(n, why) for n in kept]
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _reads(self, node: ir.Node) -> list[ir.Value]:
@@ -163,7 +156,7 @@ class GraphFolder:
 
         Shape-only folds read a constant input's buffer for its shape, and nothing otherwise.
         """
-        if is_default_op(node, *SHAPE_ONLY):
+        if is_default_op(node, *self.shape_only):
             return [node.inputs[0]] if node.inputs[0] in self.plan.constant else []
         seen: dict[ir.Value, None] = {}
         for v in list(node.inputs) + captured_values(node):
@@ -309,7 +302,7 @@ class GraphFolder:
             i += 1
             if self.progress is not None:
                 self.progress(i, len(order))
-            if not self._shape_known(node) if node.op_type in SHAPE_ONLY else \
+            if not self._shape_known(node) if node.op_type in self.shape_only else \
                     not all(self._available(v) for v in self._reads(node)):
                 self._abandon(node, self._why_unavailable(node))
                 continue
@@ -336,7 +329,7 @@ class GraphFolder:
     def _budget(self, node: ir.Node) -> Reason | None:
         """Why ``node`` may not run now: its outputs would not fit the pool budget (checked
         before they exist), or it is a constant Loop running too long."""
-        if node.op_type in SHAPE_ONLY:
+        if node.op_type in self.shape_only:
             return None
         arrays = self._pooled
         reason = loop_work(node, arrays)

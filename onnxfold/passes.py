@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from onnxfold.analysis import SHAPE_ONLY, static_shape
+from onnxfold.analysis import op_facts, static_shape
 from onnxfold.catalogue import Catalogue
 from onnxfold.fold import FoldOptions, FoldStats, fold_model
 from onnxfold.input_shapes import apply as apply_input_shapes
@@ -174,7 +174,7 @@ class RefineShapes(InPlacePass):
         refined = self.options.shape_folding and self._may_refine(model) and \
             infer_shapes(model) > 0
         self.state.news = refined and any(
-            node.op_type in SHAPE_ONLY for graph in model.graphs() for node in graph)
+            node.op_type in op_facts().shape_only for graph in model.graphs() for node in graph)
         self.state.new_constants = frozenset()
         return PassResult(model, self.state.news)
 

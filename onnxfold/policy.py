@@ -100,3 +100,16 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                 total -= growth
                 changed = True
     return refused, sum(g for g, *_rest, node in candidates if g > 0 and node in planned)
+
+
+def refuse_dequantization(foldable: list[ir.Node], planned: set[ir.Node],
+                          kept_ops: frozenset[str], fold_qdq: bool
+                          ) -> list[tuple[ir.Node, Reason]]:
+    """Quantized weights stay quantized unless ``fold_qdq``: their dequantizations (the ops
+    ``rules/facts.py`` marks ``kept_quantized``) leave ``planned``; says why."""
+    if fold_qdq:
+        return []
+    kept = [n for n in foldable if n.op_type in kept_ops]
+    planned.difference_update(kept)
+    why = Reason(DeclineKind.QDQ_POLICY, "quantized weights stay quantized (--fold-qdq)")
+    return [(n, why) for n in kept]

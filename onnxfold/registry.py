@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from onnxfold.declines import Decline, DeclineKind
 
-__all__ = ["Decline", "DeclineKind", "FolderRule", "RULES_ATTR", "folder", "source_of"]
+__all__ = ["Decline", "DeclineKind", "FolderRule", "OpFact", "RULES_ATTR", "folder",
+           "source_of"]
 
 RULES_ATTR = "__onnxfold_rules__"  # the rule declarations a decorator attached to a function
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -56,6 +57,20 @@ class FolderRule:
 
     def covers(self, opset: int) -> bool:
         return self.since <= opset and (self.until is None or opset <= self.until)
+
+
+@dataclass(frozen=True)
+class OpFact:
+    """Something the engine must know about an op (``rules/facts.py``)."""
+
+    op_type: str
+    nondeterministic: bool = False
+    kept_quantized: bool = False
+    domain: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"fact.{self.op_type}"
 
 
 def folder(

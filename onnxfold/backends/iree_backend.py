@@ -27,9 +27,11 @@ DequantizeLinear + Transpose, 85 MB in, 340 MB out):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
+import stat
 import sys
 import threading
 
@@ -43,6 +45,8 @@ from onnxfold.backends.iree_rewrites import (
     tile_2d_transposes,
     transpose_before_dequantize,
 )
+from onnxfold.errors import OnnxfoldError
+from onnxfold.io.tempfiles import write_atomic
 
 FLAGS = ("--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
          "--iree-input-demote-f64-to-f32=false")
@@ -77,6 +81,19 @@ def _cpu() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def private_directory(path: str) -> bool | None:
+    """Whether ``path`` is a directory of this user that no one else can write (None when it
+    does not exist)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    owner_ok = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    return stat.S_ISDIR(info.st_mode) and owner_ok and not info.st_mode & 0o022
 
 
 def default_cache_dir() -> str:
@@ -173,17 +190,20 @@ class Backend:
             extra_args=[*FLAGS, *OUT_PARAM_FLAGS, "--compile-from=executable-configurations"])
 
     def _compile(self, model: onnx.ModelProto, data: bytes, out_params: bool) -> bytes:
+        """The compiled module, from the cache when it can be trusted (a module holds native
+        code: only a directory that is the user's own and writable by no one else is used)."""
         path = os.path.join(self.cache_dir, self._key(data, out_params) + ".vmfb")
-        if os.path.exists(path):
+        trusted = private_directory(self.cache_dir)
+        if trusted and os.path.isfile(path) and not os.path.islink(path):
             self.cache_hit = True
             with open(path, "rb") as f:
                 return f.read()
         vmfb = self._build(model, out_params)
-        os.makedirs(self.cache_dir, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(vmfb)
-        os.replace(tmp, path)
+        if trusted is not False:  # None: the directory does not exist yet
+            with contextlib.suppress(OSError, OnnxfoldError):  # an unwritable cache is slower
+                os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
+                if private_directory(self.cache_dir):
+                    write_atomic(path, lambda f: f.write(vmfb))
         return vmfb
 
     @staticmethod

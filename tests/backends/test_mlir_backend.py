@@ -175,3 +175,21 @@ def test_session_with_read_only_weights_equals_numpy(tmp_path):
                             backend_options={"cache_dir": str(tmp_path)})
     reference = onnxfold.Session(model, RUNTIME, backend="numpy")
     assert np.array_equal(mlir.run(None, frozen)[0], reference.run(None, feeds)[0])
+
+
+def test_a_module_cache_others_can_write_is_not_trusted(tmp_path):
+    # a compiled module holds native code: a cache directory writable by others is ignored
+    model, feeds = dq_transpose([(64, 32)])
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    first = get_backend("mlir", cache_dir=str(shared))
+    first.prepare(model)
+    assert list(shared.iterdir()) == []  # nothing stored where others could swap it
+    private = tmp_path / "private"
+    for expect_hit in (False, True):
+        backend = get_backend("mlir", cache_dir=str(private))
+        backend.prepare(model)
+        assert backend.cache_hit is expect_hit
+        assert np.array_equal(backend.run(feeds)["t0"], _ort(model, feeds)["t0"])
+    assert oct(private.stat().st_mode & 0o777) == "0o700"

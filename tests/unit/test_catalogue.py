@@ -80,3 +80,10 @@ def test_a_pattern_records_where_it_is_declared():
     assert "rewrites.py" in rule.source and rule.uses == {"Transpose"}
 
 
+
+
+def test_op_facts_are_declared_by_rules_not_the_engine():
+    catalogue = load_catalogue()
+    assert catalogue.shape_only == {"Shape", "Size"}  # the folders declared shape_only
+    assert {"RandomNormal", "Bernoulli", "Multinomial"} <= catalogue.nondeterministic
+    assert catalogue.kept_quantized == {"DequantizeLinear"}
