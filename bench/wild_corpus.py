@@ -519,14 +519,10 @@ def _commit() -> str:
 def _machine() -> str:
     import platform
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from foldbench.machine import cpu_model
+
+    cpu = cpu_model(platform.processor() or platform.machine())
     mem = ""
     try:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -19,17 +19,21 @@ def _version(pkg: str) -> str:
         return "not installed"
 
 
-def machine_info(tmp: Path, timeout: float, peers_python: str,
-                 probe: dict[str, Any]) -> dict[str, Any]:
-    """CPU, memory, versions, and the RSS of a trivial child of each interpreter (the floor)."""
-    cpu = "unknown"
+def cpu_model(default: str) -> str:
+    """The CPU's model name from /proc/cpuinfo, or ``default``."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return default
+
+
+def machine_info(tmp: Path, timeout: float, peers_python: str,
+                 probe: dict[str, Any]) -> dict[str, Any]:
+    """CPU, memory, versions, and the RSS of a trivial child of each interpreter (the floor)."""
+    cpu = cpu_model("unknown")
     mem_kib = 0
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

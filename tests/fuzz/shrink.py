@@ -346,6 +346,14 @@ def shrink_subject(subject, sig: str, prefer_output: str | None = None, budget: 
         cand = subject.with_model(model, feeds)
         return cand if fails(cand) else None
 
+    def first_attempt(candidates):
+        """The first candidate that still fails, or None."""
+        for cand in candidates:
+            got = attempt(cand)
+            if got:
+                return got
+        return None
+
     def size(model):
         return len(model.SerializeToString())
 
@@ -355,28 +363,15 @@ def shrink_subject(subject, sig: str, prefer_output: str | None = None, budget: 
         dced = with_dce(subject.model)
         if size(dced) < size(subject.model) and (got := attempt(dced)):
             subject, progress = got, True
-        for cand in single_outputs(subject.model, prefer_output):
-            got = attempt(cand)
+        for make in (lambda m: single_outputs(m, prefer_output), drop_cf_outputs):
+            got = first_attempt(make(subject.model))
             if got:
                 subject, progress = got, True
-                break
-        for cand in drop_cf_outputs(subject.model):
-            got = attempt(cand)
-            if got:
-                subject, progress = got, True
-                break
-        if not progress:
-            for cand in bypasses(subject.model):
-                got = attempt(cand)
+        for make in (bypasses, dead_node_removals):
+            if not progress:
+                got = first_attempt(make(subject.model))
                 if got:
                     subject, progress = got, True
-                    break
-        if not progress:
-            for cand in dead_node_removals(subject.model):
-                got = attempt(cand)
-                if got:
-                    subject, progress = got, True
-                    break
         values = intermediates(subject)
         if values:
             const = constant_names(subject.model.graph)
