@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.analysis import is_default_op
 from onnxfold.errors import InputError
 
 ModelRef = str | os.PathLike | onnx.ModelProto
@@ -220,7 +221,7 @@ def _id_table_sizes(model: ir.Model) -> dict[str, int]:
                 if node.op_type in _ID_PASSTHROUGH and use.idx == 0 and node.outputs:
                     if node.outputs[0] not in seen:
                         frontier.append(node.outputs[0])
-                elif node.op_type == "Gather" and use.idx == 1 and node.domain in ("", "ai.onnx"):
+                elif is_default_op(node, "Gather") and use.idx == 1:
                     table = node.inputs[0]
                     axis = node.attributes.get_int("axis", 0)
                     const = table.const_value if table is not None else None

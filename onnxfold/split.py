@@ -25,6 +25,7 @@ import onnx_ir as ir
 from onnxfold.analysis import (
     captured_values,
     external_inputs,
+    is_default_op,
     plan_graph,
     subgraphs,
     why_not_foldable,
@@ -78,7 +79,7 @@ def _hoist(model: ir.Model, known: set[ir.Value], runtime: set[ir.Value]) -> int
                 inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
                 if node.op_type == "Identity" and all(o in sub.outputs for o in node.outputs):
                     continue  # the subgraph's hand-over of a hoisted value
-                if (not inputs or why_not_foldable(node) or node.op_type == "Constant"
+                if (not inputs or why_not_foldable(node) or is_default_op(node, "Constant")
                         or not all(v in known or v in runtime for v in inputs)
                         or not any(v in runtime for v in inputs)):
                     continue
@@ -119,7 +120,7 @@ def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) ->
     rt: set[ir.Value] = set(runtime_inputs)
     nodes: list[ir.Node] = []
     for node in graph:
-        if node in plan.foldable or node.op_type == "Constant" or why_not_foldable(node):
+        if node in plan.foldable or is_default_op(node, "Constant") or why_not_foldable(node):
             continue
         inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
         if inputs and all(v in ct or v in rt for v in inputs) and any(v in rt for v in inputs):
@@ -170,7 +171,7 @@ def _extract(model: ir.Model, nodes: list[ir.Node], inputs: list[ir.Value],
     graph = onnx.GraphProto(name=name)
     members = set(nodes)
     needed = external_inputs(nodes)
-    constants = [n for n in model.graph if n.op_type == "Constant" and n not in members
+    constants = [n for n in model.graph if is_default_op(n, "Constant") and n not in members
                  and any(o in needed for o in n.outputs)]
     graph.node.extend(ir.serde.serialize_node(n) for n in constants + nodes)
     graph.input.extend(_value_info(v) for v in inputs)
