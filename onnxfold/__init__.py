@@ -28,13 +28,13 @@ _HOMES = {
     "OptimizeResult": "pipeline", "optimize": "pipeline",
     "Report": "report",
     "Session": "session",
-    "split_model": "split", "write_split": "split",
+    "split_model": "split", "write_split": "split", "simplify": "simplify",
 }
 
 __all__ = [
     "CompareResult", "FoldOptions", "FoldStats", "InputError", "OnnxfoldError", "OptimizeResult",
     "OutputError", "Report", "Session", "compare", "load_model", "optimize", "save_model",
-    "split_model", "write_split", "__version__",
+    "simplify", "split_model", "write_split", "__version__",
 ]
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from onnxfold.pipeline import OptimizeResult, optimize
     from onnxfold.report import Report
     from onnxfold.session import Session
+    from onnxfold.simplify import simplify
     from onnxfold.split import split_model, write_split
 
 

@@ -24,13 +24,14 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
                  n: int, external_data: bool | None = None, protect: set[str] | None = None,
                  seed: int = 0, dims: Mapping[str, int] | None = None,
                  int_ranges: Mapping[str, tuple[int, int]] | None = None, rtol: float = 1e-4,
-                 atol: float = 1e-5) -> tuple[SaveInfo | None, CompareResult]:
+                 atol: float = 1e-5, replaces: tuple[str, ...] = ()
+                 ) -> tuple[SaveInfo | None, CompareResult]:
     """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
 
     Returns the save info (None when nothing was written) and the comparison.
     """
     path = os.fspath(path)
-    guard = OutputGuard(input_files(model))
+    guard = OutputGuard(input_files(model), replaces)
     guard.protect(protect or ())
     target = guard.claim(path, "output model")
     fd, tmp = temp_beside(target, suffix=".check.onnx")
@@ -48,7 +49,8 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
             os.replace(tmp, target)
             return SaveInfo(path, None, info.bytes_written, info.streamed_tensors), result
         # The .onnx names its data file, so external data is written again under the final name.
-        return save_model(model, path, external_data=True, protect=protect), result
+        return save_model(model, path, external_data=True, protect=protect,
+                          replaces=replaces), result
     except OSError as e:
         raise OutputError(f"{path}: write failed ({e.strerror or e})") from None
     finally:

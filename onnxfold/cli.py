@@ -64,7 +64,8 @@ def _fold_options(args: argparse.Namespace):
 def cmd_optimize(args: argparse.Namespace) -> int:
     from onnxfold.io.outputs import OutputGuard
 
-    guard = OutputGuard([args.input])
+    args.replaces = _in_place(args.input, args.output)
+    guard = OutputGuard([args.input], args.replaces)
     target = guard.claim(args.output, "output model")
     if args.external_data == "yes":
         guard.claim(args.output + ".data", "output model's external data")
@@ -72,6 +73,16 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         guard.claim(args.json, "JSON report")
     with _start_prefill(args, target) as prefill:
         return _optimize_and_save(args, guard, prefill)
+
+
+def _in_place(source: str, output: str) -> tuple[str, ...]:
+    """The files ``-o`` may replace: the input itself (and its ``.data`` beside it) when the
+    output is the input; nothing otherwise."""
+    try:
+        same = os.path.samefile(source, output)
+    except OSError:
+        return ()
+    return (source, output + ".data") if same else ()
 
 
 def _start_prefill(args: argparse.Namespace, target: str
@@ -115,7 +126,8 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
         from onnxfold.checked_save import save_checked
 
         info, check = save_checked(result.model, args.input, args.output, n=args.check,
-                                   external_data=external, protect={args.input}, **checking)
+                                   external_data=external, protect={args.input},
+                                   replaces=args.replaces, **checking)
         if info is None or not args.quiet:
             print(check.summary())
         if info is None:
@@ -127,7 +139,8 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
 
         info = save_model(result.model, args.output, external_data=external,
                           protect={args.input}, prefill=prefill,
-                          verify=None if args.no_verify else verifier(args.input))
+                          verify=None if args.no_verify else verifier(args.input),
+                          replaces=args.replaces)
     report = result.report
     report.output = info.path
     report.external_data = info.data_path

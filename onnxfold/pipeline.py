@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx_ir as ir
@@ -26,6 +27,7 @@ from onnx_ir.passes import PassError, PassManager
 
 from onnxfold.analysis import node_label
 from onnxfold.catalogue import load_catalogue
+from onnxfold.errors import InputError
 from onnxfold.fold import FoldOptions, FoldStats, source_array
 from onnxfold.io import load_model
 from onnxfold.passes import (
@@ -44,6 +46,9 @@ from onnxfold.report import Report, model_counts
 from onnxfold.steps import StepFailed
 from onnxfold.symbolic import blocked_scaffolding
 
+if TYPE_CHECKING:
+    from onnxfold.io.writer import SaveInfo
+
 MAX_ROUNDS = 8
 SHAPE_VALUE_RULES = {"known_shape_value", "reshape_known_target"}  # off with --no-shape-folding
 
@@ -55,6 +60,50 @@ class OptimizeResult:
     model: ir.Model
     report: Report
     stats: FoldStats = field(repr=False, default_factory=FoldStats)
+
+    def to_proto(self) -> onnx.ModelProto:
+        """The model as an ``onnx.ModelProto`` with every weight's bytes in it (weights still
+        in the input's file are read into the proto; :meth:`save` streams them instead)."""
+        from onnxfold.io.writer import inline_references, restore_references
+
+        inlined = inline_references(self.model, set())
+        try:
+            return ir.serde.serialize_model(self.model)
+        finally:
+            restore_references(inlined)
+
+    def save(self, path: str | os.PathLike, **kwargs: Any) -> SaveInfo:
+        """Write the model (``onnxfold.save_model``: streamed, atomic, never over an input)."""
+        from onnxfold.io import save_model
+
+        return save_model(self.model, path, **kwargs)
+
+
+ModelInput = ir.Model | onnx.ModelProto | bytes | str | os.PathLike
+
+
+def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | None]:
+    """An ``ir.Model`` for what the caller holds: a path (memory-mapped, checked), an
+    ``onnx.ModelProto`` or its bytes (checked like a file; external data refused), or an
+    ``ir.Model`` (used as is). Also the path, when there is one."""
+    from onnxfold.io.reader import model_from_proto
+
+    if isinstance(model, ir.Model):
+        return model, None
+    if isinstance(model, bytes | bytearray | memoryview):
+        try:
+            model = onnx.ModelProto.FromString(bytes(model))
+        except Exception:  # protobuf's DecodeError
+            raise InputError("bytes given: not an ONNX model") from None
+    if isinstance(model, onnx.ModelProto):
+        if check:
+            try:
+                onnx.checker.check_model(model)
+            except onnx.checker.ValidationError as e:
+                raise InputError(f"model: invalid: {str(e).strip().splitlines()[0]}") from None
+        return model_from_proto(model), None
+    path = os.fspath(model)  # type: ignore[arg-type]  # str or PathLike by elimination
+    return load_model(path, check=check), path
 
 
 def build_pipeline(options: FoldOptions, stats: FoldStats,
@@ -84,25 +133,26 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
 MAX_RESTARTS = 4
 
 
-def optimize(model: ir.Model | str | os.PathLike, options: FoldOptions | None = None,
+def optimize(model: ModelInput, options: FoldOptions | None = None,
              *, check: bool = True,
              progress: Callable[[int, int], None] | None = None,
              pristine: Callable[[], ir.Model] | None = None) -> OptimizeResult:
-    """Fold every constant subgraph of ``model`` (a path or an ``ir.Model``, changed in place).
+    """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
+    or an ``ir.Model`` (changed in place).
 
-    Returns the model and a :class:`Report`; save it with :func:`onnxfold.save_model`. A rule
-    or pass that fails is left out and the optimization starts again from the untouched model
-    (from ``pristine()``, a fresh copy, when given; else from a copy taken first); the report
-    lists it in ``skipped_steps``.
+    Returns the model and a :class:`Report`; ``result.save(path)`` writes it,
+    ``result.to_proto()`` gives a ModelProto. A rule or pass that fails is left out and the
+    optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
+    given; else from a copy taken first); the report lists it in ``skipped_steps``.
     """
     from onnxfold.io.reader import SOURCE_KEY
 
     started = time.perf_counter()
     options = options or FoldOptions()
-    if not isinstance(model, ir.Model):
-        path = os.fspath(model)
-        model = load_model(path, check=check)
-        pristine = pristine or (lambda: load_model(path, check=False))
+    model, path = as_ir_model(model, check)
+    if path is not None:
+        source = path
+        pristine = pristine or (lambda: load_model(source, check=False))
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone

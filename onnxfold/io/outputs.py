@@ -30,9 +30,13 @@ def file_id(path: str) -> FileId | None:
 class OutputGuard:
     """The input files of a command, and the outputs it has claimed so far."""
 
-    def __init__(self, inputs: Iterable[str | os.PathLike] = ()) -> None:
+    def __init__(self, inputs: Iterable[str | os.PathLike] = (),
+                 replaceable: Iterable[str | os.PathLike] = ()) -> None:
+        """``replaceable``: inputs the caller asked to replace (``-o`` equal to the input):
+        they are still written beside and renamed, so a failure leaves them intact."""
         self._inputs: dict[FileId, str] = {}
         self._claimed: dict[str, str] = {}
+        self._replaceable = {i for i in (file_id(os.fspath(p)) for p in replaceable) if i}
         self.protect(inputs)
 
     def protect(self, paths: Iterable[str | os.PathLike]) -> None:
@@ -79,6 +83,6 @@ class OutputGuard:
             raise OutputError(f"{shown}: not a regular file (a device, FIFO or socket is never "
                               "replaced)")
         source = self._inputs.get((info.st_dev, info.st_ino))
-        if source is not None:
+        if source is not None and (info.st_dev, info.st_ino) not in self._replaceable:
             same = "" if os.path.abspath(source) == target else f" ({source})"
             raise OutputError(f"{shown}: refusing to overwrite an input{same} with the {what}")

@@ -12,7 +12,7 @@ are never targets.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import onnx
@@ -81,8 +81,8 @@ def input_files(model: ir.Model) -> set[str]:
     return files
 
 
-def _inline_references(model: ir.Model, streamed: set[ir.Value]
-                       ) -> dict[ir.Value, ir.TensorProtocol]:
+def inline_references(model: ir.Model, streamed: set[ir.Value]
+                      ) -> dict[ir.Value, ir.TensorProtocol]:
     """Give every initializer that is not streamed but still refers to the input's files (a
     small tensor, or one in a subgraph) its data, so that the serializer writes the bytes rather
     than a path that does not exist beside the output; returns the replaced references."""
@@ -99,10 +99,17 @@ def _inline_references(model: ir.Model, streamed: set[ir.Value]
     return replaced
 
 
+def restore_references(replaced: dict[ir.Value, ir.TensorProtocol]) -> None:
+    """Undo :func:`inline_references`: the values refer to their files again."""
+    for value, reference in replaced.items():
+        value.const_value = reference
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
                data_name: str | None = None, protect: set[str] | None = None,
                prefill: OutputPrefill | None = None,
-               verify: Callable[[str], None] | None = None) -> SaveInfo:
+               verify: Callable[[str], None] | None = None,
+               replaces: Iterable[str] = ()) -> SaveInfo:
     """Write ``model`` to ``path``; ``external_data=None`` chooses external data only if needed.
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
@@ -110,10 +117,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     ``path`` is written through. ``prefill``, started for ``path``'s target before folding,
     provides the (already warm) temporary file to write over. ``verify(temporary path)``, for
     models without external data, may refuse the written file before it replaces anything.
+    ``replaces``: input files the caller asked to replace (writing a model over itself).
     """
     path = os.fspath(path)
     data_name = data_name or os.path.basename(path) + ".data"
-    guard = OutputGuard(input_files(model))
+    guard = OutputGuard(input_files(model), replaces)
     guard.protect(protect or ())
     target = guard.claim(path, "output model")
     data_path = os.path.join(os.path.dirname(target), data_name)
@@ -129,7 +137,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     if external_data:
         data_path = guard.claim(data_path, "output model's external data")
 
-    inlined = _inline_references(model, set(streamed.values()))
+    inlined = inline_references(model, set(streamed.values()))
     for name in streamed:
         graph.initializers.pop(name)
     try:
@@ -137,8 +145,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     finally:
         for value in streamed.values():
             graph.register_initializer(value)
-        for value, reference in inlined.items():
-            value.const_value = reference
+        restore_references(inlined)
     graph_bytes = proto.graph.SerializeToString()
     proto.ClearField("graph")
     head = proto.SerializeToString()

@@ -107,14 +107,6 @@ def test_unwritable_output(tmp_path):
         assert_clean_error(onnxfold("optimize", TINY_BERT, "-o", str(ro / "x.onnx")))
 
 
-def test_output_is_input(tmp_path):
-    copy = tmp_path / "model.onnx"
-    shutil.copy(TINY_BERT, copy)
-    before = copy.read_bytes()
-    assert_clean_error(onnxfold("optimize", str(copy), "-o", str(copy)), "overwrite")
-    assert copy.read_bytes() == before
-
-
 def test_bad_option_value():
     proc = onnxfold("optimize", TINY_BERT, "-o", "x.onnx", "--max-tensor", "lots")
     assert proc.returncode == 2 and "not a size" in proc.stderr
@@ -160,3 +152,38 @@ def test_prefilled_output_equals_unprefilled_and_leaves_no_temporaries(tmp_path)
     assert_clean_error(onnxfold("optimize", str(junk), "-o", str(tmp_path / "j.onnx")),
                        "not an ONNX model")
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["embedded", "external-data"])
+def test_in_place_output(tmp_path, external):
+    src = tmp_path / "m.onnx"
+    if external:
+        model = onnx.load(TINY_BERT)
+        onnx.save(model, str(src), save_as_external_data=True, location="m.onnx.data",
+                  size_threshold=1024)
+    else:
+        shutil.copy(TINY_BERT, src)
+    feeds = random_feeds(TINY_BERT)
+    before = run_ort(TINY_BERT, feeds)
+    args = ["optimize", str(src), "-o", str(src), "-q"]
+    if external:
+        args += ["--external-data", "yes"]
+    proc = onnxfold(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == (["m.onnx", "m.onnx.data"] if external
+                                            else ["m.onnx"])
+    for a, b in zip(before, run_ort(str(src), feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_refused_in_place_run_leaves_the_input(tmp_path):
+    import hashlib
+
+    src = tmp_path / "m.onnx"
+    shutil.copy(TINY_BERT, src)
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    proc = onnxfold("optimize", str(src), "-o", str(src), "--check", "1", "--rtol", "0",
+                    "--atol", "-1")
+    assert proc.returncode == 2  # a negative tolerance is bad input: nothing written
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == digest
+    assert os.listdir(tmp_path) == ["m.onnx"]

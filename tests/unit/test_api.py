@@ -1,0 +1,47 @@
+"""The Python API takes what users hold: a path, an onnx.ModelProto, its bytes, an ir.Model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from conftest import MODELS, random_feeds, run_ort
+
+import onnxfold
+from onnxfold.errors import InputError
+
+TINY_BERT = f"{MODELS}/tiny_bert_ts.onnx"
+
+
+@pytest.mark.parametrize("kind", ["path", "proto", "bytes", "ir"])
+def test_optimize_takes_what_users_hold(kind):
+    proto = onnx.load(TINY_BERT)
+    given = {"path": TINY_BERT, "proto": proto, "bytes": proto.SerializeToString(),
+             "ir": ir.serde.deserialize_model(proto)}[kind]
+    result = onnxfold.optimize(given)
+    folded = result.to_proto()
+    assert isinstance(folded, onnx.ModelProto)
+    assert len(folded.graph.node) < len(proto.graph.node)
+    feeds = random_feeds(TINY_BERT)
+    for a, b in zip(run_ort(proto, feeds), run_ort(folded, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_result_saves(tmp_path):
+    info = onnxfold.optimize(TINY_BERT).save(tmp_path / "out.onnx")
+    assert info.bytes_written == (tmp_path / "out.onnx").stat().st_size
+
+
+def test_bad_protos_and_bytes_are_one_error():
+    with pytest.raises(InputError, match="not an ONNX model"):
+        onnxfold.optimize(b"\x08\x01garbage that is not protobuf \xff\xff")
+    model = onnx.load(TINY_BERT)
+    model.graph.node[0].input[0] = "no_such_value"
+    with pytest.raises(InputError):
+        onnxfold.optimize(model)
+
+
+def test_simplify_is_onnxsim_shaped():
+    folded, ok = onnxfold.simplify(onnx.load(TINY_BERT), check_n=1)
+    assert ok and isinstance(folded, onnx.ModelProto)
