@@ -11,6 +11,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis import is_default_op
 from onnxfold.arrays import c_contiguous, release_pages
+from onnxfold.fold import constant_array
 from onnxfold.patterns import cleanup, names_for, replace_value
 
 
@@ -43,6 +44,34 @@ def remove_identity(model: ir.Model) -> int:
             graph.remove(node, safe=True)
             removed += 1
     return removed
+
+
+@cleanup("constants_to_initializers", op_types=("Constant",))
+def constants_to_initializers(model: ir.Model) -> int:
+    """The main graph's ``Constant`` nodes become initializers (as onnxruntime does when it
+    loads a model); subgraphs keep theirs, and so do string constants."""
+    graph = model.graph
+    names = names_for(model)
+    moved = 0
+    for node in list(graph):
+        if not is_default_op(node, "Constant") or len(node.outputs) != 1:
+            continue
+        out = node.outputs[0]
+        arr = constant_array(out)
+        if arr is None or out.name is None or out.name in graph.initializers:
+            continue
+        name = out.name
+        out.name = names.fresh(name)
+        value = ir.Value(name=name, shape=ir.Shape(arr.shape),
+                         type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                         const_value=ir.Tensor(arr, name=name))
+        out.replace_all_uses_with(value, replace_graph_outputs=True)
+        graph.register_initializer(value)
+        if model.ir_version < 4:
+            graph.inputs.append(value)  # IR 3: every initializer is an input
+        graph.remove(node, safe=True)
+        moved += 1
+    return moved
 
 
 def _sample_digest(tensor: ir.TensorProtocol) -> bytes:

@@ -1,6 +1,7 @@
 """Pattern rules (rules/rewrites.py) and cleanups (rules/cleanups.py), checked in onnxruntime."""
 
 import numpy as np
+import pytest
 from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
@@ -373,3 +374,19 @@ def test_merging_transposes_of_an_untyped_value_saves(tmp_path):
     onnxfold.save_model(result.model, str(tmp_path / "out.onnx"))
     assert [n.op_type for n in onnx.load(str(tmp_path / "out.onnx")).graph.node] == \
         ["Foo", "Transpose", "Bar"]
+
+
+@pytest.mark.parametrize("ir_version", [3, 8])
+def test_constant_nodes_become_initializers(tmp_path, ir_version):
+    nodes = [helper.make_node("Constant", [], ["k"], value=tensor("k_v", np.float32([1, 2, 3]))),
+             helper.make_node("Constant", [], ["j"], value=tensor("j_v", np.int64([4, 5, 6]))),
+             helper.make_node("Mul", ["x", "k"], ["m"]),
+             helper.make_node("Cast", ["j"], ["jf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["m", "jf"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])],
+                       ir_version=ir_version, opset=9 if ir_version == 3 else 17)
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert [n.op_type for n in folded.graph.node] == ["Mul", "Add"]
+    assert report.cleanup_hits.get("constants_to_initializers") == 1
+    x = np.float32([1, -1, 2])
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
