@@ -115,6 +115,18 @@ class Catalogue:
                          self.facts + other.facts)
 
 
+@functools.cache
+def _first_versions() -> dict[tuple[str, str], int]:
+    """(domain, op) -> the opset that introduced it (one walk over onnx's schemas)."""
+    import onnx
+
+    first: dict[tuple[str, str], int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        key = (schema.domain, schema.name)
+        first[key] = min(first.get(key, schema.since_version), schema.since_version)
+    return first
+
+
 def _resolved(rule: FolderRule) -> FolderRule:
     """``rule`` with ``since`` moved to the first version of the op's schema in force then,
     and named ``Op`` or ``Op_vN`` after it."""
@@ -123,8 +135,7 @@ def _resolved(rule: FolderRule) -> FolderRule:
     try:
         since = onnx.defs.get_schema(rule.op_type, rule.since, rule.domain).since_version
     except onnx.defs.SchemaError:  # the op is newer than ``since``: its first version
-        since = min(s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                    if s.name == rule.op_type and s.domain == rule.domain)
+        since = _first_versions()[(rule.domain, rule.op_type)]
     name = rule.name or rule.op_type + (f"_v{since}" if since > 1 or rule.until else "")
     return dataclasses.replace(rule, since=since, name=name)
 
