@@ -74,8 +74,18 @@ def _attr_value(attr: ir.Attr):
     return value
 
 
+_ARRAY_KEY = "onnxfold.array"  # Node.meta: a Constant node's array, read once
+
+
 def _constant_value(node: ir.Node) -> np.ndarray | None:
-    """The array of a Constant node, or None for sparse/string constants."""
+    """The array of a Constant node, or None for sparse/string constants (read once: onnx-ir's
+    attribute access is slow enough to matter on graphs with thousands of Constants)."""
+    if _ARRAY_KEY not in node.meta:
+        node.meta[_ARRAY_KEY] = _read_constant(node)
+    return node.meta[_ARRAY_KEY]
+
+
+def _read_constant(node: ir.Node) -> np.ndarray | None:
     for name, attr in node.attributes.items():
         if name == "value":
             arr = attr.as_tensor().numpy()

@@ -256,19 +256,38 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays) -> Known 
     return None
 
 
+_SHAPE_DTYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
+
+
+def _may_be_shape(value: ir.Value) -> bool:
+    """Whether ``value`` can be a small integer tensor, from its declared type and shape (no
+    data read): an integer of at most one dim and ``MAX_ELEMENTS`` elements."""
+    tensor = value.const_value
+    dtype = tensor.dtype if tensor is not None else value.dtype
+    shape = tensor.shape if tensor is not None else value.shape
+    if dtype is not None and dtype not in _SHAPE_DTYPES:
+        return False
+    if shape is None:
+        return dtype is not None  # a Constant node's output may have no declared shape
+    return len(shape) <= 1 and all(isinstance(d, int) and d <= MAX_ELEMENTS for d in shape)
+
+
 def shape_values(graph: ir.Graph, arrays: Arrays) -> dict[ir.Value, Known]:
     """The known elements of every small integer tensor of ``graph`` that builds a shape.
 
     ``arrays(value)`` gives the data of constants (initializers, Constant outputs)."""
     known: dict[ir.Value, Known] = {}
+    seen: set[ir.Value] = set()
 
     def seed(value: ir.Value | None) -> None:
-        if value is None or value in known:
+        if value is None or value in seen:
             return
-        ints = _ints(arrays(value))
-        if ints is not None:
-            arr = arrays(value)
-            assert arr is not None
+        seen.add(value)
+        if not _may_be_shape(value):
+            return  # not a constant's data worth reading (the cheap test, first)
+        arr = arrays(value)
+        ints = _ints(arr)
+        if ints is not None and arr is not None:
             known[value] = Known(tuple(ints), arr.ndim == 0, arr.dtype)
 
     for node in graph:
