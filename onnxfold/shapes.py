@@ -83,12 +83,37 @@ def _range_length(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) 
         return 0  # not all constant: nothing for data propagation to compute
 
 
+_SAME_AS_FIRST = frozenset({"Identity", "Cast", "Slice", "Squeeze", "Unsqueeze", "Reshape",
+                            "CastLike", "Neg", "Abs"})
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Where", "Equal",
+                          "Less", "Greater", "And", "Or", "Not", "Expand"})
+
+
+def _propagated_length(node: onnx.NodeProto, ins: list[int],
+                       constants: dict[str, onnx.TensorProto]) -> int:
+    """How long a 1-D value data propagation may make of ``node``'s output, from its inputs'
+    lengths: ``Concat`` adds them, ``Gather`` takes its indices', ``Range`` its own count, ops
+    that pass data through take their first input's, elementwise ops their longest; other ops
+    produce no propagated data."""
+    op = node.op_type
+    if op == "Concat":
+        return sum(ins)
+    if op == "Range":
+        return _range_length(node, constants)
+    if op == "Gather":
+        return ins[1] if len(ins) > 1 else 0
+    if op in _SAME_AS_FIRST:
+        return ins[0] if ins else 0
+    if op in _ELEMENTWISE:
+        return max(ins, default=0)
+    return 0
+
+
 def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
     """Whether data propagation holds no 1-D value longer than ``DATA_PROP_MAX``.
 
     The lengths of 1-D values are followed through the graph the way data propagation grows
-    them (``Concat`` adds its inputs' lengths, ``Range`` of constants has its own, any other op
-    is as long as its longest input): a chain of 20 ``Concat(x, x)`` of a short constant would
+    them (:func:`_propagated_length`): a chain of 20 ``Concat(x, x)`` of a short constant would
     otherwise make inference allocate tens of gigabytes.
     """
     for graph in graph_protos(proto.graph):
@@ -101,13 +126,8 @@ def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
         for name, t in constants.items():
             lengths[name] = t.dims[0] if len(t.dims) == 1 else 0
         for node in graph.node:
-            ins = [lengths.get(name, 0) for name in node.input if name]
-            if node.op_type == "Concat":
-                out = sum(ins)
-            elif node.op_type == "Range":
-                out = _range_length(node, constants)
-            else:
-                out = max(ins, default=0)
+            ins = [lengths.get(name, 0) for name in node.input]
+            out = _propagated_length(node, ins, constants)
             for name in node.output:
                 lengths[name] = max(lengths.get(name, 0), out)
         if max(lengths.values(), default=0) > DATA_PROP_MAX:

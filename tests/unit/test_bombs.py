@@ -148,3 +148,19 @@ def test_a_full_spill_directory_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match="cannot spill"):
         pool.put("v", np.ones(1 << 12, np.float32), 1)
     assert os.listdir(tmp_path) == []
+
+
+def test_data_propagation_stays_on_for_long_tables_read_a_scalar_at_a_time():
+    # GPT-2's position table: a Gather of one scalar from a 1-D constant of 100,000 elements
+    # yields a scalar; treating it as 100,000 long turned data propagation off for the model
+    from onnxfold.shapes import _data_prop_is_bounded
+
+    nodes = [_const("table", np.arange(100_000, dtype=np.int64)), _const("i", np.array(3)),
+             helper.make_node("Gather", ["table", "i"], ["g"]),
+             helper.make_node("Unsqueeze", ["g", "ax"], ["u"]),
+             helper.make_node("Concat", ["u", "u"], ["y"], axis=0)]
+    ok = make_model(nodes, [], [vinfo("y", TensorProto.INT64, [2])],
+                    [tensor("ax", np.array([0]))])
+    assert _data_prop_is_bounded(ok)
+    doubled = make_model(BOMBS["concat_doublings"]()[:18], [], [vinfo("c17", shape=None)])
+    assert not _data_prop_is_bounded(doubled)
