@@ -125,12 +125,14 @@ def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
                           for a in n.attribute if a.name == "value"})
         for name, t in constants.items():
             lengths[name] = t.dims[0] if len(t.dims) == 1 else 0
+        worst = 0  # what propagation computes: inputs and constants cost nothing unused
         for node in graph.node:
             ins = [lengths.get(name, 0) for name in node.input]
             out = _propagated_length(node, ins, constants)
+            worst = max(worst, out)
             for name in node.output:
                 lengths[name] = max(lengths.get(name, 0), out)
-        if max(lengths.values(), default=0) > DATA_PROP_MAX:
+        if worst > DATA_PROP_MAX:
             return False
     return True
 
