@@ -250,6 +250,11 @@ def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
     if node.op_type == "Cast":
         noop = src.dtype is not None and node.attributes.get("to") is not None and \
             int(src.dtype) == node.attributes["to"].as_int()
+    elif node.op_type == "Transpose":
+        perm = node.attributes.get("perm")
+        rank = len(src.shape) if src.shape is not None else None
+        noop = list(perm.as_ints()) == list(range(len(perm.as_ints()))) if perm is not None \
+            else rank is not None and rank <= 1
     elif node.op_type == "Pad":
         pads = ctx.array(node.inputs[1]) if len(node.inputs) > 1 else None
         if pads is None and "pads" in node.attributes:
@@ -265,9 +270,11 @@ def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
         ctx.produced_here(src) and src not in ctx.graph.outputs)
 
 
-@pattern(P(("Cast", "Reshape", "Expand", "Pad"), Var("src"), ..., name="node"), check=_is_noop)
+@pattern(P(("Cast", "Reshape", "Expand", "Pad", "Transpose"), Var("src"), ..., name="node"),
+         check=_is_noop)
 def drop_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> None:
-    """Cast to the same type, Reshape/Expand to the same static shape, Pad by zeros."""
+    """Cast to the same type, Reshape/Expand to the same static shape, Pad by zeros, Transpose
+    by the identity permutation."""
     ctx.replace_output(node.outputs[0], src)
     ctx.graph.remove(node, safe=True)
 
@@ -310,3 +317,20 @@ def transpose_before_widening(ctx: RewriteContext, transpose: ir.Node, widen: ir
         widen.op_type, [moved, *widen.inputs[1:]], transpose, attributes=attributes,
         domain=widen.domain, dtype=out.dtype, shape=out.shape, base=out.name))
     ctx.remove_if_unused(widen)
+
+
+def _like_dtype_known(ctx: RewriteContext, node: ir.Node, x: ir.Value, like: ir.Value) -> bool:
+    return like.dtype is not None
+
+
+@pattern(P("CastLike", Var("x", const=True), Var("like"), name="node"), check=_like_dtype_known)
+def cast_like_of_a_constant(ctx: RewriteContext, node: ir.Node, x: ir.Value,
+                            like: ir.Value) -> None:
+    """CastLike(c, y) reads only y's dtype: with a constant c it is Cast(c, to=dtype(y)), which
+    folds (an attention scale's CastLike otherwise blocks the Sqrt after it)."""
+    assert like.dtype is not None
+    out = node.outputs[0]
+    attributes = [ir.AttrInt64("to", int(like.dtype))] + [
+        a for a in node.attributes.values() if a.name in ("saturate", "round_mode")]
+    ctx.replace_node(node, ctx.add_node("Cast", [x], node, attributes=attributes,
+                                        dtype=like.dtype, shape=out.shape, base=out.name))

@@ -390,3 +390,16 @@ def test_constant_nodes_become_initializers(tmp_path, ir_version):
     assert report.cleanup_hits.get("constants_to_initializers") == 1
     x = np.float32([1, -1, 2])
     np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+def test_identity_transpose_and_cast_like_of_a_constant(tmp_path):
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1]),
+             helper.make_node("CastLike", ["scale", "x"], ["s"]),
+             helper.make_node("Sqrt", ["s"], ["r"]),
+             helper.make_node("Mul", ["t", "r"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 3])], [vinfo("y", shape=["N", 3])],
+                       [tensor("scale", np.float64(16.0))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert [n.op_type for n in folded.graph.node] == ["Mul"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
