@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import is_default_op
+from onnxfold.analysis import is_default_op, op_facts
 from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.fold import constant_array
 from onnxfold.patterns import cleanup, names_for, replace_value
@@ -151,3 +151,56 @@ def prune_subgraph_initializers(model: ir.Model) -> int:
                 graph.initializers.pop(value.name)
                 removed += 1
     return removed
+
+
+def _attribute_key(attr: ir.Attr) -> object:
+    """A hashable form of an attribute's value; None when it cannot be compared cheaply (a
+    subgraph, a large tensor)."""
+    if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return None
+    if attr.type == ir.AttributeType.TENSOR:
+        tensor = attr.as_tensor()
+        if tensor.size > 1024:
+            return None
+        return (int(tensor.dtype), tuple(tensor.shape.numpy()), tensor.tobytes())
+    if attr.type == ir.AttributeType.TENSORS:
+        return None
+    value = attr.value
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
+def _node_key(node: ir.Node, nondeterministic: frozenset[str]) -> tuple | None:
+    if not is_default_op(node) or node.op_type in nondeterministic:
+        return None  # another domain's op may keep state or draw random numbers
+    attributes = []
+    for name, attr in sorted(node.attributes.items()):
+        key = _attribute_key(attr)
+        if key is None:
+            return None
+        attributes.append((name, int(attr.type), key))
+    return (node.op_type, node.overload, len(node.outputs),
+            tuple(id(v) if v is not None else None for v in node.inputs), tuple(attributes))
+
+
+@cleanup("merge_duplicates")
+def merge_duplicates(model: ir.Model) -> int:
+    """Nodes computing the same op of the same inputs with the same attributes become one (the
+    copies of ``Reshape(dim, [1])`` or ``Where(mask, -inf, 0)`` exporters emit per layer).
+    Never for non-deterministic ops, other domains or nodes with subgraphs."""
+    nondeterministic = op_facts().nondeterministic
+    names = names_for(model)
+    merged = 0
+    for graph in model.graphs():
+        first: dict[tuple, ir.Node] = {}
+        for node in list(graph):
+            key = _node_key(node, nondeterministic)
+            if key is None:
+                continue
+            original = first.setdefault(key, node)
+            if original is node or any(v in graph.outputs for v in node.outputs):
+                continue
+            for old, new in zip(node.outputs, original.outputs):
+                replace_value(graph, old, new, names.fresh)
+            graph.remove(node, safe=True)
+            merged += 1
+    return merged

@@ -403,3 +403,25 @@ def test_identity_transpose_and_cast_like_of_a_constant(tmp_path):
     assert [n.op_type for n in folded.graph.node] == ["Mul"]
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+def test_duplicate_nodes_merge_but_random_ones_do_not(tmp_path):
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n1"]),
+             helper.make_node("Gather", ["s", "zero"], ["n2"]),
+             helper.make_node("Cast", ["n1"], ["f1"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["n2"], ["f2"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["f1", "f2"], ["sum"]),
+             helper.make_node("RandomNormalLike", ["x"], ["r1"]),
+             helper.make_node("RandomNormalLike", ["x"], ["r2"]),
+             helper.make_node("Sub", ["r1", "r2"], ["d"]),
+             helper.make_node("Add", ["x", "sum"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N"])],
+                       [vinfo("y", shape=["N"]), vinfo("d", shape=["N"])],
+                       [tensor("zero", np.int64(0))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    ops = [n.op_type for n in folded.graph.node]
+    assert ops.count("Gather") == 1 and ops.count("Cast") == 1
+    assert ops.count("RandomNormalLike") == 2  # two draws stay two draws
+    x = np.float32([1, 2, 3])
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
