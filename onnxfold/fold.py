@@ -26,6 +26,7 @@ from onnxfold.analysis import (
     plan_graph,
     static_shape,
     subgraphs,
+    tensor_of,
 )
 from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budget, planned_bytes
 from onnxfold.catalogue import Catalogue, load_catalogue
@@ -65,7 +66,7 @@ class FoldStats:
 
 def _attr_value(attr: ir.Attr):
     if attr.type == ir.AttributeType.TENSOR:
-        return attr.as_tensor().numpy()
+        return tensor_of(attr).numpy()
     if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
         raise Decline("graph attributes are left to onnxruntime")
     value = attr.value
@@ -88,7 +89,7 @@ def _constant_value(node: ir.Node) -> np.ndarray | None:
 def _read_constant(node: ir.Node) -> np.ndarray | None:
     for name, attr in node.attributes.items():
         if name == "value":
-            arr = attr.as_tensor().numpy()
+            arr = tensor_of(attr).numpy()
             return None if arr.dtype.kind in "OSU" else arr
         if name in ("value_float", "value_int"):
             return np.asarray(attr.value, np.float32 if name == "value_float" else np.int64)

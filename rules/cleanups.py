@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import is_default_op, op_facts
+from onnxfold.analysis import is_default_op, op_facts, tensor_of
 from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.fold import constant_array
 from onnxfold.patterns import cleanup, names_for, replace_value
@@ -159,7 +159,7 @@ def _attribute_key(attr: ir.Attr) -> object:
     if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
         return None
     if attr.type == ir.AttributeType.TENSOR:
-        tensor = attr.as_tensor()
+        tensor = tensor_of(attr)
         if tensor.size > 1024:
             return None
         return (int(tensor.dtype), tuple(tensor.shape.numpy()), tensor.tobytes())

@@ -16,7 +16,7 @@ from typing import cast
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import subgraphs
+from onnxfold.analysis import subgraphs, tensor_of
 from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
 
 UNARY = ("Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
@@ -126,7 +126,7 @@ def constant_of_shape_as_expand(ctx: RewriteContext, node: ir.Node, shape: ir.Va
     """ConstantOfShape(s) feeding elementwise ops -> Expand(scalar, s), to postpone it."""
     out = node.outputs[0]
     attr = node.attributes.get("value")
-    scalar = attr.as_tensor().numpy().reshape(()) if attr is not None else np.float32(0)
+    scalar = tensor_of(attr).numpy().reshape(()) if attr is not None else np.float32(0)
     value = ctx.constant_value(np.asarray(scalar), "constant_of_shape_value")
     ctx.replace_node(node, ctx.add_node(
         "Expand", [value, shape], node, shape=out.shape, base=out.name,

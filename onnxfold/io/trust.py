@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.analysis import tensor_of
 from onnxfold.errors import InputError
 
 
@@ -111,7 +112,8 @@ def _tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol, Rebind |
             for attr in node.attributes.values():
                 what = f"{node.op_type} attribute {attr.name}"
                 if attr.type == ir.AttributeType.TENSOR:
-                    yield what, attr.as_tensor(), functools.partial(_rebind_attr, node, attr.name)
+                    yield what, tensor_of(attr), functools.partial(_rebind_attr, node,
+                                                                   attr.name)
                 elif attr.type == ir.AttributeType.TENSORS:
                     for tensor in attr.as_tensors():
                         yield what, tensor, None
