@@ -34,22 +34,25 @@ def default_pool_budget() -> int:
 def planned_bytes(node: ir.Node, arrays: Callable[[ir.Value], np.ndarray | None],
                   size_rule: Callable[..., int | None] | None,
                   attributes: Callable[[], dict]) -> int | None:
-    """Bytes of ``node``'s outputs before it runs: static shapes, else its size rule on the
-    input arrays (``arrays(value)``), else None (unknown)."""
+    """Bytes ``node``'s evaluation needs before it runs: its size rule on the input arrays
+    (``arrays(value)``; it may count a folder's temporaries) and its static output shapes,
+    whichever is larger; None when neither is known."""
     static = [static_nbytes(v) for v in node.outputs]
-    if all(s is not None for s in static):
-        return sum(s for s in static if s is not None)
+    known = sum(s for s in static if s is not None) if all(s is not None for s in static) \
+        else None
     if size_rule is None:
-        return None
+        return known
     inputs = [arrays(v) if v is not None else None for v in node.inputs]
     if any(a is None for v, a in zip(node.inputs, inputs) if v is not None):
-        return None
+        return known
     try:
         with np.errstate(all="ignore"):
             size = size_rule(*inputs, **attributes())
     except Exception:  # an input the rule cannot read: the folder declines such nodes anyway
-        return None
-    return None if size is None else int(size)
+        return known
+    if size is None:
+        return known
+    return int(size) if known is None else max(known, int(size))  # the rule counts temporaries
 
 
 def over_budget(need: int | None, live: int, budget: int, spilling: bool) -> Reason | None:

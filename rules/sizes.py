@@ -3,7 +3,8 @@
 The fold pass checks every node's outputs against the pool budget *before* allocating them;
 static shapes answer that for most nodes, these rules for the ops whose output size depends on
 their input values (the expanding ops, and shapes not yet inferred). Each takes the input
-arrays and attributes like a folder and returns a byte count (an upper bound is fine).
+arrays and attributes like a folder and returns a byte count (an upper bound is fine; it
+includes a folder's own temporaries where they are as large as the output).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def pad(x, pads=None, *_rest, **attrs):
 
 @output_bytes("OneHot")
 def one_hot(indices, depth, values, **_attrs):
-    return indices.size * max(_ints(depth)[0], 0) * values.dtype.itemsize
+    # the folder builds a boolean mask of the output's shape first: one more byte an element
+    return indices.size * max(_ints(depth)[0], 0) * (values.dtype.itemsize + 1)
 
 
 @output_bytes("Concat")
