@@ -135,11 +135,12 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
                   f"nothing was written to {args.output}", file=sys.stderr)
             return 1
     else:
-        from onnxfold.verify import verifier
+        from onnxfold.verify import VERIFY_MAX_NODES, verifier
 
+        cheap = not args.no_verify and result.report.nodes_after <= VERIFY_MAX_NODES
         info = save_model(result.model, args.output, external_data=external,
                           protect={args.input}, prefill=prefill,
-                          verify=None if args.no_verify else verifier(args.input),
+                          verify=verifier(args.input) if cheap else None,
                           replaces=args.replaces)
     report = result.report
     report.output = info.path
@@ -338,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="say why each constant-foldable node that was left alone was not folded")
     p.add_argument("--no-verify", action="store_true",
                    help="do not load the output in onnxruntime before it replaces anything "
-                        "(done by default for outputs up to 64 MiB)")
+                        "(done by default for outputs up to 64 MiB and 5000 nodes)")
     p.add_argument("--no-prefill", action="store_true",
                    help="do not warm the output file's pages on a second thread while folding")
     _add_fold_options(p)

@@ -2,8 +2,9 @@
 
 A folded model must compute what the original computes in onnxruntime; the cheapest part of
 that promise to check on every run is that onnxruntime accepts the new graph at all (graph
-optimizations off, so its own rewrites cannot hide ours). Models above ``VERIFY_LIMIT`` skip
-this by default (loading costs about as much as folding them); ``--check N`` compares outputs.
+optimizations off, so its own rewrites cannot hide ours). Outputs above ``VERIFY_LIMIT`` bytes
+or ``VERIFY_MAX_NODES`` nodes skip this by default (onnxruntime then takes about as long to load
+them as onnxfold to fold them); ``--check N`` compares outputs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 
 VERIFY_LIMIT = 64 << 20  # bytes of output
+VERIFY_MAX_NODES = 5000  # nodes of output (all graphs)
 
 
 class OutputRejected(RuntimeError):
