@@ -11,7 +11,7 @@ import onnx_ir as ir
 from onnxfold.analysis import node_label, plan_graph
 from onnxfold.io import load_model
 from onnxfold.report import model_counts
-from onnxfold.symbolic import blocked_scaffolding, shape_values
+from onnxfold.symbolic import blocked_scaffolding, shape_values, shared_dim_names
 
 
 def foldable_ops(model: ir.Model, shape_folding: bool = True) -> Counter:
@@ -69,7 +69,7 @@ def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, li
     static: Counter = Counter()
     for graph in model.graphs():
         planned = set(plan_graph(graph, model.ir_version).foldable)
-        values = shape_values(graph, source_array)
+        values = shape_values(graph, source_array, shared_dim_names(model))
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
             if known is not None and known.is_constant and node not in planned and \

@@ -30,7 +30,7 @@ import onnx_ir as ir
 from onnxfold.analysis import is_default_op, plan_graph, static_shape, subgraphs
 from onnxfold.registry import mark, source_of
 from onnxfold.steps import contained
-from onnxfold.symbolic import Known, shape_values
+from onnxfold.symbolic import Dim, Known, dim_symbol, shape_values, shared_dim_names
 
 if TYPE_CHECKING:
     from onnxfold.catalogue import Catalogue
@@ -279,8 +279,13 @@ class RewriteContext:
         """What a small integer tensor of this graph computes, element by element (static
         ints or dynamic dims: ``onnxfold.symbolic``); computed once per rewrite sweep."""
         if self._shape_values is None:
-            self._shape_values = shape_values(self.graph, self.array)
+            self._shape_values = shape_values(self.graph, self.array,
+                                              shared_dim_names(self.model))
         return self._shape_values.get(value)
+
+    def dim(self, value: ir.Value, axis: int) -> Dim | None:
+        """Axis ``axis`` of ``value`` as an int or a symbol (``onnxfold.symbolic``)."""
+        return dim_symbol(value, axis, shared_dim_names(self.model))
 
     def single_use(self, value: ir.Value) -> bool:
         return len(value.uses()) == 1 and value not in self.graph.outputs

@@ -30,8 +30,9 @@ def model_counts(model: ir.Model) -> ModelCounts:
             ops[node.op_type] += 1
         for value in graph.initializers.values():
             inits += 1
-            if value.const_value is not None:
-                init_bytes += value.const_value.nbytes
+            tensor = value.const_value
+            if tensor is not None and tensor.dtype != ir.DataType.STRING:
+                init_bytes += tensor.nbytes
     return ModelCounts(nodes, inits, init_bytes, dict(ops))
 
 

@@ -10,7 +10,8 @@ dynamic dims; one that keeps a ``Sym`` names the dim that blocks it.
 
 Two dims are the same symbol when they are the same axis of the same value, or carry the same
 name from shape inference (a graph input's ``dim_param``, or the name inference gave a dim it
-proved equal to it).
+proved equal to it) - unless the inputs use that name more than once: onnxruntime does not
+check that such dims agree, so they prove nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, n
 
 @dataclass(frozen=True)
 class Sym:
-    """A dynamic dim or an expression of them: ``("dim", name)``, ``("axis", value, i)`` or
+    """A dynamic dim or an expression of them: ``("dim", name)``, ``("axis", id, name, i)`` or
     ``(op, a, b)``."""
 
     expr: tuple
@@ -38,7 +39,7 @@ class Sym:
         if kind == "dim":
             return str(self.expr[1])
         if kind == "axis":
-            return f"{self.expr[1]}[{self.expr[2]}]"
+            return f"{self.expr[2]}[{self.expr[3]}]"
         return f"({self.expr[1]} {kind} {self.expr[2]})"
 
     def atoms(self) -> list[Sym]:
@@ -76,8 +77,24 @@ class Known:
         return list(found)
 
 
-def dim_symbol(value: ir.Value, axis: int) -> Dim | None:
-    """Axis ``axis`` of ``value``'s shape as an int or a symbol; None if its rank is unknown."""
+def shared_dim_names(model: ir.Model) -> frozenset[str]:
+    """Dim names the model's inputs use more than once. onnxruntime does not check that dims
+    of one name agree, so such a name proves nothing: its dims are told apart by axis."""
+    seen: dict[str, int] = {}
+    for value in model.graph.inputs:
+        for dim in value.shape or ():
+            name = getattr(dim, "value", None)
+            if isinstance(name, str) and name:
+                seen[name] = seen.get(name, 0) + 1
+    return frozenset(n for n, count in seen.items() if count > 1)
+
+
+def dim_symbol(value: ir.Value, axis: int, ambiguous: frozenset[str] = frozenset()
+               ) -> Dim | None:
+    """Axis ``axis`` of ``value``'s shape as an int or a symbol; None if its rank is unknown.
+
+    A named dim is the symbol of its name unless the name is ``ambiguous``; any other dynamic
+    dim is a symbol of this very axis of this very value (by identity: names change)."""
     shape = value.shape
     if shape is None or axis >= len(shape):
         return None
@@ -85,9 +102,9 @@ def dim_symbol(value: ir.Value, axis: int) -> Dim | None:
     if isinstance(dim, int):
         return dim
     name = getattr(dim, "value", None)
-    if isinstance(name, str) and name:
+    if isinstance(name, str) and name and name not in ambiguous:
         return Sym(("dim", name))
-    return Sym(("axis", value.name or str(id(value)), axis))
+    return Sym(("axis", id(value), value.name or "?", axis))
 
 
 def _ints(arr: np.ndarray | None) -> list[int] | None:
@@ -154,7 +171,8 @@ def _slice(elements: tuple[Dim, ...], start: int, end: int, step: int) -> tuple[
 Arrays = Callable[[ir.Value], np.ndarray | None]
 
 
-def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays) -> Known | None:
+def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
+          ambiguous: frozenset[str]) -> Known | None:
     """The value of ``node``'s first output, if it is a shape tensor this module follows."""
     op = node.op_type
     ins = list(node.inputs)
@@ -180,7 +198,7 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays) -> Known 
         rank = len(x.shape)
         start = node.attributes.get_int("start", 0)
         end = node.attributes.get_int("end", rank)
-        dims = [dim_symbol(x, i) for i in range(rank)]
+        dims = [dim_symbol(x, i, ambiguous) for i in range(rank)]
         return Known(_slice(tuple(d for d in dims if d is not None), start, end, 1) or ())
     if op in ("Identity", "Cast"):
         source = get(0)
@@ -248,7 +266,7 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays) -> Known 
             return None
         product: Dim = 1
         for i in range(len(x.shape)):
-            d = dim_symbol(x, i)
+            d = dim_symbol(x, i, ambiguous)
             if d is None:
                 return None
             product = _arith("Mul", product, d)
@@ -272,10 +290,12 @@ def _may_be_shape(value: ir.Value) -> bool:
     return len(shape) <= 1 and all(isinstance(d, int) and d <= MAX_ELEMENTS for d in shape)
 
 
-def shape_values(graph: ir.Graph, arrays: Arrays) -> dict[ir.Value, Known]:
+def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = frozenset()
+                 ) -> dict[ir.Value, Known]:
     """The known elements of every small integer tensor of ``graph`` that builds a shape.
 
-    ``arrays(value)`` gives the data of constants (initializers, Constant outputs)."""
+    ``arrays(value)`` gives the data of constants (initializers, Constant outputs);
+    ``ambiguous``: :func:`shared_dim_names`."""
     known: dict[ir.Value, Known] = {}
     seen: set[ir.Value] = set()
 
@@ -295,7 +315,7 @@ def shape_values(graph: ir.Graph, arrays: Arrays) -> dict[ir.Value, Known]:
             seed(value)
         if not is_default_op(node) or len(node.outputs) != 1:
             continue
-        found = _step(node, known, arrays)
+        found = _step(node, known, arrays, ambiguous)
         if found is not None and len(found.elements) <= MAX_ELEMENTS and _fits(found):
             known[node.outputs[0]] = found
     return known
@@ -313,8 +333,9 @@ def _where(atom: Sym, model: ir.Model) -> str:
 def blocked_scaffolding(model: ir.Model, arrays: Arrays) -> list[tuple[ir.Node, list[str]]]:
     """Nodes that compute shape values still dynamic, with the dims that block each."""
     found = []
+    ambiguous = shared_dim_names(model)
     for graph in model.graphs():
-        values = shape_values(graph, arrays)
+        values = shape_values(graph, arrays, ambiguous)
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
             if known is not None and not known.is_constant and node.op_type != "Constant":

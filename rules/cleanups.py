@@ -165,8 +165,7 @@ def _attribute_key(attr: ir.Attr) -> object:
         return (int(tensor.dtype), tuple(tensor.shape.numpy()), tensor.tobytes())
     if attr.type == ir.AttributeType.TENSORS:
         return None
-    value = attr.value
-    return tuple(value) if isinstance(value, list | tuple) else value
+    return repr(attr.value)  # repr keeps 0.0 and -0.0 (and every float) apart
 
 
 def _node_key(node: ir.Node, nondeterministic: frozenset[str]) -> tuple | None:

@@ -15,6 +15,6 @@ from onnxfold.registry import OpFact
 FACTS = (
     *(OpFact(op, nondeterministic=True) for op in (
         "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-        "Bernoulli")),
+        "Bernoulli", "Dropout")),  # Dropout draws its mask when training_mode is true
     OpFact("DequantizeLinear", kept_quantized=True),
 )

@@ -320,7 +320,7 @@ def transpose_before_widening(ctx: RewriteContext, transpose: ir.Node, widen: ir
 
 
 def _like_dtype_known(ctx: RewriteContext, node: ir.Node, x: ir.Value, like: ir.Value) -> bool:
-    return like.dtype is not None
+    return like.dtype is not None and like.dtype != ir.DataType.STRING
 
 
 @pattern(P("CastLike", Var("x", const=True), Var("like"), name="node"), check=_like_dtype_known)

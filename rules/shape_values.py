@@ -13,7 +13,6 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
-from onnxfold.symbolic import dim_symbol
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
                   "Add", "Sub", "Mul", "Div", "Equal", "Identity")
@@ -45,15 +44,21 @@ def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
     if node.attributes.get_int("allowzero", 0):
         return Reject("allowzero: a 0 cannot copy a dim")
     out: list[int | None] = []
+    copies = False
     for i, element in enumerate(known.elements):
         if isinstance(element, int):
             out.append(element)
         else:  # 0 copies the input's dim i: right only when it is that very dim
-            out.append(0 if dim_symbol(x, i) == element else None)
+            same = ctx.dim(x, i) == element
+            copies = copies or same
+            out.append(0 if same else None)
     unknown = [i for i, e in enumerate(out) if e is None]
     if len(unknown) > 1 or (unknown and -1 in out):
         names = ", ".join(str(a) for a in known.blocking())
         return Reject(f"more than one dynamic dim in the target ({names})")
+    if unknown and (copies or 0 in out):
+        # onnxruntime cannot infer a -1 next to a dim that is 0 at run time (an empty batch)
+        return Reject("a -1 beside a copied dynamic dim fails on empty tensors")
     return [-1 if e is None else e for e in out]
 
 
