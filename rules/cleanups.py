@@ -49,7 +49,9 @@ def remove_identity(model: ir.Model) -> int:
 @cleanup("constants_to_initializers", op_types=("Constant",))
 def constants_to_initializers(model: ir.Model) -> int:
     """The main graph's ``Constant`` nodes become initializers (as onnxruntime does when it
-    loads a model); subgraphs keep theirs, and so do string constants."""
+    loads a model); subgraphs keep theirs, and so do string constants and IR 3 models."""
+    if model.ir_version < 4:
+        return 0  # there every initializer must be a graph input: the interface would change
     graph = model.graph
     names = names_for(model)
     moved = 0
@@ -67,8 +69,6 @@ def constants_to_initializers(model: ir.Model) -> int:
                          const_value=ir.Tensor(arr, name=name))
         out.replace_all_uses_with(value, replace_graph_outputs=True)
         graph.register_initializer(value)
-        if model.ir_version < 4:
-            graph.inputs.append(value)  # IR 3: every initializer is an input
         graph.remove(node, safe=True)
         moved += 1
     return moved
