@@ -251,6 +251,12 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
     if op in ("Add", "Sub", "Mul", "Div"):
         a, b = get(0), get(1)
         return _broadcast(op, a, b) if a is not None and b is not None else None
+    if op == "Reshape":  # a scalar or 1-D shape value reshaped to [n] or [-1] keeps its elements
+        source, target = get(0), ints(1)
+        if source is None or target is None or len(target) != 1 or \
+                target[0] not in (-1, len(source.elements)):
+            return None
+        return Known(source.elements, False, source.dtype)
     if op == "Equal":
         a, b = get(0), get(1)
         if a is None or b is None:

@@ -262,12 +262,24 @@ def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
         noop = pads is not None and not pads.any()
     else:
         shape_in, shape_out = ctx.shape(src), ctx.shape(out)
-        noop = shape_in is not None and shape_in == shape_out
+        noop = (shape_in is not None and shape_in == shape_out) or (
+            node.op_type == "Reshape" and _reshapes_to_its_own_shape(ctx, node, src))
     if not noop:
         return False
     # a graph output must stay computed by a node of this graph, and not be returned twice
     return out not in ctx.graph.outputs or (
         ctx.produced_here(src) and src not in ctx.graph.outputs)
+
+
+def _reshapes_to_its_own_shape(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
+    """Reshape(x, t) where t is, element by element, x's own dims (``Shape(x)`` rebuilt)."""
+    if len(node.inputs) < 2 or node.inputs[1] is None or src.shape is None:
+        return False
+    target = ctx.shape_value(node.inputs[1])
+    if target is None or target.scalar or len(target.elements) != len(src.shape):
+        return False
+    return all(e == ctx.dim(src, i) or (e == 0 and not node.attributes.get_int("allowzero", 0))
+               for i, e in enumerate(target.elements))
 
 
 @pattern(P(("Cast", "Reshape", "Expand", "Pad", "Transpose"), Var("src"), ..., name="node"),

@@ -173,3 +173,23 @@ def test_explain_and_inspect_name_the_blocking_dim(tmp_path, save):
     assert report.explain() != "every constant-foldable node was folded"
     fixed = onnxfold.optimize(path, FoldOptions(input_shapes=("N=2",))).report
     assert fixed.explain() == "every constant-foldable node was folded"
+
+
+def test_a_reshape_to_its_own_shape_goes(tmp_path):
+    # the dynamo exporter's Reshape(input_ids, Concat(Reshape(batch, [1]), Reshape(seq, [1])))
+    ids = vinfo("ids", TensorProto.INT64, ["batch", "seq"])
+    nodes = [helper.make_node("Shape", ["ids"], ["s"]),
+             _const("i0", np.array(0)), _const("i1", np.array(1)), _const("one", np.array([1])),
+             helper.make_node("Gather", ["s", "i0"], ["b"]),
+             helper.make_node("Gather", ["s", "i1"], ["q"]),
+             helper.make_node("Reshape", ["b", "one"], ["b1"]),
+             helper.make_node("Reshape", ["q", "one"], ["q1"]),
+             helper.make_node("Concat", ["b1", "q1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["ids", "target"], ["r"]),
+             helper.make_node("Neg", ["r"], ["y"])]
+    proto = make_model(nodes, [ids], [vinfo("y", TensorProto.INT64, ["batch", "seq"])])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Neg"]
+    for shape in ((1, 5), (3, 2)):
+        x = np.arange(np.prod(shape), dtype=np.int64).reshape(shape)
+        np.testing.assert_array_equal(run_ort(proto, {"ids": x})[0], run_ort(out, {"ids": x})[0])
