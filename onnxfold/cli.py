@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from onnxfold.errors import OnnxfoldError
+from onnxfold.errors import OnnxfoldError, one_line
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -406,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OnnxfoldError as e:
         if debug:
             traceback.print_exc()
-        print(f"onnxfold: error: {_one_line(e)}", file=sys.stderr)
+        print(f"onnxfold: error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # output piped into e.g. `head`
         sys.stderr.close()
@@ -420,15 +420,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a bug: one line, the traceback on request
         if debug:
             traceback.print_exc()
-        print(f"onnxfold: internal error: {type(e).__name__}: {_one_line(e)} (this is a bug; "
+        print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
               "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text[:500] + ("..." if len(text) > 500 else "")
 
 
 def entry_point() -> None:

@@ -11,3 +11,10 @@ class InputError(OnnxfoldError):
 
 class OutputError(OnnxfoldError):
     """The output cannot be written; nothing was written."""
+
+
+def one_line(e: BaseException, limit: int = 500) -> str:
+    """An exception's message on one line (whitespace runs joined), at most ``limit`` chars;
+    its type's name when it has no message."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text[:limit] + ("..." if len(text) > limit else "")

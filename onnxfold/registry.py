@@ -20,7 +20,6 @@ __all__ = ["Decline", "DeclineKind", "FolderRule", "OpFact", "RULES_ATTR", "fold
            "source_of"]
 
 RULES_ATTR = "__onnxfold_rules__"  # the rule declarations a decorator attached to a function
-DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def source_of(fn: Callable) -> str:

@@ -34,7 +34,7 @@ import onnx_ir as ir
 from onnxfold.arrays import c_contiguous
 from onnxfold.backends import get_backend
 from onnxfold.dtypes import np_dtype
-from onnxfold.errors import InputError, OnnxfoldError
+from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.io.feeds import load_arrays
 from onnxfold.io.tempfiles import write_atomic
 from onnxfold.options import FoldOptions
@@ -118,7 +118,7 @@ class Session:
                 raise
             except Exception as e:  # the backend's compiler or runtime refuses the fold model
                 raise InputError(f"backend {backend} cannot prepare the runtime fold: "
-                                 f"{_first_line(e)}") from None
+                                 f"{one_line(e, 300)}") from None
         self._tmp = tempfile.TemporaryDirectory(prefix="onnxfold-session-")
         self._entry_path = os.path.join(self._tmp.name, "entry.onnx")
         self._entry_layout: dict | None = None
@@ -167,7 +167,7 @@ class Session:
             return entry.run(output_names, feeds, run_options)
         except Exception as e:  # onnxruntime's errors for bad feeds (names, types, shapes)
             raise InputError(f"onnxruntime cannot run the model on these inputs: "
-                             f"{_first_line(e)}") from None
+                             f"{one_line(e, 300)}") from None
 
     # -- folding -----------------------------------------------------------------------------
     def _key(self, feeds: dict[str, np.ndarray]) -> tuple:
@@ -229,7 +229,7 @@ class Session:
             except OnnxfoldError:
                 raise
             except Exception as e:  # the backend's runtime rejects the feeds
-                raise InputError(f"folding the runtime constants failed: {_first_line(e)}"
+                raise InputError(f"folding the runtime constants failed: {one_line(e, 300)}"
                                  ) from None
             if disk is not None:
                 self._store(disk, folded)
@@ -263,7 +263,7 @@ class Session:
                 options.add_external_initializers(names, values)
             session = ort.InferenceSession(self._entry_path, options, providers=self.providers)
         except Exception as e:  # onnxruntime refuses the folded tensors or the options
-            raise InputError(f"onnxruntime cannot build the entry session: {_first_line(e)}"
+            raise InputError(f"onnxruntime cannot build the entry session: {one_line(e, 300)}"
                              ) from None
         self._pinned = values  # onnxruntime reads the buffers in place: keep them alive
         return session
@@ -280,11 +280,6 @@ class Session:
             if name not in graph.initializers:
                 graph.register_initializer(value)
         save_model(self.parts.entry, self._entry_path)
-
-
-def _first_line(e: Exception) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text[:300]
 
 
 def _layout_problem(arrays: Mapping[str, np.ndarray], outputs) -> str | None:
