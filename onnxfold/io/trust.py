@@ -63,8 +63,9 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def resolve_location(location: str, model_path: str, what: str) -> str:
-    """The real path of an external-data file named by ``location``; InputError if refused."""
+def resolve_location(location: str, model_path: str, what: str) -> tuple[str, os.stat_result]:
+    """The real path of an external-data file named by ``location``, and its ``stat``;
+    InputError if refused."""
     if not location:
         raise InputError(f"{model_path}: {what}: empty external data location")
     if "\0" in location:
@@ -94,29 +95,30 @@ def resolve_location(location: str, model_path: str, what: str) -> str:
     if info.st_nlink > 1 and not os.path.samefile(real, model_path):
         raise InputError(f"{model_path}: {what}: external data file {location!r} has "
                          f"{info.st_nlink} hard links (refused, as onnx's checker does)")
-    return real
+    return real, info
 
 
 Rebind = Callable[[ir.TensorProtocol], None]
 
 
-def _tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol, Rebind | None]]:
-    """Every tensor of the model (initializers and tensor attributes, in all graphs), with a
-    function that puts a replacement in its place."""
+def _tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol, Rebind | None, bool]]:
+    """Every tensor of the model (initializers and tensor attributes, in all graphs): what it
+    is, the tensor, a function that puts a replacement in its place, and whether it is an
+    initializer (which may keep referring to its file)."""
     for graph in model.graphs():
         for name, value in graph.initializers.items():
             if value.const_value is not None:
                 yield f"initializer {name}", value.const_value, functools.partial(
-                    setattr, value, "const_value")
+                    setattr, value, "const_value"), True
         for node in graph:
             for attr in node.attributes.values():
                 what = f"{node.op_type} attribute {attr.name}"
                 if attr.type == ir.AttributeType.TENSOR:
                     yield what, tensor_of(attr), functools.partial(_rebind_attr, node,
-                                                                   attr.name)
+                                                                   attr.name), False
                 elif attr.type == ir.AttributeType.TENSORS:
                     for tensor in attr.as_tensors():
-                        yield what, tensor, None
+                        yield what, tensor, None, False
 
 
 def _rebind_attr(node: ir.Node, name: str, tensor: ir.TensorProtocol) -> None:
@@ -135,7 +137,7 @@ def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> in
 
 def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str
                       ) -> CheckedExternalTensor:
-    real = resolve_location(os.fspath(tensor.location), model_path, what)
+    real, info = resolve_location(os.fspath(tensor.location), model_path, what)
     offset, length = tensor.offset or 0, tensor.length
     needed = _expected_bytes(tensor, model_path, what)
     if offset < 0 or (length is not None and length < 0):
@@ -143,15 +145,13 @@ def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str
     if length is not None and length != needed:
         raise InputError(f"{model_path}: {what}: external data length {length} B does not match "
                          f"its shape and dtype ({needed} B)")
-    size = os.path.getsize(real)
-    if offset + needed > size:
+    if offset + needed > info.st_size:
         raise InputError(f"{model_path}: {what}: external data ends at byte {offset + needed}, "
-                         f"past the end of {tensor.location} ({size} B)")
+                         f"past the end of {tensor.location} ({info.st_size} B)")
     checked = CheckedExternalTensor(
         os.path.basename(real), offset, needed, tensor.dtype, shape=tensor.shape,
         name=tensor.name or "", doc_string=tensor.doc_string,
         metadata_props=dict(tensor.metadata_props), base_dir=os.path.dirname(real))
-    info = os.stat(real)
     checked.identity = (info.st_dev, info.st_ino)
     return checked
 
@@ -182,7 +182,7 @@ def check_tensor_data(model: ir.Model, model_path: str) -> set[str]:
     Returns the data files the model reads (real paths).
     """
     files: set[str] = set()
-    for what, tensor, rebind in list(_tensors(model)):
+    for what, tensor, rebind, initializer in list(_tensors(model)):
         if isinstance(tensor, CheckedExternalTensor):
             continue
         if not isinstance(tensor, ir.ExternalTensor):
@@ -193,7 +193,7 @@ def check_tensor_data(model: ir.Model, model_path: str) -> set[str]:
         else:
             checked = _checked_external(tensor, model_path, what)
             files.add(checked.path)
-            if what.startswith("initializer"):
+            if initializer:
                 rebind(checked)
             else:  # an attribute keeps no reference to the input's files: its bytes, read now
                 rebind(ir.Tensor(np.array(checked.numpy()), name=tensor.name))
