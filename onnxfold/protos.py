@@ -17,3 +17,11 @@ def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for sub in attr.graphs:
                     yield from graph_protos(sub)
+
+
+def tensor_protos(graph: onnx.GraphProto, initializers: bool = True) -> list[onnx.TensorProto]:
+    """The tensors ``graph`` holds itself (not its subgraphs'): its initializers (unless
+    ``initializers`` is False) and its nodes' tensor attributes."""
+    found = list(graph.initializer) if initializers else []
+    found += [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    return found

@@ -19,9 +19,9 @@ import onnx_ir as ir
 
 from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
-from onnxfold.io.sparse import densify
+from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
-from onnxfold.protos import graph_protos
+from onnxfold.protos import graph_protos, tensor_protos
 
 # ModelProto.graph, GraphProto.initializer, TensorProto.raw_data / external_data / data_location
 _MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
@@ -146,10 +146,7 @@ def _without_external(proto: onnx.ModelProto) -> onnx.ModelProto:
     del checked.graph.initializer[:]
     checked.graph.initializer.extend(kept)
     for graph in graph_protos(checked.graph):  # elsewhere: an empty stand-in of the same type
-        tensors = [] if graph is checked.graph else list(graph.initializer)
-        tensors += [a.t for n in graph.node for a in n.attribute
-                    if a.type == onnx.AttributeProto.TENSOR]
-        for tensor in tensors:
+        for tensor in tensor_protos(graph, initializers=graph is not checked.graph):
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 tensor.CopyFrom(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type,
                                                  dims=[0]))
@@ -229,32 +226,34 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
         except onnx.checker.ValidationError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise InputError(f"{path}: invalid model: {first}") from None
+    model, data_files = _checked_model(proto, path)
+    model.meta[DATA_FILES_KEY] = frozenset(data_files)
+    model.meta[SOURCE_KEY] = os.path.abspath(path)
+    return model
+
+
+def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[str]]:
+    """``proto`` as an ir.Model whose structure and tensor data are checked, and the data
+    files it reads."""
     try:
         with _quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
             model = ir.serde.deserialize_model(proto)
     except Exception as e:
-        raise InputError(f"{path}: cannot read model: {e}".splitlines()[0]) from None
-    check_structure(model, path)
-    model.meta[DATA_FILES_KEY] = frozenset(check_tensor_data(model, path))
-    model.meta[SOURCE_KEY] = os.path.abspath(path)
-    return model
+        raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
+    check_structure(model, label)
+    return model, check_tensor_data(model, label)
 
 
 def model_from_proto(proto: onnx.ModelProto, label: str = "model") -> ir.Model:
     """An in-memory model (``onnx.ModelProto``) with the checks a file gets. It has no
     directory, so external-data references are refused: load it from its file instead."""
     for graph in graph_protos(proto.graph):
-        tensors = list(graph.initializer) + [a.t for n in graph.node for a in n.attribute
-                                             if a.type == onnx.AttributeProto.TENSOR]
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors):
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
             raise InputError(f"{label}: refers to external data, which an in-memory model "
                              "cannot locate safely; pass the model's file path")
-    densify(proto, label)
-    try:
-        with _quiet("onnx_ir"):
-            model = ir.serde.deserialize_model(proto)
-    except Exception as e:
-        raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
-    check_structure(model, label)
-    check_tensor_data(model, label)
-    return model
+    if has_sparse(proto):  # densified in a copy: the caller's proto is left as it was
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        densify(copy, label)
+        proto = copy
+    return _checked_model(proto, label)[0]

@@ -51,6 +51,13 @@ def _dense(sparse: onnx.SparseTensorProto, where: str, budget: int) -> onnx.Tens
     return numpy_helper.from_array(dense.reshape(dims), name)
 
 
+def has_sparse(model: onnx.ModelProto) -> bool:
+    """Whether :func:`densify` would change ``model``."""
+    return any(graph.sparse_initializer or any(
+        a.name == "sparse_value" for n in graph.node if n.op_type == "Constant"
+        for a in n.attribute) for graph in graph_protos(model.graph))
+
+
 def densify(model: onnx.ModelProto, where: str) -> int:
     """Replace every sparse initializer (all graphs) and every Constant's ``sparse_value`` by a
     dense tensor, within ``DENSE_LIMIT`` bytes in total; return how many there were."""

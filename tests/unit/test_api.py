@@ -45,3 +45,21 @@ def test_bad_protos_and_bytes_are_one_error():
 def test_simplify_is_onnxsim_shaped():
     folded, ok = onnxfold.simplify(onnx.load(TINY_BERT), check_n=1)
     assert ok and isinstance(folded, onnx.ModelProto)
+
+
+def test_a_protos_sparse_initializer_is_densified_in_a_copy():
+    from onnx import helper
+
+    values = onnx.numpy_helper.from_array(np.float32([5.0, 7.0]), "s")
+    indices = onnx.numpy_helper.from_array(np.int64([1, 3]), "s_idx")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "s"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])],
+        sparse_initializer=[helper.make_sparse_tensor(values, indices, [4])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    before = proto.SerializeToString()
+    folded = onnxfold.optimize(proto, check=False).to_proto()
+    assert proto.SerializeToString() == before  # the caller's object is not changed
+    x = np.float32([1, 1, 1, 1])
+    np.testing.assert_array_equal(run_ort(folded, {"x": x})[0], np.float32([1, 6, 1, 8]))
