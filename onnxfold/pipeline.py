@@ -96,12 +96,7 @@ def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | 
         except Exception:  # protobuf's DecodeError
             raise InputError("bytes given: not an ONNX model") from None
     if isinstance(model, onnx.ModelProto):
-        if check:
-            try:
-                onnx.checker.check_model(model)
-            except onnx.checker.ValidationError as e:
-                raise InputError(f"model: invalid: {str(e).strip().splitlines()[0]}") from None
-        return model_from_proto(model), None
+        return model_from_proto(model, check=check), None
     path = os.fspath(model)  # type: ignore[arg-type]  # str or PathLike by elimination
     return load_model(path, check=check), path
 

@@ -221,15 +221,20 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
         raise InputError(f"{path}: not an ONNX model (no graph or IR version)")
     densify(proto, path)
     if check:
-        try:
-            onnx.checker.check_model(_without_external(proto))
-        except onnx.checker.ValidationError as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise InputError(f"{path}: invalid model: {first}") from None
+        _run_checker(_without_external(proto), path)
     model, data_files = _checked_model(proto, path)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
     return model
+
+
+def _run_checker(proto: onnx.ModelProto, label: str) -> None:
+    """onnx's checker; its first line as an InputError."""
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{label}: invalid model: {first}") from None
 
 
 def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[str]]:
@@ -244,13 +249,17 @@ def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[st
     return model, check_tensor_data(model, label)
 
 
-def model_from_proto(proto: onnx.ModelProto, label: str = "model") -> ir.Model:
-    """An in-memory model (``onnx.ModelProto``) with the checks a file gets. It has no
-    directory, so external-data references are refused: load it from its file instead."""
+def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool = False
+                     ) -> ir.Model:
+    """An in-memory model (``onnx.ModelProto``) with the checks a file gets (onnx's checker
+    too, with ``check``). It has no directory, so external-data references are refused: load
+    it from its file instead."""
     for graph in graph_protos(proto.graph):
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
             raise InputError(f"{label}: refers to external data, which an in-memory model "
                              "cannot locate safely; pass the model's file path")
+    if check:
+        _run_checker(proto, label)
     if has_sparse(proto):  # densified in a copy: the caller's proto is left as it was
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)
