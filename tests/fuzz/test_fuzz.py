@@ -17,14 +17,15 @@ import os
 
 import fuzzcheck
 import graphgen
+import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
 SEEDS = range(0, 200)
 FAIL_DIR = os.environ.get("ONNXFOLD_FUZZ_FAIL_DIR", "/tmp/fuzz_fail")
 
-# None in this range today. Of seeds 0..9999, 3 (3096, 3728, 4070, all above it) differ by
-# 1-5 float16 ulps where onnxruntime's own float16 kernels give different results for the same
-# nodes in different graphs (4070 folds nothing at all); see bench/fuzz.py.
+# None in this range today.
 KNOWN: dict[int, str] = {}
 
 
@@ -55,3 +56,39 @@ def test_generator_is_deterministic():
             fa, fb = a.feeds(which), b.feeds(which)
             assert fa.keys() == fb.keys()
             assert all((fa[k] == fb[k]).all() for k in fa)
+
+
+# Of seeds 0..9999 these three differ from the original in onnxruntime by 1-5 float16 ulps while
+# the ONNX reference computes the same for both models: onnxruntime rounds float16 differently
+# (a folded Gemm, an inlined If whose Cast pair it then elides).
+FLOAT16_ROUNDING = (3096, 3728, 4070)
+
+
+@pytest.mark.parametrize("seed", FLOAT16_ROUNDING)
+def test_float16_rounding_of_onnxruntime_is_told_apart(seed, tmp_path):
+    res = fuzzcheck.check_seed(seed, workdir=str(tmp_path), timeout=60, inspect=False)
+    assert (res.status, res.kind) == ("discard", "ort-float16-rounding"), res.line()
+
+
+def test_a_wrong_float16_fold_is_still_a_mismatch(tmp_path):
+    """The float16 verdict asks the reference about the folded model: weights a few ulps off
+    (what a wrong fold gives) stay a mismatch."""
+    case = graphgen.generate(3096)
+    folded = tmp_path / "folded.onnx"
+    fuzzcheck.fold(_save(case.model, tmp_path / "model.onnx"), str(folded))
+    model = onnx.load(str(folded))
+    halves = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
+    assert halves, "seed 3096 has float16 weights"
+    for t in halves:  # 1% off: inside the loose tolerance, far outside float16 rounding
+        wrong = numpy_helper.to_array(t).astype(np.float32) * np.float32(1.01)
+        t.CopyFrom(numpy_helper.from_array(wrong.astype(np.float16), t.name))
+    onnx.save(model, str(folded))
+    res = fuzzcheck.Result(3096, "discard")
+    _, _, refs = fuzzcheck.validate(case)
+    fuzzcheck.compare_folded(case, refs, str(folded), res)
+    assert res.status == "mismatch", res.line()
+
+
+def _save(model, path) -> str:
+    onnx.save(model, str(path))
+    return str(path)
