@@ -13,10 +13,9 @@ from collections.abc import Mapping
 import onnx_ir as ir
 
 from onnxfold.comparison import CompareResult, compare
-from onnxfold.errors import OutputError
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
-from onnxfold.io.tempfiles import temp_beside
+from onnxfold.io.tempfiles import temp_beside, write_failed
 from onnxfold.io.writer import SaveInfo, input_files
 
 
@@ -52,7 +51,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
         return save_model(model, path, external_data=True, protect=protect,
                           replaces=replaces), result
     except OSError as e:
-        raise OutputError(f"{path}: write failed ({e.strerror or e})") from None
+        raise write_failed(path, e) from None
     finally:
         for leftover in (tmp, tmp_data):
             if leftover and os.path.exists(leftover):

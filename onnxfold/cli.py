@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from onnxfold.errors import OnnxfoldError, one_line
+from onnxfold.io.faults import bus_error_exits
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -394,6 +395,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _output_directories(args: argparse.Namespace) -> list[str]:
+    """Where a command writes (its temporary files go beside each output)."""
+    found = []
+    for name in ("output", "json"):
+        path = getattr(args, name, None)
+        if isinstance(path, str):
+            found.append(os.path.dirname(os.path.abspath(path)))
+            if name == "output" and args.command == "split":
+                found.append(os.path.abspath(path))
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # OpenBLAS worker threads otherwise spin for ~0.1 s after numpy is imported, on the core
     # the prefill and the writer's copies use; matrix products still run multi-threaded.
@@ -402,7 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
     try:
-        return args.func(args)
+        with bus_error_exits(_output_directories(args), EXIT_USAGE):
+            return args.func(args)
     except OnnxfoldError as e:
         if debug:
             traceback.print_exc()

@@ -8,6 +8,7 @@ gone and that have not been written for ten minutes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -16,10 +17,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO
 
-from onnxfold.errors import OutputError
+from onnxfold.errors import InputError, OutputError
 
 NAME_MAX = 255
 STALE_AGE = 600.0  # seconds a dead run's temporary file stays untouched before it is removed
+TRUNCATED = "an input file was truncated while it was being read"
 _STALE = re.compile(r"^\..*\.onnxfold-(\d+)-[^.]+\..*$")
 
 
@@ -58,6 +60,24 @@ def remove_stale(directory: str, min_age: float = STALE_AGE) -> int:
     return removed
 
 
+def write_failed(path: str, error: OSError) -> InputError | OutputError:
+    """The error to report when writing ``path`` raised ``error``."""
+    if error.errno == errno.EFAULT:  # written from a mapped page past a truncated input's end
+        return InputError(f"{path}: not written: {TRUNCATED}")
+    return OutputError(f"{path}: write failed ({error.strerror or error})")
+
+
+def remove_own(directory: str) -> None:
+    """Delete this process's temporary files in ``directory`` (its last act before it exits
+    abnormally); errors are ignored."""
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            match = _STALE.match(entry.name)
+            if match and int(match.group(1)) == os.getpid():
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
 def temp_beside(path: str, suffix: str = ".tmp") -> tuple[int, str]:
     """Open a new hidden temporary file in ``path``'s directory, with the umask's permissions."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -83,7 +103,7 @@ def replacing(path: str, suffix: str = ".tmp") -> Iterator[tuple[int, str]]:
             os.close(fd)
         os.replace(tmp, path)
     except OSError as e:
-        raise OutputError(f"{path}: write failed ({e.strerror or e})") from None
+        raise write_failed(path, e) from None
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)

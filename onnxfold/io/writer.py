@@ -24,7 +24,7 @@ from onnxfold.io import segments
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
-from onnxfold.io.tempfiles import temp_beside
+from onnxfold.io.tempfiles import temp_beside, write_failed
 
 STREAM_THRESHOLD = 1024
 PROTOBUF_LIMIT = 2**31 - 1
@@ -190,7 +190,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
             os.replace(data_tmp, data_path)
         os.replace(tmp, target)
     except OSError as e:
-        raise OutputError(f"{path}: write failed ({e.strerror or e})") from None
+        raise write_failed(path, e) from None
     finally:
         for open_fd in (fd, data_fd):
             if open_fd is not None:

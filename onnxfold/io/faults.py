@@ -1,0 +1,51 @@
+"""A bus error as a one-line error: an input file truncated under its memory mapping.
+
+Weights are read through memory mappings (onnx-ir's external tensors, the pool's spill files);
+when another process truncates a mapped file, the next read of a page past its new end raises
+SIGBUS, which Python cannot turn into an exception: the process would die with no message and
+leave its temporary output behind. ``bus_error_exits`` installs, for the CLI only (a library
+does not take over signals), a handler that prints one line, removes this process's temporary
+files beside the outputs and exits with the bad-input status. It runs in the faulting thread,
+so it does only that: write, unlink, ``_exit``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from collections.abc import Iterable, Iterator
+
+from onnxfold.io.tempfiles import TRUNCATED, remove_own
+
+MESSAGE = f"onnxfold: error: {TRUNCATED} (bus error); nothing was written\n".encode()
+_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)
+
+
+@contextlib.contextmanager
+def bus_error_exits(directories: Iterable[str], status: int) -> Iterator[None]:
+    """While the block runs, SIGBUS prints one line, removes this process's temporary files in
+    ``directories`` and exits with ``status``."""
+    places = tuple(directories)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        install = libc.signal
+    except (OSError, AttributeError):  # no C library to ask (not a POSIX system)
+        yield
+        return
+
+    def on_bus_error(signum: int) -> None:
+        os.write(2, MESSAGE)
+        for directory in places:
+            remove_own(directory)
+        os._exit(status)
+
+    handler = _HANDLER(on_bus_error)  # referenced until the old handler is back
+    install.restype = ctypes.c_void_p
+    install.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    previous = install(signal.SIGBUS, ctypes.cast(handler, ctypes.c_void_p))
+    try:
+        yield
+    finally:
+        install(signal.SIGBUS, previous)

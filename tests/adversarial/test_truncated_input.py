@@ -1,0 +1,71 @@
+"""An external-data file truncated by another process while onnxfold runs.
+
+Before its pages are mapped, the size check refuses it; once mapped, a read past the new end
+is SIGBUS, which the CLI turns into the same kind of one-line error (``onnxfold.io.faults``).
+The truncation is made deterministic by a wrapper around ``load_model`` in the child process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from advkit import TIMEOUT, assert_one_line_error
+from onnx import TensorProto, helper, numpy_helper
+
+CHILD = """
+import os, sys, numpy as np
+import onnxfold.io.reader as reader
+load, (mode, data, model, out) = reader.load_model, sys.argv[1:]
+def truncating_load(*args, **kwargs):
+    loaded = load(*args, **kwargs)
+    if mode == "mapped":
+        for value in loaded.graph.initializers.values():
+            np.asarray(value.const_value)  # map the weight's pages
+    if mode != "writing":
+        os.truncate(data, 4096)
+    return loaded
+reader.load_model = truncating_load
+import onnxfold.io.segments as segments
+write = segments.write
+def truncating_write(fd, parts):
+    if mode == "writing":  # the output's temporary file exists now
+        os.truncate(data, 4096)
+    write(fd, parts)
+segments.write = truncating_write
+from onnxfold.cli import main
+sys.exit(main(["optimize", model, "-o", out]))
+"""
+
+
+def _model(directory) -> None:
+    """y = x + -W + transpose(V): Neg reads W's pages while folding, the folded Transpose is a
+    strided view of V's pages that the writer copies out in rows."""
+    weights = [numpy_helper.from_array(np.full((512, 512), 1, np.float32), "W"),
+               numpy_helper.from_array(np.arange(1 << 18, dtype=np.float32).reshape(512, -1), "V")]
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["W"], ["n"]), helper.make_node("Add", ["x", "n"], ["a"]),
+         helper.make_node("Transpose", ["V"], ["r"]),
+         helper.make_node("Add", ["a", "r"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512, 512])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(directory / "m.onnx"), save_as_external_data=True, location="m.data",
+              size_threshold=0)
+
+
+@pytest.mark.parametrize("mode", ["unmapped", "mapped", "writing"])
+def test_a_weight_file_truncated_mid_run_is_a_one_line_error(tmp_path, mode):
+    _model(tmp_path)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, str(tmp_path / "m.data"), str(tmp_path / "m.onnx"),
+         str(out_dir / "folded.onnx")], capture_output=True, text=True, timeout=TIMEOUT)
+    assert_one_line_error(proc.returncode, proc.stderr)
+    assert ("past the end" if mode == "unmapped" else "truncated while it was being read") \
+        in proc.stderr
+    assert list(out_dir.iterdir()) == [], "no output and no temporary file"
