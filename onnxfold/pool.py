@@ -41,6 +41,16 @@ def _has_buffer(obj: object) -> TypeGuard[Buffer]:
     return True
 
 
+def _write_array(fd: int, array: np.ndarray, chunk: int = 16 << 20) -> None:
+    """Write ``array``'s bytes (C order) to ``fd`` from offset 0, a chunk at a time."""
+    import os
+
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    pos = 0
+    while pos < flat.size:
+        pos += os.pwrite(fd, flat[pos:pos + chunk], pos)
+
+
 @dataclass
 class _Entry:
     array: np.ndarray
@@ -134,16 +144,14 @@ class BufferPool:
             os.unlink(path)
             raise OutputError(f"cannot spill {array.nbytes} B to {os.path.dirname(path)} "
                               f"({e.strerror}); free space or raise --memory-limit") from None
-        os.close(fd)
-        try:
-            spilled = np.memmap(path, dtype=array.dtype, mode="w+", shape=array.shape or (1,))
-            spilled[...] = array.reshape(spilled.shape)
-            spilled.flush()
+        try:  # written, not copied into a writable mapping: its dirty pages would be resident
+            # beside the array until written back, raising the peak the limit is meant to lower
+            _write_array(fd, array)
             readonly: np.ndarray = np.memmap(path, dtype=array.dtype, mode="r",
-                                             shape=spilled.shape)
+                                             shape=array.shape or (1,))
         finally:
+            os.close(fd)
             os.unlink(path)  # the mapping keeps the data; nothing is left on disk afterwards
-        del spilled
         if array.ndim == 0:
             readonly = readonly.reshape(())
         rec = self._owners.pop(entry.owner_key)

@@ -164,3 +164,22 @@ def test_data_propagation_stays_on_for_long_tables_read_a_scalar_at_a_time():
     assert _data_prop_is_bounded(ok)
     doubled = make_model(BOMBS["concat_doublings"]()[:18], [], [vinfo("c17", shape=None)])
     assert not _data_prop_is_bounded(doubled)
+
+
+def test_a_memory_limit_never_raises_the_peak(tmp_path):
+    """Spilling a 128 MiB result under ``--memory-limit`` writes it out; copying it into a
+    writable mapping kept a third copy resident (peak +128 MiB over no limit at all)."""
+    from onnx import numpy_helper
+
+    weight = numpy_helper.from_array(
+        np.random.default_rng(0).random((256, 1 << 17), dtype=np.float32), "W")
+    nodes = [helper.make_node("Neg", ["W"], ["n"]), helper.make_node("Mul", ["x", "n"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[256, 1 << 17])],
+                       [vinfo("y", shape=[256, 1 << 17])], [weight])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="m.data")
+    peaks = {}
+    for flags in ((), ("--memory-limit", "16M")):
+        code, stderr, peaks[flags], _ = _fold_measured(path, tmp_path / "out.onnx", *flags)
+        assert code == 0, stderr
+    assert peaks[("--memory-limit", "16M")] <= peaks[()] + (32 << 20), peaks
