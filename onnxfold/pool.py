@@ -48,7 +48,7 @@ def _write_array(fd: int, array: np.ndarray, chunk: int = 16 << 20) -> None:
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     pos = 0
     while pos < flat.size:
-        pos += os.pwrite(fd, flat[pos:pos + chunk], pos)
+        pos += os.pwrite(fd, flat[pos:pos + chunk].data, pos)
 
 
 @dataclass
