@@ -8,16 +8,16 @@ node. Graph optimizations are disabled: the session computes exactly what the no
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import static_shape
+from onnxfold.analysis import captured_values, external_inputs, static_shape
 from onnxfold.arrays import c_contiguous
-from onnxfold.declines import DeclineKind, Reason
+from onnxfold.declines import Decline, DeclineKind, Reason
 
 # Small feeds become initializers of the batch model: onnxruntime's shape inference then sees
 # their values (a Scan body's Unsqueeze axes captured from the outer graph, a Reshape target),
@@ -49,6 +49,44 @@ def _to_ort(arr: np.ndarray):
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
     return ort.OrtValue.ortvalue_from_numpy(c_contiguous(arr))
 
+
+
+Outcome = tuple[ir.Node, "dict[ir.Value, np.ndarray] | Reason | None", int]
+
+
+def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | None],
+              needed: Callable[[ir.Value], bool], opsets: dict[str, int], ir_version: int,
+              timeout: float | None = None) -> Iterator[Outcome]:
+    """Evaluate ``batch`` (nodes in order) in one session; if that fails, node by node.
+
+    ``array(v)`` is a constant input's data (None: not available), ``needed(v)`` whether an
+    output is read outside the batch. Yields ``(node, results, sessions)`` per node, results
+    being its output arrays, or the Reason it could not run, or None when an input it needs
+    was not produced (its producer failed); ``sessions`` counts the successful sessions (1 on
+    the first node a session computed). The caller stores each result before the next is
+    asked for: a node run alone reads what the nodes before it produced.
+    """
+    members = set(batch)
+    wanted = [v for n in batch for v in n.outputs
+              if v.name and (needed(v) or any(u not in members for u, _ in v.uses()))]
+    try:
+        feeds = {v: array(v) for v in external_inputs(batch)}
+        arrays = run_nodes(batch, cast("dict[ir.Value, np.ndarray]", feeds), wanted, opsets,
+                           ir_version, timeout)
+    except (FallbackError, Decline) as e:
+        if len(batch) == 1:
+            yield batch[0], e.reason, 0
+            return
+        for node in batch:
+            reads = [v for v in (*node.inputs, *captured_values(node)) if v is not None]
+            if all(array(v) is not None for v in reads):
+                yield from run_batch([node], array, needed, opsets, ir_version, timeout)
+            else:
+                yield node, None, 0
+        return
+    outs = dict(zip(wanted, arrays))
+    for k, node in enumerate(batch):
+        yield node, {v: outs[v] for v in node.outputs if v in outs}, int(k == 0)
 
 
 def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],

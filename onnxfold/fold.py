@@ -18,7 +18,6 @@ from onnxfold import fallback
 from onnxfold.analysis import (
     ConstPlan,
     captured_values,
-    external_inputs,
     is_default_op,
     is_overridable,
     node_label,
@@ -278,28 +277,15 @@ class GraphFolder:
         return None
 
     def _run_fallback(self, batch: list[ir.Node]) -> None:
-        """Evaluate ``batch`` in one onnxruntime session (node by node if that fails)."""
-        members = set(batch)
-        wanted = [v for n in batch for v in n.outputs if v.name and (
-            v in self.graph.outputs or any(u not in members for u, _ in v.uses()))]
-        feeds = {v: self.pool.get(v) for v in external_inputs(batch)}
-        try:
-            arrays = fallback.run_nodes(batch, feeds, wanted, dict(self.model.opset_imports),
-                                        self.model.ir_version, self.options.fold_timeout)
-            self.stats.fallback_sessions += 1
-            outs = dict(zip(wanted, arrays))
-        except (fallback.FallbackError, Decline) as e:
-            if len(batch) > 1:
-                for node in batch:
-                    if all(self._available(v) for v in self._reads(node)):
-                        self._run_fallback([node])
-                    else:
-                        self._abandon(node, None)
-                return
-            self._abandon(batch[0], e.reason)
-            return
-        for node in batch:
-            self._finish(node, {v: outs[v] for v in node.outputs if v in outs}, "fallback")
+        """Evaluate ``batch`` through the executor fallback (``fallback.run_batch``)."""
+        for node, outcome, sessions in fallback.run_batch(
+                batch, self._pooled, lambda v: v in self.graph.outputs,
+                dict(self.model.opset_imports), self.model.ir_version, self.options.fold_timeout):
+            self.stats.fallback_sessions += sessions
+            if isinstance(outcome, dict):
+                self._finish(node, outcome, "fallback")
+            else:
+                self._abandon(node, outcome)
 
     def run(self) -> None:
         self._count()
