@@ -9,7 +9,7 @@ non-deterministic or shape-only are facts the rules declare (``rules/facts.py``)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -45,12 +45,35 @@ def is_default_op(node: ir.Node, *op_types: str) -> bool:
     return node.domain in DEFAULT_DOMAINS and (not op_types or node.op_type in op_types)
 
 
-def subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
-    for attr in node.attributes.values():
-        if attr.type == ir.AttributeType.GRAPH:
-            yield attr.as_graph()
-        elif attr.type == ir.AttributeType.GRAPHS:
-            yield from attr.as_graphs()
+_GRAPH, _GRAPHS = ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS
+
+
+def subgraphs(node: ir.Node) -> list[ir.Graph]:
+    """The graphs in ``node``'s attributes (called for every node of every pass: kept cheap)."""
+    attributes = node.attributes
+    if not attributes:
+        return []
+    found: list[ir.Graph] = []
+    for attr in attributes.values():
+        kind = attr.type
+        if kind is _GRAPH and isinstance(attr, ir.Attr):
+            found.append(attr.value)
+        elif kind is _GRAPHS and isinstance(attr, ir.Attr):
+            found.extend(attr.value)
+    return found
+
+
+def all_graphs(model: ir.Model) -> list[ir.Graph]:
+    """``model.graph`` and every subgraph, each before the graphs inside it (the order of
+    onnx-ir's ``Model.graphs()``, at a fraction of its cost), listed before any is used."""
+    out: list[ir.Graph] = []
+    stack = [model.graph]
+    while stack:
+        graph = stack.pop()
+        out.append(graph)
+        inner = [sub for node in graph for sub in subgraphs(node)]
+        stack.extend(reversed(inner))
+    return out
 
 
 def captured_values(node: ir.Node) -> list[ir.Value]:

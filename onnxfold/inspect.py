@@ -8,7 +8,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnxfold.analysis import node_label, plan_graph
+from onnxfold.analysis import all_graphs, node_label, plan_graph
 from onnxfold.io import load_model
 from onnxfold.report import model_counts
 from onnxfold.symbolic import blocked_scaffolding, shape_values, shared_dim_names
@@ -17,7 +17,7 @@ from onnxfold.symbolic import blocked_scaffolding, shape_values, shared_dim_name
 def foldable_ops(model: ir.Model, shape_folding: bool = True) -> Counter:
     """Op-type histogram of the nodes onnxfold would still try to fold (all graphs)."""
     ops: Counter = Counter()
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         for node in plan_graph(graph, model.ir_version, shape_folding=shape_folding).foldable:
             ops[node.op_type] += 1
     return ops
@@ -67,7 +67,7 @@ def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, li
     from onnxfold.fold import source_array
 
     static: Counter = Counter()
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         planned = set(plan_graph(graph, model.ir_version).foldable)
         values = shape_values(graph, source_array, shared_dim_names(model))
         for node in graph:

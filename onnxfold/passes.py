@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from onnxfold.analysis import op_facts, static_shape
+from onnxfold.analysis import all_graphs, op_facts, static_shape
 from onnxfold.catalogue import Catalogue
 from onnxfold.fold import FoldOptions, FoldStats, fold_model
 from onnxfold.input_shapes import apply as apply_input_shapes
@@ -78,7 +78,7 @@ class Rewrite(InPlacePass):
 
 
 def _initializers(model: ir.Model) -> set[ir.Value]:
-    return {v for graph in model.graphs() for v in graph.initializers.values()}
+    return {v for graph in all_graphs(model) for v in graph.initializers.values()}
 
 
 class Fold(InPlacePass):
@@ -113,7 +113,7 @@ def remove_dead_nodes(model: ir.Model) -> int:
     removed, changed = 0, True
     while changed:
         changed = False
-        for graph in model.graphs():
+        for graph in all_graphs(model):
             outputs = set(graph.outputs)
             for node in reversed(list(graph)):
                 if all(not v.uses() and v not in outputs for v in node.outputs):
@@ -174,7 +174,7 @@ class RefineShapes(InPlacePass):
         refined = self.options.shape_folding and self._may_refine(model) and \
             infer_shapes(model) > 0
         self.state.news = refined and any(
-            node.op_type in op_facts().shape_only for graph in model.graphs() for node in graph)
+            node.op_type in op_facts().shape_only for graph in all_graphs(model) for node in graph)
         self.state.new_constants = frozenset()
         return PassResult(model, self.state.news)
 
@@ -184,7 +184,7 @@ class RefineShapes(InPlacePass):
             return False
         return any(any(v in new for v in node.inputs) and
                    any(static_shape(v) is None for v in node.outputs)
-                   for graph in model.graphs() for node in graph)
+                   for graph in all_graphs(model) for node in graph)
 
 
 class Cleanups(InPlacePass):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import is_default_op, plan_graph, static_shape, subgraphs
+from onnxfold.analysis import all_graphs, is_default_op, plan_graph, static_shape
 from onnxfold.registry import mark, source_of
 from onnxfold.steps import contained
 from onnxfold.symbolic import Dim, Known, dim_symbol, shape_values, shared_dim_names
@@ -210,9 +210,9 @@ class NameAllocator:
     """Fresh value and node names for one model: never one the model already uses."""
 
     def __init__(self, model: ir.Model) -> None:
-        self._used = {v.name for g in model.graphs() for n in g for v in n.outputs if v.name}
-        self._used.update(n.name for g in model.graphs() for n in g if n.name)
-        for graph in model.graphs():
+        self._used = {v.name for g in all_graphs(model) for n in g for v in n.outputs if v.name}
+        self._used.update(n.name for g in all_graphs(model) for n in g if n.name)
+        for graph in all_graphs(model):
             self._used.update(v.name for v in graph.inputs if v.name)
             self._used.update(graph.initializers)
         self._next = 0
@@ -351,15 +351,6 @@ def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value,
         if new.shape is None or (old.shape is not None and len(old.shape) == len(new.shape)
                                  and not new.shape.is_static() and old.shape.is_static()):
             new.shape = old.shape
-
-
-def all_graphs(model: ir.Model) -> list[ir.Graph]:
-    """The main graph and every subgraph, outer before inner (a list: rewrites may add more)."""
-    out = [model.graph]
-    for graph in out:
-        for node in graph:
-            out.extend(subgraphs(node))
-    return out
 
 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 import onnx_ir as ir
 
+from onnxfold.analysis import all_graphs
 from onnxfold.fold import FoldStats
 
 
@@ -24,7 +25,7 @@ def model_counts(model: ir.Model) -> ModelCounts:
     nodes = 0
     ops: Counter = Counter()
     inits = init_bytes = 0
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         for node in graph:
             nodes += 1
             ops[node.op_type] += 1

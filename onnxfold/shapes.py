@@ -17,6 +17,7 @@ from typing import cast
 import onnx
 import onnx_ir as ir
 
+from onnxfold.analysis import all_graphs
 from onnxfold.protos import graph_protos
 
 _BIG = 1024
@@ -154,7 +155,7 @@ def infer_shapes(model: ir.Model) -> int:
             if vi.type.HasField("tensor_type"):
                 infos[vi.name] = vi.type
     changed = 0
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         for node in graph:
             for value in node.outputs:
                 info = infos.get(value.name or "")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import is_default_op
+from onnxfold.analysis import all_graphs, is_default_op
 
 MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, not shapes
 
@@ -340,7 +340,7 @@ def blocked_scaffolding(model: ir.Model, arrays: Arrays) -> list[tuple[ir.Node, 
     """Nodes that compute shape values still dynamic, with the dims that block each."""
     found = []
     ambiguous = shared_dim_names(model)
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         values = shape_values(graph, arrays, ambiguous)
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None

@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import is_default_op, op_facts, tensor_of
+from onnxfold.analysis import all_graphs, is_default_op, op_facts, tensor_of
 from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.fold import constant_array
 from onnxfold.patterns import cleanup, names_for, replace_value
@@ -34,7 +34,7 @@ def _removable(node: ir.Node, graph: ir.Graph) -> bool:
 def remove_identity(model: ir.Model) -> int:
     """Identity nodes disappear where that is safe (graph outputs keep their names)."""
     removed = 0
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         for node in list(graph):
             if not is_default_op(node, "Identity") or not _removable(node, graph):
                 continue
@@ -112,7 +112,7 @@ def dedupe_initializers(model: ir.Model) -> int:
     tensors that still collide are hashed whole, so distinct weights are barely read.
     """
     removed = 0
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         candidates = [v for v in graph.initializers.values()
                       if v.const_value is not None and v not in graph.inputs
                       and v not in graph.outputs and v.const_value.dtype != ir.DataType.STRING]
@@ -141,7 +141,7 @@ def prune_subgraph_initializers(model: ir.Model) -> int:
     prunes the main graph's initializers: without this the body would keep both.
     """
     removed = 0
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         if graph is model.graph:
             continue
         kept = set(graph.inputs) | set(graph.outputs)
@@ -189,7 +189,7 @@ def merge_duplicates(model: ir.Model) -> int:
     nondeterministic = op_facts().nondeterministic
     names = names_for(model)
     merged = 0
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         first: dict[tuple, ir.Node] = {}
         for node in list(graph):
             key = _node_key(node, nondeterministic)

@@ -17,6 +17,7 @@ from typing import overload
 import onnx
 import onnx_ir as ir
 
+from onnxfold.analysis import all_graphs
 from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify, has_sparse
@@ -172,7 +173,7 @@ def check_structure(model: ir.Model, path: str) -> None:
     """Every value read is defined somewhere, and every graph can be sorted (a graph out of
     order is sorted, as onnxruntime accepts it); InputError otherwise, even with the checker
     off (``--skip-check``)."""
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         for node in graph:
             for value in node.inputs:
                 if value is not None and not _defined(value):

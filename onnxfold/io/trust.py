@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import tensor_of
+from onnxfold.analysis import all_graphs, tensor_of
 from onnxfold.errors import InputError
 
 
@@ -105,7 +105,7 @@ def _tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol, Rebind |
     """Every tensor of the model (initializers and tensor attributes, in all graphs): what it
     is, the tensor, a function that puts a replacement in its place, and whether it is an
     initializer (which may keep referring to its file)."""
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         for name, value in graph.initializers.items():
             if value.const_value is not None:
                 yield f"initializer {name}", value.const_value, functools.partial(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
+from onnxfold.analysis import all_graphs
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
 from onnxfold.io import segments
@@ -73,7 +74,7 @@ def input_files(model: ir.Model) -> set[str]:
     source = model.meta.get(SOURCE_KEY)
     files = {source} if source else set()
     files.update(model.meta.get(DATA_FILES_KEY, ()))
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         for value in graph.initializers.values():
             if isinstance(value.const_value, ir.ExternalTensor) and \
                     not getattr(value.const_value, "is_placeholder", False):
@@ -87,7 +88,7 @@ def inline_references(model: ir.Model, streamed: set[ir.Value]
     small tensor, or one in a subgraph) its data, so that the serializer writes the bytes rather
     than a path that does not exist beside the output; returns the replaced references."""
     replaced: dict[ir.Value, ir.TensorProtocol] = {}
-    for graph in model.graphs():
+    for graph in all_graphs(model):
         for value in graph.initializers.values():
             tensor = value.const_value
             if value in streamed or not isinstance(tensor, ir.ExternalTensor) or \
