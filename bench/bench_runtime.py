@@ -164,7 +164,7 @@ def _measure_backend(name: str, runs: int, cache_dir: str) -> dict:
                 "digests": _digests(result), "routed_to": None}
     t = time.perf_counter()
     backend = get_backend(name, **({"cache_dir": cache_dir} if name == "mlir" else {}))
-    backend.prepare(model)
+    backend.prepare(ir.from_proto(model))
     prepare = time.perf_counter() - t
     t = time.perf_counter()
     result = backend.run(feeds)  # what a Session pays: one fold, right after prepare

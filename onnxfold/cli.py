@@ -269,7 +269,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     for path in write_split(parts, args.output):
         print(f"wrote {path}")
     fold = parts.manifest["runtime_fold"]
-    print(f"runtime_fold: {len(parts.runtime_fold.graph.node)} nodes, "
+    print(f"runtime_fold: {len(parts.runtime_fold.graph)} nodes, "
           f"{len(fold['inputs'])} inputs -> {len(fold['outputs'])} folded tensors for entry")
     return 0
 

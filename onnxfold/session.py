@@ -131,6 +131,7 @@ class Session:
         self._lock = threading.Lock()
         self._entry: Any = None  # the entry onnxruntime.InferenceSession (untyped)
         self._folded_key: tuple | None = None
+        self._fold_hash: Any = None  # a hashlib object (its type is private)
         self._pinned: list = []
         self.folds = 0
         self.fold_seconds = 0.0
@@ -193,7 +194,10 @@ class Session:
     def _disk_path(self, feeds: dict[str, np.ndarray]) -> str | None:
         if self.cache_dir is None:
             return None
-        h = hashlib.sha256(self.parts.runtime_fold.SerializeToString())
+        if self._fold_hash is None:  # the keys start from the fold model's bytes
+            self._fold_hash = hashlib.sha256(
+                ir.to_proto(self.parts.runtime_fold).SerializeToString())
+        h = self._fold_hash.copy()
         for name, arr in sorted(feeds.items()):
             h.update(repr(_fingerprint(arr, full=True)).encode() + name.encode())
         return os.path.join(self.cache_dir, h.hexdigest() + ".npz")
@@ -205,7 +209,7 @@ class Session:
             return None
         try:
             stored = load_arrays(disk)
-            problem = _layout_problem(stored, self.parts.runtime_fold.graph.output)
+            problem = _layout_problem(stored, self.parts.runtime_fold.graph.outputs)
         except InputError as e:
             problem = str(e)
         if problem is None:
@@ -282,17 +286,20 @@ class Session:
         save_model(self.parts.entry, self._entry_path)
 
 
-def _layout_problem(arrays: Mapping[str, np.ndarray], outputs) -> str | None:
-    """Why ``arrays`` are not what a fold with these ``outputs`` (ValueInfoProtos) gives."""
+def _layout_problem(arrays: Mapping[str, np.ndarray], outputs: Sequence[ir.Value]
+                    ) -> str | None:
+    """Why ``arrays`` are not what a fold with these ``outputs`` gives."""
     want = {o.name: o for o in outputs}
     if set(arrays) != set(want):
         return "not the fold's outputs"
     for name, arr in arrays.items():
-        t = want[name].type.tensor_type
-        if t.elem_type and np.dtype(arr.dtype) != np_dtype(t.elem_type):
+        value = want[name]
+        if not isinstance(value.type, ir.TensorType):
+            continue
+        if value.type.dtype and np.dtype(arr.dtype) != np_dtype(value.type.dtype):
             return f"{name} is {arr.dtype}"
-        if t.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if value.shape is not None:
+            dims = [d if isinstance(d, int) else None for d in value.shape]
             if len(dims) != arr.ndim or any(d is not None and d != n
                                             for d, n in zip(dims, arr.shape)):
                 return f"{name} has shape {list(arr.shape)}"

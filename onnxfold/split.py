@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -30,6 +31,7 @@ from onnxfold.analysis import (
     subgraphs,
     why_not_foldable,
 )
+from onnxfold.dtypes import np_dtype
 from onnxfold.errors import InputError, OutputError
 from onnxfold.options import FoldOptions
 from onnxfold.passes import remove_dead_nodes
@@ -161,36 +163,47 @@ def _keep_expansions_in_entry(nodes: list[ir.Node], graph: ir.Graph) -> list[ir.
     return [n for n in nodes if n in group]
 
 
-def _value_info(value: ir.Value) -> onnx.ValueInfoProto:
-    return ir.serde.serialize_value(value)
-
-
 def _extract(model: ir.Model, nodes: list[ir.Node], inputs: list[ir.Value],
-             outputs: list[ir.Value], name: str) -> onnx.ModelProto:
-    """A standalone model of ``nodes`` reading ``inputs`` (+ initializers) giving ``outputs``."""
-    graph = onnx.GraphProto(name=name)
+             outputs: list[ir.Value], name: str) -> ir.Model:
+    """A standalone copy of ``nodes`` reading ``inputs`` (+ initializers) giving ``outputs``."""
     members = set(nodes)
     needed = external_inputs(nodes)
     constants = [n for n in model.graph if is_default_op(n, "Constant") and n not in members
                  and any(o in needed for o in n.outputs)]
-    graph.node.extend(ir.serde.serialize_node(n) for n in constants + nodes)
-    graph.input.extend(_value_info(v) for v in inputs)
+    initializers = []
     for v in needed:
         if v in inputs or (v.producer() is not None and v.producer() in constants):
             continue
         if v.const_value is None:
             raise InputError(f"{name}: value {v.name} is neither an input nor a constant")
-        # the data itself: a reference would name the input's file relative to nowhere
-        tensor = v.const_value
+        initializers.append(v)
+    graph = ir.GraphView(inputs, outputs, nodes=constants + nodes, initializers=initializers,
+                         opset_imports=dict(model.opset_imports), name=name).clone()
+    _describe_like_a_loaded_part(graph)
+    return ir.Model(graph, ir_version=max(model.ir_version, 4))
+
+
+def _describe_like_a_loaded_part(graph: ir.Graph) -> None:
+    """Describe the part's values as a proto of it did (parts were protos; the written files
+    stay what they were): inputs and outputs as in the model, each initializer by its tensor,
+    the values between nodes not at all. An initializer holds a copy of its data: serialized, a
+    reference would name the input's file relative to nowhere, and a backend may read the part
+    at every fold, long after the input was loaded."""
+    for value in graph.initializers.values():
+        tensor = value.const_value
+        assert tensor is not None  # _extract took only values with one
         if isinstance(tensor, ir.ExternalTensor):
-            tensor = ir.Tensor(tensor.numpy(), name=tensor.name)
-        graph.initializer.append(ir.serde.serialize_tensor(tensor))
-        graph.initializer[-1].name = v.name
-    graph.output.extend(_value_info(v) for v in outputs)
-    proto = onnx.helper.make_model(graph, opset_imports=[
-        onnx.helper.make_opsetid(d, v) for d, v in model.opset_imports.items()])
-    proto.ir_version = max(model.ir_version, 4)
-    return proto
+            tensor = ir.Tensor(np.array(tensor.numpy()), name=tensor.name)
+        value.const_value = tensor
+        value.type, value.shape = ir.TensorType(tensor.dtype), ir.Shape(tensor.shape.numpy())
+        value.doc_string = None
+        value.metadata_props.clear()
+    interface = set(graph.outputs)
+    for node in graph:
+        for value in node.outputs:
+            if value not in interface:
+                value.type = value.shape = value.const_value = value.doc_string = None
+                value.metadata_props.clear()
 
 
 def _cut(model: ir.Model, nodes: list[ir.Node], frontier: list[ir.Value]) -> None:
@@ -210,17 +223,17 @@ class SplitModels:
     """The parts of a split model and the manifest that ties them together."""
 
     entry: ir.Model
-    runtime_fold: onnx.ModelProto
-    compiletime_fold: onnx.ModelProto | None
+    runtime_fold: ir.Model
+    compiletime_fold: ir.Model | None
     manifest: dict = field(default_factory=dict)
 
     @property
     def fold_inputs(self) -> list[str]:
-        return [i.name for i in self.runtime_fold.graph.input]
+        return [cast(str, v.name) for v in self.runtime_fold.graph.inputs]  # graph inputs: named
 
     @property
     def fold_outputs(self) -> list[str]:
-        return [o.name for o in self.runtime_fold.graph.output]
+        return [cast(str, v.name) for v in self.runtime_fold.graph.outputs]
 
 
 COMPILE_TIME = ("fold", "keep", "separate")
@@ -285,19 +298,20 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     return SplitModels(model, runtime, compiletime, manifest)
 
 
-def _io(values) -> list[dict]:
+def _io(values: Iterable[ir.Value]) -> list[dict]:
+    """Name, dtype and dims of each value; a value not typed as a tensor has neither."""
     out = []
     for v in values:
-        t = v.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                for d in t.shape.dim] if t.HasField("shape") else None
-        out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(
-            t.elem_type).name if t.elem_type else None, "shape": dims})
+        tensor = v.type if isinstance(v.type, ir.TensorType) else None
+        dims = None if tensor is None or v.shape is None else [
+            d if isinstance(d, int) else (d.value or None) for d in v.shape]
+        dtype = np_dtype(tensor.dtype).name if tensor and tensor.dtype else None
+        out.append({"name": v.name, "dtype": dtype, "shape": dims})
     return out
 
 
-def build_manifest(entry: ir.Model, runtime: onnx.ModelProto,
-                   compiletime: onnx.ModelProto | None, runtime_constants: list[str]) -> dict:
+def build_manifest(entry: ir.Model, runtime: ir.Model, compiletime: ir.Model | None,
+                   runtime_constants: list[str]) -> dict:
     from onnxfold import __version__
 
     return {
@@ -306,13 +320,13 @@ def build_manifest(entry: ir.Model, runtime: onnx.ModelProto,
         "onnx": onnx.__version__,
         "opsets": {d or "ai.onnx": v for d, v in entry.opset_imports.items()},
         "runtime_constants": runtime_constants,
-        "runtime_fold": {"file": "runtime_fold.onnx", "inputs": _io(runtime.graph.input),
-                         "outputs": _io(runtime.graph.output)},
+        "runtime_fold": {"file": "runtime_fold.onnx", "inputs": _io(runtime.graph.inputs),
+                         "outputs": _io(runtime.graph.outputs)},
         "compiletime_fold": None if compiletime is None else {
-            "file": "compiletime_fold.onnx", "outputs": _io(compiletime.graph.output)},
+            "file": "compiletime_fold.onnx", "outputs": _io(compiletime.graph.outputs)},
         "entry": {"file": "entry.onnx",
                   "inputs": [v.name for v in entry.graph.inputs],
-                  "from_fold": [o.name for o in runtime.graph.output]},
+                  "from_fold": [v.name for v in runtime.graph.outputs]},
     }
 
 
@@ -334,8 +348,7 @@ def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
     if not os.path.isdir(parent):
         raise OutputError(f"{out_dir}: directory {parent} does not exist")
     created = not os.path.exists(out_dir)
-    models: list[tuple[str, ir.Model | onnx.ModelProto]] = [
-        ("entry.onnx", parts.entry), ("runtime_fold.onnx", parts.runtime_fold)]
+    models = [("entry.onnx", parts.entry), ("runtime_fold.onnx", parts.runtime_fold)]
     if parts.compiletime_fold is not None:
         models.append(("compiletime_fold.onnx", parts.compiletime_fold))
     paths = [os.path.join(out_dir, name) for name, _ in models]
@@ -349,8 +362,7 @@ def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
         if created:
             os.mkdir(out_dir)
         for path, (_name, part) in zip(paths, models):
-            model = part if isinstance(part, ir.Model) else ir.serde.deserialize_model(part)
-            save_model(model, path, protect=guard.inputs())
+            save_model(part, path, protect=guard.inputs())
             written.append(path)
         write_text(manifest, json.dumps(parts.manifest, indent=2))
         written.append(manifest)

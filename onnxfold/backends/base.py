@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-import onnx
+import onnx_ir as ir
 
 from onnxfold.errors import OnnxfoldError
 
@@ -19,8 +19,9 @@ class FoldBackend(Protocol):
 
     name: str
 
-    def prepare(self, model: onnx.ModelProto) -> None:
-        """Load or compile ``model`` (called once, before the first run)."""
+    def prepare(self, model: ir.Model) -> None:
+        """Load or compile ``model`` (called once, before the first run; not changed: a
+        backend that needs a protobuf serializes it itself)."""
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Evaluate the fold on ``feeds``; return every graph output by name."""

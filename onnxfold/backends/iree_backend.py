@@ -37,6 +37,7 @@ import threading
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from onnxfold.arrays import c_contiguous
 from onnxfold.backends.base import BackendUnavailable, FoldBackend
@@ -175,12 +176,14 @@ class Backend:
         module.verify()
         return module.get_asm()
 
-    def _build(self, model: onnx.ModelProto, out_params: bool) -> bytes:
+    def _build(self, model: ir.Model, proto: onnx.ModelProto, out_params: bool) -> bytes:
         if not out_params:
-            return self.compiler.compile_str(self._import(model), input_type="onnx",
+            return self.compiler.compile_str(self._import(proto), input_type="onnx",
                                              extra_args=list(FLAGS))
-        asm = results_to_out_params(self._import(transpose_before_dequantize(model)),
-                                    model.graph.name)
+        rewritten = transpose_before_dequantize(model)
+        asm = results_to_out_params(
+            self._import(proto if rewritten is model else ir.to_proto(rewritten)),
+            proto.graph.name)
         configured = self.compiler.compile_str(
             asm, input_type="onnx",
             extra_args=[*FLAGS, *OUT_PARAM_FLAGS, "--compile-to=executable-configurations"])
@@ -189,7 +192,8 @@ class Backend:
             configured,
             extra_args=[*FLAGS, *OUT_PARAM_FLAGS, "--compile-from=executable-configurations"])
 
-    def _compile(self, model: onnx.ModelProto, data: bytes, out_params: bool) -> bytes:
+    def _compile(self, model: ir.Model, proto: onnx.ModelProto, data: bytes,
+                 out_params: bool) -> bytes:
         """The compiled module, from the cache when it can be trusted (a module holds native
         code: only a directory that is the user's own and writable by no one else is used)."""
         path = os.path.join(self.cache_dir, self._key(data, out_params) + ".vmfb")
@@ -198,7 +202,7 @@ class Backend:
             self.cache_hit = True
             with open(path, "rb") as f:
                 return f.read()
-        vmfb = self._build(model, out_params)
+        vmfb = self._build(model, proto, out_params)
         if trusted is not False:  # None: the directory does not exist yet
             with contextlib.suppress(OSError, OnnxfoldError):  # an unwritable cache is slower
                 os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
@@ -225,15 +229,16 @@ class Backend:
             specs.append((tuple(dims), dtype))
         return specs[len(inferred.graph.input):]
 
-    def prepare(self, model: onnx.ModelProto) -> None:
-        data = model.SerializeToString()
-        self.inputs = [i.name for i in model.graph.input]
-        self.outputs = [o.name for o in model.graph.output]
-        self.specs = self._output_specs(model)
+    def prepare(self, model: ir.Model) -> None:
+        proto = ir.to_proto(model)  # the importer, onnx's shape inference and the cache key
+        data = proto.SerializeToString()
+        self.inputs = [i.name for i in proto.graph.input]
+        self.outputs = [o.name for o in proto.graph.output]
+        self.specs = self._output_specs(proto)
         vmfb, error = None, None
         for out_params in ((True, False) if self.specs else (False,)):
             try:
-                vmfb = self._compile(model, data, out_params)
+                vmfb = self._compile(model, proto, data, out_params)
                 break
             except Exception as e:  # the importer and compiler raise many types; route elsewhere
                 error = e
@@ -250,7 +255,7 @@ class Backend:
         self.device = rt.get_device("local-task")
         self.context = rt.SystemContext(config=rt.Config(device=self.device))
         self.context.add_vm_module(rt.VmModule.copy_buffer(self.context.instance, vmfb))
-        self.function = self.context.modules.module[model.graph.name]
+        self.function = self.context.modules.module[proto.graph.name]
         self._memory_type = int(rt.MemoryType.HOST_LOCAL) | int(rt.MemoryType.DEVICE_VISIBLE)
         self._usage = (int(rt.BufferUsage.TRANSFER) | int(rt.BufferUsage.DISPATCH_STORAGE)
                        | int(rt.BufferUsage.MAPPING_SCOPED))

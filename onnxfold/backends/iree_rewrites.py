@@ -16,27 +16,24 @@ from __future__ import annotations
 
 import re
 
-import onnx
+import onnx_ir as ir
 
 
-def transpose_before_dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
+def transpose_before_dequantize(model: ir.Model) -> ir.Model:
     """``Transpose(DequantizeLinear(q))`` -> ``DequantizeLinear(Transpose(q))`` (and the same
     for ``Cast``): the folding rule ``transpose_before_widening``, applied with the fold
     model's inputs, the runtime constants, counted as constants.
 
     The transpose then moves the (4x smaller) integer tensor and the float result is written
-    in order; the values are bitwise the same. Returns ``model`` itself if nothing matched.
+    in order; the values are bitwise the same. Returns ``model`` itself (unchanged) if nothing
+    matched, else a rewritten copy.
     """
-    import onnx_ir as ir
-
     from onnxfold.catalogue import load_catalogue
     from onnxfold.patterns import rewrite
 
-    ir_model = ir.serde.deserialize_model(model)
+    copy = model.clone()
     rules = load_catalogue().only("transpose_before_widening")
-    if not rewrite(ir_model, rules, constant_inputs=True):
-        return model
-    return ir.serde.serialize_model(ir_model)
+    return copy if rewrite(copy, rules, constant_inputs=True) else model
 
 
 def results_to_out_params(asm: str, func_name: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 
 
@@ -12,20 +11,21 @@ class Backend:
 
     def __init__(self, fallback: bool = True) -> None:
         self.fallback = fallback
-        self.model: bytes | None = None
+        self.model: ir.Model | None = None
 
-    def prepare(self, model: onnx.ModelProto) -> None:
-        self.model = model.SerializeToString()
+    def prepare(self, model: ir.Model) -> None:
+        self.model = model
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from onnxfold.errors import OnnxfoldError
         from onnxfold.fold import FoldOptions, constant_array
         from onnxfold.pipeline import optimize
 
-        model = ir.serde.deserialize_model(onnx.ModelProto.FromString(self.model))
+        assert self.model is not None, "prepare first"
+        model = self.model.clone()  # the fold changes it; the tensors are shared, not changed
         graph = model.graph
         for value in list(graph.inputs):
-            assert value.name is not None  # deserialized from a proto: always named
+            assert value.name is not None  # graph inputs are named
             value.const_value = ir.Tensor(np.asarray(feeds[value.name]), name=value.name)
             graph.inputs.remove(value)
             graph.register_initializer(value)

@@ -11,9 +11,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+from typing import cast
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from onnxfold.arrays import c_contiguous
 from onnxfold.backends.base import BackendUnavailable
@@ -50,11 +52,11 @@ class Backend:
         self.native = shutil.which("onnx-mlir") is not None
         self.workdir = tempfile.mkdtemp(prefix="onnxfold-onnx-mlir-")
 
-    def prepare(self, model: onnx.ModelProto) -> None:
+    def prepare(self, model: ir.Model) -> None:
         path = os.path.join(self.workdir, "fold.onnx")
-        onnx.save(model, path)
-        self.outputs = [o.name for o in model.graph.output]
-        self.inputs = [i.name for i in model.graph.input]
+        onnx.save(ir.to_proto(model), path)
+        self.outputs = [cast(str, v.name) for v in model.graph.outputs]  # graph outputs: named
+        self.inputs = [cast(str, v.name) for v in model.graph.inputs]
         if self.native:
             subprocess.run(["onnx-mlir", "--EmitLib", "-O3", path], check=True,
                            capture_output=True)

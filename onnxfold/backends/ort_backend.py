@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnx
+import onnx_ir as ir
 
 
 class Backend:
@@ -15,12 +15,12 @@ class Backend:
         self.providers = providers or ["CPUExecutionProvider"]
         self.session: Any = None  # an onnxruntime.InferenceSession (untyped) once prepared
 
-    def prepare(self, model: onnx.ModelProto) -> None:
+    def prepare(self, model: ir.Model) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
-        self.session = ort.InferenceSession(model.SerializeToString(), options,
+        self.session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), options,
                                             providers=self.providers)
         self.outputs = [o.name for o in self.session.get_outputs()]
 

@@ -38,7 +38,7 @@ def _f64_model():
         [helper.make_tensor("third", TensorProto.DOUBLE, [], [1 / 3])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    return model
+    return ir.from_proto(model)
 
 
 def _run(name, model, feeds, **options):
@@ -95,7 +95,7 @@ def test_mlir_caches_compiled_module_and_routes_what_it_cannot_compile(tmp_path)
     strings = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     strings.ir_version = 8
     backend = get_backend("mlir", cache_dir=str(tmp_path))
-    backend.prepare(strings)
+    backend.prepare(ir.from_proto(strings))
     assert backend.routed_to == "ort" and backend.route_reason
     out = backend.run({"s": np.array(["ab", "cd"], dtype=object)})["t"]
     assert list(out) == ["abab", "cdcd"]
@@ -135,6 +135,20 @@ def test_numpy_backend_returns_outputs_made_by_constant_nodes():
          helper.make_tensor_value_info("n", TensorProto.FLOAT, [2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    got = _run("numpy", model, {"a": np.array([1.0, 2.0], np.float32)})
+    got = _run("numpy", ir.from_proto(model), {"a": np.array([1.0, 2.0], np.float32)})
     np.testing.assert_array_equal(got["c"], np.array([1.5, -2.0], np.float32))
     np.testing.assert_array_equal(got["n"], np.array([-1.0, -2.0], np.float32))
+
+
+def test_numpy_backend_folds_a_copy_every_run():
+    model = _fold_model()
+    before = ir.to_proto(model).SerializeToString()
+    backend = get_backend("numpy")
+    backend.prepare(model)
+    for seed in (0, 1):
+        feeds = {k: v for k, v in weight_feeds(seed).items() if k in RUNTIME}
+        got = backend.run(feeds)
+        want = _run("ort", model, feeds)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+    assert ir.to_proto(model).SerializeToString() == before

@@ -4,6 +4,7 @@ import threading
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
@@ -20,6 +21,11 @@ from onnxfold.backends.iree_rewrites import (  # noqa: E402
 
 def dq_transpose(shapes, axis=0, perm=None, zero_point=False):
     """int8 weights as inputs -> per-channel DequantizeLinear -> Transpose, one per shape."""
+    model, feeds = dq_transpose_proto(shapes, axis, perm, zero_point)
+    return ir.from_proto(model), feeds
+
+
+def dq_transpose_proto(shapes, axis=0, perm=None, zero_point=False):
     nodes, inputs, outputs, inits = [], [], [], []
     rng = np.random.default_rng(0)
     feeds = {}
@@ -60,16 +66,18 @@ def _ort(model, feeds):
 def test_transpose_before_dequantize_is_bitwise_equal(shapes, axis, perm, zero_point):
     model, feeds = dq_transpose(shapes, axis, perm, zero_point)
     rewritten = transpose_before_dequantize(model)
-    assert [n.op_type for n in rewritten.graph.node] == ["Transpose", "DequantizeLinear"]
-    onnx.checker.check_model(rewritten)
+    assert [n.op_type for n in rewritten.graph] == ["Transpose", "DequantizeLinear"]
+    assert [n.op_type for n in model.graph] == ["DequantizeLinear", "Transpose"]  # a copy
+    onnx.checker.check_model(ir.to_proto(rewritten))
     before, after = _ort(model, feeds), _ort(rewritten, feeds)
     for name in before:
         assert np.array_equal(before[name], after[name])
 
 
 def test_transpose_before_dequantize_leaves_shared_dequantization_alone():
-    model, _ = dq_transpose([(8, 16)])
-    model.graph.output.append(helper.make_tensor_value_info("w0", TensorProto.FLOAT, [8, 16]))
+    proto, _ = dq_transpose_proto([(8, 16)])
+    proto.graph.output.append(helper.make_tensor_value_info("w0", TensorProto.FLOAT, [8, 16]))
+    model = ir.from_proto(proto)
     assert transpose_before_dequantize(model) is model
 
 
@@ -77,7 +85,7 @@ def test_tile_patch_still_matches_this_iree():
     """If IREE prints its configurations differently the patch silently does nothing: fail."""
     from iree.compiler import compile_str
 
-    model, _ = dq_transpose([(256, 384)])
+    model, _ = dq_transpose_proto([(256, 384)])
     backend = get_backend("mlir")
     asm = backend._import(model)
     configured = compile_str(asm, input_type="onnx", extra_args=[

@@ -15,7 +15,7 @@ from onnxfold.split import split_model, write_split
 
 
 def _run_split(parts, feeds):
-    fold = run_ort(parts.runtime_fold, {n: feeds[n] for n in parts.fold_inputs})
+    fold = run_ort(ir.to_proto(parts.runtime_fold), {n: feeds[n] for n in parts.fold_inputs})
     entry = ir.serde.serialize_model(parts.entry)
     entry_feeds = {i.name: feeds[i.name] for i in entry.graph.input if i.name in feeds}
     entry_feeds.update(dict(zip(parts.fold_outputs, fold)))
@@ -25,7 +25,7 @@ def _run_split(parts, feeds):
 def test_split_moves_weight_processing_into_runtime_fold(tmp_path):
     model = weights_as_inputs_model()
     parts = split_model(ir.serde.deserialize_model(model), RUNTIME)
-    fold_ops = sorted(n.op_type for n in parts.runtime_fold.graph.node)
+    fold_ops = sorted(n.op_type for n in parts.runtime_fold.graph)
     assert fold_ops == ["Cast", "DequantizeLinear", "Transpose"]
     assert sorted(parts.fold_outputs) == ["bias", "wt"]
     assert [n.op_type for n in parts.entry.graph] == ["MatMul", "Add"]
@@ -44,7 +44,7 @@ def test_split_hoists_runtime_constants_out_of_subgraphs():
     model = weights_as_inputs_model(with_if=True)
     parts = split_model(ir.serde.deserialize_model(model), RUNTIME)
     # the Cast of the runtime-constant bias inside both If branches is folded once
-    assert [n.op_type for n in parts.runtime_fold.graph.node].count("Cast") == 2
+    assert [n.op_type for n in parts.runtime_fold.graph].count("Cast") == 2
     branch_ops = [n.op_type for n in parts.entry.graph if n.op_type == "If"]
     assert branch_ops == ["If"]
     for flag in (True, False):
@@ -67,7 +67,7 @@ def test_expanding_op_at_the_frontier_stays_in_entry():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     parts = split_model(ir.serde.deserialize_model(model), ["row"])
-    assert [n.op_type for n in parts.runtime_fold.graph.node] == ["Mul"]
+    assert [n.op_type for n in parts.runtime_fold.graph] == ["Mul"]
     assert [n.op_type for n in parts.entry.graph] == ["Expand", "Add"]
 
 
@@ -81,7 +81,7 @@ def test_compiletime_fold_variant():
     parts = split_model(ir.serde.deserialize_model(model), RUNTIME,
                         separate_compile_time=True)
     assert parts.compiletime_fold is not None
-    assert [n.op_type for n in parts.compiletime_fold.graph.node] == ["Neg"]
+    assert [n.op_type for n in parts.compiletime_fold.graph] == ["Neg"]
     assert "nc" in {v.name for v in parts.entry.graph.inputs}
 
 
@@ -98,3 +98,29 @@ def test_patterns_select_inputs():
     model = weights_as_inputs_model()
     parts = split_model(ir.serde.deserialize_model(model), ["w*", "scale", "zp", "bias_*"])
     assert parts.manifest["runtime_constants"] == RUNTIME
+
+
+def test_parts_hold_their_data_and_describe_only_their_interface(tmp_path):
+    # a weight read by the fold, stored as external data beside the input model
+    model = weights_as_inputs_model()
+    model.graph.initializer.append(onnx.numpy_helper.from_array(
+        np.linspace(-1, 1, D * D, dtype=np.float32).reshape(D, D), "big"))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.float32(0.5), "half"))
+    model.graph.node.insert(2, helper.make_node("Add", ["wt", "big"], ["wtb"]))
+    model.graph.node.insert(3, helper.make_node("Mul", ["wtb", "half"], ["wtm"]))
+    model.graph.node[4].input[1] = "wtm"  # the MatMul
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data",
+              size_threshold=1024)
+    from onnxfold.io import load_model
+
+    parts = split_model(load_model(tmp_path / "m.onnx"), RUNTIME)
+    fold = parts.runtime_fold
+    assert isinstance(fold, ir.Model)
+    assert not any(isinstance(v.const_value, ir.ExternalTensor)
+                   for v in fold.graph.initializers.values())
+    proto = ir.to_proto(fold)  # self-contained: onnxruntime runs it from its bytes
+    assert {i.name for i in proto.graph.initializer} == {"big", "half"}
+    assert {v.name for v in proto.graph.value_info} == {"big", "half"}  # not wt, wtb
+    original = onnx.load(str(tmp_path / "m.onnx"))  # with its data
+    np.testing.assert_allclose(_run_split(parts, weight_feeds())[0],
+                               run_ort(original, weight_feeds())[0], rtol=1e-5, atol=1e-5)
