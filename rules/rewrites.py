@@ -272,14 +272,18 @@ def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
 
 
 def _reshapes_to_its_own_shape(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
-    """Reshape(x, t) where t is, element by element, x's own dims (``Shape(x)`` rebuilt)."""
+    """Reshape(x, t) where t is, element by element, x's own dims (``Shape(x)`` rebuilt), one
+    of them maybe -1."""
     if len(node.inputs) < 2 or node.inputs[1] is None or src.shape is None:
         return False
     target = ctx.shape_value(node.inputs[1])
     if target is None or target.scalar or len(target.elements) != len(src.shape):
         return False
-    return all(e == ctx.dim(src, i) or (e == 0 and not node.attributes.get_int("allowzero", 0))
-               for i, e in enumerate(target.elements))
+    # one -1 among x's own dims can only be x's dim there (or the Reshape fails: an empty x)
+    inferred = [i for i, e in enumerate(target.elements) if e == -1]
+    return len(inferred) <= 1 and all(
+        e == ctx.dim(src, i) or (e == 0 and not node.attributes.get_int("allowzero", 0))
+        or i in inferred for i, e in enumerate(target.elements))
 
 
 @pattern(P(("Cast", "Reshape", "Expand", "Pad", "Transpose"), Var("src"), ..., name="node"),

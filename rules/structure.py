@@ -1,0 +1,328 @@
+"""Structural rewrites that remove nodes exporters leave around dynamic-shape code (#13).
+
+- ``SplitToSequence`` read only by ``SequenceAt`` at constant positions is a ``Split``.
+- ``Reshape -> elementwise ops with scalar constants -> Reshape`` (torch's ``view`` around an
+  activation): the elementwise ops run on the first Reshape's input, so the first Reshape goes
+  and the second one often reshapes to its input's own shape (then ``drop_noop`` removes it).
+- Neutral elements: ``x + 0`` (integers; ``x + -0.0`` for floats), ``x - 0``, ``x * 1``,
+  ``x / 1``, ``Where`` with a constant condition, one-input ``Concat``/``Sum``/``Max``/``Min``,
+  each only where the result has exactly ``x``'s dtype and shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
+
+MAX_CHUNKS = 64  # a Split with more outputs than this is not worth writing out
+MAX_REGION = 32  # elementwise nodes between two Reshapes
+
+
+# --- SplitToSequence -> Split ---------------------------------------------------------------
+
+def _position(ctx: RewriteContext, at: ir.Node, count: int) -> int | None:
+    if len(at.inputs) < 2 or at.inputs[1] is None:
+        return None
+    pos = ctx.array(at.inputs[1])
+    if pos is None or pos.size != 1 or pos.dtype.kind not in "iu":
+        return None
+    index = int(pos.reshape(-1)[0])
+    index = index + count if index < 0 else index
+    return index if 0 <= index < count else None
+
+
+def _chunks(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> tuple[int, list[int]] | Reject:
+    """(axis, chunk sizes) of a SplitToSequence whose split is known."""
+    if x.shape is None:
+        return Reject("input rank not known")
+    rank = len(x.shape)
+    axis = node.attributes.get_int("axis", 0)
+    if not -rank <= axis < rank:
+        return Reject("axis out of range")
+    axis %= rank
+    dim = x.shape[axis]
+    static = dim if isinstance(dim, int) else None
+    split = node.inputs[1] if len(node.inputs) > 1 else None
+    if split is None:
+        if node.attributes.get_int("keepdims", 1) == 0:
+            return Reject("keepdims=0 squeezes the chunks")
+        if static is None:
+            return Reject("split axis dim not static")
+        return axis, [1] * static
+    sizes = ctx.array(split)
+    if sizes is None or sizes.dtype.kind not in "iu" or sizes.ndim > 1:
+        return Reject("split sizes not constant")
+    if sizes.ndim == 0:
+        size = int(sizes)
+        if static is None or size <= 0 or static == 0:
+            return Reject("chunk count depends on a dynamic dim")
+        chunks = [size] * (static // size) + ([static % size] if static % size else [])
+        return axis, chunks
+    chunks = [int(s) for s in sizes]
+    if any(s < 0 for s in chunks) or (static is not None and sum(chunks) != static):
+        return Reject("split sizes do not add up to the dim")
+    return axis, chunks
+
+
+def _readers(ctx: RewriteContext, seq: ir.Value, count: int) -> list[tuple[ir.Node, int]] | None:
+    found = []
+    for use in seq.uses():
+        at = use.node
+        if at.op_type != "SequenceAt" or at.domain not in ("", "ai.onnx") or use.idx != 0 or \
+                at.graph is not ctx.graph:
+            return None
+        index = _position(ctx, at, count)
+        if index is None:
+            return None
+        found.append((at, index))
+    return found
+
+
+def _splittable(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool | Reject:
+    seq = node.outputs[0]
+    if seq in ctx.graph.outputs or not seq.uses():
+        return False
+    plan = _chunks(ctx, node, x)
+    if isinstance(plan, Reject):
+        return plan
+    _, chunks = plan
+    if not chunks or len(chunks) > MAX_CHUNKS:
+        return Reject(f"{len(chunks)} chunks")
+    readers = _readers(ctx, seq, len(chunks))
+    if readers is None:
+        return Reject("the sequence is read by more than SequenceAt at constant positions")
+    for at, index in readers:  # a graph output may not be returned twice
+        if at.outputs[0] in ctx.graph.outputs and \
+                sum(1 for _, other in readers if other == index) > 1:
+            return Reject("one chunk is two graph outputs")
+    return True
+
+
+@pattern(P("SplitToSequence", Var("x"), ..., name="node"), check=_splittable,
+         name="split_to_sequence_as_split")
+def split_to_sequence_as_split(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
+    """SplitToSequence(x, s) read by SequenceAt(i) at constant i -> Split(x, sizes)[i]."""
+    plan = _chunks(ctx, node, x)
+    assert not isinstance(plan, Reject) and x.shape is not None
+    axis, chunks = plan
+    readers = _readers(ctx, node.outputs[0], len(chunks))
+    assert readers is not None
+    sizes = np.asarray(chunks, np.int64)
+    attributes: list[ir.Attr] = [ir.AttrInt64("axis", axis)]
+    if ctx.model.opset_imports.get("", 1) >= 13:
+        inputs = [x, ctx.constant_value(sizes, "split_sizes")]
+    else:
+        inputs = [x]
+        attributes.append(ir.AttrInt64s("split", chunks))
+    split = ir.Node("", "Split", inputs, attributes=attributes, num_outputs=len(chunks),
+                    name=ctx.fresh_name("Split"))
+    for out, size in zip(split.outputs, chunks):
+        out.name = ctx.fresh_name(f"{x.name or 'split'}_chunk")
+        if x.dtype is not None:
+            out.dtype = x.dtype
+        out.shape = ir.Shape([size if i == axis else d for i, d in enumerate(x.shape)])
+    ctx.graph.insert_before(node, split)
+    for at, index in readers:
+        ctx.replace_node(at, split.outputs[index])
+    ctx.graph.remove(node, safe=True)
+
+
+# --- Reshape -> elementwise -> Reshape ------------------------------------------------------
+
+POINTWISE = frozenset((
+    "Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
+    "Tanh", "Sigmoid", "Relu", "Reciprocal", "Erf", "Not", "Cast", "IsNaN", "IsInf", "Softsign",
+    "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "Softplus", "Gelu", "HardSwish", "Mish",
+    "ThresholdedRelu", "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Equal", "Less",
+    "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift",
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "PRelu", "Sum", "Mean"))
+
+
+def _region(ctx: RewriteContext, y: ir.Value, rank: int
+            ) -> tuple[list[ir.Node], ir.Node] | Reject | None:
+    """The pointwise nodes computing ``y`` from one Reshape's output and scalar constants
+    (every value in between read only inside), and that Reshape; None if there is none."""
+    nodes: dict[ir.Node, None] = {}
+    inner: ir.Node | None = None
+    todo = [y]
+    while todo:
+        value = todo.pop()
+        node = value.producer()
+        if node is None or node.graph is not ctx.graph:
+            return None
+        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx"):
+            if inner is not None and inner is not node:
+                return Reject("more than one Reshape feeds the elementwise ops")
+            inner = node
+            continue
+        if node in nodes:
+            continue
+        if node.op_type not in POINTWISE or node.domain not in ("", "ai.onnx") or \
+                len(node.outputs) != 1 or len(nodes) >= MAX_REGION:
+            return None
+        nodes[node] = None
+        for v in node.inputs:
+            if v is None:
+                continue
+            if ctx.is_constant(v):
+                shape = ctx.shape(v)
+                if shape is None or int(np.prod(shape)) != 1 or len(shape) > rank:
+                    return Reject("a constant operand is not a scalar of at most the rank")
+            else:
+                todo.append(v)
+    if inner is None or not nodes:
+        return None
+    inside = set(nodes)
+    for node in (*nodes, inner):
+        for out in node.outputs:
+            if out in ctx.graph.outputs:
+                return Reject("a value in between is a graph output")
+            if out is y:
+                continue
+            if any(use.node not in inside for use in out.uses()):
+                return Reject("a value in between is read elsewhere")
+    return list(nodes), inner
+
+
+def _unwrappable(ctx: RewriteContext, outer: ir.Node, y: ir.Value, target: ir.Value
+                 ) -> bool | Reject:
+    producer = y.producer()
+    shape = ctx.array(target)
+    if producer is None or producer.op_type not in POINTWISE or shape is None or \
+            not ctx.single_use(y):
+        return False
+    src = _source(ctx, y)
+    if src is None or isinstance(src, Reject):
+        return src if isinstance(src, Reject) else False
+    if (shape == 0).any() and not outer.attributes.get_int("allowzero", 0):
+        return Reject("the outer target copies dims (0 entries)")
+    return True
+
+
+def _source(ctx: RewriteContext, y: ir.Value
+            ) -> tuple[list[ir.Node], ir.Node, ir.Value] | Reject | None:
+    """The region before ``y``, its inner Reshape, and that Reshape's input."""
+    # the constants must broadcast into the inner Reshape's input: rank first
+    first = _region(ctx, y, rank=1 << 30)
+    if first is None or isinstance(first, Reject):
+        return first
+    _, inner = first
+    x = inner.inputs[0]
+    if x is None or x.shape is None:
+        return Reject("rank of the Reshape's input not known")
+    found = _region(ctx, y, rank=len(x.shape))
+    if found is None or isinstance(found, Reject):
+        return found
+    return found[0], found[1], x
+
+
+@pattern(P("Reshape", Var("y"), Var("target"), name="outer"), check=_unwrappable,
+         name="elementwise_between_reshapes")
+def elementwise_between_reshapes(ctx: RewriteContext, outer: ir.Node, y: ir.Value,
+                                 target: ir.Value) -> None:
+    """Reshape(f(Reshape(x, s1), c...), s2) -> Reshape(f(x, c...), s2) for pointwise ``f`` and
+    scalar constants ``c``: a pointwise op commutes with any reshape, and a target without 0
+    (copy) entries reads only the element count. The first Reshape goes."""
+    found = _source(ctx, y)
+    assert isinstance(found, tuple)
+    nodes, inner, x = found
+    reshaped = inner.outputs[0]
+    for node in nodes:
+        for i, v in enumerate(node.inputs):
+            if v is reshaped:
+                node.replace_input_with(i, x)
+        for out in node.outputs:  # same dtype, now x's shape
+            out.shape = x.shape.copy() if x.shape is not None else None
+    ctx.remove_if_unused(inner)
+
+
+# --- neutral elements -----------------------------------------------------------------------
+
+def _broadcasts_into(ctx: RewriteContext, v: ir.Value, x: ir.Value) -> bool:
+    """Whether broadcasting ``v`` with ``x`` gives exactly ``x``'s shape, whatever the
+    dynamic dims: every dim of ``v`` (right-aligned) is 1 or provably ``x``'s dim."""
+    if x.shape is None:
+        return False
+    shape = ctx.shape(v) if ctx.is_constant(v) else None
+    rank = len(shape) if shape is not None else len(v.shape) if v.shape is not None else None
+    if rank is None or rank > len(x.shape):
+        return False
+    offset = len(x.shape) - rank
+    for i in range(rank):
+        d = shape[i] if shape is not None else ctx.dim(v, i)
+        if d == 1:
+            continue
+        mine = ctx.dim(x, offset + i)
+        if d is None or mine is None or d != mine:
+            return False
+    return True
+
+
+def _is(array: np.ndarray, op: str, side: int) -> bool:
+    """Whether every element of ``array`` leaves the other operand of ``op`` unchanged
+    (``side``: the constant's input position), bit for bit."""
+    if array.size == 0 or array.dtype.kind not in "biuf":
+        return False
+    if op in ("Mul", "Div") and (op == "Mul" or side == 1):
+        return bool((array == 1).all())
+    if op == "Add" or (op == "Sub" and side == 1):
+        if array.dtype.kind != "f":
+            return bool((array == 0).all())
+        # x + -0.0 and x - +0.0 are x for every x; x + +0.0 turns -0.0 into +0.0
+        negative = np.signbit(array)
+        return bool((array == 0).all() and (negative if op == "Add" else ~negative).all())
+    return False
+
+
+def _kept(ctx: RewriteContext, node: ir.Node) -> ir.Value | None:
+    """The input ``node`` returns unchanged, if it is one."""
+    ins = list(node.inputs)
+    op = node.op_type
+    if op in ("Concat", "Sum", "Max", "Min", "Mean") and len(ins) == 1:
+        return ins[0]
+    if op == "Where" and len(ins) == 3 and all(v is not None for v in ins):
+        cond = ctx.array(ins[0])
+        if cond is None or cond.dtype != np.bool_ or cond.size == 0 or \
+                not (cond.all() or not cond.any()):
+            return None
+        x = ins[1] if cond.all() else ins[2]
+        other = ins[2] if cond.all() else ins[1]
+        assert x is not None and other is not None and ins[0] is not None
+        if x.dtype is None or x.dtype != other.dtype or not _broadcasts_into(ctx, ins[0], x) \
+                or not _broadcasts_into(ctx, other, x):
+            return None
+        return x
+    if op not in ("Add", "Sub", "Mul", "Div") or len(ins) != 2 or None in ins:
+        return None
+    for side in (0, 1):
+        c, x = ins[side], ins[1 - side]
+        assert c is not None and x is not None
+        array = ctx.array(c)
+        if array is not None and not ctx.is_constant(x) and _is(array, op, side) and \
+                x.dtype is not None and x.dtype == c.dtype and _broadcasts_into(ctx, c, x):
+            return x
+    return None
+
+
+def _neutral(ctx: RewriteContext, node: ir.Node) -> bool:
+    if len(node.outputs) != 1:
+        return False
+    x = _kept(ctx, node)
+    if x is None or ctx.is_constant(x):
+        return False  # constants fold anyway
+    out = node.outputs[0]
+    # a graph output must stay computed by a node of this graph, and not be returned twice
+    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+
+
+@pattern(P(("Add", "Sub", "Mul", "Div", "Where", "Concat", "Sum", "Max", "Min", "Mean"),
+           name="node"), check=_neutral, name="drop_neutral_element")
+def drop_neutral_element(ctx: RewriteContext, node: ir.Node) -> None:
+    """x + 0, x - 0, x * 1, x / 1, Where(True, x, y), Concat(x)... -> x (same dtype and shape,
+    for every value of the dynamic dims)."""
+    x = _kept(ctx, node)
+    assert x is not None
+    ctx.replace_output(node.outputs[0], x)
+    ctx.graph.remove(node, safe=True)

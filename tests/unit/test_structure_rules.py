@@ -1,0 +1,177 @@
+"""rules/structure.py (#13): SplitToSequence -> Split, Reshape -> pointwise -> Reshape, neutral
+elements. Each folded model is run against the original in onnxruntime at two values of every
+dynamic dim."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import fold_proto, make_model, run_ort, tensor, vinfo
+from onnx import TensorProto, helper
+
+
+def _ops(proto):
+    return sorted(n.op_type for n in proto.graph.node)
+
+
+def _same(proto, out, feeds_for, sizes=(1, 3)):
+    for n in sizes:
+        feeds = feeds_for(n)
+        for a, b in zip(run_ort(proto, feeds), run_ort(out, feeds)):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+            assert (np.signbit(a) == np.signbit(b)).all() if a.dtype.kind == "f" else True
+
+
+def _x(shape, dtype=np.float32):
+    def feeds(n):
+        x = np.random.default_rng(n).standard_normal((n, *shape)).astype(dtype)
+        x.reshape(-1)[::3] = -0.0 if x.dtype.kind == "f" else 0
+        return {"x": x}
+    return feeds
+
+
+# --- SplitToSequence -> Split -----------------------------------------------------------------
+
+def _split_model(split, axis=1, extra=()):
+    nodes = [helper.make_node("SplitToSequence", ["x", "s"] if split is not None else ["x"],
+                              ["seq"], axis=axis),
+             helper.make_node("SequenceAt", ["seq", "i0"], ["a"]),
+             helper.make_node("SequenceAt", ["seq", "im1"], ["b"]),
+             helper.make_node("Neg", ["a"], ["y"]), helper.make_node("Abs", ["b"], ["z"]),
+             *extra]
+    inits = [tensor("i0", np.array(0, np.int64)), tensor("im1", np.array(-1, np.int64))]
+    if split is not None:
+        inits.append(tensor("s", np.asarray(split, np.int64)))
+    outs = [vinfo("y", shape=["N", None]), vinfo("z", shape=["N", None])] + (
+        [vinfo("n", TensorProto.INT64, [])] if extra else [])
+    return make_model(nodes, [vinfo("x", shape=["N", 7])], outs, inits, opset=18)
+
+
+@pytest.mark.parametrize("split", [3, [2, 5], [1, 0, 6], None])
+def test_split_to_sequence_read_at_constant_positions_is_a_split(tmp_path, split):
+    proto = _split_model(split)
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert "SplitToSequence" not in _ops(folded) and "SequenceAt" not in _ops(folded)
+    assert _ops(folded).count("Split") == 1
+    _same(proto, out, _x((7,)))
+
+
+def test_split_to_sequence_stays_when_the_chunk_count_is_dynamic(tmp_path):
+    proto = _split_model(3, axis=0)  # chunks of 3 along N
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert "SplitToSequence" in _ops(folded)
+    _same(proto, out, _x((7,)), sizes=(3, 6))
+
+
+def test_split_to_sequence_stays_when_the_sequence_is_read_otherwise(tmp_path):
+    # chunks of one size: onnxruntime mis-plans buffers of unequal chunks next to SequenceLength
+    proto = _split_model(1, extra=[helper.make_node("SequenceLength", ["seq"], ["n"])])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert "SplitToSequence" in _ops(folded)
+    _same(proto, out, _x((7,)))
+
+
+# --- Reshape -> pointwise -> Reshape ----------------------------------------------------------
+
+def _gelu_between_reshapes(operand=0.5, outer=(-1, 4)):
+    # torch's view(b, s, 4) -> tanh-GELU-like ops -> view(-1, 4) around a Gemm's [N, 4]
+    nodes = [helper.make_node("Reshape", ["x", "t1"], ["r"]),
+             helper.make_node("Mul", ["r", "half"], ["m"]),
+             helper.make_node("Pow", ["r", "three"], ["p"]),
+             helper.make_node("Tanh", ["p"], ["t"]),
+             helper.make_node("Add", ["t", "m"], ["u"]),
+             helper.make_node("Reshape", ["u", "t2"], ["y"]),
+             helper.make_node("Neg", ["y"], ["out"])]
+    inits = [tensor("t1", np.array([-1, 2, 4], np.int64)),
+             tensor("half", np.asarray(operand, np.float32)), tensor("three", np.float32(3)),
+             tensor("t2", np.array(outer, np.int64))]
+    return make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("out", shape=[None, 4])], inits)
+
+
+def test_pointwise_ops_between_reshapes_lose_both_reshapes(tmp_path):
+    proto = _gelu_between_reshapes()
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert "Reshape" not in _ops(folded)
+    _same(proto, out, _x((4,)), sizes=(2, 6))
+
+
+@pytest.mark.parametrize("operand, outer", [
+    (np.full((2, 1), 0.5, np.float32), (-1, 4)),  # not a scalar: it broadcasts
+    (0.5, (0, 8)),  # the outer target copies a dim of the inner shape
+])
+def test_reshapes_stay_around_non_scalar_operands_and_copied_dims(tmp_path, operand, outer):
+    proto = _gelu_between_reshapes(operand, outer)
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert _ops(folded).count("Reshape") == 2
+    _same(proto, out, _x((4,)), sizes=(2, 6))
+
+
+def test_a_reshape_to_its_own_dims_with_one_minus_one_goes(tmp_path):
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["d"]),
+             helper.make_node("Concat", ["m1", "d"], ["t"], axis=0),
+             helper.make_node("Reshape", ["x", "t"], ["r"]),
+             helper.make_node("Neg", ["r"], ["y"])]
+    inits = [tensor("one", np.array([1], np.int64)), tensor("m1", np.array([-1], np.int64))]
+    proto = make_model(nodes, [vinfo("x", shape=["N", "S"])], [vinfo("y", shape=["N", "S"])], inits)
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Neg"]
+    for n, s in ((1, 5), (3, 2)):
+        x = np.random.default_rng(n).standard_normal((n, s)).astype(np.float32)
+        np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+# --- neutral elements -------------------------------------------------------------------------
+
+def _binary(op, c, dtype=TensorProto.FLOAT, swap=False):
+    ins = ["c", "x"] if swap else ["x", "c"]
+    nodes = [helper.make_node(op, ins, ["a"]), helper.make_node("Neg", ["a"], ["y"])]
+    return make_model(nodes, [vinfo("x", dtype, ["N", 3])], [vinfo("y", dtype, [None, 3])],
+                      [tensor("c", c)])
+
+
+@pytest.mark.parametrize("op, c, dtype, swap, gone", [
+    ("Add", np.array(0, np.int64), TensorProto.INT64, False, True),
+    ("Add", np.zeros(3, np.int64), TensorProto.INT64, True, True),
+    ("Add", np.float32(-0.0), TensorProto.FLOAT, True, True),
+    ("Add", np.float32(0.0), TensorProto.FLOAT, False, False),  # -0.0 + 0.0 is +0.0
+    ("Sub", np.float32(0.0), TensorProto.FLOAT, False, True),
+    ("Sub", np.float32(-0.0), TensorProto.FLOAT, False, False),
+    ("Sub", np.float32(0.0), TensorProto.FLOAT, True, False),  # 0 - x is -x
+    ("Mul", np.ones((1, 3), np.float32), TensorProto.FLOAT, True, True),
+    ("Mul", np.ones((1, 1, 3), np.float32), TensorProto.FLOAT, False, False),  # adds a dim
+    ("Mul", np.ones((2, 3), np.float32), TensorProto.FLOAT, False, False),  # N must be 2
+    ("Div", np.float32(1), TensorProto.FLOAT, False, True),
+    ("Div", np.float32(1), TensorProto.FLOAT, True, False),  # 1 / x
+    ("Mul", np.float32(2), TensorProto.FLOAT, False, False),
+])
+def test_neutral_elements_go_only_where_nothing_changes(tmp_path, op, c, dtype, swap, gone):
+    proto = _binary(op, c, dtype, swap)
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert (op not in _ops(folded)) == gone
+    np_dtype = np.int64 if dtype == TensorProto.INT64 else np.float32
+    _same(proto, out, _x((3,), np_dtype), sizes=(1, 4) if c.shape[:1] != (2,) else (2,))
+
+
+def test_where_with_a_constant_condition_and_one_input_concat(tmp_path):
+    nodes = [helper.make_node("Where", ["yes", "x", "w"], ["a"]),
+             helper.make_node("Where", ["no", "w", "a"], ["b"]),
+             helper.make_node("Where", ["yes", "x", "wide"], ["kept"]),  # broadcasts x up
+             helper.make_node("Where", ["no", "x", "w"], ["kept2"]),  # w is [1, 3], not [N, 3]
+             helper.make_node("Concat", ["b"], ["c"], axis=0),
+             helper.make_node("Max", ["c"], ["m"]),
+             helper.make_node("Neg", ["m"], ["y"])]
+    inits = [tensor("yes", np.ones(3, bool)), tensor("no", np.zeros((1, 3), bool)),
+             tensor("wide", np.ones((2, 1, 3), np.float32))]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 3]), vinfo("w", shape=[1, 3])],
+                       [vinfo("y", shape=["N", 3]), vinfo("kept", shape=[2, "N", 3]),
+                        vinfo("kept2", shape=["N", 3])], inits)
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Neg", "Where", "Where"]
+
+    def feeds(n):
+        rng = np.random.default_rng(n)
+        return {"x": rng.standard_normal((n, 3)).astype(np.float32),
+                "w": rng.standard_normal((1, 3)).astype(np.float32)}
+    _same(proto, out, feeds)
