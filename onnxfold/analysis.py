@@ -9,7 +9,7 @@ non-deterministic or shape-only are facts the rules declare (``rules/facts.py``)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -132,8 +132,24 @@ def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
     return ir_version >= 4 and value in graph.inputs
 
 
-def why_not_foldable(node: ir.Node) -> Reason | None:
-    """The reason a node can never be folded, whatever its inputs."""
+KEEP_KEY = "onnxfold.keep"  # model.meta: the op types and node names the user keeps
+
+
+def kept(node: ir.Node, keep: Collection[str]) -> bool:
+    """Whether ``keep`` (``--keep``: op types and node names) names ``node``."""
+    return bool(keep) and (node.op_type in keep or bool(node.name) and node.name in keep)
+
+
+def kept_in(model: ir.Model) -> frozenset[str]:
+    """What the run optimizing ``model`` keeps (set by ``optimize``; empty otherwise)."""
+    return model.meta.get(KEEP_KEY, frozenset())
+
+
+def why_not_foldable(node: ir.Node, keep: Collection[str] = ()) -> Reason | None:
+    """The reason a node can never be folded, whatever its inputs (``keep``: op types and node
+    names the user keeps)."""
+    if kept(node, keep):
+        return Reason(DeclineKind.KEPT, node.op_type if node.op_type in keep else "by name")
     if node.domain not in FOLDABLE_DOMAINS:
         return Reason(DeclineKind.CUSTOM_DOMAIN, f"'{node.domain}'")
     if node.op_type in op_facts().nondeterministic:
@@ -156,11 +172,12 @@ class ConstPlan:
 
 def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
                inputs_are_constant: bool = False, shape_folding: bool = True,
-               constant_inputs: bool = False) -> ConstPlan:
+               constant_inputs: bool = False, keep: Collection[str] = ()) -> ConstPlan:
     """Mark the constant values and the foldable nodes of ``graph``, in topological order.
 
     ``constant_inputs``: every graph input counts as constant, without data (a runtime-fold
-    model, whose inputs are the runtime constants).
+    model, whose inputs are the runtime constants); ``keep``: op types and node names never
+    folded.
     """
     plan = ConstPlan()
     plan.constant.update(outer)
@@ -179,7 +196,7 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
             plan.sources.update(node.outputs)
             continue
         inputs = [v for v in node.inputs if v is not None]
-        reason = why_not_foldable(node)
+        reason = why_not_foldable(node, keep)
         if reason is not None:
             if all(v in plan.constant for v in inputs):
                 plan.refused.append((node, reason))

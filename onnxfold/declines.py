@@ -23,6 +23,7 @@ class DeclineKind(enum.Enum):
     RUNTIME_ERROR = "onnxruntime"
     NON_DETERMINISTIC = "non-deterministic op"
     CUSTOM_DOMAIN = "custom domain"
+    KEPT = "kept (--keep)"
 
 
 @dataclass(frozen=True)

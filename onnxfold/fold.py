@@ -128,7 +128,7 @@ class GraphFolder:
         self.progress = progress
         self.plan: ConstPlan = plan_graph(graph, model.ir_version, outer,
                                           inputs_are_constant=options.inputs_are_constant,
-                                          shape_folding=options.shape_folding)
+                                          shape_folding=options.shape_folding, keep=options.keep)
         self.planned = set(self.plan.foldable)
         qdq_refused = refuse_dequantization(self.plan.foldable, self.planned,
                                             catalogue.kept_quantized, options.fold_qdq)

@@ -53,7 +53,11 @@ class FoldOptions:
     disabled_rules: set[str] = _opt(None, Flag(
         "--disable-rule", "do not use this rule: a rule name, or an op type (every native rule "
         "for that op: its folder, the patterns matching it, the cleanup removing it; the "
-        "onnxruntime fallback still folds it); repeatable", repeat=True, metavar="NAME"), set)
+        "onnxruntime fallback still folds it; --keep prevents that); repeatable", repeat=True,
+        metavar="NAME"), set)
+    keep: tuple[str, ...] = _opt((), Flag(
+        "--keep", "never fold, rewrite or remove nodes of this op type or of this node name, "
+        "natively or through onnxruntime; repeatable", repeat=True, metavar="OP|NODE"))
     fallback: bool = _opt(True, Flag(
         "--no-fallback", "fold only with native rules, never through onnxruntime", switch=True))
     shape_folding: bool = _opt(True, Flag(

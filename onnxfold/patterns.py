@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import all_graphs, is_default_op, plan_graph, static_shape
+from onnxfold.analysis import (
+    all_graphs,
+    is_default_op,
+    kept,
+    kept_in,
+    plan_graph,
+    static_shape,
+)
 from onnxfold.registry import mark, source_of
 from onnxfold.steps import contained
 from onnxfold.symbolic import Dim, Known, dim_symbol, shape_values, shared_dim_names
@@ -77,7 +84,7 @@ class P:
                 yield from sub.op_types()
 
     def match_node(self, node: ir.Node, ctx: RewriteContext, captures: dict[str, Any]) -> bool:
-        if node.op_type not in self.ops or not is_default_op(node):
+        if node.op_type not in self.ops or not is_default_op(node) or kept(node, ctx.keep):
             return False
         if self.single_use and not all(ctx.single_use(v) for v in node.outputs):
             return False
@@ -246,6 +253,11 @@ class RewriteContext:
     constant: set[ir.Value]
     rejected: Counter = field(default_factory=Counter)
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
+
+    @property
+    def keep(self) -> frozenset[str]:
+        """Op types and node names no pattern may match (``--keep``)."""
+        return kept_in(self.model)
 
     def is_constant(self, value: ir.Value | None) -> bool:
         return value is not None and value in self.constant

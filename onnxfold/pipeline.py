@@ -25,7 +25,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import PassError, PassManager
 
-from onnxfold.analysis import node_label
+from onnxfold.analysis import KEEP_KEY, node_label
 from onnxfold.catalogue import load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.fold import FoldOptions, FoldStats, source_array
@@ -107,7 +107,8 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
     """The passes of ``optimize`` for these options, recording into ``stats``; ``skipped``
     names rules and passes (``fold``, ``prune``) left out after they failed."""
     shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
-    catalogue = load_catalogue().without(set(options.disabled_rules) | skipped | shape_rules)
+    catalogue = load_catalogue().without(
+        set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
     pool = BufferPool(memory_limit=options.memory_limit)
     state = RoundState()
     rounds: list[Rewrite | Fold | Prune | RefineShapes]
@@ -151,6 +152,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
+    model.meta[KEEP_KEY] = frozenset(options.keep)
     before = model_counts(model)
     skipped: dict[str, str] = {}
     newest = onnx.defs.onnx_opset_version()

@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import all_graphs, is_default_op, op_facts, tensor_of
+from onnxfold.analysis import all_graphs, is_default_op, kept, kept_in, op_facts, tensor_of
 from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.fold import constant_array
 from onnxfold.patterns import cleanup, names_for, replace_value
@@ -36,7 +36,8 @@ def remove_identity(model: ir.Model) -> int:
     removed = 0
     for graph in all_graphs(model):
         for node in list(graph):
-            if not is_default_op(node, "Identity") or not _removable(node, graph):
+            if not is_default_op(node, "Identity") or not _removable(node, graph) or \
+                    kept(node, kept_in(model)):
                 continue
             x, y = node.inputs[0], node.outputs[0]
             assert x is not None  # _removable checked it
@@ -188,11 +189,12 @@ def merge_duplicates(model: ir.Model) -> int:
     Never for non-deterministic ops, other domains or nodes with subgraphs."""
     nondeterministic = op_facts().nondeterministic
     names = names_for(model)
+    keep = kept_in(model)
     merged = 0
     for graph in all_graphs(model):
         first: dict[tuple, ir.Node] = {}
         for node in list(graph):
-            key = _node_key(node, nondeterministic)
+            key = None if kept(node, keep) else _node_key(node, nondeterministic)
             if key is None:
                 continue
             original = first.setdefault(key, node)

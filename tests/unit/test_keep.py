@@ -1,0 +1,81 @@
+"""``--keep OP|NODE`` (``FoldOptions.keep``): nothing of a kept op or node is folded, natively or
+through onnxruntime, nor rewritten or removed; the rest folds as before."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from conftest import make_model, tensor, vinfo
+from onnx import helper
+
+from onnxfold import FoldOptions, optimize
+
+
+def _model():
+    """y = x + Transpose(W) + Neg(A) + Neg(B) + Hardmax(H) + Transpose(Transpose(x))."""
+    nodes = [helper.make_node("Transpose", ["W"], ["wt"], name="t_w"),
+             helper.make_node("Neg", ["A"], ["na"], name="neg_a"),
+             helper.make_node("Neg", ["B"], ["nb"], name="neg_b"),
+             helper.make_node("Hardmax", ["H"], ["hm"], name="hardmax"),  # no native rule
+             helper.make_node("Transpose", ["x"], ["xt"], name="t_x1", perm=[1, 0]),
+             helper.make_node("Transpose", ["xt"], ["xtt"], name="t_x2", perm=[1, 0]),
+             helper.make_node("Add", ["xtt", "wt"], ["s1"]),
+             helper.make_node("Add", ["s1", "na"], ["s2"]),
+             helper.make_node("Add", ["s2", "nb"], ["s3"]),
+             helper.make_node("Add", ["s3", "hm"], ["y"])]
+    rng = np.random.default_rng(0)
+    weights = [tensor(n, rng.standard_normal((4, 4)).astype(np.float32)) for n in "WABH"]
+    return make_model(nodes, [vinfo("x", shape=[4, 4])], [vinfo("y", shape=[4, 4])], weights)
+
+
+def _ops(model) -> list[str]:
+    return sorted(n.op_type for n in model.graph.node)
+
+
+def _names(model) -> set[str]:
+    return {n.name for n in model.graph.node}
+
+
+def _run(model) -> np.ndarray:
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def test_everything_folds_without_keep():
+    folded = optimize(_model()).to_proto()
+    assert _ops(folded) == ["Add"] * 4  # every Transpose, both Negs and Hardmax went
+
+
+def test_a_kept_op_type_is_never_folded_nor_rewritten():
+    original = _model()
+    result = optimize(original, FoldOptions(keep=("Transpose",)))
+    folded = result.to_proto()
+    assert _ops(folded).count("Transpose") == 3  # of W (foldable) and the pair merge_transposes
+    assert "Neg" not in _ops(folded) and "Hardmax" not in _ops(folded)  # would merge
+    assert "kept (--keep)" in result.report.declined
+    np.testing.assert_allclose(_run(folded), _run(original), rtol=1e-6)
+
+
+def test_a_kept_node_name_is_never_folded_natively_or_through_onnxruntime():
+    original = _model()
+    folded = optimize(original, FoldOptions(keep=("neg_a", "hardmax", "t_x1"))).to_proto()
+    assert {"neg_a", "hardmax", "t_x1", "t_x2"} <= _names(folded)  # t_x2 may not merge into t_x1
+    assert "neg_b" not in _names(folded) and "t_w" not in _names(folded)
+    np.testing.assert_allclose(_run(folded), _run(original), rtol=1e-6)
+
+
+def test_the_cli_flag(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_model(), src)
+    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o", str(out),
+                           "-q", "--keep", "Neg", "--keep", "hardmax"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    folded = onnx.load(out)
+    assert _ops(folded).count("Neg") == 2 and "hardmax" in _names(folded)
+    assert "Transpose" not in _ops(folded)
