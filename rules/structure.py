@@ -5,8 +5,10 @@
   activation): the elementwise ops run on the first Reshape's input, so the first Reshape goes
   and the second one often reshapes to its input's own shape (then ``drop_noop`` removes it).
 - Neutral elements: ``x + 0`` (integers; ``x + -0.0`` for floats), ``x - 0``, ``x * 1``,
-  ``x / 1``, ``Where`` with a constant condition, one-input ``Concat``/``Sum``/``Max``/``Min``,
-  each only where the result has exactly ``x``'s dtype and shape.
+  ``x / 1``, ``x and True``, ``x or False``, ``Where`` with a constant condition, one-input
+  ``Concat``/``Sum``/``Max``/``Min``, each only where the result has exactly ``x``'s dtype and
+  shape.
+- ``Unsqueeze(Unsqueeze(x, a1), a2)`` is one ``Unsqueeze``.
 """
 
 from __future__ import annotations
@@ -265,6 +267,8 @@ def _is(array: np.ndarray, op: str, side: int) -> bool:
     (``side``: the constant's input position), bit for bit."""
     if array.size == 0 or array.dtype.kind not in "biuf":
         return False
+    if op in ("And", "Or"):
+        return array.dtype == np.bool_ and bool(array.all() if op == "And" else not array.any())
     if op in ("Mul", "Div") and (op == "Mul" or side == 1):
         return bool((array == 1).all())
     if op == "Add" or (op == "Sub" and side == 1):
@@ -294,7 +298,7 @@ def _kept(ctx: RewriteContext, node: ir.Node) -> ir.Value | None:
                 or not _broadcasts_into(ctx, other, x):
             return None
         return x
-    if op not in ("Add", "Sub", "Mul", "Div") or len(ins) != 2 or None in ins:
+    if op not in ("Add", "Sub", "Mul", "Div", "And", "Or") or len(ins) != 2 or None in ins:
         return None
     for side in (0, 1):
         c, x = ins[side], ins[1 - side]
@@ -317,12 +321,48 @@ def _neutral(ctx: RewriteContext, node: ir.Node) -> bool:
     return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
 
 
-@pattern(P(("Add", "Sub", "Mul", "Div", "Where", "Concat", "Sum", "Max", "Min", "Mean"),
-           name="node"), check=_neutral, name="drop_neutral_element")
+@pattern(P(("Add", "Sub", "Mul", "Div", "And", "Or", "Where", "Concat", "Sum", "Max", "Min",
+            "Mean"), name="node"), check=_neutral, name="drop_neutral_element")
 def drop_neutral_element(ctx: RewriteContext, node: ir.Node) -> None:
-    """x + 0, x - 0, x * 1, x / 1, Where(True, x, y), Concat(x)... -> x (same dtype and shape,
-    for every value of the dynamic dims)."""
+    """x + 0, x - 0, x * 1, x / 1, x and True, x or False, Where(True, x, y), Concat(x)... -> x
+    (same dtype and shape, for every value of the dynamic dims)."""
     x = _kept(ctx, node)
     assert x is not None
     ctx.replace_output(node.outputs[0], x)
     ctx.graph.remove(node, safe=True)
+
+
+# --- Unsqueeze of Unsqueeze -----------------------------------------------------------------
+
+def _merged_axes(ctx: RewriteContext, x: ir.Value, a1: ir.Value, a2: ir.Value
+                 ) -> list[int] | None:
+    first, second = ctx.array(a1), ctx.array(a2)
+    if x.shape is None or first is None or second is None or first.ndim > 1 or \
+            second.ndim > 1 or first.dtype.kind not in "iu" or second.dtype.kind not in "iu":
+        return None
+    middle = len(x.shape) + first.size  # rank after the first Unsqueeze
+    rank = middle + second.size
+    inner = sorted({int(a) % middle for a in first.reshape(-1) if -middle <= a < middle})
+    outer = sorted({int(a) % rank for a in second.reshape(-1) if -rank <= a < rank})
+    if len(inner) != first.size or len(outer) != second.size:
+        return None  # out of range or repeated: leave the error to onnxruntime
+    kept = [i for i in range(rank) if i not in outer]  # where the middle's dims end up
+    return sorted(outer + [kept[a] for a in inner])
+
+
+def _mergeable_unsqueezes(ctx: RewriteContext, x: ir.Value, a1: ir.Value, a2: ir.Value,
+                          first: ir.Node, second: ir.Node) -> bool:
+    return _merged_axes(ctx, x, a1, a2) is not None
+
+
+@pattern(P("Unsqueeze", P("Unsqueeze", Var("x"), Var("a1"), name="first", single_use=True),
+           Var("a2"), name="second"), check=_mergeable_unsqueezes)
+def merge_unsqueezes(ctx: RewriteContext, x: ir.Value, a1: ir.Value, a2: ir.Value,
+                     first: ir.Node, second: ir.Node) -> None:
+    """Unsqueeze(Unsqueeze(x, a1), a2) -> Unsqueeze(x, a) with ``a`` the final positions of
+    both insertions."""
+    axes = _merged_axes(ctx, x, a1, a2)
+    assert axes is not None
+    second.replace_input_with(0, x)
+    second.replace_input_with(1, ctx.constant_value(np.asarray(axes, np.int64), "axes"))
+    ctx.remove_if_unused(first)

@@ -175,3 +175,41 @@ def test_where_with_a_constant_condition_and_one_input_concat(tmp_path):
         return {"x": rng.standard_normal((n, 3)).astype(np.float32),
                 "w": rng.standard_normal((1, 3)).astype(np.float32)}
     _same(proto, out, feeds)
+
+
+@pytest.mark.parametrize("op, c, gone", [
+    ("And", np.ones((1, 3), bool), True), ("Or", np.array(False), True),
+    ("And", np.array([True, False, True]), False), ("Or", np.ones((2, 1, 1), bool), False)])
+def test_and_true_or_false(tmp_path, op, c, gone):
+    nodes = [helper.make_node(op, ["c", "x"], ["a"]), helper.make_node("Not", ["a"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", TensorProto.BOOL, ["N", 3])],
+                       [vinfo("y", TensorProto.BOOL, [None, None, 3][-max(2, c.ndim):])],
+                       [tensor("c", c)])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert (op not in _ops(folded)) == gone
+
+    def feeds(n):
+        return {"x": np.random.default_rng(n).integers(0, 2, (n, 3)).astype(bool)}
+    _same(proto, out, feeds)
+
+
+# --- Unsqueeze of Unsqueeze -------------------------------------------------------------------
+
+@pytest.mark.parametrize("a1, a2", [
+    ([1], [2]), ([1], [3]), ([0], [0]), ([-1], [-1]), ([0, 3], [1, -1]), ([2], [0, 2]),
+    ([1, 0], [4])])
+def test_unsqueeze_of_unsqueeze_is_one(tmp_path, a1, a2):
+    # dynamo's arange(batch)[:, None, None, None]: Unsqueeze(Unsqueeze(Unsqueeze(r, 1), 2), 3)
+    nodes = [helper.make_node("Unsqueeze", ["x", "a1"], ["u"]),
+             helper.make_node("Unsqueeze", ["u", "a2"], ["v"]),
+             helper.make_node("Neg", ["v"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", "S"])],
+                       [vinfo("y", shape=[None] * (2 + len(a1) + len(a2)))],
+                       [tensor("a1", np.array(a1, np.int64)), tensor("a2", np.array(a2, np.int64))])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Neg", "Unsqueeze"]
+    for n, s in ((1, 5), (3, 2)):
+        x = np.random.default_rng(n).standard_normal((n, s)).astype(np.float32)
+        a, b = run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0]
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
