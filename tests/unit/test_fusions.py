@@ -1,0 +1,77 @@
+"""Constant weight fusions (``rules/fusions.py``): the folded model has fewer nodes and computes
+what the original computes in onnxruntime (float tolerance: the fused weight rounds once)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from conftest import make_model, tensor, vinfo
+from onnx import helper
+
+from onnxfold import optimize
+
+RNG = np.random.default_rng(0)
+
+
+def _w(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _bn_params(c):
+    return [tensor("scale", _w(c)), tensor("bn_bias", _w(c)), tensor("mean", _w(c)),
+            tensor("var", (np.abs(_w(c)) + 0.1).astype(np.float32))]
+
+
+def _model(op="Conv", bias=True, group=1, shared=False, training=False):
+    c_in, c_out = 4, 6
+    w_shape = (c_out, c_in // group, 3, 3) if op == "Conv" else (c_in, c_out // group, 3, 3)
+    conv_inputs = ["x", "W"] + (["B"] if bias else [])
+    nodes = [helper.make_node(op, conv_inputs, ["c"], group=group, pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bn_bias", "mean", "var"],
+                              ["y"], epsilon=1e-3, **({"training_mode": 1} if training else {}))]
+    outputs = [vinfo("y", shape=["N", c_out, 8, 8])]
+    inputs = [vinfo("x", shape=["N", c_in, 8, 8])]
+    if shared:  # the weight is read at run time too
+        nodes.append(helper.make_node("Mul", ["W", "k"], ["w_k"]))
+        outputs.append(vinfo("w_k", shape=list(w_shape)))
+        inputs.append(vinfo("k", shape=[]))
+    inits = [tensor("W", _w(*w_shape)), *_bn_params(c_out)] + (
+        [tensor("B", _w(c_out))] if bias else [])
+    return make_model(nodes, inputs, outputs, inits, opset=15)
+
+
+def _session(model):
+    options = ort.SessionOptions()  # onnxruntime's own Conv+BN fusion off: the plain original
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def _same(original, folded):
+    sess_a, sess_b = _session(original), _session(folded)
+    for n in (1, 3):
+        x = RNG.standard_normal((n, 4, 8, 8)).astype(np.float32)
+        for a, b in zip(sess_a.run(None, {"x": x}), sess_b.run(None, {"x": x})):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("op", "bias", "group"), [
+    ("Conv", True, 1), ("Conv", False, 1), ("Conv", True, 2), ("ConvTranspose", True, 1),
+    ("ConvTranspose", False, 1)])
+def test_batch_norm_folds_into_the_convolution(op, bias, group):
+    original = _model(op, bias, group)
+    result = optimize(original)
+    folded = result.to_proto()
+    assert [n.op_type for n in folded.graph.node] == [op]
+    assert result.report.pattern_hits.get("fuse_batch_norm_into_conv") == 1
+    _same(original, folded)
+
+
+@pytest.mark.parametrize("case", [{"shared": True}, {"training": True},
+                                  {"op": "ConvTranspose", "group": 2}])
+def test_batch_norm_stays_where_fusing_would_cost_or_change_something(case):
+    original = _model(**case)
+    result = optimize(original)
+    assert "BatchNormalization" in [n.op_type for n in result.to_proto().graph.node]
+    assert "fuse_batch_norm_into_conv" not in result.report.pattern_hits
