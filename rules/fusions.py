@@ -72,3 +72,81 @@ def fuse_batch_norm_into_conv(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, x
                          shape=bn.outputs[0].shape, base=bn.outputs[0].name)
     ctx.replace_node(bn, fused)
     ctx.remove_if_unused(conv)
+
+
+def _channel_constant(ctx: RewriteContext, c: ir.Value, conv: ir.Node, w: ir.Value
+                      ) -> bool | Reject:
+    """Whether ``c``, broadcast against the convolution's output (N, M, ...), is one value per
+    output channel (shape (M, 1, ..), (1, M, 1, ..) or all ones) and changes nothing else."""
+    c_shape, w_shape = ctx.shape(c), ctx.shape(w)
+    if c_shape is None or w_shape is None or _output_channel_axis(conv, len(w_shape)) is None:
+        return Reject("shapes unknown, or grouped ConvTranspose")
+    rank = len(w_shape)  # the output's rank
+    if len(c_shape) > rank or c.dtype != w.dtype or w.dtype not in _FLOATS:
+        return Reject("not a per-channel float constant of the output's dtype")
+    channel_at = rank - 2  # the channel axis, counted from the end
+    for i, d in enumerate(reversed(c_shape)):
+        if d != 1 and i != channel_at:
+            return Reject("varies along a spatial axis")
+    bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+    if not ctx.single_use(w) or (bias is not None and not ctx.single_use(bias)):
+        return Reject("the weight is shared: fusing would duplicate it")
+    return bias is None or ctx.is_constant(bias) or Reject("the bias is not constant")
+
+
+def _channel_vector(ctx: RewriteContext, c: ir.Value, conv: ir.Node) -> ir.Value:
+    """``c`` flattened: one entry, or one per output channel."""
+    flat = ctx.constant_value(np.array([-1], np.int64), "flat")
+    return ctx.add_node("Reshape", [c, flat], conv, dtype=c.dtype, base=f"{conv.name}_c")
+
+
+def _scale_or_shift_check(ctx: RewriteContext, conv: ir.Node, w: ir.Value, c: ir.Value,
+                          **_: object) -> bool | Reject:
+    return _channel_constant(ctx, c, conv, w)
+
+
+def _fused_conv(conv: ir.Node, op: ir.Node, x: ir.Value, weight: ir.Value, bias: ir.Value,
+             ctx: RewriteContext) -> None:
+    """``op`` (reading the convolution) becomes Conv(x, weight, bias)."""
+    fused = ctx.add_node(conv.op_type, [x, weight, bias], conv,
+                         attributes=conv.attributes.values(), dtype=weight.dtype,
+                         shape=op.outputs[0].shape, base=op.outputs[0].name)
+    ctx.replace_node(op, fused)
+    ctx.remove_if_unused(conv)
+
+
+def _bias_or_zeros(ctx: RewriteContext, conv: ir.Node, w: ir.Value) -> ir.Value:
+    if len(conv.inputs) > 2 and conv.inputs[2] is not None:
+        return conv.inputs[2]
+    w_shape = ctx.shape(w)
+    assert w_shape is not None and w.dtype is not None  # the check saw both
+    channels = w_shape[_output_channel_axis(conv, len(w_shape)) or 0]
+    return ctx.constant_value(np.zeros(channels, w.dtype.numpy()), "conv_bias")
+
+
+@pattern(P("Mul", _CONV, Var("c", const=True), name="op"), check=_scale_or_shift_check,
+         name="fuse_mul_into_conv")
+def fuse_mul_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
+                       w: ir.Value, c: ir.Value) -> None:
+    """Conv(x, W, B) * c -> Conv(x, W * c', B * c), c one value per output channel."""
+    w_shape = ctx.shape(w)
+    assert w_shape is not None  # the check saw it
+    target = np.ones(len(w_shape), np.int64)
+    target[_output_channel_axis(conv, len(w_shape)) or 0] = -1
+    vector = _channel_vector(ctx, c, conv)
+    along = ctx.add_node("Reshape", [vector, ctx.constant_value(target, "channel_shape")],
+                         conv, dtype=c.dtype, base=f"{conv.name}_scale")
+    weight = ctx.add_node("Mul", [w, along], conv, dtype=w.dtype, base=f"{conv.name}_w")
+    bias = ctx.add_node("Mul", [_bias_or_zeros(ctx, conv, w), vector], conv, dtype=w.dtype,
+                        base=f"{conv.name}_b")
+    _fused_conv(conv, op, x, weight, bias, ctx)
+
+
+@pattern(P("Add", _CONV, Var("c", const=True), name="op"), check=_scale_or_shift_check,
+         name="fuse_add_into_conv")
+def fuse_add_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
+                       w: ir.Value, c: ir.Value) -> None:
+    """Conv(x, W, B) + c -> Conv(x, W, B + c), c one value per output channel."""
+    bias = ctx.add_node("Add", [_bias_or_zeros(ctx, conv, w), _channel_vector(ctx, c, conv)],
+                        conv, dtype=w.dtype, base=f"{conv.name}_b")
+    _fused_conv(conv, op, x, w, bias, ctx)

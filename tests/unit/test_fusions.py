@@ -75,3 +75,42 @@ def test_batch_norm_stays_where_fusing_would_cost_or_change_something(case):
     result = optimize(original)
     assert "BatchNormalization" in [n.op_type for n in result.to_proto().graph.node]
     assert "fuse_batch_norm_into_conv" not in result.report.pattern_hits
+
+
+def _conv_then(op, c, conv_op="Conv", bias=True):
+    c_in, c_out = 4, 6
+    out_shape = ["N", c_out, 8, 8] if np.ndim(c) < 5 else [1, "N", c_out, 8, 8]
+    w_shape = (c_out, c_in, 3, 3) if conv_op == "Conv" else (c_in, c_out, 3, 3)
+    nodes = [helper.make_node(conv_op, ["x", "W"] + (["B"] if bias else []), ["c"],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node(op, ["c", "k"], ["y"])]
+    inits = [tensor("W", _w(*w_shape)), tensor("k", c)] + ([tensor("B", _w(c_out))] if bias
+                                                           else [])
+    return make_model(nodes, [vinfo("x", shape=["N", c_in, 8, 8])],
+                      [vinfo("y", shape=out_shape)], inits, opset=15)
+
+
+PER_CHANNEL = [_w(6, 1, 1), _w(1, 6, 1, 1), np.float32(1.5), _w(1, 1, 1)]
+
+
+@pytest.mark.parametrize("op", ["Mul", "Add"])
+@pytest.mark.parametrize("c", PER_CHANNEL, ids=["M11", "1M11", "scalar", "111"])
+@pytest.mark.parametrize(("conv_op", "bias"), [("Conv", True), ("Conv", False),
+                                               ("ConvTranspose", True)])
+def test_a_per_channel_constant_folds_into_the_convolution(op, c, conv_op, bias):
+    original = _conv_then(op, c, conv_op, bias)
+    result = optimize(original)
+    folded = result.to_proto()
+    assert [n.op_type for n in folded.graph.node] == [conv_op]
+    assert result.report.pattern_hits.get(f"fuse_{op.lower()}_into_conv") == 1
+    _same(original, folded)
+
+
+@pytest.mark.parametrize("op", ["Mul", "Add"])
+@pytest.mark.parametrize("c", [_w(6, 8, 1), _w(1, 1, 6, 1, 1), _w(8)],
+                         ids=["spatial", "higher-rank", "last-axis"])
+def test_a_constant_varying_along_another_axis_stays(op, c):
+    original = _conv_then(op, c)
+    result = optimize(original)
+    assert f"fuse_{op.lower()}_into_conv" not in result.report.pattern_hits
+    _same(original, result.to_proto())
