@@ -17,6 +17,13 @@ _BATCH_NORM = P("BatchNormalization", _CONV, Var("scale", const=True), Var("bias
                 Var("mean", const=True), Var("var", const=True), name="bn")
 
 
+def _finite(ctx: RewriteContext, *values: ir.Value) -> bool:
+    """Whether the data of every one of ``values`` is at hand and finite (an inf or NaN
+    multiplied into a weight no longer gives the NaNs and infs of the original)."""
+    arrays = [ctx.array(v) for v in values]
+    return all(a is not None and bool(np.isfinite(a).all()) for a in arrays)
+
+
 def _output_channel_axis(conv: ir.Node, w_rank: int) -> int | None:
     """The axis of the weight that indexes output channels (None: not one axis)."""
     group = conv.attributes.get_int("group") or 1
@@ -39,6 +46,11 @@ def _batch_norm_fusable(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, w: ir.V
         return Reject("not one float32/float64 dtype")
     if shape is None or _output_channel_axis(conv, len(shape)) is None:
         return Reject("grouped ConvTranspose, or the weight's shape is unknown")
+    scale, var = bn.inputs[1], bn.inputs[4]
+    assert scale is not None and var is not None  # matched by the pattern
+    if not _finite(ctx, scale, var) or not (np.asarray(ctx.array(var)) + bn.attributes.get_float(
+            "epsilon", 1e-5) > 0).all():
+        return Reject("scale or variance not at hand, not finite, or var + epsilon <= 0")
     return True
 
 
@@ -84,6 +96,8 @@ def _channel_constant(ctx: RewriteContext, c: ir.Value, conv: ir.Node, w: ir.Val
     rank = len(w_shape)  # the output's rank
     if len(c_shape) > rank or c.dtype != w.dtype or w.dtype not in _FLOATS:
         return Reject("not a per-channel float constant of the output's dtype")
+    if not _finite(ctx, c):
+        return Reject("the constant is not at hand or not finite")
     channel_at = rank - 2  # the channel axis, counted from the end
     for i, d in enumerate(reversed(c_shape)):
         if d != 1 and i != channel_at:

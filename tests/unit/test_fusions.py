@@ -114,3 +114,19 @@ def test_a_constant_varying_along_another_axis_stays(op, c):
     result = optimize(original)
     assert f"fuse_{op.lower()}_into_conv" not in result.report.pattern_hits
     _same(original, result.to_proto())
+
+
+def test_a_constant_with_inf_or_nan_stays():
+    c = _w(6, 1, 1)
+    c[2, 0, 0] = np.inf
+    for op in ("Mul", "Add"):
+        result = optimize(_conv_then(op, c))
+        assert f"fuse_{op.lower()}_into_conv" not in result.report.pattern_hits
+
+
+def test_batch_norm_with_a_non_positive_variance_stays():
+    original = _model()
+    var = next(t for t in original.graph.initializer if t.name == "var")
+    var.CopyFrom(tensor("var", np.full(6, -1.0, np.float32)))
+    result = optimize(original)
+    assert "fuse_batch_norm_into_conv" not in result.report.pattern_hits
