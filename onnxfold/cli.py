@@ -65,6 +65,12 @@ def _fold_options(args: argparse.Namespace):
 def cmd_optimize(args: argparse.Namespace) -> int:
     from onnxfold.io.outputs import OutputGuard
 
+    if isinstance(args.input, list):  # from the command line (a batch job's is one string)
+        from onnxfold import batch
+
+        if batch.is_batch(args.input, args.output):
+            return batch.run(args)
+        args.input = args.input[0]
     args.replaces = _in_place(args.input, args.output)
     guard = OutputGuard([args.input], args.replaces)
     target = guard.claim(args.output, "output model")
@@ -330,8 +336,17 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
     p = add("optimize", help="fold constants and write the optimized model")
-    p.add_argument("input", help="the .onnx model")
-    p.add_argument("-o", "--output", required=True, help="where to write the optimized model")
+    p.add_argument("input", nargs="+",
+                   help="the .onnx model; several models or directories (their .onnx files) "
+                        "are optimized one process each into the directory -o names")
+    p.add_argument("-o", "--output", required=True,
+                   help="where to write the optimized model (a directory, ending in /, for "
+                        "several)")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="with several models: optimize N at a time (default 1)")
+    p.add_argument("-r", "--recursive", action="store_true",
+                   help="with a directory as input: also the .onnx files in its subdirectories "
+                        "(written to the same relative paths under -o)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
                    help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
@@ -412,7 +427,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the prefill and the writer's copies use; matrix products still run multi-threaded.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return run_parsed(parser.parse_args(argv))
+
+
+def run_parsed(args: argparse.Namespace) -> int:
+    """Run a parsed command line; its exit code (errors printed as one line on stderr)."""
     debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
     try:
         with bus_error_exits(_output_directories(args), EXIT_USAGE):

@@ -1,0 +1,331 @@
+"""``onnxfold optimize a.onnx b.onnx dir/ -o OUTDIR/ -j N``: many models, one process each.
+
+Every model is a job run by its own ``python`` process (``onnxfold.batch`` as a script, given
+the parsed command line of a one-model ``optimize``), so one model's bad input, internal error
+or crash (a signal) ends that job only; the others go on. Each job writes its output exactly
+as a one-model run does (checked outputs, a temporary file beside, renamed when complete); a
+job that dies leaves its temporary files removed. The table printed at the end gives, per
+model, the node counts, the seconds and the status; the exit code is the worst status
+(internal error 3 > bad input 2 > check failed 1 > ok 0).
+
+Everything that can be known without reading a model is checked before the first job starts:
+two inputs whose outputs would have the same name (``a/m.onnx`` and ``b/m.onnx``), an output
+over an input, an output directory that is an input's directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+from onnxfold.errors import InputError, OutputError
+
+EXIT_INTERNAL = 3
+_ORDER = {0: 0, 1: 1, 2: 2, 3: 3}  # worst exit code wins; anything unexpected counts as 3
+
+
+@dataclass
+class Job:
+    """One model: its input file and the output it is written to."""
+
+    input: str
+    output: str
+
+
+@dataclass
+class Outcome:
+    """How one job ended."""
+
+    input: str
+    output: str
+    code: int
+    status: str
+    nodes_before: int | None = None
+    nodes_after: int | None = None
+    seconds: float = 0.0
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_batch(inputs: list[str], output: str) -> bool:
+    """Several inputs, a directory as input, or ``-o`` naming a directory (a trailing ``/`` or
+    an existing directory): the batch form. One model file and a file ``-o`` is not."""
+    return (len(inputs) > 1 or any(os.path.isdir(p) for p in inputs)
+            or output.endswith(("/", os.sep)) or os.path.isdir(output))
+
+
+def plan(inputs: list[str], outdir: str, recursive: bool = False,
+         external_data: bool = False) -> list[Job]:
+    """The jobs for ``inputs`` (files, and directories: their ``*.onnx`` files, sorted; with
+    ``recursive`` those of their subdirectories too, written to the same relative paths under
+    ``outdir``). Raises before anything is written when two jobs would share an output, an
+    output would replace an input, or ``outdir`` is a directory an input is in."""
+    from onnxfold.io.outputs import OutputGuard
+
+    outdir_real = os.path.realpath(outdir)
+    found: list[tuple[str, str]] = []  # (input, output path relative to outdir)
+    for path in inputs:
+        if os.path.isdir(path):
+            models = _models_in(path, recursive, skip=outdir_real)
+            if not models:
+                raise InputError(f"{path}: no .onnx file in this directory"
+                                 + ("" if recursive else " (--recursive looks in subdirectories)"))
+            found.extend(models)
+        else:
+            found.append((path, os.path.basename(path)))
+    if not found:
+        raise InputError("no input model")
+    by_output: dict[str, str] = {}
+    for source, relative in found:
+        first = by_output.get(relative)
+        if first is not None:
+            if os.path.realpath(first) == os.path.realpath(source):
+                raise InputError(f"{source}: given twice")
+            raise OutputError(f"{first} and {source} would both be written to "
+                              f"{os.path.join(outdir, relative)}; nothing was written (rename "
+                              "one, or optimize them into different directories)")
+        by_output[relative] = source
+    for source, _ in found:
+        if os.path.realpath(os.path.dirname(os.path.abspath(source))) == outdir_real:
+            raise OutputError(f"{outdir}: holds the input {source}; write the optimized models "
+                              "to another directory (one model may be replaced in place with "
+                              "`onnxfold optimize M -o M`)")
+    jobs = [Job(source, os.path.join(outdir, relative)) for source, relative in found]
+    guard = OutputGuard([job.input for job in jobs])
+    with _directories(outdir, jobs):  # the guard wants each output's directory to exist
+        for job in jobs:
+            guard.claim(job.output, f"output of {job.input}")
+            if external_data:
+                guard.claim(job.output + ".data", f"external data of {job.input}'s output")
+    return jobs
+
+
+def _models_in(directory: str, recursive: bool, skip: str) -> list[tuple[str, str]]:
+    """``(path, path relative to directory)`` of the .onnx files in ``directory``, sorted;
+    ``skip`` (the output directory) is not entered."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if recursive
+                         and os.path.realpath(os.path.join(root, d)) != skip)
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            if name.endswith(".onnx") and os.path.isfile(path):
+                found.append((path, os.path.relpath(path, directory)))
+    return found
+
+
+@contextlib.contextmanager
+def _directories(outdir: str, jobs: list[Job]):
+    """Create ``outdir`` and the subdirectories the outputs need for the block; the ones
+    created are removed again if the block raises (they are empty then)."""
+    made: list[str] = []
+    try:
+        for directory in sorted({os.path.dirname(os.path.abspath(j.output)) for j in jobs}
+                                | {os.path.abspath(outdir)}):
+            missing = []
+            while not os.path.isdir(directory):
+                missing.append(directory)
+                directory = os.path.dirname(directory)
+            for path in reversed(missing):
+                try:
+                    os.mkdir(path)
+                except OSError as e:
+                    raise OutputError(f"{path}: cannot create the output directory "
+                                      f"({e.strerror})") from None
+                made.append(path)
+        yield
+    except BaseException:
+        for path in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    """The batch form of ``optimize``: plan, run the jobs ``args.jobs`` at a time, print the
+    table; the worst exit code."""
+    if args.explain:
+        raise InputError("--explain: give one model at a time")
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError(f"-j {args.jobs}: must be at least 1")
+    jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes")
+    summary = None
+    if args.json:
+        from onnxfold.io.outputs import OutputGuard
+
+        summary = OutputGuard([j.input for j in jobs] + [j.output for j in jobs]).claim(
+            args.json, "JSON summary")
+    outcomes = run_jobs(args, jobs, args.jobs or 1)
+    interrupted = len(outcomes) < len(jobs)
+    failed = [o for o in outcomes if o.code != 0]
+    if failed or interrupted or not args.quiet:
+        print(table(outcomes, jobs))
+    for outcome in outcomes:
+        lines = outcome.warnings if outcome.code == 0 else (
+            outcome.warnings + [outcome.message] if outcome.message else outcome.warnings)
+        if outcome.code != 0 or not args.quiet:
+            for line in lines:
+                shown = line if outcome.input in line else f"{outcome.input}: {line}"
+                print(shown, file=sys.stderr)
+    if summary is not None:
+        from onnxfold.io.tempfiles import write_text
+
+        write_text(summary, json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+    if interrupted:
+        print(f"onnxfold: interrupted; {len(jobs) - len(outcomes)} of {len(jobs)} models were "
+              "not written", file=sys.stderr)
+        return 130
+    return worst(o.code for o in outcomes)
+
+
+def worst(codes) -> int:
+    """The overall exit code: 3 > 2 > 1 > 0 (an unknown code counts as an internal error)."""
+    result = 0
+    for code in codes:
+        code = code if code in _ORDER else EXIT_INTERNAL
+        result = max(result, code)
+    return result
+
+
+def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int) -> list[Outcome]:
+    """Run ``jobs``, at most ``workers`` processes at once; the outcomes in the jobs' order
+    (only those that finished when interrupted)."""
+    scratch = tempfile.mkdtemp(prefix="onnxfold-batch-")
+    running: dict[int, tuple[subprocess.Popen, float]] = {}
+    done: dict[int, Outcome] = {}
+    pending = list(range(len(jobs)))
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                index = pending.pop(0)
+                running[index] = (_start(args, jobs[index], scratch, index), time.monotonic())
+            time.sleep(0.02)
+            for index, (proc, started) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[index]
+                    done[index] = _outcome(jobs[index], proc, time.monotonic() - started,
+                                           scratch, index)
+    except KeyboardInterrupt:
+        for proc, _ in running.values():
+            proc.terminate()
+        for index, (proc, _) in running.items():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            _remove_temporaries(jobs[index].output, proc.pid)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return [done[i] for i in sorted(done)]
+
+
+def _start(args: argparse.Namespace, job: Job, scratch: str, index: int) -> subprocess.Popen:
+    one = copy.copy(args)
+    one.input, one.output = job.input, job.output
+    one.json = os.path.join(scratch, f"{index}.json")
+    one.quiet, one.explain = True, False
+    one.replaces = ()
+    with open(os.path.join(scratch, f"{index}.args"), "wb") as f:
+        pickle.dump(one, f)
+    with open(os.path.join(scratch, f"{index}.err"), "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "onnxfold.batch",
+                                 os.path.join(scratch, f"{index}.args")],
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+
+
+_STATUS = {0: "ok", 1: "check failed", 2: "bad input", 3: "internal error"}
+
+
+def _outcome(job: Job, proc: subprocess.Popen, seconds: float, scratch: str,
+             index: int) -> Outcome:
+    code = proc.returncode
+    lines: list[str] = []
+    with contextlib.suppress(OSError), open(os.path.join(scratch, f"{index}.err"),
+                                            errors="replace") as f:
+        lines = [line.rstrip() for line in f if line.strip()]
+    errors = [line for line in lines if line.startswith("onnxfold: ")]
+    outcome = Outcome(job.input, job.output, code, _STATUS.get(code, "internal error"),
+                      seconds=round(seconds, 2),
+                      warnings=[line for line in lines if not line.startswith("onnxfold: ")])
+    if code < 0:  # killed by a signal: a crash (in onnxruntime, say)
+        _remove_temporaries(job.output, proc.pid)
+        outcome.code, outcome.status = EXIT_INTERNAL, f"crashed (signal {-code})"
+        outcome.message = (f"onnxfold: internal error: the process optimizing it was killed by "
+                           f"signal {-code}; nothing was written")
+    elif code not in _ORDER:
+        outcome.code = EXIT_INTERNAL
+    if errors and not outcome.message:
+        outcome.message = errors[-1]
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(scratch, f"{index}.json")) as f:
+            report = json.load(f)
+        outcome.nodes_before, outcome.nodes_after = report["nodes_before"], report["nodes_after"]
+    if code == 0 and outcome.nodes_after is None:  # should not happen: say so
+        outcome.code, outcome.status = EXIT_INTERNAL, "internal error"
+        outcome.message = "onnxfold: internal error: the job wrote no report"
+    return outcome
+
+
+_TEMPORARY = re.compile(r"^\..*\.onnxfold-(\d+)-[^.]+\..*$")
+
+
+def _remove_temporaries(output: str, pid: int) -> None:
+    """Delete the temporary files a dead job (process ``pid``) left beside its output."""
+    directory = os.path.dirname(os.path.abspath(output))
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            match = _TEMPORARY.match(entry.name)
+            if match and int(match.group(1)) == pid:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
+    """The summary: one row per model, then the totals."""
+    names = [o.input for o in outcomes]
+    width = max([len("model"), *map(len, names)])
+    rows = [f"{'model':{width}}  nodes before  nodes after  seconds  status"]
+    for o in outcomes:
+        before = "-" if o.nodes_before is None else str(o.nodes_before)
+        after = "-" if o.nodes_after is None else str(o.nodes_after)
+        rows.append(f"{o.input:{width}}  {before:>12}  {after:>11}  {o.seconds:>7.2f}  "
+                    f"{o.status}")
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        key = "crashed" if o.status.startswith("crashed") else o.status
+        counts[key] = counts.get(key, 0) + 1
+    total = ", ".join(f"{n} {status}" for status, n in counts.items())
+    outdir = os.path.dirname(jobs[0].output) if jobs else ""
+    rows.append(f"{len(outcomes)} of {len(jobs)} models: {total}"
+                + (f"; outputs in {outdir}" if counts.get("ok") else ""))
+    return "\n".join(rows)
+
+
+def _worker(path: str) -> None:
+    """A job's process: the one-model ``optimize`` of the pickled arguments in ``path`` (written
+    by this module's parent process, in its private directory), then exit with its code."""
+    from onnxfold import cli
+
+    with open(path, "rb") as f:
+        args = pickle.load(f)  # noqa: S301 - our own parent wrote it, in a 0700 directory
+    code = cli.run_parsed(args)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])
