@@ -80,6 +80,9 @@ def all_graphs(model: ir.Model) -> list[ir.Graph]:
 
 def captured_values(node: ir.Node) -> list[ir.Value]:
     """Values of enclosing scopes read inside ``node``'s subgraphs (recursively)."""
+    top = subgraphs(node)
+    if not top:
+        return []  # most nodes: nothing to walk
     inner: set[ir.Value] = set()
     used: list[ir.Value] = []
     seen: set[ir.Value] = set()
@@ -96,7 +99,7 @@ def captured_values(node: ir.Node) -> list[ir.Value]:
                     used.append(v)
             inner.update(n.outputs)
 
-    for sub in subgraphs(node):
+    for sub in top:
         walk(sub)
     return [v for v in used if v not in inner]
 

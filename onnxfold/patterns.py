@@ -383,21 +383,40 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph)
             ctx = RewriteContext(graph, model, plan.constant, rejected)
-            for node in list(graph):
-                if node.graph is not graph:
-                    continue  # removed by an earlier rewrite in this sweep
-                for rule in by_op.get(node.op_type, ()):
-                    outcome = contained(rule.name, strict,
-                                        functools.partial(rule.apply, node, ctx))
-                    if outcome is True:
-                        hits[rule.name] += 1
-                        changed = True
-                        break
-                    if isinstance(outcome, Reject):
-                        rejected[f"{rule.name}: {outcome.reason}"] += 1
+            trying = _Trying()
+            changed |= contained(trying, strict,
+                                 functools.partial(_sweep, ctx, by_op, hits, trying))
         if not changed:
             break
     return hits
+
+
+class _Trying:
+    """The rule a sweep is applying (what a failure is reported as)."""
+
+    name = "rewrite"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _sweep(ctx: RewriteContext, by_op: dict[str, list[PatternRule]], hits: Counter,
+           trying: _Trying) -> bool:
+    """Try the patterns once at every node of ``ctx.graph``; whether anything changed."""
+    graph, rejected, changed = ctx.graph, ctx.rejected, False
+    for node in list(graph):
+        if node.graph is not graph:
+            continue  # removed by an earlier rewrite in this sweep
+        for rule in by_op.get(node.op_type, ()):
+            trying.name = rule.name
+            outcome = rule.apply(node, ctx)
+            if outcome is True:
+                hits[rule.name] += 1
+                changed = True
+                break
+            if isinstance(outcome, Reject):
+                rejected[f"{rule.name}: {outcome.reason}"] += 1
+    return changed
 
 
 def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True) -> Counter:

@@ -20,8 +20,11 @@ class StepFailed(Exception):  # noqa: N818 - carries the failure of one step
         self.step, self.error = step, error
 
 
-def contained(step: str, strict: bool, fn: Callable[[], T]) -> T:
-    """``fn()``, with an exception turned into :class:`StepFailed` (re-raised when strict)."""
+def contained(step: object, strict: bool, fn: Callable[[], T]) -> T:
+    """``fn()``, with an exception turned into :class:`StepFailed` (re-raised when strict).
+
+    ``step`` names the step, as ``str(step)`` when it fails (an object can name the rule a
+    long loop was applying at that moment)."""
     try:
         return fn()
     except (StepFailed, MemoryError, KeyboardInterrupt):
@@ -29,4 +32,4 @@ def contained(step: str, strict: bool, fn: Callable[[], T]) -> T:
     except Exception as e:
         if strict:
             raise
-        raise StepFailed(step, e) from e
+        raise StepFailed(str(step), e) from e
