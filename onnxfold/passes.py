@@ -182,9 +182,13 @@ class RefineShapes(InPlacePass):
         new = self.state.new_constants
         if not new:
             return False
+        nodes = [node for graph in all_graphs(model) for node in graph]
+        shape_only = op_facts().shape_only
+        if not any(node.op_type in shape_only and node.inputs and node.inputs[0] is not None
+                   and static_shape(node.inputs[0]) is None for node in nodes):
+            return False  # no Shape/Size waits for a shape: nothing a better one could fold
         return any(any(v in new for v in node.inputs) and
-                   any(static_shape(v) is None for v in node.outputs)
-                   for graph in all_graphs(model) for node in graph)
+                   any(static_shape(v) is None for v in node.outputs) for node in nodes)
 
 
 class Cleanups(InPlacePass):
