@@ -70,11 +70,13 @@ class Rewrite(InPlacePass):
 
     def call(self, model: ir.Model) -> PassResult:
         self.stats.rejected_patterns.clear()  # like declines: report what the last round saw
-        hits = rewrite(model, self.catalogue, self.stats.rejected_patterns,
+        done = rewrite(model, self.catalogue, self.stats.rejected_patterns,
                        self.options.inputs_are_constant, strict=self.options.strict)
-        self.stats.pattern_hits.update(hits)
-        self.state.rewritten = bool(hits)
-        return PassResult(model, bool(hits))
+        self.stats.pattern_hits.update(done.hits)
+        self.state.rewritten = bool(done.hits)
+        # converged: a next round's rewrite finds nothing new unless a later pass changes the
+        # model, and that pass then asks for the round itself
+        return PassResult(model, bool(done.hits) and not done.converged)
 
 
 def _initializers(model: ir.Model) -> set[ir.Value]:

@@ -367,8 +367,8 @@ def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value,
 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
             inputs_are_constant: bool = False, constant_inputs: bool = False,
-            strict: bool = True) -> Counter:
-    """Apply the catalogue's patterns everywhere until nothing changes; return hits per rule.
+            strict: bool = True) -> Rewritten:
+    """Apply the catalogue's patterns everywhere until nothing changes.
 
     ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``). A
     rule that raises raises ``StepFailed`` with its name (unless ``strict``).
@@ -387,8 +387,20 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
             changed |= contained(trying, strict,
                                  functools.partial(_sweep, ctx, by_op, hits, trying))
         if not changed:
-            break
-    return hits
+            return Rewritten(hits, converged=True)
+    return Rewritten(hits, converged=False)
+
+
+@dataclass
+class Rewritten:
+    """What ``rewrite`` did: hits per rule, and whether its last sweep changed nothing (then
+    a next call finds nothing either, unless something else changed the model meanwhile)."""
+
+    hits: Counter
+    converged: bool
+
+    def __bool__(self) -> bool:
+        return bool(self.hits)
 
 
 class _Trying:
