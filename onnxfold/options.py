@@ -81,7 +81,9 @@ class FoldOptions:
                                "than the constants they replace (fp16->fp32 casts, transposes "
                                "of shared weights)")))
     growth_min_bytes: int = _opt(1 << 20, Flag(
-        "--growth-min", "results up to this size are never refused for growth",
+        "--growth-min", "results up to this size are never refused for growth, except "
+        "copies of a weight that stays in use elsewhere (tied weights are never duplicated "
+        "unless --allow-growth)",
         type=parse_bytes))
     max_growth_bytes: int | None = _opt(None, Flag(
         "--max-growth", "refuse folds once the model would grow by more than this in total",
@@ -90,8 +92,9 @@ class FoldOptions:
         "--fold-fp16-casts", "fold casts of fp16/bf16 weights to wider types (doubles their "
         "size)", switch=True))
     fold_qdq: bool = _opt(False, Flag(
-        "--fold-qdq", "also fold DequantizeLinear of constant quantized weights (by default "
-        "they stay, so a quantized model stays quantized and small)", switch=True))
+        "--fold-qdq", "also fold DequantizeLinear of constant quantized weights into float "
+        "weights (by default they stay, so a quantized model stays quantized and small; "
+        "QuantizeLinear of constant weights folds either way)", switch=True))
     memory_limit: int | None = _opt(None, Flag(
         "--memory-limit", "keep the fold pool's heap under this (e.g. 4G): larger "
         "intermediates move to memory-mapped temporary files", type=parse_bytes))

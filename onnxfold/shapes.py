@@ -8,6 +8,10 @@ Data propagation computes the values of 1-D tensors element by element (about 15
 so a model declaring a long 1-D input, a ``Range`` of constant bounds or a chain of
 ``Concat`` could make it allocate gigabytes; such models are inferred without it
 (:func:`_data_prop_is_bounded`).
+
+Inferred types are for the optimizer, not for the output: the first inference marks the values
+the model declared a type for (:func:`mark_declared`), and the writer keeps ``value_info`` only
+for those (:func:`declared_names`), so an optimized file never grows by inferred entries.
 """
 
 from __future__ import annotations
@@ -138,11 +142,38 @@ def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
     return True
 
 
+DECLARED_KEY = "onnxfold.declared_type"  # Value.meta: typed before any inference
+_MARKED_KEY = "onnxfold.declared_marked"  # Model.meta: the values above have been marked
+
+
+def mark_declared(model: ir.Model) -> None:
+    """Mark the values typed before any inference (the model's own ``value_info``, inputs,
+    outputs and initializers); done once per model, by its first inference."""
+    if model.meta.get(_MARKED_KEY):
+        return
+    model.meta[_MARKED_KEY] = True
+    for graph in all_graphs(model):
+        for node in graph:
+            for value in node.outputs:
+                if value.type is not None or value.shape is not None:
+                    value.meta[DECLARED_KEY] = True
+
+
+def declared_names(model: ir.Model) -> set[str] | None:
+    """Names of the values whose ``value_info`` the output keeps; None when the model was
+    never inferred (everything it holds was declared)."""
+    if not model.meta.get(_MARKED_KEY):
+        return None
+    return {value.name for graph in all_graphs(model) for node in graph
+            for value in node.outputs if value.name and value.meta.get(DECLARED_KEY)}
+
+
 def infer_shapes(model: ir.Model) -> int:
     """Run ONNX shape inference and merge tensor types/shapes; return how many values changed.
 
     Never fatal: a model ONNX cannot infer keeps the shapes it has.
     """
+    mark_declared(model)
     try:
         light = _serialize_light(model)
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,

@@ -2,7 +2,8 @@
 
 - ``nondeterministic``: never folded, whatever its inputs (a fold would freeze one draw).
 - ``kept_quantized``: a dequantization kept by default so a quantized model stays quantized
-  and small (``--fold-qdq`` folds it).
+  and small (``--fold-qdq`` folds it); one whose result is only quantized again by foldable
+  nodes folds with them into a quantized weight (``policy.refuse_dequantization``).
 
 Shape-only ops (Shape, Size: they need an input's shape, not its data) are the folders declared
 with ``shape_only=True`` in ``shape_ops.py``.

@@ -1,7 +1,9 @@
-"""QuantizeLinear / DequantizeLinear, per-tensor and per-axis, 8/16-bit (and int32 input).
+"""QuantizeLinear / DequantizeLinear, per-tensor and per-axis, 8/16-bit (and int32 input);
+QuantizeLinear also to int4/uint4 and with blocked scales (the weights of QDQ models).
 
 Like onnxruntime, float16 scales are applied in float32 and rounded to float16 once at the
-end (not a float64 detour). Blocked quantization, float8/int4 and bfloat16 are declined.
+end (not a float64 detour); quantization rounds half to even and saturates. Blocked
+dequantization, float8 and bfloat16 are declined (onnxruntime folds them).
 """
 
 from __future__ import annotations
@@ -13,6 +15,33 @@ from onnxfold.registry import Decline, folder
 
 _QTYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
 _SCALE_TYPES = (np.dtype(np.float32), np.dtype(np.float16))
+_INT4 = {np_dtype(22): (-8, 7), np_dtype(21): (0, 15)}  # INT4, UINT4: (min, max)
+
+
+def _bounds(dtype: np.dtype) -> tuple[int, int]:
+    if dtype in _INT4:
+        return _INT4[dtype]
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _blocked(x, scale, zero_point, axis, block_size):
+    """Blocked scale and zero point repeated to x's shape (or Decline)."""
+    if zero_point is not None and zero_point.shape != scale.shape:
+        raise Decline("scale and zero point shapes differ")
+    if block_size < 0 or scale.ndim != x.ndim or not -x.ndim <= axis < x.ndim:
+        raise Decline("invalid blocked quantization")
+    axis %= x.ndim
+    blocks = -(-x.shape[axis] // block_size)
+    if scale.shape != tuple(blocks if i == axis else d for i, d in enumerate(x.shape)):
+        raise Decline(f"blocked scale {scale.shape} for {x.shape} by {block_size}")
+
+    def expand(a):
+        return np.repeat(a, block_size, axis=axis)[
+            tuple(slice(0, d) if i == axis else slice(None) for i, d in enumerate(x.shape))]
+
+    zp = np.zeros((), np.int32) if zero_point is None else expand(zero_point.astype(np.int32))
+    return expand(scale), zp
 
 
 def _per_axis(x, scale, zero_point, axis):
@@ -54,8 +83,6 @@ def dequantize_linear(x, x_scale, x_zero_point=None, axis=1, block_size=0, outpu
 def quantize_linear(
     x, y_scale, y_zero_point=None, axis=1, saturate=1, block_size=0, output_dtype=0, precision=0
 ):
-    if block_size:
-        raise Decline("blocked quantization")
     if precision:
         raise Decline("QuantizeLinear precision attribute")
     if x.dtype not in _SCALE_TYPES or y_scale.dtype != x.dtype:
@@ -65,16 +92,19 @@ def quantize_linear(
         if y_zero_point is not None and np_dtype(output_dtype) != out:
             raise Decline("output_dtype differs from the zero point dtype")
         out = np_dtype(output_dtype)
-    if out not in _QTYPES:
+    if out not in _QTYPES and out not in _INT4:
         raise Decline(f"quantization to {out}")
     if not np.isfinite(x).all():
         raise Decline("quantization of nan/inf is implementation-defined")
-    scale, zp = _per_axis(x, y_scale, y_zero_point, axis)
+    if block_size:
+        scale, zp = _blocked(x, y_scale, y_zero_point, axis, block_size)
+    else:
+        scale, zp = _per_axis(x, y_scale, y_zero_point, axis)
     if not (np.isfinite(scale).all() and (scale != 0).all()):
         raise Decline("zero or non-finite scale")
     # float16 is divided in float32 as in onnxruntime; rint rounds half to even
     q = np.rint(np.divide(x.astype(np.float32, copy=False), scale.astype(np.float32)))
     bound = np.float32(2**20)  # beyond every 16-bit range, exact in float32
     q = np.clip(q, -bound, bound).astype(np.int32) + zp
-    info = np.iinfo(out)
-    return np.clip(q, info.min, info.max).astype(out)
+    low, high = _bounds(out)
+    return np.clip(q, low, high).astype(out)

@@ -26,6 +26,7 @@ from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
 from onnxfold.io.tempfiles import temp_beside, write_failed
+from onnxfold.protos import graph_protos
 
 STREAM_THRESHOLD = 1024
 PROTOBUF_LIMIT = 2**31 - 1
@@ -106,6 +107,25 @@ def restore_references(replaced: dict[ir.Value, ir.TensorProtocol]) -> None:
         value.const_value = reference
 
 
+def prune_value_info(model: ir.Model, proto: onnx.ModelProto) -> int:
+    """Drop from ``proto`` (``model`` serialized) the ``value_info`` entries of types that
+    were only inferred: the output keeps the ones the input declared (onnxruntime infers
+    the rest itself). Returns how many entries went."""
+    from onnxfold.shapes import declared_names
+
+    keep = declared_names(model)
+    if keep is None:
+        return 0
+    dropped = 0
+    for graph in graph_protos(proto.graph):
+        infos = [vi for vi in graph.value_info if vi.name in keep]
+        if len(infos) < len(graph.value_info):
+            dropped += len(graph.value_info) - len(infos)
+            del graph.value_info[:]
+            graph.value_info.extend(infos)
+    return dropped
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
                data_name: str | None = None, protect: set[str] | None = None,
                prefill: OutputPrefill | None = None,
@@ -147,6 +167,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
         for value in streamed.values():
             graph.register_initializer(value)
         restore_references(inlined)
+    prune_value_info(model, proto)
     graph_bytes = proto.graph.SerializeToString()
     proto.ClearField("graph")
     head = proto.SerializeToString()

@@ -136,19 +136,25 @@ def test_tied_embedding_transpose_is_not_duplicated_by_default(tmp_path):
     assert_same(proto, out, feeds, rtol=1e-5, atol=1e-5)
 
 
-def test_tied_embedding_under_growth_min_folds(tmp_path):
-    proto, wte = _tied_embedding(64, 16)  # 4 KiB: always allowed
+def test_tied_embedding_under_growth_min_is_not_duplicated(tmp_path):
+    proto, wte = _tied_embedding(64, 16)  # 4 KiB: sharing decides, whatever the size
     folded, report, out = fold_proto(proto, tmp_path)
+    assert "Transpose" in ops(folded) and report.declined == {"growth": 1}
+    assert init_bytes(folded) == wte.nbytes
+    folded, report, out = fold_proto(proto, tmp_path, FoldOptions(growth_factor=None,
+                                                                  strict=True))
     assert "Transpose" not in ops(folded) and report.declined == {}
     assert init_bytes(folded) == 2 * wte.nbytes
     assert_same(proto, out, {"ids": np.array([0, 1, 63], np.int64)}, rtol=1e-5, atol=1e-6)
 
 
 def test_growth_min_bytes_is_an_option(tmp_path):
-    proto, _ = _tied_embedding(64, 16)  # 4 KiB
+    proto, _ = _fp16_casts([(32, 32)])  # 2 KiB of fp16 -> 4 KiB of fp32
+    folded, report, _ = fold_proto(proto, tmp_path)
+    assert "Cast" not in ops(folded)
     folded, report, _ = fold_proto(proto, tmp_path, FoldOptions(growth_min_bytes=1024,
                                                                 strict=True))
-    assert "Transpose" in ops(folded) and report.declined == {"growth": 1}
+    assert "Cast" in ops(folded) and report.declined == {"growth": 1}
 
 
 def _fp16_casts(shapes, seed=0):
