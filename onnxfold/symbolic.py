@@ -22,15 +22,18 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import all_graphs, is_default_op
+from onnxfold.analysis import all_graphs, is_default_op, tensor_of
 
 MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, not shapes
+REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than the declared ones
 
 
 @dataclass(frozen=True)
 class Sym:
-    """A dynamic dim or an expression of them: ``("dim", name)``, ``("axis", id, name, i)`` or
-    ``(op, a, b)``."""
+    """A dynamic dim or an expression of them: ``("dim", name)``, ``("axis", id, name, i)``,
+    ``(op, a, b)``, ``("Broadcast", a, b, ...)`` (what broadcasting dims that may each be 1
+    gives: the one that is not 1) or ``("Reshape0", e, d)`` (a Reshape target element ``e``,
+    which copies the input's dim ``d`` where it is 0)."""
 
     expr: tuple
 
@@ -40,6 +43,10 @@ class Sym:
             return str(self.expr[1])
         if kind == "axis":
             return f"{self.expr[2]}[{self.expr[3]}]"
+        if kind == "Reshape0":
+            return f"({self.expr[1]} or, if 0, {self.expr[2]})"
+        if kind == "Broadcast":
+            return f"broadcast({', '.join(str(a) for a in self.expr[1:])})"
         return f"({self.expr[1]} {kind} {self.expr[2]})"
 
     def atoms(self) -> list[Sym]:
@@ -93,12 +100,25 @@ def dim_symbol(value: ir.Value, axis: int, ambiguous: frozenset[str] = frozenset
                ) -> Dim | None:
     """Axis ``axis`` of ``value``'s shape as an int or a symbol; None if its rank is unknown.
 
-    A named dim is the symbol of its name unless the name is ``ambiguous``; any other dynamic
-    dim is a symbol of this very axis of this very value (by identity: names change)."""
+    A dim :func:`shape_values` proved to be an int or a graph input's dim (``REFINED_KEY``)
+    is that; a named dim is the symbol of its name unless the name is ``ambiguous``; any other
+    dynamic dim is a symbol of this very axis of this very value (by identity: names change)."""
     shape = value.shape
     if shape is None or axis >= len(shape):
         return None
     dim = shape[axis]
+    if isinstance(dim, int):
+        return dim
+    refined = value.meta.get(REFINED_KEY)
+    if refined is not None and len(refined) == len(shape) and refined[axis] is not None:
+        return refined[axis]
+    return _declared(value, axis, ambiguous)
+
+
+def _declared(value: ir.Value, axis: int, ambiguous: frozenset[str]) -> Dim:
+    """Axis ``axis`` of ``value`` as shape inference declares it (the rank is known)."""
+    assert value.shape is not None
+    dim = value.shape[axis]
     if isinstance(dim, int):
         return dim
     name = getattr(dim, "value", None)
@@ -264,8 +284,23 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
         pairs = _broadcast("Sub", a, b)
         if pairs is None:
             return None
-        return Known(tuple(1 if d == 0 else 0 if isinstance(d, int) else Sym(("Equal", d, 0))
-                           for d in pairs.elements), pairs.scalar, np.dtype(np.bool_))
+        return Known(tuple(1 if d == 0 else 0 if isinstance(d, int) or _positive(d)
+                           else Sym(("Equal", d, 0)) for d in pairs.elements),
+                     pairs.scalar, np.dtype(np.bool_))
+    if op == "Where":  # torch's expand(-1): Where(Equal(shape, -1), 1s, shape)
+        flags, a, b = array(0), get(1), get(2)
+        if flags is None or flags.dtype != np.bool_ or flags.ndim > 1 or a is None or \
+                b is None or a.dtype != b.dtype:
+            return None
+        cond = tuple(bool(f) for f in flags.reshape(-1).tolist())
+        size = max(len(cond), len(a.elements), len(b.elements))
+        if any(len(k) not in (1, size) for k in (cond, a.elements, b.elements)):
+            return None
+        take = cond * size if len(cond) == 1 else cond
+        then, other = [k.elements * size if len(k.elements) == 1 else k.elements
+                       for k in (a, b)]
+        return Known(tuple(then[i] if take[i] else other[i] for i in range(size)),
+                     flags.ndim == 0 and a.scalar and b.scalar, a.dtype)
     if op == "Size":
         x = ins[0]
         if x is None or x.shape is None:
@@ -278,6 +313,366 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
             product = _arith("Mul", product, d)
         return Known((product,), True)
     return None
+
+
+# Dims of every value, from its node's shape semantics. Shape inference may name a dim it could
+# not relate to the inputs ``unk__2`` (an Add of [N, 128, 768] and a [unk__0, unk__1, 768] that
+# a fold has since made [1, 128, 768] keeps ``unk__2``: re-inference does not rename it). What
+# each op does to shapes proves it is ``N``; only provable steps are taken.
+
+_SAME_SHAPE = frozenset({
+    "Identity", "Cast", "CastLike", "Neg", "Abs", "Sqrt", "Exp", "Log", "Erf", "Tanh",
+    "Sigmoid", "Relu", "Softmax", "LogSoftmax", "IsNaN", "IsInf", "Not", "Reciprocal", "Floor",
+    "Ceil", "Round", "Sign", "Sin", "Cos", "Gelu", "HardSigmoid", "HardSwish", "LeakyRelu",
+    "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "ThresholdedRelu", "Clip", "PRelu",
+    "Dropout", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
+    "LpNormalization", "Trilu", "Hardmax", "BitwiseNot"})  # output 0 has input 0's shape
+_BROADCAST = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Greater", "Less",
+    "GreaterOrEqual", "LessOrEqual", "Where", "Max", "Min", "Sum", "Mean", "BitShift",
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor"})  # multidirectional broadcasting of all inputs
+
+Dims = tuple[Dim | None, ...]
+
+
+def _broadcast_dim(column: list[Dim | None]) -> Dim | None:
+    """One axis of a broadcast: every input's dim there is 1 or the result."""
+    sizes = {d for d in column if isinstance(d, int) and d != 1}
+    if len(sizes) == 1:
+        return sizes.pop()  # a dynamic dim beside it is 1 or the same size
+    if sizes or None in column:
+        return None
+    syms: set[Sym] = set()
+    for d in column:
+        if isinstance(d, Sym):
+            syms.update(d.expr[1:] if d.expr[0] == "Broadcast" else (d,))
+    if not syms:
+        return 1
+    if len(syms) == 1:
+        return syms.pop()  # N with 1s or N: N
+    return Sym(("Broadcast", *sorted(syms, key=str)))  # N with M: whichever is not 1
+
+
+def _broadcast_dims(shapes: list[Dims]) -> Dims:
+    rank = max(len(s) for s in shapes)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    return tuple(_broadcast_dim([s[i] for s in padded]) for i in range(rank))
+
+
+def _nonnegative(d: Dim) -> bool:
+    """Whether ``d`` is >= 0 for every value of the dims (a dim, a sum or product of them)."""
+    if isinstance(d, int):
+        return d >= 0
+    if d.expr[0] in ("dim", "axis", "Broadcast"):
+        return True
+    if d.expr[0] == "Reshape0":
+        return all(_nonnegative(p) for p in d.expr[1:])
+    return d.expr[0] in ("Add", "Mul", "Div") and all(_nonnegative(p) for p in d.expr[1:])
+
+
+def _positive(d: Sym) -> bool:
+    """Whether ``d`` is > 0 for every value of the dims: a dim plus a positive int."""
+    kind = d.expr[0]
+    a, b = (d.expr[1], d.expr[2]) if len(d.expr) == 3 else (None, None)
+    return kind == "Add" and (isinstance(b, int) and b > 0 and a is not None and
+                              _nonnegative(a) or isinstance(a, int) and a > 0 and
+                              b is not None and _nonnegative(b)) or \
+        kind == "Sub" and isinstance(b, int) and b < 0 and a is not None and _nonnegative(a)
+
+
+def _has_factor(d: Dim | None, factor: Sym) -> bool:
+    """Whether ``d`` is ``factor`` or a product with it (then it is 0 when ``factor`` is)."""
+    if d == factor:
+        return True
+    return isinstance(d, Sym) and d.expr[0] == "Mul" and any(
+        _has_factor(p, factor) for p in d.expr[1:])
+
+
+def _monomial(d: Dim | None) -> tuple[int, list[Sym]] | None:
+    """``d`` as an int times a product of dims, if it is one."""
+    if isinstance(d, int):
+        return d, []
+    if d is None:
+        return None
+    if d.expr[0] != "Mul":
+        return 1, [d]
+    parts = [_monomial(p) for p in d.expr[1:]]
+    if any(p is None for p in parts):
+        return None
+    coefficient, factors = 1, []
+    for part in parts:
+        assert part is not None
+        coefficient *= part[0]
+        factors += part[1]
+    return coefficient, factors
+
+
+def _quotient(total: Dim, divisor: Dim) -> Dim | None:
+    """``total / divisor`` when the divisor's dims are among the total's and its int divides."""
+    a, b = _monomial(total), _monomial(divisor)
+    if a is None or b is None or b[0] <= 0 or a[0] % b[0]:
+        return None
+    rest = list(a[1])
+    for factor in b[1]:
+        if factor not in rest:
+            return None
+        rest.remove(factor)
+    out: Dim = a[0] // b[0]
+    for factor in sorted(rest, key=str):
+        out = _arith("Mul", out, factor)
+    return out
+
+
+def _reshaped(source: Dims, target: Known, allowzero: bool) -> Dims:
+    out: list[Dim | None] = []
+    for i, e in enumerate(target.elements):
+        copied = source[i] if i < len(source) else None
+        if isinstance(e, int):
+            out.append(e if e > 0 or (e == 0 and allowzero) else copied if e == 0 else None)
+        elif _nonnegative(e) and (allowzero or _has_factor(copied, e)):
+            out.append(e)  # were e 0 at run time, the copied dim is 0 too
+        elif _nonnegative(e) and copied is not None:
+            out.append(Sym(("Reshape0", e, copied)))  # e, or the copied dim where e is 0
+        else:
+            out.append(None)
+    inferred = [i for i, e in enumerate(target.elements) if e == -1]
+    if len(inferred) == 1 and None not in source and \
+            sum(1 for d in out if d is None) == 1:  # the -1: what the other dims leave
+        total: Dim = 1
+        for d in source:
+            assert d is not None
+            total = _arith("Mul", total, d)
+        others: Dim = 1
+        for d in out:
+            if d is not None:
+                others = _arith("Mul", others, d)
+        quotient = _quotient(total, others)
+        out[inferred[0]] = Sym(("Div", total, others)) if quotient is None else quotient
+    return tuple(out)
+
+
+def _axes(node: ir.Node, ints: Callable[[int], list[int] | None], rank: int) -> list[int] | None:
+    axes = ints(1) if len(node.inputs) > 1 and node.inputs[1] is not None else \
+        list(node.attributes.get_ints("axes", []) or []) or None
+    if axes is None:
+        return None
+    found = [_normalize(a, rank) for a in axes]
+    return None if None in found else [a for a in found if a is not None]
+
+
+def _split_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
+                known: dict[ir.Value, Known]) -> list[Dims | None]:
+    """The dims of each output of a Split whose sizes are given."""
+    ins = list(node.inputs)
+    first = dims(ins[0]) if ins else None
+    sizes = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+    if "split" in node.attributes:
+        sizes = Known(tuple(node.attributes.get_ints("split", []) or ()))
+    if first is None or sizes is None or sizes.scalar or \
+            len(sizes.elements) != len(node.outputs):
+        return []
+    axis = _normalize(node.attributes.get_int("axis", 0), len(first))
+    if axis is None:
+        return []
+    return [first[:axis] + (size,) + first[axis + 1:] for size in sizes.elements]
+
+
+BIG = 2**31 - 1  # a Slice end at least this takes the rest of any axis
+
+
+def _sliced(first: Dims, starts: Known, ends: Known, axes: list[int] | None,
+            steps: list[int] | None) -> Dims | None:
+    count = len(starts.elements)
+    axes = list(range(count)) if axes is None else axes
+    steps = [1] * count if steps is None else steps
+    if len(ends.elements) != count or len(axes) != count or len(steps) != count:
+        return None
+    out: list[Dim | None] = list(first)
+    for start, end, axis, step in zip(starts.elements, ends.elements, axes, steps):
+        a = _normalize(axis, len(first))
+        if a is None:
+            return None
+        d = first[a]
+        if isinstance(d, int) and isinstance(start, int) and isinstance(end, int) and step:
+            out[a] = len(range(*slice(start, end, step).indices(d)))
+        elif start == 0 and step == 1 and (isinstance(end, int) and end >= BIG or end == d):
+            out[a] = d
+        else:
+            out[a] = None
+    return tuple(out)
+
+
+def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
+                 known: dict[ir.Value, Known], arrays: Arrays) -> Dims | None:
+    """The dims of ``node``'s first output from its inputs' (None: not derived here)."""
+    op = node.op_type
+    ins = list(node.inputs)
+    first = dims(ins[0]) if ins else None
+
+    def scalar(i: int) -> Dim | None:
+        v = ins[i] if i < len(ins) else None
+        k = known.get(v) if v is not None else None
+        return k.elements[0] if k is not None and len(k.elements) == 1 else None
+
+    def ints(i: int) -> list[int] | None:
+        v = ins[i] if i < len(ins) else None
+        return None if v is None else _ints(arrays(v))
+
+    if op == "ConstantOfShape" and ins and ins[0] is not None and ins[0] in known:
+        return known[ins[0]].elements
+    if op == "Range":
+        start, limit, delta = scalar(0), scalar(1), scalar(2)
+        if isinstance(start, int) and isinstance(limit, int) and isinstance(delta, int) \
+                and delta != 0:
+            return (max(0, -((start - limit) // delta)),)
+        if start == 0 and delta == 1 and limit is not None and _nonnegative(limit):
+            return (limit,)
+        return None
+    if op in _SAME_SHAPE:
+        return first
+    if op in _BROADCAST:
+        shapes = [dims(v) for v in ins if v is not None]
+        return None if not shapes or any(s is None for s in shapes) else \
+            _broadcast_dims([s for s in shapes if s is not None])
+    if first is None:
+        return None
+    if op == "Slice":
+        starts = known.get(ins[1]) if len(ins) > 2 and ins[1] is not None else None
+        ends = known.get(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+        axes = ints(3) if len(ins) > 3 and ins[3] is not None else []
+        steps = ints(4) if len(ins) > 4 and ins[4] is not None else []
+        if starts is None or ends is None or axes is None or steps is None:
+            return None
+        return _sliced(first, starts, ends, axes or None, steps or None)
+    if op == "Transpose":
+        perm = list(node.attributes.get_ints("perm", []) or range(len(first))[::-1])
+        return tuple(first[p] for p in perm) if sorted(perm) == list(range(len(first))) \
+            else None
+    if op == "Unsqueeze":
+        given = ints(1) if len(ins) > 1 and ins[1] is not None else \
+            list(node.attributes.get_ints("axes", []) or [])
+        axes = _axes(node, ints, len(first) + len(given or ()))
+        if axes is None or len(set(axes)) != len(axes):
+            return None
+        rest = iter(first)
+        return tuple(1 if i in axes else next(rest) for i in range(len(first) + len(axes)))
+    if op == "Squeeze":
+        axes = _axes(node, ints, len(first))
+        return None if axes is None else tuple(d for i, d in enumerate(first) if i not in axes)
+    if op == "Reshape":
+        target = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+        return None if target is None or target.scalar else \
+            _reshaped(first, target, bool(node.attributes.get_int("allowzero", 0)))
+    if op == "Expand":
+        target = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+        return None if target is None or target.scalar else \
+            _broadcast_dims([first, target.elements])
+    if op == "MatMul":
+        other = dims(ins[1]) if len(ins) > 1 else None
+        if other is None or len(first) < 2 or len(other) < 2:
+            return None
+        return _broadcast_dims([first[:-2], other[:-2]]) + (first[-2], other[-1])
+    if op == "Gather":
+        indices = dims(ins[1]) if len(ins) > 1 else None
+        axis = _normalize(node.attributes.get_int("axis", 0), len(first))
+        return None if indices is None or axis is None else \
+            first[:axis] + indices + first[axis + 1:]
+    if op == "Flatten":
+        axis = node.attributes.get_int("axis", 1)
+        axis = axis + len(first) if axis < 0 else axis
+        if not 0 <= axis <= len(first) or None in first:
+            return None
+        head: Dim = 1
+        tail: Dim = 1
+        for i, d in enumerate(first):
+            assert d is not None
+            if i < axis:
+                head = _arith("Mul", head, d)
+            else:
+                tail = _arith("Mul", tail, d)
+        return head, tail
+    if op == "Concat":
+        shapes = [dims(v) for v in ins if v is not None]
+        axis = _normalize(node.attributes.get_int("axis", 0), len(first))
+        if axis is None or any(s is None or len(s) != len(first) for s in shapes):
+            return None
+        out: list[Dim | None] = []
+        for i in range(len(first)):
+            column = [s[i] for s in shapes if s is not None]
+            if i == axis:
+                total: Dim | None = 0
+                for d in column:
+                    total = None if total is None or d is None else _arith("Add", total, d)
+                out.append(total)
+            else:  # the inputs agree there: any known one is the dim
+                out.append(next((d for d in column if isinstance(d, int)),
+                                next((d for d in column if d is not None), None)))
+        return tuple(out)
+    return None
+
+
+def _value_dims(value: ir.Value | None, ambiguous: frozenset[str]) -> Dims | None:
+    if value is None:
+        return None
+    tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant" and \
+            "value" in producer.attributes:
+        tensor = tensor_of(producer.attributes["value"])
+    if tensor is not None:
+        return tuple(int(d) for d in tensor.shape.numpy())
+    if value.shape is None:
+        return None
+    return tuple(dim_symbol(value, i, ambiguous) for i in range(len(value.shape)))
+
+
+def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str]) -> bool:
+    """Whether ``d`` is an int or made of the graph inputs' dims only."""
+    return isinstance(d, int) or isinstance(d, Sym) and all(
+        a.expr[0] == "dim" and a.expr[1] in inputs_dims or
+        a.expr[0] == "axis" and a.expr[1] in inputs for a in d.atoms())
+
+
+def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
+            ambiguous: frozenset[str], inputs: frozenset[int], inputs_dims: frozenset[str],
+            placeholders: dict[str, Dim]) -> None:
+    """Record in ``REFINED_KEY`` the dims of ``node``'s outputs that shape inference left as a
+    name of its own, an ambiguous name or none, and the node's semantics prove an int or an
+    expression of the graph inputs' dims."""
+    def dims(v: ir.Value | None) -> Dims | None:
+        return _value_dims(v, ambiguous)
+
+    if node.op_type == "Split":
+        derived_all = _split_dims(node, dims, known)
+    else:
+        derived_all = [_output_dims(node, dims, known, arrays)]
+    for k, out in enumerate(node.outputs):
+        if out is None or out.shape is None:
+            continue
+        rank = len(out.shape)
+        derived = derived_all[k] if k < len(derived_all) else None
+        if derived is not None and len(derived) != rank:
+            derived = None
+        refined: list[Dim | None] = []
+        for axis in range(rank):
+            declared = _declared(out, axis, ambiguous)
+            if _of_inputs(declared, inputs, inputs_dims):
+                refined.append(None)
+                continue
+            name = declared.expr[1] if isinstance(declared, Sym) and declared.expr[0] == "dim" \
+                else None
+            found = derived[axis] if derived is not None else None
+            if name is not None and name in placeholders:
+                found = placeholders[name]  # the same name is the same dim: one symbol for it
+            elif not _of_inputs(found, inputs, inputs_dims):
+                found = None
+            elif name is not None and found is not None:
+                placeholders[name] = found
+            refined.append(found)
+        if any(d is not None for d in refined):
+            out.meta[REFINED_KEY] = tuple(refined)
+        elif REFINED_KEY in out.meta:
+            del out.meta[REFINED_KEY]
 
 
 _SHAPE_DTYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
@@ -316,10 +711,19 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
         if ints is not None and arr is not None:
             known[value] = Known(tuple(ints), arr.ndim == 0, arr.dtype)
 
+    inputs_dims = frozenset(
+        name for value in graph.inputs for dim in value.shape or ()
+        if isinstance(name := getattr(dim, "value", None), str) and name
+        and name not in ambiguous)
+    inputs = frozenset(id(value) for value in graph.inputs)
+    placeholders: dict[str, Dim] = {}
     for node in graph:
         for value in node.inputs:
             seed(value)
-        if not is_default_op(node) or len(node.outputs) != 1:
+        if not is_default_op(node):
+            continue
+        _refine(node, known, arrays, ambiguous, inputs, inputs_dims, placeholders)
+        if len(node.outputs) != 1:
             continue
         found = _step(node, known, arrays, ambiguous)
         if found is not None and len(found.elements) <= MAX_ELEMENTS and _fits(found):
@@ -327,8 +731,15 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
     return known
 
 
-def _where(atom: Sym, model: ir.Model) -> str:
+def describe_dim(atom: Sym, model: ir.Model) -> str:
     """``N`` of input ``x``: a dim named with the graph inputs that declare it."""
+    if atom.expr[0] == "axis":
+        value = next((v for v in model.graph.inputs if id(v) == atom.expr[1]), None)
+        shape = value.shape if value is not None else None
+        dim = shape[atom.expr[3]] if shape is not None and atom.expr[3] < len(shape) else None
+        name = getattr(dim, "value", None)
+        if value is not None and isinstance(name, str) and name:
+            return f"`{name}` of input {value.name} (axis {atom.expr[3]})"
     if atom.expr[0] != "dim":
         return f"`{atom}`"
     owners = [v.name or "" for v in model.graph.inputs if v.shape is not None and any(
@@ -345,5 +756,5 @@ def blocked_scaffolding(model: ir.Model, arrays: Arrays) -> list[tuple[ir.Node, 
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
             if known is not None and not known.is_constant and node.op_type != "Constant":
-                found.append((node, [_where(a, model) for a in known.blocking()]))
+                found.append((node, [describe_dim(a, model) for a in known.blocking()]))
     return found

@@ -13,9 +13,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.symbolic import describe_dim
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
-                  "Add", "Sub", "Mul", "Div", "Equal", "Identity")
+                  "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape")
 
 
 def _static_but_not_constant(ctx: RewriteContext, node: ir.Node) -> bool:
@@ -54,8 +55,8 @@ def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
             out.append(0 if same else None)
     unknown = [i for i, e in enumerate(out) if e is None]
     if len(unknown) > 1 or (unknown and -1 in out):
-        names = ", ".join(str(a) for a in known.blocking())
-        return Reject(f"more than one dynamic dim in the target ({names})")
+        names = ", ".join(describe_dim(a, ctx.model) for a in known.blocking())
+        return Reject(f"more than one dynamic element in the target (made of {names})")
     if unknown and (copies or 0 in out):
         # onnxruntime cannot infer a -1 next to a dim that is 0 at run time (an empty batch)
         return Reject("a -1 beside a copied dynamic dim fails on empty tensors")
@@ -77,3 +78,26 @@ def reshape_known_target(ctx: RewriteContext, node: ir.Node, x: ir.Value,
     assert isinstance(found, list)
     node.replace_input_with(1, ctx.constant_value(np.asarray(found, np.int64),
                                                   target.name or "shape"))
+
+
+def _expands_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
+                             shape: ir.Value) -> bool:
+    """Expand(x, s) where every element of s is 1 or x's own dim at that axis (right-aligned):
+    the broadcast gives x's shape, so x itself."""
+    out = node.outputs[0]
+    known = ctx.shape_value(shape)
+    if known is None or known.is_constant or known.scalar or x.shape is None or \
+            len(known.elements) > len(x.shape):
+        return False  # a constant shape is drop_noop's (static shapes)
+    offset = len(x.shape) - len(known.elements)
+    if not all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements)):
+        return False
+    # a graph output must stay computed by a node of this graph, and not be returned twice
+    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+
+
+@pattern(P("Expand", Var("x"), Var("shape"), name="node"), check=_expands_to_its_own_dims)
+def expand_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
+                           shape: ir.Value) -> None:
+    """torch's mask.expand(N, -1, 128, 128) of a mask already [N, 1, 128, 128]: it goes."""
+    ctx.replace_node(node, x)

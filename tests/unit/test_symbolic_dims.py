@@ -1,0 +1,191 @@
+"""Dims proved from each op's shape semantics (``onnxfold.symbolic``): a dim that shape inference
+named ``unk__2`` or that carries an input name used by several inputs is traced to the graph
+inputs' dims, so what it makes static folds and what stays names the input dims that block it.
+Every folded model is run in onnxruntime at two values of each dynamic dim."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from conftest import fold_proto, make_model, run_ort, tensor, vinfo
+from onnx import TensorProto, helper
+
+from onnxfold.symbolic import REFINED_KEY, Sym, dim_symbol, shape_values, shared_dim_names
+
+
+def _const(name, arr):
+    return helper.make_node("Constant", [], [name], value=tensor(name + "_v", np.asarray(arr)))
+
+
+def _ops(proto):
+    return [n.op_type for n in proto.graph.node]
+
+
+def _same(proto, out, feeds_list):
+    for feeds in feeds_list:
+        for a, b in zip(run_ort(proto, feeds), run_ort(out, feeds)):
+            assert a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+
+
+def _rand(*shape):
+    return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+def _batch_of_stale_add():
+    """x: [N, 4] + pos [1, 4], the sum declared [unk__2, 4] (a stale name); then
+    Reshape(sum, Concat(Shape(sum)[0:1], [2, 2]))."""
+    nodes = [_const("pos", np.ones((1, 4), np.float32)),
+             helper.make_node("Add", ["x", "pos"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"], end=1),
+             _const("rest", np.array([2, 2])),
+             helper.make_node("Concat", ["s", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=["N", 2, 2])])
+    proto.graph.value_info.extend([vinfo("a", shape=["unk__2", 4]),
+                                   vinfo("r", shape=["unk__2", 4])])
+    return proto
+
+
+def test_a_broadcast_with_1_is_the_other_dim():
+    model = ir.from_proto(_batch_of_stale_add())
+    from onnxfold.fold import source_array
+
+    known = shape_values(model.graph, source_array, shared_dim_names(model))
+    r = next(n for n in model.graph if n.op_type == "Relu").outputs[0]
+    assert dim_symbol(r, 0) == Sym(("dim", "N"))
+    assert r.meta[REFINED_KEY] == (Sym(("dim", "N")), None)
+    s = next(n for n in model.graph if n.op_type == "Shape").outputs[0]
+    assert known[s].elements == (Sym(("dim", "N")),)
+
+
+def test_stale_name_no_longer_blocks_the_scaffolding(tmp_path):
+    proto = _batch_of_stale_add()
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Add", "Relu", "Reshape"]
+    assert report.dynamic_shapes == []
+    _same(proto, out, [{"x": _rand(1, 4)}, {"x": _rand(3, 4)}])
+
+
+def _two_inputs_one_name():
+    """a, b: [N, 4] (one name on two inputs: onnxruntime does not check they agree), their sum
+    reshaped by its own batch dim."""
+    nodes = [helper.make_node("Add", ["a", "b"], ["c"]),
+             helper.make_node("Shape", ["c"], ["s"]),
+             _const("i0", np.array(0)),
+             helper.make_node("Gather", ["s", "i0"], ["n"]),
+             _const("ax", np.array([0])),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["nu"]),
+             _const("rest", np.array([2, 2])),
+             helper.make_node("Concat", ["nu", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["c", "target"], ["y"])]
+    return make_model(nodes, [vinfo("a", shape=["N", 4]), vinfo("b", shape=["N", 4])],
+                      [vinfo("y", shape=["N", 2, 2])])
+
+
+def test_a_name_shared_by_inputs_is_named_by_both(tmp_path, save):
+    from onnxfold.inspect import inspect_model
+
+    proto = _two_inputs_one_name()
+    folded, report, out = fold_proto(proto, tmp_path)
+    # the batch is broadcast(N of a, N of b): still a copy of c's own dim 0
+    assert _ops(folded) == ["Add", "Reshape"]
+    # a's and b's batches may differ (one of them 1): the folded model broadcasts the same way
+    _same(proto, out, [{"a": _rand(3, 4), "b": _rand(1, 4)},
+                       {"a": _rand(1, 4), "b": _rand(2, 4)},
+                       {"a": _rand(5, 4), "b": _rand(5, 4)}])
+    info = inspect_model(save(proto))
+    blocked = {item["node"]: item["blocked_by"] for item in info["dynamic_shape_nodes"]}
+    assert blocked and all(by == "`N` of input a (axis 0); `N` of input b (axis 0)"
+                           for by in blocked.values())
+
+
+def _positions():
+    # positions = arange(x.size(0))[:, None] expanded to [N, 4] the way torch exports
+    # expand(-1, 4): Where(Equal(Concat(N, 4), -1), 1, Concat(N, 4)); a Reshape by a -1 after it
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), _const("i0", np.array(0)),
+             helper.make_node("Gather", ["s", "i0"], ["n"]),
+             _const("zero", np.array(0)), _const("one", np.array(1)),
+             helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
+             _const("ax1", np.array([1])),
+             helper.make_node("Unsqueeze", ["pos", "ax1"], ["col"]),
+             helper.make_node("Shape", ["col"], ["cs"]),
+             _const("ax0", np.array([0])),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["nu"]),
+             _const("m1", np.array([-1])),
+             helper.make_node("Concat", ["nu", "m1"], ["want"], axis=0),
+             helper.make_node("Equal", ["want", "m1"], ["is_m1"]),
+             _const("ones", np.array([1, 1])),
+             helper.make_node("Where", ["is_m1", "ones", "want"], ["size"]),
+             helper.make_node("Expand", ["col", "size"], ["ex"]),
+             helper.make_node("Cast", ["ex"], ["exf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "exf"], ["sum"]),
+             _const("flat", np.array([0, -1])),
+             helper.make_node("Reshape", ["sum", "flat"], ["r"]),
+             helper.make_node("Shape", ["r"], ["rs"]),
+             helper.make_node("Equal", ["rs", "cs"], ["same"]),  # [N, 4] vs [N, 1]
+             helper.make_node("Cast", ["same"], ["samef"], to=TensorProto.FLOAT),
+             helper.make_node("Gather", ["samef", "i0"], ["first_same"]),
+             helper.make_node("Mul", ["r", "first_same"], ["y"])]
+    return make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=["N", 4])])
+
+
+def test_range_of_a_dim_and_torch_expand_minus_one(tmp_path):
+    proto = _positions()
+    folded, report, out = fold_proto(proto, tmp_path)
+    # Range(0, N, 1) has N elements: the Expand of [N, 1] to (N, 1) goes, and so do its Where,
+    # Equal and Concat; Shape(r) is [N, 4] and Shape(col) [N, 1]: their Equal is [True, False]
+    # and the Reshape [0, -1] keeps r's shape
+    assert _ops(folded) == ["Shape", "Gather", "Range", "Unsqueeze", "Cast", "Add"]
+    assert [d["node"] for d in report.dynamic_shapes] == ["Shape->s", "Gather->n"]
+    assert all(d["blocked_by"] == "`N` of input x" for d in report.dynamic_shapes)
+    _same(proto, out, [{"x": _rand(1, 4)}, {"x": _rand(4, 4)}])
+
+
+def test_reshape_minus_one_and_split_keep_the_batch(tmp_path):
+    # x: [N, 6] -> Reshape [0, 2, -1] is [N, 2, 3] -> Split(axis 2, [1, 2]) -> the second part's
+    # Shape()[0] is N: the final Reshape's target is [0, 4]
+    nodes = [_const("t", np.array([0, 2, -1])),
+             helper.make_node("Reshape", ["x", "t"], ["r"]),
+             _const("sizes", np.array([1, 2])),
+             helper.make_node("Split", ["r", "sizes"], ["p", "q"], axis=2),
+             helper.make_node("Shape", ["q"], ["qs"], end=1),
+             _const("four", np.array([4])),
+             helper.make_node("Concat", ["qs", "four"], ["target"], axis=0),
+             helper.make_node("Reshape", ["q", "target"], ["y"]),
+             helper.make_node("Shape", ["p"], ["ps"]),
+             _const("i2", np.array(2)),
+             helper.make_node("Gather", ["ps", "i2"], ["pw"]),
+             helper.make_node("Cast", ["pw"], ["pwf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["y", "pwf"], ["z"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 6])], [vinfo("z", shape=["N", 4])])
+    proto.graph.value_info.extend([vinfo("r", shape=["unk__1", 2, "unk__2"]),
+                                   vinfo("q", shape=["unk__1", 2, "unk__3"])])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert "Shape" not in _ops(folded) and "Concat" not in _ops(folded)
+    assert report.dynamic_shapes == []
+    _same(proto, out, [{"x": _rand(1, 6)}, {"x": _rand(3, 6)}])
+
+
+def test_a_target_element_that_may_be_0_is_not_taken_for_the_dim():
+    # Reshape(x: [M, 4], Concat(Shape(z)[0:1], [-1])) with z: [N]: where N is 0 the 0 copies M,
+    # so the result's dim 0 is "N, or M where N is 0", never plainly N
+    nodes = [helper.make_node("Shape", ["z"], ["s"]),
+             _const("m1", np.array([-1])),
+             helper.make_node("Concat", ["s", "m1"], ["t"], axis=0),
+             helper.make_node("Reshape", ["x", "t"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["M", 4]), vinfo("z", shape=["N"])],
+                       [vinfo("y", shape=[None, None])])
+    model = ir.from_proto(onnx.shape_inference.infer_shapes(proto))
+    from onnxfold.fold import source_array
+
+    shape_values(model.graph, source_array, shared_dim_names(model))
+    y = model.graph.outputs[0]
+    first = dim_symbol(y, 0)
+    assert isinstance(first, Sym) and first != Sym(("dim", "N"))
+    assert first.expr[0] == "Reshape0"
+    # and onnxruntime agrees: N = 0 copies M
+    x = np.zeros((3, 4), np.float32)
+    assert run_ort(proto, {"x": x, "z": np.zeros(0, np.float32)})[0].shape == (3, 4)
