@@ -20,7 +20,8 @@ from onnxfold.declines import DeclineKind, Reason
 if TYPE_CHECKING:
     from onnxfold.catalogue import Catalogue
 
-FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+# com.microsoft: onnxruntime's contrib ops, folded through its fallback (no native rules)
+FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 

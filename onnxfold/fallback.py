@@ -56,7 +56,7 @@ Outcome = tuple[ir.Node, "dict[ir.Value, np.ndarray] | Reason | None", int]
 
 def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | None],
               needed: Callable[[ir.Value], bool], opsets: dict[str, int], ir_version: int,
-              timeout: float | None = None) -> Iterator[Outcome]:
+              timeout: float | None = None, room: int | None = None) -> Iterator[Outcome]:
     """Evaluate ``batch`` (nodes in order) in one session; if that fails, node by node.
 
     ``array(v)`` is a constant input's data (None: not available), ``needed(v)`` whether an
@@ -70,9 +70,12 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
     wanted = [v for n in batch for v in n.outputs
               if v.name and (needed(v) or any(u not in members for u, _ in v.uses()))]
     try:
+        packed = [v.name for v in wanted if v.dtype is not None and v.dtype.bitwidth < 8]
+        if packed:  # onnxruntime's Python API hands 4-bit results back with wrong values
+            raise FallbackError(f"{packed[0]}: sub-byte result", DeclineKind.UNSUPPORTED_TYPE)
         feeds = {v: array(v) for v in external_inputs(batch)}
         arrays = run_nodes(batch, cast("dict[ir.Value, np.ndarray]", feeds), wanted, opsets,
-                           ir_version, timeout)
+                           ir_version, timeout, room)
     except (FallbackError, Decline) as e:
         if len(batch) == 1:
             yield batch[0], e.reason, 0
@@ -80,7 +83,7 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
         for node in batch:
             reads = [v for v in (*node.inputs, *captured_values(node)) if v is not None]
             if all(array(v) is not None for v in reads):
-                yield from run_batch([node], array, needed, opsets, ir_version, timeout)
+                yield from run_batch([node], array, needed, opsets, ir_version, timeout, room)
             else:
                 yield node, None, 0
         return
@@ -91,11 +94,12 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
 
 def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
               wanted: Sequence[ir.Value], opsets: dict[str, int], ir_version: int,
-              timeout: float | None = None) -> list[np.ndarray]:
+              timeout: float | None = None, room: int | None = None) -> list[np.ndarray]:
     """Run ``nodes`` in onnxruntime on ``feeds``; return the arrays of ``wanted``.
 
     A run longer than ``timeout`` seconds is terminated (onnxruntime's ``RunOptions``) and
-    raises FallbackError.
+    raises FallbackError; so does a batch whose outputs, as onnxruntime declares them once the
+    session exists, would take more than ``room`` bytes (see ``_check_declared_sizes``).
     """
     import onnxruntime as ort
 
@@ -122,6 +126,8 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     try:
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
+        if room is not None:
+            _check_declared_sizes(session, nodes, room)
         feed = {v.name: _to_ort(a) for v, a in feeds.items() if v not in embedded}
         run_options = ort.RunOptions()
         run_options.log_severity_level = 4
@@ -153,6 +159,37 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
                                 DeclineKind.UNSUPPORTED_TYPE)
         out.append(_from_ort(res))
     return out
+
+
+def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int) -> None:
+    """FallbackError (size) unless the outputs onnxruntime's session declares fit ``room``
+    bytes. Outputs of unknown size are let through for default-domain ops (onnx's inference
+    sized them before, when it could) but not for other domains' ops (contrib ops), which
+    nothing else sizes."""
+    total, unknown = 0, False
+    for out in session.get_outputs():
+        dims = out.shape
+        itemsize = _ORT_ITEMSIZE.get(out.type)
+        if itemsize is None or dims is None or not all(isinstance(d, int) for d in dims):
+            unknown = True
+            continue
+        count = 1
+        for d in dims:
+            count *= d
+        total += count * itemsize
+    if total > room:
+        raise FallbackError(f"outputs of {total} B would exceed the pool budget's {room} B left",
+                            DeclineKind.SIZE)
+    if unknown and any(n.domain not in ("", "ai.onnx") for n in nodes):
+        raise FallbackError("a contrib op's output size is unknown before it runs",
+                            DeclineKind.SIZE)
+
+
+_ORT_ITEMSIZE = {f"tensor({name})": size for name, size in (
+    ("float", 4), ("double", 8), ("float16", 2), ("bfloat16", 2), ("int8", 1), ("uint8", 1),
+    ("int16", 2), ("uint16", 2), ("int32", 4), ("uint32", 4), ("int64", 8), ("uint64", 8),
+    ("bool", 1), ("float8e4m3fn", 1), ("float8e4m3fnuz", 1), ("float8e5m2", 1),
+    ("float8e5m2fnuz", 1))}
 
 
 def _raw_only(value: ir.Value) -> bool:

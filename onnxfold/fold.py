@@ -278,9 +278,12 @@ class GraphFolder:
 
     def _run_fallback(self, batch: list[ir.Node]) -> None:
         """Evaluate ``batch`` through the executor fallback (``fallback.run_batch``)."""
+        room = None if self.options.memory_limit is not None else \
+            max(self.budget - self.pool.live_bytes, 0)
         for node, outcome, sessions in fallback.run_batch(
                 batch, self._pooled, lambda v: v in self.graph.outputs,
-                dict(self.model.opset_imports), self.model.ir_version, self.options.fold_timeout):
+                dict(self.model.opset_imports), self.model.ir_version, self.options.fold_timeout,
+                room):
             self.stats.fallback_sessions += sessions
             if isinstance(outcome, dict):
                 self._finish(node, outcome, "fallback")

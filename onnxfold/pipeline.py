@@ -64,13 +64,15 @@ class OptimizeResult:
     def to_proto(self) -> onnx.ModelProto:
         """The model as an ``onnx.ModelProto`` with every weight's bytes in it (weights still
         in the input's file are read into the proto; :meth:`save` streams them instead)."""
-        from onnxfold.io.writer import inline_references, restore_references
+        from onnxfold.io.writer import inline_references, prune_value_info, restore_references
 
         inlined = inline_references(self.model, set())
         try:
-            return ir.serde.serialize_model(self.model)
+            proto = ir.serde.serialize_model(self.model)
         finally:
             restore_references(inlined)
+        prune_value_info(self.model, proto)  # as in a saved file: no merely inferred types
+        return proto
 
     def save(self, path: str | os.PathLike, **kwargs: Any) -> SaveInfo:
         """Write the model (``onnxfold.save_model``: streamed, atomic, never over an input)."""

@@ -63,3 +63,16 @@ def test_a_protos_sparse_initializer_is_densified_in_a_copy():
     assert proto.SerializeToString() == before  # the caller's object is not changed
     x = np.float32([1, 1, 1, 1])
     np.testing.assert_array_equal(run_ort(folded, {"x": x})[0], np.float32([1, 6, 1, 8]))
+
+
+def test_to_proto_keeps_only_the_value_info_the_input_declared():
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["n"]),
+             helper.make_node("Abs", ["n"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2, 3])],
+                              [helper.make_tensor_value_info("y", 1, [2, 3])],
+                              value_info=[helper.make_tensor_value_info("r", TensorProto.FLOAT,
+                                                                        [2, 3])])
+    proto = onnxfold.optimize(helper.make_model(graph)).to_proto()
+    assert [vi.name for vi in proto.graph.value_info] == ["r"]  # "n" was only inferred

@@ -1,0 +1,77 @@
+"""onnxruntime's contrib ops (``com.microsoft``) with constant inputs fold through the
+fallback; random ones never do; their output size is checked before they run."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from conftest import make_model, tensor, vinfo
+from onnx import helper
+
+from onnxfold import FoldOptions, optimize
+
+MS = "com.microsoft"
+
+
+def _model(nodes, inits, shape=(4, 8)):
+    model = make_model(nodes, [vinfo("x", shape=list(shape))], [vinfo("y", shape=list(shape))],
+                       inits)
+    model.opset_import.append(helper.make_opsetid(MS, 1))
+    return model
+
+
+def _run(model):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)})[0]
+
+
+def _weights():
+    rng = np.random.default_rng(0)
+    return [tensor("W", rng.standard_normal((4, 8)).astype(np.float32)),
+            tensor("b", rng.standard_normal(8).astype(np.float32))]
+
+
+def test_a_contrib_op_of_constants_folds_through_onnxruntime():
+    nodes = [helper.make_node("BiasGelu", ["W", "b"], ["g"], domain=MS),
+             helper.make_node("Gelu", ["g"], ["gg"], domain=MS),
+             helper.make_node("Add", ["x", "gg"], ["y"])]
+    original = _model(nodes, _weights())
+    result = optimize(original, FoldOptions(strict=True))
+    folded = result.to_proto()
+    assert [n.op_type for n in folded.graph.node] == ["Add"]
+    assert result.report.folded_fallback == 2
+    np.testing.assert_array_equal(_run(folded), _run(original))
+
+
+def test_a_random_contrib_op_never_folds():
+    nodes = [helper.make_node("BiasDropout", ["W", "b"], ["d"], domain=MS, ratio=0.5),
+             helper.make_node("Add", ["x", "d"], ["y"])]
+    folded = optimize(_model(nodes, _weights())).to_proto()
+    assert "BiasDropout" in [n.op_type for n in folded.graph.node]
+
+
+def test_a_contrib_op_too_big_for_the_budget_is_declined_before_it_runs():
+    nodes = [helper.make_node("BiasGelu", ["W", "b"], ["g"], domain=MS),
+             helper.make_node("Add", ["x", "g"], ["y"])]
+    result = optimize(_model(nodes, _weights()), FoldOptions(pool_budget=64))
+    assert "BiasGelu" in [n.op_type for n in result.to_proto().graph.node]
+    assert "size" in result.report.declined
+
+
+def test_a_sub_byte_result_is_never_taken_from_onnxruntime():
+    """onnxruntime's Python API returns 4-bit results with wrong values: the fallback declines
+    them (rules/quant.py folds QuantizeLinear to int4 natively)."""
+    import onnx_ir as ir
+
+    from onnxfold import fallback
+
+    x, scale = ir.Value(name="x"), ir.Value(name="scale")
+    node = ir.Node("", "QuantizeLinear", [x, scale], name="q")
+    node.outputs[0].name, node.outputs[0].dtype = "q_out", ir.DataType.INT4
+    feeds = {x: np.linspace(-8, 7, 8, dtype=np.float32), scale: np.float32(1.0)}
+    (node_out, outcome, _), = fallback.run_batch([node], feeds.get, lambda v: True, {"": 21}, 10)
+    assert node_out is node and not isinstance(outcome, dict)
+    assert outcome is not None and outcome.kind.name == "UNSUPPORTED_TYPE"
