@@ -143,7 +143,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
     given; else from a copy taken first); the report lists it in ``skipped_steps``.
     """
-    from onnxfold.io.reader import SOURCE_KEY
+    from onnxfold.io.reader import SOURCE_KEY, UNKNOWN_OPS_KEY
 
     started = time.perf_counter()
     options = options or FoldOptions()
@@ -179,6 +179,8 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     stats.skipped_steps = unknown + [f"{why}; please report" for why in skipped.values()]
     report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
                           time.perf_counter() - started)
+    report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
+                       "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
     report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
                               "blocked_by": "; ".join(dims)}
                              for node, dims in blocked_scaffolding(model, source_array)]

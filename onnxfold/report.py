@@ -67,6 +67,7 @@ class Report:
     patterns_rejected: dict[str, int] = field(default_factory=dict)
     cleanup_hits: dict[str, int] = field(default_factory=dict)
     skipped_steps: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     dynamic_shapes: list[dict[str, str]] = field(default_factory=list)
     output: str | None = None
     output_bytes: int | None = None
@@ -143,6 +144,8 @@ class Report:
             lines.append(f"not folded   {sum(self.declined.values())} ({reasons})")
         for step in self.skipped_steps:
             lines.append(f"skipped      {step}")
+        for warning in self.warnings:
+            lines.append(f"warning      {warning}")
         if self.output:
             where = f" + {self.external_data}" if self.external_data else ""
             lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")

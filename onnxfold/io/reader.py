@@ -221,21 +221,51 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise InputError(f"{path}: not an ONNX model (no graph or IR version)")
     densify(proto, path)
-    if check:
-        _run_checker(_without_external(proto), path)
+    unknown = _run_checker(_without_external(proto), path) if check else \
+        unknown_default_ops(proto)
     model, data_files = _checked_model(proto, path)
+    model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
     return model
 
 
-def _run_checker(proto: onnx.ModelProto, label: str) -> None:
-    """onnx's checker; its first line as an InputError."""
+UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # model.meta: default-domain ops onnx does not know
+PLUGIN_DOMAIN = "onnxfold.unknown"
+
+
+def _run_checker(proto: onnx.ModelProto, label: str) -> list[str]:
+    """onnx's checker; its first line as an InputError. Ops of the default domain that onnx
+    does not know (TensorRT-style plugins) are let through: the model is checked with them in
+    a domain of their own, and their names are returned (they are never folded)."""
     try:
         onnx.checker.check_model(proto)
+        return []
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{label}: invalid model: {first}") from None
+        failure = InputError(f"{label}: invalid model: {first}")
+    unknown = unknown_default_ops(proto)
+    if not unknown or "No Op registered for" not in str(failure):
+        raise failure
+    moved = onnx.ModelProto()
+    moved.CopyFrom(proto)
+    for graph in graph_protos(moved.graph):
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in unknown:
+                node.domain = PLUGIN_DOMAIN
+    moved.opset_import.append(onnx.helper.make_opsetid(PLUGIN_DOMAIN, 1))
+    try:
+        onnx.checker.check_model(moved)
+    except onnx.checker.ValidationError:
+        raise failure from None
+    return unknown
+
+
+def unknown_default_ops(proto: onnx.ModelProto) -> list[str]:
+    """Op types of the default domain, in any graph of ``proto``, that onnx has no schema for."""
+    found = {node.op_type for graph in graph_protos(proto.graph) for node in graph.node
+             if node.domain in ("", "ai.onnx")}
+    return sorted(op for op in found if not onnx.defs.has(op, ""))
 
 
 def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[str]]:
@@ -259,11 +289,12 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
             raise InputError(f"{label}: refers to external data, which an in-memory model "
                              "cannot locate safely; pass the model's file path")
-    if check:
-        _run_checker(proto, label)
+    unknown = _run_checker(proto, label) if check else unknown_default_ops(proto)
     if has_sparse(proto):  # densified in a copy: the caller's proto is left as it was
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)
         densify(copy, label)
         proto = copy
-    return _checked_model(proto, label)[0]
+    model = _checked_model(proto, label)[0]
+    model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
+    return model
