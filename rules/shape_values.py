@@ -86,9 +86,11 @@ def _expands_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
     the broadcast gives x's shape, so x itself."""
     out = node.outputs[0]
     known = ctx.shape_value(shape)
-    if known is None or known.is_constant or known.scalar or x.shape is None or \
-            len(known.elements) > len(x.shape):
-        return False  # a constant shape is drop_noop's (static shapes)
+    if known is None or known.scalar or x.shape is None or len(known.elements) > len(x.shape):
+        return False
+    static = ctx.shape(x)
+    if static is not None and static == ctx.shape(out):
+        return False  # drop_noop's (static shapes equal)
     offset = len(x.shape) - len(known.elements)
     if not all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements)):
         return False
