@@ -1,5 +1,6 @@
 """Constant weight fusions: a rewrite moves a constant operation into a weight, the fold then
-computes the new weight (onnx-mlir's FuseBatchNorm/FuseMulConv patterns, onnxruntime's basic
+computes the new weight (the new nodes go right before the node they replace, after every
+value they read) (onnx-mlir's FuseBatchNorm/FuseMulConv patterns, onnxruntime's basic
 ConvBNFusion). Only float32/float64 weights used by nothing else, so no tensor is duplicated.
 """
 
@@ -67,7 +68,7 @@ def fuse_batch_norm_into_conv(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, x
     np_dtype = dtype.numpy()
 
     def node(op: str, *inputs: ir.Value) -> ir.Value:
-        return ctx.add_node(op, list(inputs), conv, dtype=dtype, base=f"{conv.name}_{op}")
+        return ctx.add_node(op, list(inputs), bn, dtype=dtype, base=f"{conv.name}_{op}")
 
     eps = ctx.constant_value(np.asarray(bn.attributes.get_float("epsilon", 1e-5), np_dtype),
                              "bn_epsilon")
@@ -75,11 +76,11 @@ def fuse_batch_norm_into_conv(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, x
     target = np.ones(rank, np.int64)
     target[axis] = -1
     per_channel = ctx.add_node("Reshape", [s, ctx.constant_value(target, "bn_scale_shape")],
-                               conv, dtype=dtype, base=f"{conv.name}_scale")
+                               bn, dtype=dtype, base=f"{conv.name}_scale")
     old_bias = conv.inputs[2] if len(conv.inputs) > 2 else None
     shifted = node("Neg", mean) if old_bias is None else node("Sub", old_bias, mean)
     new_bias = node("Add", node("Mul", shifted, s), bias)
-    fused = ctx.add_node(conv.op_type, [x, node("Mul", w, per_channel), new_bias], conv,
+    fused = ctx.add_node(conv.op_type, [x, node("Mul", w, per_channel), new_bias], bn,
                          attributes=conv.attributes.values(), dtype=dtype,
                          shape=bn.outputs[0].shape, base=bn.outputs[0].name)
     ctx.replace_node(bn, fused)
@@ -108,10 +109,10 @@ def _channel_constant(ctx: RewriteContext, c: ir.Value, conv: ir.Node, w: ir.Val
     return bias is None or ctx.is_constant(bias) or Reject("the bias is not constant")
 
 
-def _channel_vector(ctx: RewriteContext, c: ir.Value, conv: ir.Node) -> ir.Value:
-    """``c`` flattened: one entry, or one per output channel."""
+def _channel_vector(ctx: RewriteContext, c: ir.Value, op: ir.Node) -> ir.Value:
+    """``c`` flattened (inserted before ``op``): one entry, or one per output channel."""
     flat = ctx.constant_value(np.array([-1], np.int64), "flat")
-    return ctx.add_node("Reshape", [c, flat], conv, dtype=c.dtype, base=f"{conv.name}_c")
+    return ctx.add_node("Reshape", [c, flat], op, dtype=c.dtype, base=f"{op.name}_c")
 
 
 def _scale_or_shift_check(ctx: RewriteContext, conv: ir.Node, w: ir.Value, c: ir.Value,
@@ -122,7 +123,7 @@ def _scale_or_shift_check(ctx: RewriteContext, conv: ir.Node, w: ir.Value, c: ir
 def _fused_conv(conv: ir.Node, op: ir.Node, x: ir.Value, weight: ir.Value, bias: ir.Value,
              ctx: RewriteContext) -> None:
     """``op`` (reading the convolution) becomes Conv(x, weight, bias)."""
-    fused = ctx.add_node(conv.op_type, [x, weight, bias], conv,
+    fused = ctx.add_node(conv.op_type, [x, weight, bias], op,
                          attributes=conv.attributes.values(), dtype=weight.dtype,
                          shape=op.outputs[0].shape, base=op.outputs[0].name)
     ctx.replace_node(op, fused)
@@ -147,11 +148,11 @@ def fuse_mul_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Va
     assert w_shape is not None  # the check saw it
     target = np.ones(len(w_shape), np.int64)
     target[_output_channel_axis(conv, len(w_shape)) or 0] = -1
-    vector = _channel_vector(ctx, c, conv)
+    vector = _channel_vector(ctx, c, op)
     along = ctx.add_node("Reshape", [vector, ctx.constant_value(target, "channel_shape")],
-                         conv, dtype=c.dtype, base=f"{conv.name}_scale")
-    weight = ctx.add_node("Mul", [w, along], conv, dtype=w.dtype, base=f"{conv.name}_w")
-    bias = ctx.add_node("Mul", [_bias_or_zeros(ctx, conv, w), vector], conv, dtype=w.dtype,
+                         op, dtype=c.dtype, base=f"{conv.name}_scale")
+    weight = ctx.add_node("Mul", [w, along], op, dtype=w.dtype, base=f"{conv.name}_w")
+    bias = ctx.add_node("Mul", [_bias_or_zeros(ctx, conv, w), vector], op, dtype=w.dtype,
                         base=f"{conv.name}_b")
     _fused_conv(conv, op, x, weight, bias, ctx)
 
@@ -161,6 +162,6 @@ def fuse_mul_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Va
 def fuse_add_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:
     """Conv(x, W, B) + c -> Conv(x, W, B + c), c one value per output channel."""
-    bias = ctx.add_node("Add", [_bias_or_zeros(ctx, conv, w), _channel_vector(ctx, c, conv)],
-                        conv, dtype=w.dtype, base=f"{conv.name}_b")
+    bias = ctx.add_node("Add", [_bias_or_zeros(ctx, conv, w), _channel_vector(ctx, c, op)],
+                        op, dtype=w.dtype, base=f"{conv.name}_b")
     _fused_conv(conv, op, x, w, bias, ctx)

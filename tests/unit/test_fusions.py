@@ -130,3 +130,21 @@ def test_batch_norm_with_a_non_positive_variance_stays():
     var.CopyFrom(tensor("var", np.full(6, -1.0, np.float32)))
     result = optimize(original)
     assert "fuse_batch_norm_into_conv" not in result.report.pattern_hits
+
+
+def test_batch_norm_parameters_from_constant_nodes_after_the_conv_fold_in_one_run():
+    """The exporter's Constant nodes for the BN parameters sit between the Conv and the BN:
+    the fused weight arithmetic must go after them (it went before the Conv: an unsorted graph
+    whose arithmetic nothing folded)."""
+    original = _model()
+    graph = original.graph
+    params = [t for t in graph.initializer if t.name in ("scale", "bn_bias", "mean", "var")]
+    constants = [helper.make_node("Constant", [], [t.name], value=t) for t in params]
+    for t in params:
+        graph.initializer.remove(t)
+    conv, bn = graph.node
+    del graph.node[:]
+    graph.node.extend([conv, *constants, bn])
+    folded = optimize(original).to_proto()
+    assert [n.op_type for n in folded.graph.node] == ["Conv"]
+    _same(original, folded)
