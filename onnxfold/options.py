@@ -109,6 +109,9 @@ class FoldOptions:
         "--input-shape", "fix an input's shape before folding (an int fixes a dim, '?' keeps "
         "the model's); or DIM=VALUE binds a named dim in every input (e.g. batch=1); "
         "repeatable", repeat=True, metavar="NAME:D0,D1,.."))
+    inline_functions: bool = _opt(False, Flag(
+        "--inline-functions", "inline the model's local functions first, so that the "
+        "constants in their bodies fold with the rest", switch=True))
     strict: bool = _opt(False, Flag(
         "--strict", "a rule or pass that fails is an error (exit 3), not a step skipped with a "
         "warning (for tests and CI)", switch=True))

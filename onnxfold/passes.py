@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from onnxfold.analysis import all_graphs, op_facts, static_shape
+from onnxfold.analysis import all_graphs, captured_values, op_facts, static_shape
 from onnxfold.catalogue import Catalogue
 from onnxfold.fold import FoldOptions, FoldStats, fold_model
 from onnxfold.input_shapes import apply as apply_input_shapes
@@ -48,6 +48,21 @@ class FixInputShapes(InPlacePass):
 
     def call(self, model: ir.Model) -> PassResult:
         return PassResult(model, apply_input_shapes(model, self.specs) > 0)
+
+
+class InlineFunctions(InPlacePass):
+    """``--inline-functions``: every call of a model-local function becomes its body
+    (onnx-ir's ``InlinePass``)."""
+
+    name = "inline_functions"
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+
+    def call(self, model: ir.Model) -> PassResult:
+        from onnx_ir.passes.common import InlinePass
+
+        return contained(self.name, self.strict, lambda: InlinePass()(model))
 
 
 class InferShapes(InPlacePass):
@@ -191,6 +206,40 @@ class RefineShapes(InPlacePass):
             return False  # no Shape/Size waits for a shape: nothing a better one could fold
         return any(any(v in new for v in node.inputs) and
                    any(static_shape(v) is None for v in node.outputs) for node in nodes)
+
+
+def unsorted_graphs(model: ir.Model) -> list[ir.Graph]:
+    """The graphs of ``model`` in which a node reads (itself or in its subgraphs) a value that
+    a later node of the same graph computes."""
+    found = []
+    for graph in all_graphs(model):
+        seen: set[ir.Value] = set()
+        for node in graph:
+            reads = [v for v in node.inputs if v is not None] + captured_values(node)
+            if any(v not in seen and (p := v.producer()) is not None and p.graph is graph
+                   for v in reads):
+                found.append(graph)
+                break
+            seen.update(node.outputs)
+    return found
+
+
+class Sorted(InPlacePass):
+    """The last pass: every graph in topological order, as ONNX requires. A rewrite that left
+    one unsorted is a bug: an error under ``--strict``, else the graph is sorted."""
+
+    name = "sorted"
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+
+    def call(self, model: ir.Model) -> PassResult:
+        unsorted = unsorted_graphs(model)
+        if unsorted and self.strict:
+            raise RuntimeError(f"graph {unsorted[0].name!r} was left out of topological order")
+        for graph in unsorted:
+            graph.sort()
+        return PassResult(model, bool(unsorted))
 
 
 class Cleanups(InPlacePass):

@@ -35,10 +35,12 @@ from onnxfold.passes import (
     FixInputShapes,
     Fold,
     InferShapes,
+    InlineFunctions,
     Prune,
     RefineShapes,
     Rewrite,
     RoundState,
+    Sorted,
 )
 from onnxfold.patterns import NAMES_KEY
 from onnxfold.pool import BufferPool
@@ -119,12 +121,15 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
               Prune(options),
               RefineShapes(options, state)]
     rounds = [p for p in rounds if p.name not in skipped]
+    inline = options.inline_functions and "inline_functions" not in skipped
     return PassManager([
+        *([InlineFunctions(options.strict)] if inline else []),
         FixInputShapes(options.input_shapes),
         InferShapes(),
         PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
         Cleanups(catalogue, stats, options.strict),
         *([Prune(options)] if "prune" not in skipped else []),
+        Sorted(options.strict),
     ])
 
 
