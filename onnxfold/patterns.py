@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from onnxfold.catalogue import Catalogue
 
 MAX_ITERATIONS = 10
+IDENTITY_HOPS = 16  # Identity nodes RewriteContext.array looks through
 
 
 @dataclass(frozen=True)
@@ -263,10 +264,19 @@ class RewriteContext:
         return value is not None and value in self.constant
 
     def array(self, value: ir.Value | None) -> np.ndarray | None:
-        """The data of an initializer or Constant output (not of values still to be folded)."""
+        """The data of an initializer or Constant output, also through Identity nodes (an
+        exporter's way to share one weight); not of values still to be folded."""
         from onnxfold.fold import source_array
 
-        return None if value is None else source_array(value)
+        for _ in range(IDENTITY_HOPS):
+            if value is None:
+                return None
+            found = source_array(value)
+            producer = value.producer()
+            if found is not None or producer is None or not is_default_op(producer, "Identity"):
+                return found
+            value = producer.inputs[0]
+        return None
 
     def shape(self, value: ir.Value | None) -> tuple[int, ...] | None:
         if value is None:

@@ -148,3 +148,21 @@ def test_batch_norm_parameters_from_constant_nodes_after_the_conv_fold_in_one_ru
     folded = optimize(original).to_proto()
     assert [n.op_type for n in folded.graph.node] == ["Conv"]
     _same(original, folded)
+
+
+def test_batch_norm_parameters_shared_through_identity_nodes_fold():
+    """torchvision's default init gives every BatchNorm the same parameters, which the
+    exporter shares through Identity nodes: the fusion reads them through those."""
+    names = ("scale", "bn_bias", "mean", "var")
+    nodes = [helper.make_node("Identity", [n], [f"{n}_{k}"]) for k in (1, 2) for n in names]
+    nodes += [helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+              helper.make_node("BatchNormalization", ["c1", *(f"{n}_1" for n in names)], ["b1"]),
+              helper.make_node("Conv", ["b1", "W2"], ["c2"], pads=[1, 1, 1, 1]),
+              helper.make_node("BatchNormalization", ["c2", *(f"{n}_2" for n in names)], ["y"])]
+    inits = [tensor("W1", _w(4, 4, 3, 3)), tensor("W2", _w(4, 4, 3, 3)), *_bn_params(4)]
+    original = make_model(nodes, [vinfo("x", shape=["N", 4, 8, 8])],
+                          [vinfo("y", shape=["N", 4, 8, 8])], inits, opset=15)
+    result = optimize(original)
+    assert [n.op_type for n in result.to_proto().graph.node] == ["Conv", "Conv"]
+    assert result.report.pattern_hits.get("fuse_batch_norm_into_conv") == 2
+    _same(original, result.to_proto())
