@@ -642,6 +642,11 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
     def dims(v: ir.Value | None) -> Dims | None:
         return _value_dims(v, ambiguous)
 
+    if all(out is None or out.shape is None or out.shape.is_static() for out in node.outputs):
+        for out in node.outputs:  # every dim an int: nothing to refine (most nodes, at once)
+            if out is not None and out.shape is not None:
+                out.meta.pop(REFINED_KEY, None)
+        return
     if node.op_type == "Split":
         derived_all = _split_dims(node, dims, known)
     else:
