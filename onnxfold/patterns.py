@@ -37,7 +37,14 @@ from onnxfold.analysis import (
 )
 from onnxfold.registry import mark, source_of
 from onnxfold.steps import contained
-from onnxfold.symbolic import Dim, Known, dim_symbol, shape_values, shared_dim_names
+from onnxfold.symbolic import (
+    Dim,
+    Known,
+    dim_symbol,
+    known_constant,
+    shape_values,
+    shared_dim_names,
+)
 
 if TYPE_CHECKING:
     from onnxfold.catalogue import Catalogue
@@ -299,7 +306,11 @@ class RewriteContext:
 
     def shape_value(self, value: ir.Value) -> Known | None:
         """What a small integer tensor of this graph computes, element by element (static
-        ints or dynamic dims: ``onnxfold.symbolic``); computed once per rewrite sweep."""
+        ints or dynamic dims: ``onnxfold.symbolic``); computed once per rewrite sweep, except
+        for a constant's, read at once."""
+        found = known_constant(value, self.array)
+        if found is not None:
+            return found
         if self._shape_values is None:
             self._shape_values = shape_values(self.graph, self.array,
                                               shared_dim_names(self.model))

@@ -696,6 +696,17 @@ def _may_be_shape(value: ir.Value) -> bool:
     return len(shape) <= 1 and all(isinstance(d, int) and d <= MAX_ELEMENTS for d in shape)
 
 
+def known_constant(value: ir.Value, arrays: Arrays) -> Known | None:
+    """The elements of ``value`` when it is a small integer constant (no graph walk)."""
+    if not _may_be_shape(value):
+        return None  # not a constant's data worth reading (the cheap test, first)
+    arr = arrays(value)
+    ints = _ints(arr)
+    if ints is None or arr is None:
+        return None
+    return Known(tuple(ints), arr.ndim == 0, arr.dtype)
+
+
 def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = frozenset()
                  ) -> dict[ir.Value, Known]:
     """The known elements of every small integer tensor of ``graph`` that builds a shape.
@@ -709,12 +720,9 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
         if value is None or value in seen:
             return
         seen.add(value)
-        if not _may_be_shape(value):
-            return  # not a constant's data worth reading (the cheap test, first)
-        arr = arrays(value)
-        ints = _ints(arr)
-        if ints is not None and arr is not None:
-            known[value] = Known(tuple(ints), arr.ndim == 0, arr.dtype)
+        found = known_constant(value, arrays)
+        if found is not None:
+            known[value] = found
 
     inputs_dims = frozenset(
         name for value in graph.inputs for dim in value.shape or ()

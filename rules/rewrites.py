@@ -263,7 +263,8 @@ def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
     else:
         shape_in, shape_out = ctx.shape(src), ctx.shape(out)
         noop = (shape_in is not None and shape_in == shape_out) or (
-            node.op_type == "Reshape" and _reshapes_to_its_own_shape(ctx, node, src))
+            node.op_type == "Reshape" and (shape_in is None or shape_out is None)
+            and _reshapes_to_its_own_shape(ctx, node, src))  # both static: compared above
     if not noop:
         return False
     # a graph output must stay computed by a node of this graph, and not be returned twice

@@ -39,8 +39,10 @@ def known_shape_value(ctx: RewriteContext, node: ir.Node) -> None:
 def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
             ) -> list[int] | Reject | None:
     """The constant Reshape target equal to ``target``, None if not applicable."""
+    if ctx.is_constant(target):
+        return None  # it folds (asked first: cheaper than the shape values)
     known = ctx.shape_value(target)
-    if known is None or known.is_constant or ctx.is_constant(target) or known.scalar:
+    if known is None or known.is_constant or known.scalar:
         return None
     if node.attributes.get_int("allowzero", 0):
         return Reject("allowzero: a 0 cannot copy a dim")
