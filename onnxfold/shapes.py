@@ -28,7 +28,7 @@ _BIG = 1024
 DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
 
 
-def _serialize_light(model: ir.Model) -> onnx.ModelProto:
+def serialize_light(model: ir.Model) -> onnx.ModelProto:
     """The model as a proto whose large initializers are typed graph inputs instead."""
     graph = model.graph
     big = {name: v for name, v in graph.initializers.items()
@@ -175,7 +175,7 @@ def infer_shapes(model: ir.Model) -> int:
     """
     mark_declared(model)
     try:
-        light = _serialize_light(model)
+        light = serialize_light(model)
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
                                                      data_prop=_data_prop_is_bounded(light))
     except Exception:  # inference is an optimization aid, never a reason to fail

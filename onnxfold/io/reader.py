@@ -230,6 +230,7 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
     return model
 
 
+CHECK_INLINE_LIMIT = 1 << 30  # bytes of an in-memory proto checked as it is; above: see below
 UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # model.meta: default-domain ops onnx does not know
 PLUGIN_DOMAIN = "onnxfold.unknown"
 
@@ -280,6 +281,14 @@ def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[st
     return model, check_tensor_data(model, label)
 
 
+def _huge(proto: onnx.ModelProto) -> bool:
+    """Whether ``proto`` is too big to pass to onnx's checker as it is (which serializes it)."""
+    try:
+        return proto.ByteSize() >= CHECK_INLINE_LIMIT
+    except Exception:  # protobuf refuses to size a message of 2 GiB or more  # noqa: BLE001
+        return True
+
+
 def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool = False
                      ) -> ir.Model:
     """An in-memory model (``onnx.ModelProto``) with the checks a file gets (onnx's checker
@@ -289,12 +298,17 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
             raise InputError(f"{label}: refers to external data, which an in-memory model "
                              "cannot locate safely; pass the model's file path")
-    unknown = _run_checker(proto, label) if check else unknown_default_ops(proto)
+    huge = _huge(proto)  # the checker would serialize it: not above 2 GiB
+    unknown = _run_checker(proto, label) if check and not huge else unknown_default_ops(proto)
     if has_sparse(proto):  # densified in a copy: the caller's proto is left as it was
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)
         densify(copy, label)
         proto = copy
     model = _checked_model(proto, label)[0]
+    if check and huge:  # checked without its large weights (typed inputs instead)
+        from onnxfold.shapes import serialize_light
+
+        unknown = _run_checker(serialize_light(model), label)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     return model

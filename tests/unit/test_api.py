@@ -76,3 +76,23 @@ def test_to_proto_keeps_only_the_value_info_the_input_declared():
                                                                         [2, 3])])
     proto = onnxfold.optimize(helper.make_model(graph)).to_proto()
     assert [vi.name for vi in proto.graph.value_info] == ["r"]  # "n" was only inferred
+
+
+def test_a_proto_too_big_for_the_checker_is_checked_without_its_weights(monkeypatch):
+    """onnx's checker serializes what it checks, which protobuf refuses above 2 GiB: an
+    in-memory proto that big is checked in its light form (large weights as typed inputs).
+    Simulated by lowering the limit; bench/big_proto.py runs a 2.15 GiB one."""
+    from onnx import helper
+
+    from onnxfold.io import reader
+
+    monkeypatch.setattr(reader, "CHECK_INLINE_LIMIT", 0)
+    nodes = [helper.make_node("Neg", ["W"], ["n"]), helper.make_node("Add", ["x", "n"], ["y"])]
+    weight = onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "W")
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [64, 64])],
+                              [helper.make_tensor_value_info("y", 1, [64, 64])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.op_type for n in onnxfold.optimize(model).to_proto().graph.node] == ["Add"]
+    model.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    with pytest.raises(InputError, match="invalid model"):
+        onnxfold.optimize(model)
