@@ -25,7 +25,8 @@ constant float weight folds like any op (its result is 2-8x smaller than its sou
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import onnx_ir as ir
 
 from onnxfold.analysis import ConstPlan, static_shape
@@ -54,7 +55,7 @@ def static_nbytes(value: ir.Value) -> int | None:
     shape = static_shape(value)
     if shape is None or value.dtype is None or value.dtype == ir.DataType.STRING:
         return None
-    return int(np.prod(shape, dtype=np.int64) * value.dtype.itemsize)
+    return int(math.prod(shape) * value.dtype.itemsize)  # math.prod: exact, no numpy call
 
 
 def _origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
