@@ -1,10 +1,12 @@
-"""Real exported models: fold completely and compute what the original computes.
+"""Real exported models: fold completely (but for what the size policy keeps on purpose) and
+compute what the original computes.
 
 The tiny exports in models/ always run. Corpus models (``python ../shared/corpus/build.py DIR``)
 run when ONNXFOLD_CORPUS points at that directory.
 """
 
 import os
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -21,13 +23,18 @@ CORPUS_MODELS = ["bert_base_ts", "bert_base_dynamo", "distilbert_ts", "gpt2_smal
                  "t5_small_enc_ts", "syn_chain_big"]
 
 
+POLICY = ("growth", "model growth", "size", "qdq policy")
+
+
 def fold_and_compare(src, out, atol):
     result = onnxfold.optimize(src)
     onnxfold.save_model(result.model, out)
     folded = load_model(out)
     infer_shapes(folded)
-    left = foldable_ops(folded)
-    assert sum(left.values()) == 0, f"still foldable: {dict(left)}"
+    left = Counter(foldable_ops(folded))
+    # what the size policy keeps on purpose (a tied embedding's Transpose: growth) may remain
+    kept = Counter(d["op"] for d in result.report.declined_nodes if d["kind"] in POLICY)
+    assert not left - kept, f"still foldable, not kept by the size policy: {dict(left - kept)}"
     feeds = random_feeds(src)
     for a, b in zip(run_ort(src, feeds), run_ort(out, feeds)):
         np.testing.assert_allclose(a, b, atol=atol, rtol=1e-4)
