@@ -135,9 +135,14 @@ def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> in
     return tensor.nbytes
 
 
-def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str
-                      ) -> CheckedExternalTensor:
-    real, info = resolve_location(os.fspath(tensor.location), model_path, what)
+def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str,
+                      resolved: dict[str, tuple[str, os.stat_result]]) -> CheckedExternalTensor:
+    """``tensor`` bound to its checked file; ``resolved`` caches each location's resolution
+    for the model being checked (thousands of small weights name the same file)."""
+    location = os.fspath(tensor.location)
+    if location not in resolved:
+        resolved[location] = resolve_location(location, model_path, what)
+    real, info = resolved[location]
     offset, length = tensor.offset or 0, tensor.length
     needed = _expected_bytes(tensor, model_path, what)
     if offset < 0 or (length is not None and length < 0):
@@ -182,6 +187,7 @@ def check_tensor_data(model: ir.Model, model_path: str) -> set[str]:
     Returns the data files the model reads (real paths).
     """
     files: set[str] = set()
+    resolved: dict[str, tuple[str, os.stat_result]] = {}
     for what, tensor, rebind, initializer in list(_tensors(model)):
         if isinstance(tensor, CheckedExternalTensor):
             continue
@@ -191,7 +197,7 @@ def check_tensor_data(model: ir.Model, model_path: str) -> set[str]:
             raise InputError(f"{model_path}: {what}: external data in a tensor list is not "
                              "supported")
         else:
-            checked = _checked_external(tensor, model_path, what)
+            checked = _checked_external(tensor, model_path, what, resolved)
             files.add(checked.path)
             if initializer:
                 rebind(checked)
