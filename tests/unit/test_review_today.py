@@ -245,3 +245,48 @@ def test_keep_sanity_the_models_are_valid():
     for model in (_split_to_sequence(), _reshape_relu_reshape()):
         onnx.checker.check_model(model)
     _run(_reshape_relu_reshape(), {"x": _w(2, 6)})
+
+
+# --- rules/structure.py ----------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="split_to_sequence_as_split ignores keepdims=0 with a "
+                   "scalar split: onnxruntime squeezes the chunks (split 1: (N,) not (N, 1))")
+def test_split_to_sequence_scalar_split_with_keepdims_0():
+    nodes = [helper.make_node("SplitToSequence", ["x", "s"], ["q"], axis=1, keepdims=0),
+             helper.make_node("SequenceAt", ["q", "i"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=["N", 3])], [vinfo("y", shape=["N"])],
+                       [tensor("s", np.array(1, np.int64)), tensor("i", np.array(0, np.int64))])
+    x = {"x": _w(2, 3)}
+    expected = _run(model, x)[0]
+    assert expected.shape == (2,)
+    got = _run(optimize(model).to_proto(), x)[0]
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.xfail(strict=True, reason="the fusions check single_use on the Conv's weight input, "
+                   "but a weight shared through Identity nodes (read through them since today) "
+                   "is still used by the other Conv: fusing duplicates it (2x the weight bytes)")
+@pytest.mark.parametrize("after", ["BatchNormalization", "Mul"])
+def test_a_weight_shared_through_identity_is_not_duplicated(after):
+    c = 32
+    nodes = [helper.make_node("Identity", ["W"], ["w1"]),
+             helper.make_node("Identity", ["W"], ["w2"]),
+             helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w2"], ["y2"], pads=[1, 1, 1, 1])]
+    inits = [tensor("W", _w(c, c, 3, 3))]
+    if after == "Mul":
+        nodes.append(helper.make_node("Mul", ["c1", "k"], ["y1"]))
+        inits.append(tensor("k", _w(c, 1, 1)))
+    else:
+        nodes.append(helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["y1"]))
+        inits += [tensor("s", _w(c)), tensor("b", _w(c)), tensor("m", _w(c)),
+                  tensor("v", np.abs(_w(c)) + 0.1)]
+    original = make_model(nodes, [vinfo("x", shape=["N", c, 8, 8])],
+                          [_out("y1", 4), _out("y2", 4)], inits, opset=15)
+    folded = optimize(original).to_proto()
+
+    def weight_bytes(model):
+        return sum(int(np.prod(t.dims)) * 4 for t in model.graph.initializer)
+
+    assert weight_bytes(folded) <= weight_bytes(original)
