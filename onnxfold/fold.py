@@ -387,6 +387,11 @@ class GraphFolder:
                 self._unfold(producer, too_big)  # its node stays and computes it at run time
                 self.pool.release(value)
                 continue
+            source = self._aliased_source(value)
+            if source is not None:  # an Identity of a constant: read the constant itself
+                value.replace_all_uses_with(source)
+                self.pool.release(value)
+                continue
             name = value.name
             value.name = f"{name}__onnxfold_replaced"
             tensor = ir.Tensor(arr, name=name)
@@ -402,6 +407,21 @@ class GraphFolder:
             self.stats.materialized_bytes += arr.nbytes
             self.pool.release(value)
 
+
+    def _aliased_source(self, value: ir.Value) -> ir.Value | None:
+        """The source constant ``value`` is an Identity (chain) of, when its readers can read
+        that instead: one copy per reader would duplicate a shared weight (two Identities of
+        one weight, as exporters share weights) where the source costs nothing more."""
+        if value in self.graph.outputs:
+            return None
+        current: ir.Value | None = value
+        while current is not None and (producer := current.producer()) is not None and \
+                is_default_op(producer, "Identity"):
+            current = producer.inputs[0]
+            if current is not None and current in self.plan.sources and \
+                    current.const_value is not None:
+                return current
+        return None
 
     def _unfold(self, node: ir.Node, reason: Reason) -> None:
         """``node`` was evaluated but its result is not kept: it stays in the graph."""

