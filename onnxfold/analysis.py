@@ -137,6 +137,7 @@ def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
 
 
 KEEP_KEY = "onnxfold.keep"  # model.meta: the op types and node names the user keeps
+UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # model.meta: default-domain ops onnx does not know
 
 
 def kept(node: ir.Node, keep: Collection[str]) -> bool:

@@ -278,7 +278,8 @@ class GraphFolder:
 
     def _run_fallback(self, batch: list[ir.Node]) -> None:
         """Evaluate ``batch`` through the executor fallback (``fallback.run_batch``)."""
-        room = None if self.options.memory_limit is not None else \
+        # spilling (--memory-limit) makes room for what fits the budget on its own
+        room = self.budget if self.options.memory_limit is not None else \
             max(self.budget - self.pool.live_bytes, 0)
         for node, outcome, sessions in fallback.run_batch(
                 batch, self._pooled, lambda v: v in self.graph.outputs,
@@ -363,8 +364,12 @@ class GraphFolder:
         return self._available(x) or static_shape(x) is not None
 
     def _wants_fallback(self, node: ir.Node, batch: list[ir.Node]) -> bool:
-        """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready."""
+        """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready.
+        A contrib op runs alone: only a batch's outputs are sized before it runs, and nothing
+        sized a contrib op's outputs before (onnx does not know it)."""
         if self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
+            return False
+        if not is_default_op(node) or not all(is_default_op(n) for n in batch):
             return False
         if self._budget(node) is not None:
             return False  # runs on its own, to be refused by the budget

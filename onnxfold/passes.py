@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from onnxfold.analysis import all_graphs, captured_values, op_facts, static_shape
+from onnxfold.analysis import (
+    all_graphs,
+    captured_values,
+    kept,
+    kept_in,
+    op_facts,
+    static_shape,
+)
 from onnxfold.catalogue import Catalogue
 from onnxfold.fold import FoldOptions, FoldStats, fold_model
 from onnxfold.input_shapes import apply as apply_input_shapes
@@ -128,19 +135,21 @@ def remove_dead_nodes(model: ir.Model) -> int:
     valid ``Loop(M, "")`` into an invalid ``Loop(M)``.)
     """
     removed, changed = 0, True
+    keep = kept_in(model)
     while changed:
         changed = False
         for graph in all_graphs(model):
             outputs = set(graph.outputs)
             for node in reversed(list(graph)):
-                if all(not v.uses() and v not in outputs for v in node.outputs):
+                if all(not v.uses() and v not in outputs for v in node.outputs) and \
+                        not kept(node, keep):
                     graph.remove(node, safe=True)
                     removed += 1
                     changed = True
     graph = model.graph
-    kept = set(graph.inputs) | set(graph.outputs)
+    interface = set(graph.inputs) | set(graph.outputs)
     for name, value in list(graph.initializers.items()):
-        if not value.uses() and value not in kept:
+        if not value.uses() and value not in interface:
             graph.initializers.pop(name)
     return removed
 

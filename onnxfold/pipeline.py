@@ -25,7 +25,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import PassError, PassManager
 
-from onnxfold.analysis import KEEP_KEY, node_label
+from onnxfold.analysis import KEEP_KEY, UNKNOWN_OPS_KEY, node_label
 from onnxfold.catalogue import load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.fold import FoldOptions, FoldStats, source_array
@@ -148,7 +148,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
     given; else from a copy taken first); the report lists it in ``skipped_steps``.
     """
-    from onnxfold.io.reader import SOURCE_KEY, UNKNOWN_OPS_KEY
+    from onnxfold.io.reader import SOURCE_KEY
 
     started = time.perf_counter()
     options = options or FoldOptions()

@@ -9,7 +9,15 @@ from collections import defaultdict
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import all_graphs, is_default_op, kept, kept_in, op_facts, tensor_of
+from onnxfold.analysis import (
+    UNKNOWN_OPS_KEY,
+    all_graphs,
+    is_default_op,
+    kept,
+    kept_in,
+    op_facts,
+    tensor_of,
+)
 from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.fold import constant_array
 from onnxfold.patterns import cleanup, names_for, replace_value
@@ -56,8 +64,9 @@ def constants_to_initializers(model: ir.Model) -> int:
     graph = model.graph
     names = names_for(model)
     moved = 0
+    keep = kept_in(model)
     for node in list(graph):
-        if not is_default_op(node, "Constant") or len(node.outputs) != 1:
+        if not is_default_op(node, "Constant") or len(node.outputs) != 1 or kept(node, keep):
             continue
         out = node.outputs[0]
         arr = constant_array(out)
@@ -187,7 +196,8 @@ def merge_duplicates(model: ir.Model) -> int:
     """Nodes computing the same op of the same inputs with the same attributes become one (the
     copies of ``Reshape(dim, [1])`` or ``Where(mask, -inf, 0)`` exporters emit per layer).
     Never for non-deterministic ops, other domains or nodes with subgraphs."""
-    nondeterministic = op_facts().nondeterministic
+    # plugins (ops onnx does not know) may draw random numbers or keep state: never merged
+    nondeterministic = op_facts().nondeterministic | set(model.meta.get(UNKNOWN_OPS_KEY, ()))
     names = names_for(model)
     keep = kept_in(model)
     merged = 0

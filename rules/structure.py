@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.analysis import kept
 from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
 
 MAX_CHUNKS = 64  # a Split with more outputs than this is not worth writing out
@@ -53,6 +54,8 @@ def _chunks(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> tuple[int, list[
         if static is None:
             return Reject("split axis dim not static")
         return axis, [1] * static
+    if node.attributes.get_int("keepdims", 1) == 0:
+        return Reject("keepdims=0 with a split: onnxruntime squeezes a scalar split's chunks")
     sizes = ctx.array(split)
     if sizes is None or sizes.dtype.kind not in "iu" or sizes.ndim > 1:
         return Reject("split sizes not constant")
@@ -95,6 +98,8 @@ def _splittable(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool | Rejec
     readers = _readers(ctx, seq, len(chunks))
     if readers is None:
         return Reject("the sequence is read by more than SequenceAt at constant positions")
+    if any(kept(at, ctx.keep) for at, _ in readers):
+        return Reject("a SequenceAt is kept (--keep)")
     for at, index in readers:  # a graph output may not be returned twice
         if at.outputs[0] in ctx.graph.outputs and \
                 sum(1 for _, other in readers if other == index) > 1:
@@ -178,6 +183,8 @@ def _region(ctx: RewriteContext, y: ir.Value, rank: int
         return None
     inside = set(nodes)
     for node in (*nodes, inner):
+        if kept(node, ctx.keep):
+            return Reject(f"{node.op_type} {node.name} is kept (--keep)")
         for out in node.outputs:
             if out in ctx.graph.outputs:
                 return Reject("a value in between is a graph output")

@@ -17,7 +17,7 @@ from typing import overload
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import all_graphs
+from onnxfold.analysis import UNKNOWN_OPS_KEY, all_graphs
 from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify, has_sparse
@@ -231,7 +231,6 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
 
 
 CHECK_INLINE_LIMIT = 1 << 30  # bytes of an in-memory proto checked as it is; above: see below
-UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # model.meta: default-domain ops onnx does not know
 PLUGIN_DOMAIN = "onnxfold.unknown"
 
 

@@ -1,6 +1,6 @@
 """Review of the 2026-11-23 additions (fusions, structure rewrites, contrib and plugin ops,
-``--keep``): each test is a confirmed divergence from the original model in onnxruntime, or a
-broken promise, marked xfail(strict) until it is fixed."""
+``--keep``): each test was a confirmed divergence from the original model in onnxruntime, or a
+broken promise, found by attacking the new code; all are fixed (regression tests)."""
 
 from __future__ import annotations
 
@@ -128,12 +128,7 @@ def _range_then_topk(n, domain):
     return model
 
 
-@pytest.mark.parametrize("domain", [
-    "",
-    pytest.param("com.microsoft", marks=pytest.mark.xfail(
-        strict=True, reason="_check_declared_sizes sizes only a fallback batch's outputs: a "
-        "contrib op's huge intermediate (Range of 64 MB read by TopK in the same batch) is "
-        "computed beyond the pool budget; the default-domain Range is refused"))])
+@pytest.mark.parametrize("domain", ["", "com.microsoft"])
 def test_a_contrib_intermediate_respects_the_pool_budget(domain):
     n = 16 * 1024 * 1024  # 64 MiB of float32, the budget 4 MiB
     result = optimize(_range_then_topk(n, domain), FoldOptions(pool_budget=4 << 20))
@@ -142,9 +137,6 @@ def test_a_contrib_intermediate_respects_the_pool_budget(domain):
 
 # --- plugin ops ------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="merge_duplicates merges two calls of an unknown "
-                   "default-domain op (a plugin, which may draw random numbers or keep state); "
-                   "the report says it is 'kept as it is'")
 def test_two_calls_of_a_plugin_op_are_not_merged():
     nodes = [helper.make_node("MyRandomPlugin", ["x"], ["p1"]),
              helper.make_node("MyRandomPlugin", ["x"], ["p2"]),
@@ -160,8 +152,6 @@ def _ops_and_names(model):
     return [(n.op_type, n.name) for n in model.graph.node]
 
 
-@pytest.mark.xfail(strict=True, reason="constants_to_initializers ignores a node name given to "
-                   "--keep (the op type is honoured)")
 def test_keep_a_constant_node_by_name():
     nodes = [helper.make_node("Constant", [], ["c"], name="const_c",
                               value=tensor("c", np.ones(4, np.float32))),
@@ -178,8 +168,6 @@ def _split_to_sequence():
                       [tensor("s", np.array([2, 2], np.int64)), tensor("i", np.array(0, np.int64))])
 
 
-@pytest.mark.xfail(strict=True, reason="split_to_sequence_as_split replaces SequenceAt nodes "
-                   "without asking --keep (only the SplitToSequence is matched by the pattern)")
 @pytest.mark.parametrize("keep", ["SequenceAt", "at0"])
 def test_keep_sequence_at(keep):
     folded = optimize(_split_to_sequence(), FoldOptions(keep=(keep,))).to_proto()
@@ -195,9 +183,6 @@ def _reshape_relu_reshape():
                        tensor("s2", np.array([-1, 3], np.int64))])
 
 
-@pytest.mark.xfail(strict=True, reason="elementwise_between_reshapes removes the inner Reshape and "
-                   "rewires the elementwise nodes without asking --keep (only the outer Reshape "
-                   "is matched by the pattern)")
 @pytest.mark.parametrize("keep", ["inner", "Relu", "relu"])
 def test_keep_inside_reshape_elementwise_reshape(keep):
     result = optimize(_reshape_relu_reshape(), FoldOptions(keep=(keep,)))
@@ -206,8 +191,6 @@ def test_keep_inside_reshape_elementwise_reshape(keep):
     assert names == ["inner", "relu", "outer"]
 
 
-@pytest.mark.xfail(strict=True, reason="remove_dead_nodes removes a kept node whose output "
-                   "nothing reads ('nor removed', says --keep)")
 def test_keep_a_node_nothing_reads():
     nodes = [helper.make_node("Neg", ["x"], ["dead"], name="debug_neg"),
              helper.make_node("Relu", ["x"], ["y"])]
@@ -217,7 +200,7 @@ def test_keep_a_node_nothing_reads():
 
 
 def test_keep_sanity_the_models_are_valid():
-    """The models above are valid and run (so the xfails are about the optimizer)."""
+    """The models above are valid and run (so the tests are about the optimizer)."""
     for model in (_split_to_sequence(), _reshape_relu_reshape()):
         onnx.checker.check_model(model)
     _run(_reshape_relu_reshape(), {"x": _w(2, 6)})
@@ -225,8 +208,6 @@ def test_keep_sanity_the_models_are_valid():
 
 # --- rules/structure.py ----------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="split_to_sequence_as_split ignores keepdims=0 with a "
-                   "scalar split: onnxruntime squeezes the chunks (split 1: (N,) not (N, 1))")
 def test_split_to_sequence_scalar_split_with_keepdims_0():
     nodes = [helper.make_node("SplitToSequence", ["x", "s"], ["q"], axis=1, keepdims=0),
              helper.make_node("SequenceAt", ["q", "i"], ["y"])]
