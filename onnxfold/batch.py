@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -102,13 +103,24 @@ def plan(inputs: list[str], outdir: str, recursive: bool = False,
                               "to another directory (one model may be replaced in place with "
                               "`onnxfold optimize M -o M`)")
     jobs = [Job(source, os.path.join(outdir, relative)) for source, relative in found]
-    guard = OutputGuard([job.input for job in jobs])
+    guard = OutputGuard([path for job in jobs for path in _files_read(job.input)])
     with _directories(outdir, jobs):  # the guard wants each output's directory to exist
         for job in jobs:
             guard.claim(job.output, f"output of {job.input}")
             if external_data:
                 guard.claim(job.output + ".data", f"external data of {job.input}'s output")
     return jobs
+
+
+def _files_read(model: str) -> list[str]:
+    """``model`` and the external-data files it reads (no job may write over any of them, the
+    other jobs' included). A model that cannot be read fails in its own job."""
+    from onnxfold.io.reader import DATA_FILES_KEY, load_model
+
+    try:
+        return [model, *load_model(model, check=False).meta.get(DATA_FILES_KEY, ())]
+    except (InputError, OutputError):
+        return [model]
 
 
 def _models_in(directory: str, recursive: bool, skip: str) -> list[tuple[str, str]]:
@@ -205,6 +217,7 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int) -> list[Ou
     running: dict[int, tuple[subprocess.Popen, float]] = {}
     done: dict[int, Outcome] = {}
     pending = list(range(len(jobs)))
+    previous = signal.signal(signal.SIGTERM, _terminated)  # stopped like Ctrl-C: jobs too
     try:
         while pending or running:
             while pending and len(running) < workers:
@@ -216,7 +229,7 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int) -> list[Ou
                     del running[index]
                     done[index] = _outcome(jobs[index], proc, time.monotonic() - started,
                                            scratch, index)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):
         for proc, _ in running.values():
             proc.terminate()
         for index, (proc, _) in running.items():
@@ -227,8 +240,17 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int) -> list[Ou
                 proc.wait()
             _remove_temporaries(jobs[index].output, proc.pid)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(scratch, ignore_errors=True)
     return [done[i] for i in sorted(done)]
+
+
+class Terminated(Exception):  # noqa: N818 - the signal, not an error
+    """SIGTERM arrived: the batch stops as after Ctrl-C."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def _start(args: argparse.Namespace, job: Job, scratch: str, index: int) -> subprocess.Popen:

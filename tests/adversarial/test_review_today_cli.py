@@ -1,6 +1,6 @@
 """Review of the 2026-11-23 batch CLI (``onnxfold optimize a.onnx b.onnx -o DIR/``): user files
-overwritten, leftovers after the parent is terminated. Each test is a confirmed failure, marked
-xfail(strict) until it is fixed."""
+overwritten, leftovers after the parent is terminated. Each test was a confirmed failure, fixed
+since (regression tests)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,6 @@ def _cli(*args, env=None):
                           capture_output=True, text=True, timeout=300, env=env)
 
 
-@pytest.mark.xfail(strict=True, reason="batch.plan guards the inputs' .onnx files only: another "
-                   "job's output (its OUTPUT.data) replaces an input's external data file")
 def test_a_job_never_overwrites_another_inputs_external_data(tmp_path):
     x, z = tmp_path / "X", tmp_path / "Z"
     (x / "d").mkdir(parents=True)
@@ -80,9 +78,6 @@ def _processes_reading(path):
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="batch.run_jobs handles KeyboardInterrupt only: SIGTERM "
-                   "to the parent leaves its scratch directory in TMPDIR and its jobs running, "
-                   "which write their outputs after the parent is gone")
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the jobs through /proc")
 def test_a_terminated_batch_leaves_nothing_behind(tmp_path):
     inputs = tmp_path / "in"
