@@ -116,6 +116,17 @@ def external_inputs(nodes: Sequence[ir.Node]) -> list[ir.Value]:
     return list(needed)
 
 
+def identity_source(value: ir.Value, sources: Collection[ir.Value]) -> ir.Value | None:
+    """The source constant (with data) ``value`` is an Identity, or a chain of them, of."""
+    current: ir.Value | None = value
+    while current is not None and (producer := current.producer()) is not None and \
+            is_default_op(producer, "Identity"):
+        current = producer.inputs[0]
+        if current is not None and current in sources and current.const_value is not None:
+            return current
+    return None
+
+
 def node_label(node: ir.Node) -> str:
     """A node's name, or for unnamed nodes the name of what it computes."""
     if node.name:

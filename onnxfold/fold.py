@@ -18,6 +18,7 @@ from onnxfold import fallback
 from onnxfold.analysis import (
     ConstPlan,
     captured_values,
+    identity_source,
     is_default_op,
     is_overridable,
     node_label,
@@ -417,16 +418,7 @@ class GraphFolder:
         """The source constant ``value`` is an Identity (chain) of, when its readers can read
         that instead: one copy per reader would duplicate a shared weight (two Identities of
         one weight, as exporters share weights) where the source costs nothing more."""
-        if value in self.graph.outputs:
-            return None
-        current: ir.Value | None = value
-        while current is not None and (producer := current.producer()) is not None and \
-                is_default_op(producer, "Identity"):
-            current = producer.inputs[0]
-            if current is not None and current in self.plan.sources and \
-                    current.const_value is not None:
-                return current
-        return None
+        return None if value in self.graph.outputs else identity_source(value, self.plan.sources)
 
     def _unfold(self, node: ir.Node, reason: Reason) -> None:
         """``node`` was evaluated but its result is not kept: it stays in the graph."""

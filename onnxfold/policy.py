@@ -29,7 +29,7 @@ import math
 
 import onnx_ir as ir
 
-from onnxfold.analysis import ConstPlan, static_shape
+from onnxfold.analysis import ConstPlan, identity_source, static_shape
 from onnxfold.declines import DeclineKind, Reason
 
 HALF_FLOATS = {ir.DataType.FLOAT16: 2, ir.DataType.BFLOAT16: 2}
@@ -99,8 +99,9 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                 continue
             for out in node.outputs:
                 size = static_nbytes(out)
-                if size is None or not kept(out):
-                    continue
+                if size is None or not kept(out) or (
+                        out not in outputs and identity_source(out, plan.sources) is not None):
+                    continue  # an Identity of a constant is kept as that constant: no copy
                 sources = origins.get(out, frozenset())
                 copies_shared = size > SMALL_BYTES and any(
                     s in alive and _is_weight(s) for s in sources)
