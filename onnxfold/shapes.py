@@ -189,6 +189,9 @@ def infer_shapes(model: ir.Model) -> int:
     for graph in all_graphs(model):
         for node in graph:
             for value in node.outputs:
+                if value.type is not None and value.shape is not None and \
+                        value.shape.is_static():
+                    continue  # nothing inference could add (the common case, at once)
                 info = infos.get(value.name or "")
                 if info is None or not (value.type is None
                                         or isinstance(value.type, ir.TensorType)):
