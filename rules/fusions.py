@@ -188,6 +188,8 @@ def _bias_or_zeros(ctx: RewriteContext, conv: ir.Node, w: ir.Value) -> ir.Value:
 
 @pattern(P("Mul", _CONV, Var("c", const=True), name="op"), check=_scale_or_shift_check,
          name="fuse_mul_into_conv")
+@pattern(P("Mul", Var("c", const=True), _CONV, name="op"), check=_scale_or_shift_check,
+         name="fuse_mul_into_conv")
 def fuse_mul_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:
     """Conv(x, W, B) * c -> Conv(x, W * c', B * c), c one value per output channel."""
@@ -205,6 +207,8 @@ def fuse_mul_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Va
 
 
 @pattern(P("Add", _CONV, Var("c", const=True), name="op"), check=_scale_or_shift_check,
+         name="fuse_add_into_conv")
+@pattern(P("Add", Var("c", const=True), _CONV, name="op"), check=_scale_or_shift_check,
          name="fuse_add_into_conv")
 def fuse_add_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:

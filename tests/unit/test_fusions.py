@@ -166,3 +166,13 @@ def test_batch_norm_parameters_shared_through_identity_nodes_fold():
     assert [n.op_type for n in result.to_proto().graph.node] == ["Conv", "Conv"]
     assert result.report.pattern_hits.get("fuse_batch_norm_into_conv") == 2
     _same(original, result.to_proto())
+
+
+@pytest.mark.parametrize("op", ["Mul", "Add"])
+def test_the_constant_may_come_first(op):
+    original = _conv_then(op, _w(6, 1, 1))
+    node = original.graph.node[1]
+    node.input[:] = [node.input[1], node.input[0]]  # op(k, c)
+    result = optimize(original)
+    assert [n.op_type for n in result.to_proto().graph.node] == ["Conv"]
+    _same(original, result.to_proto())
