@@ -21,7 +21,6 @@ import copy
 import json
 import os
 import pickle
-import re
 import shutil
 import signal
 import subprocess
@@ -300,18 +299,11 @@ def _outcome(job: Job, proc: subprocess.Popen, seconds: float, scratch: str,
     return outcome
 
 
-_TEMPORARY = re.compile(r"^\..*\.onnxfold-(\d+)-[^.]+\..*$")
-
-
 def _remove_temporaries(output: str, pid: int) -> None:
     """Delete the temporary files a dead job (process ``pid``) left beside its output."""
-    directory = os.path.dirname(os.path.abspath(output))
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            match = _TEMPORARY.match(entry.name)
-            if match and int(match.group(1)) == pid:
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+    from onnxfold.io.tempfiles import remove_own
+
+    remove_own(os.path.dirname(os.path.abspath(output)), pid)
 
 
 def table(outcomes: list[Outcome], jobs: list[Job]) -> str:

@@ -41,22 +41,30 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _temporaries(directory: str) -> Iterator[tuple[os.DirEntry, int]]:
+    """The onnxfold temporary files in ``directory`` with the PID of the run that made each
+    (nothing when the directory cannot be read)."""
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            match = _STALE.match(entry.name)
+            if match:
+                yield entry, int(match.group(1))
+
+
 def remove_stale(directory: str, min_age: float = STALE_AGE) -> int:
     """Delete temporary files of onnxfold runs that no longer exist and have not been written
     for ``min_age`` seconds (a process of another PID namespace sharing the directory may be
     alive and writing); return how many."""
     removed = 0
     now = time.time()
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            match = _STALE.match(entry.name)
-            if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
-                continue
-            with contextlib.suppress(OSError):
-                info = entry.stat(follow_symlinks=False)
-                if stat.S_ISREG(info.st_mode) and now - info.st_mtime >= min_age:
-                    os.unlink(entry.path)
-                    removed += 1
+    for entry, pid in _temporaries(directory):
+        if pid == os.getpid() or _alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and now - info.st_mtime >= min_age:
+                os.unlink(entry.path)
+                removed += 1
     return removed
 
 
@@ -67,15 +75,15 @@ def write_failed(path: str, error: OSError) -> InputError | OutputError:
     return OutputError(f"{path}: write failed ({error.strerror or error})")
 
 
-def remove_own(directory: str) -> None:
-    """Delete this process's temporary files in ``directory`` (its last act before it exits
-    abnormally); errors are ignored."""
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            match = _STALE.match(entry.name)
-            if match and int(match.group(1)) == os.getpid():
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+def remove_own(directory: str, pid: int | None = None) -> None:
+    """Delete the temporary files process ``pid`` (this one by default) left in ``directory``
+    (this process's last act before it exits abnormally, or a batch's after a job died);
+    errors are ignored."""
+    owner = os.getpid() if pid is None else pid
+    for entry, made_by in list(_temporaries(directory)):
+        if made_by == owner:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
 def temp_beside(path: str, suffix: str = ".tmp") -> tuple[int, str]:
