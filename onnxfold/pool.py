@@ -41,16 +41,6 @@ def _has_buffer(obj: object) -> TypeGuard[Buffer]:
     return True
 
 
-def _write_array(fd: int, array: np.ndarray, chunk: int = 16 << 20) -> None:
-    """Write ``array``'s bytes (C order) to ``fd`` from offset 0, a chunk at a time."""
-    import os
-
-    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    pos = 0
-    while pos < flat.size:
-        pos += os.pwrite(fd, flat[pos:pos + chunk].data, pos)
-
-
 @dataclass
 class _Entry:
     array: np.ndarray
@@ -133,6 +123,8 @@ class BufferPool:
         import os
         import tempfile
 
+        from onnxfold.io.segments import pwrite_all
+
         entry = self._entries[key]
         array = entry.array
         fd, path = tempfile.mkstemp(prefix="onnxfold-spill-", suffix=".bin", dir=self.spill_dir)
@@ -146,7 +138,7 @@ class BufferPool:
                               f"({e.strerror}); free space or raise --memory-limit") from None
         try:  # written, not copied into a writable mapping: its dirty pages would be resident
             # beside the array until written back, raising the peak the limit is meant to lower
-            _write_array(fd, array)
+            pwrite_all(fd, np.ascontiguousarray(array).reshape(-1).view(np.uint8), 0)
             readonly: np.ndarray = np.memmap(path, dtype=array.dtype, mode="r",
                                              shape=array.shape or (1,))
         finally:
