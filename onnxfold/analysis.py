@@ -9,7 +9,8 @@ non-deterministic or shape-only are facts the rules declare (``rules/facts.py``)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+import itertools
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -116,15 +117,21 @@ def external_inputs(nodes: Sequence[ir.Node]) -> list[ir.Value]:
     return list(needed)
 
 
+def through_identities(value: ir.Value | None) -> Iterator[ir.Value]:
+    """``value``, then the input of the Identity node computing it, and so on up the chain
+    (how exporters share one weight among readers)."""
+    while value is not None:
+        yield value
+        producer = value.producer()
+        if producer is None or not is_default_op(producer, "Identity"):
+            return
+        value = producer.inputs[0]
+
+
 def identity_source(value: ir.Value, sources: Collection[ir.Value]) -> ir.Value | None:
     """The source constant (with data) ``value`` is an Identity, or a chain of them, of."""
-    current: ir.Value | None = value
-    while current is not None and (producer := current.producer()) is not None and \
-            is_default_op(producer, "Identity"):
-        current = producer.inputs[0]
-        if current is not None and current in sources and current.const_value is not None:
-            return current
-    return None
+    return next((v for v in itertools.islice(through_identities(value), 1, None)
+                 if v in sources and v.const_value is not None), None)
 
 
 def node_label(node: ir.Node) -> str:

@@ -19,6 +19,7 @@ the run's statistics only.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from onnxfold.analysis import (
     kept_in,
     plan_graph,
     static_shape,
+    through_identities,
 )
 from onnxfold.registry import mark, source_of
 from onnxfold.steps import contained
@@ -275,14 +277,10 @@ class RewriteContext:
         exporter's way to share one weight); not of values still to be folded."""
         from onnxfold.fold import source_array
 
-        for _ in range(IDENTITY_HOPS):
-            if value is None:
-                return None
-            found = source_array(value)
-            producer = value.producer()
-            if found is not None or producer is None or not is_default_op(producer, "Identity"):
+        for link in itertools.islice(through_identities(value), IDENTITY_HOPS):
+            found = source_array(link)
+            if found is not None:
                 return found
-            value = producer.inputs[0]
         return None
 
     def shape(self, value: ir.Value | None) -> tuple[int, ...] | None:

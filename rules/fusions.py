@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.analysis import through_identities
 from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
@@ -41,15 +42,7 @@ def _scaled_stays_finite(ctx: RewriteContext, w: ir.Value, factor: np.ndarray) -
 def _sole_reader(ctx: RewriteContext, value: ir.Value | None) -> bool:
     """Whether ``value`` (through the Identity nodes exporters share weights with) is read by
     one node only: fusing it then duplicates nothing."""
-    while value is not None:
-        if not ctx.single_use(value):
-            return False
-        producer = value.producer()
-        if producer is None or producer.op_type != "Identity" or producer.domain not in ("",
-                                                                                      "ai.onnx"):
-            return True
-        value = producer.inputs[0]
-    return True
+    return all(ctx.single_use(link) for link in through_identities(value))
 
 
 def _output_channel_axis(conv: ir.Node, w_rank: int) -> int | None:
