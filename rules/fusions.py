@@ -9,6 +9,8 @@ finite. As in onnxruntime's fusions, the sign of an exact-zero result may differ
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx_ir as ir
 
@@ -98,8 +100,6 @@ def fuse_batch_norm_into_conv(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, x
     along the weight's output-channel axis."""
     dtype = w.dtype
     assert dtype is not None  # the check compared it
-    rank = len(ctx.shape(w) or ())
-    axis = _output_channel_axis(conv, rank)
     np_dtype = dtype.numpy()
 
     def node(op: str, *inputs: ir.Value) -> ir.Value:
@@ -108,22 +108,15 @@ def fuse_batch_norm_into_conv(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, x
     eps = ctx.constant_value(np.asarray(bn.attributes.get_float("epsilon", 1e-5), np_dtype),
                              "bn_epsilon")
     s = node("Div", scale, node("Sqrt", node("Add", var, eps)))
-    target = np.ones(rank, np.int64)
-    target[axis] = -1
-    per_channel = ctx.add_node("Reshape", [s, ctx.constant_value(target, "bn_scale_shape")],
-                               bn, dtype=dtype, base=f"{conv.name}_scale")
     old_bias = conv.inputs[2] if len(conv.inputs) > 2 else None
     shifted = node("Neg", mean) if old_bias is None else node("Sub", old_bias, mean)
     new_bias = node("Add", node("Mul", shifted, s), bias)
-    fused = ctx.add_node(conv.op_type, [x, node("Mul", w, per_channel), new_bias], bn,
-                         attributes=conv.attributes.values(), dtype=dtype,
-                         shape=bn.outputs[0].shape, base=bn.outputs[0].name)
-    ctx.replace_node(bn, fused)
-    ctx.remove_if_unused(conv)
+    _fused_conv(conv, bn, x, node("Mul", w, _along_output_channels(ctx, s, conv, w, bn)),
+                new_bias, ctx)
 
 
-def _channel_constant(ctx: RewriteContext, c: ir.Value, conv: ir.Node, w: ir.Value
-                      ) -> bool | Reject:
+def _channel_constant(ctx: RewriteContext, conv: ir.Node, w: ir.Value, c: ir.Value,
+                      **_: object) -> bool | Reject:
     """Whether ``c``, broadcast against the convolution's output (N, M, ...), is one value per
     output channel (shape (M, 1, ..), (1, M, 1, ..) or all ones) and changes nothing else."""
     c_shape, w_shape = ctx.shape(c), ctx.shape(w)
@@ -155,11 +148,6 @@ def _channel_vector(ctx: RewriteContext, c: ir.Value, op: ir.Node) -> ir.Value:
     return ctx.add_node("Reshape", [c, flat], op, dtype=c.dtype, base=f"{op.name}_c")
 
 
-def _scale_or_shift_check(ctx: RewriteContext, conv: ir.Node, w: ir.Value, c: ir.Value,
-                          **_: object) -> bool | Reject:
-    return _channel_constant(ctx, c, conv, w)
-
-
 def _fused_conv(conv: ir.Node, op: ir.Node, x: ir.Value, weight: ir.Value, bias: ir.Value,
              ctx: RewriteContext) -> None:
     """``op`` (reading the convolution) becomes Conv(x, weight, bias)."""
@@ -170,39 +158,51 @@ def _fused_conv(conv: ir.Node, op: ir.Node, x: ir.Value, weight: ir.Value, bias:
     ctx.remove_if_unused(conv)
 
 
+def _along_output_channels(ctx: RewriteContext, factors: ir.Value, conv: ir.Node, w: ir.Value,
+                           at: ir.Node) -> ir.Value:
+    """``factors`` (one per output channel, or one) reshaped to broadcast along the weight's
+    output-channel axis, inserted before ``at``."""
+    w_shape = ctx.shape(w)
+    axis = _output_channel_axis(conv, len(w_shape)) if w_shape is not None else None
+    assert w_shape is not None and axis is not None  # the checks saw both
+    target = np.ones(len(w_shape), np.int64)
+    target[axis] = -1
+    return ctx.add_node("Reshape", [factors, ctx.constant_value(target, "channel_shape")], at,
+                        dtype=factors.dtype, base=f"{conv.name}_scale")
+
+
 def _bias_or_zeros(ctx: RewriteContext, conv: ir.Node, w: ir.Value) -> ir.Value:
     if len(conv.inputs) > 2 and conv.inputs[2] is not None:
         return conv.inputs[2]
-    w_shape = ctx.shape(w)
-    assert w_shape is not None and w.dtype is not None  # the check saw both
-    channels = w_shape[_output_channel_axis(conv, len(w_shape)) or 0]
+    channels = _channels(ctx, conv, w)
+    assert channels is not None and w.dtype is not None  # the check saw both
     return ctx.constant_value(np.zeros(channels, w.dtype.numpy()), "conv_bias")
 
 
-@pattern(P("Mul", _CONV, Var("c", const=True), name="op"), check=_scale_or_shift_check,
-         name="fuse_mul_into_conv")
-@pattern(P("Mul", Var("c", const=True), _CONV, name="op"), check=_scale_or_shift_check,
-         name="fuse_mul_into_conv")
+def _with_a_channel_constant(op: str) -> Callable[[Callable], Callable]:
+    """Declare the decorated rewrite for ``op(Conv(...), c)`` and ``op(c, Conv(...))``, ``c``
+    one constant per output channel."""
+    def register(fn: Callable) -> Callable:
+        for operands in ((_CONV, Var("c", const=True)), (Var("c", const=True), _CONV)):
+            fn = pattern(P(op, *operands, name="op"), check=_channel_constant)(fn)
+        return fn
+
+    return register
+
+
+@_with_a_channel_constant("Mul")
 def fuse_mul_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:
     """Conv(x, W, B) * c -> Conv(x, W * c', B * c), c one value per output channel."""
-    w_shape = ctx.shape(w)
-    assert w_shape is not None  # the check saw it
-    target = np.ones(len(w_shape), np.int64)
-    target[_output_channel_axis(conv, len(w_shape)) or 0] = -1
     vector = _channel_vector(ctx, c, op)
-    along = ctx.add_node("Reshape", [vector, ctx.constant_value(target, "channel_shape")],
-                         op, dtype=c.dtype, base=f"{conv.name}_scale")
-    weight = ctx.add_node("Mul", [w, along], op, dtype=w.dtype, base=f"{conv.name}_w")
+    weight = ctx.add_node("Mul", [w, _along_output_channels(ctx, vector, conv, w, op)], op,
+                          dtype=w.dtype, base=f"{conv.name}_w")
     bias = ctx.add_node("Mul", [_bias_or_zeros(ctx, conv, w), vector], op, dtype=w.dtype,
                         base=f"{conv.name}_b")
     _fused_conv(conv, op, x, weight, bias, ctx)
 
 
-@pattern(P("Add", _CONV, Var("c", const=True), name="op"), check=_scale_or_shift_check,
-         name="fuse_add_into_conv")
-@pattern(P("Add", Var("c", const=True), _CONV, name="op"), check=_scale_or_shift_check,
-         name="fuse_add_into_conv")
+@_with_a_channel_constant("Add")
 def fuse_add_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:
     """Conv(x, W, B) + c -> Conv(x, W, B + c), c one value per output channel."""
