@@ -106,6 +106,19 @@ def captured_values(node: ir.Node) -> list[ir.Value]:
     return [v for v in used if v not in inner]
 
 
+def in_order(graph: ir.Graph) -> bool:
+    """Whether no node of ``graph`` reads (itself or in its subgraphs) a value that a later node
+    of the graph computes: topological order, as ONNX requires."""
+    seen: set[ir.Value] = set()
+    for node in graph:
+        reads = [v for v in node.inputs if v is not None] + captured_values(node)
+        if any(v not in seen and (p := v.producer()) is not None and p.graph is graph
+               for v in reads):
+            return False
+        seen.update(node.outputs)
+    return True
+
+
 def external_inputs(nodes: Sequence[ir.Node]) -> list[ir.Value]:
     """Values read by ``nodes`` (or their subgraphs) that none of them produces, in order."""
     produced = {v for n in nodes for v in n.outputs}

@@ -21,7 +21,7 @@ from onnx_ir.passes import InPlacePass, PassResult
 
 from onnxfold.analysis import (
     all_graphs,
-    captured_values,
+    in_order,
     kept,
     kept_in,
     op_facts,
@@ -218,19 +218,8 @@ class RefineShapes(InPlacePass):
 
 
 def unsorted_graphs(model: ir.Model) -> list[ir.Graph]:
-    """The graphs of ``model`` in which a node reads (itself or in its subgraphs) a value that
-    a later node of the same graph computes."""
-    found = []
-    for graph in all_graphs(model):
-        seen: set[ir.Value] = set()
-        for node in graph:
-            reads = [v for v in node.inputs if v is not None] + captured_values(node)
-            if any(v not in seen and (p := v.producer()) is not None and p.graph is graph
-                   for v in reads):
-                found.append(graph)
-                break
-            seen.update(node.outputs)
-    return found
+    """The graphs of ``model`` not in topological order (``analysis.in_order``)."""
+    return [graph for graph in all_graphs(model) if not in_order(graph)]
 
 
 class Sorted(InPlacePass):

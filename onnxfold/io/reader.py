@@ -17,7 +17,7 @@ from typing import overload
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import UNKNOWN_OPS_KEY, all_graphs
+from onnxfold.analysis import UNKNOWN_OPS_KEY, all_graphs, in_order
 from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify, has_sparse
@@ -182,15 +182,7 @@ def check_structure(model: ir.Model, path: str) -> None:
         for value in graph.outputs:
             if not _defined(value):
                 raise InputError(f"{path}: graph output '{value.name}' is never defined")
-        seen: set[ir.Value] = set()
-        ordered = True
-        for node in graph:
-            if any(v is not None and (p := v.producer()) is not None and p.graph is graph
-                   and v not in seen for v in node.inputs):
-                ordered = False
-                break
-            seen.update(node.outputs)
-        if not ordered:
+        if not in_order(graph):
             try:
                 graph.sort()
             except ValueError:
