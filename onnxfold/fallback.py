@@ -7,6 +7,7 @@ node. Graph optimizations are disabled: the session computes exactly what the no
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast
@@ -173,10 +174,7 @@ def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int) -> None:
         if itemsize is None or dims is None or not all(isinstance(d, int) for d in dims):
             unknown = True
             continue
-        count = 1
-        for d in dims:
-            count *= d
-        total += count * itemsize
+        total += math.prod(dims) * itemsize
     if total > room:
         raise FallbackError(f"outputs of {total} B would exceed the pool budget's {room} B left",
                             DeclineKind.SIZE)
