@@ -263,6 +263,8 @@ class RewriteContext:
     constant: set[ir.Value]
     rejected: Counter = field(default_factory=Counter)
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
+    memo: dict[str, object] = field(default_factory=dict, repr=False)
+    """What a rule computed about the graph for this sweep; emptied when a node is added."""
 
     @property
     def keep(self) -> frozenset[str]:
@@ -339,6 +341,7 @@ class RewriteContext:
                  dtype: ir.DataType | None = None, shape: ir.Shape | None = None,
                  domain: str = "", base: str | None = None) -> ir.Value:
         """Insert a one-output node before ``before``; return its (freshly named) output."""
+        self.memo.clear()
         node = ir.Node(domain, op_type, inputs, attributes=list(attributes),
                        name=self.fresh_name(op_type))
         out = node.outputs[0]

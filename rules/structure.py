@@ -4,7 +4,8 @@
 - ``Reshape -> elementwise ops with scalar constants -> Reshape`` (torch's ``view`` around an
   activation): the elementwise ops run on the first Reshape's input, so the first Reshape goes
   and the second one often reshapes to its input's own shape (then ``drop_noop`` removes it).
-- Neutral elements: ``x + 0`` (integers; ``x + -0.0`` for floats), ``x - 0``, ``x * 1``,
+- Neutral elements: ``x + 0`` (floats: ``x + -0.0``, or ``x + 0.0`` where nothing downstream
+  tells ``-0.0`` from ``+0.0``: ``rules/zero_sign.py``), ``x - 0``, ``x * 1``,
   ``x / 1``, ``x and True``, ``x or False``, ``Where`` with a constant condition, one-input
   ``Concat``/``Sum``/``Max``/``Min``, each only where the result has exactly ``x``'s dtype and
   shape.
@@ -18,6 +19,8 @@ import onnx_ir as ir
 
 from onnxfold.analysis import kept
 from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
+
+from .zero_sign import zero_sign_observed
 
 MAX_CHUNKS = 64  # a Split with more outputs than this is not worth writing out
 MAX_REGION = 32  # elementwise nodes between two Reshapes
@@ -311,10 +314,20 @@ def _kept(ctx: RewriteContext, node: ir.Node) -> ir.Value | None:
         c, x = ins[side], ins[1 - side]
         assert c is not None and x is not None
         array = ctx.array(c)
-        if array is not None and not ctx.is_constant(x) and _is(array, op, side) and \
-                x.dtype is not None and x.dtype == c.dtype and _broadcasts_into(ctx, c, x):
+        if array is None or ctx.is_constant(x) or x.dtype is None or x.dtype != c.dtype or \
+                not _broadcasts_into(ctx, c, x):
+            continue
+        if _is(array, op, side) or (_adds_a_zero(array, op, side) and
+                                    not zero_sign_observed(ctx, node.outputs[0])):
             return x
     return None
+
+
+def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
+    """Whether ``op`` adds float zeros (of either sign): the other operand comes out
+    unchanged except that ``-0.0`` may become ``+0.0`` (``rules/zero_sign.py``)."""
+    return (op == "Add" or (op == "Sub" and side == 1)) and array.dtype.kind == "f" and \
+        array.size > 0 and bool((array == 0).all())
 
 
 def _neutral(ctx: RewriteContext, node: ir.Node) -> bool:

@@ -1,0 +1,109 @@
+"""Can anything tell ``-0.0`` from ``+0.0`` in a value? (What removing ``x + 0.0`` needs.)
+
+``x + 0.0`` is ``x`` bit for bit except where ``x`` is ``-0.0`` (it gives ``+0.0``). The two
+zeros compare equal (IEEE 754), so the difference matters only where an op gives a different
+*value* for them: ``1 / -0.0`` is ``-inf``, ``1 / +0.0`` is ``+inf``. Each (op, input) is one
+of three kinds:
+
+- *absorbs*: the op's results are the same bits for either zero (``Exp``, comparisons,
+  ``Abs``, ``Add`` of a constant without zeros, ``Pow``'s exponent...);
+- *passes on*: its results may differ, but only in the sign of a zero (``Mul``, ``MatMul``,
+  reshapes, ``Tanh``, ``Div``'s numerator...), so its results are asked the same question;
+- anything else (``Div``'s divisor, ``Reciprocal``, ``Pow``'s base under a non-positive
+  exponent, subgraphs, other domains, unknown ops) *observes* it.
+
+A graph output observes nothing: its consumer compares numbers, and the zeros are equal.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import onnx_ir as ir
+
+from onnxfold.analysis import is_default_op, subgraphs
+from onnxfold.patterns import RewriteContext
+
+ANY = -1  # every input of the op
+
+ABSORBS: dict[str, int] = dict.fromkeys(
+    ("Exp", "Cos", "Cosh", "Sigmoid", "Softmax", "Softplus", "Abs", "Log", "Shape", "Size",
+     "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "ArgMax",
+     "ArgMin", "NonZero", "ReduceL1", "ReduceL2", "ReduceSumSquare", "EyeLike"), ANY) | {"Pow": 1}
+
+PASSES_ON: dict[str, tuple[int, ...] | int] = dict.fromkeys(
+    ("Add", "Sub", "Mul", "Neg", "Sqrt", "Tanh", "Sin", "Tan", "Asin", "Atan", "Sinh",
+     "Asinh", "Atanh", "Erf", "Floor", "Ceil", "Round", "Sign", "Relu", "LeakyRelu", "Elu",
+     "Selu", "Celu", "Gelu", "HardSigmoid", "HardSwish", "Softsign", "Mish", "ThresholdedRelu",
+     "PRelu", "Max", "Min", "Mean", "Sum", "Identity", "Dropout", "MatMul", "Gemm", "Einsum",
+     "Conv", "ConvTranspose", "LayerNormalization", "BatchNormalization",
+     "InstanceNormalization", "GroupNormalization", "Concat", "Transpose", "Squeeze",
+     "Unsqueeze", "Flatten", "Reshape", "Expand", "Tile", "Slice", "Split", "Gather",
+     "GatherElements", "GatherND", "DepthToSpace", "SpaceToDepth", "MaxPool", "AveragePool",
+     "GlobalMaxPool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+     "ReduceProd", "ReduceLogSumExp", "CumSum", "LogSoftmax", "TopK", "Clip", "Pad"), ANY)
+PASSES_ON.update({"Div": 0, "Where": (1, 2), "Pow": 0, "Cast": 0})
+
+def _has_no_zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
+    array = ctx.array(value)
+    return array is not None and array.size > 0 and bool((array != 0).all())
+
+
+def _positive(ctx: RewriteContext, value: ir.Value | None) -> bool:
+    array = ctx.array(value)
+    return array is not None and array.size > 0 and bool((array > 0).all())
+
+
+def _listed(table: dict, op: str, index: int) -> bool:
+    where = table.get(op)
+    return where is not None and (where == ANY or index == where or
+                                  (isinstance(where, tuple) and index in where))
+
+
+def _kind(ctx: RewriteContext, node: ir.Node, index: int) -> str:
+    """``"absorbs"``, ``"passes"`` or ``"observes"``: what ``node`` does with a zero's sign in
+    its input ``index``."""
+    op = node.op_type
+    if node.graph is not ctx.graph or not is_default_op(node) or subgraphs(node):
+        return "observes"
+    if op in ("Add", "Sub") and len(node.inputs) == 2 and _has_no_zero(ctx, node.inputs[1 - index]):
+        return "absorbs"  # +-0 + c is c, whichever the zero
+    if op == "Cast":
+        to = node.attributes.get_int("to")
+        return "passes" if to is not None and ir.DataType(to).is_floating_point() else "absorbs"
+    if _listed(ABSORBS, op, index):
+        return "absorbs"
+    if op == "Pow" and not _positive(ctx, node.inputs[1] if len(node.inputs) > 1 else None):
+        return "observes"  # (-0) ** -1 is -inf
+    return "passes" if _listed(PASSES_ON, op, index) else "observes"
+
+
+def zero_sign_observed(ctx: RewriteContext, value: ir.Value) -> bool:
+    """Whether some op reading ``value`` (or what it passes the sign on to) gives a different
+    result for ``-0.0`` than for ``+0.0``. Remembered for the rewrite sweep until a pattern
+    adds a node (``ctx.memo``)."""
+    memo = cast(dict[ir.Value, bool], ctx.memo.setdefault("zero_sign_observed", {}))
+    stack: list[tuple[ir.Value, bool]] = [(value, False)]
+    while stack:
+        v, expanded = stack.pop()
+        if v in memo:
+            continue
+        passed_to: list[ir.Value] = []
+        observed = False
+        for use in v.uses():
+            kind = _kind(ctx, use.node, use.idx)
+            if kind == "observes":
+                observed = True
+                break
+            if kind == "passes":
+                passed_to.extend(use.node.outputs)
+        if observed:
+            memo[v] = True
+            continue
+        pending = [o for o in passed_to if o not in memo]
+        if pending and not expanded:
+            stack.append((v, True))
+            stack.extend((o, False) for o in pending)
+            continue
+        memo[v] = any(memo.get(o, True) for o in passed_to)
+    return memo[value]
