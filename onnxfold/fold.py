@@ -61,6 +61,8 @@ class FoldStats:
     spilled: int = 0
     spilled_bytes: int = 0
     rounds: int = 0
+    folded_in_functions: int = 0  # of ``folded``: nodes in model-local function bodies
+    function_constants: int = 0  # Constant nodes written into function bodies (not initializers)
     skipped_steps: list[str] = field(default_factory=list)
 
 
@@ -125,11 +127,10 @@ class GraphFolder:
         self.graph, self.model, self.options = graph, model, options
         self.catalogue, self.stats, self.pool = catalogue, stats, pool
         self.shape_only = op_facts().shape_only
-        self.opset = model.opset_imports.get("", 1)
+        self.opset_imports = dict(model.opset_imports)  # what the fallback's session imports
+        self.opset = self.opset_imports.get("", 1)
         self.progress = progress
-        self.plan: ConstPlan = plan_graph(graph, model.ir_version, outer,
-                                          inputs_are_constant=options.inputs_are_constant,
-                                          shape_folding=options.shape_folding, keep=options.keep)
+        self.plan: ConstPlan = self._make_plan(outer)
         self.planned = set(self.plan.foldable)
         qdq_refused = refuse_dequantization(self.plan.foldable, self.planned,
                                             catalogue.kept_quantized, options.fold_qdq)
@@ -149,6 +150,12 @@ class GraphFolder:
         self.keep: dict[ir.Value, None] = {}  # ordered: initializers are added in this order
         self.readers: Counter = Counter()
         self.provenance: dict[ir.Value, tuple[str, ...]] = {}
+
+    def _make_plan(self, outer: Iterable[ir.Value]) -> ConstPlan:
+        """The constness analysis of ``self.graph`` (a function body's folder narrows it)."""
+        return plan_graph(self.graph, self.model.ir_version, outer,
+                          inputs_are_constant=self.options.inputs_are_constant,
+                          shape_folding=self.options.shape_folding, keep=self.options.keep)
 
     def _prune_unreachable(self) -> None:
         """Unplan nodes downstream of refused ones: their inputs will never be constant."""
@@ -284,7 +291,7 @@ class GraphFolder:
             max(self.budget - self.pool.live_bytes, 0)
         for node, outcome, sessions in fallback.run_batch(
                 batch, self._pooled, lambda v: v in self.graph.outputs,
-                dict(self.model.opset_imports), self.model.ir_version, self.options.fold_timeout,
+                self.opset_imports, self.model.ir_version, self.options.fold_timeout,
                 room):
             self.stats.fallback_sessions += sessions
             if isinstance(outcome, dict):
@@ -398,21 +405,30 @@ class GraphFolder:
                 value.replace_all_uses_with(source)
                 self.pool.release(value)
                 continue
-            name = value.name
-            value.name = f"{name}__onnxfold_replaced"
-            tensor = ir.Tensor(arr, name=name)
-            tensor.metadata_props[PROVENANCE_KEY] = ",".join(self.provenance.get(value, ()))
-            new = ir.Value(name=name, shape=ir.Shape(arr.shape),
-                           type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
-                           const_value=tensor)
-            value.replace_all_uses_with(new, replace_graph_outputs=True)
-            self.graph.register_initializer(new)
-            if self.model.ir_version < 4 and self.graph is self.model.graph:
-                self.graph.inputs.append(new)
-            self.stats.materialized += 1
-            self.stats.materialized_bytes += arr.nbytes
+            self._store(value, arr)
             self.pool.release(value)
 
+    def _store(self, value: ir.Value, arr: np.ndarray) -> None:
+        """Replace ``value`` (by name too) with an initializer holding ``arr``."""
+        new = self._replacement(value, arr)
+        self.graph.register_initializer(new)
+        if self.model.ir_version < 4 and self.graph is self.model.graph:
+            self.graph.inputs.append(new)
+        self.stats.materialized += 1
+        self.stats.materialized_bytes += arr.nbytes
+
+    def _replacement(self, value: ir.Value, arr: np.ndarray) -> ir.Value:
+        """A constant value named as ``value`` (renamed aside) that replaces it everywhere,
+        graph outputs included."""
+        name = value.name
+        value.name = f"{name}__onnxfold_replaced"
+        tensor = ir.Tensor(arr, name=name)
+        tensor.metadata_props[PROVENANCE_KEY] = ",".join(self.provenance.get(value, ()))
+        new = ir.Value(name=name, shape=ir.Shape(arr.shape),
+                       type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                       const_value=tensor)
+        value.replace_all_uses_with(new, replace_graph_outputs=True)
+        return new
 
     def _aliased_source(self, value: ir.Value) -> ir.Value | None:
         """The source constant ``value`` is an Identity (chain) of, when its readers can read

@@ -127,6 +127,27 @@ class Fold(InPlacePass):
         return PassResult(model, self.stats.folded > before)
 
 
+class FoldFunctions(InPlacePass):
+    """The constants inside model-local function bodies, without inlining the functions
+    (``function_bodies.py``). Once, after the rounds: a body has no rewrites or shape
+    refinements to wait for, so one fold of it is complete."""
+
+    name = "fold_functions"
+
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
+                 pool: BufferPool) -> None:
+        self.catalogue, self.options, self.stats, self.pool = catalogue, options, stats, pool
+
+    def call(self, model: ir.Model) -> PassResult:
+        from onnxfold.function_bodies import fold_functions
+
+        if not model.functions:
+            return PassResult(model, False)
+        folded = contained(self.name, self.options.strict, lambda: fold_functions(
+            model, self.options, self.catalogue, self.stats, self.pool))
+        return PassResult(model, folded > 0)
+
+
 def remove_dead_nodes(model: ir.Model) -> int:
     """Remove nodes whose outputs nothing reads (all graphs), and the main graph's unused
     initializers that are not inputs; return how many nodes went.

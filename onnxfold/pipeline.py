@@ -5,6 +5,7 @@
     fix input shapes (--input-shape) -> infer shapes
     repeat until nothing changes (at most MAX_ROUNDS):
         rewrite -> fold -> prune -> refine shapes
+    fold model-local function bodies
     cleanups -> prune
 
 Each stage is an onnx-ir ``InPlacePass`` with one job (``onnxfold/passes.py``) whose result
@@ -34,6 +35,7 @@ from onnxfold.passes import (
     Cleanups,
     FixInputShapes,
     Fold,
+    FoldFunctions,
     InferShapes,
     InlineFunctions,
     Prune,
@@ -122,11 +124,13 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
               RefineShapes(options, state)]
     rounds = [p for p in rounds if p.name not in skipped]
     inline = options.inline_functions and "inline_functions" not in skipped
+    functions = not {"fold", "fold_functions"} & skipped  # no fold at all: none in bodies
     return PassManager([
         *([InlineFunctions(options.strict)] if inline else []),
         FixInputShapes(options.input_shapes),
         InferShapes(),
         PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
+        *([FoldFunctions(catalogue, options, stats, pool)] if functions else []),
         Cleanups(catalogue, stats, options.strict),
         *([Prune(options)] if "prune" not in skipped else []),
         Sorted(options.strict),

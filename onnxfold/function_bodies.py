@@ -1,0 +1,170 @@
+"""Constants inside model-local function bodies fold, without inlining the functions.
+
+A function body is folded with the graph folder's machinery (``fold.GraphFolder``: native
+rules, the onnxruntime fallback, the pool budget, the size policy, ``--keep``, disabled rules),
+narrowed to what is constant *whatever the call*:
+
+- sources are ``Constant`` nodes with a literal ``value*`` attribute; a Constant whose
+  attribute refers to a function attribute (``ref_attr_name``) and the function's inputs are
+  not constants;
+- a node with an attribute reference, a node with subgraphs (their bodies could hold
+  references too), and a call of another local function are never folded;
+- Shape/Size fold only from a constant input (a body's shapes are not known per call).
+
+Functions have no initializers: a kept result becomes a ``Constant`` node with the name of the
+value it replaces (so a function output keeps its name). The growth policy needs sizes, which a
+body rarely declares: a probe evaluates the body's constant nodes first (without the growth
+policy, its results dropped) to learn them, and the fold itself then runs with those sizes as
+static shapes, refusing exactly what the graph folder would refuse. Nodes left unused go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.analysis import ConstPlan, is_default_op, kept, plan_graph, subgraphs
+from onnxfold.catalogue import Catalogue
+from onnxfold.declines import DeclineKind, Reason
+from onnxfold.fold import FoldOptions, FoldStats, GraphFolder, source_array
+from onnxfold.pool import BufferPool
+
+_LITERALS = frozenset({"value", "value_float", "value_floats", "value_int", "value_ints",
+                       "value_string", "value_strings", "sparse_value"})
+
+
+def _literal_constant(node: ir.Node) -> bool:
+    """A Constant node whose value is written in the body, not passed by the caller."""
+    attrs = list(node.attributes.values())
+    return len(attrs) == 1 and not attrs[0].is_ref() and attrs[0].name in _LITERALS
+
+
+class FunctionBodyFolder(GraphFolder):
+    """A ``GraphFolder`` for one function body (see the module docstring)."""
+
+    def __init__(self, function: ir.Function, model: ir.Model, options: FoldOptions,
+                 catalogue: Catalogue, stats: FoldStats, pool: BufferPool) -> None:
+        super().__init__(function.graph, model, options, catalogue, stats, pool)
+        self.opset_imports = {**model.opset_imports, **function.opset_imports}
+        self.opset = self.opset_imports.get("", 1)
+        self.sizes: dict[ir.Value, tuple[tuple[int, ...], np.dtype]] = {}  # what was computed
+
+    def _make_plan(self, outer: Iterable[ir.Value]) -> ConstPlan:
+        plan = plan_graph(self.graph, self.model.ir_version, (), shape_folding=False,
+                          keep=self.options.keep)
+        called = {(f.domain, f.name) for f in self.model.functions.values()}
+        passed = {v for n in self.graph if is_default_op(n, "Constant") and
+                  not _literal_constant(n) for v in n.outputs}
+        plan.sources -= passed
+        plan.constant -= passed
+
+        def constant_inputs(node: ir.Node) -> bool:
+            return all(v in plan.constant for v in node.inputs if v is not None)
+
+        foldable = []
+        for node in plan.foldable:  # topological: a removal upstream is seen downstream
+            reason = _why_not_in_body(node, called)
+            if reason is None and constant_inputs(node):
+                foldable.append(node)
+                continue
+            plan.constant.difference_update(node.outputs)
+            if reason is not None and constant_inputs(node):
+                plan.refused.append((node, reason))
+        plan.foldable = foldable
+        plan.refused = [(n, r) for n, r in plan.refused if constant_inputs(n)]
+        return plan
+
+    def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
+        self.sizes.update((v, (arr.shape, arr.dtype)) for v, arr in results.items())
+        super()._finish(node, results, how)
+
+    def _store(self, value: ir.Value, arr: np.ndarray) -> None:
+        """A Constant node computes ``value`` (under its name) where its producer was."""
+        producer = value.producer()
+        assert producer is not None  # a computed value
+        new = self._replacement(value, arr)
+        assert new.const_value is not None
+        constant = ir.Node("", "Constant", [], [ir.AttrTensor("value", new.const_value)],
+                           outputs=[new])
+        self.graph.insert_before(producer, constant)
+        self.stats.function_constants += 1
+
+
+def _why_not_in_body(node: ir.Node, called: set[tuple[str, str]]) -> Reason | None:
+    if (node.domain, node.op_type) in called:
+        return Reason(DeclineKind.CUSTOM_DOMAIN, "a call of a model-local function")
+    if any(attr.is_ref() for attr in node.attributes.values()):
+        return Reason(DeclineKind.RULE_DECLINED, "an attribute refers to a function attribute")
+    if subgraphs(node):
+        return Reason(DeclineKind.RULE_DECLINED, "subgraphs in function bodies are not folded")
+    return None
+
+
+@contextmanager
+def _static(sizes: dict[ir.Value, tuple[tuple[int, ...], np.dtype]]) -> Iterator[None]:
+    """Give these values static shapes (and dtypes) for a while; then restore theirs."""
+    saved = [(v, v.shape, v.type) for v in sizes]
+    try:
+        for value, (dims, dtype) in sizes.items():
+            value.shape = ir.Shape(dims)
+            if value.dtype is None:
+                value.dtype = ir.DataType.from_numpy(dtype)
+        yield
+    finally:
+        for value, shape, type_ in saved:
+            value.shape, value.type = shape, type_
+
+
+def fold_function(function: ir.Function, model: ir.Model, options: FoldOptions,
+                  catalogue: Catalogue, stats: FoldStats, pool: BufferPool) -> None:
+    """Fold the constants of one function body in place (see the module docstring)."""
+    probe = FunctionBodyFolder(function, model, dataclasses.replace(
+        options, growth_factor=None, max_growth_bytes=None), catalogue, FoldStats(), pool)
+    sizes = {v: (arr.shape, arr.dtype) for v in probe.plan.sources
+             if (arr := source_array(v)) is not None}
+    if probe.planned:
+        held = set(pool.keys())
+        probe.run()
+        for key in set(pool.keys()) - held:  # the probe's results: only their sizes matter
+            pool.release(key, pool.count(key))
+        sizes.update(probe.sizes)
+    stored, folded = stats.function_constants, stats.folded
+    with _static(sizes):
+        folder = FunctionBodyFolder(function, model, options, catalogue, stats, pool)
+        folder.run()
+        folder.materialize()
+    stats.folded_in_functions += stats.folded - folded
+    if stats.function_constants > stored:
+        _remove_unused(function.graph, options.keep)
+
+
+def _remove_unused(graph: ir.Graph, keep: Iterable[str]) -> None:
+    """Remove the nodes nothing reads (the Constants and chains the fold replaced)."""
+    keep = frozenset(keep)
+    changed = True
+    while changed:
+        changed = False
+        outputs = set(graph.outputs)
+        for node in reversed(list(graph)):
+            if all(not v.uses() and v not in outputs for v in node.outputs) and \
+                    not kept(node, keep):
+                graph.remove(node, safe=True)
+                changed = True
+
+
+def fold_functions(model: ir.Model, options: FoldOptions, catalogue: Catalogue,
+                   stats: FoldStats, pool: BufferPool) -> int:
+    """Fold the constants in every model-local function body; return how many nodes folded."""
+    before = stats.folded
+    newest = onnx.defs.onnx_opset_version()
+    for function in list(model.functions.values()):
+        if function.opset_imports.get("", 0) <= newest:  # else its ops may mean something new
+            fold_function(function, model, options, catalogue, stats, pool)
+    if options.strict and len(pool):
+        raise RuntimeError(f"buffers left in the pool after folding: {pool.keys()[:5]}")
+    return stats.folded - before
