@@ -106,18 +106,24 @@ def _why_not_in_body(node: ir.Node, called: set[tuple[str, str]]) -> Reason | No
 
 
 @contextmanager
-def _static(sizes: dict[ir.Value, tuple[tuple[int, ...], np.dtype]]) -> Iterator[None]:
-    """Give these values static shapes (and dtypes) for a while; then restore theirs."""
-    saved = [(v, v.shape, v.type) for v in sizes]
+def _known(sizes: dict[ir.Value, tuple[tuple[int, ...], np.dtype]],
+           constants: dict[ir.Value, np.ndarray]) -> Iterator[None]:
+    """For a while, give these values static shapes (and dtypes), and the body's Constant
+    outputs their data as ``const_value``, as a graph's initializers have it (so an Identity
+    of a constant is read as that constant, not copied); then restore them."""
+    saved = [(v, v.shape, v.type, v.const_value) for v in {**sizes, **constants}]
     try:
         for value, (dims, dtype) in sizes.items():
             value.shape = ir.Shape(dims)
             if value.dtype is None:
                 value.dtype = ir.DataType.from_numpy(dtype)
+        for value, arr in constants.items():
+            if value.const_value is None:
+                value.const_value = ir.Tensor(arr)
         yield
     finally:
-        for value, shape, type_ in saved:
-            value.shape, value.type = shape, type_
+        for value, shape, type_, const in saved:
+            value.shape, value.type, value.const_value = shape, type_, const
 
 
 def fold_function(function: ir.Function, model: ir.Model, options: FoldOptions,
@@ -125,21 +131,21 @@ def fold_function(function: ir.Function, model: ir.Model, options: FoldOptions,
     """Fold the constants of one function body in place (see the module docstring)."""
     probe = FunctionBodyFolder(function, model, dataclasses.replace(
         options, growth_factor=None, max_growth_bytes=None), catalogue, FoldStats(), pool)
-    sizes = {v: (arr.shape, arr.dtype) for v in probe.plan.sources
-             if (arr := source_array(v)) is not None}
+    constants = {v: arr for v in probe.plan.sources if (arr := source_array(v)) is not None}
+    sizes = {v: (arr.shape, arr.dtype) for v, arr in constants.items()}
     if probe.planned:
         held = set(pool.keys())
         probe.run()
         for key in set(pool.keys()) - held:  # the probe's results: only their sizes matter
             pool.release(key, pool.count(key))
         sizes.update(probe.sizes)
-    stored, folded = stats.function_constants, stats.folded
-    with _static(sizes):
+    folded = stats.folded
+    with _known(sizes, constants):
         folder = FunctionBodyFolder(function, model, options, catalogue, stats, pool)
         folder.run()
         folder.materialize()
     stats.folded_in_functions += stats.folded - folded
-    if stats.function_constants > stored:
+    if stats.folded > folded:  # replaced by Constants, or by the constant an Identity copied
         _remove_unused(function.graph, options.keep)
 
 

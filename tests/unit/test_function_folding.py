@@ -168,6 +168,19 @@ def test_a_function_output_that_becomes_constant_keeps_its_name():
     _same_outputs(original, folded)
 
 
+def test_identities_of_a_constant_read_it_instead_of_copies():
+    body = [_const("w", np.array([1.0, -2.0, 3.0], np.float32)),
+            helper.make_node("Identity", ["w"], ["i1"]),
+            helper.make_node("Identity", ["w"], ["i2"]),
+            helper.make_node("Mul", ["a", "i1"], ["m"]),
+            helper.make_node("Add", ["m", "i2"], ["b"])]
+    original = _model(body, graph_outputs=(("y", [4, 3]),))
+    folded, _ = _fold(original)
+    assert _ops(folded) == ["Constant", "Mul", "Add"]  # one weight, not three
+    assert [list(n.input)[1] for n in _body(folded).node[1:]] == ["w", "w"]
+    _same_outputs(original, folded)
+
+
 def test_a_function_called_twice():
     calls = [helper.make_node("f", ["x"], ["h"], domain="local"),
              helper.make_node("Neg", ["x"], ["nx"]),
