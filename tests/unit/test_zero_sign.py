@@ -9,7 +9,6 @@ import onnx
 import pytest
 from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
-
 from onnxfold.rules import zero_sign
 
 
@@ -20,10 +19,10 @@ def _feeds(n=4):
     return {"x": x}
 
 
-def _model(after, op="Add", c=np.float32(0.0), extra_inits=()):
+def _model(after, op="Add", c=0.0, extra_inits=()):
     """x -> op(x, c) as "a" -> ``after`` nodes (reading "a") -> output "y"."""
     nodes = [helper.make_node(op, ["x", "c"], ["a"]), *after]
-    inits = [tensor("c", c), *extra_inits]
+    inits = [tensor("c", np.asarray(c, np.float32)), *extra_inits]
     return make_model(nodes, [vinfo("x", shape=["N", 3])], [vinfo("y", shape=["N", 3])], inits)
 
 
