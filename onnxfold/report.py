@@ -60,6 +60,8 @@ class Report:
     rounds: int
     pool_spilled: int = 0
     pool_spilled_bytes: int = 0
+    folded_in_functions: int = 0  # of folded_nodes: in model-local function bodies
+    function_constants: int = 0  # Constant nodes the fold wrote into function bodies
     declined: dict[str, int] = field(default_factory=dict)
     declined_nodes: list[dict[str, str]] = field(default_factory=list)
     rule_hits: dict[str, int] = field(default_factory=dict)
@@ -85,6 +87,8 @@ class Report:
             new_initializers=stats.materialized, seconds=round(seconds, 3),
             pool_peak_bytes=stats.pool_peak_bytes, rounds=stats.rounds,
             pool_spilled=stats.spilled, pool_spilled_bytes=stats.spilled_bytes,
+            folded_in_functions=stats.folded_in_functions,
+            function_constants=stats.function_constants,
             declined=dict(stats.declined),
             declined_nodes=[{"node": n, "op": o, "kind": r.kind.value, "reason": str(r)}
                             for n, o, r in stats.declined_nodes],
@@ -136,6 +140,9 @@ class Report:
                 "to stay under the memory limit)" if self.pool_spilled else ""),
             f"time         {self.seconds:.2f} s ({self.rounds} rounds)",
         ]
+        if self.folded_in_functions:
+            lines.insert(1, f"functions    {self.folded_in_functions} folded in local function "
+                            f"bodies ({self.function_constants} Constant nodes written)")
         rewrites = {**self.pattern_hits, **self.cleanup_hits}
         if rewrites:
             lines.append("rewrites     " + ", ".join(f"{k} {v}" for k, v in rewrites.items()))
