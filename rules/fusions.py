@@ -1,10 +1,22 @@
 """Constant weight fusions: a rewrite moves a constant operation into a weight, the fold then
 computes the new weight (the new nodes go right before the node they replace, after every
 value they read) (onnx-mlir's FuseBatchNorm/FuseMulConv patterns, onnxruntime's basic
-ConvBNFusion). Only float32/float64 weights used by nothing else (also through Identity
-nodes), so no tensor is duplicated; only finite factors whose products with the weights stay
-finite. As in onnxruntime's fusions, the sign of an exact-zero result may differ (-0.0 for
-+0.0): the fused convolution sums products that were scaled before, not after.
+ConvBNFusion and MatMulAddFusion): BatchNormalization into Conv, ConvTranspose, Gemm and 2-D
+MatMul weights (the MatMul becomes a Gemm), per-channel Mul/Add into Conv, MatMul(2-D) + Add
+into Gemm, and (x * k) * c into x * (k * c). Only float32/float64 weights used by nothing else
+(also through Identity nodes), so no tensor is duplicated; only finite factors whose products
+with the weights stay finite (MatMul + Add -> Gemm computes no weight, and takes float16 too:
+onnxruntime's CPU Gemm runs it). As in onnxruntime's fusions, the sign of an exact-zero result
+may differ (-0.0 for +0.0): the fused convolution sums products that were scaled before, not
+after.
+
+A fused weight rounds once where the original rounded twice (``W * s`` before the products,
+``k * c`` before ``x``), so results move within float tolerance, as with onnxruntime's own
+fusions. ``(x * k) * c -> x * (k * c)`` also moves where the range ends: an ``x * k`` that
+overflows to inf (or underflows to 0) in the original may not in the fused product, and back;
+only constants whose product is finite and normal are merged. ``(x + k) + c`` is not merged:
+the original loses the low bits of ``x`` to ``k``, the fused sum keeps them, and that
+difference is not relative to the result (cancellation makes it any size).
 """
 
 from __future__ import annotations
@@ -15,13 +27,21 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis import through_identities
-from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.patterns import Check, P, Reject, RewriteContext, Var, pattern
+
+from .structure import _broadcasts_into
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
-_CONV = P(("Conv", "ConvTranspose"), Var("x"), Var("w", const=True), ..., name="conv",
+_GEMM_FLOATS = (*_FLOATS, ir.DataType.FLOAT16)  # MatMul+Add -> Gemm computes no weight
+_CONV = P(("Conv", "ConvTranspose"), Var("x"), Var("w", const=True), ..., name="layer",
           single_use=True)
-_BATCH_NORM = P("BatchNormalization", _CONV, Var("scale", const=True), Var("bias", const=True),
-                Var("mean", const=True), Var("var", const=True), name="bn")
+_LINEAR = P(("Gemm", "MatMul"), Var("x"), Var("w", const=True), ..., name="layer",
+            single_use=True)
+
+
+def _batch_norm_of(layer: P) -> P:
+    return P("BatchNormalization", layer, Var("scale", const=True), Var("bias", const=True),
+             Var("mean", const=True), Var("var", const=True), name="bn")
 
 
 def _finite(ctx: RewriteContext, *values: ir.Value) -> bool:
@@ -38,7 +58,8 @@ def _scaled_stays_finite(ctx: RewriteContext, w: ir.Value, factor: np.ndarray) -
     if weight is None or weight.size == 0 or factor.size == 0:
         return weight is not None
     top = float(np.abs(weight).max()) * float(np.abs(factor).max())
-    return bool(np.isfinite(np.asarray(top, weight.dtype)))
+    with np.errstate(over="ignore"):  # the overflow is the answer, not a warning
+        return bool(np.isfinite(np.asarray(top, weight.dtype)))
 
 
 def _sole_reader(ctx: RewriteContext, value: ir.Value | None) -> bool:
@@ -47,37 +68,83 @@ def _sole_reader(ctx: RewriteContext, value: ir.Value | None) -> bool:
     return all(ctx.single_use(link) for link in through_identities(value))
 
 
-def _output_channel_axis(conv: ir.Node, w_rank: int) -> int | None:
-    """The axis of the weight that indexes output channels (None: not one axis)."""
-    group = conv.attributes.get_int("group") or 1
-    if conv.op_type == "Conv":
+def _gemm_available(ctx: RewriteContext) -> bool:
+    """Whether Gemm broadcasts C by itself (opset 7 on; before, a ``broadcast`` attribute)."""
+    return ctx.model.opset_imports.get("", 1) >= 7
+
+
+def _output_channel_axis(layer: ir.Node, w_rank: int) -> int | None:
+    """The axis of the weight that indexes output channels (a Gemm's or 2-D MatMul's output
+    columns; None: not one axis)."""
+    if layer.op_type == "Conv":
         return 0
+    if layer.op_type == "Gemm":
+        return 0 if layer.attributes.get_int("transB", 0) else 1
+    if layer.op_type == "MatMul":
+        return 1 if w_rank == 2 else None
+    group = layer.attributes.get_int("group") or 1
     return 1 if group == 1 and w_rank >= 2 else None
 
 
-def _channels(ctx: RewriteContext, conv: ir.Node, w: ir.Value) -> int | None:
-    """The convolution's output channel count (None: unknown, or a grouped ConvTranspose)."""
+def _channels(ctx: RewriteContext, layer: ir.Node, w: ir.Value) -> int | None:
+    """The layer's output channel count (None: unknown, a grouped ConvTranspose, or a MatMul
+    weight that is not 2-D)."""
     shape = ctx.shape(w)
-    axis = _output_channel_axis(conv, len(shape)) if shape is not None else None
+    axis = _output_channel_axis(layer, len(shape)) if shape is not None else None
     return None if shape is None or axis is None else shape[axis]
 
 
-def _batch_norm_fusable(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, w: ir.Value,
-                        **_: object) -> bool | Reject:
+def _per_channel(shape: tuple[int, ...], channels: int, channel_at: int) -> bool:
+    """Whether a constant of ``shape`` holds one value per channel (axis ``channel_at``,
+    counted from the end) or one value: every other dim is 1."""
+    return all(d == 1 or (i == channel_at and d == channels)
+               for i, d in enumerate(reversed(shape)))
+
+
+def _bias(layer: ir.Node) -> ir.Value | None:
+    return layer.inputs[2] if len(layer.inputs) > 2 else None
+
+
+def _beta(layer: ir.Node) -> float:
+    return layer.attributes.get_float("beta", 1.0) if layer.op_type == "Gemm" else 1.0
+
+
+def _linear_fusable(ctx: RewriteContext, layer: ir.Node, x: ir.Value, bias: ir.Value | None,
+                    channels: int) -> bool | Reject:
+    """The Gemm/MatMul side of a BatchNormalization fusion: a 2-D product whose C is one
+    value per output column (or one)."""
+    if not _gemm_available(ctx):
+        return Reject("opset < 7: no Gemm with a broadcast C")
+    if layer.op_type == "MatMul" and (x.shape is None or len(x.shape) != 2):
+        return Reject("MatMul input not known to be 2-D")
+    c_shape = ctx.shape(bias) if bias is not None else ()
+    if c_shape is None or len(c_shape) > 2 or not _per_channel(c_shape, channels, 0):
+        return Reject("Gemm's C is not one value per output column")
+    if _beta(layer) != 1.0 and bias is not None and not _finite(ctx, bias):
+        return Reject("Gemm's beta is not 1 and C is not finite")
+    return True
+
+
+def _batch_norm_fusable(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.Value,
+                        w: ir.Value, **_: object) -> bool | Reject:
     if len(bn.outputs) != 1 or bn.attributes.get_int("training_mode"):
         return Reject("training-mode BatchNormalization")
     if bn.attributes.get_int("spatial", 1) == 0:
         return Reject("spatial=0: per-activation parameters")
-    bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+    bias = _bias(layer)
     if bias is not None and not ctx.is_constant(bias):
-        return Reject("the convolution's bias is not constant")
+        return Reject("the layer's bias is not constant")
     if not all(_sole_reader(ctx, v) for v in (w, bias)):
         return Reject("the weight is shared: fusing would duplicate it")
     if w.dtype not in _FLOATS or any(v.dtype != w.dtype for v in bn.inputs if v is not None):
         return Reject("not one float32/float64 dtype")
-    channels = _channels(ctx, conv, w)
+    channels = _channels(ctx, layer, w)
     if channels is None:
-        return Reject("grouped ConvTranspose, or the weight's shape is unknown")
+        return Reject("grouped ConvTranspose, MatMul weight not 2-D, or weight shape unknown")
+    if layer.op_type in ("Gemm", "MatMul"):
+        linear = _linear_fusable(ctx, layer, x, bias, channels)
+        if linear is not True:
+            return linear
     if any(ctx.shape(v) != (channels,) for v in bn.inputs[1:]):
         return Reject("BatchNormalization parameters are not one per output channel")
     scale, var = bn.inputs[1], bn.inputs[4]
@@ -92,47 +159,49 @@ def _batch_norm_fusable(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, w: ir.V
     return True
 
 
-@pattern(_BATCH_NORM, check=_batch_norm_fusable, name="fuse_batch_norm_into_conv")
-def fuse_batch_norm_into_conv(ctx: RewriteContext, conv: ir.Node, bn: ir.Node, x: ir.Value,
-                              w: ir.Value, scale: ir.Value, bias: ir.Value, mean: ir.Value,
-                              var: ir.Value) -> None:
+@pattern(_batch_norm_of(_LINEAR), check=_batch_norm_fusable, name="fuse_batch_norm_into_gemm")
+@pattern(_batch_norm_of(_CONV), check=_batch_norm_fusable, name="fuse_batch_norm_into_conv")
+def fuse_batch_norm(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.Value, w: ir.Value,
+                    scale: ir.Value, bias: ir.Value, mean: ir.Value, var: ir.Value) -> None:
     """BN(Conv(x, W, B)) -> Conv(x, W * s, (B - mean) * s + bias), s = scale / sqrt(var + eps),
-    along the weight's output-channel axis."""
+    along the weight's output-channel axis; BN(Gemm(x, W, C)) -> Gemm(x, W * s, (beta * C -
+    mean) * s + bias) with beta 1 (alpha kept), BN(MatMul(x, W)) -> Gemm(x, W * s, ...)."""
     dtype = w.dtype
     assert dtype is not None  # the check compared it
     np_dtype = dtype.numpy()
 
     def node(op: str, *inputs: ir.Value) -> ir.Value:
-        return ctx.add_node(op, list(inputs), bn, dtype=dtype, base=f"{conv.name}_{op}")
+        return ctx.add_node(op, list(inputs), bn, dtype=dtype, base=f"{layer.name}_{op}")
 
     eps = ctx.constant_value(np.asarray(bn.attributes.get_float("epsilon", 1e-5), np_dtype),
                              "bn_epsilon")
     s = node("Div", scale, node("Sqrt", node("Add", var, eps)))
-    old_bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+    old_bias = _bias(layer)
+    if old_bias is not None and _beta(layer) != 1.0:
+        old_bias = node("Mul", old_bias, ctx.constant_value(np.asarray(_beta(layer), np_dtype),
+                                                             "gemm_beta"))
     shifted = node("Neg", mean) if old_bias is None else node("Sub", old_bias, mean)
     new_bias = node("Add", node("Mul", shifted, s), bias)
-    _fused_conv(conv, bn, x, node("Mul", w, _along_output_channels(ctx, s, conv, w, bn)),
-                new_bias, ctx)
+    _fused(ctx, layer, bn, x, node("Mul", w, _along_output_channels(ctx, s, layer, w, bn)),
+           new_bias)
 
 
-def _channel_constant(ctx: RewriteContext, conv: ir.Node, w: ir.Value, c: ir.Value,
+def _channel_constant(ctx: RewriteContext, layer: ir.Node, w: ir.Value, c: ir.Value,
                       **_: object) -> bool | Reject:
     """Whether ``c``, broadcast against the convolution's output (N, M, ...), is one value per
     output channel (shape (M, 1, ..), (1, M, 1, ..) or all ones) and changes nothing else."""
     c_shape, w_shape = ctx.shape(c), ctx.shape(w)
-    channels = _channels(ctx, conv, w)
+    channels = _channels(ctx, layer, w)
     if c_shape is None or w_shape is None or channels is None:
         return Reject("shapes unknown, or grouped ConvTranspose")
     rank = len(w_shape)  # the output's rank
     if len(c_shape) > rank or c.dtype != w.dtype or w.dtype not in _FLOATS:
         return Reject("not a per-channel float constant of the output's dtype")
-    channel_at = rank - 2  # the channel axis, counted from the end
-    for i, d in enumerate(reversed(c_shape)):
-        if d != 1 and (i != channel_at or d != channels):
-            return Reject("not one value per output channel")
+    if not _per_channel(c_shape, channels, rank - 2):  # the channel axis, from the end
+        return Reject("not one value per output channel")
     if not _finite(ctx, c):
         return Reject("the constant is not at hand or not finite")
-    bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+    bias = _bias(layer)
     if not all(_sole_reader(ctx, v) for v in (w, bias)):
         return Reject("the weight is shared: fusing would duplicate it")
     if bias is not None and not ctx.is_constant(bias):
@@ -148,64 +217,133 @@ def _channel_vector(ctx: RewriteContext, c: ir.Value, op: ir.Node) -> ir.Value:
     return ctx.add_node("Reshape", [c, flat], op, dtype=c.dtype, base=f"{op.name}_c")
 
 
-def _fused_conv(conv: ir.Node, op: ir.Node, x: ir.Value, weight: ir.Value, bias: ir.Value,
-             ctx: RewriteContext) -> None:
-    """``op`` (reading the convolution) becomes Conv(x, weight, bias)."""
-    fused = ctx.add_node(conv.op_type, [x, weight, bias], op,
-                         attributes=conv.attributes.values(), dtype=weight.dtype,
-                         shape=op.outputs[0].shape, base=op.outputs[0].name)
+def _fused(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value, weight: ir.Value,
+           bias: ir.Value) -> None:
+    """``op`` (reading ``layer``) becomes layer(x, weight, bias): a Conv, ConvTranspose or
+    Gemm with the layer's attributes (a Gemm's beta now 1), a Gemm for a MatMul."""
+    op_type = "Gemm" if layer.op_type == "MatMul" else layer.op_type
+    attributes = [a for a in layer.attributes.values() if a.name != "beta"]
+    fused = ctx.add_node(op_type, [x, weight, bias], op, attributes=attributes,
+                         dtype=weight.dtype, shape=op.outputs[0].shape,
+                         base=op.outputs[0].name)
     ctx.replace_node(op, fused)
-    ctx.remove_if_unused(conv)
+    ctx.remove_if_unused(layer)
 
 
-def _along_output_channels(ctx: RewriteContext, factors: ir.Value, conv: ir.Node, w: ir.Value,
-                           at: ir.Node) -> ir.Value:
+def _along_output_channels(ctx: RewriteContext, factors: ir.Value, layer: ir.Node,
+                           w: ir.Value, at: ir.Node) -> ir.Value:
     """``factors`` (one per output channel, or one) reshaped to broadcast along the weight's
     output-channel axis, inserted before ``at``."""
     w_shape = ctx.shape(w)
-    axis = _output_channel_axis(conv, len(w_shape)) if w_shape is not None else None
+    axis = _output_channel_axis(layer, len(w_shape)) if w_shape is not None else None
     assert w_shape is not None and axis is not None  # the checks saw both
     target = np.ones(len(w_shape), np.int64)
     target[axis] = -1
     return ctx.add_node("Reshape", [factors, ctx.constant_value(target, "channel_shape")], at,
-                        dtype=factors.dtype, base=f"{conv.name}_scale")
+                        dtype=factors.dtype, base=f"{layer.name}_scale")
 
 
-def _bias_or_zeros(ctx: RewriteContext, conv: ir.Node, w: ir.Value) -> ir.Value:
-    if len(conv.inputs) > 2 and conv.inputs[2] is not None:
-        return conv.inputs[2]
-    channels = _channels(ctx, conv, w)
+def _bias_or_zeros(ctx: RewriteContext, layer: ir.Node, w: ir.Value) -> ir.Value:
+    bias = _bias(layer)
+    if bias is not None:
+        return bias
+    channels = _channels(ctx, layer, w)
     assert channels is not None and w.dtype is not None  # the check saw both
     return ctx.constant_value(np.zeros(channels, w.dtype.numpy()), "conv_bias")
 
 
-def _with_a_channel_constant(op: str) -> Callable[[Callable], Callable]:
-    """Declare the decorated rewrite for ``op(Conv(...), c)`` and ``op(c, Conv(...))``, ``c``
-    one constant per output channel."""
+def _either_order(op: str, check: Check, *operands: P) -> Callable[[Callable], Callable]:
+    """Declare the decorated rewrite for ``op(operand, c)`` and ``op(c, operand)``, ``c`` a
+    constant, for each of ``operands``."""
     def register(fn: Callable) -> Callable:
-        for operands in ((_CONV, Var("c", const=True)), (Var("c", const=True), _CONV)):
-            fn = pattern(P(op, *operands, name="op"), check=_channel_constant)(fn)
+        for operand in operands:
+            for pair in ((operand, Var("c", const=True)), (Var("c", const=True), operand)):
+                fn = pattern(P(op, *pair, name="op"), check=check)(fn)
         return fn
 
     return register
 
 
-@_with_a_channel_constant("Mul")
-def fuse_mul_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
+@_either_order("Mul", _channel_constant, _CONV)
+def fuse_mul_into_conv(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:
     """Conv(x, W, B) * c -> Conv(x, W * c', B * c), c one value per output channel."""
     vector = _channel_vector(ctx, c, op)
-    weight = ctx.add_node("Mul", [w, _along_output_channels(ctx, vector, conv, w, op)], op,
-                          dtype=w.dtype, base=f"{conv.name}_w")
-    bias = ctx.add_node("Mul", [_bias_or_zeros(ctx, conv, w), vector], op, dtype=w.dtype,
-                        base=f"{conv.name}_b")
-    _fused_conv(conv, op, x, weight, bias, ctx)
+    weight = ctx.add_node("Mul", [w, _along_output_channels(ctx, vector, layer, w, op)], op,
+                          dtype=w.dtype, base=f"{layer.name}_w")
+    bias = ctx.add_node("Mul", [_bias_or_zeros(ctx, layer, w), vector], op, dtype=w.dtype,
+                        base=f"{layer.name}_b")
+    _fused(ctx, layer, op, x, weight, bias)
 
 
-@_with_a_channel_constant("Add")
-def fuse_add_into_conv(ctx: RewriteContext, conv: ir.Node, op: ir.Node, x: ir.Value,
+@_either_order("Add", _channel_constant, _CONV)
+def fuse_add_into_conv(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:
     """Conv(x, W, B) + c -> Conv(x, W, B + c), c one value per output channel."""
-    bias = ctx.add_node("Add", [_bias_or_zeros(ctx, conv, w), _channel_vector(ctx, c, op)],
-                        op, dtype=w.dtype, base=f"{conv.name}_b")
-    _fused_conv(conv, op, x, w, bias, ctx)
+    bias = ctx.add_node("Add", [_bias_or_zeros(ctx, layer, w), _channel_vector(ctx, c, op)],
+                        op, dtype=w.dtype, base=f"{layer.name}_b")
+    _fused(ctx, layer, op, x, w, bias)
+
+
+def _gemm_bias_fits(ctx: RewriteContext, layer: ir.Node, x: ir.Value, w: ir.Value,
+                    c: ir.Value, **_: object) -> bool | Reject:
+    """Whether MatMul(x, W) + c is a Gemm: x 2-D (its rank known), W a 2-D constant, c a
+    constant Gemm broadcasts to the (M, N) product that changes nothing of its shape."""
+    if ctx.is_constant(x):
+        return False  # it all folds
+    if not _gemm_available(ctx):
+        return Reject("opset < 7: no Gemm with a broadcast C")
+    w_shape = ctx.shape(w)
+    if x.shape is None or len(x.shape) != 2 or w_shape is None or len(w_shape) != 2:
+        return Reject("not a 2-D MatMul (the input's rank unknown or not 2)")
+    if w.dtype not in _GEMM_FLOATS or x.dtype != w.dtype or c.dtype != w.dtype:
+        return Reject("not one float16/float32/float64 dtype")
+    if not _broadcasts_into(ctx, c, layer.outputs[0]):
+        return Reject("the constant is not Gemm's C: it broadcasts beyond the (M, N) product")
+    return True
+
+
+@_either_order("Add", _gemm_bias_fits, P("MatMul", Var("x"), Var("w", const=True),
+                                          name="layer", single_use=True))
+def fuse_matmul_add_into_gemm(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
+                              w: ir.Value, c: ir.Value) -> None:
+    """MatMul(x, W) + c -> Gemm(x, W, c), x and W 2-D (onnxruntime's MatMulAddFusion)."""
+    _fused(ctx, layer, op, x, w, c)
+
+
+def _constants_merge(ctx: RewriteContext, x: ir.Value, k: ir.Value, c: ir.Value,
+                     **_: object) -> bool | Reject:
+    """Whether (x * k) * c may be x * (k * c): float, both constants broadcast into x (so
+    neither the chain nor the product changes x's shape), and k * c finite, normal where
+    neither factor is 0, and no bigger than the larger factor."""
+    if ctx.is_constant(x):
+        return False  # it all folds
+    if x.dtype not in _FLOATS or k.dtype != x.dtype or c.dtype != x.dtype:
+        return Reject("not one float32/float64 dtype")
+    if not (_broadcasts_into(ctx, k, x) and _broadcasts_into(ctx, c, x)):
+        return Reject("a constant broadcasts beyond x's shape (or that shape is unknown)")
+    a, b = ctx.array(k), ctx.array(c)
+    if a is None or b is None or not _finite(ctx, k, c):
+        return Reject("a constant is not at hand or not finite")
+    with np.errstate(all="ignore"):
+        product = a * b
+    tiny = np.finfo(product.dtype).tiny
+    if product.size > max(a.size, b.size) or not np.isfinite(product).all() or \
+            ((np.abs(product) < tiny) & (a != 0) & (b != 0)).any():
+        return Reject("the merged constant would be bigger, overflow or underflow")
+    return True
+
+
+_SCALED = [P("Mul", *pair, name="inner", single_use=True)
+           for pair in ((Var("x"), Var("k", const=True)), (Var("k", const=True), Var("x")))]
+
+
+@_either_order("Mul", _constants_merge, *_SCALED)
+def merge_constant_factors(ctx: RewriteContext, inner: ir.Node, op: ir.Node, x: ir.Value,
+                           k: ir.Value, c: ir.Value) -> None:
+    """(x * k) * c -> x * (k * c), k and c constants (the fold computes k * c)."""
+    factor = ctx.add_node("Mul", [k, c], op, dtype=x.dtype, base=f"{op.name}_factor")
+    merged = ctx.add_node("Mul", [x, factor], op, dtype=x.dtype, shape=op.outputs[0].shape,
+                          base=op.outputs[0].name)
+    ctx.replace_node(op, merged)
+    ctx.remove_if_unused(inner)
