@@ -16,13 +16,13 @@ check that such dims agree, so they prove nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import all_graphs, is_default_op, tensor_of
+from onnxfold.analysis import DEFAULT_DOMAINS, all_graphs, tensor_of
 
 MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, not shapes
 REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than the declared ones
@@ -189,12 +189,17 @@ def _slice(elements: tuple[Dim, ...], start: int, end: int, step: int) -> tuple[
 
 
 Arrays = Callable[[ir.Value], np.ndarray | None]
+_STEP_OPS = frozenset({"Shape", "Identity", "Cast", "Gather", "Slice", "Concat", "Unsqueeze",
+                       "Squeeze", "Add", "Sub", "Mul", "Div", "Reshape", "Equal", "Where",
+                       "Size"})  # the ops _step follows
 
 
 def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
           ambiguous: frozenset[str]) -> Known | None:
     """The value of ``node``'s first output, if it is a shape tensor this module follows."""
     op = node.op_type
+    if op not in _STEP_OPS:
+        return None  # most nodes, at once
     ins = list(node.inputs)
 
     def value(i: int) -> ir.Value | None:
@@ -633,6 +638,15 @@ def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str
         a.expr[0] == "axis" and a.expr[1] in inputs for a in d.atoms())
 
 
+def _all_static(values: Sequence[ir.Value | None]) -> bool:
+    """Whether no value has a dynamic dim (a value without a shape has none to refine)."""
+    for value in values:
+        shape = value.shape if value is not None else None
+        if shape is not None and not all(isinstance(d, int) for d in shape.dims):
+            return False
+    return True
+
+
 def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
             ambiguous: frozenset[str], inputs: frozenset[int], inputs_dims: frozenset[str],
             placeholders: dict[str, Dim]) -> None:
@@ -642,10 +656,12 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
     def dims(v: ir.Value | None) -> Dims | None:
         return _value_dims(v, ambiguous)
 
-    if all(out is None or out.shape is None or out.shape.is_static() for out in node.outputs):
-        for out in node.outputs:  # every dim an int: nothing to refine (most nodes, at once)
+    if _all_static(node.outputs):  # every dim an int: nothing to refine (most nodes, at once)
+        for out in node.outputs:
             if out is not None and out.shape is not None:
-                out.meta.pop(REFINED_KEY, None)
+                meta = out.meta
+                if REFINED_KEY in meta:
+                    del meta[REFINED_KEY]
         return
     if node.op_type == "Split":
         derived_all = _split_dims(node, dims, known)
@@ -732,8 +748,9 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
     placeholders: dict[str, Dim] = {}
     for node in graph:
         for value in node.inputs:
-            seed(value)
-        if not is_default_op(node):
+            if value is not None and value not in seen:
+                seed(value)
+        if node.domain not in DEFAULT_DOMAINS:
             continue
         _refine(node, known, arrays, ambiguous, inputs, inputs_dims, placeholders)
         if len(node.outputs) != 1:
