@@ -5,8 +5,9 @@ rules, the onnxruntime fallback, the pool budget, the size policy, ``--keep``, d
 narrowed to what is constant *whatever the call*:
 
 - sources are ``Constant`` nodes with a literal ``value*`` attribute; a Constant whose
-  attribute refers to a function attribute (``ref_attr_name``) and the function's inputs are
-  not constants;
+  attribute refers to a function attribute (``ref_attr_name``) or whose tensor is in an
+  external file (unchecked: see ``_literal_constant``) and the function's inputs are not
+  constants;
 - a node with an attribute reference, a node with subgraphs (their bodies could hold
   references too), and a call of another local function are never folded;
 - Shape/Size fold only from a constant input (a body's shapes are not known per call).
@@ -39,9 +40,14 @@ _LITERALS = frozenset({"value", "value_float", "value_floats", "value_int", "val
 
 
 def _literal_constant(node: ir.Node) -> bool:
-    """A Constant node whose value is written in the body, not passed by the caller."""
+    """A Constant node whose value is written in the body, not passed by the caller, nor kept
+    in an external file: the trust boundary (``io/trust.py``) checks the files of the graphs'
+    tensors, not of the bodies' (an unchecked location may name any file, ``/etc/...``)."""
     attrs = list(node.attributes.values())
-    return len(attrs) == 1 and not attrs[0].is_ref() and attrs[0].name in _LITERALS
+    if len(attrs) != 1 or attrs[0].is_ref() or attrs[0].name not in _LITERALS:
+        return False
+    return not (attrs[0].type == ir.AttributeType.TENSOR and
+                isinstance(attrs[0].as_tensor(), ir.ExternalTensor))
 
 
 class FunctionBodyFolder(GraphFolder):

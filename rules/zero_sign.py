@@ -12,7 +12,9 @@ of three kinds:
 - anything else (``Div``'s divisor, ``Reciprocal``, ``Pow``'s base under a non-positive
   exponent, subgraphs, other domains, unknown ops) *observes* it.
 
-A graph output observes nothing: its consumer compares numbers, and the zeros are equal.
+An output of the model's graph observes nothing: its consumer compares numbers, and the zeros
+are equal. An output of a subgraph observes: it goes on to the enclosing graph (an ``If``'s
+result, a ``Loop``'s next state) where anything may read it.
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ def _kind(ctx: RewriteContext, node: ir.Node, index: int) -> str:
         return "absorbs"  # +-0 + c is c, whichever the zero
     if op == "Cast":
         to = node.attributes.get_int("to")
-        return "passes" if to is not None and ir.DataType(to).is_floating_point() else "absorbs"
+        if to is None or to == ir.DataType.STRING:
+            return "observes"  # a string says "-0" or "0"
+        return "passes" if ir.DataType(to).is_floating_point() else "absorbs"
     if _listed(ABSORBS, op, index):
         return "absorbs"
     if op == "Pow" and not _positive(ctx, node.inputs[1] if len(node.inputs) > 1 else None):
@@ -83,10 +87,14 @@ def zero_sign_observed(ctx: RewriteContext, value: ir.Value) -> bool:
     result for ``-0.0`` than for ``+0.0``. Remembered for the rewrite sweep until a pattern
     adds a node (``ctx.memo``)."""
     memo = cast(dict[ir.Value, bool], ctx.memo.setdefault("zero_sign_observed", {}))
+    returned = frozenset(ctx.graph.outputs) if ctx.graph is not ctx.model.graph else frozenset()
     stack: list[tuple[ir.Value, bool]] = [(value, False)]
     while stack:
         v, expanded = stack.pop()
         if v in memo:
+            continue
+        if v in returned:  # read by the enclosing graph
+            memo[v] = True
             continue
         passed_to: list[ir.Value] = []
         observed = False
