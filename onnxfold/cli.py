@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from onnxfold.collector import long_lived, settled
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
 
@@ -114,12 +115,20 @@ _PREFILL_MIN = 16 << 20
 
 def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
                        prefill: OutputPrefill | None) -> int:
+
+    checking = _compare_options(args) if args.check else None  # bad --dim fails before folding
+    with long_lived():
+        return _fold_and_save(args, guard, prefill, checking)
+
+
+def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
+                   prefill: OutputPrefill | None, checking: dict | None) -> int:
     from onnxfold.io import load_model, save_model
     from onnxfold.io.writer import input_files
     from onnxfold.pipeline import optimize
 
-    checking = _compare_options(args) if args.check else None  # bad --dim fails before folding
     model = load_model(args.input, check=not args.skip_check)
+    settled()
     guard.protect(input_files(model))
     progress = _Progress(sys.stderr.isatty() and not args.quiet)
     try:

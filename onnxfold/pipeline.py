@@ -28,6 +28,7 @@ from onnx_ir.passes import PassError, PassManager
 
 from onnxfold.analysis import KEEP_KEY, UNKNOWN_OPS_KEY, node_label
 from onnxfold.catalogue import load_catalogue
+from onnxfold.collector import long_lived, settled
 from onnxfold.errors import InputError
 from onnxfold.fold import FoldOptions, FoldStats, source_array
 from onnxfold.io import load_model
@@ -152,11 +153,19 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
     given; else from a copy taken first); the report lists it in ``skipped_steps``.
     """
+    with long_lived():  # the model's objects are not walked by every collection
+        return _optimize(model, options, check, progress, pristine)
+
+
+def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
+              progress: Callable[[int, int], None] | None,
+              pristine: Callable[[], ir.Model] | None) -> OptimizeResult:
     from onnxfold.io.reader import SOURCE_KEY
 
     started = time.perf_counter()
     options = options or FoldOptions()
     model, path = as_ir_model(model, check)
+    settled()
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))

@@ -1,0 +1,41 @@
+"""Python's cyclic garbage collector while a model loads and folds.
+
+A loaded model is hundreds of thousands of long-lived objects (nodes, values, attributes, all
+in reference cycles), and every full collection walks all of them again: 15-30% of a fold's
+time on deep graphs. While a fold runs, :func:`long_lived` freezes what exists (collections no
+longer walk it) and collects young objects less often; :func:`settled` freezes a model just
+loaded. Both are undone when the outermost :func:`long_lived` ends. Objects without cycles
+(arrays, the buffer pool's buffers) are still freed by reference counting the moment their
+last reader lets go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+
+YOUNG_THRESHOLD = 50_000  # allocations between young collections (CPython's default: 700)
+
+
+@contextlib.contextmanager
+def long_lived() -> Iterator[None]:
+    """Fewer, cheaper collections for the duration (re-entrant: an inner use does nothing)."""
+    old = gc.get_threshold()
+    if old[0] >= YOUNG_THRESHOLD:
+        yield
+        return
+    gc.freeze()
+    gc.set_threshold(YOUNG_THRESHOLD, *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
+
+
+def settled() -> None:
+    """The objects that exist now (a model just loaded) live on: collections skip them while
+    :func:`long_lived` is in effect."""
+    if gc.get_threshold()[0] >= YOUNG_THRESHOLD:
+        gc.freeze()
