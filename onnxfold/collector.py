@@ -20,9 +20,10 @@ YOUNG_THRESHOLD = 50_000  # allocations between young collections (CPython's def
 
 @contextlib.contextmanager
 def long_lived() -> Iterator[None]:
-    """Fewer, cheaper collections for the duration (re-entrant: an inner use does nothing)."""
+    """Fewer, cheaper collections for the duration (re-entrant: an inner use does nothing;
+    so does any use while the caller has objects of its own frozen, which stay as they are)."""
     old = gc.get_threshold()
-    if old[0] >= YOUNG_THRESHOLD:
+    if old[0] == YOUNG_THRESHOLD or gc.get_freeze_count():
         yield
         return
     gc.freeze()
@@ -37,5 +38,5 @@ def long_lived() -> Iterator[None]:
 def settled() -> None:
     """The objects that exist now (a model just loaded) live on: collections skip them while
     :func:`long_lived` is in effect."""
-    if gc.get_threshold()[0] >= YOUNG_THRESHOLD:
+    if gc.get_threshold()[0] == YOUNG_THRESHOLD:
         gc.freeze()

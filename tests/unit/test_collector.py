@@ -1,0 +1,61 @@
+"""onnxfold.collector: the collector's settings during a fold, and nothing left changed after."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+from conftest import make_model, tensor, vinfo
+from onnx import helper
+
+import onnxfold
+from onnxfold.collector import YOUNG_THRESHOLD, long_lived, settled
+
+
+def test_settings_are_restored_and_nested_use_is_a_no_op():
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with long_lived():
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+        with long_lived():
+            settled()
+            assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD  # the inner exit undid nothing
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
+def test_settled_outside_a_fold_freezes_nothing():
+    frozen = gc.get_freeze_count()
+    settled()
+    assert gc.get_freeze_count() == frozen
+
+
+def test_optimize_leaves_the_collector_as_it_found_it():
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    nodes = [helper.make_node("Transpose", ["w"], ["t"]),
+             helper.make_node("Add", ["x", "t"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[2, 2])], [vinfo("y", shape=[2, 2])],
+                       [tensor("w", np.eye(2, dtype=np.float32))])
+    result = onnxfold.optimize(model)
+    assert [n.op_type for n in result.to_proto().graph.node] == ["Add"]
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
+def test_a_failing_optimize_restores_the_collector_too():
+    before = gc.get_threshold()
+    try:
+        onnxfold.optimize(b"not a model")
+    except onnxfold.InputError:
+        pass
+    assert gc.get_threshold() == before
+
+
+def test_a_caller_s_own_frozen_objects_stay_frozen():
+    gc.freeze()
+    try:
+        frozen, before = gc.get_freeze_count(), gc.get_threshold()
+        with long_lived():
+            assert gc.get_threshold() == before  # the caller manages the collector: hands off
+            settled()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
