@@ -25,3 +25,17 @@ def tensor_protos(graph: onnx.GraphProto, initializers: bool = True) -> list[onn
     found = list(graph.initializer) if initializers else []
     found += [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
     return found
+
+
+def function_graphs(model: onnx.ModelProto) -> Iterator[onnx.FunctionProto | onnx.GraphProto]:
+    """Every model-local function body, and every subgraph inside one (what
+    :func:`graph_protos` of the main graph does not reach)."""
+    for function in model.functions:
+        yield function
+        for node in function.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    yield from graph_protos(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    for sub in attr.graphs:
+                        yield from graph_protos(sub)

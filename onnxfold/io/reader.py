@@ -22,7 +22,7 @@ from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
-from onnxfold.protos import graph_protos, tensor_protos
+from onnxfold.protos import function_graphs, graph_protos, tensor_protos
 
 # ModelProto.graph, GraphProto.initializer, TensorProto.raw_data / external_data / data_location
 _MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
@@ -213,6 +213,7 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise InputError(f"{path}: not an ONNX model (no graph or IR version)")
     densify(proto, path)
+    _refuse_external_in_functions(proto, path)
     unknown = _run_checker(_without_external(proto), path) if check else \
         unknown_default_ops(proto)
     model, data_files = _checked_model(proto, path)
@@ -260,6 +261,20 @@ def unknown_default_ops(proto: onnx.ModelProto) -> list[str]:
     return sorted(op for op in found if not onnx.defs.has(op, ""))
 
 
+def _refuse_external_in_functions(proto: onnx.ModelProto, label: str) -> None:
+    """A tensor in a local function's body stored as external data: refused (the checks of
+    data files, and the writer, cover the graphs; a body's file would be resolved against
+    the working directory)."""
+    for body in function_graphs(proto):
+        tensors = [a.t for n in body.node for a in n.attribute
+                   if a.type == onnx.AttributeProto.TENSOR]
+        if isinstance(body, onnx.GraphProto):
+            tensors += list(body.initializer)
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors):
+            raise InputError(f"{label}: a tensor in local function body '{body.name}' is "
+                             "stored as external data, which onnxfold does not support")
+
+
 def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[str]]:
     """``proto`` as an ir.Model whose structure and tensor data are checked, and the data
     files it reads."""
@@ -285,6 +300,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
     """An in-memory model (``onnx.ModelProto``) with the checks a file gets (onnx's checker
     too, with ``check``). It has no directory, so external-data references are refused: load
     it from its file instead."""
+    _refuse_external_in_functions(proto, label)
     for graph in graph_protos(proto.graph):
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
             raise InputError(f"{label}: refers to external data, which an in-memory model "

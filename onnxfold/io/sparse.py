@@ -7,13 +7,14 @@ allocated; values stored as external data are refused (onnx keeps them inline in
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from onnxfold.errors import InputError
-from onnxfold.protos import graph_protos
+from onnxfold.protos import function_graphs, graph_protos
 
 DENSE_LIMIT = 1 << 30  # bytes all densified sparse tensors of a model may take together
 
@@ -53,22 +54,28 @@ def _dense(sparse: onnx.SparseTensorProto, where: str, budget: int) -> onnx.Tens
 
 def has_sparse(model: onnx.ModelProto) -> bool:
     """Whether :func:`densify` would change ``model``."""
-    return any(graph.sparse_initializer or any(
+    return any(isinstance(graph, onnx.GraphProto) and graph.sparse_initializer or any(
         a.name == "sparse_value" for n in graph.node if n.op_type == "Constant"
-        for a in n.attribute) for graph in graph_protos(model.graph))
+        for a in n.attribute) for graph in _node_holders(model))
+
+
+def _node_holders(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
+    yield from graph_protos(model.graph)
+    yield from function_graphs(model)
 
 
 def densify(model: onnx.ModelProto, where: str) -> int:
     """Replace every sparse initializer (all graphs) and every Constant's ``sparse_value`` by a
     dense tensor, within ``DENSE_LIMIT`` bytes in total; return how many there were."""
     count, budget = 0, DENSE_LIMIT
-    for graph in graph_protos(model.graph):
-        for sparse in graph.sparse_initializer:
-            dense = _dense(sparse, where, budget)
-            budget -= len(dense.raw_data)
-            graph.initializer.append(dense)
-            count += 1
-        graph.ClearField("sparse_initializer")
+    for graph in _node_holders(model):  # function bodies have Constant nodes too
+        if isinstance(graph, onnx.GraphProto):
+            for sparse in graph.sparse_initializer:
+                dense = _dense(sparse, where, budget)
+                budget -= len(dense.raw_data)
+                graph.initializer.append(dense)
+                count += 1
+            graph.ClearField("sparse_initializer")
         for node in graph.node:
             for attr in node.attribute:
                 if attr.name == "sparse_value" and node.op_type == "Constant" and \
