@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from onnxfold.collector import long_lived, settled
+from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
 
@@ -127,16 +127,15 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     from onnxfold.io.writer import input_files
     from onnxfold.pipeline import optimize
 
-    model = load_model(args.input, check=not args.skip_check)
-    settled()
-    guard.protect(input_files(model))
     progress = _Progress(sys.stderr.isatty() and not args.quiet)
-    try:
-        result = optimize(model, _fold_options(args), progress=progress,
+    try:  # optimize loads the model itself: its first shape inference reuses what was read
+        result = optimize(args.input, _fold_options(args), check=not args.skip_check,
+                          progress=progress,
                           pristine=lambda: load_model(args.input, check=False))
         result.report.input = args.input
     finally:
         progress.close()
+    guard.protect(input_files(result.model))
     external = {"auto": None, "yes": True, "no": False}[args.external_data]
     if checking is not None:
         from onnxfold.checked_save import save_checked

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import onnx
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
@@ -77,8 +78,12 @@ class InferShapes(InPlacePass):
 
     name = "infer_shapes"
 
+    def __init__(self, light: onnx.ModelProto | None = None) -> None:
+        self.light = light  # the model as read, if nothing changed it since (used once)
+
     def call(self, model: ir.Model) -> PassResult:
-        return PassResult(model, infer_shapes(model) > 0)
+        light, self.light = self.light, None
+        return PassResult(model, infer_shapes(model, light) > 0)
 
 
 class Rewrite(InPlacePass):

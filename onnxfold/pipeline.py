@@ -48,6 +48,7 @@ from onnxfold.passes import (
 from onnxfold.patterns import NAMES_KEY
 from onnxfold.pool import BufferPool
 from onnxfold.report import Report, model_counts
+from onnxfold.shapes import lighten
 from onnxfold.steps import StepFailed
 from onnxfold.symbolic import blocked_scaffolding
 
@@ -105,14 +106,16 @@ def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | 
     if isinstance(model, onnx.ModelProto):
         return model_from_proto(model, check=check), None
     path = os.fspath(model)  # type: ignore[arg-type]  # str or PathLike by elimination
-    return load_model(path, check=check), path
+    return load_model(path, check=check, keep_light=True), path
 
 
 def build_pipeline(options: FoldOptions, stats: FoldStats,
                    progress: Callable[[int, int], None] | None = None,
-                   skipped: frozenset[str] = frozenset()) -> PassManager:
+                   skipped: frozenset[str] = frozenset(),
+                   light: onnx.ModelProto | None = None) -> PassManager:
     """The passes of ``optimize`` for these options, recording into ``stats``; ``skipped``
-    names rules and passes (``fold``, ``prune``) left out after they failed."""
+    names rules and passes (``fold``, ``prune``) left out after they failed; ``light``: the
+    reader's proto of the model, for the first shape inference."""
     shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
     catalogue = load_catalogue().without(
         set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
@@ -129,7 +132,8 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
     return PassManager([
         *([InlineFunctions(options.strict)] if inline else []),
         FixInputShapes(options.input_shapes),
-        InferShapes(),
+        # the reader's proto describes the model only if no pass before changed it
+        InferShapes(light if not inline and not options.input_shapes else None),
         PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
         *([FoldFunctions(catalogue, options, stats, pool)] if functions else []),
         Cleanups(catalogue, stats, options.strict),
@@ -160,11 +164,13 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
 def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
               progress: Callable[[int, int], None] | None,
               pristine: Callable[[], ir.Model] | None) -> OptimizeResult:
-    from onnxfold.io.reader import SOURCE_KEY
+    from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY
 
     started = time.perf_counter()
     options = options or FoldOptions()
     model, path = as_ir_model(model, check)
+    light = model.meta.pop(LIGHT_PROTO_KEY, None)
+    light = lighten(light) if light is not None and path is not None else None  # read here
     settled()
     if path is not None:
         source = path
@@ -185,7 +191,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     for _attempt in range(MAX_RESTARTS + 1):
         stats = FoldStats()
         try:
-            _run(build_pipeline(options, stats, progress, frozenset(skipped) | frozen), model)
+            _run(build_pipeline(options, stats, progress, frozenset(skipped) | frozen,
+                                light=None if skipped else light), model)
             break
         except StepFailed as failure:
             if pristine is None or failure.step in skipped:

@@ -16,6 +16,7 @@ for those (:func:`declared_names`), so an optimized file never grows by inferred
 
 from __future__ import annotations
 
+import math
 from typing import cast
 
 import onnx
@@ -33,6 +34,7 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
     graph = model.graph
     big = {name: v for name, v in graph.initializers.items()
            if v.const_value is not None and v.const_value.nbytes > _BIG}
+    order = list(graph.initializers) if big else []
     added = []
     for name, value in big.items():
         graph.initializers.pop(name)
@@ -51,6 +53,27 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
             graph.inputs.remove(value)
         for value in big.values():
             graph.register_initializer(value)
+        for name in order:  # the file's order, not the large ones last
+            graph.register_initializer(graph.initializers.pop(name))
+
+
+def lighten(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` (the reader's, external weights already typed inputs) made what
+    :func:`serialize_light` gives: its other large initializers become typed inputs too (in
+    place), so inference sees exactly the same model either way."""
+    graph = proto.graph
+    names = {i.name for i in graph.input}
+    kept = []
+    for tensor in graph.initializer:
+        if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) or \
+                -(-math.prod(tensor.dims) * ir.DataType(tensor.data_type).bitwidth // 8) <= _BIG:
+            kept.append(tensor)
+        elif tensor.name not in names:
+            graph.input.append(onnx.helper.make_tensor_value_info(
+                tensor.name, tensor.data_type, tensor.dims))
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    return proto
 
 
 def _shape_of(type_proto: onnx.TypeProto) -> ir.Shape | None:
@@ -168,14 +191,15 @@ def declared_names(model: ir.Model) -> set[str] | None:
             for value in node.outputs if value.name and value.meta.get(DECLARED_KEY)}
 
 
-def infer_shapes(model: ir.Model) -> int:
+def infer_shapes(model: ir.Model, light: onnx.ModelProto | None = None) -> int:
     """Run ONNX shape inference and merge tensor types/shapes; return how many values changed.
 
-    Never fatal: a model ONNX cannot infer keeps the shapes it has.
+    ``light``: the model as :func:`serialize_light` would give it (the reader's proto of a
+    model not changed since). Never fatal: a model ONNX cannot infer keeps the shapes it has.
     """
     mark_declared(model)
     try:
-        light = serialize_light(model)
+        light = light if light is not None else serialize_light(model)
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
                                                      data_prop=_data_prop_is_bounded(light))
     except Exception:  # inference is an optimization aid, never a reason to fail

@@ -169,11 +169,16 @@ def _defined(value: ir.Value) -> bool:
     return value.producer() is not None or value.is_graph_input() or value.is_initializer()
 
 
-def check_structure(model: ir.Model, path: str) -> None:
+Reorders = list[list[int] | None]  # per graph (all_graphs' order): new position -> old index
+
+
+def check_structure(model: ir.Model, path: str) -> Reorders:
     """Every value read is defined somewhere, and every graph can be sorted (a graph out of
     order is sorted, as onnxruntime accepts it); InputError otherwise, even with the checker
-    off (``--skip-check``)."""
-    for graph in all_graphs(model):
+    off (``--skip-check``). How each graph was reordered (None: it was in order)."""
+    graphs = all_graphs(model)  # listed before any sort changes which subgraph comes first
+    reorders: Reorders = []
+    for graph in graphs:
         for node in graph:
             for value in node.inputs:
                 if value is not None and not _defined(value):
@@ -182,15 +187,42 @@ def check_structure(model: ir.Model, path: str) -> None:
         for value in graph.outputs:
             if not _defined(value):
                 raise InputError(f"{path}: graph output '{value.name}' is never defined")
-        if not in_order(graph):
-            try:
-                graph.sort()
-            except ValueError:
-                raise InputError(f"{path}: graph '{graph.name}' has a cycle") from None
+        if in_order(graph):
+            reorders.append(None)
+            continue
+        index = {id(node): i for i, node in enumerate(graph)}
+        try:
+            graph.sort()
+        except ValueError:
+            raise InputError(f"{path}: graph '{graph.name}' has a cycle") from None
+        reorders.append([index[id(node)] for node in graph])
+    return reorders
 
 
-def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
-    """Load ``path`` with weights memory-mapped; raise InputError on anything unreadable."""
+def _reordered(proto: onnx.ModelProto, reorders: Reorders) -> onnx.ModelProto:
+    """``proto`` (a copy of the one the model was read from) with its graphs' nodes in the
+    order :func:`check_structure` sorted the model's into."""
+    for graph, order in zip(list(graph_protos(proto.graph)), reorders, strict=True):
+        if order is not None:
+            nodes = list(graph.node)
+            del graph.node[:]
+            graph.node.extend(nodes[i] for i in order)
+    return proto
+
+
+LIGHT_PROTO_KEY = "onnxfold.light_proto"  # Model.meta: the graph as read, for shape inference
+_UNSORTED = "must be topologically sorted"  # onnx's checker, on a graph out of order
+
+
+def load_model(path: str | os.PathLike, check: bool = True,
+               keep_light: bool = False) -> ir.Model:
+    """Load ``path`` with weights memory-mapped; raise InputError on anything unreadable.
+
+    ``keep_light``: also keep, in ``model.meta[LIGHT_PROTO_KEY]``, the proto as read with its
+    large weights as typed graph inputs (what shape inference wants), when it describes the
+    model exactly (no graph needed sorting, no subgraph weight is external): the first
+    inference then need not serialize the model again.
+    """
     path = os.fspath(path)
     try:
         info = os.stat(path)
@@ -214,9 +246,22 @@ def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
         raise InputError(f"{path}: not an ONNX model (no graph or IR version)")
     densify(proto, path)
     _refuse_external_in_functions(proto, path)
-    unknown = _run_checker(_without_external(proto), path) if check else \
-        unknown_default_ops(proto)
-    model, data_files = _checked_model(proto, path)
+    light = _without_external(proto) if check or keep_light else None
+    unsorted = False
+    try:
+        unknown = _run_checker(light, path) if light is not None and check else \
+            unknown_default_ops(proto)
+    except InputError as e:  # checked again once sorted (onnxruntime accepts it unsorted)
+        if _UNSORTED not in str(e):
+            raise
+        unsorted = True
+    model, data_files, reorders = _checked_model(proto, path)
+    if unsorted:
+        assert light is not None  # the checker ran on it
+        unknown = _run_checker(_reordered(light, reorders), path)
+    if keep_light and light is not None and not any(reorders) and \
+            not _external_in_subgraphs(proto):
+        model.meta[LIGHT_PROTO_KEY] = light
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
@@ -275,16 +320,22 @@ def _refuse_external_in_functions(proto: onnx.ModelProto, label: str) -> None:
                              "stored as external data, which onnxfold does not support")
 
 
-def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[str]]:
-    """``proto`` as an ir.Model whose structure and tensor data are checked, and the data
-    files it reads."""
+def _external_in_subgraphs(proto: onnx.ModelProto) -> bool:
+    return any(t.data_location == onnx.TensorProto.EXTERNAL
+               for graph in graph_protos(proto.graph) if graph is not proto.graph
+               for t in tensor_protos(graph))
+
+
+def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[str], Reorders]:
+    """``proto`` as an ir.Model whose structure and tensor data are checked, the data files
+    it reads, and how its graphs were sorted (:func:`check_structure`)."""
     try:
         with _quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
             model = ir.serde.deserialize_model(proto)
     except Exception as e:
         raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
-    check_structure(model, label)
-    return model, check_tensor_data(model, label)
+    reorders = check_structure(model, label)
+    return model, check_tensor_data(model, label), reorders
 
 
 def _huge(proto: onnx.ModelProto) -> bool:
@@ -305,15 +356,21 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
             raise InputError(f"{label}: refers to external data, which an in-memory model "
                              "cannot locate safely; pass the model's file path")
-    huge = _huge(proto)  # the checker would serialize it: not above 2 GiB
-    unknown = _run_checker(proto, label) if check and not huge else unknown_default_ops(proto)
+    late = _huge(proto)  # the checker would serialize it: not above 2 GiB
+    try:
+        unknown = _run_checker(proto, label) if check and not late else \
+            unknown_default_ops(proto)
+    except InputError as e:  # checked again once sorted (onnxruntime accepts it unsorted)
+        if _UNSORTED not in str(e):
+            raise
+        late = True
     if has_sparse(proto):  # densified in a copy: the caller's proto is left as it was
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)
         densify(copy, label)
         proto = copy
     model = _checked_model(proto, label)[0]
-    if check and huge:  # checked without its large weights (typed inputs instead)
+    if check and late:  # sorted, without its large weights (typed inputs instead)
         from onnxfold.shapes import serialize_light
 
         unknown = _run_checker(serialize_light(model), label)
