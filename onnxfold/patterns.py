@@ -263,6 +263,7 @@ class RewriteContext:
     constant: set[ir.Value]
     rejected: Counter = field(default_factory=Counter)
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
+    _arrays: dict[ir.Value, np.ndarray | None] = field(default_factory=dict, repr=False)
     memo: dict[str, object] = field(default_factory=dict, repr=False)
     """What a rule computed about the graph for this sweep; emptied when a node is added."""
 
@@ -279,11 +280,17 @@ class RewriteContext:
         exporter's way to share one weight); not of values still to be folded."""
         from onnxfold.fold import source_array
 
+        if value is None:
+            return None
+        if value in self._arrays:  # a constant's data does not change during a sweep
+            return self._arrays[value]
+        found = None
         for link in itertools.islice(through_identities(value), IDENTITY_HOPS):
             found = source_array(link)
             if found is not None:
-                return found
-        return None
+                break
+        self._arrays[value] = found
+        return found
 
     def shape(self, value: ir.Value | None) -> tuple[int, ...] | None:
         if value is None:

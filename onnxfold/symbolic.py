@@ -723,23 +723,43 @@ def known_constant(value: ir.Value, arrays: Arrays) -> Known | None:
     return Known(tuple(ints), arr.ndim == 0, arr.dtype)
 
 
+class _Known(dict):
+    """Known elements by value; a constant's are read the first time they are asked for
+    (most constants of a graph are weights no shape computation reads)."""
+
+    def __init__(self, arrays: Arrays) -> None:
+        super().__init__()
+        self.arrays = arrays
+        self.not_constant: set[ir.Value] = set()
+
+    def get(self, value: ir.Value, default: Known | None = None  # type: ignore[override]
+            ) -> Known | None:
+        found = super().get(value)
+        if found is None and value not in self.not_constant:
+            found = known_constant(value, self.arrays)
+            if found is None:
+                self.not_constant.add(value)
+            else:
+                self[value] = found
+        return found if found is not None else default
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, ir.Value) and self.get(value) is not None
+
+    def __missing__(self, value: ir.Value) -> Known:
+        found = self.get(value)
+        if found is None:
+            raise KeyError(value)
+        return found
+
+
 def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = frozenset()
                  ) -> dict[ir.Value, Known]:
     """The known elements of every small integer tensor of ``graph`` that builds a shape.
 
     ``arrays(value)`` gives the data of constants (initializers, Constant outputs);
     ``ambiguous``: :func:`shared_dim_names`."""
-    known: dict[ir.Value, Known] = {}
-    seen: set[ir.Value] = set()
-
-    def seed(value: ir.Value | None) -> None:
-        if value is None or value in seen:
-            return
-        seen.add(value)
-        found = known_constant(value, arrays)
-        if found is not None:
-            known[value] = found
-
+    known = _Known(arrays)
     inputs_dims = frozenset(
         name for value in graph.inputs for dim in value.shape or ()
         if isinstance(name := getattr(dim, "value", None), str) and name
@@ -747,9 +767,6 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
     inputs = frozenset(id(value) for value in graph.inputs)
     placeholders: dict[str, Dim] = {}
     for node in graph:
-        for value in node.inputs:
-            if value is not None and value not in seen:
-                seed(value)
         if node.domain not in DEFAULT_DOMAINS:
             continue
         _refine(node, known, arrays, ambiguous, inputs, inputs_dims, placeholders)
