@@ -36,6 +36,7 @@ from onnxfold.analysis import (
     plan_graph,
     static_shape,
     through_identities,
+    why_not_foldable,
 )
 from onnxfold.registry import mark, source_of
 from onnxfold.steps import contained
@@ -340,6 +341,7 @@ class RewriteContext:
                          type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
                          const_value=ir.Tensor(array, name=name))
         self.graph.register_initializer(value)
+        self.constant.add(value)  # a pattern later in this sweep may build on it
         if self.model.ir_version < 4 and self.graph is self.model.graph:
             self.graph.inputs.append(value)  # IR 3: initializers are inputs (main graph only)
         return value
@@ -357,6 +359,9 @@ class RewriteContext:
             out.dtype = dtype
         out.shape = shape
         self.graph.insert_before(before, node)
+        ins = [v for v in node.inputs if v is not None]
+        if ins and why_not_foldable(node) is None and all(v in self.constant for v in ins):
+            self.constant.add(out)  # what the plan of the next sweep would say
         return out
 
     def replace_node(self, node: ir.Node, new: ir.Value) -> None:
@@ -406,7 +411,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
-    for _ in range(MAX_ITERATIONS):
+    for sweeps in range(1, MAX_ITERATIONS + 1):
         changed = False
         for graph in all_graphs(model):
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
@@ -416,8 +421,8 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
             changed |= contained(trying, strict,
                                  functools.partial(_sweep, ctx, by_op, hits, trying))
         if not changed:
-            return Rewritten(hits, converged=True)
-    return Rewritten(hits, converged=False)
+            return Rewritten(hits, converged=True, sweeps=sweeps)
+    return Rewritten(hits, converged=False, sweeps=MAX_ITERATIONS)
 
 
 @dataclass
@@ -427,6 +432,7 @@ class Rewritten:
 
     hits: Counter
     converged: bool
+    sweeps: int = 0  # over every graph; the last one found nothing if converged
 
     def __bool__(self) -> bool:
         return bool(self.hits)
@@ -441,22 +447,29 @@ class _Trying:
         return self.name
 
 
+RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
+
+
 def _sweep(ctx: RewriteContext, by_op: dict[str, list[PatternRule]], hits: Counter,
            trying: _Trying) -> bool:
     """Try the patterns once at every node of ``ctx.graph``; whether anything changed."""
     graph, rejected, changed = ctx.graph, ctx.rejected, False
     for node in list(graph):
-        if node.graph is not graph:
-            continue  # removed by an earlier rewrite in this sweep
-        for rule in by_op.get(node.op_type, ()):
-            trying.name = rule.name
-            outcome = rule.apply(node, ctx)
-            if outcome is True:
-                hits[rule.name] += 1
-                changed = True
+        for _ in range(RETRIES_PER_NODE):  # a rewritten node may match another pattern now
+            if node.graph is not graph:
+                break  # removed by a rewrite in this sweep
+            hit = False
+            for rule in by_op.get(node.op_type, ()):
+                trying.name = rule.name
+                outcome = rule.apply(node, ctx)
+                if outcome is True:
+                    hits[rule.name] += 1
+                    changed = hit = True
+                    break
+                if isinstance(outcome, Reject):
+                    rejected[f"{rule.name}: {outcome.reason}"] += 1
+            if not hit:
                 break
-            if isinstance(outcome, Reject):
-                rejected[f"{rule.name}: {outcome.reason}"] += 1
     return changed
 
 

@@ -1,0 +1,49 @@
+"""A rewrite sweep builds on what it rewrote earlier in the same sweep: values it creates from
+constants count as constants at once, and a node a pattern rewrote is tried again (chains used
+to take one sweep per link, each recomputing the graph's shape values)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from conftest import make_model, tensor, vinfo
+from onnx import TensorProto, helper
+
+from onnxfold.catalogue import load_catalogue
+from onnxfold.patterns import rewrite
+from onnxfold.shapes import infer_shapes
+
+
+def _rewritten(proto):
+    model = ir.serde.deserialize_model(proto)
+    infer_shapes(model)
+    return model, rewrite(model, load_catalogue())
+
+
+def test_constant_of_shape_is_postponed_past_its_reader_in_one_sweep():
+    value = helper.make_tensor("v", TensorProto.FLOAT, [1], [2.0])
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["big"], value=value),
+             helper.make_node("Mul", ["big", "k"], ["m"]),
+             helper.make_node("Add", ["x", "m"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[64, 64])], [vinfo("y", shape=[64, 64])],
+                       [tensor("s", np.array([64, 64], np.int64)),
+                        tensor("k", np.float32(3))])
+    model, done = _rewritten(proto)
+    assert done.hits["constant_of_shape_as_expand"] == 1 and done.hits["postpone_expand"] == 1
+    assert done.sweeps == 2  # one that rewrites both, one that finds nothing
+    ops = [n.op_type for n in model.graph]
+    assert ops.index("Mul") < ops.index("Expand")  # the Mul runs on the scalar now
+
+
+def test_a_rewritten_node_is_tried_again_in_the_same_sweep():
+    """Reshape(Relu(Reshape(x, [N, 12])), [N, 3, 4]): the outer Reshape reads x directly, then
+    reshapes to x's own shape and goes (elementwise_between_reshapes, then drop_noop)."""
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["f"]),
+             helper.make_node("Relu", ["f"], ["r"]),
+             helper.make_node("Reshape", ["r", "back"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3, 4])], [vinfo("y", shape=[2, 3, 4])],
+                       [tensor("flat", np.array([2, 12], np.int64)),
+                        tensor("back", np.array([2, 3, 4], np.int64))])
+    model, done = _rewritten(proto)
+    assert [n.op_type for n in model.graph] == ["Relu"]
+    assert done.sweeps == 2
