@@ -27,7 +27,7 @@ from onnxfold.protos import function_graphs, graph_protos, tensor_protos
 # ModelProto.graph, GraphProto.initializer, TensorProto.raw_data / external_data / data_location
 _MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
 _TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
-LAZY_THRESHOLD = 1024
+LAZY_THRESHOLD = 4096  # smaller inline weights stay in the bytes read (a mapping costs more)
 SOURCE_KEY = "onnxfold.source"  # Model.meta: the file a model was loaded from
 DATA_FILES_KEY = "onnxfold.data_files"  # Model.meta: the external-data files it was read from
 
