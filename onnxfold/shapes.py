@@ -49,8 +49,13 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
     try:
         return ir.serde.serialize_model(model)
     finally:
+        # onnx-ir's GraphInputs keeps a removed input's count (0), and with it the value and
+        # its weight for the graph's life: a weight folded away later would never be freed
+        counts = getattr(graph.inputs, "_ref_counter", {})
         for value in added:
             graph.inputs.remove(value)
+            if counts.get(value) == 0:
+                del counts[value]
         for value in big.values():
             graph.register_initializer(value)
         for name in order:  # the file's order, not the large ones last

@@ -1,0 +1,107 @@
+"""Review of the performance changes (collector, reused reader proto, rewrite sweeps):
+regressions found while attacking them."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from conftest import make_model, run_ort, tensor, vinfo
+from onnx import TensorProto, helper
+
+import onnxfold
+from onnxfold import FoldOptions, collector
+from onnxfold.io.reader import load_model
+from onnxfold.pipeline import optimize
+
+
+def _in_memory_model(n=64):
+    """An ir.Model whose weight is a numpy array only the model holds; the weight folds away."""
+    nodes = [helper.make_node("Mul", ["w", "two"], ["w2"]),
+             helper.make_node("MatMul", ["x", "w2"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[1, n])], [vinfo("y", shape=[1, n])],
+                       [tensor("w", np.zeros((1, 1), np.float32)),
+                        tensor("two", np.array(2, np.float32))])
+    model = ir.serde.deserialize_model(proto)
+    weight = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    value = model.graph.initializers["w"]
+    value.const_value = ir.Tensor(weight, name="w")
+    value.shape = ir.Shape([n, n])
+    return model, weakref.ref(weight)
+
+
+def test_repeated_optimize_calls_do_not_keep_every_folded_model_alive():
+    # long_lived() froze the garbage of the call before (gc.freeze() at the next call's
+    # start), so no collection ever reached it: every call's folded-away weights stayed
+    gc.collect()
+    alive = []
+    for _ in range(4):
+        model, weight = _in_memory_model()
+        result = optimize(model)  # not strict: a snapshot is taken for a restart
+        result.to_proto()
+        del model, result
+        alive.append(weight)
+    assert sum(w() is not None for w in alive) == 0
+
+
+def test_a_folded_away_weight_is_freed_while_the_result_lives():
+    # serialize_light added the large initializers to graph.inputs and removed them; onnx-ir
+    # kept their (zero) count, and with it the value and its weight, as long as the graph
+    model, weight = _in_memory_model()
+    result = optimize(model, FoldOptions(strict=True))
+    assert [n.op_type for n in result.model.graph] == ["MatMul"]
+    gc.collect()
+    assert weight() is None
+
+
+def test_a_caller_s_own_threshold_equal_to_ours_is_not_mistaken_for_a_fold():
+    # settled() froze whenever the young threshold was 50,000, i.e. also when the caller had
+    # chosen that value: nothing ever unfroze those objects
+    old, frozen = gc.get_threshold(), gc.get_freeze_count()
+    gc.set_threshold(collector.YOUNG_THRESHOLD, *old[1:])
+    try:
+        with collector.long_lived():
+            collector.settled()
+        onnxfold.optimize(_in_memory_model()[0])
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*old)
+
+
+def test_automatic_collection_turned_off_by_a_zero_threshold_stays_off():
+    old = gc.get_threshold()
+    gc.set_threshold(0)
+    try:
+        with collector.long_lived():
+            assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*old)
+
+
+@pytest.mark.xfail(strict=True, reason="the reader's proto types a large initializer by its "
+                   "dims, serialize_light by the model's value_info for it (onnx-ir lets a "
+                   "value_info entry override an initializer's shape): when the two disagree, "
+                   "optimize(path) and optimize(load_model(path)) differ (both run correctly)")
+def test_value_info_contradicting_an_initializer_gives_the_same_output_either_way(tmp_path):
+    w = np.random.default_rng(0).standard_normal((512, 4)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Shape", ["h"], ["s"]),
+             helper.make_node("Reshape", ["h", "s"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 512])],
+                       [vinfo("y", shape=["p", "q"]), vinfo("s", TensorProto.INT64, [2])],
+                       [tensor("w", w)])
+    proto.graph.value_info.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 5]))
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    feeds = {"x": np.ones((2, 512), np.float32)}
+    read_here = optimize(str(path), FoldOptions(strict=True)).to_proto()
+    handed = optimize(load_model(path), FoldOptions(strict=True)).to_proto()
+    for folded in (read_here, handed):
+        for got, want in zip(run_ort(folded, feeds), run_ort(proto, feeds), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert read_here.SerializeToString() == handed.SerializeToString()
