@@ -117,7 +117,7 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
                        prefill: OutputPrefill | None) -> int:
 
     checking = _compare_options(args) if args.check else None  # bad --dim fails before folding
-    with long_lived():
+    with long_lived(collect_after=getattr(args, "collect_after", True)):
         return _fold_and_save(args, guard, prefill, checking)
 
 
@@ -430,12 +430,16 @@ def _output_directories(args: argparse.Namespace) -> list[str]:
     return found
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, exiting: bool = False) -> int:
+    """Run a command line; ``exiting``: the process ends right after (no garbage collection
+    at the end of a fold, see ``collector.long_lived``)."""
     # OpenBLAS worker threads otherwise spin for ~0.1 s after numpy is imported, on the core
     # the prefill and the writer's copies use; matrix products still run multi-threaded.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     parser = build_parser()
-    return run_parsed(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    args.collect_after = not exiting
+    return run_parsed(args)
 
 
 def run_parsed(args: argparse.Namespace) -> int:
@@ -473,7 +477,7 @@ def entry_point() -> None:
     Freeing every graph object and module at exit takes ~50 ms on a BERT-size model and helps
     no one: by then every output is closed and renamed.
     """
-    code = main()
+    code = main(exiting=True)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -16,35 +16,37 @@ import gc
 from collections.abc import Iterator
 
 YOUNG_THRESHOLD = 50_000  # allocations between young collections (CPython's default: 700)
-_active: list[bool] = []  # one entry while the outermost long_lived() has frozen the heap
+
+
+def _in_effect() -> bool:
+    """Whether an outer :func:`long_lived` is in effect: its threshold, and a heap frozen."""
+    return gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() > 0
 
 
 @contextlib.contextmanager
-def long_lived() -> Iterator[None]:
-    """Fewer, cheaper collections for the duration (re-entrant: an inner use does nothing;
-    so does any use while the caller has objects of its own frozen, which stay as they are)."""
+def long_lived(collect_after: bool = True) -> Iterator[None]:
+    """Fewer, cheaper collections for the duration. An inner use does nothing, and so does any
+    use while the caller has objects of its own frozen (they stay as they are) or automatic
+    collection off. ``collect_after``: collect once at the end (what became garbage while
+    frozen, a folded model's old nodes and weights, would otherwise be frozen again by the
+    next call and never collected); a process about to exit need not."""
     old = gc.get_threshold()
-    if _active or old[0] == 0 or gc.get_freeze_count():  # nested, or the caller's own settings
+    if old[0] == 0 or gc.get_freeze_count():  # nested (we froze), or the caller's own settings
         yield
         return
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, *old[1:])
-    _active.append(True)
     try:
         yield
     finally:
-        _active.clear()
         gc.set_threshold(*old)
         gc.unfreeze()
-        # what became garbage while frozen (a folded model's old nodes and weights, and the
-        # caller's garbage frozen with it) now sits in the oldest generation, which the next
-        # call would freeze again: collected here, or repeated calls keep every model alive
-        if gc.isenabled():
+        if collect_after and gc.isenabled():
             gc.collect()
 
 
 def settled() -> None:
     """The objects that exist now (a model just loaded) live on: collections skip them while
     :func:`long_lived` is in effect."""
-    if _active:
+    if _in_effect():
         gc.freeze()
