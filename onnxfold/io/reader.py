@@ -335,7 +335,23 @@ def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[st
     except Exception as e:
         raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
     reorders = check_structure(model, label)
-    return model, check_tensor_data(model, label), reorders
+    files = check_tensor_data(model, label)
+    _typed_by_their_data(model)
+    return model, files, reorders
+
+
+def _typed_by_their_data(model: ir.Model) -> None:
+    """An initializer's declared type and shape (a ``value_info`` entry may claim anything)
+    become its data's, which is what onnxruntime and shape inference of the file use."""
+    for graph in all_graphs(model):
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if tensor is None:
+                continue
+            if value.shape is None or tuple(value.shape) != tuple(tensor.shape):
+                value.shape = ir.Shape(tensor.shape)
+            if value.dtype != tensor.dtype:
+                value.type = ir.TensorType(tensor.dtype)
 
 
 def _huge(proto: onnx.ModelProto) -> bool:

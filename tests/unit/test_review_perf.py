@@ -9,7 +9,6 @@ import weakref
 import numpy as np
 import onnx
 import onnx_ir as ir
-import pytest
 from conftest import make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
@@ -83,10 +82,6 @@ def test_automatic_collection_turned_off_by_a_zero_threshold_stays_off():
         gc.set_threshold(*old)
 
 
-@pytest.mark.xfail(strict=True, reason="the reader's proto types a large initializer by its "
-                   "dims, serialize_light by the model's value_info for it (onnx-ir lets a "
-                   "value_info entry override an initializer's shape): when the two disagree, "
-                   "optimize(path) and optimize(load_model(path)) differ (both run correctly)")
 def test_value_info_contradicting_an_initializer_gives_the_same_output_either_way(tmp_path):
     w = np.random.default_rng(0).standard_normal((512, 4)).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
