@@ -349,7 +349,7 @@ def _typed_by_their_data(model: ir.Model) -> None:
             if tensor is None:
                 continue
             if value.shape is None or tuple(value.shape) != tuple(tensor.shape):
-                value.shape = ir.Shape(tensor.shape)
+                value.shape = ir.Shape(tensor.shape.numpy())
             if value.dtype != tensor.dtype:
                 value.type = ir.TensorType(tensor.dtype)
 
