@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import onnx
 
@@ -10,7 +10,12 @@ import onnx
 def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """``graph`` and every subgraph in it, depth first."""
     yield graph
-    for node in graph.node:
+    yield from _subgraphs(graph.node)
+
+
+def _subgraphs(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
+    """The graphs in ``nodes``' attributes, and every subgraph in them, depth first."""
+    for node in nodes:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 yield from graph_protos(attr.g)
@@ -32,10 +37,4 @@ def function_graphs(model: onnx.ModelProto) -> Iterator[onnx.FunctionProto | onn
     :func:`graph_protos` of the main graph does not reach)."""
     for function in model.functions:
         yield function
-        for node in function.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    yield from graph_protos(attr.g)
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    for sub in attr.graphs:
-                        yield from graph_protos(sub)
+        yield from _subgraphs(function.node)
