@@ -15,11 +15,15 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-YOUNG_THRESHOLD = 50_000  # allocations between young collections (CPython's default: 700)
+# allocations between young collections (CPython's default: 700); an unusual number, so that
+# "this threshold and a heap frozen" tells that a long_lived() is in effect (no module state)
+YOUNG_THRESHOLD = 50_021
 
 
 def _in_effect() -> bool:
-    """Whether an outer :func:`long_lived` is in effect: its threshold, and a heap frozen."""
+    """Whether a :func:`long_lived` is in effect: its threshold, and a heap frozen (a caller
+    would have to choose this very threshold and freeze objects of its own to be mistaken
+    for it)."""
     return gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() > 0
 
 

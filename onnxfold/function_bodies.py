@@ -175,7 +175,10 @@ def fold_functions(model: ir.Model, options: FoldOptions, catalogue: Catalogue,
     before = stats.folded
     newest = onnx.defs.onnx_opset_version()
     for function in list(model.functions.values()):
-        if function.opset_imports.get("", 0) <= newest:  # else its ops may mean something new
+        opset = function.opset_imports.get("", function.opset_imports.get("ai.onnx", 0))
+        # none: a folded result could not be written (a Constant is a default-domain node);
+        # newer than onnx knows: its ops may mean something new
+        if 0 < opset <= newest:
             fold_function(function, model, options, catalogue, stats, pool)
     if options.strict and len(pool):
         raise RuntimeError(f"buffers left in the pool after folding: {pool.keys()[:5]}")

@@ -266,7 +266,10 @@ class RewriteContext:
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
     _arrays: dict[ir.Value, np.ndarray | None] = field(default_factory=dict, repr=False)
     memo: dict[str, object] = field(default_factory=dict, repr=False)
-    """What a rule computed about the graph for this sweep; emptied when a node is added."""
+    """What a rule computed about the graph for this sweep; emptied when a node is added
+    (``add_node``). A rewrite that reroutes existing values without adding a node keeps it:
+    what it remembers must stay true under such reroutes (``rules/zero_sign.py``'s answers do,
+    as long as values are only rerouted to readers of the same kind)."""
 
     @property
     def keep(self) -> frozenset[str]:

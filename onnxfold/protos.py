@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 
 import onnx
+import onnx_ir as ir
+
+SMALL_TENSOR_BYTES = 1024  # shape inference gets the data of initializers up to this size
 
 
 def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
@@ -38,3 +42,14 @@ def function_graphs(model: onnx.ModelProto) -> Iterator[onnx.FunctionProto | onn
     for function in model.functions:
         yield function
         yield from _subgraphs(function.node)
+
+
+def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
+    """The bytes of ``tensor``'s data from its dims and type (None: strings, unknown type)."""
+    if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    try:
+        bits = ir.DataType(tensor.data_type).bitwidth
+    except (ValueError, TypeError):
+        return None
+    return -(-math.prod(tensor.dims) * bits // 8)

@@ -23,9 +23,8 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis import all_graphs
-from onnxfold.protos import graph_protos
+from onnxfold.protos import SMALL_TENSOR_BYTES, graph_protos, tensor_nbytes
 
-_BIG = 1024
 DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
 
 
@@ -33,7 +32,7 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
     """The model as a proto whose large initializers are typed graph inputs instead."""
     graph = model.graph
     big = {name: v for name, v in graph.initializers.items()
-           if v.const_value is not None and v.const_value.nbytes > _BIG}
+           if v.const_value is not None and v.const_value.nbytes > SMALL_TENSOR_BYTES}
     order = list(graph.initializers) if big else []
     added = []
     for name, value in big.items():
@@ -70,14 +69,19 @@ def lighten(proto: onnx.ModelProto) -> onnx.ModelProto:
     names = {i.name for i in graph.input}
     kept = []
     for tensor in graph.initializer:
-        if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) or \
-                -(-math.prod(tensor.dims) * ir.DataType(tensor.data_type).bitwidth // 8) <= _BIG:
+        nbytes = tensor_nbytes(tensor)
+        if nbytes is None or nbytes <= SMALL_TENSOR_BYTES:
             kept.append(tensor)
         elif tensor.name not in names:
             graph.input.append(onnx.helper.make_tensor_value_info(
                 tensor.name, tensor.data_type, tensor.dims))
     del graph.initializer[:]
     graph.initializer.extend(kept)
+    for sub in graph_protos(graph):  # the reader typed initializers by their data: so here
+        constants = {t.name for t in sub.initializer} | (names if sub is graph else set())
+        claims = [vi for vi in sub.value_info if vi.name not in constants]
+        del sub.value_info[:]
+        sub.value_info.extend(claims)
     return proto
 
 
@@ -104,7 +108,6 @@ def _static_1d_length(type_proto: onnx.TypeProto) -> int:
 
 def _range_length(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> int:
     """Elements of ``Range`` with constant bounds (0 when they are not all constant)."""
-    import math
 
     from onnx import numpy_helper
 

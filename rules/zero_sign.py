@@ -27,6 +27,7 @@ from onnxfold.analysis import is_default_op, subgraphs
 from onnxfold.patterns import RewriteContext
 
 ANY = -1  # every input of the op
+_DATA_TYPES = frozenset(int(t) for t in ir.DataType)
 
 ABSORBS: dict[str, int] = dict.fromkeys(
     ("Exp", "Cos", "Cosh", "Sigmoid", "Softmax", "Softplus", "Abs", "Log", "Shape", "Size",
@@ -72,8 +73,8 @@ def _kind(ctx: RewriteContext, node: ir.Node, index: int) -> str:
         return "absorbs"  # +-0 + c is c, whichever the zero
     if op == "Cast":
         to = node.attributes.get_int("to")
-        if to is None or to == ir.DataType.STRING:
-            return "observes"  # a string says "-0" or "0"
+        if to is None or to == ir.DataType.STRING or to not in _DATA_TYPES:
+            return "observes"  # a string says "-0" or "0"; an unknown type, who knows
         return "passes" if ir.DataType(to).is_floating_point() else "absorbs"
     if _listed(ABSORBS, op, index):
         return "absorbs"

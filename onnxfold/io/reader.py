@@ -22,7 +22,13 @@ from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
-from onnxfold.protos import function_graphs, graph_protos, tensor_protos
+from onnxfold.protos import (
+    SMALL_TENSOR_BYTES,
+    function_graphs,
+    graph_protos,
+    tensor_nbytes,
+    tensor_protos,
+)
 
 # ModelProto.graph, GraphProto.initializer, TensorProto.raw_data / external_data / data_location
 _MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
@@ -260,7 +266,7 @@ def load_model(path: str | os.PathLike, check: bool = True,
         assert light is not None  # the checker ran on it
         unknown = _run_checker(_reordered(light, reorders), path)
     if keep_light and light is not None and not any(reorders) and \
-            not _external_in_subgraphs(proto):
+            not _external_in_subgraphs(proto) and not _small_external(proto):
         model.meta[LIGHT_PROTO_KEY] = light
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
@@ -318,6 +324,13 @@ def _refuse_external_in_functions(proto: onnx.ModelProto, label: str) -> None:
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors):
             raise InputError(f"{label}: a tensor in local function body '{body.name}' is "
                              "stored as external data, which onnxfold does not support")
+
+
+def _small_external(proto: onnx.ModelProto) -> bool:
+    """Whether a main-graph initializer small enough for shape inference to get its data
+    (``shapes.serialize_light``) is stored as external data (the reader's proto has none)."""
+    return any(t.data_location == onnx.TensorProto.EXTERNAL and
+               (tensor_nbytes(t) or 0) <= SMALL_TENSOR_BYTES for t in proto.graph.initializer)
 
 
 def _external_in_subgraphs(proto: onnx.ModelProto) -> bool:

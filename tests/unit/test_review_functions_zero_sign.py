@@ -183,7 +183,12 @@ def test_a_sparse_constant_in_a_body(tmp_path):
             helper.make_node("Neg", ["c"], ["n"]), helper.make_node("Add", ["a", "n"], ["b"])]
     proto = _function_model(body)
     _, _, out = fold_proto(proto, tmp_path)
-    _same_numbers(proto, out, {"x": np.ones((4, 3), np.float32)})
+    # not the original in onnxruntime: a sparse Constant in a function body makes its session
+    # creation crash now and then (a segfault, seen under pytest-xdist); ours is dense
+    x = np.ones((4, 3), np.float32)
+    np.testing.assert_array_equal(run_ort(out, {"x": x})[0], x - np.array([0, 5, 0], np.float32))
+    assert not any(a.name == "sparse_value" for f in onnx.load(out).functions for n in f.node
+                   for a in n.attribute)
 
 
 def test_a_body_constant_with_external_data_is_refused(tmp_path, monkeypatch):

@@ -131,3 +131,77 @@ def test_a_lying_value_info_of_an_intermediate_value_is_not_folded_into_shapes(t
     assert [vi for vi in folded.graph.value_info if vi.name == "h"] == [] or all(
         d.dim_value != 1 for vi in folded.graph.value_info if vi.name == "h"
         for d in vi.type.tensor_type.shape.dim[:1])
+
+
+def _both_ways(path):
+    read_here = optimize(str(path), FoldOptions(strict=True)).to_proto()
+    handed = optimize(load_model(path), FoldOptions(strict=True)).to_proto()
+    return read_here, handed
+
+
+def test_a_value_info_lying_about_a_small_initializer_is_read_the_same_either_way(tmp_path):
+    """Review: the reader's proto kept the claim ([2, 5] for a [2, 4] weight) and onnx's
+    inference then failed for the whole model, while the loaded model had been corrected."""
+    w = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Shape", ["h"], ["s"]),
+             helper.make_node("Reshape", ["h", "s"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 2])], [vinfo("y", shape=["a", "b"])],
+                       [tensor("w", w)])
+    proto.graph.value_info.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 5]))
+    onnx.save(proto, tmp_path / "m.onnx")
+    read_here, handed = _both_ways(tmp_path / "m.onnx")
+    assert read_here.SerializeToString() == handed.SerializeToString()
+    assert "Reshape" not in [n.op_type for n in read_here.graph.node]
+
+
+def test_a_small_external_initializer_is_read_the_same_either_way(tmp_path):
+    """Review: a 24-byte Reshape target saved as external data was a typed input in the
+    reader's proto (no data for inference) but data in the serialized model."""
+    nodes = [helper.make_node("Reshape", ["x", "shp"], ["r"]),
+             helper.make_node("Relu", ["r"], ["h"]),
+             helper.make_node("Shape", ["h"], ["s"]),
+             helper.make_node("Reshape", ["h", "s"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=["a", "b", "c"])],
+                       [tensor("shp", np.array([-1, 2, 2], np.int64))])
+    onnx.save(proto, tmp_path / "m.onnx", save_as_external_data=True, location="m.data",
+              size_threshold=0)
+    read_here, handed = _both_ways(tmp_path / "m.onnx")
+    assert [n.op_type for n in read_here.graph.node] == [n.op_type for n in handed.graph.node]
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(3, 4)}
+    np.testing.assert_array_equal(run_ort(read_here, feeds)[0], run_ort(handed, feeds)[0])
+
+
+def test_an_unknown_cast_type_after_a_zero_add_keeps_the_add(tmp_path):
+    """Review: Cast(to=99) made the zero-sign check raise (the rule was then skipped for the
+    whole model, or the run failed under --strict)."""
+    from onnxfold.io.reader import model_from_proto
+
+    nodes = [helper.make_node("Add", ["x", "z"], ["a"]),
+             helper.make_node("Cast", ["a"], ["y"], to=99)]
+    proto = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])],
+                       [tensor("z", np.zeros(3, np.float32))])
+    result = optimize(model_from_proto(proto), FoldOptions(strict=True))
+    assert [n.op_type for n in result.model.graph] == ["Add", "Cast"]
+
+
+def test_a_caller_s_frozen_heap_with_a_round_threshold_is_left_alone():
+    """Review: a caller with its own frozen heap and a threshold of 50,000 (the fold's own,
+    then) made settled() freeze each fold's model for good; the fold's threshold is now an
+    unusual number, and such a caller's heap is left as it is."""
+    import gc
+
+    from onnxfold.collector import long_lived, settled
+
+    old = gc.get_threshold()
+    gc.set_threshold(50_000, *old[1:])
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with long_lived():
+            settled()
+            assert gc.get_threshold()[0] == 50_000
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*old)
