@@ -1,12 +1,14 @@
 """Python's cyclic garbage collector while a model loads and folds.
 
 A loaded model is hundreds of thousands of long-lived objects (nodes, values, attributes, all
-in reference cycles), and every full collection walks all of them again: 15-30% of a fold's
-time on deep graphs. While a fold runs, :func:`long_lived` freezes what exists (collections no
-longer walk it) and collects young objects less often; :func:`settled` freezes a model just
-loaded. Both are undone when the outermost :func:`long_lived` ends. Objects without cycles
-(arrays, the buffer pool's buffers) are still freed by reference counting the moment their
-last reader lets go.
+in reference cycles), and every full collection walks all of them again: 15-30% of a deep
+graph's fold time. While a fold runs (:func:`long_lived`), young objects are collected less
+often, and :func:`settled` freezes a model just loaded when that pays: collections then skip
+it. Freezing has a price at the end: what became garbage while frozen (the folded model's old
+nodes and weights) needs one full collection (~0.1 s on a large heap), unless the process
+exits right after. So a small model (under ``FREEZE_MIN_NODES``) is frozen only by a process
+that exits anyway. Everything is undone when the outermost :func:`long_lived` ends. Objects
+without cycles (arrays, the buffer pool's buffers) are freed by reference counting as always.
 """
 
 from __future__ import annotations
@@ -15,42 +17,44 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-# allocations between young collections (CPython's default: 700); an unusual number, so that
-# "this threshold and a heap frozen" tells that a long_lived() is in effect (no module state)
+# Allocations between young collections (CPython's default: 700). Unusual numbers, so that the
+# threshold itself tells that a long_lived() is in effect, and whether its process exits after
+# it (no module-level state).
 YOUNG_THRESHOLD = 50_021
+YOUNG_THRESHOLD_EXITING = 50_023
+FREEZE_MIN_NODES = 5_000  # below, a fold's full collections cost less than the final one
 
 
-def _in_effect() -> bool:
-    """Whether a :func:`long_lived` is in effect: its threshold, and a heap frozen (a caller
-    would have to choose this very threshold and freeze objects of its own to be mistaken
-    for it)."""
-    return gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() > 0
+def _in_effect() -> int | None:
+    """The threshold of the :func:`long_lived` in effect, if one is."""
+    young = gc.get_threshold()[0]
+    return young if young in (YOUNG_THRESHOLD, YOUNG_THRESHOLD_EXITING) else None
 
 
 @contextlib.contextmanager
 def long_lived(collect_after: bool = True) -> Iterator[None]:
-    """Fewer, cheaper collections for the duration. An inner use does nothing, and so does any
-    use while the caller has objects of its own frozen (they stay as they are) or automatic
-    collection off. ``collect_after``: collect once at the end (what became garbage while
-    frozen, a folded model's old nodes and weights, would otherwise be frozen again by the
-    next call and never collected); a process about to exit need not."""
+    """Fewer collections for the duration. An inner use does nothing, and so does any use while
+    the caller has objects of its own frozen (they stay as they are) or automatic collection
+    off. ``collect_after``: False when the process exits right after (see the module doc)."""
     old = gc.get_threshold()
-    if old[0] == 0 or gc.get_freeze_count():  # nested (we froze), or the caller's own settings
+    if _in_effect() is not None or old[0] == 0 or gc.get_freeze_count():
         yield
         return
-    gc.freeze()
-    gc.set_threshold(YOUNG_THRESHOLD, *old[1:])
+    young = YOUNG_THRESHOLD if collect_after else YOUNG_THRESHOLD_EXITING
+    gc.set_threshold(young, *old[1:])
     try:
         yield
     finally:
         gc.set_threshold(*old)
-        gc.unfreeze()
-        if collect_after and gc.isenabled():
-            gc.collect()
+        if gc.get_freeze_count():  # settled() froze: it was not frozen when we began
+            gc.unfreeze()
+            if collect_after and gc.isenabled():
+                gc.collect()
 
 
-def settled() -> None:
-    """The objects that exist now (a model just loaded) live on: collections skip them while
-    :func:`long_lived` is in effect."""
-    if _in_effect():
+def settled(nodes: int) -> None:
+    """A model of ``nodes`` nodes was just loaded: freeze what exists, so that collections
+    skip it while :func:`long_lived` is in effect, if that pays (see the module doc)."""
+    young = _in_effect()
+    if young == YOUNG_THRESHOLD_EXITING or (young is not None and nodes >= FREEZE_MIN_NODES):
         gc.freeze()

@@ -157,7 +157,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
     given; else from a copy taken first); the report lists it in ``skipped_steps``.
     """
-    with long_lived():  # the model's objects are not walked by every collection
+    with long_lived():  # fewer collections; a large model's objects are not walked by each
         return _optimize(model, options, check, progress, pristine)
 
 
@@ -171,7 +171,6 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     model, path = as_ir_model(model, check)
     light = model.meta.pop(LIGHT_PROTO_KEY, None)
     light = lighten(light) if light is not None and path is not None else None  # read here
-    settled()
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))
@@ -180,6 +179,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         pristine = snapshot.clone
     model.meta[KEEP_KEY] = frozenset(options.keep)
     before = model_counts(model)
+    settled(before.nodes)
     skipped: dict[str, str] = {}
     newest = onnx.defs.onnx_opset_version()
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))

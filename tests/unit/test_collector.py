@@ -17,7 +17,7 @@ def test_settings_are_restored_and_nested_use_is_a_no_op():
     with long_lived():
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD
         with long_lived():
-            settled()
+            settled(10**6)
             assert gc.get_threshold()[0] == YOUNG_THRESHOLD
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD  # the inner exit undid nothing
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
@@ -25,7 +25,7 @@ def test_settings_are_restored_and_nested_use_is_a_no_op():
 
 def test_settled_outside_a_fold_freezes_nothing():
     frozen = gc.get_freeze_count()
-    settled()
+    settled(10**6)
     assert gc.get_freeze_count() == frozen
 
 
@@ -55,7 +55,24 @@ def test_a_caller_s_own_frozen_objects_stay_frozen():
         frozen, before = gc.get_freeze_count(), gc.get_threshold()
         with long_lived():
             assert gc.get_threshold() == before  # the caller manages the collector: hands off
-            settled()
+            settled(10**6)
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_a_small_model_is_frozen_only_when_the_process_exits():
+    """Freezing costs a full collection at the end: for a small model it is not worth it,
+    unless the process exits right after (the onnxfold executable) and skips that collection."""
+    from onnxfold.collector import FREEZE_MIN_NODES
+
+    with long_lived():
+        settled(FREEZE_MIN_NODES - 1)
+        assert gc.get_freeze_count() == 0
+        settled(FREEZE_MIN_NODES)
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    with long_lived(collect_after=False):
+        settled(10)
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0

@@ -35,9 +35,10 @@ def _in_memory_model(n=64):
     return model, weakref.ref(weight)
 
 
-def test_repeated_optimize_calls_do_not_keep_every_folded_model_alive():
+def test_repeated_optimize_calls_do_not_keep_every_folded_model_alive(monkeypatch):
     # long_lived() froze the garbage of the call before (gc.freeze() at the next call's
     # start), so no collection ever reached it: every call's folded-away weights stayed
+    monkeypatch.setattr(collector, "FREEZE_MIN_NODES", 0)  # freeze even this small model
     gc.collect()
     alive = []
     for _ in range(4):
@@ -63,10 +64,10 @@ def test_a_caller_s_own_threshold_equal_to_ours_is_not_mistaken_for_a_fold():
     # settled() froze whenever the young threshold was 50,000, i.e. also when the caller had
     # chosen that value: nothing ever unfroze those objects
     old, frozen = gc.get_threshold(), gc.get_freeze_count()
-    gc.set_threshold(collector.YOUNG_THRESHOLD, *old[1:])
+    gc.set_threshold(50_000, *old[1:])  # the fold's own threshold, then
     try:
         with collector.long_lived():
-            collector.settled()
+            collector.settled(10**6)
         onnxfold.optimize(_in_memory_model()[0])
         assert gc.get_freeze_count() == frozen
     finally:
@@ -199,7 +200,7 @@ def test_a_caller_s_frozen_heap_with_a_round_threshold_is_left_alone():
     try:
         frozen = gc.get_freeze_count()
         with long_lived():
-            settled()
+            settled(10**6)
             assert gc.get_threshold()[0] == 50_000
         assert gc.get_freeze_count() == frozen
     finally:
