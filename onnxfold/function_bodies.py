@@ -29,10 +29,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import ConstPlan, is_default_op, kept, plan_graph, subgraphs
+from onnxfold.analysis import ConstPlan, is_default_op, plan_graph, subgraphs
 from onnxfold.catalogue import Catalogue
 from onnxfold.declines import DeclineKind, Reason
 from onnxfold.fold import FoldOptions, FoldStats, GraphFolder, source_array
+from onnxfold.passes import remove_dead_nodes_in
 from onnxfold.pool import BufferPool
 
 _LITERALS = frozenset({"value", "value_float", "value_floats", "value_int", "value_ints",
@@ -152,21 +153,7 @@ def fold_function(function: ir.Function, model: ir.Model, options: FoldOptions,
         folder.materialize()
     stats.folded_in_functions += stats.folded - folded
     if stats.folded > folded:  # replaced by Constants, or by the constant an Identity copied
-        _remove_unused(function.graph, options.keep)
-
-
-def _remove_unused(graph: ir.Graph, keep: Iterable[str]) -> None:
-    """Remove the nodes nothing reads (the Constants and chains the fold replaced)."""
-    keep = frozenset(keep)
-    changed = True
-    while changed:
-        changed = False
-        outputs = set(graph.outputs)
-        for node in reversed(list(graph)):
-            if all(not v.uses() and v not in outputs for v in node.outputs) and \
-                    not kept(node, keep):
-                graph.remove(node, safe=True)
-                changed = True
+        remove_dead_nodes_in(function.graph, frozenset(options.keep))
 
 
 def fold_functions(model: ir.Model, options: FoldOptions, catalogue: Catalogue,

@@ -13,7 +13,7 @@ the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import onnx
@@ -153,6 +153,22 @@ class FoldFunctions(InPlacePass):
         return PassResult(model, folded > 0)
 
 
+def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str]) -> int:
+    """Remove the nodes of ``graph`` whose outputs nothing reads, except those ``keep``
+    (``--keep``) names, until none is left; return how many went."""
+    removed, changed = 0, True
+    while changed:
+        changed = False
+        outputs = set(graph.outputs)
+        for node in reversed(list(graph)):
+            if all(not v.uses() and v not in outputs for v in node.outputs) and \
+                    not kept(node, keep):
+                graph.remove(node, safe=True)
+                removed += 1
+                changed = True
+    return removed
+
+
 def remove_dead_nodes(model: ir.Model) -> int:
     """Remove nodes whose outputs nothing reads (all graphs), and the main graph's unused
     initializers that are not inputs; return how many nodes went.
@@ -160,18 +176,12 @@ def remove_dead_nodes(model: ir.Model) -> int:
     (onnx-ir's RemoveUnusedNodesPass also trims a node's trailing empty inputs, which turns a
     valid ``Loop(M, "")`` into an invalid ``Loop(M)``.)
     """
-    removed, changed = 0, True
-    keep = kept_in(model)
-    while changed:
-        changed = False
-        for graph in all_graphs(model):
-            outputs = set(graph.outputs)
-            for node in reversed(list(graph)):
-                if all(not v.uses() and v not in outputs for v in node.outputs) and \
-                        not kept(node, keep):
-                    graph.remove(node, safe=True)
-                    removed += 1
-                    changed = True
+    removed, keep = 0, kept_in(model)
+    while True:  # a node gone in a subgraph may leave an outer value unread
+        gone = sum(remove_dead_nodes_in(graph, keep) for graph in all_graphs(model))
+        removed += gone
+        if not gone:
+            break
     graph = model.graph
     interface = set(graph.inputs) | set(graph.outputs)
     for name, value in list(graph.initializers.items()):
