@@ -28,10 +28,13 @@ def _subgraphs(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
                     yield from graph_protos(sub)
 
 
-def tensor_protos(graph: onnx.GraphProto, initializers: bool = True) -> list[onnx.TensorProto]:
-    """The tensors ``graph`` holds itself (not its subgraphs'): its initializers (unless
-    ``initializers`` is False) and its nodes' tensor attributes."""
-    found = list(graph.initializer) if initializers else []
+def tensor_protos(graph: onnx.GraphProto | onnx.FunctionProto, initializers: bool = True
+                  ) -> list[onnx.TensorProto]:
+    """The tensors ``graph`` (or a function body) holds itself, not its subgraphs': its
+    initializers (unless ``initializers`` is False; a function has none) and its nodes'
+    tensor attributes."""
+    found = list(graph.initializer) if initializers and isinstance(graph, onnx.GraphProto) \
+        else []
     found += [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
     return found
 

@@ -55,10 +55,9 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
             graph.inputs.remove(value)
             if counts.get(value) == 0:
                 del counts[value]
-        for value in big.values():
-            graph.register_initializer(value)
-        for name in order:  # the file's order, not the large ones last
-            graph.register_initializer(graph.initializers.pop(name))
+        for name in order:  # back in the file's order, not the large ones last
+            graph.register_initializer(big[name] if name in big else
+                                       graph.initializers.pop(name))
 
 
 def lighten(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -317,11 +317,7 @@ def _refuse_external_in_functions(proto: onnx.ModelProto, label: str) -> None:
     data files, and the writer, cover the graphs; a body's file would be resolved against
     the working directory)."""
     for body in function_graphs(proto):
-        tensors = [a.t for n in body.node for a in n.attribute
-                   if a.type == onnx.AttributeProto.TENSOR]
-        if isinstance(body, onnx.GraphProto):
-            tensors += list(body.initializer)
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors):
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(body)):
             raise InputError(f"{label}: a tensor in local function body '{body.name}' is "
                              "stored as external data, which onnxfold does not support")
 
