@@ -29,7 +29,7 @@ import onnx_ir as ir
 from onnxfold.analysis import through_identities
 from onnxfold.patterns import Check, P, Reject, RewriteContext, Var, pattern
 
-from .structure import _broadcasts_into
+from .structure import broadcasts_into
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 _GEMM_FLOATS = (*_FLOATS, ir.DataType.FLOAT16)  # MatMul+Add -> Gemm computes no weight
@@ -298,7 +298,7 @@ def _gemm_bias_fits(ctx: RewriteContext, layer: ir.Node, x: ir.Value, w: ir.Valu
         return Reject("not a 2-D MatMul (the input's rank unknown or not 2)")
     if w.dtype not in _GEMM_FLOATS or x.dtype != w.dtype or c.dtype != w.dtype:
         return Reject("not one float16/float32/float64 dtype")
-    if not _broadcasts_into(ctx, c, layer.outputs[0]):
+    if not broadcasts_into(ctx, c, layer.outputs[0]):
         return Reject("the constant is not Gemm's C: it broadcasts beyond the (M, N) product")
     return True
 
@@ -320,7 +320,7 @@ def _constants_merge(ctx: RewriteContext, x: ir.Value, k: ir.Value, c: ir.Value,
         return False  # it all folds
     if x.dtype not in _FLOATS or k.dtype != x.dtype or c.dtype != x.dtype:
         return Reject("not one float32/float64 dtype")
-    if not (_broadcasts_into(ctx, k, x) and _broadcasts_into(ctx, c, x)):
+    if not (broadcasts_into(ctx, k, x) and broadcasts_into(ctx, c, x)):
         return Reject("a constant broadcasts beyond x's shape (or that shape is unknown)")
     a, b = ctx.array(k), ctx.array(c)
     if a is None or b is None or not _finite(ctx, k, c):

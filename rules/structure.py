@@ -252,7 +252,7 @@ def elementwise_between_reshapes(ctx: RewriteContext, outer: ir.Node, y: ir.Valu
 
 # --- neutral elements -----------------------------------------------------------------------
 
-def _broadcasts_into(ctx: RewriteContext, v: ir.Value, x: ir.Value) -> bool:
+def broadcasts_into(ctx: RewriteContext, v: ir.Value, x: ir.Value) -> bool:
     """Whether broadcasting ``v`` with ``x`` gives exactly ``x``'s shape, whatever the
     dynamic dims: every dim of ``v`` (right-aligned) is 1 or provably ``x``'s dim."""
     if x.shape is None:
@@ -304,8 +304,8 @@ def _kept(ctx: RewriteContext, node: ir.Node) -> ir.Value | None:
         x = ins[1] if cond.all() else ins[2]
         other = ins[2] if cond.all() else ins[1]
         assert x is not None and other is not None and ins[0] is not None
-        if x.dtype is None or x.dtype != other.dtype or not _broadcasts_into(ctx, ins[0], x) \
-                or not _broadcasts_into(ctx, other, x):
+        if x.dtype is None or x.dtype != other.dtype or not broadcasts_into(ctx, ins[0], x) \
+                or not broadcasts_into(ctx, other, x):
             return None
         return x
     if op not in ("Add", "Sub", "Mul", "Div", "And", "Or") or len(ins) != 2 or None in ins:
@@ -315,7 +315,7 @@ def _kept(ctx: RewriteContext, node: ir.Node) -> ir.Value | None:
         assert c is not None and x is not None
         array = ctx.array(c)
         if array is None or ctx.is_constant(x) or x.dtype is None or x.dtype != c.dtype or \
-                not _broadcasts_into(ctx, c, x):
+                not broadcasts_into(ctx, c, x):
             continue
         if _is(array, op, side) or (_adds_a_zero(array, op, side) and
                                     not zero_sign_observed(ctx, node.outputs[0])):
