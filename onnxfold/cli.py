@@ -8,6 +8,7 @@ traceback). Nothing the user had is overwritten, and a failure leaves nothing ha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
+from onnxfold.logs import quiet
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -131,11 +133,11 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         result = optimize(args.input, _fold_options(args), check=not args.skip_check,
                           progress=progress,
-                          pristine=lambda: load_model(args.input, check=False))
+                          pristine=lambda: load_model(args.input, check=False),
+                          loaded=lambda model: guard.protect(input_files(model)))
         result.report.input = args.input
     finally:
         progress.close()
-    guard.protect(input_files(result.model))
     external = {"auto": None, "yes": True, "no": False}[args.external_data]
     if checking is not None:
         from onnxfold.checked_save import save_checked
@@ -446,7 +448,10 @@ def run_parsed(args: argparse.Namespace) -> int:
     """Run a parsed command line; its exit code (errors printed as one line on stderr)."""
     debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
     try:
-        with bus_error_exits(_output_directories(args), EXIT_USAGE):
+        # onnx-ir logs what onnxfold handles itself (e.g. a string attribute that is not UTF-8,
+        # kept byte for byte): `-q` prints nothing on success; --debug shows it
+        with bus_error_exits(_output_directories(args), EXIT_USAGE), \
+                contextlib.nullcontext() if debug else quiet("onnx_ir"):
             return args.func(args)
     except OnnxfoldError as e:
         if debug:

@@ -7,11 +7,8 @@ any external tensor: loading a 400 MiB model reads only its graph, never its wei
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import stat
-from collections.abc import Iterator
 from typing import overload
 
 import onnx
@@ -22,6 +19,7 @@ from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
+from onnxfold.logs import quiet
 from onnxfold.protos import (
     SMALL_TENSOR_BYTES,
     function_graphs,
@@ -158,17 +156,6 @@ def _without_external(proto: onnx.ModelProto) -> onnx.ModelProto:
                 tensor.CopyFrom(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type,
                                                  dims=[0]))
     return checked
-
-
-@contextlib.contextmanager
-def _quiet(logger: str) -> Iterator[None]:
-    log = logging.getLogger(logger)
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
 
 
 def _defined(value: ir.Value) -> bool:
@@ -339,7 +326,7 @@ def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[st
     """``proto`` as an ir.Model whose structure and tensor data are checked, the data files
     it reads, and how its graphs were sorted (:func:`check_structure`)."""
     try:
-        with _quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
+        with quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
             model = ir.serde.deserialize_model(proto)
     except Exception as e:
         raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None

