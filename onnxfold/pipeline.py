@@ -148,7 +148,8 @@ MAX_RESTARTS = 4
 def optimize(model: ModelInput, options: FoldOptions | None = None,
              *, check: bool = True,
              progress: Callable[[int, int], None] | None = None,
-             pristine: Callable[[], ir.Model] | None = None) -> OptimizeResult:
+             pristine: Callable[[], ir.Model] | None = None,
+             loaded: Callable[[ir.Model], None] | None = None) -> OptimizeResult:
     """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
     or an ``ir.Model`` (changed in place).
 
@@ -156,19 +157,24 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     ``result.to_proto()`` gives a ModelProto. A rule or pass that fails is left out and the
     optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
     given; else from a copy taken first); the report lists it in ``skipped_steps``.
+    ``loaded(model)`` runs once the model is read, before any pass (the command line refuses
+    an output that would replace one of its files there, not after a whole fold).
     """
     with long_lived():  # fewer collections; a large model's objects are not walked by each
-        return _optimize(model, options, check, progress, pristine)
+        return _optimize(model, options, check, progress, pristine, loaded)
 
 
 def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
               progress: Callable[[int, int], None] | None,
-              pristine: Callable[[], ir.Model] | None) -> OptimizeResult:
+              pristine: Callable[[], ir.Model] | None,
+              loaded: Callable[[ir.Model], None] | None = None) -> OptimizeResult:
     from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY
 
     started = time.perf_counter()
     options = options or FoldOptions()
     model, path = as_ir_model(model, check)
+    if loaded is not None:
+        loaded(model)
     light = model.meta.pop(LIGHT_PROTO_KEY, None)
     light = lighten(light) if light is not None and path is not None else None  # read here
     if path is not None:
