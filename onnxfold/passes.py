@@ -178,9 +178,10 @@ def remove_dead_nodes(model: ir.Model) -> int:
     """
     removed, keep = 0, kept_in(model)
     while True:  # a node gone in a subgraph may leave an outer value unread
-        gone = sum(remove_dead_nodes_in(graph, keep) for graph in all_graphs(model))
+        graphs = all_graphs(model)
+        gone = sum(remove_dead_nodes_in(graph, keep) for graph in graphs)
         removed += gone
-        if not gone:
+        if not gone or len(graphs) == 1:
             break
     graph = model.graph
     interface = set(graph.inputs) | set(graph.outputs)

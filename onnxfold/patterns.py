@@ -228,9 +228,11 @@ class NameAllocator:
     """Fresh value and node names for one model: never one the model already uses."""
 
     def __init__(self, model: ir.Model) -> None:
-        self._used = {v.name for g in all_graphs(model) for n in g for v in n.outputs if v.name}
-        self._used.update(n.name for g in all_graphs(model) for n in g if n.name)
-        for graph in all_graphs(model):
+        graphs = all_graphs(model)
+        nodes = [n for g in graphs for n in g]
+        self._used = {v.name for n in nodes for v in n.outputs if v.name}
+        self._used.update(n.name for n in nodes if n.name)
+        for graph in graphs:
             self._used.update(v.name for v in graph.inputs if v.name)
             self._used.update(graph.initializers)
         self._next = 0

@@ -1,0 +1,96 @@
+"""remove_dead_nodes reaches the fixpoint whatever the node order: a graph out of order (a dead
+reader listed before its dead producer), chains, ``--keep``, values read inside a subgraph, and
+an outer value that only a dead node of a subgraph read (the one case that needs another walk
+over every graph; a model without subgraphs stops after one, issue #16)."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnx import TensorProto, helper
+
+from onnxfold.analysis import KEEP_KEY
+from onnxfold.passes import remove_dead_nodes
+
+
+def _vi(name: str) -> object:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])
+
+
+def _model(nodes: list, outputs: tuple[str, ...] = ("y",)) -> ir.Model:
+    graph = helper.make_graph(nodes, "g", [_vi("x")], [_vi(o) for o in outputs])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return ir.serde.deserialize_model(proto)
+
+
+def _names(model: ir.Model) -> list[str]:
+    return [n.name for n in model.graph]
+
+
+def test_a_dead_chain_goes_whole_and_the_live_path_stays_in_order():
+    model = _model([
+        helper.make_node("Neg", ["x"], ["a"], name="a"),
+        helper.make_node("Abs", ["a"], ["b"], name="b"),   # dead chain a -> b -> c
+        helper.make_node("Exp", ["b"], ["c"], name="c"),
+        helper.make_node("Relu", ["x"], ["y"], name="live"),
+    ])
+    assert remove_dead_nodes(model) == 3
+    assert _names(model) == ["live"]
+
+
+def test_a_graph_out_of_order_still_reaches_the_fixpoint():
+    # the dead reader "c" is listed first: the backward walk sees its producers before it
+    model = _model([
+        helper.make_node("Exp", ["b"], ["c"], name="c"),
+        helper.make_node("Relu", ["x"], ["y"], name="live"),
+        helper.make_node("Abs", ["a"], ["b"], name="b"),
+        helper.make_node("Neg", ["x"], ["a"], name="a"),
+    ])
+    assert remove_dead_nodes(model) == 3
+    assert _names(model) == ["live"]
+
+
+def test_kept_nodes_and_what_they_read_stay():
+    model = _model([
+        helper.make_node("Neg", ["x"], ["a"], name="a"),
+        helper.make_node("Abs", ["a"], ["b"], name="keep_me"),
+        helper.make_node("Exp", ["x"], ["c"], name="c"),
+        helper.make_node("Relu", ["x"], ["y"], name="live"),
+    ])
+    model.meta[KEEP_KEY] = frozenset({"keep_me"})
+    assert remove_dead_nodes(model) == 1
+    assert _names(model) == ["a", "keep_me", "live"]
+
+
+def test_a_value_read_only_inside_a_live_subgraph_is_kept():
+    then = helper.make_graph([helper.make_node("Identity", ["a"], ["t"])], "then", [],
+                             [_vi("t")])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [_vi("e")])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+    graph = helper.make_graph([
+        helper.make_node("Neg", ["x"], ["a"], name="a"),           # read by the then-branch
+        helper.make_node("Abs", ["x"], ["dead"], name="dead"),
+        helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other),
+    ], "g", [_vi("x"), cond], [_vi("y")])
+    model = ir.serde.deserialize_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    assert remove_dead_nodes(model) == 1
+    assert _names(model) == ["a", "if"]
+
+
+def test_a_dead_node_in_a_subgraph_goes_and_the_outer_value_it_read_then_goes_too():
+    then = helper.make_graph([
+        helper.make_node("Identity", ["a"], ["unread"], name="inner_dead"),
+        helper.make_node("Identity", ["x"], ["t"], name="inner_live"),
+    ], "then", [], [_vi("t")])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [_vi("e")])
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+    graph = helper.make_graph([
+        helper.make_node("Neg", ["x"], ["a"], name="a"),   # read only by the dead inner node
+        helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other),
+    ], "g", [_vi("x"), cond], [_vi("y")])
+    model = ir.serde.deserialize_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    assert remove_dead_nodes(model) == 2
+    assert _names(model) == ["if"]
