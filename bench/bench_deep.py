@@ -9,6 +9,10 @@ process at a time; before each run the previous outputs are deleted and ``sync``
               cost of reading and writing the bytes once
 ``import``    ``python -c "import onnx, onnxruntime, numpy"`` (onnxfold's interpreter): the
               start-up no Python tool that reads ONNX gets below
+``io``        onnxfold's reader and writer alone: ``save_model(load_model(IN), OUT)``, every
+              check, no pass: what onnxfold pays before it folds anything
+``ir``        onnx-ir alone: ``ir.save(ir.load(IN), OUT)`` (after ``import onnxfold``, which
+              defers onnx-ir's sympy import as the executable does): the IR's own cost
 ``onnxfold``  ``python -m onnxfold optimize IN -o OUT --json REPORT -q``
 ``ort``       ``onnxruntime.InferenceSession`` with ``ORT_ENABLE_BASIC`` and
               ``optimized_model_filepath`` (the offline optimizer; as in ``bench_fold.py``)
@@ -18,11 +22,13 @@ Reported per model (wall and CPU are medians over the rounds, peak RSS the max; 
 processes, interpreter start-up included):
 
 * nodes of the input's main graph (with subgraphs' nodes) and of each tool's output;
-* wall s of each of the four; ``onnxfold / ort``; ``floor = cp + import`` and
+* wall s of each; ``onnxfold / ort``; ``floor = cp + import`` and
   ``onnxfold / floor`` (the issue's targets: <= 0.5x ort on the deep graphs and the LLM export,
   <= 1.3x the floor on the weight-heavy models);
 * ``µs/node``: wall over input nodes, for onnxfold and ort, and onnxfold's above the bare
-  import ((wall - import) / nodes): what a node costs once the interpreter is up.
+  import ((wall - import) / nodes): what a node costs once the interpreter is up;
+* ``io`` and ``ir`` against onnxruntime and the floor: where reading and writing alone already
+  exceed a target, no folding work can meet it.
 
 Usage::
 
@@ -58,8 +64,16 @@ BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_CACHE = Path.home() / ".cache" / "onnxfold-bench"
 DEFAULT_MODELS = ["deep_12k", "deep_48k", "chain_200k", "llama_L32_dyn",
                   "bert_base_ts", "gpt2_small_ts", "vit_base_ts"]
-TOOLS = ("cp", "import", "onnxfold", "ort")
+TOOLS = ("cp", "import", "io", "ir", "onnxfold", "ort")
 IMPORT_CODE = "import onnx, onnxruntime, numpy"
+# what reading and writing the model costs before any folding: onnxfold's own reader and
+# writer (checks included, no passes), and onnx-ir's plain load and save (onnxfold imported
+# first, as the executable does: it defers onnx-ir's sympy import)
+# (both leave as the executable does, without tearing the interpreter down: ``os._exit``)
+IO_CODE = ("import os, sys, onnxfold; from onnxfold.io import load_model, save_model; "
+           "save_model(load_model(sys.argv[1]), sys.argv[2]); os._exit(0)")
+IR_CODE = ("import os, sys, onnxfold, onnx_ir as ir; "
+           "ir.save(ir.load(sys.argv[1]), sys.argv[2]); os._exit(0)")
 
 # nodes of a model, counted in a child (the parent stays free of onnx): graph + subgraphs
 COUNT_CODE = """\
@@ -111,6 +125,8 @@ def command(tool: str, src: Path, dst: Path, report: Path, size: int, peers: str
         return ["cp", str(src), str(dst)]
     if tool == "import":
         return [sys.executable, "-c", IMPORT_CODE]
+    if tool in ("io", "ir"):
+        return [sys.executable, "-c", IO_CODE if tool == "io" else IR_CODE, str(src), str(dst)]
     return tool_cmd(tool, src, dst, report, size, peers)
 
 
@@ -168,8 +184,8 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 
 def derived(e: dict[str, Any]) -> dict[str, float | None]:
     t = e["tools"]
-    fold, ort, cp, imp = (t[k]["wall_s"] if t[k]["ok"] else None
-                          for k in ("onnxfold", "ort", "cp", "import"))
+    fold, ort, cp, imp, io, irs = (t[k]["wall_s"] if k in t and t[k]["ok"] else None
+                                   for k in ("onnxfold", "ort", "cp", "import", "io", "ir"))
     n = e["nodes"] or 0
     floor = cp + imp if cp is not None and imp is not None else None
     return {
@@ -180,10 +196,15 @@ def derived(e: dict[str, Any]) -> dict[str, float | None]:
         "fold_us_node": fold / n * 1e6 if fold and n else None,
         "fold_us_node_above_import": (fold - imp) / n * 1e6 if fold and imp and n else None,
         "ort_us_node": ort / n * 1e6 if ort and n else None,
+        "io_over_ort": io / ort if io and ort else None,
+        "io_over_floor": io / floor if io and floor else None,
+        "ir_over_ort": irs / ort if irs and ort else None,
     }
 
 
-def _wall(x: dict[str, Any]) -> str:
+def _wall(x: dict[str, Any] | None) -> str:
+    if x is None:
+        return "-"
     if not x["ok"]:
         return f"failed: {x['error']}"[:60]
     return f"{x['wall_s']:.2f} ({x['user_s']:.2f}, {x['sys_s']:.2f})"
@@ -204,6 +225,9 @@ def render(result: dict[str, Any]) -> str:
         f"- command: `{result['command']}`",
         "- floor = `cp IN fresh_file` + `python -c \"import onnx, onnxruntime, numpy\"`; "
         "µs/node = wall / input nodes; 'above import' = (onnxfold wall - import) / nodes",
+        "- io = onnxfold's reader and writer alone (`load_model` + `save_model`, no pass); "
+        "ir = onnx-ir's `ir.load` + `ir.save`: what reading and writing the model costs "
+        "before any folding",
         "",
         "| model | nodes in | MiB | nodes out onnxfold / ort | cp s | import s | onnxfold s "
         "(user, sys) | ort s (user, sys) | onnxfold / ort | onnxfold / floor | ort / floor "
@@ -222,6 +246,14 @@ def render(result: dict[str, Any]) -> str:
             f"| {_f(d['fold_us_node'], '.0f')} ({_f(d['fold_us_node_above_import'], '.0f')}) "
             f"| {_f(d['ort_us_node'], '.0f')} "
             f"| {t['onnxfold']['peak_rss_mib']:.0f} / {t['ort']['peak_rss_mib']:.0f} |")
+    lines += ["", "Reading and writing alone (no pass), against the targets' references:", "",
+              "| model | io s (user, sys) | ir s (user, sys) | io / ort | ir / ort "
+              "| io / floor |", "|---|--:|--:|--:|--:|--:|"]
+    for name, e in result["models"].items():
+        t, d = e["tools"], derived(e)
+        lines.append(f"| {name} | {_wall(t.get('io'))} | {_wall(t.get('ir'))} "
+                     f"| {_f(d['io_over_ort'])}x | {_f(d['ir_over_ort'])}x "
+                     f"| {_f(d['io_over_floor'])}x |")
     lines += ["", "Wall s of every round (onnxfold; ort):", ""]
     for name, e in result["models"].items():
         lines.append(f"- {name}: {e['tools']['onnxfold']['walls']}; {e['tools']['ort']['walls']}")
