@@ -32,6 +32,7 @@ from onnxfold.protos import (
 _MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
 _TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
 LAZY_THRESHOLD = 4096  # smaller inline weights stay in the bytes read (a mapping costs more)
+WHOLE_READ_LIMIT = 32 << 20  # a model file up to this size is read at once to find its weights
 SOURCE_KEY = "onnxfold.source"  # Model.meta: the file a model was loaded from
 DATA_FILES_KEY = "onnxfold.data_files"  # Model.meta: the external-data files it was read from
 
@@ -55,14 +56,15 @@ def _strip_tensor(buf, start: int, end: int, location: str) -> bytes | None:
 
 def _strip_graph(buf, start: int, end: int, location: str) -> bytes:
     out = bytearray()
+    copied = start  # the fields before this are in ``out``; the rest is copied in one piece
     for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, start, end):
-        stripped = None
-        if field == _GRAPH_INITIALIZER:
-            stripped = _strip_tensor(buf, pstart, fend, location)
-        if stripped is None:
-            out += buf[fstart:fend]
-        else:
+        stripped = _strip_tensor(buf, pstart, fend, location) \
+            if field == _GRAPH_INITIALIZER else None
+        if stripped is not None:
+            out += buf[copied:fstart]
             out += pw.len_prefix(_GRAPH_INITIALIZER, len(stripped)) + stripped
+            copied = fend
+    out += buf[copied:end]
     return bytes(out)
 
 
@@ -116,7 +118,13 @@ def _graph_only_bytes(path: str) -> bytes:
         raise InputError(f"{path}: empty file, not an ONNX model")
     location = os.path.basename(path)
     with open(path, "rb") as f:
-        buf = _FileBytes(f.fileno(), size)
+        # a small file is read whole: indexing bytes is several times faster than _FileBytes,
+        # which matters for graphs of many nodes (every field header is walked)
+        buf: bytes | _FileBytes = _FileBytes(f.fileno(), size)
+        if size <= WHOLE_READ_LIMIT:
+            buf = f.read(size + 1)
+            if len(buf) != size:
+                raise InputError(f"{path}: changed while being read")
         out = bytearray()
         try:
             for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, 0, size):

@@ -20,11 +20,13 @@ path, so a symlink swapped after the check cannot redirect a later read.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import stat
 from collections.abc import Callable, Iterator
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis import all_graphs, tensor_of
@@ -126,13 +128,18 @@ def _rebind_attr(node: ir.Node, name: str, tensor: ir.TensorProtocol) -> None:
 
 
 def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> int:
-    dims = list(tensor.shape.numpy())
+    proto = getattr(tensor, "raw", None)
+    # a tensor read from the file: its dims straight from the proto (onnx-ir's shape property
+    # builds a new Shape at every call, and nbytes asks for it again)
+    dims = list(proto.dims) if isinstance(proto, onnx.TensorProto) else \
+        list(tensor.shape.numpy())
     if any(not isinstance(d, int) or d < 0 for d in dims):
         raise InputError(f"{model_path}: {what}: invalid dimensions {dims}")
-    if tensor.dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
-        raise InputError(f"{model_path}: {what}: {tensor.dtype.name.lower()} tensors cannot hold "
+    dtype = tensor.dtype
+    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
+        raise InputError(f"{model_path}: {what}: {dtype.name.lower()} tensors cannot hold "
                          "raw or external data")
-    return tensor.nbytes
+    return math.ceil(dtype.itemsize * math.prod(dims))  # as onnx-ir's TensorBase.nbytes
 
 
 def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str,
