@@ -245,6 +245,30 @@ def same_by_the_spec(case, which: int, name: str, folded_model) -> bool:
     return not isinstance(ref, str) and name in ref and diff(ref[name], np.asarray(outs[0])) is None
 
 
+def _computes_in_float16(model) -> bool:
+    """Whether any value of ``model`` (inputs, initializers, declared values, any graph) is
+    float16, or any Cast makes one."""
+    f16 = onnx.TensorProto.FLOAT16
+
+    def visit(graph) -> bool:
+        typed = list(graph.input) + list(graph.output) + list(graph.value_info)
+        if any(v.type.tensor_type.elem_type == f16 for v in typed) or \
+                any(t.data_type == f16 for t in graph.initializer):
+            return True
+        for n in graph.node:
+            if n.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in n.attribute):
+                return True
+            if n.op_type == "Constant" and any(a.t.data_type == f16 for a in n.attribute):
+                return True
+            subs = [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+            subs += [g for a in n.attribute for g in a.graphs]
+            if any(visit(g) for g in subs):
+                return True
+        return False
+
+    return visit(model.graph)
+
+
 def tie_break(case, which: int, name: str, original, folded, folded_model=None) \
         -> tuple[str, str]:
     """On a mismatch, ask the ONNX reference which side is right.
@@ -252,11 +276,14 @@ def tie_break(case, which: int, name: str, original, folded, folded_model=None) 
     ("ort-wrong-original", why) when the original has a construct onnxruntime is known to
     miscompute (``ort_hazards``) and the reference agrees with the folded model, not with
     onnxruntime's run of the original: that proves nothing about the fold (the case is
-    discarded and counted). ("ort-float16-rounding", why) when a float16 output differs by
-    rounding only (within 30x the float16 tolerance) and the ONNX reference computes the same
-    value for both models: onnxruntime runs float16 ops without float16 kernels in float32 and
-    drops the roundings between them (its cast elimination), so where it rounds depends on the
-    graph's layout (an If inlined, a Gemm folded), not on what the models compute. Otherwise
+    discarded and counted). ("ort-float16-rounding", why) when the model computes in float16,
+    the ONNX reference computes the same value for both models and, for a float16 output, the
+    two differ by rounding only (within 30x the float16 tolerance): onnxruntime runs float16
+    ops without float16 kernels in float32 and drops the roundings between them (its cast
+    elimination), so where it rounds depends on the graph's layout (an If inlined, a Gemm
+    folded, an identity Transpose gone), not on what the models compute. An integer or bool
+    output of float16 values moves with those roundings too: an ArgMin's tie, or ``x >= x``
+    false where onnxruntime compares a rounded copy of ``x`` with an unrounded one. Otherwise
     ("mismatch", note): onnxruntime's result is the promise, even where the reference sides
     with onnxfold (e.g. int64 reductions, computed in double by onnxruntime).
     """
@@ -271,8 +298,8 @@ def tie_break(case, which: int, name: str, original, folded, folded_model=None) 
     if vs_orig and not vs_fold and ort_hazards(case.model):
         return "ort-wrong-original", f"reference agrees with the folded model; vs original: " \
                                      f"{vs_orig}"
-    if folded_model is not None and original.dtype == np.float16 and not diff(
-            original, folded, loose=True) and (
+    rounded_only = original.dtype != np.float16 or not diff(original, folded, loose=True)
+    if folded_model is not None and rounded_only and _computes_in_float16(case.model) and (
             same_by_the_spec(case, which, name, folded_model)):
         return "ort-float16-rounding", ("the ONNX reference computes the same for both models; "
                                         "onnxruntime's float16 kernels round differently")
