@@ -113,8 +113,13 @@ def count_nodes(path: Path, tmp: Path, timeout: float) -> int | None:
 
 
 def onnxfold_from(tmp: Path, timeout: float) -> str:
-    """Where this interpreter imports onnxfold from (PYTHONPATH can point at a snapshot)."""
-    code = "import os, onnxfold; print(os.path.dirname(onnxfold.__file__))"
+    """Where this interpreter imports onnxfold from (PYTHONPATH can point at a snapshot); its
+    modules and rules are byte-compiled first, so no timed run compiles them."""
+    code = ("import compileall, os, onnxfold, onnxfold.rules\n"
+            "where = os.path.dirname(onnxfold.__file__)\n"
+            "for d in {where, *onnxfold.rules.__path__}:\n"
+            "    compileall.compile_dir(d, quiet=1)\n"
+            "print(where)")
     # cwd: tmp, as for the tool runs (``-c`` puts the cwd first on sys.path)
     run = run_child([sys.executable, "-c", code], tmp / "where", timeout, cwd=tmp)
     return (tmp / "where.out").read_text().strip() if run.rc == 0 else "?"

@@ -78,13 +78,17 @@ def run_child(cmd: list[str], log_stem: Path, timeout: float,
     """Run ``cmd``; time it and read its peak RSS with ``os.wait4`` (stdout/err go to files).
 
     The child gets its own process group, which is killed with SIGKILL after ``timeout`` s.
+    It may write Python's bytecode caches, as a user's interpreter does: a development shell's
+    ``PYTHONDONTWRITEBYTECODE`` would otherwise make every run compile each module edited
+    since its cache was last written.
     """
     out_path = log_stem.with_suffix(".out")
     err_path = log_stem.with_suffix(".err")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                cwd=cwd, start_new_session=True)
+                                cwd=cwd, start_new_session=True, env=env)
         done = threading.Event()
         timed_out = threading.Event()
 
