@@ -23,6 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis import DEFAULT_DOMAINS, all_graphs, tensor_of
+from onnxfold.slicing import onnx_slice
 
 MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, not shapes
 REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than the declared ones
@@ -183,9 +184,10 @@ def _normalize(index: int, size: int) -> int | None:
 
 
 def _slice(elements: tuple[Dim, ...], start: int, end: int, step: int) -> tuple[Dim, ...] | None:
+    """``elements[start:end:step]`` as onnxruntime's Slice clamps it (``onnxfold.slicing``)."""
     if step == 0:
         return None
-    return elements[slice(start, end, step)]  # ONNX clamps like Python slicing
+    return elements[onnx_slice(start, end, step, len(elements))]
 
 
 Arrays = Callable[[ir.Value], np.ndarray | None]
@@ -499,7 +501,7 @@ def _sliced(first: Dims, starts: Known, ends: Known, axes: list[int] | None,
             return None
         d = first[a]
         if isinstance(d, int) and isinstance(start, int) and isinstance(end, int) and step:
-            out[a] = len(range(*slice(start, end, step).indices(d)))
+            out[a] = len(range(d)[onnx_slice(start, end, step, d)])
         elif start == 0 and step == 1 and (isinstance(end, int) and end >= BIG or end == d):
             out[a] = d
         else:

@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 
 from onnxfold.registry import Decline, folder
+from onnxfold.slicing import onnx_slice
 
 
 def _ints(x) -> list[int]:
@@ -157,16 +158,9 @@ def _slice(x, starts, ends, axes, steps):
         raise Decline("starts, ends, axes and steps differ in length")
     index = [slice(None)] * x.ndim
     for start, end, axis, step in zip(starts, ends, axes, steps):
-        dim = x.shape[axis]
-        start = start + dim if start < 0 else start
-        end = end + dim if end < 0 else end
-        if step > 0:
-            index[axis] = slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
-        elif step < 0:
-            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
-            index[axis] = slice(start, None if end < 0 else end, step)
-        else:
+        if step == 0:
             raise Decline("slice step 0")
+        index[axis] = onnx_slice(start, end, step, x.shape[axis])
     return x[tuple(index)]
 
 
