@@ -22,7 +22,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-SEEDS = range(0, 200)
+# seeds outside that range that once failed: 29071, a backward Slice of a shape clamped the
+# Python way (tests/unit/test_slice_clamping.py)
+SEEDS = [*range(0, 200), 29071]
 FAIL_DIR = os.environ.get("ONNXFOLD_FUZZ_FAIL_DIR", "/tmp/fuzz_fail")
 
 # None in this range today.
