@@ -4,9 +4,10 @@ Found by the fuzzer (seed 29071): ``Slice(Shape(x), starts=-6, ends=-2**31+1, st
 2-D ``x`` is ``[dim 0]`` in onnxruntime (and by the spec: going backwards, a start before the
 first element clamps to it, an end before it means "down to it inclusive"); shape values took
 Python's slicing, which gives nothing, and the folded model declared a shape it did not have
-(the dims derived for a Slice's output took Python's clamping too). The grid also found that onnxruntime reads an end of INT32_MAX or INT64_MAX as "to the end in
-the step's direction" where the spec would clamp it (``onnxfold.slicing``): the folding rule
-took the spec's word, so ``x[INT_MAX:INT_MAX:-1]``-style slices folded to nothing.
+(the dims derived for a Slice's output took Python's clamping too). The grid also found that
+onnxruntime reads an end of INT32_MAX or INT64_MAX as "to the end in the step's direction"
+where the spec would clamp it (``onnxfold.slicing``): the folding rule took the spec's word, so
+``x[INT_MAX:INT_MAX:-1]``-style slices folded to nothing.
 """
 
 from __future__ import annotations
