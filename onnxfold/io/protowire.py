@@ -7,16 +7,21 @@ from collections.abc import Iterator
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 
 
+MAX_VARINT_BYTES = 10  # a 64-bit value; protobuf refuses longer ones
+
+
 def read_varint(buf, pos: int) -> tuple[int, int]:
-    """Decode a varint at ``pos``; return (value, next position)."""
+    """Decode a varint at ``pos``; return (value, next position). ValueError past 10 bytes
+    (a hostile run of continuation bytes would otherwise build an ever larger integer)."""
     result = shift = 0
-    while True:
+    for _ in range(MAX_VARINT_BYTES):
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return result, pos
         shift += 7
+    raise ValueError(f"varint longer than {MAX_VARINT_BYTES} bytes at byte {pos}")
 
 
 def encode_varint(value: int) -> bytes:
@@ -50,14 +55,16 @@ def iter_fields(buf, start: int, end: int) -> Iterator[tuple[int, int, int, int,
         if wire == VARINT:
             _, pos = read_varint(buf, pos)
             yield field, wire, fstart, fstart, pos
-        elif wire == I64:
-            yield field, wire, fstart, pos, pos + 8
-            pos += 8
-        elif wire == I32:
-            yield field, wire, fstart, pos, pos + 4
-            pos += 4
+        elif wire in (I64, I32):
+            size = 8 if wire == I64 else 4
+            if pos + size > end:
+                raise ValueError(f"field at byte {fstart} runs past the end of its message")
+            yield field, wire, fstart, pos, pos + size
+            pos += size
         elif wire == LEN:
             length, pos = read_varint(buf, pos)
+            if pos + length > end:  # never a field that runs past its message
+                raise ValueError(f"field at byte {fstart} runs past the end of its message")
             yield field, wire, fstart, pos, pos + length
             pos += length
         else:

@@ -44,14 +44,23 @@ def _entry(key: str, value: str) -> bytes:
 
 
 def _strip_tensor(buf, start: int, end: int, location: str) -> bytes | None:
-    """The tensor message with its raw_data replaced by a reference into the file, or None."""
+    """The tensor message with its raw_data replaced by a reference into the file, or None
+    (left to protobuf as it is: small data, or a tensor whose fields a reference could not
+    replace exactly, such as raw_data given twice, where the last one counts, or data already
+    said to be elsewhere)."""
+    raw: list[tuple[int, int, int]] = []
     for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, start, end):
-        if field == _TENSOR_RAW_DATA and fend - pstart >= LAZY_THRESHOLD:
-            ref = (_entry("location", location) + _entry("offset", str(pstart))
-                   + _entry("length", str(fend - pstart)))
-            location_field = pw.tag(_TENSOR_DATA_LOCATION, pw.VARINT) + pw.encode_varint(1)
-            return bytes(buf[start:fstart]) + bytes(buf[fend:end]) + ref + location_field
-    return None
+        if field == _TENSOR_RAW_DATA:
+            raw.append((fstart, pstart, fend))
+        elif field in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION):
+            return None
+    if len(raw) != 1 or raw[0][2] - raw[0][1] < LAZY_THRESHOLD:
+        return None
+    fstart, pstart, fend = raw[0]
+    ref = (_entry("location", location) + _entry("offset", str(pstart))
+           + _entry("length", str(fend - pstart)))
+    location_field = pw.tag(_TENSOR_DATA_LOCATION, pw.VARINT) + pw.encode_varint(1)
+    return bytes(buf[start:fstart]) + bytes(buf[fend:end]) + ref + location_field
 
 
 def _strip_graph(buf, start: int, end: int, location: str) -> bytes:
@@ -251,7 +260,7 @@ def load_model(path: str | os.PathLike, check: bool = True,
     unsorted = False
     try:
         unknown = _run_checker(light, path) if light is not None and check else \
-            unknown_default_ops(proto)
+            unknown_default_ops(proto, path)
     except InputError as e:  # checked again once sorted (onnxruntime accepts it unsorted)
         if _UNSORTED not in str(e):
             raise
@@ -280,10 +289,13 @@ def _run_checker(proto: onnx.ModelProto, label: str) -> list[str]:
     try:
         onnx.checker.check_model(proto)
         return []
+    except UnicodeDecodeError:  # onnx's message quotes the offending bytes, and cannot be read
+        raise InputError(f"{label}: invalid model: a name or op type is not UTF-8 text"
+                         ) from None
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         failure = InputError(f"{label}: invalid model: {first}")
-    unknown = unknown_default_ops(proto)
+    unknown = unknown_default_ops(proto, label)
     if not unknown or "No Op registered for" not in str(failure):
         raise failure
     moved = onnx.ModelProto()
@@ -300,10 +312,13 @@ def _run_checker(proto: onnx.ModelProto, label: str) -> list[str]:
     return unknown
 
 
-def unknown_default_ops(proto: onnx.ModelProto) -> list[str]:
+def unknown_default_ops(proto: onnx.ModelProto, label: str = "model") -> list[str]:
     """Op types of the default domain, in any graph of ``proto``, that onnx has no schema for."""
-    found = {node.op_type for graph in graph_protos(proto.graph) for node in graph.node
-             if node.domain in ("", "ai.onnx")}
+    nodes = [node for graph in graph_protos(proto.graph) for node in graph.node]
+    if any(not isinstance(node.op_type, str) or not isinstance(node.domain, str)
+           for node in nodes):  # protobuf gives bytes where they are not UTF-8
+        raise InputError(f"{label}: invalid model: an op type or domain is not UTF-8 text")
+    found = {node.op_type for node in nodes if node.domain in ("", "ai.onnx")}
     return sorted(op for op in found if not onnx.defs.has(op, ""))
 
 
@@ -379,7 +394,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
     late = _huge(proto)  # the checker would serialize it: not above 2 GiB
     try:
         unknown = _run_checker(proto, label) if check and not late else \
-            unknown_default_ops(proto)
+            unknown_default_ops(proto, label)
     except InputError as e:  # checked again once sorted (onnxruntime accepts it unsorted)
         if _UNSORTED not in str(e):
             raise

@@ -135,11 +135,24 @@ def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> in
         list(tensor.shape.numpy())
     if any(not isinstance(d, int) or d < 0 for d in dims):
         raise InputError(f"{model_path}: {what}: invalid dimensions {dims}")
-    dtype = tensor.dtype
+    dtype = _dtype(tensor, model_path, what)
     if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
         raise InputError(f"{model_path}: {what}: {dtype.name.lower()} tensors cannot hold "
                          "raw or external data")
-    return math.ceil(dtype.itemsize * math.prod(dims))  # as onnx-ir's TensorBase.nbytes
+    try:
+        bits = dtype.bitwidth
+    except TypeError:
+        raise InputError(f"{model_path}: {what}: data type {dtype.name} has no size") from None
+    return -(-math.prod(dims) * bits // 8)  # onnx-ir's nbytes, in integers (no float overflow)
+
+
+def _dtype(tensor: ir.TensorProtocol, model_path: str, what: str) -> ir.DataType:
+    try:
+        return tensor.dtype
+    except ValueError:  # a data_type number onnx-ir does not know
+        proto = getattr(tensor, "raw", None)
+        number = proto.data_type if isinstance(proto, onnx.TensorProto) else "?"
+        raise InputError(f"{model_path}: {what}: unknown data type {number}") from None
 
 
 def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str,
@@ -158,7 +171,9 @@ def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str,
         raise InputError(f"{model_path}: {what}: external data length {length} B does not match "
                          f"its shape and dtype ({needed} B)")
     if offset + needed > info.st_size:
-        raise InputError(f"{model_path}: {what}: external data ends at byte {offset + needed}, "
+        ends = offset + needed
+        raise InputError(f"{model_path}: {what}: external data ends at byte "
+                         f"{ends if ends < 2**63 else 'beyond 2**63'}, "
                          f"past the end of {tensor.location} ({info.st_size} B)")
     checked = CheckedExternalTensor(
         os.path.basename(real), offset, needed, tensor.dtype, shape=tensor.shape,
@@ -171,7 +186,7 @@ def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str,
 def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None:
     proto = getattr(tensor, "raw", None)
     raw = getattr(proto, "raw_data", None)
-    if tensor.dtype == ir.DataType.STRING and not raw:
+    if _dtype(tensor, model_path, what) == ir.DataType.STRING and not raw:
         return
     needed = _expected_bytes(tensor, model_path, what)
     if raw:
