@@ -75,13 +75,23 @@ BINARY_RULES = tuple(folder(op, since=7)(lambda a, b, fn=fn: fn(a, b))
 
 _UNARY = {
     "Abs": np.abs, "Neg": np.negative, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
-    "Floor": np.floor, "Ceil": np.ceil, "Round": np.round, "Sign": np.sign,
+    "Floor": np.floor, "Ceil": np.ceil, "Round": np.round,
     "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
     "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
     "Acosh": np.arccosh, "Atanh": np.arctanh, "Tanh": np.tanh, "Not": np.logical_not,
     "BitwiseNot": np.invert, "IsNaN": np.isnan,
 }
 UNARY_RULES = tuple(folder(op, since=6)(lambda x, fn=fn: fn(x)) for op, fn in _UNARY.items())
+
+
+@folder("Sign", since=9)
+def sign(x):
+    """onnxruntime's float16 and bfloat16 kernels compare (NaN is neither above nor below 0:
+    its sign is 0); float and double keep NaN, as numpy does."""
+    out = np.sign(x)
+    if x.dtype.name in ("float16", "bfloat16"):
+        out = np.where(np.isnan(x), np.zeros((), x.dtype), out)
+    return out
 
 
 @folder("Reciprocal", since=6)

@@ -238,3 +238,15 @@ def test_clip_nan_passes_through():
 def test_cast_declines_out_of_range_to_int(dtype):
     check_declines("Cast", [np.array([1.0, 300.0], dtype)], {"to": 3}, 13)  # int8
     check("Cast", [np.array([-128.9, 127.9, -0.5], dtype)], {"to": 3}, 13)  # truncates in range
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_sign_of_nan_as_onnxruntime(dtype):
+    """onnxruntime's float16 and bfloat16 Sign give 0 for NaN, float and double keep NaN
+    (fuzz seed 40396: a folded Sign of a float16 constant holding NaN)."""
+    import ml_dtypes
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    x = np.array([np.nan, -np.nan, 0.0, -0.0, 2.0, -3.0], np.float32).astype(np_dtype)
+    got = check("Sign", [x], {}, 13)[0]
+    assert np.isnan(np.asarray(got[:2], np.float32)).all() == (dtype in ("float32", "float64"))

@@ -142,3 +142,22 @@ def test_large_float_reductions():
         check(op, [x32, np.array([1], np.int64)], {}, 18, exact=False, rtol=1e-5, atol=1e-5)
         x16 = x32.astype(np.float16)
         check(op, [x16, np.array([1], np.int64)], {}, 18, exact=False, rtol=3e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_reduce_log_sum_exp_of_half_floats_as_onnxruntime_runs_it(opset, dtype):
+    """From opset 18 onnxruntime has no float16/bfloat16 kernel and runs the op's function
+    body (exp in double, no maximum subtracted): large values give inf, bit for bit (fuzz seed
+    55216); before 18 it casts to float32 for the kernel, which gives a number."""
+    import ml_dtypes
+
+    np_dtype = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    x = np.array([[-2.49, -2.92], [1.8, 1.0e4], [1.8, 0.627], [300.0, -1.0e4]], np.float32)
+    x = x.astype(np_dtype)
+    if opset >= 18:
+        got = check("ReduceLogSumExp", [x, np.array([0], np.int64)], {"keepdims": 0}, opset)
+        assert np.asarray(got[0], np.float32).tolist() == [300.0, np.inf]  # exp(1e4) overflows
+    else:  # (float16: onnxruntime has no kernel at 13 either; the oracle skips)
+        got = check("ReduceLogSumExp", [x], {"axes": [0], "keepdims": 0}, opset)
+        assert np.isfinite(np.asarray(got[0], np.float32)).all()
