@@ -245,28 +245,56 @@ def same_by_the_spec(case, which: int, name: str, folded_model) -> bool:
     return not isinstance(ref, str) and name in ref and diff(ref[name], np.asarray(outs[0])) is None
 
 
-def _computes_in_float16(model) -> bool:
-    """Whether any value of ``model`` (inputs, initializers, declared values, any graph) is
-    float16, or any Cast makes one."""
+def _computes_in_float16(graph) -> bool:
+    """Whether any value of ``graph`` or its subgraphs (inputs, initializers, declared values)
+    is float16, or any Cast or Constant there makes one."""
     f16 = onnx.TensorProto.FLOAT16
-
-    def visit(graph) -> bool:
-        typed = list(graph.input) + list(graph.output) + list(graph.value_info)
-        if any(v.type.tensor_type.elem_type == f16 for v in typed) or \
-                any(t.data_type == f16 for t in graph.initializer):
+    typed = list(graph.input) + list(graph.output) + list(graph.value_info)
+    if any(v.type.tensor_type.elem_type == f16 for v in typed) or \
+            any(t.data_type == f16 for t in graph.initializer):
+        return True
+    for n in graph.node:
+        if n.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in n.attribute):
             return True
-        for n in graph.node:
-            if n.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in n.attribute):
-                return True
-            if n.op_type == "Constant" and any(a.t.data_type == f16 for a in n.attribute):
-                return True
-            subs = [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-            subs += [g for a in n.attribute for g in a.graphs]
-            if any(visit(g) for g in subs):
-                return True
-        return False
+        if n.op_type == "Constant" and any(a.t.data_type == f16 for a in n.attribute):
+            return True
+        subs = [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+        if any(_computes_in_float16(g) for g in subs + [g for a in n.attribute for g in a.graphs]):
+            return True
+    return False
 
-    return visit(model.graph)
+
+def _depends_on_float16(model, name: str) -> bool:
+    """Whether output ``name`` of ``model`` is computed from float16 values: a float16 value,
+    Cast or subgraph among the nodes it depends on (types from onnx's shape inference)."""
+    try:
+        typed = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+    except Exception:
+        typed = model.graph
+    f16 = onnx.TensorProto.FLOAT16
+    half = {v.name for v in list(typed.input) + list(typed.value_info) + list(typed.output)
+            if v.type.tensor_type.elem_type == f16}
+    half |= {t.name for t in typed.initializer if t.data_type == f16}
+    producer = {o: n for n in typed.node for o in n.output}
+    seen, todo = set(), [name]
+    while todo:
+        value = todo.pop()
+        if value in seen or not value:
+            continue
+        seen.add(value)
+        if value in half:
+            return True
+        node = producer.get(value)
+        if node is None:
+            continue
+        if node.op_type in ("Cast", "Constant") or any(
+                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                for a in node.attribute):
+            one = onnx.GraphProto(node=[node])
+            if _computes_in_float16(one):
+                return True
+        todo.extend(node.input)
+    return False
 
 
 def tie_break(case, which: int, name: str, original, folded, folded_model=None) \
@@ -277,8 +305,8 @@ def tie_break(case, which: int, name: str, original, folded, folded_model=None) 
     miscompute (``ort_hazards``) and the reference agrees with the folded model, not with
     onnxruntime's run of the original: that proves nothing about the fold (the case is
     discarded and counted). ("ort-float16-rounding", why) when the model computes in float16,
-    the ONNX reference computes the same value for both models and, for a float16 output, the
-    two differ by rounding only (within 30x the float16 tolerance): onnxruntime runs float16
+    the ONNX reference computes the same value for both models and, for a float output, the
+    two differ by float16 rounding only (within 30x the float16 tolerance): onnxruntime runs float16
     ops without float16 kernels in float32 and drops the roundings between them (its cast
     elimination), so where it rounds depends on the graph's layout (an If inlined, a Gemm
     folded, an identity Transpose gone), not on what the models compute. An integer or bool
@@ -298,8 +326,11 @@ def tie_break(case, which: int, name: str, original, folded, folded_model=None) 
     if vs_orig and not vs_fold and ort_hazards(case.model):
         return "ort-wrong-original", f"reference agrees with the folded model; vs original: " \
                                      f"{vs_orig}"
-    rounded_only = original.dtype != np.float16 or not diff(original, folded, loose=True)
-    if folded_model is not None and rounded_only and _computes_in_float16(case.model) and (
+    # a float output (float16, or float32 of float16 values) differs by rounding only; an int
+    # or bool one of float16 values moves with the roundings (a tie, a comparison)
+    rounded_only = original.dtype.kind != "f" or not diff(
+        original.astype(np.float16), folded.astype(np.float16), loose=True)
+    if folded_model is not None and rounded_only and _depends_on_float16(case.model, name) and (
             same_by_the_spec(case, which, name, folded_model)):
         return "ort-float16-rounding", ("the ONNX reference computes the same for both models; "
                                         "onnxruntime's float16 kernels round differently")

@@ -119,3 +119,47 @@ def test_a_wrong_fold_under_an_integer_output_of_float16_values_is_still_a_misma
     _, _, refs = fuzzcheck.validate(case)
     fuzzcheck.compare_folded(case, refs, str(folded), res)
     assert res.status == "mismatch", res.line()
+
+
+class _HandCase:
+    """A fuzz case built by hand: what ``validate`` and ``compare_folded`` read."""
+
+    def __init__(self, model):
+        self.model, self.seed, self.expected, self.ops = model, 0, None, []
+        self.assignments = [{}, {}]
+
+    def feeds(self, which):
+        return {"k": np.array([which + 1], np.int64), "h": np.array([1.5, 2.5], np.float16)}
+
+
+def test_a_wrong_fold_beside_an_unrelated_float16_value_is_still_a_mismatch(tmp_path):
+    """A review found the float16 verdict given to any output of a model holding a float16
+    value: an int64 ReduceSum onnxruntime computes in double (2**62 + 1 - 2**62 = 0) replaced by
+    the exact 1 was discarded as rounding. The output must depend on float16 values."""
+    from onnx import TensorProto, helper
+
+    def model(folded: bool):
+        if folded:
+            first = helper.make_node("Constant", [], ["r"],
+                                     value=numpy_helper.from_array(np.array(1, np.int64)))
+            inits = []
+        else:
+            first = helper.make_node("ReduceSum", ["c", "ax"], ["r"], keepdims=0)
+            inits = [numpy_helper.from_array(np.array([2**62, 1, -2**62], np.int64), "c"),
+                     numpy_helper.from_array(np.array([0], np.int64), "ax")]
+        graph = helper.make_graph(
+            [first, helper.make_node("Add", ["r", "k"], ["s"]),
+             helper.make_node("Neg", ["h"], ["hn"])], "g",  # the unrelated float16 path
+            [helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+             helper.make_tensor_value_info("h", TensorProto.FLOAT16, [2])],
+            [helper.make_tensor_value_info("s", TensorProto.INT64, [1]),
+             helper.make_tensor_value_info("hn", TensorProto.FLOAT16, [2])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                                 ir_version=9)
+
+    case = _HandCase(model(False))
+    reason, detail, refs = fuzzcheck.validate(case)
+    assert reason is None, detail
+    res = fuzzcheck.compare_folded(case, refs, _save(model(True), tmp_path / "folded.onnx"),
+                                   fuzzcheck.Result(0, "discard"))
+    assert res.status == "mismatch", res.line()
