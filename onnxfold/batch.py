@@ -66,11 +66,12 @@ def is_batch(inputs: list[str], output: str) -> bool:
 
 
 def plan(inputs: list[str], outdir: str, recursive: bool = False,
-         external_data: bool = False) -> list[Job]:
+         external_data: bool = False, summary: str | None = None) -> list[Job]:
     """The jobs for ``inputs`` (files, and directories: their ``*.onnx`` files, sorted; with
     ``recursive`` those of their subdirectories too, written to the same relative paths under
     ``outdir``). Raises before anything is written when two jobs would share an output, an
-    output would replace an input, or ``outdir`` is a directory an input is in."""
+    output (or the ``summary`` JSON) would replace an input or a file an input reads, or
+    ``outdir`` is a directory an input is in."""
     from onnxfold.io.outputs import OutputGuard
 
     outdir_real = os.path.realpath(outdir)
@@ -108,6 +109,8 @@ def plan(inputs: list[str], outdir: str, recursive: bool = False,
             guard.claim(job.output, f"output of {job.input}")
             if external_data:
                 guard.claim(job.output + ".data", f"external data of {job.input}'s output")
+        if summary is not None:
+            guard.claim(summary, "JSON summary")
     return jobs
 
 
@@ -170,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--explain: give one model at a time")
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"-j {args.jobs}: must be at least 1")
-    jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes")
+    jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
+                summary=args.json)  # the summary may replace no input, data file or output
     summary = None
     if args.json:
         from onnxfold.io.outputs import OutputGuard

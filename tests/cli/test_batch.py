@@ -215,3 +215,27 @@ def test_a_crashed_job_is_an_internal_error_and_the_others_go_on(tmp_path, monke
     ([0, 0], 0), ([0, 1], 1), ([1, 2, 0], 2), ([2, 3, 1], 3), ([0, -11], 3), ([], 0)])
 def test_worst_exit_code(codes, expected):
     assert batch.worst(codes) == expected
+
+
+@pytest.mark.parametrize("target", ["weights", "output data"])
+def test_the_json_summary_never_replaces_a_data_file(tmp_path, target):
+    """A review found the batch summary guarded against the models only: ``--json`` naming an
+    input's external data, or an output's .data, wrote over it (exit 0, a broken output)."""
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    (tmp_path / "m").mkdir()
+    a = make_model([helper.make_node("Add", ["x", "W"], ["y"])], [vinfo("x", shape=[256])],
+                   [vinfo("y", shape=[256])], [tensor("W", np.arange(256, dtype=np.float32))])
+    convert_model_to_external_data(a, all_tensors_to_one_file=True, location="w.bin",
+                                   size_threshold=0)
+    onnx.save(a, tmp_path / "m" / "a.onnx")
+    onnx.save(small_model(2.0), tmp_path / "b.onnx")
+    weights = tmp_path / "m" / "w.bin"
+    before = weights.read_bytes()
+    json_path = weights if target == "weights" else tmp_path / "out" / "a.onnx.data"
+    proc = onnxfold("optimize", tmp_path / "m" / "a.onnx", tmp_path / "b.onnx", "-o",
+                    f"{tmp_path / 'out'}/", "--external-data", "yes", "--json", json_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("onnxfold: error: ") and "JSON summary" in proc.stderr
+    assert weights.read_bytes() == before
+    assert not (tmp_path / "out" / "a.onnx").exists()
