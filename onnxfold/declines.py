@@ -20,6 +20,7 @@ class DeclineKind(enum.Enum):
     MODEL_GROWTH = "model growth"
     QDQ_POLICY = "qdq policy"
     UNSUPPORTED_TYPE = "unsupported type"
+    HALF_PRECISION = "float16 rounding"
     RUNTIME_ERROR = "onnxruntime"
     NON_DETERMINISTIC = "non-deterministic op"
     CUSTOM_DOMAIN = "custom domain"

@@ -31,6 +31,7 @@ from onnxfold.analysis import (
 from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budget, planned_bytes
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
+from onnxfold.half_kernels import refuse_unrounded
 from onnxfold.options import FoldOptions
 from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
 from onnxfold.pool import BufferPool
@@ -134,6 +135,7 @@ class GraphFolder:
         self.planned = set(self.plan.foldable)
         qdq_refused = refuse_dequantization(self.plan.foldable, self.planned,
                                             catalogue.kept_quantized, options.fold_qdq)
+        qdq_refused += refuse_unrounded(self.plan.foldable, self.planned, graph, self.opset)
         self._prune_unreachable()
         budget = None if options.max_growth_bytes is None else \
             options.max_growth_bytes - stats.growth_bytes

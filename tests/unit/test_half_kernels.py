@@ -1,0 +1,84 @@
+"""Float16 folds onnxruntime would not round are declined (onnxfold/half_kernels.py); the rest
+fold, and every model computes bit for bit what its original computes in onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold import optimize
+from onnxfold.half_kernels import has_kernel
+
+# the second row's reciprocals sum to 25.78 in float32 and to 25.77 once rounded to float16
+C = np.array([[0.03455, 0.08215, 0.03305], [-0.1304, 0.0905, 0.04465]], np.float16)
+
+
+def _node(op: str) -> ir.Node:
+    return ir.Node("", op, [])
+
+
+@pytest.mark.parametrize(("op", "dtype", "expected"), [
+    ("Transpose", ir.DataType.FLOAT16, True), ("Cast", ir.DataType.FLOAT16, True),
+    ("Sign", ir.DataType.BFLOAT16, True), ("Reciprocal", ir.DataType.FLOAT16, False),
+    ("MatMul", ir.DataType.FLOAT16, False), ("ReduceSum", ir.DataType.FLOAT16, False)])
+def test_onnxruntime_kernel_registry_is_read(op, dtype, expected):
+    assert has_kernel(_node(op), dtype, 18) is expected
+
+
+SHAPES = {"ReduceSum": [2], "Transpose": [3, 2], "Cast": [2, 3], None: [2, 3]}
+
+
+def _model(reader: str | None):
+    nodes = [helper.make_node("Reciprocal", ["c"], ["r"])]
+    if reader == "ReduceSum":
+        nodes.append(helper.make_node("ReduceSum", ["r", "axes"], ["y"], keepdims=0))
+    elif reader == "Transpose":
+        nodes.append(helper.make_node("Transpose", ["r"], ["y"]))
+    elif reader == "Cast":
+        nodes.append(helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT))
+    else:
+        nodes.append(helper.make_node("Identity", ["r"], ["y"]))
+    nodes.append(helper.make_node("Mul", ["y", "x"], ["z"]))  # keeps a runtime input
+    out_type = TensorProto.FLOAT if reader == "Cast" else TensorProto.FLOAT16
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", out_type, [])],
+        [helper.make_tensor_value_info("z", out_type, SHAPES[reader])],
+        [numpy_helper.from_array(C, "c"), numpy_helper.from_array(np.array([1], np.int64),
+                                                                   "axes")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize(("reader", "folded"), [
+    ("ReduceSum", False),  # onnxruntime sums the unrounded float32 reciprocals
+    ("Cast", False),  # it cancels the Cast pair: the float32 output is never rounded
+    ("Transpose", True),  # a float16 kernel: it rounds before, as the fold does
+    (None, True)])  # an Identity: a float16 kernel too
+def test_a_reciprocal_folds_only_where_onnxruntime_rounds_it(reader, folded):
+    model = _model(reader)
+    result = optimize(model)
+    ops = [n.op_type for n in result.model.graph]
+    assert ("Reciprocal" not in ops) is folded, ops
+    if not folded:
+        assert any("float16 rounding" in str(reason)
+                   for *_, reason in result.stats.declined_nodes)
+    x_type = np.float32 if reader == "Cast" else np.float16
+    feeds = {"x": np.array(1, x_type)}
+    runs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            .run(None, feeds)[0] for m in (model, result.to_proto())]
+    assert runs[0].tobytes() == runs[1].tobytes()
+
+
+def test_float32_is_not_affected():
+    graph = helper.make_graph(
+        [helper.make_node("Reciprocal", ["c"], ["r"]),
+         helper.make_node("ReduceSum", ["r", "axes"], ["y"], keepdims=0),
+         helper.make_node("Mul", ["y", "x"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(C.astype(np.float32), "c"),
+         numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    result = optimize(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    assert [n.op_type for n in result.model.graph] == ["Mul"]
