@@ -134,7 +134,8 @@ def run_case(case, strict: bool = False) -> CaseResult:
 
 
 ACCEPTED = frozenset(k.value for k in (DeclineKind.NON_DETERMINISTIC,
-                                       DeclineKind.UNSUPPORTED_TYPE, DeclineKind.CUSTOM_DOMAIN))
+                                       DeclineKind.UNSUPPORTED_TYPE, DeclineKind.CUSTOM_DOMAIN,
+                                       DeclineKind.HALF_PRECISION))
 
 
 def _acceptable(kinds: list[str]) -> bool:
