@@ -82,3 +82,4 @@ def test_float32_is_not_affected():
          numpy_helper.from_array(np.array([1], np.int64), "axes")])
     result = optimize(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
     assert [n.op_type for n in result.model.graph] == ["Mul"]
+

@@ -161,3 +161,11 @@ def test_reduce_log_sum_exp_of_half_floats_as_onnxruntime_runs_it(opset, dtype):
     else:  # (float16: onnxruntime has no kernel at 13 either; the oracle skips)
         got = check("ReduceLogSumExp", [x], {"axes": [0], "keepdims": 0}, opset)
         assert np.isfinite(np.asarray(got[0], np.float32)).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reduce_log_sum_exp_declines_nan_whose_place_decides(dtype):
+    """onnxruntime's kernel gives inf for [inf, NaN] and NaN for [NaN, inf] (its maximum skips
+    a NaN that comes after an inf): the rule declines, onnxruntime folds it (seed 65339)."""
+    for row in ([np.inf, np.nan], [np.nan, np.inf], [1.0, np.nan]):
+        check_declines("ReduceLogSumExp", [np.array([row], dtype), None], {}, 18)
