@@ -6,6 +6,7 @@ onnxruntime's C++ kernels; float16/bfloat16 results are rounded once per op, as 
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from onnxfold.dtypes import is_float, np_dtype
@@ -143,6 +144,12 @@ def mean(*xs):
 
 @folder("Clip", since=11)
 def clip(x, lo=None, hi=None):
+    """A missing bound is the type's lowest or highest finite value, as in onnxruntime: a
+    float infinity becomes finite (fuzz seed 82466); NaN stays."""
+    if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
+        info = ml_dtypes.finfo(x.dtype)
+        lo = np.asarray(info.min, x.dtype) if lo is None else lo
+        hi = np.asarray(info.max, x.dtype) if hi is None else hi
     if lo is not None:
         x = np.maximum(x, lo)
     if hi is not None:

@@ -250,3 +250,15 @@ def test_sign_of_nan_as_onnxruntime(dtype):
     x = np.array([np.nan, -np.nan, 0.0, -0.0, 2.0, -3.0], np.float32).astype(np_dtype)
     got = check("Sign", [x], {}, 13)[0]
     assert np.isnan(np.asarray(got[:2], np.float32)).all() == (dtype in ("float32", "float64"))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("bounds", ["none", "min", "max"])
+def test_clip_with_a_missing_bound_makes_infinities_finite_as_onnxruntime(dtype, bounds):
+    """A missing bound is the type's lowest/highest finite value in onnxruntime: -inf becomes
+    -65504 in float16 (fuzz seed 82466), NaN stays."""
+    x = np.array([-np.inf, np.inf, np.nan, 1.0, -3.0], dtype)
+    lo = np.array(-2.0, dtype) if bounds == "min" else None
+    hi = np.array(2.0, dtype) if bounds == "max" else None
+    got = check("Clip", [x, lo, hi], {}, 13)[0]
+    assert np.isfinite(got[:2]).all()
