@@ -31,7 +31,7 @@ from onnxfold.analysis import (
 from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budget, planned_bytes
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
-from onnxfold.half_kernels import refuse_unrounded
+from onnxfold.half_kernels import in_float32_by_onnxruntime, refuse_unrounded
 from onnxfold.options import FoldOptions
 from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
 from onnxfold.pool import BufferPool
@@ -135,7 +135,7 @@ class GraphFolder:
         self.planned = set(self.plan.foldable)
         qdq_refused = refuse_dequantization(self.plan.foldable, self.planned,
                                             catalogue.kept_quantized, options.fold_qdq)
-        qdq_refused += refuse_unrounded(self.plan.foldable, self.planned, graph, self.opset)
+        qdq_refused += refuse_unrounded(self.plan.foldable, self.planned, self.opset)
         self._prune_unreachable()
         budget = None if options.max_growth_bytes is None else \
             options.max_growth_bytes - stats.growth_bytes
@@ -259,10 +259,17 @@ class GraphFolder:
             args: list = [tuple(shape)]
         else:
             args = [self.pool.get(v) if v is not None else None for v in node.inputs]
+        half = in_float32_by_onnxruntime(node, args, self.opset)
+        if half is not None:  # as onnxruntime runs it: in float32, rounded once at the end
+            args = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == half
+                    else a for a in args]
         with np.errstate(all="ignore"):
             result = rule.fn(*args, **kwargs)
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
         outs = [np.asarray(o) for o in outs]
+        if half is not None:
+            outs = [o.astype(half) if v.dtype is not None and v.dtype.numpy() == half else o
+                    for o, v in zip(outs, node.outputs)]
         for value, arr in zip(node.outputs, outs):
             if value.dtype is not None and arr.dtype != value.dtype.numpy():
                 raise Decline(f"{rule.name} returned {arr.dtype}, expected "

@@ -8,10 +8,15 @@ included: a chain of them computes in float32 throughout and rounds once, where 
 an op with a float16 kernel or leaves the graph. Folding one of them into a float16 initializer
 rounds its result there: exact where onnxruntime rounds too, not where the value flows on into
 another op without a kernel (fuzz seeds 45513, 48969, 55680: a folded Gemm, a Reciprocal
-summed with cancellation, 1-30 float16 ulps off). Those folds are declined; onnxruntime's own
-constant folding declines every op without a kernel. (A Cast to float16 has a kernel, and
-onnxruntime's optimizer folds it as onnxfold does; only with every optimization off does it
-merge that Cast with the one it inserts before such an op, so its rounding goes: seed 77782.)
+summed with cancellation, 1-30 float16 ulps off), nor into an op with a kernel that sits between
+two without one, which onnxruntime then runs in float32 as well (a review: Add -> Reshape ->
+Add). So such a node folds only where its value is the graph's output and nothing else reads
+it; onnxruntime's own constant folding declines every op without a kernel. And where one does
+fold, its rule runs in float32 and rounds once, as onnxruntime does (a Sum of three, Sigmoid).
+
+(A Cast to float16 has a kernel, and onnxruntime's optimizer folds it as onnxfold does; only
+with every optimization off does it merge that Cast with the one it inserts before such an op,
+so its rounding goes: seed 77782.)
 """
 
 from __future__ import annotations
@@ -19,12 +24,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
+import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import DEFAULT_DOMAINS, subgraphs
+from onnxfold.analysis import DEFAULT_DOMAINS
 from onnxfold.declines import DeclineKind, Reason
 
 _HALF_TYPES = {ir.DataType.FLOAT16: "tensor(float16)", ir.DataType.BFLOAT16: "tensor(bfloat16)"}
+# onnxruntime runs ReduceLogSumExp-18's function body at opset 18: its rule handles both ways
+_RULE_FOLLOWS_ONNXRUNTIME = frozenset({"ReduceLogSumExp"})
 KernelTable = dict[tuple[str, str], list[tuple[int, int, frozenset[str]]]]
 
 
@@ -60,17 +68,26 @@ def has_kernel(node: ir.Node, dtype: ir.DataType, opset: int) -> bool:
                for first, last, types in table.get((domain, node.op_type), ()))
 
 
-def _rounds(reader: ir.Node, dtype: ir.DataType, opset: int) -> bool:
-    """Whether onnxruntime rounds a value to ``dtype`` before ``reader`` reads it."""
-    if reader.op_type == "Cast" or subgraphs(reader):
-        return False  # a Cast pair cancels out; a subgraph: not followed, assumed not
-    return has_kernel(reader, dtype, opset)
+def in_float32_by_onnxruntime(node: ir.Node, args: list, opset: int) -> np.dtype | None:
+    """The float16/bfloat16 numpy type of ``node``'s arguments when onnxruntime has no kernel
+    of it for ``node`` (it runs the op in float32 and rounds its result once: a rule must
+    too, where it would round at each step of a formula, as Sigmoid or a Sum of three do);
+    None otherwise (and for ops whose rule itself follows onnxruntime on these types)."""
+    if node.op_type in _RULE_FOLLOWS_ONNXRUNTIME:
+        return None
+    for arg in args:
+        if isinstance(arg, np.ndarray) and arg.dtype.name in ("float16", "bfloat16"):
+            dtype = ir.DataType.FLOAT16 if arg.dtype.name == "float16" else ir.DataType.BFLOAT16
+            return None if has_kernel(node, dtype, opset) else arg.dtype
+    return None
 
 
-def refuse_unrounded(foldable: Iterable[ir.Node], planned: set[ir.Node], graph: ir.Graph,
-                     opset: int) -> list[tuple[ir.Node, Reason]]:
+def refuse_unrounded(foldable: Iterable[ir.Node], planned: set[ir.Node], opset: int
+                     ) -> list[tuple[ir.Node, Reason]]:
     """Remove from ``planned`` the float16/bfloat16 folds onnxruntime would not round (see the
-    module doc); say why."""
+    module doc): a node without a kernel folds only where every reader of its value is the
+    graph's output (a node with a float16 kernel between two without one runs in float32 too,
+    so no reader is sure to round); say why."""
     refused = []
     for node in foldable:
         if node not in planned:
@@ -79,8 +96,7 @@ def refuse_unrounded(foldable: Iterable[ir.Node], planned: set[ir.Node], graph: 
             dtype = out.dtype
             if dtype not in _HALF_TYPES or has_kernel(node, dtype, opset):
                 continue
-            reader = next((u.node for u in out.uses() if not _rounds(u.node, dtype, opset)),
-                          None)
+            reader = next((u.node for u in out.uses()), None)
             if reader is not None:
                 refused.append((node, Reason(
                     DeclineKind.HALF_PRECISION,

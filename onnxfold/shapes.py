@@ -144,6 +144,20 @@ def _propagated_length(node: onnx.NodeProto, ins: list[int],
     return 0
 
 
+def _huge_step(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> bool:
+    """Whether a Slice has a constant step beyond 32 bits: onnx's data propagation then
+    allocates without bound (a review: step 2**40 took 5.7 GB for a 2-node model)."""
+    from onnx import numpy_helper
+
+    if len(node.input) < 5 or node.input[4] not in constants:
+        return False
+    try:
+        steps = numpy_helper.to_array(constants[node.input[4]]).reshape(-1)
+    except (ValueError, TypeError):
+        return True  # unreadable: not worth the risk
+    return any(abs(int(step)) > 2**31 - 1 for step in steps.tolist())
+
+
 def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
     """Whether data propagation holds no 1-D value longer than ``DATA_PROP_MAX``.
 
@@ -162,6 +176,8 @@ def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
             lengths[name] = t.dims[0] if len(t.dims) == 1 else 0
         worst = 0  # what propagation computes: inputs and constants cost nothing unused
         for node in graph.node:
+            if node.op_type == "Slice" and _huge_step(node, constants):
+                return False
             ins = [lengths.get(name, 0) for name in node.input]
             out = _propagated_length(node, ins, constants)
             worst = max(worst, out)
