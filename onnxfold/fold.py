@@ -265,11 +265,11 @@ class GraphFolder:
                     else a for a in args]
         with np.errstate(all="ignore"):
             result = rule.fn(*args, **kwargs)
-        outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        outs = [np.asarray(o) for o in outs]
-        if half is not None:
-            outs = [o.astype(half) if v.dtype is not None and v.dtype.numpy() == half else o
-                    for o, v in zip(outs, node.outputs)]
+            outs = list(result) if isinstance(result, (tuple, list)) else [result]
+            outs = [np.asarray(o) for o in outs]
+            if half is not None:  # (overflow to inf is what onnxruntime's rounding gives too)
+                outs = [o.astype(half) if v.dtype is not None and v.dtype.numpy() == half
+                        else o for o, v in zip(outs, node.outputs)]
         for value, arr in zip(node.outputs, outs):
             if value.dtype is not None and arr.dtype != value.dtype.numpy():
                 raise Decline(f"{rule.name} returned {arr.dtype}, expected "
