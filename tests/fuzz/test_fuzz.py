@@ -147,6 +147,15 @@ def test_a_wrong_fold_under_an_integer_output_of_float16_values_is_still_a_misma
     assert res.status == "mismatch", res.line()
 
 
+def _assert_mismatch(case, folded, tmp_path) -> None:
+    """The fuzzer's verdict on ``folded`` (a hand-made wrong fold of ``case``) is a mismatch."""
+    reason, detail, refs = fuzzcheck.validate(case)
+    assert reason is None, detail
+    res = fuzzcheck.compare_folded(case, refs, _save(folded, tmp_path / "folded.onnx"),
+                                   fuzzcheck.Result(0, "discard"))
+    assert res.status == "mismatch", res.line()
+
+
 class _HandCase:
     """A fuzz case built by hand: what ``validate`` and ``compare_folded`` read."""
 
@@ -183,12 +192,7 @@ def test_a_wrong_fold_beside_an_unrelated_float16_value_is_still_a_mismatch(tmp_
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
                                  ir_version=9)
 
-    case = _HandCase(model(False))
-    reason, detail, refs = fuzzcheck.validate(case)
-    assert reason is None, detail
-    res = fuzzcheck.compare_folded(case, refs, _save(model(True), tmp_path / "folded.onnx"),
-                                   fuzzcheck.Result(0, "discard"))
-    assert res.status == "mismatch", res.line()
+    _assert_mismatch(_HandCase(model(False)), model(True), tmp_path)
 
 
 def test_a_float16_rule_that_rounds_wrongly_is_not_excused_as_layout(tmp_path):
@@ -219,9 +223,4 @@ def test_a_float16_rule_that_rounds_wrongly_is_not_excused_as_layout(tmp_path):
         def feeds(self, which):
             return {"h": np.array([0.0], np.float16)}
 
-    case = Case(model(False))
-    reason, detail, refs = fuzzcheck.validate(case)
-    assert reason is None, detail
-    res = fuzzcheck.compare_folded(case, refs, _save(model(True), tmp_path / "folded.onnx"),
-                                   fuzzcheck.Result(0, "discard"))
-    assert res.status == "mismatch", res.line()
+    _assert_mismatch(Case(model(False)), model(True), tmp_path)
