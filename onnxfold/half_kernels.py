@@ -14,9 +14,13 @@ Add). So such a node folds only where its value is the graph's output and nothin
 it; onnxruntime's own constant folding declines every op without a kernel. And where one does
 fold, its rule runs in float32 and rounds once, as onnxruntime does (a Sum of three, Sigmoid).
 
-(A Cast to float16 has a kernel, and onnxruntime's optimizer folds it as onnxfold does; only
-with every optimization off does it merge that Cast with the one it inserts before such an op,
-so its rounding goes: seed 77782.)
+A Cast to float16 has a kernel, but onnxruntime merges it with the Cast it inserts before an
+op without one, and its rounding (or overflow to inf) goes. Its optimizer folds a Cast of an
+initializer first, rounding as onnxfold does (only with every optimization off does the merge
+happen: seed 77782); a Cast of a value only onnxfold knows, such as ``Size(x)`` of a static
+shape, it merges at every level (a review: Size 2049 -> Cast -> Sub 2048 gave 1 in onnxruntime,
+0 folded). So a Cast to float16 of anything but an initializer or a Constant folds like an op
+without a kernel.
 """
 
 from __future__ import annotations
@@ -82,6 +86,16 @@ def in_float32_by_onnxruntime(node: ir.Node, args: list, opset: int) -> np.dtype
     return None
 
 
+def _stored(value: ir.Value | None) -> bool:
+    """Whether ``value`` is an initializer or a Constant's output: what onnxruntime's own
+    constant folding folds a Cast of, rounding it as onnxfold does."""
+    if value is None:
+        return False
+    producer = value.producer()
+    return value.const_value is not None or producer is not None and \
+        producer.op_type == "Constant" and producer.domain in DEFAULT_DOMAINS
+
+
 def refuse_unrounded(foldable: Iterable[ir.Node], planned: set[ir.Node], opset: int
                      ) -> list[tuple[ir.Node, Reason]]:
     """Remove from ``planned`` the float16/bfloat16 folds onnxruntime would not round (see the
@@ -94,7 +108,8 @@ def refuse_unrounded(foldable: Iterable[ir.Node], planned: set[ir.Node], opset: 
             continue
         for out in node.outputs:
             dtype = out.dtype
-            if dtype not in _HALF_TYPES or has_kernel(node, dtype, opset):
+            if dtype not in _HALF_TYPES or has_kernel(node, dtype, opset) and not (
+                    node.op_type == "Cast" and not _stored(node.inputs[0])):
                 continue
             reader = next((u.node for u in out.uses()), None)
             if reader is not None:

@@ -121,3 +121,46 @@ def test_an_op_without_a_float16_kernel_folds_in_float32_rounded_once(op, values
     runs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
             .run(None, {})[0] for m in (model, folded)]
     assert runs[0].tobytes() == runs[1].tobytes(), (runs[0], runs[1])
+
+
+def _size_cast_sub(n: int, k: float):
+    graph = helper.make_graph(
+        [helper.make_node("Size", ["x"], ["s"]),
+         helper.make_node("Cast", ["s"], ["c"], to=TensorProto.FLOAT16),
+         helper.make_node("Sub", ["c", "k"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [])],
+        [numpy_helper.from_array(np.array(k, np.float16), "k")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _runs(model, feeds, level):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    so.log_severity_level = 4
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("n", [2049, 70000])
+def test_a_cast_to_float16_of_a_value_only_onnxfold_knows_is_not_folded(n):
+    """A review: onnxruntime cannot fold Size(x), so it merges the Cast to float16 with its
+    own Cast before Sub and Sub sees 2049 exactly; onnxfold folded both into 2048. The Cast
+    now stays (with every optimization off the two agree bit for bit)."""
+    model = _size_cast_sub(n, 2048.0 if n < 65504 else 65504.0)
+    result = optimize(model)
+    assert "Cast" in [node.op_type for node in result.model.graph]
+    feeds = {"x": np.zeros(n, np.float16)}
+    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert _runs(model, feeds, level).tobytes() == _runs(result.to_proto(), feeds, level).tobytes()
+
+
+@pytest.mark.xfail(strict=True, reason="known: the folded Size is a constant onnxruntime's own "
+                   "constant folding then casts to float16 (inf), where at run time it merges "
+                   "the Cast away (70000); keeping Size for it is not done")
+def test_a_cast_of_a_folded_size_float16_cannot_hold_matches_at_default_options():
+    model = _size_cast_sub(70000, 65504.0)
+    feeds = {"x": np.zeros(70000, np.float16)}
+    level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    folded = optimize(model).to_proto()
+    assert _runs(model, feeds, level).tobytes() == _runs(folded, feeds, level).tobytes()
