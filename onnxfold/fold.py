@@ -259,7 +259,8 @@ class GraphFolder:
             args: list = [tuple(shape)]
         else:
             args = [self.pool.get(v) if v is not None else None for v in node.inputs]
-        half = in_float32_by_onnxruntime(node, args, self.opset)
+        half = None if rule.half_as_given else \
+            in_float32_by_onnxruntime(node, args, self.opset)
         if half is not None:  # as onnxruntime runs it: in float32, rounded once at the end
             args = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == half
                     else a for a in args]

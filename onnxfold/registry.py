@@ -38,7 +38,10 @@ class FolderRule:
     """One op evaluated natively for a range of opset versions.
 
     ``shape_only`` rules receive the *shape* (a tuple) of their first input instead of its data,
-    so they fold whenever the shape is statically known (Shape, Size).
+    so they fold whenever the shape is statically known (Shape, Size). ``half_as_given``
+    rules receive float16/bfloat16 inputs as they are, where onnxruntime has no kernel of that
+    type: the rule itself follows what onnxruntime does (the engine otherwise hands them over
+    in float32 and rounds the result once, as onnxruntime's inserted Casts do).
     """
 
     name: str
@@ -49,6 +52,7 @@ class FolderRule:
     fn: Callable
     source: str
     shape_only: bool = False
+    half_as_given: bool = False
 
     @property
     def op_types(self) -> tuple[str, ...]:
@@ -79,6 +83,7 @@ def folder(
     domain: str = "",
     name: str | None = None,
     shape_only: bool = False,
+    half_as_given: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Declare ``fn`` the folder of ``op_types`` for opsets ``since..until``.
 
@@ -92,7 +97,7 @@ def folder(
         for op in ops:
             rule_name = f"{name}.{op}" if name and len(ops) > 1 else name
             mark(fn, FolderRule(rule_name or "", domain, op, since, until, fn, source_of(fn),
-                                shape_only))
+                                shape_only, half_as_given))
         return fn
 
     return register

@@ -152,7 +152,8 @@ def _log_sum_exp_as_its_function(x, ax, keepdims):
 
 # float16/bfloat16 results onnxruntime computes one way or another depending on the model's
 # opset, which a rule does not see: where the two ways differ the rule declines (and the
-# onnxruntime fallback folds the node at the model's opset)
+# onnxruntime fallback folds the node at the model's opset); such a rule takes its float16
+# input as it is (``half_as_given``)
 _HALF_BY_OPSET = {"ReduceLogSumExp": _log_sum_exp_as_its_function}
 
 
@@ -178,8 +179,8 @@ def _make(reducer, estimate, other_way=None):
 REDUCE_RULES = tuple(
     rule for op, (reducer, input_since, estimate) in _REDUCERS.items()
     for rule in (folder(op, since=1, until=input_since - 1)(_make(reducer, estimate)),
-                 folder(op, since=input_since)(_make(reducer, estimate,
-                                                     _HALF_BY_OPSET.get(op)))))
+                 folder(op, since=input_since, half_as_given=op in _HALF_BY_OPSET)(
+                     _make(reducer, estimate, _HALF_BY_OPSET.get(op)))))
 
 
 def _arg(fn, x, axis, keepdims, select_last_index):
