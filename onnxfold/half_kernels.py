@@ -35,8 +35,6 @@ from onnxfold.analysis import DEFAULT_DOMAINS
 from onnxfold.declines import DeclineKind, Reason
 
 _HALF_TYPES = {ir.DataType.FLOAT16: "tensor(float16)", ir.DataType.BFLOAT16: "tensor(bfloat16)"}
-# onnxruntime runs ReduceLogSumExp-18's function body at opset 18: its rule handles both ways
-_RULE_FOLLOWS_ONNXRUNTIME = frozenset({"ReduceLogSumExp"})
 KernelTable = dict[tuple[str, str], list[tuple[int, int, frozenset[str]]]]
 
 
@@ -76,9 +74,7 @@ def in_float32_by_onnxruntime(node: ir.Node, args: list, opset: int) -> np.dtype
     """The float16/bfloat16 numpy type of ``node``'s arguments when onnxruntime has no kernel
     of it for ``node`` (it runs the op in float32 and rounds its result once: a rule must
     too, where it would round at each step of a formula, as Sigmoid or a Sum of three do);
-    None otherwise (and for ops whose rule itself follows onnxruntime on these types)."""
-    if node.op_type in _RULE_FOLLOWS_ONNXRUNTIME:
-        return None
+    None otherwise."""
     for arg in args:
         if isinstance(arg, np.ndarray) and arg.dtype.name in ("float16", "bfloat16"):
             dtype = ir.DataType.FLOAT16 if arg.dtype.name == "float16" else ir.DataType.BFLOAT16
@@ -96,6 +92,14 @@ def _stored(value: ir.Value | None) -> bool:
         producer.op_type == "Constant" and producer.domain in DEFAULT_DOMAINS
 
 
+def _rounds_where_computed(node: ir.Node, dtype: ir.DataType, opset: int) -> bool:
+    """Whether onnxruntime rounds ``node``'s result to ``dtype`` where it computes it: a
+    kernel of that type, except a Cast of a value only onnxfold knows (merged away)."""
+    if node.op_type == "Cast" and not _stored(node.inputs[0]):
+        return False
+    return has_kernel(node, dtype, opset)
+
+
 def refuse_unrounded(foldable: Iterable[ir.Node], planned: set[ir.Node], opset: int
                      ) -> list[tuple[ir.Node, Reason]]:
     """Remove from ``planned`` the float16/bfloat16 folds onnxruntime would not round (see the
@@ -108,8 +112,7 @@ def refuse_unrounded(foldable: Iterable[ir.Node], planned: set[ir.Node], opset: 
             continue
         for out in node.outputs:
             dtype = out.dtype
-            if dtype not in _HALF_TYPES or has_kernel(node, dtype, opset) and not (
-                    node.op_type == "Cast" and not _stored(node.inputs[0])):
+            if dtype not in _HALF_TYPES or _rounds_where_computed(node, dtype, opset):
                 continue
             reader = next((u.node for u in out.uses()), None)
             if reader is not None:
