@@ -49,10 +49,20 @@ def function_graphs(model: onnx.ModelProto) -> Iterator[onnx.FunctionProto | onn
 
 def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
     """The bytes of ``tensor``'s data from its dims and type (None: strings, unknown type)."""
-    if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+    try:
+        dtype = ir.DataType(tensor.data_type)
+    except ValueError:
+        return None
+    return data_nbytes(tensor.dims, dtype)
+
+
+def data_nbytes(dims: Iterable[int], dtype: ir.DataType) -> int | None:
+    """The bytes of data of ``dims`` and ``dtype``, sub-byte types packed, as onnx-ir's
+    ``nbytes`` counts them but in integers (no float overflow); None: strings, no size."""
+    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
         return None
     try:
-        bits = ir.DataType(tensor.data_type).bitwidth
-    except (ValueError, TypeError):
+        bits = dtype.bitwidth
+    except TypeError:
         return None
-    return -(-math.prod(tensor.dims) * bits // 8)
+    return -(-math.prod(dims) * bits // 8)

@@ -129,11 +129,13 @@ def _graph_only_bytes(path: str) -> bytes:
     with open(path, "rb") as f:
         # a small file is read whole: indexing bytes is several times faster than _FileBytes,
         # which matters for graphs of many nodes (every field header is walked)
-        buf: bytes | _FileBytes = _FileBytes(f.fileno(), size)
+        buf: bytes | _FileBytes
         if size <= WHOLE_READ_LIMIT:
             buf = f.read(size + 1)
             if len(buf) != size:
                 raise InputError(f"{path}: changed while being read")
+        else:
+            buf = _FileBytes(f.fileno(), size)
         out = bytearray()
         try:
             for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, 0, size):

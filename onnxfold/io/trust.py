@@ -20,7 +20,6 @@ path, so a symlink swapped after the check cannot redirect a later read.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis import all_graphs, tensor_of
 from onnxfold.errors import InputError
+from onnxfold.protos import data_nbytes
 
 
 class CheckedExternalTensor(ir.ExternalTensor):
@@ -139,11 +139,10 @@ def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> in
     if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
         raise InputError(f"{model_path}: {what}: {dtype.name.lower()} tensors cannot hold "
                          "raw or external data")
-    try:
-        bits = dtype.bitwidth
-    except TypeError:
-        raise InputError(f"{model_path}: {what}: data type {dtype.name} has no size") from None
-    return -(-math.prod(dims) * bits // 8)  # onnx-ir's nbytes, in integers (no float overflow)
+    nbytes = data_nbytes(dims, dtype)
+    if nbytes is None:
+        raise InputError(f"{model_path}: {what}: data type {dtype.name} has no size")
+    return nbytes
 
 
 def _dtype(tensor: ir.TensorProtocol, model_path: str, what: str) -> ir.DataType:
