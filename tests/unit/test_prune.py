@@ -6,6 +6,7 @@ over every graph; a model without subgraphs stops after one, issue #16)."""
 from __future__ import annotations
 
 import onnx_ir as ir
+import pytest
 from onnx import TensorProto, helper
 
 from onnxfold.analysis import KEEP_KEY
@@ -26,25 +27,17 @@ def _names(model: ir.Model) -> list[str]:
     return [n.name for n in model.graph]
 
 
-def test_a_dead_chain_goes_whole_and_the_live_path_stays_in_order():
-    model = _model([
-        helper.make_node("Neg", ["x"], ["a"], name="a"),
-        helper.make_node("Abs", ["a"], ["b"], name="b"),   # dead chain a -> b -> c
-        helper.make_node("Exp", ["b"], ["c"], name="c"),
-        helper.make_node("Relu", ["x"], ["y"], name="live"),
-    ])
-    assert remove_dead_nodes(model) == 3
-    assert _names(model) == ["live"]
+CHAIN = [helper.make_node("Neg", ["x"], ["a"], name="a"),
+         helper.make_node("Abs", ["a"], ["b"], name="b"),  # dead chain a -> b -> c
+         helper.make_node("Exp", ["b"], ["c"], name="c"),
+         helper.make_node("Relu", ["x"], ["y"], name="live")]
 
 
-def test_a_graph_out_of_order_still_reaches_the_fixpoint():
-    # the dead reader "c" is listed first: the backward walk sees its producers before it
-    model = _model([
-        helper.make_node("Exp", ["b"], ["c"], name="c"),
-        helper.make_node("Relu", ["x"], ["y"], name="live"),
-        helper.make_node("Abs", ["a"], ["b"], name="b"),
-        helper.make_node("Neg", ["x"], ["a"], name="a"),
-    ])
+# out of order: the dead reader "c" is listed first, so the backward walk sees its producers
+# before it and needs another look
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [2, 3, 1, 0]], ids=["in order", "out of order"])
+def test_a_dead_chain_goes_whole_whatever_the_order(order):
+    model = _model([CHAIN[i] for i in order])
     assert remove_dead_nodes(model) == 3
     assert _names(model) == ["live"]
 
@@ -61,36 +54,31 @@ def test_kept_nodes_and_what_they_read_stay():
     assert _names(model) == ["a", "keep_me", "live"]
 
 
-def test_a_value_read_only_inside_a_live_subgraph_is_kept():
-    then = helper.make_graph([helper.make_node("Identity", ["a"], ["t"])], "then", [],
-                             [_vi("t")])
+def _if_model(then_nodes: list, outer_nodes: list) -> ir.Model:
+    """``outer_nodes``, then ``y = If(cond)`` whose then-branch runs ``then_nodes`` and gives
+    ``t`` (the else-branch gives ``x``)."""
+    then = helper.make_graph(then_nodes, "then", [], [_vi("t")])
     other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
                               [_vi("e")])
     cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
-    graph = helper.make_graph([
-        helper.make_node("Neg", ["x"], ["a"], name="a"),           # read by the then-branch
-        helper.make_node("Abs", ["x"], ["dead"], name="dead"),
-        helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other),
-    ], "g", [_vi("x"), cond], [_vi("y")])
-    model = ir.serde.deserialize_model(
+    branch = helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then,
+                              else_branch=other)
+    graph = helper.make_graph([*outer_nodes, branch], "g", [_vi("x"), cond], [_vi("y")])
+    return ir.serde.deserialize_model(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+def test_a_value_read_only_inside_a_live_subgraph_is_kept():
+    model = _if_model([helper.make_node("Identity", ["a"], ["t"])], [
+        helper.make_node("Neg", ["x"], ["a"], name="a"),  # read by the then-branch
+        helper.make_node("Abs", ["x"], ["dead"], name="dead")])
     assert remove_dead_nodes(model) == 1
     assert _names(model) == ["a", "if"]
 
 
 def test_a_dead_node_in_a_subgraph_goes_and_the_outer_value_it_read_then_goes_too():
-    then = helper.make_graph([
-        helper.make_node("Identity", ["a"], ["unread"], name="inner_dead"),
-        helper.make_node("Identity", ["x"], ["t"], name="inner_live"),
-    ], "then", [], [_vi("t")])
-    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
-                              [_vi("e")])
-    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
-    graph = helper.make_graph([
-        helper.make_node("Neg", ["x"], ["a"], name="a"),   # read only by the dead inner node
-        helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other),
-    ], "g", [_vi("x"), cond], [_vi("y")])
-    model = ir.serde.deserialize_model(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    model = _if_model([helper.make_node("Identity", ["a"], ["unread"], name="inner_dead"),
+                       helper.make_node("Identity", ["x"], ["t"], name="inner_live")],
+                      [helper.make_node("Neg", ["x"], ["a"], name="a")])  # read by inner_dead
     assert remove_dead_nodes(model) == 2
     assert _names(model) == ["if"]
