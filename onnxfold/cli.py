@@ -15,12 +15,13 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
 from onnxfold.logs import quiet
+from onnxfold.numbers import argument, parse_float, parse_int
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -49,6 +50,20 @@ class _Progress:
     def close(self) -> None:
         if self.enabled and self.last != self.start:
             print(file=sys.stderr)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors (unknown flag, bad choice, bad value) as one line
+    ``onnxfold: error: ...`` and exit 2, like every other bad input (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"onnxfold: error: {one_line(ValueError(message))} "
+                              f"(see {self.prog} --help)\n")
+
+
+COUNT = argument(parse_int, minimum=0)  # a number of things, 0 allowed
+POSITIVE = argument(parse_int, minimum=1)
+NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
 
 
 def _add_fold_options(p: argparse.ArgumentParser) -> None:
@@ -177,9 +192,9 @@ def _add_compare_options(p: argparse.ArgumentParser) -> None:
                    help="bind a symbolic input dimension (unbound ones are 1); repeatable")
     p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
                    help="random values in [LO, HI) for this integer input; repeatable")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first random input set")
-    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance")
-    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance")
+    p.add_argument("--seed", type=COUNT, default=0, help="seed of the first random input set")
+    p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=1e-4, help="relative tolerance")
+    p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=1e-5, help="absolute tolerance")
 
 
 def _compare_options(args: argparse.Namespace) -> dict:
@@ -332,10 +347,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from onnxfold import __version__
 
-    common = argparse.ArgumentParser(add_help=False)
+    common = _OneLineParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print the traceback of an error (also ONNXFOLD_DEBUG=1)")
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="onnxfold", description="ONNX constant folding.", parents=[common],
         epilog="exit codes: 0 ok, 1 a check or comparison failed, 2 bad input, 3 internal error")
     parser.set_defaults(debug=False)
@@ -352,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True,
                    help="where to write the optimized model (a directory, ending in /, for "
                         "several)")
-    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+    p.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
                    help="with several models: optimize N at a time (default 1)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="with a directory as input: also the .onnx files in its subdirectories "
@@ -369,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-prefill", action="store_true",
                    help="do not warm the output file's pages on a second thread while folding")
     _add_fold_options(p)
-    p.add_argument("--check", type=int, default=0, metavar="N",
+    p.add_argument("--check", type=COUNT, default=0, metavar="N",
                    help="compare with the input in onnxruntime on N input sets and write "
                         "nothing (exit 1) if an output is outside tolerance")
     _add_compare_options(p)
@@ -379,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="the reference model")
     p.add_argument("b", help="the model to check (e.g. the folded one)")
     p.add_argument("--inputs", metavar="FILE", help="an .npz of input arrays (the rest random)")
-    p.add_argument("-n", type=int, default=1, help="number of input sets (seeds S..S+N-1)")
+    p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     _add_compare_options(p)
     p.set_defaults(func=cmd_compare)
@@ -399,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime-const", nargs="*", default=[], metavar="NAME")
     p.add_argument("--inputs", required=True, metavar="FILE.npz", help="every input's array")
     p.add_argument("--backend", default="ort", choices=["ort", "numpy", "mlir", "onnx-mlir"])
-    p.add_argument("--repeat", type=int, default=1, help="run this many times, report timing")
+    p.add_argument("--repeat", type=POSITIVE, default=1, help="run this many times, report timing")
     p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
     p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
     _add_fold_options(p)
@@ -415,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coverage", action="store_true",
                    help="fold every case of the ONNX node test suite and report the outcome")
     p.add_argument("--json", metavar="FILE", help="with --coverage: write the full report")
-    p.add_argument("--jobs", type=int, default=None, help="with --coverage: processes to use")
+    p.add_argument("--jobs", type=POSITIVE, default=None, help="with --coverage: processes to use")
     p.set_defaults(func=cmd_rules)
     return parser
 

@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis import is_default_op
 from onnxfold.errors import InputError
+from onnxfold.numbers import flag_value
 
 ModelRef = str | os.PathLike | onnx.ModelProto
 
@@ -129,9 +130,9 @@ def parse_dims(items: Sequence[str]) -> dict[str, int]:
     dims = {}
     for item in items:
         name, eq, value = item.rpartition("=")
-        if not eq or not name or not value.strip().isdigit() or int(value) < 1:
+        if not eq or not name:
             raise InputError(f"--dim {item}: expected NAME=VALUE with VALUE a positive integer")
-        dims[name] = int(value)
+        dims[name] = flag_value(f"--dim {name}", value, minimum=1)
     return dims
 
 
@@ -141,11 +142,10 @@ def parse_int_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
     for item in items:
         name, eq, span = item.rpartition("=")
         lo, colon, hi = span.partition(":")
-        try:
-            bounds = (int(lo), int(hi))
-        except ValueError:
-            bounds = (0, 0)
-        if not eq or not colon or not name or bounds[0] >= bounds[1]:
+        if not eq or not colon or not name:
+            raise InputError(f"--int-range {item}: expected NAME=LO:HI with integers LO < HI")
+        bounds = (flag_value(f"--int-range {name}", lo), flag_value(f"--int-range {name}", hi))
+        if bounds[0] >= bounds[1]:
             raise InputError(f"--int-range {item}: expected NAME=LO:HI with integers LO < HI")
         ranges[name] = bounds
     return ranges

@@ -13,27 +13,34 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from onnxfold.errors import InputError
+from onnxfold.numbers import flag_value
 
-_NAMED = re.compile(r"^([A-Za-z_][\w.:/-]*)=(\d+)$")
+_NAMED = re.compile(r"^([A-Za-z_][\w.:/-]*)=([^=]*)$")
 
 
-def parse(specs: Sequence[str]) -> tuple[dict[str, list[str]], dict[str, int]]:
-    """(shapes by input name, values by dim name) from the ``--input-shape`` strings."""
-    shapes: dict[str, list[str]] = {}
+def _is_number(part: str) -> bool:
+    """Whether a dim was meant as a number (a sign or any digit, ``²`` and ``١`` included),
+    rather than ``?`` or a dim name."""
+    return part[:1] in "+-" or any(c.isnumeric() for c in part[:1])
+
+
+def parse(specs: Sequence[str]) -> tuple[dict[str, list[int | str]], dict[str, int]]:
+    """(shapes by input name, values by dim name) from the ``--input-shape`` strings; each
+    shape's entries are ints, ``?`` or dim names."""
+    shapes: dict[str, list[int | str]] = {}
     named: dict[str, int] = {}
     for spec in specs:
         match = _NAMED.match(spec.strip())
         if match and ":" not in spec:
-            named[match.group(1)] = int(match.group(2))
+            named[match.group(1)] = flag_value(f"--input-shape {match.group(1)}",
+                                               match.group(2), minimum=0)
             continue
         name, colon, dims = spec.rpartition(":")
         parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
         if not colon or not name or any(not d for d in parts):
             raise InputError(f"--input-shape {spec}: expected NAME:d0,d1,... or DIM=VALUE")
-        for d in parts:
-            if d.lstrip("-").isdigit() and int(d) < 0:
-                raise InputError(f"--input-shape {spec}: negative dim {d}")
-        shapes[name] = parts
+        shapes[name] = [flag_value(f"--input-shape {name}", d, minimum=0) if _is_number(d)
+                        else d for d in parts]
     return shapes, named
 
 
@@ -59,8 +66,9 @@ def apply(model: ir.Model, specs: Sequence[str]) -> int:
                 raise InputError(f"--input-shape {name}: {len(given)} dims, the input has "
                                  f"{len(old)}")
             new: list[int | str | None] = [
-                int(d) if d.isdigit() else (old[i] if old is not None else None) if d == "?"
-                else d for i, d in enumerate(given)]
+                (old[i] if old is not None else None) if d == "?" else d
+                for i, d in enumerate(given)]
+            _refuse_contradictions(name, old, new)
         elif old is not None:
             new = list(old)
         else:
@@ -76,3 +84,12 @@ def apply(model: ir.Model, specs: Sequence[str]) -> int:
     if unused:
         raise InputError(f"--input-shape {unused[0]}=...: no input has a dim of that name")
     return changed
+
+
+def _refuse_contradictions(name: str, old: list[int | str | None] | None,
+                           new: list[int | str | None]) -> None:
+    """A fixed dim of the model given another fixed value: refused with the input and dim named
+    (onnxruntime would refuse every feed of the new shape, and folding with it is wrong)."""
+    for i, (was, given) in enumerate(zip(old or [], new)):
+        if isinstance(was, int) and isinstance(given, int) and was != given:
+            raise InputError(f"--input-shape {name}: dim {i} is {was} in the model, not {given}")

@@ -7,19 +7,14 @@ The CLI's fold flags are generated from the fields' metadata (:func:`add_argumen
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from onnxfold.numbers import argument, parse_bytes, parse_float
 
-def parse_bytes(text: str) -> int:
-    """'512M', '2G', '1.5GiB' or a plain byte count."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2)]
-    return int(float(match.group(1)) * scale)
+SIZE = argument(parse_bytes)  # a size flag's argparse type
+NON_NEGATIVE = argument(parse_float, minimum=0.0)  # a factor's or a duration's
 
 
 @dataclass(frozen=True)
@@ -68,26 +63,27 @@ class FoldOptions:
         "(IR >= 4)", switch=True))
     expansion_factor: float = _opt(4.0, Flag(
         "--expansion-factor", "refuse to keep a result that exceeds this many times its "
-        "inputs' bytes (and --expansion-min)", type=float))
+        "inputs' bytes (and --expansion-min)", type=NON_NEGATIVE))
     expansion_min_bytes: int = _opt(1 << 20, Flag(
         "--expansion-min", "results up to this size are never refused by the expansion bound",
-        type=parse_bytes))
+        type=SIZE))
     max_tensor_bytes: int | None = _opt(None, Flag(
         "--max-tensor", "refuse folds producing a tensor larger than this (e.g. 256M)",
-        type=parse_bytes))
+        type=SIZE))
     growth_factor: float | None = _opt(1.0, Flag(
         "--growth-factor", "a kept result may be this many times the constants it replaces",
-        type=float, none_flag=("--allow-growth", "fold even when the kept results are bigger "
-                               "than the constants they replace (fp16->fp32 casts, transposes "
-                               "of shared weights)")))
+        type=NON_NEGATIVE,
+        none_flag=("--allow-growth", "fold even when the kept results are bigger "
+                    "than the constants they replace (fp16->fp32 casts, transposes of shared "
+                    "weights)")))
     growth_min_bytes: int = _opt(1 << 20, Flag(
         "--growth-min", "results up to this size are never refused for growth, except "
         "copies of a weight that stays in use elsewhere (tied weights are never duplicated "
         "unless --allow-growth)",
-        type=parse_bytes))
+        type=SIZE))
     max_growth_bytes: int | None = _opt(None, Flag(
         "--max-growth", "refuse folds once the model would grow by more than this in total",
-        type=parse_bytes))
+        type=SIZE))
     fold_fp16_casts: bool = _opt(False, Flag(
         "--fold-fp16-casts", "fold casts of fp16/bf16 weights to wider types (doubles their "
         "size)", switch=True))
@@ -97,14 +93,14 @@ class FoldOptions:
         "QuantizeLinear of constant weights folds either way)", switch=True))
     memory_limit: int | None = _opt(None, Flag(
         "--memory-limit", "keep the fold pool's heap under this (e.g. 4G): larger "
-        "intermediates move to memory-mapped temporary files", type=parse_bytes))
+        "intermediates move to memory-mapped temporary files", type=SIZE))
     pool_budget: int | None = _opt(None, Flag(
         "--pool-budget", "the fold pool may hold at most this much (e.g. 1G); a fold whose "
         "outputs would not fit is refused before it runs (default: a quarter of physical "
-        "memory, at most 4G)", type=parse_bytes))
+        "memory, at most 4G)", type=SIZE))
     fold_timeout: float | None = _opt(30.0, Flag(
         "--fold-timeout", "stop an onnxruntime fallback fold running longer than this",
-        type=float, metavar="SECONDS"))
+        type=NON_NEGATIVE, metavar="SECONDS"))
     input_shapes: tuple[str, ...] = _opt((), Flag(
         "--input-shape", "fix an input's shape before folding (an int fixes a dim, '?' keeps "
         "the model's); or DIM=VALUE binds a named dim in every input (e.g. batch=1); "
@@ -135,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag.name, dest=f.name, action="append", default=[],
                                 metavar=flag.metavar, help=flag.help)
         else:
-            metavar = flag.metavar or ("SIZE" if flag.type is parse_bytes else "X")
+            metavar = flag.metavar or ("SIZE" if flag.type is SIZE else "X")
             parser.add_argument(flag.name, dest=f.name, type=flag.type or str,
                                 default=f.default, metavar=metavar, help=flag.help)
         if flag.none_flag is not None:

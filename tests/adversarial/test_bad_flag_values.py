@@ -1,0 +1,122 @@
+"""Every numeric flag is parsed by one helper (``onnxfold.numbers``): values beyond int64,
+non-ASCII digits (``²`` passes ``str.isdigit()`` but not ``int()``), NaN and infinity are one
+line ``onnxfold: error: ...`` naming the flag, exit 2; so is every argparse error."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxfold.cli import main
+
+HUGE = "99999999999999999999999"
+
+
+def _model(path: str, shape=(2, "n")) -> str:
+    """Y = X + 1 with X of ``shape``."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "one"], ["Y"], name="add")], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, list(shape))], [one])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's exits
+        code = e.code if isinstance(e.code, int) else 2
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line(code: int, err: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("onnxfold: error: "), lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture
+def model(tmp_path):
+    return _model(str(tmp_path / "m.onnx"))
+
+
+OPTIMIZE_FLAGS = ["-j", "--check", "--seed", "--rtol", "--atol", "--expansion-factor",
+                  "--expansion-min", "--max-tensor", "--growth-factor", "--growth-min",
+                  "--max-growth", "--memory-limit", "--pool-budget", "--fold-timeout"]
+BAD_VALUES = [HUGE, "²", "١٢", "nan", "1e999", "-5"]
+
+
+@pytest.mark.parametrize("flag", OPTIMIZE_FLAGS)
+@pytest.mark.parametrize("value", BAD_VALUES)
+def test_optimize_numeric_flag_refused_in_one_line(flag, value, model, tmp_path, capsys):
+    if flag in ("--rtol", "--atol", "--expansion-factor", "--growth-factor",
+                "--fold-timeout") and value == HUGE:
+        pytest.skip("a large finite float is a valid factor")
+    code, _, err = run(["optimize", model, "-o", str(tmp_path / "o.onnx"), flag, value],
+                       capsys)
+    assert_one_line(code, err, flag)
+    assert not os.path.exists(tmp_path / "o.onnx")
+
+
+@pytest.mark.parametrize("argv", [["-n", HUGE], ["-n", "²"], ["--seed", "¹"],
+                                  ["--dim", "n=²"], ["--dim", f"n={HUGE}"],
+                                  ["--int-range", f"X=0:{HUGE}"]])
+def test_compare_numeric_flag_refused_in_one_line(argv, model, capsys):
+    code, _, err = run(["compare", model, model, *argv], capsys)
+    assert_one_line(code, err, argv[0])
+
+
+@pytest.mark.parametrize("argv", [["--repeat", "²"], ["--repeat", HUGE]])
+def test_run_numeric_flag_refused_in_one_line(argv, model, tmp_path, capsys):
+    feeds = str(tmp_path / "in.npz")
+    np.savez(feeds, X=np.ones((2, 3), np.float32))
+    code, _, err = run(["run", model, "--inputs", feeds, *argv], capsys)
+    assert_one_line(code, err, "--repeat")
+
+
+@pytest.mark.parametrize("spec", [f"X:2,{HUGE}", "X:2,²", "X:2,١", f"n={HUGE}", "n=²"])
+def test_input_shape_value_refused_in_one_line(spec, model, tmp_path, capsys):
+    code, _, err = run(["optimize", model, "-o", str(tmp_path / "o.onnx"),
+                        "--input-shape", spec], capsys)
+    assert_one_line(code, err, "--input-shape")
+
+
+def test_check_dim_refused_in_one_line(model, tmp_path, capsys):
+    code, _, err = run(["optimize", model, "-o", str(tmp_path / "o.onnx"), "--check", "1",
+                        "--dim", "n=²"], capsys)
+    assert_one_line(code, err, "--dim n")
+
+
+def test_input_shape_contradicting_the_model_names_input_and_dim(model, tmp_path, capsys):
+    code, _, err = run(["optimize", model, "-o", str(tmp_path / "o.onnx"),
+                        "--input-shape", "X:3,4"], capsys)
+    assert_one_line(code, err, "--input-shape X", "dim 0", "2", "3")
+    code, _, err = run(["optimize", model, "-o", str(tmp_path / "o.onnx"),
+                        "--input-shape", "X:2,4"], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("argv", [["optimize", "M", "-o", "O", "--bogus"],
+                                  ["optimize", "M", "-o", "O", "--external-data", "maybe"],
+                                  ["optimize", "M", "-o", "O", "--memory-limit", "lots"],
+                                  ["frobnicate"], []])
+def test_argparse_errors_are_one_line(argv, capsys):
+    code, _, err = run(argv, capsys)
+    assert_one_line(code, err)
+
+
+def test_valid_numbers_still_accepted(model, tmp_path, capsys):
+    code, _, err = run(["optimize", model, "-o", str(tmp_path / "o.onnx"), "-j", "1",
+                        "--memory-limit", "1.5G", "--fold-timeout", "2.5",
+                        "--expansion-factor", "1e1", "--check", "1", "--rtol", "1e-3"], capsys)
+    assert code == 0, err
