@@ -76,6 +76,7 @@ document.querySelectorAll("table.sortable th").forEach(function (th, index) {
     rows.concat(totals).forEach(function (r) { body.appendChild(r); });
   });
 });
+document.body.dataset.ready = "1";
 """
 
 
