@@ -2,8 +2,9 @@
 
 ``load 1.2 s``, ``fold 1200/5400 3.4 s``, ``save 0.8 s``: a daemon thread redraws the current
 phase's line twice a second once the run has taken :data:`DEFAULT_AFTER` seconds (the
-``ONNXFOLD_PROGRESS_AFTER`` environment variable changes that, e.g. ``0`` in tests); a phase's
-line is finished with a newline when the next phase starts. Shown only when stderr is a
+``ONNXFOLD_PROGRESS_AFTER`` environment variable changes that, e.g. ``0`` in tests). A phase
+seen for the first time starts a new line; a phase that comes back (the fold rounds repeat
+shapes, rewrite, fold, cleanup) is drawn over the current line. Shown only when stderr is a
 terminal and ``-q`` is not given: a pipe or a log file gets nothing.
 """
 
@@ -18,6 +19,7 @@ from typing import TextIO
 DEFAULT_AFTER = 2.0
 AFTER_ENV = "ONNXFOLD_PROGRESS_AFTER"
 INTERVAL = 0.5
+DETAIL_INTERVAL = 0.1  # a detail change (fold i/n) redraws at most this often
 
 
 def progress_after() -> float:
@@ -40,6 +42,8 @@ class TerminalProgress:
         self._detail = ""
         self._phase_start = self.start
         self._shown = False  # the current phase's line is on screen
+        self._seen: set[str] = set()
+        self._drawn = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="onnxfold-progress",
                                         daemon=True)
@@ -49,7 +53,9 @@ class TerminalProgress:
         with self._lock:
             if phase == self._phase:
                 return
-            self._finish_line()
+            if phase not in self._seen:
+                self._finish_line()
+                self._seen.add(phase)
             self._phase, self._detail = phase, ""
             self._phase_start = time.monotonic()
             self._draw()
@@ -57,7 +63,8 @@ class TerminalProgress:
     def detail(self, text: str) -> None:
         with self._lock:
             self._detail = text
-            self._draw()
+            if time.monotonic() - self._drawn >= DETAIL_INTERVAL:
+                self._draw()
 
     def close(self) -> None:
         """Stop redrawing; the last phase's line is finished (nothing printed if none was)."""
@@ -79,7 +86,7 @@ class TerminalProgress:
         detail = f" {self._detail}" if self._detail else ""
         line = f"{self._phase}{detail} {now - self._phase_start:.1f} s"
         self._write(f"\r\x1b[K{line}")
-        self._shown = True
+        self._shown, self._drawn = True, now
 
     def _finish_line(self) -> None:
         if self._shown:
