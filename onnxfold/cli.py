@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
+    from onnxfold.report import Report
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -151,7 +152,8 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
         report.check = check_dict(check)
         if info is None or not args.quiet:
             print(check.summary())
-        if info is None:
+        if info is None:  # the reports say why (their check entry); the model is not written
+            _write_reports(args, report)
             print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; "
                   f"nothing was written to {args.output}", file=sys.stderr)
             return 1
@@ -163,13 +165,18 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
         print(report.summary())
     if args.explain:
         print(report.explain())
+    _write_reports(args, report)
+    return 0
+
+
+def _write_reports(args: argparse.Namespace, report: Report) -> None:
+    """``--json`` and ``--report``, when given."""
     if args.json:
         _write_text(args.json, report.to_json() + "\n")
     if args.report:
         from onnxfold.report_html import render_html
 
         _write_text(args.report, render_html(report))
-    return 0
 
 
 # command-line settings the JSON report's ``options`` records besides the fold options

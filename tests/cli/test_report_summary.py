@@ -114,3 +114,37 @@ def test_api_repr_is_short_and_table_is_the_cli_table(checked_run):
     table = result.report.table()
     assert table_rows(table) == table_rows(checked_run[0].stdout)
     assert result.report.summary().startswith(table)
+
+
+def exp_model(path):
+    """y = x + Exp(|c|): the folded Exp is numpy's, which differs from onnxruntime's in the
+    last bits of some elements, so a check with zero tolerance fails."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 10, "c")
+    nodes = [helper.make_node("Abs", ["c"], ["a"]), helper.make_node("Exp", ["a"], ["e"]),
+             helper.make_node("Add", ["x", "e"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [c])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+
+
+def test_a_failed_check_still_writes_the_reports_with_its_verdict(tmp_path):
+    src, out = tmp_path / "exp.onnx", tmp_path / "out.onnx"
+    exp_model(src)
+    report, page = tmp_path / "r.json", tmp_path / "r.html"
+    proc = onnxfold_cli("optimize", str(src), "-o", str(out), "--check", "1", "--rtol", "0",
+                        "--atol", "0", "--json", str(report), "--report", str(page))
+    assert proc.returncode == 1, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["exp.onnx", "r.html", "r.json"]  # no model, no temp
+    data = json.loads(report.read_text())
+    assert validate(data) == [] and data["output"] is None
+    assert data["check"]["ok"] is False
+    (row,) = data["check"]["outputs"]
+    assert row["name"] == "y" and not row["ok"] and row["mismatches"] > 0 and row["max_abs"] > 0
+    assert "outputs outside tolerance" in page.read_text()
