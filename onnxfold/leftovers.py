@@ -66,11 +66,14 @@ def pattern(path: str) -> str:
 
 
 def group_leftovers(model: ir.Model, declined: Iterable[Mapping[str, str]],
-                    blocked: Iterable[Mapping[str, str]]) -> list[dict]:
+                    blocked: Iterable[Mapping[str, str]],
+                    rejected: Mapping[ir.Node, str] | None = None) -> list[dict]:
     """What stayed, one entry per module pattern, most nodes first: the pattern, how many
     module instances it covers, the op counts and the distinct reasons (at most
     :data:`EXAMPLES`). ``declined``/``blocked``: the report's ``declined_nodes`` (key
-    ``reason``) and ``dynamic_shapes`` (key ``blocked_by``)."""
+    ``reason``) and ``dynamic_shapes`` (key ``blocked_by``). ``rejected``: nodes a rewrite
+    declined (``rule: reason``), named among a group's reasons where something stayed in that
+    module (a rewrite declined elsewhere, a MatMul not fused, is no leftover)."""
     nodes = {node_label(n): n for graph in all_graphs(model) for n in graph}
     groups: dict[str, dict] = {}
 
@@ -88,11 +91,20 @@ def group_leftovers(model: ir.Model, declined: Iterable[Mapping[str, str]],
     for item in blocked:
         group = group_of(item)
         group["dims"].update(dict.fromkeys(item["blocked_by"].split("; ")))
+    declines: dict[str, Counter] = {}
+    for node, why in (rejected or {}).items():
+        name = pattern(module_path(node))
+        if node.graph is not None and name in groups:
+            declines.setdefault(name, Counter())[(node.op_type, why)] += 1
+            groups[name]["instances"].add(module_path(node))
     out = []
     for name, group in groups.items():
         reasons = [r for r, _ in group["reasons"].most_common(EXAMPLES)]
         if group["dims"]:
             reasons.append("blocked by dynamic dims: " + ", ".join(group["dims"]))
+        for (op, why), n in declines.get(name, Counter()).most_common(EXAMPLES):
+            rule, _, because = why.partition(": ")
+            reasons.append(f"{rule} not applied to {op} x{n}: {because}")
         out.append({
             "module": name, "instances": len(group["instances"]),
             "nodes": sum(group["ops"].values()), "ops": dict(group["ops"].most_common()),

@@ -234,7 +234,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         blocked = blocked_scaffolding(model, source_array)
         report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
                                   "blocked_by": "; ".join(dims)} for node, dims in blocked]
-        report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes)
+        report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes,
+                                           stats.rejected_at)
         report.folded_regions = folded_regions(model)
         report.options = options_dict(options)
     report.phases = phases.rounded()

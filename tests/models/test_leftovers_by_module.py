@@ -79,6 +79,8 @@ def test_optimize_groups_what_stayed_by_module(export, tmp_path):
     assert attn["instances"] == 2, groups  # layers.0 and layers.1 in one line
     assert attn["nodes"] == sum(attn["ops"].values()) > 0
     assert any("batch" in r and "seq" in r for r in attn["reasons"]), attn
+    # the Reshapes themselves stay: the rewrite that would give them a constant target says why
+    assert any(" not applied to Reshape x" in r for r in attn["reasons"]), attn
     line = next(s for s in proc.stdout.splitlines() if "layers.*.self_attn (x2): " in s)
     assert "blocked by dynamic dims" in line, (kind, line)
     assert "stayed, by module:" in proc.stdout
@@ -125,3 +127,20 @@ def test_grouping_counts_instances_ops_and_reasons():
                          "ops": {"Reshape": 6}, "reasons": ["allowzero"]}
     assert groups[1]["module"] == "m" and \
         groups[1]["reasons"] == ["blocked by dynamic dims: `seq` of input x"]
+
+
+def test_declined_rewrites_join_the_modules_where_something_stayed():
+    import onnx_ir as ir
+
+    x = ir.Value(name="x")
+    reshapes = [ir.Node("", "Reshape", [x], name=f"/m/layers.{i}/attn/Reshape") for i in (0, 1)]
+    matmul = ir.Node("", "MatMul", [x, x], name="/m/layers.0/mlp/MatMul")
+    graph = ir.Graph([x], [], nodes=[*reshapes, matmul], opset_imports={"": 17})
+    model = ir.Model(graph, ir_version=8)
+    blocked = [{"node": "/m/layers.0/attn/Concat", "op": "Concat", "blocked_by": "`s`"}]
+    rejected = {**{n: "reshape_known_target: allowzero" for n in reshapes},
+                matmul: "fuse_matmul_add_into_gemm: not 2-D"}
+    (group,) = group_leftovers(model, [], blocked, rejected)  # no group for the MatMul alone
+    assert group["module"] == "m.layers.*.attn" and group["instances"] == 2
+    assert group["reasons"] == ["blocked by dynamic dims: `s`",
+                                "reshape_known_target not applied to Reshape x2: allowzero"]
