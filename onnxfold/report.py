@@ -182,7 +182,8 @@ class Report:
             f"pool peak    {_mib(self.pool_peak_bytes)}" + (
                 f" (spilled {self.pool_spilled} buffers, {_mib(self.pool_spilled_bytes)}, "
                 "to stay under the memory limit)" if self.pool_spilled else ""),
-            f"time         {self.seconds:.2f} s ({self.rounds} rounds"
+            f"time         {max(self.seconds, sum(self.phases.values())):.2f} s "
+            f"({self.rounds} rounds"
             + "".join(f", {name} {sec:.2f}" for name, sec in self.phases.items()) + ")",
         ]
         if self.folded_in_functions:
