@@ -197,8 +197,8 @@ def _check_section(check: dict | None) -> str:
 def render_html(report: Report) -> str:
     """The whole page for ``report``."""
     rows = report.op_rows()
-    total = ("total", report.nodes_before, report.nodes_after,
-             f"{report.nodes_after - report.nodes_before:+d}")
+    change = report.nodes_after - report.nodes_before
+    total = ("total", report.nodes_before, report.nodes_after, f"{change:+d}" if change else "0")
     op_table = _table(["op", "before", "after", "delta"],
                       [(r.op, r.before, r.after, f"{r.delta:+d}" if r.delta else "0")
                        for r in rows], {1, 2, 3}, "ops", total)
@@ -221,7 +221,7 @@ def render_html(report: Report) -> str:
         _card("initializers", f"{_mib(report.initializer_bytes_before)} \u2192 "
               f"{_mib(report.initializer_bytes_after)}", f"{report.new_initializers} new"),
         _card("time", f"{sum(report.phases.values()) or report.seconds:.2f} s",
-              f"{report.rounds} rounds"),
+              f"{report.rounds} round{'s' if report.rounds != 1 else ''}"),
         _card("check", "-" if report.check is None else
               ("passed" if report.check["ok"] else "FAILED"),
               "" if report.check is None else f"{len(report.check['outputs'])} output(s)"),
