@@ -130,6 +130,7 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
             from onnxfold.checked_save import save_checked
 
             with phases.phase("check"):
+                phases.detail(f"{args.check} input set{'s' if args.check != 1 else ''}")
                 info, check = save_checked(result.model, args.input, args.output, n=args.check,
                                            external_data=external, protect={args.input},
                                            replaces=args.replaces, **checking)
@@ -138,6 +139,7 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
 
             cheap = not args.no_verify and result.report.nodes_after <= VERIFY_MAX_NODES
             with phases.phase("save"):
+                phases.detail(_weights_mib(result.report))
                 info = save_model(result.model, args.output, external_data=external,
                                   protect={args.input}, prefill=prefill,
                                   verify=verifier(args.input) if cheap else None,
@@ -177,6 +179,10 @@ def _write_reports(args: argparse.Namespace, report: Report) -> None:
         from onnxfold.report_html import render_html
 
         _write_text(args.report, render_html(report))
+
+
+def _weights_mib(report: Report) -> str:
+    return f"{report.initializer_bytes_after / 2**20:.1f} MiB"
 
 
 # command-line settings the JSON report's ``options`` records besides the fold options
