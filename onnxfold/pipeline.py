@@ -236,6 +236,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
                                   "blocked_by": "; ".join(dims)} for node, dims in blocked]
         report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes,
                                            stats.rejected_at)
+        stats.rejected_at.clear()  # nodes a cleanup removed would keep their inputs alive
         report.folded_regions = folded_regions(model)
         report.options = options_dict(options)
     report.phases = phases.rounded()
