@@ -148,3 +148,11 @@ def test_a_failed_check_still_writes_the_reports_with_its_verdict(tmp_path):
     (row,) = data["check"]["outputs"]
     assert row["name"] == "y" and not row["ok"] and row["mismatches"] > 0 and row["max_abs"] > 0
     assert "outputs outside tolerance" in page.read_text()
+
+
+def test_report_html_is_refused_for_several_models(tmp_path):
+    proc = onnxfold_cli("optimize", BERT, GPT2, "-o", f"{tmp_path}/out/", "--report",
+                        str(tmp_path / "r.html"))
+    assert proc.returncode == 2
+    assert proc.stderr == "onnxfold: error: --report: give one model at a time\n"
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "out").exists()
