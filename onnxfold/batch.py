@@ -56,6 +56,7 @@ class Outcome:
     seconds: float = 0.0
     message: str = ""
     warnings: list[str] = field(default_factory=list)
+    ops: list[dict] = field(default_factory=list)  # the job's per-op table (report "ops")
 
 
 def is_batch(inputs: list[str], output: str) -> bool:
@@ -171,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
     table; the worst exit code."""
     if args.explain:
         raise InputError("--explain: give one model at a time")
+    if getattr(args, "report", None):
+        raise InputError("--report: give one model at a time")
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"-j {args.jobs}: must be at least 1")
     jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
@@ -260,7 +263,7 @@ def _start(args: argparse.Namespace, job: Job, scratch: str, index: int) -> subp
     one = copy.copy(args)
     one.input, one.output = job.input, job.output
     one.json = os.path.join(scratch, f"{index}.json")
-    one.quiet, one.explain = True, False
+    one.quiet, one.explain, one.report = True, False, None
     one.replaces = ()
     with open(os.path.join(scratch, f"{index}.args"), "wb") as f:
         pickle.dump(one, f)
@@ -297,6 +300,7 @@ def _outcome(job: Job, proc: subprocess.Popen, seconds: float, scratch: str,
         with open(os.path.join(scratch, f"{index}.json")) as f:
             report = json.load(f)
         outcome.nodes_before, outcome.nodes_after = report["nodes_before"], report["nodes_after"]
+        outcome.ops = report.get("ops", [])
     if code == 0 and outcome.nodes_after is None:  # should not happen: say so
         outcome.code, outcome.status = EXIT_INTERNAL, "internal error"
         outcome.message = "onnxfold: internal error: the job wrote no report"
@@ -314,12 +318,12 @@ def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
     """The summary: one row per model, then the totals."""
     names = [o.input for o in outcomes]
     width = max([len("model"), *map(len, names)])
-    rows = [f"{'model':{width}}  nodes before  nodes after  seconds  status"]
+    rows = [f"{'model':{width}}  nodes before  nodes after  seconds  status  most changed ops"]
     for o in outcomes:
         before = "-" if o.nodes_before is None else str(o.nodes_before)
         after = "-" if o.nodes_after is None else str(o.nodes_after)
         rows.append(f"{o.input:{width}}  {before:>12}  {after:>11}  {o.seconds:>7.2f}  "
-                    f"{o.status}")
+                    f"{o.status:6}  {_changes(o.ops)}".rstrip())
     counts: dict[str, int] = {}
     for o in outcomes:
         key = "crashed" if o.status.startswith("crashed") else o.status
@@ -329,6 +333,15 @@ def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
     rows.append(f"{len(outcomes)} of {len(jobs)} models: {total}"
                 + (f"; outputs in {outdir}" if counts.get("ok") else ""))
     return "\n".join(rows)
+
+
+CHANGED_OPS = 3  # ops a batch row names
+
+
+def _changes(ops: list[dict]) -> str:
+    """The ops that changed most in one model: ``Constant -90, Unsqueeze -46``."""
+    changed = [row for row in ops if row.get("delta")][:CHANGED_OPS]
+    return ", ".join(f"{row['op']} {row['delta']:+d}" for row in changed)
 
 
 def _worker(path: str) -> None:

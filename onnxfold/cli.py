@@ -28,28 +28,10 @@ if TYPE_CHECKING:
 
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
+    from onnxfold.report import Report
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
-
-
-class _Progress:
-    """Prints ``folding i/n`` to stderr at most once a second, only after the first second."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.start = time.monotonic()
-        self.last = self.start
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if self.enabled and now - self.last >= 1.0 and now - self.start >= 1.0:
-            self.last = now
-            print(f"\rfolding {done}/{total}", end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.enabled and self.last != self.start:
-            print(file=sys.stderr)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -96,6 +78,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         guard.claim(args.output + ".data", "output model's external data")
     if args.json:
         guard.claim(args.json, "JSON report")
+    if args.report:
+        guard.claim(args.report, "HTML report")
     with _start_prefill(args, target) as prefill:
         return _optimize_and_save(args, guard, prefill)
 
@@ -142,39 +126,55 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                    prefill: OutputPrefill | None, checking: dict | None) -> int:
     from onnxfold.io import load_model, save_model
     from onnxfold.io.writer import input_files
+    from onnxfold.phases import Phases
     from onnxfold.pipeline import optimize
+    from onnxfold.progress import TerminalProgress
+    from onnxfold.report import check_dict
 
-    progress = _Progress(sys.stderr.isatty() and not args.quiet)
+    progress = TerminalProgress() if sys.stderr.isatty() and not args.quiet else None
+    phases = Phases(progress)
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         result = optimize(args.input, _fold_options(args), check=not args.skip_check,
-                          progress=progress,
+                          progress=phases.fold_progress, phases=phases,
                           pristine=lambda: load_model(args.input, check=False),
                           loaded=lambda model: guard.protect(input_files(model)))
         result.report.input = args.input
-    finally:
-        progress.close()
-    external = {"auto": None, "yes": True, "no": False}[args.external_data]
-    if checking is not None:
-        from onnxfold.checked_save import save_checked
+        external = {"auto": None, "yes": True, "no": False}[args.external_data]
+        check = None
+        if checking is not None:
+            from onnxfold.checked_save import save_checked
 
-        info, check = save_checked(result.model, args.input, args.output, n=args.check,
-                                   external_data=external, protect={args.input},
-                                   replaces=args.replaces, **checking)
+            with phases.phase("check"):
+                phases.detail(f"{args.check} input set{'s' if args.check != 1 else ''}")
+                info, check = save_checked(result.model, args.input, args.output, n=args.check,
+                                           external_data=external, protect={args.input},
+                                           replaces=args.replaces, **checking)
+        else:
+            from onnxfold.verify import VERIFY_MAX_NODES, verifier
+
+            cheap = not args.no_verify and result.report.nodes_after <= VERIFY_MAX_NODES
+            with phases.phase("save"):
+                phases.detail(_weights_mib(result.report))
+                info = save_model(result.model, args.output, external_data=external,
+                                  protect={args.input}, prefill=prefill,
+                                  verify=verifier(args.input) if cheap else None,
+                                  replaces=args.replaces)
+    finally:
+        if progress is not None:
+            progress.close()
+    report = result.report
+    report.phases = phases.rounded()
+    report.options.update({name: getattr(args, name) for name in _REPORTED_ARGS})
+    if check is not None:
+        report.check = check_dict(check)
         if info is None or not args.quiet:
             print(check.summary())
-        if info is None:
+        if info is None:  # the reports say why (their check entry); the model is not written
+            _write_reports(args, report)
             print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; "
                   f"nothing was written to {args.output}", file=sys.stderr)
             return 1
-    else:
-        from onnxfold.verify import VERIFY_MAX_NODES, verifier
-
-        cheap = not args.no_verify and result.report.nodes_after <= VERIFY_MAX_NODES
-        info = save_model(result.model, args.output, external_data=external,
-                          protect={args.input}, prefill=prefill,
-                          verify=verifier(args.input) if cheap else None,
-                          replaces=args.replaces)
-    report = result.report
+    assert info is not None  # only a failed check writes nothing
     report.output = info.path
     report.external_data = info.data_path
     report.output_bytes = info.bytes_written
@@ -182,9 +182,27 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
         print(report.summary())
     if args.explain:
         print(report.explain())
+    _write_reports(args, report)
+    return 0
+
+
+def _write_reports(args: argparse.Namespace, report: Report) -> None:
+    """``--json`` and ``--report``, when given."""
     if args.json:
         _write_text(args.json, report.to_json() + "\n")
-    return 0
+    if args.report:
+        from onnxfold.report_html import render_html
+
+        _write_text(args.report, render_html(report))
+
+
+def _weights_mib(report: Report) -> str:
+    return f"{report.initializer_bytes_after / 2**20:.1f} MiB"
+
+
+# command-line settings the JSON report's ``options`` records besides the fold options
+_REPORTED_ARGS = ("check", "seed", "rtol", "atol", "dim", "int_range", "external_data",
+                  "skip_check", "no_verify")
 
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -372,7 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-r", "--recursive", action="store_true",
                    help="with a directory as input: also the .onnx files in its subdirectories "
                         "(written to the same relative paths under -o)")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON "
+                   "(docs/report-json.md)")
+    p.add_argument("--report", metavar="FILE.html",
+                   help="also write a self-contained HTML report (charts, what folded, what "
+                        "stayed and why)")
     p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
                    help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
@@ -438,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _output_directories(args: argparse.Namespace) -> list[str]:
     """Where a command writes (its temporary files go beside each output)."""
     found = []
-    for name in ("output", "json"):
+    for name in ("output", "json", "report"):
         path = getattr(args, name, None)
         if isinstance(path, str):
             found.append(os.path.dirname(os.path.abspath(path)))

@@ -56,6 +56,7 @@ class FoldStats:
     rule_hits: Counter = field(default_factory=Counter)
     pattern_hits: Counter = field(default_factory=Counter)
     rejected_patterns: Counter = field(default_factory=Counter)
+    rejected_at: dict[ir.Node, str] = field(default_factory=dict)  # node -> "rule: reason"
     cleanup_hits: Counter = field(default_factory=Counter)
     pool_peak_bytes: int = 0
     growth_bytes: int = 0

@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis import all_graphs, node_label, plan_graph
 from onnxfold.io import load_model
+from onnxfold.leftovers import group_leftovers, leftover_lines
 from onnxfold.report import model_counts
 from onnxfold.symbolic import blocked_scaffolding, shape_values, shared_dim_names
 
@@ -46,6 +47,7 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
         "dynamic_shape_nodes": [{"node": node_label(n), "op": n.op_type,
                                  "blocked_by": "; ".join(dims)} for n, dims in blocked],
     }
+    info["blocked_by_module"] = group_leftovers(model, [], info["dynamic_shape_nodes"])
     opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
     lines = [f"{info['path']}: IR {model.ir_version}, opsets {opsets}",
              f"nodes {counts.nodes}, initializers {counts.initializers} "
@@ -55,9 +57,12 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
     if blocked:
         lines.append(f"shape nodes blocked by dynamic dims: {len(blocked)} (--input-shape "
                      "fixes them)")
-        lines += [f"  {n.op_type} {node_label(n)}: {'; '.join(dims)}" for n, dims in blocked[:10]]
+        lines += [f"  {line}" for line in leftover_lines(info["blocked_by_module"])]
+        lines.append("  nodes:")
+        lines += [f"    {n.op_type} {node_label(n)}: {'; '.join(dims)}"
+                  for n, dims in blocked[:10]]
         if len(blocked) > 10:
-            lines.append(f"  ... and {len(blocked) - 10} more")
+            lines.append(f"    ... and {len(blocked) - 10} more")
     info["text"] = "\n".join(lines)
     return info
 

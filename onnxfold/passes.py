@@ -97,8 +97,10 @@ class Rewrite(InPlacePass):
 
     def call(self, model: ir.Model) -> PassResult:
         self.stats.rejected_patterns.clear()  # like declines: report what the last round saw
+        self.stats.rejected_at.clear()
         done = rewrite(model, self.catalogue, self.stats.rejected_patterns,
-                       self.options.inputs_are_constant, strict=self.options.strict)
+                       self.options.inputs_are_constant, strict=self.options.strict,
+                       rejected_at=self.stats.rejected_at)
         self.stats.pattern_hits.update(done.hits)
         self.state.rewritten = bool(done.hits)
         # converged: a next round's rewrite finds nothing new unless a later pass changes the

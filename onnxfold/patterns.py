@@ -265,6 +265,7 @@ class RewriteContext:
     model: ir.Model
     constant: set[ir.Value]
     rejected: Counter = field(default_factory=Counter)
+    rejected_at: dict[ir.Node, str] | None = None  # node -> "rule: reason", when asked for
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
     _arrays: dict[ir.Value, np.ndarray | None] = field(default_factory=dict, repr=False)
     memo: dict[str, object] = field(default_factory=dict, repr=False)
@@ -406,11 +407,13 @@ def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value,
 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
             inputs_are_constant: bool = False, constant_inputs: bool = False,
-            strict: bool = True) -> Rewritten:
+            strict: bool = True, rejected_at: dict[ir.Node, str] | None = None) -> Rewritten:
     """Apply the catalogue's patterns everywhere until nothing changes.
 
     ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``). A
     rule that raises raises ``StepFailed`` with its name (unless ``strict``).
+    ``rejected_at`` receives each node a pattern declined, with the rule and its reason (the
+    report groups them by module).
     """
 
     hits: Counter = Counter()
@@ -421,7 +424,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
         for graph in all_graphs(model):
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph)
-            ctx = RewriteContext(graph, model, plan.constant, rejected)
+            ctx = RewriteContext(graph, model, plan.constant, rejected, rejected_at)
             trying = _Trying()
             changed |= contained(trying, strict,
                                  functools.partial(_sweep, ctx, by_op, hits, trying))
@@ -473,6 +476,8 @@ def _sweep(ctx: RewriteContext, by_op: dict[str, list[PatternRule]], hits: Count
                     break
                 if isinstance(outcome, Reject):
                     rejected[f"{rule.name}: {outcome.reason}"] += 1
+                    if ctx.rejected_at is not None:
+                        ctx.rejected_at[node] = f"{rule.name}: {outcome.reason}"
             if not hit:
                 break
     return changed

@@ -32,6 +32,7 @@ from onnxfold.collector import long_lived, settled
 from onnxfold.errors import InputError
 from onnxfold.fold import FoldOptions, FoldStats, source_array
 from onnxfold.io import load_model
+from onnxfold.leftovers import folded_regions, group_leftovers
 from onnxfold.passes import (
     Cleanups,
     FixInputShapes,
@@ -46,8 +47,9 @@ from onnxfold.passes import (
     Sorted,
 )
 from onnxfold.patterns import NAMES_KEY
+from onnxfold.phases import Phases, Timed
 from onnxfold.pool import BufferPool
-from onnxfold.report import Report, model_counts
+from onnxfold.report import Report, model_counts, options_dict
 from onnxfold.shapes import lighten
 from onnxfold.steps import StepFailed
 from onnxfold.symbolic import blocked_scaffolding
@@ -66,6 +68,12 @@ class OptimizeResult:
     model: ir.Model
     report: Report
     stats: FoldStats = field(repr=False, default_factory=FoldStats)
+
+    def __repr__(self) -> str:
+        r = self.report
+        return (f"OptimizeResult(nodes {r.nodes_before} -> {r.nodes_after}, folded "
+                f"{r.folded_nodes}, initializers {r.initializer_bytes_before / 2**20:.1f} -> "
+                f"{r.initializer_bytes_after / 2**20:.1f} MiB, {r.seconds:.2f} s)")
 
     def to_proto(self) -> onnx.ModelProto:
         """The model as an ``onnx.ModelProto`` with every weight's bytes in it (weights still
@@ -112,10 +120,17 @@ def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | 
 def build_pipeline(options: FoldOptions, stats: FoldStats,
                    progress: Callable[[int, int], None] | None = None,
                    skipped: frozenset[str] = frozenset(),
-                   light: onnx.ModelProto | None = None) -> PassManager:
+                   light: onnx.ModelProto | None = None,
+                   phases: Phases | None = None) -> PassManager:
     """The passes of ``optimize`` for these options, recording into ``stats``; ``skipped``
     names rules and passes (``fold``, ``prune``) left out after they failed; ``light``: the
-    reader's proto of the model, for the first shape inference."""
+    reader's proto of the model, for the first shape inference; ``phases``: the clock each
+    pass's time counts on."""
+    def timed(passes: list) -> list:
+        if phases is None:
+            return passes
+        return [p if isinstance(p, PassManager) else Timed(p, phases) for p in passes]
+
     shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
     catalogue = load_catalogue().without(
         set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
@@ -126,10 +141,10 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
               Fold(catalogue, options, stats, state, pool, progress),
               Prune(options),
               RefineShapes(options, state)]
-    rounds = [p for p in rounds if p.name not in skipped]
+    rounds = timed([p for p in rounds if p.name not in skipped])
     inline = options.inline_functions and "inline_functions" not in skipped
     functions = not {"fold", "fold_functions"} & skipped  # no fold at all: none in bodies
-    return PassManager([
+    return PassManager(timed([
         *([InlineFunctions(options.strict)] if inline else []),
         FixInputShapes(options.input_shapes),
         # the reader's proto describes the model only if no pass before changed it
@@ -139,7 +154,7 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
         Cleanups(catalogue, stats, options.strict),
         *([Prune(options)] if "prune" not in skipped else []),
         Sorted(options.strict),
-    ])
+    ]))
 
 
 MAX_RESTARTS = 4
@@ -149,7 +164,8 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
              *, check: bool = True,
              progress: Callable[[int, int], None] | None = None,
              pristine: Callable[[], ir.Model] | None = None,
-             loaded: Callable[[ir.Model], None] | None = None) -> OptimizeResult:
+             loaded: Callable[[ir.Model], None] | None = None,
+             phases: Phases | None = None) -> OptimizeResult:
     """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
     or an ``ir.Model`` (changed in place).
 
@@ -159,20 +175,22 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     given; else from a copy taken first); the report lists it in ``skipped_steps``.
     ``loaded(model)`` runs once the model is read, before any pass (the command line refuses
     an output that would replace one of its files there, not after a whole fold).
+    ``phases`` times each phase (the report's ``phases``; a fresh clock when not given).
     """
     with long_lived():  # fewer collections; a large model's objects are not walked by each
-        return _optimize(model, options, check, progress, pristine, loaded)
+        return _optimize(model, options, check, progress, pristine, loaded, phases or Phases())
 
 
 def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
               progress: Callable[[int, int], None] | None,
               pristine: Callable[[], ir.Model] | None,
-              loaded: Callable[[ir.Model], None] | None = None) -> OptimizeResult:
+              loaded: Callable[[ir.Model], None] | None, phases: Phases) -> OptimizeResult:
     from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY
 
     started = time.perf_counter()
     options = options or FoldOptions()
-    model, path = as_ir_model(model, check)
+    with phases.phase("load"):
+        model, path = as_ir_model(model, check)
     if loaded is not None:
         loaded(model)
     light = model.meta.pop(LIGHT_PROTO_KEY, None)
@@ -198,7 +216,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         stats = FoldStats()
         try:
             _run(build_pipeline(options, stats, progress, frozenset(skipped) | frozen,
-                                light=None if skipped else light), model)
+                                light=None if skipped else light, phases=phases), model)
             break
         except StepFailed as failure:
             if pristine is None or failure.step in skipped:
@@ -208,13 +226,20 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     else:
         raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
     stats.skipped_steps = unknown + [f"{why}; please report" for why in skipped.values()]
-    report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
-                          time.perf_counter() - started)
-    report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
-                       "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
-    report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
-                              "blocked_by": "; ".join(dims)}
-                             for node, dims in blocked_scaffolding(model, source_array)]
+    with phases.phase("report"):
+        report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
+                              time.perf_counter() - started)
+        report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
+                           "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
+        blocked = blocked_scaffolding(model, source_array)
+        report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
+                                  "blocked_by": "; ".join(dims)} for node, dims in blocked]
+        report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes,
+                                           stats.rejected_at)
+        stats.rejected_at.clear()  # nodes a cleanup removed would keep their inputs alive
+        report.folded_regions = folded_regions(model)
+        report.options = options_dict(options)
+    report.phases = phases.rounded()
     return OptimizeResult(model, report, stats)
 
 

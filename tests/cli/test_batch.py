@@ -3,6 +3,7 @@ table, the worst exit code; collisions and outputs over inputs refused before an
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -56,11 +57,11 @@ def no_temporaries(directory):
 
 
 def rows(stdout):
-    """The table's rows: model -> (before, after, status)."""
+    """The table's rows: model -> (before, after, status) (columns are two spaces apart)."""
     found = {}
     for line in stdout.splitlines()[1:-1]:
-        parts = line.split()
-        found[parts[0]] = (parts[1], parts[2], " ".join(parts[4:]))
+        parts = re.split(r"\s{2,}", line.strip())
+        found[parts[0]] = (parts[1], parts[2], parts[4])
     return found
 
 

@@ -1,0 +1,158 @@
+"""`onnxfold optimize`'s report: the per-op table, the JSON report against its documented
+schema, `-q`, batch rows, and the short repr / table() of the Python API."""
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import onnxfold
+from onnxfold.report_schema import load_schema, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")
+GPT2 = os.path.join(ROOT, "models", "tiny_gpt2_ts.onnx")
+TABLE_ROW = re.compile(r"^(\S+)\s+(\d+)\s+(\d+)\s+([+-]?\d+)$")
+
+
+def onnxfold_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def table_rows(text):
+    """op -> (before, after, delta) for each row of the per-op table in ``text``."""
+    return {m.group(1): tuple(int(m.group(i)) for i in (2, 3, 4))
+            for m in map(TABLE_ROW.match, text.splitlines()) if m}
+
+
+@pytest.fixture(scope="module")
+def checked_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    out, report = tmp / "out.onnx", tmp / "report.json"
+    proc = onnxfold_cli("optimize", BERT, "-o", str(out), "--check", "2", "--json", str(report))
+    assert proc.returncode == 0, proc.stderr
+    return proc, json.loads(report.read_text())
+
+
+def test_summary_prints_the_per_op_table_sorted_by_change(checked_run):
+    proc, data = checked_run
+    rows = table_rows(proc.stdout)
+    assert ["op", "before", "after", "delta"] in [line.split() for line in
+                                                  proc.stdout.splitlines()]
+    before, after, delta = rows.pop("total")
+    assert (before, after) == (data["nodes_before"], data["nodes_after"]) == (312, 72)
+    assert delta == after - before
+    assert sum(r[0] for r in rows.values()) == before
+    assert sum(r[1] for r in rows.values()) == after
+    deltas = [abs(r[2]) for r in rows.values()]
+    changed = [d for d in deltas if d]
+    assert changed == sorted(changed, reverse=True) and deltas[:len(changed)] == changed
+    assert rows["Constant"] == (90, 0, -90)  # the TorchScript export's Constants all go
+    assert "time " in proc.stdout and "initializers " in proc.stdout
+
+
+def test_json_report_validates_against_the_shipped_schema(checked_run):
+    _, data = checked_run
+    assert validate(data) == []
+    assert data["schema"] == load_schema()["properties"]["schema"]["const"] == 1
+    assert data["versions"]["onnxfold"] == onnxfold.__version__
+    assert data["versions"]["onnx"] and data["versions"]["onnxruntime"]
+    assert {row["op"]: (row["before"], row["after"]) for row in data["ops"]}["Unsqueeze"] == \
+        (46, 0)
+    assert data["options"]["check"] == 2 and data["options"]["fallback"] is True
+    assert data["check"]["ok"] is True and data["check"]["n"] == 2
+    assert [o["name"] for o in data["check"]["outputs"]] and \
+        all(o["ok"] and o["max_abs"] >= 0 for o in data["check"]["outputs"])
+    assert {"load", "fold", "check"} <= set(data["phases"])
+    assert all(seconds >= 0 for seconds in data["phases"].values())
+    assert data["folded_regions"] and sum(g["nodes"] for g in data["folded_regions"]) > 0
+
+
+@pytest.mark.parametrize("breakage", ["missing", "mistyped", "nested", "bool_for_int"])
+def test_the_schema_check_fails_on_a_broken_report(checked_run, breakage):
+    _, data = checked_run
+    broken = copy.deepcopy(data)
+    if breakage == "missing":
+        del broken["ops"]
+    elif breakage == "mistyped":
+        broken["nodes_after"] = "72"
+    elif breakage == "nested":
+        broken["check"]["outputs"][0]["max_rel"] = None
+    else:
+        broken["ops"][0]["before"] = True
+    assert validate(broken), breakage
+
+
+def test_quiet_prints_nothing_and_json_still_has_the_table(tmp_path):
+    report = tmp_path / "r.json"
+    proc = onnxfold_cli("optimize", BERT, "-o", str(tmp_path / "o.onnx"), "-q",
+                        "--json", str(report))
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    data = json.loads(report.read_text())
+    assert validate(data) == [] and data["check"] is None and data["ops"]
+
+
+def test_batch_rows_name_the_ops_that_changed_most(tmp_path):
+    proc = onnxfold_cli("optimize", BERT, GPT2, "-o", f"{tmp_path}/")
+    assert proc.returncode == 0, proc.stderr
+    header, *rows = proc.stdout.splitlines()
+    assert header.rstrip().endswith("most changed ops")
+    bert_row = next(r for r in rows if r.startswith(BERT))
+    assert "Constant -90, Unsqueeze -46, Identity -19" in bert_row
+
+
+def test_api_repr_is_short_and_table_is_the_cli_table(checked_run):
+    result = onnxfold.optimize(BERT)
+    text = repr(result)
+    assert text.startswith("OptimizeResult(nodes 312 -> 72") and len(text) < 160
+    assert len(repr(result.report)) < 160
+    table = result.report.table()
+    assert table_rows(table) == table_rows(checked_run[0].stdout)
+    assert result.report.summary().startswith(table)
+
+
+def exp_model(path):
+    """y = x + Exp(|c|): the folded Exp is numpy's, which differs from onnxruntime's in the
+    last bits of some elements, so a check with zero tolerance fails."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 10, "c")
+    nodes = [helper.make_node("Abs", ["c"], ["a"]), helper.make_node("Exp", ["a"], ["e"]),
+             helper.make_node("Add", ["x", "e"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [c])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+
+
+def test_a_failed_check_still_writes_the_reports_with_its_verdict(tmp_path):
+    src, out = tmp_path / "exp.onnx", tmp_path / "out.onnx"
+    exp_model(src)
+    report, page = tmp_path / "r.json", tmp_path / "r.html"
+    proc = onnxfold_cli("optimize", str(src), "-o", str(out), "--check", "1", "--rtol", "0",
+                        "--atol", "0", "--json", str(report), "--report", str(page))
+    assert proc.returncode == 1, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["exp.onnx", "r.html", "r.json"]  # no model, no temp
+    data = json.loads(report.read_text())
+    assert validate(data) == [] and data["output"] is None
+    assert data["check"]["ok"] is False
+    (row,) = data["check"]["outputs"]
+    assert row["name"] == "y" and not row["ok"] and row["mismatches"] > 0 and row["max_abs"] > 0
+    assert "outputs outside tolerance" in page.read_text()
+
+
+def test_report_html_is_refused_for_several_models(tmp_path):
+    proc = onnxfold_cli("optimize", BERT, GPT2, "-o", f"{tmp_path}/out/", "--report",
+                        str(tmp_path / "r.html"))
+    assert proc.returncode == 2
+    assert proc.stderr == "onnxfold: error: --report: give one model at a time\n"
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "out").exists()

@@ -1,0 +1,146 @@
+"""What stayed is grouped by the module path the exporter recorded, on real exports: the
+dynamo exporter's node metadata and the TorchScript exporter's scope names, with ``*`` for the
+layer index. The reports of `optimize --explain`, `--json` and `inspect` say it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from onnxfold.leftovers import group_leftovers, module_path, path_of_name, pattern
+
+torch = pytest.importorskip("torch")
+
+
+class Attention(torch.nn.Module):
+    """A projection reshaped to heads: the target shape needs the dynamic batch and sequence
+    dims, so the shape computation cannot fold."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, t = x.shape[0], x.shape[1]
+        h = self.q(x).reshape(b, t, self.heads, 8 // self.heads).transpose(1, 2)
+        return h.reshape(b, t, 8)  # (b, heads, t, d) read as (b, t, 8): a dim is not copied
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(heads)
+
+    def forward(self, x):
+        return x + self.self_attn(x)
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Layer(2), Layer(4)])  # unlike shapes: no merging
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.fixture(scope="module", params=["dynamo", "torchscript"])
+def export(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(request.param) / "two_layers.onnx"
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        if request.param == "dynamo":
+            dims = ({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")},)
+            torch.onnx.export(TwoLayers().eval(), (x,), str(path), dynamo=True,
+                              dynamic_shapes=dims, verbose=False)
+        else:
+            torch.onnx.export(TwoLayers().eval(), (x,), str(path), dynamo=False,
+                              input_names=["x"], dynamic_axes={"x": {0: "batch", 1: "seq"}})
+    return request.param, path
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_optimize_groups_what_stayed_by_module(export, tmp_path):
+    kind, path = export
+    report = tmp_path / "report.json"
+    proc = run("optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--explain",
+               "--json", str(report))
+    assert proc.returncode == 0, proc.stderr
+    groups = {g["module"]: g for g in json.loads(report.read_text())["leftovers"]}
+    attn = groups["layers.*.self_attn"]
+    assert attn["instances"] == 2, groups  # layers.0 and layers.1 in one line
+    assert attn["nodes"] == sum(attn["ops"].values()) > 0
+    assert any("batch" in r and "seq" in r for r in attn["reasons"]), attn
+    # the Reshapes themselves stay: the rewrite that would give them a constant target says why
+    assert any(" not applied to Reshape x" in r for r in attn["reasons"]), attn
+    line = next(s for s in proc.stdout.splitlines() if "layers.*.self_attn (x2): " in s)
+    assert "blocked by dynamic dims" in line, (kind, line)
+    assert "stayed, by module:" in proc.stdout
+
+
+def test_inspect_groups_blocked_shape_nodes_by_module(export):
+    _, path = export
+    proc = run("inspect", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    groups = {g["module"]: g for g in json.loads(proc.stdout)["blocked_by_module"]}
+    assert groups["layers.*.self_attn"]["instances"] == 2
+
+
+def test_module_paths_from_both_exporters_metadata():
+    import onnx_ir as ir
+
+    dynamo = ir.Node("", "Reshape", [], name="node_view_1", metadata_props={
+        "pkg.torch.onnx.name_scopes": "['', 'model.layers.11', 'model.layers.11.self_attn', "
+                                      "'view_1']"})
+    hook = ir.Node("", "Shape", [], name="node_Shape_0", metadata_props={
+        "pkg.torch.onnx.name_scopes": "['_empty_nn_module_stack_from_metadata_hook', 'sym']"})
+    namespace = ir.Node("", "Concat", [], name="n", metadata_props={
+        "namespace": ": m.M/layers.0: m.Layer/layers.0.mlp: m.Mlp/cat: aten.cat.default"})
+    scoped = ir.Node("", "Reshape", [], name="/model/layers.3/self_attn/Reshape_2")
+    assert module_path(dynamo) == "model.layers.11.self_attn"
+    assert module_path(hook) == ""
+    assert module_path(namespace) == "layers.0.mlp"
+    assert module_path(scoped) == "model.layers.3.self_attn"
+    assert path_of_name("Reshape_2") == ""
+    assert pattern("model.layers.11.self_attn") == "model.layers.*.self_attn"
+    assert pattern("blocks.2.mlp.fc1") == "blocks.*.mlp.fc1"  # fc1 is a name, not an index
+    assert pattern("") == "(top level)"
+
+
+def test_grouping_counts_instances_ops_and_reasons():
+    import onnx_ir as ir
+
+    model = ir.Model(ir.Graph([], [], nodes=[], opset_imports={"": 17}), ir_version=8)
+    declined = [{"node": f"/m/layers.{i}/attn/Reshape_{j}", "op": "Reshape",
+                 "kind": "policy", "reason": "allowzero"} for i in range(3) for j in range(2)]
+    blocked = [{"node": "/m/Shape", "op": "Shape", "blocked_by": "`seq` of input x"}]
+    groups = group_leftovers(model, declined, blocked)
+    assert groups[0] == {"module": "m.layers.*.attn", "instances": 3, "nodes": 6,
+                         "ops": {"Reshape": 6}, "reasons": ["allowzero"]}
+    assert groups[1]["module"] == "m" and \
+        groups[1]["reasons"] == ["blocked by dynamic dims: `seq` of input x"]
+
+
+def test_declined_rewrites_join_the_modules_where_something_stayed():
+    import onnx_ir as ir
+
+    x = ir.Value(name="x")
+    reshapes = [ir.Node("", "Reshape", [x], name=f"/m/layers.{i}/attn/Reshape") for i in (0, 1)]
+    matmul = ir.Node("", "MatMul", [x, x], name="/m/layers.0/mlp/MatMul")
+    graph = ir.Graph([x], [], nodes=[*reshapes, matmul], opset_imports={"": 17})
+    model = ir.Model(graph, ir_version=8)
+    blocked = [{"node": "/m/layers.0/attn/Concat", "op": "Concat", "blocked_by": "`s`"}]
+    rejected = {**{n: "reshape_known_target: allowzero" for n in reshapes},
+                matmul: "fuse_matmul_add_into_gemm: not 2-D"}
+    (group,) = group_leftovers(model, [], blocked, rejected)  # no group for the MatMul alone
+    assert group["module"] == "m.layers.*.attn" and group["instances"] == 2
+    assert group["reasons"] == ["blocked by dynamic dims: `s`",
+                                "reshape_known_target not applied to Reshape x2: allowzero"]

@@ -1,0 +1,141 @@
+"""`optimize --report FILE.html`: one self-contained page, every model-provided string escaped,
+rendered by a real headless Chromium with no console message, showing the per-op table.
+
+Skips (with the reason) where no Chromium is installed; CI installs Debian's `chromium`.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser",
+                                                 "google-chrome") if shutil.which(name)), None)
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed "
+                                    "(apt-get install chromium)")
+# names a hostile model could carry: each must reach the page as text, never as markup
+WEIGHT = 'w"><script>window.pwned=1</script>'
+FOLDED = "t<img src=x onerror=alert(1)>"
+SHAPE_NODE = "/<b onclick=x>blk</b>/Shape"  # a TorchScript-style scope: module "<b ...<.b>"
+
+
+def hostile_model():
+    """x[?, 4] @ Transpose(W) (folds), and Shape(x) (blocked by the dynamic dim)."""
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), WEIGHT)
+    nodes = [helper.make_node("Transpose", [WEIGHT], [FOLDED], perm=[1, 0], name="T&T"),
+             helper.make_node("MatMul", ["x", FOLDED], ["m"], name="mm"),
+             helper.make_node("Shape", ["x"], ["s"], name=SHAPE_NODE)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("m", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def optimize_with_report(src, tmp_path, *extra):
+    page, report = tmp_path / "report.html", tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o",
+                           str(tmp_path / "out.onnx"), "--report", str(page), "--json",
+                           str(report), *extra], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return page.read_text(), json.loads(report.read_text())
+
+
+def chromium(page, tmp_path, *flags):
+    """Run headless Chromium on ``page``; (stdout, the console messages it logged)."""
+    profile = tmp_path / f"profile{len(list(tmp_path.glob('profile*')))}"
+    profile.mkdir()
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+         "--window-size=1280,1600", *flags, page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return proc.stdout, console
+
+
+@pytest.fixture(scope="module")
+def bert_page(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("html")
+    text, data = optimize_with_report(BERT, tmp, "--check", "1")
+    return tmp, text, data
+
+
+def test_the_page_is_self_contained(bert_page):
+    _, text, _ = bert_page
+    assert text.startswith("<!DOCTYPE html>")
+    assert not re.search(r"https?://", text)  # nothing fetched: no URL at all
+    assert not re.search(r"<(link|img|iframe|object|embed)\b", text)
+    assert not re.search(r"<script[^>]*\bsrc=", text) and not re.search(r"@import|url\(", text)
+    assert text.count("<script>") == 1 and "<svg" in text and "<style>" in text
+
+
+def test_the_page_shows_table_chart_regions_check_and_phases(bert_page):
+    _, text, data = bert_page
+    assert 'id="ops"' in text and 'id="op-chart"' in text and 'id="check"' in text
+    for row in data["ops"][:5]:
+        assert f"<td>{row['op']}</td>" in text
+    assert f'<td class="n">{data["nodes_before"]}</td>' in text  # the total row
+    assert "m.encoder.layer.*.attention.self" in text  # folded regions, by module
+    assert "all outputs within tolerance" in text
+    for phase in data["phases"]:
+        assert f"{phase} " in text
+
+
+def test_every_model_string_is_escaped(tmp_path):
+    src = tmp_path / "<i>model&.onnx"
+    onnx.save(hostile_model(), str(src))
+    text, data = optimize_with_report(src, tmp_path)
+    assert data["folded_regions"] and data["leftovers"]  # the hostile names reach the report
+    for hostile in ("<script>window", "<img", "<b onclick", "<i>model"):
+        assert hostile not in text
+    assert "t&lt;img src=x onerror=alert(1)&gt;" in text  # folded initializer, as text
+    assert "&lt;b onclick=x&gt;blk&lt;.b&gt;" in text  # the module of the blocked Shape
+    assert "&lt;i&gt;model&amp;.onnx" in text
+    assert text.count("<script>") == 1
+
+
+@needs_chromium
+def test_chromium_renders_it_without_console_messages(bert_page):
+    tmp, _, data = bert_page
+    page = tmp / "report.html"
+    dom, console = chromium(page, tmp, "--dump-dom")
+    assert console == []
+    assert 'data-ready="1"' in dom  # the page's script ran to its end
+    assert '<table class="sortable" id="ops">' in dom
+    assert f"<td>{data['ops'][0]['op']}</td>" in dom
+    shot = tmp / "report.png"
+    _, console = chromium(page, tmp, f"--screenshot={shot}")
+    assert console == []
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+@needs_chromium
+def test_chromium_hostile_page_has_no_injected_markup(tmp_path):
+    src = tmp_path / "hostile.onnx"
+    onnx.save(hostile_model(), str(src))
+    optimize_with_report(src, tmp_path)
+    dom, console = chromium(tmp_path / "report.html", tmp_path, "--dump-dom")
+    assert console == [] and 'data-ready="1"' in dom
+    assert "<img" not in dom and "onclick" not in dom.replace("onclick=x&gt;", "")
+    assert dom.count("<script>") == 1
+
+
+@needs_chromium
+def test_the_console_check_catches_an_error(tmp_path):
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><html><body><table id='ops'></table>"
+                    "<script>undefinedFunction();</script></body></html>")
+    _, console = chromium(page, tmp_path, "--dump-dom")
+    assert any("undefinedFunction" in line for line in console)
