@@ -22,8 +22,9 @@ from onnxfold.io.writer import SaveInfo, input_files
 def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.PathLike, *,
                  n: int, external_data: bool | None = None, protect: set[str] | None = None,
                  seed: int = 0, dims: Mapping[str, int] | None = None,
-                 int_ranges: Mapping[str, tuple[int, int]] | None = None, rtol: float = 1e-4,
-                 atol: float = 1e-5, replaces: tuple[str, ...] = ()
+                 int_ranges: Mapping[str, tuple[int, int]] | None = None,
+                 rtol: float | None = None, atol: float | None = None,
+                 replaces: tuple[str, ...] = ()
                  ) -> tuple[SaveInfo | None, CompareResult]:
     """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
 

@@ -178,8 +178,12 @@ def _add_compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
                    help="random values in [LO, HI) for this integer input; repeatable")
     p.add_argument("--seed", type=int, default=0, help="seed of the first random input set")
-    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance")
-    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance for every float output (default: by dtype, "
+                        "float32 1e-4, float16/bfloat16 2 ulp + 1 ulp of the output's max)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance for every float output (default: by dtype, "
+                        "float32 1e-5)")
 
 
 def _compare_options(args: argparse.Namespace) -> dict:

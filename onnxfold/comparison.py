@@ -7,7 +7,6 @@ seeded random or user-supplied inputs, and reports per output how far apart they
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,8 @@ import onnx_ir as ir
 
 from onnxfold.analysis import is_default_op
 from onnxfold.errors import InputError
+from onnxfold.tolerance import allowed, ulp
+from onnxfold.tolerance import for_dtype as tolerance_for
 
 ModelRef = str | os.PathLike | onnx.ModelProto
 
@@ -45,6 +46,8 @@ class OutputDiff:
     elements: int = 0
     max_abs_diff: float = 0.0
     max_rel_diff: float = 0.0
+    max_ulps: float | None = None  # float outputs: the largest |a-b| in ulps of b's dtype at b
+    tolerance: str = ""  # what "within tolerance" meant for this output (tolerance.describe)
     mismatches: int = 0
     bitwise_equal: bool = True
     shapes_equal: bool = True
@@ -72,8 +75,8 @@ class CompareResult:
     inputs: list[InputInfo]
     n: int
     seed: int
-    rtol: float
-    atol: float
+    rtol: float | None  # None: chosen per output from its dtype (onnxfold.tolerance)
+    atol: float | None
     dims: dict[str, int] = field(default_factory=dict)
     defaulted_dims: list[str] = field(default_factory=list)
 
@@ -97,22 +100,26 @@ class CompareResult:
     def summary(self) -> str:
         seeds = f"seed {self.seed}" if self.n == 1 else \
             f"seeds {self.seed}..{self.seed + self.n - 1}"
+        tolerance = "tolerance by dtype" if self.rtol is None and self.atol is None else \
+            tolerance_for(np.dtype(np.float32), self.rtol, self.atol).describe()
         lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
-                 f"{'s' if self.n != 1 else ''} ({seeds}), rtol {self.rtol:g}, atol {self.atol:g}"]
+                 f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}"]
         for info in self.inputs:
             lines.append(f"  input {info.name}: {info.dtype}{_shape(info.shape)} {info.source}")
         if self.defaulted_dims:
             lines.append(f"  symbolic dims not bound with --dim, set to 1: "
                          f"{', '.join(self.defaulted_dims)}")
-        table = [["output", "dtype", "shape", "max abs", "max rel", "mismatches", "bitwise",
-                  "ok"]]
+        table = [["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches",
+                  "bitwise", "tolerance", "ok"]]
         for r in self.rows:
             dtype = r.dtype_a if r.dtypes_equal else f"{r.dtype_a}/{r.dtype_b}"
             shape = _shape(r.shape_a) if r.shapes_equal else \
                 f"{_shape(r.shape_a)}/{_shape(r.shape_b)}"
+            ulps = "-" if r.max_ulps is None else f"{r.max_ulps:.3g}"
             table.append([r.name, dtype, shape, f"{r.max_abs_diff:.3g}",
-                          f"{r.max_rel_diff:.3g}", f"{r.mismatches}/{r.elements}",
-                          "yes" if r.bitwise_equal else "no", "yes" if r.ok else "NO"])
+                          f"{r.max_rel_diff:.3g}", ulps, f"{r.mismatches}/{r.elements}",
+                          "yes" if r.bitwise_equal else "no", r.tolerance,
+                          "yes" if r.ok else "NO"])
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
         lines.append("all outputs within tolerance" if self.ok else
@@ -397,9 +404,12 @@ def _as_array(value) -> np.ndarray:
         return arr
 
 
-def _accumulate(row: OutputDiff, a, b, rtol: float, atol: float) -> None:
-    """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``."""
+def _accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) -> None:
+    """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``, with the
+    tolerance of ``a``'s dtype unless ``rtol``/``atol`` override it."""
     a, b = _as_array(a), _as_array(b)
+    tolerance = tolerance_for(a.dtype, rtol, atol)
+    row.tolerance = tolerance.describe()
     row.elements += max(a.size, b.size)
     row.dtypes_equal &= a.dtype == b.dtype
     if a.shape != b.shape:
@@ -418,8 +428,12 @@ def _accumulate(row: OutputDiff, a, b, rtol: float, atol: float) -> None:
         same |= np.isnan(x) & np.isnan(y)
         finite = np.isfinite(x) & np.isfinite(y)
         diff = np.abs(x - y)
-        close = same | (finite & (diff <= atol + rtol * np.abs(y)))
+        close = same | (finite & (diff <= allowed(tolerance, y, a.dtype.name, finite)))
         differ = finite & ~same
+        spacing = ulp(y, a.dtype.name) if a.dtype == b.dtype else None
+        if spacing is not None:
+            worst = float((diff[differ] / spacing[differ]).max()) if differ.any() else 0.0
+            row.max_ulps = max(row.max_ulps or 0.0, worst)
         if differ.any():
             row.max_abs_diff = max(row.max_abs_diff, float(diff[differ].max()))
             nonzero = differ & (y != 0)
@@ -440,18 +454,21 @@ def _run(sess, label: str, outputs: list[str], feeds: dict, run_options) -> list
 def compare(a: ModelRef, b: ModelRef, *,
             inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None, n: int = 1,
             seed: int = 0, dims: Mapping[str, int] | None = None,
-            int_ranges: Mapping[str, tuple[int, int]] | None = None, rtol: float = 1e-4,
-            atol: float = 1e-5) -> CompareResult:
+            int_ranges: Mapping[str, tuple[int, int]] | None = None,
+            rtol: float | None = None, atol: float | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
     from model A's inputs (``dims`` binds symbolic dimensions, the rest are 1). ``n`` input sets
-    use seeds ``seed .. seed+n-1``. An element matches when ``|a-b| <= atol + rtol*|b|`` or both
-    are NaN. Raises InputError when a model cannot be read or run, or the I/O names differ.
+    use seeds ``seed .. seed+n-1``. An element matches when it is within the tolerance of its
+    output's dtype (:mod:`onnxfold.tolerance`: float16/bfloat16 in ulps, float32 by rtol 1e-4
+    and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol`` or ``atol`` is
+    given, or both are NaN. Raises InputError when a model cannot be read or run, or the I/O
+    names differ.
     """
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
-    if rtol < 0 or atol < 0 or math.isnan(rtol) or math.isnan(atol):
+    if any(t is not None and not t >= 0 for t in (rtol, atol)):
         raise InputError("rtol and atol must be non-negative")
     label_a, label_b = _label(a, "model A"), _label(b, "model B")
     graph_a = _graph(a)
