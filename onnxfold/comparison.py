@@ -16,8 +16,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold import dim_relations
 from onnxfold.analysis import is_default_op
-from onnxfold.errors import InputError
+from onnxfold.errors import InputError, one_line
 from onnxfold.tolerance import allowed, ulp
 from onnxfold.tolerance import for_dtype as tolerance_for
 
@@ -77,8 +78,11 @@ class CompareResult:
     seed: int
     rtol: float | None  # None: chosen per output from its dtype (onnxfold.tolerance)
     atol: float | None
-    dims: dict[str, int] = field(default_factory=dict)
-    defaulted_dims: list[str] = field(default_factory=list)
+    dims: dict[str, int] = field(default_factory=dict)  # the first binding of the named dims
+    defaulted_dims: list[str] = field(default_factory=list)  # guessed: not given, not derived
+    bindings: list[dict[str, int]] = field(default_factory=list)  # input set k uses k % len
+    derived_dims: dict[str, str] = field(default_factory=dict)  # dim -> its relation
+    notes: list[str] = field(default_factory=list)  # e.g. a binding the reference cannot run
 
     @property
     def ok(self) -> bool:
@@ -106,9 +110,18 @@ class CompareResult:
                  f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}"]
         for info in self.inputs:
             lines.append(f"  input {info.name}: {info.dtype}{_shape(info.shape)} {info.source}")
+        if len(self.bindings) > 1:
+            lines.append("  input sets alternate the dims " + " and ".join(
+                "{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings))
+        if self.derived_dims:
+            lines.append("  dims related by the graph: " + "; ".join(
+                f"{k} = {v}" for k, v in self.derived_dims.items()))
         if self.defaulted_dims:
-            lines.append(f"  symbolic dims not bound with --dim, set to 1: "
-                         f"{', '.join(self.defaulted_dims)}")
+            guessed = [d + "=" + "/".join(dict.fromkeys(str(b[d]) for b in self.bindings))
+                       if self.bindings and d in self.bindings[0] else d
+                       for d in self.defaulted_dims]
+            lines.append(f"  dims guessed (--dim NAME=VALUE sets one): {', '.join(guessed)}")
+        lines += [f"  {note}" for note in self.notes]
         table = [["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches",
                   "bitwise", "tolerance", "ok"]]
         for r in self.rows:
@@ -125,6 +138,12 @@ class CompareResult:
         lines.append("all outputs within tolerance" if self.ok else
                      f"outside tolerance: {', '.join(self.failing)}")
         return "\n".join(lines)
+
+
+def _named(dim: object) -> bool:
+    """Whether a dim onnxruntime reports is a named one (``?``, an empty name and None are not:
+    exporters write ``?`` for dims that are each their own)."""
+    return isinstance(dim, str) and dim not in ("", "?")
 
 
 def _shape(shape: Sequence[int]) -> str:
@@ -264,7 +283,22 @@ class _Inputs:
         self.given = {name: self._cast(name, names[name], arr) for name, arr in given.items()}
         self.int_ranges = dict(int_ranges)
         self.table_sizes = _id_table_sizes(graph)
-        self.dims, self.defaulted = self._bind(dims, label)
+        bound, unnamed = self._bind(dims, label)
+        self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound)
+        self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
+        self.defaulted = self.plan.guessed + (["(unnamed)"] if unnamed else [])
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return self.bindings[0]
+
+    def guesses(self) -> str:
+        """The guessed dims of every binding and the flag that sets them (for a message)."""
+        if not self.plan.guessed:
+            return ""
+        values = " or ".join(", ".join(f"{n}={b[n]}" for n in self.plan.guessed)
+                             for b in self.plan.bindings)
+        return f"; dims guessed: {values} (set them with --dim NAME=VALUE)"
 
     @staticmethod
     def _cast(name: str, dtype: np.dtype, arr) -> np.ndarray:
@@ -275,8 +309,10 @@ class _Inputs:
             raise InputError(f"--inputs: {name} is {arr.dtype}, the model wants {dtype}")
         return arr.astype(dtype)
 
-    def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], list[str]]:
-        symbolic = {d for _, _, shape in self.specs for d in shape if isinstance(d, str)}
+    def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], bool]:
+        """The dims ``dims`` and the given arrays bind, and whether an input has unnamed dims
+        (``?`` or none: each one independent)."""
+        symbolic = {d for _, _, shape in self.specs for d in shape if _named(d)}
         for name in dims:
             if name not in symbolic:
                 known = ", ".join(sorted(symbolic)) or "none"
@@ -291,18 +327,19 @@ class _Inputs:
                 raise InputError(f"--inputs: {name} has shape {_shape(actual)}, the model "
                                  f"wants rank {len(shape)}")
             for want, got in zip(shape, actual):
-                if isinstance(want, str):
+                if _named(want):
                     if bound.setdefault(want, got) != got:
                         raise InputError(f"--inputs: {name} has {want}={got} but {want} is "
                                          f"{bound[want]}")
-        defaulted = sorted(d for d in symbolic if d not in bound)
-        if any(d is None for _, _, shape in self.specs for d in shape):
-            defaulted.append("(unnamed)")
-        return bound, defaulted
+        unnamed = any(not isinstance(d, int) and not _named(d)
+                      for name, _, shape in self.specs if name not in self.given for d in shape)
+        return bound, unnamed
 
-    def shape(self, shape: list) -> tuple[int, ...]:
+    def shape(self, shape: list, k: int = 0) -> tuple[int, ...]:
+        """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``)."""
+        binding = self.bindings[k % len(self.bindings)]
         return tuple(d if isinstance(d, int) and d >= 0 else
-                     self.dims.get(d, 1) if isinstance(d, str) else 1 for d in shape)
+                     binding.get(d, 1) if _named(d) else 1 for d in shape)
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
         """How an integer input is filled: a description and a [lo, hi) range (None: fixed)."""
@@ -335,18 +372,19 @@ class _Inputs:
                 source = "true (mask)" if "mask" in name.lower() else "random true/false"
             else:
                 source = "standard normal"
-            real = self.given[name].shape if name in self.given else self.shape(shape)
+            real = self.given[name].shape if name in self.given else self.shape(shape, 0)
             infos.append(InputInfo(name, str(dtype), list(real), source))
         return infos
 
-    def feeds(self, seed: int) -> dict[str, np.ndarray]:
+    def feeds(self, seed: int, k: int = 0) -> dict[str, np.ndarray]:
+        """Input set ``k`` (seeded with ``seed``), shaped by binding ``k % len(bindings)``."""
         rng = np.random.default_rng(seed)
         feeds = {}
         for name, dtype, shape in self.specs:
             if name in self.given:
                 feeds[name] = self.given[name]
                 continue
-            dims = self.shape(shape)
+            dims = self.shape(shape, k)
             if dtype.kind in "iu":
                 _, span = self._int_source(name, dtype)
                 lower = name.lower()
@@ -443,12 +481,31 @@ def _accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) -
     row.mismatches += int((~close).sum())
 
 
-def _run(sess, label: str, outputs: list[str], feeds: dict, run_options) -> list:
+def _run(sess, label: str, outputs: list[str], feeds: dict, run_options, hint: str = "") -> list:
     try:
         return sess.run(outputs, feeds, run_options)
     except Exception as e:
-        raise InputError(f"{label}: onnxruntime failed to run it: {_ort_message(e)} "
-                         "(see --dim, --int-range, --inputs)") from None
+        raise InputError(f"{label}: onnxruntime failed to run it: {_ort_message(e)}"
+                         f"{hint or ' (see --dim, --int-range, --inputs)'}") from None
+
+
+def _run_reference(sess, label: str, outputs: list[str], feeder: _Inputs, seed: int, n: int,
+                   run_options) -> tuple[list[dict], list[list], list[str]]:
+    """Model A's feeds and outputs for ``n`` input sets. A binding of guessed dims that A
+    itself cannot run is dropped (and said in a note) while another one remains."""
+    notes: list[str] = []
+    while True:
+        all_feeds = [feeder.feeds(seed + k, k) for k in range(n)]
+        try:
+            results = [_run(sess, label, outputs, feeds, run_options, feeder.guesses())
+                       for feeds in all_feeds]
+            return all_feeds, results, notes
+        except InputError as e:
+            if len(feeder.bindings) < 2 or not feeder.plan.guessed:
+                raise
+            dropped = feeder.bindings.pop(0)
+            notes.append("the reference cannot run the guessed dims " + ", ".join(
+                f"{d}={dropped[d]}" for d in feeder.plan.guessed) + f" ({one_line(e)[:200]})")
 
 
 def compare(a: ModelRef, b: ModelRef, *,
@@ -483,8 +540,8 @@ def compare(a: ModelRef, b: ModelRef, *,
     io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
             for get in ("get_inputs", "get_outputs")}
     outputs = [name for name, _ in io_a["get_outputs"]]
-    all_feeds = [feeder.feeds(seed + k) for k in range(n)]
-    results_a = [_run(sess_a, label_a, outputs, feeds, run_options) for feeds in all_feeds]
+    all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder, seed, n,
+                                                 run_options)
     del sess_a
     sess_b = _session(b, label_b)
     for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
@@ -499,7 +556,7 @@ def compare(a: ModelRef, b: ModelRef, *,
                              f"{types_b[name]} in B")
     rows: dict[str, OutputDiff] = {}
     for feeds, result_a in zip(all_feeds, results_a):
-        result_b = _run(sess_b, label_b, outputs, feeds, run_options)
+        result_b = _run(sess_b, label_b, outputs, feeds, run_options, feeder.guesses())
         for name, va, vb in zip(outputs, result_a, result_b):
             va, vb = _as_array(va), _as_array(vb)
             row = rows.setdefault(name, OutputDiff(name, str(va.dtype), str(vb.dtype),
@@ -508,4 +565,5 @@ def compare(a: ModelRef, b: ModelRef, *,
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
     return CompareResult(label_a, label_b, [rows[name] for name in outputs], feeder.describe(),
-                         n, seed, rtol, atol, feeder.dims, feeder.defaulted)
+                         n, seed, rtol, atol, feeder.dims, feeder.defaulted,
+                         feeder.bindings, feeder.plan.derived, notes)

@@ -1,0 +1,74 @@
+"""Feeds whose dims respect what the graph states: expression dims, ``?`` dims, guesses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxfold
+from onnxfold.dim_relations import parse_expression
+from onnxfold.errors import InputError
+
+
+def _model(nodes, inputs, outputs):
+    graph = helper.make_graph(nodes, "t", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _concat_past():
+    """y = Concat(past, x) along axis 1, then + mask: the mask is declared ``s0 + s1`` long."""
+    f = TensorProto.FLOAT
+    return _model(
+        [helper.make_node("Concat", ["past", "x"], ["cat"], axis=1),
+         helper.make_node("Add", ["cat", "mask"], ["y"])],
+        [helper.make_tensor_value_info("past", f, [1, "s0"]),
+         helper.make_tensor_value_info("x", f, [1, "s1"]),
+         helper.make_tensor_value_info("mask", f, [1, "s0 + s1"])],
+        [helper.make_tensor_value_info("y", f, [1, "s0 + s1"])])
+
+
+@pytest.mark.parametrize(("text", "form"), [
+    ("s0 + s1", {"s0": 1, "s1": 1}), ("2*s0 - 1", {"s0": 2, "": -1}), ("seq", {"seq": 1}),
+    ("Min(64, s53)", None)])
+def test_parse_expression(text, form):
+    assert parse_expression(text) == form
+
+
+def test_a_dim_declared_as_an_expression_is_computed():
+    result = onnxfold.compare(_concat_past(), _concat_past(), n=2)
+    assert result.ok, result.summary()
+    assert result.bindings == [{"s0": 3, "s1": 3, "s0 + s1": 6}, {"s0": 1, "s1": 1, "s0 + s1": 2}]
+    assert "s0 + s1 = s0 + s1 (declared by the input)" in result.summary()
+    assert result.defaulted_dims == ["s0", "s1"] and "s0=3/1" in result.summary()
+    # a given dim is used as given, the relation still holds
+    assert onnxfold.compare(_concat_past(), _concat_past(), dims={"s0": 5}).dims == {
+        "s0": 5, "s1": 3, "s0 + s1": 8}
+
+
+def test_unnamed_question_mark_dims_are_independent():
+    """Paddle names every unknown dim ``?``: (1, 48, 192) fits [1, ?, ?]."""
+    f = TensorProto.FLOAT
+    model = _model([helper.make_node("Relu", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "?", "?"])],
+                   [helper.make_tensor_value_info("y", f, [1, "?", "?"])])
+    x = np.ones((1, 48, 192), np.float32)
+    result = onnxfold.compare(model, model, inputs={"x": x})
+    assert result.ok and result.rows[0].shape_a == [1, 48, 192]
+
+
+def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
+    """Reshape to [-1, 5] needs a multiple of 5 elements: no guessed binding fits."""
+    f = TensorProto.FLOAT
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 5])
+    model = _model([helper.make_node("Constant", [], ["s"], value=shape),
+                    helper.make_node("Reshape", ["x", "s"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "n"])],
+                   [helper.make_tensor_value_info("y", f, ["m", 5])])
+    with pytest.raises(InputError) as e:
+        onnxfold.compare(model, model)
+    message = str(e.value)
+    assert "dims guessed: n=3 or n=1" in message and "--dim NAME=VALUE" in message
+    assert onnxfold.compare(model, model, dims={"n": 10}).ok
