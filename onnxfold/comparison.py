@@ -146,6 +146,11 @@ def _named(dim: object) -> bool:
     return isinstance(dim, str) and dim not in ("", "?")
 
 
+def _text(item: str | bytes) -> str:
+    """A string input's element: onnxruntime takes str; ``S`` arrays hold UTF-8 bytes."""
+    return item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+
+
 def _shape(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -305,6 +310,8 @@ class _Inputs:
         arr = np.asarray(arr)
         if arr.dtype == dtype:
             return arr
+        if dtype.kind == "O" and arr.dtype.kind in "US":  # an .npz holds strings as <U or S
+            return np.vectorize(_text, otypes=[object])(arr) if arr.size else arr.astype(object)
         if dtype.kind == "O" or not np.can_cast(arr.dtype, dtype, casting="same_kind"):
             raise InputError(f"--inputs: {name} is {arr.dtype}, the model wants {dtype}")
         return arr.astype(dtype)

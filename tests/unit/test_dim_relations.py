@@ -72,3 +72,21 @@ def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
     message = str(e.value)
     assert "dims guessed: n=3 or n=1" in message and "--dim NAME=VALUE" in message
     assert onnxfold.compare(model, model, dims={"n": 10}).ok
+
+
+def _string_model():
+    """A model with a string input (which only --inputs can feed) and a string output."""
+    return _model([helper.make_node("Identity", ["x"], ["y"])],
+                  [helper.make_tensor_value_info("x", TensorProto.STRING, ["n"])],
+                  [helper.make_tensor_value_info("y", TensorProto.STRING, ["n"])])
+
+
+@pytest.mark.parametrize("dtype", ["<U1", "S1"])
+def test_string_inputs_come_from_an_npz_of_string_arrays(tmp_path, dtype):
+    path = tmp_path / "inputs.npz"
+    np.savez(path, x=np.array(["a", "b", "c"], dtype))
+    result = onnxfold.compare(_string_model(), _string_model(), inputs=str(path))
+    assert result.ok and result.rows[0].elements == 3
+    assert result.inputs[0].source == "from --inputs"
+    with pytest.raises(InputError, match="supply it with --inputs"):
+        onnxfold.compare(_string_model(), _string_model())
