@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold import dim_relations
+from onnxfold import custom_ops, dim_relations
 from onnxfold.analysis import is_default_op
 from onnxfold.errors import InputError, one_line
 from onnxfold.tolerance import allowed, ulp
@@ -206,10 +206,11 @@ def _ort_message(e: Exception) -> str:
     return text[:300]
 
 
-def _session(model: ModelRef, label: str):
+def _session(model: ModelRef, label: str, libraries: Sequence[str] = ()):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    custom_ops.register(options, libraries)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # failures are raised (and reported) as one line each
     # no prepacked weight copies: a comparison runs once, and large models must fit
@@ -519,7 +520,8 @@ def compare(a: ModelRef, b: ModelRef, *,
             inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None, n: int = 1,
             seed: int = 0, dims: Mapping[str, int] | None = None,
             int_ranges: Mapping[str, tuple[int, int]] | None = None,
-            rtol: float | None = None, atol: float | None = None) -> CompareResult:
+            rtol: float | None = None, atol: float | None = None,
+            custom_op_libraries: Sequence[str | os.PathLike] = ()) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
@@ -528,12 +530,14 @@ def compare(a: ModelRef, b: ModelRef, *,
     output's dtype (:mod:`onnxfold.tolerance`: float16/bfloat16 in ulps, float32 by rtol 1e-4
     and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol`` or ``atol`` is
     given, or both are NaN. Raises InputError when a model cannot be read or run, or the I/O
-    names differ.
+    names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime loads
+    for both models (:mod:`onnxfold.custom_ops`).
     """
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
     if any(t is not None and not t >= 0 for t in (rtol, atol)):
         raise InputError("rtol and atol must be non-negative")
+    libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = _label(a, "model A"), _label(b, "model B")
     graph_a = _graph(a)
     _graph(b)
@@ -542,7 +546,7 @@ def compare(a: ModelRef, b: ModelRef, *,
     run_options = ort.RunOptions()
     run_options.log_severity_level = 4
     # one model in memory at a time: A runs every input set, then B (large models fit twice)
-    sess_a = _session(a, label_a)
+    sess_a = _session(a, label_a, libraries)
     feeder = _Inputs(sess_a, label_a, graph_a, _load_given(inputs), dims or {}, int_ranges or {})
     io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
             for get in ("get_inputs", "get_outputs")}
@@ -550,7 +554,7 @@ def compare(a: ModelRef, b: ModelRef, *,
     all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder, seed, n,
                                                  run_options)
     del sess_a
-    sess_b = _session(b, label_b)
+    sess_b = _session(b, label_b, libraries)
     for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
         problem = _names_differ(what, [name for name, _ in io_a[get]],
                                 [v.name for v in getattr(sess_b, get)()])

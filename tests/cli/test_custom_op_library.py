@@ -1,0 +1,76 @@
+"""``--custom-op-library PATH`` (optimize --check, compare) and ``Session(custom_op_libraries=)``:
+the path is the user's file, checked before anything runs, and one line when it is wrong.
+
+No custom-op library ships in the installed wheels (onnxruntime's has none and no C API
+header to build one), so these tests cover the refusals; onnxruntime's own loader is what
+reads a real library.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxfold
+from onnxfold.errors import InputError
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def _one_error_line(proc, fragment):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnxfold: error:"), proc.stderr
+    assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["y"])], "t",
+        [helper.make_tensor_value_info("x", f, [2])], [helper.make_tensor_value_info("y", f, [2])],
+        [helper.make_tensor("c", f, [2], [1.0, 2.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+@pytest.mark.parametrize(("make", "fragment"), [
+    (lambda d: str(d / "missing.so"), "No such file or directory"),
+    (lambda d: str(d), "not a regular file"),
+    (lambda d: (d / "notes.so").write_text("not a library") and str(d / "notes.so"),
+     "onnxruntime cannot load it")])
+def test_a_bad_library_is_one_line_and_writes_nothing(model_path, tmp_path, make, fragment):
+    library = make(tmp_path)
+    out = tmp_path / "out.onnx"
+    _one_error_line(_cli("optimize", model_path, "-o", str(out), "--check", "1",
+                         "--custom-op-library", library), fragment)
+    assert not out.exists()
+    _one_error_line(_cli("compare", model_path, model_path, "--custom-op-library", library),
+                    fragment)
+
+
+def test_every_library_is_checked(model_path, tmp_path):
+    (tmp_path / "a.so").write_bytes(b"")
+    proc = _cli("compare", model_path, model_path, "--custom-op-library", str(tmp_path / "a.so"),
+                "--custom-op-library", str(tmp_path / "b.so"))
+    _one_error_line(proc, "b.so")
+
+
+def test_session_and_compare_check_the_paths(model_path, tmp_path):
+    with pytest.raises(InputError, match="not a regular file"):
+        onnxfold.Session(model_path, custom_op_libraries=[tmp_path])
+    with pytest.raises(InputError, match="missing.so"):
+        onnxfold.compare(model_path, model_path, custom_op_libraries=[tmp_path / "missing.so"])
+    session = onnxfold.Session(model_path, custom_op_libraries=[])
+    assert session.run(None, {"x": np.ones(2, np.float32)})[0].tolist() == [2.0, 3.0]
