@@ -20,6 +20,7 @@ import onnx_ir as ir
 from onnxfold.comparison import compare
 from onnxfold.errors import InputError, one_line
 from onnxfold.input_shapes import apply as apply_input_shapes
+from onnxfold.io.writer import inline_references
 from onnxfold.options import FoldOptions
 from onnxfold.pipeline import ModelInput, as_ir_model, optimize
 
@@ -68,6 +69,7 @@ def _reference(model: ModelInput, specs: tuple[str, ...]) -> onnx.ModelProto | s
         model = ir.to_proto(model)  # optimize rewrites an ir.Model in place
     reference, _ = as_ir_model(model, check=False)
     apply_input_shapes(reference, specs)
+    inline_references(reference, set())  # weights in the model's files: into the proto
     return ir.to_proto(reference)
 
 

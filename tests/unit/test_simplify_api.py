@@ -84,3 +84,22 @@ def test_a_check_that_cannot_run_names_the_keyword_to_use():
         onnxfold.simplify(model, check_n=1)
     assert "dims={NAME: VALUE}" in str(e.value) and "--" not in str(e.value)
     assert onnxfold.simplify(model, check_n=1, dims={"n": 10})[1]
+
+
+def test_a_path_with_external_weights_and_fixed_shapes_checks(tmp_path):
+    """The check's reference (the input with the same shapes fixed) carries the weights the
+    model keeps in its .data file."""
+    model = _foldable()
+    big = np.arange(4096, dtype=np.float32).reshape(1024, 4)
+    model.graph.initializer.append(numpy_helper.from_array(big, "big"))
+    model.graph.node.append(helper.make_node("MatMul", ["y", "big_t"], ["z"]))
+    model.graph.node.insert(0, helper.make_node("Transpose", ["big"], ["big_t"]))
+    model.graph.output[0].CopyFrom(
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 1024]))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, size_threshold=1024,
+              location="m.onnx.data")
+    assert (tmp_path / "m.onnx.data").exists()
+    folded, ok = onnxfold.simplify(str(path), check_n=1, overwrite_input_shapes={"x": [2, 4]})
+    assert ok and [d.dim_value for d in folded.graph.input[0].type.tensor_type.shape.dim] == [
+        2, 4]
