@@ -362,7 +362,8 @@ class _Inputs:
         if "token_type" in lower or "segment" in lower:
             return "zeros (token types)", None
         if "position" in lower:
-            return "arange along the last axis (positions)", None
+            return "arange along the last axis, after the past the graph relates to it " \
+                "(positions)", None
         high = min(TOKEN_ID_HIGH, info.max + 1)
         if name in self.table_sizes and self.table_sizes[name] < high:
             high = self.table_sizes[name]
@@ -401,7 +402,9 @@ class _Inputs:
                 elif "mask" in lower:
                     arr = np.ones(dims, dtype)
                 elif "position" in lower and dims:
-                    arr = np.broadcast_to(np.arange(dims[-1], dtype=dtype), dims).copy()
+                    start = self.plan.offset(shape[-1], self.bindings[k % len(self.bindings)])
+                    arr = np.broadcast_to(np.arange(start, start + dims[-1], dtype=dtype),
+                                          dims).copy()
                 else:
                     arr = np.zeros(dims, dtype)
             elif dtype.kind == "b":

@@ -42,17 +42,20 @@ class DimPlan:
     derived: dict[str, str] = field(default_factory=dict)  # dim -> "past + seq (node X)"
     guessed: list[str] = field(default_factory=list)  # dims neither given nor derived
 
-    def describe(self) -> list[str]:
-        """One line per fact a reader needs to trust (or fix) the inputs."""
-        lines = []
-        if self.derived:
-            lines.append("dims related by the graph: " + "; ".join(
-                f"{name} = {how}" for name, how in self.derived.items()))
-        if self.guessed:
-            values = " / ".join(", ".join(f"{n}={b[n]}" for n in self.guessed)
-                                for b in self.bindings)
-            lines.append(f"dims guessed (set them with --dim NAME=VALUE): {values}")
-        return lines
+    forms: dict[str, Linear] = field(default_factory=dict)  # dim -> its linear form
+
+    def offset(self, dim: object, binding: Mapping[str, int]) -> int:
+        """Where positions along ``dim`` start: ``P`` when the graph relates a total length to
+        ``P + dim`` (a decoder's positions follow its past), else 0."""
+        if not isinstance(dim, str):
+            return 0
+        for form in self.forms.values():
+            others = {k: v for k, v in form.items() if k != dim}
+            if form.get(dim) == 1 and len(others) == 1 and list(others.values()) == [1]:
+                other = next(iter(others))
+                if other:
+                    return binding.get(other, 0)
+        return 0
 
 
 def parse_expression(text: str) -> Linear | None:
@@ -231,7 +234,8 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
             bindings.append(binding)
     derived = {name: f"{_text(form)} ({where})" for name, (form, where)
                in relations.equations.items() if name not in given}
-    return DimPlan(bindings, derived, free)
+    forms = {name: form for name, (form, _) in relations.equations.items()}
+    return DimPlan(bindings, derived, free, forms)
 
 
 def _solve(binding: dict[str, int], equations: Mapping[str, tuple[Linear, str]],

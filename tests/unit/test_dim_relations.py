@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxfold
+from onnxfold.comparison import synthetic_feeds
 from onnxfold.dim_relations import parse_expression
 from onnxfold.errors import InputError
 
@@ -90,3 +91,22 @@ def test_string_inputs_come_from_an_npz_of_string_arrays(tmp_path, dtype):
     assert result.inputs[0].source == "from --inputs"
     with pytest.raises(InputError, match="supply it with --inputs"):
         onnxfold.compare(_string_model(), _string_model())
+
+
+def test_position_ids_continue_after_the_past():
+    """The mask is declared past + seq long: positions are past .. past+seq-1."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    model = _model(
+        [helper.make_node("Concat", ["past", "x"], ["cat"], axis=1),
+         helper.make_node("Cast", ["mask"], ["mask_f"], to=f),
+         helper.make_node("Mul", ["cat", "mask_f"], ["y"]),
+         helper.make_node("Identity", ["position_ids"], ["positions"])],
+        [helper.make_tensor_value_info("past", f, [1, "past"]),
+         helper.make_tensor_value_info("x", f, [1, "seq"]),
+         helper.make_tensor_value_info("mask", i64, [1, "past + seq"]),
+         helper.make_tensor_value_info("position_ids", i64, [1, "seq"])],
+        [helper.make_tensor_value_info("y", f, [1, "past + seq"]),
+         helper.make_tensor_value_info("positions", i64, [1, "seq"])])
+    feeds, _ = synthetic_feeds(model)
+    assert feeds["position_ids"].tolist() == [[3, 4, 5]] and feeds["mask"].shape == (1, 6)
+    assert onnxfold.compare(model, model, n=2).ok
