@@ -220,7 +220,13 @@ def _session(model: ModelRef, label: str, libraries: Sequence[str] = ()):
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as e:
-        raise InputError(f"{label}: onnxruntime cannot load it: {_ort_message(e)}") from None
+        message = _ort_message(e)
+        hint = " (--custom-op-library PATH loads the library that implements it)" if \
+            _UNREGISTERED_OP.search(message) else ""
+        raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
+
+
+_UNREGISTERED_OP = re.compile(r"is not a registered function/op|No Op registered for")
 
 
 def _numpy_type(ort_type: str, label: str, name: str) -> np.dtype:

@@ -74,3 +74,18 @@ def test_session_and_compare_check_the_paths(model_path, tmp_path):
         onnxfold.compare(model_path, model_path, custom_op_libraries=[tmp_path / "missing.so"])
     session = onnxfold.Session(model_path, custom_op_libraries=[])
     assert session.run(None, {"x": np.ones(2, np.float32)})[0].tolist() == [2.0, 3.0]
+
+
+def test_a_custom_op_without_its_library_names_the_flag(tmp_path):
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("MyRelu", ["x"], ["y"], domain="my.ops")], "t",
+        [helper.make_tensor_value_info("x", f, [2])], [helper.make_tensor_value_info("y", f, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("my.ops", 1)])
+    model.ir_version = 8
+    path = tmp_path / "custom.onnx"
+    path.write_bytes(model.SerializeToString())
+    proc = _cli("optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--check", "1")
+    _one_error_line(proc, "--custom-op-library PATH loads the library")
+    assert not (tmp_path / "out.onnx").exists()
