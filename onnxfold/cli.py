@@ -174,7 +174,8 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic input dimension (unbound ones are 1); repeatable")
+                   help="bind a symbolic input dimension; repeatable (unbound ones follow the "
+                        "relations the graph states, else are guessed: see docs/check.md)")
     p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
                    help="random values in [LO, HI) for this integer input; repeatable")
     p.add_argument("--seed", type=int, default=0, help="seed of the first random input set")
