@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from onnxfold import custom_ops, dim_relations
 from onnxfold.analysis import is_default_op
+from onnxfold.dim_relations import is_named
 from onnxfold.errors import InputError, one_line
 from onnxfold.tolerance import allowed, ulp
 from onnxfold.tolerance import for_dtype as tolerance_for
@@ -138,12 +139,6 @@ class CompareResult:
         lines.append("all outputs within tolerance" if self.ok else
                      f"outside tolerance: {', '.join(self.failing)}")
         return "\n".join(lines)
-
-
-def _named(dim: object) -> bool:
-    """Whether a dim onnxruntime reports is a named one (``?``, an empty name and None are not:
-    exporters write ``?`` for dims that are each their own)."""
-    return isinstance(dim, str) and dim not in ("", "?")
 
 
 def _text(item: str | bytes) -> str:
@@ -326,7 +321,7 @@ class _Inputs:
     def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], bool]:
         """The dims ``dims`` and the given arrays bind, and whether an input has unnamed dims
         (``?`` or none: each one independent)."""
-        symbolic = {d for _, _, shape in self.specs for d in shape if _named(d)}
+        symbolic = {d for _, _, shape in self.specs for d in shape if is_named(d)}
         for name in dims:
             if name not in symbolic:
                 known = ", ".join(sorted(symbolic)) or "none"
@@ -341,11 +336,11 @@ class _Inputs:
                 raise InputError(f"--inputs: {name} has shape {_shape(actual)}, the model "
                                  f"wants rank {len(shape)}")
             for want, got in zip(shape, actual):
-                if _named(want):
+                if is_named(want):
                     if bound.setdefault(want, got) != got:
                         raise InputError(f"--inputs: {name} has {want}={got} but {want} is "
                                          f"{bound[want]}")
-        unnamed = any(not isinstance(d, int) and not _named(d)
+        unnamed = any(not isinstance(d, int) and not is_named(d)
                       for name, _, shape in self.specs if name not in self.given for d in shape)
         return bound, unnamed
 
@@ -353,7 +348,7 @@ class _Inputs:
         """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``)."""
         binding = self.bindings[k % len(self.bindings)]
         return tuple(d if isinstance(d, int) and d >= 0 else
-                     binding.get(d, 1) if _named(d) else 1 for d in shape)
+                     binding.get(d, 1) if is_named(d) else 1 for d in shape)
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
         """How an integer input is filled: a description and a [lo, hi) range (None: fixed)."""

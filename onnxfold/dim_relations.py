@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import onnx_ir as ir
 
@@ -41,7 +42,6 @@ class DimPlan:
     bindings: list[dict[str, int]]
     derived: dict[str, str] = field(default_factory=dict)  # dim -> "past + seq (node X)"
     guessed: list[str] = field(default_factory=list)  # dims neither given nor derived
-
     forms: dict[str, Linear] = field(default_factory=dict)  # dim -> its linear form
 
     def offset(self, dim: object, binding: Mapping[str, int]) -> int:
@@ -56,6 +56,12 @@ class DimPlan:
                 if other:
                     return binding.get(other, 0)
         return 0
+
+
+def is_named(dim: object) -> TypeGuard[str]:
+    """Whether a dim onnxruntime reports is a named one: ``?``, an empty name and None are
+    not (exporters write ``?`` for dims that are each their own)."""
+    return isinstance(dim, str) and dim not in ("", "?")
 
 
 def parse_expression(text: str) -> Linear | None:
@@ -205,11 +211,11 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
          given: Mapping[str, int]) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
     ``given`` as is, the ones the graph relates computed, the others guessed (see module)."""
-    names = {d for shape in input_shapes for d in shape if isinstance(d, str) and d}
+    names = {d for shape in input_shapes for d in shape if is_named(d)}
     axis_names: dict[tuple[str, int], str] = {}
     for value in model.graph.inputs:
         for i, dim in enumerate(value.shape or ()):
-            if value.name and isinstance(label := getattr(dim, "value", None), str):
+            if value.name and is_named(label := getattr(dim, "value", None)):
                 axis_names[(value.name, i)] = label
     relations = _Relations(names, axis_names)
     for name in sorted(names):
@@ -222,7 +228,7 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
         _index_relations(model, relations)
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
         pass
-    on_axis0 = {shape[0] for shape in input_shapes if shape and isinstance(shape[0], str)}
+    on_axis0 = {shape[0] for shape in input_shapes if shape and is_named(shape[0])}
     free = sorted(n for n in names if n not in given and n not in relations.equations)
     bindings = []
     for wide in (True, False):
