@@ -320,14 +320,15 @@ class _Inputs:
 
     def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], bool]:
         """The dims ``dims`` and the given arrays bind, and whether an input has unnamed dims
-        (``?`` or none: each one independent)."""
-        symbolic = {d for _, _, shape in self.specs for d in shape if is_named(d)}
+        (``?`` or none: each one independent; ``--dim ?=V`` sets the ones fed at random)."""
+        symbolic = {d for _, _, shape in self.specs for d in shape if is_named(d) or d == "?"}
+        self.unnamed_value = dims.get("?", 1)
         for name in dims:
             if name not in symbolic:
                 known = ", ".join(sorted(symbolic)) or "none"
                 raise InputError(f"--dim {name}: no input of {label} has a dimension of that "
                                  f"name (symbolic dimensions: {known})")
-        bound = dict(dims)
+        bound = {name: value for name, value in dims.items() if name != "?"}
         for name, _, shape in self.specs:
             if name not in self.given:
                 continue
@@ -348,7 +349,8 @@ class _Inputs:
         """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``)."""
         binding = self.bindings[k % len(self.bindings)]
         return tuple(d if isinstance(d, int) and d >= 0 else
-                     binding.get(d, 1) if is_named(d) else 1 for d in shape)
+                     binding.get(d, 1) if is_named(d) else
+                     self.unnamed_value if d == "?" else 1 for d in shape)
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
         """How an integer input is filled: a description and a [lo, hi) range (None: fixed)."""

@@ -110,3 +110,12 @@ def test_position_ids_continue_after_the_past():
     feeds, _ = synthetic_feeds(model)
     assert feeds["position_ids"].tolist() == [[3, 4, 5]] and feeds["mask"].shape == (1, 6)
     assert onnxfold.compare(model, model, n=2).ok
+
+
+def test_dim_question_mark_sets_the_random_question_mark_dims():
+    f = TensorProto.FLOAT
+    model = _model([helper.make_node("Relu", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "?", "?"])],
+                   [helper.make_tensor_value_info("y", f, [1, "?", "?"])])
+    result = onnxfold.compare(model, model, dims={"?": 7})
+    assert result.ok and result.inputs[0].shape == [1, 7, 7]
