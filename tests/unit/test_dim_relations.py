@@ -119,3 +119,19 @@ def test_dim_question_mark_sets_the_random_question_mark_dims():
                    [helper.make_tensor_value_info("y", f, [1, "?", "?"])])
     result = onnxfold.compare(model, model, dims={"?": 7})
     assert result.ok and result.inputs[0].shape == [1, 7, 7]
+
+
+def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
+    """Reshape to [1, 1] runs only when n is 1: the prefill binding (n=3) is dropped."""
+    f = TensorProto.FLOAT
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 1])
+    model = _model([helper.make_node("Constant", [], ["s"], value=shape),
+                    helper.make_node("Reshape", ["x", "s"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "n"])],
+                   [helper.make_tensor_value_info("y", f, [1, 1])])
+    result = onnxfold.compare(model, model, n=2)
+    assert result.ok and result.bindings == [{"n": 1}]
+    assert result.notes and result.notes[0].startswith("the reference cannot run the guessed "
+                                                       "dims n=3")
+    row = result.to_dict()["rows"][0]
+    assert row["max_ulps"] == 0.0 and row["tolerance"] == "rtol 0.0001, atol 1e-05"
