@@ -229,6 +229,8 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
         pass
     on_axis0 = {shape[0] for shape in input_shapes if shape and is_named(shape[0])}
+    backwards = _solved_backwards(given, relations.equations)
+    given = {**given, **{name: value for name, (value, _) in backwards.items()}}
     free = sorted(n for n in names if n not in given and n not in relations.equations)
     bindings = []
     for wide in (True, False):
@@ -240,8 +242,31 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
             bindings.append(binding)
     derived = {name: f"{_text(form)} ({where})" for name, (form, where)
                in relations.equations.items() if name not in given}
+    derived.update({name: f"{value} (from {how})" for name, (value, how) in backwards.items()})
     forms = {name: form for name, (form, _) in relations.equations.items()}
     return DimPlan(bindings, derived, free, forms)
+
+
+def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]
+                      ) -> dict[str, tuple[int, str]]:
+    """Dims that given ones fix through a relation: a given total and sequence give the past
+    (``total = past + seq``), so that a binding never contradicts what the user gave."""
+    known = dict(given)
+    solved: dict[str, tuple[int, str]] = {}
+    progress = True
+    while progress:
+        progress = False
+        for target, (form, _) in equations.items():
+            unknown = [k for k in form if k and k not in known]
+            if target not in known or len(unknown) != 1 or form[unknown[0]] not in (1, -1):
+                continue
+            rest = sum(v * (known[k] if k else 1) for k, v in form.items() if k != unknown[0])
+            value = (known[target] - rest) * form[unknown[0]]
+            if value >= 1:
+                known[unknown[0]] = value
+                solved[unknown[0]] = (value, f"{target} = {_text(form)}")
+                progress = True
+    return solved
 
 
 def _solve(binding: dict[str, int], equations: Mapping[str, tuple[Linear, str]],

@@ -135,3 +135,13 @@ def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
                                                        "dims n=3")
     row = result.to_dict()["rows"][0]
     assert row["max_ulps"] == 0.0 and row["tolerance"] == "rtol 0.0001, atol 1e-05"
+
+
+def test_given_arrays_fix_the_dims_their_relations_imply():
+    """Given the mask (total 7) and x (seq 2), the random past is 5 long."""
+    x, mask = np.ones((1, 2), np.float32), np.ones((1, 7), np.float32)
+    result = onnxfold.compare(_concat_past(), _concat_past(), inputs={"x": x, "mask": mask})
+    assert result.ok, result.summary()
+    past = next(i for i in result.inputs if i.name == "past")
+    assert past.shape == [1, 5] and result.defaulted_dims == []
+    assert result.derived_dims == {"s0": "5 (from s0 + s1 = s0 + s1)"}
