@@ -416,7 +416,10 @@ class _Inputs:
             elif dtype.kind == "f":
                 arr = rng.standard_normal(dims).astype(dtype)
             else:
-                raise InputError(f"input {name} is a {dtype} tensor; supply it with --inputs")
+                kind = "string input (an .npz of <U or S arrays)" if dtype.kind == "O" else \
+                    f"{dtype} input"
+                raise InputError(f"input {name} cannot be random: supply it with --inputs, a "
+                                 f"{kind}")
             feeds[name] = arr
         return feeds
 

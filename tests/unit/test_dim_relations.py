@@ -89,7 +89,7 @@ def test_string_inputs_come_from_an_npz_of_string_arrays(tmp_path, dtype):
     result = onnxfold.compare(_string_model(), _string_model(), inputs=str(path))
     assert result.ok and result.rows[0].elements == 3
     assert result.inputs[0].source == "from --inputs"
-    with pytest.raises(InputError, match="supply it with --inputs"):
+    with pytest.raises(InputError, match=r"supply it with --inputs, a string input \(an .npz"):
         onnxfold.compare(_string_model(), _string_model())
 
 
