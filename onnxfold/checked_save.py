@@ -8,7 +8,7 @@ removed and the output is neither created nor overwritten.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
@@ -22,8 +22,9 @@ from onnxfold.io.writer import SaveInfo, input_files
 def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.PathLike, *,
                  n: int, external_data: bool | None = None, protect: set[str] | None = None,
                  seed: int = 0, dims: Mapping[str, int] | None = None,
-                 int_ranges: Mapping[str, tuple[int, int]] | None = None, rtol: float = 1e-4,
-                 atol: float = 1e-5, replaces: tuple[str, ...] = ()
+                 int_ranges: Mapping[str, tuple[int, int]] | None = None,
+                 rtol: float | None = None, atol: float | None = None,
+                 replaces: tuple[str, ...] = (), custom_op_libraries: Sequence[str] = ()
                  ) -> tuple[SaveInfo | None, CompareResult]:
     """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
 
@@ -40,7 +41,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
         info = save_model(model, tmp, external_data=external_data, protect=protect)
         tmp_data = info.data_path
         result = compare(original, tmp, n=n, seed=seed, dims=dims, int_ranges=int_ranges,
-                         rtol=rtol, atol=atol)
+                         rtol=rtol, atol=atol, custom_op_libraries=custom_op_libraries)
         result.model_b = path  # report the output, not the temporary name
         if not result.ok:
             return None, result

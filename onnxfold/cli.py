@@ -207,19 +207,29 @@ _REPORTED_ARGS = ("check", "seed", "rtol", "atol", "dim", "int_range", "external
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic input dimension (unbound ones are 1); repeatable")
+                   help="bind a symbolic input dimension; repeatable (unbound ones follow the "
+                        "relations the graph states, else are guessed: see docs/check.md)")
     p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
                    help="random values in [LO, HI) for this integer input; repeatable")
     p.add_argument("--seed", type=COUNT, default=0, help="seed of the first random input set")
-    p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=1e-4, help="relative tolerance")
-    p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=1e-5, help="absolute tolerance")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="a shared library of custom ops for onnxruntime to load when it runs "
+                        "the models; repeatable")
+    p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=None,
+                   help="relative tolerance for every float output (default: by dtype, "
+                        "float32 1e-4, float16/bfloat16 2 ulp + 1 ulp of the output's max)")
+    p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=None,
+                   help="absolute tolerance for every float output (default: by dtype, "
+                        "float32 1e-5)")
 
 
 def _compare_options(args: argparse.Namespace) -> dict:
     from onnxfold.comparison import parse_dims, parse_int_ranges
+    from onnxfold.custom_ops import checked_libraries
 
     return {"dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
-            "seed": args.seed, "rtol": args.rtol, "atol": args.atol}
+            "seed": args.seed, "rtol": args.rtol, "atol": args.atol,
+            "custom_op_libraries": checked_libraries(args.custom_op_library)}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ seeded random or user-supplied inputs, and reports per output how far apart they
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -17,9 +16,13 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold import custom_ops, dim_relations
 from onnxfold.analysis import is_default_op
-from onnxfold.errors import InputError
+from onnxfold.dim_relations import is_named
+from onnxfold.errors import InputError, one_line
 from onnxfold.numbers import flag_value
+from onnxfold.tolerance import allowed, ulp
+from onnxfold.tolerance import for_dtype as tolerance_for
 
 ModelRef = str | os.PathLike | onnx.ModelProto
 
@@ -46,6 +49,8 @@ class OutputDiff:
     elements: int = 0
     max_abs_diff: float = 0.0
     max_rel_diff: float = 0.0
+    max_ulps: float | None = None  # float outputs: the largest |a-b| in ulps of b's dtype at b
+    tolerance: str = ""  # what "within tolerance" meant for this output (tolerance.describe)
     mismatches: int = 0
     bitwise_equal: bool = True
     shapes_equal: bool = True
@@ -73,10 +78,13 @@ class CompareResult:
     inputs: list[InputInfo]
     n: int
     seed: int
-    rtol: float
-    atol: float
-    dims: dict[str, int] = field(default_factory=dict)
-    defaulted_dims: list[str] = field(default_factory=list)
+    rtol: float | None  # None: chosen per output from its dtype (onnxfold.tolerance)
+    atol: float | None
+    dims: dict[str, int] = field(default_factory=dict)  # the first binding of the named dims
+    defaulted_dims: list[str] = field(default_factory=list)  # guessed: not given, not derived
+    bindings: list[dict[str, int]] = field(default_factory=list)  # input set k uses k % len
+    derived_dims: dict[str, str] = field(default_factory=dict)  # dim -> its relation
+    notes: list[str] = field(default_factory=list)  # e.g. a binding the reference cannot run
 
     @property
     def ok(self) -> bool:
@@ -98,27 +106,45 @@ class CompareResult:
     def summary(self) -> str:
         seeds = f"seed {self.seed}" if self.n == 1 else \
             f"seeds {self.seed}..{self.seed + self.n - 1}"
+        tolerance = "tolerance by dtype" if self.rtol is None and self.atol is None else \
+            tolerance_for(np.dtype(np.float32), self.rtol, self.atol).describe()
         lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
-                 f"{'s' if self.n != 1 else ''} ({seeds}), rtol {self.rtol:g}, atol {self.atol:g}"]
+                 f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}"]
         for info in self.inputs:
             lines.append(f"  input {info.name}: {info.dtype}{_shape(info.shape)} {info.source}")
+        if len(self.bindings) > 1:
+            lines.append("  input sets alternate the dims " + " and ".join(
+                "{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings))
+        if self.derived_dims:
+            lines.append("  dims related by the graph: " + "; ".join(
+                f"{k} = {v}" for k, v in self.derived_dims.items()))
         if self.defaulted_dims:
-            lines.append(f"  symbolic dims not bound with --dim, set to 1: "
-                         f"{', '.join(self.defaulted_dims)}")
-        table = [["output", "dtype", "shape", "max abs", "max rel", "mismatches", "bitwise",
-                  "ok"]]
+            guessed = [d + "=" + "/".join(dict.fromkeys(str(b[d]) for b in self.bindings))
+                       if self.bindings and d in self.bindings[0] else d
+                       for d in self.defaulted_dims]
+            lines.append(f"  dims guessed (--dim NAME=VALUE sets one): {', '.join(guessed)}")
+        lines += [f"  {note}" for note in self.notes]
+        table = [["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches",
+                  "bitwise", "tolerance", "ok"]]
         for r in self.rows:
             dtype = r.dtype_a if r.dtypes_equal else f"{r.dtype_a}/{r.dtype_b}"
             shape = _shape(r.shape_a) if r.shapes_equal else \
                 f"{_shape(r.shape_a)}/{_shape(r.shape_b)}"
+            ulps = "-" if r.max_ulps is None else f"{r.max_ulps:.3g}"
             table.append([r.name, dtype, shape, f"{r.max_abs_diff:.3g}",
-                          f"{r.max_rel_diff:.3g}", f"{r.mismatches}/{r.elements}",
-                          "yes" if r.bitwise_equal else "no", "yes" if r.ok else "NO"])
+                          f"{r.max_rel_diff:.3g}", ulps, f"{r.mismatches}/{r.elements}",
+                          "yes" if r.bitwise_equal else "no", r.tolerance,
+                          "yes" if r.ok else "NO"])
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
         lines.append("all outputs within tolerance" if self.ok else
                      f"outside tolerance: {', '.join(self.failing)}")
         return "\n".join(lines)
+
+
+def _text(item: str | bytes) -> str:
+    """A string input's element: onnxruntime takes str; ``S`` arrays hold UTF-8 bytes."""
+    return item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
 
 
 def _shape(shape: Sequence[int]) -> str:
@@ -175,10 +201,11 @@ def _ort_message(e: Exception) -> str:
     return text[:300]
 
 
-def _session(model: ModelRef, label: str):
+def _session(model: ModelRef, label: str, libraries: Sequence[str] = ()):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    custom_ops.register(options, libraries)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # failures are raised (and reported) as one line each
     # no prepacked weight copies: a comparison runs once, and large models must fit
@@ -188,7 +215,13 @@ def _session(model: ModelRef, label: str):
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as e:
-        raise InputError(f"{label}: onnxruntime cannot load it: {_ort_message(e)}") from None
+        message = _ort_message(e)
+        hint = " (--custom-op-library PATH loads the library that implements it)" if \
+            _UNREGISTERED_OP.search(message) else ""
+        raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
+
+
+_UNREGISTERED_OP = re.compile(r"is not a registered function/op|No Op registered for")
 
 
 def _numpy_type(ort_type: str, label: str, name: str) -> np.dtype:
@@ -257,25 +290,45 @@ class _Inputs:
         self.given = {name: self._cast(name, names[name], arr) for name, arr in given.items()}
         self.int_ranges = dict(int_ranges)
         self.table_sizes = _id_table_sizes(graph)
-        self.dims, self.defaulted = self._bind(dims, label)
+        bound, unnamed = self._bind(dims, label)
+        self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound)
+        self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
+        self.defaulted = self.plan.guessed + (["(unnamed)"] if unnamed else [])
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return self.bindings[0]
+
+    def guesses(self) -> str:
+        """The guessed dims of every binding and the flag that sets them (for a message)."""
+        if not self.plan.guessed:
+            return ""
+        values = " or ".join(", ".join(f"{n}={b[n]}" for n in self.plan.guessed)
+                             for b in self.plan.bindings)
+        return f"; dims guessed: {values} (set them with --dim NAME=VALUE)"
 
     @staticmethod
     def _cast(name: str, dtype: np.dtype, arr) -> np.ndarray:
         arr = np.asarray(arr)
         if arr.dtype == dtype:
             return arr
+        if dtype.kind == "O" and arr.dtype.kind in "US":  # an .npz holds strings as <U or S
+            return np.vectorize(_text, otypes=[object])(arr) if arr.size else arr.astype(object)
         if dtype.kind == "O" or not np.can_cast(arr.dtype, dtype, casting="same_kind"):
             raise InputError(f"--inputs: {name} is {arr.dtype}, the model wants {dtype}")
         return arr.astype(dtype)
 
-    def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], list[str]]:
-        symbolic = {d for _, _, shape in self.specs for d in shape if isinstance(d, str)}
+    def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], bool]:
+        """The dims ``dims`` and the given arrays bind, and whether an input has unnamed dims
+        (``?`` or none: each one independent; ``--dim ?=V`` sets the ones fed at random)."""
+        symbolic = {d for _, _, shape in self.specs for d in shape if is_named(d) or d == "?"}
+        self.unnamed_value = dims.get("?", 1)
         for name in dims:
             if name not in symbolic:
                 known = ", ".join(sorted(symbolic)) or "none"
                 raise InputError(f"--dim {name}: no input of {label} has a dimension of that "
                                  f"name (symbolic dimensions: {known})")
-        bound = dict(dims)
+        bound = {name: value for name, value in dims.items() if name != "?"}
         for name, _, shape in self.specs:
             if name not in self.given:
                 continue
@@ -284,18 +337,20 @@ class _Inputs:
                 raise InputError(f"--inputs: {name} has shape {_shape(actual)}, the model "
                                  f"wants rank {len(shape)}")
             for want, got in zip(shape, actual):
-                if isinstance(want, str):
+                if is_named(want):
                     if bound.setdefault(want, got) != got:
                         raise InputError(f"--inputs: {name} has {want}={got} but {want} is "
                                          f"{bound[want]}")
-        defaulted = sorted(d for d in symbolic if d not in bound)
-        if any(d is None for _, _, shape in self.specs for d in shape):
-            defaulted.append("(unnamed)")
-        return bound, defaulted
+        unnamed = any(not isinstance(d, int) and not is_named(d)
+                      for name, _, shape in self.specs if name not in self.given for d in shape)
+        return bound, unnamed
 
-    def shape(self, shape: list) -> tuple[int, ...]:
+    def shape(self, shape: list, k: int = 0) -> tuple[int, ...]:
+        """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``)."""
+        binding = self.bindings[k % len(self.bindings)]
         return tuple(d if isinstance(d, int) and d >= 0 else
-                     self.dims.get(d, 1) if isinstance(d, str) else 1 for d in shape)
+                     binding.get(d, 1) if is_named(d) else
+                     self.unnamed_value if d == "?" else 1 for d in shape)
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
         """How an integer input is filled: a description and a [lo, hi) range (None: fixed)."""
@@ -310,7 +365,8 @@ class _Inputs:
         if "token_type" in lower or "segment" in lower:
             return "zeros (token types)", None
         if "position" in lower:
-            return "arange along the last axis (positions)", None
+            return "arange along the last axis, after the past the graph relates to it " \
+                "(positions)", None
         high = min(TOKEN_ID_HIGH, info.max + 1)
         if name in self.table_sizes and self.table_sizes[name] < high:
             high = self.table_sizes[name]
@@ -328,18 +384,19 @@ class _Inputs:
                 source = "true (mask)" if "mask" in name.lower() else "random true/false"
             else:
                 source = "standard normal"
-            real = self.given[name].shape if name in self.given else self.shape(shape)
+            real = self.given[name].shape if name in self.given else self.shape(shape, 0)
             infos.append(InputInfo(name, str(dtype), list(real), source))
         return infos
 
-    def feeds(self, seed: int) -> dict[str, np.ndarray]:
+    def feeds(self, seed: int, k: int = 0) -> dict[str, np.ndarray]:
+        """Input set ``k`` (seeded with ``seed``), shaped by binding ``k % len(bindings)``."""
         rng = np.random.default_rng(seed)
         feeds = {}
         for name, dtype, shape in self.specs:
             if name in self.given:
                 feeds[name] = self.given[name]
                 continue
-            dims = self.shape(shape)
+            dims = self.shape(shape, k)
             if dtype.kind in "iu":
                 _, span = self._int_source(name, dtype)
                 lower = name.lower()
@@ -348,7 +405,9 @@ class _Inputs:
                 elif "mask" in lower:
                     arr = np.ones(dims, dtype)
                 elif "position" in lower and dims:
-                    arr = np.broadcast_to(np.arange(dims[-1], dtype=dtype), dims).copy()
+                    start = self.plan.offset(shape[-1], self.bindings[k % len(self.bindings)])
+                    arr = np.broadcast_to(np.arange(start, start + dims[-1], dtype=dtype),
+                                          dims).copy()
                 else:
                     arr = np.zeros(dims, dtype)
             elif dtype.kind == "b":
@@ -357,7 +416,10 @@ class _Inputs:
             elif dtype.kind == "f":
                 arr = rng.standard_normal(dims).astype(dtype)
             else:
-                raise InputError(f"input {name} is a {dtype} tensor; supply it with --inputs")
+                kind = "string input (an .npz of <U or S arrays)" if dtype.kind == "O" else \
+                    f"{dtype} input"
+                raise InputError(f"input {name} cannot be random: supply it with --inputs, a "
+                                 f"{kind}")
             feeds[name] = arr
         return feeds
 
@@ -397,9 +459,12 @@ def _as_array(value) -> np.ndarray:
         return arr
 
 
-def _accumulate(row: OutputDiff, a, b, rtol: float, atol: float) -> None:
-    """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``."""
+def _accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) -> None:
+    """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``, with the
+    tolerance of ``a``'s dtype unless ``rtol``/``atol`` override it."""
     a, b = _as_array(a), _as_array(b)
+    tolerance = tolerance_for(a.dtype, rtol, atol)
+    row.tolerance = tolerance.describe()
     row.elements += max(a.size, b.size)
     row.dtypes_equal &= a.dtype == b.dtype
     if a.shape != b.shape:
@@ -418,8 +483,12 @@ def _accumulate(row: OutputDiff, a, b, rtol: float, atol: float) -> None:
         same |= np.isnan(x) & np.isnan(y)
         finite = np.isfinite(x) & np.isfinite(y)
         diff = np.abs(x - y)
-        close = same | (finite & (diff <= atol + rtol * np.abs(y)))
+        close = same | (finite & (diff <= allowed(tolerance, y, a.dtype.name, finite)))
         differ = finite & ~same
+        spacing = ulp(y, a.dtype.name) if a.dtype == b.dtype else None
+        if spacing is not None:
+            worst = float((diff[differ] / spacing[differ]).max()) if differ.any() else 0.0
+            row.max_ulps = max(row.max_ulps or 0.0, worst)
         if differ.any():
             row.max_abs_diff = max(row.max_abs_diff, float(diff[differ].max()))
             nonzero = differ & (y != 0)
@@ -429,30 +498,55 @@ def _accumulate(row: OutputDiff, a, b, rtol: float, atol: float) -> None:
     row.mismatches += int((~close).sum())
 
 
-def _run(sess, label: str, outputs: list[str], feeds: dict, run_options) -> list:
+def _run(sess, label: str, outputs: list[str], feeds: dict, run_options, hint: str = "") -> list:
     try:
         return sess.run(outputs, feeds, run_options)
     except Exception as e:
-        raise InputError(f"{label}: onnxruntime failed to run it: {_ort_message(e)} "
-                         "(see --dim, --int-range, --inputs)") from None
+        raise InputError(f"{label}: onnxruntime failed to run it: {_ort_message(e)}"
+                         f"{hint or ' (see --dim, --int-range, --inputs)'}") from None
+
+
+def _run_reference(sess, label: str, outputs: list[str], feeder: _Inputs, seed: int, n: int,
+                   run_options) -> tuple[list[dict], list[list], list[str]]:
+    """Model A's feeds and outputs for ``n`` input sets. A binding of guessed dims that A
+    itself cannot run is dropped (and said in a note) while another one remains."""
+    notes: list[str] = []
+    while True:
+        all_feeds = [feeder.feeds(seed + k, k) for k in range(n)]
+        try:
+            results = [_run(sess, label, outputs, feeds, run_options, feeder.guesses())
+                       for feeds in all_feeds]
+            return all_feeds, results, notes
+        except InputError as e:
+            if len(feeder.bindings) < 2 or not feeder.plan.guessed:
+                raise
+            dropped = feeder.bindings.pop(0)
+            notes.append("the reference cannot run the guessed dims " + ", ".join(
+                f"{d}={dropped[d]}" for d in feeder.plan.guessed) + f" ({one_line(e)[:200]})")
 
 
 def compare(a: ModelRef, b: ModelRef, *,
             inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None, n: int = 1,
             seed: int = 0, dims: Mapping[str, int] | None = None,
-            int_ranges: Mapping[str, tuple[int, int]] | None = None, rtol: float = 1e-4,
-            atol: float = 1e-5) -> CompareResult:
+            int_ranges: Mapping[str, tuple[int, int]] | None = None,
+            rtol: float | None = None, atol: float | None = None,
+            custom_op_libraries: Sequence[str | os.PathLike] = ()) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
     from model A's inputs (``dims`` binds symbolic dimensions, the rest are 1). ``n`` input sets
-    use seeds ``seed .. seed+n-1``. An element matches when ``|a-b| <= atol + rtol*|b|`` or both
-    are NaN. Raises InputError when a model cannot be read or run, or the I/O names differ.
+    use seeds ``seed .. seed+n-1``. An element matches when it is within the tolerance of its
+    output's dtype (:mod:`onnxfold.tolerance`: float16/bfloat16 in ulps, float32 by rtol 1e-4
+    and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol`` or ``atol`` is
+    given, or both are NaN. Raises InputError when a model cannot be read or run, or the I/O
+    names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime loads
+    for both models (:mod:`onnxfold.custom_ops`).
     """
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
-    if rtol < 0 or atol < 0 or math.isnan(rtol) or math.isnan(atol):
+    if any(t is not None and not t >= 0 for t in (rtol, atol)):
         raise InputError("rtol and atol must be non-negative")
+    libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = _label(a, "model A"), _label(b, "model B")
     graph_a = _graph(a)
     _graph(b)
@@ -461,15 +555,15 @@ def compare(a: ModelRef, b: ModelRef, *,
     run_options = ort.RunOptions()
     run_options.log_severity_level = 4
     # one model in memory at a time: A runs every input set, then B (large models fit twice)
-    sess_a = _session(a, label_a)
+    sess_a = _session(a, label_a, libraries)
     feeder = _Inputs(sess_a, label_a, graph_a, _load_given(inputs), dims or {}, int_ranges or {})
     io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
             for get in ("get_inputs", "get_outputs")}
     outputs = [name for name, _ in io_a["get_outputs"]]
-    all_feeds = [feeder.feeds(seed + k) for k in range(n)]
-    results_a = [_run(sess_a, label_a, outputs, feeds, run_options) for feeds in all_feeds]
+    all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder, seed, n,
+                                                 run_options)
     del sess_a
-    sess_b = _session(b, label_b)
+    sess_b = _session(b, label_b, libraries)
     for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
         problem = _names_differ(what, [name for name, _ in io_a[get]],
                                 [v.name for v in getattr(sess_b, get)()])
@@ -482,7 +576,7 @@ def compare(a: ModelRef, b: ModelRef, *,
                              f"{types_b[name]} in B")
     rows: dict[str, OutputDiff] = {}
     for feeds, result_a in zip(all_feeds, results_a):
-        result_b = _run(sess_b, label_b, outputs, feeds, run_options)
+        result_b = _run(sess_b, label_b, outputs, feeds, run_options, feeder.guesses())
         for name, va, vb in zip(outputs, result_a, result_b):
             va, vb = _as_array(va), _as_array(vb)
             row = rows.setdefault(name, OutputDiff(name, str(va.dtype), str(vb.dtype),
@@ -491,4 +585,5 @@ def compare(a: ModelRef, b: ModelRef, *,
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
     return CompareResult(label_a, label_b, [rows[name] for name in outputs], feeder.describe(),
-                         n, seed, rtol, atol, feeder.dims, feeder.defaulted)
+                         n, seed, rtol, atol, feeder.dims, feeder.defaulted,
+                         feeder.bindings, feeder.plan.derived, notes)

@@ -70,10 +70,11 @@ class OptimizeResult:
     stats: FoldStats = field(repr=False, default_factory=FoldStats)
 
     def __repr__(self) -> str:
+        """Counts, sizes and time (a notebook shows this, not the whole graph)."""
         r = self.report
-        return (f"OptimizeResult(nodes {r.nodes_before} -> {r.nodes_after}, folded "
-                f"{r.folded_nodes}, initializers {r.initializer_bytes_before / 2**20:.1f} -> "
-                f"{r.initializer_bytes_after / 2**20:.1f} MiB, {r.seconds:.2f} s)")
+        return (f"<OptimizeResult nodes {r.nodes_before} -> {r.nodes_after}, folded "
+                f"{r.folded_nodes}, initializers {r.initializer_bytes_before / 2**20:.1f} MiB -> "
+                f"{r.initializer_bytes_after / 2**20:.1f} MiB, {r.seconds:.2f} s>")
 
     def to_proto(self) -> onnx.ModelProto:
         """The model as an ``onnx.ModelProto`` with every weight's bytes in it (weights still

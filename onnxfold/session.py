@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold import custom_ops
 from onnxfold.arrays import c_contiguous
 from onnxfold.backends import get_backend
 from onnxfold.dtypes import np_dtype
@@ -81,19 +82,25 @@ class RuntimeConstantsChanged(OnnxfoldError):
 
 
 class Session:
-    """A drop-in for ``onnxruntime.InferenceSession`` that folds runtime constants once."""
+    """A drop-in for ``onnxruntime.InferenceSession`` that folds runtime constants once.
+
+    ``custom_op_libraries``: shared libraries of custom ops loaded into the entry session (a
+    ``sess_options`` cannot carry them: it is copied setting by setting).
+    """
 
     def __init__(self, model, runtime_constants: Sequence[str] = (), backend: str = "ort",
                  providers: Sequence[str] | None = None, sess_options=None,
                  check: str = "fingerprint", cache_dir: str | os.PathLike | None = None,
                  fold_compile_time: bool = True, backend_options: dict | None = None,
-                 options: FoldOptions | None = None) -> None:
+                 options: FoldOptions | None = None,
+                 custom_op_libraries: Sequence[str | os.PathLike] = ()) -> None:
         from onnxfold.io import load_model
         from onnxfold.io.reader import model_from_proto
         from onnxfold.split import optimize_and_split
 
         if check not in CHECKS:
             raise InputError(f"check must be one of {', '.join(CHECKS)}")
+        self.custom_op_libraries = custom_ops.checked_libraries(custom_op_libraries)
         if isinstance(model, onnx.ModelProto):
             model = model_from_proto(model)
         elif not isinstance(model, ir.Model):
@@ -259,6 +266,7 @@ class Session:
             self._write_entry(folded)
             self._entry_layout = layout
         options = _fresh_options(self.sess_options)
+        custom_ops.register(options, self.custom_op_libraries)
         names = list(self._fold_values)
         values = [ort.OrtValue.ortvalue_from_numpy(c_contiguous(folded[n]))
                   for n in names]

@@ -127,7 +127,8 @@ def test_symbolic_dims_bound_with_dim(symbolic_pair, tmp_path):
 
     result = onnxfold.compare(a, b)  # unbound: 1, and the result says so
     assert result.ok and result.rows[0].shape_a == [1, 4]
-    assert result.defaulted_dims == ["batch"] and "set to 1: batch" in result.summary()
+    assert result.defaulted_dims == ["batch"]
+    assert "dims guessed (--dim NAME=VALUE sets one): batch=1" in result.summary()
 
 
 def test_inputs_npz_and_nan_in_the_same_place(symbolic_pair, tmp_path):

@@ -109,7 +109,7 @@ def test_batch_rows_name_the_ops_that_changed_most(tmp_path):
 def test_api_repr_is_short_and_table_is_the_cli_table(checked_run):
     result = onnxfold.optimize(BERT)
     text = repr(result)
-    assert text.startswith("OptimizeResult(nodes 312 -> 72") and len(text) < 160
+    assert text.startswith("<OptimizeResult nodes 312 -> 72") and len(text) < 160
     assert len(repr(result.report)) < 160
     table = result.report.table()
     assert table_rows(table) == table_rows(checked_run[0].stdout)

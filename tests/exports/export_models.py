@@ -1,0 +1,105 @@
+"""Tiny real exports for the check tier: transformers models from configs with random weights
+(hidden 32, 2 layers, vocab 100), exported by torch.onnx (dynamo or TorchScript) with dynamic
+dims, as users export them. Each export takes a few seconds."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import BertConfig, BertModel, Qwen2Config, Qwen2ForCausalLM
+from transformers.cache_utils import DynamicCache
+
+LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 2, 4, 2, 8, 100
+
+
+class _LastHidden(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).logits
+
+
+class _Decoder(torch.nn.Module):
+    """One decoding call with a KV cache: past keys/values in, logits and present out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, k0, v0, k1, v1):
+        cache = DynamicCache()
+        for layer, (k, v) in enumerate(((k0, v0), (k1, v1))):
+            cache.update(k, v, layer)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         past_key_values=cache, use_cache=True)
+        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *present)
+
+
+def _qwen2(use_cache: bool) -> Qwen2ForCausalLM:
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=HEADS * HEAD_DIM, intermediate_size=64,
+                         num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                         num_key_value_heads=KV_HEADS, max_position_embeddings=64,
+                         use_cache=use_cache)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def bert_float16(path: str | os.PathLike) -> None:
+    """A ``model.half()`` BERT, dynamo export, dynamic batch and sequence."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    model = _LastHidden(BertModel(config).eval().half())
+    ids, mask = torch.randint(0, VOCAB, (2, 8)), torch.ones(2, 8, dtype=torch.long)
+    dyn = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
+    torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
+                      dynamic_shapes=(dyn, dyn), dynamo=True, external_data=False)
+
+
+def qwen2_float16(path: str | os.PathLike) -> None:
+    """A float16 Qwen2-style decoder without a cache, dynamo export."""
+    torch.manual_seed(0)
+    model = _Logits(_qwen2(use_cache=False).half())
+    dyn = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
+    torch.onnx.export(model, (torch.randint(0, VOCAB, (2, 8)),), str(path),
+                      input_names=["input_ids"], dynamic_shapes=(dyn,), dynamo=True,
+                      external_data=False)
+
+
+KV_INPUTS = ["input_ids", "attention_mask"] + [
+    f"past_key_values.{i}.{kind}" for i in range(LAYERS) for kind in ("key", "value")]
+KV_OUTPUTS = ["logits"] + [f"present.{i}.{kind}" for i in range(LAYERS)
+                           for kind in ("key", "value")]
+
+
+def qwen2_kv_cache(path: str | os.PathLike, dynamo: bool) -> None:
+    """A float32 Qwen2-style decoder with past_key_values inputs, every dim dynamic."""
+    torch.manual_seed(0)
+    model = _Decoder(_qwen2(use_cache=True))
+    past, seq = 3, 5
+    ids = torch.randint(0, VOCAB, (2, seq))
+    mask = torch.ones(2, past + seq, dtype=torch.long)
+    cache = [torch.randn(2, KV_HEADS, past, HEAD_DIM) for _ in range(2 * LAYERS)]
+    if dynamo:
+        d = torch.export.Dim.DYNAMIC
+        shapes = ({0: d, 1: d}, {0: d, 1: d}, *[{0: d, 2: d}] * (2 * LAYERS))
+        torch.onnx.export(model, (ids, mask, *cache), str(path), input_names=KV_INPUTS,
+                          output_names=KV_OUTPUTS, dynamic_shapes=shapes, dynamo=True,
+                          external_data=False)
+        return
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"}}
+    axes.update({name: {0: "batch", 2: "past"} for name in KV_INPUTS[2:]})
+    torch.onnx.export(model, (ids, mask, *cache), str(path), input_names=KV_INPUTS,
+                      output_names=KV_OUTPUTS, dynamic_axes=axes, dynamo=False)

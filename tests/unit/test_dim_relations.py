@@ -1,0 +1,147 @@
+"""Feeds whose dims respect what the graph states: expression dims, ``?`` dims, guesses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxfold
+from onnxfold.comparison import synthetic_feeds
+from onnxfold.dim_relations import parse_expression
+from onnxfold.errors import InputError
+
+
+def _model(nodes, inputs, outputs):
+    graph = helper.make_graph(nodes, "t", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _concat_past():
+    """y = Concat(past, x) along axis 1, then + mask: the mask is declared ``s0 + s1`` long."""
+    f = TensorProto.FLOAT
+    return _model(
+        [helper.make_node("Concat", ["past", "x"], ["cat"], axis=1),
+         helper.make_node("Add", ["cat", "mask"], ["y"])],
+        [helper.make_tensor_value_info("past", f, [1, "s0"]),
+         helper.make_tensor_value_info("x", f, [1, "s1"]),
+         helper.make_tensor_value_info("mask", f, [1, "s0 + s1"])],
+        [helper.make_tensor_value_info("y", f, [1, "s0 + s1"])])
+
+
+@pytest.mark.parametrize(("text", "form"), [
+    ("s0 + s1", {"s0": 1, "s1": 1}), ("2*s0 - 1", {"s0": 2, "": -1}), ("seq", {"seq": 1}),
+    ("Min(64, s53)", None)])
+def test_parse_expression(text, form):
+    assert parse_expression(text) == form
+
+
+def test_a_dim_declared_as_an_expression_is_computed():
+    result = onnxfold.compare(_concat_past(), _concat_past(), n=2)
+    assert result.ok, result.summary()
+    assert result.bindings == [{"s0": 3, "s1": 3, "s0 + s1": 6}, {"s0": 1, "s1": 1, "s0 + s1": 2}]
+    assert "s0 + s1 = s0 + s1 (declared by the input)" in result.summary()
+    assert result.defaulted_dims == ["s0", "s1"] and "s0=3/1" in result.summary()
+    # a given dim is used as given, the relation still holds
+    assert onnxfold.compare(_concat_past(), _concat_past(), dims={"s0": 5}).dims == {
+        "s0": 5, "s1": 3, "s0 + s1": 8}
+
+
+def test_unnamed_question_mark_dims_are_independent():
+    """Paddle names every unknown dim ``?``: (1, 48, 192) fits [1, ?, ?]."""
+    f = TensorProto.FLOAT
+    model = _model([helper.make_node("Relu", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "?", "?"])],
+                   [helper.make_tensor_value_info("y", f, [1, "?", "?"])])
+    x = np.ones((1, 48, 192), np.float32)
+    result = onnxfold.compare(model, model, inputs={"x": x})
+    assert result.ok and result.rows[0].shape_a == [1, 48, 192]
+
+
+def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
+    """Reshape to [-1, 5] needs a multiple of 5 elements: no guessed binding fits."""
+    f = TensorProto.FLOAT
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 5])
+    model = _model([helper.make_node("Constant", [], ["s"], value=shape),
+                    helper.make_node("Reshape", ["x", "s"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "n"])],
+                   [helper.make_tensor_value_info("y", f, ["m", 5])])
+    with pytest.raises(InputError) as e:
+        onnxfold.compare(model, model)
+    message = str(e.value)
+    assert "dims guessed: n=3 or n=1" in message and "--dim NAME=VALUE" in message
+    assert onnxfold.compare(model, model, dims={"n": 10}).ok
+
+
+def _string_model():
+    """A model with a string input (which only --inputs can feed) and a string output."""
+    return _model([helper.make_node("Identity", ["x"], ["y"])],
+                  [helper.make_tensor_value_info("x", TensorProto.STRING, ["n"])],
+                  [helper.make_tensor_value_info("y", TensorProto.STRING, ["n"])])
+
+
+@pytest.mark.parametrize("dtype", ["<U1", "S1"])
+def test_string_inputs_come_from_an_npz_of_string_arrays(tmp_path, dtype):
+    path = tmp_path / "inputs.npz"
+    np.savez(path, x=np.array(["a", "b", "c"], dtype))
+    result = onnxfold.compare(_string_model(), _string_model(), inputs=str(path))
+    assert result.ok and result.rows[0].elements == 3
+    assert result.inputs[0].source == "from --inputs"
+    with pytest.raises(InputError, match=r"supply it with --inputs, a string input \(an .npz"):
+        onnxfold.compare(_string_model(), _string_model())
+
+
+def test_position_ids_continue_after_the_past():
+    """The mask is declared past + seq long: positions are past .. past+seq-1."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    model = _model(
+        [helper.make_node("Concat", ["past", "x"], ["cat"], axis=1),
+         helper.make_node("Cast", ["mask"], ["mask_f"], to=f),
+         helper.make_node("Mul", ["cat", "mask_f"], ["y"]),
+         helper.make_node("Identity", ["position_ids"], ["positions"])],
+        [helper.make_tensor_value_info("past", f, [1, "past"]),
+         helper.make_tensor_value_info("x", f, [1, "seq"]),
+         helper.make_tensor_value_info("mask", i64, [1, "past + seq"]),
+         helper.make_tensor_value_info("position_ids", i64, [1, "seq"])],
+        [helper.make_tensor_value_info("y", f, [1, "past + seq"]),
+         helper.make_tensor_value_info("positions", i64, [1, "seq"])])
+    feeds, _ = synthetic_feeds(model)
+    assert feeds["position_ids"].tolist() == [[3, 4, 5]] and feeds["mask"].shape == (1, 6)
+    assert onnxfold.compare(model, model, n=2).ok
+
+
+def test_dim_question_mark_sets_the_random_question_mark_dims():
+    f = TensorProto.FLOAT
+    model = _model([helper.make_node("Relu", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "?", "?"])],
+                   [helper.make_tensor_value_info("y", f, [1, "?", "?"])])
+    result = onnxfold.compare(model, model, dims={"?": 7})
+    assert result.ok and result.inputs[0].shape == [1, 7, 7]
+
+
+def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
+    """Reshape to [1, 1] runs only when n is 1: the prefill binding (n=3) is dropped."""
+    f = TensorProto.FLOAT
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 1])
+    model = _model([helper.make_node("Constant", [], ["s"], value=shape),
+                    helper.make_node("Reshape", ["x", "s"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "n"])],
+                   [helper.make_tensor_value_info("y", f, [1, 1])])
+    result = onnxfold.compare(model, model, n=2)
+    assert result.ok and result.bindings == [{"n": 1}]
+    assert result.notes and result.notes[0].startswith("the reference cannot run the guessed "
+                                                       "dims n=3")
+    row = result.to_dict()["rows"][0]
+    assert row["max_ulps"] == 0.0 and row["tolerance"] == "rtol 0.0001, atol 1e-05"
+
+
+def test_given_arrays_fix_the_dims_their_relations_imply():
+    """Given the mask (total 7) and x (seq 2), the random past is 5 long."""
+    x, mask = np.ones((1, 2), np.float32), np.ones((1, 7), np.float32)
+    result = onnxfold.compare(_concat_past(), _concat_past(), inputs={"x": x, "mask": mask})
+    assert result.ok, result.summary()
+    past = next(i for i in result.inputs if i.name == "past")
+    assert past.shape == [1, 5] and result.defaulted_dims == []
+    assert result.derived_dims == {"s0": "5 (from s0 + s1 = s0 + s1)"}

@@ -1,0 +1,105 @@
+"""``onnxfold.simplify`` in onnxsim's habits: ``(ModelProto, ok)``, dict shapes, Python words."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxfold
+from onnxfold.errors import InputError
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    graph = helper.make_graph(nodes, "t", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _foldable():
+    """y = x + (c * 2): the product folds; x is [batch, 4]."""
+    f = TensorProto.FLOAT
+    return _model([helper.make_node("Mul", ["c", "two"], ["c2"]),
+                   helper.make_node("Add", ["x", "c2"], ["y"])],
+                  [helper.make_tensor_value_info("x", f, ["batch", 4])],
+                  [helper.make_tensor_value_info("y", f, ["batch", 4])],
+                  [numpy_helper.from_array(np.arange(4, dtype=np.float32), "c"),
+                   numpy_helper.from_array(np.float32(2), "two")])
+
+
+def test_an_honest_fold_checks_ok():
+    folded, ok = onnxfold.simplify(_foldable(), check_n=3)
+    assert ok and isinstance(folded, onnx.ModelProto)
+    assert [n.op_type for n in folded.graph.node] == ["Add"]
+
+
+def test_a_failed_check_returns_false_instead_of_raising():
+    """An output drawn at random differs between any two runs: the check must fail."""
+    f = TensorProto.FLOAT
+    model = _model([helper.make_node("Mul", ["c", "two"], ["c2"]),
+                    helper.make_node("RandomUniformLike", ["x"], ["noise"]),
+                    helper.make_node("Add", ["noise", "c2"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [2, 4])],
+                   [helper.make_tensor_value_info("y", f, [2, 4])],
+                   [numpy_helper.from_array(np.arange(4, dtype=np.float32), "c"),
+                    numpy_helper.from_array(np.float32(2), "two")])
+    folded, ok = onnxfold.simplify(model, check_n=2)
+    assert ok is False and isinstance(folded, onnx.ModelProto)
+
+
+@pytest.mark.parametrize("keyword", ["input_shapes", "overwrite_input_shapes"])
+def test_dict_shapes_fix_the_inputs_and_the_check_uses_them(keyword):
+    folded, ok = onnxfold.simplify(_foldable(), check_n=1, **{keyword: {"x": [3, 4]}})
+    assert ok
+    dims = folded.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [3, 4]
+
+
+def test_dims_bind_the_check_and_messages_speak_python():
+    assert onnxfold.simplify(_foldable(), check_n=1, dims={"batch": 5})[1]
+    with pytest.raises(InputError) as e:
+        onnxfold.simplify(_foldable(), check_n=1, dims={"nope": 5})
+    assert str(e.value).startswith("dims[nope]: no input") and "--dim" not in str(e.value)
+    with pytest.raises(InputError, match=r"^input_shapes\[nope\]: no such input"):
+        onnxfold.simplify(_foldable(), input_shapes={"nope": [1, 4]})
+
+
+def test_the_result_repr_is_one_short_line():
+    text = repr(onnxfold.optimize(_foldable()))
+    assert text.startswith("<OptimizeResult nodes 2 -> 1") and "\n" not in text
+    assert len(text) < 120
+
+
+def test_a_check_that_cannot_run_names_the_keyword_to_use():
+    """Reshape to [-1, 5] needs a multiple of 5 elements: the guessed dims cannot run."""
+    f = TensorProto.FLOAT
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 5])
+    model = _model([helper.make_node("Constant", [], ["s"], value=shape),
+                    helper.make_node("Reshape", ["x", "s"], ["y"])],
+                   [helper.make_tensor_value_info("x", f, [1, "n"])],
+                   [helper.make_tensor_value_info("y", f, ["m", 5])])
+    with pytest.raises(InputError) as e:
+        onnxfold.simplify(model, check_n=1)
+    assert "dims={NAME: VALUE}" in str(e.value) and "--" not in str(e.value)
+    assert onnxfold.simplify(model, check_n=1, dims={"n": 10})[1]
+
+
+def test_a_path_with_external_weights_and_fixed_shapes_checks(tmp_path):
+    """The check's reference (the input with the same shapes fixed) carries the weights the
+    model keeps in its .data file."""
+    model = _foldable()
+    big = np.arange(4096, dtype=np.float32).reshape(1024, 4)
+    model.graph.initializer.append(numpy_helper.from_array(big, "big"))
+    model.graph.node.append(helper.make_node("MatMul", ["y", "big_t"], ["z"]))
+    model.graph.node.insert(0, helper.make_node("Transpose", ["big"], ["big_t"]))
+    model.graph.output[0].CopyFrom(
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 1024]))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, size_threshold=1024,
+              location="m.onnx.data")
+    assert (tmp_path / "m.onnx.data").exists()
+    folded, ok = onnxfold.simplify(str(path), check_n=1, overwrite_input_shapes={"x": [2, 4]})
+    assert ok and [d.dim_value for d in folded.graph.input[0].type.tensor_type.shape.dim] == [
+        2, 4]
