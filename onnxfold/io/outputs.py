@@ -52,6 +52,17 @@ class OutputGuard:
         """The protected input files (as first named)."""
         return set(self._inputs.values())
 
+    def removable(self, path: str | os.PathLike) -> bool:
+        """Whether ``path`` may be deleted: not an input, or one the caller asked to replace."""
+        ident = file_id(os.fspath(path))
+        return ident is None or ident not in self._inputs or ident in self._replaceable
+
+    def replaces_input(self, path: str | os.PathLike) -> bool:
+        """Whether ``path`` is an input the caller asked to replace (writing a model over
+        itself)."""
+        ident = file_id(os.fspath(path))
+        return ident is not None and ident in self._inputs and ident in self._replaceable
+
     def claim(self, path: str | os.PathLike, what: str = "output") -> str:
         """Check ``path`` as an output; return the path to replace (a symlink's target)."""
         path = os.fspath(path)

@@ -2,13 +2,16 @@
 
 A temporary file is named ``.<output name>.onnxfold-<pid>-<random><suffix>``: a run that was
 killed leaves one behind, and a later run writing beside it removes those whose process is
-gone and that have not been written for ten minutes.
+gone and that have not been written for ten minutes. An output's lock file
+(``.<output name>.onnxfold-lock``, see ``onnxfold.io.publication``) that a killed run left is
+removed by that later run too, when no process holds it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import stat
@@ -23,6 +26,7 @@ NAME_MAX = 255
 STALE_AGE = 600.0  # seconds a dead run's temporary file stays untouched before it is removed
 TRUNCATED = "an input file was truncated while it was being read"
 _STALE = re.compile(r"^\..*\.onnxfold-(\d+)-[^.]+\..*$")
+LOCK_SUFFIX = ".onnxfold-lock"
 
 
 def _prefix(path: str, suffix: str) -> str:
@@ -65,6 +69,26 @@ def remove_stale(directory: str, min_age: float = STALE_AGE) -> int:
             if stat.S_ISREG(info.st_mode) and now - info.st_mtime >= min_age:
                 os.unlink(entry.path)
                 removed += 1
+    return removed + _remove_unheld_locks(directory)
+
+
+def _remove_unheld_locks(directory: str) -> int:
+    """Delete the output lock files in ``directory`` that no process holds (left by a killed
+    run). Safe against a run about to take one: it checks, once it holds the lock, that the
+    file is still the one at that path, and tries again otherwise."""
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        locks = [e.path for e in entries if e.name.startswith(".") and
+                 e.name.endswith(LOCK_SUFFIX) and e.is_file(follow_symlinks=False)]
+    for path in locks:
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.unlink(path)
+                removed += 1
+            finally:
+                os.close(fd)
     return removed
 
 

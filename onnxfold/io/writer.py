@@ -6,11 +6,13 @@ disk are copied file-to-file, folded arrays are written from their buffers (non-
 in chunks). No full in-memory protobuf of the model is ever built. Models whose weights exceed
 the protobuf limit are written with external data. Everything goes to temporary files renamed
 at the end, so a failure never leaves a half-written output, and the model's own input files
-are never targets.
+are never targets. A model with external data is published with its data by one rename, one
+writer per output at a time (``onnxfold.io.publication``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from onnxfold.io import protowire as pw
 from onnxfold.io import segments
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.prefill import OutputPrefill
+from onnxfold.io.publication import fresh_data_path, kill_point, output_lock, superseded_data
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
 from onnxfold.io.tempfiles import temp_beside, write_failed
 from onnxfold.protos import graph_protos
@@ -145,6 +148,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     guard = OutputGuard(input_files(model), replaces)
     guard.protect(protect or ())
     target = guard.claim(path, "output model")
+    requested_name = data_name
     data_path = os.path.join(os.path.dirname(target), data_name)
 
     graph = model.graph
@@ -172,52 +176,66 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     proto.ClearField("graph")
     head = proto.SerializeToString()
 
-    fd: int | None
-    fd, tmp = (prefill and prefill.take(target)) or temp_beside(target)
-    data_fd = data_tmp = None
-    try:
-        offset = 0
+    in_place = guard.replaces_input(target)
+    with output_lock(target):
         if external_data:
-            data_fd, data_tmp = temp_beside(data_path)
-            data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
-            segments.write(data_fd, data)
-            headers = [_header(name, _tensor(value), (data_name, seg.offset))
-                       for (name, value), seg in zip(streamed.items(), data)]  # one per tensor
-            fields = [pw.len_prefix(5, len(h)) + h for h in headers]
-            graph_len = len(graph_bytes) + sum(len(f) for f in fields)
-            written = segments.pwrite_all(fd, b"".join(
-                [head, pw.len_prefix(7, graph_len), graph_bytes, *fields]), 0)
-        else:
-            pieces = []
-            for name, value in streamed.items():
-                tensor = _tensor(value)
-                header = _header(name, tensor, None)
-                raw = pw.len_prefix(9, tensor.nbytes)
-                body_len = len(header) + len(raw) + tensor.nbytes
-                pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
-            graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
-            first = head + pw.len_prefix(7, graph_len) + graph_bytes
-            segments.pwrite_all(fd, first, 0)
-            tensors, written = segments.layout(len(first), pieces)
-            segments.write(fd, tensors)
-        os.ftruncate(fd, written)  # a prefilled file may be longer
-        os.close(fd)
-        fd = None
-        if verify is not None and not external_data:
-            verify(tmp)
-        if data_fd is not None:
-            os.close(data_fd)
-            data_fd = None
-            assert data_tmp is not None  # set together with data_fd
-            os.replace(data_tmp, data_path)
-        os.replace(tmp, target)
-    except OSError as e:
-        raise write_failed(path, e) from None
-    finally:
-        for open_fd in (fd, data_fd):
-            if open_fd is not None:
-                os.close(open_fd)
-        for leftover in (tmp, data_tmp):
-            if leftover and os.path.exists(leftover):
-                os.unlink(leftover)
+            data_path = fresh_data_path(data_path)
+            data_name = os.path.join(os.path.dirname(data_name), os.path.basename(data_path))
+        fd: int | None
+        fd, tmp = (prefill and prefill.take(target)) or temp_beside(target)
+        data_fd = data_tmp = None
+        try:
+            offset = 0
+            if external_data:
+                data_fd, data_tmp = temp_beside(data_path)
+                data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
+                segments.write(data_fd, data)
+                headers = [_header(name, _tensor(value), (data_name, seg.offset))
+                           for (name, value), seg in zip(streamed.items(), data)]
+                fields = [pw.len_prefix(5, len(h)) + h for h in headers]
+                graph_len = len(graph_bytes) + sum(len(f) for f in fields)
+                written = segments.pwrite_all(fd, b"".join(
+                    [head, pw.len_prefix(7, graph_len), graph_bytes, *fields]), 0)
+            else:
+                pieces = []
+                for name, value in streamed.items():
+                    tensor = _tensor(value)
+                    header = _header(name, tensor, None)
+                    raw = pw.len_prefix(9, tensor.nbytes)
+                    body_len = len(header) + len(raw) + tensor.nbytes
+                    pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
+                graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
+                first = head + pw.len_prefix(7, graph_len) + graph_bytes
+                segments.pwrite_all(fd, first, 0)
+                tensors, written = segments.layout(len(first), pieces)
+                segments.write(fd, tensors)
+            os.ftruncate(fd, written)  # a prefilled file may be longer
+            os.close(fd)
+            fd = None
+            if verify is not None and not external_data:
+                verify(tmp)
+            if data_fd is not None:
+                os.close(data_fd)
+                data_fd = None
+                assert data_tmp is not None  # set together with data_fd
+                kill_point("data-rename")
+                os.replace(data_tmp, data_path)  # a name no model names yet
+            kill_point("model-rename")
+            os.replace(tmp, target)  # publishes the model and the data it names
+        except OSError as e:
+            raise write_failed(path, e) from None
+        finally:
+            for open_fd in (fd, data_fd):
+                if open_fd is not None:
+                    os.close(open_fd)
+            for leftover in (tmp, data_tmp):
+                if leftover and os.path.exists(leftover):
+                    os.unlink(leftover)
+        if external_data:
+            kill_point("old-data-removal")
+            requested = os.path.join(os.path.dirname(target), requested_name)
+            for old in superseded_data(requested, data_path):
+                if in_place or guard.removable(old):
+                    with contextlib.suppress(OSError):
+                        os.unlink(old)
     return SaveInfo(path, data_path if external_data else None, written + offset, len(streamed))

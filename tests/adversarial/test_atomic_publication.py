@@ -1,0 +1,159 @@
+"""A model and its external data are replaced together: a kill or a second writer never leaves
+the old model reading the new data.
+
+The model's folded weight is transposed, so the new data file holds other bytes at the offsets
+the old model reads: a model paired with the other run's data computes something else, and
+``onnxfold compare`` against a pristine copy fails. Kills are injected with the test-only
+``ONNXFOLD_TEST_KILL_AT`` hook (``onnxfold.io.publication``) at each step of the publication.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.io.publication import KILL_AT_ENV, STEPS, lock_path
+from onnxfold.io.tempfiles import remove_stale
+
+TIMEOUT = 120
+N = 64
+
+
+def _save_model(directory, name: str, seed: int) -> str:
+    """y = x @ Transpose(W), W in ``<name>.data``: folding stores W transposed."""
+    w = np.random.default_rng(seed).standard_normal((N, N)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["W"], ["wt"]),
+         helper.make_node("MatMul", ["x", "wt"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, N])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, N])],
+        [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = os.path.join(directory, name)
+    onnx.save(model, path, save_as_external_data=True, location=name + ".data",
+              size_threshold=0)
+    return path
+
+
+def _onnxfold(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
+                          capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, **(env or {})})
+
+
+def _computes_one_of(path: str, pristine: list[str]) -> str:
+    """The pristine model ``path`` computes what it computes (``onnxfold compare``)."""
+    for candidate in pristine:
+        if _onnxfold("compare", candidate, path, "-n", "2").returncode == 0:
+            return candidate
+    raise AssertionError(f"{path} computes neither {pristine}")
+
+
+def _data_of(path: str) -> set[str]:
+    model = onnx.load(path, load_external_data=False)
+    return {entry.value for t in model.graph.initializer for entry in t.external_data
+            if entry.key == "location"}
+
+
+def _pristine_copy(model: str, directory) -> str:
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(os.path.dirname(model)):
+        source = os.path.join(os.path.dirname(model), name)
+        if os.path.isfile(source):
+            shutil.copy(source, os.path.join(directory, name))
+    return os.path.join(directory, os.path.basename(model))
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_kill_at_each_step_of_an_in_place_save_leaves_the_old_or_new_pair(tmp_path, step):
+    work = tmp_path / "work"
+    work.mkdir()
+    model = _save_model(work, "m.onnx", seed=0)
+    old = _pristine_copy(model, tmp_path / "old")
+
+    killed = _onnxfold("optimize", model, "-o", model, "--external-data", "yes",
+                       env={KILL_AT_ENV: step})
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+
+    new_dir = tmp_path / "new"
+    new_dir.mkdir()
+    new = str(new_dir / "m.onnx")
+    assert _onnxfold("optimize", old, "-o", new, "--external-data", "yes").returncode == 0
+    _computes_one_of(model, [old, new])
+    published = _data_of(model) != {"m.onnx.data"}  # the new pair names a fresh data file
+    assert published == (step == "old-data-removal")  # the model's rename publishes it
+    assert onnx.load(model, load_external_data=False).graph.node  # a whole model is there
+
+    # What the kill left is removed: temporary files by the stale rule, an unpublished data
+    # variant by the next write of the same output.
+    remove_stale(str(work), min_age=0)
+    assert _onnxfold("optimize", model, "-o", model, "--external-data", "yes").returncode == 0
+    assert sorted(os.listdir(work)) == sorted({"m.onnx", *_data_of(model)}), os.listdir(work)
+    _computes_one_of(model, [old])
+
+
+def test_a_killed_runs_unpublished_data_is_a_temporary_file(tmp_path):
+    """Killed before any rename, the new data is under a temporary name that the stale rule
+    removes (with the lock file no process holds any more); the output is untouched."""
+    work = tmp_path / "work"
+    work.mkdir()
+    model = _save_model(work, "m.onnx", seed=0)
+    before = {name: (work / name).read_bytes() for name in os.listdir(work)}
+    killed = _onnxfold("optimize", model, "-o", model, "--external-data", "yes",
+                       env={KILL_AT_ENV: "data-rename"})
+    assert killed.returncode == -signal.SIGKILL
+    left = set(os.listdir(work)) - set(before) - {".m.onnx.onnxfold-lock"}
+    assert left and all(re.match(r"^\..*\.onnxfold-\d+-", name) for name in left), left
+    assert {name: (work / name).read_bytes() for name in before} == before
+    remove_stale(str(work), min_age=0)
+    assert set(os.listdir(work)) == set(before)
+
+
+def test_a_second_writer_waits_for_the_output_lock(tmp_path):
+    source = _save_model(tmp_path, "a.onnx", seed=1)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = str(out_dir / "m.onnx")
+    fd = os.open(lock_path(out), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        writer = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", source,
+                                   "-o", out, "--external-data", "yes"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):  # it folds in ~2 s, then waits
+            writer.wait(timeout=8)
+        assert writer.poll() is None, writer.communicate()
+        assert not os.path.exists(out)
+    finally:
+        os.unlink(lock_path(out))
+        os.close(fd)
+    _, err = writer.communicate(timeout=TIMEOUT)
+    assert writer.returncode == 0, err
+    _computes_one_of(out, [source])
+    assert sorted(os.listdir(out_dir)) == sorted({"m.onnx", *_data_of(out)})
+
+
+def test_two_concurrent_writers_leave_one_whole_pair(tmp_path):
+    sources = [_save_model(tmp_path, f"{name}.onnx", seed) for seed, name in enumerate("ab")]
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = str(out_dir / "m.onnx")
+    for _ in range(3):
+        writers = [subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", source, "-o",
+                                     out, "--external-data", "yes"], stderr=subprocess.PIPE,
+                                    text=True) for source in sources]
+        for writer in writers:
+            _, err = writer.communicate(timeout=TIMEOUT)
+            assert writer.returncode == 0, err
+        _computes_one_of(out, sources)
+        assert sorted(os.listdir(out_dir)) == sorted({"m.onnx", *_data_of(out)})
