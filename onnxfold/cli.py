@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
+from onnxfold.limits import describe as describe_limit
 from onnxfold.logs import quiet
 
 if TYPE_CHECKING:
@@ -465,8 +466,8 @@ def run_parsed(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("onnxfold: interrupted; nothing was written", file=sys.stderr)
         return 130
-    except MemoryError:
-        print("onnxfold: error: out of memory; nothing was written", file=sys.stderr)
+    except MemoryError as e:
+        print(f"onnxfold: error: {describe_limit(e)}; nothing was written", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:  # a bug: one line, the traceback on request
         if debug:

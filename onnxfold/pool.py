@@ -33,6 +33,14 @@ def _owner_nbytes(owner: object, arr: np.ndarray) -> tuple[int, bool]:
     return memoryview(owner).nbytes if _has_buffer(owner) else arr.nbytes, True
 
 
+def _owner_key(owner: object, arr: np.ndarray) -> Hashable:
+    """What ``arr``'s memory is accounted under: its owner, or for a file mapping (which
+    holds every weight of its file) the byte range of the mapping ``arr`` spans."""
+    if isinstance(owner, mmap.mmap):
+        return (id(owner), *np.lib.array_utils.byte_bounds(arr))
+    return id(owner)
+
+
 def _has_buffer(obj: object) -> TypeGuard[Buffer]:
     try:
         memoryview(cast("Buffer", obj))  # the probe: TypeError if obj has no buffer
@@ -45,7 +53,7 @@ def _has_buffer(obj: object) -> TypeGuard[Buffer]:
 class _Entry:
     array: np.ndarray
     count: int
-    owner_key: int
+    owner_key: Hashable
 
 
 class BufferPool:
@@ -54,7 +62,8 @@ class BufferPool:
     def __init__(self, memory_limit: int | None = None,
                  spill_dir: str | None = None) -> None:
         self._entries: dict[Hashable, _Entry] = {}
-        self._owners: dict[int, list] = {}  # id(owner) -> [owner, live entry count, bytes, heap]
+        # _owner_key -> [owner, live entry count, bytes, heap]
+        self._owners: dict[Hashable, list] = {}
         self.live_bytes = 0
         self.peak_bytes = 0
         self.mapped_bytes = 0
@@ -79,7 +88,7 @@ class BufferPool:
         if key in self._entries:
             raise KeyError(f"value {key!r} is already in the pool")
         owner = memory_owner(array)
-        okey = id(owner)
+        okey = _owner_key(owner, array)
         rec = self._owners.get(okey)
         if rec is None:
             nbytes, heap = _owner_nbytes(owner, array)
@@ -151,9 +160,10 @@ class BufferPool:
         self.spilled += 1
         self.spilled_bytes += rec[2]
         owner = memory_owner(readonly)
-        self._owners[id(owner)] = [owner, 1, array.nbytes, False]
+        okey = _owner_key(owner, readonly)
+        self._owners[okey] = [owner, 1, array.nbytes, False]
         self.mapped_bytes += array.nbytes
-        entry.array, entry.owner_key = readonly, id(owner)
+        entry.array, entry.owner_key = readonly, okey
         release_pages(readonly)
 
     def get(self, key: Hashable) -> np.ndarray:

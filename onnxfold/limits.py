@@ -1,0 +1,64 @@
+"""The process's resource limits, named in errors: a run that hits one says which.
+
+An ``OSError`` of ``EMFILE`` (too many open files), ``ENFILE`` (the system's file table is
+full) or ``ENOMEM`` (no address space or memory for a mapping), and a ``MemoryError``, say
+nothing about the input: they become a :class:`ResourceLimitError` whose message gives the
+limit and its value, e.g. ``too many open files (ulimit -n is 256)``.
+"""
+
+from __future__ import annotations
+
+import errno
+import resource
+
+from onnxfold.errors import ResourceLimitError
+
+LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def _soft_limit(which: int) -> int | None:
+    """The soft limit ``which`` (``resource.RLIMIT_*``), None when unlimited or unreadable."""
+    try:
+        soft, _hard = resource.getrlimit(which)
+    except (OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.0f} MiB"
+
+
+def memory_limit_text() -> str:
+    """What bounds this process's memory, for a message: the address-space limit if set."""
+    address_space = _soft_limit(resource.RLIMIT_AS)
+    if address_space is not None:
+        return f"ulimit -v is {_mib(address_space)}"
+    return "no ulimit -v; the machine's or the container's memory"
+
+
+def out_of_memory(doing: str) -> ResourceLimitError:
+    """A :class:`ResourceLimitError` for a ``MemoryError`` while ``doing``."""
+    return ResourceLimitError(f"{doing}: out of memory ({memory_limit_text()})")
+
+
+def describe(error: BaseException) -> str | None:
+    """One line naming the resource limit ``error`` reports, or None if it is not one."""
+    if isinstance(error, MemoryError):
+        return f"out of memory ({memory_limit_text()})"
+    if not isinstance(error, OSError) or error.errno not in LIMIT_ERRNOS:
+        return None
+    if error.errno == errno.EMFILE:
+        files = _soft_limit(resource.RLIMIT_NOFILE)
+        return "too many open files (" + \
+            (f"ulimit -n is {files})" if files is not None else "the process's limit)")
+    if error.errno == errno.ENFILE:
+        return "too many open files in the system (the kernel's file table is full)"
+    return f"cannot allocate memory ({memory_limit_text()})"
+
+
+def limit_error(error: BaseException, doing: str) -> ResourceLimitError | None:
+    """``error`` as a :class:`ResourceLimitError` saying what was being done, or None when it
+    is not a resource limit."""
+    what = describe(error)
+    return None if what is None else ResourceLimitError(f"{doing}: {what}")
