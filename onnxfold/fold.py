@@ -28,7 +28,7 @@ from onnxfold.analysis import (
     subgraphs,
     tensor_of,
 )
-from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budget, planned_bytes
+from onnxfold.budget import expansion, loop_work, over_budget, planned_bytes, pool_budget
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
 from onnxfold.half_kernels import in_float32_by_onnxruntime, refuse_unrounded
@@ -146,7 +146,7 @@ class GraphFolder:
         stats.growth_bytes += growth
         self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
-        self.budget = options.pool_budget or default_pool_budget()
+        self.budget = pool_budget(options.pool_budget, options.memory_limit)
         self.input_bytes: dict[ir.Value, int] = {}  # per computed value: its node's inputs
         self.how: dict[ir.Node, str] = {}
         self.keep: dict[ir.Value, None] = {}  # ordered: initializers are added in this order

@@ -11,6 +11,7 @@ Memory-mapped weights are accounted separately (they are file pages, not heap).
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeGuard, cast
@@ -39,6 +40,19 @@ def _owner_key(owner: object, arr: np.ndarray) -> Hashable:
     if isinstance(owner, mmap.mmap):
         return (id(owner), *np.lib.array_utils.byte_bounds(arr))
     return id(owner)
+
+
+def _drop_cached(fd: int) -> None:
+    """Write ``fd``'s dirty pages out and drop them from the page cache.
+
+    Inside a memory cgroup the page cache of the spill file is charged to the cgroup like the
+    heap it replaces, and dirty pages cannot be reclaimed until written: without this a spill
+    moves the bytes without lowering the usage the cgroup limits. Read back later, the pages
+    are clean and the kernel can reclaim them under pressure.
+    """
+    os.fdatasync(fd)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def _has_buffer(obj: object) -> TypeGuard[Buffer]:
@@ -129,7 +143,6 @@ class BufferPool:
             self._spill(key)
 
     def _spill(self, key: Hashable) -> None:
-        import os
         import tempfile
 
         from onnxfold.io.segments import pwrite_all
@@ -148,6 +161,7 @@ class BufferPool:
         try:  # written, not copied into a writable mapping: its dirty pages would be resident
             # beside the array until written back, raising the peak the limit is meant to lower
             pwrite_all(fd, np.ascontiguousarray(array).reshape(-1).view(np.uint8), 0)
+            _drop_cached(fd)
             readonly: np.ndarray = np.memmap(path, dtype=array.dtype, mode="r",
                                              shape=array.shape or (1,))
         finally:
