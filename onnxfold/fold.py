@@ -36,6 +36,7 @@ from onnxfold.options import FoldOptions
 from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
 from onnxfold.pool import BufferPool
 from onnxfold.registry import FolderRule
+from onnxfold.shape_inputs import unusable_as_shape
 
 PROVENANCE_KEY = "onnxfold.folded_from"
 PROVENANCE_LIMIT = 64
@@ -402,12 +403,12 @@ class GraphFolder:
             if value not in self.pool:
                 continue
             arr = self.pool.get(value)
-            too_big = expansion(arr.nbytes, self.input_bytes.get(value, 0),
+            refused = expansion(arr.nbytes, self.input_bytes.get(value, 0),
                                 self.options.expansion_factor, self.options.expansion_min_bytes,
-                                self.options.max_tensor_bytes)
+                                self.options.max_tensor_bytes) or unusable_as_shape(value, arr)
             producer = value.producer()
-            if too_big is not None and producer is not None:
-                self._unfold(producer, too_big)  # its node stays and computes it at run time
+            if refused is not None and producer is not None:
+                self._unfold(producer, refused)  # its node stays and computes it at run time
                 self.pool.release(value)
                 continue
             source = self._aliased_source(value)
