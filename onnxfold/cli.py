@@ -472,6 +472,10 @@ def run_parsed(args: argparse.Namespace) -> int:
     except Exception as e:  # a bug: one line, the traceback on request
         if debug:
             traceback.print_exc()
+        limit = describe_limit(e)
+        if limit is not None:  # a resource limit of the machine, not a bug
+            print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
+            return EXIT_USAGE
         print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
               "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
               file=sys.stderr)

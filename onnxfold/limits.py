@@ -1,7 +1,8 @@
 """The process's resource limits, named in errors: a run that hits one says which.
 
 An ``OSError`` of ``EMFILE`` (too many open files), ``ENFILE`` (the system's file table is
-full) or ``ENOMEM`` (no address space or memory for a mapping), and a ``MemoryError``, say
+full) or ``ENOMEM`` (no address space or memory for a mapping), a ``MemoryError`` and a
+shared library the loader could not map (onnxruntime's, under a low ``ulimit -v``), say
 nothing about the input: they become a :class:`ResourceLimitError` whose message gives the
 limit and its value, e.g. ``too many open files (ulimit -n is 256)``.
 """
@@ -14,6 +15,7 @@ import resource
 from onnxfold.errors import ResourceLimitError
 
 LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+_NO_ADDRESS_SPACE = "failed to map segment from shared object"  # the dynamic loader's ENOMEM
 
 
 def _soft_limit(which: int) -> int | None:
@@ -46,6 +48,8 @@ def describe(error: BaseException) -> str | None:
     """One line naming the resource limit ``error`` reports, or None if it is not one."""
     if isinstance(error, MemoryError):
         return f"out of memory ({memory_limit_text()})"
+    if isinstance(error, ImportError) and _NO_ADDRESS_SPACE in str(error):
+        return f"cannot load a shared library: out of address space ({memory_limit_text()})"
     if not isinstance(error, OSError) or error.errno not in LIMIT_ERRNOS:
         return None
     if error.errno == errno.EMFILE:
