@@ -2,7 +2,8 @@
 
 An ``OSError`` of ``EMFILE`` (too many open files), ``ENFILE`` (the system's file table is
 full) or ``ENOMEM`` (no address space or memory for a mapping), a ``MemoryError`` and a
-shared library the loader could not map (onnxruntime's, under a low ``ulimit -v``), say
+shared library the loader could not map or a thread that could not start (both seen under a
+low ``ulimit -v``), say
 nothing about the input: they become a :class:`ResourceLimitError` whose message gives the
 limit and its value, e.g. ``too many open files (ulimit -n is 256)``.
 """
@@ -15,6 +16,7 @@ import resource
 from onnxfold.errors import ResourceLimitError
 
 LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+_NO_THREAD = "can't start new thread"  # threading's error when the kernel refuses a thread
 _NO_ADDRESS_SPACE = "failed to map segment from shared object"  # the dynamic loader's ENOMEM
 
 
@@ -48,6 +50,10 @@ def describe(error: BaseException) -> str | None:
     """One line naming the resource limit ``error`` reports, or None if it is not one."""
     if isinstance(error, MemoryError):
         return f"out of memory ({memory_limit_text()})"
+    if isinstance(error, RuntimeError) and _NO_THREAD in str(error):
+        threads = _soft_limit(resource.RLIMIT_NPROC)
+        return "cannot start a thread (" + memory_limit_text() + \
+            (f", ulimit -u is {threads})" if threads is not None else ")")
     if isinstance(error, ImportError) and _NO_ADDRESS_SPACE in str(error):
         return f"cannot load a shared library: out of address space ({memory_limit_text()})"
     if not isinstance(error, OSError) or error.errno not in LIMIT_ERRNOS:
