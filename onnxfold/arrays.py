@@ -6,6 +6,11 @@ import mmap
 
 import numpy as np
 
+try:  # numpy >= 2.0
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # numpy 1.x (the declared minimum is 1.23)
+    byte_bounds = np.byte_bounds  # type: ignore[attr-defined]
+
 
 def c_contiguous(arr: np.ndarray) -> np.ndarray:
     """``arr`` in C order, copied only if needed; 0-d arrays stay 0-d.
@@ -73,7 +78,7 @@ def mapped_span(arr: np.ndarray, owner: mmap.mmap) -> tuple[int, int] | None:
     if arr.size == 0 or owner.closed or len(owner) == 0:
         return None
     base = np.frombuffer(owner, np.uint8, count=1).__array_interface__["data"][0]
-    low, high = np.lib.array_utils.byte_bounds(arr)
+    low, high = byte_bounds(arr)
     start = (low - base) // mmap.PAGESIZE * mmap.PAGESIZE
     end = min(high - base, len(owner))
     if start < 0 or end <= start:

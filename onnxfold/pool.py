@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeGuard, cast
 
 import numpy as np
 
-from onnxfold.arrays import memory_owner, release_pages
+from onnxfold.arrays import byte_bounds, memory_owner, release_pages
 from onnxfold.errors import OutputError
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def _owner_key(owner: object, arr: np.ndarray) -> Hashable:
     """What ``arr``'s memory is accounted under: its owner, or for a file mapping (which
     holds every weight of its file) the byte range of the mapping ``arr`` spans."""
     if isinstance(owner, mmap.mmap):
-        return (id(owner), *np.lib.array_utils.byte_bounds(arr))
+        return (id(owner), *byte_bounds(arr))
     return id(owner)
 
 
