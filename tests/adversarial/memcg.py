@@ -27,6 +27,7 @@ class Outcome:
     stderr: str
     oom_kills: int
     peak: int | None  # the cgroup's peak usage in bytes, where the kernel reports it
+    max_rss: int  # the child's peak resident set in bytes (os.wait4)
 
 
 class MemoryCgroup:
@@ -80,13 +81,14 @@ class MemoryCgroup:
             timer = threading.Timer(timeout, proc.kill)
             timer.start()
             try:
-                proc.wait()
+                _, status, usage = os.wait4(proc.pid, 0)
             finally:
                 timer.cancel()
+            proc.returncode = os.waitstatus_to_exitcode(status)
             out.seek(0)
             err.seek(0)
             return Outcome(proc.returncode, out.read(), err.read(), self.oom_kills(),
-                           self.peak())
+                           self.peak(), usage.ru_maxrss * 1024)
 
     def remove(self) -> None:
         try:
