@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -50,3 +51,23 @@ def test_other_errors_are_not_limits():
 
     assert describe(OSError(2, "No such file or directory")) is None
     assert describe(ValueError("bad")) is None
+
+
+def test_the_writer_out_of_descriptors_names_the_limit_not_bad_input(tmp_path):
+    source, target = tmp_path / "w.bin", tmp_path / "out.bin"
+    source.write_bytes(b"x" * 8192)
+    said = _child(f"""
+        import os, resource
+        from onnxfold.errors import ResourceLimitError
+        from onnxfold.io.segments import FileRange, copy_range
+        dst = os.open({str(target)!r}, os.O_RDWR | os.O_CREAT)
+        used = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used - 1, resource.getrlimit(
+            resource.RLIMIT_NOFILE)[1]))
+        try:
+            copy_range(FileRange({str(source)!r}, 0, 8192), dst, 0)
+        except ResourceLimitError as e:
+            print(e)
+    """)
+    assert re.search(r"w\.bin: cannot open external data to copy it: too many open files "
+                     r"\(ulimit -n is \d+\)$", said), said
