@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
-from onnxfold.limits import describe as describe_limit
+from onnxfold.limits import describe_cause as describe_limit
 from onnxfold.logs import quiet
 
 if TYPE_CHECKING:

@@ -68,7 +68,22 @@ def describe(error: BaseException) -> str | None:
 
 
 def limit_error(error: BaseException, doing: str) -> ResourceLimitError | None:
-    """``error`` as a :class:`ResourceLimitError` saying what was being done, or None when it
-    is not a resource limit."""
-    what = describe(error)
+    """``error``, or the error it was raised from (onnx-ir wraps what a deserializer raises in
+    its own error), as a :class:`ResourceLimitError` saying what was being done; None when no
+    resource limit is behind it."""
+    what = describe_cause(error)
     return None if what is None else ResourceLimitError(f"{doing}: {what}")
+
+
+def describe_cause(error: BaseException) -> str | None:
+    """:func:`describe` of ``error`` or of the first error in its chain of causes that is a
+    resource limit."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        what = describe(cause)
+        if what is not None:
+            return what
+        cause = cause.__cause__ or cause.__context__
+    return None

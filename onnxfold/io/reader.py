@@ -358,6 +358,9 @@ def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[st
     except MemoryError:
         raise out_of_memory(f"{label}: cannot load") from None
     except Exception as e:
+        limit = limit_error(e, f"{label}: cannot load")
+        if limit is not None:
+            raise limit from None
         raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
     reorders = check_structure(model, label)
     files = check_tensor_data(model, label)

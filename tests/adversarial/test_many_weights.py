@@ -187,3 +187,14 @@ def test_too_little_address_space_to_start_is_named_not_a_bug(tmp_path, mib):
                                         address_space=mib << 20)
     assert "internal error" not in err and "Traceback" not in err, err
     assert code == 0 or (code == 2 and f"ulimit -v is {mib} MiB" in err), (code, err)
+
+
+def test_address_space_run_out_while_reading_the_graph_is_named(many, tmp_path):
+    """At 3x the file size alone (no room for onnxfold's own floor) the 20,000-node graph
+    does not fit while onnx-ir builds it: onnx-ir wraps the MemoryError in its own error,
+    which is still named as the limit, not as an unreadable model."""
+    limit = 3 * os.path.getsize(many)
+    code, _out, err, _rss = run_limited(["optimize", many, "-o", str(tmp_path / "o.onnx")],
+                                        address_space=limit)
+    assert "cannot read model" not in err and "internal error" not in err, err
+    assert code == 0 or (code == 2 and f"ulimit -v is {limit >> 20} MiB" in err), (code, err)
