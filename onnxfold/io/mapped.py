@@ -86,6 +86,24 @@ def _forget_dead() -> None:
         del _maps[key]
 
 
+def drop_resident_pages() -> None:
+    """Give back the resident pages of every shared mapping (they are read again on access).
+
+    Releasing one weight's pages is not enough after reading many small weights in a row: the
+    kernel maps a file's page-cache folios whole (up to 2 MiB) on a fault, so reading the next
+    weight maps the pages of the ones already released again. A pass that reads every weight
+    calls this once at its end.
+    """
+    with _lock:
+        shared = [m for ref in _maps.values() if (m := ref()) is not None and not m.closed]
+    for mapping in shared:
+        if hasattr(mmap, "MADV_DONTNEED") and len(mapping):
+            try:
+                mapping.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):
+                pass
+
+
 def live_maps() -> int:
     """How many shared mappings are alive (one per file being read)."""
     with _lock:

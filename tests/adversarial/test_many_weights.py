@@ -30,22 +30,22 @@ WIDTH = 33  # a 33x33 float32 weight is 4,356 B: just over the reader's 4 KiB th
 ADDRESS_SPACE_FLOOR = 256 << 20
 
 
-def mlp(count: int, path: str) -> str:
-    """A chain of ``count`` MatMuls, each with its own inline 33x33 weight, ending in an Add of
-    a folded constant (``b * b``), saved to ``path``."""
+def mlp(count: int, path: str, width: int = WIDTH) -> str:
+    """A chain of ``count`` MatMuls, each with its own inline ``width`` x ``width`` weight,
+    ending in an Add of a folded constant (``b * b``), saved to ``path``."""
     rng = np.random.default_rng(0)
     inits, nodes, prev = [], [], "x"
     for i in range(count):
-        weight = (rng.standard_normal((WIDTH, WIDTH)) * 0.17).astype(np.float32)
+        weight = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
         inits.append(numpy_helper.from_array(weight, f"w{i}"))
         nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
         prev = f"h{i}"
-    inits.append(numpy_helper.from_array(np.full((WIDTH,), 0.5, np.float32), "b"))
+    inits.append(numpy_helper.from_array(np.full((width,), 0.5, np.float32), "b"))
     nodes += [helper.make_node("Mul", ["b", "b"], ["bb"]),
               helper.make_node("Add", [prev, "bb"], ["y"])]
     graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH])], inits)
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
@@ -117,16 +117,17 @@ def test_1100_weight_mlp_folds_under_ulimit_n_1024(tmp_path):
     assert_same_outputs(model, out)
 
 
-def test_peak_rss_of_many_weights_stays_close_to_the_file_size(many, tmp_path):
-    """Reading every weight (deduplication samples each one) leaves the resident set near the
-    file's size above what a 3-weight model needs (each weight's pages are given back once
-    read); a mapping per weight kept them all, measured here at 2.3x the file."""
+def test_peak_rss_of_many_small_weights_stays_close_to_the_file_size(many, tmp_path):
+    """Deduplication samples each of the 20,000 weights and gives their pages back as it
+    goes. Above what a 3-weight model needs, the run takes the graph's objects (about 100 MB
+    for 20,000 nodes) and part of the file: measured 1.35x to 1.6x the file's size, depending
+    on how the page cache holds it (large folios after a read are mapped whole)."""
     small = mlp(3, str(tmp_path / "small.onnx"))
     *_, base = run_limited(["optimize", small, "-o", str(tmp_path / "small.out.onnx")])
     code, out, err, peak = run_limited(["optimize", many, "-o", str(tmp_path / "out.onnx")])
     assert_folded(code, out, err)
     size = os.path.getsize(many)
-    assert peak - base < 1.75 * size, (peak, base, size)
+    assert peak - base < 1.9 * size, (peak, base, size)
 
 
 def _in_child(body: str, tmp_path) -> subprocess.CompletedProcess:
