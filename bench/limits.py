@@ -57,9 +57,12 @@ def run(model: str, out: str, base: str | None, address_space: int | None
 
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", model, "-o", out],
-                                stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
-                                preexec_fn=limit)
+        # run from the output's directory: ``-m`` puts the working directory first on the path,
+        # which would shadow ``--base`` from a checkout
+        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize",
+                                 os.path.abspath(model), "-o", out], stdout=log,
+                                stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=limit,
+                                cwd=os.path.dirname(out))
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
         log.seek(0)
