@@ -5,7 +5,9 @@ folds under ``ulimit -v`` of 256 MiB (onnxfold's own floor) + 3x the model's siz
     python bench/limits.py measure MODEL... [--base DIR]    # DIR: another checkout to compare
 
 Each run is a child process; peak RSS comes from ``os.wait4``. ``--base`` runs the same
-command with ``PYTHONPATH=DIR`` (e.g. ``git archive REV | tar -x -C DIR``) first.
+command with ``PYTHONPATH=DIR`` (e.g. ``git archive REV | tar -x -C DIR``, then
+``ln -s ../rules DIR/onnxfold/rules``: the editable install maps ``onnxfold.rules`` to this
+checkout's ``rules/`` otherwise) first.
 """
 
 from __future__ import annotations
