@@ -6,6 +6,11 @@ import mmap
 
 import numpy as np
 
+try:  # numpy >= 2.0
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # numpy 1.x (the declared minimum is 1.23)
+    byte_bounds = np.byte_bounds  # type: ignore[attr-defined]
+
 
 def c_contiguous(arr: np.ndarray) -> np.ndarray:
     """``arr`` in C order, copied only if needed; 0-d arrays stay 0-d.
@@ -51,13 +56,31 @@ def release_pages(arr: np.ndarray) -> bool:
     """Drop the resident pages of the file mapping behind ``arr`` (they re-read on access).
 
     Reading a memory-mapped weight makes its pages part of the process's resident set until
-    the mapping goes away; once a weight has been consumed this gives them back at once.
+    the mapping goes away; once a weight has been consumed this gives them back at once. Only
+    the pages ``arr`` spans are dropped: one mapping holds every weight of a file.
     """
     owner = memory_owner(arr)
-    if isinstance(owner, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
-        try:
-            owner.madvise(mmap.MADV_DONTNEED)
-        except (OSError, ValueError):
-            return False
-        return True
-    return False
+    if not isinstance(owner, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    span = mapped_span(arr, owner)
+    if span is None:
+        return False
+    try:
+        owner.madvise(mmap.MADV_DONTNEED, *span)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def mapped_span(arr: np.ndarray, owner: mmap.mmap) -> tuple[int, int] | None:
+    """(start, length) of the whole pages of ``owner`` that ``arr``'s bytes lie in, or None
+    when ``arr`` is empty or the mapping is closed."""
+    if arr.size == 0 or owner.closed or len(owner) == 0:
+        return None
+    base = np.frombuffer(owner, np.uint8, count=1).__array_interface__["data"][0]
+    low, high = byte_bounds(arr)
+    start = (low - base) // mmap.PAGESIZE * mmap.PAGESIZE
+    end = min(high - base, len(owner))
+    if start < 0 or end <= start:
+        return None
+    return start, end - start

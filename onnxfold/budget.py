@@ -2,20 +2,22 @@
 
 Sizes come from static shapes, else from the op's size rule (``rules/sizes.py``) applied to
 its constant inputs. Without ``--memory-limit`` the pool's heap may not exceed the budget; with
-it, buffers spill to disk above the limit and only a single output larger than the budget is
-refused. Default budget: a quarter of physical memory, at most 4 GiB.
+it, buffers spill to disk above the limit (before a new result is allocated) and a single
+output larger than the budget or the limit is refused: it would be built on the heap first.
+Default budget: a quarter of the memory the process may use (the tightest of the host's RAM
+and its memory cgroups' limits, ``onnxfold.memory_limits``), at most 4 GiB.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxfold.declines import DeclineKind, Reason
+from onnxfold.memory_limits import available_memory
 from onnxfold.policy import static_nbytes
 
 MAX_DEFAULT_BUDGET = 4 << 30
@@ -23,12 +25,17 @@ LOOP_WORK_LIMIT = 10_000_000  # trip count x body nodes a constant Loop may run 
 
 
 def default_pool_budget() -> int:
-    """A quarter of physical memory, at most 4 GiB (4 GiB where memory cannot be read)."""
-    try:
-        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return MAX_DEFAULT_BUDGET
-    return min(physical // 4, MAX_DEFAULT_BUDGET)
+    """A quarter of the memory this process may use (host RAM or a tighter cgroup limit), at
+    most 4 GiB (4 GiB where neither can be read)."""
+    memory = available_memory()
+    return MAX_DEFAULT_BUDGET if memory is None else min(memory // 4, MAX_DEFAULT_BUDGET)
+
+
+def pool_budget(requested: int | None, memory_limit: int | None) -> int:
+    """The most one node's outputs may take: ``--pool-budget`` (else the default), and never
+    more than ``--memory-limit``, since an output is built on the heap before it can spill."""
+    budget = requested or default_pool_budget()
+    return budget if memory_limit is None else min(budget, memory_limit)
 
 
 def planned_bytes(node: ir.Node, arrays: Callable[[ir.Value], np.ndarray | None],

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NoReturn
 from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
+from onnxfold.limits import describe_cause as describe_limit
 from onnxfold.logs import quiet
 from onnxfold.numbers import argument, parse_float, parse_int
 
@@ -512,12 +513,16 @@ def run_parsed(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("onnxfold: interrupted; nothing was written", file=sys.stderr)
         return 130
-    except MemoryError:
-        print("onnxfold: error: out of memory; nothing was written", file=sys.stderr)
+    except MemoryError as e:
+        print(f"onnxfold: error: {describe_limit(e)}; nothing was written", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:  # a bug: one line, the traceback on request
         if debug:
             traceback.print_exc()
+        limit = describe_limit(e)
+        if limit is not None:  # a resource limit of the machine, not a bug
+            print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
+            return EXIT_USAGE
         print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
               "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
               file=sys.stderr)

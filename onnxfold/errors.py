@@ -18,3 +18,8 @@ def one_line(e: BaseException, limit: int = 500) -> str:
     its type's name when it has no message."""
     text = " ".join(str(e).split()) or type(e).__name__
     return text[:limit] + ("..." if len(text) > limit else "")
+
+
+class ResourceLimitError(OnnxfoldError):
+    """A limit of the machine or the process (open files, address space, memory) stopped the
+    run; the input itself may be fine. The message names the limit and its value."""

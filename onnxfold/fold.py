@@ -28,7 +28,7 @@ from onnxfold.analysis import (
     subgraphs,
     tensor_of,
 )
-from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budget, planned_bytes
+from onnxfold.budget import expansion, loop_work, over_budget, planned_bytes, pool_budget
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
 from onnxfold.half_kernels import in_float32_by_onnxruntime, refuse_unrounded
@@ -36,6 +36,7 @@ from onnxfold.options import FoldOptions
 from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
 from onnxfold.pool import BufferPool
 from onnxfold.registry import FolderRule
+from onnxfold.shape_inputs import unusable_as_shape
 
 PROVENANCE_KEY = "onnxfold.folded_from"
 PROVENANCE_LIMIT = 64
@@ -147,7 +148,7 @@ class GraphFolder:
         stats.growth_bytes += growth
         self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
-        self.budget = options.pool_budget or default_pool_budget()
+        self.budget = pool_budget(options.pool_budget, options.memory_limit)
         self.input_bytes: dict[ir.Value, int] = {}  # per computed value: its node's inputs
         self.how: dict[ir.Node, str] = {}
         self.keep: dict[ir.Value, None] = {}  # ordered: initializers are added in this order
@@ -403,12 +404,12 @@ class GraphFolder:
             if value not in self.pool:
                 continue
             arr = self.pool.get(value)
-            too_big = expansion(arr.nbytes, self.input_bytes.get(value, 0),
+            refused = expansion(arr.nbytes, self.input_bytes.get(value, 0),
                                 self.options.expansion_factor, self.options.expansion_min_bytes,
-                                self.options.max_tensor_bytes)
+                                self.options.max_tensor_bytes) or unusable_as_shape(value, arr)
             producer = value.producer()
-            if too_big is not None and producer is not None:
-                self._unfold(producer, too_big)  # its node stays and computes it at run time
+            if refused is not None and producer is not None:
+                self._unfold(producer, refused)  # its node stays and computes it at run time
                 self.pool.release(value)
                 continue
             source = self._aliased_source(value)

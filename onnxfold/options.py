@@ -93,11 +93,13 @@ class FoldOptions:
         "QuantizeLinear of constant weights folds either way)", switch=True))
     memory_limit: int | None = _opt(None, Flag(
         "--memory-limit", "keep the fold pool's heap under this (e.g. 4G): larger "
-        "intermediates move to memory-mapped temporary files", type=SIZE))
+        "intermediates move to memory-mapped temporary files (written out and dropped from "
+        "the page cache); a single output larger than this is refused", type=SIZE))
     pool_budget: int | None = _opt(None, Flag(
         "--pool-budget", "the fold pool may hold at most this much (e.g. 1G); a fold whose "
-        "outputs would not fit is refused before it runs (default: a quarter of physical "
-        "memory, at most 4G)", type=SIZE))
+        "outputs would not fit is refused before it runs (default: a quarter of the memory "
+        "the process may use, the host's RAM or its memory cgroup's limit, at most 4G)",
+        type=SIZE))
     fold_timeout: float | None = _opt(30.0, Flag(
         "--fold-timeout", "stop an onnxruntime fallback fold running longer than this",
         type=NON_NEGATIVE, metavar="SECONDS"))

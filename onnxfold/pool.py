@@ -11,13 +11,14 @@ Memory-mapped weights are accounted separately (they are file pages, not heap).
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeGuard, cast
 
 import numpy as np
 
-from onnxfold.arrays import memory_owner, release_pages
+from onnxfold.arrays import byte_bounds, memory_owner, release_pages
 from onnxfold.errors import OutputError
 
 if TYPE_CHECKING:
@@ -33,6 +34,27 @@ def _owner_nbytes(owner: object, arr: np.ndarray) -> tuple[int, bool]:
     return memoryview(owner).nbytes if _has_buffer(owner) else arr.nbytes, True
 
 
+def _owner_key(owner: object, arr: np.ndarray) -> Hashable:
+    """What ``arr``'s memory is accounted under: its owner, or for a file mapping (which
+    holds every weight of its file) the byte range of the mapping ``arr`` spans."""
+    if isinstance(owner, mmap.mmap):
+        return (id(owner), *byte_bounds(arr))
+    return id(owner)
+
+
+def _drop_cached(fd: int) -> None:
+    """Write ``fd``'s dirty pages out and drop them from the page cache.
+
+    Inside a memory cgroup the page cache of the spill file is charged to the cgroup like the
+    heap it replaces, and dirty pages cannot be reclaimed until written: without this a spill
+    moves the bytes without lowering the usage the cgroup limits. Read back later, the pages
+    are clean and the kernel can reclaim them under pressure.
+    """
+    os.fdatasync(fd)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 def _has_buffer(obj: object) -> TypeGuard[Buffer]:
     try:
         memoryview(cast("Buffer", obj))  # the probe: TypeError if obj has no buffer
@@ -45,7 +67,7 @@ def _has_buffer(obj: object) -> TypeGuard[Buffer]:
 class _Entry:
     array: np.ndarray
     count: int
-    owner_key: int
+    owner_key: Hashable
 
 
 class BufferPool:
@@ -54,7 +76,8 @@ class BufferPool:
     def __init__(self, memory_limit: int | None = None,
                  spill_dir: str | None = None) -> None:
         self._entries: dict[Hashable, _Entry] = {}
-        self._owners: dict[int, list] = {}  # id(owner) -> [owner, live entry count, bytes, heap]
+        # _owner_key -> [owner, live entry count, bytes, heap]
+        self._owners: dict[Hashable, list] = {}
         self.live_bytes = 0
         self.peak_bytes = 0
         self.mapped_bytes = 0
@@ -79,7 +102,7 @@ class BufferPool:
         if key in self._entries:
             raise KeyError(f"value {key!r} is already in the pool")
         owner = memory_owner(array)
-        okey = id(owner)
+        okey = _owner_key(owner, array)
         rec = self._owners.get(okey)
         if rec is None:
             nbytes, heap = _owner_nbytes(owner, array)
@@ -120,7 +143,6 @@ class BufferPool:
             self._spill(key)
 
     def _spill(self, key: Hashable) -> None:
-        import os
         import tempfile
 
         from onnxfold.io.segments import pwrite_all
@@ -139,6 +161,7 @@ class BufferPool:
         try:  # written, not copied into a writable mapping: its dirty pages would be resident
             # beside the array until written back, raising the peak the limit is meant to lower
             pwrite_all(fd, np.ascontiguousarray(array).reshape(-1).view(np.uint8), 0)
+            _drop_cached(fd)
             readonly: np.ndarray = np.memmap(path, dtype=array.dtype, mode="r",
                                              shape=array.shape or (1,))
         finally:
@@ -151,9 +174,10 @@ class BufferPool:
         self.spilled += 1
         self.spilled_bytes += rec[2]
         owner = memory_owner(readonly)
-        self._owners[id(owner)] = [owner, 1, array.nbytes, False]
+        okey = _owner_key(owner, readonly)
+        self._owners[okey] = [owner, 1, array.nbytes, False]
         self.mapped_bytes += array.nbytes
-        entry.array, entry.owner_key = readonly, id(owner)
+        entry.array, entry.owner_key = readonly, okey
         release_pages(readonly)
 
     def get(self, key: Hashable) -> np.ndarray:

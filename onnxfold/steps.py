@@ -1,13 +1,18 @@
 """Contained steps: a rule or pass that raises names itself instead of breaking the run.
 
 ``optimize`` catches :class:`StepFailed`, starts again from the untouched model without that
-step and reports it; ``strict`` (tests, ``--strict``) lets the original error through.
+step and reports it; ``strict`` (tests, ``--strict``) lets the original error through. A
+resource limit (too many open files, no address space) is no failure of the step: it stops the
+run as a :class:`ResourceLimitError` naming the limit (``onnxfold.limits``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TypeVar
+
+from onnxfold.errors import ResourceLimitError
+from onnxfold.limits import limit_error
 
 T = TypeVar("T")
 
@@ -27,9 +32,12 @@ def contained(step: object, strict: bool, fn: Callable[[], T]) -> T:
     long loop was applying at that moment)."""
     try:
         return fn()
-    except (StepFailed, MemoryError, KeyboardInterrupt):
+    except (StepFailed, ResourceLimitError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:
+        limit = limit_error(e, str(step))
+        if limit is not None:
+            raise limit from e
         if strict:
             raise
         raise StepFailed(str(step), e) from e

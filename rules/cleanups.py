@@ -20,6 +20,7 @@ from onnxfold.analysis import (
 )
 from onnxfold.arrays import c_contiguous, release_pages
 from onnxfold.fold import constant_array
+from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 from onnxfold.patterns import cleanup, names_for, replace_value
 
 
@@ -84,8 +85,39 @@ def constants_to_initializers(model: ir.Model) -> int:
     return moved
 
 
-def _sample_digest(tensor: ir.TensorProtocol) -> bytes:
+class _ResidentBound:
+    """Keeps what reading many mapped weights leaves resident under ``LIMIT``: the pages of
+    all shared mappings are dropped once that much may have been mapped since the last drop.
+    A read maps the whole page-cache folio around it (up to ``FOLIO`` bytes), so releasing
+    each weight's own pages is not enough: the next weight, in the same folio, maps them
+    again. Small weights side by side share folios and are counted once."""
+
+    LIMIT = 32 << 20
+    FOLIO = 2 << 20
+
+    def __init__(self) -> None:
+        self.mapped = 0
+        self.last: tuple[str, int] | None = None  # the folio the previous read ended in
+
+    def read(self, tensor: ir.TensorProtocol, places: int) -> None:
+        """``tensor`` was read at ``places`` places (spread over it)."""
+        if not isinstance(tensor, MappedTensor):
+            return
+        start = tensor.offset or 0
+        first, last = start // self.FOLIO, (start + max(tensor.nbytes, 1) - 1) // self.FOLIO
+        folios = min(last - first + 1, places)
+        if self.last == (tensor.path, first):
+            folios -= 1
+        self.last = (tensor.path, last)
+        self.mapped += folios * self.FOLIO
+        if self.mapped >= self.LIMIT:
+            drop_resident_pages()
+            self.mapped = 0
+
+
+def _sample_digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
     """A digest of 64 elements spread over the tensor: reads at most 64 pages, not all."""
+    bound.read(tensor, _SAMPLES)
     arr = tensor.numpy()
     count = min(arr.size, _SAMPLES)
     picks = np.arange(count, dtype=np.int64) * (arr.size - 1) // max(count - 1, 1)
@@ -97,7 +129,8 @@ def _sample_digest(tensor: ir.TensorProtocol) -> bytes:
 _SAMPLES = 64  # distinct, increasing positions (the first and the last included)
 
 
-def _digest(tensor: ir.TensorProtocol) -> bytes:
+def _digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
+    bound.read(tensor, tensor.nbytes)
     arr = tensor.numpy()
     data = c_contiguous(arr)
     # numpy's stubs give ndarray __buffer__ only for Python >= 3.12
@@ -122,6 +155,7 @@ def dedupe_initializers(model: ir.Model) -> int:
     tensors that still collide are hashed whole, so distinct weights are barely read.
     """
     removed = 0
+    bound = _ResidentBound()
     for graph in all_graphs(model):
         candidates = [v for v in graph.initializers.values()
                       if v.const_value is not None and v not in graph.inputs
@@ -129,17 +163,19 @@ def dedupe_initializers(model: ir.Model) -> int:
         shaped = _groups(candidates, lambda v: (v.const_value.dtype,
                                                 tuple(v.const_value.shape.numpy())))
         for same_shape in shaped:
-            for same_sample in _groups(same_shape, lambda v: _sample_digest(v.const_value)):
+            for same_sample in _groups(same_shape,
+                                       lambda v: _sample_digest(v.const_value, bound)):
                 seen: dict[bytes, ir.Value] = {}
                 for value in same_sample:
                     # candidates: named initializers with data
                     assert value.const_value is not None and value.name is not None
-                    keep = seen.setdefault(_digest(value.const_value), value)
+                    keep = seen.setdefault(_digest(value.const_value, bound), value)
                     if keep is value:
                         continue
                     value.replace_all_uses_with(keep)
                     graph.initializers.pop(value.name)
                     removed += 1
+    drop_resident_pages()
     return removed
 
 

@@ -19,6 +19,7 @@ from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
+from onnxfold.limits import limit_error, out_of_memory
 from onnxfold.logs import quiet
 from onnxfold.protos import (
     SMALL_TENSOR_BYTES,
@@ -250,8 +251,9 @@ def load_model(path: str | os.PathLike, check: bool = True,
         proto = onnx.ModelProto.FromString(_graph_only_bytes(path))
     except InputError:
         raise
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    except (OSError, MemoryError) as e:  # a resource limit is named, the input is not blamed
+        raise limit_error(e, f"{path}: cannot load") or \
+            InputError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     except Exception as e:  # protobuf's DecodeError and friends
         raise InputError(f"{path}: not an ONNX model ({type(e).__name__})") from None
     if not proto.HasField("graph") or proto.ir_version == 0:
@@ -353,7 +355,12 @@ def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[st
     try:
         with quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
             model = ir.serde.deserialize_model(proto)
+    except MemoryError:
+        raise out_of_memory(f"{label}: cannot load") from None
     except Exception as e:
+        limit = limit_error(e, f"{label}: cannot load")
+        if limit is not None:
+            raise limit from None
         raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
     reorders = check_structure(model, label)
     files = check_tensor_data(model, label)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import onnx_ir as ir
 
 from onnxfold.arrays import copy_c_order, release_pages
 from onnxfold.errors import InputError, OutputError
+from onnxfold.limits import limit_error
 
 _CHUNK = 16 << 20
 PARALLEL_WRITE = 4 << 20  # a segment this big is written in two halves, one per thread
@@ -94,30 +96,34 @@ def halves(seg: Segment) -> tuple[Segment, Segment] | None:
 
 
 def write(fd: int, segments: list[Segment]) -> None:
-    """Write every segment; those of ``PARALLEL_WRITE`` bytes or more in two halves at once."""
+    """Write every segment; those of ``PARALLEL_WRITE`` bytes or more in two halves at once.
+
+    File ranges are copied through one descriptor per source file, opened once for the whole
+    write (a model of 20,000 weights reads them all from one or two files)."""
     scratch = (_Scratch(), _Scratch())
-    for seg in segments:
-        cut = halves(seg) if seg.nbytes >= PARALLEL_WRITE else None
-        if cut is None:
-            _write_one(fd, seg, scratch[0])
-        else:
-            other = _helper().submit(_write_one, fd, cut[1], scratch[1])
-            try:
-                _write_one(fd, cut[0], scratch[0])
-            finally:
-                failure = other.exception()  # never leave it writing to a closed descriptor
-            if failure is not None:
-                raise failure
-        if isinstance(seg.data, np.ndarray):
-            release_pages(seg.data)  # a folded view of a mapped weight: its pages are done with
+    with SourceFiles() as sources:
+        for seg in segments:
+            cut = halves(seg) if seg.nbytes >= PARALLEL_WRITE else None
+            if cut is None:
+                _write_one(fd, seg, scratch[0], sources)
+            else:
+                other = _helper().submit(_write_one, fd, cut[1], scratch[1], sources)
+                try:
+                    _write_one(fd, cut[0], scratch[0], sources)
+                finally:
+                    failure = other.exception()  # never leave it writing to a closed descriptor
+                if failure is not None:
+                    raise failure
+            if isinstance(seg.data, np.ndarray):
+                release_pages(seg.data)  # a folded view of a mapped weight: its pages are done
 
 
-def _write_one(fd: int, seg: Segment, scratch: _Scratch) -> None:
+def _write_one(fd: int, seg: Segment, scratch: _Scratch, sources: SourceFiles) -> None:
     data = seg.data
     if isinstance(data, bytes):
         pwrite_all(fd, data, seg.offset)
     elif isinstance(data, FileRange):
-        copy_range(data, fd, seg.offset)
+        copy_range(data, fd, seg.offset, sources)
     elif isinstance(data, np.ndarray):
         pos = seg.offset
         for chunk in _array_chunks(data, scratch):
@@ -136,37 +142,79 @@ def pwrite_all(fd: int, data, offset: int) -> int:
     return done
 
 
-def copy_range(source: FileRange, dst_fd: int, dst_offset: int) -> None:
-    """Copy file-to-file (``copy_file_range``; read and write where the kernel cannot).
+class SourceFiles:
+    """Read-only descriptors of the files ranges are copied from, one per file, opened on
+    first use and closed together (a context manager). Safe to share between the two writing
+    threads: every read gives its offset (``copy_file_range``, ``pread``)."""
 
-    The source is opened without following a symlink and must be the file that was checked
-    when the model was loaded (``onnxfold.io.trust``)."""
+    def __init__(self) -> None:
+        self._fds: dict[tuple[str, tuple[int, int] | None], int] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> SourceFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def descriptor(self, source: FileRange) -> int:
+        """The descriptor of ``source``'s file: opened without following a symlink, and the
+        file that was checked when the model was loaded (``onnxfold.io.trust``)."""
+        key = (source.path, source.identity)
+        with self._lock:
+            fd = self._fds.get(key)
+            if fd is None:
+                fd = self._fds[key] = _open_source(source)
+            return fd
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+def _open_source(source: FileRange) -> int:
     try:
         fd = os.open(source.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as e:
+        limit = limit_error(e, f"{source.path}: cannot open external data to copy it")
+        if limit is not None:
+            raise limit from None
         raise InputError(f"{source.path}: cannot read external data ({e.strerror})") from None
     info = os.fstat(fd)
     if source.identity is not None and (info.st_dev, info.st_ino) != source.identity:
         os.close(fd)
         raise InputError(f"{source.path}: external data file was replaced after it was checked")
-    with os.fdopen(fd, "rb") as src:
-        left, pos, out = source.length, source.offset, dst_offset
-        try:
-            while left:
-                n = os.copy_file_range(src.fileno(), dst_fd, left, pos, out)
-                if n == 0:
-                    raise OSError("short copy")
-                pos, out, left = pos + n, out + n, left - n
-            return
-        except OSError:
-            pass
-        src.seek(pos)
+    return fd
+
+
+def copy_range(source: FileRange, dst_fd: int, dst_offset: int,
+               sources: SourceFiles | None = None) -> None:
+    """Copy file-to-file (``copy_file_range``; ``pread`` and write where the kernel cannot),
+    reading through ``sources`` (a descriptor opened for this one copy without it)."""
+    if sources is None:
+        with SourceFiles() as own:
+            copy_range(source, dst_fd, dst_offset, own)
+        return
+    src = sources.descriptor(source)
+    left, pos, out = source.length, source.offset, dst_offset
+    try:
         while left:
-            chunk = src.read(min(left, _CHUNK))
-            if not chunk:
-                raise OutputError(f"source data ended early: {source.path}")
-            out += pwrite_all(dst_fd, chunk, out)
-            left -= len(chunk)
+            n = os.copy_file_range(src, dst_fd, left, pos, out)
+            if n == 0:
+                raise OSError("short copy")
+            pos, out, left = pos + n, out + n, left - n
+        return
+    except OSError:
+        pass
+    while left:
+        chunk = os.pread(src, min(left, _CHUNK), pos)
+        if not chunk:
+            raise OutputError(f"source data ended early: {source.path}")
+        out += pwrite_all(dst_fd, chunk, out)
+        pos += len(chunk)
+        left -= len(chunk)
 
 
 class _Scratch:

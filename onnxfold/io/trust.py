@@ -30,19 +30,20 @@ import onnx_ir as ir
 
 from onnxfold.analysis import all_graphs, tensor_of
 from onnxfold.errors import InputError
+from onnxfold.io.mapped import MappedTensor
 from onnxfold.protos import data_nbytes
 
 
-class CheckedExternalTensor(ir.ExternalTensor):
-    """An external tensor whose file this module has already checked (see the module doc).
+class CheckedExternalTensor(MappedTensor):
+    """An external tensor whose file this module has already checked (see the module doc),
+    read through its file's shared mapping (``onnxfold.io.mapped``).
 
     onnx-ir's own load-time check knows only the logical model directory, so it would refuse
     the hub cache layout and a model file with a second hard link, both of which onnxruntime
     loads; the check done here is the one that applies.
     """
 
-    __slots__ = ("identity",)
-    identity: tuple[int, int]  # (st_dev, st_ino), set by the function that checked the file
+    __slots__ = ()
 
     def _check_path_containment(self) -> None:
         """Called by onnx-ir before it opens the file: it must still be the file checked."""
@@ -177,8 +178,8 @@ def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str,
     checked = CheckedExternalTensor(
         os.path.basename(real), offset, needed, tensor.dtype, shape=tensor.shape,
         name=tensor.name or "", doc_string=tensor.doc_string,
-        metadata_props=dict(tensor.metadata_props), base_dir=os.path.dirname(real))
-    checked.identity = (info.st_dev, info.st_ino)
+        metadata_props=dict(tensor.metadata_props), base_dir=os.path.dirname(real),
+        identity=(info.st_dev, info.st_ino))
     return checked
 
 

@@ -79,10 +79,10 @@ def test_a_failing_half_leaves_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(segments, "PARALLEL_WRITE", 1)
     real = segments._write_one
 
-    def helper_half_fails(fd, seg, scratch):
+    def helper_half_fails(fd, seg, *rest):
         if threading.current_thread() is not threading.main_thread():
             raise OSError(28, "No space left on device")
-        real(fd, seg, scratch)
+        real(fd, seg, *rest)
 
     monkeypatch.setattr(segments, "_write_one", helper_half_fails)
     out = tmp_path / "out.onnx"

@@ -1,0 +1,128 @@
+"""Folding inside a 1 GiB memory cgroup, as in a CI job or a pod with a memory limit.
+
+Each test runs the CLI in a fresh memory cgroup (``memcg``), asserts the kernel did not kill
+it (no SIGKILL, no ``oom_kill`` event in the cgroup) and that the written model is right.
+Skipped, with the reason, where no memory cgroup can be created (not root, no cgroup mount,
+the memory controller not available to children).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from memcg import MemoryCgroup, Outcome, create
+from onnx import TensorProto, helper, numpy_helper
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+@pytest.fixture
+def cgroup():
+    group = create(1 * GiB)
+    if isinstance(group, str):
+        pytest.skip(f"no memory cgroup: {group}")
+    yield group
+    group.remove()
+
+
+def _save(nodes, inits, path, output=("y", TensorProto.FLOAT)) -> str:
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(*output, [])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+    return str(path)
+
+
+def tile_model(path) -> str:
+    """A ~200-byte model: one float Tiled to 3 GiB, then reduced to a scalar."""
+    return _save(
+        [helper.make_node("Tile", ["x", "reps"], ["t"]),
+         helper.make_node("ReduceMax", ["t"], ["y"], keepdims=0)],
+        [numpy_helper.from_array(np.array([2.0], np.float32), "x"),
+         numpy_helper.from_array(np.array([3 * GiB // 4], np.int64), "reps")], path)
+
+
+def range_model(path, count: int = 400_000_000) -> str:
+    """Range of ``count`` int64 (4e8: 3.2 GB) -> Cast to float -> ReduceMax."""
+    return _save(
+        [helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+         helper.make_node("Cast", ["r"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("ReduceMax", ["f"], ["y"], keepdims=0)],
+        [numpy_helper.from_array(np.array(0, np.int64), "start"),
+         numpy_helper.from_array(np.array(count, np.int64), "limit"),
+         numpy_helper.from_array(np.array(1, np.int64), "delta")], path)
+
+
+def spilling_model(path, parts: int = 4, mib: int = 192) -> str:
+    """``parts`` Tiles of ``mib`` MiB each, all live at once (summed), reduced to a scalar:
+    more than the 256M memory limit together, each under it."""
+    count = mib * MiB // 4
+    nodes = [helper.make_node("Tile", [f"x{i}", "reps"], [f"t{i}"]) for i in range(parts)]
+    nodes += [helper.make_node("Sum", [f"t{i}" for i in range(parts)], ["s"]),
+              helper.make_node("ReduceMax", ["s"], ["y"], keepdims=0)]
+    inits = [numpy_helper.from_array(np.array([float(i + 1)], np.float32), f"x{i}")
+             for i in range(parts)]
+    inits.append(numpy_helper.from_array(np.array([count], np.int64), "reps"))
+    return _save(nodes, inits, path)
+
+
+def assert_alive(outcome: Outcome) -> None:
+    assert outcome.returncode != -9 and outcome.oom_kills == 0, \
+        f"killed in the cgroup: {outcome}"
+    assert outcome.returncode == 0, outcome.stderr
+
+
+def assert_declined_or(out_path: str, value: float) -> bool:
+    """The output either still computes ``y`` (declined: its nodes are kept) or holds ``y``
+    folded to ``value``; True when folded."""
+    model = onnx.load(out_path)
+    folded = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    if "y" in folded:
+        assert folded["y"] == np.float32(value)
+        return True
+    assert any("y" in node.output for node in model.graph.node)
+    return False
+
+
+@pytest.mark.parametrize("flags", [[], ["--memory-limit", "256M"]],
+                         ids=["default", "memory-limit-256M"])
+def test_3gib_tile_then_reduction_is_declined_not_killed(cgroup: MemoryCgroup, tmp_path,
+                                                         flags):
+    model, out = tile_model(tmp_path / "tile.onnx"), str(tmp_path / "out.onnx")
+    outcome = cgroup.run(["optimize", model, "-o", out, *flags])
+    assert_alive(outcome)
+    assert not assert_declined_or(out, 2.0)  # 3 GiB fits in no budget of a 1 GiB cgroup
+
+
+def test_range_cast_reduce_stays_under_budget(cgroup: MemoryCgroup, tmp_path):
+    model, out = range_model(tmp_path / "range.onnx"), str(tmp_path / "out.onnx")
+    outcome = cgroup.run(["optimize", model, "-o", out])
+    assert_alive(outcome)
+    assert_declined_or(out, 399_999_999.0)
+    peak = outcome.peak if outcome.peak is not None else outcome.max_rss
+    assert peak < GiB // 4 + 300 * MiB, outcome  # the default budget: a quarter of the 1 GiB
+
+
+def test_range_allocates_only_what_its_size_rule_counts(cgroup: MemoryCgroup, tmp_path):
+    """Range of 4e7 int64 (320 MB) under a 400M budget: the rule builds its one output array
+    (it built a second, as large, for the steps it accumulates: 690 MB peak), and the Cast
+    after it does not fit beside it. Python, numpy and onnxruntime take under 120 MB."""
+    model = range_model(tmp_path / "range.onnx", 40_000_000)
+    out = str(tmp_path / "out.onnx")
+    outcome = cgroup.run(["optimize", model, "-o", out, "--pool-budget", "400M"])
+    assert_alive(outcome)
+    assert_declined_or(out, 39_999_999.0)
+    peak = outcome.peak if outcome.peak is not None else outcome.max_rss
+    assert peak < 400 * MiB + 120 * MiB, outcome
+
+
+def test_memory_limit_spills_and_holds_inside_the_cgroup(cgroup: MemoryCgroup, tmp_path):
+    """768 MiB of live results with --memory-limit 256M and a 2G budget: they spill to disk,
+    and the spill files' page cache does not push the cgroup over its limit."""
+    model, out = spilling_model(tmp_path / "spill.onnx"), str(tmp_path / "out.onnx")
+    outcome = cgroup.run(["optimize", model, "-o", out, "--memory-limit", "256M",
+                          "--pool-budget", "2G", "--allow-growth"])
+    assert_alive(outcome)
+    assert assert_declined_or(out, 10.0), outcome.stdout  # 1 + 2 + 3 + 4

@@ -1,0 +1,153 @@
+"""Weights read as views of one shared mapping per file (``onnxfold.io.mapped``)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.arrays import release_pages
+from onnxfold.errors import InputError
+from onnxfold.io.mapped import MappedTensor, drop_resident_pages, live_maps
+from onnxfold.io.reader import load_model
+from onnxfold.io.segments import FileRange, SourceFiles, copy_range
+
+COUNT = 300
+
+
+def _weights_model(path: str, count: int = COUNT) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((40, 40)).astype(np.float32) for _ in range(count)]
+    nodes, prev = [], "x"
+    for i in range(count):
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
+        prev = f"h{i}"
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 40])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 40])],
+        [numpy_helper.from_array(a, f"w{i}") for i, a in enumerate(arrays)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return arrays
+
+
+def _mappings_of(path: str) -> int:
+    real = os.path.realpath(path)
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if line.rstrip().endswith(real))
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_every_weight_of_a_file_is_a_view_of_one_mapping(tmp_path):
+    path = str(tmp_path / "m.onnx")
+    arrays = _weights_model(path)
+    before = _open_descriptors()
+    model = load_model(path)
+    tensors = [model.graph.initializers[f"w{i}"].const_value for i in range(COUNT)]
+    assert all(isinstance(t, MappedTensor) for t in tensors)
+    for tensor, want in zip(tensors, arrays, strict=True):
+        np.testing.assert_array_equal(tensor.numpy(), want)
+        assert tensor.tobytes() == want.tobytes()
+    assert _mappings_of(path) == 1
+    assert _open_descriptors() <= before + 1  # the mapping's own duplicate of the descriptor
+    assert live_maps() >= 1
+
+
+def test_release_drops_one_view_and_the_others_still_read(tmp_path):
+    path = str(tmp_path / "m.onnx")
+    arrays = _weights_model(path, 3)
+    model = load_model(path)
+    first, second = (model.graph.initializers[f"w{i}"].const_value for i in range(2))
+    first.numpy()
+    first.release()
+    np.testing.assert_array_equal(second.numpy(), arrays[1])
+    np.testing.assert_array_equal(first.numpy(), arrays[0])  # mapped again on demand
+
+
+def test_release_pages_drops_only_the_pages_of_one_weight(tmp_path):
+    path = str(tmp_path / "m.onnx")
+    arrays = _weights_model(path, 50)
+    model = load_model(path)
+    views = [model.graph.initializers[f"w{i}"].const_value.numpy() for i in range(50)]
+    for view in views:
+        view.sum()  # resident
+    assert release_pages(views[10])
+    np.testing.assert_array_equal(views[10], arrays[10])  # read back from the page cache
+    np.testing.assert_array_equal(views[11], arrays[11])
+
+
+def test_sub_byte_weights_are_unpacked_from_the_shared_mapping(tmp_path):
+    values = np.array([(i % 16) - 8 for i in range(10_000)], np.int8)
+    tensor = ir.Tensor(values.astype(ir.DataType.INT4.numpy()), name="q")
+    packed = ir.serde.serialize_tensor(tensor)
+    data = tmp_path / "w.bin"
+    data.write_bytes(b"\0" * 100 + packed.raw_data)
+    mapped = MappedTensor("w.bin", 100, len(packed.raw_data), ir.DataType.INT4,
+                          shape=ir.Shape([10_000]), name="q", base_dir=str(tmp_path),
+                          identity=(os.stat(data).st_dev, os.stat(data).st_ino))
+    np.testing.assert_array_equal(mapped.numpy().astype(np.int8), values)
+    assert mapped.tobytes() == packed.raw_data
+
+
+def test_a_replaced_file_is_refused(tmp_path):
+    data = tmp_path / "w.bin"
+    data.write_bytes(np.arange(2048, dtype=np.float32).tobytes())
+    identity = (os.stat(data).st_dev, os.stat(data).st_ino)
+    other = tmp_path / "other.bin"
+    other.write_bytes(data.read_bytes())
+    os.replace(other, data)
+    mapped = MappedTensor("w.bin", 0, 8192, ir.DataType.FLOAT, shape=ir.Shape([2048]),
+                          name="w", base_dir=str(tmp_path), identity=identity)
+    with pytest.raises(InputError, match="replaced after it was checked"):
+        mapped.numpy()
+
+
+def test_the_writer_copies_every_range_through_one_descriptor_per_file(tmp_path):
+    source = tmp_path / "src.bin"
+    source.write_bytes(bytes(range(256)) * 64)
+    dst = os.open(tmp_path / "dst.bin", os.O_RDWR | os.O_CREAT)
+    try:
+        before = _open_descriptors()
+        with SourceFiles() as sources:
+            for i in range(200):
+                copy_range(FileRange(str(source), i * 64, 64), dst, i * 64, sources)
+                assert _open_descriptors() == before + 1
+        assert _open_descriptors() == before
+    finally:
+        os.close(dst)
+    assert (tmp_path / "dst.bin").read_bytes() == source.read_bytes()[: 200 * 64]
+
+
+def _resident_kib_of(path: str) -> int:
+    real, total, inside = os.path.realpath(path), 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and len(fields[0].split("-")) == 2 and ":" not in fields[0]:
+                inside = line.rstrip().endswith(real)
+            elif inside and line.startswith("Rss:"):
+                total += int(fields[1])
+    return total
+
+
+def test_drop_resident_pages_gives_back_what_reads_of_many_weights_left(tmp_path):
+    """Reading weights one after another and releasing each leaves their neighbours mapped
+    (the kernel maps the pages around a fault); dropping the shared mappings' pages clears
+    them, and the weights still read right afterwards."""
+    path = str(tmp_path / "m.onnx")
+    arrays = _weights_model(path)
+    model = load_model(path)
+    views = [model.graph.initializers[f"w{i}"].const_value.numpy() for i in range(COUNT)]
+    for view in views:
+        view.sum()
+        release_pages(view)
+    left = _resident_kib_of(path)
+    drop_resident_pages()
+    assert _resident_kib_of(path) == 0, left
+    np.testing.assert_array_equal(views[7], arrays[7])

@@ -1,0 +1,73 @@
+"""Real resource-limit failures, each produced in a child process, named with their limit."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+
+def _child(body: str) -> str:
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_a_thread_the_address_space_cannot_hold():
+    said = _child("""
+        import resource, threading
+        from onnxfold.limits import describe
+        with open("/proc/self/status") as f:
+            size = next(int(l.split()[1]) for l in f if l.startswith("VmSize")) << 10
+        resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 20), resource.RLIM_INFINITY))
+        try:
+            threading.Thread(target=lambda: None).start()
+        except RuntimeError as e:
+            print(describe(e))
+    """)
+    assert said.startswith("cannot start a thread (ulimit -v is "), said
+
+
+def test_too_many_open_files():
+    said = _child("""
+        import os, resource
+        from onnxfold.limits import describe
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(
+            resource.RLIMIT_NOFILE)[1]))
+        held = []
+        try:
+            while True:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError as e:
+            print(describe(e))
+    """)
+    assert said == "too many open files (ulimit -n is 64)"
+
+
+def test_other_errors_are_not_limits():
+    from onnxfold.limits import describe
+
+    assert describe(OSError(2, "No such file or directory")) is None
+    assert describe(ValueError("bad")) is None
+
+
+def test_the_writer_out_of_descriptors_names_the_limit_not_bad_input(tmp_path):
+    source, target = tmp_path / "w.bin", tmp_path / "out.bin"
+    source.write_bytes(b"x" * 8192)
+    said = _child(f"""
+        import os, resource
+        from onnxfold.errors import ResourceLimitError
+        from onnxfold.io.segments import FileRange, copy_range
+        dst = os.open({str(target)!r}, os.O_RDWR | os.O_CREAT)
+        used = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used - 1, resource.getrlimit(
+            resource.RLIMIT_NOFILE)[1]))
+        try:
+            copy_range(FileRange({str(source)!r}, 0, 8192), dst, 0)
+        except ResourceLimitError as e:
+            print(e)
+    """)
+    assert re.search(r"w\.bin: cannot open external data to copy it: too many open files "
+                     r"\(ulimit -n is \d+\)$", said), said
