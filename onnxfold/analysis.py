@@ -188,7 +188,7 @@ def why_not_foldable(node: ir.Node, keep: Collection[str] = ()) -> Reason | None
         return Reason(DeclineKind.KEPT, node.op_type if node.op_type in keep else "by name")
     if node.domain not in FOLDABLE_DOMAINS:
         return Reason(DeclineKind.CUSTOM_DOMAIN, f"'{node.domain}'")
-    if node.op_type in op_facts().nondeterministic:
+    if node.op_type in op_facts().never_folded:
         return Reason(DeclineKind.NON_DETERMINISTIC)
     return None
 

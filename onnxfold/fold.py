@@ -31,6 +31,7 @@ from onnxfold.analysis import (
 from onnxfold.budget import default_pool_budget, expansion, loop_work, over_budget, planned_bytes
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
+from onnxfold.exactness import needing_onnxruntime
 from onnxfold.half_kernels import in_float32_by_onnxruntime, refuse_unrounded
 from onnxfold.options import FoldOptions
 from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
@@ -39,6 +40,10 @@ from onnxfold.registry import FolderRule
 
 PROVENANCE_KEY = "onnxfold.folded_from"
 PROVENANCE_LIMIT = 64
+# a size refusal, or a draw (Dropout in training mode): onnxruntime must not run it either
+_NEVER_TO_ONNXRUNTIME = (DeclineKind.SIZE, DeclineKind.NON_DETERMINISTIC)
+_NEEDS_ONNXRUNTIME = Reason(DeclineKind.EXACTNESS, "its value reaches a discontinuous op "
+                                                   "(docs/exactness.md): onnxruntime folds it")
 
 
 @dataclass
@@ -146,6 +151,9 @@ class GraphFolder:
         stats.growth_bytes += growth
         self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
+        self.on_onnxruntime = needing_onnxruntime(
+            (n for n in self.plan.foldable if n in self.planned), catalogue, self.opset,
+            model.graph)
         self.budget = options.pool_budget or default_pool_budget()
         self.input_bytes: dict[ir.Value, int] = {}  # per computed value: its node's inputs
         self.how: dict[ir.Node, str] = {}
@@ -302,7 +310,7 @@ class GraphFolder:
         for node, outcome, sessions in fallback.run_batch(
                 batch, self._pooled, lambda v: v in self.graph.outputs,
                 self.opset_imports, self.model.ir_version, self.options.fold_timeout,
-                room):
+                room, self._stored):
             self.stats.fallback_sessions += sessions
             if isinstance(outcome, dict):
                 self._finish(node, outcome, "fallback")
@@ -329,12 +337,15 @@ class GraphFolder:
             if reason is not None:
                 self._abandon(node, reason)
                 continue
-            reason = self._try_native(node)
-            if reason is None:
-                continue
+            if node in self.on_onnxruntime:
+                reason = _NEEDS_ONNXRUNTIME
+            else:
+                reason = self._try_native(node)
+                if reason is None:
+                    continue
             if self.options.strict and reason.kind is DeclineKind.RULE_ERROR:
                 raise RuntimeError(str(reason))
-            if reason.kind is DeclineKind.SIZE or not self.options.fallback or \
+            if reason.kind in _NEVER_TO_ONNXRUNTIME or not self.options.fallback or \
                     not self._has_data(node):
                 self._abandon(node, reason)
                 continue
@@ -362,6 +373,15 @@ class GraphFolder:
         return over_budget(need, self.pool.live_bytes, self.budget,
                            spilling=self.options.memory_limit is not None)
 
+    def _stored(self, value: ir.Value) -> bool:
+        """Whether ``value`` is an initializer or a Constant of the model (not a computed value,
+        nor a graph input that ``--inputs-are-constant`` made constant)."""
+        producer = value.producer()
+        constant = value.const_value is not None or (
+            producer is not None and is_default_op(producer, "Constant"))
+        return constant and value not in self.graph.inputs and \
+            value not in self.model.graph.inputs
+
     def _pooled(self, value: ir.Value) -> np.ndarray | None:
         return self.pool.get(value) if self._available(value) else None
 
@@ -385,7 +405,8 @@ class GraphFolder:
         """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready.
         A contrib op runs alone: only a batch's outputs are sized before it runs, and nothing
         sized a contrib op's outputs before (onnx does not know it)."""
-        if self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
+        if node not in self.on_onnxruntime and \
+                self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
             return False
         if not is_default_op(node) or not all(is_default_op(n) for n in batch):
             return False
