@@ -14,11 +14,17 @@ neighbours: the folded value is then the one onnxruntime computes.
 
 A value that leaves a subgraph (If, Loop, Scan bodies) is followed no further and counts as
 reaching one: the conservative answer.
+
+The same holds for a value that becomes one of the graph's outputs through folded nodes only:
+the model then returns the folded initializer itself, which must be the one onnxruntime
+computes (a constant output costs one session; a model whose inputs are all constant folds to
+exactly the outputs onnxruntime gives it). A value read by nodes left to run on other inputs
+is not followed to the outputs: continuous ops keep its few ulps a few ulps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 
 import onnx_ir as ir
 
@@ -38,10 +44,14 @@ def _maybe_float(value: ir.Value) -> bool:
 class Discontinuities:
     """Answers, for a model, which values reach a discontinuous op (memoized per value)."""
 
-    def __init__(self, catalogue: Catalogue, main_graph: ir.Graph) -> None:
+    def __init__(self, catalogue: Catalogue, main_graph: ir.Graph,
+                 folded: Collection[ir.Node] = (), graph: ir.Graph | None = None) -> None:
         self.catalogue = catalogue
         self.main_graph = main_graph
+        self.folded = folded
+        self.outputs = set(graph.outputs) if graph is not None else set()
         self.reaching: dict[ir.Value, bool] = {}
+        self.returned: dict[ir.Value, bool] = {}
 
     def breaks(self, node: ir.Node) -> bool:
         """Whether ``node`` turns a one-ulp change of a floating-point input into a step."""
@@ -79,6 +89,25 @@ class Discontinuities:
                 self.reaching[value] = any(self.reaching.get(v, False) for v in follow)
         return self.reaching[root]
 
+    def returns(self, root: ir.Value) -> bool:
+        """Whether ``root`` flows into a graph output through folded nodes only."""
+        stack: list[tuple[ir.Value, bool]] = [(root, False)]
+        while stack:
+            value, expanded = stack.pop()
+            if value in self.returned and not expanded:
+                continue
+            if value in self.outputs:
+                self.returned[value] = True
+                continue
+            follow = [out for user, _ in value.uses() if user in self.folded
+                      for out in user.outputs if _maybe_float(out)]
+            if not expanded:
+                stack.append((value, True))
+                stack.extend((v, False) for v in follow if v not in self.returned)
+            else:
+                self.returned[value] = any(self.returned.get(v, False) for v in follow)
+        return self.returned[root]
+
     def is_bitwise(self, node: ir.Node) -> bool:
         """Whether ``node``'s native fold computes onnxruntime's bits (declared bitwise, or no
         floating-point result: integer arithmetic and float-to-integer ops are exact)."""
@@ -88,14 +117,14 @@ class Discontinuities:
     def needs_onnxruntime(self, node: ir.Node) -> bool:
         """Whether ``node`` must be folded by onnxruntime's kernel, not natively."""
         return not self.is_bitwise(node) and any(
-            self.reaches(out) for out in node.outputs if _maybe_float(out))
+            self.reaches(out) or self.returns(out) for out in node.outputs if _maybe_float(out))
 
 
-def needing_onnxruntime(nodes: Iterable[ir.Node], catalogue: Catalogue, opset: int,
-                        main_graph: ir.Graph) -> set[ir.Node]:
-    """The nodes among ``nodes`` that have a native folder but must be folded by onnxruntime
-    (see the module docstring)."""
-    found = Discontinuities(catalogue, main_graph)
+def needing_onnxruntime(nodes: Collection[ir.Node], catalogue: Catalogue, opset: int,
+                        main_graph: ir.Graph, graph: ir.Graph) -> set[ir.Node]:
+    """The nodes among ``nodes`` (the folded nodes of ``graph``) that have a native folder but
+    must be folded by onnxruntime (see the module docstring)."""
+    found = Discontinuities(catalogue, main_graph, nodes, graph)
     return {node for node in nodes
             if catalogue.folder(node.domain, node.op_type, node.version or opset) is not None
             and found.needs_onnxruntime(node)}

@@ -152,8 +152,8 @@ class GraphFolder:
         self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
         self.on_onnxruntime = needing_onnxruntime(
-            (n for n in self.plan.foldable if n in self.planned), catalogue, self.opset,
-            model.graph)
+            {n: None for n in self.plan.foldable if n in self.planned}, catalogue, self.opset,
+            model.graph, graph)
         self.budget = options.pool_budget or default_pool_budget()
         self.input_bytes: dict[ir.Value, int] = {}  # per computed value: its node's inputs
         self.how: dict[ir.Node, str] = {}
