@@ -34,10 +34,11 @@ def range_(start, limit, delta, stash_type=1):
     n = max(math.ceil(count), 0)
     if n == 0:
         return np.zeros(0, dtype)
-    # onnxruntime accumulates (value += delta), which cumsum reproduces in T
+    # onnxruntime accumulates (value += delta), which cumsum reproduces in T; in place, so the
+    # fold allocates one buffer of the output's size (what the size rule counts)
     steps = np.full(n, delta, dtype)
     steps[0] = start
-    return np.cumsum(steps, dtype=dtype)
+    return np.cumsum(steps, dtype=dtype, out=steps)
 
 
 @folder("ConstantOfShape", since=9)
