@@ -159,7 +159,7 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         if room is not None:
-            _check_declared_sizes(session, nodes, room)
+            _check_declared_sizes(session, nodes, room, wanted)
         feed = {v.name: _to_ort(a) for v, a in feeds.items()
                 if v not in embedded and v not in handed}
         run_options = ort.RunOptions()
@@ -204,15 +204,20 @@ def _external_placeholder(name: str | None, arr: np.ndarray) -> onnx.TensorProto
     return tensor
 
 
-def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int) -> None:
+def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int,
+                          wanted: Sequence[ir.Value]) -> None:
     """FallbackError (size) unless the outputs onnxruntime's session declares fit ``room``
     bytes. Outputs of unknown size are let through for default-domain ops (onnx's inference
     sized them before, when it could) but not for other domains' ops (contrib ops), which
-    nothing else sizes."""
+    nothing else sizes. onnxruntime declares an output it cannot shape with no dims, as a
+    scalar: only a value known to be a scalar is counted as one."""
     total, unknown = 0, False
-    for out in session.get_outputs():
+    for out, value in zip(session.get_outputs(), wanted):
         dims = out.shape
         itemsize = _ORT_ITEMSIZE.get(out.type)
+        if dims == [] and static_shape(value) != ():
+            unknown = True
+            continue
         if itemsize is None or dims is None or not all(isinstance(d, int) for d in dims):
             unknown = True
             continue
