@@ -34,7 +34,14 @@ from onnxfold.declines import Decline, DeclineKind, Reason
 from onnxfold.exactness import needing_onnxruntime
 from onnxfold.half_kernels import in_float32_by_onnxruntime, refuse_unrounded
 from onnxfold.options import FoldOptions
-from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
+from onnxfold.policy import (
+    HALF_FLOATS,
+    QUANTIZED,
+    origins,
+    refuse_dequantization,
+    refuse_growth,
+    static_nbytes,
+)
 from onnxfold.pool import BufferPool
 from onnxfold.registry import FolderRule
 
@@ -156,6 +163,7 @@ class GraphFolder:
             model.graph, graph)
         self.budget = options.pool_budget or default_pool_budget()
         self.input_bytes: dict[ir.Value, int] = {}  # per computed value: its node's inputs
+        self._origins: dict[ir.Value, frozenset[ir.Value]] | None = None  # on first use
         self.how: dict[ir.Node, str] = {}
         self.keep: dict[ir.Value, None] = {}  # ordered: initializers are added in this order
         self.readers: Counter = Counter()
@@ -423,7 +431,7 @@ class GraphFolder:
             if value not in self.pool:
                 continue
             arr = self.pool.get(value)
-            too_big = expansion(arr.nbytes, self.input_bytes.get(value, 0),
+            too_big = expansion(arr.nbytes, self._derived_bytes(value),
                                 self.options.expansion_factor, self.options.expansion_min_bytes,
                                 self.options.max_tensor_bytes)
             producer = value.producer()
@@ -438,6 +446,19 @@ class GraphFolder:
                 continue
             self._store(value, arr)
             self.pool.release(value)
+
+    def _derived_bytes(self, value: ir.Value) -> int:
+        """The bytes of the distinct source constants ``value`` is computed from (at most its
+        node's input bytes): a result is judged against what it replaces, across a chain. A
+        node refused by the budget leaves its input kept, and a Concat(x, x) chain doubles at
+        every step while each step is only 1x its direct inputs."""
+        if self._origins is None:
+            self._origins = origins(self.plan)
+        sources = self._origins.get(value)
+        direct = self.input_bytes.get(value, 0)
+        if sources is None:
+            return direct
+        return min(direct, sum(static_nbytes(s) or 0 for s in sources))
 
     def _store(self, value: ir.Value, arr: np.ndarray) -> None:
         """Replace ``value`` (by name too) with an initializer holding ``arr``."""
