@@ -156,10 +156,13 @@ def node_label(node: ir.Node) -> str:
 
 
 def static_shape(value: ir.Value) -> tuple[int, ...] | None:
+    """``value``'s shape when every dim is a known size; None otherwise (a negative dim, as
+    Paddle exports write -1 for "any", is not a size)."""
     shape = value.shape
     if shape is None or not shape.is_static():
         return None
-    return tuple(int(cast(int, d)) for d in shape)  # static: every dim is an int
+    dims = tuple(int(cast(int, d)) for d in shape)  # static: every dim is an int
+    return None if any(d < 0 for d in dims) else dims
 
 
 def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
@@ -188,7 +191,7 @@ def why_not_foldable(node: ir.Node, keep: Collection[str] = ()) -> Reason | None
         return Reason(DeclineKind.KEPT, node.op_type if node.op_type in keep else "by name")
     if node.domain not in FOLDABLE_DOMAINS:
         return Reason(DeclineKind.CUSTOM_DOMAIN, f"'{node.domain}'")
-    if node.op_type in op_facts().nondeterministic:
+    if node.op_type in op_facts().never_folded:
         return Reason(DeclineKind.NON_DETERMINISTIC)
     return None
 

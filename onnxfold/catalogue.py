@@ -54,8 +54,24 @@ class Catalogue:
         return frozenset(f.op_type for f in self.facts if f.nondeterministic)
 
     @functools.cached_property
+    def never_folded(self) -> frozenset[str]:
+        """Non-deterministic ops whatever their inputs (not those drawing only in training)."""
+        return frozenset(f.op_type for f in self.facts
+                         if f.nondeterministic and not f.draws_only_in_training)
+
+    @functools.cached_property
     def kept_quantized(self) -> frozenset[str]:
         return frozenset(f.op_type for f in self.facts if f.kept_quantized)
+
+    @functools.cached_property
+    def bitwise(self) -> frozenset[tuple[str, str]]:
+        """(domain, op) whose native folders compute what onnxruntime computes, bit for bit."""
+        return frozenset((f.domain, f.op_type) for f in self.facts if f.bitwise)
+
+    @functools.cached_property
+    def discontinuous(self) -> dict[tuple[str, str], OpFact]:
+        """(domain, op) -> its fact, for ops a one-ulp input change can move by a whole step."""
+        return {(f.domain, f.op_type): f for f in self.facts if f.discontinuous}
 
     def size_rule(self, op_type: str) -> SizeRule | None:
         """The output-size rule of a default-domain op, or None."""

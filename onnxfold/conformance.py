@@ -69,6 +69,8 @@ def _as_initializers(model: onnx.ModelProto, inputs: list) -> onnx.ModelProto | 
     folded.CopyFrom(model)
     graph = folded.graph
     for info, value in zip(list(graph.input), inputs):
+        if isinstance(value, np.generic):  # a scalar input (a Dropout's ratio, training_mode)
+            value = np.asarray(value)
         if not isinstance(value, np.ndarray):
             return None
         graph.initializer.append(numpy_helper.from_array(value, info.name))

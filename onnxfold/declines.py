@@ -21,6 +21,7 @@ class DeclineKind(enum.Enum):
     QDQ_POLICY = "qdq policy"
     UNSUPPORTED_TYPE = "unsupported type"
     HALF_PRECISION = "float16 rounding"
+    EXACTNESS = "needs onnxruntime's kernel"
     RUNTIME_ERROR = "onnxruntime"
     NON_DETERMINISTIC = "non-deterministic op"
     CUSTOM_DOMAIN = "custom domain"

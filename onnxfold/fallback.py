@@ -3,13 +3,21 @@
 Neighbouring fallback nodes are batched into a single model (inputs: the constant values they
 read, outputs: the values needed outside the batch), so a chain costs one session, not one per
 node. Graph optimizations are disabled: the session computes exactly what the nodes say.
+
+The batch model sees the constants as the original model's session does: the model's
+initializers (and Constant nodes, which onnxruntime turns into initializers) as initializers,
+handed over without a copy (``add_external_initializers``), and values computed by folding as
+inputs. It matters to the bits: onnxruntime prepacks a constant operand of a MatMul, Gemm or
+Conv and its prepacked kernel sums in another order (a [128,768]x[768,768] MatMul differs in
+86,862 of its 98,304 values, a few ulps each), so a fold is bitwise what the original computes
+only if each operand is constant where, and only where, it is constant in the original.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import cast
 
 import numpy as np
@@ -25,6 +33,12 @@ from onnxfold.declines import Decline, DeclineKind, Reason
 # as it does in the original model; some kernels refuse subgraphs whose output shapes it cannot
 # infer ("Subgraph must have the shape set for all outputs").
 EMBED_BYTES = 4096
+# Kernels that prepack a constant operand (their results depend on whether it is constant):
+# a small computed value read by one of them is fed as an input, as in the original model.
+PREPACKING_OPS = frozenset({
+    "MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", "GRU", "RNN", "MatMulInteger",
+    "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+    "FusedMatMul", "FusedGemm", "FusedConv", "Attention", "QAttention", "MatMulNBits"})
 
 
 class FallbackError(Exception):
@@ -57,7 +71,8 @@ Outcome = tuple[ir.Node, "dict[ir.Value, np.ndarray] | Reason | None", int]
 
 def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | None],
               needed: Callable[[ir.Value], bool], opsets: dict[str, int], ir_version: int,
-              timeout: float | None = None, room: int | None = None) -> Iterator[Outcome]:
+              timeout: float | None = None, room: int | None = None,
+              stored: Callable[[ir.Value], bool] = lambda v: False) -> Iterator[Outcome]:
     """Evaluate ``batch`` (nodes in order) in one session; if that fails, node by node.
 
     ``array(v)`` is a constant input's data (None: not available), ``needed(v)`` whether an
@@ -65,7 +80,8 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
     being its output arrays, or the Reason it could not run, or None when an input it needs
     was not produced (its producer failed); ``sessions`` counts the successful sessions (1 on
     the first node a session computed). The caller stores each result before the next is
-    asked for: a node run alone reads what the nodes before it produced.
+    asked for: a node run alone reads what the nodes before it produced. ``stored(v)``:
+    whether ``v`` is an initializer (or Constant) of the model, not a computed value.
     """
     members = set(batch)
     wanted = [v for n in batch for v in n.outputs
@@ -76,7 +92,7 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
             raise FallbackError(f"{packed[0]}: sub-byte result", DeclineKind.UNSUPPORTED_TYPE)
         feeds = {v: array(v) for v in external_inputs(batch)}
         arrays = run_nodes(batch, cast("dict[ir.Value, np.ndarray]", feeds), wanted, opsets,
-                           ir_version, timeout, room)
+                           ir_version, timeout, room, {v for v in feeds if stored(v)})
     except (FallbackError, Decline) as e:
         if len(batch) == 1:
             yield batch[0], e.reason, 0
@@ -84,7 +100,8 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
         for node in batch:
             reads = [v for v in (*node.inputs, *captured_values(node)) if v is not None]
             if all(array(v) is not None for v in reads):
-                yield from run_batch([node], array, needed, opsets, ir_version, timeout, room)
+                yield from run_batch([node], array, needed, opsets, ir_version, timeout, room,
+                                     stored)
             else:
                 yield node, None, 0
         return
@@ -95,8 +112,13 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
 
 def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
               wanted: Sequence[ir.Value], opsets: dict[str, int], ir_version: int,
-              timeout: float | None = None, room: int | None = None) -> list[np.ndarray]:
+              timeout: float | None = None, room: int | None = None,
+              stored: Collection[ir.Value] = ()) -> list[np.ndarray]:
     """Run ``nodes`` in onnxruntime on ``feeds``; return the arrays of ``wanted``.
+
+    ``stored`` feeds are initializers of the batch model (see the module docstring), the
+    others inputs, except small ones that no prepacking kernel reads (embedded: onnxruntime's
+    shape inference then sees their values).
 
     A run longer than ``timeout`` seconds is terminated (onnxruntime's ``RunOptions``) and
     raises FallbackError; so does a batch whose outputs, as onnxruntime declares them once the
@@ -108,11 +130,17 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
 
     graph = onnx.GraphProto(name="onnxfold_fallback")
     graph.node.extend(ir.serde.serialize_node(n) for n in nodes)
+    members = set(nodes)
     embedded = {v for v, arr in feeds.items() if arr.nbytes <= EMBED_BYTES and not _raw_only(v)
-                and arr.dtype.kind not in "OSUV"}
+                and arr.dtype.kind not in "OSUV" and (v in stored or not any(
+                    u in members and u.op_type in PREPACKING_OPS for u, _ in v.uses()))}
+    handed = [v for v in feeds if v in stored and v not in embedded and
+              feeds[v].dtype.kind not in "OSU"]
     for value, arr in feeds.items():
         if value in embedded:
             graph.initializer.append(onnx.numpy_helper.from_array(c_contiguous(arr), value.name))
+        elif value in handed:
+            graph.initializer.append(_external_placeholder(value.name, arr))
         else:
             assert value.name is not None  # onnx_ir names every value of a graph
             graph.input.append(onnx.helper.make_tensor_value_info(
@@ -124,12 +152,16 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
+    handed_values = [_to_ort(feeds[v]) for v in handed]  # alive as long as the session
+    if handed:
+        options.add_external_initializers([v.name for v in handed], handed_values)
     try:
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         if room is not None:
-            _check_declared_sizes(session, nodes, room)
-        feed = {v.name: _to_ort(a) for v, a in feeds.items() if v not in embedded}
+            _check_declared_sizes(session, nodes, room, wanted)
+        feed = {v.name: _to_ort(a) for v, a in feeds.items()
+                if v not in embedded and v not in handed}
         run_options = ort.RunOptions()
         run_options.log_severity_level = 4
         timer = None
@@ -162,15 +194,30 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     return out
 
 
-def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int) -> None:
+def _external_placeholder(name: str | None, arr: np.ndarray) -> onnx.TensorProto:
+    """An initializer without data whose bytes the session options hand over."""
+    from onnxfold.dtypes import onnx_type
+
+    tensor = onnx.TensorProto(name=name, data_type=onnx_type(arr.dtype), dims=arr.shape,
+                              data_location=onnx.TensorProto.EXTERNAL)
+    tensor.external_data.add(key="location", value=f"onnxfold-handed-{name}")
+    return tensor
+
+
+def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int,
+                          wanted: Sequence[ir.Value]) -> None:
     """FallbackError (size) unless the outputs onnxruntime's session declares fit ``room``
     bytes. Outputs of unknown size are let through for default-domain ops (onnx's inference
     sized them before, when it could) but not for other domains' ops (contrib ops), which
-    nothing else sizes."""
+    nothing else sizes. onnxruntime declares an output it cannot shape with no dims, as a
+    scalar: only a value known to be a scalar is counted as one."""
     total, unknown = 0, False
-    for out in session.get_outputs():
+    for out, value in zip(session.get_outputs(), wanted):
         dims = out.shape
         itemsize = _ORT_ITEMSIZE.get(out.type)
+        if dims == [] and static_shape(value) != ():
+            unknown = True
+            continue
         if itemsize is None or dims is None or not all(isinstance(d, int) for d in dims):
             unknown = True
             continue

@@ -31,15 +31,27 @@ from onnxfold.analysis import (
 from onnxfold.budget import expansion, loop_work, over_budget, planned_bytes, pool_budget
 from onnxfold.catalogue import Catalogue, load_catalogue
 from onnxfold.declines import Decline, DeclineKind, Reason
+from onnxfold.exactness import needing_onnxruntime
 from onnxfold.half_kernels import in_float32_by_onnxruntime, refuse_unrounded
 from onnxfold.options import FoldOptions
-from onnxfold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
+from onnxfold.policy import (
+    HALF_FLOATS,
+    QUANTIZED,
+    origins,
+    refuse_dequantization,
+    refuse_growth,
+    static_nbytes,
+)
 from onnxfold.pool import BufferPool
 from onnxfold.registry import FolderRule
 from onnxfold.shape_inputs import unusable_as_shape
 
 PROVENANCE_KEY = "onnxfold.folded_from"
 PROVENANCE_LIMIT = 64
+# a size refusal, or a draw (Dropout in training mode): onnxruntime must not run it either
+_NEVER_TO_ONNXRUNTIME = (DeclineKind.SIZE, DeclineKind.NON_DETERMINISTIC)
+_NEEDS_ONNXRUNTIME = Reason(DeclineKind.EXACTNESS, "its value reaches a discontinuous op "
+                                                   "(docs/exactness.md): onnxruntime folds it")
 
 
 @dataclass
@@ -148,8 +160,12 @@ class GraphFolder:
         stats.growth_bytes += growth
         self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
+        self.on_onnxruntime = needing_onnxruntime(
+            {n: None for n in self.plan.foldable if n in self.planned}, catalogue, self.opset,
+            model.graph, graph)
         self.budget = pool_budget(options.pool_budget, options.memory_limit)
         self.input_bytes: dict[ir.Value, int] = {}  # per computed value: its node's inputs
+        self._origins: dict[ir.Value, frozenset[ir.Value]] | None = None  # on first use
         self.how: dict[ir.Node, str] = {}
         self.keep: dict[ir.Value, None] = {}  # ordered: initializers are added in this order
         self.readers: Counter = Counter()
@@ -304,7 +320,7 @@ class GraphFolder:
         for node, outcome, sessions in fallback.run_batch(
                 batch, self._pooled, lambda v: v in self.graph.outputs,
                 self.opset_imports, self.model.ir_version, self.options.fold_timeout,
-                room):
+                room, self._stored):
             self.stats.fallback_sessions += sessions
             if isinstance(outcome, dict):
                 self._finish(node, outcome, "fallback")
@@ -331,12 +347,15 @@ class GraphFolder:
             if reason is not None:
                 self._abandon(node, reason)
                 continue
-            reason = self._try_native(node)
-            if reason is None:
-                continue
+            if node in self.on_onnxruntime:
+                reason = _NEEDS_ONNXRUNTIME
+            else:
+                reason = self._try_native(node)
+                if reason is None:
+                    continue
             if self.options.strict and reason.kind is DeclineKind.RULE_ERROR:
                 raise RuntimeError(str(reason))
-            if reason.kind is DeclineKind.SIZE or not self.options.fallback or \
+            if reason.kind in _NEVER_TO_ONNXRUNTIME or not self.options.fallback or \
                     not self._has_data(node):
                 self._abandon(node, reason)
                 continue
@@ -364,6 +383,15 @@ class GraphFolder:
         return over_budget(need, self.pool.live_bytes, self.budget,
                            spilling=self.options.memory_limit is not None)
 
+    def _stored(self, value: ir.Value) -> bool:
+        """Whether ``value`` is an initializer or a Constant of the model (not a computed value,
+        nor a graph input that ``--inputs-are-constant`` made constant)."""
+        producer = value.producer()
+        constant = value.const_value is not None or (
+            producer is not None and is_default_op(producer, "Constant"))
+        return constant and value not in self.graph.inputs and \
+            value not in self.model.graph.inputs
+
     def _pooled(self, value: ir.Value) -> np.ndarray | None:
         return self.pool.get(value) if self._available(value) else None
 
@@ -387,7 +415,8 @@ class GraphFolder:
         """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready.
         A contrib op runs alone: only a batch's outputs are sized before it runs, and nothing
         sized a contrib op's outputs before (onnx does not know it)."""
-        if self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
+        if node not in self.on_onnxruntime and \
+                self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
             return False
         if not is_default_op(node) or not all(is_default_op(n) for n in batch):
             return False
@@ -404,7 +433,7 @@ class GraphFolder:
             if value not in self.pool:
                 continue
             arr = self.pool.get(value)
-            refused = expansion(arr.nbytes, self.input_bytes.get(value, 0),
+            refused = expansion(arr.nbytes, self._derived_bytes(value),
                                 self.options.expansion_factor, self.options.expansion_min_bytes,
                                 self.options.max_tensor_bytes) or unusable_as_shape(value, arr)
             producer = value.producer()
@@ -419,6 +448,19 @@ class GraphFolder:
                 continue
             self._store(value, arr)
             self.pool.release(value)
+
+    def _derived_bytes(self, value: ir.Value) -> int:
+        """The bytes of the distinct source constants ``value`` is computed from (at most its
+        node's input bytes): a result is judged against what it replaces, across a chain. A
+        node refused by the budget leaves its input kept, and a Concat(x, x) chain doubles at
+        every step while each step is only 1x its direct inputs."""
+        if self._origins is None:
+            self._origins = origins(self.plan)
+        sources = self._origins.get(value)
+        direct = self.input_bytes.get(value, 0)
+        if sources is None:
+            return direct
+        return min(direct, sum(static_nbytes(s) or 0 for s in sources))
 
     def _store(self, value: ir.Value, arr: np.ndarray) -> None:
         """Replace ``value`` (by name too) with an initializer holding ``arr``."""

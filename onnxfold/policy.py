@@ -58,7 +58,7 @@ def static_nbytes(value: ir.Value) -> int | None:
     return int(math.prod(shape) * value.dtype.itemsize)  # math.prod: exact, no numpy call
 
 
-def _origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
+def origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
     """For every constant value, the source constants it is computed from."""
     origins: dict[ir.Value, frozenset[ir.Value]] = {v: frozenset((v,)) for v in plan.sources}
     for node in plan.foldable:
@@ -78,7 +78,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
     ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
     the factor their bytes may grow by. Returns the refusals and the growth still planned.
     """
-    origins = _origins(plan)
+    origins_of = origins(plan)
     refused: list[tuple[ir.Node, Reason]] = []
     outputs = set(graph.outputs)
 
@@ -102,7 +102,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                 if size is None or not kept(out) or (
                         out not in outputs and identity_source(out, plan.sources) is not None):
                     continue  # an Identity of a constant is kept as that constant: no copy
-                sources = origins.get(out, frozenset())
+                sources = origins_of.get(out, frozenset())
                 copies_shared = size > SMALL_BYTES and any(
                     s in alive and _is_weight(s) for s in sources)
                 if size <= growth_min_bytes and not copies_shared:

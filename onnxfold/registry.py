@@ -64,12 +64,25 @@ class FolderRule:
 
 @dataclass(frozen=True)
 class OpFact:
-    """Something the engine must know about an op (``rules/facts.py``)."""
+    """Something the engine must know about an op (``rules/facts.py``).
+
+    ``draws_only_in_training`` (with ``nondeterministic``): it draws only in training mode,
+    which its folder declines; it folds otherwise (Dropout).
+    ``bitwise``: its native folder computes, on floating-point values too, bit for bit what
+    onnxruntime's kernel computes (elementwise IEEE operations in one dtype, data movement).
+    ``discontinuous``: a one-ulp change of a floating-point input can change its result by a
+    whole step (a quantization, a comparison, a rounding); ``only_to_integers`` narrows that to
+    nodes whose output is not floating point (a Cast to an integer type, not to float16).
+    """
 
     op_type: str
     nondeterministic: bool = False
     kept_quantized: bool = False
     domain: str = ""
+    draws_only_in_training: bool = False
+    bitwise: bool = False
+    discontinuous: bool = False
+    only_to_integers: bool = False
 
     @property
     def name(self) -> str:

@@ -1,9 +1,21 @@
 """Facts about ops that decide how the engine treats them (not how to evaluate them).
 
 - ``nondeterministic``: never folded, whatever its inputs (a fold would freeze one draw).
+  Dropout ``draws_only_in_training``: it is the identity in inference mode
+  (``rules/dropout.py``) and its folder declines training mode, the one mode that draws (two
+  Dropouts are still never merged as duplicates).
 - ``kept_quantized``: a dequantization kept by default so a quantized model stays quantized
   and small (``--fold-qdq`` folds it); one whose result is only quantized again by foldable
   nodes folds with them into a quantized weight (``policy.refuse_dequantization``).
+- ``bitwise``: the op's native folder computes what onnxruntime's kernel computes, bit for bit,
+  on floating-point values too: elementwise IEEE operations in one dtype (each correctly
+  rounded), selections, comparisons and data movement. Matrix products, reductions that add
+  (their summation order is the kernel's), transcendental functions and Pow are not: their
+  folds are within a few ulps of onnxruntime's, which is enough unless the value reaches a
+  ``discontinuous`` op (``onnxfold/exactness.py``: those run on onnxruntime's kernels).
+- ``discontinuous``: a one-ulp change of a floating-point input can move the result by a whole
+  step: quantizations, casts to integers, rounding, comparisons, arg-extrema, thresholds, and
+  sizes computed from floats (Range, Resize's scales).
 
 Shape-only ops (Shape, Size: they need an input's shape, not its data) are the folders declared
 with ``shape_only=True`` in ``shape_ops.py``.
@@ -13,9 +25,44 @@ from __future__ import annotations
 
 from onnxfold.registry import OpFact
 
+_BITWISE = (
+    # elementwise, correctly rounded in IEEE arithmetic (numpy and onnxruntime alike)
+    "Abs", "Neg", "Add", "Sub", "Mul", "Div", "Sqrt", "Reciprocal", "Max", "Min", "Relu",
+    "Clip", "Where", "Floor", "Ceil", "Round", "Sign", "Cast", "CastLike", "Dropout",
+    "QuantizeLinear", "DequantizeLinear", "ReduceMax", "ReduceMin",
+    # comparisons, logic and integers
+    "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor",
+    "IsNaN", "IsInf", "ArgMax", "ArgMin", "NonZero", "Unique", "BitShift", "BitwiseAnd",
+    "BitwiseOr", "BitwiseXor", "BitwiseNot",
+    # data movement
+    "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
+    "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "Compress",
+    "Trilu", "OneHot", "EyeLike", "ConstantOfShape", "Shape", "Size",
+)
+
+# Where and Compress select by a boolean condition: a float reaches it through a comparison
+_DISCONTINUOUS = (
+    "QuantizeLinear", "DynamicQuantizeLinear", "Round", "Floor", "Ceil", "Sign", "Mod",
+    "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsInf", "IsNaN",
+    "ArgMax", "ArgMin", "TopK", "NonZero", "Unique", "Hardmax", "Shrink", "ThresholdedRelu",
+    "Range", "Resize", "Upsample", "OneHot", "MaxPool",
+)
+_DISCONTINUOUS_ELSEWHERE = (
+    *(("com.microsoft", op) for op in (
+        "QuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention")),
+    *(("ai.onnx.ml", op) for op in (
+        "TreeEnsemble", "TreeEnsembleClassifier", "TreeEnsembleRegressor", "Binarizer",
+        "LabelEncoder", "LinearClassifier", "SVMClassifier")),
+)
+
 FACTS = (
     *(OpFact(op, nondeterministic=True) for op in (
         "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-        "Bernoulli", "Dropout")),  # Dropout draws its mask when training_mode is true
+        "Bernoulli")),
+    OpFact("Dropout", nondeterministic=True, draws_only_in_training=True),
     OpFact("DequantizeLinear", kept_quantized=True),
+    *(OpFact(op, bitwise=True) for op in _BITWISE),
+    *(OpFact(op, discontinuous=True) for op in _DISCONTINUOUS),
+    *(OpFact(op, domain=domain, discontinuous=True) for domain, op in _DISCONTINUOUS_ELSEWHERE),
+    *(OpFact(op, discontinuous=True, only_to_integers=True) for op in ("Cast", "CastLike")),
 )

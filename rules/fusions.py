@@ -127,6 +127,8 @@ def _linear_fusable(ctx: RewriteContext, layer: ir.Node, x: ir.Value, bias: ir.V
 
 def _batch_norm_fusable(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.Value,
                         w: ir.Value, **_: object) -> bool | Reject:
+    if ctx.is_constant(x):
+        return False  # it all folds, each node as onnxruntime computes it
     if len(bn.outputs) != 1 or bn.attributes.get_int("training_mode"):
         return Reject("training-mode BatchNormalization")
     if bn.attributes.get_int("spatial", 1) == 0:
@@ -187,9 +189,11 @@ def fuse_batch_norm(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.Valu
 
 
 def _channel_constant(ctx: RewriteContext, layer: ir.Node, w: ir.Value, c: ir.Value,
-                      **_: object) -> bool | Reject:
+                      x: ir.Value, **_: object) -> bool | Reject:
     """Whether ``c``, broadcast against the convolution's output (N, M, ...), is one value per
     output channel (shape (M, 1, ..), (1, M, 1, ..) or all ones) and changes nothing else."""
+    if ctx.is_constant(x):
+        return False  # it all folds, each node as onnxruntime computes it
     c_shape, w_shape = ctx.shape(c), ctx.shape(w)
     channels = _channels(ctx, layer, w)
     if c_shape is None or w_shape is None or channels is None:

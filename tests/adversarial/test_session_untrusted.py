@@ -108,3 +108,23 @@ def test_session_errors_are_onnxfold_errors(tmp_path):
         onnxfold.Session(str(model), runtime_constants=["s"], cache_dir=str(tmp_path / "c"))
     assert not (tmp_path / "c").exists()
     assert_no_canary(tmp_path, canary)
+
+
+def test_a_planted_cache_entry_of_many_small_bombs_is_refused_before_it_inflates(tmp_path):
+    """40 members of 2 MiB of zeros each pass the per-member bound: the archive's total
+    ratio refuses them before a byte is inflated (the entry is discarded, the fold redone)."""
+    proto = runtime_proto()
+    model = save_external(proto, tmp_path / "model")
+    cache = tmp_path / "cache"
+    f = feeds()
+    want = ort_run(proto, f)[0]
+    first = onnxfold.Session(str(model), runtime_constants=["s"], cache_dir=str(cache))
+    first.run(None, f)
+    zeros = np.zeros(2 << 20, np.uint8)
+    for path in _cache_files(cache):
+        with open(path, "wb") as out:
+            np.savez_compressed(out, **{f"m{i}": zeros for i in range(40)})
+    second = onnxfold.Session(str(model), runtime_constants=["s"], cache_dir=str(cache))
+    np.testing.assert_allclose(second.run(None, f)[0], want, **TOL)
+    assert any("decompression bomb" in event for event in second.cache_events), \
+        second.cache_events

@@ -75,3 +75,16 @@ def test_a_sub_byte_result_is_never_taken_from_onnxruntime():
     (node_out, outcome, _), = fallback.run_batch([node], feeds.get, lambda v: True, {"": 21}, 10)
     assert node_out is node and not isinstance(outcome, dict)
     assert outcome is not None and outcome.kind.name == "UNSUPPORTED_TYPE"
+
+
+def test_a_contrib_op_onnxruntime_cannot_shape_is_not_counted_as_a_scalar():
+    """onnxruntime declares CDist's output with no dims: a 1.4 MB result, not 4 bytes."""
+    rng = np.random.default_rng(1)
+    inits = [tensor("A", rng.standard_normal((600, 8)).astype(np.float32)),
+             tensor("B", rng.standard_normal((600, 8)).astype(np.float32))]
+    nodes = [helper.make_node("CDist", ["A", "B"], ["d"], domain=MS),
+             helper.make_node("ReduceSum", ["d"], ["s"], keepdims=0),
+             helper.make_node("Add", ["x", "s"], ["y"])]
+    result = optimize(_model(nodes, inits), FoldOptions(pool_budget=256 << 10))
+    assert "CDist" in [n.op_type for n in result.to_proto().graph.node]
+    assert "size" in result.report.declined

@@ -41,6 +41,16 @@ def test_a_decompression_bomb_is_refused_before_it_is_inflated(tmp_path):
         load_arrays(path)
 
 
+def test_many_members_each_under_the_bound_are_refused_as_one_bomb(tmp_path):
+    """40 members of 2 MiB of zeros: each under the per-member bound, 80 MiB in ~80 KiB."""
+    path = tmp_path / "members.npz"
+    zeros = np.zeros(2 << 20, np.uint8)
+    np.savez_compressed(path, **{f"m{i}": zeros for i in range(40)})
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(InputError, match="decompression bomb"):
+        load_arrays(path)
+
+
 def test_the_total_is_bounded(tmp_path):
     path = tmp_path / "f.npz"
     np.savez(path, x=np.zeros(1000, np.float64))

@@ -1,0 +1,74 @@
+"""Dropout in inference mode: the identity, its mask all true from opset 12 on, all false
+before, as onnxruntime computes them (its basic optimization level removes such a Dropout).
+
+Only training mode draws a random mask: ``training_mode`` true (opset 12 on; unless its ratio
+is 0, which drops nothing) or ``is_test`` false (opsets 1-6, where that is the default). The
+folder declines it as non-deterministic (never handed to onnxruntime, which would freeze one
+draw). The pattern removes a Dropout in
+inference mode whose mask nothing reads, whatever its data: the runtime graph loses a no-op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.declines import DeclineKind
+from onnxfold.patterns import P, RewriteContext, Var, pattern
+from onnxfold.registry import Decline, folder
+
+_TRAINING = "training mode draws a random mask"
+
+
+def _inference(x: np.ndarray, mask_dtype: np.dtype, kept: bool = True
+               ) -> tuple[np.ndarray, np.ndarray]:
+    return x, np.full(x.shape, kept, mask_dtype)
+
+
+# Before opset 12 onnxruntime's inference Dropout (an identity kernel) returns a mask of zeros
+@folder("Dropout", since=1, until=6)
+def dropout_v1(x, is_test=0, ratio=0.5, consumed_inputs=None):
+    if not is_test:
+        raise Decline(_TRAINING, DeclineKind.NON_DETERMINISTIC)
+    return _inference(x, x.dtype, kept=False)
+
+
+@folder("Dropout", since=7, until=9)
+def dropout_v7(x, ratio=0.5):
+    return _inference(x, x.dtype, kept=False)  # the mask has the data's type before opset 10
+
+
+@folder("Dropout", since=10, until=11)
+def dropout_v10(x, ratio=0.5):
+    return _inference(x, np.dtype(bool), kept=False)
+
+
+@folder("Dropout", since=12)
+def dropout_v12(x, ratio=None, training_mode=None, seed=None):
+    training = training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0])
+    if training and (ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0):
+        raise Decline(_TRAINING, DeclineKind.NON_DETERMINISTIC)  # a ratio of 0 drops nothing
+    return _inference(x, np.dtype(bool))
+
+
+def _in_inference(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool:
+    """A Dropout of opset 7 on whose training mode is absent or a constant false, its mask
+    unread, its data not a constant (that folds), its output not returned twice."""
+    opset = node.version or ctx.model.opset_imports.get("", 1)
+    if opset < 7 or ctx.is_constant(x):
+        return False
+    if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1] in ctx.graph.outputs):
+        return False
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        flag = ctx.array(node.inputs[2])
+        if flag is None or flag.size != 1 or bool(flag.reshape(-1)[0]):
+            return False
+    out = node.outputs[0]
+    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+
+
+@pattern(P("Dropout", Var("x"), ..., name="node"), check=_in_inference)
+def drop_inference_dropout(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
+    """Dropout in inference mode is the identity."""
+    ctx.replace_output(node.outputs[0], x)
+    ctx.graph.remove(node, safe=True)
