@@ -196,6 +196,12 @@ MODELS: dict[str, tuple[str, str, Any]] = {
     "bert_base_fp16_dynamo": ("BERT-base in float16 (model.half()), dynamo, dynamic batch/seq",
                               "dynamo", lambda torch: _bert(torch, half=True)),
 }
+# What the README's table calls them.
+SHORT_NAMES = {"bert_base_ts": "BERT-base, TorchScript",
+               "gpt2_small_dynamo": "GPT-2 small, dynamo",
+               "qwen2_kv_dynamo": "Qwen2-style + KV cache, dynamo",
+               "t5_small_ts": "T5-small, TorchScript",
+               "bert_base_fp16_dynamo": "BERT-base fp16, dynamo"}
 
 
 def _child_build(name: str, work: str) -> None:
@@ -463,7 +469,8 @@ def readme_table(result: dict[str, Any]) -> str:
             if t["status"] == "ok":
                 cell += f" · {t['wall_s']:.1f} s · {t['peak_rss_mib']:,.0f} MiB"
             cells.append(cell)
-        lines.append(f"| {name} ({m['input'].get('nodes', '?'):,}) | " + " | ".join(cells) + " |")
+        label = SHORT_NAMES.get(name, name)
+        lines.append(f"| {label} ({m['input'].get('nodes', '?'):,}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -531,7 +538,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool (median wall)")
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "peers.md")
     ap.add_argument("--tool-timeout", type=float, default=600.0, help="seconds per child")
+    ap.add_argument("--render", action="store_true",
+                    help="measure nothing: write --out again from the JSON beside it")
     a = ap.parse_args(argv)
+    if a.render:
+        saved = json.loads(a.out.with_suffix(".json").read_text())
+        a.out.write_text(render(saved))
+        print(readme_table(saved))
+        return 0
     if a.repeat < 1:
         ap.error("--repeat must be >= 1")
     a.work.mkdir(parents=True, exist_ok=True)
