@@ -5,7 +5,7 @@ when another process truncates a mapped file, the next read of a page past its n
 SIGBUS, which Python cannot turn into an exception: the process would die with no message and
 leave its temporary output behind. ``bus_error_exits`` installs, for the CLI only (a library
 does not take over signals), a handler that prints one line, removes this process's temporary
-files beside the outputs and exits with the bad-input status. It runs in the faulting thread,
+files and output locks beside the outputs and exits with the bad-input status. It runs in the faulting thread,
 so it does only that: write, unlink, ``_exit``.
 """
 
@@ -17,6 +17,7 @@ import os
 import signal
 from collections.abc import Iterable, Iterator
 
+from onnxfold.io.publication import HELD_LOCKS
 from onnxfold.io.tempfiles import TRUNCATED, remove_own
 
 MESSAGE = f"onnxfold: error: {TRUNCATED} (bus error); nothing was written\n".encode()
@@ -39,6 +40,9 @@ def bus_error_exits(directories: Iterable[str], status: int) -> Iterator[None]:
         os.write(2, MESSAGE)
         for directory in places:
             remove_own(directory)
+        for lock in tuple(HELD_LOCKS):  # the output's lock: no other run waits for a dead one
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
         os._exit(status)
 
     handler = _HANDLER(on_bus_error)  # referenced until the old handler is back

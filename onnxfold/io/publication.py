@@ -32,6 +32,7 @@ from onnxfold.io.tempfiles import LOCK_SUFFIX
 
 KILL_AT_ENV = "ONNXFOLD_TEST_KILL_AT"
 STEPS = ("data-rename", "model-rename", "old-data-removal")
+HELD_LOCKS: set[str] = set()  # lock files this process holds (a fatal-signal handler removes them)
 
 
 def kill_point(step: str) -> None:
@@ -67,11 +68,13 @@ def output_lock(target: str) -> Iterator[None]:
         if (mine.st_dev, mine.st_ino) == (current.st_dev, current.st_ino):
             break
         os.close(fd)
+    HELD_LOCKS.add(path)
     try:
         yield
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)
+        HELD_LOCKS.discard(path)
         os.close(fd)
 
 
