@@ -5,8 +5,8 @@ when another process truncates a mapped file, the next read of a page past its n
 SIGBUS, which Python cannot turn into an exception: the process would die with no message and
 leave its temporary output behind. ``bus_error_exits`` installs, for the CLI only (a library
 does not take over signals), a handler that prints one line, removes this process's temporary
-files and output locks beside the outputs and exits with the bad-input status. It runs in the faulting thread,
-so it does only that: write, unlink, ``_exit``.
+files and output locks beside the outputs and exits with the bad-input status. It runs in the
+faulting thread, so it does only that: write, unlink, ``_exit``.
 """
 
 from __future__ import annotations
