@@ -187,8 +187,11 @@ def _check_section(check: dict | None) -> str:
              "-" if o["max_ulps"] is None else f"{o['max_ulps']:g}",
              f"{o['mismatches']}/{o['elements']}", "yes" if o["ok"] else "NO")
             for o in check["outputs"]]
+    tolerances = ("tolerances by each output's dtype" if check["rtol"] is None and
+                  check["atol"] is None else
+                  f'rtol {_number(check["rtol"])}, atol {_number(check["atol"])}')
     settings = (f'<p class="muted">{check["n"]} input set(s) from seed {check["seed"]}, '
-                f'rtol {check["rtol"]:g}, atol {check["atol"]:g}</p>')
+                f'{tolerances}</p>')
     return verdict + settings + _table(
         ["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches", "ok"],
         rows, {3, 4, 5, 6}, "check")
@@ -252,3 +255,8 @@ def render_html(report: Report) -> str:
 <script>{SORT_JS}</script>
 </body></html>
 """
+
+
+def _number(value: float | None) -> str:
+    """A tolerance as given, or "by dtype" where none was."""
+    return "by dtype" if value is None else f"{value:g}"

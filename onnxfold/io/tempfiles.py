@@ -77,6 +77,7 @@ def _remove_unheld_locks(directory: str) -> int:
     run). Safe against a run about to take one: it checks, once it holds the lock, that the
     file is still the one at that path, and tries again otherwise."""
     removed = 0
+    locks: list[str] = []  # none where the directory cannot be listed
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
         locks = [e.path for e in entries if e.name.startswith(".") and
                  e.name.endswith(LOCK_SUFFIX) and e.is_file(follow_symlinks=False)]

@@ -61,7 +61,7 @@ def bert_float16(path: str | os.PathLike) -> None:
     torch.manual_seed(0)
     config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS,
                         num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    model = _LastHidden(BertModel(config).eval().half())
+    model = _LastHidden(BertModel(config).eval().half()).eval()
     ids, mask = torch.randint(0, VOCAB, (2, 8)), torch.ones(2, 8, dtype=torch.long)
     dyn = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
     torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
@@ -71,7 +71,7 @@ def bert_float16(path: str | os.PathLike) -> None:
 def qwen2_float16(path: str | os.PathLike) -> None:
     """A float16 Qwen2-style decoder without a cache, dynamo export."""
     torch.manual_seed(0)
-    model = _Logits(_qwen2(use_cache=False).half())
+    model = _Logits(_qwen2(use_cache=False).half()).eval()
     dyn = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
     torch.onnx.export(model, (torch.randint(0, VOCAB, (2, 8)),), str(path),
                       input_names=["input_ids"], dynamic_shapes=(dyn,), dynamo=True,
@@ -87,7 +87,7 @@ KV_OUTPUTS = ["logits"] + [f"present.{i}.{kind}" for i in range(LAYERS)
 def qwen2_kv_cache(path: str | os.PathLike, dynamo: bool) -> None:
     """A float32 Qwen2-style decoder with past_key_values inputs, every dim dynamic."""
     torch.manual_seed(0)
-    model = _Decoder(_qwen2(use_cache=True))
+    model = _Decoder(_qwen2(use_cache=True)).eval()
     past, seq = 3, 5
     ids = torch.randint(0, VOCAB, (2, seq))
     mask = torch.ones(2, past + seq, dtype=torch.long)
