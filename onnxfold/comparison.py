@@ -27,6 +27,9 @@ from onnxfold.tolerance import for_dtype as tolerance_for
 ModelRef = str | os.PathLike | onnx.ModelProto
 
 TOKEN_ID_HIGH = 1000
+# the random inputs of one larger guess of dims stay below this (a 1024-long guess of two dims
+# of a wide input would otherwise allocate gigabytes)
+LARGER_INPUT_BYTES = 256 * 2**20
 _ORT_TYPES = {
     "float": np.float32, "float16": np.float16, "double": np.float64, "bool": np.bool_,
     "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
@@ -293,6 +296,8 @@ class _Inputs:
         bound, unnamed = self._bind(dims, label)
         self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound)
         self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
+        self.tried = list(self.plan.bindings)  # every binding tried, for the message
+        self._larger = list(self.plan.larger)  # tried in order when no binding runs
         self.defaulted = self.plan.guessed + (["(unnamed)"] if unnamed else [])
 
     @property
@@ -300,12 +305,25 @@ class _Inputs:
         return self.bindings[0]
 
     def guesses(self) -> str:
-        """The guessed dims of every binding and the flag that sets them (for a message)."""
+        """The guessed dims of every binding tried and the flag that sets them (a message)."""
         if not self.plan.guessed:
             return ""
         values = " or ".join(", ".join(f"{n}={b[n]}" for n in self.plan.guessed)
-                             for b in self.plan.bindings)
+                             for b in self.tried)
         return f"; dims guessed: {values} (set them with --dim NAME=VALUE)"
+
+    def next_larger(self) -> dict[str, int] | None:
+        """The next binding of guessed dims at a larger size whose random inputs stay within
+        :data:`LARGER_INPUT_BYTES` (None: no more)."""
+        while self._larger:
+            binding = self._larger.pop(0)
+            nbytes = sum(int(np.prod(self._shape_in(shape, binding), dtype=np.int64)) *
+                         max(dtype.itemsize, 1) for name, dtype, shape in self.specs
+                         if name not in self.given)
+            if nbytes <= LARGER_INPUT_BYTES:
+                self.tried.append(binding)
+                return binding
+        return None
 
     @staticmethod
     def _cast(name: str, dtype: np.dtype, arr) -> np.ndarray:
@@ -347,7 +365,9 @@ class _Inputs:
 
     def shape(self, shape: list, k: int = 0) -> tuple[int, ...]:
         """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``)."""
-        binding = self.bindings[k % len(self.bindings)]
+        return self._shape_in(shape, self.bindings[k % len(self.bindings)])
+
+    def _shape_in(self, shape: list, binding: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) and d >= 0 else
                      binding.get(d, 1) if is_named(d) else
                      self.unnamed_value if d == "?" else 1 for d in shape)
@@ -510,19 +530,27 @@ def _run_reference(sess, label: str, outputs: list[str], feeder: _Inputs, seed: 
                    run_options) -> tuple[list[dict], list[list], list[str]]:
     """Model A's feeds and outputs for ``n`` input sets. A binding of guessed dims that A
     itself cannot run is dropped (and said in a note) while another one remains."""
-    notes: list[str] = []
+    failed: list[str] = []  # the guessed dims of each binding A could not run
     while True:
         all_feeds = [feeder.feeds(seed + k, k) for k in range(n)]
         try:
             results = [_run(sess, label, outputs, feeds, run_options, feeder.guesses())
                        for feeds in all_feeds]
-            return all_feeds, results, notes
         except InputError as e:
-            if len(feeder.bindings) < 2 or not feeder.plan.guessed:
+            if not feeder.plan.guessed:
                 raise
-            dropped = feeder.bindings.pop(0)
-            notes.append("the reference cannot run the guessed dims " + ", ".join(
-                f"{d}={dropped[d]}" for d in feeder.plan.guessed) + f" ({one_line(e)[:200]})")
+            if len(feeder.bindings) > 1:
+                dropped = feeder.bindings.pop(0)
+            elif (larger := feeder.next_larger()) is not None:
+                dropped, feeder.bindings = feeder.bindings[0], [larger]
+            else:
+                raise
+            failed.append(", ".join(f"{d}={dropped[d]}" for d in feeder.plan.guessed))
+            reason = one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
+            continue
+        notes = [f"the reference could not run the guessed dims {' or '.join(failed)} "
+                 f"({reason[:160]})"] if failed else []
+        return all_feeds, results, notes
 
 
 def compare(a: ModelRef, b: ModelRef, *,

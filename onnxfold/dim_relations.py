@@ -29,6 +29,9 @@ from onnxfold.shapes import infer_shapes
 from onnxfold.symbolic import Dim, Sym, dim_symbol, shape_values, shared_dim_names
 
 WIDE = 3  # the prefill binding's length of dims off axis 0 (1 would hide broadcasting bugs)
+# guessed lengths off axis 0 to try, in order, when a model cannot run the first bindings (an
+# image that a detector downsamples 32 times, an audio frame a reflect pad needs longer)
+LARGER = (16, 64, 256, 1024)
 _PASSTHROUGH = {"Cast", "Identity", "Flatten", "Reshape", "Unsqueeze", "Squeeze"}
 _TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
 
@@ -43,6 +46,7 @@ class DimPlan:
     derived: dict[str, str] = field(default_factory=dict)  # dim -> "past + seq (node X)"
     guessed: list[str] = field(default_factory=list)  # dims neither given nor derived
     forms: dict[str, Linear] = field(default_factory=dict)  # dim -> its linear form
+    larger: list[dict[str, int]] = field(default_factory=list)  # guessed dims at LARGER sizes
 
     def offset(self, dim: object, binding: Mapping[str, int]) -> int:
         """Where positions along ``dim`` start: ``P`` when the graph relates a total length to
@@ -232,19 +236,24 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     backwards = _solved_backwards(given, relations.equations)
     given = {**given, **{name: value for name, (value, _) in backwards.items()}}
     free = sorted(n for n in names if n not in given and n not in relations.equations)
-    bindings = []
-    for wide in (True, False):
-        binding = dict(given)
+    def binding(width: int) -> dict[str, int]:
+        """``given``, the free dims off axis 0 ``width`` long (on it 1), the related computed."""
+        bound = dict(given)
         for name in free:
-            binding[name] = WIDE if wide and name not in on_axis0 else 1
-        _solve(binding, relations.equations, names)
-        if binding not in bindings:
-            bindings.append(binding)
+            bound[name] = width if name not in on_axis0 else 1
+        _solve(bound, relations.equations, names)
+        return bound
+
+    bindings: list[dict[str, int]] = []
+    for width in (WIDE, 1):
+        if (candidate := binding(width)) not in bindings:
+            bindings.append(candidate)
+    larger = [binding(width) for width in LARGER] if set(free) - on_axis0 else []
     derived = {name: f"{_text(form)} ({where})" for name, (form, where)
                in relations.equations.items() if name not in given}
     derived.update({name: f"{value} (from {how})" for name, (value, how) in backwards.items()})
     forms = {name: form for name, (form, _) in relations.equations.items()}
-    return DimPlan(bindings, derived, free, forms)
+    return DimPlan(bindings, derived, free, forms, larger)
 
 
 def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]

@@ -131,10 +131,37 @@ def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
                    [helper.make_tensor_value_info("y", f, [1, 1])])
     result = onnxfold.compare(model, model, n=2)
     assert result.ok and result.bindings == [{"n": 1}]
-    assert result.notes and result.notes[0].startswith("the reference cannot run the guessed "
-                                                       "dims n=3")
+    assert result.notes and result.notes[0].startswith("the reference could not run the guessed "
+                                                       "dims n=3 (")
     row = result.to_dict()["rows"][0]
     assert row["max_ulps"] == 0.0 and row["tolerance"] == "rtol 0.0001, atol 1e-05"
+
+
+def test_larger_guesses_are_tried_when_no_small_one_runs():
+    """A reflect Pad of 40 needs more than 40 samples: 3, 1 and 16 fail, 64 runs (as an audio
+    model's STFT padding or a detector's downsampling need long inputs)."""
+    f = TensorProto.FLOAT
+    pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 40])
+    model = _model([helper.make_node("Constant", [], ["p"], value=pads),
+                    helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
+                   [helper.make_tensor_value_info("x", f, [1, "samples"])],
+                   [helper.make_tensor_value_info("y", f, [1, "out"])])
+    result = onnxfold.compare(model, model, n=2)
+    assert result.ok and result.bindings == [{"samples": 64}]
+    assert result.notes[0].startswith(
+        "the reference could not run the guessed dims samples=3 or samples=1 or samples=16 (")
+
+
+def test_no_guess_running_is_one_error_listing_every_guess():
+    f = TensorProto.FLOAT
+    pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 5000])
+    model = _model([helper.make_node("Constant", [], ["p"], value=pads),
+                    helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
+                   [helper.make_tensor_value_info("x", f, [1, "samples"])],
+                   [helper.make_tensor_value_info("y", f, [1, "out"])])
+    with pytest.raises(InputError, match=r"dims guessed: samples=3 or samples=1 or samples=16 "
+                                         r"or samples=64 or samples=256 or samples=1024 \(set"):
+        onnxfold.compare(model, model)
 
 
 def test_given_arrays_fix_the_dims_their_relations_imply():
