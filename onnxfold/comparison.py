@@ -297,8 +297,14 @@ class _Inputs:
         self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound)
         self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
         self.tried = list(self.plan.bindings)  # every binding tried, for the message
-        self._larger = list(self.plan.larger)  # tried in order when no binding runs
-        self.defaulted = self.plan.guessed + (["(unnamed)"] if unnamed else [])
+        # unnamed dims are guessed too where ``--dim ?=V`` does not set them: the larger
+        # bindings carry their length off axis 0 under the name "?"
+        self.guessed = self.plan.guessed + (["?"] if unnamed and "?" not in dims else [])
+        self._larger = [dict(b) for b in self.plan.larger]
+        if "?" in self.guessed:
+            self._larger = [{**(self._larger[i] if self._larger else self.plan.bindings[0]),
+                             "?": width} for i, width in enumerate(dim_relations.LARGER)]
+        self.defaulted = self.plan.guessed + (["?"] if unnamed else [])  # "?": unnamed dims
 
     @property
     def dims(self) -> dict[str, int]:
@@ -306,11 +312,14 @@ class _Inputs:
 
     def guesses(self) -> str:
         """The guessed dims of every binding tried and the flag that sets them (a message)."""
-        if not self.plan.guessed:
+        if not self.guessed:
             return ""
-        values = " or ".join(", ".join(f"{n}={b[n]}" for n in self.plan.guessed)
-                             for b in self.tried)
+        values = " or ".join(self.guessed_values(b) for b in self.tried)
         return f"; dims guessed: {values} (set them with --dim NAME=VALUE)"
+
+    def guessed_values(self, binding: Mapping[str, int]) -> str:
+        """``binding``'s values of the guessed dims, as ``name=value, ...`` (``?``: unnamed)."""
+        return ", ".join(f"{n}={binding.get(n, self.unnamed_value)}" for n in self.guessed)
 
     def next_larger(self) -> dict[str, int] | None:
         """The next binding of guessed dims at a larger size whose random inputs stay within
@@ -339,7 +348,8 @@ class _Inputs:
     def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], bool]:
         """The dims ``dims`` and the given arrays bind, and whether an input has unnamed dims
         (``?`` or none: each one independent; ``--dim ?=V`` sets the ones fed at random)."""
-        symbolic = {d for _, _, shape in self.specs for d in shape if is_named(d) or d == "?"}
+        symbolic = {d if is_named(d) else "?" for _, _, shape in self.specs for d in shape
+                    if not isinstance(d, int)}
         self.unnamed_value = dims.get("?", 1)
         for name in dims:
             if name not in symbolic:
@@ -368,9 +378,18 @@ class _Inputs:
         return self._shape_in(shape, self.bindings[k % len(self.bindings)])
 
     def _shape_in(self, shape: list, binding: Mapping[str, int]) -> tuple[int, ...]:
+        """``shape`` with ``binding``'s dims; an unnamed dim (``?`` or none) is ``--dim ?=V``
+        (default 1), or the larger guess ``binding["?"]`` where it ends the shape off axis 0
+        (a sequence, an image's height and width; not a recurrent state's batch in the
+        middle)."""
+        trailing = len(shape)
+        while trailing > 1 and not isinstance(shape[trailing - 1], int) and \
+                not is_named(shape[trailing - 1]):
+            trailing -= 1
         return tuple(d if isinstance(d, int) and d >= 0 else
                      binding.get(d, 1) if is_named(d) else
-                     self.unnamed_value if d == "?" else 1 for d in shape)
+                     binding.get("?", self.unnamed_value) if axis >= trailing else
+                     self.unnamed_value for axis, d in enumerate(shape))
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
         """How an integer input is filled: a description and a [lo, hi) range (None: fixed)."""
@@ -537,7 +556,7 @@ def _run_reference(sess, label: str, outputs: list[str], feeder: _Inputs, seed: 
             results = [_run(sess, label, outputs, feeds, run_options, feeder.guesses())
                        for feeds in all_feeds]
         except InputError as e:
-            if not feeder.plan.guessed:
+            if not feeder.guessed:
                 raise
             if len(feeder.bindings) > 1:
                 dropped = feeder.bindings.pop(0)
@@ -545,7 +564,7 @@ def _run_reference(sess, label: str, outputs: list[str], feeder: _Inputs, seed: 
                 dropped, feeder.bindings = feeder.bindings[0], [larger]
             else:
                 raise
-            failed.append(", ".join(f"{d}={dropped[d]}" for d in feeder.plan.guessed))
+            failed.append(feeder.guessed_values(dropped))
             reason = one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
             continue
         notes = [f"the reference could not run the guessed dims {' or '.join(failed)} "

@@ -164,6 +164,25 @@ def test_no_guess_running_is_one_error_listing_every_guess():
         onnxfold.compare(model, model)
 
 
+def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_is_not():
+    """Like an audio model: samples ``[None, None]`` needs 64 (reflect Pad of 40); the state's
+    unnamed batch in the middle of ``[2, None, 4]`` stays 1 (it must equal the samples' batch)."""
+    f = TensorProto.FLOAT
+    pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 40])
+    model = _model([helper.make_node("Constant", [], ["p"], value=pads),
+                    helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect"),
+                    helper.make_node("ReduceSum", ["state"], ["s"], keepdims=0),
+                    helper.make_node("Relu", ["s"], ["z"])],
+                   [helper.make_tensor_value_info("x", f, [None, None]),
+                    helper.make_tensor_value_info("state", f, [2, None, 4])],
+                   [helper.make_tensor_value_info("y", f, None),
+                    helper.make_tensor_value_info("z", f, None)])
+    result = onnxfold.compare(model, model)
+    assert result.ok and [i.shape for i in result.inputs] == [[1, 64], [2, 1, 4]]
+    assert result.defaulted_dims == ["?"] and "?=16" in result.notes[0]
+    assert onnxfold.compare(model, model, dims={"?": 50}).inputs[0].shape == [50, 50]
+
+
 def test_given_arrays_fix_the_dims_their_relations_imply():
     """Given the mask (total 7) and x (seq 2), the random past is 5 long."""
     x, mask = np.ones((1, 2), np.float32), np.ones((1, 7), np.float32)
