@@ -21,7 +21,7 @@ from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
 from onnxfold.limits import describe_cause as describe_limit
-from onnxfold.logs import quiet
+from onnxfold.logs import as_warnings, quiet
 from onnxfold.numbers import argument, parse_float, parse_int
 
 if TYPE_CHECKING:
@@ -102,8 +102,6 @@ def _start_prefill(args: argparse.Namespace, target: str
     The output is expected to be about as big as the input .onnx; ``--check`` writes elsewhere
     first, and small models gain nothing.
     """
-    import contextlib
-
     from onnxfold.io.prefill import AVAILABLE, OutputPrefill
 
     size = os.path.getsize(args.input) if os.path.isfile(args.input) else 0
@@ -500,7 +498,7 @@ def run_parsed(args: argparse.Namespace) -> int:
         # configurations it does not write) are shown, except under -q: nothing on success
         silent = getattr(args, "quiet", False) and not debug
         with bus_error_exits(_output_directories(args), EXIT_USAGE), \
-                quiet("onnx_ir") if silent else contextlib.nullcontext():
+                quiet("onnx_ir") if silent else as_warnings("onnx_ir", "onnx-ir"):
             return args.func(args)
     except OnnxfoldError as e:
         if debug:

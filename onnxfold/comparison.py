@@ -421,10 +421,13 @@ class _Inputs:
                 source = self._int_source(name, dtype)[0]
             elif dtype.kind == "b":
                 source = "true (mask)" if "mask" in name.lower() else "random true/false"
+            elif dtype.kind == "O":
+                source = "random words (text)"
             else:
                 source = "standard normal"
             real = self.given[name].shape if name in self.given else self.shape(shape, 0)
-            infos.append(InputInfo(name, str(dtype), list(real), source))
+            infos.append(InputInfo(name, "string" if dtype.kind == "O" else str(dtype),
+                                   list(real), source))
         return infos
 
     def feeds(self, seed: int, k: int = 0) -> dict[str, np.ndarray]:
@@ -454,13 +457,27 @@ class _Inputs:
                     rng.integers(0, 2, dims).astype(bool)
             elif dtype.kind == "f":
                 arr = rng.standard_normal(dims).astype(dtype)
+            elif dtype.kind == "O":
+                arr = _random_text(rng, dims)
             else:
-                kind = "string input (an .npz of <U or S arrays)" if dtype.kind == "O" else \
-                    f"{dtype} input"
+                kind = f"{dtype} input"
                 raise InputError(f"input {name} cannot be random: supply it with --inputs, a "
                                  f"{kind}")
             feeds[name] = arr
         return feeds
+
+
+# words of random text inputs (a tokenizer's input): a few scripts, so that UTF-8 is exercised
+_WORDS = ("the", "model", "folds", "once", "and", "runs", "fast", "check", "Zürich", "naïve",
+          "東京", "42", "onnx", "text", "input", "a")
+
+
+def _random_text(rng: np.random.Generator, dims: tuple[int, ...]) -> np.ndarray:
+    """An object array of ``dims`` holding 1 to 8 random words each."""
+    arr = np.empty(dims, dtype=object)
+    for index in np.ndindex(*dims):
+        arr[index] = " ".join(rng.choice(_WORDS, int(rng.integers(1, 9))))
+    return arr
 
 
 def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | None = None,

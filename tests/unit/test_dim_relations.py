@@ -76,7 +76,7 @@ def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
 
 
 def _string_model():
-    """A model with a string input (which only --inputs can feed) and a string output."""
+    """A model with a string input and a string output."""
     return _model([helper.make_node("Identity", ["x"], ["y"])],
                   [helper.make_tensor_value_info("x", TensorProto.STRING, ["n"])],
                   [helper.make_tensor_value_info("y", TensorProto.STRING, ["n"])])
@@ -89,8 +89,17 @@ def test_string_inputs_come_from_an_npz_of_string_arrays(tmp_path, dtype):
     result = onnxfold.compare(_string_model(), _string_model(), inputs=str(path))
     assert result.ok and result.rows[0].elements == 3
     assert result.inputs[0].source == "from --inputs"
-    with pytest.raises(InputError, match=r"supply it with --inputs, a string input \(an .npz"):
-        onnxfold.compare(_string_model(), _string_model())
+
+
+def test_string_inputs_without_arrays_are_random_words():
+    """A tokenizer's text input is fed random words (in several scripts), seeded."""
+    result = onnxfold.compare(_string_model(), _string_model(), n=2)
+    assert result.ok and result.inputs[0].source == "random words (text)"
+    assert result.inputs[0].dtype == "string"
+    feeds, _ = synthetic_feeds(_string_model(), seed=3)
+    again, _ = synthetic_feeds(_string_model(), seed=3)
+    assert feeds["x"].dtype == object and feeds["x"].tolist() == again["x"].tolist()
+    assert all(isinstance(t, str) and t for t in feeds["x"].tolist())
 
 
 def test_position_ids_continue_after_the_past():
