@@ -22,6 +22,11 @@ from onnxfold.limits import limit_error
 FileIdentity = tuple[int, int]  # (st_dev, st_ino)
 
 
+class InputChanged(InputError):
+    """An input file is not what was checked any more (truncated, removed or replaced while
+    onnxfold reads it): the run stops, no step is to blame (``onnxfold.steps``)."""
+
+
 def open_input(path: str, identity: FileIdentity | None) -> int:
     """A read-only descriptor of ``path`` (never through a symlink), which must be the file of
     ``identity`` when one is given (the file checked at load time, ``onnxfold.io.trust``)."""
@@ -31,11 +36,11 @@ def open_input(path: str, identity: FileIdentity | None) -> int:
         limit = limit_error(e, f"{path}: cannot open external data")
         if limit is not None:
             raise limit from None
-        raise InputError(f"{path}: cannot read external data ({e.strerror})") from None
+        raise InputChanged(f"{path}: cannot read external data ({e.strerror})") from None
     info = os.fstat(fd)
     if identity is not None and (info.st_dev, info.st_ino) != identity:
         os.close(fd)
-        raise InputError(f"{path}: external data file was replaced after it was checked")
+        raise InputChanged(f"{path}: external data file was replaced after it was checked")
     return fd
 
 
@@ -48,16 +53,18 @@ def read_into(fd: int, out: np.ndarray, offset: int, path: str) -> None:
         try:
             n = os.preadv(fd, [view[done:]], offset + done)
         except OSError as e:
-            raise InputError(f"{path}: cannot read external data ({e.strerror})") from None
+            raise InputChanged(f"{path}: cannot read external data ({e.strerror})") from None
         if n == 0:
-            raise InputError(f"{path}: {TRUNCATED} (it ends before byte {offset + len(view)})")
+            raise InputChanged(f"{path}: {TRUNCATED} (it ends before byte {offset + len(view)})")
         done += n
 
 
-def read_range(path: str, identity: FileIdentity | None, offset: int, length: int
-               ) -> np.ndarray:
-    """``length`` bytes of ``path`` from ``offset`` in a new uint8 array."""
-    out = np.empty(length, np.uint8)
+def read_range(path: str, identity: FileIdentity | None, offset: int, length: int,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """``length`` bytes of ``path`` from ``offset`` in a new uint8 array (in ``out``, a
+    contiguous uint8 array of that length, when given)."""
+    if out is None:
+        out = np.empty(length, np.uint8)
     if not length:
         return out
     fd = open_input(path, identity)

@@ -16,13 +16,14 @@ import mmap
 import os
 import threading
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxfold.arrays import byte_bounds, memory_owner
 from onnxfold.errors import InputError
-from onnxfold.io.checked import open_input, read_range
+from onnxfold.io.checked import InputChanged, open_input, read_range
 from onnxfold.limits import limit_error
 
 FileIdentity = tuple[int, int]  # (st_dev, st_ino)
@@ -95,16 +96,20 @@ def input_origin(arr: np.ndarray) -> tuple[str, FileIdentity, int] | None:
     return origin[1], origin[2], byte_bounds(arr)[0] - base
 
 
-def detached(arr: np.ndarray) -> np.ndarray:
+def detached(arr: np.ndarray, scratch: Callable[[int], np.ndarray] | None = None
+             ) -> np.ndarray:
     """``arr`` itself, or, when it is a view of an input file's mapping, the same array (shape,
     strides, read-only) over a ``pread`` copy of the bytes it spans: a truncated or removed
-    file is an InputError here, and the copy cannot fault later."""
+    file is an InputError here, and the copy cannot fault later. ``scratch(n)``, when given,
+    provides the n-byte uint8 buffer to copy into (a writer reuses one: a fresh large buffer
+    page-faults all its pages again)."""
     origin = input_origin(arr)
     if origin is None:
         return arr
     path, identity, offset = origin
     low, high = byte_bounds(arr)
-    copy = read_range(path, identity, offset, high - low)
+    copy = read_range(path, identity, offset, high - low,
+                      None if scratch is None else scratch(high - low))
     out: np.ndarray = np.ndarray(arr.shape, arr.dtype, buffer=copy,
                                  offset=arr.__array_interface__["data"][0] - low,
                                  strides=arr.strides)
@@ -159,15 +164,20 @@ class MappedTensor(ir.ExternalTensor):
         the first read of a page past its new end.
         """
         shared = shared_map(self.path, self.identity)
+        offset, length = self._within(shared)
+        return np.frombuffer(shared, np.uint8, count=length, offset=offset)
+
+    def _within(self, shared: mmap.mmap) -> tuple[int, int]:
+        """The tensor's (offset, length) in its file, which must still be long enough."""
         offset, length = self.offset or 0, self.length or self.nbytes
         try:
             size = min(len(shared), shared.size())  # size(): fstat of the mapped file
-        except OSError as e:
-            raise InputError(f"{self.path}: cannot read external data ({e.strerror})") from None
+        except (OSError, ValueError) as e:  # ValueError: the mapping was closed
+            raise InputChanged(f"{self.path}: cannot read external data ({e})") from None
         if offset + length > size:
-            raise InputError(f"{self.path}: external data of {self.name!r} ends at byte "
+            raise InputChanged(f"{self.path}: external data of {self.name!r} ends at byte "
                              f"{offset + length}, past the end of the file ({size} B)")
-        return np.frombuffer(shared, np.uint8, count=length, offset=offset)
+        return offset, length
 
     def checked_numpy(self) -> np.ndarray:
         """The tensor's data in memory of its own, read from the file with ``pread``: a file
@@ -196,9 +206,16 @@ class MappedTensor(ir.ExternalTensor):
         self._array = packed.view(dtype).reshape(self.shape.numpy())
 
     def numpy(self) -> np.ndarray:
+        """The data, a view of the shared mapping; the file's size is checked at every call
+        (one ``fstat``), so a weight handed out again after its file shrank is an InputError
+        rather than a bus error when it is read."""
         self._check_validity()
         if self._array is None:
             self._load()
+        elif self._array.size and self.dtype.bitwidth >= 8:  # sub-byte data was unpacked
+            owner = memory_owner(self._array)
+            if isinstance(owner, mmap.mmap):
+                self._within(owner)
         assert self._array is not None
         return self._array
 

@@ -22,8 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.arrays import copy_c_order, release_pages
-from onnxfold.errors import InputError
-from onnxfold.io.checked import open_input
+from onnxfold.io.checked import InputChanged, open_input
 from onnxfold.io.mapped import detached, input_origin
 from onnxfold.io.tempfiles import TRUNCATED
 
@@ -103,9 +102,10 @@ def write(fd: int, segments: list[Segment]) -> None:
     File ranges are copied through one descriptor per source file, opened once for the whole
     write (a model of 20,000 weights reads them all from one or two files)."""
     scratch = (_Scratch(), _Scratch())
+    copies = _Scratch()  # for views of mapped inputs, each written before the next is read
     with SourceFiles() as sources:
         for given in segments:
-            seg = unmapped(given)
+            seg = unmapped(given, copies)
             cut = halves(seg) if seg.nbytes >= PARALLEL_WRITE else None
             if cut is None:
                 _write_one(fd, seg, scratch[0], sources)
@@ -121,11 +121,12 @@ def write(fd: int, segments: list[Segment]) -> None:
                 release_pages(given.data)  # a folded view of a mapped weight: its pages are done
 
 
-def unmapped(seg: Segment) -> Segment:
+def unmapped(seg: Segment, scratch: _Scratch | None = None) -> Segment:
     """``seg``, or, when its array is a view of an input file's mapping (a weight the fold
     reshaped or transposed without copying), the same bytes read with checked reads: the range
     of the file when the view is contiguous, else the view over a ``pread`` copy of what it
-    spans. A file truncated meanwhile is then an InputError, never a bus error in the copy."""
+    spans (into ``scratch``, reused). A file truncated meanwhile is then an InputError, never
+    a bus error in the copy."""
     data = seg.data
     if not isinstance(data, np.ndarray):
         return seg
@@ -135,7 +136,8 @@ def unmapped(seg: Segment) -> Segment:
     if data.flags.c_contiguous and data.dtype.byteorder != ">":
         path, identity, offset = origin
         return Segment(seg.offset, FileRange(path, offset, data.nbytes, identity))
-    return Segment(seg.offset, detached(data))
+    buffer = None if scratch is None else (lambda n: scratch.array((n,), np.dtype(np.uint8)))
+    return Segment(seg.offset, detached(data, buffer))
 
 
 def _write_one(fd: int, seg: Segment, scratch: _Scratch, sources: SourceFiles) -> None:
@@ -220,7 +222,7 @@ def copy_range(source: FileRange, dst_fd: int, dst_offset: int,
     while left:
         chunk = os.pread(src, min(left, _CHUNK), pos)
         if not chunk:  # the input is shorter than when it was checked
-            raise InputError(f"{source.path}: {TRUNCATED} (it ends before byte "
+            raise InputChanged(f"{source.path}: {TRUNCATED} (it ends before byte "
                              f"{source.offset + source.length})")
         out += pwrite_all(dst_fd, chunk, out)
         pos += len(chunk)

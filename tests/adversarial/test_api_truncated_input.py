@@ -3,9 +3,11 @@
 A child process optimizes a model whose weights are in an external-data file, reads every
 weight once (their pages are mapped and resident), then truncates or removes the file and
 calls ``save()``, ``to_proto()`` or ``Session.run()``; ``optimize()`` and ``simplify()`` see
-the file truncated right after it is loaded. Through a memory mapping any of these would be a
-bus error (SIGBUS: exit -7, a core, the temporary output left behind); the child must catch
-an ``InputError`` and exit 0, with nothing left in the output or temporary directories.
+the file truncated right after it is loaded, or ``optimize()`` is given a model whose weights
+were already read (the error must stop the run, not be taken for a failing fold step).
+Through a memory mapping any of these would be a bus error (SIGBUS: exit -7, a core, the
+temporary output left behind); the child must catch an ``InputError`` and exit 0, with
+nothing left in the output or temporary directories.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ try:
             return loaded
         onnxfold.pipeline.load_model = loaded_then_damaged
         onnxfold.simplify(model)
+    elif call == "optimize-read-model":  # its weights mapped and read before the damage
+        loaded = onnxfold.load_model(model)
+        for value in loaded.graph.initializers.values():
+            float(np.asarray(value.const_value).sum())
+        damaged()
+        onnxfold.optimize(loaded)
     elif call == "session":
         session = onnxfold.Session(model, runtime_constants=["rc"])
         damaged()
@@ -98,12 +106,15 @@ def _model(path) -> None:
 
 
 ORT_SESSION_FILE = ".ses"  # onnxruntime's own telemetry id, written to TMPDIR by any session
-CALLS = ["save", "save-external", "to_proto", "session", "optimize", "simplify"]
+CALLS = ["save", "save-external", "to_proto", "session", "optimize", "optimize-read-model",
+         "simplify"]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "removed"])
 @pytest.mark.parametrize("call", CALLS)
 def test_a_damaged_input_is_an_input_error_through_the_api(tmp_path, call, damage):
+    if (call, damage) == ("optimize-read-model", "removed"):
+        pytest.skip("its mapping keeps the removed file's data: the fold reads what was checked")
     _model(tmp_path / "m.onnx")
     out_dir, temp_dir = tmp_path / "out", tmp_path / "tmp"
     out_dir.mkdir()
