@@ -5,8 +5,9 @@ it, and Python cannot turn a signal raised inside a copy into an exception: the 
 A ``pread`` past the new end of the file just comes back short. Code that hands an input's
 bytes to a serializer, a writer or onnxruntime after the fold (``OptimizeResult.save``,
 ``to_proto``, ``Session.run``) reads them through here, so a truncated or removed input is an
-:class:`InputError` there, never a signal. Folding itself reads weights through the mapping
-(``onnxfold.io.mapped``: no copy of weights that are only passed through).
+:class:`InputChanged` (an InputError) there, never a signal. Folding itself reads weights
+through the mapping (``onnxfold.io.mapped``: no copy of weights that are only passed through),
+checking the file's size each time a weight is handed out.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def open_input(path: str, identity: FileIdentity | None) -> int:
 
 
 def read_into(fd: int, out: np.ndarray, offset: int, path: str) -> None:
-    """Fill ``out`` (contiguous) with the bytes of ``fd`` from ``offset``; InputError when the
+    """Fill ``out`` (contiguous) with the bytes of ``fd`` from ``offset``; InputChanged when the
     file ends first."""
     view = out.data.cast("B")
     done = 0

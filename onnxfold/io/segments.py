@@ -223,7 +223,7 @@ def copy_range(source: FileRange, dst_fd: int, dst_offset: int,
         chunk = os.pread(src, min(left, _CHUNK), pos)
         if not chunk:  # the input is shorter than when it was checked
             raise InputChanged(f"{source.path}: {TRUNCATED} (it ends before byte "
-                             f"{source.offset + source.length})")
+                               f"{source.offset + source.length})")
         out += pwrite_all(dst_fd, chunk, out)
         pos += len(chunk)
         left -= len(chunk)
