@@ -28,13 +28,15 @@ class InputChanged(InputError):
     onnxfold reads it): the run stops, no step is to blame (``onnxfold.steps``)."""
 
 
-def open_input(path: str, identity: FileIdentity | None) -> int:
+def open_input(path: str, identity: FileIdentity | None,
+               purpose: str = "cannot open external data") -> int:
     """A read-only descriptor of ``path`` (never through a symlink), which must be the file of
-    ``identity`` when one is given (the file checked at load time, ``onnxfold.io.trust``)."""
+    ``identity`` when one is given (the file checked at load time, ``onnxfold.io.trust``).
+    ``purpose`` starts the message when a resource limit refuses the open."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
     except OSError as e:
-        limit = limit_error(e, f"{path}: cannot open external data")
+        limit = limit_error(e, f"{path}: {purpose}")
         if limit is not None:
             raise limit from None
         raise InputChanged(f"{path}: cannot read external data ({e.strerror})") from None

@@ -197,7 +197,7 @@ class SourceFiles:
 
 
 def _open_source(source: FileRange) -> int:
-    return open_input(source.path, source.identity)
+    return open_input(source.path, source.identity, "cannot open external data to copy it")
 
 
 def copy_range(source: FileRange, dst_fd: int, dst_offset: int,
