@@ -12,7 +12,9 @@ refolds on a change; ``"hash"`` hashes every byte; ``"identity"`` only compares 
 objects' buffers; ``"refuse"`` raises instead of refolding. ``refold()`` forces a new fold,
 ``invalidate()`` drops the cached results. With ``cache_dir`` the folded tensors are stored on
 disk under a key of the model and the full content hash of the runtime-constant feeds, so a new
-process skips the fold. Feeds used only by the fold are not kept after it.
+process skips the fold; the directory is used only if ``onnxfold.io.cache_dirs`` trusts it (the
+user's own, writable by no one else; else no cache and one warning). Feeds used only by the
+fold are not kept after it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from onnxfold.arrays import c_contiguous
 from onnxfold.backends import get_backend
 from onnxfold.dtypes import np_dtype
 from onnxfold.errors import InputError, OnnxfoldError, one_line
+from onnxfold.io.cache_dirs import cache_dir_problem, make_cache_dir, trusted_cache_dir
 from onnxfold.io.feeds import load_arrays
 from onnxfold.io.tempfiles import write_atomic
 from onnxfold.options import FoldOptions
@@ -113,10 +116,12 @@ class Session:
         self.providers = list(providers or ["CPUExecutionProvider"])
         self.sess_options = sess_options
         self.check = check
-        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
-        if self.cache_dir is not None and os.path.lexists(self.cache_dir) and \
-                not os.path.isdir(self.cache_dir):
-            raise InputError(f"{self.cache_dir}: the cache directory is not a directory")
+        self.cache_dir: str | None = None
+        if cache_dir is not None:
+            given = os.path.abspath(cache_dir)  # the caller's current directory, now
+            if os.path.lexists(given) and not os.path.isdir(given):
+                raise InputError(f"{given}: the cache directory is not a directory")
+            self.cache_dir = trusted_cache_dir(given, "Session cache_dir")
         self.backend = get_backend(backend, **(backend_options or {}))
         if self.parts.fold_outputs:  # nothing to fold: entry is the whole model
             try:
@@ -212,7 +217,8 @@ class Session:
     def _cached(self, disk: str | None) -> dict[str, np.ndarray] | None:
         """The folded tensors stored at ``disk`` if they are exactly what the fold gives: the
         same names, dtypes and known dims. Anything else is discarded (and counted)."""
-        if disk is None or not os.path.exists(disk):
+        if disk is None or not os.path.exists(disk) or \
+                cache_dir_problem(os.path.dirname(disk)) is not None:  # changed since checked
             return None
         try:
             stored = load_arrays(disk)
@@ -252,7 +258,10 @@ class Session:
 
     def _store(self, disk: str, folded: dict[str, np.ndarray]) -> None:
         try:
-            os.makedirs(os.path.dirname(disk), exist_ok=True)
+            if not make_cache_dir(os.path.dirname(disk)):
+                self.cache_events.append(f"not stored: {os.path.dirname(disk)} is not a "
+                                         "private directory")
+                return
             # numpy's stub: mypy fears **folded could bind savez's allow_pickle: bool
             write_atomic(disk, lambda f: np.savez(f, **folded))  # type: ignore[arg-type]
         except (OSError, OnnxfoldError) as e:  # a cache that cannot be written is only slower

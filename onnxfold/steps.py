@@ -3,7 +3,8 @@
 ``optimize`` catches :class:`StepFailed`, starts again from the untouched model without that
 step and reports it; ``strict`` (tests, ``--strict``) lets the original error through. A
 resource limit (too many open files, no address space) is no failure of the step: it stops the
-run as a :class:`ResourceLimitError` naming the limit (``onnxfold.limits``).
+run as a :class:`ResourceLimitError` naming the limit (``onnxfold.limits``); nor is an input file
+truncated or removed under the run (``InputChanged``, an InputError).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from onnxfold.errors import ResourceLimitError
+from onnxfold.io.checked import InputChanged
 from onnxfold.limits import limit_error
 
 T = TypeVar("T")
@@ -32,7 +34,7 @@ def contained(step: object, strict: bool, fn: Callable[[], T]) -> T:
     long loop was applying at that moment)."""
     try:
         return fn()
-    except (StepFailed, ResourceLimitError, MemoryError, KeyboardInterrupt):
+    except (StepFailed, ResourceLimitError, InputChanged, MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:
         limit = limit_error(e, str(step))

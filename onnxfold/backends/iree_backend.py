@@ -2,7 +2,9 @@
 
 The ONNX importer runs in-process (MLIR Python bindings); ``iree-compile`` runs as its own
 process, so a compiler crash cannot take the caller down. Compiled modules are cached on disk
-under a key of the model bytes, the flags, the compiler version and the CPU. float64 is kept
+under a key of the model bytes, the flags, the compiler version and the CPU, in a directory that
+``onnxfold.io.cache_dirs`` trusts (absolute, the user's own, writable by no one else; else no
+cache and one warning: a module is native code run in this process). float64 is kept
 (IREE would demote it to float32 by default). A model IREE cannot compile is handed to the
 ``ort`` backend instead of failing; ``routed_to`` says so.
 
@@ -31,7 +33,6 @@ import contextlib
 import hashlib
 import os
 import platform
-import stat
 import sys
 import threading
 
@@ -47,6 +48,12 @@ from onnxfold.backends.iree_rewrites import (
     transpose_before_dequantize,
 )
 from onnxfold.errors import OnnxfoldError
+from onnxfold.io.cache_dirs import (
+    cache_dir_problem,
+    make_cache_dir,
+    trusted_cache_dir,
+    user_cache_home,
+)
 from onnxfold.io.tempfiles import write_atomic
 
 FLAGS = ("--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
@@ -84,22 +91,10 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def private_directory(path: str) -> bool | None:
-    """Whether ``path`` is a directory of this user that no one else can write (None when it
-    does not exist)."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return False
-    owner_ok = not hasattr(os, "getuid") or info.st_uid == os.getuid()
-    return stat.S_ISDIR(info.st_mode) and owner_ok and not info.st_mode & 0o022
-
-
 def default_cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
-    return os.path.join(base, "onnxfold", "iree")
+    """Where compiled modules are kept unless the caller names a directory (used only when
+    ``onnxfold.io.cache_dirs`` trusts it)."""
+    return os.path.join(user_cache_home(), "onnxfold", "iree")
 
 
 def aligned_block(nbytes: int) -> np.ndarray:
@@ -148,7 +143,9 @@ class Backend:
 
     def __init__(self, cache_dir: str | None = None, fallback: str = "ort") -> None:
         self.compiler, self.runtime, self.importer = _require()
-        self.cache_dir = cache_dir or default_cache_dir()
+        # None: no trustworthy directory (one warning said why), every module is compiled
+        self.cache_dir = trusted_cache_dir(os.path.abspath(cache_dir) if cache_dir else
+                                           default_cache_dir(), "IREE module cache")
         self.fallback = fallback
         self.routed_to: str | None = None
         self.route_reason: str | None = None
@@ -196,18 +193,19 @@ class Backend:
                  out_params: bool) -> bytes:
         """The compiled module, from the cache when it can be trusted (a module holds native
         code: only a directory that is the user's own and writable by no one else is used)."""
+        if self.cache_dir is None:
+            return self._build(model, proto, out_params)
         path = os.path.join(self.cache_dir, self._key(data, out_params) + ".vmfb")
-        trusted = private_directory(self.cache_dir)
+        # checked again at each use: the directory may have changed since the backend was made
+        trusted = cache_dir_problem(self.cache_dir) is None
         if trusted and os.path.isfile(path) and not os.path.islink(path):
             self.cache_hit = True
             with open(path, "rb") as f:
                 return f.read()
         vmfb = self._build(model, proto, out_params)
-        if trusted is not False:  # None: the directory does not exist yet
+        if trusted and make_cache_dir(self.cache_dir):
             with contextlib.suppress(OSError, OnnxfoldError):  # an unwritable cache is slower
-                os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
-                if private_directory(self.cache_dir):
-                    write_atomic(path, lambda f: f.write(vmfb))
+                write_atomic(path, lambda f: f.write(vmfb))
         return vmfb
 
     @staticmethod

@@ -16,34 +16,22 @@ import mmap
 import os
 import threading
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.arrays import byte_bounds, memory_owner
 from onnxfold.errors import InputError
+from onnxfold.io.checked import InputChanged, open_input, read_range
 from onnxfold.limits import limit_error
 
 FileIdentity = tuple[int, int]  # (st_dev, st_ino)
 
 _maps: dict[FileIdentity, weakref.ref[mmap.mmap]] = {}
+# id(mapping) -> (the mapping, the file's path, its identity): where a mapped view's bytes are
+_origins: dict[int, tuple[weakref.ref[mmap.mmap], str, FileIdentity]] = {}
 _lock = threading.Lock()
-
-
-def _open_checked(path: str, identity: FileIdentity | None) -> int:
-    """A read-only descriptor of ``path`` (never through a symlink), which must be the file of
-    ``identity`` when one is given."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as e:
-        limit = limit_error(e, f"{path}: cannot open external data")
-        if limit is not None:
-            raise limit from None
-        raise InputError(f"{path}: cannot read external data ({e.strerror})") from None
-    info = os.fstat(fd)
-    if identity is not None and (info.st_dev, info.st_ino) != identity:
-        os.close(fd)
-        raise InputError(f"{path}: external data file was replaced after it was checked")
-    return fd
 
 
 def shared_map(path: str, identity: FileIdentity | None) -> mmap.mmap:
@@ -59,7 +47,7 @@ def shared_map(path: str, identity: FileIdentity | None) -> mmap.mmap:
             shared = ref() if ref is not None else None
             if shared is not None and not shared.closed:
                 return shared
-        fd = _open_checked(path, identity)
+        fd = open_input(path, identity)
         try:
             info = os.fstat(fd)
             key = (info.st_dev, info.st_ino)
@@ -76,6 +64,7 @@ def shared_map(path: str, identity: FileIdentity | None) -> mmap.mmap:
                                      ) from None
                 _forget_dead()
                 _maps[key] = weakref.ref(shared)
+                _origins[id(shared)] = (_maps[key], path, key)
         finally:
             os.close(fd)  # the mapping keeps its own duplicate of the descriptor
         return shared
@@ -84,6 +73,48 @@ def shared_map(path: str, identity: FileIdentity | None) -> mmap.mmap:
 def _forget_dead() -> None:
     for key in [k for k, ref in _maps.items() if ref() is None]:
         del _maps[key]
+    for address in [a for a, (ref, _, _) in _origins.items() if ref() is None]:
+        del _origins[address]
+
+
+def input_origin(arr: np.ndarray) -> tuple[str, FileIdentity, int] | None:
+    """Where ``arr``'s bytes are when it is a view of an input file's shared mapping: the
+    file's path, its identity and the offset of ``arr``'s lowest byte in it; None otherwise
+    (memory of its own, or a mapping of another kind such as the pool's spill files).
+
+    Such a view faults (SIGBUS) when the file is truncated under it: code that must not die
+    then reads these bytes with ``onnxfold.io.checked`` instead.
+    """
+    owner = memory_owner(arr)
+    if not isinstance(owner, mmap.mmap) or owner.closed or arr.size == 0:
+        return None
+    with _lock:
+        origin = _origins.get(id(owner))
+    if origin is None or origin[0]() is not owner:
+        return None
+    base = np.frombuffer(owner, np.uint8, count=1).__array_interface__["data"][0]
+    return origin[1], origin[2], byte_bounds(arr)[0] - base
+
+
+def detached(arr: np.ndarray, scratch: Callable[[int], np.ndarray] | None = None
+             ) -> np.ndarray:
+    """``arr`` itself, or, when it is a view of an input file's mapping, the same array (shape,
+    strides, read-only) over a ``pread`` copy of the bytes it spans: a truncated or removed
+    file is an InputError here, and the copy cannot fault later. ``scratch(n)``, when given,
+    provides the n-byte uint8 buffer to copy into (a writer reuses one: a fresh large buffer
+    page-faults all its pages again)."""
+    origin = input_origin(arr)
+    if origin is None:
+        return arr
+    path, identity, offset = origin
+    low, high = byte_bounds(arr)
+    copy = read_range(path, identity, offset, high - low,
+                      None if scratch is None else scratch(high - low))
+    out: np.ndarray = np.ndarray(arr.shape, arr.dtype, buffer=copy,
+                                 offset=arr.__array_interface__["data"][0] - low,
+                                 strides=arr.strides)
+    out.flags.writeable = False
+    return out
 
 
 def drop_resident_pages() -> None:
@@ -126,13 +157,41 @@ class MappedTensor(ir.ExternalTensor):
         self.identity = identity
 
     def _packed(self) -> np.ndarray:
-        """The tensor's bytes as stored, a uint8 view of the shared mapping."""
+        """The tensor's bytes as stored, a uint8 view of the shared mapping.
+
+        The file's size now (not the mapping's, fixed when it was made) must cover them: a
+        file truncated since it was mapped is an InputError here rather than a bus error at
+        the first read of a page past its new end.
+        """
         shared = shared_map(self.path, self.identity)
-        offset, length = self.offset or 0, self.length or self.nbytes
-        if offset + length > len(shared):
-            raise InputError(f"{self.path}: external data of {self.name!r} ends at byte "
-                             f"{offset + length}, past the end of the file ({len(shared)} B)")
+        offset, length = self._within(shared)
         return np.frombuffer(shared, np.uint8, count=length, offset=offset)
+
+    def _within(self, shared: mmap.mmap) -> tuple[int, int]:
+        """The tensor's (offset, length) in its file, which must still be long enough."""
+        offset, length = self.offset or 0, self.length or self.nbytes
+        try:
+            size = min(len(shared), shared.size())  # size(): fstat of the mapped file
+        except (OSError, ValueError) as e:  # ValueError: the mapping was closed
+            raise InputChanged(f"{self.path}: cannot read external data ({e})") from None
+        if offset + length > size:
+            raise InputChanged(f"{self.path}: external data of {self.name!r} ends at byte "
+                             f"{offset + length}, past the end of the file ({size} B)")
+        return offset, length
+
+    def checked_numpy(self) -> np.ndarray:
+        """The tensor's data in memory of its own, read from the file with ``pread``: a file
+        truncated or removed since it was checked is an InputError, never a bus error (a
+        view of the mapping, :meth:`numpy`, faults when the file shrinks under it)."""
+        self._check_validity()
+        if self.size == 0:
+            return np.empty(self.shape.numpy(), dtype=self.dtype.numpy())
+        packed = read_range(self.path, self.identity, self.offset or 0,
+                            self.length or self.nbytes)
+        if self.dtype.bitwidth < 8:
+            return ir.PackedTensor(packed, self.dtype, shape=self.shape).numpy()
+        dtype = np.dtype(self.dtype.numpy()).newbyteorder("<")
+        return packed.view(dtype).reshape(self.shape.numpy())
 
     def _load(self) -> None:
         self._check_validity()
@@ -147,9 +206,16 @@ class MappedTensor(ir.ExternalTensor):
         self._array = packed.view(dtype).reshape(self.shape.numpy())
 
     def numpy(self) -> np.ndarray:
+        """The data, a view of the shared mapping; the file's size is checked at every call
+        (one ``fstat``), so a weight handed out again after its file shrank is an InputError
+        rather than a bus error when it is read."""
         self._check_validity()
         if self._array is None:
             self._load()
+        elif self._array.size and self.dtype.bitwidth >= 8:  # sub-byte data was unpacked
+            owner = memory_owner(self._array)
+            if isinstance(owner, mmap.mmap):
+                self._within(owner)
         assert self._array is not None
         return self._array
 
@@ -158,10 +224,12 @@ class MappedTensor(ir.ExternalTensor):
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
     def tobytes(self) -> bytes:
+        """The bytes as stored, read with ``pread`` (see :meth:`checked_numpy`)."""
         self._check_validity()
         if self.size == 0:
             return b""
-        return self._packed().tobytes()
+        return read_range(self.path, self.identity, self.offset or 0,
+                          self.length or self.nbytes).tobytes()
 
     def release(self) -> None:
         """Drop this tensor's view (the shared mapping stays while other views use it)."""

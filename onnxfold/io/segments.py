@@ -22,8 +22,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.arrays import copy_c_order, release_pages
-from onnxfold.errors import InputError, OutputError
-from onnxfold.limits import limit_error
+from onnxfold.io.checked import InputChanged, open_input
+from onnxfold.io.mapped import detached, input_origin
+from onnxfold.io.tempfiles import TRUNCATED
 
 _CHUNK = 16 << 20
 PARALLEL_WRITE = 4 << 20  # a segment this big is written in two halves, one per thread
@@ -101,8 +102,10 @@ def write(fd: int, segments: list[Segment]) -> None:
     File ranges are copied through one descriptor per source file, opened once for the whole
     write (a model of 20,000 weights reads them all from one or two files)."""
     scratch = (_Scratch(), _Scratch())
+    copies = _Scratch()  # for views of mapped inputs, each written before the next is read
     with SourceFiles() as sources:
-        for seg in segments:
+        for given in segments:
+            seg = unmapped(given, copies)
             cut = halves(seg) if seg.nbytes >= PARALLEL_WRITE else None
             if cut is None:
                 _write_one(fd, seg, scratch[0], sources)
@@ -114,8 +117,27 @@ def write(fd: int, segments: list[Segment]) -> None:
                     failure = other.exception()  # never leave it writing to a closed descriptor
                 if failure is not None:
                     raise failure
-            if isinstance(seg.data, np.ndarray):
-                release_pages(seg.data)  # a folded view of a mapped weight: its pages are done
+            if isinstance(given.data, np.ndarray):
+                release_pages(given.data)  # a folded view of a mapped weight: its pages are done
+
+
+def unmapped(seg: Segment, scratch: _Scratch | None = None) -> Segment:
+    """``seg``, or, when its array is a view of an input file's mapping (a weight the fold
+    reshaped or transposed without copying), the same bytes read with checked reads: the range
+    of the file when the view is contiguous, else the view over a ``pread`` copy of what it
+    spans (into ``scratch``, reused). A file truncated meanwhile is then an InputError, never
+    a bus error in the copy."""
+    data = seg.data
+    if not isinstance(data, np.ndarray):
+        return seg
+    origin = input_origin(data)
+    if origin is None:
+        return seg
+    if data.flags.c_contiguous and data.dtype.byteorder != ">":
+        path, identity, offset = origin
+        return Segment(seg.offset, FileRange(path, offset, data.nbytes, identity))
+    buffer = None if scratch is None else (lambda n: scratch.array((n,), np.dtype(np.uint8)))
+    return Segment(seg.offset, detached(data, buffer))
 
 
 def _write_one(fd: int, seg: Segment, scratch: _Scratch, sources: SourceFiles) -> None:
@@ -175,18 +197,7 @@ class SourceFiles:
 
 
 def _open_source(source: FileRange) -> int:
-    try:
-        fd = os.open(source.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as e:
-        limit = limit_error(e, f"{source.path}: cannot open external data to copy it")
-        if limit is not None:
-            raise limit from None
-        raise InputError(f"{source.path}: cannot read external data ({e.strerror})") from None
-    info = os.fstat(fd)
-    if source.identity is not None and (info.st_dev, info.st_ino) != source.identity:
-        os.close(fd)
-        raise InputError(f"{source.path}: external data file was replaced after it was checked")
-    return fd
+    return open_input(source.path, source.identity, "cannot open external data to copy it")
 
 
 def copy_range(source: FileRange, dst_fd: int, dst_offset: int,
@@ -210,8 +221,9 @@ def copy_range(source: FileRange, dst_fd: int, dst_offset: int,
         pass
     while left:
         chunk = os.pread(src, min(left, _CHUNK), pos)
-        if not chunk:
-            raise OutputError(f"source data ended early: {source.path}")
+        if not chunk:  # the input is shorter than when it was checked
+            raise InputChanged(f"{source.path}: {TRUNCATED} (it ends before byte "
+                               f"{source.offset + source.length})")
         out += pwrite_all(dst_fd, chunk, out)
         pos += len(chunk)
         left -= len(chunk)

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -24,6 +25,7 @@ from onnxfold.analysis import all_graphs
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
 from onnxfold.io import segments
+from onnxfold.io.mapped import MappedTensor, detached, input_origin
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.publication import fresh_data_path, kill_point, output_lock, superseded_data
@@ -86,20 +88,42 @@ def input_files(model: ir.Model) -> set[str]:
     return files
 
 
+def _checked_data(tensor: ir.TensorProtocol) -> np.ndarray | None:
+    """The data of ``tensor`` read with checked reads (``onnxfold.io.checked``) when it is in
+    an input file (a reference to it, or a folded view of its mapping), else None."""
+    if isinstance(tensor, ir.ExternalTensor):
+        if getattr(tensor, "is_placeholder", False):
+            return None
+        if isinstance(tensor, MappedTensor):
+            return tensor.checked_numpy()
+        return tensor.numpy()  # onnx-ir's own (a caller's model): it reads the file itself
+    raw = tensor.raw if isinstance(tensor, ir.Tensor) else None
+    if isinstance(raw, np.ndarray) and input_origin(raw) is not None:
+        return detached(raw)
+    return None
+
+
 def inline_references(model: ir.Model, streamed: set[ir.Value]
                       ) -> dict[ir.Value, ir.TensorProtocol]:
     """Give every initializer that is not streamed but still refers to the input's files (a
     small tensor, or one in a subgraph) its data, so that the serializer writes the bytes rather
-    than a path that does not exist beside the output; returns the replaced references."""
+    than a path that does not exist beside the output; returns the replaced references.
+
+    Folded views of an input's mapping get a copy too: the serializer would read them through
+    the mapping, which faults if the file was truncated since. The copies are read with
+    ``pread``, so a truncated or removed input is an InputError here.
+    """
     replaced: dict[ir.Value, ir.TensorProtocol] = {}
     for graph in all_graphs(model):
         for value in graph.initializers.values():
             tensor = value.const_value
-            if value in streamed or not isinstance(tensor, ir.ExternalTensor) or \
-                    getattr(tensor, "is_placeholder", False):
+            if value in streamed or tensor is None:
+                continue
+            data = _checked_data(tensor)
+            if data is None:
                 continue
             replaced[value] = tensor
-            value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name,
+            value.const_value = ir.Tensor(data, dtype=tensor.dtype, name=tensor.name,
                                           metadata_props=dict(tensor.metadata_props))
     return replaced
 
