@@ -25,11 +25,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
 from onnxfold.errors import InputError, OutputError
+from onnxfold.io.tempfiles import scratch_directory
 
 EXIT_INTERNAL = 3
 _ORDER = {0: 0, 1: 1, 2: 2, 3: 3}  # worst exit code wins; anything unexpected counts as 3
@@ -176,15 +176,21 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--report: give one model at a time")
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"-j {args.jobs}: must be at least 1")
-    jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
-                summary=args.json)  # the summary may replace no input, data file or output
-    summary = None
-    if args.json:
-        from onnxfold.io.outputs import OutputGuard
+    # the jobs' scratch directory first: without a usable temporary directory nothing is
+    # created, not even the output directory
+    scratch = scratch_directory("onnxfold-batch-")
+    try:
+        jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
+                    summary=args.json)  # the summary may replace no input, data file or output
+        summary = None
+        if args.json:
+            from onnxfold.io.outputs import OutputGuard
 
-        summary = OutputGuard([j.input for j in jobs] + [j.output for j in jobs]).claim(
-            args.json, "JSON summary")
-    outcomes = run_jobs(args, jobs, args.jobs or 1)
+            summary = OutputGuard([j.input for j in jobs] + [j.output for j in jobs]).claim(
+                args.json, "JSON summary")
+        outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     interrupted = len(outcomes) < len(jobs)
     failed = [o for o in outcomes if o.code != 0]
     if failed or interrupted or not args.quiet:
@@ -216,10 +222,12 @@ def worst(codes) -> int:
     return result
 
 
-def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int) -> list[Outcome]:
+def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
+             scratch: str | None = None) -> list[Outcome]:
     """Run ``jobs``, at most ``workers`` processes at once; the outcomes in the jobs' order
-    (only those that finished when interrupted)."""
-    scratch = tempfile.mkdtemp(prefix="onnxfold-batch-")
+    (only those that finished when interrupted). ``scratch``: a directory for the jobs'
+    command lines and results (a new one by default), removed at the end."""
+    scratch = scratch_directory("onnxfold-batch-") if scratch is None else scratch
     running: dict[int, tuple[subprocess.Popen, float]] = {}
     done: dict[int, Outcome] = {}
     pending = list(range(len(jobs)))
