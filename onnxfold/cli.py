@@ -23,6 +23,7 @@ from onnxfold.io.faults import bus_error_exits
 from onnxfold.limits import describe_cause as describe_limit
 from onnxfold.logs import quiet
 from onnxfold.numbers import argument, parse_float, parse_int
+from onnxfold.terminal import printable_streams
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -487,13 +488,21 @@ def main(argv: Sequence[str] | None = None, exiting: bool = False) -> int:
     # the prefill and the writer's copies use; matrix products still run multi-threaded.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    with printable_streams():  # argparse's errors quote what was typed
+        args = parser.parse_args(argv)
     args.collect_after = not exiting
     return run_parsed(args)
 
 
 def run_parsed(args: argparse.Namespace) -> int:
-    """Run a parsed command line; its exit code (errors printed as one line on stderr)."""
+    """Run a parsed command line; its exit code (errors printed as one line on stderr).
+    Everything printed shows control characters escaped (``onnxfold.terminal``): model and
+    file names are not the terminal's to interpret."""
+    with printable_streams():
+        return _run_parsed(args)
+
+
+def _run_parsed(args: argparse.Namespace) -> int:
     debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
     try:
         # onnx-ir's warnings (a string attribute that is not UTF-8, kept byte for byte; device

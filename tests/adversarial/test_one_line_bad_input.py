@@ -11,6 +11,7 @@ NaN cast to int64 used as a shape. The environment cases need a private mount na
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -42,6 +43,32 @@ def add_one(path: Path) -> str:
     return _save(path, [helper.make_node("Add", ["X", "one"], ["Y"], name="add")],
                  [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, "n"])],
                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, "n"])], [one])
+
+
+def nan_shape(path: Path, suffix: str = "") -> str:
+    """Y = Reshape(X, Cast<int64>([NaN, 2])): the cast is foldable, but a NaN cast to int64 is
+    no valid shape, so the node stays (onnxruntime would refuse the folded model). ``suffix``
+    is appended to the graph's, the nodes' and the values' names."""
+    nan = helper.make_tensor("nan" + suffix, TensorProto.FLOAT, [2], [float("nan"), 2.0])
+    return _save(path, [
+        helper.make_node("Cast", ["nan" + suffix], ["shape" + suffix], to=TensorProto.INT64,
+                         name="cast" + suffix),
+        helper.make_node("Reshape", ["X" + suffix, "shape" + suffix], ["Y" + suffix],
+                         name="reshape" + suffix)],
+        [helper.make_tensor_value_info("X" + suffix, TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("Y" + suffix, TensorProto.FLOAT, [2, 2])], [nan],
+        name="g" + suffix)
+
+
+RAW_CONTROLS = ["\x1b", "\x07", "\x9b", "\u202e", "\r"]  # those of ESCAPES
+
+
+def assert_escaped(text: str) -> None:
+    """``text`` (a command's output) shows ESCAPES as escapes, not as the characters."""
+    for char in RAW_CONTROLS:
+        assert char not in text, f"raw {char!r} printed:\n{text!r}"
+    # (an error line joins whitespace: the CR may be a space there)
+    assert "\\x1b]0;owned\\x07\\x1b[31m\\x9b2J\\u202e" in text, text
 
 
 # -- running the command line, in a mount namespace where the case needs one ------------------
@@ -143,6 +170,37 @@ def _full_temp_directory(tmp: Path) -> Run:
     return run
 
 
+def _names_explained(tmp: Path) -> Run:
+    model = nan_shape(tmp / "m.onnx", ESCAPES + "<b>&")
+    return Run(["optimize", model, "-o", str(tmp / "o.onnx"), "--explain",
+                "--json", str(tmp / "r.json"), "--report", str(tmp / "r.html")])
+
+
+def _names_reported(tmp: Path, proc: subprocess.CompletedProcess) -> None:
+    assert_escaped(proc.stdout)
+    assert "rule declined" in proc.stdout and "Reshape" in proc.stdout, proc.stdout
+    report = json.loads((tmp / "r.json").read_text())
+    assert any("cast" + ESCAPES in text for text in _strings(report)), "JSON keeps real names"
+    page = (tmp / "r.html").read_text()
+    assert "<b>&" not in page and "&lt;b&gt;&amp;" in page, "the HTML report escapes HTML"
+
+
+def _strings(value) -> list[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [k, *_strings(v)]]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _name_in_error(tmp: Path) -> Run:
+    model = nan_shape(tmp / ("m" + ESCAPES + ".onnx"), ESCAPES)
+    return Run(["optimize", model, "-o", str(tmp / "o.onnx"), "--input-shape", "Q:3"])
+
+
 CASES: dict[str, Case] = {
     "input-shape beyond int64": Case(_optimize("--input-shape", f"X:2,{HUGE}"),
                                      says=("--input-shape", HUGE)),
@@ -165,7 +223,41 @@ CASES: dict[str, Case] = {
     "full temp directory, batch": Case(_full_temp_directory,
                                        says=("set TMPDIR to a writable directory",),
                                        after=_left_no_directory),
+    "escape sequences in names, --explain": Case(_names_explained, code=0, lines=0,
+                                                 after=_names_reported),
+    "escape sequences in names, error line": Case(
+        _name_in_error, says=("--input-shape Q: no such input",),
+        after=lambda tmp, proc: assert_escaped(proc.stderr)),
+    "escape sequences in a file name": Case(
+        lambda tmp: Run(["inspect", str(tmp / ("m" + ESCAPES + ".onnx"))]), says=("no such",),
+        after=lambda tmp, proc: assert_escaped(proc.stderr)),
+    "NaN cast to int64 used as a shape": Case(
+        lambda tmp: Run(["optimize", nan_shape(tmp / "m.onnx"), "-o", str(tmp / "o.onnx"),
+                         "--explain"]),
+        code=0, lines=0, after=lambda tmp, proc: _kept_with_reason(tmp, proc)),
 }
+
+
+def _kept_with_reason(tmp: Path, proc: subprocess.CompletedProcess) -> None:
+    """The Cast stays (declined with its reason) and the output runs like the input."""
+    assert "is not a valid element of Reshape's shape" in proc.stdout, proc.stdout
+    folded = onnx.load(tmp / "o.onnx")
+    assert [n.op_type for n in folded.graph.node] == ["Cast", "Reshape"]
+
+
+@pytest.mark.parametrize("command", ["inspect", "compare", "optimize"])
+def test_model_names_are_printed_escaped(command: str, tmp_path: Path) -> None:
+    """inspect's and compare's output and optimize's table show the names escaped."""
+    model = nan_shape(tmp_path / ("m" + ESCAPES + ".onnx"), ESCAPES)
+    argv = {"inspect": ["inspect", model], "compare": ["compare", model, model],
+            "optimize": ["optimize", model, "-o", str(tmp_path / ("o" + ESCAPES + ".onnx"))]}
+    proc = run_cli(Run(argv[command]))
+    if command == "compare":  # onnxruntime refuses the NaN shape: the error names the model
+        assert proc.returncode == 2, proc.stderr
+        assert_escaped(proc.stderr)
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert_escaped(proc.stdout)
 
 
 @pytest.mark.parametrize("name", list(CASES))
