@@ -170,6 +170,17 @@ def _full_temp_directory(tmp: Path) -> Run:
     return run
 
 
+def float16_overflow(path: Path) -> str:
+    """Y = X + Cast<float>(h), h float16 with 0x13c00 in its int32_data (onnxruntime: "data
+    overflow")."""
+    h = helper.make_tensor("h", TensorProto.FLOAT16, [2], [0, 0])
+    h.int32_data[:] = [0x13C00, 0x3C00]
+    return _save(path, [helper.make_node("Cast", ["h"], ["f"], to=TensorProto.FLOAT),
+                        helper.make_node("Add", ["X", "f"], ["Y"])],
+                 [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+                 [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])], [h])
+
+
 def _names_explained(tmp: Path) -> Run:
     model = nan_shape(tmp / "m.onnx", ESCAPES + "<b>&")
     return Run(["optimize", model, "-o", str(tmp / "o.onnx"), "--explain",
@@ -231,11 +242,18 @@ CASES: dict[str, Case] = {
     "escape sequences in a file name": Case(
         lambda tmp: Run(["inspect", str(tmp / ("m" + ESCAPES + ".onnx"))]), says=("no such",),
         after=lambda tmp, proc: assert_escaped(proc.stderr)),
+    "float16 int32_data overflow": Case(
+        lambda tmp: Run(["optimize", float16_overflow(tmp / "m.onnx"), "-o", str(tmp / "o.onnx")]),
+        says=("initializer h", "int32_data"), after=lambda tmp, proc: _nothing_written(tmp)),
     "NaN cast to int64 used as a shape": Case(
         lambda tmp: Run(["optimize", nan_shape(tmp / "m.onnx"), "-o", str(tmp / "o.onnx"),
                          "--explain"]),
         code=0, lines=0, after=lambda tmp, proc: _kept_with_reason(tmp, proc)),
 }
+
+
+def _nothing_written(tmp: Path) -> None:
+    assert sorted(os.listdir(tmp)) == ["m.onnx"]
 
 
 def _kept_with_reason(tmp: Path, proc: subprocess.CompletedProcess) -> None:
