@@ -21,7 +21,7 @@ from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
 from onnxfold.limits import describe_cause as describe_limit
-from onnxfold.logs import quiet
+from onnxfold.logs import quiet, quiet_onnxruntime_startup
 from onnxfold.numbers import argument, parse_float, parse_int
 from onnxfold.terminal import printable_streams
 
@@ -504,6 +504,8 @@ def run_parsed(args: argparse.Namespace) -> int:
 
 def _run_parsed(args: argparse.Namespace) -> int:
     debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
+    if not debug:  # stderr is onnxfold's: one line per error (docs/errors.md)
+        quiet_onnxruntime_startup()
     try:
         # onnx-ir's warnings (a string attribute that is not UTF-8, kept byte for byte; device
         # configurations it does not write) are shown, except under -q: nothing on success

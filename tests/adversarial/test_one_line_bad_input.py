@@ -181,6 +181,23 @@ def float16_overflow(path: Path) -> str:
                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])], [h])
 
 
+def _read_only_home(error: bool = False) -> Callable[[Path], Run]:
+    """HOME (and the cache under it) read-only: onnxruntime cannot persist its telemetry device
+    ID there and says so on stderr as it is imported, unless onnxfold keeps that quiet. With
+    ``error``: ``compare`` of a model onnxruntime refuses (an error after that import)."""
+    def build(tmp: Path) -> Run:
+        home = tmp / "home"
+        home.mkdir()
+        if error:
+            model = nan_shape(tmp / "m.onnx")
+            argv = ["compare", model, model]
+        else:
+            argv = ["optimize", add_one(tmp / "m.onnx"), "-o", str(tmp / "o.onnx"), "-q"]
+        return Run(argv, env={"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")},
+                   mounts=read_only(str(home)))
+    return build
+
+
 def _names_explained(tmp: Path) -> Run:
     model = nan_shape(tmp / "m.onnx", ESCAPES + "<b>&")
     return Run(["optimize", model, "-o", str(tmp / "o.onnx"), "--explain",
@@ -245,6 +262,9 @@ CASES: dict[str, Case] = {
     "float16 int32_data overflow": Case(
         lambda tmp: Run(["optimize", float16_overflow(tmp / "m.onnx"), "-o", str(tmp / "o.onnx")]),
         says=("initializer h", "int32_data"), after=lambda tmp, proc: _nothing_written(tmp)),
+    "read-only HOME, -q": Case(_read_only_home(), code=0, lines=0),
+    "read-only HOME, an error": Case(_read_only_home(error=True), says=("onnxruntime",),
+                                     hides=("telemetry",)),
     "NaN cast to int64 used as a shape": Case(
         lambda tmp: Run(["optimize", nan_shape(tmp / "m.onnx"), "-o", str(tmp / "o.onnx"),
                          "--explain"]),
