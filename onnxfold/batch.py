@@ -167,6 +167,24 @@ def _directories(outdir: str, jobs: list[Job]):
         raise
 
 
+def _missing_directory(outdir: str) -> str | None:
+    """The outermost of ``outdir`` and its parents that does not exist yet (the batch will
+    create it), or None."""
+    missing = None
+    directory = os.path.abspath(outdir)
+    while not os.path.lexists(directory):
+        missing, directory = directory, os.path.dirname(directory)
+    return missing
+
+
+def _remove_empty_directories(top: str) -> None:
+    """Remove ``top`` and the directories under it that are empty, deepest first (a directory
+    holding a file stays, with its parents)."""
+    for directory, _, _ in os.walk(top, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
 def run(args: argparse.Namespace) -> int:
     """The batch form of ``optimize``: plan, run the jobs ``args.jobs`` at a time, print the
     table; the worst exit code."""
@@ -179,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
     # the jobs' scratch directory first: without a usable temporary directory nothing is
     # created, not even the output directory
     scratch = scratch_directory("onnxfold-batch-")
+    created = _missing_directory(args.output)
     try:
         jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
                     summary=args.json)  # the summary may replace no input, data file or output
@@ -191,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
         outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if created is not None:  # no output written (every job failed, or stopped early)
+            _remove_empty_directories(created)
     interrupted = len(outcomes) < len(jobs)
     failed = [o for o in outcomes if o.code != 0]
     if failed or interrupted or not args.quiet:

@@ -154,6 +154,13 @@ def _no_temp_directory(*argv: str, batch: bool = False) -> Callable[[Path], Run]
     return build
 
 
+def _unwritable_temp_directory(tmp: Path) -> Run:
+    """``TMPDIR`` an existing directory that is read-only, and no other usable directory."""
+    run = _no_temp_directory(batch=True)(tmp)
+    run.env["TMPDIR"] = str(tmp)  # read-only in the namespace
+    return run
+
+
 def _left_no_directory(tmp: Path, proc: subprocess.CompletedProcess) -> None:
     assert not (tmp / "out/many").exists(), "the batch left its output directory behind"
     assert os.listdir(tmp / "out") == []
@@ -248,6 +255,9 @@ CASES: dict[str, Case] = {
     "no temp directory, batch": Case(_no_temp_directory(batch=True),
                                      says=("set TMPDIR to a writable directory",),
                                      after=_left_no_directory),
+    "unwritable temp directory, batch": Case(_unwritable_temp_directory,
+                                             says=("set TMPDIR to a writable directory",),
+                                             after=_left_no_directory),
     "full temp directory, batch": Case(_full_temp_directory,
                                        says=("set TMPDIR to a writable directory",),
                                        after=_left_no_directory),
