@@ -79,7 +79,12 @@ def _stderr_without(notice: re.Pattern[str]) -> Iterator[None]:
     """Run the block with file descriptor 2 read through a pipe (native code writes there,
     past ``sys.stderr``); afterwards write what came, less the lines matching ``notice``, to
     ``sys.stderr``."""
-    sys.stderr.flush()
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, AttributeError):  # no stderr (closed; sys.stderr None): nothing to keep
+        yield
+        return
     read_end, write_end = os.pipe()
     chunks: list[bytes] = []
 
@@ -89,7 +94,6 @@ def _stderr_without(notice: re.Pattern[str]) -> Iterator[None]:
 
     reader = threading.Thread(target=drain, name="onnxfold-stderr", daemon=True)
     reader.start()
-    saved = os.dup(2)
     os.dup2(write_end, 2)
     os.close(write_end)
     try:
@@ -101,6 +105,6 @@ def _stderr_without(notice: re.Pattern[str]) -> Iterator[None]:
         os.close(read_end)
         text = b"".join(chunks).decode(errors="replace")
         kept = [line for line in text.splitlines(keepends=True) if not notice.search(line)]
-        if kept:
+        if kept and sys.stderr is not None:
             sys.stderr.write("".join(kept))
             sys.stderr.flush()

@@ -76,8 +76,10 @@ def unwrapped(stream: TextIO) -> TextIO:
 def printable_streams() -> Iterator[None]:
     """``sys.stdout`` and ``sys.stderr`` as ``PrintableStream`` while the block runs."""
     saved = sys.stdout, sys.stderr
-    sys.stdout = PrintableStream(unwrapped(saved[0]))  # type: ignore[assignment]
-    sys.stderr = PrintableStream(unwrapped(saved[1]))  # type: ignore[assignment]
+    if saved[0] is not None:  # None: the descriptor was closed when Python started
+        sys.stdout = PrintableStream(unwrapped(saved[0]))  # type: ignore[assignment]
+    if saved[1] is not None:
+        sys.stderr = PrintableStream(unwrapped(saved[1]))  # type: ignore[assignment]
     try:
         yield
     finally:

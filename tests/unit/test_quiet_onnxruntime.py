@@ -31,3 +31,12 @@ def test_the_import_hook_imports_onnxruntime_once() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+def test_no_stderr_at_all(monkeypatch) -> None:
+    """sys.stderr None (descriptor 2 closed at start-up): the block runs, nothing raises."""
+    monkeypatch.setattr(sys, "stderr", None)
+    ran = []
+    with _stderr_without(_ORT_NOTICE):
+        ran.append(True)
+    assert ran == [True]

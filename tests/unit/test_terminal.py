@@ -59,3 +59,14 @@ def test_a_wrapped_stream_is_not_wrapped_twice() -> None:
             assert unwrapped(sys.stdout) is inner
     finally:
         sys.stdout = saved
+
+
+def test_a_closed_stream_stays_none() -> None:
+    """Python sets sys.stderr to None when descriptor 2 was closed at start-up."""
+    saved = sys.stderr
+    sys.stderr = None  # type: ignore[assignment]
+    try:
+        with printable_streams():
+            assert sys.stderr is None
+    finally:
+        sys.stderr = saved
