@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from onnxfold.errors import InputError, OutputError
 from onnxfold.io.tempfiles import scratch_directory
+from onnxfold.terminal import printable
 
 EXIT_INTERNAL = 3
 _ORDER = {0: 0, 1: 1, 2: 2, 3: 3}  # worst exit code wins; anything unexpected counts as 3
@@ -345,13 +346,13 @@ def _remove_temporaries(output: str, pid: int) -> None:
 
 def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
     """The summary: one row per model, then the totals."""
-    names = [o.input for o in outcomes]
+    names = [printable(o.input) for o in outcomes]  # escaped before measuring widths
     width = max([len("model"), *map(len, names)])
     rows = [f"{'model':{width}}  nodes before  nodes after  seconds  status  most changed ops"]
-    for o in outcomes:
+    for o, name in zip(outcomes, names):
         before = "-" if o.nodes_before is None else str(o.nodes_before)
         after = "-" if o.nodes_after is None else str(o.nodes_after)
-        rows.append(f"{o.input:{width}}  {before:>12}  {after:>11}  {o.seconds:>7.2f}  "
+        rows.append(f"{name:{width}}  {before:>12}  {after:>11}  {o.seconds:>7.2f}  "
                     f"{o.status:6}  {_changes(o.ops)}".rstrip())
     counts: dict[str, int] = {}
     for o in outcomes:

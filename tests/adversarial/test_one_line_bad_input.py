@@ -324,3 +324,24 @@ def test_bad_input_is_one_line(name: str, tmp_path: Path) -> None:
         assert word not in proc.stderr + proc.stdout, proc.stderr + proc.stdout
     if case.after is not None:
         case.after(tmp_path, proc)
+
+
+def test_tables_align_escaped_names(tmp_path: Path) -> None:
+    """compare's table measures an output name as it is shown (escaped)."""
+    name = "Y" + ESCAPES
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    model = _save(tmp_path / "m.onnx",
+                  [helper.make_node("Identity", ["one"], ["c"], name="id"),
+                   helper.make_node("Add", ["X", "c"], [name], name="add")],
+                  [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+                  [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])], [one])
+    compared = run_cli(Run(["compare", model, model]))
+    assert compared.returncode == 0, compared.stderr
+    rows = [line for line in compared.stdout.splitlines() if "float32  [2]" in line]
+    assert len(rows) == 1 and rows[0].startswith(printable_name(name)), compared.stdout
+    header = next(line for line in compared.stdout.splitlines() if line.startswith("output"))
+    assert header.index("dtype") == rows[0].index("float32"), compared.stdout
+
+
+def printable_name(name: str) -> str:
+    return name.encode("unicode_escape").decode().replace("\\r", "\\x0d")
