@@ -209,10 +209,12 @@ def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None
 # (int8/16, uint8/16, the packed 4- and 2-bit ones) it accepts and truncates, as numpy (and so
 # onnx-ir) does: those are not refused. A bool is any value but 0 to onnxruntime, the low byte
 # to onnx-ir: normalized to 0/1 where they differ.
-_INT32_DATA_BITS = {ir.DataType.FLOAT16: 16, ir.DataType.BFLOAT16: 16,
-                    ir.DataType.FLOAT8E4M3FN: 8, ir.DataType.FLOAT8E4M3FNUZ: 8,
-                    ir.DataType.FLOAT8E5M2: 8, ir.DataType.FLOAT8E5M2FNUZ: 8,
-                    ir.DataType.FLOAT8E8M0: 8, ir.DataType.FLOAT4E2M1: 8}
+_INT32_DATA_BITS = {  # (the newer types only where the installed onnx-ir knows them)
+    getattr(ir.DataType, name): bits
+    for name, bits in (("FLOAT16", 16), ("BFLOAT16", 16), ("FLOAT8E4M3FN", 8),
+                       ("FLOAT8E4M3FNUZ", 8), ("FLOAT8E5M2", 8), ("FLOAT8E5M2FNUZ", 8),
+                       ("FLOAT8E8M0", 8), ("FLOAT4E2M1", 8))
+    if hasattr(ir.DataType, name)}
 
 
 def _check_int32_data(proto: object, dtype: ir.DataType, model_path: str, what: str) -> None:
