@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import sys
-import threading
 import types
 from collections.abc import Iterator, Sequence
 
@@ -76,34 +75,32 @@ class _QuietLoader(importlib.abc.Loader):
 
 @contextlib.contextmanager
 def _stderr_without(notice: re.Pattern[str]) -> Iterator[None]:
-    """Run the block with file descriptor 2 read through a pipe (native code writes there,
-    past ``sys.stderr``); afterwards write what came, less the lines matching ``notice``, to
-    ``sys.stderr``."""
+    """Run the block with file descriptor 2 (where native code writes, past ``sys.stderr``)
+    pointing at an anonymous in-memory file; afterwards write what came, less the lines
+    matching ``notice``, to ``sys.stderr``. No thread and no temporary directory: this runs
+    as onnxruntime is imported, possibly under a tight ``ulimit -v`` or with no usable TMPDIR.
+    Where the in-memory file is unavailable (not Linux), nothing is filtered."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, AttributeError):  # no stderr (closed; sys.stderr None): nothing to keep
         yield
         return
-    read_end, write_end = os.pipe()
-    chunks: list[bytes] = []
-
-    def drain() -> None:
-        while chunk := os.read(read_end, 1 << 16):
-            chunks.append(chunk)
-
-    reader = threading.Thread(target=drain, name="onnxfold-stderr", daemon=True)
-    reader.start()
-    os.dup2(write_end, 2)
-    os.close(write_end)
+    try:
+        capture = os.memfd_create("onnxfold-stderr", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        os.close(saved)
+        yield
+        return
+    os.dup2(capture, 2)
     try:
         yield
     finally:
-        os.dup2(saved, 2)  # the pipe's last write end closes: the reader sees its end
+        os.dup2(saved, 2)
         os.close(saved)
-        reader.join()
-        os.close(read_end)
-        text = b"".join(chunks).decode(errors="replace")
+        size = os.lseek(capture, 0, os.SEEK_END)
+        text = os.pread(capture, size, 0).decode(errors="replace")
+        os.close(capture)
         kept = [line for line in text.splitlines(keepends=True) if not notice.search(line)]
         if kept and sys.stderr is not None:
             sys.stderr.write("".join(kept))
