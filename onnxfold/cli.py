@@ -383,7 +383,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="onnxfold", description="ONNX constant folding.", parents=[common],
         epilog="exit codes: 0 ok, 1 a check or comparison failed, 2 bad input, 3 internal error")
-    parser.set_defaults(debug=False)
     parser.add_argument("--version", action="version", version=f"onnxfold {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -503,7 +502,9 @@ def run_parsed(args: argparse.Namespace) -> int:
 
 
 def _run_parsed(args: argparse.Namespace) -> int:
-    debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
+    # (no parser default for --debug: one would be the subcommands' too, the action being
+    # shared through ``parents``, and undo a --debug given before the subcommand)
+    debug = getattr(args, "debug", False) or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
     if not debug:  # stderr is onnxfold's: one line per error (docs/errors.md)
         quiet_onnxruntime_startup()
     try:
