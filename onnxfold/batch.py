@@ -25,11 +25,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
 from onnxfold.errors import InputError, OutputError
+from onnxfold.io.tempfiles import scratch_directory
+from onnxfold.terminal import printable
 
 EXIT_INTERNAL = 3
 _ORDER = {0: 0, 1: 1, 2: 2, 3: 3}  # worst exit code wins; anything unexpected counts as 3
@@ -167,6 +168,24 @@ def _directories(outdir: str, jobs: list[Job]):
         raise
 
 
+def _missing_directory(outdir: str) -> str | None:
+    """The outermost of ``outdir`` and its parents that does not exist yet (the batch will
+    create it), or None."""
+    missing = None
+    directory = os.path.abspath(outdir)
+    while not os.path.lexists(directory):
+        missing, directory = directory, os.path.dirname(directory)
+    return missing
+
+
+def _remove_empty_directories(top: str) -> None:
+    """Remove ``top`` and the directories under it that are empty, deepest first (a directory
+    holding a file stays, with its parents)."""
+    for directory, _, _ in os.walk(top, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
 def run(args: argparse.Namespace) -> int:
     """The batch form of ``optimize``: plan, run the jobs ``args.jobs`` at a time, print the
     table; the worst exit code."""
@@ -176,15 +195,24 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--report: give one model at a time")
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"-j {args.jobs}: must be at least 1")
-    jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
-                summary=args.json)  # the summary may replace no input, data file or output
-    summary = None
-    if args.json:
-        from onnxfold.io.outputs import OutputGuard
+    # the jobs' scratch directory first: without a usable temporary directory nothing is
+    # created, not even the output directory
+    scratch = scratch_directory("onnxfold-batch-")
+    created = _missing_directory(args.output)
+    try:
+        jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
+                    summary=args.json)  # the summary may replace no input, data file or output
+        summary = None
+        if args.json:
+            from onnxfold.io.outputs import OutputGuard
 
-        summary = OutputGuard([j.input for j in jobs] + [j.output for j in jobs]).claim(
-            args.json, "JSON summary")
-    outcomes = run_jobs(args, jobs, args.jobs or 1)
+            summary = OutputGuard([j.input for j in jobs] + [j.output for j in jobs]).claim(
+                args.json, "JSON summary")
+        outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if created is not None:  # no output written (every job failed, or stopped early)
+            _remove_empty_directories(created)
     interrupted = len(outcomes) < len(jobs)
     failed = [o for o in outcomes if o.code != 0]
     if failed or interrupted or not args.quiet:
@@ -216,10 +244,12 @@ def worst(codes) -> int:
     return result
 
 
-def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int) -> list[Outcome]:
+def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
+             scratch: str | None = None) -> list[Outcome]:
     """Run ``jobs``, at most ``workers`` processes at once; the outcomes in the jobs' order
-    (only those that finished when interrupted)."""
-    scratch = tempfile.mkdtemp(prefix="onnxfold-batch-")
+    (only those that finished when interrupted). ``scratch``: a directory for the jobs'
+    command lines and results (a new one by default), removed at the end."""
+    scratch = scratch_directory("onnxfold-batch-") if scratch is None else scratch
     running: dict[int, tuple[subprocess.Popen, float]] = {}
     done: dict[int, Outcome] = {}
     pending = list(range(len(jobs)))
@@ -316,13 +346,13 @@ def _remove_temporaries(output: str, pid: int) -> None:
 
 def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
     """The summary: one row per model, then the totals."""
-    names = [o.input for o in outcomes]
+    names = [printable(o.input) for o in outcomes]  # escaped before measuring widths
     width = max([len("model"), *map(len, names)])
     rows = [f"{'model':{width}}  nodes before  nodes after  seconds  status  most changed ops"]
-    for o in outcomes:
+    for o, name in zip(outcomes, names):
         before = "-" if o.nodes_before is None else str(o.nodes_before)
         after = "-" if o.nodes_after is None else str(o.nodes_after)
-        rows.append(f"{o.input:{width}}  {before:>12}  {after:>11}  {o.seconds:>7.2f}  "
+        rows.append(f"{name:{width}}  {before:>12}  {after:>11}  {o.seconds:>7.2f}  "
                     f"{o.status:6}  {_changes(o.ops)}".rstrip())
     counts: dict[str, int] = {}
     for o in outcomes:

@@ -21,8 +21,9 @@ from onnxfold.collector import long_lived
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
 from onnxfold.limits import describe_cause as describe_limit
-from onnxfold.logs import as_warnings, quiet
+from onnxfold.logs import as_warnings, quiet, quiet_onnxruntime_startup
 from onnxfold.numbers import argument, parse_float, parse_int
+from onnxfold.terminal import printable_streams
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -380,7 +381,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="onnxfold", description="ONNX constant folding.", parents=[common],
         epilog="exit codes: 0 ok, 1 a check or comparison failed, 2 bad input, 3 internal error")
-    parser.set_defaults(debug=False)
     parser.add_argument("--version", action="version", version=f"onnxfold {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -485,14 +485,26 @@ def main(argv: Sequence[str] | None = None, exiting: bool = False) -> int:
     # the prefill and the writer's copies use; matrix products still run multi-threaded.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    with printable_streams():  # argparse's errors quote what was typed
+        args = parser.parse_args(argv)
     args.collect_after = not exiting
     return run_parsed(args)
 
 
 def run_parsed(args: argparse.Namespace) -> int:
-    """Run a parsed command line; its exit code (errors printed as one line on stderr)."""
-    debug = args.debug or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
+    """Run a parsed command line; its exit code (errors printed as one line on stderr).
+    Everything printed shows control characters escaped (``onnxfold.terminal``): model and
+    file names are not the terminal's to interpret."""
+    with printable_streams():
+        return _run_parsed(args)
+
+
+def _run_parsed(args: argparse.Namespace) -> int:
+    # (no parser default for --debug: one would be the subcommands' too, the action being
+    # shared through ``parents``, and undo a --debug given before the subcommand)
+    debug = getattr(args, "debug", False) or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
+    if not debug:  # stderr is onnxfold's: one line per error (docs/errors.md)
+        quiet_onnxruntime_startup()
     try:
         # onnx-ir's warnings (a string attribute that is not UTF-8, kept byte for byte; device
         # configurations it does not write) are shown, except under -q: nothing on success

@@ -21,6 +21,7 @@ from onnxfold.analysis import is_default_op
 from onnxfold.dim_relations import is_named
 from onnxfold.errors import InputError, one_line
 from onnxfold.numbers import flag_value
+from onnxfold.terminal import printable
 from onnxfold.tolerance import allowed, ulp
 from onnxfold.tolerance import for_dtype as tolerance_for
 
@@ -134,7 +135,7 @@ class CompareResult:
             shape = _shape(r.shape_a) if r.shapes_equal else \
                 f"{_shape(r.shape_a)}/{_shape(r.shape_b)}"
             ulps = "-" if r.max_ulps is None else f"{r.max_ulps:.3g}"
-            table.append([r.name, dtype, shape, f"{r.max_abs_diff:.3g}",
+            table.append([printable(r.name), dtype, shape, f"{r.max_abs_diff:.3g}",
                           f"{r.max_rel_diff:.3g}", ulps, f"{r.mismatches}/{r.elements}",
                           "yes" if r.bitwise_equal else "no", r.tolerance,
                           "yes" if r.ok else "NO"])

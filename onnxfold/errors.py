@@ -13,6 +13,11 @@ class OutputError(OnnxfoldError):
     """The output cannot be written; nothing was written."""
 
 
+class NoTempDirectoryError(OnnxfoldError):
+    """No usable temporary directory (``TMPDIR`` and the system's defaults are missing,
+    unwritable or full): a matter of the environment, reported as bad input (exit 2)."""
+
+
 def one_line(e: BaseException, limit: int = 500) -> str:
     """An exception's message on one line (whitespace runs joined), at most ``limit`` chars;
     its type's name when it has no message."""

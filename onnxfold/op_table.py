@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from onnxfold.terminal import printable
+
 
 @dataclass(frozen=True)
 class OpRow:
@@ -35,11 +37,12 @@ def op_rows(before: Mapping[str, int], after: Mapping[str, int]) -> list[OpRow]:
 def format_table(rows: list[OpRow]) -> str:
     """The rows as aligned text, with a ``total`` row."""
     total = OpRow("total", sum(r.before for r in rows), sum(r.after for r in rows))
-    width = max([len("op"), len(total.op), *(len(r.op) for r in rows)])
+    names = [printable(r.op) for r in rows] + [total.op]  # escaped before measuring widths
+    width = max([len("op"), *map(len, names)])
     lines = [f"{'op':{width}}  {'before':>6}  {'after':>6}  {'delta':>6}"]
-    for row in [*rows, total]:
+    for row, name in zip([*rows, total], names):
         if row is total:
             lines.append("-" * len(lines[0]))
         delta = f"{row.delta:+d}" if row.delta else "0"
-        lines.append(f"{row.op:{width}}  {row.before:>6}  {row.after:>6}  {delta:>6}")
+        lines.append(f"{name:{width}}  {row.before:>6}  {row.after:>6}  {delta:>6}")
     return "\n".join(lines)

@@ -143,13 +143,12 @@ class BufferPool:
             self._spill(key)
 
     def _spill(self, key: Hashable) -> None:
-        import tempfile
-
         from onnxfold.io.segments import pwrite_all
+        from onnxfold.io.tempfiles import scratch_file
 
         entry = self._entries[key]
         array = entry.array
-        fd, path = tempfile.mkstemp(prefix="onnxfold-spill-", suffix=".bin", dir=self.spill_dir)
+        fd, path = scratch_file("onnxfold-spill-", ".bin", self.spill_dir)
         try:  # reserve the blocks now: a full disk is an error here, never SIGBUS later
             if hasattr(os, "posix_fallocate") and array.nbytes:
                 os.posix_fallocate(fd, 0, array.nbytes)

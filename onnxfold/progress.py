@@ -16,6 +16,8 @@ import threading
 import time
 from typing import TextIO
 
+from onnxfold.terminal import unwrapped
+
 DEFAULT_AFTER = 2.0
 AFTER_ENV = "ONNXFOLD_PROGRESS_AFTER"
 INTERVAL = 0.5
@@ -34,7 +36,8 @@ class TerminalProgress:
     """A :class:`onnxfold.phases.PhaseListener` drawing the current phase on ``stream``."""
 
     def __init__(self, stream: TextIO | None = None, after: float | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
+        # its own control sequences redraw the line: written past the escaping of sys.stderr
+        self.stream = stream if stream is not None else unwrapped(sys.stderr)
         self.after = progress_after() if after is None else after
         self.start = time.monotonic()
         self._lock = threading.Lock()

@@ -40,7 +40,7 @@ from onnxfold.dtypes import np_dtype
 from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.io.cache_dirs import cache_dir_problem, make_cache_dir, trusted_cache_dir
 from onnxfold.io.feeds import load_arrays
-from onnxfold.io.tempfiles import write_atomic
+from onnxfold.io.tempfiles import no_temp_directory, write_atomic
 from onnxfold.options import FoldOptions
 
 CHECKS = ("fingerprint", "hash", "identity", "refuse")
@@ -131,7 +131,10 @@ class Session:
             except Exception as e:  # the backend's compiler or runtime refuses the fold model
                 raise InputError(f"backend {backend} cannot prepare the runtime fold: "
                                  f"{one_line(e, 300)}") from None
-        self._tmp = tempfile.TemporaryDirectory(prefix="onnxfold-session-")
+        try:
+            self._tmp = tempfile.TemporaryDirectory(prefix="onnxfold-session-")
+        except OSError as e:
+            raise no_temp_directory(e) from None
         self._entry_path = os.path.join(self._tmp.name, "entry.onnx")
         self._entry_layout: dict | None = None
         graph = self.parts.entry.graph

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from typing import cast
 
 import numpy as np
@@ -19,6 +18,7 @@ import onnx_ir as ir
 
 from onnxfold.arrays import c_contiguous
 from onnxfold.backends.base import BackendUnavailable
+from onnxfold.io.tempfiles import scratch_directory
 
 IMAGE = os.environ.get("ONNXFOLD_ONNX_MLIR_IMAGE", "onnxfold/onnx-mlir")
 
@@ -50,7 +50,7 @@ class Backend:
         if reason:
             raise BackendUnavailable(reason)
         self.native = shutil.which("onnx-mlir") is not None
-        self.workdir = tempfile.mkdtemp(prefix="onnxfold-onnx-mlir-")
+        self.workdir = scratch_directory("onnxfold-onnx-mlir-")
 
     def prepare(self, model: ir.Model) -> None:
         path = os.path.join(self.workdir, "fold.onnx")

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO
 
-from onnxfold.errors import InputError, OutputError
+from onnxfold.errors import InputError, NoTempDirectoryError, OutputError
 
 NAME_MAX = 255
 STALE_AGE = 600.0  # seconds a dead run's temporary file stays untouched before it is removed
@@ -91,6 +91,42 @@ def _remove_unheld_locks(directory: str) -> int:
             finally:
                 os.close(fd)
     return removed
+
+
+def scratch_directory(prefix: str) -> str:
+    """A new private directory under the system's temporary directory (``TMPDIR``, else
+    ``/tmp``, ``/var/tmp``, ``/usr/tmp``, else the current directory, as ``tempfile`` picks);
+    the caller removes it. Where none of them is writable (or the chosen one is full), a
+    ``NoTempDirectoryError`` (one line, exit 2) says to set ``TMPDIR``."""
+    try:
+        return tempfile.mkdtemp(prefix=prefix)
+    except OSError as e:
+        raise no_temp_directory(e) from None
+
+
+def scratch_file(prefix: str, suffix: str, directory: str | None = None) -> tuple[int, str]:
+    """``tempfile.mkstemp`` in ``directory`` (default: the system's temporary directory), with
+    no usable directory reported as ``scratch_directory`` does."""
+    try:
+        return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+    except OSError as e:
+        if directory is not None:
+            raise OutputError(f"{directory}: cannot create a temporary file here "
+                              f"({e.strerror or e})") from None
+        raise no_temp_directory(e) from None
+
+
+def no_temp_directory(error: OSError) -> NoTempDirectoryError:
+    """The one-line error for a temporary directory that cannot be used."""
+    if isinstance(error, FileNotFoundError) and "No usable temporary directory" in str(error):
+        tried = [os.environ.get("TMPDIR")] if os.environ.get("TMPDIR") else []
+        where = f"TMPDIR={tried[0]}, /tmp, /var/tmp" if tried else "/tmp, /var/tmp"
+        return NoTempDirectoryError(f"no usable temporary directory (tried {where} and the "
+                                    "current directory); set TMPDIR to a writable directory")
+    where = tempfile.gettempdir() if tempfile.tempdir else "the temporary directory"
+    return NoTempDirectoryError(f"{where}: cannot create a temporary file or directory "
+                                f"({error.strerror or error}); set TMPDIR to a writable "
+                                "directory")
 
 
 def write_failed(path: str, error: OSError) -> InputError | OutputError:

@@ -194,6 +194,7 @@ def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None
             raise InputError(f"{model_path}: {what}: raw_data has {len(raw)} B, its shape and "
                              f"dtype need {needed} B")
         return
+    _check_int32_data(proto, tensor.dtype, model_path, what)
     try:
         arr = tensor.numpy()
     except Exception as e:  # onnx-ir raises several types on malformed typed fields
@@ -201,6 +202,41 @@ def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None
                          f"({type(e).__name__})") from None
     if tuple(arr.shape) != tuple(tensor.shape.numpy()):
         raise InputError(f"{model_path}: {what}: data does not match its shape")
+
+
+# Types stored bit pattern by bit pattern in int32_data, and the patterns' range: onnxruntime
+# refuses a model with a value outside it ("data overflow"). Integer types narrower than int32
+# (int8/16, uint8/16, the packed 4- and 2-bit ones) it accepts and truncates, as numpy (and so
+# onnx-ir) does: those are not refused. A bool is any value but 0 to onnxruntime, the low byte
+# to onnx-ir: normalized to 0/1 where they differ.
+_INT32_DATA_BITS = {  # (the newer types only where the installed onnx-ir knows them)
+    getattr(ir.DataType, name): bits
+    for name, bits in (("FLOAT16", 16), ("BFLOAT16", 16), ("FLOAT8E4M3FN", 8),
+                       ("FLOAT8E4M3FNUZ", 8), ("FLOAT8E5M2", 8), ("FLOAT8E5M2FNUZ", 8),
+                       ("FLOAT8E8M0", 8), ("FLOAT4E2M1", 8))
+    if hasattr(ir.DataType, name)}
+
+
+def _check_int32_data(proto: object, dtype: ir.DataType, model_path: str, what: str) -> None:
+    """Refuse a float16/bfloat16/float8/float4 tensor whose ``int32_data`` holds a value
+    outside its bit patterns, as onnxruntime does when it loads the model; read a bool's
+    values as onnxruntime does."""
+    if not isinstance(proto, onnx.TensorProto) or not proto.int32_data:
+        return
+    if dtype == ir.DataType.BOOL:
+        values = np.asarray(proto.int32_data, dtype=np.int64)
+        if ((values != 0) & (values != 1)).any():  # read before numpy() caches anything
+            proto.int32_data[:] = (values != 0).astype(np.int32).tolist()
+        return
+    bits = _INT32_DATA_BITS.get(dtype)
+    if bits is None:
+        return
+    values = np.asarray(proto.int32_data, dtype=np.int64)
+    bad = values[(values < 0) | (values >= 1 << bits)]
+    if bad.size:
+        raise InputError(f"{model_path}: {what}: {dtype.name.lower()} value {int(bad[0])} in "
+                         f"int32_data is not a {bits}-bit pattern (onnxruntime refuses the "
+                         "model: data overflow)")
 
 
 def check_tensor_data(model: ir.Model, model_path: str) -> set[str]:
