@@ -112,7 +112,8 @@ def _run_child(directory: str, timeout: float) -> None:
     """Start the child on ``directory``, let it run ``timeout`` seconds once its session is
     built, kill it after; FallbackError unless it ended normally."""
     with open(os.path.join(directory, "stderr"), "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold.fallback_child", directory],
+        proc = subprocess.Popen([sys.executable, "-m", "onnxfold.fallback_child", directory,
+                                 str(os.getpid())],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
     assert proc.stdout is not None  # stdout=PIPE
     try:
@@ -120,6 +121,7 @@ def _run_child(directory: str, timeout: float) -> None:
         if not readable:
             raise FallbackError(f"onnxruntime did not start within {STARTUP_SECONDS:g} s",
                                 DeclineKind.SIZE)
+        _remove_inputs(directory)  # read or mapped by now: a kill from outside leaves less
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -139,6 +141,15 @@ def _run_child(directory: str, timeout: float) -> None:
                             f"onnxruntime's process exited with {proc.returncode}")
 
 
+def _remove_inputs(directory: str) -> None:
+    """Delete the model and the arrays written for the child (it has read or mapped them)."""
+    for name in os.listdir(directory):
+        if name in ("model.onnx", "manifest.json") or (
+                name.startswith(("h", "i")) and name.endswith(".npy")):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+
+
 def _load_arrays(directory: str, entries: list[dict]) -> tuple[list[str], list]:
     names, values = [], []
     for entry in entries:
@@ -156,11 +167,14 @@ def _load_arrays(directory: str, entries: list[dict]) -> tuple[list[str], list]:
     return names, values
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (elsewhere: nothing)."""
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (elsewhere: nothing); exit now
+    if the parent (process ``parent``) is already gone."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _child(directory: str) -> dict:
@@ -200,8 +214,8 @@ def _child(directory: str) -> dict:
     return {"outputs": names}
 
 
-def main(directory: str) -> None:
-    _die_with_parent()
+def main(directory: str, parent: int) -> None:
+    _die_with_parent(parent)
     result = _child(directory)
     with open(os.path.join(directory, "result.json"), "w") as f:
         json.dump(result, f)
@@ -210,4 +224,4 @@ def main(directory: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]))

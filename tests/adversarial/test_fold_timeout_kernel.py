@@ -75,3 +75,32 @@ def test_a_kernel_within_the_fold_timeout_still_folds_in_a_child(tmp_path):
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)[0]
     got = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(None, feed)[0]
     assert got.tobytes() == want.tobytes()
+
+
+def test_the_kernels_process_dies_with_a_killed_run(tmp_path):
+    """A run killed from outside (SIGKILL: no handler runs) leaves no onnxruntime process
+    computing on: the child asked Linux to kill it with its parent."""
+    model = slow_conv_model(str(tmp_path / "slow.onnx"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    run = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", model, "-o",
+                            tmp_path / "out.onnx", "--fold-timeout", "600"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "TMPDIR": str(scratch)})
+    deadline = time.monotonic() + 30
+    child = f"onnxfold.fallback_child {scratch}"  # its command line names its directory
+    while not (processes_mentioning(child) and _running_kernel(scratch)):
+        assert time.monotonic() < deadline and run.poll() is None, "no fallback child started"
+        time.sleep(0.1)
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 10
+    while processes_mentioning(str(scratch)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_mentioning(str(scratch)) == []
+
+
+def _running_kernel(scratch) -> bool:
+    """Whether a fallback child has built its session (its inputs are removed then)."""
+    return any(name.startswith("onnxfold-fallback-") and not os.path.exists(
+        os.path.join(scratch, name, "model.onnx")) for name in os.listdir(scratch))
