@@ -39,8 +39,9 @@ from onnxfold.fallback_session import FallbackError, Wanted, first_line, run_ses
 
 MIN_FLOPS = 1e9  # below this a kernel takes well under a second: never worth a child
 # The slowest rate assumed of an expensive kernel (a ConvTranspose, a Conv with a large kernel,
-# one core of a loaded machine): a batch goes to a child once it could take a quarter of the
-# timeout at that rate.
+# one core of a loaded machine): a batch goes to a child once it could take half the timeout
+# at that rate. One that stays runs at most that long past the timeout (onnxruntime stops it
+# after the kernel), and the common, cheap folds pay nothing.
 SLOW_FLOPS_PER_SECOND = 1e9
 STARTUP_SECONDS = 120.0  # for the child to start Python, import onnxruntime, build the session
 READY = b"ready\n"
@@ -49,7 +50,7 @@ SMALL_BYTES = 1 << 20  # arrays read into memory rather than mapped
 
 def worth_a_child(flops: float, timeout: float) -> bool:
     """Whether a batch of ``flops`` estimated operations runs in a child under ``timeout``."""
-    return flops >= max(MIN_FLOPS, timeout * SLOW_FLOPS_PER_SECOND / 4)
+    return flops >= max(MIN_FLOPS, timeout * SLOW_FLOPS_PER_SECOND / 2)
 
 
 def run_in_child(model: bytes, handed: Mapping[str, np.ndarray],
