@@ -375,12 +375,14 @@ def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
     """The summary: one row per model, then the totals."""
     names = [o.input for o in outcomes]
     width = max([len("model"), *map(len, names)])
-    rows = [f"{'model':{width}}  nodes before  nodes after  seconds  status  most changed ops"]
+    status_width = max([len("status"), *(len(o.status) for o in outcomes)])
+    rows = [f"{'model':{width}}  nodes before  nodes after  seconds  {'status':{status_width}}  "
+            "most changed ops"]
     for o in outcomes:
         before = "-" if o.nodes_before is None else str(o.nodes_before)
         after = "-" if o.nodes_after is None else str(o.nodes_after)
         rows.append(f"{o.input:{width}}  {before:>12}  {after:>11}  {o.seconds:>7.2f}  "
-                    f"{o.status:6}  {_changes(o.ops)}".rstrip())
+                    f"{o.status:{status_width}}  {_changes(o.ops)}".rstrip())
     counts: dict[str, int] = {}
     for o in outcomes:
         key = "crashed" if o.status.startswith("crashed") else o.status
