@@ -20,6 +20,7 @@ common case, run here at no extra cost.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import cast
@@ -31,7 +32,7 @@ import onnx_ir as ir
 from onnxfold.analysis import captured_values, external_inputs, static_shape
 from onnxfold.arrays import c_contiguous
 from onnxfold.declines import Decline, DeclineKind, Reason
-from onnxfold.fallback_child import run_in_child, worth_a_child
+from onnxfold.fallback_child import ChildUnavailable, run_in_child, worth_a_child
 from onnxfold.fallback_session import (
     FallbackError,
     Wanted,
@@ -126,8 +127,9 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
               if v not in embedded and v not in handed}
     handed_arrays = {cast(str, v.name): feeds[v] for v in handed}
     if timeout is not None and _to_child(nodes, feeds, wanted, timeout):
-        return run_in_child(model.SerializeToString(), handed_arrays, inputs, outputs, room,
-                            contrib, timeout)
+        with contextlib.suppress(ChildUnavailable):  # then here, stopped between kernels
+            return run_in_child(model.SerializeToString(), handed_arrays, inputs, outputs,
+                                room, contrib, timeout)
     return _run_here(model, handed_arrays, inputs, outputs, room, contrib, timeout)
 
 

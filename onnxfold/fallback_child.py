@@ -53,36 +53,50 @@ def worth_a_child(flops: float, timeout: float) -> bool:
     return flops >= max(MIN_FLOPS, timeout * SLOW_FLOPS_PER_SECOND / 2)
 
 
+class ChildUnavailable(Exception):  # noqa: N818 - a situation, not an error of the batch
+    """No child process can be started here (no temporary directory, a full disk, no Python
+    executable to run): the caller runs the batch in its own process instead."""
+
+
 def run_in_child(model: bytes, handed: Mapping[str, np.ndarray],
                  inputs: Mapping[str, np.ndarray], outputs: Sequence[Wanted],
                  room: int | None, contrib: bool, timeout: float) -> list[np.ndarray]:
     """Run the batch ``model`` (its ``handed`` initializers given as external initializers,
     ``inputs`` fed) in a child process; the ``outputs``' arrays. Raises FallbackError when it
-    fails, dies, or runs longer than ``timeout`` seconds (then it is killed)."""
-    directory = tempfile.mkdtemp(prefix="onnxfold-fallback-")
+    fails, dies, or runs longer than ``timeout`` seconds (then it is killed), and
+    ChildUnavailable when it cannot be started."""
     try:
-        with open(os.path.join(directory, "model.onnx"), "wb") as f:
-            f.write(model)
-        manifest = {"handed": _save_arrays(directory, "h", handed),
-                    "inputs": _save_arrays(directory, "i", inputs),
-                    "outputs": [asdict(w) for w in outputs], "room": room, "contrib": contrib}
-        with open(os.path.join(directory, "manifest.json"), "w") as f:
-            json.dump(manifest, f)
-        _run_child(directory, timeout)
-        with open(os.path.join(directory, "result.json")) as f:
-            result = json.load(f)
-        if "error" in result:
-            raise FallbackError(result["error"], DeclineKind[result["kind"]])
-        arrays = []
-        for spec, name in zip(outputs, result["outputs"]):
-            arr = np.load(os.path.join(directory, name), allow_pickle=False)
-            if spec.raw_only and spec.elem_type is not None:
-                arr = arr.view(_numpy_dtype(spec.elem_type))
-            arrays.append(arr)
-        return arrays
+        directory = tempfile.mkdtemp(prefix="onnxfold-fallback-")
     except OSError as e:
-        raise FallbackError(f"cannot run onnxruntime in a child process ({e.strerror or e})"
-                            ) from None
+        raise ChildUnavailable(e.strerror or str(e)) from None
+    try:
+        try:
+            with open(os.path.join(directory, "model.onnx"), "wb") as f:
+                f.write(model)
+            manifest = {"handed": _save_arrays(directory, "h", handed),
+                        "inputs": _save_arrays(directory, "i", inputs),
+                        "outputs": [asdict(w) for w in outputs], "room": room,
+                        "contrib": contrib}
+            with open(os.path.join(directory, "manifest.json"), "w") as f:
+                json.dump(manifest, f)
+        except OSError as e:
+            raise ChildUnavailable(e.strerror or str(e)) from None
+        _run_child(directory, timeout)
+        try:
+            with open(os.path.join(directory, "result.json")) as f:
+                result = json.load(f)
+            if "error" in result:
+                raise FallbackError(result["error"], DeclineKind[result["kind"]])
+            arrays = []
+            for spec, name in zip(outputs, result["outputs"]):
+                arr = np.load(os.path.join(directory, name), allow_pickle=False)
+                if spec.raw_only and spec.elem_type is not None:
+                    arr = arr.view(_numpy_dtype(spec.elem_type))
+                arrays.append(arr)
+        except (OSError, ValueError, KeyError) as e:
+            raise FallbackError(f"cannot read the results of onnxruntime's process ({e})"
+                                ) from None
+        return arrays
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -113,9 +127,15 @@ def _run_child(directory: str, timeout: float) -> None:
     """Start the child on ``directory``, let it run ``timeout`` seconds once its session is
     built, kill it after; FallbackError unless it ended normally."""
     with open(os.path.join(directory, "stderr"), "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold.fallback_child", directory,
-                                 str(os.getpid())],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+        if not sys.executable:
+            raise ChildUnavailable("no Python executable (sys.executable is empty)")
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "onnxfold.fallback_child",
+                                     directory, str(os.getpid())],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=err)
+        except OSError as e:
+            raise ChildUnavailable(e.strerror or str(e)) from None
     assert proc.stdout is not None  # stdout=PIPE
     try:
         readable, _, _ = select.select([proc.stdout], [], [], STARTUP_SECONDS + timeout)

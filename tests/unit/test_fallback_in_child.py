@@ -4,6 +4,8 @@ the same bits as in the folding process; cheap ones stay in the process; the cos
 
 from __future__ import annotations
 
+import tempfile
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -115,3 +117,16 @@ def test_the_cost_of_matrix_products_and_recurrent_layers():
     add = ir.Node("", "Add", [a, b])
     add.outputs[0].name = "s"
     assert node_flops(add, shape_of({"a": (10,), "b": (10,), "s": (10,)})) == 30
+
+
+def test_without_a_temporary_directory_the_batch_runs_in_the_process(monkeypatch, tmp_path):
+    """No place for the child's files: the batch still folds, here (stopped between kernels
+    only), rather than being declined."""
+    node, feeds, w = _conv(48, 64, 15)
+    here = _run(node, feeds, w, timeout=None)
+    spy = _Spy()
+    monkeypatch.setattr(fallback, "run_in_child", spy)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    result = _run(node, feeds, w, timeout=4.0)
+    assert spy.calls == 1
+    assert result.tobytes() == here.tobytes()
