@@ -263,7 +263,7 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int) -> list[Ou
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
             _signal_group(proc, signal.SIGKILL)  # its fallback children, if any are left
-            _remove_temporaries(jobs[index].output, proc.pid)
+            _remove_leftovers(jobs[index].output, proc.pid)
     finally:
         signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -317,11 +317,7 @@ def _remove_job_directory(scratch: str, index: int) -> None:
 def _timed_out(job: Job, proc: subprocess.Popen, seconds: float, limit: float, scratch: str,
                index: int) -> Outcome:
     """The outcome of a job killed at ``--job-timeout``; what it left is removed."""
-    from onnxfold.io.publication import lock_path
-    from onnxfold.io.tempfiles import remove_unheld_lock
-
-    _remove_temporaries(job.output, proc.pid)
-    remove_unheld_lock(lock_path(os.path.abspath(job.output)))
+    _remove_leftovers(job.output, proc.pid)
     _remove_job_directory(scratch, index)
     outcome = _outcome(job, proc, seconds, scratch, index)
     outcome.code, outcome.status = EXIT_INTERNAL, "timed out"
@@ -362,6 +358,17 @@ def _outcome(job: Job, proc: subprocess.Popen, seconds: float, scratch: str,
         outcome.code, outcome.status = EXIT_INTERNAL, "internal error"
         outcome.message = "onnxfold: internal error: the job wrote no report"
     return outcome
+
+
+def _remove_leftovers(output: str, pid: int) -> None:
+    """What a job killed from here (process ``pid``) left beside its output: its temporary
+    files, and the output's lock file once no process holds it (the kernel released the
+    killed job's lock)."""
+    from onnxfold.io.publication import lock_path
+    from onnxfold.io.tempfiles import remove_unheld_lock
+
+    _remove_temporaries(output, pid)
+    remove_unheld_lock(lock_path(os.path.abspath(output)))
 
 
 def _remove_temporaries(output: str, pid: int) -> None:

@@ -91,3 +91,32 @@ def test_job_timeout_bad_values_are_one_line(tmp_path):
     assert proc.stderr == ("onnxfold: error: --job-timeout: applies to batches (several models, "
                            "or -o DIR/)\n")
     assert not os.path.exists(tmp_path / "o.onnx")
+
+
+def test_a_stopped_batch_stops_its_jobs_and_their_children(tmp_path):
+    """Each job leads its own process group, out of reach of the terminal's Ctrl-C: SIGTERM
+    (or Ctrl-C) of the batch must stop the jobs and their onnxruntime children itself."""
+    models = tmp_path / "models"
+    models.mkdir()
+    slow_conv_model(str(models / "slow.onnx"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    out = tmp_path / "out"
+    batch = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", models / "slow.onnx",
+                              "-o", f"{out}/", "--fold-timeout", "600"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(scratch)})
+    deadline = time.monotonic() + 30
+    while not processes_mentioning(f"onnxfold.fallback_child {scratch}"):
+        assert time.monotonic() < deadline and batch.poll() is None, "no fallback child"
+        time.sleep(0.1)
+    batch.terminate()
+    _, stderr = batch.communicate(timeout=TIMEOUT)
+    assert batch.returncode == 130, stderr
+    assert "interrupted" in stderr
+    deadline = time.monotonic() + 10
+    while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_mentioning(str(tmp_path)) == []
+    assert os.listdir(scratch) == []
+    assert _leftovers(out) == []
