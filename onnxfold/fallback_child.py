@@ -133,7 +133,7 @@ def _run_child(directory: str, timeout: float) -> None:
             proc = subprocess.Popen([sys.executable, "-m", "onnxfold.fallback_child",
                                      directory, str(os.getpid())],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=err)
+                                    stderr=err, env=_child_environment())
         except OSError as e:
             raise ChildUnavailable(e.strerror or str(e)) from None
     assert proc.stdout is not None  # stdout=PIPE
@@ -160,6 +160,16 @@ def _run_child(directory: str, timeout: float) -> None:
             lines = [line.strip() for line in f if line.strip()]
         raise FallbackError(lines[-1][:300] if lines else
                             f"onnxruntime's process exited with {proc.returncode}")
+
+
+def _child_environment() -> dict[str, str]:
+    """This process's environment, with the directory this ``onnxfold`` was imported from
+    first on ``PYTHONPATH``: the child imports the same onnxfold even when it was found
+    through a ``sys.path`` entry that a script added."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    current = os.environ.get("PYTHONPATH")
+    return {**os.environ,
+            "PYTHONPATH": package_root + (os.pathsep + current if current else "")}
 
 
 def _remove_inputs(directory: str) -> None:
