@@ -26,6 +26,7 @@ import os
 import select
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -164,9 +165,13 @@ def _run_child(directory: str, timeout: float) -> None:
 
 def _child_environment() -> dict[str, str]:
     """This process's environment, with the directory this ``onnxfold`` was imported from
-    first on ``PYTHONPATH``: the child imports the same onnxfold even when it was found
-    through a ``sys.path`` entry that a script added."""
+    first on ``PYTHONPATH`` unless it is a site-packages directory: the child imports the same
+    onnxfold even when it was found through a ``sys.path`` entry that a script added."""
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    installed = {os.path.abspath(p) for p in (*site.getsitepackages(),
+                                              site.getusersitepackages())}
+    if package_root in installed:  # found there by any interpreter (and not put before the
+        return dict(os.environ)    # standard library, as a PYTHONPATH entry would be)
     current = os.environ.get("PYTHONPATH")
     return {**os.environ,
             "PYTHONPATH": package_root + (os.pathsep + current if current else "")}
