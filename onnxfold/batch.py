@@ -8,6 +8,17 @@ job that dies leaves its temporary files removed. The table printed at the end g
 model, the node counts, the seconds and the status; the exit code is the worst status
 (internal error 3 > bad input 2 > check failed 1 > ok 0).
 
+``--job-timeout SECONDS`` (no limit by default: a big model may fold for long) bounds each
+job: a job still running after that long is killed with its whole process group (each job is
+the leader of its own session, so the onnxruntime child processes of ``onnxfold.fallback_child``
+die with it), reported as "timed out" (exit code 3: the job did not finish, as after a crash),
+and the other jobs go on. What a killed job leaves is removed: its temporary files beside the
+output (named by its PID), its output's lock file once no process holds it (the kernel released
+the ``flock`` at its death), and its private temporary directory (each job runs with ``TMPDIR``
+set to a directory of the batch's own, where its spill and fallback files go). The output itself
+is published by one rename (``onnxfold.io.publication``): a killed job leaves the old output or
+none, never a partial one.
+
 Everything that can be known without reading a model is checked before the first job starts:
 two inputs whose outputs would have the same name (``a/m.onnx`` and ``b/m.onnx``), an output
 over an input, an output directory that is an input's directory.
@@ -246,9 +257,11 @@ def worst(codes) -> int:
 
 def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
              scratch: str | None = None) -> list[Outcome]:
-    """Run ``jobs``, at most ``workers`` processes at once; the outcomes in the jobs' order
-    (only those that finished when interrupted). ``scratch``: a directory for the jobs'
-    command lines and results (a new one by default), removed at the end."""
+    """Run ``jobs``, at most ``workers`` processes at once, each killed after
+    ``args.job_timeout`` seconds (when set); the outcomes in the jobs' order (only those that
+    finished when interrupted). ``scratch``: a directory for the jobs' command lines, results
+    and temporary directories (a new one by default), removed at the end."""
+    limit: float | None = getattr(args, "job_timeout", None)
     scratch = scratch_directory("onnxfold-batch-") if scratch is None else scratch
     running: dict[int, tuple[subprocess.Popen, float]] = {}
     done: dict[int, Outcome] = {}
@@ -261,20 +274,26 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
                 running[index] = (_start(args, jobs[index], scratch, index), time.monotonic())
             time.sleep(0.02)
             for index, (proc, started) in list(running.items()):
-                if proc.poll() is not None:
+                elapsed = time.monotonic() - started
+                if proc.poll() is None and limit is not None and elapsed > limit:
+                    _stop(proc, signal.SIGKILL)
                     del running[index]
-                    done[index] = _outcome(jobs[index], proc, time.monotonic() - started,
-                                           scratch, index)
+                    done[index] = _timed_out(jobs[index], proc, elapsed, limit, scratch, index)
+                elif proc.returncode is not None:
+                    del running[index]
+                    done[index] = _outcome(jobs[index], proc, elapsed, scratch, index)
+                    _remove_job_directory(scratch, index)
     except (KeyboardInterrupt, Terminated):
         for proc, _ in running.values():
-            proc.terminate()
+            _signal_group(proc, signal.SIGTERM)
         for index, (proc, _) in running.items():
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _signal_group(proc, signal.SIGKILL)
                 proc.wait()
-            _remove_temporaries(jobs[index].output, proc.pid)
+            _signal_group(proc, signal.SIGKILL)  # its fallback children, if any are left
+            _remove_leftovers(jobs[index].output, proc.pid)
     finally:
         signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -290,17 +309,51 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 def _start(args: argparse.Namespace, job: Job, scratch: str, index: int) -> subprocess.Popen:
+    """Start the job's process: the leader of a new session (so that it can be killed with
+    every process it starts), with its own temporary directory inside ``scratch``."""
     one = copy.copy(args)
     one.input, one.output = job.input, job.output
     one.json = os.path.join(scratch, f"{index}.json")
     one.quiet, one.explain, one.report = True, False, None
     one.replaces = ()
+    one.job_timeout = None
     with open(os.path.join(scratch, f"{index}.args"), "wb") as f:
         pickle.dump(one, f)
+    private = os.path.join(scratch, f"{index}.tmp")
+    os.mkdir(private, 0o700)
     with open(os.path.join(scratch, f"{index}.err"), "wb") as err:
         return subprocess.Popen([sys.executable, "-m", "onnxfold.batch",
                                  os.path.join(scratch, f"{index}.args")],
-                                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                env={**os.environ, "TMPDIR": private}, start_new_session=True)
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    """Send ``signum`` to the job's process group (the job and the processes it started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
+
+
+def _stop(proc: subprocess.Popen, signum: int) -> None:
+    """Kill the job's process group and reap the job."""
+    _signal_group(proc, signum)
+    proc.wait()
+
+
+def _remove_job_directory(scratch: str, index: int) -> None:
+    shutil.rmtree(os.path.join(scratch, f"{index}.tmp"), ignore_errors=True)
+
+
+def _timed_out(job: Job, proc: subprocess.Popen, seconds: float, limit: float, scratch: str,
+               index: int) -> Outcome:
+    """The outcome of a job killed at ``--job-timeout``; what it left is removed."""
+    _remove_leftovers(job.output, proc.pid)
+    _remove_job_directory(scratch, index)
+    outcome = _outcome(job, proc, seconds, scratch, index)
+    outcome.code, outcome.status = EXIT_INTERNAL, "timed out"
+    outcome.message = (f"onnxfold: error: {job.input}: still running after {limit:g} s "
+                       "(--job-timeout): stopped; nothing was written")
+    return outcome
 
 
 _STATUS = {0: "ok", 1: "check failed", 2: "bad input", 3: "internal error"}
@@ -337,6 +390,17 @@ def _outcome(job: Job, proc: subprocess.Popen, seconds: float, scratch: str,
     return outcome
 
 
+def _remove_leftovers(output: str, pid: int) -> None:
+    """What a job killed from here (process ``pid``) left beside its output: its temporary
+    files, and the output's lock file once no process holds it (the kernel released the
+    killed job's lock)."""
+    from onnxfold.io.publication import lock_path
+    from onnxfold.io.tempfiles import remove_unheld_lock
+
+    _remove_temporaries(output, pid)
+    remove_unheld_lock(lock_path(os.path.abspath(output)))
+
+
 def _remove_temporaries(output: str, pid: int) -> None:
     """Delete the temporary files a dead job (process ``pid``) left beside its output."""
     from onnxfold.io.tempfiles import remove_own
@@ -348,12 +412,14 @@ def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
     """The summary: one row per model, then the totals."""
     names = [printable(o.input) for o in outcomes]  # escaped before measuring widths
     width = max([len("model"), *map(len, names)])
-    rows = [f"{'model':{width}}  nodes before  nodes after  seconds  status  most changed ops"]
+    status_width = max([len("status"), *(len(o.status) for o in outcomes)])
+    rows = [f"{'model':{width}}  nodes before  nodes after  seconds  {'status':{status_width}}  "
+            "most changed ops"]
     for o, name in zip(outcomes, names):
         before = "-" if o.nodes_before is None else str(o.nodes_before)
         after = "-" if o.nodes_after is None else str(o.nodes_after)
         rows.append(f"{name:{width}}  {before:>12}  {after:>11}  {o.seconds:>7.2f}  "
-                    f"{o.status:6}  {_changes(o.ops)}".rstrip())
+                    f"{o.status:{status_width}}  {_changes(o.ops)}".rstrip())
     counts: dict[str, int] = {}
     for o in outcomes:
         key = "crashed" if o.status.startswith("crashed") else o.status

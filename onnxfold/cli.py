@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from onnxfold.collector import long_lived
-from onnxfold.errors import OnnxfoldError, one_line
+from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
 from onnxfold.limits import describe_cause as describe_limit
 from onnxfold.logs import as_warnings, quiet, quiet_onnxruntime_startup
@@ -48,6 +48,7 @@ class _OneLineParser(argparse.ArgumentParser):
 COUNT = argument(parse_int, minimum=0)  # a number of things, 0 allowed
 POSITIVE = argument(parse_int, minimum=1)
 NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
+JOB_SECONDS = argument(parse_float, minimum=1.0)  # below that, Python has not even started
 
 
 def _add_fold_options(p: argparse.ArgumentParser) -> None:
@@ -72,6 +73,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
         if batch.is_batch(args.input, args.output):
             return batch.run(args)
+        if args.job_timeout is not None:
+            raise InputError("--job-timeout: applies to batches (several models, or -o DIR/)")
         args.input = args.input[0]
     args.replaces = _in_place(args.input, args.output)
     guard = OutputGuard([args.input], args.replaces)
@@ -396,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "several)")
     p.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
                    help="with several models: optimize N at a time (default 1)")
+    p.add_argument("--job-timeout", type=JOB_SECONDS, default=None, metavar="SECONDS",
+                   help="with several models: kill a model's job still running after this "
+                        "long; it is reported as timed out (exit 3), the others go on "
+                        "(default: no limit)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="with a directory as input: also the .onnx files in its subdirectories "
                         "(written to the same relative paths under -o)")

@@ -11,11 +11,16 @@ inputs. It matters to the bits: onnxruntime prepacks a constant operand of a Mat
 Conv and its prepacked kernel sums in another order (a [128,768]x[768,768] MatMul differs in
 86,862 of its 98,304 values, a few ulps each), so a fold is bitwise what the original computes
 only if each operand is constant where, and only where, it is constant in the original.
+
+``--fold-timeout`` bounds each session's run. onnxruntime stops a run only between kernels,
+so a batch whose estimated cost (``onnxfold.fold_cost``) could approach the timeout runs in a
+child process that is killed at the timeout (``onnxfold.fallback_child``); the others, the
+common case, run here at no extra cost.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import cast
@@ -27,6 +32,19 @@ import onnx_ir as ir
 from onnxfold.analysis import captured_values, external_inputs, static_shape
 from onnxfold.arrays import c_contiguous
 from onnxfold.declines import Decline, DeclineKind, Reason
+from onnxfold.fallback_child import ChildUnavailable, run_in_child, worth_a_child
+from onnxfold.fallback_session import (
+    FallbackError,
+    Wanted,
+    describe_output,
+    first_line,
+    raw_only,
+    run_session,
+    to_ort,
+)
+from onnxfold.fold_cost import batch_flops
+
+__all__ = ["EMBED_BYTES", "PREPACKING_OPS", "FallbackError", "run_batch", "run_nodes"]
 
 # Small feeds become initializers of the batch model: onnxruntime's shape inference then sees
 # their values (a Scan body's Unsqueeze axes captured from the outer graph, a Reshape target),
@@ -39,31 +57,6 @@ PREPACKING_OPS = frozenset({
     "MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", "GRU", "RNN", "MatMulInteger",
     "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
     "FusedMatMul", "FusedGemm", "FusedConv", "Attention", "QAttention", "MatMulNBits"})
-
-
-class FallbackError(Exception):
-    """onnxruntime could not build or run the batch (message: its first line)."""
-
-    def __init__(self, detail: str, kind: DeclineKind = DeclineKind.RUNTIME_ERROR) -> None:
-        super().__init__(detail)
-        self.reason = Reason(kind, detail)
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
-
-
-def _to_ort(arr: np.ndarray):
-    import onnxruntime as ort
-
-    from onnxfold.dtypes import onnx_type
-
-    if arr.dtype.kind == "V" or "bfloat16" in arr.dtype.name or "float8" in arr.dtype.name:
-        raw = c_contiguous(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
-    return ort.OrtValue.ortvalue_from_numpy(c_contiguous(arr))
-
 
 
 Outcome = tuple[ir.Node, "dict[ir.Value, np.ndarray] | Reason | None", int]
@@ -120,18 +113,48 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     others inputs, except small ones that no prepacking kernel reads (embedded: onnxruntime's
     shape inference then sees their values).
 
-    A run longer than ``timeout`` seconds is terminated (onnxruntime's ``RunOptions``) and
-    raises FallbackError; so does a batch whose outputs, as onnxruntime declares them once the
-    session exists, would take more than ``room`` bytes (see ``_check_declared_sizes``).
+    A run longer than ``timeout`` seconds is stopped and raises FallbackError: in the process
+    by onnxruntime's ``RunOptions`` (read between kernels), or, for a batch whose estimated
+    cost could approach the timeout (``onnxfold.fold_cost``), by killing the child process it
+    runs in (``onnxfold.fallback_child``). So does a batch whose outputs, as onnxruntime
+    declares them once the session exists, would take more than ``room`` bytes (see
+    ``fallback_session.check_declared_sizes``).
     """
-    import onnxruntime as ort
+    model, embedded, handed = _batch_model(nodes, feeds, wanted, opsets, ir_version, stored)
+    outputs = [describe_output(v, static_shape(v)) for v in wanted]
+    contrib = any(n.domain not in ("", "ai.onnx") for n in nodes)
+    inputs = {cast(str, v.name): a for v, a in feeds.items()
+              if v not in embedded and v not in handed}
+    handed_arrays = {cast(str, v.name): feeds[v] for v in handed}
+    if timeout is not None and _to_child(nodes, feeds, wanted, timeout):
+        with contextlib.suppress(ChildUnavailable):  # then here, stopped between kernels
+            return run_in_child(model.SerializeToString(), handed_arrays, inputs, outputs,
+                                room, contrib, timeout)
+    return _run_here(model, handed_arrays, inputs, outputs, room, contrib, timeout)
 
+
+def _to_child(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
+              wanted: Sequence[ir.Value], timeout: float) -> bool:
+    """Whether the batch runs in a child process: expensive enough, and no strings (which
+    ``.npy`` files do not hold without pickling)."""
+    if any(a.dtype.kind in "OSU" for a in feeds.values()) or any(
+            v.dtype is None or v.dtype == ir.DataType.STRING for v in wanted):
+        return False
+    return worth_a_child(batch_flops(nodes, feeds), timeout)
+
+
+def _batch_model(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
+                 wanted: Sequence[ir.Value], opsets: dict[str, int], ir_version: int,
+                 stored: Collection[ir.Value]
+                 ) -> tuple[onnx.ModelProto, set[ir.Value], list[ir.Value]]:
+    """The batch model, the feeds embedded in it and those handed over as initializers (the
+    rest are its inputs)."""
     from onnxfold.dtypes import onnx_type
 
     graph = onnx.GraphProto(name="onnxfold_fallback")
     graph.node.extend(ir.serde.serialize_node(n) for n in nodes)
     members = set(nodes)
-    embedded = {v for v, arr in feeds.items() if arr.nbytes <= EMBED_BYTES and not _raw_only(v)
+    embedded = {v for v, arr in feeds.items() if arr.nbytes <= EMBED_BYTES and not raw_only(v)
                 and arr.dtype.kind not in "OSUV" and (v in stored or not any(
                     u in members and u.op_type in PREPACKING_OPS for u, _ in v.uses()))}
     handed = [v for v in feeds if v in stored and v not in embedded and
@@ -149,19 +172,26 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     model = onnx.helper.make_model(
         graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
     model.ir_version = max(ir_version, 7)
+    return model, embedded, handed
+
+
+def _run_here(model: onnx.ModelProto, handed: dict[str, np.ndarray],
+              inputs: dict[str, np.ndarray], outputs: Sequence[Wanted], room: int | None,
+              contrib: bool, timeout: float | None) -> list[np.ndarray]:
+    """Run the batch ``model`` in this process, stopped (between kernels) after ``timeout``."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
-    handed_values = [_to_ort(feeds[v]) for v in handed]  # alive as long as the session
+    handed_values = [to_ort(a) for a in handed.values()]  # alive as long as the session
     if handed:
-        options.add_external_initializers([v.name for v in handed], handed_values)
+        options.add_external_initializers(list(handed), handed_values)
+    stopped = f"exceeded --fold-timeout ({timeout or 0:g} s): onnxruntime was stopped"
     try:
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-        if room is not None:
-            _check_declared_sizes(session, nodes, room, wanted)
-        feed = {v.name: _to_ort(a) for v, a in feeds.items()
-                if v not in embedded and v not in handed}
+        feed = {name: to_ort(a) for name, a in inputs.items()}
         run_options = ort.RunOptions()
         run_options.log_severity_level = 4
         timer = None
@@ -170,28 +200,19 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
             timer.daemon = True
             timer.start()
         try:
-            if any(_raw_only(v) for v in wanted):
-                return _run_into_buffers(session, feed, wanted, run_options)
-            results = session.run_with_ort_values([v.name for v in wanted], feed, run_options)
+            arrays = run_session(session, feed, outputs, run_options, room, contrib)
         finally:
             if timer is not None:
                 timer.cancel()
         if run_options.terminate:
-            raise FallbackError(f"stopped after {timeout:g} s (--fold-timeout)", DeclineKind.SIZE)
+            raise FallbackError(stopped, DeclineKind.SIZE)
     except FallbackError:
         raise
     except Exception as e:  # onnxruntime raises several unrelated exception types
         if timeout is not None and "terminate" in str(e).lower():
-            raise FallbackError(f"stopped after {timeout:g} s (--fold-timeout)",
-                                DeclineKind.SIZE) from None
-        raise FallbackError(_first_line(e)) from None
-    out = []
-    for value, res in zip(wanted, results):
-        if not res.is_tensor():
-            raise FallbackError(f"output {value.name} is not a tensor",
-                                DeclineKind.UNSUPPORTED_TYPE)
-        out.append(_from_ort(res))
-    return out
+            raise FallbackError(stopped, DeclineKind.SIZE) from None
+        raise FallbackError(first_line(e)) from None
+    return arrays
 
 
 def _external_placeholder(name: str | None, arr: np.ndarray) -> onnx.TensorProto:
@@ -202,75 +223,3 @@ def _external_placeholder(name: str | None, arr: np.ndarray) -> onnx.TensorProto
                               data_location=onnx.TensorProto.EXTERNAL)
     tensor.external_data.add(key="location", value=f"onnxfold-handed-{name}")
     return tensor
-
-
-def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int,
-                          wanted: Sequence[ir.Value]) -> None:
-    """FallbackError (size) unless the outputs onnxruntime's session declares fit ``room``
-    bytes. Outputs of unknown size are let through for default-domain ops (onnx's inference
-    sized them before, when it could) but not for other domains' ops (contrib ops), which
-    nothing else sizes. onnxruntime declares an output it cannot shape with no dims, as a
-    scalar: only a value known to be a scalar is counted as one."""
-    total, unknown = 0, False
-    for out, value in zip(session.get_outputs(), wanted):
-        dims = out.shape
-        itemsize = _ORT_ITEMSIZE.get(out.type)
-        if dims == [] and static_shape(value) != ():
-            unknown = True
-            continue
-        if itemsize is None or dims is None or not all(isinstance(d, int) for d in dims):
-            unknown = True
-            continue
-        total += math.prod(dims) * itemsize
-    if total > room:
-        raise FallbackError(f"outputs of {total} B would exceed the pool budget's {room} B left",
-                            DeclineKind.SIZE)
-    if unknown and any(n.domain not in ("", "ai.onnx") for n in nodes):
-        raise FallbackError("a contrib op's output size is unknown before it runs",
-                            DeclineKind.SIZE)
-
-
-_ORT_ITEMSIZE = {f"tensor({name})": size for name, size in (
-    ("float", 4), ("double", 8), ("float16", 2), ("bfloat16", 2), ("int8", 1), ("uint8", 1),
-    ("int16", 2), ("uint16", 2), ("int32", 4), ("uint32", 4), ("int64", 8), ("uint64", 8),
-    ("bool", 1), ("float8e4m3fn", 1), ("float8e4m3fnuz", 1), ("float8e5m2", 1),
-    ("float8e5m2fnuz", 1))}
-
-
-def _raw_only(value: ir.Value) -> bool:
-    """onnxruntime's Python API cannot hand these (bfloat16, float8) over as numpy arrays."""
-    if value.dtype is None or value.dtype in (ir.DataType.STRING,):
-        return False
-    dtype = value.dtype.numpy()
-    return dtype.kind == "V" or "bfloat16" in dtype.name or "float8" in dtype.name
-
-
-def _run_into_buffers(session, feed: dict, wanted: Sequence[ir.Value], run_options
-                      ) -> list[np.ndarray]:
-    """Run with every output bound to a numpy buffer of its statically known shape."""
-    import onnxruntime as ort
-
-    binding = session.io_binding()
-    for name, value in feed.items():
-        binding.bind_ortvalue_input(name, value)
-    out = []
-    for value in wanted:
-        elem_type = cast(ir.DataType, value.dtype)  # unchecked: can be None (see #15)
-        shape = static_shape(value)
-        if shape is None:
-            raise FallbackError(f"{elem_type.name} output {value.name} of unknown shape",
-                                DeclineKind.UNSUPPORTED_TYPE)
-        dtype = elem_type.numpy()
-        buffer = np.empty(shape, np.dtype(f"u{dtype.itemsize}"))
-        binding.bind_ortvalue_output(value.name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-            buffer, int(elem_type)))
-        out.append(buffer.view(dtype))
-    session.run_with_iobinding(binding, run_options)
-    return out
-
-
-def _from_ort(res) -> np.ndarray:
-    try:
-        return res.numpy()
-    except Exception as e:
-        raise FallbackError(f"cannot read an onnxruntime result: {_first_line(e)}") from None

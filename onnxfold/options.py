@@ -101,7 +101,8 @@ class FoldOptions:
         "the process may use, the host's RAM or its memory cgroup's limit, at most 4G)",
         type=SIZE))
     fold_timeout: float | None = _opt(30.0, Flag(
-        "--fold-timeout", "stop an onnxruntime fallback fold running longer than this",
+        "--fold-timeout", "stop an onnxruntime fallback fold running longer than this (one "
+        "that could take long runs in a child process, killed then; the nodes stay unfolded)",
         type=NON_NEGATIVE, metavar="SECONDS"))
     input_shapes: tuple[str, ...] = _opt((), Flag(
         "--input-shape", "fix an input's shape before folding (an int fixes a dim, '?' keeps "

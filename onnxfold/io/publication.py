@@ -14,7 +14,9 @@ beside it, removed on release) so that a second run neither picks the same names
 the data the first is publishing.
 
 ``ONNXFOLD_TEST_KILL_AT`` (test-only): the name of a publication step (``STEPS``) at which the
-process kills itself with SIGKILL, so that tests can check what a kill there leaves.
+process kills itself with SIGKILL, so that tests can check what a kill there leaves;
+``ONNXFOLD_TEST_HANG_AT``: a step at which it sleeps (holding the output's lock) until killed
+from outside, as a batch's ``--job-timeout`` does.
 """
 
 from __future__ import annotations
@@ -25,20 +27,26 @@ import os
 import re
 import secrets
 import signal
+import time
 from collections.abc import Iterator
 
 from onnxfold.errors import OutputError
 from onnxfold.io.tempfiles import LOCK_SUFFIX
 
 KILL_AT_ENV = "ONNXFOLD_TEST_KILL_AT"
+HANG_AT_ENV = "ONNXFOLD_TEST_HANG_AT"
 STEPS = ("data-rename", "model-rename", "old-data-removal")
 HELD_LOCKS: set[str] = set()  # lock files this process holds (a fatal-signal handler removes them)
 
 
 def kill_point(step: str) -> None:
-    """SIGKILL this process if the test-only ``ONNXFOLD_TEST_KILL_AT`` names ``step``."""
+    """SIGKILL this process if the test-only ``ONNXFOLD_TEST_KILL_AT`` names ``step``; sleep
+    until killed if ``ONNXFOLD_TEST_HANG_AT`` does."""
     if os.environ.get(KILL_AT_ENV) == step:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(HANG_AT_ENV) == step:
+        while True:
+            time.sleep(3600)
 
 
 def lock_path(target: str) -> str:

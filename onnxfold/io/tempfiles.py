@@ -76,21 +76,25 @@ def _remove_unheld_locks(directory: str) -> int:
     """Delete the output lock files in ``directory`` that no process holds (left by a killed
     run). Safe against a run about to take one: it checks, once it holds the lock, that the
     file is still the one at that path, and tries again otherwise."""
-    removed = 0
     locks: list[str] = []  # none where the directory cannot be listed
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
         locks = [e.path for e in entries if e.name.startswith(".") and
                  e.name.endswith(LOCK_SUFFIX) and e.is_file(follow_symlinks=False)]
-    for path in locks:
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                os.unlink(path)
-                removed += 1
-            finally:
-                os.close(fd)
-    return removed
+    return sum(remove_unheld_lock(path) for path in locks)
+
+
+def remove_unheld_lock(path: str) -> bool:
+    """Delete the output lock file ``path`` if no process holds it (a killed run's); whether
+    it was deleted."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+            return True
+        finally:
+            os.close(fd)
+    return False
 
 
 def scratch_directory(prefix: str) -> str:

@@ -1,0 +1,151 @@
+"""Expensive fallback batches run in a child process (``onnxfold.fallback_child``) and give
+the same bits as in the folding process; cheap ones stay in the process; the cost estimate
+(``onnxfold.fold_cost``) counts convolutions, matrix products and recurrent layers."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+from onnxfold import fallback, fallback_child
+from onnxfold.declines import DeclineKind
+from onnxfold.fallback_session import FallbackError, Wanted
+from onnxfold.fold_cost import batch_flops, node_flops
+
+
+def _conv(channels: int, side: int, kernel: int, seed: int = 0):
+    """A Conv node on constant X and W (W stored, as an initializer of the model is)."""
+    rng = np.random.default_rng(seed)
+    x, w = ir.Value(name="X"), ir.Value(name="W")
+    node = ir.Node("", "Conv", [x, w], attributes=[ir.AttrInt64s("pads", [kernel // 2] * 4)],
+                   name="conv")
+    out = node.outputs[0]
+    out.name, out.dtype = "c", ir.DataType.FLOAT
+    out.shape = ir.Shape([1, channels, side, side])
+    feeds = {x: rng.standard_normal((1, channels, side, side)).astype(np.float32),
+             w: (rng.standard_normal((channels, channels, kernel, kernel)) * 0.01
+                 ).astype(np.float32)}
+    return node, feeds, w
+
+
+def _run(node, feeds, stored, timeout):
+    return fallback.run_nodes([node], feeds, [node.outputs[0]], {"": 17}, 10, timeout,
+                              stored={stored})[0]
+
+
+class _Spy:
+    """Counts the calls of the real ``run_in_child`` (which still runs)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.real = fallback.run_in_child
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.real(*args, **kwargs)
+
+
+def test_an_expensive_batch_runs_in_a_child_with_the_same_bits(monkeypatch):
+    node, feeds, w = _conv(48, 64, 15)  # 4.2e9 operations
+    assert batch_flops([node], feeds) == 2 * 48 * 64 * 64 * 48 * 15 * 15
+    spy = _Spy()
+    monkeypatch.setattr(fallback, "run_in_child", spy)
+    here = _run(node, feeds, w, timeout=None)
+    assert spy.calls == 0
+    in_child = _run(node, feeds, w, timeout=4.0)  # could take half of 4 s at 1 GFLOP/s
+    assert spy.calls == 1
+    assert in_child.dtype == here.dtype and in_child.shape == here.shape
+    assert in_child.tobytes() == here.tobytes()
+
+
+def test_a_cheap_batch_stays_in_the_process(monkeypatch):
+    node, feeds, w = _conv(4, 16, 3)
+    spy = _Spy()
+    monkeypatch.setattr(fallback, "run_in_child", spy)
+    _run(node, feeds, w, timeout=0.5)
+    assert spy.calls == 0
+    assert not fallback_child.worth_a_child(5e8, 0.0)
+    assert fallback_child.worth_a_child(2e9, 1.0)
+    assert not fallback_child.worth_a_child(1e10, 30.0)  # 10 s at worst: the timeout is 30 s
+
+
+def _identity_model(dtype: int) -> bytes:
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["a"], ["b"])], "g",
+        [onnx.helper.make_tensor_value_info("a", dtype, [3])],
+        [onnx.helper.make_tensor_value_info("b", dtype, [3])])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)],
+                                  ir_version=10).SerializeToString()
+
+
+def test_a_child_passes_bfloat16_through_files():
+    a = np.array([1.5, -2.0, 3.25], dtype=ml_dtypes.bfloat16)
+    out = Wanted("b", int(ir.DataType.BFLOAT16), (3,), raw_only=True, scalar=False)
+    (b,) = fallback_child.run_in_child(_identity_model(onnx.TensorProto.BFLOAT16), {},
+                                       {"a": a}, [out], None, False, 30.0)
+    assert b.dtype == a.dtype and b.tobytes() == a.tobytes()
+
+
+def test_an_error_in_the_child_is_a_decline():
+    a = np.zeros(4, np.float32)  # the model declares 3 elements
+    out = Wanted("b", int(ir.DataType.FLOAT), (3,), raw_only=False, scalar=False)
+    with pytest.raises(FallbackError) as caught:
+        fallback_child.run_in_child(_identity_model(onnx.TensorProto.FLOAT), {}, {"a": a},
+                                    [out], None, False, 30.0)
+    assert caught.value.reason.kind is DeclineKind.RUNTIME_ERROR
+    assert "dimension" in str(caught.value).lower()
+
+
+def test_the_cost_of_matrix_products_and_recurrent_layers():
+    def shape_of(shapes):
+        return lambda v: None if v is None else shapes.get(v.name)
+
+    a, b = ir.Value(name="a"), ir.Value(name="b")
+    matmul = ir.Node("", "MatMul", [a, b])
+    matmul.outputs[0].name = "y"
+    assert node_flops(matmul, shape_of({"a": (4, 100, 30), "b": (30, 50), "y": (4, 100, 50)})
+                      ) == 2 * 4 * 100 * 50 * 30
+    x, w, r = ir.Value(name="x"), ir.Value(name="w"), ir.Value(name="r")
+    lstm = ir.Node("", "LSTM", [x, w, r], attributes=[ir.AttrInt64("hidden_size", 64)])
+    assert node_flops(lstm, shape_of({"x": (1000, 8, 16), "w": (1, 256, 16),
+                                      "r": (1, 256, 64)})) == 2 * 1000 * 8 * 256 * (16 + 64)
+    add = ir.Node("", "Add", [a, b])
+    add.outputs[0].name = "s"
+    assert node_flops(add, shape_of({"a": (10,), "b": (10,), "s": (10,)})) == 30
+
+
+def test_without_a_temporary_directory_the_batch_runs_in_the_process(monkeypatch, tmp_path):
+    """No place for the child's files: the batch still folds, here (stopped between kernels
+    only), rather than being declined."""
+    node, feeds, w = _conv(48, 64, 15)
+    here = _run(node, feeds, w, timeout=None)
+    spy = _Spy()
+    monkeypatch.setattr(fallback, "run_in_child", spy)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    result = _run(node, feeds, w, timeout=4.0)
+    assert spy.calls == 1
+    assert result.tobytes() == here.tobytes()
+
+
+def test_the_child_imports_the_onnxfold_of_its_parent(tmp_path):
+    """The child's PYTHONPATH starts with the directory this onnxfold came from, so a script
+    that put a checkout on ``sys.path`` gets its children running the same code."""
+    import site
+    import subprocess
+    import sys
+
+    import onnxfold
+
+    env = fallback_child._child_environment()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(onnxfold.__file__)))
+    if root not in map(os.path.abspath, site.getsitepackages()):  # a checkout (editable)
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == root
+    child = subprocess.run([sys.executable, "-c", "import onnxfold; print(onnxfold.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert os.path.samefile(child.stdout.strip(), onnxfold.__file__)
