@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from onnxfold.errors import InputError, OutputError
+from onnxfold.io import formats
 
 EXIT_INTERNAL = 3
 _ORDER = {0: 0, 1: 1, 2: 2, 3: 3}  # worst exit code wins; anything unexpected counts as 3
@@ -81,6 +82,9 @@ def plan(inputs: list[str], outdir: str, recursive: bool = False,
         if os.path.isdir(path):
             models = _models_in(path, recursive, skip=outdir_real)
             if not models:
+                foreign = formats.describe(path)
+                if foreign is not None:
+                    raise InputError(foreign.message(path))
                 raise InputError(f"{path}: no .onnx file in this directory"
                                  + ("" if recursive else " (--recursive looks in subdirectories)"))
             found.extend(models)
