@@ -27,8 +27,11 @@ from onnxfold.numbers import argument, parse_float, parse_int
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from onnxfold.comparison import CompareResult
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
+    from onnxfold.phases import Phases
+    from onnxfold.pipeline import OptimizeResult
     from onnxfold.report import Report
 
 EXIT_USAGE = 2
@@ -72,11 +75,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if batch.is_batch(args.input, args.output):
             return batch.run(args)
         args.input = args.input[0]
-    args.replaces = _in_place(args.input, args.output)
+    args.replaces = _in_place(args.input, args.output) if args.output is not None else ()
     guard = OutputGuard([args.input], args.replaces)
-    target = guard.claim(args.output, "output model")
-    if args.external_data == "yes":
-        guard.claim(args.output + ".data", "output model's external data")
+    target = None
+    if args.output is not None:
+        target = guard.claim(args.output, "output model")
+        if args.external_data == "yes":
+            guard.claim(args.output + ".data", "output model's external data")
     if args.json:
         guard.claim(args.json, "JSON report")
     if args.report:
@@ -95,19 +100,19 @@ def _in_place(source: str, output: str) -> tuple[str, ...]:
     return (source, output + ".data") if same else ()
 
 
-def _start_prefill(args: argparse.Namespace, target: str
+def _start_prefill(args: argparse.Namespace, target: str | None
                    ) -> AbstractContextManager[OutputPrefill | None]:
     """Warm the output's temporary file while the model folds (``onnxfold.io.prefill``).
 
     The output is expected to be about as big as the input .onnx; ``--check`` writes elsewhere
-    first, and small models gain nothing.
+    first, small models gain nothing, and a dry run (``target`` None) writes no model.
     """
     import contextlib
 
     from onnxfold.io.prefill import AVAILABLE, OutputPrefill
 
     size = os.path.getsize(args.input) if os.path.isfile(args.input) else 0
-    if args.check or args.no_prefill or size < _PREFILL_MIN or not AVAILABLE:
+    if target is None or args.check or args.no_prefill or size < _PREFILL_MIN or not AVAILABLE:
         return contextlib.nullcontext()
     return OutputPrefill(target, size)
 
@@ -141,8 +146,12 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                           loaded=lambda model: guard.protect(input_files(model)))
         result.report.input = args.input
         external = {"auto": None, "yes": True, "no": False}[args.external_data]
-        check = None
-        if checking is not None:
+        check = info = None
+        if args.output is None:  # a dry run: a --check compares in memory
+            if checking is not None:
+                with phases.phase("check"):
+                    check = _check_in_memory(result, args, checking, phases)
+        elif checking is not None:
             from onnxfold.checked_save import save_checked
 
             with phases.phase("check"):
@@ -168,23 +177,46 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     report.options.update({name: getattr(args, name) for name in _REPORTED_ARGS})
     if check is not None:
         report.check = check_dict(check)
-        if info is None or not args.quiet:
+        if not check.ok or not args.quiet:
             print(check.summary())
-        if info is None:  # the reports say why (their check entry); the model is not written
+        if not check.ok:  # the reports say why (their check entry); the model is not written
             _write_reports(args, report)
+            where = f"nothing was written to {args.output}" if args.output is not None else \
+                "dry run: nothing written"
             print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; "
-                  f"nothing was written to {args.output}", file=sys.stderr)
+                  f"{where}", file=sys.stderr)
             return 1
-    assert info is not None  # only a failed check writes nothing
-    report.output = info.path
-    report.external_data = info.data_path
-    report.output_bytes = info.bytes_written
+    if info is not None:
+        report.output = info.path
+        report.external_data = info.data_path
+        report.output_bytes = info.bytes_written
     if not args.quiet:
         print(report.summary())
+        if args.output is None:
+            print(DRY_RUN_LINE)
     if args.explain:
         print(report.explain())
     _write_reports(args, report)
     return 0
+
+
+DRY_RUN_LINE = "dry run: nothing written (-o OUT to write)"
+IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check holds as one proto
+
+
+def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking: dict,
+                     phases: Phases) -> CompareResult:
+    """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
+    from onnxfold.comparison import compare
+    from onnxfold.errors import InputError
+
+    if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
+        raise InputError(f"{args.input}: --check without -o compares in memory, and the folded "
+                         "model is over protobuf's 2 GiB limit; give -o OUT to check and write")
+    phases.detail(f"{args.check} input set{'s' if args.check != 1 else ''}")
+    check = compare(args.input, result.to_proto(), n=args.check, **checking)
+    check.model_b = "(folded, not written)"
+    return check
 
 
 def _write_reports(args: argparse.Namespace, report: Report) -> None:
@@ -393,9 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", nargs="+",
                    help="the .onnx model; several models or directories (their .onnx files) "
                         "are optimized one process each into the directory -o names")
-    p.add_argument("-o", "--output", required=True,
+    p.add_argument("-o", "--output", default=None,
                    help="where to write the optimized model (a directory, ending in /, for "
-                        "several)")
+                        "several); without -o, a dry run: fold, print the report, write no "
+                        "model")
     p.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
                    help="with several models: optimize N at a time (default 1)")
     p.add_argument("-r", "--recursive", action="store_true",
