@@ -155,20 +155,23 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
             from onnxfold.checked_save import save_checked
 
             with phases.phase("check"):
-                phases.detail(f"{args.check} input set{'s' if args.check != 1 else ''}")
                 info, check = save_checked(result.model, args.input, args.output, n=args.check,
                                            external_data=external, protect={args.input},
-                                           replaces=args.replaces, **checking)
+                                           replaces=args.replaces,
+                                           saving=lambda done, total: phases.detail(
+                                               "writing " + _mib_of(done, total)),
+                                           checking=phases.detail, **checking)
         else:
             from onnxfold.verify import VERIFY_MAX_NODES, verifier
 
             cheap = not args.no_verify and result.report.nodes_after <= VERIFY_MAX_NODES
             with phases.phase("save"):
-                phases.detail(_weights_mib(result.report))
                 info = save_model(result.model, args.output, external_data=external,
                                   protect={args.input}, prefill=prefill,
                                   verify=verifier(args.input) if cheap else None,
-                                  replaces=args.replaces)
+                                  replaces=args.replaces,
+                                  progress=lambda done, total: phases.detail(
+                                      _mib_of(done, total)))
     finally:
         if progress is not None:
             progress.close()
@@ -213,8 +216,8 @@ def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking:
     if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
         raise InputError(f"{args.input}: --check without -o compares in memory, and the folded "
                          "model is over protobuf's 2 GiB limit; give -o OUT to check and write")
-    phases.detail(f"{args.check} input set{'s' if args.check != 1 else ''}")
-    check = compare(args.input, result.to_proto(), n=args.check, **checking)
+    check = compare(args.input, result.to_proto(), n=args.check, progress=phases.detail,
+                    **checking)
     check.model_b = "(folded, not written)"
     return check
 
@@ -229,8 +232,9 @@ def _write_reports(args: argparse.Namespace, report: Report) -> None:
         _write_text(args.report, render_html(report))
 
 
-def _weights_mib(report: Report) -> str:
-    return f"{report.initializer_bytes_after / 2**20:.1f} MiB"
+def _mib_of(done: int, total: int) -> str:
+    """``120.0/480.0 MiB``: the save phase's detail."""
+    return f"{done / 2**20:.1f}/{total / 2**20:.1f} MiB"
 
 
 # command-line settings the JSON report's ``options`` records besides the fold options

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -95,11 +95,13 @@ def halves(seg: Segment) -> tuple[Segment, Segment] | None:
     return None
 
 
-def write(fd: int, segments: list[Segment]) -> None:
+def write(fd: int, segments: list[Segment],
+          progress: Callable[[int], None] | None = None) -> None:
     """Write every segment; those of ``PARALLEL_WRITE`` bytes or more in two halves at once.
 
     File ranges are copied through one descriptor per source file, opened once for the whole
-    write (a model of 20,000 weights reads them all from one or two files)."""
+    write (a model of 20,000 weights reads them all from one or two files). ``progress(n)``
+    is told the bytes of each segment written."""
     scratch = (_Scratch(), _Scratch())
     with SourceFiles() as sources:
         for seg in segments:
@@ -116,6 +118,8 @@ def write(fd: int, segments: list[Segment]) -> None:
                     raise failure
             if isinstance(seg.data, np.ndarray):
                 release_pages(seg.data)  # a folded view of a mapped weight: its pages are done
+            if progress is not None:
+                progress(seg.nbytes)
 
 
 def _write_one(fd: int, seg: Segment, scratch: _Scratch, sources: SourceFiles) -> None:
