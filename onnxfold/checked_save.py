@@ -21,6 +21,7 @@ from onnxfold.io.writer import SaveInfo, input_files
 
 def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.PathLike, *,
                  n: int, external_data: bool | None = None, protect: set[str] | None = None,
+                 inputs: str | os.PathLike | None = None,
                  seed: int = 0, dims: Mapping[str, int] | None = None,
                  int_ranges: Mapping[str, tuple[int, int]] | None = None,
                  rtol: float | None = None, atol: float | None = None,
@@ -44,8 +45,9 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
         info = save_model(model, tmp, external_data=external_data, protect=protect,
                           progress=saving)
         tmp_data = info.data_path
-        result = compare(original, tmp, n=n, seed=seed, dims=dims, int_ranges=int_ranges,
-                         rtol=rtol, atol=atol, custom_op_libraries=custom_op_libraries,
+        result = compare(original, tmp, inputs=inputs, n=n, seed=seed, dims=dims,
+                         int_ranges=int_ranges, rtol=rtol, atol=atol,
+                         custom_op_libraries=custom_op_libraries,
                          progress=checking)
         result.model_b = path  # report the output, not the temporary name
         if not result.ok:

@@ -67,6 +67,7 @@ def _fold_options(args: argparse.Namespace):
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    from onnxfold.errors import InputError
     from onnxfold.io.outputs import OutputGuard
 
     if isinstance(args.input, list):  # from the command line (a batch job's is one string)
@@ -76,7 +77,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             return batch.run(args)
         args.input = args.input[0]
     args.replaces = _in_place(args.input, args.output) if args.output is not None else ()
+    if args.inputs and not args.check:
+        raise InputError(f"--inputs {args.inputs}: feeds --check N; give --check too")
     guard = OutputGuard([args.input], args.replaces)
+    guard.protect([args.inputs] if args.inputs else [])
     target = None
     if args.output is not None:
         target = guard.claim(args.output, "output model")
@@ -238,11 +242,14 @@ def _mib_of(done: int, total: int) -> str:
 
 
 # command-line settings the JSON report's ``options`` records besides the fold options
-_REPORTED_ARGS = ("check", "seed", "rtol", "atol", "dim", "int_range", "external_data",
+_REPORTED_ARGS = ("check", "inputs", "seed", "rtol", "atol", "dim", "int_range", "external_data",
                   "skip_check", "no_verify")
 
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inputs", metavar="FILE.npz",
+                   help="an .npz of input arrays, used in every input set (the rest random); "
+                        "string inputs as <U or S arrays")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
                    help="bind a symbolic input dimension; repeatable (unbound ones follow the "
                         "relations the graph states, else are guessed: see docs/check.md)")
@@ -264,7 +271,8 @@ def _compare_options(args: argparse.Namespace) -> dict:
     from onnxfold.comparison import parse_dims, parse_int_ranges
     from onnxfold.custom_ops import checked_libraries
 
-    return {"dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
+    return {"inputs": args.inputs,
+            "dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
             "seed": args.seed, "rtol": args.rtol, "atol": args.atol,
             "custom_op_libraries": checked_libraries(args.custom_op_library)}
 
@@ -276,7 +284,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         guard = _guard_inputs([args.a, args.b])
         guard.protect([args.inputs] if args.inputs else [])
         guard.claim(args.json, "JSON report")
-    result = compare(args.a, args.b, inputs=args.inputs, n=args.n, **_compare_options(args))
+    result = compare(args.a, args.b, n=args.n, **_compare_options(args))
     print(result.summary())
     if args.json:
         _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
@@ -463,7 +471,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("compare", help="run two models in onnxruntime and compare their outputs")
     p.add_argument("a", help="the reference model")
     p.add_argument("b", help="the model to check (e.g. the folded one)")
-    p.add_argument("--inputs", metavar="FILE", help="an .npz of input arrays (the rest random)")
     p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     _add_compare_options(p)
