@@ -68,6 +68,16 @@ def is_batch(inputs: list[str], output: str | None) -> bool:
             and (output.endswith(("/", os.sep)) or os.path.isdir(output)))
 
 
+def refuse_foreign_directories(inputs: list[str], recursive: bool) -> None:
+    """A directory input with no .onnx file that is another framework's model (a TensorFlow
+    SavedModel): say so (``onnxfold.io.formats``) rather than "no .onnx file"."""
+    for path in inputs:
+        if os.path.isdir(path) and not _models_in(path, recursive, skip=""):
+            foreign = formats.describe(path)
+            if foreign is not None:
+                raise InputError(foreign.message(path))
+
+
 def check_output_directory(outdir: str) -> None:
     """Several models are written into a directory: an ``-o`` that is an existing file, or a
     new name ending in ``.onnx``, is a mistake (it would become a directory of that name);
@@ -96,9 +106,6 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
         if os.path.isdir(path):
             models = _models_in(path, recursive, skip=outdir_real)
             if not models:
-                foreign = formats.describe(path)
-                if foreign is not None:
-                    raise InputError(foreign.message(path))
                 raise InputError(f"{path}: no .onnx file in this directory"
                                  + ("" if recursive else " (--recursive looks in subdirectories)"))
             found.extend(models)
@@ -197,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--report: give one model at a time")
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"-j {args.jobs}: must be at least 1")
+    refuse_foreign_directories(args.input, args.recursive)  # named before -o is judged
     if args.output is not None:
         check_output_directory(args.output)
     jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from onnxfold.collector import long_lived
-from onnxfold.errors import OnnxfoldError, one_line
+from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.io.faults import bus_error_exits
 from onnxfold.limits import describe_cause as describe_limit
 from onnxfold.logs import quiet
@@ -67,9 +67,10 @@ def _fold_options(args: argparse.Namespace):
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from onnxfold.errors import InputError
     from onnxfold.io.outputs import OutputGuard
 
+    if args.inputs and not args.check:
+        raise InputError(f"--inputs {args.inputs}: feeds --check N; give --check too")
     if isinstance(args.input, list):  # from the command line (a batch job's is one string)
         from onnxfold import batch
 
@@ -77,8 +78,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             return batch.run(args)
         args.input = args.input[0]
     args.replaces = _in_place(args.input, args.output) if args.output is not None else ()
-    if args.inputs and not args.check:
-        raise InputError(f"--inputs {args.inputs}: feeds --check N; give --check too")
     guard = OutputGuard([args.input], args.replaces)
     guard.protect([args.inputs] if args.inputs else [])
     target = None
@@ -215,7 +214,6 @@ def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking:
                      phases: Phases) -> CompareResult:
     """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
     from onnxfold.comparison import compare
-    from onnxfold.errors import InputError
 
     if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
         raise InputError(f"{args.input}: --check without -o compares in memory, and the folded "
@@ -381,7 +379,6 @@ def cmd_split(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from onnxfold.errors import InputError
     from onnxfold.io.feeds import load_arrays
     from onnxfold.io.tempfiles import write_atomic
     from onnxfold.session import Session

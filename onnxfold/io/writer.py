@@ -133,7 +133,7 @@ def _byte_counter(total: int, progress: Callable[[int, int], None] | None
                   ) -> Callable[[int], None] | None:
     """``segments.write``'s per-segment byte counts as ``progress(done, total)`` calls (the
     framing between weights counts too; ``done`` never passes ``total``)."""
-    if progress is None:
+    if progress is None or total == 0:  # small weights only: written with the graph
         return None
     done = 0
     progress(0, total)
