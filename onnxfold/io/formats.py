@@ -95,8 +95,8 @@ def describe_head(head: bytes, size: int, path: str | None = None) -> Foreign | 
         return PICKLE  # a pickle's PROTO opcode: no ONNX file starts with a tag of field >= 16
     if head.startswith(_HDF5_MAGIC):
         return HDF5
-    if head[4:8] == b"TFL3":
-        return TFLITE
+    if head[4:8] == b"TFL3" and struct.unpack("<I", head[:4])[0] < size:
+        return TFLITE  # a flatbuffer: its root table's offset, then the file identifier
     if _is_safetensors(head, size):
         return SAFETENSORS
     return None

@@ -192,6 +192,9 @@ def test_onnx_models_are_not_mistaken_for_other_formats(onnx_model):
 
 def test_only_the_first_bytes_decide():
     assert describe_head(b"\x08\x08\x12\x07pytorch", 1000) is None  # an ONNX file's start
+    # an ONNX producer named "TFL3..." is not a TFLite flatbuffer (its root offset is no offset)
+    assert describe_head(b"\x08\x08\x12\x04TFL3" + bytes(8), 1000) is None
+    assert describe_head(b"\x1c\x00\x00\x00TFL3" + bytes(8), 1000) is not None
     header = b'{"a":1}'
     # a safetensors header length beyond the file is not safetensors
     assert describe_head(struct.pack("<Q", 10**9) + header, 100) is None
