@@ -40,6 +40,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from onnxfold.errors import InputError, OutputError
+from onnxfold.io import formats
 from onnxfold.io.tempfiles import scratch_directory
 from onnxfold.terminal import printable
 
@@ -52,7 +53,7 @@ class Job:
     """One model: its input file and the output it is written to."""
 
     input: str
-    output: str
+    output: str | None  # None: a dry run
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Outcome:
     """How one job ended."""
 
     input: str
-    output: str
+    output: str | None
     code: int
     status: str
     nodes_before: int | None = None
@@ -71,23 +72,47 @@ class Outcome:
     ops: list[dict] = field(default_factory=list)  # the job's per-op table (report "ops")
 
 
-def is_batch(inputs: list[str], output: str) -> bool:
+def is_batch(inputs: list[str], output: str | None) -> bool:
     """Several inputs, a directory as input, or ``-o`` naming a directory (a trailing ``/`` or
-    an existing directory): the batch form. One model file and a file ``-o`` is not."""
-    return (len(inputs) > 1 or any(os.path.isdir(p) for p in inputs)
-            or output.endswith(("/", os.sep)) or os.path.isdir(output))
+    an existing directory): the batch form. One model file and a file ``-o`` (or none) is
+    not."""
+    return (len(inputs) > 1 or any(os.path.isdir(p) for p in inputs) or output is not None
+            and (output.endswith(("/", os.sep)) or os.path.isdir(output)))
 
 
-def plan(inputs: list[str], outdir: str, recursive: bool = False,
+def refuse_foreign_directories(inputs: list[str], recursive: bool) -> None:
+    """A directory input with no .onnx file that is another framework's model (a TensorFlow
+    SavedModel): say so (``onnxfold.io.formats``) rather than "no .onnx file"."""
+    for path in inputs:
+        if os.path.isdir(path) and not _models_in(path, recursive, skip=""):
+            foreign = formats.describe(path)
+            if foreign is not None:
+                raise InputError(foreign.message(path))
+
+
+def check_output_directory(outdir: str) -> None:
+    """Several models are written into a directory: an ``-o`` that is an existing file, or a
+    new name ending in ``.onnx``, is a mistake (it would become a directory of that name);
+    ``out.onnx/`` (an explicit directory) is not."""
+    if os.path.lexists(outdir) and not os.path.isdir(outdir):
+        raise InputError(f"-o {outdir}: is a file, but several models (or a directory of them) "
+                         "are written into a directory: give one, e.g. -o optimized/")
+    if outdir.lower().endswith(".onnx") and not os.path.isdir(outdir):
+        raise InputError(f"-o {outdir}: several models (or a directory of them) are written "
+                         "into a directory, not one .onnx file: give a directory, e.g. "
+                         "-o optimized/")
+
+
+def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
          external_data: bool = False, summary: str | None = None) -> list[Job]:
     """The jobs for ``inputs`` (files, and directories: their ``*.onnx`` files, sorted; with
     ``recursive`` those of their subdirectories too, written to the same relative paths under
-    ``outdir``). Raises before anything is written when two jobs would share an output, an
-    output (or the ``summary`` JSON) would replace an input or a file an input reads, or
-    ``outdir`` is a directory an input is in."""
+    ``outdir``; ``outdir`` None: a dry run, nothing written). Raises before anything is
+    written when two jobs would share an output, an output (or the ``summary`` JSON) would
+    replace an input or a file an input reads, or ``outdir`` is a directory an input is in."""
     from onnxfold.io.outputs import OutputGuard
 
-    outdir_real = os.path.realpath(outdir)
+    outdir_real = os.path.realpath(outdir) if outdir is not None else ""
     found: list[tuple[str, str]] = []  # (input, output path relative to outdir)
     for path in inputs:
         if os.path.isdir(path):
@@ -100,6 +125,8 @@ def plan(inputs: list[str], outdir: str, recursive: bool = False,
             found.append((path, os.path.basename(path)))
     if not found:
         raise InputError("no input model")
+    if outdir is None:
+        return [Job(source, None) for source, _ in found]
     by_output: dict[str, str] = {}
     for source, relative in found:
         first = by_output.get(relative)
@@ -116,12 +143,13 @@ def plan(inputs: list[str], outdir: str, recursive: bool = False,
                               "to another directory (one model may be replaced in place with "
                               "`onnxfold optimize M -o M`)")
     jobs = [Job(source, os.path.join(outdir, relative)) for source, relative in found]
+    outputs = [os.path.join(outdir, relative) for _, relative in found]
     guard = OutputGuard([path for job in jobs for path in _files_read(job.input)])
-    with _directories(outdir, jobs):  # the guard wants each output's directory to exist
-        for job in jobs:
-            guard.claim(job.output, f"output of {job.input}")
+    with _directories(outdir, outputs):  # the guard wants each output's directory to exist
+        for job, output in zip(jobs, outputs):
+            guard.claim(output, f"output of {job.input}")
             if external_data:
-                guard.claim(job.output + ".data", f"external data of {job.input}'s output")
+                guard.claim(output + ".data", f"external data of {job.input}'s output")
         if summary is not None:
             guard.claim(summary, "JSON summary")
     return jobs
@@ -153,12 +181,12 @@ def _models_in(directory: str, recursive: bool, skip: str) -> list[tuple[str, st
 
 
 @contextlib.contextmanager
-def _directories(outdir: str, jobs: list[Job]):
-    """Create ``outdir`` and the subdirectories the outputs need for the block; the ones
+def _directories(outdir: str, outputs: list[str]):
+    """Create ``outdir`` and the subdirectories the ``outputs`` need for the block; the ones
     created are removed again if the block raises (they are empty then)."""
     made: list[str] = []
     try:
-        for directory in sorted({os.path.dirname(os.path.abspath(j.output)) for j in jobs}
+        for directory in sorted({os.path.dirname(os.path.abspath(o)) for o in outputs}
                                 | {os.path.abspath(outdir)}):
             missing = []
             while not os.path.isdir(directory):
@@ -206,10 +234,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--report: give one model at a time")
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"-j {args.jobs}: must be at least 1")
+    refuse_foreign_directories(args.input, args.recursive)  # named before -o is judged
+    if args.output is not None:
+        check_output_directory(args.output)
     # the jobs' scratch directory first: without a usable temporary directory nothing is
     # created, not even the output directory
     scratch = scratch_directory("onnxfold-batch-")
-    created = _missing_directory(args.output)
+    created = None if args.output is None else _missing_directory(args.output)
     try:
         jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
                     summary=args.json)  # the summary may replace no input, data file or output
@@ -217,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             from onnxfold.io.outputs import OutputGuard
 
-            summary = OutputGuard([j.input for j in jobs] + [j.output for j in jobs]).claim(
+            summary = OutputGuard([j.input for j in jobs]
+                                  + [j.output for j in jobs if j.output is not None]).claim(
                 args.json, "JSON summary")
         outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
     finally:
@@ -293,7 +325,7 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
             _signal_group(proc, signal.SIGKILL)  # its fallback children, if any are left
-            _remove_leftovers(jobs[index].output, proc.pid)
+            _remove_leftovers(jobs[index], proc.pid)
     finally:
         signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -347,7 +379,7 @@ def _remove_job_directory(scratch: str, index: int) -> None:
 def _timed_out(job: Job, proc: subprocess.Popen, seconds: float, limit: float, scratch: str,
                index: int) -> Outcome:
     """The outcome of a job killed at ``--job-timeout``; what it left is removed."""
-    _remove_leftovers(job.output, proc.pid)
+    _remove_leftovers(job, proc.pid)
     _remove_job_directory(scratch, index)
     outcome = _outcome(job, proc, seconds, scratch, index)
     outcome.code, outcome.status = EXIT_INTERNAL, "timed out"
@@ -371,7 +403,7 @@ def _outcome(job: Job, proc: subprocess.Popen, seconds: float, scratch: str,
                       seconds=round(seconds, 2),
                       warnings=[line for line in lines if not line.startswith("onnxfold: ")])
     if code < 0:  # killed by a signal: a crash (in onnxruntime, say)
-        _remove_temporaries(job.output, proc.pid)
+        _remove_temporaries(job, proc.pid)
         outcome.code, outcome.status = EXIT_INTERNAL, f"crashed (signal {-code})"
         outcome.message = (f"onnxfold: internal error: the process optimizing it was killed by "
                            f"signal {-code}; nothing was written")
@@ -390,22 +422,24 @@ def _outcome(job: Job, proc: subprocess.Popen, seconds: float, scratch: str,
     return outcome
 
 
-def _remove_leftovers(output: str, pid: int) -> None:
+def _remove_leftovers(job: Job, pid: int) -> None:
     """What a job killed from here (process ``pid``) left beside its output: its temporary
     files, and the output's lock file once no process holds it (the kernel released the
     killed job's lock)."""
     from onnxfold.io.publication import lock_path
     from onnxfold.io.tempfiles import remove_unheld_lock
 
-    _remove_temporaries(output, pid)
-    remove_unheld_lock(lock_path(os.path.abspath(output)))
+    _remove_temporaries(job, pid)
+    if job.output is not None:
+        remove_unheld_lock(lock_path(os.path.abspath(job.output)))
 
 
-def _remove_temporaries(output: str, pid: int) -> None:
+def _remove_temporaries(job: Job, pid: int) -> None:
     """Delete the temporary files a dead job (process ``pid``) left beside its output."""
     from onnxfold.io.tempfiles import remove_own
 
-    remove_own(os.path.dirname(os.path.abspath(output)), pid)
+    if job.output is not None:
+        remove_own(os.path.dirname(os.path.abspath(job.output)), pid)
 
 
 def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
@@ -425,9 +459,10 @@ def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
         key = "crashed" if o.status.startswith("crashed") else o.status
         counts[key] = counts.get(key, 0) + 1
     total = ", ".join(f"{n} {status}" for status, n in counts.items())
-    outdir = os.path.dirname(jobs[0].output) if jobs else ""
+    outdir = os.path.dirname(jobs[0].output) if jobs and jobs[0].output is not None else None
     rows.append(f"{len(outcomes)} of {len(jobs)} models: {total}"
-                + (f"; outputs in {outdir}" if counts.get("ok") else ""))
+                + ("; dry run: nothing written (-o OUT/ to write)" if outdir is None
+                   else f"; outputs in {outdir}" if counts.get("ok") else ""))
     return "\n".join(rows)
 
 

@@ -28,8 +28,11 @@ from onnxfold.terminal import printable_streams
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from onnxfold.comparison import CompareResult
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
+    from onnxfold.phases import Phases
+    from onnxfold.pipeline import OptimizeResult
     from onnxfold.report import Report
 
 EXIT_USAGE = 2
@@ -68,6 +71,8 @@ def _fold_options(args: argparse.Namespace):
 def cmd_optimize(args: argparse.Namespace) -> int:
     from onnxfold.io.outputs import OutputGuard
 
+    if args.inputs and not args.check:
+        raise InputError(f"--inputs {args.inputs}: feeds --check N; give --check too")
     if isinstance(args.input, list):  # from the command line (a batch job's is one string)
         from onnxfold import batch
 
@@ -76,11 +81,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if args.job_timeout is not None:
             raise InputError("--job-timeout: applies to batches (several models, or -o DIR/)")
         args.input = args.input[0]
-    args.replaces = _in_place(args.input, args.output)
+    args.replaces = _in_place(args.input, args.output) if args.output is not None else ()
     guard = OutputGuard([args.input], args.replaces)
-    target = guard.claim(args.output, "output model")
-    if args.external_data == "yes":
-        guard.claim(args.output + ".data", "output model's external data")
+    guard.protect([args.inputs] if args.inputs else [])
+    target = None
+    if args.output is not None:
+        target = guard.claim(args.output, "output model")
+        if args.external_data == "yes":
+            guard.claim(args.output + ".data", "output model's external data")
     if args.json:
         guard.claim(args.json, "JSON report")
     if args.report:
@@ -99,17 +107,17 @@ def _in_place(source: str, output: str) -> tuple[str, ...]:
     return (source, output + ".data") if same else ()
 
 
-def _start_prefill(args: argparse.Namespace, target: str
+def _start_prefill(args: argparse.Namespace, target: str | None
                    ) -> AbstractContextManager[OutputPrefill | None]:
     """Warm the output's temporary file while the model folds (``onnxfold.io.prefill``).
 
     The output is expected to be about as big as the input .onnx; ``--check`` writes elsewhere
-    first, and small models gain nothing.
+    first, small models gain nothing, and a dry run (``target`` None) writes no model.
     """
     from onnxfold.io.prefill import AVAILABLE, OutputPrefill
 
     size = os.path.getsize(args.input) if os.path.isfile(args.input) else 0
-    if args.check or args.no_prefill or size < _PREFILL_MIN or not AVAILABLE:
+    if target is None or args.check or args.no_prefill or size < _PREFILL_MIN or not AVAILABLE:
         return contextlib.nullcontext()
     return OutputPrefill(target, size)
 
@@ -143,25 +151,32 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                           loaded=lambda model: guard.protect(input_files(model)))
         result.report.input = args.input
         external = {"auto": None, "yes": True, "no": False}[args.external_data]
-        check = None
-        if checking is not None:
+        check = info = None
+        if args.output is None:  # a dry run: a --check compares in memory
+            if checking is not None:
+                with phases.phase("check"):
+                    check = _check_in_memory(result, args, checking, phases)
+        elif checking is not None:
             from onnxfold.checked_save import save_checked
 
             with phases.phase("check"):
-                phases.detail(f"{args.check} input set{'s' if args.check != 1 else ''}")
                 info, check = save_checked(result.model, args.input, args.output, n=args.check,
                                            external_data=external, protect={args.input},
-                                           replaces=args.replaces, **checking)
+                                           replaces=args.replaces,
+                                           saving=lambda done, total: phases.detail(
+                                               "writing " + _mib_of(done, total)),
+                                           checking=phases.detail, **checking)
         else:
             from onnxfold.verify import VERIFY_MAX_NODES, verifier
 
             cheap = not args.no_verify and result.report.nodes_after <= VERIFY_MAX_NODES
             with phases.phase("save"):
-                phases.detail(_weights_mib(result.report))
                 info = save_model(result.model, args.output, external_data=external,
                                   protect={args.input}, prefill=prefill,
                                   verify=verifier(args.input) if cheap else None,
-                                  replaces=args.replaces)
+                                  replaces=args.replaces,
+                                  progress=lambda done, total: phases.detail(
+                                      _mib_of(done, total)))
     finally:
         if progress is not None:
             progress.close()
@@ -170,23 +185,45 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     report.options.update({name: getattr(args, name) for name in _REPORTED_ARGS})
     if check is not None:
         report.check = check_dict(check)
-        if info is None or not args.quiet:
+        if not check.ok or not args.quiet:
             print(check.summary())
-        if info is None:  # the reports say why (their check entry); the model is not written
+        if not check.ok:  # the reports say why (their check entry); the model is not written
             _write_reports(args, report)
+            where = f"nothing was written to {args.output}" if args.output is not None else \
+                "dry run: nothing written"
             print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; "
-                  f"nothing was written to {args.output}", file=sys.stderr)
+                  f"{where}", file=sys.stderr)
             return 1
-    assert info is not None  # only a failed check writes nothing
-    report.output = info.path
-    report.external_data = info.data_path
-    report.output_bytes = info.bytes_written
+    if info is not None:
+        report.output = info.path
+        report.external_data = info.data_path
+        report.output_bytes = info.bytes_written
     if not args.quiet:
         print(report.summary())
+        if args.output is None:
+            print(DRY_RUN_LINE)
     if args.explain:
         print(report.explain())
     _write_reports(args, report)
     return 0
+
+
+DRY_RUN_LINE = "dry run: nothing written (-o OUT to write)"
+IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check holds as one proto
+
+
+def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking: dict,
+                     phases: Phases) -> CompareResult:
+    """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
+    from onnxfold.comparison import compare
+
+    if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
+        raise InputError(f"{args.input}: --check without -o compares in memory, and the folded "
+                         "model is over protobuf's 2 GiB limit; give -o OUT to check and write")
+    check = compare(args.input, result.to_proto(), n=args.check, progress=phases.detail,
+                    **checking)
+    check.model_b = "(folded, not written)"
+    return check
 
 
 def _write_reports(args: argparse.Namespace, report: Report) -> None:
@@ -199,16 +236,20 @@ def _write_reports(args: argparse.Namespace, report: Report) -> None:
         _write_text(args.report, render_html(report))
 
 
-def _weights_mib(report: Report) -> str:
-    return f"{report.initializer_bytes_after / 2**20:.1f} MiB"
+def _mib_of(done: int, total: int) -> str:
+    """``120.0/480.0 MiB``: the save phase's detail."""
+    return f"{done / 2**20:.1f}/{total / 2**20:.1f} MiB"
 
 
 # command-line settings the JSON report's ``options`` records besides the fold options
-_REPORTED_ARGS = ("check", "seed", "rtol", "atol", "dim", "int_range", "external_data",
+_REPORTED_ARGS = ("check", "inputs", "seed", "rtol", "atol", "dim", "int_range", "external_data",
                   "skip_check", "no_verify")
 
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inputs", metavar="FILE.npz",
+                   help="an .npz of input arrays, used in every input set (the rest random); "
+                        "string inputs as <U or S arrays")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
                    help="bind a symbolic input dimension; repeatable (unbound ones follow the "
                         "relations the graph states, else are guessed: see docs/check.md)")
@@ -230,7 +271,8 @@ def _compare_options(args: argparse.Namespace) -> dict:
     from onnxfold.comparison import parse_dims, parse_int_ranges
     from onnxfold.custom_ops import checked_libraries
 
-    return {"dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
+    return {"inputs": args.inputs,
+            "dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
             "seed": args.seed, "rtol": args.rtol, "atol": args.atol,
             "custom_op_libraries": checked_libraries(args.custom_op_library)}
 
@@ -242,7 +284,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         guard = _guard_inputs([args.a, args.b])
         guard.protect([args.inputs] if args.inputs else [])
         guard.claim(args.json, "JSON report")
-    result = compare(args.a, args.b, inputs=args.inputs, n=args.n, **_compare_options(args))
+    result = compare(args.a, args.b, n=args.n, **_compare_options(args))
     print(result.summary())
     if args.json:
         _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
@@ -339,7 +381,6 @@ def cmd_split(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from onnxfold.errors import InputError
     from onnxfold.io.feeds import load_arrays
     from onnxfold.io.tempfiles import write_atomic
     from onnxfold.session import Session
@@ -394,9 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", nargs="+",
                    help="the .onnx model; several models or directories (their .onnx files) "
                         "are optimized one process each into the directory -o names")
-    p.add_argument("-o", "--output", required=True,
+    p.add_argument("-o", "--output", default=None,
                    help="where to write the optimized model (a directory, ending in /, for "
-                        "several)")
+                        "several); without -o, a dry run: fold, print the report, write no "
+                        "model")
     p.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
                    help="with several models: optimize N at a time (default 1)")
     p.add_argument("--job-timeout", type=JOB_SECONDS, default=None, metavar="SECONDS",
@@ -431,7 +473,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("compare", help="run two models in onnxruntime and compare their outputs")
     p.add_argument("a", help="the reference model")
     p.add_argument("b", help="the model to check (e.g. the folded one)")
-    p.add_argument("--inputs", metavar="FILE", help="an .npz of input arrays (the rest random)")
     p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     _add_compare_options(p)

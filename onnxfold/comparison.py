@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -564,15 +564,18 @@ def _run(sess, label: str, outputs: list[str], feeds: dict, run_options, hint: s
 
 
 def _run_reference(sess, label: str, outputs: list[str], feeder: _Inputs, seed: int, n: int,
-                   run_options) -> tuple[list[dict], list[list], list[str]]:
+                   run_options, progress: Callable[[str], None] = lambda text: None
+                   ) -> tuple[list[dict], list[list], list[str]]:
     """Model A's feeds and outputs for ``n`` input sets. A binding of guessed dims that A
     itself cannot run is dropped (and said in a note) while another one remains."""
     failed: list[str] = []  # the guessed dims of each binding A could not run
     while True:
         all_feeds = [feeder.feeds(seed + k, k) for k in range(n)]
         try:
-            results = [_run(sess, label, outputs, feeds, run_options, feeder.guesses())
-                       for feeds in all_feeds]
+            results = []
+            for k, feeds in enumerate(all_feeds):
+                progress(f"original {k + 1}/{n}")
+                results.append(_run(sess, label, outputs, feeds, run_options, feeder.guesses()))
         except InputError as e:
             if not feeder.guessed:
                 raise
@@ -595,7 +598,8 @@ def compare(a: ModelRef, b: ModelRef, *,
             seed: int = 0, dims: Mapping[str, int] | None = None,
             int_ranges: Mapping[str, tuple[int, int]] | None = None,
             rtol: float | None = None, atol: float | None = None,
-            custom_op_libraries: Sequence[str | os.PathLike] = ()) -> CompareResult:
+            custom_op_libraries: Sequence[str | os.PathLike] = (),
+            progress: Callable[[str], None] | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
@@ -605,8 +609,11 @@ def compare(a: ModelRef, b: ModelRef, *,
     and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol`` or ``atol`` is
     given, or both are NaN. Raises InputError when a model cannot be read or run, or the I/O
     names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime loads
-    for both models (:mod:`onnxfold.custom_ops`).
+    for both models (:mod:`onnxfold.custom_ops`). ``progress(text)`` is told what runs
+    (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
+    the progress line.
     """
+    tell = progress or (lambda text: None)
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
     if any(t is not None and not t >= 0 for t in (rtol, atol)):
@@ -620,14 +627,16 @@ def compare(a: ModelRef, b: ModelRef, *,
     run_options = ort.RunOptions()
     run_options.log_severity_level = 4
     # one model in memory at a time: A runs every input set, then B (large models fit twice)
+    tell("loading original")
     sess_a = _session(a, label_a, libraries)
     feeder = _Inputs(sess_a, label_a, graph_a, _load_given(inputs), dims or {}, int_ranges or {})
     io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
             for get in ("get_inputs", "get_outputs")}
     outputs = [name for name, _ in io_a["get_outputs"]]
     all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder, seed, n,
-                                                 run_options)
+                                                 run_options, tell)
     del sess_a
+    tell("loading optimized")
     sess_b = _session(b, label_b, libraries)
     for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
         problem = _names_differ(what, [name for name, _ in io_a[get]],
@@ -640,7 +649,8 @@ def compare(a: ModelRef, b: ModelRef, *,
             raise InputError(f"{label_a} vs {label_b}: input {name} is {type_a} in A but "
                              f"{types_b[name]} in B")
     rows: dict[str, OutputDiff] = {}
-    for feeds, result_a in zip(all_feeds, results_a):
+    for k, (feeds, result_a) in enumerate(zip(all_feeds, results_a)):
+        tell(f"optimized {k + 1}/{n}")
         result_b = _run(sess_b, label_b, outputs, feeds, run_options, feeder.guesses())
         for name, va, vb in zip(outputs, result_a, result_b):
             va, vb = _as_array(va), _as_array(vb)

@@ -32,6 +32,7 @@ from onnxfold.collector import long_lived, settled
 from onnxfold.errors import InputError
 from onnxfold.fold import FoldOptions, FoldStats, source_array
 from onnxfold.io import load_model
+from onnxfold.io.formats import HEAD_BYTES, describe_head
 from onnxfold.leftovers import folded_regions, group_leftovers
 from onnxfold.passes import (
     Cleanups,
@@ -108,6 +109,9 @@ def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | 
     if isinstance(model, ir.Model):
         return model, None
     if isinstance(model, bytes | bytearray | memoryview):
+        foreign = describe_head(bytes(model[:HEAD_BYTES]), len(model))
+        if foreign is not None:
+            raise InputError(foreign.message("bytes given"))
         try:
             model = onnx.ModelProto.FromString(bytes(model))
         except Exception:  # protobuf's DecodeError

@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis import UNKNOWN_OPS_KEY, all_graphs, in_order
 from onnxfold.errors import InputError
+from onnxfold.io import formats
 from onnxfold.io import protowire as pw
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
@@ -244,20 +245,26 @@ def load_model(path: str | os.PathLike, check: bool = True,
     except OSError as e:
         raise InputError(f"{path}: cannot open ({e.strerror})") from None
     if stat.S_ISDIR(info.st_mode):
-        raise InputError(f"{path}: is a directory, not an ONNX file")
+        foreign = formats.describe(path)
+        raise InputError(foreign.message(path) if foreign is not None else
+                         f"{path}: is a directory, not an ONNX file")
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"{path}: not a regular file")
+    foreign = formats.describe(path)  # a few bytes: named before protobuf parses anything
+    if foreign is not None:
+        raise InputError(foreign.message(path))
     try:
         proto = onnx.ModelProto.FromString(_graph_only_bytes(path))
-    except InputError:
-        raise
+    except InputError as e:
+        raise _named(path) or e from None
     except (OSError, MemoryError) as e:  # a resource limit is named, the input is not blamed
         raise limit_error(e, f"{path}: cannot load") or \
             InputError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     except Exception as e:  # protobuf's DecodeError and friends
-        raise InputError(f"{path}: not an ONNX model ({type(e).__name__})") from None
+        raise _named(path) or InputError(f"{path}: not an ONNX model ({type(e).__name__})"
+                                         ) from None
     if not proto.HasField("graph") or proto.ir_version == 0:
-        raise InputError(f"{path}: not an ONNX model (no graph or IR version)")
+        raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
     densify(proto, path)
     _refuse_external_in_functions(proto, path)
     light = _without_external(proto) if check or keep_light else None
@@ -280,6 +287,13 @@ def load_model(path: str | os.PathLike, check: bool = True,
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
     return model
+
+
+def _named(path: str) -> InputError | None:
+    """The error naming what a file that is not ONNX is, when its weaker signs tell
+    (:func:`onnxfold.io.formats.describe_after_failure`)."""
+    foreign = formats.describe_after_failure(path)
+    return InputError(foreign.message(path)) if foreign is not None else None
 
 
 CHECK_INLINE_LIMIT = 1 << 30  # bytes of an in-memory proto checked as it is; above: see below

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -96,11 +96,13 @@ def halves(seg: Segment) -> tuple[Segment, Segment] | None:
     return None
 
 
-def write(fd: int, segments: list[Segment]) -> None:
+def write(fd: int, segments: list[Segment],
+          progress: Callable[[int], None] | None = None) -> None:
     """Write every segment; those of ``PARALLEL_WRITE`` bytes or more in two halves at once.
 
     File ranges are copied through one descriptor per source file, opened once for the whole
-    write (a model of 20,000 weights reads them all from one or two files)."""
+    write (a model of 20,000 weights reads them all from one or two files). ``progress(n)``
+    is told the bytes of each segment written."""
     scratch = (_Scratch(), _Scratch())
     copies = _Scratch()  # for views of mapped inputs, each written before the next is read
     with SourceFiles() as sources:
@@ -119,6 +121,8 @@ def write(fd: int, segments: list[Segment]) -> None:
                     raise failure
             if isinstance(given.data, np.ndarray):
                 release_pages(given.data)  # a folded view of a mapped weight: its pages are done
+            if progress is not None:
+                progress(seg.nbytes)
 
 
 def unmapped(seg: Segment, scratch: _Scratch | None = None) -> Segment:

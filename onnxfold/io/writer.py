@@ -153,11 +153,29 @@ def prune_value_info(model: ir.Model, proto: onnx.ModelProto) -> int:
     return dropped
 
 
+def _byte_counter(total: int, progress: Callable[[int, int], None] | None
+                  ) -> Callable[[int], None] | None:
+    """``segments.write``'s per-segment byte counts as ``progress(done, total)`` calls (the
+    framing between weights counts too; ``done`` never passes ``total``)."""
+    if progress is None or total == 0:  # small weights only: written with the graph
+        return None
+    done = 0
+    progress(0, total)
+
+    def count(nbytes: int) -> None:
+        nonlocal done
+        done = min(total, done + nbytes)
+        progress(done, total)
+
+    return count
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
                data_name: str | None = None, protect: set[str] | None = None,
                prefill: OutputPrefill | None = None,
                verify: Callable[[str], None] | None = None,
-               replaces: Iterable[str] = ()) -> SaveInfo:
+               replaces: Iterable[str] = (),
+               progress: Callable[[int, int], None] | None = None) -> SaveInfo:
     """Write ``model`` to ``path``; ``external_data=None`` chooses external data only if needed.
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
@@ -166,6 +184,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     provides the (already warm) temporary file to write over. ``verify(temporary path)``, for
     models without external data, may refuse the written file before it replaces anything.
     ``replaces``: input files the caller asked to replace (writing a model over itself).
+    ``progress(done, total)``: bytes of weights written so far, of ``total`` (the progress
+    line's ``save 120.0/480.0 MiB``), told after each weight.
     """
     path = os.fspath(path)
     data_name = data_name or os.path.basename(path) + ".data"
@@ -178,6 +198,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     graph = model.graph
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
     total = sum(_tensor(v).nbytes for v in streamed.values())
+    counted = _byte_counter(total, progress)
     if external_data is None:
         external_data = total > EMBED_LIMIT
     if not external_data and total > PROTOBUF_LIMIT:
@@ -213,7 +234,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
             if external_data:
                 data_fd, data_tmp = temp_beside(data_path)
                 data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
-                segments.write(data_fd, data)
+                segments.write(data_fd, data, counted)
                 headers = [_header(name, _tensor(value), (data_name, seg.offset))
                            for (name, value), seg in zip(streamed.items(), data)]
                 fields = [pw.len_prefix(5, len(h)) + h for h in headers]
@@ -232,7 +253,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
                 first = head + pw.len_prefix(7, graph_len) + graph_bytes
                 segments.pwrite_all(fd, first, 0)
                 tensors, written = segments.layout(len(first), pieces)
-                segments.write(fd, tensors)
+                segments.write(fd, tensors, counted)
             os.ftruncate(fd, written)  # a prefilled file may be longer
             os.close(fd)
             fd = None

@@ -109,7 +109,8 @@ def test_input_shape_contradicting_the_model_names_input_and_dim(model, tmp_path
 @pytest.mark.parametrize("argv", [["optimize", "M", "-o", "O", "--bogus"],
                                   ["optimize", "M", "-o", "O", "--external-data", "maybe"],
                                   ["optimize", "M", "-o", "O", "--memory-limit", "lots"],
-                                  ["frobnicate"], []])
+                                  ["frobnicate"], [], ["optimize"], ["compare", "A"],
+                                  ["split", "M"]])
 def test_argparse_errors_are_one_line(argv, capsys):
     code, _, err = run(argv, capsys)
     assert_one_line(code, err)

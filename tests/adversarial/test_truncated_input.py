@@ -33,10 +33,10 @@ def truncating_load(*args, **kwargs):
 reader.load_model = truncating_load
 import onnxfold.io.segments as segments
 write = segments.write
-def truncating_write(fd, parts):
+def truncating_write(fd, parts, *rest, **options):
     if mode == "writing":  # the output's temporary file exists now
         os.truncate(data, 4096)
-    write(fd, parts)
+    write(fd, parts, *rest, **options)
 segments.write = truncating_write
 from onnxfold.cli import main
 sys.exit(main(["optimize", model, "-o", out]))

@@ -60,7 +60,7 @@ def test_each_phase_gets_a_line_on_a_terminal(tmp_path):
     names = phase_lines(terminal)
     assert names[:4] == ["load", "shapes", "rewrite", "fold"], names
     assert "check" in names, names
-    assert "check 1 input set " in terminal  # what the phase does, then its seconds
+    assert "check optimized 1/1 " in terminal  # what the phase does, then its seconds
     assert terminal.rstrip("\r\n").endswith(" s")  # the last line was finished
     assert "Traceback" not in terminal
 
@@ -70,7 +70,7 @@ def test_the_terminal_line_waits_for_the_threshold(tmp_path):
                                      _env(after="60"))
     assert code == 0 and terminal == ""
     code, terminal = run_on_terminal(["optimize", BERT, "-o", str(tmp_path / "p.onnx")], _env())
-    assert code == 0 and "save 0.4 MiB " in terminal  # the weights it writes
+    assert code == 0 and "save 0.4/0.4 MiB " in terminal  # the weights it wrote, of all
 
 
 def test_nothing_on_a_pipe_or_with_quiet(tmp_path):
