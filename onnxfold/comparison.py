@@ -427,8 +427,7 @@ class _Inputs:
             else:
                 source = "standard normal"
             real = self.given[name].shape if name in self.given else self.shape(shape, 0)
-            infos.append(InputInfo(name, "string" if dtype.kind == "O" else str(dtype),
-                                   list(real), source))
+            infos.append(InputInfo(name, _dtype_name(dtype), list(real), source))
         return infos
 
     def feeds(self, seed: int, k: int = 0) -> dict[str, np.ndarray]:
@@ -466,6 +465,11 @@ class _Inputs:
                                  f"{kind}")
             feeds[name] = arr
         return feeds
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """A dtype as ONNX names it where numpy differs: ``string`` for numpy's object arrays."""
+    return "string" if dtype.kind == "O" else str(dtype)
 
 
 # words of random text inputs (a tokenizer's input): a few scripts, so that UTF-8 is exercised
@@ -654,8 +658,9 @@ def compare(a: ModelRef, b: ModelRef, *,
         result_b = _run(sess_b, label_b, outputs, feeds, run_options, feeder.guesses())
         for name, va, vb in zip(outputs, result_a, result_b):
             va, vb = _as_array(va), _as_array(vb)
-            row = rows.setdefault(name, OutputDiff(name, str(va.dtype), str(vb.dtype),
-                                                   list(va.shape), list(vb.shape)))
+            row = rows.setdefault(name, OutputDiff(
+                name, _dtype_name(va.dtype), _dtype_name(vb.dtype), list(va.shape),
+                list(vb.shape)))
             _accumulate(row, va, vb, rtol, atol)
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0

@@ -206,8 +206,8 @@ def _attribute_key(attr: ir.Attr) -> object:
         return None
     if attr.type == ir.AttributeType.TENSOR:
         tensor = tensor_of(attr)
-        if tensor.size > 1024:
-            return None
+        if tensor.size > 1024 or tensor.dtype == ir.DataType.STRING:
+            return None  # strings have no bytes to compare (and are rare in Constants)
         return (int(tensor.dtype), tuple(tensor.shape.numpy()), tensor.tobytes())
     if attr.type == ir.AttributeType.TENSORS:
         return None

@@ -31,7 +31,10 @@ def _onnxfold(args, tmp_path, env=None):
 
 
 def _leftovers(directory) -> list[str]:
-    """Hidden files onnxfold leaves beside outputs (temporaries, locks)."""
+    """Hidden files onnxfold leaves beside outputs (temporaries, locks); none where the batch
+    removed the output directory it made and wrote nothing into."""
+    if not os.path.isdir(directory):
+        return []
     return sorted(name for name in os.listdir(directory) if name.startswith("."))
 
 
