@@ -11,7 +11,8 @@ dynamic dims; one that keeps a ``Sym`` names the dim that blocks it.
 Two dims are the same symbol when they are the same axis of the same value, or carry the same
 name from shape inference (a graph input's ``dim_param``, or the name inference gave a dim it
 proved equal to it) - unless the inputs use that name more than once: onnxruntime does not
-check that such dims agree, so they prove nothing.
+check that such dims agree, so they prove nothing, except under the user's
+``--assume-named-dims-equal`` (``NAMED_DIMS_EQUAL_KEY``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from onnxfold.slicing import onnx_slice
 
 MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, not shapes
 REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than the declared ones
+# Model.meta: True when the user assumes that the inputs' dims of one name are one value
+NAMED_DIMS_EQUAL_KEY = "onnxfold.symbolic.named_dims_equal"
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,10 @@ class Known:
 
 def shared_dim_names(model: ir.Model) -> frozenset[str]:
     """Dim names the model's inputs use more than once. onnxruntime does not check that dims
-    of one name agree, so such a name proves nothing: its dims are told apart by axis."""
+    of one name agree, so such a name proves nothing: its dims are told apart by axis. None
+    when the user assumes them equal (``NAMED_DIMS_EQUAL_KEY``): one name, one symbol."""
+    if model.meta.get(NAMED_DIMS_EQUAL_KEY):
+        return frozenset()
     seen: dict[str, int] = {}
     for value in model.graph.inputs:
         for dim in value.shape or ():
@@ -164,7 +170,14 @@ def _arith(op: str, a: Dim, b: Dim) -> Dim:
         return a
     if op in ("Mul", "Add") and (a == 1 and op == "Mul" or a == 0 and op == "Add"):
         return b
+    if op in ("Mul", "Add") and _order(b) < _order(a):
+        a, b = b, a  # commutative: one form for a + b and b + a, so that they compare equal
     return Sym((op, a, b))
+
+
+def _order(d: Dim) -> tuple[int, str]:
+    """A total order of dims (ints first), for the operands of commutative expressions."""
+    return (0, f"{d:024d}") if isinstance(d, int) else (1, repr(d.expr))
 
 
 def _broadcast(op: str, a: Known, b: Known) -> Known | None:
@@ -458,6 +471,35 @@ def _reshaped(source: Dims, target: Known, allowzero: bool) -> Dims:
     return tuple(out)
 
 
+_REDUCE = frozenset({
+    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
+
+
+def _reduced(node: ir.Node, first: Dims, ints: Callable[[int], list[int] | None]
+             ) -> Dims | None:
+    """The dims a reduction leaves: its axes 1 (``keepdims``) or gone, the others kept (the
+    axes an attribute, or input 1 from opset 13/18 on; none given: every axis, unless
+    ``noop_with_empty_axes``)."""
+    if node.op_type in ("ArgMax", "ArgMin"):
+        given: list[int] | None = [node.attributes.get_int("axis", 0)]
+    elif len(node.inputs) > 1 and node.inputs[1] is not None:
+        given = ints(1)
+    else:
+        given = list(node.attributes.get_ints("axes", []) or [])
+    if given is None:
+        return None
+    if not given:
+        if node.attributes.get_int("noop_with_empty_axes", 0):
+            return first
+        given = list(range(len(first)))
+    axes = [_normalize(a, len(first)) for a in given]
+    if None in axes:
+        return None
+    keep = node.attributes.get_int("keepdims", 1)
+    return tuple(1 if i in axes else d for i, d in enumerate(first) if keep or i not in axes)
+
+
 def _axes(node: ir.Node, ints: Callable[[int], list[int] | None], rank: int) -> list[int] | None:
     axes = ints(1) if len(node.inputs) > 1 and node.inputs[1] is not None else \
         list(node.attributes.get_ints("axes", []) or []) or None
@@ -551,6 +593,8 @@ def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
         if starts is None or ends is None or axes is None or steps is None:
             return None
         return _sliced(first, starts, ends, axes or None, steps or None)
+    if op in _REDUCE:
+        return _reduced(node, first, ints)
     if op == "Transpose":
         perm = list(node.attributes.get_ints("perm", []) or range(len(first))[::-1])
         return tuple(first[p] for p in perm) if sorted(perm) == list(range(len(first))) \

@@ -4,7 +4,9 @@
 dims; with a batch or sequence axis dynamic, onnx sees none of them as constant. The shape
 values of ``onnxfold.symbolic`` say, element by element, what they compute: a value with only
 static elements becomes an initializer, and a ``Reshape`` target with one dynamic element left
-is written with ``0`` (copy the input's dim, when it provably is that dim) or ``-1``.
+is written with ``0`` (copy the input's dim, when it provably is that dim and ``allowzero`` is
+not set) or ``-1`` (beside static nonzero elements only, so that it is right for an empty
+tensor too).
 """
 
 from __future__ import annotations
@@ -44,18 +46,21 @@ def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
     known = ctx.shape_value(target)
     if known is None or known.is_constant or known.scalar:
         return None
-    if node.attributes.get_int("allowzero", 0):
-        return Reject("allowzero: a 0 cannot copy a dim")
+    allowzero = bool(node.attributes.get_int("allowzero", 0))
     out: list[int | None] = []
-    copies = False
+    copies = uncopyable = False
     for i, element in enumerate(known.elements):
         if isinstance(element, int):
             out.append(element)
         else:  # 0 copies the input's dim i: right only when it is that very dim
             same = ctx.dim(x, i) == element
+            uncopyable = uncopyable or (same and allowzero)  # there a 0 is a 0
+            same = same and not allowzero
             copies = copies or same
             out.append(0 if same else None)
     unknown = [i for i, e in enumerate(out) if e is None]
+    if len(unknown) > 1 and uncopyable:
+        return Reject("allowzero: a 0 cannot copy a dim")
     if len(unknown) > 1 or (unknown and -1 in out):
         names = ", ".join(describe_dim(a, ctx.model) for a in known.blocking())
         return Reject(f"more than one dynamic element in the target (made of {names})")
