@@ -662,6 +662,41 @@ def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
     return None
 
 
+class _KnownBy(dict):
+    """Known elements asked of a function (``RewriteContext.shape_value``), as the
+    ``known`` mapping of :func:`_output_dims` reads them."""
+
+    def __init__(self, of: Callable[[ir.Value], Known | None]) -> None:
+        super().__init__()
+        self.of = of
+
+    def get(self, value: ir.Value, default: Known | None = None  # type: ignore[override]
+            ) -> Known | None:
+        found = self.of(value) if isinstance(value, ir.Value) else None
+        return found if found is not None else default
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, ir.Value) and self.of(value) is not None
+
+    def __missing__(self, value: ir.Value) -> Known:
+        found = self.of(value)
+        if found is None:
+            raise KeyError(value)
+        return found
+
+
+def derived_dims(node: ir.Node, values: Callable[[ir.Value], Known | None], arrays: Arrays,
+                 ambiguous: frozenset[str] = frozenset()) -> Dims | None:
+    """The dims of ``node``'s first output that its op's shape semantics give from its inputs'
+    dims (:func:`dim_symbol`) and shape values (``values``); None where not derived."""
+    return _output_dims(node, lambda v: _value_dims(v, ambiguous), _KnownBy(values), arrays)
+
+
+def input_dims(value: ir.Value, ambiguous: frozenset[str] = frozenset()) -> Dims | None:
+    """``value``'s dims as :func:`dim_symbol` gives them (a constant's: ints)."""
+    return _value_dims(value, ambiguous)
+
+
 def _value_dims(value: ir.Value | None, ambiguous: frozenset[str]) -> Dims | None:
     if value is None:
         return None

@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
-from onnxfold.symbolic import describe_dim
+from onnxfold.symbolic import derived_dims, describe_dim, input_dims, shared_dim_names
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
                   "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape")
@@ -109,4 +109,47 @@ def _expands_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
 def expand_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
                            shape: ir.Value) -> None:
     """torch's mask.expand(N, -1, 128, 128) of a mask already [N, 1, 128, 128]: it goes."""
+    ctx.replace_node(node, x)
+
+
+def _moves_data(node: ir.Node, ctx: RewriteContext, dims: tuple) -> bool:
+    """Whether ``node`` may reorder elements even where its output has its input's shape: a
+    Slice with a step that is not a positive constant (a reversal keeps the shape), a
+    Transpose that changes the order of axes not provably 1 (``[N, N]`` transposed)."""
+    if node.op_type == "Slice":
+        steps = ctx.array(node.inputs[4]) if len(node.inputs) > 4 and \
+            node.inputs[4] is not None else np.ones(1, np.int64)
+        return steps is None or not (steps > 0).all()
+    if node.op_type == "Transpose":
+        perm = node.attributes.get_ints("perm", None) or list(range(len(dims)))[::-1]
+        moved = [p for p in perm if dims[p] != 1]
+        return moved != sorted(moved)
+    return False
+
+
+def _provably_its_input(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool:
+    """Whether ``node``'s output is ``x`` itself: the dims its op gives are ``x``'s, symbol for
+    symbol (``onnxfold.symbolic``, not names), and the op moves no element."""
+    out = node.outputs[0] if len(node.outputs) == 1 else None
+    if out is None or ctx.is_constant(x) or x.shape is None:
+        return False  # constants fold anyway
+    static = ctx.shape(x)
+    if static is not None and static == ctx.shape(out):
+        return False  # drop_noop's (static shapes equal)
+    ambiguous = shared_dim_names(ctx.model)
+    before = input_dims(x, ambiguous)
+    after = derived_dims(node, ctx.shape_value, ctx.array, ambiguous)
+    if before is None or after is None or None in before or tuple(after) != tuple(before):
+        return False
+    if _moves_data(node, ctx, before):
+        return False
+    # a graph output must stay computed by a node of this graph, and not be returned twice
+    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+
+
+@pattern(P(("Reshape", "Slice", "Transpose"), Var("x"), ..., name="node"),
+         check=_provably_its_input)
+def drop_symbolic_noop(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
+    """A Reshape (any ``allowzero``), full-range Slice or Transpose of size-1 axes whose output
+    is, dim for dim, its dynamic input (``mask[:, :, :seq]`` of a mask ``seq`` long): it goes."""
     ctx.replace_node(node, x)

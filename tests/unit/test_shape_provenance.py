@@ -212,3 +212,50 @@ def test_under_the_assumption_unequal_named_dims_may_compute_something_else():
     feeds = {"a": np.ones((3, 2, 4), np.float32), "b": np.ones((2, 3, 4), np.float32)}
     assert _run(original, feeds)[0].shape == (3, 2, 2, 2)
     assert _run(folded, feeds)[0].shape == (2, 3, 2, 2)
+
+
+def _slice_to_own_length(step: int) -> onnx.ModelProto:
+    """m [N, 1, S] sliced on axis 2 from 0 to Shape(x)[1] (x [N, S]: the causal mask's
+    ``mask[:, :, :seq]``) with a step of ``step``."""
+    nodes = [helper.make_node("Shape", ["x"], ["seq"], start=1, end=2),
+             _const("starts", [0]), _const("axes", [2]), _const("steps", [step]),
+             helper.make_node("Slice", ["m", "starts", "seq", "axes", "steps"], ["sliced"]),
+             helper.make_node("Relu", ["sliced"], ["out"])]
+    return _model(nodes, [_float("m", ["N", 1, "S"]), _float("x", ["N", "S"])],
+                  [_float("out", ["N", 1, "S"])])
+
+
+def test_a_slice_to_the_full_length_of_the_same_dim_goes():
+    original = _slice_to_own_length(step=1)
+    folded, _ = _fold(original, assume_named_dims_equal=True)
+    assert _ops(folded) == ["Relu"]
+    _assert_same(original, folded, [{"m": (2, 1, 5), "x": (2, 5)}, {"m": (1, 1, 1), "x": (1, 1)},
+                                    {"m": (2, 1, 0), "x": (2, 0)}])
+
+
+def test_a_slice_with_a_step_of_2_stays():
+    original = _slice_to_own_length(step=2)
+    folded, _ = _fold(original, assume_named_dims_equal=True)
+    assert "Slice" in _ops(folded)
+    _assert_same(original, folded, [{"m": (2, 1, 5), "x": (2, 5)}, {"m": (1, 1, 1), "x": (1, 1)}])
+
+
+def _transpose(shape: list, perm: list[int]) -> onnx.ModelProto:
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+             helper.make_node("Relu", ["t"], ["out"])]
+    return _model(nodes, [_float("x", shape)], [_float("out", [shape[p] for p in perm])])
+
+
+def test_a_transpose_of_size_1_axes_only_goes():
+    original = _transpose(["N", 1, 1, "S"], [0, 2, 1, 3])
+    folded, _ = _fold(original)
+    assert _ops(folded) == ["Relu"]
+    _assert_same(original, folded, [{"x": (2, 1, 1, 3)}, {"x": (0, 1, 1, 3)}])
+
+
+def test_a_transpose_of_equal_dims_stays_even_when_named_dims_are_equal():
+    """[N, N] transposed has its input's shape, not its input's data."""
+    original = _transpose(["N", "N"], [1, 0])
+    folded, _ = _fold(original, assume_named_dims_equal=True)
+    assert _ops(folded) == ["Transpose", "Relu"]
+    _assert_same(original, folded, [{"x": (3, 3)}, {"x": (0, 0)}])
