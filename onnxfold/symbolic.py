@@ -206,7 +206,7 @@ def _slice(elements: tuple[Dim, ...], start: int, end: int, step: int) -> tuple[
 Arrays = Callable[[ir.Value], np.ndarray | None]
 _STEP_OPS = frozenset({"Shape", "Identity", "Cast", "Gather", "Slice", "Concat", "Unsqueeze",
                        "Squeeze", "Add", "Sub", "Mul", "Div", "Reshape", "Equal", "Where",
-                       "Size"})  # the ops _step follows
+                       "Size", "ConstantOfShape"})  # the ops _step follows
 
 
 def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
@@ -309,6 +309,10 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
                      pairs.scalar, np.dtype(np.bool_))
     if op == "Where":  # torch's expand(-1): Where(Equal(shape, -1), 1s, shape)
         flags, a, b = array(0), get(1), get(2)
+        derived = get(0)  # an Equal of shape values: known before it is folded
+        if flags is None and derived is not None and derived.is_constant and \
+                derived.dtype == np.bool_:
+            flags = derived.array()
         if flags is None or flags.dtype != np.bool_ or flags.ndim > 1 or a is None or \
                 b is None or a.dtype != b.dtype:
             return None
@@ -321,6 +325,16 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
                        for k in (a, b)]
         return Known(tuple(then[i] if take[i] else other[i] for i in range(size)),
                      flags.ndim == 0 and a.scalar and b.scalar, a.dtype)
+    if op == "ConstantOfShape":  # torch's expand(-1): Mul(ConstantOfShape(Shape(s)), -1)
+        shape, attr = get(0), node.attributes.get("value")
+        fill = tensor_of(attr).numpy() if attr is not None else np.zeros(1, np.float32)
+        if shape is None or not shape.is_constant or len(shape.elements) != 1 or \
+                fill.dtype.kind not in "iu" or fill.size != 1:
+            return None
+        count = int(shape.elements[0])  # type: ignore[arg-type]  # is_constant: ints
+        if not 0 <= count <= MAX_ELEMENTS:
+            return None
+        return Known((int(fill.reshape(-1)[0]),) * count, False, fill.dtype)
     if op == "Size":
         x = ins[0]
         if x is None or x.shape is None:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
+from onnxfold.fold import source_array
 from onnxfold.options import FoldOptions
+from onnxfold.shapes import infer_shapes
+from onnxfold.symbolic import shape_values
 
 
 def _model(nodes: list, inputs: list, outputs: list, opset: int = 18) -> onnx.ModelProto:
@@ -259,3 +263,31 @@ def test_a_transpose_of_equal_dims_stays_even_when_named_dims_are_equal():
     folded, _ = _fold(original, assume_named_dims_equal=True)
     assert _ops(folded) == ["Transpose", "Relu"]
     _assert_same(original, folded, [{"x": (3, 3)}, {"x": (0, 0)}])
+
+
+def _torch_expand_minus_1() -> onnx.ModelProto:
+    """TorchScript's ``mask.expand(N, -1, S, S)``: Where(Equal(t, ConstantOfShape(Shape(t))
+    * -1), ConstantOfShape(Shape(t)), t) with t = Concat(Shape(x)[0:1], [-1], Shape(x)[1:2] x2),
+    whose Equal and ConstantOfShape are not constants until a fold."""
+    nodes = [helper.make_node("Shape", ["x"], ["n"], start=0, end=1),
+             helper.make_node("Shape", ["x"], ["s"], start=1, end=2),
+             _const("minus_1", [-1]),
+             helper.make_node("Concat", ["n", "minus_1", "s", "s"], ["t"], axis=0),
+             helper.make_node("Shape", ["t"], ["rank"]),
+             helper.make_node("ConstantOfShape", ["rank"], ["ones"],
+                              value=numpy_helper.from_array(np.array([1], np.int64))),
+             helper.make_node("Mul", ["ones", "minus_1"], ["minus_ones"]),
+             helper.make_node("Equal", ["t", "minus_ones"], ["is_minus_1"]),
+             helper.make_node("Where", ["is_minus_1", "ones", "t"], ["target"]),
+             helper.make_node("Expand", ["m", "target"], ["out"])]
+    return _model(nodes, [_float("x", ["N", "S"]), _float("m", [1, 1, 1, 1])],
+                  [_float("out", ["N", 1, "S", "S"])])
+
+
+def test_torchs_expand_minus_1_target_is_known_before_any_fold():
+    """So the first rewrite round already sees it (what it reports names input dims)."""
+    model = ir.from_proto(_torch_expand_minus_1())
+    infer_shapes(model)
+    known = shape_values(model.graph, source_array)
+    target = next(n for n in model.graph if n.op_type == "Where").outputs[0]
+    assert [str(e) for e in known[target].elements] == ["N", "1", "S", "S"]
