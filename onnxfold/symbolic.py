@@ -628,6 +628,12 @@ def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
         target = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
         return None if target is None or target.scalar else \
             _reshaped(first, target, bool(node.attributes.get_int("allowzero", 0)))
+    if op == "Tile":
+        repeats = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+        if repeats is None or repeats.scalar or len(repeats.elements) != len(first):
+            return None
+        return tuple(None if d is None else _arith("Mul", d, r)
+                     for d, r in zip(first, repeats.elements))
     if op == "Expand":
         target = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
         return None if target is None or target.scalar else \

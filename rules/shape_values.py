@@ -6,7 +6,8 @@ values of ``onnxfold.symbolic`` say, element by element, what they compute: a va
 static elements becomes an initializer, and a ``Reshape`` target with one dynamic element left
 is written with ``0`` (copy the input's dim, when it provably is that dim and ``allowzero`` is
 not set) or ``-1`` (beside static nonzero elements only, so that it is right for an empty
-tensor too).
+tensor too). A Reshape, Expand, Slice, Transpose or Tile whose output is, dim for dim, its own
+dynamic input goes.
 """
 
 from __future__ import annotations
@@ -147,9 +148,10 @@ def _provably_its_input(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool
     return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
 
 
-@pattern(P(("Reshape", "Slice", "Transpose"), Var("x"), ..., name="node"),
+@pattern(P(("Reshape", "Slice", "Transpose", "Tile"), Var("x"), ..., name="node"),
          check=_provably_its_input)
 def drop_symbolic_noop(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
-    """A Reshape (any ``allowzero``), full-range Slice or Transpose of size-1 axes whose output
-    is, dim for dim, its dynamic input (``mask[:, :, :seq]`` of a mask ``seq`` long): it goes."""
+    """A Reshape (any ``allowzero``), full-range Slice, Transpose of size-1 axes or Tile by 1s
+    whose output is, dim for dim, its dynamic input (``mask[:, :, :seq]`` of a mask ``seq``
+    long): it goes."""
     ctx.replace_node(node, x)

@@ -291,3 +291,31 @@ def test_torchs_expand_minus_1_target_is_known_before_any_fold():
     known = shape_values(model.graph, source_array)
     target = next(n for n in model.graph if n.op_type == "Where").outputs[0]
     assert [str(e) for e in known[target].elements] == ["N", "1", "S", "S"]
+
+
+def _tile(repeats: list[int]) -> onnx.ModelProto:
+    """x [N, S] tiled by Concat(Shape(x)[0:1] - Shape(x)[0:1] + 1, [r1]): repeats only known
+    as shape values, [1, r1]."""
+    nodes = [helper.make_node("Shape", ["x"], ["n"], start=0, end=1),
+             helper.make_node("Sub", ["n", "n"], ["zero"]),
+             _const("one", [repeats[0]]),
+             helper.make_node("Add", ["zero", "one"], ["first"]),
+             _const("rest", repeats[1:]),
+             helper.make_node("Concat", ["first", "rest"], ["repeats"], axis=0),
+             helper.make_node("Tile", ["x", "repeats"], ["t"]),
+             helper.make_node("Relu", ["t"], ["out"])]
+    return _model(nodes, [_float("x", ["N", "S"])], [_float("out", ["N", None])])
+
+
+def test_a_tile_by_ones_goes():
+    original = _tile([1, 1])
+    folded, _ = _fold(original)
+    assert _ops(folded) == ["Relu"]
+    _assert_same(original, folded, [{"x": (2, 3)}, {"x": (1, 1)}, {"x": (0, 3)}])
+
+
+def test_a_tile_by_2_stays():
+    original = _tile([1, 2])
+    folded, _ = _fold(original)
+    assert _ops(folded) == ["Tile", "Relu"]
+    _assert_same(original, folded, [{"x": (2, 3)}, {"x": (0, 3)}])
