@@ -111,6 +111,11 @@ class FoldOptions:
     inline_functions: bool = _opt(False, Flag(
         "--inline-functions", "inline the model's local functions first, so that the "
         "constants in their bodies fold with the rest", switch=True))
+    assume_named_dims_equal: bool = _opt(False, Flag(
+        "--assume-named-dims-equal", "take the inputs' dims that share a name (dim_param) as "
+        "one value, as the ONNX spec means them, so that a shape read from one input folds "
+        "against another's; a model then run with such dims unequal may compute something "
+        "else instead of failing (docs/policy.md)", switch=True))
     strict: bool = _opt(False, Flag(
         "--strict", "a rule or pass that fails is an error (exit 3), not a step skipped with a "
         "warning (for tests and CI)", switch=True))

@@ -53,7 +53,7 @@ from onnxfold.pool import BufferPool
 from onnxfold.report import Report, model_counts, options_dict
 from onnxfold.shapes import lighten
 from onnxfold.steps import StepFailed
-from onnxfold.symbolic import blocked_scaffolding
+from onnxfold.symbolic import NAMED_DIMS_EQUAL_KEY, blocked_scaffolding
 
 if TYPE_CHECKING:
     from onnxfold.io.writer import SaveInfo
@@ -207,6 +207,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         snapshot = model.clone()
         pristine = snapshot.clone
     model.meta[KEEP_KEY] = frozenset(options.keep)
+    model.meta[NAMED_DIMS_EQUAL_KEY] = options.assume_named_dims_equal
     before = model_counts(model)
     settled(before.nodes)
     skipped: dict[str, str] = {}

@@ -11,7 +11,8 @@ dynamic dims; one that keeps a ``Sym`` names the dim that blocks it.
 Two dims are the same symbol when they are the same axis of the same value, or carry the same
 name from shape inference (a graph input's ``dim_param``, or the name inference gave a dim it
 proved equal to it) - unless the inputs use that name more than once: onnxruntime does not
-check that such dims agree, so they prove nothing.
+check that such dims agree, so they prove nothing, except under the user's
+``--assume-named-dims-equal`` (``NAMED_DIMS_EQUAL_KEY``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from onnxfold.slicing import onnx_slice
 
 MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, not shapes
 REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than the declared ones
+# Model.meta: True when the user assumes that the inputs' dims of one name are one value
+NAMED_DIMS_EQUAL_KEY = "onnxfold.symbolic.named_dims_equal"
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,10 @@ class Known:
 
 def shared_dim_names(model: ir.Model) -> frozenset[str]:
     """Dim names the model's inputs use more than once. onnxruntime does not check that dims
-    of one name agree, so such a name proves nothing: its dims are told apart by axis."""
+    of one name agree, so such a name proves nothing: its dims are told apart by axis. None
+    when the user assumes them equal (``NAMED_DIMS_EQUAL_KEY``): one name, one symbol."""
+    if model.meta.get(NAMED_DIMS_EQUAL_KEY):
+        return frozenset()
     seen: dict[str, int] = {}
     for value in model.graph.inputs:
         for dim in value.shape or ():
@@ -164,7 +170,14 @@ def _arith(op: str, a: Dim, b: Dim) -> Dim:
         return a
     if op in ("Mul", "Add") and (a == 1 and op == "Mul" or a == 0 and op == "Add"):
         return b
+    if op in ("Mul", "Add") and _order(b) < _order(a):
+        a, b = b, a  # commutative: one form for a + b and b + a, so that they compare equal
     return Sym((op, a, b))
+
+
+def _order(d: Dim) -> tuple[int, str]:
+    """A total order of dims (ints first), for the operands of commutative expressions."""
+    return (0, f"{d:024d}") if isinstance(d, int) else (1, repr(d.expr))
 
 
 def _broadcast(op: str, a: Known, b: Known) -> Known | None:
@@ -193,7 +206,7 @@ def _slice(elements: tuple[Dim, ...], start: int, end: int, step: int) -> tuple[
 Arrays = Callable[[ir.Value], np.ndarray | None]
 _STEP_OPS = frozenset({"Shape", "Identity", "Cast", "Gather", "Slice", "Concat", "Unsqueeze",
                        "Squeeze", "Add", "Sub", "Mul", "Div", "Reshape", "Equal", "Where",
-                       "Size"})  # the ops _step follows
+                       "Size", "ConstantOfShape"})  # the ops _step follows
 
 
 def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
@@ -296,6 +309,10 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
                      pairs.scalar, np.dtype(np.bool_))
     if op == "Where":  # torch's expand(-1): Where(Equal(shape, -1), 1s, shape)
         flags, a, b = array(0), get(1), get(2)
+        derived = get(0)  # an Equal of shape values: known before it is folded
+        if flags is None and derived is not None and derived.is_constant and \
+                derived.dtype == np.bool_:
+            flags = derived.array()
         if flags is None or flags.dtype != np.bool_ or flags.ndim > 1 or a is None or \
                 b is None or a.dtype != b.dtype:
             return None
@@ -308,6 +325,16 @@ def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
                        for k in (a, b)]
         return Known(tuple(then[i] if take[i] else other[i] for i in range(size)),
                      flags.ndim == 0 and a.scalar and b.scalar, a.dtype)
+    if op == "ConstantOfShape":  # torch's expand(-1): Mul(ConstantOfShape(Shape(s)), -1)
+        shape, attr = get(0), node.attributes.get("value")
+        fill = tensor_of(attr).numpy() if attr is not None else np.zeros(1, np.float32)
+        if shape is None or not shape.is_constant or len(shape.elements) != 1 or \
+                fill.dtype.kind not in "iu" or fill.size != 1:
+            return None
+        count = int(shape.elements[0])  # type: ignore[arg-type]  # is_constant: ints
+        if not 0 <= count <= MAX_ELEMENTS:
+            return None
+        return Known((int(fill.reshape(-1)[0]),) * count, False, fill.dtype)
     if op == "Size":
         x = ins[0]
         if x is None or x.shape is None:
@@ -458,6 +485,35 @@ def _reshaped(source: Dims, target: Known, allowzero: bool) -> Dims:
     return tuple(out)
 
 
+_REDUCE = frozenset({
+    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
+
+
+def _reduced(node: ir.Node, first: Dims, ints: Callable[[int], list[int] | None]
+             ) -> Dims | None:
+    """The dims a reduction leaves: its axes 1 (``keepdims``) or gone, the others kept (the
+    axes an attribute, or input 1 from opset 13/18 on; none given: every axis, unless
+    ``noop_with_empty_axes``)."""
+    if node.op_type in ("ArgMax", "ArgMin"):
+        given: list[int] | None = [node.attributes.get_int("axis", 0)]
+    elif len(node.inputs) > 1 and node.inputs[1] is not None:
+        given = ints(1)
+    else:
+        given = list(node.attributes.get_ints("axes", []) or [])
+    if given is None:
+        return None
+    if not given:
+        if node.attributes.get_int("noop_with_empty_axes", 0):
+            return first
+        given = list(range(len(first)))
+    axes = [_normalize(a, len(first)) for a in given]
+    if None in axes:
+        return None
+    keep = node.attributes.get_int("keepdims", 1)
+    return tuple(1 if i in axes else d for i, d in enumerate(first) if keep or i not in axes)
+
+
 def _axes(node: ir.Node, ints: Callable[[int], list[int] | None], rank: int) -> list[int] | None:
     axes = ints(1) if len(node.inputs) > 1 and node.inputs[1] is not None else \
         list(node.attributes.get_ints("axes", []) or []) or None
@@ -551,6 +607,8 @@ def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
         if starts is None or ends is None or axes is None or steps is None:
             return None
         return _sliced(first, starts, ends, axes or None, steps or None)
+    if op in _REDUCE:
+        return _reduced(node, first, ints)
     if op == "Transpose":
         perm = list(node.attributes.get_ints("perm", []) or range(len(first))[::-1])
         return tuple(first[p] for p in perm) if sorted(perm) == list(range(len(first))) \
@@ -570,6 +628,12 @@ def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
         target = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
         return None if target is None or target.scalar else \
             _reshaped(first, target, bool(node.attributes.get_int("allowzero", 0)))
+    if op == "Tile":
+        repeats = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+        if repeats is None or repeats.scalar or len(repeats.elements) != len(first):
+            return None
+        return tuple(None if d is None else _arith("Mul", d, r)
+                     for d, r in zip(first, repeats.elements))
     if op == "Expand":
         target = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
         return None if target is None or target.scalar else \
@@ -616,6 +680,41 @@ def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
                                 next((d for d in column if d is not None), None)))
         return tuple(out)
     return None
+
+
+class _KnownBy(dict):
+    """Known elements asked of a function (``RewriteContext.shape_value``), as the
+    ``known`` mapping of :func:`_output_dims` reads them."""
+
+    def __init__(self, of: Callable[[ir.Value], Known | None]) -> None:
+        super().__init__()
+        self.of = of
+
+    def get(self, value: ir.Value, default: Known | None = None  # type: ignore[override]
+            ) -> Known | None:
+        found = self.of(value) if isinstance(value, ir.Value) else None
+        return found if found is not None else default
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, ir.Value) and self.of(value) is not None
+
+    def __missing__(self, value: ir.Value) -> Known:
+        found = self.of(value)
+        if found is None:
+            raise KeyError(value)
+        return found
+
+
+def derived_dims(node: ir.Node, values: Callable[[ir.Value], Known | None], arrays: Arrays,
+                 ambiguous: frozenset[str] = frozenset()) -> Dims | None:
+    """The dims of ``node``'s first output that its op's shape semantics give from its inputs'
+    dims (:func:`dim_symbol`) and shape values (``values``); None where not derived."""
+    return _output_dims(node, lambda v: _value_dims(v, ambiguous), _KnownBy(values), arrays)
+
+
+def input_dims(value: ir.Value, ambiguous: frozenset[str] = frozenset()) -> Dims | None:
+    """``value``'s dims as :func:`dim_symbol` gives them (a constant's: ints)."""
+    return _value_dims(value, ambiguous)
 
 
 def _value_dims(value: ir.Value | None, ambiguous: frozenset[str]) -> Dims | None:

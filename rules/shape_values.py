@@ -4,7 +4,10 @@
 dims; with a batch or sequence axis dynamic, onnx sees none of them as constant. The shape
 values of ``onnxfold.symbolic`` say, element by element, what they compute: a value with only
 static elements becomes an initializer, and a ``Reshape`` target with one dynamic element left
-is written with ``0`` (copy the input's dim, when it provably is that dim) or ``-1``.
+is written with ``0`` (copy the input's dim, when it provably is that dim and ``allowzero`` is
+not set) or ``-1`` (beside static nonzero elements only, so that it is right for an empty
+tensor too). A Reshape, Expand, Slice, Transpose or Tile whose output is, dim for dim, its own
+dynamic input goes.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
-from onnxfold.symbolic import describe_dim
+from onnxfold.symbolic import derived_dims, describe_dim, input_dims, shared_dim_names
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
                   "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape")
@@ -44,18 +47,21 @@ def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
     known = ctx.shape_value(target)
     if known is None or known.is_constant or known.scalar:
         return None
-    if node.attributes.get_int("allowzero", 0):
-        return Reject("allowzero: a 0 cannot copy a dim")
+    allowzero = bool(node.attributes.get_int("allowzero", 0))
     out: list[int | None] = []
-    copies = False
+    copies = uncopyable = False
     for i, element in enumerate(known.elements):
         if isinstance(element, int):
             out.append(element)
         else:  # 0 copies the input's dim i: right only when it is that very dim
             same = ctx.dim(x, i) == element
+            uncopyable = uncopyable or (same and allowzero)  # there a 0 is a 0
+            same = same and not allowzero
             copies = copies or same
             out.append(0 if same else None)
     unknown = [i for i, e in enumerate(out) if e is None]
+    if len(unknown) > 1 and uncopyable:
+        return Reject("allowzero: a 0 cannot copy a dim")
     if len(unknown) > 1 or (unknown and -1 in out):
         names = ", ".join(describe_dim(a, ctx.model) for a in known.blocking())
         return Reject(f"more than one dynamic element in the target (made of {names})")
@@ -104,4 +110,48 @@ def _expands_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
 def expand_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
                            shape: ir.Value) -> None:
     """torch's mask.expand(N, -1, 128, 128) of a mask already [N, 1, 128, 128]: it goes."""
+    ctx.replace_node(node, x)
+
+
+def _moves_data(node: ir.Node, ctx: RewriteContext, dims: tuple) -> bool:
+    """Whether ``node`` may reorder elements even where its output has its input's shape: a
+    Slice with a step that is not a positive constant (a reversal keeps the shape), a
+    Transpose that changes the order of axes not provably 1 (``[N, N]`` transposed)."""
+    if node.op_type == "Slice":
+        steps = ctx.array(node.inputs[4]) if len(node.inputs) > 4 and \
+            node.inputs[4] is not None else np.ones(1, np.int64)
+        return steps is None or not (steps > 0).all()
+    if node.op_type == "Transpose":
+        perm = node.attributes.get_ints("perm", None) or list(range(len(dims)))[::-1]
+        moved = [p for p in perm if dims[p] != 1]
+        return moved != sorted(moved)
+    return False
+
+
+def _provably_its_input(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool:
+    """Whether ``node``'s output is ``x`` itself: the dims its op gives are ``x``'s, symbol for
+    symbol (``onnxfold.symbolic``, not names), and the op moves no element."""
+    out = node.outputs[0] if len(node.outputs) == 1 else None
+    if out is None or ctx.is_constant(x) or x.shape is None:
+        return False  # constants fold anyway
+    static = ctx.shape(x)
+    if static is not None and static == ctx.shape(out):
+        return False  # drop_noop's (static shapes equal)
+    ambiguous = shared_dim_names(ctx.model)
+    before = input_dims(x, ambiguous)
+    after = derived_dims(node, ctx.shape_value, ctx.array, ambiguous)
+    if before is None or after is None or None in before or tuple(after) != tuple(before):
+        return False
+    if _moves_data(node, ctx, before):
+        return False
+    # a graph output must stay computed by a node of this graph, and not be returned twice
+    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+
+
+@pattern(P(("Reshape", "Slice", "Transpose", "Tile"), Var("x"), ..., name="node"),
+         check=_provably_its_input)
+def drop_symbolic_noop(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
+    """A Reshape (any ``allowzero``), full-range Slice, Transpose of size-1 axes or Tile by 1s
+    whose output is, dim for dim, its dynamic input (``mask[:, :, :seq]`` of a mask ``seq``
+    long): it goes."""
     ctx.replace_node(node, x)

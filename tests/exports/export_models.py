@@ -103,3 +103,58 @@ def qwen2_kv_cache(path: str | os.PathLike, dynamo: bool) -> None:
     axes.update({name: {0: "batch", 2: "past"} for name in KV_INPUTS[2:]})
     torch.onnx.export(model, (ids, mask, *cache), str(path), input_names=KV_INPUTS,
                       output_names=KV_OUTPUTS, dynamic_axes=axes, dynamo=False)
+
+
+def resnet_dynamo(path: str | os.PathLike) -> None:
+    """A ResNet classifier (2 stages), dynamo export, dynamic batch and image size: its
+    flatten is ``Reshape(pool, Concat(Shape(x)[0:1], [C]), allowzero=1)``."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    torch.manual_seed(0)
+    config = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                          num_labels=10)
+    model = _ImageLogits(ResNetForImageClassification(config).eval()).eval()
+    dyn = torch.export.Dim.DYNAMIC
+    torch.onnx.export(model, (torch.randn(2, 3, 64, 64),), str(path),
+                      input_names=["pixel_values"], dynamic_shapes=({0: dyn, 2: dyn, 3: dyn},),
+                      dynamo=True, optimize=False, external_data=False)
+
+
+class _ImageLogits(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values):
+        return self.model(pixel_values=pixel_values).logits
+
+
+class _Seq2SeqLogits(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          decoder_input_ids=decoder_input_ids, use_cache=False,
+                          return_dict=False)[0]
+
+
+T5_INPUTS = ["input_ids", "attention_mask", "decoder_input_ids"]
+
+
+def t5_torchscript(path: str | os.PathLike) -> None:
+    """A T5 encoder-decoder LM, TorchScript export (opset 17, no exporter folding), dynamic
+    batch, source and target lengths: its layer norms' ReduceMean sit in every shape chain."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=VOCAB, d_model=32, d_ff=64, num_layers=2, num_heads=4,
+                      d_kv=8, use_cache=False)
+    model = _Seq2SeqLogits(T5ForConditionalGeneration(config).eval()).eval()
+    args = (torch.randint(0, VOCAB, (2, 8)), torch.ones(2, 8, dtype=torch.long),
+            torch.randint(0, VOCAB, (2, 5)))
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+            "decoder_input_ids": {0: "batch", 1: "dec"}}
+    torch.onnx.export(model, args, str(path), input_names=T5_INPUTS, dynamic_axes=axes,
+                      dynamo=False, do_constant_folding=False, opset_version=17)

@@ -1,0 +1,104 @@
+"""Shape chains of real exports fold on the input dims they come from (``onnxfold.symbolic``):
+a dynamo ResNet's flatten (an ``allowzero=1`` Reshape), a TorchScript T5's chains through its
+layer norms, and a TorchScript KV-cache decoder's chains across inputs under
+``--assume-named-dims-equal``. Every folded model is run against the original in onnxruntime
+at a regular binding of every dynamic dim, a decode step, and an empty batch where the original
+runs one. The models are built here from transformers configs with random weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+pytest.importorskip("torch", reason="the exports tier needs torch (pip install .[exports])")
+pytest.importorskip("transformers",
+                    reason="the exports tier needs transformers (pip install .[exports])")
+
+import export_models  # noqa: E402  (after the skips: it imports torch and transformers)
+
+import onnxfold  # noqa: E402
+from onnxfold.options import FoldOptions  # noqa: E402
+
+
+def _fold(path: str, **options: bool) -> tuple[onnx.ModelProto, onnxfold.Report]:
+    result = onnxfold.optimize(path, FoldOptions(strict=True, **options))
+    return result.to_proto(), result.report
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node if n.op_type != "Constant"]
+
+
+def _feeds(model: onnx.ModelProto, dims: dict[str, int]) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for value in model.graph.input:
+        shape = [d.dim_value if d.HasField("dim_value") else dims[d.dim_param]
+                 for d in value.type.tensor_type.shape.dim]
+        if value.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+            feeds[value.name] = np.ones(shape, np.int64) if "mask" in value.name else \
+                rng.integers(0, export_models.VOCAB, shape).astype(np.int64)
+        else:
+            feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _run(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    data = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(
+        None, feeds)
+
+
+def _assert_same(source: str, folded: onnx.ModelProto, bindings: list[dict[str, int]]) -> None:
+    original = onnx.load(source)
+    for dims in bindings:
+        feeds = _feeds(original, dims)
+        for want, got in zip(_run(source, feeds), _run(folded, feeds), strict=True):
+            assert want.shape == got.shape, dims
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _input_dims(model: onnx.ModelProto) -> list[str]:
+    return [d.dim_param for value in model.graph.input
+            for d in value.type.tensor_type.shape.dim if d.dim_param]
+
+
+def test_dynamo_resnet_flatten_folds(tmp_path):
+    source = str(tmp_path / "resnet.onnx")
+    export_models.resnet_dynamo(source)
+    folded, report = _fold(source)
+    assert not {"Shape", "Squeeze", "Concat"} & set(_ops(folded))
+    assert report.dynamic_shapes == []
+    batch, height, width = _input_dims(onnx.load(source))
+    _assert_same(source, folded, [{batch: 2, height: 64, width: 64},
+                                  {batch: 1, height: 33, width: 47},
+                                  {batch: 0, height: 64, width: 64}])
+
+
+def test_torchscript_t5_chains_name_only_input_dims(tmp_path):
+    source = str(tmp_path / "t5.onnx")
+    export_models.t5_torchscript(source)
+    folded, report = _fold(source)
+    blocked = [entry["blocked_by"] for entry in report.dynamic_shapes]
+    assert blocked and all("of input" in why and "unk__" not in why and "_output_" not in why
+                           for why in blocked), blocked
+    _assert_same(source, folded, [{"batch": 2, "seq": 8, "dec": 5},
+                                  {"batch": 1, "seq": 6, "dec": 1}])
+
+
+def test_torchscript_kv_cache_folds_more_with_named_dims_equal(tmp_path):
+    source = str(tmp_path / "qwen2_kv.onnx")
+    export_models.qwen2_kv_cache(source, dynamo=False)
+    default, _ = _fold(source)
+    assumed, _ = _fold(source, assume_named_dims_equal=True)
+    assert len(_ops(assumed)) < len(_ops(default))
+    bindings = [{"batch": 2, "seq": 5, "past": 3, "total": 8},
+                {"batch": 1, "seq": 1, "past": 7, "total": 8},
+                {"batch": 2, "seq": 4, "past": 0, "total": 4}]
+    _assert_same(source, default, bindings)
+    _assert_same(source, assumed, bindings)
