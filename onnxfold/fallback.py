@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold import address_space
 from onnxfold.analysis import captured_values, external_inputs, static_shape
 from onnxfold.arrays import c_contiguous
 from onnxfold.declines import Decline, DeclineKind, Reason
@@ -122,7 +123,10 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
 
     A run longer than ``timeout`` seconds is terminated (onnxruntime's ``RunOptions``) and
     raises FallbackError; so does a batch whose outputs, as onnxruntime declares them once the
-    session exists, would take more than ``room`` bytes (see ``_check_declared_sizes``).
+    session exists, would take more than ``room`` bytes (see ``_check_declared_sizes``), or
+    whose outputs take more than ``room`` bytes once computed. Outputs onnxruntime cannot size
+    before the run (some contrib ops') are computed under an address-space bound of ``room``
+    (``onnxfold.address_space``): a result too big for it fails to allocate, not the machine.
     """
     import onnxruntime as ort
 
@@ -158,8 +162,7 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     try:
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-        if room is not None:
-            _check_declared_sizes(session, nodes, room, wanted)
+        unsized = room is not None and not _check_declared_sizes(session, nodes, room, wanted)
         feed = {v.name: _to_ort(a) for v, a in feeds.items()
                 if v not in embedded and v not in handed}
         run_options = ort.RunOptions()
@@ -172,7 +175,11 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
         try:
             if any(_raw_only(v) for v in wanted):
                 return _run_into_buffers(session, feed, wanted, run_options)
-            results = session.run_with_ort_values([v.name for v in wanted], feed, run_options)
+            if unsized:
+                results = _run_bounded(session, feed, wanted, run_options, cast(int, room))
+            else:
+                results = session.run_with_ort_values([v.name for v in wanted], feed,
+                                                      run_options)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -185,6 +192,8 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
             raise FallbackError(f"stopped after {timeout:g} s (--fold-timeout)",
                                 DeclineKind.SIZE) from None
         raise FallbackError(_first_line(e)) from None
+    if room is not None:
+        _check_computed_sizes(results, room)
     out = []
     for value, res in zip(wanted, results):
         if not res.is_tensor():
@@ -205,12 +214,13 @@ def _external_placeholder(name: str | None, arr: np.ndarray) -> onnx.TensorProto
 
 
 def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int,
-                          wanted: Sequence[ir.Value]) -> None:
+                          wanted: Sequence[ir.Value]) -> bool:
     """FallbackError (size) unless the outputs onnxruntime's session declares fit ``room``
-    bytes. Outputs of unknown size are let through for default-domain ops (onnx's inference
-    sized them before, when it could) but not for other domains' ops (contrib ops), which
-    nothing else sizes. onnxruntime declares an output it cannot shape with no dims, as a
-    scalar: only a value known to be a scalar is counted as one."""
+    bytes; return whether every output is sized. Outputs of unknown size count as sized for
+    default-domain ops (onnx's inference sized them before, when it could) but not for other
+    domains' ops (contrib ops), which nothing else sizes: those run under a bound. onnxruntime
+    declares an output it cannot shape with no dims, as a scalar: only a value known to be a
+    scalar is counted as one."""
     total, unknown = 0, False
     for out, value in zip(session.get_outputs(), wanted):
         dims = out.shape
@@ -225,8 +235,40 @@ def _check_declared_sizes(session, nodes: Sequence[ir.Node], room: int,
     if total > room:
         raise FallbackError(f"outputs of {total} B would exceed the pool budget's {room} B left",
                             DeclineKind.SIZE)
-    if unknown and any(n.domain not in ("", "ai.onnx") for n in nodes):
-        raise FallbackError("a contrib op's output size is unknown before it runs",
+    return not (unknown and any(n.domain not in ("", "ai.onnx") for n in nodes))
+
+
+def _run_bounded(session, feed: dict, wanted: Sequence[ir.Value], run_options, room: int
+                 ) -> list:
+    """``session.run_with_ort_values`` with the address space bounded to ``room`` bytes more
+    (and ``address_space.RUN_ALLOWANCE``); FallbackError (size) if it cannot be bounded or an
+    allocation fails under the bound."""
+    with address_space.bounded(room) as in_place:
+        if not in_place:
+            raise FallbackError("a contrib op's output size is unknown before it runs",
+                                DeclineKind.SIZE)
+        try:
+            return session.run_with_ort_values([v.name for v in wanted], feed, run_options)
+        except Exception as e:  # onnxruntime's Fail, or MemoryError
+            text = str(e)
+            if isinstance(e, MemoryError) or "allocate" in text or "bad_alloc" in text or \
+                    "bad allocation" in text:
+                raise FallbackError(f"outputs of unknown size exceeded the pool budget's {room} B "
+                                    "left while running", DeclineKind.SIZE) from None
+            raise
+
+
+def _check_computed_sizes(results: Sequence, room: int) -> None:
+    """FallbackError (size) if the computed outputs (OrtValues, or arrays) take more than
+    ``room`` bytes; checked before they are copied out of onnxruntime."""
+    total = 0
+    for res in results:
+        if isinstance(res, np.ndarray):
+            total += res.nbytes
+        elif res.is_tensor():
+            total += math.prod(res.shape()) * _ORT_ITEMSIZE.get(res.data_type(), 1)
+    if total > room:
+        raise FallbackError(f"outputs of {total} B exceed the pool budget's {room} B left",
                             DeclineKind.SIZE)
 
 
