@@ -8,6 +8,7 @@ any external tensor: loading a 400 MiB model reads only its graph, never its wei
 from __future__ import annotations
 
 import dataclasses
+import errno
 import mmap
 import os
 import stat
@@ -75,7 +76,12 @@ class _Output:
     graph's bytes exist once, not once per concatenation."""
 
     def __init__(self, capacity: int) -> None:
-        self.map = mmap.mmap(-1, max(capacity, 1))
+        try:
+            self.map = mmap.mmap(-1, max(capacity, 1))
+        except OSError as e:  # no address space left for it: as a failed allocation
+            if e.errno == errno.ENOMEM:
+                raise MemoryError(f"cannot map {capacity} bytes") from None
+            raise
         self.view = memoryview(self.map)
         self.pos = 0
 
