@@ -96,7 +96,7 @@ def install(t: Timers) -> None:
     import onnxfold.verify as verify
 
     t.wrap(onnxfold.io, "load_model", "load")
-    t.wrap(reader, "_graph_only_bytes", "  read graph bytes (weights left on disk)")
+    t.wrap(reader, "_parse_graph_only", "  read and parse the graph (weights left on disk)")
     t.wrap(reader, "densify", "  densify sparse")
     t.wrap(reader, "_run_checker", "  onnx checker")
     t.wrap(ir.serde, "deserialize_model", "  ir.serde.deserialize_model")

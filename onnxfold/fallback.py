@@ -118,7 +118,10 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
     cost could approach the timeout (``onnxfold.fold_cost``), by killing the child process it
     runs in (``onnxfold.fallback_child``). So does a batch whose outputs, as onnxruntime
     declares them once the session exists, would take more than ``room`` bytes (see
-    ``fallback_session.check_declared_sizes``).
+    ``fallback_session.check_declared_sizes``), or take more than ``room`` bytes once computed.
+    Outputs onnxruntime cannot size before the run (some contrib ops') are computed under an
+    address-space bound of ``room`` (``onnxfold.address_space``): a result too big for it fails
+    to allocate, not the machine.
     """
     model, embedded, handed = _batch_model(nodes, feeds, wanted, opsets, ir_version, stored)
     outputs = [describe_output(v, static_shape(v)) for v in wanted]

@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold import address_space
 from onnxfold.arrays import c_contiguous
 from onnxfold.declines import DeclineKind, Reason
 
@@ -80,13 +82,20 @@ def run_session(session, feed: dict, outputs: Sequence[Wanted], run_options,
 
     Raises FallbackError before running when the outputs the session declares would take more
     than ``room`` bytes (see :func:`check_declared_sizes`; ``contrib``: the batch has ops
-    outside the default domain); onnxruntime's own errors propagate.
+    outside the default domain), and after it when the computed outputs do. Outputs of contrib
+    ops that nothing can size run under an address-space bound of ``room`` (:func:`_run_bounded`).
+    onnxruntime's own errors propagate.
     """
-    if room is not None:
-        check_declared_sizes(session, outputs, room, contrib)
+    sized = room is None or check_declared_sizes(session, outputs, room, contrib)
     if any(w.raw_only for w in outputs):
         return _run_into_buffers(session, feed, outputs, run_options)
-    results = session.run_with_ort_values([w.name for w in outputs], feed, run_options)
+    names = [w.name for w in outputs]
+    if sized:
+        results = session.run_with_ort_values(names, feed, run_options)
+    else:
+        results = _run_bounded(session, feed, names, run_options, cast(int, room))
+    if room is not None:
+        _check_computed_sizes(results, room)
     arrays = []
     for spec, res in zip(outputs, results):
         if not res.is_tensor():
@@ -96,12 +105,13 @@ def run_session(session, feed: dict, outputs: Sequence[Wanted], run_options,
     return arrays
 
 
-def check_declared_sizes(session, outputs: Sequence[Wanted], room: int, contrib: bool) -> None:
+def check_declared_sizes(session, outputs: Sequence[Wanted], room: int, contrib: bool) -> bool:
     """FallbackError (size) unless the outputs onnxruntime's session declares fit ``room``
-    bytes. Outputs of unknown size are let through for default-domain ops (onnx's inference
-    sized them before, when it could) but not for other domains' ops (contrib ops), which
-    nothing else sizes. onnxruntime declares an output it cannot shape with no dims, as a
-    scalar: only a value known to be a scalar is counted as one."""
+    bytes; return whether every output is sized. Outputs of unknown size count as sized for
+    default-domain ops (onnx's inference sized them before, when it could) but not for other
+    domains' ops (contrib ops), which nothing else sizes: those run under a bound. onnxruntime
+    declares an output it cannot shape with no dims, as a scalar: only a value known to be a
+    scalar is counted as one."""
     total, unknown = 0, False
     for out, spec in zip(session.get_outputs(), outputs):
         dims = out.shape
@@ -116,8 +126,37 @@ def check_declared_sizes(session, outputs: Sequence[Wanted], room: int, contrib:
     if total > room:
         raise FallbackError(f"outputs of {total} B would exceed the pool budget's {room} B left",
                             DeclineKind.SIZE)
-    if unknown and contrib:
-        raise FallbackError("a contrib op's output size is unknown before it runs",
+    return not (unknown and contrib)
+
+
+def _run_bounded(session, feed: dict, names: list[str], run_options, room: int) -> list:
+    """``session.run_with_ort_values`` with the address space bounded to ``room`` bytes more
+    (and ``address_space.RUN_ALLOWANCE``); FallbackError (size) if it cannot be bounded or an
+    allocation fails under the bound."""
+    with address_space.bounded(room) as in_place:
+        if not in_place:
+            raise FallbackError("a contrib op's output size is unknown before it runs",
+                                DeclineKind.SIZE)
+        try:
+            return session.run_with_ort_values(names, feed, run_options)
+        except Exception as e:  # onnxruntime's Fail, or MemoryError
+            text = str(e)
+            if isinstance(e, MemoryError) or "allocate" in text or "bad_alloc" in text or \
+                    "bad allocation" in text:
+                raise FallbackError(f"outputs of unknown size exceeded the pool budget's {room} B "
+                                    "left while running", DeclineKind.SIZE) from None
+            raise
+
+
+def _check_computed_sizes(results: Sequence, room: int) -> None:
+    """FallbackError (size) if the computed outputs (OrtValues) take more than ``room`` bytes;
+    checked before they are copied out of onnxruntime."""
+    total = 0
+    for res in results:
+        if res.is_tensor():
+            total += math.prod(res.shape()) * _ORT_ITEMSIZE.get(res.data_type(), 1)
+    if total > room:
+        raise FallbackError(f"outputs of {total} B exceed the pool budget's {room} B left",
                             DeclineKind.SIZE)
 
 

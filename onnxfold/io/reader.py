@@ -7,8 +7,12 @@ any external tensor: loading a 400 MiB model reads only its graph, never its wei
 
 from __future__ import annotations
 
+import dataclasses
+import errno
+import mmap
 import os
 import stat
+from dataclasses import dataclass
 from typing import overload
 
 import onnx
@@ -18,6 +22,7 @@ from onnxfold.analysis import UNKNOWN_OPS_KEY, all_graphs, in_order
 from onnxfold.errors import InputError
 from onnxfold.io import formats
 from onnxfold.io import protowire as pw
+from onnxfold.io.light_copy import light_copy
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
 from onnxfold.limits import limit_error, out_of_memory
@@ -65,18 +70,57 @@ def _strip_tensor(buf, start: int, end: int, location: str) -> bytes | None:
     return bytes(buf[start:fstart]) + bytes(buf[fend:end]) + ref + location_field
 
 
-def _strip_graph(buf, start: int, end: int, location: str) -> bytes:
-    out = bytearray()
-    copied = start  # the fields before this are in ``out``; the rest is copied in one piece
+class _Output:
+    """The bytes protobuf will parse, built in an anonymous mapping of the input's size (the
+    result is never longer: a reference is shorter than the weight it replaces). Pages never
+    written cost nothing, and file ranges are read straight into it (``preadv``), so the
+    graph's bytes exist once, not once per concatenation."""
+
+    def __init__(self, capacity: int) -> None:
+        try:
+            self.map = mmap.mmap(-1, max(capacity, 1))
+        except OSError as e:  # no address space left for it: as a failed allocation
+            if e.errno == errno.ENOMEM:
+                raise MemoryError(f"cannot map {capacity} bytes") from None
+            raise
+        self.view = memoryview(self.map)
+        self.pos = 0
+
+    def add(self, data: bytes) -> None:
+        self.view[self.pos:self.pos + len(data)] = data
+        self.pos += len(data)
+
+    def copy(self, buf: bytes | _FileBytes, start: int, stop: int) -> None:
+        """Append ``buf[start:stop]``."""
+        if isinstance(buf, _FileBytes):
+            buf.read_into(self.view[self.pos:self.pos + stop - start], start)
+        else:
+            self.view[self.pos:self.pos + stop - start] = memoryview(buf)[start:stop]
+        self.pos += stop - start
+
+    def close(self) -> None:
+        self.view.release()
+        self.map.close()
+
+
+def _add_stripped_graph(out: _Output, buf: bytes | _FileBytes, start: int, end: int,
+                        location: str) -> None:
+    """Append the model's graph field, its large inline weights replaced by references."""
+    edits = []  # (field start, field end, replacement) of each stripped initializer
     for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, start, end):
         stripped = _strip_tensor(buf, pstart, fend, location) \
             if field == _GRAPH_INITIALIZER else None
         if stripped is not None:
-            out += buf[copied:fstart]
-            out += pw.len_prefix(_GRAPH_INITIALIZER, len(stripped)) + stripped
-            copied = fend
-    out += buf[copied:end]
-    return bytes(out)
+            edits.append((fstart, fend, pw.len_prefix(_GRAPH_INITIALIZER, len(stripped))
+                          + stripped))
+    length = end - start + sum(len(new) - (fend - fstart) for fstart, fend, new in edits)
+    out.add(pw.len_prefix(_MODEL_GRAPH, length))
+    copied = start  # the bytes before this are in ``out``
+    for fstart, fend, new in edits:
+        out.copy(buf, copied, fstart)
+        out.add(new)
+        copied = fend
+    out.copy(buf, copied, end)
 
 
 class _FileBytes:
@@ -103,6 +147,15 @@ class _FileBytes:
             pos += len(part)
         return b"".join(parts)
 
+    def read_into(self, target: memoryview, start: int) -> None:
+        """Fill ``target`` with the file's bytes from ``start`` on."""
+        done = 0
+        while done < len(target):
+            count = os.preadv(self._fd, [target[done:]], start + done)
+            if not count:
+                raise IndexError("read past the end of the file")
+            done += count
+
     @overload
     def __getitem__(self, key: int) -> int: ...
     @overload
@@ -122,8 +175,9 @@ class _FileBytes:
         return self._window[key - self._start]
 
 
-def _graph_only_bytes(path: str) -> bytes:
-    """The model's bytes with every large inline weight replaced by a reference to itself."""
+def _parse_graph_only(path: str) -> tuple[onnx.ModelProto, int]:
+    """The model parsed with every large inline weight replaced by a reference to itself, and
+    the bytes parsed."""
     size = os.path.getsize(path)
     if size == 0:
         raise InputError(f"{path}: empty file, not an ONNX model")
@@ -138,29 +192,70 @@ def _graph_only_bytes(path: str) -> bytes:
                 raise InputError(f"{path}: changed while being read")
         else:
             buf = _FileBytes(f.fileno(), size)
-        out = bytearray()
+        out = _Output(size)
         try:
-            for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, 0, size):
-                if fend > size:
-                    raise ValueError("truncated")
-                if field == _MODEL_GRAPH:
-                    graph = _strip_graph(buf, pstart, fend, location)
-                    out += pw.len_prefix(_MODEL_GRAPH, len(graph)) + graph
-                else:
-                    out += buf[fstart:fend]
-        except (ValueError, IndexError) as e:
-            raise InputError(f"{path}: not an ONNX model or truncated ({e})") from None
-    return bytes(out)
+            try:
+                for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, 0, size):
+                    if fend > size:
+                        raise ValueError("truncated")
+                    if field == _MODEL_GRAPH:
+                        _add_stripped_graph(out, buf, pstart, fend, location)
+                    else:
+                        out.copy(buf, fstart, fend)
+            except (ValueError, IndexError) as e:
+                raise InputError(f"{path}: not an ONNX model or truncated ({e})") from None
+            del buf
+            return onnx.ModelProto.FromString(out.view[:out.pos]), out.pos
+        finally:
+            out.close()
 
 
-def _without_external(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy fit for the checker: external weights become typed graph inputs.
+@dataclass
+class _DocStrings:
+    """doc_strings taken out of the reader's proto before it is copied and converted, given to
+    the ir.Model afterwards: a 200 MB doc_string is then held once (the model's), not also by
+    the proto, the checker's copy and every serialization for shape inference."""
+
+    model: str | None = None
+    graph: str | None = None
+    nodes: dict[int, str] = dataclasses.field(default_factory=dict)  # by main-graph index
+
+    @classmethod
+    def take(cls, proto: onnx.ModelProto) -> _DocStrings:
+        docs = cls()
+        if proto.HasField("doc_string"):
+            docs.model = proto.doc_string
+            proto.ClearField("doc_string")
+        if proto.graph.HasField("doc_string"):
+            docs.graph = proto.graph.doc_string
+            proto.graph.ClearField("doc_string")
+        for index, node in enumerate(proto.graph.node):
+            if node.HasField("doc_string"):
+                docs.nodes[index] = node.doc_string
+                node.ClearField("doc_string")
+        return docs
+
+    def give(self, model: ir.Model) -> None:
+        """Set them on ``model``, just deserialized from the proto they were taken from."""
+        if self.model is not None:
+            model.doc_string = self.model
+        if self.graph is not None:
+            model.graph.doc_string = self.graph
+        if self.nodes:
+            for index, node in enumerate(model.graph):
+                if index in self.nodes:
+                    node.doc_string = self.nodes[index]
+
+
+def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None
+                      ) -> onnx.ModelProto:
+    """A copy fit for the checker: external weights become typed graph inputs, bulky strings
+    empty ones (``onnxfold.io.light_copy``).
 
     The checker resolves external files against the current directory, not the model's; the
     files are checked separately (``onnxfold.io.trust``).
     """
-    checked = onnx.ModelProto()
-    checked.CopyFrom(proto)
+    checked = light_copy(proto, parsed_bytes)
     inputs = {i.name for i in checked.graph.input}
     kept = []
     for tensor in checked.graph.initializer:
@@ -254,7 +349,7 @@ def load_model(path: str | os.PathLike, check: bool = True,
     if foreign is not None:
         raise InputError(foreign.message(path))
     try:
-        proto = onnx.ModelProto.FromString(_graph_only_bytes(path))
+        proto, parsed_bytes = _parse_graph_only(path)
     except InputError as e:
         raise _named(path) or e from None
     except (OSError, MemoryError) as e:  # a resource limit is named, the input is not blamed
@@ -267,7 +362,8 @@ def load_model(path: str | os.PathLike, check: bool = True,
         raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
     densify(proto, path)
     _refuse_external_in_functions(proto, path)
-    light = _without_external(proto) if check or keep_light else None
+    docs = _DocStrings.take(proto)
+    light = _without_external(proto, parsed_bytes) if check or keep_light else None
     unsorted = False
     try:
         unknown = _run_checker(light, path) if light is not None and check else \
@@ -276,7 +372,7 @@ def load_model(path: str | os.PathLike, check: bool = True,
         if _UNSORTED not in str(e):
             raise
         unsorted = True
-    model, data_files, reorders = _checked_model(proto, path)
+    model, data_files, reorders = _checked_model(proto, path, docs)
     if unsorted:
         assert light is not None  # the checker ran on it
         unknown = _run_checker(_reordered(light, reorders), path)
@@ -363,12 +459,16 @@ def _external_in_subgraphs(proto: onnx.ModelProto) -> bool:
                for t in tensor_protos(graph))
 
 
-def _checked_model(proto: onnx.ModelProto, label: str) -> tuple[ir.Model, set[str], Reorders]:
+def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None = None
+                   ) -> tuple[ir.Model, set[str], Reorders]:
     """``proto`` as an ir.Model whose structure and tensor data are checked, the data files
-    it reads, and how its graphs were sorted (:func:`check_structure`)."""
+    it reads, and how its graphs were sorted (:func:`check_structure`); ``docs``: the
+    doc_strings taken out of ``proto``, given back to the model."""
     try:
         with quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
             model = ir.serde.deserialize_model(proto)
+        if docs is not None:
+            docs.give(model)
     except MemoryError:
         raise out_of_memory(f"{label}: cannot load") from None
     except Exception as e:

@@ -170,6 +170,31 @@ def _byte_counter(total: int, progress: Callable[[int, int], None] | None
     return count
 
 
+_MODEL_DOC_STRING = 6  # ModelProto.doc_string
+_TEXT_CHUNK = 8 << 20  # characters of a long text encoded at a time
+
+
+def _pwrite_parts(fd: int, parts: Iterable[bytes], offset: int) -> int:
+    """Write ``parts`` one after another from ``offset`` (never joined into one more copy);
+    return the bytes written."""
+    done = 0
+    for part in parts:
+        done += segments.pwrite_all(fd, part, offset + done)
+    return done
+
+
+def _pwrite_text_field(fd: int, field: int, text: str, offset: int) -> int:
+    """Write ``text`` as the length-delimited protobuf ``field`` at ``offset``, encoded a
+    chunk at a time (a 200 MB doc_string is not copied whole); return the bytes written.
+    Protobuf reads a message's fields in any order, so it may follow the graph's."""
+    chunks = range(0, len(text), _TEXT_CHUNK)
+    length = sum(len(text[i:i + _TEXT_CHUNK].encode()) for i in chunks)
+    done = segments.pwrite_all(fd, pw.len_prefix(field, length), offset)
+    for i in chunks:
+        done += segments.pwrite_all(fd, text[i:i + _TEXT_CHUNK].encode(), offset + done)
+    return done
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
                data_name: str | None = None, protect: set[str] | None = None,
                prefill: OutputPrefill | None = None,
@@ -210,9 +235,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     inlined = inline_references(model, set(streamed.values()))
     for name in streamed:
         graph.initializers.pop(name)
+    doc_string, model.doc_string = model.doc_string, None  # written last, from the str
     try:
         proto = ir.serde.serialize_model(model)
     finally:
+        model.doc_string = doc_string
         for value in streamed.values():
             graph.register_initializer(value)
         restore_references(inlined)
@@ -220,6 +247,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     graph_bytes = proto.graph.SerializeToString()
     proto.ClearField("graph")
     head = proto.SerializeToString()
+    del proto  # its arena holds the graph's strings until it is gone
 
     in_place = guard.replaces_input(target)
     with output_lock(target):
@@ -239,8 +267,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
                            for (name, value), seg in zip(streamed.items(), data)]
                 fields = [pw.len_prefix(5, len(h)) + h for h in headers]
                 graph_len = len(graph_bytes) + sum(len(f) for f in fields)
-                written = segments.pwrite_all(fd, b"".join(
-                    [head, pw.len_prefix(7, graph_len), graph_bytes, *fields]), 0)
+                written = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes,
+                                             b"".join(fields)], 0)
             else:
                 pieces = []
                 for name, value in streamed.items():
@@ -250,10 +278,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
                     body_len = len(header) + len(raw) + tensor.nbytes
                     pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
                 graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
-                first = head + pw.len_prefix(7, graph_len) + graph_bytes
-                segments.pwrite_all(fd, first, 0)
-                tensors, written = segments.layout(len(first), pieces)
+                first = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes], 0)
+                tensors, written = segments.layout(first, pieces)
                 segments.write(fd, tensors, counted)
+            if doc_string:
+                written += _pwrite_text_field(fd, _MODEL_DOC_STRING, doc_string, written)
             os.ftruncate(fd, written)  # a prefilled file may be longer
             os.close(fd)
             fd = None

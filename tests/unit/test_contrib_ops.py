@@ -1,5 +1,6 @@
 """onnxruntime's contrib ops (``com.microsoft``) with constant inputs fold through the
-fallback; random ones never do; their output size is checked before they run."""
+fallback; random ones never do; their output size is checked before they run, or, where
+onnxruntime cannot size it, bounded while they run and checked after."""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def test_a_sub_byte_result_is_never_taken_from_onnxruntime():
 
 
 def test_a_contrib_op_onnxruntime_cannot_shape_is_not_counted_as_a_scalar():
-    """onnxruntime declares CDist's output with no dims: a 1.4 MB result, not 4 bytes."""
+    """onnxruntime declares CDist's output with no dims: a 1.4 MB result, not 4 bytes, is
+    over a 256 KiB budget once computed."""
     rng = np.random.default_rng(1)
     inits = [tensor("A", rng.standard_normal((600, 8)).astype(np.float32)),
              tensor("B", rng.standard_normal((600, 8)).astype(np.float32))]
@@ -88,3 +90,18 @@ def test_a_contrib_op_onnxruntime_cannot_shape_is_not_counted_as_a_scalar():
     result = optimize(_model(nodes, inits), FoldOptions(pool_budget=256 << 10))
     assert "CDist" in [n.op_type for n in result.to_proto().graph.node]
     assert "size" in result.report.declined
+
+
+def test_a_contrib_op_of_unknown_output_size_within_the_budget_folds():
+    """CDist's output is unknown before it runs; a 16 MB result fits a 256 MiB budget."""
+    rng = np.random.default_rng(2)
+    inits = [tensor("A", rng.standard_normal((2000, 8)).astype(np.float32)),
+             tensor("B", rng.standard_normal((2000, 8)).astype(np.float32))]
+    nodes = [helper.make_node("CDist", ["A", "B"], ["d"], domain=MS),
+             helper.make_node("ReduceMax", ["d"], ["s"], keepdims=0),
+             helper.make_node("Add", ["x", "s"], ["y"])]
+    original = _model(nodes, inits)
+    result = optimize(original, FoldOptions(pool_budget=256 << 20, strict=True))
+    folded = result.to_proto()
+    assert [n.op_type for n in folded.graph.node] == ["Add"], result.report.declined_nodes
+    np.testing.assert_array_equal(_run(folded), _run(original))

@@ -1,0 +1,112 @@
+"""A copy of a model proto for onnx's checker and shape inference, without its strings' text.
+
+Neither the checker nor shape inference reads the characters of a string tensor or of a
+``Constant``'s ``value_string(s)``: only their type and shape (the checker counts the
+elements). A model with a 200 MB string initializer or ``Constant`` would otherwise have it
+copied into the checker's proto, serialized for the checker, and serialized and parsed twice
+more by every shape inference. In the copy, every string tensor keeps its name, type, dims and
+element count, each element empty, and a ``Constant``'s ``value_string(s)`` is emptied likewise.
+
+A proto whose graph took at most ``CAREFUL_ABOVE`` bytes in the file is copied whole, as it is
+(one call into protobuf: its strings are small); a bigger one is copied node by node and
+tensor by tensor, so that no string is copied at all (protobuf's ``ByteSize`` would serialize a
+message to measure it, so nothing here asks for a size).
+"""
+
+from __future__ import annotations
+
+import onnx
+
+CAREFUL_ABOVE = 16 << 20  # bytes of graph read: a smaller proto is copied whole, then emptied
+_A = onnx.AttributeProto
+_NESTED = (_A.TENSOR, _A.TENSORS, _A.GRAPH, _A.GRAPHS)
+
+
+def light_copy(proto: onnx.ModelProto, graph_bytes: int | None = None) -> onnx.ModelProto:
+    """``proto`` copied, with its strings' text emptied unless ``graph_bytes`` (the size of its
+    graph as read; None: unknown) is at most ``CAREFUL_ABOVE``."""
+    copy = onnx.ModelProto()
+    if graph_bytes is not None and graph_bytes <= CAREFUL_ABOVE:
+        copy.CopyFrom(proto)
+        return copy
+    for desc, value in proto.ListFields():
+        if desc.name == "graph":
+            _copy_graph(value, copy.graph)
+        else:
+            _copy_field(copy, desc, value)
+    return copy
+
+
+def _copy_field(target, desc, value) -> None:
+    repeated = desc.is_repeated if hasattr(desc, "is_repeated") else \
+        desc.label == desc.LABEL_REPEATED  # protobuf before 5.x
+    if repeated:
+        getattr(target, desc.name).extend(value)
+    elif desc.type == desc.TYPE_MESSAGE:
+        getattr(target, desc.name).CopyFrom(value)
+    else:
+        setattr(target, desc.name, value)
+
+
+def _copy_graph(graph: onnx.GraphProto, target: onnx.GraphProto) -> None:
+    for desc, value in graph.ListFields():
+        if desc.name == "initializer":
+            for tensor in value:
+                _copy_tensor(tensor, target.initializer.add())
+        elif desc.name == "node":
+            for node in value:
+                _copy_node(node, target.node.add())
+        else:
+            _copy_field(target, desc, value)
+
+
+def _has_text(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` may hold a string whose text the copy empties."""
+    return any(a.type in _NESTED or _is_constant_text(node, a) for a in node.attribute)
+
+
+def _is_constant_text(node: onnx.NodeProto, attr: onnx.AttributeProto) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx") and \
+        attr.name in ("value_string", "value_strings")
+
+
+def _copy_node(node: onnx.NodeProto, target: onnx.NodeProto) -> None:
+    if not _has_text(node):
+        target.CopyFrom(node)
+        return
+    for desc, value in node.ListFields():
+        if desc.name != "attribute":
+            _copy_field(target, desc, value)
+            continue
+        for attr in value:
+            copied = target.attribute.add()
+            if attr.type not in _NESTED and not _is_constant_text(node, attr):
+                copied.CopyFrom(attr)
+                continue
+            for adesc, avalue in attr.ListFields():
+                if adesc.name == "t":
+                    _copy_tensor(avalue, copied.t)
+                elif adesc.name == "tensors":
+                    for tensor in avalue:
+                        _copy_tensor(tensor, copied.tensors.add())
+                elif adesc.name == "g":
+                    _copy_graph(avalue, copied.g)
+                elif adesc.name == "graphs":
+                    for sub in avalue:
+                        _copy_graph(sub, copied.graphs.add())
+                elif adesc.name == "s":
+                    copied.s = b""
+                elif adesc.name == "strings":
+                    copied.strings.extend([b""] * len(avalue))
+                else:
+                    _copy_field(copied, adesc, avalue)
+
+
+def _copy_tensor(tensor: onnx.TensorProto, target: onnx.TensorProto) -> None:
+    if tensor.data_type != onnx.TensorProto.STRING:
+        target.CopyFrom(tensor)
+        return
+    for desc, value in tensor.ListFields():
+        if desc.name != "string_data":
+            _copy_field(target, desc, value)
+    target.string_data.extend([b""] * len(tensor.string_data))

@@ -1,0 +1,72 @@
+"""``--pool-budget`` holds for a contrib op whose output onnxruntime cannot size before it runs.
+
+``com.microsoft::CDist`` of two 16,000 x 8 constants makes a 1 GB matrix from 1 MB of inputs,
+and onnxruntime declares its output with no dims. It runs under an address-space bound of the
+budget (``onnxfold.address_space``): the allocation fails inside onnxruntime, the node is
+declined for its size and the run's peak RSS stays near the budget. The child's address space
+is capped too, so a regression fails the test instead of taking the machine's memory.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+MiB = 1 << 20
+BUDGET = 256 * MiB
+BASELINE = 200 * MiB  # Python, numpy, onnx, onnx-ir and onnxruntime, before any fold
+ALLOWANCE = 64 * MiB  # onnxfold.address_space.RUN_ALLOWANCE
+
+
+def _cdist_model(path: str, rows: int) -> None:
+    """x + ReduceMax(CDist(A, A)): a rows x rows float32 matrix from a rows x 8 constant."""
+    a = np.random.default_rng(0).standard_normal((rows, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("CDist", ["A", "A"], ["d"], domain="com.microsoft"),
+         helper.make_node("ReduceMax", ["d"], ["m"], keepdims=0),
+         helper.make_node("Add", ["x", "m"], ["y"])], "cdist",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [numpy_helper.from_array(a, "A")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, path)
+
+
+def _optimize(model: str, out: str, *flags: str) -> tuple[int, str, int]:
+    """(exit code, stdout and stderr, peak RSS in bytes) of ``onnxfold optimize``."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", model, "-o", out,
+                             *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=cap)
+    assert proc.stdout is not None
+    text = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.stdout.close()
+    return os.waitstatus_to_exitcode(status), text, usage.ru_maxrss * 1024
+
+
+def test_a_gigabyte_contrib_result_is_declined_under_a_256m_pool_budget(tmp_path):
+    model, out = str(tmp_path / "cdist.onnx"), str(tmp_path / "out.onnx")
+    _cdist_model(model, 16_000)
+    code, text, peak = _optimize(model, out, "--pool-budget", "256M")
+    assert code == 0, text
+    assert "CDist" in [n.op_type for n in onnx.load(out).graph.node]
+    assert "size" in text, text
+    assert peak < BASELINE + BUDGET + ALLOWANCE, f"peak RSS {peak / MiB:.0f} MiB\n{text}"
+
+
+def test_a_contrib_result_within_the_budget_folds_in_the_cli(tmp_path):
+    model, out = str(tmp_path / "cdist.onnx"), str(tmp_path / "out.onnx")
+    _cdist_model(model, 2_000)  # 16 MB
+    code, text, _ = _optimize(model, out, "--pool-budget", "256M")
+    assert code == 0, text
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["Add"], text
