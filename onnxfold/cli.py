@@ -151,9 +151,11 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                                            external_data=external, protect={args.input},
                                            replaces=args.replaces, **checking)
         else:
-            from onnxfold.verify import VERIFY_MAX_NODES, verifier
+            from onnxfold.verify import verifiable, verifier
 
-            cheap = not args.no_verify and result.report.nodes_after <= VERIFY_MAX_NODES
+            cheap, unverified = (False, None) if args.no_verify else verifiable(result.model)
+            if unverified is not None:
+                result.report.warnings.append(unverified)
             with phases.phase("save"):
                 phases.detail(_weights_mib(result.report))
                 info = save_model(result.model, args.output, external_data=external,
