@@ -10,7 +10,10 @@ that calls itself, directly or not, expands without end: its size is over any ca
 
 The callers compare the count with a budget: ``EXPANSION_BUDGET`` for inlining and shape
 inference (``--inline-functions`` declines above it, inference then leaves function calls
-opaque), ``verify.VERIFY_MAX_NODES`` for loading the output in onnxruntime.
+opaque), ``verify.VERIFY_MAX_NODES`` for loading the output in onnxruntime. ONNX shape
+inference also copies the table of all local functions for every call it expands, so its cost
+is the expanded size times the number of functions: :func:`inference_expands_functions` bounds
+that product by ``INFERENCE_WORK_BUDGET`` (10,000 functions called once each took 115 s).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import onnx_ir as ir
 from onnxfold.analysis import subgraphs
 
 EXPANSION_BUDGET = 100_000  # nodes, function calls expanded: about 20 s of inlining
+INFERENCE_WORK_BUDGET = 20_000_000  # expanded nodes x local functions: about 7 s of inference
 
 FunctionKey = tuple[str, str, str]  # (domain, name, overload), as ``ir.Model.functions`` keys
 
@@ -41,14 +45,14 @@ def _call_key(node: ir.Node) -> FunctionKey:
 
 def _own_size(graph: ir.Graph, functions: dict[FunctionKey, ir.Function]
               ) -> tuple[int, list[FunctionKey]]:
-    """Nodes of ``graph`` (subgraphs included) that call no local function, and the calls."""
+    """Nodes of ``graph`` (subgraphs included; a call counts as one node too: expanding it
+    costs a step), and the local functions they call."""
     own, calls = 0, []
     for node in _nodes_within(graph):
+        own += 1
         key = _call_key(node)
         if key in functions:
             calls.append(key)
-        else:
-            own += 1
     return own, calls
 
 
@@ -92,7 +96,7 @@ def function_sizes(model: ir.Model, cap: int) -> dict[FunctionKey, int]:
 def expanded_size(model: ir.Model, cap: int = EXPANSION_BUDGET, functions: bool = True) -> int:
     """Nodes of all the model's graphs with every local call expanded, or ``cap + 1`` for any
     size above ``cap``; linear in the nodes of the graphs and the function bodies.
-    ``functions=False``: the nodes of the graphs alone, each call counted as one node."""
+    ``functions=False``: the nodes of the graphs alone."""
     if not model.functions or not functions:
         return min(cap + 1, sum(1 for _ in _nodes_within(model.graph)))
     sizes = function_sizes(model, cap)
@@ -101,6 +105,15 @@ def expanded_size(model: ir.Model, cap: int = EXPANSION_BUDGET, functions: bool 
     for callee in calls:
         total = min(cap + 1, total + sizes[callee])
     return min(cap + 1, total)
+
+
+def inference_expands_functions(model: ir.Model) -> bool:
+    """Whether ONNX shape inference may be given ``model``'s functions: the expanded size is
+    at most ``EXPANSION_BUDGET`` and, times the number of functions, ``INFERENCE_WORK_BUDGET``."""
+    if not model.functions:
+        return True
+    cap = min(EXPANSION_BUDGET, INFERENCE_WORK_BUDGET // len(model.functions))
+    return expanded_size(model, cap) <= cap
 
 
 def describe(size: int, cap: int) -> str:

@@ -101,3 +101,24 @@ def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
     want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_thousands_of_functions_cost_linear_time(tmp_path):
+    """6,000 functions, each called once: onnx's shape inference copies the table of functions
+    for every call it expands, and the functions' folding planned each body against every
+    function's name; both quadratic (10,000 functions, the checker's limit, took minutes)."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
+    count = 6_000
+    functions = [helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"],
+                                      [helper.make_node("Relu", ["x"], ["y"])], opsets[:1])
+                 for k in range(count)]
+    nodes = [helper.make_node(f"f{k}", ["x" if k == 0 else f"v{k - 1}"], [f"v{k}"],
+                              domain=DOMAIN) for k in range(count)]
+    graph = helper.make_graph(nodes, "many", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info(
+            f"v{count - 1}", TensorProto.FLOAT, [3])])
+    source, out = tmp_path / "many.onnx", tmp_path / "out.onnx"
+    onnx.save(helper.make_model(graph, functions=functions, opset_imports=opsets), source)
+    code, _stdout, stderr = run_cli("optimize", source, "-o", out)
+    assert_ok(code, stderr)
+    assert len(onnx.load(out).functions) == count

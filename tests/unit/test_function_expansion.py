@@ -37,9 +37,10 @@ def _model(bodies: dict[str, list[str]], top: str) -> ir.Model:
 def test_doubling_nest_is_counted_exactly_below_the_cap_and_saturates_above():
     bodies = {"f0": ["Relu", "Abs"]} | {f"f{k}": [f"f{k - 1}", f"f{k - 1}"] for k in range(1, 60)}
     model = _model(bodies, "f59")
-    assert expanded_size(model, cap=10**30) == 2 * 2**59 + 1  # the graph's Neg
+    # f0 is 2 nodes, f_k 2 calls + 2 f_(k-1): f_k = 2**(k+2) - 2; the graph adds its 2 nodes
+    assert expanded_size(model, cap=10**30) == 2**61 - 2 + 2
     assert expanded_size(model, cap=1000) == 1001
-    assert function_sizes(model, cap=1000)["local", "f3", ""] == 16
+    assert function_sizes(model, cap=1000)["local", "f3", ""] == 30
     assert expanded_size(model, cap=1000, functions=False) == 2
 
 
@@ -55,4 +56,5 @@ def test_a_chain_of_calls_deeper_than_the_recursion_limit_is_counted():
     depth = 3 * sys.getrecursionlimit()
     bodies = {"f0": ["Relu"]} | {f"f{k}": [f"f{k - 1}", "Abs"] for k in range(1, depth)}
     model = _model(bodies, f"f{depth - 1}")
-    assert expanded_size(model, cap=10**9) == depth + 1  # a Relu, depth - 1 Abs, the Neg
+    # a Relu, depth - 1 calls and as many Abs, the graph's call and Neg
+    assert expanded_size(model, cap=10**9) == 1 + 2 * (depth - 1) + 2
