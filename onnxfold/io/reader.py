@@ -17,6 +17,7 @@ import onnx_ir as ir
 from onnxfold.analysis import UNKNOWN_OPS_KEY, all_graphs, in_order
 from onnxfold.errors import InputError
 from onnxfold.io import protowire as pw
+from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
 from onnxfold.limits import limit_error, out_of_memory
@@ -258,6 +259,7 @@ def load_model(path: str | os.PathLike, check: bool = True,
         raise InputError(f"{path}: not an ONNX model ({type(e).__name__})") from None
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise InputError(f"{path}: not an ONNX model (no graph or IR version)")
+    refuse_too_many_nodes(proto, path)
     densify(proto, path)
     _refuse_external_in_functions(proto, path)
     light = _without_external(proto) if check or keep_light else None
@@ -395,6 +397,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
     """An in-memory model (``onnx.ModelProto``) with the checks a file gets (onnx's checker
     too, with ``check``). It has no directory, so external-data references are refused: load
     it from its file instead."""
+    refuse_too_many_nodes(proto, label)
     _refuse_external_in_functions(proto, label)
     for graph in graph_protos(proto.graph):
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
