@@ -20,6 +20,7 @@ from onnxfold import custom_ops, dim_relations
 from onnxfold.analysis import is_default_op
 from onnxfold.dim_relations import is_named
 from onnxfold.errors import InputError, one_line
+from onnxfold.expansion import expanded_size
 from onnxfold.numbers import flag_value
 from onnxfold.tolerance import allowed, ulp
 from onnxfold.tolerance import for_dtype as tolerance_for
@@ -181,15 +182,29 @@ def _label(model: ModelRef, default: str) -> str:
     return default if isinstance(model, onnx.ModelProto) else os.fspath(model)
 
 
-def _graph(model: ModelRef) -> ir.Model:
-    """The model's graph (weights memory-mapped); also turns unreadable files into InputError."""
+ORT_EXPANSION_LIMIT = 20_000  # nodes onnxruntime's loading may add by inlining local functions
+
+
+def _graph(model: ModelRef, label: str) -> ir.Model:
+    """The model's graph (weights memory-mapped); also turns unreadable files into InputError,
+    and refuses a model whose local functions onnxruntime would inline into more than
+    ``ORT_EXPANSION_LIMIT`` nodes (its loading grows faster than linearly: a 4 KB nest of
+    functions expanding to 32,768 nodes takes 19 s to load, one level more twice as long)."""
     from onnxfold.io import load_model
     from onnxfold.io.reader import model_from_proto
 
-    if isinstance(model, onnx.ModelProto):
-        return model_from_proto(model)
-
-    return load_model(model, check=False)
+    loaded = model_from_proto(model) if isinstance(model, onnx.ModelProto) else \
+        load_model(model, check=False)
+    if loaded.functions:
+        plain = expanded_size(loaded, functions=False)
+        cap = plain + ORT_EXPANSION_LIMIT
+        size = expanded_size(loaded, cap)
+        if size > cap:
+            raise InputError(
+                f"{label}: onnxruntime would inline its local functions into more than "
+                f"{ORT_EXPANSION_LIMIT:,} nodes beyond the graph's {plain:,}: too many to run "
+                "it (docs/time-bounds.md)")
+    return loaded
 
 
 def _ort_message(e: Exception) -> str:
@@ -432,7 +447,8 @@ def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | No
     index; masks ones; token types zeros; positions 0, 1, 2...; ``dims`` binds symbolic dims,
     the rest are 1). The one feed generator of compare, the tests and ``bench/``."""
     label = _label(model, "model")
-    feeder = _Inputs(_session(model, label), label, _graph(model), {}, dims or {},
+    graph = _graph(model, label)
+    feeder = _Inputs(_session(model, label), label, graph, {}, dims or {},
                      int_ranges or {})
     return feeder.feeds(seed), feeder.describe()
 
@@ -548,8 +564,8 @@ def compare(a: ModelRef, b: ModelRef, *,
         raise InputError("rtol and atol must be non-negative")
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = _label(a, "model A"), _label(b, "model B")
-    graph_a = _graph(a)
-    _graph(b)
+    graph_a = _graph(a, label_a)
+    _graph(b, label_b)
     import onnxruntime as ort
 
     run_options = ort.RunOptions()

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from advkit import assert_ok
+from advkit import assert_ok, assert_one_line_error
 from onnx import TensorProto, helper
 
 LIMIT = 30  # seconds: every run here must end well within this
@@ -122,3 +122,25 @@ def test_thousands_of_functions_cost_linear_time(tmp_path):
     code, _stdout, stderr = run_cli("optimize", source, "-o", out)
     assert_ok(code, stderr)
     assert len(onnx.load(out).functions) == count
+
+
+@pytest.mark.parametrize("how", ["compare", "optimize --check"])
+def test_running_a_nest_in_onnxruntime_is_refused(tmp_path, how):
+    """compare and --check run the model in onnxruntime, which inlines every call when it
+    loads it (2**19 nodes here: it did not end); they refuse it in one line instead."""
+    source = tmp_path / "nest.onnx"
+    onnx.save(nest(20), source)
+    args = ["compare", source, source] if how == "compare" else \
+        ["optimize", source, "--check", "1", "-o", tmp_path / "out.onnx"]
+    code, _stdout, stderr = run_cli(*args)
+    assert_one_line_error(code, stderr)
+    assert "onnxruntime would inline its local functions into more than 20,000 nodes" in stderr
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_small_nest_still_runs_in_onnxruntime(tmp_path):
+    source = tmp_path / "nest.onnx"
+    onnx.save(nest(8), source)
+    code, stdout, stderr = run_cli("compare", source, source)
+    assert_ok(code, stderr)
+    assert "all outputs within tolerance" in stdout
