@@ -15,6 +15,7 @@ The inlining is onnx-ir's ``InlinePass``, with two bounds around it:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,15 +26,12 @@ from onnx_ir.passes.common import inliner as _inliner
 from onnxfold.expansion import EXPANSION_BUDGET, describe, expanded_size
 
 _NAMER = "_make_unique_name"
+_PATCHING = threading.Lock()  # one replacement at a time: each restores what it replaced
 
 
 @contextmanager
 def _resumed_name_search() -> Iterator[None]:
     """Within the block, onnx-ir's inliner names copies in linear time (module docstring)."""
-    original = getattr(_inliner, _NAMER, None)
-    if original is None:  # a newer onnx-ir that names differently: nothing to speed up
-        yield
-        return
     tried: dict[tuple[int, str], int] = {}  # (id of a set of used names, name) -> last suffix
     alive: dict[int, set[str]] = {}  # the sets keyed by id, kept so no id is reused
 
@@ -49,11 +47,16 @@ def _resumed_name_search() -> Iterator[None]:
         used_names.add(candidate)
         return candidate
 
-    setattr(_inliner, _NAMER, make_unique_name)
-    try:
-        yield
-    finally:
-        setattr(_inliner, _NAMER, original)
+    with _PATCHING:
+        original = getattr(_inliner, _NAMER, None)
+        if original is None:  # a newer onnx-ir that names differently: nothing to speed up
+            yield
+            return
+        setattr(_inliner, _NAMER, make_unique_name)
+        try:
+            yield
+        finally:
+            setattr(_inliner, _NAMER, original)
 
 
 def inline_functions(model: ir.Model, budget: int = EXPANSION_BUDGET) -> tuple[bool, str | None]:
