@@ -20,7 +20,7 @@ from onnxfold import custom_ops, dim_relations
 from onnxfold.analysis import is_default_op
 from onnxfold.dim_relations import is_named
 from onnxfold.errors import InputError, one_line
-from onnxfold.expansion import expanded_size
+from onnxfold.expansion import refuse_onnxruntime_inlining
 from onnxfold.numbers import flag_value
 from onnxfold.tolerance import allowed, ulp
 from onnxfold.tolerance import for_dtype as tolerance_for
@@ -182,28 +182,16 @@ def _label(model: ModelRef, default: str) -> str:
     return default if isinstance(model, onnx.ModelProto) else os.fspath(model)
 
 
-ORT_EXPANSION_LIMIT = 20_000  # nodes onnxruntime's loading may add by inlining local functions
-
-
 def _graph(model: ModelRef, label: str) -> ir.Model:
     """The model's graph (weights memory-mapped); also turns unreadable files into InputError,
-    and refuses a model whose local functions onnxruntime would inline into more than
-    ``ORT_EXPANSION_LIMIT`` nodes (its loading grows faster than linearly: a 4 KB nest of
-    functions expanding to 32,768 nodes takes 19 s to load, one level more twice as long)."""
+    and refuses a model whose local functions onnxruntime would inline into too many nodes
+    (``expansion.refuse_onnxruntime_inlining``)."""
     from onnxfold.io import load_model
     from onnxfold.io.reader import model_from_proto
 
     loaded = model_from_proto(model) if isinstance(model, onnx.ModelProto) else \
         load_model(model, check=False)
-    if loaded.functions:
-        plain = expanded_size(loaded, functions=False)
-        cap = plain + ORT_EXPANSION_LIMIT
-        size = expanded_size(loaded, cap)
-        if size > cap:
-            raise InputError(
-                f"{label}: onnxruntime would inline its local functions into more than "
-                f"{ORT_EXPANSION_LIMIT:,} nodes beyond the graph's {plain:,}: too many to run "
-                "it (docs/time-bounds.md)")
+    refuse_onnxruntime_inlining(loaded, label)
     return loaded
 
 

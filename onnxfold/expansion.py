@@ -10,7 +10,8 @@ that calls itself, directly or not, expands without end: its size is over any ca
 
 The callers compare the count with a budget: ``EXPANSION_BUDGET`` for inlining and shape
 inference (``--inline-functions`` declines above it, inference then leaves function calls
-opaque), ``verify.VERIFY_MAX_NODES`` for loading the output in onnxruntime. ONNX shape
+opaque), ``verify.VERIFY_MAX_NODES`` for loading the output in onnxruntime to verify it,
+``ORT_EXPANSION_LIMIT`` for running it there (``compare``, ``--check``, ``Session``). ONNX shape
 inference also copies the table of all local functions for every call it expands, so its cost
 is the expanded size times the number of functions: :func:`inference_expands_functions` bounds
 that product by ``INFERENCE_WORK_BUDGET`` (10,000 functions called once each took 115 s).
@@ -23,9 +24,11 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 from onnxfold.analysis import subgraphs
+from onnxfold.errors import InputError
 
 EXPANSION_BUDGET = 100_000  # nodes, function calls expanded: about 20 s of inlining
 INFERENCE_WORK_BUDGET = 20_000_000  # expanded nodes x local functions: about 7 s of inference
+ORT_EXPANSION_LIMIT = 20_000  # nodes onnxruntime's loading may add by inlining local functions
 
 FunctionKey = tuple[str, str, str]  # (domain, name, overload), as ``ir.Model.functions`` keys
 
@@ -114,6 +117,21 @@ def inference_expands_functions(model: ir.Model) -> bool:
         return True
     cap = min(EXPANSION_BUDGET, INFERENCE_WORK_BUDGET // len(model.functions))
     return expanded_size(model, cap) <= cap
+
+
+def refuse_onnxruntime_inlining(model: ir.Model, label: str) -> None:
+    """Raise InputError when onnxruntime, loading ``model`` to run it, would inline its local
+    functions into more than ``ORT_EXPANSION_LIMIT`` nodes beyond the graph's own: its loading
+    grows faster than linearly (a 4 KB nest of functions expanding to 32,768 nodes takes 19 s
+    to load, one level more twice as long)."""
+    if not model.functions:
+        return
+    plain = expanded_size(model, functions=False)
+    cap = plain + ORT_EXPANSION_LIMIT
+    if expanded_size(model, cap) > cap:
+        raise InputError(f"{label}: onnxruntime would inline its local functions into more "
+                         f"than {ORT_EXPANSION_LIMIT:,} nodes beyond the graph's {plain:,}: too "
+                         "many to run it (docs/time-bounds.md)")
 
 
 def describe(size: int, cap: int) -> str:

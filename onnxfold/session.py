@@ -36,6 +36,7 @@ from onnxfold.arrays import c_contiguous
 from onnxfold.backends import get_backend
 from onnxfold.dtypes import np_dtype
 from onnxfold.errors import InputError, OnnxfoldError, one_line
+from onnxfold.expansion import refuse_onnxruntime_inlining
 from onnxfold.io.feeds import load_arrays
 from onnxfold.io.tempfiles import write_atomic
 from onnxfold.options import FoldOptions
@@ -101,10 +102,12 @@ class Session:
         if check not in CHECKS:
             raise InputError(f"check must be one of {', '.join(CHECKS)}")
         self.custom_op_libraries = custom_ops.checked_libraries(custom_op_libraries)
+        label = "model" if isinstance(model, onnx.ModelProto | ir.Model) else os.fspath(model)
         if isinstance(model, onnx.ModelProto):
             model = model_from_proto(model)
         elif not isinstance(model, ir.Model):
             model = load_model(model)
+        refuse_onnxruntime_inlining(model, label)  # each run would load it in onnxruntime
         self._inputs = _node_args(model.graph.inputs)
         self._outputs = _node_args(model.graph.outputs)
         self.parts = optimize_and_split(model, runtime_constants, options,

@@ -124,14 +124,16 @@ def test_thousands_of_functions_cost_linear_time(tmp_path):
     assert len(onnx.load(out).functions) == count
 
 
-@pytest.mark.parametrize("how", ["compare", "optimize --check"])
+@pytest.mark.parametrize("how", ["compare", "optimize --check", "run"])
 def test_running_a_nest_in_onnxruntime_is_refused(tmp_path, how):
-    """compare and --check run the model in onnxruntime, which inlines every call when it
-    loads it (2**19 nodes here: it did not end); they refuse it in one line instead."""
+    """compare, --check and run load the model in onnxruntime, which inlines every call
+    (2**19 nodes here: it did not end); they refuse it in one line instead."""
     source = tmp_path / "nest.onnx"
     onnx.save(nest(20), source)
-    args = ["compare", source, source] if how == "compare" else \
-        ["optimize", source, "--check", "1", "-o", tmp_path / "out.onnx"]
+    np.savez(tmp_path / "in.npz", x=np.ones(3, np.float32))
+    args = {"compare": ["compare", source, source],
+            "optimize --check": ["optimize", source, "--check", "1", "-o", tmp_path / "out.onnx"],
+            "run": ["run", source, "--inputs", tmp_path / "in.npz"]}[how]
     code, _stdout, stderr = run_cli(*args)
     assert_one_line_error(code, stderr)
     assert "onnxruntime would inline its local functions into more than 20,000 nodes" in stderr
