@@ -167,9 +167,11 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                                                "writing " + _mib_of(done, total)),
                                            checking=phases.detail, **checking)
         else:
-            from onnxfold.verify import VERIFY_MAX_NODES, verifier
+            from onnxfold.verify import verifiable, verifier
 
-            cheap = not args.no_verify and result.report.nodes_after <= VERIFY_MAX_NODES
+            cheap, unverified = (False, None) if args.no_verify else verifiable(result.model)
+            if unverified is not None:
+                result.report.warnings.append(unverified)
             with phases.phase("save"):
                 info = save_model(result.model, args.output, external_data=external,
                                   protect={args.input}, prefill=prefill,

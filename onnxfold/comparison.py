@@ -20,6 +20,7 @@ from onnxfold import custom_ops, dim_relations
 from onnxfold.analysis import is_default_op
 from onnxfold.dim_relations import is_named
 from onnxfold.errors import InputError, one_line
+from onnxfold.expansion import refuse_onnxruntime_inlining
 from onnxfold.numbers import flag_value
 from onnxfold.terminal import printable
 from onnxfold.tolerance import allowed, ulp
@@ -185,15 +186,17 @@ def _label(model: ModelRef, default: str) -> str:
     return default if isinstance(model, onnx.ModelProto) else os.fspath(model)
 
 
-def _graph(model: ModelRef) -> ir.Model:
-    """The model's graph (weights memory-mapped); also turns unreadable files into InputError."""
+def _graph(model: ModelRef, label: str) -> ir.Model:
+    """The model's graph (weights memory-mapped); also turns unreadable files into InputError,
+    and refuses a model whose local functions onnxruntime would inline into too many nodes
+    (``expansion.refuse_onnxruntime_inlining``)."""
     from onnxfold.io import load_model
     from onnxfold.io.reader import model_from_proto
 
-    if isinstance(model, onnx.ModelProto):
-        return model_from_proto(model)
-
-    return load_model(model, check=False)
+    loaded = model_from_proto(model) if isinstance(model, onnx.ModelProto) else \
+        load_model(model, check=False)
+    refuse_onnxruntime_inlining(loaded, label)
+    return loaded
 
 
 def _ort_message(e: Exception) -> str:
@@ -493,7 +496,8 @@ def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | No
     index; masks ones; token types zeros; positions 0, 1, 2...; ``dims`` binds symbolic dims,
     the rest are 1). The one feed generator of compare, the tests and ``bench/``."""
     label = _label(model, "model")
-    feeder = _Inputs(_session(model, label), label, _graph(model), {}, dims or {},
+    graph = _graph(model, label)
+    feeder = _Inputs(_session(model, label), label, graph, {}, dims or {},
                      int_ranges or {})
     return feeder.feeds(seed), feeder.describe()
 
@@ -624,8 +628,8 @@ def compare(a: ModelRef, b: ModelRef, *,
         raise InputError("rtol and atol must be non-negative")
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = _label(a, "model A"), _label(b, "model B")
-    graph_a = _graph(a)
-    _graph(b)
+    graph_a = _graph(a, label_a)
+    _graph(b, label_b)
     import onnxruntime as ort
 
     run_options = ort.RunOptions()

@@ -79,6 +79,7 @@ class FoldStats:
     folded_in_functions: int = 0  # of ``folded``: nodes in model-local function bodies
     function_constants: int = 0  # Constant nodes written into function bodies (not initializers)
     skipped_steps: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # for the report: a step not taken
 
 
 def _attr_value(attr: ir.Attr):

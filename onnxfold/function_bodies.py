@@ -55,7 +55,9 @@ class FunctionBodyFolder(GraphFolder):
     """A ``GraphFolder`` for one function body (see the module docstring)."""
 
     def __init__(self, function: ir.Function, model: ir.Model, options: FoldOptions,
-                 catalogue: Catalogue, stats: FoldStats, pool: BufferPool) -> None:
+                 catalogue: Catalogue, stats: FoldStats, pool: BufferPool,
+                 called: frozenset[tuple[str, str]]) -> None:
+        self.called = called  # (domain, name) of every local function: calls are not folded
         super().__init__(function.graph, model, options, catalogue, stats, pool)
         self.opset_imports = {**model.opset_imports, **function.opset_imports}
         self.opset = self.opset_imports.get("", 1)
@@ -64,7 +66,6 @@ class FunctionBodyFolder(GraphFolder):
     def _make_plan(self, outer: Iterable[ir.Value]) -> ConstPlan:
         plan = plan_graph(self.graph, self.model.ir_version, (), shape_folding=False,
                           keep=self.options.keep)
-        called = {(f.domain, f.name) for f in self.model.functions.values()}
         passed = {v for n in self.graph if is_default_op(n, "Constant") and
                   not _literal_constant(n) for v in n.outputs}
         plan.sources -= passed
@@ -75,7 +76,7 @@ class FunctionBodyFolder(GraphFolder):
 
         foldable = []
         for node in plan.foldable:  # topological: a removal upstream is seen downstream
-            reason = _why_not_in_body(node, called)
+            reason = _why_not_in_body(node, self.called)
             if reason is None and constant_inputs(node):
                 foldable.append(node)
                 continue
@@ -102,7 +103,12 @@ class FunctionBodyFolder(GraphFolder):
         self.stats.function_constants += 1
 
 
-def _why_not_in_body(node: ir.Node, called: set[tuple[str, str]]) -> Reason | None:
+def local_functions(model: ir.Model) -> frozenset[tuple[str, str]]:
+    """(domain, name) of each of ``model``'s local functions: a node calling one of them."""
+    return frozenset((domain, name) for domain, name, _overload in model.functions)
+
+
+def _why_not_in_body(node: ir.Node, called: frozenset[tuple[str, str]]) -> Reason | None:
     if (node.domain, node.op_type) in called:
         return Reason(DeclineKind.CUSTOM_DOMAIN, "a call of a model-local function")
     if any(attr.is_ref() for attr in node.attributes.values()):
@@ -134,10 +140,17 @@ def _known(sizes: dict[ir.Value, tuple[tuple[int, ...], np.dtype]],
 
 
 def fold_function(function: ir.Function, model: ir.Model, options: FoldOptions,
-                  catalogue: Catalogue, stats: FoldStats, pool: BufferPool) -> None:
-    """Fold the constants of one function body in place (see the module docstring)."""
+                  catalogue: Catalogue, stats: FoldStats, pool: BufferPool,
+                  called: frozenset[tuple[str, str]] | None = None) -> None:
+    """Fold the constants of one function body in place (see the module docstring);
+    ``called``: the (domain, name) of the model's local functions, when the caller has them."""
+    if not any(is_default_op(n, "Constant") and _literal_constant(n) for n in function.graph):
+        return  # no constant in the body: nothing in it can fold
+    if called is None:
+        called = local_functions(model)
     probe = FunctionBodyFolder(function, model, dataclasses.replace(
-        options, growth_factor=None, max_growth_bytes=None), catalogue, FoldStats(), pool)
+        options, growth_factor=None, max_growth_bytes=None), catalogue, FoldStats(), pool,
+        called)
     constants = {v: arr for v in probe.plan.sources if (arr := source_array(v)) is not None}
     sizes = {v: (arr.shape, arr.dtype) for v, arr in constants.items()}
     if probe.planned:
@@ -148,7 +161,7 @@ def fold_function(function: ir.Function, model: ir.Model, options: FoldOptions,
         sizes.update(probe.sizes)
     folded = stats.folded
     with _known(sizes, constants):
-        folder = FunctionBodyFolder(function, model, options, catalogue, stats, pool)
+        folder = FunctionBodyFolder(function, model, options, catalogue, stats, pool, called)
         folder.run()
         folder.materialize()
     stats.folded_in_functions += stats.folded - folded
@@ -161,12 +174,13 @@ def fold_functions(model: ir.Model, options: FoldOptions, catalogue: Catalogue,
     """Fold the constants in every model-local function body; return how many nodes folded."""
     before = stats.folded
     newest = onnx.defs.onnx_opset_version()
+    called = local_functions(model)  # once: each body's folder needs it
     for function in list(model.functions.values()):
         opset = function.opset_imports.get("", function.opset_imports.get("ai.onnx", 0))
         # none: a folded result could not be written (a Constant is a default-domain node);
         # newer than onnx knows: its ops may mean something new
         if 0 < opset <= newest:
-            fold_function(function, model, options, catalogue, stats, pool)
+            fold_function(function, model, options, catalogue, stats, pool, called)
     if options.strict and len(pool):
         raise RuntimeError(f"buffers left in the pool after folding: {pool.keys()[:5]}")
     return stats.folded - before

@@ -60,17 +60,21 @@ class FixInputShapes(InPlacePass):
 
 class InlineFunctions(InPlacePass):
     """``--inline-functions``: every call of a model-local function becomes its body
-    (onnx-ir's ``InlinePass``)."""
+    (``inlining.py``), unless the expanded graph would exceed ``EXPANSION_BUDGET`` nodes: then
+    nothing is inlined and the report's warning says why (the bodies are still folded)."""
 
     name = "inline_functions"
 
-    def __init__(self, strict: bool) -> None:
-        self.strict = strict
+    def __init__(self, strict: bool, stats: FoldStats) -> None:
+        self.strict, self.stats = strict, stats
 
     def call(self, model: ir.Model) -> PassResult:
-        from onnx_ir.passes.common import InlinePass
+        from onnxfold.inlining import inline_functions
 
-        return contained(self.name, self.strict, lambda: InlinePass()(model))
+        modified, declined = contained(self.name, self.strict, lambda: inline_functions(model))
+        if declined is not None:
+            self.stats.warnings.append(declined)
+        return PassResult(model, modified)
 
 
 class InferShapes(InPlacePass):

@@ -150,7 +150,7 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
     inline = options.inline_functions and "inline_functions" not in skipped
     functions = not {"fold", "fold_functions"} & skipped  # no fold at all: none in bodies
     return PassManager(timed([
-        *([InlineFunctions(options.strict)] if inline else []),
+        *([InlineFunctions(options.strict, stats)] if inline else []),
         FixInputShapes(options.input_shapes),
         # the reader's proto describes the model only if no pass before changed it
         InferShapes(light if not inline and not options.input_shapes else None),
@@ -237,6 +237,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
                               time.perf_counter() - started)
         report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
                            "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
+        report.warnings += stats.warnings
         blocked = blocked_scaffolding(model, source_array)
         report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
                                   "blocked_by": "; ".join(dims)} for node, dims in blocked]

@@ -38,6 +38,7 @@ from onnxfold.arrays import c_contiguous
 from onnxfold.backends import get_backend
 from onnxfold.dtypes import np_dtype
 from onnxfold.errors import InputError, OnnxfoldError, one_line
+from onnxfold.expansion import refuse_onnxruntime_inlining
 from onnxfold.io.cache_dirs import cache_dir_problem, make_cache_dir, trusted_cache_dir
 from onnxfold.io.feeds import load_arrays
 from onnxfold.io.tempfiles import no_temp_directory, write_atomic
@@ -104,10 +105,12 @@ class Session:
         if check not in CHECKS:
             raise InputError(f"check must be one of {', '.join(CHECKS)}")
         self.custom_op_libraries = custom_ops.checked_libraries(custom_op_libraries)
+        label = "model" if isinstance(model, onnx.ModelProto | ir.Model) else os.fspath(model)
         if isinstance(model, onnx.ModelProto):
             model = model_from_proto(model)
         elif not isinstance(model, ir.Model):
             model = load_model(model)
+        refuse_onnxruntime_inlining(model, label)  # each run would load it in onnxruntime
         self._inputs = _node_args(model.graph.inputs)
         self._outputs = _node_args(model.graph.outputs)
         self.parts = optimize_and_split(model, runtime_constants, options,

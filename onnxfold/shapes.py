@@ -12,6 +12,11 @@ so a model declaring a long 1-D input, a ``Range`` of constant bounds or a chain
 Inferred types are for the optimizer, not for the output: the first inference marks the values
 the model declared a type for (:func:`mark_declared`), and the writer keeps ``value_info`` only
 for those (:func:`declared_names`), so an optimized file never grows by inferred entries.
+
+Inference expands every call of a model-local function (once per call, callees included, each
+time copying the table of functions): when that work exceeds the bounds of ``expansion.py``,
+the model is inferred without its functions, their calls left opaque (their outputs keep the
+types the model declares), so that inference stays linear in the model's size.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis import all_graphs
+from onnxfold.expansion import inference_expands_functions
 from onnxfold.protos import SMALL_TENSOR_BYTES, graph_protos, tensor_nbytes
 
 DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
@@ -223,6 +229,8 @@ def infer_shapes(model: ir.Model, light: onnx.ModelProto | None = None) -> int:
     mark_declared(model)
     try:
         light = light if light is not None else serialize_light(model)
+        if not inference_expands_functions(model):
+            del light.functions[:]  # the calls stay opaque: their outputs keep declared types
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
                                                      data_prop=_data_prop_is_bounded(light))
     except Exception:  # inference is an optimization aid, never a reason to fail

@@ -23,6 +23,7 @@ from onnxfold.errors import InputError
 from onnxfold.io import formats
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
+from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
 from onnxfold.limits import limit_error, out_of_memory
@@ -360,6 +361,7 @@ def load_model(path: str | os.PathLike, check: bool = True,
                                          ) from None
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
+    refuse_too_many_nodes(proto, path)
     densify(proto, path)
     _refuse_external_in_functions(proto, path)
     docs = _DocStrings.take(proto)
@@ -509,6 +511,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
     """An in-memory model (``onnx.ModelProto``) with the checks a file gets (onnx's checker
     too, with ``check``). It has no directory, so external-data references are refused: load
     it from its file instead."""
+    refuse_too_many_nodes(proto, label)
     _refuse_external_in_functions(proto, label)
     for graph in graph_protos(proto.graph):
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):

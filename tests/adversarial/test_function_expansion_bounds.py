@@ -1,0 +1,148 @@
+"""Model-local functions that expand to far more nodes than the file holds finish in bounded time.
+
+``f_k`` calls ``f_(k-1)`` twice: 40 levels are 4 KB of functions and 2**39 nodes once every call
+is expanded. Inlining (``--inline-functions``), shape inference and the verification in
+onnxruntime all expand calls; each must see the expanded size first and decline (with a warning
+in the report) instead of running without end. Each run here has a 30 s limit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from advkit import assert_ok, assert_one_line_error
+from onnx import TensorProto, helper
+
+LIMIT = 30  # seconds: every run here must end well within this
+DOMAIN = "local"
+
+
+def nest(levels: int) -> onnx.ModelProto:
+    """``f_0 = Relu``, ``f_k(x) = f_(k-1)(f_(k-1)(x))``; the graph calls ``f_(levels-1)``."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
+    functions = [helper.make_function(DOMAIN, "f0", ["x"], ["y"],
+                                      [helper.make_node("Relu", ["x"], ["y"])], opsets[:1])]
+    for k in range(1, levels):
+        functions.append(helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"], [
+            helper.make_node(f"f{k - 1}", ["x"], ["a"], domain=DOMAIN),
+            helper.make_node(f"f{k - 1}", ["a"], ["y"], domain=DOMAIN)], opsets))
+    graph = helper.make_graph(
+        [helper.make_node(f"f{levels - 1}", ["x"], ["y"], domain=DOMAIN)], "nest",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, functions=functions, opset_imports=opsets)
+    onnx.checker.check_model(model)
+    return model
+
+
+def run_cli(*args) -> tuple[int, str, str]:
+    proc = subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
+                          capture_output=True, text=True, timeout=LIMIT)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["functions-kept", "inline-functions"])
+def test_forty_level_nest_finishes(tmp_path, inline):
+    source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
+    onnx.save(nest(40), source)
+    code, stdout, stderr = run_cli("optimize", source, "-o", out,
+                                   *(["--inline-functions"] if inline else []))
+    assert_ok(code, stderr)
+    written = onnx.load(out)
+    assert len(written.functions) == 40  # nothing inlined, nothing lost
+    onnx.checker.check_model(written)
+    assert "not verified in onnxruntime" in stdout  # onnxruntime would inline 2**39 nodes
+    if inline:
+        assert "--inline-functions: nothing inlined" in stdout
+        assert "more than 100,000 nodes" in stdout
+
+
+def test_twenty_level_nest_is_not_verified_in_onnxruntime(tmp_path):
+    """2**19 nodes once inlined: the verification would load them for minutes."""
+    source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
+    onnx.save(nest(20), source)
+    code, stdout, stderr = run_cli("optimize", source, "-o", out)
+    assert_ok(code, stderr)
+    assert "not verified in onnxruntime" in stdout
+    assert len(onnx.load(out).functions) == 20
+
+
+def test_nest_in_a_batch_does_not_hold_up_the_others(tmp_path):
+    inputs, outputs = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir()
+    onnx.save(nest(40), inputs / "deep.onnx")
+    onnx.save(nest(3), inputs / "small.onnx")
+    code, _stdout, stderr = run_cli("optimize", inputs, "-o", f"{outputs}/",
+                                    "--inline-functions")
+    assert_ok(code, stderr)
+    assert len(onnx.load(outputs / "deep.onnx").functions) == 40
+    assert not onnx.load(outputs / "small.onnx").functions  # inlined: within the budget
+
+
+def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
+    """2,048 calls of Relu through 12 levels: onnx-ir's naming of the copies was quadratic
+    (45 s); inlined, the model still computes what the original computes."""
+    source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
+    onnx.save(nest(12), source)
+    code, _stdout, stderr = run_cli("optimize", source, "-o", out, "--inline-functions")
+    assert_ok(code, stderr)
+    written = onnx.load(out)
+    assert not written.functions
+    assert sum(node.op_type == "Relu" for node in written.graph.node) == 2048
+    names = [name for node in written.graph.node for name in node.output]
+    assert len(names) == len(set(names))
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_thousands_of_functions_cost_linear_time(tmp_path):
+    """6,000 functions, each called once: onnx's shape inference copies the table of functions
+    for every call it expands, and the functions' folding planned each body against every
+    function's name; both quadratic (10,000 functions, the checker's limit, took minutes)."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
+    count = 6_000
+    functions = [helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"],
+                                      [helper.make_node("Relu", ["x"], ["y"])], opsets[:1])
+                 for k in range(count)]
+    nodes = [helper.make_node(f"f{k}", ["x" if k == 0 else f"v{k - 1}"], [f"v{k}"],
+                              domain=DOMAIN) for k in range(count)]
+    graph = helper.make_graph(nodes, "many", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info(
+            f"v{count - 1}", TensorProto.FLOAT, [3])])
+    source, out = tmp_path / "many.onnx", tmp_path / "out.onnx"
+    onnx.save(helper.make_model(graph, functions=functions, opset_imports=opsets), source)
+    code, _stdout, stderr = run_cli("optimize", source, "-o", out)
+    assert_ok(code, stderr)
+    assert len(onnx.load(out).functions) == count
+
+
+@pytest.mark.parametrize("how", ["compare", "optimize --check", "run"])
+def test_running_a_nest_in_onnxruntime_is_refused(tmp_path, how):
+    """compare, --check and run load the model in onnxruntime, which inlines every call
+    (2**19 nodes here: it did not end); they refuse it in one line instead."""
+    source = tmp_path / "nest.onnx"
+    onnx.save(nest(20), source)
+    np.savez(tmp_path / "in.npz", x=np.ones(3, np.float32))
+    args = {"compare": ["compare", source, source],
+            "optimize --check": ["optimize", source, "--check", "1", "-o", tmp_path / "out.onnx"],
+            "run": ["run", source, "--inputs", tmp_path / "in.npz"]}[how]
+    code, _stdout, stderr = run_cli(*args)
+    assert_one_line_error(code, stderr)
+    assert "onnxruntime would inline its local functions into more than 20,000 nodes" in stderr
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_small_nest_still_runs_in_onnxruntime(tmp_path):
+    source = tmp_path / "nest.onnx"
+    onnx.save(nest(8), source)
+    code, stdout, stderr = run_cli("compare", source, source)
+    assert_ok(code, stderr)
+    assert "all outputs within tolerance" in stdout
