@@ -142,7 +142,7 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     from onnxfold.progress import TerminalProgress
     from onnxfold.report import check_dict
 
-    progress = TerminalProgress() if sys.stderr.isatty() and not args.quiet else None
+    progress = TerminalProgress() if _on_terminal(sys.stderr) and not args.quiet else None
     phases = Phases(progress)
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         result = optimize(args.input, _fold_options(args), check=not args.skip_check,
@@ -418,6 +418,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _on_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (False where it is closed: ``2>&-`` leaves None)."""
+    return stream is not None and not stream.closed and stream.isatty()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from onnxfold import __version__
 
@@ -589,16 +594,34 @@ def _run_parsed(args: argparse.Namespace) -> int:
         return EXIT_INTERNAL
 
 
+def _reserve_standard_descriptors() -> None:
+    """Open ``/dev/null`` on descriptors 0-2 where the process started with them closed
+    (``2>&-``): else the first file onnxfold opens would get descriptor 2, and what anything
+    writes to "stderr" (onnxruntime's native log among them) would land in that file."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+
+
 def entry_point() -> None:
     """The ``onnxfold`` executable: ``main``, then exit without tearing the interpreter down.
 
     Freeing every graph object and module at exit takes ~50 ms on a BERT-size model and helps
     no one: by then every output is closed and renamed.
     """
+    _reserve_standard_descriptors()
     code = main(exiting=True)
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: started with that descriptor closed (2>&-)
+                stream.flush()
         except (OSError, ValueError):  # closed, or a pipe whose reader is gone
             pass
     os._exit(code)
