@@ -71,6 +71,11 @@ class OutputGuard:
         target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
         if not os.path.isdir(os.path.dirname(target)):
             raise OutputError(f"{path}: directory {os.path.dirname(path) or '.'} does not exist")
+        try:
+            target.encode()
+        except UnicodeEncodeError:  # undecodable bytes, kept as surrogates by Python
+            raise OutputError(f"{path}: the path is not valid UTF-8 (onnxruntime cannot open "
+                              "it, and a model names its data file in UTF-8)") from None
         if len(os.path.basename(target).encode()) > 255:
             raise OutputError(f"{path}: file name too long")
         self._check_existing(target, what, path)

@@ -272,6 +272,9 @@ CASES: dict[str, Case] = {
     "float16 int32_data overflow": Case(
         lambda tmp: Run(["optimize", float16_overflow(tmp / "m.onnx"), "-o", str(tmp / "o.onnx")]),
         says=("initializer h", "int32_data"), after=lambda tmp, proc: _nothing_written(tmp)),
+    "output path not UTF-8": Case(
+        lambda tmp: Run(["optimize", add_one(tmp / "m.onnx"), "-o", f"{tmp}/o\udcfe.onnx"]),
+        says=("not valid UTF-8",), after=lambda tmp, proc: _nothing_written(tmp)),
     "read-only HOME, -q": Case(_read_only_home(), code=0, lines=0),
     "read-only HOME, an error": Case(_read_only_home(error=True), says=("onnxruntime",),
                                      hides=("telemetry",)),
