@@ -2,8 +2,9 @@
 
 An ``OSError`` of ``EMFILE`` (too many open files), ``ENFILE`` (the system's file table is
 full) or ``ENOMEM`` (no address space or memory for a mapping), a ``MemoryError`` and a
-shared library the loader could not map or a thread that could not start (both seen under a
-low ``ulimit -v``), say
+shared library the loader could not map, a thread that could not start, or a native library's
+``SystemError`` without an exception under an address-space limit (all seen under a low
+``ulimit -v``), say
 nothing about the input: they become a :class:`ResourceLimitError` whose message gives the
 limit and its value, e.g. ``too many open files (ulimit -n is 256)``.
 """
@@ -18,6 +19,9 @@ from onnxfold.errors import ResourceLimitError
 LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 _NO_THREAD = "can't start new thread"  # threading's error when the kernel refuses a thread
 _NO_ADDRESS_SPACE = "failed to map segment from shared object"  # the dynamic loader's ENOMEM
+# a C extension whose allocation failed and that returned without raising (seen under a low
+# ulimit -v, from a parse in protobuf's C++ when the worker's arenas left it no room)
+_SILENT_FAILURE = "error return without exception set"
 
 
 def _soft_limit(which: int) -> int | None:
@@ -54,6 +58,9 @@ def describe(error: BaseException) -> str | None:
         threads = _soft_limit(resource.RLIMIT_NPROC)
         return "cannot start a thread (" + memory_limit_text() + \
             (f", ulimit -u is {threads})" if threads is not None else ")")
+    if isinstance(error, SystemError) and _SILENT_FAILURE in str(error) and \
+            _soft_limit(resource.RLIMIT_AS) is not None:
+        return f"out of memory ({memory_limit_text()}; a native library failed to allocate)"
     if isinstance(error, ImportError) and _NO_ADDRESS_SPACE in str(error):
         return f"cannot load a shared library: out of address space ({memory_limit_text()})"
     if not isinstance(error, OSError) or error.errno not in LIMIT_ERRNOS:

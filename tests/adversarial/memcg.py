@@ -10,12 +10,10 @@ with that reason).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tempfile
-import threading
 import uuid
 from dataclasses import dataclass
+
+from measured_child import run_measured
 
 from onnxfold.memory_limits import hierarchies
 
@@ -75,20 +73,8 @@ class MemoryCgroup:
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
 
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "onnxfold", *args], stdout=out,
-                                    stderr=err, text=True, preexec_fn=enter)
-            timer = threading.Timer(timeout, proc.kill)
-            timer.start()
-            try:
-                _, status, usage = os.wait4(proc.pid, 0)
-            finally:
-                timer.cancel()
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            out.seek(0)
-            err.seek(0)
-            return Outcome(proc.returncode, out.read(), err.read(), self.oom_kills(),
-                           self.peak(), usage.ru_maxrss * 1024)
+        code, out, err, max_rss = run_measured(args, enter, timeout)
+        return Outcome(code, out, err, self.oom_kills(), self.peak(), max_rss)
 
     def remove(self) -> None:
         try:

@@ -13,14 +13,13 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import textwrap
-import threading
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from measured_child import run_measured
 from onnx import TensorProto, helper, numpy_helper
 
 TIMEOUT = 300
@@ -60,19 +59,7 @@ def run_limited(args: list[str], nofile: int | None = None, address_space: int |
         if address_space is not None:
             resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", *args], stdout=out,
-                                stderr=err, text=True, preexec_fn=limit)
-        timer = threading.Timer(TIMEOUT, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return proc.returncode, out.read(), err.read(), usage.ru_maxrss * 1024
+    return run_measured(args, limit, TIMEOUT)
 
 
 def assert_same_outputs(original: str, folded: str) -> None:

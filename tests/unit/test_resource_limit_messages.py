@@ -46,6 +46,19 @@ def test_too_many_open_files():
     assert said == "too many open files (ulimit -n is 64)"
 
 
+def test_a_native_failure_without_exception_is_out_of_memory_only_under_ulimit_v():
+    said = _child("""
+        import resource
+        from onnxfold.limits import describe
+        error = SystemError("error return without exception set")
+        print(describe(error))
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))
+        print(describe(error))
+    """)
+    assert said.splitlines() == [
+        "None", "out of memory (ulimit -v is 8192 MiB; a native library failed to allocate)"]
+
+
 def test_other_errors_are_not_limits():
     from onnxfold.limits import describe
 

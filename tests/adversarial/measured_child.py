@@ -1,0 +1,33 @@
+"""``python -m onnxfold ARGS`` in a child process set up by ``preexec_fn`` (limits, a cgroup),
+its output kept in files rather than pipes and its peak RSS measured with ``os.wait4``.
+
+Deliberately not a ``conftest.py`` (see ``advkit``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+
+
+def run_measured(args: list[str], preexec_fn: Callable[[], None], timeout: float
+                 ) -> tuple[int, str, str, int]:
+    """(exit code, stdout, stderr, the child's peak RSS in bytes); the child is killed after
+    ``timeout`` seconds."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", *args], stdout=out,
+                                stderr=err, text=True, preexec_fn=preexec_fn)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read(), err.read(), usage.ru_maxrss * 1024
