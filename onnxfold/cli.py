@@ -316,7 +316,7 @@ def _write_text(path: str, text: str) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from onnxfold.inspect import inspect_model
+    from onnxfold.inspection import inspect_model
 
     info = inspect_model(args.input, check=not args.skip_check)
     print(json.dumps(info, indent=2) if args.json else info["text"])

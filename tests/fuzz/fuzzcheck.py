@@ -179,7 +179,7 @@ def _alarm(signum, frame):
 def foldable_left(path: str) -> dict:
     """Op histogram of what onnxfold would still fold in ``path`` (informational)."""
     try:
-        from onnxfold.inspect import foldable_ops
+        from onnxfold.inspection import foldable_ops
         from onnxfold.io import load_model
         from onnxfold.shapes import infer_shapes
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import MODELS, random_feeds, run_ort
 
 import onnxfold
-from onnxfold.inspect import foldable_ops
+from onnxfold.inspection import foldable_ops
 from onnxfold.io import load_model
 from onnxfold.shapes import infer_shapes
 

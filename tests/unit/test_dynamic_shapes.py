@@ -162,7 +162,7 @@ def test_no_shape_folding_leaves_dynamic_scaffolding(tmp_path):
 def test_explain_and_inspect_name_the_blocking_dim(tmp_path, save):
     import onnxfold
     from onnxfold.fold import FoldOptions
-    from onnxfold.inspect import inspect_model
+    from onnxfold.inspection import inspect_model
 
     path = save(_flatten_model())
     info = inspect_model(path)

@@ -86,7 +86,7 @@ def _two_inputs_one_name():
 
 
 def test_a_name_shared_by_inputs_is_named_by_both(tmp_path, save):
-    from onnxfold.inspect import inspect_model
+    from onnxfold.inspection import inspect_model
 
     proto = _two_inputs_one_name()
     folded, report, out = fold_proto(proto, tmp_path)
