@@ -396,7 +396,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"--repeat {args.repeat}: must be at least 1")
     feeds = load_arrays(args.inputs)
     session = Session(args.model, args.runtime_const, backend=args.backend,
-                      cache_dir=args.cache_dir, options=_fold_options(args))
+                      cache_dir=args.cache_dir, options=_fold_options(args),
+                      custom_op_libraries=args.custom_op_library)
     missing = [i.name for i in session.get_inputs() if i.name not in feeds]
     if missing:
         raise InputError(f"{args.inputs}: no array for input(s) {', '.join(missing)}")
@@ -503,6 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=POSITIVE, default=1, help="run this many times, report timing")
     p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
     p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="a shared library of custom ops for onnxruntime to load; repeatable")
     _add_fold_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -518,6 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="with --coverage: write the full report")
     p.add_argument("--jobs", type=POSITIVE, default=None, help="with --coverage: processes to use")
     p.set_defaults(func=cmd_rules)
+    # named in "the following arguments are required" when no command is given
+    sub.metavar = "{" + ",".join(sub.choices) + "}"
     return parser
 
 

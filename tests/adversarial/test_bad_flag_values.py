@@ -116,6 +116,12 @@ def test_argparse_errors_are_one_line(argv, capsys):
     assert_one_line(code, err)
 
 
+def test_no_command_lists_the_commands(capsys):
+    code, _, err = run([], capsys)
+    assert_one_line(code, err)
+    assert "{optimize,compare,split,run,inspect,rules}" in err
+
+
 def test_valid_numbers_still_accepted(model, tmp_path, capsys):
     code, _, err = run(["optimize", model, "-o", str(tmp_path / "o.onnx"), "-j", "1",
                         "--memory-limit", "1.5G", "--fold-timeout", "2.5",

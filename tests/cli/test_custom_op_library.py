@@ -133,3 +133,11 @@ def test_a_real_library_lets_check_compare_and_session_run(contrib_model, tmp_pa
     np.testing.assert_allclose(session.run(None, {"x": x})[0],
                                np.diag([2.5, 2.25, 2.125]).astype(np.float32))
     _one_error_line(_cli("compare", contrib_model, str(out)), "--custom-op-library")
+    np.savez(tmp_path / "x.npz", x=x)
+    proc = _cli("run", str(out), "--inputs", str(tmp_path / "x.npz"), "-o",
+                str(tmp_path / "y.npz"), "--custom-op-library", library)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"],
+                               np.diag([2.5, 2.25, 2.125]).astype(np.float32))
+    _one_error_line(_cli("run", str(out), "--inputs", str(tmp_path / "x.npz"),
+                         "--custom-op-library", str(tmp_path / "missing.so")), "missing.so")
