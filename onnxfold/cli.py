@@ -187,9 +187,8 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     report.options.update({name: getattr(args, name) for name in _REPORTED_ARGS})
     if check is not None:
         report.check = check_dict(check)
-        if not check.ok or not args.quiet:
-            print(check.summary())
         if not check.ok:  # the reports say why (their check entry); the model is not written
+            print(check.summary())
             _write_reports(args, report)
             where = f"nothing was written to {args.output}" if args.output is not None else \
                 "dry run: nothing written"
@@ -200,8 +199,10 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
         report.output = info.path
         report.external_data = info.data_path
         report.output_bytes = info.bytes_written
-    if not args.quiet:
+    if not args.quiet:  # the table and summary, then the check's verdict last
         print(report.summary())
+        if check is not None:
+            print(check.summary())
         if args.output is None:
             print(DRY_RUN_LINE)
     if args.explain:

@@ -39,6 +39,15 @@ def checked_run(tmp_path_factory):
     return proc, json.loads(report.read_text())
 
 
+def test_the_check_verdict_comes_last(checked_run):
+    """The per-op table and summary first, then the comparison, ending with its verdict."""
+    lines = checked_run[0].stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split() == ["op", "before",
+                                                                        "after", "delta"])
+    compared = next(i for i, line in enumerate(lines) if line.startswith("compared "))
+    assert header < compared and lines[-1] == "all outputs within tolerance"
+
+
 def test_summary_prints_the_per_op_table_sorted_by_change(checked_run):
     proc, data = checked_run
     rows = table_rows(proc.stdout)
