@@ -6,19 +6,13 @@ arrays, never pickles) and shapes the file decides, such as a Paddle model's ``[
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from clikit import run_cli
 from onnx import TensorProto, helper
-
-
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=300, cwd=cwd)
 
 
 def _save(path, nodes, inputs, outputs, inits=()):
@@ -65,7 +59,7 @@ def test_optimize_check_takes_string_inputs_from_an_npz(tmp_path, dtype):
     model = _opset20(_strings(tmp_path / "s.onnx"))
     np.savez(tmp_path / "in.npz", x=np.array(["ab", "cde"], dtype))
     out = tmp_path / "out.onnx"
-    proc = _cli("optimize", model, "-o", str(out), "--check", "2", "--inputs",
+    proc = run_cli("optimize", model, "-o", str(out), "--check", "2", "--inputs",
                 str(tmp_path / "in.npz"))
     assert proc.returncode == 0, proc.stderr
     assert "input x: string[2] from --inputs" in proc.stdout
@@ -78,7 +72,7 @@ def test_optimize_check_takes_string_inputs_from_an_npz(tmp_path, dtype):
 
 def test_a_string_input_without_inputs_is_fed_random_words(tmp_path):
     model = _opset20(_strings(tmp_path / "s.onnx"))
-    proc = _cli("optimize", model, "-o", str(tmp_path / "out.onnx"), "--check", "1")
+    proc = run_cli("optimize", model, "-o", str(tmp_path / "out.onnx"), "--check", "1")
     assert proc.returncode == 0, proc.stderr
     assert "input x: string[1] random words (text)" in proc.stdout
     assert "y       string" in proc.stdout and "all outputs within tolerance" in proc.stdout
@@ -88,7 +82,7 @@ def test_a_string_input_without_inputs_is_fed_random_words(tmp_path):
 def test_pickled_object_arrays_are_refused(tmp_path):
     model = _opset20(_strings(tmp_path / "s.onnx"))
     np.savez(tmp_path / "in.npz", x=np.array(["ab", None], object))
-    proc = _cli("optimize", model, "--check", "1", "--inputs", str(tmp_path / "in.npz"))
+    proc = run_cli("optimize", model, "--check", "1", "--inputs", str(tmp_path / "in.npz"))
     assert proc.returncode == 2 and "object arrays are refused" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -96,7 +90,7 @@ def test_pickled_object_arrays_are_refused(tmp_path):
 def test_compare_takes_string_inputs(tmp_path):
     model = _opset20(_strings(tmp_path / "s.onnx"))
     np.savez(tmp_path / "in.npz", x=np.array(["a", "b", "c"]))
-    proc = _cli("compare", model, model, "--inputs", str(tmp_path / "in.npz"))
+    proc = run_cli("compare", model, model, "--inputs", str(tmp_path / "in.npz"))
     assert proc.returncode == 0, proc.stderr
     assert "y       string  [3]" in proc.stdout
 
@@ -105,11 +99,11 @@ def test_unnamed_question_mark_dims_take_the_shape_given(tmp_path):
     model = _paddle(tmp_path / "p.onnx")
     np.savez(tmp_path / "x.npz", x=np.linspace(-1, 1, 48 * 192, dtype=np.float32)
              .reshape(1, 48, 192))
-    proc = _cli("compare", model, model, "--inputs", str(tmp_path / "x.npz"))
+    proc = run_cli("compare", model, model, "--inputs", str(tmp_path / "x.npz"))
     assert proc.returncode == 0, proc.stderr
     assert "[1,48,192]" in proc.stdout.replace(" ", "")
     out = tmp_path / "out.onnx"
-    proc = _cli("optimize", model, "-o", str(out), "--check", "1", "--inputs",
+    proc = run_cli("optimize", model, "-o", str(out), "--check", "1", "--inputs",
                 str(tmp_path / "x.npz"))
     assert proc.returncode == 0, proc.stderr
     assert "all outputs within tolerance" in proc.stdout and out.exists()
@@ -118,7 +112,7 @@ def test_unnamed_question_mark_dims_take_the_shape_given(tmp_path):
 def test_inputs_without_check_is_refused(tmp_path):
     model = _paddle(tmp_path / "p.onnx")
     np.savez(tmp_path / "x.npz", x=np.ones((1, 2, 3), np.float32))
-    proc = _cli("optimize", model, "-o", str(tmp_path / "out.onnx"), "--inputs",
+    proc = run_cli("optimize", model, "-o", str(tmp_path / "out.onnx"), "--inputs",
                 str(tmp_path / "x.npz"))
     assert proc.returncode == 2
     assert proc.stderr.startswith("onnxfold: error: --inputs ") and "--check" in proc.stderr

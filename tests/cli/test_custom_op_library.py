@@ -7,11 +7,9 @@ tests that load it skip where that package is not installed; the refusals run ev
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from clikit import assert_one_error_line, run_cli, save_add_model
 from onnx import TensorProto, helper
 
 import onnxfold
@@ -19,29 +17,12 @@ from onnxfold.errors import InputError
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=120)
-
-
-def _one_error_line(proc, fragment):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("onnxfold: error:"), proc.stderr
-    assert fragment in lines[0], lines[0]
+    return run_cli(*args, timeout=120)
 
 
 @pytest.fixture
 def model_path(tmp_path):
-    f = TensorProto.FLOAT
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "c"], ["y"])], "t",
-        [helper.make_tensor_value_info("x", f, [2])], [helper.make_tensor_value_info("y", f, [2])],
-        [helper.make_tensor("c", f, [2], [1.0, 2.0])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "m.onnx"
-    path.write_bytes(model.SerializeToString())
-    return str(path)
+    return str(save_add_model(tmp_path / "m.onnx"))
 
 
 @pytest.mark.parametrize(("make", "fragment"), [
@@ -52,10 +33,10 @@ def model_path(tmp_path):
 def test_a_bad_library_is_one_line_and_writes_nothing(model_path, tmp_path, make, fragment):
     library = make(tmp_path)
     out = tmp_path / "out.onnx"
-    _one_error_line(_cli("optimize", model_path, "-o", str(out), "--check", "1",
+    assert_one_error_line(_cli("optimize", model_path, "-o", str(out), "--check", "1",
                          "--custom-op-library", library), fragment)
     assert not out.exists()
-    _one_error_line(_cli("compare", model_path, model_path, "--custom-op-library", library),
+    assert_one_error_line(_cli("compare", model_path, model_path, "--custom-op-library", library),
                     fragment)
 
 
@@ -63,7 +44,7 @@ def test_every_library_is_checked(model_path, tmp_path):
     (tmp_path / "a.so").write_bytes(b"")
     proc = _cli("compare", model_path, model_path, "--custom-op-library", str(tmp_path / "a.so"),
                 "--custom-op-library", str(tmp_path / "b.so"))
-    _one_error_line(proc, "b.so")
+    assert_one_error_line(proc, "b.so")
 
 
 def test_session_and_compare_check_the_paths(model_path, tmp_path):
@@ -86,7 +67,7 @@ def test_a_custom_op_without_its_library_names_the_flag(tmp_path):
     path = tmp_path / "custom.onnx"
     path.write_bytes(model.SerializeToString())
     proc = _cli("optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--check", "1")
-    _one_error_line(proc, "--custom-op-library PATH loads the library")
+    assert_one_error_line(proc, "--custom-op-library PATH loads the library")
     assert not (tmp_path / "out.onnx").exists()
 
 
@@ -132,12 +113,12 @@ def test_a_real_library_lets_check_compare_and_session_run(contrib_model, tmp_pa
     session = onnxfold.Session(str(out), custom_op_libraries=[library])
     np.testing.assert_allclose(session.run(None, {"x": x})[0],
                                np.diag([2.5, 2.25, 2.125]).astype(np.float32))
-    _one_error_line(_cli("compare", contrib_model, str(out)), "--custom-op-library")
+    assert_one_error_line(_cli("compare", contrib_model, str(out)), "--custom-op-library")
     np.savez(tmp_path / "x.npz", x=x)
     proc = _cli("run", str(out), "--inputs", str(tmp_path / "x.npz"), "-o",
                 str(tmp_path / "y.npz"), "--custom-op-library", library)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"],
                                np.diag([2.5, 2.25, 2.125]).astype(np.float32))
-    _one_error_line(_cli("run", str(out), "--inputs", str(tmp_path / "x.npz"),
+    assert_one_error_line(_cli("run", str(out), "--inputs", str(tmp_path / "x.npz"),
                          "--custom-op-library", str(tmp_path / "missing.so")), "missing.so")

@@ -10,18 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from clikit import run_cli
 from onnx import TensorProto, helper
 
 DRY_RUN = "dry run: nothing written (-o OUT to write)"
-
-
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=300, cwd=cwd)
 
 
 def _listing(*directories):
@@ -53,7 +47,7 @@ def models(tmp_path):
 
 def test_optimize_without_output_prints_the_table_and_writes_nothing(tmp_path, models):
     before = _listing(tmp_path, models)
-    proc = _cli("optimize", str(models / "a.onnx"), cwd=tmp_path)
+    proc = run_cli("optimize", str(models / "a.onnx"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["op", "before", "after", "delta"]  # the per-op table
@@ -66,7 +60,7 @@ def test_optimize_without_output_prints_the_table_and_writes_nothing(tmp_path, m
 
 def test_a_dry_run_checks_in_memory(tmp_path, models):
     before = _listing(tmp_path, models)
-    proc = _cli("optimize", str(models / "a.onnx"), "--check", "2", "--dim", "n=4",
+    proc = run_cli("optimize", str(models / "a.onnx"), "--check", "2", "--dim", "n=4",
                 cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "2 input sets" in proc.stdout and "all outputs within tolerance" in proc.stdout
@@ -77,7 +71,7 @@ def test_a_dry_run_checks_in_memory(tmp_path, models):
 
 def test_a_dry_run_writes_the_json_report_it_is_asked_for(tmp_path, models):
     report = tmp_path / "report.json"
-    proc = _cli("optimize", str(models / "a.onnx"), "--check", "1", "--json", str(report),
+    proc = run_cli("optimize", str(models / "a.onnx"), "--check", "1", "--json", str(report),
                 "-q", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""  # -q
@@ -90,7 +84,7 @@ def test_a_dry_run_writes_the_json_report_it_is_asked_for(tmp_path, models):
 
 def test_a_directory_without_output_is_a_dry_run_per_model(tmp_path, models):
     before = _listing(tmp_path, models)
-    proc = _cli("optimize", str(models), cwd=tmp_path)
+    proc = run_cli("optimize", str(models), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = proc.stdout.splitlines()
     assert rows[0].split()[:3] == ["model", "nodes", "before"]
@@ -105,7 +99,7 @@ def test_several_models_into_a_file_output_are_refused(tmp_path, models, output)
     (tmp_path / "existing_file").write_bytes(b"keep")
     before = _listing(tmp_path, models)
     for inputs in ([str(models)], [str(models / "a.onnx"), str(models / "b.onnx")]):
-        proc = _cli("optimize", *inputs, "-o", output, cwd=tmp_path)
+        proc = run_cli("optimize", *inputs, "-o", output, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"onnxfold: error: -o {output}: "), lines
@@ -115,6 +109,6 @@ def test_several_models_into_a_file_output_are_refused(tmp_path, models, output)
 
 
 def test_a_directory_output_named_like_a_model_is_fine_with_a_slash(tmp_path, models):
-    proc = _cli("optimize", str(models), "-o", "out.onnx/", "-q", cwd=tmp_path)
+    proc = run_cli("optimize", str(models), "-o", "out.onnx/", "-q", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp_path / "out.onnx")) == ["a.onnx", "b.onnx"]

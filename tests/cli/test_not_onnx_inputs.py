@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
-import sys
 import zipfile
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from clikit import assert_one_error_line, run_cli, save_add_model
 
 import onnxfold
 from onnxfold.errors import InputError
@@ -26,17 +24,7 @@ from onnxfold.io.formats import describe, describe_head
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd)
-
-
-def _one_error_line(proc, *fragments):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("onnxfold: error:"), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert "Traceback" not in proc.stderr
+    return run_cli(*args, cwd=cwd, timeout=120)
 
 
 def _torch_zip(d):
@@ -129,16 +117,7 @@ KINDS = {
 
 @pytest.fixture
 def onnx_model(tmp_path):
-    f = TensorProto.FLOAT
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "c"], ["y"])], "t",
-        [helper.make_tensor_value_info("x", f, [2])], [helper.make_tensor_value_info("y", f, [2])],
-        [helper.make_tensor("c", f, [2], [1.0, 2.0])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "m.onnx"
-    path.write_bytes(model.SerializeToString())
-    return path
+    return save_add_model(tmp_path / "m.onnx")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -147,7 +126,7 @@ def test_optimize_names_the_format_and_writes_nothing(tmp_path, kind):
     source = make(tmp_path)
     before = sorted(os.listdir(tmp_path))
     proc = _cli("optimize", str(source), "-o", str(tmp_path / "out.onnx"))
-    _one_error_line(proc, f"{source}: {what}", advice)
+    assert_one_error_line(proc, f"{source}: {what}", advice)
     assert sorted(os.listdir(tmp_path)) == before
     assert not (tmp_path / "UNPICKLED").exists()
 
@@ -161,14 +140,14 @@ def test_every_command_that_reads_a_model_names_the_format(tmp_path, onnx_model,
                     ["compare", source, str(onnx_model)],
                     ["split", source, "--runtime-const", "x", "-o", str(tmp_path / "parts")],
                     ["run", source, "--inputs", str(tmp_path / "feeds.npz")]):
-        _one_error_line(_cli(*command), what)
+        assert_one_error_line(_cli(*command), what)
     assert not (tmp_path / "parts").exists()
 
 
 def test_a_saved_model_directory_given_to_batch_optimize_is_named(tmp_path):
     source = _saved_model(tmp_path)
     proc = _cli("optimize", str(source), "-o", str(tmp_path / "out") + "/")
-    _one_error_line(proc, "a TensorFlow SavedModel", "tf2onnx")
+    assert_one_error_line(proc, "a TensorFlow SavedModel", "tf2onnx")
     assert not (tmp_path / "out").exists()
 
 

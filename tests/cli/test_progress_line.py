@@ -5,9 +5,10 @@ the terminal is a real pseudo-terminal (``pty``)."""
 
 import io
 import os
-import pty
 import subprocess
 import sys
+
+from clikit import run_on_terminal
 
 from onnxfold.phases import Phases
 from onnxfold.progress import TerminalProgress
@@ -20,27 +21,10 @@ def _env(after="0"):
     return {**os.environ, "ONNXFOLD_PROGRESS_AFTER": after}
 
 
-def run_on_terminal(args, env):
-    """Run the CLI with stderr on a pseudo-terminal; (exit code, what the terminal got)."""
-    master, slave = pty.openpty()
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", *args], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=slave, env=env)
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:  # EIO: the child closed its end
-                break
-            if not data:
-                break
-            chunks.append(data)
-        proc.stdout.read()
-        code = proc.wait(timeout=120)
-    finally:
-        os.close(master)
-    return code, b"".join(chunks).decode(errors="replace")
+def _on_terminal(args, env):
+    """(exit code, what the terminal got) of the CLI with stderr on a pseudo-terminal."""
+    code, _, terminal = run_on_terminal(args, env, timeout=120)
+    return code, terminal
 
 
 def phase_lines(text):
@@ -54,7 +38,7 @@ def phase_lines(text):
 
 
 def test_each_phase_gets_a_line_on_a_terminal(tmp_path):
-    code, terminal = run_on_terminal(
+    code, terminal = _on_terminal(
         ["optimize", BERT, "-o", str(tmp_path / "o.onnx"), "--check", "1"], _env())
     assert code == 0, terminal
     names = phase_lines(terminal)
@@ -66,10 +50,10 @@ def test_each_phase_gets_a_line_on_a_terminal(tmp_path):
 
 
 def test_the_terminal_line_waits_for_the_threshold(tmp_path):
-    code, terminal = run_on_terminal(["optimize", BERT, "-o", str(tmp_path / "o.onnx")],
+    code, terminal = _on_terminal(["optimize", BERT, "-o", str(tmp_path / "o.onnx")],
                                      _env(after="60"))
     assert code == 0 and terminal == ""
-    code, terminal = run_on_terminal(["optimize", BERT, "-o", str(tmp_path / "p.onnx")], _env())
+    code, terminal = _on_terminal(["optimize", BERT, "-o", str(tmp_path / "p.onnx")], _env())
     assert code == 0 and "save 0.4/0.4 MiB " in terminal  # the weights it wrote, of all
 
 
@@ -78,7 +62,7 @@ def test_nothing_on_a_pipe_or_with_quiet(tmp_path):
                             str(tmp_path / "a.onnx")], capture_output=True, text=True,
                            env=_env(), timeout=120)
     assert piped.returncode == 0 and piped.stderr == ""
-    code, terminal = run_on_terminal(["optimize", BERT, "-o", str(tmp_path / "b.onnx"), "-q"],
+    code, terminal = _on_terminal(["optimize", BERT, "-o", str(tmp_path / "b.onnx"), "-q"],
                                      _env())
     assert code == 0 and terminal == ""
 

@@ -5,10 +5,9 @@ import copy
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+from clikit import run_cli
 
 import onnxfold
 from onnxfold.report_schema import load_schema, validate
@@ -17,11 +16,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")
 GPT2 = os.path.join(ROOT, "models", "tiny_gpt2_ts.onnx")
 TABLE_ROW = re.compile(r"^(\S+)\s+(\d+)\s+(\d+)\s+([+-]?\d+)$")
-
-
-def onnxfold_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=300, env=env)
 
 
 def table_rows(text):
@@ -34,7 +28,7 @@ def table_rows(text):
 def checked_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     out, report = tmp / "out.onnx", tmp / "report.json"
-    proc = onnxfold_cli("optimize", BERT, "-o", str(out), "--check", "2", "--json", str(report))
+    proc = run_cli("optimize", BERT, "-o", str(out), "--check", "2", "--json", str(report))
     assert proc.returncode == 0, proc.stderr
     return proc, json.loads(report.read_text())
 
@@ -99,7 +93,7 @@ def test_the_schema_check_fails_on_a_broken_report(checked_run, breakage):
 
 def test_quiet_prints_nothing_and_json_still_has_the_table(tmp_path):
     report = tmp_path / "r.json"
-    proc = onnxfold_cli("optimize", BERT, "-o", str(tmp_path / "o.onnx"), "-q",
+    proc = run_cli("optimize", BERT, "-o", str(tmp_path / "o.onnx"), "-q",
                         "--json", str(report))
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
     data = json.loads(report.read_text())
@@ -107,7 +101,7 @@ def test_quiet_prints_nothing_and_json_still_has_the_table(tmp_path):
 
 
 def test_batch_rows_name_the_ops_that_changed_most(tmp_path):
-    proc = onnxfold_cli("optimize", BERT, GPT2, "-o", f"{tmp_path}/")
+    proc = run_cli("optimize", BERT, GPT2, "-o", f"{tmp_path}/")
     assert proc.returncode == 0, proc.stderr
     header, *rows = proc.stdout.splitlines()
     assert header.rstrip().endswith("most changed ops")
@@ -147,7 +141,7 @@ def test_a_failed_check_still_writes_the_reports_with_its_verdict(tmp_path):
     src, out = tmp_path / "exp.onnx", tmp_path / "out.onnx"
     exp_model(src)
     report, page = tmp_path / "r.json", tmp_path / "r.html"
-    proc = onnxfold_cli("optimize", str(src), "-o", str(out), "--check", "1", "--rtol", "0",
+    proc = run_cli("optimize", str(src), "-o", str(out), "--check", "1", "--rtol", "0",
                         "--atol", "0", "--json", str(report), "--report", str(page))
     assert proc.returncode == 1, proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["exp.onnx", "r.html", "r.json"]  # no model, no temp
@@ -160,7 +154,7 @@ def test_a_failed_check_still_writes_the_reports_with_its_verdict(tmp_path):
 
 
 def test_report_html_is_refused_for_several_models(tmp_path):
-    proc = onnxfold_cli("optimize", BERT, GPT2, "-o", f"{tmp_path}/out/", "--report",
+    proc = run_cli("optimize", BERT, GPT2, "-o", f"{tmp_path}/out/", "--report",
                         str(tmp_path / "r.html"))
     assert proc.returncode == 2
     assert proc.stderr == "onnxfold: error: --report: give one model at a time\n"

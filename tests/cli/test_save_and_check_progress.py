@@ -8,13 +8,13 @@ itself on a pseudo-terminal (``pty``) with a model of several MiB of weights.
 from __future__ import annotations
 
 import os
-import pty
 import subprocess
 import sys
 
 import numpy as np
 import onnx_ir as ir
 import pytest
+from clikit import run_on_terminal
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.comparison import compare
@@ -77,27 +77,8 @@ def test_compare_reports_each_input_set_of_each_model(tmp_path):
 
 def _on_terminal(args, tmp_path):
     """Run the CLI with stderr on a pseudo-terminal and the progress line from the start."""
-    env = {**os.environ, "ONNXFOLD_PROGRESS_AFTER": "0"}
-    master, slave = pty.openpty()
-    chunks = []
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", *args],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
-                                env=env, cwd=tmp_path)
-        os.close(slave)
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:  # EIO: the child closed its end
-                break
-            if not data:
-                break
-            chunks.append(data)
-        stdout = proc.stdout.read().decode()
-        code = proc.wait(timeout=300)
-    finally:
-        os.close(master)
-    return code, stdout, b"".join(chunks).decode(errors="replace")
+    return run_on_terminal(args, env={**os.environ, "ONNXFOLD_PROGRESS_AFTER": "0"},
+                           cwd=tmp_path)
 
 
 def _redraws(terminal):
