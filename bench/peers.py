@@ -49,11 +49,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from foldbench.machine import cpu_model
+from foldbench.machine import cpu_model, package_version, total_memory_kib
 from foldbench.peers import tool_cmd
 from foldbench.runner import ChildRun, run_child, run_status
 
@@ -417,21 +416,9 @@ def measure(name: str, src: Path, work: Path, repeat: int, timeout: float) -> di
 
 def machine() -> dict[str, Any]:
     """CPU, cores, memory and the versions the run used."""
-    mem_kib = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    except OSError:
-        pass
-    versions = {}
-    for dist in VERSIONED:
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
+    versions = {dist: package_version(dist) for dist in VERSIONED}
     return {"cpu": cpu_model(platform.processor() or "unknown"), "cores": os.cpu_count(),
-            "mem_gib": round(mem_kib / (1 << 20), 1), "platform": platform.platform(),
+            "mem_gib": round(total_memory_kib() / (1 << 20), 1), "platform": platform.platform(),
             "python": platform.python_version(), "versions": versions}
 
 

@@ -12,7 +12,8 @@ from typing import Any
 from foldbench.runner import run_child
 
 
-def _version(pkg: str) -> str:
+def package_version(pkg: str) -> str:
+    """The installed version of ``pkg``, or ``not installed``."""
     try:
         return metadata.version(pkg)
     except metadata.PackageNotFoundError:
@@ -30,10 +31,8 @@ def cpu_model(default: str) -> str:
     return default
 
 
-def machine_info(tmp: Path, timeout: float, peers_python: str,
-                 probe: dict[str, Any]) -> dict[str, Any]:
-    """CPU, memory, versions, and the RSS of a trivial child of each interpreter (the floor)."""
-    cpu = cpu_model("unknown")
+def total_memory_kib() -> int:
+    """The machine's memory (``MemTotal`` of /proc/meminfo) in KiB, 0 where unknown."""
     mem_kib = 0
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -41,6 +40,14 @@ def machine_info(tmp: Path, timeout: float, peers_python: str,
                 mem_kib = int(line.split()[1])
     except OSError:
         pass
+    return mem_kib
+
+
+def machine_info(tmp: Path, timeout: float, peers_python: str,
+                 probe: dict[str, Any]) -> dict[str, Any]:
+    """CPU, memory, versions, and the RSS of a trivial child of each interpreter (the floor)."""
+    cpu = cpu_model("unknown")
+    mem_kib = total_memory_kib()
 
     floor = run_child([sys.executable, "-c", "pass"], tmp / "floor", timeout)
     peers_floor = run_child([peers_python, "-c", "pass"], tmp / "floor_peers", timeout)
@@ -51,10 +58,10 @@ def machine_info(tmp: Path, timeout: float, peers_python: str,
         "cpu": cpu,
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "onnxruntime": _version("onnxruntime"),
-        "onnx": _version("onnx"),
-        "numpy": _version("numpy"),
-        "onnxfold": _version("onnxfold"),
+        "onnxruntime": package_version("onnxruntime"),
+        "onnx": package_version("onnx"),
+        "numpy": package_version("numpy"),
+        "onnxfold": package_version("onnxfold"),
         "rss_floor_mib": round(floor.maxrss_mib, 1),
         "peers_python": peers_python,
         "peers_rss_floor_mib": round(peers_floor.maxrss_mib, 1),
