@@ -1,0 +1,270 @@
+"""The import graph of ``onnxfold`` and ``rules``: no cycles, no upward import, rules use the API.
+
+The graph is read with :mod:`ast` from the source files, so it sees every import: at module top,
+inside functions and under ``TYPE_CHECKING`` (an import deferred into a function is still an
+edge: deferring it hides a cycle from the interpreter, not from the design). ``from pkg import
+name`` is an edge to the submodule ``pkg.name`` when there is one, else to ``pkg`` itself (its
+``__init__`` and what it re-exports); importing ``pkg.sub`` is an edge to ``pkg.sub`` only, not
+to ``pkg``'s ``__init__``. Imports by name at run time (``importlib.import_module``) are not
+edges: the catalogue loads ``onnxfold.rules`` that way, on purpose.
+
+The layers, bottom to top, are those of docs/ARCHITECTURE.md: a module may import from its own
+layer or lower ones. ``rules/`` is installed as ``onnxfold.rules`` and may import only
+``onnxfold.declare`` and ``onnxfold.ir`` (and itself).
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Bottom to top; each entry names module prefixes (a package and everything in it).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("leaves", ("onnxfold.errors", "onnxfold.numbers", "onnxfold._lazy",
+                "onnxfold._deferred_imports")),
+    ("ir", ("onnxfold.ir",)),
+    ("host", ("onnxfold.host",)),
+    ("analysis", ("onnxfold.analysis",)),
+    ("declare", ("onnxfold.declare",)),
+    ("io", ("onnxfold.io",)),
+    ("rewrite", ("onnxfold.rewrite",)),
+    ("fold", ("onnxfold.fold",)),
+    ("pipeline", ("onnxfold.pipeline",)),
+    ("runtime", ("onnxfold.runtime",)),
+    ("app", ("onnxfold.app",)),
+    ("top", ("onnxfold", "onnxfold.__main__")),
+)
+RULES_MAY_IMPORT = ("onnxfold.declare", "onnxfold.ir")
+
+
+@dataclass
+class ImportGraph:
+    """Modules (dotted names) and, for each, the internal modules it imports (with line numbers)."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    edges: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+
+
+def _module_files(root: Path, top: str, name: str) -> dict[str, Path]:
+    """Dotted module name -> file, for the package in ``root/top`` installed as ``name``."""
+    files = {}
+    for path in sorted((root / top).rglob("*.py")):
+        parts = [name, *path.relative_to(root / top).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        files[".".join(parts)] = path
+    return files
+
+
+def _imported_names(tree: ast.AST, module: str,
+                    is_package: bool) -> Iterable[tuple[str, list[str], int]]:
+    """(absolute module, names imported from it, line) for every import statement anywhere."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            yield base, [alias.name for alias in node.names], node.lineno
+
+
+def build_graph(root: Path, packages: Mapping[str, str]) -> ImportGraph:
+    """The import graph of the packages ``{directory under root: installed name}``."""
+    graph = ImportGraph()
+    renames = {}
+    for top, name in packages.items():
+        graph.files.update(_module_files(root, top, name))
+        if top != name:
+            renames[name] = top  # onnxfold.rules (installed) is rules (in the tree)
+    files = {_canonical(m, renames): p for m, p in graph.files.items()}
+    graph.files = files
+
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for target, names, line in _imported_names(tree, module, path.name == "__init__.py"):
+            target = _canonical(target, renames)
+            hits = [f"{target}.{n}" for n in names if f"{target}.{n}" in files]
+            plain = [n for n in names if f"{target}.{n}" not in files]
+            if target in files and (plain or not names):
+                hits.append(target)
+            for hit in hits:
+                if hit != module:
+                    graph.edges[module].setdefault(hit, line)
+    return graph
+
+
+def _canonical(module: str, renames: Mapping[str, str]) -> str:
+    for installed, tree_name in renames.items():
+        if module == installed or module.startswith(installed + "."):
+            return tree_name + module[len(installed):]
+    return module
+
+
+def cycles(graph: ImportGraph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph.files):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.edges.get(start, {}))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.edges.get(child, {})))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def layer_of(module: str, layers: Sequence[tuple[str, Sequence[str]]]) -> int | None:
+    """The rank of the layer whose longest prefix names the module (None: in no layer).
+
+    A root package name (no dot) names only its ``__init__``, not every module under it.
+    """
+    best: tuple[int, int] | None = None
+    for rank, (_, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            if module == prefix or ("." in prefix and module.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), rank)
+    return None if best is None else best[1]
+
+
+def problems(graph: ImportGraph, layers: Sequence[tuple[str, Sequence[str]]], top: str,
+             rules: str, rules_may_import: Sequence[str]) -> list[str]:
+    """Every cycle, module outside the layers, upward import and rules import outside the API."""
+    found = []
+    for component in cycles(graph):
+        inside = set(component)
+        links = [f"    {a} -> {b} (line {line})" for a in component
+                 for b, line in sorted(graph.edges.get(a, {}).items()) if b in inside]
+        found.append(f"cycle of {len(component)} modules: {', '.join(component)}\n"
+                     + "\n".join(links))
+    names = [name for name, _ in layers]
+    for module in sorted(graph.files):
+        if module == rules or module.startswith(rules + "."):
+            for target, line in sorted(graph.edges.get(module, {}).items()):
+                allowed = (rules, *rules_may_import)
+                if not any(target == p or target.startswith(p + ".") for p in allowed):
+                    found.append(f"rules import outside {', '.join(rules_may_import)}: "
+                                 f"{module} -> {target} (line {line})")
+            continue
+        if not (module == top or module.startswith(top + ".")):
+            continue
+        rank = layer_of(module, layers)
+        if rank is None:
+            found.append(f"module in no layer: {module} (add it to a package of the layer map)")
+            continue
+        for target, line in sorted(graph.edges.get(module, {}).items()):
+            target_rank = layer_of(target, layers)
+            if target_rank is not None and target_rank > rank:
+                found.append(f"upward import: {module} ({names[rank]}) -> {target} "
+                             f"({names[target_rank]}) (line {line})")
+    return found
+
+
+@pytest.mark.xfail(strict=True, reason="issue 23: the packages are being built")
+def test_onnxfold_and_rules_have_no_cycles_and_respect_the_layers() -> None:
+    graph = build_graph(REPO, {"onnxfold": "onnxfold", "rules": "onnxfold.rules"})
+    assert len(graph.files) > 50, "the walk found too few modules: is REPO the repository root?"
+    found = problems(graph, LAYERS, "onnxfold", "rules", RULES_MAY_IMPORT)
+    assert not found, f"{len(found)} import-layer problems:\n" + "\n".join(found)
+
+
+def _plant(root: Path, files: Mapping[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+FAKE_LAYERS = (("low", ("pkg.low",)), ("high", ("pkg.high",)), ("top", ("pkg",)))
+
+
+def test_a_cycle_through_a_function_level_import_is_reported(tmp_path: Path) -> None:
+    _plant(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/low/__init__.py": "",
+        "pkg/low/a.py": "from pkg.low import b\n",
+        "pkg/low/b.py": "def f():\n    from . import a\n    return a\n",
+    })
+    found = problems(build_graph(tmp_path, {"pkg": "pkg"}), FAKE_LAYERS, "pkg", "rules", ())
+    assert len(found) == 1
+    assert found[0].startswith("cycle of 2 modules: pkg.low.a, pkg.low.b")
+    assert "pkg.low.b -> pkg.low.a (line 2)" in found[0]
+
+
+def test_upward_type_checking_and_rules_imports_are_reported(tmp_path: Path) -> None:
+    _plant(tmp_path, {
+        "pkg/__init__.py": "from pkg.high.h import H\n",
+        "pkg/low/__init__.py": "",
+        "pkg/low/a.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                         "    from pkg.high.h import H\n"),
+        "pkg/high/__init__.py": "",
+        "pkg/high/h.py": "H = 1\n",
+        "pkg/stray.py": "",
+        "rules/__init__.py": "",
+        "rules/r.py": "from pkg.low.a import x\nfrom pkg.high import h\nfrom pkg.rules import s\n",
+        "rules/s.py": "",
+    })
+    graph = build_graph(tmp_path, {"pkg": "pkg", "rules": "pkg.rules"})
+    found = problems(graph, FAKE_LAYERS,
+                     "pkg", "rules", ("pkg.low",))
+    assert "upward import: pkg.low.a (low) -> pkg.high.h (high) (line 3)" in found
+    assert "rules import outside pkg.low: rules.r -> pkg.high.h (line 2)" in found
+    assert "module in no layer: pkg.stray (add it to a package of the layer map)" in found
+    assert len(found) == 3, found  # rules.r -> pkg.low.a and -> rules.s are allowed
+
+
+def test_importing_a_submodule_is_no_edge_to_its_package_init(tmp_path: Path) -> None:
+    _plant(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/low/__init__.py": "from pkg.low.a import A\n",
+        "pkg/low/a.py": "A = 1\n",
+        "pkg/low/b.py": "import pkg.low.a\nfrom pkg.low import a\nfrom . import a as again\n",
+    })
+    graph = build_graph(tmp_path, {"pkg": "pkg"})
+    assert graph.edges["pkg.low.b"] == {"pkg.low.a": 1}
+    assert graph.edges["pkg.low"] == {"pkg.low.a": 1}
