@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 _IN_PROCESS = """
 import sys, time, gc
-from onnxfold.pipeline import optimize
+from onnxfold.pipeline.optimizer import optimize
 optimize(sys.argv[1])
 best = 9e9
 for _ in range(int(sys.argv[2])):

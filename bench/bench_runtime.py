@@ -36,8 +36,8 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 import onnxfold
-from onnxfold.backends import get_backend
 from onnxfold.io import load_model, save_model
+from onnxfold.runtime.backends import get_backend
 
 SEQ = 128
 

@@ -4,7 +4,7 @@ Usage::
 
     python bench/profile_fold.py MODEL.onnx [--cprofile [N]] [--sort tottime]
 
-Runs ``onnxfold.cli.main(["optimize", MODEL, "-o", TMP, "-q"])`` in this process (the same
+Runs ``onnxfold.app.cli.main(["optimize", MODEL, "-o", TMP, "-q"])`` in this process (the same
 path as the command line: load, optimize, save with its onnxruntime check) with timers wrapped
 around the stages (monkeypatched, nothing in onnxfold is changed):
 
@@ -13,7 +13,7 @@ around the stages (monkeypatched, nothing in onnxfold is changed):
   script's first line (``time.process_time()`` there);
 * ``load`` (``onnxfold.io.load_model``) and in it: reading the graph bytes, onnx's checker,
   ``ir.serde.deserialize_model``, the structure and tensor checks; the rest is protobuf parsing;
-* ``optimize`` and in it every pass's ``call`` (``onnxfold/passes.py``; ``RefineShapes``
+* ``optimize`` and in it every pass's ``call`` (``onnxfold/pipeline/passes.py``; ``RefineShapes``
   includes its own inference), and inside shape inference: ``_serialize_light`` (the model to
   a proto for onnx's inferencer), onnx's ``infer_shapes`` and the bound check on data
   propagation; the before/after counts and the dynamic-shape report;
@@ -87,13 +87,13 @@ def install(t: Timers) -> None:
     import onnx_ir as ir
     from onnx_ir.passes import InPlacePass
 
+    import onnxfold.analysis.shapes as shapes
+    import onnxfold.app.verify as verify
     import onnxfold.io
     import onnxfold.io.reader as reader
     import onnxfold.io.writer as writer
-    import onnxfold.passes as passes
-    import onnxfold.pipeline as pipeline
-    import onnxfold.shapes as shapes
-    import onnxfold.verify as verify
+    import onnxfold.pipeline.optimizer as pipeline
+    import onnxfold.pipeline.passes as passes
 
     t.wrap(onnxfold.io, "load_model", "load")
     t.wrap(reader, "_parse_graph_only", "  read and parse the graph (weights left on disk)")
@@ -144,7 +144,7 @@ def install(t: Timers) -> None:
 
 
 def run_cli(model: str, out: str) -> int:
-    from onnxfold.cli import main
+    from onnxfold.app.cli import main
 
     return main(["optimize", model, "-o", out, "-q"])
 
@@ -153,14 +153,14 @@ def timed_run(model: str, out: str) -> None:
     t = Timers()
     c0, w0 = time.process_time(), time.perf_counter()
     # onnxfold first, as in the executable: importing it defers onnx-ir's import of sympy
-    import onnxfold.cli  # noqa: F401
+    import onnxfold.app.cli  # noqa: F401
     # isort: split
     import numpy  # noqa: F401
     import onnx  # noqa: F401
     import onnx_ir  # noqa: F401
 
     import onnxfold.io.writer  # noqa: F401
-    import onnxfold.pipeline  # noqa: F401
+    import onnxfold.pipeline.optimizer  # noqa: F401
     t.add("imports (onnx, onnx_ir, numpy, onnxfold)", time.process_time() - c0,
           time.perf_counter() - w0)
     c0, w0 = time.process_time(), time.perf_counter()
@@ -175,7 +175,7 @@ def timed_run(model: str, out: str) -> None:
     print(f"model: {model} ({os.path.getsize(model) / 2**20:.1f} MiB); exit {rc}; "
           f"onnxfold from {os.path.dirname(onnxfold.__file__)}")
     print(f"start-up (interpreter, before this script): {_START_CPU:.2f} s CPU")
-    print(f"onnxfold.cli.main: {cpu:.2f} s CPU, {wall:.2f} s wall\n")
+    print(f"onnxfold.app.cli.main: {cpu:.2f} s CPU, {wall:.2f} s wall\n")
     print("| stage | CPU s | wall s | calls |\n|---|--:|--:|--:|")
     for label in t.order:
         if t.calls[label]:

@@ -30,8 +30,8 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 import onnxfold
-from onnxfold.comparison import synthetic_feeds
-from onnxfold.options import FoldOptions
+from onnxfold.app.comparison import synthetic_feeds
+from onnxfold.fold.options import FoldOptions
 
 FLAG_SETS = {
     "default": {},

@@ -21,14 +21,14 @@ defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; fol
 __version__ = "0.1.0"
 
 _HOMES = {
-    "CompareResult": "comparison", "compare": "comparison",
+    "CompareResult": "app.comparison", "compare": "app.comparison",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
-    "FoldOptions": "fold", "FoldStats": "fold",
+    "FoldOptions": "fold.options", "FoldStats": "fold.folder",
     "load_model": "io", "save_model": "io",
-    "OptimizeResult": "pipeline", "optimize": "pipeline",
-    "Report": "report",
-    "Session": "session",
-    "split_model": "split", "write_split": "split", "simplify": "simplify",
+    "OptimizeResult": "pipeline.optimizer", "optimize": "pipeline.optimizer",
+    "Report": "pipeline.report",
+    "Session": "runtime.session",
+    "split_model": "runtime.split", "write_split": "runtime.split", "simplify": "app.simplify",
 }
 
 __all__ = [
@@ -38,15 +38,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from onnxfold.comparison import CompareResult, compare
+    from onnxfold.app.comparison import CompareResult, compare
+    from onnxfold.app.simplify import simplify
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
-    from onnxfold.fold import FoldOptions, FoldStats
+    from onnxfold.fold.folder import FoldStats
+    from onnxfold.fold.options import FoldOptions
     from onnxfold.io import load_model, save_model
-    from onnxfold.pipeline import OptimizeResult, optimize
-    from onnxfold.report import Report
-    from onnxfold.session import Session
-    from onnxfold.simplify import simplify
-    from onnxfold.split import split_model, write_split
+    from onnxfold.pipeline.optimizer import OptimizeResult, optimize
+    from onnxfold.pipeline.report import Report
+    from onnxfold.runtime.session import Session
+    from onnxfold.runtime.split import split_model, write_split
 
 
 __getattr__ = lazy_attributes(__name__, _HOMES)

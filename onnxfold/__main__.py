@@ -1,3 +1,3 @@
-from onnxfold.cli import entry_point
+from onnxfold.app.cli import entry_point
 
 entry_point()

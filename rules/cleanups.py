@@ -9,19 +9,13 @@ from collections import defaultdict
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import (
-    UNKNOWN_OPS_KEY,
-    all_graphs,
-    is_default_op,
-    kept,
-    kept_in,
-    op_facts,
-    tensor_of,
-)
-from onnxfold.arrays import c_contiguous, release_pages
-from onnxfold.fold import constant_array
+from onnxfold.analysis.constness import UNKNOWN_OPS_KEY, kept, kept_in, op_facts
+from onnxfold.declare.patterns import cleanup
 from onnxfold.io.mapped import MappedTensor, drop_resident_pages
-from onnxfold.patterns import cleanup, names_for, replace_value
+from onnxfold.ir.arrays import c_contiguous, release_pages
+from onnxfold.ir.constants import constant_array
+from onnxfold.ir.edits import names_for, replace_value
+from onnxfold.ir.graph import all_graphs, is_default_op, tensor_of
 
 
 def _removable(node: ir.Node, graph: ir.Graph) -> bool:

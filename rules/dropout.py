@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declines import DeclineKind
-from onnxfold.patterns import P, RewriteContext, Var, pattern
-from onnxfold.registry import Decline, folder
+from onnxfold.analysis.declines import DeclineKind
+from onnxfold.declare.patterns import P, RewriteContext, Var, pattern
+from onnxfold.declare.registry import Decline, folder
 
 _TRAINING = "training mode draws a random mask"
 

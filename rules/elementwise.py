@@ -9,8 +9,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from onnxfold.dtypes import is_float, np_dtype
-from onnxfold.registry import Decline, folder
+from onnxfold.declare.registry import Decline, folder
+from onnxfold.ir.dtypes import is_float, np_dtype
 
 
 def _is_int(x: np.ndarray) -> bool:
@@ -186,6 +186,6 @@ def cast(x, to, saturate=1, round_mode="up"):
 
 @folder("CastLike", since=15)
 def cast_like(x, like, saturate=1, round_mode="up"):
-    from onnxfold.dtypes import onnx_type
+    from onnxfold.ir.dtypes import onnx_type
 
     return cast(x, onnx_type(like.dtype), saturate)

@@ -12,7 +12,7 @@
   rounded), selections, comparisons and data movement. Matrix products, reductions that add
   (their summation order is the kernel's), transcendental functions and Pow are not: their
   folds are within a few ulps of onnxruntime's, which is enough unless the value reaches a
-  ``discontinuous`` op (``onnxfold/exactness.py``: those run on onnxruntime's kernels).
+  ``discontinuous`` op (``onnxfold/fold/exactness.py``: those run on onnxruntime's kernels).
 - ``discontinuous``: a one-ulp change of a floating-point input can move the result by a whole
   step: quantizations, casts to integers, rounding, comparisons, arg-extrema, thresholds, and
   sizes computed from floats (Range, Resize's scales).
@@ -23,7 +23,7 @@ with ``shape_only=True`` in ``shape_ops.py``.
 
 from __future__ import annotations
 
-from onnxfold.registry import OpFact
+from onnxfold.declare.registry import OpFact
 
 _BITWISE = (
     # elementwise, correctly rounded in IEEE arithmetic (numpy and onnxruntime alike)

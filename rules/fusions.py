@@ -26,8 +26,8 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import through_identities
-from onnxfold.patterns import Check, P, Reject, RewriteContext, Var, pattern
+from onnxfold.declare.patterns import Check, P, Reject, RewriteContext, Var, pattern
+from onnxfold.ir.graph import through_identities
 
 from .structure import broadcasts_into
 

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from onnxfold.dtypes import np_dtype
-from onnxfold.registry import Decline, folder
+from onnxfold.declare.registry import Decline, folder
+from onnxfold.ir.dtypes import np_dtype
 
 _ZERO_F32 = np.zeros(1, dtype=np.float32)
 _RANGE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int16, np.int32, np.int64))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxfold.dtypes import np_dtype
-from onnxfold.registry import Decline, folder
+from onnxfold.declare.registry import Decline, folder
+from onnxfold.ir.dtypes import np_dtype
 
 _QTYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
 _SCALE_TYPES = (np.dtype(np.float32), np.dtype(np.float16))

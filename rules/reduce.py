@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from onnxfold.registry import Decline, folder
+from onnxfold.declare.registry import Decline, folder
 
 _HALF = ("float16", "bfloat16")
 

@@ -16,8 +16,8 @@ from typing import cast
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import subgraphs, tensor_of
-from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.ir.graph import subgraphs, tensor_of
 
 UNARY = ("Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
          "Tan", "Tanh", "Sigmoid", "Relu", "Reciprocal", "Erf", "Not", "Cast", "IsNaN", "Softsign",

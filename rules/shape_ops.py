@@ -12,8 +12,8 @@ from typing import Literal
 
 import numpy as np
 
-from onnxfold.registry import Decline, folder
-from onnxfold.slicing import onnx_slice
+from onnxfold.declare.registry import Decline, folder
+from onnxfold.ir.slicing import onnx_slice
 
 
 def _ints(x) -> list[int]:

@@ -2,8 +2,8 @@
 
 ``Shape(x) -> Gather/Slice -> Unsqueeze -> Concat -> Reshape`` chains are built from a model's
 dims; with a batch or sequence axis dynamic, onnx sees none of them as constant. The shape
-values of ``onnxfold.symbolic`` say, element by element, what they compute: a value with only
-static elements becomes an initializer, and a ``Reshape`` target with one dynamic element left
+values of ``onnxfold.analysis.symbolic`` say, element by element, what they compute: a value with
+only static elements becomes an initializer, and a ``Reshape`` target with one dynamic element left
 is written with ``0`` (copy the input's dim, when it provably is that dim and ``allowzero`` is
 not set) or ``-1`` (beside static nonzero elements only, so that it is right for an empty
 tensor too). A Reshape, Expand, Slice, Transpose or Tile whose output is, dim for dim, its own
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
-from onnxfold.symbolic import derived_dims, describe_dim, input_dims, shared_dim_names
+from onnxfold.analysis.symbolic import derived_dims, describe_dim, input_dims, shared_dim_names
+from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
                   "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape")
@@ -130,7 +130,7 @@ def _moves_data(node: ir.Node, ctx: RewriteContext, dims: tuple) -> bool:
 
 def _provably_its_input(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool:
     """Whether ``node``'s output is ``x`` itself: the dims its op gives are ``x``'s, symbol for
-    symbol (``onnxfold.symbolic``, not names), and the op moves no element."""
+    symbol (``onnxfold.analysis.symbolic``, not names), and the op moves no element."""
     out = node.outputs[0] if len(node.outputs) == 1 else None
     if out is None or ctx.is_constant(x) or x.shape is None:
         return False  # constants fold anyway

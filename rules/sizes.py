@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from onnxfold.patterns import output_bytes
+from onnxfold.declare.patterns import output_bytes
 
 _BROADCASTING = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where",
                  "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",

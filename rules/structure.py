@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis import kept
-from onnxfold.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.analysis.constness import kept
+from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 
 from .zero_sign import zero_sign_observed
 

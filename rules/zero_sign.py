@@ -23,8 +23,8 @@ from typing import cast
 
 import onnx_ir as ir
 
-from onnxfold.analysis import is_default_op, subgraphs
-from onnxfold.patterns import RewriteContext
+from onnxfold.declare.patterns import RewriteContext
+from onnxfold.ir.graph import is_default_op, subgraphs
 
 ANY = -1  # every input of the op
 _DATA_TYPES = frozenset(int(t) for t in ir.DataType)

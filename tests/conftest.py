@@ -40,8 +40,8 @@ def run_ort(model_or_path, feeds):
 
 def random_feeds(path, seed=0, dims=None):
     """Seeded inputs for every graph input of an .onnx file: onnxfold's own synthetic feeds
-    (``onnxfold.comparison.synthetic_feeds``, the ones ``compare`` and ``bench/`` use)."""
-    from onnxfold.comparison import synthetic_feeds
+    (``onnxfold.app.comparison.synthetic_feeds``, the ones ``compare`` and ``bench/`` use)."""
+    from onnxfold.app.comparison import synthetic_feeds
 
     return synthetic_feeds(path, seed, dims)[0]
 
@@ -52,7 +52,7 @@ def fold_proto(proto, tmp_path, options=None, name="out.onnx"):
     Without options the fold is strict: a rule that raises fails the test.
     """
     import onnxfold
-    from onnxfold.fold import FoldOptions
+    from onnxfold.fold.folder import FoldOptions
 
     src = str(tmp_path / "in.onnx")
     out = str(tmp_path / name)

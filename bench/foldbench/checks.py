@@ -39,7 +39,7 @@ def _child_reference(model: str, npz_out: str, json_out: str) -> None:
     import numpy as np
     import onnxruntime as ort
 
-    from onnxfold.comparison import synthetic_feeds
+    from onnxfold.app.comparison import synthetic_feeds
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

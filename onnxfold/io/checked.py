@@ -17,15 +17,15 @@ import os
 import numpy as np
 
 from onnxfold.errors import InputError
+from onnxfold.host.limits import limit_error
 from onnxfold.io.tempfiles import TRUNCATED
-from onnxfold.limits import limit_error
 
 FileIdentity = tuple[int, int]  # (st_dev, st_ino)
 
 
 class InputChanged(InputError):
     """An input file is not what was checked any more (truncated, removed or replaced while
-    onnxfold reads it): the run stops, no step is to blame (``onnxfold.steps``)."""
+    onnxfold reads it): the run stops, no step is to blame (``onnxfold.rewrite.steps``)."""
 
 
 def open_input(path: str, identity: FileIdentity | None,

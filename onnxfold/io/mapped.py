@@ -21,10 +21,10 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.arrays import byte_bounds, memory_owner
 from onnxfold.errors import InputError
+from onnxfold.host.limits import limit_error
 from onnxfold.io.checked import InputChanged, open_input, read_range
-from onnxfold.limits import limit_error
+from onnxfold.ir.arrays import byte_bounds, memory_owner
 
 FileIdentity = tuple[int, int]  # (st_dev, st_ino)
 

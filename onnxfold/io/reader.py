@@ -18,17 +18,18 @@ from typing import overload
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import UNKNOWN_OPS_KEY, all_graphs, in_order
+from onnxfold.analysis.constness import UNKNOWN_OPS_KEY
 from onnxfold.errors import InputError
+from onnxfold.host.limits import limit_error, out_of_memory
+from onnxfold.host.logs import quiet
 from onnxfold.io import formats
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.trust import check_tensor_data
-from onnxfold.limits import limit_error, out_of_memory
-from onnxfold.logs import quiet
-from onnxfold.protos import (
+from onnxfold.ir.graph import all_graphs, in_order
+from onnxfold.ir.protos import (
     SMALL_TENSOR_BYTES,
     function_graphs,
     graph_protos,
@@ -532,7 +533,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         proto = copy
     model = _checked_model(proto, label)[0]
     if check and late:  # sorted, without its large weights (typed inputs instead)
-        from onnxfold.shapes import serialize_light
+        from onnxfold.analysis.shapes import serialize_light
 
         unknown = _run_checker(serialize_light(model), label)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)

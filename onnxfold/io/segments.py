@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.arrays import copy_c_order, release_pages
 from onnxfold.io.checked import InputChanged, open_input
 from onnxfold.io.mapped import detached, input_origin
 from onnxfold.io.tempfiles import TRUNCATED
+from onnxfold.ir.arrays import copy_c_order, release_pages
 
 _CHUNK = 16 << 20
 PARALLEL_WRITE = 4 << 20  # a segment this big is written in two halves, one per thread

@@ -14,7 +14,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxfold.errors import InputError
-from onnxfold.protos import function_graphs, graph_protos
+from onnxfold.ir.protos import function_graphs, graph_protos
 
 DENSE_LIMIT = 1 << 30  # bytes all densified sparse tensors of a model may take together
 

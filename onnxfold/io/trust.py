@@ -28,10 +28,10 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import all_graphs, tensor_of
 from onnxfold.errors import InputError
 from onnxfold.io.mapped import MappedTensor
-from onnxfold.protos import data_nbytes
+from onnxfold.ir.graph import all_graphs, tensor_of
+from onnxfold.ir.protos import data_nbytes
 
 
 class CheckedExternalTensor(MappedTensor):

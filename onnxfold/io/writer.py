@@ -21,7 +21,6 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import all_graphs
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
 from onnxfold.io import segments
@@ -31,7 +30,8 @@ from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.publication import fresh_data_path, kill_point, output_lock, superseded_data
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
 from onnxfold.io.tempfiles import temp_beside, write_failed
-from onnxfold.protos import graph_protos
+from onnxfold.ir.graph import all_graphs
+from onnxfold.ir.protos import graph_protos
 
 STREAM_THRESHOLD = 1024
 PROTOBUF_LIMIT = 2**31 - 1
@@ -138,7 +138,7 @@ def prune_value_info(model: ir.Model, proto: onnx.ModelProto) -> int:
     """Drop from ``proto`` (``model`` serialized) the ``value_info`` entries of types that
     were only inferred: the output keeps the ones the input declared (onnxruntime infers
     the rest itself). Returns how many entries went."""
-    from onnxfold.shapes import declared_names
+    from onnxfold.analysis.shapes import declared_names
 
     keep = declared_names(model)
     if keep is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from measured_child import run_measured
 
-from onnxfold.memory_limits import hierarchies
+from onnxfold.host.memory_limits import hierarchies
 
 
 @dataclass

@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 CHILD = """
 import os, sys
 import numpy as np
-import onnxfold, onnxfold.pipeline
+import onnxfold, onnxfold.pipeline.optimizer
 
 call, damage, model, out = sys.argv[1:]
 data = model[:-len(".onnx")] + ".data"
@@ -49,12 +49,12 @@ try:
     if call == "optimize":
         onnxfold.optimize(model, loaded=damaged)
     elif call == "simplify":
-        load = onnxfold.pipeline.load_model
+        load = onnxfold.pipeline.optimizer.load_model
         def loaded_then_damaged(*args, **kwargs):
             loaded = load(*args, **kwargs)
             damaged()
             return loaded
-        onnxfold.pipeline.load_model = loaded_then_damaged
+        onnxfold.pipeline.optimizer.load_model = loaded_then_damaged
         onnxfold.simplify(model)
     elif call == "optimize-read-model":  # its weights mapped and read before the damage
         loaded = onnxfold.load_model(model)

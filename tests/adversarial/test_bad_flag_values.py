@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.cli import main
+from onnxfold.app.cli import main
 
 HUGE = "99999999999999999999999"
 

@@ -110,7 +110,7 @@ def test_a_stopped_batch_stops_its_jobs_and_their_children(tmp_path):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "TMPDIR": str(scratch)})
     deadline = time.monotonic() + 30
-    while not processes_mentioning(f"onnxfold.fallback_child {scratch}"):
+    while not processes_mentioning(f"onnxfold.fold.fallback_child {scratch}"):
         assert time.monotonic() < deadline and batch.poll() is None, "no fallback child"
         time.sleep(0.1)
     batch.terminate()

@@ -141,7 +141,7 @@ def test_a_relative_session_cache_is_the_callers_directory_made_absolute(tmp_pat
 
 def _iree_backend():
     pytest.importorskip("iree.compiler", reason="IREE is not installed")
-    from onnxfold.backends.iree_backend import Backend
+    from onnxfold.runtime.backends.iree_backend import Backend
 
     return Backend
 

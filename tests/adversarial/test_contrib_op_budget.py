@@ -2,7 +2,7 @@
 
 ``com.microsoft::CDist`` of two 16,000 x 8 constants makes a 1 GB matrix from 1 MB of inputs,
 and onnxruntime declares its output with no dims. It runs under an address-space bound of the
-budget (``onnxfold.address_space``): the allocation fails inside onnxruntime, the node is
+budget (``onnxfold.host.address_space``): the allocation fails inside onnxruntime, the node is
 declined for its size and the run's peak RSS stays near the budget. The child's address space
 is capped too, so a regression fails the test instead of taking the machine's memory.
 """
@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 MiB = 1 << 20
 BUDGET = 256 * MiB
 BASELINE = 200 * MiB  # Python, numpy, onnx, onnx-ir and onnxruntime, before any fold
-ALLOWANCE = 64 * MiB  # onnxfold.address_space.RUN_ALLOWANCE
+ALLOWANCE = 64 * MiB  # onnxfold.host.address_space.RUN_ALLOWANCE
 
 
 def _cdist_model(path: str, rows: int) -> None:

@@ -88,7 +88,7 @@ def test_the_kernels_process_dies_with_a_killed_run(tmp_path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            env={**os.environ, "TMPDIR": str(scratch)})
     deadline = time.monotonic() + 30
-    child = f"onnxfold.fallback_child {scratch}"  # its command line names its directory
+    child = f"onnxfold.fold.fallback_child {scratch}"  # its command line names its directory
     while not (processes_mentioning(child) and _running_kernel(scratch)):
         assert time.monotonic() < deadline and run.poll() is None, "no fallback child started"
         time.sleep(0.1)

@@ -10,7 +10,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.options import FoldOptions
+from onnxfold.fold.options import FoldOptions
 
 T = TensorProto
 

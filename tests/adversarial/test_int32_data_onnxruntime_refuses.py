@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.cli import main
+from onnxfold.app.cli import main
 
 REFUSED = [("FLOAT16", [0x3C00, 0x10000]), ("FLOAT16", [-1, 0]), ("BFLOAT16", [0x3F80, -2]),
            ("BFLOAT16", [1 << 20, 0]), ("FLOAT8E4M3FN", [0x38, 0x100]),

@@ -38,7 +38,7 @@ def truncating_write(fd, parts, *rest, **options):
         os.truncate(data, 4096)
     write(fd, parts, *rest, **options)
 segments.write = truncating_write
-from onnxfold.cli import main
+from onnxfold.app.cli import main
 sys.exit(main(["optimize", model, "-o", out]))
 """
 

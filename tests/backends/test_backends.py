@@ -10,9 +10,9 @@ import pytest
 from onnx import TensorProto, helper
 from weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
-from onnxfold.backends import BackendUnavailable, get_backend
-from onnxfold.backends.onnx_mlir_backend import availability as onnx_mlir_availability
-from onnxfold.split import split_model
+from onnxfold.runtime.backends import BackendUnavailable, get_backend
+from onnxfold.runtime.backends.onnx_mlir_backend import availability as onnx_mlir_availability
+from onnxfold.runtime.split import split_model
 
 
 def _iree_missing() -> str | None:
@@ -113,7 +113,7 @@ def test_onnx_mlir_says_what_is_missing():
 def test_mlir_missing_dependency_message():
     # a fresh interpreter in which the iree packages cannot be imported
     code = ("import sys; sys.modules['iree'] = None\n"
-            "from onnxfold.backends import get_backend, BackendUnavailable\n"
+            "from onnxfold.runtime.backends import get_backend, BackendUnavailable\n"
             "try:\n    get_backend('mlir')\nexcept BackendUnavailable as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60).stdout

@@ -8,12 +8,12 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.backends import get_backend
+from onnxfold.runtime.backends import get_backend
 
 iree = pytest.importorskip("iree.compiler", reason="IREE is not installed")
 
-from onnxfold.backends import iree_backend  # noqa: E402
-from onnxfold.backends.iree_rewrites import (  # noqa: E402
+from onnxfold.runtime.backends import iree_backend  # noqa: E402
+from onnxfold.runtime.backends.iree_rewrites import (  # noqa: E402
     tile_2d_transposes,
     transpose_before_dequantize,
 )

@@ -11,7 +11,7 @@ import pytest
 from conftest import run_ort
 from weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
-from onnxfold.session import RuntimeConstantsChanged, Session
+from onnxfold.runtime.session import RuntimeConstantsChanged, Session
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ _CHILD = """
 import sys, numpy as np
 sys.path.insert(0, {tests!r})
 from weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
-from onnxfold.session import Session
+from onnxfold.runtime.session import Session
 s = Session(weights_as_inputs_model(), RUNTIME, cache_dir={cache!r})
 y = s.run(None, weight_feeds())[0]
 print(s.cache_hits, float(np.abs(y).sum()))

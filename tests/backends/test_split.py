@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from weight_models import RUNTIME, D, weight_feeds, weights_as_inputs_model
 
 from onnxfold.errors import InputError
-from onnxfold.split import split_model, write_split
+from onnxfold.runtime.split import split_model, write_split
 
 
 def _run_split(parts, feeds):

@@ -13,7 +13,7 @@ import pytest
 from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
-from onnxfold import batch
+from onnxfold.app import batch
 
 
 def onnxfold(*args, cwd=None):
@@ -201,7 +201,7 @@ def test_a_crashed_job_is_an_internal_error_and_the_others_go_on(tmp_path, monke
         return subprocess.Popen([sys.executable, "-c", script])
 
     monkeypatch.setattr(batch, "_start", start)
-    from onnxfold.cli import build_parser
+    from onnxfold.app.cli import build_parser
 
     args = build_parser().parse_args(["optimize", doomed, good, "-o", str(out)])
     outcomes = batch.run_jobs(args, jobs, 2)

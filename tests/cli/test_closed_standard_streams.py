@@ -19,7 +19,7 @@ def _run(args, close):
         for fd in close:
             os.close(fd)
 
-    return subprocess.run([sys.executable, "-c", "from onnxfold.cli import entry_point; "
+    return subprocess.run([sys.executable, "-c", "from onnxfold.app.cli import entry_point; "
                            "entry_point()", *args], preexec_fn=closing, timeout=120,
                           stdout=subprocess.DEVNULL if 1 in close else subprocess.PIPE,
                           stderr=subprocess.DEVNULL if 2 in close else subprocess.PIPE)

@@ -12,7 +12,7 @@ from conftest import MODELS, make_model, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.checked_save import save_checked
+from onnxfold.app.checked_save import save_checked
 
 TINY_BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
 

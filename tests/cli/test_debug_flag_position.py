@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onnxfold.cli import main
+from onnxfold.app.cli import main
 
 
 @pytest.mark.parametrize("where", ["before", "after", "absent"])

@@ -10,8 +10,8 @@ import sys
 
 from clikit import run_on_terminal
 
-from onnxfold.phases import Phases
-from onnxfold.progress import TerminalProgress
+from onnxfold.app.progress import TerminalProgress
+from onnxfold.pipeline.phases import Phases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")

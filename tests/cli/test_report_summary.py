@@ -10,7 +10,7 @@ import pytest
 from clikit import run_cli
 
 import onnxfold
-from onnxfold.report_schema import load_schema, validate
+from onnxfold.pipeline.report_schema import load_schema, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")

@@ -17,7 +17,7 @@ import pytest
 from clikit import run_on_terminal
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.comparison import compare
+from onnxfold.app.comparison import compare
 from onnxfold.io import load_model, save_model
 
 WEIGHTS = 6  # 6 x 1 MiB float32 weights

@@ -10,7 +10,7 @@ unsupported type); a case onnxruntime can run but onnxfold leaves unfolded is a 
 
 import pytest
 
-from onnxfold.conformance import GAP, WRONG, collect_cases, run_case
+from onnxfold.app.conformance import GAP, WRONG, collect_cases, run_case
 
 CASES = collect_cases()
 

@@ -1,4 +1,5 @@
-"""Shape chains of real exports fold on the input dims they come from (``onnxfold.symbolic``):
+"""Shape chains of real exports fold on the input dims they come from
+(``onnxfold.analysis.symbolic``):
 a dynamo ResNet's flatten (an ``allowzero=1`` Reshape), a TorchScript T5's chains through its
 layer norms, and a TorchScript KV-cache decoder's chains across inputs under
 ``--assume-named-dims-equal``. Every folded model is run against the original in onnxruntime
@@ -19,7 +20,7 @@ pytest.importorskip("transformers",
 import export_models  # noqa: E402  (after the skips: it imports torch and transformers)
 
 import onnxfold  # noqa: E402
-from onnxfold.options import FoldOptions  # noqa: E402
+from onnxfold.fold.options import FoldOptions  # noqa: E402
 
 
 def _fold(path: str, **options: bool) -> tuple[onnx.ModelProto, onnxfold.Report]:

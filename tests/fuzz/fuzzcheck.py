@@ -179,9 +179,9 @@ def _alarm(signum, frame):
 def foldable_left(path: str) -> dict:
     """Op histogram of what onnxfold would still fold in ``path`` (informational)."""
     try:
-        from onnxfold.inspection import foldable_ops
+        from onnxfold.analysis.shapes import infer_shapes
+        from onnxfold.app.inspection import foldable_ops
         from onnxfold.io import load_model
-        from onnxfold.shapes import infer_shapes
 
         model = load_model(path)
         infer_shapes(model)

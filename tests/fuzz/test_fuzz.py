@@ -79,7 +79,7 @@ FLOAT16_ROUNDING = (25460,)
 # 77782: a Cast to float16 that, with optimizations off, it merges into its own Cast before a
 # MatMul, so an overflow to inf goes).
 ORT_OPTIMIZATION_LEVEL = (4070, 23251, 73700, 77782)
-# Folds onnxruntime would not round are declined (onnxfold/half_kernels.py): these seeds, once
+# Folds onnxruntime would not round are declined (onnxfold/fold/half_kernels.py): these seeds, once
 # float16 rounding (3096: a folded Gemm) or mismatches (45513, 48969, 55680: float16 chains it
 # computes in float32), now compute exactly what the original computes in onnxruntime.
 FLOAT16_NOW_EXACT = (3096, 3728, 33762, 34021, 36167, 38470, 45513, 48969, 55680)

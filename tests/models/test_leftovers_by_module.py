@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from onnxfold.leftovers import group_leftovers, module_path, path_of_name, pattern
+from onnxfold.pipeline.leftovers import group_leftovers, module_path, path_of_name, pattern
 
 torch = pytest.importorskip("torch")
 

@@ -13,9 +13,9 @@ import pytest
 from conftest import MODELS, random_feeds, run_ort
 
 import onnxfold
-from onnxfold.inspection import foldable_ops
+from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.app.inspection import foldable_ops
 from onnxfold.io import load_model
-from onnxfold.shapes import infer_shapes
 
 CORPUS = os.environ.get("ONNXFOLD_CORPUS")
 CORPUS_MODELS = ["bert_base_ts", "bert_base_dynamo", "distilbert_ts", "gpt2_small_ts",

@@ -10,9 +10,9 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from onnxfold.catalogue import load_catalogue
-from onnxfold.dtypes import onnx_type
-from onnxfold.registry import Decline
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.registry import Decline
+from onnxfold.ir.dtypes import onnx_type
 
 MAX_IR_VERSION = 13  # onnxruntime 1.31 refuses IR 14
 MAX_OPSET = 26  # and opsets above 26

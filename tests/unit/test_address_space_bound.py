@@ -1,4 +1,4 @@
-"""``onnxfold.address_space.bounded``: inside the block an allocation beyond the bound fails
+"""``onnxfold.host.address_space.bounded``: inside the block an allocation beyond the bound fails
 (it does not reach the machine's memory); after it, the process's limit is what it was."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from onnxfold import address_space
+from onnxfold.host import address_space
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm")
 

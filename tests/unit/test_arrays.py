@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from onnxfold.arrays import c_contiguous, copy_c_order
+from onnxfold.ir.arrays import c_contiguous, copy_c_order
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.float64, np.bool_])

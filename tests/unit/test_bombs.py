@@ -138,7 +138,7 @@ def test_a_full_spill_directory_is_one_line(tmp_path, monkeypatch):
     import errno
 
     from onnxfold.errors import OutputError
-    from onnxfold.pool import BufferPool
+    from onnxfold.fold.pool import BufferPool
 
     def full(*_args):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -153,7 +153,7 @@ def test_a_full_spill_directory_is_one_line(tmp_path, monkeypatch):
 def test_data_propagation_stays_on_for_long_tables_read_a_scalar_at_a_time():
     # GPT-2's position table: a Gather of one scalar from a 1-D constant of 100,000 elements
     # yields a scalar; treating it as 100,000 long turned data propagation off for the model
-    from onnxfold.shapes import _data_prop_is_bounded
+    from onnxfold.analysis.shapes import _data_prop_is_bounded
 
     nodes = [_const("table", np.arange(100_000, dtype=np.int64)), _const("i", np.array(3)),
              helper.make_node("Gather", ["table", "i"], ["g"]),
@@ -192,7 +192,7 @@ def test_data_propagation_is_off_for_a_slice_step_beyond_32_bits(step, tmp_path)
     import subprocess
     import sys
 
-    from onnxfold.shapes import _data_prop_is_bounded
+    from onnxfold.analysis.shapes import _data_prop_is_bounded
 
     nodes = [helper.make_node("Shape", ["x"], ["sh"]),
              helper.make_node("Slice", ["sh", "s", "e", "a", "t"], ["y"])]

@@ -9,8 +9,8 @@ from conftest import fold_proto, make_model, tensor, vinfo
 from onnx import helper
 from test_policy import _tied_embedding
 
-from onnxfold.catalogue import load_catalogue
-from onnxfold.fold import FoldOptions
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.fold.folder import FoldOptions
 
 
 def _neg_model():

@@ -12,8 +12,8 @@ from conftest import make_model, tensor, vinfo
 from onnx import helper
 from onnx.external_data_helper import convert_model_to_external_data
 
-import onnxfold.pipeline
-from onnxfold import cli
+import onnxfold.pipeline.optimizer
+from onnxfold.app import cli
 
 
 def _sha(path):
@@ -34,7 +34,7 @@ def test_an_output_data_file_that_is_the_inputs_weights_is_refused_before_foldin
     def no_pass(*_args, **_kwargs):
         raise AssertionError("a pass ran before the clash was refused")
 
-    monkeypatch.setattr(onnxfold.pipeline, "_run", no_pass)
+    monkeypatch.setattr(onnxfold.pipeline.optimizer, "_run", no_pass)
     code = cli.main(["optimize", str(tmp_path / "a.onnx"), "-o", str(tmp_path / "out.onnx"),
                      "--external-data", "yes"])
     err = capsys.readouterr().err
@@ -49,7 +49,7 @@ def test_the_api_calls_loaded_once_with_the_model_before_any_pass(tmp_path):
                        [vinfo("y", shape=[4])], [tensor("W", np.ones(4, np.float32))])
     onnx.save(model, tmp_path / "m.onnx")
     seen = []
-    result = onnxfold.pipeline.optimize(str(tmp_path / "m.onnx"),
+    result = onnxfold.pipeline.optimizer.optimize(str(tmp_path / "m.onnx"),
                                         loaded=lambda m: seen.append(len(list(m.graph))))
     assert seen == [1]  # the model as read: its one node, before anything changed it
     assert result.report.nodes_after == 1
@@ -61,5 +61,5 @@ def test_loaded_is_called_for_in_memory_models_too(source):
                        [vinfo("y", shape=[4])])
     given = model if source == "proto" else model.SerializeToString()
     seen = []
-    onnxfold.pipeline.optimize(given, loaded=seen.append)
+    onnxfold.pipeline.optimizer.optimize(given, loaded=seen.append)
     assert len(seen) == 1 and seen[0].graph.name == model.graph.name

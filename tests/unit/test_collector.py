@@ -1,4 +1,4 @@
-"""onnxfold.collector: the collector's settings during a fold, and nothing left changed after."""
+"""onnxfold.pipeline.collector: the collector's settings during a fold, nothing changed after."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from conftest import make_model, tensor, vinfo
 from onnx import helper
 
 import onnxfold
-from onnxfold.collector import YOUNG_THRESHOLD, long_lived, settled
+from onnxfold.pipeline.collector import YOUNG_THRESHOLD, long_lived, settled
 
 
 def test_settings_are_restored_and_nested_use_is_a_no_op():
@@ -64,7 +64,7 @@ def test_a_caller_s_own_frozen_objects_stay_frozen():
 def test_a_small_model_is_frozen_only_when_the_process_exits():
     """Freezing costs a full collection at the end: for a small model it is not worth it,
     unless the process exits right after (the onnxfold executable) and skips that collection."""
-    from onnxfold.collector import FREEZE_MIN_NODES
+    from onnxfold.pipeline.collector import FREEZE_MIN_NODES
 
     with long_lived():
         settled(FREEZE_MIN_NODES - 1)

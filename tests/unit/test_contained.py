@@ -9,9 +9,9 @@ from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 import onnxfold
-from onnxfold.catalogue import Catalogue, load_catalogue
-from onnxfold.fold import FoldOptions
-from onnxfold.patterns import CleanupRule, P, PatternRule
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.patterns import CleanupRule, P, PatternRule
+from onnxfold.fold.folder import FoldOptions
 
 
 def _model():
@@ -37,7 +37,7 @@ BROKEN_PATTERN = PatternRule("broken_pattern", P("Add"), _broken, None, "test:2"
     ids=["cleanup", "pattern"])
 def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, monkeypatch, save, extra):
     patched = load_catalogue() + extra
-    monkeypatch.setattr("onnxfold.pipeline.load_catalogue", lambda: patched)
+    monkeypatch.setattr("onnxfold.pipeline.optimizer.load_catalogue", lambda: patched)
     path = save(_model())
     result = onnxfold.optimize(path, FoldOptions())
     (step,) = result.report.skipped_steps
@@ -57,7 +57,7 @@ def test_an_in_memory_model_is_restored_in_place(monkeypatch, save):
     import onnx_ir as ir
 
     patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
-    monkeypatch.setattr("onnxfold.pipeline.load_catalogue", lambda: patched)
+    monkeypatch.setattr("onnxfold.pipeline.optimizer.load_catalogue", lambda: patched)
     model = ir.serde.deserialize_model(_model())
     result = onnxfold.optimize(model, FoldOptions())
     assert result.model is model and result.report.skipped_steps

@@ -67,7 +67,7 @@ def test_a_sub_byte_result_is_never_taken_from_onnxruntime():
     them (rules/quant.py folds QuantizeLinear to int4 natively)."""
     import onnx_ir as ir
 
-    from onnxfold import fallback
+    from onnxfold.fold import fallback
 
     x, scale = ir.Value(name="x"), ir.Value(name="scale")
     node = ir.Node("", "QuantizeLinear", [x, scale], name="q")

@@ -12,7 +12,7 @@ def _run(code: str) -> str:
 
 
 def test_importing_onnxfold_does_not_import_sympy():
-    assert _run("import onnxfold.cli, sys; print('sympy.core' in sys.modules)") == "False"
+    assert _run("import onnxfold.app.cli, sys; print('sympy.core' in sys.modules)") == "False"
 
 
 def test_symbolic_dims_still_compute_after_the_deferred_import():
@@ -31,8 +31,8 @@ def test_sympy_imported_first_is_left_alone():
 
 def test_public_names_resolve_on_first_use():
     out = _run("import onnxfold, sys\n"
-               "print('onnxfold.session' in sys.modules)\n"
-               "import onnxfold.cli, onnxfold.comparison, onnxfold.split\n"
+               "print('onnxfold.runtime.session' in sys.modules)\n"
+               "import onnxfold.app.cli, onnxfold.app.comparison, onnxfold.runtime.split\n"
                "names = sorted(set(onnxfold.__all__) - {'__version__'})\n"
                "homes = {getattr(onnxfold, n).__module__ for n in names}\n"
                "print(all(h.startswith('onnxfold.') for h in homes))\n"

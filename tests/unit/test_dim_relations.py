@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxfold
-from onnxfold.comparison import synthetic_feeds
-from onnxfold.dim_relations import parse_expression
+from onnxfold.analysis.dim_relations import parse_expression
+from onnxfold.app.comparison import synthetic_feeds
 from onnxfold.errors import InputError
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from onnxfold import cli
+from onnxfold.app import cli
 from onnxfold.io.tempfiles import remove_stale, temp_beside
 
 TINY_BERT = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tiny_bert_ts.onnx")
@@ -17,7 +17,7 @@ def test_an_internal_error_is_one_line_and_exit_3(tmp_path, monkeypatch, capsys)
     def broken(*args, **kwargs):
         raise RuntimeError("something\nthat spans lines")
 
-    monkeypatch.setattr("onnxfold.pipeline.optimize", broken)
+    monkeypatch.setattr("onnxfold.pipeline.optimizer.optimize", broken)
     out = tmp_path / "out.onnx"
     assert cli.main(["optimize", TINY_BERT, "-o", str(out)]) == cli.EXIT_INTERNAL
     err = capsys.readouterr().err.strip().splitlines()
@@ -27,7 +27,7 @@ def test_an_internal_error_is_one_line_and_exit_3(tmp_path, monkeypatch, capsys)
 
 
 def test_debug_prints_the_traceback(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("onnxfold.pipeline.optimize", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr("onnxfold.pipeline.optimizer.optimize", lambda *a, **k: 1 / 0)
     code = cli.main(["optimize", TINY_BERT, "-o", str(tmp_path / "o.onnx"), "--debug"])
     assert code == cli.EXIT_INTERNAL
     assert "Traceback" in capsys.readouterr().err
@@ -56,15 +56,15 @@ def test_temporary_names_stay_under_the_file_name_limit(tmp_path, length):
 
 
 def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, monkeypatch, capsys):
-    from onnxfold.catalogue import Catalogue, load_catalogue
-    from onnxfold.patterns import CleanupRule
+    from onnxfold.declare.catalogue import Catalogue, load_catalogue
+    from onnxfold.declare.patterns import CleanupRule
 
     def corrupt(model):  # a stand-in for a rewrite bug: a node onnxruntime does not know
         next(iter(model.graph)).op_type = "NoSuchOp"
         return 1
 
     patched = load_catalogue() + Catalogue((), (), (CleanupRule("corrupt", corrupt, "t:1"),))
-    monkeypatch.setattr("onnxfold.pipeline.load_catalogue", lambda: patched)
+    monkeypatch.setattr("onnxfold.pipeline.optimizer.load_catalogue", lambda: patched)
     out = tmp_path / "out.onnx"
     assert cli.main(["optimize", TINY_BERT, "-o", str(out)]) == cli.EXIT_INTERNAL
     err = capsys.readouterr().err.strip().splitlines()

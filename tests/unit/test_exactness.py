@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.catalogue import load_catalogue
-from onnxfold.options import FoldOptions
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.fold.options import FoldOptions
 
 T = TensorProto
 

@@ -1,6 +1,6 @@
-"""Expensive fallback batches run in a child process (``onnxfold.fallback_child``) and give
+"""Expensive fallback batches run in a child process (``onnxfold.fold.fallback_child``) and give
 the same bits as in the folding process; cheap ones stay in the process; the cost estimate
-(``onnxfold.fold_cost``) counts convolutions, matrix products and recurrent layers."""
+(``onnxfold.fold.fold_cost``) counts convolutions, matrix products and recurrent layers."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from onnxfold import fallback, fallback_child
-from onnxfold.declines import DeclineKind
-from onnxfold.fallback_session import FallbackError, Wanted
-from onnxfold.fold_cost import batch_flops, node_flops
+from onnxfold.analysis.declines import DeclineKind
+from onnxfold.fold import fallback, fallback_child
+from onnxfold.fold.fallback_session import FallbackError, Wanted
+from onnxfold.fold.fold_cost import batch_flops, node_flops
 
 
 def _conv(channels: int, side: int, kernel: int, seed: int = 0):

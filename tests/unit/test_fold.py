@@ -8,7 +8,7 @@ from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
 import onnxfold
-from onnxfold.fold import FoldOptions
+from onnxfold.fold.folder import FoldOptions
 
 
 def ops(proto):

@@ -7,7 +7,7 @@ import tracemalloc
 
 import numpy as np
 
-from onnxfold.catalogue import load_catalogue
+from onnxfold.declare.catalogue import load_catalogue
 
 
 def _peak_bytes(fn, *args) -> tuple[int, object]:

@@ -8,7 +8,7 @@ import sys
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
-from onnxfold.expansion import expanded_size, function_sizes
+from onnxfold.analysis.expansion import expanded_size, function_sizes
 
 DOMAIN = "local"
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]

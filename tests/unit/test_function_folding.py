@@ -239,7 +239,7 @@ def test_a_copy_of_a_weight_still_read_in_the_body_is_refused():
 
 
 def test_a_failing_body_fold_is_skipped_and_reported(monkeypatch):
-    from onnxfold import function_bodies
+    from onnxfold.fold import function_bodies
 
     def broken(*args, **kwargs):
         raise ValueError("boom")

@@ -1,4 +1,4 @@
-"""Float16 folds onnxruntime would not round are declined (onnxfold/half_kernels.py); the rest
+"""Float16 folds onnxruntime would not round are declined (onnxfold/fold/half_kernels.py); the rest
 fold, and every model computes bit for bit what its original computes in onnxruntime."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold import optimize
-from onnxfold.half_kernels import has_kernel
+from onnxfold.fold.half_kernels import has_kernel
 
 # the second row's reciprocals sum to 25.78 in float32 and to 25.77 once rounded to float16
 C = np.array([[0.03455, 0.08215, 0.03305], [-0.1304, 0.0905, 0.04465]], np.float16)

@@ -7,7 +7,7 @@ import onnx_ir as ir
 from onnx import TensorProto, helper
 from onnx_ir.passes.common import InlinePass
 
-from onnxfold.inlining import inline_functions
+from onnxfold.pipeline.inlining import inline_functions
 
 DOMAIN = "local"
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]

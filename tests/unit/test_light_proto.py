@@ -11,9 +11,10 @@ import pytest
 from conftest import make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
-from onnxfold import FoldOptions, InputError, shapes
+from onnxfold import FoldOptions, InputError
+from onnxfold.analysis import shapes
 from onnxfold.io.reader import LIGHT_PROTO_KEY, load_model
-from onnxfold.pipeline import optimize
+from onnxfold.pipeline.optimizer import optimize
 
 
 def _model():

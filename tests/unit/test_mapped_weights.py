@@ -10,11 +10,11 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.arrays import release_pages
 from onnxfold.errors import InputError
 from onnxfold.io.mapped import MappedTensor, drop_resident_pages, live_maps
 from onnxfold.io.reader import load_model
 from onnxfold.io.segments import FileRange, SourceFiles, copy_range
+from onnxfold.ir.arrays import release_pages
 
 COUNT = 300
 

@@ -9,8 +9,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold import FoldOptions, optimize
-from onnxfold.budget import MAX_DEFAULT_BUDGET, default_pool_budget, pool_budget
-from onnxfold.memory_limits import cgroup_limit, hierarchies, physical_memory
+from onnxfold.fold.budget import MAX_DEFAULT_BUDGET, default_pool_budget, pool_budget
+from onnxfold.host.memory_limits import cgroup_limit, hierarchies, physical_memory
 
 GiB = 1 << 30
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from onnxfold.options import FoldOptions, add_arguments, from_args
+from onnxfold.fold.options import FoldOptions, add_arguments, from_args
 
 
 def _parse(*argv):

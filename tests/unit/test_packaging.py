@@ -20,7 +20,7 @@ def test_every_package_directory_is_listed_in_pyproject():
 
 
 def test_the_report_schema_is_package_data():
-    """``onnxfold.report_schema`` reads report.schema.json from the installed package."""
+    """``onnxfold.pipeline.report_schema`` reads report.schema.json from the installed package."""
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         data = tomllib.load(f)["tool"]["setuptools"]["package-data"]["onnxfold"]
     assert "report.schema.json" in data

@@ -6,7 +6,7 @@ import pytest
 from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.fold import FoldOptions
+from onnxfold.fold.folder import FoldOptions
 
 MIB = 1 << 20
 

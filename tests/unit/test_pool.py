@@ -5,7 +5,7 @@ import mmap
 import numpy as np
 import pytest
 
-from onnxfold.pool import BufferPool
+from onnxfold.fold.pool import BufferPool
 
 
 def test_entry_freed_when_last_reader_releases():

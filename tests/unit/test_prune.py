@@ -9,8 +9,8 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.analysis import KEEP_KEY
-from onnxfold.passes import remove_dead_nodes
+from onnxfold.analysis.constness import KEEP_KEY
+from onnxfold.pipeline.passes import remove_dead_nodes
 
 
 def _vi(name: str) -> object:

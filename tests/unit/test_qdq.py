@@ -14,7 +14,7 @@ import pytest
 from conftest import fold_proto, make_model, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.fold import FoldOptions
+from onnxfold.fold.folder import FoldOptions
 
 T = TensorProto
 
@@ -295,7 +295,7 @@ def test_subgraph_value_info_is_not_added(tmp_path):
     proto = make_model(nodes, [vinfo("c", T.BOOL, []), vinfo("x", shape=[4])],
                        [vinfo("y", shape=[4])])
     folded, _, _ = fold_proto(proto, tmp_path)
-    from onnxfold.protos import graph_protos
+    from onnxfold.ir.protos import graph_protos
     assert not any(g.value_info for g in graph_protos(folded.graph))
     feeds = {"c": np.array(False), "x": np.array([-1, 0, 1, 2], np.float32)}
     assert_same(proto, folded, feeds)
@@ -380,7 +380,7 @@ def _edge_values(scale):
 
 def _fold_and_ort(x, scale, zp, attrs, opset, qtype_elem):
     """(onnxruntime's QuantizeLinear, the folder's) as float32, through one model each."""
-    from onnxfold.catalogue import load_catalogue
+    from onnxfold.declare.catalogue import load_catalogue
 
     inits = [tensor("x", x), tensor("s", scale)]
     ins = ["x", "s"]
@@ -441,7 +441,7 @@ def test_quantize_float16_edge_values_match_onnxruntime():
     x = _edge_values(0.37)
     x = x[np.abs(x) < 60000].astype(np.float16)
     zp = helper.make_tensor("zp", T.INT8, [], [-2])
-    from onnxfold.catalogue import load_catalogue
+    from onnxfold.declare.catalogue import load_catalogue
 
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"])]
     proto = make_model(nodes, [], [vinfo("q", T.INT8, list(x.shape))],

@@ -1,4 +1,4 @@
-"""``onnxfold.logs``: onnxruntime's native notices are kept off stderr, everything else stays."""
+"""``onnxfold.host.logs``: onnxruntime's native notices kept off stderr, everything else stays."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from onnxfold.logs import _ORT_NOTICE, _stderr_without
+from onnxfold.host.logs import _ORT_NOTICE, _stderr_without
 
 
 def test_only_onnxruntime_notices_are_dropped(capfd) -> None:
@@ -23,7 +23,7 @@ def test_only_onnxruntime_notices_are_dropped(capfd) -> None:
 def test_the_import_hook_imports_onnxruntime_once() -> None:
     """In a fresh interpreter: onnxruntime imports through the hook, which then removes
     itself (the read-only HOME case of tests/adversarial checks what stderr shows)."""
-    code = ("import sys\nfrom onnxfold.logs import quiet_onnxruntime_startup\n"
+    code = ("import sys\nfrom onnxfold.host.logs import quiet_onnxruntime_startup\n"
             "quiet_onnxruntime_startup()\nassert 'onnxruntime' not in sys.modules\n"
             "import onnxruntime\n"
             "assert not any(type(f).__name__ == '_QuietImportFinder' for f in sys.meta_path)\n"

@@ -18,7 +18,7 @@ def _child(body: str) -> str:
 def test_a_thread_the_address_space_cannot_hold():
     said = _child("""
         import resource, threading
-        from onnxfold.limits import describe
+        from onnxfold.host.limits import describe
         with open("/proc/self/status") as f:
             size = next(int(l.split()[1]) for l in f if l.startswith("VmSize")) << 10
         resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 20), resource.RLIM_INFINITY))
@@ -33,7 +33,7 @@ def test_a_thread_the_address_space_cannot_hold():
 def test_too_many_open_files():
     said = _child("""
         import os, resource
-        from onnxfold.limits import describe
+        from onnxfold.host.limits import describe
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(
             resource.RLIMIT_NOFILE)[1]))
         held = []
@@ -49,7 +49,7 @@ def test_too_many_open_files():
 def test_a_native_failure_without_exception_is_out_of_memory_only_under_ulimit_v():
     said = _child("""
         import resource
-        from onnxfold.limits import describe
+        from onnxfold.host.limits import describe
         error = SystemError("error return without exception set")
         print(describe(error))
         resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))
@@ -60,7 +60,7 @@ def test_a_native_failure_without_exception_is_out_of_memory_only_under_ulimit_v
 
 
 def test_other_errors_are_not_limits():
-    from onnxfold.limits import describe
+    from onnxfold.host.limits import describe
 
     assert describe(OSError(2, "No such file or directory")) is None
     assert describe(ValueError("bad")) is None

@@ -1,5 +1,5 @@
 """Review of two additions: constants folded inside model-local function bodies
-(``onnxfold/function_bodies.py``) and ``x + 0.0`` removed where nothing tells the zeros apart
+(``onnxfold/fold/function_bodies.py``) and ``x + 0.0`` removed where nothing tells the zeros apart
 (``rules/zero_sign.py``). Each test is a failure found in review (fixed, or a strict xfail
 naming what is left), or a claim of the op tables checked in onnxruntime."""
 

@@ -15,9 +15,10 @@ from conftest import make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
 import onnxfold
-from onnxfold import FoldOptions, collector
+from onnxfold import FoldOptions
 from onnxfold.io.reader import load_model
-from onnxfold.pipeline import optimize
+from onnxfold.pipeline import collector
+from onnxfold.pipeline.optimizer import optimize
 
 
 def _in_memory_model(n=64):
@@ -192,7 +193,7 @@ def test_a_caller_s_frozen_heap_with_a_round_threshold_is_left_alone():
     unusual number, and such a caller's heap is left as it is."""
     import gc
 
-    from onnxfold.collector import long_lived, settled
+    from onnxfold.pipeline.collector import long_lived, settled
 
     old = gc.get_threshold()
     gc.set_threshold(50_000, *old[1:])

@@ -5,7 +5,7 @@ import pytest
 from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.fold import FoldOptions
+from onnxfold.fold.folder import FoldOptions
 
 N = 1024  # [N, N] float32 is 4 MiB: over the expansion and growth bounds, so it never folds
 

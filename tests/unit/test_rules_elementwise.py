@@ -213,7 +213,7 @@ CASTS = [
 
 @pytest.mark.parametrize("src,dst", CASTS)
 def test_cast(src, dst):
-    from onnxfold.dtypes import onnx_type
+    from onnxfold.ir.dtypes import onnx_type
 
     x = rand((5, 6), src, lo=-100, hi=100)
     if np.dtype(src).kind == "f":

@@ -12,7 +12,7 @@ from onnx import helper
 from onnxfold.errors import OutputError
 from onnxfold.io import load_model, save_model, segments
 from onnxfold.io.segments import FileRange, Segment, halves
-from onnxfold.pipeline import optimize
+from onnxfold.pipeline.optimizer import optimize
 
 
 def test_halves_cut_arrays_between_rows_and_file_ranges_anywhere():

@@ -1,5 +1,5 @@
 """Shape scaffolding that folds because each dim is traced to the graph input dim it comes
-from (``onnxfold.symbolic``): through reductions, through commutative arithmetic written in
+from (``onnxfold.analysis.symbolic``): through reductions, through commutative arithmetic written in
 either order, into ``allowzero`` Reshape targets, and - under ``--assume-named-dims-equal`` -
 across inputs that share a dim name. Every folded model is run in onnxruntime against the
 original at a regular binding, a decode-like binding of 1s and an empty (0-sized) binding."""
@@ -13,10 +13,10 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.fold import source_array
-from onnxfold.options import FoldOptions
-from onnxfold.shapes import infer_shapes
-from onnxfold.symbolic import shape_values
+from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.analysis.symbolic import shape_values
+from onnxfold.fold.options import FoldOptions
+from onnxfold.ir.constants import source_array
 
 
 def _model(nodes: list, inputs: list, outputs: list, opset: int = 18) -> onnx.ModelProto:

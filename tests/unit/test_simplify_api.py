@@ -1,4 +1,4 @@
-"""``onnxfold.simplify`` in onnxsim's habits: ``(ModelProto, ok)``, dict shapes, Python words."""
+"""``onnxfold.app.simplify``, onnxsim's habits: ``(ModelProto, ok)``, dict shapes, Python words."""
 
 from __future__ import annotations
 

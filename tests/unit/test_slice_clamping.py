@@ -6,7 +6,7 @@ first element clamps to it, an end before it means "down to it inclusive"); shap
 Python's slicing, which gives nothing, and the folded model declared a shape it did not have
 (the dims derived for a Slice's output took Python's clamping too). The grid also found that
 onnxruntime reads an end of INT32_MAX or INT64_MAX as "to the end in the step's direction"
-where the spec would clamp it (``onnxfold.slicing``): the folding rule took the spec's word, so
+where the spec would clamp it (``onnxfold.ir.slicing``): the folding rule took the spec's word, so
 ``x[INT_MAX:INT_MAX:-1]``-style slices folded to nothing.
 """
 
@@ -19,8 +19,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.symbolic import Known, _sliced
-from onnxfold.symbolic import _slice as shape_value_slice
+from onnxfold.analysis.symbolic import Known, _sliced
+from onnxfold.analysis.symbolic import _slice as shape_value_slice
 from rules.shape_ops import slice_ as folding_slice
 
 BIG = 2**31 - 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx_ir as ir
 import pytest
 
-from onnxfold.passes import Sorted, unsorted_graphs
+from onnxfold.pipeline.passes import Sorted, unsorted_graphs
 
 
 def _unsorted_model() -> ir.Model:

@@ -9,9 +9,9 @@ import onnx_ir as ir
 from conftest import make_model, tensor, vinfo
 from onnx import TensorProto, helper
 
-from onnxfold.catalogue import load_catalogue
-from onnxfold.patterns import rewrite
-from onnxfold.shapes import infer_shapes
+from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.rewrite.driver import rewrite
 
 
 def _rewritten(proto):

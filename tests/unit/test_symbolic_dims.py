@@ -1,4 +1,5 @@
-"""Dims proved from each op's shape semantics (``onnxfold.symbolic``): a dim that shape inference
+"""Dims proved from each op's shape semantics (``onnxfold.analysis.symbolic``): a dim that shape
+inference
 named ``unk__2`` or that carries an input name used by several inputs is traced to the graph
 inputs' dims, so what it makes static folds and what stays names the input dims that block it.
 Every folded model is run in onnxruntime at two values of each dynamic dim."""
@@ -11,7 +12,7 @@ import onnx_ir as ir
 from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
-from onnxfold.symbolic import REFINED_KEY, Sym, dim_symbol, shape_values, shared_dim_names
+from onnxfold.analysis.symbolic import REFINED_KEY, Sym, dim_symbol, shape_values, shared_dim_names
 
 
 def _const(name, arr):
@@ -51,7 +52,7 @@ def _batch_of_stale_add():
 
 def test_a_broadcast_with_1_is_the_other_dim():
     model = ir.from_proto(_batch_of_stale_add())
-    from onnxfold.fold import source_array
+    from onnxfold.ir.constants import source_array
 
     known = shape_values(model.graph, source_array, shared_dim_names(model))
     r = next(n for n in model.graph if n.op_type == "Relu").outputs[0]
@@ -86,7 +87,7 @@ def _two_inputs_one_name():
 
 
 def test_a_name_shared_by_inputs_is_named_by_both(tmp_path, save):
-    from onnxfold.inspection import inspect_model
+    from onnxfold.app.inspection import inspect_model
 
     proto = _two_inputs_one_name()
     folded, report, out = fold_proto(proto, tmp_path)
@@ -179,7 +180,7 @@ def test_a_target_element_that_may_be_0_is_not_taken_for_the_dim():
     proto = make_model(nodes, [vinfo("x", shape=["M", 4]), vinfo("z", shape=["N"])],
                        [vinfo("y", shape=[None, None])])
     model = ir.from_proto(onnx.shape_inference.infer_shapes(proto))
-    from onnxfold.fold import source_array
+    from onnxfold.ir.constants import source_array
 
     shape_values(model.graph, source_array, shared_dim_names(model))
     y = model.graph.outputs[0]

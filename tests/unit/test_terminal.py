@@ -1,4 +1,4 @@
-"""``onnxfold.terminal``: control, invisible-formatting and bidi characters shown escaped."""
+"""``onnxfold.host.terminal``: control, invisible-formatting and bidi characters shown escaped."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from onnxfold.terminal import (
+from onnxfold.host.terminal import (
     PrintableStream,
     printable,
     printable_lines,

@@ -1,0 +1,116 @@
+"""Constness analysis: which values of a graph are compile-time constants.
+
+A value is constant if it is a non-overridable initializer, the output of a ``Constant`` node,
+a constant of an enclosing scope, or an output of a *foldable* node: a deterministic node of the
+default domain whose inputs are all constant (and whose subgraphs only capture constants).
+``Shape``/``Size`` of a value with a statically known shape are foldable too. Which ops are
+non-deterministic or shape-only are facts the rules declare (``rules/facts.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import onnx_ir as ir
+
+from onnxfold.analysis.declines import DeclineKind, Reason
+from onnxfold.ir.graph import captured_values, is_default_op, is_overridable, static_shape
+
+if TYPE_CHECKING:
+    from onnxfold.declare.catalogue import Catalogue
+
+# com.microsoft: onnxruntime's contrib ops, folded through its fallback (no native rules)
+FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+
+def op_facts() -> Catalogue:
+    """The rule catalogue, for the facts about ops it declares (``rules/facts.py``): which ops
+    are non-deterministic, which fold from a shape alone."""
+    from onnxfold.declare.catalogue import load_catalogue
+
+    return load_catalogue()
+
+
+
+
+KEEP_KEY = "onnxfold.keep"  # model.meta: the op types and node names the user keeps
+UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # model.meta: default-domain ops onnx does not know
+
+
+def kept(node: ir.Node, keep: Collection[str]) -> bool:
+    """Whether ``keep`` (``--keep``: op types and node names) names ``node``."""
+    return bool(keep) and (node.op_type in keep or bool(node.name) and node.name in keep)
+
+
+def kept_in(model: ir.Model) -> frozenset[str]:
+    """What the run optimizing ``model`` keeps (set by ``optimize``; empty otherwise)."""
+    return model.meta.get(KEEP_KEY, frozenset())
+
+
+def why_not_foldable(node: ir.Node, keep: Collection[str] = ()) -> Reason | None:
+    """The reason a node can never be folded, whatever its inputs (``keep``: op types and node
+    names the user keeps)."""
+    if kept(node, keep):
+        return Reason(DeclineKind.KEPT, node.op_type if node.op_type in keep else "by name")
+    if node.domain not in FOLDABLE_DOMAINS:
+        return Reason(DeclineKind.CUSTOM_DOMAIN, f"'{node.domain}'")
+    if node.op_type in op_facts().never_folded:
+        return Reason(DeclineKind.NON_DETERMINISTIC)
+    return None
+
+
+@dataclass
+class ConstPlan:
+    """The outcome of the analysis for one graph.
+
+    ``refused`` holds nodes whose inputs are all constant but that may never fold, with why.
+    """
+
+    constant: set[ir.Value] = field(default_factory=set)
+    sources: set[ir.Value] = field(default_factory=set)
+    foldable: list[ir.Node] = field(default_factory=list)
+    refused: list[tuple[ir.Node, Reason]] = field(default_factory=list)
+
+
+def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
+               inputs_are_constant: bool = False, shape_folding: bool = True,
+               constant_inputs: bool = False, keep: Collection[str] = ()) -> ConstPlan:
+    """Mark the constant values and the foldable nodes of ``graph``, in topological order.
+
+    ``constant_inputs``: every graph input counts as constant, without data (a runtime-fold
+    model, whose inputs are the runtime constants); ``keep``: op types and node names never
+    folded.
+    """
+    plan = ConstPlan()
+    plan.constant.update(outer)
+    if constant_inputs:
+        plan.constant.update(graph.inputs)
+    plan.sources.update(outer)
+    shape_only = op_facts().shape_only
+    for value in graph.initializers.values():
+        if inputs_are_constant or not is_overridable(value, graph, ir_version):
+            if value.const_value is not None:
+                plan.constant.add(value)
+                plan.sources.add(value)
+    for node in graph:
+        if is_default_op(node, "Constant"):
+            plan.constant.update(node.outputs)
+            plan.sources.update(node.outputs)
+            continue
+        inputs = [v for v in node.inputs if v is not None]
+        reason = why_not_foldable(node, keep)
+        if reason is not None:
+            if all(v in plan.constant for v in inputs):
+                plan.refused.append((node, reason))
+            continue
+        if is_default_op(node, *shape_only) and inputs:
+            ok = inputs[0] in plan.constant or (shape_folding and static_shape(inputs[0]))
+        else:
+            ok = bool(inputs) and all(v in plan.constant for v in inputs)
+            ok = ok and all(v in plan.constant for v in captured_values(node))
+        if ok:
+            plan.foldable.append(node)
+            plan.constant.update(node.outputs)
+    return plan

@@ -1,0 +1,299 @@
+"""Values for a model's symbolic input dims that respect the relations its graph states.
+
+Random inputs for a KV-cache decoder cannot set every dynamic dim to 1: the attention mask is
+indexed by positions ``0 .. past + sequence - 1``, so its length must be past + sequence or
+onnxruntime fails ("GatherND invalid index"). Exporters rarely declare that relation on the
+inputs (dynamo names the mask's length ``s53``, TorchScript ``total``), but the graph states it:
+a Gather or GatherND reads an input along an axis with indices as long as an expression of the
+other inputs' dims. Those expressions come from shape inference and onnxfold's own symbolic
+dims (:mod:`onnxfold.analysis.symbolic`), and an input dim declared as an expression (dynamo's
+``s0 + s1``) is one too.
+
+:func:`plan` gives one or two bindings of every named input dim: a *prefill* one where dims
+not on axis 0 are :data:`WIDE` (sequence and past lengths > 1, batch 1), and the *decode step*
+where they are 1; every dim the graph relates to others is computed from them. What was
+guessed (not given, not derived) is listed so a message can name the ``--dim`` to set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeGuard
+
+import onnx_ir as ir
+
+from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.analysis.symbolic import Dim, Sym, dim_symbol, shape_values, shared_dim_names
+from onnxfold.ir.graph import is_default_op, tensor_of
+
+WIDE = 3  # the prefill binding's length of dims off axis 0 (1 would hide broadcasting bugs)
+# guessed lengths off axis 0 to try, in order, when a model cannot run the first bindings (an
+# image that a detector downsamples 32 times, an audio frame a reflect pad needs longer)
+LARGER = (16, 64, 256, 1024)
+_PASSTHROUGH = {"Cast", "Identity", "Flatten", "Reshape", "Unsqueeze", "Squeeze"}
+_TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
+
+Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
+
+
+@dataclass
+class DimPlan:
+    """Bindings of every named input dim, and how each value was chosen."""
+
+    bindings: list[dict[str, int]]
+    derived: dict[str, str] = field(default_factory=dict)  # dim -> "past + seq (node X)"
+    guessed: list[str] = field(default_factory=list)  # dims neither given nor derived
+    forms: dict[str, Linear] = field(default_factory=dict)  # dim -> its linear form
+    larger: list[dict[str, int]] = field(default_factory=list)  # guessed dims at LARGER sizes
+
+    def offset(self, dim: object, binding: Mapping[str, int]) -> int:
+        """Where positions along ``dim`` start: ``P`` when the graph relates a total length to
+        ``P + dim`` (a decoder's positions follow its past), else 0."""
+        if not isinstance(dim, str):
+            return 0
+        for form in self.forms.values():
+            others = {k: v for k, v in form.items() if k != dim}
+            if form.get(dim) == 1 and len(others) == 1 and list(others.values()) == [1]:
+                other = next(iter(others))
+                if other:
+                    return binding.get(other, 0)
+        return 0
+
+
+def is_named(dim: object) -> TypeGuard[str]:
+    """Whether a dim onnxruntime reports is a named one: ``?``, an empty name and None are
+    not (exporters write ``?`` for dims that are each their own)."""
+    return isinstance(dim, str) and dim not in ("", "?")
+
+
+def parse_expression(text: str) -> Linear | None:
+    """``"s0 + 2*s1 - 1"`` as a linear form, or None when ``text`` is not one."""
+    form: Linear = {}
+    for sign, term in re.findall(r"([+-]?)\s*([^+-]+)", text.replace(" ", "")):
+        match = _TERM.match(term)
+        if not match:
+            return None
+        coeff = int(match.group(1) or 1) * (-1 if sign == "-" else 1)
+        atom = match.group(2)
+        key, coeff = ("", coeff * int(atom)) if atom.isdigit() else (atom, coeff)
+        form[key] = form.get(key, 0) + coeff
+    return form or None
+
+
+AxisNames = Mapping[tuple[str, int], str]  # (graph input, axis) -> the dim name it declares
+
+
+def _name(d: Dim | None, axis_names: AxisNames) -> str | None:
+    """The input dim name of a symbol: its name, or the name a graph input's axis declares
+    (a name several inputs share is an axis symbol in :mod:`onnxfold.analysis.symbolic`)."""
+    if isinstance(d, Sym) and d.expr[0] == "dim":
+        return d.expr[1]
+    if isinstance(d, Sym) and d.expr[0] == "axis":
+        return axis_names.get((d.expr[2], d.expr[3]))
+    return None
+
+
+def _linear(d: Dim | None, axis_names: AxisNames) -> Linear | None:
+    """A symbolic dim of graph-input dims as a linear form of their names (None otherwise)."""
+    if isinstance(d, int):
+        return {"": d}
+    if not isinstance(d, Sym):
+        return None
+    kind = d.expr[0]
+    if kind in ("dim", "axis"):
+        name = _name(d, axis_names)
+        return None if name is None else {name: 1}
+    if kind in ("Add", "Sub"):
+        a, b = _linear(d.expr[1], axis_names), _linear(d.expr[2], axis_names)
+        if a is None or b is None:
+            return None
+        sign = 1 if kind == "Add" else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
+    if kind == "Mul":
+        a, b = _linear(d.expr[1], axis_names), _linear(d.expr[2], axis_names)
+        if a is not None and b is not None and set(b) == {""}:
+            return {k: v * b[""] for k, v in a.items()}
+        if a is not None and b is not None and set(a) == {""}:
+            return {k: v * a[""] for k, v in b.items()}
+    return None
+
+
+def _factors(d: Dim | None) -> list[Dim]:
+    """A product of dims as its factors in order (a flattened ``[b, n]`` is ``b*n``)."""
+    if isinstance(d, Sym) and d.expr[0] == "Mul":
+        return _factors(d.expr[1]) + _factors(d.expr[2])
+    return [] if d is None else [d]
+
+
+def _text(form: Linear) -> str:
+    parts = [(f"{v}*{k}" if v not in (1, -1) else k) if k else str(v)
+             for k, v in form.items() if v]
+    text = " + ".join(parts).replace("+ -", "- ")
+    return text or "0"
+
+
+class _Relations:
+    """``dim = expression`` equations read off the graph, the first found for each dim."""
+
+    def __init__(self, names: set[str], axis_names: AxisNames) -> None:
+        self.names = names
+        self.axis_names = axis_names
+        self.equations: dict[str, tuple[Linear, str]] = {}
+
+    def add(self, target: Dim | None, expression: Dim | None, where: str) -> None:
+        name = _name(target, self.axis_names)
+        form = _linear(expression, self.axis_names)
+        if name is None or name not in self.names or name in self.equations or form is None or \
+                form == {name: 1} or name in form or not set(form) - {""} <= self.names:
+            return
+        if set(form) == {""} and form[""] <= 1:
+            return  # an index count of 1 says nothing about the axis it reads
+        self.equations[name] = (form, where)
+
+
+def _reads_input(value: ir.Value | None) -> bool:
+    """Whether ``value`` is a graph input, possibly through casts and reshapes."""
+    seen = 0
+    while value is not None and seen < 8:
+        if value.is_graph_input():
+            return True
+        producer = value.producer()
+        if producer is None or producer.op_type not in _PASSTHROUGH:
+            return False
+        value, seen = producer.inputs[0] if producer.inputs else None, seen + 1
+    return False
+
+
+def _index_relations(model: ir.Model, relations: _Relations) -> None:
+    """Each Gather/GatherND reading an input: the axis it indexes is as long as the index."""
+    ambiguous = shared_dim_names(model)
+
+    def dims(value: ir.Value) -> list[Dim | None]:
+        rank = len(value.shape) if value.shape is not None else 0
+        return [dim_symbol(value, i, ambiguous) for i in range(rank)]
+
+    for node in model.graph:
+        if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
+            continue
+        data, indices = node.inputs[0], node.inputs[1]
+        if not _reads_input(data) or indices.shape is None or data.shape is None:
+            continue
+        extents = [d for d in dims(indices) if d != 1]
+        where = node.name or node.op_type
+        if is_default_op(node, "GatherND") and node.attributes.get_int("batch_dims", 0) == 0:
+            depth = indices.shape[-1] if len(indices.shape) else None
+            extents = extents[:-1] if extents and extents[-1] == depth else extents
+            if isinstance(depth, int) and len(extents) == depth:
+                for target, extent in zip(dims(data)[:depth], extents):
+                    relations.add(target, extent, f"indexed by {where}")
+        elif is_default_op(node, "Gather"):
+            axis = node.attributes.get_int("axis", 0)
+            data_dims = dims(data)
+            if not -len(data_dims) <= axis < len(data_dims):
+                continue
+            factors = _factors(data_dims[axis])
+            if len(factors) == len(extents):  # a flattened [b, n] read at b*n + i
+                for target, extent in zip(factors, extents):
+                    relations.add(target, extent, f"indexed by {where}")
+
+
+def _arrays(value: ir.Value):
+    tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant" and \
+            "value" in producer.attributes:
+        tensor = tensor_of(producer.attributes["value"])
+    return tensor.numpy() if tensor is not None else None
+
+
+def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
+         given: Mapping[str, int]) -> DimPlan:
+    """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
+    ``given`` as is, the ones the graph relates computed, the others guessed (see module)."""
+    names = {d for shape in input_shapes for d in shape if is_named(d)}
+    axis_names: dict[tuple[str, int], str] = {}
+    for value in model.graph.inputs:
+        for i, dim in enumerate(value.shape or ()):
+            if value.name and is_named(label := getattr(dim, "value", None)):
+                axis_names[(value.name, i)] = label
+    relations = _Relations(names, axis_names)
+    for name in sorted(names):
+        form = parse_expression(name)
+        if form is not None and form != {name: 1} and set(form) - {""} <= names:
+            relations.equations[name] = (form, "declared by the input")
+    try:
+        infer_shapes(model)
+        shape_values(model.graph, _arrays, shared_dim_names(model))
+        _index_relations(model, relations)
+    except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
+        pass
+    on_axis0 = {shape[0] for shape in input_shapes if shape and is_named(shape[0])}
+    backwards = _solved_backwards(given, relations.equations)
+    given = {**given, **{name: value for name, (value, _) in backwards.items()}}
+    free = sorted(n for n in names if n not in given and n not in relations.equations)
+    def binding(width: int) -> dict[str, int]:
+        """``given``, the free dims off axis 0 ``width`` long (on it 1), the related computed."""
+        bound = dict(given)
+        for name in free:
+            bound[name] = width if name not in on_axis0 else 1
+        _solve(bound, relations.equations, names)
+        return bound
+
+    bindings: list[dict[str, int]] = []
+    for width in (WIDE, 1):
+        if (candidate := binding(width)) not in bindings:
+            bindings.append(candidate)
+    larger = [binding(width) for width in LARGER] if set(free) - on_axis0 else []
+    derived = {name: f"{_text(form)} ({where})" for name, (form, where)
+               in relations.equations.items() if name not in given}
+    derived.update({name: f"{value} (from {how})" for name, (value, how) in backwards.items()})
+    forms = {name: form for name, (form, _) in relations.equations.items()}
+    return DimPlan(bindings, derived, free, forms, larger)
+
+
+def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]
+                      ) -> dict[str, tuple[int, str]]:
+    """Dims that given ones fix through a relation: a given total and sequence give the past
+    (``total = past + seq``), so that a binding never contradicts what the user gave."""
+    known = dict(given)
+    solved: dict[str, tuple[int, str]] = {}
+    progress = True
+    while progress:
+        progress = False
+        for target, (form, _) in equations.items():
+            unknown = [k for k in form if k and k not in known]
+            if target not in known or len(unknown) != 1 or form[unknown[0]] not in (1, -1):
+                continue
+            rest = sum(v * (known[k] if k else 1) for k, v in form.items() if k != unknown[0])
+            value = (known[target] - rest) * form[unknown[0]]
+            if value >= 1:
+                known[unknown[0]] = value
+                solved[unknown[0]] = (value, f"{target} = {_text(form)}")
+                progress = True
+    return solved
+
+
+def _solve(binding: dict[str, int], equations: Mapping[str, tuple[Linear, str]],
+           names: set[str]) -> None:
+    """Compute every derived dim whose expression's dims are bound (in dependency order);
+    a dim left unresolvable, or below 1, is 1."""
+    pending = {n: form for n, (form, _) in equations.items() if n not in binding}
+    while pending:
+        progress = False
+        for name, form in list(pending.items()):
+            if all(k == "" or k in binding for k in form):
+                value = sum(v * (binding[k] if k else 1) for k, v in form.items())
+                binding[name] = max(value, 1)
+                del pending[name]
+                progress = True
+        if not progress:
+            for name in pending:
+                binding[name] = 1
+            break
+    for name in names:
+        binding.setdefault(name, 1)

@@ -1,0 +1,262 @@
+"""ONNX shape inference (with data propagation) merged into an onnx-ir model.
+
+The model is serialized without its large weights (they become typed graph inputs for the
+call), so inference costs a few milliseconds even on 400 MiB models. Only tensor types are
+merged back: a sequence or optional value keeps its type.
+
+Data propagation computes the values of 1-D tensors element by element (about 150 B each),
+so a model declaring a long 1-D input, a ``Range`` of constant bounds or a chain of
+``Concat`` could make it allocate gigabytes; such models are inferred without it
+(:func:`_data_prop_is_bounded`).
+
+Inferred types are for the optimizer, not for the output: the first inference marks the values
+the model declared a type for (:func:`mark_declared`), and the writer keeps ``value_info`` only
+for those (:func:`declared_names`), so an optimized file never grows by inferred entries.
+
+Inference expands every call of a model-local function (once per call, callees included, each
+time copying the table of functions): when that work exceeds the bounds of ``expansion.py``,
+the model is inferred without its functions, their calls left opaque (their outputs keep the
+types the model declares), so that inference stays linear in the model's size.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import cast
+
+import onnx
+import onnx_ir as ir
+
+from onnxfold.analysis.expansion import inference_expands_functions
+from onnxfold.ir.graph import all_graphs
+from onnxfold.ir.protos import SMALL_TENSOR_BYTES, graph_protos, tensor_nbytes
+
+DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
+
+
+def serialize_light(model: ir.Model) -> onnx.ModelProto:
+    """The model as a proto whose large initializers are typed graph inputs instead."""
+    graph = model.graph
+    big = {name: v for name, v in graph.initializers.items()
+           if v.const_value is not None and v.const_value.nbytes > SMALL_TENSOR_BYTES}
+    order = list(graph.initializers) if big else []
+    added = []
+    for name, value in big.items():
+        graph.initializers.pop(name)
+        assert value.const_value is not None  # big holds only constants
+        if value.type is None:
+            value.type = ir.TensorType(value.const_value.dtype)
+        if value.shape is None:
+            value.shape = cast(ir.Shape, value.const_value.shape)  # onnx-ir tensors: an ir.Shape
+        if value not in graph.inputs:
+            graph.inputs.append(value)
+            added.append(value)
+    try:
+        return ir.serde.serialize_model(model)
+    finally:
+        # onnx-ir's GraphInputs keeps a removed input's count (0), and with it the value and
+        # its weight for the graph's life: a weight folded away later would never be freed
+        counts = getattr(graph.inputs, "_ref_counter", {})
+        for value in added:
+            graph.inputs.remove(value)
+            if counts.get(value) == 0:
+                del counts[value]
+        for name in order:  # back in the file's order, not the large ones last
+            graph.register_initializer(big[name] if name in big else
+                                       graph.initializers.pop(name))
+
+
+def lighten(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` (the reader's, external weights already typed inputs) made what
+    :func:`serialize_light` gives: its other large initializers become typed inputs too (in
+    place), so inference sees exactly the same model either way."""
+    graph = proto.graph
+    names = {i.name for i in graph.input}
+    kept = []
+    for tensor in graph.initializer:
+        nbytes = tensor_nbytes(tensor)
+        if nbytes is None or nbytes <= SMALL_TENSOR_BYTES:
+            kept.append(tensor)
+        elif tensor.name not in names:
+            graph.input.append(onnx.helper.make_tensor_value_info(
+                tensor.name, tensor.data_type, tensor.dims))
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    for sub in graph_protos(graph):  # the reader typed initializers by their data: so here
+        constants = {t.name for t in sub.initializer} | (names if sub is graph else set())
+        claims = [vi for vi in sub.value_info if vi.name not in constants]
+        del sub.value_info[:]
+        sub.value_info.extend(claims)
+    return proto
+
+
+def _shape_of(type_proto: onnx.TypeProto) -> ir.Shape | None:
+    if not type_proto.tensor_type.HasField("shape"):
+        return None
+    dims: list[int | str | None] = []
+    for d in type_proto.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return ir.Shape(dims)
+
+
+def _static_1d_length(type_proto: onnx.TypeProto) -> int:
+    shape = type_proto.tensor_type.shape
+    if not type_proto.tensor_type.HasField("shape") or len(shape.dim) != 1:
+        return 0
+    return shape.dim[0].dim_value
+
+
+def _range_length(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> int:
+    """Elements of ``Range`` with constant bounds (0 when they are not all constant)."""
+
+    from onnx import numpy_helper
+
+    try:
+        start, limit, delta = (float(numpy_helper.to_array(constants[n]).reshape(-1)[0])
+                               for n in node.input[:3])
+        return max(math.ceil((limit - start) / delta), 0)
+    except (KeyError, IndexError, ValueError, ZeroDivisionError, OverflowError):
+        return 0  # not all constant: nothing for data propagation to compute
+
+
+_SAME_AS_FIRST = frozenset({"Identity", "Cast", "Slice", "Squeeze", "Unsqueeze", "Reshape",
+                            "CastLike", "Neg", "Abs"})
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Where", "Equal",
+                          "Less", "Greater", "And", "Or", "Not", "Expand"})
+
+
+def _propagated_length(node: onnx.NodeProto, ins: list[int],
+                       constants: dict[str, onnx.TensorProto]) -> int:
+    """How long a 1-D value data propagation may make of ``node``'s output, from its inputs'
+    lengths: ``Concat`` adds them, ``Gather`` takes its indices', ``Range`` its own count, ops
+    that pass data through take their first input's, elementwise ops their longest; other ops
+    produce no propagated data."""
+    op = node.op_type
+    if op == "Concat":
+        return sum(ins)
+    if op == "Range":
+        return _range_length(node, constants)
+    if op == "Gather":
+        return ins[1] if len(ins) > 1 else 0
+    if op in _SAME_AS_FIRST:
+        return ins[0] if ins else 0
+    if op in _ELEMENTWISE:
+        return max(ins, default=0)
+    return 0
+
+
+def _huge_step(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> bool:
+    """Whether a Slice has a constant step beyond 32 bits: onnx's data propagation then
+    allocates without bound (a review: step 2**40 took 5.7 GB for a 2-node model)."""
+    from onnx import numpy_helper
+
+    if len(node.input) < 5 or node.input[4] not in constants:
+        return False
+    try:
+        steps = numpy_helper.to_array(constants[node.input[4]]).reshape(-1)
+    except (ValueError, TypeError):
+        return True  # unreadable: not worth the risk
+    return any(abs(int(step)) > 2**31 - 1 for step in steps.tolist())
+
+
+def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
+    """Whether data propagation holds no 1-D value longer than ``DATA_PROP_MAX``.
+
+    The lengths of 1-D values are followed through the graph the way data propagation grows
+    them (:func:`_propagated_length`): a chain of 20 ``Concat(x, x)`` of a short constant would
+    otherwise make inference allocate tens of gigabytes.
+    """
+    for graph in graph_protos(proto.graph):
+        lengths: dict[str, int] = {}
+        for vi in list(graph.input) + list(graph.value_info):
+            lengths[vi.name] = _static_1d_length(vi.type)
+        constants = {t.name: t for t in graph.initializer}
+        constants.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
+                          for a in n.attribute if a.name == "value"})
+        for name, t in constants.items():
+            lengths[name] = t.dims[0] if len(t.dims) == 1 else 0
+        worst = 0  # what propagation computes: inputs and constants cost nothing unused
+        for node in graph.node:
+            if node.op_type == "Slice" and _huge_step(node, constants):
+                return False
+            ins = [lengths.get(name, 0) for name in node.input]
+            out = _propagated_length(node, ins, constants)
+            worst = max(worst, out)
+            for name in node.output:
+                lengths[name] = max(lengths.get(name, 0), out)
+        if worst > DATA_PROP_MAX:
+            return False
+    return True
+
+
+DECLARED_KEY = "onnxfold.declared_type"  # Value.meta: typed before any inference
+_MARKED_KEY = "onnxfold.declared_marked"  # Model.meta: the values above have been marked
+
+
+def mark_declared(model: ir.Model) -> None:
+    """Mark the values typed before any inference (the model's own ``value_info``, inputs,
+    outputs and initializers); done once per model, by its first inference."""
+    if model.meta.get(_MARKED_KEY):
+        return
+    model.meta[_MARKED_KEY] = True
+    for graph in all_graphs(model):
+        for node in graph:
+            for value in node.outputs:
+                if value.type is not None or value.shape is not None:
+                    value.meta[DECLARED_KEY] = True
+
+
+def declared_names(model: ir.Model) -> set[str] | None:
+    """Names of the values whose ``value_info`` the output keeps; None when the model was
+    never inferred (everything it holds was declared)."""
+    if not model.meta.get(_MARKED_KEY):
+        return None
+    return {value.name for graph in all_graphs(model) for node in graph
+            for value in node.outputs if value.name and value.meta.get(DECLARED_KEY)}
+
+
+def infer_shapes(model: ir.Model, light: onnx.ModelProto | None = None) -> int:
+    """Run ONNX shape inference and merge tensor types/shapes; return how many values changed.
+
+    ``light``: the model as :func:`serialize_light` would give it (the reader's proto of a
+    model not changed since). Never fatal: a model ONNX cannot infer keeps the shapes it has.
+    """
+    mark_declared(model)
+    try:
+        light = light if light is not None else serialize_light(model)
+        if not inference_expands_functions(model):
+            del light.functions[:]  # the calls stay opaque: their outputs keep declared types
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
+                                                     data_prop=_data_prop_is_bounded(light))
+    except Exception:  # inference is an optimization aid, never a reason to fail
+        return 0
+    infos: dict[str, onnx.TypeProto] = {}
+    for g in graph_protos(inferred.graph):
+        for vi in list(g.value_info) + list(g.output):
+            if vi.type.HasField("tensor_type"):
+                infos[vi.name] = vi.type
+    changed = 0
+    for graph in all_graphs(model):
+        for node in graph:
+            for value in node.outputs:
+                if value.type is not None and value.shape is not None and \
+                        value.shape.is_static():
+                    continue  # nothing inference could add (the common case, at once)
+                info = infos.get(value.name or "")
+                if info is None or not (value.type is None
+                                        or isinstance(value.type, ir.TensorType)):
+                    continue
+                if value.type is None and info.tensor_type.elem_type:
+                    value.type = ir.TensorType(ir.DataType(info.tensor_type.elem_type))
+                    changed += 1
+                shape = _shape_of(info)
+                if shape is not None and (value.shape is None or (
+                        not value.shape.is_static() and shape.is_static())):
+                    value.shape = shape
+                    changed += 1
+    return changed

@@ -1,0 +1,637 @@
+"""The ``onnxfold`` command line: a thin layer over the Python API.
+
+Exit codes: 0 ok; 1 a check or comparison failed; 2 bad input, one line ``onnxfold: error: ...``
+on stderr; 3 an internal error (a bug), one line that says so (``--debug`` prints the
+traceback). Nothing the user had is overwritten, and a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+from onnxfold.errors import InputError, OnnxfoldError, one_line
+from onnxfold.host.limits import describe_cause as describe_limit
+from onnxfold.host.logs import as_warnings, quiet, quiet_onnxruntime_startup
+from onnxfold.host.terminal import printable_streams
+from onnxfold.io.faults import bus_error_exits
+from onnxfold.numbers import argument, parse_float, parse_int
+from onnxfold.pipeline.collector import long_lived
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from onnxfold.app.comparison import CompareResult
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.prefill import OutputPrefill
+    from onnxfold.pipeline.optimizer import OptimizeResult
+    from onnxfold.pipeline.phases import Phases
+    from onnxfold.pipeline.report import Report
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors (unknown flag, bad choice, bad value) as one line
+    ``onnxfold: error: ...`` and exit 2, like every other bad input (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"onnxfold: error: {one_line(ValueError(message))} "
+                              f"(see {self.prog} --help)\n")
+
+
+COUNT = argument(parse_int, minimum=0)  # a number of things, 0 allowed
+POSITIVE = argument(parse_int, minimum=1)
+NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
+JOB_SECONDS = argument(parse_float, minimum=1.0)  # below that, Python has not even started
+
+
+def _add_fold_options(p: argparse.ArgumentParser) -> None:
+    from onnxfold.fold.options import add_arguments
+
+    add_arguments(p)
+    p.add_argument("--skip-check", action="store_true",
+                   help="do not run the ONNX checker on the input")
+
+
+def _fold_options(args: argparse.Namespace):
+    from onnxfold.fold.options import from_args
+
+    return from_args(args)
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from onnxfold.io.outputs import OutputGuard
+
+    if args.inputs and not args.check:
+        raise InputError(f"--inputs {args.inputs}: feeds --check N; give --check too")
+    if isinstance(args.input, list):  # from the command line (a batch job's is one string)
+        from onnxfold.app import batch
+
+        if batch.is_batch(args.input, args.output):
+            return batch.run(args)
+        if args.job_timeout is not None:
+            raise InputError("--job-timeout: applies to batches (several models, or -o DIR/)")
+        args.input = args.input[0]
+    args.replaces = _in_place(args.input, args.output) if args.output is not None else ()
+    guard = OutputGuard([args.input], args.replaces)
+    guard.protect([args.inputs] if args.inputs else [])
+    target = None
+    if args.output is not None:
+        target = guard.claim(args.output, "output model")
+        if args.external_data == "yes":
+            guard.claim(args.output + ".data", "output model's external data")
+    if args.json:
+        guard.claim(args.json, "JSON report")
+    if args.report:
+        guard.claim(args.report, "HTML report")
+    with _start_prefill(args, target) as prefill:
+        return _optimize_and_save(args, guard, prefill)
+
+
+def _in_place(source: str, output: str) -> tuple[str, ...]:
+    """The files ``-o`` may replace: the input itself (and its ``.data`` beside it) when the
+    output is the input; nothing otherwise."""
+    try:
+        same = os.path.samefile(source, output)
+    except OSError:
+        return ()
+    return (source, output + ".data") if same else ()
+
+
+def _start_prefill(args: argparse.Namespace, target: str | None
+                   ) -> AbstractContextManager[OutputPrefill | None]:
+    """Warm the output's temporary file while the model folds (``onnxfold.io.prefill``).
+
+    The output is expected to be about as big as the input .onnx; ``--check`` writes elsewhere
+    first, small models gain nothing, and a dry run (``target`` None) writes no model.
+    """
+    from onnxfold.io.prefill import AVAILABLE, OutputPrefill
+
+    size = os.path.getsize(args.input) if os.path.isfile(args.input) else 0
+    if target is None or args.check or args.no_prefill or size < _PREFILL_MIN or not AVAILABLE:
+        return contextlib.nullcontext()
+    return OutputPrefill(target, size)
+
+
+_PREFILL_MIN = 16 << 20
+
+
+def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
+                       prefill: OutputPrefill | None) -> int:
+
+    checking = _compare_options(args) if args.check else None  # bad --dim fails before folding
+    with long_lived(collect_after=getattr(args, "collect_after", True)):
+        return _fold_and_save(args, guard, prefill, checking)
+
+
+def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
+                   prefill: OutputPrefill | None, checking: dict | None) -> int:
+    from onnxfold.app.progress import TerminalProgress
+    from onnxfold.io import load_model, save_model
+    from onnxfold.io.writer import input_files
+    from onnxfold.pipeline.optimizer import optimize
+    from onnxfold.pipeline.phases import Phases
+    from onnxfold.pipeline.report import check_dict
+
+    progress = TerminalProgress() if _on_terminal(sys.stderr) and not args.quiet else None
+    phases = Phases(progress)
+    try:  # optimize loads the model itself: its first shape inference reuses what was read
+        result = optimize(args.input, _fold_options(args), check=not args.skip_check,
+                          progress=phases.fold_progress, phases=phases,
+                          pristine=lambda: load_model(args.input, check=False),
+                          loaded=lambda model: guard.protect(input_files(model)))
+        result.report.input = args.input
+        external = {"auto": None, "yes": True, "no": False}[args.external_data]
+        check = info = None
+        if args.output is None:  # a dry run: a --check compares in memory
+            if checking is not None:
+                with phases.phase("check"):
+                    check = _check_in_memory(result, args, checking, phases)
+        elif checking is not None:
+            from onnxfold.app.checked_save import save_checked
+
+            with phases.phase("check"):
+                info, check = save_checked(result.model, args.input, args.output, n=args.check,
+                                           external_data=external, protect={args.input},
+                                           replaces=args.replaces,
+                                           saving=lambda done, total: phases.detail(
+                                               "writing " + _mib_of(done, total)),
+                                           checking=phases.detail, **checking)
+        else:
+            from onnxfold.app.verify import verifiable, verifier
+
+            cheap, unverified = (False, None) if args.no_verify else verifiable(result.model)
+            if unverified is not None:
+                result.report.warnings.append(unverified)
+            with phases.phase("save"):
+                info = save_model(result.model, args.output, external_data=external,
+                                  protect={args.input}, prefill=prefill,
+                                  verify=verifier(args.input) if cheap else None,
+                                  replaces=args.replaces,
+                                  progress=lambda done, total: phases.detail(
+                                      _mib_of(done, total)))
+    finally:
+        if progress is not None:
+            progress.close()
+    report = result.report
+    report.phases = phases.rounded()
+    report.options.update({name: getattr(args, name) for name in _REPORTED_ARGS})
+    if check is not None:
+        report.check = check_dict(check)
+        if not check.ok:  # the reports say why (their check entry); the model is not written
+            print(check.summary())
+            _write_reports(args, report)
+            where = f"nothing was written to {args.output}" if args.output is not None else \
+                "dry run: nothing written"
+            print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; "
+                  f"{where}", file=sys.stderr)
+            return 1
+    if info is not None:
+        report.output = info.path
+        report.external_data = info.data_path
+        report.output_bytes = info.bytes_written
+    if not args.quiet:  # the table and summary, then the check's verdict last
+        print(report.summary())
+        if check is not None:
+            print(check.summary())
+        if args.output is None:
+            print(DRY_RUN_LINE)
+    if args.explain:
+        print(report.explain())
+    _write_reports(args, report)
+    return 0
+
+
+DRY_RUN_LINE = "dry run: nothing written (-o OUT to write)"
+IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check holds as one proto
+
+
+def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking: dict,
+                     phases: Phases) -> CompareResult:
+    """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
+    from onnxfold.app.comparison import compare
+
+    if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
+        raise InputError(f"{args.input}: --check without -o compares in memory, and the folded "
+                         "model is over protobuf's 2 GiB limit; give -o OUT to check and write")
+    check = compare(args.input, result.to_proto(), n=args.check, progress=phases.detail,
+                    **checking)
+    check.model_b = "(folded, not written)"
+    return check
+
+
+def _write_reports(args: argparse.Namespace, report: Report) -> None:
+    """``--json`` and ``--report``, when given."""
+    if args.json:
+        _write_text(args.json, report.to_json() + "\n")
+    if args.report:
+        from onnxfold.app.report_html import render_html
+
+        _write_text(args.report, render_html(report))
+
+
+def _mib_of(done: int, total: int) -> str:
+    """``120.0/480.0 MiB``: the save phase's detail."""
+    return f"{done / 2**20:.1f}/{total / 2**20:.1f} MiB"
+
+
+# command-line settings the JSON report's ``options`` records besides the fold options
+_REPORTED_ARGS = ("check", "inputs", "seed", "rtol", "atol", "dim", "int_range", "external_data",
+                  "skip_check", "no_verify")
+
+
+def _add_compare_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inputs", metavar="FILE.npz",
+                   help="an .npz of input arrays, used in every input set (the rest random); "
+                        "string inputs as <U or S arrays")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic input dimension; repeatable (unbound ones follow the "
+                        "relations the graph states, else are guessed: see docs/check.md)")
+    p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
+                   help="random values in [LO, HI) for this integer input; repeatable")
+    p.add_argument("--seed", type=COUNT, default=0, help="seed of the first random input set")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="a shared library of custom ops for onnxruntime to load when it runs "
+                        "the models; repeatable")
+    p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=None,
+                   help="relative tolerance for every float output (default: by dtype, "
+                        "float32 1e-4, float16/bfloat16 2 ulp + 1 ulp of the output's max)")
+    p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=None,
+                   help="absolute tolerance for every float output (default: by dtype, "
+                        "float32 1e-5)")
+
+
+def _compare_options(args: argparse.Namespace) -> dict:
+    from onnxfold.app.comparison import parse_dims, parse_int_ranges
+    from onnxfold.runtime.custom_ops import checked_libraries
+
+    return {"inputs": args.inputs,
+            "dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
+            "seed": args.seed, "rtol": args.rtol, "atol": args.atol,
+            "custom_op_libraries": checked_libraries(args.custom_op_library)}
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from onnxfold.app.comparison import compare
+
+    if args.json:
+        guard = _guard_inputs([args.a, args.b])
+        guard.protect([args.inputs] if args.inputs else [])
+        guard.claim(args.json, "JSON report")
+    result = compare(args.a, args.b, n=args.n, **_compare_options(args))
+    print(result.summary())
+    if args.json:
+        _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
+    if not result.ok:
+        print(f"onnxfold: outside tolerance: {', '.join(result.failing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _guard_inputs(models: Sequence[str]) -> OutputGuard:
+    """A guard protecting ``models`` and every file their weights are read from."""
+    from onnxfold.io import load_model
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.writer import input_files
+
+    guard = OutputGuard(models)
+    for path in models:
+        guard.protect(input_files(load_model(path, check=False)))
+    return guard
+
+
+def _write_text(path: str, text: str) -> None:
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.tempfiles import write_text
+
+    write_text(OutputGuard().claim(path, "report"), text)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from onnxfold.app.inspection import inspect_model
+
+    info = inspect_model(args.input, check=not args.skip_check)
+    print(json.dumps(info, indent=2) if args.json else info["text"])
+    return 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    if args.coverage:
+        return _coverage(args)
+    from onnxfold.declare.catalogue import load_catalogue
+
+    catalogue = load_catalogue()
+    print("folders (evaluate one op on constants):")
+    for rule in sorted(catalogue.folders, key=lambda r: r.name):
+        until = rule.until if rule.until is not None else ""
+        print(f"  {rule.name:28} {rule.domain or 'ai.onnx'}::{rule.op_type} "
+              f"opset {rule.since}-{until}  {_where(rule.source)}")
+    print("patterns (rewrites that enable folding):")
+    for pattern in catalogue.patterns:
+        print(f"  {pattern.name:28} on {','.join(pattern.op_types)}  {_where(pattern.source)}")
+    print("cleanups (whole-model passes):")
+    for cleanup in catalogue.cleanups:
+        print(f"  {cleanup.name:28} {_where(cleanup.source)}")
+    return 0
+
+
+def _where(source: str) -> str:
+    path, line = source.rsplit(":", 1)
+    return f"{os.path.basename(path)}:{line}"
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from onnxfold.app.conformance import run_all, summarize, write_report
+
+    summary = summarize(run_all(args.jobs))
+    totals = summary["totals"]
+    print(f"ONNX node test cases: {summary['cases']}")
+    for key in ("folded_native", "folded_fallback", "declined", "gap", "wrong"):
+        print(f"  {key:16} {totals.get(key, 0)}")
+    print(f"  onnxruntime can run {summary['ort_runnable']}, of which onnxfold folds "
+          f"{summary['ort_runnable_folded']}")
+    for reason, n in sorted(summary["declined_by_reason"].items(), key=lambda kv: -kv[1]):
+        print(f"  declined: {reason}: {n}")
+    if args.json:
+        write_report(args.json, summary)
+    return 1 if totals.get("wrong") or totals.get("gap") else 0
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    from onnxfold.io import load_model
+    from onnxfold.runtime.split import optimize_and_split, write_split
+
+    model = load_model(args.input, check=not args.skip_check)
+    parts = optimize_and_split(model, args.runtime_const, _fold_options(args),
+                               "separate" if args.no_compile_time_fold else "fold")
+    for path in write_split(parts, args.output):
+        print(f"wrote {path}")
+    fold = parts.manifest["runtime_fold"]
+    print(f"runtime_fold: {len(parts.runtime_fold.graph)} nodes, "
+          f"{len(fold['inputs'])} inputs -> {len(fold['outputs'])} folded tensors for entry")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from onnxfold.io.feeds import load_arrays
+    from onnxfold.io.tempfiles import write_atomic
+    from onnxfold.runtime.session import Session
+
+    output = None
+    if args.output:
+        guard = _guard_inputs([args.model])
+        guard.protect([args.inputs])
+        output = guard.claim(args.output, "outputs")
+    if args.repeat < 1:
+        raise InputError(f"--repeat {args.repeat}: must be at least 1")
+    feeds = load_arrays(args.inputs)
+    session = Session(args.model, args.runtime_const, backend=args.backend,
+                      cache_dir=args.cache_dir, options=_fold_options(args),
+                      custom_op_libraries=args.custom_op_library)
+    missing = [i.name for i in session.get_inputs() if i.name not in feeds]
+    if missing:
+        raise InputError(f"{args.inputs}: no array for input(s) {', '.join(missing)}")
+    times = []
+    for _ in range(args.repeat):
+        started = time.perf_counter()
+        outputs = session.run(None, feeds)
+        times.append(time.perf_counter() - started)
+    names = [o.name for o in session.get_outputs()]
+    for name, arr in zip(names, outputs):
+        print(f"{name}: {arr.dtype} {list(arr.shape)}")
+    print(f"backend {args.backend}: first call {times[0] * 1e3:.1f} ms "
+          f"(fold {session.fold_seconds * 1e3:.1f} ms)" + (
+              f", then median {np.median(times[1:]) * 1e3:.2f} ms over {len(times) - 1} runs"
+              if len(times) > 1 else ""))
+    if output is not None:
+        arrays = dict(zip(names, outputs))
+        write_atomic(output, lambda f: np.savez(f, **arrays))
+    return 0
+
+
+def _on_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (False where it is closed: ``2>&-`` leaves None)."""
+    return stream is not None and not stream.closed and stream.isatty()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from onnxfold import __version__
+
+    common = _OneLineParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the traceback of an error (also ONNXFOLD_DEBUG=1)")
+    parser = _OneLineParser(
+        prog="onnxfold", description="ONNX constant folding.", parents=[common],
+        epilog="exit codes: 0 ok, 1 a check or comparison failed, 2 bad input, 3 internal error")
+    parser.add_argument("--version", action="version", version=f"onnxfold {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    p = add("optimize", help="fold constants and write the optimized model")
+    p.add_argument("input", nargs="+",
+                   help="the .onnx model; several models or directories (their .onnx files) "
+                        "are optimized one process each into the directory -o names")
+    p.add_argument("-o", "--output", default=None,
+                   help="where to write the optimized model (a directory, ending in /, for "
+                        "several); without -o, a dry run: fold, print the report, write no "
+                        "model")
+    p.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
+                   help="with several models: optimize N at a time (default 1)")
+    p.add_argument("--job-timeout", type=JOB_SECONDS, default=None, metavar="SECONDS",
+                   help="with several models: kill a model's job still running after this "
+                        "long; it is reported as timed out (exit 3), the others go on "
+                        "(default: no limit)")
+    p.add_argument("-r", "--recursive", action="store_true",
+                   help="with a directory as input: also the .onnx files in its subdirectories "
+                        "(written to the same relative paths under -o)")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON "
+                   "(docs/report-json.md)")
+    p.add_argument("--report", metavar="FILE.html",
+                   help="also write a self-contained HTML report (charts, what folded, what "
+                        "stayed and why)")
+    p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
+                   help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("--explain", action="store_true",
+                   help="say why each constant-foldable node that was left alone was not folded")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not load the output in onnxruntime before it replaces anything "
+                        "(done by default for outputs up to 64 MiB and 5000 nodes)")
+    p.add_argument("--no-prefill", action="store_true",
+                   help="do not warm the output file's pages on a second thread while folding")
+    _add_fold_options(p)
+    p.add_argument("--check", type=COUNT, default=0, metavar="N",
+                   help="compare with the input in onnxruntime on N input sets and write "
+                        "nothing (exit 1) if an output is outside tolerance")
+    _add_compare_options(p)
+    p.set_defaults(func=cmd_optimize)
+
+    p = add("compare", help="run two models in onnxruntime and compare their outputs")
+    p.add_argument("a", help="the reference model")
+    p.add_argument("b", help="the model to check (e.g. the folded one)")
+    p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
+    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    _add_compare_options(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = add("split", help="split around runtime constants into runtime_fold + entry")
+    p.add_argument("input")
+    p.add_argument("--runtime-const", nargs="+", required=True, metavar="NAME",
+                   help="graph inputs constant at run time (names or patterns like 'w*')")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--no-compile-time-fold", action="store_true",
+                   help="write compile-time constants as a compiletime_fold model instead")
+    _add_fold_options(p)
+    p.set_defaults(func=cmd_split)
+
+    p = add("run", help="run a model with runtime constants folded once")
+    p.add_argument("model")
+    p.add_argument("--runtime-const", nargs="*", default=[], metavar="NAME")
+    p.add_argument("--inputs", required=True, metavar="FILE.npz", help="every input's array")
+    p.add_argument("--backend", default="ort", choices=["ort", "numpy", "mlir", "onnx-mlir"])
+    p.add_argument("--repeat", type=POSITIVE, default=1, help="run this many times, report timing")
+    p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
+    p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="a shared library of custom ops for onnxruntime to load; repeatable")
+    _add_fold_options(p)
+    p.set_defaults(func=cmd_run)
+
+    p = add("inspect", help="opsets, counts and what is still foldable")
+    p.add_argument("input")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
+    p.set_defaults(func=cmd_inspect)
+
+    p = add("rules", help="list the rules, or measure coverage on the ONNX node tests")
+    p.add_argument("--coverage", action="store_true",
+                   help="fold every case of the ONNX node test suite and report the outcome")
+    p.add_argument("--json", metavar="FILE", help="with --coverage: write the full report")
+    p.add_argument("--jobs", type=POSITIVE, default=None, help="with --coverage: processes to use")
+    p.set_defaults(func=cmd_rules)
+    # named in "the following arguments are required" when no command is given
+    sub.metavar = "{" + ",".join(sub.choices) + "}"
+    return parser
+
+
+def _output_directories(args: argparse.Namespace) -> list[str]:
+    """Where a command writes (its temporary files go beside each output)."""
+    found = []
+    for name in ("output", "json", "report"):
+        path = getattr(args, name, None)
+        if isinstance(path, str):
+            found.append(os.path.dirname(os.path.abspath(path)))
+            if name == "output" and args.command == "split":
+                found.append(os.path.abspath(path))
+    return found
+
+
+def main(argv: Sequence[str] | None = None, exiting: bool = False) -> int:
+    """Run a command line; ``exiting``: the process ends right after (no garbage collection
+    at the end of a fold, see ``collector.long_lived``)."""
+    # OpenBLAS worker threads otherwise spin for ~0.1 s after numpy is imported, on the core
+    # the prefill and the writer's copies use; matrix products still run multi-threaded.
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    parser = build_parser()
+    with printable_streams():  # argparse's errors quote what was typed
+        args = parser.parse_args(argv)
+    args.collect_after = not exiting
+    return run_parsed(args)
+
+
+def run_parsed(args: argparse.Namespace) -> int:
+    """Run a parsed command line; its exit code (errors printed as one line on stderr).
+    Everything printed shows control characters escaped (``onnxfold.host.terminal``): model and
+    file names are not the terminal's to interpret."""
+    with printable_streams():
+        return _run_parsed(args)
+
+
+def _run_parsed(args: argparse.Namespace) -> int:
+    # (no parser default for --debug: one would be the subcommands' too, the action being
+    # shared through ``parents``, and undo a --debug given before the subcommand)
+    debug = getattr(args, "debug", False) or os.environ.get("ONNXFOLD_DEBUG", "") not in ("", "0")
+    if not debug:  # stderr is onnxfold's: one line per error (docs/errors.md)
+        quiet_onnxruntime_startup()
+    try:
+        # onnx-ir's warnings (a string attribute that is not UTF-8, kept byte for byte; device
+        # configurations it does not write) are shown, except under -q: nothing on success
+        silent = getattr(args, "quiet", False) and not debug
+        with bus_error_exits(_output_directories(args), EXIT_USAGE), \
+                quiet("onnx_ir") if silent else as_warnings("onnx_ir", "onnx-ir"):
+            return args.func(args)
+    except OnnxfoldError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"onnxfold: error: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # output piped into e.g. `head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("onnxfold: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except MemoryError as e:
+        print(f"onnxfold: error: {describe_limit(e)}; nothing was written", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # a bug: one line, the traceback on request
+        if debug:
+            traceback.print_exc()
+        limit = describe_limit(e)
+        if limit is not None:  # a resource limit of the machine, not a bug
+            print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
+              "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _reserve_standard_descriptors() -> None:
+    """Open ``/dev/null`` on descriptors 0-2 where the process started with them closed
+    (``2>&-``): else the first file onnxfold opens would get descriptor 2, and what anything
+    writes to "stderr" (onnxruntime's native log among them) would land in that file."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+
+
+def entry_point() -> None:
+    """The ``onnxfold`` executable: ``main``, then exit without tearing the interpreter down.
+
+    Freeing every graph object and module at exit takes ~50 ms on a BERT-size model and helps
+    no one: by then every output is closed and renamed.
+    """
+    _reserve_standard_descriptors()
+    code = main(exiting=True)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: started with that descriptor closed (2>&-)
+                stream.flush()
+        except (OSError, ValueError):  # closed, or a pipe whose reader is gone
+            pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    entry_point()

@@ -1,0 +1,84 @@
+"""``onnxfold inspect``: what a model holds and how much of it is still constant-foldable."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+import onnx_ir as ir
+
+from onnxfold.analysis.constness import plan_graph
+from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values, shared_dim_names
+from onnxfold.io import load_model
+from onnxfold.ir.graph import all_graphs, node_label
+from onnxfold.pipeline.leftovers import group_leftovers, leftover_lines
+from onnxfold.pipeline.report import model_counts
+
+
+def foldable_ops(model: ir.Model, shape_folding: bool = True) -> Counter:
+    """Op-type histogram of the nodes onnxfold would still try to fold (all graphs)."""
+    ops: Counter = Counter()
+    for graph in all_graphs(model):
+        for node in plan_graph(graph, model.ir_version, shape_folding=shape_folding).foldable:
+            ops[node.op_type] += 1
+    return ops
+
+
+def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
+    """A dict of facts about the model, with a human-readable ``text`` entry."""
+    from onnxfold.analysis.shapes import infer_shapes
+
+    model = load_model(path, check=check)
+    counts = model_counts(model)
+    infer_shapes(model)
+    foldable = foldable_ops(model)
+    static_shapes, blocked = _shape_scaffolding(model)
+    foldable.update(static_shapes)
+    info: dict[str, Any] = {
+        "path": os.fspath(path),
+        "ir_version": model.ir_version,
+        "opsets": {d or "ai.onnx": v for d, v in model.opset_imports.items()},
+        "nodes": counts.nodes,
+        "initializers": counts.initializers,
+        "initializer_bytes": counts.initializer_bytes,
+        "foldable_nodes": sum(foldable.values()),
+        "foldable_by_op": dict(foldable.most_common()),
+        "ops": dict(sorted(counts.ops.items(), key=lambda kv: -kv[1])),
+        "dynamic_shape_nodes": [{"node": node_label(n), "op": n.op_type,
+                                 "blocked_by": "; ".join(dims)} for n, dims in blocked],
+    }
+    info["blocked_by_module"] = group_leftovers(model, [], info["dynamic_shape_nodes"])
+    opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
+    lines = [f"{info['path']}: IR {model.ir_version}, opsets {opsets}",
+             f"nodes {counts.nodes}, initializers {counts.initializers} "
+             f"({counts.initializer_bytes / 2**20:.1f} MiB)",
+             f"constant-foldable nodes: {info['foldable_nodes']}"]
+    lines += [f"  {op:24} {n}" for op, n in foldable.most_common()]
+    if blocked:
+        lines.append(f"shape nodes blocked by dynamic dims: {len(blocked)} (--input-shape "
+                     "fixes them)")
+        lines += [f"  {line}" for line in leftover_lines(info["blocked_by_module"])]
+        lines.append("  nodes:")
+        lines += [f"    {n.op_type} {node_label(n)}: {'; '.join(dims)}"
+                  for n, dims in blocked[:10]]
+        if len(blocked) > 10:
+            lines.append(f"    ... and {len(blocked) - 10} more")
+    info["text"] = "\n".join(lines)
+    return info
+
+
+def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, list[str]]]]:
+    """Shape nodes static for every value of the dynamic dims (by op), and those blocked."""
+    from onnxfold.ir.constants import source_array
+
+    static: Counter = Counter()
+    for graph in all_graphs(model):
+        planned = set(plan_graph(graph, model.ir_version).foldable)
+        values = shape_values(graph, source_array, shared_dim_names(model))
+        for node in graph:
+            known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
+            if known is not None and known.is_constant and node not in planned and \
+                    node.op_type != "Constant":
+                static[node.op_type] += 1
+    return static, blocked_scaffolding(model, source_array)

@@ -1,0 +1,106 @@
+"""``onnxfold.app.simplify``: the one call of onnxsim's habit, a thin layer over optimize + compare.
+
+``simplify(model, check_n=3)`` returns ``(ModelProto, ok)`` like ``onnxsim.simplify``: a check
+that finds an output outside tolerance gives ``ok=False`` (it never raises for that); a model
+or an argument that is wrong raises :class:`~onnxfold.errors.InputError`, worded for Python
+callers (``dims=``, not ``--dim``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.analysis.input_shapes import apply as apply_input_shapes
+from onnxfold.app.comparison import compare
+from onnxfold.errors import InputError, one_line
+from onnxfold.fold.options import FoldOptions
+from onnxfold.io.writer import inline_references
+from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize
+
+Shapes = Mapping[str, Sequence[int | str]] | Sequence[str] | None
+
+# the CLI's words in messages, and what a Python caller writes instead
+_API_WORDS = (("--dim NAME=VALUE", "dims={NAME: VALUE}"), ("--dim", "dims"),
+              ("--inputs", "inputs"), ("--int-range", "int_ranges"),
+              ("--input-shape", "input_shapes"), ("--custom-op-library", "custom_op_libraries"))
+
+
+def shape_specs(shapes: Shapes) -> tuple[str, ...]:
+    """``{"x": [1, 3, 224, 224]}`` (onnxsim's form) or ``["x:1,3,224,224", "batch=1"]`` (the
+    ``--input-shape`` strings) as ``--input-shape`` strings."""
+    if shapes is None:
+        return ()
+    if isinstance(shapes, str):
+        return (shapes,)
+    if isinstance(shapes, Mapping):
+        specs = []
+        for name, dims in shapes.items():
+            if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence):
+                raise InputError(f"input_shapes[{name!r}]: expected a list of dims, not "
+                                 f"{dims!r}")
+            specs.append(f"{name}:" + ",".join("?" if d is None else str(d) for d in dims))
+        return tuple(specs)
+    return tuple(shapes)
+
+
+def _api_message(e: InputError) -> InputError:
+    """``e`` with the CLI's flags in the words of :func:`simplify`'s keywords."""
+    text = one_line(e)
+    for cli, api in _API_WORDS:
+        text = re.sub(re.escape(cli) + r" (?!NAME)([^\s:=,()]+)", api + r"[\1]", text)
+        text = re.sub(re.escape(cli) + r"(?![\w-])", api, text)
+    return InputError(text)
+
+
+def _reference(model: ModelInput, specs: tuple[str, ...]) -> onnx.ModelProto | str | os.PathLike:
+    """What the check runs as the original, taken before folding changes anything: ``model``
+    itself (a path or proto), or a proto of it with the same input shapes fixed (so both
+    models take the same inputs; no computation changes)."""
+    if not specs and isinstance(model, onnx.ModelProto | str | os.PathLike):
+        return model
+    if isinstance(model, ir.Model):
+        model = ir.to_proto(model)  # optimize rewrites an ir.Model in place
+    reference, _ = as_ir_model(model, check=False)
+    apply_input_shapes(reference, specs)
+    inline_references(reference, set())  # weights in the model's files: into the proto
+    return ir.to_proto(reference)
+
+
+def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
+             overwrite_input_shapes: Shapes = None, dims: Mapping[str, int] | None = None,
+             options: FoldOptions | None = None, *,
+             inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None,
+             int_ranges: Mapping[str, tuple[int, int]] | None = None,
+             rtol: float | None = None, atol: float | None = None,
+             custom_op_libraries: Sequence[str | os.PathLike] = ()
+             ) -> tuple[onnx.ModelProto, bool]:
+    """``(folded ModelProto, ok)``, like ``onnxsim.simplify``.
+
+    ``ok`` is True unless ``check_n`` input sets show an output outside tolerance in
+    onnxruntime (tolerances by dtype unless ``rtol``/``atol``; see :func:`onnxfold.compare`).
+    ``input_shapes`` / ``overwrite_input_shapes`` (the same thing, onnxsim's two names): fix
+    input shapes before folding, as ``{"input_ids": [1, 128]}`` or ``--input-shape`` strings.
+    ``dims`` binds symbolic dims for the check (``{"batch": 2}``); ``inputs`` (a dict or an
+    .npz path), ``int_ranges`` and ``custom_op_libraries`` are :func:`onnxfold.compare`'s.
+    Raises InputError when the model, an argument, or running the check is wrong.
+    """
+    try:
+        specs = shape_specs(input_shapes) + shape_specs(overwrite_input_shapes)
+        options = dataclasses.replace(options or FoldOptions(), input_shapes=specs)
+        reference = _reference(model, specs) if check_n > 0 else None
+        folded = optimize(model, options).to_proto()
+        if reference is None:
+            return folded, True
+        result = compare(reference, folded, n=check_n, dims=dims, inputs=inputs,
+                         int_ranges=int_ranges, rtol=rtol, atol=atol,
+                         custom_op_libraries=custom_op_libraries)
+    except InputError as e:
+        raise _api_message(e) from None
+    return folded, result.ok

@@ -1,0 +1,68 @@
+"""After writing, before the output replaces anything: does onnxruntime load what we wrote?
+
+A folded model must compute what the original computes in onnxruntime; the cheapest part of
+that promise to check on every run is that onnxruntime accepts the new graph at all (graph
+optimizations off, so its own rewrites cannot hide ours). Outputs above ``VERIFY_LIMIT`` bytes
+or ``VERIFY_MAX_NODES`` nodes skip this by default (onnxruntime then takes about as long to load
+them as onnxfold to fold them); ``--check N`` compares outputs. The nodes are counted with
+every call of a model-local function expanded (``expansion.py``), as onnxruntime inlines them
+when it loads the model: a 4 KB nest of functions is a million nodes there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx_ir as ir
+
+from onnxfold.analysis.expansion import describe, expanded_size
+
+VERIFY_LIMIT = 64 << 20  # bytes of output
+VERIFY_MAX_NODES = 5000  # nodes of output (all graphs)
+
+
+def verifiable(model: ir.Model) -> tuple[bool, str | None]:
+    """Whether onnxruntime is asked to load ``model``: its nodes in all graphs, every function
+    call expanded, are at most ``VERIFY_MAX_NODES``. When the expansion alone puts it over,
+    also a warning for the report saying why it was not verified."""
+    size = expanded_size(model, VERIFY_MAX_NODES)
+    if size <= VERIFY_MAX_NODES:
+        return True, None
+    if expanded_size(model, VERIFY_MAX_NODES, functions=False) > VERIFY_MAX_NODES:
+        return False, None  # a large graph: skipped as every large graph is
+    return False, (f"not verified in onnxruntime: with its function calls expanded (as "
+                   f"onnxruntime inlines them) the model has {describe(size, VERIFY_MAX_NODES)} "
+                   f"nodes, over the limit of {VERIFY_MAX_NODES:,} for verification")
+
+
+class OutputRejected(RuntimeError):
+    """onnxruntime loads the input but not the folded output: a bug in onnxfold."""
+
+
+def ort_load_error(model: str | bytes) -> str | None:
+    """Why onnxruntime cannot create a session for ``model`` (a path or bytes), or None."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises several exception types
+        return " ".join(str(e).split())[:300] or type(e).__name__
+    return None
+
+
+def verifier(original: str | os.PathLike, limit: int = VERIFY_LIMIT):
+    """A ``verify(path)`` for ``save_model``: raise OutputRejected if onnxruntime refuses the
+    output but loads ``original``; outputs over ``limit`` bytes are not checked."""
+
+    def verify(path: str) -> None:
+        if os.path.getsize(path) > limit:
+            return
+        problem = ort_load_error(path)
+        if problem is not None and ort_load_error(os.fspath(original)) is None:
+            raise OutputRejected(f"onnxruntime refuses the folded model ({problem}); nothing "
+                                 "was written")
+
+    return verify

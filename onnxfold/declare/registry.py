@@ -1,0 +1,116 @@
+"""Folder rules: how to evaluate one ONNX op on constant numpy inputs.
+
+A rule is a plain function declared with :func:`folder`. Inputs arrive as positional numpy
+arrays (``None`` for an omitted optional input), ONNX attributes as keyword arguments whose
+Python defaults are the ONNX defaults. It returns an array or a tuple of arrays. A rule that
+cannot handle a case raises :class:`Decline`; the engine then tries the onnxruntime fallback.
+
+Declaring a rule only marks the function; :mod:`onnxfold.declare.catalogue` collects the marks of
+every module in ``onnxfold.rules`` into one immutable catalogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from onnxfold.analysis.declines import Decline, DeclineKind
+
+__all__ = ["Decline", "DeclineKind", "FolderRule", "OpFact", "RULES_ATTR", "folder",
+           "source_of"]
+
+RULES_ATTR = "__onnxfold_rules__"  # the rule declarations a decorator attached to a function
+
+
+def source_of(fn: Callable) -> str:
+    """``file:line`` of a function's definition (no source parsing)."""
+    return f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
+
+
+def mark(fn: Callable, *rules: object) -> Callable:
+    """Attach rule declarations to ``fn`` (a function may carry several)."""
+    setattr(fn, RULES_ATTR, (*getattr(fn, RULES_ATTR, ()), *rules))
+    return fn
+
+
+@dataclass(frozen=True)
+class FolderRule:
+    """One op evaluated natively for a range of opset versions.
+
+    ``shape_only`` rules receive the *shape* (a tuple) of their first input instead of its data,
+    so they fold whenever the shape is statically known (Shape, Size). ``half_as_given``
+    rules receive float16/bfloat16 inputs as they are, where onnxruntime has no kernel of that
+    type: the rule itself follows what onnxruntime does (the engine otherwise hands them over
+    in float32 and rounds the result once, as onnxruntime's inserted Casts do).
+    """
+
+    name: str
+    domain: str
+    op_type: str
+    since: int
+    until: int | None
+    fn: Callable
+    source: str
+    shape_only: bool = False
+    half_as_given: bool = False
+
+    @property
+    def op_types(self) -> tuple[str, ...]:
+        return (self.op_type,)
+
+    def covers(self, opset: int) -> bool:
+        return self.since <= opset and (self.until is None or opset <= self.until)
+
+
+@dataclass(frozen=True)
+class OpFact:
+    """Something the engine must know about an op (``rules/facts.py``).
+
+    ``draws_only_in_training`` (with ``nondeterministic``): it draws only in training mode,
+    which its folder declines; it folds otherwise (Dropout).
+    ``bitwise``: its native folder computes, on floating-point values too, bit for bit what
+    onnxruntime's kernel computes (elementwise IEEE operations in one dtype, data movement).
+    ``discontinuous``: a one-ulp change of a floating-point input can change its result by a
+    whole step (a quantization, a comparison, a rounding); ``only_to_integers`` narrows that to
+    nodes whose output is not floating point (a Cast to an integer type, not to float16).
+    """
+
+    op_type: str
+    nondeterministic: bool = False
+    kept_quantized: bool = False
+    domain: str = ""
+    draws_only_in_training: bool = False
+    bitwise: bool = False
+    discontinuous: bool = False
+    only_to_integers: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"fact.{self.op_type}"
+
+
+def folder(
+    op_types: str | Iterable[str],
+    since: int = 1,
+    until: int | None = None,
+    domain: str = "",
+    name: str | None = None,
+    shape_only: bool = False,
+    half_as_given: bool = False,
+) -> Callable[[Callable], Callable]:
+    """Declare ``fn`` the folder of ``op_types`` for opsets ``since..until``.
+
+    ``since`` is read as "the op's schema in force at this opset": the catalogue moves it to
+    that schema's first version (or the op's first, for ops newer than ``since``), so rule names
+    and ranges always name opsets where the op exists.
+    """
+    ops = [op_types] if isinstance(op_types, str) else list(op_types)
+
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            rule_name = f"{name}.{op}" if name and len(ops) > 1 else name
+            mark(fn, FolderRule(rule_name or "", domain, op, since, until, fn, source_of(fn),
+                                shape_only, half_as_given))
+        return fn
+
+    return register

@@ -1,0 +1,193 @@
+"""Size policy decided before evaluation: folds that would make the model bigger.
+
+Folding replaces constant subgraphs by their results. That is a win only when the kept results
+are no larger than the constants they replace. Two cases are refused by default:
+
+- **growth**: a kept result larger than ``growth_factor`` times the *exclusive* constant bytes
+  it comes from (constants that die with the fold). fp16 weights cast to fp32 double in size;
+  a transpose of a weight that stays in use elsewhere (GPT-2's tied embedding) duplicates it.
+- **model growth**: the sum of all growth above ``max_growth_bytes``.
+
+Results under ``growth_min_bytes`` are allowed, except copies of shared weights: a kept result
+larger than a scalar or a shape (``SMALL_BYTES``) that reads a floating-point or quantized
+source staying in use elsewhere (a tied embedding and its transpose, a float weight read both
+by a QuantizeLinear and by a float op) is refused whatever its size, unless growth is allowed
+(``growth_factor=None``). Sizes come from static shapes; a result whose size is unknown before
+evaluation is allowed here (the expansion bound still applies).
+
+**QDQ**: dequantizations of constant quantized weights (``kept_quantized``) stay, so a
+quantized model stays quantized, except where the dequantized value only feeds foldable nodes
+that quantize it again (``DequantizeLinear -> Transpose -> QuantizeLinear``, what
+onnxruntime's quantizer writes around a transposed weight): that chain folds into one
+quantized initializer and the float intermediate never reaches the model. QuantizeLinear of a
+constant float weight folds like any op (its result is 2-8x smaller than its source).
+"""
+
+from __future__ import annotations
+
+import math
+
+import onnx_ir as ir
+
+from onnxfold.analysis.constness import ConstPlan
+from onnxfold.analysis.declines import DeclineKind, Reason
+from onnxfold.ir.graph import identity_source, static_shape
+
+HALF_FLOATS = {ir.DataType.FLOAT16: 2, ir.DataType.BFLOAT16: 2}
+QUANTIZED = {ir.DataType.INT8: 4, ir.DataType.UINT8: 4, ir.DataType.INT16: 2,
+             ir.DataType.UINT16: 2, ir.DataType.INT4: 8, ir.DataType.UINT4: 8}
+SMALL_BYTES = 64  # a scalar or a shape: never counted as a copy of a shared weight
+REQUANTIZE_OPS = frozenset({"QuantizeLinear"})  # consume a dequantized value as input 0
+_REQUANTIZED_KEY = "onnxfold.requantized"  # Node.meta: a kept_quantized node let through
+
+
+def _is_weight(value: ir.Value) -> bool:
+    """A floating-point or quantized constant larger than a scalar or a shape."""
+    dtype = value.dtype
+    if dtype is None or not (dtype.is_floating_point() or dtype in QUANTIZED):
+        return False
+    return (static_nbytes(value) or 0) > SMALL_BYTES
+
+
+def static_nbytes(value: ir.Value) -> int | None:
+    """Bytes of ``value`` from its static shape and dtype, or None."""
+    if value.const_value is not None:
+        return value.const_value.nbytes
+    shape = static_shape(value)
+    if shape is None or value.dtype is None or value.dtype == ir.DataType.STRING:
+        return None
+    return int(math.prod(shape) * value.dtype.itemsize)  # math.prod: exact, no numpy call
+
+
+def origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
+    """For every constant value, the source constants it is computed from."""
+    origins: dict[ir.Value, frozenset[ir.Value]] = {v: frozenset((v,)) for v in plan.sources}
+    for node in plan.foldable:
+        found = frozenset().union(*(origins.get(v, frozenset()) for v in node.inputs
+                                    if v is not None))
+        for out in node.outputs:
+            origins[out] = found
+    return origins
+
+
+def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
+                  growth_factor: float | None, growth_min_bytes: int,
+                  max_growth_bytes: int | None, widening: dict[ir.DataType, int],
+                  ) -> tuple[list[tuple[ir.Node, Reason]], int]:
+    """Remove from ``planned`` the nodes whose kept results would grow the model; say why.
+
+    ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
+    the factor their bytes may grow by. Returns the refusals and the growth still planned.
+    """
+    origins_of = origins(plan)
+    refused: list[tuple[ir.Node, Reason]] = []
+    outputs = set(graph.outputs)
+
+    def kept(value: ir.Value) -> bool:
+        return value in outputs or any(u.node not in planned for u in value.uses())
+
+    def source_bytes(value: ir.Value) -> int:
+        factor = widening.get(value.dtype, 1) if value.dtype is not None else 1
+        return (static_nbytes(value) or 0) * factor
+
+    changed = True
+    while changed:
+        changed = False
+        alive = {s for s in plan.sources if kept(s) or s in graph.inputs}
+        candidates = []
+        for node in reversed(plan.foldable):
+            if node not in planned:
+                continue
+            for out in node.outputs:
+                size = static_nbytes(out)
+                if size is None or not kept(out) or (
+                        out not in outputs and identity_source(out, plan.sources) is not None):
+                    continue  # an Identity of a constant is kept as that constant: no copy
+                sources = origins_of.get(out, frozenset())
+                copies_shared = size > SMALL_BYTES and any(
+                    s in alive and _is_weight(s) for s in sources)
+                if size <= growth_min_bytes and not copies_shared:
+                    continue
+                exclusive = sum(source_bytes(s) for s in sources if s not in alive)
+                candidates.append((size - exclusive, size, exclusive, node))
+        for _growth, size, exclusive, node in candidates:
+            if growth_factor is not None and size > growth_factor * exclusive:
+                shared = "; its source stays in use" if exclusive == 0 else ""
+                refused.append((node, Reason(DeclineKind.GROWTH, f"result {size} B > "
+                                             f"{growth_factor:g}x the {exclusive} B of constants "
+                                             f"it replaces{shared}")))
+                planned.discard(node)
+                changed = True
+        if not changed and growth_factor is not None:
+            # a dequantization let through for its requantization whose QuantizeLinear was
+            # just refused: its float result would now be kept
+            for node in plan.foldable:
+                if node in planned and node.meta.get(_REQUANTIZED_KEY) and \
+                        not _requantized(node, planned, graph):
+                    refused.append((node, _KEPT_QUANTIZED))
+                    planned.discard(node)
+                    changed = True
+        if not changed and max_growth_bytes is not None:
+            total = sum(g for g, *_ in candidates if g > 0)
+            by_growth = sorted(candidates, key=lambda c: c[0], reverse=True)
+            for growth, _size, _exclusive, node in by_growth:
+                if total <= max_growth_bytes or growth <= 0:
+                    break
+                refused.append((node, Reason(DeclineKind.MODEL_GROWTH, f"folding adds {total} B "
+                                             f"> limit {max_growth_bytes} B")))
+                planned.discard(node)
+                total -= growth
+                changed = True
+    return refused, sum(g for g, *_rest, node in candidates if g > 0 and node in planned)
+
+
+_KEPT_QUANTIZED = Reason(DeclineKind.QDQ_POLICY, "quantized weights stay quantized (--fold-qdq)")
+
+
+def _requantized(node: ir.Node, planned: set[ir.Node], graph: ir.Graph) -> bool:
+    """Whether ``node``'s result reaches the model only quantized again: one chain of planned
+    single-output nodes, each read once, ends at input 0 of a planned QuantizeLinear (a result
+    fanning out to two quantizations would be kept twice)."""
+    outputs = set(graph.outputs)
+    current = node
+    for _ in range(len(planned) + 1):
+        if len(current.outputs) != 1:
+            return False
+        value = current.outputs[0]
+        uses = list(value.uses())
+        if value in outputs or len(uses) != 1:
+            return False
+        user, index = uses[0]
+        if user not in planned or user.graph is not graph:
+            return False
+        if user.op_type in REQUANTIZE_OPS and user.domain in ("", "ai.onnx"):
+            return index == 0
+        current = user
+    return False
+
+
+def refuse_dequantization(foldable: list[ir.Node], planned: set[ir.Node],
+                          kept_ops: frozenset[str], fold_qdq: bool
+                          ) -> list[tuple[ir.Node, Reason]]:
+    """Quantized weights stay quantized unless ``fold_qdq``: their dequantizations (the ops
+    ``rules/facts.py`` marks ``kept_quantized``) leave ``planned``, except those whose results
+    are only requantized by planned nodes (see the module docstring); says why."""
+    if fold_qdq:
+        return []
+    candidates = [n for n in foldable if n.op_type in kept_ops and n in planned]
+    graph = candidates[0].graph if candidates else None
+    kept = []
+    changed = True
+    while changed:  # a dequantization kept can break another one's chain (a shared Transpose)
+        changed = False
+        for node in candidates:
+            if node in planned and not (graph is not None and node.graph is graph and
+                                        _requantized(node, planned, graph)):
+                planned.discard(node)
+                kept.append(node)
+                changed = True
+        changed = changed and any(n in planned for n in candidates)
+    for node in candidates:
+        if node in planned:
+            node.meta[_REQUANTIZED_KEY] = True
+    return [(n, _KEPT_QUANTIZED) for n in kept]

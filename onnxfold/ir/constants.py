@@ -1,0 +1,47 @@
+"""Constant data: the arrays of initializers and Constant nodes, as folder and rules read them."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.ir.graph import is_default_op, tensor_of
+
+_ARRAY_KEY = "onnxfold.array"  # Node.meta: a Constant node's array, read once
+
+
+def _constant_value(node: ir.Node) -> np.ndarray | None:
+    """The array of a Constant node, or None for sparse/string constants (read once: onnx-ir's
+    attribute access is slow enough to matter on graphs with thousands of Constants)."""
+    if _ARRAY_KEY not in node.meta:
+        node.meta[_ARRAY_KEY] = _read_constant(node)
+    return node.meta[_ARRAY_KEY]
+
+
+def _read_constant(node: ir.Node) -> np.ndarray | None:
+    for name, attr in node.attributes.items():
+        if name == "value":
+            arr = tensor_of(attr).numpy()
+            return None if arr.dtype.kind in "OSU" else arr
+        if name in ("value_float", "value_int"):
+            return np.asarray(attr.value, np.float32 if name == "value_float" else np.int64)
+        if name in ("value_floats", "value_ints"):
+            return np.asarray(list(attr.value),
+                              np.float32 if name == "value_floats" else np.int64)
+    return None
+
+
+def constant_array(value: ir.Value) -> np.ndarray | None:
+    """The data of an initializer or of a Constant node's output; None for anything else."""
+    if value.const_value is not None:
+        return value.const_value.numpy()
+    producer = value.producer()
+    if producer is not None and is_default_op(producer, "Constant"):
+        return _constant_value(producer)
+    return None
+
+
+def source_array(value: ir.Value) -> np.ndarray | None:
+    """A constant's data as the pool can hold it (numeric: strings are not folded)."""
+    arr = constant_array(value)
+    return None if arr is None or arr.dtype.kind in "OSU" else arr

@@ -1,0 +1,57 @@
+"""Graph edits every rewrite needs: fresh names that never collide, and replacing a value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import onnx_ir as ir
+
+from onnxfold.ir.graph import all_graphs
+
+
+class NameAllocator:
+    """Fresh value and node names for one model: never one the model already uses."""
+
+    def __init__(self, model: ir.Model) -> None:
+        graphs = all_graphs(model)
+        nodes = [n for g in graphs for n in g]
+        self._used = {v.name for n in nodes for v in n.outputs if v.name}
+        self._used.update(n.name for n in nodes if n.name)
+        for graph in graphs:
+            self._used.update(v.name for v in graph.inputs if v.name)
+            self._used.update(graph.initializers)
+        self._next = 0
+
+    def fresh(self, base: str) -> str:
+        while True:
+            name = f"{base}__onnxfold{self._next}"
+            self._next += 1
+            if name not in self._used:
+                self._used.add(name)
+                return name
+
+NAMES_KEY = "onnxfold.names"
+
+
+def names_for(model: ir.Model) -> NameAllocator:
+    """The model's name allocator (kept in ``model.meta`` for the model's lifetime)."""
+    allocator = model.meta.get(NAMES_KEY)
+    if allocator is None:
+        allocator = model.meta[NAMES_KEY] = NameAllocator(model)
+    return allocator
+
+
+def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value,
+                  fresh_name: Callable[[str], str]) -> None:
+    """``new`` replaces ``old`` everywhere; a graph output keeps its name and declaration."""
+    was_output = old in graph.outputs
+    name = old.name
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    if was_output:
+        old.name = fresh_name(name or "replaced")
+        new.name = name
+        if new.type is None:
+            new.type = old.type
+        if new.shape is None or (old.shape is not None and len(old.shape) == len(new.shape)
+                                 and not new.shape.is_static() and old.shape.is_static()):
+            new.shape = old.shape

@@ -1,0 +1,150 @@
+"""Graph walks and questions about one value or node of an onnx-ir graph (no folding knowledge).
+
+What every layer asks of a graph: its subgraphs and captured values, whether it is in
+topological order, a node's label, a value's static shape, whether an initializer may be
+overridden by an input, and a value's path through Identity nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Iterator, Sequence
+from typing import cast
+
+import onnx_ir as ir
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+_GRAPH, _GRAPHS = ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS
+
+
+def tensor_of(attr: ir.Attr) -> ir.TensorProtocol:
+    """A TENSOR attribute's tensor (``attr.as_tensor()`` checks the type through a runtime
+    Protocol, ~30 us a call: too slow for graphs with thousands of Constant nodes)."""
+    if attr.type != ir.AttributeType.TENSOR:
+        raise TypeError(f"attribute {attr.name} is not a tensor")
+    return attr.value  # type: ignore[no-any-return]
+
+
+def is_default_op(node: ir.Node, *op_types: str) -> bool:
+    """Whether ``node`` is in the default ONNX domain (and, given ``op_types``, one of them)."""
+    return node.domain in DEFAULT_DOMAINS and (not op_types or node.op_type in op_types)
+
+
+def subgraphs(node: ir.Node) -> list[ir.Graph]:
+    """The graphs in ``node``'s attributes (called for every node of every pass: kept cheap)."""
+    attributes = node.attributes
+    # onnx-ir's Attributes is a UserDict: its plain dict iterates several times faster
+    plain = getattr(attributes, "data", attributes)
+    if not plain:
+        return []
+    found: list[ir.Graph] = []
+    for attr in plain.values():
+        kind = attr.type
+        if kind is _GRAPH and isinstance(attr, ir.Attr):
+            found.append(attr.value)
+        elif kind is _GRAPHS and isinstance(attr, ir.Attr):
+            found.extend(attr.value)
+    return found
+
+
+def all_graphs(model: ir.Model) -> list[ir.Graph]:
+    """``model.graph`` and every subgraph, each before the graphs inside it (the order of
+    onnx-ir's ``Model.graphs()``, at a fraction of its cost), listed before any is used."""
+    out: list[ir.Graph] = []
+    stack = [model.graph]
+    while stack:
+        graph = stack.pop()
+        out.append(graph)
+        inner = [sub for node in graph for sub in subgraphs(node)]
+        stack.extend(reversed(inner))
+    return out
+
+
+def captured_values(node: ir.Node) -> list[ir.Value]:
+    """Values of enclosing scopes read inside ``node``'s subgraphs (recursively)."""
+    top = subgraphs(node)
+    if not top:
+        return []  # most nodes: nothing to walk
+    inner: set[ir.Value] = set()
+    used: list[ir.Value] = []
+    seen: set[ir.Value] = set()
+
+    def walk(graph: ir.Graph) -> None:
+        inner.update(graph.inputs)
+        inner.update(graph.initializers.values())
+        for n in graph:
+            for sub in subgraphs(n):
+                walk(sub)
+            for v in n.inputs:
+                if v is not None and v not in seen:
+                    seen.add(v)
+                    used.append(v)
+            inner.update(n.outputs)
+
+    for sub in top:
+        walk(sub)
+    return [v for v in used if v not in inner]
+
+
+def in_order(graph: ir.Graph) -> bool:
+    """Whether no node of ``graph`` reads (itself or in its subgraphs) a value that a later node
+    of the graph computes: topological order, as ONNX requires."""
+    seen: set[ir.Value] = set()
+    for node in graph:
+        reads = [v for v in node.inputs if v is not None] + captured_values(node)
+        if any(v not in seen and (p := v.producer()) is not None and p.graph is graph
+               for v in reads):
+            return False
+        seen.update(node.outputs)
+    return True
+
+
+def external_inputs(nodes: Sequence[ir.Node]) -> list[ir.Value]:
+    """Values read by ``nodes`` (or their subgraphs) that none of them produces, in order."""
+    produced = {v for n in nodes for v in n.outputs}
+    needed: dict[ir.Value, None] = {}
+    for node in nodes:
+        for v in list(node.inputs) + captured_values(node):
+            if v is not None and v not in produced:
+                needed[v] = None
+    return list(needed)
+
+
+def through_identities(value: ir.Value | None) -> Iterator[ir.Value]:
+    """``value``, then the input of the Identity node computing it, and so on up the chain
+    (how exporters share one weight among readers)."""
+    while value is not None:
+        yield value
+        producer = value.producer()
+        if producer is None or not is_default_op(producer, "Identity"):
+            return
+        value = producer.inputs[0]
+
+
+def identity_source(value: ir.Value, sources: Collection[ir.Value]) -> ir.Value | None:
+    """The source constant (with data) ``value`` is an Identity, or a chain of them, of."""
+    return next((v for v in itertools.islice(through_identities(value), 1, None)
+                 if v in sources and v.const_value is not None), None)
+
+
+def node_label(node: ir.Node) -> str:
+    """A node's name, or for unnamed nodes the name of what it computes."""
+    if node.name:
+        return node.name
+    first = next((v.name for v in node.outputs if v.name), None)
+    return f"{node.op_type}->{first}" if first else node.op_type
+
+
+def static_shape(value: ir.Value) -> tuple[int, ...] | None:
+    """``value``'s shape when every dim is a known size; None otherwise (a negative dim, as
+    Paddle exports write -1 for "any", is not a size)."""
+    shape = value.shape
+    if shape is None or not shape.is_static():
+        return None
+    dims = tuple(int(cast(int, d)) for d in shape)  # static: every dim is an int
+    return None if any(d < 0 for d in dims) else dims
+
+
+def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
+    """From IR 4 on, an initializer that is also a graph input is only a default."""
+    return ir_version >= 4 and value in graph.inputs

@@ -1,0 +1,270 @@
+"""``onnxfold.optimize``: one pipeline of passes over an in-memory model.
+
+::
+
+    fix input shapes (--input-shape) -> infer shapes
+    repeat until nothing changes (at most MAX_ROUNDS):
+        rewrite -> fold -> prune -> refine shapes
+    fold model-local function bodies
+    cleanups -> prune
+
+Each stage is an onnx-ir ``InPlacePass`` with one job (``onnxfold/pipeline/passes.py``) whose result
+says whether it changed the model; onnx-ir's ``PassManager`` runs the list and repeats the
+fold rounds until a round changes nothing. ``optimize``, the split and ``Session`` build it
+from the same :class:`FoldOptions`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import onnx
+import onnx_ir as ir
+from onnx_ir.passes import PassError, PassManager
+
+from onnxfold.analysis.constness import KEEP_KEY, UNKNOWN_OPS_KEY
+from onnxfold.analysis.shapes import lighten
+from onnxfold.analysis.symbolic import NAMED_DIMS_EQUAL_KEY, blocked_scaffolding
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.errors import InputError
+from onnxfold.fold.folder import FoldOptions, FoldStats
+from onnxfold.fold.pool import BufferPool
+from onnxfold.io import load_model
+from onnxfold.io.formats import HEAD_BYTES, describe_head
+from onnxfold.ir.constants import source_array
+from onnxfold.ir.edits import NAMES_KEY
+from onnxfold.ir.graph import node_label
+from onnxfold.pipeline.collector import long_lived, settled
+from onnxfold.pipeline.leftovers import folded_regions, group_leftovers
+from onnxfold.pipeline.passes import (
+    Cleanups,
+    FixInputShapes,
+    Fold,
+    FoldFunctions,
+    InferShapes,
+    InlineFunctions,
+    Prune,
+    RefineShapes,
+    Rewrite,
+    RoundState,
+    Sorted,
+)
+from onnxfold.pipeline.phases import Phases, Timed
+from onnxfold.pipeline.report import Report, model_counts, options_dict
+from onnxfold.rewrite.steps import StepFailed
+
+if TYPE_CHECKING:
+    from onnxfold.io.writer import SaveInfo
+
+MAX_ROUNDS = 8
+SHAPE_VALUE_RULES = {"known_shape_value", "reshape_known_target"}  # off with --no-shape-folding
+
+
+@dataclass
+class OptimizeResult:
+    """The optimized model (in memory) and the report of what was done."""
+
+    model: ir.Model
+    report: Report
+    stats: FoldStats = field(repr=False, default_factory=FoldStats)
+
+    def __repr__(self) -> str:
+        """Counts, sizes and time (a notebook shows this, not the whole graph)."""
+        r = self.report
+        return (f"<OptimizeResult nodes {r.nodes_before} -> {r.nodes_after}, folded "
+                f"{r.folded_nodes}, initializers {r.initializer_bytes_before / 2**20:.1f} MiB -> "
+                f"{r.initializer_bytes_after / 2**20:.1f} MiB, {r.seconds:.2f} s>")
+
+    def to_proto(self) -> onnx.ModelProto:
+        """The model as an ``onnx.ModelProto`` with every weight's bytes in it (weights still
+        in the input's file are read into the proto; :meth:`save` streams them instead)."""
+        from onnxfold.io.writer import inline_references, prune_value_info, restore_references
+
+        inlined = inline_references(self.model, set())
+        try:
+            proto = ir.serde.serialize_model(self.model)
+        finally:
+            restore_references(inlined)
+        prune_value_info(self.model, proto)  # as in a saved file: no merely inferred types
+        return proto
+
+    def save(self, path: str | os.PathLike, **kwargs: Any) -> SaveInfo:
+        """Write the model (``onnxfold.save_model``: streamed, atomic, never over an input)."""
+        from onnxfold.io import save_model
+
+        return save_model(self.model, path, **kwargs)
+
+
+ModelInput = ir.Model | onnx.ModelProto | bytes | str | os.PathLike
+
+
+def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | None]:
+    """An ``ir.Model`` for what the caller holds: a path (memory-mapped, checked), an
+    ``onnx.ModelProto`` or its bytes (checked like a file; external data refused), or an
+    ``ir.Model`` (used as is). Also the path, when there is one."""
+    from onnxfold.io.reader import model_from_proto
+
+    if isinstance(model, ir.Model):
+        return model, None
+    if isinstance(model, bytes | bytearray | memoryview):
+        foreign = describe_head(bytes(model[:HEAD_BYTES]), len(model))
+        if foreign is not None:
+            raise InputError(foreign.message("bytes given"))
+        try:
+            model = onnx.ModelProto.FromString(bytes(model))
+        except Exception:  # protobuf's DecodeError
+            raise InputError("bytes given: not an ONNX model") from None
+    if isinstance(model, onnx.ModelProto):
+        return model_from_proto(model, check=check), None
+    path = os.fspath(model)  # type: ignore[arg-type]  # str or PathLike by elimination
+    return load_model(path, check=check, keep_light=True), path
+
+
+def build_pipeline(options: FoldOptions, stats: FoldStats,
+                   progress: Callable[[int, int], None] | None = None,
+                   skipped: frozenset[str] = frozenset(),
+                   light: onnx.ModelProto | None = None,
+                   phases: Phases | None = None) -> PassManager:
+    """The passes of ``optimize`` for these options, recording into ``stats``; ``skipped``
+    names rules and passes (``fold``, ``prune``) left out after they failed; ``light``: the
+    reader's proto of the model, for the first shape inference; ``phases``: the clock each
+    pass's time counts on."""
+    def timed(passes: list) -> list:
+        if phases is None:
+            return passes
+        return [p if isinstance(p, PassManager) else Timed(p, phases) for p in passes]
+
+    shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
+    catalogue = load_catalogue().without(
+        set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
+    pool = BufferPool(memory_limit=options.memory_limit)
+    state = RoundState()
+    rounds: list[Rewrite | Fold | Prune | RefineShapes]
+    rounds = [Rewrite(catalogue, options, stats, state),
+              Fold(catalogue, options, stats, state, pool, progress),
+              Prune(options),
+              RefineShapes(options, state)]
+    rounds = timed([p for p in rounds if p.name not in skipped])
+    inline = options.inline_functions and "inline_functions" not in skipped
+    functions = not {"fold", "fold_functions"} & skipped  # no fold at all: none in bodies
+    return PassManager(timed([
+        *([InlineFunctions(options.strict, stats)] if inline else []),
+        FixInputShapes(options.input_shapes),
+        # the reader's proto describes the model only if no pass before changed it
+        InferShapes(light if not inline and not options.input_shapes else None),
+        PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
+        *([FoldFunctions(catalogue, options, stats, pool)] if functions else []),
+        Cleanups(catalogue, stats, options.strict),
+        *([Prune(options)] if "prune" not in skipped else []),
+        Sorted(options.strict),
+    ]))
+
+
+MAX_RESTARTS = 4
+
+
+def optimize(model: ModelInput, options: FoldOptions | None = None,
+             *, check: bool = True,
+             progress: Callable[[int, int], None] | None = None,
+             pristine: Callable[[], ir.Model] | None = None,
+             loaded: Callable[[ir.Model], None] | None = None,
+             phases: Phases | None = None) -> OptimizeResult:
+    """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
+    or an ``ir.Model`` (changed in place).
+
+    Returns the model and a :class:`Report`; ``result.save(path)`` writes it,
+    ``result.to_proto()`` gives a ModelProto. A rule or pass that fails is left out and the
+    optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
+    given; else from a copy taken first); the report lists it in ``skipped_steps``.
+    ``loaded(model)`` runs once the model is read, before any pass (the command line refuses
+    an output that would replace one of its files there, not after a whole fold).
+    ``phases`` times each phase (the report's ``phases``; a fresh clock when not given).
+    """
+    with long_lived():  # fewer collections; a large model's objects are not walked by each
+        return _optimize(model, options, check, progress, pristine, loaded, phases or Phases())
+
+
+def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
+              progress: Callable[[int, int], None] | None,
+              pristine: Callable[[], ir.Model] | None,
+              loaded: Callable[[ir.Model], None] | None, phases: Phases) -> OptimizeResult:
+    from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY
+
+    started = time.perf_counter()
+    options = options or FoldOptions()
+    with phases.phase("load"):
+        model, path = as_ir_model(model, check)
+    if loaded is not None:
+        loaded(model)
+    light = model.meta.pop(LIGHT_PROTO_KEY, None)
+    light = lighten(light) if light is not None and path is not None else None  # read here
+    if path is not None:
+        source = path
+        pristine = pristine or (lambda: load_model(source, check=False))
+    if pristine is None and not options.strict:
+        snapshot = model.clone()
+        pristine = snapshot.clone
+    model.meta[KEEP_KEY] = frozenset(options.keep)
+    model.meta[NAMED_DIMS_EQUAL_KEY] = options.assume_named_dims_equal
+    before = model_counts(model)
+    settled(before.nodes)
+    skipped: dict[str, str] = {}
+    newest = onnx.defs.onnx_opset_version()
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+    unknown = [] if opset <= newest else [
+        f"opset {opset} is newer than the installed onnx knows ({newest}): nothing is folded "
+        "or rewritten (its ops may mean something new)"]
+    frozen = frozenset({"rewrite", "fold", "refine_shapes", *load_catalogue().names()}
+                       if unknown else ())
+    for _attempt in range(MAX_RESTARTS + 1):
+        stats = FoldStats()
+        try:
+            _run(build_pipeline(options, stats, progress, frozenset(skipped) | frozen,
+                                light=None if skipped else light, phases=phases), model)
+            break
+        except StepFailed as failure:
+            if pristine is None or failure.step in skipped:
+                raise failure.error from None
+            skipped[failure.step] = str(failure)
+            _restore(model, pristine())
+    else:
+        raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
+    stats.skipped_steps = unknown + [f"{why}; please report" for why in skipped.values()]
+    with phases.phase("report"):
+        report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
+                              time.perf_counter() - started)
+        report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
+                           "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
+        report.warnings += stats.warnings
+        blocked = blocked_scaffolding(model, source_array)
+        report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
+                                  "blocked_by": "; ".join(dims)} for node, dims in blocked]
+        report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes,
+                                           stats.rejected_at)
+        stats.rejected_at.clear()  # nodes a cleanup removed would keep their inputs alive
+        report.folded_regions = folded_regions(model)
+        report.options = options_dict(options)
+    report.phases = phases.rounded()
+    return OptimizeResult(model, report, stats)
+
+
+def _run(pipeline: PassManager, model: ir.Model) -> None:
+    try:
+        pipeline(model)
+    except PassError as e:  # onnx-ir wraps each pass's error: report the pass's own
+        cause: BaseException = e
+        while isinstance(cause, PassError) and cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise cause from None
+
+
+def _restore(model: ir.Model, fresh: ir.Model) -> None:
+    """Make ``model`` (the caller's object) hold ``fresh``'s content."""
+    for slot in ("graph", "ir_version", "producer_name", "producer_version", "domain",
+                 "model_version", "doc_string", "_functions", "_metadata_props"):
+        setattr(model, slot, getattr(fresh, slot))
+    model.meta.pop(NAMES_KEY, None)

@@ -1,0 +1,291 @@
+"""The passes ``optimize`` is made of (see ``pipeline.py`` for their order).
+
+Each is an onnx-ir in-place pass with one job that reports whether it changed the model. The
+fold rounds share a :class:`RoundState`: a fold round only runs when the round before it
+learned something a fold can use (new shapes or rewrites), since one fold round propagates
+constants fully on its own.
+
+A step that raises (a bug: a rule or pass that cannot handle some model) raises
+:class:`StepFailed` naming the step: a rule's name, or the pass's. ``optimize`` then starts
+again from the untouched model without that step, so a failure costs one optimization, never
+the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import onnx
+import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassResult
+
+from onnxfold.analysis.constness import kept, kept_in, op_facts
+from onnxfold.analysis.input_shapes import apply as apply_input_shapes
+from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.declare.catalogue import Catalogue
+from onnxfold.fold.folder import FoldOptions, FoldStats, fold_model
+from onnxfold.fold.pool import BufferPool
+from onnxfold.ir.graph import all_graphs, in_order, static_shape
+from onnxfold.rewrite.driver import rewrite, run_cleanups
+from onnxfold.rewrite.steps import contained
+
+
+@dataclass
+class RoundState:
+    """What the passes of one fold round tell each other."""
+
+    news: bool = True  # shapes changed in a way that can fold more (always true at first)
+    rewritten: bool = False
+    new_constants: frozenset[ir.Value] = frozenset()
+
+
+class FixInputShapes(InPlacePass):
+    """``--input-shape``: overwrite input dims before anything is inferred from them."""
+
+    name = "input_shapes"
+
+    def __init__(self, specs: tuple[str, ...]) -> None:
+        self.specs = specs
+
+    def call(self, model: ir.Model) -> PassResult:
+        return PassResult(model, apply_input_shapes(model, self.specs) > 0)
+
+
+class InlineFunctions(InPlacePass):
+    """``--inline-functions``: every call of a model-local function becomes its body
+    (``inlining.py``), unless the expanded graph would exceed ``EXPANSION_BUDGET`` nodes: then
+    nothing is inlined and the report's warning says why (the bodies are still folded)."""
+
+    name = "inline_functions"
+
+    def __init__(self, strict: bool, stats: FoldStats) -> None:
+        self.strict, self.stats = strict, stats
+
+    def call(self, model: ir.Model) -> PassResult:
+        from onnxfold.pipeline.inlining import inline_functions
+
+        modified, declined = contained(self.name, self.strict, lambda: inline_functions(model))
+        if declined is not None:
+            self.stats.warnings.append(declined)
+        return PassResult(model, modified)
+
+
+class InferShapes(InPlacePass):
+    """ONNX shape inference with data propagation, merged into the model."""
+
+    name = "infer_shapes"
+
+    def __init__(self, light: onnx.ModelProto | None = None) -> None:
+        self.light = light  # the model as read, if nothing changed it since (used once)
+
+    def call(self, model: ir.Model) -> PassResult:
+        light, self.light = self.light, None
+        return PassResult(model, infer_shapes(model, light) > 0)
+
+
+class Rewrite(InPlacePass):
+    """The catalogue's patterns, to a fixed point."""
+
+    name = "rewrite"
+
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
+                 state: RoundState) -> None:
+        self.catalogue, self.options, self.stats, self.state = catalogue, options, stats, state
+
+    def call(self, model: ir.Model) -> PassResult:
+        self.stats.rejected_patterns.clear()  # like declines: report what the last round saw
+        self.stats.rejected_at.clear()
+        done = rewrite(model, self.catalogue, self.stats.rejected_patterns,
+                       self.options.inputs_are_constant, strict=self.options.strict,
+                       rejected_at=self.stats.rejected_at)
+        self.stats.pattern_hits.update(done.hits)
+        self.state.rewritten = bool(done.hits)
+        # converged: a next round's rewrite finds nothing new unless a later pass changes the
+        # model, and that pass then asks for the round itself
+        return PassResult(model, bool(done.hits) and not done.converged)
+
+
+def _initializers(model: ir.Model) -> set[ir.Value]:
+    return {v for graph in all_graphs(model) for v in graph.initializers.values()}
+
+
+class Fold(InPlacePass):
+    """Evaluate every foldable node once through the buffer pool (``fold.py``)."""
+
+    name = "fold"
+
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
+                 state: RoundState, pool: BufferPool,
+                 progress: Callable[[int, int], None] | None) -> None:
+        self.catalogue, self.options, self.stats, self.state = catalogue, options, stats, state
+        self.pool, self.progress = pool, progress
+
+    def call(self, model: ir.Model) -> PassResult:
+        if not (self.state.news or self.state.rewritten):
+            return PassResult(model, False)  # the last round saw everything this one would
+        before, constants = self.stats.folded, _initializers(model)
+        contained("fold", self.options.strict, lambda: fold_model(
+            model, self.options, catalogue=self.catalogue, stats=self.stats, pool=self.pool,
+            progress=self.progress))
+        self.state.new_constants = frozenset(_initializers(model) - constants)
+        return PassResult(model, self.stats.folded > before)
+
+
+class FoldFunctions(InPlacePass):
+    """The constants inside model-local function bodies, without inlining the functions
+    (``function_bodies.py``). Once, after the rounds: a body has no rewrites or shape
+    refinements to wait for, so one fold of it is complete."""
+
+    name = "fold_functions"
+
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
+                 pool: BufferPool) -> None:
+        self.catalogue, self.options, self.stats, self.pool = catalogue, options, stats, pool
+
+    def call(self, model: ir.Model) -> PassResult:
+        from onnxfold.fold.function_bodies import fold_functions
+
+        if not model.functions:
+            return PassResult(model, False)
+        folded = contained(self.name, self.options.strict, lambda: fold_functions(
+            model, self.options, self.catalogue, self.stats, self.pool))
+        return PassResult(model, folded > 0)
+
+
+def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str]) -> int:
+    """Remove the nodes of ``graph`` whose outputs nothing reads, except those ``keep``
+    (``--keep``) names, until none is left; return how many went."""
+    removed, changed = 0, True
+    while changed:
+        changed = False
+        outputs = set(graph.outputs)
+        for node in reversed(list(graph)):
+            if all(not v.uses() and v not in outputs for v in node.outputs) and \
+                    not kept(node, keep):
+                graph.remove(node, safe=True)
+                removed += 1
+                changed = True
+    return removed
+
+
+def remove_dead_nodes(model: ir.Model) -> int:
+    """Remove nodes whose outputs nothing reads (all graphs), and the main graph's unused
+    initializers that are not inputs; return how many nodes went.
+
+    (onnx-ir's RemoveUnusedNodesPass also trims a node's trailing empty inputs, which turns a
+    valid ``Loop(M, "")`` into an invalid ``Loop(M)``.)
+    """
+    removed, keep = 0, kept_in(model)
+    while True:  # a node gone in a subgraph may leave an outer value unread
+        graphs = all_graphs(model)
+        gone = sum(remove_dead_nodes_in(graph, keep) for graph in graphs)
+        removed += gone
+        if not gone or len(graphs) == 1:
+            break
+    graph = model.graph
+    interface = set(graph.inputs) | set(graph.outputs)
+    for name, value in list(graph.initializers.items()):
+        if not value.uses() and value not in interface:
+            graph.initializers.pop(name)
+    return removed
+
+
+class Prune(InPlacePass):
+    """Remove nodes nothing reads, and initializer inputs folding left unused.
+
+    In IR 3 every initializer is an input and a constant; once its readers are folded away it
+    must leave the input list too, or the model would carry a dangling input. The same holds
+    for overridable initializers the user declared constant.
+    """
+
+    name = "prune"
+
+    def __init__(self, options: FoldOptions) -> None:
+        self.options = options
+
+    def call(self, model: ir.Model) -> PassResult:
+        contained("prune", self.options.strict, lambda: self._prune(model))
+        return PassResult(model, False)  # never a reason for another round
+
+    def _prune(self, model: ir.Model) -> None:
+        graph = model.graph
+        if model.ir_version < 4 or self.options.inputs_are_constant:
+            outputs = set(graph.outputs)
+            for value in list(graph.inputs):
+                if value.name in graph.initializers and not value.uses() and \
+                        value not in outputs:
+                    graph.inputs.remove(value)
+        remove_dead_nodes(model)
+
+
+class RefineShapes(InPlacePass):
+    """Infer shapes again when the fold's new constants can make a shape known.
+
+    Inference last ran before the fold; what it did not know then are the values of the
+    constants the fold created. Only a node reading one of them, with an output whose shape is
+    not yet static, can get a better shape (and pass it on downstream); and better shapes only
+    enable folds through a Shape/Size node still in the graph.
+    """
+
+    name = "refine_shapes"
+
+    def __init__(self, options: FoldOptions, state: RoundState) -> None:
+        self.options, self.state = options, state
+
+    def call(self, model: ir.Model) -> PassResult:
+        refined = self.options.shape_folding and self._may_refine(model) and \
+            infer_shapes(model) > 0
+        self.state.news = refined and any(
+            node.op_type in op_facts().shape_only for graph in all_graphs(model) for node in graph)
+        self.state.new_constants = frozenset()
+        return PassResult(model, self.state.news)
+
+    def _may_refine(self, model: ir.Model) -> bool:
+        new = self.state.new_constants
+        if not new:
+            return False
+        nodes = [node for graph in all_graphs(model) for node in graph]
+        shape_only = op_facts().shape_only
+        if not any(node.op_type in shape_only and node.inputs and node.inputs[0] is not None
+                   and static_shape(node.inputs[0]) is None for node in nodes):
+            return False  # no Shape/Size waits for a shape: nothing a better one could fold
+        return any(any(v in new for v in node.inputs) and
+                   any(static_shape(v) is None for v in node.outputs) for node in nodes)
+
+
+def unsorted_graphs(model: ir.Model) -> list[ir.Graph]:
+    """The graphs of ``model`` not in topological order (``analysis.in_order``)."""
+    return [graph for graph in all_graphs(model) if not in_order(graph)]
+
+
+class Sorted(InPlacePass):
+    """The last pass: every graph in topological order, as ONNX requires. A rewrite that left
+    one unsorted is a bug: an error under ``--strict``, else the graph is sorted."""
+
+    name = "sorted"
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+
+    def call(self, model: ir.Model) -> PassResult:
+        unsorted = unsorted_graphs(model)
+        if unsorted and self.strict:
+            raise RuntimeError(f"graph {unsorted[0].name!r} was left out of topological order")
+        for graph in unsorted:
+            graph.sort()
+        return PassResult(model, bool(unsorted))
+
+
+class Cleanups(InPlacePass):
+    """The catalogue's whole-model cleanups (Identity removal, deduplication, ...)."""
+
+    name = "cleanups"
+
+    def __init__(self, catalogue: Catalogue, stats: FoldStats, strict: bool) -> None:
+        self.catalogue, self.stats, self.strict = catalogue, stats, strict
+
+    def call(self, model: ir.Model) -> PassResult:
+        hits = run_cleanups(model, self.catalogue, strict=self.strict)
+        self.stats.cleanup_hits.update(hits)
+        return PassResult(model, bool(hits))

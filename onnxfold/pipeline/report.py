@@ -1,0 +1,261 @@
+"""What an optimization did, as text for people and JSON for tools."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import onnx_ir as ir
+
+from onnxfold.fold.folder import FoldStats
+from onnxfold.ir.graph import all_graphs
+from onnxfold.pipeline.leftovers import leftover_lines
+from onnxfold.pipeline.op_table import OpRow, format_table, op_rows
+
+if TYPE_CHECKING:
+    from onnxfold.app.comparison import CompareResult
+
+# The version of the JSON report's layout (docs/report-json.md, report.schema.json): raised
+# when a key is removed or changes meaning; new keys may appear without a new version.
+SCHEMA_VERSION = 1
+LEFTOVER_LINES = 5  # module groups the summary names (--explain and --json give all)
+
+
+@dataclass
+class ModelCounts:
+    nodes: int
+    initializers: int
+    initializer_bytes: int
+    ops: dict[str, int]
+
+
+def model_counts(model: ir.Model) -> ModelCounts:
+    """Node and initializer counts over the main graph and all subgraphs."""
+    nodes = 0
+    ops: Counter = Counter()
+    inits = init_bytes = 0
+    for graph in all_graphs(model):
+        for node in graph:
+            nodes += 1
+            ops[node.op_type] += 1
+        for value in graph.initializers.values():
+            inits += 1
+            tensor = value.const_value
+            if tensor is not None and tensor.dtype != ir.DataType.STRING:
+                init_bytes += tensor.nbytes
+    return ModelCounts(nodes, inits, init_bytes, dict(ops))
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+@dataclass
+class Report:
+    """The summary printed by ``onnxfold optimize`` (``--json`` writes :meth:`to_dict`)."""
+
+    input: str | None
+    nodes_before: int
+    nodes_after: int
+    folded_nodes: int
+    folded_native: int
+    folded_fallback: int
+    fallback_sessions: int
+    initializer_bytes_before: int
+    initializer_bytes_after: int
+    new_initializers: int
+    seconds: float
+    pool_peak_bytes: int
+    rounds: int
+    pool_spilled: int = 0
+    pool_spilled_bytes: int = 0
+    folded_in_functions: int = 0  # of folded_nodes: in model-local function bodies
+    function_constants: int = 0  # Constant nodes the fold wrote into function bodies
+    declined: dict[str, int] = field(default_factory=dict)
+    declined_nodes: list[dict[str, str]] = field(default_factory=list)
+    rule_hits: dict[str, int] = field(default_factory=dict)
+    pattern_hits: dict[str, int] = field(default_factory=dict)
+    patterns_rejected: dict[str, int] = field(default_factory=dict)
+    cleanup_hits: dict[str, int] = field(default_factory=dict)
+    skipped_steps: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    dynamic_shapes: list[dict[str, str]] = field(default_factory=list)
+    output: str | None = None
+    output_bytes: int | None = None
+    external_data: str | None = None
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
+    leftovers: list[dict] = field(default_factory=list)  # by module: leftovers.group_leftovers
+    folded_regions: list[dict] = field(default_factory=list)  # leftovers.folded_regions
+    options: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in run order
+    check: dict[str, Any] | None = None  # check_dict of the --check comparison
+
+    @classmethod
+    def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
+              stats: FoldStats, seconds: float) -> Report:
+        return cls(
+            input=source, nodes_before=before.nodes, nodes_after=after.nodes,
+            folded_nodes=stats.folded, folded_native=stats.native,
+            folded_fallback=stats.via_fallback, fallback_sessions=stats.fallback_sessions,
+            initializer_bytes_before=before.initializer_bytes,
+            initializer_bytes_after=after.initializer_bytes,
+            new_initializers=stats.materialized, seconds=round(seconds, 3),
+            pool_peak_bytes=stats.pool_peak_bytes, rounds=stats.rounds,
+            pool_spilled=stats.spilled, pool_spilled_bytes=stats.spilled_bytes,
+            folded_in_functions=stats.folded_in_functions,
+            function_constants=stats.function_constants,
+            declined=dict(stats.declined),
+            declined_nodes=[{"node": n, "op": o, "kind": r.kind.value, "reason": str(r)}
+                            for n, o, r in stats.declined_nodes],
+            rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])),
+            pattern_hits=dict(stats.pattern_hits), patterns_rejected=dict(stats.rejected_patterns),
+            cleanup_hits=dict(stats.cleanup_hits), skipped_steps=list(stats.skipped_steps),
+            ops_before=dict(before.ops), ops_after=dict(after.ops))
+
+    def __repr__(self) -> str:
+        return (f"Report(nodes {self.nodes_before} -> {self.nodes_after}, initializers "
+                f"{_mib(self.initializer_bytes_before)} -> "
+                f"{_mib(self.initializer_bytes_after)}, {self.seconds:.2f} s)")
+
+    def op_rows(self) -> list[OpRow]:
+        """The per-op rows, most changed first."""
+        return op_rows(self.ops_before, self.ops_after)
+
+    def table(self) -> str:
+        """The per-op table as text: op, before, after, delta, and a total row."""
+        return format_table(self.op_rows())
+
+    def explain(self) -> str:
+        """Every constant-foldable node left unfolded, grouped by reason, with examples, and
+        the shape scaffolding that dynamic dims keep."""
+        if not self.declined_nodes and not self.patterns_rejected and not self.dynamic_shapes:
+            return "every constant-foldable node was folded"
+        lines = []
+        if self.leftovers:
+            lines.append("stayed, by module:")
+            lines += [f"  {line}" for line in leftover_lines(self.leftovers)]
+        groups: dict[str, list[dict[str, str]]] = {}
+        for item in self.declined_nodes:
+            groups.setdefault(item["kind"], []).append(item)
+        for reason, items in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"{reason}: {len(items)} node(s)")
+            for item in items[:5]:
+                lines.append(f"  {item['op']} {item['node']}: {item['reason']}")
+            if len(items) > 5:
+                lines.append(f"  ... and {len(items) - 5} more")
+        for what, n in sorted(self.patterns_rejected.items()):
+            lines.append(f"rewrite not applied: {what} ({n}x)")
+        if self.dynamic_shapes:
+            lines.append(f"dynamic shapes: {len(self.dynamic_shapes)} shape node(s) depend on "
+                         "dynamic dims (fix them with --input-shape)")
+            for item in self.dynamic_shapes[:5]:
+                lines.append(f"  {item['op']} {item['node']}: blocked by {item['blocked_by']}")
+            if len(self.dynamic_shapes) > 5:
+                lines.append(f"  ... and {len(self.dynamic_shapes) - 5} more")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """The JSON report (docs/report-json.md): ``schema``, ``versions``, ``ops`` (the
+        per-op table) and every field of the report but the raw op counts."""
+        data = asdict(self)
+        del data["ops_before"], data["ops_after"]
+        return {"schema": SCHEMA_VERSION, "versions": versions(),
+                "ops": [row.to_dict() for row in self.op_rows()], **data}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def summary(self, table: bool = True) -> str:
+        """What ``onnxfold optimize`` prints: the per-op table (``table``), then totals,
+        sizes, time and what stayed."""
+        lines = [
+            f"nodes        {self.nodes_before} -> {self.nodes_after}  "
+            f"(folded {self.folded_nodes}: {self.folded_native} native, "
+            f"{self.folded_fallback} via onnxruntime in {self.fallback_sessions} sessions)",
+            f"initializers {_mib(self.initializer_bytes_before)} -> "
+            f"{_mib(self.initializer_bytes_after)}  ({self.new_initializers} new)",
+            f"pool peak    {_mib(self.pool_peak_bytes)}" + (
+                f" (spilled {self.pool_spilled} buffers, {_mib(self.pool_spilled_bytes)}, "
+                "to stay under the memory limit)" if self.pool_spilled else ""),
+            f"time         {max(self.seconds, sum(self.phases.values())):.2f} s "
+            f"({self.rounds} rounds"
+            + "".join(f", {name} {sec:.2f}" for name, sec in self.phases.items()) + ")",
+        ]
+        if self.folded_in_functions:
+            lines.insert(1, f"functions    {self.folded_in_functions} folded in local function "
+                            f"bodies ({self.function_constants} Constant nodes written)")
+        rewrites = {**self.pattern_hits, **self.cleanup_hits}
+        if rewrites:
+            lines.append("rewrites     " + ", ".join(f"{k} {v}" for k, v in rewrites.items()))
+        if self.declined:
+            reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.declined.items()))
+            lines.append(f"not folded   {sum(self.declined.values())} ({reasons})")
+        shown = leftover_lines(self.leftovers[:LEFTOVER_LINES])
+        for i, line in enumerate(shown):
+            lines.append(f"{'stayed' if i == 0 else '':13}{line}")
+        if len(self.leftovers) > len(shown):
+            lines.append(f"{'':13}... and {len(self.leftovers) - len(shown)} more modules "
+                         "(--explain)")
+        for step in self.skipped_steps:
+            lines.append(f"skipped      {step}")
+        for warning in self.warnings:
+            lines.append(f"warning      {warning}")
+        if self.output:
+            where = f" + {self.external_data}" if self.external_data else ""
+            lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")
+        if table and (self.ops_before or self.ops_after):
+            lines = [self.table(), "", *lines]
+        return "\n".join(lines)
+
+
+def versions() -> dict[str, str | None]:
+    """The installed onnxfold, onnx, onnx-ir and onnxruntime versions (None if absent)."""
+    found: dict[str, str | None] = {}
+    for name in ("onnxfold", "onnx", "onnx-ir", "onnxruntime"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def options_dict(options: Any) -> dict[str, Any]:
+    """A dataclass of options (``FoldOptions``) as JSON values: sets and tuples as sorted or
+    ordered lists."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(options):
+        out[f.name] = _json_value(getattr(options, f.name))
+    return out
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, set | frozenset):
+        return sorted(_json_value(v) for v in value)
+    if isinstance(value, tuple | list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def check_dict(result: CompareResult) -> dict[str, Any]:
+    """A ``--check`` comparison for the report: verdict, settings and one entry per output
+    (max abs/rel error; ``max_ulps`` where the comparison measures it, else null)."""
+    return {
+        "ok": result.ok, "n": result.n, "seed": result.seed, "rtol": result.rtol,
+        "atol": result.atol, "dims": dict(result.dims),
+        "defaulted_dims": list(result.defaulted_dims),
+        "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
+                     "elements": row.elements, "max_abs": row.max_abs_diff,
+                     "max_rel": row.max_rel_diff,
+                     "max_ulps": getattr(row, "max_ulps", None),
+                     "mismatches": row.mismatches, "bitwise_equal": row.bitwise_equal,
+                     "ok": row.ok} for row in result.rows],
+    }

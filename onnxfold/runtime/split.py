@@ -1,0 +1,369 @@
+"""Runtime constants: split a model into ``runtime_fold`` and ``entry`` (the seed design).
+
+Graph inputs the user marks as constant at run time (weights fed at the first call) make a
+three-level lattice: compile-time constants (folded by the fold pass), runtime constants (depend
+only on marked inputs and compile-time constants), dynamic values. The runtime-constant nodes
+become the ``runtime_fold`` model, run once; its outputs are the *frontier*: runtime-constant
+values that dynamic nodes (or graph outputs) read. ``entry`` is the rest, taking the frontier
+values as extra inputs. An expanding op at the frontier stays in entry, so the fold hands over
+the small tensor. Optionally compile-time constants go into a ``compiletime_fold`` model too,
+for users who fold them late.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.analysis.constness import plan_graph, why_not_foldable
+from onnxfold.errors import InputError, OutputError
+from onnxfold.fold.options import FoldOptions
+from onnxfold.fold.policy import static_nbytes
+from onnxfold.ir.dtypes import np_dtype
+from onnxfold.ir.graph import captured_values, external_inputs, is_default_op, subgraphs
+from onnxfold.pipeline.passes import remove_dead_nodes
+
+FRONTIER_EXPANSION = 4.0
+FRONTIER_MIN_BYTES = 1 << 20
+
+
+@dataclass
+class Lattice:
+    """Which values are compile-time constant, runtime constant, or (by omission) dynamic."""
+
+    compile_time: set[ir.Value]
+    runtime: set[ir.Value]
+    compile_nodes: list[ir.Node]
+    runtime_nodes: list[ir.Node]
+
+
+def match_inputs(graph: ir.Graph, names_or_patterns: Iterable[str]) -> list[ir.Value]:
+    """Graph inputs named by ``names_or_patterns`` (exact names or shell patterns like 'w*')."""
+    chosen: list[ir.Value] = []
+    for spec in names_or_patterns:
+        hits = [v for v in graph.inputs  # graph inputs are named
+                if v.name == spec or fnmatch.fnmatchcase(cast(str, v.name), spec)]
+        if not hits:
+            raise InputError(f"--runtime-const {spec}: no graph input matches "
+                             f"(inputs: {', '.join(cast(str, v.name) for v in graph.inputs)})")
+        chosen.extend(v for v in hits if v not in chosen)
+    return chosen
+
+
+def _hoist(model: ir.Model, known: set[ir.Value], runtime: set[ir.Value]) -> int:
+    """Move subgraph nodes that read only runtime/compile-time constants to the main graph.
+
+    Such a node computes the same value on every execution of its subgraph, so the split can
+    fold it once like any other runtime constant. Nested subgraphs are hoisted level by level.
+    """
+    graph = model.graph
+    moved = 0
+    for top in list(graph):
+        stack = list(subgraphs(top))
+        while stack:
+            sub = stack.pop()
+            for node in list(sub):
+                stack.extend(subgraphs(node))
+                inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
+                if node.op_type == "Identity" and all(o in sub.outputs for o in node.outputs):
+                    continue  # the subgraph's hand-over of a hoisted value
+                if (not inputs or why_not_foldable(node) or is_default_op(node, "Constant")
+                        or not all(v in known or v in runtime for v in inputs)
+                        or not any(v in runtime for v in inputs)):
+                    continue
+                sub.remove(node)
+                graph.insert_before(top, node)
+                runtime.update(node.outputs)
+                _keep_subgraph_outputs(sub, node)
+                moved += 1
+    return moved
+
+
+def _keep_subgraph_outputs(sub: ir.Graph, hoisted: ir.Node) -> None:
+    """A subgraph output must be produced inside it: hoisted outputs get an Identity there."""
+    for value in hoisted.outputs:
+        for i, out in enumerate(sub.outputs):
+            if out is value:
+                ident = ir.Node("", "Identity", [value])
+                ident.outputs[0].name = value.name
+                ident.outputs[0].type, ident.outputs[0].shape = value.type, value.shape
+                value.name = f"{value.name}__onnxfold_hoisted"
+                sub.append(ident)
+                sub.outputs[i] = ident.outputs[0]
+
+
+def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value]) -> Lattice:
+    """The three-level constness lattice of the main graph (subgraph nodes hoisted into it)."""
+    graph = model.graph
+    plan = plan_graph(graph, model.ir_version)
+    while _hoist(model, set(plan.constant), _runtime_values(graph, plan, runtime_inputs)):
+        plan = plan_graph(graph, model.ir_version)
+    rt_nodes = _runtime_nodes(graph, plan, runtime_inputs)
+    rt = set(runtime_inputs) | {v for n in rt_nodes for v in n.outputs}
+    return Lattice(set(plan.constant), rt, list(plan.foldable), rt_nodes)
+
+
+def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> list[ir.Node]:
+    ct = plan.constant
+    rt: set[ir.Value] = set(runtime_inputs)
+    nodes: list[ir.Node] = []
+    for node in graph:
+        if node in plan.foldable or is_default_op(node, "Constant") or why_not_foldable(node):
+            continue
+        inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
+        if inputs and all(v in ct or v in rt for v in inputs) and any(v in rt for v in inputs):
+            nodes.append(node)
+            rt.update(node.outputs)
+    return nodes
+
+
+def _runtime_values(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> set[ir.Value]:
+    nodes = _runtime_nodes(graph, plan, runtime_inputs)
+    return set(runtime_inputs) | {v for n in nodes for v in n.outputs}
+
+
+def _readers_outside(value: ir.Value, group: set[ir.Node], graph: ir.Graph) -> bool:
+    return value in graph.outputs or any(u.node not in group for u in value.uses())
+
+
+def _keep_expansions_in_entry(nodes: list[ir.Node], graph: ir.Graph) -> list[ir.Node]:
+    """Move frontier nodes whose output is much bigger than their inputs back to entry."""
+    group = set(nodes)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(nodes):
+            if node not in group:
+                continue
+            outs = [v for v in node.outputs if _readers_outside(v, group, graph)]
+            if not outs:
+                continue
+            out_bytes = [static_nbytes(v) for v in outs]
+            in_bytes = [static_nbytes(v) for v in node.inputs if v is not None]
+            if None in out_bytes or None in in_bytes:
+                continue
+            out_total, in_total = sum(cast(list[int], out_bytes)), sum(cast(list[int], in_bytes))
+            if out_total > max(FRONTIER_MIN_BYTES, FRONTIER_EXPANSION * in_total):
+                group.discard(node)
+                changed = True
+    return [n for n in nodes if n in group]
+
+
+def _extract(model: ir.Model, nodes: list[ir.Node], inputs: list[ir.Value],
+             outputs: list[ir.Value], name: str) -> ir.Model:
+    """A standalone copy of ``nodes`` reading ``inputs`` (+ initializers) giving ``outputs``."""
+    members = set(nodes)
+    needed = external_inputs(nodes)
+    constants = [n for n in model.graph if is_default_op(n, "Constant") and n not in members
+                 and any(o in needed for o in n.outputs)]
+    initializers = []
+    for v in needed:
+        if v in inputs or (v.producer() is not None and v.producer() in constants):
+            continue
+        if v.const_value is None:
+            raise InputError(f"{name}: value {v.name} is neither an input nor a constant")
+        initializers.append(v)
+    graph = ir.GraphView(inputs, outputs, nodes=constants + nodes, initializers=initializers,
+                         opset_imports=dict(model.opset_imports), name=name).clone()
+    _describe_like_a_loaded_part(graph)
+    return ir.Model(graph, ir_version=max(model.ir_version, 4))
+
+
+def _describe_like_a_loaded_part(graph: ir.Graph) -> None:
+    """Describe the part's values as a proto of it did (parts were protos; the written files
+    stay what they were): inputs and outputs as in the model, each initializer by its tensor,
+    the values between nodes not at all. An initializer holds a copy of its data: serialized, a
+    reference would name the input's file relative to nowhere, and a backend may read the part
+    at every fold, long after the input was loaded."""
+    for value in graph.initializers.values():
+        tensor = value.const_value
+        assert tensor is not None  # _extract took only values with one
+        if isinstance(tensor, ir.ExternalTensor):
+            tensor = ir.Tensor(np.array(tensor.numpy()), name=tensor.name)
+        value.const_value = tensor
+        value.type, value.shape = ir.TensorType(tensor.dtype), ir.Shape(tensor.shape.numpy())
+        value.doc_string = None
+        value.metadata_props.clear()
+    interface = set(graph.outputs)
+    for node in graph:
+        for value in node.outputs:
+            if value not in interface:
+                value.type = value.shape = value.const_value = value.doc_string = None
+                value.metadata_props.clear()
+
+
+def _cut(model: ir.Model, nodes: list[ir.Node], frontier: list[ir.Value]) -> None:
+    """Remove ``nodes`` from the main graph; ``frontier`` values become graph inputs."""
+    graph = model.graph
+    for value in frontier:
+        replacement = ir.Value(name=value.name, shape=value.shape, type=value.type)
+        value.name = f"{value.name}__onnxfold_folded"
+        value.replace_all_uses_with(replacement, replace_graph_outputs=True)
+        graph.inputs.append(replacement)
+    for node in reversed(nodes):
+        graph.remove(node, safe=True)
+
+
+@dataclass
+class SplitModels:
+    """The parts of a split model and the manifest that ties them together."""
+
+    entry: ir.Model
+    runtime_fold: ir.Model
+    compiletime_fold: ir.Model | None
+    manifest: dict = field(default_factory=dict)
+
+    @property
+    def fold_inputs(self) -> list[str]:
+        return [cast(str, v.name) for v in self.runtime_fold.graph.inputs]  # graph inputs: named
+
+    @property
+    def fold_outputs(self) -> list[str]:
+        return [cast(str, v.name) for v in self.runtime_fold.graph.outputs]
+
+
+COMPILE_TIME = ("fold", "keep", "separate")
+
+
+def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str],
+                       options: FoldOptions | None = None, compile_time: str = "fold"
+                       ) -> SplitModels:
+    """Fold ``model``'s compile-time constants, then split it around its runtime constants
+    (``model`` becomes the entry model). ``compile_time``: ``"fold"`` them first (the default),
+    ``"keep"`` them in entry unfolded (onnxruntime folds them when it loads entry), or put them
+    in a ``"separate"`` ``compiletime_fold`` model."""
+    from onnxfold.pipeline.optimizer import optimize
+
+    if compile_time not in COMPILE_TIME:
+        raise InputError(f"compile_time must be one of {', '.join(COMPILE_TIME)}")
+    if compile_time == "fold":
+        optimize(model, options)
+    return split_model(model, runtime_constants,
+                       separate_compile_time=compile_time == "separate")
+
+
+def split_model(model: ir.Model, runtime_constants: Iterable[str],
+                separate_compile_time: bool = False) -> SplitModels:
+    """Split ``model`` (changed in place into the entry model) around its runtime constants.
+
+    ``separate_compile_time`` puts compile-time constant subgraphs, unfolded, in a separate
+    ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs.
+    """
+    from onnxfold.analysis.shapes import infer_shapes
+
+    graph = model.graph
+    rt_inputs = match_inputs(graph, runtime_constants)
+    infer_shapes(model)  # sizes at the frontier decide where expanding ops go
+    lattice = analyse(model, rt_inputs)
+    rt_nodes = _keep_expansions_in_entry(lattice.runtime_nodes, graph)
+    rt_set = set(rt_nodes)
+    frontier = [v for n in rt_nodes for v in n.outputs
+                if v.name and _readers_outside(v, rt_set, graph)]
+    fold_inputs = [v for v in rt_inputs if any(u.node in rt_set for u in v.uses())]
+
+    compiletime = None
+    ct_frontier: list[ir.Value] = []
+    if separate_compile_time and lattice.compile_nodes:
+        ct_set = set(lattice.compile_nodes)
+        ct_frontier = [v for n in lattice.compile_nodes for v in n.outputs
+                       if v.name and _readers_outside(v, ct_set, graph)]
+        compiletime = _extract(model, lattice.compile_nodes, [], ct_frontier,
+                               "compiletime_fold")
+    ct_fed = [v for v in ct_frontier if any(u.node in rt_set for u in v.uses())]
+    runtime = _extract(model, rt_nodes, fold_inputs + ct_fed, frontier, "runtime_fold")
+
+    _cut(model, rt_nodes, frontier)
+    if compiletime is not None:
+        _cut(model, lattice.compile_nodes, ct_frontier)
+    for value in fold_inputs:
+        if not value.uses() and value not in graph.outputs:
+            graph.inputs.remove(value)
+    remove_dead_nodes(model)
+    manifest = build_manifest(model, runtime, compiletime,
+                              [cast(str, v.name) for v in rt_inputs])  # graph inputs: named
+    return SplitModels(model, runtime, compiletime, manifest)
+
+
+def _io(values: Iterable[ir.Value]) -> list[dict]:
+    """Name, dtype and dims of each value; a value not typed as a tensor has neither."""
+    out = []
+    for v in values:
+        tensor = v.type if isinstance(v.type, ir.TensorType) else None
+        dims = None if tensor is None or v.shape is None else [
+            d if isinstance(d, int) else (d.value or None) for d in v.shape]
+        dtype = np_dtype(tensor.dtype).name if tensor and tensor.dtype else None
+        out.append({"name": v.name, "dtype": dtype, "shape": dims})
+    return out
+
+
+def build_manifest(entry: ir.Model, runtime: ir.Model, compiletime: ir.Model | None,
+                   runtime_constants: list[str]) -> dict:
+    from onnxfold import __version__
+
+    return {
+        "format": "onnxfold-split/1",
+        "onnxfold": __version__,
+        "onnx": onnx.__version__,
+        "opsets": {d or "ai.onnx": v for d, v in entry.opset_imports.items()},
+        "runtime_constants": runtime_constants,
+        "runtime_fold": {"file": "runtime_fold.onnx", "inputs": _io(runtime.graph.inputs),
+                         "outputs": _io(runtime.graph.outputs)},
+        "compiletime_fold": None if compiletime is None else {
+            "file": "compiletime_fold.onnx", "outputs": _io(compiletime.graph.outputs)},
+        "entry": {"file": "entry.onnx",
+                  "inputs": [v.name for v in entry.graph.inputs],
+                  "from_fold": [v.name for v in runtime.graph.outputs]},
+    }
+
+
+def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
+    """Write entry.onnx, runtime_fold.onnx (and compiletime_fold.onnx) and manifest.json.
+
+    Every path is checked before the first is written (never over the input model or its data);
+    a failure removes what was written, and the directory if this call created it.
+    """
+    from onnxfold.io import save_model
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.tempfiles import write_text
+    from onnxfold.io.writer import input_files
+
+    out_dir = os.fspath(out_dir)
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        raise OutputError(f"{out_dir}: exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise OutputError(f"{out_dir}: directory {parent} does not exist")
+    created = not os.path.exists(out_dir)
+    models = [("entry.onnx", parts.entry), ("runtime_fold.onnx", parts.runtime_fold)]
+    if parts.compiletime_fold is not None:
+        models.append(("compiletime_fold.onnx", parts.compiletime_fold))
+    paths = [os.path.join(out_dir, name) for name, _ in models]
+    manifest = os.path.join(out_dir, "manifest.json")
+    guard = OutputGuard(input_files(parts.entry))
+    if not created:
+        for path in paths + [manifest]:
+            guard.claim(path, os.path.basename(path))
+    written: list[str] = []
+    try:
+        if created:
+            os.mkdir(out_dir)
+        for path, (_name, part) in zip(paths, models):
+            save_model(part, path, protect=guard.inputs())
+            written.append(path)
+        write_text(manifest, json.dumps(parts.manifest, indent=2))
+        written.append(manifest)
+    except BaseException:
+        for path in written:
+            os.unlink(path)
+        if created:
+            os.rmdir(out_dir)
+        raise
+    return written
