@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING
 
 from onnxfold._deferred_imports import defer
 from onnxfold._lazy import lazy_attributes
+from onnxfold._version import __version__
 
 defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; folding never needs it
-
-__version__ = "0.1.0"
 
 _HOMES = {
     "CompareResult": "app.comparison", "compare": "app.comparison",

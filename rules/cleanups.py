@@ -9,9 +9,15 @@ from collections import defaultdict
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import UNKNOWN_OPS_KEY, kept, kept_in, op_facts
+from onnxfold.declare import (
+    UNKNOWN_OPS_KEY,
+    MappedTensor,
+    drop_resident_pages,
+    kept,
+    kept_in,
+    load_catalogue,
+)
 from onnxfold.declare.patterns import cleanup
-from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 from onnxfold.ir.arrays import c_contiguous, release_pages
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.edits import names_for, replace_value
@@ -227,7 +233,7 @@ def merge_duplicates(model: ir.Model) -> int:
     copies of ``Reshape(dim, [1])`` or ``Where(mask, -inf, 0)`` exporters emit per layer).
     Never for non-deterministic ops, other domains or nodes with subgraphs."""
     # plugins (ops onnx does not know) may draw random numbers or keep state: never merged
-    nondeterministic = op_facts().nondeterministic | set(model.meta.get(UNKNOWN_OPS_KEY, ()))
+    nondeterministic = load_catalogue().nondeterministic | set(model.meta.get(UNKNOWN_OPS_KEY, ()))
     names = names_for(model)
     keep = kept_in(model)
     merged = 0

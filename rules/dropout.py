@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.declines import DeclineKind
+from onnxfold.declare import DeclineKind
 from onnxfold.declare.patterns import P, RewriteContext, Var, pattern
 from onnxfold.declare.registry import Decline, folder
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.symbolic import derived_dims, describe_dim, input_dims, shared_dim_names
+from onnxfold.declare import derived_dims, describe_dim, input_dims, shared_dim_names
 from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import kept
+from onnxfold.declare import kept
 from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 
 from .zero_sign import zero_sign_observed

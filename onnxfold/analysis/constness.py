@@ -11,37 +11,41 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import onnx_ir as ir
 
 from onnxfold.analysis.declines import DeclineKind, Reason
-from onnxfold.ir.graph import captured_values, is_default_op, is_overridable, static_shape
-
-if TYPE_CHECKING:
-    from onnxfold.declare.catalogue import Catalogue
+from onnxfold.ir.graph import (  # kept: re-exported, where the rule API finds it
+    captured_values,
+    is_default_op,
+    is_overridable,
+    kept,
+    static_shape,
+)
 
 # com.microsoft: onnxruntime's contrib ops, folded through its fallback (no native rules)
 FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
 
-def op_facts() -> Catalogue:
-    """The rule catalogue, for the facts about ops it declares (``rules/facts.py``): which ops
-    are non-deterministic, which fold from a shape alone."""
-    from onnxfold.declare.catalogue import load_catalogue
+class OpFacts(Protocol):
+    """What the analysis must know about ops, as the rules declare it (``rules/facts.py``,
+    the folders' ``shape_only``). The catalogue of every rule (``load_catalogue()``) is one:
+    callers pass it, so that this layer reads no global catalogue."""
 
-    return load_catalogue()
+    @property
+    def never_folded(self) -> frozenset[str]:
+        """Ops never folded whatever their inputs (non-deterministic)."""
+        ...
 
-
+    @property
+    def shape_only(self) -> frozenset[str]:
+        """Ops folded from their input's shape alone (Shape, Size)."""
+        ...
 
 
 KEEP_KEY = "onnxfold.keep"  # model.meta: the op types and node names the user keeps
 UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # model.meta: default-domain ops onnx does not know
-
-
-def kept(node: ir.Node, keep: Collection[str]) -> bool:
-    """Whether ``keep`` (``--keep``: op types and node names) names ``node``."""
-    return bool(keep) and (node.op_type in keep or bool(node.name) and node.name in keep)
 
 
 def kept_in(model: ir.Model) -> frozenset[str]:
@@ -49,14 +53,15 @@ def kept_in(model: ir.Model) -> frozenset[str]:
     return model.meta.get(KEEP_KEY, frozenset())
 
 
-def why_not_foldable(node: ir.Node, keep: Collection[str] = ()) -> Reason | None:
+def why_not_foldable(node: ir.Node, keep: Collection[str] = (), *,
+                     facts: OpFacts) -> Reason | None:
     """The reason a node can never be folded, whatever its inputs (``keep``: op types and node
     names the user keeps)."""
     if kept(node, keep):
         return Reason(DeclineKind.KEPT, node.op_type if node.op_type in keep else "by name")
     if node.domain not in FOLDABLE_DOMAINS:
         return Reason(DeclineKind.CUSTOM_DOMAIN, f"'{node.domain}'")
-    if node.op_type in op_facts().never_folded:
+    if node.op_type in facts.never_folded:
         return Reason(DeclineKind.NON_DETERMINISTIC)
     return None
 
@@ -76,7 +81,8 @@ class ConstPlan:
 
 def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
                inputs_are_constant: bool = False, shape_folding: bool = True,
-               constant_inputs: bool = False, keep: Collection[str] = ()) -> ConstPlan:
+               constant_inputs: bool = False, keep: Collection[str] = (), *,
+               facts: OpFacts) -> ConstPlan:
     """Mark the constant values and the foldable nodes of ``graph``, in topological order.
 
     ``constant_inputs``: every graph input counts as constant, without data (a runtime-fold
@@ -88,7 +94,7 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
     if constant_inputs:
         plan.constant.update(graph.inputs)
     plan.sources.update(outer)
-    shape_only = op_facts().shape_only
+    shape_only = facts.shape_only
     for value in graph.initializers.values():
         if inputs_are_constant or not is_overridable(value, graph, ir_version):
             if value.const_value is not None:
@@ -100,7 +106,7 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
             plan.sources.update(node.outputs)
             continue
         inputs = [v for v in node.inputs if v is not None]
-        reason = why_not_foldable(node, keep)
+        reason = why_not_foldable(node, keep, facts=facts)
         if reason is not None:
             if all(v in plan.constant for v in inputs):
                 plan.refused.append((node, reason))

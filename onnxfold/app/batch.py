@@ -1,6 +1,6 @@
 """``onnxfold optimize a.onnx b.onnx dir/ -o OUTDIR/ -j N``: many models, one process each.
 
-Every model is a job run by its own ``python`` process (``onnxfold.app.batch`` as a script, given
+Every model is a job run by its own ``python`` process (``onnxfold.app.job`` as a script, given
 the parsed command line of a one-model ``optimize``), so one model's bad input, internal error
 or crash (a signal) ends that job only; the others go on. Each job writes its output exactly
 as a one-model run does (checked outputs, a temporary file beside, renamed when complete); a
@@ -355,7 +355,7 @@ def _start(args: argparse.Namespace, job: Job, scratch: str, index: int) -> subp
     private = os.path.join(scratch, f"{index}.tmp")
     os.mkdir(private, 0o700)
     with open(os.path.join(scratch, f"{index}.err"), "wb") as err:
-        return subprocess.Popen([sys.executable, "-m", "onnxfold.app.batch",
+        return subprocess.Popen([sys.executable, "-m", "onnxfold.app.job",
                                  os.path.join(scratch, f"{index}.args")],
                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                 env={**os.environ, "TMPDIR": private}, start_new_session=True)
@@ -475,20 +475,3 @@ def _changes(ops: list[dict]) -> str:
     changed = [row for row in ops if row.get("delta")][:CHANGED_OPS]
     return ", ".join(f"{row['op']} {row['delta']:+d}" for row in changed)
 
-
-def _worker(path: str) -> None:
-    """A job's process: the one-model ``optimize`` of the pickled arguments in ``path`` (written
-    by this module's parent process, in its private directory), then exit with its code."""
-    from onnxfold.app import cli
-
-    with open(path, "rb") as f:
-        args = pickle.load(f)  # noqa: S301 - our own parent wrote it, in a 0700 directory
-    code = cli.run_parsed(args)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
-
-
-if __name__ == "__main__":
-    _worker(sys.argv[1])

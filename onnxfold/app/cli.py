@@ -135,12 +135,12 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
 
 def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                    prefill: OutputPrefill | None, checking: dict | None) -> int:
+    from onnxfold.app.comparison import check_dict
     from onnxfold.app.progress import TerminalProgress
     from onnxfold.io import load_model, save_model
     from onnxfold.io.writer import input_files
     from onnxfold.pipeline.optimizer import optimize
     from onnxfold.pipeline.phases import Phases
-    from onnxfold.pipeline.report import check_dict
 
     progress = TerminalProgress() if _on_terminal(sys.stderr) and not args.quiet else None
     phases = Phases(progress)
@@ -426,7 +426,7 @@ def _on_terminal(stream) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from onnxfold import __version__
+    from onnxfold._version import __version__
 
     common = _OneLineParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -672,3 +673,19 @@ def compare(a: ModelRef, b: ModelRef, *,
     return CompareResult(label_a, label_b, [rows[name] for name in outputs], feeder.describe(),
                          n, seed, rtol, atol, feeder.dims, feeder.defaulted,
                          feeder.bindings, feeder.plan.derived, notes)
+
+
+def check_dict(result: CompareResult) -> dict[str, Any]:
+    """A ``--check`` comparison for the report: verdict, settings and one entry per output
+    (max abs/rel error; ``max_ulps`` where the comparison measures it, else null)."""
+    return {
+        "ok": result.ok, "n": result.n, "seed": result.seed, "rtol": result.rtol,
+        "atol": result.atol, "dims": dict(result.dims),
+        "defaulted_dims": list(result.defaulted_dims),
+        "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
+                     "elements": row.elements, "max_abs": row.max_abs_diff,
+                     "max_rel": row.max_rel_diff,
+                     "max_ulps": getattr(row, "max_ulps", None),
+                     "mismatches": row.mismatches, "bitwise_equal": row.bitwise_equal,
+                     "ok": row.ok} for row in result.rows],
+    }

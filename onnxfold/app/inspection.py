@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
 from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values, shared_dim_names
+from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.io import load_model
 from onnxfold.ir.graph import all_graphs, node_label
 from onnxfold.pipeline.leftovers import group_leftovers, leftover_lines
@@ -20,7 +21,8 @@ def foldable_ops(model: ir.Model, shape_folding: bool = True) -> Counter:
     """Op-type histogram of the nodes onnxfold would still try to fold (all graphs)."""
     ops: Counter = Counter()
     for graph in all_graphs(model):
-        for node in plan_graph(graph, model.ir_version, shape_folding=shape_folding).foldable:
+        for node in plan_graph(graph, model.ir_version, shape_folding=shape_folding,
+                               facts=load_catalogue()).foldable:
             ops[node.op_type] += 1
     return ops
 
@@ -74,7 +76,7 @@ def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, li
 
     static: Counter = Counter()
     for graph in all_graphs(model):
-        planned = set(plan_graph(graph, model.ir_version).foldable)
+        planned = set(plan_graph(graph, model.ir_version, facts=load_catalogue()).foldable)
         values = shape_values(graph, source_array, shared_dim_names(model))
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import kept, kept_in, why_not_foldable
+from onnxfold.analysis.constness import OpFacts, kept, kept_in, why_not_foldable
 from onnxfold.analysis.symbolic import (
     Dim,
     Known,
@@ -218,6 +218,7 @@ class RewriteContext:
     graph: ir.Graph
     model: ir.Model
     constant: set[ir.Value]
+    facts: OpFacts  # what the rules declare about ops (the catalogue of every rule)
     rejected: Counter = field(default_factory=Counter)
     rejected_at: dict[ir.Node, str] | None = None  # node -> "rule: reason", when asked for
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
@@ -320,7 +321,8 @@ class RewriteContext:
         out.shape = shape
         self.graph.insert_before(before, node)
         ins = [v for v in node.inputs if v is not None]
-        if ins and why_not_foldable(node) is None and all(v in self.constant for v in ins):
+        if ins and why_not_foldable(node, facts=self.facts) is None and \
+                all(v in self.constant for v in ins):
             self.constant.add(out)  # what the plan of the next sweep would say
         return out
 

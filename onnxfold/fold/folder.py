@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import ConstPlan, op_facts, plan_graph
+from onnxfold.analysis.constness import ConstPlan, plan_graph
 from onnxfold.analysis.declines import Decline, DeclineKind, Reason
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.registry import FolderRule
@@ -101,7 +101,8 @@ class GraphFolder:
                  outer: Iterable[ir.Value] = ()) -> None:
         self.graph, self.model, self.options = graph, model, options
         self.catalogue, self.stats, self.pool = catalogue, stats, pool
-        self.shape_only = op_facts().shape_only
+        self.facts = load_catalogue()  # every rule's op facts, whatever the options disable
+        self.shape_only = self.facts.shape_only
         self.opset_imports = dict(model.opset_imports)  # what the fallback's session imports
         self.opset = self.opset_imports.get("", 1)
         self.progress = progress
@@ -135,7 +136,8 @@ class GraphFolder:
         """The constness analysis of ``self.graph`` (a function body's folder narrows it)."""
         return plan_graph(self.graph, self.model.ir_version, outer,
                           inputs_are_constant=self.options.inputs_are_constant,
-                          shape_folding=self.options.shape_folding, keep=self.options.keep)
+                          shape_folding=self.options.shape_folding, keep=self.options.keep,
+                          facts=self.facts)
 
     def _prune_unreachable(self) -> None:
         """Unplan nodes downstream of refused ones: their inputs will never be constant."""

@@ -35,8 +35,8 @@ from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.folder import FoldOptions, FoldStats, GraphFolder
 from onnxfold.fold.pool import BufferPool
 from onnxfold.ir.constants import source_array
+from onnxfold.ir.edits import remove_dead_nodes_in
 from onnxfold.ir.graph import is_default_op, subgraphs
-from onnxfold.pipeline.passes import remove_dead_nodes_in
 
 _LITERALS = frozenset({"value", "value_float", "value_floats", "value_int", "value_ints",
                        "value_string", "value_strings", "sparse_value"})
@@ -67,7 +67,7 @@ class FunctionBodyFolder(GraphFolder):
 
     def _make_plan(self, outer: Iterable[ir.Value]) -> ConstPlan:
         plan = plan_graph(self.graph, self.model.ir_version, (), shape_folding=False,
-                          keep=self.options.keep)
+                          keep=self.options.keep, facts=self.facts)
         passed = {v for n in self.graph if is_default_op(n, "Constant") and
                   not _literal_constant(n) for v in n.outputs}
         plan.sources -= passed

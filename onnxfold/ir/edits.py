@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import onnx_ir as ir
 
-from onnxfold.ir.graph import all_graphs
+from onnxfold.ir.graph import all_graphs, kept
 
 
 class NameAllocator:
@@ -55,3 +55,19 @@ def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value,
         if new.shape is None or (old.shape is not None and len(old.shape) == len(new.shape)
                                  and not new.shape.is_static() and old.shape.is_static()):
             new.shape = old.shape
+
+
+def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str]) -> int:
+    """Remove the nodes of ``graph`` whose outputs nothing reads, except those ``keep``
+    (``--keep``) names, until none is left; return how many went."""
+    removed, changed = 0, True
+    while changed:
+        changed = False
+        outputs = set(graph.outputs)
+        for node in reversed(list(graph)):
+            if all(not v.uses() and v not in outputs for v in node.outputs) and \
+                    not kept(node, keep):
+                graph.remove(node, safe=True)
+                removed += 1
+                changed = True
+    return removed

@@ -148,3 +148,8 @@ def static_shape(value: ir.Value) -> tuple[int, ...] | None:
 def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
     """From IR 4 on, an initializer that is also a graph input is only a default."""
     return ir_version >= 4 and value in graph.inputs
+
+
+def kept(node: ir.Node, keep: Collection[str]) -> bool:
+    """Whether ``keep`` (``--keep``: op types and node names) names ``node``."""
+    return bool(keep) and (node.op_type in keep or bool(node.name) and node.name in keep)

@@ -13,19 +13,20 @@ the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import onnx
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from onnxfold.analysis.constness import kept, kept_in, op_facts
+from onnxfold.analysis.constness import kept_in
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.declare.catalogue import Catalogue
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, FoldStats, fold_model
 from onnxfold.fold.pool import BufferPool
+from onnxfold.ir.edits import remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
 from onnxfold.rewrite.driver import rewrite, run_cleanups
 from onnxfold.rewrite.steps import contained
@@ -153,22 +154,6 @@ class FoldFunctions(InPlacePass):
         return PassResult(model, folded > 0)
 
 
-def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str]) -> int:
-    """Remove the nodes of ``graph`` whose outputs nothing reads, except those ``keep``
-    (``--keep``) names, until none is left; return how many went."""
-    removed, changed = 0, True
-    while changed:
-        changed = False
-        outputs = set(graph.outputs)
-        for node in reversed(list(graph)):
-            if all(not v.uses() and v not in outputs for v in node.outputs) and \
-                    not kept(node, keep):
-                graph.remove(node, safe=True)
-                removed += 1
-                changed = True
-    return removed
-
-
 def remove_dead_nodes(model: ir.Model) -> int:
     """Remove nodes whose outputs nothing reads (all graphs), and the main graph's unused
     initializers that are not inputs; return how many nodes went.
@@ -236,8 +221,9 @@ class RefineShapes(InPlacePass):
     def call(self, model: ir.Model) -> PassResult:
         refined = self.options.shape_folding and self._may_refine(model) and \
             infer_shapes(model) > 0
+        shape_only = load_catalogue().shape_only
         self.state.news = refined and any(
-            node.op_type in op_facts().shape_only for graph in all_graphs(model) for node in graph)
+            node.op_type in shape_only for graph in all_graphs(model) for node in graph)
         self.state.new_constants = frozenset()
         return PassResult(model, self.state.news)
 
@@ -246,7 +232,7 @@ class RefineShapes(InPlacePass):
         if not new:
             return False
         nodes = [node for graph in all_graphs(model) for node in graph]
-        shape_only = op_facts().shape_only
+        shape_only = load_catalogue().shape_only
         if not any(node.op_type in shape_only and node.inputs and node.inputs[0] is not None
                    and static_shape(node.inputs[0]) is None for node in nodes):
             return False  # no Shape/Size waits for a shape: nothing a better one could fold

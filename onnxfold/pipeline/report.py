@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx_ir as ir
 
@@ -15,9 +15,6 @@ from onnxfold.fold.folder import FoldStats
 from onnxfold.ir.graph import all_graphs
 from onnxfold.pipeline.leftovers import leftover_lines
 from onnxfold.pipeline.op_table import OpRow, format_table, op_rows
-
-if TYPE_CHECKING:
-    from onnxfold.app.comparison import CompareResult
 
 # The version of the JSON report's layout (docs/report-json.md, report.schema.json): raised
 # when a key is removed or changes meaning; new keys may appear without a new version.
@@ -245,17 +242,3 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
-def check_dict(result: CompareResult) -> dict[str, Any]:
-    """A ``--check`` comparison for the report: verdict, settings and one entry per output
-    (max abs/rel error; ``max_ulps`` where the comparison measures it, else null)."""
-    return {
-        "ok": result.ok, "n": result.n, "seed": result.seed, "rtol": result.rtol,
-        "atol": result.atol, "dims": dict(result.dims),
-        "defaulted_dims": list(result.defaulted_dims),
-        "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
-                     "elements": row.elements, "max_abs": row.max_abs_diff,
-                     "max_rel": row.max_rel_diff,
-                     "max_ulps": getattr(row, "max_ulps", None),
-                     "mismatches": row.mismatches, "bitwise_equal": row.bitwise_equal,
-                     "ok": row.ok} for row in result.rows],
-    }

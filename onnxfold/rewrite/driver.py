@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
-from onnxfold.declare.catalogue import Catalogue
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.patterns import PatternRule, Reject, RewriteContext
 from onnxfold.ir.graph import all_graphs
 from onnxfold.rewrite.steps import contained
@@ -35,12 +35,14 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
+    facts = load_catalogue()  # every rule's op facts, whatever ``catalogue`` leaves out
     for sweeps in range(1, MAX_ITERATIONS + 1):
         changed = False
         for graph in all_graphs(model):
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
-                              constant_inputs=constant_inputs and graph is model.graph)
-            ctx = RewriteContext(graph, model, plan.constant, rejected, rejected_at)
+                              constant_inputs=constant_inputs and graph is model.graph,
+                              facts=facts)
+            ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at)
             trying = _Trying()
             changed |= contained(trying, strict,
                                  functools.partial(_sweep, ctx, by_op, hits, trying))

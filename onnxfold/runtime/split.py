@@ -24,6 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph, why_not_foldable
+from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError, OutputError
 from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.policy import static_nbytes
@@ -75,7 +76,8 @@ def _hoist(model: ir.Model, known: set[ir.Value], runtime: set[ir.Value]) -> int
                 inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
                 if node.op_type == "Identity" and all(o in sub.outputs for o in node.outputs):
                     continue  # the subgraph's hand-over of a hoisted value
-                if (not inputs or why_not_foldable(node) or is_default_op(node, "Constant")
+                if (not inputs or why_not_foldable(node, facts=load_catalogue())
+                        or is_default_op(node, "Constant")
                         or not all(v in known or v in runtime for v in inputs)
                         or not any(v in runtime for v in inputs)):
                     continue
@@ -103,9 +105,9 @@ def _keep_subgraph_outputs(sub: ir.Graph, hoisted: ir.Node) -> None:
 def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value]) -> Lattice:
     """The three-level constness lattice of the main graph (subgraph nodes hoisted into it)."""
     graph = model.graph
-    plan = plan_graph(graph, model.ir_version)
+    plan = plan_graph(graph, model.ir_version, facts=load_catalogue())
     while _hoist(model, set(plan.constant), _runtime_values(graph, plan, runtime_inputs)):
-        plan = plan_graph(graph, model.ir_version)
+        plan = plan_graph(graph, model.ir_version, facts=load_catalogue())
     rt_nodes = _runtime_nodes(graph, plan, runtime_inputs)
     rt = set(runtime_inputs) | {v for n in rt_nodes for v in n.outputs}
     return Lattice(set(plan.constant), rt, list(plan.foldable), rt_nodes)
@@ -116,7 +118,8 @@ def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) ->
     rt: set[ir.Value] = set(runtime_inputs)
     nodes: list[ir.Node] = []
     for node in graph:
-        if node in plan.foldable or is_default_op(node, "Constant") or why_not_foldable(node):
+        if node in plan.foldable or is_default_op(node, "Constant") or \
+                why_not_foldable(node, facts=load_catalogue()):
             continue
         inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
         if inputs and all(v in ct or v in rt for v in inputs) and any(v in rt for v in inputs):
@@ -306,7 +309,7 @@ def _io(values: Iterable[ir.Value]) -> list[dict]:
 
 def build_manifest(entry: ir.Model, runtime: ir.Model, compiletime: ir.Model | None,
                    runtime_constants: list[str]) -> dict:
-    from onnxfold import __version__
+    from onnxfold._version import __version__
 
     return {
         "format": "onnxfold-split/1",

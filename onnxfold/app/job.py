@@ -1,0 +1,32 @@
+"""One model of a batch, in its own process: ``python -m onnxfold.app.job ARGS_FILE``.
+
+The batch (:mod:`onnxfold.app.batch`) writes the job's parsed arguments and starts this module;
+the job runs them through the command line's one-model path (:func:`onnxfold.app.cli.run_parsed`,
+its exit codes included). The batch names this module and never imports the command line,
+which imports the batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+
+from onnxfold.app import cli
+
+
+def run_job(path: str) -> None:
+    """A job's process: the one-model ``optimize`` of the pickled arguments in ``path`` (written
+    by the batch's process, in the job's private directory), then exit with its code."""
+    with open(path, "rb") as f:
+        args = pickle.load(f)  # noqa: S301 - our own parent wrote it, in a 0700 directory
+    code = cli.run_parsed(args)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    run_job(sys.argv[1])
