@@ -210,7 +210,7 @@ def test_data_propagation_is_off_for_a_slice_step_beyond_32_bits(step, tmp_path)
     onnx.save(model, src)
     proc = subprocess.run([sys.executable, "-c", (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
-        "from onnxfold import cli; sys.exit(cli.main(sys.argv[1:]))"),
+        "from onnxfold.app import cli; sys.exit(cli.main(sys.argv[1:]))"),
         "optimize", str(src), "-o", str(tmp_path / "o.onnx"), "-q"],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr  # within 2 GiB of address space, at once
