@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from onnxfold.declare.registry import Decline, folder
-from onnxfold.ir.dtypes import is_float, np_dtype
+from onnxfold.ir.dtypes import is_float, np_dtype, onnx_type
 
 
 def _is_int(x: np.ndarray) -> bool:
@@ -186,6 +186,4 @@ def cast(x, to, saturate=1, round_mode="up"):
 
 @folder("CastLike", since=15)
 def cast_like(x, like, saturate=1, round_mode="up"):
-    from onnxfold.ir.dtypes import onnx_type
-
     return cast(x, onnx_type(like.dtype), saturate)

@@ -43,7 +43,10 @@ from dataclasses import asdict, dataclass, field
 from onnxfold.errors import InputError, OutputError
 from onnxfold.host.terminal import printable
 from onnxfold.io import formats
-from onnxfold.io.tempfiles import scratch_directory
+from onnxfold.io.outputs import OutputGuard
+from onnxfold.io.publication import lock_path
+from onnxfold.io.reader import DATA_FILES_KEY, load_model
+from onnxfold.io.tempfiles import remove_own, remove_unheld_lock, scratch_directory, write_text
 
 EXIT_INTERNAL = 3
 _ORDER = {0: 0, 1: 1, 2: 2, 3: 3}  # worst exit code wins; anything unexpected counts as 3
@@ -111,8 +114,6 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
     ``outdir``; ``outdir`` None: a dry run, nothing written). Raises before anything is
     written when two jobs would share an output, an output (or the ``summary`` JSON) would
     replace an input or a file an input reads, or ``outdir`` is a directory an input is in."""
-    from onnxfold.io.outputs import OutputGuard
-
     outdir_real = os.path.realpath(outdir) if outdir is not None else ""
     found: list[tuple[str, str]] = []  # (input, output path relative to outdir)
     for path in inputs:
@@ -159,8 +160,6 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
 def _files_read(model: str) -> list[str]:
     """``model`` and the external-data files it reads (no job may write over any of them, the
     other jobs' included). A model that cannot be read fails in its own job."""
-    from onnxfold.io.reader import DATA_FILES_KEY, load_model
-
     try:
         return [model, *load_model(model, check=False).meta.get(DATA_FILES_KEY, ())]
     except (InputError, OutputError):
@@ -247,8 +246,6 @@ def run(args: argparse.Namespace) -> int:
                     summary=args.json)  # the summary may replace no input, data file or output
         summary = None
         if args.json:
-            from onnxfold.io.outputs import OutputGuard
-
             summary = OutputGuard([j.input for j in jobs]
                                   + [j.output for j in jobs if j.output is not None]).claim(
                 args.json, "JSON summary")
@@ -269,8 +266,6 @@ def run(args: argparse.Namespace) -> int:
                 shown = line if outcome.input in line else f"{outcome.input}: {line}"
                 print(shown, file=sys.stderr)
     if summary is not None:
-        from onnxfold.io.tempfiles import write_text
-
         write_text(summary, json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
     if interrupted:
         print(f"onnxfold: interrupted; {len(jobs) - len(outcomes)} of {len(jobs)} models were "
@@ -427,9 +422,6 @@ def _remove_leftovers(job: Job, pid: int) -> None:
     """What a job killed from here (process ``pid``) left beside its output: its temporary
     files, and the output's lock file once no process holds it (the kernel released the
     killed job's lock)."""
-    from onnxfold.io.publication import lock_path
-    from onnxfold.io.tempfiles import remove_unheld_lock
-
     _remove_temporaries(job, pid)
     if job.output is not None:
         remove_unheld_lock(lock_path(os.path.abspath(job.output)))
@@ -437,8 +429,6 @@ def _remove_leftovers(job: Job, pid: int) -> None:
 
 def _remove_temporaries(job: Job, pid: int) -> None:
     """Delete the temporary files a dead job (process ``pid``) left beside its output."""
-    from onnxfold.io.tempfiles import remove_own
-
     if job.output is not None:
         remove_own(os.path.dirname(os.path.abspath(job.output)), pid)
 

@@ -3,6 +3,10 @@
 Exit codes: 0 ok; 1 a check or comparison failed; 2 bad input, one line ``onnxfold: error: ...``
 on stderr; 3 an internal error (a bug), one line that says so (``--debug`` prints the
 traceback). Nothing the user had is overwritten, and a failure leaves nothing half-written.
+
+Each command imports its own machinery inside its function (the fold pipeline, comparison,
+session, split, inspection, conformance, the HTML report): on purpose, so that ``--help``, a
+usage error or a light command answers without loading onnxruntime sessions and every rule.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+from onnxfold._version import __version__
+from onnxfold.app import batch
 from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.host.limits import describe_cause as describe_limit
 from onnxfold.host.logs import as_warnings, quiet, quiet_onnxruntime_startup
@@ -74,8 +80,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.inputs and not args.check:
         raise InputError(f"--inputs {args.inputs}: feeds --check N; give --check too")
     if isinstance(args.input, list):  # from the command line (a batch job's is one string)
-        from onnxfold.app import batch
-
         if batch.is_batch(args.input, args.output):
             return batch.run(args)
         if args.job_timeout is not None:
@@ -426,8 +430,6 @@ def _on_terminal(stream) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from onnxfold._version import __version__
-
     common = _OneLineParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print the traceback of an error (also ONNXFOLD_DEBUG=1)")

@@ -24,6 +24,9 @@ from onnxfold.app.tolerance import allowed, ulp
 from onnxfold.app.tolerance import for_dtype as tolerance_for
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.terminal import printable
+from onnxfold.io import load_model
+from onnxfold.io.feeds import load_arrays
+from onnxfold.io.reader import model_from_proto
 from onnxfold.ir.graph import is_default_op
 from onnxfold.numbers import flag_value
 from onnxfold.runtime import custom_ops
@@ -192,9 +195,6 @@ def _graph(model: ModelRef, label: str) -> ir.Model:
     """The model's graph (weights memory-mapped); also turns unreadable files into InputError,
     and refuses a model whose local functions onnxruntime would inline into too many nodes
     (``expansion.refuse_onnxruntime_inlining``)."""
-    from onnxfold.io import load_model
-    from onnxfold.io.reader import model_from_proto
-
     loaded = model_from_proto(model) if isinstance(model, onnx.ModelProto) else \
         load_model(model, check=False)
     refuse_onnxruntime_inlining(loaded, label)
@@ -510,7 +510,6 @@ def _load_given(inputs: Mapping[str, np.ndarray] | str | os.PathLike | None
         return {}
     if isinstance(inputs, Mapping):
         return dict(inputs)
-    from onnxfold.io.feeds import load_arrays
 
     return load_arrays(inputs)
 

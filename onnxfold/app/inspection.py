@@ -9,9 +9,11 @@ from typing import Any
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
+from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values, shared_dim_names
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.io import load_model
+from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import all_graphs, node_label
 from onnxfold.pipeline.leftovers import group_leftovers, leftover_lines
 from onnxfold.pipeline.report import model_counts
@@ -29,8 +31,6 @@ def foldable_ops(model: ir.Model, shape_folding: bool = True) -> Counter:
 
 def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
     """A dict of facts about the model, with a human-readable ``text`` entry."""
-    from onnxfold.analysis.shapes import infer_shapes
-
     model = load_model(path, check=check)
     counts = model_counts(model)
     infer_shapes(model)
@@ -72,8 +72,6 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
 
 def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, list[str]]]]:
     """Shape nodes static for every value of the dynamic dims (by op), and those blocked."""
-    from onnxfold.ir.constants import source_array
-
     static: Counter = Counter()
     for graph in all_graphs(model):
         planned = set(plan_graph(graph, model.ir_version, facts=load_catalogue()).foldable)

@@ -168,7 +168,7 @@ def _declared(objects: Iterable[object]) -> Iterator[object]:
 @functools.cache
 def load_catalogue() -> Catalogue:
     """Every rule of every module in ``onnxfold.rules`` (imported once)."""
-    import onnxfold.rules as package
+    import onnxfold.rules as package  # here, not at the top: the rules import this package
 
     folders: list[FolderRule] = []
     patterns: list[PatternRule] = []

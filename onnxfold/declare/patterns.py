@@ -37,6 +37,7 @@ from onnxfold.analysis.symbolic import (
     shared_dim_names,
 )
 from onnxfold.declare.registry import mark, source_of
+from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import names_for, replace_value
 from onnxfold.ir.graph import is_default_op, static_shape, through_identities
 
@@ -240,8 +241,6 @@ class RewriteContext:
     def array(self, value: ir.Value | None) -> np.ndarray | None:
         """The data of an initializer or Constant output, also through Identity nodes (an
         exporter's way to share one weight); not of values still to be folded."""
-        from onnxfold.ir.constants import source_array
-
         if value is None:
             return None
         if value in self._arrays:  # a constant's data does not change during a sweep

@@ -42,6 +42,7 @@ from onnxfold.fold.fallback_session import (
 )
 from onnxfold.fold.fold_cost import batch_flops
 from onnxfold.ir.arrays import c_contiguous
+from onnxfold.ir.dtypes import onnx_type
 from onnxfold.ir.graph import captured_values, external_inputs, static_shape
 
 __all__ = ["EMBED_BYTES", "PREPACKING_OPS", "FallbackError", "run_batch", "run_nodes"]
@@ -152,8 +153,6 @@ def _batch_model(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
                  ) -> tuple[onnx.ModelProto, set[ir.Value], list[ir.Value]]:
     """The batch model, the feeds embedded in it and those handed over as initializers (the
     rest are its inputs)."""
-    from onnxfold.ir.dtypes import onnx_type
-
     graph = onnx.GraphProto(name="onnxfold_fallback")
     graph.node.extend(ir.serde.serialize_node(n) for n in nodes)
     members = set(nodes)
@@ -220,8 +219,6 @@ def _run_here(model: onnx.ModelProto, handed: dict[str, np.ndarray],
 
 def _external_placeholder(name: str | None, arr: np.ndarray) -> onnx.TensorProto:
     """An initializer without data whose bytes the session options hand over."""
-    from onnxfold.ir.dtypes import onnx_type
-
     tensor = onnx.TensorProto(name=name, data_type=onnx_type(arr.dtype), dims=arr.shape,
                               data_location=onnx.TensorProto.EXTERNAL)
     tensor.external_data.add(key="location", value=f"onnxfold-handed-{name}")

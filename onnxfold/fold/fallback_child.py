@@ -37,6 +37,7 @@ import numpy as np
 
 from onnxfold.analysis.declines import DeclineKind
 from onnxfold.fold.fallback_session import FallbackError, Wanted, first_line, run_session, to_ort
+from onnxfold.ir.dtypes import onnx_type
 
 MIN_FLOPS = 1e9  # below this a kernel takes well under a second: never worth a child
 # The slowest rate assumed of an expensive kernel (a ConvTranspose, a Conv with a large kernel,
@@ -111,8 +112,6 @@ def _numpy_dtype(elem_type: int) -> np.dtype:
 def _save_arrays(directory: str, prefix: str, arrays: Mapping[str, np.ndarray]) -> list[dict]:
     """Save each array as ``<prefix><k>.npy``; entries naming the file and, for types numpy
     cannot save (bfloat16, float8: saved as unsigned integers), the ONNX type."""
-    from onnxfold.ir.dtypes import onnx_type
-
     entries = []
     for k, (name, arr) in enumerate(arrays.items()):
         entry: dict = {"name": name, "file": f"{prefix}{k}.npy", "onnx_type": None}

@@ -20,6 +20,7 @@ import onnx_ir as ir
 from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.host import address_space
 from onnxfold.ir.arrays import c_contiguous
+from onnxfold.ir.dtypes import onnx_type
 
 
 class FallbackError(Exception):
@@ -68,7 +69,6 @@ def to_ort(arr: np.ndarray):
     """``arr`` as an OrtValue (without a copy where onnxruntime allows it)."""
     import onnxruntime as ort
 
-    from onnxfold.ir.dtypes import onnx_type
 
     if arr.dtype.kind == "V" or "bfloat16" in arr.dtype.name or "float8" in arr.dtype.name:
         raw = c_contiguous(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, TypeGuard, cast
 import numpy as np
 
 from onnxfold.errors import OutputError
+from onnxfold.io.segments import pwrite_all
+from onnxfold.io.tempfiles import scratch_file
 from onnxfold.ir.arrays import byte_bounds, memory_owner, release_pages
 
 if TYPE_CHECKING:
@@ -143,9 +145,6 @@ class BufferPool:
             self._spill(key)
 
     def _spill(self, key: Hashable) -> None:
-        from onnxfold.io.segments import pwrite_all
-        from onnxfold.io.tempfiles import scratch_file
-
         entry = self._entries[key]
         array = entry.array
         fd, path = scratch_file("onnxfold-spill-", ".bin", self.spill_dir)

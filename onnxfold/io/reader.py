@@ -19,6 +19,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import UNKNOWN_OPS_KEY
+from onnxfold.analysis.shapes import serialize_light
 from onnxfold.errors import InputError
 from onnxfold.host.limits import limit_error, out_of_memory
 from onnxfold.host.logs import quiet
@@ -533,8 +534,6 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         proto = copy
     model = _checked_model(proto, label)[0]
     if check and late:  # sorted, without its large weights (typed inputs instead)
-        from onnxfold.analysis.shapes import serialize_light
-
         unknown = _run_checker(serialize_light(model), label)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     return model

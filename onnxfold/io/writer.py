@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.analysis.shapes import declared_names
 from onnxfold.errors import OutputError
 from onnxfold.io import protowire as pw
 from onnxfold.io import segments
@@ -138,8 +139,6 @@ def prune_value_info(model: ir.Model, proto: onnx.ModelProto) -> int:
     """Drop from ``proto`` (``model`` serialized) the ``value_info`` entries of types that
     were only inferred: the output keeps the ones the input declared (onnxruntime infers
     the rest itself). Returns how many entries went."""
-    from onnxfold.analysis.shapes import declared_names
-
     keep = declared_names(model)
     if keep is None:
         return 0

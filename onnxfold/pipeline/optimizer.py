@@ -33,8 +33,10 @@ from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.fold.folder import FoldOptions, FoldStats
 from onnxfold.fold.pool import BufferPool
-from onnxfold.io import load_model
+from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
+from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY, model_from_proto
+from onnxfold.io.writer import inline_references, prune_value_info, restore_references
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import NAMES_KEY
 from onnxfold.ir.graph import node_label
@@ -82,8 +84,6 @@ class OptimizeResult:
     def to_proto(self) -> onnx.ModelProto:
         """The model as an ``onnx.ModelProto`` with every weight's bytes in it (weights still
         in the input's file are read into the proto; :meth:`save` streams them instead)."""
-        from onnxfold.io.writer import inline_references, prune_value_info, restore_references
-
         inlined = inline_references(self.model, set())
         try:
             proto = ir.serde.serialize_model(self.model)
@@ -94,8 +94,6 @@ class OptimizeResult:
 
     def save(self, path: str | os.PathLike, **kwargs: Any) -> SaveInfo:
         """Write the model (``onnxfold.save_model``: streamed, atomic, never over an input)."""
-        from onnxfold.io import save_model
-
         return save_model(self.model, path, **kwargs)
 
 
@@ -106,8 +104,6 @@ def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | 
     """An ``ir.Model`` for what the caller holds: a path (memory-mapped, checked), an
     ``onnx.ModelProto`` or its bytes (checked like a file; external data refused), or an
     ``ir.Model`` (used as is). Also the path, when there is one."""
-    from onnxfold.io.reader import model_from_proto
-
     if isinstance(model, ir.Model):
         return model, None
     if isinstance(model, bytes | bytearray | memoryview):
@@ -192,8 +188,6 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
               progress: Callable[[int, int], None] | None,
               pristine: Callable[[], ir.Model] | None,
               loaded: Callable[[ir.Model], None] | None, phases: Phases) -> OptimizeResult:
-    from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY
-
     started = time.perf_counter()
     options = options or FoldOptions()
     with phases.phase("load"):

@@ -25,9 +25,11 @@ from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, FoldStats, fold_model
+from onnxfold.fold.function_bodies import fold_functions
 from onnxfold.fold.pool import BufferPool
 from onnxfold.ir.edits import remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
+from onnxfold.pipeline.inlining import inline_functions
 from onnxfold.rewrite.driver import rewrite, run_cleanups
 from onnxfold.rewrite.steps import contained
 
@@ -64,8 +66,6 @@ class InlineFunctions(InPlacePass):
         self.strict, self.stats = strict, stats
 
     def call(self, model: ir.Model) -> PassResult:
-        from onnxfold.pipeline.inlining import inline_functions
-
         modified, declined = contained(self.name, self.strict, lambda: inline_functions(model))
         if declined is not None:
             self.stats.warnings.append(declined)
@@ -145,8 +145,6 @@ class FoldFunctions(InPlacePass):
         self.catalogue, self.options, self.stats, self.pool = catalogue, options, stats, pool
 
     def call(self, model: ir.Model) -> PassResult:
-        from onnxfold.fold.function_bodies import fold_functions
-
         if not model.functions:
             return PassResult(model, False)
         folded = contained(self.name, self.options.strict, lambda: fold_functions(

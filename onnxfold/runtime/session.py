@@ -36,13 +36,16 @@ import onnx_ir as ir
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.fold.options import FoldOptions
+from onnxfold.io import load_model, save_model
 from onnxfold.io.cache_dirs import cache_dir_problem, make_cache_dir, trusted_cache_dir
 from onnxfold.io.feeds import load_arrays
+from onnxfold.io.reader import model_from_proto
 from onnxfold.io.tempfiles import no_temp_directory, write_atomic
 from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import np_dtype
 from onnxfold.runtime import custom_ops
 from onnxfold.runtime.backends import get_backend
+from onnxfold.runtime.split import optimize_and_split
 
 CHECKS = ("fingerprint", "hash", "identity", "refuse")
 _SAMPLE = 4096
@@ -98,10 +101,6 @@ class Session:
                  fold_compile_time: bool = True, backend_options: dict | None = None,
                  options: FoldOptions | None = None,
                  custom_op_libraries: Sequence[str | os.PathLike] = ()) -> None:
-        from onnxfold.io import load_model
-        from onnxfold.io.reader import model_from_proto
-        from onnxfold.runtime.split import optimize_and_split
-
         if check not in CHECKS:
             raise InputError(f"check must be one of {', '.join(CHECKS)}")
         self.custom_op_libraries = custom_ops.checked_libraries(custom_op_libraries)
@@ -297,8 +296,6 @@ class Session:
 
     def _write_entry(self, folded: dict[str, np.ndarray]) -> None:
         """Entry with each fold output as a placeholder initializer of the folded layout."""
-        from onnxfold.io import save_model
-
         graph = self.parts.entry.graph
         for name, value in self._fold_values.items():
             if value in graph.inputs:

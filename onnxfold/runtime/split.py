@@ -23,13 +23,20 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold._version import __version__
 from onnxfold.analysis.constness import plan_graph, why_not_foldable
+from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError, OutputError
 from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.policy import static_nbytes
+from onnxfold.io import save_model
+from onnxfold.io.outputs import OutputGuard
+from onnxfold.io.tempfiles import write_text
+from onnxfold.io.writer import input_files
 from onnxfold.ir.dtypes import np_dtype
 from onnxfold.ir.graph import captured_values, external_inputs, is_default_op, subgraphs
+from onnxfold.pipeline.optimizer import optimize
 from onnxfold.pipeline.passes import remove_dead_nodes
 
 FRONTIER_EXPANSION = 4.0
@@ -243,8 +250,6 @@ def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str],
     (``model`` becomes the entry model). ``compile_time``: ``"fold"`` them first (the default),
     ``"keep"`` them in entry unfolded (onnxruntime folds them when it loads entry), or put them
     in a ``"separate"`` ``compiletime_fold`` model."""
-    from onnxfold.pipeline.optimizer import optimize
-
     if compile_time not in COMPILE_TIME:
         raise InputError(f"compile_time must be one of {', '.join(COMPILE_TIME)}")
     if compile_time == "fold":
@@ -260,8 +265,6 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     ``separate_compile_time`` puts compile-time constant subgraphs, unfolded, in a separate
     ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs.
     """
-    from onnxfold.analysis.shapes import infer_shapes
-
     graph = model.graph
     rt_inputs = match_inputs(graph, runtime_constants)
     infer_shapes(model)  # sizes at the frontier decide where expanding ops go
@@ -309,8 +312,6 @@ def _io(values: Iterable[ir.Value]) -> list[dict]:
 
 def build_manifest(entry: ir.Model, runtime: ir.Model, compiletime: ir.Model | None,
                    runtime_constants: list[str]) -> dict:
-    from onnxfold._version import __version__
-
     return {
         "format": "onnxfold-split/1",
         "onnxfold": __version__,
@@ -333,11 +334,6 @@ def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
     Every path is checked before the first is written (never over the input model or its data);
     a failure removes what was written, and the directory if this call created it.
     """
-    from onnxfold.io import save_model
-    from onnxfold.io.outputs import OutputGuard
-    from onnxfold.io.tempfiles import write_text
-    from onnxfold.io.writer import input_files
-
     out_dir = os.fspath(out_dir)
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         raise OutputError(f"{out_dir}: exists and is not a directory")

@@ -49,6 +49,7 @@ from onnxfold.io.cache_dirs import (
 )
 from onnxfold.io.tempfiles import write_atomic
 from onnxfold.ir.arrays import c_contiguous
+from onnxfold.runtime.backends import get_backend
 from onnxfold.runtime.backends.base import BackendUnavailable, FoldBackend
 from onnxfold.runtime.backends.iree_rewrites import (
     results_to_out_params,
@@ -241,8 +242,6 @@ class Backend:
             except Exception as e:  # the importer and compiler raise many types; route elsewhere
                 error = e
         if vmfb is None:
-            from onnxfold.runtime.backends import get_backend
-
             self.routed_to = self.fallback
             self.route_reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
             self._other = get_backend(self.fallback)

@@ -18,6 +18,9 @@ import re
 
 import onnx_ir as ir
 
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.rewrite.driver import rewrite
+
 
 def transpose_before_dequantize(model: ir.Model) -> ir.Model:
     """``Transpose(DequantizeLinear(q))`` -> ``DequantizeLinear(Transpose(q))`` (and the same
@@ -28,9 +31,6 @@ def transpose_before_dequantize(model: ir.Model) -> ir.Model:
     in order; the values are bitwise the same. Returns ``model`` itself (unchanged) if nothing
     matched, else a rewritten copy.
     """
-    from onnxfold.declare.catalogue import load_catalogue
-    from onnxfold.rewrite.driver import rewrite
-
     copy = model.clone()
     rules = load_catalogue().only("transpose_before_widening")
     return copy if rewrite(copy, rules, constant_inputs=True) else model

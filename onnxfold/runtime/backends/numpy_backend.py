@@ -5,6 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.errors import OnnxfoldError
+from onnxfold.fold.folder import FoldOptions
+from onnxfold.ir.constants import constant_array
+from onnxfold.pipeline.optimizer import optimize
+
 
 class Backend:
     name = "numpy"
@@ -17,11 +22,6 @@ class Backend:
         self.model = model
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from onnxfold.errors import OnnxfoldError
-        from onnxfold.fold.folder import FoldOptions
-        from onnxfold.ir.constants import constant_array
-        from onnxfold.pipeline.optimizer import optimize
-
         assert self.model is not None, "prepare first"
         model = self.model.clone()  # the fold changes it; the tensors are shared, not changed
         graph = model.graph
