@@ -131,7 +131,7 @@ def test_too_many_open_files_is_named_with_the_limit(tmp_path):
     result = _in_child(f"""
         import os, resource, sys
         import onnxruntime
-        from onnxfold import cli
+        from onnxfold.app import cli
         used = len(os.listdir("/proc/self/fd"))
         resource.setrlimit(resource.RLIMIT_NOFILE, (used, resource.getrlimit(
             resource.RLIMIT_NOFILE)[1]))
@@ -153,7 +153,7 @@ def test_memory_error_at_load_is_out_of_memory_not_a_bad_model(tmp_path):
     result = _in_child(f"""
         import resource, sys
         import onnxruntime
-        from onnxfold import cli
+        from onnxfold.app import cli
         with open("/proc/self/status") as f:
             size = next(int(line.split()[1]) for line in f if line.startswith("VmSize")) << 10
         resource.setrlimit(resource.RLIMIT_AS, (size + (32 << 20), resource.RLIM_INFINITY))
