@@ -1,0 +1,3 @@
+"""The process and its host: resource limits, memory, address space, native library logs and the
+terminal.
+"""

@@ -1,0 +1,1 @@
+"""The rewrite driver (pattern sweeps until nothing changes, the cleanups) and contained steps."""

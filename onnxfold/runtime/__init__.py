@@ -1,0 +1,2 @@
+"""Runtime constants: splitting a model, the session that folds them at run time, and its backends.
+"""
