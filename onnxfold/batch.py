@@ -76,8 +76,8 @@ def is_batch(inputs: list[str], output: str | None) -> bool:
     """Several inputs, a directory as input, or ``-o`` naming a directory (a trailing ``/`` or
     an existing directory): the batch form. One model file and a file ``-o`` (or none) is
     not."""
-    return (len(inputs) > 1 or any(os.path.isdir(p) for p in inputs) or output is not None
-            and (output.endswith(("/", os.sep)) or os.path.isdir(output)))
+    return (len(inputs) > 1 or any(os.path.isdir(p) for p in inputs) or (output is not None
+            and (output.endswith(("/", os.sep)) or os.path.isdir(output))))
 
 
 def refuse_foreign_directories(inputs: list[str], recursive: bool) -> None:
@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
         print(table(outcomes, jobs))
     for outcome in outcomes:
         lines = outcome.warnings if outcome.code == 0 else (
-            outcome.warnings + [outcome.message] if outcome.message else outcome.warnings)
+            [*outcome.warnings, outcome.message] if outcome.message else outcome.warnings)
         if outcome.code != 0 or not args.quiet:
             for line in lines:
                 shown = line if outcome.input in line else f"{outcome.input}: {line}"
@@ -332,7 +332,7 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
     return [done[i] for i in sorted(done)]
 
 
-class Terminated(Exception):  # noqa: N818 - the signal, not an error
+class Terminated(Exception):
     """SIGTERM arrived: the batch stops as after Ctrl-C."""
 
 
@@ -481,7 +481,7 @@ def _worker(path: str) -> None:
     from onnxfold import cli
 
     with open(path, "rb") as f:
-        args = pickle.load(f)  # noqa: S301 - our own parent wrote it, in a 0700 directory
+        args = pickle.load(f)  # unpickling is safe: our own parent wrote it, in a 0700 directory
     code = cli.run_parsed(args)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

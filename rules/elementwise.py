@@ -158,7 +158,7 @@ def clip(x, lo=None, hi=None):
 
 
 @folder("Clip", since=6, until=10)
-def clip_v6(x, min=-3.4028234663852886e38, max=3.4028234663852886e38):  # noqa: A002
+def clip_v6(x, min=-3.4028234663852886e38, max=3.4028234663852886e38):  # the ONNX attribute names
     return np.clip(x, np.asarray(min, x.dtype), np.asarray(max, x.dtype))
 
 

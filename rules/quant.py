@@ -65,7 +65,7 @@ def _per_axis(x, scale, zero_point, axis):
 def dequantize_linear(x, x_scale, x_zero_point=None, axis=1, block_size=0, output_dtype=0):
     if block_size:
         raise Decline("blocked dequantization")
-    if x.dtype not in _QTYPES + (np.dtype(np.int32),):
+    if x.dtype not in (*_QTYPES, np.dtype(np.int32)):
         raise Decline(f"dequantization of {x.dtype}")
     if x_scale.dtype not in _SCALE_TYPES:
         raise Decline(f"scale of {x_scale.dtype}")

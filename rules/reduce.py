@@ -225,6 +225,6 @@ def cum_sum(x, axis, exclusive=0, reverse=0):
     if exclusive:  # shift by one along the axis, starting from 0
         along = (slice(None),) * ax
         out = np.concatenate(
-            [np.zeros_like(out[along + (slice(0, 1),)]), out[along + (slice(0, -1),)]], axis=ax
+            [np.zeros_like(out[(*along, slice(0, 1))]), out[(*along, slice(0, -1))]], axis=ax
         )
     return np.flip(out, ax) if reverse else out

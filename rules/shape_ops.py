@@ -308,7 +308,7 @@ def non_zero(x):
 
 
 @folder("Unique", since=11)
-def unique(x, axis=None, sorted=1):  # noqa: A002 - ONNX attribute name
+def unique(x, axis=None, sorted=1):  # the ONNX attribute name
     if axis is not None:
         raise Decline("Unique along an axis")
     if x.dtype.kind == "f" and np.isnan(x).any():
