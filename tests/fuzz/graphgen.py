@@ -1580,7 +1580,7 @@ class Gen:
             self.grow_body(bs)
         # onnxruntime computes garbage when a Scan body returns one of its inputs as is or one
         # value twice: the original only ever has the Identity forms (which a folder must keep)
-        ident = lambda v: self.node1(bs, "Identity", [v], v.dtype, v.shape, mag=INF)  # noqa
+        ident = lambda v: self.node1(bs, "Identity", [v], v.dtype, v.shape, mag=INF)  # noqa: E731 - a shorthand used below
         twice = self.chance(0.25) and sins
         souts = [self.scan_state_output(bs, s, ident) for s in sins]
         youts = self.scan_outputs(sc, bs, sins, souts, slices, ident, twice)
