@@ -220,13 +220,14 @@ def to_markdown(models: list[dict], backends: list[dict]) -> str:
     lines = ["| model | weights | ORT pre-folded ms | ORT weights as inputs ms | Session ms | "
              "Session / pre-folded | Session / weights as inputs | first call s | fold s | "
              "max abs diff |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for r in models:
-        lines.append(f"| {r['model']} | {r['weights']} ({r['weight_mib']} MiB) | "
+    lines.extend(
+        f"| {r['model']} | {r['weights']} ({r['weight_mib']} MiB) | "
                      f"{r['ort_prefolded_ms']:.1f} | {r['ort_weights_as_inputs_ms']:.1f} | "
                      f"{r['session_ms']:.1f} | {r['session_vs_prefolded']:.3f}x | "
                      f"{r['session_vs_weights_as_inputs']:.3f}x | "
                      f"{r['session_first_call_s']:.2f} | {r['fold_s']:.2f} | "
-                     f"{r['max_abs_diff_vs_prefolded']:.2g} |")
+                     f"{r['max_abs_diff_vs_prefolded']:.2g} |"
+        for r in models)
     lines += ["", "| backend (48 DequantizeLinear+Transpose) | prepare s | first fold s | vs ort "
               "| steady fold s | vs ort | equal to ort |", "|---|--:|--:|--:|--:|--:|:-:|"]
     for r in backends:

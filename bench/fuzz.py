@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -52,10 +53,8 @@ def worker(tasks, results, cur_seed, cur_phase, out_dir, timeout):
         cur_seed.value, cur_phase.value = seed, 0
         res = fuzzcheck.check_seed(seed, timeout=timeout, phase=phase)
         if res.failed:
-            try:
+            with contextlib.suppress(Exception):
                 fuzzcheck.save_failure(seed, res, out_dir)
-            except Exception:
-                pass
         cur_phase.value = 0
         results.put(res)
 

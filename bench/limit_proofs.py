@@ -112,7 +112,7 @@ def quantize(tmp: str) -> None:
          numpy_helper.from_array(np.array(128, np.uint8), "z")])
     model, out = f"{tmp}/mq.onnx", f"{tmp}/out.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
-    code, text, _ = cli(["optimize", model, "-o", out])
+    code, _text, _ = cli(["optimize", model, "-o", out])
     feed = {"x": np.zeros((128, 768), np.uint8)}
 
     def run(path: str) -> np.ndarray:
@@ -146,7 +146,7 @@ def concat(tmp: str) -> None:
     model, out = f"{tmp}/concat40.onnx", f"{tmp}/out.onnx"
     _doubling_chain(model, 40)
     for flags in ([], ["--pool-budget", "512M"]):
-        code, text, rss = cli(["optimize", model, "-o", out, *flags])
+        code, _text, rss = cli(["optimize", model, "-o", out, *flags])
         print(f"40 Concat doublings ({os.path.getsize(model)} B) {' '.join(flags) or '(default)'}"
               f": exit {code}, largest constant written {largest_initializer(out)} B, "
               f"output {os.path.getsize(out)} B, peak RSS {rss:.0f} MiB")

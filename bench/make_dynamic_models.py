@@ -28,7 +28,7 @@ NAMES = ["cnn_dyn", "gpt2_ts_dyn", "gpt2_dynamo_dyn", "bert_ts_dyn"]
 
 def _cnn():
     import torch
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # noqa: N812 - torch's own spelling
 
     class SmallCNN(torch.nn.Module):
         def __init__(self):

@@ -66,7 +66,7 @@ class ExternalData:
         self.path = path
         self.location = path.name
         self.chunk_bytes = chunk_bytes
-        self.f = open(path, "wb")
+        self.f = open(path, "wb")  # noqa: SIM115 - closed by close()
         self.offset = 0
         self.entries: dict[str, tuple[np.dtype, tuple[int, int], int]] = {}
 

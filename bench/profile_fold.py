@@ -153,14 +153,14 @@ def timed_run(model: str, out: str) -> None:
     t = Timers()
     c0, w0 = time.process_time(), time.perf_counter()
     # onnxfold first, as in the executable: importing it defers onnx-ir's import of sympy
-    import onnxfold.app.cli  # noqa: F401
+    import onnxfold.app.cli
     # isort: split
     import numpy  # noqa: F401
     import onnx  # noqa: F401
     import onnx_ir  # noqa: F401
 
-    import onnxfold.io.writer  # noqa: F401
-    import onnxfold.pipeline.optimizer  # noqa: F401
+    import onnxfold.io.writer
+    import onnxfold.pipeline.optimizer
     t.add("imports (onnx, onnx_ir, numpy, onnxfold)", time.process_time() - c0,
           time.perf_counter() - w0)
     c0, w0 = time.process_time(), time.perf_counter()

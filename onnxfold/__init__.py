@@ -31,9 +31,23 @@ _HOMES = {
 }
 
 __all__ = [
-    "CompareResult", "FoldOptions", "FoldStats", "InputError", "OnnxfoldError", "OptimizeResult",
-    "OutputError", "Report", "Session", "compare", "load_model", "optimize", "save_model",
-    "simplify", "split_model", "write_split", "__version__",
+    "CompareResult",
+    "FoldOptions",
+    "FoldStats",
+    "InputError",
+    "OnnxfoldError",
+    "OptimizeResult",
+    "OutputError",
+    "Report",
+    "Session",
+    "__version__",
+    "compare",
+    "load_model",
+    "optimize",
+    "save_model",
+    "simplify",
+    "split_model",
+    "write_split",
 ]
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ def lazy_attributes(package: str, homes: dict[str, str]) -> Callable[[str], obje
     """A ``__getattr__`` for ``package`` that imports ``name`` from ``package.<homes[name]>``
     on first access and keeps it in the package, so later accesses cost nothing."""
 
-    def __getattr__(name: str) -> object:
+    def import_on_first_use(name: str) -> object:
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -19,4 +19,4 @@ def lazy_attributes(package: str, homes: dict[str, str]) -> Callable[[str], obje
         setattr(sys.modules[package], name, value)
         return value
 
-    return __getattr__
+    return import_on_first_use

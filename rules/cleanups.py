@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -140,7 +142,8 @@ def _digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
     return digest.digest()
 
 
-def _groups(values, key) -> list[list[ir.Value]]:
+def _groups(values: Iterable[ir.Value], key: Callable[[Any], object]) -> list[list[ir.Value]]:
+    """The groups of two or more ``values`` of the same ``key`` (values with data)."""
     grouped: dict = defaultdict(list)
     for value in values:
         grouped[key(value)].append(value)

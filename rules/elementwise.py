@@ -6,6 +6,8 @@ onnxruntime's C++ kernels; float16/bfloat16 results are rounded once per op, as 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import ml_dtypes
 import numpy as np
 
@@ -18,22 +20,22 @@ def _is_int(x: np.ndarray) -> bool:
 
 
 @folder("Add", since=7)
-def add(a, b):
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.add(a, b)
 
 
 @folder("Sub", since=7)
-def sub(a, b):
+def sub(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.subtract(a, b)
 
 
 @folder("Mul", since=7)
-def mul(a, b):
+def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.multiply(a, b)
 
 
 @folder("Div", since=7)
-def div(a, b):
+def div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if not _is_int(a):
         return np.divide(a, b)
     if np.any(b == 0):
@@ -45,14 +47,14 @@ def div(a, b):
 
 
 @folder("Mod", since=10)
-def mod(a, b, fmod=0):
+def mod(a: np.ndarray, b: np.ndarray, fmod: int = 0) -> np.ndarray:
     if _is_int(a) and np.any(b == 0):
         raise Decline("integer modulo by zero")
     return np.fmod(a, b) if fmod else np.mod(a, b)
 
 
 @folder("Pow", since=7)
-def pow_(a, b):
+def pow_(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if _is_int(a):
         if np.any(np.asarray(b) < 0):
             raise Decline("integer power with a negative exponent")
@@ -61,7 +63,7 @@ def pow_(a, b):
 
 
 @folder("BitShift", since=11)
-def bit_shift(a, b, direction="LEFT"):
+def bit_shift(a: np.ndarray, b: np.ndarray, direction: str = "LEFT") -> np.ndarray:
     return np.left_shift(a, b) if direction == "LEFT" else np.right_shift(a, b)
 
 
@@ -86,7 +88,7 @@ UNARY_RULES = tuple(folder(op, since=6)(lambda x, fn=fn: fn(x)) for op, fn in _U
 
 
 @folder("Sign", since=9)
-def sign(x):
+def sign(x: np.ndarray) -> np.ndarray:
     """onnxruntime's float16 and bfloat16 kernels compare (NaN is neither above nor below 0:
     its sign is 0); float and double keep NaN, as numpy does."""
     out = np.sign(x)
@@ -96,33 +98,33 @@ def sign(x):
 
 
 @folder("Reciprocal", since=6)
-def reciprocal(x):
+def reciprocal(x: np.ndarray) -> np.ndarray:
     return np.divide(np.ones((), x.dtype), x)
 
 
 @folder("Relu", since=6)
-def relu(x):
+def relu(x: np.ndarray) -> np.ndarray:
     return np.where(x < 0, np.zeros((), x.dtype), x)  # keeps NaN (and -0.0) as onnxruntime
 
 
 @folder("Sigmoid", since=6)
-def sigmoid(x):
+def sigmoid(x: np.ndarray) -> np.ndarray:
     one = np.ones((), x.dtype)
     return one / (one + np.exp(-x))
 
 
 @folder("IsInf", since=10)
-def is_inf(x, detect_negative=1, detect_positive=1):
+def is_inf(x: np.ndarray, detect_negative: int = 1, detect_positive: int = 1) -> np.ndarray:
     return (np.isposinf(x) & bool(detect_positive)) | (np.isneginf(x) & bool(detect_negative))
 
 
 @folder("Where", since=9)
-def where(cond, a, b):
+def where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(cond, a, b)
 
 
-def _variadic(fn):
-    def run(*xs):
+def _variadic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    def run(*xs: np.ndarray) -> np.ndarray:
         out = xs[0]
         for x in xs[1:]:
             out = fn(out, x)
@@ -137,13 +139,13 @@ sum_ = folder("Sum", since=8)(_variadic(np.add))
 
 
 @folder("Mean", since=8)
-def mean(*xs):
+def mean(*xs: np.ndarray) -> np.ndarray:
     total = _variadic(np.add)(*xs)
     return np.divide(total, np.asarray(len(xs), dtype=total.dtype))
 
 
 @folder("Clip", since=11)
-def clip(x, lo=None, hi=None):
+def clip(x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> np.ndarray:
     """A missing bound is the type's lowest or highest finite value, as in onnxruntime: a
     float infinity becomes finite (fuzz seed 82466); NaN stays."""
     if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
@@ -158,12 +160,13 @@ def clip(x, lo=None, hi=None):
 
 
 @folder("Clip", since=6, until=10)
-def clip_v6(x, min=-3.4028234663852886e38, max=3.4028234663852886e38):  # noqa: A002
+def clip_v6(x: np.ndarray, min: float = -3.4028234663852886e38,
+            max: float = 3.4028234663852886e38) -> np.ndarray:  # the ONNX attribute names
     return np.clip(x, np.asarray(min, x.dtype), np.asarray(max, x.dtype))
 
 
 @folder("Cast", since=6)
-def cast(x, to, saturate=1, round_mode="up"):
+def cast(x: np.ndarray, to: int, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
     dtype = np_dtype(to)
     if x.dtype.kind in "OSU" or dtype.kind in "OSU":
         raise Decline("string casts are left to onnxruntime")
@@ -185,5 +188,6 @@ def cast(x, to, saturate=1, round_mode="up"):
 
 
 @folder("CastLike", since=15)
-def cast_like(x, like, saturate=1, round_mode="up"):
+def cast_like(x: np.ndarray, like: np.ndarray, saturate: int = 1,
+              round_mode: str = "up") -> np.ndarray:
     return cast(x, onnx_type(like.dtype), saturate)

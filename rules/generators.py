@@ -14,7 +14,8 @@ _RANGE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int16, np
 
 
 @folder("Range", since=11)
-def range_(start, limit, delta, stash_type=1):
+def range_(start: np.ndarray, limit: np.ndarray, delta: np.ndarray,
+           stash_type: int = 1) -> np.ndarray:
     dtype = start.dtype
     if dtype not in _RANGE_DTYPES:  # float16/bfloat16 (opset 27 stash_type) are left to ORT
         raise Decline(f"Range of {dtype}")
@@ -42,7 +43,7 @@ def range_(start, limit, delta, stash_type=1):
 
 
 @folder("ConstantOfShape", since=9)
-def constant_of_shape(shape, value=_ZERO_F32):
+def constant_of_shape(shape: np.ndarray, value: np.ndarray = _ZERO_F32) -> np.ndarray:
     dims = [int(d) for d in np.asarray(shape).reshape(-1).tolist()]
     if any(d < 0 for d in dims):
         raise Decline(f"negative dimension in {dims}")
@@ -53,7 +54,7 @@ def constant_of_shape(shape, value=_ZERO_F32):
 
 
 @folder("EyeLike", since=9)
-def eye_like(x, dtype=None, k=0):
+def eye_like(x: np.ndarray, dtype: int | None = None, k: int = 0) -> np.ndarray:
     if x.ndim != 2:
         raise Decline("EyeLike of a non-2-D tensor")
     out_dtype = x.dtype if dtype is None else np_dtype(dtype)
@@ -61,7 +62,8 @@ def eye_like(x, dtype=None, k=0):
 
 
 @folder("OneHot", since=9)
-def one_hot(indices, depth, values, axis=-1):
+def one_hot(indices: np.ndarray, depth: np.ndarray, values: np.ndarray,
+            axis: int = -1) -> np.ndarray:
     if indices.dtype.kind == "f" and not np.isfinite(indices).all():
         raise Decline("OneHot with non-finite indices")
     if values.size != 2:

@@ -15,14 +15,14 @@ _MATMUL_DTYPES = tuple(
 )
 
 
-def _check(*xs):
+def _check(*xs: np.ndarray) -> None:
     dtype = xs[0].dtype
     if dtype not in _MATMUL_DTYPES or any(x.dtype != dtype for x in xs):
         raise Decline(f"matrix product of {', '.join(str(x.dtype) for x in xs)}")
 
 
 @folder("MatMul")
-def mat_mul(a, b):
+def mat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     _check(a, b)
     try:
         return np.asarray(np.matmul(a, b))
@@ -31,7 +31,9 @@ def mat_mul(a, b):
 
 
 @folder("Gemm", since=7)
-def gemm(a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: N803 - ONNX names
+def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, alpha: float = 1.0,
+         beta: float = 1.0,
+         transA: int = 0, transB: int = 0) -> np.ndarray:  # noqa: N803 - ONNX attribute names
     _check(*(t for t in (a, b, c) if t is not None))
     if a.ndim != 2 or b.ndim != 2:
         raise Decline("Gemm operands must be 2-D")
@@ -57,7 +59,7 @@ def gemm(a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: N803 -
 
 
 @folder("Einsum", since=12)
-def einsum(*xs, equation):
+def einsum(*xs: np.ndarray, equation: str) -> np.ndarray:
     dtype = xs[0].dtype
     if any(x.dtype != dtype for x in xs) or dtype.kind not in "iuf":
         raise Decline("Einsum inputs must share one numeric dtype")
@@ -70,7 +72,7 @@ def einsum(*xs, equation):
 
 
 @folder("Trilu", since=14)
-def trilu(x, k=None, upper=1):
+def trilu(x: np.ndarray, k: np.ndarray | None = None, upper: int = 1) -> np.ndarray:
     if x.ndim < 2:
         raise Decline("Trilu of a tensor of rank < 2")
     kk = 0 if k is None else int(np.asarray(k).reshape(-1)[0])

@@ -25,7 +25,8 @@ def _bounds(dtype: np.dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _blocked(x, scale, zero_point, axis, block_size):
+def _blocked(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int,
+             block_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Blocked scale and zero point repeated to x's shape (or Decline)."""
     if zero_point is not None and zero_point.shape != scale.shape:
         raise Decline("scale and zero point shapes differ")
@@ -36,7 +37,7 @@ def _blocked(x, scale, zero_point, axis, block_size):
     if scale.shape != tuple(blocks if i == axis else d for i, d in enumerate(x.shape)):
         raise Decline(f"blocked scale {scale.shape} for {x.shape} by {block_size}")
 
-    def expand(a):
+    def expand(a: np.ndarray) -> np.ndarray:
         return np.repeat(a, block_size, axis=axis)[
             tuple(slice(0, d) if i == axis else slice(None) for i, d in enumerate(x.shape))]
 
@@ -44,13 +45,13 @@ def _blocked(x, scale, zero_point, axis, block_size):
     return expand(scale), zp
 
 
-def _per_axis(x, scale, zero_point, axis):
+def _per_axis(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None,
+              axis: int) -> tuple[np.ndarray, np.ndarray]:
     """Scale and zero point reshaped to broadcast against x (or Decline)."""
     if zero_point is not None and zero_point.shape != scale.shape:
         raise Decline("scale and zero point shapes differ")
-    if scale.size == 1:
-        shape = ()
-    else:
+    shape: tuple[int, ...] = ()  # one scale: a scalar
+    if scale.size != 1:
         if scale.ndim != 1 or not -x.ndim <= axis < x.ndim:
             raise Decline("blocked quantization or invalid axis")
         axis %= x.ndim
@@ -62,10 +63,11 @@ def _per_axis(x, scale, zero_point, axis):
 
 
 @folder("DequantizeLinear", since=10)
-def dequantize_linear(x, x_scale, x_zero_point=None, axis=1, block_size=0, output_dtype=0):
+def dequantize_linear(x: np.ndarray, x_scale: np.ndarray, x_zero_point: np.ndarray | None = None,
+                      axis: int = 1, block_size: int = 0, output_dtype: int = 0) -> np.ndarray:
     if block_size:
         raise Decline("blocked dequantization")
-    if x.dtype not in _QTYPES + (np.dtype(np.int32),):
+    if x.dtype not in (*_QTYPES, np.dtype(np.int32)):
         raise Decline(f"dequantization of {x.dtype}")
     if x_scale.dtype not in _SCALE_TYPES:
         raise Decline(f"scale of {x_scale.dtype}")
@@ -80,9 +82,9 @@ def dequantize_linear(x, x_scale, x_zero_point=None, axis=1, block_size=0, outpu
 
 
 @folder("QuantizeLinear", since=10)
-def quantize_linear(
-    x, y_scale, y_zero_point=None, axis=1, saturate=1, block_size=0, output_dtype=0, precision=0
-):
+def quantize_linear(x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray | None = None,
+                    axis: int = 1, saturate: int = 1, block_size: int = 0, output_dtype: int = 0,
+                    precision: int = 0) -> np.ndarray:
     if precision:
         raise Decline("QuantizeLinear precision attribute")
     if x.dtype not in _SCALE_TYPES or y_scale.dtype != x.dtype:

@@ -14,15 +14,20 @@ reduction is declined (the overflow is detected on a float64 estimate).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from onnxfold.declare.registry import Decline, folder
 
 _HALF = ("float16", "bfloat16")
+Reducer = Callable[[np.ndarray, tuple[int, ...], int], np.ndarray]  # (x, axes, keepdims)
+Estimate = Callable[[np.ndarray, tuple[int, ...]], Any]  # a float64 result, for overflow
 
 
-def _norm_axes(x, axes, noop_with_empty_axes) -> tuple[int, ...]:
+def _norm_axes(x: np.ndarray, axes: np.ndarray | list[int] | None,
+               noop_with_empty_axes: int) -> tuple[int, ...]:
     axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1).tolist()]
     if not axes:
         return () if noop_with_empty_axes else tuple(range(x.ndim))
@@ -37,42 +42,42 @@ def _norm_axes(x, axes, noop_with_empty_axes) -> tuple[int, ...]:
     return out
 
 
-def _count(x, axes) -> int:
+def _count(x: np.ndarray, axes: tuple[int, ...]) -> int:
     return math.prod(x.shape[a] for a in axes)
 
 
-def _float_only(x, op):
+def _float_only(x: np.ndarray, op: str) -> None:
     if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
         raise Decline(f"{op} of {x.dtype} (onnxruntime's integer rounding is not reproduced)")
 
 
-def _sum(x, ax, keepdims):
+def _sum(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     return np.sum(x, axis=ax, dtype=x.dtype, keepdims=bool(keepdims))
 
 
-def _reduce_sum(x, ax, keepdims):
+def _reduce_sum(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     return _sum(x, ax, keepdims)
 
 
-def _reduce_sum_square(x, ax, keepdims):
+def _reduce_sum_square(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     return _sum(np.multiply(x, x), ax, keepdims)
 
 
-def _reduce_l1(x, ax, keepdims):
+def _reduce_l1(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     return _sum(np.abs(x), ax, keepdims)
 
 
-def _reduce_l2(x, ax, keepdims):
+def _reduce_l2(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     _float_only(x, "ReduceL2")
     return np.sqrt(_sum(np.multiply(x, x), ax, keepdims))
 
 
-def _reduce_log_sum(x, ax, keepdims):
+def _reduce_log_sum(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     _float_only(x, "ReduceLogSum")
     return np.log(_sum(x, ax, keepdims))
 
 
-def _reduce_log_sum_exp(x, ax, keepdims):
+def _reduce_log_sum_exp(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     _float_only(x, "ReduceLogSumExp")
     if not np.isfinite(x).all():  # its kernel: [inf, NaN] is inf, [NaN, inf] NaN (fuzz seed
         # 65339); [-inf, -1e4] is -inf (seed 94068): not what a maximum subtracted gives
@@ -84,11 +89,11 @@ def _reduce_log_sum_exp(x, ax, keepdims):
     return out if keepdims else np.squeeze(out, ax)
 
 
-def _reduce_prod(x, ax, keepdims):
+def _reduce_prod(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     return np.prod(x, axis=ax, dtype=x.dtype, keepdims=bool(keepdims))
 
 
-def _reduce_mean(x, ax, keepdims):
+def _reduce_mean(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     n = _count(x, ax)
     if n == 0:
         raise Decline("mean over an empty set is undefined")
@@ -100,8 +105,8 @@ def _reduce_mean(x, ax, keepdims):
     return np.where((q < 0) & (q * count != total), q + 1, q).astype(x.dtype)
 
 
-def _extremum(fn):
-    def run(x, ax, keepdims):
+def _extremum(fn: Callable[..., np.ndarray]) -> Reducer:
+    def run(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
         if _count(x, ax) == 0:
             raise Decline("max/min over an empty set")
         if x.dtype.kind == "f" and np.isnan(x).any():
@@ -128,7 +133,8 @@ _REDUCERS = {  # op: (reducer, opset where axes became an input, integer estimat
 _EXACT_IN_DOUBLE = 2.0**53
 
 
-def _check_int_overflow(x, ax, estimate, exact: bool = False) -> None:
+def _check_int_overflow(x: np.ndarray, ax: tuple[int, ...], estimate: Estimate | None,
+                        exact: bool = False) -> None:
     if estimate is None or x.dtype.kind not in "iu" or x.size == 0:
         return
     approx = estimate(x.astype(np.float64), ax)
@@ -141,7 +147,7 @@ def _check_int_overflow(x, ax, estimate, exact: bool = False) -> None:
         raise Decline("64-bit integer reduction beyond 2**53 (onnxruntime rounds through double)")
 
 
-def _log_sum_exp_as_its_function(x, ax, keepdims):
+def _log_sum_exp_as_its_function(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     """ReduceLogSumExp-18's function body: exp in double without subtracting the maximum.
     onnxruntime has no float16/bfloat16 kernel and runs this body in a model of opset 18 only
     (a large value gives inf there, fuzz seed 55216); at other opsets it casts to float32 for
@@ -157,10 +163,12 @@ def _log_sum_exp_as_its_function(x, ax, keepdims):
 _HALF_BY_OPSET = {"ReduceLogSumExp": _log_sum_exp_as_its_function}
 
 
-def _make(reducer, estimate, other_way=None):
+def _make(reducer: Reducer, estimate: Estimate | None,
+          other_way: Reducer | None = None) -> Callable[..., np.ndarray]:
     exact = reducer in (_REDUCERS["ReduceMax"][0], _REDUCERS["ReduceMin"][0])
 
-    def rule(x, axes=None, keepdims=1, noop_with_empty_axes=0):
+    def rule(x: np.ndarray, axes: np.ndarray | list[int] | None = None, keepdims: int = 1,
+             noop_with_empty_axes: int = 0) -> np.ndarray:
         ax = _norm_axes(x, axes, noop_with_empty_axes)
         _check_int_overflow(x, ax, estimate, exact)
         if x.dtype.name in _HALF and not exact:
@@ -183,7 +191,8 @@ REDUCE_RULES = tuple(
                      _make(reducer, estimate, _HALF_BY_OPSET.get(op)))))
 
 
-def _arg(fn, x, axis, keepdims, select_last_index):
+def _arg(fn: Callable[..., np.ndarray], x: np.ndarray, axis: int, keepdims: int,
+         select_last_index: int) -> np.ndarray:
     if x.ndim == 0:
         raise Decline("arg-reduction of a scalar")
     if not -x.ndim <= axis < x.ndim:
@@ -201,17 +210,19 @@ def _arg(fn, x, axis, keepdims, select_last_index):
 
 
 @folder("ArgMax")
-def arg_max(x, axis=0, keepdims=1, select_last_index=0):
+def arg_max(x: np.ndarray, axis: int = 0, keepdims: int = 1,
+            select_last_index: int = 0) -> np.ndarray:
     return _arg(np.argmax, x, axis, keepdims, select_last_index)
 
 
 @folder("ArgMin")
-def arg_min(x, axis=0, keepdims=1, select_last_index=0):
+def arg_min(x: np.ndarray, axis: int = 0, keepdims: int = 1,
+            select_last_index: int = 0) -> np.ndarray:
     return _arg(np.argmin, x, axis, keepdims, select_last_index)
 
 
 @folder("CumSum", since=11)
-def cum_sum(x, axis, exclusive=0, reverse=0):
+def cum_sum(x: np.ndarray, axis: np.ndarray, exclusive: int = 0, reverse: int = 0) -> np.ndarray:
     if x.ndim == 0:
         raise Decline("CumSum of a scalar")
     ax = int(np.asarray(axis).reshape(-1)[0])
@@ -225,6 +236,6 @@ def cum_sum(x, axis, exclusive=0, reverse=0):
     if exclusive:  # shift by one along the axis, starting from 0
         along = (slice(None),) * ax
         out = np.concatenate(
-            [np.zeros_like(out[along + (slice(0, 1),)]), out[along + (slice(0, -1),)]], axis=ax
+            [np.zeros_like(out[(*along, slice(0, 1))]), out[(*along, slice(0, -1))]], axis=ax
         )
     return np.flip(out, ax) if reverse else out

@@ -16,7 +16,7 @@ from onnxfold.declare.registry import Decline, folder
 from onnxfold.ir.slicing import onnx_slice
 
 
-def _ints(x) -> list[int]:
+def _ints(x: np.ndarray | list[int]) -> list[int]:
     """An int list from a tensor input or a list attribute."""
     return [int(v) for v in np.asarray(x).reshape(-1).tolist()]
 
@@ -27,7 +27,7 @@ def _axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def _axes(axes, rank: int) -> list[int]:
+def _axes(axes: np.ndarray | list[int], rank: int) -> list[int]:
     out = [_axis(a, rank) for a in _ints(axes)]
     if len(set(out)) != len(out):
         raise Decline(f"repeated axes {out}")
@@ -35,19 +35,19 @@ def _axes(axes, rank: int) -> list[int]:
 
 
 @folder("Identity")
-def identity(x):
+def identity(x: np.ndarray) -> np.ndarray:
     return x
 
 
 @folder("Transpose")
-def transpose(x, perm=None):
+def transpose(x: np.ndarray, perm: list[int] | None = None) -> np.ndarray:
     if perm is not None and sorted(perm) != list(range(x.ndim)):
         raise Decline(f"invalid perm {perm} for rank {x.ndim}")
     return np.transpose(x, perm)
 
 
 @folder("Reshape", since=5)
-def reshape(x, shape, allowzero=0):
+def reshape(x: np.ndarray, shape: np.ndarray, allowzero: int = 0) -> np.ndarray:
     dims = _ints(shape)
     if not allowzero:
         if len(dims) > x.ndim and any(d == 0 for d in dims[x.ndim :]):
@@ -66,14 +66,14 @@ def reshape(x, shape, allowzero=0):
 
 
 @folder("Flatten")
-def flatten(x, axis=1):
+def flatten(x: np.ndarray, axis: int = 1) -> np.ndarray:
     if not -x.ndim <= axis <= x.ndim:
         raise Decline(f"axis {axis} out of range for rank {x.ndim}")
     axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
-def _squeeze(x, axes):
+def _squeeze(x: np.ndarray, axes: np.ndarray | list[int] | None) -> np.ndarray:
     if axes is None or len(_ints(axes)) == 0:
         return x.reshape([d for d in x.shape if d != 1])
     axes = _axes(axes, x.ndim)
@@ -83,32 +83,32 @@ def _squeeze(x, axes):
 
 
 @folder("Squeeze", since=1, until=12)
-def squeeze_v1(x, axes=None):
+def squeeze_v1(x: np.ndarray, axes: list[int] | None = None) -> np.ndarray:
     return _squeeze(x, axes)
 
 
 @folder("Squeeze", since=13)
-def squeeze(x, axes=None):
+def squeeze(x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
     return _squeeze(x, axes)
 
 
-def _unsqueeze(x, axes):
+def _unsqueeze(x: np.ndarray, axes: np.ndarray | list[int]) -> np.ndarray:
     axes = _axes(axes, x.ndim + len(_ints(axes)))
     return np.expand_dims(x, tuple(axes))
 
 
 @folder("Unsqueeze", since=1, until=12)
-def unsqueeze_v1(x, axes):
+def unsqueeze_v1(x: np.ndarray, axes: list[int]) -> np.ndarray:
     return _unsqueeze(x, axes)
 
 
 @folder("Unsqueeze", since=13)
-def unsqueeze(x, axes):
+def unsqueeze(x: np.ndarray, axes: np.ndarray) -> np.ndarray:
     return _unsqueeze(x, axes)
 
 
 @folder("Concat", since=4)
-def concat(*xs, axis):
+def concat(*xs: np.ndarray, axis: int) -> np.ndarray:
     if len({x.dtype for x in xs}) != 1 or len({x.ndim for x in xs}) != 1:
         raise Decline("inputs differ in dtype or rank")
     try:
@@ -117,7 +117,7 @@ def concat(*xs, axis):
         raise Decline(str(e)) from None
 
 
-def _split(x, sizes: list[int], axis: int):
+def _split(x: np.ndarray, sizes: list[int], axis: int) -> tuple[np.ndarray, ...]:
     axis = _axis(axis, x.ndim)
     if any(s < 0 for s in sizes) or sum(sizes) != x.shape[axis]:
         raise Decline(f"split {sizes} does not cover dimension {x.shape[axis]}")
@@ -125,19 +125,22 @@ def _split(x, sizes: list[int], axis: int):
 
 
 @folder("Split", since=2, until=12)
-def split_v2(x, split=None, axis=0):
+def split_v2(x: np.ndarray, split: list[int] | np.ndarray | None = None,
+             axis: int = 0) -> tuple[np.ndarray, ...]:
     if split is None:
         raise Decline("equal split: the number of outputs is not known to the rule")
     return _split(x, _ints(split), axis)
 
 
 @folder("Split", since=13, until=17)
-def split_v13(x, split=None, axis=0):
+def split_v13(x: np.ndarray, split: np.ndarray | None = None,
+              axis: int = 0) -> tuple[np.ndarray, ...]:
     return split_v2(x, split, axis)
 
 
 @folder("Split", since=18)
-def split(x, split=None, axis=0, num_outputs=None):
+def split(x: np.ndarray, split: np.ndarray | None = None, axis: int = 0,
+          num_outputs: int | None = None) -> tuple[np.ndarray, ...]:
     if split is not None:
         return _split(x, _ints(split), axis)
     if num_outputs is None:
@@ -150,14 +153,15 @@ def split(x, split=None, axis=0, num_outputs=None):
     return _split(x, [chunk] * (num_outputs - 1) + [last], axis)
 
 
-def _slice(x, starts, ends, axes, steps):
-    starts, ends = _ints(starts), _ints(ends)
-    axes = list(range(len(starts))) if axes is None else _axes(axes, x.ndim)
-    steps = [1] * len(starts) if steps is None else _ints(steps)
-    if not len(starts) == len(ends) == len(axes) == len(steps):
+def _slice(x: np.ndarray, starts: np.ndarray | list[int], ends: np.ndarray | list[int],
+           axes: np.ndarray | list[int] | None, steps: np.ndarray | None) -> np.ndarray:
+    first, last = _ints(starts), _ints(ends)
+    axis_list = list(range(len(first))) if axes is None else _axes(axes, x.ndim)
+    step_list = [1] * len(first) if steps is None else _ints(steps)
+    if not len(first) == len(last) == len(axis_list) == len(step_list):
         raise Decline("starts, ends, axes and steps differ in length")
     index = [slice(None)] * x.ndim
-    for start, end, axis, step in zip(starts, ends, axes, steps):
+    for start, end, axis, step in zip(first, last, axis_list, step_list):
         if step == 0:
             raise Decline("slice step 0")
         index[axis] = onnx_slice(start, end, step, x.shape[axis])
@@ -165,29 +169,31 @@ def _slice(x, starts, ends, axes, steps):
 
 
 @folder("Slice", since=1, until=9)
-def slice_v1(x, starts, ends, axes=None):
+def slice_v1(x: np.ndarray, starts: list[int], ends: list[int],
+             axes: list[int] | None = None) -> np.ndarray:
     return _slice(x, starts, ends, axes, None)
 
 
 @folder("Slice", since=10)
-def slice_(x, starts, ends, axes=None, steps=None):
+def slice_(x: np.ndarray, starts: np.ndarray, ends: np.ndarray, axes: np.ndarray | None = None,
+           steps: np.ndarray | None = None) -> np.ndarray:
     return _slice(x, starts, ends, axes, steps)
 
 
-def _check_indices(indices, dim: int) -> None:
+def _check_indices(indices: np.ndarray, dim: int) -> None:
     if indices.size and (indices.min() < -dim or indices.max() >= dim):
         raise Decline(f"index out of range [-{dim}, {dim})")
 
 
 @folder("Gather")
-def gather(x, indices, axis=0):
+def gather(x: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
     axis = _axis(axis, x.ndim)
     _check_indices(indices, x.shape[axis])
     return np.take(x, indices.astype(np.int64, copy=False), axis=axis)
 
 
 @folder("GatherElements", since=11)
-def gather_elements(x, indices, axis=0):
+def gather_elements(x: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
     axis = _axis(axis, x.ndim)
     if indices.ndim != x.ndim:
         raise Decline("indices rank differs from data rank")
@@ -202,7 +208,7 @@ def gather_elements(x, indices, axis=0):
 
 
 @folder("GatherND", since=11)
-def gather_nd(x, indices, batch_dims=0):
+def gather_nd(x: np.ndarray, indices: np.ndarray, batch_dims: int = 0) -> np.ndarray:
     b, k = batch_dims, indices.shape[-1] if indices.ndim else 0
     if indices.ndim < 1 or not 1 <= k <= x.ndim - b or x.shape[:b] != indices.shape[:b]:
         raise Decline(f"unsupported GatherND shapes {x.shape} {indices.shape} batch_dims={b}")
@@ -218,7 +224,7 @@ def gather_nd(x, indices, batch_dims=0):
 
 
 @folder("Expand", since=8)
-def expand(x, shape):
+def expand(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
     try:
         out_shape = np.broadcast_shapes(x.shape, tuple(_ints(shape)))
     except ValueError as e:
@@ -227,7 +233,7 @@ def expand(x, shape):
 
 
 @folder("Tile", since=6)
-def tile(x, repeats):
+def tile(x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
     reps = _ints(repeats)
     if len(reps) != x.ndim or any(r < 0 for r in reps):
         raise Decline(f"invalid repeats {reps} for rank {x.ndim}")
@@ -235,12 +241,12 @@ def tile(x, repeats):
 
 
 @folder("Shape", until=14, shape_only=True)
-def shape_v1(shape):
+def shape_v1(shape: tuple[int, ...]) -> np.ndarray:
     return np.array(shape, dtype=np.int64)
 
 
 @folder("Shape", since=15, shape_only=True)
-def shape_(shape, start=0, end=None):
+def shape_(shape: tuple[int, ...], start: int = 0, end: int | None = None) -> np.ndarray:
     rank = len(shape)
     end = rank if end is None else end
     start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
@@ -248,7 +254,7 @@ def shape_(shape, start=0, end=None):
 
 
 @folder("Size", shape_only=True)
-def size(shape):
+def size(shape: tuple[int, ...]) -> np.ndarray:
     return np.array(math.prod(shape), dtype=np.int64)
 
 
@@ -256,15 +262,16 @@ _NP_PAD_MODE: dict[str, Literal["constant", "reflect", "edge", "wrap"]] = {
     "constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
-def _pad(x, pads: list[int], mode: str, value, axes=None):
+def _pad(x: np.ndarray, pads: list[int], mode: str, value: np.ndarray,
+         axes: np.ndarray | None = None) -> np.ndarray:
     if mode not in _NP_PAD_MODE:
         raise Decline(f"pad mode {mode}")
-    axes = list(range(x.ndim)) if axes is None else _axes(axes, x.ndim)
-    if len(pads) != 2 * len(axes):
-        raise Decline(f"{len(pads)} pads for {len(axes)} axes")
+    axis_list = list(range(x.ndim)) if axes is None else _axes(axes, x.ndim)
+    if len(pads) != 2 * len(axis_list):
+        raise Decline(f"{len(pads)} pads for {len(axis_list)} axes")
     before, after = [0] * x.ndim, [0] * x.ndim
-    for i, a in enumerate(axes):
-        before[a], after[a] = pads[i], pads[i + len(axes)]
+    for i, a in enumerate(axis_list):
+        before[a], after[a] = pads[i], pads[i + len(axis_list)]
     # negative pads crop first (as onnxruntime does), then the rest is padded
     if any(d + min(b, 0) + min(e, 0) < 0 for d, b, e in zip(x.shape, before, after)):
         raise Decline("negative pads remove more than the dimension")
@@ -283,18 +290,20 @@ def _pad(x, pads: list[int], mode: str, value, axes=None):
 
 
 @folder("Pad", since=2, until=10)
-def pad_v2(x, pads, mode="constant", value=0.0):
+def pad_v2(x: np.ndarray, pads: list[int], mode: str = "constant",
+           value: float = 0.0) -> np.ndarray:
     return _pad(x, list(pads), mode, np.asarray(value).astype(x.dtype))
 
 
 @folder("Pad", since=11)
-def pad(x, pads, constant_value=None, axes=None, mode="constant"):
+def pad(x: np.ndarray, pads: np.ndarray, constant_value: np.ndarray | None = None,
+        axes: np.ndarray | None = None, mode: str = "constant") -> np.ndarray:
     value = np.zeros((), x.dtype) if constant_value is None else constant_value.reshape(())
     return _pad(x, _ints(pads), mode, value, axes)
 
 
 @folder("Compress", since=9)
-def compress(x, condition, axis=None):
+def compress(x: np.ndarray, condition: np.ndarray, axis: int | None = None) -> np.ndarray:
     if axis is None:
         x, axis = x.reshape(-1), 0
     axis = _axis(axis, x.ndim)
@@ -303,12 +312,13 @@ def compress(x, condition, axis=None):
 
 
 @folder("NonZero", since=9)
-def non_zero(x):
+def non_zero(x: np.ndarray) -> np.ndarray:
     return np.array(np.nonzero(x.reshape(-1) if x.ndim == 0 else x), dtype=np.int64)
 
 
 @folder("Unique", since=11)
-def unique(x, axis=None, sorted=1):  # noqa: A002 - ONNX attribute name
+def unique(x: np.ndarray, axis: int | None = None,
+           sorted: int = 1) -> tuple[np.ndarray, ...]:  # the ONNX attribute name
     if axis is not None:
         raise Decline("Unique along an axis")
     if x.dtype.kind == "f" and np.isnan(x).any():

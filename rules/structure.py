@@ -184,6 +184,14 @@ def _region(ctx: RewriteContext, y: ir.Value, rank: int
                 todo.append(v)
     if inner is None or not nodes:
         return None
+    leak = _leak(ctx, list(nodes), inner, y)
+    return leak if leak is not None else (list(nodes), inner)
+
+
+def _leak(ctx: RewriteContext, nodes: list[ir.Node], inner: ir.Node, y: ir.Value
+          ) -> Reject | None:
+    """Why the region ``nodes`` fed by ``inner`` cannot be rewritten as a whole (a node is
+    kept, or a value in between is read outside or is a graph output); None if it can."""
     inside = set(nodes)
     for node in (*nodes, inner):
         if kept(node, ctx.keep):
@@ -195,7 +203,7 @@ def _region(ctx: RewriteContext, y: ir.Value, rank: int
                 continue
             if any(use.node not in inside for use in out.uses()):
                 return Reject("a value in between is read elsewhere")
-    return list(nodes), inner
+    return None
 
 
 def _unwrappable(ctx: RewriteContext, outer: ir.Node, y: ir.Value, target: ir.Value

@@ -77,9 +77,8 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"{_fmt(t['peak_rss_mib'], '.0f')} | {_fmt(t['rss_over_input'], '.2f')} | "
                 f"{_fmt(t.get('cf_shape'))} | {_mib(t.get('output_bytes'))} | "
                 f"{_fmt(t.get('loads_in_ort'))} | {_fmt(diff, '.3g')} |")
-            for key in ("stats_error", "accuracy_error"):
-                if t.get(key):
-                    notes.append(f"- {name} / {tool} {key}: {_cell(t[key], 400)}")
+            notes.extend(f"- {name} / {tool} {key}: {_cell(t[key], 400)}"
+                         for key in ("stats_error", "accuracy_error") if t.get(key))
             if t["status"].startswith("crashed") and len(t["status"]) > 110:
                 notes.append(f"- {name} / {tool}: {_cell(t['status'], 400)}")
             if tool == "onnxfold" and t.get("pool_peak_bytes") is not None:

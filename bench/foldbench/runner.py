@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -95,10 +96,8 @@ def run_child(cmd: list[str], log_stem: Path, timeout: float,
         def kill() -> None:
             if not done.is_set():
                 timed_out.set()
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
         timer = threading.Timer(timeout, kill)
         timer.start()
@@ -109,10 +108,8 @@ def run_child(cmd: list[str], log_stem: Path, timeout: float,
             timer.cancel()
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4, tell Popen
-    try:  # stragglers of the group (none expected)
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # stragglers (none expected)
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     text = err_path.read_text(errors="replace")
     tail = text.strip().splitlines()[-8:]
     err_line = first_error_line(text, proc.returncode) if proc.returncode != 0 else ""

@@ -96,10 +96,10 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
     plan.sources.update(outer)
     shape_only = facts.shape_only
     for value in graph.initializers.values():
-        if inputs_are_constant or not is_overridable(value, graph, ir_version):
-            if value.const_value is not None:
-                plan.constant.add(value)
-                plan.sources.add(value)
+        if (inputs_are_constant or not is_overridable(value, graph, ir_version)) \
+                and value.const_value is not None:
+            plan.constant.add(value)
+            plan.sources.add(value)
     for node in graph:
         if is_default_op(node, "Constant"):
             plan.constant.update(node.outputs)

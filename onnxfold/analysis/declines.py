@@ -39,7 +39,7 @@ class Reason:
         return f"{self.kind.value}: {self.detail}" if self.detail else self.kind.value
 
 
-class Decline(Exception):  # noqa: N818 - a rule declines, it is not an error
+class Decline(Exception):
     """Raised by a rule to say it does not handle this case (the reason is the message)."""
 
     def __init__(self, detail: str, kind: DeclineKind = DeclineKind.RULE_DECLINED) -> None:

@@ -20,7 +20,7 @@ _NAMED = re.compile(r"^([A-Za-z_][\w.:/-]*)=([^=]*)$")
 
 def _is_number(part: str) -> bool:
     """Whether a dim was meant as a number (a sign or any digit, ``²`` and ``١`` included),
-    rather than ``?`` or a dim name."""
+    rather than ``?`` or a dim name."""  # noqa: RUF002 - an Arabic-Indic digit on purpose
     return part[:1] in "+-" or any(c.isnumeric() for c in part[:1])
 
 

@@ -80,8 +80,8 @@ def is_batch(inputs: list[str], output: str | None) -> bool:
     """Several inputs, a directory as input, or ``-o`` naming a directory (a trailing ``/`` or
     an existing directory): the batch form. One model file and a file ``-o`` (or none) is
     not."""
-    return (len(inputs) > 1 or any(os.path.isdir(p) for p in inputs) or output is not None
-            and (output.endswith(("/", os.sep)) or os.path.isdir(output)))
+    return (len(inputs) > 1 or any(os.path.isdir(p) for p in inputs) or (output is not None
+            and (output.endswith(("/", os.sep)) or os.path.isdir(output))))
 
 
 def refuse_foreign_directories(inputs: list[str], recursive: bool) -> None:
@@ -260,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         print(table(outcomes, jobs))
     for outcome in outcomes:
         lines = outcome.warnings if outcome.code == 0 else (
-            outcome.warnings + [outcome.message] if outcome.message else outcome.warnings)
+            [*outcome.warnings, outcome.message] if outcome.message else outcome.warnings)
         if outcome.code != 0 or not args.quiet:
             for line in lines:
                 shown = line if outcome.input in line else f"{outcome.input}: {line}"
@@ -328,7 +328,7 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
     return [done[i] for i in sorted(done)]
 
 
-class Terminated(Exception):  # noqa: N818 - the signal, not an error
+class Terminated(Exception):
     """SIGTERM arrived: the batch stops as after Ctrl-C."""
 
 

@@ -615,7 +615,7 @@ def _reserve_standard_descriptors() -> None:
                 os.dup2(null, fd)
                 os.close(null)
             if getattr(sys, name) is None:
-                setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+                setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115 - it becomes the stream
 
 
 def entry_point() -> None:

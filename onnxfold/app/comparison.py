@@ -120,8 +120,8 @@ class CompareResult:
             tolerance_for(np.dtype(np.float32), self.rtol, self.atol).describe()
         lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
                  f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}"]
-        for info in self.inputs:
-            lines.append(f"  input {info.name}: {info.dtype}{_shape(info.shape)} {info.source}")
+        lines.extend(f"  input {info.name}: {info.dtype}{_shape(info.shape)} {info.source}"
+                     for info in self.inputs)
         if len(self.bindings) > 1:
             lines.append("  input sets alternate the dims " + " and ".join(
                 "{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings))
@@ -371,10 +371,9 @@ class _Inputs:
                 raise InputError(f"--inputs: {name} has shape {_shape(actual)}, the model "
                                  f"wants rank {len(shape)}")
             for want, got in zip(shape, actual):
-                if is_named(want):
-                    if bound.setdefault(want, got) != got:
-                        raise InputError(f"--inputs: {name} has {want}={got} but {want} is "
-                                         f"{bound[want]}")
+                if is_named(want) and bound.setdefault(want, got) != got:
+                    raise InputError(f"--inputs: {name} has {want}={got} but {want} is "
+                                     f"{bound[want]}")
         unnamed = any(not isinstance(d, int) and not is_named(d)
                       for name, _, shape in self.specs if name not in self.given for d in shape)
         return bound, unnamed

@@ -20,7 +20,7 @@ def run_job(path: str) -> None:
     """A job's process: the one-model ``optimize`` of the pickled arguments in ``path`` (written
     by the batch's process, in the job's private directory), then exit with its code."""
     with open(path, "rb") as f:
-        args = pickle.load(f)  # noqa: S301 - our own parent wrote it, in a 0700 directory
+        args = pickle.load(f)  # safe: the batch process wrote it, in a 0700 directory
     code = cli.run_parsed(args)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

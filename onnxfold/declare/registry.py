@@ -16,8 +16,15 @@ from dataclasses import dataclass
 
 from onnxfold.analysis.declines import Decline, DeclineKind
 
-__all__ = ["Decline", "DeclineKind", "FolderRule", "OpFact", "RULES_ATTR", "folder",
-           "source_of"]
+__all__ = [
+    "RULES_ATTR",
+    "Decline",
+    "DeclineKind",
+    "FolderRule",
+    "OpFact",
+    "folder",
+    "source_of",
+]
 
 RULES_ATTR = "__onnxfold_rules__"  # the rule declarations a decorator attached to a function
 

@@ -55,7 +55,7 @@ def worth_a_child(flops: float, timeout: float) -> bool:
     return flops >= max(MIN_FLOPS, timeout * SLOW_FLOPS_PER_SECOND / 2)
 
 
-class ChildUnavailable(Exception):  # noqa: N818 - a situation, not an error of the batch
+class ChildUnavailable(Exception):
     """No child process can be started here (no temporary directory, a full disk, no Python
     executable to run): the caller runs the batch in its own process instead."""
 

@@ -88,8 +88,8 @@ def _stored(value: ir.Value | None) -> bool:
     if value is None:
         return False
     producer = value.producer()
-    return value.const_value is not None or producer is not None and \
-        producer.op_type == "Constant" and producer.domain in DEFAULT_DOMAINS
+    return value.const_value is not None or (producer is not None and
+        producer.op_type == "Constant" and producer.domain in DEFAULT_DOMAINS)
 
 
 def _rounds_where_computed(node: ir.Node, dtype: ir.DataType, opset: int) -> bool:

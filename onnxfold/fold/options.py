@@ -45,7 +45,7 @@ def _opt(default: Any, flag: Flag, factory: Callable[[], Any] | None = None) -> 
 class FoldOptions:
     """What may be folded. Every field has a CLI flag of the same meaning."""
 
-    disabled_rules: set[str] = _opt(None, Flag(
+    disabled_rules: set[str] = _opt(None, Flag(  # noqa: RUF009 - _opt returns a dataclasses.field
         "--disable-rule", "do not use this rule: a rule name, or an op type (every native rule "
         "for that op: its folder, the patterns matching it, the cleanup removing it; the "
         "onnxruntime fallback still folds it; --keep prevents that); repeatable", repeat=True,

@@ -26,6 +26,7 @@ constant float weight folds like any op (its result is 2-8x smaller than its sou
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import onnx_ir as ir
 
@@ -70,6 +71,31 @@ def origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
     return origins
 
 
+def _growth_candidates(plan: ConstPlan, planned: set[ir.Node], outputs: set[ir.Value],
+                       origins_of: dict[ir.Value, frozenset[ir.Value]], alive: set[ir.Value],
+                       kept: Callable[[ir.Value], bool], source_bytes: Callable[[ir.Value], int],
+                       growth_min_bytes: int) -> list[tuple[int, int, int, ir.Node]]:
+    """``(growth, size, exclusive source bytes, node)`` for each kept result of a planned node
+    that may grow the model: larger than ``growth_min_bytes`` or a copy of a shared weight."""
+    candidates = []
+    for node in reversed(plan.foldable):
+        if node not in planned:
+            continue
+        for out in node.outputs:
+            size = static_nbytes(out)
+            if size is None or not kept(out) or (
+                    out not in outputs and identity_source(out, plan.sources) is not None):
+                continue  # an Identity of a constant is kept as that constant: no copy
+            sources = origins_of.get(out, frozenset())
+            copies_shared = size > SMALL_BYTES and any(
+                s in alive and _is_weight(s) for s in sources)
+            if size <= growth_min_bytes and not copies_shared:
+                continue
+            exclusive = sum(source_bytes(s) for s in sources if s not in alive)
+            candidates.append((size - exclusive, size, exclusive, node))
+    return candidates
+
+
 def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                   growth_factor: float | None, growth_min_bytes: int,
                   max_growth_bytes: int | None, widening: dict[ir.DataType, int],
@@ -94,22 +120,8 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
     while changed:
         changed = False
         alive = {s for s in plan.sources if kept(s) or s in graph.inputs}
-        candidates = []
-        for node in reversed(plan.foldable):
-            if node not in planned:
-                continue
-            for out in node.outputs:
-                size = static_nbytes(out)
-                if size is None or not kept(out) or (
-                        out not in outputs and identity_source(out, plan.sources) is not None):
-                    continue  # an Identity of a constant is kept as that constant: no copy
-                sources = origins_of.get(out, frozenset())
-                copies_shared = size > SMALL_BYTES and any(
-                    s in alive and _is_weight(s) for s in sources)
-                if size <= growth_min_bytes and not copies_shared:
-                    continue
-                exclusive = sum(source_bytes(s) for s in sources if s not in alive)
-                candidates.append((size - exclusive, size, exclusive, node))
+        candidates = _growth_candidates(plan, planned, outputs, origins_of, alive, kept,
+                                        source_bytes, growth_min_bytes)
         for _growth, size, exclusive, node in candidates:
             if growth_factor is not None and size > growth_factor * exclusive:
                 shared = "; its source stays in use" if exclusive == 0 else ""

@@ -12,6 +12,7 @@ with the number of weights. The mapping lives as long as a view of it does.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -129,10 +130,8 @@ def drop_resident_pages() -> None:
         shared = [m for ref in _maps.values() if (m := ref()) is not None and not m.closed]
     for mapping in shared:
         if hasattr(mmap, "MADV_DONTNEED") and len(mapping):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 mapping.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):
-                pass
 
 
 def live_maps() -> int:

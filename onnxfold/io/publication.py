@@ -110,8 +110,6 @@ def superseded_data(requested: str, published: str) -> list[str]:
     pattern = _variant_pattern(requested)
     found = []
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            if entry.name != os.path.basename(published) and (
-                    entry.name == os.path.basename(requested) or pattern.match(entry.name)):
-                found.append(entry.path)
+        found = [entry.path for entry in entries if entry.name != os.path.basename(published)
+                 and (entry.name == os.path.basename(requested) or pattern.match(entry.name))]
     return sorted(found)

@@ -504,7 +504,7 @@ def _huge(proto: onnx.ModelProto) -> bool:
     """Whether ``proto`` is too big to pass to onnx's checker as it is (which serializes it)."""
     try:
         return proto.ByteSize() >= CHECK_INLINE_LIMIT
-    except Exception:  # protobuf refuses to size a message of 2 GiB or more  # noqa: BLE001
+    except Exception:  # protobuf refuses to size a message of 2 GiB or more
         return True
 
 

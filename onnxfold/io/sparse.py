@@ -54,7 +54,7 @@ def _dense(sparse: onnx.SparseTensorProto, where: str, budget: int) -> onnx.Tens
 
 def has_sparse(model: onnx.ModelProto) -> bool:
     """Whether :func:`densify` would change ``model``."""
-    return any(isinstance(graph, onnx.GraphProto) and graph.sparse_initializer or any(
+    return any((isinstance(graph, onnx.GraphProto) and graph.sparse_initializer) or any(
         a.name == "sparse_value" for n in graph.node if n.op_type == "Constant"
         for a in n.attribute) for graph in _node_holders(model))
 

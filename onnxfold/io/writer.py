@@ -194,6 +194,74 @@ def _pwrite_text_field(fd: int, field: int, text: str, offset: int) -> int:
     return done
 
 
+def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value]
+                       ) -> tuple[bytes, bytes, str | None]:
+    """The model's bytes before its graph, its graph's bytes without the ``streamed``
+    initializers (they are written from their arrays) and its doc string (written last, from
+    the str). ``model`` is left as it was."""
+    graph = model.graph
+    inlined = inline_references(model, set(streamed.values()))
+    for name in streamed:
+        graph.initializers.pop(name)
+    doc_string, model.doc_string = model.doc_string, None
+    try:
+        proto = ir.serde.serialize_model(model)
+    finally:
+        model.doc_string = doc_string
+        for value in streamed.values():
+            graph.register_initializer(value)
+        restore_references(inlined)
+    prune_value_info(model, proto)
+    graph_bytes = proto.graph.SerializeToString()
+    proto.ClearField("graph")
+    head = proto.SerializeToString()
+    del proto  # its arena holds the graph's strings until it is gone
+    return head, graph_bytes, doc_string
+
+
+def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: bytes,
+                              streamed: dict[str, ir.Value], data_name: str,
+                              counted: Callable[[int], None] | None) -> tuple[int, int]:
+    """Write the weights to ``data_fd`` and the model naming them (``data_name``) to ``fd``:
+    the bytes written to ``fd`` and to ``data_fd``."""
+    data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
+    segments.write(data_fd, data, counted)
+    headers = [_header(name, _tensor(value), (data_name, seg.offset))
+               for (name, value), seg in zip(streamed.items(), data)]
+    fields = [pw.len_prefix(5, len(h)) + h for h in headers]
+    graph_len = len(graph_bytes) + sum(len(f) for f in fields)
+    written = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes,
+                                 b"".join(fields)], 0)
+    return written, offset
+
+
+def _write_embedded(fd: int, head: bytes, graph_bytes: bytes, streamed: dict[str, ir.Value],
+                    counted: Callable[[int], None] | None) -> int:
+    """Write the model with its weights inside to ``fd``: the bytes written."""
+    pieces = []
+    for name, value in streamed.items():
+        tensor = _tensor(value)
+        header = _header(name, tensor, None)
+        raw = pw.len_prefix(9, tensor.nbytes)
+        body_len = len(header) + len(raw) + tensor.nbytes
+        pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
+    graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
+    first = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes], 0)
+    tensors, written = segments.layout(first, pieces)
+    segments.write(fd, tensors, counted)
+    return written
+
+
+def _remove_superseded_data(requested: str, data_path: str, guard: OutputGuard,
+                            in_place: bool) -> None:
+    """Remove the data files an earlier save left for ``requested`` (not ``data_path``, the
+    one just written), where the guard allows it."""
+    for old in superseded_data(requested, data_path):
+        if in_place or guard.removable(old):
+            with contextlib.suppress(OSError):
+                os.unlink(old)
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
                data_name: str | None = None, protect: set[str] | None = None,
                prefill: OutputPrefill | None = None,
@@ -231,23 +299,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     if external_data:
         data_path = guard.claim(data_path, "output model's external data")
 
-    inlined = inline_references(model, set(streamed.values()))
-    for name in streamed:
-        graph.initializers.pop(name)
-    doc_string, model.doc_string = model.doc_string, None  # written last, from the str
-    try:
-        proto = ir.serde.serialize_model(model)
-    finally:
-        model.doc_string = doc_string
-        for value in streamed.values():
-            graph.register_initializer(value)
-        restore_references(inlined)
-    prune_value_info(model, proto)
-    graph_bytes = proto.graph.SerializeToString()
-    proto.ClearField("graph")
-    head = proto.SerializeToString()
-    del proto  # its arena holds the graph's strings until it is gone
-
+    head, graph_bytes, doc_string = _serialize_without(model, streamed)
     in_place = guard.replaces_input(target)
     with output_lock(target):
         if external_data:
@@ -260,26 +312,10 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
             offset = 0
             if external_data:
                 data_fd, data_tmp = temp_beside(data_path)
-                data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
-                segments.write(data_fd, data, counted)
-                headers = [_header(name, _tensor(value), (data_name, seg.offset))
-                           for (name, value), seg in zip(streamed.items(), data)]
-                fields = [pw.len_prefix(5, len(h)) + h for h in headers]
-                graph_len = len(graph_bytes) + sum(len(f) for f in fields)
-                written = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes,
-                                             b"".join(fields)], 0)
+                written, offset = _write_with_external_data(
+                    fd, data_fd, head, graph_bytes, streamed, data_name, counted)
             else:
-                pieces = []
-                for name, value in streamed.items():
-                    tensor = _tensor(value)
-                    header = _header(name, tensor, None)
-                    raw = pw.len_prefix(9, tensor.nbytes)
-                    body_len = len(header) + len(raw) + tensor.nbytes
-                    pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
-                graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
-                first = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes], 0)
-                tensors, written = segments.layout(first, pieces)
-                segments.write(fd, tensors, counted)
+                written = _write_embedded(fd, head, graph_bytes, streamed, counted)
             if doc_string:
                 written += _pwrite_text_field(fd, _MODEL_DOC_STRING, doc_string, written)
             os.ftruncate(fd, written)  # a prefilled file may be longer
@@ -307,8 +343,5 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
         if external_data:
             kill_point("old-data-removal")
             requested = os.path.join(os.path.dirname(target), requested_name)
-            for old in superseded_data(requested, data_path):
-                if in_place or guard.removable(old):
-                    with contextlib.suppress(OSError):
-                        os.unlink(old)
+            _remove_superseded_data(requested, data_path, guard, in_place)
     return SaveInfo(path, data_path if external_data else None, written + offset, len(streamed))

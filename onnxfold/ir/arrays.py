@@ -9,7 +9,7 @@ import numpy as np
 try:  # numpy >= 2.0
     from numpy.lib.array_utils import byte_bounds
 except ImportError:  # numpy 1.x (the declared minimum is 1.23)
-    byte_bounds = np.byte_bounds  # type: ignore[attr-defined]
+    byte_bounds = np.byte_bounds  # type: ignore[attr-defined]  # noqa: NPY201 - numpy 1.x only
 
 
 def c_contiguous(arr: np.ndarray) -> np.ndarray:

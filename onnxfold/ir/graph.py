@@ -152,4 +152,4 @@ def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
 
 def kept(node: ir.Node, keep: Collection[str]) -> bool:
     """Whether ``keep`` (``--keep``: op types and node names) names ``node``."""
-    return bool(keep) and (node.op_type in keep or bool(node.name) and node.name in keep)
+    return bool(keep) and (node.op_type in keep or (bool(node.name) and node.name in keep))

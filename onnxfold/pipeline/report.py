@@ -198,10 +198,8 @@ class Report:
         if len(self.leftovers) > len(shown):
             lines.append(f"{'':13}... and {len(self.leftovers) - len(shown)} more modules "
                          "(--explain)")
-        for step in self.skipped_steps:
-            lines.append(f"skipped      {step}")
-        for warning in self.warnings:
-            lines.append(f"warning      {warning}")
+        lines.extend(f"skipped      {step}" for step in self.skipped_steps)
+        lines.extend(f"warning      {warning}" for warning in self.warnings)
         if self.output:
             where = f" + {self.external_data}" if self.external_data else ""
             lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")

@@ -50,9 +50,8 @@ def _check(value: Any, schema: dict, path: str, errors: list[str]) -> None:
     if "minimum" in schema and _is(value, "number") and value < schema["minimum"]:
         errors.append(f"{path}: {value!r} is below {schema['minimum']!r}")
     if isinstance(value, dict):
-        for key in schema.get("required", ()):
-            if key not in value:
-                errors.append(f"{path}: missing {key!r}")
+        errors.extend(f"{path}: missing {key!r}" for key in schema.get("required", ())
+                      if key not in value)
         properties = schema.get("properties", {})
         extra = schema.get("additionalProperties", True)
         for key, item in value.items():

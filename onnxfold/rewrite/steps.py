@@ -19,7 +19,7 @@ from onnxfold.io.checked import InputChanged
 T = TypeVar("T")
 
 
-class StepFailed(Exception):  # noqa: N818 - carries the failure of one step
+class StepFailed(Exception):
     """Step ``step`` (a rule name, or a pass name) raised ``error``."""
 
     def __init__(self, step: str, error: BaseException) -> None:

@@ -348,7 +348,7 @@ def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
     manifest = os.path.join(out_dir, "manifest.json")
     guard = OutputGuard(input_files(parts.entry))
     if not created:
-        for path in paths + [manifest]:
+        for path in [*paths, manifest]:
             guard.claim(path, os.path.basename(path))
     written: list[str] = []
     try:

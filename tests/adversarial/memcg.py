@@ -9,6 +9,7 @@ with that reason).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -77,10 +78,13 @@ class MemoryCgroup:
         return Outcome(code, out, err, self.oom_kills(), self.peak(), max_rss)
 
     def remove(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(self.directory)
-        except OSError:
-            pass
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
 
 
 def _own_directory(mount: str, path: str) -> str:
@@ -98,14 +102,14 @@ def create(limit: int) -> MemoryCgroup | str:
         version = 2 if hierarchy.limit_file == "memory.max" else 1
         parent = _own_directory(hierarchy.mount, hierarchy.path)
         if version == 2:
-            controllers = open(os.path.join(parent, "cgroup.controllers")).read().split() \
-                if os.path.exists(os.path.join(parent, "cgroup.controllers")) else []
+            listed = os.path.join(parent, "cgroup.controllers")
+            controllers = _read(listed).split() if os.path.exists(listed) else []
             if "memory" not in controllers:
                 reasons.append(f"cgroup v2 at {parent}: no memory controller")
                 continue
             subtree = os.path.join(parent, "cgroup.subtree_control")
             try:
-                if "memory" not in open(subtree).read().split():
+                if "memory" not in _read(subtree).split():
                     with open(subtree, "w") as f:
                         f.write("+memory")
             except OSError as e:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from slow_conv import processes_mentioning, quick_model, slow_conv_model
 
@@ -67,18 +68,18 @@ def test_a_job_killed_holding_its_output_lock_blocks_no_later_run(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     old = quick_model(str(out / "m.onnx"), seed=2)  # an earlier output, to be kept intact
-    before = open(old, "rb").read()
+    before = Path(old).read_bytes()
     proc, _ = _onnxfold(["optimize", model, "-o", f"{out}/", "--job-timeout", "3"], tmp_path,
                         env={HANG_AT_ENV: "model-rename"})  # hangs holding the lock
     assert proc.returncode == 3, proc.stderr
     assert "timed out" in proc.stdout
-    assert open(old, "rb").read() == before
+    assert Path(old).read_bytes() == before
     assert not os.path.exists(lock_path(old))
     assert _leftovers(out) == []
     proc, seconds = _onnxfold(["optimize", model, "-o", f"{out}/", "--job-timeout", "20"],
                               tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert open(old, "rb").read() != before
+    assert Path(old).read_bytes() != before
     assert seconds < 20
 
 

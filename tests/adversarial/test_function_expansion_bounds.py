@@ -27,10 +27,10 @@ def nest(levels: int) -> onnx.ModelProto:
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
     functions = [helper.make_function(DOMAIN, "f0", ["x"], ["y"],
                                       [helper.make_node("Relu", ["x"], ["y"])], opsets[:1])]
-    for k in range(1, levels):
-        functions.append(helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"], [
-            helper.make_node(f"f{k - 1}", ["x"], ["a"], domain=DOMAIN),
-            helper.make_node(f"f{k - 1}", ["a"], ["y"], domain=DOMAIN)], opsets))
+    functions.extend(helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"], [
+        helper.make_node(f"f{k - 1}", ["x"], ["a"], domain=DOMAIN),
+        helper.make_node(f"f{k - 1}", ["a"], ["y"], domain=DOMAIN)], opsets)
+        for k in range(1, levels))
     graph = helper.make_graph(
         [helper.make_node(f"f{levels - 1}", ["x"], ["y"], domain=DOMAIN)], "nest",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],

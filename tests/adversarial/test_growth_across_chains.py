@@ -20,8 +20,8 @@ def _doubling_chain(steps: int) -> onnx.ModelProto:
     nodes = [helper.make_node("NonZero", ["ones"], ["nz"]),
              helper.make_node("Cast", ["nz"], ["cz"], to=T.FLOAT),
              helper.make_node("Reshape", ["cz", "flat"], ["c0"])]
-    for i in range(steps):
-        nodes.append(helper.make_node("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}"], axis=0))
+    nodes.extend(helper.make_node("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}"], axis=0)
+                 for i in range(steps))
     nodes.append(helper.make_node("Gather", [f"c{steps}", "x"], ["y"]))
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", T.INT64, [1])],

@@ -99,10 +99,9 @@ def test_inline_raw_data_of_the_wrong_size_is_refused(tmp_path, layout):
         inits["W"].raw_data = w.tobytes() + b.tobytes()
     else:
         inits["W"].raw_data = w.tobytes()[:1024]
-        if layout == "short-last":  # W last: nothing after it in the graph's initializers
-            order = [inits["b"], inits["W"]]
-        else:  # W then b: the bytes right after W's are b's (and the rest of the file)
-            order = [inits["W"], inits["b"]]
+        # short-last: W last, nothing after it in the graph's initializers; otherwise W then
+        # b: the bytes right after W's are b's (and the rest of the file)
+        order = [inits["b"], inits["W"]] if layout == "short-last" else [inits["W"], inits["b"]]
         del proto.graph.initializer[:]
         proto.graph.initializer.extend(order)
     model_dir = tmp_path / "model"

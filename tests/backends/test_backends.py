@@ -17,7 +17,7 @@ from onnxfold.runtime.split import split_model
 
 def _iree_missing() -> str | None:
     try:
-        import iree.compiler  # noqa: F401
+        import iree.compiler
         import iree.runtime  # noqa: F401
     except ImportError:
         return "IREE is not installed (pip install 'onnxfold[mlir]')"

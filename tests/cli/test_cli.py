@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -71,7 +72,7 @@ def test_not_onnx(tmp_path, existing_output):
 
 
 def test_truncated(tmp_path, existing_output):
-    data = open(TINY_BERT, "rb").read()
+    data = Path(TINY_BERT).read_bytes()
     cut = tmp_path / "cut.onnx"
     cut.write_bytes(data[: len(data) // 2])
     assert_clean_error(onnxfold("optimize", str(cut), "-o", str(existing_output)))

@@ -50,7 +50,7 @@ def test_every_library_is_checked(model_path, tmp_path):
 def test_session_and_compare_check_the_paths(model_path, tmp_path):
     with pytest.raises(InputError, match="not a regular file"):
         onnxfold.Session(model_path, custom_op_libraries=[tmp_path])
-    with pytest.raises(InputError, match="missing.so"):
+    with pytest.raises(InputError, match=r"missing\.so"):
         onnxfold.compare(model_path, model_path, custom_op_libraries=[tmp_path / "missing.so"])
     session = onnxfold.Session(model_path, custom_op_libraries=[])
     assert session.run(None, {"x": np.ones(2, np.float32)})[0].tolist() == [2.0, 3.0]

@@ -17,10 +17,10 @@ pytest.importorskip("torch", reason="the exports tier needs torch (pip install .
 pytest.importorskip("transformers",
                     reason="the exports tier needs transformers (pip install .[exports])")
 
-import export_models  # noqa: E402  (after the skips: it imports torch and transformers)
+import export_models  # after the skips: it imports torch and transformers
 
-import onnxfold  # noqa: E402
-from onnxfold.fold.options import FoldOptions  # noqa: E402
+import onnxfold
+from onnxfold.fold.options import FoldOptions
 
 
 def _fold(path: str, **options: bool) -> tuple[onnx.ModelProto, onnxfold.Report]:

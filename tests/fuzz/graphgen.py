@@ -45,7 +45,7 @@ ITEM = {"float32": 4, "float16": 2, "int64": 8, "int32": 4, "bool": 1}
 FLOATS = ("float32", "float16")
 INTS = ("int64", "int32")
 NUMERIC = FLOATS + INTS
-ALL = NUMERIC + ("bool",)
+ALL = (*NUMERIC, "bool")
 FMAX = {"float32": 3.0e38, "float16": 65000.0}
 IMAX = {"int64": 2**63 - 1, "int32": 2**31 - 1}
 IR_FOR_OPSET = {13: 7, 15: 8, 17: 8, 18: 8, 19: 9, 21: 10}
@@ -138,7 +138,7 @@ class Skip(Exception):
 class Val:
     """A value of the model being generated: its name, dtype, shape and what is known."""
 
-    __slots__ = ("name", "dtype", "shape", "const", "mag", "scope", "uses", "kind")
+    __slots__ = ("const", "dtype", "kind", "mag", "name", "scope", "shape", "uses")
 
     def __init__(self, name, dtype, shape, const, mag, scope, kind="node"):
         self.name, self.dtype, self.shape = name, dtype, tuple(shape)
@@ -530,8 +530,7 @@ class Gen:
             return self.input(dtype, shape)
         shape = self.into(x.shape)
         if grow and self.chance(0.15):
-            shape = (self.randint(1, 3),) + tuple(1 if isinstance(d, str) else d
-                                                  for d in x.shape)
+            shape = (self.randint(1, 3), *(1 if isinstance(d, str) else d for d in x.shape))
             if not self.fits(self.bcast(x.shape, shape), dtype):
                 shape = ()
         return self.fresh(sc, dtype, shape, allow_input=False)
@@ -628,10 +627,10 @@ class Gen:
             y = self.partner(sc, x)
             return self.node1(sc, op, [x, y], "bool", self._bshape(x, y), mag=1)
         floats = x.dtype in FLOATS
-        ops = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod"] + COMPARE
+        ops = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", *COMPARE]
         if floats:
             ops += ["Sum", "Mean"]
-        op = self.choice(ops + ["Add", "Mul", "Sub"])
+        op = self.choice([*ops, "Add", "Mul", "Sub"])
         attrs = {}
         if not floats and op in ("Div", "Mod"):
             y = self.partner(sc, x, values=(1, 5))
@@ -722,7 +721,7 @@ class Gen:
         return self.node1(sc, op, ins, x.dtype, shape, mag=mag, **attrs)
 
     def g_cumsum(self, sc):
-        x = self.operand(sc, NUMERIC if self.opset >= 17 else ("float32",) + INTS,
+        x = self.operand(sc, NUMERIC if self.opset >= 17 else ("float32", *INTS),
                          pred=lambda v: len(v.shape) >= 1)
         r = len(x.shape)
         axis = self.randint(-r, r - 1)
@@ -784,11 +783,11 @@ class Gen:
         if len(b) == 1:
             return tuple(a[:-1])
         if len(a) == 1:
-            return tuple(b[:-2]) + (b[-1],)
+            return (*b[:-2], b[-1])
         batch = self.bcast(a[:-2], b[:-2])
         if batch is None:
             return None
-        return batch + (a[-2], b[-1])
+        return (*batch, a[-2], b[-1])
 
     def g_gemm(self, sc):
         a = self.operand(sc, FLOATS, pred=lambda v: len(v.shape) == 2, rank=2)
@@ -1092,7 +1091,7 @@ class Gen:
 
     def g_cast(self, sc):
         x = self.operand(sc)
-        to = self.choice([d for d in self.cfg.dtypes])
+        to = self.choice(list(self.cfg.dtypes))
         if x.dtype in FLOATS and to in INTS and not x.mag < min(IMAX[to] / 2, 2**60):
             to = self.choice([d for d in self.cfg.dtypes if d not in INTS] or [x.dtype])
         mag = x.mag
@@ -1197,7 +1196,7 @@ class Gen:
                                                           self.chance(0.3) else 0)
             lv = self.const(sc, np.array(limit, npd))
             lim = [limit, limit]
-        n = self.dim_of(tuple(max(int(math.ceil((lim[a] - start) / delta)), 0) for a in (0, 1)))
+        n = self.dim_of(tuple(max(math.ceil((lim[a] - start) / delta), 0) for a in (0, 1)))
         if not self.fits((n,), dtype):
             raise Skip("range")
         mag = abs(start) + abs(delta) * max(self.dval(n, a) for a in (0, 1)) + 1
@@ -1210,7 +1209,7 @@ class Gen:
         pads = [self.randint(0, 2) for _ in range(2 * r)]
         for i, d in enumerate(x.shape):
             m = self.dmin(d)
-            if mode == "edge" and m < 1 or mode == "reflect" and m < 2:
+            if (mode == "edge" and m < 1) or (mode == "reflect" and m < 2):
                 pads[i] = pads[i + r] = 0
             if mode == "reflect":
                 pads[i] = min(pads[i], m - 1) if m >= 2 else 0
@@ -1247,7 +1246,7 @@ class Gen:
             ins, attrs = [x], {"num_outputs": k}
         else:
             cuts = sorted(int(c) for c in self.r.choice(range(1, d), size=k - 1, replace=False))
-            sizes = [b - a for a, b in zip([0] + cuts, cuts + [d])]
+            sizes = [b - a for a, b in zip([0, *cuts], [*cuts, d])]
             ins, attrs = [x, self.i64(sc, sizes)], {}
         outs = []
         for s in sizes:
@@ -1413,9 +1412,9 @@ class Gen:
                          else_branch=branches[1])
         return vals[0] if len(vals) == 1 else self.choice(vals)
 
-    def g_loop(self, sc):
-        if sc.depth >= self.cfg.max_depth:
-            raise Skip("depth")
+    def loop_trip_count(self, sc):
+        """A Loop's trip count M (a constant, or a dim of a value read through Shape and
+        Gather) and the dim its scan outputs get."""
         trip = self.randint(0 if self.chance(0.05) else 1, 4)
         if self.chance(0.2):
             x = self.operand(sc, pred=lambda v: len(v.shape) >= 1 and max(
@@ -1424,48 +1423,39 @@ class Gen:
             shp = self.node1(sc, "Shape", [x], "int64", (len(x.shape),), mag=BIG)
             M = self.node1(sc, "Gather", [shp, self.i64(sc, i, scalar=True)], "int64", (),
                            mag=BIG, axis=0)
-            trip_dim = x.shape[i]
-        else:
-            M = self.i64(sc, trip, scalar=True)
-            trip_dim = trip
-        use_cond = self.chance(0.4)
-        cond = self.const(sc, np.array(True)) if use_cond else None
-        carried = [self.operand(sc) for _ in range(self.randint(0, 2))]
-        bs = Scope(sc)
-        it = Val(self.name("iter"), "int64", (), False, 8, bs, kind="input")
-        cin = Val(self.name("cond"), "bool", (), False, 1, bs, kind="input")
-        cins = [Val(self.name("c"), t.dtype, t.shape, False, INF, bs, kind="input")
-                for t in carried]
-        bs.vals.extend([it, cin] + cins)
-        if self.chance(0.5):
-            to = self.choice([d for d in NUMERIC if d in self.cfg.dtypes] or ["int64"])
-            self.node1(bs, "Cast", [it], to, (), mag=8, to=ELEM[to])
-        if self.chance(0.4):
-            self.grow_body(bs)
-        couts = []
-        for c in cins:
-            kind = self.weighted({"pass": 1, "identity": 1, "compute": 4})
-            if kind == "pass":
-                couts.append(c)
-            elif kind == "identity":
-                couts.append(self.node1(bs, "Identity", [c], c.dtype, c.shape, mag=INF))
-            else:
-                v = self.preserve(bs, c)
-                if self.chance(0.3):
-                    v = self.node1(bs, "Identity", [v], v.dtype, v.shape, mag=INF)
-                couts.append(v)
+            return M, x.shape[i]
+        return self.i64(sc, trip, scalar=True), trip
+
+    def loop_carried_output(self, bs, c):
+        """What a Loop body returns for the carried input ``c``: itself, an Identity of it,
+        or a value computed from it."""
+        kind = self.weighted({"pass": 1, "identity": 1, "compute": 4})
+        if kind == "pass":
+            return c
+        if kind == "identity":
+            return self.node1(bs, "Identity", [c], c.dtype, c.shape, mag=INF)
+        v = self.preserve(bs, c)
+        if self.chance(0.3):
+            v = self.node1(bs, "Identity", [v], v.dtype, v.shape, mag=INF)
+        return v
+
+    def loop_condition_output(self, bs, it, cin):
+        """The condition a Loop body returns (always true): the input condition, an Identity
+        of it, a constant, or ``iteration < 100``."""
         ckind = self.choice(["pass", "identity", "const", "less"])
         if ckind == "pass":
-            cout = cin
-        elif ckind == "identity":
-            cout = self.node1(bs, "Identity", [cin], "bool", (), mag=1)
-        elif ckind == "const":
-            cout = self.const(bs, np.array(True), how=self.choice(["init", "node"]))
-        else:
-            cout = self.node1(bs, "Less", [it, self.i64(bs, 100, scalar=True)], "bool", (),
-                              mag=1)
+            return cin
+        if ckind == "identity":
+            return self.node1(bs, "Identity", [cin], "bool", (), mag=1)
+        if ckind == "const":
+            return self.const(bs, np.array(True), how=self.choice(["init", "node"]))
+        return self.node1(bs, "Less", [it, self.i64(bs, 100, scalar=True)], "bool", (), mag=1)
+
+    def loop_scan_outputs(self, sc, bs, it, couts, least):
+        """``least`` to 2 scan outputs of a Loop body: carried outputs, outer values, the
+        iteration number (through an Identity) or values computed in the body."""
         souts = []
-        for _ in range(self.randint(0 if carried else 1, 2)):
+        for _ in range(self.randint(least, 2)):
             kind = self.weighted({"carried": 3 if couts else 0, "outer": 2, "compute": 3,
                                   "iter": 1})
             if kind == "carried":
@@ -1478,18 +1468,83 @@ class Gen:
             else:
                 base = self.pick(bs, lambda v: v.scope is bs) or self.operand(bs)
                 souts.append(self.preserve(bs, base, 1))
-        graph = self.body_graph(bs, [cout] + couts + souts, inputs=[it, cin] + cins)
+        return souts
+
+    def g_loop(self, sc):
+        if sc.depth >= self.cfg.max_depth:
+            raise Skip("depth")
+        M, trip_dim = self.loop_trip_count(sc)
+        use_cond = self.chance(0.4)
+        cond = self.const(sc, np.array(True)) if use_cond else None
+        carried = [self.operand(sc) for _ in range(self.randint(0, 2))]
+        bs = Scope(sc)
+        it = Val(self.name("iter"), "int64", (), False, 8, bs, kind="input")
+        cin = Val(self.name("cond"), "bool", (), False, 1, bs, kind="input")
+        cins = [Val(self.name("c"), t.dtype, t.shape, False, INF, bs, kind="input")
+                for t in carried]
+        bs.vals.extend([it, cin, *cins])
+        if self.chance(0.5):
+            to = self.choice([d for d in NUMERIC if d in self.cfg.dtypes] or ["int64"])
+            self.node1(bs, "Cast", [it], to, (), mag=8, to=ELEM[to])
+        if self.chance(0.4):
+            self.grow_body(bs)
+        couts = [self.loop_carried_output(bs, c) for c in cins]
+        cout = self.loop_condition_output(bs, it, cin)
+        souts = self.loop_scan_outputs(sc, bs, it, couts, 0 if carried else 1)
+        graph = self.body_graph(bs, [cout, *couts, *souts], inputs=[it, cin, *cins])
         specs = [(t.dtype, t.shape, INF) for t in carried]
         if souts and self.dmin(trip_dim) == 0:
             # with no iteration onnxruntime cannot know a scan output's element shape (it
             # gives all dims 0)
             raise Skip("empty loop with scan outputs")
-        for s in souts:
-            specs.append((s.dtype, (trip_dim,) + tuple(s.shape), INF))
+        specs.extend((s.dtype, (trip_dim, *s.shape), INF) for s in souts)
         if any(not self.fits(sp[1], sp[0]) for sp in specs):
             raise Skip("loop size")
-        vals = self.node(sc, "Loop", [M, cond] + carried, specs, const=False, body=graph)
+        vals = self.node(sc, "Loop", [M, cond, *carried], specs, const=False, body=graph)
         return self.choice(vals)
+
+    def scan_state_output(self, bs, s, ident):
+        """What a Scan body returns for the state input ``s``: an Identity of it, or a value
+        computed from it (through an Identity or not)."""
+        if self.chance(0.25):
+            return ident(s)
+        v = self.preserve(bs, s)
+        if self.chance(0.4):
+            v = ident(v)
+        return v
+
+    def scan_outputs(self, sc, bs, sins, souts, slices, ident, twice):
+        """The scan outputs of a Scan body (at least one when it has no state): Identities of
+        states, of state inputs, of outer values, or values computed from the slices."""
+        youts = []
+        if twice:  # the state, and the same value through an Identity as a scan output
+            youts.append(ident(souts[0]))
+        for _ in range(self.randint(0 if (sins or youts) else 1, 2)):
+            kind = self.weighted({"state": 2 if souts else 0, "slice": 3, "outer": 1,
+                                  "state_in": 1 if sins else 0})
+            if kind == "state":
+                youts.append(ident(self.choice(souts)))
+            elif kind == "state_in":
+                youts.append(ident(self.choice(sins)))
+            elif kind == "outer":
+                youts.append(ident(self.operand(sc)))
+            else:
+                y = self.preserve(bs, self.choice(slices), self.randint(0, 2))
+                youts.append(ident(y) if y in slices or self.chance(0.3) else y)
+        return youts
+
+    def scan_attributes(self, xs, axes, youts, oaxes):
+        """A Scan's attributes: the scan input count, and sometimes its axes and directions."""
+        attrs = {"num_scan_inputs": len(xs)}
+        if any(axes) or self.chance(0.2):
+            attrs["scan_input_axes"] = axes
+        if self.chance(0.3):
+            attrs["scan_input_directions"] = [self.randint(0, 1) for _ in xs]
+        if youts and (any(oaxes) or self.chance(0.2)):
+            attrs["scan_output_axes"] = oaxes
+        if youts and self.chance(0.3):
+            attrs["scan_output_directions"] = [self.randint(0, 1) for _ in youts]
+        return attrs
 
     def g_scan(self, sc):
         if sc.depth >= self.cfg.max_depth:
@@ -1525,32 +1580,10 @@ class Gen:
             self.grow_body(bs)
         # onnxruntime computes garbage when a Scan body returns one of its inputs as is or one
         # value twice: the original only ever has the Identity forms (which a folder must keep)
-        ident = lambda v: self.node1(bs, "Identity", [v], v.dtype, v.shape, mag=INF)  # noqa
-        souts = []
+        ident = lambda v: self.node1(bs, "Identity", [v], v.dtype, v.shape, mag=INF)  # noqa: E731 - a shorthand used below
         twice = self.chance(0.25) and sins
-        for s in sins:
-            if self.chance(0.25):
-                souts.append(ident(s))
-            else:
-                v = self.preserve(bs, s)
-                if self.chance(0.4):
-                    v = ident(v)
-                souts.append(v)
-        youts = []
-        if twice:  # the state, and the same value through an Identity as a scan output
-            youts.append(ident(souts[0]))
-        for _ in range(self.randint(0 if (sins or youts) else 1, 2)):
-            kind = self.weighted({"state": 2 if souts else 0, "slice": 3, "outer": 1,
-                                  "state_in": 1 if sins else 0})
-            if kind == "state":
-                youts.append(ident(self.choice(souts)))
-            elif kind == "state_in":
-                youts.append(ident(self.choice(sins)))
-            elif kind == "outer":
-                youts.append(ident(self.operand(sc)))
-            else:
-                y = self.preserve(bs, self.choice(slices), self.randint(0, 2))
-                youts.append(ident(y) if y in slices or self.chance(0.3) else y)
+        souts = [self.scan_state_output(bs, s, ident) for s in sins]
+        youts = self.scan_outputs(sc, bs, sins, souts, slices, ident, twice)
         seen = set()
         for outs in (souts, youts):
             for i, v in enumerate(outs):
@@ -1569,15 +1602,7 @@ class Gen:
         if any(not self.fits(sp[1], sp[0]) or self.maybe_empty(sp[1]) for sp in specs) \
                 or not specs:
             raise Skip("scan size")
-        attrs = {"num_scan_inputs": len(xs)}
-        if any(axes) or self.chance(0.2):
-            attrs["scan_input_axes"] = axes
-        if self.chance(0.3):
-            attrs["scan_input_directions"] = [self.randint(0, 1) for _ in xs]
-        if youts and (any(oaxes) or self.chance(0.2)):
-            attrs["scan_output_axes"] = oaxes
-        if youts and self.chance(0.3):
-            attrs["scan_output_directions"] = [self.randint(0, 1) for _ in youts]
+        attrs = self.scan_attributes(xs, axes, youts, oaxes)
         vals = self.node(sc, "Scan", states + xs, specs, const=False, body=graph, **attrs)
         return self.choice(vals)
 

@@ -116,7 +116,7 @@ def drop_cf_outputs(model) -> list:
                     out.append(cand)
             for ai, a in enumerate(n.attribute):
                 if a.type == onnx.AttributeProto.GRAPH:
-                    visit(a.g, path + [(ni, ai)])
+                    visit(a.g, [*path, (ni, ai)])
 
     visit(model.graph, [])
     return out
@@ -315,7 +315,7 @@ def bypasses(model) -> list:
                         break
             for ai, a in enumerate(n.attribute):
                 if a.type == onnx.AttributeProto.GRAPH:
-                    visit(a.g, path + [(ni, ai)])
+                    visit(a.g, [*path, (ni, ai)])
 
     visit(model.graph, [])
     return out
@@ -327,20 +327,48 @@ def with_dce(model):
     return cand
 
 
-def shrink_subject(subject, sig: str, prefer_output: str | None = None, budget: int = 400,
-                   log=None):
-    workdir = tempfile.mkdtemp(prefix="onnxfold-shrink-")
-    tries = [0]
+class _StillFails:
+    """Whether a subject still fails with signature ``sig``; at most ``budget`` checks, after
+    which every subject counts as not failing."""
 
-    def fails(s) -> bool:
-        if tries[0] >= budget:
+    def __init__(self, sig: str, budget: int) -> None:
+        self.sig = sig
+        self.budget = budget
+        self.tries = 0
+        self.workdir = tempfile.mkdtemp(prefix="onnxfold-shrink-")
+
+    def __call__(self, subject) -> bool:
+        if self.tries >= self.budget:
             return False
-        tries[0] += 1
+        self.tries += 1
         try:
-            res = fuzzcheck.check_case(s, workdir, inspect=False)
+            res = fuzzcheck.check_case(subject, self.workdir, inspect=False)
         except Exception:
             return False
-        return res.failed and fuzzcheck.signature(res) == sig
+        return res.failed and fuzzcheck.signature(res) == self.sig
+
+
+def _replace_nodes(subject, fails):
+    """Try ``replace_node`` on each node, last first, keeping each replacement that still
+    fails: the smaller subject, and whether anything was replaced."""
+    progress = False
+    values = intermediates(subject)
+    if values:
+        const = constant_names(subject.model.graph)
+        for i in reversed(range(len(subject.model.graph.node))):
+            if i >= len(subject.model.graph.node):
+                continue
+            cand = replace_node(subject, i, values, const)
+            if cand is not None and fails(cand):
+                subject, progress = cand, True
+                values = intermediates(subject) or values
+                const = constant_names(subject.model.graph)
+    return subject, progress
+
+
+def shrink_subject(subject, sig: str, prefer_output: str | None = None, budget: int = 400,
+                   log=None):
+    fails = _StillFails(sig, budget)
 
     def attempt(model, feeds=None):
         cand = subject.with_model(model, feeds)
@@ -358,7 +386,7 @@ def shrink_subject(subject, sig: str, prefer_output: str | None = None, budget: 
         return len(model.SerializeToString())
 
     progress = True
-    while progress and tries[0] < budget:
+    while progress and fails.tries < budget:
         progress = False
         dced = with_dce(subject.model)
         if size(dced) < size(subject.model) and (got := attempt(dced)):
@@ -372,19 +400,10 @@ def shrink_subject(subject, sig: str, prefer_output: str | None = None, budget: 
                 got = first_attempt(make(subject.model))
                 if got:
                     subject, progress = got, True
-        values = intermediates(subject)
-        if values:
-            const = constant_names(subject.model.graph)
-            for i in reversed(range(len(subject.model.graph.node))):
-                if i >= len(subject.model.graph.node):
-                    continue
-                cand = replace_node(subject, i, values, const)
-                if cand is not None and fails(cand):
-                    subject, progress = cand, True
-                    values = intermediates(subject) or values
-                    const = constant_names(subject.model.graph)
+        subject, replaced = _replace_nodes(subject, fails)
+        progress = progress or replaced
         if log:
-            log(f"  {sum(subject.ops.values())} nodes after {tries[0]} tries")
+            log(f"  {sum(subject.ops.values())} nodes after {fails.tries} tries")
     return subject
 
 

@@ -138,7 +138,7 @@ def test_declined_rewrites_join_the_modules_where_something_stayed():
     graph = ir.Graph([x], [], nodes=[*reshapes, matmul], opset_imports={"": 17})
     model = ir.Model(graph, ir_version=8)
     blocked = [{"node": "/m/layers.0/attn/Concat", "op": "Concat", "blocked_by": "`s`"}]
-    rejected = {**{n: "reshape_known_target: allowzero" for n in reshapes},
+    rejected = {**dict.fromkeys(reshapes, "reshape_known_target: allowzero"),
                 matmul: "fuse_matmul_add_into_gemm: not 2-D"}
     (group,) = group_leftovers(model, [], blocked, rejected)  # no group for the MatMul alone
     assert group["module"] == "m.layers.*.attn" and group["instances"] == 2

@@ -101,7 +101,7 @@ def run_node_ort(
         sess = ort.InferenceSession(
             model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
         )
-    except Exception as e:  # noqa: BLE001 - ORT raises its own exception types
+    except Exception as e:  # onnxruntime raises its own exception types
         if "NOT_IMPLEMENTED" in str(e) or "Could not find an implementation" in str(e):
             pytest.skip(f"onnxruntime has no kernel: {str(e)[:200]}")
         if "Type Error: Type 'tensor(" in str(e):
@@ -124,7 +124,7 @@ def run_rule(
     assert rule is not None, f"no rule for {op_type} at opset {opset}"
     args = list(inputs)
     if rule.shape_only:
-        args = [tuple(args[0].shape)] + args[1:]
+        args = [tuple(args[0].shape), *args[1:]]
     while args and args[-1] is None:
         args.pop()
     out = rule.fn(*args, **(attrs or {}))

@@ -127,7 +127,7 @@ def test_large_intermediates_with_a_small_result_fold(tmp_path, chain):
                  helper.make_node("Range", ["lo", "hi", "d"], ["i"]),
                  helper.make_node("Cast", ["i"], ["big"], to=TensorProto.FLOAT)]
     path = _scalar_out(nodes, tmp_path, chain)
-    code, err, rss, _ = _fold_measured(path, tmp_path / "out.onnx")
+    code, err, _rss, _ = _fold_measured(path, tmp_path / "out.onnx")
     assert code == 0, err
     folded = onnx.load(tmp_path / "out.onnx")
     assert [n.op_type for n in folded.graph.node] == ["Add"]
@@ -204,7 +204,7 @@ def test_data_propagation_is_off_for_a_slice_step_beyond_32_bits(step, tmp_path)
     assert not _data_prop_is_bounded(model)
     small = make_model(nodes, [vinfo("x", shape=["N", 3, 4])],
                        [vinfo("y", TensorProto.INT64, shape=None)],
-                       inits[:3] + [tensor("t", np.array([2**31 - 1]))])
+                       [*inits[:3], tensor("t", np.array([2 ** 31 - 1]))])
     assert _data_prop_is_bounded(small)
     src = tmp_path / "m.onnx"
     onnx.save(model, src)

@@ -51,7 +51,7 @@ def test_if_with_a_computed_constant_condition_is_inlined(tmp_path):
              helper.make_node("If", ["cond"], ["r"], then_branch=then_g, else_branch=else_g),
              helper.make_node("Relu", ["r"], ["y"])]
     proto = make_model(nodes, [vec("x")], [vec("y")],
-                       SCALARS + [tensor("w_else", np.full(4, 7, np.float32))])
+                       [*SCALARS, tensor("w_else", np.full(4, 7, np.float32))])
     folded, report, out = fold_proto(proto, tmp_path)
     assert ops(folded.graph) == ["Mul", "Relu"]
     assert report.pattern_hits == {"inline_constant_if": 1}
@@ -95,7 +95,7 @@ def test_if_with_a_dynamic_condition_stays(tmp_path):
 
 
 def _loop(body_nodes, body_inits=(), outer_inits=(), trip=3):
-    body = graph("body", body_nodes + [helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+    body = graph("body", [*body_nodes, helper.make_node("Identity", ["cond_in"], ["cond_out"])],
                  [vinfo("cond_out", TensorProto.BOOL, []), vec("v_out")],
                  inputs=[vinfo("i", TensorProto.INT64, []),
                          vinfo("cond_in", TensorProto.BOOL, []), vec("v_in")],
@@ -103,8 +103,8 @@ def _loop(body_nodes, body_inits=(), outer_inits=(), trip=3):
     nodes = [helper.make_node("Loop", ["trip", "cond0", "x"], ["v"], body=body),
              helper.make_node("Relu", ["v"], ["y"])]
     return make_model(nodes, [vec("x")], [vec("y")],
-                      [tensor("trip", np.int64(trip)), tensor("cond0", np.bool_(True))]
-                      + list(outer_inits))
+                      [tensor("trip", np.int64(trip)), tensor("cond0", np.bool_(True)),
+                       *outer_inits])
 
 
 def test_loop_invariant_chain_of_outer_constants_folds_in_the_body(tmp_path):
@@ -145,7 +145,7 @@ def test_loop_body_with_an_if_on_a_constant_condition(tmp_path):
     proto = _loop([helper.make_node("Greater", ["c1", "c2"], ["bc"]),
                    helper.make_node("If", ["bc"], ["v_out"], then_branch=then_b,
                                     else_branch=else_b)],
-                  outer_inits=[tensor("c", c)] + SCALARS)
+                  outer_inits=[tensor("c", c), *SCALARS])
     folded, report, out = fold_proto(proto, tmp_path)
     body = body_of(folded)
     assert all_ops(folded.graph) == ["Loop", "Add", "Identity", "Relu"]
@@ -166,8 +166,8 @@ def test_loop_body_if_with_a_folded_nested_chain(tmp_path):
     proto = _loop([helper.make_node("Less", ["c2", "c1"], ["bc"]),
                    helper.make_node("If", ["bc"], ["v_out"], then_branch=then_b,
                                     else_branch=else_b)],
-                  outer_inits=[tensor("c", c)] + SCALARS, trip=2)
-    folded, report, out = fold_proto(proto, tmp_path)
+                  outer_inits=[tensor("c", c), *SCALARS], trip=2)
+    folded, _report, out = fold_proto(proto, tmp_path)
     assert all_ops(folded.graph) == ["Loop", "Add", "Identity", "Relu"]
     (init,) = body_of(folded).initializer
     np.testing.assert_array_equal(numpy_helper.to_array(init), -c * 3)
@@ -231,7 +231,7 @@ def test_inlined_if_returning_an_outer_value_through_identity(tmp_path):
     nodes = [helper.make_node("Neg", ["x"], ["v"]),
              helper.make_node("If", ["c"], ["y"], then_branch=b_then, else_branch=b_else)]
     proto = make_model(nodes, [vec("x"), vinfo("c", TensorProto.BOOL, [])], [vec("y")])
-    folded, report, out = fold_proto(proto, tmp_path)
+    _folded, report, out = fold_proto(proto, tmp_path)
     assert report.pattern_hits.get("inline_constant_if") == 1
     for c in (True, False):
         _runs_like_the_original(proto, out, {"x": X, "c": np.array(c)})
@@ -250,5 +250,5 @@ def test_scan_body_ending_in_identity_of_its_state(tmp_path):
     xs = np.arange(12, dtype=np.float32).reshape(3, 4)
     proto = make_model(nodes, [vec("x"), vinfo("s0", shape=[4])],
                        [vec("y"), vinfo("ys", shape=[3, 4])], [tensor("xs", xs)])
-    folded, report, out = fold_proto(proto, tmp_path)
+    _folded, _report, out = fold_proto(proto, tmp_path)
     _runs_like_the_original(proto, out, {"x": X, "s0": np.float32([1, -2, 3, 5])})

@@ -40,7 +40,7 @@ def test_flatten_by_known_size_folds_its_scaffolding(tmp_path):
              helper.make_node("Concat", ["n", "c64u"], ["target"], axis=0),
              helper.make_node("Reshape", ["x", "target"], ["y"])]
     proto = make_model(nodes, [X], [vinfo("y", shape=["N", 192])])
-    folded, report, out = fold_proto(proto, tmp_path)
+    folded, _report, out = fold_proto(proto, tmp_path)
     assert _ops(folded) == ["Reshape"]
     target = {t.name: onnx.numpy_helper.to_array(t) for t in folded.graph.initializer}
     assert [v.tolist() for v in target.values()] == [[0, 192]]
@@ -108,7 +108,7 @@ def test_dynamic_dims_are_copied_by_position(tmp_path, dims):
              helper.make_node("Concat", ["nm", "six"], ["target"], axis=0),
              helper.make_node("Reshape", ["x", "target"], ["y"])]
     proto = make_model(nodes, [x], [vinfo("y", shape=[dims[0], dims[1], 6])])
-    folded, report, out = fold_proto(proto, tmp_path)
+    folded, _report, out = fold_proto(proto, tmp_path)
     assert _ops(folded) == ["Reshape"]  # target [0, 0, 6] or [0, 4, 6]
     m = 4 if dims[1] == 4 else 2
     for n in (1, 3):

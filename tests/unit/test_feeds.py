@@ -20,7 +20,7 @@ def test_plain_arrays_load(tmp_path):
 def test_garbage_is_one_error(tmp_path, content):
     path = tmp_path / "f.npz"
     path.write_bytes(content)
-    with pytest.raises(InputError, match="not an .npz"):
+    with pytest.raises(InputError, match=r"not an \.npz"):
         load_arrays(path)
 
 
@@ -29,7 +29,7 @@ def test_pickles_and_single_arrays_are_refused(tmp_path):
     with pytest.raises(InputError, match="object arrays"):
         load_arrays(tmp_path / "o.npz")
     np.save(tmp_path / "a.npy", np.ones(3))
-    with pytest.raises(InputError, match="not an .npz"):
+    with pytest.raises(InputError, match=r"not an \.npz"):
         load_arrays(tmp_path / "a.npy")
 
 

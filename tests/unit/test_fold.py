@@ -28,7 +28,7 @@ def test_chain_folds_into_one_initializer(tmp_path):
     assert report.folded_nodes == 3 and report.folded_fallback == 0
     x = np.ones((2, 8), np.float32)
     np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
-    (init,) = [t for t in folded.graph.initializer]
+    (init,) = list(folded.graph.initializer)
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(init), np.abs(w.T * 2))
 
 
@@ -129,7 +129,7 @@ def test_shape_of_statically_shaped_dynamic_value_folds(tmp_path):
              helper.make_node("ReduceProd", ["s"], ["n"], keepdims=1),
              helper.make_node("Reshape", ["r", "n"], ["y"])]
     proto = make_model(nodes, [vinfo("x", shape=[2, 3])], [vinfo("y", shape=[6])])
-    folded, report, out = fold_proto(proto, tmp_path)
+    folded, _report, out = fold_proto(proto, tmp_path)
     assert ops(folded) == ["Relu", "Reshape"]
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
@@ -179,7 +179,7 @@ def test_constant_node_and_graph_output_that_folds(tmp_path):
                                                          vinfo("sq", shape=[4])])
     folded, _, out = fold_proto(proto, tmp_path)
     assert ops(folded) == ["Add"]
-    y, sq = run_ort(out, {"x": np.zeros(4, np.float32)})
+    _y, sq = run_ort(out, {"x": np.zeros(4, np.float32)})
     np.testing.assert_array_equal(sq, np.arange(4.0) ** 2)
 
 

@@ -72,7 +72,7 @@ def test_transposes_merged_across_a_branch_boundary(tmp_path, cond_is_input):
     nodes = [helper.make_node("Transpose", ["w"], ["t1"], perm=[1, 0]),
              helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)]
     proto = make_model(nodes, inputs, [vinfo("y", shape=[2, 3])], inits)
-    folded, _, out = fold_proto(proto, tmp_path)
+    _folded, _, out = fold_proto(proto, tmp_path)
     feeds = {"z": np.ones((2, 3), np.float32)}
     for c in ([True, False] if cond_is_input else [None]):
         if c is not None:

@@ -164,9 +164,9 @@ def layer_of(module: str, layers: Sequence[tuple[str, Sequence[str]]]) -> int | 
     best: tuple[int, int] | None = None
     for rank, (_, prefixes) in enumerate(layers):
         for prefix in prefixes:
-            if module == prefix or ("." in prefix and module.startswith(prefix + ".")):
-                if best is None or len(prefix) > best[0]:
-                    best = (len(prefix), rank)
+            matches = module == prefix or ("." in prefix and module.startswith(prefix + "."))
+            if matches and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), rank)
     return None if best is None else best[1]
 
 

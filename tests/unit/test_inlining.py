@@ -16,10 +16,10 @@ OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
 def _nest(levels: int) -> ir.Model:
     functions = [helper.make_function(DOMAIN, "f0", ["x"], ["y"], [
         helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Neg", ["t"], ["y"])], OPSETS)]
-    for k in range(1, levels):
-        functions.append(helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"], [
-            helper.make_node(f"f{k - 1}", ["x"], ["a"], domain=DOMAIN),
-            helper.make_node(f"f{k - 1}", ["a"], ["y"], domain=DOMAIN)], OPSETS))
+    functions.extend(helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"], [
+        helper.make_node(f"f{k - 1}", ["x"], ["a"], domain=DOMAIN),
+        helper.make_node(f"f{k - 1}", ["a"], ["y"], domain=DOMAIN)], OPSETS)
+        for k in range(1, levels))
     graph = helper.make_graph(
         [helper.make_node(f"f{levels - 1}", ["x"], ["t"], domain=DOMAIN),
          helper.make_node("Abs", ["t"], ["y"])], "g",

@@ -50,7 +50,7 @@ def test_round_trip_is_byte_identical_in_values(tmp_path):
 
 
 def test_external_data_input_and_forced_external_output(tmp_path):
-    path, w = _mlp(tmp_path, external=True)
+    path, _w = _mlp(tmp_path, external=True)
     model = load_model(path)
     out = str(tmp_path / "ext_out.onnx")
     info = save_model(model, out, external_data=True)

@@ -191,7 +191,7 @@ def test_requantized_transpose_folds_into_a_quantized_weight(tmp_path):
 
 def test_requantized_tied_weight_stays(tmp_path):
     proto, feeds, _ = _requantized_model(tied=True)
-    folded, report, _ = fold_proto(proto, tmp_path)
+    folded, _report, _ = fold_proto(proto, tmp_path)
     assert ops(folded) == ops(proto)  # the float dequantized weight is read by the Gather
     assert init_floats(folded) == 0
     assert_same(proto, folded, feeds)
@@ -204,7 +204,7 @@ def test_requantization_refused_for_growth_keeps_the_dequantization(tmp_path):
     proto.graph.node.append(helper.make_node("QuantizeLinear", ["w", "s2", "zp"], ["w2q"]))
     proto.graph.initializer.append(tensor("s2", np.float32(0.02)))
     proto.graph.output.append(vinfo("w2q", T.INT8, [40, 48]))
-    folded, report, _ = fold_proto(proto, tmp_path)
+    folded, _report, _ = fold_proto(proto, tmp_path)
     assert init_floats(folded) == 0
     assert file_size(folded, tmp_path, "f.onnx") <= file_size(proto, tmp_path, "p.onnx")
     assert_same(proto, folded, feeds)
@@ -339,7 +339,7 @@ def test_quantize_static_model(tmp_path):
     finally:
         os.chdir(cwd)
     qdq = onnx.load(out)
-    folded, report, _ = fold_proto(qdq, tmp_path)
+    folded, _report, _ = fold_proto(qdq, tmp_path)
     constant = _constant_quantizations(folded)
     assert _constant_quantizations(qdq) and not constant, constant
     n_dq = sum(op == "DequantizeLinear" for op in ops(folded))

@@ -404,7 +404,7 @@ def test_identity_transpose_and_cast_like_of_a_constant(tmp_path):
              helper.make_node("Mul", ["t", "r"], ["y"])]
     proto = make_model(nodes, [vinfo("x", shape=["N", 3])], [vinfo("y", shape=["N", 3])],
                        [tensor("scale", np.float64(16.0))])
-    folded, report, out = fold_proto(proto, tmp_path)
+    folded, _report, out = fold_proto(proto, tmp_path)
     assert [n.op_type for n in folded.graph.node] == ["Mul"]
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
@@ -424,7 +424,7 @@ def test_duplicate_nodes_merge_but_random_ones_do_not(tmp_path):
     proto = make_model(nodes, [vinfo("x", shape=["N"])],
                        [vinfo("y", shape=["N"]), vinfo("d", shape=["N"])],
                        [tensor("zero", np.int64(0))])
-    folded, report, out = fold_proto(proto, tmp_path)
+    folded, _report, out = fold_proto(proto, tmp_path)
     ops = [n.op_type for n in folded.graph.node]
     assert ops.count("Gather") == 1 and ops.count("Cast") == 1
     assert ops.count("RandomNormalLike") == 2  # two draws stay two draws

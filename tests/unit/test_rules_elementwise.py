@@ -106,13 +106,13 @@ def test_logic(op, shapes):
 
 
 @pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
-@pytest.mark.parametrize("dtype", INTS + [np.uint64, np.int16])
+@pytest.mark.parametrize("dtype", [*INTS, np.uint64, np.int16])
 def test_bitwise(op, dtype):
     a, b = _pair(((3, 4), (4,)), dtype, -100, 100)
     check(op, [a, b], {}, 18)
 
 
-@pytest.mark.parametrize("dtype", INTS + [np.uint64])
+@pytest.mark.parametrize("dtype", [*INTS, np.uint64])
 def test_bitwise_not(dtype):
     check("BitwiseNot", [rand((3, 4), dtype, lo=-100, hi=100)], {}, 18)
 
@@ -185,7 +185,7 @@ def test_max_min_nan():
     check("Min", [a, b], {}, 13)
 
 
-@pytest.mark.parametrize("dtype", FLOATS + [np.int32, np.int64, np.uint8])
+@pytest.mark.parametrize("dtype", [*FLOATS, np.int32, np.int64, np.uint8])
 @pytest.mark.parametrize("bounds", [(None, None), (-1, None), (None, 2), (-2, 3), (3, -2)])
 def test_clip(dtype, bounds):
     shift = 5 if np.dtype(dtype).kind == "u" else 0

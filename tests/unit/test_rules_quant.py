@@ -13,7 +13,7 @@ def _scale(shape, dtype, rs):
     return np.asarray(rs.random(shape) * 0.2 + 0.01).astype(dtype)
 
 
-@pytest.mark.parametrize("qtype", QTYPES + [np.int32])
+@pytest.mark.parametrize("qtype", [*QTYPES, np.int32])
 @pytest.mark.parametrize("stype", [np.float32, np.float16])
 @pytest.mark.parametrize("axis", [None, 1, -1, 0])
 @pytest.mark.parametrize("with_zp", [True, False])

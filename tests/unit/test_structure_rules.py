@@ -53,7 +53,7 @@ def _split_model(split, axis=1, extra=()):
 @pytest.mark.parametrize("split", [3, [2, 5], [1, 0, 6], None])
 def test_split_to_sequence_read_at_constant_positions_is_a_split(tmp_path, split):
     proto = _split_model(split)
-    folded, report, out = fold_proto(proto, tmp_path)
+    folded, _report, out = fold_proto(proto, tmp_path)
     assert "SplitToSequence" not in _ops(folded) and "SequenceAt" not in _ops(folded)
     assert _ops(folded).count("Split") == 1
     _same(proto, out, _x((7,)))
@@ -93,7 +93,7 @@ def _gelu_between_reshapes(operand=0.5, outer=(-1, 4)):
 
 def test_pointwise_ops_between_reshapes_lose_both_reshapes(tmp_path):
     proto = _gelu_between_reshapes()
-    folded, report, out = fold_proto(proto, tmp_path)
+    folded, _report, out = fold_proto(proto, tmp_path)
     assert "Reshape" not in _ops(folded)
     _same(proto, out, _x((4,)), sizes=(2, 6))
 

@@ -90,7 +90,7 @@ def test_a_name_shared_by_inputs_is_named_by_both(tmp_path, save):
     from onnxfold.app.inspection import inspect_model
 
     proto = _two_inputs_one_name()
-    folded, report, out = fold_proto(proto, tmp_path)
+    folded, _report, out = fold_proto(proto, tmp_path)
     # the batch is broadcast(N of a, N of b): still a copy of c's own dim 0
     assert _ops(folded) == ["Add", "Reshape"]
     # a's and b's batches may differ (one of them 1): the folded model broadcasts the same way
