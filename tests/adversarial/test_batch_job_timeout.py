@@ -11,9 +11,8 @@ import subprocess
 import sys
 import time
 
-from slow_conv import processes_mentioning, quick_model, slow_conv_model
-
 from onnxfold.io.publication import HANG_AT_ENV, lock_path
+from tests.support.slow_conv import processes_mentioning, quick_model, slow_conv_model
 
 TIMEOUT = 60
 

@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 import onnxruntime as ort
-from slow_conv import processes_mentioning, slow_conv_model
+
+from tests.support.slow_conv import processes_mentioning, slow_conv_model
 
 TIMEOUT = 60
 

@@ -15,8 +15,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from advkit import assert_ok, assert_one_line_error
 from onnx import TensorProto, helper
+
+from tests.support.cli_exit import assert_ok, assert_one_line_error
 
 LIMIT = 30  # seconds: every run here must end well within this
 DOMAIN = "local"

@@ -19,8 +19,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from measured_child import run_measured
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.measured_child import run_measured
 
 TIMEOUT = 300
 WIDTH = 33  # a 33x33 float32 weight is 4,356 B: just over the reader's 4 KiB threshold

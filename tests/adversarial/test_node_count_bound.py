@@ -14,11 +14,11 @@ import sys
 
 import onnx
 import pytest
-from advkit import assert_ok, assert_one_line_error
 from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.errors import InputError
+from tests.support.cli_exit import assert_ok, assert_one_line_error
 
 LIMIT = 30  # seconds
 

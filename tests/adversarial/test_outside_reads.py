@@ -8,18 +8,14 @@ import os
 
 import numpy as np
 import pytest
-from advkit import (
+
+from tests.support.cli_exit import assert_one_line_error, run_cli
+from tests.support.external_weights import feeds, forge, mlp_proto, runtime_proto, save_external
+from tests.support.files import (
     PASSWD_PROBE,
     assert_no_canary,
-    assert_one_line_error,
     assert_unchanged,
-    feeds,
-    forge,
     make_canary,
-    mlp_proto,
-    run_cli,
-    runtime_proto,
-    save_external,
     snapshot,
 )
 

@@ -15,29 +15,28 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from advkit import (
-    CANARY,
-    CANARY_PROBE,
-    PASSWD_PROBE,
-    TIMEOUT,
-    D,
-    assert_no_canary,
-    assert_ok,
-    assert_one_line_error,
-    assert_unchanged,
-    feeds,
-    make_canary,
-    mlp_proto,
-    run_cli,
-    runtime_proto,
-    save_external,
-    snapshot,
-    weights,
-)
-from conftest import make_model, tensor, vinfo
 from onnx import TensorProto, helper
 
 import onnxfold
+from tests.support.cli_exit import TIMEOUT, assert_ok, assert_one_line_error, run_cli
+from tests.support.external_weights import (
+    D,
+    feeds,
+    mlp_proto,
+    runtime_proto,
+    save_external,
+    weights,
+)
+from tests.support.files import (
+    CANARY,
+    CANARY_PROBE,
+    PASSWD_PROBE,
+    assert_no_canary,
+    assert_unchanged,
+    make_canary,
+    snapshot,
+)
+from tests.support.models import make_model, tensor, vinfo
 
 
 def _run_measured(args, cwd=None, address_space=None):

@@ -15,9 +15,10 @@ import time
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 from onnx.external_data_helper import convert_model_to_external_data
+
+from tests.support.models import make_model, tensor, vinfo
 
 
 def _sha(path):

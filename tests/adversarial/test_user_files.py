@@ -10,17 +10,10 @@ import stat
 import numpy as np
 import onnx
 import pytest
-from advkit import (
-    assert_ok,
-    assert_one_line_error,
-    assert_unchanged,
-    feeds,
-    ort_run,
-    run_cli,
-    runtime_proto,
-    save_external,
-    snapshot,
-)
+
+from tests.support.cli_exit import assert_ok, assert_one_line_error, run_cli
+from tests.support.external_weights import feeds, ort_run, runtime_proto, save_external
+from tests.support.files import assert_unchanged, snapshot
 
 
 def _model(tmp_path, name="m.onnx", location="w.bin"):

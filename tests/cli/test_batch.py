@@ -10,10 +10,11 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 from onnxfold import batch
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def onnxfold(*args, cwd=None):

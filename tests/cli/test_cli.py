@@ -9,8 +9,10 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import MODELS, make_model, random_feeds, run_ort, tensor, vinfo
 from onnx import helper
+
+from tests.support.models import MODELS, make_model, tensor, vinfo
+from tests.support.running import random_feeds, run_ort
 
 TINY_BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
 

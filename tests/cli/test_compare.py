@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import MODELS, make_model, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
 from onnxfold.checked_save import save_checked
+from tests.support.models import MODELS, make_model, tensor, vinfo
 
 TINY_BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
 

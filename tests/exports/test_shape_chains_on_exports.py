@@ -16,10 +16,9 @@ pytest.importorskip("torch", reason="the exports tier needs torch (pip install .
 pytest.importorskip("transformers",
                     reason="the exports tier needs transformers (pip install .[exports])")
 
-import export_models  # noqa: E402  (after the skips: it imports torch and transformers)
-
 import onnxfold  # noqa: E402
 from onnxfold.options import FoldOptions  # noqa: E402
+from tests.support import export_models  # noqa: E402  (after the skips: it imports torch and transformers)
 
 
 def _fold(path: str, **options: bool) -> tuple[onnx.ModelProto, onnxfold.Report]:

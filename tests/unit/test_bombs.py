@@ -15,8 +15,9 @@ import time
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import TensorProto, helper
+
+from tests.support.models import make_model, tensor, vinfo
 
 BUDGET = 256 << 20
 CAP = 3 << 30  # address space of the child: well under what any bomb would need

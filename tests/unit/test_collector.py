@@ -5,11 +5,11 @@ from __future__ import annotations
 import gc
 
 import numpy as np
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 
 import onnxfold
 from onnxfold.collector import YOUNG_THRESHOLD, long_lived, settled
+from tests.support.models import make_model, tensor, vinfo
 
 
 def test_settings_are_restored_and_nested_use_is_a_no_op():

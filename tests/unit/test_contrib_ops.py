@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 
 from onnxfold import FoldOptions, optimize
+from tests.support.models import make_model, tensor, vinfo
 
 MS = "com.microsoft"
 

@@ -12,10 +12,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import tensor, vinfo
 from onnx import AttributeProto, TensorProto, helper
 
 from onnxfold import FoldOptions, optimize
+from tests.support.models import tensor, vinfo
 
 X = np.arange(12, dtype=np.float32).reshape(4, 3) / 7
 

@@ -6,11 +6,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 from onnxfold.errors import OutputError
 from onnxfold.io import load_model, save_model, segments, writer
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def _mlp(tmp_path, external=False, n=64):

@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import onnx
 import onnxruntime as ort
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 
 from onnxfold import FoldOptions, optimize
+from tests.support.models import make_model, tensor, vinfo
 
 
 def _model():

@@ -8,12 +8,13 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
 from onnxfold import FoldOptions, InputError, shapes
 from onnxfold.io.reader import LIGHT_PROTO_KEY, load_model
 from onnxfold.pipeline import optimize
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def _model():

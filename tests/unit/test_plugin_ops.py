@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 
 import onnxfold
 from onnxfold.errors import InputError
+from tests.support.models import make_model, tensor, vinfo
 
 
 def _model(op="MyPlugin", opset=17):

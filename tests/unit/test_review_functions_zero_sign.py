@@ -13,12 +13,13 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 from onnxfold.rules import zero_sign
 
 from onnxfold import FoldOptions, InputError, optimize
 from onnxfold.io.reader import load_model
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 ZEROS = np.array([-0.0, 1.0, 0.0, -2.5], np.float32)
 

@@ -11,13 +11,14 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold import FoldOptions, collector
 from onnxfold.io.reader import load_model
 from onnxfold.pipeline import optimize
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def _in_memory_model(n=64):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto as T
 from onnx import helper
+
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 F, INT = T.FLOAT, T.INT64
 

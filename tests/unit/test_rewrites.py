@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.fold import FoldOptions
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 N = 1024  # [N, N] float32 is 4 MiB: over the expansion and growth bounds, so it never folds
 

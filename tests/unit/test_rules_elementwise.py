@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ort_oracle import check, check_declines, rand, rng
+
+from tests.support.ort_oracle import check, check_declines, rand, rng
 
 FLOATS = [np.float32, np.float16, np.float64]
 INTS = [np.int32, np.int64, np.int8, np.uint8]

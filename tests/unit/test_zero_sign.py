@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 from onnxfold.rules import zero_sign
+
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 
 def _feeds(n=4):

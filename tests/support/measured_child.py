@@ -1,7 +1,5 @@
 """``python -m onnxfold ARGS`` in a child process set up by ``preexec_fn`` (limits, a cgroup),
 its output kept in files rather than pipes and its peak RSS measured with ``os.wait4``.
-
-Deliberately not a ``conftest.py`` (see ``advkit``).
 """
 
 from __future__ import annotations

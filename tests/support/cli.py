@@ -1,7 +1,7 @@
-"""Helpers of the CLI tier: the command line as a subprocess (on a pipe or on a
+"""The command line as a subprocess (on a pipe or on a
 pseudo-terminal), the one-line error it must print, and the smallest model to run it on.
 
-Deliberately not a ``conftest.py`` (see ``tests/adversarial/advkit.py``).
+``tests.support.cli_exit`` has the (exit code, stdout, stderr) form the adversarial tier uses.
 """
 
 from __future__ import annotations
