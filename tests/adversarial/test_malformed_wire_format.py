@@ -1,6 +1,7 @@
-"""Review of 2026-11-23 (reader, trust): malformed files the reader accepted or answered with an
-internal error. Each was a confirmed failure, fixed since (regression tests): one error line and
-exit 2, or, for raw_data given twice, the value protobuf itself reads."""
+"""Malformed protobuf wire data in a model file (tensor fields that run past their message, raw
+data given twice, endless varints, op types that are not UTF-8, unknown data types, absurd
+external dims): one error line and exit 2, never an internal error, or, for raw_data given
+twice, the value protobuf itself reads."""
 
 from __future__ import annotations
 

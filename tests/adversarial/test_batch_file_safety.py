@@ -1,6 +1,6 @@
-"""Review of the 2026-11-23 batch CLI (``onnxfold optimize a.onnx b.onnx -o DIR/``): user files
-overwritten, leftovers after the parent is terminated. Each test was a confirmed failure, fixed
-since (regression tests)."""
+"""The batch CLI (``onnxfold optimize a.onnx b.onnx -o DIR/``) and the user's files: a job never
+writes over another input's external data, and a batch terminated mid-way leaves no job
+process and no file behind."""
 
 from __future__ import annotations
 
