@@ -27,3 +27,12 @@ def tensor(name, arr):
 def vinfo(name, elem=TensorProto.FLOAT, shape=None):
     """A value info (graph input or output) of element type ``elem`` and ``shape``."""
     return helper.make_tensor_value_info(name, elem, shape)
+
+
+def reshape_to_rows_of_five():
+    """``y = Reshape(x, [-1, 5])`` with x: float[1, n] and a Constant target: it runs only when
+    n is a multiple of 5, so no dim onnxfold guesses for n (3 or 1) fits."""
+    target = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 5])
+    return make_model([helper.make_node("Constant", [], ["s"], value=target),
+                       helper.make_node("Reshape", ["x", "s"], ["y"])],
+                      [vinfo("x", shape=[1, "n"])], [vinfo("y", shape=["m", 5])])
