@@ -221,8 +221,9 @@ def test_worst_exit_code(codes, expected):
 
 @pytest.mark.parametrize("target", ["weights", "output data"])
 def test_the_json_summary_never_replaces_a_data_file(tmp_path, target):
-    """A review found the batch summary guarded against the models only: ``--json`` naming an
-    input's external data, or an output's .data, wrote over it (exit 0, a broken output)."""
+    """The batch summary is guarded like the models: ``--json`` naming an input's external
+    data, or an output's .data, is refused, never written over (which would leave a broken
+    output behind an exit 0)."""
     from onnx.external_data_helper import convert_model_to_external_data
 
     (tmp_path / "m").mkdir()
