@@ -12,14 +12,15 @@ import sys
 TIMEOUT = 60
 
 
-def run_cli(args, cwd=None, timeout=TIMEOUT):
+def run_cli(args, cwd=None, timeout=TIMEOUT, env=None):
     """``python -m onnxfold ARGS`` -> (exit code, stdout, stderr)."""
     proc = subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def assert_no_traceback(code, stderr):
+    """No Python traceback on stderr, whatever the exit code."""
     last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     assert "Traceback" not in stderr, f"exit {code}, traceback: {last}\n{stderr}"
 
@@ -34,5 +35,6 @@ def assert_one_line_error(code, stderr, expected=2):
 
 
 def assert_ok(code, stderr):
+    """Exit 0, no traceback."""
     assert_no_traceback(code, stderr)
     assert code == 0, f"exit {code}; stderr:\n{stderr}"

@@ -14,6 +14,7 @@ D = 32  # W is D x D float32 = 4 KiB, exactly the canary's size (tests.support.f
 
 
 def weights(seed=0):
+    """W (D x D) and b (D), float32 normal draws of ``seed``."""
     rng = np.random.default_rng(seed)
     return (rng.standard_normal((D, D)).astype(np.float32),
             rng.standard_normal(D).astype(np.float32))
@@ -51,6 +52,8 @@ def weights_as_inputs_proto():
 
 
 def feeds(seed=1, s_ones=False):
+    """x (1 x D) and the runtime constant s (D): random, or s all ones (then W's bytes pass
+    through the folded Transpose(W) * s unchanged)."""
     rng = np.random.default_rng(seed)
     out = {"x": rng.standard_normal((1, D)).astype(np.float32),
            "s": np.ones(D, np.float32) if s_ones else rng.standard_normal(D).astype(np.float32)}
@@ -68,6 +71,7 @@ def save_external(proto, model_dir, name="m.onnx", location="w.bin"):
 
 
 def save_inline(proto, model_dir, name="m.onnx"):
+    """Save with every initializer inside the model file; return the model's path."""
     model_dir.mkdir(parents=True, exist_ok=True)
     path = model_dir / name
     onnx.save_model(proto, str(path))
@@ -100,6 +104,7 @@ def forge(path, name, **entries):
 
 
 def ort_run(path_or_proto, feed):
+    """The model's outputs in onnxruntime on the entries of ``feed`` it has inputs for."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     src = path_or_proto.SerializeToString() if isinstance(path_or_proto, onnx.ModelProto) \
