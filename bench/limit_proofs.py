@@ -25,7 +25,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "adversarial")]
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT), str(ROOT / "tests" / "adversarial")]
 
 from limits import build_mlp  # noqa: E402
 
@@ -71,8 +71,9 @@ def descriptors(tmp: str) -> None:
 
 
 def cgroup(tmp: str) -> None:
-    from memcg import create
     from test_memory_cgroup import range_model, tile_model
+
+    from tests.support.memcg import create
 
     for name, build, flags in (("3 GiB Tile -> ReduceMax", tile_model, []),
                                ("3 GiB Tile -> ReduceMax", tile_model,

@@ -19,8 +19,9 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from advkit import TIMEOUT
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.cli_exit import TIMEOUT
 
 CHILD = """
 import os, sys

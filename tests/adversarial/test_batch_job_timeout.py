@@ -12,9 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from slow_conv import processes_mentioning, quick_model, slow_conv_model
-
 from onnxfold.io.publication import HANG_AT_ENV, lock_path
+from tests.support.slow_conv import processes_mentioning, quick_model, slow_conv_model
 
 TIMEOUT = 60
 

@@ -5,16 +5,11 @@ before, or that holds an output, stays."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import onnx
 from onnx import TensorProto, helper
 
-
-def _cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "onnxfold", *argv], capture_output=True,
-                          text=True, timeout=120)
+from tests.support.cli import run_cli
 
 
 def _good(path) -> str:
@@ -32,7 +27,7 @@ def _bad(path) -> str:
 
 
 def test_every_job_failing_leaves_no_directory(tmp_path) -> None:
-    proc = _cli("optimize", _bad(tmp_path / "a.onnx"), _bad(tmp_path / "b.onnx"),
+    proc = run_cli("optimize", _bad(tmp_path / "a.onnx"), _bad(tmp_path / "b.onnx"),
                 "-o", str(tmp_path / "new/sub/"))
     assert proc.returncode == 2, proc.stderr
     assert not (tmp_path / "new").exists()
@@ -40,14 +35,14 @@ def test_every_job_failing_leaves_no_directory(tmp_path) -> None:
 
 def test_an_existing_directory_stays(tmp_path) -> None:
     (tmp_path / "out").mkdir()
-    proc = _cli("optimize", _bad(tmp_path / "a.onnx"), _bad(tmp_path / "b.onnx"),
+    proc = run_cli("optimize", _bad(tmp_path / "a.onnx"), _bad(tmp_path / "b.onnx"),
                 "-o", str(tmp_path / "out/"))
     assert proc.returncode == 2, proc.stderr
     assert os.listdir(tmp_path / "out") == []
 
 
 def test_a_directory_holding_an_output_stays(tmp_path) -> None:
-    proc = _cli("optimize", _bad(tmp_path / "a.onnx"), _good(tmp_path / "b.onnx"),
+    proc = run_cli("optimize", _bad(tmp_path / "a.onnx"), _good(tmp_path / "b.onnx"),
                 "-o", str(tmp_path / "new/sub/"))
     assert proc.returncode == 2, proc.stderr
     assert os.listdir(tmp_path / "new/sub") == ["b.onnx"]

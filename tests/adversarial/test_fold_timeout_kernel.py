@@ -1,9 +1,10 @@
 """``--fold-timeout S`` stops a single onnxruntime kernel that runs far longer than S.
 
-onnxruntime reads ``RunOptions.terminate`` only between kernels: a constant Conv of ~3e11
-operations (20 s or more) ran to its end under ``--fold-timeout 2``. The fallback now runs
-such a batch in a child process that is killed at the timeout; the Conv stays, declined with
-"exceeded --fold-timeout", and the run leaves no process and no temporary file behind.
+onnxruntime reads ``RunOptions.terminate`` only between kernels, so a constant Conv of ~3e11
+operations (20 s or more) would run to its end under ``--fold-timeout 2`` in process. The
+fallback runs such a batch in a child process that is killed at the timeout; the Conv stays,
+declined with "exceeded --fold-timeout", and the run leaves no process and no temporary file
+behind.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import time
 
 import numpy as np
 import onnxruntime as ort
-from slow_conv import processes_mentioning, slow_conv_model
+
+from tests.support.slow_conv import processes_mentioning, slow_conv_model
 
 TIMEOUT = 60
 

@@ -8,15 +8,14 @@ in the report) instead of running without end. Each run here has a 30 s limit.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from advkit import assert_ok, assert_one_line_error
 from onnx import TensorProto, helper
+
+from tests.support import cli_exit
+from tests.support.cli_exit import assert_ok, assert_one_line_error
 
 LIMIT = 30  # seconds: every run here must end well within this
 DOMAIN = "local"
@@ -41,9 +40,8 @@ def nest(levels: int) -> onnx.ModelProto:
 
 
 def run_cli(*args) -> tuple[int, str, str]:
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
-                          capture_output=True, text=True, timeout=LIMIT)
-    return proc.returncode, proc.stdout, proc.stderr
+    """The CLI as (exit code, stdout, stderr), killed after LIMIT seconds."""
+    return cli_exit.run_cli(args, timeout=LIMIT)
 
 
 @pytest.mark.parametrize("inline", [False, True], ids=["functions-kept", "inline-functions"])

@@ -9,17 +9,10 @@ import os
 import stat
 
 import pytest
-from advkit import (
-    assert_one_line_error,
-    assert_unchanged,
-    forge,
-    mlp_proto,
-    run_cli,
-    save_external,
-    save_inline,
-    snapshot,
-    weights,
-)
+
+from tests.support.cli_exit import assert_one_line_error, run_cli
+from tests.support.external_weights import forge, mlp_proto, save_external, save_inline, weights
+from tests.support.files import assert_unchanged, snapshot
 
 
 def _fifo(model_dir):

@@ -10,7 +10,6 @@ input.
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import textwrap
@@ -19,8 +18,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from measured_child import run_measured
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.measured_child import run_limited
 
 TIMEOUT = 300
 WIDTH = 33  # a 33x33 float32 weight is 4,356 B: just over the reader's 4 KiB threshold
@@ -47,19 +47,6 @@ def mlp(count: int, path: str, width: int = WIDTH) -> str:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
-
-
-def run_limited(args: list[str], nofile: int | None = None, address_space: int | None = None
-                ) -> tuple[int, str, str, int]:
-    """``python -m onnxfold ARGS`` under the given limits -> (exit code, stdout, stderr, peak
-    RSS of the child in bytes, from ``os.wait4``)."""
-    def limit() -> None:
-        if nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-        if address_space is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-
-    return run_measured(args, limit, TIMEOUT)
 
 
 def assert_same_outputs(original: str, folded: str) -> None:

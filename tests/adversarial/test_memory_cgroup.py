@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from memcg import MemoryCgroup, Outcome, create
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.memcg import MemoryCgroup, Outcome, create
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -9,16 +9,15 @@ moves it.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import onnx
 import pytest
-from advkit import assert_ok, assert_one_line_error
 from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.errors import InputError
+from tests.support import cli_exit
+from tests.support.cli_exit import assert_ok, assert_one_line_error
 
 LIMIT = 30  # seconds
 
@@ -27,9 +26,7 @@ def run_cli(*args, max_nodes: str | None = None) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if k != "ONNXFOLD_MAX_NODES"}
     if max_nodes is not None:
         env["ONNXFOLD_MAX_NODES"] = max_nodes
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
-                          capture_output=True, text=True, timeout=LIMIT, env=env)
-    return proc.returncode, proc.stdout, proc.stderr
+    return cli_exit.run_cli(args, timeout=LIMIT, env=env)
 
 
 def _chain(count: int) -> onnx.ModelProto:

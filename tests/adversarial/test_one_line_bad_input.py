@@ -25,6 +25,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tests.support import cli_exit
+from tests.support.cli_exit import assert_one_line_error
+from tests.support.models import make_model, vinfo
+
 TIMEOUT = 120
 HUGE = "99999999999999999999999"  # beyond int64
 ESCAPES = "\x1b]0;owned\x07\x1b[31m\x9b2J\u202e\r"  # title, colour, CSI, bidi override, CR
@@ -348,3 +352,37 @@ def test_tables_align_escaped_names(tmp_path: Path) -> None:
 
 def printable_name(name: str) -> str:
     return name.encode("unicode_escape").decode().replace("\\r", "\\x0d")
+
+
+# -- string tensors stored as external data or as a sparse initializer ------------------------
+def test_string_tensor_with_external_data_is_one_line(tmp_path):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "w.bin").write_bytes(b"hello world!" * 10)
+    t = onnx.TensorProto(name="s", data_type=TensorProto.STRING, dims=[2],
+                         data_location=TensorProto.EXTERNAL)
+    t.external_data.add(key="location", value="w.bin")
+    proto = make_model([helper.make_node("Identity", ["s"], ["y"])], [],
+                       [vinfo("y", TensorProto.STRING, [2])], [t])
+    onnx.save_model(proto, str(model_dir / "m.onnx"))
+    for args in (["optimize", model_dir / "m.onnx", "-o", tmp_path / "o.onnx"],
+                 ["inspect", model_dir / "m.onnx"]):
+        code, _, err = cli_exit.run_cli(args)
+        assert_one_line_error(code, err)
+
+
+def test_sparse_initializer_of_strings_is_one_line(tmp_path):
+    values = helper.make_tensor("S", TensorProto.STRING, [1], [b"a"])
+    indices = helper.make_tensor("S_i", TensorProto.INT64, [1], [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["S"], ["y"])], "g", [],
+                              [vinfo("y", TensorProto.STRING, [4])],
+                              sparse_initializer=[helper.make_sparse_tensor(values, indices,
+                                                                            [4])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save_model(proto, str(path))
+    code, _, err = cli_exit.run_cli(["optimize", path, "-o", tmp_path / "o.onnx"])
+    if code == 0:
+        return  # densified validly is fine too
+    assert_one_line_error(code, err)

@@ -4,22 +4,30 @@ A canary file sits beside the model directory; every trick points a weight at it
 must refuse with one line (exit 2), write nothing, and the canary's bytes must appear nowhere.
 """
 
+import contextlib
 import os
 
 import numpy as np
+import onnx
 import pytest
-from advkit import (
-    PASSWD_PROBE,
-    assert_no_canary,
-    assert_one_line_error,
-    assert_unchanged,
+
+import onnxfold
+from tests.support.cli_exit import assert_one_line_error, run_cli
+from tests.support.external_weights import (
+    D,
     feeds,
     forge,
-    make_canary,
     mlp_proto,
-    run_cli,
     runtime_proto,
     save_external,
+)
+from tests.support.files import (
+    CANARY,
+    CANARY_PROBE,
+    PASSWD_PROBE,
+    assert_no_canary,
+    assert_unchanged,
+    make_canary,
     snapshot,
 )
 
@@ -111,4 +119,40 @@ def test_every_command_refuses_weights_outside_the_model_dir(tmp_path, command, 
     code, _, err = run_cli(args)
     assert_one_line_error(code, err)
     assert_unchanged(before, snapshot(model_dir, out, canary.parent))
+    assert_no_canary(tmp_path, canary)
+
+
+# -- Session given an onnx.ModelProto -------------------------------------------------------
+def test_session_on_a_modelproto_never_reads_outside(tmp_path, monkeypatch):
+    """A ModelProto has no directory: its external data must be refused (or checked against
+    the working directory with the same rule), never read from ../ or absolute paths."""
+    canary = make_canary(tmp_path)
+    path = save_external(mlp_proto(), tmp_path / "work" / "m")
+    proto = onnx.load(str(path), load_external_data=False)
+    for t in proto.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "../secret/x.bin" if t.name == "W" else "/etc/passwd"
+            if e.key == "offset":
+                e.value = "0"
+    monkeypatch.chdir(tmp_path / "work")
+    with pytest.raises(onnxfold.OnnxfoldError):
+        session = onnxfold.Session(proto, [])
+        session.run(None, {"x": np.ones((1, D), np.float32)})
+    assert_no_canary(tmp_path, canary, probes=(CANARY_PROBE, PASSWD_PROBE))
+
+
+# -- time of check, time of use ----------------------------------------------------------------
+def test_data_file_swapped_for_a_symlink_after_the_check_is_not_read(tmp_path):
+    """The checked file is reopened by name at read time: replacing it with a symlink to a
+    file outside (a writable model directory, during a long fold) redirects the read."""
+    canary = make_canary(tmp_path)
+    canary.write_bytes(CANARY + bytes(4096))
+    model = save_external(mlp_proto(), tmp_path / "model")
+    loaded = onnxfold.io.load_model(str(model))
+    os.replace(model.parent / "w.bin", tmp_path / "w.old")
+    os.symlink(canary, model.parent / "w.bin")
+    out = tmp_path / "o.onnx"
+    with contextlib.suppress(onnxfold.OnnxfoldError):
+        onnxfold.io.save_model(loaded, str(out))
     assert_no_canary(tmp_path, canary)

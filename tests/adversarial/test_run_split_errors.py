@@ -7,18 +7,10 @@ import os
 
 import numpy as np
 import pytest
-from advkit import (
-    D,
-    assert_ok,
-    assert_one_line_error,
-    assert_unchanged,
-    ort_run,
-    run_cli,
-    save_inline,
-    snapshot,
-    weights,
-    weights_as_inputs_proto,
-)
+
+from tests.support.cli_exit import assert_ok, assert_one_line_error, run_cli
+from tests.support.external_weights import D, ort_run, save_inline, weights, weights_as_inputs_proto
+from tests.support.files import assert_unchanged, snapshot
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 

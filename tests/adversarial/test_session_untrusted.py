@@ -9,17 +9,10 @@ import os
 import numpy as np
 import onnxruntime as ort
 import pytest
-from advkit import (
-    assert_no_canary,
-    feeds,
-    forge,
-    make_canary,
-    ort_run,
-    runtime_proto,
-    save_external,
-)
 
 import onnxfold
+from tests.support.external_weights import feeds, forge, ort_run, runtime_proto, save_external
+from tests.support.files import assert_no_canary, make_canary
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 

@@ -1,17 +1,12 @@
 """A sparse initializer must not give an invalid output with exit 0 (issue 11, bullet 3)."""
 
 import numpy as np
-from advkit import (
-    D,
-    assert_one_line_error,
-    assert_unchanged,
-    ort_run,
-    run_cli,
-    save_inline,
-    snapshot,
-)
-from conftest import make_model, tensor, vinfo
 from onnx import helper
+
+from tests.support.cli_exit import assert_one_line_error, run_cli
+from tests.support.external_weights import D, ort_run, save_inline
+from tests.support.files import assert_unchanged, snapshot
+from tests.support.models import make_model, tensor, vinfo
 
 
 def _sparse_proto():

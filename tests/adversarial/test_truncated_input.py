@@ -15,8 +15,9 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from advkit import TIMEOUT, assert_one_line_error
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.cli_exit import TIMEOUT, assert_one_line_error
 
 CHILD = """
 import os, sys, numpy as np

@@ -10,17 +10,15 @@ import stat
 import numpy as np
 import onnx
 import pytest
-from advkit import (
-    assert_ok,
-    assert_one_line_error,
-    assert_unchanged,
+
+from tests.support.cli_exit import assert_ok, assert_one_line_error, run_cli
+from tests.support.external_weights import (
     feeds,
     ort_run,
-    run_cli,
     runtime_proto,
     save_external,
-    snapshot,
 )
+from tests.support.files import assert_unchanged, snapshot
 
 
 def _model(tmp_path, name="m.onnx", location="w.bin"):
@@ -160,3 +158,27 @@ def test_valid_outputs_beside_the_inputs_leave_nothing_else(tmp_path):
                      new_ok=[out, model.parent / "o.onnx.data", model.parent / "r.json"])
     f = feeds()
     np.testing.assert_allclose(ort_run(out, f)[0], ort_run(model, f)[0], rtol=1e-5, atol=1e-6)
+
+
+# -- every output is compared with every input: the --inputs .npz too ----------------------
+def _npz_case(tmp_path):
+    model = save_external(runtime_proto(), tmp_path / "model")
+    npz = tmp_path / "f.npz"
+    np.savez(npz, **feeds())
+    return model, npz
+
+
+def test_run_output_over_its_inputs_npz_is_refused(tmp_path):
+    model, npz = _npz_case(tmp_path)
+    before = snapshot(tmp_path)
+    code, _, err = run_cli(["run", model, "--runtime-const", "s", "--inputs", npz, "-o", npz])
+    assert_one_line_error(code, err)
+    assert_unchanged(before, snapshot(tmp_path))
+
+
+def test_compare_json_over_its_inputs_npz_is_refused(tmp_path):
+    model, npz = _npz_case(tmp_path)
+    before = snapshot(tmp_path)
+    code, _, err = run_cli(["compare", model, model, "--inputs", npz, "--json", npz])
+    assert_one_line_error(code, err)
+    assert_unchanged(before, snapshot(tmp_path))

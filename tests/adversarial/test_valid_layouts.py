@@ -10,19 +10,17 @@ import os
 import numpy as np
 import onnx
 import pytest
-from advkit import (
-    assert_ok,
-    assert_unchanged,
+
+from tests.support.cli_exit import assert_ok, run_cli
+from tests.support.external_weights import (
     feeds,
     forge,
     ort_run,
-    run_cli,
     runtime_proto,
     save_external,
     save_inline,
-    sha256,
-    snapshot,
 )
+from tests.support.files import assert_unchanged, sha256, snapshot
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 

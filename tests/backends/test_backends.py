@@ -8,11 +8,11 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
-from weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
 from onnxfold.runtime.backends import BackendUnavailable, get_backend
 from onnxfold.runtime.backends.onnx_mlir_backend import availability as onnx_mlir_availability
 from onnxfold.runtime.split import split_model
+from tests.support.weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
 
 def _iree_missing() -> str | None:

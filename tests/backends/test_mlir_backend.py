@@ -173,9 +173,8 @@ def test_read_only_and_mapped_inputs(prepared, tmp_path):
 
 
 def test_session_with_read_only_weights_equals_numpy(tmp_path):
-    from weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
-
     import onnxfold
+    from tests.support.weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
     model, feeds = weights_as_inputs_model(), weight_feeds()
     frozen = {k: np.frombuffer(v.tobytes(), v.dtype).reshape(v.shape) for k, v in feeds.items()}

@@ -8,10 +8,10 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import run_ort
-from weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
 from onnxfold.runtime.session import RuntimeConstantsChanged, Session
+from tests.support.running import run_ort
+from tests.support.weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
 
 @pytest.fixture
@@ -101,8 +101,8 @@ def test_runtime_constant_feeds_are_not_kept(model):
 
 _CHILD = """
 import sys, numpy as np
-sys.path.insert(0, {tests!r})
-from weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
+sys.path.insert(0, {root!r})
+from tests.support.weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 from onnxfold.runtime.session import Session
 s = Session(weights_as_inputs_model(), RUNTIME, cache_dir={cache!r})
 y = s.run(None, weight_feeds())[0]
@@ -113,8 +113,8 @@ print(s.cache_hits, float(np.abs(y).sum()))
 def test_disk_cache_is_hit_by_a_new_process(tmp_path):
     import os
 
-    tests = os.path.dirname(os.path.abspath(__file__))
-    code = _CHILD.format(tests=tests, cache=str(tmp_path / "cache"))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = _CHILD.format(root=root, cache=str(tmp_path / "cache"))
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            timeout=120) for _ in range(2)]
     for r in runs:

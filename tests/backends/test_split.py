@@ -6,12 +6,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import run_ort
 from onnx import TensorProto, helper
-from weight_models import RUNTIME, D, weight_feeds, weights_as_inputs_model
 
 from onnxfold.errors import InputError
 from onnxfold.runtime.split import split_model, write_split
+from tests.support.running import run_ort
+from tests.support.weight_models import RUNTIME, D, weight_feeds, weights_as_inputs_model
 
 
 def _run_split(parts, feeds):

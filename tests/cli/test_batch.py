@@ -10,10 +10,11 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 from onnxfold.app import batch
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def onnxfold(*args, cwd=None):
@@ -220,8 +221,9 @@ def test_worst_exit_code(codes, expected):
 
 @pytest.mark.parametrize("target", ["weights", "output data"])
 def test_the_json_summary_never_replaces_a_data_file(tmp_path, target):
-    """A review found the batch summary guarded against the models only: ``--json`` naming an
-    input's external data, or an output's .data, wrote over it (exit 0, a broken output)."""
+    """The batch summary is guarded like the models: ``--json`` naming an input's external
+    data, or an output's .data, is refused, never written over (which would leave a broken
+    output behind an exit 0)."""
     from onnx.external_data_helper import convert_model_to_external_data
 
     (tmp_path / "m").mkdir()

@@ -11,8 +11,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from clikit import run_cli
 from onnx import TensorProto, helper
+
+from tests.support.cli import run_cli
 
 
 def _save(path, nodes, inputs, outputs, inits=()):

@@ -10,29 +10,18 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import MODELS, make_model, random_feeds, run_ort, tensor, vinfo
 from onnx import helper
+
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.models import MODELS, make_model, tensor, vinfo
+from tests.support.running import random_feeds, run_ort
 
 TINY_BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
 
 
-def onnxfold(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
-
-
-def assert_clean_error(proc, *fragments):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("onnxfold: error:"), proc.stderr
-    assert "Traceback" not in proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
-
-
 def test_optimize_prints_summary_and_writes_json(tmp_path):
     out, report = tmp_path / "out.onnx", tmp_path / "report.json"
-    proc = onnxfold("optimize", TINY_BERT, "-o", str(out), "--json", str(report))
+    proc = run_cli("optimize", TINY_BERT, "-o", str(out), "--json", str(report))
     assert proc.returncode == 0, proc.stderr
     assert "nodes" in proc.stdout and "pool peak" in proc.stdout and "wrote" in proc.stdout
     data = json.loads(report.read_text())
@@ -43,11 +32,11 @@ def test_optimize_prints_summary_and_writes_json(tmp_path):
 
 
 def test_inspect_and_rules():
-    proc = onnxfold("inspect", TINY_BERT)
+    proc = run_cli("inspect", TINY_BERT)
     assert proc.returncode == 0 and "constant-foldable nodes:" in proc.stdout
-    proc = onnxfold("inspect", TINY_BERT, "--json")
+    proc = run_cli("inspect", TINY_BERT, "--json")
     assert json.loads(proc.stdout)["foldable_nodes"] > 0
-    proc = onnxfold("rules")
+    proc = run_cli("rules")
     assert proc.returncode == 0 and "Transpose" in proc.stdout
 
 
@@ -60,14 +49,14 @@ def existing_output(tmp_path):
 
 
 def test_missing_file(tmp_path, existing_output):
-    assert_clean_error(onnxfold("optimize", str(tmp_path / "nope.onnx"), "-o",
+    assert_one_error_line(run_cli("optimize", str(tmp_path / "nope.onnx"), "-o",
                                 str(existing_output)), "no such file")
 
 
 def test_not_onnx(tmp_path, existing_output):
     bad = tmp_path / "bad.onnx"
     bad.write_text("this is not a model\n" * 10)
-    assert_clean_error(onnxfold("optimize", str(bad), "-o", str(existing_output)),
+    assert_one_error_line(run_cli("optimize", str(bad), "-o", str(existing_output)),
                        "not an ONNX model")
 
 
@@ -75,7 +64,7 @@ def test_truncated(tmp_path, existing_output):
     data = Path(TINY_BERT).read_bytes()
     cut = tmp_path / "cut.onnx"
     cut.write_bytes(data[: len(data) // 2])
-    assert_clean_error(onnxfold("optimize", str(cut), "-o", str(existing_output)))
+    assert_one_error_line(run_cli("optimize", str(cut), "-o", str(existing_output)))
 
 
 def test_invalid_graph(tmp_path, existing_output):
@@ -84,7 +73,7 @@ def test_invalid_graph(tmp_path, existing_output):
     path = tmp_path / "invalid.onnx"
     onnx.save(proto, str(path))
     # onnx's checker calls it "not topologically sorted"; the structure check names it
-    assert_clean_error(onnxfold("optimize", str(path), "-o", str(existing_output)),
+    assert_one_error_line(run_cli("optimize", str(path), "-o", str(existing_output)),
                        "value 'undefined' read by Add node", "is never defined")
 
 
@@ -95,22 +84,22 @@ def test_missing_external_data(tmp_path, existing_output):
     onnx.save(proto, str(path), save_as_external_data=True, location="ext.onnx.data",
               size_threshold=0)
     os.remove(tmp_path / "ext.onnx.data")
-    assert_clean_error(onnxfold("optimize", str(path), "-o", str(existing_output)),
+    assert_one_error_line(run_cli("optimize", str(path), "-o", str(existing_output)),
                        "external data file not found")
 
 
 def test_unwritable_output(tmp_path):
-    proc = onnxfold("optimize", TINY_BERT, "-o", str(tmp_path / "no" / "such" / "dir.onnx"))
-    assert_clean_error(proc, "does not exist")
+    proc = run_cli("optimize", TINY_BERT, "-o", str(tmp_path / "no" / "such" / "dir.onnx"))
+    assert_one_error_line(proc, "does not exist")
     if os.geteuid() != 0:  # root ignores directory permissions
         ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o500)
-        assert_clean_error(onnxfold("optimize", TINY_BERT, "-o", str(ro / "x.onnx")))
+        assert_one_error_line(run_cli("optimize", TINY_BERT, "-o", str(ro / "x.onnx")))
 
 
 def test_bad_option_value():
-    proc = onnxfold("optimize", TINY_BERT, "-o", "x.onnx", "--max-tensor", "lots")
+    proc = run_cli("optimize", TINY_BERT, "-o", "x.onnx", "--max-tensor", "lots")
     assert proc.returncode == 2 and "not a size" in proc.stderr
 
 
@@ -140,7 +129,7 @@ def test_prefilled_output_equals_unprefilled_and_leaves_no_temporaries(tmp_path)
     outs = {}
     for flag in ("", "--no-prefill"):
         out = tmp_path / f"out{flag}.onnx"
-        proc = onnxfold("optimize", str(src), "-o", str(out), "-q", *([flag] if flag else []))
+        proc = run_cli("optimize", str(src), "-o", str(out), "-q", *([flag] if flag else []))
         assert proc.returncode == 0, proc.stderr
         outs[flag] = out.read_bytes()
     assert outs[""] == outs["--no-prefill"]
@@ -151,7 +140,7 @@ def test_prefilled_output_equals_unprefilled_and_leaves_no_temporaries(tmp_path)
 
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"\x0e" * (20 << 20))
-    assert_clean_error(onnxfold("optimize", str(junk), "-o", str(tmp_path / "j.onnx")),
+    assert_one_error_line(run_cli("optimize", str(junk), "-o", str(tmp_path / "j.onnx")),
                        "not an ONNX model")
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
 
@@ -170,7 +159,7 @@ def test_in_place_output(tmp_path, external):
     args = ["optimize", str(src), "-o", str(src), "-q"]
     if external:
         args += ["--external-data", "yes"]
-    proc = onnxfold(*args)
+    proc = run_cli(*args)
     assert proc.returncode == 0, proc.stderr
     names = sorted(os.listdir(tmp_path))  # in place, the data is published under a fresh name
     if external:
@@ -188,7 +177,7 @@ def test_a_refused_in_place_run_leaves_the_input(tmp_path):
     src = tmp_path / "m.onnx"
     shutil.copy(TINY_BERT, src)
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    proc = onnxfold("optimize", str(src), "-o", str(src), "--check", "1", "--rtol", "0",
+    proc = run_cli("optimize", str(src), "-o", str(src), "--check", "1", "--rtol", "0",
                     "--atol", "-1")
     assert proc.returncode == 2  # a negative tolerance is bad input: nothing written
     assert hashlib.sha256(src.read_bytes()).hexdigest() == digest

@@ -2,32 +2,18 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import pytest
-from conftest import MODELS, make_model, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
 from onnxfold.app.checked_save import save_checked
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.models import MODELS, make_model, tensor, vinfo
 
 TINY_BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
-
-
-def onnxfold_cli(*args):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=120)
-
-
-def assert_clean_error(proc, *fragments):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("onnxfold: error:"), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +54,7 @@ def test_folded_passes_and_corrupted_weight_fails(folded_bert, tmp_path):
     assert 1e-6 < result.rows[0].max_abs_diff < 1.0
 
     report = tmp_path / "r.json"
-    proc = onnxfold_cli("compare", TINY_BERT, corrupted, "--json", str(report))
+    proc = run_cli("compare", TINY_BERT, corrupted, "--json", str(report))
     assert proc.returncode == 1, proc.stderr
     assert "output" in proc.stderr and "NO" in proc.stdout and "Traceback" not in proc.stderr
     assert json.loads(report.read_text())["failing"] == ["output"]
@@ -87,7 +73,7 @@ def test_failed_check_writes_nothing(folded_bert, tmp_path):
 
 def test_optimize_check_passes_and_writes(tmp_path):
     out = tmp_path / "out.onnx"
-    proc = onnxfold_cli("optimize", TINY_BERT, "-o", str(out), "--check", "2")
+    proc = run_cli("optimize", TINY_BERT, "-o", str(out), "--check", "2")
     assert proc.returncode == 0, proc.stderr
     assert "all outputs within tolerance" in proc.stdout and "2 input sets" in proc.stdout
     assert "wrote" in proc.stdout and str(out) in proc.stdout
@@ -119,7 +105,7 @@ def symbolic_pair(tmp_path):
 def test_symbolic_dims_bound_with_dim(symbolic_pair, tmp_path):
     a, b = symbolic_pair
     report = tmp_path / "r.json"
-    proc = onnxfold_cli("compare", a, b, "--dim", "batch=3", "-n", "2", "--json", str(report))
+    proc = run_cli("compare", a, b, "--dim", "batch=3", "-n", "2", "--json", str(report))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())
     assert data["rows"][0]["shape_a"] == [3, 4] and data["inputs"][0]["shape"] == [3, 8]
@@ -179,7 +165,7 @@ def test_mismatched_input_names(symbolic_pair, tmp_path):
     proto.graph.node[1].input[0] = "z"
     other = tmp_path / "other.onnx"
     onnx.save(proto, str(other))
-    assert_clean_error(onnxfold_cli("compare", a, str(other)), "inputs differ",
+    assert_one_error_line(run_cli("compare", a, str(other)), "inputs differ",
                        "only in A: x", "only in B: z")
 
 
@@ -190,11 +176,11 @@ def test_mismatched_input_names(symbolic_pair, tmp_path):
 ])
 def test_bad_options(symbolic_pair, args, fragment):
     a, b = symbolic_pair
-    assert_clean_error(onnxfold_cli("compare", a, b, *args), fragment)
+    assert_one_error_line(run_cli("compare", a, b, *args), fragment)
 
 
 def test_missing_file(tmp_path):
-    assert_clean_error(onnxfold_cli("compare", TINY_BERT, str(tmp_path / "nope.onnx")),
+    assert_one_error_line(run_cli("compare", TINY_BERT, str(tmp_path / "nope.onnx")),
                        "no such file")
 
 
@@ -204,4 +190,4 @@ def test_model_onnxruntime_cannot_run(tmp_path):
     proto.opset_import.append(helper.make_opsetid("my.ops", 1))
     path = tmp_path / "custom.onnx"
     onnx.save(proto, str(path))
-    assert_clean_error(onnxfold_cli("compare", str(path), str(path)), "onnxruntime cannot load")
+    assert_one_error_line(run_cli("compare", str(path), str(path)), "onnxruntime cannot load")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from clikit import assert_one_error_line, run_cli, save_add_model
 from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.errors import InputError
+from tests.support.cli import assert_one_error_line, run_cli, save_add_model
 
 
 def _cli(*args):

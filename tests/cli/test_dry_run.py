@@ -12,8 +12,9 @@ import json
 import os
 
 import pytest
-from clikit import run_cli
 from onnx import TensorProto, helper
+
+from tests.support.cli import run_cli
 
 DRY_RUN = "dry run: nothing written (-o OUT to write)"
 

@@ -7,8 +7,10 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 PROVENANCE = "onnxfold.folded_from"
 V, D = 1024, 288  # a tied embedding of 1.125 MiB: its transpose would duplicate it

@@ -16,11 +16,11 @@ import zipfile
 
 import numpy as np
 import pytest
-from clikit import assert_one_error_line, run_cli, save_add_model
 
 import onnxfold
 from onnxfold.errors import InputError
 from onnxfold.io.formats import describe, describe_head
+from tests.support.cli import assert_one_error_line, run_cli, save_add_model
 
 
 def _cli(*args, cwd=None):

@@ -8,10 +8,9 @@ import os
 import subprocess
 import sys
 
-from clikit import run_on_terminal
-
 from onnxfold.app.progress import TerminalProgress
 from onnxfold.pipeline.phases import Phases
+from tests.support.cli import run_on_terminal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")

@@ -7,10 +7,10 @@ import os
 import re
 
 import pytest
-from clikit import run_cli
 
 import onnxfold
 from onnxfold.pipeline.report_schema import load_schema, validate
+from tests.support.cli import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")

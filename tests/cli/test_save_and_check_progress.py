@@ -14,11 +14,11 @@ import sys
 import numpy as np
 import onnx_ir as ir
 import pytest
-from clikit import run_on_terminal
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.app.comparison import compare
 from onnxfold.io import load_model, save_model
+from tests.support.cli import run_on_terminal
 
 WEIGHTS = 6  # 6 x 1 MiB float32 weights
 

@@ -20,9 +20,8 @@ pytest.importorskip("torch", reason="the exports tier needs torch (pip install .
 pytest.importorskip("transformers",
                     reason="the exports tier needs transformers (pip install .[exports])")
 
-import export_models  # after the skips: it imports torch and transformers
-
 import onnxfold
+from tests.support import export_models
 
 BUILDERS = {
     "bert_float16": export_models.bert_float16,

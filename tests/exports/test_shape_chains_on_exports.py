@@ -17,10 +17,9 @@ pytest.importorskip("torch", reason="the exports tier needs torch (pip install .
 pytest.importorskip("transformers",
                     reason="the exports tier needs transformers (pip install .[exports])")
 
-import export_models  # after the skips: it imports torch and transformers
-
 import onnxfold
 from onnxfold.fold.options import FoldOptions
+from tests.support import export_models
 
 
 def _fold(path: str, **options: bool) -> tuple[onnx.ModelProto, onnxfold.Report]:

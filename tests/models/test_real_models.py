@@ -10,12 +10,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import MODELS, random_feeds, run_ort
 
 import onnxfold
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.app.inspection import foldable_ops
 from onnxfold.io import load_model
+from tests.support.models import MODELS
+from tests.support.running import random_feeds, run_ort
 
 CORPUS = os.environ.get("ONNXFOLD_CORPUS")
 CORPUS_MODELS = ["bert_base_ts", "bert_base_dynamo", "distilbert_ts", "gpt2_small_ts",

@@ -6,10 +6,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import MODELS, random_feeds, run_ort
 
 import onnxfold
 from onnxfold.errors import InputError
+from tests.support.models import MODELS
+from tests.support.running import random_feeds, run_ort
 
 TINY_BERT = f"{MODELS}/tiny_bert_ts.onnx"
 

@@ -15,8 +15,9 @@ import time
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import TensorProto, helper
+
+from tests.support.models import make_model, tensor, vinfo
 
 BUDGET = 256 << 20
 CAP = 3 << 30  # address space of the child: well under what any bomb would need
@@ -187,8 +188,8 @@ def test_a_memory_limit_never_raises_the_peak(tmp_path):
 
 @pytest.mark.parametrize("step", [2**40, -(2**62)])
 def test_data_propagation_is_off_for_a_slice_step_beyond_32_bits(step, tmp_path):
-    """A review: ``Slice(Shape(x), 0, 3, axes=0, steps=2**40)`` made onnx's data propagation
-    allocate 5.7 GB for a 2-node model (OOM-killed without a limit)."""
+    """``Slice(Shape(x), 0, 3, axes=0, steps=2**40)``: with data propagation on, onnx
+    allocates 5.7 GB for this 2-node model (OOM-killed without a limit), so it stays off."""
     import subprocess
     import sys
 

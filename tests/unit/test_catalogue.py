@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import fold_proto, make_model, tensor, vinfo
 from onnx import helper
 from test_policy import _tied_embedding
 
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.folder import FoldOptions
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto
 
 
 def _neg_model():

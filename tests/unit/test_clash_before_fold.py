@@ -8,12 +8,12 @@ import hashlib
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 from onnx.external_data_helper import convert_model_to_external_data
 
 import onnxfold.pipeline.optimizer
 from onnxfold.app import cli
+from tests.support.models import make_model, tensor, vinfo
 
 
 def _sha(path):

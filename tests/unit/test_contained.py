@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 import onnxfold
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.patterns import CleanupRule, P, PatternRule
 from onnxfold.fold.folder import FoldOptions
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def _model():

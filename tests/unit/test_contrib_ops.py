@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
-from conftest import make_model, tensor, vinfo
-from onnx import helper
+import pytest
+from onnx import TensorProto, helper
 
 from onnxfold import FoldOptions, optimize
+from tests.support.models import make_model, tensor, vinfo
 
 MS = "com.microsoft"
 
@@ -105,3 +106,25 @@ def test_a_contrib_op_of_unknown_output_size_within_the_budget_folds():
     folded = result.to_proto()
     assert [n.op_type for n in folded.graph.node] == ["Add"], result.report.declined_nodes
     np.testing.assert_array_equal(_run(folded), _run(original))
+
+
+def _range_then_topk(n, domain):
+    nodes = [helper.make_node("Range", ["s", "l", "d"], ["r"], domain=domain),
+             helper.make_node("TopK", ["r", "k"], ["v", "i"]),
+             helper.make_node("Identity", ["v"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [tensor("s", np.array(0, np.float32)), tensor("l", np.array(n, np.float32)),
+         tensor("d", np.array(1, np.float32)), tensor("k", np.array([1], np.int64))])
+    opsets = [helper.make_opsetid("", 17)] + (
+        [helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("domain", ["", "com.microsoft"])
+def test_a_contrib_intermediate_respects_the_pool_budget(domain):
+    n = 16 * 1024 * 1024  # 64 MiB of float32, the budget 4 MiB
+    result = optimize(_range_then_topk(n, domain), FoldOptions(pool_budget=4 << 20))
+    assert "Range" in [node.op_type for node in result.to_proto().graph.node]

@@ -2,8 +2,10 @@
 
 import numpy as np
 import onnx
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 
 def ops(graph):
@@ -239,7 +241,7 @@ def test_inlined_if_returning_an_outer_value_through_identity(tmp_path):
 
 def test_scan_body_ending_in_identity_of_its_state(tmp_path):
     # return (Identity(s), s): removing the Identity would return one value twice, and
-    # onnxruntime's Scan then computes a wrong state (max abs diff 37 before the fix)
+    # onnxruntime's Scan then computes a wrong state (off by up to 37 here)
     body = graph("body", [helper.make_node("Add", ["s_in", "x_t"], ["s"]),
                           helper.make_node("Identity", ["s"], ["s_out"])],
                  [vinfo("s_out", shape=[4]), vinfo("s", shape=[4])],

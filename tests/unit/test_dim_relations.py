@@ -10,19 +10,13 @@ import onnxfold
 from onnxfold.analysis.dim_relations import parse_expression
 from onnxfold.app.comparison import synthetic_feeds
 from onnxfold.errors import InputError
-
-
-def _model(nodes, inputs, outputs):
-    graph = helper.make_graph(nodes, "t", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+from tests.support.models import make_model, reshape_to_rows_of_five
 
 
 def _concat_past():
     """y = Concat(past, x) along axis 1, then + mask: the mask is declared ``s0 + s1`` long."""
     f = TensorProto.FLOAT
-    return _model(
+    return make_model(
         [helper.make_node("Concat", ["past", "x"], ["cat"], axis=1),
          helper.make_node("Add", ["cat", "mask"], ["y"])],
         [helper.make_tensor_value_info("past", f, [1, "s0"]),
@@ -52,7 +46,7 @@ def test_a_dim_declared_as_an_expression_is_computed():
 def test_unnamed_question_mark_dims_are_independent():
     """Paddle names every unknown dim ``?``: (1, 48, 192) fits [1, ?, ?]."""
     f = TensorProto.FLOAT
-    model = _model([helper.make_node("Relu", ["x"], ["y"])],
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
                    [helper.make_tensor_value_info("x", f, [1, "?", "?"])],
                    [helper.make_tensor_value_info("y", f, [1, "?", "?"])])
     x = np.ones((1, 48, 192), np.float32)
@@ -62,12 +56,7 @@ def test_unnamed_question_mark_dims_are_independent():
 
 def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
     """Reshape to [-1, 5] needs a multiple of 5 elements: no guessed binding fits."""
-    f = TensorProto.FLOAT
-    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 5])
-    model = _model([helper.make_node("Constant", [], ["s"], value=shape),
-                    helper.make_node("Reshape", ["x", "s"], ["y"])],
-                   [helper.make_tensor_value_info("x", f, [1, "n"])],
-                   [helper.make_tensor_value_info("y", f, ["m", 5])])
+    model = reshape_to_rows_of_five()
     with pytest.raises(InputError) as e:
         onnxfold.compare(model, model)
     message = str(e.value)
@@ -77,7 +66,7 @@ def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
 
 def _string_model():
     """A model with a string input and a string output."""
-    return _model([helper.make_node("Identity", ["x"], ["y"])],
+    return make_model([helper.make_node("Identity", ["x"], ["y"])],
                   [helper.make_tensor_value_info("x", TensorProto.STRING, ["n"])],
                   [helper.make_tensor_value_info("y", TensorProto.STRING, ["n"])])
 
@@ -105,7 +94,7 @@ def test_string_inputs_without_arrays_are_random_words():
 def test_position_ids_continue_after_the_past():
     """The mask is declared past + seq long: positions are past .. past+seq-1."""
     f, i64 = TensorProto.FLOAT, TensorProto.INT64
-    model = _model(
+    model = make_model(
         [helper.make_node("Concat", ["past", "x"], ["cat"], axis=1),
          helper.make_node("Cast", ["mask"], ["mask_f"], to=f),
          helper.make_node("Mul", ["cat", "mask_f"], ["y"]),
@@ -123,7 +112,7 @@ def test_position_ids_continue_after_the_past():
 
 def test_dim_question_mark_sets_the_random_question_mark_dims():
     f = TensorProto.FLOAT
-    model = _model([helper.make_node("Relu", ["x"], ["y"])],
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
                    [helper.make_tensor_value_info("x", f, [1, "?", "?"])],
                    [helper.make_tensor_value_info("y", f, [1, "?", "?"])])
     result = onnxfold.compare(model, model, dims={"?": 7})
@@ -134,7 +123,7 @@ def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
     """Reshape to [1, 1] runs only when n is 1: the prefill binding (n=3) is dropped."""
     f = TensorProto.FLOAT
     shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 1])
-    model = _model([helper.make_node("Constant", [], ["s"], value=shape),
+    model = make_model([helper.make_node("Constant", [], ["s"], value=shape),
                     helper.make_node("Reshape", ["x", "s"], ["y"])],
                    [helper.make_tensor_value_info("x", f, [1, "n"])],
                    [helper.make_tensor_value_info("y", f, [1, 1])])
@@ -151,7 +140,7 @@ def test_larger_guesses_are_tried_when_no_small_one_runs():
     model's STFT padding or a detector's downsampling need long inputs)."""
     f = TensorProto.FLOAT
     pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 40])
-    model = _model([helper.make_node("Constant", [], ["p"], value=pads),
+    model = make_model([helper.make_node("Constant", [], ["p"], value=pads),
                     helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
@@ -164,7 +153,7 @@ def test_larger_guesses_are_tried_when_no_small_one_runs():
 def test_no_guess_running_is_one_error_listing_every_guess():
     f = TensorProto.FLOAT
     pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 5000])
-    model = _model([helper.make_node("Constant", [], ["p"], value=pads),
+    model = make_model([helper.make_node("Constant", [], ["p"], value=pads),
                     helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
@@ -178,7 +167,7 @@ def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_is_n
     unnamed batch in the middle of ``[2, None, 4]`` stays 1 (it must equal the samples' batch)."""
     f = TensorProto.FLOAT
     pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 40])
-    model = _model([helper.make_node("Constant", [], ["p"], value=pads),
+    model = make_model([helper.make_node("Constant", [], ["p"], value=pads),
                     helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect"),
                     helper.make_node("ReduceSum", ["state"], ["s"], keepdims=0),
                     helper.make_node("Relu", ["s"], ["z"])],

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
+
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import assert_same_bits, fold_proto, run_ort
 
 X = vinfo("x", shape=["N", 3, 8, 8])
 
@@ -193,3 +195,47 @@ def test_a_reshape_to_its_own_shape_goes(tmp_path):
     for shape in ((1, 5), (3, 2)):
         x = np.arange(np.prod(shape), dtype=np.int64).reshape(shape)
         np.testing.assert_array_equal(run_ort(proto, {"ids": x})[0], run_ort(out, {"ids": x})[0])
+
+
+def test_reshape_known_target_minus_one_fails_on_empty_batch(tmp_path):
+    # Reshape(x[N,K,4], [N, K*4]) -> Reshape(x, [0, -1]); onnxruntime refuses -1 when N == 0
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "z", "o"], ["n"]),
+             helper.make_node("Slice", ["s", "o", "t"], ["k"]),
+             helper.make_node("Mul", ["k", "four"], ["k4"]),
+             helper.make_node("Concat", ["n", "k4"], ["tgt"], axis=0),
+             helper.make_node("Reshape", ["x", "tgt"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=["N", "K", 4])], [vinfo("y", shape=[None, None])],
+                       [tensor("z", np.array([0])), tensor("o", np.array([1])),
+                        tensor("t", np.array([2])), tensor("four", np.array([4]))])
+    folded, _, _ = fold_proto(model, tmp_path)
+    for shape in [(2, 3, 4), (2, 0, 4), (0, 3, 4)]:
+        assert_same_bits(model, folded, {"x": np.ones(shape, np.float32)})
+
+
+def test_same_dim_param_on_two_inputs_is_not_the_same_size(tmp_path):
+    # onnxruntime does not check that inputs sharing a dim_param agree: Shape(x) - Shape(w)
+    # must not become 0
+    nodes = [helper.make_node("Shape", ["x"], ["sx"]), helper.make_node("Shape", ["w"], ["sw"]),
+             helper.make_node("Sub", ["sx", "sw"], ["d"]),
+             helper.make_node("Add", ["d", "q"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=["N"]), vinfo("w", shape=["N"]),
+                               vinfo("q", TensorProto.INT64, [1])],
+                       [vinfo("y", TensorProto.INT64, [1])])
+    folded, _, _ = fold_proto(model, tmp_path)
+    # [6]; Shape(x) - Shape(w) folded to 0 would give [5]
+    assert_same_bits(model, folded, {"x": np.ones(3, np.float32), "w": np.ones(2, np.float32),
+                                     "q": np.array([5])})
+
+
+def test_reshape_copy_of_another_inputs_dim_with_the_same_name(tmp_path):
+    # Reshape(x[N,6], Concat(Shape(w[N]), [-1])) -> Reshape(x, [0, -1]): wrong when w's N != x's
+    nodes = [helper.make_node("Shape", ["w"], ["sw"]),
+             helper.make_node("Concat", ["sw", "m1"], ["tgt"], axis=0),
+             helper.make_node("Reshape", ["x", "tgt"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=["N", 6]), vinfo("w", shape=["N"])],
+                       [vinfo("y", shape=[None, None])], [tensor("m1", np.array([-1]))])
+    folded, _, _ = fold_proto(model, tmp_path)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    # wrong if the target copied x's N: the output is (3, 4), not (2, 6)
+    assert_same_bits(model, folded, {"x": x, "w": np.ones(3, np.float32)})

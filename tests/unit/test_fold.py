@@ -4,11 +4,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.fold.folder import FoldOptions
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 
 def ops(proto):

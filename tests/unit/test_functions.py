@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
-from conftest import tensor, vinfo
 from onnx import helper
 
 from onnxfold import FoldOptions, optimize
+from tests.support.models import tensor, vinfo
 
 
 def _model():

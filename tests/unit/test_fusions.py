@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 
 from onnxfold import optimize
+from tests.support.models import make_model, tensor, vinfo
 
 RNG = np.random.default_rng(0)
 
@@ -185,3 +185,109 @@ def test_the_constant_may_come_first(op):
     result = optimize(original)
     assert [n.op_type for n in result.to_proto().graph.node] == ["Conv"]
     _same(original, result.to_proto())
+
+
+def _run(model, feeds):
+    return _session(model).run(None, feeds)
+
+
+def _out(name, rank):
+    return vinfo(name, shape=[f"{name}{i}" for i in range(rank)])
+
+
+def _conv_then_sized(op, c, cout, bias=True, conv_op="Conv", weight=None):
+    w_shape = (cout, 4, 3, 3) if conv_op == "Conv" else (4, cout, 3, 3)
+    nodes = [helper.make_node(conv_op, ["x", "W"] + (["B"] if bias else []), ["c"],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node(op, ["c", "k"], ["y"])]
+    inits = [tensor("W", _w(*w_shape) if weight is None else weight), tensor("k", c)]
+    inits += [tensor("B", _w(cout))] if bias else []
+    return make_model(nodes, [vinfo("x", shape=["N", 4, 8, 8])], [_out("y", 4)], inits,
+                      opset=15)
+
+
+@pytest.mark.parametrize("conv_op", ["Conv", "ConvTranspose"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_add_broadcasting_the_channel_axis_still_runs(conv_op, bias):
+    original = _conv_then_sized("Add", _w(3, 1, 1), cout=1, bias=bias, conv_op=conv_op)
+    x = {"x": _w(2, 4, 8, 8)}
+    expected = _run(original, x)[0]
+    assert expected.shape[1] == 3
+    folded = optimize(original).to_proto()
+    np.testing.assert_allclose(_run(folded, x)[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def _batch_norm_opset7(spatial, param_shape):
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"],
+                              spatial=spatial)]
+    inits = [tensor("W", _w(6, 4, 3, 3)), tensor("B", _w(6)), tensor("s", _w(*param_shape)),
+             tensor("b", _w(*param_shape)), tensor("m", _w(*param_shape)),
+             tensor("v", np.abs(_w(*param_shape)) + 0.1)]
+    return make_model(nodes, [vinfo("x", shape=["N", 4, 8, 8])], [_out("y", 4)], inits,
+                      opset=7)
+
+
+def test_batch_norm_spatial_0_is_not_fused_as_per_channel():
+    original = _batch_norm_opset7(spatial=0, param_shape=(6, 8, 8))
+    x = {"x": _w(2, 4, 8, 8)}
+    expected = _run(original, x)[0]
+    folded = optimize(original).to_proto()
+    np.testing.assert_allclose(_run(folded, x)[0], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fusion", ["mul", "batch_norm"])
+def test_a_fused_weight_that_overflows_is_not_fused(fusion):
+    big = np.full((6, 4, 3, 3), 1e20, np.float32)
+    if fusion == "mul":
+        original = _conv_then_sized("Mul", np.full((6, 1, 1), 1e20, np.float32), cout=6, bias=False,
+                              weight=big)
+    else:
+        nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+                 helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+        inits = [tensor("W", big), tensor("s", np.full(6, 1e20, np.float32)),
+                 tensor("b", np.zeros(6, np.float32)), tensor("m", np.zeros(6, np.float32)),
+                 tensor("v", np.ones(6, np.float32))]
+        original = make_model(nodes, [vinfo("x", shape=["N", 4, 8, 8])], [_out("y", 4)],
+                              inits, opset=15)
+    x = {"x": np.zeros((1, 4, 8, 8), np.float32)}
+    expected = _run(original, x)[0]
+    assert np.isfinite(expected).all()
+    folded = optimize(original).to_proto()
+    np.testing.assert_array_equal(_run(folded, x)[0], expected)
+
+
+def test_batch_norm_with_parameters_of_the_wrong_size_is_not_fused():
+    original = _batch_norm_opset7(spatial=1, param_shape=(1,))
+    original.opset_import[0].version = 15
+    del original.graph.node[1].attribute[:]
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime's own refusal
+        _session(original)
+    folded = optimize(original).to_proto()
+    with pytest.raises(Exception):  # noqa: B017
+        _session(folded)
+
+
+@pytest.mark.parametrize("after", ["BatchNormalization", "Mul"])
+def test_a_weight_shared_through_identity_is_not_duplicated(after):
+    c = 32
+    nodes = [helper.make_node("Identity", ["W"], ["w1"]),
+             helper.make_node("Identity", ["W"], ["w2"]),
+             helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w2"], ["y2"], pads=[1, 1, 1, 1])]
+    inits = [tensor("W", _w(c, c, 3, 3))]
+    if after == "Mul":
+        nodes.append(helper.make_node("Mul", ["c1", "k"], ["y1"]))
+        inits.append(tensor("k", _w(c, 1, 1)))
+    else:
+        nodes.append(helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["y1"]))
+        inits += [tensor("s", _w(c)), tensor("b", _w(c)), tensor("m", _w(c)),
+                  tensor("v", np.abs(_w(c)) + 0.1)]
+    original = make_model(nodes, [vinfo("x", shape=["N", c, 8, 8])],
+                          [_out("y1", 4), _out("y2", 4)], inits, opset=15)
+    folded = optimize(original).to_proto()
+
+    def weight_bytes(model):
+        return sum(int(np.prod(t.dims)) * 4 for t in model.graph.initializer)
+
+    assert weight_bytes(folded) <= weight_bytes(original)

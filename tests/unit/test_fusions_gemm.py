@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import TensorProto, helper
 
 from onnxfold import optimize
+from tests.support.models import make_model, tensor, vinfo
 
 RNG = np.random.default_rng(1)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
+
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 
 def _same(proto, out, feeds):

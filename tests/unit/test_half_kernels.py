@@ -55,7 +55,7 @@ def _model(reader: str | None):
     ("ReduceSum", False),  # onnxruntime sums the unrounded float32 reciprocals
     ("Cast", False),  # it cancels the Cast pair: the float32 output is never rounded
     ("Transpose", False),  # a float16 kernel between two ops without one: run in float32 too
-    (None, False)])  # an Identity, the same (a review: Add -> Reshape -> Add)
+    (None, False)])  # an Identity, the same (Add -> Reshape -> Add)
 def test_a_reciprocal_folds_only_where_onnxruntime_rounds_it(reader, folded):
     model = _model(reader)
     result = optimize(model)
@@ -101,8 +101,9 @@ def test_a_reciprocal_that_is_the_graph_output_folds_rounded_once():
 @pytest.mark.parametrize(("op", "values"), [
     ("Sum", [2048.0, 1.0, 1.0]), ("Mean", [2048.0, 1.0, 1.0]), ("Sigmoid", [-11.09])])
 def test_an_op_without_a_float16_kernel_folds_in_float32_rounded_once(op, values):
-    """A review: Sum and Mean of three float16 inputs added pairwise in float16 (2048 + 1 + 1
-    gave 2048, onnxruntime 2050); Sigmoid's exp overflowed float16 (0, onnxruntime 1.5e-5)."""
+    """Sum and Mean of three float16 inputs are not added pairwise in float16 (2048 + 1 + 1
+    would give 2048, onnxruntime gives 2050); Sigmoid's exp must not overflow float16 (0 where
+    onnxruntime gives 1.5e-5)."""
     if op == "Sigmoid":
         inits = [numpy_helper.from_array(np.array(values, np.float16), "a")]
         node = helper.make_node(op, ["a"], ["y"])
@@ -144,9 +145,9 @@ def _runs(model, feeds, level):
 
 @pytest.mark.parametrize("n", [2049, 70000])
 def test_a_cast_to_float16_of_a_value_only_onnxfold_knows_is_not_folded(n):
-    """A review: onnxruntime cannot fold Size(x), so it merges the Cast to float16 with its
-    own Cast before Sub and Sub sees 2049 exactly; onnxfold folded both into 2048. The Cast
-    now stays (with every optimization off the two agree bit for bit)."""
+    """onnxruntime cannot fold Size(x), so it merges the Cast to float16 with its own Cast
+    before Sub and Sub sees 2049 exactly; folding both would give 2048. The Cast stays (with
+    every optimization off the two agree bit for bit)."""
     model = _size_cast_sub(n, 2048.0 if n < 65504 else 65504.0)
     result = optimize(model)
     assert "Cast" in [node.op_type for node in result.model.graph]

@@ -6,11 +6,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 from onnxfold.errors import OutputError
 from onnxfold.io import load_model, save_model, segments, writer
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def _mlp(tmp_path, external=False, n=64):
@@ -109,8 +110,8 @@ def test_refuses_to_overwrite_its_own_inputs(tmp_path):
 
 @pytest.mark.parametrize("external_out", [None, True], ids=["auto", "external"])
 def test_small_external_weights_are_written_into_the_output(tmp_path, external_out):
-    """Tensors too small to stream used to keep their reference to the input's data file, a
-    path that does not exist beside an output in another directory."""
+    """Tensors too small to stream are written into the output: a reference to the input's
+    data file would name a path that does not exist beside an output in another directory."""
     src_dir, out_dir = tmp_path / "in", tmp_path / "out"
     src_dir.mkdir()
     out_dir.mkdir()

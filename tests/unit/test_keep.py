@@ -9,10 +9,12 @@ import sys
 import numpy as np
 import onnx
 import onnxruntime as ort
-from conftest import make_model, tensor, vinfo
+import pytest
 from onnx import helper
 
 from onnxfold import FoldOptions, optimize
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def _model():
@@ -79,3 +81,61 @@ def test_the_cli_flag(tmp_path):
     folded = onnx.load(out)
     assert _ops(folded).count("Neg") == 2 and "hardmax" in _names(folded)
     assert "Transpose" not in _ops(folded)
+
+
+def _ops_and_names(model):
+    return [(n.op_type, n.name) for n in model.graph.node]
+
+
+def test_keep_a_constant_node_by_name():
+    nodes = [helper.make_node("Constant", [], ["c"], name="const_c",
+                              value=tensor("c", np.ones(4, np.float32))),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[4])], [vinfo("y", shape=[4])])
+    folded = optimize(model, FoldOptions(keep=("const_c",))).to_proto()
+    assert ("Constant", "const_c") in _ops_and_names(folded)
+
+
+def _split_to_sequence():
+    nodes = [helper.make_node("SplitToSequence", ["x", "s"], ["q"], axis=0, name="sts"),
+             helper.make_node("SequenceAt", ["q", "i"], ["y"], name="at0")]
+    return make_model(nodes, [vinfo("x", shape=[4, "N"])], [vinfo("y", shape=[2, "N"])],
+                      [tensor("s", np.array([2, 2], np.int64)), tensor("i", np.array(0, np.int64))])
+
+
+@pytest.mark.parametrize("keep", ["SequenceAt", "at0"])
+def test_keep_sequence_at(keep):
+    folded = optimize(_split_to_sequence(), FoldOptions(keep=(keep,))).to_proto()
+    assert "SequenceAt" in [n.op_type for n in folded.graph.node]
+
+
+def _reshape_relu_reshape():
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["r"], name="inner"),
+             helper.make_node("Relu", ["r"], ["e"], name="relu"),
+             helper.make_node("Reshape", ["e", "s2"], ["y"], name="outer")]
+    return make_model(nodes, [vinfo("x", shape=["N", 6])], [vinfo("y", shape=["a", 3])],
+                      [tensor("s1", np.array([-1, 2, 3], np.int64)),
+                       tensor("s2", np.array([-1, 3], np.int64))])
+
+
+@pytest.mark.parametrize("keep", ["inner", "Relu", "relu"])
+def test_keep_inside_reshape_elementwise_reshape(keep):
+    result = optimize(_reshape_relu_reshape(), FoldOptions(keep=(keep,)))
+    assert "elementwise_between_reshapes" not in result.report.pattern_hits
+    names = [n.name for n in result.to_proto().graph.node]
+    assert names == ["inner", "relu", "outer"]
+
+
+def test_keep_a_node_nothing_reads():
+    nodes = [helper.make_node("Neg", ["x"], ["dead"], name="debug_neg"),
+             helper.make_node("Relu", ["x"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[4])], [vinfo("y", shape=[4])])
+    folded = optimize(model, FoldOptions(keep=("debug_neg",))).to_proto()
+    assert "debug_neg" in [n.name for n in folded.graph.node]
+
+
+def test_keep_sanity_the_models_are_valid():
+    """The models above are valid and run (so the tests are about the optimizer)."""
+    for model in (_split_to_sequence(), _reshape_relu_reshape()):
+        onnx.checker.check_model(model)
+    run_ort(_reshape_relu_reshape(), {"x": np.arange(12, dtype=np.float32).reshape(2, 6)})

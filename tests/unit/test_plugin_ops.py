@@ -10,11 +10,12 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 
 import onnxfold
+from onnxfold import optimize
 from onnxfold.errors import InputError
+from tests.support.models import make_model, tensor, vinfo
 
 
 def _model(op="MyPlugin", opset=17):
@@ -44,3 +45,12 @@ def test_the_api_takes_a_plugin_model_too():
 def test_a_known_op_at_an_opset_without_it_is_still_invalid():
     with pytest.raises(InputError, match="No Op registered for Gelu"):
         onnxfold.optimize(_model("Gelu", opset=17))  # Gelu exists from opset 20 on
+
+
+def test_two_calls_of_a_plugin_op_are_not_merged():
+    nodes = [helper.make_node("MyRandomPlugin", ["x"], ["p1"]),
+             helper.make_node("MyRandomPlugin", ["x"], ["p2"]),
+             helper.make_node("Sub", ["p1", "p2"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[4])], [vinfo("y", shape=[4])])
+    folded = optimize(model).to_proto()
+    assert [n.op_type for n in folded.graph.node].count("MyRandomPlugin") == 2

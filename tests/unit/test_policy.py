@@ -3,10 +3,11 @@
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.fold.folder import FoldOptions
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 MIB = 1 << 20
 

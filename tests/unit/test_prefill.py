@@ -4,12 +4,13 @@ import os
 
 import numpy as np
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 from onnxfold.errors import OutputError
 from onnxfold.io import load_model, save_model, segments
 from onnxfold.io.prefill import PREFILL_LIMIT, OutputPrefill
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def _model(tmp_path, n=256):

@@ -11,10 +11,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import fold_proto, make_model, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.fold.folder import FoldOptions
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto
 
 T = TensorProto
 

@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.fold.folder import FoldOptions
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import assert_same_bits, fold_proto, run_ort
 
 N = 1024  # [N, N] float32 is 4 MiB: over the expansion and growth bounds, so it never folds
-
 
 
 def ops(proto):
@@ -430,3 +430,44 @@ def test_duplicate_nodes_merge_but_random_ones_do_not(tmp_path):
     assert ops.count("RandomNormalLike") == 2  # two draws stay two draws
     x = np.float32([1, 2, 3])
     np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+
+
+def test_merge_duplicates_keeps_zero_and_negative_zero_apart(tmp_path):
+    # float attributes compare 0.0 == -0.0: If-body Constants merge, x/0 - x/-0 becomes nan
+    then = helper.make_graph([
+        helper.make_node("Constant", [], ["a"], value_float=0.0),
+        helper.make_node("Constant", [], ["b"], value_float=-0.0),
+        helper.make_node("Div", ["x", "a"], ["t1"]), helper.make_node("Div", ["x", "b"], ["t2"]),
+        helper.make_node("Sub", ["t1", "t2"], ["t"])], "then", [], [vinfo("t", shape=[3])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [vinfo("e", shape=[3])])
+    model = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                       [vinfo("x", shape=[3]), vinfo("c", TensorProto.BOOL, [])],
+                       [vinfo("y", shape=[3])])
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert_same_bits(model, folded, {"x": np.array([1, -2, 3], np.float32), "c": np.array(True)})
+
+
+def test_merge_duplicates_keeps_training_mode_dropouts_apart(tmp_path):
+    # Dropout with training_mode draws a mask: two of them are not one
+    nodes = [helper.make_node("Dropout", ["x", "r", "tm"], ["d1"]),
+             helper.make_node("Dropout", ["x", "r", "tm"], ["d2"]),
+             helper.make_node("Sub", ["d1", "d2"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[1000]), vinfo("tm", TensorProto.BOOL, [])],
+                       [vinfo("y", shape=[1000])], [tensor("r", np.array(0.5, np.float32))])
+    folded, _, _ = fold_proto(model, tmp_path)
+    feeds = {"x": np.ones(1000, np.float32), "tm": np.array(True)}
+    assert np.count_nonzero(run_ort(model, feeds)[0]) > 0
+    assert np.count_nonzero(run_ort(folded, feeds)[0]) > 0  # merged, d1 - d2 is all zeros
+
+
+def test_cast_like_of_a_constant_to_string(tmp_path):
+    # a string has no bit width: the strict fold must not ask onnx for one (TypeError)
+    nodes = [helper.make_node("CastLike", ["c", "l"], ["cc"]),
+             helper.make_node("Identity", ["cc"], ["y"])]
+    model = make_model(nodes, [vinfo("l", TensorProto.STRING, [1])],
+                       [vinfo("y", TensorProto.STRING, [3])],
+                       [tensor("c", np.array([1.5, -2.5, 7.0], np.float32))], opset=19,
+                       ir_version=9)
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert_same_bits(model, folded, {"l": np.array(["a"], dtype=object)})

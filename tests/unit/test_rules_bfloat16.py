@@ -3,7 +3,8 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from ort_oracle import check, rand
+
+from tests.support.ort_oracle import check, rand
 
 BF16 = ml_dtypes.bfloat16
 

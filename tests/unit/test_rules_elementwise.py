@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ort_oracle import check, check_declines, rand, rng
+
+from tests.support.ort_oracle import check, check_declines, rand, rng
 
 FLOATS = [np.float32, np.float16, np.float64]
 INTS = [np.int32, np.int64, np.int8, np.uint8]
@@ -242,8 +243,8 @@ def test_cast_declines_out_of_range_to_int(dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_sign_of_nan_as_onnxruntime(dtype):
-    """onnxruntime's float16 and bfloat16 Sign give 0 for NaN, float and double keep NaN
-    (fuzz seed 40396: a folded Sign of a float16 constant holding NaN)."""
+    """onnxruntime's float16 and bfloat16 Sign give 0 for NaN, float and double keep NaN: a
+    folded Sign of a float16 constant holding NaN gives what onnxruntime gives."""
     import ml_dtypes
 
     np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
@@ -256,7 +257,7 @@ def test_sign_of_nan_as_onnxruntime(dtype):
 @pytest.mark.parametrize("bounds", ["none", "min", "max"])
 def test_clip_with_a_missing_bound_makes_infinities_finite_as_onnxruntime(dtype, bounds):
     """A missing bound is the type's lowest/highest finite value in onnxruntime: -inf becomes
-    -65504 in float16 (fuzz seed 82466), NaN stays."""
+    -65504 in float16, NaN stays."""
     x = np.array([-np.inf, np.inf, np.nan, 1.0, -3.0], dtype)
     lo = np.array(-2.0, dtype) if bounds == "min" else None
     hi = np.array(2.0, dtype) if bounds == "max" else None

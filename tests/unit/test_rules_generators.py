@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ort_oracle import check, check_declines, rand
+
+from tests.support.ort_oracle import check, check_declines, rand
 
 
 @pytest.mark.parametrize(

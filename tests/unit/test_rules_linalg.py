@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ort_oracle import check, check_declines, rand, rng
+
+from tests.support.ort_oracle import check, check_declines, rand, rng
 
 MM_DTYPES = [np.float32, np.float16, np.float64, np.int32, np.int64]
 MM_SHAPES = [

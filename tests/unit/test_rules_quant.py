@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ort_oracle import check, check_declines, rand, rng
+
+from tests.support.ort_oracle import check, check_declines, rand, rng
 
 QTYPES = [np.int8, np.uint8, np.int16, np.uint16]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ort_oracle import check, check_declines, rand, rng
+
+from tests.support.ort_oracle import check, check_declines, rand, rng
 
 REDUCE_OPS = [
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -93,7 +94,7 @@ def test_reduce_max_nan_and_overflow():
 def test_reduce_log_sum_exp_infinities():
     x = np.array([[1000, 1000], [-1000, 3]], np.float32)
     check("ReduceLogSumExp", [x, np.array([1], np.int64)], {}, 18, exact=False)
-    # onnxruntime's kernel gives -inf for [-inf, -1e4] (fuzz seed 94068): infinities are its
+    # onnxruntime's kernel gives -inf for [-inf, -1e4]: infinities are its
     for row in ([-np.inf, -np.inf], [np.inf, 1], [-np.inf, -1e4]):
         check_declines("ReduceLogSumExp", [np.array([row], np.float32), None], {}, 18)
 
@@ -151,8 +152,8 @@ def test_large_float_reductions():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_reduce_log_sum_exp_of_half_floats_folds_as_onnxruntime_computes_it(opset, dtype):
     """onnxruntime has no float16/bfloat16 kernel: in a model of opset 18 it runs the op's
-    function body (exp in double, no maximum subtracted: 1e4 gives inf, fuzz seed 55216), at
-    other opsets its float32 kernel (a number, seed 90877). The rule cannot see the opset: it
+    function body (exp in double, no maximum subtracted: 1e4 gives inf), at other opsets its
+    float32 kernel (a number). The rule cannot see the opset: it
     declines where the two differ, and the model folds through onnxruntime, bit for bit."""
     import ml_dtypes
     import onnxruntime as ort
@@ -184,6 +185,6 @@ def test_reduce_log_sum_exp_of_half_floats_folds_as_onnxruntime_computes_it(opse
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_reduce_log_sum_exp_declines_a_nan_whose_place_decides(dtype):
     """onnxruntime's kernel gives inf for [inf, NaN] and NaN for [NaN, inf] (its maximum skips
-    a NaN that comes after an inf): the rule declines, onnxruntime folds it (seed 65339)."""
+    a NaN that comes after an inf): the rule declines, onnxruntime folds it."""
     for row in ([np.inf, np.nan], [np.nan, np.inf], [1.0, np.nan]):
         check_declines("ReduceLogSumExp", [np.array([row], dtype), None], {}, 18)

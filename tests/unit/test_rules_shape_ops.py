@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ort_oracle import check, check_declines, rand, rng, run_rule
+
+from tests.support.ort_oracle import check, check_declines, rand, rng, run_rule
 
 DTYPES = [np.float32, np.float16, np.float64, np.int32, np.int64, np.int8, np.uint8, np.bool_]
 INT64_MAX = np.iinfo(np.int64).max
@@ -326,7 +327,7 @@ def test_shape_rule_gets_shape_only():
 
 
 def test_gather_elements_with_indices_smaller_than_data():
-    from ort_oracle import check
+    from tests.support.ort_oracle import check
 
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     idx = np.array([[[0, 3, 1]], [[2, 2, 0]]], dtype=np.int64)  # (2, 1, 3): smaller off-axis

@@ -6,13 +6,14 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, run_ort, tensor, vinfo
 from onnx import helper
 
 from onnxfold.errors import OutputError
 from onnxfold.io import load_model, save_model, segments
 from onnxfold.io.segments import FileRange, Segment, halves
 from onnxfold.pipeline.optimizer import optimize
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import run_ort
 
 
 def test_halves_cut_arrays_between_rows_and_file_ranges_anywhere():

@@ -9,19 +9,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
 from onnxfold.errors import InputError
-
-
-def _model(nodes, inputs, outputs, initializers=()):
-    graph = helper.make_graph(nodes, "t", inputs, outputs, list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+from tests.support.models import make_model, reshape_to_rows_of_five
 
 
 def _foldable():
     """y = x + (c * 2): the product folds; x is [batch, 4]."""
     f = TensorProto.FLOAT
-    return _model([helper.make_node("Mul", ["c", "two"], ["c2"]),
+    return make_model([helper.make_node("Mul", ["c", "two"], ["c2"]),
                    helper.make_node("Add", ["x", "c2"], ["y"])],
                   [helper.make_tensor_value_info("x", f, ["batch", 4])],
                   [helper.make_tensor_value_info("y", f, ["batch", 4])],
@@ -38,7 +32,7 @@ def test_an_honest_fold_checks_ok():
 def test_a_failed_check_returns_false_instead_of_raising():
     """An output drawn at random differs between any two runs: the check must fail."""
     f = TensorProto.FLOAT
-    model = _model([helper.make_node("Mul", ["c", "two"], ["c2"]),
+    model = make_model([helper.make_node("Mul", ["c", "two"], ["c2"]),
                     helper.make_node("RandomUniformLike", ["x"], ["noise"]),
                     helper.make_node("Add", ["noise", "c2"], ["y"])],
                    [helper.make_tensor_value_info("x", f, [2, 4])],
@@ -74,12 +68,7 @@ def test_the_result_repr_is_one_short_line():
 
 def test_a_check_that_cannot_run_names_the_keyword_to_use():
     """Reshape to [-1, 5] needs a multiple of 5 elements: the guessed dims cannot run."""
-    f = TensorProto.FLOAT
-    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 5])
-    model = _model([helper.make_node("Constant", [], ["s"], value=shape),
-                    helper.make_node("Reshape", ["x", "s"], ["y"])],
-                   [helper.make_tensor_value_info("x", f, [1, "n"])],
-                   [helper.make_tensor_value_info("y", f, ["m", 5])])
+    model = reshape_to_rows_of_five()
     with pytest.raises(InputError) as e:
         onnxfold.simplify(model, check_n=1)
     assert "dims={NAME: VALUE}" in str(e.value) and "--" not in str(e.value)

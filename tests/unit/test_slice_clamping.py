@@ -1,13 +1,13 @@
 """Slice's clamping, checked against onnxruntime on a grid of starts, ends and steps.
 
-Found by the fuzzer (seed 29071): ``Slice(Shape(x), starts=-6, ends=-2**31+1, steps=-1)`` of a
-2-D ``x`` is ``[dim 0]`` in onnxruntime (and by the spec: going backwards, a start before the
-first element clamps to it, an end before it means "down to it inclusive"); shape values took
-Python's slicing, which gives nothing, and the folded model declared a shape it did not have
-(the dims derived for a Slice's output took Python's clamping too). The grid also found that
-onnxruntime reads an end of INT32_MAX or INT64_MAX as "to the end in the step's direction"
-where the spec would clamp it (``onnxfold.ir.slicing``): the folding rule took the spec's word, so
-``x[INT_MAX:INT_MAX:-1]``-style slices folded to nothing.
+``Slice(Shape(x), starts=-6, ends=-2**31+1, steps=-1)`` of a 2-D ``x`` is ``[dim 0]`` in
+onnxruntime (and by the spec: going backwards, a start before the first element clamps to it,
+an end before it means "down to it inclusive"), where Python's slicing gives nothing: shape
+values and the dims derived for a Slice's output must clamp as onnxruntime does, or the folded
+model declares a shape it does not have. onnxruntime also reads an end of INT32_MAX or
+INT64_MAX as "to the end in the step's direction" where the spec would clamp it
+(``onnxfold.ir.slicing``): taking the spec's word, ``x[INT_MAX:INT_MAX:-1]``-style slices would
+fold to nothing.
 """
 
 from __future__ import annotations

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
+
+from onnxfold import optimize
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 
 def _ops(proto):
@@ -217,3 +220,16 @@ def test_unsqueeze_of_unsqueeze_is_one(tmp_path, a1, a2):
         a, b = run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0]
         assert a.shape == b.shape
         np.testing.assert_array_equal(a, b)
+
+
+def test_split_to_sequence_scalar_split_with_keepdims_0():
+    nodes = [helper.make_node("SplitToSequence", ["x", "s"], ["q"], axis=1, keepdims=0),
+             helper.make_node("SequenceAt", ["q", "i"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=["N", 3])], [vinfo("y", shape=["N"])],
+                       [tensor("s", np.array(1, np.int64)), tensor("i", np.array(0, np.int64))])
+    x = {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)}
+    expected = run_ort(model, x)[0]
+    assert expected.shape == (2,)
+    got = run_ort(optimize(model).to_proto(), x)[0]
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from conftest import make_model, tensor, vinfo
 from onnx import TensorProto, helper
 
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.rewrite.driver import rewrite
+from tests.support.models import make_model, tensor, vinfo
 
 
 def _rewritten(proto):

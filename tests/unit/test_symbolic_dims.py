@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 
 from onnxfold.analysis.symbolic import REFINED_KEY, Sym, dim_symbol, shape_values, shared_dim_names
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 
 def _const(name, arr):

@@ -1,15 +1,23 @@
 """``x + 0.0`` goes only where nothing downstream tells ``-0.0`` from ``+0.0``
 (``rules/zero_sign.py``): an input full of ``-0.0`` runs through both models in onnxruntime, and
-every output must be the same number (``1 / -0.0`` and ``1 / +0.0`` are not)."""
+every output must be the same number (``1 / -0.0`` and ``1 / +0.0`` are not). A zero Add that
+an If branch or a Loop returns, or a Cast to string reads, stays; every op the table
+``zero_sign.ABSORBS`` names gives the same bits for either zero in onnxruntime."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
-from conftest import fold_proto, make_model, run_ort, tensor, vinfo
 from onnx import TensorProto, helper
 from onnxfold.rules import zero_sign
+
+from onnxfold import FoldOptions
+from onnxfold.io.reader import model_from_proto
+from onnxfold.pipeline.optimizer import optimize
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
 
 
 def _feeds(n=4):
@@ -87,3 +95,121 @@ def test_every_op_the_tables_name_is_an_onnx_op():
     for table in (zero_sign.ABSORBS, zero_sign.PASSES_ON):
         for op in table:
             assert onnx.defs.has(op), op
+
+
+ZEROS = np.array([-0.0, 1.0, 0.0, -2.5], np.float32)
+
+
+def _same_numbers(original, folded, feeds):
+    for want, got in zip(run_ort(original, feeds), run_ort(folded, feeds), strict=True):
+        np.testing.assert_array_equal(got, want)  # -inf != inf; -0.0 == 0.0
+
+
+def test_a_zero_add_returned_by_an_if_branch_stays(tmp_path):
+    """An If's result goes on to the enclosing graph (here a Reciprocal): a branch output is
+    not a graph output that only compares numbers."""
+    then = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["t"]), helper.make_node("Add", ["t", "z"], ["r"])],
+        "then", [], [vinfo("r", shape=[4])], [tensor("z", np.float32(0.0))])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [vinfo("e", shape=[4])])
+    proto = make_model(
+        [helper.make_node("If", ["cond"], ["b"], then_branch=then, else_branch=other),
+         helper.make_node("Reciprocal", ["b"], ["y"])],
+        [vinfo("x", shape=[4]), vinfo("cond", TensorProto.BOOL, [])], [vinfo("y", shape=[4])])
+    _, _, out = fold_proto(proto, tmp_path)
+    _same_numbers(proto, out, {"x": ZEROS, "cond": np.array(True)})
+
+
+def test_a_zero_add_returned_as_a_loop_state_stays(tmp_path):
+    """A Loop body's output is its next state, read again by the body (a Reciprocal)."""
+    body = helper.make_graph(
+        [helper.make_node("Neg", ["s"], ["t"]), helper.make_node("Add", ["t", "z"], ["s2"]),
+         helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Reciprocal", ["s"], ["r"])],
+        "body", [vinfo("i", TensorProto.INT64, []), vinfo("c", TensorProto.BOOL, []),
+                 vinfo("s", shape=[4])],
+        [vinfo("c2", TensorProto.BOOL, []), vinfo("s2", shape=[4]), vinfo("r", shape=[4])],
+        [tensor("z", np.float32(0.0))])
+    proto = make_model([helper.make_node("Loop", ["n", "", "x"], ["last", "rs"], body=body)],
+                       [vinfo("x", shape=[4]), vinfo("n", TensorProto.INT64, [])],
+                       [vinfo("last", shape=[4]), vinfo("rs", shape=[3, 4])])
+    _, _, out = fold_proto(proto, tmp_path)
+    _same_numbers(proto, out, {"x": ZEROS, "n": np.array(3, np.int64)})
+
+
+def test_a_zero_add_cast_to_string_stays(tmp_path):
+    """Cast to string writes "-0" for -0.0 and "0" for +0.0: it observes the sign."""
+    proto = make_model(
+        [helper.make_node("Add", ["x", "z"], ["a"]),
+         helper.make_node("Cast", ["a"], ["y"], to=TensorProto.STRING)],
+        [vinfo("x", shape=[4])], [vinfo("y", TensorProto.STRING, [4])],
+        [tensor("z", np.float32(0.0))])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert [n.op_type for n in folded.graph.node] == ["Add", "Cast"]
+    feeds = {"x": ZEROS}
+    assert list(run_ort(out, feeds)[0]) == list(run_ort(proto, feeds)[0])
+
+
+def _one_node(op, arrays, attrs, n_out):
+    ins = [helper.make_tensor_value_info(f"i{k}", helper.np_dtype_to_tensor_dtype(a.dtype),
+                                         a.shape) for k, a in enumerate(arrays)]
+    outs = [helper.make_empty_tensor_value_info(f"o{k}") for k in range(n_out)]
+    graph = helper.make_graph([helper.make_node(op, [i.name for i in ins],
+                                                [o.name for o in outs], **attrs)], "g", ins, outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {f"i{k}": a for k, a in enumerate(arrays)})
+
+
+def _with_zeros(dtype, shape=(3, 8), seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    flat = x.reshape(-1)
+    flat[: 8] = [0.0, np.inf, -np.inf, np.nan, 1e-40, 0.0, 0.0, 3.0]
+    rng.shuffle(flat)
+    return x.astype(dtype)
+
+
+_INPUTS = {  # op -> (other inputs, attributes), the zeros going into input 0
+    "Equal": ([_with_zeros], {}), "Less": ([_with_zeros], {}), "Greater": ([_with_zeros], {}),
+    "LessOrEqual": ([_with_zeros], {}), "GreaterOrEqual": ([_with_zeros], {}),
+    "ArgMax": ([], {"axis": 1}), "ArgMin": ([], {"axis": 1}),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("op", sorted(zero_sign.ABSORBS))
+def test_an_absorbing_op_gives_the_same_bits_for_either_zero(op, dtype):
+    """Every (op, input) of ``ABSORBS``, in onnxruntime: -0.0 and +0.0 give identical bits."""
+    others, attrs = _INPUTS.get(op, ([], {}))
+    x = _with_zeros(dtype)
+    arrays = [x] + [make(dtype, seed=1) for make in others]
+    index = zero_sign.ABSORBS[op]
+    if op == "Pow":  # the exponent: a base of any value
+        arrays = [_with_zeros(dtype, seed=2), x]
+    index = max(index, 0)
+    results = []
+    for sign in (-0.0, 0.0):
+        feeds = list(arrays)
+        feeds[index] = np.where(arrays[index] == 0, dtype(sign), arrays[index]).astype(dtype)
+        try:
+            results.append(_one_node(op, feeds, attrs, 1))
+        except Exception as e:
+            pytest.skip(f"{op} {np.dtype(dtype)}: {str(e).splitlines()[0][:80]}")
+    for a, b in zip(*results, strict=True):
+        assert a.tobytes() == b.tobytes(), op
+
+
+def test_an_unknown_cast_type_after_a_zero_add_keeps_the_add(tmp_path):
+    """Cast(to=99), a type onnx does not know: the zero-sign check keeps the Add instead of
+    raising (which would skip the rule for the whole model, or fail the run under --strict)."""
+    nodes = [helper.make_node("Add", ["x", "z"], ["a"]),
+             helper.make_node("Cast", ["a"], ["y"], to=99)]
+    proto = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])],
+                       [tensor("z", np.zeros(3, np.float32))])
+    result = optimize(model_from_proto(proto), FoldOptions(strict=True))
+    assert [n.op_type for n in result.model.graph] == ["Add", "Cast"]

@@ -1,11 +1,10 @@
-"""Review of the 2026-11-23 batch CLI (``onnxfold optimize a.onnx b.onnx -o DIR/``): user files
-overwritten, leftovers after the parent is terminated. Each test was a confirmed failure, fixed
-since (regression tests)."""
+"""The batch CLI (``onnxfold optimize a.onnx b.onnx -o DIR/``) and the user's files: a job never
+writes over another input's external data, and a batch terminated mid-way leaves no job
+process and no file behind."""
 
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import signal
 import subprocess
@@ -15,19 +14,12 @@ import time
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model, tensor, vinfo
 from onnx import helper
 from onnx.external_data_helper import convert_model_to_external_data
 
-
-def _sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
-                          capture_output=True, text=True, timeout=300, env=env)
+from tests.support.cli import run_cli
+from tests.support.files import sha256
+from tests.support.models import make_model, tensor, vinfo
 
 
 def test_a_job_never_overwrites_another_inputs_external_data(tmp_path):
@@ -44,10 +36,10 @@ def test_a_job_never_overwrites_another_inputs_external_data(tmp_path):
                    [vinfo("y", shape=[4])], [tensor("V", np.ones(4, np.float32))])
     onnx.save(b, z / "b.onnx")
     data = x / "d" / "b.onnx.data"
-    before = _sha(data)
-    proc = _cli("optimize", x / "a.onnx", z / "b.onnx", "-o", f"{x / 'd'}/",
+    before = sha256(data)
+    proc = run_cli("optimize", x / "a.onnx", z / "b.onnx", "-o", f"{x / 'd'}/",
                 "--external-data", "yes")
-    assert _sha(data) == before, f"exit {proc.returncode}: a.onnx's weights were replaced"
+    assert sha256(data) == before, f"exit {proc.returncode}: a.onnx's weights were replaced"
     onnx.checker.check_model(str(x / "a.onnx"), full_check=True)
 
 

@@ -1,7 +1,7 @@
-"""Helpers of the CLI tier: the command line as a subprocess (on a pipe or on a
+"""The command line as a subprocess (on a pipe or on a
 pseudo-terminal), the one-line error it must print, and the smallest model to run it on.
 
-Deliberately not a ``conftest.py`` (see ``tests/adversarial/advkit.py``).
+``tests.support.cli_exit`` has the (exit code, stdout, stderr) form the adversarial tier uses.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 from onnx import TensorProto, helper
 
 
-def run_cli(*args: str, cwd=None, env=None, timeout: float = 300
+def run_cli(*args: str | os.PathLike, cwd=None, env=None, timeout: float = 300
             ) -> subprocess.CompletedProcess:
-    """``python -m onnxfold ARGS``, its output captured as text."""
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
+    """``python -m onnxfold ARGS`` (paths as they are), its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd, env=env)
 
 

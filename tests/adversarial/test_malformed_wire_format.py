@@ -1,11 +1,10 @@
-"""Review of 2026-11-23 (reader, trust): malformed files the reader accepted or answered with an
-internal error. Each was a confirmed failure, fixed since (regression tests): one error line and
-exit 2, or, for raw_data given twice, the value protobuf itself reads."""
+"""Malformed protobuf wire data in a model file (tensor fields that run past their message, raw
+data given twice, endless varints, op types that are not UTF-8, unknown data types, absurd
+external dims): one error line and exit 2, never an internal error, or, for raw_data given
+twice, the value protobuf itself reads."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -16,11 +15,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.io import protowire as pw
-
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+from tests.support.cli import run_cli
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -55,7 +50,7 @@ def test_raw_data_given_twice_folds_with_the_last_one_as_protobuf_reads_it(tmp_p
         _field(9, twos)
     src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
     src.write_bytes(_add_w_model(tensor))
-    proc = _cli("optimize", src, "-o", out, "-q")
+    proc = run_cli("optimize", src, "-o", out, "-q")
     assert proc.returncode == 0, proc.stderr
     feeds = {"x": np.zeros(1024, np.float32)}
     y = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
@@ -79,7 +74,7 @@ def test_a_raw_data_field_running_past_its_tensor_is_refused(tmp_path):
                     _field(7, _field(5, head) + doc + graph.SerializeToString()))
     with pytest.raises(DecodeError):  # protobuf itself refuses the file
         onnx.load(str(src))
-    assert "runs past the end" in _refused(_cli("optimize", src, "-o", tmp_path / "o.onnx"))
+    assert "runs past the end" in _refused(run_cli("optimize", src, "-o", tmp_path / "o.onnx"))
     assert not (tmp_path / "o.onnx").exists()
 
 
@@ -87,7 +82,7 @@ def test_a_run_of_varint_continuation_bytes_is_refused_at_once(tmp_path):
     src = tmp_path / "ff.onnx"
     src.write_bytes(b"\xff" * (1 << 20))  # took minutes: a varint was decoded to the end
     started = time.perf_counter()
-    line = _refused(_cli("optimize", src, "-o", tmp_path / "o.onnx"))
+    line = _refused(run_cli("optimize", src, "-o", tmp_path / "o.onnx"))
     assert "varint" in line
     assert time.perf_counter() - started < 30  # a generous bound: seconds, not minutes
 
@@ -101,7 +96,7 @@ def test_an_op_type_that_is_not_utf8_is_bad_input_not_an_internal_error(tmp_path
     src = tmp_path / "m.onnx"
     src.write_bytes(model.SerializeToString().replace(b"Relu", b"Rel\x88"))
     flags = ["--skip-check"] if skip_check else []
-    assert "UTF-8" in _refused(_cli("optimize", src, "-o", tmp_path / "o.onnx", *flags))
+    assert "UTF-8" in _refused(run_cli("optimize", src, "-o", tmp_path / "o.onnx", *flags))
 
 
 def test_a_tensor_attribute_of_an_unknown_data_type_is_bad_input(tmp_path):
@@ -113,7 +108,7 @@ def test_a_tensor_attribute_of_an_unknown_data_type_is_bad_input(tmp_path):
     src = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
     flags = ("--skip-check",)  # onnx's checker refuses it first otherwise
-    assert "unknown data type 99" in _refused(_cli("optimize", src, "-o", tmp_path / "o.onnx",
+    assert "unknown data type 99" in _refused(run_cli("optimize", src, "-o", tmp_path / "o.onnx",
                                                    *flags))
 
 
@@ -127,5 +122,5 @@ def test_external_data_of_absurd_dims_is_bad_input_in_one_short_line(tmp_path):
                               [tensor])
     src = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
-    line = _refused(_cli("optimize", src, "-o", tmp_path / "o.onnx", "--skip-check"))
+    line = _refused(run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--skip-check"))
     assert len(line) < 300, line  # not a 300-digit byte offset

@@ -4,7 +4,6 @@
 runs it) of about 3e11 multiply-adds in a single kernel: 20 s or more on a desktop CPU, while
 its file is 12 MB and the kernel's working memory under 100 MB. onnxruntime reads
 ``RunOptions.terminate`` only between kernels, so nothing inside the process can stop it.
-Deliberately not a ``conftest.py`` (see ``advkit``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A memory cgroup for one child process, for the tests that run the CLI under a memory limit.
 
-Deliberately not a ``conftest.py`` (see ``advkit``). The cgroup is created inside this
+The cgroup is created inside this
 process's own memory cgroup (so the child stays within every limit above it), under cgroup v2
 (``memory.max``, ``memory.swap.max`` 0) or v1 (``memory.limit_in_bytes``); the child is moved
 into it by ``preexec_fn``. :func:`unavailable` says why none can be made here (the test skips
@@ -14,9 +14,8 @@ import os
 import uuid
 from dataclasses import dataclass
 
-from measured_child import run_measured
-
 from onnxfold.host.memory_limits import hierarchies
+from tests.support.measured_child import run_measured
 
 
 @dataclass

@@ -1,0 +1,38 @@
+"""Tiny ONNX models built with onnx.helper: the graph, its initializers and value infos."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS = os.path.join(ROOT, "models")
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, ir_version=8):
+    """A model of one graph named ``test`` in the default domain at ``opset``."""
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return model
+
+
+def tensor(name, arr):
+    """An initializer ``name`` holding ``arr``."""
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def vinfo(name, elem=TensorProto.FLOAT, shape=None):
+    """A value info (graph input or output) of element type ``elem`` and ``shape``."""
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def reshape_to_rows_of_five():
+    """``y = Reshape(x, [-1, 5])`` with x: float[1, n] and a Constant target: it runs only when
+    n is a multiple of 5, so no dim onnxfold guesses for n (3 or 1) fits."""
+    target = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 5])
+    return make_model([helper.make_node("Constant", [], ["s"], value=target),
+                       helper.make_node("Reshape", ["x", "s"], ["y"])],
+                      [vinfo("x", shape=[1, "n"])], [vinfo("y", shape=["m", 5])])
