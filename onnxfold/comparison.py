@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from onnxfold import custom_ops, dim_relations
 from onnxfold.analysis import is_default_op
+from onnxfold.catalogue import load_catalogue
 from onnxfold.dim_relations import is_named
 from onnxfold.errors import InputError, one_line
 from onnxfold.expansion import refuse_onnxruntime_inlining
@@ -298,7 +299,8 @@ class _Inputs:
         self.int_ranges = dict(int_ranges)
         self.table_sizes = _id_table_sizes(graph)
         bound, unnamed = self._bind(dims, label)
-        self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound)
+        self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound,
+                                       load_catalogue().shape_steps)
         self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
         self.tried = list(self.plan.bindings)  # every binding tried, for the message
         # unnamed dims are guessed too where ``--dim ?=V`` does not set them: the larger

@@ -9,6 +9,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnxfold.analysis import all_graphs, node_label, plan_graph
+from onnxfold.catalogue import load_catalogue
 from onnxfold.io import load_model
 from onnxfold.leftovers import group_leftovers, leftover_lines
 from onnxfold.report import model_counts
@@ -72,12 +73,13 @@ def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, li
     from onnxfold.fold import source_array
 
     static: Counter = Counter()
+    steps = load_catalogue().shape_steps
     for graph in all_graphs(model):
         planned = set(plan_graph(graph, model.ir_version).foldable)
-        values = shape_values(graph, source_array, shared_dim_names(model))
+        values = shape_values(graph, source_array, shared_dim_names(model), steps=steps)
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
             if known is not None and known.is_constant and node not in planned and \
                     node.op_type != "Constant":
                 static[node.op_type] += 1
-    return static, blocked_scaffolding(model, source_array)
+    return static, blocked_scaffolding(model, source_array, steps)

@@ -43,6 +43,7 @@ from onnxfold.steps import contained
 from onnxfold.symbolic import (
     Dim,
     Known,
+    ShapeSteps,
     dim_symbol,
     known_constant,
     shape_values,
@@ -264,6 +265,7 @@ class RewriteContext:
     graph: ir.Graph
     model: ir.Model
     constant: set[ir.Value]
+    shape_steps: ShapeSteps  # what each op does to shape values and dims (the catalogue's)
     rejected: Counter = field(default_factory=Counter)
     rejected_at: dict[ir.Node, str] | None = None  # node -> "rule: reason", when asked for
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
@@ -327,7 +329,8 @@ class RewriteContext:
             return found
         if self._shape_values is None:
             self._shape_values = shape_values(self.graph, self.array,
-                                              shared_dim_names(self.model))
+                                              shared_dim_names(self.model),
+                                              steps=self.shape_steps)
         return self._shape_values.get(value)
 
     def dim(self, value: ir.Value, axis: int) -> Dim | None:
@@ -424,7 +427,8 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
         for graph in all_graphs(model):
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph)
-            ctx = RewriteContext(graph, model, plan.constant, rejected, rejected_at)
+            ctx = RewriteContext(graph, model, plan.constant, catalogue.shape_steps, rejected,
+                                 rejected_at)
             trying = _Trying()
             changed |= contained(trying, strict,
                                  functools.partial(_sweep, ctx, by_op, hits, trying))

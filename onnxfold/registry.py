@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from onnxfold.declines import Decline, DeclineKind
 
-__all__ = ["Decline", "DeclineKind", "FolderRule", "OpFact", "RULES_ATTR", "folder",
-           "source_of"]
+__all__ = ["Decline", "DeclineKind", "FolderRule", "OpFact", "RULES_ATTR", "ShapeDimsRule",
+           "ShapeValueRule", "folder", "shape_dims", "shape_value", "source_of"]
 
 RULES_ATTR = "__onnxfold_rules__"  # the rule declarations a decorator attached to a function
 
@@ -112,5 +112,55 @@ def folder(
             mark(fn, FolderRule(rule_name or "", domain, op, since, until, fn, source_of(fn),
                                 shape_only, half_as_given))
         return fn
+
+    return register
+
+
+@dataclass(frozen=True)
+class ShapeValueRule:
+    """How an op builds a shape value, element by element (``onnxfold.symbolic``): ``fn`` takes
+    a :class:`onnxfold.symbolic.StepInputs` and returns the :class:`onnxfold.symbolic.Known`
+    elements of the node's output, or None where it does not follow the node."""
+
+    op_type: str
+    fn: Callable
+    source: str
+
+    @property
+    def name(self) -> str:
+        return f"shape_value.{self.op_type}"
+
+
+@dataclass(frozen=True)
+class ShapeDimsRule:
+    """How an op's output dims follow from its inputs' (``onnxfold.symbolic``): ``fn`` takes a
+    :class:`onnxfold.symbolic.DimsInputs` and returns the dims of the first output, or None;
+    with ``every_output``, a list of the dims of every output (Split)."""
+
+    op_type: str
+    fn: Callable
+    source: str
+    every_output: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"shape_dims.{self.op_type}"
+
+
+def shape_value(*op_types: str) -> Callable[[Callable], Callable]:
+    """Declare ``fn`` the symbolic shape-value step of ``op_types`` (default domain)."""
+
+    def register(fn: Callable) -> Callable:
+        return mark(fn, *(ShapeValueRule(op, fn, source_of(fn)) for op in op_types))
+
+    return register
+
+
+def shape_dims(*op_types: str, every_output: bool = False) -> Callable[[Callable], Callable]:
+    """Declare ``fn`` the symbolic output-dims step of ``op_types`` (default domain)."""
+
+    def register(fn: Callable) -> Callable:
+        return mark(fn, *(ShapeDimsRule(op, fn, source_of(fn), every_output)
+                          for op in op_types))
 
     return register

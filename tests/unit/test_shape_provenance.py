@@ -13,6 +13,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
+from onnxfold.catalogue import load_catalogue
 from onnxfold.fold import source_array
 from onnxfold.options import FoldOptions
 from onnxfold.shapes import infer_shapes
@@ -288,7 +289,7 @@ def test_torchs_expand_minus_1_target_is_known_before_any_fold():
     """So the first rewrite round already sees it (what it reports names input dims)."""
     model = ir.from_proto(_torch_expand_minus_1())
     infer_shapes(model)
-    known = shape_values(model.graph, source_array)
+    known = shape_values(model.graph, source_array, steps=load_catalogue().shape_steps)
     target = next(n for n in model.graph if n.op_type == "Where").outputs[0]
     assert [str(e) for e in known[target].elements] == ["N", "1", "S", "S"]
 
