@@ -10,10 +10,21 @@ SAME_SHAPE = frozenset({
     "Dropout", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
     "LpNormalization", "Trilu", "Hardmax", "BitwiseNot"})  # output 0 has input 0's shape
 
-BROADCAST = frozenset({
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Greater", "Less",
-    "GreaterOrEqual", "LessOrEqual", "Where", "Max", "Min", "Sum", "Mean", "BitShift",
-    "BitwiseAnd", "BitwiseOr", "BitwiseXor"})  # multidirectional broadcasting of all inputs
+# Elementwise ops of one input (``rules/rewrites.py`` moves an Expand past them).
+POINTWISE_UNARY = (
+    "Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
+    "Tanh", "Sigmoid", "Relu", "Reciprocal", "Erf", "Not", "Cast", "IsNaN", "Softsign",
+    "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Softplus", "Gelu", "HardSwish", "Mish")
+
+# Elementwise ops whose inputs broadcast to the output: all of them multidirectionally, or
+# (PRelu) the slope to X's shape. Their output size is the broadcast of their inputs' shapes.
+BROADCASTING = (
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift", "BitwiseAnd",
+    "BitwiseOr", "BitwiseXor", "PRelu", "Sum", "Mean")
+
+# Multidirectional broadcasting of all inputs: the output dims are their broadcast.
+MULTIDIRECTIONAL = frozenset(BROADCASTING) - {"PRelu"}
 
 REDUCE_TO_AXES = frozenset({
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",

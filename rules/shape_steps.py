@@ -37,7 +37,7 @@ from onnxfold.symbolic import (
     small_ints,
 )
 
-from .op_groups import BROADCAST, REDUCE_TO_AXES, SAME_SHAPE
+from .op_groups import MULTIDIRECTIONAL, REDUCE_TO_AXES, SAME_SHAPE
 
 BIG = 2**31 - 1  # a Slice end at least this takes the rest of any axis
 _SHAPE_CASTS = (ir.DataType.INT64, ir.DataType.INT32)
@@ -231,7 +231,7 @@ def same_shape(step: DimsInputs) -> Dims | None:
     return step.first
 
 
-@shape_dims(*sorted(BROADCAST))
+@shape_dims(*sorted(MULTIDIRECTIONAL))
 def broadcast(step: DimsInputs) -> Dims | None:
     shapes = [step.dims(v) for v in step.node.inputs if v is not None]
     return None if not shapes or any(s is None for s in shapes) else \

@@ -15,9 +15,7 @@ import numpy as np
 
 from onnxfold.patterns import output_bytes
 
-_BROADCASTING = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where",
-                 "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-                 "Xor", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu")
+from .op_groups import BROADCASTING
 
 
 def _ints(x) -> list[int]:
@@ -37,7 +35,7 @@ def _broadcast_elements(*shapes) -> int:
     return math.prod(dims)
 
 
-@output_bytes(_BROADCASTING)
+@output_bytes(BROADCASTING)
 def broadcasting(*xs, **_attrs):
     present = [x for x in xs if x is not None]
     return _broadcast_elements(*(x.shape for x in present)) * _itemsize(*present)
