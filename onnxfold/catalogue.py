@@ -83,6 +83,11 @@ class Catalogue:
         return frozenset(f.op_type for f in self.facts if f.kept_quantized)
 
     @functools.cached_property
+    def requantizing(self) -> frozenset[str]:
+        """Default-domain ops that quantize a dequantized input 0 again (QuantizeLinear)."""
+        return frozenset(f.op_type for f in self.facts if f.requantizes and not f.domain)
+
+    @functools.cached_property
     def bitwise(self) -> frozenset[tuple[str, str]]:
         """(domain, op) whose native folders compute what onnxruntime computes, bit for bit."""
         return frozenset((f.domain, f.op_type) for f in self.facts if f.bitwise)

@@ -73,6 +73,8 @@ class OpFact:
     ``discontinuous``: a one-ulp change of a floating-point input can change its result by a
     whole step (a quantization, a comparison, a rounding); ``only_to_integers`` narrows that to
     nodes whose output is not floating point (a Cast to an integer type, not to float16).
+    ``requantizes``: it quantizes its input 0 again, so a dequantization only it reads may
+    fold (``onnxfold.policy``: the quantized weight it gives is as small as the one kept).
     """
 
     op_type: str
@@ -83,6 +85,7 @@ class OpFact:
     bitwise: bool = False
     discontinuous: bool = False
     only_to_integers: bool = False
+    requantizes: bool = False
 
     @property
     def name(self) -> str:

@@ -61,6 +61,7 @@ FACTS = (
         "Bernoulli")),
     OpFact("Dropout", nondeterministic=True, draws_only_in_training=True),
     OpFact("DequantizeLinear", kept_quantized=True),
+    OpFact("QuantizeLinear", requantizes=True),
     *(OpFact(op, bitwise=True) for op in _BITWISE),
     *(OpFact(op, discontinuous=True) for op in _DISCONTINUOUS),
     *(OpFact(op, domain=domain, discontinuous=True) for domain, op in _DISCONTINUOUS_ELSEWHERE),
