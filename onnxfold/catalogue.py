@@ -1,4 +1,5 @@
-"""The rule catalogue: every folder, pattern and cleanup of ``onnxfold.rules``, immutable.
+"""The rule catalogue: every folder, pattern, cleanup, size rule, op fact and shape step of
+``onnxfold.rules``, immutable.
 
 :func:`load_catalogue` imports the rule modules once and collects what their decorators
 declared (decorated functions, and tuples of them for rules made in a loop).

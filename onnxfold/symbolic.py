@@ -8,6 +8,10 @@ shapes, element by element: each element is an int, or a :class:`Sym` (a dynamic
 expression of them). A value whose elements are all ints is a constant for every value of the
 dynamic dims; one that keeps a ``Sym`` names the dim that blocks it.
 
+What each op does is declared per op in ``rules/shape_steps.py`` (``@shape_value``,
+``@shape_dims``) and reaches this module as a :class:`ShapeSteps` value (the catalogue's
+``shape_steps``); this module keeps the dim algebra and the walk over the graph.
+
 Two dims are the same symbol when they are the same axis of the same value, or carry the same
 name from shape inference (a graph input's ``dim_param``, or the name inference gave a dim it
 proved equal to it) - unless the inputs use that name more than once: onnxruntime does not

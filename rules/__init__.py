@@ -3,5 +3,7 @@
 Every module here is imported by :func:`onnxfold.catalogue.load_catalogue`. A folder is a numpy
 function declared with :func:`onnxfold.registry.folder` (see ``elementwise.py``); a pattern is
 declared with :func:`onnxfold.patterns.pattern` (``rewrites.py``), a cleanup with
-:func:`onnxfold.patterns.cleanup` (``cleanups.py``).
+:func:`onnxfold.patterns.cleanup` (``cleanups.py``), what an op does to shape values and dims
+with :func:`onnxfold.registry.shape_value` and :func:`onnxfold.registry.shape_dims`
+(``shape_steps.py``). Groups of ops several rules read are defined once in ``op_groups.py``.
 """
