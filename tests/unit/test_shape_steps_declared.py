@@ -14,6 +14,7 @@ from onnxfold.fold import source_array
 from onnxfold.registry import RULES_ATTR, ShapeValueRule, shape_value
 from onnxfold.shapes import infer_shapes
 from onnxfold.symbolic import Known, ShapeSteps, StepInputs, Sym, shape_values
+from rules.shape_values import SHAPE_BUILDERS
 
 
 def _shape_gather_model() -> ir.Model:
@@ -84,3 +85,10 @@ def test_disabling_an_op_keeps_its_shape_steps():
     Gather, not knowing what a Gather of a shape is."""
     catalogue = load_catalogue().without({"Gather", "Shape"})
     assert catalogue.shape_steps == load_catalogue().shape_steps
+
+
+def test_the_known_shape_value_pattern_roots_at_ops_with_a_step():
+    """Every root of ``known_shape_value`` has a shape-value step (a root without one could
+    never match); ConstantOfShape's step only feeds other steps (torch's expand(-1))."""
+    steps = load_catalogue().shape_steps
+    assert set(SHAPE_BUILDERS) == set(steps.values) - {"ConstantOfShape"}
