@@ -10,7 +10,7 @@ SAME_SHAPE = frozenset({
     "Dropout", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
     "LpNormalization", "Trilu", "Hardmax", "BitwiseNot"})  # output 0 has input 0's shape
 
-# Elementwise ops of one input (``rules/rewrites.py`` moves an Expand past them).
+# Elementwise ops of one input that ``rules/rewrites.py`` moves an Expand past.
 POINTWISE_UNARY = (
     "Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
     "Tanh", "Sigmoid", "Relu", "Reciprocal", "Erf", "Not", "Cast", "IsNaN", "Softsign",
@@ -25,6 +25,11 @@ BROADCASTING = (
 
 # Multidirectional broadcasting of all inputs: the output dims are their broadcast.
 MULTIDIRECTIONAL = frozenset(BROADCASTING) - {"PRelu"}
+
+# Elementwise ops: each output element is computed from the input elements at its position
+# (``rules/structure.py`` moves a Reshape past a region of them).
+POINTWISE = frozenset(POINTWISE_UNARY + BROADCASTING) | {
+    "IsInf", "Celu", "ThresholdedRelu", "BitwiseNot"}
 
 REDUCE_TO_AXES = frozenset({
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",

@@ -10,7 +10,7 @@ from onnxfold.catalogue import load_catalogue
 from rules import op_groups
 
 GROUPS = {name: getattr(op_groups, name) for name in
-          ("SAME_SHAPE", "POINTWISE_UNARY", "BROADCASTING", "MULTIDIRECTIONAL",
+          ("SAME_SHAPE", "POINTWISE_UNARY", "BROADCASTING", "MULTIDIRECTIONAL", "POINTWISE",
            "REDUCE_TO_AXES")}
 
 
