@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 # com.microsoft: onnxruntime's contrib ops, folded through its fallback (no native rules)
 FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# Ops whose output 0 holds input 0's elements in order: a cast or a new shape of them (what an
+# input's ids or dims go through on their way to a Gather).
+PASSES_ELEMENTS = frozenset({"Cast", "Identity", "Flatten", "Reshape", "Unsqueeze", "Squeeze"})
 
 
 def op_facts() -> Catalogue:

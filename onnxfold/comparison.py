@@ -17,7 +17,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold import custom_ops, dim_relations
-from onnxfold.analysis import is_default_op
+from onnxfold.analysis import PASSES_ELEMENTS, is_default_op
 from onnxfold.catalogue import load_catalogue
 from onnxfold.dim_relations import is_named
 from onnxfold.errors import InputError, one_line
@@ -39,8 +39,6 @@ _ORT_TYPES = {
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
     "string": np.object_,
 }
-# Ops an id tensor passes through unchanged on its way to an embedding Gather.
-_ID_PASSTHROUGH = {"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}
 
 
 @dataclass
@@ -259,7 +257,7 @@ def _id_table_sizes(model: ir.Model) -> dict[str, int]:
             seen.add(current)
             for use in current.uses():
                 node = use.node
-                if node.op_type in _ID_PASSTHROUGH and use.idx == 0 and node.outputs:
+                if node.op_type in PASSES_ELEMENTS and use.idx == 0 and node.outputs:
                     if node.outputs[0] not in seen:
                         frontier.append(node.outputs[0])
                 elif is_default_op(node, "Gather") and use.idx == 1:

@@ -24,7 +24,7 @@ from typing import TypeGuard
 
 import onnx_ir as ir
 
-from onnxfold.analysis import is_default_op, tensor_of
+from onnxfold.analysis import PASSES_ELEMENTS, is_default_op, tensor_of
 from onnxfold.shapes import infer_shapes
 from onnxfold.symbolic import Dim, ShapeSteps, Sym, dim_symbol, shape_values, shared_dim_names
 
@@ -32,7 +32,6 @@ WIDE = 3  # the prefill binding's length of dims off axis 0 (1 would hide broadc
 # guessed lengths off axis 0 to try, in order, when a model cannot run the first bindings (an
 # image that a detector downsamples 32 times, an audio frame a reflect pad needs longer)
 LARGER = (16, 64, 256, 1024)
-_PASSTHROUGH = {"Cast", "Identity", "Flatten", "Reshape", "Unsqueeze", "Squeeze"}
 _TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
 
 Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
@@ -163,7 +162,7 @@ def _reads_input(value: ir.Value | None) -> bool:
         if value.is_graph_input():
             return True
         producer = value.producer()
-        if producer is None or producer.op_type not in _PASSTHROUGH:
+        if producer is None or producer.op_type not in PASSES_ELEMENTS:
             return False
         value, seen = producer.inputs[0] if producer.inputs else None, seen + 1
     return False
