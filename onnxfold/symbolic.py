@@ -210,6 +210,7 @@ def slice_elements(elements: tuple[Dim, ...], start: int, end: int, step: int
 
 Arrays = Callable[[ir.Value], np.ndarray | None]
 
+
 @dataclass(frozen=True)
 class StepInputs:
     """What a shape-value step (``@shape_value`` in ``rules/``) reads of its node: the node,
@@ -399,7 +400,6 @@ def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
     """The dims of ``node``'s first output from its inputs' (None: not derived here)."""
     step = steps.dims.get(node.op_type)
     return None if step is None else step(DimsInputs(node, dims, known, arrays))
-
 
 
 class _KnownBy(dict):
