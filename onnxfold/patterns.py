@@ -265,9 +265,10 @@ class RewriteContext:
     graph: ir.Graph
     model: ir.Model
     constant: set[ir.Value]
-    shape_steps: ShapeSteps  # what each op does to shape values and dims (the catalogue's)
     rejected: Counter = field(default_factory=Counter)
     rejected_at: dict[ir.Node, str] | None = None  # node -> "rule: reason", when asked for
+    # what each op does to shape values and dims (the catalogue's ``shape_steps``)
+    shape_steps: ShapeSteps = field(kw_only=True, repr=False)
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
     _arrays: dict[ir.Value, np.ndarray | None] = field(default_factory=dict, repr=False)
     memo: dict[str, object] = field(default_factory=dict, repr=False)
@@ -427,8 +428,8 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
         for graph in all_graphs(model):
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph)
-            ctx = RewriteContext(graph, model, plan.constant, catalogue.shape_steps, rejected,
-                                 rejected_at)
+            ctx = RewriteContext(graph, model, plan.constant, rejected, rejected_at,
+                                 shape_steps=catalogue.shape_steps)
             trying = _Trying()
             changed |= contained(trying, strict,
                                  functools.partial(_sweep, ctx, by_op, hits, trying))
