@@ -6,7 +6,9 @@ Python defaults are the ONNX defaults. It returns an array or a tuple of arrays.
 cannot handle a case raises :class:`Decline`; the engine then tries the onnxruntime fallback.
 
 Declaring a rule only marks the function; :mod:`onnxfold.catalogue` collects the marks of
-every module in ``onnxfold.rules`` into one immutable catalogue.
+every module in ``onnxfold.rules`` into one immutable catalogue. The same holds for op facts
+(:class:`OpFact`) and for the symbolic shape steps (:func:`shape_value`, :func:`shape_dims`:
+what an op does to shape values and dims, followed by :mod:`onnxfold.symbolic`).
 """
 
 from __future__ import annotations
