@@ -7,6 +7,7 @@
 - ``kept_quantized``: a dequantization kept by default so a quantized model stays quantized
   and small (``--fold-qdq`` folds it); one whose result is only quantized again by foldable
   nodes folds with them into a quantized weight (``policy.refuse_dequantization``).
+- ``requantizes``: the op that quantizes such a result again (QuantizeLinear, input 0).
 - ``bitwise``: the op's native folder computes what onnxruntime's kernel computes, bit for bit,
   on floating-point values too: elementwise IEEE operations in one dtype (each correctly
   rounded), selections, comparisons and data movement. Matrix products, reductions that add
@@ -61,6 +62,7 @@ FACTS = (
         "Bernoulli")),
     OpFact("Dropout", nondeterministic=True, draws_only_in_training=True),
     OpFact("DequantizeLinear", kept_quantized=True),
+    OpFact("QuantizeLinear", requantizes=True),
     *(OpFact(op, bitwise=True) for op in _BITWISE),
     *(OpFact(op, discontinuous=True) for op in _DISCONTINUOUS),
     *(OpFact(op, domain=domain, discontinuous=True) for domain, op in _DISCONTINUOUS_ELSEWHERE),

@@ -19,13 +19,9 @@ import onnx_ir as ir
 from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 from onnxfold.ir.graph import subgraphs, tensor_of
 
-UNARY = ("Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos",
-         "Tan", "Tanh", "Sigmoid", "Relu", "Reciprocal", "Erf", "Not", "Cast", "IsNaN", "Softsign",
-         "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Softplus", "Gelu", "HardSwish", "Mish")
-BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Equal", "Less", "Greater",
-          "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift",
-          "BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu", "Sum", "Mean")
-ELEMENTWISE = UNARY + BINARY
+from .op_groups import BROADCASTING, POINTWISE_UNARY
+
+ELEMENTWISE = POINTWISE_UNARY + BROADCASTING
 EXPANDING = ("Expand", "Tile")
 
 

@@ -139,7 +139,7 @@ def _provably_its_input(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool
         return False  # drop_noop's (static shapes equal)
     ambiguous = shared_dim_names(ctx.model)
     before = input_dims(x, ambiguous)
-    after = derived_dims(node, ctx.shape_value, ctx.array, ambiguous)
+    after = derived_dims(node, ctx.shape_value, ctx.array, ambiguous, steps=ctx.shape_steps)
     if before is None or after is None or None in before or tuple(after) != tuple(before):
         return False
     if _moves_data(node, ctx, before):

@@ -17,9 +17,7 @@ import numpy as np
 
 from onnxfold.declare.patterns import output_bytes
 
-_BROADCASTING = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where",
-                 "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-                 "Xor", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu")
+from .op_groups import BROADCASTING
 
 
 def _ints(x: np.ndarray | list[int]) -> list[int]:
@@ -39,7 +37,7 @@ def _broadcast_elements(*shapes: Sequence[int]) -> int:
     return math.prod(dims)
 
 
-@output_bytes(_BROADCASTING)
+@output_bytes(BROADCASTING)
 def broadcasting(*xs: np.ndarray | None, **_attrs: object) -> int:
     present = [x for x in xs if x is not None]
     return _broadcast_elements(*(x.shape for x in present)) * _itemsize(*present)

@@ -20,6 +20,7 @@ import onnx_ir as ir
 from onnxfold.declare import kept
 from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 
+from .op_groups import POINTWISE
 from .zero_sign import zero_sign_observed
 
 MAX_CHUNKS = 64  # a Split with more outputs than this is not worth writing out
@@ -141,13 +142,6 @@ def split_to_sequence_as_split(ctx: RewriteContext, node: ir.Node, x: ir.Value) 
 
 # --- Reshape -> elementwise -> Reshape ------------------------------------------------------
 
-POINTWISE = frozenset((
-    "Abs", "Neg", "Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
-    "Tanh", "Sigmoid", "Relu", "Reciprocal", "Erf", "Not", "Cast", "IsNaN", "IsInf", "Softsign",
-    "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "Softplus", "Gelu", "HardSwish", "Mish",
-    "ThresholdedRelu", "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Equal", "Less",
-    "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift",
-    "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "PRelu", "Sum", "Mean"))
 
 
 def _region(ctx: RewriteContext, y: ir.Value, rank: int
@@ -173,27 +167,36 @@ def _region(ctx: RewriteContext, y: ir.Value, rank: int
                 len(node.outputs) != 1 or len(nodes) >= MAX_REGION:
             return None
         nodes[node] = None
-        for v in node.inputs:
-            if v is None:
-                continue
-            if ctx.is_constant(v):
-                shape = ctx.shape(v)
-                if shape is None or int(np.prod(shape)) != 1 or len(shape) > rank:
-                    return Reject("a constant operand is not a scalar of at most the rank")
-            else:
-                todo.append(v)
+        refused = _operands(ctx, node, rank, todo)
+        if refused is not None:
+            return refused
     if inner is None or not nodes:
         return None
-    leak = _leak(ctx, list(nodes), inner, y)
-    return leak if leak is not None else (list(nodes), inner)
+    refused = _closed(ctx, [*nodes, inner], set(nodes), y)
+    return refused if refused is not None else (list(nodes), inner)
 
 
-def _leak(ctx: RewriteContext, nodes: list[ir.Node], inner: ir.Node, y: ir.Value
-          ) -> Reject | None:
-    """Why the region ``nodes`` fed by ``inner`` cannot be rewritten as a whole (a node is
-    kept, or a value in between is read outside or is a graph output); None if it can."""
-    inside = set(nodes)
-    for node in (*nodes, inner):
+def _operands(ctx: RewriteContext, node: ir.Node, rank: int, todo: list[ir.Value]
+              ) -> Reject | None:
+    """Queue ``node``'s computed inputs on ``todo``; refuse a constant one that is not a
+    scalar of at most ``rank`` dims."""
+    for v in node.inputs:
+        if v is None:
+            continue
+        if ctx.is_constant(v):
+            shape = ctx.shape(v)
+            if shape is None or int(np.prod(shape)) != 1 or len(shape) > rank:
+                return Reject("a constant operand is not a scalar of at most the rank")
+        else:
+            todo.append(v)
+    return None
+
+
+def _closed(ctx: RewriteContext, nodes: list[ir.Node], inside: set[ir.Node], y: ir.Value
+            ) -> Reject | None:
+    """Why the region's nodes cannot be rewritten (kept, or a value in between read outside
+    the region or a graph output), None if they can."""
+    for node in nodes:
         if kept(node, ctx.keep):
             return Reject(f"{node.op_type} {node.name} is kept (--keep)")
         for out in node.outputs:

@@ -25,14 +25,20 @@ from typing import TypeGuard
 import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.analysis.symbolic import Dim, Sym, dim_symbol, shape_values, shared_dim_names
-from onnxfold.ir.graph import is_default_op, tensor_of
+from onnxfold.analysis.symbolic import (
+    Dim,
+    ShapeSteps,
+    Sym,
+    dim_symbol,
+    shape_values,
+    shared_dim_names,
+)
+from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op, tensor_of
 
 WIDE = 3  # the prefill binding's length of dims off axis 0 (1 would hide broadcasting bugs)
 # guessed lengths off axis 0 to try, in order, when a model cannot run the first bindings (an
 # image that a detector downsamples 32 times, an audio frame a reflect pad needs longer)
 LARGER = (16, 64, 256, 1024)
-_PASSTHROUGH = {"Cast", "Identity", "Flatten", "Reshape", "Unsqueeze", "Squeeze"}
 _TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
 
 Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
@@ -163,7 +169,7 @@ def _reads_input(value: ir.Value | None) -> bool:
         if value.is_graph_input():
             return True
         producer = value.producer()
-        if producer is None or producer.op_type not in _PASSTHROUGH:
+        if producer is None or producer.op_type not in PASSES_ELEMENTS:
             return False
         value, seen = producer.inputs[0] if producer.inputs else None, seen + 1
     return False
@@ -212,9 +218,10 @@ def _arrays(value: ir.Value):
 
 
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
-         given: Mapping[str, int]) -> DimPlan:
+         given: Mapping[str, int], steps: ShapeSteps) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
-    ``given`` as is, the ones the graph relates computed, the others guessed (see module)."""
+    ``given`` as is, the ones the graph relates computed (``steps``: the catalogue's shape
+    steps), the others guessed (see module)."""
     names = {d for shape in input_shapes for d in shape if is_named(d)}
     axis_names: dict[tuple[str, int], str] = {}
     for value in model.graph.inputs:
@@ -228,7 +235,7 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
             relations.equations[name] = (form, "declared by the input")
     try:
         infer_shapes(model)
-        shape_values(model.graph, _arrays, shared_dim_names(model))
+        shape_values(model.graph, _arrays, shared_dim_names(model), steps=steps)
         _index_relations(model, relations)
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
         pass

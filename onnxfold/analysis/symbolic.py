@@ -8,6 +8,10 @@ shapes, element by element: each element is an int, or a :class:`Sym` (a dynamic
 expression of them). A value whose elements are all ints is a constant for every value of the
 dynamic dims; one that keeps a ``Sym`` names the dim that blocks it.
 
+What each op does is declared per op in ``rules/shape_steps.py`` (``@shape_value``,
+``@shape_dims``) and reaches this module as a :class:`ShapeSteps` value (the catalogue's
+``shape_steps``); this module keeps the dim algebra and the walk over the graph.
+
 Two dims are the same symbol when they are the same axis of the same value, or carry the same
 name from shape inference (a graph input's ``dim_param``, or the name inference gave a dim it
 proved equal to it) - unless the inputs use that name more than once: onnxruntime does not
@@ -17,7 +21,7 @@ check that such dims agree, so they prove nothing, except under the user's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +66,8 @@ class Sym:
 
 Dim = int | Sym
 
+_INT64 = np.dtype(np.int64)  # a shape's element type, the default of Known.dtype (immutable)
+
 
 @dataclass(frozen=True)
 class Known:
@@ -69,7 +75,7 @@ class Known:
 
     elements: tuple[Dim, ...]
     scalar: bool = False
-    dtype: np.dtype = np.dtype(np.int64)
+    dtype: np.dtype = _INT64
 
     @property
     def is_constant(self) -> bool:
@@ -134,7 +140,7 @@ def _declared(value: ir.Value, axis: int, ambiguous: frozenset[str]) -> Dim:
     return Sym(("axis", id(value), value.name or "?", axis))
 
 
-def _ints(arr: np.ndarray | None) -> list[int] | None:
+def small_ints(arr: np.ndarray | None) -> list[int] | None:
     """The elements of a 0-D or 1-D integer array (shape tensors are never of higher rank)."""
     if arr is None or arr.dtype.kind not in "iu" or arr.size > MAX_ELEMENTS or arr.ndim > 1:
         return None
@@ -150,7 +156,7 @@ def _fits(known: Known) -> bool:
     return all(info.min <= e <= info.max for e in known.elements if isinstance(e, int))
 
 
-def _arith(op: str, a: Dim, b: Dim) -> Dim:
+def arith(op: str, a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         if op == "Add":
             return a + b
@@ -166,9 +172,9 @@ def _arith(op: str, a: Dim, b: Dim) -> Dim:
         return 0
     if op == "Div" and a == b:
         return 1
-    if op in ("Mul", "Div") and b == 1 or op in ("Add", "Sub") and b == 0:
+    if (op in ("Mul", "Div") and b == 1) or (op in ("Add", "Sub") and b == 0):
         return a
-    if op in ("Mul", "Add") and (a == 1 and op == "Mul" or a == 0 and op == "Add"):
+    if op in ("Mul", "Add") and ((a == 1 and op == "Mul") or (a == 0 and op == "Add")):
         return b
     if op in ("Mul", "Add") and _order(b) < _order(a):
         a, b = b, a  # commutative: one form for a + b and b + a, so that they compare equal
@@ -180,7 +186,7 @@ def _order(d: Dim) -> tuple[int, str]:
     return (0, f"{d:024d}") if isinstance(d, int) else (1, repr(d.expr))
 
 
-def _broadcast(op: str, a: Known, b: Known) -> Known | None:
+def broadcast_elements(op: str, a: Known, b: Known) -> Known | None:
     x, y = a.elements, b.elements
     if len(x) == 1 and len(y) > 1:
         x = x * len(y)
@@ -188,15 +194,16 @@ def _broadcast(op: str, a: Known, b: Known) -> Known | None:
         y = y * len(x)
     if len(x) != len(y):
         return None
-    return Known(tuple(_arith(op, p, q) for p, q in zip(x, y)), a.scalar and b.scalar, a.dtype)
+    return Known(tuple(arith(op, p, q) for p, q in zip(x, y)), a.scalar and b.scalar, a.dtype)
 
 
-def _normalize(index: int, size: int) -> int | None:
+def normalize_index(index: int, size: int) -> int | None:
     index = index + size if index < 0 else index
     return index if 0 <= index < size else None
 
 
-def _slice(elements: tuple[Dim, ...], start: int, end: int, step: int) -> tuple[Dim, ...] | None:
+def slice_elements(elements: tuple[Dim, ...], start: int, end: int, step: int
+                   ) -> tuple[Dim, ...] | None:
     """``elements[start:end:step]`` as onnxruntime's Slice clamps it (``onnxfold.ir.slicing``)."""
     if step == 0:
         return None
@@ -204,167 +211,49 @@ def _slice(elements: tuple[Dim, ...], start: int, end: int, step: int) -> tuple[
 
 
 Arrays = Callable[[ir.Value], np.ndarray | None]
-_STEP_OPS = frozenset({"Shape", "Identity", "Cast", "Gather", "Slice", "Concat", "Unsqueeze",
-                       "Squeeze", "Add", "Sub", "Mul", "Div", "Reshape", "Equal", "Where",
-                       "Size", "ConstantOfShape"})  # the ops _step follows
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What a shape-value step (``@shape_value`` in ``rules/``) reads of its node: the node,
+    the shape values known so far, constants' data and the ambiguous dim names."""
+
+    node: ir.Node
+    known: dict[ir.Value, Known]
+    arrays: Arrays
+    ambiguous: frozenset[str]
+
+    def value(self, i: int) -> ir.Value | None:
+        """Input ``i`` (None when omitted or absent)."""
+        inputs = self.node.inputs
+        return inputs[i] if i < len(inputs) else None
+
+    def get(self, i: int) -> Known | None:
+        """The shape value of input ``i``, if known."""
+        v = self.value(i)
+        return None if v is None else self.known.get(v)
+
+    def array(self, i: int) -> np.ndarray | None:
+        """The constant data of input ``i``, if it is a constant."""
+        v = self.value(i)
+        return None if v is None else self.arrays(v)
+
+    def ints(self, i: int) -> list[int] | None:
+        """Input ``i``'s elements when it is a small constant integer tensor."""
+        return small_ints(self.array(i))
 
 
 def _step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
-          ambiguous: frozenset[str]) -> Known | None:
-    """The value of ``node``'s first output, if it is a shape tensor this module follows."""
-    op = node.op_type
-    if op not in _STEP_OPS:
-        return None  # most nodes, at once
-    ins = list(node.inputs)
-
-    def value(i: int) -> ir.Value | None:
-        return ins[i] if i < len(ins) else None
-
-    def get(i: int) -> Known | None:
-        v = value(i)
-        return None if v is None else known.get(v)
-
-    def array(i: int) -> np.ndarray | None:
-        v = value(i)
-        return None if v is None else arrays(v)
-
-    def ints(i: int) -> list[int] | None:
-        return _ints(array(i))
-
-    if op == "Shape":
-        x = ins[0]
-        if x is None or x.shape is None:
-            return None
-        rank = len(x.shape)
-        start = node.attributes.get_int("start", 0)
-        end = node.attributes.get_int("end", rank)
-        dims = [dim_symbol(x, i, ambiguous) for i in range(rank)]
-        return Known(_slice(tuple(d for d in dims if d is not None), start, end, 1) or ())
-    if op in ("Identity", "Cast"):
-        source = get(0)
-        if source is None:
-            return None
-        if op == "Cast":
-            to = ir.DataType(node.attributes.get_int("to", 0))
-            if to not in (ir.DataType.INT64, ir.DataType.INT32):
-                return None
-            return Known(source.elements, source.scalar, np.dtype(to.numpy()))
-        return source
-    if op == "Gather":
-        data, indices = get(0), array(1)
-        picks = _ints(indices)
-        if data is None or data.scalar or indices is None or picks is None or \
-                node.attributes.get_int("axis", 0) != 0:
-            return None
-        chosen = [_normalize(i, len(data.elements)) for i in picks]
-        if any(c is None for c in chosen):
-            return None
-        return Known(tuple(data.elements[c] for c in chosen if c is not None),
-                     indices.ndim == 0, data.dtype)
-    if op == "Slice":
-        data = get(0)
-        starts, ends = ints(1), ints(2)
-        axes = ints(3) if value(3) is not None else [0]
-        steps = ints(4) if value(4) is not None else [1]
-        if data is None or data.scalar or None in (starts, ends, axes, steps) or \
-                axes not in ([0], [-1]) or len(starts or ()) != 1:
-            return None
-        assert starts is not None and ends is not None and steps is not None
-        part = _slice(data.elements, starts[0], ends[0], steps[0])
-        return None if part is None else Known(part, False, data.dtype)
-    if op == "Concat":
-        parts = [get(i) for i in range(len(ins))]
-        if not parts or any(p is None or p.scalar for p in parts):
-            return None
-        return Known(tuple(e for p in parts if p is not None for e in p.elements), False,
-                     parts[0].dtype if parts[0] is not None else np.dtype(np.int64))
-    if op == "Unsqueeze":
-        source = get(0)
-        axes = ints(1) if value(1) is not None else \
-            list(node.attributes.get_ints("axes", []) or [])
-        return Known(source.elements, False, source.dtype) \
-            if source is not None and source.scalar and len(axes or ()) == 1 else None
-    if op == "Squeeze":
-        source = get(0)
-        return Known(source.elements, True, source.dtype) \
-            if source is not None and len(source.elements) == 1 and not source.scalar else None
-    if op in ("Add", "Sub", "Mul", "Div"):
-        a, b = get(0), get(1)
-        return _broadcast(op, a, b) if a is not None and b is not None else None
-    if op == "Reshape":  # a scalar or 1-D shape value reshaped to [n] or [-1] keeps its elements
-        source, target = get(0), ints(1)
-        if source is None or target is None or len(target) != 1 or \
-                target[0] not in (-1, len(source.elements)):
-            return None
-        return Known(source.elements, False, source.dtype)
-    if op == "Equal":
-        a, b = get(0), get(1)
-        if a is None or b is None:
-            return None
-        pairs = _broadcast("Sub", a, b)
-        if pairs is None:
-            return None
-        return Known(tuple(1 if d == 0 else 0 if isinstance(d, int) or _positive(d)
-                           else Sym(("Equal", d, 0)) for d in pairs.elements),
-                     pairs.scalar, np.dtype(np.bool_))
-    if op == "Where":  # torch's expand(-1): Where(Equal(shape, -1), 1s, shape)
-        flags, a, b = array(0), get(1), get(2)
-        derived = get(0)  # an Equal of shape values: known before it is folded
-        if flags is None and derived is not None and derived.is_constant and \
-                derived.dtype == np.bool_:
-            flags = derived.array()
-        if flags is None or flags.dtype != np.bool_ or flags.ndim > 1 or a is None or \
-                b is None or a.dtype != b.dtype:
-            return None
-        cond = tuple(bool(f) for f in flags.reshape(-1).tolist())
-        size = max(len(cond), len(a.elements), len(b.elements))
-        if any(len(k) not in (1, size) for k in (cond, a.elements, b.elements)):
-            return None
-        take = cond * size if len(cond) == 1 else cond
-        then, other = [k.elements * size if len(k.elements) == 1 else k.elements
-                       for k in (a, b)]
-        return Known(tuple(then[i] if take[i] else other[i] for i in range(size)),
-                     flags.ndim == 0 and a.scalar and b.scalar, a.dtype)
-    if op == "ConstantOfShape":  # torch's expand(-1): Mul(ConstantOfShape(Shape(s)), -1)
-        shape, attr = get(0), node.attributes.get("value")
-        fill = tensor_of(attr).numpy() if attr is not None else np.zeros(1, np.float32)
-        if shape is None or not shape.is_constant or len(shape.elements) != 1 or \
-                fill.dtype.kind not in "iu" or fill.size != 1:
-            return None
-        count = int(shape.elements[0])  # type: ignore[arg-type]  # is_constant: ints
-        if not 0 <= count <= MAX_ELEMENTS:
-            return None
-        return Known((int(fill.reshape(-1)[0]),) * count, False, fill.dtype)
-    if op == "Size":
-        x = ins[0]
-        if x is None or x.shape is None:
-            return None
-        product: Dim = 1
-        for i in range(len(x.shape)):
-            d = dim_symbol(x, i, ambiguous)
-            if d is None:
-                return None
-            product = _arith("Mul", product, d)
-        return Known((product,), True)
-    return None
+          ambiguous: frozenset[str], steps: ShapeSteps) -> Known | None:
+    """The value of ``node``'s first output, if it is a shape tensor an op's step follows."""
+    step = steps.values.get(node.op_type)
+    return None if step is None else step(StepInputs(node, known, arrays, ambiguous))
 
 
 # Dims of every value, from its node's shape semantics. Shape inference may name a dim it could
 # not relate to the inputs ``unk__2`` (an Add of [N, 128, 768] and a [unk__0, unk__1, 768] that
 # a fold has since made [1, 128, 768] keeps ``unk__2``: re-inference does not rename it). What
 # each op does to shapes proves it is ``N``; only provable steps are taken.
-
-_SAME_SHAPE = frozenset({
-    "Identity", "Cast", "CastLike", "Neg", "Abs", "Sqrt", "Exp", "Log", "Erf", "Tanh",
-    "Sigmoid", "Relu", "Softmax", "LogSoftmax", "IsNaN", "IsInf", "Not", "Reciprocal", "Floor",
-    "Ceil", "Round", "Sign", "Sin", "Cos", "Gelu", "HardSigmoid", "HardSwish", "LeakyRelu",
-    "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "ThresholdedRelu", "Clip", "PRelu",
-    "Dropout", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
-    "LpNormalization", "Trilu", "Hardmax", "BitwiseNot"})  # output 0 has input 0's shape
-_BROADCAST = frozenset({
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Greater", "Less",
-    "GreaterOrEqual", "LessOrEqual", "Where", "Max", "Min", "Sum", "Mean", "BitShift",
-    "BitwiseAnd", "BitwiseOr", "BitwiseXor"})  # multidirectional broadcasting of all inputs
 
 Dims = tuple[Dim | None, ...]
 
@@ -387,39 +276,39 @@ def _broadcast_dim(column: list[Dim | None]) -> Dim | None:
     return Sym(("Broadcast", *sorted(syms, key=str)))  # N with M: whichever is not 1
 
 
-def _broadcast_dims(shapes: list[Dims]) -> Dims:
+def broadcast_dims(shapes: list[Dims]) -> Dims:
     rank = max(len(s) for s in shapes)
     padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
     return tuple(_broadcast_dim([s[i] for s in padded]) for i in range(rank))
 
 
-def _nonnegative(d: Dim) -> bool:
+def nonnegative(d: Dim) -> bool:
     """Whether ``d`` is >= 0 for every value of the dims (a dim, a sum or product of them)."""
     if isinstance(d, int):
         return d >= 0
     if d.expr[0] in ("dim", "axis", "Broadcast"):
         return True
     if d.expr[0] == "Reshape0":
-        return all(_nonnegative(p) for p in d.expr[1:])
-    return d.expr[0] in ("Add", "Mul", "Div") and all(_nonnegative(p) for p in d.expr[1:])
+        return all(nonnegative(p) for p in d.expr[1:])
+    return d.expr[0] in ("Add", "Mul", "Div") and all(nonnegative(p) for p in d.expr[1:])
 
 
-def _positive(d: Sym) -> bool:
+def positive(d: Sym) -> bool:
     """Whether ``d`` is > 0 for every value of the dims: a dim plus a positive int."""
     kind = d.expr[0]
     a, b = (d.expr[1], d.expr[2]) if len(d.expr) == 3 else (None, None)
-    return kind == "Add" and (isinstance(b, int) and b > 0 and a is not None and
-                              _nonnegative(a) or isinstance(a, int) and a > 0 and
-                              b is not None and _nonnegative(b)) or \
-        kind == "Sub" and isinstance(b, int) and b < 0 and a is not None and _nonnegative(a)
+    return (kind == "Add" and ((isinstance(b, int) and b > 0 and a is not None and
+                              nonnegative(a)) or (isinstance(a, int) and a > 0 and
+                              b is not None and nonnegative(b)))) or \
+        (kind == "Sub" and isinstance(b, int) and b < 0 and a is not None and nonnegative(a))
 
 
-def _has_factor(d: Dim | None, factor: Sym) -> bool:
+def has_factor(d: Dim | None, factor: Sym) -> bool:
     """Whether ``d`` is ``factor`` or a product with it (then it is 0 when ``factor`` is)."""
     if d == factor:
         return True
     return isinstance(d, Sym) and d.expr[0] == "Mul" and any(
-        _has_factor(p, factor) for p in d.expr[1:])
+        has_factor(p, factor) for p in d.expr[1:])
 
 
 def _monomial(d: Dim | None) -> tuple[int, list[Sym]] | None:
@@ -441,7 +330,7 @@ def _monomial(d: Dim | None) -> tuple[int, list[Sym]] | None:
     return coefficient, factors
 
 
-def _quotient(total: Dim, divisor: Dim) -> Dim | None:
+def quotient(total: Dim, divisor: Dim) -> Dim | None:
     """``total / divisor`` when the divisor's dims are among the total's and its int divides."""
     a, b = _monomial(total), _monomial(divisor)
     if a is None or b is None or b[0] <= 0 or a[0] % b[0]:
@@ -453,233 +342,66 @@ def _quotient(total: Dim, divisor: Dim) -> Dim | None:
         rest.remove(factor)
     out: Dim = a[0] // b[0]
     for factor in sorted(rest, key=str):
-        out = _arith("Mul", out, factor)
+        out = arith("Mul", out, factor)
     return out
 
 
-def _reshaped(source: Dims, target: Known, allowzero: bool) -> Dims:
-    out: list[Dim | None] = []
-    for i, e in enumerate(target.elements):
-        copied = source[i] if i < len(source) else None
-        if isinstance(e, int):
-            out.append(e if e > 0 or (e == 0 and allowzero) else copied if e == 0 else None)
-        elif _nonnegative(e) and (allowzero or _has_factor(copied, e)):
-            out.append(e)  # were e 0 at run time, the copied dim is 0 too
-        elif _nonnegative(e) and copied is not None:
-            out.append(Sym(("Reshape0", e, copied)))  # e, or the copied dim where e is 0
-        else:
-            out.append(None)
-    inferred = [i for i, e in enumerate(target.elements) if e == -1]
-    if len(inferred) == 1 and None not in source and \
-            sum(1 for d in out if d is None) == 1:  # the -1: what the other dims leave
-        total: Dim = 1
-        for d in source:
-            assert d is not None
-            total = _arith("Mul", total, d)
-        others: Dim = 1
-        for d in out:
-            if d is not None:
-                others = _arith("Mul", others, d)
-        quotient = _quotient(total, others)
-        out[inferred[0]] = Sym(("Div", total, others)) if quotient is None else quotient
-    return tuple(out)
+class DimsInputs:
+    """What an output-dims step (``@shape_dims`` in ``rules/``) reads of its node: its inputs'
+    dims (``dims``), shape values (``known``) and constants' data (``arrays``)."""
+
+    def __init__(self, node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
+                 known: dict[ir.Value, Known], arrays: Arrays) -> None:
+        self.node = node
+        self.dims = dims
+        self.known = known
+        self.arrays = arrays
+        inputs = node.inputs
+        self.first: Dims | None = dims(inputs[0]) if inputs else None  # input 0's dims
+
+    def value(self, i: int) -> ir.Value | None:
+        """Input ``i`` (None when omitted or absent)."""
+        inputs = self.node.inputs
+        return inputs[i] if i < len(inputs) else None
+
+    def known_at(self, i: int) -> Known | None:
+        """The shape value of input ``i``, if known."""
+        v = self.value(i)
+        return None if v is None else self.known.get(v)
+
+    def scalar(self, i: int) -> Dim | None:
+        """The one element of input ``i``'s shape value, if it has exactly one."""
+        k = self.known_at(i)
+        return k.elements[0] if k is not None and len(k.elements) == 1 else None
+
+    def ints(self, i: int) -> list[int] | None:
+        """Input ``i``'s elements when it is a small constant integer tensor."""
+        v = self.value(i)
+        return None if v is None else small_ints(self.arrays(v))
 
 
-_REDUCE = frozenset({
-    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
+ValueStep = Callable[[StepInputs], Known | None]
+DimsStep = Callable[[DimsInputs], Dims | None]
+EveryOutputDimsStep = Callable[[DimsInputs], list[Dims | None]]
 
 
-def _reduced(node: ir.Node, first: Dims, ints: Callable[[int], list[int] | None]
-             ) -> Dims | None:
-    """The dims a reduction leaves: its axes 1 (``keepdims``) or gone, the others kept (the
-    axes an attribute, or input 1 from opset 13/18 on; none given: every axis, unless
-    ``noop_with_empty_axes``)."""
-    if node.op_type in ("ArgMax", "ArgMin"):
-        given: list[int] | None = [node.attributes.get_int("axis", 0)]
-    elif len(node.inputs) > 1 and node.inputs[1] is not None:
-        given = ints(1)
-    else:
-        given = list(node.attributes.get_ints("axes", []) or [])
-    if given is None:
-        return None
-    if not given:
-        if node.attributes.get_int("noop_with_empty_axes", 0):
-            return first
-        given = list(range(len(first)))
-    axes = [_normalize(a, len(first)) for a in given]
-    if None in axes:
-        return None
-    keep = node.attributes.get_int("keepdims", 1)
-    return tuple(1 if i in axes else d for i, d in enumerate(first) if keep or i not in axes)
+@dataclass(frozen=True)
+class ShapeSteps:
+    """The per-op steps this module follows, by op type (the catalogue's ``shape_steps``):
+    shape values (``values``), first-output dims (``dims``), every output's dims
+    (``every_output_dims``, Split)."""
 
-
-def _axes(node: ir.Node, ints: Callable[[int], list[int] | None], rank: int) -> list[int] | None:
-    axes = ints(1) if len(node.inputs) > 1 and node.inputs[1] is not None else \
-        list(node.attributes.get_ints("axes", []) or []) or None
-    if axes is None:
-        return None
-    found = [_normalize(a, rank) for a in axes]
-    return None if None in found else [a for a in found if a is not None]
-
-
-def _split_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
-                known: dict[ir.Value, Known]) -> list[Dims | None]:
-    """The dims of each output of a Split whose sizes are given."""
-    ins = list(node.inputs)
-    first = dims(ins[0]) if ins else None
-    sizes = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
-    if "split" in node.attributes:
-        sizes = Known(tuple(node.attributes.get_ints("split", []) or ()))
-    if first is None or sizes is None or sizes.scalar or \
-            len(sizes.elements) != len(node.outputs):
-        return []
-    axis = _normalize(node.attributes.get_int("axis", 0), len(first))
-    if axis is None:
-        return []
-    return [first[:axis] + (size,) + first[axis + 1:] for size in sizes.elements]
-
-
-BIG = 2**31 - 1  # a Slice end at least this takes the rest of any axis
-
-
-def _sliced(first: Dims, starts: Known, ends: Known, axes: list[int] | None,
-            steps: list[int] | None) -> Dims | None:
-    count = len(starts.elements)
-    axes = list(range(count)) if axes is None else axes
-    steps = [1] * count if steps is None else steps
-    if len(ends.elements) != count or len(axes) != count or len(steps) != count:
-        return None
-    out: list[Dim | None] = list(first)
-    for start, end, axis, step in zip(starts.elements, ends.elements, axes, steps):
-        a = _normalize(axis, len(first))
-        if a is None:
-            return None
-        d = first[a]
-        if isinstance(d, int) and isinstance(start, int) and isinstance(end, int) and step:
-            out[a] = len(range(d)[onnx_slice(start, end, step, d)])
-        elif start == 0 and step == 1 and (isinstance(end, int) and end >= BIG or end == d):
-            out[a] = d
-        else:
-            out[a] = None
-    return tuple(out)
+    values: Mapping[str, ValueStep]
+    dims: Mapping[str, DimsStep]
+    every_output_dims: Mapping[str, EveryOutputDimsStep]
 
 
 def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
-                 known: dict[ir.Value, Known], arrays: Arrays) -> Dims | None:
+                 known: dict[ir.Value, Known], arrays: Arrays, steps: ShapeSteps
+                 ) -> Dims | None:
     """The dims of ``node``'s first output from its inputs' (None: not derived here)."""
-    op = node.op_type
-    ins = list(node.inputs)
-    first = dims(ins[0]) if ins else None
-
-    def scalar(i: int) -> Dim | None:
-        v = ins[i] if i < len(ins) else None
-        k = known.get(v) if v is not None else None
-        return k.elements[0] if k is not None and len(k.elements) == 1 else None
-
-    def ints(i: int) -> list[int] | None:
-        v = ins[i] if i < len(ins) else None
-        return None if v is None else _ints(arrays(v))
-
-    if op == "ConstantOfShape" and ins and ins[0] is not None and ins[0] in known:
-        return known[ins[0]].elements
-    if op == "Range":
-        start, limit, delta = scalar(0), scalar(1), scalar(2)
-        if isinstance(start, int) and isinstance(limit, int) and isinstance(delta, int) \
-                and delta != 0:
-            return (max(0, -((start - limit) // delta)),)
-        if start == 0 and delta == 1 and limit is not None and _nonnegative(limit):
-            return (limit,)
-        return None
-    if op in _SAME_SHAPE:
-        return first
-    if op in _BROADCAST:
-        shapes = [dims(v) for v in ins if v is not None]
-        return None if not shapes or any(s is None for s in shapes) else \
-            _broadcast_dims([s for s in shapes if s is not None])
-    if first is None:
-        return None
-    if op == "Slice":
-        starts = known.get(ins[1]) if len(ins) > 2 and ins[1] is not None else None
-        ends = known.get(ins[2]) if len(ins) > 2 and ins[2] is not None else None
-        axes = ints(3) if len(ins) > 3 and ins[3] is not None else []
-        steps = ints(4) if len(ins) > 4 and ins[4] is not None else []
-        if starts is None or ends is None or axes is None or steps is None:
-            return None
-        return _sliced(first, starts, ends, axes or None, steps or None)
-    if op in _REDUCE:
-        return _reduced(node, first, ints)
-    if op == "Transpose":
-        perm = list(node.attributes.get_ints("perm", []) or range(len(first))[::-1])
-        return tuple(first[p] for p in perm) if sorted(perm) == list(range(len(first))) \
-            else None
-    if op == "Unsqueeze":
-        given = ints(1) if len(ins) > 1 and ins[1] is not None else \
-            list(node.attributes.get_ints("axes", []) or [])
-        axes = _axes(node, ints, len(first) + len(given or ()))
-        if axes is None or len(set(axes)) != len(axes):
-            return None
-        rest = iter(first)
-        return tuple(1 if i in axes else next(rest) for i in range(len(first) + len(axes)))
-    if op == "Squeeze":
-        axes = _axes(node, ints, len(first))
-        return None if axes is None else tuple(d for i, d in enumerate(first) if i not in axes)
-    if op == "Reshape":
-        target = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
-        return None if target is None or target.scalar else \
-            _reshaped(first, target, bool(node.attributes.get_int("allowzero", 0)))
-    if op == "Tile":
-        repeats = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
-        if repeats is None or repeats.scalar or len(repeats.elements) != len(first):
-            return None
-        return tuple(None if d is None else _arith("Mul", d, r)
-                     for d, r in zip(first, repeats.elements))
-    if op == "Expand":
-        target = known.get(ins[1]) if len(ins) > 1 and ins[1] is not None else None
-        return None if target is None or target.scalar else \
-            _broadcast_dims([first, target.elements])
-    if op == "MatMul":
-        other = dims(ins[1]) if len(ins) > 1 else None
-        if other is None or len(first) < 2 or len(other) < 2:
-            return None
-        return _broadcast_dims([first[:-2], other[:-2]]) + (first[-2], other[-1])
-    if op == "Gather":
-        indices = dims(ins[1]) if len(ins) > 1 else None
-        axis = _normalize(node.attributes.get_int("axis", 0), len(first))
-        return None if indices is None or axis is None else \
-            first[:axis] + indices + first[axis + 1:]
-    if op == "Flatten":
-        axis = node.attributes.get_int("axis", 1)
-        axis = axis + len(first) if axis < 0 else axis
-        if not 0 <= axis <= len(first) or None in first:
-            return None
-        head: Dim = 1
-        tail: Dim = 1
-        for i, d in enumerate(first):
-            assert d is not None
-            if i < axis:
-                head = _arith("Mul", head, d)
-            else:
-                tail = _arith("Mul", tail, d)
-        return head, tail
-    if op == "Concat":
-        shapes = [dims(v) for v in ins if v is not None]
-        axis = _normalize(node.attributes.get_int("axis", 0), len(first))
-        if axis is None or any(s is None or len(s) != len(first) for s in shapes):
-            return None
-        out: list[Dim | None] = []
-        for i in range(len(first)):
-            column = [s[i] for s in shapes if s is not None]
-            if i == axis:
-                total: Dim | None = 0
-                for d in column:
-                    total = None if total is None or d is None else _arith("Add", total, d)
-                out.append(total)
-            else:  # the inputs agree there: any known one is the dim
-                out.append(next((d for d in column if isinstance(d, int)),
-                                next((d for d in column if d is not None), None)))
-        return tuple(out)
-    return None
+    step = steps.dims.get(node.op_type)
+    return None if step is None else step(DimsInputs(node, dims, known, arrays))
 
 
 class _KnownBy(dict):
@@ -706,10 +428,13 @@ class _KnownBy(dict):
 
 
 def derived_dims(node: ir.Node, values: Callable[[ir.Value], Known | None], arrays: Arrays,
-                 ambiguous: frozenset[str] = frozenset()) -> Dims | None:
-    """The dims of ``node``'s first output that its op's shape semantics give from its inputs'
-    dims (:func:`dim_symbol`) and shape values (``values``); None where not derived."""
-    return _output_dims(node, lambda v: _value_dims(v, ambiguous), _KnownBy(values), arrays)
+                 ambiguous: frozenset[str] = frozenset(), *, steps: ShapeSteps
+                 ) -> Dims | None:
+    """The dims of ``node``'s first output that its op's shape semantics (``steps``) give from
+    its inputs' dims (:func:`dim_symbol`) and shape values (``values``); None where not
+    derived."""
+    return _output_dims(node, lambda v: _value_dims(v, ambiguous), _KnownBy(values), arrays,
+                        steps)
 
 
 def input_dims(value: ir.Value, ambiguous: frozenset[str] = frozenset()) -> Dims | None:
@@ -734,9 +459,9 @@ def _value_dims(value: ir.Value | None, ambiguous: frozenset[str]) -> Dims | Non
 
 def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str]) -> bool:
     """Whether ``d`` is an int or made of the graph inputs' dims only."""
-    return isinstance(d, int) or isinstance(d, Sym) and all(
-        a.expr[0] == "dim" and a.expr[1] in inputs_dims or
-        a.expr[0] == "axis" and a.expr[1] in inputs for a in d.atoms())
+    return isinstance(d, int) or (isinstance(d, Sym) and all(
+        (a.expr[0] == "dim" and a.expr[1] in inputs_dims) or
+        (a.expr[0] == "axis" and a.expr[1] in inputs) for a in d.atoms()))
 
 
 def _all_static(values: Sequence[ir.Value | None]) -> bool:
@@ -750,7 +475,7 @@ def _all_static(values: Sequence[ir.Value | None]) -> bool:
 
 def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
             ambiguous: frozenset[str], inputs: frozenset[int], inputs_dims: frozenset[str],
-            placeholders: dict[str, Dim]) -> None:
+            placeholders: dict[str, Dim], steps: ShapeSteps) -> None:
     """Record in ``REFINED_KEY`` the dims of ``node``'s outputs that shape inference left as a
     name of its own, an ambiguous name or none, and the node's semantics prove an int or an
     expression of the graph inputs' dims."""
@@ -764,10 +489,11 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
                 if REFINED_KEY in meta:
                     del meta[REFINED_KEY]
         return
-    if node.op_type == "Split":
-        derived_all = _split_dims(node, dims, known)
+    every_output = steps.every_output_dims.get(node.op_type)
+    if every_output is not None:
+        derived_all = every_output(DimsInputs(node, dims, known, arrays))
     else:
-        derived_all = [_output_dims(node, dims, known, arrays)]
+        derived_all = [_output_dims(node, dims, known, arrays, steps)]
     for k, out in enumerate(node.outputs):
         if out is None or out.shape is None:
             continue
@@ -775,26 +501,29 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
         derived = derived_all[k] if k < len(derived_all) else None
         if derived is not None and len(derived) != rank:
             derived = None
-        refined: list[Dim | None] = []
-        for axis in range(rank):
-            declared = _declared(out, axis, ambiguous)
-            if _of_inputs(declared, inputs, inputs_dims):
-                refined.append(None)
-                continue
-            name = declared.expr[1] if isinstance(declared, Sym) and declared.expr[0] == "dim" \
-                else None
-            found = derived[axis] if derived is not None else None
-            if name is not None and name in placeholders:
-                found = placeholders[name]  # the same name is the same dim: one symbol for it
-            elif not _of_inputs(found, inputs, inputs_dims):
-                found = None
-            elif name is not None and found is not None:
-                placeholders[name] = found
-            refined.append(found)
+        refined = [_refined_dim(_declared(out, axis, ambiguous),
+                                derived[axis] if derived is not None else None,
+                                inputs, inputs_dims, placeholders) for axis in range(rank)]
         if any(d is not None for d in refined):
             out.meta[REFINED_KEY] = tuple(refined)
         elif REFINED_KEY in out.meta:
             del out.meta[REFINED_KEY]
+
+
+def _refined_dim(declared: Dim, found: Dim | None, inputs: frozenset[int],
+                 inputs_dims: frozenset[str], placeholders: dict[str, Dim]) -> Dim | None:
+    """One axis of a refinement: ``found`` (the derived dim) where it is made of the graph
+    inputs' dims and ``declared`` is not; a name seen before keeps the symbol it got then."""
+    if _of_inputs(declared, inputs, inputs_dims):
+        return None
+    name = declared.expr[1] if isinstance(declared, Sym) and declared.expr[0] == "dim" else None
+    if name is not None and name in placeholders:
+        return placeholders[name]  # the same name is the same dim: one symbol for it
+    if not _of_inputs(found, inputs, inputs_dims):
+        return None
+    if name is not None and found is not None:
+        placeholders[name] = found
+    return found
 
 
 _SHAPE_DTYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
@@ -818,7 +547,7 @@ def known_constant(value: ir.Value, arrays: Arrays) -> Known | None:
     if not _may_be_shape(value):
         return None  # not a constant's data worth reading (the cheap test, first)
     arr = arrays(value)
-    ints = _ints(arr)
+    ints = small_ints(arr)
     if ints is None or arr is None:
         return None
     return Known(tuple(ints), arr.ndim == 0, arr.dtype)
@@ -854,12 +583,13 @@ class _Known(dict):
         return found
 
 
-def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = frozenset()
-                 ) -> dict[ir.Value, Known]:
+def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = frozenset(),
+                 *, steps: ShapeSteps) -> dict[ir.Value, Known]:
     """The known elements of every small integer tensor of ``graph`` that builds a shape.
 
     ``arrays(value)`` gives the data of constants (initializers, Constant outputs);
-    ``ambiguous``: :func:`shared_dim_names`."""
+    ``ambiguous``: :func:`shared_dim_names`; ``steps``: what each op does (the catalogue's
+    ``shape_steps``)."""
     known = _Known(arrays)
     inputs_dims = frozenset(
         name for value in graph.inputs for dim in value.shape or ()
@@ -870,10 +600,10 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
     for node in graph:
         if node.domain not in DEFAULT_DOMAINS:
             continue
-        _refine(node, known, arrays, ambiguous, inputs, inputs_dims, placeholders)
+        _refine(node, known, arrays, ambiguous, inputs, inputs_dims, placeholders, steps)
         if len(node.outputs) != 1:
             continue
-        found = _step(node, known, arrays, ambiguous)
+        found = _step(node, known, arrays, ambiguous, steps)
         if found is not None and len(found.elements) <= MAX_ELEMENTS and _fits(found):
             known[node.outputs[0]] = found
     return known
@@ -895,12 +625,13 @@ def describe_dim(atom: Sym, model: ir.Model) -> str:
     return f"`{atom}` of input {', '.join(owners)}" if owners else f"`{atom}`"
 
 
-def blocked_scaffolding(model: ir.Model, arrays: Arrays) -> list[tuple[ir.Node, list[str]]]:
+def blocked_scaffolding(model: ir.Model, arrays: Arrays, steps: ShapeSteps
+                        ) -> list[tuple[ir.Node, list[str]]]:
     """Nodes that compute shape values still dynamic, with the dims that block each."""
     found = []
     ambiguous = shared_dim_names(model)
     for graph in all_graphs(model):
-        values = shape_values(graph, arrays, ambiguous)
+        values = shape_values(graph, arrays, ambiguous, steps=steps)
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
             if known is not None and not known.is_constant and node.op_type != "Constant":

@@ -345,6 +345,14 @@ def cmd_rules(args: argparse.Namespace) -> int:
     print("cleanups (whole-model passes):")
     for cleanup in catalogue.cleanups:
         print(f"  {cleanup.name:28} {_where(cleanup.source)}")
+    print("shape steps (what an op does to shape values and dims, followed symbolically):")
+    steps: dict[tuple[str, str], list[str]] = {}
+    for kind, rules in (("values", catalogue.shape_value_rules),
+                        ("dims", catalogue.shape_dims_rules)):
+        for step in rules:
+            steps.setdefault((f"{kind} {step.fn.__name__}", step.source), []).append(step.op_type)
+    for (name, source), ops in steps.items():
+        print(f"  {name:32} on {','.join(ops)}  {_where(source)}")
     return 0
 
 

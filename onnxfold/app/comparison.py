@@ -22,12 +22,13 @@ from onnxfold.analysis.dim_relations import is_named
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.app.tolerance import allowed, ulp
 from onnxfold.app.tolerance import for_dtype as tolerance_for
+from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.terminal import printable
 from onnxfold.io import load_model
 from onnxfold.io.feeds import load_arrays
 from onnxfold.io.reader import model_from_proto
-from onnxfold.ir.graph import is_default_op
+from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
 from onnxfold.numbers import flag_value
 from onnxfold.runtime import custom_ops
 
@@ -43,8 +44,6 @@ _ORT_TYPES = {
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
     "string": np.object_,
 }
-# Ops an id tensor passes through unchanged on its way to an embedding Gather.
-_ID_PASSTHROUGH = {"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}
 
 
 @dataclass
@@ -260,7 +259,7 @@ def _id_table_sizes(model: ir.Model) -> dict[str, int]:
             seen.add(current)
             for use in current.uses():
                 node = use.node
-                if node.op_type in _ID_PASSTHROUGH and use.idx == 0 and node.outputs:
+                if node.op_type in PASSES_ELEMENTS and use.idx == 0 and node.outputs:
                     if node.outputs[0] not in seen:
                         frontier.append(node.outputs[0])
                 elif is_default_op(node, "Gather") and use.idx == 1:
@@ -300,7 +299,8 @@ class _Inputs:
         self.int_ranges = dict(int_ranges)
         self.table_sizes = _id_table_sizes(graph)
         bound, unnamed = self._bind(dims, label)
-        self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound)
+        self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound,
+                                       load_catalogue().shape_steps)
         self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
         self.tried = list(self.plan.bindings)  # every binding tried, for the message
         # unnamed dims are guessed too where ``--dim ?=V`` does not set them: the larger

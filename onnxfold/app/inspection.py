@@ -73,12 +73,13 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
 def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, list[str]]]]:
     """Shape nodes static for every value of the dynamic dims (by op), and those blocked."""
     static: Counter = Counter()
+    steps = load_catalogue().shape_steps
     for graph in all_graphs(model):
         planned = set(plan_graph(graph, model.ir_version, facts=load_catalogue()).foldable)
-        values = shape_values(graph, source_array, shared_dim_names(model))
+        values = shape_values(graph, source_array, shared_dim_names(model), steps=steps)
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None
             if known is not None and known.is_constant and node not in planned and \
                     node.op_type != "Constant":
                 static[node.op_type] += 1
-    return static, blocked_scaffolding(model, source_array)
+    return static, blocked_scaffolding(model, source_array, steps)

@@ -1,4 +1,5 @@
-"""The rule catalogue: every folder, pattern and cleanup of ``onnxfold.rules``, immutable.
+"""The rule catalogue: every folder, pattern, cleanup, size rule, op fact and shape step of
+``onnxfold.rules``, immutable.
 
 :func:`load_catalogue` imports the rule modules once and collects what their decorators
 declared (decorated functions, and tuples of them for rules made in a loop).
@@ -17,21 +18,25 @@ import pkgutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.declare.patterns import CleanupRule, PatternRule, SizeRule
-from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact
+from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact, ShapeDimsRule, ShapeValueRule
 
 _MAX_OPSET = 10**9
 
 
 @dataclass(frozen=True)
 class Catalogue:
-    """Folders, patterns and cleanups, in declaration order."""
+    """Folders, patterns and cleanups, in declaration order; size rules, op facts and the
+    symbolic shape steps (never disabled: they measure and describe ops)."""
 
     folders: tuple[FolderRule, ...]
     patterns: tuple[PatternRule, ...]
     cleanups: tuple[CleanupRule, ...]
     sizes: tuple[SizeRule, ...] = ()  # never disabled: they only measure
     facts: tuple[OpFact, ...] = ()  # never disabled: they describe ops
+    shape_value_rules: tuple[ShapeValueRule, ...] = ()
+    shape_dims_rules: tuple[ShapeDimsRule, ...] = ()
 
     def __post_init__(self) -> None:
         index: dict[tuple[str, str], list[FolderRule]] = {}
@@ -43,6 +48,21 @@ class Catalogue:
             index.setdefault((rule.domain, rule.op_type), []).append(rule)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_sizes", {r.op_type: r for r in self.sizes})
+        for steps in (self.shape_value_rules, self.shape_dims_rules):
+            seen: dict[str, ShapeValueRule | ShapeDimsRule] = {}
+            for step in steps:
+                if step.op_type in seen:
+                    raise ValueError(f"{step.name} declared twice: {step.source} and "
+                                     f"{seen[step.op_type].source}")
+                seen[step.op_type] = step
+
+    @functools.cached_property
+    def shape_steps(self) -> ShapeSteps:
+        """The per-op steps of ``onnxfold.symbolic``, by op type."""
+        return ShapeSteps(
+            {r.op_type: r.fn for r in self.shape_value_rules},
+            {r.op_type: r.fn for r in self.shape_dims_rules if not r.every_output},
+            {r.op_type: r.fn for r in self.shape_dims_rules if r.every_output})
 
     @functools.cached_property
     def shape_only(self) -> frozenset[str]:
@@ -62,6 +82,11 @@ class Catalogue:
     @functools.cached_property
     def kept_quantized(self) -> frozenset[str]:
         return frozenset(f.op_type for f in self.facts if f.kept_quantized)
+
+    @functools.cached_property
+    def requantizing(self) -> frozenset[str]:
+        """Default-domain ops that quantize a dequantized input 0 again (QuantizeLinear)."""
+        return frozenset(f.op_type for f in self.facts if f.requantizes and not f.domain)
 
     @functools.cached_property
     def bitwise(self) -> frozenset[tuple[str, str]]:
@@ -113,7 +138,7 @@ class Catalogue:
             tuple(r for r in self.folders if r.name not in off and r.op_type not in off),
             tuple(patterns),
             tuple(r for r in self.cleanups if r.name not in off and not set(r.op_types) & off),
-            self.sizes, self.facts)
+            self.sizes, self.facts, self.shape_value_rules, self.shape_dims_rules)
 
 
     def only(self, *names: str) -> Catalogue:
@@ -122,13 +147,15 @@ class Catalogue:
         return Catalogue(tuple(r for r in self.folders if r.name in keep),
                          tuple(r for r in self.patterns if r.name in keep),
                          tuple(r for r in self.cleanups if r.name in keep), self.sizes,
-                         self.facts)
+                         self.facts, self.shape_value_rules, self.shape_dims_rules)
 
     def __add__(self, other: Catalogue) -> Catalogue:
         """Both catalogues' rules (this one's first)."""
         return Catalogue(self.folders + other.folders, self.patterns + other.patterns,
                          self.cleanups + other.cleanups, self.sizes + other.sizes,
-                         self.facts + other.facts)
+                         self.facts + other.facts,
+                         self.shape_value_rules + other.shape_value_rules,
+                         self.shape_dims_rules + other.shape_dims_rules)
 
 
 @functools.cache
@@ -175,6 +202,8 @@ def load_catalogue() -> Catalogue:
     cleanups: list[CleanupRule] = []
     sizes: list[SizeRule] = []
     facts: list[OpFact] = []
+    shape_value_rules: list[ShapeValueRule] = []
+    shape_dims_rules: list[ShapeDimsRule] = []
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         seen: set[int] = set()
@@ -194,5 +223,9 @@ def load_catalogue() -> Catalogue:
                     cleanups.append(rule)
                 elif isinstance(rule, SizeRule):
                     sizes.append(rule)
+                elif isinstance(rule, ShapeValueRule):
+                    shape_value_rules.append(rule)
+                elif isinstance(rule, ShapeDimsRule):
+                    shape_dims_rules.append(rule)
     return Catalogue(tuple(folders), tuple(patterns), tuple(cleanups), tuple(sizes),
-                     tuple(facts))
+                     tuple(facts), tuple(shape_value_rules), tuple(shape_dims_rules))

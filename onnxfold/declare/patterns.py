@@ -31,6 +31,7 @@ from onnxfold.analysis.constness import OpFacts, kept, kept_in, why_not_foldable
 from onnxfold.analysis.symbolic import (
     Dim,
     Known,
+    ShapeSteps,
     dim_symbol,
     known_constant,
     shape_values,
@@ -222,6 +223,8 @@ class RewriteContext:
     facts: OpFacts  # what the rules declare about ops (the catalogue of every rule)
     rejected: Counter = field(default_factory=Counter)
     rejected_at: dict[ir.Node, str] | None = None  # node -> "rule: reason", when asked for
+    # what each op does to shape values and dims (the catalogue's ``shape_steps``)
+    shape_steps: ShapeSteps = field(kw_only=True, repr=False)
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
     _arrays: dict[ir.Value, np.ndarray | None] = field(default_factory=dict, repr=False)
     memo: dict[str, object] = field(default_factory=dict, repr=False)
@@ -281,7 +284,8 @@ class RewriteContext:
             return found
         if self._shape_values is None:
             self._shape_values = shape_values(self.graph, self.array,
-                                              shared_dim_names(self.model))
+                                              shared_dim_names(self.model),
+                                              steps=self.shape_steps)
         return self._shape_values.get(value)
 
     def dim(self, value: ir.Value, axis: int) -> Dim | None:

@@ -6,7 +6,9 @@ Python defaults are the ONNX defaults. It returns an array or a tuple of arrays.
 cannot handle a case raises :class:`Decline`; the engine then tries the onnxruntime fallback.
 
 Declaring a rule only marks the function; :mod:`onnxfold.declare.catalogue` collects the marks of
-every module in ``onnxfold.rules`` into one immutable catalogue.
+every module in ``onnxfold.rules`` into one immutable catalogue. The same holds for op facts
+(:class:`OpFact`) and for the symbolic shape steps (:func:`shape_value`, :func:`shape_dims`:
+what an op does to shape values and dims, followed by :mod:`onnxfold.analysis.symbolic`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ __all__ = [
     "DeclineKind",
     "FolderRule",
     "OpFact",
+    "ShapeDimsRule",
+    "ShapeValueRule",
     "folder",
+    "shape_dims",
+    "shape_value",
     "source_of",
 ]
 
@@ -80,6 +86,8 @@ class OpFact:
     ``discontinuous``: a one-ulp change of a floating-point input can change its result by a
     whole step (a quantization, a comparison, a rounding); ``only_to_integers`` narrows that to
     nodes whose output is not floating point (a Cast to an integer type, not to float16).
+    ``requantizes``: it quantizes its input 0 again, so a dequantization only it reads may
+    fold (``onnxfold.policy``: the quantized weight it gives is as small as the one kept).
     """
 
     op_type: str
@@ -90,6 +98,7 @@ class OpFact:
     bitwise: bool = False
     discontinuous: bool = False
     only_to_integers: bool = False
+    requantizes: bool = False
 
     @property
     def name(self) -> str:
@@ -119,5 +128,55 @@ def folder(
             mark(fn, FolderRule(rule_name or "", domain, op, since, until, fn, source_of(fn),
                                 shape_only, half_as_given))
         return fn
+
+    return register
+
+
+@dataclass(frozen=True)
+class ShapeValueRule:
+    """How an op builds a shape value, element by element (``onnxfold.symbolic``): ``fn`` takes
+    a :class:`onnxfold.symbolic.StepInputs` and returns the :class:`onnxfold.symbolic.Known`
+    elements of the node's output, or None where it does not follow the node."""
+
+    op_type: str
+    fn: Callable
+    source: str
+
+    @property
+    def name(self) -> str:
+        return f"shape_value.{self.op_type}"
+
+
+@dataclass(frozen=True)
+class ShapeDimsRule:
+    """How an op's output dims follow from its inputs' (``onnxfold.symbolic``): ``fn`` takes a
+    :class:`onnxfold.symbolic.DimsInputs` and returns the dims of the first output, or None;
+    with ``every_output``, a list of the dims of every output (Split)."""
+
+    op_type: str
+    fn: Callable
+    source: str
+    every_output: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"shape_dims.{self.op_type}"
+
+
+def shape_value(*op_types: str) -> Callable[[Callable], Callable]:
+    """Declare ``fn`` the symbolic shape-value step of ``op_types`` (default domain)."""
+
+    def register(fn: Callable) -> Callable:
+        return mark(fn, *(ShapeValueRule(op, fn, source_of(fn)) for op in op_types))
+
+    return register
+
+
+def shape_dims(*op_types: str, every_output: bool = False) -> Callable[[Callable], Callable]:
+    """Declare ``fn`` the symbolic output-dims step of ``op_types`` (default domain)."""
+
+    def register(fn: Callable) -> Callable:
+        return mark(fn, *(ShapeDimsRule(op, fn, source_of(fn), every_output)
+                          for op in op_types))
 
     return register

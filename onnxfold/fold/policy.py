@@ -38,7 +38,6 @@ HALF_FLOATS = {ir.DataType.FLOAT16: 2, ir.DataType.BFLOAT16: 2}
 QUANTIZED = {ir.DataType.INT8: 4, ir.DataType.UINT8: 4, ir.DataType.INT16: 2,
              ir.DataType.UINT16: 2, ir.DataType.INT4: 8, ir.DataType.UINT4: 8}
 SMALL_BYTES = 64  # a scalar or a shape: never counted as a copy of a shared weight
-REQUANTIZE_OPS = frozenset({"QuantizeLinear"})  # consume a dequantized value as input 0
 _REQUANTIZED_KEY = "onnxfold.requantized"  # Node.meta: a kept_quantized node let through
 
 
@@ -99,11 +98,13 @@ def _growth_candidates(plan: ConstPlan, planned: set[ir.Node], outputs: set[ir.V
 def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                   growth_factor: float | None, growth_min_bytes: int,
                   max_growth_bytes: int | None, widening: dict[ir.DataType, int],
+                  requantizing: frozenset[str],
                   ) -> tuple[list[tuple[ir.Node, Reason]], int]:
     """Remove from ``planned`` the nodes whose kept results would grow the model; say why.
 
     ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
-    the factor their bytes may grow by. Returns the refusals and the growth still planned.
+    the factor their bytes may grow by; ``requantizing``: the ops :func:`refuse_dequantization`
+    was given. Returns the refusals and the growth still planned.
     """
     origins_of = origins(plan)
     refused: list[tuple[ir.Node, Reason]] = []
@@ -135,7 +136,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
             # just refused: its float result would now be kept
             for node in plan.foldable:
                 if node in planned and node.meta.get(_REQUANTIZED_KEY) and \
-                        not _requantized(node, planned, graph):
+                        not _requantized(node, planned, graph, requantizing):
                     refused.append((node, _KEPT_QUANTIZED))
                     planned.discard(node)
                     changed = True
@@ -156,10 +157,11 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
 _KEPT_QUANTIZED = Reason(DeclineKind.QDQ_POLICY, "quantized weights stay quantized (--fold-qdq)")
 
 
-def _requantized(node: ir.Node, planned: set[ir.Node], graph: ir.Graph) -> bool:
+def _requantized(node: ir.Node, planned: set[ir.Node], graph: ir.Graph,
+                 requantizing: frozenset[str]) -> bool:
     """Whether ``node``'s result reaches the model only quantized again: one chain of planned
-    single-output nodes, each read once, ends at input 0 of a planned QuantizeLinear (a result
-    fanning out to two quantizations would be kept twice)."""
+    single-output nodes, each read once, ends at input 0 of a planned node of ``requantizing``
+    (QuantizeLinear; a result fanning out to two quantizations would be kept twice)."""
     outputs = set(graph.outputs)
     current = node
     for _ in range(len(planned) + 1):
@@ -172,18 +174,19 @@ def _requantized(node: ir.Node, planned: set[ir.Node], graph: ir.Graph) -> bool:
         user, index = uses[0]
         if user not in planned or user.graph is not graph:
             return False
-        if user.op_type in REQUANTIZE_OPS and user.domain in ("", "ai.onnx"):
+        if user.op_type in requantizing and user.domain in ("", "ai.onnx"):
             return index == 0
         current = user
     return False
 
 
 def refuse_dequantization(foldable: list[ir.Node], planned: set[ir.Node],
-                          kept_ops: frozenset[str], fold_qdq: bool
-                          ) -> list[tuple[ir.Node, Reason]]:
+                          kept_ops: frozenset[str], fold_qdq: bool,
+                          requantizing: frozenset[str]) -> list[tuple[ir.Node, Reason]]:
     """Quantized weights stay quantized unless ``fold_qdq``: their dequantizations (the ops
     ``rules/facts.py`` marks ``kept_quantized``) leave ``planned``, except those whose results
-    are only requantized by planned nodes (see the module docstring); says why."""
+    are only requantized by planned nodes (of the ops it marks ``requantizes``: see the module
+    docstring); says why."""
     if fold_qdq:
         return []
     candidates = [n for n in foldable if n.op_type in kept_ops and n in planned]
@@ -194,7 +197,7 @@ def refuse_dequantization(foldable: list[ir.Node], planned: set[ir.Node],
         changed = False
         for node in candidates:
             if node in planned and not (graph is not None and node.graph is graph and
-                                        _requantized(node, planned, graph)):
+                                        _requantized(node, planned, graph, requantizing)):
                 planned.discard(node)
                 kept.append(node)
                 changed = True

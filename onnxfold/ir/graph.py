@@ -16,6 +16,10 @@ import onnx_ir as ir
 DEFAULT_DOMAINS = ("", "ai.onnx")
 _GRAPH, _GRAPHS = ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS
 
+# Ops whose output 0 holds input 0's elements in order: a cast or a new shape of them (what an
+# input's ids or dims go through on their way to a Gather).
+PASSES_ELEMENTS = frozenset({"Cast", "Identity", "Flatten", "Reshape", "Unsqueeze", "Squeeze"})
+
 
 def tensor_of(attr: ir.Attr) -> ir.TensorProtocol:
     """A TENSOR attribute's tensor (``attr.as_tensor()`` checks the type through a runtime

@@ -234,7 +234,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
                            "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
         report.warnings += stats.warnings
-        blocked = blocked_scaffolding(model, source_array)
+        blocked = blocked_scaffolding(model, source_array, load_catalogue().shape_steps)
         report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
                                   "blocked_by": "; ".join(dims)} for node, dims in blocked]
         report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes,

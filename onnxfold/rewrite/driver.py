@@ -42,7 +42,8 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph,
                               facts=facts)
-            ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at)
+            ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at,
+                                 shape_steps=catalogue.shape_steps)
             trying = _Trying()
             changed |= contained(trying, strict,
                                  functools.partial(_sweep, ctx, by_op, hits, trying))

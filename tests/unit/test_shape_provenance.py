@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxfold
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.analysis.symbolic import shape_values
+from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.options import FoldOptions
 from onnxfold.ir.constants import source_array
 
@@ -288,7 +289,7 @@ def test_torchs_expand_minus_1_target_is_known_before_any_fold():
     """So the first rewrite round already sees it (what it reports names input dims)."""
     model = ir.from_proto(_torch_expand_minus_1())
     infer_shapes(model)
-    known = shape_values(model.graph, source_array)
+    known = shape_values(model.graph, source_array, steps=load_catalogue().shape_steps)
     target = next(n for n in model.graph if n.op_type == "Where").outputs[0]
     assert [str(e) for e in known[target].elements] == ["N", "1", "S", "S"]
 

@@ -19,9 +19,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.analysis.symbolic import Known, _sliced
-from onnxfold.analysis.symbolic import _slice as shape_value_slice
+from onnxfold.analysis.symbolic import Known
+from onnxfold.analysis.symbolic import slice_elements as shape_value_slice
 from rules.shape_ops import slice_ as folding_slice
+from rules.shape_steps import sliced
 
 BIG = 2**31 - 1
 EDGES = (-2**63, -BIG - 1, -BIG, -7, -4, -3, -2, -1, 0, 1, 2, 3, 4, 7, BIG, 2**63 - 1)
@@ -55,7 +56,7 @@ def test_shape_values_the_folding_rule_and_refined_dims_slice_as_onnxruntime_doe
         folded = folding_slice(data, np.array([start]), np.array([end]), np.array([0]),
                                np.array([step]))
         assert folded.tolist() == expected, case
-        dims = _sliced((dim,), Known((start,), False, np.dtype(np.int64)),
+        dims = sliced((dim,), Known((start,), False, np.dtype(np.int64)),
                        Known((end,), False, np.dtype(np.int64)), [0], [step])
         assert dims == (len(expected),), case  # the output's length, for shape refinement
 

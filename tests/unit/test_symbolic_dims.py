@@ -12,6 +12,7 @@ import onnx_ir as ir
 from onnx import TensorProto, helper
 
 from onnxfold.analysis.symbolic import REFINED_KEY, Sym, dim_symbol, shape_values, shared_dim_names
+from onnxfold.declare.catalogue import load_catalogue
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto, run_ort
 
@@ -55,7 +56,8 @@ def test_a_broadcast_with_1_is_the_other_dim():
     model = ir.from_proto(_batch_of_stale_add())
     from onnxfold.ir.constants import source_array
 
-    known = shape_values(model.graph, source_array, shared_dim_names(model))
+    known = shape_values(model.graph, source_array, shared_dim_names(model),
+                         steps=load_catalogue().shape_steps)
     r = next(n for n in model.graph if n.op_type == "Relu").outputs[0]
     assert dim_symbol(r, 0) == Sym(("dim", "N"))
     assert r.meta[REFINED_KEY] == (Sym(("dim", "N")), None)
@@ -183,7 +185,8 @@ def test_a_target_element_that_may_be_0_is_not_taken_for_the_dim():
     model = ir.from_proto(onnx.shape_inference.infer_shapes(proto))
     from onnxfold.ir.constants import source_array
 
-    shape_values(model.graph, source_array, shared_dim_names(model))
+    shape_values(model.graph, source_array, shared_dim_names(model),
+                 steps=load_catalogue().shape_steps)
     y = model.graph.outputs[0]
     first = dim_symbol(y, 0)
     assert isinstance(first, Sym) and first != Sym(("dim", "N"))
