@@ -87,3 +87,12 @@ def test_an_unknown_commit_is_one_error_line(repo, model):
     proc = _compare(repo, model, "no-such-branch", "HEAD")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "compare_commits: error: not a commit: no-such-branch"
+
+
+def test_a_model_both_commits_refuse_fails_the_same_way(repo, tmp_path):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x08\x07not a model")
+    proc = _compare(repo, garbage, "HEAD~1", "HEAD~1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 folds: 0 identical, 0 different, 1 failed-same, 0 failed-differently" in proc.stdout
+    assert "failed on both (1): InputError: " in proc.stdout
