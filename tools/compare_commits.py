@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import select
 import shutil
 import statistics
@@ -34,7 +35,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from tools import compare_inputs
 from tools.compare_inputs import Input
@@ -86,10 +86,13 @@ class Worker:
         self._start()
 
     def _start(self) -> None:
-        self.log: IO[str] = open(self.log_path, "a")  # noqa: SIM115 (closed in _stop)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER), str(self.tree)], cwd=self.tree, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(WORKER), str(self.tree)], cwd=self.tree, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+        finally:
+            os.close(log)  # the worker holds its own copy
         hello = self._read(120.0)
         if hello is None or "onnxfold" not in hello:
             self._stop()
@@ -100,7 +103,6 @@ class Worker:
         with contextlib.suppress(OSError):
             self.proc.kill()
         self.proc.wait()
-        self.log.close()
 
     def _read(self, timeout: float) -> dict | None:
         assert self.proc.stdout is not None
@@ -131,7 +133,6 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.log.close()
 
 
 @dataclass
@@ -224,8 +225,7 @@ def summary(outcomes: list[Outcome]) -> list[str]:
         f"{counts.get(v, 0)} {v}" for v in
         ("identical", "different", "failed-same", "failed-differently"))]
     bad = [o for o in outcomes if o.verdict in ("different", "failed-differently")]
-    for outcome in bad[:SHOWN]:
-        lines.append(f"  {outcome.verdict}: {outcome.name}: {outcome.detail}")
+    lines += [f"  {o.verdict}: {o.name}: {o.detail}" for o in bad[:SHOWN]]
     if len(bad) > SHOWN:
         lines.append(f"  ... and {len(bad) - SHOWN} more")
     same = Counter(o.detail for o in outcomes if o.verdict == "failed-same")
@@ -279,8 +279,8 @@ def jobs_of(inputs: list[Input]) -> list[tuple[str, Path, dict]]:
     jobs: list[tuple[str, Path, dict]] = []
     for item in inputs:
         jobs.append((item.name, item.path, compare_inputs.DEFAULT))
-        for variant in item.variants:
-            jobs.append((f"{item.name} [{variant}]", item.path, compare_inputs.VARIANTS[variant]))
+        jobs += [(f"{item.name} [{variant}]", item.path, compare_inputs.VARIANTS[variant])
+                 for variant in item.variants]
     return jobs
 
 
