@@ -7,7 +7,7 @@ Usage (one command; the models come from ``bench/make_dynamic_models.py``)::
 
 For every model, with the dynamic axes kept and then with every input fixed:
 
-* nodes (not counting ``Constant``, subgraphs included; ``wild_corpus.count_nodes``) of the
+* nodes (not counting ``Constant``, subgraphs included; ``tools.wild_corpus.count_nodes``) of the
   input and of onnxfold (``python -m onnxfold optimize``), onnxsim, onnxslim, onnxscript and
   onnxruntime's basic offline optimization (``foldbench.peers``: the same invocations as
   ``bench_fold.py``). Fixed: onnxfold ``--input-shape``, onnxsim ``overwrite_input_shapes``
@@ -36,10 +36,12 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))  # tools
 
 from foldbench.peers import PEER_CODE, tool_cmd  # noqa: E402
 from foldbench.runner import run_child  # noqa: E402
-from wild_corpus import count_nodes  # noqa: E402
+
+from tools.wild_corpus import count_nodes  # noqa: E402
 
 TOOLS = ("onnxfold", "onnxsim", "onnxslim", "onnxscript", "ort")
 LABEL = {"onnxfold": "onnxfold", "onnxsim": "onnxsim", "onnxslim": "onnxslim",

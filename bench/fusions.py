@@ -39,9 +39,11 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))  # tools
 
 from foldbench.peers import tool_cmd  # noqa: E402
-from wild_corpus import _commit, _machine, _versions  # noqa: E402
+
+from tools.wild_corpus import _commit, _machine, _versions  # noqa: E402
 
 TOOLS = ("onnxfold", "ort", "onnxsim")
 LABEL = {"onnxfold": "onnxfold", "ort": "ORT basic", "onnxsim": "onnxsim"}
@@ -260,7 +262,8 @@ def build(name: str, cache: Path, args) -> Path | None:
 def count(path: Path) -> tuple[int, Counter]:
     """All nodes (subgraphs included) and the op types of the main graph's nodes."""
     import onnx
-    from wild_corpus import count_nodes
+
+    from tools.wild_corpus import count_nodes
 
     model = onnx.load(str(path), load_external_data=False)
     return count_nodes(model)[0], Counter(n.op_type for n in model.graph.node)

@@ -1,7 +1,7 @@
 """Total-fold check: every input of a real model made a constant, the whole model folded, its
 outputs compared bit for bit with onnxruntime running the original on the same data.
 
-For each model of the wild corpus (``bench/wild_corpus.py list --paths``; models needing a
+For each model of the wild corpus (``python -m tools.wild_corpus list --paths``; models needing a
 custom-op library are skipped) and each flag set (default, and ``--fold-qdq --allow-growth
 --fold-fp16-casts``): seeded inputs at the model's first size (``wild_corpus.SIZES``) become
 initializers that stay graph inputs, folded with ``--inputs-are-constant``; the reference is
@@ -18,7 +18,6 @@ discontinuous op the model has (docs/exactness.md).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -41,14 +40,13 @@ FLAG_SETS = {
 
 
 def _wild():
-    """bench/wild_corpus.py, imported by path (the corpus' single source)."""
-    path = Path(__file__).with_name("wild_corpus.py")
-    spec = importlib.util.spec_from_file_location("wild_corpus", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("wild_corpus", module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """tools/wild_corpus.py (the corpus' single source), with the repository root on the path."""
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from tools import wild_corpus
+
+    return wild_corpus
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:

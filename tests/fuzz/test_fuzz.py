@@ -1,11 +1,11 @@
 """Differential fuzzing, CI tier: 200 random models folded and compared with the original.
 
-Each seed's model (``graphgen``) is folded with ``FoldOptions(strict=True)`` and run next to the
-original in onnxruntime (graph optimizations off) at two values of each symbolic dim
-(``fuzzcheck``). A crash, a folded model onnxruntime (or onnx.checker) refuses, or a different
-output fails the seed; its model is saved to $ONNXFOLD_FUZZ_FAIL_DIR (default /tmp/fuzz_fail)
-as SEED.onnx with its feeds. Reduce it with ``python tests/fuzz/shrink.py SEED``; run many more
-with ``python bench/fuzz.py --n 10000``.
+Each seed's model (``tools.fuzz.graphgen``) is folded with ``FoldOptions(strict=True)`` and run
+next to the original in onnxruntime (graph optimizations off) at two values of each symbolic dim
+(``tools.fuzz.fuzzcheck``). A crash, a folded model onnxruntime (or onnx.checker) refuses, or a
+different output fails the seed; its model is saved to $ONNXFOLD_FUZZ_FAIL_DIR (default
+/tmp/fuzz_fail) as SEED.onnx with its feeds. Reduce it with ``python -m tools.fuzz.shrink SEED``;
+run many more with ``python -m tools.fuzz.campaign --n 10000``.
 
 KNOWN lists the seeds that fail today, each with its reason, as strict xfails: a fix makes
 them XPASS, which fails the run until the seed is removed from KNOWN.
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 
-import fuzzcheck
-import graphgen
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+
+from tools.fuzz import fuzzcheck, graphgen
 
 # seeds outside that range that once failed: 29071, a backward Slice of a shape clamped the
 # Python way (tests/unit/test_slice_clamping.py); 65339, a ReduceLogSumExp of a NaN whose place

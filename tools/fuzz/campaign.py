@@ -1,10 +1,10 @@
 """Differential fuzzing campaign: many random models, folded and compared in onnxruntime.
 
-    python bench/fuzz.py --n 10000 [--start S] [--jobs 2] [--out /tmp/fuzz_fail] [--shrink]
+    python -m tools.fuzz.campaign --n 10000 [--start S] [--jobs 2] [--out /tmp/fuzz_fail] [--shrink]
 
-Each seed generates a valid ONNX model (``tests/fuzz/graphgen.py``), which is folded with
+Each seed generates a valid ONNX model (``tools.fuzz.graphgen``), which is folded with
 ``onnxfold.optimize(..., FoldOptions(strict=True))`` and compared with the original in
-onnxruntime at two values of each symbolic dim (``tests/fuzz/fuzzcheck.py``). Prints the count
+onnxruntime at two values of each symbolic dim (``tools.fuzz.fuzzcheck``). Prints the count
 per class (ok, crash, invalid-output, mismatch, discard), the failures grouped by signature
 with their seeds, and what onnxfold left foldable (informational). Every failing seed's model
 is written to ``--out`` as SEED.onnx with its feeds (SEED.npz, keys ``A/input`` for
@@ -29,9 +29,9 @@ import signal
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FUZZ = os.path.join(os.path.dirname(HERE), "tests", "fuzz")
-sys.path.insert(0, FUZZ)  # graphgen, fuzzcheck and shrink, imported by path
+import onnx
+
+from tools.fuzz import fuzzcheck, shrink
 
 PHASES = ["idle", "validate", "fold", "compare"]
 FATAL_CLASS = {"validate": ("discard", "ort-fatal"), "fold": ("crash", "FatalSignal"),
@@ -39,8 +39,6 @@ FATAL_CLASS = {"validate": ("discard", "ort-fatal"), "fold": ("crash", "FatalSig
 
 
 def worker(tasks, results, cur_seed, cur_phase, out_dir, timeout):
-    import fuzzcheck
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def phase(name):
@@ -60,8 +58,6 @@ def worker(tasks, results, cur_seed, cur_phase, out_dir, timeout):
 
 
 def run(args) -> int:
-    import fuzzcheck
-
     ctx = mp.get_context("fork")
     tasks, results = ctx.Queue(), ctx.Queue()
     seeds = list(range(args.start, args.start + args.n))
@@ -109,8 +105,6 @@ def run(args) -> int:
 
 
 def report(args, results, elapsed) -> int:
-    import fuzzcheck
-
     counts = collections.Counter(r.status for r in results)
     print(f"onnxfold differential fuzz: seeds {args.start}..{args.start + args.n - 1} "
           f"({len(results)} models, {elapsed:.1f} s, {args.jobs} jobs)")
@@ -149,9 +143,6 @@ def report(args, results, elapsed) -> int:
 
 
 def shrink_groups(args, groups) -> None:
-    import onnx
-    import shrink
-
     picks = []
     for sig, rs in groups.items():
         if sig.startswith("mismatch"):
