@@ -1,0 +1,174 @@
+"""onnxfold's whole run against the floor of its design: onnx-ir's bare load + save, and
+onnxruntime's basic offline optimization, in the same run (issue 24's per-node cost).
+
+For each model, ``--repeat`` interleaved rounds of three child processes, one at a time (the
+previous outputs deleted and flushed with ``sync`` before each run):
+
+==============  ============================================================================
+``ir``          onnx-ir alone: ``ir.save(ir.load(IN), OUT)``: what reading and writing a model
+                costs in onnx-ir, the IR onnxfold is built on
+``onnxfold``    ``python -m onnxfold optimize IN -o OUT --json REPORT -q`` (load, optimize,
+                save, its checks included)
+``ort``         onnxruntime's offline optimizer: ``ORT_ENABLE_BASIC`` +
+                ``SessionOptions.optimized_model_filepath``
+==============  ============================================================================
+
+Wall seconds are medians over the rounds, peak RSS the largest ``ru_maxrss``; whole child
+processes (interpreter start-up and imports included). Ratios are of the medians, against
+``ir`` (issue 24's target: onnxfold <= 1.5x on the deep graph and the Llama export).
+
+The models (built into ``--cache``, outside git; kept, so a rerun skips them):
+
+* ``deep_12k``: ``builders.deep_graph(2000)``: 12,000 small nodes, 16x16 weights;
+* ``llama_L32_dynamo``: a 32-layer Llama with hidden size 64, dynamo export (5.5k nodes);
+* ``bert_base_ts``: BERT-base, TorchScript export: 420 MB of weights, the weight-heavy one.
+
+The table is written into ``bench/README.md`` (between its ``floor`` markers) with the command
+and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from bench import builders
+from bench.machine import describe
+from bench.process import ChildRun, median, ratio, run_child, run_status
+from bench.readme import replace_section
+from bench.tools import tool_cmd
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CACHE = Path.home() / ".cache" / "onnxfold-bench"
+MODELS = {"deep_12k": "12k-node deep graph (2,000 x Transpose, Mul, Shape, Reshape, MatMul, "
+                      "Tanh; 16x16 weights)",
+          "llama_L32_dynamo": "Llama, 32 layers, hidden 64, dynamo export, dynamic batch/seq",
+          "bert_base_ts": "BERT-base, TorchScript export (weight-heavy)"}
+TOOLS = ("ir", "onnxfold", "ort")
+TOOL_LABELS = {"ir": "ir.load + ir.save", "onnxfold": "onnxfold", "ort": "onnxruntime basic"}
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def build(name: str, cache: Path, timeout: float) -> Path:
+    """The model ``name`` in ``cache``: written now unless it is there (exports in a child)."""
+    path = cache / f"{name}.onnx"
+    if path.exists():
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    _log(f"[{name}] building")
+    if name == "deep_12k":
+        tmp = path.with_suffix(".onnx.tmp")
+        onnx.save(builders.deep_graph(2000), str(tmp))
+        os.replace(tmp, path)
+        return path
+    run = run_child([sys.executable, "-m", "bench.builders", name, str(cache)],
+                    cache / f"{name}.build", timeout, cwd=ROOT)
+    if run.rc != 0 or not path.exists():
+        raise RuntimeError(f"export of {name} failed: {run.error_line}")
+    return path
+
+
+def count_nodes(path: Path) -> int:
+    """Nodes of the main graph that are not ``Constant`` (weights not loaded)."""
+    model = onnx.load(str(path), load_external_data=False)
+    return sum(node.op_type != "Constant" for node in model.graph.node)
+
+
+def measure(name: str, src: Path, work: Path, repeat: int, timeout: float) -> dict[str, Any]:
+    """Every tool ``repeat`` times, interleaved; medians, peak RSS, nodes left, ratios."""
+    work.mkdir(parents=True, exist_ok=True)
+    outputs = {tool: work / f"{name}.{tool}.onnx" for tool in TOOLS}
+    runs: dict[str, list[ChildRun]] = {tool: [] for tool in TOOLS}
+    for r in range(repeat):
+        for tool in TOOLS:
+            for old in work.glob(f"{name}.{tool}.onnx*"):
+                old.unlink()
+            os.sync()  # the previous output must not be written back during this run
+            cmd = tool_cmd(tool, src, outputs[tool], work / "report.json", src.stat().st_size)
+            runs[tool].append(run_child(cmd, work / f"{tool}_{r}", timeout, cwd=ROOT))
+            _log(f"[{name}] {tool} run {r + 1}/{repeat}: {runs[tool][-1].wall_s:.2f} s")
+    result: dict[str, Any] = {"what": MODELS[name], "nodes": count_nodes(src),
+                              "mib": src.stat().st_size / (1 << 20), "tools": {}}
+    for tool in TOOLS:
+        status, _ = run_status(runs[tool], outputs[tool], timeout)
+        result["tools"][tool] = {
+            "status": status, "wall_s": median([x.wall_s for x in runs[tool]]),
+            "walls": [round(x.wall_s, 3) for x in runs[tool]],
+            "peak_rss_mib": max(x.maxrss_mib for x in runs[tool]),
+            "nodes": count_nodes(outputs[tool]) if status == "ok" else None}
+    for old in work.glob(f"{name}.*.onnx*"):
+        old.unlink()
+    return result
+
+
+def _cell(tool: dict[str, Any], floor: dict[str, Any]) -> str:
+    if tool["status"] != "ok":
+        return tool["status"]
+    x = ratio(tool["wall_s"], floor["wall_s"])
+    return f"{tool['wall_s']:.2f} s ({x:.2f}x), {tool['peak_rss_mib']:.0f} MiB"
+
+
+def table(results: dict[str, dict[str, Any]], repeat: int) -> str:
+    """The markdown table: per model, each tool's median wall (ratio to ir), peak RSS, nodes."""
+    lines = [f"| model (nodes without Constant, file) | {' | '.join(TOOL_LABELS[t] for t in TOOLS)}"
+             " | nodes left: onnxfold / ort |",
+             "|---|" + "--:|" * (len(TOOLS) + 1)]
+    for name, res in results.items():
+        tools = res["tools"]
+        left = " / ".join(str(tools[t]["nodes"]) for t in ("onnxfold", "ort"))
+        cells = " | ".join(_cell(tools[t], tools["ir"]) for t in TOOLS)
+        lines.append(f"| `{name}` ({res['nodes']:,}, {res['mib']:.0f} MiB) | {cells} | {left} |")
+    lines.append("")
+    lines.append(f"Median wall of {repeat} interleaved runs of each whole child process (ratio to"
+                 " `ir.load` + `ir.save` of the same run), largest peak RSS.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench run floor", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS),
+                    metavar="NAME", help="default: %(default)s")
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved rounds (median wall)")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                    help="where the models are built (outside git); default: %(default)s")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/onnxfold-bench-floor"),
+                    help="where the outputs and logs go; default: %(default)s")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per child")
+    ap.add_argument("--no-readme", action="store_true",
+                    help="print the table only; do not write it into bench/README.md")
+    a = ap.parse_args(argv)
+    if a.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    results = {}
+    for name in a.models:
+        src = build(name, a.cache, a.timeout)
+        results[name] = measure(name, src, a.work, a.repeat, a.timeout)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                            capture_output=True).stdout.strip()
+    info = describe(("onnxfold", "onnx", "onnx-ir", "onnxruntime", "numpy", "torch"))
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+    command = "python -m bench run floor" + (f" --repeat {a.repeat}" if a.repeat != 5 else "") \
+        + (f" --models {' '.join(a.models)}" if a.models != list(MODELS) else "")
+    text = (f"`{command}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit or '?'}; "
+            f"{info['cpu']}, {info['cores']} cores, {info['mem_gib']} GiB; {versions}.\n\n"
+            + table(results, a.repeat))
+    print(text)
+    if not a.no_readme:
+        replace_section(ROOT / "bench" / "README.md", "floor", text)
+        _log("wrote the table into bench/README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
