@@ -355,12 +355,13 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write_readme_table(result: dict[str, Any]) -> None:
-    """Print the short table and put it into bench/README.md (the README's peer table)."""
+def _write_readme_table(result: dict[str, Any], into_readme: bool) -> None:
+    """Print the short table; put it into bench/README.md too (the README's peer table)."""
     table = readme_table(result)
     print(table)
-    replace_section(BENCH_DIR / "README.md", "peers",
-                    f"`{result['command']}`, {result['date']}:\n\n{table}")
+    if into_readme:
+        replace_section(BENCH_DIR / "README.md", "peers",
+                        f"`{result['command']}`, {result['date']}:\n\n{table}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,13 +374,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool (median wall)")
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "peers.md")
     ap.add_argument("--tool-timeout", type=float, default=600.0, help="seconds per child")
+    ap.add_argument("--no-readme", action="store_true",
+                    help="do not write the short table into bench/README.md")
     ap.add_argument("--render", action="store_true",
                     help="measure nothing: write --out again from the JSON beside it")
     a = ap.parse_args(argv)
     if a.render:
         saved = json.loads(a.out.with_suffix(".json").read_text())
         a.out.write_text(render(saved))
-        _write_readme_table(saved)
+        _write_readme_table(saved, not a.no_readme)
         return 0
     if a.repeat < 1:
         ap.error("--repeat must be >= 1")
@@ -400,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         a.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     a.out.write_text(render(result))
     a.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    _write_readme_table(result)
+    _write_readme_table(result, not a.no_readme)
     _log(f"wrote {a.out} and {a.out.with_suffix('.json')}")
     return 0
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,22 +70,34 @@ def first_error_line(text: str, rc: int) -> str:
     return " ".join(picked.split())[:300]
 
 
-def run_child(cmd: list[str], log_stem: Path, timeout: float,
-              cwd: Path | None = None) -> ChildRun:
+def _limiter(rlimits: dict[int, int]) -> Callable[[], None]:
+    """A ``preexec_fn`` that sets each resource's soft and hard limit in the child."""
+    def apply() -> None:
+        for which, value in rlimits.items():
+            resource.setrlimit(which, (value, value))
+    return apply
+
+
+def run_child(cmd: list[str], log_stem: Path, timeout: float, cwd: Path | None = None,
+              env: dict[str, str] | None = None,
+              rlimits: dict[int, int] | None = None) -> ChildRun:
     """Run ``cmd``; time it and read its peak RSS with ``os.wait4`` (stdout/err go to files).
 
     The child gets its own process group, which is killed with SIGKILL after ``timeout`` s.
     It may write Python's bytecode caches, as a user's interpreter does: a development shell's
     ``PYTHONDONTWRITEBYTECODE`` would otherwise make every run compile each module edited
-    since its cache was last written.
+    since its cache was last written. ``env`` replaces the environment (default: this one's);
+    ``rlimits`` (``resource.RLIMIT_*`` -> soft and hard limit) bound the child, as ``ulimit``.
     """
     out_path = log_stem.with_suffix(".out")
     err_path = log_stem.with_suffix(".err")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in (os.environ if env is None else env).items()
+           if k != "PYTHONDONTWRITEBYTECODE"}
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                cwd=cwd, start_new_session=True, env=env)
+                                cwd=cwd, start_new_session=True, env=env,
+                                preexec_fn=_limiter(rlimits) if rlimits else None)
         done = threading.Event()
         timed_out = threading.Event()
 

@@ -5,9 +5,13 @@
             onnxruntime basic on a 12k-node graph, a 32-layer Llama and BERT-base (``floor.py``)
 ``peers``   onnxfold against onnxruntime basic, onnxsim, onnxslim and the onnxscript optimizer
             on five fresh transformer exports: the README's peer table (``peers.py``)
+``limits``  20,000 small weights (also under ``ulimit -n 256``) and a contrib op under a pool
+            budget: wall, peak RSS, what is left (``limits.py``)
+``ab``      two onnxfold commits on the same models, interleaved: fold time before / after
+            (``ab.py``; prints its table, writes nothing)
 ==========  ===================================================================================
 
-Options after the names go to each benchmark (``python -m bench run floor --help`` lists
+Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
 them). Each writes its table into ``bench/README.md``. Run one benchmark at a time, on a quiet
 machine: every measurement is a whole child process, and a busy neighbour is in its wall time.
 
@@ -20,10 +24,10 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import floor, peers
+from bench import ab, floor, limits, peers
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
-    "floor": floor.main, "peers": peers.main}
+    "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,16 +43,16 @@ def main(argv: list[str] | None = None) -> int:
             doc = sys.modules[bench_main.__module__].__doc__ or ""
             print(f"{name:8} {doc.strip().splitlines()[0]}")
         return 0
-    names = []
-    for arg in args[1:]:
-        if arg.startswith("-"):
+    # the names lead; the first argument that names no benchmark starts the options
+    names = args[1:2]
+    for arg in args[2:]:
+        if arg not in BENCHMARKS:
             break
         names.append(arg)
     options = args[1 + len(names):]
-    unknown = [n for n in names if n not in BENCHMARKS]
-    if not names or unknown:
+    if not names or names[0] not in BENCHMARKS:
         ap.error(f"name one or more benchmarks of {', '.join(BENCHMARKS)}"
-                 + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+                 + (f" (unknown: {names[0]})" if names else ""))
     for name in names:
         code = BENCHMARKS[name](options)
         if code:

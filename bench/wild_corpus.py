@@ -601,7 +601,7 @@ def _machine() -> str:
     import platform
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from foldbench.machine import cpu_model
+    from machine import cpu_model  # bench/machine.py
 
     cpu = cpu_model(platform.processor() or platform.machine())
     mem = ""
