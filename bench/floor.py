@@ -13,9 +13,10 @@ previous outputs deleted and flushed with ``sync`` before each run):
                 ``SessionOptions.optimized_model_filepath``
 ==============  ============================================================================
 
-Wall seconds are medians over the rounds, peak RSS the largest ``ru_maxrss``; whole child
-processes (interpreter start-up and imports included). Ratios are of the medians, against
-``ir`` (issue 24's target: onnxfold <= 1.5x on the deep graph and the Llama export).
+Wall and CPU (user + system) seconds are medians over the rounds, peak RSS the largest
+``ru_maxrss``; whole child processes (interpreter start-up and imports included). Ratios are
+of the medians, against ``ir`` (issue 24's target: onnxfold's wall <= 1.5x on the deep graph
+and the Llama export).
 
 The models (built into ``--cache``, outside git; kept, so a rerun skips them):
 
@@ -103,6 +104,7 @@ def measure(name: str, src: Path, work: Path, repeat: int, timeout: float) -> di
         status, _ = run_status(runs[tool], outputs[tool], timeout)
         result["tools"][tool] = {
             "status": status, "wall_s": median([x.wall_s for x in runs[tool]]),
+            "cpu_s": median([x.user_s + x.sys_s for x in runs[tool]]),
             "walls": [round(x.wall_s, 3) for x in runs[tool]],
             "peak_rss_mib": max(x.maxrss_mib for x in runs[tool]),
             "nodes": count_nodes(outputs[tool]) if status == "ok" else None}
@@ -114,8 +116,9 @@ def measure(name: str, src: Path, work: Path, repeat: int, timeout: float) -> di
 def _cell(tool: dict[str, Any], floor: dict[str, Any]) -> str:
     if tool["status"] != "ok":
         return tool["status"]
-    x = ratio(tool["wall_s"], floor["wall_s"])
-    return f"{tool['wall_s']:.2f} s ({x:.2f}x), {tool['peak_rss_mib']:.0f} MiB"
+    wall, cpu = ratio(tool["wall_s"], floor["wall_s"]), ratio(tool["cpu_s"], floor["cpu_s"])
+    return (f"{tool['wall_s']:.2f} s (**{wall:.2f}x**) · CPU {tool['cpu_s']:.2f} s ({cpu:.2f}x) · "
+            f"{tool['peak_rss_mib']:.0f} MiB")
 
 
 def table(results: dict[str, dict[str, Any]], repeat: int) -> str:
@@ -125,12 +128,14 @@ def table(results: dict[str, dict[str, Any]], repeat: int) -> str:
              "|---|" + "--:|" * (len(TOOLS) + 1)]
     for name, res in results.items():
         tools = res["tools"]
-        left = " / ".join(str(tools[t]["nodes"]) for t in ("onnxfold", "ort"))
+        left = " / ".join(f"{tools[t]['nodes']:,}" if tools[t]["nodes"] is not None else "-"
+                          for t in ("onnxfold", "ort"))
         cells = " | ".join(_cell(tools[t], tools["ir"]) for t in TOOLS)
         lines.append(f"| `{name}` ({res['nodes']:,}, {res['mib']:.0f} MiB) | {cells} | {left} |")
     lines.append("")
-    lines.append(f"Median wall of {repeat} interleaved runs of each whole child process (ratio to"
-                 " `ir.load` + `ir.save` of the same run), largest peak RSS.")
+    lines.append(f"Each cell: median wall of {repeat} interleaved runs of the whole child process"
+                 " (ratio to `ir.load` + `ir.save` of the same run), median CPU (user + system;"
+                 " steadier than wall on a shared machine) and its ratio, largest peak RSS.")
     return "\n".join(lines)
 
 
