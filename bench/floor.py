@@ -18,6 +18,11 @@ Wall and CPU (user + system) seconds are medians over the rounds, peak RSS the l
 of the medians, against ``ir`` (issue 24's target: onnxfold's wall <= 1.5x on the deep graph
 and the Llama export).
 
+After the runs, onnxfold's and onnxruntime's last outputs are run in onnxruntime
+(``ORT_DISABLE_ALL``) on the export's example inputs (a seeded ``x`` for the deep graph) beside
+the original: an output whose largest error exceeds 1e-3 of the output's magnitude is reported
+as differing instead of timed. Their nodes (``Constant`` not counted) are counted there too.
+
 The models (built into ``--cache``, outside git; kept, so a rerun skips them):
 
 * ``deep_12k``: ``builders.deep_graph(2000)``: 12,000 small nodes, 16x16 weights;
@@ -31,6 +36,7 @@ and the date.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -79,10 +85,41 @@ def build(name: str, cache: Path, timeout: float) -> Path:
     return path
 
 
-def count_nodes(path: Path) -> int:
-    """Nodes of the main graph that are not ``Constant`` (weights not loaded)."""
-    model = onnx.load(str(path), load_external_data=False)
-    return sum(node.op_type != "Constant" for node in model.graph.node)
+# Run in a child (the parent stays small: Linux starts each child's peak RSS at its parent's):
+# argv = [original, output, inputs .npz or "-"]; prints the nodes of both (Constant not
+# counted) and the largest relative error of the output against the original in onnxruntime.
+CHECK_CODE = """\
+import json, sys
+import numpy as np, onnx, onnxruntime as ort
+src, out, npz = sys.argv[1:4]
+def nodes(path):
+    return sum(n.op_type != "Constant" for n in onnx.load(path).graph.node)
+def run(path):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+if npz == "-":
+    feeds = {"x": np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)}
+else:
+    feeds = dict(np.load(npz))
+want, got = run(src), run(out)
+err = max(float(np.abs(w - g).max() / max(float(np.abs(w).max()), 1e-30))
+          for w, g in zip(want, got))
+print(json.dumps({"nodes_in": nodes(src), "nodes_out": nodes(out), "max_rel_err": err}))
+"""
+TOLERANCE = 1e-3  # largest error relative to the output's largest magnitude (float32)
+
+
+def check(src: Path, output: Path, log_stem: Path, timeout: float) -> dict[str, Any]:
+    """Nodes of ``src`` and ``output`` and the output's error in onnxruntime, from a child."""
+    inputs = src.with_suffix(".inputs.npz")
+    cmd = [sys.executable, "-c", CHECK_CODE, str(src), str(output),
+           str(inputs) if inputs.exists() else "-"]
+    run = run_child(cmd, log_stem, timeout, cwd=ROOT)
+    if run.rc != 0:
+        return {"error": run.error_line}
+    result: dict[str, Any] = json.loads(log_stem.with_suffix(".out").read_text())
+    return result
 
 
 def measure(name: str, src: Path, work: Path, repeat: int, timeout: float) -> dict[str, Any]:
@@ -98,7 +135,7 @@ def measure(name: str, src: Path, work: Path, repeat: int, timeout: float) -> di
             cmd = tool_cmd(tool, src, outputs[tool], work / "report.json", src.stat().st_size)
             runs[tool].append(run_child(cmd, work / f"{tool}_{r}", timeout, cwd=ROOT))
             _log(f"[{name}] {tool} run {r + 1}/{repeat}: {runs[tool][-1].wall_s:.2f} s")
-    result: dict[str, Any] = {"what": MODELS[name], "nodes": count_nodes(src),
+    result: dict[str, Any] = {"what": MODELS[name], "nodes": None,
                               "mib": src.stat().st_size / (1 << 20), "tools": {}}
     for tool in TOOLS:
         status, _ = run_status(runs[tool], outputs[tool], timeout)
@@ -107,7 +144,15 @@ def measure(name: str, src: Path, work: Path, repeat: int, timeout: float) -> di
             "cpu_s": median([x.user_s + x.sys_s for x in runs[tool]]),
             "walls": [round(x.wall_s, 3) for x in runs[tool]],
             "peak_rss_mib": max(x.maxrss_mib for x in runs[tool]),
-            "nodes": count_nodes(outputs[tool]) if status == "ok" else None}
+            "nodes": None}
+        if status == "ok" and tool != "ir":
+            checked = check(src, outputs[tool], work / f"{tool}_check", timeout)
+            if "error" in checked or checked["max_rel_err"] > TOLERANCE:
+                result["tools"][tool]["status"] = \
+                    f"output differs: {checked.get('error') or checked['max_rel_err']}"
+            else:
+                result["nodes"] = checked["nodes_in"]
+                result["tools"][tool]["nodes"] = checked["nodes_out"]
     for old in work.glob(f"{name}.*.onnx*"):
         old.unlink()
     return result
@@ -131,7 +176,8 @@ def table(results: dict[str, dict[str, Any]], repeat: int) -> str:
         left = " / ".join(f"{tools[t]['nodes']:,}" if tools[t]["nodes"] is not None else "-"
                           for t in ("onnxfold", "ort"))
         cells = " | ".join(_cell(tools[t], tools["ir"]) for t in TOOLS)
-        lines.append(f"| `{name}` ({res['nodes']:,}, {res['mib']:.0f} MiB) | {cells} | {left} |")
+        nodes = f"{res['nodes']:,}" if res["nodes"] is not None else "?"
+        lines.append(f"| `{name}` ({nodes}, {res['mib']:.0f} MiB) | {cells} | {left} |")
     lines.append("")
     lines.append(f"Each cell: median wall of {repeat} interleaved runs of the whole child process"
                  " (ratio to `ir.load` + `ir.save` of the same run), median CPU (user + system;"
@@ -155,10 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.repeat < 1:
         ap.error("--repeat must be >= 1")
-    results = {}
-    for name in a.models:
-        src = build(name, a.cache, a.timeout)
-        results[name] = measure(name, src, a.work, a.repeat, a.timeout)
+    sources = {name: build(name, a.cache, a.timeout) for name in a.models}
+    results = {name: measure(name, src, a.work, a.repeat, a.timeout)
+               for name, src in sources.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                             capture_output=True).stdout.strip()
     info = describe(("onnxfold", "onnx", "onnx-ir", "onnxruntime", "numpy", "torch"))
