@@ -22,29 +22,23 @@ from __future__ import annotations
 import argparse
 import resource
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import onnx
-
-from bench import builders
 from bench.process import ChildRun, median, run_child
 from bench.readme import replace_section
 
 ROOT = Path(__file__).resolve().parent.parent
-# name -> (what, model builder, onnxfold flags, resource limits of the child)
-CASES: dict[str, tuple[str, Callable[[], onnx.ModelProto], list[str], dict[int, int]]] = {
-    "mlp_20k": ("MLP of 20,000 inline 33x33 weights",
-                lambda: builders.many_weight_mlp(20_000), [], {}),
-    "mlp_20k_n256": ("MLP of 20,000 inline 33x33 weights, `ulimit -n 256`",
-                     lambda: builders.many_weight_mlp(20_000), [],
+# case -> (what, model (of builders.GRAPHS), onnxfold flags, resource limits of the child)
+CASES: dict[str, tuple[str, str, list[str], dict[int, int]]] = {
+    "mlp_20k": ("MLP of 20,000 inline 33x33 weights", "mlp_20k", [], {}),
+    "mlp_20k_n256": ("MLP of 20,000 inline 33x33 weights, `ulimit -n 256`", "mlp_20k", [],
                      {resource.RLIMIT_NOFILE: 256}),
-    "cdist_16k": ("CDist 16,000 x 16,000 (1 GB) under `--pool-budget 256M`",
-                  lambda: builders.cdist_model(16_000), ["--pool-budget", "256M"], {}),
-    "cdist_2k": ("CDist 2,000 x 2,000 (16 MB) under `--pool-budget 256M`",
-                 lambda: builders.cdist_model(2_000), ["--pool-budget", "256M"], {}),
+    "cdist_16k": ("CDist 16,000 x 16,000 (1 GB) under `--pool-budget 256M`", "cdist_16k",
+                  ["--pool-budget", "256M"], {}),
+    "cdist_2k": ("CDist 2,000 x 2,000 (16 MB) under `--pool-budget 256M`", "cdist_2k",
+                 ["--pool-budget", "256M"], {}),
 }
 
 
@@ -52,27 +46,33 @@ def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _model(name: str, work: Path) -> Path:
-    """The model of case ``name`` in ``work`` (cases on the same model share its file)."""
-    stem = name.split("_n")[0] if name.startswith("mlp") else name
-    path = work / f"{stem}.onnx"
-    if not path.exists():
-        onnx.save(CASES[name][1](), str(path))
-    return path
+def _model(name: str, work: Path, timeout: float) -> Path:
+    """The model ``name`` (of ``builders.GRAPHS``) in ``work``, built in a child."""
+    run = run_child([sys.executable, "-m", "bench.builders", name, str(work)],
+                    work / f"{name}.build", timeout, cwd=ROOT)
+    if run.rc != 0:
+        raise RuntimeError(f"building {name} failed: {run.error_line}")
+    return work / f"{name}.onnx"
 
 
-def _nodes(path: Path) -> str:
-    """The output's op types and their counts, as ``MatMul 20000, Add 1``."""
-    counts: dict[str, int] = {}
-    for node in onnx.load(str(path), load_external_data=False).graph.node:
-        counts[node.op_type] = counts.get(node.op_type, 0) + 1
-    return ", ".join(f"{op} {n:,}" for op, n in counts.items())
+# The output's op types and their counts (``MatMul 20,000, Add 1``), in a child: loading it
+# here would raise this process's peak RSS, which Linux carries into the next measured child.
+NODES_CODE = """\
+import collections, sys, onnx
+counts = collections.Counter(n.op_type for n in onnx.load(sys.argv[1]).graph.node)
+print(", ".join(f"{op} {n:,}" for op, n in counts.items()))
+"""
+
+
+def _nodes(path: Path, log_stem: Path, timeout: float) -> str:
+    run = run_child([sys.executable, "-c", NODES_CODE, str(path)], log_stem, timeout)
+    return log_stem.with_suffix(".out").read_text().strip() if run.rc == 0 else run.error_line
 
 
 def measure(name: str, work: Path, repeat: int, timeout: float) -> dict[str, Any]:
     """Case ``name`` ``repeat`` times: exit status, median wall, peak RSS, nodes left."""
-    what, _, flags, rlimits = CASES[name]
-    src, out = _model(name, work), work / f"{name}.out.onnx"
+    what, model, flags, rlimits = CASES[name]
+    src, out = _model(model, work, timeout), work / f"{name}.out.onnx"
     runs: list[ChildRun] = []
     for r in range(repeat):
         out.unlink(missing_ok=True)
@@ -85,7 +85,8 @@ def measure(name: str, work: Path, repeat: int, timeout: float) -> dict[str, Any
             "status": f"exit {failed.rc}: {failed.error_line}" if failed else "exit 0",
             "wall_s": median([x.wall_s for x in runs]),
             "peak_rss_mib": max(x.maxrss_mib for x in runs),
-            "nodes": _nodes(out) if failed is None and out.exists() else ""}
+            "nodes": _nodes(out, work / f"{name}_nodes", timeout)
+            if failed is None and out.exists() else ""}
 
 
 def table(results: dict[str, dict[str, Any]], repeat: int) -> str:
