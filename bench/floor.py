@@ -6,7 +6,8 @@ previous outputs deleted and flushed with ``sync`` before each run):
 
 ==============  ============================================================================
 ``ir``          onnx-ir alone: ``ir.save(ir.load(IN), OUT)``: what reading and writing a model
-                costs in onnx-ir, the IR onnxfold is built on
+                costs in onnx-ir, the IR onnxfold is built on (``import onnxfold`` first, which
+                defers onnx-ir's sympy import as onnxfold's executable does)
 ``onnxfold``    ``python -m onnxfold optimize IN -o OUT --json REPORT -q`` (load, optimize,
                 save, its checks included)
 ``ort``         onnxruntime's offline optimizer: ``ORT_ENABLE_BASIC`` +
