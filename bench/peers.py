@@ -365,7 +365,7 @@ def _write_readme_table(result: dict[str, Any], into_readme: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench run peers", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=Path("/tmp/peers"),
                     help="where the exports and outputs go (outside git); default: %(default)s")
