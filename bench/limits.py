@@ -2,8 +2,8 @@
 contrib op whose output onnxruntime cannot size before it runs, under a pool budget.
 
 Each case is ``python -m onnxfold optimize IN -o OUT -q`` (plus its flags) in a child process,
-``--repeat`` times; median wall, largest peak RSS (``os.wait4``), its exit status and the nodes
-it left:
+``--repeat`` times; median wall and CPU seconds, largest peak RSS (``os.wait4``), its exit
+status and the nodes it left:
 
 ==================  ===========================================================================
 ``mlp_20k``         ``builders.many_weight_mlp(20000)``: 20,000 inline 33x33 weights (84 MiB),
@@ -84,20 +84,22 @@ def measure(name: str, work: Path, repeat: int, timeout: float) -> dict[str, Any
     return {"what": what, "mib": src.stat().st_size / (1 << 20),
             "status": f"exit {failed.rc}: {failed.error_line}" if failed else "exit 0",
             "wall_s": median([x.wall_s for x in runs]),
+            "cpu_s": median([x.user_s + x.sys_s for x in runs]),
             "peak_rss_mib": max(x.maxrss_mib for x in runs),
             "nodes": _nodes(out, work / f"{name}_nodes", timeout)
             if failed is None and out.exists() else ""}
 
 
 def table(results: dict[str, dict[str, Any]], repeat: int) -> str:
-    lines = ["| case | input | status | wall (median) | peak RSS | nodes left |",
-             "|---|--:|---|--:|--:|---|"]
+    lines = ["| case | input | status | wall | CPU | peak RSS | nodes left |",
+             "|---|--:|---|--:|--:|--:|---|"]
     for res in results.values():
         lines.append(f"| {res['what']} | {res['mib']:.1f} MiB | {res['status']} | "
-                     f"{res['wall_s']:.2f} s | {res['peak_rss_mib']:.0f} MiB | {res['nodes']} |")
+                     f"{res['wall_s']:.2f} s | {res['cpu_s']:.2f} s | "
+                     f"{res['peak_rss_mib']:.0f} MiB | {res['nodes']} |")
     lines.append("")
-    lines.append(f"Median wall of {repeat} runs of the whole `onnxfold optimize` process, "
-                 "largest peak RSS.")
+    lines.append(f"Median wall and CPU (user + system) of {repeat} runs of the whole `onnxfold "
+                 "optimize` process, largest peak RSS.")
     return "\n".join(lines)
 
 
