@@ -4,7 +4,8 @@
 Graph builders return an ``onnx.ModelProto`` (numpy and onnx only; deterministic: seeded
 weights, fixed names). Exports need torch and transformers (imported inside ``export``, a heavy
 optional dependency deferred on purpose) and write ``NAME.onnx`` plus the example inputs of the
-export as ``NAME.inputs.npz``; nothing is downloaded.
+export as ``NAME.inputs.npz``; nothing is downloaded. ``python -m bench.builders NAME DIR``
+builds one of ``GRAPHS`` or ``EXPORTS`` into DIR unless it is there (``build_cached``).
 """
 
 from __future__ import annotations
