@@ -1,107 +1,132 @@
-"""Wall time and peak RSS of ``onnxfold optimize`` on models of many weights, and whether it
-folds under ``ulimit -v`` of 256 MiB (onnxfold's own floor) + 3x the model's size.
+"""onnxfold under the limits a host imposes: many small weights, few file descriptors, and a
+contrib op whose output onnxruntime cannot size before it runs, under a pool budget.
 
-    python bench/limits.py mlp 20000 /tmp/mlp20k.onnx      # a MatMul chain of N 33x33 weights
-    python bench/limits.py measure MODEL... [--base DIR]    # DIR: another checkout to compare
+Each case is ``python -m onnxfold optimize IN -o OUT -q`` (plus its flags) in a child process,
+``--repeat`` times; median wall and CPU seconds, largest peak RSS (``os.wait4``), its exit
+status and the nodes it left:
 
-Each run is a child process; peak RSS comes from ``os.wait4``. ``--base`` runs the same
-command with ``PYTHONPATH=DIR`` (e.g. ``git archive REV | tar -x -C DIR``, then
-``ln -s ../rules DIR/onnxfold/rules``: the editable install maps ``onnxfold.rules`` to this
-checkout's ``rules/`` otherwise) first.
+==================  ===========================================================================
+``mlp_20k``         ``builders.many_weight_mlp(20000)``: 20,000 inline 33x33 weights (84 MiB),
+                    each just over the reader's 4 KiB threshold
+``mlp_20k_n256``    the same under ``ulimit -n 256``: a descriptor per weight would fail
+``cdist_16k``       ``builders.cdist_model(16000)`` with ``--pool-budget 256M``: CDist would make
+                    1 GB from 0.5 MB; it must be declined for its size, RSS near the budget
+``cdist_2k``        ``builders.cdist_model(2000)`` (16 MB) with the same budget: it folds
+==================  ===========================================================================
+
+The models are built into ``--work``; the table is written into ``bench/README.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
-import subprocess
 import sys
-import tempfile
-import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
-import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from bench.process import ChildRun, median, run_child
+from bench.readme import replace_section
 
-FLOOR = 256 << 20
-
-
-def build_mlp(count: int, path: str, width: int = 33) -> None:
-    """``count`` MatMuls, each with its own inline ``width`` x ``width`` float32 weight (33:
-    4,356 B, just over the reader's 4 KiB threshold), and one foldable ``b * b``."""
-    rng = np.random.default_rng(0)
-    inits, nodes, prev = [], [], "x"
-    for i in range(count):
-        weight = (rng.standard_normal((width, width)) * 0.17).astype(np.float32)
-        inits.append(numpy_helper.from_array(weight, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
-        prev = f"h{i}"
-    inits.append(numpy_helper.from_array(np.full((width,), 0.5, np.float32), "b"))
-    nodes += [helper.make_node("Mul", ["b", "b"], ["bb"]),
-              helper.make_node("Add", [prev, "bb"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+ROOT = Path(__file__).resolve().parent.parent
+# case -> (what, model (of builders.GRAPHS), onnxfold flags, resource limits of the child)
+CASES: dict[str, tuple[str, str, list[str], dict[int, int]]] = {
+    "mlp_20k": ("MLP of 20,000 inline 33x33 weights", "mlp_20k", [], {}),
+    "mlp_20k_n256": ("MLP of 20,000 inline 33x33 weights, `ulimit -n 256`", "mlp_20k", [],
+                     {resource.RLIMIT_NOFILE: 256}),
+    "cdist_16k": ("CDist 16,000 x 16,000 (1 GB) under `--pool-budget 256M`", "cdist_16k",
+                  ["--pool-budget", "256M"], {}),
+    "cdist_2k": ("CDist 2,000 x 2,000 (16 MB) under `--pool-budget 256M`", "cdist_2k",
+                 ["--pool-budget", "256M"], {}),
+}
 
 
-def run(model: str, out: str, base: str | None, address_space: int | None
-        ) -> tuple[int, float, float, list[str]]:
-    """(exit code, wall seconds, peak RSS MiB, report lines that say skipped or error)."""
-    env = dict(os.environ)
-    if base:
-        env["PYTHONPATH"] = base
-
-    def limit() -> None:
-        if address_space is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-
-    started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as log:
-        # run from the output's directory: ``-m`` puts the working directory first on the path,
-        # which would shadow ``--base`` from a checkout
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize",
-                                 os.path.abspath(model), "-o", out], stdout=log,
-                                stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=limit,
-                                cwd=os.path.dirname(out))
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - started
-        log.seek(0)
-        notes = [line for line in log.read().splitlines() if "skipped" in line or "error" in line]
-    return os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 1024, notes
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
-def measure(models: list[str], base: str | None) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "out.onnx")
-        for model in models:
-            size = os.path.getsize(model)
-            limit = FLOOR + 3 * size
-            for label, path in ([("base", base)] if base else []) + [("this", None)]:
-                code, wall, rss, notes = run(model, out, path, None)
-                print(f"{os.path.basename(model)} {size / 2**20:.1f} MiB {label}: exit {code}, "
-                      f"{wall:.2f} s, peak RSS {rss:.1f} MiB {notes}")
-                code, wall, _, notes = run(model, out, path, limit)
-                print(f"    ulimit -v {limit >> 20} MiB: exit {code}, {wall:.2f} s {notes[:1]}",
-                      flush=True)
+def _model(name: str, work: Path, timeout: float) -> Path:
+    """The model ``name`` (of ``builders.GRAPHS``) in ``work``, built in a child."""
+    run = run_child([sys.executable, "-m", "bench.builders", name, str(work)],
+                    work / f"{name}.build", timeout, cwd=ROOT)
+    if run.rc != 0:
+        raise RuntimeError(f"building {name} failed: {run.error_line}")
+    return work / f"{name}.onnx"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    mlp = sub.add_parser("mlp", help="build a MatMul chain of N inline weights")
-    mlp.add_argument("count", type=int)
-    mlp.add_argument("output")
-    meas = sub.add_parser("measure", help="wall, peak RSS and ulimit -v runs")
-    meas.add_argument("models", nargs="+")
-    meas.add_argument("--base", help="another checkout's directory, run first to compare")
-    args = parser.parse_args()
-    if args.command == "mlp":
-        build_mlp(args.count, args.output)
-    else:
-        measure(args.models, args.base)
+# The output's op types and their counts (``MatMul 20,000, Add 1``), in a child: loading it
+# here would raise this process's peak RSS, which Linux carries into the next measured child.
+NODES_CODE = """\
+import collections, sys, onnx
+counts = collections.Counter(n.op_type for n in onnx.load(sys.argv[1]).graph.node)
+print(", ".join(f"{op} {n:,}" for op, n in counts.items()))
+"""
+
+
+def _nodes(path: Path, log_stem: Path, timeout: float) -> str:
+    run = run_child([sys.executable, "-c", NODES_CODE, str(path)], log_stem, timeout)
+    return log_stem.with_suffix(".out").read_text().strip() if run.rc == 0 else run.error_line
+
+
+def measure(name: str, work: Path, repeat: int, timeout: float) -> dict[str, Any]:
+    """Case ``name`` ``repeat`` times: exit status, median wall, peak RSS, nodes left."""
+    what, model, flags, rlimits = CASES[name]
+    src, out = _model(model, work, timeout), work / f"{name}.out.onnx"
+    runs: list[ChildRun] = []
+    for r in range(repeat):
+        out.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "onnxfold", "optimize", str(src), "-o", str(out), "-q",
+               *flags]
+        runs.append(run_child(cmd, work / f"{name}_{r}", timeout, cwd=ROOT, rlimits=rlimits))
+        _log(f"[{name}] run {r + 1}/{repeat}: exit {runs[-1].rc}, {runs[-1].wall_s:.2f} s")
+    failed = next((x for x in runs if x.rc != 0), None)
+    return {"what": what, "mib": src.stat().st_size / (1 << 20),
+            "status": f"exit {failed.rc}: {failed.error_line}" if failed else "exit 0",
+            "wall_s": median([x.wall_s for x in runs]),
+            "cpu_s": median([x.user_s + x.sys_s for x in runs]),
+            "peak_rss_mib": max(x.maxrss_mib for x in runs),
+            "nodes": _nodes(out, work / f"{name}_nodes", timeout)
+            if failed is None and out.exists() else ""}
+
+
+def table(results: dict[str, dict[str, Any]], repeat: int) -> str:
+    lines = ["| case | input | status | wall | CPU | peak RSS | nodes left |",
+             "|---|--:|---|--:|--:|--:|---|"]
+    lines.extend(f"| {res['what']} | {res['mib']:.1f} MiB | {res['status']} | "
+                 f"{res['wall_s']:.2f} s | {res['cpu_s']:.2f} s | "
+                 f"{res['peak_rss_mib']:.0f} MiB | {res['nodes']} |" for res in results.values())
+    lines.append("")
+    lines.append(f"Median wall and CPU (user + system) of {repeat} runs of the whole `onnxfold "
+                 "optimize` process, largest peak RSS.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench run limits", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES),
+                    metavar="NAME", help="default: %(default)s")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case (median wall)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/onnxfold-bench-limits"),
+                    help="where the models, outputs and logs go; default: %(default)s")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    ap.add_argument("--no-readme", action="store_true",
+                    help="print the table only; do not write it into bench/README.md")
+    a = ap.parse_args(argv)
+    if a.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    a.work.mkdir(parents=True, exist_ok=True)
+    results = {name: measure(name, a.work, a.repeat, a.timeout) for name in a.cases}
+    command = "python -m bench run limits" + (f" --repeat {a.repeat}" if a.repeat != 3 else "") \
+        + (f" --cases {' '.join(a.cases)}" if a.cases != list(CASES) else "")
+    text = f"`{command}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.\n\n" + table(results, a.repeat)
+    print(text)
+    if not a.no_readme:
+        replace_section(ROOT / "bench" / "README.md", "limits", text)
+        _log("wrote the table into bench/README.md")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python bench/peers.py [--work /tmp/peers] [--models NAME ...] [--repeat 3]
-                          [--out bench/results/peers.md] [--tool-timeout 600]
+    python -m bench run peers [--work /tmp/peers] [--models NAME ...] [--repeat 3]
+                              [--out bench/results/peers.md] [--tool-timeout 600]
 
 Each model is exported fresh from a ``transformers`` config with random weights (seed 0; nothing
 is downloaded) into ``--work`` (outside git; kept, so a rerun skips the exports), in its own
@@ -18,7 +18,7 @@ Then, one child process at a time, ``--repeat`` interleaved rounds of:
 ``onnxscript``  ``onnxscript.optimizer.optimize(onnx_ir.load(IN))``, then ``onnx_ir.save``
 ==============  ============================================================================
 
-(the commands are those of ``bench_fold.py``: ``foldbench/peers.py``). Measured per tool:
+(the commands are in ``bench/tools.py``; the exports in ``bench/builders.py``). Measured per tool:
 
 * nodes left: nodes of every graph (subgraphs included) except ``Constant`` nodes, so a tool
   that keeps its constants as nodes and one that makes them initializers count alike;
@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 from collections.abc import Callable
@@ -52,188 +51,32 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from foldbench.machine import cpu_model, package_version, total_memory_kib
-from foldbench.peers import tool_cmd
-from foldbench.runner import ChildRun, run_child, run_status
+from bench.builders import EXPORTS
+from bench.machine import describe
+from bench.process import ChildRun, run_child, run_status
+from bench.readme import replace_section
+from bench.tools import tool_cmd
 
-BENCH_DIR = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / "bench"
+# The exports measured (``builders.EXPORTS``), in the table's order.
+MODELS = ("bert_base_ts", "gpt2_small_dynamo", "qwen2_kv_dynamo", "t5_small_ts",
+          "bert_base_fp16_dynamo")
 TOOLS = ("onnxfold", "ort", "onnxsim", "onnxslim", "onnxscript")
 TOOL_LABELS = {"onnxfold": "onnxfold", "ort": "onnxruntime basic", "onnxsim": "onnxsim",
                "onnxslim": "onnxslim", "onnxscript": "onnxscript optimizer"}
 VERSIONED = ("onnxfold", "onnx", "onnx-ir", "onnxruntime", "onnxsim", "onnxslim", "onnxscript",
              "numpy", "torch", "transformers")
-SEQ = 128
 # Largest error allowed, relative to the largest magnitude of the original's output.
 TOLERANCE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 5e-2, "float64": 1e-9}
 
 
-# --------------------------------------------------------------------------------------------
-# The exports (run in a child: ``peers.py _child build NAME WORK``; torch is imported only there)
-
-
-def _bert(torch: Any, half: bool) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
-    from transformers import BertConfig, BertModel
-
-    class Hidden(torch.nn.Module):
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                          token_type_ids=token_type_ids, return_dict=False)[0]
-
-    model = Hidden(BertModel(BertConfig()))
-    if half:
-        model = model.half()
-    inputs = {"input_ids": torch.randint(0, 1000, (1, SEQ)),
-              "attention_mask": torch.ones(1, SEQ, dtype=torch.int64),
-              "token_type_ids": torch.zeros(1, SEQ, dtype=torch.int64)}
-    dims = None
-    if half:  # the float16 export a user ships: dynamic batch and sequence
-        batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("seq", max=512)
-        dims = {name: {0: batch, 1: seq} for name in inputs}
-    return model, inputs, dims
-
-
-def _gpt2(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    class Logits(torch.nn.Module):
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                          use_cache=False, return_dict=False)[0]
-
-    model = Logits(GPT2LMHeadModel(GPT2Config(use_cache=False)))
-    inputs = {"input_ids": torch.randint(0, 1000, (1, SEQ)),
-              "attention_mask": torch.ones(1, SEQ, dtype=torch.int64)}
-    batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("seq", max=1024)
-    return model, inputs, {name: {0: batch, 1: seq} for name in inputs}
-
-
-def _qwen2_kv(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
-    """A Qwen2-style decoder step with a KV cache: 4 layers, hidden 512, grouped-query attention."""
-    from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
-
-    layers, heads, kv_heads, hidden = 4, 8, 2, 512
-    cfg = Qwen2Config(vocab_size=32000, hidden_size=hidden, intermediate_size=1408,
-                      num_hidden_layers=layers, num_attention_heads=heads,
-                      num_key_value_heads=kv_heads, max_position_embeddings=4096,
-                      tie_word_embeddings=False)
-    cfg._attn_implementation = "eager"  # plain ops, as an export for onnxruntime has them
-
-    class Step(torch.nn.Module):
-        """Flat tensors in and out: logits and the present keys/values of every layer."""
-
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any,
-                    *past: Any) -> tuple[Any, ...]:
-            cache = DynamicCache(config=cfg)
-            for i in range(layers):
-                cache.update(past[2 * i], past[2 * i + 1], i)
-            out = self.m(input_ids=input_ids, attention_mask=attention_mask,
-                         position_ids=position_ids, past_key_values=cache, use_cache=True,
-                         return_dict=True)
-            present = [t for layer in out.past_key_values.layers for t in (layer.keys,
-                                                                           layer.values)]
-            return (out.logits, *present)
-
-    past_len, seq = 16, 8
-    inputs = {"input_ids": torch.randint(0, 32000, (1, seq)),
-              "attention_mask": torch.ones(1, past_len + seq, dtype=torch.int64),
-              "position_ids": torch.arange(past_len, past_len + seq).unsqueeze(0)}
-    for i in range(layers):
-        for kind in ("key", "value"):
-            inputs[f"past_key_values.{i}.{kind}"] = torch.randn(1, kv_heads, past_len,
-                                                                hidden // heads)
-    d = torch.export.Dim
-    batch, s, past = d("batch", min=1, max=64), d("seq", max=1024), d("past", max=2048)
-    dims = {"input_ids": {0: batch, 1: s}, "attention_mask": {0: batch, 1: d("total", max=3072)},
-            "position_ids": {0: batch, 1: s}}
-    dims.update({name: {0: batch, 2: past} for name in inputs if name.startswith("past_")})
-    return Step(Qwen2ForCausalLM(cfg)), inputs, dims
-
-
-def _t5(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    class Logits(torch.nn.Module):
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids: Any, attention_mask: Any, decoder_input_ids: Any) -> Any:
-            return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                          decoder_input_ids=decoder_input_ids, use_cache=False,
-                          return_dict=False)[0]
-
-    cfg = T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, d_kv=64,
-                   use_cache=False)  # t5-small sizes
-    inputs = {"input_ids": torch.randint(0, 1000, (1, SEQ)),
-              "attention_mask": torch.ones(1, SEQ, dtype=torch.int64),
-              "decoder_input_ids": torch.randint(0, 1000, (1, 16))}
-    return Logits(T5ForConditionalGeneration(cfg)), inputs, None
-
-
-# name -> (what it is, exporter "ts" (TorchScript, opset 17, do_constant_folding=False) or
-# "dynamo" (optimize=False), the factory)
-MODELS: dict[str, tuple[str, str, Any]] = {
-    "bert_base_ts": ("BERT-base, TorchScript exporter, static (1, 128)", "ts",
-                     lambda torch: _bert(torch, half=False)),
-    "gpt2_small_dynamo": ("GPT-2 small LM head, dynamo exporter, dynamic batch/seq", "dynamo",
-                          _gpt2),
-    "qwen2_kv_dynamo": ("Qwen2-style decoder with KV cache (4 layers, hidden 512, GQA), dynamo, "
-                        "dynamic batch/seq/past", "dynamo", _qwen2_kv),
-    "t5_small_ts": ("T5-small encoder-decoder LM, TorchScript exporter, static", "ts", _t5),
-    "bert_base_fp16_dynamo": ("BERT-base in float16 (model.half()), dynamo, dynamic batch/seq",
-                              "dynamo", lambda torch: _bert(torch, half=True)),
-}
 # What the README's table calls them.
 SHORT_NAMES = {"bert_base_ts": "BERT-base, TorchScript",
                "gpt2_small_dynamo": "GPT-2 small, dynamo",
                "qwen2_kv_dynamo": "Qwen2-style + KV cache, dynamo",
                "t5_small_ts": "T5-small, TorchScript",
                "bert_base_fp16_dynamo": "BERT-base fp16, dynamo"}
-
-
-def _child_build(name: str, work: str) -> None:
-    """(child) Export ``name`` to WORK/NAME.onnx and its example inputs to WORK/NAME.inputs.npz."""
-    sys.modules.setdefault("torchvision", None)  # type: ignore[arg-type]  # not needed, may clash
-    import numpy as np
-    import torch
-
-    _, exporter, factory = MODELS[name]
-    torch.manual_seed(0)
-    model, inputs, dims = factory(torch)
-    model.eval()
-    path = Path(work) / f"{name}.onnx"
-    tmp = path.with_suffix(".onnx.tmp")
-    args = tuple(inputs.values())
-    with torch.no_grad():
-        if exporter == "ts":
-            torch.onnx.export(model, args, str(tmp), dynamo=False, do_constant_folding=False,
-                              input_names=list(inputs), opset_version=17)
-        else:
-            shapes: Any = None
-            if dims is not None:  # positional, with the varargs (*past) as one tuple
-                n_named = model.forward.__code__.co_argcount - 1
-                shapes = [dims.get(n) for n in list(inputs)[:n_named]]
-                if len(inputs) > n_named:
-                    shapes.append(tuple(dims.get(n) for n in list(inputs)[n_named:]))
-                shapes = tuple(shapes)
-            prog = torch.onnx.export(model, args, dynamo=True, optimize=False,
-                                     dynamic_shapes=shapes, input_names=list(inputs))
-            assert prog is not None  # dynamo=True always returns the program
-            prog.save(str(tmp), external_data=False)
-    np.savez(Path(work) / f"{name}.inputs.npz", **{k: v.numpy() for k, v in inputs.items()})
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,7 +166,7 @@ def _child_check(model: str, inputs: str, ref_npz: str, ref_json: str, json_out:
 
 
 CHILDREN: dict[str, Callable[..., None]] = {
-    "build": _child_build, "reference": _child_reference, "check": _child_check}
+    "reference": _child_reference, "check": _child_check}
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,8 +196,8 @@ def _helper(func: str, args: list[str], log_stem: Path, timeout: float) -> dict[
     """Run one of CHILDREN in a fresh interpreter; the JSON it wrote, or {"error": ...}."""
     json_out = log_stem.with_suffix(".json")
     json_out.unlink(missing_ok=True)
-    run = run_child([sys.executable, str(Path(__file__).resolve()), "_child", func, *args,
-                     str(json_out)], log_stem, timeout)
+    run = run_child([sys.executable, "-m", "bench.peers", "_child", func, *args,
+                     str(json_out)], log_stem, timeout, cwd=ROOT)
     if run.rc != 0 or not json_out.exists():
         return {"error": f"{func}: {'timed out' if run.timed_out else run.error_line}"}
     result: dict[str, Any] = json.loads(json_out.read_text())
@@ -367,8 +210,8 @@ def build(name: str, work: Path, timeout: float) -> Path | None:
     if path.exists() and path.with_suffix(".inputs.npz").exists():
         return path
     _log(f"[{name}] exporting")
-    run = run_child([sys.executable, str(Path(__file__).resolve()), "_child", "build", name,
-                     str(work)], work / f"{name}.build", timeout)
+    run = run_child([sys.executable, "-m", "bench.builders", name, str(work)],
+                    work / f"{name}.build", timeout, cwd=ROOT)
     if run.rc != 0 or not path.exists():
         _log(f"[{name}] export failed: {run.error_line}")
         return None
@@ -411,15 +254,12 @@ def measure(name: str, src: Path, work: Path, repeat: int, timeout: float) -> di
         _log(f"[{name}] {tool}: {status}, {res.nodes} nodes, {res.wall_s:.2f} s, "
              f"{res.peak_rss_mib:.0f} MiB, {res.runs} {res.error or ''}")
         tools[tool] = asdict(res)
-    return {"what": MODELS[name][0], "input": ref, "tools": tools}
+    return {"what": EXPORTS[name][0], "input": ref, "tools": tools}
 
 
 def machine() -> dict[str, Any]:
     """CPU, cores, memory and the versions the run used."""
-    versions = {dist: package_version(dist) for dist in VERSIONED}
-    return {"cpu": cpu_model(platform.processor() or "unknown"), "cores": os.cpu_count(),
-            "mem_gib": round(total_memory_kib() / (1 << 20), 1), "platform": platform.platform(),
-            "python": platform.python_version(), "versions": versions}
+    return describe(VERSIONED)
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,8 +355,17 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _write_readme_table(result: dict[str, Any], into_readme: bool) -> None:
+    """Print the short table; put it into bench/README.md too (the README's peer table)."""
+    table = readme_table(result)
+    print(table)
+    if into_readme:
+        replace_section(BENCH_DIR / "README.md", "peers",
+                        f"`{result['command']}`, {result['date']}:\n\n{table}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench run peers", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=Path("/tmp/peers"),
                     help="where the exports and outputs go (outside git); default: %(default)s")
@@ -525,20 +374,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool (median wall)")
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "peers.md")
     ap.add_argument("--tool-timeout", type=float, default=600.0, help="seconds per child")
+    ap.add_argument("--no-readme", action="store_true",
+                    help="do not write the short table into bench/README.md")
     ap.add_argument("--render", action="store_true",
                     help="measure nothing: write --out again from the JSON beside it")
     a = ap.parse_args(argv)
     if a.render:
         saved = json.loads(a.out.with_suffix(".json").read_text())
         a.out.write_text(render(saved))
-        print(readme_table(saved))
+        _write_readme_table(saved, not a.no_readme)
         return 0
     if a.repeat < 1:
         ap.error("--repeat must be >= 1")
     a.work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python bench/peers.py" + (f" --models {' '.join(a.models)}"
+        "command": "python -m bench run peers" + (f" --models {' '.join(a.models)}"
                                               if a.models != list(MODELS) else "")
                    + (f" --repeat {a.repeat}" if a.repeat != 3 else ""),
         "repeat": a.repeat, "machine": machine(), "models": {},
@@ -546,13 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     paths = {name: build(name, a.work, a.tool_timeout) for name in a.models}
     for name, src in paths.items():
         if src is None:
-            result["models"][name] = {"what": MODELS[name][0], "error": "the export failed"}
+            result["models"][name] = {"what": EXPORTS[name][0], "error": "the export failed"}
             continue
         result["models"][name] = measure(name, src, a.work, a.repeat, a.tool_timeout)
         a.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     a.out.write_text(render(result))
     a.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    print(readme_table(result))
+    _write_readme_table(result, not a.no_readme)
     _log(f"wrote {a.out} and {a.out.with_suffix('.json')}")
     return 0
 

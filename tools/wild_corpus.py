@@ -600,8 +600,7 @@ def _commit() -> str:
 def _machine() -> str:
     import platform
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # foldbench
-    from foldbench.machine import cpu_model
+    from bench.machine import cpu_model
 
     cpu = cpu_model(platform.processor() or platform.machine())
     mem = ""

@@ -14,9 +14,9 @@ import resource
 import subprocess
 import sys
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+
+from bench.builders import cdist_model
 
 MiB = 1 << 20
 BUDGET = 256 * MiB
@@ -25,18 +25,8 @@ ALLOWANCE = 64 * MiB  # onnxfold.host.address_space.RUN_ALLOWANCE
 
 
 def _cdist_model(path: str, rows: int) -> None:
-    """x + ReduceMax(CDist(A, A)): a rows x rows float32 matrix from a rows x 8 constant."""
-    a = np.random.default_rng(0).standard_normal((rows, 8)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("CDist", ["A", "A"], ["d"], domain="com.microsoft"),
-         helper.make_node("ReduceMax", ["d"], ["m"], keepdims=0),
-         helper.make_node("Add", ["x", "m"], ["y"])], "cdist",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
-        [numpy_helper.from_array(a, "A")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])
-    onnx.save(model, path)
+    """The benchmarks' CDist model (``bench.builders.cdist_model``) of ``rows`` rows at ``path``."""
+    onnx.save(cdist_model(rows), path)
 
 
 def _optimize(model: str, out: str, *flags: str) -> tuple[int, str, int]:

@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from bench.builders import many_weight_mlp
 from tests.support.measured_child import run_limited
 
 TIMEOUT = 300
@@ -29,23 +29,10 @@ WIDTH = 33  # a 33x33 float32 weight is 4,356 B: just over the reader's 4 KiB th
 ADDRESS_SPACE_FLOOR = 256 << 20
 
 
-def mlp(count: int, path: str, width: int = WIDTH) -> str:
-    """A chain of ``count`` MatMuls, each with its own inline ``width`` x ``width`` weight,
-    ending in an Add of a folded constant (``b * b``), saved to ``path``."""
-    rng = np.random.default_rng(0)
-    inits, nodes, prev = [], [], "x"
-    for i in range(count):
-        weight = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
-        inits.append(numpy_helper.from_array(weight, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
-        prev = f"h{i}"
-    inits.append(numpy_helper.from_array(np.full((width,), 0.5, np.float32), "b"))
-    nodes += [helper.make_node("Mul", ["b", "b"], ["bb"]),
-              helper.make_node("Add", [prev, "bb"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+def mlp(count: int, path: str) -> str:
+    """The benchmarks' many-weight MLP (``bench.builders.many_weight_mlp``) of ``count``
+    ``WIDTH`` x ``WIDTH`` weights, saved to ``path``."""
+    onnx.save(many_weight_mlp(count, WIDTH), path)
     return path
 
 

@@ -82,7 +82,7 @@ def test_to_proto_keeps_only_the_value_info_the_input_declared():
 def test_a_proto_too_big_for_the_checker_is_checked_without_its_weights(monkeypatch):
     """onnx's checker serializes what it checks, which protobuf refuses above 2 GiB: an
     in-memory proto that big is checked in its light form (large weights as typed inputs).
-    Simulated by lowering the limit; bench/big_proto.py runs a 2.15 GiB one."""
+    Simulated by lowering the limit."""
     from onnx import helper
 
     from onnxfold.io import reader

@@ -1,28 +1,25 @@
-"""One measured child process: wall time, user/system CPU and peak RSS (``os.wait4``), timeout."""
+"""One measured child process (wall, CPU, peak RSS via ``os.wait4``, timeout) and the
+statistics every benchmark reports over several runs (medians, same-run ratios).
+
+Each tool runs as its own child process so that its peak RSS is its own (``ru_maxrss`` of the
+reaped child) and its wall time includes what a user waits for: interpreter start, imports,
+reading and writing the model.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
+import resource
 import signal
+import statistics
 import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-BENCH_DIR = Path(__file__).resolve().parent.parent
-
-# Runs one of the _child_* functions of foldbench.checks in a fresh interpreter:
-# argv = [bench dir, func, args...].
-HELPER_CODE = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from foldbench import checks; "
-    "getattr(checks, sys.argv[2])(*sys.argv[3:])"
-)
 
 
 @dataclass
@@ -74,22 +71,34 @@ def first_error_line(text: str, rc: int) -> str:
     return " ".join(picked.split())[:300]
 
 
-def run_child(cmd: list[str], log_stem: Path, timeout: float,
-              cwd: Path | None = None) -> ChildRun:
+def _limiter(rlimits: dict[int, int]) -> Callable[[], None]:
+    """A ``preexec_fn`` that sets each resource's soft and hard limit in the child."""
+    def apply() -> None:
+        for which, value in rlimits.items():
+            resource.setrlimit(which, (value, value))
+    return apply
+
+
+def run_child(cmd: list[str], log_stem: Path, timeout: float, cwd: Path | None = None,
+              env: dict[str, str] | None = None,
+              rlimits: dict[int, int] | None = None) -> ChildRun:
     """Run ``cmd``; time it and read its peak RSS with ``os.wait4`` (stdout/err go to files).
 
     The child gets its own process group, which is killed with SIGKILL after ``timeout`` s.
     It may write Python's bytecode caches, as a user's interpreter does: a development shell's
     ``PYTHONDONTWRITEBYTECODE`` would otherwise make every run compile each module edited
-    since its cache was last written.
+    since its cache was last written. ``env`` replaces the environment (default: this one's);
+    ``rlimits`` (``resource.RLIMIT_*`` -> soft and hard limit) bound the child, as ``ulimit``.
     """
     out_path = log_stem.with_suffix(".out")
     err_path = log_stem.with_suffix(".err")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in (os.environ if env is None else env).items()
+           if k != "PYTHONDONTWRITEBYTECODE"}
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                cwd=cwd, start_new_session=True, env=env)
+                                cwd=cwd, start_new_session=True, env=env,
+                                preexec_fn=_limiter(rlimits) if rlimits else None)
         done = threading.Event()
         timed_out = threading.Event()
 
@@ -119,18 +128,6 @@ def run_child(cmd: list[str], log_stem: Path, timeout: float,
                     error_line=err_line)
 
 
-def run_helper(func: str, args: list[str], log_stem: Path, timeout: float) -> dict[str, Any]:
-    """Run ``foldbench.checks.<func>(*args, json_out)`` in a child; return the JSON it wrote."""
-    json_out = log_stem.with_suffix(".json")
-    json_out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-c", HELPER_CODE, str(BENCH_DIR), func, *args, str(json_out)]
-    run = run_child(cmd, log_stem, timeout)
-    if run.rc != 0 or not json_out.exists():
-        why = "timed out" if run.timed_out else f"exit {run.rc}"
-        return {"error": f"{func} {why}: {run.stderr_tail[-600:]}"}
-    return json.loads(json_out.read_text())
-
-
 def run_status(runs: list[ChildRun], output: Path, timeout: float) -> tuple[str, str | None]:
     """(status, error) of a tool from its runs: ok / crashed: ... / timeout (N s)."""
     for x in runs:
@@ -142,3 +139,14 @@ def run_status(runs: list[ChildRun], output: Path, timeout: float) -> tuple[str,
         return "crashed: exit 0 but no output written", "no output written"
     return "ok", None
 
+
+def median(values: list[float]) -> float:
+    """The median of ``values`` (the middle run: robust to one slow run on a shared machine)."""
+    return statistics.median(values)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, or None when either is missing or the denominator is 0."""
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator

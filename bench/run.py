@@ -1,0 +1,60 @@
+"""The benchmark runner: ``python -m bench run NAME [NAME ...] [OPTIONS]``.
+
+==========  ===================================================================================
+``floor``   onnxfold's whole run against onnx-ir's bare ``ir.load`` + ``ir.save`` and
+            onnxruntime basic on a 12k-node graph, a 32-layer Llama and BERT-base (``floor.py``)
+``peers``   onnxfold against onnxruntime basic, onnxsim, onnxslim and the onnxscript optimizer
+            on five fresh transformer exports: the README's peer table (``peers.py``)
+``limits``  20,000 small weights (also under ``ulimit -n 256``) and a contrib op under a pool
+            budget: wall, peak RSS, what is left (``limits.py``)
+``ab``      two onnxfold commits on the same models, interleaved: fold time before / after
+            (``ab.py``; prints its table, writes nothing)
+==========  ===================================================================================
+
+Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
+them). Each writes its table into ``bench/README.md``. Run one benchmark at a time, on a quiet
+machine: every measurement is a whole child process, and a busy neighbour is in its wall time.
+
+``python -m bench list`` names the benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from bench import ab, floor, limits, peers
+
+BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
+    "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=("run", "list"))
+    ap.add_argument("names", nargs="*", metavar="NAME", help=f"of {', '.join(BENCHMARKS)}")
+    if not args or args[0] not in ("run", "list"):
+        ap.parse_args(args)  # prints the usage and exits 2
+    if args[0] == "list":
+        for name, bench_main in BENCHMARKS.items():
+            doc = sys.modules[bench_main.__module__].__doc__ or ""
+            print(f"{name:8} {doc.strip().splitlines()[0]}")
+        return 0
+    # the names lead; the first argument that names no benchmark starts the options
+    names = args[1:2]
+    for arg in args[2:]:
+        if arg not in BENCHMARKS:
+            break
+        names.append(arg)
+    options = args[1 + len(names):]
+    if not names or names[0] not in BENCHMARKS:
+        ap.error(f"name one or more benchmarks of {', '.join(BENCHMARKS)}"
+                 + (f" (unknown: {names[0]})" if names else ""))
+    for name in names:
+        code = BENCHMARKS[name](options)
+        if code:
+            return code
+    return 0
