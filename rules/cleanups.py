@@ -135,9 +135,7 @@ def _digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
     bound.read(tensor, tensor.nbytes)
     arr = tensor.numpy()
     data = c_contiguous(arr)
-    # numpy's stubs give ndarray __buffer__ only for Python >= 3.12
-    digest = hashlib.blake2b(memoryview(data.reshape(-1).view(np.uint8)),  # type: ignore[arg-type]
-                             digest_size=32)
+    digest = hashlib.blake2b(data.reshape(-1).view(np.uint8).data, digest_size=32)
     release_pages(arr)
     return digest.digest()
 

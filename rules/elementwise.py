@@ -147,7 +147,7 @@ def mean(*xs: np.ndarray) -> np.ndarray:
 @folder("Clip", since=11)
 def clip(x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> np.ndarray:
     """A missing bound is the type's lowest or highest finite value, as in onnxruntime: a
-    float infinity becomes finite (fuzz seed 82466); NaN stays."""
+    float infinity becomes finite; NaN stays."""
     if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
         info = ml_dtypes.finfo(x.dtype)
         lo = np.asarray(info.min, x.dtype) if lo is None else lo

@@ -79,8 +79,8 @@ def _reduce_log_sum(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.nda
 
 def _reduce_log_sum_exp(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     _float_only(x, "ReduceLogSumExp")
-    if not np.isfinite(x).all():  # its kernel: [inf, NaN] is inf, [NaN, inf] NaN (fuzz seed
-        # 65339); [-inf, -1e4] is -inf (seed 94068): not what a maximum subtracted gives
+    if not np.isfinite(x).all():  # its kernel: [inf, NaN] is inf, [NaN, inf] NaN, and
+        # [-inf, -1e4] is -inf: not what a maximum subtracted gives
         raise Decline("onnxruntime's ReduceLogSumExp of an infinity or NaN is left to it")
     top = np.max(x, axis=ax, keepdims=True, initial=-np.inf)
     top = np.where(np.isfinite(top), top, np.zeros((), x.dtype))
@@ -150,8 +150,8 @@ def _check_int_overflow(x: np.ndarray, ax: tuple[int, ...], estimate: Estimate |
 def _log_sum_exp_as_its_function(x: np.ndarray, ax: tuple[int, ...], keepdims: int) -> np.ndarray:
     """ReduceLogSumExp-18's function body: exp in double without subtracting the maximum.
     onnxruntime has no float16/bfloat16 kernel and runs this body in a model of opset 18 only
-    (a large value gives inf there, fuzz seed 55216); at other opsets it casts to float32 for
-    its kernel (seed 90877, opset 21: a number)."""
+    (a large value gives inf there); at other opsets it casts to float32 for its kernel (a
+    large value gives a number)."""
     with np.errstate(over="ignore", divide="ignore"):
         return np.log(np.sum(np.exp(x.astype(np.float64)), axis=ax, keepdims=bool(keepdims)))
 

@@ -2,8 +2,8 @@
 
 - Postponing expanding ops: ``f(Expand(c, s), k...)`` with constant ``c, k`` becomes
   ``Expand(f(c, k...), s)``, so the elementwise chain folds on the small tensor and the big one is
-  never materialized (the seed design's section 3.5). The same for ``Tile`` with scalar-like
-  operands, and ``ConstantOfShape`` becomes ``Expand`` of its scalar when elementwise ops follow.
+  never materialized. The same for ``Tile`` with scalar-like operands, and ``ConstantOfShape``
+  becomes ``Expand`` of its scalar when elementwise ops follow.
 - ``If`` with a constant condition is replaced by the branch it takes.
 - Consecutive Transposes merge; Reshape of Reshape keeps the last; no-op Cast/Reshape/Expand/Pad
   disappear.

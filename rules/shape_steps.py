@@ -182,11 +182,11 @@ def constant_of_shape_value(step: StepInputs) -> Known | None:
     """torch's expand(-1): ``Mul(ConstantOfShape(Shape(s)), -1)``."""
     shape, attr = step.get(0), step.node.attributes.get("value")
     fill = tensor_of(attr).numpy() if attr is not None else np.zeros(1, np.float32)
-    if shape is None or not shape.is_constant or len(shape.elements) != 1 or \
-            fill.dtype.kind not in "iu" or fill.size != 1:
+    if shape is None or len(shape.elements) != 1 or fill.dtype.kind not in "iu" or \
+            fill.size != 1:
         return None
-    count = int(shape.elements[0])  # type: ignore[arg-type]  # is_constant: ints
-    if not 0 <= count <= MAX_ELEMENTS:
+    count = shape.elements[0]
+    if not isinstance(count, int) or not 0 <= count <= MAX_ELEMENTS:  # a dynamic dim: unknown
         return None
     return Known((int(fill.reshape(-1)[0]),) * count, False, fill.dtype)
 

@@ -152,7 +152,7 @@ def _propagated_length(node: onnx.NodeProto, ins: list[int],
 
 def _huge_step(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> bool:
     """Whether a Slice has a constant step beyond 32 bits: onnx's data propagation then
-    allocates without bound (a review: step 2**40 took 5.7 GB for a 2-node model)."""
+    allocates without bound (a step of 2**40 takes gigabytes for a 2-node model)."""
     from onnx import numpy_helper
 
     if len(node.input) < 5 or node.input[4] not in constants:

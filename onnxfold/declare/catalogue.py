@@ -16,7 +16,7 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.declare.patterns import CleanupRule, PatternRule, SizeRule
@@ -37,6 +37,10 @@ class Catalogue:
     facts: tuple[OpFact, ...] = ()  # never disabled: they describe ops
     shape_value_rules: tuple[ShapeValueRule, ...] = ()
     shape_dims_rules: tuple[ShapeDimsRule, ...] = ()
+    # lookups built once from the rules above (not arguments, not compared)
+    _index: dict[tuple[str, str], list[FolderRule]] = field(init=False, repr=False,
+                                                            compare=False)
+    _sizes: dict[str, SizeRule] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         index: dict[tuple[str, str], list[FolderRule]] = {}
@@ -58,7 +62,7 @@ class Catalogue:
 
     @functools.cached_property
     def shape_steps(self) -> ShapeSteps:
-        """The per-op steps of ``onnxfold.symbolic``, by op type."""
+        """The per-op steps of ``onnxfold.analysis.symbolic``, by op type."""
         return ShapeSteps(
             {r.op_type: r.fn for r in self.shape_value_rules},
             {r.op_type: r.fn for r in self.shape_dims_rules if not r.every_output},
@@ -100,12 +104,12 @@ class Catalogue:
 
     def size_rule(self, op_type: str) -> SizeRule | None:
         """The output-size rule of a default-domain op, or None."""
-        return self._sizes.get(op_type)  # type: ignore[attr-defined]
+        return self._sizes.get(op_type)
 
     def folder(self, domain: str, op_type: str, opset: int) -> FolderRule | None:
         """The folder for this op at this opset, or None."""
         domain = "" if domain == "ai.onnx" else domain
-        for rule in self._index.get((domain, op_type), ()):  # type: ignore[attr-defined]
+        for rule in self._index.get((domain, op_type), ()):
             if rule.covers(opset):
                 return rule
         return None

@@ -87,7 +87,7 @@ class OpFact:
     whole step (a quantization, a comparison, a rounding); ``only_to_integers`` narrows that to
     nodes whose output is not floating point (a Cast to an integer type, not to float16).
     ``requantizes``: it quantizes its input 0 again, so a dequantization only it reads may
-    fold (``onnxfold.policy``: the quantized weight it gives is as small as the one kept).
+    fold (``onnxfold.fold.policy``: the quantized weight it gives is as small as the one kept).
     """
 
     op_type: str
@@ -134,9 +134,10 @@ def folder(
 
 @dataclass(frozen=True)
 class ShapeValueRule:
-    """How an op builds a shape value, element by element (``onnxfold.symbolic``): ``fn`` takes
-    a :class:`onnxfold.symbolic.StepInputs` and returns the :class:`onnxfold.symbolic.Known`
-    elements of the node's output, or None where it does not follow the node."""
+    """How an op builds a shape value, element by element (``onnxfold.analysis.symbolic``):
+    ``fn`` takes a :class:`onnxfold.analysis.symbolic.StepInputs` and returns the
+    :class:`onnxfold.analysis.symbolic.Known` elements of the node's output, or None where it
+    does not follow the node."""
 
     op_type: str
     fn: Callable
@@ -149,9 +150,9 @@ class ShapeValueRule:
 
 @dataclass(frozen=True)
 class ShapeDimsRule:
-    """How an op's output dims follow from its inputs' (``onnxfold.symbolic``): ``fn`` takes a
-    :class:`onnxfold.symbolic.DimsInputs` and returns the dims of the first output, or None;
-    with ``every_output``, a list of the dims of every output (Split)."""
+    """How an op's output dims follow from its inputs' (``onnxfold.analysis.symbolic``): ``fn``
+    takes a :class:`onnxfold.analysis.symbolic.DimsInputs` and returns the dims of the first
+    output, or None; with ``every_output``, a list of the dims of every output (Split)."""
 
     op_type: str
     fn: Callable

@@ -26,7 +26,7 @@ def tensor_of(attr: ir.Attr) -> ir.TensorProtocol:
     Protocol, ~30 us a call: too slow for graphs with thousands of Constant nodes)."""
     if attr.type != ir.AttributeType.TENSOR:
         raise TypeError(f"attribute {attr.name} is not a tensor")
-    return attr.value  # type: ignore[no-any-return]
+    return cast(ir.TensorProtocol, attr.value)
 
 
 def is_default_op(node: ir.Node, *op_types: str) -> bool:
