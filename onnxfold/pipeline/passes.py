@@ -1,6 +1,7 @@
 """The passes ``optimize`` is made of (see ``pipeline.py`` for their order).
 
-Each is an onnx-ir in-place pass with one job that reports whether it changed the model. The
+Each is an onnx-ir in-place pass with one job that reports whether it changed the model and,
+when it has more to say, what it did (its ``PassResult`` subclass, ``results.py``). The
 fold rounds share a :class:`RoundState`: a fold round only runs when the round before it
 learned something a fold can use (new shapes or rewrites), since one fold round propagates
 constants fully on its own.
@@ -117,7 +118,7 @@ def _initializers(model: ir.Model) -> set[ir.Value]:
 
 
 class Fold(InPlacePass):
-    """Evaluate every foldable node once through the buffer pool (``fold.py``)."""
+    """Evaluate every foldable node once through the buffer pool (``fold/folder.py``)."""
 
     name = "fold"
 
