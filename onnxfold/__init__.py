@@ -22,7 +22,7 @@ defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; fol
 _HOMES = {
     "CompareResult": "app.comparison", "compare": "app.comparison",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
-    "FoldOptions": "fold.options", "FoldStats": "fold.folder",
+    "FoldOptions": "fold.options", "FoldStats": "pipeline.results",
     "load_model": "io", "save_model": "io",
     "OptimizeResult": "pipeline.optimizer", "optimize": "pipeline.optimizer",
     "Report": "pipeline.report",
@@ -54,11 +54,11 @@ if TYPE_CHECKING:
     from onnxfold.app.comparison import CompareResult, compare
     from onnxfold.app.simplify import simplify
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
-    from onnxfold.fold.folder import FoldStats
     from onnxfold.fold.options import FoldOptions
     from onnxfold.io import load_model, save_model
     from onnxfold.pipeline.optimizer import OptimizeResult, optimize
     from onnxfold.pipeline.report import Report
+    from onnxfold.pipeline.results import FoldStats
     from onnxfold.runtime.session import Session
     from onnxfold.runtime.split import split_model, write_split
 

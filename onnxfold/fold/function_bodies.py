@@ -1,8 +1,8 @@
 """Constants inside model-local function bodies fold, without inlining the functions.
 
-A function body is folded with the graph folder's machinery (``fold.GraphFolder``: native
-rules, the onnxruntime fallback, the pool budget, the size policy, ``--keep``, disabled rules),
-narrowed to what is constant *whatever the call*:
+A function body is folded by the graph fold's three steps (``plan.py``, ``evaluate.py``,
+``materialize.py``: native rules, the onnxruntime fallback, the pool budget, the size policy,
+``--keep``, disabled rules), its constness narrowed to what is constant *whatever the call*:
 
 - sources are ``Constant`` nodes with a literal ``value*`` attribute; a Constant whose
   attribute refers to a function attribute (``ref_attr_name``) or whose tensor is in an
@@ -22,7 +22,7 @@ static shapes, refusing exactly what the graph folder would refuse. Nodes left u
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -31,13 +31,18 @@ import onnx_ir as ir
 
 from onnxfold.analysis.constness import ConstPlan, plan_graph
 from onnxfold.analysis.declines import DeclineKind, Reason
-from onnxfold.declare.catalogue import Catalogue
-from onnxfold.fold.folder import FoldOptions, FoldStats, GraphFolder
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.fold.evaluate import Evaluator
+from onnxfold.fold.folder import FoldCounts, GrowthLedger, fold_graph
+from onnxfold.fold.materialize import Store, replacement
+from onnxfold.fold.options import FoldOptions
+from onnxfold.fold.plan import FoldPlan, plan_fold
 from onnxfold.fold.pool import BufferPool
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import remove_dead_nodes_in
 from onnxfold.ir.graph import is_default_op, subgraphs
 
+Sizes = dict[ir.Value, tuple[tuple[int, ...], np.dtype]]  # a value's shape and dtype
 _LITERALS = frozenset({"value", "value_float", "value_floats", "value_int", "value_ints",
                        "value_string", "value_strings", "sparse_value"})
 
@@ -53,56 +58,46 @@ def _literal_constant(node: ir.Node) -> bool:
                 isinstance(attrs[0].as_tensor(), ir.ExternalTensor))
 
 
-class FunctionBodyFolder(GraphFolder):
-    """A ``GraphFolder`` for one function body (see the module docstring)."""
+def _body_constness(function: ir.Function, model: ir.Model, options: FoldOptions,
+                    facts: Catalogue, called: frozenset[tuple[str, str]]) -> ConstPlan:
+    """The constness analysis of a body, narrowed to what is constant whatever the call."""
+    graph = function.graph
+    plan = plan_graph(graph, model.ir_version, (), shape_folding=False, keep=options.keep,
+                      facts=facts)
+    passed = {v for n in graph if is_default_op(n, "Constant") and not _literal_constant(n)
+              for v in n.outputs}
+    plan.sources -= passed
+    plan.constant -= passed
 
-    def __init__(self, function: ir.Function, model: ir.Model, options: FoldOptions,
-                 catalogue: Catalogue, stats: FoldStats, pool: BufferPool,
-                 called: frozenset[tuple[str, str]]) -> None:
-        self.called = called  # (domain, name) of every local function: calls are not folded
-        super().__init__(function.graph, model, options, catalogue, stats, pool)
-        self.opset_imports = {**model.opset_imports, **function.opset_imports}
-        self.opset = self.opset_imports.get("", 1)
-        self.sizes: dict[ir.Value, tuple[tuple[int, ...], np.dtype]] = {}  # what was computed
+    def constant_inputs(node: ir.Node) -> bool:
+        return all(v in plan.constant for v in node.inputs if v is not None)
 
-    def _make_plan(self, outer: Iterable[ir.Value]) -> ConstPlan:
-        plan = plan_graph(self.graph, self.model.ir_version, (), shape_folding=False,
-                          keep=self.options.keep, facts=self.facts)
-        passed = {v for n in self.graph if is_default_op(n, "Constant") and
-                  not _literal_constant(n) for v in n.outputs}
-        plan.sources -= passed
-        plan.constant -= passed
+    foldable = []
+    for node in plan.foldable:  # topological: a removal upstream is seen downstream
+        reason = _why_not_in_body(node, called)
+        if reason is None and constant_inputs(node):
+            foldable.append(node)
+            continue
+        plan.constant.difference_update(node.outputs)
+        if reason is not None and constant_inputs(node):
+            plan.refused.append((node, reason))
+    plan.foldable = foldable
+    plan.refused = [(n, r) for n, r in plan.refused if constant_inputs(n)]
+    return plan
 
-        def constant_inputs(node: ir.Node) -> bool:
-            return all(v in plan.constant for v in node.inputs if v is not None)
 
-        foldable = []
-        for node in plan.foldable:  # topological: a removal upstream is seen downstream
-            reason = _why_not_in_body(node, self.called)
-            if reason is None and constant_inputs(node):
-                foldable.append(node)
-                continue
-            plan.constant.difference_update(node.outputs)
-            if reason is not None and constant_inputs(node):
-                plan.refused.append((node, reason))
-        plan.foldable = foldable
-        plan.refused = [(n, r) for n, r in plan.refused if constant_inputs(n)]
-        return plan
-
-    def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
-        self.sizes.update((v, (arr.shape, arr.dtype)) for v, arr in results.items())
-        super()._finish(node, results, how)
-
-    def _store(self, value: ir.Value, arr: np.ndarray) -> None:
-        """A Constant node computes ``value`` (under its name) where its producer was."""
+def _as_constant_node(graph: ir.Graph) -> Store:
+    """The store of a body: a Constant node computes the value (under its name) where its
+    producer was."""
+    def store(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -> None:
         producer = value.producer()
         assert producer is not None  # a computed value
-        new = self._replacement(value, arr)
+        new = replacement(value, arr, provenance)
         assert new.const_value is not None
         constant = ir.Node("", "Constant", [], [ir.AttrTensor("value", new.const_value)],
                            outputs=[new])
-        self.graph.insert_before(producer, constant)
-        self.stats.function_constants += 1
+        graph.insert_before(producer, constant)
+    return store
 
 
 def local_functions(model: ir.Model) -> frozenset[tuple[str, str]]:
@@ -121,8 +116,7 @@ def _why_not_in_body(node: ir.Node, called: frozenset[tuple[str, str]]) -> Reaso
 
 
 @contextmanager
-def _known(sizes: dict[ir.Value, tuple[tuple[int, ...], np.dtype]],
-           constants: dict[ir.Value, np.ndarray]) -> Iterator[None]:
+def _known(sizes: Sizes, constants: dict[ir.Value, np.ndarray]) -> Iterator[None]:
     """For a while, give these values static shapes (and dtypes), and the body's Constant
     outputs their data as ``const_value``, as a graph's initializers have it (so an Identity
     of a constant is read as that constant, not copied); then restore them."""
@@ -141,40 +135,67 @@ def _known(sizes: dict[ir.Value, tuple[tuple[int, ...], np.dtype]],
             value.shape, value.type, value.const_value = shape, type_, const
 
 
+class _Body:
+    """One function body's fold inputs: what its plans and evaluations share."""
+
+    def __init__(self, function: ir.Function, model: ir.Model, catalogue: Catalogue,
+                 pool: BufferPool, called: frozenset[tuple[str, str]]) -> None:
+        self.function, self.model, self.catalogue, self.pool = function, model, catalogue, pool
+        self.called = called
+        self.facts = load_catalogue()  # every rule's op facts, whatever the options disable
+        self.opset_imports = {**model.opset_imports, **function.opset_imports}
+
+    def plan(self, options: FoldOptions, growth_spent: int) -> FoldPlan:
+        const = _body_constness(self.function, self.model, options, self.facts, self.called)
+        return plan_fold(const, self.function.graph, self.model, options, self.catalogue,
+                         self.facts.shape_only, self.opset_imports.get("", 1), growth_spent)
+
+    def probe(self, options: FoldOptions) -> tuple[dict[ir.Value, np.ndarray], Sizes]:
+        """The body's constants, and the sizes of those and of what its constant nodes
+        compute, by an evaluation without the growth policy whose results are dropped."""
+        options = dataclasses.replace(options, growth_factor=None, max_growth_bytes=None)
+        plan = self.plan(options, 0)
+        constants = {v: arr for v in plan.const.sources
+                     if (arr := source_array(v)) is not None}
+        sizes = {v: (arr.shape, arr.dtype) for v, arr in constants.items()}
+        if plan.order:
+            def observe(results: dict[ir.Value, np.ndarray]) -> None:
+                sizes.update((v, (arr.shape, arr.dtype)) for v, arr in results.items())
+
+            held = set(self.pool.keys())
+            Evaluator(plan, self.function.graph, self.model, options, self.catalogue,
+                      self.pool, self.opset_imports, observe=observe).run()
+            for key in set(self.pool.keys()) - held:  # only their sizes matter
+                self.pool.release(key, self.pool.count(key))
+        return constants, sizes
+
+
 def fold_function(function: ir.Function, model: ir.Model, options: FoldOptions,
-                  catalogue: Catalogue, stats: FoldStats, pool: BufferPool,
-                  called: frozenset[tuple[str, str]] | None = None) -> None:
-    """Fold the constants of one function body in place (see the module docstring);
-    ``called``: the (domain, name) of the model's local functions, when the caller has them."""
+                  catalogue: Catalogue, pool: BufferPool, growth: GrowthLedger,
+                  counts: FoldCounts, called: frozenset[tuple[str, str]] | None = None) -> None:
+    """Fold the constants of one function body in place (see the module docstring), adding
+    to ``counts``; ``called``: the (domain, name) of the model's local functions, when the
+    caller has them."""
     if not any(is_default_op(n, "Constant") and _literal_constant(n) for n in function.graph):
         return  # no constant in the body: nothing in it can fold
-    if called is None:
-        called = local_functions(model)
-    probe = FunctionBodyFolder(function, model, dataclasses.replace(
-        options, growth_factor=None, max_growth_bytes=None), catalogue, FoldStats(), pool,
-        called)
-    constants = {v: arr for v in probe.plan.sources if (arr := source_array(v)) is not None}
-    sizes = {v: (arr.shape, arr.dtype) for v, arr in constants.items()}
-    if probe.planned:
-        held = set(pool.keys())
-        probe.run()
-        for key in set(pool.keys()) - held:  # the probe's results: only their sizes matter
-            pool.release(key, pool.count(key))
-        sizes.update(probe.sizes)
-    folded = stats.folded
+    body = _Body(function, model, catalogue, pool,
+                 local_functions(model) if called is None else called)
+    constants, sizes = body.probe(options)
+    folded = counts.folded
     with _known(sizes, constants):
-        folder = FunctionBodyFolder(function, model, options, catalogue, stats, pool, called)
-        folder.run()
-        folder.materialize()
-    stats.folded_in_functions += stats.folded - folded
-    if stats.folded > folded:  # replaced by Constants, or by the constant an Identity copied
+        plan = body.plan(options, growth.spent)
+        growth.spent += plan.growth_bytes
+        done = fold_graph(plan, function.graph, model, options, catalogue, pool,
+                          body.opset_imports, _as_constant_node(function.graph), counts)
+    counts.function_constants += done.stored
+    if counts.folded > folded:  # replaced by Constants, or by the constant an Identity copied
         remove_dead_nodes_in(function.graph, frozenset(options.keep))
 
 
 def fold_functions(model: ir.Model, options: FoldOptions, catalogue: Catalogue,
-                   stats: FoldStats, pool: BufferPool) -> int:
-    """Fold the constants in every model-local function body; return how many nodes folded."""
-    before = stats.folded
+                   pool: BufferPool, growth: GrowthLedger) -> FoldCounts:
+    """Fold the constants in every model-local function body; return what happened."""
+    counts = FoldCounts()
     newest = onnx.defs.onnx_opset_version()
     called = local_functions(model)  # once: each body's folder needs it
     for function in list(model.functions.values()):
@@ -182,7 +203,5 @@ def fold_functions(model: ir.Model, options: FoldOptions, catalogue: Catalogue,
         # none: a folded result could not be written (a Constant is a default-domain node);
         # newer than onnx knows: its ops may mean something new
         if 0 < opset <= newest:
-            fold_function(function, model, options, catalogue, stats, pool, called)
-    if options.strict and len(pool):
-        raise RuntimeError(f"buffers left in the pool after folding: {pool.keys()[:5]}")
-    return stats.folded - before
+            fold_function(function, model, options, catalogue, pool, growth, counts, called)
+    return counts

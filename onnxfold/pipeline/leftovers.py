@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import onnx_ir as ir
 
-from onnxfold.fold.folder import PROVENANCE_KEY
+from onnxfold.fold.materialize import PROVENANCE_KEY
 from onnxfold.ir.graph import all_graphs, node_label
 
 TOP_LEVEL = "(top level)"

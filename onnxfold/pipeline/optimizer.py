@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes import PassError, PassManager
+from onnx_ir.passes import PassError, PassManager, PassResult
 
 from onnxfold.analysis.constness import KEEP_KEY, UNKNOWN_OPS_KEY
 from onnxfold.analysis.shapes import lighten
 from onnxfold.analysis.symbolic import NAMED_DIMS_EQUAL_KEY, blocked_scaffolding
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError
-from onnxfold.fold.folder import FoldOptions, FoldStats
+from onnxfold.fold.folder import FoldOptions, GrowthLedger
 from onnxfold.fold.pool import BufferPool
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
@@ -57,6 +57,7 @@ from onnxfold.pipeline.passes import (
 )
 from onnxfold.pipeline.phases import Phases, Timed
 from onnxfold.pipeline.report import Report, model_counts, options_dict
+from onnxfold.pipeline.results import FoldStats, Recorded, last_rejections, summarize
 from onnxfold.rewrite.steps import StepFailed
 
 if TYPE_CHECKING:
@@ -120,16 +121,17 @@ def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | 
     return load_model(path, check=check, keep_light=True), path
 
 
-def build_pipeline(options: FoldOptions, stats: FoldStats,
+def build_pipeline(options: FoldOptions, log: list[PassResult],
                    progress: Callable[[int, int], None] | None = None,
                    skipped: frozenset[str] = frozenset(),
                    light: onnx.ModelProto | None = None,
                    phases: Phases | None = None) -> PassManager:
-    """The passes of ``optimize`` for these options, recording into ``stats``; ``skipped``
-    names rules and passes (``fold``, ``prune``) left out after they failed; ``light``: the
-    reader's proto of the model, for the first shape inference; ``phases``: the clock each
-    pass's time counts on."""
+    """The passes of ``optimize`` for these options, each appending its result to ``log``;
+    ``skipped`` names rules and passes (``fold``, ``prune``) left out after they failed;
+    ``light``: the reader's proto of the model, for the first shape inference; ``phases``: the
+    clock each pass's time counts on."""
     def timed(passes: list) -> list:
+        passes = [p if isinstance(p, PassManager) else Recorded(p, log) for p in passes]
         if phases is None:
             return passes
         return [p if isinstance(p, PassManager) else Timed(p, phases) for p in passes]
@@ -138,23 +140,24 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
     catalogue = load_catalogue().without(
         set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
     pool = BufferPool(memory_limit=options.memory_limit)
+    growth = GrowthLedger()
     state = RoundState()
     rounds: list[Rewrite | Fold | Prune | RefineShapes]
-    rounds = [Rewrite(catalogue, options, stats, state),
-              Fold(catalogue, options, stats, state, pool, progress),
+    rounds = [Rewrite(catalogue, options, state),
+              Fold(catalogue, options, state, pool, growth, progress),
               Prune(options),
               RefineShapes(options, state)]
     rounds = timed([p for p in rounds if p.name not in skipped])
     inline = options.inline_functions and "inline_functions" not in skipped
     functions = not {"fold", "fold_functions"} & skipped  # no fold at all: none in bodies
     return PassManager(timed([
-        *([InlineFunctions(options.strict, stats)] if inline else []),
+        *([InlineFunctions(options.strict)] if inline else []),
         FixInputShapes(options.input_shapes),
         # the reader's proto describes the model only if no pass before changed it
         InferShapes(light if not inline and not options.input_shapes else None),
         PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
-        *([FoldFunctions(catalogue, options, stats, pool)] if functions else []),
-        Cleanups(catalogue, stats, options.strict),
+        *([FoldFunctions(catalogue, options, pool, growth)] if functions else []),
+        Cleanups(catalogue, options.strict),
         *([Prune(options)] if "prune" not in skipped else []),
         Sorted(options.strict),
     ]))
@@ -215,9 +218,9 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     frozen = frozenset({"rewrite", "fold", "refine_shapes", *load_catalogue().names()}
                        if unknown else ())
     for _attempt in range(MAX_RESTARTS + 1):
-        stats = FoldStats()
+        results: list[PassResult] = []
         try:
-            _run(build_pipeline(options, stats, progress, frozenset(skipped) | frozen,
+            _run(build_pipeline(options, results, progress, frozenset(skipped) | frozen,
                                 light=None if skipped else light, phases=phases), model)
             break
         except StepFailed as failure:
@@ -227,7 +230,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
             _restore(model, pristine())
     else:
         raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
-    stats.skipped_steps = unknown + [f"{why}; please report" for why in skipped.values()]
+    stats = summarize(results, unknown + [f"{why}; please report" for why in skipped.values()])
     with phases.phase("report"):
         report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
                               time.perf_counter() - started)
@@ -238,8 +241,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
                                   "blocked_by": "; ".join(dims)} for node, dims in blocked]
         report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes,
-                                           stats.rejected_at)
-        stats.rejected_at.clear()  # nodes a cleanup removed would keep their inputs alive
+                                           last_rejections(results))
         report.folded_regions = folded_regions(model)
         report.options = options_dict(options)
     report.phases = phases.rounded()

@@ -1,6 +1,7 @@
 """The passes ``optimize`` is made of (see ``pipeline.py`` for their order).
 
-Each is an onnx-ir in-place pass with one job that reports whether it changed the model. The
+Each is an onnx-ir in-place pass with one job that reports whether it changed the model and,
+when it has more to say, what it did (its ``PassResult`` subclass, ``results.py``). The
 fold rounds share a :class:`RoundState`: a fold round only runs when the round before it
 learned something a fold can use (new shapes or rewrites), since one fold round propagates
 constants fully on its own.
@@ -13,23 +14,31 @@ the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error in
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes import InPlacePass, PassResult
+from onnx_ir.passes import InPlacePass, PassResult, PostconditionError, PreconditionError
 
 from onnxfold.analysis.constness import kept_in
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.fold.folder import FoldOptions, FoldStats, fold_model
+from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
 from onnxfold.fold.function_bodies import fold_functions
 from onnxfold.fold.pool import BufferPool
 from onnxfold.ir.edits import remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
 from onnxfold.pipeline.inlining import inline_functions
+from onnxfold.pipeline.results import (
+    CleanupsResult,
+    FoldFunctionsResult,
+    FoldResult,
+    InlineResult,
+    RewriteResult,
+)
 from onnxfold.rewrite.driver import rewrite, run_cleanups
 from onnxfold.rewrite.steps import contained
 
@@ -62,14 +71,12 @@ class InlineFunctions(InPlacePass):
 
     name = "inline_functions"
 
-    def __init__(self, strict: bool, stats: FoldStats) -> None:
-        self.strict, self.stats = strict, stats
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
 
-    def call(self, model: ir.Model) -> PassResult:
+    def call(self, model: ir.Model) -> InlineResult:
         modified, declined = contained(self.name, self.strict, lambda: inline_functions(model))
-        if declined is not None:
-            self.stats.warnings.append(declined)
-        return PassResult(model, modified)
+        return InlineResult(model, modified, declined)
 
 
 class InferShapes(InPlacePass):
@@ -90,21 +97,20 @@ class Rewrite(InPlacePass):
 
     name = "rewrite"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
-                 state: RoundState) -> None:
-        self.catalogue, self.options, self.stats, self.state = catalogue, options, stats, state
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, state: RoundState) -> None:
+        self.catalogue, self.options, self.state = catalogue, options, state
 
-    def call(self, model: ir.Model) -> PassResult:
-        self.stats.rejected_patterns.clear()  # like declines: report what the last round saw
-        self.stats.rejected_at.clear()
-        done = rewrite(model, self.catalogue, self.stats.rejected_patterns,
+    def call(self, model: ir.Model) -> RewriteResult:
+        rejected: Counter = Counter()
+        rejected_at: dict[ir.Node, str] = {}
+        done = rewrite(model, self.catalogue, rejected,
                        self.options.inputs_are_constant, strict=self.options.strict,
-                       rejected_at=self.stats.rejected_at)
-        self.stats.pattern_hits.update(done.hits)
+                       rejected_at=rejected_at)
         self.state.rewritten = bool(done.hits)
         # converged: a next round's rewrite finds nothing new unless a later pass changes the
         # model, and that pass then asks for the round itself
-        return PassResult(model, bool(done.hits) and not done.converged)
+        return RewriteResult(model, bool(done.hits) and not done.converged, done.hits,
+                             rejected, rejected_at)
 
 
 def _initializers(model: ir.Model) -> set[ir.Value]:
@@ -112,25 +118,28 @@ def _initializers(model: ir.Model) -> set[ir.Value]:
 
 
 class Fold(InPlacePass):
-    """Evaluate every foldable node once through the buffer pool (``fold.py``)."""
+    """Evaluate every foldable node once through the buffer pool (``fold/folder.py``)."""
 
     name = "fold"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
-                 state: RoundState, pool: BufferPool,
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, state: RoundState,
+                 pool: BufferPool, growth: GrowthLedger,
                  progress: Callable[[int, int], None] | None) -> None:
-        self.catalogue, self.options, self.stats, self.state = catalogue, options, stats, state
-        self.pool, self.progress = pool, progress
+        self.catalogue, self.options, self.state = catalogue, options, state
+        self.pool, self.growth, self.progress = pool, growth, progress
 
-    def call(self, model: ir.Model) -> PassResult:
+    def call(self, model: ir.Model) -> FoldResult:
         if not (self.state.news or self.state.rewritten):
-            return PassResult(model, False)  # the last round saw everything this one would
-        before, constants = self.stats.folded, _initializers(model)
-        contained("fold", self.options.strict, lambda: fold_model(
-            model, self.options, catalogue=self.catalogue, stats=self.stats, pool=self.pool,
+            return FoldResult(model, False)  # the last round saw everything this one would
+        constants = _initializers(model)
+        counts = contained("fold", self.options.strict, lambda: fold_model(
+            model, self.options, catalogue=self.catalogue, pool=self.pool, growth=self.growth,
             progress=self.progress))
         self.state.new_constants = frozenset(_initializers(model) - constants)
-        return PassResult(model, self.stats.folded > before)
+        return FoldResult(model, counts.folded > 0, counts)
+
+    def ensures(self, model: ir.Model) -> None:
+        _pool_empty(self.pool, self.options.strict)
 
 
 class FoldFunctions(InPlacePass):
@@ -140,16 +149,25 @@ class FoldFunctions(InPlacePass):
 
     name = "fold_functions"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
-                 pool: BufferPool) -> None:
-        self.catalogue, self.options, self.stats, self.pool = catalogue, options, stats, pool
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, pool: BufferPool,
+                 growth: GrowthLedger) -> None:
+        self.catalogue, self.options, self.pool, self.growth = catalogue, options, pool, growth
 
-    def call(self, model: ir.Model) -> PassResult:
+    def call(self, model: ir.Model) -> FoldFunctionsResult:
         if not model.functions:
-            return PassResult(model, False)
-        folded = contained(self.name, self.options.strict, lambda: fold_functions(
-            model, self.options, self.catalogue, self.stats, self.pool))
-        return PassResult(model, folded > 0)
+            return FoldFunctionsResult(model, False)
+        counts = contained(self.name, self.options.strict, lambda: fold_functions(
+            model, self.options, self.catalogue, self.pool, self.growth))
+        return FoldFunctionsResult(model, counts.folded > 0, counts)
+
+    def ensures(self, model: ir.Model) -> None:
+        _pool_empty(self.pool, self.options.strict)
+
+
+def _pool_empty(pool: BufferPool, strict: bool) -> None:
+    """A fold's postcondition (checked under ``strict``): every buffer has left the pool."""
+    if strict and len(pool):
+        raise PostconditionError(f"buffers left in the pool after folding: {pool.keys()[:5]}")
 
 
 def remove_dead_nodes(model: ir.Model) -> int:
@@ -244,18 +262,23 @@ def unsorted_graphs(model: ir.Model) -> list[ir.Graph]:
 
 
 class Sorted(InPlacePass):
-    """The last pass: every graph in topological order, as ONNX requires. A rewrite that left
-    one unsorted is a bug: an error under ``--strict``, else the graph is sorted."""
+    """The last pass: every graph in topological order, as ONNX requires. A pass before that
+    left one unsorted has a bug: under ``--strict`` that fails this pass's precondition, else
+    the graph is sorted."""
 
     name = "sorted"
 
     def __init__(self, strict: bool) -> None:
         self.strict = strict
 
+    def requires(self, model: ir.Model) -> None:
+        unsorted = unsorted_graphs(model) if self.strict else []
+        if unsorted:
+            raise PreconditionError(f"graph {unsorted[0].name!r} was left out of topological "
+                                    "order")
+
     def call(self, model: ir.Model) -> PassResult:
         unsorted = unsorted_graphs(model)
-        if unsorted and self.strict:
-            raise RuntimeError(f"graph {unsorted[0].name!r} was left out of topological order")
         for graph in unsorted:
             graph.sort()
         return PassResult(model, bool(unsorted))
@@ -266,10 +289,9 @@ class Cleanups(InPlacePass):
 
     name = "cleanups"
 
-    def __init__(self, catalogue: Catalogue, stats: FoldStats, strict: bool) -> None:
-        self.catalogue, self.stats, self.strict = catalogue, stats, strict
+    def __init__(self, catalogue: Catalogue, strict: bool) -> None:
+        self.catalogue, self.strict = catalogue, strict
 
-    def call(self, model: ir.Model) -> PassResult:
+    def call(self, model: ir.Model) -> CleanupsResult:
         hits = run_cleanups(model, self.catalogue, strict=self.strict)
-        self.stats.cleanup_hits.update(hits)
-        return PassResult(model, bool(hits))
+        return CleanupsResult(model, bool(hits), hits)

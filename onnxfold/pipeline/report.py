@@ -11,10 +11,10 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnxfold.fold.folder import FoldStats
 from onnxfold.ir.graph import all_graphs
 from onnxfold.pipeline.leftovers import leftover_lines
 from onnxfold.pipeline.op_table import OpRow, format_table, op_rows
+from onnxfold.pipeline.results import FoldStats
 
 # The version of the JSON report's layout (docs/report-json.md, report.schema.json): raised
 # when a key is removed or changes meaning; new keys may appear without a new version.

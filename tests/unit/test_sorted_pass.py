@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 import pytest
+from onnx_ir.passes import PreconditionError
 
 from onnxfold.pipeline.passes import Sorted, unsorted_graphs
 
@@ -26,5 +27,5 @@ def test_an_unsorted_graph_is_found_and_sorted():
 
 
 def test_strict_runs_refuse_it():
-    with pytest.raises(RuntimeError, match="topological order"):
-        Sorted(strict=True).call(_unsorted_model())
+    with pytest.raises(PreconditionError, match="topological order"):
+        Sorted(strict=True)(_unsorted_model())

@@ -1,0 +1,308 @@
+"""Evaluate a fold plan: every planned node once, in order, its outputs into the buffer pool.
+
+A node runs by its native rule (numpy, in its own dtype; a float16 op onnxruntime computes in
+float32 is computed so here too, rounded once at the end) or, when it has none or its rule
+declines, through onnxruntime (``fallback.run_batch``: neighbouring such nodes batched into one
+session). Before a node runs its outputs are sized against the pool budget (``budget.py``).
+A node that cannot run is abandoned: it stays in the graph, and the computed values it reads
+must then be kept. A buffer leaves the pool when its last planned reader has run.
+
+The result (:class:`Evaluated`) says which values to keep, how each node was folded, what each
+value was computed from (provenance) and what was declined; ``materialize.py`` writes it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.analysis.declines import Decline, DeclineKind, Reason
+from onnxfold.declare.catalogue import Catalogue
+from onnxfold.declare.registry import FolderRule
+from onnxfold.fold import fallback
+from onnxfold.fold.budget import loop_work, over_budget, planned_bytes, pool_budget
+from onnxfold.fold.half_kernels import in_float32_by_onnxruntime
+from onnxfold.fold.options import FoldOptions
+from onnxfold.fold.plan import FoldPlan
+from onnxfold.fold.pool import BufferPool
+from onnxfold.ir.constants import source_array
+from onnxfold.ir.graph import captured_values, is_default_op, node_label, static_shape, tensor_of
+
+PROVENANCE_LIMIT = 64
+# a size refusal, or a draw (Dropout in training mode): onnxruntime must not run it either
+_NEVER_TO_ONNXRUNTIME = (DeclineKind.SIZE, DeclineKind.NON_DETERMINISTIC)
+_NEEDS_ONNXRUNTIME = Reason(DeclineKind.EXACTNESS, "its value reaches a discontinuous op "
+                                                   "(docs/exactness.md): onnxruntime folds it")
+
+
+@dataclass
+class Evaluated:
+    """What evaluating one graph's plan left: kept values are still in the pool."""
+
+    keep: dict[ir.Value, None] = field(default_factory=dict)  # ordered: initializer order
+    how: dict[ir.Node, str] = field(default_factory=dict)  # "native" or "fallback"
+    provenance: dict[ir.Value, tuple[str, ...]] = field(default_factory=dict)
+    input_bytes: dict[ir.Value, int] = field(default_factory=dict)  # per value: its node's
+    declined: list[tuple[ir.Node, Reason]] = field(default_factory=list)
+    rule_hits: Counter = field(default_factory=Counter)
+    fallback_sessions: int = 0
+
+
+def attr_value(attr: ir.Attr) -> Any:
+    """An attribute as a folder rule receives it (tensors as arrays, lists for tuples)."""
+    if attr.type == ir.AttributeType.TENSOR:
+        return tensor_of(attr).numpy()
+    if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        raise Decline("graph attributes are left to onnxruntime")
+    value = attr.value
+    if isinstance(value, tuple):
+        value = list(value)
+    return value
+
+
+def evaluate_native(node: ir.Node, rule: FolderRule, args: list, opset: int
+                    ) -> list[np.ndarray]:
+    """``node``'s outputs by ``rule`` from its input arrays (a shape tuple for a shape-only
+    rule). A float16 op onnxruntime computes in float32 is computed in float32 here, rounded
+    once at the end. Raises Decline when the rule declines or returns the wrong dtype."""
+    kwargs = {name: attr_value(attr) for name, attr in node.attributes.items()}
+    half = None if rule.half_as_given else in_float32_by_onnxruntime(node, args, opset)
+    if half is not None:  # as onnxruntime runs it: in float32, rounded once at the end
+        args = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == half
+                else a for a in args]
+    with np.errstate(all="ignore"):
+        result = rule.fn(*args, **kwargs)
+        outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        outs = [np.asarray(o) for o in outs]
+        if half is not None:  # (overflow to inf is what onnxruntime's rounding gives too)
+            outs = [o.astype(half) if v.dtype is not None and v.dtype.numpy() == half
+                    else o for o, v in zip(outs, node.outputs)]
+    for value, arr in zip(node.outputs, outs):
+        if value.dtype is not None and arr.dtype != value.dtype.numpy():
+            raise Decline(f"{rule.name} returned {arr.dtype}, expected "
+                          f"{value.dtype.numpy()}", DeclineKind.RULE_ERROR)
+    return outs
+
+
+Observer = Callable[[dict[ir.Value, np.ndarray]], None]
+
+
+class Evaluator:
+    """Runs one graph's :class:`FoldPlan` through ``pool`` (see the module docstring).
+
+    ``opset_imports``: what a fallback session imports (a function body adds its own);
+    ``observe``: told each node's results as they are computed (a probe learns sizes)."""
+
+    def __init__(self, plan: FoldPlan, graph: ir.Graph, model: ir.Model, options: FoldOptions,
+                 catalogue: Catalogue, pool: BufferPool, opset_imports: dict[str, int],
+                 progress: Callable[[int, int], None] | None = None,
+                 observe: Observer | None = None) -> None:
+        self.plan, self.graph, self.model, self.options = plan, graph, model, options
+        self.catalogue, self.pool, self.progress, self.observe = catalogue, pool, progress, observe
+        self.opset_imports = opset_imports
+        self.opset = opset_imports.get("", 1)
+        self.budget = pool_budget(options.pool_budget, options.memory_limit)
+        self.readers = Counter(plan.readers)  # readers still to come: released as they run
+        self.running = set(plan.order)  # planned and not abandoned
+        self.out = Evaluated()
+
+    def run(self) -> Evaluated:
+        """Evaluate every planned node once, in order."""
+        order = self.plan.order
+        self.out.declined.extend(self.plan.refused)
+        i = 0
+        while i < len(order):
+            node = order[i]
+            i += 1
+            if self.progress is not None:
+                self.progress(i, len(order))
+            if not self._inputs_ready(node):
+                self._abandon(node, self._why_unavailable(node))
+                continue
+            reason = self._budget(node)
+            if reason is not None:
+                self._abandon(node, reason)
+                continue
+            reason = _NEEDS_ONNXRUNTIME if node in self.plan.on_onnxruntime else \
+                self._try_native(node)
+            if reason is None:
+                continue
+            if self.options.strict and reason.kind is DeclineKind.RULE_ERROR:
+                raise RuntimeError(str(reason))
+            if reason.kind in _NEVER_TO_ONNXRUNTIME or not self.options.fallback or \
+                    not self._has_data(node):
+                self._abandon(node, reason)
+                continue
+            batch = [node]
+            while i < len(order) and self._wants_fallback(order[i], batch):
+                batch.append(order[i])
+                i += 1
+            self._run_fallback(batch)
+        return self.out
+
+    def _inputs_ready(self, node: ir.Node) -> bool:
+        """Whether what ``node`` reads is in the pool (or, for a shape-only op, its input's
+        shape is known)."""
+        if node.op_type in self.plan.shape_only:
+            return self._shape_known(node)
+        return all(self._available(v) for v in self.plan.reads(node))
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def _kept_by_graph(self, value: ir.Value) -> bool:
+        if value in self.graph.outputs:
+            return True
+        return any(user not in self.running for user, _ in value.uses())
+
+    def _available(self, value: ir.Value) -> bool:
+        if value in self.pool:
+            return True
+        if value in self.plan.const.sources:
+            arr = source_array(value)
+            if arr is None:
+                return False
+            self.pool.put(value, arr, self.readers[value], source=True)
+            return value in self.pool
+        return False
+
+    def _abandon(self, node: ir.Node, reason: Reason | None) -> None:
+        """``node`` stays in the graph: its constant inputs must now be kept."""
+        self.running.discard(node)
+        if reason is not None:
+            self.out.declined.append((node, reason))
+        sources, keep = self.plan.const.sources, self.out.keep
+        for v in self.plan.reads(node):
+            if v in self.pool:
+                if v not in sources and v not in keep:
+                    keep[v] = None
+                    self.pool.hold(v)
+                self.pool.release(v)
+            elif v in sources and self.readers[v] > 0:
+                self.readers[v] -= 1
+
+    def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
+        if self.observe is not None:
+            self.observe(results)
+        out = self.out
+        origin = {node_label(node): None}
+        for v in node.inputs:
+            origin.update(dict.fromkeys(out.provenance.get(v, ()) if v is not None else ()))
+        names = tuple(origin)[:PROVENANCE_LIMIT]
+        in_bytes = sum(self.pool.get(v).nbytes for v in node.inputs if v in self.pool)
+        for value, arr in results.items():
+            out.provenance[value] = names
+            out.input_bytes[value] = in_bytes
+            keep = self._kept_by_graph(value)
+            if keep:
+                out.keep[value] = None
+            self.pool.put(value, arr, self.readers[value] + int(keep))
+        for v in self.plan.reads(node):
+            if v in self.pool:
+                self.pool.release(v)
+        out.how[node] = how
+
+    # -- evaluation --------------------------------------------------------------------------
+    def _try_native(self, node: ir.Node) -> Reason | None:
+        """Fold ``node`` with its rule; return None on success or the reason it declined."""
+        rule = self.catalogue.folder(node.domain, node.op_type, node.version or self.opset)
+        if rule is None:
+            return Reason(DeclineKind.NO_RULE)
+        try:
+            outs = evaluate_native(node, rule, self._native_args(node, rule), self.opset)
+        except Decline as e:
+            return e.reason
+        except Exception as e:
+            if self.options.strict:
+                raise
+            return Reason(DeclineKind.RULE_ERROR, f"{rule.name}: {type(e).__name__}: {e}")
+        self.out.rule_hits[rule.name] += 1
+        self._finish(node, dict(zip(node.outputs, outs)), "native")
+        return None
+
+    def _native_args(self, node: ir.Node, rule: FolderRule) -> list:
+        if rule.shape_only:
+            x = node.inputs[0]
+            assert x is not None  # the data input of Shape and Size is required
+            shape = self.pool.get(x).shape if x in self.pool else static_shape(x)
+            assert shape is not None  # run() checked _shape_known
+            return [tuple(shape)]
+        return [self.pool.get(v) if v is not None else None for v in node.inputs]
+
+    def _run_fallback(self, batch: list[ir.Node]) -> None:
+        """Evaluate ``batch`` through the executor fallback (``fallback.run_batch``)."""
+        # spilling (--memory-limit) makes room for what fits the budget on its own
+        room = self.budget if self.options.memory_limit is not None else \
+            max(self.budget - self.pool.live_bytes, 0)
+        for node, outcome, sessions in fallback.run_batch(
+                batch, self._pooled, lambda v: v in self.graph.outputs,
+                self.opset_imports, self.model.ir_version, self.options.fold_timeout,
+                room, self._stored):
+            self.out.fallback_sessions += sessions
+            if isinstance(outcome, dict):
+                self._finish(node, outcome, "fallback")
+            else:
+                self._abandon(node, outcome)
+
+    def _budget(self, node: ir.Node) -> Reason | None:
+        """Why ``node`` may not run now: its outputs would not fit the pool budget (checked
+        before they exist), or it is a constant Loop running too long."""
+        if node.op_type in self.plan.shape_only:
+            return None
+        arrays = self._pooled
+        reason = loop_work(node, arrays)
+        if reason is not None:
+            return reason
+        rule = self.catalogue.size_rule(node.op_type) if is_default_op(node) else None
+        need = planned_bytes(node, arrays, rule.fn if rule else None,
+                             lambda: {n: attr_value(a) for n, a in node.attributes.items()})
+        if need is not None and self.options.memory_limit is not None:
+            self.pool.make_room(need)
+        return over_budget(need, self.pool.live_bytes, self.budget,
+                           spilling=self.options.memory_limit is not None)
+
+    def _stored(self, value: ir.Value) -> bool:
+        """Whether ``value`` is an initializer or a Constant of the model (not a computed value,
+        nor a graph input that ``--inputs-are-constant`` made constant)."""
+        producer = value.producer()
+        constant = value.const_value is not None or (
+            producer is not None and is_default_op(producer, "Constant"))
+        return constant and value not in self.graph.inputs and \
+            value not in self.model.graph.inputs
+
+    def _pooled(self, value: ir.Value) -> np.ndarray | None:
+        return self.pool.get(value) if self._available(value) else None
+
+    def _why_unavailable(self, node: ir.Node) -> Reason | None:
+        """A reason if an input is a constant onnxfold cannot hold (upstream declines have one)."""
+        for v in self.plan.reads(node):
+            if v in self.plan.const.sources and source_array(v) is None:
+                return Reason(DeclineKind.UNSUPPORTED_TYPE, "string or sparse constant")
+        return None
+
+    def _has_data(self, node: ir.Node) -> bool:
+        """Whether every input of ``node`` is in the pool (shape-only folds may lack data)."""
+        return all(v is None or self._available(v) for v in node.inputs)
+
+    def _shape_known(self, node: ir.Node) -> bool:
+        x = node.inputs[0]
+        assert x is not None  # the data input of Shape and Size is required
+        return self._available(x) or static_shape(x) is not None
+
+    def _wants_fallback(self, node: ir.Node, batch: list[ir.Node]) -> bool:
+        """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready.
+        A contrib op runs alone: only a batch's outputs are sized before it runs, and nothing
+        sized a contrib op's outputs before (onnx does not know it)."""
+        if node not in self.plan.on_onnxruntime and \
+                self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
+            return False
+        if not is_default_op(node) or not all(is_default_op(n) for n in batch):
+            return False
+        if self._budget(node) is not None:
+            return False  # runs on its own, to be refused by the budget
+        produced = {v for n in batch for v in n.outputs}
+        inputs = [v for v in node.inputs if v is not None] + captured_values(node)
+        return all(v in produced or self._available(v) for v in inputs)

@@ -1,0 +1,118 @@
+"""Write an evaluation's kept values into the graph: arrays become constants, with provenance.
+
+Every value the graph keeps (a graph output, an input of a node that stays) and the evaluator
+computed replaces its producer's output: as an initializer in a graph, as a Constant node in a
+function body (the ``store`` the caller passes). Its tensor records the nodes it was computed
+from (``PROVENANCE_KEY``). A result is refused here, and its node stays to compute it at run
+time, when it is much larger than the constants it comes from (``budget.expansion``) or cannot
+serve as the shape input it feeds (``shape_inputs.py``); an Identity (chain) of a source
+constant is replaced by that constant, not copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.analysis.declines import Reason
+from onnxfold.fold.budget import expansion
+from onnxfold.fold.evaluate import Evaluated
+from onnxfold.fold.options import FoldOptions
+from onnxfold.fold.plan import FoldPlan
+from onnxfold.fold.policy import origins, static_nbytes
+from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.shape_inputs import unusable_as_shape
+from onnxfold.ir.graph import identity_source
+
+PROVENANCE_KEY = "onnxfold.folded_from"
+
+Store = Callable[[ir.Value, np.ndarray, tuple[str, ...]], None]
+
+
+@dataclass
+class Materialized:
+    """What :func:`materialize` wrote, and the evaluated nodes that stay after all."""
+
+    stored: int = 0
+    stored_bytes: int = 0
+    refused: list[tuple[ir.Node, Reason]] = field(default_factory=list)
+
+
+def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: BufferPool,
+                options: FoldOptions, store: Store) -> Materialized:
+    """Turn every kept computed value into a constant replacing its producer's output
+    (``store(value, array, provenance)``); release the kept buffers."""
+    done = Materialized()
+    derived = _DerivedBytes(plan, evaluated.input_bytes)
+    for value in list(evaluated.keep):
+        if value not in pool:
+            continue
+        arr = pool.get(value)
+        refused = expansion(arr.nbytes, derived(value), options.expansion_factor,
+                            options.expansion_min_bytes, options.max_tensor_bytes) or \
+            unusable_as_shape(value, arr)
+        producer = value.producer()
+        if refused is not None and producer is not None:
+            done.refused.append((producer, refused))  # it stays, computing it at run time
+        elif (source := _aliased_source(value, graph, plan)) is not None:
+            value.replace_all_uses_with(source)  # an Identity of a constant: read the constant
+        else:
+            store(value, arr, evaluated.provenance.get(value, ()))
+            done.stored += 1
+            done.stored_bytes += arr.nbytes
+        pool.release(value)
+    return done
+
+
+class _DerivedBytes:
+    """The bytes of the distinct source constants a value is computed from (at most its
+    node's input bytes): a result is judged against what it replaces, across a chain. A node
+    refused by the budget leaves its input kept, and a Concat(x, x) chain doubles at every step
+    while each step is only 1x its direct inputs. The origins are traced on the first ask."""
+
+    def __init__(self, plan: FoldPlan, input_bytes: dict[ir.Value, int]) -> None:
+        self.plan, self.input_bytes = plan, input_bytes
+        self._origins: dict[ir.Value, frozenset[ir.Value]] | None = None
+
+    def __call__(self, value: ir.Value) -> int:
+        if self._origins is None:
+            self._origins = origins(self.plan.const)
+        sources = self._origins.get(value)
+        direct = self.input_bytes.get(value, 0)
+        if sources is None:
+            return direct
+        return min(direct, sum(static_nbytes(s) or 0 for s in sources))
+
+
+def _aliased_source(value: ir.Value, graph: ir.Graph, plan: FoldPlan) -> ir.Value | None:
+    """The source constant ``value`` is an Identity (chain) of, when its readers can read
+    that instead: one copy per reader would duplicate a shared weight (two Identities of
+    one weight, as exporters share weights) where the source costs nothing more."""
+    return None if value in graph.outputs else identity_source(value, plan.const.sources)
+
+
+def replacement(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -> ir.Value:
+    """A constant value named as ``value`` (renamed aside) that replaces it everywhere,
+    graph outputs included; its tensor names the nodes it was computed from."""
+    name = value.name
+    value.name = f"{name}__onnxfold_replaced"
+    tensor = ir.Tensor(arr, name=name)
+    tensor.metadata_props[PROVENANCE_KEY] = ",".join(provenance)
+    new = ir.Value(name=name, shape=ir.Shape(arr.shape),
+                   type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)), const_value=tensor)
+    value.replace_all_uses_with(new, replace_graph_outputs=True)
+    return new
+
+
+def as_initializer(graph: ir.Graph, model: ir.Model) -> Store:
+    """The store of a graph: an initializer replaces the value (and, in IR 3, is an input of
+    the main graph too)."""
+    def store(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -> None:
+        new = replacement(value, arr, provenance)
+        graph.register_initializer(new)
+        if model.ir_version < 4 and graph is model.graph:
+            graph.inputs.append(new)
+    return store

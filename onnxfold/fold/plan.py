@@ -1,0 +1,99 @@
+"""What one graph's fold evaluates, decided before any data is read.
+
+Pure: from a graph's constness analysis (``analysis.constness.ConstPlan``), the options, the
+catalogue and the op facts, :func:`plan_fold` decides which nodes the evaluator runs and in
+what order, which it refuses and why (the size policy, QDQ, float16 rounding), which must run
+in onnxruntime rather than by a native rule, and how many planned readers each value has (the
+pool frees a buffer when its last reader has run). Nodes downstream of a refused node are left
+out: their inputs will never be constant. Nothing in the graph changes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+from onnxfold.analysis.constness import ConstPlan
+from onnxfold.analysis.declines import Reason
+from onnxfold.declare.catalogue import Catalogue
+from onnxfold.fold.exactness import needing_onnxruntime
+from onnxfold.fold.half_kernels import refuse_unrounded
+from onnxfold.fold.options import FoldOptions
+from onnxfold.fold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
+from onnxfold.ir.graph import captured_values, is_default_op
+
+
+@dataclass
+class FoldPlan:
+    """The nodes of one graph to evaluate, and why the others are not."""
+
+    const: ConstPlan
+    order: list[ir.Node]  # the planned nodes, in topological order
+    refused: list[tuple[ir.Node, Reason]]  # by the constness analysis, then by the policy
+    on_onnxruntime: Collection[ir.Node]  # planned nodes a native rule must not fold
+    shape_only: frozenset[str]  # op types that read only their input's shape
+    readers: Counter  # per value: how many planned nodes read its data
+    growth_bytes: int  # what the growth policy let through
+
+    def reads(self, node: ir.Node) -> list[ir.Value]:
+        """Distinct values whose data ``node`` reads (see :func:`reads`)."""
+        return reads(node, self.const, self.shape_only)
+
+
+def reads(node: ir.Node, const: ConstPlan, shape_only: Collection[str]) -> list[ir.Value]:
+    """Distinct values whose data ``node`` reads.
+
+    Shape-only folds read a constant input's buffer for its shape, and nothing otherwise.
+    """
+    if is_default_op(node, *shape_only):
+        return [node.inputs[0]] if node.inputs[0] in const.constant else []
+    seen: dict[ir.Value, None] = {}
+    for v in list(node.inputs) + captured_values(node):
+        if v is not None:
+            seen[v] = None
+    return list(seen)
+
+
+def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldOptions,
+              catalogue: Catalogue, shape_only: frozenset[str], opset: int,
+              growth_spent: int = 0) -> FoldPlan:
+    """The fold plan of ``graph`` (of ``model``), given its constness analysis ``const``;
+    ``opset``: the default domain's opset the graph's nodes run at; ``growth_spent``: the bytes
+    earlier folds of this run already grew the model by (``max_growth_bytes`` bounds the sum)."""
+    planned = set(const.foldable)
+    qdq_refused = refuse_dequantization(const.foldable, planned, catalogue.kept_quantized,
+                                        options.fold_qdq, catalogue.requantizing)
+    qdq_refused += refuse_unrounded(const.foldable, planned, opset)
+    _prune_unreachable(const, planned, shape_only)
+    allowance = None if options.max_growth_bytes is None else \
+        options.max_growth_bytes - growth_spent
+    widening = {**(HALF_FLOATS if options.fold_fp16_casts else {}),
+                **(QUANTIZED if options.fold_qdq else {})}
+    growth_refused, growth = refuse_growth(const, planned, graph, options.growth_factor,
+                                           options.growth_min_bytes, allowance, widening,
+                                           catalogue.requantizing)
+    _prune_unreachable(const, planned, shape_only)
+    order = [n for n in const.foldable if n in planned]
+    on_onnxruntime = needing_onnxruntime(dict.fromkeys(order), catalogue, opset, model.graph,
+                                         graph)
+    readers: Counter = Counter()
+    for node in order:
+        for v in reads(node, const, shape_only):
+            readers[v] += 1
+    return FoldPlan(const, order, const.refused + qdq_refused + growth_refused,
+                    on_onnxruntime, shape_only, readers, growth)
+
+
+def _prune_unreachable(const: ConstPlan, planned: set[ir.Node], shape_only: frozenset[str]
+                       ) -> None:
+    """Unplan nodes downstream of refused ones: their inputs will never be constant."""
+    available = set(const.sources)
+    for node in const.foldable:
+        if node in planned and (node.op_type in shape_only or
+                                all(v in available for v in reads(node, const, shape_only))):
+            available.update(node.outputs)
+        else:
+            planned.discard(node)

@@ -1,0 +1,148 @@
+"""What each pass of ``optimize`` reports, and the run's totals built from those reports.
+
+Every pass returns an onnx-ir ``PassResult``; the passes with more to say than "changed or not"
+return a subclass carrying it (as onnxscript's ``FoldConstantsResult``): the rewrite its hits
+and rejections, the fold its counts and declines, the cleanups their hits, the inlining the
+warning of a step not taken. ``optimize`` collects the results of one run in order
+(:class:`Recorded`) and :func:`summarize` adds them up into a :class:`FoldStats`, which the
+report is built from. Nothing is written into a shared object while the passes run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassBase, PassResult
+
+from onnxfold.analysis.declines import Reason
+from onnxfold.fold.folder import FoldCounts
+
+
+@dataclass
+class InlineResult(PassResult):
+    """``InlineFunctions``: why nothing was inlined, if it was not (a report warning)."""
+
+    declined: str | None = None
+
+
+@dataclass
+class RewriteResult(PassResult):
+    """``Rewrite``: hits per pattern; the rejections of this call (rule: reason, count) and
+    the node each rejected pattern was tried at."""
+
+    hits: Counter = field(default_factory=Counter)
+    rejected: Counter = field(default_factory=Counter)
+    rejected_at: dict[ir.Node, str] = field(default_factory=dict)
+
+
+@dataclass
+class FoldResult(PassResult):
+    """``Fold``: what the round's fold did; None when the round had nothing new to fold."""
+
+    counts: FoldCounts | None = None
+
+
+@dataclass
+class FoldFunctionsResult(PassResult):
+    """``FoldFunctions``: what folding the model-local function bodies did (None: no
+    function)."""
+
+    counts: FoldCounts | None = None
+
+
+@dataclass
+class CleanupsResult(PassResult):
+    """``Cleanups``: hits per cleanup."""
+
+    hits: Counter = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class FoldStats:
+    """The totals of one ``optimize`` run, built from its passes' results (:func:`summarize`).
+
+    Declines and pattern rejections are those of the last fold and rewrite (each round
+    re-examines what is left) plus the function bodies'; hits and counts add up over the run.
+    """
+
+    folded: int = 0
+    native: int = 0
+    via_fallback: int = 0
+    fallback_sessions: int = 0
+    materialized: int = 0
+    materialized_bytes: int = 0
+    declined: dict[str, int] = field(default_factory=dict)  # by DeclineKind value
+    declined_nodes: tuple[tuple[str, str, Reason], ...] = ()
+    rule_hits: dict[str, int] = field(default_factory=dict)
+    pattern_hits: dict[str, int] = field(default_factory=dict)
+    rejected_patterns: dict[str, int] = field(default_factory=dict)
+    cleanup_hits: dict[str, int] = field(default_factory=dict)
+    pool_peak_bytes: int = 0
+    growth_bytes: int = 0
+    spilled: int = 0
+    spilled_bytes: int = 0
+    rounds: int = 0  # fold rounds that ran
+    folded_in_functions: int = 0  # of ``folded``: nodes in model-local function bodies
+    function_constants: int = 0  # Constant nodes written into function bodies
+    skipped_steps: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # for the report: a step not taken
+
+
+class Recorded(InPlacePass):
+    """Runs ``inner`` and appends its result to ``log`` (the run's results, in order)."""
+
+    def __init__(self, inner: PassBase, log: list[PassResult]) -> None:
+        self.inner, self.log = inner, log
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def call(self, model: ir.Model) -> PassResult:
+        result = self.inner(model)
+        self.log.append(result)
+        return result
+
+
+def last_rejections(results: Sequence[PassResult]) -> dict[ir.Node, str]:
+    """The nodes the last rewrite rejected a pattern at (node -> "rule: reason")."""
+    rewrites = [r for r in results if isinstance(r, RewriteResult)]
+    return rewrites[-1].rejected_at if rewrites else {}
+
+
+def summarize(results: Sequence[PassResult], skipped_steps: Sequence[str] = ()) -> FoldStats:
+    """The totals of a run from its passes' results, in the order the passes ran."""
+    folds = [r.counts for r in results if isinstance(r, FoldResult) and r.counts is not None]
+    bodies = [r.counts for r in results
+              if isinstance(r, FoldFunctionsResult) and r.counts is not None]
+    everything = folds + bodies
+    rewrites = [r for r in results if isinstance(r, RewriteResult)]
+    declined_nodes = [*(folds[-1].declined_nodes if folds else ()),
+                      *(item for counts in bodies for item in counts.declined_nodes)]
+    return FoldStats(
+        **{name: sum(getattr(c, name) for c in everything)
+           for name in ("folded", "native", "via_fallback", "fallback_sessions",
+                        "materialized", "materialized_bytes", "growth_bytes")},
+        declined=dict(Counter(reason.kind.value for _, _, reason in declined_nodes)),
+        declined_nodes=tuple(declined_nodes),
+        rule_hits=_added(c.rule_hits for c in everything),
+        pattern_hits=_added(r.hits for r in rewrites),
+        rejected_patterns=dict(rewrites[-1].rejected) if rewrites else {},
+        cleanup_hits=_added(r.hits for r in results if isinstance(r, CleanupsResult)),
+        pool_peak_bytes=max((c.pool_peak_bytes for c in everything), default=0),
+        spilled=folds[-1].spilled if folds else 0,
+        spilled_bytes=folds[-1].spilled_bytes if folds else 0,
+        rounds=len(folds),
+        folded_in_functions=sum(c.folded for c in bodies),
+        function_constants=sum(c.function_constants for c in bodies),
+        skipped_steps=tuple(skipped_steps),
+        warnings=tuple(r.declined for r in results
+                       if isinstance(r, InlineResult) and r.declined is not None))
+
+
+def _added(counters: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """The counters added up, keys in the order they first appear."""
+    total: Counter = Counter()
+    for counter in counters:
+        total.update(counter)
+    return dict(total)

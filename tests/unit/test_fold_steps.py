@@ -1,0 +1,99 @@
+"""The three steps of a graph's fold, each on its own: plan (pure), evaluate (into the pool),
+materialize (kept values become constants); and what a fold counts as folded."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper
+
+from onnxfold.analysis.constness import plan_graph
+from onnxfold.analysis.declines import DeclineKind
+from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.fold.evaluate import Evaluator
+from onnxfold.fold.materialize import PROVENANCE_KEY, as_initializer, materialize
+from onnxfold.fold.options import FoldOptions
+from onnxfold.fold.plan import plan_fold
+from onnxfold.fold.pool import BufferPool
+from onnxfold.io.reader import model_from_proto
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import fold_proto, run_ort
+
+W = np.arange(12, dtype=np.float32).reshape(3, 4) / 5
+
+
+def _chain_and_tile() -> ir.Model:
+    """w -> Transpose -> Neg (read by MatMul), and v -> Tile (x16) -> Abs (read by Add): the
+    growth policy refuses the Tile and the Abs."""
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0], name="tr"),
+             helper.make_node("Neg", ["wt"], ["n"], name="neg"),
+             helper.make_node("MatMul", ["x", "n"], ["y"], name="mm"),
+             helper.make_node("Tile", ["v", "reps"], ["big"], name="tile"),
+             helper.make_node("Abs", ["big"], ["abig"], name="abs"),
+             helper.make_node("Add", ["z", "abig"], ["u"], name="add")]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 4]), vinfo("z", shape=[12, 16])],
+                       [vinfo("y", shape=[2, 3]), vinfo("u", shape=[12, 16])],
+                       [tensor("w", W), tensor("v", W), tensor("reps", np.array([4, 4], np.int64))])
+    model = model_from_proto(proto, check=False)
+    infer_shapes(model)  # the growth policy judges static sizes
+    return model
+
+
+def _plan(model: ir.Model, options: FoldOptions):
+    facts = load_catalogue()
+    const = plan_graph(model.graph, model.ir_version, (), keep=options.keep, facts=facts)
+    return plan_fold(const, model.graph, model, options, facts, facts.shape_only, 17)
+
+
+def test_the_plan_says_what_folds_and_why_not_and_changes_nothing():
+    model = _chain_and_tile()
+    before = ir.serde.serialize_model(model).SerializeToString()
+    plan = _plan(model, FoldOptions(growth_min_bytes=0))
+    assert ir.serde.serialize_model(model).SerializeToString() == before
+    assert [n.name for n in plan.order] == ["tr", "neg"]
+    assert sorted((n.name, r.kind) for n, r in plan.refused) == [
+        ("abs", DeclineKind.GROWTH), ("tile", DeclineKind.GROWTH)]
+    graph = model.graph
+    assert plan.readers[graph.initializers["w"]] == 1  # the planned Transpose
+    assert plan.readers[graph.initializers["v"]] == 0  # read by the refused Tile only
+    assert plan.growth_bytes == 0
+
+
+def test_evaluate_then_materialize_writes_only_what_the_graph_keeps():
+    model = _chain_and_tile()
+    options = FoldOptions(strict=True, growth_min_bytes=0)
+    plan = _plan(model, options)
+    pool = BufferPool()
+    evaluated = Evaluator(plan, model.graph, model, options, load_catalogue(), pool,
+                          dict(model.opset_imports)).run()
+    assert {n.name: how for n, how in evaluated.how.items()} == {"tr": "native",
+                                                                 "neg": "native"}
+    assert [v.name for v in evaluated.keep] == ["n"]  # wt died in the pool
+    assert sorted(n.name for n, _ in evaluated.declined) == ["abs", "tile"]
+    np.testing.assert_array_equal(pool.get(next(iter(evaluated.keep))), -W.T)
+    done = materialize(evaluated, plan, model.graph, pool, options,
+                       as_initializer(model.graph, model))
+    assert (done.stored, done.stored_bytes, done.refused) == (1, W.nbytes, [])
+    assert len(pool) == 0
+    stored = model.graph.initializers["n"]
+    assert stored.const_value is not None
+    assert stored.const_value.metadata_props[PROVENANCE_KEY] == "neg,tr"
+    assert model.graph.node("mm").inputs[1] is stored
+
+
+def test_a_result_the_expansion_bound_refuses_is_not_counted_as_folded(tmp_path):
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+             helper.make_node("Add", ["x", "big"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[1024, 1024])], [vinfo("y", shape=[1024, 1024])],
+                       [tensor("shape", np.array([1024, 1024], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path, FoldOptions(growth_factor=None,
+                                                                  strict=True))
+    assert [n.op_type for n in folded.graph.node] == ["ConstantOfShape", "Add"]
+    assert (report.folded_nodes, report.folded_native, report.new_initializers) == (0, 0, 0)
+    assert report.declined == {"size": 1}
+    x = np.ones((1024, 1024), np.float32)
+    np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
+    onnx.checker.check_model(folded)
