@@ -18,7 +18,6 @@ from typing import overload
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import UNKNOWN_OPS_KEY
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.errors import InputError
 from onnxfold.host.limits import limit_error, out_of_memory
@@ -45,6 +44,7 @@ LAZY_THRESHOLD = 4096  # smaller inline weights stay in the bytes read (a mappin
 WHOLE_READ_LIMIT = 32 << 20  # a model file up to this size is read at once to find its weights
 SOURCE_KEY = "onnxfold.source"  # Model.meta: the file a model was loaded from
 DATA_FILES_KEY = "onnxfold.data_files"  # Model.meta: the external-data files it was read from
+UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # Model.meta: default-domain ops onnx does not know
 
 
 def _entry(key: str, value: str) -> bytes:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,16 +26,16 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import PassError, PassManager
 
-from onnxfold.analysis.constness import KEEP_KEY, UNKNOWN_OPS_KEY
+from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import lighten
-from onnxfold.analysis.symbolic import NAMED_DIMS_EQUAL_KEY, blocked_scaffolding
+from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.fold.folder import FoldOptions, FoldStats
 from onnxfold.fold.pool import BufferPool
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
-from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY, model_from_proto
+from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY, UNKNOWN_OPS_KEY, model_from_proto
 from onnxfold.io.writer import inline_references, prune_value_info, restore_references
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import NAMES_KEY
@@ -124,11 +124,14 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
                    progress: Callable[[int, int], None] | None = None,
                    skipped: frozenset[str] = frozenset(),
                    light: onnx.ModelProto | None = None,
-                   phases: Phases | None = None) -> PassManager:
+                   phases: Phases | None = None,
+                   settings: RunSettings | None = None) -> PassManager:
     """The passes of ``optimize`` for these options, recording into ``stats``; ``skipped``
     names rules and passes (``fold``, ``prune``) left out after they failed; ``light``: the
     reader's proto of the model, for the first shape inference; ``phases``: the clock each
-    pass's time counts on."""
+    pass's time counts on; ``settings``: what rewrites and cleanups read (by default the
+    options' own, :func:`run_settings`, knowing of no plugin ops)."""
+    settings = settings or run_settings(options)
     def timed(passes: list) -> list:
         if phases is None:
             return passes
@@ -140,7 +143,7 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
     pool = BufferPool(memory_limit=options.memory_limit)
     state = RoundState()
     rounds: list[Rewrite | Fold | Prune | RefineShapes]
-    rounds = [Rewrite(catalogue, options, stats, state),
+    rounds = [Rewrite(catalogue, options, stats, state, settings),
               Fold(catalogue, options, stats, state, pool, progress),
               Prune(options),
               RefineShapes(options, state)]
@@ -154,10 +157,19 @@ def build_pipeline(options: FoldOptions, stats: FoldStats,
         InferShapes(light if not inline and not options.input_shapes else None),
         PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
         *([FoldFunctions(catalogue, options, stats, pool)] if functions else []),
-        Cleanups(catalogue, stats, options.strict),
+        Cleanups(catalogue, stats, options.strict, settings),
         *([Prune(options)] if "prune" not in skipped else []),
         Sorted(options.strict),
     ]))
+
+
+def run_settings(options: FoldOptions, unknown_ops: Iterable[str] = ()) -> RunSettings:
+    """The settings of a run with ``options`` for the rules and passes below the pipeline;
+    ``unknown_ops``: the model's default-domain op types onnx does not know (the reader's
+    ``UNKNOWN_OPS_KEY``)."""
+    return RunSettings(keep=frozenset(options.keep),
+                       named_dims_equal=options.assume_named_dims_equal,
+                       unknown_ops=frozenset(unknown_ops))
 
 
 MAX_RESTARTS = 4
@@ -202,8 +214,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
-    model.meta[KEEP_KEY] = frozenset(options.keep)
-    model.meta[NAMED_DIMS_EQUAL_KEY] = options.assume_named_dims_equal
+    settings = run_settings(options, model.meta.get(UNKNOWN_OPS_KEY, ()))
     before = model_counts(model)
     settled(before.nodes)
     skipped: dict[str, str] = {}
@@ -218,7 +229,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         stats = FoldStats()
         try:
             _run(build_pipeline(options, stats, progress, frozenset(skipped) | frozen,
-                                light=None if skipped else light, phases=phases), model)
+                                light=None if skipped else light, phases=phases,
+                                settings=settings), model)
             break
         except StepFailed as failure:
             if pristine is None or failure.step in skipped:
@@ -234,7 +246,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
                            "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
         report.warnings += stats.warnings
-        blocked = blocked_scaffolding(model, source_array, load_catalogue().shape_steps)
+        blocked = blocked_scaffolding(model, source_array, load_catalogue().shape_steps,
+                                      options.assume_named_dims_equal)
         report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
                                   "blocked_by": "; ".join(dims)} for node, dims in blocked]
         report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes,

@@ -20,8 +20,8 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from onnxfold.analysis.constness import kept_in
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
+from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, FoldStats, fold_model
@@ -91,15 +91,16 @@ class Rewrite(InPlacePass):
     name = "rewrite"
 
     def __init__(self, catalogue: Catalogue, options: FoldOptions, stats: FoldStats,
-                 state: RoundState) -> None:
+                 state: RoundState, settings: RunSettings) -> None:
         self.catalogue, self.options, self.stats, self.state = catalogue, options, stats, state
+        self.settings = settings
 
     def call(self, model: ir.Model) -> PassResult:
         self.stats.rejected_patterns.clear()  # like declines: report what the last round saw
         self.stats.rejected_at.clear()
         done = rewrite(model, self.catalogue, self.stats.rejected_patterns,
                        self.options.inputs_are_constant, strict=self.options.strict,
-                       rejected_at=self.stats.rejected_at)
+                       rejected_at=self.stats.rejected_at, settings=self.settings)
         self.stats.pattern_hits.update(done.hits)
         self.state.rewritten = bool(done.hits)
         # converged: a next round's rewrite finds nothing new unless a later pass changes the
@@ -152,14 +153,15 @@ class FoldFunctions(InPlacePass):
         return PassResult(model, folded > 0)
 
 
-def remove_dead_nodes(model: ir.Model) -> int:
-    """Remove nodes whose outputs nothing reads (all graphs), and the main graph's unused
-    initializers that are not inputs; return how many nodes went.
+def remove_dead_nodes(model: ir.Model, keep: frozenset[str] = frozenset()) -> int:
+    """Remove nodes whose outputs nothing reads (all graphs), except those ``keep`` names (op
+    types and node names), and the main graph's unused initializers that are not inputs;
+    return how many nodes went.
 
     (onnx-ir's RemoveUnusedNodesPass also trims a node's trailing empty inputs, which turns a
     valid ``Loop(M, "")`` into an invalid ``Loop(M)``.)
     """
-    removed, keep = 0, kept_in(model)
+    removed = 0
     while True:  # a node gone in a subgraph may leave an outer value unread
         graphs = all_graphs(model)
         gone = sum(remove_dead_nodes_in(graph, keep) for graph in graphs)
@@ -199,7 +201,7 @@ class Prune(InPlacePass):
                 if value.name in graph.initializers and not value.uses() and \
                         value not in outputs:
                     graph.inputs.remove(value)
-        remove_dead_nodes(model)
+        remove_dead_nodes(model, frozenset(self.options.keep))
 
 
 class RefineShapes(InPlacePass):
@@ -266,10 +268,12 @@ class Cleanups(InPlacePass):
 
     name = "cleanups"
 
-    def __init__(self, catalogue: Catalogue, stats: FoldStats, strict: bool) -> None:
+    def __init__(self, catalogue: Catalogue, stats: FoldStats, strict: bool,
+                 settings: RunSettings) -> None:
         self.catalogue, self.stats, self.strict = catalogue, stats, strict
+        self.settings = settings
 
     def call(self, model: ir.Model) -> PassResult:
-        hits = run_cleanups(model, self.catalogue, strict=self.strict)
+        hits = run_cleanups(model, self.catalogue, strict=self.strict, settings=self.settings)
         self.stats.cleanup_hits.update(hits)
         return PassResult(model, bool(hits))
