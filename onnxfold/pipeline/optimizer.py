@@ -270,8 +270,15 @@ def _run(pipeline: PassManager, model: ir.Model) -> None:
 
 
 def _restore(model: ir.Model, fresh: ir.Model) -> None:
-    """Make ``model`` (the caller's object) hold ``fresh``'s content."""
-    for slot in ("graph", "ir_version", "producer_name", "producer_version", "domain",
-                 "model_version", "doc_string", "_functions", "_metadata_props"):
-        setattr(model, slot, getattr(fresh, slot))
+    """Make ``model`` (the caller's object: ``optimize`` changes an ``ir.Model`` in place)
+    hold ``fresh``'s content, through onnx-ir's public attributes and dicts; the name
+    allocator remembered for the old graph goes."""
+    model.graph = fresh.graph
+    model.ir_version, model.producer_name = fresh.ir_version, fresh.producer_name
+    model.producer_version, model.domain = fresh.producer_version, fresh.domain
+    model.model_version, model.doc_string = fresh.model_version, fresh.doc_string
+    model.functions.clear()
+    model.functions.update(fresh.functions)
+    model.metadata_props.clear()
+    model.metadata_props.update(fresh.metadata_props)
     model.meta.pop(NAMES_KEY, None)
