@@ -27,7 +27,7 @@ import onnx_ir as ir
 from onnx_ir.passes import PassError, PassManager
 
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.shapes import lighten
+from onnxfold.analysis.shapes import MARKED_KEY, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError
@@ -271,8 +271,9 @@ def _run(pipeline: PassManager, model: ir.Model) -> None:
 
 def _restore(model: ir.Model, fresh: ir.Model) -> None:
     """Make ``model`` (the caller's object: ``optimize`` changes an ``ir.Model`` in place)
-    hold ``fresh``'s content, through onnx-ir's public attributes and dicts; the name
-    allocator remembered for the old graph goes."""
+    hold ``fresh``'s content, through onnx-ir's public attributes and dicts. What
+    ``model.meta`` remembers of the old graph goes: its name allocator, and the mark that its
+    declared types were recorded (the fresh graph's are recorded by its first inference)."""
     model.graph = fresh.graph
     model.ir_version, model.producer_name = fresh.ir_version, fresh.producer_name
     model.producer_version, model.domain = fresh.producer_version, fresh.domain
@@ -282,3 +283,4 @@ def _restore(model: ir.Model, fresh: ir.Model) -> None:
     model.metadata_props.clear()
     model.metadata_props.update(fresh.metadata_props)
     model.meta.pop(NAMES_KEY, None)
+    model.meta.pop(MARKED_KEY, None)

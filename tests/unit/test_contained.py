@@ -102,3 +102,11 @@ def test_a_restored_model_keeps_its_functions_and_metadata(monkeypatch, tmp_path
     onnxfold.save_model(model, out)
     x = np.array([-1, 2], np.float32)
     np.testing.assert_array_equal(run_ort(str(out), {"x": x})[0], [0, 4])
+
+
+def test_a_restored_model_keeps_the_types_it_declared(monkeypatch, tmp_path):
+    import onnx
+
+    out = tmp_path / "out.onnx"
+    onnxfold.save_model(_restored(monkeypatch), out)
+    assert [v.name for v in onnx.load(out).graph.value_info] == ["r"]  # as without the failure
