@@ -35,7 +35,12 @@ from onnxfold.fold.folder import FoldOptions, FoldStats
 from onnxfold.fold.pool import BufferPool
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
-from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY, UNKNOWN_OPS_KEY, model_from_proto
+from onnxfold.io.reader import (
+    SOURCE_KEY,
+    UNKNOWN_OPS_KEY,
+    load_with_light_proto,
+    model_from_proto,
+)
 from onnxfold.io.writer import inline_references, prune_value_info, restore_references
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import NAMES_KEY
@@ -100,12 +105,14 @@ class OptimizeResult:
 ModelInput = ir.Model | onnx.ModelProto | bytes | str | os.PathLike
 
 
-def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | None]:
+def as_ir_model(model: ModelInput, check: bool = True, keep_light: bool = False
+                ) -> tuple[ir.Model, str | None, onnx.ModelProto | None]:
     """An ``ir.Model`` for what the caller holds: a path (memory-mapped, checked), an
     ``onnx.ModelProto`` or its bytes (checked like a file; external data refused), or an
-    ``ir.Model`` (used as is). Also the path, when there is one."""
+    ``ir.Model`` (used as is). Also the path, when there is one, and with ``keep_light`` the
+    reader's proto of a file's model (``load_with_light_proto``; else None)."""
     if isinstance(model, ir.Model):
-        return model, None
+        return model, None, None
     if isinstance(model, bytes | bytearray | memoryview):
         foreign = describe_head(bytes(model[:HEAD_BYTES]), len(model))
         if foreign is not None:
@@ -115,9 +122,12 @@ def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | 
         except Exception:  # protobuf's DecodeError
             raise InputError("bytes given: not an ONNX model") from None
     if isinstance(model, onnx.ModelProto):
-        return model_from_proto(model, check=check), None
+        return model_from_proto(model, check=check), None, None
     path = os.fspath(model)  # type: ignore[arg-type]  # str or PathLike by elimination
-    return load_model(path, check=check, keep_light=True), path
+    if not keep_light:
+        return load_model(path, check=check), path, None
+    loaded, light = load_with_light_proto(path, check=check)
+    return loaded, path, light
 
 
 def build_pipeline(options: FoldOptions, stats: FoldStats,
@@ -203,11 +213,10 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     started = time.perf_counter()
     options = options or FoldOptions()
     with phases.phase("load"):
-        model, path = as_ir_model(model, check)
+        model, path, light = as_ir_model(model, check, keep_light=True)
     if loaded is not None:
         loaded(model)
-    light = model.meta.pop(LIGHT_PROTO_KEY, None)
-    light = lighten(light) if light is not None and path is not None else None  # read here
+    light = lighten(light) if light is not None else None  # read here
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))
