@@ -108,9 +108,9 @@ class GraphFolder:
         self.progress = progress
         self.plan: ConstPlan = self._make_plan(outer)
         self.planned = set(self.plan.foldable)
-        qdq_refused = refuse_dequantization(self.plan.foldable, self.planned,
-                                            catalogue.kept_quantized, options.fold_qdq,
-                                            catalogue.requantizing)
+        qdq_refused, requantized = refuse_dequantization(
+            self.plan.foldable, self.planned, catalogue.kept_quantized, options.fold_qdq,
+            catalogue.requantizing)
         qdq_refused += refuse_unrounded(self.plan.foldable, self.planned, self.opset)
         self._prune_unreachable()
         budget = None if options.max_growth_bytes is None else \
@@ -119,7 +119,7 @@ class GraphFolder:
                     **(QUANTIZED if options.fold_qdq else {})}
         refused, growth = refuse_growth(self.plan, self.planned, graph, options.growth_factor,
                                         options.growth_min_bytes, budget, widening,
-                                        catalogue.requantizing)
+                                        catalogue.requantizing, requantized)
         stats.growth_bytes += growth
         self._prune_unreachable()
         self.policy_refused = qdq_refused + refused
