@@ -96,6 +96,8 @@ def install(t: Timers) -> None:
     import onnxfold.pipeline.passes as passes
 
     t.wrap(onnxfold.io, "load_model", "load")
+    # optimize reads a path with load_with_light_proto, by its own name
+    t.wrap(pipeline, "load_with_light_proto", "load (optimize's read)")
     t.wrap(reader, "_parse_graph_only", "  read and parse the graph (weights left on disk)")
     t.wrap(reader, "densify", "  densify sparse")
     t.wrap(reader, "_run_checker", "  onnx checker")
