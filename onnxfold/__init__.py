@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from onnxfold.runtime.split import split_model, write_split
 
 
-__getattr__ = lazy_attributes(__name__, _HOMES)
+__getattr__ = lazy_attributes(globals(), _HOMES)
 
 
 def __dir__() -> list[str]:

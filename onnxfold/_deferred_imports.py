@@ -5,6 +5,13 @@ arithmetic on symbolic dimensions, which folding never does. Placeholder modules
 sympy and for onnx-ir's parser of symbolic expressions (which reads sympy at import) in
 ``sys.modules``; the first attribute read imports the real module and the placeholder forwards
 to it from then on. Nothing changes when sympy is already imported or absent.
+
+Not ``importlib.util.LazyLoader`` (the importlib documentation's lazy-import recipe): a lazy
+module runs its code on *any* attribute read, and the ``import sympy`` statement in onnx-ir's
+``_core`` reads ``sympy.__spec__`` (the import system checks whether the module is still
+initializing), so sympy would load at once, as without deferral (CPython 3.11 to 3.13). A
+placeholder is a plain module whose ``__spec__`` is an ordinary attribute: only a real name
+(``sympy.Max``) triggers the import.
 """
 
 from __future__ import annotations

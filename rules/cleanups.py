@@ -12,11 +12,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.declare import (
-    UNKNOWN_OPS_KEY,
     MappedTensor,
+    RunSettings,
     drop_resident_pages,
     kept,
-    kept_in,
     load_catalogue,
 )
 from onnxfold.declare.patterns import cleanup
@@ -42,13 +41,13 @@ def _removable(node: ir.Node, graph: ir.Graph) -> bool:
 
 
 @cleanup("remove_identity", op_types=("Identity",))
-def remove_identity(model: ir.Model) -> int:
+def remove_identity(model: ir.Model, settings: RunSettings) -> int:
     """Identity nodes disappear where that is safe (graph outputs keep their names)."""
     removed = 0
     for graph in all_graphs(model):
         for node in list(graph):
             if not is_default_op(node, "Identity") or not _removable(node, graph) or \
-                    kept(node, kept_in(model)):
+                    kept(node, settings.keep):
                 continue
             x, y = node.inputs[0], node.outputs[0]
             assert x is not None  # _removable checked it
@@ -59,7 +58,7 @@ def remove_identity(model: ir.Model) -> int:
 
 
 @cleanup("constants_to_initializers", op_types=("Constant",))
-def constants_to_initializers(model: ir.Model) -> int:
+def constants_to_initializers(model: ir.Model, settings: RunSettings) -> int:
     """The main graph's ``Constant`` nodes become initializers (as onnxruntime does when it
     loads a model); subgraphs keep theirs, and so do string constants and IR 3 models."""
     if model.ir_version < 4:
@@ -67,7 +66,7 @@ def constants_to_initializers(model: ir.Model) -> int:
     graph = model.graph
     names = names_for(model)
     moved = 0
-    keep = kept_in(model)
+    keep = settings.keep
     for node in list(graph):
         if not is_default_op(node, "Constant") or len(node.outputs) != 1 or kept(node, keep):
             continue
@@ -149,7 +148,7 @@ def _groups(values: Iterable[ir.Value], key: Callable[[Any], object]) -> list[li
 
 
 @cleanup("dedupe_initializers")
-def dedupe_initializers(model: ir.Model) -> int:
+def dedupe_initializers(model: ir.Model, settings: RunSettings) -> int:
     """Identical initializers (same dtype, shape and bytes) become one; inputs are left alone.
 
     Candidates are narrowed by dtype and shape, then by a digest of a few sampled KiB; only
@@ -181,7 +180,7 @@ def dedupe_initializers(model: ir.Model) -> int:
 
 
 @cleanup("prune_subgraph_initializers")
-def prune_subgraph_initializers(model: ir.Model) -> int:
+def prune_subgraph_initializers(model: ir.Model, settings: RunSettings) -> int:
     """Initializers of subgraphs (Loop/If/Scan bodies) that nothing reads any more disappear.
 
     Folding a body's weight leaves the weight unused, and onnx-ir's unused-node pass only
@@ -229,14 +228,14 @@ def _node_key(node: ir.Node, nondeterministic: frozenset[str]) -> tuple | None:
 
 
 @cleanup("merge_duplicates")
-def merge_duplicates(model: ir.Model) -> int:
+def merge_duplicates(model: ir.Model, settings: RunSettings) -> int:
     """Nodes computing the same op of the same inputs with the same attributes become one (the
     copies of ``Reshape(dim, [1])`` or ``Where(mask, -inf, 0)`` exporters emit per layer).
     Never for non-deterministic ops, other domains or nodes with subgraphs."""
     # plugins (ops onnx does not know) may draw random numbers or keep state: never merged
-    nondeterministic = load_catalogue().nondeterministic | set(model.meta.get(UNKNOWN_OPS_KEY, ()))
+    nondeterministic = load_catalogue().nondeterministic | settings.unknown_ops
     names = names_for(model)
-    keep = kept_in(model)
+    keep = settings.keep
     merged = 0
     for graph in all_graphs(model):
         first: dict[tuple, ir.Node] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import derived_dims, describe_dim, input_dims, shared_dim_names
+from onnxfold.declare import derived_dims, describe_dim, input_dims
 from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
@@ -137,7 +137,7 @@ def _provably_its_input(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool
     static = ctx.shape(x)
     if static is not None and static == ctx.shape(out):
         return False  # drop_noop's (static shapes equal)
-    ambiguous = shared_dim_names(ctx.model)
+    ambiguous = ctx.shared_dim_names()
     before = input_dims(x, ambiguous)
     after = derived_dims(node, ctx.shape_value, ctx.array, ambiguous, steps=ctx.shape_steps)
     if before is None or after is None or None in before or tuple(after) != tuple(before):

@@ -12,7 +12,8 @@ Four sources, each a list of :class:`Input` (a name and a path):
 
 Every input is folded with the default options; the models tier, the exports, the wild corpus
 and the first :data:`FLAG_SEEDS` fuzz seeds also with each of :data:`VARIANTS`, the flags the
-tests set most (``--strict``, ``--allow-growth``, ``--fold-qdq --fold-fp16-casts``).
+tests set most (``--strict``, ``--allow-growth``, ``--fold-qdq --fold-fp16-casts``) and those
+the run's settings carry (``--keep`` of three ops, ``--assume-named-dims-equal``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "strict": {"strict": True},
     "allow-growth": {"growth_factor": None},
     "qdq-fp16": {"fold_qdq": True, "fold_fp16_casts": True},
+    # what the run's settings carry to patterns, cleanups and the dim algebra
+    "keep-named-dims": {"keep": ["Identity", "Transpose", "Reshape"],
+                        "assume_named_dims_equal": True},
 }
 FLAG_SEEDS = 200
 EXPORTS = {

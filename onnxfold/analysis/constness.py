@@ -44,13 +44,6 @@ class OpFacts(Protocol):
         ...
 
 
-KEEP_KEY = "onnxfold.keep"  # model.meta: the op types and node names the user keeps
-UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # model.meta: default-domain ops onnx does not know
-
-
-def kept_in(model: ir.Model) -> frozenset[str]:
-    """What the run optimizing ``model`` keeps (set by ``optimize``; empty otherwise)."""
-    return model.meta.get(KEEP_KEY, frozenset())
 
 
 def why_not_foldable(node: ir.Node, keep: Collection[str] = (), *,

@@ -195,15 +195,15 @@ def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
 
 
 DECLARED_KEY = "onnxfold.declared_type"  # Value.meta: typed before any inference
-_MARKED_KEY = "onnxfold.declared_marked"  # Model.meta: the values above have been marked
+MARKED_KEY = "onnxfold.declared_marked"  # Model.meta: the values above have been marked
 
 
 def mark_declared(model: ir.Model) -> None:
     """Mark the values typed before any inference (the model's own ``value_info``, inputs,
     outputs and initializers); done once per model, by its first inference."""
-    if model.meta.get(_MARKED_KEY):
+    if model.meta.get(MARKED_KEY):
         return
-    model.meta[_MARKED_KEY] = True
+    model.meta[MARKED_KEY] = True
     for graph in all_graphs(model):
         for node in graph:
             for value in node.outputs:
@@ -214,7 +214,7 @@ def mark_declared(model: ir.Model) -> None:
 def declared_names(model: ir.Model) -> set[str] | None:
     """Names of the values whose ``value_info`` the output keeps; None when the model was
     never inferred (everything it holds was declared)."""
-    if not model.meta.get(_MARKED_KEY):
+    if not model.meta.get(MARKED_KEY):
         return None
     return {value.name for graph in all_graphs(model) for node in graph
             for value in node.outputs if value.name and value.meta.get(DECLARED_KEY)}

@@ -16,7 +16,7 @@ Two dims are the same symbol when they are the same axis of the same value, or c
 name from shape inference (a graph input's ``dim_param``, or the name inference gave a dim it
 proved equal to it) - unless the inputs use that name more than once: onnxruntime does not
 check that such dims agree, so they prove nothing, except under the user's
-``--assume-named-dims-equal`` (``NAMED_DIMS_EQUAL_KEY``).
+``--assume-named-dims-equal`` (:func:`shared_dim_names`' ``assume_equal``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ from onnxfold.ir.slicing import onnx_slice
 
 MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, not shapes
 REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than the declared ones
-# Model.meta: True when the user assumes that the inputs' dims of one name are one value
-NAMED_DIMS_EQUAL_KEY = "onnxfold.symbolic.named_dims_equal"
 
 
 @dataclass(frozen=True)
@@ -94,11 +92,12 @@ class Known:
         return list(found)
 
 
-def shared_dim_names(model: ir.Model) -> frozenset[str]:
+def shared_dim_names(model: ir.Model, assume_equal: bool = False) -> frozenset[str]:
     """Dim names the model's inputs use more than once. onnxruntime does not check that dims
     of one name agree, so such a name proves nothing: its dims are told apart by axis. None
-    when the user assumes them equal (``NAMED_DIMS_EQUAL_KEY``): one name, one symbol."""
-    if model.meta.get(NAMED_DIMS_EQUAL_KEY):
+    when the user assumes them equal (``assume_equal``, ``--assume-named-dims-equal``): one
+    name, one symbol."""
+    if assume_equal:
         return frozenset()
     seen: dict[str, int] = {}
     for value in model.graph.inputs:
@@ -625,11 +624,12 @@ def describe_dim(atom: Sym, model: ir.Model) -> str:
     return f"`{atom}` of input {', '.join(owners)}" if owners else f"`{atom}`"
 
 
-def blocked_scaffolding(model: ir.Model, arrays: Arrays, steps: ShapeSteps
-                        ) -> list[tuple[ir.Node, list[str]]]:
-    """Nodes that compute shape values still dynamic, with the dims that block each."""
+def blocked_scaffolding(model: ir.Model, arrays: Arrays, steps: ShapeSteps,
+                        named_dims_equal: bool = False) -> list[tuple[ir.Node, list[str]]]:
+    """Nodes that compute shape values still dynamic, with the dims that block each
+    (``named_dims_equal``: see :func:`shared_dim_names`)."""
     found = []
-    ambiguous = shared_dim_names(model)
+    ambiguous = shared_dim_names(model, named_dims_equal)
     for graph in all_graphs(model):
         values = shape_values(graph, arrays, ambiguous, steps=steps)
         for node in graph:

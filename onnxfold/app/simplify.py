@@ -67,7 +67,7 @@ def _reference(model: ModelInput, specs: tuple[str, ...]) -> onnx.ModelProto | s
         return model
     if isinstance(model, ir.Model):
         model = ir.to_proto(model)  # optimize rewrites an ir.Model in place
-    reference, _ = as_ir_model(model, check=False)
+    reference, _, _ = as_ir_model(model, check=False)
     apply_input_shapes(reference, specs)
     inline_references(reference, set())  # weights in the model's files: into the proto
     return ir.to_proto(reference)

@@ -3,13 +3,14 @@
 Folders (:func:`folder`, :class:`OpFact`), patterns (:class:`P`, :class:`Var`, :class:`Reject`,
 :func:`pattern`, the :class:`RewriteContext` a pattern's check and rewrite receive), cleanups
 (:func:`cleanup`), size rules (:func:`output_bytes`), declines, and the few analysis facts a
-rule asks about (what the user keeps, symbolic dims and the dim algebra shape steps compute
-with, mapped weights). The catalogue
-(:func:`load_catalogue`) collects what the rules declare.
+rule asks about (the run's settings, such as what the user keeps; symbolic dims and the dim
+algebra shape steps compute with; mapped weights). The catalogue (:func:`load_catalogue`)
+collects what the rules declare.
 """
 
-from onnxfold.analysis.constness import UNKNOWN_OPS_KEY, kept, kept_in
+from onnxfold.analysis.constness import kept
 from onnxfold.analysis.declines import Decline, DeclineKind
+from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.symbolic import (
     MAX_ELEMENTS,
     Dim,
@@ -50,7 +51,6 @@ from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 
 __all__ = [
     "MAX_ELEMENTS",
-    "UNKNOWN_OPS_KEY",
     "Catalogue",
     "Check",
     "Decline",
@@ -64,6 +64,7 @@ __all__ = [
     "P",
     "Reject",
     "RewriteContext",
+    "RunSettings",
     "StepInputs",
     "Sym",
     "Var",
@@ -79,7 +80,6 @@ __all__ = [
     "has_factor",
     "input_dims",
     "kept",
-    "kept_in",
     "load_catalogue",
     "nonnegative",
     "normalize_index",

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import OpFacts, kept, kept_in, why_not_foldable
+from onnxfold.analysis.constness import OpFacts, kept, why_not_foldable
+from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.symbolic import (
     Dim,
     Known,
@@ -160,10 +161,11 @@ class PatternRule:
 
 @dataclass(frozen=True)
 class CleanupRule:
-    """A whole-model pass ``fn(model) -> number of changes``; ``op_types`` it removes."""
+    """A whole-model pass ``fn(model, settings) -> number of changes`` (``settings``: the
+    run's :class:`RunSettings`, e.g. what the user keeps); ``op_types`` it removes."""
 
     name: str
-    fn: Callable[[ir.Model], int]
+    fn: Callable[[ir.Model, RunSettings], int]
     source: str
     op_types: tuple[str, ...] = ()
 
@@ -205,7 +207,7 @@ def pattern(matches: P, *, check: Check | None = None, name: str | None = None
 
 
 def cleanup(name: str | None = None, op_types: Iterable[str] = ()) -> Callable:
-    """Declare a whole-model cleanup ``fn(model) -> number of changes``."""
+    """Declare a whole-model cleanup ``fn(model, settings) -> number of changes``."""
 
     def register(fn: Callable) -> Callable:
         return mark(fn, CleanupRule(name or fn.__name__, fn, source_of(fn), tuple(op_types)))
@@ -225,6 +227,7 @@ class RewriteContext:
     rejected_at: dict[ir.Node, str] | None = None  # node -> "rule: reason", when asked for
     # what each op does to shape values and dims (the catalogue's ``shape_steps``)
     shape_steps: ShapeSteps = field(kw_only=True, repr=False)
+    settings: RunSettings = field(default_factory=RunSettings, kw_only=True)
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
     _arrays: dict[ir.Value, np.ndarray | None] = field(default_factory=dict, repr=False)
     memo: dict[str, object] = field(default_factory=dict, repr=False)
@@ -236,7 +239,11 @@ class RewriteContext:
     @property
     def keep(self) -> frozenset[str]:
         """Op types and node names no pattern may match (``--keep``)."""
-        return kept_in(self.model)
+        return self.settings.keep
+
+    def shared_dim_names(self) -> frozenset[str]:
+        """The input dim names that prove nothing in this run (``symbolic.shared_dim_names``)."""
+        return shared_dim_names(self.model, self.settings.named_dims_equal)
 
     def is_constant(self, value: ir.Value | None) -> bool:
         return value is not None and value in self.constant
@@ -284,13 +291,13 @@ class RewriteContext:
             return found
         if self._shape_values is None:
             self._shape_values = shape_values(self.graph, self.array,
-                                              shared_dim_names(self.model),
+                                              self.shared_dim_names(),
                                               steps=self.shape_steps)
         return self._shape_values.get(value)
 
     def dim(self, value: ir.Value, axis: int) -> Dim | None:
         """Axis ``axis`` of ``value`` as an int or a symbol (``onnxfold.analysis.symbolic``)."""
-        return dim_symbol(value, axis, shared_dim_names(self.model))
+        return dim_symbol(value, axis, self.shared_dim_names())
 
     def single_use(self, value: ir.Value) -> bool:
         return len(value.uses()) == 1 and value not in self.graph.outputs

@@ -64,8 +64,9 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldO
     ``opset``: the default domain's opset the graph's nodes run at; ``growth_spent``: the bytes
     earlier folds of this run already grew the model by (``max_growth_bytes`` bounds the sum)."""
     planned = set(const.foldable)
-    qdq_refused = refuse_dequantization(const.foldable, planned, catalogue.kept_quantized,
-                                        options.fold_qdq, catalogue.requantizing)
+    qdq_refused, requantized = refuse_dequantization(
+        const.foldable, planned, catalogue.kept_quantized, options.fold_qdq,
+        catalogue.requantizing)
     qdq_refused += refuse_unrounded(const.foldable, planned, opset)
     _prune_unreachable(const, planned, shape_only)
     allowance = None if options.max_growth_bytes is None else \
@@ -74,7 +75,7 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldO
                 **(QUANTIZED if options.fold_qdq else {})}
     growth_refused, growth = refuse_growth(const, planned, graph, options.growth_factor,
                                            options.growth_min_bytes, allowance, widening,
-                                           catalogue.requantizing)
+                                           catalogue.requantizing, requantized)
     _prune_unreachable(const, planned, shape_only)
     order = [n for n in const.foldable if n in planned]
     on_onnxruntime = needing_onnxruntime(dict.fromkeys(order), catalogue, opset, model.graph,

@@ -26,7 +26,7 @@ constant float weight folds like any op (its result is 2-8x smaller than its sou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import onnx_ir as ir
 
@@ -38,7 +38,6 @@ HALF_FLOATS = {ir.DataType.FLOAT16: 2, ir.DataType.BFLOAT16: 2}
 QUANTIZED = {ir.DataType.INT8: 4, ir.DataType.UINT8: 4, ir.DataType.INT16: 2,
              ir.DataType.UINT16: 2, ir.DataType.INT4: 8, ir.DataType.UINT4: 8}
 SMALL_BYTES = 64  # a scalar or a shape: never counted as a copy of a shared weight
-_REQUANTIZED_KEY = "onnxfold.requantized"  # Node.meta: a kept_quantized node let through
 
 
 def _is_weight(value: ir.Value) -> bool:
@@ -99,12 +98,14 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                   growth_factor: float | None, growth_min_bytes: int,
                   max_growth_bytes: int | None, widening: dict[ir.DataType, int],
                   requantizing: frozenset[str],
+                  requantized: Collection[ir.Node] = frozenset(),
                   ) -> tuple[list[tuple[ir.Node, Reason]], int]:
     """Remove from ``planned`` the nodes whose kept results would grow the model; say why.
 
     ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
     the factor their bytes may grow by; ``requantizing``: the ops :func:`refuse_dequantization`
-    was given. Returns the refusals and the growth still planned.
+    was given; ``requantized``: the dequantizations it let through for their requantization.
+    Returns the refusals and the growth still planned.
     """
     origins_of = origins(plan)
     refused: list[tuple[ir.Node, Reason]] = []
@@ -135,7 +136,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
             # a dequantization let through for its requantization whose QuantizeLinear was
             # just refused: its float result would now be kept
             for node in plan.foldable:
-                if node in planned and node.meta.get(_REQUANTIZED_KEY) and \
+                if node in planned and node in requantized and \
                         not _requantized(node, planned, graph, requantizing):
                     refused.append((node, _KEPT_QUANTIZED))
                     planned.discard(node)
@@ -182,13 +183,15 @@ def _requantized(node: ir.Node, planned: set[ir.Node], graph: ir.Graph,
 
 def refuse_dequantization(foldable: list[ir.Node], planned: set[ir.Node],
                           kept_ops: frozenset[str], fold_qdq: bool,
-                          requantizing: frozenset[str]) -> list[tuple[ir.Node, Reason]]:
+                          requantizing: frozenset[str]
+                          ) -> tuple[list[tuple[ir.Node, Reason]], frozenset[ir.Node]]:
     """Quantized weights stay quantized unless ``fold_qdq``: their dequantizations (the ops
     ``rules/facts.py`` marks ``kept_quantized``) leave ``planned``, except those whose results
     are only requantized by planned nodes (of the ops it marks ``requantizes``: see the module
-    docstring); says why."""
+    docstring). Returns the refusals with why, and the dequantizations let through for their
+    requantization (what :func:`refuse_growth` must refuse if that requantization goes)."""
     if fold_qdq:
-        return []
+        return [], frozenset()
     candidates = [n for n in foldable if n.op_type in kept_ops and n in planned]
     graph = candidates[0].graph if candidates else None
     kept = []
@@ -202,7 +205,5 @@ def refuse_dequantization(foldable: list[ir.Node], planned: set[ir.Node],
                 kept.append(node)
                 changed = True
         changed = changed and any(n in planned for n in candidates)
-    for node in candidates:
-        if node in planned:
-            node.meta[_REQUANTIZED_KEY] = True
-    return [(n, _KEPT_QUANTIZED) for n in kept]
+    let_through = frozenset(node for node in candidates if node in planned)
+    return [(n, _KEPT_QUANTIZED) for n in kept], let_through

@@ -18,4 +18,4 @@ if TYPE_CHECKING:
     from onnxfold.io.writer import save_model
 
 
-__getattr__ = lazy_attributes(__name__, _HOMES)
+__getattr__ = lazy_attributes(globals(), _HOMES)

@@ -18,7 +18,6 @@ from typing import overload
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import UNKNOWN_OPS_KEY
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.errors import InputError
 from onnxfold.host.limits import limit_error, out_of_memory
@@ -45,6 +44,7 @@ LAZY_THRESHOLD = 4096  # smaller inline weights stay in the bytes read (a mappin
 WHOLE_READ_LIMIT = 32 << 20  # a model file up to this size is read at once to find its weights
 SOURCE_KEY = "onnxfold.source"  # Model.meta: the file a model was loaded from
 DATA_FILES_KEY = "onnxfold.data_files"  # Model.meta: the external-data files it was read from
+UNKNOWN_OPS_KEY = "onnxfold.unknown_ops"  # Model.meta: default-domain ops onnx does not know
 
 
 def _entry(key: str, value: str) -> bytes:
@@ -322,20 +322,25 @@ def _reordered(proto: onnx.ModelProto, reorders: Reorders) -> onnx.ModelProto:
     return proto
 
 
-LIGHT_PROTO_KEY = "onnxfold.light_proto"  # Model.meta: the graph as read, for shape inference
 _UNSORTED = "must be topologically sorted"  # onnx's checker, on a graph out of order
 
 
-def load_model(path: str | os.PathLike, check: bool = True,
-               keep_light: bool = False) -> ir.Model:
-    """Load ``path`` with weights memory-mapped; raise InputError on anything unreadable.
+def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
+    """Load ``path`` with weights memory-mapped; raise InputError on anything unreadable."""
+    return _load(os.fspath(path), check, keep_light=False)[0]
 
-    ``keep_light``: also keep, in ``model.meta[LIGHT_PROTO_KEY]``, the proto as read with its
-    large weights as typed graph inputs (what shape inference wants), when it describes the
-    model exactly (no graph needed sorting, no subgraph weight is external): the first
-    inference then need not serialize the model again.
-    """
-    path = os.fspath(path)
+
+def load_with_light_proto(path: str | os.PathLike, check: bool = True
+                          ) -> tuple[ir.Model, onnx.ModelProto | None]:
+    """:func:`load_model`, and the proto as read with its large weights as typed graph inputs
+    (what shape inference wants) when it describes the model exactly (no graph needed
+    sorting, no subgraph weight is external), else None: the first inference then need not
+    serialize the model again."""
+    return _load(os.fspath(path), check, keep_light=True)
+
+
+def _load(path: str, check: bool, keep_light: bool
+          ) -> tuple[ir.Model, onnx.ModelProto | None]:
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -380,13 +385,12 @@ def load_model(path: str | os.PathLike, check: bool = True,
     if unsorted:
         assert light is not None  # the checker ran on it
         unknown = _run_checker(_reordered(light, reorders), path)
-    if keep_light and light is not None and not any(reorders) and \
-            not _external_in_subgraphs(proto) and not _small_external(proto):
-        model.meta[LIGHT_PROTO_KEY] = light
+    describes = keep_light and light is not None and not any(reorders) and \
+        not _external_in_subgraphs(proto) and not _small_external(proto)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
-    return model
+    return model, light if describes else None
 
 
 def _named(path: str) -> InputError | None:

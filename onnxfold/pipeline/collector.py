@@ -16,19 +16,20 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-# Allocations between young collections (CPython's default: 700). Unusual numbers, so that the
-# threshold itself tells that a long_lived() is in effect, and whether its process exits after
-# it (no module-level state).
-YOUNG_THRESHOLD = 50_021
-YOUNG_THRESHOLD_EXITING = 50_023
+YOUNG_THRESHOLD = 50_000  # allocations between young collections (CPython's default: 700)
 FREEZE_MIN_NODES = 5_000  # below, a fold's full collections cost less than the final one
 
 
-def _in_effect() -> int | None:
-    """The threshold of the :func:`long_lived` in effect, if one is."""
-    young = gc.get_threshold()[0]
-    return young if young in (YOUNG_THRESHOLD, YOUNG_THRESHOLD_EXITING) else None
+@dataclass(frozen=True)
+class _InEffect:
+    """The outermost :func:`long_lived` running: whether its process goes on after it."""
+
+    collect_after: bool
+
+
+_in_effect: _InEffect | None = None  # set by the outermost long_lived() while it runs
 
 
 @contextlib.contextmanager
@@ -36,15 +37,17 @@ def long_lived(collect_after: bool = True) -> Iterator[None]:
     """Fewer collections for the duration. An inner use does nothing, and so does any use while
     the caller has objects of its own frozen (they stay as they are) or automatic collection
     off. ``collect_after``: False when the process exits right after (see the module doc)."""
+    global _in_effect
     old = gc.get_threshold()
-    if _in_effect() is not None or old[0] == 0 or gc.get_freeze_count():
+    if _in_effect is not None or old[0] == 0 or gc.get_freeze_count():
         yield
         return
-    young = YOUNG_THRESHOLD if collect_after else YOUNG_THRESHOLD_EXITING
-    gc.set_threshold(young, *old[1:])
+    gc.set_threshold(YOUNG_THRESHOLD, *old[1:])
+    _in_effect = _InEffect(collect_after)
     try:
         yield
     finally:
+        _in_effect = None
         gc.set_threshold(*old)
         if gc.get_freeze_count():  # settled() froze: it was not frozen when we began
             gc.unfreeze()
@@ -55,6 +58,5 @@ def long_lived(collect_after: bool = True) -> Iterator[None]:
 def settled(nodes: int) -> None:
     """A model of ``nodes`` nodes was just loaded: freeze what exists, so that collections
     skip it while :func:`long_lived` is in effect, if that pays (see the module doc)."""
-    young = _in_effect()
-    if young == YOUNG_THRESHOLD_EXITING or (young is not None and nodes >= FREEZE_MIN_NODES):
+    if _in_effect is not None and (not _in_effect.collect_after or nodes >= FREEZE_MIN_NODES):
         gc.freeze()

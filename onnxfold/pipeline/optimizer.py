@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,16 +26,21 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import PassError, PassManager, PassResult
 
-from onnxfold.analysis.constness import KEEP_KEY, UNKNOWN_OPS_KEY
-from onnxfold.analysis.shapes import lighten
-from onnxfold.analysis.symbolic import NAMED_DIMS_EQUAL_KEY, blocked_scaffolding
+from onnxfold.analysis.settings import RunSettings
+from onnxfold.analysis.shapes import MARKED_KEY, lighten
+from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.fold.folder import FoldOptions, GrowthLedger
 from onnxfold.fold.pool import BufferPool
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
-from onnxfold.io.reader import LIGHT_PROTO_KEY, SOURCE_KEY, model_from_proto
+from onnxfold.io.reader import (
+    SOURCE_KEY,
+    UNKNOWN_OPS_KEY,
+    load_with_light_proto,
+    model_from_proto,
+)
 from onnxfold.io.writer import inline_references, prune_value_info, restore_references
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import NAMES_KEY
@@ -101,12 +106,14 @@ class OptimizeResult:
 ModelInput = ir.Model | onnx.ModelProto | bytes | str | os.PathLike
 
 
-def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | None]:
+def as_ir_model(model: ModelInput, check: bool = True, keep_light: bool = False
+                ) -> tuple[ir.Model, str | None, onnx.ModelProto | None]:
     """An ``ir.Model`` for what the caller holds: a path (memory-mapped, checked), an
     ``onnx.ModelProto`` or its bytes (checked like a file; external data refused), or an
-    ``ir.Model`` (used as is). Also the path, when there is one."""
+    ``ir.Model`` (used as is). Also the path, when there is one, and with ``keep_light`` the
+    reader's proto of a file's model (``load_with_light_proto``; else None)."""
     if isinstance(model, ir.Model):
-        return model, None
+        return model, None, None
     if isinstance(model, bytes | bytearray | memoryview):
         foreign = describe_head(bytes(model[:HEAD_BYTES]), len(model))
         if foreign is not None:
@@ -116,20 +123,26 @@ def as_ir_model(model: ModelInput, check: bool = True) -> tuple[ir.Model, str | 
         except Exception:  # protobuf's DecodeError
             raise InputError("bytes given: not an ONNX model") from None
     if isinstance(model, onnx.ModelProto):
-        return model_from_proto(model, check=check), None
+        return model_from_proto(model, check=check), None, None
     path = os.fspath(model)  # type: ignore[arg-type]  # str or PathLike by elimination
-    return load_model(path, check=check, keep_light=True), path
+    if not keep_light:
+        return load_model(path, check=check), path, None
+    loaded, light = load_with_light_proto(path, check=check)
+    return loaded, path, light
 
 
 def build_pipeline(options: FoldOptions, log: list[PassResult],
                    progress: Callable[[int, int], None] | None = None,
                    skipped: frozenset[str] = frozenset(),
                    light: onnx.ModelProto | None = None,
-                   phases: Phases | None = None) -> PassManager:
+                   phases: Phases | None = None,
+                   settings: RunSettings | None = None) -> PassManager:
     """The passes of ``optimize`` for these options, each appending its result to ``log``;
     ``skipped`` names rules and passes (``fold``, ``prune``) left out after they failed;
     ``light``: the reader's proto of the model, for the first shape inference; ``phases``: the
-    clock each pass's time counts on."""
+    clock each pass's time counts on; ``settings``: what rewrites and cleanups read (by default
+    the options' own, :func:`run_settings`, knowing of no plugin ops)."""
+    settings = settings or run_settings(options)
     def timed(passes: list) -> list:
         passes = [p if isinstance(p, PassManager) else Recorded(p, log) for p in passes]
         if phases is None:
@@ -143,7 +156,7 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
     growth = GrowthLedger()
     state = RoundState()
     rounds: list[Rewrite | Fold | Prune | RefineShapes]
-    rounds = [Rewrite(catalogue, options, state),
+    rounds = [Rewrite(catalogue, options, state, settings),
               Fold(catalogue, options, state, pool, growth, progress),
               Prune(options),
               RefineShapes(options, state)]
@@ -157,10 +170,19 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
         InferShapes(light if not inline and not options.input_shapes else None),
         PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
         *([FoldFunctions(catalogue, options, pool, growth)] if functions else []),
-        Cleanups(catalogue, options.strict),
+        Cleanups(catalogue, options.strict, settings),
         *([Prune(options)] if "prune" not in skipped else []),
         Sorted(options.strict),
     ]))
+
+
+def run_settings(options: FoldOptions, unknown_ops: Iterable[str] = ()) -> RunSettings:
+    """The settings of a run with ``options`` for the rules and passes below the pipeline;
+    ``unknown_ops``: the model's default-domain op types onnx does not know (the reader's
+    ``UNKNOWN_OPS_KEY``)."""
+    return RunSettings(keep=frozenset(options.keep),
+                       named_dims_equal=options.assume_named_dims_equal,
+                       unknown_ops=frozenset(unknown_ops))
 
 
 MAX_RESTARTS = 4
@@ -194,19 +216,17 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     started = time.perf_counter()
     options = options or FoldOptions()
     with phases.phase("load"):
-        model, path = as_ir_model(model, check)
+        model, path, light = as_ir_model(model, check, keep_light=True)
     if loaded is not None:
         loaded(model)
-    light = model.meta.pop(LIGHT_PROTO_KEY, None)
-    light = lighten(light) if light is not None and path is not None else None  # read here
+    light = lighten(light) if light is not None else None  # read here
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
-    model.meta[KEEP_KEY] = frozenset(options.keep)
-    model.meta[NAMED_DIMS_EQUAL_KEY] = options.assume_named_dims_equal
+    settings = run_settings(options, model.meta.get(UNKNOWN_OPS_KEY, ()))
     before = model_counts(model)
     settled(before.nodes)
     skipped: dict[str, str] = {}
@@ -221,7 +241,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         results: list[PassResult] = []
         try:
             _run(build_pipeline(options, results, progress, frozenset(skipped) | frozen,
-                                light=None if skipped else light, phases=phases), model)
+                                light=None if skipped else light, phases=phases,
+                                settings=settings), model)
             break
         except StepFailed as failure:
             if pristine is None or failure.step in skipped:
@@ -237,7 +258,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
                            "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
         report.warnings += stats.warnings
-        blocked = blocked_scaffolding(model, source_array, load_catalogue().shape_steps)
+        blocked = blocked_scaffolding(model, source_array, load_catalogue().shape_steps,
+                                      options.assume_named_dims_equal)
         report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
                                   "blocked_by": "; ".join(dims)} for node, dims in blocked]
         report.leftovers = group_leftovers(model, report.declined_nodes, report.dynamic_shapes,
@@ -259,8 +281,17 @@ def _run(pipeline: PassManager, model: ir.Model) -> None:
 
 
 def _restore(model: ir.Model, fresh: ir.Model) -> None:
-    """Make ``model`` (the caller's object) hold ``fresh``'s content."""
-    for slot in ("graph", "ir_version", "producer_name", "producer_version", "domain",
-                 "model_version", "doc_string", "_functions", "_metadata_props"):
-        setattr(model, slot, getattr(fresh, slot))
+    """Make ``model`` (the caller's object: ``optimize`` changes an ``ir.Model`` in place)
+    hold ``fresh``'s content, through onnx-ir's public attributes and dicts. What
+    ``model.meta`` remembers of the old graph goes: its name allocator, and the mark that its
+    declared types were recorded (the fresh graph's are recorded by its first inference)."""
+    model.graph = fresh.graph
+    model.ir_version, model.producer_name = fresh.ir_version, fresh.producer_name
+    model.producer_version, model.domain = fresh.producer_version, fresh.domain
+    model.model_version, model.doc_string = fresh.model_version, fresh.doc_string
+    model.functions.clear()
+    model.functions.update(fresh.functions)
+    model.metadata_props.clear()
+    model.metadata_props.update(fresh.metadata_props)
     model.meta.pop(NAMES_KEY, None)
+    model.meta.pop(MARKED_KEY, None)

@@ -22,8 +22,8 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult, PostconditionError, PreconditionError
 
-from onnxfold.analysis.constness import kept_in
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
+from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
@@ -97,15 +97,17 @@ class Rewrite(InPlacePass):
 
     name = "rewrite"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, state: RoundState) -> None:
+    def __init__(self, catalogue: Catalogue, options: FoldOptions, state: RoundState,
+                 settings: RunSettings) -> None:
         self.catalogue, self.options, self.state = catalogue, options, state
+        self.settings = settings
 
     def call(self, model: ir.Model) -> RewriteResult:
         rejected: Counter = Counter()
         rejected_at: dict[ir.Node, str] = {}
         done = rewrite(model, self.catalogue, rejected,
                        self.options.inputs_are_constant, strict=self.options.strict,
-                       rejected_at=rejected_at)
+                       rejected_at=rejected_at, settings=self.settings)
         self.state.rewritten = bool(done.hits)
         # converged: a next round's rewrite finds nothing new unless a later pass changes the
         # model, and that pass then asks for the round itself
@@ -170,14 +172,15 @@ def _pool_empty(pool: BufferPool, strict: bool) -> None:
         raise PostconditionError(f"buffers left in the pool after folding: {pool.keys()[:5]}")
 
 
-def remove_dead_nodes(model: ir.Model) -> int:
-    """Remove nodes whose outputs nothing reads (all graphs), and the main graph's unused
-    initializers that are not inputs; return how many nodes went.
+def remove_dead_nodes(model: ir.Model, keep: frozenset[str] = frozenset()) -> int:
+    """Remove nodes whose outputs nothing reads (all graphs), except those ``keep`` names (op
+    types and node names), and the main graph's unused initializers that are not inputs;
+    return how many nodes went.
 
     (onnx-ir's RemoveUnusedNodesPass also trims a node's trailing empty inputs, which turns a
     valid ``Loop(M, "")`` into an invalid ``Loop(M)``.)
     """
-    removed, keep = 0, kept_in(model)
+    removed = 0
     while True:  # a node gone in a subgraph may leave an outer value unread
         graphs = all_graphs(model)
         gone = sum(remove_dead_nodes_in(graph, keep) for graph in graphs)
@@ -217,7 +220,7 @@ class Prune(InPlacePass):
                 if value.name in graph.initializers and not value.uses() and \
                         value not in outputs:
                     graph.inputs.remove(value)
-        remove_dead_nodes(model)
+        remove_dead_nodes(model, frozenset(self.options.keep))
 
 
 class RefineShapes(InPlacePass):
@@ -289,9 +292,9 @@ class Cleanups(InPlacePass):
 
     name = "cleanups"
 
-    def __init__(self, catalogue: Catalogue, strict: bool) -> None:
-        self.catalogue, self.strict = catalogue, strict
+    def __init__(self, catalogue: Catalogue, strict: bool, settings: RunSettings) -> None:
+        self.catalogue, self.strict, self.settings = catalogue, strict, settings
 
     def call(self, model: ir.Model) -> CleanupsResult:
-        hits = run_cleanups(model, self.catalogue, strict=self.strict)
+        hits = run_cleanups(model, self.catalogue, strict=self.strict, settings=self.settings)
         return CleanupsResult(model, bool(hits), hits)

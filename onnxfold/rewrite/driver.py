@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
+from onnxfold.analysis.settings import DEFAULTS, RunSettings
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.patterns import PatternRule, Reject, RewriteContext
 from onnxfold.ir.graph import all_graphs
@@ -23,13 +24,14 @@ MAX_ITERATIONS = 10
 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
             inputs_are_constant: bool = False, constant_inputs: bool = False,
-            strict: bool = True, rejected_at: dict[ir.Node, str] | None = None) -> Rewritten:
+            strict: bool = True, rejected_at: dict[ir.Node, str] | None = None,
+            settings: RunSettings = DEFAULTS) -> Rewritten:
     """Apply the catalogue's patterns everywhere until nothing changes.
 
     ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``). A
     rule that raises raises ``StepFailed`` with its name (unless ``strict``).
     ``rejected_at`` receives each node a pattern declined, with the rule and its reason (the
-    report groups them by module).
+    report groups them by module). ``settings``: the run's, for the patterns (``ctx.settings``).
     """
 
     hits: Counter = Counter()
@@ -43,7 +45,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
                               constant_inputs=constant_inputs and graph is model.graph,
                               facts=facts)
             ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at,
-                                 shape_steps=catalogue.shape_steps)
+                                 shape_steps=catalogue.shape_steps, settings=settings)
             trying = _Trying()
             changed |= contained(trying, strict,
                                  functools.partial(_sweep, ctx, by_op, hits, trying))
@@ -101,11 +103,13 @@ def _sweep(ctx: RewriteContext, by_op: dict[str, list[PatternRule]], hits: Count
     return changed
 
 
-def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True) -> Counter:
+def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,
+                 settings: RunSettings = DEFAULTS) -> Counter:
+    """Run each cleanup of ``catalogue`` once, given the run's ``settings``; hits per rule."""
 
     hits: Counter = Counter()
     for rule in catalogue.cleanups:
-        n = contained(rule.name, strict, functools.partial(rule.fn, model))
+        n = contained(rule.name, strict, functools.partial(rule.fn, model, settings))
         if n:
             hits[rule.name] += n
     return hits

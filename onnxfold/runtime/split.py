@@ -255,15 +255,18 @@ def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str],
     if compile_time == "fold":
         optimize(model, options)
     return split_model(model, runtime_constants,
-                       separate_compile_time=compile_time == "separate")
+                       separate_compile_time=compile_time == "separate",
+                       keep=frozenset(options.keep) if options is not None else frozenset())
 
 
 def split_model(model: ir.Model, runtime_constants: Iterable[str],
-                separate_compile_time: bool = False) -> SplitModels:
+                separate_compile_time: bool = False,
+                keep: frozenset[str] = frozenset()) -> SplitModels:
     """Split ``model`` (changed in place into the entry model) around its runtime constants.
 
     ``separate_compile_time`` puts compile-time constant subgraphs, unfolded, in a separate
-    ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs.
+    ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs; ``keep``:
+    op types and node names (``--keep``) whose nodes stay even when nothing reads them.
     """
     graph = model.graph
     rt_inputs = match_inputs(graph, runtime_constants)
@@ -292,7 +295,7 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     for value in fold_inputs:
         if not value.uses() and value not in graph.outputs:
             graph.inputs.remove(value)
-    remove_dead_nodes(model)
+    remove_dead_nodes(model, keep)
     manifest = build_manifest(model, runtime, compiletime,
                               [cast(str, v.name) for v in rt_inputs])  # graph inputs: named
     return SplitModels(model, runtime, compiletime, manifest)

@@ -50,12 +50,12 @@ try:
     if call == "optimize":
         onnxfold.optimize(model, loaded=damaged)
     elif call == "simplify":
-        load = onnxfold.pipeline.optimizer.load_model
+        load = onnxfold.pipeline.optimizer.load_with_light_proto  # optimize's read of a file
         def loaded_then_damaged(*args, **kwargs):
             loaded = load(*args, **kwargs)
             damaged()
             return loaded
-        onnxfold.pipeline.optimizer.load_model = loaded_then_damaged
+        onnxfold.pipeline.optimizer.load_with_light_proto = loaded_then_damaged
         onnxfold.simplify(model)
     elif call == "optimize-read-model":  # its weights mapped and read before the damage
         loaded = onnxfold.load_model(model)

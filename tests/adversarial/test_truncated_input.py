@@ -4,7 +4,8 @@ Each time a weight is handed out, the size check refuses it (mapped or not); the
 with ``pread``, which comes back short. A read past the new end of a view already handed out
 would be SIGBUS, which the CLI turns into the same kind of one-line error
 (``onnxfold.io.faults``).
-The truncation is made deterministic by a wrapper around ``load_model`` in the child process.
+The truncation is made deterministic by a wrapper around ``load_with_light_proto`` (how
+``optimize`` reads a file) in the child process.
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ from tests.support.cli_exit import TIMEOUT, assert_one_line_error
 CHILD = """
 import os, sys, numpy as np
 import onnxfold.io.reader as reader
-load, (mode, data, model, out) = reader.load_model, sys.argv[1:]
-def truncating_load(*args, **kwargs):
-    loaded = load(*args, **kwargs)
+load, (mode, data, model, out) = reader.load_with_light_proto, sys.argv[1:]
+def truncating_load(*args, **kwargs):  # what optimize reads its input with
+    loaded, light = load(*args, **kwargs)
     if mode == "mapped":
         for value in loaded.graph.initializers.values():
             np.asarray(value.const_value)  # map the weight's pages
     if mode != "writing":
         os.truncate(data, 4096)
-    return loaded
-reader.load_model = truncating_load
+    return loaded, light
+reader.load_with_light_proto = truncating_load
 import onnxfold.io.segments as segments
 write = segments.write
 def truncating_write(fd, parts, *rest, **options):

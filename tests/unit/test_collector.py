@@ -129,7 +129,7 @@ def test_a_caller_s_own_threshold_equal_to_ours_is_not_mistaken_for_a_fold():
     # settled() freezes only inside the fold's own long_lived(), not whenever the young
     # threshold has a value a caller may have chosen too: nothing would unfreeze those objects
     old, frozen = gc.get_threshold(), gc.get_freeze_count()
-    gc.set_threshold(50_000, *old[1:])  # the fold's own threshold, then
+    gc.set_threshold(YOUNG_THRESHOLD, *old[1:])  # the fold's own threshold
     try:
         with collector.long_lived():
             collector.settled(10**6)

@@ -29,7 +29,7 @@ def _broken(*_args, **_kwargs):
     raise ValueError("a bug in a rule")
 
 
-BROKEN_CLEANUP = CleanupRule("broken_cleanup", lambda model: _broken(), "test:1")
+BROKEN_CLEANUP = CleanupRule("broken_cleanup", lambda model, settings: _broken(), "test:1")
 BROKEN_PATTERN = PatternRule("broken_pattern", P("Add"), _broken, None, "test:2")
 
 
@@ -63,3 +63,50 @@ def test_an_in_memory_model_is_restored_in_place(monkeypatch, save):
     result = onnxfold.optimize(model, FoldOptions())
     assert result.model is model and result.report.skipped_steps
     assert [n.op_type for n in model.graph] == ["Add"]
+
+
+def _model_with_function_and_metadata():
+    """y = local.Twice(x) (a model-local function), with metadata_props and a declared
+    ``value_info`` for an intermediate value."""
+    body = [helper.make_node("Add", ["a", "a"], ["b"])]
+    twice = helper.make_function("local", "Twice", ["a"], ["b"], body,
+                                 [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Twice", ["r"], ["y"], domain="local")]
+    proto = make_model(nodes, [vinfo("x", shape=[2])], [vinfo("y", shape=[2])])
+    proto.opset_import.append(helper.make_opsetid("local", 1))
+    proto.functions.append(twice)
+    proto.metadata_props.add(key="author", value="test")
+    proto.graph.value_info.append(vinfo("r", shape=[2]))
+    return proto
+
+
+def _restored(monkeypatch):
+    """``_model_with_function_and_metadata`` as an ``ir.Model``, optimized with a cleanup
+    that fails: the run starts again from a copy taken first, restored into this object."""
+    import onnx_ir as ir
+
+    patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
+    monkeypatch.setattr("onnxfold.pipeline.optimizer.load_catalogue", lambda: patched)
+    model = ir.serde.deserialize_model(_model_with_function_and_metadata())
+    result = onnxfold.optimize(model, FoldOptions())
+    assert result.model is model and result.report.skipped_steps
+    return model
+
+
+def test_a_restored_model_keeps_its_functions_and_metadata(monkeypatch, tmp_path):
+    model = _restored(monkeypatch)
+    assert list(model.functions) == [("local", "Twice", "")]
+    assert model.metadata_props == {"author": "test"}
+    out = tmp_path / "out.onnx"
+    onnxfold.save_model(model, out)
+    x = np.array([-1, 2], np.float32)
+    np.testing.assert_array_equal(run_ort(str(out), {"x": x})[0], [0, 4])
+
+
+def test_a_restored_model_keeps_the_types_it_declared(monkeypatch, tmp_path):
+    import onnx
+
+    out = tmp_path / "out.onnx"
+    onnxfold.save_model(_restored(monkeypatch), out)
+    assert [v.name for v in onnx.load(out).graph.value_info] == ["r"]  # as without the failure

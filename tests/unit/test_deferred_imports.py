@@ -38,3 +38,13 @@ def test_public_names_resolve_on_first_use():
                "print(all(h.startswith('onnxfold.') for h in homes))\n"
                "print(names == sorted(onnxfold._HOMES), callable(onnxfold.compare))")
     assert out.splitlines() == ["False", "True", "True True"]
+
+
+def test_import_statements_of_sympy_after_onnxfold_do_not_load_it():
+    """What onnx-ir's own ``import sympy`` does when onnx_ir is imported after onnxfold (the
+    reason the placeholders are not ``importlib.util.LazyLoader`` modules, which that
+    statement would load)."""
+    out = _run("import onnxfold, sys\n"
+               "import sympy, onnx_ir, onnx_ir._symbolic_shapes\n"
+               "print('sympy.core' in sys.modules)")
+    assert out == "False"

@@ -59,7 +59,7 @@ def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, monkeypatch, c
     from onnxfold.declare.catalogue import Catalogue, load_catalogue
     from onnxfold.declare.patterns import CleanupRule
 
-    def corrupt(model):  # a stand-in for a rewrite bug: a node onnxruntime does not know
+    def corrupt(model, settings):  # a stand-in for a rewrite bug: a node onnxruntime does not know
         next(iter(model.graph)).op_type = "NoSuchOp"
         return 1
 

@@ -1,5 +1,5 @@
 """The first shape inference of a model ``optimize`` read itself uses the reader's proto
-(``LIGHT_PROTO_KEY``) instead of serializing the model again, and the result is the same, byte
+(``load_with_light_proto``) instead of serializing the model again, and the result is the same, byte
 for byte, as from a model loaded and handed over (which serializes), also where the file's
 value_info contradicts an initializer or a small initializer is external data."""
 
@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from onnxfold import FoldOptions, InputError
 from onnxfold.analysis import shapes
-from onnxfold.io.reader import LIGHT_PROTO_KEY, load_model
+from onnxfold.io.reader import load_model, load_with_light_proto
 from onnxfold.pipeline.optimizer import optimize
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import run_ort
@@ -82,9 +82,9 @@ def test_an_unsorted_graph_is_checked_once_sorted_and_keeps_no_proto(tmp_path):
     first, then checked (from a file and from memory); the reader's proto, in the file's
     order, is not kept for inference."""
     path = _unsorted(tmp_path)
-    assert LIGHT_PROTO_KEY not in load_model(path, keep_light=True).meta
+    assert load_with_light_proto(path)[1] is None
     onnx.save(_model(), tmp_path / "sorted.onnx")
-    assert LIGHT_PROTO_KEY in load_model(tmp_path / "sorted.onnx", keep_light=True).meta
+    assert load_with_light_proto(tmp_path / "sorted.onnx")[1] is not None
     feeds = {"x": np.ones((3, 512), np.float32)}
     want = run_ort(str(path), feeds)[0]
     for given in (str(path), onnx.load(str(path))):
@@ -106,9 +106,10 @@ def test_an_unsorted_graph_that_is_also_invalid_is_still_refused(tmp_path):
 def test_only_optimize_s_own_read_is_trusted(tmp_path, calls):
     path = tmp_path / "m.onnx"
     onnx.save(_model(), path)
-    model = load_model(path, keep_light=True)  # then changed by the caller
+    model, light = load_with_light_proto(path)  # then changed by the caller
+    assert light is not None
     optimize(model, FoldOptions(strict=True))
-    assert calls and LIGHT_PROTO_KEY not in model.meta
+    assert calls  # an ir.Model carries no proto of its own: inference serializes it
 
 
 def test_lighten_moves_what_serialize_light_moves():

@@ -86,3 +86,25 @@ def test_a_requantization_behind_a_kept_dequantization_folds_into_one_int8_weigh
                                   _requantized_by_onnxruntime(model))
     assert folded.ByteSize() <= model.ByteSize()
     np.testing.assert_array_equal(_run(folded, feeds), _run(model, feeds))
+
+
+def test_the_dequantization_let_through_is_returned_not_marked_on_the_node():
+    """refuse_dequantization hands refuse_growth the dequantizations it let through as a value:
+    nothing stays on the nodes for a later run with other options to misread."""
+    import onnx_ir as ir
+
+    from onnxfold.declare.catalogue import load_catalogue
+    from onnxfold.fold.policy import refuse_dequantization
+
+    model = ir.serde.deserialize_model(_model("MatMul")[0])
+    dequantize, quantize, dequantize_again, _ = list(model.graph)
+    foldable = [dequantize, quantize, dequantize_again]
+    planned = set(foldable)
+    catalogue = load_catalogue()
+    refused, let_through = refuse_dequantization(foldable, planned, catalogue.kept_quantized,
+                                                 False, catalogue.requantizing)
+    assert let_through == {dequantize}  # requantized right after: folds
+    assert [node for node, _ in refused] == [dequantize_again]  # read as float: stays
+    assert all(not node.meta for node in foldable)
+    assert refuse_dequantization(foldable, set(foldable), catalogue.kept_quantized, True,
+                                 catalogue.requantizing) == ([], frozenset())

@@ -1,0 +1,31 @@
+"""The user's settings of one run that analysis, passes and rules read, as one value.
+
+``optimize`` builds a :class:`RunSettings` from its ``FoldOptions`` (and what the reader found
+in the model) and hands it to the passes; the rewrite driver puts it in each
+:class:`~onnxfold.declare.RewriteContext` and gives it to each cleanup. Passing it keeps these
+settings out of ``model.meta``, where any function holding the model could read them and a
+model reused after ``optimize`` would still carry them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the user asked of this run, for the code below the pipeline.
+
+    ``keep``: op types and node names never folded, rewritten or removed (``--keep``);
+    ``named_dims_equal``: dims of one name on several inputs are one symbol
+    (``--assume-named-dims-equal``; see ``symbolic.shared_dim_names``); ``unknown_ops``:
+    default-domain op types the installed onnx does not know (plugins), which may draw random
+    numbers or keep state, so no cleanup merges two of them.
+    """
+
+    keep: frozenset[str] = frozenset()
+    named_dims_equal: bool = False
+    unknown_ops: frozenset[str] = frozenset()
+
+
+DEFAULTS = RunSettings()  # a run with no option set (what a caller of the driver gets)
