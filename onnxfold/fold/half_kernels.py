@@ -1,5 +1,5 @@
-"""Float16 and bfloat16 folds that onnxruntime would not round: ops it has no kernel of that
-type for.
+"""Float16 and bfloat16 folds that onnxruntime would not round: ops it has no kernel of that type
+for.
 
 onnxruntime's CPU provider has float16 kernels for a few ops only (Cast, Transpose, Gather,
 Slice, Sign, ...: its registry, ``get_all_opkernel_def``). Any other op on float16 runs in
@@ -7,20 +7,20 @@ float32 between Casts it inserts, and the Casts between two such ops cancel out,
 included: a chain of them computes in float32 throughout and rounds once, where its value meets
 an op with a float16 kernel or leaves the graph. Folding one of them into a float16 initializer
 rounds its result there: exact where onnxruntime rounds too, not where the value flows on into
-another op without a kernel (fuzz seeds 45513, 48969, 55680: a folded Gemm, a Reciprocal
-summed with cancellation, 1-30 float16 ulps off), nor into an op with a kernel that sits between
-two without one, which onnxruntime then runs in float32 as well (a review: Add -> Reshape ->
-Add). So such a node folds only where its value is the graph's output and nothing else reads
-it; onnxruntime's own constant folding declines every op without a kernel. And where one does
-fold, its rule runs in float32 and rounds once, as onnxruntime does (a Sum of three, Sigmoid).
+another op without a kernel (a folded Gemm, or a Reciprocal summed with cancellation, ends 1-30
+float16 ulps off), nor into an op with a kernel that sits between two without one, which
+onnxruntime then runs in float32 as well (Add -> Reshape -> Add). So such a node folds only
+where its value is the graph's output and nothing else reads it; onnxruntime's own constant
+folding declines every op without a kernel. And where one does fold, its rule runs in float32
+and rounds once, as onnxruntime does (a Sum of three, Sigmoid).
 
-A Cast to float16 has a kernel, but onnxruntime merges it with the Cast it inserts before an
-op without one, and its rounding (or overflow to inf) goes. Its optimizer folds a Cast of an
+A Cast to float16 has a kernel, but onnxruntime merges it with the Cast it inserts before an op
+without one, and its rounding (or overflow to inf) goes. Its optimizer folds a Cast of an
 initializer first, rounding as onnxfold does (only with every optimization off does the merge
-happen: seed 77782); a Cast of a value only onnxfold knows, such as ``Size(x)`` of a static
-shape, it merges at every level (a review: Size 2049 -> Cast -> Sub 2048 gave 1 in onnxruntime,
-0 folded). So a Cast to float16 of anything but an initializer or a Constant folds like an op
-without a kernel.
+happen); a Cast of a value only onnxfold knows, such as ``Size(x)`` of a static shape, it merges
+at every level (Size 2049 -> Cast -> Sub 2048 gives 1 in onnxruntime, 0 rounded in float16). So
+a Cast to float16 of anything but an initializer or a Constant folds like an op without a
+kernel.
 """
 
 from __future__ import annotations

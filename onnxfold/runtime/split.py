@@ -1,4 +1,4 @@
-"""Runtime constants: split a model into ``runtime_fold`` and ``entry`` (the seed design).
+"""Runtime constants: split a model into ``runtime_fold`` (run once) and ``entry`` (every call).
 
 Graph inputs the user marks as constant at run time (weights fed at the first call) make a
 three-level lattice: compile-time constants (folded by the fold pass), runtime constants (depend
