@@ -36,6 +36,7 @@ from onnxfold.analysis.symbolic import (
     known_constant,
     shape_values,
     shared_dim_names,
+    updated_shape_values,
 )
 from onnxfold.declare.registry import mark, source_of
 from onnxfold.ir.constants import source_array
@@ -316,6 +317,16 @@ class RewriteContext:
         self._shape_values = shape_values(self.graph, self.array, shared_dim_names(self.model),
                                           steps=self.shape_steps)
         return self._shape_values
+
+    def update_shape_values(self, previous: dict[ir.Value, Known],
+                            changed_nodes: set[ir.Node]) -> set[ir.Value]:
+        """Take this graph's shape values from ``previous`` (what an earlier context of it
+        computed) with the nodes changed since computed again; return the values whose shape
+        value or refined dims changed (``symbolic.updated_shape_values``)."""
+        self._shape_values, changed = updated_shape_values(
+            self.graph, previous, changed_nodes, self.array, shared_dim_names(self.model),
+            steps=self.shape_steps)
+        return changed
 
     def dim(self, value: ir.Value, axis: int) -> Dim | None:
         """Axis ``axis`` of ``value`` as an int or a symbol (``onnxfold.analysis.symbolic``)."""

@@ -6,8 +6,9 @@ type, the first sweep tries every node once in graph order, and after a rewrite 
 near it (the rewrite's surroundings and what lies within the reach of the deepest pattern, both
 ways) are marked to be tried again: later in the same sweep if they come after it, else in the
 next one. A later sweep tries only the marked nodes, plus the readers of values whose constness
-or shape value changed: each sweep plans every graph's constants again, and computes its shape
-values again if a rule asked for them in the sweep before. When nothing is marked the driver
+or shape value changed: each sweep plans every graph's constants again and, if a rule asked for
+its shape values in the sweep before, updates them for the nodes rewrites changed (computing
+again only those and what their changes reach). When nothing is marked the driver
 stops without trying a node, instead of confirming with a sweep of the whole model.
 
 A rule that raises is contained: ``StepFailed`` with its name unless not strict.
@@ -18,12 +19,12 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
-from onnxfold.analysis.symbolic import REFINED_KEY, Known
+from onnxfold.analysis.symbolic import Known
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.patterns import P, PatternRule, Reject, RewriteContext
 from onnxfold.ir.graph import all_graphs
@@ -122,46 +123,44 @@ def near(starts: Iterable[ir.Node], hops: int) -> set[ir.Node]:
 @dataclass
 class _Seen:
     """What the rules of a graph's last sweep read beyond its nodes: the constants, and the
-    shape values with the refined dims (if a rule asked for them)."""
+    shape values (if a rule asked for them)."""
 
     constant: set[ir.Value]
     shape_values: dict[ir.Value, Known] | None
-    refined: dict[ir.Value, object] = field(default_factory=dict)
 
 
 class _Worklist:
-    """The nodes whose patterns are to be tried (every node, at first), and what each graph's
-    last sweep saw, to mark the readers of what changed since."""
+    """The nodes whose patterns are to be tried (every node, at first), the nodes rewrites
+    changed since their graph's last sweep, and what each graph's last sweep saw, to mark the
+    readers of what changed since."""
 
     def __init__(self, reach: int) -> None:
         self.reach = reach
         self.marked: set[ir.Node] = set()
+        self.changed: set[ir.Node] = set()
         self.seen: dict[ir.Graph, _Seen] = {}
 
     def begin(self, graph: ir.Graph, ctx: RewriteContext) -> None:
         """Before a sweep of ``graph``: a graph not swept before is marked whole; else the
-        readers of values whose constness or shape value changed since its last sweep."""
+        readers of values whose constness or shape value changed since its last sweep (the
+        shape values updated for the nodes rewrites changed)."""
         last = self.seen.get(graph)
+        edited = {node for node in self.changed if node.graph is graph}
+        self.changed = {node for node in self.changed
+                        if node.graph is not None and node.graph is not graph}
         if last is None:
             self.marked.update(graph)
             return
         changed = last.constant.symmetric_difference(ctx.constant)
         if last.shape_values is not None:
-            now = ctx.compute_shape_values()
-            changed.update(v for v in now.keys() | last.shape_values.keys()
-                           if now.get(v) != last.shape_values.get(v))
-            refined = _refined(graph)
-            changed.update(v for v in refined.keys() | last.refined.keys()
-                           if refined.get(v) != last.refined.get(v))
+            changed |= ctx.update_shape_values(last.shape_values, edited)
         if changed:
             readers = [use.node for v in changed for use in v.uses()]
             producers = [p for v in changed if (p := v.producer()) is not None]
             self.marked.update(near(readers + producers, self.reach))
 
     def end(self, graph: ir.Graph, ctx: RewriteContext) -> None:
-        computed = ctx.computed_shape_values()
-        self.seen[graph] = _Seen(ctx.constant, computed,
-                                 _refined(graph) if computed is not None else {})
+        self.seen[graph] = _Seen(ctx.constant, ctx.computed_shape_values())
 
     def any_marked(self, graph: ir.Graph) -> bool:
         return any(node.graph is graph for node in self.marked)
@@ -178,13 +177,8 @@ class _Worklist:
         within reach of them now."""
         alive = [node for node in touched if node.graph is not None]
         self.marked.update(near(alive, self.reach))
+        self.changed.update(near(alive, 1))  # new nodes are next to the surroundings
         touched.clear()
-
-
-def _refined(graph: ir.Graph) -> dict[ir.Value, object]:
-    """The refined dims (``REFINED_KEY``) the last shape values left on ``graph``'s values."""
-    return {v: dims for node in graph for v in node.outputs
-            if (dims := v.meta.get(REFINED_KEY)) is not None}
 
 
 class _Trying:
