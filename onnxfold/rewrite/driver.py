@@ -3,13 +3,14 @@ and the cleanups.
 
 As MLIR's greedy pattern driver and tinygrad's ``graph_rewrite``: the rules are indexed by op
 type, the first sweep tries every node once in graph order, and after a rewrite only the nodes
-near it (the rewrite's surroundings and what lies within the reach of the deepest pattern, both
-ways) are marked to be tried again: later in the same sweep if they come after it, else in the
-next one. A later sweep tries only the marked nodes, plus the readers of values whose constness
-or shape value changed: each sweep plans every graph's constants again and, if a rule asked for
-its shape values in the sweep before, updates them for the nodes rewrites changed (computing
-again only those and what their changes reach). When nothing is marked the driver
-stops without trying a node, instead of confirming with a sweep of the whole model.
+near it are marked to be tried again (its surroundings, the nodes next to them, and their
+readers within the depth of the deepest pattern): later in the same sweep if they come after
+it, else in the next one. A later sweep tries only the marked nodes, plus the readers of
+values whose constness or shape value changed: each sweep plans every graph's constants again
+and, if a rule asked for its shape values in the sweep before, updates them for the nodes
+rewrites changed (computing again only those and what their changes reach). When nothing is
+marked the driver stops without trying a node, instead of confirming with a sweep of the
+whole model.
 
 A rule that raises is contained: ``StepFailed`` with its name unless not strict.
 """
@@ -32,7 +33,7 @@ from onnxfold.rewrite.steps import contained
 
 MAX_ITERATIONS = 10
 RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
-REACH_MARGIN = 1  # hops beyond the deepest pattern that a rewrite marks (checks look further)
+REACH_MARGIN = 1  # reader hops a rewrite marks beyond what the deepest pattern needs
 
 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
@@ -49,7 +50,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
     facts = load_catalogue()  # every rule's op facts, whatever ``catalogue`` leaves out
-    work = _Worklist(reach=pattern_reach(by_op) + REACH_MARGIN)
+    work = _Worklist(reach=pattern_reach(by_op) - 1 + REACH_MARGIN)
     tried = 0
     for sweeps in range(1, MAX_ITERATIONS + 1):
         changed = False
@@ -94,23 +95,26 @@ def pattern_depth(pattern: P) -> int:
 
 
 def pattern_reach(by_op: dict[str, list[PatternRule]]) -> int:
-    """The depth of the deepest pattern: how far a change can be from a root it affects."""
+    """The depth of the deepest pattern: a change affects the roots up to one less reader
+    links below it."""
     return max((pattern_depth(rule.pattern) for rules in by_op.values() for rule in rules),
                default=1)
 
 
-def near(starts: Iterable[ir.Node], hops: int) -> set[ir.Node]:
-    """``starts`` and every node within ``hops`` producer or reader links of one of them."""
+def near(starts: Iterable[ir.Node], hops: int, *, upstream: bool = True) -> set[ir.Node]:
+    """``starts`` and every node within ``hops`` reader links of one of them (and producer
+    links, if ``upstream``)."""
     found = set(starts)
     frontier = list(found)
     for _ in range(hops):
         step: list[ir.Node] = []
         for node in frontier:
-            for value in node.inputs:
-                producer = value.producer() if value is not None else None
-                if producer is not None and producer not in found:
-                    found.add(producer)
-                    step.append(producer)
+            if upstream:
+                for value in node.inputs:
+                    producer = value.producer() if value is not None else None
+                    if producer is not None and producer not in found:
+                        found.add(producer)
+                        step.append(producer)
             for value in node.outputs:
                 for use in value.uses():
                     if use.node not in found:
@@ -156,8 +160,7 @@ class _Worklist:
             changed |= ctx.update_shape_values(last.shape_values, edited)
         if changed:
             readers = [use.node for v in changed for use in v.uses()]
-            producers = [p for v in changed if (p := v.producer()) is not None]
-            self.marked.update(near(readers + producers, self.reach))
+            self.marked.update(near(readers, self.reach, upstream=False))
 
     def end(self, graph: ir.Graph, ctx: RewriteContext) -> None:
         self.seen[graph] = _Seen(ctx.constant, ctx.computed_shape_values())
@@ -174,10 +177,11 @@ class _Worklist:
 
     def rewritten(self, touched: set[ir.Node]) -> None:
         """Mark what a rewrite changed: ``touched`` (its surroundings before it) and the nodes
-        within reach of them now."""
-        alive = [node for node in touched if node.graph is not None]
-        self.marked.update(near(alive, self.reach))
-        self.changed.update(near(alive, 1))  # new nodes are next to the surroundings
+        next to them now (new nodes are), and their readers within reach (a pattern matches
+        upwards from its root: a change concerns the roots downstream of it)."""
+        edited = near([node for node in touched if node.graph is not None], 1)
+        self.changed |= edited
+        self.marked |= near(edited, self.reach, upstream=False)
         touched.clear()
 
 
