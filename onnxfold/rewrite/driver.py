@@ -166,7 +166,8 @@ class _Worklist:
         self.seen[graph] = _Seen(ctx.constant, ctx.computed_shape_values())
 
     def any_marked(self, graph: ir.Graph) -> bool:
-        return any(node.graph is graph for node in self.marked)
+        marked = self.marked
+        return any(node in marked for node in graph)  # the graph's size, not the marks'
 
     def take(self, node: ir.Node) -> bool:
         """Whether ``node`` is marked (and unmark it: it is about to be tried)."""
@@ -174,6 +175,15 @@ class _Worklist:
             self.marked.discard(node)
             return True
         return False
+
+    def added(self, nodes: list[ir.Node]) -> None:
+        """Mark the nodes a sweep's rewrites added to its graph, what is next to them and
+        their readers within reach (what the surroundings of a rewrite may not reach: the
+        inner nodes of a chain it inserted)."""
+        if nodes:
+            edited = near(nodes, 1)
+            self.changed |= edited
+            self.marked |= near(edited, self.reach, upstream=False)
 
     def rewritten(self, touched: set[ir.Node]) -> None:
         """Mark what a rewrite changed: ``touched`` (its surroundings before it) and the nodes
@@ -205,13 +215,17 @@ class _Sweep:
     def run(self) -> bool:
         """Try the patterns at every marked node of the graph; whether anything changed."""
         graph, work, changed = self.ctx.graph, self.work, False
-        for node in list(graph):
+        nodes = list(graph)
+        for node in nodes:
             for _ in range(RETRIES_PER_NODE):  # a rewritten node may match another pattern now
                 if node.graph is not graph or not work.take(node):
                     break  # removed by a rewrite in this sweep, or nothing changed near it
                 if not self._try(node):
                     break
                 changed = True
+        if changed:  # nodes a rewrite added or moved here (an inlined branch) wait for the next
+            before = set(nodes)
+            work.added([node for node in graph if node not in before])
         return changed
 
     def _try(self, node: ir.Node) -> bool:
