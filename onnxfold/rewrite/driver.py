@@ -81,7 +81,8 @@ class Rewritten:
 
     hits: Counter
     converged: bool
-    sweeps: int = 0  # over every graph; the last one found nothing if converged
+    sweeps: int = 0  # over every graph; if converged, the last one rewrote nothing
+    # (it may have tried no node: nothing was marked)
     tried: int = 0  # nodes whose patterns were tried, over every sweep (a retry counts again)
 
     def __bool__(self) -> bool:
