@@ -560,6 +560,7 @@ class _Known(dict):
         super().__init__()
         self.arrays = arrays
         self.not_constant: set[ir.Value] = set()
+        self.placeholders: dict[str, Dim] | None = None  # the walk's (``updated_shape_values``)
 
     def get(self, value: ir.Value, default: Known | None = None  # type: ignore[override]
             ) -> Known | None:
@@ -590,22 +591,113 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
     ``ambiguous``: :func:`shared_dim_names`; ``steps``: what each op does (the catalogue's
     ``shape_steps``)."""
     known = _Known(arrays)
-    inputs_dims = frozenset(
-        name for value in graph.inputs for dim in value.shape or ()
-        if isinstance(name := getattr(dim, "value", None), str) and name
-        and name not in ambiguous)
-    inputs = frozenset(id(value) for value in graph.inputs)
-    placeholders: dict[str, Dim] = {}
+    walk = _Walk(graph, known, arrays, ambiguous, steps)
+    for node in graph:
+        if node.domain in DEFAULT_DOMAINS:
+            walk.visit(node)
+    known.placeholders = walk.placeholders
+    return known
+
+
+def updated_shape_values(graph: ir.Graph, previous: dict[ir.Value, Known],
+                         changed_nodes: set[ir.Node], arrays: Arrays,
+                         ambiguous: frozenset[str] = frozenset(), *, steps: ShapeSteps
+                         ) -> tuple[dict[ir.Value, Known], set[ir.Value]]:
+    """:func:`shape_values` of ``graph`` after edits at ``changed_nodes`` (added, rewired or
+    reading rerouted values), from what it was before (``previous``, for the same arrays,
+    ``ambiguous`` and steps), and the values whose shape value or refined dims changed.
+
+    Only the changed nodes, and the readers of values that changed in turn, are computed
+    again; the others keep their results. When a node computed again names a dim that others
+    may share a symbol with (``_refined_dim``'s placeholders), everything is computed again."""
+    old_placeholders = getattr(previous, "placeholders", None)
+    if old_placeholders is None:
+        return _recomputed(graph, previous, arrays, ambiguous, steps)
+    known = _Known(arrays)
+    walk = _Walk(graph, known, arrays, ambiguous, steps)
+    changed: set[ir.Value] = set()
     for node in graph:
         if node.domain not in DEFAULT_DOMAINS:
             continue
-        _refine(node, known, arrays, ambiguous, inputs, inputs_dims, placeholders, steps)
-        if len(node.outputs) != 1:
+        if node not in changed_nodes and not any(v in changed for v in node.inputs):
+            walk.keep(node, previous)
             continue
-        found = _step(node, known, arrays, ambiguous, steps)
+        if _names_placeholder(node, ambiguous, walk.inputs_dims, old_placeholders):
+            return _recomputed(graph, previous, arrays, ambiguous, steps)
+        before = [(v, v.meta.get(REFINED_KEY), dict.get(previous, v)) for v in node.outputs]
+        walk.visit(node)
+        changed.update(v for v, refined, value in before
+                       if v.meta.get(REFINED_KEY) != refined or dict.get(known, v) != value)
+    if walk.placeholders != old_placeholders:
+        return _recomputed(graph, previous, arrays, ambiguous, steps)
+    known.placeholders = walk.placeholders
+    return known, changed
+
+
+def _recomputed(graph: ir.Graph, previous: dict[ir.Value, Known], arrays: Arrays,
+                ambiguous: frozenset[str], steps: ShapeSteps
+                ) -> tuple[dict[ir.Value, Known], set[ir.Value]]:
+    """:func:`shape_values` computed whole, and the values whose result changed."""
+    refined = {v: v.meta.get(REFINED_KEY) for node in graph for v in node.outputs}
+    known = shape_values(graph, arrays, ambiguous, steps=steps)
+    changed = {v for v, dims in refined.items() if v.meta.get(REFINED_KEY) != dims}
+    changed.update(v for v in dict.keys(known) | dict.keys(previous)
+                   if dict.get(known, v) != dict.get(previous, v))
+    return known, changed
+
+
+def _names_placeholder(node: ir.Node, ambiguous: frozenset[str], inputs_dims: frozenset[str],
+                       placeholders: dict[str, Dim]) -> bool:
+    """Whether an output of ``node`` declares a dim whose name has a placeholder symbol."""
+    for out in node.outputs:
+        for dim in out.shape or ():
+            name = getattr(dim, "value", None)
+            if isinstance(name, str) and name in placeholders and name not in inputs_dims \
+                    and name not in ambiguous:
+                return True
+    return False
+
+
+class _Walk:
+    """One walk of a graph in order for :func:`shape_values`: each node's refined dims and the
+    shape value of its output."""
+
+    def __init__(self, graph: ir.Graph, known: _Known, arrays: Arrays,
+                 ambiguous: frozenset[str], steps: ShapeSteps) -> None:
+        self.known, self.arrays, self.ambiguous, self.steps = known, arrays, ambiguous, steps
+        self.inputs_dims = frozenset(
+            name for value in graph.inputs for dim in value.shape or ()
+            if isinstance(name := getattr(dim, "value", None), str) and name
+            and name not in ambiguous)
+        self.inputs = frozenset(id(value) for value in graph.inputs)
+        self.placeholders: dict[str, Dim] = {}
+
+    def visit(self, node: ir.Node) -> None:
+        known = self.known
+        _refine(node, known, self.arrays, self.ambiguous, self.inputs, self.inputs_dims,
+                self.placeholders, self.steps)
+        if len(node.outputs) != 1:
+            return
+        found = _step(node, known, self.arrays, self.ambiguous, self.steps)
         if found is not None and len(found.elements) <= MAX_ELEMENTS and _fits(found):
             known[node.outputs[0]] = found
-    return known
+
+    def keep(self, node: ir.Node, previous: dict[ir.Value, Known]) -> None:
+        """What ``node`` gave before: its output's shape value, and the placeholder symbols
+        its refined dims recorded (the first node naming a dim records it)."""
+        for out in node.outputs:
+            value = dict.get(previous, out)
+            if value is not None:
+                self.known[out] = value
+            refined = out.meta.get(REFINED_KEY)
+            if refined is None or out.shape is None or len(refined) != len(out.shape):
+                continue
+            for dim, found in zip(out.shape, refined):
+                name = getattr(dim, "value", None)
+                if found is not None and isinstance(name, str) and name and \
+                        name not in self.placeholders and name not in self.inputs_dims \
+                        and name not in self.ambiguous:
+                    self.placeholders[name] = found
 
 
 def describe_dim(atom: Sym, model: ir.Model) -> str:

@@ -37,6 +37,7 @@ from onnxfold.analysis.symbolic import (
     known_constant,
     shape_values,
     shared_dim_names,
+    updated_shape_values,
 )
 from onnxfold.declare.registry import mark, source_of
 from onnxfold.ir.constants import source_array
@@ -155,8 +156,25 @@ class PatternRule:
             return False
         verdict = self.check(ctx, **captures) if self.check is not None else True
         if verdict is True:
+            if ctx.touched is not None:
+                ctx.touched.update(_surroundings(captures.values()))
             self.rewrite(ctx, **captures)
         return verdict
+
+
+def _surroundings(captured: Iterable[object]) -> set[ir.Node]:
+    """The matched nodes, the producers of the values they and the matched values read, and
+    the readers of what they compute: where a rewrite of the match changes the graph."""
+    found: set[ir.Node | None] = set()
+    for part in captured:
+        if isinstance(part, ir.Node):
+            found.add(part)
+            found.update(v.producer() for v in part.inputs if v is not None)
+            found.update(use.node for v in part.outputs for use in v.uses())
+        elif isinstance(part, ir.Value):
+            found.add(part.producer())
+            found.update(use.node for use in part.uses())
+    return {node for node in found if node is not None}
 
 
 @dataclass(frozen=True)
@@ -230,6 +248,9 @@ class RewriteContext:
     settings: RunSettings = field(default_factory=RunSettings, kw_only=True)
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
     _arrays: dict[ir.Value, np.ndarray | None] = field(default_factory=dict, repr=False)
+    touched: set[ir.Node] | None = field(default=None, kw_only=True, repr=False)
+    """Where the driver collects, before each rewrite, the nodes the rewrite may change
+    (:func:`_surroundings` of its match), to try the rules there again."""
     memo: dict[str, object] = field(default_factory=dict, repr=False)
     """What a rule computed about the graph for this sweep; emptied when a node is added
     (``add_node``). A rewrite that reroutes existing values without adding a node keeps it:
@@ -289,11 +310,30 @@ class RewriteContext:
         found = known_constant(value, self.array)
         if found is not None:
             return found
-        if self._shape_values is None:
-            self._shape_values = shape_values(self.graph, self.array,
-                                              self.shared_dim_names(),
-                                              steps=self.shape_steps)
-        return self._shape_values.get(value)
+        computed = self._shape_values
+        if computed is None:
+            computed = self.compute_shape_values()
+        return computed.get(value)
+
+    def computed_shape_values(self) -> dict[ir.Value, Known] | None:
+        """The shape values of this graph if a rule asked for them (None if none did)."""
+        return self._shape_values
+
+    def compute_shape_values(self) -> dict[ir.Value, Known]:
+        """The shape values of this graph, computed now (what :meth:`shape_value` reads)."""
+        self._shape_values = shape_values(self.graph, self.array, self.shared_dim_names(),
+                                          steps=self.shape_steps)
+        return self._shape_values
+
+    def update_shape_values(self, previous: dict[ir.Value, Known],
+                            changed_nodes: set[ir.Node]) -> set[ir.Value]:
+        """Take this graph's shape values from ``previous`` (what an earlier context of it
+        computed) with the nodes changed since computed again; return the values whose shape
+        value or refined dims changed (``symbolic.updated_shape_values``)."""
+        self._shape_values, changed = updated_shape_values(
+            self.graph, previous, changed_nodes, self.array, self.shared_dim_names(),
+            steps=self.shape_steps)
+        return changed
 
     def dim(self, value: ir.Value, axis: int) -> Dim | None:
         """Axis ``axis`` of ``value`` as an int or a symbol (``onnxfold.analysis.symbolic``)."""

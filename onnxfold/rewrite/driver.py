@@ -1,25 +1,40 @@
-"""The rewrite driver: sweeps of the catalogue's patterns until nothing changes, and the cleanups.
+"""The rewrite driver: the catalogue's patterns applied from a worklist until nothing changes,
+and the cleanups.
 
-Each sweep plans every graph's constants, then tries the patterns of each node's op type at
-every node (a rule that raises is contained: ``StepFailed`` with its name unless not strict).
+As MLIR's greedy pattern driver and tinygrad's ``graph_rewrite``: the rules are indexed by op
+type, the first sweep tries every node once in graph order, and after a rewrite only the nodes
+near it are marked to be tried again (its surroundings, the nodes next to them, and their
+readers within the depth of the deepest pattern): later in the same sweep if they come after
+it, else in the next one. A later sweep tries only the marked nodes, plus the readers of
+values whose constness or shape value changed: each sweep plans every graph's constants again
+and, if a rule asked for its shape values in the sweep before, updates them for the nodes
+rewrites changed (computing again only those and what their changes reach). When nothing is
+marked the driver stops without trying a node, instead of confirming with a sweep of the
+whole model.
+
+A rule that raises is contained: ``StepFailed`` with its name unless not strict.
 """
 
 from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
 from onnxfold.analysis.settings import DEFAULTS, RunSettings
+from onnxfold.analysis.symbolic import Known
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.declare.patterns import PatternRule, Reject, RewriteContext
+from onnxfold.declare.patterns import P, PatternRule, Reject, RewriteContext
 from onnxfold.ir.graph import all_graphs
 from onnxfold.rewrite.steps import contained
 
 MAX_ITERATIONS = 10
+RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
+REACH_MARGIN = 1  # reader hops a rewrite marks beyond what the deepest pattern needs
 
 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
@@ -33,11 +48,12 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     ``rejected_at`` receives each node a pattern declined, with the rule and its reason (the
     report groups them by module). ``settings``: the run's, for the patterns (``ctx.settings``).
     """
-
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
     facts = load_catalogue()  # every rule's op facts, whatever ``catalogue`` leaves out
+    work = _Worklist(reach=pattern_reach(by_op) - 1 + REACH_MARGIN)
+    tried = 0
     for sweeps in range(1, MAX_ITERATIONS + 1):
         changed = False
         for graph in all_graphs(model):
@@ -45,13 +61,20 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
                               constant_inputs=constant_inputs and graph is model.graph,
                               facts=facts)
             ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at,
-                                 shape_steps=catalogue.shape_steps, settings=settings)
+                                 shape_steps=catalogue.shape_steps, settings=settings,
+                                 touched=set())
+            work.begin(graph, ctx)
+            if not work.any_marked(graph):
+                work.end(graph, ctx)
+                continue
             trying = _Trying()
-            changed |= contained(trying, strict,
-                                 functools.partial(_sweep, ctx, by_op, hits, trying))
+            sweep = _Sweep(ctx, by_op, hits, trying, work)
+            changed |= contained(trying, strict, sweep.run)
+            tried += sweep.tried
+            work.end(graph, ctx)
         if not changed:
-            return Rewritten(hits, converged=True, sweeps=sweeps)
-    return Rewritten(hits, converged=False, sweeps=MAX_ITERATIONS)
+            return Rewritten(hits, converged=True, sweeps=sweeps, tried=tried)
+    return Rewritten(hits, converged=False, sweeps=MAX_ITERATIONS, tried=tried)
 
 
 @dataclass
@@ -61,10 +84,119 @@ class Rewritten:
 
     hits: Counter
     converged: bool
-    sweeps: int = 0  # over every graph; the last one found nothing if converged
+    sweeps: int = 0  # over every graph; if converged, the last one rewrote nothing
+    # (it may have tried no node: nothing was marked)
+    tried: int = 0  # nodes whose patterns were tried, over every sweep (a retry counts again)
 
     def __bool__(self) -> bool:
         return bool(self.hits)
+
+
+def pattern_depth(pattern: P) -> int:
+    """How many nodes deep ``pattern`` matches (1: its root alone)."""
+    inner = [pattern_depth(sub) for sub in pattern.inputs or () if isinstance(sub, P)]
+    return 1 + max(inner, default=0)
+
+
+def pattern_reach(by_op: dict[str, list[PatternRule]]) -> int:
+    """The depth of the deepest pattern: a change affects the roots up to one less reader
+    links below it."""
+    return max((pattern_depth(rule.pattern) for rules in by_op.values() for rule in rules),
+               default=1)
+
+
+def near(starts: Iterable[ir.Node], hops: int, *, upstream: bool = True) -> set[ir.Node]:
+    """``starts`` and every node within ``hops`` reader links of one of them (and producer
+    links, if ``upstream``)."""
+    found = set(starts)
+    frontier = list(found)
+    for _ in range(hops):
+        step: list[ir.Node] = []
+        for node in frontier:
+            if upstream:
+                for value in node.inputs:
+                    producer = value.producer() if value is not None else None
+                    if producer is not None and producer not in found:
+                        found.add(producer)
+                        step.append(producer)
+            for value in node.outputs:
+                for use in value.uses():
+                    if use.node not in found:
+                        found.add(use.node)
+                        step.append(use.node)
+        frontier = step
+    return found
+
+
+@dataclass
+class _Seen:
+    """What the rules of a graph's last sweep read beyond its nodes: the constants, and the
+    shape values (if a rule asked for them)."""
+
+    constant: set[ir.Value]
+    shape_values: dict[ir.Value, Known] | None
+
+
+class _Worklist:
+    """The nodes whose patterns are to be tried (every node, at first), the nodes rewrites
+    changed since their graph's last sweep, and what each graph's last sweep saw, to mark the
+    readers of what changed since."""
+
+    def __init__(self, reach: int) -> None:
+        self.reach = reach
+        self.marked: set[ir.Node] = set()
+        self.changed: set[ir.Node] = set()
+        self.seen: dict[ir.Graph, _Seen] = {}
+
+    def begin(self, graph: ir.Graph, ctx: RewriteContext) -> None:
+        """Before a sweep of ``graph``: a graph not swept before is marked whole; else the
+        readers of values whose constness or shape value changed since its last sweep (the
+        shape values updated for the nodes rewrites changed)."""
+        last = self.seen.get(graph)
+        edited = {node for node in self.changed if node.graph is graph}
+        self.changed = {node for node in self.changed
+                        if node.graph is not None and node.graph is not graph}
+        if last is None:
+            self.marked.update(graph)
+            return
+        changed = last.constant.symmetric_difference(ctx.constant)
+        if last.shape_values is not None:
+            changed |= ctx.update_shape_values(last.shape_values, edited)
+        if changed:
+            readers = [use.node for v in changed for use in v.uses()]
+            self.marked.update(near(readers, self.reach, upstream=False))
+
+    def end(self, graph: ir.Graph, ctx: RewriteContext) -> None:
+        self.seen[graph] = _Seen(ctx.constant, ctx.computed_shape_values())
+
+    def any_marked(self, graph: ir.Graph) -> bool:
+        marked = self.marked
+        return any(node in marked for node in graph)  # the graph's size, not the marks'
+
+    def take(self, node: ir.Node) -> bool:
+        """Whether ``node`` is marked (and unmark it: it is about to be tried)."""
+        if node in self.marked:
+            self.marked.discard(node)
+            return True
+        return False
+
+    def added(self, nodes: list[ir.Node]) -> None:
+        """Mark the nodes a sweep's rewrites added to its graph, what is next to them and
+        their readers within reach (what the surroundings of a rewrite may not reach: the
+        inner nodes of a chain it inserted)."""
+        if nodes:
+            edited = near(nodes, 1)
+            self.changed |= edited
+            self.marked |= near(edited, self.reach, upstream=False)
+
+    def rewritten(self, touched: set[ir.Node]) -> None:
+        """Mark what a rewrite changed: ``touched`` (its surroundings before it) and the nodes
+        next to them now (new nodes are), and their readers within reach (a pattern matches
+        upwards from its root: a change concerns the roots downstream of it)."""
+        edited = near([node for node in touched if node.graph is not None], 1)
+        self.changed |= edited
+        self.marked |= near(edited, self.reach, upstream=False)
+        touched.clear()
 
 
 class _Trying:
@@ -75,32 +207,48 @@ class _Trying:
     def __str__(self) -> str:
         return self.name
 
-RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
 
+class _Sweep:
+    """One sweep of a graph: the marked nodes, in graph order."""
 
-def _sweep(ctx: RewriteContext, by_op: dict[str, list[PatternRule]], hits: Counter,
-           trying: _Trying) -> bool:
-    """Try the patterns once at every node of ``ctx.graph``; whether anything changed."""
-    graph, rejected, changed = ctx.graph, ctx.rejected, False
-    for node in list(graph):
-        for _ in range(RETRIES_PER_NODE):  # a rewritten node may match another pattern now
-            if node.graph is not graph:
-                break  # removed by a rewrite in this sweep
-            hit = False
-            for rule in by_op.get(node.op_type, ()):
-                trying.name = rule.name
-                outcome = rule.apply(node, ctx)
-                if outcome is True:
-                    hits[rule.name] += 1
-                    changed = hit = True
+    def __init__(self, ctx: RewriteContext, by_op: dict[str, list[PatternRule]], hits: Counter,
+                 trying: _Trying, work: _Worklist) -> None:
+        self.ctx, self.by_op, self.hits, self.trying, self.work = ctx, by_op, hits, trying, work
+        self.tried = 0
+
+    def run(self) -> bool:
+        """Try the patterns at every marked node of the graph; whether anything changed."""
+        graph, work, changed = self.ctx.graph, self.work, False
+        nodes = list(graph)
+        for node in nodes:
+            for _ in range(RETRIES_PER_NODE):  # a rewritten node may match another pattern now
+                if node.graph is not graph or not work.take(node):
+                    break  # removed by a rewrite in this sweep, or nothing changed near it
+                if not self._try(node):
                     break
-                if isinstance(outcome, Reject):
-                    rejected[f"{rule.name}: {outcome.reason}"] += 1
-                    if ctx.rejected_at is not None:
-                        ctx.rejected_at[node] = f"{rule.name}: {outcome.reason}"
-            if not hit:
-                break
-    return changed
+                changed = True
+        if changed:  # nodes a rewrite added or moved here (an inlined branch) wait for the next
+            before = set(nodes)
+            work.added([node for node in graph if node not in before])
+        return changed
+
+    def _try(self, node: ir.Node) -> bool:
+        """Try each pattern of ``node``'s op type until one rewrites; whether one did."""
+        ctx, rejected = self.ctx, self.ctx.rejected
+        self.tried += 1
+        rules = self.by_op.get(node.op_type, ())
+        for rule in rules:
+            self.trying.name = rule.name
+            outcome = rule.apply(node, ctx)
+            if outcome is True:
+                self.hits[rule.name] += 1
+                self.work.rewritten(ctx.touched or {node})
+                return True
+            if isinstance(outcome, Reject):
+                rejected[f"{rule.name}: {outcome.reason}"] += 1
+                if ctx.rejected_at is not None:
+                    ctx.rejected_at[node] = f"{rule.name}: {outcome.reason}"
+        return False
 
 
 def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,

@@ -47,3 +47,41 @@ def test_a_rewritten_node_is_tried_again_in_the_same_sweep():
     model, done = _rewritten(proto)
     assert [n.op_type for n in model.graph] == ["Relu"]
     assert done.sweeps == 2
+
+
+def test_a_later_sweep_tries_only_the_nodes_near_a_rewrite():
+    """The worklist: the sweep after a rewrite tries the nodes within reach of it, not the 40
+    untouched Tanh nodes after it (the old confirmation sweep tried every node again)."""
+    chain = [helper.make_node("Tanh", [f"t{i}"], [f"t{i + 1}" if i < 39 else "y"])
+             for i in range(40)]
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["f"]),
+             helper.make_node("Relu", ["f"], ["r"]),
+             helper.make_node("Reshape", ["r", "back"], ["t0"]), *chain]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3, 4])], [vinfo("y", shape=[2, 3, 4])],
+                       [tensor("flat", np.array([2, 12], np.int64)),
+                        tensor("back", np.array([2, 3, 4], np.int64))])
+    model, done = _rewritten(proto)
+    assert [n.op_type for n in model.graph] == ["Relu"] + ["Tanh"] * 40
+    assert done.sweeps == 2
+    first_sweep = len(nodes)
+    assert first_sweep < done.tried <= first_sweep + 12, done.tried
+
+
+def test_the_inner_nodes_of_an_inlined_branch_are_tried():
+    """If(true) inlines its branch, Reshape -> Relu -> Relu, before the If's reader: the
+    no-op Reshape, two links above anything the rewrite touched, is removed in the same call."""
+    branch_nodes = [helper.make_node("Reshape", ["x", "same"], ["r0"]),
+                    helper.make_node("Relu", ["r0"], ["r1"]),
+                    helper.make_node("Relu", ["r1"], ["r2"])]
+    then_branch = helper.make_graph(branch_nodes, "then", [], [vinfo("r2", shape=[2, 3, 4])])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                                    [vinfo("e", shape=[2, 3, 4])])
+    nodes = [helper.make_node("If", ["cond"], ["b"], then_branch=then_branch,
+                              else_branch=else_branch),
+             helper.make_node("Tanh", ["b"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3, 4])], [vinfo("y", shape=[2, 3, 4])],
+                       [tensor("cond", np.array(True)),
+                        tensor("same", np.array([2, 3, 4], np.int64))])
+    model, done = _rewritten(proto)
+    assert done.hits["inline_constant_if"] == 1 and done.hits["drop_noop"] == 1
+    assert [n.op_type for n in model.graph] == ["Relu", "Relu", "Tanh"]

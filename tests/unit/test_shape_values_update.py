@@ -1,0 +1,108 @@
+"""Shape values updated after an edit (``symbolic.updated_shape_values``, what the rewrite
+driver uses between sweeps) equal a full computation, and compute again only the edited nodes
+and what their changes reach."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx_ir as ir
+from onnx import helper
+
+from onnxfold.analysis.symbolic import (
+    REFINED_KEY,
+    ShapeSteps,
+    shape_values,
+    shared_dim_names,
+    updated_shape_values,
+)
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.ir.constants import source_array
+from tests.support.models import make_model, tensor, vinfo
+
+
+def _const(name, arr):
+    return helper.make_node("Constant", [], [name], value=tensor(name + "_v", np.asarray(arr)))
+
+
+def _counting_steps(counts: Counter) -> ShapeSteps:
+    """The catalogue's steps, counting the nodes whose shape value each op's step computes."""
+    steps = load_catalogue().shape_steps
+
+    def counted(op, step):
+        def run(inputs):
+            counts[inputs.node.name] += 1
+            return step(inputs)
+        return run
+
+    return ShapeSteps({op: counted(op, step) for op, step in steps.values.items()},
+                      steps.dims, steps.every_output_dims)
+
+
+def _snapshot(graph, known):
+    values = [v for node in graph for v in node.outputs]
+    return ({v.name: dict.get(known, v) for v in values},
+            {v.name: v.meta.get(REFINED_KEY) for v in values})
+
+
+def _two_targets():
+    """Two Reshape targets of x: [N, 4, 6]: Concat(Shape(x)[0:1], rest) and an unrelated
+    Concat(Shape(x)[1:2], [6, 1])."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="head", end=1),
+             helper.make_node("Concat", ["s", "rest"], ["t"], name="cat", axis=0),
+             helper.make_node("Reshape", ["x", "t"], ["y"], name="reshape"),
+             helper.make_node("Shape", ["x"], ["s2"], name="other", start=1, end=2),
+             helper.make_node("Concat", ["s2", "more"], ["t2"], name="cat2", axis=0),
+             helper.make_node("Reshape", ["x", "t2"], ["z"], name="reshape2")]
+    return make_model(nodes, [vinfo("x", shape=["N", 4, 6])],
+                      [vinfo("y", shape=["N", 2, 12]), vinfo("z", shape=[4, 6, 1])],
+                      [tensor("rest", np.array([2, 12], np.int64)),
+                       tensor("more", np.array([6, 1], np.int64))])
+
+
+def test_an_edit_computes_again_only_what_it_reaches():
+    model = ir.from_proto(_two_targets())
+    graph, ambiguous = model.graph, shared_dim_names(model)
+    counts: Counter = Counter()
+    steps = _counting_steps(counts)
+    before = shape_values(graph, source_array, ambiguous, steps=steps)
+    cat = next(n for n in graph if n.name == "cat")
+    rest2 = ir.Value(name="rest2", shape=ir.Shape([2]), type=ir.TensorType(ir.DataType.INT64),
+                     const_value=ir.Tensor(np.array([3, 8], np.int64), name="rest2"))
+    graph.register_initializer(rest2)
+    cat.replace_input_with(1, rest2)
+    counts.clear()
+    known, changed = updated_shape_values(graph, before, {cat}, source_array, ambiguous,
+                                          steps=steps)
+    assert counts["other"] == counts["cat2"] == counts["head"] == 0  # not reached by the edit
+    assert counts["cat"] == 1
+    t = cat.outputs[0]
+    assert t in changed and known[t].elements[1:] == (3, 8)
+    updated = _snapshot(graph, known)
+    assert updated == _snapshot(graph, shape_values(graph, source_array, ambiguous,
+                                                    steps=load_catalogue().shape_steps))
+
+
+def test_a_shared_stale_name_is_computed_whole_and_equal():
+    """``a`` and ``r`` share the stale name ``unk__2``, which both refine to ``N``: an edit at
+    the Relu updates to what a full computation gives."""
+    nodes = [_const("pos", np.ones((1, 4), np.float32)),
+             helper.make_node("Add", ["x", "pos"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Shape", ["r"], ["s"], end=1),
+             _const("rest", np.array([2, 2])),
+             helper.make_node("Concat", ["s", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=["N", 2, 2])])
+    proto.graph.value_info.extend([vinfo("a", shape=["unk__2", 4]),
+                                   vinfo("r", shape=["unk__2", 4])])
+    model = ir.from_proto(proto)
+    graph, ambiguous = model.graph, shared_dim_names(model)
+    steps = load_catalogue().shape_steps
+    before = shape_values(graph, source_array, ambiguous, steps=steps)
+    relu = next(n for n in graph if n.name == "relu")
+    known, _ = updated_shape_values(graph, before, {relu}, source_array, ambiguous, steps=steps)
+    updated = _snapshot(graph, known)
+    assert updated == _snapshot(graph, shape_values(graph, source_array, ambiguous, steps=steps))
+    assert any(dims is not None for dims in updated[1].values())  # something was refined
