@@ -47,6 +47,8 @@ _DISCONTINUOUS = (
     "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsInf", "IsNaN",
     "ArgMax", "ArgMin", "TopK", "NonZero", "Unique", "Hardmax", "Shrink", "ThresholdedRelu",
     "Range", "Resize", "Upsample", "OneHot", "MaxPool",
+    # score thresholds and box overlaps compared; pixel positions rounded or floored
+    "NonMaxSuppression", "GridSample", "RoiAlign", "MaxRoiPool",
 )
 _DISCONTINUOUS_ELSEWHERE = (
     *(("com.microsoft", op) for op in (

@@ -100,6 +100,37 @@ def _matmul_only(a: np.ndarray, b: np.ndarray) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def test_scores_a_suppression_compares_are_bitwise_onnxruntime():
+    """NonMaxSuppression compares scores with a threshold and with each other: a folded score
+    one ulp off onnxruntime's can keep another box, so the MatMul making them folds on
+    onnxruntime's kernel."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((1, 64, 32)).astype(np.float32)
+    b = rng.standard_normal((1, 32, 64)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["m"]),
+         helper.make_node("Slice", ["m", "starts", "ends", "axes"], ["scores"]),
+         helper.make_node("NonMaxSuppression", ["boxes", "scores", "keep", "iou", "threshold"],
+                          ["selected"])],
+        "g", [helper.make_tensor_value_info("boxes", T.FLOAT, [1, 64, 4])],
+        [helper.make_tensor_value_info("selected", T.INT64, ["n", 3])],
+        [numpy_helper.from_array(a, "a"), numpy_helper.from_array(b, "b"),
+         numpy_helper.from_array(np.array([1], np.int64), "starts"),
+         numpy_helper.from_array(np.array([2], np.int64), "ends"),
+         numpy_helper.from_array(np.array([1], np.int64), "axes"),
+         numpy_helper.from_array(np.array([8], np.int64), "keep"),
+         numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+         numpy_helper.from_array(np.array([0.0], np.float32), "threshold")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    result = _fold(proto)
+    assert [n.op_type for n in result.to_proto().graph.node] == ["NonMaxSuppression"]
+    assert result.stats.via_fallback == 1  # the MatMul; the Slice moves bits and stays native
+    boxes = rng.random((1, 64, 4)).astype(np.float32)
+    (expected,) = _run(proto, {"boxes": boxes})
+    (got,) = _run(result.to_proto(), {"boxes": boxes})
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_continuous_folds_read_at_run_time_stay_native():
     """A MatMul whose value only flows into continuous ops run on other inputs folds natively."""
     rng = np.random.default_rng(4)
@@ -155,7 +186,8 @@ def test_without_fallback_an_inexact_fold_before_a_step_is_declined():
 def test_discontinuous_and_bitwise_ops_are_declared_as_facts():
     catalogue = load_catalogue()
     for op in ("QuantizeLinear", "DynamicQuantizeLinear", "Round", "Floor", "Ceil", "Less",
-               "Greater", "Equal", "ArgMax", "ArgMin", "TopK", "NonZero", "Sign", "Mod"):
+               "Greater", "Equal", "ArgMax", "ArgMin", "TopK", "NonZero", "Sign", "Mod",
+               "NonMaxSuppression", "GridSample", "RoiAlign", "MaxRoiPool"):
         assert ("", op) in catalogue.discontinuous, op
     assert catalogue.discontinuous[("", "Cast")].only_to_integers
     assert {("", "Add"), ("", "Mul"), ("", "Neg"), ("", "Transpose")} <= catalogue.bitwise
