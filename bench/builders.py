@@ -128,8 +128,9 @@ def _bert(torch: Any, half: bool) -> tuple[Any, dict[str, Any], dict[str, Any] |
     return model, inputs, dims
 
 
-def _gpt2(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
-    from transformers import GPT2Config, GPT2LMHeadModel
+def _logits_of(torch: Any) -> Any:
+    """A torch module class that returns only a language model's logits (no cache, no dict):
+    one output for the exporters, the same for every model built here."""
 
     class Logits(torch.nn.Module):
         def __init__(self, m: Any) -> None:
@@ -140,7 +141,13 @@ def _gpt2(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
             return self.m(input_ids=input_ids, attention_mask=attention_mask,
                           use_cache=False, return_dict=False)[0]
 
-    model = Logits(GPT2LMHeadModel(GPT2Config(use_cache=False)))
+    return Logits
+
+
+def _gpt2(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = _logits_of(torch)(GPT2LMHeadModel(GPT2Config(use_cache=False)))
     inputs = {"input_ids": torch.randint(0, 1000, (1, SEQ)),
               "attention_mask": torch.ones(1, SEQ, dtype=torch.int64)}
     batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("seq", max=1024)
@@ -226,16 +233,7 @@ def _llama(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
                       max_position_embeddings=2048, use_cache=False, tie_word_embeddings=False)
     cfg._attn_implementation = "eager"  # plain ops: no fused SDPA kernel to hide the graph
 
-    class Logits(torch.nn.Module):
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                          use_cache=False, return_dict=False)[0]
-
-    model = Logits(LlamaForCausalLM(cfg))
+    model = _logits_of(torch)(LlamaForCausalLM(cfg))
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.02)
