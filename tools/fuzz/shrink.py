@@ -331,11 +331,11 @@ class _StillFails:
     """Whether a subject still fails with signature ``sig``; at most ``budget`` checks, after
     which every subject counts as not failing."""
 
-    def __init__(self, sig: str, budget: int) -> None:
+    def __init__(self, sig: str, budget: int, workdir: str) -> None:
         self.sig = sig
         self.budget = budget
         self.tries = 0
-        self.workdir = tempfile.mkdtemp(prefix="onnxfold-shrink-")
+        self.workdir = workdir
 
     def __call__(self, subject) -> bool:
         if self.tries >= self.budget:
@@ -368,7 +368,13 @@ def _replace_nodes(subject, fails):
 
 def shrink_subject(subject, sig: str, prefer_output: str | None = None, budget: int = 400,
                    log=None):
-    fails = _StillFails(sig, budget)
+    """The smallest subject found that still fails with signature ``sig`` (its checks run in
+    a temporary directory removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="onnxfold-shrink-") as workdir:
+        return _shrink(subject, prefer_output, budget, log, _StillFails(sig, budget, workdir))
+
+
+def _shrink(subject, prefer_output: str | None, budget: int, log, fails: _StillFails):
 
     def attempt(model, feeds=None):
         cand = subject.with_model(model, feeds)
@@ -416,8 +422,8 @@ def shrink(seed: int, config=None, budget: int = 400, log=None):
     m = re.search(r"output (\S+) \(", res.detail)
     sig = fuzzcheck.signature(res)
     small = shrink_subject(from_case(case), sig, m.group(1) if m else None, budget, log)
-    final = fuzzcheck.check_case(small, tempfile.mkdtemp(prefix="onnxfold-shrink-"),
-                                 inspect=False)
+    with tempfile.TemporaryDirectory(prefix="onnxfold-shrink-") as workdir:
+        final = fuzzcheck.check_case(small, workdir, inspect=False)
     return res, small, final
 
 
