@@ -29,6 +29,28 @@ def vinfo(name, elem=TensorProto.FLOAT, shape=None):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
+def constant_node(name, arr):
+    """A ``Constant`` node whose output ``name`` holds ``arr``."""
+    return helper.make_node("Constant", [], [name], value=tensor(name + "_v", np.asarray(arr)))
+
+
+def stale_named_sum_reshaped():
+    """x: [N, 4] + pos [1, 4] -> Relu (named ``relu``), both declared [unk__2, 4] (a stale
+    name shape inference left); then Reshape(r, Concat(Shape(r)[0:1], [2, 2])): the dims a
+    shape chain reads through a name that proves nothing."""
+    nodes = [constant_node("pos", np.ones((1, 4), np.float32)),
+             helper.make_node("Add", ["x", "pos"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Shape", ["r"], ["s"], end=1),
+             constant_node("rest", np.array([2, 2])),
+             helper.make_node("Concat", ["s", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=["N", 2, 2])])
+    proto.graph.value_info.extend([vinfo("a", shape=["unk__2", 4]),
+                                   vinfo("r", shape=["unk__2", 4])])
+    return proto
+
+
 def reshape_to_rows_of_five():
     """``y = Reshape(x, [-1, 5])`` with x: float[1, n] and a Constant target: it runs only when
     n is a multiple of 5, so no dim onnxfold guesses for n (3 or 1) fits."""

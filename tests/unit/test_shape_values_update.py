@@ -19,11 +19,7 @@ from onnxfold.analysis.symbolic import (
 )
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.ir.constants import source_array
-from tests.support.models import make_model, tensor, vinfo
-
-
-def _const(name, arr):
-    return helper.make_node("Constant", [], [name], value=tensor(name + "_v", np.asarray(arr)))
+from tests.support.models import make_model, stale_named_sum_reshaped, tensor, vinfo
 
 
 def _counting_steps(counts: Counter) -> ShapeSteps:
@@ -87,16 +83,7 @@ def test_an_edit_computes_again_only_what_it_reaches():
 def test_a_shared_stale_name_is_computed_whole_and_equal():
     """``a`` and ``r`` share the stale name ``unk__2``, which both refine to ``N``: an edit at
     the Relu updates to what a full computation gives."""
-    nodes = [_const("pos", np.ones((1, 4), np.float32)),
-             helper.make_node("Add", ["x", "pos"], ["a"]),
-             helper.make_node("Relu", ["a"], ["r"], name="relu"),
-             helper.make_node("Shape", ["r"], ["s"], end=1),
-             _const("rest", np.array([2, 2])),
-             helper.make_node("Concat", ["s", "rest"], ["target"], axis=0),
-             helper.make_node("Reshape", ["r", "target"], ["y"])]
-    proto = make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=["N", 2, 2])])
-    proto.graph.value_info.extend([vinfo("a", shape=["unk__2", 4]),
-                                   vinfo("r", shape=["unk__2", 4])])
+    proto = stale_named_sum_reshaped()
     model = ir.from_proto(proto)
     graph, ambiguous = model.graph, shared_dim_names(model)
     steps = load_catalogue().shape_steps

@@ -13,12 +13,8 @@ from onnx import TensorProto, helper
 
 from onnxfold.analysis.symbolic import REFINED_KEY, Sym, dim_symbol, shape_values, shared_dim_names
 from onnxfold.declare.catalogue import load_catalogue
-from tests.support.models import make_model, tensor, vinfo
+from tests.support.models import constant_node, make_model, stale_named_sum_reshaped, vinfo
 from tests.support.running import fold_proto, run_ort
-
-
-def _const(name, arr):
-    return helper.make_node("Constant", [], [name], value=tensor(name + "_v", np.asarray(arr)))
 
 
 def _ops(proto):
@@ -36,24 +32,8 @@ def _rand(*shape):
     return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
 
 
-def _batch_of_stale_add():
-    """x: [N, 4] + pos [1, 4], the sum declared [unk__2, 4] (a stale name); then
-    Reshape(sum, Concat(Shape(sum)[0:1], [2, 2]))."""
-    nodes = [_const("pos", np.ones((1, 4), np.float32)),
-             helper.make_node("Add", ["x", "pos"], ["a"]),
-             helper.make_node("Relu", ["a"], ["r"]),
-             helper.make_node("Shape", ["r"], ["s"], end=1),
-             _const("rest", np.array([2, 2])),
-             helper.make_node("Concat", ["s", "rest"], ["target"], axis=0),
-             helper.make_node("Reshape", ["r", "target"], ["y"])]
-    proto = make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=["N", 2, 2])])
-    proto.graph.value_info.extend([vinfo("a", shape=["unk__2", 4]),
-                                   vinfo("r", shape=["unk__2", 4])])
-    return proto
-
-
 def test_a_broadcast_with_1_is_the_other_dim():
-    model = ir.from_proto(_batch_of_stale_add())
+    model = ir.from_proto(stale_named_sum_reshaped())
     from onnxfold.ir.constants import source_array
 
     known = shape_values(model.graph, source_array, shared_dim_names(model),
@@ -66,7 +46,7 @@ def test_a_broadcast_with_1_is_the_other_dim():
 
 
 def test_stale_name_no_longer_blocks_the_scaffolding(tmp_path):
-    proto = _batch_of_stale_add()
+    proto = stale_named_sum_reshaped()
     folded, report, out = fold_proto(proto, tmp_path)
     assert _ops(folded) == ["Add", "Relu", "Reshape"]
     assert report.dynamic_shapes == []
@@ -78,11 +58,11 @@ def _two_inputs_one_name():
     reshaped by its own batch dim."""
     nodes = [helper.make_node("Add", ["a", "b"], ["c"]),
              helper.make_node("Shape", ["c"], ["s"]),
-             _const("i0", np.array(0)),
+             constant_node("i0", np.array(0)),
              helper.make_node("Gather", ["s", "i0"], ["n"]),
-             _const("ax", np.array([0])),
+             constant_node("ax", np.array([0])),
              helper.make_node("Unsqueeze", ["n", "ax"], ["nu"]),
-             _const("rest", np.array([2, 2])),
+             constant_node("rest", np.array([2, 2])),
              helper.make_node("Concat", ["nu", "rest"], ["target"], axis=0),
              helper.make_node("Reshape", ["c", "target"], ["y"])]
     return make_model(nodes, [vinfo("a", shape=["N", 4]), vinfo("b", shape=["N", 4])],
@@ -109,24 +89,24 @@ def test_a_name_shared_by_inputs_is_named_by_both(tmp_path, save):
 def _positions():
     # positions = arange(x.size(0))[:, None] expanded to [N, 4] the way torch exports
     # expand(-1, 4): Where(Equal(Concat(N, 4), -1), 1, Concat(N, 4)); a Reshape by a -1 after it
-    nodes = [helper.make_node("Shape", ["x"], ["s"]), _const("i0", np.array(0)),
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), constant_node("i0", np.array(0)),
              helper.make_node("Gather", ["s", "i0"], ["n"]),
-             _const("zero", np.array(0)), _const("one", np.array(1)),
+             constant_node("zero", np.array(0)), constant_node("one", np.array(1)),
              helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
-             _const("ax1", np.array([1])),
+             constant_node("ax1", np.array([1])),
              helper.make_node("Unsqueeze", ["pos", "ax1"], ["col"]),
              helper.make_node("Shape", ["col"], ["cs"]),
-             _const("ax0", np.array([0])),
+             constant_node("ax0", np.array([0])),
              helper.make_node("Unsqueeze", ["n", "ax0"], ["nu"]),
-             _const("m1", np.array([-1])),
+             constant_node("m1", np.array([-1])),
              helper.make_node("Concat", ["nu", "m1"], ["want"], axis=0),
              helper.make_node("Equal", ["want", "m1"], ["is_m1"]),
-             _const("ones", np.array([1, 1])),
+             constant_node("ones", np.array([1, 1])),
              helper.make_node("Where", ["is_m1", "ones", "want"], ["size"]),
              helper.make_node("Expand", ["col", "size"], ["ex"]),
              helper.make_node("Cast", ["ex"], ["exf"], to=TensorProto.FLOAT),
              helper.make_node("Add", ["x", "exf"], ["sum"]),
-             _const("flat", np.array([0, -1])),
+             constant_node("flat", np.array([0, -1])),
              helper.make_node("Reshape", ["sum", "flat"], ["r"]),
              helper.make_node("Shape", ["r"], ["rs"]),
              helper.make_node("Equal", ["rs", "cs"], ["same"]),  # [N, 4] vs [N, 1]
@@ -151,16 +131,16 @@ def test_range_of_a_dim_and_torch_expand_minus_one(tmp_path):
 def test_reshape_minus_one_and_split_keep_the_batch(tmp_path):
     # x: [N, 6] -> Reshape [0, 2, -1] is [N, 2, 3] -> Split(axis 2, [1, 2]) -> the second part's
     # Shape()[0] is N: the final Reshape's target is [0, 4]
-    nodes = [_const("t", np.array([0, 2, -1])),
+    nodes = [constant_node("t", np.array([0, 2, -1])),
              helper.make_node("Reshape", ["x", "t"], ["r"]),
-             _const("sizes", np.array([1, 2])),
+             constant_node("sizes", np.array([1, 2])),
              helper.make_node("Split", ["r", "sizes"], ["p", "q"], axis=2),
              helper.make_node("Shape", ["q"], ["qs"], end=1),
-             _const("four", np.array([4])),
+             constant_node("four", np.array([4])),
              helper.make_node("Concat", ["qs", "four"], ["target"], axis=0),
              helper.make_node("Reshape", ["q", "target"], ["y"]),
              helper.make_node("Shape", ["p"], ["ps"]),
-             _const("i2", np.array(2)),
+             constant_node("i2", np.array(2)),
              helper.make_node("Gather", ["ps", "i2"], ["pw"]),
              helper.make_node("Cast", ["pw"], ["pwf"], to=TensorProto.FLOAT),
              helper.make_node("Mul", ["y", "pwf"], ["z"])]
@@ -177,7 +157,7 @@ def test_a_target_element_that_may_be_0_is_not_taken_for_the_dim():
     # Reshape(x: [M, 4], Concat(Shape(z)[0:1], [-1])) with z: [N]: where N is 0 the 0 copies M,
     # so the result's dim 0 is "N, or M where N is 0", never plainly N
     nodes = [helper.make_node("Shape", ["z"], ["s"]),
-             _const("m1", np.array([-1])),
+             constant_node("m1", np.array([-1])),
              helper.make_node("Concat", ["s", "m1"], ["t"], axis=0),
              helper.make_node("Reshape", ["x", "t"], ["y"])]
     proto = make_model(nodes, [vinfo("x", shape=["M", 4]), vinfo("z", shape=["N"])],
