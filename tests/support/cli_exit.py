@@ -6,16 +6,14 @@ hostile-input test makes: no traceback, one ``onnxfold: error:`` line, or succes
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from tests.support import cli
 
 TIMEOUT = 60
 
 
 def run_cli(args, cwd=None, timeout=TIMEOUT, env=None):
     """``python -m onnxfold ARGS`` -> (exit code, stdout, stderr)."""
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+    proc = cli.run_cli(*args, cwd=cwd, env=env, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
 

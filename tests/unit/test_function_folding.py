@@ -12,7 +12,6 @@ import sys
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
@@ -58,11 +57,7 @@ def _model(body, outputs=("b",), calls=None, graph_outputs=(("y", [4, 2]),), att
 
 
 def _run(model):
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": X})
+    return run_ort(model, {"x": X})
 
 
 def _fold(model, **options):

@@ -8,7 +8,6 @@ import sys
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
@@ -43,9 +42,7 @@ def _names(model) -> set[str]:
 
 
 def _run(model) -> np.ndarray:
-    x = np.arange(16, dtype=np.float32).reshape(4, 4)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": x})[0]
+    return run_ort(model, {"x": np.arange(16, dtype=np.float32).reshape(4, 4)})[0]
 
 
 def test_everything_folds_without_keep():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
@@ -18,6 +17,7 @@ from onnxfold.analysis.symbolic import shape_values
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.options import FoldOptions
 from onnxfold.ir.constants import source_array
+from tests.support.running import run_ort
 
 
 def _model(nodes: list, inputs: list, outputs: list, opset: int = 18) -> onnx.ModelProto:
@@ -41,21 +41,13 @@ def _fold(model: onnx.ModelProto, **options: bool) -> tuple[onnx.ModelProto, onn
     return result.to_proto(), result.report
 
 
-def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    session_options = ort.SessionOptions()
-    session_options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), session_options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
 def _assert_same(original: onnx.ModelProto, folded: onnx.ModelProto,
                  bindings: list[dict[str, tuple[int, ...]]]) -> None:
     rng = np.random.default_rng(0)
     for binding in bindings:
         feeds = {name: rng.standard_normal(shape).astype(np.float32)
                  for name, shape in binding.items()}
-        for want, got in zip(_run(original, feeds), _run(folded, feeds), strict=True):
+        for want, got in zip(run_ort(original, feeds), run_ort(folded, feeds), strict=True):
             assert want.shape == got.shape
             np.testing.assert_array_equal(want, got)
 
@@ -215,8 +207,8 @@ def test_under_the_assumption_unequal_named_dims_may_compute_something_else():
     original = _reshape_by_another_inputs_dims()
     folded, _ = _fold(original, assume_named_dims_equal=True)
     feeds = {"a": np.ones((3, 2, 4), np.float32), "b": np.ones((2, 3, 4), np.float32)}
-    assert _run(original, feeds)[0].shape == (3, 2, 2, 2)
-    assert _run(folded, feeds)[0].shape == (2, 3, 2, 2)
+    assert run_ort(original, feeds)[0].shape == (3, 2, 2, 2)
+    assert run_ort(folded, feeds)[0].shape == (2, 3, 2, 2)
 
 
 def _slice_to_own_length(step: int) -> onnx.ModelProto:
