@@ -36,8 +36,16 @@ from dataclasses import asdict
 import numpy as np
 
 from onnxfold.analysis.declines import DeclineKind
-from onnxfold.fold.fallback_session import FallbackError, Wanted, first_line, run_session, to_ort
-from onnxfold.ir.dtypes import onnx_type
+from onnxfold.fold.fallback_session import (
+    FallbackError,
+    Wanted,
+    first_line,
+    is_raw_dtype,
+    raw_bits,
+    run_session,
+    to_ort,
+)
+from onnxfold.ir.dtypes import np_dtype, onnx_type
 
 MIN_FLOPS = 1e9  # below this a kernel takes well under a second: never worth a child
 # The slowest rate assumed of an expensive kernel (a ConvTranspose, a Conv with a large kernel,
@@ -93,7 +101,7 @@ def run_in_child(model: bytes, handed: Mapping[str, np.ndarray],
             for spec, name in zip(outputs, result["outputs"]):
                 arr = np.load(os.path.join(directory, name), allow_pickle=False)
                 if spec.raw_only and spec.elem_type is not None:
-                    arr = arr.view(_numpy_dtype(spec.elem_type))
+                    arr = arr.view(np_dtype(spec.elem_type))
                 arrays.append(arr)
         except (OSError, ValueError, KeyError) as e:
             raise FallbackError(f"cannot read the results of onnxruntime's process ({e})"
@@ -103,21 +111,15 @@ def run_in_child(model: bytes, handed: Mapping[str, np.ndarray],
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _numpy_dtype(elem_type: int) -> np.dtype:
-    import onnx_ir as ir
-
-    return ir.DataType(elem_type).numpy()
-
-
 def _save_arrays(directory: str, prefix: str, arrays: Mapping[str, np.ndarray]) -> list[dict]:
     """Save each array as ``<prefix><k>.npy``; entries naming the file and, for types numpy
     cannot save (bfloat16, float8: saved as unsigned integers), the ONNX type."""
     entries = []
     for k, (name, arr) in enumerate(arrays.items()):
         entry: dict = {"name": name, "file": f"{prefix}{k}.npy", "onnx_type": None}
-        if arr.dtype.kind == "V" or "bfloat16" in arr.dtype.name or "float8" in arr.dtype.name:
+        if is_raw_dtype(arr.dtype):
             entry["onnx_type"] = onnx_type(arr.dtype)
-            arr = np.ascontiguousarray(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))
+            arr = raw_bits(np.ascontiguousarray(arr))
         np.save(os.path.join(directory, entry["file"]), arr, allow_pickle=False)
         entries.append(entry)
     return entries
@@ -242,8 +244,8 @@ def _child(directory: str) -> dict:
         return {"error": first_line(e), "kind": DeclineKind.RUNTIME_ERROR.name}
     names = []
     for k, arr in enumerate(arrays):
-        if arr.dtype.kind == "V" or "bfloat16" in arr.dtype.name or "float8" in arr.dtype.name:
-            arr = arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
+        if is_raw_dtype(arr.dtype):
+            arr = raw_bits(arr)
         names.append(f"o{k}.npy")
         np.save(os.path.join(directory, names[-1]), arr, allow_pickle=False)
     return {"outputs": names}

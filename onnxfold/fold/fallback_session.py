@@ -56,8 +56,18 @@ def raw_only(value: ir.Value) -> bool:
     """onnxruntime's Python API cannot hand these (bfloat16, float8) over as numpy arrays."""
     if value.dtype is None or value.dtype in (ir.DataType.STRING,):
         return False
-    dtype = value.dtype.numpy()
+    return is_raw_dtype(value.dtype.numpy())
+
+
+def is_raw_dtype(dtype: np.dtype) -> bool:
+    """A dtype onnxruntime's Python API and ``np.save`` take only as its bits (bfloat16, float8,
+    other ml_dtypes): the one test both sides of a fallback session use."""
     return dtype.kind == "V" or "bfloat16" in dtype.name or "float8" in dtype.name
+
+
+def raw_bits(arr: np.ndarray) -> np.ndarray:
+    """``arr`` (C-contiguous) viewed as unsigned integers of its item size."""
+    return arr.view(np.dtype(f"u{arr.dtype.itemsize}"))
 
 
 def first_line(e: Exception) -> str:
@@ -70,8 +80,8 @@ def to_ort(arr: np.ndarray):
     import onnxruntime as ort
 
 
-    if arr.dtype.kind == "V" or "bfloat16" in arr.dtype.name or "float8" in arr.dtype.name:
-        raw = c_contiguous(arr).view(np.dtype(f"u{arr.dtype.itemsize}"))
+    if is_raw_dtype(arr.dtype):
+        raw = raw_bits(c_contiguous(arr))
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
     return ort.OrtValue.ortvalue_from_numpy(c_contiguous(arr))
 
