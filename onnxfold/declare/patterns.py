@@ -156,8 +156,7 @@ class PatternRule:
             return False
         verdict = self.check(ctx, **captures) if self.check is not None else True
         if verdict is True:
-            if ctx.touched is not None:
-                ctx.touched.update(_surroundings(captures.values()))
+            ctx.touched.update(_surroundings(captures.values()))
             self.rewrite(ctx, **captures)
         return verdict
 
@@ -248,7 +247,7 @@ class RewriteContext:
     settings: RunSettings = field(default_factory=RunSettings, kw_only=True)
     _shape_values: dict[ir.Value, Known] | None = field(default=None, repr=False)
     _arrays: dict[ir.Value, np.ndarray | None] = field(default_factory=dict, repr=False)
-    touched: set[ir.Node] | None = field(default=None, kw_only=True, repr=False)
+    touched: set[ir.Node] = field(default_factory=set, kw_only=True, repr=False)
     """Where the driver collects, before each rewrite, the nodes the rewrite may change
     (:func:`_surroundings` of its match), to try the rules there again."""
     memo: dict[str, object] = field(default_factory=dict, repr=False)

@@ -61,8 +61,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
                               constant_inputs=constant_inputs and graph is model.graph,
                               facts=facts)
             ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at,
-                                 shape_steps=catalogue.shape_steps, settings=settings,
-                                 touched=set())
+                                 shape_steps=catalogue.shape_steps, settings=settings)
             work.begin(graph, ctx)
             if not work.any_marked(graph):
                 work.end(graph, ctx)
