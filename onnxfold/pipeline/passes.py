@@ -24,7 +24,7 @@ from onnx_ir.passes import InPlacePass, PassResult, PostconditionError, Precondi
 
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.analysis.shapes import infer_shapes, infer_shapes_upstream
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
 from onnxfold.fold.function_bodies import fold_functions
@@ -238,25 +238,33 @@ class RefineShapes(InPlacePass):
         self.options, self.state = options, state
 
     def call(self, model: ir.Model) -> PassResult:
-        refined = self.options.shape_folding and self._may_refine(model) and \
-            infer_shapes(model) > 0
+        refined = self.options.shape_folding and self._refine(model) > 0
         shape_only = load_catalogue().shape_only
         self.state.news = refined and any(
             node.op_type in shape_only for graph in all_graphs(model) for node in graph)
         self.state.new_constants = frozenset()
         return PassResult(model, self.state.news)
 
-    def _may_refine(self, model: ir.Model) -> bool:
+    def _refine(self, model: ir.Model) -> int:
+        """Infer again what a new constant can change; how many values changed. With
+        subgraphs, the whole model; without, only what the Shape/Size nodes waiting for a
+        shape read and what that depends on, if a new constant is among it."""
         new = self.state.new_constants
         if not new:
-            return False
-        nodes = [node for graph in all_graphs(model) for node in graph]
+            return 0
+        graphs = all_graphs(model)
+        nodes = [node for graph in graphs for node in graph]
         shape_only = load_catalogue().shape_only
-        if not any(node.op_type in shape_only and node.inputs and node.inputs[0] is not None
-                   and static_shape(node.inputs[0]) is None for node in nodes):
-            return False  # no Shape/Size waits for a shape: nothing a better one could fold
-        return any(any(v in new for v in node.inputs) and
-                   any(static_shape(v) is None for v in node.outputs) for node in nodes)
+        waiting = {node.inputs[0]: None for node in nodes
+                   if node.op_type in shape_only and node.inputs and node.inputs[0] is not None
+                   and static_shape(node.inputs[0]) is None}
+        if not waiting:
+            return 0  # no Shape/Size waits for a shape: nothing a better one could fold
+        if len(graphs) > 1:  # values read from an enclosing graph: the whole model
+            starts = any(any(v in new for v in node.inputs) and
+                         any(static_shape(v) is None for v in node.outputs) for node in nodes)
+            return infer_shapes(model) if starts else 0
+        return infer_shapes_upstream(model, list(waiting), new)
 
 
 def unsorted_graphs(model: ir.Model) -> list[ir.Graph]:
