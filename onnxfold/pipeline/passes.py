@@ -14,7 +14,6 @@ the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error in
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,7 +38,7 @@ from onnxfold.pipeline.results import (
     InlineResult,
     RewriteResult,
 )
-from onnxfold.rewrite.driver import rewrite, run_cleanups
+from onnxfold.rewrite.driver import Resumable, rewrite, run_cleanups
 from onnxfold.rewrite.steps import contained
 
 
@@ -101,18 +100,22 @@ class Rewrite(InPlacePass):
                  settings: RunSettings) -> None:
         self.catalogue, self.options, self.state = catalogue, options, state
         self.settings = settings
+        self.resume = Resumable()  # what each call leaves the next (the same model's)
+        # node -> "rule: reason" of its last try, kept across calls: a call tries only the
+        # nodes changes concern, the others' last reason still holds
+        self.rejected_at: dict[ir.Node, str] = {}
 
     def call(self, model: ir.Model) -> RewriteResult:
-        rejected: Counter = Counter()
-        rejected_at: dict[ir.Node, str] = {}
-        done = rewrite(model, self.catalogue, rejected,
-                       self.options.inputs_are_constant, strict=self.options.strict,
-                       rejected_at=rejected_at, settings=self.settings)
+        done = rewrite(model, self.catalogue, None, self.options.inputs_are_constant,
+                       strict=self.options.strict, rejected_at=self.rejected_at,
+                       settings=self.settings, resume=self.resume)
+        rejected_at = {node: why for node, why in self.rejected_at.items()
+                       if node.graph is not None}
         self.state.rewritten = bool(done.hits)
         # converged: a next round's rewrite finds nothing new unless a later pass changes the
         # model, and that pass then asks for the round itself
         return RewriteResult(model, bool(done.hits) and not done.converged, done.hits,
-                             rejected, rejected_at)
+                             rejected_at)
 
 
 def _initializers(model: ir.Model) -> set[ir.Value]:

@@ -26,7 +26,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
 from onnxfold.analysis.settings import DEFAULTS, RunSettings
-from onnxfold.analysis.symbolic import Known
+from onnxfold.analysis.symbolic import Known, ShapeSteps
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.patterns import P, PatternRule, Reject, RewriteContext
 from onnxfold.ir.graph import all_graphs
@@ -40,19 +40,36 @@ REACH_MARGIN = 1  # reader hops a rewrite marks beyond what the deepest pattern 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
             inputs_are_constant: bool = False, constant_inputs: bool = False,
             strict: bool = True, rejected_at: dict[ir.Node, str] | None = None,
-            settings: RunSettings = DEFAULTS) -> Rewritten:
+            settings: RunSettings = DEFAULTS, resume: Resumable | None = None) -> Rewritten:
     """Apply the catalogue's patterns everywhere until nothing changes.
 
     ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``). A
     rule that raises raises ``StepFailed`` with its name (unless ``strict``).
     ``rejected_at`` receives each node a pattern declined, with the rule and its reason (the
     report groups them by module). ``settings``: the run's, for the patterns (``ctx.settings``).
+    ``resume``: what an earlier call with the same catalogue and arguments left (the caller
+    keeps it between calls): this call then tries only the nodes that what changed the model
+    since (passes other than rewrites) may concern, instead of every node.
     """
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
     facts = load_catalogue()  # every rule's op facts, whatever ``catalogue`` leaves out
-    work = _Worklist(reach=pattern_reach(by_op) - 1 + REACH_MARGIN)
+    reach = pattern_reach(by_op) - 1 + REACH_MARGIN
+    work = resume.worklist(model, reach) if resume is not None else _Worklist(reach)
+    try:
+        return _rewrite(model, by_op, facts, work, hits, rejected, inputs_are_constant,
+                        constant_inputs, strict, rejected_at, settings, catalogue.shape_steps)
+    finally:
+        if resume is not None:
+            resume.left(model, work)
+
+
+def _rewrite(model: ir.Model, by_op: dict[str, list[PatternRule]], facts: Catalogue,
+             work: _Worklist, hits: Counter, rejected: Counter, inputs_are_constant: bool,
+             constant_inputs: bool, strict: bool, rejected_at: dict[ir.Node, str] | None,
+             settings: RunSettings, shape_steps: ShapeSteps) -> Rewritten:
+    """:func:`rewrite`'s sweeps, from ``work``'s marks."""
     tried = 0
     for sweeps in range(1, MAX_ITERATIONS + 1):
         changed = False
@@ -61,7 +78,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
                               constant_inputs=constant_inputs and graph is model.graph,
                               facts=facts)
             ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at,
-                                 shape_steps=catalogue.shape_steps, settings=settings)
+                                 shape_steps=shape_steps, settings=settings)
             work.begin(graph, ctx)
             if not work.any_marked(graph):
                 work.end(graph, ctx)
@@ -198,6 +215,97 @@ class _Worklist:
         touched.clear()
 
 
+@dataclass
+class _Snapshot:
+    """A graph as a call of :func:`rewrite` left it: each node's inputs, each output's type
+    and shape, the graph's inputs and outputs."""
+
+    inputs: dict[ir.Node, tuple[ir.Value | None, ...]]
+    outputs_typed: dict[ir.Value, tuple[object, object]]
+    graph_inputs: tuple[ir.Value, ...]
+    graph_outputs: tuple[ir.Value, ...]
+
+    @classmethod
+    def of(cls, graph: ir.Graph) -> _Snapshot:
+        return cls({node: tuple(node.inputs) for node in graph},
+                   {v: _typed(v) for node in graph for v in node.outputs},
+                   tuple(graph.inputs), tuple(graph.outputs))
+
+
+def _typed(value: ir.Value) -> tuple[object, object]:
+    """``value``'s type and dims, copied (a shape can change in place)."""
+    shape = value.shape
+    return value.type, (None if shape is None else tuple(shape.dims))
+
+
+class Resumable:
+    """What a :func:`rewrite` call leaves for the next one on the same model (its worklist,
+    and a snapshot of each graph), so that the next call, after other passes changed the model
+    (the fold, pruning, inferring shapes again), tries only the nodes those changes concern:
+    nodes added or rewired, the producers and readers of values whose type or shape changed,
+    the producers of what removed nodes read (fewer readers), and their readers within the
+    patterns' reach. A graph whose inputs changed, or not seen before, is tried whole."""
+
+    def __init__(self) -> None:
+        self._work: _Worklist | None = None
+        self._model: ir.Model | None = None
+        self._main_inputs: tuple[ir.Value, ...] = ()
+        self._snapshots: dict[ir.Graph, _Snapshot] = {}
+
+    def worklist(self, model: ir.Model, reach: int) -> _Worklist:
+        """The worklist to go on with: the last one, marked for what changed since."""
+        work = self._work
+        if work is None or self._model is not model or work.reach != reach or \
+                self._main_inputs != tuple(model.graph.inputs):
+            return _Worklist(reach)  # the main graph's inputs name the dims of every graph
+        for graph, snapshot in self._snapshots.items():
+            if graph not in work.seen:
+                continue
+            if tuple(graph.inputs) != snapshot.graph_inputs:
+                del work.seen[graph]  # inputs decide the dims' symbols: a fresh start
+                continue
+            edited, nearby = _changes_since(graph, snapshot)
+            work.changed |= edited
+            work.marked |= near(edited | nearby, work.reach, upstream=False)
+        return work
+
+    def left(self, model: ir.Model, work: _Worklist) -> None:
+        """Keep ``work`` and a snapshot of every graph it saw, as the call leaves them."""
+        self._work, self._model = work, model
+        self._main_inputs = tuple(model.graph.inputs)
+        self._snapshots = {graph: _Snapshot.of(graph) for graph in work.seen}
+
+
+def _changes_since(graph: ir.Graph, before: _Snapshot) -> tuple[set[ir.Node], set[ir.Node]]:
+    """The nodes of ``graph`` changed since ``before`` (added, rewired, producing or reading a
+    value whose type or shape changed: what its shape value and refined dims come from), and
+    the nodes next to a change (producers of what a removed node read, producers of graph
+    outputs that changed: their readers are fewer)."""
+    edited: set[ir.Node] = set()
+    nearby: set[ir.Node] = set()
+    current = set()
+    for node in graph:
+        current.add(node)
+        inputs = before.inputs.get(node)
+        if inputs is None or inputs != tuple(node.inputs):
+            edited.add(node)
+            continue
+        for value in node.outputs:
+            if before.outputs_typed.get(value) != _typed(value):
+                edited.add(node)
+                edited.update(use.node for use in value.uses() if use.node.graph is graph)
+    for node, inputs in before.inputs.items():
+        if node not in current:  # removed: what it read has fewer readers now
+            nearby.update(p for v in inputs if v is not None and (p := v.producer()) is not None
+                          and p.graph is graph)
+    if tuple(graph.outputs) != before.graph_outputs:
+        for value in set(graph.outputs).symmetric_difference(before.graph_outputs):
+            producer = value.producer()
+            if producer is not None and producer.graph is graph:
+                nearby.add(producer)
+    return edited, nearby
+
+
 class _Trying:
     """The rule a sweep is applying (what a failure is reported as)."""
 
@@ -235,6 +343,8 @@ class _Sweep:
         """Try each pattern of ``node``'s op type until one rewrites; whether one did."""
         ctx, rejected = self.ctx, self.ctx.rejected
         self.tried += 1
+        if ctx.rejected_at is not None:
+            ctx.rejected_at.pop(node, None)  # what held at an earlier try may hold no more
         rules = self.by_op.get(node.op_type, ())
         for rule in rules:
             self.trying.name = rule.name
