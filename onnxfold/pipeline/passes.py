@@ -109,8 +109,9 @@ class Rewrite(InPlacePass):
         done = rewrite(model, self.catalogue, None, self.options.inputs_are_constant,
                        strict=self.options.strict, rejected_at=self.rejected_at,
                        settings=self.settings, resume=self.resume)
-        rejected_at = {node: why for node, why in self.rejected_at.items()
-                       if node.graph is not None}
+        for node in [node for node in self.rejected_at if node.graph is None]:
+            del self.rejected_at[node]  # removed: neither reported nor kept alive
+        rejected_at = dict(self.rejected_at)
         self.state.rewritten = bool(done.hits)
         # converged: a next round's rewrite finds nothing new unless a later pass changes the
         # model, and that pass then asks for the round itself

@@ -18,9 +18,12 @@ A rule that raises is contained: ``StepFailed`` with its name unless not strict.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableSet, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import onnx_ir as ir
 
@@ -149,7 +152,7 @@ class _Seen:
     """What the rules of a graph's last sweep read beyond its nodes: the constants, and the
     shape values (if a rule asked for them)."""
 
-    constant: set[ir.Value]
+    constant: AbstractSet[ir.Value]  # held weakly between calls (``Resumable.left``)
     shape_values: dict[ir.Value, Known] | None
 
 
@@ -160,8 +163,9 @@ class _Worklist:
 
     def __init__(self, reach: int) -> None:
         self.reach = reach
-        self.marked: set[ir.Node] = set()
-        self.changed: set[ir.Node] = set()
+        # sets, held weakly between calls (``Resumable.left``)
+        self.marked: MutableSet[ir.Node] = set()
+        self.changed: MutableSet[ir.Node] = set()
         self.seen: dict[ir.Graph, _Seen] = {}
 
     def begin(self, graph: ir.Graph, ctx: RewriteContext) -> None:
@@ -173,14 +177,14 @@ class _Worklist:
         self.changed = {node for node in self.changed
                         if node.graph is not None and node.graph is not graph}
         if last is None:
-            self.marked.update(graph)
+            self.marked |= set(graph)
             return
-        changed = last.constant.symmetric_difference(ctx.constant)
+        changed = set(last.constant).symmetric_difference(ctx.constant)
         if last.shape_values is not None:
             changed |= ctx.update_shape_values(last.shape_values, edited)
         if changed:
             readers = [use.node for v in changed for use in v.uses()]
-            self.marked.update(near(readers, self.reach, upstream=False))
+            self.marked |= near(readers, self.reach, upstream=False)
 
     def end(self, graph: ir.Graph, ctx: RewriteContext) -> None:
         self.seen[graph] = _Seen(ctx.constant, ctx.computed_shape_values())
@@ -215,21 +219,19 @@ class _Worklist:
         touched.clear()
 
 
-@dataclass
-class _Snapshot:
-    """A graph as a call of :func:`rewrite` left it: each node's inputs, each output's type
-    and shape, the graph's inputs and outputs."""
+class _NodeState(NamedTuple):
+    """A node as a :func:`rewrite` call left it: what it read (weakly: a reference must not
+    keep a weight the fold replaces alive), and per output its type, dims, number of readers
+    and whether it is a graph output."""
 
-    inputs: dict[ir.Node, tuple[ir.Value | None, ...]]
-    outputs_typed: dict[ir.Value, tuple[object, object]]
-    graph_inputs: tuple[ir.Value, ...]
-    graph_outputs: tuple[ir.Value, ...]
+    inputs: tuple[weakref.ref | None, ...]
+    outputs: tuple[tuple[object, object, int, bool], ...]
 
-    @classmethod
-    def of(cls, graph: ir.Graph) -> _Snapshot:
-        return cls({node: tuple(node.inputs) for node in graph},
-                   {v: _typed(v) for node in graph for v in node.outputs},
-                   tuple(graph.inputs), tuple(graph.outputs))
+
+def _node_state(node: ir.Node, graph_outputs: set[ir.Value]) -> _NodeState:
+    return _NodeState(tuple(None if v is None else weakref.ref(v) for v in node.inputs),
+                      tuple((*_typed(v), len(v.uses()), v in graph_outputs)
+                            for v in node.outputs))
 
 
 def _typed(value: ir.Value) -> tuple[object, object]:
@@ -238,72 +240,85 @@ def _typed(value: ir.Value) -> tuple[object, object]:
     return value.type, (None if shape is None else tuple(shape.dims))
 
 
+def _same_values(refs: tuple[weakref.ref | None, ...], values: Sequence[ir.Value | None]
+                 ) -> bool:
+    return len(refs) == len(values) and all(
+        (ref is None and v is None) or (ref is not None and ref() is v)
+        for ref, v in zip(refs, values))
+
+
+class _Snapshot:
+    """A graph as a :func:`rewrite` call left it: each node's state and the graph's inputs,
+    held weakly."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        outputs = set(graph.outputs)
+        self.nodes: weakref.WeakKeyDictionary[ir.Node, _NodeState] = weakref.WeakKeyDictionary(
+            {node: _node_state(node, outputs) for node in graph})
+        self.graph_inputs = tuple(weakref.ref(v) for v in graph.inputs)
+
+    def changes(self, graph: ir.Graph) -> tuple[set[ir.Node], set[ir.Node]]:
+        """The nodes of ``graph`` changed since (added, rewired, producing or reading a value
+        whose type or shape changed: what their shape values and refined dims come from), and
+        the nodes next to a change (a value of theirs lost readers or its graph-output
+        status: a pattern asking for a single reader may match now)."""
+        edited: set[ir.Node] = set()
+        nearby: set[ir.Node] = set()
+        outputs = set(graph.outputs)
+        for node in graph:
+            before = self.nodes.get(node)
+            if before is None or not _same_values(before.inputs, node.inputs):
+                edited.add(node)
+                continue
+            for value, (kind, dims, uses, is_output) in zip(node.outputs, before.outputs):
+                if (kind, dims) != _typed(value):
+                    edited.add(node)
+                    edited.update(use.node for use in value.uses() if use.node.graph is graph)
+                elif len(value.uses()) != uses or (value in outputs) != is_output:
+                    nearby.add(node)
+        return edited, nearby
+
+
 class Resumable:
     """What a :func:`rewrite` call leaves for the next one on the same model (its worklist,
     and a snapshot of each graph), so that the next call, after other passes changed the model
     (the fold, pruning, inferring shapes again), tries only the nodes those changes concern:
     nodes added or rewired, the producers and readers of values whose type or shape changed,
-    the producers of what removed nodes read (fewer readers), and their readers within the
-    patterns' reach. A graph whose inputs changed, or not seen before, is tried whole."""
+    producers of values that lost a reader, and their readers within the patterns' reach. A
+    graph whose inputs changed is tried whole, and so is every graph when the main graph's
+    did. Everything kept of the model is held weakly, but for the small shape values."""
 
     def __init__(self) -> None:
         self._work: _Worklist | None = None
-        self._model: ir.Model | None = None
-        self._main_inputs: tuple[ir.Value, ...] = ()
+        self._model: weakref.ref | None = None
+        self._main_inputs: tuple[weakref.ref, ...] = ()
         self._snapshots: dict[ir.Graph, _Snapshot] = {}
 
     def worklist(self, model: ir.Model, reach: int) -> _Worklist:
         """The worklist to go on with: the last one, marked for what changed since."""
         work = self._work
-        if work is None or self._model is not model or work.reach != reach or \
-                self._main_inputs != tuple(model.graph.inputs):
+        if work is None or self._model is None or self._model() is not model or \
+                work.reach != reach or not _same_values(self._main_inputs, model.graph.inputs):
             return _Worklist(reach)  # the main graph's inputs name the dims of every graph
         for graph, snapshot in self._snapshots.items():
             if graph not in work.seen:
                 continue
-            if tuple(graph.inputs) != snapshot.graph_inputs:
+            if not _same_values(snapshot.graph_inputs, graph.inputs):
                 del work.seen[graph]  # inputs decide the dims' symbols: a fresh start
                 continue
-            edited, nearby = _changes_since(graph, snapshot)
+            edited, nearby = snapshot.changes(graph)
             work.changed |= edited
             work.marked |= near(edited | nearby, work.reach, upstream=False)
         return work
 
     def left(self, model: ir.Model, work: _Worklist) -> None:
         """Keep ``work`` and a snapshot of every graph it saw, as the call leaves them."""
-        self._work, self._model = work, model
-        self._main_inputs = tuple(model.graph.inputs)
-        self._snapshots = {graph: _Snapshot.of(graph) for graph in work.seen}
-
-
-def _changes_since(graph: ir.Graph, before: _Snapshot) -> tuple[set[ir.Node], set[ir.Node]]:
-    """The nodes of ``graph`` changed since ``before`` (added, rewired, producing or reading a
-    value whose type or shape changed: what its shape value and refined dims come from), and
-    the nodes next to a change (producers of what a removed node read, producers of graph
-    outputs that changed: their readers are fewer)."""
-    edited: set[ir.Node] = set()
-    nearby: set[ir.Node] = set()
-    current = set()
-    for node in graph:
-        current.add(node)
-        inputs = before.inputs.get(node)
-        if inputs is None or inputs != tuple(node.inputs):
-            edited.add(node)
-            continue
-        for value in node.outputs:
-            if before.outputs_typed.get(value) != _typed(value):
-                edited.add(node)
-                edited.update(use.node for use in value.uses() if use.node.graph is graph)
-    for node, inputs in before.inputs.items():
-        if node not in current:  # removed: what it read has fewer readers now
-            nearby.update(p for v in inputs if v is not None and (p := v.producer()) is not None
-                          and p.graph is graph)
-    if tuple(graph.outputs) != before.graph_outputs:
-        for value in set(graph.outputs).symmetric_difference(before.graph_outputs):
-            producer = value.producer()
-            if producer is not None and producer.graph is graph:
-                nearby.add(producer)
-    return edited, nearby
+        self._work, self._model = work, weakref.ref(model)
+        self._main_inputs = tuple(weakref.ref(v) for v in model.graph.inputs)
+        for seen in work.seen.values():
+            seen.constant = weakref.WeakSet(seen.constant)
+        work.marked, work.changed = weakref.WeakSet(work.marked), weakref.WeakSet(work.changed)
+        self._snapshots = {graph: _Snapshot(graph) for graph in work.seen}
 
 
 class _Trying:

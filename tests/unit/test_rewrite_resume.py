@@ -5,6 +5,8 @@ finds."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -119,3 +121,23 @@ def test_without_a_change_a_resumed_rewrite_tries_nothing():
     again = rewrite(model, catalogue, resume=resume)
     assert again.tried == 0 and not again.hits and again.converged
     assert rewrite(model, catalogue).tried > 0  # a fresh one tries every node
+
+
+def test_what_a_resumed_rewrite_keeps_does_not_keep_a_folded_weight_alive():
+    """Between calls the resume holds the model weakly: a weight the fold replaced is freed
+    (a strong reference would keep every replaced weight of a large model until the end)."""
+    nodes = [h.make_node("Transpose", ["w"], ["wt"], name="transpose", perm=[1, 0]),
+             h.make_node("MatMul", ["x", "wt"], ["y"], name="matmul")]
+    model = _model(nodes, [nh.from_array(np.ones((3, 2), np.float32), "w")], [2, 3])
+    resume = Resumable()
+    rewrite(model, load_catalogue(), resume=resume)
+    weight = weakref.ref(model.graph.initializers["w"])
+    transpose = _node(model, "transpose")
+    model.graph.register_initializer(
+        replacement(transpose.outputs[0], np.ones((2, 3), np.float32), ("transpose",)))
+    model.graph.remove(transpose, safe=True)
+    model.graph.initializers.pop("w")
+    del transpose
+    gc.collect()
+    assert weight() is None
+    assert rewrite(model, load_catalogue(), resume=resume).tried > 0  # the MatMul, rewired
