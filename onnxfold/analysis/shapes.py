@@ -22,13 +22,14 @@ types the model declares), so that inference stays linear in the model's size.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterable
 from typing import cast
 
 import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import inference_expands_functions
-from onnxfold.ir.graph import all_graphs
+from onnxfold.ir.graph import all_graphs, static_shape
 from onnxfold.ir.protos import SMALL_TENSOR_BYTES, graph_protos, tensor_nbytes
 
 DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
@@ -229,34 +230,112 @@ def infer_shapes(model: ir.Model, light: onnx.ModelProto | None = None) -> int:
     mark_declared(model)
     try:
         light = light if light is not None else serialize_light(model)
+    except Exception:  # inference is an optimization aid, never a reason to fail
+        return 0
+    outputs = (value for graph in all_graphs(model) for node in graph for value in node.outputs)
+    return _merge(_inferred_types(model, light), outputs)
+
+
+def infer_shapes_upstream(model: ir.Model, values: Collection[ir.Value],
+                          new: Collection[ir.Value]) -> int:
+    """:func:`infer_shapes` for ``values`` alone, after the constants ``new`` appeared: inference
+    runs on the nodes ``values`` depend on, if one of them reads a constant of ``new`` and has
+    an output whose shape is not static (else it would find what it found before). Shapes and,
+    by data propagation, values flow only downstream, so these nodes alone infer ``values`` and
+    everything upstream of them exactly as the whole model would; only their outputs are
+    merged. For a model without subgraphs (``values`` in its main graph); returns how many
+    values changed."""
+    nodes = _upstream(model.graph, values)
+    if not any(any(v in new for v in node.inputs) and
+               any(static_shape(v) is None for v in node.outputs)
+               for node in nodes):
+        return 0
+    mark_declared(model)
+    try:
+        proto = _serialize_nodes(model, nodes, values)
+    except Exception:  # inference is an optimization aid, never a reason to fail
+        return 0
+    return _merge(_inferred_types(model, proto), (v for node in nodes for v in node.outputs))
+
+
+def _upstream(graph: ir.Graph, values: Collection[ir.Value]) -> list[ir.Node]:
+    """The nodes of ``graph`` ``values`` depend on, in graph order."""
+    found: set[ir.Node] = set()
+    stack = [v.producer() for v in values]
+    while stack:
+        node = stack.pop()
+        if node is None or node in found:
+            continue
+        found.add(node)
+        stack.extend(v.producer() for v in node.inputs if v is not None)
+    return [node for node in graph if node in found]
+
+
+def _serialize_nodes(model: ir.Model, nodes: list[ir.Node], outputs: Collection[ir.Value]
+                     ) -> onnx.ModelProto:
+    """``nodes`` (closed upstream) as a model of their own, as :func:`serialize_light` gives a
+    whole one: the values they read from outside (graph inputs, initializers) its inputs, the
+    initializers up to ``SMALL_TENSOR_BYTES`` kept as initializers."""
+    graph = model.graph
+    produced = {v for node in nodes for v in node.outputs}
+    read = {v: None for node in nodes for v in node.inputs if v is not None and v not in produced}
+    small = {v: None for v in read if v.const_value is not None
+             and graph.initializers.get(v.name or "") is v
+             and v.const_value.nbytes <= SMALL_TENSOR_BYTES}
+    declared = set(graph.inputs)  # an overridable initializer stays an input too
+    inputs = [v for v in read if v not in small or v in declared]
+    for value in inputs:  # a large weight: typed by its data, as serialize_light types it
+        if value.const_value is not None:
+            if value.type is None:
+                value.type = ir.TensorType(value.const_value.dtype)
+            if value.shape is None:
+                value.shape = cast(ir.Shape, value.const_value.shape)
+    view = ir.GraphView(inputs, list(outputs), nodes=nodes, initializers=list(small),
+                        name=graph.name)
+    proto = onnx.ModelProto(ir_version=model.ir_version)
+    for domain, version in model.opset_imports.items():
+        proto.opset_import.add(domain=domain, version=version)
+    # onnx-ir's GraphView is a GraphViewProtocol but for settable meta (never set here)
+    ir.serde.serialize_graph_into(proto.graph, view,  # type: ignore[arg-type]
+                                  model_ir_version=model.ir_version)
+    proto.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
+    return proto
+
+
+def _inferred_types(model: ir.Model, light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Run ONNX shape inference on ``light`` (``model`` serialized): the tensor types it gives,
+    by value name; none when inference fails."""
+    try:
         if not inference_expands_functions(model):
             del light.functions[:]  # the calls stay opaque: their outputs keep declared types
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
                                                      data_prop=_data_prop_is_bounded(light))
     except Exception:  # inference is an optimization aid, never a reason to fail
-        return 0
+        return {}
     infos: dict[str, onnx.TypeProto] = {}
     for g in graph_protos(inferred.graph):
         for vi in list(g.value_info) + list(g.output):
             if vi.type.HasField("tensor_type"):
                 infos[vi.name] = vi.type
+    return infos
+
+
+def _merge(infos: dict[str, onnx.TypeProto], values: Iterable[ir.Value]) -> int:
+    """Merge the inferred ``infos`` into ``values``: a type where there was none, a static
+    shape where it was not static; how many values changed."""
     changed = 0
-    for graph in all_graphs(model):
-        for node in graph:
-            for value in node.outputs:
-                if value.type is not None and value.shape is not None and \
-                        value.shape.is_static():
-                    continue  # nothing inference could add (the common case, at once)
-                info = infos.get(value.name or "")
-                if info is None or not (value.type is None
-                                        or isinstance(value.type, ir.TensorType)):
-                    continue
-                if value.type is None and info.tensor_type.elem_type:
-                    value.type = ir.TensorType(ir.DataType(info.tensor_type.elem_type))
-                    changed += 1
-                shape = _shape_of(info)
-                if shape is not None and (value.shape is None or (
-                        not value.shape.is_static() and shape.is_static())):
-                    value.shape = shape
-                    changed += 1
+    for value in values:
+        if value.type is not None and value.shape is not None and value.shape.is_static():
+            continue  # nothing inference could add (the common case, at once)
+        info = infos.get(value.name or "")
+        if info is None or not (value.type is None or isinstance(value.type, ir.TensorType)):
+            continue
+        if value.type is None and info.tensor_type.elem_type:
+            value.type = ir.TensorType(ir.DataType(info.tensor_type.elem_type))
+            changed += 1
+        shape = _shape_of(info)
+        if shape is not None and (value.shape is None or (
+                not value.shape.is_static() and shape.is_static())):
+            value.shape = shape
+            changed += 1
     return changed

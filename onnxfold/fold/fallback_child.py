@@ -45,6 +45,7 @@ from onnxfold.fold.fallback_session import (
     run_session,
     to_ort,
 )
+from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import np_dtype, onnx_type
 
 MIN_FLOPS = 1e9  # below this a kernel takes well under a second: never worth a child
@@ -119,7 +120,7 @@ def _save_arrays(directory: str, prefix: str, arrays: Mapping[str, np.ndarray]) 
         entry: dict = {"name": name, "file": f"{prefix}{k}.npy", "onnx_type": None}
         if is_raw_dtype(arr.dtype):
             entry["onnx_type"] = onnx_type(arr.dtype)
-            arr = raw_bits(np.ascontiguousarray(arr))
+            arr = raw_bits(c_contiguous(arr))
         np.save(os.path.join(directory, entry["file"]), arr, allow_pickle=False)
         entries.append(entry)
     return entries

@@ -14,7 +14,6 @@ the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error in
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from onnx_ir.passes import InPlacePass, PassResult, PostconditionError, Precondi
 
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.analysis.shapes import infer_shapes, infer_shapes_upstream
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
 from onnxfold.fold.function_bodies import fold_functions
@@ -39,7 +38,7 @@ from onnxfold.pipeline.results import (
     InlineResult,
     RewriteResult,
 )
-from onnxfold.rewrite.driver import rewrite, run_cleanups
+from onnxfold.rewrite.driver import Resumable, rewrite, run_cleanups
 from onnxfold.rewrite.steps import contained
 
 
@@ -101,18 +100,23 @@ class Rewrite(InPlacePass):
                  settings: RunSettings) -> None:
         self.catalogue, self.options, self.state = catalogue, options, state
         self.settings = settings
+        self.resume = Resumable()  # what each call leaves the next (the same model's)
+        # node -> "rule: reason" of its last try, kept across calls: a call tries only the
+        # nodes changes concern, the others' last reason still holds
+        self.rejected_at: dict[ir.Node, str] = {}
 
     def call(self, model: ir.Model) -> RewriteResult:
-        rejected: Counter = Counter()
-        rejected_at: dict[ir.Node, str] = {}
-        done = rewrite(model, self.catalogue, rejected,
-                       self.options.inputs_are_constant, strict=self.options.strict,
-                       rejected_at=rejected_at, settings=self.settings)
+        done = rewrite(model, self.catalogue, None, self.options.inputs_are_constant,
+                       strict=self.options.strict, rejected_at=self.rejected_at,
+                       settings=self.settings, resume=self.resume)
+        for node in [node for node in self.rejected_at if node.graph is None]:
+            del self.rejected_at[node]  # removed: neither reported nor kept alive
+        rejected_at = dict(self.rejected_at)
         self.state.rewritten = bool(done.hits)
         # converged: a next round's rewrite finds nothing new unless a later pass changes the
         # model, and that pass then asks for the round itself
         return RewriteResult(model, bool(done.hits) and not done.converged, done.hits,
-                             rejected, rejected_at)
+                             rejected_at)
 
 
 def _initializers(model: ir.Model) -> set[ir.Value]:
@@ -238,25 +242,33 @@ class RefineShapes(InPlacePass):
         self.options, self.state = options, state
 
     def call(self, model: ir.Model) -> PassResult:
-        refined = self.options.shape_folding and self._may_refine(model) and \
-            infer_shapes(model) > 0
+        refined = self.options.shape_folding and self._refine(model) > 0
         shape_only = load_catalogue().shape_only
         self.state.news = refined and any(
             node.op_type in shape_only for graph in all_graphs(model) for node in graph)
         self.state.new_constants = frozenset()
         return PassResult(model, self.state.news)
 
-    def _may_refine(self, model: ir.Model) -> bool:
+    def _refine(self, model: ir.Model) -> int:
+        """Infer again what a new constant can change; how many values changed. With
+        subgraphs, the whole model; without, only what the Shape/Size nodes waiting for a
+        shape read and what that depends on, if a new constant is among it."""
         new = self.state.new_constants
         if not new:
-            return False
-        nodes = [node for graph in all_graphs(model) for node in graph]
+            return 0
+        graphs = all_graphs(model)
+        nodes = [node for graph in graphs for node in graph]
         shape_only = load_catalogue().shape_only
-        if not any(node.op_type in shape_only and node.inputs and node.inputs[0] is not None
-                   and static_shape(node.inputs[0]) is None for node in nodes):
-            return False  # no Shape/Size waits for a shape: nothing a better one could fold
-        return any(any(v in new for v in node.inputs) and
-                   any(static_shape(v) is None for v in node.outputs) for node in nodes)
+        waiting = {node.inputs[0]: None for node in nodes
+                   if node.op_type in shape_only and node.inputs and node.inputs[0] is not None
+                   and static_shape(node.inputs[0]) is None}
+        if not waiting:
+            return 0  # no Shape/Size waits for a shape: nothing a better one could fold
+        if len(graphs) > 1:  # values read from an enclosing graph: the whole model
+            starts = any(any(v in new for v in node.inputs) and
+                         any(static_shape(v) is None for v in node.outputs) for node in nodes)
+            return infer_shapes(model) if starts else 0
+        return infer_shapes_upstream(model, list(waiting), new)
 
 
 def unsorted_graphs(model: ir.Model) -> list[ir.Graph]:

@@ -30,11 +30,10 @@ class InlineResult(PassResult):
 
 @dataclass
 class RewriteResult(PassResult):
-    """``Rewrite``: hits per pattern; the rejections of this call (rule: reason, count) and
-    the node each rejected pattern was tried at."""
+    """``Rewrite``: hits per pattern, and the nodes of the graph a pattern declined at its
+    last try (node -> "rule: reason")."""
 
     hits: Counter = field(default_factory=Counter)
-    rejected: Counter = field(default_factory=Counter)
     rejected_at: dict[ir.Node, str] = field(default_factory=dict)
 
 
@@ -127,7 +126,7 @@ def summarize(results: Sequence[PassResult], skipped_steps: Sequence[str] = ()) 
         declined_nodes=tuple(declined_nodes),
         rule_hits=_added(c.rule_hits for c in everything),
         pattern_hits=_added(r.hits for r in rewrites),
-        rejected_patterns=dict(rewrites[-1].rejected) if rewrites else {},
+        rejected_patterns=dict(Counter(rewrites[-1].rejected_at.values())) if rewrites else {},
         cleanup_hits=_added(r.hits for r in results if isinstance(r, CleanupsResult)),
         pool_peak_bytes=max((c.pool_peak_bytes for c in everything), default=0),
         spilled=folds[-1].spilled if folds else 0,

@@ -18,15 +18,18 @@ A rule that raises is contained: ``StepFailed`` with its name unless not strict.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableSet, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
 from onnxfold.analysis.settings import DEFAULTS, RunSettings
-from onnxfold.analysis.symbolic import Known
+from onnxfold.analysis.symbolic import Known, ShapeSteps
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.patterns import P, PatternRule, Reject, RewriteContext
 from onnxfold.ir.graph import all_graphs
@@ -40,19 +43,36 @@ REACH_MARGIN = 1  # reader hops a rewrite marks beyond what the deepest pattern 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
             inputs_are_constant: bool = False, constant_inputs: bool = False,
             strict: bool = True, rejected_at: dict[ir.Node, str] | None = None,
-            settings: RunSettings = DEFAULTS) -> Rewritten:
+            settings: RunSettings = DEFAULTS, resume: Resumable | None = None) -> Rewritten:
     """Apply the catalogue's patterns everywhere until nothing changes.
 
     ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``). A
     rule that raises raises ``StepFailed`` with its name (unless ``strict``).
     ``rejected_at`` receives each node a pattern declined, with the rule and its reason (the
     report groups them by module). ``settings``: the run's, for the patterns (``ctx.settings``).
+    ``resume``: what an earlier call with the same catalogue and arguments left (the caller
+    keeps it between calls): this call then tries only the nodes that what changed the model
+    since (passes other than rewrites) may concern, instead of every node.
     """
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
     facts = load_catalogue()  # every rule's op facts, whatever ``catalogue`` leaves out
-    work = _Worklist(reach=pattern_reach(by_op) - 1 + REACH_MARGIN)
+    reach = pattern_reach(by_op) - 1 + REACH_MARGIN
+    work = resume.worklist(model, reach) if resume is not None else _Worklist(reach)
+    try:
+        return _rewrite(model, by_op, facts, work, hits, rejected, inputs_are_constant,
+                        constant_inputs, strict, rejected_at, settings, catalogue.shape_steps)
+    finally:
+        if resume is not None:
+            resume.left(model, work)
+
+
+def _rewrite(model: ir.Model, by_op: dict[str, list[PatternRule]], facts: Catalogue,
+             work: _Worklist, hits: Counter, rejected: Counter, inputs_are_constant: bool,
+             constant_inputs: bool, strict: bool, rejected_at: dict[ir.Node, str] | None,
+             settings: RunSettings, shape_steps: ShapeSteps) -> Rewritten:
+    """:func:`rewrite`'s sweeps, from ``work``'s marks."""
     tried = 0
     for sweeps in range(1, MAX_ITERATIONS + 1):
         changed = False
@@ -61,7 +81,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
                               constant_inputs=constant_inputs and graph is model.graph,
                               facts=facts)
             ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at,
-                                 shape_steps=catalogue.shape_steps, settings=settings)
+                                 shape_steps=shape_steps, settings=settings)
             work.begin(graph, ctx)
             if not work.any_marked(graph):
                 work.end(graph, ctx)
@@ -132,7 +152,7 @@ class _Seen:
     """What the rules of a graph's last sweep read beyond its nodes: the constants, and the
     shape values (if a rule asked for them)."""
 
-    constant: set[ir.Value]
+    constant: AbstractSet[ir.Value]  # held weakly between calls (``Resumable.left``)
     shape_values: dict[ir.Value, Known] | None
 
 
@@ -143,8 +163,9 @@ class _Worklist:
 
     def __init__(self, reach: int) -> None:
         self.reach = reach
-        self.marked: set[ir.Node] = set()
-        self.changed: set[ir.Node] = set()
+        # sets, held weakly between calls (``Resumable.left``)
+        self.marked: MutableSet[ir.Node] = set()
+        self.changed: MutableSet[ir.Node] = set()
         self.seen: dict[ir.Graph, _Seen] = {}
 
     def begin(self, graph: ir.Graph, ctx: RewriteContext) -> None:
@@ -156,14 +177,14 @@ class _Worklist:
         self.changed = {node for node in self.changed
                         if node.graph is not None and node.graph is not graph}
         if last is None:
-            self.marked.update(graph)
+            self.marked |= set(graph)
             return
-        changed = last.constant.symmetric_difference(ctx.constant)
+        changed = set(last.constant).symmetric_difference(ctx.constant)
         if last.shape_values is not None:
             changed |= ctx.update_shape_values(last.shape_values, edited)
         if changed:
             readers = [use.node for v in changed for use in v.uses()]
-            self.marked.update(near(readers, self.reach, upstream=False))
+            self.marked |= near(readers, self.reach, upstream=False)
 
     def end(self, graph: ir.Graph, ctx: RewriteContext) -> None:
         self.seen[graph] = _Seen(ctx.constant, ctx.computed_shape_values())
@@ -196,6 +217,108 @@ class _Worklist:
         self.changed |= edited
         self.marked |= near(edited, self.reach, upstream=False)
         touched.clear()
+
+
+class _NodeState(NamedTuple):
+    """A node as a :func:`rewrite` call left it: what it read (weakly: a reference must not
+    keep a weight the fold replaces alive), and per output its type, dims, number of readers
+    and whether it is a graph output."""
+
+    inputs: tuple[weakref.ref | None, ...]
+    outputs: tuple[tuple[object, object, int, bool], ...]
+
+
+def _node_state(node: ir.Node, graph_outputs: set[ir.Value]) -> _NodeState:
+    return _NodeState(tuple(None if v is None else weakref.ref(v) for v in node.inputs),
+                      tuple((*_typed(v), len(v.uses()), v in graph_outputs)
+                            for v in node.outputs))
+
+
+def _typed(value: ir.Value) -> tuple[object, object]:
+    """``value``'s type and dims, copied (a shape can change in place)."""
+    shape = value.shape
+    return value.type, (None if shape is None else tuple(shape.dims))
+
+
+def _same_values(refs: tuple[weakref.ref | None, ...], values: Sequence[ir.Value | None]
+                 ) -> bool:
+    return len(refs) == len(values) and all(
+        (ref is None and v is None) or (ref is not None and ref() is v)
+        for ref, v in zip(refs, values))
+
+
+class _Snapshot:
+    """A graph as a :func:`rewrite` call left it: each node's state and the graph's inputs,
+    held weakly."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        outputs = set(graph.outputs)
+        self.nodes: weakref.WeakKeyDictionary[ir.Node, _NodeState] = weakref.WeakKeyDictionary(
+            {node: _node_state(node, outputs) for node in graph})
+        self.graph_inputs = tuple(weakref.ref(v) for v in graph.inputs)
+
+    def changes(self, graph: ir.Graph) -> tuple[set[ir.Node], set[ir.Node]]:
+        """The nodes of ``graph`` changed since (added, rewired, producing or reading a value
+        whose type or shape changed: what their shape values and refined dims come from), and
+        the nodes next to a change (a value of theirs lost readers or its graph-output
+        status: a pattern asking for a single reader may match now)."""
+        edited: set[ir.Node] = set()
+        nearby: set[ir.Node] = set()
+        outputs = set(graph.outputs)
+        for node in graph:
+            before = self.nodes.get(node)
+            if before is None or not _same_values(before.inputs, node.inputs):
+                edited.add(node)
+                continue
+            for value, (kind, dims, uses, is_output) in zip(node.outputs, before.outputs):
+                if (kind, dims) != _typed(value):
+                    edited.add(node)
+                    edited.update(use.node for use in value.uses() if use.node.graph is graph)
+                elif len(value.uses()) != uses or (value in outputs) != is_output:
+                    nearby.add(node)
+        return edited, nearby
+
+
+class Resumable:
+    """What a :func:`rewrite` call leaves for the next one on the same model (its worklist,
+    and a snapshot of each graph), so that the next call, after other passes changed the model
+    (the fold, pruning, inferring shapes again), tries only the nodes those changes concern:
+    nodes added or rewired, the producers and readers of values whose type or shape changed,
+    producers of values that lost a reader, and their readers within the patterns' reach. A
+    graph whose inputs changed is tried whole, and so is every graph when the main graph's
+    did. Everything kept of the model is held weakly, but for the small shape values."""
+
+    def __init__(self) -> None:
+        self._work: _Worklist | None = None
+        self._model: weakref.ref | None = None
+        self._main_inputs: tuple[weakref.ref, ...] = ()
+        self._snapshots: dict[ir.Graph, _Snapshot] = {}
+
+    def worklist(self, model: ir.Model, reach: int) -> _Worklist:
+        """The worklist to go on with: the last one, marked for what changed since."""
+        work = self._work
+        if work is None or self._model is None or self._model() is not model or \
+                work.reach != reach or not _same_values(self._main_inputs, model.graph.inputs):
+            return _Worklist(reach)  # the main graph's inputs name the dims of every graph
+        for graph, snapshot in self._snapshots.items():
+            if graph not in work.seen:
+                continue
+            if not _same_values(snapshot.graph_inputs, graph.inputs):
+                del work.seen[graph]  # inputs decide the dims' symbols: a fresh start
+                continue
+            edited, nearby = snapshot.changes(graph)
+            work.changed |= edited
+            work.marked |= near(edited | nearby, work.reach, upstream=False)
+        return work
+
+    def left(self, model: ir.Model, work: _Worklist) -> None:
+        """Keep ``work`` and a snapshot of every graph it saw, as the call leaves them."""
+        self._work, self._model = work, weakref.ref(model)
+        self._main_inputs = tuple(weakref.ref(v) for v in model.graph.inputs)
+        for seen in work.seen.values():
+            seen.constant = weakref.WeakSet(seen.constant)
+        work.marked, work.changed = weakref.WeakSet(work.marked), weakref.WeakSet(work.changed)
+        self._snapshots = {graph: _Snapshot(graph) for graph in work.seen}
 
 
 class _Trying:
@@ -235,6 +358,8 @@ class _Sweep:
         """Try each pattern of ``node``'s op type until one rewrites; whether one did."""
         ctx, rejected = self.ctx, self.ctx.rejected
         self.tried += 1
+        if ctx.rejected_at is not None:
+            ctx.rejected_at.pop(node, None)  # what held at an earlier try may hold no more
         rules = self.by_op.get(node.op_type, ())
         for rule in rules:
             self.trying.name = rule.name

@@ -75,11 +75,11 @@ def test_a_cheap_batch_stays_in_the_process(monkeypatch):
     assert not fallback_child.worth_a_child(1e10, 30.0)  # 10 s at worst: the timeout is 30 s
 
 
-def _identity_model(dtype: int) -> bytes:
+def _identity_model(dtype: int, shape: tuple[int, ...] = (3,)) -> bytes:
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("Identity", ["a"], ["b"])], "g",
-        [onnx.helper.make_tensor_value_info("a", dtype, [3])],
-        [onnx.helper.make_tensor_value_info("b", dtype, [3])])
+        [onnx.helper.make_tensor_value_info("a", dtype, shape)],
+        [onnx.helper.make_tensor_value_info("b", dtype, shape)])
     return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)],
                                   ir_version=10).SerializeToString()
 
@@ -90,6 +90,24 @@ def test_a_child_passes_bfloat16_through_files():
     (b,) = fallback_child.run_in_child(_identity_model(onnx.TensorProto.BFLOAT16), {},
                                        {"a": a}, [out], None, False, 30.0)
     assert b.dtype == a.dtype and b.tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize(("onnx_type", "np_type"), [
+    (onnx.TensorProto.BFLOAT16, ml_dtypes.bfloat16),
+    (onnx.TensorProto.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn)])
+def test_a_child_keeps_a_scalar_of_a_raw_type_a_scalar(onnx_type, np_type):
+    """A 0-d input of a type saved as raw bits reaches the child 0-d (numpy's
+    ``ascontiguousarray`` would make it 1-d, and its Shape ``[1]`` instead of ``[]``)."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Shape", ["a"], ["b"])], "g",
+        [onnx.helper.make_tensor_value_info("a", onnx_type, [])],
+        [onnx.helper.make_tensor_value_info("b", onnx.TensorProto.INT64, [0])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)],
+                                   ir_version=10).SerializeToString()
+    out = Wanted("b", int(ir.DataType.INT64), (0,), raw_only=False, scalar=False)
+    (b,) = fallback_child.run_in_child(model, {}, {"a": np.array(1.5, dtype=np_type)}, [out],
+                                       None, False, 30.0)
+    assert b.shape == (0,) and b.dtype == np.int64
 
 
 def test_an_error_in_the_child_is_a_decline():
