@@ -106,6 +106,7 @@ class Evaluator:
         self.catalogue, self.pool, self.progress, self.observe = catalogue, pool, progress, observe
         self.opset_imports = opset_imports
         self.opset = opset_imports.get("", 1)
+        self.graph_outputs = frozenset(graph.outputs)  # the evaluation edits no graph
         self.budget = pool_budget(options.pool_budget, options.memory_limit)
         self.readers = Counter(plan.readers)  # readers still to come: released as they run
         self.running = set(plan.order)  # planned and not abandoned
@@ -154,7 +155,7 @@ class Evaluator:
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _kept_by_graph(self, value: ir.Value) -> bool:
-        if value in self.graph.outputs:
+        if value in self.graph_outputs:
             return True
         return any(user not in self.running for user, _ in value.uses())
 
@@ -187,22 +188,23 @@ class Evaluator:
     def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
         if self.observe is not None:
             self.observe(results)
-        out = self.out
+        out, pool = self.out, self.pool
         origin = {node_label(node): None}
         for v in node.inputs:
-            origin.update(dict.fromkeys(out.provenance.get(v, ()) if v is not None else ()))
+            if v is not None and (upstream := out.provenance.get(v)):
+                origin.update(dict.fromkeys(upstream))
         names = tuple(origin)[:PROVENANCE_LIMIT]
-        in_bytes = sum(self.pool.get(v).nbytes for v in node.inputs if v in self.pool)
+        in_bytes = sum(pool.get(v).nbytes for v in node.inputs if v in pool)
         for value, arr in results.items():
             out.provenance[value] = names
             out.input_bytes[value] = in_bytes
             keep = self._kept_by_graph(value)
             if keep:
                 out.keep[value] = None
-            self.pool.put(value, arr, self.readers[value] + int(keep))
+            pool.put(value, arr, self.readers[value] + int(keep))
         for v in self.plan.reads(node):
-            if v in self.pool:
-                self.pool.release(v)
+            if v in pool:
+                pool.release(v)
         out.how[node] = how
 
     # -- evaluation --------------------------------------------------------------------------
@@ -238,7 +240,7 @@ class Evaluator:
         room = self.budget if self.options.memory_limit is not None else \
             max(self.budget - self.pool.live_bytes, 0)
         for node, outcome, sessions in fallback.run_batch(
-                batch, self._pooled, lambda v: v in self.graph.outputs,
+                batch, self._pooled, lambda v: v in self.graph_outputs,
                 self.opset_imports, self.model.ir_version, self.options.fold_timeout,
                 room, self._stored):
             self.out.fallback_sessions += sessions

@@ -50,22 +50,27 @@ def _is_weight(value: ir.Value) -> bool:
 
 def static_nbytes(value: ir.Value) -> int | None:
     """Bytes of ``value`` from its static shape and dtype, or None."""
-    if value.const_value is not None:
-        return value.const_value.nbytes
-    shape = static_shape(value)
-    if shape is None or value.dtype is None or value.dtype == ir.DataType.STRING:
+    tensor = value.const_value
+    if tensor is not None:
+        return tensor.nbytes
+    dtype = value.dtype
+    if dtype is None or dtype == ir.DataType.STRING:
         return None
-    return int(math.prod(shape) * value.dtype.itemsize)  # math.prod: exact, no numpy call
+    shape = static_shape(value)
+    if shape is None:
+        return None
+    return int(math.prod(shape) * dtype.itemsize)  # math.prod: exact, no numpy call
 
 
 def origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
     """For every constant value, the source constants it is computed from."""
     origins: dict[ir.Value, frozenset[ir.Value]] = {v: frozenset((v,)) for v in plan.sources}
     for node in plan.foldable:
-        found = frozenset().union(*(origins.get(v, frozenset()) for v in node.inputs
-                                    if v is not None))
+        found = [origins[v] for v in node.inputs if v in origins]  # (None is not in it)
+        # one input's set is shared, not copied: frozensets never change
+        merged = found[0] if len(found) == 1 else frozenset().union(*found)
         for out in node.outputs:
-            origins[out] = found
+            origins[out] = merged
     return origins
 
 

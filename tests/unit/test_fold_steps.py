@@ -61,6 +61,26 @@ def test_the_plan_says_what_folds_and_why_not_and_changes_nothing():
     assert plan.growth_bytes == 0
 
 
+def test_the_plan_holds_what_each_foldable_node_reads():
+    """A shape-only fold reads its input's buffer only when that input is constant; another
+    node reads each distinct input once (Mul(wt, wt) reads wt once)."""
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0], name="tr"),
+             helper.make_node("Mul", ["wt", "wt"], ["sq"], name="sq"),
+             helper.make_node("Shape", ["sq"], ["s1"], name="shape_of_constant"),
+             helper.make_node("Shape", ["x"], ["s2"], name="shape_of_input"),
+             helper.make_node("Concat", ["s1", "s2"], ["s"], axis=0, name="cat")]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 4])], [vinfo("s", TensorProto.INT64, [4])],
+                       [tensor("w", W)])
+    model = model_from_proto(proto, check=False)
+    infer_shapes(model)
+    plan = _plan(model, FoldOptions())
+    reads = {n.name: [v.name for v in plan.reads(n)] for n in plan.order}
+    assert reads == {"tr": ["w"], "sq": ["wt"], "shape_of_constant": ["sq"],
+                     "shape_of_input": [], "cat": ["s1", "s2"]}
+    assert {v.name: n for v, n in plan.readers.items()} == {"w": 1, "wt": 1, "sq": 1, "s1": 1,
+                                                            "s2": 1}
+
+
 def test_evaluate_then_materialize_writes_only_what_the_graph_keeps():
     model = _chain_and_tile()
     options = FoldOptions(strict=True, growth_min_bytes=0)
