@@ -70,22 +70,24 @@ def evaluate_native(node: ir.Node, rule: FolderRule, args: list, opset: int
     """``node``'s outputs by ``rule`` from its input arrays (a shape tuple for a shape-only
     rule). A float16 op onnxruntime computes in float32 is computed in float32 here, rounded
     once at the end. Raises Decline when the rule declines or returns the wrong dtype."""
-    kwargs = {name: attr_value(attr) for name, attr in node.attributes.items()}
+    attributes = node.attributes
+    kwargs = {name: attr_value(attr) for name, attr in attributes.items()} if attributes else {}
     half = None if rule.half_as_given else in_float32_by_onnxruntime(node, args, opset)
     if half is not None:  # as onnxruntime runs it: in float32, rounded once at the end
         args = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == half
                 else a for a in args]
     with np.errstate(all="ignore"):
         result = rule.fn(*args, **kwargs)
-        outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        outs = [np.asarray(o) for o in outs]
+        outs = [np.asarray(o) for o in
+                (result if isinstance(result, (tuple, list)) else (result,))]
         if half is not None:  # (overflow to inf is what onnxruntime's rounding gives too)
             outs = [o.astype(half) if v.dtype is not None and v.dtype.numpy() == half
                     else o for o, v in zip(outs, node.outputs)]
     for value, arr in zip(node.outputs, outs):
-        if value.dtype is not None and arr.dtype != value.dtype.numpy():
-            raise Decline(f"{rule.name} returned {arr.dtype}, expected "
-                          f"{value.dtype.numpy()}", DeclineKind.RULE_ERROR)
+        dtype = value.dtype
+        if dtype is not None and arr.dtype != (expected := dtype.numpy()):
+            raise Decline(f"{rule.name} returned {arr.dtype}, expected {expected}",
+                          DeclineKind.RULE_ERROR)
     return outs
 
 
@@ -151,7 +153,8 @@ class Evaluator:
         shape is known)."""
         if node.op_type in self.plan.shape_only:
             return self._shape_known(node)
-        return all(self._available(v) for v in self.plan.reads(node))
+        pool = self.pool
+        return all(v in pool or self._available(v) for v in self.plan.reads(node))
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _kept_by_graph(self, value: ir.Value) -> bool:

@@ -22,7 +22,7 @@ from onnxfold.fold.budget import expansion
 from onnxfold.fold.evaluate import Evaluated
 from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import FoldPlan
-from onnxfold.fold.policy import origins, static_nbytes
+from onnxfold.fold.policy import static_nbytes
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.shape_inputs import unusable_as_shape
 from onnxfold.ir.graph import identity_source
@@ -71,16 +71,14 @@ class _DerivedBytes:
     """The bytes of the distinct source constants a value is computed from (at most its
     node's input bytes): a result is judged against what it replaces, across a chain. A node
     refused by the budget leaves its input kept, and a Concat(x, x) chain doubles at every step
-    while each step is only 1x its direct inputs. The origins are traced on the first ask."""
+    while each step is only 1x its direct inputs. The origins are the plan's (traced before
+    anything was evaluated or stored: the graph as the plan saw it)."""
 
     def __init__(self, plan: FoldPlan, input_bytes: dict[ir.Value, int]) -> None:
         self.plan, self.input_bytes = plan, input_bytes
-        self._origins: dict[ir.Value, frozenset[ir.Value]] | None = None
 
     def __call__(self, value: ir.Value) -> int:
-        if self._origins is None:
-            self._origins = origins(self.plan.const)
-        sources = self._origins.get(value)
+        sources = self.plan.origins.get(value)
         direct = self.input_bytes.get(value, 0)
         if sources is None:
             return direct

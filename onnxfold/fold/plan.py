@@ -22,7 +22,13 @@ from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.exactness import needing_onnxruntime
 from onnxfold.fold.half_kernels import refuse_unrounded
 from onnxfold.fold.options import FoldOptions
-from onnxfold.fold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
+from onnxfold.fold.policy import (
+    HALF_FLOATS,
+    QUANTIZED,
+    origins,
+    refuse_dequantization,
+    refuse_growth,
+)
 from onnxfold.ir.graph import captured_values, is_default_op
 
 
@@ -38,6 +44,7 @@ class FoldPlan:
     readers: Counter  # per value: how many planned nodes read its data
     growth_bytes: int  # what the growth policy let through
     reads_of: dict[ir.Node, tuple[ir.Value, ...]]  # per foldable node: see :func:`reads`
+    origins: dict[ir.Value, frozenset[ir.Value]]  # per constant value: see policy.origins
 
     def reads(self, node: ir.Node) -> tuple[ir.Value, ...]:
         """Distinct values whose data ``node`` reads (see :func:`reads`), as planned: nothing
@@ -68,6 +75,7 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldO
     earlier folds of this run already grew the model by (``max_growth_bytes`` bounds the sum)."""
     planned = set(const.foldable)
     reads_of = {node: reads(node, const, shape_only) for node in const.foldable}
+    origins_of = origins(const)
     qdq_refused, requantized = refuse_dequantization(
         const.foldable, planned, catalogue.kept_quantized, options.fold_qdq,
         catalogue.requantizing)
@@ -79,8 +87,9 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldO
                 **(QUANTIZED if options.fold_qdq else {})}
     growth_refused, growth = refuse_growth(const, planned, graph, options.growth_factor,
                                            options.growth_min_bytes, allowance, widening,
-                                           catalogue.requantizing, requantized)
-    _prune_unreachable(const, planned, shape_only, reads_of)
+                                           catalogue.requantizing, requantized, origins_of)
+    if growth_refused:  # (else every planned node still reads what planned nodes compute)
+        _prune_unreachable(const, planned, shape_only, reads_of)
     order = [n for n in const.foldable if n in planned]
     on_onnxruntime = needing_onnxruntime(dict.fromkeys(order), catalogue, opset, model.graph,
                                          graph)
@@ -88,7 +97,7 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldO
     for node in order:
         readers.update(reads_of[node])
     return FoldPlan(const, order, const.refused + qdq_refused + growth_refused,
-                    on_onnxruntime, shape_only, readers, growth, reads_of)
+                    on_onnxruntime, shape_only, readers, growth, reads_of, origins_of)
 
 
 def _prune_unreachable(const: ConstPlan, planned: set[ir.Node], shape_only: frozenset[str],
@@ -97,7 +106,7 @@ def _prune_unreachable(const: ConstPlan, planned: set[ir.Node], shape_only: froz
     available = set(const.sources)
     for node in const.foldable:
         if node in planned and (node.op_type in shape_only or
-                                all(v in available for v in reads_of[node])):
+                                available.issuperset(reads_of[node])):
             available.update(node.outputs)
         else:
             planned.discard(node)

@@ -104,15 +104,17 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                   max_growth_bytes: int | None, widening: dict[ir.DataType, int],
                   requantizing: frozenset[str],
                   requantized: Collection[ir.Node] = frozenset(),
+                  origins_of: dict[ir.Value, frozenset[ir.Value]] | None = None,
                   ) -> tuple[list[tuple[ir.Node, Reason]], int]:
     """Remove from ``planned`` the nodes whose kept results would grow the model; say why.
 
     ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
     the factor their bytes may grow by; ``requantizing``: the ops :func:`refuse_dequantization`
-    was given; ``requantized``: the dequantizations it let through for their requantization.
+    was given; ``requantized``: the dequantizations it let through for their requantization;
+    ``origins_of``: :func:`origins` of ``plan``, when the caller has it.
     Returns the refusals and the growth still planned.
     """
-    origins_of = origins(plan)
+    origins_of = origins(plan) if origins_of is None else origins_of
     refused: list[tuple[ir.Node, Reason]] = []
     outputs = set(graph.outputs)
 
