@@ -117,6 +117,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
     origins_of = origins(plan) if origins_of is None else origins_of
     refused: list[tuple[ir.Node, Reason]] = []
     outputs = set(graph.outputs)
+    inputs = set(graph.inputs)
 
     def kept(value: ir.Value) -> bool:
         return value in outputs or any(u.node not in planned for u in value.uses())
@@ -128,7 +129,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
     changed = True
     while changed:
         changed = False
-        alive = {s for s in plan.sources if kept(s) or s in graph.inputs}
+        alive = {s for s in plan.sources if kept(s) or s in inputs}
         candidates = _growth_candidates(plan, planned, outputs, origins_of, alive, kept,
                                         source_bytes, growth_min_bytes)
         for _growth, size, exclusive, node in candidates:
