@@ -141,9 +141,10 @@ class Evaluator:
                     not self._has_data(node):
                 self._abandon(node, reason)
                 continue
-            batch = [node]
-            while i < len(order) and self._wants_fallback(order[i], batch):
+            batch, produced = [node], set(node.outputs)
+            while i < len(order) and self._wants_fallback(order[i], batch, produced):
                 batch.append(order[i])
+                produced.update(order[i].outputs)
                 i += 1
             self._run_fallback(batch)
         return self.out
@@ -297,17 +298,18 @@ class Evaluator:
         assert x is not None  # the data input of Shape and Size is required
         return self._available(x) or static_shape(x) is not None
 
-    def _wants_fallback(self, node: ir.Node, batch: list[ir.Node]) -> bool:
-        """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready.
-        A contrib op runs alone: only a batch's outputs are sized before it runs, and nothing
-        sized a contrib op's outputs before (onnx does not know it)."""
+    def _wants_fallback(self, node: ir.Node, batch: list[ir.Node], produced: set[ir.Value]
+                        ) -> bool:
+        """Extend a fallback batch (computing ``produced``) with ``node`` if it has no rule and
+        its inputs are ready. A contrib op runs alone: only a batch's outputs are sized before
+        it runs, and nothing sized a contrib op's outputs before (onnx does not know it). (Only
+        the first node of a batch may be a contrib op: no other joins one.)"""
         if node not in self.plan.on_onnxruntime and \
                 self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
             return False
-        if not is_default_op(node) or not all(is_default_op(n) for n in batch):
+        if not is_default_op(node) or not is_default_op(batch[0]):
             return False
         if self._budget(node) is not None:
             return False  # runs on its own, to be refused by the budget
-        produced = {v for n in batch for v in n.outputs}
         inputs = [v for v in node.inputs if v is not None] + captured_values(node)
         return all(v in produced or self._available(v) for v in inputs)

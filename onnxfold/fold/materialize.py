@@ -11,7 +11,7 @@ constant is replaced by that constant, not copied.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,6 +47,7 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
     (``store(value, array, provenance)``); release the kept buffers."""
     done = Materialized()
     derived = _DerivedBytes(plan, evaluated.input_bytes)
+    outputs = frozenset(graph.outputs)  # (storing one value changes no other's membership)
     for value in list(evaluated.keep):
         if value not in pool:
             continue
@@ -57,7 +58,7 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
         producer = value.producer()
         if refused is not None and producer is not None:
             done.refused.append((producer, refused))  # it stays, computing it at run time
-        elif (source := _aliased_source(value, graph, plan)) is not None:
+        elif (source := _aliased_source(value, outputs, plan)) is not None:
             value.replace_all_uses_with(source)  # an Identity of a constant: read the constant
         else:
             store(value, arr, evaluated.provenance.get(value, ()))
@@ -85,11 +86,13 @@ class _DerivedBytes:
         return min(direct, sum(static_nbytes(s) or 0 for s in sources))
 
 
-def _aliased_source(value: ir.Value, graph: ir.Graph, plan: FoldPlan) -> ir.Value | None:
+def _aliased_source(value: ir.Value, outputs: Collection[ir.Value], plan: FoldPlan
+                    ) -> ir.Value | None:
     """The source constant ``value`` is an Identity (chain) of, when its readers can read
-    that instead: one copy per reader would duplicate a shared weight (two Identities of
-    one weight, as exporters share weights) where the source costs nothing more."""
-    return None if value in graph.outputs else identity_source(value, plan.const.sources)
+    that instead (``value`` is not one of the graph's ``outputs``): one copy per reader would
+    duplicate a shared weight (two Identities of one weight, as exporters share weights) where
+    the source costs nothing more."""
+    return None if value in outputs else identity_source(value, plan.const.sources)
 
 
 def replacement(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -> ir.Value:
