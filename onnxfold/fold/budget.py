@@ -96,13 +96,15 @@ def loop_work(node: ir.Node, trips: Callable[[ir.Value], np.ndarray | None]) -> 
     return None
 
 
-def expansion(out_bytes: int, in_bytes: int, factor: float, min_bytes: int,
+def expansion(out_bytes: int, in_bytes: Callable[[], int], factor: float, min_bytes: int,
               max_tensor: int | None) -> Reason | None:
-    """Why a result of ``out_bytes`` made from ``in_bytes`` of inputs may not be *kept* (become
-    an initializer); intermediates the pool frees are judged by the budget alone."""
-    if not math.isinf(factor) and out_bytes > max(min_bytes, factor * in_bytes):
+    """Why a result of ``out_bytes`` made from ``in_bytes()`` of inputs may not be *kept* (become
+    an initializer); intermediates the pool frees are judged by the budget alone. The input
+    bytes are asked for only where they decide: above ``min_bytes``, for a finite factor."""
+    if not math.isinf(factor) and out_bytes > min_bytes and \
+            out_bytes > factor * (inputs := in_bytes()):
         return Reason(DeclineKind.SIZE, f"output {out_bytes} B > {factor:g}x inputs "
-                                        f"{in_bytes} B")
+                                        f"{inputs} B")
     if max_tensor is not None and out_bytes > max_tensor:
         return Reason(DeclineKind.SIZE, f"output over the per-tensor limit of {max_tensor} B")
     return None

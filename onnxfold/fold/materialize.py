@@ -11,6 +11,7 @@ constant is replaced by that constant, not copied.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -52,7 +53,7 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
         if value not in pool:
             continue
         arr = pool.get(value)
-        refused = expansion(arr.nbytes, derived(value), options.expansion_factor,
+        refused = expansion(arr.nbytes, functools.partial(derived, value), options.expansion_factor,
                             options.expansion_min_bytes, options.max_tensor_bytes) or \
             unusable_as_shape(value, arr)
         producer = value.producer()

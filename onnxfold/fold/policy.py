@@ -120,7 +120,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
     inputs = set(graph.inputs)
 
     def kept(value: ir.Value) -> bool:
-        return value in outputs or any(u.node not in planned for u in value.uses())
+        return value in outputs or any(user not in planned for user, _ in value.uses())
 
     def source_bytes(value: ir.Value) -> int:
         factor = widening.get(value.dtype, 1) if value.dtype is not None else 1

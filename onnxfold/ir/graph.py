@@ -149,7 +149,7 @@ def static_shape(value: ir.Value) -> tuple[int, ...] | None:
     for d in dims:
         if not isinstance(d, int) or d < 0:
             return None
-    return cast(tuple[int, ...], dims)  # one pass, no generators: called per node per pass
+    return cast("tuple[int, ...]", dims)  # one pass, no generators: called per node per pass
 
 
 def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:
