@@ -103,8 +103,8 @@ def replacement(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -
     value.name = f"{name}__onnxfold_replaced"
     tensor = ir.Tensor(arr, name=name)
     tensor.metadata_props[PROVENANCE_KEY] = ",".join(provenance)
-    new = ir.Value(name=name, shape=ir.Shape(arr.shape),
-                   type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)), const_value=tensor)
+    new = ir.Value(name=name, shape=ir.Shape(arr.shape), type=ir.TensorType(tensor.dtype),
+                   const_value=tensor)
     value.replace_all_uses_with(new, replace_graph_outputs=True)
     return new
 
