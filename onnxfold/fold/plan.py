@@ -60,11 +60,8 @@ def reads(node: ir.Node, const: ConstPlan, shape_only: Collection[str]
     """
     if is_default_op(node, *shape_only):
         return (node.inputs[0],) if node.inputs[0] in const.constant else ()
-    seen: dict[ir.Value, None] = {}
-    for v in list(node.inputs) + captured_values(node):
-        if v is not None:
-            seen[v] = None
-    return tuple(seen)
+    return tuple(dict.fromkeys(v for v in (*node.inputs, *captured_values(node))
+                               if v is not None))
 
 
 def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldOptions,
