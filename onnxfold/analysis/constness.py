@@ -17,8 +17,8 @@ import onnx_ir as ir
 
 from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.ir.graph import (  # kept: re-exported, where the rule API finds it
+    DEFAULT_DOMAINS,
     captured_values,
-    is_default_op,
     is_overridable,
     kept,
     static_shape,
@@ -88,28 +88,30 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
         plan.constant.update(graph.inputs)
     plan.sources.update(outer)
     shape_only = facts.shape_only
+    constant = plan.constant  # (per node: set methods, no generators; it runs once per pass)
     for value in graph.initializers.values():
         if (inputs_are_constant or not is_overridable(value, graph, ir_version)) \
                 and value.const_value is not None:
-            plan.constant.add(value)
+            constant.add(value)
             plan.sources.add(value)
     for node in graph:
-        if is_default_op(node, "Constant"):
-            plan.constant.update(node.outputs)
+        default, op_type = node.domain in DEFAULT_DOMAINS, node.op_type
+        if default and op_type == "Constant":
+            constant.update(node.outputs)
             plan.sources.update(node.outputs)
             continue
         inputs = [v for v in node.inputs if v is not None]
         reason = why_not_foldable(node, keep, facts=facts)
         if reason is not None:
-            if all(v in plan.constant for v in inputs):
+            if constant.issuperset(inputs):
                 plan.refused.append((node, reason))
             continue
-        if is_default_op(node, *shape_only) and inputs:
-            ok = inputs[0] in plan.constant or (shape_folding and static_shape(inputs[0]))
+        if default and op_type in shape_only and inputs:
+            ok = inputs[0] in constant or (shape_folding and static_shape(inputs[0]))
         else:
-            ok = bool(inputs) and all(v in plan.constant for v in inputs)
-            ok = ok and all(v in plan.constant for v in captured_values(node))
+            ok = bool(inputs) and constant.issuperset(inputs) and \
+                constant.issuperset(captured_values(node))
         if ok:
             plan.foldable.append(node)
-            plan.constant.update(node.outputs)
+            constant.update(node.outputs)
     return plan

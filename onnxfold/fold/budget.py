@@ -11,7 +11,7 @@ and its memory cgroups' limits, ``onnxfold.host.memory_limits``), at most 4 GiB.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -44,9 +44,7 @@ def planned_bytes(node: ir.Node, arrays: Callable[[ir.Value], np.ndarray | None]
     """Bytes ``node``'s evaluation needs before it runs: its size rule on the input arrays
     (``arrays(value)``; it may count a folder's temporaries) and its static output shapes,
     whichever is larger; None when neither is known."""
-    static = [static_nbytes(v) for v in node.outputs]
-    known = sum(s for s in static if s is not None) if all(s is not None for s in static) \
-        else None
+    known = _static_bytes(node.outputs)
     if size_rule is None:
         return known
     inputs = [arrays(v) if v is not None else None for v in node.inputs]
@@ -60,6 +58,17 @@ def planned_bytes(node: ir.Node, arrays: Callable[[ir.Value], np.ndarray | None]
     if size is None:
         return known
     return int(size) if known is None else max(known, int(size))  # the rule counts temporaries
+
+
+def _static_bytes(values: Sequence[ir.Value]) -> int | None:
+    """The bytes of ``values`` from their static shapes; None when one of them is unknown."""
+    total = 0
+    for v in values:
+        size = static_nbytes(v)
+        if size is None:
+            return None
+        total += size
+    return total
 
 
 def over_budget(need: int | None, live: int, budget: int, spilling: bool) -> Reason | None:
@@ -87,13 +96,15 @@ def loop_work(node: ir.Node, trips: Callable[[ir.Value], np.ndarray | None]) -> 
     return None
 
 
-def expansion(out_bytes: int, in_bytes: int, factor: float, min_bytes: int,
+def expansion(out_bytes: int, in_bytes: Callable[[], int], factor: float, min_bytes: int,
               max_tensor: int | None) -> Reason | None:
-    """Why a result of ``out_bytes`` made from ``in_bytes`` of inputs may not be *kept* (become
-    an initializer); intermediates the pool frees are judged by the budget alone."""
-    if not math.isinf(factor) and out_bytes > max(min_bytes, factor * in_bytes):
+    """Why a result of ``out_bytes`` made from ``in_bytes()`` of inputs may not be *kept* (become
+    an initializer); intermediates the pool frees are judged by the budget alone. The input
+    bytes are asked for only where they decide: above ``min_bytes``, for a finite factor."""
+    if not math.isinf(factor) and out_bytes > min_bytes and \
+            out_bytes > factor * (inputs := in_bytes()):
         return Reason(DeclineKind.SIZE, f"output {out_bytes} B > {factor:g}x inputs "
-                                        f"{in_bytes} B")
+                                        f"{inputs} B")
     if max_tensor is not None and out_bytes > max_tensor:
         return Reason(DeclineKind.SIZE, f"output over the per-tensor limit of {max_tensor} B")
     return None

@@ -70,22 +70,24 @@ def evaluate_native(node: ir.Node, rule: FolderRule, args: list, opset: int
     """``node``'s outputs by ``rule`` from its input arrays (a shape tuple for a shape-only
     rule). A float16 op onnxruntime computes in float32 is computed in float32 here, rounded
     once at the end. Raises Decline when the rule declines or returns the wrong dtype."""
-    kwargs = {name: attr_value(attr) for name, attr in node.attributes.items()}
+    attributes = node.attributes
+    kwargs = {name: attr_value(attr) for name, attr in attributes.items()} if attributes else {}
     half = None if rule.half_as_given else in_float32_by_onnxruntime(node, args, opset)
     if half is not None:  # as onnxruntime runs it: in float32, rounded once at the end
         args = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == half
                 else a for a in args]
     with np.errstate(all="ignore"):
         result = rule.fn(*args, **kwargs)
-        outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        outs = [np.asarray(o) for o in outs]
+        outs = [np.asarray(o) for o in
+                (result if isinstance(result, (tuple, list)) else (result,))]
         if half is not None:  # (overflow to inf is what onnxruntime's rounding gives too)
             outs = [o.astype(half) if v.dtype is not None and v.dtype.numpy() == half
                     else o for o, v in zip(outs, node.outputs)]
     for value, arr in zip(node.outputs, outs):
-        if value.dtype is not None and arr.dtype != value.dtype.numpy():
-            raise Decline(f"{rule.name} returned {arr.dtype}, expected "
-                          f"{value.dtype.numpy()}", DeclineKind.RULE_ERROR)
+        dtype = value.dtype
+        if dtype is not None and arr.dtype != (expected := dtype.numpy()):
+            raise Decline(f"{rule.name} returned {arr.dtype}, expected {expected}",
+                          DeclineKind.RULE_ERROR)
     return outs
 
 
@@ -106,6 +108,7 @@ class Evaluator:
         self.catalogue, self.pool, self.progress, self.observe = catalogue, pool, progress, observe
         self.opset_imports = opset_imports
         self.opset = opset_imports.get("", 1)
+        self.graph_outputs = frozenset(graph.outputs)  # the evaluation edits no graph
         self.budget = pool_budget(options.pool_budget, options.memory_limit)
         self.readers = Counter(plan.readers)  # readers still to come: released as they run
         self.running = set(plan.order)  # planned and not abandoned
@@ -138,9 +141,10 @@ class Evaluator:
                     not self._has_data(node):
                 self._abandon(node, reason)
                 continue
-            batch = [node]
-            while i < len(order) and self._wants_fallback(order[i], batch):
+            batch, produced = [node], set(node.outputs)
+            while i < len(order) and self._wants_fallback(order[i], batch, produced):
                 batch.append(order[i])
+                produced.update(order[i].outputs)
                 i += 1
             self._run_fallback(batch)
         return self.out
@@ -150,11 +154,12 @@ class Evaluator:
         shape is known)."""
         if node.op_type in self.plan.shape_only:
             return self._shape_known(node)
-        return all(self._available(v) for v in self.plan.reads(node))
+        pool = self.pool
+        return all(v in pool or self._available(v) for v in self.plan.reads(node))
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _kept_by_graph(self, value: ir.Value) -> bool:
-        if value in self.graph.outputs:
+        if value in self.graph_outputs:
             return True
         return any(user not in self.running for user, _ in value.uses())
 
@@ -187,22 +192,23 @@ class Evaluator:
     def _finish(self, node: ir.Node, results: dict[ir.Value, np.ndarray], how: str) -> None:
         if self.observe is not None:
             self.observe(results)
-        out = self.out
+        out, pool = self.out, self.pool
         origin = {node_label(node): None}
         for v in node.inputs:
-            origin.update(dict.fromkeys(out.provenance.get(v, ()) if v is not None else ()))
+            if v is not None and (upstream := out.provenance.get(v)):
+                origin.update(dict.fromkeys(upstream))
         names = tuple(origin)[:PROVENANCE_LIMIT]
-        in_bytes = sum(self.pool.get(v).nbytes for v in node.inputs if v in self.pool)
+        in_bytes = sum(pool.get(v).nbytes for v in node.inputs if v in pool)
         for value, arr in results.items():
             out.provenance[value] = names
             out.input_bytes[value] = in_bytes
             keep = self._kept_by_graph(value)
             if keep:
                 out.keep[value] = None
-            self.pool.put(value, arr, self.readers[value] + int(keep))
+            pool.put(value, arr, self.readers[value] + int(keep))
         for v in self.plan.reads(node):
-            if v in self.pool:
-                self.pool.release(v)
+            if v in pool:
+                pool.release(v)
         out.how[node] = how
 
     # -- evaluation --------------------------------------------------------------------------
@@ -238,7 +244,7 @@ class Evaluator:
         room = self.budget if self.options.memory_limit is not None else \
             max(self.budget - self.pool.live_bytes, 0)
         for node, outcome, sessions in fallback.run_batch(
-                batch, self._pooled, lambda v: v in self.graph.outputs,
+                batch, self._pooled, lambda v: v in self.graph_outputs,
                 self.opset_imports, self.model.ir_version, self.options.fold_timeout,
                 room, self._stored):
             self.out.fallback_sessions += sessions
@@ -292,17 +298,18 @@ class Evaluator:
         assert x is not None  # the data input of Shape and Size is required
         return self._available(x) or static_shape(x) is not None
 
-    def _wants_fallback(self, node: ir.Node, batch: list[ir.Node]) -> bool:
-        """Extend a fallback batch with ``node`` if it has no rule and its inputs are ready.
-        A contrib op runs alone: only a batch's outputs are sized before it runs, and nothing
-        sized a contrib op's outputs before (onnx does not know it)."""
+    def _wants_fallback(self, node: ir.Node, batch: list[ir.Node], produced: set[ir.Value]
+                        ) -> bool:
+        """Extend a fallback batch (computing ``produced``) with ``node`` if it has no rule and
+        its inputs are ready. A contrib op runs alone: only a batch's outputs are sized before
+        it runs, and nothing sized a contrib op's outputs before (onnx does not know it). (Only
+        the first node of a batch may be a contrib op: no other joins one.)"""
         if node not in self.plan.on_onnxruntime and \
                 self.catalogue.folder(node.domain, node.op_type, node.version or self.opset):
             return False
-        if not is_default_op(node) or not all(is_default_op(n) for n in batch):
+        if not is_default_op(node) or not is_default_op(batch[0]):
             return False
         if self._budget(node) is not None:
             return False  # runs on its own, to be refused by the budget
-        produced = {v for n in batch for v in n.outputs}
         inputs = [v for v in node.inputs if v is not None] + captured_values(node)
         return all(v in produced or self._available(v) for v in inputs)

@@ -112,9 +112,12 @@ def fold_model(model: ir.Model, options: FoldOptions | None = None,
                           as_initializer(graph, model), counts, progress)
         counts.materialized += done.stored
         counts.materialized_bytes += done.stored_bytes
-        visible = outer | visible_constants(graph, model.ir_version, options.inputs_are_constant)
+        visible: set[ir.Value] | None = None  # found for the first subgraph: most graphs have none
         for node in graph:
             for sub in subgraphs(node):
+                if visible is None:
+                    visible = outer | visible_constants(graph, model.ir_version,
+                                                        options.inputs_are_constant)
                 fold(sub, visible)
 
     fold(model.graph, set())

@@ -35,6 +35,9 @@ from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.ir.graph import DEFAULT_DOMAINS
 
 _HALF_TYPES = {ir.DataType.FLOAT16: "tensor(float16)", ir.DataType.BFLOAT16: "tensor(bfloat16)"}
+# the numpy scalar types of float16 and bfloat16 (ml_dtypes'), whatever the byte order
+_HALF_SCALARS = {np.float16: ir.DataType.FLOAT16,
+                 ir.DataType.BFLOAT16.numpy().type: ir.DataType.BFLOAT16}
 KernelTable = dict[tuple[str, str], list[tuple[int, int, frozenset[str]]]]
 
 
@@ -76,9 +79,10 @@ def in_float32_by_onnxruntime(node: ir.Node, args: list, opset: int) -> np.dtype
     too, where it would round at each step of a formula, as Sigmoid or a Sum of three do);
     None otherwise."""
     for arg in args:
-        if isinstance(arg, np.ndarray) and arg.dtype.name in ("float16", "bfloat16"):
-            dtype = ir.DataType.FLOAT16 if arg.dtype.name == "float16" else ir.DataType.BFLOAT16
-            return None if has_kernel(node, dtype, opset) else arg.dtype
+        if isinstance(arg, np.ndarray):
+            dtype = _HALF_SCALARS.get(arg.dtype.type)  # (numpy's dtype.name is a slow property)
+            if dtype is not None:
+                return None if has_kernel(node, dtype, opset) else arg.dtype
     return None
 
 

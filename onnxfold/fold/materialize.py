@@ -11,7 +11,8 @@ constant is replaced by that constant, not copied.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +23,7 @@ from onnxfold.fold.budget import expansion
 from onnxfold.fold.evaluate import Evaluated
 from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import FoldPlan
-from onnxfold.fold.policy import origins, static_nbytes
+from onnxfold.fold.policy import static_nbytes
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.shape_inputs import unusable_as_shape
 from onnxfold.ir.graph import identity_source
@@ -47,17 +48,18 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
     (``store(value, array, provenance)``); release the kept buffers."""
     done = Materialized()
     derived = _DerivedBytes(plan, evaluated.input_bytes)
+    outputs = frozenset(graph.outputs)  # (storing one value changes no other's membership)
     for value in list(evaluated.keep):
         if value not in pool:
             continue
         arr = pool.get(value)
-        refused = expansion(arr.nbytes, derived(value), options.expansion_factor,
+        refused = expansion(arr.nbytes, functools.partial(derived, value), options.expansion_factor,
                             options.expansion_min_bytes, options.max_tensor_bytes) or \
             unusable_as_shape(value, arr)
         producer = value.producer()
         if refused is not None and producer is not None:
             done.refused.append((producer, refused))  # it stays, computing it at run time
-        elif (source := _aliased_source(value, graph, plan)) is not None:
+        elif (source := _aliased_source(value, outputs, plan)) is not None:
             value.replace_all_uses_with(source)  # an Identity of a constant: read the constant
         else:
             store(value, arr, evaluated.provenance.get(value, ()))
@@ -71,27 +73,27 @@ class _DerivedBytes:
     """The bytes of the distinct source constants a value is computed from (at most its
     node's input bytes): a result is judged against what it replaces, across a chain. A node
     refused by the budget leaves its input kept, and a Concat(x, x) chain doubles at every step
-    while each step is only 1x its direct inputs. The origins are traced on the first ask."""
+    while each step is only 1x its direct inputs. The origins are the plan's (traced before
+    anything was evaluated or stored: the graph as the plan saw it)."""
 
     def __init__(self, plan: FoldPlan, input_bytes: dict[ir.Value, int]) -> None:
         self.plan, self.input_bytes = plan, input_bytes
-        self._origins: dict[ir.Value, frozenset[ir.Value]] | None = None
 
     def __call__(self, value: ir.Value) -> int:
-        if self._origins is None:
-            self._origins = origins(self.plan.const)
-        sources = self._origins.get(value)
+        sources = self.plan.origins.get(value)
         direct = self.input_bytes.get(value, 0)
         if sources is None:
             return direct
         return min(direct, sum(static_nbytes(s) or 0 for s in sources))
 
 
-def _aliased_source(value: ir.Value, graph: ir.Graph, plan: FoldPlan) -> ir.Value | None:
+def _aliased_source(value: ir.Value, outputs: Collection[ir.Value], plan: FoldPlan
+                    ) -> ir.Value | None:
     """The source constant ``value`` is an Identity (chain) of, when its readers can read
-    that instead: one copy per reader would duplicate a shared weight (two Identities of
-    one weight, as exporters share weights) where the source costs nothing more."""
-    return None if value in graph.outputs else identity_source(value, plan.const.sources)
+    that instead (``value`` is not one of the graph's ``outputs``): one copy per reader would
+    duplicate a shared weight (two Identities of one weight, as exporters share weights) where
+    the source costs nothing more."""
+    return None if value in outputs else identity_source(value, plan.const.sources)
 
 
 def replacement(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -> ir.Value:
@@ -101,8 +103,8 @@ def replacement(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -
     value.name = f"{name}__onnxfold_replaced"
     tensor = ir.Tensor(arr, name=name)
     tensor.metadata_props[PROVENANCE_KEY] = ",".join(provenance)
-    new = ir.Value(name=name, shape=ir.Shape(arr.shape),
-                   type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)), const_value=tensor)
+    new = ir.Value(name=name, shape=ir.Shape(arr.shape), type=ir.TensorType(tensor.dtype),
+                   const_value=tensor)
     value.replace_all_uses_with(new, replace_graph_outputs=True)
     return new
 

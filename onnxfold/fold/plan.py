@@ -22,7 +22,13 @@ from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.exactness import needing_onnxruntime
 from onnxfold.fold.half_kernels import refuse_unrounded
 from onnxfold.fold.options import FoldOptions
-from onnxfold.fold.policy import HALF_FLOATS, QUANTIZED, refuse_dequantization, refuse_growth
+from onnxfold.fold.policy import (
+    HALF_FLOATS,
+    QUANTIZED,
+    origins,
+    refuse_dequantization,
+    refuse_growth,
+)
 from onnxfold.ir.graph import captured_values, is_default_op
 
 
@@ -37,24 +43,25 @@ class FoldPlan:
     shape_only: frozenset[str]  # op types that read only their input's shape
     readers: Counter  # per value: how many planned nodes read its data
     growth_bytes: int  # what the growth policy let through
+    reads_of: dict[ir.Node, tuple[ir.Value, ...]]  # per foldable node: see :func:`reads`
+    origins: dict[ir.Value, frozenset[ir.Value]]  # per constant value: see policy.origins
 
-    def reads(self, node: ir.Node) -> list[ir.Value]:
-        """Distinct values whose data ``node`` reads (see :func:`reads`)."""
-        return reads(node, self.const, self.shape_only)
+    def reads(self, node: ir.Node) -> tuple[ir.Value, ...]:
+        """Distinct values whose data ``node`` reads (see :func:`reads`), as planned: nothing
+        edits the graph between the plan and the evaluation of its nodes."""
+        return self.reads_of[node]
 
 
-def reads(node: ir.Node, const: ConstPlan, shape_only: Collection[str]) -> list[ir.Value]:
+def reads(node: ir.Node, const: ConstPlan, shape_only: Collection[str]
+          ) -> tuple[ir.Value, ...]:
     """Distinct values whose data ``node`` reads.
 
     Shape-only folds read a constant input's buffer for its shape, and nothing otherwise.
     """
     if is_default_op(node, *shape_only):
-        return [node.inputs[0]] if node.inputs[0] in const.constant else []
-    seen: dict[ir.Value, None] = {}
-    for v in list(node.inputs) + captured_values(node):
-        if v is not None:
-            seen[v] = None
-    return list(seen)
+        return (node.inputs[0],) if node.inputs[0] in const.constant else ()
+    return tuple(dict.fromkeys(v for v in (*node.inputs, *captured_values(node))
+                               if v is not None))
 
 
 def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldOptions,
@@ -64,37 +71,39 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldO
     ``opset``: the default domain's opset the graph's nodes run at; ``growth_spent``: the bytes
     earlier folds of this run already grew the model by (``max_growth_bytes`` bounds the sum)."""
     planned = set(const.foldable)
+    reads_of = {node: reads(node, const, shape_only) for node in const.foldable}
+    origins_of = origins(const)
     qdq_refused, requantized = refuse_dequantization(
         const.foldable, planned, catalogue.kept_quantized, options.fold_qdq,
         catalogue.requantizing)
     qdq_refused += refuse_unrounded(const.foldable, planned, opset)
-    _prune_unreachable(const, planned, shape_only)
+    _prune_unreachable(const, planned, shape_only, reads_of)
     allowance = None if options.max_growth_bytes is None else \
         options.max_growth_bytes - growth_spent
     widening = {**(HALF_FLOATS if options.fold_fp16_casts else {}),
                 **(QUANTIZED if options.fold_qdq else {})}
     growth_refused, growth = refuse_growth(const, planned, graph, options.growth_factor,
                                            options.growth_min_bytes, allowance, widening,
-                                           catalogue.requantizing, requantized)
-    _prune_unreachable(const, planned, shape_only)
+                                           catalogue.requantizing, requantized, origins_of)
+    if growth_refused:  # (else every planned node still reads what planned nodes compute)
+        _prune_unreachable(const, planned, shape_only, reads_of)
     order = [n for n in const.foldable if n in planned]
     on_onnxruntime = needing_onnxruntime(dict.fromkeys(order), catalogue, opset, model.graph,
                                          graph)
     readers: Counter = Counter()
     for node in order:
-        for v in reads(node, const, shape_only):
-            readers[v] += 1
+        readers.update(reads_of[node])
     return FoldPlan(const, order, const.refused + qdq_refused + growth_refused,
-                    on_onnxruntime, shape_only, readers, growth)
+                    on_onnxruntime, shape_only, readers, growth, reads_of, origins_of)
 
 
-def _prune_unreachable(const: ConstPlan, planned: set[ir.Node], shape_only: frozenset[str]
-                       ) -> None:
+def _prune_unreachable(const: ConstPlan, planned: set[ir.Node], shape_only: frozenset[str],
+                       reads_of: dict[ir.Node, tuple[ir.Value, ...]]) -> None:
     """Unplan nodes downstream of refused ones: their inputs will never be constant."""
     available = set(const.sources)
     for node in const.foldable:
         if node in planned and (node.op_type in shape_only or
-                                all(v in available for v in reads(node, const, shape_only))):
+                                available.issuperset(reads_of[node])):
             available.update(node.outputs)
         else:
             planned.discard(node)

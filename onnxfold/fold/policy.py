@@ -50,22 +50,27 @@ def _is_weight(value: ir.Value) -> bool:
 
 def static_nbytes(value: ir.Value) -> int | None:
     """Bytes of ``value`` from its static shape and dtype, or None."""
-    if value.const_value is not None:
-        return value.const_value.nbytes
-    shape = static_shape(value)
-    if shape is None or value.dtype is None or value.dtype == ir.DataType.STRING:
+    tensor = value.const_value
+    if tensor is not None:
+        return tensor.nbytes
+    dtype = value.dtype
+    if dtype is None or dtype == ir.DataType.STRING:
         return None
-    return int(math.prod(shape) * value.dtype.itemsize)  # math.prod: exact, no numpy call
+    shape = static_shape(value)
+    if shape is None:
+        return None
+    return int(math.prod(shape) * dtype.itemsize)  # math.prod: exact, no numpy call
 
 
 def origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
     """For every constant value, the source constants it is computed from."""
     origins: dict[ir.Value, frozenset[ir.Value]] = {v: frozenset((v,)) for v in plan.sources}
     for node in plan.foldable:
-        found = frozenset().union(*(origins.get(v, frozenset()) for v in node.inputs
-                                    if v is not None))
+        found = [origins[v] for v in node.inputs if v in origins]  # (None is not in it)
+        # one input's set is shared, not copied: frozensets never change
+        merged = found[0] if len(found) == 1 else frozenset().union(*found)
         for out in node.outputs:
-            origins[out] = found
+            origins[out] = merged
     return origins
 
 
@@ -99,20 +104,23 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                   max_growth_bytes: int | None, widening: dict[ir.DataType, int],
                   requantizing: frozenset[str],
                   requantized: Collection[ir.Node] = frozenset(),
+                  origins_of: dict[ir.Value, frozenset[ir.Value]] | None = None,
                   ) -> tuple[list[tuple[ir.Node, Reason]], int]:
     """Remove from ``planned`` the nodes whose kept results would grow the model; say why.
 
     ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
     the factor their bytes may grow by; ``requantizing``: the ops :func:`refuse_dequantization`
-    was given; ``requantized``: the dequantizations it let through for their requantization.
+    was given; ``requantized``: the dequantizations it let through for their requantization;
+    ``origins_of``: :func:`origins` of ``plan``, when the caller has it.
     Returns the refusals and the growth still planned.
     """
-    origins_of = origins(plan)
+    origins_of = origins(plan) if origins_of is None else origins_of
     refused: list[tuple[ir.Node, Reason]] = []
     outputs = set(graph.outputs)
+    inputs = set(graph.inputs)
 
     def kept(value: ir.Value) -> bool:
-        return value in outputs or any(u.node not in planned for u in value.uses())
+        return value in outputs or any(user not in planned for user, _ in value.uses())
 
     def source_bytes(value: ir.Value) -> int:
         factor = widening.get(value.dtype, 1) if value.dtype is not None else 1
@@ -121,7 +129,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
     changed = True
     while changed:
         changed = False
-        alive = {s for s in plan.sources if kept(s) or s in graph.inputs}
+        alive = {s for s in plan.sources if kept(s) or s in inputs}
         candidates = _growth_candidates(plan, planned, outputs, origins_of, alive, kept,
                                         source_bytes, growth_min_bytes)
         for _growth, size, exclusive, node in candidates:

@@ -143,10 +143,13 @@ def static_shape(value: ir.Value) -> tuple[int, ...] | None:
     """``value``'s shape when every dim is a known size; None otherwise (a negative dim, as
     Paddle exports write -1 for "any", is not a size)."""
     shape = value.shape
-    if shape is None or not shape.is_static():
+    if shape is None:
         return None
-    dims = tuple(int(cast(int, d)) for d in shape)  # static: every dim is an int
-    return None if any(d < 0 for d in dims) else dims
+    dims = shape.dims  # ints and SymbolicDims: onnx-ir makes every int-like dim an int
+    for d in dims:
+        if not isinstance(d, int) or d < 0:
+            return None
+    return cast("tuple[int, ...]", dims)  # one pass, no generators: called per node per pass
 
 
 def is_overridable(value: ir.Value, graph: ir.Graph, ir_version: int) -> bool:

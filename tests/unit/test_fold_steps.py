@@ -61,6 +61,47 @@ def test_the_plan_says_what_folds_and_why_not_and_changes_nothing():
     assert plan.growth_bytes == 0
 
 
+def test_a_node_downstream_of_a_growth_refusal_is_left_out_of_the_plan():
+    """The Tile grows the model and is refused; the ReduceSum of its result is small (no growth
+    of its own) but can no longer fold: it is not planned, nor refused."""
+    nodes = [helper.make_node("Tile", ["v", "reps"], ["big"], name="tile"),
+             helper.make_node("Abs", ["big"], ["abig"], name="abs"),
+             helper.make_node("ReduceSum", ["big", "axes"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Add", ["z", "abig"], ["u"], name="add"),
+             helper.make_node("Add", ["x", "s"], ["y"], name="add2")]
+    proto = make_model(nodes, [vinfo("x", shape=[16]), vinfo("z", shape=[12, 16])],
+                       [vinfo("y", shape=[16]), vinfo("u", shape=[12, 16])],
+                       [tensor("v", W), tensor("reps", np.array([4, 4], np.int64)),
+                        tensor("axes", np.array([0], np.int64))])
+    model = model_from_proto(proto, check=False)
+    infer_shapes(model)
+    plan = _plan(model, FoldOptions(growth_min_bytes=100))  # the sum's 64 B are under it
+    assert plan.order == []
+    assert sorted((n.name, r.kind) for n, r in plan.refused) == [
+        ("abs", DeclineKind.GROWTH), ("tile", DeclineKind.GROWTH)]
+    assert not plan.readers
+
+
+def test_the_plan_holds_what_each_foldable_node_reads():
+    """A shape-only fold reads its input's buffer only when that input is constant; another
+    node reads each distinct input once (Mul(wt, wt) reads wt once)."""
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0], name="tr"),
+             helper.make_node("Mul", ["wt", "wt"], ["sq"], name="sq"),
+             helper.make_node("Shape", ["sq"], ["s1"], name="shape_of_constant"),
+             helper.make_node("Shape", ["x"], ["s2"], name="shape_of_input"),
+             helper.make_node("Concat", ["s1", "s2"], ["s"], axis=0, name="cat")]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 4])], [vinfo("s", TensorProto.INT64, [4])],
+                       [tensor("w", W)])
+    model = model_from_proto(proto, check=False)
+    infer_shapes(model)
+    plan = _plan(model, FoldOptions())
+    reads = {n.name: [v.name for v in plan.reads(n)] for n in plan.order}
+    assert reads == {"tr": ["w"], "sq": ["wt"], "shape_of_constant": ["sq"],
+                     "shape_of_input": [], "cat": ["s1", "s2"]}
+    assert {v.name: n for v, n in plan.readers.items()} == {"w": 1, "wt": 1, "sq": 1, "s1": 1,
+                                                            "s2": 1}
+
+
 def test_evaluate_then_materialize_writes_only_what_the_graph_keeps():
     model = _chain_and_tile()
     options = FoldOptions(strict=True, growth_min_bytes=0)

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold import optimize
-from onnxfold.fold.half_kernels import has_kernel
+from onnxfold.fold.half_kernels import has_kernel, in_float32_by_onnxruntime
 
 # the second row's reciprocals sum to 25.78 in float32 and to 25.77 once rounded to float16
 C = np.array([[0.03455, 0.08215, 0.03305], [-0.1304, 0.0905, 0.04465]], np.float16)
@@ -26,6 +26,21 @@ def _node(op: str) -> ir.Node:
     ("MatMul", ir.DataType.FLOAT16, False), ("ReduceSum", ir.DataType.FLOAT16, False)])
 def test_onnxruntime_kernel_registry_is_read(op, dtype, expected):
     assert has_kernel(_node(op), dtype, 18) is expected
+
+
+BFLOAT16 = ir.DataType.BFLOAT16.numpy()
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), np.dtype(">f2"), BFLOAT16])
+def test_half_arguments_of_an_op_without_a_kernel_are_computed_in_float32(dtype):
+    args = [None, np.ones(3, np.float32), np.ones(3, dtype)]
+    assert in_float32_by_onnxruntime(_node("Reciprocal"), args, 18) == dtype
+    assert in_float32_by_onnxruntime(_node("Transpose"), args, 18) is None  # it has a kernel
+
+
+@pytest.mark.parametrize("args", [[np.ones(3, np.float32)], [(2, 3)], [None], []])
+def test_arguments_without_half_floats_are_computed_as_given(args):
+    assert in_float32_by_onnxruntime(_node("Reciprocal"), args, 18) is None
 
 
 SHAPES = {"ReduceSum": [2], "Transpose": [3, 2], "Cast": [2, 3], None: [2, 3]}

@@ -5,6 +5,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxfold.fold.budget import expansion
 from onnxfold.fold.folder import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto, run_ort
@@ -65,6 +66,29 @@ def test_expansion_factor_and_min_bytes(tmp_path):
     assert ops(folded) == ["Add"] and report.declined == {}
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     assert_same(proto, out, {"x": x})
+
+
+class _Counted:
+    """Input bytes that count how often they were asked for."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes, self.asked = nbytes, 0
+
+    def __call__(self) -> int:
+        self.asked += 1
+        return self.nbytes
+
+
+@pytest.mark.parametrize(("out_bytes", "factor", "min_bytes", "refused", "asked"), [
+    (256, 4.0, 0, True, 1), (256, 8.0, 0, False, 1), (256, 4.0, 256, False, 0),
+    (256, float("inf"), 0, False, 0), (1000, 4.0, 256, True, 1)])
+def test_the_expansion_bound_asks_for_input_bytes_only_where_they_decide(
+        out_bytes, factor, min_bytes, refused, asked):
+    in_bytes = _Counted(32)
+    reason = expansion(out_bytes, in_bytes, factor, min_bytes, None)
+    assert (reason is not None, in_bytes.asked) == (refused, asked)
+    if refused:
+        assert str(reason).endswith(f"output {out_bytes} B > {factor:g}x inputs 32 B")
 
 
 def test_range_blow_up_is_refused(tmp_path):
