@@ -9,12 +9,17 @@ MatMul + Add fusion of ``rules/fusions.py`` then makes it one Gemm). The fold co
 concatenated weight; only weights that are initializers read by nothing else are merged, so the
 model grows by nothing (the originals leave with their MatMuls).
 
-Each output element is the same sum over the inner dim as before: onnxruntime's CPU MatMul
-blocks that sum over K and tiles the columns, so the merged product gives the same bits
-(``tests/unit/test_shared_input_matmuls.py`` compares them bitwise, from one row to many,
-float32 and float16). Merged where it leaves fewer nodes: three products or more, or two with
-their biases. A 2-D ``x`` whose products are not all biased is left alone: the biased ones fuse
-into Gemm nodes, which the merge would prevent.
+Each output element is the same sum over the inner dim K as before, so the products agree
+within float rounding. onnxruntime's CPU MatMul gives the same bits when it has prepacked the
+constant weight (its default): the packed layout blocks K alike whatever the column count (in
+every shape the tests try). Without prepacking (``session.disable_prepacking``, how ``compare``
+and ``--check`` run models) MLAS sizes its K block from the column count when there are fewer
+columns than K, so a merged product may round a few ulps apart: within ``--check``'s tolerance
+(``tests/unit/test_shared_input_matmuls.py`` checks both).
+
+Merged where it leaves fewer nodes: three products or more, or two with their biases. A 2-D
+``x`` whose products are not all biased is left alone: the biased ones fuse into Gemm nodes,
+which the merge would prevent.
 """
 
 from __future__ import annotations
