@@ -7,6 +7,8 @@
             on five fresh transformer exports: the README's peer table (``peers.py``)
 ``limits``  20,000 small weights (also under ``ulimit -n 256``) and a contrib op under a pool
             budget: wall, peak RSS, what is left (``limits.py``)
+``done_when`` issue 24's node table: onnxfold and the four peers on the exports its "Done
+            when" names, each output checked in onnxruntime at two bindings (``done_when.py``)
 ``ab``      two onnxfold commits on the same models, interleaved: fold time before / after
             (``ab.py``; prints its table, writes nothing)
 ==========  ===================================================================================
@@ -24,10 +26,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import ab, floor, limits, peers
+from bench import ab, done_when, floor, limits, peers
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
-    "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main}
+    "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main,
+    "done_when": done_when.main}
 
 
 def main(argv: list[str] | None = None) -> int:
