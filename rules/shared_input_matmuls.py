@@ -6,8 +6,10 @@ or the K and V projections of every decoder layer from the encoder's output.
 where each product is read only by an ``Add`` of its own constant bias of one value per
 column, the biases are concatenated too (``Split(Add(MatMul(x, W), B))``; with a 2-D ``x`` the
 MatMul + Add fusion of ``rules/fusions.py`` then makes it one Gemm). The fold computes the
-concatenated weight; only weights that are initializers read by nothing else are merged, so the
-model grows by nothing (the originals leave with their MatMuls).
+concatenated weight. A weight is merged when it is an initializer read by nothing else, or a
+short chain of foldable nodes over such initializers (dynamo's ``Transpose`` of each Linear
+weight: the merge then happens in the first rewrite round, not after a fold), so the model grows
+by nothing (the originals leave with their MatMuls).
 
 Each output element is the same sum over the inner dim K as before, so the products agree
 within float rounding. onnxruntime's CPU MatMul gives the same bits when it has prepacked the
@@ -35,6 +37,7 @@ from onnxfold.ir.graph import is_default_op
 
 MIN_PRODUCTS = 3  # MatMul + Split replace them: fewer nodes from three on
 MIN_BIASED_PRODUCTS = 2  # MatMul + Add + Split replace 2n nodes
+MAX_CHAIN = 4  # foldable nodes between a weight and its initializers
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class _Product:
     node: ir.Node
     weight: ir.Value
     columns: int
+    chain: tuple[ir.Node, ...] = ()  # the foldable nodes computing the weight, in order
     bias_add: ir.Node | None = None
     bias: ir.Value | None = None
 
@@ -61,6 +65,28 @@ def _own_initializer(ctx: RewriteContext, value: ir.Value | None) -> ir.Value | 
             and ctx.single_use(value) and ctx.array(value) is not None:
         return value
     return None
+
+
+def _own_chain(ctx: RewriteContext, value: ir.Value) -> tuple[ir.Node, ...] | None:
+    """The foldable nodes (at most ``MAX_CHAIN``, in graph order) that compute ``value`` from
+    initializers only it reads, each of their results read once (folding the merge then frees
+    every tensor it reads); None if there is no such chain."""
+    chain: list[ir.Node] = []
+    todo = [value]
+    while todo:
+        current = todo.pop()
+        if current.producer() is None:
+            if _own_initializer(ctx, current) is None:
+                return None
+            continue
+        node = current.producer()
+        if node is None or node.graph is not ctx.graph or len(chain) == MAX_CHAIN or \
+                not ctx.is_constant(current) or not ctx.single_use(current) or \
+                len(node.outputs) != 1 or node in chain:
+            return None
+        chain.append(node)
+        todo.extend(v for v in node.inputs if v is not None)
+    return tuple(reversed(chain))
 
 
 def _weight_shape(ctx: RewriteContext, node: ir.Node) -> tuple[int, ...] | None:
@@ -84,7 +110,7 @@ def _with_bias(ctx: RewriteContext, product: _Product) -> _Product | None:
     bias = _own_initializer(ctx, other) if other is not out else None
     if bias is None or ctx.shape(bias) != (product.columns,) or bias.dtype != out.dtype:
         return None
-    return _Product(product.node, product.weight, product.columns, add, bias)
+    return _Product(product.node, product.weight, product.columns, product.chain, add, bias)
 
 
 def _siblings(ctx: RewriteContext, x: ir.Value) -> list[_Product]:
@@ -98,13 +124,14 @@ def _siblings(ctx: RewriteContext, x: ir.Value) -> list[_Product]:
                 or any(p.node is node for p in found) or kept(node, ctx.keep):
             continue
         shape = _weight_shape(ctx, node)
-        weight = _own_initializer(ctx, node.inputs[1])
-        if shape is None or weight is None or weight.dtype != x.dtype:
+        weight = node.inputs[1]
+        chain = _own_chain(ctx, weight) if weight is not None and shape is not None else None
+        if shape is None or weight is None or chain is None or weight.dtype != x.dtype:
             continue
         if leading is None:
             leading = shape[:-1]
         if shape[:-1] == leading:
-            found.append(_Product(node, weight, shape[-1]))
+            found.append(_Product(node, weight, shape[-1], chain))
     return found
 
 
@@ -178,6 +205,11 @@ def merge_shared_input_matmuls(ctx: RewriteContext, x: ir.Value, w: ir.Value,
     assert isinstance(products, list)
     members = {p.node for p in products}
     first = next(n for n in ctx.graph if n in members)  # the new nodes precede every reader
+    for product in products:  # what computes a later product's weight moves up with it
+        for link in product.chain:
+            if link.graph is ctx.graph:
+                ctx.graph.remove(link)
+                ctx.graph.insert_before(first, link)
     out = products[0].node.outputs[0]
     columns = sum(p.columns for p in products)
     weights = _concat(ctx, [p.weight for p in products], first, "merged_weights")

@@ -156,3 +156,41 @@ def test_without_prepacking_the_merge_stays_within_check_tolerance(dtype):
         assert result.ok, result
         rounded_apart |= not all(row.bitwise_equal for row in result.rows)
     assert rounded_apart  # the case this test is for: without it, it proves nothing
+
+
+def _transposed_products(count, *, tied=False):
+    """Dynamo's form: x times Transpose(W_i) of [n, K] initializers, each Transpose right
+    before its MatMul (so a later weight is computed after the first product); ``tied``: a
+    Gather reads the last W too."""
+    rng = np.random.default_rng(0)
+    nodes, inits, outputs = [], [], []
+    for i in range(count):
+        inits.append(tensor(f"W{i}", rng.standard_normal((32, K)).astype(np.float32)))
+        nodes += [helper.make_node("Transpose", [f"W{i}"], [f"wt{i}"], perm=[1, 0]),
+                  helper.make_node("MatMul", ["x", f"wt{i}"], [f"y{i}"])]
+        outputs.append(vinfo(f"y{i}", TensorProto.FLOAT, [None, None, None]))
+    inputs = [vinfo("x", TensorProto.FLOAT, ["batch", 7, K])]
+    if tied:
+        inputs.append(vinfo("ids", TensorProto.INT64, [3]))
+        nodes.append(helper.make_node("Gather", [f"W{count - 1}", "ids"], ["rows"]))
+        outputs.append(vinfo("rows", TensorProto.FLOAT, [3, K]))
+    return make_model(nodes, inputs, outputs, inits)
+
+
+def test_weights_transposed_from_their_own_initializers_merge_in_the_first_round():
+    original = _transposed_products(3)
+    result, folded = _folded(original)
+    assert result.report.pattern_hits.get(RULE) == 1
+    assert result.report.rounds == 1  # merged before the fold: no round more to fold the merge
+    assert _ops(folded) == {"MatMul": 1, "Split": 1}
+    assert _weight_bytes(folded) == _weight_bytes(original)
+    for batch in (1, 4):
+        assert_same_bits(original, folded, _feeds(original, batch))
+
+
+def test_a_transposed_weight_whose_initializer_is_read_elsewhere_stays_apart():
+    original = _transposed_products(4, tied=True)
+    result, folded = _folded(original)
+    assert result.report.pattern_hits.get(RULE) == 1
+    assert _ops(folded) == {"MatMul": 2, "Split": 1, "Gather": 1, "Transpose": 1}
+    assert_same_bits(original, folded, _feeds(original, 2))
