@@ -42,8 +42,8 @@ MAX_CHAIN = 4  # foldable nodes between a weight and its initializers
 
 @dataclass(frozen=True)
 class _Product:
-    """One of the MatMuls: its node, its weight, the weight's column count and, if merged with
-    it, its bias Add and bias."""
+    """One of the MatMuls: its node, its weight, the weight's column count, the nodes that
+    compute the weight and, if merged with it, its bias Add and bias."""
 
     node: ir.Node
     weight: ir.Value
@@ -114,8 +114,9 @@ def _with_bias(ctx: RewriteContext, product: _Product) -> _Product | None:
 
 
 def _siblings(ctx: RewriteContext, x: ir.Value) -> list[_Product]:
-    """The MatMuls of this graph reading ``x`` first and an own initializer second, whose
-    weights agree in every dim but the last (the first such weight sets them)."""
+    """The MatMuls of this graph reading ``x`` first and a weight of their own second
+    (``_own_chain``), whose weights agree in every dim but the last (the first such weight
+    sets them)."""
     found: list[_Product] = []
     leading: tuple[int, ...] | None = None
     for use in x.uses():
