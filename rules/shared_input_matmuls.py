@@ -68,9 +68,10 @@ def _own_initializer(ctx: RewriteContext, value: ir.Value | None) -> ir.Value | 
 
 
 def _own_chain(ctx: RewriteContext, value: ir.Value) -> tuple[ir.Node, ...] | None:
-    """The foldable nodes (at most ``MAX_CHAIN``, in graph order) that compute ``value`` from
-    initializers only it reads, each of their results read once (folding the merge then frees
-    every tensor it reads); None if there is no such chain."""
+    """The foldable nodes (at most ``MAX_CHAIN``, in graph order, none kept by ``--keep``: the
+    concatenation would not fold) that compute ``value`` from initializers only it reads, each
+    of their results read once (folding the merge then frees every tensor it reads); None if
+    there is no such chain."""
     chain: list[ir.Node] = []
     todo = [value]
     while todo:
@@ -82,7 +83,7 @@ def _own_chain(ctx: RewriteContext, value: ir.Value) -> tuple[ir.Node, ...] | No
         node = current.producer()
         if node is None or node.graph is not ctx.graph or len(chain) == MAX_CHAIN or \
                 not ctx.is_constant(current) or not ctx.single_use(current) or \
-                len(node.outputs) != 1 or node in chain:
+                len(node.outputs) != 1 or node in chain or kept(node, ctx.keep):
             return None
         chain.append(node)
         todo.extend(v for v in node.inputs if v is not None)

@@ -194,3 +194,12 @@ def test_a_transposed_weight_whose_initializer_is_read_elsewhere_stays_apart():
     assert result.report.pattern_hits.get(RULE) == 1
     assert _ops(folded) == {"MatMul": 2, "Split": 1, "Gather": 1, "Transpose": 1}
     assert_same_bits(original, folded, _feeds(original, 2))
+
+
+def test_weights_computed_by_kept_nodes_are_not_merged():
+    """A kept Transpose does not fold: merging its output would leave a Concat of weights to
+    run on every call."""
+    original = _transposed_products(3)
+    result, folded = _folded(original, keep=("Transpose",))
+    assert RULE not in result.report.pattern_hits
+    assert _ops(folded) == {"Transpose": 3, "MatMul": 3}
