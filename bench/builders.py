@@ -221,6 +221,55 @@ def _t5(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     return Logits(T5ForConditionalGeneration(cfg)), inputs, None
 
 
+def _bart(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """A small BART encoder-decoder LM (2 + 2 layers, d_model 256, 4 heads): dynamic batch,
+    source and target lengths."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m: Any) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids: Any, attention_mask: Any, decoder_input_ids: Any) -> Any:
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          decoder_input_ids=decoder_input_ids, use_cache=False,
+                          return_dict=False)[0]
+
+    cfg = BartConfig(vocab_size=1000, d_model=256, encoder_layers=2, decoder_layers=2,
+                     encoder_attention_heads=4, decoder_attention_heads=4,
+                     encoder_ffn_dim=512, decoder_ffn_dim=512, max_position_embeddings=512,
+                     use_cache=False)
+    inputs = {"input_ids": torch.randint(4, 1000, (2, 12)),
+              "attention_mask": torch.ones(2, 12, dtype=torch.int64),
+              "decoder_input_ids": torch.randint(4, 1000, (2, 7))}
+    d = torch.export.Dim
+    batch, seq, dec = d("batch", min=1, max=64), d("seq", max=512), d("dec", max=512)
+    dims = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
+            "decoder_input_ids": {0: batch, 1: dec}}
+    return Logits(BartForConditionalGeneration(cfg)), inputs, dims
+
+
+def _resnet(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """A ResNet-50 classifier (transformers' default ResNetConfig): dynamic batch and image
+    height and width (its flatten reads the batch from the input's shape)."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m: Any) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, pixel_values: Any) -> Any:
+            return self.m(pixel_values=pixel_values, return_dict=False)[0]
+
+    d = torch.export.Dim
+    dims = {"pixel_values": {0: d("batch", min=1, max=64), 2: d("height", min=32, max=1024),
+                             3: d("width", min=32, max=1024)}}
+    inputs = {"pixel_values": torch.randn(2, 3, 96, 128)}
+    return Logits(ResNetForImageClassification(ResNetConfig())), inputs, dims
+
+
 def _llama(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     """A deep, narrow Llama: 32 layers, hidden 64, 4 heads / 2 key-value heads, vocabulary 1024;
     every parameter from N(0, 0.02), so no bias or norm weight is a trivial constant. The shape
@@ -243,8 +292,9 @@ def _llama(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     return model, inputs, {name: {0: batch, 1: seq} for name in inputs}
 
 
-# name -> (what it is, exporter "ts" (TorchScript, opset 17, do_constant_folding=False) or
-# "dynamo" (optimize=False), the factory)
+# name -> (what it is, exporter "ts" (TorchScript, opset 17, do_constant_folding=False; the
+# factory's dynamic dims as named dynamic_axes), "dynamo" (optimize=False) or "dynamo-optimized"
+# (the exporter's own optimize=True), the factory)
 EXPORTS: dict[str, tuple[str, str, Any]] = {
     "bert_base_ts": ("BERT-base, TorchScript exporter, static (1, 128)", "ts",
                      lambda torch: _bert(torch, half=False)),
@@ -255,6 +305,15 @@ EXPORTS: dict[str, tuple[str, str, Any]] = {
     "t5_small_ts": ("T5-small encoder-decoder LM, TorchScript exporter, static", "ts", _t5),
     "bert_base_fp16_dynamo": ("BERT-base in float16 (model.half()), dynamo, dynamic batch/seq",
                               "dynamo", lambda torch: _bert(torch, half=True)),
+    "qwen2_kv_ts": ("Qwen2-style decoder with KV cache (as qwen2_kv_dynamo), TorchScript, "
+                    "dynamic batch/seq/past", "ts", _qwen2_kv),
+    "qwen2_kv_dynamo_optimized": ("Qwen2-style decoder with KV cache (as qwen2_kv_dynamo), "
+                                  "dynamo with the exporter's optimize=True", "dynamo-optimized",
+                                  _qwen2_kv),
+    "bart_dynamo": ("BART encoder-decoder LM (2+2 layers, d_model 256), dynamo, dynamic "
+                    "batch/seq/dec", "dynamo", _bart),
+    "resnet50_dynamo": ("ResNet-50 classifier, dynamo, dynamic batch and image size", "dynamo",
+                        _resnet),
     "llama_L32_dynamo": ("Llama, 32 layers, hidden 64, GQA, dynamo, dynamic batch/seq", "dynamo",
                          _llama),
 }
@@ -275,8 +334,11 @@ def export(name: str, work: str | Path) -> Path:
     args = tuple(inputs.values())
     with torch.no_grad():
         if exporter == "ts":
+            axes = {name: {axis: dim.__name__ for axis, dim in by_axis.items()}
+                    for name, by_axis in (dims or {}).items()}
             torch.onnx.export(model, args, str(tmp), dynamo=False, do_constant_folding=False,
-                              input_names=list(inputs), opset_version=17)
+                              input_names=list(inputs), opset_version=17,
+                              dynamic_axes=axes or None)
         else:
             shapes: Any = None
             if dims is not None:  # positional, with the varargs (*past) as one tuple
@@ -285,7 +347,8 @@ def export(name: str, work: str | Path) -> Path:
                 if len(inputs) > n_named:
                     shapes.append(tuple(dims.get(n) for n in list(inputs)[n_named:]))
                 shapes = tuple(shapes)
-            prog = torch.onnx.export(model, args, dynamo=True, optimize=False,
+            prog = torch.onnx.export(model, args, dynamo=True,
+                                     optimize=exporter == "dynamo-optimized",
                                      dynamic_shapes=shapes, input_names=list(inputs))
             assert prog is not None  # dynamo=True always returns the program
             prog.save(str(tmp), external_data=False)

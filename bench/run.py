@@ -1,19 +1,23 @@
 """The benchmark runner: ``python -m bench run NAME [NAME ...] [OPTIONS]``.
 
-==========  ===================================================================================
-``floor``   onnxfold's whole run against onnx-ir's bare ``ir.load`` + ``ir.save`` and
-            onnxruntime basic on a 12k-node graph, a 32-layer Llama and BERT-base (``floor.py``)
-``peers``   onnxfold against onnxruntime basic, onnxsim, onnxslim and the onnxscript optimizer
-            on five fresh transformer exports: the README's peer table (``peers.py``)
-``limits``  20,000 small weights (also under ``ulimit -n 256``) and a contrib op under a pool
-            budget: wall, peak RSS, what is left (``limits.py``)
-``ab``      two onnxfold commits on the same models, interleaved: fold time before / after
-            (``ab.py``; prints its table, writes nothing)
-==========  ===================================================================================
+=============  ================================================================================
+``floor``      onnxfold's whole run against onnx-ir's bare ``ir.load`` + ``ir.save`` and
+               onnxruntime basic on a 12k-node graph, a 32-layer Llama and BERT-base (``floor.py``)
+``peers``      onnxfold against onnxruntime basic, onnxsim, onnxslim and the onnxscript optimizer
+               on five fresh transformer exports: the README's peer table (``peers.py``)
+``limits``     20,000 small weights (also under ``ulimit -n 256``) and a contrib op under a pool
+               budget: wall, peak RSS, what is left (``limits.py``)
+``ab``         two onnxfold commits on the same models, interleaved: fold time before / after
+               (``ab.py``; prints its table, writes nothing)
+``done_when``  issue 24's node table: onnxfold and the four peers on the exports its "Done when"
+               names, each output checked in onnxruntime at two bindings (``done_when.py``;
+               writes ``bench/results/done_when_24.md``)
+=============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
-them). Each writes its table into ``bench/README.md``. Run one benchmark at a time, on a quiet
-machine: every measurement is a whole child process, and a busy neighbour is in its wall time.
+them). Each writes its table into ``bench/README.md`` (``done_when`` into its results file).
+Run one benchmark at a time, on a quiet machine: every measurement is a whole child process,
+and a busy neighbour is in its wall time.
 
 ``python -m bench list`` names the benchmarks.
 """
@@ -24,10 +28,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import ab, floor, limits, peers
+from bench import ab, done_when, floor, limits, peers
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
-    "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main}
+    "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main,
+    "done_when": done_when.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,8 @@ def folded_bert(tmp_path_factory):
            and t.data_type == TensorProto.FLOAT and len(t.dims) == 2]
     weight = max(new, key=lambda t: int(np.prod(t.dims)))
     arr = numpy_helper.to_array(weight).copy()
-    arr.flat[0] += np.float32(1e-3)
+    # the last element: of V where Q, K and V are merged (a Q weight moves the output less)
+    arr.flat[-1] += np.float32(1e-3)
     weight.CopyFrom(numpy_helper.from_array(arr, weight.name))
     onnx.save(proto, corrupted)
     return folded, corrupted

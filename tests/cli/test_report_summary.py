@@ -48,7 +48,7 @@ def test_summary_prints_the_per_op_table_sorted_by_change(checked_run):
     assert ["op", "before", "after", "delta"] in [line.split() for line in
                                                   proc.stdout.splitlines()]
     before, after, delta = rows.pop("total")
-    assert (before, after) == (data["nodes_before"], data["nodes_after"]) == (312, 72)
+    assert (before, after) == (data["nodes_before"], data["nodes_after"]) == (312, 70)
     assert delta == after - before
     assert sum(r[0] for r in rows.values()) == before
     assert sum(r[1] for r in rows.values()) == after
@@ -112,7 +112,7 @@ def test_batch_rows_name_the_ops_that_changed_most(tmp_path):
 def test_api_repr_is_short_and_table_is_the_cli_table(checked_run):
     result = onnxfold.optimize(BERT)
     text = repr(result)
-    assert text.startswith("<OptimizeResult nodes 312 -> 72") and len(text) < 160
+    assert text.startswith("<OptimizeResult nodes 312 -> 70") and len(text) < 160
     assert len(repr(result.report)) < 160
     table = result.report.table()
     assert table_rows(table) == table_rows(checked_run[0].stdout)
