@@ -12,6 +12,7 @@ import errno
 import mmap
 import os
 import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -27,8 +28,8 @@ from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.sparse import densify, has_sparse
-from onnxfold.io.trust import check_tensor_data
-from onnxfold.ir.graph import all_graphs, in_order
+from onnxfold.io.trust import check_tensor_data, data_dims
+from onnxfold.ir.graph import all_graphs, captured_values
 from onnxfold.ir.protos import (
     SMALL_TENSOR_BYTES,
     function_graphs,
@@ -284,22 +285,14 @@ def _defined(value: ir.Value) -> bool:
 Reorders = list[list[int] | None]  # per graph (all_graphs' order): new position -> old index
 
 
-def check_structure(model: ir.Model, path: str) -> Reorders:
+def check_structure(graphs: Sequence[ir.Graph], path: str) -> Reorders:
     """Every value read is defined somewhere, and every graph can be sorted (a graph out of
     order is sorted, as onnxruntime accepts it); InputError otherwise, even with the checker
-    off (``--skip-check``). How each graph was reordered (None: it was in order)."""
-    graphs = all_graphs(model)  # listed before any sort changes which subgraph comes first
+    off (``--skip-check``). ``graphs``: a model's (``all_graphs``), listed before any sort
+    changes which subgraph comes first. How each graph was reordered (None: in order)."""
     reorders: Reorders = []
     for graph in graphs:
-        for node in graph:
-            for value in node.inputs:
-                if value is not None and not _defined(value):
-                    raise InputError(f"{path}: value '{value.name}' read by {node.op_type} node "
-                                     f"'{node.name}' is never defined")
-        for value in graph.outputs:
-            if not _defined(value):
-                raise InputError(f"{path}: graph output '{value.name}' is never defined")
-        if in_order(graph):
+        if _reads_defined_in_order(graph, path):
             reorders.append(None)
             continue
         index = {id(node): i for i, node in enumerate(graph)}
@@ -309,6 +302,33 @@ def check_structure(model: ir.Model, path: str) -> Reorders:
             raise InputError(f"{path}: graph '{graph.name}' has a cycle") from None
         reorders.append([index[id(node)] for node in graph])
     return reorders
+
+
+def _reads_defined_in_order(graph: ir.Graph, path: str) -> bool:
+    """InputError unless every value ``graph`` reads or returns is defined; whether the graph
+    is in topological order (``onnxfold.ir.graph.in_order``). One walk for both: loading a
+    graph of many nodes walks it as few times as it can."""
+    ordered = True
+    seen: set[ir.Value] = set()  # the outputs of the nodes walked so far
+    for node in graph:
+        for value in node.inputs:
+            if value is None:
+                continue
+            producer = value.producer()
+            if producer is None:
+                if not (value.is_graph_input() or value.is_initializer()):
+                    raise InputError(f"{path}: value '{value.name}' read by {node.op_type} "
+                                     f"node '{node.name}' is never defined")
+            elif ordered and producer.graph is graph and value not in seen:
+                ordered = False
+        if ordered and any(value not in seen and (p := value.producer()) is not None
+                           and p.graph is graph for value in captured_values(node)):
+            ordered = False
+        seen.update(node.outputs)
+    for value in graph.outputs:
+        if not _defined(value):
+            raise InputError(f"{path}: graph output '{value.name}' is never defined")
+    return ordered
 
 
 def _reordered(proto: onnx.ModelProto, reorders: Reorders) -> onnx.ModelProto:
@@ -484,22 +504,26 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
         if limit is not None:
             raise limit from None
         raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
-    reorders = check_structure(model, label)
-    files = check_tensor_data(model, label)
-    _typed_by_their_data(model)
+    graphs = all_graphs(model)
+    reorders = check_structure(graphs, label)
+    if any(order is not None for order in reorders):
+        graphs = all_graphs(model)  # sorted: its subgraphs may come in another order
+    files = check_tensor_data(graphs, label)
+    _typed_by_their_data(graphs)
     return model, files, reorders
 
 
-def _typed_by_their_data(model: ir.Model) -> None:
+def _typed_by_their_data(graphs: Iterable[ir.Graph]) -> None:
     """An initializer's declared type and shape (a ``value_info`` entry may claim anything)
     become its data's, which is what onnxruntime and shape inference of the file use."""
-    for graph in all_graphs(model):
+    for graph in graphs:
         for value in graph.initializers.values():
             tensor = value.const_value
             if tensor is None:
                 continue
-            if value.shape is None or tuple(value.shape) != tuple(tensor.shape):
-                value.shape = ir.Shape(tensor.shape.numpy())
+            dims = data_dims(tensor)
+            if value.shape is None or tuple(value.shape) != dims:
+                value.shape = ir.Shape(dims)
             if value.dtype != tensor.dtype:
                 value.type = ir.TensorType(tensor.dtype)
 
