@@ -28,7 +28,8 @@ from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.sparse import densify, has_sparse
-from onnxfold.io.trust import check_tensor_data, data_dims
+from onnxfold.io.tensor_facts import data_dims
+from onnxfold.io.trust import check_tensor_data
 from onnxfold.ir.graph import all_graphs, captured_values
 from onnxfold.ir.protos import (
     SMALL_TENSOR_BYTES,

@@ -24,6 +24,7 @@ import onnx_ir as ir
 from onnxfold.io.checked import InputChanged, open_input
 from onnxfold.io.mapped import detached, input_origin
 from onnxfold.io.tempfiles import TRUNCATED
+from onnxfold.io.tensor_facts import data_nbytes
 from onnxfold.ir.arrays import copy_c_order, release_pages
 
 _CHUNK = 16 << 20
@@ -70,14 +71,15 @@ def layout(start: int, parts: Sequence[tuple[bytes, ir.TensorProtocol | None]]
             continue
         data: np.ndarray | FileRange | ir.TensorProtocol
         if isinstance(tensor, ir.ExternalTensor):
-            data = FileRange(tensor.path, tensor.offset or 0, tensor.length or tensor.nbytes,
+            data = FileRange(tensor.path, tensor.offset or 0,
+                             tensor.length or data_nbytes(tensor),
                              getattr(tensor, "identity", None))
         elif tensor.dtype.bitwidth < 8:
             data = tensor
         else:
             data = tensor.numpy()
         segments.append(Segment(pos, data))
-        pos += tensor.nbytes
+        pos += data_nbytes(tensor)
     return segments, pos
 
 

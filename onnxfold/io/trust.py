@@ -30,6 +30,7 @@ import onnx_ir as ir
 
 from onnxfold.errors import InputError
 from onnxfold.io.mapped import MappedTensor
+from onnxfold.io.tensor_facts import data_dims
 from onnxfold.ir.graph import tensor_of
 from onnxfold.ir.protos import data_nbytes
 
@@ -135,15 +136,6 @@ _TENSOR, _TENSORS = ir.AttributeType.TENSOR, ir.AttributeType.TENSORS
 
 def _rebind_attr(node: ir.Node, name: str, tensor: ir.TensorProtocol) -> None:
     node.attributes[name] = ir.AttrTensor(name, tensor)
-
-
-def data_dims(tensor: ir.TensorProtocol) -> tuple[int, ...]:
-    """The dims of ``tensor``'s data; for a tensor read from the file, straight from its proto
-    (onnx-ir's shape property builds a new Shape at every call, and nbytes asks for it
-    again: thousands of calls on a large graph)."""
-    proto = getattr(tensor, "raw", None)
-    return tuple(proto.dims) if isinstance(proto, onnx.TensorProto) else \
-        tuple(tensor.shape.numpy())
 
 
 def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> int:

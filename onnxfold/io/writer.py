@@ -31,6 +31,7 @@ from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.publication import fresh_data_path, kill_point, output_lock, superseded_data
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
 from onnxfold.io.tempfiles import temp_beside, write_failed
+from onnxfold.io.tensor_facts import data_dims, data_nbytes
 from onnxfold.ir.graph import all_graphs
 from onnxfold.ir.protos import graph_protos
 
@@ -52,7 +53,7 @@ class SaveInfo:
 def _streamable(tensor: ir.TensorProtocol | None) -> bool:
     """Large tensors with data; placeholders (references filled in elsewhere) are not."""
     return (tensor is not None and tensor.dtype != ir.DataType.STRING
-            and tensor.nbytes >= STREAM_THRESHOLD
+            and data_nbytes(tensor) >= STREAM_THRESHOLD
             and not getattr(tensor, "is_placeholder", False))
 
 
@@ -63,7 +64,7 @@ def _tensor(value: ir.Value) -> ir.TensorProtocol:
 
 
 def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | None) -> bytes:
-    proto = onnx.TensorProto(name=name, dims=list(tensor.shape.numpy()),
+    proto = onnx.TensorProto(name=name, dims=data_dims(tensor),
                              data_type=int(tensor.dtype))
     for key, value in getattr(tensor, "metadata_props", {}).items():
         proto.metadata_props.add(key=key, value=value)
@@ -71,7 +72,7 @@ def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | No
         location, offset = external
         proto.data_location = onnx.TensorProto.EXTERNAL
         for key, value in (("location", location), ("offset", str(offset)),
-                           ("length", str(tensor.nbytes))):
+                           ("length", str(data_nbytes(tensor)))):
             proto.external_data.add(key=key, value=value)
     return proto.SerializeToString()
 
@@ -239,13 +240,15 @@ def _write_embedded(fd: int, head: bytes, graph_bytes: bytes, streamed: dict[str
                     counted: Callable[[int], None] | None) -> int:
     """Write the model with its weights inside to ``fd``: the bytes written."""
     pieces = []
+    graph_len = len(graph_bytes)
     for name, value in streamed.items():
         tensor = _tensor(value)
+        nbytes = data_nbytes(tensor)
         header = _header(name, tensor, None)
-        raw = pw.len_prefix(9, tensor.nbytes)
-        body_len = len(header) + len(raw) + tensor.nbytes
+        raw = pw.len_prefix(9, nbytes)
+        body_len = len(header) + len(raw) + nbytes
         pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
-    graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
+        graph_len += len(pieces[-1][0]) + nbytes
     first = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes], 0)
     tensors, written = segments.layout(first, pieces)
     segments.write(fd, tensors, counted)
@@ -289,7 +292,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
 
     graph = model.graph
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
-    total = sum(_tensor(v).nbytes for v in streamed.values())
+    total = sum(data_nbytes(_tensor(v)) for v in streamed.values())
     counted = _byte_counter(total, progress)
     if external_data is None:
         external_data = total > EMBED_LIMIT
