@@ -252,10 +252,11 @@ class _DocStrings:
                     node.doc_string = self.nodes[index]
 
 
-def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None
-                      ) -> onnx.ModelProto:
+def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None,
+                      subgraphs: bool = True) -> onnx.ModelProto:
     """A copy fit for the checker: external weights become typed graph inputs, bulky strings
-    empty ones (``onnxfold.io.light_copy``).
+    empty ones (``onnxfold.io.light_copy``). ``subgraphs``: False when the caller knows the
+    main graph has none (its nodes' attributes are then not walked to look for them).
 
     The checker resolves external files against the current directory, not the model's; the
     files are checked separately (``onnxfold.io.trust``).
@@ -271,7 +272,8 @@ def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None
                 onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
     del checked.graph.initializer[:]
     checked.graph.initializer.extend(kept)
-    for graph in graph_protos(checked.graph):  # elsewhere: an empty stand-in of the same type
+    graphs = graph_protos(checked.graph) if subgraphs else [checked.graph]
+    for graph in graphs:  # elsewhere: an empty stand-in of the same type
         for tensor in tensor_protos(graph, initializers=graph is not checked.graph):
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 tensor.CopyFrom(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type,
@@ -390,10 +392,12 @@ def _load(path: str, check: bool, keep_light: bool
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
     refuse_too_many_nodes(proto, path)
-    densify(proto, path)
+    graphs = list(graph_protos(proto.graph))  # walked once for the checks below
+    densify(proto, path, graphs)
     _refuse_external_in_functions(proto, path)
     docs = _DocStrings.take(proto)
-    light = _without_external(proto, parsed_bytes) if check or keep_light else None
+    light = _without_external(proto, parsed_bytes, subgraphs=len(graphs) > 1) \
+        if check or keep_light else None
     unsorted = False
     try:
         unknown = _run_checker(light, path) if light is not None and check else \
@@ -407,7 +411,7 @@ def _load(path: str, check: bool, keep_light: bool
         assert light is not None  # the checker ran on it
         unknown = _run_checker(_reordered(light, reorders), path)
     describes = keep_light and light is not None and not any(reorders) and \
-        not _external_in_subgraphs(proto) and not _small_external(proto)
+        not _external_in_subgraphs(graphs) and not _small_external(proto)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
@@ -482,10 +486,11 @@ def _small_external(proto: onnx.ModelProto) -> bool:
                (tensor_nbytes(t) or 0) <= SMALL_TENSOR_BYTES for t in proto.graph.initializer)
 
 
-def _external_in_subgraphs(proto: onnx.ModelProto) -> bool:
+def _external_in_subgraphs(graphs: Sequence[onnx.GraphProto]) -> bool:
+    """Whether a tensor of a subgraph is stored as external data (``graphs``: a model's main
+    graph, then its subgraphs: ``graph_protos``)."""
     return any(t.data_location == onnx.TensorProto.EXTERNAL
-               for graph in graph_protos(proto.graph) if graph is not proto.graph
-               for t in tensor_protos(graph))
+               for graph in graphs[1:] for t in tensor_protos(graph))
 
 
 def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None = None
