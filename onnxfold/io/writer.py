@@ -77,12 +77,13 @@ def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | No
     return proto.SerializeToString()
 
 
-def input_files(model: ir.Model) -> set[str]:
-    """The file the model was loaded from and those its external tensors read."""
+def input_files(model: ir.Model, graphs: Iterable[ir.Graph] | None = None) -> set[str]:
+    """The file the model was loaded from and those its external tensors read (``graphs``:
+    ``all_graphs(model)``, when the caller has them)."""
     source = model.meta.get(SOURCE_KEY)
     files = {source} if source else set()
     files.update(model.meta.get(DATA_FILES_KEY, ()))
-    for graph in all_graphs(model):
+    for graph in all_graphs(model) if graphs is None else graphs:
         for value in graph.initializers.values():
             if isinstance(value.const_value, ir.ExternalTensor) and \
                     not getattr(value.const_value, "is_placeholder", False):
@@ -105,7 +106,8 @@ def _checked_data(tensor: ir.TensorProtocol) -> np.ndarray | None:
     return None
 
 
-def inline_references(model: ir.Model, streamed: set[ir.Value]
+def inline_references(model: ir.Model, streamed: set[ir.Value],
+                      graphs: Iterable[ir.Graph] | None = None
                       ) -> dict[ir.Value, ir.TensorProtocol]:
     """Give every initializer that is not streamed but still refers to the input's files (a
     small tensor, or one in a subgraph) its data, so that the serializer writes the bytes rather
@@ -113,10 +115,11 @@ def inline_references(model: ir.Model, streamed: set[ir.Value]
 
     Folded views of an input's mapping get a copy too: the serializer would read them through
     the mapping, which faults if the file was truncated since. The copies are read with
-    ``pread``, so a truncated or removed input is an InputError here.
+    ``pread``, so a truncated or removed input is an InputError here. ``graphs``:
+    ``all_graphs(model)``, when the caller has them.
     """
     replaced: dict[ir.Value, ir.TensorProtocol] = {}
-    for graph in all_graphs(model):
+    for graph in all_graphs(model) if graphs is None else graphs:
         for value in graph.initializers.values():
             tensor = value.const_value
             if value in streamed or tensor is None:
@@ -195,13 +198,13 @@ def _pwrite_text_field(fd: int, field: int, text: str, offset: int) -> int:
     return done
 
 
-def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value]
-                       ) -> tuple[bytes, bytes, str | None]:
+def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value],
+                       graphs: list[ir.Graph]) -> tuple[bytes, bytes, str | None]:
     """The model's bytes before its graph, its graph's bytes without the ``streamed``
     initializers (they are written from their arrays) and its doc string (written last, from
-    the str). ``model`` is left as it was."""
+    the str). ``model`` (whose graphs are ``graphs``) is left as it was."""
     graph = model.graph
-    inlined = inline_references(model, set(streamed.values()))
+    inlined = inline_references(model, set(streamed.values()), graphs)
     for name in streamed:
         graph.initializers.pop(name)
     doc_string, model.doc_string = model.doc_string, None
@@ -284,7 +287,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     """
     path = os.fspath(path)
     data_name = data_name or os.path.basename(path) + ".data"
-    guard = OutputGuard(input_files(model), replaces)
+    graphs = all_graphs(model)  # (saving changes no graph's nodes)
+    guard = OutputGuard(input_files(model, graphs), replaces)
     guard.protect(protect or ())
     target = guard.claim(path, "output model")
     requested_name = data_name
@@ -302,7 +306,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     if external_data:
         data_path = guard.claim(data_path, "output model's external data")
 
-    head, graph_bytes, doc_string = _serialize_without(model, streamed)
+    head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
     in_place = guard.replaces_input(target)
     with output_lock(target):
         if external_data:
