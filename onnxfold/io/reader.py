@@ -262,16 +262,8 @@ def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None,
     files are checked separately (``onnxfold.io.trust``).
     """
     checked = light_copy(proto, parsed_bytes)
-    inputs = {i.name for i in checked.graph.input}
-    kept = []
-    for tensor in checked.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            kept.append(tensor)
-        elif tensor.name not in inputs:
-            checked.graph.input.append(
-                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
-    del checked.graph.initializer[:]
-    checked.graph.initializer.extend(kept)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in checked.graph.initializer):
+        _external_as_inputs(checked.graph)
     graphs = graph_protos(checked.graph) if subgraphs else [checked.graph]
     for graph in graphs:  # elsewhere: an empty stand-in of the same type
         for tensor in tensor_protos(graph, initializers=graph is not checked.graph):
@@ -279,6 +271,20 @@ def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None,
                 tensor.CopyFrom(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type,
                                                  dims=[0]))
     return checked
+
+
+def _external_as_inputs(graph: onnx.GraphProto) -> None:
+    """``graph``'s external initializers become typed inputs (the rest stay, in order)."""
+    inputs = {i.name for i in graph.input}
+    kept = []
+    for tensor in graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            kept.append(tensor)
+        elif tensor.name not in inputs:
+            graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
 
 
 def _defined(value: ir.Value) -> bool:
