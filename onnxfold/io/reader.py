@@ -397,8 +397,7 @@ def _load(path: str, check: bool, keep_light: bool
                                          ) from None
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
-    refuse_too_many_nodes(proto, path)
-    graphs = list(graph_protos(proto.graph))  # walked once for the checks below
+    graphs = refuse_too_many_nodes(proto, path)  # the graph protos, for the checks below
     densify(proto, path, graphs)
     _refuse_external_in_functions(proto, path)
     docs = _DocStrings.take(proto)
