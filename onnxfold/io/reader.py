@@ -528,7 +528,8 @@ def _typed_by_their_data(graphs: Iterable[ir.Graph]) -> None:
     """An initializer's declared type and shape (a ``value_info`` entry may claim anything)
     become its data's, which is what onnxruntime and shape inference of the file use."""
     for graph in graphs:
-        for value in graph.initializers.values():
+        initializers = graph.initializers  # a UserDict: its plain dict iterates faster
+        for value in getattr(initializers, "data", initializers).values():
             tensor = value.const_value
             if tensor is None:
                 continue

@@ -111,7 +111,8 @@ def _tensors(graphs: Iterable[ir.Graph]
     attributes): what it is, the tensor, a function that puts a replacement in its place, and
     whether it is an initializer (which may keep referring to its file)."""
     for graph in graphs:
-        for name, value in graph.initializers.items():
+        initializers = graph.initializers  # a UserDict: its plain dict iterates faster
+        for name, value in getattr(initializers, "data", initializers).items():
             if value.const_value is not None:
                 yield f"initializer {name}", value.const_value, functools.partial(
                     setattr, value, "const_value"), True
@@ -138,11 +139,15 @@ def _rebind_attr(node: ir.Node, name: str, tensor: ir.TensorProtocol) -> None:
     node.attributes[name] = ir.AttrTensor(name, tensor)
 
 
-def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> int:
+def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str,
+                    dtype: ir.DataType | None = None) -> int:
+    """The bytes ``tensor``'s dims and dtype (``dtype``: read already) need; InputError if
+    they are invalid or have no size."""
     dims = list(data_dims(tensor))
     if any(not isinstance(d, int) or d < 0 for d in dims):
         raise InputError(f"{model_path}: {what}: invalid dimensions {dims}")
-    dtype = _dtype(tensor, model_path, what)
+    if dtype is None:
+        dtype = _dtype(tensor, model_path, what)
     if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
         raise InputError(f"{model_path}: {what}: {dtype.name.lower()} tensors cannot hold "
                          "raw or external data")
@@ -192,9 +197,10 @@ def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str,
 def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None:
     proto = getattr(tensor, "raw", None)
     raw = getattr(proto, "raw_data", None)
-    if _dtype(tensor, model_path, what) == ir.DataType.STRING and not raw:
+    dtype = _dtype(tensor, model_path, what)
+    if dtype == ir.DataType.STRING and not raw:
         return
-    needed = _expected_bytes(tensor, model_path, what)
+    needed = _expected_bytes(tensor, model_path, what, dtype)
     if raw:
         if len(raw) != needed:
             raise InputError(f"{model_path}: {what}: raw_data has {len(raw)} B, its shape and "
