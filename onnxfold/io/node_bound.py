@@ -18,6 +18,7 @@ file holds them (a function called many times counts once: its expansion is boun
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import onnx
 
@@ -37,29 +38,47 @@ def max_nodes() -> int:
     return int(text)
 
 
-def count_nodes(proto: onnx.ModelProto, limit: int) -> int:
-    """Nodes of ``proto`` (graphs, subgraphs, function bodies); the count stops once it is
-    over ``limit``."""
+def refuse_too_many_nodes(proto: onnx.ModelProto, label: str) -> list[onnx.GraphProto]:
+    """Raise InputError when ``proto`` has more nodes than the bound (module docstring); else
+    return its main graph and every subgraph in it, in ``graph_protos``' order (depth first),
+    found by the same walk. The count stops as soon as it is over the bound."""
+    limit = max_nodes()
     total = len(proto.graph.node) + sum(len(f.node) for f in proto.functions)
-    if total > limit:
-        return total  # at a glance, without walking the nodes for subgraphs
-    stack = [proto.graph.node, *(f.node for f in proto.functions)]
+    if total > limit:  # at a glance, without walking the nodes for subgraphs
+        raise _too_many(label, limit)
+    graphs: list[onnx.GraphProto] = []
+    stack = [proto.graph]
     while stack:
-        for node in stack.pop():
-            for attr in node.attribute:
-                graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else \
-                    attr.graphs if attr.type == onnx.AttributeProto.GRAPHS else []
-                for graph in graphs:
-                    total += len(graph.node)
-                    if total > limit:
-                        return total
-                    stack.append(graph.node)
+        graph = stack.pop()
+        graphs.append(graph)
+        total = _push_subgraphs(graph.node, stack, total, limit, label)
+    bodies = [f.node for f in proto.functions]  # their subgraphs count, and are not listed
+    while bodies:
+        inner: list[onnx.GraphProto] = []
+        total = _push_subgraphs(bodies.pop(), inner, total, limit, label)
+        bodies.extend(graph.node for graph in inner)
+    return graphs
+
+
+def _push_subgraphs(nodes: Iterable[onnx.NodeProto], stack: list[onnx.GraphProto],
+                    total: int, limit: int, label: str) -> int:
+    """Push the graphs in ``nodes``' attributes on ``stack`` (the first one on top), adding
+    their nodes to ``total``; the new total, or InputError once it is over ``limit``."""
+    found: list[onnx.GraphProto] = []
+    for node in nodes:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                found.append(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                found.extend(attr.graphs)
+    for graph in found:
+        total += len(graph.node)
+        if total > limit:
+            raise _too_many(label, limit)
+    stack.extend(reversed(found))
     return total
 
 
-def refuse_too_many_nodes(proto: onnx.ModelProto, label: str) -> None:
-    """Raise InputError when ``proto`` has more nodes than the bound (module docstring)."""
-    limit = max_nodes()
-    if count_nodes(proto, limit) > limit:
-        raise InputError(f"{label}: more than {limit:,} nodes, the bound on a model's size "
-                         f"(set {MAX_NODES_ENV}=N to raise it)")
+def _too_many(label: str, limit: int) -> InputError:
+    return InputError(f"{label}: more than {limit:,} nodes, the bound on a model's size "
+                      f"(set {MAX_NODES_ENV}=N to raise it)")

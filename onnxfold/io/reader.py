@@ -12,6 +12,7 @@ import errno
 import mmap
 import os
 import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -27,8 +28,9 @@ from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.sparse import densify, has_sparse
+from onnxfold.io.tensor_facts import data_dims
 from onnxfold.io.trust import check_tensor_data
-from onnxfold.ir.graph import all_graphs, in_order
+from onnxfold.ir.graph import all_graphs, captured_values
 from onnxfold.ir.protos import (
     SMALL_TENSOR_BYTES,
     function_graphs,
@@ -250,31 +252,39 @@ class _DocStrings:
                     node.doc_string = self.nodes[index]
 
 
-def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None
-                      ) -> onnx.ModelProto:
+def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None,
+                      subgraphs: bool = True) -> onnx.ModelProto:
     """A copy fit for the checker: external weights become typed graph inputs, bulky strings
-    empty ones (``onnxfold.io.light_copy``).
+    empty ones (``onnxfold.io.light_copy``). ``subgraphs``: False when the caller knows the
+    main graph has none (its nodes' attributes are then not walked to look for them).
 
     The checker resolves external files against the current directory, not the model's; the
     files are checked separately (``onnxfold.io.trust``).
     """
     checked = light_copy(proto, parsed_bytes)
-    inputs = {i.name for i in checked.graph.input}
-    kept = []
-    for tensor in checked.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            kept.append(tensor)
-        elif tensor.name not in inputs:
-            checked.graph.input.append(
-                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
-    del checked.graph.initializer[:]
-    checked.graph.initializer.extend(kept)
-    for graph in graph_protos(checked.graph):  # elsewhere: an empty stand-in of the same type
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in checked.graph.initializer):
+        _external_as_inputs(checked.graph)
+    graphs = graph_protos(checked.graph) if subgraphs else [checked.graph]
+    for graph in graphs:  # elsewhere: an empty stand-in of the same type
         for tensor in tensor_protos(graph, initializers=graph is not checked.graph):
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 tensor.CopyFrom(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type,
                                                  dims=[0]))
     return checked
+
+
+def _external_as_inputs(graph: onnx.GraphProto) -> None:
+    """``graph``'s external initializers become typed inputs (the rest stay, in order)."""
+    inputs = {i.name for i in graph.input}
+    kept = []
+    for tensor in graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            kept.append(tensor)
+        elif tensor.name not in inputs:
+            graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
 
 
 def _defined(value: ir.Value) -> bool:
@@ -284,22 +294,14 @@ def _defined(value: ir.Value) -> bool:
 Reorders = list[list[int] | None]  # per graph (all_graphs' order): new position -> old index
 
 
-def check_structure(model: ir.Model, path: str) -> Reorders:
+def check_structure(graphs: Sequence[ir.Graph], path: str) -> Reorders:
     """Every value read is defined somewhere, and every graph can be sorted (a graph out of
     order is sorted, as onnxruntime accepts it); InputError otherwise, even with the checker
-    off (``--skip-check``). How each graph was reordered (None: it was in order)."""
-    graphs = all_graphs(model)  # listed before any sort changes which subgraph comes first
+    off (``--skip-check``). ``graphs``: a model's (``all_graphs``), listed before any sort
+    changes which subgraph comes first. How each graph was reordered (None: in order)."""
     reorders: Reorders = []
     for graph in graphs:
-        for node in graph:
-            for value in node.inputs:
-                if value is not None and not _defined(value):
-                    raise InputError(f"{path}: value '{value.name}' read by {node.op_type} node "
-                                     f"'{node.name}' is never defined")
-        for value in graph.outputs:
-            if not _defined(value):
-                raise InputError(f"{path}: graph output '{value.name}' is never defined")
-        if in_order(graph):
+        if _reads_defined_in_order(graph, path):
             reorders.append(None)
             continue
         index = {id(node): i for i, node in enumerate(graph)}
@@ -309,6 +311,33 @@ def check_structure(model: ir.Model, path: str) -> Reorders:
             raise InputError(f"{path}: graph '{graph.name}' has a cycle") from None
         reorders.append([index[id(node)] for node in graph])
     return reorders
+
+
+def _reads_defined_in_order(graph: ir.Graph, path: str) -> bool:
+    """InputError unless every value ``graph`` reads or returns is defined; whether the graph
+    is in topological order (``onnxfold.ir.graph.in_order``). One walk for both: loading a
+    graph of many nodes walks it as few times as it can."""
+    ordered = True
+    seen: set[ir.Value] = set()  # the outputs of the nodes walked so far
+    for node in graph:
+        for value in node.inputs:
+            if value is None:
+                continue
+            producer = value.producer()
+            if producer is None:
+                if not (value.is_graph_input() or value.is_initializer()):
+                    raise InputError(f"{path}: value '{value.name}' read by {node.op_type} "
+                                     f"node '{node.name}' is never defined")
+            elif ordered and producer.graph is graph and value not in seen:
+                ordered = False
+        if ordered and any(value not in seen and (p := value.producer()) is not None
+                           and p.graph is graph for value in captured_values(node)):
+            ordered = False
+        seen.update(node.outputs)
+    for value in graph.outputs:
+        if not _defined(value):
+            raise InputError(f"{path}: graph output '{value.name}' is never defined")
+    return ordered
 
 
 def _reordered(proto: onnx.ModelProto, reorders: Reorders) -> onnx.ModelProto:
@@ -368,11 +397,12 @@ def _load(path: str, check: bool, keep_light: bool
                                          ) from None
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
-    refuse_too_many_nodes(proto, path)
-    densify(proto, path)
+    graphs = refuse_too_many_nodes(proto, path)  # the graph protos, for the checks below
+    densify(proto, path, graphs)
     _refuse_external_in_functions(proto, path)
     docs = _DocStrings.take(proto)
-    light = _without_external(proto, parsed_bytes) if check or keep_light else None
+    light = _without_external(proto, parsed_bytes, subgraphs=len(graphs) > 1) \
+        if check or keep_light else None
     unsorted = False
     try:
         unknown = _run_checker(light, path) if light is not None and check else \
@@ -386,7 +416,7 @@ def _load(path: str, check: bool, keep_light: bool
         assert light is not None  # the checker ran on it
         unknown = _run_checker(_reordered(light, reorders), path)
     describes = keep_light and light is not None and not any(reorders) and \
-        not _external_in_subgraphs(proto) and not _small_external(proto)
+        not _external_in_subgraphs(graphs) and not _small_external(proto)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
@@ -461,10 +491,11 @@ def _small_external(proto: onnx.ModelProto) -> bool:
                (tensor_nbytes(t) or 0) <= SMALL_TENSOR_BYTES for t in proto.graph.initializer)
 
 
-def _external_in_subgraphs(proto: onnx.ModelProto) -> bool:
+def _external_in_subgraphs(graphs: Sequence[onnx.GraphProto]) -> bool:
+    """Whether a tensor of a subgraph is stored as external data (``graphs``: a model's main
+    graph, then its subgraphs: ``graph_protos``)."""
     return any(t.data_location == onnx.TensorProto.EXTERNAL
-               for graph in graph_protos(proto.graph) if graph is not proto.graph
-               for t in tensor_protos(graph))
+               for graph in graphs[1:] for t in tensor_protos(graph))
 
 
 def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None = None
@@ -484,22 +515,27 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
         if limit is not None:
             raise limit from None
         raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
-    reorders = check_structure(model, label)
-    files = check_tensor_data(model, label)
-    _typed_by_their_data(model)
+    graphs = all_graphs(model)
+    reorders = check_structure(graphs, label)
+    if any(order is not None for order in reorders):
+        graphs = all_graphs(model)  # sorted: its subgraphs may come in another order
+    files = check_tensor_data(graphs, label)
+    _typed_by_their_data(graphs)
     return model, files, reorders
 
 
-def _typed_by_their_data(model: ir.Model) -> None:
+def _typed_by_their_data(graphs: Iterable[ir.Graph]) -> None:
     """An initializer's declared type and shape (a ``value_info`` entry may claim anything)
     become its data's, which is what onnxruntime and shape inference of the file use."""
-    for graph in all_graphs(model):
-        for value in graph.initializers.values():
+    for graph in graphs:
+        initializers = graph.initializers  # a UserDict: its plain dict iterates faster
+        for value in getattr(initializers, "data", initializers).values():
             tensor = value.const_value
             if tensor is None:
                 continue
-            if value.shape is None or tuple(value.shape) != tuple(tensor.shape):
-                value.shape = ir.Shape(tensor.shape.numpy())
+            dims = data_dims(tensor)
+            if value.shape is None or tuple(value.shape) != dims:
+                value.shape = ir.Shape(dims)
             if value.dtype != tensor.dtype:
                 value.type = ir.TensorType(tensor.dtype)
 

@@ -24,6 +24,7 @@ import onnx_ir as ir
 from onnxfold.io.checked import InputChanged, open_input
 from onnxfold.io.mapped import detached, input_origin
 from onnxfold.io.tempfiles import TRUNCATED
+from onnxfold.io.tensor_facts import data_nbytes
 from onnxfold.ir.arrays import copy_c_order, release_pages
 
 _CHUNK = 16 << 20
@@ -70,14 +71,15 @@ def layout(start: int, parts: Sequence[tuple[bytes, ir.TensorProtocol | None]]
             continue
         data: np.ndarray | FileRange | ir.TensorProtocol
         if isinstance(tensor, ir.ExternalTensor):
-            data = FileRange(tensor.path, tensor.offset or 0, tensor.length or tensor.nbytes,
+            data = FileRange(tensor.path, tensor.offset or 0,
+                             tensor.length or data_nbytes(tensor),
                              getattr(tensor, "identity", None))
         elif tensor.dtype.bitwidth < 8:
             data = tensor
         else:
             data = tensor.numpy()
         segments.append(Segment(pos, data))
-        pos += tensor.nbytes
+        pos += data_nbytes(tensor)
     return segments, pos
 
 
@@ -98,31 +100,102 @@ def halves(seg: Segment) -> tuple[Segment, Segment] | None:
 
 def write(fd: int, segments: list[Segment],
           progress: Callable[[int], None] | None = None) -> None:
-    """Write every segment; those of ``PARALLEL_WRITE`` bytes or more in two halves at once.
+    """Write every segment; those of ``PARALLEL_WRITE`` bytes or more in two halves at once,
+    runs of small ones (under ``SMALL_SEGMENT`` bytes, in memory) gathered into one write.
 
     File ranges are copied through one descriptor per source file, opened once for the whole
     write (a model of 20,000 weights reads them all from one or two files). ``progress(n)``
     is told the bytes of each segment written."""
     scratch = (_Scratch(), _Scratch())
     copies = _Scratch()  # for views of mapped inputs, each written before the next is read
+    batch = _Batch(fd, progress)
     with SourceFiles() as sources:
         for given in segments:
             seg = unmapped(given, copies)
-            cut = halves(seg) if seg.nbytes >= PARALLEL_WRITE else None
-            if cut is None:
-                _write_one(fd, seg, scratch[0], sources)
-            else:
-                other = _helper().submit(_write_one, fd, cut[1], scratch[1], sources)
-                try:
-                    _write_one(fd, cut[0], scratch[0], sources)
-                finally:
-                    failure = other.exception()  # never leave it writing to a closed descriptor
-                if failure is not None:
-                    raise failure
+            small = _small_bytes(seg)
+            if small is None:
+                batch.flush()
+                _write_whole(fd, seg, scratch, sources)
+                if progress is not None:
+                    progress(seg.nbytes)
+            elif not batch.add(seg.offset, small):
+                batch.flush()
+                batch.add(seg.offset, small)
             if isinstance(given.data, np.ndarray):
                 release_pages(given.data)  # a folded view of a mapped weight: its pages are done
-            if progress is not None:
-                progress(seg.nbytes)
+        batch.flush()
+
+
+SMALL_SEGMENT = 64 << 10  # bytes: a segment below this is gathered with its neighbours
+BATCH_BYTES = 1 << 20  # bytes gathered before they are written
+
+
+def _small_bytes(seg: Segment) -> bytes | memoryview | None:
+    """The bytes of ``seg`` as they go into the file (C order, little-endian) when it is
+    small framing or a small weight held in memory; None for anything else (file ranges,
+    large data). (Called after :func:`unmapped`: no array left here reads an input's
+    mapping.)"""
+    data = seg.data
+    if isinstance(data, bytes):
+        return data if len(data) < SMALL_SEGMENT else None
+    if isinstance(data, FileRange) or data.nbytes >= SMALL_SEGMENT:
+        return None
+    if not isinstance(data, np.ndarray):  # a sub-byte tensor
+        return data.tobytes()
+    flat = np.ascontiguousarray(data).reshape(-1)
+    if flat.dtype.byteorder == ">":
+        flat = flat.byteswap().view(flat.dtype.newbyteorder("<"))
+    return flat.view(np.uint8).data
+
+
+class _Batch:
+    """Consecutive small segments written by one ``pwrite``: a graph of thousands of small
+    weights is otherwise two system calls per weight (its framing, then its data)."""
+
+    def __init__(self, fd: int, progress: Callable[[int], None] | None) -> None:
+        self.fd, self.progress = fd, progress
+        self.offset = 0
+        self.buffer = bytearray()
+        self.sizes: list[int] = []  # of each segment gathered, for ``progress``
+
+    def add(self, offset: int, data: bytes | memoryview) -> bool:
+        """Gather ``data``, to be written at ``offset``; False (nothing gathered) when it does
+        not follow what is gathered, or would make the batch too big: flush first."""
+        if self.sizes and (offset != self.offset + len(self.buffer)
+                           or len(self.buffer) + len(data) > BATCH_BYTES):
+            return False
+        if not self.sizes:
+            self.offset = offset
+        self.buffer += data
+        self.sizes.append(len(data))
+        return True
+
+    def flush(self) -> None:
+        """Write what is gathered, then tell ``progress`` each segment's bytes."""
+        if not self.sizes:
+            return
+        pwrite_all(self.fd, self.buffer, self.offset)
+        if self.progress is not None:
+            for size in self.sizes:
+                self.progress(size)
+        self.buffer = bytearray()
+        self.sizes = []
+
+
+def _write_whole(fd: int, seg: Segment, scratch: tuple[_Scratch, _Scratch],
+                 sources: SourceFiles) -> None:
+    """Write ``seg``; one of ``PARALLEL_WRITE`` bytes or more in two halves at once."""
+    cut = halves(seg) if seg.nbytes >= PARALLEL_WRITE else None
+    if cut is None:
+        _write_one(fd, seg, scratch[0], sources)
+        return
+    other = _helper().submit(_write_one, fd, cut[1], scratch[1], sources)
+    try:
+        _write_one(fd, cut[0], scratch[0], sources)
+    finally:
+        failure = other.exception()  # never leave it writing to a closed descriptor
+    if failure is not None:
+        raise failure
 
 
 def unmapped(seg: Segment, scratch: _Scratch | None = None) -> Segment:

@@ -7,7 +7,7 @@ allocated; values stored as external data are refused (onnx keeps them inline in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -64,11 +64,15 @@ def _node_holders(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.Fun
     yield from function_graphs(model)
 
 
-def densify(model: onnx.ModelProto, where: str) -> int:
+def densify(model: onnx.ModelProto, where: str,
+            graphs: Sequence[onnx.GraphProto] | None = None) -> int:
     """Replace every sparse initializer (all graphs) and every Constant's ``sparse_value`` by a
-    dense tensor, within ``DENSE_LIMIT`` bytes in total; return how many there were."""
+    dense tensor, within ``DENSE_LIMIT`` bytes in total; return how many there were.
+    ``graphs``: ``graph_protos(model.graph)`` when the caller has listed them already."""
     count, budget = 0, DENSE_LIMIT
-    for graph in _node_holders(model):  # function bodies have Constant nodes too
+    holders = _node_holders(model) if graphs is None else \
+        [*graphs, *function_graphs(model)]
+    for graph in holders:  # function bodies have Constant nodes too
         if isinstance(graph, onnx.GraphProto):
             for sparse in graph.sparse_initializer:
                 dense = _dense(sparse, where, budget)
@@ -77,9 +81,10 @@ def densify(model: onnx.ModelProto, where: str) -> int:
                 count += 1
             graph.ClearField("sparse_initializer")
         for node in graph.node:
+            if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+                continue  # (most nodes: their attributes are not looked at)
             for attr in node.attribute:
-                if attr.name == "sparse_value" and node.op_type == "Constant" and \
-                        node.domain in ("", "ai.onnx"):
+                if attr.name == "sparse_value":
                     dense = _dense(attr.sparse_tensor, where, budget)
                     budget -= len(dense.raw_data)
                     attr.Clear()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -30,7 +30,8 @@ import onnx_ir as ir
 
 from onnxfold.errors import InputError
 from onnxfold.io.mapped import MappedTensor
-from onnxfold.ir.graph import all_graphs, tensor_of
+from onnxfold.io.tensor_facts import data_dims
+from onnxfold.ir.graph import tensor_of
 from onnxfold.ir.protos import data_nbytes
 
 
@@ -104,39 +105,49 @@ def resolve_location(location: str, model_path: str, what: str) -> tuple[str, os
 Rebind = Callable[[ir.TensorProtocol], None]
 
 
-def _tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol, Rebind | None, bool]]:
-    """Every tensor of the model (initializers and tensor attributes, in all graphs): what it
-    is, the tensor, a function that puts a replacement in its place, and whether it is an
-    initializer (which may keep referring to its file)."""
-    for graph in all_graphs(model):
-        for name, value in graph.initializers.items():
+def _tensors(graphs: Iterable[ir.Graph]
+             ) -> Iterator[tuple[str, ir.TensorProtocol, Rebind | None, bool]]:
+    """Every tensor of ``graphs`` (a model's, ``all_graphs``: initializers and tensor
+    attributes): what it is, the tensor, a function that puts a replacement in its place, and
+    whether it is an initializer (which may keep referring to its file)."""
+    for graph in graphs:
+        initializers = graph.initializers  # a UserDict: its plain dict iterates faster
+        for name, value in getattr(initializers, "data", initializers).items():
             if value.const_value is not None:
                 yield f"initializer {name}", value.const_value, functools.partial(
                     setattr, value, "const_value"), True
         for node in graph:
-            for attr in node.attributes.values():
+            attributes = node.attributes
+            # onnx-ir's Attributes is a UserDict: its plain dict iterates several times faster
+            for attr in getattr(attributes, "data", attributes).values():
+                kind = attr.type
+                if kind is not _TENSOR and kind is not _TENSORS:
+                    continue
                 what = f"{node.op_type} attribute {attr.name}"
-                if attr.type == ir.AttributeType.TENSOR:
+                if kind is _TENSOR:
                     yield what, tensor_of(attr), functools.partial(_rebind_attr, node,
                                                                    attr.name), False
-                elif attr.type == ir.AttributeType.TENSORS:
+                else:
                     for tensor in attr.as_tensors():
                         yield what, tensor, None, False
+
+
+_TENSOR, _TENSORS = ir.AttributeType.TENSOR, ir.AttributeType.TENSORS
 
 
 def _rebind_attr(node: ir.Node, name: str, tensor: ir.TensorProtocol) -> None:
     node.attributes[name] = ir.AttrTensor(name, tensor)
 
 
-def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str) -> int:
-    proto = getattr(tensor, "raw", None)
-    # a tensor read from the file: its dims straight from the proto (onnx-ir's shape property
-    # builds a new Shape at every call, and nbytes asks for it again)
-    dims = list(proto.dims) if isinstance(proto, onnx.TensorProto) else \
-        list(tensor.shape.numpy())
+def _expected_bytes(tensor: ir.TensorProtocol, model_path: str, what: str,
+                    dtype: ir.DataType | None = None) -> int:
+    """The bytes ``tensor``'s dims and dtype (``dtype``: read already) need; InputError if
+    they are invalid or have no size."""
+    dims = list(data_dims(tensor))
     if any(not isinstance(d, int) or d < 0 for d in dims):
         raise InputError(f"{model_path}: {what}: invalid dimensions {dims}")
-    dtype = _dtype(tensor, model_path, what)
+    if dtype is None:
+        dtype = _dtype(tensor, model_path, what)
     if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
         raise InputError(f"{model_path}: {what}: {dtype.name.lower()} tensors cannot hold "
                          "raw or external data")
@@ -186,9 +197,10 @@ def _checked_external(tensor: ir.ExternalTensor, model_path: str, what: str,
 def _check_inline(tensor: ir.TensorProtocol, model_path: str, what: str) -> None:
     proto = getattr(tensor, "raw", None)
     raw = getattr(proto, "raw_data", None)
-    if _dtype(tensor, model_path, what) == ir.DataType.STRING and not raw:
+    dtype = _dtype(tensor, model_path, what)
+    if dtype == ir.DataType.STRING and not raw:
         return
-    needed = _expected_bytes(tensor, model_path, what)
+    needed = _expected_bytes(tensor, model_path, what, dtype)
     if raw:
         if len(raw) != needed:
             raise InputError(f"{model_path}: {what}: raw_data has {len(raw)} B, its shape and "
@@ -239,14 +251,15 @@ def _check_int32_data(proto: object, dtype: ir.DataType, model_path: str, what: 
                          "model: data overflow)")
 
 
-def check_tensor_data(model: ir.Model, model_path: str) -> set[str]:
-    """Check every tensor's data (see the module doc); rebind external tensors to real paths.
+def check_tensor_data(graphs: Iterable[ir.Graph], model_path: str) -> set[str]:
+    """Check the data of every tensor in ``graphs`` (a model's, ``all_graphs``; see the module
+    doc); rebind external tensors to real paths.
 
     Returns the data files the model reads (real paths).
     """
     files: set[str] = set()
     resolved: dict[str, tuple[str, os.stat_result]] = {}
-    for what, tensor, rebind, initializer in list(_tensors(model)):
+    for what, tensor, rebind, initializer in list(_tensors(graphs)):
         if isinstance(tensor, CheckedExternalTensor):
             continue
         if not isinstance(tensor, ir.ExternalTensor):

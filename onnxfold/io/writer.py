@@ -31,6 +31,7 @@ from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.publication import fresh_data_path, kill_point, output_lock, superseded_data
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
 from onnxfold.io.tempfiles import temp_beside, write_failed
+from onnxfold.io.tensor_facts import data_dims, data_nbytes
 from onnxfold.ir.graph import all_graphs
 from onnxfold.ir.protos import graph_protos
 
@@ -52,7 +53,7 @@ class SaveInfo:
 def _streamable(tensor: ir.TensorProtocol | None) -> bool:
     """Large tensors with data; placeholders (references filled in elsewhere) are not."""
     return (tensor is not None and tensor.dtype != ir.DataType.STRING
-            and tensor.nbytes >= STREAM_THRESHOLD
+            and data_nbytes(tensor) >= STREAM_THRESHOLD
             and not getattr(tensor, "is_placeholder", False))
 
 
@@ -63,7 +64,7 @@ def _tensor(value: ir.Value) -> ir.TensorProtocol:
 
 
 def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | None) -> bytes:
-    proto = onnx.TensorProto(name=name, dims=list(tensor.shape.numpy()),
+    proto = onnx.TensorProto(name=name, dims=data_dims(tensor),
                              data_type=int(tensor.dtype))
     for key, value in getattr(tensor, "metadata_props", {}).items():
         proto.metadata_props.add(key=key, value=value)
@@ -71,17 +72,18 @@ def _header(name: str, tensor: ir.TensorProtocol, external: tuple[str, int] | No
         location, offset = external
         proto.data_location = onnx.TensorProto.EXTERNAL
         for key, value in (("location", location), ("offset", str(offset)),
-                           ("length", str(tensor.nbytes))):
+                           ("length", str(data_nbytes(tensor)))):
             proto.external_data.add(key=key, value=value)
     return proto.SerializeToString()
 
 
-def input_files(model: ir.Model) -> set[str]:
-    """The file the model was loaded from and those its external tensors read."""
+def input_files(model: ir.Model, graphs: Iterable[ir.Graph] | None = None) -> set[str]:
+    """The file the model was loaded from and those its external tensors read (``graphs``:
+    ``all_graphs(model)``, when the caller has them)."""
     source = model.meta.get(SOURCE_KEY)
     files = {source} if source else set()
     files.update(model.meta.get(DATA_FILES_KEY, ()))
-    for graph in all_graphs(model):
+    for graph in all_graphs(model) if graphs is None else graphs:
         for value in graph.initializers.values():
             if isinstance(value.const_value, ir.ExternalTensor) and \
                     not getattr(value.const_value, "is_placeholder", False):
@@ -104,7 +106,8 @@ def _checked_data(tensor: ir.TensorProtocol) -> np.ndarray | None:
     return None
 
 
-def inline_references(model: ir.Model, streamed: set[ir.Value]
+def inline_references(model: ir.Model, streamed: set[ir.Value],
+                      graphs: Iterable[ir.Graph] | None = None
                       ) -> dict[ir.Value, ir.TensorProtocol]:
     """Give every initializer that is not streamed but still refers to the input's files (a
     small tensor, or one in a subgraph) its data, so that the serializer writes the bytes rather
@@ -112,10 +115,11 @@ def inline_references(model: ir.Model, streamed: set[ir.Value]
 
     Folded views of an input's mapping get a copy too: the serializer would read them through
     the mapping, which faults if the file was truncated since. The copies are read with
-    ``pread``, so a truncated or removed input is an InputError here.
+    ``pread``, so a truncated or removed input is an InputError here. ``graphs``:
+    ``all_graphs(model)``, when the caller has them.
     """
     replaced: dict[ir.Value, ir.TensorProtocol] = {}
-    for graph in all_graphs(model):
+    for graph in all_graphs(model) if graphs is None else graphs:
         for value in graph.initializers.values():
             tensor = value.const_value
             if value in streamed or tensor is None:
@@ -194,13 +198,13 @@ def _pwrite_text_field(fd: int, field: int, text: str, offset: int) -> int:
     return done
 
 
-def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value]
-                       ) -> tuple[bytes, bytes, str | None]:
+def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value],
+                       graphs: list[ir.Graph]) -> tuple[bytes, bytes, str | None]:
     """The model's bytes before its graph, its graph's bytes without the ``streamed``
     initializers (they are written from their arrays) and its doc string (written last, from
-    the str). ``model`` is left as it was."""
+    the str). ``model`` (whose graphs are ``graphs``) is left as it was."""
     graph = model.graph
-    inlined = inline_references(model, set(streamed.values()))
+    inlined = inline_references(model, set(streamed.values()), graphs)
     for name in streamed:
         graph.initializers.pop(name)
     doc_string, model.doc_string = model.doc_string, None
@@ -239,13 +243,15 @@ def _write_embedded(fd: int, head: bytes, graph_bytes: bytes, streamed: dict[str
                     counted: Callable[[int], None] | None) -> int:
     """Write the model with its weights inside to ``fd``: the bytes written."""
     pieces = []
+    graph_len = len(graph_bytes)
     for name, value in streamed.items():
         tensor = _tensor(value)
+        nbytes = data_nbytes(tensor)
         header = _header(name, tensor, None)
-        raw = pw.len_prefix(9, tensor.nbytes)
-        body_len = len(header) + len(raw) + tensor.nbytes
+        raw = pw.len_prefix(9, nbytes)
+        body_len = len(header) + len(raw) + nbytes
         pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
-    graph_len = len(graph_bytes) + sum(len(p) + t.nbytes for p, t in pieces)
+        graph_len += len(pieces[-1][0]) + nbytes
     first = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes], 0)
     tensors, written = segments.layout(first, pieces)
     segments.write(fd, tensors, counted)
@@ -281,7 +287,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     """
     path = os.fspath(path)
     data_name = data_name or os.path.basename(path) + ".data"
-    guard = OutputGuard(input_files(model), replaces)
+    graphs = all_graphs(model)  # (saving changes no graph's nodes)
+    guard = OutputGuard(input_files(model, graphs), replaces)
     guard.protect(protect or ())
     target = guard.claim(path, "output model")
     requested_name = data_name
@@ -289,7 +296,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
 
     graph = model.graph
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
-    total = sum(_tensor(v).nbytes for v in streamed.values())
+    total = sum(data_nbytes(_tensor(v)) for v in streamed.values())
     counted = _byte_counter(total, progress)
     if external_data is None:
         external_data = total > EMBED_LIMIT
@@ -299,7 +306,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     if external_data:
         data_path = guard.claim(data_path, "output model's external data")
 
-    head, graph_bytes, doc_string = _serialize_without(model, streamed)
+    head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
     in_place = guard.replaces_input(target)
     with output_lock(target):
         if external_data:

@@ -59,15 +59,23 @@ def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value,
 
 def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str]) -> int:
     """Remove the nodes of ``graph`` whose outputs nothing reads, except those ``keep``
-    (``--keep``) names, until none is left; return how many went."""
-    removed, changed = 0, True
-    while changed:
-        changed = False
-        outputs = set(graph.outputs)
-        for node in reversed(list(graph)):
-            if all(not v.uses() and v not in outputs for v in node.outputs) and \
-                    not kept(node, keep):
-                graph.remove(node, safe=True)
-                removed += 1
-                changed = True
+    (``--keep``) names, until none is left; return how many went.
+
+    One walk from the last node to the first, plus a worklist: a node can only become dead
+    when a reader of its outputs goes, so after each removal just the producers of the removed
+    node's inputs (in this graph) are looked at again, not the whole graph. What is removed
+    does not depend on the order (a node goes once nothing left reads it)."""
+    outputs = frozenset(graph.outputs)
+    removed = 0
+    pending = list(graph)  # popped from the end: readers before what they read, when sorted
+    while pending:
+        node = pending.pop()
+        if node.graph is not graph or kept(node, keep) or \
+                any(v.uses() or v in outputs for v in node.outputs):
+            continue
+        producers = [p for v in node.inputs if v is not None
+                     and (p := v.producer()) is not None and p.graph is graph]
+        graph.remove(node, safe=True)
+        removed += 1
+        pending.extend(reversed(producers))
     return removed

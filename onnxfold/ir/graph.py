@@ -8,7 +8,7 @@ overridden by an input, and a value's path through Identity nodes.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import cast
 
 import onnx_ir as ir
@@ -36,30 +36,42 @@ def is_default_op(node: ir.Node, *op_types: str) -> bool:
 
 def subgraphs(node: ir.Node) -> list[ir.Graph]:
     """The graphs in ``node``'s attributes (called for every node of every pass: kept cheap)."""
+    found: list[ir.Graph] = []
     attributes = node.attributes
     # onnx-ir's Attributes is a UserDict: its plain dict iterates several times faster
     plain = getattr(attributes, "data", attributes)
-    if not plain:
-        return []
-    found: list[ir.Graph] = []
-    for attr in plain.values():
+    if plain:
+        _add_graphs(plain.values(), found)
+    return found
+
+
+def _add_graphs(attributes: Iterable[ir.Attr], found: list[ir.Graph]) -> None:
+    """Append the graphs of ``attributes`` (one node's) to ``found``."""
+    for attr in attributes:
         kind = attr.type
         if kind is _GRAPH and isinstance(attr, ir.Attr):
             found.append(attr.value)
         elif kind is _GRAPHS and isinstance(attr, ir.Attr):
             found.extend(attr.value)
-    return found
 
 
 def all_graphs(model: ir.Model) -> list[ir.Graph]:
     """``model.graph`` and every subgraph, each before the graphs inside it (the order of
-    onnx-ir's ``Model.graphs()``, at a fraction of its cost), listed before any is used."""
+    onnx-ir's ``Model.graphs()``, at a fraction of its cost), listed before any is used.
+
+    Called by most passes on graphs of many thousand nodes: the loop over a graph's nodes
+    looks into a node's attributes only when it has some (most nodes have none)."""
     out: list[ir.Graph] = []
     stack = [model.graph]
     while stack:
         graph = stack.pop()
         out.append(graph)
-        inner = [sub for node in graph for sub in subgraphs(node)]
+        inner: list[ir.Graph] = []
+        for node in graph:
+            attributes = node.attributes
+            plain = getattr(attributes, "data", attributes)
+            if plain:
+                _add_graphs(plain.values(), inner)
         stack.extend(reversed(inner))
     return out
 

@@ -187,9 +187,9 @@ def remove_dead_nodes(model: ir.Model, keep: frozenset[str] = frozenset()) -> in
     removed = 0
     while True:  # a node gone in a subgraph may leave an outer value unread
         graphs = all_graphs(model)
-        gone = sum(remove_dead_nodes_in(graph, keep) for graph in graphs)
-        removed += gone
-        if not gone or len(graphs) == 1:
+        gone = [remove_dead_nodes_in(graph, keep) for graph in graphs]
+        removed += sum(gone)
+        if not any(gone[1:]):  # a removal in the main graph leaves nothing else to remove
             break
     graph = model.graph
     interface = set(graph.inputs) | set(graph.outputs)

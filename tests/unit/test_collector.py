@@ -53,7 +53,30 @@ def test_a_failing_optimize_restores_the_collector_too():
     before = gc.get_threshold()
     with contextlib.suppress(onnxfold.InputError):
         onnxfold.optimize(b"not a model")
-    assert gc.get_threshold() == before
+    assert gc.get_threshold() == before and gc.isenabled()
+
+
+def test_no_automatic_collection_until_the_model_is_loaded():
+    """Loading allocates the model itself: collections then would walk it for nothing."""
+    with long_lived():
+        assert not gc.isenabled()
+        settled(10)
+        assert gc.isenabled()
+    assert gc.isenabled()
+    with long_lived():  # never settled (the model could not be loaded): turned back on
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_collection_a_caller_turned_off_stays_off():
+    gc.disable()
+    try:
+        with long_lived():
+            settled(10)
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_caller_s_own_frozen_objects_stay_frozen():

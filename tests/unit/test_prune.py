@@ -80,3 +80,25 @@ def test_a_dead_node_in_a_subgraph_goes_and_the_outer_value_it_read_then_goes_to
                       [helper.make_node("Neg", ["x"], ["a"], name="a")])  # read by inner_dead
     assert remove_dead_nodes(model) == 2
     assert _names(model) == ["if"]
+
+
+def test_a_dead_chain_listed_backwards_costs_one_look_per_node(monkeypatch):
+    """Each removal looks again only at the producers it leaves unread: a dead chain listed
+    last-to-first (the backward walk meets each node while its reader is still there) is not
+    walked once per node it holds."""
+    length = 300
+    nodes = [helper.make_node("Neg", [f"v{i - 1}" if i else "x"], [f"v{i}"], name=f"n{i}")
+             for i in range(length)]
+    model = _model([*reversed(nodes), helper.make_node("Relu", ["x"], ["y"], name="live")])
+    looks = 0
+    uses = ir.Value.uses
+
+    def counted(value: ir.Value):
+        nonlocal looks
+        looks += 1
+        return uses(value)
+
+    monkeypatch.setattr(ir.Value, "uses", counted)
+    assert remove_dead_nodes(model) == length
+    assert _names(model) == ["live"]
+    assert looks <= 4 * length

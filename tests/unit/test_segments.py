@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper
+from onnx_ir.serde import TensorProtoTensor
 
 from onnxfold.errors import OutputError
 from onnxfold.io import load_model, save_model, segments
@@ -90,3 +91,56 @@ def test_a_failing_half_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match="No space left"):
         save_model(load_model(src), out)
     assert sorted(os.listdir(tmp_path)) == ["in.onnx"]
+
+
+def _mixed_segments(tmp_path) -> list[Segment]:
+    """Framing, small arrays (contiguous, a strided view, big-endian, a 0-d one), an int4
+    tensor, a range of another file, a large array, and a gap before the last piece."""
+    source = tmp_path / "source.bin"
+    source.write_bytes(bytes(range(256)) * 4)
+    q4 = helper.make_tensor("q4", onnx.TensorProto.INT4, [4, 4], list(range(-8, 8)))
+    parts: list[tuple[bytes, object]] = [
+        (b"head", np.arange(6, dtype=np.float32)),
+        (b"\x0a\x05", np.arange(12, dtype=np.int64).reshape(3, 4).T),
+        (b"", np.arange(5, dtype=">i4")),
+        (b"!", np.float32(2.5).reshape(())),
+        (b"q", TensorProtoTensor(q4)),
+        (b"f", FileRange(str(source), 3, 700)),
+        (b"big", np.arange(40_000, dtype=np.float32)),
+        (b"tail", np.ones(3, np.float16))]
+    found, pos = [], 0
+    for prefix, data in parts:
+        found.append(Segment(pos, prefix))
+        pos += len(prefix)
+        found.append(Segment(pos, data))
+        pos += found[-1].nbytes
+    found.append(Segment(pos + 10, b"after a gap"))
+    return found
+
+
+def test_small_segments_gathered_into_few_writes_give_the_same_bytes(tmp_path, monkeypatch):
+    """Runs of small segments go out in one ``pwrite`` each: the same bytes at the same
+    places as one write per segment, and ``progress`` told every segment's bytes."""
+    outputs, calls = {}, {}
+    real_pwrite = os.pwrite
+    for name, small in (("each alone", 0), ("gathered", segments.SMALL_SEGMENT)):
+        monkeypatch.setattr(segments, "SMALL_SEGMENT", small)
+        count = [0]
+
+        def counted(fd, data, offset, count=count):
+            count[0] += 1
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(segments.os, "pwrite", counted)
+        told: list[int] = []
+        out = tmp_path / f"{name}.bin"
+        fd = os.open(out, os.O_RDWR | os.O_CREAT)
+        try:
+            segments.write(fd, _mixed_segments(tmp_path), told.append)
+        finally:
+            os.close(fd)
+        monkeypatch.setattr(segments.os, "pwrite", real_pwrite)
+        outputs[name], calls[name] = out.read_bytes(), count[0]
+        assert told == [seg.nbytes for seg in _mixed_segments(tmp_path)]
+    assert outputs["gathered"] == outputs["each alone"]
+    assert calls["gathered"] == 5 < calls["each alone"]  # 4 runs of small ones, the big one
