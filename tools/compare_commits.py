@@ -41,7 +41,7 @@ from tools.compare_inputs import Input
 
 WORKER = Path(__file__).with_name("commit_worker.py")
 TIMEOUT = 600.0  # seconds for one fold before the worker is restarted
-SHOWN = 10  # differences named in the summary
+SHOWN = 10  # differences named in the summary (all with --show-all)
 REPEATS = 3  # folds per model and commit with --timing
 
 
@@ -219,15 +219,15 @@ def timing(workers: tuple[Worker, Worker], models: list[Input], scratch: Path) -
     return lines
 
 
-def summary(outcomes: list[Outcome]) -> list[str]:
+def summary(outcomes: list[Outcome], shown: int = SHOWN) -> list[str]:
     counts = Counter(o.verdict for o in outcomes)
     lines = [f"{len(outcomes)} folds: " + ", ".join(
         f"{counts.get(v, 0)} {v}" for v in
         ("identical", "different", "failed-same", "failed-differently"))]
     bad = [o for o in outcomes if o.verdict in ("different", "failed-differently")]
-    lines += [f"  {o.verdict}: {o.name}: {o.detail}" for o in bad[:SHOWN]]
-    if len(bad) > SHOWN:
-        lines.append(f"  ... and {len(bad) - SHOWN} more")
+    lines += [f"  {o.verdict}: {o.name}: {o.detail}" for o in bad[:shown]]
+    if len(bad) > shown:
+        lines.append(f"  ... and {len(bad) - shown} more (--show-all names them)")
     same = Counter(o.detail for o in outcomes if o.verdict == "failed-same")
     for error, count in same.most_common(3):
         lines.append(f"  failed on both ({count}): {error[:160]}")
@@ -250,6 +250,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="also fold this model (default options; repeatable)")
     parser.add_argument("--repo", type=Path, default=Path.cwd(),
                         help="the git repository the commits are in (default: the current one)")
+    parser.add_argument("--show-all", action="store_true",
+                        help=f"name every difference (default: the first {SHOWN})")
     parser.add_argument("--timing", action="store_true",
                         help="also time each wild model's fold, A/B interleaved, medians of 3")
     args = parser.parse_args(argv)
@@ -307,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
                     print(f"{label} {rev} = {commit[:12]}: onnxfold from {worker.origin}")
                 print(f"{len(inputs)} inputs, {len(jobs)} folds per commit", flush=True)
                 outcomes = compare_all(workers, jobs, scratch / "out", log)
-                lines = summary(outcomes)
+                lines = summary(outcomes, len(outcomes) if args.show_all else SHOWN)
                 if args.timing:
                     wild = [i for i in inputs if i.name.startswith("wild/")]
                     lines += timing(workers, wild, scratch / "out") if wild else \
