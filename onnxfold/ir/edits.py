@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection
 
 import onnx_ir as ir
 
-from onnxfold.ir.graph import all_graphs, kept
+from onnxfold.ir.graph import all_graphs, captured_values, kept, subgraphs
 
 
 class NameAllocator:
@@ -57,25 +57,59 @@ def replace_value(graph: ir.Graph, old: ir.Value, new: ir.Value,
             new.shape = old.shape
 
 
-def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str]) -> int:
+def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str],
+                         live: set[ir.Graph] | None = None) -> int:
     """Remove the nodes of ``graph`` whose outputs nothing reads, except those ``keep``
     (``--keep``) names, until none is left; return how many went.
 
+    ``live``: the graphs still in the model (every graph's, from the main one down). A read
+    by a node of another graph does not count: the subgraph of a removed ``If`` or ``Loop``
+    (folded, or inlined by a rewrite) still lists its nodes among the readers of the outer
+    values it captured, which would keep their producers as dead code. The subgraphs of a node
+    removed here leave ``live``.
+
     One walk from the last node to the first, plus a worklist: a node can only become dead
     when a reader of its outputs goes, so after each removal just the producers of the removed
-    node's inputs (in this graph) are looked at again, not the whole graph. What is removed
-    does not depend on the order (a node goes once nothing left reads it)."""
+    node's inputs and captured values (in this graph) are looked at again, not the whole
+    graph. What is removed does not depend on the order (a node goes once nothing left reads
+    it)."""
     outputs = frozenset(graph.outputs)
     removed = 0
     pending = list(graph)  # popped from the end: readers before what they read, when sorted
     while pending:
         node = pending.pop()
         if node.graph is not graph or kept(node, keep) or \
-                any(v.uses() or v in outputs for v in node.outputs):
+                any(v in outputs or read_in(v, live) for v in node.outputs):
             continue
-        producers = [p for v in node.inputs if v is not None
+        inner = subgraphs(node)
+        read = [*node.inputs, *(captured_values(node) if inner else ())]
+        producers = [p for v in read if v is not None
                      and (p := v.producer()) is not None and p.graph is graph]
+        for value in node.outputs:  # readers left only in removed subgraphs: unhooked
+            for use in list(value.uses()):
+                use.node.replace_input_with(use.idx, None)
         graph.remove(node, safe=True)
         removed += 1
+        if live is not None and inner:
+            live.difference_update(_nested(inner))
         pending.extend(reversed(producers))
     return removed
+
+
+def read_in(value: ir.Value, live: set[ir.Graph] | None) -> bool:
+    """Whether a node of one of the ``live`` graphs reads ``value`` (any node, without
+    ``live``)."""
+    if live is None:
+        return bool(value.uses())
+    return any(use.node.graph in live for use in value.uses())
+
+
+def _nested(graphs: list[ir.Graph]) -> list[ir.Graph]:
+    """``graphs`` and every graph inside their nodes."""
+    found = []
+    stack = list(graphs)
+    while stack:
+        graph = stack.pop()
+        found.append(graph)
+        stack.extend(sub for node in graph for sub in subgraphs(node))
+    return found

@@ -28,7 +28,7 @@ from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
 from onnxfold.fold.function_bodies import fold_functions
 from onnxfold.fold.pool import BufferPool
-from onnxfold.ir.edits import remove_dead_nodes_in
+from onnxfold.ir.edits import read_in, remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
 from onnxfold.pipeline.inlining import inline_functions
 from onnxfold.pipeline.results import (
@@ -187,14 +187,15 @@ def remove_dead_nodes(model: ir.Model, keep: frozenset[str] = frozenset()) -> in
     removed = 0
     while True:  # a node gone in a subgraph may leave an outer value unread
         graphs = all_graphs(model)
-        gone = [remove_dead_nodes_in(graph, keep) for graph in graphs]
+        live = set(graphs)
+        gone = [remove_dead_nodes_in(graph, keep, live) for graph in graphs if graph in live]
         removed += sum(gone)
         if not any(gone[1:]):  # a removal in the main graph leaves nothing else to remove
             break
     graph = model.graph
     interface = set(graph.inputs) | set(graph.outputs)
     for name, value in list(graph.initializers.items()):
-        if not value.uses() and value not in interface:
+        if not read_in(value, live) and value not in interface:
             graph.initializers.pop(name)
     return removed
 
