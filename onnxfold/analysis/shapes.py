@@ -21,8 +21,10 @@ types the model declares), so that inference stays linear in the model's size.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import cast
 
 import onnx
@@ -33,6 +35,9 @@ from onnxfold.ir.graph import all_graphs, static_shape
 from onnxfold.ir.protos import SMALL_TENSOR_BYTES, graph_protos, tensor_nbytes
 
 DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
+# onnx-ir 0.2 (the declared minimum) serializes a graph without the model's IR version
+_GRAPHS_KNOW_THE_IR_VERSION = "model_ir_version" in inspect.signature(
+    ir.serde.serialize_graph_into).parameters
 
 
 def serialize_light(model: ir.Model) -> onnx.ModelProto:
@@ -296,8 +301,10 @@ def _serialize_nodes(model: ir.Model, nodes: list[ir.Node], outputs: Collection[
     for domain, version in model.opset_imports.items():
         proto.opset_import.add(domain=domain, version=version)
     # onnx-ir's GraphView is a GraphViewProtocol but for settable meta (never set here)
-    ir.serde.serialize_graph_into(proto.graph, view,  # type: ignore[arg-type]
-                                  model_ir_version=model.ir_version)
+    serialize: Callable = ir.serde.serialize_graph_into
+    if _GRAPHS_KNOW_THE_IR_VERSION:
+        serialize = functools.partial(serialize, model_ir_version=model.ir_version)
+    serialize(proto.graph, view)
     proto.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
     return proto
 
