@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx_ir as ir
 
 from onnxfold.declare import kept
 from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 from onnxfold.ir.graph import is_default_op
+
+from .structure import split_node
 
 MIN_PRODUCTS = 3  # MatMul + Split replace them: fewer nodes from three on
 MIN_BIASED_PRODUCTS = 2  # MatMul + Add + Split replace 2n nodes
@@ -179,15 +180,7 @@ def _with_last_dim(shape: ir.Shape | None, size: int) -> ir.Shape | None:
 def _split(ctx: RewriteContext, merged: ir.Value, products: list[_Product], before: ir.Node
            ) -> ir.Node:
     """A Split of ``merged``'s last axis into one part per product (its columns)."""
-    sizes = [p.columns for p in products]
-    attributes: list[ir.Attr] = [ir.AttrInt64("axis", -1)]
-    if ctx.model.opset_imports.get("", 1) >= 13:
-        inputs = [merged, ctx.constant_value(np.asarray(sizes, np.int64), "split_sizes")]
-    else:
-        inputs = [merged]
-        attributes.append(ir.AttrInt64s("split", sizes))
-    split = ir.Node("", "Split", inputs, attributes=attributes, num_outputs=len(products),
-                    name=ctx.fresh_name("Split"))
+    split = split_node(ctx, merged, -1, [p.columns for p in products])
     for out, product in zip(split.outputs, products):
         result = product.result
         out.name = ctx.fresh_name(f"{result.name or 'product'}_part")

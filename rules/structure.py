@@ -111,6 +111,19 @@ def _splittable(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool | Rejec
     return True
 
 
+def split_node(ctx: RewriteContext, x: ir.Value, axis: int, sizes: list[int]) -> ir.Node:
+    """A new Split of ``x`` along ``axis`` into parts of ``sizes`` (not yet in the graph): the
+    sizes are an input from opset 13 on, the ``split`` attribute before."""
+    attributes: list[ir.Attr] = [ir.AttrInt64("axis", axis)]
+    if ctx.model.opset_imports.get("", 1) >= 13:
+        inputs = [x, ctx.constant_value(np.asarray(sizes, np.int64), "split_sizes")]
+    else:
+        inputs = [x]
+        attributes.append(ir.AttrInt64s("split", sizes))
+    return ir.Node("", "Split", inputs, attributes=attributes, num_outputs=len(sizes),
+                   name=ctx.fresh_name("Split"))
+
+
 @pattern(P("SplitToSequence", Var("x"), ..., name="node"), check=_splittable,
          name="split_to_sequence_as_split")
 def split_to_sequence_as_split(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
@@ -120,15 +133,7 @@ def split_to_sequence_as_split(ctx: RewriteContext, node: ir.Node, x: ir.Value) 
     axis, chunks = plan
     readers = _readers(ctx, node.outputs[0], len(chunks))
     assert readers is not None
-    sizes = np.asarray(chunks, np.int64)
-    attributes: list[ir.Attr] = [ir.AttrInt64("axis", axis)]
-    if ctx.model.opset_imports.get("", 1) >= 13:
-        inputs = [x, ctx.constant_value(sizes, "split_sizes")]
-    else:
-        inputs = [x]
-        attributes.append(ir.AttrInt64s("split", chunks))
-    split = ir.Node("", "Split", inputs, attributes=attributes, num_outputs=len(chunks),
-                    name=ctx.fresh_name("Split"))
+    split = split_node(ctx, x, axis, chunks)
     for out, size in zip(split.outputs, chunks):
         out.name = ctx.fresh_name(f"{x.name or 'split'}_chunk")
         if x.dtype is not None:
