@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection
 
 import onnx_ir as ir
 
-from onnxfold.ir.graph import all_graphs, captured_values, kept, subgraphs
+from onnxfold.ir.graph import all_graphs, captured_values, graphs_within, kept, subgraphs
 
 
 class NameAllocator:
@@ -91,7 +91,7 @@ def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str],
         graph.remove(node, safe=True)
         removed += 1
         if live is not None and inner:
-            live.difference_update(_nested(inner))
+            live.difference_update(graphs_within(inner))
         pending.extend(reversed(producers))
     return removed
 
@@ -102,14 +102,3 @@ def read_in(value: ir.Value, live: set[ir.Graph] | None) -> bool:
     if live is None:
         return bool(value.uses())
     return any(use.node.graph in live for use in value.uses())
-
-
-def _nested(graphs: list[ir.Graph]) -> list[ir.Graph]:
-    """``graphs`` and every graph inside their nodes."""
-    found = []
-    stack = list(graphs)
-    while stack:
-        graph = stack.pop()
-        found.append(graph)
-        stack.extend(sub for node in graph for sub in subgraphs(node))
-    return found

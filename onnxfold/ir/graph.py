@@ -57,12 +57,17 @@ def _add_graphs(attributes: Iterable[ir.Attr], found: list[ir.Graph]) -> None:
 
 def all_graphs(model: ir.Model) -> list[ir.Graph]:
     """``model.graph`` and every subgraph, each before the graphs inside it (the order of
-    onnx-ir's ``Model.graphs()``, at a fraction of its cost), listed before any is used.
+    onnx-ir's ``Model.graphs()``, at a fraction of its cost), listed before any is used."""
+    return graphs_within([model.graph])
+
+
+def graphs_within(graphs: list[ir.Graph]) -> list[ir.Graph]:
+    """``graphs`` and every graph inside their nodes, each before the graphs inside it.
 
     Called by most passes on graphs of many thousand nodes: the loop over a graph's nodes
     looks into a node's attributes only when it has some (most nodes have none)."""
     out: list[ir.Graph] = []
-    stack = [model.graph]
+    stack = list(reversed(graphs))
     while stack:
         graph = stack.pop()
         out.append(graph)
