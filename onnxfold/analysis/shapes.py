@@ -241,6 +241,13 @@ def infer_shapes(model: ir.Model, light: onnx.ModelProto | None = None) -> int:
     return _merge(_inferred_types(model, light), outputs)
 
 
+def refinable_by(node: ir.Node, new: Collection[ir.Value]) -> bool:
+    """Whether inference can now say more of ``node``'s outputs than it did before the
+    constants ``new`` appeared: it reads one, and an output's shape is not static yet."""
+    return any(v in new for v in node.inputs) and \
+        any(static_shape(v) is None for v in node.outputs)
+
+
 def infer_shapes_upstream(model: ir.Model, values: Collection[ir.Value],
                           new: Collection[ir.Value]) -> int:
     """:func:`infer_shapes` for ``values`` alone, after the constants ``new`` appeared: inference
@@ -251,9 +258,7 @@ def infer_shapes_upstream(model: ir.Model, values: Collection[ir.Value],
     merged. For a model without subgraphs (``values`` in its main graph); returns how many
     values changed."""
     nodes = _upstream(model.graph, values)
-    if not any(any(v in new for v in node.inputs) and
-               any(static_shape(v) is None for v in node.outputs)
-               for node in nodes):
+    if not any(refinable_by(node, new) for node in nodes):
         return 0
     mark_declared(model)
     try:

@@ -23,7 +23,7 @@ from onnx_ir.passes import InPlacePass, PassResult, PostconditionError, Precondi
 
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.shapes import infer_shapes, infer_shapes_upstream
+from onnxfold.analysis.shapes import infer_shapes, infer_shapes_upstream, refinable_by
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
 from onnxfold.fold.function_bodies import fold_functions
@@ -266,9 +266,7 @@ class RefineShapes(InPlacePass):
         if not waiting:
             return 0  # no Shape/Size waits for a shape: nothing a better one could fold
         if len(graphs) > 1:  # values read from an enclosing graph: the whole model
-            starts = any(any(v in new for v in node.inputs) and
-                         any(static_shape(v) is None for v in node.outputs) for node in nodes)
-            return infer_shapes(model) if starts else 0
+            return infer_shapes(model) if any(refinable_by(n, new) for n in nodes) else 0
         return infer_shapes_upstream(model, list(waiting), new)
 
 
