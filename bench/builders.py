@@ -144,6 +144,23 @@ def _logits_of(torch: Any) -> Any:
     return Logits
 
 
+def _seq2seq_logits_of(torch: Any) -> Any:
+    """:func:`_logits_of` for an encoder-decoder language model (T5, BART): the decoder's
+    input ids too."""
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m: Any) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids: Any, attention_mask: Any, decoder_input_ids: Any) -> Any:
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          decoder_input_ids=decoder_input_ids, use_cache=False,
+                          return_dict=False)[0]
+
+    return Logits
+
+
 def _gpt2(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -203,38 +220,18 @@ def _qwen2_kv(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
 def _t5(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     from transformers import T5Config, T5ForConditionalGeneration
 
-    class Logits(torch.nn.Module):
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids: Any, attention_mask: Any, decoder_input_ids: Any) -> Any:
-            return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                          decoder_input_ids=decoder_input_ids, use_cache=False,
-                          return_dict=False)[0]
-
     cfg = T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, d_kv=64,
                    use_cache=False)  # t5-small sizes
     inputs = {"input_ids": torch.randint(0, 1000, (1, SEQ)),
               "attention_mask": torch.ones(1, SEQ, dtype=torch.int64),
               "decoder_input_ids": torch.randint(0, 1000, (1, 16))}
-    return Logits(T5ForConditionalGeneration(cfg)), inputs, None
+    return _seq2seq_logits_of(torch)(T5ForConditionalGeneration(cfg)), inputs, None
 
 
 def _bart(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     """A small BART encoder-decoder LM (2 + 2 layers, d_model 256, 4 heads): dynamic batch,
     source and target lengths."""
     from transformers import BartConfig, BartForConditionalGeneration
-
-    class Logits(torch.nn.Module):
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids: Any, attention_mask: Any, decoder_input_ids: Any) -> Any:
-            return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                          decoder_input_ids=decoder_input_ids, use_cache=False,
-                          return_dict=False)[0]
 
     cfg = BartConfig(vocab_size=1000, d_model=256, encoder_layers=2, decoder_layers=2,
                      encoder_attention_heads=4, decoder_attention_heads=4,
@@ -247,7 +244,7 @@ def _bart(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     batch, seq, dec = d("batch", min=1, max=64), d("seq", max=512), d("dec", max=512)
     dims = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
             "decoder_input_ids": {0: batch, 1: dec}}
-    return Logits(BartForConditionalGeneration(cfg)), inputs, dims
+    return _seq2seq_logits_of(torch)(BartForConditionalGeneration(cfg)), inputs, dims
 
 
 def _resnet(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
