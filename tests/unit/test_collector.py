@@ -86,7 +86,9 @@ def test_a_caller_s_own_frozen_objects_stay_frozen():
         with long_lived():
             assert gc.get_threshold() == before  # the caller manages the collector: hands off
             settled(10**6)
-        assert gc.get_freeze_count() == frozen
+        # neither frozen again (the count would jump by every object made since) nor unfrozen
+        # (0); a frozen object freed by reference counting meanwhile lowers the count
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
 
