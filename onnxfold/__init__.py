@@ -20,7 +20,7 @@ from onnxfold._version import __version__
 defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; folding never needs it
 
 _HOMES = {
-    "CompareResult": "app.comparison", "compare": "app.comparison",
+    "CompareResult": "check.comparison", "compare": "check.comparison",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
     "FoldOptions": "fold.options", "FoldStats": "pipeline.results",
     "load_model": "io", "save_model": "io",
@@ -51,8 +51,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from onnxfold.app.comparison import CompareResult, compare
     from onnxfold.app.simplify import simplify
+    from onnxfold.check.comparison import CompareResult, compare
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
     from onnxfold.fold.options import FoldOptions
     from onnxfold.io import load_model, save_model

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import onnx_ir as ir
 
-from onnxfold.app.comparison import CompareResult, compare
+from onnxfold.check.comparison import CompareResult, compare
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.tempfiles import temp_beside, write_failed

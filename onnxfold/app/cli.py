@@ -34,7 +34,7 @@ from onnxfold.pipeline.collector import long_lived
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from onnxfold.app.comparison import CompareResult
+    from onnxfold.check.comparison import CompareResult
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
     from onnxfold.pipeline.optimizer import OptimizeResult
@@ -139,8 +139,8 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
 
 def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                    prefill: OutputPrefill | None, checking: dict | None) -> int:
-    from onnxfold.app.comparison import check_dict
     from onnxfold.app.progress import TerminalProgress
+    from onnxfold.check.comparison import check_dict
     from onnxfold.io import load_model, save_model
     from onnxfold.io.writer import input_files
     from onnxfold.pipeline.optimizer import optimize
@@ -222,7 +222,7 @@ IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check hold
 def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking: dict,
                      phases: Phases) -> CompareResult:
     """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
-    from onnxfold.app.comparison import compare
+    from onnxfold.check.comparison import compare
 
     if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
         raise InputError(f"{args.input}: --check without -o compares in memory, and the folded "
@@ -275,7 +275,7 @@ def _add_compare_options(p: argparse.ArgumentParser) -> None:
 
 
 def _compare_options(args: argparse.Namespace) -> dict:
-    from onnxfold.app.comparison import parse_dims, parse_int_ranges
+    from onnxfold.check.feeds import parse_dims, parse_int_ranges
     from onnxfold.runtime.custom_ops import checked_libraries
 
     return {"inputs": args.inputs,
@@ -285,7 +285,7 @@ def _compare_options(args: argparse.Namespace) -> dict:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from onnxfold.app.comparison import compare
+    from onnxfold.check.comparison import compare
 
     if args.json:
         guard = _guard_inputs([args.a, args.b])

@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
-from onnxfold.app.comparison import compare
+from onnxfold.check.comparison import compare
 from onnxfold.errors import InputError, one_line
 from onnxfold.fold.options import FoldOptions
 from onnxfold.io.writer import inline_references

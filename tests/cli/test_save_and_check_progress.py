@@ -16,7 +16,7 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.app.comparison import compare
+from onnxfold.check.comparison import compare
 from onnxfold.io import load_model, save_model
 from tests.support.cli import run_on_terminal
 

@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fold", ("onnxfold.fold",)),
     ("pipeline", ("onnxfold.pipeline",)),
     ("runtime", ("onnxfold.runtime",)),
+    ("check", ("onnxfold.check",)),
     ("app", ("onnxfold.app",)),
     ("top", ("onnxfold", "onnxfold.__main__")),
 )

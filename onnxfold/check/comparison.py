@@ -1,0 +1,303 @@
+"""Compare two models' outputs in onnxruntime on the same inputs.
+
+Folding must not change what a model computes. This runs the original and the rewritten model
+one after the other (CPU, onnxruntime's own graph optimizations off, so only the rewrite is
+compared) on seeded random or user-supplied inputs (:mod:`onnxfold.check.feeds`), and reports
+per output how far apart they are.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from onnxfold.check.feeds import FeedPlan, InputInfo, dtype_name, load_given, shape_text
+from onnxfold.check.sessions import (
+    ModelRef,
+    graph_of,
+    label_of,
+    open_session,
+    run_session,
+)
+from onnxfold.check.tolerance import allowed, ulp
+from onnxfold.check.tolerance import for_dtype as tolerance_for
+from onnxfold.errors import InputError, one_line
+from onnxfold.host.terminal import printable
+from onnxfold.runtime import custom_ops
+
+
+@dataclass
+class OutputDiff:
+    """How one output of model A differs from model B over all input sets."""
+
+    name: str
+    dtype_a: str
+    dtype_b: str
+    shape_a: list[int]
+    shape_b: list[int]
+    elements: int = 0
+    max_abs_diff: float = 0.0
+    max_rel_diff: float = 0.0
+    max_ulps: float | None = None  # float outputs: the largest |a-b| in ulps of b's dtype at b
+    tolerance: str = ""  # what "within tolerance" meant for this output (tolerance.describe)
+    mismatches: int = 0
+    bitwise_equal: bool = True
+    shapes_equal: bool = True
+    dtypes_equal: bool = True
+    ok: bool = True
+
+
+@dataclass
+class CompareResult:
+    """Per-output differences; truthy when every output is within tolerance."""
+
+    model_a: str
+    model_b: str
+    rows: list[OutputDiff]
+    inputs: list[InputInfo]
+    n: int
+    seed: int
+    rtol: float | None  # None: chosen per output from its dtype (onnxfold.check.tolerance)
+    atol: float | None
+    dims: dict[str, int] = field(default_factory=dict)  # the first binding of the named dims
+    defaulted_dims: list[str] = field(default_factory=list)  # guessed: not given, not derived
+    bindings: list[dict[str, int]] = field(default_factory=list)  # input set k uses k % len
+    derived_dims: dict[str, str] = field(default_factory=dict)  # dim -> its relation
+    notes: list[str] = field(default_factory=list)  # e.g. a binding the reference cannot run
+
+    @property
+    def ok(self) -> bool:
+        return all(row.ok for row in self.rows)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def failing(self) -> list[str]:
+        return [row.name for row in self.rows if not row.ok]
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["ok"] = self.ok
+        data["failing"] = self.failing
+        return data
+
+    def summary(self) -> str:
+        seeds = f"seed {self.seed}" if self.n == 1 else \
+            f"seeds {self.seed}..{self.seed + self.n - 1}"
+        tolerance = "tolerance by dtype" if self.rtol is None and self.atol is None else \
+            tolerance_for(np.dtype(np.float32), self.rtol, self.atol).describe()
+        lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
+                 f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}"]
+        lines.extend(f"  input {info.name}: {info.dtype}{shape_text(info.shape)} {info.source}"
+                     for info in self.inputs)
+        if len(self.bindings) > 1:
+            lines.append("  input sets alternate the dims " + " and ".join(
+                "{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings))
+        if self.derived_dims:
+            lines.append("  dims related by the graph: " + "; ".join(
+                f"{k} = {v}" for k, v in self.derived_dims.items()))
+        if self.defaulted_dims:
+            guessed = [d + "=" + "/".join(dict.fromkeys(str(b[d]) for b in self.bindings))
+                       if self.bindings and d in self.bindings[0] else d
+                       for d in self.defaulted_dims]
+            lines.append(f"  dims guessed (--dim NAME=VALUE sets one): {', '.join(guessed)}")
+        lines += [f"  {note}" for note in self.notes]
+        table = [["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches",
+                  "bitwise", "tolerance", "ok"]]
+        for r in self.rows:
+            dtype = r.dtype_a if r.dtypes_equal else f"{r.dtype_a}/{r.dtype_b}"
+            shape = shape_text(r.shape_a) if r.shapes_equal else \
+                f"{shape_text(r.shape_a)}/{shape_text(r.shape_b)}"
+            ulps = "-" if r.max_ulps is None else f"{r.max_ulps:.3g}"
+            table.append([printable(r.name), dtype, shape, f"{r.max_abs_diff:.3g}",
+                          f"{r.max_rel_diff:.3g}", ulps, f"{r.mismatches}/{r.elements}",
+                          "yes" if r.bitwise_equal else "no", r.tolerance,
+                          "yes" if r.ok else "NO"])
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+        lines.append("all outputs within tolerance" if self.ok else
+                     f"outside tolerance: {', '.join(self.failing)}")
+        return "\n".join(lines)
+
+
+def _names_differ(what: str, a: Sequence[str], b: Sequence[str]) -> str | None:
+    only_a, only_b = [x for x in a if x not in b], [x for x in b if x not in a]
+    if not only_a and not only_b:
+        return None
+    parts = [f"only in A: {', '.join(only_a)}" if only_a else "",
+             f"only in B: {', '.join(only_b)}" if only_b else ""]
+    return f"the models' {what} differ ({'; '.join(p for p in parts if p)})"
+
+
+def _as_array(value) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except ValueError:  # ragged sequences
+        arr = np.empty(1, object)
+        arr[0] = value
+        return arr
+
+
+def _accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) -> None:
+    """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``, with the
+    tolerance of ``a``'s dtype unless ``rtol``/``atol`` override it."""
+    a, b = _as_array(a), _as_array(b)
+    tolerance = tolerance_for(a.dtype, rtol, atol)
+    row.tolerance = tolerance.describe()
+    row.elements += max(a.size, b.size)
+    row.dtypes_equal &= a.dtype == b.dtype
+    if a.shape != b.shape:
+        row.shapes_equal = row.bitwise_equal = False
+        row.mismatches += max(a.size, b.size)
+        return
+    row.bitwise_equal &= a.dtype == b.dtype and (
+        a.tobytes() == b.tobytes() if a.dtype.kind != "O" else bool(np.all(a == b)))
+    if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
+        row.mismatches += int(np.sum(a != b))
+        return
+    with np.errstate(all="ignore"):
+        x = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+        y = b.astype(np.complex128 if b.dtype.kind == "c" else np.float64)
+        same = (a == b) if a.dtype == b.dtype else (x == y)
+        same |= np.isnan(x) & np.isnan(y)
+        finite = np.isfinite(x) & np.isfinite(y)
+        diff = np.abs(x - y)
+        close = same | (finite & (diff <= allowed(tolerance, y, a.dtype.name, finite)))
+        differ = finite & ~same
+        spacing = ulp(y, a.dtype.name) if a.dtype == b.dtype else None
+        if spacing is not None:
+            worst = float((diff[differ] / spacing[differ]).max()) if differ.any() else 0.0
+            row.max_ulps = max(row.max_ulps or 0.0, worst)
+        if differ.any():
+            row.max_abs_diff = max(row.max_abs_diff, float(diff[differ].max()))
+            nonzero = differ & (y != 0)
+            if nonzero.any():
+                rel = float((diff[nonzero] / np.abs(y[nonzero])).max())
+                row.max_rel_diff = max(row.max_rel_diff, rel)
+    row.mismatches += int((~close).sum())
+
+
+def _run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
+                   run_options, progress: Callable[[str], None] = lambda text: None
+                   ) -> tuple[list[dict], list[list], list[str]]:
+    """Model A's feeds and outputs for ``n`` input sets. A binding of guessed dims that A
+    itself cannot run is dropped (and said in a note) while another one remains."""
+    failed: list[str] = []  # the guessed dims of each binding A could not run
+    while True:
+        all_feeds = [feeder.feeds(seed + k, k) for k in range(n)]
+        try:
+            results = []
+            for k, feeds in enumerate(all_feeds):
+                progress(f"original {k + 1}/{n}")
+                results.append(run_session(sess, label, outputs, feeds, run_options,
+                                           feeder.guesses()))
+        except InputError as e:
+            if not feeder.guessed:
+                raise
+            if len(feeder.bindings) > 1:
+                dropped = feeder.bindings.pop(0)
+            elif (larger := feeder.next_larger()) is not None:
+                dropped, feeder.bindings = feeder.bindings[0], [larger]
+            else:
+                raise
+            failed.append(feeder.guessed_values(dropped))
+            reason = one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
+            continue
+        notes = [f"the reference could not run the guessed dims {' or '.join(failed)} "
+                 f"({reason[:160]})"] if failed else []
+        return all_feeds, results, notes
+
+
+def compare(a: ModelRef, b: ModelRef, *,
+            inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None, n: int = 1,
+            seed: int = 0, dims: Mapping[str, int] | None = None,
+            int_ranges: Mapping[str, tuple[int, int]] | None = None,
+            rtol: float | None = None, atol: float | None = None,
+            custom_op_libraries: Sequence[str | os.PathLike] = (),
+            progress: Callable[[str], None] | None = None) -> CompareResult:
+    """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
+
+    Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
+    from model A's inputs (``dims`` binds symbolic dimensions, the rest are 1). ``n`` input sets
+    use seeds ``seed .. seed+n-1``. An element matches when it is within the tolerance of its
+    output's dtype (:mod:`onnxfold.check.tolerance`: float16/bfloat16 in ulps, float32 by rtol 1e-4
+    and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol`` or ``atol`` is
+    given, or both are NaN. Raises InputError when a model cannot be read or run, or the I/O
+    names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime loads
+    for both models (:mod:`onnxfold.runtime.custom_ops`). ``progress(text)`` is told what runs
+    (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
+    the progress line.
+    """
+    tell = progress or (lambda text: None)
+    if n < 1:
+        raise InputError(f"the number of input sets must be at least 1, not {n}")
+    if any(t is not None and not t >= 0 for t in (rtol, atol)):
+        raise InputError("rtol and atol must be non-negative")
+    libraries = custom_ops.checked_libraries(custom_op_libraries)
+    label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
+    graph_a = graph_of(a, label_a)
+    graph_of(b, label_b)
+    import onnxruntime as ort
+
+    run_options = ort.RunOptions()
+    run_options.log_severity_level = 4
+    # one model in memory at a time: A runs every input set, then B (large models fit twice)
+    tell("loading original")
+    sess_a = open_session(a, label_a, libraries)
+    feeder = FeedPlan(sess_a, label_a, graph_a, load_given(inputs), dims or {}, int_ranges or {})
+    io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
+            for get in ("get_inputs", "get_outputs")}
+    outputs = [name for name, _ in io_a["get_outputs"]]
+    all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder, seed, n,
+                                                 run_options, tell)
+    del sess_a
+    tell("loading optimized")
+    sess_b = open_session(b, label_b, libraries)
+    for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
+        problem = _names_differ(what, [name for name, _ in io_a[get]],
+                                [v.name for v in getattr(sess_b, get)()])
+        if problem:
+            raise InputError(f"{label_a} vs {label_b}: {problem}")
+    types_b = {i.name: i.type for i in sess_b.get_inputs()}
+    for name, type_a in io_a["get_inputs"]:
+        if types_b[name] != type_a:
+            raise InputError(f"{label_a} vs {label_b}: input {name} is {type_a} in A but "
+                             f"{types_b[name]} in B")
+    rows: dict[str, OutputDiff] = {}
+    for k, (feeds, result_a) in enumerate(zip(all_feeds, results_a)):
+        tell(f"optimized {k + 1}/{n}")
+        result_b = run_session(sess_b, label_b, outputs, feeds, run_options, feeder.guesses())
+        for name, va, vb in zip(outputs, result_a, result_b):
+            va, vb = _as_array(va), _as_array(vb)
+            row = rows.setdefault(name, OutputDiff(
+                name, dtype_name(va.dtype), dtype_name(vb.dtype), list(va.shape),
+                list(vb.shape)))
+            _accumulate(row, va, vb, rtol, atol)
+    for row in rows.values():
+        row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
+    return CompareResult(label_a, label_b, [rows[name] for name in outputs], feeder.describe(),
+                         n, seed, rtol, atol, feeder.dims, feeder.defaulted,
+                         feeder.bindings, feeder.plan.derived, notes)
+
+
+def check_dict(result: CompareResult) -> dict[str, Any]:
+    """A ``--check`` comparison for the report: verdict, settings and one entry per output
+    (max abs/rel error; ``max_ulps`` where the comparison measures it, else null)."""
+    return {
+        "ok": result.ok, "n": result.n, "seed": result.seed, "rtol": result.rtol,
+        "atol": result.atol, "dims": dict(result.dims),
+        "defaulted_dims": list(result.defaulted_dims),
+        "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
+                     "elements": row.elements, "max_abs": row.max_abs_diff,
+                     "max_rel": row.max_rel_diff,
+                     "max_ulps": getattr(row, "max_ulps", None),
+                     "mismatches": row.mismatches, "bitwise_equal": row.bitwise_equal,
+                     "ok": row.ok} for row in result.rows],
+    }

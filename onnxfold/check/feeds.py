@@ -1,0 +1,338 @@
+"""What a check feeds a model: given arrays, else seeded random data shaped and ranged so that
+the original model runs at sizes it was made for.
+
+Symbolic dims follow the relations the graph states (:mod:`onnxfold.analysis.dim_relations`),
+integer ids stay below the size of the table they index, masks are ones, positions count on
+from the past; every guess is listed so that a message can name the flag that sets it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.analysis import dim_relations
+from onnxfold.analysis.dim_relations import is_named
+from onnxfold.check.sessions import ModelRef, graph_of, label_of, numpy_type, open_session
+from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.errors import InputError
+from onnxfold.io.feeds import load_arrays
+from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
+from onnxfold.numbers import flag_value
+
+TOKEN_ID_HIGH = 1000
+# the random inputs of one larger guess of dims stay below this (a 1024-long guess of two dims
+# of a wide input would otherwise allocate gigabytes)
+LARGER_INPUT_BYTES = 256 * 2**20
+@dataclass
+class InputInfo:
+    """What was fed to an input (so a report says which values the verdict holds for)."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    source: str
+
+
+def _text(item: str | bytes) -> str:
+    """A string input's element: onnxruntime takes str; ``S`` arrays hold UTF-8 bytes."""
+    return item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def parse_dims(items: Sequence[str]) -> dict[str, int]:
+    """``["batch=2", ...]`` (the CLI's ``--dim``) to ``{"batch": 2}``."""
+    dims = {}
+    for item in items:
+        name, eq, value = item.rpartition("=")
+        if not eq or not name:
+            raise InputError(f"--dim {item}: expected NAME=VALUE with VALUE a positive integer")
+        dims[name] = flag_value(f"--dim {name}", value, minimum=1)
+    return dims
+
+
+def parse_int_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``["input_ids=0:30522"]`` (the CLI's ``--int-range``) to ``{"input_ids": (0, 30522)}``."""
+    ranges = {}
+    for item in items:
+        name, eq, span = item.rpartition("=")
+        lo, colon, hi = span.partition(":")
+        if not eq or not colon or not name:
+            raise InputError(f"--int-range {item}: expected NAME=LO:HI with integers LO < HI")
+        bounds = (flag_value(f"--int-range {name}", lo), flag_value(f"--int-range {name}", hi))
+        if bounds[0] >= bounds[1]:
+            raise InputError(f"--int-range {item}: expected NAME=LO:HI with integers LO < HI")
+        ranges[name] = bounds
+    return ranges
+
+
+def _id_table_sizes(model: ir.Model) -> dict[str, int]:
+    """Per graph input, the smallest constant Gather table it indexes (its valid id range)."""
+    sizes: dict[str, int] = {}
+    for value in model.graph.inputs:
+        frontier, seen = [value], set()
+        while frontier:
+            current = frontier.pop()
+            seen.add(current)
+            for use in current.uses():
+                node = use.node
+                if node.op_type in PASSES_ELEMENTS and use.idx == 0 and node.outputs:
+                    if node.outputs[0] not in seen:
+                        frontier.append(node.outputs[0])
+                elif is_default_op(node, "Gather") and use.idx == 1:
+                    table = node.inputs[0]
+                    axis = node.attributes.get_int("axis", 0)
+                    const = table.const_value if table is not None else None
+                    if const is not None and len(const.shape) > 0:
+                        dim = const.shape[axis]
+                        if isinstance(dim, int) and dim > 0:
+                            assert value.name is not None  # a graph input read from a proto
+                            sizes[value.name] = min(dim, sizes.get(value.name, dim))
+    return sizes
+
+
+class FeedPlan:
+    """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data."""
+
+    def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
+                 dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]]) -> None:
+        self.specs = [(i.name, numpy_type(i.type, label, i.name), list(i.shape))
+                      for i in session.get_inputs()]
+        names = {name: dtype for name, dtype, _ in self.specs}
+        for name in given:
+            if name not in names:
+                raise InputError(f"--inputs: {name} is not an input of {label} "
+                                 f"(inputs: {', '.join(names)})")
+        for name, (lo, hi) in int_ranges.items():
+            if name not in names:
+                raise InputError(f"--int-range {name}: not an input of {label} "
+                                 f"(inputs: {', '.join(names)})")
+            if names[name].kind not in "iu":
+                raise InputError(f"--int-range {name}: the input is {names[name]}, not an "
+                                 "integer")
+            if lo >= hi:
+                raise InputError(f"--int-range {name}={lo}:{hi}: LO must be below HI")
+        self.given = {name: self._cast(name, names[name], arr) for name, arr in given.items()}
+        self.int_ranges = dict(int_ranges)
+        self.table_sizes = _id_table_sizes(graph)
+        bound, unnamed = self._bind(dims, label)
+        self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound,
+                                       load_catalogue().shape_steps)
+        self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
+        self.tried = list(self.plan.bindings)  # every binding tried, for the message
+        # unnamed dims are guessed too where ``--dim ?=V`` does not set them: the larger
+        # bindings carry their length off axis 0 under the name "?"
+        self.guessed = self.plan.guessed + (["?"] if unnamed and "?" not in dims else [])
+        self._larger = [dict(b) for b in self.plan.larger]
+        if "?" in self.guessed:
+            self._larger = [{**(self._larger[i] if self._larger else self.plan.bindings[0]),
+                             "?": width} for i, width in enumerate(dim_relations.LARGER)]
+        self.defaulted = self.plan.guessed + (["?"] if unnamed else [])  # "?": unnamed dims
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return self.bindings[0]
+
+    def guesses(self) -> str:
+        """The guessed dims of every binding tried and the flag that sets them (a message)."""
+        if not self.guessed:
+            return ""
+        values = " or ".join(self.guessed_values(b) for b in self.tried)
+        return f"; dims guessed: {values} (set them with --dim NAME=VALUE)"
+
+    def guessed_values(self, binding: Mapping[str, int]) -> str:
+        """``binding``'s values of the guessed dims, as ``name=value, ...`` (``?``: unnamed)."""
+        return ", ".join(f"{n}={binding.get(n, self.unnamed_value)}" for n in self.guessed)
+
+    def next_larger(self) -> dict[str, int] | None:
+        """The next binding of guessed dims at a larger size whose random inputs stay within
+        :data:`LARGER_INPUT_BYTES` (None: no more)."""
+        while self._larger:
+            binding = self._larger.pop(0)
+            nbytes = sum(int(np.prod(self._shape_in(shape, binding), dtype=np.int64)) *
+                         max(dtype.itemsize, 1) for name, dtype, shape in self.specs
+                         if name not in self.given)
+            if nbytes <= LARGER_INPUT_BYTES:
+                self.tried.append(binding)
+                return binding
+        return None
+
+    @staticmethod
+    def _cast(name: str, dtype: np.dtype, arr) -> np.ndarray:
+        arr = np.asarray(arr)
+        if arr.dtype == dtype:
+            return arr
+        if dtype.kind == "O" and arr.dtype.kind in "US":  # an .npz holds strings as <U or S
+            return np.vectorize(_text, otypes=[object])(arr) if arr.size else arr.astype(object)
+        if dtype.kind == "O" or not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+            raise InputError(f"--inputs: {name} is {arr.dtype}, the model wants {dtype}")
+        return arr.astype(dtype)
+
+    def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], bool]:
+        """The dims ``dims`` and the given arrays bind, and whether an input has unnamed dims
+        (``?`` or none: each one independent; ``--dim ?=V`` sets the ones fed at random)."""
+        symbolic = {d if is_named(d) else "?" for _, _, shape in self.specs for d in shape
+                    if not isinstance(d, int)}
+        self.unnamed_value = dims.get("?", 1)
+        for name in dims:
+            if name not in symbolic:
+                known = ", ".join(sorted(symbolic)) or "none"
+                raise InputError(f"--dim {name}: no input of {label} has a dimension of that "
+                                 f"name (symbolic dimensions: {known})")
+        bound = {name: value for name, value in dims.items() if name != "?"}
+        for name, _, shape in self.specs:
+            if name not in self.given:
+                continue
+            actual = self.given[name].shape
+            if len(actual) != len(shape):
+                raise InputError(f"--inputs: {name} has shape {shape_text(actual)}, the model "
+                                 f"wants rank {len(shape)}")
+            for want, got in zip(shape, actual):
+                if is_named(want) and bound.setdefault(want, got) != got:
+                    raise InputError(f"--inputs: {name} has {want}={got} but {want} is "
+                                     f"{bound[want]}")
+        unnamed = any(not isinstance(d, int) and not is_named(d)
+                      for name, _, shape in self.specs if name not in self.given for d in shape)
+        return bound, unnamed
+
+    def shape(self, shape: list, k: int = 0) -> tuple[int, ...]:
+        """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``)."""
+        return self._shape_in(shape, self.bindings[k % len(self.bindings)])
+
+    def _shape_in(self, shape: list, binding: Mapping[str, int]) -> tuple[int, ...]:
+        """``shape`` with ``binding``'s dims; an unnamed dim (``?`` or none) is ``--dim ?=V``
+        (default 1), or the larger guess ``binding["?"]`` where it ends the shape off axis 0
+        (a sequence, an image's height and width; not a recurrent state's batch in the
+        middle)."""
+        trailing = len(shape)
+        while trailing > 1 and not isinstance(shape[trailing - 1], int) and \
+                not is_named(shape[trailing - 1]):
+            trailing -= 1
+        return tuple(d if isinstance(d, int) and d >= 0 else
+                     binding.get(d, 1) if is_named(d) else
+                     binding.get("?", self.unnamed_value) if axis >= trailing else
+                     self.unnamed_value for axis, d in enumerate(shape))
+
+    def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
+        """How an integer input is filled: a description and a [lo, hi) range (None: fixed)."""
+        lower = name.lower()
+        info = np.iinfo(dtype)
+        if name in self.int_ranges:
+            lo, hi = self.int_ranges[name]
+            span = (max(lo, info.min), min(hi, info.max + 1))
+            return f"random [{span[0]}, {span[1]}) (--int-range)", span
+        if "mask" in lower:
+            return "ones (mask)", None
+        if "token_type" in lower or "segment" in lower:
+            return "zeros (token types)", None
+        if "position" in lower:
+            return "arange along the last axis, after the past the graph relates to it " \
+                "(positions)", None
+        high = min(TOKEN_ID_HIGH, info.max + 1)
+        if name in self.table_sizes and self.table_sizes[name] < high:
+            high = self.table_sizes[name]
+            return f"random [0, {high}) (token ids, size of the table they index)", (0, high)
+        return f"random [0, {high}) (token ids)", (0, high)
+
+    def describe(self) -> list[InputInfo]:
+        infos = []
+        for name, dtype, shape in self.specs:
+            if name in self.given:
+                source = "from --inputs"
+            elif dtype.kind in "iu":
+                source = self._int_source(name, dtype)[0]
+            elif dtype.kind == "b":
+                source = "true (mask)" if "mask" in name.lower() else "random true/false"
+            elif dtype.kind == "O":
+                source = "random words (text)"
+            else:
+                source = "standard normal"
+            real = self.given[name].shape if name in self.given else self.shape(shape, 0)
+            infos.append(InputInfo(name, dtype_name(dtype), list(real), source))
+        return infos
+
+    def feeds(self, seed: int, k: int = 0) -> dict[str, np.ndarray]:
+        """Input set ``k`` (seeded with ``seed``), shaped by binding ``k % len(bindings)``."""
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for name, dtype, shape in self.specs:
+            if name in self.given:
+                feeds[name] = self.given[name]
+                continue
+            dims = self.shape(shape, k)
+            if dtype.kind in "iu":
+                _, span = self._int_source(name, dtype)
+                lower = name.lower()
+                if span is not None:
+                    arr = rng.integers(span[0], span[1], dims, dtype=dtype)
+                elif "mask" in lower:
+                    arr = np.ones(dims, dtype)
+                elif "position" in lower and dims:
+                    start = self.plan.offset(shape[-1], self.bindings[k % len(self.bindings)])
+                    arr = np.broadcast_to(np.arange(start, start + dims[-1], dtype=dtype),
+                                          dims).copy()
+                else:
+                    arr = np.zeros(dims, dtype)
+            elif dtype.kind == "b":
+                arr = np.ones(dims, bool) if "mask" in name.lower() else \
+                    rng.integers(0, 2, dims).astype(bool)
+            elif dtype.kind == "f":
+                arr = rng.standard_normal(dims).astype(dtype)
+            elif dtype.kind == "O":
+                arr = _random_text(rng, dims)
+            else:
+                kind = f"{dtype} input"
+                raise InputError(f"input {name} cannot be random: supply it with --inputs, a "
+                                 f"{kind}")
+            feeds[name] = arr
+        return feeds
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """A dtype as ONNX names it where numpy differs: ``string`` for numpy's object arrays."""
+    return "string" if dtype.kind == "O" else str(dtype)
+
+
+# words of random text inputs (a tokenizer's input): a few scripts, so that UTF-8 is exercised
+_WORDS = ("the", "model", "folds", "once", "and", "runs", "fast", "check", "Zürich", "naïve",
+          "東京", "42", "onnx", "text", "input", "a")
+
+
+def _random_text(rng: np.random.Generator, dims: tuple[int, ...]) -> np.ndarray:
+    """An object array of ``dims`` holding 1 to 8 random words each."""
+    arr = np.empty(dims, dtype=object)
+    for index in np.ndindex(*dims):
+        arr[index] = " ".join(rng.choice(_WORDS, int(rng.integers(1, 9))))
+    return arr
+
+
+def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | None = None,
+                    int_ranges: Mapping[str, tuple[int, int]] | None = None
+                    ) -> tuple[dict[str, np.ndarray], list[InputInfo]]:
+    """Seeded inputs for every input of ``model``, and what each one is, by the rules
+    :func:`compare` uses (floats standard normal; token ids below the size of the table they
+    index; masks ones; token types zeros; positions 0, 1, 2...; ``dims`` binds symbolic dims,
+    the rest are 1). The one feed generator of compare, the tests and ``bench/``."""
+    label = label_of(model, "model")
+    graph = graph_of(model, label)
+    feeder = FeedPlan(open_session(model, label), label, graph, {}, dims or {},
+                     int_ranges or {})
+    return feeder.feeds(seed), feeder.describe()
+
+
+def load_given(inputs: Mapping[str, np.ndarray] | str | os.PathLike | None
+                ) -> dict[str, np.ndarray]:
+    if inputs is None:
+        return {}
+    if isinstance(inputs, Mapping):
+        return dict(inputs)
+
+    return load_arrays(inputs)
+
