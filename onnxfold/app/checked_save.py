@@ -8,7 +8,8 @@ removed and the output is neither created nor overwritten.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import onnx_ir as ir
 
@@ -21,18 +22,16 @@ from onnxfold.io.writer import SaveInfo, input_files
 
 def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.PathLike, *,
                  n: int, external_data: bool | None = None, protect: set[str] | None = None,
-                 inputs: str | os.PathLike | None = None,
-                 seed: int = 0, dims: Mapping[str, int] | None = None,
-                 int_ranges: Mapping[str, tuple[int, int]] | None = None,
-                 rtol: float | None = None, atol: float | None = None,
-                 replaces: tuple[str, ...] = (), custom_op_libraries: Sequence[str] = (),
+                 replaces: tuple[str, ...] = (),
                  saving: Callable[[int, int], None] | None = None,
-                 checking: Callable[[str], None] | None = None
+                 checking: Callable[[str], None] | None = None,
+                 compare_options: Mapping[str, Any] | None = None
                  ) -> tuple[SaveInfo | None, CompareResult]:
     """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
 
     Returns the save info (None when nothing was written) and the comparison. ``saving`` and
-    ``checking`` are the progress callbacks of :func:`save_model` and :func:`compare`.
+    ``checking`` are the progress callbacks of :func:`save_model` and :func:`compare`;
+    ``compare_options`` the rest of :func:`compare`'s keywords (inputs, seed, dims, ...).
     """
     path = os.fspath(path)
     guard = OutputGuard(input_files(model), replaces)
@@ -45,10 +44,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
         info = save_model(model, tmp, external_data=external_data, protect=protect,
                           progress=saving)
         tmp_data = info.data_path
-        result = compare(original, tmp, inputs=inputs, n=n, seed=seed, dims=dims,
-                         int_ranges=int_ranges, rtol=rtol, atol=atol,
-                         custom_op_libraries=custom_op_libraries,
-                         progress=checking)
+        result = compare(original, tmp, n=n, progress=checking, **(compare_options or {}))
         result.model_b = path  # report the output, not the temporary name
         if not result.ok:
             return None, result

@@ -18,11 +18,12 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from onnxfold._version import __version__
 from onnxfold.app import batch
+from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.host.limits import describe_cause as describe_limit
 from onnxfold.host.logs import as_warnings, quiet, quiet_onnxruntime_startup
@@ -140,7 +141,6 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
 def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                    prefill: OutputPrefill | None, checking: dict | None) -> int:
     from onnxfold.app.progress import TerminalProgress
-    from onnxfold.check.comparison import check_dict
     from onnxfold.io import load_model, save_model
     from onnxfold.io.writer import input_files
     from onnxfold.pipeline.optimizer import optimize
@@ -156,20 +156,24 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
         result.report.input = args.input
         external = {"auto": None, "yes": True, "no": False}[args.external_data]
         check = info = None
+        not_run = ""  # why the check could not run (the run keeps its products)
         if args.output is None:  # a dry run: a --check compares in memory
             if checking is not None:
-                with phases.phase("check"):
+                with phases.phase("check"), _could_not_run() as why:
                     check = _check_in_memory(result, args, checking, phases)
+                not_run = why.reason
         elif checking is not None:
             from onnxfold.app.checked_save import save_checked
 
-            with phases.phase("check"):
+            with phases.phase("check"), _could_not_run() as why:
                 info, check = save_checked(result.model, args.input, args.output, n=args.check,
                                            external_data=external, protect={args.input},
                                            replaces=args.replaces,
                                            saving=lambda done, total: phases.detail(
                                                "writing " + _mib_of(done, total)),
-                                           checking=phases.detail, **checking)
+                                           checking=phases.detail,
+                                           compare_options=checking)
+            not_run = why.reason
         else:
             from onnxfold.app.verify import verifiable, verifier
 
@@ -189,16 +193,8 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     report = result.report
     report.phases = phases.rounded()
     report.options.update({name: getattr(args, name) for name in _REPORTED_ARGS})
-    if check is not None:
-        report.check = check_dict(check)
-        if not check.ok:  # the reports say why (their check entry); the model is not written
-            print(check.summary())
-            _write_reports(args, report)
-            where = f"nothing was written to {args.output}" if args.output is not None else \
-                "dry run: nothing written"
-            print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; "
-                  f"{where}", file=sys.stderr)
-            return 1
+    if _check_failed(args, report, check, not_run):
+        return 1
     if info is not None:
         report.output = info.path
         report.external_data = info.data_path
@@ -213,6 +209,50 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
         print(report.explain())
     _write_reports(args, report)
     return 0
+
+
+def _check_failed(args: argparse.Namespace, report: Report, check: CompareResult | None,
+                  not_run: str) -> bool:
+    """Record the check in the report; on failure print the table and the verdict, write
+    ``--json`` and ``--report`` (the model is not written) and say so. Raises InputError
+    (exit 2) after that when the check could not run."""
+    from onnxfold.check.comparison import check_dict
+
+    if not_run:
+        report.check = {"ok": False, "state": "could not run", "reason": not_run}
+    elif check is not None:
+        report.check = check_dict(check)
+    if report.check is None or report.check["ok"]:
+        return False
+    if not args.quiet:
+        print(report.summary())
+    if check is not None:
+        print(check.summary())
+    _write_reports(args, report)
+    where = f"nothing was written to {args.output}" if args.output is not None else \
+        "dry run: nothing written"
+    if not_run:
+        raise InputError(f"the check could not run ({where}): {not_run}")
+    assert check is not None
+    print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; {where}",
+          file=sys.stderr)
+    return True
+
+
+class _Reason:
+    reason = ""
+
+
+@contextlib.contextmanager
+def _could_not_run() -> Iterator[_Reason]:
+    """Catch a check whose reference does not run on the feeds, keeping why."""
+    from onnxfold.check.comparison import CheckCouldNotRun
+
+    why = _Reason()
+    try:
+        yield why
+    except CheckCouldNotRun as e:
+        why.reason = one_line(e)
 
 
 DRY_RUN_LINE = "dry run: nothing written (-o OUT to write)"
@@ -250,7 +290,7 @@ def _mib_of(done: int, total: int) -> str:
 
 # command-line settings the JSON report's ``options`` records besides the fold options
 _REPORTED_ARGS = ("check", "inputs", "seed", "rtol", "atol", "dim", "int_range", "external_data",
-                  "skip_check", "no_verify")
+                  "skip_check", "no_verify", "ort_level", "no_fold_verification")
 
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -272,6 +312,12 @@ def _add_compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=None,
                    help="absolute tolerance for every float output (default: by dtype, "
                         "float32 1e-5)")
+    p.add_argument("--ort-level", choices=LEVELS, default=DEFAULT_LEVEL,
+                   help="onnxruntime's graph optimization level for both models (default "
+                        f"{DEFAULT_LEVEL}: onnxruntime's own default, how a model is deployed)")
+    p.add_argument("--no-fold-verification", action="store_true",
+                   help="do not re-derive every folded tensor from the original (done by "
+                        "default when the second model was written by onnxfold)")
 
 
 def _compare_options(args: argparse.Namespace) -> dict:
@@ -281,7 +327,8 @@ def _compare_options(args: argparse.Namespace) -> dict:
     return {"inputs": args.inputs,
             "dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
             "seed": args.seed, "rtol": args.rtol, "atol": args.atol,
-            "custom_op_libraries": checked_libraries(args.custom_op_library)}
+            "custom_op_libraries": checked_libraries(args.custom_op_library),
+            "level": args.ort_level, "verify": False if args.no_fold_verification else None}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -297,6 +344,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
     if not result.ok:
         print(f"onnxfold: outside tolerance: {', '.join(result.failing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_verify_folds(args: argparse.Namespace) -> int:
+    from onnxfold.check.fold_verification import verify_folds
+
+    if args.json:
+        _guard_inputs([args.a, args.b]).claim(args.json, "JSON report")
+    result = verify_folds(args.a, args.b)
+    print(result.summary())
+    if args.json:
+        _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
+    if not result.ok:
+        print(f"onnxfold: folds differ from the original: {', '.join(result.failing)}",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -496,6 +559,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     _add_compare_options(p)
     p.set_defaults(func=cmd_compare)
+
+    p = add("verify-folds", help="re-derive every folded tensor of an onnxfold output from "
+            "the original in onnxruntime, without inputs")
+    p.add_argument("a", help="the original model")
+    p.add_argument("b", help="the model onnxfold wrote from it")
+    p.add_argument("--json", metavar="FILE", help="also write the verdict per tensor as JSON")
+    p.set_defaults(func=cmd_verify_folds)
 
     p = add("split", help="split around runtime constants into runtime_fold + entry")
     p.add_argument("input")

@@ -180,8 +180,14 @@ def _check_section(check: dict | None) -> str:
     if check is None:
         return '<p class="muted">not checked (<code>--check N</code> compares the outputs ' \
                "with the original model in onnxruntime)</p>"
+    if check.get("state") == "could not run":
+        return ('<p class="bad">the check could not run; nothing was written</p>'
+                f'<p>{esc(check["reason"])}</p>')
     verdict = ('<p class="ok">all outputs within tolerance</p>' if check["ok"] else
-               '<p class="bad">outputs outside tolerance</p>')
+               '<p class="bad">FAILED: outputs outside tolerance or folds that differ; '
+               "nothing was written</p>")
+    if check.get("failure"):
+        verdict += f'<p class="bad">{esc(check["failure"])}</p>'
     rows = [(o["name"], o["dtype"], "[" + ",".join(map(str, o["shape"])) + "]",
              f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}",
              "-" if o["max_ulps"] is None else f"{o['max_ulps']:g}",
@@ -191,10 +197,32 @@ def _check_section(check: dict | None) -> str:
                   check["atol"] is None else
                   f'rtol {_number(check["rtol"])}, atol {_number(check["atol"])}')
     settings = (f'<p class="muted">{check["n"]} input set(s) from seed {check["seed"]}, '
-                f'{tolerances}</p>')
-    return verdict + settings + _table(
+                f'{tolerances}, onnxruntime optimization level '
+                f'{esc(str(check.get("level", "")))}</p>')
+    feeds = _table(["input", "dtype", "shape", "values"],
+                   [(i["name"], i["dtype"], "[" + ",".join(map(str, i["shape"])) + "]",
+                     i["source"]) for i in check.get("inputs", [])], set(), "feeds")
+    return verdict + settings + "<h3>What was fed</h3>" + feeds + _table(
         ["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches", "ok"],
-        rows, {3, 4, 5, 6}, "check")
+        rows, {3, 4, 5, 6}, "check") + _folds_section(check.get("folds"))
+
+
+def _folds_section(folds: dict | None) -> str:
+    """The fold verification: counts, then every tensor that differs or is not verifiable."""
+    if folds is None:
+        return '<p class="muted">folds not verified (the second model carries no onnxfold ' \
+               "provenance, or --no-fold-verification)</p>"
+    counts = folds["counts"]
+    head = (f'<h3>Fold verification</h3><p class="{"ok" if folds["ok"] else "bad"}">'
+            f'{sum(counts.values())} folded tensors re-derived from the original in '
+            f'onnxruntime: {counts["bitwise"]} bitwise, {counts["within"]} within the ulps '
+            f'of docs/exactness.md, {counts["not verifiable"]} not verifiable, '
+            f'{counts["differs"]} differ</p>')
+    rows = [(t["name"], t["dtype"], "[" + ",".join(map(str, t["shape"])) + "]", t["state"],
+             "-" if t["max_ulps"] is None else f"{t['max_ulps']:.3g}", t["reason"])
+            for t in folds["tensors"] if t["state"] != "bitwise"]
+    return head + (_table(["tensor", "dtype", "shape", "state", "max ulps", "why"], rows,
+                          {4}, "folds") if rows else "")
 
 
 def render_html(report: Report) -> str:
@@ -226,8 +254,10 @@ def render_html(report: Report) -> str:
         _card("time", f"{sum(report.phases.values()) or report.seconds:.2f} s",
               f"{report.rounds} round{'s' if report.rounds != 1 else ''}"),
         _card("check", "-" if report.check is None else
-              ("passed" if report.check["ok"] else "FAILED"),
-              "" if report.check is None else f"{len(report.check['outputs'])} output(s)"),
+              ("passed" if report.check["ok"] else
+               "NOT RUN" if report.check.get("state") == "could not run" else "FAILED"),
+              "" if report.check is None else
+              f"{len(report.check.get('outputs', []))} output(s)"),
     ])
     options = json.dumps(report.options, indent=1, sort_keys=True)
     written = f" \u2192 {esc(report.output)}" if report.output else ""

@@ -1,9 +1,11 @@
 """Compare two models' outputs in onnxruntime on the same inputs.
 
 Folding must not change what a model computes. This runs the original and the rewritten model
-one after the other (CPU, onnxruntime's own graph optimizations off, so only the rewrite is
-compared) on seeded random or user-supplied inputs (:mod:`onnxfold.check.feeds`), and reports
-per output how far apart they are.
+one after the other (CPU, at onnxruntime's default optimization level unless told otherwise:
+the original as a user runs it) on seeded random or user-supplied inputs
+(:mod:`onnxfold.check.feeds`), and reports per output how far apart they are. When the second
+model carries onnxfold's provenance, every folded tensor is also re-derived from the original
+without any input (:mod:`onnxfold.check.fold_verification`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 
 from onnxfold.check.feeds import FeedPlan, InputInfo, dtype_name, load_given, shape_text
+from onnxfold.check.fold_verification import FoldVerification, verify_folds
+from onnxfold.check.levels import DEFAULT_LEVEL
 from onnxfold.check.sessions import (
     ModelRef,
     graph_of,
@@ -23,11 +28,21 @@ from onnxfold.check.sessions import (
     open_session,
     run_session,
 )
+from onnxfold.check.tolerance import HALF as HALF_TYPES
 from onnxfold.check.tolerance import allowed, ulp
 from onnxfold.check.tolerance import for_dtype as tolerance_for
 from onnxfold.errors import InputError, one_line
+from onnxfold.fold.materialize import PROVENANCE_KEY
 from onnxfold.host.terminal import printable
 from onnxfold.runtime import custom_ops
+
+
+class CheckCouldNotRun(InputError):
+    """The reference (model A) does not run on the feeds: nothing was compared. Bad input
+    (exit 2), but a run that folded keeps its products (its table, ``--json``, ``--report``)."""
+
+
+REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
 
 
 @dataclass
@@ -41,8 +56,11 @@ class OutputDiff:
     shape_b: list[int]
     elements: int = 0
     max_abs_diff: float = 0.0
+    # the largest |a-b|/|b| over the elements that matter: |b| at least REL_FLOOR of the
+    # output's largest magnitude (a logit near zero that is the difference of large ones
+    # carries their rounding, and its relative error says nothing)
     max_rel_diff: float = 0.0
-    max_ulps: float | None = None  # float outputs: the largest |a-b| in ulps of b's dtype at b
+    max_ulps: float | None = None  # float16/bfloat16 outputs: the largest |a-b| in ulps at b
     tolerance: str = ""  # what "within tolerance" meant for this output (tolerance.describe)
     mismatches: int = 0
     bitwise_equal: bool = True
@@ -68,17 +86,24 @@ class CompareResult:
     bindings: list[dict[str, int]] = field(default_factory=list)  # input set k uses k % len
     derived_dims: dict[str, str] = field(default_factory=dict)  # dim -> its relation
     notes: list[str] = field(default_factory=list)  # e.g. a binding the reference cannot run
+    level: str = DEFAULT_LEVEL  # onnxruntime's graph optimization level both models ran at
+    folds: FoldVerification | None = None  # every folded tensor re-derived from A (None: not run)
+    failure: str = ""  # model B failed to load or run where model A ran (the check fails)
 
     @property
     def ok(self) -> bool:
-        return all(row.ok for row in self.rows)
+        return not self.failure and all(row.ok for row in self.rows) and (
+            self.folds is None or self.folds.ok)
 
     def __bool__(self) -> bool:
         return self.ok
 
     @property
     def failing(self) -> list[str]:
-        return [row.name for row in self.rows if not row.ok]
+        folds = self.folds.failing if self.folds is not None else []
+        return ([f"{self.model_b} (fails where {self.model_a} runs)"] if self.failure else []) \
+            + [row.name for row in self.rows if not row.ok] \
+            + [f"folded tensor {name}" for name in folds]
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -92,7 +117,8 @@ class CompareResult:
         tolerance = "tolerance by dtype" if self.rtol is None and self.atol is None else \
             tolerance_for(np.dtype(np.float32), self.rtol, self.atol).describe()
         lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
-                 f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}"]
+                 f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}, onnxruntime "
+                 f"optimization level {self.level}"]
         lines.extend(f"  input {info.name}: {info.dtype}{shape_text(info.shape)} {info.source}"
                      for info in self.inputs)
         if len(self.bindings) > 1:
@@ -120,8 +146,13 @@ class CompareResult:
                           "yes" if r.ok else "NO"])
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
-        lines.append("all outputs within tolerance" if self.ok else
-                     f"outside tolerance: {', '.join(self.failing)}")
+        if self.failure:
+            lines.append(f"  FAILED: {self.failure} (the original runs the same inputs)")
+        if self.folds is not None:
+            lines.append(self.folds.summary())
+        lines.append("all outputs within tolerance" + (
+            ", every verifiable fold as the original computes it" if self.folds else "")
+            if self.ok else f"outside tolerance: {', '.join(self.failing)}")
         return "\n".join(lines)
 
 
@@ -171,15 +202,18 @@ def _accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) -
         diff = np.abs(x - y)
         close = same | (finite & (diff <= allowed(tolerance, y, a.dtype.name, finite)))
         differ = finite & ~same
-        spacing = ulp(y, a.dtype.name) if a.dtype == b.dtype else None
+        spacing = ulp(y, a.dtype.name) if a.dtype == b.dtype and a.dtype.name in HALF_TYPES \
+            else None
         if spacing is not None:
             worst = float((diff[differ] / spacing[differ]).max()) if differ.any() else 0.0
             row.max_ulps = max(row.max_ulps or 0.0, worst)
         if differ.any():
             row.max_abs_diff = max(row.max_abs_diff, float(diff[differ].max()))
-            nonzero = differ & (y != 0)
-            if nonzero.any():
-                rel = float((diff[nonzero] / np.abs(y[nonzero])).max())
+            magnitude = np.abs(y)
+            floor = REL_FLOOR * float(magnitude[finite].max())
+            mattering = differ & (magnitude > 0) & (magnitude >= floor)
+            if mattering.any():
+                rel = float((diff[mattering] / magnitude[mattering]).max())
                 row.max_rel_diff = max(row.max_rel_diff, rel)
     row.mismatches += int((~close).sum())
 
@@ -221,6 +255,7 @@ def compare(a: ModelRef, b: ModelRef, *,
             int_ranges: Mapping[str, tuple[int, int]] | None = None,
             rtol: float | None = None, atol: float | None = None,
             custom_op_libraries: Sequence[str | os.PathLike] = (),
+            level: str = DEFAULT_LEVEL, verify: bool | None = None,
             progress: Callable[[str], None] | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
@@ -231,7 +266,11 @@ def compare(a: ModelRef, b: ModelRef, *,
     and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol`` or ``atol`` is
     given, or both are NaN. Raises InputError when a model cannot be read or run, or the I/O
     names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime loads
-    for both models (:mod:`onnxfold.runtime.custom_ops`). ``progress(text)`` is told what runs
+    for both models (:mod:`onnxfold.runtime.custom_ops`). ``level``: onnxruntime's graph
+    optimization level for both sessions (``disable``, ``basic``, ``extended``, ``all``: its
+    default, how a user runs a model). ``verify``: re-derive every folded tensor of ``b`` from
+    ``a`` (:func:`~onnxfold.check.fold_verification.verify_folds`); None: when ``b`` carries
+    onnxfold's provenance. ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
     the progress line.
     """
@@ -243,23 +282,42 @@ def compare(a: ModelRef, b: ModelRef, *,
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a = graph_of(a, label_a)
-    graph_of(b, label_b)
+    if verify is None:
+        verify = carries_provenance(graph_of(b, label_b))
+    else:
+        graph_of(b, label_b)
     import onnxruntime as ort
 
     run_options = ort.RunOptions()
     run_options.log_severity_level = 4
     # one model in memory at a time: A runs every input set, then B (large models fit twice)
     tell("loading original")
-    sess_a = open_session(a, label_a, libraries)
+    sess_a = open_session(a, label_a, libraries, level)
     feeder = FeedPlan(sess_a, label_a, graph_a, load_given(inputs), dims or {}, int_ranges or {})
     io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
             for get in ("get_inputs", "get_outputs")}
     outputs = [name for name, _ in io_a["get_outputs"]]
-    all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder, seed, n,
-                                                 run_options, tell)
+    try:
+        all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder, seed,
+                                                     n, run_options, tell)
+    except InputError as e:
+        raise CheckCouldNotRun(*e.args) from None
     del sess_a
-    tell("loading optimized")
-    sess_b = open_session(b, label_b, libraries)
+    folds = None
+    if verify:  # before B's session: no two models' weights in memory at once
+        tell("verifying folds")
+        folds = verify_folds(a, b, input_shapes={name: arr.shape for name, arr
+                                                 in all_feeds[0].items()}, progress=tell)
+        folds.model_b = label_b
+    result = CompareResult(label_a, label_b, [], feeder.describe(), n, seed, rtol, atol,
+                           feeder.dims, feeder.defaulted, feeder.bindings,
+                           feeder.plan.derived, notes, level, folds)
+    try:
+        tell("loading optimized")
+        sess_b = open_session(b, label_b, libraries, level)
+    except InputError as e:  # A loads and B does not: B is wrong, not the input
+        result.failure = one_line(e)
+        return result
     for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
         problem = _names_differ(what, [name for name, _ in io_a[get]],
                                 [v.name for v in getattr(sess_b, get)()])
@@ -273,26 +331,41 @@ def compare(a: ModelRef, b: ModelRef, *,
     rows: dict[str, OutputDiff] = {}
     for k, (feeds, result_a) in enumerate(zip(all_feeds, results_a)):
         tell(f"optimized {k + 1}/{n}")
-        result_b = run_session(sess_b, label_b, outputs, feeds, run_options, feeder.guesses())
+        try:
+            result_b = run_session(sess_b, label_b, outputs, feeds, run_options)
+        except InputError as e:  # A ran these feeds and B does not: B is wrong
+            result.failure = one_line(e).removesuffix(" (see --dim, --int-range, --inputs)")
+            return result
         for name, va, vb in zip(outputs, result_a, result_b):
             va, vb = _as_array(va), _as_array(vb)
             row = rows.setdefault(name, OutputDiff(
                 name, dtype_name(va.dtype), dtype_name(vb.dtype), list(va.shape),
                 list(vb.shape)))
             _accumulate(row, va, vb, rtol, atol)
+    del sess_b
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
-    return CompareResult(label_a, label_b, [rows[name] for name in outputs], feeder.describe(),
-                         n, seed, rtol, atol, feeder.dims, feeder.defaulted,
-                         feeder.bindings, feeder.plan.derived, notes)
+    result.rows = [rows[name] for name in outputs]
+    return result
+
+
+def carries_provenance(model: ir.Model) -> bool:
+    """Whether onnxfold wrote ``model`` (a folded initializer names the nodes it replaces)."""
+    return any(value.const_value is not None and
+               PROVENANCE_KEY in value.const_value.metadata_props
+               for value in model.graph.initializers.values())
 
 
 def check_dict(result: CompareResult) -> dict[str, Any]:
     """A ``--check`` comparison for the report: verdict, settings and one entry per output
     (max abs/rel error; ``max_ulps`` where the comparison measures it, else null)."""
     return {
-        "ok": result.ok, "n": result.n, "seed": result.seed, "rtol": result.rtol,
-        "atol": result.atol, "dims": dict(result.dims),
+        "ok": result.ok, "state": "passed" if result.ok else "failed",
+        "failure": result.failure or None,
+        "n": result.n, "seed": result.seed, "rtol": result.rtol,
+        "atol": result.atol, "dims": dict(result.dims), "level": result.level,
+        "inputs": [asdict(info) for info in result.inputs],
+        "folds": result.folds.to_dict() if result.folds is not None else None,
         "defaulted_dims": list(result.defaulted_dims),
         "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
                      "elements": row.elements, "max_abs": row.max_abs_diff,

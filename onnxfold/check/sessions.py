@@ -17,6 +17,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
+from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError
 from onnxfold.io import load_model
 from onnxfold.io.reader import model_from_proto
@@ -55,15 +56,24 @@ def ort_message(e: Exception) -> str:
     return text[:300]
 
 
-def open_session(model: ModelRef, label: str, libraries: Sequence[str] = ()):
+def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
+                 level: str = DEFAULT_LEVEL, prepacking: bool = True):
+    """A CPU session over ``model`` at onnxruntime's optimization ``level`` (:data:`LEVELS`);
+    ``prepacking=False`` saves the prepacked copies of weights where memory is tight."""
     import onnxruntime as ort
 
+    if level not in LEVELS:
+        raise InputError(f"--ort-level {level}: expected one of {', '.join(LEVELS)}")
     options = ort.SessionOptions()
     custom_ops.register(options, libraries)
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
     options.log_severity_level = 4  # failures are raised (and reported) as one line each
-    # no prepacked weight copies: a comparison runs once, and large models must fit
-    options.add_session_config_entry("session.disable_prepacking", "1")
+    if not prepacking:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
         os.fspath(model)
     try:

@@ -32,7 +32,7 @@ HALF_ULPS, HALF_MAGNITUDE_ULPS = 2.0, 1.0
 _FORMATS: dict[str, tuple[int, int]] = {
     "float16": (10, -14), "bfloat16": (7, -126), "float32": (23, -126), "float64": (52, -1022),
 }
-_HALF = ("float16", "bfloat16")
+HALF = ("float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def for_dtype(dtype: np.dtype, rtol: float | None = None, atol: float | None = N
     if rtol is not None or atol is not None:
         return Tolerance(rtol=FLOAT_RTOL if rtol is None else rtol,
                          atol=FLOAT_ATOL if atol is None else atol)
-    if dtype.name in _HALF:
+    if dtype.name in HALF:
         return Tolerance(ulps=HALF_ULPS, magnitude_ulps=HALF_MAGNITUDE_ULPS)
     return Tolerance(rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
 

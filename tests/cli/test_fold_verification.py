@@ -1,0 +1,164 @@
+"""Fold verification: every folded tensor re-derived from the original in onnxruntime, without
+inputs; planted wrong folds (a few ulps, a Reshape target off by one) fail it, and with it
+``compare`` and ``optimize --check``. Real onnxruntime, real models."""
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxfold
+from onnxfold.check.fold_verification import BITWISE, DIFFERS, verify_folds
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.models import MODELS, make_model, tensor, vinfo
+
+MODELS_FOLDED = [os.path.join(MODELS, name) for name in ("tiny_bert_ts.onnx",
+                                                        "tiny_gpt2_ts.onnx")]
+
+
+@pytest.fixture(scope="module", params=MODELS_FOLDED, ids=os.path.basename)
+def folded(request, tmp_path_factory):
+    """(original, its folded copy written by onnxfold)."""
+    path = str(tmp_path_factory.mktemp("folded") / "folded.onnx")
+    onnxfold.save_model(onnxfold.optimize(request.param).model, path)
+    return request.param, path
+
+
+def _plant(original: str, folded_path: str, out: str, pick, change) -> str:
+    """A copy of ``folded_path`` whose initializer ``pick(verification)`` names is
+    ``change``d in place; returns its name."""
+    proto = onnx.load(folded_path)
+    name = pick(verify_folds(original, folded_path))
+    init = next(t for t in proto.graph.initializer if t.name == name)
+    arr = numpy_helper.to_array(init).copy()
+    change(arr)
+    new = numpy_helper.from_array(arr, init.name)
+    new.metadata_props.extend(init.metadata_props)
+    init.CopyFrom(new)
+    onnx.save(proto, out)
+    return name
+
+
+def test_every_fold_of_a_real_export_verifies(folded):
+    original, path = folded
+    result = verify_folds(original, path)
+    assert result.ok, result.summary()
+    assert result.count(BITWISE) >= 5
+    for verdict in result.tensors:  # every tensor said what it is, and the unverified why
+        assert verdict.state != DIFFERS
+        assert verdict.state == BITWISE or verdict.reason or verdict.max_ulps is not None
+
+
+def _nudge_four_ulps(arr: np.ndarray) -> None:
+    flat = arr.reshape(-1)
+    for _ in range(4):
+        flat[0] = np.nextafter(flat[0], np.float32(np.inf))
+
+
+def _reshape_target_off_by_one(arr: np.ndarray) -> None:
+    arr[int(np.argmax(arr > 1))] += 1
+
+
+def _float_verified(result) -> str:
+    return next(t.name for t in result.tensors if t.state == BITWISE and t.dtype == "float")
+
+
+def _reshape_target(folded_path: str):
+    targets = {n.input[1] for n in onnx.load(folded_path).graph.node if n.op_type == "Reshape"}
+
+    def pick(result) -> str:
+        return next(t.name for t in result.tensors if t.state == BITWISE and t.name in targets
+                    and t.dtype == "int64")
+    return pick
+
+
+@pytest.mark.parametrize("mutation", ["four_ulps", "reshape_target"])
+def test_a_planted_wrong_fold_fails_verify_compare_and_check(folded, mutation, tmp_path):
+    original, path = folded
+    planted = str(tmp_path / "planted.onnx")
+    if mutation == "four_ulps":
+        name = _plant(original, path, planted, _float_verified, _nudge_four_ulps)
+    else:
+        name = _plant(original, path, planted, _reshape_target(path),
+                      _reshape_target_off_by_one)
+    result = verify_folds(original, planted)
+    assert not result.ok and result.failing == [name]
+    proc = run_cli("verify-folds", original, planted, "--json", str(tmp_path / "v.json"))
+    assert proc.returncode == 1 and name in proc.stderr
+    report = json.loads((tmp_path / "v.json").read_text())
+    assert report["counts"]["differs"] == 1 and not report["ok"]
+    proc = run_cli("compare", original, planted)
+    assert proc.returncode == 1 and f"folded tensor {name}" in proc.stderr, proc.stdout
+
+
+def test_check_reports_the_verification_in_json_and_html(tmp_path):
+    original = MODELS_FOLDED[0]
+    out, report, html = tmp_path / "o.onnx", tmp_path / "r.json", tmp_path / "r.html"
+    proc = run_cli("optimize", original, "-o", str(out), "--check", "1", "--json", str(report),
+                   "--report", str(html))
+    assert proc.returncode == 0, proc.stderr
+    assert "fold verification:" in proc.stdout and " 0 differ" in proc.stdout
+    check = json.loads(report.read_text())["check"]
+    assert check["state"] == "passed" and check["level"] == "all"
+    assert check["folds"]["counts"]["bitwise"] >= 5 and check["folds"]["ok"]
+    assert [i["name"] for i in check["inputs"]] == ["input_ids", "attention_mask"]
+    page = html.read_text()
+    assert "Fold verification" in page and "What was fed" in page
+
+
+def test_compare_skips_verification_without_provenance_or_when_told(folded):
+    original, path = folded
+    assert onnxfold.compare(original, original).folds is None  # no onnxfold provenance
+    assert onnxfold.compare(original, path).folds is not None
+    assert onnxfold.compare(original, path, verify=False).folds is None
+
+
+def test_a_fold_of_a_static_input_shape_verifies_and_a_dynamic_one_says_why(tmp_path):
+    """Shape(x) of a static input re-derives on zeros of that shape; the static tail of a
+    dynamic input's shape needs a binding (the comparison's feeds give one), else says why."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["sf", "two"], ["m"]),
+             helper.make_node("Shape", ["y"], ["t"], start=1),
+             helper.make_node("Cast", ["t"], ["tf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["tf", "two"], ["m2"]),
+             helper.make_node("Add", ["y", "m"], ["a"]),
+             helper.make_node("Add", ["a", "m2"], ["out"])]
+    model = make_model(nodes, [vinfo("x", TensorProto.FLOAT, [2, 3]),
+                               vinfo("y", TensorProto.FLOAT, ["n", 2])],
+                       [vinfo("out", TensorProto.FLOAT, ["n", 2])],
+                       [tensor("two", np.array([2.0], np.float32))])
+    original, folded = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(model, original)
+    onnxfold.save_model(onnxfold.optimize(str(original)).model, str(folded))
+    unbound = {t.name: t for t in verify_folds(str(original), str(folded)).tensors}
+    assert unbound["m"].state == BITWISE
+    assert unbound["m2"].state == "not verifiable" and "dynamic dims" in unbound["m2"].reason
+    bound = {t.name: t.state for t in verify_folds(str(original), str(folded),
+                                                   input_shapes={"y": (5, 2)}).tensors}
+    assert bound["m"] == bound["m2"] == BITWISE
+
+
+def test_a_check_that_cannot_run_keeps_its_products(tmp_path):
+    """The reference cannot run any guessed size (a Reshape to 7x3 of a dynamic vector): exit 2
+    in one line, nothing written, yet the table is printed and --json/--report written."""
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]),
+             helper.make_node("Add", ["r", "c"], ["y"])]
+    model = make_model(nodes, [vinfo("x", TensorProto.FLOAT, ["N"])],
+                       [vinfo("y", TensorProto.FLOAT, [7, 3])],
+                       [tensor("s", np.array([7, 3], np.int64)),
+                        tensor("c", np.ones((7, 3), np.float32))])
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, path)
+    report, html = tmp_path / "r.json", tmp_path / "r.html"
+    proc = run_cli("optimize", path, "-o", out, "--check", "1", "--json", report,
+                   "--report", html)
+    assert_one_error_line(proc, "the check could not run", "Reshape")
+    assert proc.returncode == 2 and not out.exists()
+    assert "nodes" in proc.stdout and "op" in proc.stdout  # the table was printed
+    check = json.loads(report.read_text())["check"]
+    assert check["state"] == "could not run" and "Reshape" in check["reason"]
+    assert "could not run" in html.read_text()
