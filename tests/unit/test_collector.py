@@ -187,7 +187,9 @@ def test_a_caller_s_frozen_heap_with_a_round_threshold_is_left_alone():
         with long_lived():
             settled(10**6)
             assert gc.get_threshold()[0] == 50_000
-        assert gc.get_freeze_count() == frozen
+        # neither frozen again nor unfrozen; a frozen object freed by reference counting
+        # meanwhile lowers the count (772,067 for 772,069 in one full run)
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
         gc.set_threshold(*old)
