@@ -2,8 +2,8 @@
 quantized model every MatMul, Conv and their neighbours sit between ``DequantizeLinear`` and
 ``QuantizeLinear`` nodes that onnxruntime turns into integer kernels. The Q, K and V
 projections of such a layer stay three MatMuls (merged, their weight was a ``Concat`` of
-dequantized weights run in float on every call: 2.3x slower); the same graph with float
-weights and no Q/DQ still merges.
+dequantized weights run in float on every call: 2.3x slower), and the fusions leave a
+dequantized weight alone; the same graphs with float weights and no Q/DQ are still rewritten.
 Checked in onnxruntime: the folded model gives the original's outputs bit for bit and runs as
 many integer kernels (counted in the graph onnxruntime writes after its own optimizations)."""
 
@@ -176,3 +176,62 @@ def test_float_projections_still_merge():
     assert result.report.pattern_hits.get(MERGE) == 1
     assert _ops(result.to_proto())["MatMul"] == 1
 
+
+def _fusion_case(name: str, quantized: bool):
+    """A graph one fusion of ``rules/fusions.py`` rewrites when it is float; ``quantized``:
+    its layer reads a dequantized input (and weight), as in a QDQ model. Returns the model,
+    the rule and the input's shape."""
+    g = _Graph()
+    if name == "fuse_matmul_add_into_gemm":  # else a MatMulIntegerToFloat in onnxruntime
+        shape: tuple[int, ...] = (5, K)
+        x = g.qdq("x") if quantized else "x"
+        product = g.node("MatMul", [x, g.weight("w", (K, N), quantized)], "p")
+        g.inits.append(tensor("c", g.rng.standard_normal(N).astype(np.float32)))
+        g.node("Add", [product, "c"], "y")
+    elif name in ("fuse_mul_into_conv", "fuse_batch_norm_into_conv"):
+        shape = (1, 4, 8, 8)
+        x = g.qdq("x") if quantized else "x"
+        conv = g.node("Conv", [x, g.weight("w", (8, 4, 3, 3), quantized)], "p")
+        if name == "fuse_mul_into_conv":
+            g.inits.append(tensor("c", g.rng.uniform(0.5, 2, (1, 8, 1, 1)).astype(np.float32)))
+            g.node("Mul", [conv, "c"], "y")
+        else:
+            for part, low in (("scale", 0.5), ("bias", -1), ("mean", -1), ("var", 0.5)):
+                g.inits.append(tensor(part, g.rng.uniform(low, 2, 8).astype(np.float32)))
+            g.node("BatchNormalization", [conv, "scale", "bias", "mean", "var"], "y")
+    else:  # (x * k) * c
+        shape = (2, K)
+        x = g.qdq("x") if quantized else "x"
+        g.inits += [tensor("k", np.array([1.5], np.float32)),
+                    tensor("c", np.array([0.25], np.float32))]
+        g.node("Mul", [g.node("Mul", [x, "k"], "xk"), "c"], "y")
+    model = make_model(g.nodes, [vinfo("x", TensorProto.FLOAT, list(shape))],
+                       [vinfo("y", TensorProto.FLOAT, [None] * len(shape))], g.inits,
+                       opset=17)
+    return model, shape
+
+
+FUSIONS = ("fuse_matmul_add_into_gemm", "fuse_mul_into_conv", "fuse_batch_norm_into_conv",
+           "merge_constant_factors")
+
+
+@pytest.mark.parametrize("rule", FUSIONS)
+def test_fusions_leave_dequantized_layers_alone(rule, tmp_path):
+    """The float graph fuses; with its input and weight dequantized, the layer and its
+    weight's DequantizeLinear stay, for that reason (the Conv fusions also found no weight
+    data at hand), and onnxruntime runs the same kernels."""
+    floats, _ = _fusion_case(rule, quantized=False)
+    assert optimize(floats, FoldOptions(strict=True)).report.pattern_hits.get(rule) == 1
+    original, shape = _fusion_case(rule, quantized=True)
+    result = optimize(original, FoldOptions(strict=True))
+    assert rule not in result.report.pattern_hits
+    assert any(why.startswith(rule) and "QDQ node unit" in why
+               for why in result.report.patterns_rejected), result.report.patterns_rejected
+    folded = result.to_proto()
+    assert _ops(folded) == _ops(original)
+    assert ort_kernels(folded, tmp_path / "f.onnx") == ort_kernels(original, tmp_path / "o.onnx")
+    feeds = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                  ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        np.testing.assert_array_equal(_run(folded, feeds, level)[0],
+                                      _run(original, feeds, level)[0])
