@@ -73,14 +73,12 @@ def quantized(value: ir.Value) -> bool:
 
 
 def qdq_unit_of(node: ir.Node) -> str | None:
-    """How ``node`` belongs to a QDQ node unit (None: it does not): the value it reads
-    dequantized, or the output of it a ``QuantizeLinear`` reads."""
-    for value in node.inputs:
-        if value is not None and dequantized(value):
-            return f"{node.op_type} reads {value.name} dequantized"
-    for value in node.outputs:
-        if quantized(value):
-            return f"{node.op_type}'s {value.name} is quantized"
+    """How ``node`` belongs to a QDQ node unit (None: it does not), in words that do not
+    name values, so that ``--explain`` counts the declines of one rule together."""
+    if any(value is not None and dequantized(value) for value in node.inputs):
+        return f"{node.op_type} reads a DequantizeLinear output"
+    if any(quantized(value) for value in node.outputs):
+        return f"a QuantizeLinear reads the {node.op_type}'s result"
     return None
 
 
