@@ -17,6 +17,12 @@ overflows to inf (or underflows to 0) in the original may not in the fused produ
 only constants whose product is finite and normal are merged. ``(x + k) + c`` is not merged:
 the original loses the low bits of ``x`` to ``k``, the fused sum keeps them, and that
 difference is not relative to the result (cancellation makes it any size).
+
+No fusion touches a quantized (QDQ) model's node units (``rules/qdq_units.py``): a layer or op
+that reads a ``DequantizeLinear`` output or whose result a ``QuantizeLinear`` reads stays, so
+its weight stays quantized and onnxruntime still runs the unit as an integer kernel (a fused
+weight would be a float constant; a MatMul + Add made a Gemm would no longer be
+``MatMulIntegerToFloat`` or ``MatMulNBits``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import onnx_ir as ir
 from onnxfold.declare.patterns import Check, P, Reject, RewriteContext, Var, pattern
 from onnxfold.ir.graph import through_identities
 
+from .qdq_units import outside_qdq_units
 from .structure import broadcasts_into
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
@@ -161,8 +168,11 @@ def _batch_norm_fusable(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.
     return True
 
 
-@pattern(_batch_norm_of(_LINEAR), check=_batch_norm_fusable, name="fuse_batch_norm_into_gemm")
-@pattern(_batch_norm_of(_CONV), check=_batch_norm_fusable, name="fuse_batch_norm_into_conv")
+_BATCH_NORM_FUSABLE = outside_qdq_units(_batch_norm_fusable, "layer", "bn")
+
+
+@pattern(_batch_norm_of(_LINEAR), check=_BATCH_NORM_FUSABLE, name="fuse_batch_norm_into_gemm")
+@pattern(_batch_norm_of(_CONV), check=_BATCH_NORM_FUSABLE, name="fuse_batch_norm_into_conv")
 def fuse_batch_norm(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.Value, w: ir.Value,
                     scale: ir.Value, bias: ir.Value, mean: ir.Value, var: ir.Value) -> None:
     """BN(Conv(x, W, B)) -> Conv(x, W * s, (B - mean) * s + bias), s = scale / sqrt(var + eps),
@@ -268,7 +278,7 @@ def _either_order(op: str, check: Check, *operands: P) -> Callable[[Callable], C
     return register
 
 
-@_either_order("Mul", _channel_constant, _CONV)
+@_either_order("Mul", outside_qdq_units(_channel_constant, "layer", "op"), _CONV)
 def fuse_mul_into_conv(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:
     """Conv(x, W, B) * c -> Conv(x, W * c', B * c), c one value per output channel."""
@@ -280,7 +290,7 @@ def fuse_mul_into_conv(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.V
     _fused(ctx, layer, op, x, weight, bias)
 
 
-@_either_order("Add", _channel_constant, _CONV)
+@_either_order("Add", outside_qdq_units(_channel_constant, "layer", "op"), _CONV)
 def fuse_add_into_conv(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
                        w: ir.Value, c: ir.Value) -> None:
     """Conv(x, W, B) + c -> Conv(x, W, B + c), c one value per output channel."""
@@ -307,8 +317,8 @@ def _gemm_bias_fits(ctx: RewriteContext, layer: ir.Node, x: ir.Value, w: ir.Valu
     return True
 
 
-@_either_order("Add", _gemm_bias_fits, P("MatMul", Var("x"), Var("w", const=True),
-                                          name="layer", single_use=True))
+@_either_order("Add", outside_qdq_units(_gemm_bias_fits, "layer", "op"),
+               P("MatMul", Var("x"), Var("w", const=True), name="layer", single_use=True))
 def fuse_matmul_add_into_gemm(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
                               w: ir.Value, c: ir.Value) -> None:
     """MatMul(x, W) + c -> Gemm(x, W, c), x and W 2-D (onnxruntime's MatMulAddFusion)."""
@@ -342,7 +352,7 @@ _SCALED = [P("Mul", *pair, name="inner", single_use=True)
            for pair in ((Var("x"), Var("k", const=True)), (Var("k", const=True), Var("x")))]
 
 
-@_either_order("Mul", _constants_merge, *_SCALED)
+@_either_order("Mul", outside_qdq_units(_constants_merge, "inner", "op"), *_SCALED)
 def merge_constant_factors(ctx: RewriteContext, inner: ir.Node, op: ir.Node, x: ir.Value,
                            k: ir.Value, c: ir.Value) -> None:
     """(x * k) * c -> x * (k * c), k and c constants (the fold computes k * c)."""

@@ -22,6 +22,15 @@ columns than K, so a merged product may round a few ulps apart: within ``--check
 Merged where it leaves fewer nodes: three products or more, or two with their biases. A 2-D
 ``x`` whose products are not all biased is left alone: the biased ones fuse into Gemm nodes,
 which the merge would prevent.
+
+Never in a quantized (QDQ) model's node units (``rules/qdq_units.py``): a MatMul whose weight
+or input is a ``DequantizeLinear`` output (also through Transpose/Reshape/Identity), or whose
+product a ``QuantizeLinear`` reads, stays as it is. Merged, its weight would be a ``Concat`` of
+dequantized weights, computed in float on every call, and onnxruntime would no longer run the
+unit as an integer kernel (``QLinearMatMul``, ``MatMulIntegerToFloat``) nor an NPU take it: a
+static-QDQ BERT ran 2.3x slower (issue 35). A dynamically quantized model
+(``quantize_dynamic``: ``MatMulInteger`` of integer weights) has no such unit and no constant
+float weight to merge.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from onnxfold.declare import kept
 from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
 from onnxfold.ir.graph import is_default_op
 
+from .qdq_units import breaks_qdq_units, qdq_unit_of
 from .structure import split_node
 
 MIN_PRODUCTS = 3  # MatMul + Split replace them: fewer nodes from three on
@@ -118,13 +128,14 @@ def _with_bias(ctx: RewriteContext, product: _Product) -> _Product | None:
 def _siblings(ctx: RewriteContext, x: ir.Value) -> list[_Product]:
     """The MatMuls of this graph reading ``x`` first and a weight of their own second
     (``_own_chain``), whose weights agree in every dim but the last (the first such weight
-    sets them)."""
+    sets them), none of them in a QDQ node unit (``rules/qdq_units.py``)."""
     found: list[_Product] = []
     leading: tuple[int, ...] | None = None
     for use in x.uses():
         node = use.node
         if use.idx != 0 or not is_default_op(node, "MatMul") or node.graph is not ctx.graph \
-                or any(p.node is node for p in found) or kept(node, ctx.keep):
+                or any(p.node is node for p in found) or kept(node, ctx.keep) \
+                or qdq_unit_of(node) is not None:
             continue
         shape = _weight_shape(ctx, node)
         weight = node.inputs[1]
@@ -158,6 +169,9 @@ def _products(ctx: RewriteContext, x: ir.Value, node: ir.Node
 def _mergeable(ctx: RewriteContext, x: ir.Value, node: ir.Node) -> bool | Reject:
     if ctx.is_constant(x):
         return False  # the products fold
+    unit = breaks_qdq_units(node)
+    if unit is not None:
+        return unit
     found = _products(ctx, x, node)
     return found if isinstance(found, Reject) else found is not None
 

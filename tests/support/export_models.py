@@ -1,6 +1,7 @@
 """Tiny real exports for the check tier: transformers models from configs with random weights
 (hidden 32, 2 layers, vocab 100), exported by torch.onnx (dynamo or TorchScript) with dynamic
-dims, as users export them. Each export takes a few seconds."""
+dims, as users export them (one also quantized by onnxruntime's ``quantize_static``). Each
+export takes a few seconds."""
 
 from __future__ import annotations
 
@@ -158,3 +159,48 @@ def t5_torchscript(path: str | os.PathLike) -> None:
             "decoder_input_ids": {0: "batch", 1: "dec"}}
     torch.onnx.export(model, args, str(path), input_names=T5_INPUTS, dynamic_axes=axes,
                       dynamo=False, do_constant_folding=False, opset_version=17)
+
+
+class _BertFeeds:
+    """onnxruntime.quantization's CalibrationDataReader protocol: ``count`` batches of random
+    token ids and full masks."""
+
+    def __init__(self, batch: int, seq: int, count: int) -> None:
+        rng = torch.Generator().manual_seed(1)
+        self._batches = iter([
+            {"input_ids": torch.randint(0, VOCAB, (batch, seq), generator=rng).numpy(),
+             "attention_mask": torch.ones(batch, seq, dtype=torch.long).numpy()}
+            for _ in range(count)])
+
+    def get_next(self) -> dict | None:
+        return next(self._batches, None)
+
+
+def bert_static_qdq(path: str | os.PathLike, *, hidden: int = 32, layers: int = LAYERS,
+                    heads: int = 2, seq: int = 8) -> None:
+    """A float32 BERT encoder (TorchScript, opset 17, dynamic batch and sequence) quantized by
+    ``onnxruntime.quantization.quantize_static`` in the QDQ format, as a user ships it for an
+    integer CPU kernel or an NPU: every MatMul reads ``DequantizeLinear`` outputs (int8
+    weights, uint8 activations) and feeds a ``QuantizeLinear``. Calibrated on 4 random
+    batches of ``seq`` tokens."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=2 * hidden,
+                        max_position_embeddings=max(64, seq))
+    model = _LastHidden(BertModel(config).eval()).eval()
+    ids, mask = torch.randint(0, VOCAB, (2, seq)), torch.ones(2, seq, dtype=torch.long)
+    axes = {name: {0: "batch", 1: "seq"} for name in ("input_ids", "attention_mask")}
+    float_path = f"{os.fspath(path)}.float.onnx"
+    with torch.no_grad():
+        torch.onnx.export(model, (ids, mask), float_path,
+                          input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state"], dynamic_axes=axes, dynamo=False,
+                          opset_version=17)
+    try:
+        quantize_static(float_path, os.fspath(path), _BertFeeds(2, seq, 4),
+                        quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+    finally:
+        os.remove(float_path)
