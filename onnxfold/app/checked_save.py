@@ -14,6 +14,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnxfold.check.comparison import CompareResult, compare
+from onnxfold.fold.recipes import RECIPES_KEY
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.tempfiles import temp_beside, write_failed
@@ -44,7 +45,8 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
         info = save_model(model, tmp, external_data=external_data, protect=protect,
                           progress=saving)
         tmp_data = info.data_path
-        result = compare(original, tmp, n=n, progress=checking, **(compare_options or {}))
+        result = compare(original, tmp, n=n, progress=checking,
+                         recipes=model.meta.get(RECIPES_KEY), **(compare_options or {}))
         result.model_b = path  # report the output, not the temporary name
         if not result.ok:
             return None, result

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -34,6 +35,8 @@ from onnxfold.pipeline.collector import long_lived
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
+
+    import onnx_ir as ir
 
     from onnxfold.check.comparison import CompareResult
     from onnxfold.io.outputs import OutputGuard
@@ -142,7 +145,6 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
                    prefill: OutputPrefill | None, checking: dict | None) -> int:
     from onnxfold.app.progress import TerminalProgress
     from onnxfold.io import load_model, save_model
-    from onnxfold.io.writer import input_files
     from onnxfold.pipeline.optimizer import optimize
     from onnxfold.pipeline.phases import Phases
 
@@ -152,7 +154,7 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
         result = optimize(args.input, _fold_options(args), check=not args.skip_check,
                           progress=phases.fold_progress, phases=phases,
                           pristine=lambda: load_model(args.input, check=False),
-                          loaded=lambda model: guard.protect(input_files(model)))
+                          loaded=functools.partial(_loaded, guard, checking is not None))
         result.report.input = args.input
         external = {"auto": None, "yes": True, "no": False}[args.external_data]
         check = info = None
@@ -255,6 +257,18 @@ def _could_not_run() -> Iterator[_Reason]:
         why.reason = one_line(e)
 
 
+def _loaded(guard: OutputGuard, checking: bool, model: ir.Model) -> None:
+    """Once the input is read: refuse an output that would replace one of its files; with
+    ``--check``, have the fold keep its recipes (rewrite-made tensors are verified too)."""
+    from onnxfold.io.writer import input_files
+
+    guard.protect(input_files(model))
+    if checking:
+        from onnxfold.fold.recipes import keep_recipes
+
+        keep_recipes(model)
+
+
 DRY_RUN_LINE = "dry run: nothing written (-o OUT to write)"
 IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check holds as one proto
 
@@ -263,12 +277,13 @@ def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking:
                      phases: Phases) -> CompareResult:
     """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
     from onnxfold.check.comparison import compare
+    from onnxfold.fold.recipes import RECIPES_KEY
 
     if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
         raise InputError(f"{args.input}: --check without -o compares in memory, and the folded "
                          "model is over protobuf's 2 GiB limit; give -o OUT to check and write")
     check = compare(args.input, result.to_proto(), n=args.check, progress=phases.detail,
-                    **checking)
+                    recipes=result.model.meta.get(RECIPES_KEY), **checking)
     check.model_b = "(folded, not written)"
     return check
 

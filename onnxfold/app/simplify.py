@@ -21,6 +21,7 @@ from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.check.comparison import compare
 from onnxfold.errors import InputError, one_line
 from onnxfold.fold.options import FoldOptions
+from onnxfold.fold.recipes import RECIPES_KEY, keep_recipes
 from onnxfold.io.writer import inline_references
 from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize
 
@@ -95,12 +96,14 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
         specs = shape_specs(input_shapes) + shape_specs(overwrite_input_shapes)
         options = dataclasses.replace(options or FoldOptions(), input_shapes=specs)
         reference = _reference(model, specs) if check_n > 0 else None
-        folded = optimize(model, options).to_proto()
+        optimized = optimize(model, options, loaded=keep_recipes if check_n > 0 else None)
+        folded = optimized.to_proto()
         if reference is None:
             return folded, True
         result = compare(reference, folded, n=check_n, dims=dims, inputs=inputs,
                          int_ranges=int_ranges, rtol=rtol, atol=atol,
-                         custom_op_libraries=custom_op_libraries)
+                         custom_op_libraries=custom_op_libraries,
+                         recipes=optimized.model.meta.get(RECIPES_KEY))
     except InputError as e:
         raise _api_message(e) from None
     return folded, result.ok

@@ -33,6 +33,7 @@ from onnxfold.check.tolerance import allowed, ulp
 from onnxfold.check.tolerance import for_dtype as tolerance_for
 from onnxfold.errors import InputError, one_line
 from onnxfold.fold.materialize import PROVENANCE_KEY
+from onnxfold.fold.recipes import Recipe
 from onnxfold.host.terminal import printable
 from onnxfold.runtime import custom_ops
 
@@ -256,6 +257,7 @@ def compare(a: ModelRef, b: ModelRef, *,
             rtol: float | None = None, atol: float | None = None,
             custom_op_libraries: Sequence[str | os.PathLike] = (),
             level: str = DEFAULT_LEVEL, verify: bool | None = None,
+            recipes: Mapping[str, Recipe] | None = None,
             progress: Callable[[str], None] | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
@@ -270,7 +272,9 @@ def compare(a: ModelRef, b: ModelRef, *,
     optimization level for both sessions (``disable``, ``basic``, ``extended``, ``all``: its
     default, how a user runs a model). ``verify``: re-derive every folded tensor of ``b`` from
     ``a`` (:func:`~onnxfold.check.fold_verification.verify_folds`); None: when ``b`` carries
-    onnxfold's provenance. ``progress(text)`` is told what runs
+    onnxfold's provenance. ``recipes``: how the fold computed ``b``'s tensors, when the caller
+    folded it (:mod:`onnxfold.fold.recipes`), so that rewrite-made ones are verified too.
+    ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
     the progress line.
     """
@@ -307,7 +311,8 @@ def compare(a: ModelRef, b: ModelRef, *,
     if verify:  # before B's session: no two models' weights in memory at once
         tell("verifying folds")
         folds = verify_folds(a, b, input_shapes={name: arr.shape for name, arr
-                                                 in all_feeds[0].items()}, progress=tell)
+                                                 in all_feeds[0].items()}, recipes=recipes,
+                             progress=tell)
         folds.model_b = label_b
     result = CompareResult(label_a, label_b, [], feeder.describe(), n, seed, rtol, atol,
                            feeder.dims, feeder.defaulted, feeder.bindings,

@@ -33,10 +33,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check.recipe_runs import RecipeRunner, Unresolved
 from onnxfold.check.sessions import ModelRef, graph_of, label_of
 from onnxfold.check.tolerance import ulp
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.fallback import FallbackError, run_nodes
+from onnxfold.fold.recipes import Recipe
 from onnxfold.ir.graph import captured_values, static_shape
 
 # the budget of a fold that is not bitwise (a MatMul or a sum folded by numpy): numpy and
@@ -46,6 +48,10 @@ BATCH_BYTES = 64 * 2**20  # the folded bytes one session re-derives at most
 BATCH_TARGETS = 512
 
 BITWISE, WITHIN, DIFFERS, UNVERIFIABLE = "bitwise", "within", "differs", "not verifiable"
+REWRITE_CONSTANT = "made by a rewrite as a constant, not by folding (no original value of " \
+    "that name); the comparison on inputs covers it"
+REWRITE_ELSEWHERE = "made by a rewrite (no original value of that name); its recipe is known " \
+    "only to the run that folded it (optimize --check verifies it)"
 
 
 @dataclass
@@ -59,6 +65,7 @@ class TensorVerdict:
     max_ulps: float | None = None  # WITHIN/DIFFERS floats: the largest difference in ulps
     mismatches: int = 0  # DIFFERS: elements outside the budget
     reason: str = ""  # UNVERIFIABLE: why; DIFFERS: how
+    via: str = "original"  # re-derived from the original's nodes, or from the fold's "recipe"
 
 
 @dataclass
@@ -99,8 +106,10 @@ class FoldVerification:
         if self.count(UNVERIFIABLE):
             parts.append(f"{self.count(UNVERIFIABLE)} not verifiable")
         parts.append(f"{self.count(DIFFERS)} differ")
+        recipes = sum(t.via == "recipe" and t.state != UNVERIFIABLE for t in self.tensors)
+        made = f" ({recipes} made by rewrites, from the fold's recipes)" if recipes else ""
         lines = [f"fold verification: {len(self.tensors)} folded tensors re-derived from the "
-                 f"original in onnxruntime: {', '.join(parts)}"]
+                 f"original in onnxruntime{made}: {', '.join(parts)}"]
         reasons: dict[str, int] = {}
         for t in self.tensors:
             if t.state == UNVERIFIABLE:
@@ -113,13 +122,16 @@ class FoldVerification:
 
 def verify_folds(original: ModelRef, optimized: ModelRef, *,
                  input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 recipes: Mapping[str, Recipe] | None = None,
                  batch_bytes: int = BATCH_BYTES,
                  progress: Callable[[str], None] | None = None) -> FoldVerification:
     """Re-derive every folded initializer of ``optimized`` from ``original`` in onnxruntime.
 
     ``input_shapes`` (a binding of the original's inputs, e.g. the comparison's first feeds)
     lets cones that read an input's shape run on zeros of that shape; without it only inputs
-    of static shape are fed. Raises InputError when a model cannot be read.
+    of static shape are fed. ``recipes`` (the optimized model's ``meta``, in the process that
+    folded it: :mod:`onnxfold.fold.recipes`) re-derive the tensors a rewrite made. Raises
+    InputError when a model cannot be read.
     """
     tell = progress or (lambda text: None)
     label_a, label_b = label_of(original, "model A"), label_of(optimized, "model B")
@@ -127,22 +139,24 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     result = FoldVerification(label_a, label_b)
     deriving = _Deriving(graph_a, dict(input_shapes or {}))
     targets: list[tuple[ir.Value, ir.Value]] = []  # (original value, folded initializer)
+    by_recipe: list[ir.Value] = []
     for name, folded in graph_b.graph.initializers.items():
         tensor = folded.const_value
         if tensor is None:
             continue
         source = deriving.values.get(name)
-        if source is None:
-            result.tensors.append(_unverifiable(folded, "made by a rewrite (no original value "
-                                                "of that name); the comparison on inputs "
-                                                "covers it"))
+        if source is not None and source.const_value is not None and \
+                source.producer() is None and _same(source.const_value, tensor):
+            result.unchanged += 1
+        elif (source is None or source.producer() is None) and recipes and name in recipes:
+            by_recipe.append(folded)
+        elif source is None:
+            result.tensors.append(_unverifiable(folded, REWRITE_CONSTANT if recipes is not None
+                                                else REWRITE_ELSEWHERE))
         elif source.const_value is not None and source.producer() is None:
-            if _same(source.const_value, tensor):
-                result.unchanged += 1
-            else:
-                result.tensors.append(_unverifiable(
-                    folded, "an original initializer of that name holds other values (a "
-                    "rewrite changed it); the comparison on inputs covers it"))
+            result.tensors.append(_unverifiable(
+                folded, "an original initializer of that name holds other values (a "
+                "rewrite changed it); the comparison on inputs covers it"))
         elif (why := deriving.unreachable(source)) is not None:
             result.tensors.append(_unverifiable(folded, why))
         else:
@@ -157,9 +171,32 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
                 result.unchanged += 1  # a Constant node's value, now an initializer
             else:
                 result.tensors.append(verdict)
+    if by_recipe:
+        tell("verifying rewrite-made folds")
+        result.tensors.extend(_by_recipes(deriving, graph_b, recipes or {}, by_recipe))
     order = {name: i for i, name in enumerate(graph_b.graph.initializers)}
     result.tensors.sort(key=lambda t: order.get(t.name, 0))
     return result
+
+
+def _by_recipes(deriving: _Deriving, optimized: ir.Model, recipes: Mapping[str, Recipe],
+                targets: list[ir.Value]) -> list[TensorVerdict]:
+    """Each of ``targets`` (made by a rewrite) against its recipe re-run in onnxruntime."""
+    runner = RecipeRunner(deriving.model, optimized, recipes, deriving.computed)
+    verdicts = []
+    for folded in targets:
+        name = str(folded.name)
+        try:
+            derived = runner.derive(name)
+        except Unresolved as e:
+            verdicts.append(_unverifiable(folded, f"made by a rewrite; {e}"))
+            continue
+        exact = all((n.domain or "", n.op_type) in deriving.bitwise
+                    for n in recipes[name].nodes)
+        verdict = judge(folded, derived, exact)
+        verdict.via = "recipe"
+        verdicts.append(verdict)
+    return verdicts
 
 
 def _batches(targets: list[tuple[ir.Value, ir.Value]], limit: int
@@ -278,6 +315,17 @@ class _Deriving:
             return [v for pair in batch for v in self.verify([pair])]
         return [self._judge(source, folded, derived[source]) for source, folded in batch]
 
+    def computed(self, name: str) -> np.ndarray | None:
+        """The array the original computes for its value ``name`` from its constants (None:
+        no such value, or one that needs inputs or cannot run)."""
+        value = self.values.get(name)
+        if value is None or value.producer() is None or self.unreachable(value) is not None:
+            return None
+        try:
+            return self._run([value])[value]
+        except FallbackError:
+            return None
+
     def _run(self, sources: list[ir.Value]) -> dict[ir.Value, np.ndarray]:
         nodes, leaves = self._cone(sources)
         opsets = dict(self.model.opset_imports)
@@ -292,49 +340,55 @@ class _Deriving:
             for n in nodes)
 
     def _judge(self, source: ir.Value, folded: ir.Value, derived: np.ndarray) -> TensorVerdict:
-        tensor = folded.const_value
-        assert tensor is not None
-        verdict = TensorVerdict(str(folded.name), _dtype(tensor), list(tensor.shape.numpy()),
-                                BITWISE)
-        got = tensor.numpy()
-        if got.dtype != derived.dtype or got.shape != derived.shape:
-            verdict.state = DIFFERS
-            verdict.reason = f"the original computes {derived.dtype}{list(derived.shape)}"
-            return verdict
-        if got.tobytes() == derived.tobytes():
-            return verdict
-        if got.dtype.kind != "f" and got.dtype.name != "bfloat16":
-            verdict.state = DIFFERS
-            verdict.mismatches = int(np.sum(got != derived))
-            verdict.reason = f"{verdict.mismatches} of {got.size} elements differ"
-            return verdict
-        x, y = got.astype(np.float64), derived.astype(np.float64)
-        with np.errstate(all="ignore"):
-            same = (x == y) | (np.isnan(x) & np.isnan(y))
-            diff = np.where(same, 0.0, np.abs(x - y))
-            own = ulp(y, got.dtype.name)
-            assert own is not None
-            finite = np.isfinite(y)
-            magnitude = float(np.abs(y[finite]).max()) if finite.any() else 0.0
-            scale = float(ulp(np.array(magnitude), got.dtype.name))  # type: ignore[arg-type]
-            ulps = np.where(same, 0.0, diff / own)
-            verdict.max_ulps = float(np.nanmax(ulps)) if ulps.size else 0.0
-            if not self._exact_cone(source):
-                outside = ~same & ~(diff <= ULPS_OWN * own + ULPS_MAGNITUDE * scale)
-                verdict.mismatches = int(outside.sum())
-                if not verdict.mismatches:
-                    verdict.state = WITHIN
-                    return verdict
-                verdict.reason = (f"{verdict.mismatches} of {got.size} elements beyond "
-                                  f"{ULPS_OWN:g} ulps + {ULPS_MAGNITUDE:g} ulps of max |x| "
-                                  f"(max {verdict.max_ulps:.3g} ulps)")
-            else:
-                verdict.mismatches = int((~same).sum())
-                verdict.reason = (f"{verdict.mismatches} of {got.size} elements differ from "
-                                  f"the original's bits (every op of its cone is bitwise; max "
-                                  f"{verdict.max_ulps:.3g} ulps)")
+        return judge(folded, derived, self._exact_cone(source))
+
+
+def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> TensorVerdict:
+    """``folded`` against the ``derived`` array: bitwise, or (``exact`` False: a cone with
+    an op that is not bitwise) within the ulp budget, or it differs."""
+    tensor = folded.const_value
+    assert tensor is not None
+    verdict = TensorVerdict(str(folded.name), _dtype(tensor), list(tensor.shape.numpy()),
+                            BITWISE)
+    got = tensor.numpy()
+    if got.dtype != derived.dtype or got.shape != derived.shape:
         verdict.state = DIFFERS
+        verdict.reason = f"the original computes {derived.dtype}{list(derived.shape)}"
         return verdict
+    if got.tobytes() == derived.tobytes():
+        return verdict
+    if got.dtype.kind != "f" and got.dtype.name != "bfloat16":
+        verdict.state = DIFFERS
+        verdict.mismatches = int(np.sum(got != derived))
+        verdict.reason = f"{verdict.mismatches} of {got.size} elements differ"
+        return verdict
+    x, y = got.astype(np.float64), derived.astype(np.float64)
+    with np.errstate(all="ignore"):
+        same = (x == y) | (np.isnan(x) & np.isnan(y))
+        diff = np.where(same, 0.0, np.abs(x - y))
+        own = ulp(y, got.dtype.name)
+        assert own is not None
+        finite = np.isfinite(y)
+        magnitude = float(np.abs(y[finite]).max()) if finite.any() else 0.0
+        scale = float(ulp(np.array(magnitude), got.dtype.name))  # type: ignore[arg-type]
+        ulps = np.where(same, 0.0, diff / own)
+        verdict.max_ulps = float(np.nanmax(ulps)) if ulps.size else 0.0
+        if not exact:
+            outside = ~same & ~(diff <= ULPS_OWN * own + ULPS_MAGNITUDE * scale)
+            verdict.mismatches = int(outside.sum())
+            if not verdict.mismatches:
+                verdict.state = WITHIN
+                return verdict
+            verdict.reason = (f"{verdict.mismatches} of {got.size} elements beyond "
+                              f"{ULPS_OWN:g} ulps + {ULPS_MAGNITUDE:g} ulps of max |x| "
+                              f"(max {verdict.max_ulps:.3g} ulps)")
+        else:
+            verdict.mismatches = int((~same).sum())
+            verdict.reason = (f"{verdict.mismatches} of {got.size} elements differ from "
+                              f"the original's bits (every op of its cone is bitwise; max "
+                              f"{verdict.max_ulps:.3g} ulps)")
+    verdict.state = DIFFERS
+    return verdict
 
 
 __all__ = ["BITWISE", "DIFFERS", "UNVERIFIABLE", "WITHIN", "FoldVerification",

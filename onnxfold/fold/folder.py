@@ -23,6 +23,7 @@ from onnxfold.fold.materialize import Materialized, Store, as_initializer, mater
 from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import FoldPlan, plan_fold
 from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.recipes import RECIPES_KEY, Recipe
 from onnxfold.ir.graph import is_default_op, is_overridable, node_label, subgraphs
 
 __all__ = ["FoldCounts", "FoldOptions", "GrowthLedger", "fold_graph", "fold_model",
@@ -75,14 +76,16 @@ class FoldCounts:
 def fold_graph(plan: FoldPlan, graph: ir.Graph, model: ir.Model, options: FoldOptions,
                catalogue: Catalogue, pool: BufferPool, opset_imports: dict[str, int],
                store: Store, counts: FoldCounts,
-               progress: Callable[[int, int], None] | None = None) -> Materialized:
+               progress: Callable[[int, int], None] | None = None,
+               recipes: dict[str, Recipe] | None = None) -> Materialized:
     """Evaluate ``plan`` and materialize what ``graph`` keeps through ``store``; add what
-    happened to ``counts`` (the caller decides what the stored constants count as)."""
+    happened to ``counts`` (the caller decides what the stored constants count as);
+    ``recipes`` gets how each stored value was computed."""
     evaluated = Evaluator(plan, graph, model, options, catalogue, pool, opset_imports,
                           progress).run()
     counts.pool_peak_bytes = max(counts.pool_peak_bytes, pool.peak_bytes)
     counts.growth_bytes += plan.growth_bytes
-    materialized = materialize(evaluated, plan, graph, pool, options, store)
+    materialized = materialize(evaluated, plan, graph, pool, options, store, recipes)
     counts.add(evaluated, materialized)
     return materialized
 
@@ -108,8 +111,9 @@ def fold_model(model: ir.Model, options: FoldOptions | None = None,
         plan = plan_fold(const, graph, model, options, catalogue, facts.shape_only,
                          opset_imports.get("", 1), growth.spent)
         growth.spent += plan.growth_bytes
+        recipes = model.meta.get(RECIPES_KEY) if graph is model.graph else None
         done = fold_graph(plan, graph, model, options, catalogue, pool, opset_imports,
-                          as_initializer(graph, model), counts, progress)
+                          as_initializer(graph, model), counts, progress, recipes)
         counts.materialized += done.stored
         counts.materialized_bytes += done.stored_bytes
         visible: set[ir.Value] | None = None  # found for the first subgraph: most graphs have none

@@ -25,6 +25,7 @@ from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import FoldPlan
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.recipes import Recipe, capture
 from onnxfold.fold.shape_inputs import unusable_as_shape
 from onnxfold.ir.graph import identity_source
 
@@ -43,9 +44,11 @@ class Materialized:
 
 
 def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: BufferPool,
-                options: FoldOptions, store: Store) -> Materialized:
+                options: FoldOptions, store: Store,
+                recipes: dict[str, Recipe] | None = None) -> Materialized:
     """Turn every kept computed value into a constant replacing its producer's output
-    (``store(value, array, provenance)``); release the kept buffers."""
+    (``store(value, array, provenance)``); release the kept buffers. ``recipes`` gets how
+    each stored value was computed (:mod:`onnxfold.fold.recipes`), by its name."""
     done = Materialized()
     derived = _DerivedBytes(plan, evaluated.input_bytes)
     outputs = frozenset(graph.outputs)  # (storing one value changes no other's membership)
@@ -62,7 +65,11 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
         elif (source := _aliased_source(value, outputs, plan)) is not None:
             value.replace_all_uses_with(source)  # an Identity of a constant: read the constant
         else:
+            recipe = capture(value, evaluated.how) if recipes is not None else None
             store(value, arr, evaluated.provenance.get(value, ()))
+            if recipe is not None:
+                assert recipes is not None
+                recipes[recipe.output] = recipe
             done.stored += 1
             done.stored_bytes += arr.nbytes
         pool.release(value)

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
 from onnxfold.check.fold_verification import BITWISE, DIFFERS, verify_folds
+from onnxfold.fold.recipes import keep_recipes
 from tests.support.cli import assert_one_error_line, run_cli
 from tests.support.models import MODELS, make_model, tensor, vinfo
 
@@ -162,3 +163,54 @@ def test_a_check_that_cannot_run_keeps_its_products(tmp_path):
     check = json.loads(report.read_text())["check"]
     assert check["state"] == "could not run" and "Reshape" in check["reason"]
     assert "could not run" in html.read_text()
+
+
+def _conv_batchnorm(path) -> None:
+    """x -> Conv -> BatchNormalization: the batch norm folds into the Conv's weight and bias
+    (tensors a rewrite makes: no original value has their names)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["y"])]
+    inits = [tensor("w", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+             *(tensor(n, rng.standard_normal(8).astype(np.float32)) for n in "gbm"),
+             tensor("v", rng.uniform(0.5, 2, 8).astype(np.float32))]
+    onnx.save(make_model(nodes, [vinfo("x", TensorProto.FLOAT, ["n", 3, 16, 16])],
+                         [vinfo("y", TensorProto.FLOAT, ["n", 8, 16, 16])], inits), path)
+
+
+def test_tensors_a_rewrite_made_verify_from_the_fold_s_recipes_in_the_same_run(tmp_path):
+    """optimize --check re-runs the recipe of each rewrite-made tensor (the fused Conv
+    weight and bias); ``compare`` in another process cannot, and says why."""
+    original, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    _conv_batchnorm(original)
+    proc = run_cli("optimize", original, "-o", out, "--check", "1", "--json",
+                   tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stderr
+    folds = json.loads((tmp_path / "r.json").read_text())["check"]["folds"]
+    by_recipe = [t for t in folds["tensors"] if t["via"] == "recipe"]
+    assert len(by_recipe) == 2 and all(t["state"] == BITWISE for t in by_recipe), folds
+    alone = verify_folds(str(original), str(out))
+    assert alone.ok and {t.state for t in alone.tensors} == {"not verifiable"}
+    assert all("optimize --check verifies it" in t.reason for t in alone.tensors)
+
+
+def test_a_wrong_rewrite_made_tensor_fails_the_check_and_nothing_is_written(tmp_path):
+    """The fused weight moved by 4 ulps after the fold: the recipe's bits differ."""
+    import onnx_ir as ir
+
+    from onnxfold.app.checked_save import save_checked
+
+    original, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    _conv_batchnorm(original)
+    result = onnxfold.optimize(str(original), loaded=keep_recipes)  # as --check does
+    (name, value), = [(n, v) for n, v in result.model.graph.initializers.items()
+                      if v.const_value is not None and len(v.const_value.shape) == 4]
+    arr = value.const_value.numpy().copy()
+    _nudge_four_ulps(arr)
+    tensor_ = ir.tensor(arr, name=name)
+    tensor_.metadata_props.update(value.const_value.metadata_props)
+    value.const_value = tensor_
+    info, check = save_checked(result.model, str(original), str(out), n=1)
+    assert info is None and not out.exists()
+    assert not check.ok and check.failing == [f"folded tensor {name}"], check.summary()
+    assert check.rows and all(row.ok for row in check.rows)  # the outputs alone would pass
