@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check import memory_room
 from onnxfold.check.feeds import FeedPlan, InputInfo, dtype_name, load_given, shape_text
 from onnxfold.check.fold_verification import FoldVerification, verify_folds
 from onnxfold.check.levels import DEFAULT_LEVEL
@@ -285,16 +286,20 @@ def compare(a: ModelRef, b: ModelRef, *,
         raise InputError("rtol and atol must be non-negative")
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
-    graph_a = graph_of(a, label_a)
+    graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
     if verify is None:
-        verify = carries_provenance(graph_of(b, label_b))
-    else:
-        graph_of(b, label_b)
+        verify = carries_provenance(graph_b)
     import onnxruntime as ort
 
     run_options = ort.RunOptions()
     run_options.log_severity_level = 4
-    # one model in memory at a time: A runs every input set, then B (large models fit twice)
+    # one model in memory at a time: A runs every input set, then B; both must fit
+    weights = max(memory_room.weight_bytes(graph_a), memory_room.weight_bytes(graph_b))
+    memory_room.prepare()
+    try:
+        memory_room.check_room(weights)
+    except MemoryError as e:
+        raise CheckCouldNotRun(str(e)) from None
     tell("loading original")
     sess_a = open_session(a, label_a, libraries, level)
     feeder = FeedPlan(sess_a, label_a, graph_a, load_given(inputs), dims or {}, int_ranges or {})
@@ -307,6 +312,7 @@ def compare(a: ModelRef, b: ModelRef, *,
     except InputError as e:
         raise CheckCouldNotRun(*e.args) from None
     del sess_a
+    memory_room.release()
     folds = None
     if verify:  # before B's session: no two models' weights in memory at once
         tell("verifying folds")
@@ -323,16 +329,7 @@ def compare(a: ModelRef, b: ModelRef, *,
     except InputError as e:  # A loads and B does not: B is wrong, not the input
         result.failure = one_line(e)
         return result
-    for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
-        problem = _names_differ(what, [name for name, _ in io_a[get]],
-                                [v.name for v in getattr(sess_b, get)()])
-        if problem:
-            raise InputError(f"{label_a} vs {label_b}: {problem}")
-    types_b = {i.name: i.type for i in sess_b.get_inputs()}
-    for name, type_a in io_a["get_inputs"]:
-        if types_b[name] != type_a:
-            raise InputError(f"{label_a} vs {label_b}: input {name} is {type_a} in A but "
-                             f"{types_b[name]} in B")
+    _same_interface(io_a, sess_b, label_a, label_b)
     rows: dict[str, OutputDiff] = {}
     for k, (feeds, result_a) in enumerate(zip(all_feeds, results_a)):
         tell(f"optimized {k + 1}/{n}")
@@ -348,10 +345,26 @@ def compare(a: ModelRef, b: ModelRef, *,
                 list(vb.shape)))
             _accumulate(row, va, vb, rtol, atol)
     del sess_b
+    memory_room.release()
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
     result.rows = [rows[name] for name in outputs]
     return result
+
+
+def _same_interface(io_a: Mapping[str, list[tuple[str, str]]], sess_b, label_a: str,
+                    label_b: str) -> None:
+    """InputError unless B's session has A's input and output names and input types."""
+    for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):
+        problem = _names_differ(what, [name for name, _ in io_a[get]],
+                                [v.name for v in getattr(sess_b, get)()])
+        if problem:
+            raise InputError(f"{label_a} vs {label_b}: {problem}")
+    types_b = {i.name: i.type for i in sess_b.get_inputs()}
+    for name, type_a in io_a["get_inputs"]:
+        if types_b[name] != type_a:
+            raise InputError(f"{label_a} vs {label_b}: input {name} is {type_a} in A but "
+                             f"{types_b[name]} in B")
 
 
 def carries_provenance(model: ir.Model) -> bool:

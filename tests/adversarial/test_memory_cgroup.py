@@ -8,6 +8,8 @@ the memory controller not available to children).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -127,3 +129,44 @@ def test_memory_limit_spills_and_holds_inside_the_cgroup(cgroup: MemoryCgroup, t
                           "--pool-budget", "2G", "--allow-growth"])
     assert_alive(outcome)
     assert assert_declined_or(out, 10.0), outcome.stdout  # 1 + 2 + 3 + 4
+
+
+def weighty_model(path, mib: int = 128) -> str:
+    """x[n, 1024] times ``mib`` MiB of float32 weights, each Transposed (a fold), a layer each."""
+    rng = np.random.default_rng(0)
+    layers = mib // 4
+    nodes, inits = [], []
+    for i in range(layers):
+        inits.append(numpy_helper.from_array(
+            rng.standard_normal((1024, 1024), dtype=np.float32), f"w{i}"))
+        nodes += [helper.make_node("Transpose", [f"w{i}"], [f"t{i}"]),
+                  helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"t{i}"],
+                                   [f"h{i}" if i < layers - 1 else "y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", 1024])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["n", 1024])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+def test_a_check_that_does_not_fit_declines_in_one_line_and_one_that_fits_runs(tmp_path):
+    """--check holds an onnxruntime session of about twice the weights: in a 384 MiB cgroup
+    a 128 MiB model declines in one line before any session opens (exit 2, nothing written,
+    never killed); in 1 GiB the same check runs and passes."""
+    model, out = weighty_model(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
+    for limit, expected in ((384 * MiB, 2), (1 * GiB, 0)):
+        group = create(limit)
+        if isinstance(group, str):
+            pytest.skip(f"no memory cgroup: {group}")
+        try:
+            outcome = group.run(["optimize", model, "-o", out, "--check", "1"])
+        finally:
+            group.remove()
+        assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
+        assert outcome.returncode == expected, outcome.stderr
+        if expected:
+            lines = outcome.stderr.strip().splitlines()
+            assert len(lines) == 1 and "the check needs about" in lines[0], outcome.stderr
+            assert not os.path.exists(out)
+        else:
+            assert "all outputs within tolerance" in outcome.stdout

@@ -1,0 +1,102 @@
+"""Whether a check's onnxruntime sessions fit the memory this process may use.
+
+A check holds one model's onnxruntime session at a time (the original, then the optimized one),
+but a session peaks well above the weights it loads: onnxruntime reads the model's protobuf and
+then copies each initializer out of it. Measured on a BERT-base export (415 MiB of weights,
+onnxruntime 1.32, CPU): a session at the default level with prepacked weights peaks at 1.85x
+the weights, one with optimizations and prepacking off at 1.8x (:data:`SESSION_FACTOR` allows
+2x). So before the first session opens, the weights are weighed against what is left under the
+tightest of the host's RAM and the cgroup's limit (``onnxfold.host.memory_limits``); where they
+do not fit the check declines in one line
+(:class:`~onnxfold.check.comparison.CheckCouldNotRun`) instead of being killed by the kernel.
+
+glibc keeps freed memory of allocations under its *dynamic* mmap threshold, which grows after a
+fold frees large arrays: a session opened after a fold then retained 230 MiB more than in a
+fresh process. :func:`prepare` fixes the threshold at 1 MiB and :func:`release` trims the heap
+after each session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+
+import onnx_ir as ir
+
+from onnxfold.host.memory_limits import available_memory
+
+SESSION_FACTOR = 2.0  # peak bytes of a session per byte of its weights
+SESSION_OVERHEAD = 64 * 2**20  # the session's own allocations, the feeds and the outputs
+
+
+def weight_bytes(model: ir.Model) -> int:
+    """The bytes of ``model``'s initializers (what a session over it loads)."""
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values()
+               if v.const_value is not None)
+
+
+def session_bytes(weights: int) -> int:
+    """About the peak of an onnxruntime session over ``weights`` bytes."""
+    return int(SESSION_FACTOR * weights) + SESSION_OVERHEAD
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (None where /proc cannot tell)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    import resource
+
+    return pages * resource.getpagesize()
+
+
+def room() -> int | None:
+    """What this process may still take before its memory limit (None: unknown)."""
+    limit, used = available_memory(), resident_bytes()
+    return None if limit is None or used is None else max(limit - used, 0)
+
+
+def _libc():
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def prepare() -> None:
+    """Fix glibc's mmap threshold at 1 MiB, so that a session's large buffers are returned to
+    the system when freed (glibc only; elsewhere nothing)."""
+    libc = _libc()
+    with contextlib.suppress(AttributeError):
+        if libc is not None:
+            libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    release()
+
+
+def release() -> None:
+    """Return freed memory to the system after a session is dropped."""
+    gc.collect()
+    libc = _libc()
+    with contextlib.suppress(AttributeError):
+        if libc is not None:
+            libc.malloc_trim(0)
+
+
+def check_room(weights: int) -> None:
+    """MemoryError, saying the sizes, when a session over ``weights`` bytes does not fit."""
+    free = room()
+    if free is None or session_bytes(weights) <= free:
+        return
+    mib = 2**20
+    raise MemoryError(f"the check needs about {session_bytes(weights) // mib} MiB for an "
+                      f"onnxruntime session over {weights // mib} MiB of weights and "
+                      f"{free // mib} MiB are left under the memory limit; run it where more "
+                      "memory is available, or without --check")
