@@ -88,8 +88,13 @@ def apply(model: ir.Model, specs: Sequence[str]) -> int:
 
 def _refuse_contradictions(name: str, old: list[int | str | None] | None,
                            new: list[int | str | None]) -> None:
-    """A fixed dim of the model given another fixed value: refused with the input and dim named
-    (onnxruntime would refuse every feed of the new shape, and folding with it is wrong)."""
+    """A fixed dim of the model given another fixed value, or a name (which would declare it
+    dynamic): refused with the input and dim named (onnxruntime would refuse every feed of the
+    new shape, and folding with it is wrong)."""
     for i, (was, given) in enumerate(zip(old or [], new)):
         if isinstance(was, int) and isinstance(given, int) and was != given:
             raise InputError(f"--input-shape {name}: dim {i} is {was} in the model, not {given}")
+        if isinstance(was, int) and isinstance(given, str):
+            raise InputError(f"--input-shape {name}: dim {i} is {was} in the model; the name "
+                             f"{given} would make it dynamic, which the model cannot run "
+                             f"(give {was} or ?)")

@@ -106,6 +106,17 @@ def test_input_shape_contradicting_the_model_names_input_and_dim(model, tmp_path
     assert code == 0, err
 
 
+def test_a_dim_name_never_relaxes_a_static_dim(model, tmp_path, capsys):
+    """X is [2, n]: naming dim 0 would declare a dynamic length the model cannot run; naming
+    the dynamic dim 1 is fine."""
+    out = tmp_path / "o.onnx"
+    code, _, err = run(["optimize", model, "-o", str(out), "--input-shape", "X:b,n"], capsys)
+    assert_one_line(code, err, "--input-shape X", "dim 0 is 2", "b", "give 2 or ?")
+    assert not out.exists()
+    code, _, err = run(["optimize", model, "-o", str(out), "--input-shape", "X:?,m"], capsys)
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("argv", [["optimize", "M", "-o", "O", "--bogus"],
                                   ["optimize", "M", "-o", "O", "--external-data", "maybe"],
                                   ["optimize", "M", "-o", "O", "--memory-limit", "lots"],
