@@ -8,7 +8,7 @@ binds a named dim (``batch=1``) in every input that has it. A dim left symbolic 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
@@ -16,6 +16,25 @@ from onnxfold.errors import InputError
 from onnxfold.numbers import flag_value
 
 _NAMED = re.compile(r"^([A-Za-z_][\w.:/-]*)=([^=]*)$")
+
+
+def as_specs(shapes: Mapping[str, Sequence[int | str | None]] | Sequence[str] | str | None
+             ) -> tuple[str, ...]:
+    """``{"x": [1, 3, 224, 224]}`` (onnxsim's form; ``None`` or ``"?"`` keeps a dim) or
+    ``["x:1,3,224,224", "batch=1"]`` (the ``--input-shape`` strings) as those strings."""
+    if shapes is None:
+        return ()
+    if isinstance(shapes, str):
+        return (shapes,)
+    if isinstance(shapes, Mapping):
+        specs = []
+        for name, dims in shapes.items():
+            if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence):
+                raise InputError(f"input_shapes[{name!r}]: expected a list of dims, not "
+                                 f"{dims!r}")
+            specs.append(f"{name}:" + ",".join("?" if d is None else str(d) for d in dims))
+        return tuple(specs)
+    return tuple(shapes)
 
 
 def _is_number(part: str) -> bool:

@@ -18,6 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
+from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.check.comparison import compare
 from onnxfold.errors import InputError, one_line
 from onnxfold.fold.options import FoldOptions
@@ -31,24 +32,6 @@ Shapes = Mapping[str, Sequence[int | str]] | Sequence[str] | None
 _API_WORDS = (("--dim NAME=VALUE", "dims={NAME: VALUE}"), ("--dim", "dims"),
               ("--inputs", "inputs"), ("--int-range", "int_ranges"),
               ("--input-shape", "input_shapes"), ("--custom-op-library", "custom_op_libraries"))
-
-
-def shape_specs(shapes: Shapes) -> tuple[str, ...]:
-    """``{"x": [1, 3, 224, 224]}`` (onnxsim's form) or ``["x:1,3,224,224", "batch=1"]`` (the
-    ``--input-shape`` strings) as ``--input-shape`` strings."""
-    if shapes is None:
-        return ()
-    if isinstance(shapes, str):
-        return (shapes,)
-    if isinstance(shapes, Mapping):
-        specs = []
-        for name, dims in shapes.items():
-            if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence):
-                raise InputError(f"input_shapes[{name!r}]: expected a list of dims, not "
-                                 f"{dims!r}")
-            specs.append(f"{name}:" + ",".join("?" if d is None else str(d) for d in dims))
-        return tuple(specs)
-    return tuple(shapes)
 
 
 def _api_message(e: InputError) -> InputError:
@@ -93,7 +76,7 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
     Raises InputError when the model, an argument, or running the check is wrong.
     """
     try:
-        specs = shape_specs(input_shapes) + shape_specs(overwrite_input_shapes)
+        specs = as_specs(input_shapes) + as_specs(overwrite_input_shapes)
         options = dataclasses.replace(options or FoldOptions(), input_shapes=specs)
         reference = _reference(model, specs) if check_n > 0 else None
         optimized = optimize(model, options, loaded=keep_recipes if check_n > 0 else None)

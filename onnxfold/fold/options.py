@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.numbers import argument, parse_bytes, parse_float
 
 SIZE = argument(parse_bytes)  # a size flag's argparse type
@@ -119,6 +120,11 @@ class FoldOptions:
     strict: bool = _opt(False, Flag(
         "--strict", "a rule or pass that fails is an error (exit 3), not a step skipped with a "
         "warning (for tests and CI)", switch=True))
+
+    def __post_init__(self) -> None:
+        # onnxsim's form, {"input_ids": [1, 16]}, as the --input-shape strings
+        if not isinstance(self.input_shapes, tuple):
+            self.input_shapes = as_specs(self.input_shapes)
 
     @classmethod
     def everything(cls, **overrides: Any) -> FoldOptions:

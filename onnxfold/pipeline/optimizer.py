@@ -16,9 +16,11 @@ from the same :class:`FoldOptions`.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import PassError, PassManager, PassResult
 
+from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import MARKED_KEY, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
@@ -190,12 +193,19 @@ MAX_RESTARTS = 4
 
 def optimize(model: ModelInput, options: FoldOptions | None = None,
              *, check: bool = True,
+             input_shapes: Mapping[str, Sequence[int | str | None]] | Sequence[str] | None = None,
              progress: Callable[[int, int], None] | None = None,
              pristine: Callable[[], ir.Model] | None = None,
              loaded: Callable[[ir.Model], None] | None = None,
-             phases: Phases | None = None) -> OptimizeResult:
+             phases: Phases | None = None, **fold_options: Any) -> OptimizeResult:
     """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
     or an ``ir.Model`` (changed in place).
+
+    ``check``: run onnx's checker on the input (True or False; an accuracy check is
+    ``simplify(check_n=N)`` or ``compare``). ``input_shapes`` (``{"input_ids": [1, 16]}`` or
+    ``--input-shape`` strings) and any other :class:`FoldOptions` field given as a keyword
+    (``fold_qdq=True``) override ``options``; an unknown keyword is an InputError naming the
+    nearest one.
 
     Returns the model and a :class:`Report`; ``result.save(path)`` writes it,
     ``result.to_proto()`` gives a ModelProto. A rule or pass that fails is left out and the
@@ -205,8 +215,39 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     an output that would replace one of its files there, not after a whole fold).
     ``phases`` times each phase (the report's ``phases``; a fresh clock when not given).
     """
+    options = _with_keywords(options, check, input_shapes, fold_options)
     with long_lived():  # fewer collections; a large model's objects are not walked by each
         return _optimize(model, options, check, progress, pristine, loaded, phases or Phases())
+
+
+def _with_keywords(options: FoldOptions | None, check: object,
+                   input_shapes: Mapping[str, Sequence[int | str | None]] | Sequence[str] | None,
+                   fold_options: dict[str, Any]) -> FoldOptions | None:
+    """``options`` with :func:`optimize`'s keywords applied (InputError for a wrong one)."""
+    if not isinstance(check, bool):
+        raise InputError(f"check={check!r}: check runs onnx's checker on the input (True or "
+                         "False); to compare outputs in onnxruntime use "
+                         f"onnxfold.simplify(model, check_n={check!r}) or onnxfold.compare")
+    fields = {f.name for f in dataclasses.fields(FoldOptions)}
+    for name in fold_options:
+        if name not in fields:
+            near = difflib.get_close_matches(name, sorted(fields | _KEYWORDS), n=1)
+            hint = f" ({_ELSEWHERE[name]})" if name in _ELSEWHERE else \
+                f" (did you mean {near[0]}=?)" if near else ""
+            raise InputError(f"optimize() has no keyword {name}{hint}; FoldOptions fields: "
+                             f"{', '.join(sorted(fields))}")
+    if input_shapes is not None:
+        fold_options["input_shapes"] = as_specs(input_shapes)
+    if not fold_options:
+        return options
+    return dataclasses.replace(options or FoldOptions(), **fold_options)
+
+
+_KEYWORDS = {"options", "check", "input_shapes", "progress", "pristine", "loaded", "phases"}
+# onnxsim's keywords, and where onnxfold takes what they mean
+_ELSEWHERE = {"check_n": "an accuracy check is onnxfold.simplify(model, check_n=N)",
+              "overwrite_input_shapes": "it is input_shapes= here",
+              "skip_fuse_bn": "the fusions are rules: disabled_rules={'fuse_batch_norm_into_conv'}"}
 
 
 def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,

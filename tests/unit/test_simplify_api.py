@@ -92,3 +92,27 @@ def test_a_path_with_external_weights_and_fixed_shapes_checks(tmp_path):
     folded, ok = onnxfold.simplify(str(path), check_n=1, overwrite_input_shapes={"x": [2, 4]})
     assert ok and [d.dim_value for d in folded.graph.input[0].type.tensor_type.shape.dim] == [
         2, 4]
+
+
+def test_optimize_takes_shapes_as_dicts_and_refuses_what_it_would_misread(tmp_path):
+    """Shapes as onnxsim's dicts in optimize and FoldOptions; check=3 (an int, not onnx's
+    checker switch) and unknown keywords are one-line errors naming where the meaning is."""
+    from onnxfold import FoldOptions
+
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("Add", ["x", "one"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = onnxfold.optimize(str(path), input_shapes={"x": [2, 4]})
+    assert list(result.model.graph.inputs[0].shape) == [2, 4]
+    assert FoldOptions(input_shapes={"x": [2, None]}).input_shapes == ("x:2,?",)
+    with pytest.raises(InputError, match=r"check=3: .*simplify\(model, check_n=3\)"):
+        onnxfold.optimize(str(path), check=3)
+    with pytest.raises(InputError, match=r"no keyword check_n .*simplify"):
+        onnxfold.optimize(str(path), check_n=3)
+    with pytest.raises(InputError, match=r"no keyword input_shape .*input_shapes="):
+        onnxfold.optimize(str(path), input_shape={"x": [2, 4]})
+    assert onnxfold.optimize(str(path), fold_qdq=True).model is not None
