@@ -4,10 +4,14 @@ Random inputs for a KV-cache decoder cannot set every dynamic dim to 1: the atte
 indexed by positions ``0 .. past + sequence - 1``, so its length must be past + sequence or
 onnxruntime fails ("GatherND invalid index"). Exporters rarely declare that relation on the
 inputs (dynamo names the mask's length ``s53``, TorchScript ``total``), but the graph states it:
-a Gather or GatherND reads an input along an axis with indices as long as an expression of the
-other inputs' dims. Those expressions come from shape inference and onnxfold's own symbolic
-dims (:mod:`onnxfold.analysis.symbolic`), and an input dim declared as an expression (dynamo's
-``s0 + s1``) is one too.
+a Gather or GatherND reads an input (through the layout ops an exporter puts before it:
+``Transpose(Cast(mask))``) along an axis with indices as long as an expression of the other
+inputs' dims, or a broadcasting op aligns an input's dim with such an expression (a causal
+mask, an ALiBi bias). Those expressions come from shape inference (which writes dynamo's
+``s70 + s88`` as a dim name) and onnxfold's own symbolic dims
+(:mod:`onnxfold.analysis.symbolic`), and an input dim declared as an expression is one too.
+Where a relation is stated in a way not read here, the bindings tried after the first two
+take each guessed length as the sum of two others.
 
 :func:`plan` gives one or two bindings of every named input dim: a *prefill* one where dims
 not on axis 0 are :data:`WIDE` (sequence and past lengths > 1, batch 1), and the *decode step*
@@ -52,7 +56,9 @@ class DimPlan:
     derived: dict[str, str] = field(default_factory=dict)  # dim -> "past + seq (node X)"
     guessed: list[str] = field(default_factory=list)  # dims neither given nor derived
     forms: dict[str, Linear] = field(default_factory=dict)  # dim -> its linear form
-    larger: list[dict[str, int]] = field(default_factory=list)  # guessed dims at LARGER sizes
+    # tried when neither binding runs: each guessed dim off axis 0 as the sum of two others
+    # (twice the width), then the guessed dims at LARGER sizes
+    larger: list[dict[str, int]] = field(default_factory=list)
 
     def offset(self, dim: object, binding: Mapping[str, int]) -> int:
         """Where positions along ``dim`` start: ``P`` when the graph relates a total length to
@@ -110,7 +116,10 @@ def _linear(d: Dim | None, axis_names: AxisNames) -> Linear | None:
     kind = d.expr[0]
     if kind in ("dim", "axis"):
         name = _name(d, axis_names)
-        return None if name is None else {name: 1}
+        if name is None:
+            return None
+        # onnx's shape inference carries a dynamo dim written as an expression ("s70 + s88")
+        return parse_expression(name) or {name: 1}
     if kind in ("Add", "Sub"):
         a, b = _linear(d.expr[1], axis_names), _linear(d.expr[2], axis_names)
         if a is None or b is None:
@@ -159,19 +168,51 @@ class _Relations:
             return
         if set(form) == {""} and form[""] <= 1:
             return  # an index count of 1 says nothing about the axis it reads
+        if any(self._depends_on(k, name) for k in form if k):
+            return  # a = b here and b = a elsewhere: the first one found holds
         self.equations[name] = (form, where)
+
+    def _depends_on(self, dim: str, target: str) -> bool:
+        """Whether ``dim``'s equation reads ``target``, directly or through others."""
+        stack, seen = [dim], set()
+        while stack:
+            current = stack.pop()
+            if current == target:
+                return True
+            if current in seen or current not in self.equations:
+                continue
+            seen.add(current)
+            stack.extend(k for k in self.equations[current][0] if k)
+        return False
+
+
+# Ops an exporter puts between an input and its use that move its elements (and so its dims)
+# without computing new ones: a mask reaches a decoder's GatherND as
+# ``Transpose(Cast(attention_mask))`` in dynamo exports.
+LAYOUT_OPS = PASSES_ELEMENTS | {"Transpose", "Expand", "Slice", "Tile", "Concat", "Where",
+                                "Pad", "Not", "Equal", "Greater", "Less", "GreaterOrEqual",
+                                "LessOrEqual", "And", "Or", "Sub", "Add", "Mul"}
+LAYOUT_DEPTH = 12
 
 
 def _reads_input(value: ir.Value | None) -> bool:
-    """Whether ``value`` is a graph input, possibly through casts and reshapes."""
-    seen = 0
-    while value is not None and seen < 8:
-        if value.is_graph_input():
-            return True
-        producer = value.producer()
-        if producer is None or producer.op_type not in PASSES_ELEMENTS:
+    """Whether ``value`` comes from a graph input through layout ops (:data:`LAYOUT_OPS`,
+    at most :data:`LAYOUT_DEPTH` deep): its dims are then the input's, moved."""
+    frontier = [value] if value is not None else []
+    for _ in range(LAYOUT_DEPTH):
+        following: list[ir.Value] = []
+        for current in frontier:
+            if current.is_graph_input():
+                return True
+            producer = current.producer()
+            if producer is None or producer.op_type not in LAYOUT_OPS or \
+                    producer.domain not in ("", "ai.onnx"):
+                continue
+            following.extend(v for v in producer.inputs if v is not None and
+                             v.const_value is None)
+        if not following:
             return False
-        value, seen = producer.inputs[0] if producer.inputs else None, seen + 1
+        frontier = following
     return False
 
 
@@ -203,9 +244,41 @@ def _index_relations(model: ir.Model, relations: _Relations) -> None:
             if not -len(data_dims) <= axis < len(data_dims):
                 continue
             factors = _factors(data_dims[axis])
-            if len(factors) == len(extents):  # a flattened [b, n] read at b*n + i
+            # a flattened [b, n] read at b*n + i: the factors pair with the extents only when
+            # one pair is the same dim (b with b); symbolic products come in any order
+            if len(factors) == len(extents) and any(
+                    f == e for f, e in zip(factors, extents)):
                 for target, extent in zip(factors, extents):
                     relations.add(target, extent, f"indexed by {where}")
+
+
+# Elementwise ops that broadcast their inputs: two dims on one aligned axis are equal unless
+# one is 1, and exporters broadcast a mask against positions at full length (a Bloom-style
+# ALiBi bias, GPT-2's causal mask), so a symbolic dim there is taken as the other's length.
+BROADCASTING_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Where", "And", "Or", "Xor", "Equal",
+                              "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Max", "Min",
+                              "BitwiseAnd", "BitwiseOr", "Pow"})
+
+
+def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
+    """Each broadcasting node: a named input dim aligned with another symbolic dim is it."""
+    ambiguous = shared_dim_names(model)
+    for node in model.graph:
+        if node.op_type not in BROADCASTING_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        shapes = [[dim_symbol(v, i, ambiguous) for i in range(len(v.shape))]
+                  for v in node.inputs if v is not None and v.shape is not None]
+        if len(shapes) < 2:
+            continue
+        where = f"broadcast by {node.name or node.op_type}"
+        for k, first in enumerate(shapes):
+            for other in shapes[k + 1:]:
+                for a, b in zip(reversed(first), reversed(other)):
+                    if a is None or b is None or a == 1 or b == 1 or \
+                            (isinstance(a, int) and isinstance(b, int)):
+                        continue
+                    relations.add(a, b, where)
+                    relations.add(b, a, where)
 
 
 def _arrays(value: ir.Value):
@@ -237,6 +310,7 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
         infer_shapes(model)
         shape_values(model.graph, _arrays, shared_dim_names(model), steps=steps)
         _index_relations(model, relations)
+        _broadcast_relations(model, relations)
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
         pass
     on_axis0 = {shape[0] for shape in input_shapes if shape and is_named(shape[0])}
@@ -255,7 +329,14 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     for width in (WIDE, 1):
         if (candidate := binding(width)) not in bindings:
             bindings.append(candidate)
-    larger = [binding(width) for width in LARGER] if set(free) - on_axis0 else []
+    # A length the graph relates to others in a way not read here (a mask read through a
+    # flattened b*total + position index) is most often a sum of two of them: past + seq.
+    first = bindings[0]
+    lengths = [name for name in free if name not in on_axis0 and first[name] > 1]
+    summed = [{**first, name: 2 * first[name]} for name in lengths] if len(lengths) >= 3 else []
+    for candidate in summed:
+        _solve(candidate, relations.equations, names)
+    larger = summed + ([binding(width) for width in LARGER] if set(free) - on_axis0 else [])
     derived = {name: f"{_text(form)} ({where})" for name, (form, where)
                in relations.equations.items() if name not in given}
     derived.update({name: f"{value} (from {how})" for name, (value, how) in backwards.items()})

@@ -73,8 +73,19 @@ def parse_int_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
     return ranges
 
 
+# Ops that carry an input's values on unchanged (input index -> they reach the output): ids
+# reach their embedding table through reshapes, slices, concatenations and casts.
+_CARRIES_VALUES = {**dict.fromkeys(PASSES_ELEMENTS, (0,)),
+                   "Slice": (0,), "Expand": (0,), "Tile": (0,), "Transpose": (0,),
+                   "Gather": (0,), "GatherElements": (0,), "GatherND": (0,), "Pad": (0,),
+                   "Concat": None, "Where": (1, 2), "Max": None, "Min": None}
+
+
 def _id_table_sizes(model: ir.Model) -> dict[str, int]:
-    """Per graph input, the smallest constant Gather table it indexes (its valid id range)."""
+    """Per graph input, the fewest rows of a table it indexes (its valid id range): a Gather
+    it reaches as indices, through ops that carry its values (:data:`_CARRIES_VALUES`), whose
+    table has a static length on the gathered axis (a constant, or one computed from constants
+    such as a DequantizeLinear or a Cast of a weight, its length known from shape inference)."""
     sizes: dict[str, int] = {}
     for value in model.graph.inputs:
         frontier, seen = [value], set()
@@ -83,19 +94,31 @@ def _id_table_sizes(model: ir.Model) -> dict[str, int]:
             seen.add(current)
             for use in current.uses():
                 node = use.node
-                if node.op_type in PASSES_ELEMENTS and use.idx == 0 and node.outputs:
-                    if node.outputs[0] not in seen:
-                        frontier.append(node.outputs[0])
-                elif is_default_op(node, "Gather") and use.idx == 1:
-                    table = node.inputs[0]
-                    axis = node.attributes.get_int("axis", 0)
-                    const = table.const_value if table is not None else None
-                    if const is not None and len(const.shape) > 0:
-                        dim = const.shape[axis]
-                        if isinstance(dim, int) and dim > 0:
-                            assert value.name is not None  # a graph input read from a proto
-                            sizes[value.name] = min(dim, sizes.get(value.name, dim))
+                carried = _CARRIES_VALUES.get(node.op_type, ()) if is_default_op(node) else ()
+                if is_default_op(node, "Gather") and use.idx == 1:
+                    dim = _rows(node)
+                    if dim is not None:
+                        assert value.name is not None  # a graph input read from a proto
+                        sizes[value.name] = min(dim, sizes.get(value.name, dim))
+                elif (carried is None or use.idx in carried) and node.outputs and \
+                        node.outputs[0] not in seen:
+                    frontier.append(node.outputs[0])
     return sizes
+
+
+def _rows(gather: ir.Node) -> int | None:
+    """The length of a Gather's table on the axis it gathers, where it is static."""
+    table = gather.inputs[0]
+    if table is None:
+        return None
+    shape = table.const_value.shape if table.const_value is not None else table.shape
+    if shape is None or len(shape) == 0:
+        return None
+    axis = gather.attributes.get_int("axis", 0)
+    if not -len(shape) <= axis < len(shape):
+        return None
+    dim = shape[axis]
+    return dim if isinstance(dim, int) and dim > 0 else None
 
 
 class FeedPlan:
@@ -121,10 +144,10 @@ class FeedPlan:
                 raise InputError(f"--int-range {name}={lo}:{hi}: LO must be below HI")
         self.given = {name: self._cast(name, names[name], arr) for name, arr in given.items()}
         self.int_ranges = dict(int_ranges)
-        self.table_sizes = _id_table_sizes(graph)
         bound, unnamed = self._bind(dims, label)
         self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound,
                                        load_catalogue().shape_steps)
+        self.table_sizes = _id_table_sizes(graph)  # after the plan's shape inference
         self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
         self.tried = list(self.plan.bindings)  # every binding tried, for the message
         # unnamed dims are guessed too where ``--dim ?=V`` does not set them: the larger
