@@ -14,15 +14,17 @@ Where a relation is stated in a way not read here, the bindings tried after the 
 take each guessed length as the sum of two others.
 
 :func:`plan` gives one or two bindings of every named input dim: a *prefill* one where dims
-not on axis 0 are :data:`WIDE` (sequence and past lengths > 1, batch 1), and the *decode step*
-where they are 1; every dim the graph relates to others is computed from them. What was
-guessed (not given, not derived) is listed so a message can name the ``--dim`` to set.
+not on axis 0 are :data:`WIDE` (sequence and past lengths > 1, batch 1; an image's height and
+width :data:`IMAGE_SIZE`), and the *decode step* where they are 1 but a cache's length stays
+WIDE (one new token after a past); every dim the graph relates to others is computed from
+them. What was guessed (not given, not derived) is listed so a message can name the ``--dim``
+to set.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
@@ -39,10 +41,11 @@ from onnxfold.analysis.symbolic import (
 )
 from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op, tensor_of
 
-WIDE = 3  # the prefill binding's length of dims off axis 0 (1 would hide broadcasting bugs)
+WIDE = 16  # the prefill binding's length of dims off axis 0 (1 would hide broadcasting bugs)
+IMAGE_SIZE = 224  # an image's height and width where the graph does not fix them
 # guessed lengths off axis 0 to try, in order, when a model cannot run the first bindings (an
 # image that a detector downsamples 32 times, an audio frame a reflect pad needs longer)
-LARGER = (16, 64, 256, 1024)
+LARGER = (64, 256, 1024)
 _TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
 
 Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
@@ -247,7 +250,9 @@ def _index_relations(model: ir.Model, relations: _Relations) -> None:
             # a flattened [b, n] read at b*n + i: the factors pair with the extents only when
             # one pair is the same dim (b with b); symbolic products come in any order
             if len(factors) == len(extents) and any(
-                    f == e for f, e in zip(factors, extents)):
+                    f == e or _linear(f, relations.axis_names) ==
+                    _linear(e, relations.axis_names) is not None
+                    for f, e in zip(factors, extents)):
                 for target, extent in zip(factors, extents):
                     relations.add(target, extent, f"indexed by {where}")
 
@@ -291,10 +296,13 @@ def _arrays(value: ir.Value):
 
 
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
-         given: Mapping[str, int], steps: ShapeSteps) -> DimPlan:
+         given: Mapping[str, int], steps: ShapeSteps, sizes: Mapping[str, int] | None = None,
+         held: Collection[str] = ()) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
     ``given`` as is, the ones the graph relates computed (``steps``: the catalogue's shape
-    steps), the others guessed (see module)."""
+    steps), the others guessed (see module): ``sizes`` (an image's height and width) where
+    it names them, and ``held`` (a cache's length) kept at :data:`WIDE` in the decode step."""
+    sizes = sizes or {}
     names = {d for shape in input_shapes for d in shape if is_named(d)}
     axis_names: dict[tuple[str, int], str] = {}
     for value in model.graph.inputs:
@@ -317,17 +325,19 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     backwards = _solved_backwards(given, relations.equations)
     given = {**given, **{name: value for name, (value, _) in backwards.items()}}
     free = sorted(n for n in names if n not in given and n not in relations.equations)
-    def binding(width: int) -> dict[str, int]:
-        """``given``, the free dims off axis 0 ``width`` long (on it 1), the related computed."""
+    def binding(width: int, decode: bool = False, sized: bool = True) -> dict[str, int]:
+        """``given``, the free dims off axis 0 ``width`` long (on it 1; ``sizes`` where
+        ``sized``; in the ``decode`` step the ``held`` ones WIDE), the related computed."""
         bound = dict(given)
         for name in free:
-            bound[name] = width if name not in on_axis0 else 1
+            bound[name] = sizes[name] if sized and name in sizes else 1 if name in on_axis0 \
+                else WIDE if decode and name in held else width
         _solve(bound, relations.equations, names)
         return bound
 
     bindings: list[dict[str, int]] = []
-    for width in (WIDE, 1):
-        if (candidate := binding(width)) not in bindings:
+    for candidate in (binding(WIDE), binding(1, decode=True)):
+        if candidate not in bindings:
             bindings.append(candidate)
     # A length the graph relates to others in a way not read here (a mask read through a
     # flattened b*total + position index) is most often a sum of two of them: past + seq.
@@ -336,7 +346,8 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     summed = [{**first, name: 2 * first[name]} for name in lengths] if len(lengths) >= 3 else []
     for candidate in summed:
         _solve(candidate, relations.equations, names)
-    larger = summed + ([binding(width) for width in LARGER] if set(free) - on_axis0 else [])
+    larger = summed + ([binding(width, sized=False) for width in LARGER]
+                       if set(free) - on_axis0 else [])
     derived = {name: f"{_text(form)} ({where})" for name, (form, where)
                in relations.equations.items() if name not in given}
     derived.update({name: f"{value} (from {how})" for name, (value, how) in backwards.items()})

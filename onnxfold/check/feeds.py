@@ -145,8 +145,12 @@ class FeedPlan:
         self.given = {name: self._cast(name, names[name], arr) for name, arr in given.items()}
         self.int_ranges = dict(int_ranges)
         bound, unnamed = self._bind(dims, label)
-        self.plan = dim_relations.plan(graph, [shape for _, _, shape in self.specs], bound,
-                                       load_catalogue().shape_steps)
+        self.images = {name for name, dtype, shape in self.specs if _is_image(dtype, shape)}
+        self.plan = dim_relations.plan(
+            graph, [shape for _, _, shape in self.specs], bound, load_catalogue().shape_steps,
+            sizes={d: dim_relations.IMAGE_SIZE for name, _, shape in self.specs
+                   if name in self.images for d in shape[2:] if is_named(d)},
+            held=_cache_lengths(self.specs))
         self.table_sizes = _id_table_sizes(graph)  # after the plan's shape inference
         self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
         self.tried = list(self.plan.bindings)  # every binding tried, for the message
@@ -225,11 +229,13 @@ class FeedPlan:
                       for name, _, shape in self.specs if name not in self.given for d in shape)
         return bound, unnamed
 
-    def shape(self, shape: list, k: int = 0) -> tuple[int, ...]:
-        """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``)."""
-        return self._shape_in(shape, self.bindings[k % len(self.bindings)])
+    def shape(self, shape: list, k: int = 0, image: bool = False) -> tuple[int, ...]:
+        """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``;
+        ``image``: an image input's, whose unnamed height and width are IMAGE_SIZE)."""
+        return self._shape_in(shape, self.bindings[k % len(self.bindings)], image)
 
-    def _shape_in(self, shape: list, binding: Mapping[str, int]) -> tuple[int, ...]:
+    def _shape_in(self, shape: list, binding: Mapping[str, int],
+                  image: bool = False) -> tuple[int, ...]:
         """``shape`` with ``binding``'s dims; an unnamed dim (``?`` or none) is ``--dim ?=V``
         (default 1), or the larger guess ``binding["?"]`` where it ends the shape off axis 0
         (a sequence, an image's height and width; not a recurrent state's batch in the
@@ -238,9 +244,12 @@ class FeedPlan:
         while trailing > 1 and not isinstance(shape[trailing - 1], int) and \
                 not is_named(shape[trailing - 1]):
             trailing -= 1
+        # an image's unnamed height and width: IMAGE_SIZE unless set or tried larger
+        tail = dim_relations.IMAGE_SIZE if image and "?" not in binding and \
+            self.unnamed_value == 1 else self.unnamed_value
         return tuple(d if isinstance(d, int) and d >= 0 else
                      binding.get(d, 1) if is_named(d) else
-                     binding.get("?", self.unnamed_value) if axis >= trailing else
+                     binding.get("?", tail) if axis >= trailing else
                      self.unnamed_value for axis, d in enumerate(shape))
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
@@ -277,7 +286,8 @@ class FeedPlan:
                 source = "random words (text)"
             else:
                 source = "standard normal"
-            real = self.given[name].shape if name in self.given else self.shape(shape, 0)
+            real = self.given[name].shape if name in self.given else \
+                self.shape(shape, 0, name in self.images)
             infos.append(InputInfo(name, dtype_name(dtype), list(real), source))
         return infos
 
@@ -289,7 +299,7 @@ class FeedPlan:
             if name in self.given:
                 feeds[name] = self.given[name]
                 continue
-            dims = self.shape(shape, k)
+            dims = self.shape(shape, k, name in self.images)
             if dtype.kind in "iu":
                 _, span = self._int_source(name, dtype)
                 lower = name.lower()
@@ -316,6 +326,20 @@ class FeedPlan:
                                  f"{kind}")
             feeds[name] = arr
         return feeds
+
+
+def _is_image(dtype: np.dtype, shape: list) -> bool:
+    """A float ``[N, C, H, W]`` input with 1 to 4 channels and a dynamic height and width."""
+    return dtype.kind == "f" and len(shape) == 4 and isinstance(shape[1], int) and \
+        1 <= shape[1] <= 4 and not isinstance(shape[2], int) and not isinstance(shape[3], int)
+
+
+def _cache_lengths(specs: list[tuple[str, np.dtype, list]]) -> set[str]:
+    """Named dims off axis 0 of float inputs of rank 3 or more that no integer input has: a KV
+    cache's past length, which a decode step keeps (one new token after a past)."""
+    integer = {d for _, dtype, shape in specs if dtype.kind in "iub" for d in shape}
+    return {d for _, dtype, shape in specs if dtype.kind == "f" and len(shape) >= 3
+            and not _is_image(dtype, shape) for d in shape[1:] if is_named(d)} - integer
 
 
 def dtype_name(dtype: np.dtype) -> str:

@@ -69,6 +69,18 @@ def bert_float16(path: str | os.PathLike) -> None:
                       dynamic_shapes=(dyn, dyn), dynamo=True, external_data=False)
 
 
+def bert_dynamo(path: str | os.PathLike) -> None:
+    """A float32 BERT encoder, dynamo export, dynamic batch and sequence (dims s-named)."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    model = _LastHidden(BertModel(config).eval()).eval()
+    ids, mask = torch.randint(0, VOCAB, (2, 8)), torch.ones(2, 8, dtype=torch.long)
+    dyn = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
+    torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
+                      dynamic_shapes=(dyn, dyn), dynamo=True, external_data=False)
+
+
 def qwen2_float16(path: str | os.PathLike) -> None:
     """A float16 Qwen2-style decoder without a cache, dynamo export."""
     torch.manual_seed(0)

@@ -35,12 +35,13 @@ def test_parse_expression(text, form):
 def test_a_dim_declared_as_an_expression_is_computed():
     result = onnxfold.compare(_concat_past(), _concat_past(), n=2)
     assert result.ok, result.summary()
-    assert result.bindings == [{"s0": 3, "s1": 3, "s0 + s1": 6}, {"s0": 1, "s1": 1, "s0 + s1": 2}]
+    assert result.bindings == [{"s0": 16, "s1": 16, "s0 + s1": 32},
+                               {"s0": 1, "s1": 1, "s0 + s1": 2}]
     assert "s0 + s1 = s0 + s1 (declared by the input)" in result.summary()
-    assert result.defaulted_dims == ["s0", "s1"] and "s0=3/1" in result.summary()
+    assert result.defaulted_dims == ["s0", "s1"] and "s0=16/1" in result.summary()
     # a given dim is used as given, the relation still holds
     assert onnxfold.compare(_concat_past(), _concat_past(), dims={"s0": 5}).dims == {
-        "s0": 5, "s1": 3, "s0 + s1": 8}
+        "s0": 5, "s1": 16, "s0 + s1": 21}
 
 
 def test_unnamed_question_mark_dims_are_independent():
@@ -60,7 +61,7 @@ def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
     with pytest.raises(InputError) as e:
         onnxfold.compare(model, model)
     message = str(e.value)
-    assert "dims guessed: n=3 or n=1" in message and "--dim NAME=VALUE" in message
+    assert "dims guessed: n=16 or n=1" in message and "--dim NAME=VALUE" in message
     assert onnxfold.compare(model, model, dims={"n": 10}).ok
 
 
@@ -106,7 +107,8 @@ def test_position_ids_continue_after_the_past():
         [helper.make_tensor_value_info("y", f, [1, "past + seq"]),
          helper.make_tensor_value_info("positions", i64, [1, "seq"])])
     feeds, _ = synthetic_feeds(model)
-    assert feeds["position_ids"].tolist() == [[3, 4, 5]] and feeds["mask"].shape == (1, 6)
+    assert feeds["position_ids"].tolist() == [list(range(16, 32))]
+    assert feeds["mask"].shape == (1, 32)
     assert onnxfold.compare(model, model, n=2).ok
 
 
@@ -120,7 +122,7 @@ def test_dim_question_mark_sets_the_random_question_mark_dims():
 
 
 def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
-    """Reshape to [1, 1] runs only when n is 1: the prefill binding (n=3) is dropped."""
+    """Reshape to [1, 1] runs only when n is 1: the prefill binding (n=16) is dropped."""
     f = TensorProto.FLOAT
     shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 1])
     model = make_model([helper.make_node("Constant", [], ["s"], value=shape),
@@ -130,13 +132,13 @@ def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
     result = onnxfold.compare(model, model, n=2)
     assert result.ok and result.bindings == [{"n": 1}]
     assert result.notes and result.notes[0].startswith("the reference could not run the guessed "
-                                                       "dims n=3 (")
+                                                       "dims n=16 (")
     row = result.to_dict()["rows"][0]
     assert row["max_ulps"] is None and row["tolerance"] == "rtol 0.0001, atol 1e-05"
 
 
 def test_larger_guesses_are_tried_when_no_small_one_runs():
-    """A reflect Pad of 40 needs more than 40 samples: 3, 1 and 16 fail, 64 runs (as an audio
+    """A reflect Pad of 40 needs more than 40 samples: 16 and 1 fail, 64 runs (as an audio
     model's STFT padding or a detector's downsampling need long inputs)."""
     f = TensorProto.FLOAT
     pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 40])
@@ -147,7 +149,7 @@ def test_larger_guesses_are_tried_when_no_small_one_runs():
     result = onnxfold.compare(model, model, n=2)
     assert result.ok and result.bindings == [{"samples": 64}]
     assert result.notes[0].startswith(
-        "the reference could not run the guessed dims samples=3 or samples=1 or samples=16 (")
+        "the reference could not run the guessed dims samples=16 or samples=1 (")
 
 
 def test_no_guess_running_is_one_error_listing_every_guess():
@@ -157,8 +159,8 @@ def test_no_guess_running_is_one_error_listing_every_guess():
                     helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
-    with pytest.raises(InputError, match=r"dims guessed: samples=3 or samples=1 or samples=16 "
-                                         r"or samples=64 or samples=256 or samples=1024 \(set"):
+    with pytest.raises(InputError, match=r"dims guessed: samples=16 or samples=1 or samples=64 "
+                                         r"or samples=256 or samples=1024 \(set"):
         onnxfold.compare(model, model)
 
 
@@ -177,7 +179,7 @@ def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_is_n
                     helper.make_tensor_value_info("z", f, None)])
     result = onnxfold.compare(model, model)
     assert result.ok and [i.shape for i in result.inputs] == [[1, 64], [2, 1, 4]]
-    assert result.defaulted_dims == ["?"] and "?=16" in result.notes[0]
+    assert result.defaulted_dims == ["?"] and "?=1" in result.notes[0]
     assert onnxfold.compare(model, model, dims={"?": 50}).inputs[0].shape == [50, 50]
 
 
