@@ -9,8 +9,10 @@ result with the folded tensor:
 
 - **bitwise**: the same dtype, shape and bytes (what every fold through data movement,
   integer arithmetic, comparisons, casts and IEEE ``+ - * / sqrt`` must give);
-- **within N ulps**: the cone holds an op whose native fold is not bitwise (a MatMul, a
-  reduction that adds, ``exp``: ``rules/facts.py``), and every element is within the budget of
+- **within N ulps**: the fold marked the tensor as computed by a native folder that is not
+  bitwise (``ROUNDING_KEY``: a MatMul, a reduction that adds, ``exp`` by numpy:
+  ``rules/facts.py``), or, unmarked by a fold, its cone holds such an op, and every element is
+  within the budget of
   ``docs/exactness.md`` (:data:`ULPS_OWN` ulps of its own value plus :data:`ULPS_MAGNITUDE`
   ulps of the tensor's largest magnitude);
 - **differs**: anything else; the check fails.
@@ -38,6 +40,7 @@ from onnxfold.check.sessions import ModelRef, graph_of, label_of
 from onnxfold.check.tolerance import ulp
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.fallback import FallbackError, run_nodes
+from onnxfold.fold.materialize import PROVENANCE_KEY, ROUNDING_KEY
 from onnxfold.fold.recipes import Recipe
 from onnxfold.ir.graph import captured_values, static_shape
 
@@ -191,8 +194,8 @@ def _by_recipes(deriving: _Deriving, optimized: ir.Model, recipes: Mapping[str, 
         except Unresolved as e:
             verdicts.append(_unverifiable(folded, f"made by a rewrite; {e}"))
             continue
-        exact = all((n.domain or "", n.op_type) in deriving.bitwise
-                    for n in recipes[name].nodes)
+        exact = expects_bits(folded) or all((n.domain or "", n.op_type) in deriving.bitwise
+                                            for n in recipes[name].nodes)
         verdict = judge(folded, derived, exact)
         verdict.via = "recipe"
         verdicts.append(verdict)
@@ -340,7 +343,16 @@ class _Deriving:
             for n in nodes)
 
     def _judge(self, source: ir.Value, folded: ir.Value, derived: np.ndarray) -> TensorVerdict:
-        return judge(folded, derived, self._exact_cone(source))
+        return judge(folded, derived, expects_bits(folded) or self._exact_cone(source))
+
+
+def expects_bits(folded: ir.Value) -> bool:
+    """Whether the fold says it computed ``folded`` as onnxruntime does, bit for bit: it
+    carries provenance and no :data:`ROUNDING_KEY` (no native folder that is not bitwise
+    computed it)."""
+    tensor = folded.const_value
+    return tensor is not None and PROVENANCE_KEY in tensor.metadata_props and \
+        ROUNDING_KEY not in tensor.metadata_props
 
 
 def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> TensorVerdict:

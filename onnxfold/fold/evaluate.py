@@ -47,6 +47,9 @@ class Evaluated:
     keep: dict[ir.Value, None] = field(default_factory=dict)  # ordered: initializer order
     how: dict[ir.Node, str] = field(default_factory=dict)  # "native" or "fallback"
     provenance: dict[ir.Value, tuple[str, ...]] = field(default_factory=dict)
+    # values a native folder that is not bitwise computed, or that read one: numpy's rounding
+    # may differ from onnxruntime's by a few ulps there (docs/exactness.md)
+    rounded: set[ir.Value] = field(default_factory=set)
     input_bytes: dict[ir.Value, int] = field(default_factory=dict)  # per value: its node's
     declined: list[tuple[ir.Node, Reason]] = field(default_factory=list)
     rule_hits: Counter = field(default_factory=Counter)
@@ -199,8 +202,12 @@ class Evaluator:
                 origin.update(dict.fromkeys(upstream))
         names = tuple(origin)[:PROVENANCE_LIMIT]
         in_bytes = sum(pool.get(v).nbytes for v in node.inputs if v in pool)
+        rounded = any(v in out.rounded for v in node.inputs if v is not None) or (
+            how == "native" and (node.domain or "", node.op_type) not in self.catalogue.bitwise)
         for value, arr in results.items():
             out.provenance[value] = names
+            if rounded and (arr.dtype.kind == "f" or "float" in arr.dtype.name):
+                out.rounded.add(value)  # (bfloat16 and float8 are kind "V")
             out.input_bytes[value] = in_bytes
             keep = self._kept_by_graph(value)
             if keep:

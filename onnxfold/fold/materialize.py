@@ -30,6 +30,9 @@ from onnxfold.fold.shape_inputs import unusable_as_shape
 from onnxfold.ir.graph import identity_source
 
 PROVENANCE_KEY = "onnxfold.folded_from"
+# on a folded tensor a native folder that is not bitwise computed (a MatMul, a sum, exp by
+# numpy): within a few ulps of what onnxruntime computes, not its bits (docs/exactness.md)
+ROUNDING_KEY = "onnxfold.rounding"
 
 Store = Callable[[ir.Value, np.ndarray, tuple[str, ...]], None]
 
@@ -66,7 +69,12 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
             value.replace_all_uses_with(source)  # an Identity of a constant: read the constant
         else:
             recipe = capture(value, evaluated.how) if recipes is not None else None
+            name = value.name or ""
             store(value, arr, evaluated.provenance.get(value, ()))
+            stored = graph.initializers.get(name)
+            if value in evaluated.rounded and stored is not None and \
+                    stored.const_value is not None:
+                stored.const_value.metadata_props[ROUNDING_KEY] = "numpy"
             if recipe is not None:
                 assert recipes is not None
                 recipes[recipe.output] = recipe
