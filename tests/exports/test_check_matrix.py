@@ -125,5 +125,4 @@ def test_an_unexportable_model_still_fails(name):
     with pytest.raises(Exception) as failure:
         path = export_matrix.build(name)
         ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    tail = str(failure.value).rsplit("failed:", 1)[-1].strip().rstrip(".")
-    assert tail and tail in UNEXPORTABLE[name], str(failure.value)
+    assert UNEXPORTABLE[name] in str(failure.value), str(failure.value)

@@ -321,9 +321,9 @@ def wav2vec2(path: Path, dynamo: bool) -> None:
             axes={"input_values": {0: "batch", 1: "samples"}})
 
 
-def whisper_encoder(path: Path, dynamo: bool) -> None:
+def whisper_encoder(path: Path, dynamo: bool, dynamic_frames: bool = False) -> None:
     """Whisper's encoder: 16 mel bins x 32 frames (it accepts only 2 x max_source_positions
-    frames), dynamic batch."""
+    frames), dynamic batch (and frames when ``dynamic_frames``: not exportable)."""
     import torch
     from transformers import WhisperForConditionalGeneration
 
@@ -331,7 +331,8 @@ def whisper_encoder(path: Path, dynamo: bool) -> None:
     encoder = WhisperForConditionalGeneration(_whisper_config()).eval().get_encoder()
     model = _Audio(encoder).eval()
     _export(model, (torch.randn(2, 16, 32),), path, ["input_features"], dynamo=dynamo,
-            axes={"input_features": {0: "batch"}})
+            axes={"input_features": {0: "batch", 2: "frames"} if dynamic_frames
+                  else {0: "batch"}})
 
 
 def bert_dynamic_quant(path: Path) -> None:
@@ -419,6 +420,8 @@ ENTRIES.update({
                                    _seeded(wav2vec2, False)),
     "whisper_encoder_dynamo": Export("Whisper encoder, dynamic batch", "dynamo",
                                      _seeded(whisper_encoder, True)),
+    "whisper_encoder_frames_dynamo": Export("Whisper encoder, dynamic batch and frames",
+                                            "dynamo", _seeded(whisper_encoder, True, True)),
     "bert_static_qdq": Export("BERT, quantize_static QDQ (TorchScript)", "quantize_static",
                               _seeded(bert_static_qdq)),
     "bert_dynamic_quant": Export("BERT, quantize_dynamic (TorchScript)", "quantize_dynamic",
@@ -432,13 +435,19 @@ ENTRIES.update({
                                   _seeded(qwen2_kv_cache, dynamo=True)),
 })
 
-# name -> why torch cannot make a usable export of it on this torch/transformers (the error)
+# name -> the error of the export, or of onnxruntime loading it, on this torch/transformers
+# (tests/exports/test_check_matrix.py checks that it still fails with it)
 UNEXPORTABLE: dict[str, str] = {
+    # the TorchScript exporter writes a model.half() BERT's LayerNormalization with a float16
+    # input and float32 scale
     "bert_float16_torchscript": (
-        "the TorchScript exporter writes a model onnxruntime cannot load: Type Error: Type "
-        "parameter (T) of Optype (LayerNormalization) bound to different types (tensor(float) "
-        "and tensor(float16) in node (/model/encoder/layer.0/attention/output/LayerNorm/"
-        "LayerNormalization)"),
+        "Type Error: Type parameter (T) of Optype (LayerNormalization) bound to different types "
+        "(tensor(float) and tensor(float16) in node (/model/encoder/layer.0/attention/output/"
+        "LayerNorm/LayerNormalization)"),
+    # WhisperEncoder raises unless the input has exactly 2 x max_source_positions frames
+    "whisper_encoder_frames_dynamo": (
+        "Received user-specified dim hint Dim.DYNAMIC(min=None, max=None), but tracing "
+        "inferred a static shape of 32 for dimension inputs['input_values'].shape[2]."),
 }
 
 _GATHER_ND = ("onnxruntime failed to run it: Non-zero status code returned while running "
