@@ -50,7 +50,8 @@ class Row:
 
     @property
     def bad(self) -> bool:
-        missed = any(v.startswith("MISSED") for v in self.mutations.values())
+        missed = any(v.startswith("MISSED") or (v.startswith("not run") and not self.known)
+                     for v in self.mutations.values())
         return (self.code is None or (self.code != 0 and not self.known)
                 or self.folds.get("differ", 0) > 0 or missed)
 

@@ -151,7 +151,8 @@ def compare(original: Path, other: Path) -> subprocess.CompletedProcess:
 
 def try_all(src: Path, prefix: Path) -> dict[str, str]:
     """Each kind planted in ``src``'s fold and compared: kind -> ``caught: WHAT``, ``MISSED
-    (exit N): WHAT`` or ``skip: WHY``."""
+    (exit 0): WHAT``, ``not run (compare exit N): WHAT`` (compare could not run the original)
+    or ``skip: WHY``."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
     folded = fold(src, Path(f"{prefix}.folded.onnx"))
     states = verdicts(src, folded)
@@ -164,5 +165,6 @@ def try_all(src: Path, prefix: Path) -> dict[str, str]:
             outcome[kind] = f"skip: {e}"
             continue
         code = compare(src, out).returncode
-        outcome[kind] = f"caught: {what}" if code == 1 else f"MISSED (exit {code}): {what}"
+        outcome[kind] = (f"caught: {what}" if code == 1 else f"MISSED (exit 0): {what}"
+                         if code == 0 else f"not run (compare exit {code}): {what}")
     return outcome
