@@ -462,32 +462,10 @@ UNEXPORTABLE: dict[str, str] = {
         "inferred a static shape of 32 for dimension inputs['input_values'].shape[2]."),
 }
 
-_GATHER_ND = ("onnxruntime failed to run it: Non-zero status code returned while running "
-              "GatherND node. Name:'node_GatherND_72' Status Message: invalid index found, "
-              "index = 1024")
 # name -> a line of ``optimize --check 3``'s output that says why it fails today: the check's
 # feeds (guessed dims and integer ranges), not the fold. The test tier makes them strict
 # xfails, so an entry must go when a fix of the feeds lands.
-KNOWN_CHECK_FAILURES: dict[str, str] = {
-    # the mask length is not related to past + sequence through the dynamo export's
-    # Transpose/Cast chain, so the causal mask's GatherND indexes past its rows
-    **{f"{kind}_kv_dynamo": _GATHER_ND for kind in _DECODERS},
-    # the learned position table (64 rows) is indexed by past + sequence positions, the
-    # guessed dims go past it
-    "gpt2_kv_dynamo": (
-        "onnxruntime failed to run it: Non-zero status code returned while running Gather "
-        "node. Name:'node_embedding_1' Status Message: indices element out of data bounds, "
-        "idx=1024 must be within the inclusive range [-64,63]"),
-    "gpt2_kv_torchscript": (
-        "onnxruntime failed to run it: Non-zero status code returned while running Gather "
-        "node. Name:'/model/transformer/wpe/Gather' Status Message: indices element out of "
-        "data bounds, idx=256 must be within the inclusive range [-64,63]"),
-    # the position ids (a slice of a 64-row buffer, read through DequantizeLinear) do not
-    # bound the sequence length
-    "bert_static_qdq": (
-        "onnxruntime failed to run it: Non-zero status code returned while running Expand "
-        "node. Name:'/model/embeddings/Expand_1' Status Message: invalid expand shape"),
-}
+KNOWN_CHECK_FAILURES: dict[str, str] = {}
 
 MATRIX: dict[str, Export] = {n: e for n, e in ENTRIES.items() if n not in UNEXPORTABLE}
 
