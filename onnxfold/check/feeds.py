@@ -176,7 +176,14 @@ class FeedPlan:
 
     def guessed_values(self, binding: Mapping[str, int]) -> str:
         """``binding``'s values of the guessed dims, as ``name=value, ...`` (``?``: unnamed)."""
-        return ", ".join(f"{n}={binding.get(n, self.unnamed_value)}" for n in self.guessed)
+        return ", ".join(f"{n}={binding.get(n, self._unnamed_default())}"
+                         for n in self.guessed)
+
+    def _unnamed_default(self) -> str:
+        """What an unnamed dim is when no binding sets it (see :meth:`_shape_in`)."""
+        if self.unnamed_given:
+            return str(self.unnamed_value)
+        return f"{dim_relations.WIDE} (an image's {dim_relations.IMAGE_SIZE}; in the middle 1)"
 
     def next_larger(self) -> dict[str, int] | None:
         """The next binding of guessed dims at a larger size whose random inputs stay within
@@ -208,6 +215,7 @@ class FeedPlan:
         symbolic = {d if is_named(d) else "?" for _, _, shape in self.specs for d in shape
                     if not isinstance(d, int)}
         self.unnamed_value = dims.get("?", 1)
+        self.unnamed_given = "?" in dims
         for name in dims:
             if name not in symbolic:
                 known = ", ".join(sorted(symbolic)) or "none"
@@ -236,20 +244,21 @@ class FeedPlan:
 
     def _shape_in(self, shape: list, binding: Mapping[str, int],
                   image: bool = False) -> tuple[int, ...]:
-        """``shape`` with ``binding``'s dims; an unnamed dim (``?`` or none) is ``--dim ?=V``
-        (default 1), or the larger guess ``binding["?"]`` where it ends the shape off axis 0
-        (a sequence, an image's height and width; not a recurrent state's batch in the
-        middle)."""
+        """``shape`` with ``binding``'s dims. An unnamed dim (``?`` or none) is ``--dim ?=V``
+        where given; else, where it ends the shape off axis 0 (a sequence; not a recurrent
+        state's batch in the middle), the larger guess ``binding["?"]`` or :data:`WIDE`, and
+        an ``image``'s height and width IMAGE_SIZE; else 1."""
         trailing = len(shape)
         while trailing > 1 and not isinstance(shape[trailing - 1], int) and \
                 not is_named(shape[trailing - 1]):
             trailing -= 1
-        # an image's unnamed height and width: IMAGE_SIZE unless set or tried larger
-        tail = dim_relations.IMAGE_SIZE if image and "?" not in binding and \
-            self.unnamed_value == 1 else self.unnamed_value
+        given = self.unnamed_given
+        tail = binding.get("?", self.unnamed_value if given else dim_relations.WIDE)
+        spatial = binding.get("?", self.unnamed_value if given else dim_relations.IMAGE_SIZE)
         return tuple(d if isinstance(d, int) and d >= 0 else
                      binding.get(d, 1) if is_named(d) else
-                     binding.get("?", tail) if axis >= trailing else
+                     spatial if image and axis >= 2 else
+                     tail if axis >= trailing else
                      self.unnamed_value for axis, d in enumerate(shape))
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
@@ -329,9 +338,10 @@ class FeedPlan:
 
 
 def _is_image(dtype: np.dtype, shape: list) -> bool:
-    """A float ``[N, C, H, W]`` input with 1 to 4 channels and a dynamic height and width."""
+    """A float ``[N, C, H, W]`` input with 1 to 4 channels and a dynamic height or width
+    (an OCR line is 48 high and as wide as its text)."""
     return dtype.kind == "f" and len(shape) == 4 and isinstance(shape[1], int) and \
-        1 <= shape[1] <= 4 and not isinstance(shape[2], int) and not isinstance(shape[3], int)
+        1 <= shape[1] <= 4 and not (isinstance(shape[2], int) and isinstance(shape[3], int))
 
 
 def _cache_lengths(specs: list[tuple[str, np.dtype, list]]) -> set[str]:
