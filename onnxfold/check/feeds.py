@@ -338,10 +338,11 @@ class FeedPlan:
 
 
 def _is_image(dtype: np.dtype, shape: list) -> bool:
-    """A float ``[N, C, H, W]`` input with 1 to 4 channels and a dynamic height or width
-    (an OCR line is 48 high and as wide as its text)."""
+    """A float ``[N, C, H, W]`` input with 1 to 4 channels and a dynamic width (an OCR line
+    is 48 high and as wide as its text), or height and width. Not a KV cache
+    ``[N, heads, past, head_dim]``: its dynamic side is the third, its last one static."""
     return dtype.kind == "f" and len(shape) == 4 and isinstance(shape[1], int) and \
-        1 <= shape[1] <= 4 and not (isinstance(shape[2], int) and isinstance(shape[3], int))
+        1 <= shape[1] <= 4 and not isinstance(shape[3], int)
 
 
 def _cache_lengths(specs: list[tuple[str, np.dtype, list]]) -> set[str]:

@@ -191,3 +191,34 @@ def test_given_arrays_fix_the_dims_their_relations_imply():
     past = next(i for i in result.inputs if i.name == "past")
     assert past.shape == [1, 5] and result.defaulted_dims == []
     assert result.derived_dims == {"s0": "5 (from s0 + s1 = s0 + s1)"}
+
+
+def _relu(*inputs):
+    """A model reading each (name, dtype, shape) input: its outputs are their Identities."""
+    return make_model([helper.make_node("Identity", [name], [f"{name}_out"])
+                       for name, _, _ in inputs],
+                      [helper.make_tensor_value_info(name, t, shape) for name, t, shape in inputs],
+                      [helper.make_tensor_value_info(f"{name}_out", t, shape)
+                       for name, t, shape in inputs])
+
+
+@pytest.mark.parametrize(("shape", "fed"), [
+    (["n", 3, "h", "w"], [1, 3, 224, 224]),     # a photo with a dynamic size
+    (["n", 3, "?", "?"], [1, 3, 224, 224]),     # the same, unnamed
+    (["n", 3, 48, "w"], [1, 3, 48, 224]),       # an OCR line: 48 high, as wide as its text
+    (["n", 4, "past", 8], [1, 4, 16, 8]),       # a KV cache (4 heads), not an image
+    (["n", "?"], [1, 16]),                       # samples
+])
+def test_images_are_224_and_sequences_16(shape, fed):
+    model = _relu(("x", TensorProto.FLOAT, shape))
+    feeds, _ = synthetic_feeds(model)
+    assert list(feeds["x"].shape) == fed
+
+
+def test_the_decode_step_keeps_the_cache_length():
+    """Token ids and a cache: the second binding is one new token after a past of 16."""
+    model = _relu(("ids", TensorProto.INT64, ["b", "seq"]),
+                  ("cache", TensorProto.FLOAT, ["b", 2, "past", 8]))
+    result = onnxfold.compare(model, model, n=2)
+    assert result.ok and result.bindings == [{"b": 1, "past": 16, "seq": 16},
+                                             {"b": 1, "past": 16, "seq": 1}]
