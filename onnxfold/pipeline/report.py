@@ -18,7 +18,7 @@ from onnxfold.pipeline.results import FoldStats
 
 # The version of the JSON report's layout (docs/report-json.md, report.schema.json): raised
 # when a key is removed or changes meaning; new keys may appear without a new version.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LEFTOVER_LINES = 5  # module groups the summary names (--explain and --json give all)
 
 

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxfold
 from onnxfold.check.fold_verification import BITWISE, DIFFERS, verify_folds
 from onnxfold.fold.recipes import keep_recipes
+from onnxfold.pipeline.report_schema import validate
 from tests.support.cli import assert_one_error_line, run_cli
 from tests.support.models import MODELS, make_model, tensor, vinfo
 
@@ -102,7 +103,9 @@ def test_check_reports_the_verification_in_json_and_html(tmp_path):
                    "--report", str(html))
     assert proc.returncode == 0, proc.stderr
     assert "fold verification:" in proc.stdout and " 0 differ" in proc.stdout
-    check = json.loads(report.read_text())["check"]
+    data = json.loads(report.read_text())
+    assert validate(data) == []  # the published schema (docs/report-json.md)
+    check = data["check"]
     assert check["state"] == "passed" and check["level"] == "all"
     assert check["folds"]["counts"]["bitwise"] >= 5 and check["folds"]["ok"]
     assert [i["name"] for i in check["inputs"]] == ["input_ids", "attention_mask"]
@@ -160,7 +163,9 @@ def test_a_check_that_cannot_run_keeps_its_products(tmp_path):
     assert_one_error_line(proc, "the check could not run", "Reshape")
     assert proc.returncode == 2 and not out.exists()
     assert "nodes" in proc.stdout and "op" in proc.stdout  # the table was printed
-    check = json.loads(report.read_text())["check"]
+    data = json.loads(report.read_text())
+    assert validate(data) == []
+    check = data["check"]
     assert check["state"] == "could not run" and "Reshape" in check["reason"]
     assert "could not run" in html.read_text()
 
