@@ -12,7 +12,7 @@ import errno
 import mmap
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -440,7 +440,7 @@ def _run_checker(proto: onnx.ModelProto, label: str) -> list[str]:
     a domain of their own, and their names are returned (they are never folded)."""
     try:
         onnx.checker.check_model(proto)
-        return []
+        return unknown_default_ops(proto, label)  # none, but names are checked as UTF-8
     except UnicodeDecodeError:  # onnx's message quotes the offending bytes, and cannot be read
         raise InputError(f"{label}: invalid model: a name or op type is not UTF-8 text"
                          ) from None
@@ -466,12 +466,29 @@ def _run_checker(proto: onnx.ModelProto, label: str) -> list[str]:
 
 def unknown_default_ops(proto: onnx.ModelProto, label: str = "model") -> list[str]:
     """Op types of the default domain, in any graph of ``proto``, that onnx has no schema for."""
-    nodes = [node for graph in graph_protos(proto.graph) for node in graph.node]
+    graphs = graph_protos(proto.graph)
+    nodes = [node for graph in graphs for node in graph.node]
     if any(not isinstance(node.op_type, str) or not isinstance(node.domain, str)
            for node in nodes):  # protobuf gives bytes where they are not UTF-8
         raise InputError(f"{label}: invalid model: an op type or domain is not UTF-8 text")
+    if not all(isinstance(name, str) for name in _names(graphs, nodes)):
+        raise InputError(f"{label}: invalid model: a node or value name is not UTF-8 text")
     found = {node.op_type for node in nodes if node.domain in ("", "ai.onnx")}
     return sorted(op for op in found if not onnx.defs.has(op, ""))
+
+
+def _names(graphs: Iterable[onnx.GraphProto], nodes: Iterable[onnx.NodeProto]
+           ) -> Iterator[str | bytes]:
+    """Every node, value and graph name of ``graphs`` (``nodes`` their nodes)."""
+    for node in nodes:
+        yield node.name
+        yield from node.input
+        yield from node.output
+    for graph in graphs:
+        yield graph.name
+        for values in (graph.input, graph.output, graph.value_info):
+            yield from (v.name for v in values)
+        yield from (t.name for t in graph.initializer)
 
 
 def _refuse_external_in_functions(proto: onnx.ModelProto, label: str) -> None:

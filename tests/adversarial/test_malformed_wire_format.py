@@ -124,3 +124,20 @@ def test_external_data_of_absurd_dims_is_bad_input_in_one_short_line(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
     line = _refused(run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--skip-check"))
     assert len(line) < 300, line  # not a 300-digit byte offset
+
+
+@pytest.mark.parametrize("skip_check", [False, True])
+@pytest.mark.parametrize("name", ["QQNODE", "QQVALUE"])
+def test_a_node_or_value_name_that_is_not_utf8_is_bad_input(tmp_path, skip_check, name):
+    """onnx's checker lets such a name through; the fold then failed to save it (exit 3)."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["QQVALUE"], name="QQNODE"),
+                               helper.make_node("Neg", ["QQVALUE"], ["y"], name="m")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    src = tmp_path / "m.onnx"
+    src.write_bytes(model.SerializeToString().replace(name.encode(), b"QQ\xff\xfe" + b"E" * (
+        len(name) - 4)))
+    flags = ["--skip-check"] if skip_check else []
+    assert "not UTF-8 text" in _refused(run_cli("optimize", src, "-o", tmp_path / "o.onnx",
+                                                *flags))
