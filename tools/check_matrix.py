@@ -11,7 +11,8 @@ Rows of ``KNOWN_CHECK_FAILURES`` say ``known``; ``UNEXPORTABLE`` exports are lis
 error. ``--mutations`` also plants the two wrong folds of ``tests/support/planted_folds.py``
 in each folded model and says whether ``onnxfold compare`` catches them (exit 1).
 
-    python -m tools.check_matrix [--only NAME ...] [--json FILE] [--mutations] [--cache DIR]
+    python -m tools.check_matrix [--only NAME ...] [--held-out] [--json FILE] [--mutations]
+                                 [--cache DIR]
 
 Exit 1 when an export fails to build, a check fails that is not a known failure, a fold
 verification reports ``differ``, or a planted fold is not caught; 2 on bad arguments. Needs
@@ -139,13 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", metavar="NAME",
                     help="only these exports (an UNEXPORTABLE one too: does it export now?)")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--held-out", action="store_true",
+                    help="the held-out exports (families and sizes no test was written "
+                         "against: tests/support/held_out_exports.py) instead of the matrix")
     ap.add_argument("--mutations", action="store_true",
                     help="also plant wrong folds in each folded model and run compare")
     ap.add_argument("--cache", type=Path, default=None,
                     help="export cache (default: $ONNXFOLD_MATRIX_CACHE or "
                          "~/.cache/onnxfold-matrix)")
     args = ap.parse_args(argv)
-    names = list(args.only or export_matrix.MATRIX)
+    names = list(args.only or (export_matrix.HELD_OUT if args.held_out else export_matrix.MATRIX))
     unknown = [n for n in names if n not in export_matrix.ENTRIES]
     if unknown:  # --only may name an UNEXPORTABLE entry: to see whether it exports now
         print(f"not in the matrix: {', '.join(unknown)}", file=sys.stderr)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support import held_out_exports
 from tests.support.export_models import (
     _Decoder,
     _ImageLogits,
@@ -468,6 +469,14 @@ UNEXPORTABLE: dict[str, str] = {
 KNOWN_CHECK_FAILURES: dict[str, str] = {}
 
 MATRIX: dict[str, Export] = {n: e for n, e in ENTRIES.items() if n not in UNEXPORTABLE}
+
+# The held-out exports (tests/support/held_out_exports.py): in ENTRIES (built and cached like
+# the rest), in no test; ``python -m tools.check_matrix --held-out`` runs them.
+HELD_OUT: dict[str, Export] = {
+    f"{stem}_{tag}": Export(what, exporter, _seeded(builder, kind, exporter == "dynamo"))
+    for stem, (what, builder, kind) in held_out_exports.FAMILIES.items()
+    for tag, exporter in (("dynamo", "dynamo"), ("torchscript", "torchscript"))}
+ENTRIES.update(HELD_OUT)
 
 
 # -- the cache ----------------------------------------------------------------------------------
