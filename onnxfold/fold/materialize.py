@@ -28,6 +28,7 @@ from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.recipes import Recipe, capture
 from onnxfold.fold.shape_inputs import unusable_as_shape
 from onnxfold.ir.graph import identity_source
+from onnxfold.ir.scopes import FOLDED_MODULE_KEY, module_path
 
 PROVENANCE_KEY = "onnxfold.folded_from"
 # on a folded tensor a native folder that is not bitwise computed (a MatMul, a sum, exp by
@@ -113,11 +114,15 @@ def _aliased_source(value: ir.Value, outputs: Collection[ir.Value], plan: FoldPl
 
 def replacement(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -> ir.Value:
     """A constant value named as ``value`` (renamed aside) that replaces it everywhere,
-    graph outputs included; its tensor names the nodes it was computed from."""
+    graph outputs included; its tensor names the nodes it was computed from (and, in memory
+    for the report, the module path of the node that computed it)."""
     name = value.name
     value.name = f"{name}__onnxfold_replaced"
     tensor = ir.Tensor(arr, name=name)
     tensor.metadata_props[PROVENANCE_KEY] = ",".join(provenance)
+    producer = value.producer()
+    if producer is not None:
+        tensor.meta[FOLDED_MODULE_KEY] = module_path(producer)
     new = ir.Value(name=name, shape=ir.Shape(arr.shape), type=ir.TensorType(tensor.dtype),
                    const_value=tensor)
     value.replace_all_uses_with(new, replace_graph_outputs=True)

@@ -9,7 +9,6 @@ that the 32 layers of a decoder are one line: ``layers.*.self_attn (x32): Reshap
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -18,46 +17,12 @@ import onnx_ir as ir
 
 from onnxfold.fold.materialize import PROVENANCE_KEY
 from onnxfold.ir.graph import all_graphs, node_label
+from onnxfold.ir.scopes import FOLDED_MODULE_KEY, module_path, path_of_name
 
 TOP_LEVEL = "(top level)"
-NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
-NAMESPACE_KEY = "namespace"
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
 EXAMPLES = 3  # reasons shown per group
-
-
-def module_path(node: ir.Node) -> str:
-    """The module path of ``node`` (``layers.3.self_attn``), or "" when none was recorded."""
-    scopes = node.metadata_props.get(NAME_SCOPES_KEY)
-    if scopes:
-        try:
-            parsed = ast.literal_eval(scopes)
-        except (ValueError, SyntaxError):
-            parsed = None
-        if isinstance(parsed, list) and len(parsed) > 1 and \
-                all(isinstance(s, str) for s in parsed):
-            return _innermost_module(parsed[:-1])
-    namespace = node.metadata_props.get(NAMESPACE_KEY)
-    if namespace and "/" in namespace:
-        paths = [part.split(":", 1)[0].strip() for part in namespace.split("/")[:-1]]
-        return _innermost_module(paths)
-    return path_of_name(node.name or "")
-
-
-def _innermost_module(paths: list[str]) -> str:
-    """The last path that names a module (dynamo's hooks are not modules: ``_empty...``)."""
-    for path in reversed(paths):
-        if path and not path.startswith("_"):
-            return path
-    return ""
-
-
-def path_of_name(name: str) -> str:
-    """The module path in a TorchScript node name: ``/m/layers.3/attn/Reshape_2`` ->
-    ``m.layers.3.attn``; "" for a name without ``/`` scopes."""
-    if not name.startswith("/"):
-        return ""
-    return ".".join(part for part in name.split("/")[1:-1] if part)
+_DIM_NAME = re.compile(r"^`([^`]*)`")  # "`batch` of input x (axis 0)" -> batch
 
 
 def pattern(path: str) -> str:
@@ -69,11 +34,13 @@ def group_leftovers(model: ir.Model, declined: Iterable[Mapping[str, str]],
                     blocked: Iterable[Mapping[str, str]],
                     rejected: Mapping[ir.Node, str] | None = None) -> list[dict]:
     """What stayed, one entry per module pattern, most nodes first: the pattern, how many
-    module instances it covers, the op counts and the distinct reasons (at most
-    :data:`EXAMPLES`). ``declined``/``blocked``: the report's ``declined_nodes`` (key
-    ``reason``) and ``dynamic_shapes`` (key ``blocked_by``). ``rejected``: nodes a rewrite
-    declined (``rule: reason``), named among a group's reasons where something stayed in that
-    module (a rewrite declined elsewhere, a MatMul not fused, is no leftover)."""
+    module instances it covers, the op counts of the nodes that stayed, why they stayed (at
+    most :data:`EXAMPLES` distinct reasons, and the dynamic dims that block them; ``dims``:
+    those dims' names) and, apart (``rewrites_declined``: nodes not counted among them), the
+    rewrites declined in that module. ``declined``/``blocked``: the report's
+    ``declined_nodes`` (key ``reason``) and ``dynamic_shapes`` (key ``blocked_by``).
+    ``rejected``: nodes a rewrite declined (``rule: reason``), named where something stayed in
+    that module (a rewrite declined elsewhere, a MatMul not fused, is no leftover)."""
     nodes = {node_label(n): n for graph in all_graphs(model) for n in graph}
     groups: dict[str, dict] = {}
 
@@ -102,31 +69,47 @@ def group_leftovers(model: ir.Model, declined: Iterable[Mapping[str, str]],
         reasons = [r for r, _ in group["reasons"].most_common(EXAMPLES)]
         if group["dims"]:
             reasons.append("blocked by dynamic dims: " + ", ".join(group["dims"]))
+        rewrites = []
         for (op, why), n in declines.get(name, Counter()).most_common(EXAMPLES):
             rule, _, because = why.partition(": ")
-            reasons.append(f"{rule} not applied to {op} x{n}: {because}")
+            rewrites.append(f"{rule} not applied to {op} x{n}: {because}")
         out.append({
             "module": name, "instances": len(group["instances"]),
             "nodes": sum(group["ops"].values()), "ops": dict(group["ops"].most_common()),
-            "reasons": reasons,
+            "reasons": reasons, "dims": [_DIM_NAME.sub(r"\1", d).split(" ")[0]
+                                         for d in group["dims"]],
+            "rewrites_declined": rewrites,
         })
     out.sort(key=lambda g: (-g["nodes"], g["module"]))
     return out
 
 
-def leftover_lines(groups: Iterable[Mapping]) -> list[str]:
-    """``layers.*.self_attn (x2): Reshape x4, Concat x2; blocked by ...`` per group."""
+def leftover_lines(groups: Iterable[Mapping], short: bool = False) -> list[str]:
+    """``layers.*.self_attn (x2): Reshape x4, Concat x2; blocked by ...`` per group, then the
+    rewrites declined there; ``short``: the reasons' kinds and the dims' names only
+    (``...: Reshape x4 (dynamic dims batch, seq)``)."""
     lines = []
     for group in groups:
         times = f" (x{group['instances']})" if group["instances"] > 1 else ""
         ops = ", ".join(f"{op} x{n}" for op, n in group["ops"].items())
-        lines.append(f"{group['module']}{times}: {ops}; {'; '.join(group['reasons'])}")
+        head = f"{group['module']}{times}: {ops}"
+        if short:
+            kinds = dict.fromkeys(r.split(":")[0] for r in group["reasons"]
+                                  if not r.startswith("blocked by dynamic dims"))
+            if group.get("dims"):
+                kinds["dynamic dims " + ", ".join(dict.fromkeys(group["dims"]))] = None
+            lines.append(f"{head} ({'; '.join(kinds)})")
+            continue
+        rewrites = group.get("rewrites_declined") or []
+        lines.append(f"{head}; {'; '.join(group['reasons'])}" + (
+            f"; rewrites declined there: {'; '.join(rewrites)}" if rewrites else ""))
     return lines
 
 
 def folded_regions(model: ir.Model) -> list[dict]:
     """The folded initializers (``onnxfold.folded_from``) grouped by the module pattern of the
-    nodes they replaced: pattern, initializers, nodes folded, bytes, a few node names."""
+    node that computed each (recorded by the fold), else of the nodes they replaced (their
+    TorchScript names): pattern, initializers, nodes folded, bytes, a few node names."""
     groups: dict[str, dict] = {}
     for graph in all_graphs(model):
         for value in graph.initializers.values():
@@ -134,8 +117,9 @@ def folded_regions(model: ir.Model) -> list[dict]:
             if tensor is None or PROVENANCE_KEY not in tensor.metadata_props:
                 continue
             names = [n for n in tensor.metadata_props[PROVENANCE_KEY].split(",") if n]
-            paths = {path_of_name(n) for n in names} or {""}
-            path = min(paths, key=len)  # the outermost scope the region touches
+            path = tensor.meta.get(FOLDED_MODULE_KEY)
+            if not path:  # (no metadata: TorchScript names) the outermost scope it touches
+                path = min({path_of_name(n) for n in names} or {""}, key=len)
             group = groups.setdefault(pattern(path), {"initializers": 0, "nodes": 0,
                                                       "bytes": 0, "examples": []})
             group["initializers"] += 1

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from onnxfold.pipeline.leftovers import group_leftovers, module_path, path_of_name, pattern
+from onnxfold.ir.scopes import module_path, path_of_name
+from onnxfold.pipeline.leftovers import group_leftovers, pattern
 
 torch = pytest.importorskip("torch")
 
@@ -79,11 +80,17 @@ def test_optimize_groups_what_stayed_by_module(export, tmp_path):
     assert attn["instances"] == 2, groups  # layers.0 and layers.1 in one line
     assert attn["nodes"] == sum(attn["ops"].values()) > 0
     assert any("batch" in r and "seq" in r for r in attn["reasons"]), attn
-    # the Reshapes themselves stay: the rewrite that would give them a constant target says why
-    assert any(" not applied to Reshape x" in r for r in attn["reasons"]), attn
-    line = next(s for s in proc.stdout.splitlines() if "layers.*.self_attn (x2): " in s)
-    assert "blocked by dynamic dims" in line, (kind, line)
-    assert "stayed, by module:" in proc.stdout
+    assert attn["dims"] and set(attn["dims"]) <= {"batch", "seq", "past", "total"}, attn
+    # the Reshapes themselves stay: the rewrite that would give them a constant target says
+    # why, apart from the counted nodes (they are not among them)
+    assert any(" not applied to Reshape x" in r for r in attn["rewrites_declined"]), attn
+    assert "Reshape" not in attn["ops"] or not any(" not applied to Reshape x" in r
+                                                   for r in attn["reasons"]), attn
+    summary = next(s for s in proc.stdout.splitlines() if "layers.*.self_attn (x2): " in s)
+    assert summary.endswith(f"(dynamic dims {', '.join(attn['dims'])})"), (kind, summary)
+    explained = proc.stdout[proc.stdout.index("stayed, by module:"):]
+    line = next(s for s in explained.splitlines() if "layers.*.self_attn (x2): " in s)
+    assert "blocked by dynamic dims" in line and "rewrites declined there: " in line, line
 
 
 def test_inspect_groups_blocked_shape_nodes_by_module(export):
@@ -124,9 +131,11 @@ def test_grouping_counts_instances_ops_and_reasons():
     blocked = [{"node": "/m/Shape", "op": "Shape", "blocked_by": "`seq` of input x"}]
     groups = group_leftovers(model, declined, blocked)
     assert groups[0] == {"module": "m.layers.*.attn", "instances": 3, "nodes": 6,
-                         "ops": {"Reshape": 6}, "reasons": ["allowzero"]}
+                         "ops": {"Reshape": 6}, "reasons": ["allowzero"], "dims": [],
+                         "rewrites_declined": []}
     assert groups[1]["module"] == "m" and \
-        groups[1]["reasons"] == ["blocked by dynamic dims: `seq` of input x"]
+        groups[1]["reasons"] == ["blocked by dynamic dims: `seq` of input x"] and \
+        groups[1]["dims"] == ["seq"]
 
 
 def test_declined_rewrites_join_the_modules_where_something_stayed():
@@ -142,5 +151,7 @@ def test_declined_rewrites_join_the_modules_where_something_stayed():
                 matmul: "fuse_matmul_add_into_gemm: not 2-D"}
     (group,) = group_leftovers(model, [], blocked, rejected)  # no group for the MatMul alone
     assert group["module"] == "m.layers.*.attn" and group["instances"] == 2
-    assert group["reasons"] == ["blocked by dynamic dims: `s`",
-                                "reshape_known_target not applied to Reshape x2: allowzero"]
+    assert group["reasons"] == ["blocked by dynamic dims: `s`"] and group["nodes"] == 1
+    # the Reshapes did not stay for a fold: named apart, not counted among the nodes
+    assert group["rewrites_declined"] == ["reshape_known_target not applied to Reshape x2: "
+                                          "allowzero"]
