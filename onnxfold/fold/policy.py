@@ -134,10 +134,8 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                                         source_bytes, growth_min_bytes)
         for _growth, size, exclusive, node in candidates:
             if growth_factor is not None and size > growth_factor * exclusive:
-                shared = "; its source stays in use" if exclusive == 0 else ""
-                refused.append((node, Reason(DeclineKind.GROWTH, f"result {size} B > "
-                                             f"{growth_factor:g}x the {exclusive} B of constants "
-                                             f"it replaces{shared}")))
+                refused.append((node, Reason(DeclineKind.GROWTH, _growth_detail(
+                    size, exclusive, growth_factor))))
                 planned.discard(node)
                 changed = True
         if not changed and growth_factor is not None:
@@ -161,6 +159,21 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                 total -= growth
                 changed = True
     return refused, sum(g for g, *_rest, node in candidates if g > 0 and node in planned)
+
+
+def _growth_detail(size: int, exclusive: int, factor: float) -> str:
+    """Why a kept result is refused for growth, what leaving it costs at run time, and the
+    flag that trades the size for the speed."""
+    what = (f"a {_size(size)} copy of a constant; its source stays in use" if exclusive == 0
+            else f"result {_size(size)} > {factor:g}x the {_size(exclusive)} of constants it "
+                 "replaces")
+    return (f"{what}; left to compute at run time: onnxruntime folds it when it creates a "
+            "session (at its basic level and above), else it runs on every call; "
+            f"--allow-growth stores it (+{_size(size - exclusive)})")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes} B" if nbytes < 2**20 else f"{nbytes / 2**20:.1f} MiB"
 
 
 _KEPT_QUANTIZED = Reason(DeclineKind.QDQ_POLICY, "quantized weights stay quantized (--fold-qdq)")

@@ -60,11 +60,14 @@ def test_explain_groups_reasons_and_names_nodes(explained):
     assert "growth: 1 node(s)" in lines
     assert "qdq policy: 1 node(s)" in lines
     growth = lines.index("growth: 1 node(s)")
-    assert lines[growth + 1].startswith("  Transpose tied_T: growth: result 1179648 B")
-    assert "its source stays in use" in lines[growth + 1]
+    assert lines[growth + 1].startswith("  Transpose tied_T: growth: a 1.1 MiB copy of a "
+                                        "constant; its source stays in use")
+    # what leaving it costs, and the flag that trades the size for the speed
+    assert "else it runs on every call; --allow-growth stores it (+1.1 MiB)" in \
+        lines[growth + 1]
     qdq = lines.index("qdq policy: 1 node(s)")
     assert lines[qdq + 1].startswith("  DequantizeLinear dq_w: qdq policy")
-    assert "not folded   2 (growth: 1, qdq policy: 1)" in proc.stdout
+    assert "not folded   2 (growth: 1, qdq policy: 1; --explain says why)" in proc.stdout
 
 
 def test_json_report_carries_declined_nodes(explained):
