@@ -21,6 +21,7 @@ defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; fol
 
 _HOMES = {
     "CompareResult": "check.comparison", "compare": "check.comparison",
+    "LatencyResult": "check.latency", "measure_latency": "check.latency",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
     "FoldOptions": "fold.options", "FoldStats": "pipeline.results",
     "load_model": "io", "save_model": "io",
@@ -35,6 +36,7 @@ __all__ = [
     "FoldOptions",
     "FoldStats",
     "InputError",
+    "LatencyResult",
     "OnnxfoldError",
     "OptimizeResult",
     "OutputError",
@@ -43,6 +45,7 @@ __all__ = [
     "__version__",
     "compare",
     "load_model",
+    "measure_latency",
     "optimize",
     "save_model",
     "simplify",
@@ -53,6 +56,7 @@ __all__ = [
 if TYPE_CHECKING:
     from onnxfold.app.simplify import simplify
     from onnxfold.check.comparison import CompareResult, compare
+    from onnxfold.check.latency import LatencyResult, measure_latency
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
     from onnxfold.fold.options import FoldOptions
     from onnxfold.io import load_model, save_model

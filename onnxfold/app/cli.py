@@ -201,16 +201,51 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
         report.output = info.path
         report.external_data = info.data_path
         report.output_bytes = info.bytes_written
+    latency = None
+    if args.latency:
+        with phases.phase("latency"):
+            latency = _measure_latency(args, result, checking, phases)
+        report.latency = latency.to_dict()
     if not args.quiet:  # the table and summary, then the check's verdict last
-        print(report.summary())
+        print(report.summary(verbose=args.verbose))
+        if latency is not None:
+            print(latency.summary())
         if check is not None:
             print(check.summary())
+        else:
+            print(CHECK_HINT)
         if args.output is None:
             print(DRY_RUN_LINE)
     if args.explain:
         print(report.explain())
     _write_reports(args, report)
     return 0
+
+
+CHECK_HINT = ("check        not run: --check 3 runs the output beside the original in "
+              "onnxruntime and re-derives every folded tensor (docs/check.md)")
+
+
+def _measure_latency(args: argparse.Namespace, result: OptimizeResult, checking: dict | None,
+                     phases: Phases):
+    """``--latency N``: the original and the output (as written, or in memory for a dry run)
+    timed in onnxruntime (``onnxfold.check.latency``)."""
+    from onnxfold.check.latency import measure_latency
+
+    optimized = args.output if args.output is not None else _in_memory(result, args)
+    options = checking if checking is not None else _compare_options(args)
+    return measure_latency(args.input, optimized, args.latency, threads=args.latency_threads,
+                           dims=options["dims"], int_ranges=options["int_ranges"],
+                           custom_op_libraries=options["custom_op_libraries"],
+                           progress=phases.detail)
+
+
+def _in_memory(result: OptimizeResult, args: argparse.Namespace):
+    """The folded model as a proto, for a dry run's check or latency (2 GiB at most)."""
+    if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
+        raise InputError(f"{args.input}: without -o the folded model is compared in memory, "
+                         "and it is over protobuf's 2 GiB limit; give -o OUT to write it")
+    return result.to_proto()
 
 
 def _check_failed(args: argparse.Namespace, report: Report, check: CompareResult | None,
@@ -279,10 +314,7 @@ def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking:
     from onnxfold.check.comparison import compare
     from onnxfold.fold.recipes import RECIPES_KEY
 
-    if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
-        raise InputError(f"{args.input}: --check without -o compares in memory, and the folded "
-                         "model is over protobuf's 2 GiB limit; give -o OUT to check and write")
-    check = compare(args.input, result.to_proto(), n=args.check, progress=phases.detail,
+    check = compare(args.input, _in_memory(result, args), n=args.check, progress=phases.detail,
                     recipes=result.model.meta.get(RECIPES_KEY), **checking)
     check.model_b = "(folded, not written)"
     return check
@@ -305,7 +337,8 @@ def _mib_of(done: int, total: int) -> str:
 
 # command-line settings the JSON report's ``options`` records besides the fold options
 _REPORTED_ARGS = ("check", "inputs", "seed", "rtol", "atol", "dim", "int_range", "external_data",
-                  "skip_check", "no_verify", "ort_level", "no_fold_verification")
+                  "skip_check", "no_verify", "ort_level", "no_fold_verification", "latency",
+                  "latency_threads")
 
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -553,6 +586,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
                    help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also say how the run went: fold counts, the buffer pool, each "
+                        "phase's time, the rewrites")
+    p.add_argument("--latency", type=COUNT, default=0, metavar="N",
+                   help="time session creation and inference of the original and the output "
+                        "in onnxruntime (median of N interleaved runs, at its default level and "
+                        "with optimizations off); sizes and dynamic dims too")
+    p.add_argument("--latency-threads", type=POSITIVE, default=1, metavar="T",
+                   help="onnxruntime's intra-op threads for --latency (default 1)")
     p.add_argument("--explain", action="store_true",
                    help="say why each constant-foldable node that was left alone was not folded")
     p.add_argument("--no-verify", action="store_true",

@@ -41,7 +41,8 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
         "path": os.fspath(path),
         "ir_version": model.ir_version,
         "opsets": {d or "ai.onnx": v for d, v in model.opset_imports.items()},
-        "nodes": counts.nodes,
+        "nodes": counts.nodes,  # Constant nodes not counted (as everywhere in reports)
+        "constant_nodes": counts.constants,
         "initializers": counts.initializers,
         "initializer_bytes": counts.initializer_bytes,
         "foldable_nodes": sum(foldable.values()),
@@ -53,7 +54,8 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
     info["blocked_by_module"] = group_leftovers(model, [], info["dynamic_shape_nodes"])
     opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
     lines = [f"{info['path']}: IR {model.ir_version}, opsets {opsets}",
-             f"nodes {counts.nodes}, initializers {counts.initializers} "
+             f"nodes {counts.nodes} (and {counts.constants} Constant nodes, not counted), "
+             f"initializers {counts.initializers} "
              f"({counts.initializer_bytes / 2**20:.1f} MiB)",
              f"constant-foldable nodes: {info['foldable_nodes']}"]
     lines += [f"  {op:24} {n}" for op, n in foldable.most_common()]

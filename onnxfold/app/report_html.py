@@ -238,18 +238,21 @@ def render_html(report: Report) -> str:
                       ", ".join(g["examples"])) for g in report.folded_regions],
                     {1, 2, 3}, "folded") if report.folded_regions else \
         '<p class="muted">no folded initializers</p>'
-    stayed = _table(["module", "instances", "nodes", "ops", "why"],
+    stayed = _table(["module", "instances", "nodes", "ops", "why they stayed",
+                     "rewrites declined there (nodes not counted)"],
                     [(g["module"], g["instances"], g["nodes"],
                       ", ".join(f"{op} x{n}" for op, n in g["ops"].items()),
-                      "; ".join(g["reasons"])) for g in report.leftovers],
+                      "; ".join(g["reasons"]), "; ".join(g.get("rewrites_declined", [])))
+                     for g in report.leftovers],
                     {1, 2}, "stayed") if report.leftovers else \
         '<p class="muted">every constant-foldable node was folded</p>'
     vers = ", ".join(f"{name} {v}" for name, v in versions().items() if v)
     title = report.input or "model"
     cards = "".join([
         _card("nodes", f"{report.nodes_before} \u2192 {report.nodes_after}",
-              f"{report.folded_nodes} folded"),
-        _card("initializers", f"{_mib(report.initializer_bytes_before)} \u2192 "
+              f"{report.folded_nodes} folded; Constant nodes not counted "
+              f"({report.constant_nodes_before} \u2192 {report.constant_nodes_after})"),
+        _card("weights", f"{_mib(report.initializer_bytes_before)} \u2192 "
               f"{_mib(report.initializer_bytes_after)}", f"{report.new_initializers} new"),
         _card("time", f"{sum(report.phases.values()) or report.seconds:.2f} s",
               f"{report.rounds} round{'s' if report.rounds != 1 else ''}"),
@@ -272,6 +275,7 @@ def render_html(report: Report) -> str:
 <main>
 <div class="cards">{cards}</div>
 <section><h2>Nodes per op, before and after</h2>
+<p class="muted">Constant nodes are not counted here or anywhere in the report.</p>
 <div class="row"><div>{_op_chart(report)}</div><div>{op_table}</div></div></section>
 <section><h2>Initializer bytes</h2>
 {_pair_chart("initializer bytes", report.initializer_bytes_before,
@@ -279,12 +283,43 @@ def render_html(report: Report) -> str:
 <section><h2>What folded, by module</h2>{folded}</section>
 <section><h2>What stayed, and why, by module</h2>{stayed}</section>
 <section><h2>Check</h2>{_check_section(report.check)}</section>
+<section><h2>Latency and size</h2>{_latency_section(report.latency)}</section>
 <section><h2>Time per phase</h2>{_phase_chart(report.phases)}</section>
-<section><h2>Options</h2><pre><code>{esc(options)}</code></pre></section>
+<section><details><summary><h2 style="display:inline">Options</h2></summary>
+<pre><code>{esc(options)}</code></pre></details></section>
 </main>
 <script>{SORT_JS}</script>
 </body></html>
 """
+
+
+def _latency_section(latency: dict | None) -> str:
+    """``--latency``: how it was measured, then session creation and inference per level."""
+    if latency is None:
+        return '<p class="muted">not measured (<code>--latency N</code> times the original ' \
+               "and the output in onnxruntime)</p>"
+    threads = latency["threads"]
+    how = (f'onnxruntime CPU, {threads} thread{"s" if threads != 1 else ""}, default session '
+           f'options; median of {latency["runs"]} '
+           + ("interleaved runs" if latency["interleaved"] else
+              "runs, one model after the other (both did not fit in memory at once)")
+           + "; feeds " + ", ".join(latency["feeds"]))
+    rows = [(t["level"], _ms(t["run_ms"][0]), _ms(t["run_ms"][1]), f'{t["run_ratio"]:.2f}x',
+             _ms(t["create_ms"][0]), _ms(t["create_ms"][1]), f'{t["create_ratio"]:.2f}x')
+            for t in latency["timings"]]
+    a, b = latency["file_bytes"]
+    dims = ", ".join(latency["dynamic_dims"][0]) or "none"
+    return (f'<p class="muted">{esc(how)}</p>' + _table(
+        ["onnxruntime level", "run ms before", "run ms after", "ratio",
+         "session ms before", "session ms after", "ratio"], rows, {1, 2, 3, 4, 5, 6},
+        "latency") + f"<p>on disk {esc(_mib(a))} \u2192 {esc(_mib(b))}; dynamic dims of the "
+        f"original: {esc(dims)}; of the output: "
+        f'{esc(", ".join(latency["dynamic_dims"][1]) or "none")}</p>')
+
+
+def _ms(value: float) -> str:
+    """Milliseconds: three significant digits, whole ones from 100 on."""
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
 
 
 def _number(value: float | None) -> str:

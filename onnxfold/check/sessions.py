@@ -57,9 +57,10 @@ def ort_message(e: Exception) -> str:
 
 
 def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
-                 level: str = DEFAULT_LEVEL, prepacking: bool = True):
+                 level: str = DEFAULT_LEVEL, prepacking: bool = True, threads: int | None = None):
     """A CPU session over ``model`` at onnxruntime's optimization ``level`` (:data:`LEVELS`);
-    ``prepacking=False`` saves the prepacked copies of weights where memory is tight."""
+    ``prepacking=False`` saves the prepacked copies of weights where memory is tight;
+    ``threads``: intra-op threads (one inter-op thread), else onnxruntime's default."""
     import onnxruntime as ort
 
     if level not in LEVELS:
@@ -74,6 +75,8 @@ def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
     options.log_severity_level = 4  # failures are raised (and reported) as one line each
     if not prepacking:
         options.add_session_config_entry("session.disable_prepacking", "1")
+    if threads is not None:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
         os.fspath(model)
     try:

@@ -269,7 +269,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         pristine = snapshot.clone
     settings = run_settings(options, model.meta.get(UNKNOWN_OPS_KEY, ()))
     before = model_counts(model)
-    settled(before.nodes)
+    settled(before.nodes + before.constants)
     skipped: dict[str, str] = {}
     newest = onnx.defs.onnx_opset_version()
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))

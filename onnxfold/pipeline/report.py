@@ -18,25 +18,31 @@ from onnxfold.pipeline.results import FoldStats
 
 # The version of the JSON report's layout (docs/report-json.md, report.schema.json): raised
 # when a key is removed or changes meaning; new keys may appear without a new version.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LEFTOVER_LINES = 5  # module groups the summary names (--explain and --json give all)
 
 
 @dataclass
 class ModelCounts:
-    nodes: int
+    nodes: int  # every node but Constant nodes (their values are data, not computation)
+    constants: int  # Constant nodes of the default domain
     initializers: int
     initializer_bytes: int
-    ops: dict[str, int]
+    ops: dict[str, int]  # nodes per op type, Constant nodes not counted
 
 
 def model_counts(model: ir.Model) -> ModelCounts:
-    """Node and initializer counts over the main graph and all subgraphs."""
-    nodes = 0
+    """Node and initializer counts over the main graph and all subgraphs. Constant nodes are
+    counted apart: every count onnxfold reports leaves them out (as the README's tables do),
+    and says so."""
+    nodes = constants = 0
     ops: Counter = Counter()
     inits = init_bytes = 0
     for graph in all_graphs(model):
         for node in graph:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                constants += 1
+                continue
             nodes += 1
             ops[node.op_type] += 1
         for value in graph.initializers.values():
@@ -44,7 +50,7 @@ def model_counts(model: ir.Model) -> ModelCounts:
             tensor = value.const_value
             if tensor is not None and tensor.dtype != ir.DataType.STRING:
                 init_bytes += tensor.nbytes
-    return ModelCounts(nodes, inits, init_bytes, dict(ops))
+    return ModelCounts(nodes, constants, inits, init_bytes, dict(ops))
 
 
 def _mib(n: int) -> str:
@@ -91,6 +97,9 @@ class Report:
     options: dict[str, Any] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in run order
     check: dict[str, Any] | None = None  # check_dict of the --check comparison
+    constant_nodes_before: int = 0  # Constant nodes, not counted in nodes_before/after
+    constant_nodes_after: int = 0
+    latency: dict[str, Any] | None = None  # --latency: LatencyResult.to_dict()
 
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
@@ -112,7 +121,8 @@ class Report:
             rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])),
             pattern_hits=dict(stats.pattern_hits), patterns_rejected=dict(stats.rejected_patterns),
             cleanup_hits=dict(stats.cleanup_hits), skipped_steps=list(stats.skipped_steps),
-            ops_before=dict(before.ops), ops_after=dict(after.ops))
+            ops_before=dict(before.ops), ops_after=dict(after.ops),
+            constant_nodes_before=before.constants, constant_nodes_after=after.constants)
 
     def __repr__(self) -> str:
         return (f"Report(nodes {self.nodes_before} -> {self.nodes_after}, initializers "
@@ -167,32 +177,47 @@ class Report:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
-    def summary(self, table: bool = True) -> str:
-        """What ``onnxfold optimize`` prints: the per-op table (``table``), then totals,
-        sizes, time and what stayed."""
-        lines = [
-            f"nodes        {self.nodes_before} -> {self.nodes_after}  "
-            f"(folded {self.folded_nodes}: {self.folded_native} native, "
-            f"{self.folded_fallback} via onnxruntime in {self.fallback_sessions} sessions)",
-            f"initializers {_mib(self.initializer_bytes_before)} -> "
-            f"{_mib(self.initializer_bytes_after)}  ({self.new_initializers} new)",
-            f"pool peak    {_mib(self.pool_peak_bytes)}" + (
+    def nodes_line(self) -> str:
+        """``nodes 1031 -> 371  (Constant nodes not counted: 378 -> 0)``: the one node count
+        of the summary, the JSON, the HTML and the README."""
+        constants = (f"  (Constant nodes not counted: {self.constant_nodes_before} -> "
+                     f"{self.constant_nodes_after})"
+                     if self.constant_nodes_before or self.constant_nodes_after else "")
+        return f"nodes        {self.nodes_before} -> {self.nodes_after}{constants}"
+
+    def summary(self, table: bool = True, verbose: bool = False) -> str:
+        """What ``onnxfold optimize`` prints: the per-op table (``table``), then what a user
+        decides on (nodes, weights, time, what was not folded and what stayed, where it was
+        written); ``verbose`` adds how the run went (fold counts, pool, phases, rewrites)."""
+        seconds = max(self.seconds, sum(self.phases.values()))
+        lines = [self.nodes_line(),
+                 f"weights      {_mib(self.initializer_bytes_before)} -> "
+                 f"{_mib(self.initializer_bytes_after)}",
+                 f"time         {seconds:.2f} s"]
+        if verbose:
+            lines[1] += f"  ({self.new_initializers} new initializers)"
+            lines[2] += f" ({self.rounds} rounds" + "".join(
+                f", {name} {sec:.2f}" for name, sec in self.phases.items()) + ")"
+            lines.insert(1, f"folded       {self.folded_nodes} nodes: {self.folded_native} "
+                            f"native, {self.folded_fallback} via onnxruntime in "
+                            f"{self.fallback_sessions} sessions")
+            lines.append(f"pool peak    {_mib(self.pool_peak_bytes)}" + (
                 f" (spilled {self.pool_spilled} buffers, {_mib(self.pool_spilled_bytes)}, "
-                "to stay under the memory limit)" if self.pool_spilled else ""),
-            f"time         {max(self.seconds, sum(self.phases.values())):.2f} s "
-            f"({self.rounds} rounds"
-            + "".join(f", {name} {sec:.2f}" for name, sec in self.phases.items()) + ")",
-        ]
+                "to stay under the memory limit)" if self.pool_spilled else ""))
+            rewrites = {**self.pattern_hits, **self.cleanup_hits}
+            if rewrites:
+                lines.append("rewrites     " + ", ".join(f"{k} {v}" for k, v in rewrites.items()))
+        elif self.pool_spilled:
+            lines.append(f"memory       spilled {_mib(self.pool_spilled_bytes)} to disk to stay "
+                         "under the memory limit")
         if self.folded_in_functions:
             lines.insert(1, f"functions    {self.folded_in_functions} folded in local function "
                             f"bodies ({self.function_constants} Constant nodes written)")
-        rewrites = {**self.pattern_hits, **self.cleanup_hits}
-        if rewrites:
-            lines.append("rewrites     " + ", ".join(f"{k} {v}" for k, v in rewrites.items()))
         if self.declined:
             reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.declined.items()))
-            lines.append(f"not folded   {sum(self.declined.values())} ({reasons})")
-        shown = leftover_lines(self.leftovers[:LEFTOVER_LINES])
+            lines.append(f"not folded   {sum(self.declined.values())} ({reasons}; --explain "
+                         "says why)")
+        shown = leftover_lines(self.leftovers[:LEFTOVER_LINES], short=not verbose)
         for i, line in enumerate(shown):
             lines.append(f"{'stayed' if i == 0 else '':13}{line}")
         if len(self.leftovers) > len(shown):

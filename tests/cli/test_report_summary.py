@@ -49,21 +49,25 @@ def test_summary_prints_the_per_op_table_sorted_by_change(checked_run):
     assert ["op", "before", "after", "delta"] in [line.split() for line in
                                                   proc.stdout.splitlines()]
     before, after, delta = rows.pop("total")
-    assert (before, after) == (data["nodes_before"], data["nodes_after"]) == (312, 70)
+    # one node count everywhere: Constant nodes not counted (the table has no Constant row,
+    # the summary says how many there were)
+    assert (before, after) == (data["nodes_before"], data["nodes_after"]) == (222, 70)
+    assert (data["constant_nodes_before"], data["constant_nodes_after"]) == (90, 0)
+    assert "nodes        222 -> 70  (Constant nodes not counted: 90 -> 0)" in proc.stdout
     assert delta == after - before
     assert sum(r[0] for r in rows.values()) == before
     assert sum(r[1] for r in rows.values()) == after
     deltas = [abs(r[2]) for r in rows.values()]
     changed = [d for d in deltas if d]
     assert changed == sorted(changed, reverse=True) and deltas[:len(changed)] == changed
-    assert rows["Constant"] == (90, 0, -90)  # the TorchScript export's Constants all go
-    assert "time " in proc.stdout and "initializers " in proc.stdout
+    assert "Constant" not in rows
+    assert "time " in proc.stdout and "weights " in proc.stdout
 
 
 def test_json_report_validates_against_the_shipped_schema(checked_run):
     _, data = checked_run
     assert validate(data) == []
-    assert data["schema"] == load_schema()["properties"]["schema"]["const"] == 2
+    assert data["schema"] == load_schema()["properties"]["schema"]["const"] == 3
     assert data["versions"]["onnxfold"] == onnxfold.__version__
     assert data["versions"]["onnx"] and data["versions"]["onnxruntime"]
     assert {row["op"]: (row["before"], row["after"]) for row in data["ops"]}["Unsqueeze"] == \
@@ -107,13 +111,13 @@ def test_batch_rows_name_the_ops_that_changed_most(tmp_path):
     header, *rows = proc.stdout.splitlines()
     assert header.rstrip().endswith("most changed ops")
     bert_row = next(r for r in rows if r.startswith(BERT))
-    assert "Constant -90, Unsqueeze -46, Identity -19" in bert_row
+    assert "Unsqueeze -46, Identity -19, Concat -15" in bert_row
 
 
 def test_api_repr_is_short_and_table_is_the_cli_table(checked_run):
     result = onnxfold.optimize(BERT)
     text = repr(result)
-    assert text.startswith("<OptimizeResult nodes 312 -> 70") and len(text) < 160
+    assert text.startswith("<OptimizeResult nodes 222 -> 70") and len(text) < 160
     assert len(repr(result.report)) < 160
     table = result.report.table()
     assert table_rows(table) == table_rows(checked_run[0].stdout)
@@ -160,3 +164,20 @@ def test_report_html_is_refused_for_several_models(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == "onnxfold: error: --report: give one model at a time\n"
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "out").exists()
+
+
+def test_verbose_adds_how_the_run_went_and_the_default_says_what_to_decide_on(tmp_path):
+    """By default: nodes, weights, time, what stayed, where it was written, and a line that
+    suggests --check; internals (fold counts, pool, phases, rewrites) only with -v."""
+    plain = run_cli("optimize", BERT, "-o", str(tmp_path / "a.onnx"))
+    verbose = run_cli("optimize", BERT, "-o", str(tmp_path / "b.onnx"), "-v")
+    assert plain.returncode == verbose.returncode == 0, plain.stderr + verbose.stderr
+    internals = ("folded       132 nodes: 132 native, 0 via onnxruntime in 0 sessions",
+                 "pool peak ", "rewrites     ", "(2 rounds, load ")
+    assert not any(text in plain.stdout for text in internals), plain.stdout
+    assert all(text in verbose.stdout for text in internals), verbose.stdout
+    for out in (plain.stdout, verbose.stdout):
+        assert "nodes        222 -> 70  (Constant nodes not counted: 90 -> 0)" in out
+    assert plain.stdout.splitlines()[-1].startswith("check        not run: --check 3")
+    checked = run_cli("optimize", BERT, "-o", str(tmp_path / "c.onnx"), "--check", "1")
+    assert "check        not run" not in checked.stdout

@@ -68,7 +68,7 @@ def chromium(page, tmp_path, *flags):
 @pytest.fixture(scope="module")
 def bert_page(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("html")
-    text, data = optimize_with_report(BERT, tmp, "--check", "1")
+    text, data = optimize_with_report(BERT, tmp, "--check", "1", "--latency", "2")
     return tmp, text, data
 
 
@@ -89,6 +89,10 @@ def test_the_page_shows_table_chart_regions_check_and_phases(bert_page):
     assert f'<td class="n">{data["nodes_before"]}</td>' in text  # the total row
     assert "m.encoder.layer.*.attention.self" in text  # folded regions, by module
     assert "all outputs within tolerance" in text
+    assert 'id="latency"' in text and data["latency"]["runs"] == 2
+    assert [t["level"] for t in data["latency"]["timings"]] == ["all", "disable"]
+    assert "Constant nodes are not counted" in text
+    assert "<details><summary>" in text  # the options, folded away
     for phase in data["phases"]:
         assert f"{phase} " in text
 

@@ -1,0 +1,101 @@
+"""`optimize --latency N`: session creation and inference of the original and the output in
+onnxruntime, interleaved, at its default level and with optimizations off; sizes and dynamic
+dims; in the summary, --json (against its schema) and the Python API; one model at a time
+where both sessions do not fit under the memory limit."""
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxfold
+from onnxfold.pipeline.report_schema import validate
+from tests.support import memcg
+from tests.support.cli import run_cli
+from tests.support.models import MODELS
+
+BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
+
+
+def weight_transposed(path, rows: int, dynamic: bool = True) -> None:
+    """y = x @ Transpose(W): the Transpose folds; W is ``rows`` x 256 float32."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((rows, 256)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+         helper.make_node("MatMul", ["x", "wt"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n" if dynamic else 2, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n" if dynamic else 2, rows])],
+        [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+
+
+def test_latency_is_in_the_summary_and_the_json(tmp_path):
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    proc = run_cli("optimize", BERT, "-o", str(out), "--latency", "3", "--json", str(report))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("latency      "))
+    assert "1 thread, default session options; median of 3 interleaved runs" in lines[head]
+    assert lines[head + 1].strip().startswith("feeds input_ids int64[1,16]")
+    assert lines[head + 2].strip().startswith("default level (all):")
+    assert lines[head + 3].strip().startswith("optimizations off:")
+    assert lines[head + 4].startswith("size         0.4 MiB -> 0.4 MiB on disk")
+    data = json.loads(report.read_text())
+    assert validate(data) == []
+    latency = data["latency"]
+    assert latency["runs"] == 3 and latency["threads"] == 1 and latency["interleaved"]
+    assert latency["file_bytes"] == [os.path.getsize(BERT), os.path.getsize(out)]
+    for timing in latency["timings"]:
+        assert all(ms > 0 for ms in timing["run_ms"] + timing["create_ms"])
+        assert timing["run_ratio"] == pytest.approx(timing["run_ms"][1] / timing["run_ms"][0])
+    assert data["options"]["latency"] == 3
+
+
+def test_dynamic_dims_kept_and_a_dry_run_times_the_model_in_memory(tmp_path):
+    src = tmp_path / "m.onnx"
+    weight_transposed(src, 64)
+    proc = run_cli("optimize", str(src), "--latency", "2", "--latency-threads", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 threads" in proc.stdout and "dynamic dims kept: n" in proc.stdout
+    assert not (tmp_path / "m.onnx.tmp").exists() and os.listdir(tmp_path) == ["m.onnx"]
+
+
+def test_the_python_api_measures_two_models(tmp_path):
+    src = tmp_path / "m.onnx"
+    weight_transposed(src, 64, dynamic=False)
+    folded = onnxfold.optimize(str(src)).to_proto()
+    result = onnxfold.measure_latency(str(src), folded, runs=2, levels=("disable",))
+    (timing,) = result.timings
+    assert timing.level == "disable" and result.model_b == "model B"
+    assert result.dynamic_dims == ([], []) and result.file_bytes[1] == folded.ByteSize()
+    assert "optimizations off:" in result.summary()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x"])
+def test_bad_latency_threads_are_one_line(tmp_path, value):
+    proc = run_cli("optimize", BERT, "--latency", "1", "--latency-threads", value)
+    assert proc.returncode == 2 and proc.stderr.startswith("onnxfold: error: ")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_in_a_tight_memory_limit_the_models_are_timed_one_after_the_other(tmp_path):
+    """Two sessions over 64 MiB of weights (about 190 MiB each) do not fit in what a 400 MiB
+    cgroup leaves the process; one does: timed one model after the other, never killed."""
+    src = tmp_path / "big.onnx"
+    weight_transposed(src, 65536)
+    group = memcg.create(400 << 20)
+    if isinstance(group, str):
+        pytest.skip(group)
+    try:
+        outcome = group.run(["optimize", str(src), "-o", str(tmp_path / "o.onnx"),
+                             "--latency", "1", "--json", str(tmp_path / "r.json")])
+    finally:
+        group.remove()
+    assert outcome.oom_kills == 0 and outcome.returncode == 0, outcome.stderr
+    assert "one model after the other (both did not fit in memory at once)" in outcome.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["latency"]["interleaved"] is False
