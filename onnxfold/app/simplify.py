@@ -31,7 +31,8 @@ Shapes = Mapping[str, Sequence[int | str]] | Sequence[str] | None
 # the CLI's words in messages, and what a Python caller writes instead
 _API_WORDS = (("--dim NAME=VALUE", "dims={NAME: VALUE}"), ("--dim", "dims"),
               ("--inputs", "inputs"), ("--int-range", "int_ranges"),
-              ("--input-shape", "input_shapes"), ("--custom-op-library", "custom_op_libraries"))
+              ("--input-shape", "input_shapes"), ("--custom-op-library", "custom_op_libraries"),
+              ("--target-opset", "target_opset"))
 
 
 def _api_message(e: InputError) -> InputError:
@@ -63,8 +64,8 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
              inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None,
              int_ranges: Mapping[str, tuple[int, int]] | None = None,
              rtol: float | None = None, atol: float | None = None,
-             custom_op_libraries: Sequence[str | os.PathLike] = ()
-             ) -> tuple[onnx.ModelProto, bool]:
+             custom_op_libraries: Sequence[str | os.PathLike] = (),
+             target_opset: int | None = None) -> tuple[onnx.ModelProto, bool]:
     """``(folded ModelProto, ok)``, like ``onnxsim.simplify``.
 
     ``ok`` is True unless ``check_n`` input sets show an output outside tolerance in
@@ -73,11 +74,14 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
     input shapes before folding, as ``{"input_ids": [1, 128]}`` or ``--input-shape`` strings.
     ``dims`` binds symbolic dims for the check (``{"batch": 2}``); ``inputs`` (a dict or an
     .npz path), ``int_ranges`` and ``custom_op_libraries`` are :func:`onnxfold.compare`'s.
+    ``target_opset``: convert the model to that opset first (``FoldOptions.target_opset``).
     Raises InputError when the model, an argument, or running the check is wrong.
     """
     try:
         specs = as_specs(input_shapes) + as_specs(overwrite_input_shapes)
         options = dataclasses.replace(options or FoldOptions(), input_shapes=specs)
+        if target_opset is not None:
+            options = dataclasses.replace(options, target_opset=target_opset)
         reference = _reference(model, specs) if check_n > 0 else None
         optimized = optimize(model, options, loaded=keep_recipes if check_n > 0 else None)
         folded = optimized.to_proto()

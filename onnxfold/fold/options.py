@@ -12,10 +12,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from onnxfold.analysis.input_shapes import as_specs
-from onnxfold.numbers import argument, parse_bytes, parse_float
+from onnxfold.numbers import argument, parse_bytes, parse_float, parse_int
 
 SIZE = argument(parse_bytes)  # a size flag's argparse type
 NON_NEGATIVE = argument(parse_float, minimum=0.0)  # a factor's or a duration's
+OPSET = argument(parse_int, minimum=1)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,10 @@ class FoldOptions:
         "--input-shape", "fix an input's shape before folding (an int fixes a dim, '?' keeps "
         "the model's); or DIM=VALUE binds a named dim in every input (e.g. batch=1); "
         "repeatable", repeat=True, metavar="NAME:D0,D1,.."))
+    target_opset: int | None = _opt(None, Flag(
+        "--target-opset", "convert the model to this opset of the default domain first, with "
+        "onnx's version converter (e.g. 17 for an older onnxruntime); one line where it cannot",
+        type=OPSET, metavar="N"))
     inline_functions: bool = _opt(False, Flag(
         "--inline-functions", "inline the model's local functions first, so that the "
         "constants in their bodies fold with the rest", switch=True))

@@ -50,6 +50,7 @@ from onnxfold.ir.edits import NAMES_KEY
 from onnxfold.ir.graph import node_label
 from onnxfold.pipeline.collector import long_lived, settled
 from onnxfold.pipeline.leftovers import folded_regions, group_leftovers
+from onnxfold.pipeline.opset_conversion import convert_opset
 from onnxfold.pipeline.passes import (
     Cleanups,
     FixInputShapes,
@@ -264,6 +265,13 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))
+    if options.target_opset is not None:  # before anything reads the graph
+        target, label = options.target_opset, path or "model"
+        _restore(model, convert_opset(model, target, label))
+        light = None  # the reader's proto is of the unconverted model
+        if pristine is not None:
+            unconverted = pristine
+            pristine = lambda: convert_opset(unconverted(), target, label)  # noqa: E731
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone

@@ -1,0 +1,43 @@
+"""`--target-opset` on real exports from several opsets (TorchScript 17, dynamo 20, a
+static-QDQ model, models shipped in wheels at opsets 14 and 15): converted up or down, folded,
+and run in onnxruntime against the original by ``compare`` at two input sets."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch", reason="the exports tier needs torch (pip install .[exports])")
+pytest.importorskip("transformers",
+                    reason="the exports tier needs transformers (pip install .[exports])")
+
+import onnx
+
+import onnxfold
+from tests.support import export_matrix
+from tools import wild_corpus
+
+CASES = [("bert_torchscript", 21), ("llama_kv_torchscript", 18), ("llama_kv_dynamo", 23),
+         ("whisper_decoder_kv_dynamo", 21), ("bert_static_qdq", 19)]
+WILD = [("ppocrv5_rec", 17), ("silero_vad_16k_op15", 18)]
+
+
+def _converted_matches(source, target, tmp_path):
+    out = tmp_path / "converted.onnx"
+    onnxfold.optimize(str(source), target_opset=target).save(out)
+    assert {o.domain: o.version for o in onnx.load(str(out), load_external_data=False)
+            .opset_import}[""] == target
+    result = onnxfold.compare(str(source), str(out), n=2)
+    assert result.ok, result.summary()
+
+
+@pytest.mark.parametrize(("name", "target"), CASES)
+def test_exports_convert_and_compute_the_same(name, target, tmp_path):
+    _converted_matches(export_matrix.build(name), target, tmp_path)
+
+
+@pytest.mark.parametrize(("name", "target"), WILD)
+def test_wheel_shipped_models_convert_and_compute_the_same(name, target, tmp_path):
+    path = wild_corpus.default_cache() / "models" / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{name} is not fetched (python -m tools.wild_corpus fetch)")
+    _converted_matches(path, target, tmp_path)
