@@ -128,6 +128,24 @@ def _bert(torch: Any, half: bool) -> tuple[Any, dict[str, Any], dict[str, Any] |
     return model, inputs, dims
 
 
+def _distilbert(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """DistilBERT-base (transformers' default config): ids and mask, static (1, 128)."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, m: Any) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          return_dict=False)[0]
+
+    inputs = {"input_ids": torch.randint(0, 1000, (1, SEQ)),
+              "attention_mask": torch.ones(1, SEQ, dtype=torch.int64)}
+    return Hidden(DistilBertModel(DistilBertConfig())), inputs, None
+
+
 def _logits_of(torch: Any) -> Any:
     """A torch module class that returns only a language model's logits (no cache, no dict):
     one output for the exporters, the same for every model built here."""
@@ -290,7 +308,8 @@ def _llama(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
 
 
 # name -> (what it is, exporter "ts" (TorchScript, opset 17, do_constant_folding=False; the
-# factory's dynamic dims as named dynamic_axes), "dynamo" (optimize=False) or "dynamo-optimized"
+# factory's dynamic dims as named dynamic_axes), "ts-folded" (the same with the exporter's
+# constant folding: what users quantize), "dynamo" (optimize=False) or "dynamo-optimized"
 # (the exporter's own optimize=True), the factory)
 EXPORTS: dict[str, tuple[str, str, Any]] = {
     "bert_base_ts": ("BERT-base, TorchScript exporter, static (1, 128)", "ts",
@@ -313,6 +332,23 @@ EXPORTS: dict[str, tuple[str, str, Any]] = {
                         _resnet),
     "llama_L32_dynamo": ("Llama, 32 layers, hidden 64, GQA, dynamo, dynamic batch/seq", "dynamo",
                          _llama),
+    "bert_base_ts_folded": ("BERT-base, TorchScript with its constant folding, static (1, 128)",
+                            "ts-folded", lambda torch: _bert(torch, half=False)),
+    "distilbert_ts_folded": ("DistilBERT-base, TorchScript with its constant folding, static "
+                             "(1, 128)", "ts-folded", _distilbert),
+    "resnet50_ts_folded": ("ResNet-50, TorchScript with its constant folding, dynamic batch and "
+                           "image size", "ts-folded", _resnet),
+}
+
+# name -> (what it is, the export it quantizes, "static" (quantize_static, QDQ format, int8
+# weights, uint8 activations, calibrated on 4 sets of random inputs shaped as the export's
+# example) or "dynamic" (quantize_dynamic, int8 weights)): as onnxruntime.quantization's users
+# ship them
+QUANTIZED: dict[str, tuple[str, str, str]] = {
+    "bert_base_qdq": ("BERT-base, quantize_static QDQ", "bert_base_ts_folded", "static"),
+    "distilbert_qdq": ("DistilBERT-base, quantize_static QDQ", "distilbert_ts_folded", "static"),
+    "resnet50_qdq": ("ResNet-50, quantize_static QDQ", "resnet50_ts_folded", "static"),
+    "bert_base_qdyn": ("BERT-base, quantize_dynamic", "bert_base_ts_folded", "dynamic"),
 }
 
 
@@ -330,10 +366,11 @@ def export(name: str, work: str | Path) -> Path:
     tmp = path.with_suffix(".onnx.tmp")
     args = tuple(inputs.values())
     with torch.no_grad():
-        if exporter == "ts":
+        if exporter in ("ts", "ts-folded"):
             axes = {name: {axis: dim.__name__ for axis, dim in by_axis.items()}
                     for name, by_axis in (dims or {}).items()}
-            torch.onnx.export(model, args, str(tmp), dynamo=False, do_constant_folding=False,
+            torch.onnx.export(model, args, str(tmp), dynamo=False,
+                              do_constant_folding=exporter == "ts-folded",
                               input_names=list(inputs), opset_version=17,
                               dynamic_axes=axes or None)
         else:
@@ -354,6 +391,51 @@ def export(name: str, work: str | Path) -> Path:
     return path
 
 
+def quantize(name: str, work: str | Path) -> Path:
+    """WORK/NAME.onnx: the export ``QUANTIZED[name]`` names (built first unless it is in WORK),
+    quantized by onnxruntime.quantization; its example inputs beside it."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    _, source_name, how = QUANTIZED[name]
+    source = build_cached(source_name, Path(work))
+    example = dict(np.load(source.with_suffix(".inputs.npz")))
+    path = Path(work) / f"{name}.onnx"
+    tmp = path.with_name(f"{name}.tmp.onnx")
+
+    class Random(CalibrationDataReader):
+        """4 input sets shaped as the example: floats normal, integers in its range."""
+
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.sets = iter([{k: (rng.standard_normal(v.shape).astype(v.dtype)
+                                   if v.dtype.kind == "f" else
+                                   rng.integers(v.min(), v.max() + 1, v.shape, dtype=v.dtype))
+                               for k, v in example.items()} for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.sets, None)
+
+    cwd = os.getcwd()
+    os.chdir(work)  # onnxruntime.quantization leaves its scratch files in the working directory
+    try:
+        if how == "static":
+            quantize_static(str(source), str(tmp), Random(), quant_format=QuantFormat.QDQ,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        else:
+            quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
+    finally:
+        os.chdir(cwd)
+    np.savez(Path(work) / f"{name}.inputs.npz", **example)
+    os.replace(tmp, path)
+    return path
+
+
 # The graphs the benchmarks build by name (``python -m bench.builders NAME DIR``).
 GRAPHS: dict[str, Callable[[], ModelProto]] = {
     "deep_12k": lambda: deep_graph(2000),
@@ -364,7 +446,8 @@ GRAPHS: dict[str, Callable[[], ModelProto]] = {
 
 
 def build_cached(name: str, work: Path) -> Path:
-    """WORK/NAME.onnx (a graph of ``GRAPHS`` or an export of ``EXPORTS``), made now unless it
+    """WORK/NAME.onnx (a graph of ``GRAPHS``, an export of ``EXPORTS`` or a quantized model of
+    ``QUANTIZED``), made now unless it
     is there. Run it in a child: building a model raises the process's peak RSS, which Linux
     carries into the children a benchmark measures, and exports import torch."""
     path = work / f"{name}.onnx"
@@ -378,7 +461,7 @@ def build_cached(name: str, work: Path) -> Path:
     if path.exists() and path.with_suffix(".inputs.npz").exists():
         return path
     work.mkdir(parents=True, exist_ok=True)
-    return export(name, work)
+    return quantize(name, work) if name in QUANTIZED else export(name, work)
 
 
 if __name__ == "__main__":  # python -m bench.builders NAME DIR: one model, in this process

@@ -12,6 +12,8 @@
 ``done_when``  issue 24's node table: onnxfold and the four peers on the exports its "Done when"
                names, each output checked in onnxruntime at two bindings (``done_when.py``;
                writes ``bench/results/done_when_24.md``)
+``latency``    deployed latency, original against output, in onnxruntime on float32, float16,
+               static-QDQ and dynamically quantized exports (``latency.py``)
 =============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
@@ -28,11 +30,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import ab, done_when, floor, limits, peers
+from bench import ab, done_when, floor, latency, limits, peers
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main,
-    "done_when": done_when.main}
+    "done_when": done_when.main, "latency": latency.main}
 
 
 def main(argv: list[str] | None = None) -> int:
