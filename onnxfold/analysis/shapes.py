@@ -333,8 +333,9 @@ def _inferred_types(model: ir.Model, light: onnx.ModelProto) -> dict[str, onnx.T
 
 
 def _merge(infos: dict[str, onnx.TypeProto], values: Iterable[ir.Value]) -> int:
-    """Merge the inferred ``infos`` into ``values``: a type where there was none, a static
-    shape where it was not static; how many values changed."""
+    """Merge the inferred ``infos`` into ``values``: a type where there was none, a shape
+    where there was none, and each static dim inference found where the shape had a dynamic
+    one; how many values changed."""
     changed = 0
     for value in values:
         if value.type is not None and value.shape is not None and value.shape.is_static():
@@ -346,8 +347,29 @@ def _merge(infos: dict[str, onnx.TypeProto], values: Iterable[ir.Value]) -> int:
             value.type = ir.TensorType(ir.DataType(info.tensor_type.elem_type))
             changed += 1
         shape = _shape_of(info)
-        if shape is not None and (value.shape is None or (
-                not value.shape.is_static() and shape.is_static())):
-            value.shape = shape
+        merged = shape if value.shape is None else _more_static(value.shape, shape)
+        if merged is not None:
+            value.shape = merged
             changed += 1
     return changed
+
+
+def _more_static(declared: ir.Shape, inferred: ir.Shape | None) -> ir.Shape | None:
+    """``declared`` with the dims ``inferred`` makes static (a TopK's ``[unk__59, unk__60]``
+    inferred ``[unk__19, 2]`` is ``[unk__59, 2]``: its dynamic dims keep their names); None
+    when it makes none static, or the two disagree (another rank, another static dim)."""
+    if inferred is None or len(inferred) != len(declared):
+        return None
+    dims: list[int | ir.SymbolicDim] = []
+    gained = False
+    for mine, found in zip(declared, inferred):
+        if isinstance(mine, int):
+            if isinstance(found, int) and found != mine:
+                return None
+            dims.append(mine)
+        elif isinstance(found, int):
+            dims.append(found)
+            gained = True
+        else:
+            dims.append(mine)
+    return ir.Shape(dims) if gained else None

@@ -239,3 +239,28 @@ def test_reshape_copy_of_another_inputs_dim_with_the_same_name(tmp_path):
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     # wrong if the target copied x's N: the output is (3, 4), not (2, 6)
     assert_same_bits(model, folded, {"x": x, "w": np.ones(3, np.float32)})
+
+
+def test_a_dim_inference_makes_static_joins_a_declared_dynamic_shape(tmp_path):
+    # TorchScript declares a router's TopK outputs [unk__59, unk__60]; inference finds
+    # [N, 2]. The 2 alone makes Shape(indices)[-1:] a constant, so the Reshape's target is
+    # [-1, 2, 1] (a whole static shape was needed before: the chain stayed)
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1),
+             helper.make_node("Shape", ["i"], ["s"]),
+             helper.make_node("Slice", ["s", "m1", "big"], ["last"]),
+             helper.make_node("Concat", ["m1", "last", "one"], ["tgt"], axis=0),
+             helper.make_node("Reshape", ["v", "tgt"], ["y"])]
+    proto = make_model(
+        nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=[None, None, None])],
+        [tensor("k", np.array([2])), tensor("m1", np.array([-1])),
+         tensor("big", np.array([2**63 - 1])), tensor("one", np.array([1]))])
+    proto.graph.value_info.extend([vinfo("v", shape=["unk__59", "unk__60"]),
+                                   vinfo("i", TensorProto.INT64, ["unk__61", "unk__62"])])
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["TopK", "Reshape"]
+    assert [d.dim_param or d.dim_value for d in
+            next(v for v in folded.graph.value_info if v.name == "i").type.tensor_type.shape.dim
+            ] == ["unk__61", 2]  # the dynamic dim keeps its declared name
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        assert_same_bits(proto, out, {"x": x})
