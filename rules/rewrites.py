@@ -5,8 +5,9 @@
   never materialized. The same for ``Tile`` with scalar-like operands, and ``ConstantOfShape``
   becomes ``Expand`` of its scalar when elementwise ops follow.
 - ``If`` with a constant condition is replaced by the branch it takes.
-- Consecutive Transposes merge; Reshape of Reshape keeps the last; no-op Cast/Reshape/Expand/Pad
-  disappear.
+- Consecutive Transposes merge; a Reshape of a Reshape, Squeeze, Unsqueeze or Flatten keeps the
+  Reshape; a Squeeze or Unsqueeze of a Reshape to a constant shape is one Reshape; no-op
+  Cast/Reshape/Expand/Pad disappear.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .op_groups import BROADCASTING, POINTWISE_UNARY
 
 ELEMENTWISE = POINTWISE_UNARY + BROADCASTING
 EXPANDING = ("Expand", "Tile")
+RESHAPING = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")  # move no element
 
 
 def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -220,22 +222,106 @@ def merge_transposes(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: i
     ctx.remove_if_unused(first)
 
 
+def _squeezed_axes(ctx: RewriteContext, node: ir.Node) -> list[int] | None:
+    """The axes a Squeeze or Unsqueeze names (input 1 from opset 13 on, else the attribute),
+    as given; None where they are not constant (or not given: a Squeeze of every 1)."""
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        axes = ctx.array(node.inputs[1])
+        if axes is None or axes.dtype.kind not in "iu" or axes.ndim > 1:
+            return None
+        return [int(a) for a in axes.reshape(-1)]
+    given = node.attributes.get_ints("axes", None)
+    return None if given is None else list(given)
+
+
+def _keeps_its_elements(ctx: RewriteContext, first: ir.Node, x: ir.Value) -> bool:
+    """Whether ``first`` (Reshape, Squeeze, Unsqueeze, Flatten) gives ``x``'s elements in
+    their order whenever it runs, and runs wherever a Reshape of ``x`` to the same count does:
+    a Squeeze only of axes provably 1 (else it fails where the merged Reshape would not)."""
+    if first.op_type != "Squeeze":
+        return True
+    axes = _squeezed_axes(ctx, first)
+    if axes is None:
+        return len(first.inputs) < 2 or first.inputs[1] is None  # every 1 squeezed: no failure
+    rank = len(x.shape) if x.shape is not None else None
+    return rank is not None and all(-rank <= a < rank and ctx.dim(x, a % rank) == 1
+                                    for a in axes)
+
+
 def _copies_no_dims(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
                     target: ir.Value) -> bool | Reject:
     shape = ctx.array(target)
     if shape is None:
         return Reject("target shape not constant")
-    if (shape == 0).any():
+    if (shape == 0).any() and not second.attributes.get_int("allowzero", 0):
         return Reject("target shape copies dimensions (0 entries)")
+    if not _keeps_its_elements(ctx, first, x):
+        return Reject("a Squeeze of an axis not provably 1")
     return True
 
 
-@pattern(P("Reshape", P("Reshape", Var("x"), ..., name="first"), Var("target"), ...,
+@pattern(P("Reshape", P(RESHAPING, Var("x"), ..., name="first"), Var("target"), ...,
            name="second"), check=_copies_no_dims)
 def merge_reshapes(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
                    target: ir.Value) -> None:
-    """Reshape(Reshape(x, s1), s2) -> Reshape(x, s2) when s2 has no 0 (copy) entries."""
+    """Reshape(f(x), s) -> Reshape(x, s) for f a Reshape, Squeeze, Unsqueeze or Flatten (none
+    moves an element) when s has no 0 (copy) entries: the torch exporters' ``Reshape(Squeeze(
+    Shape(x)[0:1]), [-1])`` is then ``Shape(x)[0:1]`` (``drop_noop``)."""
     second.replace_input_with(0, x)
+    ctx.remove_if_unused(first)
+
+
+def _reshaped_again(ctx: RewriteContext, first: ir.Node, second: ir.Node,
+                    target: ir.Value) -> list[int] | Reject:
+    """The constant target of one Reshape doing ``second`` (Squeeze or Unsqueeze) after
+    ``first`` (a Reshape to ``target``)."""
+    shape = ctx.array(target)
+    if shape is None or shape.dtype.kind not in "iu" or shape.ndim != 1:
+        return Reject("target shape not constant")
+    before = [int(d) for d in shape]
+    axes = _squeezed_axes(ctx, second)
+    if second.op_type == "Unsqueeze":
+        rank = len(before) + len(axes or ())
+        at = sorted({a % rank for a in axes or () if -rank <= a < rank})
+        if axes is None or len(at) != len(axes):
+            return Reject("axes not constant, repeated or out of range")
+        rest = iter(enumerate(before))
+        places = [(None, 1) if i in at else next(rest) for i in range(rank)]
+    else:
+        if axes is None:
+            return Reject("a Squeeze of every 1 (which a -1 may be)")
+        rank = len(before)
+        at = sorted({a % rank for a in axes if -rank <= a < rank})
+        if len(at) != len(axes) or any(before[a] != 1 for a in at):
+            return Reject("a squeezed axis not 1 in the target")
+        places = [(i, d) for i, d in enumerate(before) if i not in at]
+    allowzero = first.attributes.get_int("allowzero", 0)
+    if not allowzero and any(d == 0 and i != j for j, (i, d) in enumerate(places)):
+        return Reject("a 0 (copy) entry would copy another dim")
+    return [d for _, d in places]
+
+
+def _merged_target(ctx: RewriteContext, x: ir.Value, target: ir.Value, first: ir.Node,
+                   second: ir.Node) -> bool | Reject:
+    found = _reshaped_again(ctx, first, second, target)
+    return found if isinstance(found, Reject) else True
+
+
+@pattern(P(("Unsqueeze", "Squeeze"), P("Reshape", Var("x"), Var("target"), name="first",
+                                       single_use=True), ..., name="second"),
+         check=_merged_target)
+def reshape_then_unsqueeze(ctx: RewriteContext, x: ir.Value, target: ir.Value,
+                           first: ir.Node, second: ir.Node) -> None:
+    """Unsqueeze(Reshape(x, [-1, 32]), [1]) -> Reshape(x, [-1, 1, 32]); Squeeze(Reshape(x,
+    [-1, 1, 32]), [1]) -> Reshape(x, [-1, 32]): a Squeeze or Unsqueeze moves no element, so
+    one Reshape to the final shape does both (a 0 entry only where it copies the same dim)."""
+    found = _reshaped_again(ctx, first, second, target)
+    assert isinstance(found, list)
+    out = second.outputs[0]
+    ctx.replace_node(second, ctx.add_node(
+        "Reshape", [x, ctx.constant_value(np.asarray(found, np.int64), "shape")], second,
+        attributes=[a for a in first.attributes.values() if a.name == "allowzero"],
+        dtype=out.dtype, shape=out.shape, base=out.name))
     ctx.remove_if_unused(first)
 
 

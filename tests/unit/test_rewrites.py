@@ -471,3 +471,91 @@ def test_cast_like_of_a_constant_to_string(tmp_path):
                        ir_version=9)
     folded, _, _ = fold_proto(model, tmp_path)
     assert_same_bits(model, folded, {"l": np.array(["a"], dtype=object)})
+
+
+# -- merge_reshapes of Squeeze/Unsqueeze/Flatten, reshape_then_unsqueeze --------------------------
+
+def _batch_feeds(shape, sizes=(1, 3)):
+    return [{"x": np.random.default_rng(n).standard_normal((n, *shape)).astype(np.float32)}
+            for n in sizes]
+
+
+def test_a_squeezed_dim_reshaped_back_to_one_element_is_the_dim(tmp_path):
+    # the dynamo exporter's batch: Reshape(Squeeze(Shape(x)[0:1]), [-1]) is Shape(x)[0:1]
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+             helper.make_node("Squeeze", ["s"], ["b"]),
+             helper.make_node("Reshape", ["b", "m1"], ["b1"]),
+             helper.make_node("Concat", ["b1", "ones"], ["tgt"], axis=0),
+             helper.make_node("Expand", ["token", "tgt"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 3, "H", "W"])],
+                       [vinfo("y", shape=["N", 1, 4])],
+                       [tensor("m1", np.array([-1])), tensor("ones", np.array([1, 1])),
+                        tensor("token", np.arange(4, dtype=np.float32).reshape(1, 1, 4))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Shape", "Concat", "Expand"]
+    assert report.pattern_hits == {"merge_reshapes": 1, "drop_noop": 1}
+    for n, h in ((1, 5), (3, 2)):
+        assert_same_bits(proto, out, {"x": np.ones((n, 3, h, 7), np.float32)})
+
+
+@pytest.mark.parametrize("first", [
+    helper.make_node("Unsqueeze", ["x", "a1"], ["r1"]),
+    helper.make_node("Flatten", ["x"], ["r1"], axis=2),
+    helper.make_node("Squeeze", ["x", "a1"], ["r1"])])
+def test_merge_reshapes_after_an_op_that_moves_no_element(tmp_path, first):
+    nodes = [first, helper.make_node("Reshape", ["r1", "s2"], ["r2"]),
+             helper.make_node("Relu", ["r2"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 1, 4])], [vinfo("y", shape=[None, 2])],
+                       [tensor("a1", np.array([1])), tensor("s2", np.array([-1, 2]))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Reshape", "Relu"] and report.pattern_hits == {"merge_reshapes": 1}
+    for feeds in _batch_feeds((1, 4)):
+        assert_same_bits(proto, out, feeds)
+
+
+def test_merge_reshapes_keeps_a_squeeze_that_may_fail(tmp_path):
+    # Squeeze(x[N, 4], [0]) fails unless N is 1; Reshape(x, [-1, 2]) would not
+    nodes = [helper.make_node("Squeeze", ["x", "a0"], ["r1"]),
+             helper.make_node("Reshape", ["r1", "t"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 4])], [vinfo("y", shape=[2, 2])],
+                       [tensor("a0", np.array([0])), tensor("t", np.array([-1, 2]))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Squeeze", "Reshape"]
+    assert report.patterns_rejected == {
+        "merge_reshapes: a Squeeze of an axis not provably 1": 1}
+    assert_same_bits(proto, out, _batch_feeds((4,), sizes=(1,))[0])
+
+
+@pytest.mark.parametrize(("target", "op", "axes", "merged"), [
+    ([-1, 32], "Unsqueeze", [1], [-1, 1, 32]),  # a MoE router's tokens, one per expert slot
+    ([-1, 32], "Unsqueeze", [-1], [-1, 32, 1]),
+    ([0, -1], "Unsqueeze", [2, 3], [0, -1, 1, 1]),  # the 0 still copies axis 0
+    ([-1, 1, 32], "Squeeze", [1], [-1, 32]),
+    ([0, 1, -1], "Squeeze", [-2], [0, -1])])
+def test_reshape_then_unsqueeze_is_one_reshape(tmp_path, target, op, axes, merged):
+    nodes = [helper.make_node("Reshape", ["x", "t"], ["r"]),
+             helper.make_node(op, ["r", "axes"], ["u"]), helper.make_node("Neg", ["u"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", "S", 32])], [vinfo("y", shape=[None] * len(merged))],
+                       [tensor("t", np.array(target)), tensor("axes", np.array(axes))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Reshape", "Neg"]
+    assert list(inits(folded)[node(folded, "Reshape").input[1]]) == merged
+    assert report.pattern_hits == {"reshape_then_unsqueeze": 1}
+    for n, s in ((1, 5), (3, 2)):
+        x = np.random.default_rng(n).standard_normal((n, s, 32)).astype(np.float32)
+        assert_same_bits(proto, out, {"x": x})
+
+
+@pytest.mark.parametrize(("target", "op", "axes", "why"), [
+    ([0, -1], "Unsqueeze", [0], "a 0 (copy) entry would copy another dim"),
+    ([-1, 32], "Squeeze", [0], "a squeezed axis not 1 in the target")])  # -1 is N
+def test_reshape_then_unsqueeze_declines(tmp_path, target, op, axes, why):
+    nodes = [helper.make_node("Reshape", ["x", "t"], ["r"]),
+             helper.make_node(op, ["r", "axes"], ["u"]), helper.make_node("Neg", ["u"], ["y"])]
+    rank = len(target) + (len(axes) if op == "Unsqueeze" else -len(axes))
+    proto = make_model(nodes, [vinfo("x", shape=["N", 1, 32])], [vinfo("y", shape=[None] * rank)],
+                       [tensor("t", np.array(target)), tensor("axes", np.array(axes))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Reshape", op, "Neg"]
+    assert report.patterns_rejected == {f"reshape_then_unsqueeze: {why}": 1}
+    assert_same_bits(proto, out, {"x": np.ones((1, 1, 32), np.float32)})
