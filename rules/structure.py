@@ -9,6 +9,8 @@
   ``x / 1``, ``x and True``, ``x or False``, ``Where`` with a constant condition, one-input
   ``Concat``/``Sum``/``Max``/``Min``, each only where the result has exactly ``x``'s dtype and
   shape.
+- An input of a ``Concat`` that is empty along its axis for every value of the dynamic dims
+  goes (its other dims provably those of an input that stays).
 - ``Unsqueeze(Unsqueeze(x, a1), a2)`` is one ``Unsqueeze``.
 """
 
@@ -366,6 +368,53 @@ def drop_neutral_element(ctx: RewriteContext, node: ir.Node) -> None:
     assert x is not None
     ctx.replace_output(node.outputs[0], x)
     ctx.graph.remove(node, safe=True)
+
+
+# --- Concat of empty inputs ------------------------------------------------------------------
+
+def _empty_inputs(ctx: RewriteContext, node: ir.Node) -> list[int] | Reject:
+    """The positions of the Concat inputs that are statically empty along its axis and whose
+    other dims are provably those of an input that stays (so that, without them, the Concat
+    still fails wherever it failed)."""
+    ins = [v for v in node.inputs if v is not None]
+    out = node.outputs[0]
+    rank = len(out.shape) if out.shape is not None else None
+    if rank is None or len(ins) != len(node.inputs) or \
+            any(v.shape is None or len(v.shape) != rank for v in ins):
+        return Reject("ranks not known")
+    axis = node.attributes.get_int("axis", 0)
+    if not -rank <= axis < rank:
+        return Reject("axis out of range")
+    axis %= rank
+    empty = [i for i, v in enumerate(ins) if ctx.dim(v, axis) == 0]
+    kept = [v for i, v in enumerate(ins) if i not in empty]
+    if not empty or not kept:
+        return []
+    if any(ctx.dim(ins[i], a) != ctx.dim(kept[0], a) for i in empty
+           for a in range(rank) if a != axis):
+        return Reject("an empty input's other dims are not provably the others'")
+    return empty
+
+
+def _has_empty_inputs(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
+    if len(node.outputs) != 1 or all(ctx.is_constant(v) for v in node.inputs):
+        return False  # constants fold anyway
+    found = _empty_inputs(ctx, node)
+    return found if isinstance(found, Reject) else bool(found)
+
+
+@pattern(P("Concat", name="node"), check=_has_empty_inputs)
+def concat_without_empty_inputs(ctx: RewriteContext, node: ir.Node) -> None:
+    """Concat(x, Slice(t, 8, end) of an axis 8 long, axis) -> Concat(x): an input empty
+    along the axis adds nothing (Phi-3's rotary half of an empty slice); a Concat of one
+    input then goes (``drop_neutral_element``)."""
+    empty = _empty_inputs(ctx, node)
+    assert isinstance(empty, list)
+    out = node.outputs[0]
+    kept = [v for i, v in enumerate(node.inputs) if i not in empty]
+    ctx.replace_node(node, ctx.add_node("Concat", kept, node,
+                                        attributes=node.attributes.values(), dtype=out.dtype,
+                                        shape=out.shape, base=out.name))
 
 
 # --- Unsqueeze of Unsqueeze -----------------------------------------------------------------
