@@ -535,7 +535,8 @@ def test_merge_reshapes_keeps_a_squeeze_that_may_fail(tmp_path):
 def test_reshape_then_unsqueeze_is_one_reshape(tmp_path, target, op, axes, merged):
     nodes = [helper.make_node("Reshape", ["x", "t"], ["r"]),
              helper.make_node(op, ["r", "axes"], ["u"]), helper.make_node("Neg", ["u"], ["y"])]
-    proto = make_model(nodes, [vinfo("x", shape=["N", "S", 32])], [vinfo("y", shape=[None] * len(merged))],
+    proto = make_model(nodes, [vinfo("x", shape=["N", "S", 32])],
+                       [vinfo("y", shape=[None] * len(merged))],
                        [tensor("t", np.array(target)), tensor("axes", np.array(axes))])
     folded, report, out = fold_proto(proto, tmp_path)
     assert ops(folded) == ["Reshape", "Neg"]
