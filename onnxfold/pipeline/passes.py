@@ -49,6 +49,9 @@ class RoundState:
     news: bool = True  # shapes changed in a way that can fold more (always true at first)
     rewritten: bool = False
     new_constants: frozenset[ir.Value] = frozenset()
+    # the initializers before the round's rewrite: what it adds (a Reshape's target written
+    # as a constant) is new to shape inference as much as what the fold adds
+    constants_before: frozenset[ir.Value] | None = None
 
 
 class FixInputShapes(InPlacePass):
@@ -106,6 +109,7 @@ class Rewrite(InPlacePass):
         self.rejected_at: dict[ir.Node, str] = {}
 
     def call(self, model: ir.Model) -> RewriteResult:
+        self.state.constants_before = frozenset(_initializers(model))
         done = rewrite(model, self.catalogue, None, self.options.inputs_are_constant,
                        strict=self.options.strict, rejected_at=self.rejected_at,
                        settings=self.settings, resume=self.resume)
@@ -137,11 +141,14 @@ class Fold(InPlacePass):
     def call(self, model: ir.Model) -> FoldResult:
         if not (self.state.news or self.state.rewritten):
             return FoldResult(model, False)  # the last round saw everything this one would
-        constants = _initializers(model)
+        constants = self.state.constants_before
+        if constants is None:
+            constants = frozenset(_initializers(model))
         counts = contained("fold", self.options.strict, lambda: fold_model(
             model, self.options, catalogue=self.catalogue, pool=self.pool, growth=self.growth,
             progress=self.progress))
         self.state.new_constants = frozenset(_initializers(model) - constants)
+        self.state.constants_before = None
         return FoldResult(model, counts.folded > 0, counts)
 
     def ensures(self, model: ir.Model) -> None:
@@ -229,10 +236,11 @@ class Prune(InPlacePass):
 
 
 class RefineShapes(InPlacePass):
-    """Infer shapes again when the fold's new constants can make a shape known.
+    """Infer shapes again when the round's new constants can make a shape known.
 
-    Inference last ran before the fold; what it did not know then are the values of the
-    constants the fold created. Only a node reading one of them, with an output whose shape is
+    Inference last ran before the round; what it did not know then are the values of the
+    constants the rewrite (a Reshape's target written as a constant) and the fold created.
+    Only a node reading one of them, with an output whose shape is
     not yet static, can get a better shape (and pass it on downstream); and better shapes only
     enable folds through a Shape/Size node still in the graph.
     """

@@ -1,7 +1,8 @@
-"""Shapes inferred again after a fold (``RefineShapes``): a constant the fold created makes a
-shape known that a Shape node waits for, and the next round folds it. Without subgraphs only
-what the waiting Shape/Size nodes depend on is inferred again (``infer_shapes_upstream``),
-which must give those values what inferring the whole model gives them."""
+"""Shapes inferred again after a fold (``RefineShapes``): a constant the fold (or the round's
+rewrite) created makes a shape known that a Shape node waits for, and the next round folds it.
+Without subgraphs only what the waiting Shape/Size nodes depend on is inferred again
+(``infer_shapes_upstream``), which must give those values what inferring the whole model gives
+them."""
 
 from __future__ import annotations
 
@@ -80,3 +81,34 @@ def test_nothing_is_inferred_again_without_a_new_constant_upstream():
     unrelated = ir.Value(name="elsewhere")
     assert infer_shapes_upstream(model, [r], new={unrelated}) == 0
     assert r.shape is None
+
+
+def test_a_shape_a_rewritten_reshape_target_makes_known_folds_in_the_next_round(tmp_path):
+    # ddddocr's LSTM input: Reshape(x, [N, 1, C*W]) of dims read from x's Shape; at opset 12
+    # onnx's data propagation does not multiply, so the Reshape's shape is unknown until the
+    # rewrite writes its target [0, 1, 512]: a constant inference must see, although the fold
+    # made none, so that Shape(r)[2] folds
+    nodes = [h.make_node("Shape", ["x"], ["s"]),
+             h.make_node("Gather", ["s", "i0"], ["n"]), h.make_node("Gather", ["s", "i1"], ["c"]),
+             h.make_node("Gather", ["s", "i2"], ["d"]), h.make_node("Gather", ["s", "i3"], ["w"]),
+             h.make_node("Mul", ["d", "w"], ["dw"]),
+             h.make_node("Unsqueeze", ["n"], ["n1"], axes=[0]),
+             h.make_node("Unsqueeze", ["c"], ["c1"], axes=[0]),
+             h.make_node("Unsqueeze", ["dw"], ["dw1"], axes=[0]),
+             h.make_node("Concat", ["n1", "c1", "dw1"], ["target"], axis=0),
+             h.make_node("Reshape", ["x", "target"], ["r"]),
+             h.make_node("Shape", ["r"], ["rs"]),
+             h.make_node("Gather", ["rs", "i2"], ["width"]),
+             h.make_node("Cast", ["width"], ["wf"], to=TensorProto.FLOAT),
+             h.make_node("Mul", ["r", "wf"], ["y"])]
+    weights = [nh.from_array(np.array(i, np.int64), f"i{i}") for i in range(4)]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               ["N", 1, 64, 8])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 512])],
+                         weights)
+    original = h.make_model(graph, opset_imports=[h.make_opsetid("", 12)])
+    folded, _, _ = fold_proto(original, tmp_path)
+    assert [n.op_type for n in folded.graph.node] == ["Reshape", "Mul"]
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 1, 64, 8)).astype(np.float32)
+        assert_same_bits(original, folded, {"x": x})
