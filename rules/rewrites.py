@@ -5,9 +5,9 @@
   never materialized. The same for ``Tile`` with scalar-like operands, and ``ConstantOfShape``
   becomes ``Expand`` of its scalar when elementwise ops follow.
 - ``If`` with a constant condition is replaced by the branch it takes.
-- Consecutive Transposes merge; a Reshape of a Reshape, Squeeze, Unsqueeze or Flatten keeps the
-  Reshape; a Squeeze or Unsqueeze of a Reshape to a constant shape is one Reshape; no-op
-  Cast/Reshape/Expand/Pad disappear.
+- Consecutive Transposes merge; a Reshape of a Reshape, Squeeze, Unsqueeze, Flatten or a
+  Transpose of size-1 axes keeps the Reshape; a Squeeze or Unsqueeze of a Reshape to a
+  constant shape is one Reshape; no-op Cast/Reshape/Expand/Pad disappear.
 """
 
 from __future__ import annotations
@@ -234,40 +234,76 @@ def _squeezed_axes(ctx: RewriteContext, node: ir.Node) -> list[int] | None:
     return None if given is None else list(given)
 
 
-def _keeps_its_elements(ctx: RewriteContext, first: ir.Node, x: ir.Value) -> bool:
-    """Whether ``first`` (Reshape, Squeeze, Unsqueeze, Flatten) gives ``x``'s elements in
-    their order whenever it runs, and runs wherever a Reshape of ``x`` to the same count does:
-    a Squeeze only of axes provably 1 (else it fails where the merged Reshape would not)."""
-    if first.op_type != "Squeeze":
-        return True
-    axes = _squeezed_axes(ctx, first)
-    if axes is None:
-        return len(first.inputs) < 2 or first.inputs[1] is None  # every 1 squeezed: no failure
+def _moves_elements(ctx: RewriteContext, first: ir.Node, x: ir.Value) -> Reject | None:
+    """Why ``first`` (Reshape, Squeeze, Unsqueeze, Flatten, Transpose) may not give ``x``'s
+    elements in their order whenever it runs, or run wherever a Reshape of ``x`` to the same
+    count does; None if it does: a Squeeze only of axes provably 1 (else it fails where the
+    merged Reshape would not), a Transpose only of axes provably 1 past the others."""
     rank = len(x.shape) if x.shape is not None else None
-    return rank is not None and all(-rank <= a < rank and ctx.dim(x, a % rank) == 1
-                                    for a in axes)
-
-
-def _copies_no_dims(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
-                    target: ir.Value) -> bool | Reject:
-    shape = ctx.array(target)
-    if shape is None:
-        return Reject("target shape not constant")
-    if (shape == 0).any() and not second.attributes.get_int("allowzero", 0):
-        return Reject("target shape copies dimensions (0 entries)")
-    if not _keeps_its_elements(ctx, first, x):
+    if first.op_type == "Transpose":
+        perm = first.attributes.get_ints("perm", None)
+        order = list(perm) if perm is not None else \
+            list(range(rank))[::-1] if rank is not None else None
+        if rank is None or order is None or sorted(order) != list(range(rank)):
+            return Reject("a Transpose of an unknown rank")
+        moved = [p for p in order if ctx.dim(x, p) != 1]
+        return None if moved == sorted(moved) else \
+            Reject("a Transpose of axes not provably 1")
+    if first.op_type != "Squeeze":
+        return None
+    axes = _squeezed_axes(ctx, first)
+    if axes is None:  # every 1 squeezed: no failure
+        return None if len(first.inputs) < 2 or first.inputs[1] is None else \
+            Reject("Squeeze axes not constant")
+    if rank is None or not all(-rank <= a < rank and ctx.dim(x, a % rank) == 1 for a in axes):
         return Reject("a Squeeze of an axis not provably 1")
-    return True
+    return None
 
 
-@pattern(P("Reshape", P(RESHAPING, Var("x"), ..., name="first"), Var("target"), ...,
-           name="second"), check=_copies_no_dims)
+def _target_reading_x(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
+                   target: ir.Value) -> np.ndarray | Reject:
+    """The target of ``second`` reading ``x`` itself: a 0 (copy) entry where ``first``'s
+    output has a static dim there is that dim, and stays a 0 only where that dim is provably
+    ``x``'s own."""
+    shape = ctx.array(target)
+    if shape is None or shape.dtype.kind not in "iu" or shape.ndim != 1:
+        return Reject("target shape not constant")
+    moves = _moves_elements(ctx, first, x)
+    if moves is not None:
+        return moves
+    if second.attributes.get_int("allowzero", 0) or not (shape == 0).any():
+        return shape
+    merged = shape.copy()
+    for i in np.flatnonzero(shape == 0).tolist():
+        copied = ctx.dim(first.outputs[0], i)
+        if isinstance(copied, int) and copied > 0:
+            merged[i] = copied
+        elif copied is None or copied != ctx.dim(x, i):
+            return Reject("target shape copies dimensions (0 entries)")
+    return merged
+
+
+def _mergeable(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
+               target: ir.Value) -> bool | Reject:
+    found = _target_reading_x(ctx, x, first, second, target)
+    return found if isinstance(found, Reject) else True
+
+
+@pattern(P("Reshape", P((*RESHAPING, "Transpose"), Var("x"), ..., name="first"),
+           Var("target"), ..., name="second"), check=_mergeable)
 def merge_reshapes(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
                    target: ir.Value) -> None:
-    """Reshape(f(x), s) -> Reshape(x, s) for f a Reshape, Squeeze, Unsqueeze or Flatten (none
-    moves an element) when s has no 0 (copy) entries: the torch exporters' ``Reshape(Squeeze(
-    Shape(x)[0:1]), [-1])`` is then ``Shape(x)[0:1]`` (``drop_noop``)."""
+    """Reshape(f(x), s) -> Reshape(x, s) for f a Reshape, Squeeze, Unsqueeze, Flatten or a
+    Transpose of axes of size 1 (none moves an element): the torch exporters'
+    ``Reshape(Squeeze(Shape(x)[0:1]), [-1])`` is then ``Shape(x)[0:1]`` (``drop_noop``); a
+    GRU's ``Reshape(Transpose([S, 2, 1, H], [0, 2, 1, 3]), [0, 0, -1])`` is ``Reshape(x,
+    [0, 1, -1])``."""
+    merged = _target_reading_x(ctx, x, first, second, target)
+    assert isinstance(merged, np.ndarray)
     second.replace_input_with(0, x)
+    shape = ctx.array(target)
+    if shape is not None and not np.array_equal(merged, shape):
+        second.replace_input_with(1, ctx.constant_value(merged.astype(shape.dtype), "shape"))
     ctx.remove_if_unused(first)
 
 

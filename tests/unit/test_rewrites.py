@@ -228,7 +228,7 @@ def test_merge_reshapes_on_a_dynamic_value(tmp_path):
     assert_same(proto, out, {"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 10})
 
 
-def test_merge_reshapes_keeps_a_target_that_copies_dimensions(tmp_path):
+def test_merge_reshapes_writes_a_copied_static_dim(tmp_path):
     nodes = [helper.make_node("Reshape", ["x", "s1"], ["r1"]),
              helper.make_node("Reshape", ["r1", "s2"], ["r2"]),
              helper.make_node("Relu", ["r2"], ["y"])]
@@ -236,10 +236,26 @@ def test_merge_reshapes_keeps_a_target_that_copies_dimensions(tmp_path):
                        [tensor("s1", np.array([6, 2, 2], np.int64)),
                         tensor("s2", np.array([0, -1], np.int64))])
     folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Reshape", "Relu"]
+    assert list(inits(folded)[node(folded, "Reshape").input[1]]) == [6, -1]
+    assert report.pattern_hits == {"merge_reshapes": 1}
+    assert_same(proto, out, {"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4)})
+
+
+def test_merge_reshapes_keeps_a_target_that_copies_dimensions(tmp_path):
+    # the 0 copies 3 * N, not x's N
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["r1"]),
+             helper.make_node("Reshape", ["r1", "s2"], ["r2"]),
+             helper.make_node("Relu", ["r2"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 3, 4])], [vinfo("y", shape=[None, 4])],
+                       [tensor("s1", np.array([-1, 2, 2], np.int64)),
+                        tensor("s2", np.array([0, -1], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
     assert ops(folded) == ["Reshape", "Reshape", "Relu"]
     assert report.patterns_rejected == {
         "merge_reshapes: target shape copies dimensions (0 entries)": 1}
-    assert_same(proto, out, {"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4)})
+    for n in (1, 2):
+        assert_same(proto, out, {"x": np.arange(n * 12, dtype=np.float32).reshape(n, 3, 4)})
 
 
 def test_drop_noop_cast_reshape_expand_pad(tmp_path):
@@ -560,3 +576,38 @@ def test_reshape_then_unsqueeze_declines(tmp_path, target, op, axes, why):
     assert ops(folded) == ["Reshape", op, "Neg"]
     assert report.patterns_rejected == {f"reshape_then_unsqueeze: {why}": 1}
     assert_same_bits(proto, out, {"x": np.ones((1, 1, 32), np.float32)})
+
+
+@pytest.mark.parametrize(("perm", "target", "merged"), [
+    ([0, 2, 1, 3], [0, 0, -1], [0, 1, -1]),  # a bidirectional LSTM's [S, 2, 1, H] -> [S, 1, 2H]
+    ([2, 0, 1, 3], [-1, 16], [-1, 16]),  # the 1 moved to the front
+    ([0, 1, 3, 2], [0, 0, -1], [0, 2, -1])])  # the 1 moved to the end, a static 2 copied
+def test_a_transpose_of_size_one_axes_merges_into_the_reshape(tmp_path, perm, target, merged):
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+             helper.make_node("Reshape", ["t", "s"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["S", 2, 1, 8])],
+                       [vinfo("y", shape=[None] * len(target))],
+                       [tensor("s", np.array(target, np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Reshape", "Neg"]
+    assert list(inits(folded)[node(folded, "Reshape").input[1]]) == merged
+    assert report.pattern_hits == {"merge_reshapes": 1}
+    for s in (1, 3):
+        x = np.random.default_rng(s).standard_normal((s, 2, 1, 8)).astype(np.float32)
+        assert_same_bits(proto, out, {"x": x})
+
+
+@pytest.mark.parametrize("shape", [["S", 2, "M", 8], ["S", 2, 3, 8]])
+def test_a_transpose_of_other_axes_stays_before_the_reshape(tmp_path, shape):
+    # M may be 3 at run time: the transpose then moves elements
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["t", "s"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=shape)], [vinfo("y", shape=[None, None])],
+                       [tensor("s", np.array([-1, 16], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Transpose", "Reshape", "Neg"]
+    assert report.patterns_rejected == {"merge_reshapes: a Transpose of axes not provably 1": 1}
+    for m in (1, 3):
+        dims = [2, 2, m if shape[2] == "M" else 3, 8]
+        x = np.random.default_rng(m).standard_normal(dims).astype(np.float32)
+        assert_same_bits(proto, out, {"x": x})
