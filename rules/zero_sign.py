@@ -6,11 +6,18 @@ zeros compare equal (IEEE 754), so the difference matters only where an op gives
 of three kinds:
 
 - *absorbs*: the op's results are the same bits for either zero (``Exp``, comparisons,
-  ``Abs``, ``Add`` of a constant without zeros, ``Pow``'s exponent...);
+  ``Abs``, ``Add`` of a constant without zeros, ``Pow``'s exponent, the quantizers to
+  integers...);
 - *passes on*: its results may differ, but only in the sign of a zero (``Mul``, ``MatMul``,
   reshapes, ``Tanh``, ``Div``'s numerator...), so its results are asked the same question;
 - anything else (``Div``'s divisor, ``Reciprocal``, ``Pow``'s base under a non-positive
   exponent, subgraphs, other domains, unknown ops) *observes* it.
+
+The quantizers, as onnxruntime computes them: ``QuantizeLinear`` to an integer type rounds
+``x / scale`` and adds the zero point, and either zero rounds to the zero point (to a float8
+type -0.0 stays -0.0: it observes); ``DynamicQuantizeLinear`` also takes the range of its input
+with 0 in it (``min(min(x), 0)``, ``max(max(x), 0)``, the scale 1 where they are equal), so
+neither its scale nor its zero point sees a zero's sign.
 
 An output of the model's graph observes nothing: its consumer compares numbers, and the zeros
 are equal. An output of a subgraph observes: it goes on to the enclosing graph (an ``If``'s
@@ -32,7 +39,8 @@ _DATA_TYPES = frozenset(int(t) for t in ir.DataType)
 ABSORBS: dict[str, int] = dict.fromkeys(
     ("Exp", "Cos", "Cosh", "Sigmoid", "Softmax", "Softplus", "Abs", "Log", "Shape", "Size",
      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "ArgMax",
-     "ArgMin", "NonZero", "ReduceL1", "ReduceL2", "ReduceSumSquare", "EyeLike"), ANY) | {"Pow": 1}
+     "ArgMin", "NonZero", "ReduceL1", "ReduceL2", "ReduceSumSquare", "EyeLike",
+     "DynamicQuantizeLinear"), ANY) | {"Pow": 1}
 
 PASSES_ON: dict[str, tuple[int, ...] | int] = dict.fromkeys(
     ("Add", "Sub", "Mul", "Neg", "Sqrt", "Tanh", "Sin", "Tan", "Asin", "Atan", "Sinh",
@@ -57,6 +65,19 @@ def _positive(ctx: RewriteContext, value: ir.Value | None) -> bool:
     return array is not None and array.size > 0 and bool((array > 0).all())
 
 
+def _to_integers(node: ir.Node) -> bool:
+    """Whether a QuantizeLinear gives integers: its output's type, else its zero point's,
+    else its ``output_dtype``, else uint8."""
+    out = node.outputs[0].dtype if node.outputs else None
+    zero_point = node.inputs[2] if len(node.inputs) > 2 else None
+    if out is None and zero_point is not None:
+        out = zero_point.dtype
+    if out is None:
+        given = node.attributes.get_int("output_dtype", 0) or int(ir.DataType.UINT8)
+        out = ir.DataType(given) if given in _DATA_TYPES else None
+    return out is not None and out.is_integer()
+
+
 def _listed(table: dict, op: str, index: int) -> bool:
     where = table.get(op)
     return where is not None and (where == ANY or index == where or
@@ -76,6 +97,8 @@ def _kind(ctx: RewriteContext, node: ir.Node, index: int) -> str:
         if to is None or to == ir.DataType.STRING or to not in _DATA_TYPES:
             return "observes"  # a string says "-0" or "0"; an unknown type, who knows
         return "passes" if ir.DataType(to).is_floating_point() else "absorbs"
+    if op == "QuantizeLinear":
+        return "absorbs" if index == 0 and _to_integers(node) else "observes"
     if _listed(ABSORBS, op, index):
         return "absorbs"
     if op == "Pow" and not _positive(ctx, node.inputs[1] if len(node.inputs) > 1 else None):

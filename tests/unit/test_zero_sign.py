@@ -197,7 +197,7 @@ def test_an_absorbing_op_gives_the_same_bits_for_either_zero(op, dtype):
         feeds = list(arrays)
         feeds[index] = np.where(arrays[index] == 0, dtype(sign), arrays[index]).astype(dtype)
         try:
-            results.append(_one_node(op, feeds, attrs, 1))
+            results.append(_one_node(op, feeds, attrs, 3 if op == "DynamicQuantizeLinear" else 1))
         except Exception as e:
             pytest.skip(f"{op} {np.dtype(dtype)}: {str(e).splitlines()[0][:80]}")
     for a, b in zip(*results, strict=True):
@@ -213,3 +213,77 @@ def test_an_unknown_cast_type_after_a_zero_add_keeps_the_add(tmp_path):
                        [tensor("z", np.zeros(3, np.float32))])
     result = optimize(model_from_proto(proto), FoldOptions(strict=True))
     assert [n.op_type for n in result.model.graph] == ["Add", "Cast"]
+
+
+def _flipped(x):
+    """``x`` with every zero +0.0 (what ``x + 0.0`` gives)."""
+    return np.where(x == 0, np.zeros_like(x), x)
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 64, 1000, 100003])  # 100003: min/max in threads
+def test_dynamic_quantize_linear_gives_the_same_bits_for_either_zero(size):
+    """All three outputs, for inputs all zeros of mixed signs (the range is [0, 0]: scale 1),
+    zeros beside one number, and zeros among many."""
+    rng = np.random.default_rng(size)
+    for case in range(12):
+        x = np.where(rng.random(size) < 0.5, -0.0, 0.0).astype(np.float32)
+        if case % 3 == 1:
+            x[rng.integers(0, size)] = rng.standard_normal()
+        elif case % 3 == 2:
+            x = np.where(rng.random(size) < 0.5, rng.standard_normal(size), x).astype(np.float32)
+        got = _one_node("DynamicQuantizeLinear", [x], {}, 3)
+        want = _one_node("DynamicQuantizeLinear", [_flipped(x)], {}, 3)
+        for a, b in zip(got, want, strict=True):
+            assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("elem", [TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT16,
+                                  TensorProto.INT16])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_linear_to_integers_gives_the_same_bits_for_either_zero(elem, per_axis):
+    rng = np.random.default_rng(elem)
+    scale = np.array([0.05, 0.3, 1e-3] if per_axis else 0.05, np.float32)
+    zero_point = np.full(scale.shape, 3, helper.tensor_dtype_to_np_dtype(elem))
+    for size in (1, 5, 1000):
+        x = rng.standard_normal((size, 3)).astype(np.float32)
+        x[rng.random((size, 3)) < 0.4] = -0.0
+        got = _one_node("QuantizeLinear", [x, scale, zero_point], {"axis": 1}, 1)
+        want = _one_node("QuantizeLinear", [_flipped(x), scale, zero_point], {"axis": 1}, 1)
+        assert got[0].tobytes() == want[0].tobytes()
+
+
+def _quantized_model(quantizer, bias, zero_point_type=TensorProto.UINT8):
+    """x + bias -> a quantizer -> its outputs (a float8 one: the Cast of it to float)."""
+    nodes = [helper.make_node("Add", ["x", "bias"], ["a"])]
+    inits = [tensor("bias", bias)]
+    if quantizer == "DynamicQuantizeLinear":
+        nodes.append(helper.make_node("DynamicQuantizeLinear", ["a"], ["q", "s", "z"]))
+        outs = [vinfo("q", TensorProto.UINT8, ["N", 3]), vinfo("s", shape=[]),
+                vinfo("z", TensorProto.UINT8, [])]
+    else:
+        zero = np.zeros((), helper.tensor_dtype_to_np_dtype(zero_point_type))
+        inits += [tensor("scale", np.float32(0.05)),
+                  helper.make_tensor("zp", zero_point_type, [], [0])]
+        nodes.append(helper.make_node("QuantizeLinear", ["a", "scale", "zp"], ["q"]))
+        outs = [vinfo("q", zero_point_type, ["N", 3])]
+        if zero.dtype.kind not in "iu":
+            nodes.append(helper.make_node("Cast", ["q"], ["f"], to=TensorProto.FLOAT))
+            nodes.append(helper.make_node("Reciprocal", ["f"], ["r"]))
+            outs = [vinfo("r", shape=["N", 3])]
+    return make_model(nodes, [vinfo("x", shape=["N", 3])], outs, inits, opset=21,
+                      ir_version=10)
+
+
+@pytest.mark.parametrize(("quantizer", "zero_point_type", "gone"), [
+    ("DynamicQuantizeLinear", None, True),
+    ("QuantizeLinear", TensorProto.UINT8, True),
+    ("QuantizeLinear", TensorProto.INT8, True),
+    ("QuantizeLinear", TensorProto.FLOAT8E4M3FN, False)])  # -0.0 stays -0.0 in float8
+def test_a_zero_bias_before_a_quantizer_goes(tmp_path, quantizer, zero_point_type, gone):
+    proto = _quantized_model(quantizer, np.zeros(3, np.float32), zero_point_type)
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert ("Add" not in [n.op_type for n in folded.graph.node]) == gone
+    for n in (1, 4):
+        feeds = _feeds(n)
+        for want, got in zip(run_ort(proto, feeds), run_ort(out, feeds), strict=True):
+            assert want.tobytes() == got.tobytes()
