@@ -13,6 +13,14 @@ of three kinds:
 - anything else (``Div``'s divisor, ``Reciprocal``, ``Pow``'s base under a non-positive
   exponent, subgraphs, other domains, unknown ops) *observes* it.
 
+A ``Resize`` (or ``Upsample``) passes its data's signs on: every output element is one input
+element (``nearest``) or a sum of input elements times weights computed from the coordinates
+alone (``linear``, ``cubic``, with ``antialias`` and ``exclude_outside`` too), or the
+``extrapolation_value``. ``+``, ``-`` and ``*`` by a number give the same result for two
+operands equal but for a zero's sign, but for that result's own sign when it is zero, so the
+outputs differ at most in the signs of zeros. Its other inputs (``roi``, ``scales``,
+``sizes``) place the coordinates: they observe.
+
 The quantizers, as onnxruntime computes them: ``QuantizeLinear`` to an integer type rounds
 ``x / scale`` and adds the zero point, and either zero rounds to the zero point (to a float8
 type -0.0 stays -0.0: it observes); ``DynamicQuantizeLinear`` also takes the range of its input
@@ -53,7 +61,7 @@ PASSES_ON: dict[str, tuple[int, ...] | int] = dict.fromkeys(
      "GatherElements", "GatherND", "DepthToSpace", "SpaceToDepth", "MaxPool", "AveragePool",
      "GlobalMaxPool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
      "ReduceProd", "ReduceLogSumExp", "CumSum", "LogSoftmax", "TopK", "Clip", "Pad"), ANY)
-PASSES_ON.update({"Div": 0, "Where": (1, 2), "Pow": 0, "Cast": 0})
+PASSES_ON.update({"Div": 0, "Where": (1, 2), "Pow": 0, "Cast": 0, "Resize": 0, "Upsample": 0})
 
 def _has_no_zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
     array = ctx.array(value)

@@ -287,3 +287,64 @@ def test_a_zero_bias_before_a_quantizer_goes(tmp_path, quantizer, zero_point_typ
         feeds = _feeds(n)
         for want, got in zip(run_ort(proto, feeds), run_ort(out, feeds), strict=True):
             assert want.tobytes() == got.tobytes()
+
+
+_RESIZES = [  # attributes of a Resize by scales [1, 1, 2, 1.5] (antialias: by 0.6)
+    {"mode": "nearest"}, {"mode": "nearest", "nearest_mode": "ceil"},
+    {"mode": "linear"}, {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+    {"mode": "cubic"}, {"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5},
+    {"mode": "linear", "antialias": 1}, {"mode": "cubic", "antialias": 1},
+    {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+     "extrapolation_value": -0.0}]
+
+
+def _resize_model(attrs, after=()):
+    """x + 0.0 -> Resize -> ``after`` nodes (reading "r", the last one writing "y")."""
+    down = attrs.get("antialias")
+    scales = np.array([1, 1, 0.6, 0.6] if down else [1, 1, 2, 1.5], np.float32)
+    roi = np.array([0, 0, -0.2, 0.1, 1, 1, 1.1, 0.9], np.float32) \
+        if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize" else None
+    nodes = [helper.make_node("Add", ["x", "zero"], ["a"]),
+             helper.make_node("Resize", ["a", "roi" if roi is not None else "", "scales"],
+                              ["r" if after else "y"], **attrs), *after]
+    inits = [tensor("zero", np.zeros((3, 1, 1), np.float32)), tensor("scales", scales)]
+    if roi is not None:
+        inits.append(tensor("roi", roi))
+    return make_model(nodes, [vinfo("x", shape=["N", 3, "H", "W"])],
+                      [vinfo("y", shape=["N", 3, None, None])], inits, opset=19)
+
+
+def _images(n, h, w):
+    x = np.random.default_rng(n * h).standard_normal((n, 3, h, w)).astype(np.float32)
+    x[np.random.default_rng(w).random(x.shape) < 0.5] = -0.0
+    x[:, 1] = -0.0  # a channel of zeros: its interpolations are sums of zeros
+    return {"x": x}
+
+
+@pytest.mark.parametrize("attrs", _RESIZES)
+def test_a_resize_passes_a_zeros_sign_on(attrs):
+    """Resize of -0.0 and of +0.0 in onnxruntime: the same numbers, the same bits but for the
+    signs of zeros (what "passes on" claims)."""
+    proto = _resize_model(attrs)
+    proto.graph.node.remove(proto.graph.node[0])
+    proto.graph.node[0].input[0] = "x"
+    for n, h, w in ((1, 5, 7), (2, 8, 3)):
+        x = _images(n, h, w)["x"]
+        (minus,), (plus,) = run_ort(proto, {"x": x}), run_ort(proto, {"x": _flipped(x)})
+        np.testing.assert_array_equal(minus, plus)
+        assert minus[minus != 0].tobytes() == plus[plus != 0].tobytes()
+
+
+@pytest.mark.parametrize("attrs", _RESIZES)
+@pytest.mark.parametrize(("after", "gone"), [
+    ((), True),  # a graph output compares numbers
+    ((helper.make_node("Exp", ["r"], ["e"]), helper.make_node("Reciprocal", ["e"], ["y"])),
+     True),
+    ((helper.make_node("Reciprocal", ["r"], ["y"]),), False)])  # the sign gets there
+def test_a_zero_add_before_a_resize_goes_unless_its_sign_reaches_an_observer(
+        tmp_path, attrs, after, gone):
+    proto = _resize_model(attrs, after)
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert ("Add" not in [n.op_type for n in folded.graph.node]) == gone
+    for n, h, w in ((1, 5, 7), (2, 8, 3)):
+        _same_numbers(proto, out, _images(n, h, w))
