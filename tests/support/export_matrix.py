@@ -1,7 +1,9 @@
 """The export matrix: real exports of transformers models, built from configs with random
 weights (fixed seeds, small sizes, nothing downloaded), by both of torch's exporters, as users
-export them: KV-cache decoders, encoders, an encoder-decoder, vision with dynamic height and
-width, speech, a static-QDQ and a dynamically quantized model, float16.
+export them: KV-cache decoders (mixture-of-experts ones too), encoders, an encoder-decoder,
+vision with dynamic height and width, speech, a static-QDQ and a dynamically quantized model,
+float16; and small torch models of kinds transformers does not cover: GRU/LSTM encoders, a
+VAE-style upsampling decoder.
 
 ``MATRIX`` maps a name to an :class:`Export`; ``build(name)`` returns the path of its .onnx in
 the cache (``$ONNXFOLD_MATRIX_CACHE`` or ``~/.cache/onnxfold-matrix``), exporting it first
@@ -372,6 +374,84 @@ def bert_float16_torchscript(path: Path) -> None:
             axes={name: {0: "batch", 1: "seq"} for name in names})
 
 
+def _moe_lm(kind: str) -> Any:
+    """A small mixture-of-experts causal LM (4 experts, 2 per token; the experts computed by
+    transformers' ``batched_mm``, which torch.export can trace): Mixtral, OLMoE, Qwen2-MoE
+    (with its shared expert)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    common = {"vocab_size": VOCAB, "hidden_size": HIDDEN, "intermediate_size": 64,
+              "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+              "num_key_value_heads": KV_HEADS, "max_position_embeddings": 64,
+              "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "use_cache": True,
+              "experts_implementation": "batched_mm"}
+    if kind == "mixtral":
+        return tf.MixtralForCausalLM(tf.MixtralConfig(
+            **common, num_local_experts=4, num_experts_per_tok=2, sliding_window=None))
+    if kind == "olmoe":
+        return tf.OlmoeForCausalLM(tf.OlmoeConfig(**common, num_experts=4,
+                                                  num_experts_per_tok=2))
+    if kind == "qwen2_moe":
+        return tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
+            **common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=64))
+    raise ValueError(kind)
+
+
+def moe_kv(path: Path, kind: str, dynamo: bool, optimize: bool = False) -> None:
+    """A KV-cache decoding step of a mixture-of-experts LM: the router's Softmax -> TopK, the
+    chosen experts' weights gathered per token."""
+    _kv_decoder(_moe_lm(kind), path, dynamo, optimize=optimize)
+
+
+def recurrent_encoder(path: Path, kind: str, dynamo: bool) -> None:
+    """Linear -> a 2-layer bidirectional GRU or LSTM started from ``torch.zeros(4, batch,
+    32)`` -> Linear, batch first: dynamic batch and sequence."""
+    import torch
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Linear(16, 32)
+            recurrent = torch.nn.GRU if kind == "gru" else torch.nn.LSTM
+            self.rnn = recurrent(32, 32, num_layers=2, batch_first=True, bidirectional=True)
+            self.head = torch.nn.Linear(64, 8)
+
+        def forward(self, x):
+            h0 = torch.zeros(4, x.size(0), 32)
+            state = h0 if kind == "gru" else (h0, torch.zeros(4, x.size(0), 32))
+            return self.head(self.rnn(self.embed(x), state)[0])
+
+    _export(Encoder().eval(), (torch.randn(2, 7, 16),), path, ["x"], dynamo=dynamo,
+            axes={"x": {0: "batch", 1: "seq"}})
+
+
+def upsample_decoder(path: Path, dynamo: bool) -> None:
+    """A VAE-style decoder (diffusers' blocks in plain torch): Conv -> GroupNorm -> SiLU ->
+    Conv -> nearest upsampling x2 -> GroupNorm -> SiLU -> Conv, from a 4-channel latent:
+    dynamic batch, height and width."""
+    import torch
+
+    class Decoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv_in = torch.nn.Conv2d(4, 32, 3, padding=1)
+            self.norm = torch.nn.GroupNorm(8, 32)
+            self.conv = torch.nn.Conv2d(32, 32, 3, padding=1)
+            self.norm_out = torch.nn.GroupNorm(8, 32)
+            self.conv_out = torch.nn.Conv2d(32, 3, 3, padding=1)
+
+        def forward(self, z):
+            h = self.conv(torch.nn.functional.silu(self.norm(self.conv_in(z))))
+            h = torch.nn.functional.interpolate(h, scale_factor=2.0, mode="nearest")
+            return self.conv_out(torch.nn.functional.silu(self.norm_out(h)))
+
+    _export(Decoder().eval(), (torch.randn(1, 4, 8, 8),), path, ["z"], dynamo=dynamo,
+            axes={"z": {0: "batch", 2: "height", 3: "width"}})
+
+
 def _seeded(builder: Callable[..., None], *args: Any, **kwargs: Any) -> Callable[[Path], None]:
     """``builder(path, *args, **kwargs)`` after seeding torch (the builders of export_models
     seed themselves)."""
@@ -446,6 +526,19 @@ ENTRIES.update({
                                    _seeded(qwen2_float16)),
     "qwen2_kv_dynamo_opt": Export("Qwen2 decoder, KV cache", "dynamo-opt",
                                   _seeded(qwen2_kv_cache, dynamo=True)),
+    "mixtral_kv_dynamo": Export("Mixtral (4 experts, top 2) decoder, KV cache", "dynamo",
+                                _seeded(moe_kv, "mixtral", True)),
+    "olmoe_kv_torchscript": Export("OLMoE (4 experts, top 2) decoder, KV cache",
+                                   "torchscript", _seeded(moe_kv, "olmoe", False)),
+    "qwen2_moe_kv_dynamo_opt": Export("Qwen2-MoE (4 experts + shared) decoder, KV cache",
+                                      "dynamo-opt", _seeded(moe_kv, "qwen2_moe", True,
+                                                            optimize=True)),
+    "gru_encoder_torchscript": Export("bidirectional GRU encoder, zero initial state",
+                                      "torchscript", _seeded(recurrent_encoder, "gru", False)),
+    "lstm_encoder_dynamo": Export("bidirectional LSTM encoder, zero initial states", "dynamo",
+                                  _seeded(recurrent_encoder, "lstm", True)),
+    "upsample_decoder_dynamo": Export("VAE-style decoder (GroupNorm, nearest x2), dynamic H/W",
+                                      "dynamo", _seeded(upsample_decoder, True)),
 })
 
 # name -> the error of the export, or of onnxruntime loading it, on this torch/transformers
