@@ -3,7 +3,7 @@
 Four sources, each a list of :class:`Input` (a name and a path):
 
 - the models tier: ``models/*.onnx`` of the repository;
-- the exports of ``tests/exports/export_models.py`` (small transformers models with random
+- the exports of ``tests/support/export_models.py`` (small transformers models with random
   weights, exported by torch), built once into a cache outside the tree, since an export takes
   seconds and torch's output is not byte-stable across versions;
 - the wild corpus (``tools.wild_corpus``'s cache; absent: skipped, with a message);
@@ -71,8 +71,8 @@ def exports(root: Path, log) -> list[Input]:
     if missing:
         cache.mkdir(parents=True, exist_ok=True)
         log(f"building {len(missing)} exports into {cache} (once)")
-        lines = ["import sys", "sys.path.insert(0, 'tests/exports')",
-                 "import export_models as m"]
+        lines = ["import sys", "sys.path.insert(0, '.')",
+                 "from tests.support import export_models as m"]
         for name in missing:
             target = cache / f"{name}.onnx"
             part = cache / f"{name}.part.onnx"
