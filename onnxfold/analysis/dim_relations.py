@@ -46,6 +46,9 @@ IMAGE_SIZE = 224  # an image's height and width where the graph does not fix the
 # guessed lengths off axis 0 to try, in order, when a model cannot run the first bindings (an
 # image that a detector downsamples 32 times, an audio frame a reflect pad needs longer)
 LARGER = (64, 256, 1024)
+# an image's height and width tried, in order, when the reference ran out of memory at
+# IMAGE_SIZE (an attention over the pixels of a latent grows with their square)
+SMALLER_IMAGES = (112, 64, 32)
 _TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
 
 Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
@@ -62,6 +65,8 @@ class DimPlan:
     # tried when neither binding runs: each guessed dim off axis 0 as the sum of two others
     # (twice the width), then the guessed dims at LARGER sizes
     larger: list[dict[str, int]] = field(default_factory=list)
+    # tried when the reference runs out of memory: the images' sized dims at SMALLER_IMAGES
+    smaller: list[dict[str, int]] = field(default_factory=list)
 
     def offset(self, dim: object, binding: Mapping[str, int]) -> int:
         """Where positions along ``dim`` start: ``P`` when the graph relates a total length to
@@ -325,12 +330,15 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     backwards = _solved_backwards(given, relations.equations)
     given = {**given, **{name: value for name, (value, _) in backwards.items()}}
     free = sorted(n for n in names if n not in given and n not in relations.equations)
-    def binding(width: int, decode: bool = False, sized: bool = True) -> dict[str, int]:
+    def binding(width: int, decode: bool = False, sized: bool = True,
+                side: int | None = None) -> dict[str, int]:
         """``given``, the free dims off axis 0 ``width`` long (on it 1; ``sizes`` where
-        ``sized``; in the ``decode`` step the ``held`` ones WIDE), the related computed."""
+        ``sized``, or ``side`` where given; in the ``decode`` step the ``held`` ones WIDE),
+        the related computed."""
         bound = dict(given)
         for name in free:
-            bound[name] = sizes[name] if sized and name in sizes else 1 if name in on_axis0 \
+            bound[name] = (side if side is not None else sizes[name]) if sized and \
+                name in sizes else 1 if name in on_axis0 \
                 else WIDE if decode and name in held else width
         _solve(bound, relations.equations, names)
         return bound
@@ -352,7 +360,9 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
                in relations.equations.items() if name not in given}
     derived.update({name: f"{value} (from {how})" for name, (value, how) in backwards.items()})
     forms = {name: form for name, (form, _) in relations.equations.items()}
-    return DimPlan(bindings, derived, free, forms, larger)
+    smaller = [binding(WIDE, side=side) for side in SMALLER_IMAGES] if set(sizes) & set(free) \
+        else []
+    return DimPlan(bindings, derived, free, forms, larger, smaller)
 
 
 def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]

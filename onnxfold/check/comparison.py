@@ -27,6 +27,7 @@ from onnxfold.check.sessions import (
     graph_of,
     label_of,
     open_session,
+    out_of_memory,
     run_session,
 )
 from onnxfold.check.tolerance import HALF as HALF_TYPES
@@ -237,14 +238,20 @@ def _run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed:
         except InputError as e:
             if not feeder.guessed:
                 raise
-            if len(feeder.bindings) > 1:
+            if out_of_memory(str(e)):  # smaller images, never larger
+                smaller = feeder.next_smaller()
+                if smaller is None:
+                    raise
+                dropped, feeder.bindings = feeder.bindings[0], [smaller]
+            elif len(feeder.bindings) > 1:
                 dropped = feeder.bindings.pop(0)
             elif (larger := feeder.next_larger()) is not None:
                 dropped, feeder.bindings = feeder.bindings[0], [larger]
             else:
                 raise
             failed.append(feeder.guessed_values(dropped))
-            reason = one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
+            reason = "onnxruntime ran out of memory" if out_of_memory(str(e)) else \
+                one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
             continue
         notes = [f"the reference could not run the guessed dims {' or '.join(failed)} "
                  f"({reason[:160]})"] if failed else []

@@ -162,6 +162,10 @@ class FeedPlan:
             self._larger = [{**(self._larger[i] if self._larger else self.plan.bindings[0]),
                              "?": width} for i, width in enumerate(dim_relations.LARGER)]
         self.defaulted = self.plan.guessed + (["?"] if unnamed else [])  # "?": unnamed dims
+        self._smaller = [dict(b) for b in self.plan.smaller]
+        if "?" in self.guessed and self.images and not self._smaller:  # unnamed image sides
+            self._smaller = [{**self.plan.bindings[0], "?": side}
+                             for side in dim_relations.SMALLER_IMAGES]
 
     @property
     def dims(self) -> dict[str, int]:
@@ -197,6 +201,15 @@ class FeedPlan:
                 self.tried.append(binding)
                 return binding
         return None
+
+    def next_smaller(self) -> dict[str, int] | None:
+        """After the reference ran out of memory: the next binding with the images' guessed
+        height and width smaller (112, 64, then 32; None: no more)."""
+        if not self._smaller:
+            return None
+        binding = self._smaller.pop(0)
+        self.tried.append(binding)
+        return binding
 
     @staticmethod
     def _cast(name: str, dtype: np.dtype, arr) -> np.ndarray:

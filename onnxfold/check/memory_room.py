@@ -1,5 +1,11 @@
 """Whether a check's onnxruntime sessions fit the memory this process may use.
 
+What a session allocates while it runs depends on the inputs (an attention over an image's
+pixels grows with their square), so each inference of the check runs with the process's
+address space bounded by what is left (:func:`run_room`, ``onnxfold.host.address_space``): an
+allocation beyond it fails in onnxruntime, and the check tries smaller inputs or declines in
+one line instead of being killed.
+
 A check holds one model's onnxruntime session at a time (the original, then the optimized one),
 but a session peaks well above the weights it loads: onnxruntime reads the model's protobuf and
 then copies each initializer out of it. Measured on a BERT-base export (415 MiB of weights,
@@ -25,7 +31,7 @@ import gc
 
 import onnx_ir as ir
 
-from onnxfold.host.memory_limits import available_memory
+from onnxfold.host.memory_limits import available_memory, host_available
 
 SESSION_FACTOR = 2.0  # peak bytes of a session per byte of its weights
 SESSION_OVERHEAD = 64 * 2**20  # the session's own allocations, the feeds and the outputs
@@ -58,6 +64,13 @@ def room() -> int | None:
     """What this process may still take before its memory limit (None: unknown)."""
     limit, used = available_memory(), resident_bytes()
     return None if limit is None or used is None else max(limit - used, 0)
+
+
+def run_room() -> int | None:
+    """What one inference may allocate: what is left under the memory limit, and no more than
+    the host has available now (None: unknown)."""
+    known = [m for m in (room(), host_available()) if m is not None]
+    return min(known) if known else None
 
 
 def _libc():

@@ -17,8 +17,10 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
+from onnxfold.check import memory_room
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError
+from onnxfold.host import address_space
 from onnxfold.io import load_model
 from onnxfold.io.reader import model_from_proto
 from onnxfold.runtime import custom_ops
@@ -99,10 +101,29 @@ def numpy_type(ort_type: str, label: str, name: str) -> np.dtype:
     return np.dtype(_ORT_TYPES[inner])
 
 
+_OUT_OF_MEMORY = re.compile(r"Failed to allocate memory|bad_alloc|Available memory of \d+ is "
+                            r"smaller than requested|out of memory", re.IGNORECASE)
+
+
+def out_of_memory(message: str) -> bool:
+    """Whether onnxruntime's ``message`` says an allocation failed."""
+    return bool(_OUT_OF_MEMORY.search(message))
+
+
 def run_session(sess, label: str, outputs: list[str], feeds: dict, run_options,
                 hint: str = "") -> list:
+    """``sess.run`` with the process's address space bounded by the memory left
+    (``memory_room.run_room``): a run that needs more fails in onnxruntime, an InputError
+    that says so, rather than the kernel killing the process."""
+    room = memory_room.run_room()
     try:
-        return sess.run(outputs, feeds, run_options)
+        if room is None:
+            return sess.run(outputs, feeds, run_options)
+        with address_space.bounded(room):
+            return sess.run(outputs, feeds, run_options)
+    except MemoryError:
+        raise InputError(f"{label}: onnxruntime ran out of memory running it (about "
+                         f"{room // 2**20 if room else '?'} MiB were left){hint}") from None
     except Exception as e:
         raise InputError(f"{label}: onnxruntime failed to run it: {ort_message(e)}"
                          f"{hint or ' (see --dim, --int-range, --inputs)'}") from None

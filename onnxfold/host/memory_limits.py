@@ -37,6 +37,19 @@ def physical_memory() -> int | None:
         return None
 
 
+def host_available() -> int | None:
+    """The host's memory available now (``MemAvailable`` of /proc/meminfo: free memory and
+    the page cache that can be dropped), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path) as f:
