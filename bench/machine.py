@@ -8,6 +8,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from onnxfold.host.machine import cpu_model
+
 
 def package_version(pkg: str) -> str:
     """The installed version of ``pkg``, or ``not installed``."""
@@ -15,17 +17,6 @@ def package_version(pkg: str) -> str:
         return metadata.version(pkg)
     except metadata.PackageNotFoundError:
         return "not installed"
-
-
-def cpu_model(default: str) -> str:
-    """The CPU's model name from /proc/cpuinfo, or ``default``."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return default
 
 
 def total_memory_kib() -> int:
@@ -42,7 +33,7 @@ def total_memory_kib() -> int:
 
 def describe(packages: tuple[str, ...]) -> dict[str, Any]:
     """CPU, cores, memory, platform, Python and the versions of ``packages``."""
-    return {"cpu": cpu_model(platform.processor() or "unknown"), "cores": os.cpu_count(),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(),
             "mem_gib": round(total_memory_kib() / (1 << 20), 1), "platform": platform.platform(),
             "python": platform.python_version(),
             "versions": {dist: package_version(dist) for dist in packages}}

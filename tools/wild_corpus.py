@@ -600,9 +600,9 @@ def _commit() -> str:
 def _machine() -> str:
     import platform
 
-    from bench.machine import cpu_model
+    from onnxfold.host.machine import cpu_model
 
-    cpu = cpu_model(platform.processor() or platform.machine())
+    cpu = cpu_model()
     mem = ""
     try:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

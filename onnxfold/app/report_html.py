@@ -299,8 +299,8 @@ def _latency_section(latency: dict | None) -> str:
         return '<p class="muted">not measured (<code>--latency N</code> times the original ' \
                "and the output in onnxruntime)</p>"
     threads = latency["threads"]
-    how = (f'onnxruntime CPU, {threads} thread{"s" if threads != 1 else ""}, default session '
-           f'options; median of {latency["runs"]} '
+    how = (f'onnxruntime CPU ({latency["cpu"]}), {threads} thread{"s" if threads != 1 else ""}, '
+           f'default session options; median of {latency["runs"]} '
            + ("interleaved runs" if latency["interleaved"] else
               "runs, one model after the other (both did not fit in memory at once)")
            + "; feeds " + ", ".join(latency["feeds"]))

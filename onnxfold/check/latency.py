@@ -31,6 +31,7 @@ from onnxfold.check import memory_room
 from onnxfold.check.feeds import FeedPlan, shape_text
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session, run_session
 from onnxfold.errors import InputError
+from onnxfold.host.machine import cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.runtime import custom_ops
 
@@ -70,6 +71,7 @@ class LatencyResult:
     dynamic_dims: tuple[list[str], list[str]]  # the symbolic input dims of each model
     interleaved: bool = True  # False: both sessions did not fit in memory at once
     notes: list[str] = field(default_factory=list)
+    cpu: str = field(default_factory=cpu_model)  # the processor it was measured on
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -84,7 +86,7 @@ class LatencyResult:
         """Lines for the report: how it was measured, a line per level, sizes and dims."""
         how = "interleaved" if self.interleaved else "one model after the other (both did " \
             "not fit in memory at once)"
-        lines = [f"latency      onnxruntime CPU, {self.threads} thread"
+        lines = [f"latency      onnxruntime CPU ({self.cpu}), {self.threads} thread"
                  f"{'s' if self.threads != 1 else ''}, default session options; median of "
                  f"{self.runs} {how} runs after {WARMUP} warm-up",
                  f"{'':13}feeds " + ", ".join(self.feeds)]

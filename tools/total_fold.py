@@ -11,8 +11,8 @@ the same way. An output counts as different when a single bit differs (NaNs of a
 equal). Folding exercises every rule at once and, since every value is a constant, every
 discontinuous op the model has (docs/exactness.md).
 
-    python bench/total_fold.py                 # the whole corpus, both flag sets
-    python bench/total_fold.py --model silero_vad --json out.json
+    python -m tools.total_fold                 # the whole corpus, both flag sets
+    python -m tools.total_fold --model silero_vad --json out.json
 """
 
 from __future__ import annotations
@@ -40,10 +40,7 @@ FLAG_SETS = {
 
 
 def _wild():
-    """tools/wild_corpus.py (the corpus' single source), with the repository root on the path."""
-    root = str(Path(__file__).resolve().parent.parent)
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    """tools/wild_corpus.py, the corpus' single source."""
     from tools import wild_corpus
 
     return wild_corpus
