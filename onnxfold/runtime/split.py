@@ -24,7 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold._version import __version__
-from onnxfold.analysis.constness import plan_graph, why_not_foldable
+from onnxfold.analysis.constness import plan_graph, runtime_constant_nodes, why_not_foldable
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError, OutputError
@@ -38,6 +38,7 @@ from onnxfold.ir.dtypes import np_dtype
 from onnxfold.ir.graph import captured_values, external_inputs, is_default_op, subgraphs
 from onnxfold.pipeline.optimizer import optimize
 from onnxfold.pipeline.passes import remove_dead_nodes
+from onnxfold.runtime.reassociate import LowRankMerges, merge_low_rank_branches
 
 FRONTIER_EXPANSION = 4.0
 FRONTIER_MIN_BYTES = 1 << 20
@@ -121,18 +122,7 @@ def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value]) -> Lattice:
 
 
 def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> list[ir.Node]:
-    ct = plan.constant
-    rt: set[ir.Value] = set(runtime_inputs)
-    nodes: list[ir.Node] = []
-    for node in graph:
-        if node in plan.foldable or is_default_op(node, "Constant") or \
-                why_not_foldable(node, facts=load_catalogue()):
-            continue
-        inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
-        if inputs and all(v in ct or v in rt for v in inputs) and any(v in rt for v in inputs):
-            nodes.append(node)
-            rt.update(node.outputs)
-    return nodes
+    return runtime_constant_nodes(graph, runtime_inputs, plan.constant, facts=load_catalogue())
 
 
 def _runtime_values(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> set[ir.Value]:
@@ -230,6 +220,7 @@ class SplitModels:
     runtime_fold: ir.Model
     compiletime_fold: ir.Model | None
     manifest: dict = field(default_factory=dict)
+    low_rank: LowRankMerges = field(default_factory=LowRankMerges)
 
     @property
     def fold_inputs(self) -> list[str]:
@@ -249,14 +240,20 @@ def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str],
     """Fold ``model``'s compile-time constants, then split it around its runtime constants
     (``model`` becomes the entry model). ``compile_time``: ``"fold"`` them first (the default),
     ``"keep"`` them in entry unfolded (onnxruntime folds them when it loads entry), or put them
-    in a ``"separate"`` ``compiletime_fold`` model."""
+    in a ``"separate"`` ``compiletime_fold`` model. Low-rank branches over the runtime
+    constants are merged into their base weights first (``onnxfold.runtime.reassociate``)."""
     if compile_time not in COMPILE_TIME:
         raise InputError(f"compile_time must be one of {', '.join(COMPILE_TIME)}")
+    runtime_constants = list(runtime_constants)
+    merges = merge_low_rank_branches(model, match_inputs(model.graph, runtime_constants),
+                                     options)
     if compile_time == "fold":
         optimize(model, options)
-    return split_model(model, runtime_constants,
-                       separate_compile_time=compile_time == "separate",
-                       keep=frozenset(options.keep) if options is not None else frozenset())
+    parts = split_model(model, runtime_constants,
+                        separate_compile_time=compile_time == "separate",
+                        keep=frozenset(options.keep) if options is not None else frozenset())
+    parts.low_rank = merges
+    return parts
 
 
 def split_model(model: ir.Model, runtime_constants: Iterable[str],
