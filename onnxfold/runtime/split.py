@@ -231,6 +231,29 @@ class SplitModels:
         return [cast(str, v.name) for v in self.runtime_fold.graph.outputs]
 
 
+WEIGHT_INPUT_BYTES = 64 << 10  # fold initializers handed to a backend as inputs from here up
+
+
+def weights_as_inputs(fold: ir.Model, min_bytes: int = WEIGHT_INPUT_BYTES
+                      ) -> tuple[ir.Model, dict[str, np.ndarray]]:
+    """A copy of the ``fold`` model whose initializers of ``min_bytes`` or more are graph
+    inputs, and their arrays (shared, not copied). A backend then neither copies the base
+    weights a merge reads (onnxruntime would hold its own) nor compiles them into a module
+    (IREE's would be as large as they are, and keyed by their values: one per model)."""
+    part = fold.clone()
+    arrays: dict[str, np.ndarray] = {}
+    graph = part.graph
+    for name, value in list(graph.initializers.items()):
+        tensor = value.const_value
+        if tensor is None or tensor.nbytes < min_bytes or value in graph.inputs:
+            continue
+        arrays[name] = tensor.numpy()
+        graph.initializers.pop(name)
+        value.const_value = None
+        graph.inputs.append(value)
+    return part, arrays
+
+
 COMPILE_TIME = ("fold", "keep", "separate")
 
 

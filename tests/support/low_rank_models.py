@@ -207,3 +207,47 @@ FORMS: dict[str, Callable[[np.dtype], LowRank]] = {
     "two_adapters": two_adapters, "adapters_summed_first": adapters_summed_first,
     "conv_adapter": conv_adapter, "conv_1x1_adapter": lambda d: conv_adapter(d, kernel=1),
 }
+
+
+def stacked(layers: int = 8, width: int = 512, rank: int = 8, seed: int = 0) -> LowRank:
+    """``layers`` layers of ``x @ W_i + lora_i(x)`` one after another (width x width weights),
+    for tests of what a set of merged weights costs: each set is ``layers * width^2 * 4`` B."""
+    g = _Graph(np.dtype(np.float32), seed)
+    h = g.input("x", (1, width), runtime=False, dims=["batch", width])
+    for i in range(layers):
+        a = g.input(f"lora_A{i}", (width, rank), scale=0.05)
+        b = g.input(f"lora_B{i}", (rank, width), scale=0.05)
+        g.inits.append(numpy_helper.from_array(g.array((width, width), 0.04), f"W{i}"))
+        branch = g.node("MatMul", g.node("MatMul", h, a), b)
+        h = g.node("Add", g.node("MatMul", h, f"W{i}"), branch)
+    return g.model("y", ["batch", width])
+
+
+def adapter(case: LowRank, seed: int) -> dict[str, np.ndarray]:
+    """Another adapter for ``case``: its runtime constants drawn from ``seed``."""
+    rng = np.random.default_rng(1000 + seed)
+    return {n: np.asarray(rng.standard_normal(case.feeds[n].shape) * 0.05,
+                          case.feeds[n].dtype) for n in case.runtime}
+
+
+def write_adapter(arrays: dict[str, np.ndarray], path) -> None:
+    """``arrays`` as an onnxruntime adapter file (what ``onnxruntime.LoraAdapter`` reads)."""
+    import onnxruntime as ort
+
+    written = ort.AdapterFormat()
+    written.set_adapter_version(1)
+    written.set_model_version(1)
+    written.set_parameters({n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in arrays.items()})
+    written.export_adapter(str(path))
+
+
+def with_default_adapter(case: LowRank) -> ModelProto:
+    """``case``'s model with an initializer for each adapter input (zeros): the inputs stay
+    overridable, as onnxruntime's multi-LoRA needs them (its Python API checks that every
+    input without a default is fed before the active adapter supplies it)."""
+    model = ModelProto()
+    model.CopyFrom(case.model)
+    for name in case.runtime:
+        model.graph.initializer.append(
+            numpy_helper.from_array(np.zeros_like(case.feeds[name]), name))
+    return model
