@@ -46,7 +46,7 @@ from onnxfold.io.cache_dirs import trusted_cache_dir
 from onnxfold.io.reader import model_from_proto
 from onnxfold.io.tempfiles import no_temp_directory
 from onnxfold.runtime import custom_ops, fold_store
-from onnxfold.runtime.adapters import AdapterSource, adapter_feeds
+from onnxfold.runtime.adapters import AdapterFiles, AdapterSource
 from onnxfold.runtime.backends import get_backend
 from onnxfold.runtime.entry_session import EntryModel
 from onnxfold.runtime.feed_check import CHECKS, FeedWatch, checked_array, content_key
@@ -109,7 +109,11 @@ class Session:
         if max_sets < 1:
             raise InputError(f"max_sets={max_sets}: at least one folded set is kept")
         self.custom_op_libraries = custom_ops.checked_libraries(custom_op_libraries)
-        self._adapter = adapter_feeds(adapter) if adapter is not None else None
+        self._adapter_files = AdapterFiles()
+        self._adapter: dict[str, np.ndarray] | None = None
+        self._adapter_key: str | None = None
+        if adapter is not None:
+            self._adapter, self._adapter_key = self._adapter_files.feeds(adapter)
         if not runtime_constants and self._adapter is not None:
             runtime_constants = sorted(self._adapter)
         label = "model" if isinstance(model, onnx.ModelProto | ir.Model) else os.fspath(model)
@@ -209,9 +213,9 @@ class Session:
     def set_adapter(self, adapter: AdapterSource) -> None:
         """Make ``adapter`` (an ``.onnx_adapter`` file or a mapping of arrays) the runtime
         constants of later calls that do not feed them; its set is made now if new."""
-        feeds = adapter_feeds(adapter)
+        feeds, key = self._adapter_files.feeds(adapter)
         with self._lock:
-            self._adapter = feeds
+            self._adapter, self._adapter_key = feeds, key
         self._select({})
 
     def _constants(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -237,14 +241,16 @@ class Session:
             active = self._active
             if active is not None and active.watch.same(input_feed):
                 return active  # another thread switched meanwhile
-            key = content_key(constants)
+            given = {n: constants[n] for n in self.runtime_constants if n in input_feed}
+            whole = self._adapter is not None and set(self._adapter) == self._constant_names
+            key = self._adapter_key if not given and whole and self._adapter_key else \
+                content_key(constants)
             if self.check == "refuse" and active is not None and key != active.folded.key:
                 raise RuntimeConstantsChanged(
                     "runtime-constant inputs changed since the fold (check='refuse')")
             folded = self._sets.get(key)
             if folded is None:
                 folded = self._make(constants, key)
-            given = {n: constants[n] for n in self.runtime_constants if n in input_feed}
             active = _Active(folded, FeedWatch(given, self.check, key))
             if self._active is None or self._active.folded is not folded:
                 self.switches += 1
@@ -287,6 +293,17 @@ class Session:
         self.folds += 1
         self.fold_seconds, self.bind_seconds = made.fold_seconds, made.bind_seconds
         return made
+
+    @property
+    def entry_session(self) -> Any:
+        """The active set's ``onnxruntime.InferenceSession`` (None before the first call)."""
+        active = self._active
+        return active.folded.entry.session if active is not None else None
+
+    @property
+    def entry_inputs(self) -> frozenset[str]:
+        """The inputs the entry session takes (the model's, less the runtime constants)."""
+        return self._entry_inputs
 
     @property
     def folded_keys(self) -> list[str]:
