@@ -12,6 +12,9 @@
 ``done_when``  issue 24's node table: onnxfold and the four peers on the exports its "Done when"
                names, each output checked in onnxruntime at two bindings (``done_when.py``;
                writes ``bench/results/done_when_24.md``)
+``adapters``   LoRA adapters fed as inputs: onnxruntime (inputs, multi-LoRA), onnxfold.Session
+               (ort, mlir) and the merged model on two decoders; fold, switching, peak RSS
+               (``adapters.py``; writes ``bench/results/adapters.md``)
 =============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
@@ -28,11 +31,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import ab, done_when, floor, limits, peers
+from bench import ab, adapters, done_when, floor, limits, peers
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main,
-    "done_when": done_when.main}
+    "done_when": done_when.main, "adapters": adapters.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,8 +106,8 @@ def _ort_session(path: str, sess_options: Any) -> Any:
     return ort.InferenceSession(path, sess_options, providers=["CPUExecutionProvider"])
 
 
-def _variant(model_path: str, arrays: Mapping[str, np.ndarray], directory: str, name: str,
-             as_defaults: bool) -> str:
+def with_initializers(model_path: str, arrays: Mapping[str, np.ndarray], directory: str,
+                      name: str, as_defaults: bool) -> str:
     """A copy of the model with ``arrays`` as initializers: still inputs (defaults: what
     onnxruntime's multi-LoRA needs), or not (the model as if they had been constants)."""
     model = load_model(model_path, check=False)
@@ -150,12 +150,13 @@ def compare(model_path: str, runtime_constants: Sequence[str], feeds: Mapping[st
         skipped: dict[str, str] = {}
         plain = _ort_session(model_path, sess_options)
         calls[INPUTS] = lambda: plain.run(None, feeds)
-        baked = _ort_session(_variant(model_path, constants, tmp, "baked.onnx", False),
-                             sess_options)
+        baked = _ort_session(
+            with_initializers(model_path, constants, tmp, "baked.onnx", False), sess_options)
         calls[BAKED] = lambda: baked.run(None, dynamic)
         if files:
-            lora = _ort_session(_variant(model_path, constants, tmp, "defaults.onnx", True),
-                                sess_options)
+            lora = _ort_session(
+                with_initializers(model_path, constants, tmp, "defaults.onnx", True),
+                sess_options)
             active = ort.LoraAdapter()
             active.Load(os.fspath(adapters[0]))
             run_options = ort.RunOptions()
