@@ -148,10 +148,11 @@ def rss(row: str, name: str, work: Path, past: int, prefill: int, threads: int) 
     """One row's sessions, three decode steps and a prefill (the parent reads the peak)."""
     with tempfile.TemporaryDirectory(prefix="bench-adapters-") as tmp:
         rows = _Rows(name, work, past, prefill, threads, tmp)
-        call, _ = rows.calls(row)
+        call, kept = rows.calls(row)  # kept: a LoraAdapter freed under its RunOptions crashes
         for _ in range(3):
             call(rows.decode)
         call(rows.prefill)
+        del kept
 
 
 def main(argv: list[str]) -> int:

@@ -161,7 +161,8 @@ def compare(model_path: str, runtime_constants: Sequence[str], feeds: Mapping[st
             active.Load(os.fspath(adapters[0]))
             run_options = ort.RunOptions()
             run_options.add_active_adapter(active)
-            calls[MULTI_LORA] = lambda: lora.run(None, dynamic, run_options)
+            # the RunOptions does not keep its adapter alive: the call holds both
+            calls[MULTI_LORA] = lambda: (active, lora.run(None, dynamic, run_options))[1]
         else:
             skipped[MULTI_LORA] = "no adapter file given"
         calls[SESSION.format(backend=backend)] = lambda: session.run(None, feeds)

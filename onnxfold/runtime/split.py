@@ -34,6 +34,7 @@ from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.tempfiles import write_text
 from onnxfold.io.writer import input_files
+from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import np_dtype
 from onnxfold.ir.graph import captured_values, external_inputs, is_default_op, subgraphs
 from onnxfold.pipeline.optimizer import optimize
@@ -239,7 +240,15 @@ def weights_as_inputs(fold: ir.Model, min_bytes: int = WEIGHT_INPUT_BYTES
     """A copy of the ``fold`` model whose initializers of ``min_bytes`` or more are graph
     inputs, and their arrays (shared, not copied). A backend then neither copies the base
     weights a merge reads (onnxruntime would hold its own) nor compiles them into a module
-    (IREE's would be as large as they are, and keyed by their values: one per model)."""
+    (IREE's would be as large as they are, and keyed by their values: one per model). An
+    initializer the fold left as a strided view (a folded Transpose) is made contiguous in
+    ``fold`` too, once: a backend would copy it on every call."""
+    for value in fold.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is not None and tensor.nbytes >= min_bytes:
+            array = tensor.numpy()
+            if not array.flags.c_contiguous:
+                value.const_value = ir.Tensor(c_contiguous(array), name=value.name)
     part = fold.clone()
     arrays: dict[str, np.ndarray] = {}
     graph = part.graph
