@@ -126,3 +126,30 @@ def test_a_branch_of_constants_only_is_left_to_the_fold():
     case.feeds["unused"] = extra.array((1,))
     session = Session(case.model, ["unused"])
     assert session.parts.low_rank.merged == 0 and not session.parts.low_rank.kept
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_merged_weight_is_within_its_bound(backend):
+    """Each merged element within (r + 3) u (|W| + |s| |A| @ |B|) of the exact W + s A B."""
+    case = lr.stacked(layers=2, width=64, rank=lr.R)
+    session = Session(case.model, case.runtime, backend=backend)
+    folded = session.backend.run({**{n: case.feeds[n] for n in session.parts.fold_inputs},
+                                  **session._fold_weights})
+    graph = session.parts.runtime_fold.graph
+    assert [n.op_type for n in graph] == ["Gemm", "Gemm"]
+    unit = np.finfo(np.float32).eps / 2
+
+    def array(value) -> np.ndarray:
+        if value.name in graph.initializers:
+            return graph.initializers[value.name].const_value.numpy()
+        return session._fold_weights.get(value.name, case.feeds.get(value.name))
+
+    for node in graph:
+        p, q, c = (array(v) for v in node.inputs)
+        alpha = node.attributes.get_float("alpha", 1.0)
+        a = p.astype(np.float64).T if node.attributes.get_int("transA", 0) else p
+        b = q.astype(np.float64).T if node.attributes.get_int("transB", 0) else q
+        exact = c.astype(np.float64) + alpha * (np.asarray(a, np.float64) @ b)
+        magnitude = np.abs(c) + abs(alpha) * (np.abs(np.asarray(a, np.float64)) @ np.abs(b))
+        error = np.abs(folded[node.outputs[0].name] - exact)
+        assert (error <= (lr.R + 3) * unit * magnitude).all()

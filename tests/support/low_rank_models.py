@@ -17,6 +17,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 K, N, R = 24, 16, 4
 SCALE = 2.0  # peft's lora_alpha / r
 DTYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
+FLOAT32 = np.dtype(np.float32)
 
 
 @dataclass
@@ -94,7 +95,7 @@ def _branch(g: _Graph, x: str, tag: str = "", scale: str | None = None) -> str:
     return g.node("Mul", h, scale or g.scalar(f"scaling{tag}", SCALE))
 
 
-def scale_after(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def scale_after(dtype: np.dtype = FLOAT32) -> LowRank:
     """``x @ W + (x @ A^T) @ B^T * s``: peft's form, dynamo's layout."""
     g = _Graph(dtype)
     x = _x(g)
@@ -102,7 +103,7 @@ def scale_after(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
     return g.model("y", _out())
 
 
-def scale_before(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def scale_before(dtype: np.dtype = FLOAT32) -> LowRank:
     """``x @ W + ((x * s) @ A) @ B``: the scaling on the branch's input."""
     g = _Graph(dtype)
     x = _x(g)
@@ -113,7 +114,7 @@ def scale_before(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
     return g.model("y", _out())
 
 
-def scale_between(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def scale_between(dtype: np.dtype = FLOAT32) -> LowRank:
     """``x @ W + ((x @ A) * s) @ B``, s itself a runtime constant (fed)."""
     g = _Graph(dtype)
     x = _x(g)
@@ -124,7 +125,7 @@ def scale_between(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
     return g.model("y", _out())
 
 
-def gemm_branch(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def gemm_branch(dtype: np.dtype = FLOAT32) -> LowRank:
     """2-D x (TorchScript's Linear): the branch is ``Gemm(Gemm(x, A, transB=1), B, transB=1,
     alpha=s)``, the base a MatMul, the sum in the other order."""
     g = _Graph(dtype)
@@ -135,7 +136,7 @@ def gemm_branch(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
     return g.model("y", _out(True))
 
 
-def gemm_base(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def gemm_base(dtype: np.dtype = FLOAT32) -> LowRank:
     """A base ``Gemm(x, W, C, transB=1, alpha, beta)`` (weight [N, K]) with a branch."""
     g = _Graph(dtype)
     x = _x(g, two_d=True)
@@ -145,7 +146,7 @@ def gemm_base(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
     return g.model("y", _out(True))
 
 
-def bias_and_dropout(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def bias_and_dropout(dtype: np.dtype = FLOAT32) -> LowRank:
     """``(x @ W + b) + lora(Dropout(Identity(x)))``: the base's bias inside the sum, the
     branch's input through an eval-mode Identity and an inference Dropout."""
     g = _Graph(dtype)
@@ -156,7 +157,7 @@ def bias_and_dropout(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
     return g.model("y", _out())
 
 
-def two_adapters(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def two_adapters(dtype: np.dtype = FLOAT32) -> LowRank:
     """Two adapters on one weight, one Add each: ``(x @ W + lora1(x)) + lora2(x)``."""
     g = _Graph(dtype)
     x = _x(g)
@@ -165,7 +166,7 @@ def two_adapters(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
     return g.model("y", _out())
 
 
-def adapters_summed_first(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def adapters_summed_first(dtype: np.dtype = FLOAT32) -> LowRank:
     """Two adapters added together, then to the base: ``x @ W + (lora1(x) + lora2(x))``."""
     g = _Graph(dtype)
     x = _x(g)
@@ -174,7 +175,7 @@ def adapters_summed_first(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
     return g.model("y", _out())
 
 
-def conv_adapter(dtype: np.dtype = np.dtype(np.float32), kernel: int = 3) -> LowRank:
+def conv_adapter(dtype: np.dtype = FLOAT32, kernel: int = 3) -> LowRank:
     """peft's Conv2d LoRA: ``Conv(x, W) + Conv(Conv(x, A), B_1x1) * s``, A with the base's
     kernel, pads and strides."""
     g = _Graph(dtype)
@@ -190,7 +191,7 @@ def conv_adapter(dtype: np.dtype = np.dtype(np.float32), kernel: int = 3) -> Low
     return g.model("y", ["batch", o, "h2", "w2"])
 
 
-def quantized_base(dtype: np.dtype = np.dtype(np.float32)) -> LowRank:
+def quantized_base(dtype: np.dtype = FLOAT32) -> LowRank:
     """A base weight ``DequantizeLinear(Wq)`` (int8): its branch stays."""
     g = _Graph(dtype)
     x = _x(g)
