@@ -31,7 +31,12 @@ kept sets cost, and the logits' largest difference from ``ort_inputs`` relative 
 largest magnitude. Peak RSS: one child per row (its sessions, three decode steps and a
 prefill), ``ru_maxrss`` read by ``os.wait4``; ``session_ort_4_sets`` keeps four adapters' sets.
 
-Writes ``bench/results/adapters.md`` (and ``.json``) and the table into ``bench/README.md``.
+Then weights fed as inputs (``bench/weight_inputs.py``): BERT-base (TorchScript) and GPT-2 small
+(dynamo) from ``bench/builders.py`` with every float weight a graph input, a Session with all of
+them runtime constants against the pre-folded model (``onnxfold.optimize`` of the original) and
+the original, interleaved on the export's example inputs (``--weights NAME ...``; none: skip).
+
+Writes ``bench/results/adapters.md`` (and ``.json``) and the tables into ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from bench.readme import replace_section
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORK = Path.home() / ".cache" / "onnxfold-bench" / "adapters"
+EXPORT_CACHE = Path.home() / ".cache" / "onnxfold-bench"  # bench/builders.py's exports
+WEIGHT_MODELS = ("bert_base_ts", "gpt2_small_dynamo")
 MODELS = ("llama_lora", "qwen2_lora")
 TIMED = ("ort_inputs", "ort_multi_lora", "session_ort", "session_mlir", "merged", "entry")
 RSS_ROWS = ("ort_inputs", "ort_multi_lora", "session_ort", "session_mlir", "merged",
@@ -87,6 +94,34 @@ def measure(name: str, a: argparse.Namespace) -> dict[str, Any]:
                       str(a.prefill), str(a.threads)], logs / f"{name}-rss-{row}", a.timeout)
         result["rss_mib"][row] = run.maxrss_mib
     return result
+
+
+def measure_weights(name: str, a: argparse.Namespace) -> dict[str, Any]:
+    """One export with its weights fed as inputs, timed against the pre-folded model."""
+    logs = a.work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    _log(f"[{name}] building (once)")
+    _child(["-m", "bench.builders", name, str(EXPORT_CACHE)], logs / f"{name}-build", a.timeout)
+    _log(f"[{name}] weights as inputs, {a.rounds} interleaved rounds")
+    _child(["-m", "bench.weight_inputs", name, str(EXPORT_CACHE), str(a.work), str(a.rounds),
+            str(a.threads)], logs / f"{name}-weights", a.timeout)
+    result: dict[str, Any] = json.loads((logs / f"{name}-weights.out").read_text())
+    return result
+
+
+def _weights_table(results: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["**Weights fed as inputs**: every float weight a runtime constant, fed each call",
+             "", "| export (weights) | original | pre-folded | Session | x pre-folded | "
+             "entry alone | Session first call | largest difference |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for name, res in results.items():
+        ms = res["ms"]
+        lines.append(f"| `{name}` ({res['weights']}, {res['weight_mib']:.0f} MiB) | "
+                     f"{ms['original']:.1f} ms | {ms['prefolded']:.1f} ms | "
+                     f"{ms['session']:.1f} ms | **{ms['session'] / ms['prefolded']:.3f}x** | "
+                     f"{ms['entry']:.1f} ms | {res['made_and_first_call_s']:.1f} s | "
+                     f"{res['max_abs_diff']:.1e} (of {res['max_abs']:.1f}) |")
+    return lines
 
 
 def _row_table(name: str, res: dict[str, Any]) -> list[str]:
@@ -132,10 +167,13 @@ def _facts(name: str, res: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(results: dict[str, dict[str, Any]], a: argparse.Namespace, header: str) -> str:
+def render(results: dict[str, dict[str, Any]], weights: dict[str, dict[str, Any]],
+           a: argparse.Namespace, header: str) -> str:
     lines = [header, ""]
     for name, res in results.items():
         lines += _row_table(name, res) + _facts(name, res) + [""]
+    if weights:
+        lines += [*_weights_table(weights), ""]
     lines.append(f"Medians of {a.rounds} interleaved rounds in one process, {a.threads} "
                  f"intra-op thread(s); a decode step is 1 token after a cache of {a.past}, a "
                  f"prefill {a.prefill} tokens. Peak RSS: one process per row.")
@@ -147,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(DECODERS),
                     metavar="NAME", help="default: %(default)s")
+    ap.add_argument("--weights", nargs="*", default=list(WEIGHT_MODELS), metavar="NAME",
+                    help="exports timed with their weights fed as inputs; default: %(default)s")
     ap.add_argument("--rounds", type=int, default=30, help="interleaved rounds (medians)")
     ap.add_argument("--past", type=int, default=128, help="a decode step's cache length")
     ap.add_argument("--prefill", type=int, default=64, help="a prefill's tokens")
@@ -160,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.rounds < 1:
         ap.error("--rounds must be >= 1")
     results = {name: measure(name, a) for name in a.models}
+    weights = {name: measure_weights(name, a) for name in a.weights}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                             capture_output=True).stdout.strip()
     info = describe(("onnxfold", "onnxruntime", "iree-base-runtime", "numpy", "torch",
@@ -168,13 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"`python -m bench run adapters{' ' + ' '.join(argv) if argv else ''}`, "
               f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit or '?'}; {info['cpu']}, "
               f"{info['cores']} cores, {info['mem_gib']} GiB; {versions}.")
-    text = render(results, a, header)
+    text = render(results, weights, a, header)
     print(text)
     if not a.no_readme:
         out = ROOT / "bench" / "results" / "adapters.md"
         out.write_text("# LoRA adapters as inputs (`python -m bench run adapters`)\n\n"
                        + text + "\n")
-        out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+        out.with_suffix(".json").write_text(
+            json.dumps({"adapters": results, "weights": weights}, indent=1) + "\n")
         replace_section(ROOT / "bench" / "README.md", "adapters", text)
         _log(f"wrote {out} and the table into bench/README.md")
     return 0
