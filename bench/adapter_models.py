@@ -174,7 +174,7 @@ def _randomize_adapters(torch: Any, model: Any, seed: int) -> None:
                 param.copy_((torch.rand(param.shape, generator=generator) * 2 - 1) * bound)
 
 
-def _adapters_as_inputs(path: Path) -> None:
+def adapters_as_inputs(path: Path) -> None:
     """Every LoRA initializer of the model at ``path`` becomes a graph input (Olive's
     ``ExtractAdapters``)."""
     model = onnx.load(str(path))
@@ -228,7 +228,7 @@ def build(name: str, work: str | Path) -> AdapterModels:
                   if ".lora_A." in n or ".lora_B." in n}
         _write_adapter(arrays, out.adapters[seed])
     _export(torch, _step(torch, model, spec.layers, cfg), spec, out.model)
-    _adapters_as_inputs(out.model)
+    adapters_as_inputs(out.model)
     _export(torch, _step(torch, model.merge_and_unload(), spec.layers, cfg), spec, out.merged)
     missing = set(out.adapter_names) - set(read_adapter(out.adapters[0]))
     assert not missing, f"adapter inputs not in the adapter file: {sorted(missing)[:3]}"

@@ -207,8 +207,8 @@ def _product(ctx: RewriteContext, value: ir.Value
     if data is None or factor is None or not ctx.known_at_fold(factor) or \
             ctx.known_at_fold(data) or factor.shape is None:
         return None
-    if len(node.inputs) > 2 and node.inputs[2] is not None:
-        return None  # a bias (Gemm's C, Conv's B)
+    if len(node.inputs) > 2 and not _zero(ctx, node.inputs[2]):
+        return None  # a bias (Gemm's C, Conv's B): dynamo gives a Conv without one a zero bias
     if node.op_type == "Conv":
         return node, data, factor, False, 1.0
     if len(factor.shape) != 2:
@@ -221,6 +221,14 @@ def _product(ctx: RewriteContext, value: ir.Value
         alpha = node.attributes.get_float("alpha", 1.0)
     factor, flipped = _untransposed(ctx, factor)
     return node, data, factor, transposed != flipped, alpha
+
+
+def _zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
+    """Whether ``value`` is absent or a constant of zeros."""
+    if value is None:
+        return True
+    array = ctx.array(value)
+    return array is not None and not np.any(array)
 
 
 def _untransposed(ctx: RewriteContext, factor: ir.Value) -> tuple[ir.Value, bool]:

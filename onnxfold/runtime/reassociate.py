@@ -1,10 +1,12 @@
 """Low-rank branches merged into their base weights before a split: LoRA adapters fed as inputs.
 
 ``x @ W + s * (x @ A) @ B`` becomes ``x @ (W + s * A @ B)`` where A, B or s are runtime
-constants (``rules/low_rank.py`` has the forms and the declines). It runs before the model is
-folded and split, once, as a rewrite of that rule alone: the new weight's nodes then read
-runtime constants, so the split puts them in ``runtime_fold`` and the entry session receives
-the merged weight as an initializer (onnxruntime prepacks it). The merge is the default for
+constants (``rules/low_rank.py`` has the forms and the declines). It runs as a rewrite of that
+rule alone, before the model is folded (so that no other rewrite hides a base product, such as
+the Q/K/V merge of ``rules/shared_input_matmuls.py``) and once more after (what the fold
+exposed: dynamo gives a Conv adapter a zero bias computed from shapes): the new weight's nodes
+read runtime constants, so the split puts them in ``runtime_fold`` and the entry session
+receives the merged weight as an initializer (onnxruntime prepacks it). The merge is the default for
 runtime constants; ``--disable-rule merge_low_rank_branches`` (or
 ``FoldOptions(disabled_rules={"merge_low_rank_branches"})``) keeps the branches as they are.
 The reasons branches stayed are counted for the caller's report.
@@ -38,6 +40,11 @@ class LowRankMerges:
     kept: dict[str, int] = field(default_factory=dict)
     skipped: str | None = None
     enabled: bool = True
+
+    def __add__(self, later: LowRankMerges) -> LowRankMerges:
+        """This merge and a later one over the same model (what stayed is the later's say)."""
+        return LowRankMerges(self.merged + later.merged, later.kept,
+                             self.skipped or later.skipped, self.enabled and later.enabled)
 
     def summary(self) -> str:
         """One line for a report: how many weights took their branches in, and why not more."""

@@ -123,7 +123,20 @@ def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value]) -> Lattice:
 
 
 def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> list[ir.Node]:
-    return runtime_constant_nodes(graph, runtime_inputs, plan.constant, facts=load_catalogue())
+    """The runtime-constant nodes, with the compile-time nodes the fold left (its policy
+    declined them: a Cast that would double a weight, a reshape of one) that they read: the
+    runtime fold computes those too, or it would read values with no data."""
+    nodes = runtime_constant_nodes(graph, runtime_inputs, plan.constant, facts=load_catalogue())
+    chosen = set(nodes)
+    foldable = set(plan.foldable)
+    todo = [v for n in nodes for v in n.inputs if v is not None]
+    while todo:
+        producer = todo.pop().producer()
+        if producer is not None and producer in foldable and producer not in chosen and \
+                producer.graph is graph:
+            chosen.add(producer)
+            todo.extend(v for v in producer.inputs if v is not None)
+    return [n for n in graph if n in chosen]
 
 
 def _runtime_values(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> set[ir.Value]:
@@ -281,6 +294,8 @@ def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str],
                                      options)
     if compile_time == "fold":
         optimize(model, options)
+        merges = merges + merge_low_rank_branches(model, match_inputs(model.graph,
+                                                                      runtime_constants), options)
     parts = split_model(model, runtime_constants,
                         separate_compile_time=compile_time == "separate",
                         keep=frozenset(options.keep) if options is not None else frozenset())
