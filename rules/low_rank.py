@@ -361,6 +361,8 @@ def _fits(ctx: RewriteContext, base: _Base, branch: _Branch) -> Reject | None:
                       "would requantize it")
     if branch.conv != (base.node.op_type == "Conv"):
         return Reject("a convolution and a product do not merge")
+    if base.node.op_type == "Gemm" and base.node.attributes.get_float("alpha", 1.0) == 0.0:
+        return Reject("the base Gemm's alpha is 0")
     return _conv_fits(ctx, base, branch) if branch.conv else _matmul_fits(ctx, base, branch)
 
 
@@ -411,26 +413,6 @@ def _mergeable(ctx: RewriteContext, add: ir.Node) -> bool | Reject:
         return False
     plan = _plan(ctx, add)
     return plan if isinstance(plan, Reject) else plan is not None
-
-
-def in_low_rank_sum(ctx: RewriteContext, node: ir.Node) -> bool:
-    """Whether ``node``'s product is the base of a sum :func:`merge_low_rank_branches` merges
-    (another rewrite of it would hide the base)."""
-    if not ctx.settings.runtime_inputs or len(node.outputs) != 1:
-        return False
-    value = node.outputs[0]
-    add = None
-    for _ in range(MAX_TERMS):
-        if not ctx.single_use(value):
-            break
-        reader = next(iter(value.uses())).node
-        if not _here(ctx, reader, "Add") or reader.graph is not ctx.graph:
-            break
-        add, value = reader, reader.outputs[0]
-    if add is None:
-        return False
-    plan = _plan(ctx, add)
-    return isinstance(plan, _Merge) and node.outputs[0] in plan.merges
 
 
 # -- the rewrite ----------------------------------------------------------------------------

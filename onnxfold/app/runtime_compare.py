@@ -88,11 +88,14 @@ class Comparison:
 
 def interleaved(calls: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 2
                 ) -> dict[str, float]:
-    """Each call ``rounds`` times, one of each per round (after ``warmup`` rounds); the median
-    seconds of each."""
+    """Each call ``rounds`` times, one of each per round (after ``warmup`` rounds), each round
+    starting one further along the list (so no call always runs after the same one, whose
+    caches it would inherit); the median seconds of each."""
     times: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls.items())
     for r in range(warmup + rounds):
-        for name, call in calls.items():
+        start = r % len(order)
+        for name, call in order[start:] + order[:start]:
             started = time.perf_counter()
             call()
             if r >= warmup:
