@@ -468,6 +468,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     fold = parts.manifest["runtime_fold"]
     print(f"runtime_fold: {len(parts.runtime_fold.graph)} nodes, "
           f"{len(fold['inputs'])} inputs -> {len(fold['outputs'])} folded tensors for entry")
+    print(parts.low_rank.summary())
     return 0
 
 
