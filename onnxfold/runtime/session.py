@@ -284,7 +284,7 @@ class Session:
         folded.update({n: constants[n] for n in self._passthrough})
         started = time.perf_counter()
         entry = self._entry.open(folded)
-        made = FoldedSet(key, entry, 2 * entry.tensor_bytes + self._entry_weight_bytes(),
+        made = FoldedSet(key, entry, 2 * (entry.tensor_bytes + self._entry_weight_bytes()),
                          0.0 if from_disk else fold_seconds, time.perf_counter() - started,
                          from_disk)
         self._set_bytes = made.nbytes
