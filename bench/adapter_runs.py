@@ -121,7 +121,8 @@ def latency(name: str, work: Path, past: int, prefill: int, rounds: int, threads
         result: dict[str, Any] = {"costs": costs, "made_s": rows.made}
         for phase, feeds in (("decode", rows.decode), ("prefill", rows.prefill)):
             timed = {row: (lambda c=call, f=feeds: c(f)) for row, call in calls.items()}
-            result[phase] = {row: s * 1e3 for row, s in interleaved(timed, rounds).items()}
+            result[phase] = {row: {"wall": t.wall * 1e3, "cpu": t.cpu * 1e3}
+                             for row, t in interleaved(timed, rounds).items()}
         result["accuracy"] = _accuracy(calls, rows)
         del first
         session = objects["session_ort"]

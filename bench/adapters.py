@@ -109,6 +109,15 @@ def measure_weights(name: str, a: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _ms(t: dict[str, float]) -> str:
+    """A row's medians: wall · CPU."""
+    return f"{t['wall']:.2f} · {t['cpu']:.2f} ms"
+
+
+def _cpu(times: dict[str, dict[str, float]], row: str, to: str) -> str:
+    return f"{times[row]['cpu'] / times[to]['cpu']:.3f}x"
+
+
 def _weights_table(results: dict[str, dict[str, Any]]) -> list[str]:
     lines = ["**Weights fed as inputs**: every float weight a runtime constant, fed each call",
              "", "| export (weights) | original | pre-folded | Session | x pre-folded | "
@@ -117,9 +126,9 @@ def _weights_table(results: dict[str, dict[str, Any]]) -> list[str]:
     for name, res in results.items():
         ms = res["ms"]
         lines.append(f"| `{name}` ({res['weights']}, {res['weight_mib']:.0f} MiB) | "
-                     f"{ms['original']:.1f} ms | {ms['prefolded']:.1f} ms | "
-                     f"{ms['session']:.1f} ms | **{ms['session'] / ms['prefolded']:.3f}x** | "
-                     f"{ms['entry']:.1f} ms | {res['made_and_first_call_s']:.1f} s | "
+                     f"{_ms(ms['original'])} | {_ms(ms['prefolded'])} | {_ms(ms['session'])} | "
+                     f"**{_cpu(ms, 'session', 'prefolded')}** | {_ms(ms['entry'])} | "
+                     f"{res['made_and_first_call_s']:.1f} s | "
                      f"{res['max_abs_diff']:.1e} (of {res['max_abs']:.1f}) |")
     return lines
 
@@ -131,9 +140,9 @@ def _row_table(name: str, res: dict[str, Any]) -> list[str]:
              "|---|--:|--:|--:|--:|--:|"]
     for row in TIMED:
         memory = f"{rss[row]:,.0f} MiB" if row in rss else "-"
-        lines.append(f"| {LABELS[row]} | {decode[row]:.2f} ms | "
-                     f"**{decode[row] / decode['merged']:.3f}x** | {prefill[row]:.1f} ms | "
-                     f"**{prefill[row] / prefill['merged']:.3f}x** | {memory} |")
+        lines.append(f"| {LABELS[row]} | {_ms(decode[row])} | "
+                     f"**{_cpu(decode, row, 'merged')}** | {_ms(prefill[row])} | "
+                     f"**{_cpu(prefill, row, 'merged')}** | {memory} |")
     lines.append(f"| {LABELS['session_ort_4_sets']} | | | | | "
                  f"{rss['session_ort_4_sets']:,.0f} MiB |")
     return lines
@@ -148,9 +157,9 @@ def _facts(name: str, res: dict[str, Any]) -> list[str]:
         lines.append(f"- {LABELS[row]}: made in {c['init_s']:.2f} s; first call "
                      f"{c['first_call_s'] * 1e3:.0f} ms (fold {c['fold_s'] * 1e3:.0f} ms, "
                      f"entry session {c['bind_s'] * 1e3:.0f} ms); {c['merges']}")
-    lines.append(f"- a Session call / its entry session alone: decode "
-                 f"**{decode['session_ort'] / decode['entry']:.3f}x**, prefill "
-                 f"{prefill['session_ort'] / prefill['entry']:.3f}x")
+    lines.append(f"- a Session call / its entry session alone (CPU): decode "
+                 f"**{_cpu(decode, 'session_ort', 'entry')}**, prefill "
+                 f"{_cpu(prefill, 'session_ort', 'entry')}")
     lines.append(f"- switching among the 4 adapter files, sets kept: median "
                  f"**{statistics.median(switch):.2f} ms**, max {max(switch):.2f} ms over "
                  f"{len(switch)} switches ({res['switch_folds']} folds in all: one per "
@@ -174,9 +183,11 @@ def render(results: dict[str, dict[str, Any]], weights: dict[str, dict[str, Any]
         lines += _row_table(name, res) + _facts(name, res) + [""]
     if weights:
         lines += [*_weights_table(weights), ""]
-    lines.append(f"Medians of {a.rounds} interleaved rounds in one process, {a.threads} "
-                 f"intra-op thread(s); a decode step is 1 token after a cache of {a.past}, a "
-                 f"prefill {a.prefill} tokens. Peak RSS: one process per row.")
+    lines.append(f"Each time: medians of {a.rounds} interleaved rounds in one process (each "
+                 "round starting one row further), wall · CPU (the process's user + system "
+                 "time: what a busy neighbour does not add to); ratios by CPU time. "
+                 f"{a.threads} intra-op thread(s); a decode step is 1 token after a cache of "
+                 f"{a.past}, a prefill {a.prefill} tokens. Peak RSS: one process per row.")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ pre-folded model, for ``python -m bench run adapters`` (its second table).
 model, ``WORK/NAME.prefolded.onnx``). Timed interleaved on the export's example inputs: the
 original, the pre-folded model, a ``Session`` with every weight a runtime constant (fed each
 call) and its entry session alone; prints one JSON object (medians in ms, the Session's first
-call, the largest output difference from the original).
+call, the largest output difference from the original); each median of wall and CPU time.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def measure(name: str, cache: Path, work: Path, rounds: int, threads: int) -> di
         "prefolded": lambda: prefolded.run(None, inputs),
         "session": lambda: session.run(None, fed),
         "entry": lambda: entry.run(None, entry_feeds)}, rounds)
-    return {"ms": {k: v * 1e3 for k, v in medians.items()}, "made_and_first_call_s": first,
+    return {"ms": {k: {"wall": t.wall * 1e3, "cpu": t.cpu * 1e3} for k, t in medians.items()},
+            "made_and_first_call_s": first,
             "fold_s": session.fold_seconds, "weights": len(weights),
             "weight_mib": sum(a.nbytes for a in weights.values()) / 2**20,
             "max_abs_diff": float(np.abs(got - want).max()),

@@ -14,7 +14,9 @@ The same feeds run, interleaved round by round (so a busy neighbour slows every 
 - the Session's entry session alone, through ``InferenceSession.run`` (what a Session call
   should cost no more than).
 
-Each row: the median of the rounds' times in milliseconds and its ratio to the first row.
+Each row: the medians of the rounds' wall and CPU times (the process's user + system time,
+steadier than wall on a shared machine) in milliseconds, and the CPU time's ratio to the first
+row.
 Also: the Session's first call (its fold and the entry session's creation), what was merged,
 and with several adapters the median time to switch among them once each has its set.
 """
@@ -47,9 +49,9 @@ ENTRY = "entry session alone (InferenceSession.run)"
 
 @dataclass
 class Comparison:
-    """Medians (ms) per row in order, the Session's costs and what it merged."""
+    """Medians (ms: wall, CPU) per row in order, the Session's costs and what it merged."""
 
-    rows: dict[str, float]
+    rows: dict[str, Timing]
     rounds: int
     backend: str
     init_seconds: float  # Session(...): fold at compile time, merge, split, backend prepare
@@ -61,21 +63,22 @@ class Comparison:
     skipped: dict[str, str] = field(default_factory=dict)
 
     def ratio(self, row: str, to: str | None = None) -> float:
-        base = self.rows[to or next(iter(self.rows))]
-        return self.rows[row] / base if base else float("nan")
+        """``row``'s CPU time over ``to``'s (the first row's by default)."""
+        base = self.rows[to or next(iter(self.rows))].cpu
+        return self.rows[row].cpu / base if base else float("nan")
 
     def render(self) -> str:
         """The comparison as text lines."""
-        first = next(iter(self.rows))
         width = max(len(r) for r in self.rows)
-        lines = [f"median of {self.rounds} interleaved calls, ratio to the first row:"]
-        lines += [f"  {row:<{width}}  {ms:9.3f} ms  {self.ratio(row, first):6.3f}x"
-                  for row, ms in self.rows.items()]
+        lines = [f"medians of {self.rounds} interleaved calls (wall, CPU), CPU ratio to the "
+                 "first row:"]
+        lines += [f"  {row:<{width}}  {t.wall:9.3f} ms  {t.cpu:9.3f} ms  "
+                  f"{self.ratio(row):6.3f}x" for row, t in self.rows.items()]
         lines += [f"  {row}: not run ({why})" for row, why in self.skipped.items()]
-        entry = self.rows.get(ENTRY)
-        session = self.rows.get(SESSION.format(backend=self.backend))
-        if entry and session:
-            lines.append(f"a Session call / the entry session alone: {session / entry:.3f}x")
+        session = SESSION.format(backend=self.backend)
+        if ENTRY in self.rows and session in self.rows:
+            lines.append("a Session call / the entry session alone: "
+                         f"{self.ratio(session, ENTRY):.3f}x")
         lines.append(f"Session: made in {self.init_seconds:.2f} s; first call: fold "
                      f"{self.fold_seconds * 1e3:.1f} ms, entry session "
                      f"{self.bind_seconds * 1e3:.1f} ms; {self.merges}")
@@ -86,21 +89,33 @@ class Comparison:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Medians of one row's calls, in seconds: wall time, and the process's CPU time (user +
+    system), which a busy neighbour does not add to (steadier than wall on a shared machine)."""
+
+    wall: float
+    cpu: float
+
+
 def interleaved(calls: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 2
-                ) -> dict[str, float]:
+                ) -> dict[str, Timing]:
     """Each call ``rounds`` times, one of each per round (after ``warmup`` rounds), each round
     starting one further along the list (so no call always runs after the same one, whose
-    caches it would inherit); the median seconds of each."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
+    caches it would inherit); the medians of each."""
+    walls: dict[str, list[float]] = {name: [] for name in calls}
+    cpus: dict[str, list[float]] = {name: [] for name in calls}
     order = list(calls.items())
     for r in range(warmup + rounds):
         start = r % len(order)
         for name, call in order[start:] + order[:start]:
-            started = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             call()
             if r >= warmup:
-                times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(t) for name, t in times.items()}
+                walls[name].append(time.perf_counter() - wall)
+                cpus[name].append(time.process_time() - cpu)
+    return {name: Timing(statistics.median(walls[name]), statistics.median(cpus[name]))
+            for name in calls}
 
 
 def _ort_session(path: str, sess_options: Any) -> Any:
@@ -179,7 +194,8 @@ def compare(model_path: str, runtime_constants: Sequence[str], feeds: Mapping[st
         calls[ENTRY] = lambda: entry.run(None, entry_feeds)
         medians = interleaved(calls, rounds)
     switch_ms = switching(session, adapters, rounds) if len(adapters) > 1 else []
-    return Comparison({k: v * 1e3 for k, v in medians.items()}, rounds, backend, init_seconds,
+    in_ms = {k: Timing(t.wall * 1e3, t.cpu * 1e3) for k, t in medians.items()}
+    return Comparison(in_ms, rounds, backend, init_seconds,
                       session.fold_seconds, session.bind_seconds,
                       session.parts.low_rank.summary(), len(adapters), switch_ms, skipped)
 
