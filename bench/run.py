@@ -14,6 +14,9 @@
                writes ``bench/results/done_when_24.md``)
 ``latency``    deployed latency, original against output, in onnxruntime on float32, float16,
                static-QDQ and dynamically quantized exports (``latency.py``)
+``adapters``   LoRA adapters fed as inputs: onnxruntime (inputs, multi-LoRA), onnxfold.Session
+               (ort, mlir) and the merged model on two decoders; fold, switching, peak RSS
+               (``adapters.py``; writes ``bench/results/adapters.md``)
 =============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
@@ -30,11 +33,12 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import ab, done_when, floor, latency, limits, peers
+from bench import ab, adapters, done_when, floor, latency, limits, peers
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main,
-    "done_when": done_when.main, "latency": latency.main}
+    "done_when": done_when.main, "latency": latency.main,
+    "adapters": adapters.main}
 
 
 def main(argv: list[str] | None = None) -> int:

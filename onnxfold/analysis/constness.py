@@ -115,3 +115,26 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
             plan.foldable.append(node)
             constant.update(node.outputs)
     return plan
+
+
+def runtime_constant_nodes(graph: ir.Graph, runtime_inputs: Collection[ir.Value],
+                           constant: Collection[ir.Value], keep: Collection[str] = (), *,
+                           facts: OpFacts) -> list[ir.Node]:
+    """The nodes of ``graph`` (in order) computed only from ``runtime_inputs`` (graph inputs
+    constant at run time) and ``constant`` values, reading at least one of the former, that
+    may fold (``why_not_foldable``): what a runtime fold computes once the first call's
+    feeds are known. ``Constant`` nodes are not among them."""
+    known: set[ir.Value] = set(runtime_inputs)
+    nodes: list[ir.Node] = []
+    for node in graph:
+        if node.domain in DEFAULT_DOMAINS and node.op_type == "Constant":
+            continue
+        inputs = [v for v in node.inputs if v is not None] + captured_values(node)
+        if not any(v in known for v in inputs) or \
+                not all(v in known or v in constant for v in inputs) or \
+                why_not_foldable(node, keep, facts=facts) is not None:
+            continue
+        nodes.append(node)
+        known.update(node.outputs)
+    return nodes
+

@@ -20,12 +20,15 @@ class RunSettings:
     ``named_dims_equal``: dims of one name on several inputs are one symbol
     (``--assume-named-dims-equal``; see ``symbolic.shared_dim_names``); ``unknown_ops``:
     default-domain op types the installed onnx does not know (plugins), which may draw random
-    numbers or keep state, so no cleanup merges two of them.
+    numbers or keep state, so no cleanup merges two of them; ``runtime_inputs``: the main
+    graph's inputs constant at run time (the runtime constants of a split or a ``Session``):
+    rules that pay only across them (``rules/low_rank.py``) apply where they are set.
     """
 
     keep: frozenset[str] = frozenset()
     named_dims_equal: bool = False
     unknown_ops: frozenset[str] = frozenset()
+    runtime_inputs: frozenset[str] = frozenset()
 
 
 DEFAULTS = RunSettings()  # a run with no option set (what a caller of the driver gets)

@@ -501,6 +501,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     fold = parts.manifest["runtime_fold"]
     print(f"runtime_fold: {len(parts.runtime_fold.graph)} nodes, "
           f"{len(fold['inputs'])} inputs -> {len(fold['outputs'])} folded tensors for entry")
+    print(parts.low_rank.summary())
     return 0
 
 
@@ -514,15 +515,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     output = None
     if args.output:
         guard = _guard_inputs([args.model])
-        guard.protect([args.inputs])
+        guard.protect([args.inputs, *args.adapter])
         output = guard.claim(args.output, "outputs")
     if args.repeat < 1:
         raise InputError(f"--repeat {args.repeat}: must be at least 1")
     feeds = load_arrays(args.inputs)
+    options = _run_session_options(args.threads)
     session = Session(args.model, args.runtime_const, backend=args.backend,
                       cache_dir=args.cache_dir, options=_fold_options(args),
-                      custom_op_libraries=args.custom_op_library)
-    missing = [i.name for i in session.get_inputs() if i.name not in feeds]
+                      custom_op_libraries=args.custom_op_library, sess_options=options,
+                      adapter=args.adapter[0] if args.adapter else None)
+    constants = set(session.runtime_constants) if args.adapter else set()
+    missing = [i.name for i in session.get_inputs()
+               if i.name not in feeds and i.name not in constants]
     if missing:
         raise InputError(f"{args.inputs}: no array for input(s) {', '.join(missing)}")
     times = []
@@ -537,10 +542,27 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"(fold {session.fold_seconds * 1e3:.1f} ms)" + (
               f", then median {np.median(times[1:]) * 1e3:.2f} ms over {len(times) - 1} runs"
               if len(times) > 1 else ""))
+    print(session.parts.low_rank.summary())
+    if args.compare:
+        from onnxfold.app.runtime_compare import compare
+
+        print(compare(args.model, session.runtime_constants, feeds, args.backend,
+                      max(args.repeat, 5), args.adapter, options, _fold_options(args)).render())
     if output is not None:
         arrays = dict(zip(names, outputs))
         write_atomic(output, lambda f: np.savez(f, **arrays))
     return 0
+
+
+def _run_session_options(threads: int | None):
+    """onnxruntime's SessionOptions for ``run``: ``--threads`` intra-op threads, or None."""
+    if threads is None:
+        return None
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return options
 
 
 def _on_terminal(stream) -> bool:
@@ -641,6 +663,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="ort", choices=["ort", "numpy", "mlir", "onnx-mlir"])
     p.add_argument("--repeat", type=POSITIVE, default=1, help="run this many times, report timing")
     p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
+    p.add_argument("--adapter", action="append", default=[], metavar="FILE.onnx_adapter",
+                   help="an onnxruntime adapter file whose tensors are the runtime constants "
+                        "(the first is run; with several, --compare times switching among "
+                        "them); repeatable")
+    p.add_argument("--compare", action="store_true",
+                   help="also time onnxruntime with the runtime constants as inputs, as "
+                        "initializers and (with --adapter) its multi-LoRA, interleaved with "
+                        "the Session, and print the comparison")
+    p.add_argument("--threads", type=POSITIVE, default=None, metavar="N",
+                   help="onnxruntime's intra-op threads (default: onnxruntime's)")
     p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
     p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
                    help="a shared library of custom ops for onnxruntime to load; repeatable")

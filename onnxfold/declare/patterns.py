@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import OpFacts, kept, why_not_foldable
+from onnxfold.analysis.constness import OpFacts, kept, runtime_constant_nodes, why_not_foldable
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.symbolic import (
     Dim,
@@ -45,6 +45,7 @@ from onnxfold.ir.edits import names_for, replace_value
 from onnxfold.ir.graph import is_default_op, static_shape, through_identities
 
 IDENTITY_HOPS = 16  # Identity nodes RewriteContext.array looks through
+_RUNTIME_CONSTANTS = "runtime constants"  # RewriteContext.memo's key for them
 
 
 @dataclass(frozen=True)
@@ -267,6 +268,26 @@ class RewriteContext:
 
     def is_constant(self, value: ir.Value | None) -> bool:
         return value is not None and value in self.constant
+
+    def is_runtime_constant(self, value: ir.Value | None) -> bool:
+        """Whether ``value`` is computed from the run's runtime-constant inputs
+        (``settings.runtime_inputs``, main graph only) and constants by nodes that may fold:
+        known once the first call's feeds are, not before (a compile-time constant is not)."""
+        if value is None or not self.settings.runtime_inputs or self.graph is not \
+                self.model.graph:
+            return False
+        found = self.memo.get(_RUNTIME_CONSTANTS)
+        if not isinstance(found, frozenset):  # computed once per sweep (and after add_node)
+            inputs = [v for v in self.graph.inputs if v.name in self.settings.runtime_inputs]
+            nodes = runtime_constant_nodes(self.graph, inputs, self.constant, self.keep,
+                                           facts=self.facts)
+            found = frozenset(inputs).union(*(n.outputs for n in nodes))
+            self.memo[_RUNTIME_CONSTANTS] = found
+        return value in found
+
+    def known_at_fold(self, value: ir.Value | None) -> bool:
+        """Whether ``value`` is a constant or a runtime constant (:meth:`is_runtime_constant`)."""
+        return self.is_constant(value) or self.is_runtime_constant(value)
 
     def array(self, value: ir.Value | None) -> np.ndarray | None:
         """The data of an initializer or Constant output, also through Identity nodes (an

@@ -24,7 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold._version import __version__
-from onnxfold.analysis.constness import plan_graph, why_not_foldable
+from onnxfold.analysis.constness import plan_graph, runtime_constant_nodes, why_not_foldable
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError, OutputError
@@ -34,10 +34,12 @@ from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.tempfiles import write_text
 from onnxfold.io.writer import input_files
+from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import np_dtype
 from onnxfold.ir.graph import captured_values, external_inputs, is_default_op, subgraphs
 from onnxfold.pipeline.optimizer import optimize
 from onnxfold.pipeline.passes import remove_dead_nodes
+from onnxfold.runtime.reassociate import LowRankMerges, merge_low_rank_branches
 
 FRONTIER_EXPANSION = 4.0
 FRONTIER_MIN_BYTES = 1 << 20
@@ -121,18 +123,20 @@ def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value]) -> Lattice:
 
 
 def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> list[ir.Node]:
-    ct = plan.constant
-    rt: set[ir.Value] = set(runtime_inputs)
-    nodes: list[ir.Node] = []
-    for node in graph:
-        if node in plan.foldable or is_default_op(node, "Constant") or \
-                why_not_foldable(node, facts=load_catalogue()):
-            continue
-        inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
-        if inputs and all(v in ct or v in rt for v in inputs) and any(v in rt for v in inputs):
-            nodes.append(node)
-            rt.update(node.outputs)
-    return nodes
+    """The runtime-constant nodes, with the compile-time nodes the fold left (its policy
+    declined them: a Cast that would double a weight, a reshape of one) that they read: the
+    runtime fold computes those too, or it would read values with no data."""
+    nodes = runtime_constant_nodes(graph, runtime_inputs, plan.constant, facts=load_catalogue())
+    chosen = set(nodes)
+    foldable = set(plan.foldable)
+    todo = [v for n in nodes for v in n.inputs if v is not None]
+    while todo:
+        producer = todo.pop().producer()
+        if producer is not None and producer in foldable and producer not in chosen and \
+                producer.graph is graph:
+            chosen.add(producer)
+            todo.extend(v for v in producer.inputs if v is not None)
+    return [n for n in graph if n in chosen]
 
 
 def _runtime_values(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> set[ir.Value]:
@@ -230,6 +234,7 @@ class SplitModels:
     runtime_fold: ir.Model
     compiletime_fold: ir.Model | None
     manifest: dict = field(default_factory=dict)
+    low_rank: LowRankMerges = field(default_factory=LowRankMerges)
 
     @property
     def fold_inputs(self) -> list[str]:
@@ -238,6 +243,37 @@ class SplitModels:
     @property
     def fold_outputs(self) -> list[str]:
         return [cast(str, v.name) for v in self.runtime_fold.graph.outputs]
+
+
+WEIGHT_INPUT_BYTES = 64 << 10  # fold initializers handed to a backend as inputs from here up
+
+
+def weights_as_inputs(fold: ir.Model, min_bytes: int = WEIGHT_INPUT_BYTES
+                      ) -> tuple[ir.Model, dict[str, np.ndarray]]:
+    """A copy of the ``fold`` model whose initializers of ``min_bytes`` or more are graph
+    inputs, and their arrays (shared, not copied). A backend then neither copies the base
+    weights a merge reads (onnxruntime would hold its own) nor compiles them into a module
+    (IREE's would be as large as they are, and keyed by their values: one per model). An
+    initializer the fold left as a strided view (a folded Transpose) is made contiguous in
+    ``fold`` too, once: a backend would copy it on every call."""
+    for value in fold.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is not None and tensor.nbytes >= min_bytes:
+            array = tensor.numpy()
+            if not array.flags.c_contiguous:
+                value.const_value = ir.Tensor(c_contiguous(array), name=value.name)
+    part = fold.clone()
+    arrays: dict[str, np.ndarray] = {}
+    graph = part.graph
+    for name, value in list(graph.initializers.items()):
+        tensor = value.const_value
+        if tensor is None or tensor.nbytes < min_bytes or value in graph.inputs:
+            continue
+        arrays[name] = tensor.numpy()
+        graph.initializers.pop(name)
+        value.const_value = None
+        graph.inputs.append(value)
+    return part, arrays
 
 
 COMPILE_TIME = ("fold", "keep", "separate")
@@ -249,14 +285,22 @@ def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str],
     """Fold ``model``'s compile-time constants, then split it around its runtime constants
     (``model`` becomes the entry model). ``compile_time``: ``"fold"`` them first (the default),
     ``"keep"`` them in entry unfolded (onnxruntime folds them when it loads entry), or put them
-    in a ``"separate"`` ``compiletime_fold`` model."""
+    in a ``"separate"`` ``compiletime_fold`` model. Low-rank branches over the runtime
+    constants are merged into their base weights first (``onnxfold.runtime.reassociate``)."""
     if compile_time not in COMPILE_TIME:
         raise InputError(f"compile_time must be one of {', '.join(COMPILE_TIME)}")
+    runtime_constants = list(runtime_constants)
+    merges = merge_low_rank_branches(model, match_inputs(model.graph, runtime_constants),
+                                     options)
     if compile_time == "fold":
         optimize(model, options)
-    return split_model(model, runtime_constants,
-                       separate_compile_time=compile_time == "separate",
-                       keep=frozenset(options.keep) if options is not None else frozenset())
+        merges = merges + merge_low_rank_branches(model, match_inputs(model.graph,
+                                                                      runtime_constants), options)
+    parts = split_model(model, runtime_constants,
+                        separate_compile_time=compile_time == "separate",
+                        keep=frozenset(options.keep) if options is not None else frozenset())
+    parts.low_rank = merges
+    return parts
 
 
 def split_model(model: ir.Model, runtime_constants: Iterable[str],

@@ -9,6 +9,7 @@ import weakref
 import numpy as np
 import pytest
 
+from onnxfold.runtime.feed_check import KEPT_VIEW_BYTES
 from onnxfold.runtime.session import RuntimeConstantsChanged, Session
 from tests.support.running import run_ort
 from tests.support.weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
@@ -89,14 +90,22 @@ def test_concurrent_first_calls_fold_once(model):
         np.testing.assert_allclose(r, want, rtol=1e-6, atol=1e-6)
 
 
-def test_runtime_constant_feeds_are_not_kept(model):
-    session = Session(model, RUNTIME)
-    feeds = weight_feeds()
-    ref = weakref.ref(feeds["wq"])
+def test_runtime_constant_feeds_are_not_kept():
+    """A large feed the fold consumed is not kept after it; a small one (at most
+    KEPT_VIEW_BYTES: what the per-call check samples through views made once) only while its
+    set is the active one."""
+    d = 1100  # a 1.2 MB int8 weight
+    session = Session(weights_as_inputs_model(d), RUNTIME)
+    feeds = weight_feeds(d=d)
+    assert feeds["wq"].nbytes > KEPT_VIEW_BYTES >= feeds["scale"].nbytes
+    large, small = weakref.ref(feeds["wq"]), weakref.ref(feeds["scale"])
     session.run(None, feeds)
-    feeds["wq"] = None
+    feeds["wq"] = feeds["scale"] = None
     gc.collect()
-    assert ref() is None
+    assert large() is None and small() is not None
+    session.invalidate()
+    gc.collect()
+    assert small() is None
 
 
 _CHILD = """

@@ -124,3 +124,26 @@ def test_parts_hold_their_data_and_describe_only_their_interface(tmp_path):
     original = onnx.load(str(tmp_path / "m.onnx"))  # with its data
     np.testing.assert_allclose(_run_split(parts, weight_feeds())[0],
                                run_ort(original, weight_feeds())[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_constant_the_fold_declined_is_computed_by_the_runtime_fold():
+    """``Cast(w16 -> float)`` folds at compile time but the policy declines it (it would
+    double a float16 weight): the runtime fold that reads it computes it too (it failed:
+    'value ... is neither an input nor a constant')."""
+    from onnxfold.runtime.session import Session
+
+    w16 = np.random.default_rng(0).standard_normal((2048, 512)).astype(np.float16)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["w16"], ["w"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["w", "scale"], ["ws"]),
+         helper.make_node("MatMul", ["x", "ws"], ["y"])], "declined",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2048]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, [512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 512])],
+        [onnx.numpy_helper.from_array(w16, "w16")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.ones((2, 2048), np.float32), "scale": np.full(512, 0.5, np.float32)}
+    session = Session(model, ["scale"])
+    assert sorted(n.op_type for n in session.parts.runtime_fold.graph) == ["Cast", "Mul"]
+    np.testing.assert_allclose(session.run(None, feeds)[0], run_ort(model, feeds)[0],
+                               rtol=1e-5, atol=1e-4)

@@ -8,6 +8,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from tests.support import low_rank_models as lr
+from tests.support.running import run_ort
+
 
 def _model(path):
     d = 32
@@ -66,3 +69,29 @@ def test_missing_backend_or_bad_name_is_one_line(tmp_path):
             continue  # onnx-mlir is installed here
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_run_takes_adapter_files_and_compares(tmp_path):
+    """``--adapter`` files are the runtime constants; ``--compare`` prints every row with its
+    ratio, the Session's costs, what merged and the switching time."""
+    case = lr.scale_after()
+    onnx.save(case.model, str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "x.npz", x=case.feeds["x"])
+    paths = []
+    for i in range(2):
+        paths += ["--adapter", str(tmp_path / f"a{i}.onnx_adapter")]
+        lr.write_adapter(lr.adapter(case, i), paths[-1])
+    proc = onnxfold("run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "x.npz"),
+                    *paths, "--compare", "--repeat", "5", "--threads", "1",
+                    "-o", str(tmp_path / "y.npz"))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "low-rank branches merged into 1 weight(s)" in out
+    for row in ("onnxruntime, runtime constants as inputs", "as initializers",
+                "multi-LoRA (LoraAdapter)", "onnxfold.Session (ort), constants fed",
+                "entry session alone", "a Session call / the entry session alone",
+                "switching among 2 adapter files"):
+        assert row in out, out
+    want = {**case.feeds, **lr.adapter(case, 0)}
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], run_ort(case.model, want)[0],
+                               rtol=2e-5, atol=2e-5)

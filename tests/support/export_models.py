@@ -6,6 +6,7 @@ export takes a few seconds."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertModel, Qwen2Config, Qwen2ForCausalLM
@@ -216,3 +217,60 @@ def bert_static_qdq(path: str | os.PathLike, *, hidden: int = 32, layers: int = 
                         weight_type=QuantType.QInt8)
     finally:
         os.remove(float_path)
+
+
+class _LoraNet(torch.nn.Module):
+    """Two Linear layers (2-D input: TorchScript exports them as Gemm) or two Conv2d layers
+    (a 3x3 with padding, then a 1x1), for peft's LoRA on each."""
+
+    def __init__(self, conv: bool) -> None:
+        super().__init__()
+        if conv:
+            self.first = torch.nn.Conv2d(4, 8, 3, padding=1)
+            self.second = torch.nn.Conv2d(8, 6, 1)
+        else:
+            self.first = torch.nn.Linear(16, 24)
+            self.second = torch.nn.Linear(24, 12)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)))
+
+
+class _Wrapped(torch.nn.Module):
+    """One positional input (peft's model takes ``*args, **kwargs``)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)
+
+
+def lora_net(path: str | os.PathLike, conv: bool, dynamo: bool) -> None:
+    """``_LoraNet`` with peft LoRA (rank 4, B non-zero) on both layers, exported with the
+    adapters' weights as graph inputs (as Olive's ExtractAdapters makes them); dynamic batch."""
+    from peft import LoraConfig, get_peft_model
+
+    from bench.adapter_models import adapters_as_inputs
+
+    torch.manual_seed(0)
+    model = get_peft_model(_LoraNet(conv), LoraConfig(r=4, lora_alpha=8,
+                                                      target_modules=["first", "second"]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.1)
+    model = _Wrapped(model.eval()).eval()
+    x = torch.randn(2, 4, 8, 8) if conv else torch.randn(2, 16)
+    if dynamo:
+        program = torch.onnx.export(model, (x,), dynamo=True, optimize=False,
+                                    input_names=["x"],
+                                    dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+        assert program is not None
+        program.save(str(path), external_data=False)
+    else:
+        torch.onnx.export(model, (x,), str(path), input_names=["x"], dynamo=False,
+                          dynamic_axes={"x": {0: "batch"}}, opset_version=17,
+                          do_constant_folding=False)
+    adapters_as_inputs(Path(path))

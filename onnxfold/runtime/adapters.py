@@ -1,0 +1,73 @@
+"""onnxruntime's adapter files as a Session's runtime-constant feeds.
+
+An ``.onnx_adapter`` file (written by ``onnxruntime.AdapterFormat.export_adapter``, the file
+``onnxruntime.LoraAdapter`` memory-maps for ``RunOptions.add_active_adapter``) holds named
+tensors: each names the graph input it feeds. ``onnxfold.Session(model, adapter=PATH)`` takes
+them as the runtime-constant feeds, so a multi-LoRA user changes one line. The tensors are
+copied out of the file's mapping (onnxruntime's ``OrtValue.numpy`` views it without keeping it
+alive): an adapter is small beside its model.
+
+:class:`AdapterFiles` remembers the files it read by path and ``stat`` (device, inode, size,
+modification time in ns) with their content key, so that switching back to a file read before
+neither reads nor hashes it again; a file rewritten since is read again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from onnxfold.errors import InputError, one_line
+from onnxfold.runtime.feed_check import checked_array, content_key
+
+ADAPTER_SUFFIX = ".onnx_adapter"
+
+AdapterSource = str | os.PathLike | Mapping[str, np.ndarray]
+
+
+def read_adapter(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The tensors of the adapter file at ``path``, by name (InputError when it is none)."""
+    import onnxruntime as ort
+
+    shown = os.fspath(path)
+    if not os.path.isfile(shown):
+        raise InputError(f"{shown}: no such adapter file")
+    try:
+        adapter = ort.AdapterFormat.read_adapter(shown)
+        return {str(name): np.array(value.numpy())
+                for name, value in adapter.get_parameters().items()}
+    except Exception as e:  # onnxruntime's reader raises RuntimeError for a foreign file
+        raise InputError(f"{shown}: not an onnxruntime adapter file ({one_line(e, 200)})"
+                         ) from None
+
+
+class AdapterFiles:
+    """Adapters as (arrays, content key), files remembered by ``stat`` (see the module doc)."""
+
+    def __init__(self, limit: int = 16) -> None:
+        self.limit = limit
+        self._read: dict[tuple, tuple[dict[str, np.ndarray], str]] = {}
+
+    def feeds(self, source: AdapterSource) -> tuple[dict[str, np.ndarray], str]:
+        """``source``'s arrays (a file's path, or a mapping) and their content key."""
+        if isinstance(source, Mapping):
+            arrays = {str(n): checked_array(str(n), a) for n, a in source.items()}
+            return arrays, content_key(arrays)
+        path = os.path.realpath(source)
+        try:
+            info = os.stat(path)
+        except OSError:
+            info = None
+        stamp = (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns) \
+            if info is not None else None
+        if stamp is not None and stamp in self._read:
+            return self._read[stamp]
+        arrays = read_adapter(source)
+        found = arrays, content_key(arrays)
+        if stamp is not None:
+            if len(self._read) >= self.limit:
+                self._read.pop(next(iter(self._read)))
+            self._read[stamp] = found
+        return found

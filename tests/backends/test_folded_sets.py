@@ -1,0 +1,169 @@
+"""A Session keeps several folded sets (one per adapter) by content: switching back to a kept set
+folds and compiles nothing, the least recently used set goes first, the memory budget holds,
+``cache_dir`` keeps sets across processes, and onnxruntime's adapter files are runtime-constant
+feeds. Speeds are measured in ``python -m bench run adapters``, not here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from onnxfold.errors import InputError
+from onnxfold.runtime.session import RuntimeConstantsChanged, Session
+from tests.support import low_rank_models as lr
+from tests.support.running import run_ort
+
+TOL = {"rtol": 2e-5, "atol": 2e-5}
+
+
+def _with(case: lr.LowRank, constants: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {**case.feeds, **constants}
+
+
+def _want(case: lr.LowRank, constants: dict[str, np.ndarray]) -> np.ndarray:
+    return run_ort(case.model, _with(case, constants))[0]
+
+
+@pytest.mark.parametrize("backend", ["ort", "mlir"])
+def test_switching_to_a_kept_set_folds_nothing(backend):
+    case = lr.scale_after()
+    adapters = [lr.adapter(case, i) for i in range(4)]
+    session = Session(case.model, case.runtime, backend=backend)
+    for constants in adapters:
+        session.run(None, _with(case, constants))
+    assert session.folds == 4
+    for _ in range(2):
+        for constants in adapters:
+            out = session.run(None, _with(case, constants))[0]
+            np.testing.assert_allclose(out, _want(case, constants), **TOL)
+    assert session.folds == 4 and len(session.folded_keys) == 4
+    assert session.switches == 12  # each call changed the set, none folded
+
+
+def test_the_least_recently_used_set_goes_first():
+    case = lr.scale_after()
+    first, second, third = (lr.adapter(case, i) for i in range(3))
+    session = Session(case.model, case.runtime, max_sets=2)
+    for constants in (first, second, first, third):  # second is the least recently used
+        session.run(None, _with(case, constants))
+    assert session.folds == 3 and len(session.folded_keys) == 2
+    session.run(None, _with(case, first))
+    assert session.folds == 3
+    session.run(None, _with(case, second))
+    assert session.folds == 4
+
+
+def _resident() -> int:
+    """This process's resident bytes once freed memory went back to the system (glibc)."""
+    gc.collect()
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.malloc_trim(0)
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_the_memory_budget_holds():
+    """Sets of 8 MiB of merged weights each, a budget of about two: cycling through six
+    adapters keeps at most what the budget counts, and the process grows by no more."""
+    case = lr.stacked(layers=8, width=512)
+    adapters = [lr.adapter(case, i) for i in range(6)]
+    probe = Session(case.model, case.runtime)
+    probe.run(None, _with(case, adapters[0]))
+    per_set = probe.cached_bytes
+    del probe
+    budget = int(2.5 * per_set)
+    session = Session(case.model, case.runtime, max_bytes=budget, max_sets=16)
+    session.run(None, _with(case, adapters[0]))
+    before = _resident()
+    for _ in range(3):
+        for constants in adapters:
+            session.run(None, _with(case, constants))
+            assert session.cached_bytes <= budget and len(session.folded_keys) <= 2
+    grown = _resident() - before
+    assert grown <= budget, f"grew {grown >> 20} MiB over a budget of {budget >> 20} MiB"
+    assert session.folds == 18  # every switch folded: six sets never fit
+
+
+def test_sets_persist_through_cache_dir(tmp_path):
+    case = lr.scale_after()
+    adapters = [lr.adapter(case, i) for i in range(2)]
+    for expected_hits in (0, 2):
+        session = Session(case.model, case.runtime, cache_dir=tmp_path / "cache")
+        for constants in adapters:
+            out = session.run(None, _with(case, constants))[0]
+            np.testing.assert_allclose(out, _want(case, constants), **TOL)
+        assert session.cache_hits == expected_hits and session.folds == 2
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 2
+
+
+def test_a_new_adapter_in_memory_a_freed_one_used_is_seen():
+    """Identity is held by weak references: a new adapter whose arrays reuse the freed
+    memory of the old one is still a new adapter."""
+    case = lr.scale_after()
+    session = Session(case.model, case.runtime)
+    for i in range(6):
+        constants = lr.adapter(case, i)
+        out = session.run(None, _with(case, constants))[0]
+        np.testing.assert_allclose(out, _want(case, constants), **TOL)
+        del constants
+    assert session.folds == 6
+
+
+def test_an_adapter_file_is_the_runtime_constant_feeds(tmp_path):
+    """One line for a multi-LoRA user: the runtime constants are the file's tensors; the
+    results are onnxruntime's own multi-LoRA run's (LoraAdapter + add_active_adapter)."""
+    case = lr.scale_after()
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"a{i}.onnx_adapter")
+        lr.write_adapter(lr.adapter(case, i), paths[-1])
+    inputs = {n: case.feeds[n] for n in ("x",)}
+    model = lr.with_default_adapter(case)
+    session = Session(model, adapter=paths[0])
+    assert sorted(session.runtime_constants) == sorted(case.runtime)
+    assert session.parts.low_rank.merged == 1
+    plain = ort.InferenceSession(model.SerializeToString())
+    for path in paths:
+        session.set_adapter(path)
+        active = ort.LoraAdapter()
+        active.Load(str(path))
+        options = ort.RunOptions()
+        options.add_active_adapter(active)
+        want = plain.run(None, inputs, options)[0]
+        np.testing.assert_allclose(session.run(None, inputs)[0], want, **TOL)
+    assert session.folds == 2
+    session.set_adapter(paths[0])
+    assert session.folds == 2
+
+
+def test_a_file_that_is_no_adapter_is_one_input_error(tmp_path):
+    case = lr.scale_after()
+    bogus = tmp_path / "x.onnx_adapter"
+    bogus.write_bytes(b"not an adapter")
+    with pytest.raises(InputError, match="not an onnxruntime adapter file"):
+        Session(case.model, adapter=bogus)
+    with pytest.raises(InputError, match="no such adapter file"):
+        Session(case.model, adapter=tmp_path / "missing.onnx_adapter")
+
+
+def test_an_object_array_as_a_runtime_constant_is_one_input_error():
+    case = lr.scale_after()
+    session = Session(case.model, case.runtime)
+    feeds = dict(case.feeds)
+    feeds["lora_A"] = np.array([object()] * 4)
+    with pytest.raises(InputError, match="lora_A"):
+        session.run(None, feeds)
+
+
+def test_refuse_allows_no_other_set():
+    case = lr.scale_after()
+    session = Session(case.model, case.runtime, check="refuse")
+    session.run(None, case.feeds)
+    with pytest.raises(RuntimeConstantsChanged):
+        session.run(None, _with(case, lr.adapter(case, 1)))
