@@ -38,7 +38,7 @@ from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.fold.options import FoldOptions
 from onnxfold.io import load_model, save_model
 from onnxfold.io.cache_dirs import cache_dir_problem, make_cache_dir, trusted_cache_dir
-from onnxfold.io.feeds import load_arrays
+from onnxfold.io.feeds import load_arrays, runtime_constant
 from onnxfold.io.reader import model_from_proto
 from onnxfold.io.tempfiles import no_temp_directory, write_atomic
 from onnxfold.ir.arrays import c_contiguous
@@ -171,7 +171,7 @@ class Session:
         missing = [n for n in self.runtime_constants if n not in input_feed]
         if missing:
             raise InputError(f"feeds lack the runtime constants {', '.join(missing)}")
-        rt_feeds = {n: np.asarray(input_feed[n]) for n in self.runtime_constants}
+        rt_feeds = {n: runtime_constant(n, input_feed[n]) for n in self.runtime_constants}
         key = self._key(rt_feeds)
         with self._lock:
             if self._entry is None or key != self._folded_key:
@@ -197,7 +197,7 @@ class Session:
 
     def refold(self, input_feed: Mapping[str, np.ndarray]) -> None:
         """Fold again now from ``input_feed``'s runtime constants."""
-        rt_feeds = {n: np.asarray(input_feed[n]) for n in self.runtime_constants}
+        rt_feeds = {n: runtime_constant(n, input_feed[n]) for n in self.runtime_constants}
         with self._lock:
             self._fold(rt_feeds, self._key(rt_feeds))
 

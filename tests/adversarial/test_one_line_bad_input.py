@@ -386,3 +386,36 @@ def test_sparse_initializer_of_strings_is_one_line(tmp_path):
     if code == 0:
         return  # densified validly is fine too
     assert_one_line_error(code, err)
+
+
+# -- the Python API: runtime constants numpy or no backend can fold ---------------------------
+def _transposed_weight(path: Path) -> str:
+    """Y = X @ Transpose(W), W a graph input (the runtime constant)."""
+    return _save(path, [helper.make_node("Transpose", ["W"], ["Wt"]),
+                        helper.make_node("MatMul", ["X", "Wt"], ["Y"])],
+                 [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4]),
+                  helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 4])],
+                 [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4])])
+
+
+@pytest.mark.parametrize(("weight", "says"), [
+    (np.ones((4, 4), dtype=object), "an array of Python objects"),
+    (np.full((4, 4), "x"), "an array of strings"),
+    ([[1.0, 2.0], [3.0]], "not an array"),
+], ids=["object array", "string array", "ragged list"])
+@pytest.mark.parametrize("backend", ["ort", "numpy"])
+def test_unfoldable_runtime_constant_is_one_line(tmp_path, weight, says, backend):
+    """numpy raised its own TypeError ("Cannot change data-type for array of references")
+    from the fingerprint of an object array; onnxruntime a RuntimeError for strings."""
+    import onnxfold
+
+    session = onnxfold.Session(_transposed_weight(tmp_path / "m.onnx"), ["W"], backend=backend)
+    x = np.ones((1, 4), np.float32)
+    for call in (lambda: session.run(None, {"X": x, "W": weight}),
+                 lambda: session.refold({"X": x, "W": weight})):
+        with pytest.raises(onnxfold.InputError) as caught:
+            call()
+        message = str(caught.value)
+        assert "\n" not in message and says in message and "'W'" in message, message
+    assert session.run(None, {"X": x, "W": np.eye(4, dtype=np.float32)})[0].shape == (1, 4)
+
