@@ -33,6 +33,7 @@ import copy
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -263,8 +264,7 @@ def run(args: argparse.Namespace) -> int:
             [*outcome.warnings, outcome.message] if outcome.message else outcome.warnings)
         if outcome.code != 0 or not args.quiet:
             for line in lines:
-                shown = line if outcome.input in line else f"{outcome.input}: {line}"
-                print(shown, file=sys.stderr)
+                print(line_about(outcome.input, line), file=sys.stderr)
     if summary is not None:
         write_text(summary, json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
     if interrupted:
@@ -272,6 +272,23 @@ def run(args: argparse.Namespace) -> int:
               "not written", file=sys.stderr)
         return 130
     return worst(o.code for o in outcomes)
+
+
+_KIND = re.compile(r"^onnxfold: ([a-z][a-z ]*): ")  # "onnxfold: error: ", "... internal error: "
+
+
+def line_about(model: str, line: str) -> str:
+    """A job's line on the batch's stderr, in the form a one-model run prints, with the model
+    named first: ``onnxfold: error: MODEL: ...`` (``internal error``, ``check failed``,
+    ``warning`` alike); a line of the job's that is not onnxfold's (a native library's) is
+    ``onnxfold: warning: MODEL: ...``."""
+    found = _KIND.match(line)
+    if found is None:
+        return f"onnxfold: warning: {model}: {line}"
+    rest = line[found.end():]
+    if rest.startswith(f"{model}: ") or rest == model:
+        return line
+    return f"{found.group(0)}{model}: {rest}"
 
 
 def worst(codes) -> int:

@@ -419,3 +419,36 @@ def test_unfoldable_runtime_constant_is_one_line(tmp_path, weight, says, backend
         assert "\n" not in message and says in message and "'W'" in message, message
     assert session.run(None, {"X": x, "W": np.eye(4, dtype=np.float32)})[0].shape == (1, 4)
 
+
+# -- a batch: each model's line in a one-model run's form, the model named first -----------------
+def test_batch_lines_start_as_a_one_model_runs_do(tmp_path):
+    """A job's error that does not name its model (``--input-shape Q: no such input``) was
+    printed as ``MODEL: onnxfold: error: ...``; every line is ``onnxfold: error: MODEL: ...``
+    now, as when the message names the model itself (a file that is no ONNX model)."""
+    models = tmp_path / "in"
+    models.mkdir()
+    shaped = add_one(models / "a.onnx")
+    (models / "b.onnx").write_bytes(b"not a model")
+    proc = run_cli(Run(["optimize", shaped, str(models / "b.onnx"), "-o", str(tmp_path / "out/"),
+                        "--input-shape", "Q:3"]))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith(f"onnxfold: error: {shaped}: --input-shape Q: no such input"), \
+        lines
+    assert lines[1].startswith(f"onnxfold: error: {models / 'b.onnx'}: not an ONNX model"), lines
+
+
+def test_batch_line_about_a_model():
+    """The form each kind of line takes (``onnxfold.app.batch.line_about``)."""
+    from onnxfold.app.batch import line_about
+
+    assert line_about("m.onnx", "onnxfold: error: --dim n: bad") == \
+        "onnxfold: error: m.onnx: --dim n: bad"
+    assert line_about("m.onnx", "onnxfold: error: m.onnx: truncated") == \
+        "onnxfold: error: m.onnx: truncated"
+    assert line_about("m.onnx", "onnxfold: internal error: killed by signal 9") == \
+        "onnxfold: internal error: m.onnx: killed by signal 9"
+    assert line_about("m.onnx", "onnxfold: check failed: y outside tolerance") == \
+        "onnxfold: check failed: m.onnx: y outside tolerance"
+    assert line_about("m.onnx", "libfoo: a notice") == "onnxfold: warning: m.onnx: libfoo: a notice"
