@@ -213,11 +213,12 @@ def test_folding_function_bodies_reads_the_memory_limit_once(monkeypatch):
 
 
 def test_ten_thousand_folding_functions(tmp_path):
-    """The checker's limit of functions, every body folded: within the 30 s of each run here
-    (4 s measured; 7.6 s before the two fixes above)."""
+    """The checker's limit of functions, every body folded (4 s measured alone; 7.6 s before
+    the two fixes above): given 120 s, as a loaded machine running the suite in parallel
+    needs; the growth tests above hold the linearity."""
     source, out = tmp_path / "many.onnx", tmp_path / "out.onnx"
     onnx.save(folding_functions(10_000), source)
-    code, _stdout, stderr = run_cli("optimize", source, "-o", out)
+    code, _stdout, stderr = cli_exit.run_cli(["optimize", source, "-o", out], timeout=120)
     assert_ok(code, stderr)
     written = onnx.load(out)
     assert len(written.functions) == 10_000
