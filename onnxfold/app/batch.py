@@ -42,6 +42,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from onnxfold.errors import InputError, OutputError
+from onnxfold.host.points import reached
 from onnxfold.host.terminal import printable
 from onnxfold.io import formats
 from onnxfold.io.outputs import OutputGuard
@@ -145,8 +146,9 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
             raise OutputError(f"{outdir}: holds the input {source}; write the optimized models "
                               "to another directory (one model may be replaced in place with "
                               "`onnxfold optimize M -o M`)")
-    jobs = [Job(source, os.path.join(outdir, relative)) for source, relative in found]
-    outputs = [os.path.join(outdir, relative) for _, relative in found]
+    # the output directory resolved once: a symlink on its way swapped later redirects no job
+    jobs = [Job(source, os.path.join(outdir_real, relative)) for source, relative in found]
+    outputs = [job.output for job in jobs if job.output is not None]
     guard = OutputGuard([path for job in jobs for path in _files_read(job.input)])
     with _directories(outdir, outputs):  # the guard wants each output's directory to exist
         for job, output in zip(jobs, outputs):
@@ -250,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
             summary = OutputGuard([j.input for j in jobs]
                                   + [j.output for j in jobs if j.output is not None]).claim(
                 args.json, "JSON summary")
+        reached("batch-planned")
         outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -258,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     interrupted = len(outcomes) < len(jobs)
     failed = [o for o in outcomes if o.code != 0]
     if failed or interrupted or not args.quiet:
-        print(table(outcomes, jobs))
+        print(table(outcomes, jobs, args.output))
     for outcome in outcomes:
         lines = outcome.warnings if outcome.code == 0 else (
             [*outcome.warnings, outcome.message] if outcome.message else outcome.warnings)
@@ -317,6 +320,7 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
             while pending and len(running) < workers:
                 index = pending.pop(0)
                 running[index] = (_start(args, jobs[index], scratch, index), time.monotonic())
+            reached("batch-running")
             time.sleep(0.02)
             for index, (proc, started) in list(running.items()):
                 elapsed = time.monotonic() - started
@@ -450,8 +454,9 @@ def _remove_temporaries(job: Job, pid: int) -> None:
         remove_own(os.path.dirname(os.path.abspath(job.output)), pid)
 
 
-def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
-    """The summary: one row per model, then the totals."""
+def table(outcomes: list[Outcome], jobs: list[Job], outdir: str | None = None) -> str:
+    """The summary: one row per model, then the totals (``outdir``: the output directory as
+    given, named in the totals' line)."""
     names = [printable(o.input) for o in outcomes]  # escaped before measuring widths
     width = max([len("model"), *map(len, names)])
     status_width = max([len("status"), *(len(o.status) for o in outcomes)])
@@ -467,7 +472,8 @@ def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
         key = "crashed" if o.status.startswith("crashed") else o.status
         counts[key] = counts.get(key, 0) + 1
     total = ", ".join(f"{n} {status}" for status, n in counts.items())
-    outdir = os.path.dirname(jobs[0].output) if jobs and jobs[0].output is not None else None
+    if outdir is None and jobs and jobs[0].output is not None:
+        outdir = os.path.dirname(jobs[0].output)
     rows.append(f"{len(outcomes)} of {len(jobs)} models: {total}"
                 + ("; dry run: nothing written (-o OUT/ to write)" if outdir is None
                    else f"; outputs in {outdir}" if counts.get("ok") else ""))

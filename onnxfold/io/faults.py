@@ -17,7 +17,7 @@ import os
 import signal
 from collections.abc import Iterable, Iterator
 
-from onnxfold.io.publication import HELD_LOCKS
+from onnxfold.io.publication import release_locks
 from onnxfold.io.tempfiles import TRUNCATED, remove_own
 
 MESSAGE = f"onnxfold: error: {TRUNCATED} (bus error); nothing was written\n".encode()
@@ -40,9 +40,8 @@ def bus_error_exits(directories: Iterable[str], status: int) -> Iterator[None]:
         os.write(2, MESSAGE)
         for directory in places:
             remove_own(directory)
-        for lock in tuple(HELD_LOCKS):  # the output's lock: no other run waits for a dead one
-            with contextlib.suppress(OSError):
-                os.unlink(lock)
+        with contextlib.suppress(OSError):
+            release_locks()  # the output's lock: no other run waits for a dead one
         os._exit(status)
 
     handler = _HANDLER(on_bus_error)  # referenced until the old handler is back

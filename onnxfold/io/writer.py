@@ -23,14 +23,16 @@ import onnx_ir as ir
 
 from onnxfold.analysis.shapes import declared_names
 from onnxfold.errors import OutputError
+from onnxfold.host.points import reached
 from onnxfold.io import protowire as pw
 from onnxfold.io import segments
 from onnxfold.io.mapped import MappedTensor, detached, input_origin
 from onnxfold.io.outputs import OutputGuard
+from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.prefill import OutputPrefill
-from onnxfold.io.publication import fresh_data_path, kill_point, output_lock, superseded_data
+from onnxfold.io.publication import fresh_data_name, kill_point, output_lock, superseded_data
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
-from onnxfold.io.tempfiles import temp_beside, write_failed
+from onnxfold.io.tempfiles import temporary, write_failed
 from onnxfold.io.tensor_facts import data_dims, data_nbytes
 from onnxfold.ir.graph import all_graphs
 from onnxfold.ir.protos import graph_protos
@@ -258,19 +260,19 @@ def _write_embedded(fd: int, head: bytes, graph_bytes: bytes, streamed: dict[str
     return written
 
 
-def _remove_superseded_data(requested: str, data_path: str, guard: OutputGuard,
-                            in_place: bool) -> None:
-    """Remove the data files an earlier save left for ``requested`` (not ``data_path``, the
-    one just written), where the guard allows it."""
-    for old in superseded_data(requested, data_path):
-        if in_place or guard.removable(old):
+def _remove_superseded_data(output: PinnedOutput, requested: str, data_name: str,
+                            guard: OutputGuard, in_place: bool) -> None:
+    """Remove the data files an earlier save left beside ``output`` for ``requested`` (not
+    ``data_name``, the one just written), where the guard allows it."""
+    for old in superseded_data(output.directory, requested, data_name):
+        if in_place or guard.removable(output.sibling(old)):
             with contextlib.suppress(OSError):
-                os.unlink(old)
+                output.directory.unlink(old)
 
 
-def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
-               data_name: str | None = None, protect: set[str] | None = None,
-               prefill: OutputPrefill | None = None,
+def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
+               external_data: bool | None = None, data_name: str | None = None,
+               protect: set[str] | None = None, prefill: OutputPrefill | None = None,
                verify: Callable[[str], None] | None = None,
                replaces: Iterable[str] = (),
                progress: Callable[[int, int], None] | None = None) -> SaveInfo:
@@ -278,22 +280,71 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
     model's own external-data sources are protected too (``onnxfold.io.outputs``); a symlinked
-    ``path`` is written through. ``prefill``, started for ``path``'s target before folding,
-    provides the (already warm) temporary file to write over. ``verify(temporary path)``, for
-    models without external data, may refuse the written file before it replaces anything.
-    ``replaces``: input files the caller asked to replace (writing a model over itself).
-    ``progress(done, total)``: bytes of weights written so far, of ``total`` (the progress
-    line's ``save 120.0/480.0 MiB``), told after each weight.
+    ``path`` is written through. ``path`` is resolved and its directory opened once, here, or
+    by the caller (a ``PinnedOutput``): every file of the output is made and renamed in that
+    directory (``onnxfold.io.pinned``). ``data_name``: the data file's name in it (default:
+    the model's name + ``.data``). ``prefill``, started for the same output before folding,
+    provides the (already warm) temporary file to write over. ``verify(path of the written
+    file)``, for models without external data, may refuse the written file before it replaces
+    anything. ``replaces``: input files the caller asked to replace (writing a model over
+    itself). ``progress(done, total)``: bytes of weights written so far, of ``total`` (the
+    progress line's ``save 120.0/480.0 MiB``), told after each weight.
     """
-    path = os.fspath(path)
-    data_name = data_name or os.path.basename(path) + ".data"
     graphs = all_graphs(model)  # (saving changes no graph's nodes)
     guard = OutputGuard(input_files(model, graphs), replaces)
     guard.protect(protect or ())
-    target = guard.claim(path, "output model")
-    requested_name = data_name
-    data_path = os.path.join(os.path.dirname(target), data_name)
+    output = guard.pin(path, "output model")
+    try:
+        return _save(model, output, graphs, guard, external_data, data_name, prefill, verify,
+                     progress)
+    finally:
+        if output is not path:  # pinned here
+            output.directory.close()
 
+
+@dataclass
+class _Files:
+    """What one save makes in the output's directory: the model's temporary file, the data's
+    (and the fresh name the data gets), and how far publishing them went."""
+
+    output: PinnedOutput
+    tmp: str
+    data: str  # the data file's name once published
+    data_tmp: str | None = None
+    renamed: bool = False  # the data has its name (no model names it yet)
+    published: bool = False  # the model has its name
+
+    def publish(self, requested: str, guard: OutputGuard, in_place: bool) -> None:
+        """The renames that publish the model and its data, then the superseded data's
+        removal."""
+        directory = self.output.directory
+        if self.data_tmp is not None:
+            kill_point("data-rename")
+            directory.replace(self.data_tmp, self.data)  # a name no model names yet
+            self.renamed = True
+        kill_point("model-rename")
+        directory.replace(self.tmp, self.output.name)  # publishes model and data together
+        self.published = True
+        if self.data_tmp is not None:
+            kill_point("old-data-removal")
+            _remove_superseded_data(self.output, requested, self.data, guard, in_place)
+
+    def remove_unpublished(self) -> None:
+        """Delete what was not published (a failure on the way)."""
+        if self.published:
+            return
+        for name in (self.tmp, self.data_tmp, self.data if self.renamed else None):
+            if name is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    self.output.directory.unlink(name)
+
+
+def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: OutputGuard,
+          external_data: bool | None, data_name: str | None, prefill: OutputPrefill | None,
+          verify: Callable[[str], None] | None,
+          progress: Callable[[int, int], None] | None) -> SaveInfo:
+    directory, shown = output.directory, output.given
+    requested = os.path.basename(data_name or output.name + ".data")
     graph = model.graph
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
     total = sum(data_nbytes(_tensor(v)) for v in streamed.values())
@@ -301,26 +352,26 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     if external_data is None:
         external_data = total > EMBED_LIMIT
     if not external_data and total > PROTOBUF_LIMIT:
-        raise OutputError(f"{path}: {total} bytes of weights exceed protobuf's 2 GiB limit; "
+        raise OutputError(f"{shown}: {total} bytes of weights exceed protobuf's 2 GiB limit; "
                           "use external data")
     if external_data:
-        data_path = guard.claim(data_path, "output model's external data")
+        guard.pin(output.sibling(requested), "output model's external data")
 
     head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
-    in_place = guard.replaces_input(target)
-    with output_lock(target):
-        if external_data:
-            data_path = fresh_data_path(data_path)
-            data_name = os.path.join(os.path.dirname(data_name), os.path.basename(data_path))
+    in_place = guard.replaces_input(output)
+    with output_lock(output):
+        data = fresh_data_name(directory, requested) if external_data else requested
+        reached("saving")
         fd: int | None
-        fd, tmp = (prefill and prefill.take(target)) or temp_beside(target)
-        data_fd = data_tmp = None
+        fd, tmp = (prefill and prefill.take(output)) or temporary(directory, output.name)
+        files = _Files(output, tmp, data)
+        data_fd = None
         try:
             offset = 0
             if external_data:
-                data_fd, data_tmp = temp_beside(data_path)
+                data_fd, files.data_tmp = temporary(directory, data)
                 written, offset = _write_with_external_data(
-                    fd, data_fd, head, graph_bytes, streamed, data_name, counted)
+                    fd, data_fd, head, graph_bytes, streamed, data, counted)
             else:
                 written = _write_embedded(fd, head, graph_bytes, streamed, counted)
             if doc_string:
@@ -328,27 +379,16 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
             os.ftruncate(fd, written)  # a prefilled file may be longer
             os.close(fd)
             fd = None
+            reached("written")
             if verify is not None and not external_data:
-                verify(tmp)
-            if data_fd is not None:
-                os.close(data_fd)
-                data_fd = None
-                assert data_tmp is not None  # set together with data_fd
-                kill_point("data-rename")
-                os.replace(data_tmp, data_path)  # a name no model names yet
-            kill_point("model-rename")
-            os.replace(tmp, target)  # publishes the model and the data it names
+                verify(directory.path_of(tmp))
+            files.publish(requested, guard, in_place)
         except OSError as e:
-            raise write_failed(path, e) from None
+            raise write_failed(shown, e) from None
         finally:
             for open_fd in (fd, data_fd):
                 if open_fd is not None:
                     os.close(open_fd)
-            for leftover in (tmp, data_tmp):
-                if leftover and os.path.exists(leftover):
-                    os.unlink(leftover)
-        if external_data:
-            kill_point("old-data-removal")
-            requested = os.path.join(os.path.dirname(target), requested_name)
-            _remove_superseded_data(requested, data_path, guard, in_place)
-    return SaveInfo(path, data_path if external_data else None, written + offset, len(streamed))
+            files.remove_unpublished()
+    return SaveInfo(shown, directory.shown(data) if external_data else None, written + offset,
+                    len(streamed))
