@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import json
 import os
 import pickle
@@ -42,6 +43,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from onnxfold.errors import InputError, OutputError
+from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.host.terminal import printable
 from onnxfold.io import formats
@@ -255,12 +257,12 @@ def run(args: argparse.Namespace) -> int:
         reached("batch-planned")
         outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if created is not None:  # no output written (every job failed, or stopped early)
-            _remove_empty_directories(created)
-    interrupted = len(outcomes) < len(jobs)
+        with endings.deferred():
+            shutil.rmtree(scratch, ignore_errors=True)
+            if created is not None:  # no output written (every job failed, or stopped early)
+                _remove_empty_directories(created)
     failed = [o for o in outcomes if o.code != 0]
-    if failed or interrupted or not args.quiet:
+    if failed or not args.quiet:
         print(table(outcomes, jobs, args.output))
     for outcome in outcomes:
         lines = outcome.warnings if outcome.code == 0 else (
@@ -270,10 +272,6 @@ def run(args: argparse.Namespace) -> int:
                 print(line_about(outcome.input, line), file=sys.stderr)
     if summary is not None:
         write_text(summary, json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
-    if interrupted:
-        print(f"onnxfold: interrupted; {len(jobs) - len(outcomes)} of {len(jobs)} models were "
-              "not written", file=sys.stderr)
-        return 130
     return worst(o.code for o in outcomes)
 
 
@@ -306,20 +304,23 @@ def worst(codes) -> int:
 def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
              scratch: str | None = None) -> list[Outcome]:
     """Run ``jobs``, at most ``workers`` processes at once, each killed after
-    ``args.job_timeout`` seconds (when set); the outcomes in the jobs' order (only those that
-    finished when interrupted). ``scratch``: a directory for the jobs' command lines, results
-    and temporary directories (a new one by default), removed at the end."""
+    ``args.job_timeout`` seconds (when set); the outcomes in the jobs' order. ``scratch``: a
+    directory for the jobs' command lines, results and temporary directories (a new one by
+    default), removed at the end. Interrupted (Ctrl-C, or a signal ``onnxfold.host.endings``
+    raises), it passes the signal on to the running jobs, waits for them to clean up (then
+    kills what is left) and removes what they left, before it raises again."""
     limit: float | None = getattr(args, "job_timeout", None)
     scratch = scratch_directory("onnxfold-batch-") if scratch is None else scratch
     running: dict[int, tuple[subprocess.Popen, float]] = {}
     done: dict[int, Outcome] = {}
     pending = list(range(len(jobs)))
-    previous = signal.signal(signal.SIGTERM, _terminated)  # stopped like Ctrl-C: jobs too
     try:
         while pending or running:
             while pending and len(running) < workers:
                 index = pending.pop(0)
-                running[index] = (_start(args, jobs[index], scratch, index), time.monotonic())
+                with endings.deferred():  # a job started is a job recorded, to be stopped
+                    running[index] = (_start(args, jobs[index], scratch, index),
+                                      time.monotonic())
             reached("batch-running")
             time.sleep(0.02)
             for index, (proc, started) in list(running.items()):
@@ -332,29 +333,35 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
                     del running[index]
                     done[index] = _outcome(jobs[index], proc, elapsed, scratch, index)
                     _remove_job_directory(scratch, index)
-    except (KeyboardInterrupt, Terminated):
-        for proc, _ in running.values():
-            _signal_group(proc, signal.SIGTERM)
-        for index, (proc, _) in running.items():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait()
-            _signal_group(proc, signal.SIGKILL)  # its fallback children, if any are left
-            _remove_leftovers(jobs[index], proc.pid)
+    except KeyboardInterrupt as interrupt:
+        _stop_all(jobs, running, getattr(interrupt, "signum", signal.SIGINT))
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(scratch, ignore_errors=True)
     return [done[i] for i in sorted(done)]
 
 
-class Terminated(Exception):
-    """SIGTERM arrived: the batch stops as after Ctrl-C."""
+JOB_GRACE = 10.0  # seconds a signalled job has to clean up before it is killed
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated
+def _stop_all(jobs: list[Job], running: dict[int, tuple[subprocess.Popen, float]],
+              signum: int) -> None:
+    """Pass ``signum`` on to every running job (each leads its own session: the terminal's
+    Ctrl-C reaches only the batch), wait for each to end (killed after ``JOB_GRACE``
+    seconds), then remove what each left. Not interrupted itself: a second signal is noted
+    by ``onnxfold.host.endings``, not raised, and a KeyboardInterrupt of a caller that did
+    not install it is taken after the jobs are stopped."""
+    with endings.deferred():
+        for proc, _ in running.values():
+            _signal_group(proc, signum)
+        for index, (proc, _) in running.items():
+            try:
+                endings.uninterrupted(functools.partial(proc.wait, timeout=JOB_GRACE))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                endings.uninterrupted(proc.wait)
+            _signal_group(proc, signal.SIGKILL)  # its fallback children, if any are left
+            _remove_leftovers(jobs[index], proc.pid)
 
 
 def _start(args: argparse.Namespace, job: Job, scratch: str, index: int) -> subprocess.Popen:

@@ -17,6 +17,7 @@ import onnx_ir as ir
 
 from onnxfold.check.comparison import CompareResult, compare
 from onnxfold.fold.recipes import RECIPES_KEY
+from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
@@ -74,7 +75,9 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
         if not result.ok:
             return None, result
         if tmp_data is None:
-            directory.replace(tmp, output.name)
+            with endings.deferred():
+                endings.check()  # nothing is published once a signal came
+                directory.replace(tmp, output.name)
             return SaveInfo(output.given, None, info.bytes_written,
                             info.streamed_tensors), result
         # The .onnx names its data file, so external data is written again under the final name.
@@ -83,7 +86,8 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
     except OSError as e:
         raise write_failed(output.given, e) from None
     finally:
-        for leftover in (tmp, tmp_data):
-            if leftover:
-                with contextlib.suppress(FileNotFoundError):
-                    directory.unlink(leftover)
+        with endings.deferred():
+            for leftover in (tmp, tmp_data):
+                if leftover:
+                    with contextlib.suppress(FileNotFoundError):
+                        directory.unlink(leftover)

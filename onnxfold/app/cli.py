@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -26,11 +27,14 @@ from onnxfold._version import __version__
 from onnxfold.app import batch
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError, OnnxfoldError, one_line
+from onnxfold.host import endings
 from onnxfold.host.limits import describe_cause as describe_limit
 from onnxfold.host.logs import as_warnings, quiet, quiet_onnxruntime_startup
 from onnxfold.host.points import reached
 from onnxfold.host.terminal import printable_streams
 from onnxfold.io.faults import bus_error_exits
+from onnxfold.io.publication import release_locks
+from onnxfold.io.tempfiles import remove_own_files
 from onnxfold.numbers import argument, parse_float, parse_int
 from onnxfold.pipeline.collector import long_lived
 
@@ -744,32 +748,62 @@ def _run_parsed(args: argparse.Namespace) -> int:
         silent = getattr(args, "quiet", False) and not debug
         with bus_error_exits(_output_directories(args), EXIT_USAGE), \
                 quiet("onnx_ir") if silent else as_warnings("onnx_ir", "onnx-ir"):
-            return args.func(args)
-    except OnnxfoldError as e:
+            code = args.func(args)
+        endings.check()  # a signal some library swallowed, or one noted while unwinding
+        return code
+    except KeyboardInterrupt as e:
+        return interrupted(e)
+    except BaseException as e:
+        if endings.received() is not None:  # an error met while a signal ended the run
+            return interrupted(None)
+        code = _one_line_error(e, debug)
+        if code:
+            _remove_own_files()
+        return code
+
+
+def _one_line_error(e: BaseException, debug: bool) -> int:
+    """Print the one line ``e`` ends the run with; its exit code (``e`` raised again if it
+    is no error: SystemExit)."""
+    if isinstance(e, OnnxfoldError):
         if debug:
             traceback.print_exc()
         print(f"onnxfold: error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # output piped into e.g. `head`
+    if isinstance(e, BrokenPipeError):  # output piped into e.g. `head`
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        print("onnxfold: interrupted; nothing was written", file=sys.stderr)
-        return 130
-    except MemoryError as e:
+    if isinstance(e, MemoryError):
         print(f"onnxfold: error: {describe_limit(e)}; nothing was written", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as e:  # a bug: one line, the traceback on request
-        if debug:
-            traceback.print_exc()
-        limit = describe_limit(e)
-        if limit is not None:  # a resource limit of the machine, not a bug
-            print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
-              "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+    if not isinstance(e, Exception):
+        raise e
+    if debug:  # a bug: one line, the traceback on request
+        traceback.print_exc()
+    limit = describe_limit(e)
+    if limit is not None:  # a resource limit of the machine, not a bug
+        print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
+          "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
+          file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _remove_own_files() -> None:
+    """Remove what this run made and still has (temporary files, scratch, output locks):
+    the end of a run that did not finish (``onnxfold.io.tempfiles``)."""
+    remove_own_files()
+    release_locks()
+
+
+def interrupted(interrupt: KeyboardInterrupt | None) -> int:
+    """End a run a signal stopped (``onnxfold.host.endings``): what it made removed, one line
+    ``onnxfold: interrupted``; ``128 + N``."""
+    _remove_own_files()
+    endings.announce()
+    return endings.exit_code(interrupt if interrupt is not None else
+                             endings.Interrupted(endings.received() or signal.SIGINT))
 
 
 def _reserve_standard_descriptors() -> None:
@@ -792,10 +826,15 @@ def entry_point() -> None:
     """The ``onnxfold`` executable: ``main``, then exit without tearing the interpreter down.
 
     Freeing every graph object and module at exit takes ~50 ms on a BERT-size model and helps
-    no one: by then every output is closed and renamed.
+    no one: by then every output is closed and renamed. SIGINT, SIGTERM and SIGHUP end the run
+    in one line (``onnxfold.host.endings``; ``onnxfold.__main__`` took them over already).
     """
+    endings.install()
     _reserve_standard_descriptors()
-    code = main(exiting=True)
+    try:
+        code = main(exiting=True)
+    except KeyboardInterrupt as e:  # while the command line was read
+        code = interrupted(e)
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:  # None: started with that descriptor closed (2>&-)

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Iterable, Iterator
 
 from onnxfold.io.publication import release_locks
-from onnxfold.io.tempfiles import TRUNCATED, remove_own
+from onnxfold.io.tempfiles import TRUNCATED, remove_own, remove_own_files
 
 MESSAGE = f"onnxfold: error: {TRUNCATED} (bus error); nothing was written\n".encode()
 _HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)
@@ -40,6 +40,7 @@ def bus_error_exits(directories: Iterable[str], status: int) -> Iterator[None]:
         os.write(2, MESSAGE)
         for directory in places:
             remove_own(directory)
+        remove_own_files()  # in the directories pinned since, and scratch files
         with contextlib.suppress(OSError):
             release_locks()  # the output's lock: no other run waits for a dead one
         os._exit(status)

@@ -16,6 +16,7 @@ import contextlib
 import os
 import threading
 
+from onnxfold.host.endings import uninterrupted
 from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.tempfiles import temporary
 
@@ -53,7 +54,7 @@ class OutputPrefill:
 
     def _halt(self) -> None:
         self._stop.set()
-        self._thread.join()
+        uninterrupted(self._thread.join)  # never leave it writing to a closed descriptor
 
     def take(self, output: PinnedOutput) -> tuple[int, str] | None:
         """Hand the file over for writing ``output``: ``(fd, temporary file's name)``, or None

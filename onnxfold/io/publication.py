@@ -7,7 +7,8 @@ renamed over the old model last (that one rename publishes the pair), and the ol
 removed only then (:func:`superseded_data`). A kill at any point leaves the old pair or the new
 pair; an unpublished data file it leaves is a temporary file (removed by the rule of
 ``onnxfold.io.tempfiles``) or, killed between the two renames, a data variant that no model
-names, removed by the next write of that output.
+names, removed by the next write of that output. A signal (``onnxfold.host.endings``) never
+lands between those renames: they are one deferred section.
 
 :func:`output_lock` serializes the writers of one output (an advisory ``flock`` on a lock file
 beside it, removed on release) so that a second run neither picks the same names nor removes
@@ -30,13 +31,14 @@ import secrets
 from collections.abc import Iterator
 
 from onnxfold.errors import OutputError
+from onnxfold.host import endings
 from onnxfold.host.points import HANG_AT_ENV, KILL_AT_ENV, reached
 from onnxfold.io.pinned import PinnedDirectory, PinnedOutput
 from onnxfold.io.tempfiles import LOCK_SUFFIX, remove_unheld_lock
 
 STEPS = ("data-rename", "model-rename", "old-data-removal")
 # the lock files this process holds or is taking, with their descriptors (None until open):
-# a fatal-signal handler releases and removes them
+# a fatal-signal handler and the end of an interrupted run release and remove them
 HELD_LOCKS: dict[tuple[PinnedDirectory, str], int | None] = {}
 
 __all__ = ["HANG_AT_ENV", "HELD_LOCKS", "KILL_AT_ENV", "STEPS", "fresh_data_name",
@@ -68,16 +70,17 @@ def output_lock(output: PinnedOutput) -> Iterator[None]:
     directory, name = output.directory, lock_name(output.name)
     key = (directory, name)
     while True:
-        HELD_LOCKS[key] = None
+        with endings.deferred():  # the lock file is made and recorded together
+            HELD_LOCKS[key] = None
+            try:
+                fd = directory.open(name, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as e:
+                del HELD_LOCKS[key]
+                raise OutputError(f"{output.given}: cannot lock the output ({e.strerror})"
+                                  ) from None
+            HELD_LOCKS[key] = fd
         try:
-            fd = directory.open(name, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as e:
-            del HELD_LOCKS[key]
-            raise OutputError(f"{output.given}: cannot lock the output ({e.strerror})"
-                              ) from None
-        HELD_LOCKS[key] = fd
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # waits for another run
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits for another run (a signal ends the wait)
             current = directory.stat(name, follow_symlinks=False)
         except OSError:
             _let_go(key)
@@ -92,24 +95,26 @@ def output_lock(output: PinnedOutput) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            directory.unlink(name)
-        HELD_LOCKS.pop(key, None)
-        os.close(fd)
+        with endings.deferred():
+            with contextlib.suppress(OSError):
+                directory.unlink(name)
+            HELD_LOCKS.pop(key, None)
+            os.close(fd)
 
 
 def _let_go(key: tuple[PinnedDirectory, str]) -> None:
     """Close the lock ``key`` this process opened (and maybe holds), and remove its file if
     no other process holds it."""
-    fd = HELD_LOCKS.pop(key, None)
-    if fd is not None:
-        os.close(fd)
-    remove_unheld_lock(*key)
+    with endings.deferred():
+        fd = HELD_LOCKS.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+        remove_unheld_lock(*key)
 
 
 def release_locks() -> None:
-    """Release and remove every output lock this process holds or is taking (a process
-    about to die: no other run should wait for it)."""
+    """Release and remove every output lock this process holds or is taking (the end of an
+    interrupted run: no other run should wait for it)."""
     for key in list(HELD_LOCKS):
         _let_go(key)
 

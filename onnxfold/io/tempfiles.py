@@ -6,6 +6,12 @@ and a later run writing beside it removes those whose process is gone and that h
 written for ten minutes. An output's lock file (``.<output name>.onnxfold-lock``, see
 ``onnxfold.io.publication``) that a killed run left is removed by that later run too, when no
 process holds it.
+
+A command-line run (``onnxfold.host.endings`` installed) also records, as it makes them, the
+directories its temporary files are in and its scratch directories and files, so that however
+it ends (a signal, a bus error, an error raised between a file's creation and the code that
+would remove it) :func:`remove_own_files` removes what it made. The Python API records nothing:
+its callers' ``finally`` blocks remove their files.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import fcntl
 import os
 import re
 import secrets
+import shutil
 import stat
 import tempfile
 import time
@@ -23,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import IO
 
 from onnxfold.errors import InputError, NoTempDirectoryError, OutputError
+from onnxfold.host import endings
 from onnxfold.io.pinned import PinnedDirectory, PinnedOutput, pin
 
 NAME_MAX = 255
@@ -30,6 +38,11 @@ STALE_AGE = 600.0  # seconds a dead run's temporary file stays untouched before 
 TRUNCATED = "an input file was truncated while it was being read"
 _STALE = re.compile(r"^\..*\.onnxfold-(\d+)-[^.]+\..*$")
 LOCK_SUFFIX = ".onnxfold-lock"
+
+# what this command-line run made, for remove_own_files (see the module docstring)
+_OWN_DIRECTORIES: dict[tuple[int, int], PinnedDirectory] = {}  # holding temporary files
+_OWN_TREES: set[str] = set()  # scratch directories
+_OWN_FILES: set[str] = set()  # scratch files
 
 
 def _prefix(name: str, suffix: str) -> str:
@@ -125,22 +138,38 @@ def remove_unheld_lock(directory: PinnedDirectory | str, name: str | None = None
     return False
 
 
+def _own(paths: set[str], path: str) -> None:
+    if endings.installed():
+        paths.add(path)
+
+
 def scratch_directory(prefix: str) -> str:
     """A new private directory under the system's temporary directory (``TMPDIR``, else
     ``/tmp``, ``/var/tmp``, ``/usr/tmp``, else the current directory, as ``tempfile`` picks);
     the caller removes it. Where none of them is writable (or the chosen one is full), a
     ``NoTempDirectoryError`` (one line, exit 2) says to set ``TMPDIR``."""
     try:
-        return tempfile.mkdtemp(prefix=prefix)
+        with endings.deferred():
+            path = tempfile.mkdtemp(prefix=prefix)
+            _own(_OWN_TREES, path)
+            return path
     except OSError as e:
         raise no_temp_directory(e) from None
+
+
+def own_tree(path: str) -> None:
+    """Record ``path``, a directory made elsewhere, as this run's scratch (removed with it)."""
+    _own(_OWN_TREES, path)
 
 
 def scratch_file(prefix: str, suffix: str, directory: str | None = None) -> tuple[int, str]:
     """``tempfile.mkstemp`` in ``directory`` (default: the system's temporary directory), with
     no usable directory reported as ``scratch_directory`` does."""
     try:
-        return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+        with endings.deferred():
+            fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+            _own(_OWN_FILES, path)
+            return fd, path
     except OSError as e:
         if directory is not None:
             raise OutputError(f"{directory}: cannot create a temporary file here "
@@ -182,6 +211,28 @@ def remove_own(directory: PinnedDirectory | str, pid: int | None = None) -> None
                     opened.unlink(entry.name)
 
 
+def remove_own_files() -> None:
+    """Delete what this run made and still has: its temporary files in every directory it
+    wrote one into, its scratch directories and files (a command-line run's last act when it
+    ends otherwise than done; errors are ignored)."""
+    for directory in list(_OWN_DIRECTORIES.values()):
+        remove_own(directory)
+    for tree in list(_OWN_TREES):
+        shutil.rmtree(tree, ignore_errors=True)
+    for path in list(_OWN_FILES):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _record_directory(directory: PinnedDirectory) -> None:
+    """Keep (a descriptor of) ``directory``, where this run makes temporary files."""
+    if not endings.installed():
+        return
+    identity = directory.identity()
+    if identity not in _OWN_DIRECTORIES:
+        _OWN_DIRECTORIES[identity] = directory.duplicate()
+
+
 def temporary(directory: PinnedDirectory, name: str, suffix: str = ".tmp") -> tuple[int, str]:
     """Open a new hidden temporary file for the output ``name`` in ``directory``, with the
     umask's permissions: its descriptor and name. Stale files of dead runs go first."""
@@ -190,17 +241,19 @@ def temporary(directory: PinnedDirectory, name: str, suffix: str = ".tmp") -> tu
     os.umask(umask)
     prefix = _prefix(name, suffix)
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
-    while True:
-        candidate = f"{prefix}{secrets.token_hex(4)}{suffix}"
-        try:
-            fd = directory.open(candidate, flags, 0o666 & ~umask)
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise OutputError(f"{directory.shown(name)}: cannot write here ({e.strerror})"
-                              ) from None
-        os.fchmod(fd, 0o666 & ~umask)
-        return fd, candidate
+    with endings.deferred():  # made and recorded together
+        _record_directory(directory)
+        while True:
+            candidate = f"{prefix}{secrets.token_hex(4)}{suffix}"
+            try:
+                fd = directory.open(candidate, flags, 0o666 & ~umask)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise OutputError(f"{directory.shown(name)}: cannot write here ({e.strerror})"
+                                  ) from None
+            os.fchmod(fd, 0o666 & ~umask)
+            return fd, candidate
 
 
 def temp_beside(path: str, suffix: str = ".tmp") -> tuple[int, str]:
@@ -226,7 +279,9 @@ def replacing(path: str | PinnedOutput, suffix: str = ".tmp") -> Iterator[tuple[
             yield fd, tmp
             with contextlib.suppress(OSError):
                 os.close(fd)
-            target.directory.replace(tmp, target.name)
+            with endings.deferred():
+                endings.check()  # nothing is published once a signal came
+                target.directory.replace(tmp, target.name)
         except OSError as e:
             raise write_failed(target.given, e) from None
         finally:

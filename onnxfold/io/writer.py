@@ -23,6 +23,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.shapes import declared_names
 from onnxfold.errors import OutputError
+from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.io import protowire as pw
 from onnxfold.io import segments
@@ -316,27 +317,30 @@ class _Files:
 
     def publish(self, requested: str, guard: OutputGuard, in_place: bool) -> None:
         """The renames that publish the model and its data, then the superseded data's
-        removal."""
+        removal: one deferred section, never cut in two by a signal."""
         directory = self.output.directory
-        if self.data_tmp is not None:
-            kill_point("data-rename")
-            directory.replace(self.data_tmp, self.data)  # a name no model names yet
-            self.renamed = True
-        kill_point("model-rename")
-        directory.replace(self.tmp, self.output.name)  # publishes model and data together
-        self.published = True
-        if self.data_tmp is not None:
-            kill_point("old-data-removal")
-            _remove_superseded_data(self.output, requested, self.data, guard, in_place)
+        with endings.deferred():
+            endings.check()  # nothing is published once a signal came
+            if self.data_tmp is not None:
+                kill_point("data-rename")
+                directory.replace(self.data_tmp, self.data)  # a name no model names yet
+                self.renamed = True
+            kill_point("model-rename")
+            directory.replace(self.tmp, self.output.name)  # publishes model and data together
+            self.published = True
+            if self.data_tmp is not None:
+                kill_point("old-data-removal")
+                _remove_superseded_data(self.output, requested, self.data, guard, in_place)
 
     def remove_unpublished(self) -> None:
-        """Delete what was not published (a failure on the way)."""
+        """Delete what was not published (a failure or a signal on the way)."""
         if self.published:
             return
-        for name in (self.tmp, self.data_tmp, self.data if self.renamed else None):
-            if name is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    self.output.directory.unlink(name)
+        with endings.deferred():
+            for name in (self.tmp, self.data_tmp, self.data if self.renamed else None):
+                if name is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.output.directory.unlink(name)
 
 
 def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: OutputGuard,
