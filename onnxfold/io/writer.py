@@ -26,7 +26,7 @@ from onnxfold.errors import OutputError
 from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.io import protowire as pw
-from onnxfold.io import segments
+from onnxfold.io import segments, text_parts
 from onnxfold.io.mapped import MappedTensor, detached, input_origin
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.pinned import PinnedOutput
@@ -35,7 +35,9 @@ from onnxfold.io.publication import fresh_data_name, kill_point, output_lock, su
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
 from onnxfold.io.tempfiles import temporary, write_failed
 from onnxfold.io.tensor_facts import data_dims, data_nbytes
+from onnxfold.io.text_parts import Part, graph_parts, pwrite_parts, text_field
 from onnxfold.ir.graph import all_graphs
+from onnxfold.ir.long_texts import texts_set_aside
 from onnxfold.ir.protos import graph_protos
 
 STREAM_THRESHOLD = 1024
@@ -177,56 +179,34 @@ def _byte_counter(total: int, progress: Callable[[int, int], None] | None
 
 
 _MODEL_DOC_STRING = 6  # ModelProto.doc_string
-_TEXT_CHUNK = 8 << 20  # characters of a long text encoded at a time
-
-
-def _pwrite_parts(fd: int, parts: Iterable[bytes], offset: int) -> int:
-    """Write ``parts`` one after another from ``offset`` (never joined into one more copy);
-    return the bytes written."""
-    done = 0
-    for part in parts:
-        done += segments.pwrite_all(fd, part, offset + done)
-    return done
-
-
-def _pwrite_text_field(fd: int, field: int, text: str, offset: int) -> int:
-    """Write ``text`` as the length-delimited protobuf ``field`` at ``offset``, encoded a
-    chunk at a time (a 200 MB doc_string is not copied whole); return the bytes written.
-    Protobuf reads a message's fields in any order, so it may follow the graph's."""
-    chunks = range(0, len(text), _TEXT_CHUNK)
-    length = sum(len(text[i:i + _TEXT_CHUNK].encode()) for i in chunks)
-    done = segments.pwrite_all(fd, pw.len_prefix(field, length), offset)
-    for i in chunks:
-        done += segments.pwrite_all(fd, text[i:i + _TEXT_CHUNK].encode(), offset + done)
-    return done
-
-
 def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value],
-                       graphs: list[ir.Graph]) -> tuple[bytes, bytes, str | None]:
-    """The model's bytes before its graph, its graph's bytes without the ``streamed``
-    initializers (they are written from their arrays) and its doc string (written last, from
-    the str). ``model`` (whose graphs are ``graphs``) is left as it was."""
+                       graphs: list[ir.Graph]) -> tuple[bytes, list[Part], str | None]:
+    """The model's bytes before its graph, its graph's parts without the ``streamed``
+    initializers (they are written from their arrays), its long string attributes written
+    from the model's text (``onnxfold.io.text_parts``), and its doc string (written last,
+    from the str). ``model`` (whose graphs are ``graphs``) is left as it was."""
     graph = model.graph
     inlined = inline_references(model, set(streamed.values()), graphs)
     for name in streamed:
         graph.initializers.pop(name)
     doc_string, model.doc_string = model.doc_string, None
     try:
-        proto = ir.serde.serialize_model(model)
+        with texts_set_aside(model) as aside:
+            proto = ir.serde.serialize_model(model)
     finally:
         model.doc_string = doc_string
         for value in streamed.values():
             graph.register_initializer(value)
         restore_references(inlined)
     prune_value_info(model, proto)
-    graph_bytes = proto.graph.SerializeToString()
+    graph_bytes = graph_parts(proto.graph, aside)
     proto.ClearField("graph")
     head = proto.SerializeToString()
     del proto  # its arena holds the graph's strings until it is gone
     return head, graph_bytes, doc_string
 
 
-def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: bytes,
+def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: list[Part],
                               streamed: dict[str, ir.Value], data_name: str,
                               counted: Callable[[int], None] | None) -> tuple[int, int]:
     """Write the weights to ``data_fd`` and the model naming them (``data_name``) to ``fd``:
@@ -236,17 +216,18 @@ def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: b
     headers = [_header(name, _tensor(value), (data_name, seg.offset))
                for (name, value), seg in zip(streamed.items(), data)]
     fields = [pw.len_prefix(5, len(h)) + h for h in headers]
-    graph_len = len(graph_bytes) + sum(len(f) for f in fields)
-    written = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes,
-                                 b"".join(fields)], 0)
+    graph_len = text_parts.nbytes(graph_bytes) + sum(len(f) for f in fields)
+    written = pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), *graph_bytes,
+                                b"".join(fields)], 0)
     return written, offset
 
 
-def _write_embedded(fd: int, head: bytes, graph_bytes: bytes, streamed: dict[str, ir.Value],
+def _write_embedded(fd: int, head: bytes, graph_bytes: list[Part],
+                    streamed: dict[str, ir.Value],
                     counted: Callable[[int], None] | None) -> int:
     """Write the model with its weights inside to ``fd``: the bytes written."""
     pieces = []
-    graph_len = len(graph_bytes)
+    graph_len = text_parts.nbytes(graph_bytes)
     for name, value in streamed.items():
         tensor = _tensor(value)
         nbytes = data_nbytes(tensor)
@@ -255,7 +236,7 @@ def _write_embedded(fd: int, head: bytes, graph_bytes: bytes, streamed: dict[str
         body_len = len(header) + len(raw) + nbytes
         pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
         graph_len += len(pieces[-1][0]) + nbytes
-    first = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes], 0)
+    first = pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), *graph_bytes], 0)
     tensors, written = segments.layout(first, pieces)
     segments.write(fd, tensors, counted)
     return written
@@ -379,7 +360,7 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             else:
                 written = _write_embedded(fd, head, graph_bytes, streamed, counted)
             if doc_string:
-                written += _pwrite_text_field(fd, _MODEL_DOC_STRING, doc_string, written)
+                written += pwrite_parts(fd, text_field(_MODEL_DOC_STRING, doc_string), written)
             os.ftruncate(fd, written)  # a prefilled file may be longer
             os.close(fd)
             fd = None
