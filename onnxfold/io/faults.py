@@ -38,10 +38,13 @@ def bus_error_exits(directories: Iterable[str], status: int) -> Iterator[None]:
 
     def on_bus_error(signum: int) -> None:
         os.write(2, MESSAGE)
-        for directory in places:
-            remove_own(directory)
-        remove_own_files()  # in the directories pinned since, and scratch files
-        with contextlib.suppress(OSError):
+        # nothing may stop this handler before it exits (an exception would end the callback
+        # and send the thread back to the faulting read): not even a pending signal's
+        with contextlib.suppress(BaseException):
+            for directory in places:
+                remove_own(directory)
+            remove_own_files()  # in the directories pinned since, and scratch files
+        with contextlib.suppress(BaseException):
             release_locks()  # the output's lock: no other run waits for a dead one
         os._exit(status)
 
