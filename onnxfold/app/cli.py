@@ -225,7 +225,7 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard, target: PinnedO
     latency = None
     if args.latency:
         with phases.phase("latency"):
-            latency = _measure_latency(args, result, checking, phases)
+            latency = _measure_latency(args, result, target, checking, phases)
         report.latency = latency.to_dict()
     if not args.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=args.verbose))
@@ -247,18 +247,22 @@ CHECK_HINT = ("check        not run: --check 3 runs the output beside the origin
               "onnxruntime and re-derives every folded tensor (docs/check.md)")
 
 
-def _measure_latency(args: argparse.Namespace, result: OptimizeResult, checking: dict | None,
-                     phases: Phases):
-    """``--latency N``: the original and the output (as written, or in memory for a dry run)
-    timed in onnxruntime (``onnxfold.check.latency``)."""
+def _measure_latency(args: argparse.Namespace, result: OptimizeResult,
+                     target: PinnedOutput | None, checking: dict | None, phases: Phases):
+    """``--latency N``: the original and the output (as written, read through its pinned
+    directory, or in memory for a dry run) timed in onnxruntime (``onnxfold.check.latency``)."""
     from onnxfold.check.latency import measure_latency
 
-    optimized = args.output if args.output is not None else _in_memory(result, args)
+    optimized = target.directory.path_of(target.name) if target is not None else \
+        _in_memory(result, args)
     options = checking if checking is not None else _compare_options(args)
-    return measure_latency(args.input, optimized, args.latency, threads=args.latency_threads,
-                           dims=options["dims"], int_ranges=options["int_ranges"],
-                           custom_op_libraries=options["custom_op_libraries"],
-                           progress=phases.detail)
+    latency = measure_latency(args.input, optimized, args.latency, threads=args.latency_threads,
+                              dims=options["dims"], int_ranges=options["int_ranges"],
+                              custom_op_libraries=options["custom_op_libraries"],
+                              progress=phases.detail)
+    if target is not None:
+        latency.model_b = target.given  # the output as named, not the descriptor's path
+    return latency
 
 
 def _in_memory(result: OptimizeResult, args: argparse.Namespace):
