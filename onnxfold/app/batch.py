@@ -251,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
                     summary=args.json)  # the summary may replace no input, data file or output
         summary = None
         if args.json:
-            summary = OutputGuard([j.input for j in jobs]
-                                  + [j.output for j in jobs if j.output is not None]).claim(
+            summary = OutputGuard([j.input for j in jobs]  # resolved once, as every output
+                                  + [j.output for j in jobs if j.output is not None]).pin(
                 args.json, "JSON summary")
         reached("batch-planned")
         outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
@@ -272,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
                 print(line_about(outcome.input, line), file=sys.stderr)
     if summary is not None:
         write_text(summary, json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+        summary.directory.close()
     return worst(o.code for o in outcomes)
 
 

@@ -71,6 +71,8 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
         result = compare(original, directory.path_of(tmp), n=n, progress=checking,
                          recipes=model.meta.get(RECIPES_KEY), **(compare_options or {}))
         result.model_b = output.given  # report the output, not the temporary name
+        if result.folds is not None:
+            result.folds.model_b = output.given
         reached("check-compared")
         if not result.ok:
             return None, result
