@@ -90,10 +90,13 @@ UNARY_RULES = tuple(folder(op, since=6)(lambda x, fn=fn: fn(x)) for op, fn in _U
 @folder("Sign", since=9)
 def sign(x: np.ndarray) -> np.ndarray:
     """onnxruntime's float16 and bfloat16 kernels compare (NaN is neither above nor below 0:
-    its sign is 0); float and double keep NaN, as numpy does."""
+    its sign is 0, and so is -0.0's: +0.0); float and double keep NaN, as numpy does, double
+    with its sign bit cleared."""
     out = np.sign(x)
     if x.dtype.name in ("float16", "bfloat16"):
-        out = np.where(np.isnan(x), np.zeros((), x.dtype), out)
+        out = np.where(np.isnan(x) | (x == 0), np.zeros((), x.dtype), out)
+    elif x.dtype == np.float64:
+        out = np.where(np.isnan(x), np.abs(x), out)
     return out
 
 
@@ -120,7 +123,15 @@ def is_inf(x: np.ndarray, detect_negative: int = 1, detect_positive: int = 1) ->
 
 @folder("Where", since=9)
 def where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.where(cond, a, b)
+    """onnxruntime's kernel selects ``a`` where ``cond`` holds and ``b`` elsewhere (zeros in
+    the other places of each) and merges the two by taking the first where it is not zero: a
+    zero selected from ``a`` comes out as ``+0.0`` whatever its sign (``b``'s are kept)."""
+    out = np.where(cond, a, b)
+    if is_float(out.dtype):
+        positive = np.broadcast_to(cond, out.shape) & (out == 0)
+        if positive.any():
+            out[positive] = 0
+    return out
 
 
 def _variadic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:

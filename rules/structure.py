@@ -6,7 +6,9 @@
   and the second one often reshapes to its input's own shape (then ``drop_noop`` removes it).
 - Neutral elements: ``x + 0`` (floats: ``x + -0.0``, or ``x + 0.0`` where nothing downstream
   tells ``-0.0`` from ``+0.0``: ``rules/zero_sign.py``), ``x - 0``, ``x * 1``,
-  ``x / 1``, ``x and True``, ``x or False``, ``Where`` with a constant condition, one-input
+  ``x / 1``, ``x and True``, ``x or False``, ``Where`` with a constant condition (choosing
+  a float X: only where nothing tells the zeros apart, as onnxruntime makes X's zeros
+  ``+0.0``), one-input
   ``Concat``/``Sum``/``Max``/``Min``, each only where the result has exactly ``x``'s dtype and
   shape.
 - An input of a ``Concat`` that is empty along its axis for every value of the dynamic dims
@@ -324,6 +326,10 @@ def _kept(ctx: RewriteContext, node: ir.Node) -> ir.Value | None:
         assert x is not None and other is not None and ins[0] is not None
         if x.dtype is None or x.dtype != other.dtype or not broadcasts_into(ctx, ins[0], x) \
                 or not broadcasts_into(ctx, other, x):
+            return None
+        # onnxruntime's Where turns a -0.0 it selects from X into +0.0 (Y's pass unchanged)
+        if x is ins[1] and x.dtype.is_floating_point() and \
+                zero_sign_observed(ctx, node.outputs[0]):
             return None
         return x
     if op not in ("Add", "Sub", "Mul", "Div", "And", "Or") or len(ins) != 2 or None in ins:

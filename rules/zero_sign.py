@@ -7,7 +7,7 @@ of three kinds:
 
 - *absorbs*: the op's results are the same bits for either zero (``Exp``, comparisons,
   ``Abs``, ``Add`` of a constant without zeros, ``Pow``'s exponent, the quantizers to
-  integers...);
+  integers, ``Where``'s X: onnxruntime gives ``+0.0`` for a zero it selects from X...);
 - *passes on*: its results may differ, but only in the sign of a zero (``Mul``, ``MatMul``,
   reshapes, ``Tanh``, ``Div``'s numerator...), so its results are asked the same question;
 - anything else (``Div``'s divisor, ``Reciprocal``, ``Pow``'s base under a non-positive
@@ -48,7 +48,8 @@ ABSORBS: dict[str, int] = dict.fromkeys(
     ("Exp", "Cos", "Cosh", "Sigmoid", "Softmax", "Softplus", "Abs", "Log", "Shape", "Size",
      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "ArgMax",
      "ArgMin", "NonZero", "ReduceL1", "ReduceL2", "ReduceSumSquare", "EyeLike",
-     "DynamicQuantizeLinear"), ANY) | {"Pow": 1}
+     "DynamicQuantizeLinear"), ANY) | {
+         "Pow": 1, "Where": 1}  # onnxruntime's Where gives +0.0 for a zero it selects from X
 
 PASSES_ON: dict[str, tuple[int, ...] | int] = dict.fromkeys(
     ("Add", "Sub", "Mul", "Neg", "Sqrt", "Tanh", "Sin", "Tan", "Asin", "Atan", "Sinh",
@@ -61,7 +62,7 @@ PASSES_ON: dict[str, tuple[int, ...] | int] = dict.fromkeys(
      "GatherElements", "GatherND", "DepthToSpace", "SpaceToDepth", "MaxPool", "AveragePool",
      "GlobalMaxPool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
      "ReduceProd", "ReduceLogSumExp", "CumSum", "LogSoftmax", "TopK", "Clip", "Pad"), ANY)
-PASSES_ON.update({"Div": 0, "Where": (1, 2), "Pow": 0, "Cast": 0, "Resize": 0, "Upsample": 0})
+PASSES_ON.update({"Div": 0, "Where": 2, "Pow": 0, "Cast": 0, "Resize": 0, "Upsample": 0})
 
 def _has_no_zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
     array = ctx.array(value)

@@ -32,6 +32,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.ir.graph import all_graphs, static_shape
+from onnxfold.ir.long_texts import texts_set_aside
 from onnxfold.ir.protos import SMALL_TENSOR_BYTES, graph_protos, tensor_nbytes
 
 DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
@@ -41,7 +42,8 @@ _GRAPHS_KNOW_THE_IR_VERSION = "model_ir_version" in inspect.signature(
 
 
 def serialize_light(model: ir.Model) -> onnx.ModelProto:
-    """The model as a proto whose large initializers are typed graph inputs instead."""
+    """The model as a proto whose large initializers are typed graph inputs instead, and whose
+    long string attributes are empty (``onnxfold.ir.long_texts``)."""
     graph = model.graph
     big = {name: v for name, v in graph.initializers.items()
            if v.const_value is not None and v.const_value.nbytes > SMALL_TENSOR_BYTES}
@@ -58,7 +60,8 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
             graph.inputs.append(value)
             added.append(value)
     try:
-        return ir.serde.serialize_model(model)
+        with texts_set_aside(model):  # no inference reads a custom op's 256 MiB payload
+            return ir.serde.serialize_model(model)
     finally:
         # onnx-ir's GraphInputs keeps a removed input's count (0), and with it the value and
         # its weight for the graph's life: a weight folded away later would never be freed

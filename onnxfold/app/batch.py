@@ -30,9 +30,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -41,6 +43,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from onnxfold.errors import InputError, OutputError
+from onnxfold.host import endings
+from onnxfold.host.points import reached
 from onnxfold.host.terminal import printable
 from onnxfold.io import formats
 from onnxfold.io.outputs import OutputGuard
@@ -144,8 +148,9 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
             raise OutputError(f"{outdir}: holds the input {source}; write the optimized models "
                               "to another directory (one model may be replaced in place with "
                               "`onnxfold optimize M -o M`)")
-    jobs = [Job(source, os.path.join(outdir, relative)) for source, relative in found]
-    outputs = [os.path.join(outdir, relative) for _, relative in found]
+    # the output directory resolved once: a symlink on its way swapped later redirects no job
+    jobs = [Job(source, os.path.join(outdir_real, relative)) for source, relative in found]
+    outputs = [job.output for job in jobs if job.output is not None]
     guard = OutputGuard([path for job in jobs for path in _files_read(job.input)])
     with _directories(outdir, outputs):  # the guard wants each output's directory to exist
         for job, output in zip(jobs, outputs):
@@ -246,32 +251,46 @@ def run(args: argparse.Namespace) -> int:
                     summary=args.json)  # the summary may replace no input, data file or output
         summary = None
         if args.json:
-            summary = OutputGuard([j.input for j in jobs]
-                                  + [j.output for j in jobs if j.output is not None]).claim(
+            summary = OutputGuard([j.input for j in jobs]  # resolved once, as every output
+                                  + [j.output for j in jobs if j.output is not None]).pin(
                 args.json, "JSON summary")
+        reached("batch-planned")
         outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if created is not None:  # no output written (every job failed, or stopped early)
-            _remove_empty_directories(created)
-    interrupted = len(outcomes) < len(jobs)
+        with endings.deferred():
+            shutil.rmtree(scratch, ignore_errors=True)
+            if created is not None:  # no output written (every job failed, or stopped early)
+                _remove_empty_directories(created)
     failed = [o for o in outcomes if o.code != 0]
-    if failed or interrupted or not args.quiet:
-        print(table(outcomes, jobs))
+    if failed or not args.quiet:
+        print(table(outcomes, jobs, args.output))
     for outcome in outcomes:
         lines = outcome.warnings if outcome.code == 0 else (
             [*outcome.warnings, outcome.message] if outcome.message else outcome.warnings)
         if outcome.code != 0 or not args.quiet:
             for line in lines:
-                shown = line if outcome.input in line else f"{outcome.input}: {line}"
-                print(shown, file=sys.stderr)
+                print(line_about(outcome.input, line), file=sys.stderr)
     if summary is not None:
         write_text(summary, json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
-    if interrupted:
-        print(f"onnxfold: interrupted; {len(jobs) - len(outcomes)} of {len(jobs)} models were "
-              "not written", file=sys.stderr)
-        return 130
+        summary.directory.close()
     return worst(o.code for o in outcomes)
+
+
+_KIND = re.compile(r"^onnxfold: ([a-z][a-z ]*): ")  # "onnxfold: error: ", "... internal error: "
+
+
+def line_about(model: str, line: str) -> str:
+    """A job's line on the batch's stderr, in the form a one-model run prints, with the model
+    named first: ``onnxfold: error: MODEL: ...`` (``internal error``, ``check failed``,
+    ``warning`` alike); a line of the job's that is not onnxfold's (a native library's) is
+    ``onnxfold: warning: MODEL: ...``."""
+    found = _KIND.match(line)
+    if found is None:
+        return f"onnxfold: warning: {model}: {line}"
+    rest = line[found.end():]
+    if rest.startswith(f"{model}: ") or rest == model:
+        return line
+    return f"{found.group(0)}{model}: {rest}"
 
 
 def worst(codes) -> int:
@@ -286,20 +305,24 @@ def worst(codes) -> int:
 def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
              scratch: str | None = None) -> list[Outcome]:
     """Run ``jobs``, at most ``workers`` processes at once, each killed after
-    ``args.job_timeout`` seconds (when set); the outcomes in the jobs' order (only those that
-    finished when interrupted). ``scratch``: a directory for the jobs' command lines, results
-    and temporary directories (a new one by default), removed at the end."""
+    ``args.job_timeout`` seconds (when set); the outcomes in the jobs' order. ``scratch``: a
+    directory for the jobs' command lines, results and temporary directories (a new one by
+    default), removed at the end. Interrupted (Ctrl-C, or a signal ``onnxfold.host.endings``
+    raises), it passes the signal on to the running jobs, waits for them to clean up (then
+    kills what is left) and removes what they left, before it raises again."""
     limit: float | None = getattr(args, "job_timeout", None)
     scratch = scratch_directory("onnxfold-batch-") if scratch is None else scratch
     running: dict[int, tuple[subprocess.Popen, float]] = {}
     done: dict[int, Outcome] = {}
     pending = list(range(len(jobs)))
-    previous = signal.signal(signal.SIGTERM, _terminated)  # stopped like Ctrl-C: jobs too
     try:
         while pending or running:
             while pending and len(running) < workers:
                 index = pending.pop(0)
-                running[index] = (_start(args, jobs[index], scratch, index), time.monotonic())
+                with endings.deferred():  # a job started is a job recorded, to be stopped
+                    running[index] = (_start(args, jobs[index], scratch, index),
+                                      time.monotonic())
+            reached("batch-running")
             time.sleep(0.02)
             for index, (proc, started) in list(running.items()):
                 elapsed = time.monotonic() - started
@@ -311,29 +334,35 @@ def run_jobs(args: argparse.Namespace, jobs: list[Job], workers: int,
                     del running[index]
                     done[index] = _outcome(jobs[index], proc, elapsed, scratch, index)
                     _remove_job_directory(scratch, index)
-    except (KeyboardInterrupt, Terminated):
-        for proc, _ in running.values():
-            _signal_group(proc, signal.SIGTERM)
-        for index, (proc, _) in running.items():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait()
-            _signal_group(proc, signal.SIGKILL)  # its fallback children, if any are left
-            _remove_leftovers(jobs[index], proc.pid)
+    except KeyboardInterrupt as interrupt:
+        _stop_all(jobs, running, getattr(interrupt, "signum", signal.SIGINT))
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(scratch, ignore_errors=True)
     return [done[i] for i in sorted(done)]
 
 
-class Terminated(Exception):
-    """SIGTERM arrived: the batch stops as after Ctrl-C."""
+JOB_GRACE = 10.0  # seconds a signalled job has to clean up before it is killed
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated
+def _stop_all(jobs: list[Job], running: dict[int, tuple[subprocess.Popen, float]],
+              signum: int) -> None:
+    """Pass ``signum`` on to every running job (each leads its own session: the terminal's
+    Ctrl-C reaches only the batch), wait for each to end (killed after ``JOB_GRACE``
+    seconds), then remove what each left. Not interrupted itself: a second signal is noted
+    by ``onnxfold.host.endings``, not raised, and a KeyboardInterrupt of a caller that did
+    not install it is taken after the jobs are stopped."""
+    with endings.deferred():
+        for proc, _ in running.values():
+            _signal_group(proc, signum)
+        for index, (proc, _) in running.items():
+            try:
+                endings.uninterrupted(functools.partial(proc.wait, timeout=JOB_GRACE))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                endings.uninterrupted(proc.wait)
+            _signal_group(proc, signal.SIGKILL)  # its fallback children, if any are left
+            _remove_leftovers(jobs[index], proc.pid)
 
 
 def _start(args: argparse.Namespace, job: Job, scratch: str, index: int) -> subprocess.Popen:
@@ -433,8 +462,9 @@ def _remove_temporaries(job: Job, pid: int) -> None:
         remove_own(os.path.dirname(os.path.abspath(job.output)), pid)
 
 
-def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
-    """The summary: one row per model, then the totals."""
+def table(outcomes: list[Outcome], jobs: list[Job], outdir: str | None = None) -> str:
+    """The summary: one row per model, then the totals (``outdir``: the output directory as
+    given, named in the totals' line)."""
     names = [printable(o.input) for o in outcomes]  # escaped before measuring widths
     width = max([len("model"), *map(len, names)])
     status_width = max([len("status"), *(len(o.status) for o in outcomes)])
@@ -450,7 +480,8 @@ def table(outcomes: list[Outcome], jobs: list[Job]) -> str:
         key = "crashed" if o.status.startswith("crashed") else o.status
         counts[key] = counts.get(key, 0) + 1
     total = ", ".join(f"{n} {status}" for status, n in counts.items())
-    outdir = os.path.dirname(jobs[0].output) if jobs and jobs[0].output is not None else None
+    if outdir is None and jobs and jobs[0].output is not None:
+        outdir = os.path.dirname(jobs[0].output)
     rows.append(f"{len(outcomes)} of {len(jobs)} models: {total}"
                 + ("; dry run: nothing written (-o OUT/ to write)" if outdir is None
                    else f"; outputs in {outdir}" if counts.get("ok") else ""))

@@ -2,11 +2,13 @@
 
 The model is written to a temporary file beside the output, compared with the original in
 onnxruntime, and only then moved into place; on failure (or any error) the temporary files are
-removed and the output is neither created nor overwritten.
+removed and the output is neither created nor overwritten. Every file is made in the output's
+pinned directory (``onnxfold.io.pinned``), and the written model is read back through it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,13 +17,17 @@ import onnx_ir as ir
 
 from onnxfold.check.comparison import CompareResult, compare
 from onnxfold.fold.recipes import RECIPES_KEY
+from onnxfold.host import endings
+from onnxfold.host.points import reached
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
-from onnxfold.io.tempfiles import temp_beside, write_failed
+from onnxfold.io.pinned import PinnedOutput
+from onnxfold.io.tempfiles import temporary, write_failed
 from onnxfold.io.writer import SaveInfo, input_files
 
 
-def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.PathLike, *,
+def save_checked(model: ir.Model, original: str | os.PathLike,
+                 path: str | os.PathLike | PinnedOutput, *,
                  n: int, external_data: bool | None = None, protect: set[str] | None = None,
                  replaces: tuple[str, ...] = (),
                  saving: Callable[[int, int], None] | None = None,
@@ -34,31 +40,56 @@ def save_checked(model: ir.Model, original: str | os.PathLike, path: str | os.Pa
     ``checking`` are the progress callbacks of :func:`save_model` and :func:`compare`;
     ``compare_options`` the rest of :func:`compare`'s keywords (inputs, seed, dims, ...).
     """
-    path = os.fspath(path)
     guard = OutputGuard(input_files(model), replaces)
     guard.protect(protect or ())
-    target = guard.claim(path, "output model")
-    fd, tmp = temp_beside(target, suffix=".check.onnx")
+    output = guard.pin(path, "output model")
+    try:
+        return _save_checked(model, original, output, n, external_data, protect, replaces,
+                             saving, checking, compare_options)
+    finally:
+        if output is not path:  # pinned here
+            output.directory.close()
+
+
+def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOutput,
+                  n: int, external_data: bool | None,
+                  protect: set[str] | None, replaces: tuple[str, ...],
+                  saving: Callable[[int, int], None] | None,
+                  checking: Callable[[str], None] | None,
+                  compare_options: Mapping[str, Any] | None
+                  ) -> tuple[SaveInfo | None, CompareResult]:
+    directory = output.directory
+    fd, tmp = temporary(directory, output.name, suffix=".check.onnx")
     os.close(fd)
     tmp_data = None
     try:
-        info = save_model(model, tmp, external_data=external_data, protect=protect,
-                          progress=saving)
-        tmp_data = info.data_path
-        result = compare(original, tmp, n=n, progress=checking,
+        info = save_model(model, output.sibling(tmp), external_data=external_data,
+                          data_name=tmp + ".data", protect=protect, progress=saving)
+        if info.data_path is not None:
+            tmp_data = os.path.basename(info.data_path)
+        reached("check-saved")
+        result = compare(original, directory.path_of(tmp), n=n, progress=checking,
                          recipes=model.meta.get(RECIPES_KEY), **(compare_options or {}))
-        result.model_b = path  # report the output, not the temporary name
+        result.model_b = output.given  # report the output, not the temporary name
+        if result.folds is not None:
+            result.folds.model_b = output.given
+        reached("check-compared")
         if not result.ok:
             return None, result
         if tmp_data is None:
-            os.replace(tmp, target)
-            return SaveInfo(path, None, info.bytes_written, info.streamed_tensors), result
+            with endings.deferred():
+                endings.check()  # nothing is published once a signal came
+                directory.replace(tmp, output.name)
+            return SaveInfo(output.given, None, info.bytes_written,
+                            info.streamed_tensors), result
         # The .onnx names its data file, so external data is written again under the final name.
-        return save_model(model, path, external_data=True, protect=protect,
+        return save_model(model, output, external_data=True, protect=protect,
                           replaces=replaces), result
     except OSError as e:
-        raise write_failed(path, e) from None
+        raise write_failed(output.given, e) from None
     finally:
-        for leftover in (tmp, tmp_data):
-            if leftover and os.path.exists(leftover):
-                os.unlink(leftover)
+        with endings.deferred():
+            for leftover in (tmp, tmp_data):
+                if leftover:
+                    with contextlib.suppress(FileNotFoundError):
+                        directory.unlink(leftover)

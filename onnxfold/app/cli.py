@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -26,10 +27,14 @@ from onnxfold._version import __version__
 from onnxfold.app import batch
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError, OnnxfoldError, one_line
+from onnxfold.host import endings
 from onnxfold.host.limits import describe_cause as describe_limit
 from onnxfold.host.logs import as_warnings, quiet, quiet_onnxruntime_startup
+from onnxfold.host.points import reached
 from onnxfold.host.terminal import printable_streams
 from onnxfold.io.faults import bus_error_exits
+from onnxfold.io.publication import release_locks
+from onnxfold.io.tempfiles import remove_own_files
 from onnxfold.numbers import argument, parse_float, parse_int
 from onnxfold.pipeline.collector import long_lived
 
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
 
     from onnxfold.check.comparison import CompareResult
     from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.pinned import PinnedOutput
     from onnxfold.io.prefill import OutputPrefill
     from onnxfold.pipeline.optimizer import OptimizeResult
     from onnxfold.pipeline.phases import Phases
@@ -91,18 +97,28 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         args.input = args.input[0]
     args.replaces = _in_place(args.input, args.output) if args.output is not None else ()
     guard = OutputGuard([args.input], args.replaces)
+    try:
+        return _claimed_optimize(args, guard)
+    finally:
+        guard.close()
+
+
+def _claimed_optimize(args: argparse.Namespace, guard: OutputGuard) -> int:
+    """``optimize`` once its outputs are claimed and their directories pinned: each is
+    written where it was resolved now, whatever moves later (``onnxfold.io.pinned``)."""
     guard.protect([args.inputs] if args.inputs else [])
     target = None
     if args.output is not None:
-        target = guard.claim(args.output, "output model")
+        target = guard.pin(args.output, "output model")
         if args.external_data == "yes":
             guard.claim(args.output + ".data", "output model's external data")
     if args.json:
-        guard.claim(args.json, "JSON report")
+        guard.pin(args.json, "JSON report")
     if args.report:
-        guard.claim(args.report, "HTML report")
+        guard.pin(args.report, "HTML report")
     with _start_prefill(args, target) as prefill:
-        return _optimize_and_save(args, guard, prefill)
+        reached("claimed")
+        return _optimize_and_save(args, guard, target, prefill)
 
 
 def _in_place(source: str, output: str) -> tuple[str, ...]:
@@ -115,7 +131,7 @@ def _in_place(source: str, output: str) -> tuple[str, ...]:
     return (source, output + ".data") if same else ()
 
 
-def _start_prefill(args: argparse.Namespace, target: str | None
+def _start_prefill(args: argparse.Namespace, target: PinnedOutput | None
                    ) -> AbstractContextManager[OutputPrefill | None]:
     """Warm the output's temporary file while the model folds (``onnxfold.io.prefill``).
 
@@ -134,27 +150,29 @@ _PREFILL_MIN = 16 << 20
 
 
 def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
-                       prefill: OutputPrefill | None) -> int:
+                       target: PinnedOutput | None, prefill: OutputPrefill | None) -> int:
 
     checking = _compare_options(args) if args.check else None  # bad --dim fails before folding
     with long_lived(collect_after=getattr(args, "collect_after", True)):
-        return _fold_and_save(args, guard, prefill, checking)
+        return _fold_and_save(args, guard, target, prefill, checking)
 
 
-def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
+def _fold_and_save(args: argparse.Namespace, guard: OutputGuard, target: PinnedOutput | None,
                    prefill: OutputPrefill | None, checking: dict | None) -> int:
     from onnxfold.app.progress import TerminalProgress
     from onnxfold.io import load_model, save_model
     from onnxfold.pipeline.optimizer import optimize
     from onnxfold.pipeline.phases import Phases
 
-    progress = TerminalProgress() if _on_terminal(sys.stderr) and not args.quiet else None
-    phases = Phases(progress)
+    progress = None
     try:  # optimize loads the model itself: its first shape inference reuses what was read
+        progress = TerminalProgress() if _on_terminal(sys.stderr) and not args.quiet else None
+        phases = Phases(progress)
         result = optimize(args.input, _fold_options(args), check=not args.skip_check,
                           progress=phases.fold_progress, phases=phases,
                           pristine=lambda: load_model(args.input, check=False),
                           loaded=functools.partial(_loaded, guard, checking is not None))
+        reached("folded")
         result.report.input = args.input
         external = {"auto": None, "yes": True, "no": False}[args.external_data]
         check = info = None
@@ -168,7 +186,8 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
             from onnxfold.app.checked_save import save_checked
 
             with phases.phase("check"), _could_not_run() as why:
-                info, check = save_checked(result.model, args.input, args.output, n=args.check,
+                assert target is not None  # args.output is not None
+                info, check = save_checked(result.model, args.input, target, n=args.check,
                                            external_data=external, protect={args.input},
                                            replaces=args.replaces,
                                            saving=lambda done, total: phases.detail(
@@ -183,7 +202,8 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
             if unverified is not None:
                 result.report.warnings.append(unverified)
             with phases.phase("save"):
-                info = save_model(result.model, args.output, external_data=external,
+                assert target is not None  # args.output is not None
+                info = save_model(result.model, target, external_data=external,
                                   protect={args.input}, prefill=prefill,
                                   verify=verifier(args.input) if cheap else None,
                                   replaces=args.replaces,
@@ -192,10 +212,11 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     finally:
         if progress is not None:
             progress.close()
+    reached("published")
     report = result.report
     report.phases = phases.rounded()
     report.options.update({name: getattr(args, name) for name in _REPORTED_ARGS})
-    if _check_failed(args, report, check, not_run):
+    if _check_failed(args, report, check, not_run, guard):
         return 1
     if info is not None:
         report.output = info.path
@@ -204,7 +225,7 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
     latency = None
     if args.latency:
         with phases.phase("latency"):
-            latency = _measure_latency(args, result, checking, phases)
+            latency = _measure_latency(args, result, target, checking, phases)
         report.latency = latency.to_dict()
     if not args.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=args.verbose))
@@ -218,7 +239,7 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard,
             print(DRY_RUN_LINE)
     if args.explain:
         print(report.explain())
-    _write_reports(args, report)
+    _write_reports(args, report, guard)
     return 0
 
 
@@ -226,18 +247,22 @@ CHECK_HINT = ("check        not run: --check 3 runs the output beside the origin
               "onnxruntime and re-derives every folded tensor (docs/check.md)")
 
 
-def _measure_latency(args: argparse.Namespace, result: OptimizeResult, checking: dict | None,
-                     phases: Phases):
-    """``--latency N``: the original and the output (as written, or in memory for a dry run)
-    timed in onnxruntime (``onnxfold.check.latency``)."""
+def _measure_latency(args: argparse.Namespace, result: OptimizeResult,
+                     target: PinnedOutput | None, checking: dict | None, phases: Phases):
+    """``--latency N``: the original and the output (as written, read through its pinned
+    directory, or in memory for a dry run) timed in onnxruntime (``onnxfold.check.latency``)."""
     from onnxfold.check.latency import measure_latency
 
-    optimized = args.output if args.output is not None else _in_memory(result, args)
+    optimized = target.directory.path_of(target.name) if target is not None else \
+        _in_memory(result, args)
     options = checking if checking is not None else _compare_options(args)
-    return measure_latency(args.input, optimized, args.latency, threads=args.latency_threads,
-                           dims=options["dims"], int_ranges=options["int_ranges"],
-                           custom_op_libraries=options["custom_op_libraries"],
-                           progress=phases.detail)
+    latency = measure_latency(args.input, optimized, args.latency, threads=args.latency_threads,
+                              dims=options["dims"], int_ranges=options["int_ranges"],
+                              custom_op_libraries=options["custom_op_libraries"],
+                              progress=phases.detail)
+    if target is not None:
+        latency.model_b = target.given  # the output as named, not the descriptor's path
+    return latency
 
 
 def _in_memory(result: OptimizeResult, args: argparse.Namespace):
@@ -249,7 +274,7 @@ def _in_memory(result: OptimizeResult, args: argparse.Namespace):
 
 
 def _check_failed(args: argparse.Namespace, report: Report, check: CompareResult | None,
-                  not_run: str) -> bool:
+                  not_run: str, guard: OutputGuard) -> bool:
     """Record the check in the report; on failure print the table and the verdict, write
     ``--json`` and ``--report`` (the model is not written) and say so. Raises InputError
     (exit 2) after that when the check could not run."""
@@ -265,7 +290,7 @@ def _check_failed(args: argparse.Namespace, report: Report, check: CompareResult
         print(report.summary())
     if check is not None:
         print(check.summary())
-    _write_reports(args, report)
+    _write_reports(args, report, guard)
     where = f"nothing was written to {args.output}" if args.output is not None else \
         "dry run: nothing written"
     if not_run:
@@ -297,6 +322,7 @@ def _loaded(guard: OutputGuard, checking: bool, model: ir.Model) -> None:
     ``--check``, have the fold keep its recipes (rewrite-made tensors are verified too)."""
     from onnxfold.io.writer import input_files
 
+    reached("loaded")
     guard.protect(input_files(model))
     if checking:
         from onnxfold.fold.recipes import keep_recipes
@@ -320,14 +346,16 @@ def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking:
     return check
 
 
-def _write_reports(args: argparse.Namespace, report: Report) -> None:
-    """``--json`` and ``--report``, when given."""
+def _write_reports(args: argparse.Namespace, report: Report, guard: OutputGuard) -> None:
+    """``--json`` and ``--report``, when given (into the files ``guard`` pinned)."""
+    if args.json or args.report:
+        reached("reports")
     if args.json:
-        _write_text(args.json, report.to_json() + "\n")
+        _write_text(args.json, report.to_json() + "\n", guard)
     if args.report:
         from onnxfold.app.report_html import render_html
 
-        _write_text(args.report, render_html(report))
+        _write_text(args.report, render_html(report), guard)
 
 
 def _mib_of(done: int, total: int) -> str:
@@ -382,14 +410,15 @@ def _compare_options(args: argparse.Namespace) -> dict:
 def cmd_compare(args: argparse.Namespace) -> int:
     from onnxfold.check.comparison import compare
 
+    guard = None
     if args.json:
         guard = _guard_inputs([args.a, args.b])
         guard.protect([args.inputs] if args.inputs else [])
-        guard.claim(args.json, "JSON report")
+        guard.pin(args.json, "JSON report")
     result = compare(args.a, args.b, n=args.n, **_compare_options(args))
     print(result.summary())
     if args.json:
-        _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
+        _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n", guard)
     if not result.ok:
         print(f"onnxfold: outside tolerance: {', '.join(result.failing)}", file=sys.stderr)
         return 1
@@ -399,12 +428,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_verify_folds(args: argparse.Namespace) -> int:
     from onnxfold.check.fold_verification import verify_folds
 
+    guard = None
     if args.json:
-        _guard_inputs([args.a, args.b]).claim(args.json, "JSON report")
+        guard = _guard_inputs([args.a, args.b])
+        guard.pin(args.json, "JSON report")
     result = verify_folds(args.a, args.b)
     print(result.summary())
     if args.json:
-        _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
+        _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n", guard)
     if not result.ok:
         print(f"onnxfold: folds differ from the original: {', '.join(result.failing)}",
               file=sys.stderr)
@@ -424,11 +455,20 @@ def _guard_inputs(models: Sequence[str]) -> OutputGuard:
     return guard
 
 
-def _write_text(path: str, text: str) -> None:
+def _write_text(path: str, text: str, guard: OutputGuard | None = None) -> None:
+    """Write a report to ``path``: into the file ``guard`` pinned for it, if it did."""
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.tempfiles import write_text
 
-    write_text(OutputGuard().claim(path, "report"), text)
+    pinned = guard.pinned(path) if guard is not None else None
+    if pinned is not None:
+        write_text(pinned, text)
+        return
+    fresh = OutputGuard()
+    try:
+        write_text(fresh.pin(path, "report"), text)
+    finally:
+        fresh.close()
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -516,7 +556,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.output:
         guard = _guard_inputs([args.model])
         guard.protect([args.inputs, *args.adapter])
-        output = guard.claim(args.output, "outputs")
+        output = guard.pin(args.output, "outputs")
     if args.repeat < 1:
         raise InputError(f"--repeat {args.repeat}: must be at least 1")
     feeds = load_arrays(args.inputs)
@@ -525,6 +565,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       cache_dir=args.cache_dir, options=_fold_options(args),
                       custom_op_libraries=args.custom_op_library, sess_options=options,
                       adapter=args.adapter[0] if args.adapter else None)
+    reached("session")
     constants = set(session.runtime_constants) if args.adapter else set()
     missing = [i.name for i in session.get_inputs()
                if i.name not in feeds and i.name not in constants]
@@ -535,6 +576,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         outputs = session.run(None, feeds)
         times.append(time.perf_counter() - started)
+        reached("ran")
     names = [o.name for o in session.get_outputs()]
     for name, arr in zip(names, outputs):
         print(f"{name}: {arr.dtype} {list(arr.shape)}")
@@ -718,6 +760,7 @@ def main(argv: Sequence[str] | None = None, exiting: bool = False) -> int:
     with printable_streams():  # argparse's errors quote what was typed
         args = parser.parse_args(argv)
     args.collect_after = not exiting
+    reached("parsed")
     return run_parsed(args)
 
 
@@ -741,32 +784,62 @@ def _run_parsed(args: argparse.Namespace) -> int:
         silent = getattr(args, "quiet", False) and not debug
         with bus_error_exits(_output_directories(args), EXIT_USAGE), \
                 quiet("onnx_ir") if silent else as_warnings("onnx_ir", "onnx-ir"):
-            return args.func(args)
-    except OnnxfoldError as e:
+            code = args.func(args)
+        endings.check()  # a signal some library swallowed, or one noted while unwinding
+        return code
+    except KeyboardInterrupt as e:
+        return interrupted(e)
+    except BaseException as e:
+        if endings.received() is not None:  # an error met while a signal ended the run
+            return interrupted(None)
+        code = _one_line_error(e, debug)
+        if code:
+            _remove_own_files()
+        return code
+
+
+def _one_line_error(e: BaseException, debug: bool) -> int:
+    """Print the one line ``e`` ends the run with; its exit code (``e`` raised again if it
+    is no error: SystemExit)."""
+    if isinstance(e, OnnxfoldError):
         if debug:
             traceback.print_exc()
         print(f"onnxfold: error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # output piped into e.g. `head`
+    if isinstance(e, BrokenPipeError):  # output piped into e.g. `head`
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        print("onnxfold: interrupted; nothing was written", file=sys.stderr)
-        return 130
-    except MemoryError as e:
+    if isinstance(e, MemoryError):
         print(f"onnxfold: error: {describe_limit(e)}; nothing was written", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as e:  # a bug: one line, the traceback on request
-        if debug:
-            traceback.print_exc()
-        limit = describe_limit(e)
-        if limit is not None:  # a resource limit of the machine, not a bug
-            print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
-              "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+    if not isinstance(e, Exception):
+        raise e
+    if debug:  # a bug: one line, the traceback on request
+        traceback.print_exc()
+    limit = describe_limit(e)
+    if limit is not None:  # a resource limit of the machine, not a bug
+        print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
+          "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
+          file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _remove_own_files() -> None:
+    """Remove what this run made and still has (temporary files, scratch, output locks):
+    the end of a run that did not finish (``onnxfold.io.tempfiles``)."""
+    remove_own_files()
+    release_locks()
+
+
+def interrupted(interrupt: KeyboardInterrupt | None) -> int:
+    """End a run a signal stopped (``onnxfold.host.endings``): what it made removed, one line
+    ``onnxfold: interrupted``; ``128 + N``."""
+    _remove_own_files()
+    endings.announce()
+    return endings.exit_code(interrupt if interrupt is not None else
+                             endings.Interrupted(endings.received() or signal.SIGINT))
 
 
 def _reserve_standard_descriptors() -> None:
@@ -789,10 +862,15 @@ def entry_point() -> None:
     """The ``onnxfold`` executable: ``main``, then exit without tearing the interpreter down.
 
     Freeing every graph object and module at exit takes ~50 ms on a BERT-size model and helps
-    no one: by then every output is closed and renamed.
+    no one: by then every output is closed and renamed. SIGINT, SIGTERM and SIGHUP end the run
+    in one line (``onnxfold.host.endings``; ``onnxfold.__main__`` took them over already).
     """
+    endings.install()
     _reserve_standard_descriptors()
-    code = main(exiting=True)
+    try:
+        code = main(exiting=True)
+    except KeyboardInterrupt as e:  # while the command line was read
+        code = interrupted(e)
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:  # None: started with that descriptor closed (2>&-)

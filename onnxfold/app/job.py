@@ -2,8 +2,9 @@
 
 The batch (:mod:`onnxfold.app.batch`) writes the job's parsed arguments and starts this module;
 the job runs them through the command line's one-model path (:func:`onnxfold.app.cli.run_parsed`,
-its exit codes included). The batch names this module and never imports the command line,
-which imports the batch.
+its exit codes included). Signals are taken over first (``onnxfold.host.endings``): the batch
+passes SIGINT or SIGTERM on to its jobs, and each ends as a one-model run does. The batch
+names this module and never imports the command line, which imports the batch.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import os
 import pickle
 import sys
 
-from onnxfold.app import cli
+from onnxfold.host import endings
 
 
 def run_job(path: str) -> None:
     """A job's process: the one-model ``optimize`` of the pickled arguments in ``path`` (written
     by the batch's process, in the job's private directory), then exit with its code."""
+    try:
+        with endings.deferred():  # a signal while the command line is imported ends it after
+            from onnxfold.app import cli
+    except KeyboardInterrupt as e:
+        os._exit(endings.exit_code(e))
     with open(path, "rb") as f:
         args = pickle.load(f)  # safe: the batch process wrote it, in a 0700 directory
     code = cli.run_parsed(args)
@@ -29,4 +35,5 @@ def run_job(path: str) -> None:
 
 
 if __name__ == "__main__":
+    endings.install()
     run_job(sys.argv[1])

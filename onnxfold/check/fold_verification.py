@@ -376,7 +376,10 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> TensorVerdict:
         return verdict
     x, y = got.astype(np.float64), derived.astype(np.float64)
     with np.errstate(all="ignore"):
-        same = (x == y) | (np.isnan(x) & np.isnan(y))
+        # a NaN is any NaN (no op reads its sign or payload); a zero has its sign where
+        # bits are expected (1 / -0.0 is -inf): docs/exactness.md
+        same = ((x == y) & ((x != 0) | (np.signbit(x) == np.signbit(y)) | (not exact))) | \
+            (np.isnan(x) & np.isnan(y))
         diff = np.where(same, 0.0, np.abs(x - y))
         own = ulp(y, got.dtype.name)
         assert own is not None
@@ -396,6 +399,8 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> TensorVerdict:
                               f"(max {verdict.max_ulps:.3g} ulps)")
         else:
             verdict.mismatches = int((~same).sum())
+            if not verdict.mismatches:  # NaNs of other bits: the same values
+                return verdict
             verdict.reason = (f"{verdict.mismatches} of {got.size} elements differ from "
                               f"the original's bits (every op of its cone is bitwise; max "
                               f"{verdict.max_ulps:.3g} ulps)")

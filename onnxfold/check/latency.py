@@ -244,10 +244,17 @@ def _one_after_the_other(level: str, open_a: Callable[[], Any], open_b: Callable
 
 
 def _file_bytes(model: ModelRef, graph: ir.Model) -> int:
-    """The bytes of the model's file and its external data (a proto: its serialized size)."""
+    """The bytes of the model's file and its external data (a proto: its serialized size);
+    a file named twice (its path as given, and as resolved: inline weights read from the model
+    file itself) counts once."""
     if isinstance(model, onnx.ModelProto):
         return model.ByteSize()
-    return sum(os.path.getsize(path) for path in input_files(graph) if os.path.isfile(path))
+    sizes = {}
+    for path in input_files(graph):
+        if os.path.isfile(path):
+            info = os.stat(path)
+            sizes[info.st_dev, info.st_ino] = info.st_size
+    return sum(sizes.values())
 
 
 def _symbolic_dims(graph: ir.Model) -> list[str]:

@@ -45,6 +45,8 @@ from onnxfold.fold.fallback_session import (
     run_session,
     to_ort,
 )
+from onnxfold.host import endings
+from onnxfold.io.tempfiles import own_tree
 from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import np_dtype, onnx_type
 
@@ -77,7 +79,9 @@ def run_in_child(model: bytes, handed: Mapping[str, np.ndarray],
     fails, dies, or runs longer than ``timeout`` seconds (then it is killed), and
     ChildUnavailable when it cannot be started."""
     try:
-        directory = tempfile.mkdtemp(prefix="onnxfold-fallback-")
+        with endings.deferred():  # made and recorded together (an interrupted run removes it)
+            directory = tempfile.mkdtemp(prefix="onnxfold-fallback-")
+            own_tree(directory)
     except OSError as e:
         raise ChildUnavailable(e.strerror or str(e)) from None
     try:

@@ -17,8 +17,8 @@ import os
 import signal
 from collections.abc import Iterable, Iterator
 
-from onnxfold.io.publication import HELD_LOCKS
-from onnxfold.io.tempfiles import TRUNCATED, remove_own
+from onnxfold.io.publication import release_locks
+from onnxfold.io.tempfiles import TRUNCATED, remove_own, remove_own_files
 
 MESSAGE = f"onnxfold: error: {TRUNCATED} (bus error); nothing was written\n".encode()
 _HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)
@@ -38,11 +38,14 @@ def bus_error_exits(directories: Iterable[str], status: int) -> Iterator[None]:
 
     def on_bus_error(signum: int) -> None:
         os.write(2, MESSAGE)
-        for directory in places:
-            remove_own(directory)
-        for lock in tuple(HELD_LOCKS):  # the output's lock: no other run waits for a dead one
-            with contextlib.suppress(OSError):
-                os.unlink(lock)
+        # nothing may stop this handler before it exits (an exception would end the callback
+        # and send the thread back to the faulting read): not even a pending signal's
+        with contextlib.suppress(BaseException):
+            for directory in places:
+                remove_own(directory)
+            remove_own_files()  # in the directories pinned since, and scratch files
+        with contextlib.suppress(BaseException):
+            release_locks()  # the output's lock: no other run waits for a dead one
         os._exit(status)
 
     handler = _HANDLER(on_bus_error)  # referenced until the old handler is back

@@ -1,4 +1,5 @@
-"""Reading arrays users hand over (``--inputs`` files, Session caches): untrusted ``.npz`` files.
+"""Arrays users hand over: untrusted ``.npz`` files (``--inputs`` files, Session caches) and
+the runtime constants ``Session.run`` is given.
 
 Only ``.npz`` archives of plain arrays are accepted (never pickles). Each member's header is
 read first: its shape and dtype must agree with the member's size in the archive, and the
@@ -18,7 +19,7 @@ import zipfile
 import numpy as np
 from numpy.lib import format as npy_format
 
-from onnxfold.errors import InputError
+from onnxfold.errors import InputError, one_line
 
 LIMIT = 16 << 30  # bytes of arrays one file may hold
 MAX_RATIO, COMPRESSED_MIN = 100, 64 << 20  # a member over 64 MiB compressed more than 100:1
@@ -74,3 +75,21 @@ def load_arrays(path: str | os.PathLike, limit: int = LIMIT) -> dict[str, np.nda
     except Exception as e:  # zipfile, numpy and OS errors of a malformed archive
         raise InputError(f"{path}: cannot read arrays ({type(e).__name__}: "
                          f"{' '.join(str(e).split())[:200]})") from None
+
+
+def runtime_constant(name: str, value: object) -> np.ndarray:
+    """The runtime constant ``name`` handed to ``Session.run`` as the array the fold reads; an
+    InputError (one line) for what no backend folds: an array of Python objects or of strings,
+    or what numpy makes no array of (a ragged list)."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"runtime constant {name!r}: not an array ({one_line(e, 200)})"
+                         ) from None
+    if array.dtype.hasobject:
+        raise InputError(f"runtime constant {name!r}: an array of Python objects (dtype "
+                         "object) cannot be folded; give a numeric array of the input's type")
+    if array.dtype.kind in "US":
+        raise InputError(f"runtime constant {name!r}: an array of strings cannot be folded "
+                         "(runtime constants are numeric); leave it out of runtime_constants")
+    return array

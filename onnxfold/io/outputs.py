@@ -4,7 +4,8 @@ An :class:`OutputGuard` knows a command's input files by identity (device and in
 links and symlinks of an input are recognized) and checks every output path against them and
 against each other. A symlinked output is written through (its target is replaced, the link
 stays); devices, FIFOs, sockets and directories are refused, never replaced; an output whose
-directory does not exist is refused before the command does any work.
+directory does not exist is refused before the command does any work. :meth:`OutputGuard.pin`
+also opens the output's directory, once (``onnxfold.io.pinned``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import stat
 from collections.abc import Iterable
 
 from onnxfold.errors import OutputError
+from onnxfold.io.pinned import PinnedDirectory, PinnedOutput, resolved
 
 FileId = tuple[int, int]
 
 
-def file_id(path: str) -> FileId | None:
+def file_id(path: str | os.PathLike | PinnedOutput) -> FileId | None:
     """(device, inode) of the file ``path`` leads to, or None if there is none."""
     try:
-        info = os.stat(path)
+        info = path.directory.stat(path.name) if isinstance(path, PinnedOutput) else \
+            os.stat(path)
     except OSError:
         return None
     return info.st_dev, info.st_ino
@@ -36,6 +39,7 @@ class OutputGuard:
         they are still written beside and renamed, so a failure leaves them intact."""
         self._inputs: dict[FileId, str] = {}
         self._claimed: dict[str, str] = {}
+        self._pinned: dict[str, PinnedOutput] = {}  # claimed target -> its pinned output
         self._replaceable = {i for i in (file_id(os.fspath(p)) for p in replaceable) if i}
         self.protect(inputs)
 
@@ -52,24 +56,34 @@ class OutputGuard:
         """The protected input files (as first named)."""
         return set(self._inputs.values())
 
-    def removable(self, path: str | os.PathLike) -> bool:
+    def removable(self, path: str | os.PathLike | PinnedOutput) -> bool:
         """Whether ``path`` may be deleted: not an input, or one the caller asked to replace."""
-        ident = file_id(os.fspath(path))
+        ident = file_id(path)
         return ident is None or ident not in self._inputs or ident in self._replaceable
 
-    def replaces_input(self, path: str | os.PathLike) -> bool:
+    def replaces_input(self, path: str | os.PathLike | PinnedOutput) -> bool:
         """Whether ``path`` is an input the caller asked to replace (writing a model over
         itself)."""
-        ident = file_id(os.fspath(path))
+        ident = file_id(path)
         return ident is not None and ident in self._inputs and ident in self._replaceable
+
+    def pinned(self, path: str | os.PathLike) -> PinnedOutput | None:
+        """The output pinned for ``path`` by :meth:`pin`, if it was."""
+        return self._pinned.get(os.path.join(*resolved(os.fspath(path))))
+
+    def close(self) -> None:
+        """Close the directories of the outputs pinned here."""
+        for output in self._pinned.values():
+            output.directory.close()
 
     def claim(self, path: str | os.PathLike, what: str = "output") -> str:
         """Check ``path`` as an output; return the path to replace (a symlink's target)."""
         path = os.fspath(path)
         if not path:
             raise OutputError(f"empty {what} path")
-        target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
-        if not os.path.isdir(os.path.dirname(target)):
+        directory, name = resolved(path)
+        target = os.path.join(directory, name)
+        if not os.path.isdir(directory):
             raise OutputError(f"{path}: directory {os.path.dirname(path) or '.'} does not exist")
         try:
             target.encode()
@@ -85,10 +99,26 @@ class OutputGuard:
         self._claimed[target] = what
         return target
 
-    def _check_existing(self, target: str, what: str, shown: str | None = None) -> None:
+    def pin(self, path: str | os.PathLike | PinnedOutput, what: str = "output") -> PinnedOutput:
+        """:meth:`claim` ``path`` and open its directory, once (``onnxfold.io.pinned``): every
+        later check and write of this output goes through that directory. A ``PinnedOutput``
+        (pinned by the caller) is checked again where its directory is."""
+        if isinstance(path, PinnedOutput):
+            self._check_existing(path.path, what, path.given, path)
+            return path
+        target = self.claim(path, what)
+        output = PinnedOutput(PinnedDirectory.of(os.path.dirname(target), what),
+                              os.path.basename(target), os.fspath(path))
+        self._pinned[target] = output
+        return output
+
+    def _check_existing(self, target: str, what: str, shown: str | None = None,
+                        pinned: PinnedOutput | None = None) -> None:
         shown = shown or target
+        pinned = pinned or self._pinned.get(target)
         try:
-            info = os.stat(target)
+            info = pinned.directory.stat(pinned.name) if pinned is not None else \
+                os.stat(target)
         except FileNotFoundError:
             return
         except OSError as e:

@@ -12,10 +12,13 @@ Standard library only, so the CLI can start it before numpy, onnx and onnx-ir ar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
-from onnxfold.io.tempfiles import temp_beside
+from onnxfold.host.endings import uninterrupted
+from onnxfold.io.pinned import PinnedOutput
+from onnxfold.io.tempfiles import temporary
 
 AVAILABLE = hasattr(os, "pwrite")  # not on Windows
 PREFILL_LIMIT = 1 << 30  # bigger outputs take long to fold; zeros kept that long get written back
@@ -23,17 +26,17 @@ _PIECE = 8 << 20
 
 
 class OutputPrefill:
-    """A temporary file beside ``path`` that a background thread fills with ``nbytes`` zeros.
+    """A temporary file beside ``output`` that a background thread fills with ``nbytes`` zeros.
 
     Pass it to ``save_model(..., prefill=...)``, which takes the file over; if it is never
     taken, ``discard`` (or leaving the ``with`` block) stops the thread and deletes the file.
     """
 
-    def __init__(self, path: str | os.PathLike, nbytes: int) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+    def __init__(self, output: PinnedOutput, nbytes: int) -> None:
+        self.output = output
         self.target = max(0, min(int(nbytes), PREFILL_LIMIT))
         self.filled = 0
-        fd, self.tmp = temp_beside(self.path)
+        fd, self.tmp = temporary(output.directory, output.name)
         self.fd: int | None = fd  # None once taken or discarded
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._fill, name="onnxfold-prefill", daemon=True)
@@ -51,12 +54,12 @@ class OutputPrefill:
 
     def _halt(self) -> None:
         self._stop.set()
-        self._thread.join()
+        uninterrupted(self._thread.join)  # never leave it writing to a closed descriptor
 
-    def take(self, path: str) -> tuple[int, str] | None:
-        """Hand the file over for writing ``path``: ``(fd, temporary path)``, or None if the
-        prefill was made for another file (or already taken)."""
-        if self.fd is None or os.path.abspath(path) != self.path:
+    def take(self, output: PinnedOutput) -> tuple[int, str] | None:
+        """Hand the file over for writing ``output``: ``(fd, temporary file's name)``, or None
+        if the prefill was made for another output (or already taken)."""
+        if self.fd is None or output is not self.output:
             return None
         self._halt()
         taken = (self.fd, self.tmp)
@@ -70,8 +73,8 @@ class OutputPrefill:
         self._halt()
         os.close(self.fd)
         self.fd = None
-        if os.path.exists(self.tmp):
-            os.unlink(self.tmp)
+        with contextlib.suppress(FileNotFoundError):
+            self.output.directory.unlink(self.tmp)
 
     def __enter__(self) -> OutputPrefill:
         return self

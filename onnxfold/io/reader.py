@@ -31,6 +31,7 @@ from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
 from onnxfold.io.trust import check_tensor_data
 from onnxfold.ir.graph import all_graphs, captured_values
+from onnxfold.ir.long_texts import LONG_TEXT
 from onnxfold.ir.protos import (
     SMALL_TENSOR_BYTES,
     function_graphs,
@@ -40,7 +41,9 @@ from onnxfold.ir.protos import (
 )
 
 # ModelProto.graph, GraphProto.initializer, TensorProto.raw_data / external_data / data_location
-_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
+_MODEL_GRAPH, _GRAPH_NODE, _GRAPH_INITIALIZER = 7, 1, 5
+_NODE_ATTRIBUTE = 5
+_ATTRIBUTE_NAME, _ATTRIBUTE_S, _ATTRIBUTE_TYPE, _ATTRIBUTE_REF = 1, 4, 20, 21
 _TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
 LAZY_THRESHOLD = 4096  # smaller inline weights stay in the bytes read (a mapping costs more)
 WHOLE_READ_LIMIT = 32 << 20  # a model file up to this size is read at once to find its weights
@@ -108,16 +111,78 @@ class _Output:
         self.map.close()
 
 
+Texts = dict[int, list[tuple[str, bytes]]]  # node index -> (attribute name, its text)
+
+
+def _long_text(buf: bytes | _FileBytes, start: int, end: int
+               ) -> tuple[str, int, int, int] | None:
+    """The attribute message ``buf[start:end]``'s name, and where its text field starts, its
+    text starts and ends, when it is a STRING attribute of ``LONG_TEXT`` bytes or more (one
+    text field, no reference to a function attribute); else None."""
+    name, texts, kind = None, [], None
+    for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, start, end):
+        if field == _ATTRIBUTE_NAME:
+            name = bytes(buf[pstart:fend])
+        elif field == _ATTRIBUTE_S:
+            texts.append((fstart, pstart, fend))
+        elif field == _ATTRIBUTE_TYPE:
+            kind = pw.read_varint(buf, pw.read_varint(buf, fstart)[1])[0]
+        elif field == _ATTRIBUTE_REF:
+            return None
+    if name is None or kind != onnx.AttributeProto.STRING or len(texts) != 1 or \
+            texts[0][2] - texts[0][1] < LONG_TEXT:
+        return None
+    try:
+        decoded = name.decode()
+    except UnicodeDecodeError:  # refused by the checks of names later
+        return None
+    return decoded, *texts[0]
+
+
+def _strip_node_texts(buf: bytes | _FileBytes, start: int, end: int
+                      ) -> tuple[bytes, list[tuple[str, int, int]]] | None:
+    """The node message ``buf[start:end]`` without the text of each long STRING attribute
+    (the attribute stays, its text field left out), and each text's attribute name and place
+    in ``buf``; None where it has none."""
+    parts: list[bytes] = []
+    texts = []
+    copied = start
+    for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, start, end):
+        if field != _NODE_ATTRIBUTE or fend - pstart < LONG_TEXT:
+            continue
+        found = _long_text(buf, pstart, fend)
+        if found is None:
+            continue
+        name, text_field, text_start, text_end = found
+        attr = bytes(buf[pstart:text_field]) + bytes(buf[text_end:fend])
+        parts += [bytes(buf[copied:fstart]), pw.len_prefix(_NODE_ATTRIBUTE, len(attr)), attr]
+        copied = fend
+        texts.append((name, text_start, text_end))
+    if not texts:
+        return None
+    parts.append(bytes(buf[copied:end]))
+    return b"".join(parts), texts
+
+
 def _add_stripped_graph(out: _Output, buf: bytes | _FileBytes, start: int, end: int,
-                        location: str) -> None:
-    """Append the model's graph field, its large inline weights replaced by references."""
-    edits = []  # (field start, field end, replacement) of each stripped initializer
+                        location: str, texts: Texts, nodes: int) -> int:
+    """Append the model's graph field, its large inline weights replaced by references and
+    its nodes' long texts left out (read into ``texts``, by node index: ``nodes`` came in
+    earlier graph fields, which protobuf merges into one); the nodes counted so far."""
+    edits = []  # (field start, field end, replacement) of each stripped initializer or node
     for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, start, end):
         stripped = _strip_tensor(buf, pstart, fend, location) \
             if field == _GRAPH_INITIALIZER else None
         if stripped is not None:
             edits.append((fstart, fend, pw.len_prefix(_GRAPH_INITIALIZER, len(stripped))
                           + stripped))
+        if field == _GRAPH_NODE:
+            if fend - pstart >= LONG_TEXT and (node := _strip_node_texts(buf, pstart, fend)):
+                node_bytes, found = node
+                edits.append((fstart, fend, pw.len_prefix(_GRAPH_NODE, len(node_bytes))
+                               + node_bytes))
+                texts[nodes] = [(name, _read(buf, a, b)) for name, a, b in found]
+            nodes += 1
     length = end - start + sum(len(new) - (fend - fstart) for fstart, fend, new in edits)
     out.add(pw.len_prefix(_MODEL_GRAPH, length))
     copied = start  # the bytes before this are in ``out``
@@ -126,6 +191,12 @@ def _add_stripped_graph(out: _Output, buf: bytes | _FileBytes, start: int, end: 
         out.add(new)
         copied = fend
     out.copy(buf, copied, end)
+    return nodes
+
+
+def _read(buf: bytes | _FileBytes, start: int, stop: int) -> bytes:
+    """``buf[start:stop]`` as bytes of their own (one copy)."""
+    return buf[start:stop] if isinstance(buf, _FileBytes) else bytes(memoryview(buf)[start:stop])
 
 
 class _FileBytes:
@@ -180,9 +251,9 @@ class _FileBytes:
         return self._window[key - self._start]
 
 
-def _parse_graph_only(path: str) -> tuple[onnx.ModelProto, int]:
-    """The model parsed with every large inline weight replaced by a reference to itself, and
-    the bytes parsed."""
+def _parse_graph_only(path: str) -> tuple[onnx.ModelProto, int, Texts]:
+    """The model parsed with every large inline weight replaced by a reference to itself and
+    every long text of its main graph's nodes left out; the bytes parsed; those texts."""
     size = os.path.getsize(path)
     if size == 0:
         raise InputError(f"{path}: empty file, not an ONNX model")
@@ -198,32 +269,39 @@ def _parse_graph_only(path: str) -> tuple[onnx.ModelProto, int]:
         else:
             buf = _FileBytes(f.fileno(), size)
         out = _Output(size)
+        texts: Texts = {}
+        nodes = 0
         try:
             try:
                 for field, _wire, fstart, pstart, fend in pw.iter_fields(buf, 0, size):
                     if fend > size:
                         raise ValueError("truncated")
                     if field == _MODEL_GRAPH:
-                        _add_stripped_graph(out, buf, pstart, fend, location)
+                        nodes = _add_stripped_graph(out, buf, pstart, fend, location, texts,
+                                                    nodes)
                     else:
                         out.copy(buf, fstart, fend)
             except (ValueError, IndexError) as e:
                 raise InputError(f"{path}: not an ONNX model or truncated ({e})") from None
             del buf
-            return onnx.ModelProto.FromString(out.view[:out.pos]), out.pos
+            return onnx.ModelProto.FromString(out.view[:out.pos]), out.pos, texts
         finally:
             out.close()
 
 
 @dataclass
 class _DocStrings:
-    """doc_strings taken out of the reader's proto before it is copied and converted, given to
-    the ir.Model afterwards: a 200 MB doc_string is then held once (the model's), not also by
-    the proto, the checker's copy and every serialization for shape inference."""
+    """doc_strings taken out of the reader's proto before it is copied and converted, and the
+    long string attributes (``onnxfold.ir.long_texts``) the reader left out of it
+    (:func:`_parse_graph_only`), given to the ir.Model afterwards: a 200 MB doc_string or a
+    custom op's 256 MiB payload is then held once (the model's), not also by the proto, the
+    checker's copy and every serialization for shape inference."""
 
     model: str | None = None
     graph: str | None = None
     nodes: dict[int, str] = dataclasses.field(default_factory=dict)  # by main-graph index
+    # long texts of the main graph's nodes, by index: (attribute name, its bytes)
+    texts: dict[int, list[tuple[str, bytes]]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def take(cls, proto: onnx.ModelProto) -> _DocStrings:
@@ -246,10 +324,23 @@ class _DocStrings:
             model.doc_string = self.model
         if self.graph is not None:
             model.graph.doc_string = self.graph
-        if self.nodes:
+        if self.nodes or self.texts:
             for index, node in enumerate(model.graph):
                 if index in self.nodes:
                     node.doc_string = self.nodes[index]
+                for name, raw in self.texts.pop(index, ()):
+                    node.attributes[name] = _text_attribute(node.attributes[name], raw)
+
+
+def _text_attribute(emptied: ir.Attr, raw: bytes) -> ir.Attr:
+    """The STRING attribute ``emptied`` with its text back: a str, or the bytes as they are
+    where they are no UTF-8 (as onnx-ir keeps them)."""
+    try:
+        value: str | bytes = raw.decode()
+    except UnicodeDecodeError:
+        value = raw
+    del raw  # (the caller's reference goes with its list entry)
+    return ir.Attr(emptied.name, ir.AttributeType.STRING, value, doc_string=emptied.doc_string)
 
 
 def _without_external(proto: onnx.ModelProto, parsed_bytes: int | None = None,
@@ -386,7 +477,7 @@ def _load(path: str, check: bool, keep_light: bool
     if foreign is not None:
         raise InputError(foreign.message(path))
     try:
-        proto, parsed_bytes = _parse_graph_only(path)
+        proto, parsed_bytes, texts = _parse_graph_only(path)
     except InputError as e:
         raise _named(path) or e from None
     except (OSError, MemoryError) as e:  # a resource limit is named, the input is not blamed
@@ -401,6 +492,7 @@ def _load(path: str, check: bool, keep_light: bool
     densify(proto, path, graphs)
     _refuse_external_in_functions(proto, path)
     docs = _DocStrings.take(proto)
+    docs.texts = texts
     light = _without_external(proto, parsed_bytes, subgraphs=len(graphs) > 1) \
         if check or keep_light else None
     unsorted = False

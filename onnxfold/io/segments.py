@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.host.endings import uninterrupted
 from onnxfold.io.checked import InputChanged, open_input
 from onnxfold.io.mapped import detached, input_origin
 from onnxfold.io.tempfiles import TRUNCATED
@@ -192,8 +193,8 @@ def _write_whole(fd: int, seg: Segment, scratch: tuple[_Scratch, _Scratch],
     other = _helper().submit(_write_one, fd, cut[1], scratch[1], sources)
     try:
         _write_one(fd, cut[0], scratch[0], sources)
-    finally:
-        failure = other.exception()  # never leave it writing to a closed descriptor
+    finally:  # never leave it writing to a closed descriptor
+        failure = uninterrupted(other.exception)
     if failure is not None:
         raise failure
 

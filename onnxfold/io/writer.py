@@ -23,16 +23,21 @@ import onnx_ir as ir
 
 from onnxfold.analysis.shapes import declared_names
 from onnxfold.errors import OutputError
+from onnxfold.host import endings
+from onnxfold.host.points import reached
 from onnxfold.io import protowire as pw
-from onnxfold.io import segments
+from onnxfold.io import segments, text_parts
 from onnxfold.io.mapped import MappedTensor, detached, input_origin
 from onnxfold.io.outputs import OutputGuard
+from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.prefill import OutputPrefill
-from onnxfold.io.publication import fresh_data_path, kill_point, output_lock, superseded_data
+from onnxfold.io.publication import fresh_data_name, kill_point, output_lock, superseded_data
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
-from onnxfold.io.tempfiles import temp_beside, write_failed
+from onnxfold.io.tempfiles import temporary, write_failed
 from onnxfold.io.tensor_facts import data_dims, data_nbytes
+from onnxfold.io.text_parts import Part, graph_parts, pwrite_parts, text_field
 from onnxfold.ir.graph import all_graphs
+from onnxfold.ir.long_texts import texts_set_aside
 from onnxfold.ir.protos import graph_protos
 
 STREAM_THRESHOLD = 1024
@@ -174,56 +179,34 @@ def _byte_counter(total: int, progress: Callable[[int, int], None] | None
 
 
 _MODEL_DOC_STRING = 6  # ModelProto.doc_string
-_TEXT_CHUNK = 8 << 20  # characters of a long text encoded at a time
-
-
-def _pwrite_parts(fd: int, parts: Iterable[bytes], offset: int) -> int:
-    """Write ``parts`` one after another from ``offset`` (never joined into one more copy);
-    return the bytes written."""
-    done = 0
-    for part in parts:
-        done += segments.pwrite_all(fd, part, offset + done)
-    return done
-
-
-def _pwrite_text_field(fd: int, field: int, text: str, offset: int) -> int:
-    """Write ``text`` as the length-delimited protobuf ``field`` at ``offset``, encoded a
-    chunk at a time (a 200 MB doc_string is not copied whole); return the bytes written.
-    Protobuf reads a message's fields in any order, so it may follow the graph's."""
-    chunks = range(0, len(text), _TEXT_CHUNK)
-    length = sum(len(text[i:i + _TEXT_CHUNK].encode()) for i in chunks)
-    done = segments.pwrite_all(fd, pw.len_prefix(field, length), offset)
-    for i in chunks:
-        done += segments.pwrite_all(fd, text[i:i + _TEXT_CHUNK].encode(), offset + done)
-    return done
-
-
 def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value],
-                       graphs: list[ir.Graph]) -> tuple[bytes, bytes, str | None]:
-    """The model's bytes before its graph, its graph's bytes without the ``streamed``
-    initializers (they are written from their arrays) and its doc string (written last, from
-    the str). ``model`` (whose graphs are ``graphs``) is left as it was."""
+                       graphs: list[ir.Graph]) -> tuple[bytes, list[Part], str | None]:
+    """The model's bytes before its graph, its graph's parts without the ``streamed``
+    initializers (they are written from their arrays), its long string attributes written
+    from the model's text (``onnxfold.io.text_parts``), and its doc string (written last,
+    from the str). ``model`` (whose graphs are ``graphs``) is left as it was."""
     graph = model.graph
     inlined = inline_references(model, set(streamed.values()), graphs)
     for name in streamed:
         graph.initializers.pop(name)
     doc_string, model.doc_string = model.doc_string, None
     try:
-        proto = ir.serde.serialize_model(model)
+        with texts_set_aside(model) as aside:
+            proto = ir.serde.serialize_model(model)
     finally:
         model.doc_string = doc_string
         for value in streamed.values():
             graph.register_initializer(value)
         restore_references(inlined)
     prune_value_info(model, proto)
-    graph_bytes = proto.graph.SerializeToString()
+    graph_bytes = graph_parts(proto.graph, aside)
     proto.ClearField("graph")
     head = proto.SerializeToString()
     del proto  # its arena holds the graph's strings until it is gone
     return head, graph_bytes, doc_string
 
 
-def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: bytes,
+def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: list[Part],
                               streamed: dict[str, ir.Value], data_name: str,
                               counted: Callable[[int], None] | None) -> tuple[int, int]:
     """Write the weights to ``data_fd`` and the model naming them (``data_name``) to ``fd``:
@@ -233,17 +216,18 @@ def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: b
     headers = [_header(name, _tensor(value), (data_name, seg.offset))
                for (name, value), seg in zip(streamed.items(), data)]
     fields = [pw.len_prefix(5, len(h)) + h for h in headers]
-    graph_len = len(graph_bytes) + sum(len(f) for f in fields)
-    written = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes,
-                                 b"".join(fields)], 0)
+    graph_len = text_parts.nbytes(graph_bytes) + sum(len(f) for f in fields)
+    written = pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), *graph_bytes,
+                                b"".join(fields)], 0)
     return written, offset
 
 
-def _write_embedded(fd: int, head: bytes, graph_bytes: bytes, streamed: dict[str, ir.Value],
+def _write_embedded(fd: int, head: bytes, graph_bytes: list[Part],
+                    streamed: dict[str, ir.Value],
                     counted: Callable[[int], None] | None) -> int:
     """Write the model with its weights inside to ``fd``: the bytes written."""
     pieces = []
-    graph_len = len(graph_bytes)
+    graph_len = text_parts.nbytes(graph_bytes)
     for name, value in streamed.items():
         tensor = _tensor(value)
         nbytes = data_nbytes(tensor)
@@ -252,25 +236,25 @@ def _write_embedded(fd: int, head: bytes, graph_bytes: bytes, streamed: dict[str
         body_len = len(header) + len(raw) + nbytes
         pieces.append((pw.len_prefix(5, body_len) + header + raw, tensor))
         graph_len += len(pieces[-1][0]) + nbytes
-    first = _pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), graph_bytes], 0)
+    first = pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), *graph_bytes], 0)
     tensors, written = segments.layout(first, pieces)
     segments.write(fd, tensors, counted)
     return written
 
 
-def _remove_superseded_data(requested: str, data_path: str, guard: OutputGuard,
-                            in_place: bool) -> None:
-    """Remove the data files an earlier save left for ``requested`` (not ``data_path``, the
-    one just written), where the guard allows it."""
-    for old in superseded_data(requested, data_path):
-        if in_place or guard.removable(old):
+def _remove_superseded_data(output: PinnedOutput, requested: str, data_name: str,
+                            guard: OutputGuard, in_place: bool) -> None:
+    """Remove the data files an earlier save left beside ``output`` for ``requested`` (not
+    ``data_name``, the one just written), where the guard allows it."""
+    for old in superseded_data(output.directory, requested, data_name):
+        if in_place or guard.removable(output.sibling(old)):
             with contextlib.suppress(OSError):
-                os.unlink(old)
+                output.directory.unlink(old)
 
 
-def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | None = None,
-               data_name: str | None = None, protect: set[str] | None = None,
-               prefill: OutputPrefill | None = None,
+def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
+               external_data: bool | None = None, data_name: str | None = None,
+               protect: set[str] | None = None, prefill: OutputPrefill | None = None,
                verify: Callable[[str], None] | None = None,
                replaces: Iterable[str] = (),
                progress: Callable[[int, int], None] | None = None) -> SaveInfo:
@@ -278,22 +262,74 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
     model's own external-data sources are protected too (``onnxfold.io.outputs``); a symlinked
-    ``path`` is written through. ``prefill``, started for ``path``'s target before folding,
-    provides the (already warm) temporary file to write over. ``verify(temporary path)``, for
-    models without external data, may refuse the written file before it replaces anything.
-    ``replaces``: input files the caller asked to replace (writing a model over itself).
-    ``progress(done, total)``: bytes of weights written so far, of ``total`` (the progress
-    line's ``save 120.0/480.0 MiB``), told after each weight.
+    ``path`` is written through. ``path`` is resolved and its directory opened once, here, or
+    by the caller (a ``PinnedOutput``): every file of the output is made and renamed in that
+    directory (``onnxfold.io.pinned``). ``data_name``: the data file's name in it (default:
+    the model's name + ``.data``). ``prefill``, started for the same output before folding,
+    provides the (already warm) temporary file to write over. ``verify(path of the written
+    file)``, for models without external data, may refuse the written file before it replaces
+    anything. ``replaces``: input files the caller asked to replace (writing a model over
+    itself). ``progress(done, total)``: bytes of weights written so far, of ``total`` (the
+    progress line's ``save 120.0/480.0 MiB``), told after each weight.
     """
-    path = os.fspath(path)
-    data_name = data_name or os.path.basename(path) + ".data"
     graphs = all_graphs(model)  # (saving changes no graph's nodes)
     guard = OutputGuard(input_files(model, graphs), replaces)
     guard.protect(protect or ())
-    target = guard.claim(path, "output model")
-    requested_name = data_name
-    data_path = os.path.join(os.path.dirname(target), data_name)
+    output = guard.pin(path, "output model")
+    try:
+        return _save(model, output, graphs, guard, external_data, data_name, prefill, verify,
+                     progress)
+    finally:
+        if output is not path:  # pinned here
+            output.directory.close()
 
+
+@dataclass
+class _Files:
+    """What one save makes in the output's directory: the model's temporary file, the data's
+    (and the fresh name the data gets), and how far publishing them went."""
+
+    output: PinnedOutput
+    tmp: str
+    data: str  # the data file's name once published
+    data_tmp: str | None = None
+    renamed: bool = False  # the data has its name (no model names it yet)
+    published: bool = False  # the model has its name
+
+    def publish(self, requested: str, guard: OutputGuard, in_place: bool) -> None:
+        """The renames that publish the model and its data, then the superseded data's
+        removal: one deferred section, never cut in two by a signal."""
+        directory = self.output.directory
+        with endings.deferred():
+            endings.check()  # nothing is published once a signal came
+            if self.data_tmp is not None:
+                kill_point("data-rename")
+                directory.replace(self.data_tmp, self.data)  # a name no model names yet
+                self.renamed = True
+            kill_point("model-rename")
+            directory.replace(self.tmp, self.output.name)  # publishes model and data together
+            self.published = True
+            if self.data_tmp is not None:
+                kill_point("old-data-removal")
+                _remove_superseded_data(self.output, requested, self.data, guard, in_place)
+
+    def remove_unpublished(self) -> None:
+        """Delete what was not published (a failure or a signal on the way)."""
+        if self.published:
+            return
+        with endings.deferred():
+            for name in (self.tmp, self.data_tmp, self.data if self.renamed else None):
+                if name is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.output.directory.unlink(name)
+
+
+def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: OutputGuard,
+          external_data: bool | None, data_name: str | None, prefill: OutputPrefill | None,
+          verify: Callable[[str], None] | None,
+          progress: Callable[[int, int], None] | None) -> SaveInfo:
+    directory, shown = output.directory, output.given
+    requested = os.path.basename(data_name or output.name + ".data")
     graph = model.graph
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
     total = sum(data_nbytes(_tensor(v)) for v in streamed.values())
@@ -301,54 +337,43 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: bool | N
     if external_data is None:
         external_data = total > EMBED_LIMIT
     if not external_data and total > PROTOBUF_LIMIT:
-        raise OutputError(f"{path}: {total} bytes of weights exceed protobuf's 2 GiB limit; "
+        raise OutputError(f"{shown}: {total} bytes of weights exceed protobuf's 2 GiB limit; "
                           "use external data")
     if external_data:
-        data_path = guard.claim(data_path, "output model's external data")
+        guard.pin(output.sibling(requested), "output model's external data")
 
     head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
-    in_place = guard.replaces_input(target)
-    with output_lock(target):
-        if external_data:
-            data_path = fresh_data_path(data_path)
-            data_name = os.path.join(os.path.dirname(data_name), os.path.basename(data_path))
+    in_place = guard.replaces_input(output)
+    with output_lock(output):
+        data = fresh_data_name(directory, requested) if external_data else requested
+        reached("saving")
         fd: int | None
-        fd, tmp = (prefill and prefill.take(target)) or temp_beside(target)
-        data_fd = data_tmp = None
+        fd, tmp = (prefill and prefill.take(output)) or temporary(directory, output.name)
+        files = _Files(output, tmp, data)
+        data_fd = None
         try:
             offset = 0
             if external_data:
-                data_fd, data_tmp = temp_beside(data_path)
+                data_fd, files.data_tmp = temporary(directory, data)
                 written, offset = _write_with_external_data(
-                    fd, data_fd, head, graph_bytes, streamed, data_name, counted)
+                    fd, data_fd, head, graph_bytes, streamed, data, counted)
             else:
                 written = _write_embedded(fd, head, graph_bytes, streamed, counted)
             if doc_string:
-                written += _pwrite_text_field(fd, _MODEL_DOC_STRING, doc_string, written)
+                written += pwrite_parts(fd, text_field(_MODEL_DOC_STRING, doc_string), written)
             os.ftruncate(fd, written)  # a prefilled file may be longer
             os.close(fd)
             fd = None
+            reached("written")
             if verify is not None and not external_data:
-                verify(tmp)
-            if data_fd is not None:
-                os.close(data_fd)
-                data_fd = None
-                assert data_tmp is not None  # set together with data_fd
-                kill_point("data-rename")
-                os.replace(data_tmp, data_path)  # a name no model names yet
-            kill_point("model-rename")
-            os.replace(tmp, target)  # publishes the model and the data it names
+                verify(directory.path_of(tmp))
+            files.publish(requested, guard, in_place)
         except OSError as e:
-            raise write_failed(path, e) from None
+            raise write_failed(shown, e) from None
         finally:
             for open_fd in (fd, data_fd):
                 if open_fd is not None:
                     os.close(open_fd)
-            for leftover in (tmp, data_tmp):
-                if leftover and os.path.exists(leftover):
-                    os.unlink(leftover)
-        if external_data:
-            kill_point("old-data-removal")
-            requested = os.path.join(os.path.dirname(target), requested_name)
-            _remove_superseded_data(requested, data_path, guard, in_place)
-    return SaveInfo(path, data_path if external_data else None, written + offset, len(streamed))
+            files.remove_unpublished()
+    return SaveInfo(shown, directory.shown(data) if external_data else None, written + offset,
+                    len(streamed))

@@ -28,6 +28,7 @@ from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
 from onnxfold.fold.function_bodies import fold_functions
 from onnxfold.fold.pool import BufferPool
+from onnxfold.host.points import reached
 from onnxfold.ir.edits import read_in, remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
 from onnxfold.pipeline.inlining import inline_functions
@@ -141,6 +142,7 @@ class Fold(InPlacePass):
     def call(self, model: ir.Model) -> FoldResult:
         if not (self.state.news or self.state.rewritten):
             return FoldResult(model, False)  # the last round saw everything this one would
+        reached("folding")
         constants = self.state.constants_before
         if constants is None:
             constants = frozenset(_initializers(model))

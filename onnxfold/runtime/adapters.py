@@ -20,7 +20,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from onnxfold.errors import InputError, one_line
-from onnxfold.runtime.feed_check import checked_array, content_key
+from onnxfold.io.feeds import runtime_constant
+from onnxfold.runtime.feed_check import content_key
 
 ADAPTER_SUFFIX = ".onnx_adapter"
 
@@ -53,7 +54,7 @@ class AdapterFiles:
     def feeds(self, source: AdapterSource) -> tuple[dict[str, np.ndarray], str]:
         """``source``'s arrays (a file's path, or a mapping) and their content key."""
         if isinstance(source, Mapping):
-            arrays = {str(n): checked_array(str(n), a) for n, a in source.items()}
+            arrays = {str(n): runtime_constant(str(n), a) for n, a in source.items()}
             return arrays, content_key(arrays)
         path = os.path.realpath(source)
         try:

@@ -28,23 +28,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from onnxfold.errors import InputError
 from onnxfold.ir.arrays import c_contiguous
 
 CHECKS = ("fingerprint", "hash", "identity", "refuse")
 SAMPLES = 64  # positions sampled per array by the fingerprint check
 KEPT_VIEW_BYTES = 1 << 20  # arrays up to this size are sampled through views kept
-
-
-def checked_array(name: str, value: object) -> np.ndarray:
-    """``value`` as the array a runtime constant must be (InputError for objects, strings)."""
-    try:
-        array = np.asarray(value)
-    except (TypeError, ValueError) as e:
-        raise InputError(f"runtime constant {name}: not an array ({e})") from None
-    if array.dtype.kind not in "biufc":
-        raise InputError(f"runtime constant {name}: dtype {array.dtype} is not numeric")
-    return array
 
 
 def content_key(feeds: Mapping[str, np.ndarray]) -> str:

@@ -43,13 +43,14 @@ from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.fold.options import FoldOptions
 from onnxfold.io import load_model
 from onnxfold.io.cache_dirs import trusted_cache_dir
+from onnxfold.io.feeds import runtime_constant
 from onnxfold.io.reader import model_from_proto
 from onnxfold.io.tempfiles import no_temp_directory
 from onnxfold.runtime import custom_ops, fold_store
 from onnxfold.runtime.adapters import AdapterFiles, AdapterSource
 from onnxfold.runtime.backends import get_backend
 from onnxfold.runtime.entry_session import EntryModel
-from onnxfold.runtime.feed_check import CHECKS, FeedWatch, checked_array, content_key
+from onnxfold.runtime.feed_check import CHECKS, FeedWatch, content_key
 from onnxfold.runtime.folded_sets import DEFAULT_SETS, FoldedSet, FoldedSets
 from onnxfold.runtime.split import optimize_and_split, weights_as_inputs
 
@@ -224,7 +225,7 @@ class Session:
         missing = []
         for name in self.runtime_constants:
             if name in input_feed:
-                found[name] = checked_array(name, input_feed[name])
+                found[name] = runtime_constant(name, input_feed[name])
             elif self._adapter is not None and name in self._adapter:
                 found[name] = self._adapter[name]
             else:

@@ -386,3 +386,69 @@ def test_sparse_initializer_of_strings_is_one_line(tmp_path):
     if code == 0:
         return  # densified validly is fine too
     assert_one_line_error(code, err)
+
+
+# -- the Python API: runtime constants numpy or no backend can fold ---------------------------
+def _transposed_weight(path: Path) -> str:
+    """Y = X @ Transpose(W), W a graph input (the runtime constant)."""
+    return _save(path, [helper.make_node("Transpose", ["W"], ["Wt"]),
+                        helper.make_node("MatMul", ["X", "Wt"], ["Y"])],
+                 [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4]),
+                  helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 4])],
+                 [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4])])
+
+
+@pytest.mark.parametrize(("weight", "says"), [
+    (np.ones((4, 4), dtype=object), "an array of Python objects"),
+    (np.full((4, 4), "x"), "an array of strings"),
+    ([[1.0, 2.0], [3.0]], "not an array"),
+], ids=["object array", "string array", "ragged list"])
+@pytest.mark.parametrize("backend", ["ort", "numpy"])
+def test_unfoldable_runtime_constant_is_one_line(tmp_path, weight, says, backend):
+    """numpy raised its own TypeError ("Cannot change data-type for array of references")
+    from the fingerprint of an object array; onnxruntime a RuntimeError for strings."""
+    import onnxfold
+
+    session = onnxfold.Session(_transposed_weight(tmp_path / "m.onnx"), ["W"], backend=backend)
+    x = np.ones((1, 4), np.float32)
+    for call in (lambda: session.run(None, {"X": x, "W": weight}),
+                 lambda: session.refold({"X": x, "W": weight})):
+        with pytest.raises(onnxfold.InputError) as caught:
+            call()
+        message = str(caught.value)
+        assert "\n" not in message and says in message and "'W'" in message, message
+    assert session.run(None, {"X": x, "W": np.eye(4, dtype=np.float32)})[0].shape == (1, 4)
+
+
+# -- a batch: each model's line in a one-model run's form, the model named first -----------------
+def test_batch_lines_start_as_a_one_model_runs_do(tmp_path):
+    """A job's error that does not name its model (``--input-shape Q: no such input``) was
+    printed as ``MODEL: onnxfold: error: ...``; every line is ``onnxfold: error: MODEL: ...``
+    now, as when the message names the model itself (a file that is no ONNX model)."""
+    models = tmp_path / "in"
+    models.mkdir()
+    shaped = add_one(models / "a.onnx")
+    (models / "b.onnx").write_bytes(b"not a model")
+    proc = run_cli(Run(["optimize", shaped, str(models / "b.onnx"), "-o", str(tmp_path / "out/"),
+                        "--input-shape", "Q:3"]))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith(f"onnxfold: error: {shaped}: --input-shape Q: no such input"), \
+        lines
+    assert lines[1].startswith(f"onnxfold: error: {models / 'b.onnx'}: not an ONNX model"), lines
+
+
+def test_batch_line_about_a_model():
+    """The form each kind of line takes (``onnxfold.app.batch.line_about``)."""
+    from onnxfold.app.batch import line_about
+
+    assert line_about("m.onnx", "onnxfold: error: --dim n: bad") == \
+        "onnxfold: error: m.onnx: --dim n: bad"
+    assert line_about("m.onnx", "onnxfold: error: m.onnx: truncated") == \
+        "onnxfold: error: m.onnx: truncated"
+    assert line_about("m.onnx", "onnxfold: internal error: killed by signal 9") == \
+        "onnxfold: internal error: m.onnx: killed by signal 9"
+    assert line_about("m.onnx", "onnxfold: check failed: y outside tolerance") == \
+        "onnxfold: check failed: m.onnx: y outside tolerance"
+    assert line_about("m.onnx", "libfoo: a notice") == "onnxfold: warning: m.onnx: libfoo: a notice"

@@ -58,3 +58,25 @@ def reshape_to_rows_of_five():
     return make_model([helper.make_node("Constant", [], ["s"], value=target),
                        helper.make_node("Reshape", ["x", "s"], ["y"])],
                       [vinfo("x", shape=[1, "n"])], [vinfo("y", shape=["m", 5])])
+
+
+def transposed_weight(directory, name="m.onnx", rows=4096, cols=16384):
+    """``y = x @ Transpose(W)`` saved as ``directory/name``, ``W`` float32 [rows, cols] zeros
+    in ``name.data`` (a sparse file: made at once, whatever its size; 256 MiB by default). The
+    fold stores ``W`` transposed: the save writes every byte of it."""
+    import onnx
+
+    os.makedirs(directory, exist_ok=True)
+    weight = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[rows, cols],
+                         data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", name + ".data"), ("offset", "0"),
+                       ("length", str(rows * cols * 4))):
+        weight.external_data.add(key=key, value=value)
+    with open(os.path.join(directory, name + ".data"), "wb") as f:
+        f.truncate(rows * cols * 4)
+    model = make_model([helper.make_node("Transpose", ["W"], ["Wt"]),
+                        helper.make_node("MatMul", ["x", "Wt"], ["y"])],
+                       [vinfo("x", shape=[1, cols])], [vinfo("y", shape=[1, rows])], [weight])
+    path = os.path.join(directory, name)
+    onnx.save(model, path)
+    return type(directory)(path) if not isinstance(directory, str) else path

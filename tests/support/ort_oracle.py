@@ -135,7 +135,8 @@ def run_rule(
 
 
 def assert_same(got: np.ndarray, want: np.ndarray, exact: bool = True, rtol=None, atol=0.0):
-    """Same dtype and shape; then bitwise-equal (nan == nan) or allclose."""
+    """Same dtype and shape; then equal (NaN equal to NaN, a zero only to a zero of its sign)
+    or allclose."""
     assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
     assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
     if _is_bf16(got.dtype):  # compare the bits (nan == nan)
@@ -143,6 +144,12 @@ def assert_same(got: np.ndarray, want: np.ndarray, exact: bool = True, rtol=None
     if exact or got.dtype.kind not in "fc":
         if got.dtype.kind in "fc":
             ok = np.array_equal(got, want, equal_nan=True)
+            assert ok, f"values differ:\n got={got!r}\nwant={want!r}"
+            if got.dtype.kind == "f":  # and the sign of every zero (docs/exactness.md)
+                signs = (got == 0) & (np.signbit(got) != np.signbit(want))
+                assert not signs.any(), (f"zero signs differ at "
+                                         f"{np.argwhere(signs)[:4].tolist()}:"
+                                         f"\n got={got!r}\nwant={want!r}")
         else:
             ok = np.array_equal(got, want)
         assert ok, f"values differ:\n got={got!r}\nwant={want!r}"

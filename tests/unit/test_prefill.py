@@ -1,4 +1,5 @@
-"""The output prefill: a warm temporary file that the writer takes over and truncates."""
+"""The output prefill: a warm temporary file that the writer takes over and truncates. It is
+made for a pinned output (``onnxfold.io.pinned``), and the save of that same output takes it."""
 
 import os
 
@@ -8,6 +9,7 @@ from onnx import helper
 
 from onnxfold.errors import OutputError
 from onnxfold.io import load_model, save_model, segments
+from onnxfold.io.pinned import pin
 from onnxfold.io.prefill import PREFILL_LIMIT, OutputPrefill
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import run_ort
@@ -33,9 +35,10 @@ def test_output_is_identical_with_a_prefill_of_any_length(tmp_path, factor):
     src = _model(tmp_path)
     plain, warm = tmp_path / "plain.onnx", tmp_path / "warm.onnx"
     save_model(load_model(src), plain)
-    prefill = OutputPrefill(warm, int(os.path.getsize(plain) * factor))
+    output = pin(warm)
+    prefill = OutputPrefill(output, int(os.path.getsize(plain) * factor))
     _wait_filled(prefill)  # the worst case: zeros everywhere the model goes, and beyond
-    save_model(load_model(src), warm, prefill=prefill)
+    save_model(load_model(src), output, prefill=prefill)
     prefill.discard()  # taken: a no-op
     assert warm.read_bytes() == plain.read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["in.onnx", "plain.onnx", "warm.onnx"]
@@ -45,15 +48,16 @@ def test_output_is_identical_with_a_prefill_of_any_length(tmp_path, factor):
 
 def test_prefill_for_another_path_is_not_taken(tmp_path):
     src = _model(tmp_path)
-    with OutputPrefill(tmp_path / "a.onnx", 1 << 20) as prefill:
-        assert prefill.take(str(tmp_path / "b.onnx")) is None
-        save_model(load_model(src), tmp_path / "b.onnx", prefill=prefill)
-        assert os.path.exists(prefill.tmp)
+    with OutputPrefill(pin(tmp_path / "a.onnx"), 1 << 20) as prefill:
+        other = pin(tmp_path / "b.onnx")
+        assert prefill.take(other) is None
+        save_model(load_model(src), other, prefill=prefill)
+        assert os.path.exists(tmp_path / prefill.tmp)
     assert sorted(os.listdir(tmp_path)) == ["b.onnx", "in.onnx"]  # discarded on exit
 
 
 def test_discard_while_filling_removes_the_file(tmp_path):
-    prefill = OutputPrefill(tmp_path / "out.onnx", PREFILL_LIMIT * 4)
+    prefill = OutputPrefill(pin(tmp_path / "out.onnx"), PREFILL_LIMIT * 4)
     assert prefill.target == PREFILL_LIMIT  # capped
     prefill.discard()
     assert not prefill._thread.is_alive() and os.listdir(tmp_path) == []
@@ -68,15 +72,23 @@ def test_failed_save_leaves_neither_output_nor_prefill(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(segments, "_write_one", disk_full)
-    with OutputPrefill(out, 1 << 20) as prefill, pytest.raises(OutputError, match="No space"):
-        save_model(load_model(src), out, prefill=prefill)
+    output = pin(out)
+    with OutputPrefill(output, 1 << 20) as prefill, pytest.raises(OutputError, match="No space"):
+        save_model(load_model(src), output, prefill=prefill)
     assert out.read_bytes() == b"precious"
     assert sorted(os.listdir(tmp_path)) == ["in.onnx", "out.onnx"]
 
 
 def test_unwritable_directory_is_a_clean_error(tmp_path):
+    with pytest.raises(OutputError, match="does not exist"):
+        OutputPrefill(pin(tmp_path / "missing" / "out.onnx"), 1 << 20)
+    unwritable = tmp_path / "unwritable"
+    unwritable.mkdir(mode=0o500)
+    output = pin(unwritable / "out.onnx")
+    if os.access(unwritable, os.W_OK):  # root
+        return
     with pytest.raises(OutputError, match="cannot write here"):
-        OutputPrefill(tmp_path / "missing" / "out.onnx", 1 << 20)
+        OutputPrefill(output, 1 << 20)
 
 
 def test_external_data_output_over_a_prefill(tmp_path):
@@ -86,9 +98,10 @@ def test_external_data_output_over_a_prefill(tmp_path):
     plain_dir.mkdir()
     warm_dir.mkdir()
     save_model(load_model(src), plain_dir / "m.onnx", external_data=True)
-    prefill = OutputPrefill(warm_dir / "m.onnx", 1 << 20)
+    output = pin(warm_dir / "m.onnx")
+    prefill = OutputPrefill(output, 1 << 20)
     _wait_filled(prefill)
-    save_model(load_model(src), warm_dir / "m.onnx", external_data=True, prefill=prefill)
+    save_model(load_model(src), output, external_data=True, prefill=prefill)
     for name in ("m.onnx", "m.onnx.data"):
         assert (warm_dir / name).read_bytes() == (plain_dir / name).read_bytes()
     assert sorted(os.listdir(warm_dir)) == ["m.onnx", "m.onnx.data"]

@@ -191,6 +191,8 @@ def test_an_absorbing_op_gives_the_same_bits_for_either_zero(op, dtype):
     index = zero_sign.ABSORBS[op]
     if op == "Pow":  # the exponent: a base of any value
         arrays = [_with_zeros(dtype, seed=2), x]
+    if op == "Where":  # X, selected half the time, and a Y with zeros of its own
+        arrays = [np.arange(x.size).reshape(x.shape) % 2 == 0, x, _with_zeros(dtype, seed=3)]
     index = max(index, 0)
     results = []
     for sign in (-0.0, 0.0):

@@ -1,0 +1,91 @@
+"""The command line stopped at a named point of its run (``onnxfold.host.points``) and sent a
+signal there (or its directories moved); what it printed and left.
+
+``run_paused`` starts ``python -m onnxfold ARGS`` with ``ONNXFOLD_TEST_PAUSE_AT`` naming the
+point, waits until the run is there (its marker file appears), sends the signal, then lets it go
+on (removes the marker: a signal deferred at that point acts when the step ends) and waits for
+it to end; ``run_acted_on`` does anything else there (swaps a directory under the run).
+``leftovers`` lists what onnxfold files a directory holds besides the outputs.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from onnxfold.host.points import PAUSE_AT_ENV, PAUSE_DIR_ENV
+
+TIMEOUT = 120
+_OURS = re.compile(r"^\..*\.onnxfold-(\d+-|lock$)")  # temporary files and lock files
+
+
+@dataclass
+class Ending:
+    """How a run ended: its exit code and output, and whether it reached the point."""
+
+    code: int
+    stdout: str
+    stderr: str
+    paused: bool  # it reached the point (the signal came there)
+
+
+def run_paused(args: list, point: str, signum: int, pauses: Path, env: dict | None = None,
+               cwd: str | None = None, settle: float = 0.1) -> Ending:
+    """Run the CLI until it pauses at ``point``, send ``signum``, let it go on; how it ended.
+    ``pauses``: an empty directory for the marker files. A run that ends before reaching the
+    point is returned with ``paused`` False (the signal never sent)."""
+    return run_acted_on(args, point, lambda proc: proc.send_signal(signum), pauses, env, cwd,
+                        settle)
+
+
+def run_acted_on(args: list, point: str, act: Callable[[subprocess.Popen], object],
+                 pauses: Path, env: dict | None = None, cwd: str | None = None,
+                 settle: float = 0.1) -> Ending:
+    """Run the CLI until it pauses at ``point``, ``act(process)`` (send a signal, move a
+    directory), let it go on; how it ended (``paused`` False: it ended before the point, and
+    ``act`` was not called)."""
+    environment = {**os.environ, **(env or {}), PAUSE_AT_ENV: point, PAUSE_DIR_ENV: str(pauses)}
+    environment.pop("ONNXFOLD_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, "-m", "onnxfold", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=environment, cwd=cwd)
+    deadline = time.monotonic() + TIMEOUT
+    marker = None
+    while marker is None and proc.poll() is None and time.monotonic() < deadline:
+        found = glob.glob(str(pauses / f"{point}.*"))
+        marker = found[0] if found else None
+        time.sleep(0.01)
+    if marker is not None:
+        act(proc)
+        time.sleep(settle)  # a signal deferred there waits for the step to go on
+        for path in glob.glob(str(pauses / "*")):
+            os.unlink(path)
+    stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    return Ending(proc.returncode, stdout, stderr, marker is not None)
+
+
+def leftovers(*directories: Path | str) -> list[str]:
+    """onnxfold's temporary and lock files in ``directories`` (and below)."""
+    found = []
+    for directory in directories:
+        for root, _, files in os.walk(directory):
+            found += [os.path.join(root, name) for name in files if _OURS.match(name)]
+    return sorted(found)
+
+
+def assert_interrupted(ending: Ending, signum: int) -> None:
+    """Exit ``128 + signum`` and exactly one line on stderr: ``onnxfold: interrupted``."""
+    assert ending.paused, f"the run ended (exit {ending.code}) before the point:\n{ending.stderr}"
+    assert ending.code == 128 + signum, f"exit {ending.code}; stderr:\n{ending.stderr}"
+    assert ending.stderr == "onnxfold: interrupted\n", ending.stderr
+
+
+SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGHUP": signal.SIGHUP}
