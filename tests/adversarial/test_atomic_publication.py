@@ -16,12 +16,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxfold.host.points import PAUSE_AT_ENV, PAUSE_DIR_ENV
 from onnxfold.io.publication import KILL_AT_ENV, STEPS, lock_path
 from onnxfold.io.tempfiles import remove_stale
 
@@ -119,24 +121,55 @@ def test_a_killed_runs_unpublished_data_is_a_temporary_file(tmp_path):
     assert set(os.listdir(work)) == set(before)
 
 
+def _blocked_on(path: str, pid: int) -> bool:
+    """Whether process ``pid`` waits for a lock on the file at ``path`` (/proc/locks lists a
+    waiter as ``N: -> FLOCK ... PID MAJ:MIN:INODE ...``)."""
+    inode = os.stat(path).st_ino
+    with open("/proc/locks") as f:
+        for line in f:
+            fields = line.split()
+            if "->" in fields and str(pid) in fields and \
+                    any(f.endswith(f":{inode}") for f in fields):
+                return True
+    return False
+
+
 def test_a_second_writer_waits_for_the_output_lock(tmp_path):
+    """While another run holds the output's lock, a writer blocks in the lock's wait (the
+    kernel lists it as a waiter) and has not started its save; once the lock is free it
+    saves a whole pair."""
+    if not os.path.exists("/proc/locks"):
+        pytest.skip("no /proc/locks to see the waiter in")
     source = _save_model(tmp_path, "a.onnx", seed=1)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     out = str(out_dir / "m.onnx")
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
     fd = os.open(lock_path(out), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    writer = None
     try:
-        writer = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", source,
-                                   "-o", out, "--external-data", "yes"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        with pytest.raises(subprocess.TimeoutExpired):  # it folds in ~2 s, then waits
-            writer.wait(timeout=8)
-        assert writer.poll() is None, writer.communicate()
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "onnxfold", "optimize", source, "-o", out,
+             "--external-data", "yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, PAUSE_AT_ENV: "saving", PAUSE_DIR_ENV: str(pauses)})
+        deadline = time.monotonic() + TIMEOUT
+        while not _blocked_on(lock_path(out), writer.pid):
+            assert writer.poll() is None, writer.communicate()
+            assert time.monotonic() < deadline, "the writer never waited for the lock"
+            time.sleep(0.05)
+        assert os.listdir(pauses) == []  # "saving" comes after the lock: not reached
         assert not os.path.exists(out)
     finally:
-        os.unlink(lock_path(out))
+        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+    marker = pauses / f"saving.{writer.pid}"
+    deadline = time.monotonic() + TIMEOUT
+    while not marker.exists():  # with the lock free, it takes it and starts saving
+        assert writer.poll() is None and time.monotonic() < deadline, writer.communicate()
+        time.sleep(0.05)
+    marker.unlink()
     _, err = writer.communicate(timeout=TIMEOUT)
     assert writer.returncode == 0, err
     _computes_one_of(out, [source])

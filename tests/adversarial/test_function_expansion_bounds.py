@@ -94,9 +94,28 @@ def test_nest_in_a_batch_does_not_hold_up_the_others(tmp_path):
     assert not onnx.load(outputs / "small.onnx").functions  # inlined: within the budget
 
 
+def _nest_inlining_seconds(levels: int) -> float:
+    """CPU seconds of inlining ``nest(levels)`` (the best of two runs, no cyclic collector)."""
+    proto, best = nest(levels), float("inf")
+    for _ in range(2):
+        model = ir.serde.deserialize_model(proto)
+        gc.disable()
+        try:
+            started = time.process_time()
+            changed, why = inline_functions(model)
+            best = min(best, time.process_time() - started)
+        finally:
+            gc.enable()
+        assert changed and why is None
+    return best
+
+
 def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
-    """2,048 calls of Relu through 12 levels: onnx-ir's naming of the copies was quadratic
-    (45 s); inlined, the model still computes what the original computes."""
+    """2,048 calls of Relu through 12 levels, 4x the 512 of 10 levels: about 4x the time
+    (onnx-ir's naming of the copies was quadratic: 45 s); inlined, the model computes what
+    the original computes, every output name once."""
+    small, large = _nest_inlining_seconds(10), _nest_inlining_seconds(12)
+    assert large < 7 * small, f"512 calls: {small:.3f} s, 2,048: {large:.3f} s"
     source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
     onnx.save(nest(12), source)
     code, _stdout, stderr = run_cli("optimize", source, "-o", out, "--inline-functions")
@@ -113,12 +132,9 @@ def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
     np.testing.assert_array_equal(got[0], want[0])
 
 
-def test_thousands_of_functions_cost_linear_time(tmp_path):
-    """6,000 functions, each called once: onnx's shape inference copies the table of functions
-    for every call it expands, and the functions' folding planned each body against every
-    function's name; both quadratic (10,000 functions, the checker's limit, took minutes)."""
+def relu_functions(count: int) -> onnx.ModelProto:
+    """``count`` functions ``f_k = Relu``, each called once, one after the other."""
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
-    count = 6_000
     functions = [helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"],
                                       [helper.make_node("Relu", ["x"], ["y"])], opsets[:1])
                  for k in range(count)]
@@ -127,11 +143,38 @@ def test_thousands_of_functions_cost_linear_time(tmp_path):
     graph = helper.make_graph(nodes, "many", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info(
             f"v{count - 1}", TensorProto.FLOAT, [3])])
+    return helper.make_model(graph, functions=functions, opset_imports=opsets)
+
+
+def _optimize_seconds(proto: onnx.ModelProto) -> float:
+    """CPU seconds of ``onnxfold.optimize`` on ``proto`` (the best of two runs), without the
+    cyclic garbage collector (see :func:`_inlining_seconds`)."""
+    best = float("inf")
+    for _ in range(2):
+        gc.disable()
+        try:
+            started = time.process_time()
+            result = onnxfold.optimize(proto, check=False)
+            best = min(best, time.process_time() - started)
+        finally:
+            gc.enable()
+        assert len(result.model.functions) == len(proto.functions)
+    return best
+
+
+def test_thousands_of_functions_cost_linear_time(tmp_path):
+    """4x the functions, each called once, about 4x the time: onnx's shape inference copied
+    the table of functions for every call it expanded, and the functions' folding planned each
+    body against every function's name; both were quadratic (10,000 functions, the checker's
+    limit, took minutes). The command line writes all 6,000 back."""
+    small, large = _optimize_seconds(relu_functions(1_500)), _optimize_seconds(relu_functions(
+        6_000))
+    assert large < 7 * small, f"1,500 functions: {small:.2f} s, 6,000: {large:.2f} s"
     source, out = tmp_path / "many.onnx", tmp_path / "out.onnx"
-    onnx.save(helper.make_model(graph, functions=functions, opset_imports=opsets), source)
+    onnx.save(relu_functions(6_000), source)
     code, _stdout, stderr = run_cli("optimize", source, "-o", out)
     assert_ok(code, stderr)
-    assert len(onnx.load(out).functions) == count
+    assert len(onnx.load(out).functions) == 6_000
 
 
 @pytest.mark.parametrize("how", ["compare", "optimize --check", "run"])

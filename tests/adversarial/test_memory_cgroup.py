@@ -8,6 +8,7 @@ the memory controller not available to children).
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -125,10 +126,15 @@ def test_memory_limit_spills_and_holds_inside_the_cgroup(cgroup: MemoryCgroup, t
     """768 MiB of live results with --memory-limit 256M and a 2G budget: they spill to disk,
     and the spill files' page cache does not push the cgroup over its limit."""
     model, out = spilling_model(tmp_path / "spill.onnx"), str(tmp_path / "out.onnx")
+    report = tmp_path / "report.json"
     outcome = cgroup.run(["optimize", model, "-o", out, "--memory-limit", "256M",
-                          "--pool-budget", "2G", "--allow-growth"])
+                          "--pool-budget", "2G", "--allow-growth", "--json", str(report)])
     assert_alive(outcome)
     assert assert_declined_or(out, 10.0), outcome.stdout  # 1 + 2 + 3 + 4
+    data = json.loads(report.read_text())
+    # they did spill: more than the limit went to disk, and the pool's heap stayed under it
+    assert data["pool_spilled"] >= 1 and data["pool_spilled_bytes"] >= 512 * MiB, data
+    assert data["pool_peak_bytes"] <= 256 * MiB, data
 
 
 def weighty_model(path, mib: int = 128) -> str:

@@ -11,6 +11,7 @@ import pytest
 import onnxfold
 from onnxfold.pipeline.report_schema import load_schema, validate
 from tests.support.cli import run_cli
+from tests.support.models import exp_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")
@@ -122,24 +123,6 @@ def test_api_repr_is_short_and_table_is_the_cli_table(checked_run):
     table = result.report.table()
     assert table_rows(table) == table_rows(checked_run[0].stdout)
     assert result.report.summary().startswith(table)
-
-
-def exp_model(path):
-    """y = x + Exp(|c|): the folded Exp is numpy's, which differs from onnxruntime's in the
-    last bits of some elements, so a check with zero tolerance fails."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    c = numpy_helper.from_array(
-        np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 10, "c")
-    nodes = [helper.make_node("Abs", ["c"], ["a"]), helper.make_node("Exp", ["a"], ["e"]),
-             helper.make_node("Add", ["x", "e"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [c])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                                ir_version=8), str(path))
 
 
 def test_a_failed_check_still_writes_the_reports_with_its_verdict(tmp_path):

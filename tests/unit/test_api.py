@@ -9,7 +9,7 @@ import pytest
 
 import onnxfold
 from onnxfold.errors import InputError
-from tests.support.models import MODELS
+from tests.support.models import MODELS, exp_model
 from tests.support.running import random_feeds, run_ort
 
 TINY_BERT = f"{MODELS}/tiny_bert_ts.onnx"
@@ -30,8 +30,16 @@ def test_optimize_takes_what_users_hold(kind):
 
 
 def test_the_result_saves(tmp_path):
-    info = onnxfold.optimize(TINY_BERT).save(tmp_path / "out.onnx")
+    """``result.save`` writes the folded model, whole: the bytes it reports, a model
+    onnxruntime runs, with the fold's nodes gone and the original's outputs."""
+    result = onnxfold.optimize(TINY_BERT)
+    info = result.save(tmp_path / "out.onnx")
     assert info.bytes_written == (tmp_path / "out.onnx").stat().st_size
+    saved = onnx.load(str(tmp_path / "out.onnx"))
+    assert len(saved.graph.node) == result.report.nodes_after < result.report.nodes_before
+    check = onnxfold.compare(TINY_BERT, str(tmp_path / "out.onnx"), n=2)
+    assert check.ok and check.rows and all(row.bitwise_equal for row in check.rows), \
+        check.summary()
 
 
 def test_bad_protos_and_bytes_are_one_error():
@@ -43,9 +51,15 @@ def test_bad_protos_and_bytes_are_one_error():
         onnxfold.optimize(model)
 
 
-def test_simplify_is_onnxsim_shaped():
+def test_simplify_is_onnxsim_shaped(tmp_path):
+    """``(ModelProto, ok)`` as onnxsim returns it: the folded model, and whether the check
+    passed; ``ok`` is False when an output is outside tolerance."""
     folded, ok = onnxfold.simplify(onnx.load(TINY_BERT), check_n=1)
-    assert ok and isinstance(folded, onnx.ModelProto)
+    assert ok is True and isinstance(folded, onnx.ModelProto)
+    assert len(folded.graph.node) < len(onnx.load(TINY_BERT).graph.node)
+    exp_model(tmp_path / "exp.onnx")  # Exp folds in numpy: its last bits differ
+    folded, ok = onnxfold.simplify(str(tmp_path / "exp.onnx"), check_n=1, rtol=0, atol=0)
+    assert ok is False and isinstance(folded, onnx.ModelProto)
 
 
 def test_a_protos_sparse_initializer_is_densified_in_a_copy():
