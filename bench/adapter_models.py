@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from bench.builders import kv_step
+
 ADAPTERS = 4
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -106,31 +108,6 @@ def _config(spec: Decoder) -> Any:
                max_position_embeddings=4096, tie_word_embeddings=False)
     cfg._attn_implementation = "eager"  # plain ops, as an export for onnxruntime has them
     return cfg
-
-
-def _step(torch: Any, model: Any, layers: int, cfg: Any) -> Any:
-    from transformers import DynamicCache
-
-    class Step(torch.nn.Module):
-        """Flat tensors in and out: logits and the present keys/values of every layer."""
-
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any,
-                    *past: Any) -> tuple[Any, ...]:
-            cache = DynamicCache(config=cfg)
-            for i in range(layers):
-                cache.update(past[2 * i], past[2 * i + 1], i)
-            out = self.m(input_ids=input_ids, attention_mask=attention_mask,
-                         position_ids=position_ids, past_key_values=cache, use_cache=True,
-                         return_dict=True)
-            present = [t for layer in out.past_key_values.layers
-                       for t in (layer.keys, layer.values)]
-            return (out.logits, *present)
-
-    return Step(model).eval()
 
 
 def example_inputs(spec: Decoder, past: int, seq: int, batch: int = 1,
@@ -227,9 +204,9 @@ def build(name: str, work: str | Path) -> AdapterModels:
         arrays = {f"m.{n}": p.detach().numpy().copy() for n, p in model.named_parameters()
                   if ".lora_A." in n or ".lora_B." in n}
         _write_adapter(arrays, out.adapters[seed])
-    _export(torch, _step(torch, model, spec.layers, cfg), spec, out.model)
+    _export(torch, kv_step(torch, model, spec.layers, cfg), spec, out.model)
     adapters_as_inputs(out.model)
-    _export(torch, _step(torch, model.merge_and_unload(), spec.layers, cfg), spec, out.merged)
+    _export(torch, kv_step(torch, model.merge_and_unload(), spec.layers, cfg), spec, out.merged)
     missing = set(out.adapter_names) - set(read_adapter(out.adapters[0]))
     assert not missing, f"adapter inputs not in the adapter file: {sorted(missing)[:3]}"
     return out

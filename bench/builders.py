@@ -189,20 +189,13 @@ def _gpt2(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     return model, inputs, {name: {0: batch, 1: seq} for name in inputs}
 
 
-def _qwen2_kv(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
-    """A Qwen2-style decoder step with a KV cache: 4 layers, hidden 512, grouped-query attention."""
-    from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
-
-    layers, heads, kv_heads, hidden = 4, 8, 2, 512
-    cfg = Qwen2Config(vocab_size=32000, hidden_size=hidden, intermediate_size=1408,
-                      num_hidden_layers=layers, num_attention_heads=heads,
-                      num_key_value_heads=kv_heads, max_position_embeddings=4096,
-                      tie_word_embeddings=False)
-    cfg._attn_implementation = "eager"  # plain ops, as an export for onnxruntime has them
+def kv_step(torch: Any, model: Any, layers: int, cfg: Any) -> Any:
+    """``model`` (a causal LM of ``layers`` layers, config ``cfg``) as one decoding step with
+    flat tensors in and out: ids, mask, positions and every layer's past keys and values in;
+    logits and the present keys and values out."""
+    from transformers import DynamicCache
 
     class Step(torch.nn.Module):
-        """Flat tensors in and out: logits and the present keys/values of every layer."""
-
         def __init__(self, m: Any) -> None:
             super().__init__()
             self.m = m
@@ -215,9 +208,23 @@ def _qwen2_kv(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
             out = self.m(input_ids=input_ids, attention_mask=attention_mask,
                          position_ids=position_ids, past_key_values=cache, use_cache=True,
                          return_dict=True)
-            present = [t for layer in out.past_key_values.layers for t in (layer.keys,
-                                                                           layer.values)]
+            present = [t for layer in out.past_key_values.layers
+                       for t in (layer.keys, layer.values)]
             return (out.logits, *present)
+
+    return Step(model).eval()
+
+
+def _qwen2_kv(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """A Qwen2-style decoder step with a KV cache: 4 layers, hidden 512, grouped-query attention."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    layers, heads, kv_heads, hidden = 4, 8, 2, 512
+    cfg = Qwen2Config(vocab_size=32000, hidden_size=hidden, intermediate_size=1408,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=kv_heads, max_position_embeddings=4096,
+                      tie_word_embeddings=False)
+    cfg._attn_implementation = "eager"  # plain ops, as an export for onnxruntime has them
 
     past_len, seq = 16, 8
     inputs = {"input_ids": torch.randint(0, 32000, (1, seq)),
@@ -232,7 +239,7 @@ def _qwen2_kv(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     dims = {"input_ids": {0: batch, 1: s}, "attention_mask": {0: batch, 1: d("total", max=3072)},
             "position_ids": {0: batch, 1: s}}
     dims.update({name: {0: batch, 2: past} for name in inputs if name.startswith("past_")})
-    return Step(Qwen2ForCausalLM(cfg)), inputs, dims
+    return kv_step(torch, Qwen2ForCausalLM(cfg), layers, cfg), inputs, dims
 
 
 def _t5(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:

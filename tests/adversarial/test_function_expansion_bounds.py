@@ -94,27 +94,11 @@ def test_nest_in_a_batch_does_not_hold_up_the_others(tmp_path):
     assert not onnx.load(outputs / "small.onnx").functions  # inlined: within the budget
 
 
-def _nest_inlining_seconds(levels: int) -> float:
-    """CPU seconds of inlining ``nest(levels)`` (the best of two runs, no cyclic collector)."""
-    proto, best = nest(levels), float("inf")
-    for _ in range(2):
-        model = ir.serde.deserialize_model(proto)
-        gc.disable()
-        try:
-            started = time.process_time()
-            changed, why = inline_functions(model)
-            best = min(best, time.process_time() - started)
-        finally:
-            gc.enable()
-        assert changed and why is None
-    return best
-
-
 def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
     """2,048 calls of Relu through 12 levels, 4x the 512 of 10 levels: about 4x the time
     (onnx-ir's naming of the copies was quadratic: 45 s); inlined, the model computes what
     the original computes, every output name once."""
-    small, large = _nest_inlining_seconds(10), _nest_inlining_seconds(12)
+    small, large = _inlining_seconds(nest(10)), _inlining_seconds(nest(12))
     assert large < 7 * small, f"512 calls: {small:.3f} s, 2,048: {large:.3f} s"
     source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
     onnx.save(nest(12), source)
@@ -218,11 +202,10 @@ def folding_functions(count: int) -> onnx.ModelProto:
     return helper.make_model(graph, functions=functions, opset_imports=opsets)
 
 
-def _inlining_seconds(count: int) -> float:
-    """CPU seconds of inlining ``count`` functions called once each (the best of two runs),
-    without the cyclic garbage collector (whose full collections walk the test process's own
-    objects too; the command line defers them while it folds)."""
-    proto = folding_functions(count)
+def _inlining_seconds(proto: onnx.ModelProto) -> float:
+    """CPU seconds of inlining every function of ``proto`` (the best of two runs), without the
+    cyclic garbage collector (whose full collections walk the test process's own objects too;
+    the command line defers them while it folds)."""
     best = float("inf")
     for _ in range(2):
         model = ir.serde.deserialize_model(proto)
@@ -240,7 +223,8 @@ def _inlining_seconds(count: int) -> float:
 def test_inlining_thousands_of_functions_grows_linearly():
     """4x the functions, about 4x the time (onnx-ir's abbreviation of function ids compared
     each id with every other: 16x, 8 s of 12 for 10,000 functions)."""
-    small, large = _inlining_seconds(1_000), _inlining_seconds(4_000)
+    small, large = _inlining_seconds(folding_functions(1_000)), _inlining_seconds(
+        folding_functions(4_000))
     assert large < 7 * small, f"1,000 functions: {small:.2f} s, 4,000: {large:.2f} s"
 
 
