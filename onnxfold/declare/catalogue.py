@@ -19,8 +19,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from onnxfold.analysis.symbolic import ShapeSteps
-from onnxfold.declare.patterns import CleanupRule, PatternRule, SizeRule
+from onnxfold.declare.cleanups import CleanupRule
+from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact, ShapeDimsRule, ShapeValueRule
+from onnxfold.declare.sizes import SizeRule
 
 _MAX_OPSET = 10**9
 
