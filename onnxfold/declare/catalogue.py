@@ -77,6 +77,7 @@ class Catalogue:
 
     @functools.cached_property
     def nondeterministic(self) -> frozenset[str]:
+        """Ops that may draw random numbers (never folded where they do)."""
         return frozenset(f.op_type for f in self.facts if f.nondeterministic)
 
     @functools.cached_property
@@ -87,6 +88,7 @@ class Catalogue:
 
     @functools.cached_property
     def kept_quantized(self) -> frozenset[str]:
+        """Ops kept as they are in a quantized model unless ``--fold-qdq``."""
         return frozenset(f.op_type for f in self.facts if f.kept_quantized)
 
     @functools.cached_property
@@ -117,6 +119,7 @@ class Catalogue:
         return None
 
     def patterns_by_op(self) -> dict[str, list[PatternRule]]:
+        """The patterns tried at a node of each op type, in declaration order."""
         by_op: dict[str, list[PatternRule]] = {}
         for rule in self.patterns:
             for op in rule.op_types:
@@ -124,6 +127,7 @@ class Catalogue:
         return by_op
 
     def names(self) -> set[str]:
+        """The names of the folders, patterns and cleanups (what ``--disable-rule`` takes)."""
         rules: tuple[FolderRule | PatternRule | CleanupRule, ...] = (
             *self.folders, *self.patterns, *self.cleanups)
         return {r.name for r in rules}
