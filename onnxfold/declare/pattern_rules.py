@@ -62,10 +62,13 @@ class PatternRule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "orders", self.pattern.orders())
         check_names = keyword_names(self.check) if self.check is not None else ()
-        unknown = set(check_names or ()) - set(self.pattern.names())
+        captured = set(self.pattern.names())
+        unknown = set(check_names or ()) - captured
         if unknown:
             raise TypeError(f"the check of {self.name} asks for {sorted(unknown)}, which its "
                             "pattern does not capture")
+        if check_names is not None and set(check_names) == captured:
+            check_names = None  # every capture: passed as they are (no copy per match)
         object.__setattr__(self, "check_names", check_names)
         object.__setattr__(self, "rewrite_names", keyword_names(self.rewrite))
 

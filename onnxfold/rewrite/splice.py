@@ -13,7 +13,7 @@ replaced values' producers and the match's nodes left without readers are remove
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableSet, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableSet, Sequence
 from dataclasses import dataclass
 
 import onnx_ir as ir
@@ -27,7 +27,7 @@ from onnxfold.declare.builder import (
     Replaced,
     Replacement,
 )
-from onnxfold.ir.edits import names_for, replace_value
+from onnxfold.ir.edits import replace_value
 from onnxfold.ir.graph import subgraphs
 
 
@@ -43,11 +43,12 @@ class Spliced:
 
 def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Built],
            result: Replaced, matched: Iterable[ir.Node], constant: MutableSet[ir.Value],
-           facts: OpFacts) -> Spliced:
+           facts: OpFacts, fresh: Callable[[str], str]) -> Spliced:
     """Put ``result`` (a rewrite's return, ``built`` what its builder made) into ``graph``
     in place of what it replaces; ``matched``: the nodes of the match, removed if this leaves
     them without readers; ``constant``: the values known constant, to which new values computed
-    from constants only are added (what the next sweep's plan would say)."""
+    from constants only are added (what the next sweep's plan would say); ``fresh``: the
+    model's names (for an Identity, and for a graph output's old value)."""
     replacement = as_replacement(result, root)
     _type_like_replaced(replacement.values, built)
     readers = frozenset(use.node for old in replacement.values for use in old.uses())
@@ -64,7 +65,6 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
         _rewire(node, inputs)
     for value, shape in replacement.shapes.items():
         value.shape = shape
-    fresh = names_for(model).fresh
     for old, new in replacement.values.items():
         if old in graph.outputs and (new in graph.outputs or _computed_elsewhere(new, graph)):
             identity = ir.Node("", "Identity", [new], name=fresh("Identity"))

@@ -49,6 +49,11 @@ class GraphState:
                               settings=settings, shape_values=self._shape_values,
                               memo=self.memo)
 
+    def fresh(self, base: str) -> str:
+        """A name the model does not use, after ``base`` (the model's allocator, made at the
+        first name asked for: it reads every name of the model)."""
+        return names_for(self.model).fresh(base)
+
     def _shape_values(self, view: GraphView) -> dict[ir.Value, Known]:
         """The graph's shape values: updated at the sweep's start, else computed now."""
         if self.shape_values is None:
@@ -155,11 +160,11 @@ class Sweep:
         """Rewrite the match of ``rule`` at ``node``, put it in, and mark around it."""
         state = self.state
         touched = surroundings(captures.values())
-        builder = OpBuilder(names_for(state.model).fresh, node.outputs[0].name
-                            if node.outputs else None, state.view.opset())
+        builder = OpBuilder(state.fresh, node.outputs[0].name if node.outputs else None,
+                            state.view.opset())
         result = call_with(rule.rewrite, rule.rewrite_names, builder, found)
         spliced = splice(state.graph, state.model, node, builder.built, result,
-                         nodes_of(found.values()), state.constant, state.facts)
+                         nodes_of(found.values()), state.constant, state.facts, state.fresh)
         if spliced.built_nodes:
             state.memo.clear()
         touched |= spliced.readers
