@@ -1,10 +1,10 @@
 """onnxfold's declarative folding rules, one module per op family.
 
-Every module here is imported by :func:`onnxfold.declare.catalogue.load_catalogue`. A folder is
-a numpy function declared with :func:`onnxfold.declare.registry.folder` (see
-``elementwise.py``); a pattern is declared with :func:`onnxfold.declare.patterns.pattern`
-(``rewrites.py``), a cleanup with :func:`onnxfold.declare.patterns.cleanup` (``cleanups.py``),
-what an op does to shape values and dims with :func:`onnxfold.declare.registry.shape_value` and
-:func:`onnxfold.declare.registry.shape_dims` (``shape_steps.py``). Groups of ops several rules
-read are defined once in ``op_groups.py``.
+Every module here is imported by :func:`onnxfold.declare.catalogue.load_catalogue`, and imports
+only the rule API, :mod:`onnxfold.declare` (and ``onnxfold.ir``). A folder is a numpy function
+declared with :func:`onnxfold.declare.folder` (see ``elementwise.py``); a pattern is declared
+with :func:`onnxfold.declare.pattern` (``rewrites.py``), a cleanup with
+:func:`onnxfold.declare.cleanup` (``cleanups.py``), what an op does to shape values and dims
+with :func:`onnxfold.declare.shape_value` and :func:`onnxfold.declare.shape_dims`
+(``shape_steps.py``). Groups of ops several rules read are defined once in ``op_groups.py``.
 """

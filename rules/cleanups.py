@@ -14,11 +14,11 @@ import onnx_ir as ir
 from onnxfold.declare import (
     MappedTensor,
     RunSettings,
+    cleanup,
     drop_resident_pages,
     kept,
     load_catalogue,
 )
-from onnxfold.declare.patterns import cleanup
 from onnxfold.ir.arrays import c_contiguous, release_pages
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.edits import names_for, replace_value

@@ -4,7 +4,7 @@ fold. Facts are by op name, so the names here must not be those of deterministic
 
 from __future__ import annotations
 
-from onnxfold.declare.registry import OpFact
+from onnxfold.declare import OpFact
 
 FACTS = tuple(OpFact(op, nondeterministic=True) for op in (
     "BiasDropout", "BitmaskDropout", "BitmaskBiasDropout", "Sampling", "BeamSearch",

@@ -13,9 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import DeclineKind
-from onnxfold.declare.patterns import P, RewriteContext, Var, pattern
-from onnxfold.declare.registry import Decline, folder
+from onnxfold.declare import Decline, DeclineKind, GraphView, OpBuilder, P, Var, folder, pattern
 
 _TRAINING = "training mode draws a random mask"
 
@@ -54,24 +52,23 @@ def dropout_v12(x: np.ndarray, ratio: np.ndarray | None = None,
     return _inference(x, np.dtype(bool))
 
 
-def _in_inference(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool:
+def _in_inference(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
     """A Dropout of opset 7 on whose training mode is absent or a constant false, its mask
     unread, its data not a constant (that folds), its output not returned twice."""
-    opset = node.version or ctx.model.opset_imports.get("", 1)
+    opset = node.version or ctx.opset()
     if opset < 7 or ctx.is_constant(x):
         return False
-    if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1] in ctx.graph.outputs):
+    if len(node.outputs) > 1 and (node.outputs[1].uses() or ctx.is_graph_output(node.outputs[1])):
         return False
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         flag = ctx.array(node.inputs[2])
         if flag is None or flag.size != 1 or bool(flag.reshape(-1)[0]):
             return False
     out = node.outputs[0]
-    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+    return not ctx.is_graph_output(out) or (ctx.produced_here(x) and not ctx.is_graph_output(x))
 
 
 @pattern(P("Dropout", Var("x"), ..., name="node"), check=_in_inference)
-def drop_inference_dropout(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
+def drop_inference_dropout(op: OpBuilder, x: ir.Value) -> ir.Value:
     """Dropout in inference mode is the identity."""
-    ctx.replace_output(node.outputs[0], x)
-    ctx.graph.remove(node, safe=True)
+    return x

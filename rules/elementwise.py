@@ -11,7 +11,7 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from onnxfold.declare.registry import Decline, folder
+from onnxfold.declare import Decline, folder
 from onnxfold.ir.dtypes import is_float, np_dtype, onnx_type
 
 

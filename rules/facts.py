@@ -24,7 +24,7 @@ with ``shape_only=True`` in ``shape_ops.py``.
 
 from __future__ import annotations
 
-from onnxfold.declare.registry import OpFact
+from onnxfold.declare import OpFact
 
 _BITWISE = (
     # elementwise, correctly rounded in IEEE arithmetic (numpy and onnxruntime alike)

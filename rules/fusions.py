@@ -27,12 +27,10 @@ weight would be a float constant; a MatMul + Add made a Gemm would no longer be
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare.patterns import Check, P, Reject, RewriteContext, Var, pattern
+from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, pattern
 from onnxfold.ir.graph import through_identities
 
 from .qdq_units import outside_qdq_units
@@ -51,14 +49,14 @@ def _batch_norm_of(layer: P) -> P:
              Var("mean", const=True), Var("var", const=True), name="bn")
 
 
-def _finite(ctx: RewriteContext, *values: ir.Value) -> bool:
+def _finite(ctx: GraphView, *values: ir.Value) -> bool:
     """Whether the data of every one of ``values`` is at hand and finite (an inf or NaN
     multiplied into a weight no longer gives the NaNs and infs of the original)."""
     arrays = [ctx.array(v) for v in values]
     return all(a is not None and bool(np.isfinite(a).all()) for a in arrays)
 
 
-def _scaled_stays_finite(ctx: RewriteContext, w: ir.Value, factor: np.ndarray) -> bool:
+def _scaled_stays_finite(ctx: GraphView, w: ir.Value, factor: np.ndarray) -> bool:
     """Whether every weight times the largest factor stays finite (an overflow to inf would
     give NaN where the original gives 0)."""
     weight = ctx.array(w)
@@ -69,15 +67,15 @@ def _scaled_stays_finite(ctx: RewriteContext, w: ir.Value, factor: np.ndarray) -
         return bool(np.isfinite(np.asarray(top, weight.dtype)))
 
 
-def _sole_reader(ctx: RewriteContext, value: ir.Value | None) -> bool:
+def _sole_reader(ctx: GraphView, value: ir.Value | None) -> bool:
     """Whether ``value`` (through the Identity nodes exporters share weights with) is read by
     one node only: fusing it then duplicates nothing."""
     return all(ctx.single_use(link) for link in through_identities(value))
 
 
-def _gemm_available(ctx: RewriteContext) -> bool:
+def _gemm_available(ctx: GraphView) -> bool:
     """Whether Gemm broadcasts C by itself (opset 7 on; before, a ``broadcast`` attribute)."""
-    return ctx.model.opset_imports.get("", 1) >= 7
+    return ctx.opset() >= 7
 
 
 def _output_channel_axis(layer: ir.Node, w_rank: int) -> int | None:
@@ -93,12 +91,15 @@ def _output_channel_axis(layer: ir.Node, w_rank: int) -> int | None:
     return 1 if group == 1 and w_rank >= 2 else None
 
 
-def _channels(ctx: RewriteContext, layer: ir.Node, w: ir.Value) -> int | None:
-    """The layer's output channel count (None: unknown, a grouped ConvTranspose, or a MatMul
-    weight that is not 2-D)."""
+def _channel_layout(ctx: GraphView, layer: ir.Node, w: ir.Value) -> Match | None:
+    """The layer's output channel count (``channels``), its weight's rank (``rank``) and the
+    axis of the weight that indexes output channels (``axis``); None: the weight shape is
+    unknown, a grouped ConvTranspose, or a MatMul weight that is not 2-D."""
     shape = ctx.shape(w)
     axis = _output_channel_axis(layer, len(shape)) if shape is not None else None
-    return None if shape is None or axis is None else shape[axis]
+    if shape is None or axis is None:
+        return None
+    return Match(channels=shape[axis], rank=len(shape), axis=axis, dtype=w.dtype)
 
 
 def _per_channel(shape: tuple[int, ...], channels: int, channel_at: int) -> bool:
@@ -116,7 +117,7 @@ def _beta(layer: ir.Node) -> float:
     return layer.attributes.get_float("beta", 1.0) if layer.op_type == "Gemm" else 1.0
 
 
-def _linear_fusable(ctx: RewriteContext, layer: ir.Node, x: ir.Value, bias: ir.Value | None,
+def _linear_fusable(ctx: GraphView, layer: ir.Node, x: ir.Value, bias: ir.Value | None,
                     channels: int) -> bool | Reject:
     """The Gemm/MatMul side of a BatchNormalization fusion: a 2-D product whose C is one
     value per output column (or one)."""
@@ -132,8 +133,9 @@ def _linear_fusable(ctx: RewriteContext, layer: ir.Node, x: ir.Value, bias: ir.V
     return True
 
 
-def _batch_norm_fusable(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.Value,
-                        w: ir.Value, **_: object) -> bool | Reject:
+def _batch_norm_fusable(ctx: GraphView, layer: ir.Node, bn: ir.Node, x: ir.Value,
+                        w: ir.Value, scale: ir.Value, var: ir.Value, **_: object
+                        ) -> bool | Match | Reject:
     if ctx.is_constant(x):
         return False  # it all folds, each node as onnxruntime computes it
     if len(bn.outputs) != 1 or bn.attributes.get_int("training_mode"):
@@ -147,17 +149,16 @@ def _batch_norm_fusable(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.
         return Reject("the weight is shared: fusing would duplicate it")
     if w.dtype not in _FLOATS or any(v.dtype != w.dtype for v in bn.inputs if v is not None):
         return Reject("not one float32/float64 dtype")
-    channels = _channels(ctx, layer, w)
-    if channels is None:
+    layout = _channel_layout(ctx, layer, w)
+    if layout is None:
         return Reject("grouped ConvTranspose, MatMul weight not 2-D, or weight shape unknown")
+    channels = layout.found["channels"]
     if layer.op_type in ("Gemm", "MatMul"):
         linear = _linear_fusable(ctx, layer, x, bias, channels)
         if linear is not True:
             return linear
     if any(ctx.shape(v) != (channels,) for v in bn.inputs[1:]):
         return Reject("BatchNormalization parameters are not one per output channel")
-    scale, var = bn.inputs[1], bn.inputs[4]
-    assert scale is not None and var is not None  # matched by the pattern
     eps = bn.attributes.get_float("epsilon", 1e-5)
     if not _finite(ctx, scale, var) or not (np.asarray(ctx.array(var)) + eps > 0).all():
         return Reject("scale or variance not at hand, not finite, or var + epsilon <= 0")
@@ -165,7 +166,7 @@ def _batch_norm_fusable(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.
         factor = np.asarray(ctx.array(scale)) / np.sqrt(np.asarray(ctx.array(var)) + eps)
     if not _scaled_stays_finite(ctx, w, factor):
         return Reject("the fused weight would overflow")
-    return True
+    return layout
 
 
 _BATCH_NORM_FUSABLE = outside_qdq_units(_batch_norm_fusable, "layer", "bn")
@@ -173,46 +174,45 @@ _BATCH_NORM_FUSABLE = outside_qdq_units(_batch_norm_fusable, "layer", "bn")
 
 @pattern(_batch_norm_of(_LINEAR), check=_BATCH_NORM_FUSABLE, name="fuse_batch_norm_into_gemm")
 @pattern(_batch_norm_of(_CONV), check=_BATCH_NORM_FUSABLE, name="fuse_batch_norm_into_conv")
-def fuse_batch_norm(ctx: RewriteContext, layer: ir.Node, bn: ir.Node, x: ir.Value, w: ir.Value,
-                    scale: ir.Value, bias: ir.Value, mean: ir.Value, var: ir.Value) -> None:
+def fuse_batch_norm(op: OpBuilder, layer: ir.Node, bn: ir.Node, x: ir.Value, w: ir.Value,
+                    scale: ir.Value, bias: ir.Value, mean: ir.Value, var: ir.Value,
+                    dtype: ir.DataType, rank: int, axis: int) -> ir.Value:
     """BN(Conv(x, W, B)) -> Conv(x, W * s, (B - mean) * s + bias), s = scale / sqrt(var + eps),
     along the weight's output-channel axis; BN(Gemm(x, W, C)) -> Gemm(x, W * s, (beta * C -
     mean) * s + bias) with beta 1 (alpha kept), BN(MatMul(x, W)) -> Gemm(x, W * s, ...)."""
-    dtype = w.dtype
-    assert dtype is not None  # the check compared it
     np_dtype = dtype.numpy()
 
-    def node(op: str, *inputs: ir.Value) -> ir.Value:
-        return ctx.add_node(op, list(inputs), bn, dtype=dtype, base=f"{layer.name}_{op}")
+    def node(op_type: str, *inputs: ir.Value) -> ir.Value:
+        return op.node(op_type, *inputs, _dtype=dtype, _name=f"{layer.name}_{op_type}")
 
-    eps = ctx.constant_value(np.asarray(bn.attributes.get_float("epsilon", 1e-5), np_dtype),
-                             "bn_epsilon")
+    eps = op.constant(np.asarray(bn.attributes.get_float("epsilon", 1e-5), np_dtype),
+                      "bn_epsilon")
     s = node("Div", scale, node("Sqrt", node("Add", var, eps)))
     old_bias = _bias(layer)
     if old_bias is not None and _beta(layer) != 1.0:
-        old_bias = node("Mul", old_bias, ctx.constant_value(np.asarray(_beta(layer), np_dtype),
-                                                             "gemm_beta"))
+        old_bias = node("Mul", old_bias, op.constant(np.asarray(_beta(layer), np_dtype),
+                                                     "gemm_beta"))
     shifted = node("Neg", mean) if old_bias is None else node("Sub", old_bias, mean)
     new_bias = node("Add", node("Mul", shifted, s), bias)
-    _fused(ctx, layer, bn, x, node("Mul", w, _along_output_channels(ctx, s, layer, w, bn)),
-           new_bias)
+    scaled = node("Mul", w, _along_output_channels(op, s, layer, rank, axis))
+    return _fused(op, layer, x, scaled, new_bias)
 
 
-def _channel_constant(ctx: RewriteContext, layer: ir.Node, w: ir.Value, c: ir.Value,
-                      x: ir.Value, **_: object) -> bool | Reject:
+def _channel_constant(ctx: GraphView, layer: ir.Node, w: ir.Value, c: ir.Value,
+                      x: ir.Value, **_: object) -> bool | Match | Reject:
     """Whether ``c``, broadcast against the convolution's output (N, M, ...), is one value per
     output channel (shape (M, 1, ..), (1, M, 1, ..) or all ones) and changes nothing else."""
     if ctx.is_constant(x):
         return False  # it all folds, each node as onnxruntime computes it
     c_shape, w_shape = ctx.shape(c), ctx.shape(w)
-    channels = _channels(ctx, layer, w)
-    if c_shape is None or w_shape is None or channels is None:
+    layout = _channel_layout(ctx, layer, w)
+    if c_shape is None or w_shape is None or layout is None:
         return Reject("shapes unknown, or grouped ConvTranspose")
     rank = len(w_shape)  # the output's rank
     if len(c_shape) > rank or c.dtype != w.dtype or w.dtype not in _FLOATS:
         return Reject("not a per-channel float constant of the output's dtype")
-    if not _per_channel(c_shape, channels, rank - 2):  # the channel axis, from the end
-        return Reject("not one value per output channel")
+    if not _per_channel(c_shape, layout.found["channels"], rank - 2):  # the channel axis,
+        return Reject("not one value per output channel")  # from the end
     if not _finite(ctx, c):
         return Reject("the constant is not at hand or not finite")
     bias = _bias(layer)
@@ -222,84 +222,73 @@ def _channel_constant(ctx: RewriteContext, layer: ir.Node, w: ir.Value, c: ir.Va
         return Reject("the bias is not constant")
     if not _scaled_stays_finite(ctx, w, np.asarray(ctx.array(c))):
         return Reject("the fused weight would overflow")
-    return True
+    return layout
 
 
-def _channel_vector(ctx: RewriteContext, c: ir.Value, op: ir.Node) -> ir.Value:
-    """``c`` flattened (inserted before ``op``): one entry, or one per output channel."""
-    flat = ctx.constant_value(np.array([-1], np.int64), "flat")
-    return ctx.add_node("Reshape", [c, flat], op, dtype=c.dtype, base=f"{op.name}_c")
+def _channel_vector(op: OpBuilder, c: ir.Value, node: ir.Node) -> ir.Value:
+    """``c`` flattened: one entry, or one per output channel."""
+    flat = op.constant(np.array([-1], np.int64), "flat")
+    return op.Reshape(c, flat, _dtype=c.dtype, _name=f"{node.name}_c")
 
 
-def _fused(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value, weight: ir.Value,
-           bias: ir.Value) -> None:
-    """``op`` (reading ``layer``) becomes layer(x, weight, bias): a Conv, ConvTranspose or
-    Gemm with the layer's attributes (a Gemm's beta now 1), a Gemm for a MatMul."""
+def _fused(op: OpBuilder, layer: ir.Node, x: ir.Value, weight: ir.Value, bias: ir.Value
+           ) -> ir.Value:
+    """layer(x, weight, bias), in place of the matched node reading ``layer``: a Conv,
+    ConvTranspose or Gemm with the layer's attributes (a Gemm's beta now 1), a Gemm for a
+    MatMul."""
     op_type = "Gemm" if layer.op_type == "MatMul" else layer.op_type
-    attributes = [a for a in layer.attributes.values() if a.name != "beta"]
-    fused = ctx.add_node(op_type, [x, weight, bias], op, attributes=attributes,
-                         dtype=weight.dtype, shape=op.outputs[0].shape,
-                         base=op.outputs[0].name)
-    ctx.replace_node(op, fused)
-    ctx.remove_if_unused(layer)
+    attributes = {a.name: a for a in layer.attributes.values() if a.name != "beta"}
+    return op.node(op_type, x, weight, bias, _dtype=weight.dtype, _attributes=attributes)
 
 
-def _along_output_channels(ctx: RewriteContext, factors: ir.Value, layer: ir.Node,
-                           w: ir.Value, at: ir.Node) -> ir.Value:
-    """``factors`` (one per output channel, or one) reshaped to broadcast along the weight's
-    output-channel axis, inserted before ``at``."""
-    w_shape = ctx.shape(w)
-    axis = _output_channel_axis(layer, len(w_shape)) if w_shape is not None else None
-    assert w_shape is not None and axis is not None  # the checks saw both
-    target = np.ones(len(w_shape), np.int64)
+def _along_output_channels(op: OpBuilder, factors: ir.Value, layer: ir.Node, rank: int,
+                           axis: int) -> ir.Value:
+    """``factors`` (one per output channel, or one) reshaped to broadcast along axis ``axis``
+    of the layer's weight (of rank ``rank``), its output-channel axis."""
+    target = np.ones(rank, np.int64)
     target[axis] = -1
-    return ctx.add_node("Reshape", [factors, ctx.constant_value(target, "channel_shape")], at,
-                        dtype=factors.dtype, base=f"{layer.name}_scale")
+    return op.Reshape(factors, op.constant(target, "channel_shape"), _dtype=factors.dtype,
+                      _name=f"{layer.name}_scale")
 
 
-def _bias_or_zeros(ctx: RewriteContext, layer: ir.Node, w: ir.Value) -> ir.Value:
+def _bias_or_zeros(op: OpBuilder, layer: ir.Node, channels: int, dtype: ir.DataType
+                   ) -> ir.Value:
     bias = _bias(layer)
     if bias is not None:
         return bias
-    channels = _channels(ctx, layer, w)
-    assert channels is not None and w.dtype is not None  # the check saw both
-    return ctx.constant_value(np.zeros(channels, w.dtype.numpy()), "conv_bias")
+    return op.constant(np.zeros(channels, dtype.numpy()), "conv_bias")
 
 
-def _either_order(op: str, check: Check, *operands: P) -> Callable[[Callable], Callable]:
-    """Declare the decorated rewrite for ``op(operand, c)`` and ``op(c, operand)``, ``c`` a
-    constant, for each of ``operands``."""
-    def register(fn: Callable) -> Callable:
-        for operand in operands:
-            for pair in ((operand, Var("c", const=True)), (Var("c", const=True), operand)):
-                fn = pattern(P(op, *pair, name="op"), check=check)(fn)
-        return fn
-
-    return register
+def _with_a_constant(op_type: str, operand: P) -> P:
+    """``op_type(operand, c)`` or ``op_type(c, operand)``, ``c`` a constant."""
+    return P(op_type, operand, Var("c", const=True), name="node", commute=True)
 
 
-@_either_order("Mul", outside_qdq_units(_channel_constant, "layer", "op"), _CONV)
-def fuse_mul_into_conv(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
-                       w: ir.Value, c: ir.Value) -> None:
+@pattern(_with_a_constant("Mul", _CONV), check=outside_qdq_units(_channel_constant, "layer",
+                                                                  "node"))
+def fuse_mul_into_conv(op: OpBuilder, layer: ir.Node, node: ir.Node, x: ir.Value, w: ir.Value,
+                       c: ir.Value, channels: int, rank: int, axis: int, dtype: ir.DataType
+                       ) -> ir.Value:
     """Conv(x, W, B) * c -> Conv(x, W * c', B * c), c one value per output channel."""
-    vector = _channel_vector(ctx, c, op)
-    weight = ctx.add_node("Mul", [w, _along_output_channels(ctx, vector, layer, w, op)], op,
-                          dtype=w.dtype, base=f"{layer.name}_w")
-    bias = ctx.add_node("Mul", [_bias_or_zeros(ctx, layer, w), vector], op, dtype=w.dtype,
-                        base=f"{layer.name}_b")
-    _fused(ctx, layer, op, x, weight, bias)
+    vector = _channel_vector(op, c, node)
+    weight = op.Mul(w, _along_output_channels(op, vector, layer, rank, axis), _dtype=w.dtype,
+                    _name=f"{layer.name}_w")
+    bias = op.Mul(_bias_or_zeros(op, layer, channels, dtype), vector, _dtype=w.dtype,
+                  _name=f"{layer.name}_b")
+    return _fused(op, layer, x, weight, bias)
 
 
-@_either_order("Add", outside_qdq_units(_channel_constant, "layer", "op"), _CONV)
-def fuse_add_into_conv(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
-                       w: ir.Value, c: ir.Value) -> None:
+@pattern(_with_a_constant("Add", _CONV), check=outside_qdq_units(_channel_constant, "layer",
+                                                                  "node"))
+def fuse_add_into_conv(op: OpBuilder, layer: ir.Node, node: ir.Node, x: ir.Value, w: ir.Value,
+                       c: ir.Value, channels: int, dtype: ir.DataType) -> ir.Value:
     """Conv(x, W, B) + c -> Conv(x, W, B + c), c one value per output channel."""
-    bias = ctx.add_node("Add", [_bias_or_zeros(ctx, layer, w), _channel_vector(ctx, c, op)],
-                        op, dtype=w.dtype, base=f"{layer.name}_b")
-    _fused(ctx, layer, op, x, w, bias)
+    bias = op.Add(_bias_or_zeros(op, layer, channels, dtype), _channel_vector(op, c, node),
+                  _dtype=w.dtype, _name=f"{layer.name}_b")
+    return _fused(op, layer, x, w, bias)
 
 
-def _gemm_bias_fits(ctx: RewriteContext, layer: ir.Node, x: ir.Value, w: ir.Value,
+def _gemm_bias_fits(ctx: GraphView, layer: ir.Node, x: ir.Value, w: ir.Value,
                     c: ir.Value, **_: object) -> bool | Reject:
     """Whether MatMul(x, W) + c is a Gemm: x 2-D (its rank known), W a 2-D constant, c a
     constant Gemm broadcasts to the (M, N) product that changes nothing of its shape."""
@@ -317,15 +306,16 @@ def _gemm_bias_fits(ctx: RewriteContext, layer: ir.Node, x: ir.Value, w: ir.Valu
     return True
 
 
-@_either_order("Add", outside_qdq_units(_gemm_bias_fits, "layer", "op"),
-               P("MatMul", Var("x"), Var("w", const=True), name="layer", single_use=True))
-def fuse_matmul_add_into_gemm(ctx: RewriteContext, layer: ir.Node, op: ir.Node, x: ir.Value,
-                              w: ir.Value, c: ir.Value) -> None:
+@pattern(_with_a_constant("Add", P("MatMul", Var("x"), Var("w", const=True), name="layer",
+                                   single_use=True)),
+         check=outside_qdq_units(_gemm_bias_fits, "layer", "node"))
+def fuse_matmul_add_into_gemm(op: OpBuilder, layer: ir.Node, x: ir.Value, w: ir.Value,
+                              c: ir.Value) -> ir.Value:
     """MatMul(x, W) + c -> Gemm(x, W, c), x and W 2-D (onnxruntime's MatMulAddFusion)."""
-    _fused(ctx, layer, op, x, w, c)
+    return _fused(op, layer, x, w, c)
 
 
-def _constants_merge(ctx: RewriteContext, x: ir.Value, k: ir.Value, c: ir.Value,
+def _constants_merge(ctx: GraphView, x: ir.Value, k: ir.Value, c: ir.Value,
                      **_: object) -> bool | Reject:
     """Whether (x * k) * c may be x * (k * c): float, both constants broadcast into x (so
     neither the chain nor the product changes x's shape), and k * c finite, normal where
@@ -348,16 +338,14 @@ def _constants_merge(ctx: RewriteContext, x: ir.Value, k: ir.Value, c: ir.Value,
     return True
 
 
-_SCALED = [P("Mul", *pair, name="inner", single_use=True)
-           for pair in ((Var("x"), Var("k", const=True)), (Var("k", const=True), Var("x")))]
+_SCALED = P("Mul", Var("x"), Var("k", const=True), name="inner", single_use=True,
+            commute=True)
 
 
-@_either_order("Mul", outside_qdq_units(_constants_merge, "inner", "op"), *_SCALED)
-def merge_constant_factors(ctx: RewriteContext, inner: ir.Node, op: ir.Node, x: ir.Value,
-                           k: ir.Value, c: ir.Value) -> None:
+@pattern(_with_a_constant("Mul", _SCALED),
+         check=outside_qdq_units(_constants_merge, "inner", "node"))
+def merge_constant_factors(op: OpBuilder, node: ir.Node, x: ir.Value, k: ir.Value,
+                           c: ir.Value) -> ir.Value:
     """(x * k) * c -> x * (k * c), k and c constants (the fold computes k * c)."""
-    factor = ctx.add_node("Mul", [k, c], op, dtype=x.dtype, base=f"{op.name}_factor")
-    merged = ctx.add_node("Mul", [x, factor], op, dtype=x.dtype, shape=op.outputs[0].shape,
-                          base=op.outputs[0].name)
-    ctx.replace_node(op, merged)
-    ctx.remove_if_unused(inner)
+    factor = op.Mul(k, c, _dtype=x.dtype, _name=f"{node.name}_factor")
+    return op.Mul(x, factor, _dtype=x.dtype)

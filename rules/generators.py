@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from onnxfold.declare.registry import Decline, folder
+from onnxfold.declare import Decline, folder
 from onnxfold.ir.dtypes import np_dtype
 
 _ZERO_F32 = np.zeros(1, dtype=np.float32)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxfold.declare.registry import Decline, folder
+from onnxfold.declare import Decline, folder
 
 _MATMUL_DTYPES = tuple(
     np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int32, np.int64)

@@ -44,8 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import kept
-from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, kept, pattern
 from onnxfold.ir.graph import is_default_op, through_identities
 
 from .qdq_units import dequantized
@@ -95,19 +94,19 @@ class _Branch:
         return self.second.op_type == "Conv"
 
 
-def _here(ctx: RewriteContext, node: ir.Node | None, *op_types: str) -> bool:
+def _here(ctx: GraphView, node: ir.Node | None, *op_types: str) -> bool:
     return node is not None and node.op_type in op_types and is_default_op(node) and \
-        node.graph is ctx.graph and not kept(node, ctx.keep)
+        ctx.here(node) and not kept(node, ctx.keep)
 
 
-def _followed(ctx: RewriteContext, value: ir.Value, dtype: ir.DataType | None) -> bool:
+def _followed(ctx: GraphView, value: ir.Value, dtype: ir.DataType | None) -> bool:
     """Whether ``value`` is an Add of the sum it is read by: an Add of this graph of the
     sum's dtype that only that sum reads."""
     node = value.producer()
     return _here(ctx, node, "Add") and ctx.single_use(value) and value.dtype == dtype
 
 
-def _sum_root(ctx: RewriteContext, add: ir.Node) -> bool:
+def _sum_root(ctx: GraphView, add: ir.Node) -> bool:
     """Whether ``add`` is the top of its sum (no Add follows it as a part of a larger one)."""
     out = add.outputs[0]
     if not _followed(ctx, out, out.dtype):
@@ -116,7 +115,7 @@ def _sum_root(ctx: RewriteContext, add: ir.Node) -> bool:
     return not _here(ctx, reader, "Add")
 
 
-def _terms(ctx: RewriteContext, add: ir.Node) -> tuple[list[ir.Value], list[ir.Node]]:
+def _terms(ctx: GraphView, add: ir.Node) -> tuple[list[ir.Value], list[ir.Node]]:
     """The values the sum at ``add`` adds, left to right, and its inner Add nodes."""
     dtype = add.outputs[0].dtype
     terms: list[ir.Value] = []
@@ -134,7 +133,7 @@ def _terms(ctx: RewriteContext, add: ir.Node) -> tuple[list[ir.Value], list[ir.N
     return terms, inner
 
 
-def _scalar(ctx: RewriteContext, value: ir.Value | None, other: ir.Value | None) -> bool:
+def _scalar(ctx: GraphView, value: ir.Value | None, other: ir.Value | None) -> bool:
     """Whether ``value`` is one number known at fold time that does not broadcast ``other``
     to a higher rank."""
     shape = ctx.shape(value)
@@ -146,7 +145,7 @@ def _scalar(ctx: RewriteContext, value: ir.Value | None, other: ir.Value | None)
                                                                 len(shape) <= rank))
 
 
-def _peeled(ctx: RewriteContext, value: ir.Value, scales: list[ir.Value],
+def _peeled(ctx: GraphView, value: ir.Value, scales: list[ir.Value],
             nodes: list[ir.Node]) -> ir.Value:
     """``value`` without the scalings and Identity nodes that compute it (collected)."""
     for _ in range(MAX_HOPS):
@@ -170,7 +169,7 @@ def _peeled(ctx: RewriteContext, value: ir.Value, scales: list[ir.Value],
     return value
 
 
-def _inference_dropout(ctx: RewriteContext, node: ir.Node | None) -> bool:
+def _inference_dropout(ctx: GraphView, node: ir.Node | None) -> bool:
     """A Dropout whose mask nothing reads and whose training mode is absent or false."""
     if not _here(ctx, node, "Dropout") or node is None:
         return False
@@ -183,7 +182,7 @@ def _inference_dropout(ctx: RewriteContext, node: ir.Node | None) -> bool:
     return array is not None and array.size == 1 and not bool(array.reshape(-1)[0])
 
 
-def source(ctx: RewriteContext, value: ir.Value) -> ir.Value:
+def source(ctx: GraphView, value: ir.Value) -> ir.Value:
     """``value`` through Identity nodes and inference Dropouts: what a branch and its base
     must both read."""
     for _ in range(MAX_HOPS):
@@ -195,7 +194,7 @@ def source(ctx: RewriteContext, value: ir.Value) -> ir.Value:
     return value
 
 
-def _product(ctx: RewriteContext, value: ir.Value
+def _product(ctx: GraphView, value: ir.Value
              ) -> tuple[ir.Node, ir.Value, ir.Value, bool, float] | None:
     """``value`` as ``input @ op(factor) * alpha``: a MatMul or a Gemm without C or transA,
     a Conv without bias, whose second input is known at fold time and its first not (node,
@@ -223,7 +222,7 @@ def _product(ctx: RewriteContext, value: ir.Value
     return node, data, factor, transposed != flipped, alpha
 
 
-def _zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
+def _zero(ctx: GraphView, value: ir.Value | None) -> bool:
     """Whether ``value`` is absent or a constant of zeros."""
     if value is None:
         return True
@@ -231,7 +230,7 @@ def _zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
     return array is not None and not np.any(array)
 
 
-def _untransposed(ctx: RewriteContext, factor: ir.Value) -> tuple[ir.Value, bool]:
+def _untransposed(ctx: GraphView, factor: ir.Value) -> tuple[ir.Value, bool]:
     """A 2-D ``factor`` computed by a Transpose (dynamo's of each Linear weight): its input
     and True, which the merged weight's Gemm reads transposed instead; else itself, False."""
     node = factor.producer()
@@ -243,7 +242,7 @@ def _untransposed(ctx: RewriteContext, factor: ir.Value) -> tuple[ir.Value, bool
     return node.inputs[0], True
 
 
-def _branch(ctx: RewriteContext, term: ir.Value) -> _Branch | None:
+def _branch(ctx: GraphView, term: ir.Value) -> _Branch | None:
     """``term`` as a low-rank branch: two products of the same kind in a row, scalings around
     them."""
     scales: list[ir.Value] = []
@@ -260,7 +259,7 @@ def _branch(ctx: RewriteContext, term: ir.Value) -> _Branch | None:
                    (*nodes, second_node, first_node), first_node, second_node)
 
 
-def _reach(ctx: RewriteContext, branch: _Branch, bases: list[_Base]
+def _reach(ctx: GraphView, branch: _Branch, bases: list[_Base]
            ) -> tuple[_Base, _Branch] | None:
     """The base whose input ``branch`` reads (through Identity nodes, inference Dropouts and
     scalings of its own), and the branch with those scalings."""
@@ -280,7 +279,7 @@ def _reach(ctx: RewriteContext, branch: _Branch, bases: list[_Base]
     return None
 
 
-def _base(ctx: RewriteContext, term: ir.Value) -> _Base | None:
+def _base(ctx: GraphView, term: ir.Value) -> _Base | None:
     """``term`` as a MatMul, Gemm (no transA) or Conv (one group) of dynamic data and a
     weight known at fold time."""
     node = term.producer()
@@ -298,7 +297,7 @@ def _base(ctx: RewriteContext, term: ir.Value) -> _Base | None:
     return _Base(node, x, weight)
 
 
-def _dims(ctx: RewriteContext, value: ir.Value) -> tuple[int | None, ...] | None:
+def _dims(ctx: GraphView, value: ir.Value) -> tuple[int | None, ...] | None:
     """``value``'s dims (None where not static), or None when its rank is not known."""
     shape = ctx.shape(value)
     if shape is not None:
@@ -308,7 +307,7 @@ def _dims(ctx: RewriteContext, value: ir.Value) -> tuple[int | None, ...] | None
     return tuple(d if isinstance(d, int) else None for d in value.shape)
 
 
-def _matmul_fits(ctx: RewriteContext, base: _Base, branch: _Branch) -> Reject | None:
+def _matmul_fits(ctx: GraphView, base: _Base, branch: _Branch) -> Reject | None:
     """Why ``branch``'s product cannot be added to ``base``'s weight (None: it can)."""
     w, a, b = _dims(ctx, base.weight), _dims(ctx, branch.a), _dims(ctx, branch.b)
     if w is None or len(w) != 2 or None in w or a is None or b is None:
@@ -332,7 +331,7 @@ def _conv_layout(node: ir.Node, taps: int) -> tuple:
             auto_pad, node.attributes.get_int("group", 1) or 1)
 
 
-def _conv_fits(ctx: RewriteContext, base: _Base, branch: _Branch) -> Reject | None:
+def _conv_fits(ctx: GraphView, base: _Base, branch: _Branch) -> Reject | None:
     """Why ``branch``'s convolutions cannot be added to ``base``'s kernel (None: they can):
     A must convolve as the base does, B be a plain 1x1 convolution."""
     w, a, b = _dims(ctx, base.weight), _dims(ctx, branch.a), _dims(ctx, branch.b)
@@ -351,10 +350,11 @@ def _conv_fits(ctx: RewriteContext, base: _Base, branch: _Branch) -> Reject | No
     return None
 
 
-def _fits(ctx: RewriteContext, base: _Base, branch: _Branch) -> Reject | None:
-    """Why ``branch`` cannot merge into ``base`` (None: it can)."""
+def _fits(ctx: GraphView, base: _Base, branch: _Branch) -> Reject | ir.DataType:
+    """Why ``branch`` cannot merge into ``base``, or the one float type they share."""
     dtypes = {v.dtype for v in (base.x, base.weight, branch.a, branch.b, *branch.scales)}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in _FLOATS:
+    dtype = next(iter(dtypes))
+    if len(dtypes) != 1 or dtype is None or dtype not in _FLOATS:
         return Reject("the branch and its base are not of one float type")
     if dequantized(base.weight):
         return Reject("the base weight is quantized (a DequantizeLinear output): merging "
@@ -363,20 +363,47 @@ def _fits(ctx: RewriteContext, base: _Base, branch: _Branch) -> Reject | None:
         return Reject("a convolution and a product do not merge")
     if base.node.op_type == "Gemm" and base.node.attributes.get_float("alpha", 1.0) == 0.0:
         return Reject("the base Gemm's alpha is 0")
-    return _conv_fits(ctx, base, branch) if branch.conv else _matmul_fits(ctx, base, branch)
+    why = _conv_fits(ctx, base, branch) if branch.conv else _matmul_fits(ctx, base, branch)
+    return why if why is not None else dtype
+
+
+@dataclass(frozen=True)
+class _Scaled:
+    """A branch as it merges: the product of its Gemms' alphas and its constant scalings (in
+    float64 those stay values), and the scalings still to multiply."""
+
+    branch: _Branch
+    alpha: float
+    scales: tuple[ir.Value, ...]
+
+
+@dataclass(frozen=True)
+class _BaseMerge:
+    """A base and the branches it takes in: their float type, the base weight's dims."""
+
+    base: _Base
+    dtype: ir.DataType
+    dims: tuple[int | None, ...] | None
+    branches: list[_Scaled]
 
 
 @dataclass(frozen=True)
 class _Merge:
-    """One sum's rewrite: its terms and inner Adds, and the branches each base takes in."""
+    """One sum's rewrite: its terms and inner Adds, and what each base term takes in."""
 
     terms: list[ir.Value]
     inner: list[ir.Node]
-    merges: dict[ir.Value, list[_Branch]]  # base term -> its branches
-    bases: dict[ir.Value, _Base]
+    merges: dict[ir.Value, _BaseMerge]  # base term -> its branches
+
+    def gone(self) -> list[ir.Node]:
+        """The nodes the merged sum no longer needs: its inner Adds, the branches and the
+        bases (the rebuilt bases replace them)."""
+        return [*self.inner, *(node for merge in self.merges.values()
+                               for node in (*(n for s in merge.branches
+                                              for n in s.branch.nodes), merge.base.node))]
 
 
-def _plan(ctx: RewriteContext, add: ir.Node) -> _Merge | Reject | None:
+def _plan(ctx: GraphView, add: ir.Node) -> _Merge | Reject | None:
     """What merging the sum at ``add`` does; a Reject when it has a branch that cannot merge,
     None when it has none."""
     terms, inner = _terms(ctx, add)
@@ -386,7 +413,8 @@ def _plan(ctx: RewriteContext, add: ir.Node) -> _Merge | Reject | None:
     if not branches:
         return None
     bases = {t: b for t in terms if (b := _base(ctx, t)) is not None}
-    merges: dict[ir.Value, list[_Branch]] = {}
+    merges: dict[ir.Value, list[_Branch]] = {}  # base term -> its branches
+    merged_into: dict[ir.Value, tuple[_Base, ir.DataType]] = {}
     reason: Reject | None = None
     for branch in branches:
         reached = _reach(ctx, branch, list(bases.values()))
@@ -398,30 +426,35 @@ def _plan(ctx: RewriteContext, add: ir.Node) -> _Merge | Reject | None:
         if not any(ctx.is_runtime_constant(v) for v in (base.weight, branch.a, branch.b,
                                                         *branch.scales)):
             continue  # constants only: the fold's (bitwise) business, not a runtime fold's
-        why = _fits(ctx, base, branch)
-        if why is not None:
-            reason = reason or why
+        fit = _fits(ctx, base, branch)
+        if isinstance(fit, Reject):
+            reason = reason or fit
             continue
         merges.setdefault(base.node.outputs[0], []).append(branch)
+        merged_into[base.node.outputs[0]] = base, fit
     if not merges:
         return reason
-    return _Merge(terms, inner, merges, bases)
+    return _Merge(terms, inner, {term: _merged(ctx, *merged_into[term], branches)
+                                 for term, branches in merges.items()})
 
 
-def _mergeable(ctx: RewriteContext, add: ir.Node) -> bool | Reject:
+def _merged(ctx: GraphView, base: _Base, dtype: ir.DataType, branches: list[_Branch]
+            ) -> _BaseMerge:
+    """What ``base`` takes in: ``branches``, each with its scaling split."""
+    return _BaseMerge(base, dtype, _dims(ctx, base.weight),
+                      [_scale(ctx, branch, dtype) for branch in branches])
+
+
+def _mergeable(ctx: GraphView, add: ir.Node) -> bool | Match | Reject:
     if not ctx.settings.runtime_inputs or not _sum_root(ctx, add):
         return False
     plan = _plan(ctx, add)
-    return plan if isinstance(plan, Reject) else plan is not None
+    if plan is None or isinstance(plan, Reject):
+        return plan if isinstance(plan, Reject) else False
+    return Match(plan=plan, gone=plan.gone())
 
 
-# -- the rewrite ----------------------------------------------------------------------------
-
-def _int64s(ctx: RewriteContext, values: list[int], base: str) -> ir.Value:
-    return ctx.constant_value(np.array(values, np.int64), base)
-
-
-def _scale(ctx: RewriteContext, branch: _Branch, dtype: ir.DataType) -> tuple[float, list]:
+def _scale(ctx: GraphView, branch: _Branch, dtype: ir.DataType) -> _Scaled:
     """The branch's scaling as a Gemm alpha (its constants; float64 keeps them as values)
     and the values still to multiply."""
     alpha = branch.alpha
@@ -432,114 +465,89 @@ def _scale(ctx: RewriteContext, branch: _Branch, dtype: ir.DataType) -> tuple[fl
             alpha *= float(array.reshape(-1)[0])
         else:
             values.append(scale)
-    return alpha, values
+    return _Scaled(branch, alpha, tuple(values))
 
 
-def _factors(ctx: RewriteContext, base: _Base, branch: _Branch, before: ir.Node
+# -- the rewrite ----------------------------------------------------------------------------
+
+def _int64s(op: OpBuilder, values: list[int], base: str) -> ir.Value:
+    return op.constant(np.array(values, np.int64), base)
+
+
+def _factors(op: OpBuilder, base: _Base, branch: _Branch
              ) -> tuple[ir.Value, bool, ir.Value, bool]:
     """The Gemm operands (P, transA, Q, transB) whose product is the branch's delta in the
     layout of the base weight (for a Conv: its kernel flattened to [out, in * taps])."""
     if branch.conv:
-        rows = ctx.add_node("Reshape", [branch.b, _int64s(ctx, [0, -1], "lora_rows")], before,
-                            dtype=branch.b.dtype, base="lora_b_matrix")
-        taps = ctx.add_node("Reshape", [branch.a, _int64s(ctx, [0, -1], "lora_taps")], before,
-                            dtype=branch.a.dtype, base="lora_a_matrix")
+        rows = op.Reshape(branch.b, _int64s(op, [0, -1], "lora_rows"), _dtype=branch.b.dtype,
+                          _name="lora_b_matrix")
+        taps = op.Reshape(branch.a, _int64s(op, [0, -1], "lora_taps"), _dtype=branch.a.dtype,
+                          _name="lora_a_matrix")
         return rows, False, taps, False
     if base.transposed:  # (op(A) @ op(B))^T = op(B)^T @ op(A)^T
         return branch.b, not branch.b_transposed, branch.a, not branch.a_transposed
     return branch.a, branch.a_transposed, branch.b, branch.b_transposed
 
 
-def _delta(ctx: RewriteContext, base: _Base, branch: _Branch, weight: ir.Value,
-           before: ir.Node) -> ir.Value:
+def _delta(op: OpBuilder, merge: _BaseMerge, scaled: _Scaled, weight: ir.Value) -> ir.Value:
     """``weight`` plus the branch's scaled product, as nodes the runtime fold computes."""
-    dtype = weight.dtype
-    assert dtype is not None  # _fits: one float type
-    p, trans_p, q, trans_q = _factors(ctx, base, branch, before)
-    alpha, scales = _scale(ctx, branch, dtype)
+    base, branch, dtype = merge.base, scaled.branch, merge.dtype
+    p, trans_p, q, trans_q = _factors(op, base, branch)
     base_alpha = base.node.attributes.get_float("alpha", 1.0) \
         if base.node.op_type == "Gemm" else 1.0
-    alpha /= base_alpha  # the base Gemm multiplies the merged weight by its alpha again
-    for scale in scales:
-        p = ctx.add_node("Mul", [p, scale], before, dtype=dtype, base="lora_scaled")
-    w_shape = _dims(ctx, weight) or _dims(ctx, base.weight)
+    alpha = scaled.alpha / base_alpha  # the base Gemm multiplies the merged weight by its alpha
+    for scale in scaled.scales:
+        p = op.Mul(p, scale, _dtype=dtype, _name="lora_scaled")
+    w_shape = merge.dims
     flat = None
-    if branch.conv:
-        assert w_shape is not None  # _conv_fits: a static kernel
+    if branch.conv and w_shape is not None:  # _conv_fits: a static kernel
         out_channels = int(w_shape[0] or 0)
         flat = [out_channels, int(np.prod([d or 0 for d in w_shape[1:]]))]
-        weight = ctx.add_node("Reshape", [weight, _int64s(ctx, flat, "kernel_rows")], before,
-                              dtype=dtype, shape=ir.Shape(flat), base="kernel_matrix")
-    gemm = [ir.AttrFloat32("alpha", alpha), ir.AttrInt64("transA", int(trans_p)),
-            ir.AttrInt64("transB", int(trans_q))]
+        weight = op.Reshape(weight, _int64s(op, flat, "kernel_rows"), _dtype=dtype,
+                            _shape=ir.Shape(flat), _name="kernel_matrix")
+    gemm = {"alpha": alpha, "transA": int(trans_p), "transB": int(trans_q)}
     if dtype in _HALF:  # the product in float32, rounded once, then added
-        wide = [ctx.add_node("Cast", [v], before, attributes=[ir.AttrInt64("to", 1)],
-                             dtype=ir.DataType.FLOAT, base="lora_float") for v in (p, q)]
-        product = ctx.add_node("Gemm", wide, before, attributes=gemm,
-                               dtype=ir.DataType.FLOAT, base="lora_delta")
-        narrow = ctx.add_node("Cast", [product], before,
-                              attributes=[ir.AttrInt64("to", dtype.value)], dtype=dtype,
-                              base="lora_delta")
-        merged = ctx.add_node("Add", [weight, narrow], before, dtype=dtype,
-                              shape=weight.shape, base="merged_weight")
+        wide = [op.Cast(v, to=1, _dtype=ir.DataType.FLOAT, _name="lora_float") for v in (p, q)]
+        product = op.Gemm(*wide, **gemm, _dtype=ir.DataType.FLOAT, _name="lora_delta")
+        narrow = op.Cast(product, to=dtype.value, _dtype=dtype, _name="lora_delta")
+        merged = op.Add(weight, narrow, _dtype=dtype, _shape=weight.shape, _name="merged_weight")
     else:
-        merged = ctx.add_node("Gemm", [p, q, weight], before, attributes=gemm, dtype=dtype,
-                              shape=weight.shape, base="merged_weight")
-    if flat is not None:
-        assert w_shape is not None
-        merged = ctx.add_node("Reshape", [merged, _int64s(ctx, [int(d or 0) for d in w_shape],
-                                                            "kernel_shape")],
-                              before, dtype=dtype, shape=ir.Shape(w_shape), base="merged_kernel")
+        merged = op.Gemm(p, q, weight, **gemm, _dtype=dtype, _shape=weight.shape,
+                         _name="merged_weight")
+    if flat is not None and w_shape is not None:
+        merged = op.Reshape(merged, _int64s(op, [int(d or 0) for d in w_shape], "kernel_shape"),
+                            _dtype=dtype, _shape=ir.Shape(w_shape), _name="merged_kernel")
     return merged
 
 
-def _rebuilt_base(ctx: RewriteContext, base: _Base, weight: ir.Value, before: ir.Node
-                  ) -> ir.Value:
+def _rebuilt_base(op: OpBuilder, base: _Base, weight: ir.Value) -> ir.Value:
     """The base node again, reading ``weight``."""
     inputs = list(base.node.inputs)
     inputs[1] = weight
     out = base.node.outputs[0]
-    return ctx.add_node(base.node.op_type, inputs, before,
-                        attributes=list(base.node.attributes.values()), dtype=out.dtype,
-                        shape=out.shape, base=out.name or "merged_product")
-
-
-def _removed(ctx: RewriteContext, nodes: list[ir.Node]) -> None:
-    """Remove ``nodes`` (readers before what they read) where nothing reads them any more."""
-    order = {node: i for i, node in enumerate(ctx.graph)}
-    for node in sorted(set(nodes), key=lambda n: -order.get(n, -1)):
-        if node.graph is ctx.graph:
-            ctx.remove_if_unused(node)
+    return op.node(base.node.op_type, *inputs, _dtype=out.dtype, _shape=out.shape,
+                   _name=out.name or "merged_product", _attributes=base.node.attributes)
 
 
 def _leaves(plan: _Merge) -> Iterator[ir.Value]:
-    merged = {b.term for branches in plan.merges.values() for b in branches}
+    merged = {s.branch.term for merge in plan.merges.values() for s in merge.branches}
     return (t for t in plan.terms if t not in merged)
 
 
-@pattern(P("Add", Var("left"), Var("right"), name="add"),
-         check=lambda ctx, left, right, add: _mergeable(ctx, add),
+@pattern(P("Add", Var("left"), Var("right"), name="add"), check=_mergeable,
          name="merge_low_rank_branches")
-def merge_low_rank_branches(ctx: RewriteContext, left: ir.Value, right: ir.Value,
-                            add: ir.Node) -> None:
+def merge_low_rank_branches(op: OpBuilder, add: ir.Node, plan: _Merge) -> ir.Value:
     """x @ W + s * (x @ A) @ B [+ ...] -> x @ (W + s * A @ B) [+ ...]."""
-    plan = _plan(ctx, add)
-    assert isinstance(plan, _Merge)
     replaced: dict[ir.Value, ir.Value] = {}
-    gone: list[ir.Node] = [*plan.inner]
-    for term, branches in plan.merges.items():
-        base = plan.bases[term]
-        weight = base.weight
-        for branch in branches:
-            weight = _delta(ctx, base, branch, weight, add)
-            gone.extend(branch.nodes)
-        replaced[term] = _rebuilt_base(ctx, base, weight, add)
-        gone.append(base.node)
+    for term, merge in plan.merges.items():
+        weight = merge.base.weight
+        for scaled in merge.branches:
+            weight = _delta(op, merge, scaled, weight)
+        replaced[term] = _rebuilt_base(op, merge.base, weight)
     out = add.outputs[0]
     values = [replaced.get(t, t) for t in _leaves(plan)]
     total = values[0]
     for i, value in enumerate(values[1:], start=2):
-        total = ctx.add_node("Add", [total, value], add, dtype=out.dtype,
-                             shape=out.shape if i == len(values) else None, base="sum")
-    ctx.replace_node(add, total)
-    _removed(ctx, gone)
+        total = op.Add(total, value, _dtype=out.dtype,
+                       _shape=out.shape if i == len(values) else None, _name="sum")
+    return total

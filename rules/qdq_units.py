@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
-from onnxfold.declare.patterns import Check, Reject, RewriteContext
+from onnxfold.declare import Check, GraphView, Reject, Verdict
 
 QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")  # com.microsoft: onnxruntime's contrib Q/DQ
 # onnxruntime's QDQPropagationTransformer (CanNodePropagate), and Identity, which it removes
@@ -100,7 +100,7 @@ def outside_qdq_units(check: Check, *names: str) -> Check:
     """``check``, declining where a captured node of ``names`` is in a QDQ node unit (that
     reason before ``check``'s own); one line for a rule:
     ``check=outside_qdq_units(_fits, "layer", "op")``."""
-    def guarded(ctx: RewriteContext, **captures: object) -> bool | Reject:
+    def guarded(ctx: GraphView, **captures: object) -> Verdict:
         verdict = check(ctx, **captures)
         if verdict is False:
             return False  # no match worth a reason (it all folds)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxfold.declare.registry import Decline, folder
+from onnxfold.declare import Decline, folder
 from onnxfold.ir.dtypes import np_dtype
 
 _QTYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))

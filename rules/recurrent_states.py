@@ -24,8 +24,16 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import nonnegative
-from onnxfold.declare.patterns import P, Reject, RewriteContext, pattern
+from onnxfold.declare import (
+    GraphView,
+    Match,
+    OpBuilder,
+    P,
+    Reject,
+    Replacement,
+    nonnegative,
+    pattern,
+)
 from onnxfold.ir.graph import is_default_op, tensor_of
 
 STATES = {"GRU": (5,), "LSTM": (5, 6)}  # initial_h (and initial_c): optional inputs
@@ -37,12 +45,12 @@ def _plus_zeros(array: np.ndarray) -> bool:
     return array.dtype.kind == "f" and not array.any() and not np.signbit(array).any()
 
 
-def _never_negative(ctx: RewriteContext, shape: ir.Value | None) -> bool:
+def _never_negative(ctx: GraphView, shape: ir.Value | None) -> bool:
     known = ctx.shape_value(shape) if shape is not None else None
     return known is not None and not known.scalar and all(nonnegative(e) for e in known.elements)
 
 
-def _filled(ctx: RewriteContext, node: ir.Node) -> bool:
+def _filled(ctx: GraphView, node: ir.Node) -> bool:
     """Whether ``node`` fills its output with +0.0 and cannot fail for its shape."""
     if node.op_type == "ConstantOfShape":
         attr = node.attributes.get("value")
@@ -55,7 +63,7 @@ def _filled(ctx: RewriteContext, node: ir.Node) -> bool:
     return False
 
 
-def all_plus_zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
+def all_plus_zero(ctx: GraphView, value: ir.Value | None) -> bool:
     """Whether every element of ``value`` is +0.0, whatever the dynamic dims."""
     for _ in range(MAX_HOPS):
         if value is None:
@@ -77,7 +85,7 @@ def all_plus_zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
     return False
 
 
-def _hidden_size(ctx: RewriteContext, node: ir.Node) -> int | None:
+def _hidden_size(ctx: GraphView, node: ir.Node) -> int | None:
     given = node.attributes.get_int("hidden_size")
     if given is not None:
         return given
@@ -85,7 +93,7 @@ def _hidden_size(ctx: RewriteContext, node: ir.Node) -> int | None:
     return r[2] if r is not None and len(r) == 3 else None
 
 
-def _default_shaped(ctx: RewriteContext, node: ir.Node, state: ir.Value) -> bool:
+def _default_shaped(ctx: GraphView, node: ir.Node, state: ir.Value) -> bool:
     """Whether ``state`` has the shape the op demands of it, for every dynamic dim."""
     x = node.inputs[0]
     if x is None or state.shape is None or len(state.shape) != 3:
@@ -97,7 +105,7 @@ def _default_shaped(ctx: RewriteContext, node: ir.Node, state: ir.Value) -> bool
         ctx.dim(state, 1) == batch and ctx.dim(state, 2) == _hidden_size(ctx, node)
 
 
-def _zero_states(ctx: RewriteContext, node: ir.Node) -> list[int] | Reject:
+def _zero_states(ctx: GraphView, node: ir.Node) -> list[int] | Reject:
     """The positions of ``node``'s initial states that are +0.0 of the default shape."""
     found = []
     for i in STATES[node.op_type]:
@@ -110,20 +118,20 @@ def _zero_states(ctx: RewriteContext, node: ir.Node) -> list[int] | Reject:
     return found
 
 
-def _has_zero_states(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
+def _has_zero_states(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
     if not is_default_op(node) or len(node.inputs) <= min(STATES[node.op_type]) or \
             node.attributes.get_int("layout", 0) != 0:
         return False
     found = _zero_states(ctx, node)
-    return found if isinstance(found, Reject) else bool(found)
+    if isinstance(found, Reject):
+        return found
+    return Match(zero=found) if found else False
 
 
 @pattern(P(tuple(STATES), name="node"), check=_has_zero_states)
-def drop_zero_initial_state(ctx: RewriteContext, node: ir.Node) -> None:
+def drop_zero_initial_state(op: OpBuilder, node: ir.Node, zero: list[int]) -> Replacement:
     """GRU(x, W, R, B, lens, zeros) -> GRU(x, W, R, B, lens): the state it starts from."""
-    found = _zero_states(ctx, node)
-    assert isinstance(found, list)
-    for i in found:
-        node.replace_input_with(i, None)
-    used = [i for i, v in enumerate(node.inputs) if v is not None]
-    node.resize_inputs(used[-1] + 1)
+    inputs = [None if i in zero else v for i, v in enumerate(node.inputs)]
+    while inputs[-1] is None:  # input 0, the data, is given
+        inputs.pop()
+    return Replacement(inputs={node: inputs})

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxfold.declare.registry import Decline, folder
+from onnxfold.declare import Decline, folder
 
 _HALF = ("float16", "bfloat16")
 Reducer = Callable[[np.ndarray, tuple[int, ...], int], np.ndarray]  # (x, axes, keepdims)

@@ -17,8 +17,8 @@ from typing import cast
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
-from onnxfold.ir.graph import subgraphs, tensor_of
+from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Replacement, Var, pattern
+from onnxfold.ir.graph import tensor_of
 
 from .op_groups import BROADCASTING, POINTWISE_UNARY
 
@@ -34,8 +34,9 @@ def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
         return None
 
 
-def _expanding_input(node: ir.Node, ctx: RewriteContext) -> int | None:
-    """Index of the one input produced by a constant Expand/Tile, all others constant."""
+def _expanding_input(node: ir.Node, ctx: GraphView) -> tuple[int, ir.Node] | None:
+    """The index and the producer of the one input produced by a constant Expand/Tile, all
+    others constant."""
     found = None
     for i, v in enumerate(node.inputs):
         if v is None:
@@ -44,22 +45,19 @@ def _expanding_input(node: ir.Node, ctx: RewriteContext) -> int | None:
         if producer is not None and producer.op_type in EXPANDING and ctx.single_use(v):
             if found is not None:
                 return None
-            found = i
+            found = i, producer
         elif not ctx.is_constant(v):
             return None
     return found
 
 
-def _postponable(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
+def _postponable(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
     if len(node.outputs) != 1:
         return False
-    i = _expanding_input(node, ctx)
-    if i is None:
+    expanding = _expanding_input(node, ctx)
+    if expanding is None:
         return False
-    expanded = node.inputs[i]
-    assert expanded is not None  # _expanding_input picks an input made by Expand/Tile
-    expand = expanded.producer()
-    assert expand is not None
+    i, expand = expanding
     small, spec = expand.inputs[0], expand.inputs[1]
     if not (ctx.is_constant(small) and ctx.is_constant(spec)):
         return False
@@ -70,8 +68,8 @@ def _postponable(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
     if small_shape is None or spec_value is None or any(s is None for s in other_shapes):
         return Reject("shapes not statically known")
     known = cast("list[tuple[int, ...]]", other_shapes)  # no None: checked just above
+    inner = _broadcast(small_shape, *known)
     if expand.op_type == "Expand":
-        inner = _broadcast(small_shape, *known)
         big = _broadcast(small_shape, tuple(int(d) for d in spec_value))
         before = _broadcast(big, *known) if big is not None else None
         after = _broadcast(inner, tuple(int(d) for d in spec_value)) \
@@ -80,35 +78,23 @@ def _postponable(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
             return Reject("the broadcast result would change")
     elif any(int(np.prod(s)) != 1 or len(s) > len(small_shape) for s in known):
         return Reject("Tile with a non-scalar operand")  # only operands equal on every tile
-    return True
+    return Match(i=i, expand=expand, inner=inner)
 
 
 @pattern(P(ELEMENTWISE, name="node"), check=_postponable, name="postpone_expand")
-def postpone_expand(ctx: RewriteContext, node: ir.Node) -> None:
+def postpone_expand(op: OpBuilder, node: ir.Node, i: int, expand: ir.Node,
+                    inner: tuple[int, ...] | None) -> ir.Value:
     """f(Expand(c, s), k) -> Expand(f(c, k), s), f(Tile(c, r), k) -> Tile(f(c, k), r)."""
-    i = _expanding_input(node, ctx)
-    assert i is not None
-    expanded = node.inputs[i]
-    assert expanded is not None  # _expanding_input picks an input made by Expand/Tile
-    expand = expanded.producer()
-    assert expand is not None
     small, spec = expand.inputs[0], expand.inputs[1]
-    others = [v for j, v in enumerate(node.inputs) if j != i and v is not None]
-    # every shape is known: _postponable checked them
-    inner = _broadcast(*cast("list[tuple[int, ...]]", [ctx.shape(v) for v in [small, *others]]))
-    out = node.outputs[0]
     # a known inner shape lets the next op of a chain be postponed in the same sweep
-    small_result = ctx.add_node(
-        node.op_type, [small if j == i else v for j, v in enumerate(node.inputs)], node,
-        attributes=node.attributes.values(), domain=node.domain, dtype=out.dtype,
-        shape=ir.Shape(inner) if inner is not None else None, base=out.name)
-    ctx.replace_node(node, ctx.add_node(expand.op_type, [small_result, spec], node,
-                                        dtype=out.dtype, shape=out.shape, base=out.name))
-    if not expanded.uses():
-        ctx.graph.remove(expand, safe=True)
+    small_result = op.node(
+        node.op_type, *(small if j == i else v for j, v in enumerate(node.inputs)),
+        _domain=node.domain, _dtype=node.outputs[0].dtype,
+        _shape=ir.Shape(inner) if inner is not None else None, _attributes=node.attributes)
+    return op.node(expand.op_type, small_result, spec)
 
 
-def _feeds_a_foldable_elementwise(ctx: RewriteContext, node: ir.Node, shape: ir.Value) -> bool:
+def _feeds_a_foldable_elementwise(ctx: GraphView, node: ir.Node, shape: ir.Value) -> bool:
     out = node.outputs[0]
     if not ctx.single_use(out) or not ctx.is_constant(shape):
         return False
@@ -120,109 +106,53 @@ def _feeds_a_foldable_elementwise(ctx: RewriteContext, node: ir.Node, shape: ir.
 
 @pattern(P("ConstantOfShape", Var("shape"), name="node"), check=_feeds_a_foldable_elementwise,
          name="constant_of_shape_as_expand")
-def constant_of_shape_as_expand(ctx: RewriteContext, node: ir.Node, shape: ir.Value) -> None:
+def constant_of_shape_as_expand(op: OpBuilder, node: ir.Node, shape: ir.Value) -> ir.Value:
     """ConstantOfShape(s) feeding elementwise ops -> Expand(scalar, s), to postpone it."""
-    out = node.outputs[0]
     attr = node.attributes.get("value")
-    scalar = tensor_of(attr).numpy().reshape(()) if attr is not None else np.float32(0)
-    value = ctx.constant_value(np.asarray(scalar), "constant_of_shape_value")
-    ctx.replace_node(node, ctx.add_node(
-        "Expand", [value, shape], node, shape=out.shape, base=out.name,
-        dtype=ir.DataType.from_numpy(np.asarray(scalar).dtype)))
+    scalar = np.asarray(tensor_of(attr).numpy().reshape(()) if attr is not None
+                        else np.float32(0))
+    value = op.constant(scalar, "constant_of_shape_value")
+    return op.Expand(value, shape, _dtype=ir.DataType.from_numpy(scalar.dtype))
 
 
-def _detach(graph: ir.Graph) -> None:
-    """Make a discarded graph stop using outer values, so that they can be removed."""
-    for inner in graph:
-        for sub in subgraphs(inner):
-            _detach(sub)
-        for i in range(len(inner.inputs)):
-            inner.replace_input_with(i, None)
-    graph.outputs.clear()
-
-
-def _taken_branch(ctx: RewriteContext, node: ir.Node) -> str | None:
-    cond = ctx.array(node.inputs[0])
-    if cond is None or cond.size != 1:
-        return None
-    return "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
-
-
-def _condition_known(ctx: RewriteContext, node: ir.Node, cond: ir.Value) -> bool | Reject:
+def _condition_known(ctx: GraphView, node: ir.Node, cond: ir.Value) -> bool | Match | Reject:
     array = ctx.array(cond)
     if array is None:
         return False  # not constant, or not folded yet: the fold pass then the next round
     if array.size != 1:
         return Reject("condition is not a single value")
-    taken = _taken_branch(ctx, node)
-    assert taken is not None  # the condition is a known single value
+    taken = "then_branch" if bool(array.reshape(-1)[0]) else "else_branch"
     if taken not in node.attributes or \
             len(node.attributes[taken].as_graph().outputs) != len(node.outputs):
         return Reject("branch output count differs")
-    return True
+    return Match(branch=node.attributes[taken].as_graph())
 
 
 @pattern(P("If", Var("cond"), name="node"), check=_condition_known, name="inline_constant_if")
-def inline_constant_if(ctx: RewriteContext, node: ir.Node, cond: ir.Value) -> None:
-    """If(c) with a constant condition becomes the nodes of the branch it takes."""
-    taken = _taken_branch(ctx, node)
-    assert taken is not None
-    dropped = "else_branch" if taken == "then_branch" else "then_branch"
-    graph = node.attributes[taken].as_graph()
-    if dropped in node.attributes:
-        _detach(node.attributes[dropped].as_graph())
-    results = list(graph.outputs)
-    graph.outputs.clear()  # a value that is an output of the branch cannot move to another graph
-    for value in list(graph.initializers.values()):
-        assert value.name is not None  # initializers are named
-        graph.initializers.pop(value.name)
-        value.name = ctx.fresh_name(value.name)
-        ctx.graph.register_initializer(value)
-    for inner in list(graph):
-        graph.remove(inner)
-        ctx.graph.insert_before(node, inner)
-    for old, new in zip(node.outputs, results):
-        if old in ctx.graph.outputs and (new in ctx.graph.outputs or not ctx.produced_here(new)):
-            ident = ir.Node("", "Identity", [new], name=ctx.fresh_name("Identity"))
-            ident.outputs[0].name = ctx.fresh_name(old.name or "branch")
-            ctx.graph.insert_before(node, ident)
-            new = ident.outputs[0]
-        ctx.replace_output(old, new)
-    ctx.graph.remove(node, safe=True)
+def inline_constant_if(op: OpBuilder, branch: ir.Graph) -> tuple[ir.Value, ...]:
+    """If(c) with a constant condition becomes the nodes of the branch it takes (the other
+    branch goes with the If)."""
+    return op.inline(branch)
 
 
-def _composed_perm(first: ir.Node, second: ir.Node) -> list[int] | None:
-    p1, p2 = first.attributes.get("perm"), second.attributes.get("perm")
-    return None if p1 is None or p2 is None else [p1.as_ints()[i] for i in p2.as_ints()]
-
-
-def _perms_known(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node
-                 ) -> bool | Reject:
-    perm = _composed_perm(first, second)
-    if perm is None:
+def _composed(ctx: GraphView, second: ir.Node, p1: tuple[int, ...] | None,
+              p2: tuple[int, ...] | None) -> Match | Reject:
+    if p1 is None or p2 is None:
         return Reject("perm not given")
-    if perm == sorted(perm) and second.outputs[0] in ctx.graph.outputs:
+    perm = [p1[i] for i in p2]
+    if perm == sorted(perm) and ctx.is_graph_output(second.outputs[0]):
         return Reject("identity result is a graph output")
-    return True
+    return Match(perm=perm)
 
 
-@pattern(P("Transpose", P("Transpose", Var("x"), name="first"), name="second"),
-         check=_perms_known)
-def merge_transposes(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node) -> None:
+@pattern(P("Transpose", P("Transpose", Var("x"), name="first", perm=Var("p1")), name="second",
+           perm=Var("p2")), check=_composed)
+def merge_transposes(op: OpBuilder, x: ir.Value, perm: list[int]) -> ir.Value:
     """Transpose(Transpose(x, p1), p2) -> Transpose(x, p1[p2]) (or x itself)."""
-    perm = _composed_perm(first, second)
-    assert perm is not None  # _perms_known checked it
-    out = second.outputs[0]
-    if perm == sorted(perm):
-        ctx.replace_node(second, x)
-    else:
-        ctx.replace_node(second, ctx.add_node(
-            "Transpose", [x], second, attributes=[ir.AttrInt64s("perm", perm)],
-            dtype=out.dtype, shape=out.shape, base=out.name))
-    ctx.remove_if_unused(first)
+    return x if perm == sorted(perm) else op.Transpose(x, perm=perm)
 
 
-def _squeezed_axes(ctx: RewriteContext, node: ir.Node) -> list[int] | None:
+def _squeezed_axes(ctx: GraphView, node: ir.Node) -> list[int] | None:
     """The axes a Squeeze or Unsqueeze names (input 1 from opset 13 on, else the attribute),
     as given; None where they are not constant (or not given: a Squeeze of every 1)."""
     if len(node.inputs) > 1 and node.inputs[1] is not None:
@@ -234,7 +164,7 @@ def _squeezed_axes(ctx: RewriteContext, node: ir.Node) -> list[int] | None:
     return None if given is None else list(given)
 
 
-def _moves_elements(ctx: RewriteContext, first: ir.Node, x: ir.Value) -> Reject | None:
+def _moves_elements(ctx: GraphView, first: ir.Node, x: ir.Value) -> Reject | None:
     """Why ``first`` (Reshape, Squeeze, Unsqueeze, Flatten, Transpose) may not give ``x``'s
     elements in their order whenever it runs, or run wherever a Reshape of ``x`` to the same
     count does; None if it does: a Squeeze only of axes provably 1 (else it fails where the
@@ -260,11 +190,11 @@ def _moves_elements(ctx: RewriteContext, first: ir.Node, x: ir.Value) -> Reject 
     return None
 
 
-def _target_reading_x(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
-                   target: ir.Value) -> np.ndarray | Reject:
-    """The target of ``second`` reading ``x`` itself: a 0 (copy) entry where ``first``'s
-    output has a static dim there is that dim, and stays a 0 only where that dim is provably
-    ``x``'s own."""
+def _target_reading_x(ctx: GraphView, x: ir.Value, first: ir.Node, second: ir.Node,
+                      target: ir.Value) -> Match | Reject:
+    """The target of ``second`` reading ``x`` itself (``merged``), and the one it reads now
+    (``given``): a 0 (copy) entry where ``first``'s output has a static dim there is that
+    dim, and stays a 0 only where that dim is provably ``x``'s own."""
     shape = ctx.array(target)
     if shape is None or shape.dtype.kind not in "iu" or shape.ndim != 1:
         return Reject("target shape not constant")
@@ -272,7 +202,7 @@ def _target_reading_x(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: 
     if moves is not None:
         return moves
     if second.attributes.get_int("allowzero", 0) or not (shape == 0).any():
-        return shape
+        return Match(merged=shape, given=shape)
     merged = shape.copy()
     for i in np.flatnonzero(shape == 0).tolist():
         copied = ctx.dim(first.outputs[0], i)
@@ -280,35 +210,25 @@ def _target_reading_x(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: 
             merged[i] = copied
         elif copied is None or copied != ctx.dim(x, i):
             return Reject("target shape copies dimensions (0 entries)")
-    return merged
-
-
-def _mergeable(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
-               target: ir.Value) -> bool | Reject:
-    found = _target_reading_x(ctx, x, first, second, target)
-    return found if isinstance(found, Reject) else True
+    return Match(merged=merged, given=shape)
 
 
 @pattern(P("Reshape", P((*RESHAPING, "Transpose"), Var("x"), ..., name="first"),
-           Var("target"), ..., name="second"), check=_mergeable)
-def merge_reshapes(ctx: RewriteContext, x: ir.Value, first: ir.Node, second: ir.Node,
-                   target: ir.Value) -> None:
+           Var("target"), ..., name="second"), check=_target_reading_x)
+def merge_reshapes(op: OpBuilder, x: ir.Value, second: ir.Node, target: ir.Value,
+                   merged: np.ndarray, given: np.ndarray) -> Replacement:
     """Reshape(f(x), s) -> Reshape(x, s) for f a Reshape, Squeeze, Unsqueeze, Flatten or a
     Transpose of axes of size 1 (none moves an element): the torch exporters'
     ``Reshape(Squeeze(Shape(x)[0:1]), [-1])`` is then ``Shape(x)[0:1]`` (``drop_noop``); a
     GRU's ``Reshape(Transpose([S, 2, 1, H], [0, 2, 1, 3]), [0, 0, -1])`` is ``Reshape(x,
     [0, 1, -1])``."""
-    merged = _target_reading_x(ctx, x, first, second, target)
-    assert isinstance(merged, np.ndarray)
-    second.replace_input_with(0, x)
-    shape = ctx.array(target)
-    if shape is not None and not np.array_equal(merged, shape):
-        second.replace_input_with(1, ctx.constant_value(merged.astype(shape.dtype), "shape"))
-    ctx.remove_if_unused(first)
+    if not np.array_equal(merged, given):
+        target = op.constant(merged.astype(given.dtype), "shape")
+    return Replacement(inputs={second: [x, target, *second.inputs[2:]]})
 
 
-def _reshaped_again(ctx: RewriteContext, first: ir.Node, second: ir.Node,
-                    target: ir.Value) -> list[int] | Reject:
+def _reshaped_again(ctx: GraphView, first: ir.Node, second: ir.Node,
+                    target: ir.Value) -> Match | Reject:
     """The constant target of one Reshape doing ``second`` (Squeeze or Unsqueeze) after
     ``first`` (a Reshape to ``target``)."""
     shape = ctx.array(target)
@@ -334,34 +254,22 @@ def _reshaped_again(ctx: RewriteContext, first: ir.Node, second: ir.Node,
     allowzero = first.attributes.get_int("allowzero", 0)
     if not allowzero and any(d == 0 and i != j for j, (i, d) in enumerate(places)):
         return Reject("a 0 (copy) entry would copy another dim")
-    return [d for _, d in places]
-
-
-def _merged_target(ctx: RewriteContext, x: ir.Value, target: ir.Value, first: ir.Node,
-                   second: ir.Node) -> bool | Reject:
-    found = _reshaped_again(ctx, first, second, target)
-    return found if isinstance(found, Reject) else True
+    return Match(dims=[d for _, d in places])
 
 
 @pattern(P(("Unsqueeze", "Squeeze"), P("Reshape", Var("x"), Var("target"), name="first",
                                        single_use=True), ..., name="second"),
-         check=_merged_target)
-def reshape_then_unsqueeze(ctx: RewriteContext, x: ir.Value, target: ir.Value,
-                           first: ir.Node, second: ir.Node) -> None:
+         check=_reshaped_again)
+def reshape_then_unsqueeze(op: OpBuilder, x: ir.Value, first: ir.Node, dims: list[int]
+                           ) -> ir.Value:
     """Unsqueeze(Reshape(x, [-1, 32]), [1]) -> Reshape(x, [-1, 1, 32]); Squeeze(Reshape(x,
     [-1, 1, 32]), [1]) -> Reshape(x, [-1, 32]): a Squeeze or Unsqueeze moves no element, so
     one Reshape to the final shape does both (a 0 entry only where it copies the same dim)."""
-    found = _reshaped_again(ctx, first, second, target)
-    assert isinstance(found, list)
-    out = second.outputs[0]
-    ctx.replace_node(second, ctx.add_node(
-        "Reshape", [x, ctx.constant_value(np.asarray(found, np.int64), "shape")], second,
-        attributes=[a for a in first.attributes.values() if a.name == "allowzero"],
-        dtype=out.dtype, shape=out.shape, base=out.name))
-    ctx.remove_if_unused(first)
+    allowzero = {a.name: a for a in first.attributes.values() if a.name == "allowzero"}
+    return op.Reshape(x, op.constant(np.asarray(dims, np.int64), "shape"), **allowzero)
 
 
-def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
+def _is_noop(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
     out = node.outputs[0]
     if ctx.is_constant(src):
         return False  # constants fold anyway
@@ -386,11 +294,11 @@ def _is_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
     if not noop:
         return False
     # a graph output must stay computed by a node of this graph, and not be returned twice
-    return out not in ctx.graph.outputs or (
-        ctx.produced_here(src) and src not in ctx.graph.outputs)
+    return not ctx.is_graph_output(out) or (
+        ctx.produced_here(src) and not ctx.is_graph_output(src))
 
 
-def _reshapes_to_its_own_shape(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> bool:
+def _reshapes_to_its_own_shape(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
     """Reshape(x, t) where t is, element by element, x's own dims (``Shape(x)`` rebuilt), one
     of them maybe -1."""
     if len(node.inputs) < 2 or node.inputs[1] is None or src.shape is None:
@@ -407,65 +315,62 @@ def _reshapes_to_its_own_shape(ctx: RewriteContext, node: ir.Node, src: ir.Value
 
 @pattern(P(("Cast", "Reshape", "Expand", "Pad", "Transpose"), Var("src"), ..., name="node"),
          check=_is_noop)
-def drop_noop(ctx: RewriteContext, node: ir.Node, src: ir.Value) -> None:
+def drop_noop(op: OpBuilder, src: ir.Value) -> ir.Value:
     """Cast to the same type, Reshape/Expand to the same static shape, Pad by zeros, Transpose
     by the identity permutation."""
-    ctx.replace_output(node.outputs[0], src)
-    ctx.graph.remove(node, safe=True)
+    return src
 
 
-def _narrow_constant(ctx: RewriteContext, transpose: ir.Node, widen: ir.Node, narrow: ir.Value
-                     ) -> bool | Reject:
-    if not ctx.is_constant(narrow) or ctx.shape(narrow) is None:
+def _narrow_constant(ctx: GraphView, widen: ir.Node, narrow: ir.Value,
+                     perm: tuple[int, ...] | None) -> bool | Match | Reject:
+    shape = ctx.shape(narrow)
+    if not ctx.is_constant(narrow) or shape is None:
         return False
+    scale_shape = None
     if widen.op_type == "DequantizeLinear":
         if widen.attributes.get("block_size") is not None and \
                 widen.attributes["block_size"].as_int() != 0:
             return Reject("blocked dequantization")
-        if ctx.shape(widen.inputs[1]) is None:
+        scale_shape = ctx.shape(widen.inputs[1])
+        if scale_shape is None:
             return Reject("scale shape not known")
-    return True
+    order = list(perm) if perm is not None else list(range(len(shape)))[::-1]
+    per_axis = scale_shape is not None and int(np.prod(scale_shape)) > 1
+    return Match(order=order, shape=shape, per_axis=per_axis)
 
 
 @pattern(P("Transpose", P(("Cast", "DequantizeLinear"), Var("narrow"), ..., name="widen",
-                          single_use=True), name="transpose"), check=_narrow_constant)
-def transpose_before_widening(ctx: RewriteContext, transpose: ir.Node, widen: ir.Node,
-                              narrow: ir.Value) -> None:
+                          single_use=True), name="transpose", perm=Var("perm")),
+         check=_narrow_constant)
+def transpose_before_widening(op: OpBuilder, widen: ir.Node, narrow: ir.Value,
+                              order: list[int], shape: tuple[int, ...], per_axis: bool
+                              ) -> ir.Value:
     """Transpose(Cast(c)) -> Cast(Transpose(c)); Transpose(DequantizeLinear(q, s, z)) ->
     DequantizeLinear(Transpose(q), s, z) with the axis moved: for constant ``c``/``q`` the
     transpose then folds in the narrow dtype, while the widening op may stay (size policy)."""
-    shape = ctx.shape(narrow)
-    assert shape is not None
-    perm_attr = transpose.attributes.get("perm")
-    perm = list(perm_attr.as_ints()) if perm_attr is not None else \
-        list(range(len(shape)))[::-1]
-    attributes = [a for a in widen.attributes.values() if a.name != "axis"]
-    scale_shape = ctx.shape(widen.inputs[1]) if widen.op_type == "DequantizeLinear" else None
-    if scale_shape is not None and int(np.prod(scale_shape)) > 1:
+    attributes: dict[str, ir.Attr | int] = {
+        a.name: a for a in widen.attributes.values() if a.name != "axis"}
+    if per_axis:
         axis = widen.attributes["axis"].as_int() if "axis" in widen.attributes else 1
-        attributes.append(ir.AttrInt64("axis", perm.index(axis % len(shape))))
-    moved = ctx.add_node("Transpose", [narrow], transpose,
-                         attributes=[ir.AttrInt64s("perm", perm)], dtype=narrow.dtype,
-                         shape=ir.Shape([shape[p] for p in perm]), base=narrow.name)
-    out = transpose.outputs[0]
-    ctx.replace_node(transpose, ctx.add_node(
-        widen.op_type, [moved, *widen.inputs[1:]], transpose, attributes=attributes,
-        domain=widen.domain, dtype=out.dtype, shape=out.shape, base=out.name))
-    ctx.remove_if_unused(widen)
+        attributes["axis"] = order.index(axis % len(shape))
+    moved = op.Transpose(narrow, perm=order, _dtype=narrow.dtype,
+                         _shape=ir.Shape([shape[p] for p in order]),
+                         _name=narrow.name or "Transpose")
+    return op.node(widen.op_type, moved, *widen.inputs[1:], _domain=widen.domain,
+                   _attributes=attributes)
 
 
-def _like_dtype_known(ctx: RewriteContext, node: ir.Node, x: ir.Value, like: ir.Value) -> bool:
-    return like.dtype is not None and like.dtype != ir.DataType.STRING
+def _like_dtype_known(ctx: GraphView, like: ir.Value) -> bool | Match:
+    if like.dtype is None or like.dtype == ir.DataType.STRING:
+        return False
+    return Match(dtype=like.dtype)
 
 
 @pattern(P("CastLike", Var("x", const=True), Var("like"), name="node"), check=_like_dtype_known)
-def cast_like_of_a_constant(ctx: RewriteContext, node: ir.Node, x: ir.Value,
-                            like: ir.Value) -> None:
+def cast_like_of_a_constant(op: OpBuilder, node: ir.Node, x: ir.Value, dtype: ir.DataType
+                            ) -> ir.Value:
     """CastLike(c, y) reads only y's dtype: with a constant c it is Cast(c, to=dtype(y)), which
     folds (an attention scale's CastLike otherwise blocks the Sqrt after it)."""
-    assert like.dtype is not None
-    out = node.outputs[0]
-    attributes = [ir.AttrInt64("to", int(like.dtype))] + [
-        a for a in node.attributes.values() if a.name in ("saturate", "round_mode")]
-    ctx.replace_node(node, ctx.add_node("Cast", [x], node, attributes=attributes,
-                                        dtype=like.dtype, shape=out.shape, base=out.name))
+    saturation = {a.name: a for a in node.attributes.values()
+                  if a.name in ("saturate", "round_mode")}
+    return op.Cast(x, to=int(dtype), **saturation, _dtype=dtype)

@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from onnxfold.declare.registry import Decline, folder
+from onnxfold.declare import Decline, folder
 from onnxfold.ir.slicing import onnx_slice
 
 

@@ -15,31 +15,37 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import derived_dims, describe_dim, input_dims
-from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.declare import (
+    GraphView,
+    Known,
+    Match,
+    OpBuilder,
+    P,
+    Reject,
+    Replacement,
+    Var,
+    pattern,
+)
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
                   "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape")
 
 
-def _static_but_not_constant(ctx: RewriteContext, node: ir.Node) -> bool:
+def _static_but_not_constant(ctx: GraphView, node: ir.Node) -> bool | Match:
     out = node.outputs[0] if len(node.outputs) == 1 else None
-    if out is None or ctx.is_constant(out) or out in ctx.graph.outputs:
+    if out is None or ctx.is_constant(out) or ctx.is_graph_output(out):
         return False  # constants fold anyway; a graph output stays computed by its node
     known = ctx.shape_value(out)
-    return known is not None and known.is_constant
+    return Match(known=known) if known is not None and known.is_constant else False
 
 
 @pattern(P(SHAPE_BUILDERS, name="node"), check=_static_but_not_constant)
-def known_shape_value(ctx: RewriteContext, node: ir.Node) -> None:
+def known_shape_value(op: OpBuilder, node: ir.Node, known: Known) -> ir.Value:
     """A shape tensor whose every element is static, whatever the dynamic dims: a constant."""
-    out = node.outputs[0]
-    known = ctx.shape_value(out)
-    assert known is not None
-    ctx.replace_node(node, ctx.constant_value(known.array(), out.name or "shape"))
+    return op.constant(known.array(), node.outputs[0].name or "shape")
 
 
-def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
+def _target(ctx: GraphView, node: ir.Node, x: ir.Value, target: ir.Value
             ) -> list[int] | Reject | None:
     """The constant Reshape target equal to ``target``, None if not applicable."""
     if ctx.is_constant(target):
@@ -63,7 +69,7 @@ def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
     if len(unknown) > 1 and uncopyable:
         return Reject("allowzero: a 0 cannot copy a dim")
     if len(unknown) > 1 or (unknown and -1 in out):
-        names = ", ".join(describe_dim(a, ctx.model) for a in known.blocking())
+        names = ", ".join(ctx.describe_dim(a) for a in known.blocking())
         return Reject(f"more than one dynamic element in the target (made of {names})")
     if unknown and (copies or 0 in out):
         # onnxruntime cannot infer a -1 next to a dim that is 0 at run time (an empty batch)
@@ -71,24 +77,24 @@ def _target(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
     return [-1 if e is None else e for e in out]
 
 
-def _target_known(ctx: RewriteContext, node: ir.Node, x: ir.Value, target: ir.Value
-                  ) -> bool | Reject:
+def _target_known(ctx: GraphView, node: ir.Node, x: ir.Value, target: ir.Value
+                  ) -> bool | Match | Reject:
     found = _target(ctx, node, x, target)
-    return found if isinstance(found, Reject) else found is not None
+    if isinstance(found, Reject):
+        return found
+    return Match(dims=found) if found is not None else False
 
 
 @pattern(P("Reshape", Var("x"), Var("target"), name="node"), check=_target_known)
-def reshape_known_target(ctx: RewriteContext, node: ir.Node, x: ir.Value,
-                         target: ir.Value) -> None:
+def reshape_known_target(op: OpBuilder, node: ir.Node, x: ir.Value, target: ir.Value,
+                         dims: list[int]) -> Replacement:
     """Reshape(x, Concat(Shape(x)[0:1], [192])) -> Reshape(x, [0, 192]): the shape
     scaffolding feeding the target then has no reader left."""
-    found = _target(ctx, node, x, target)
-    assert isinstance(found, list)
-    node.replace_input_with(1, ctx.constant_value(np.asarray(found, np.int64),
-                                                  target.name or "shape"))
+    shape = op.constant(np.asarray(dims, np.int64), target.name or "shape")
+    return Replacement(inputs={node: [x, shape]})
 
 
-def _expands_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
+def _expands_to_its_own_dims(ctx: GraphView, node: ir.Node, x: ir.Value,
                              shape: ir.Value) -> bool:
     """Expand(x, s) where every element of s is 1 or x's own dim at that axis (right-aligned):
     the broadcast gives x's shape, so x itself."""
@@ -102,18 +108,23 @@ def _expands_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
     offset = len(x.shape) - len(known.elements)
     if not all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements)):
         return False
-    # a graph output must stay computed by a node of this graph, and not be returned twice
-    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+    return _returned_once(ctx, out, x)
+
+
+def _returned_once(ctx: GraphView, out: ir.Value, x: ir.Value) -> bool:
+    """Whether ``x`` may take the place of ``out``: a graph output must stay computed by a
+    node of this graph, and not be returned twice."""
+    return not ctx.is_graph_output(out) or (
+        ctx.produced_here(x) and not ctx.is_graph_output(x))
 
 
 @pattern(P("Expand", Var("x"), Var("shape"), name="node"), check=_expands_to_its_own_dims)
-def expand_to_its_own_dims(ctx: RewriteContext, node: ir.Node, x: ir.Value,
-                           shape: ir.Value) -> None:
+def expand_to_its_own_dims(op: OpBuilder, x: ir.Value) -> ir.Value:
     """torch's mask.expand(N, -1, 128, 128) of a mask already [N, 1, 128, 128]: it goes."""
-    ctx.replace_node(node, x)
+    return x
 
 
-def _moves_data(node: ir.Node, ctx: RewriteContext, dims: tuple) -> bool:
+def _moves_data(node: ir.Node, ctx: GraphView, dims: tuple) -> bool:
     """Whether ``node`` may reorder elements even where its output has its input's shape: a
     Slice with a step that is not a positive constant (a reversal keeps the shape), a
     Transpose that changes the order of axes not provably 1 (``[N, N]`` transposed)."""
@@ -128,7 +139,7 @@ def _moves_data(node: ir.Node, ctx: RewriteContext, dims: tuple) -> bool:
     return False
 
 
-def _provably_its_input(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool:
+def _provably_its_input(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
     """Whether ``node``'s output is ``x`` itself: the dims its op gives are ``x``'s, symbol for
     symbol (``onnxfold.analysis.symbolic``, not names), and the op moves no element."""
     out = node.outputs[0] if len(node.outputs) == 1 else None
@@ -137,21 +148,19 @@ def _provably_its_input(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool
     static = ctx.shape(x)
     if static is not None and static == ctx.shape(out):
         return False  # drop_noop's (static shapes equal)
-    ambiguous = ctx.shared_dim_names()
-    before = input_dims(x, ambiguous)
-    after = derived_dims(node, ctx.shape_value, ctx.array, ambiguous, steps=ctx.shape_steps)
+    before = ctx.input_dims(x)
+    after = ctx.derived_dims(node)
     if before is None or after is None or None in before or tuple(after) != tuple(before):
         return False
     if _moves_data(node, ctx, before):
         return False
-    # a graph output must stay computed by a node of this graph, and not be returned twice
-    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+    return _returned_once(ctx, out, x)
 
 
 @pattern(P(("Reshape", "Slice", "Transpose", "Tile"), Var("x"), ..., name="node"),
          check=_provably_its_input)
-def drop_symbolic_noop(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
+def drop_symbolic_noop(op: OpBuilder, x: ir.Value) -> ir.Value:
     """A Reshape (any ``allowzero``), full-range Slice, Transpose of size-1 axes or Tile by 1s
     whose output is, dim for dim, its dynamic input (``mask[:, :, :seq]`` of a mask ``seq``
     long): it goes."""
-    ctx.replace_node(node, x)
+    return x

@@ -39,8 +39,18 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from onnxfold.declare import kept
-from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.declare import (
+    GraphView,
+    Match,
+    OpBuilder,
+    Out,
+    P,
+    Reject,
+    Replacement,
+    Var,
+    kept,
+    pattern,
+)
 from onnxfold.ir.graph import is_default_op
 
 from .qdq_units import breaks_qdq_units, qdq_unit_of
@@ -53,12 +63,13 @@ MAX_CHAIN = 4  # foldable nodes between a weight and its initializers
 
 @dataclass(frozen=True)
 class _Product:
-    """One of the MatMuls: its node, its weight, the weight's column count, the nodes that
-    compute the weight and, if merged with it, its bias Add and bias."""
+    """One of the MatMuls: its node, its weight, the weight's column count and other dims, the
+    nodes that compute the weight and, if merged with it, its bias Add and bias."""
 
     node: ir.Node
     weight: ir.Value
     columns: int
+    leading: tuple[int, ...]
     chain: tuple[ir.Node, ...] = ()  # the foldable nodes computing the weight, in order
     bias_add: ir.Node | None = None
     bias: ir.Value | None = None
@@ -69,7 +80,7 @@ class _Product:
         return (self.bias_add or self.node).outputs[0]
 
 
-def _own_initializer(ctx: RewriteContext, value: ir.Value | None) -> ir.Value | None:
+def _own_initializer(ctx: GraphView, value: ir.Value | None) -> ir.Value | None:
     """``value`` if it is a constant initializer with data that only one node reads (merging
     it into a concatenation then duplicates nothing)."""
     if value is not None and value.producer() is None and ctx.is_constant(value) \
@@ -78,7 +89,7 @@ def _own_initializer(ctx: RewriteContext, value: ir.Value | None) -> ir.Value | 
     return None
 
 
-def _own_chain(ctx: RewriteContext, value: ir.Value) -> tuple[ir.Node, ...] | None:
+def _own_chain(ctx: GraphView, value: ir.Value) -> tuple[ir.Node, ...] | None:
     """The foldable nodes (at most ``MAX_CHAIN``, in graph order, none kept by ``--keep``: the
     concatenation would not fold) that compute ``value`` from initializers only it reads, each
     of their results read once (folding the merge then frees every tensor it reads); None if
@@ -92,7 +103,7 @@ def _own_chain(ctx: RewriteContext, value: ir.Value) -> tuple[ir.Node, ...] | No
                 return None
             continue
         node = current.producer()
-        if node is None or node.graph is not ctx.graph or len(chain) == MAX_CHAIN or \
+        if node is None or not ctx.here(node) or len(chain) == MAX_CHAIN or \
                 not ctx.is_constant(current) or not ctx.single_use(current) or \
                 len(node.outputs) != 1 or node in chain or kept(node, ctx.keep):
             return None
@@ -101,31 +112,32 @@ def _own_chain(ctx: RewriteContext, value: ir.Value) -> tuple[ir.Node, ...] | No
     return tuple(reversed(chain))
 
 
-def _weight_shape(ctx: RewriteContext, node: ir.Node) -> tuple[int, ...] | None:
+def _weight_shape(ctx: GraphView, node: ir.Node) -> tuple[int, ...] | None:
     shape = ctx.shape(node.inputs[1]) if len(node.inputs) == 2 else None
     if shape is None or len(shape) < 2 or 0 in shape:
         return None
     return shape
 
 
-def _with_bias(ctx: RewriteContext, product: _Product) -> _Product | None:
+def _with_bias(ctx: GraphView, product: _Product) -> _Product | None:
     """``product`` with the Add that alone reads it and adds a constant of one value per
     column (None: there is no such Add)."""
     out = product.node.outputs[0]
     if not ctx.single_use(out):
         return None
     add = next(iter(out.uses())).node
-    if not is_default_op(add, "Add") or add.graph is not ctx.graph or kept(add, ctx.keep) \
+    if not is_default_op(add, "Add") or not ctx.here(add) or kept(add, ctx.keep) \
             or len(add.inputs) != 2:
         return None
     other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
     bias = _own_initializer(ctx, other) if other is not out else None
     if bias is None or ctx.shape(bias) != (product.columns,) or bias.dtype != out.dtype:
         return None
-    return _Product(product.node, product.weight, product.columns, product.chain, add, bias)
+    return _Product(product.node, product.weight, product.columns, product.leading,
+                    product.chain, add, bias)
 
 
-def _siblings(ctx: RewriteContext, x: ir.Value) -> list[_Product]:
+def _siblings(ctx: GraphView, x: ir.Value) -> list[_Product]:
     """The MatMuls of this graph reading ``x`` first and a weight of their own second
     (``_own_chain``), whose weights agree in every dim but the last (the first such weight
     sets them), none of them in a QDQ node unit (``rules/qdq_units.py``)."""
@@ -133,7 +145,7 @@ def _siblings(ctx: RewriteContext, x: ir.Value) -> list[_Product]:
     leading: tuple[int, ...] | None = None
     for use in x.uses():
         node = use.node
-        if use.idx != 0 or not is_default_op(node, "MatMul") or node.graph is not ctx.graph \
+        if use.idx != 0 or not is_default_op(node, "MatMul") or not ctx.here(node) \
                 or any(p.node is node for p in found) or kept(node, ctx.keep) \
                 or qdq_unit_of(node) is not None:
             continue
@@ -145,11 +157,11 @@ def _siblings(ctx: RewriteContext, x: ir.Value) -> list[_Product]:
         if leading is None:
             leading = shape[:-1]
         if shape[:-1] == leading:
-            found.append(_Product(node, weight, shape[-1], chain))
+            found.append(_Product(node, weight, shape[-1], leading, chain))
     return found
 
 
-def _products(ctx: RewriteContext, x: ir.Value, node: ir.Node
+def _products(ctx: GraphView, x: ir.Value, node: ir.Node
               ) -> list[_Product] | Reject | None:
     """The MatMuls to merge with ``node`` (with their biases when every one has one); None:
     ``node`` has no such sibling."""
@@ -166,72 +178,49 @@ def _products(ctx: RewriteContext, x: ir.Value, node: ir.Node
     return siblings
 
 
-def _mergeable(ctx: RewriteContext, x: ir.Value, node: ir.Node) -> bool | Reject:
+def _mergeable(ctx: GraphView, x: ir.Value, node: ir.Node) -> bool | Match | Reject:
     if ctx.is_constant(x):
         return False  # the products fold
     unit = breaks_qdq_units(node)
     if unit is not None:
         return unit
     found = _products(ctx, x, node)
-    return found if isinstance(found, Reject) else found is not None
+    if found is None or isinstance(found, Reject):
+        return found if isinstance(found, Reject) else False
+    matmuls = [p.node for p in found]
+    # the new nodes go before the first of them (they precede every reader)
+    return Match(products=found, matmuls=matmuls, first=ctx.in_order(matmuls)[0])
 
 
-def _concat(ctx: RewriteContext, values: list[ir.Value], before: ir.Node, base: str
-            ) -> ir.Value:
-    """The concatenation of ``values`` (same rank, static shapes) along their last axis (the
-    fold computes it)."""
-    shapes = [ctx.shape(v) or () for v in values]
-    leading = shapes[0][:-1]
-    shape = ir.Shape([*leading, sum(s[-1] for s in shapes)])
-    return ctx.add_node("Concat", values, before, attributes=[ir.AttrInt64("axis", len(leading))],
-                        dtype=values[0].dtype, shape=shape, base=base)
+def _concat(op: OpBuilder, values: list[ir.Value], leading: tuple[int, ...], columns: int,
+            base: str) -> ir.Value:
+    """The concatenation of ``values`` (of shapes ``leading`` and then a last dim, adding up
+    to ``columns``) along their last axis (the fold computes it)."""
+    return op.Concat(*values, axis=len(leading), _dtype=values[0].dtype,
+                     _shape=ir.Shape([*leading, columns]), _name=base)
 
 
 def _with_last_dim(shape: ir.Shape | None, size: int) -> ir.Shape | None:
     return None if shape is None or len(shape) == 0 else ir.Shape([*shape[:-1], size])
 
 
-def _split(ctx: RewriteContext, merged: ir.Value, products: list[_Product], before: ir.Node
-           ) -> ir.Node:
-    """A Split of ``merged``'s last axis into one part per product (its columns)."""
-    split = split_node(ctx, merged, -1, [p.columns for p in products])
-    for out, product in zip(split.outputs, products):
-        result = product.result
-        out.name = ctx.fresh_name(f"{result.name or 'product'}_part")
-        if result.dtype is not None:
-            out.dtype = result.dtype
-        out.shape = result.shape
-    ctx.graph.insert_before(before, split)
-    return split
-
-
-@pattern(P("MatMul", Var("x"), Var("w", const=True), name="node"),
-         check=lambda ctx, x, w, node: _mergeable(ctx, x, node), name="merge_shared_input_matmuls")
-def merge_shared_input_matmuls(ctx: RewriteContext, x: ir.Value, w: ir.Value,
-                               node: ir.Node) -> None:
+@pattern(P("MatMul", Var("x"), Var("w", const=True), name="node"), check=_mergeable,
+         name="merge_shared_input_matmuls")
+def merge_shared_input_matmuls(op: OpBuilder, x: ir.Value, products: list[_Product],
+                               first: ir.Node) -> Replacement:
     """MatMul(x, Wi) [+ Bi], i = 1..n -> Split(MatMul(x, Concat(Wi)) [+ Concat(Bi)])."""
-    products = _products(ctx, x, node)
-    assert isinstance(products, list)
-    members = {p.node for p in products}
-    first = next(n for n in ctx.graph if n in members)  # the new nodes precede every reader
-    for product in products:  # what computes a later product's weight moves up with it
-        for link in product.chain:
-            if link.graph is ctx.graph:
-                ctx.graph.remove(link)
-                ctx.graph.insert_before(first, link)
     out = products[0].node.outputs[0]
-    columns = sum(p.columns for p in products)
-    weights = _concat(ctx, [p.weight for p in products], first, "merged_weights")
-    merged = ctx.add_node("MatMul", [x, weights], first, dtype=out.dtype,
-                          shape=_with_last_dim(out.shape, columns), base="merged_products")
+    leading, columns = products[0].leading, sum(p.columns for p in products)
+    weights = _concat(op, [p.weight for p in products], leading, columns, "merged_weights")
+    merged = op.MatMul(x, weights, _dtype=out.dtype, _shape=_with_last_dim(out.shape, columns),
+                       _name="merged_products")
     biases = [p.bias for p in products if p.bias is not None]
     if biases:
-        merged = ctx.add_node("Add", [merged, _concat(ctx, biases, first, "merged_biases")],
-                              first, dtype=out.dtype, shape=merged.shape, base="merged_biased")
-    split = _split(ctx, merged, products, first)
-    for product, part in zip(products, split.outputs):
-        ctx.touched.update(use.node for use in product.result.uses())
-        ctx.replace_output(product.result, part)
-        for gone in (product.bias_add, product.node):
-            if gone is not None:
-                ctx.graph.remove(gone, safe=True)
+        merged = op.Add(merged, _concat(op, biases, (), columns, "merged_biases"),
+                        _dtype=out.dtype, _shape=merged.shape, _name="merged_biased")
+    parts = split_node(op, merged, -1, [p.columns for p in products], [
+        Out(f"{p.result.name or 'product'}_part", p.result.dtype, p.result.shape)
+        for p in products])
+    # what computes a later product's weight moves up with it
+    return Replacement(values={p.result: part for p, part in zip(products, parts)},
+                       before=first, moved=[link for p in products for link in p.chain])

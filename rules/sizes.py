@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxfold.declare.patterns import output_bytes
+from onnxfold.declare import output_bytes
 
 from .op_groups import BROADCASTING
 

@@ -21,8 +21,18 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import kept
-from onnxfold.declare.patterns import P, Reject, RewriteContext, Var, pattern
+from onnxfold.declare import (
+    GraphView,
+    Match,
+    OpBuilder,
+    Out,
+    P,
+    Reject,
+    Replacement,
+    Var,
+    kept,
+    pattern,
+)
 
 from .op_groups import POINTWISE
 from .zero_sign import zero_sign_observed
@@ -33,7 +43,7 @@ MAX_REGION = 32  # elementwise nodes between two Reshapes
 
 # --- SplitToSequence -> Split ---------------------------------------------------------------
 
-def _position(ctx: RewriteContext, at: ir.Node, count: int) -> int | None:
+def _position(ctx: GraphView, at: ir.Node, count: int) -> int | None:
     if len(at.inputs) < 2 or at.inputs[1] is None:
         return None
     pos = ctx.array(at.inputs[1])
@@ -44,16 +54,15 @@ def _position(ctx: RewriteContext, at: ir.Node, count: int) -> int | None:
     return index if 0 <= index < count else None
 
 
-def _chunks(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> tuple[int, list[int]] | Reject:
-    """(axis, chunk sizes) of a SplitToSequence whose split is known."""
-    if x.shape is None:
-        return Reject("input rank not known")
-    rank = len(x.shape)
+def _chunks(ctx: GraphView, node: ir.Node, shape: ir.Shape) -> tuple[int, list[int]] | Reject:
+    """(axis, chunk sizes) of a SplitToSequence of an input of ``shape`` whose split is
+    known."""
+    rank = len(shape)
     axis = node.attributes.get_int("axis", 0)
     if not -rank <= axis < rank:
         return Reject("axis out of range")
     axis %= rank
-    dim = x.shape[axis]
+    dim = shape[axis]
     static = dim if isinstance(dim, int) else None
     split = node.inputs[1] if len(node.inputs) > 1 else None
     if split is None:
@@ -79,12 +88,12 @@ def _chunks(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> tuple[int, list[
     return axis, chunks
 
 
-def _readers(ctx: RewriteContext, seq: ir.Value, count: int) -> list[tuple[ir.Node, int]] | None:
+def _readers(ctx: GraphView, seq: ir.Value, count: int) -> list[tuple[ir.Node, int]] | None:
     found = []
     for use in seq.uses():
         at = use.node
         if at.op_type != "SequenceAt" or at.domain not in ("", "ai.onnx") or use.idx != 0 or \
-                at.graph is not ctx.graph:
+                not ctx.here(at):
             return None
         index = _position(ctx, at, count)
         if index is None:
@@ -93,14 +102,17 @@ def _readers(ctx: RewriteContext, seq: ir.Value, count: int) -> list[tuple[ir.No
     return found
 
 
-def _splittable(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool | Reject:
+def _splittable(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool | Match | Reject:
     seq = node.outputs[0]
-    if seq in ctx.graph.outputs or not seq.uses():
+    if ctx.is_graph_output(seq) or not seq.uses():
         return False
-    plan = _chunks(ctx, node, x)
+    shape = x.shape
+    if shape is None:
+        return Reject("input rank not known")
+    plan = _chunks(ctx, node, shape)
     if isinstance(plan, Reject):
         return plan
-    _, chunks = plan
+    axis, chunks = plan
     if not chunks or len(chunks) > MAX_CHUNKS:
         return Reject(f"{len(chunks)} chunks")
     readers = _readers(ctx, seq, len(chunks))
@@ -109,51 +121,41 @@ def _splittable(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> bool | Rejec
     if any(kept(at, ctx.keep) for at, _ in readers):
         return Reject("a SequenceAt is kept (--keep)")
     for at, index in readers:  # a graph output may not be returned twice
-        if at.outputs[0] in ctx.graph.outputs and \
+        if ctx.is_graph_output(at.outputs[0]) and \
                 sum(1 for _, other in readers if other == index) > 1:
             return Reject("one chunk is two graph outputs")
-    return True
+    return Match(axis=axis, chunks=chunks, readers=readers, dims=list(shape))
 
 
-def split_node(ctx: RewriteContext, x: ir.Value, axis: int, sizes: list[int]) -> ir.Node:
-    """A new Split of ``x`` along ``axis`` into parts of ``sizes`` (not yet in the graph): the
-    sizes are an input from opset 13 on, the ``split`` attribute before."""
-    attributes: list[ir.Attr] = [ir.AttrInt64("axis", axis)]
-    if ctx.model.opset_imports.get("", 1) >= 13:
-        inputs = [x, ctx.constant_value(np.asarray(sizes, np.int64), "split_sizes")]
-    else:
-        inputs = [x]
-        attributes.append(ir.AttrInt64s("split", sizes))
-    return ir.Node("", "Split", inputs, attributes=attributes, num_outputs=len(sizes),
-                   name=ctx.fresh_name("Split"))
+def split_node(op: OpBuilder, x: ir.Value, axis: int, sizes: list[int], outputs: list[Out]
+               ) -> tuple[ir.Value, ...]:
+    """The parts of a new Split of ``x`` along ``axis`` into parts of ``sizes`` (one
+    ``outputs`` entry each): the sizes are an input from opset 13 on, the ``split`` attribute
+    before."""
+    if op.opset >= 13:
+        return op.outputs("Split", x, op.constant(np.asarray(sizes, np.int64), "split_sizes"),
+                          axis=axis, _outputs=outputs)
+    return op.outputs("Split", x, axis=axis, split=sizes, _outputs=outputs)
 
 
 @pattern(P("SplitToSequence", Var("x"), ..., name="node"), check=_splittable,
          name="split_to_sequence_as_split")
-def split_to_sequence_as_split(ctx: RewriteContext, node: ir.Node, x: ir.Value) -> None:
+def split_to_sequence_as_split(op: OpBuilder, x: ir.Value, axis: int, chunks: list[int],
+                               readers: list[tuple[ir.Node, int]], dims: list[int | ir.SymbolicDim]
+                               ) -> Replacement:
     """SplitToSequence(x, s) read by SequenceAt(i) at constant i -> Split(x, sizes)[i]."""
-    plan = _chunks(ctx, node, x)
-    assert not isinstance(plan, Reject) and x.shape is not None
-    axis, chunks = plan
-    readers = _readers(ctx, node.outputs[0], len(chunks))
-    assert readers is not None
-    split = split_node(ctx, x, axis, chunks)
-    for out, size in zip(split.outputs, chunks):
-        out.name = ctx.fresh_name(f"{x.name or 'split'}_chunk")
-        if x.dtype is not None:
-            out.dtype = x.dtype
-        out.shape = ir.Shape([size if i == axis else d for i, d in enumerate(x.shape)])
-    ctx.graph.insert_before(node, split)
-    for at, index in readers:
-        ctx.replace_node(at, split.outputs[index])
-    ctx.graph.remove(node, safe=True)
+    parts = split_node(op, x, axis, chunks, [
+        Out(f"{x.name or 'split'}_chunk", x.dtype,
+            ir.Shape([size if i == axis else d for i, d in enumerate(dims)]))
+        for size in chunks])
+    return Replacement(values={at.outputs[0]: parts[index] for at, index in readers})
 
 
 # --- Reshape -> elementwise -> Reshape ------------------------------------------------------
 
 
 
-def _region(ctx: RewriteContext, y: ir.Value, rank: int
+def _region(ctx: GraphView, y: ir.Value, rank: int
             ) -> tuple[list[ir.Node], ir.Node] | Reject | None:
     """The pointwise nodes computing ``y`` from one Reshape's output and scalar constants
     (every value in between read only inside), and that Reshape; None if there is none."""
@@ -163,7 +165,7 @@ def _region(ctx: RewriteContext, y: ir.Value, rank: int
     while todo:
         value = todo.pop()
         node = value.producer()
-        if node is None or node.graph is not ctx.graph:
+        if node is None or not ctx.here(node):
             return None
         if node.op_type == "Reshape" and node.domain in ("", "ai.onnx"):
             if inner is not None and inner is not node:
@@ -185,7 +187,7 @@ def _region(ctx: RewriteContext, y: ir.Value, rank: int
     return refused if refused is not None else (list(nodes), inner)
 
 
-def _operands(ctx: RewriteContext, node: ir.Node, rank: int, todo: list[ir.Value]
+def _operands(ctx: GraphView, node: ir.Node, rank: int, todo: list[ir.Value]
               ) -> Reject | None:
     """Queue ``node``'s computed inputs on ``todo``; refuse a constant one that is not a
     scalar of at most ``rank`` dims."""
@@ -201,7 +203,7 @@ def _operands(ctx: RewriteContext, node: ir.Node, rank: int, todo: list[ir.Value
     return None
 
 
-def _closed(ctx: RewriteContext, nodes: list[ir.Node], inside: set[ir.Node], y: ir.Value
+def _closed(ctx: GraphView, nodes: list[ir.Node], inside: set[ir.Node], y: ir.Value
             ) -> Reject | None:
     """Why the region's nodes cannot be rewritten (kept, or a value in between read outside
     the region or a graph output), None if they can."""
@@ -209,7 +211,7 @@ def _closed(ctx: RewriteContext, nodes: list[ir.Node], inside: set[ir.Node], y: 
         if kept(node, ctx.keep):
             return Reject(f"{node.op_type} {node.name} is kept (--keep)")
         for out in node.outputs:
-            if out in ctx.graph.outputs:
+            if ctx.is_graph_output(out):
                 return Reject("a value in between is a graph output")
             if out is y:
                 continue
@@ -218,8 +220,8 @@ def _closed(ctx: RewriteContext, nodes: list[ir.Node], inside: set[ir.Node], y: 
     return None
 
 
-def _unwrappable(ctx: RewriteContext, outer: ir.Node, y: ir.Value, target: ir.Value
-                 ) -> bool | Reject:
+def _unwrappable(ctx: GraphView, outer: ir.Node, y: ir.Value, target: ir.Value
+                 ) -> bool | Match | Reject:
     producer = y.producer()
     shape = ctx.array(target)
     if producer is None or producer.op_type not in POINTWISE or shape is None or \
@@ -230,49 +232,43 @@ def _unwrappable(ctx: RewriteContext, outer: ir.Node, y: ir.Value, target: ir.Va
         return src if isinstance(src, Reject) else False
     if (shape == 0).any() and not outer.attributes.get_int("allowzero", 0):
         return Reject("the outer target copies dims (0 entries)")
-    return True
+    return src
 
 
-def _source(ctx: RewriteContext, y: ir.Value
-            ) -> tuple[list[ir.Node], ir.Node, ir.Value] | Reject | None:
-    """The region before ``y``, its inner Reshape, and that Reshape's input."""
+def _source(ctx: GraphView, y: ir.Value) -> Match | Reject | None:
+    """The region before ``y`` (``region``), its inner Reshape (``inner``), and that
+    Reshape's input (``x``) and its shape (``dims``)."""
     # the constants must broadcast into the inner Reshape's input: rank first
     first = _region(ctx, y, rank=1 << 30)
     if first is None or isinstance(first, Reject):
         return first
     _, inner = first
     x = inner.inputs[0]
-    if x is None or x.shape is None:
+    dims = x.shape if x is not None else None
+    if x is None or dims is None:
         return Reject("rank of the Reshape's input not known")
-    found = _region(ctx, y, rank=len(x.shape))
+    found = _region(ctx, y, rank=len(dims))
     if found is None or isinstance(found, Reject):
         return found
-    return found[0], found[1], x
+    return Match(region=found[0], inner=found[1], x=x, dims=dims)
 
 
 @pattern(P("Reshape", Var("y"), Var("target"), name="outer"), check=_unwrappable,
          name="elementwise_between_reshapes")
-def elementwise_between_reshapes(ctx: RewriteContext, outer: ir.Node, y: ir.Value,
-                                 target: ir.Value) -> None:
+def elementwise_between_reshapes(op: OpBuilder, region: list[ir.Node], inner: ir.Node,
+                                 x: ir.Value, dims: ir.Shape) -> Replacement:
     """Reshape(f(Reshape(x, s1), c...), s2) -> Reshape(f(x, c...), s2) for pointwise ``f`` and
     scalar constants ``c``: a pointwise op commutes with any reshape, and a target without 0
     (copy) entries reads only the element count. The first Reshape goes."""
-    found = _source(ctx, y)
-    assert isinstance(found, tuple)
-    nodes, inner, x = found
     reshaped = inner.outputs[0]
-    for node in nodes:
-        for i, v in enumerate(node.inputs):
-            if v is reshaped:
-                node.replace_input_with(i, x)
-        for out in node.outputs:  # same dtype, now x's shape
-            out.shape = x.shape.copy() if x.shape is not None else None
-    ctx.remove_if_unused(inner)
+    return Replacement(
+        inputs={node: [x if v is reshaped else v for v in node.inputs] for node in region},
+        shapes={out: dims.copy() for node in region for out in node.outputs})  # x's shape
 
 
 # --- neutral elements -----------------------------------------------------------------------
 
-def broadcasts_into(ctx: RewriteContext, v: ir.Value, x: ir.Value) -> bool:
+def broadcasts_into(ctx: GraphView, v: ir.Value, x: ir.Value) -> bool:
     """Whether broadcasting ``v`` with ``x`` gives exactly ``x``'s shape, whatever the
     dynamic dims: every dim of ``v`` (right-aligned) is 1 or provably ``x``'s dim."""
     if x.shape is None:
@@ -310,33 +306,20 @@ def _is(array: np.ndarray, op: str, side: int) -> bool:
     return False
 
 
-def _kept(ctx: RewriteContext, node: ir.Node) -> ir.Value | None:
+def _kept(ctx: GraphView, node: ir.Node) -> ir.Value | None:
     """The input ``node`` returns unchanged, if it is one."""
     ins = list(node.inputs)
     op = node.op_type
     if op in ("Concat", "Sum", "Max", "Min", "Mean") and len(ins) == 1:
         return ins[0]
-    if op == "Where" and len(ins) == 3 and all(v is not None for v in ins):
-        cond = ctx.array(ins[0])
-        if cond is None or cond.dtype != np.bool_ or cond.size == 0 or \
-                not (cond.all() or not cond.any()):
-            return None
-        x = ins[1] if cond.all() else ins[2]
-        other = ins[2] if cond.all() else ins[1]
-        assert x is not None and other is not None and ins[0] is not None
-        if x.dtype is None or x.dtype != other.dtype or not broadcasts_into(ctx, ins[0], x) \
-                or not broadcasts_into(ctx, other, x):
-            return None
-        # onnxruntime's Where turns a -0.0 it selects from X into +0.0 (Y's pass unchanged)
-        if x is ins[1] and x.dtype.is_floating_point() and \
-                zero_sign_observed(ctx, node.outputs[0]):
-            return None
-        return x
-    if op not in ("Add", "Sub", "Mul", "Div", "And", "Or") or len(ins) != 2 or None in ins:
+    if op == "Where" and len(ins) == 3:
+        return _chosen(ctx, node, *ins)
+    if op not in ("Add", "Sub", "Mul", "Div", "And", "Or") or len(ins) != 2:
         return None
-    for side in (0, 1):
-        c, x = ins[side], ins[1 - side]
-        assert c is not None and x is not None
+    left, right = ins
+    if left is None or right is None:
+        return None
+    for side, c, x in ((0, left, right), (1, right, left)):
         array = ctx.array(c)
         if array is None or ctx.is_constant(x) or x.dtype is None or x.dtype != c.dtype or \
                 not broadcasts_into(ctx, c, x):
@@ -347,6 +330,26 @@ def _kept(ctx: RewriteContext, node: ir.Node) -> ir.Value | None:
     return None
 
 
+def _chosen(ctx: GraphView, node: ir.Node, condition: ir.Value | None, a: ir.Value | None,
+            b: ir.Value | None) -> ir.Value | None:
+    """The input a Where of a constant condition, true or false throughout, returns unchanged
+    (with the dtype and shape of the result), if it does."""
+    if condition is None or a is None or b is None:
+        return None
+    cond = ctx.array(condition)
+    if cond is None or cond.dtype != np.bool_ or cond.size == 0 or \
+            not (cond.all() or not cond.any()):
+        return None
+    x, other = (a, b) if cond.all() else (b, a)
+    if x.dtype is None or x.dtype != other.dtype or not broadcasts_into(ctx, condition, x) \
+            or not broadcasts_into(ctx, other, x):
+        return None
+    # onnxruntime's Where turns a -0.0 it selects from X into +0.0 (Y's pass unchanged)
+    if x is a and x.dtype.is_floating_point() and zero_sign_observed(ctx, node.outputs[0]):
+        return None
+    return x
+
+
 def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
     """Whether ``op`` adds float zeros (of either sign): the other operand comes out
     unchanged except that ``-0.0`` may become ``+0.0`` (``rules/zero_sign.py``)."""
@@ -354,31 +357,30 @@ def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
         array.size > 0 and bool((array == 0).all())
 
 
-def _neutral(ctx: RewriteContext, node: ir.Node) -> bool:
+def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match:
     if len(node.outputs) != 1:
         return False
     x = _kept(ctx, node)
     if x is None or ctx.is_constant(x):
         return False  # constants fold anyway
-    out = node.outputs[0]
     # a graph output must stay computed by a node of this graph, and not be returned twice
-    return out not in ctx.graph.outputs or (ctx.produced_here(x) and x not in ctx.graph.outputs)
+    if ctx.is_graph_output(node.outputs[0]) and (
+            not ctx.produced_here(x) or ctx.is_graph_output(x)):
+        return False
+    return Match(x=x)
 
 
 @pattern(P(("Add", "Sub", "Mul", "Div", "And", "Or", "Where", "Concat", "Sum", "Max", "Min",
             "Mean"), name="node"), check=_neutral, name="drop_neutral_element")
-def drop_neutral_element(ctx: RewriteContext, node: ir.Node) -> None:
+def drop_neutral_element(op: OpBuilder, x: ir.Value) -> ir.Value:
     """x + 0, x - 0, x * 1, x / 1, x and True, x or False, Where(True, x, y), Concat(x)... -> x
     (same dtype and shape, for every value of the dynamic dims)."""
-    x = _kept(ctx, node)
-    assert x is not None
-    ctx.replace_output(node.outputs[0], x)
-    ctx.graph.remove(node, safe=True)
+    return x
 
 
 # --- Concat of empty inputs ------------------------------------------------------------------
 
-def _empty_inputs(ctx: RewriteContext, node: ir.Node) -> list[int] | Reject:
+def _empty_inputs(ctx: GraphView, node: ir.Node) -> list[int] | Reject:
     """The positions of the Concat inputs that are statically empty along its axis and whose
     other dims are provably those of an input that stays (so that, without them, the Concat
     still fails wherever it failed)."""
@@ -402,30 +404,27 @@ def _empty_inputs(ctx: RewriteContext, node: ir.Node) -> list[int] | Reject:
     return empty
 
 
-def _has_empty_inputs(ctx: RewriteContext, node: ir.Node) -> bool | Reject:
+def _has_empty_inputs(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
     if len(node.outputs) != 1 or all(ctx.is_constant(v) for v in node.inputs):
         return False  # constants fold anyway
     found = _empty_inputs(ctx, node)
-    return found if isinstance(found, Reject) else bool(found)
+    if isinstance(found, Reject):
+        return found
+    return Match(empty=found) if found else False
 
 
 @pattern(P("Concat", name="node"), check=_has_empty_inputs)
-def concat_without_empty_inputs(ctx: RewriteContext, node: ir.Node) -> None:
+def concat_without_empty_inputs(op: OpBuilder, node: ir.Node, empty: list[int]) -> ir.Value:
     """Concat(x, Slice(t, 8, end) of an axis 8 long, axis) -> Concat(x): an input empty
     along the axis adds nothing (Phi-3's rotary half of an empty slice); a Concat of one
     input then goes (``drop_neutral_element``)."""
-    empty = _empty_inputs(ctx, node)
-    assert isinstance(empty, list)
-    out = node.outputs[0]
     kept = [v for i, v in enumerate(node.inputs) if i not in empty]
-    ctx.replace_node(node, ctx.add_node("Concat", kept, node,
-                                        attributes=node.attributes.values(), dtype=out.dtype,
-                                        shape=out.shape, base=out.name))
+    return op.Concat(*kept, _attributes=node.attributes)
 
 
 # --- Unsqueeze of Unsqueeze -----------------------------------------------------------------
 
-def _merged_axes(ctx: RewriteContext, x: ir.Value, a1: ir.Value, a2: ir.Value
+def _merged_axes(ctx: GraphView, x: ir.Value, a1: ir.Value, a2: ir.Value
                  ) -> list[int] | None:
     first, second = ctx.array(a1), ctx.array(a2)
     if x.shape is None or first is None or second is None or first.ndim > 1 or \
@@ -441,19 +440,16 @@ def _merged_axes(ctx: RewriteContext, x: ir.Value, a1: ir.Value, a2: ir.Value
     return sorted(outer + [kept[a] for a in inner])
 
 
-def _mergeable_unsqueezes(ctx: RewriteContext, x: ir.Value, a1: ir.Value, a2: ir.Value,
-                          first: ir.Node, second: ir.Node) -> bool:
-    return _merged_axes(ctx, x, a1, a2) is not None
+def _mergeable_unsqueezes(ctx: GraphView, x: ir.Value, a1: ir.Value, a2: ir.Value
+                          ) -> bool | Match:
+    axes = _merged_axes(ctx, x, a1, a2)
+    return Match(axes=axes) if axes is not None else False
 
 
 @pattern(P("Unsqueeze", P("Unsqueeze", Var("x"), Var("a1"), name="first", single_use=True),
            Var("a2"), name="second"), check=_mergeable_unsqueezes)
-def merge_unsqueezes(ctx: RewriteContext, x: ir.Value, a1: ir.Value, a2: ir.Value,
-                     first: ir.Node, second: ir.Node) -> None:
+def merge_unsqueezes(op: OpBuilder, x: ir.Value, second: ir.Node, axes: list[int]
+                     ) -> Replacement:
     """Unsqueeze(Unsqueeze(x, a1), a2) -> Unsqueeze(x, a) with ``a`` the final positions of
     both insertions."""
-    axes = _merged_axes(ctx, x, a1, a2)
-    assert axes is not None
-    second.replace_input_with(0, x)
-    second.replace_input_with(1, ctx.constant_value(np.asarray(axes, np.int64), "axes"))
-    ctx.remove_if_unused(first)
+    return Replacement(inputs={second: [x, op.constant(np.asarray(axes, np.int64), "axes")]})

@@ -34,11 +34,9 @@ result, a ``Loop``'s next state) where anything may read it.
 
 from __future__ import annotations
 
-from typing import cast
-
 import onnx_ir as ir
 
-from onnxfold.declare.patterns import RewriteContext
+from onnxfold.declare import GraphView
 from onnxfold.ir.graph import is_default_op, subgraphs
 
 ANY = -1  # every input of the op
@@ -64,12 +62,12 @@ PASSES_ON: dict[str, tuple[int, ...] | int] = dict.fromkeys(
      "ReduceProd", "ReduceLogSumExp", "CumSum", "LogSoftmax", "TopK", "Clip", "Pad"), ANY)
 PASSES_ON.update({"Div": 0, "Where": 2, "Pow": 0, "Cast": 0, "Resize": 0, "Upsample": 0})
 
-def _has_no_zero(ctx: RewriteContext, value: ir.Value | None) -> bool:
+def _has_no_zero(ctx: GraphView, value: ir.Value | None) -> bool:
     array = ctx.array(value)
     return array is not None and array.size > 0 and bool((array != 0).all())
 
 
-def _positive(ctx: RewriteContext, value: ir.Value | None) -> bool:
+def _positive(ctx: GraphView, value: ir.Value | None) -> bool:
     array = ctx.array(value)
     return array is not None and array.size > 0 and bool((array > 0).all())
 
@@ -93,11 +91,11 @@ def _listed(table: dict, op: str, index: int) -> bool:
                                   (isinstance(where, tuple) and index in where))
 
 
-def _kind(ctx: RewriteContext, node: ir.Node, index: int) -> str:
+def _kind(ctx: GraphView, node: ir.Node, index: int) -> str:
     """``"absorbs"``, ``"passes"`` or ``"observes"``: what ``node`` does with a zero's sign in
     its input ``index``."""
     op = node.op_type
-    if node.graph is not ctx.graph or not is_default_op(node) or subgraphs(node):
+    if not ctx.here(node) or not is_default_op(node) or subgraphs(node):
         return "observes"
     if op in ("Add", "Sub") and len(node.inputs) == 2 and _has_no_zero(ctx, node.inputs[1 - index]):
         return "absorbs"  # +-0 + c is c, whichever the zero
@@ -115,18 +113,18 @@ def _kind(ctx: RewriteContext, node: ir.Node, index: int) -> str:
     return "passes" if _listed(PASSES_ON, op, index) else "observes"
 
 
-def zero_sign_observed(ctx: RewriteContext, value: ir.Value) -> bool:
+def zero_sign_observed(ctx: GraphView, value: ir.Value) -> bool:
     """Whether some op reading ``value`` (or what it passes the sign on to) gives a different
-    result for ``-0.0`` than for ``+0.0``. Remembered for the rewrite sweep until a pattern
-    adds a node (``ctx.memo``)."""
-    memo = cast(dict[ir.Value, bool], ctx.memo.setdefault("zero_sign_observed", {}))
-    returned = frozenset(ctx.graph.outputs) if ctx.graph is not ctx.model.graph else frozenset()
+    result for ``-0.0`` than for ``+0.0``. Remembered for the rewrite sweep until a rewrite
+    builds a node (``GraphView.remembered``)."""
+    memo: dict[ir.Value, bool] = ctx.remembered("zero_sign_observed")
+    returned = ctx.in_subgraph  # a subgraph's outputs go on to the enclosing graph
     stack: list[tuple[ir.Value, bool]] = [(value, False)]
     while stack:
         v, expanded = stack.pop()
         if v in memo:
             continue
-        if v in returned:  # read by the enclosing graph
+        if returned and ctx.is_graph_output(v):  # read by the enclosing graph
             memo[v] = True
             continue
         passed_to: list[ir.Value] = []

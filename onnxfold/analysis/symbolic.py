@@ -77,9 +77,11 @@ class Known:
 
     @property
     def is_constant(self) -> bool:
+        """Whether every element is static (the value folds to a constant)."""
         return all(isinstance(e, int) for e in self.elements)
 
     def array(self) -> np.ndarray:
+        """The elements as an array of the value's dtype and rank (static elements only)."""
         arr = np.asarray(self.elements, self.dtype)
         return arr.reshape(()) if self.scalar else arr
 
@@ -156,6 +158,10 @@ def _fits(known: Known) -> bool:
 
 
 def arith(op: str, a: Dim, b: Dim) -> Dim:
+    """``a op b`` for ``op`` Add, Sub, Mul or Div (integer, truncating as onnxruntime's): an int
+    when both are ints, else an expression simplified where an identity allows (``x - x``,
+    ``x * 1``), with commutative operands in one order so that equal expressions compare
+    equal."""
     if isinstance(a, int) and isinstance(b, int):
         if op == "Add":
             return a + b
@@ -186,6 +192,8 @@ def _order(d: Dim) -> tuple[int, str]:
 
 
 def broadcast_elements(op: str, a: Known, b: Known) -> Known | None:
+    """``a op b`` element by element (:func:`arith`), a one-element side broadcast to the other;
+    None when the lengths do not broadcast."""
     x, y = a.elements, b.elements
     if len(x) == 1 and len(y) > 1:
         x = x * len(y)
@@ -197,6 +205,8 @@ def broadcast_elements(op: str, a: Known, b: Known) -> Known | None:
 
 
 def normalize_index(index: int, size: int) -> int | None:
+    """``index`` into ``size`` elements counted from 0 (a negative one from the end); None when
+    out of range."""
     index = index + size if index < 0 else index
     return index if 0 <= index < size else None
 
@@ -276,6 +286,8 @@ def _broadcast_dim(column: list[Dim | None]) -> Dim | None:
 
 
 def broadcast_dims(shapes: list[Dims]) -> Dims:
+    """The dims of the multidirectional broadcast of ``shapes`` (right-aligned; a dynamic dim
+    against 1 is itself, two different ones whichever is not 1)."""
     rank = max(len(s) for s in shapes)
     padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
     return tuple(_broadcast_dim([s[i] for s in padded]) for i in range(rank))

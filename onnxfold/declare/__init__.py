@@ -1,10 +1,13 @@
-"""The rule API: what ``rules/`` (installed as ``onnxfold.rules``) imports besides ``onnxfold.ir``.
+"""The rule API: the one module ``rules/`` (installed as ``onnxfold.rules``) imports besides
+``onnxfold.ir``.
 
-Folders (:func:`folder`, :class:`OpFact`), patterns (:class:`P`, :class:`Var`, :class:`Reject`,
-:func:`pattern`, the :class:`RewriteContext` a pattern's check and rewrite receive), cleanups
-(:func:`cleanup`), size rules (:func:`output_bytes`), declines, and the few analysis facts a
-rule asks about (the run's settings, such as what the user keeps; symbolic dims and the dim
-algebra shape steps compute with; mapped weights). The catalogue (:func:`load_catalogue`)
+Folders (:func:`folder`, :class:`OpFact`, :class:`Decline`); patterns (:class:`P`,
+:class:`Var`, :func:`pattern`; a check asks the :class:`GraphView` and answers :class:`Match`
+or :class:`Reject`; a rewrite builds with the :class:`OpBuilder` and returns the new values or
+a :class:`Replacement`); cleanups (:func:`cleanup`), size rules (:func:`output_bytes`), shape
+steps (:func:`shape_value`, :func:`shape_dims`) and the dim algebra they compute with
+(:class:`Known`, :class:`Sym`, :func:`arith`, ...); the few facts a rule asks about (the run's
+settings, such as what the user keeps; mapped weights). The catalogue (:func:`load_catalogue`)
 collects what the rules declare.
 """
 
@@ -35,39 +38,46 @@ from onnxfold.analysis.symbolic import (
     slice_elements,
     small_ints,
 )
+from onnxfold.declare.builder import UNSET, OpBuilder, Out, Replaced, Replacement
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.declare.patterns import (
-    Check,
-    P,
-    Reject,
-    RewriteContext,
-    Var,
-    cleanup,
-    output_bytes,
-    pattern,
-)
+from onnxfold.declare.cleanups import CleanupRule, cleanup
+from onnxfold.declare.pattern_rules import PatternRule, pattern
+from onnxfold.declare.patterns import P, Var
 from onnxfold.declare.registry import OpFact, folder, shape_dims, shape_value
+from onnxfold.declare.sizes import SizeRule, output_bytes
+from onnxfold.declare.verdicts import Check, Match, Reject, Verdict
+from onnxfold.declare.view import GraphView
 from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 
 __all__ = [
     "MAX_ELEMENTS",
+    "UNSET",
     "Catalogue",
     "Check",
+    "CleanupRule",
     "Decline",
     "DeclineKind",
     "Dim",
     "Dims",
     "DimsInputs",
+    "GraphView",
     "Known",
     "MappedTensor",
+    "Match",
+    "OpBuilder",
     "OpFact",
+    "Out",
     "P",
+    "PatternRule",
     "Reject",
-    "RewriteContext",
+    "Replaced",
+    "Replacement",
     "RunSettings",
+    "SizeRule",
     "StepInputs",
     "Sym",
     "Var",
+    "Verdict",
     "arith",
     "broadcast_dims",
     "broadcast_elements",

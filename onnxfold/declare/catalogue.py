@@ -19,8 +19,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from onnxfold.analysis.symbolic import ShapeSteps
-from onnxfold.declare.patterns import CleanupRule, PatternRule, SizeRule
+from onnxfold.declare.cleanups import CleanupRule
+from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact, ShapeDimsRule, ShapeValueRule
+from onnxfold.declare.sizes import SizeRule
 
 _MAX_OPSET = 10**9
 
@@ -75,6 +77,7 @@ class Catalogue:
 
     @functools.cached_property
     def nondeterministic(self) -> frozenset[str]:
+        """Ops that may draw random numbers (never folded where they do)."""
         return frozenset(f.op_type for f in self.facts if f.nondeterministic)
 
     @functools.cached_property
@@ -85,6 +88,7 @@ class Catalogue:
 
     @functools.cached_property
     def kept_quantized(self) -> frozenset[str]:
+        """Ops kept as they are in a quantized model unless ``--fold-qdq``."""
         return frozenset(f.op_type for f in self.facts if f.kept_quantized)
 
     @functools.cached_property
@@ -115,6 +119,7 @@ class Catalogue:
         return None
 
     def patterns_by_op(self) -> dict[str, list[PatternRule]]:
+        """The patterns tried at a node of each op type, in declaration order."""
         by_op: dict[str, list[PatternRule]] = {}
         for rule in self.patterns:
             for op in rule.op_types:
@@ -122,6 +127,7 @@ class Catalogue:
         return by_op
 
     def names(self) -> set[str]:
+        """The names of the folders, patterns and cleanups (what ``--disable-rule`` takes)."""
         rules: tuple[FolderRule | PatternRule | CleanupRule, ...] = (
             *self.folders, *self.patterns, *self.cleanups)
         return {r.name for r in rules}

@@ -69,9 +69,11 @@ class FolderRule:
 
     @property
     def op_types(self) -> tuple[str, ...]:
+        """The op it folds, as a tuple (as other rules give theirs)."""
         return (self.op_type,)
 
     def covers(self, opset: int) -> bool:
+        """Whether the rule folds the op at ``opset``."""
         return self.since <= opset and (self.until is None or opset <= self.until)
 
 
@@ -102,6 +104,7 @@ class OpFact:
 
     @property
     def name(self) -> str:
+        """``fact.<op>``, for listings."""
         return f"fact.{self.op_type}"
 
 
@@ -145,6 +148,7 @@ class ShapeValueRule:
 
     @property
     def name(self) -> str:
+        """``shape_value.<op>``, for listings."""
         return f"shape_value.{self.op_type}"
 
 
@@ -161,6 +165,7 @@ class ShapeDimsRule:
 
     @property
     def name(self) -> str:
+        """``shape_dims.<op>``, for listings."""
         return f"shape_dims.{self.op_type}"
 
 

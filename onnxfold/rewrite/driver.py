@@ -31,12 +31,13 @@ from onnxfold.analysis.constness import plan_graph
 from onnxfold.analysis.settings import DEFAULTS, RunSettings
 from onnxfold.analysis.symbolic import Known, ShapeSteps
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.declare.patterns import P, PatternRule, Reject, RewriteContext
+from onnxfold.declare.pattern_rules import PatternRule
+from onnxfold.declare.patterns import depth
 from onnxfold.ir.graph import all_graphs
 from onnxfold.rewrite.steps import contained
+from onnxfold.rewrite.sweep import GraphState, RuleOrders, Sweep, Trying, rule_orders
 
 MAX_ITERATIONS = 10
-RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
 REACH_MARGIN = 1  # reader hops a rewrite marks beyond what the deepest pattern needs
 
 
@@ -49,7 +50,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``). A
     rule that raises raises ``StepFailed`` with its name (unless ``strict``).
     ``rejected_at`` receives each node a pattern declined, with the rule and its reason (the
-    report groups them by module). ``settings``: the run's, for the patterns (``ctx.settings``).
+    report groups them by module). ``settings``: the run's, for the rules (``GraphView.settings``).
     ``resume``: what an earlier call with the same catalogue and arguments left (the caller
     keeps it between calls): this call then tries only the nodes that what changed the model
     since (passes other than rewrites) may concern, instead of every node.
@@ -61,14 +62,15 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     reach = pattern_reach(by_op) - 1 + REACH_MARGIN
     work = resume.worklist(model, reach) if resume is not None else _Worklist(reach)
     try:
-        return _rewrite(model, by_op, facts, work, hits, rejected, inputs_are_constant,
-                        constant_inputs, strict, rejected_at, settings, catalogue.shape_steps)
+        return _rewrite(model, rule_orders(by_op), facts, work, hits, rejected,
+                        inputs_are_constant, constant_inputs, strict, rejected_at, settings,
+                        catalogue.shape_steps)
     finally:
         if resume is not None:
             resume.left(model, work)
 
 
-def _rewrite(model: ir.Model, by_op: dict[str, list[PatternRule]], facts: Catalogue,
+def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
              work: _Worklist, hits: Counter, rejected: Counter, inputs_are_constant: bool,
              constant_inputs: bool, strict: bool, rejected_at: dict[ir.Node, str] | None,
              settings: RunSettings, shape_steps: ShapeSteps) -> Rewritten:
@@ -80,17 +82,17 @@ def _rewrite(model: ir.Model, by_op: dict[str, list[PatternRule]], facts: Catalo
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph,
                               facts=facts)
-            ctx = RewriteContext(graph, model, plan.constant, facts, rejected, rejected_at,
-                                 shape_steps=shape_steps, settings=settings)
-            work.begin(graph, ctx)
+            state = GraphState(graph, model, plan.constant, facts, rejected, rejected_at,
+                               shape_steps=shape_steps, settings=settings)
+            work.begin(graph, state)
             if not work.any_marked(graph):
-                work.end(graph, ctx)
+                work.end(graph, state)
                 continue
-            trying = _Trying()
-            sweep = _Sweep(ctx, by_op, hits, trying, work)
+            trying = Trying()
+            sweep = Sweep(state, rules, hits, trying, work)
             changed |= contained(trying, strict, sweep.run)
             tried += sweep.tried
-            work.end(graph, ctx)
+            work.end(graph, state)
         if not changed:
             return Rewritten(hits, converged=True, sweeps=sweeps, tried=tried)
     return Rewritten(hits, converged=False, sweeps=MAX_ITERATIONS, tried=tried)
@@ -111,16 +113,10 @@ class Rewritten:
         return bool(self.hits)
 
 
-def pattern_depth(pattern: P) -> int:
-    """How many nodes deep ``pattern`` matches (1: its root alone)."""
-    inner = [pattern_depth(sub) for sub in pattern.inputs or () if isinstance(sub, P)]
-    return 1 + max(inner, default=0)
-
-
 def pattern_reach(by_op: dict[str, list[PatternRule]]) -> int:
     """The depth of the deepest pattern: a change affects the roots up to one less reader
     links below it."""
-    return max((pattern_depth(rule.pattern) for rules in by_op.values() for rule in rules),
+    return max((depth(rule.pattern) for rules in by_op.values() for rule in rules),
                default=1)
 
 
@@ -168,7 +164,7 @@ class _Worklist:
         self.changed: MutableSet[ir.Node] = set()
         self.seen: dict[ir.Graph, _Seen] = {}
 
-    def begin(self, graph: ir.Graph, ctx: RewriteContext) -> None:
+    def begin(self, graph: ir.Graph, state: GraphState) -> None:
         """Before a sweep of ``graph``: a graph not swept before is marked whole; else the
         readers of values whose constness or shape value changed since its last sweep (the
         shape values updated for the nodes rewrites changed)."""
@@ -179,15 +175,16 @@ class _Worklist:
         if last is None:
             self.marked |= set(graph)
             return
-        changed = set(last.constant).symmetric_difference(ctx.constant)
+        changed = set(last.constant).symmetric_difference(state.constant)
         if last.shape_values is not None:
-            changed |= ctx.update_shape_values(last.shape_values, edited)
+            changed |= state.update_shape_values(last.shape_values, edited)
         if changed:
             readers = [use.node for v in changed for use in v.uses()]
             self.marked |= near(readers, self.reach, upstream=False)
 
-    def end(self, graph: ir.Graph, ctx: RewriteContext) -> None:
-        self.seen[graph] = _Seen(ctx.constant, ctx.computed_shape_values())
+    def end(self, graph: ir.Graph, state: GraphState) -> None:
+        """After a sweep of ``graph``: what it saw, for the next sweep to compare with."""
+        self.seen[graph] = _Seen(state.constant, state.shape_values)
 
     def any_marked(self, graph: ir.Graph) -> bool:
         marked = self.marked
@@ -319,60 +316,6 @@ class Resumable:
             seen.constant = weakref.WeakSet(seen.constant)
         work.marked, work.changed = weakref.WeakSet(work.marked), weakref.WeakSet(work.changed)
         self._snapshots = {graph: _Snapshot(graph) for graph in work.seen}
-
-
-class _Trying:
-    """The rule a sweep is applying (what a failure is reported as)."""
-
-    name = "rewrite"
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class _Sweep:
-    """One sweep of a graph: the marked nodes, in graph order."""
-
-    def __init__(self, ctx: RewriteContext, by_op: dict[str, list[PatternRule]], hits: Counter,
-                 trying: _Trying, work: _Worklist) -> None:
-        self.ctx, self.by_op, self.hits, self.trying, self.work = ctx, by_op, hits, trying, work
-        self.tried = 0
-
-    def run(self) -> bool:
-        """Try the patterns at every marked node of the graph; whether anything changed."""
-        graph, work, changed = self.ctx.graph, self.work, False
-        nodes = list(graph)
-        for node in nodes:
-            for _ in range(RETRIES_PER_NODE):  # a rewritten node may match another pattern now
-                if node.graph is not graph or not work.take(node):
-                    break  # removed by a rewrite in this sweep, or nothing changed near it
-                if not self._try(node):
-                    break
-                changed = True
-        if changed:  # nodes a rewrite added or moved here (an inlined branch) wait for the next
-            before = set(nodes)
-            work.added([node for node in graph if node not in before])
-        return changed
-
-    def _try(self, node: ir.Node) -> bool:
-        """Try each pattern of ``node``'s op type until one rewrites; whether one did."""
-        ctx, rejected = self.ctx, self.ctx.rejected
-        self.tried += 1
-        if ctx.rejected_at is not None:
-            ctx.rejected_at.pop(node, None)  # what held at an earlier try may hold no more
-        rules = self.by_op.get(node.op_type, ())
-        for rule in rules:
-            self.trying.name = rule.name
-            outcome = rule.apply(node, ctx)
-            if outcome is True:
-                self.hits[rule.name] += 1
-                self.work.rewritten(ctx.touched or {node})
-                return True
-            if isinstance(outcome, Reject):
-                rejected[f"{rule.name}: {outcome.reason}"] += 1
-                if ctx.rejected_at is not None:
-                    ctx.rejected_at[node] = f"{rule.name}: {outcome.reason}"
-        return False
 
 
 def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,

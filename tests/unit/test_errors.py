@@ -56,8 +56,8 @@ def test_temporary_names_stay_under_the_file_name_limit(tmp_path, length):
 
 
 def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, monkeypatch, capsys):
+    from onnxfold.declare import CleanupRule
     from onnxfold.declare.catalogue import Catalogue, load_catalogue
-    from onnxfold.declare.patterns import CleanupRule
 
     def corrupt(model, settings):  # a stand-in for a rewrite bug: a node onnxruntime does not know
         next(iter(model.graph)).op_type = "NoSuchOp"

@@ -1,0 +1,93 @@
+"""Pattern rules: a pattern, a check and a rewrite, declared with :func:`pattern`.
+
+::
+
+    @pattern(P("Sub", Var("x"), P("Neg", Var("y"), single_use=True)))
+    def sub_of_neg(op: OpBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+        return op.Add(x, y)
+
+The check (``check=``, optional) receives the :class:`~onnxfold.declare.view.GraphView` and
+the captures it names as keyword arguments, and returns a verdict
+(:mod:`onnxfold.declare.verdicts`). The rewrite receives an
+:class:`~onnxfold.declare.builder.OpBuilder` and, as keyword arguments, the captures and what
+the check's :class:`~onnxfold.declare.verdicts.Match` found, those it names (a ``**`` parameter
+takes all); it returns the new values (:mod:`onnxfold.declare.builder`). Every rule has a name,
+the op types it works on and its source location; hit counts live in the run's statistics.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnxfold.declare.builder import Replaced
+from onnxfold.declare.patterns import P
+from onnxfold.declare.registry import mark, source_of
+from onnxfold.declare.verdicts import Check
+
+
+def keyword_names(fn: Callable) -> tuple[str, ...] | None:
+    """The names ``fn`` takes after its first parameter (None: it takes any, ``**``)."""
+    parameters = list(inspect.signature(fn).parameters.values())[1:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return tuple(p.name for p in parameters)
+
+
+def call_with(fn: Callable[..., Any], names: tuple[str, ...] | None, first: object,
+              found: Mapping[str, object]) -> Any:
+    """``fn(first, **the entries of found it names)`` (``names``: :func:`keyword_names`)."""
+    if names is None:
+        return fn(first, **found)
+    return fn(first, **{name: found[name] for name in names})
+
+
+@dataclass(frozen=True)
+class PatternRule:
+    """A rewrite: where it applies (``roots``, the op types of nodes it starts from), every op
+    type it matches (``uses``), and its check and rewrite."""
+
+    name: str
+    pattern: P
+    rewrite: Callable[..., Replaced]
+    check: Check | None
+    source: str
+    roots: tuple[str, ...] = ()
+    orders: tuple[P, ...] = field(init=False, repr=False, compare=False)
+    check_names: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
+    rewrite_names: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "orders", self.pattern.orders())
+        check_names = keyword_names(self.check) if self.check is not None else ()
+        captured = set(self.pattern.names())
+        unknown = set(check_names or ()) - captured
+        if unknown:
+            raise TypeError(f"the check of {self.name} asks for {sorted(unknown)}, which its "
+                            "pattern does not capture")
+        if check_names is not None and set(check_names) == captured:
+            check_names = None  # every capture: passed as they are (no copy per match)
+        object.__setattr__(self, "check_names", check_names)
+        object.__setattr__(self, "rewrite_names", keyword_names(self.rewrite))
+
+    @property
+    def uses(self) -> frozenset[str]:
+        """Every op type the pattern matches, its inputs' included."""
+        return frozenset(self.pattern.op_types())
+
+    @property
+    def op_types(self) -> tuple[str, ...]:
+        """The op types of the nodes the rule is tried at."""
+        return self.roots or self.pattern.ops
+
+
+def pattern(matches: P, *, check: Check | None = None, name: str | None = None
+            ) -> Callable[[Callable], Callable]:
+    """Declare the decorated function the rewrite of ``matches`` (see the module doc)."""
+
+    def register(fn: Callable) -> Callable:
+        return mark(fn, PatternRule(name or fn.__name__, matches, fn, check, source_of(fn)))
+
+    return register

@@ -1,0 +1,199 @@
+"""What a pattern rule may ask about the graph it matched in: :class:`GraphView`, queries only.
+
+A check receives the view as its first argument (``ctx``) and answers from it; it never
+changes the graph (the rewrite returns its replacement, and the driver puts it in). The
+answers hold for one sweep of one graph: the driver makes a new view for each, and updates
+what it knows (the constants, the shape values) as rewrites change the graph.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.analysis.constness import OpFacts, runtime_constant_nodes
+from onnxfold.analysis.settings import RunSettings
+from onnxfold.analysis.symbolic import (
+    Dim,
+    Dims,
+    Known,
+    ShapeSteps,
+    Sym,
+    derived_dims,
+    describe_dim,
+    dim_symbol,
+    input_dims,
+    known_constant,
+    shared_dim_names,
+)
+from onnxfold.ir.constants import source_array
+from onnxfold.ir.graph import is_default_op, static_shape, through_identities
+
+IDENTITY_HOPS = 16  # Identity nodes GraphView.array looks through
+_RUNTIME_CONSTANTS = "runtime constants"  # the memo's key for them
+
+
+class GraphView:
+    """What a pattern rule may ask about the graph a pattern matched in, for one sweep.
+
+    ``constant``: the values the constness analysis found constant (the driver adds what
+    rewrites build from constants); ``shape_values``: computes (or updates) the graph's shape
+    values, asked at most once per sweep; ``memo``: what rules remember about the graph during
+    the sweep (:meth:`remembered`), emptied by the driver when a rewrite builds a node.
+    """
+
+    def __init__(self, graph: ir.Graph, model: ir.Model, constant: AbstractSet[ir.Value],
+                 facts: OpFacts, *, shape_steps: ShapeSteps, settings: RunSettings,
+                 shape_values: Callable[[GraphView], dict[ir.Value, Known]],
+                 memo: dict[str, Any]) -> None:
+        self._graph, self._model, self._constant, self._facts = graph, model, constant, facts
+        self._steps, self._settings = shape_steps, settings
+        self._compute_shape_values = shape_values
+        self._shape_values: dict[ir.Value, Known] | None = None
+        self._arrays: dict[ir.Value, np.ndarray | None] = {}
+        self._memo = memo
+        self._shared: frozenset[str] | None = None
+
+    @property
+    def settings(self) -> RunSettings:
+        """The run's settings (what the user keeps, the runtime-constant inputs, ...)."""
+        return self._settings
+
+    @property
+    def keep(self) -> frozenset[str]:
+        """Op types and node names no pattern may match (``--keep``)."""
+        return self._settings.keep
+
+    @property
+    def in_subgraph(self) -> bool:
+        """Whether the graph is a subgraph (an ``If`` branch, a ``Loop`` body, ...), whose
+        outputs the enclosing graph reads."""
+        return self._graph is not self._model.graph
+
+    def opset(self, domain: str = "") -> int:
+        """The model's opset of ``domain`` (1 where it imports none)."""
+        return self._model.opset_imports.get(domain, 1)
+
+    def here(self, node: ir.Node | None) -> bool:
+        """Whether ``node`` is a node of this graph (not of an enclosing one, nor removed)."""
+        return node is not None and node.graph is self._graph
+
+    def in_order(self, nodes: Iterable[ir.Node]) -> list[ir.Node]:
+        """Those of ``nodes`` that are in this graph, in its order (a walk of the graph)."""
+        wanted = set(nodes)
+        return [node for node in self._graph if node in wanted]
+
+    def is_graph_output(self, value: ir.Value | None) -> bool:
+        """Whether ``value`` is an output of this graph."""
+        return value is not None and value in self._graph.outputs
+
+    def produced_here(self, value: ir.Value) -> bool:
+        """Whether a node of this graph computes ``value`` (what a graph output must be)."""
+        producer = value.producer()
+        return producer is not None and producer.graph is self._graph
+
+    def single_use(self, value: ir.Value) -> bool:
+        """Whether one node reads ``value`` (once) and it is not a graph output."""
+        return len(value.uses()) == 1 and value not in self._graph.outputs
+
+    def is_constant(self, value: ir.Value | None) -> bool:
+        """Whether ``value`` is computed from constants only (the fold will know it)."""
+        return value is not None and value in self._constant
+
+    def is_runtime_constant(self, value: ir.Value | None) -> bool:
+        """Whether ``value`` is computed from the run's runtime-constant inputs
+        (``settings.runtime_inputs``, main graph only) and constants by nodes that may fold:
+        known once the first call's feeds are, not before (a compile-time constant is not)."""
+        if value is None or not self._settings.runtime_inputs or self.in_subgraph:
+            return False
+        memo = self._memo
+        found = memo.get(_RUNTIME_CONSTANTS)
+        if not isinstance(found, frozenset):  # computed once per sweep (and after a build)
+            graph = self._graph
+            inputs = [v for v in graph.inputs if v.name in self._settings.runtime_inputs]
+            nodes = runtime_constant_nodes(graph, inputs, self._constant, self.keep,
+                                           facts=self._facts)
+            found = frozenset(inputs).union(*(n.outputs for n in nodes))
+            memo[_RUNTIME_CONSTANTS] = found
+        return value in found
+
+    def known_at_fold(self, value: ir.Value | None) -> bool:
+        """Whether ``value`` is a constant or a runtime constant (:meth:`is_runtime_constant`)."""
+        return self.is_constant(value) or self.is_runtime_constant(value)
+
+    def array(self, value: ir.Value | None) -> np.ndarray | None:
+        """The data of an initializer or Constant output, also through Identity nodes (an
+        exporter's way to share one weight); not of values still to be folded."""
+        if value is None:
+            return None
+        if value in self._arrays:  # a constant's data does not change during a sweep
+            return self._arrays[value]
+        found = None
+        for link in itertools.islice(through_identities(value), IDENTITY_HOPS):
+            found = source_array(link)
+            if found is not None:
+                break
+        self._arrays[value] = found
+        return found
+
+    def shape(self, value: ir.Value | None) -> tuple[int, ...] | None:
+        """``value``'s shape where every dim is static (a constant's, from its data)."""
+        if value is None:
+            return None
+        if value.const_value is not None:
+            return tuple(value.const_value.shape.numpy())
+        return static_shape(value)
+
+    def producer(self, value: ir.Value | None, *op_types: str) -> ir.Node | None:
+        """The default-domain node of one of ``op_types`` that computes ``value``, if any."""
+        node = value.producer() if value is not None else None
+        if node is None or node.op_type not in op_types or not is_default_op(node):
+            return None
+        return node
+
+    def shared_dim_names(self) -> frozenset[str]:
+        """The input dim names that prove nothing in this run (``symbolic.shared_dim_names``)."""
+        if self._shared is None:
+            self._shared = shared_dim_names(self._model, self._settings.named_dims_equal)
+        return self._shared
+
+    def dim(self, value: ir.Value, axis: int) -> Dim | None:
+        """Axis ``axis`` of ``value`` as an int or a symbol (``onnxfold.analysis.symbolic``)."""
+        return dim_symbol(value, axis, self.shared_dim_names())
+
+    def input_dims(self, value: ir.Value) -> Dims | None:
+        """Every dim of ``value`` as :meth:`dim` gives it (a constant's: ints)."""
+        return input_dims(value, self.shared_dim_names())
+
+    def derived_dims(self, node: ir.Node) -> Dims | None:
+        """The dims of ``node``'s first output that its op's shape step gives from its
+        inputs' dims and shape values; None where not derived."""
+        return derived_dims(node, self.shape_value, self.array, self.shared_dim_names(),
+                            steps=self._steps)
+
+    def describe_dim(self, atom: Sym) -> str:
+        """A dynamic dim in words, named after the graph inputs that declare it."""
+        return describe_dim(atom, self._model)
+
+    def shape_value(self, value: ir.Value) -> Known | None:
+        """What a small integer tensor of this graph computes, element by element (static
+        ints or dynamic dims: ``onnxfold.analysis.symbolic``); computed once per sweep, except
+        for a constant's, read at once."""
+        found = known_constant(value, self.array)
+        if found is not None:
+            return found
+        if self._shape_values is None:
+            self._shape_values = self._compute_shape_values(self)
+        return self._shape_values.get(value)
+
+    def remembered(self, key: str) -> dict[Any, Any]:
+        """A rule's memo of answers about this graph, kept for the sweep until a rewrite
+        builds a node: what it holds must stay true when rewrites only reroute values
+        (``rules/zero_sign.py``'s answers do, as long as values are only rerouted to readers
+        of the same kind)."""
+        return self._memo.setdefault(key, {})

@@ -1,0 +1,175 @@
+"""A rewrite's result put into the graph: what the builder made goes in, readers move to the
+new values, and the nodes the rewrite leaves without readers go.
+
+In this order (the order every rule used to edit in, so that fresh names and node order are
+what they were): the replaced outputs' new values take the old ones' type and shape where the
+rewrite left them unset; moved nodes move; what the builder made goes in before the matched
+node (or ``Replacement.before``), in the order it was built (constants registered, nodes
+inserted, inlined subgraphs' initializers and nodes moved in); kept nodes read their new
+inputs; values take their new shapes; each replaced value's readers read its replacement (an
+Identity in between where the replacement cannot be this graph's output as it is); then the
+replaced values' producers and the match's nodes left without readers are removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, MutableSet, Sequence
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+from onnxfold.analysis.constness import OpFacts, why_not_foldable
+from onnxfold.declare.builder import (
+    Built,
+    BuiltConstant,
+    BuiltNode,
+    Inlined,
+    Replaced,
+    Replacement,
+)
+from onnxfold.ir.edits import replace_value
+from onnxfold.ir.graph import subgraphs
+
+
+@dataclass(frozen=True)
+class Spliced:
+    """What putting a rewrite in changed that the driver must know: the nodes that read a
+    replaced value (they read its replacement now), and whether a node was built (which empties
+    the rules' memo)."""
+
+    readers: frozenset[ir.Node]
+    built_nodes: bool
+
+
+def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Built],
+           result: Replaced, matched: Iterable[ir.Node], constant: MutableSet[ir.Value],
+           facts: OpFacts, fresh: Callable[[str], str]) -> Spliced:
+    """Put ``result`` (a rewrite's return, ``built`` what its builder made) into ``graph``
+    in place of what it replaces; ``matched``: the nodes of the match, removed if this leaves
+    them without readers; ``constant``: the values known constant, to which new values computed
+    from constants only are added (what the next sweep's plan would say); ``fresh``: the
+    model's names (for an Identity, and for a graph output's old value)."""
+    replacement = as_replacement(result, root)
+    _type_like_replaced(replacement.values, built)
+    readers = frozenset(use.node for old in replacement.values for use in old.uses())
+    kept = set(replacement.inputs)
+    producers = [p for old in replacement.values if (p := old.producer()) is not None]
+    candidates = [*producers, *(n for n in matched if n not in kept and _read(n))]
+    before = replacement.before or root
+    for node in replacement.moved:
+        if node.graph is graph:
+            graph.remove(node)
+            graph.insert_before(before, node)
+    _insert(graph, model, before, built, constant, facts)
+    for node, inputs in replacement.inputs.items():
+        _rewire(node, inputs)
+    for value, shape in replacement.shapes.items():
+        value.shape = shape
+    for old, new in replacement.values.items():
+        if old in graph.outputs and (new in graph.outputs or _computed_elsewhere(new, graph)):
+            identity = ir.Node("", "Identity", [new], name=fresh("Identity"))
+            identity.outputs[0].name = fresh(old.name or "output")
+            graph.insert_before(before, identity)
+            new = identity.outputs[0]
+        replace_value(graph, old, new, fresh)
+    _remove_unread(candidates)
+    return Spliced(readers, any(isinstance(item, BuiltNode) for item in built))
+
+
+def as_replacement(result: Replaced, root: ir.Node) -> Replacement:
+    """A rewrite's return as a :class:`Replacement`: a value replaces ``root``'s first output,
+    a sequence of values its outputs in order."""
+    if isinstance(result, Replacement):
+        return result
+    if isinstance(result, ir.Value):
+        return Replacement(values={root.outputs[0]: result})
+    return Replacement(values=dict(zip(root.outputs, result)))
+
+
+def _type_like_replaced(values: Mapping[ir.Value, ir.Value], built: Sequence[Built]) -> None:
+    """Give each new value that replaces an output the dtype and shape of that output, where
+    the rewrite left them unset."""
+    untyped = {value: flags for item in built if isinstance(item, BuiltNode)
+               for value, flags in zip(item.node.outputs, item.untyped)}
+    for old, new in values.items():
+        dtype_unset, shape_unset = untyped.get(new, (False, False))
+        if dtype_unset and old.dtype is not None:
+            new.dtype = old.dtype
+        if shape_unset:
+            new.shape = old.shape
+
+
+def _insert(graph: ir.Graph, model: ir.Model, before: ir.Node, built: Sequence[Built],
+            constant: MutableSet[ir.Value], facts: OpFacts) -> None:
+    """Put what the builder made before ``before``, in order."""
+    for item in built:
+        if isinstance(item, BuiltConstant):
+            graph.register_initializer(item.value)
+            constant.add(item.value)  # a pattern later in this sweep may build on it
+            if model.ir_version < 4 and graph is model.graph:
+                graph.inputs.append(item.value)  # IR 3: initializers are inputs (main graph)
+        elif isinstance(item, BuiltNode):
+            node = item.node
+            graph.insert_before(before, node)
+            ins = [v for v in node.inputs if v is not None]
+            if len(node.outputs) == 1 and ins and why_not_foldable(node, facts=facts) is None \
+                    and all(v in constant for v in ins):
+                constant.add(node.outputs[0])  # what the plan of the next sweep would say
+        elif isinstance(item, Inlined):
+            for value in item.initializers:
+                graph.register_initializer(value)
+            for node in item.nodes:
+                item.graph.remove(node)
+                graph.insert_before(before, node)
+
+
+def _rewire(node: ir.Node, inputs: Sequence[ir.Value | None]) -> None:
+    """``node`` reads ``inputs`` (input by input, in order; fewer drop the last ones)."""
+    given = node.inputs
+    for i in range(len(given)):
+        value = inputs[i] if i < len(inputs) else None
+        if given[i] is not value:
+            node.replace_input_with(i, value)
+    if len(inputs) != len(given):
+        node.resize_inputs(len(inputs))
+        for i in range(len(given), len(inputs)):
+            node.replace_input_with(i, inputs[i])
+
+
+def _computed_elsewhere(value: ir.Value, graph: ir.Graph) -> bool:
+    """Whether no node of ``graph`` computes ``value`` (an input, an initializer, an outer
+    value): a graph output must be computed by a node of its graph."""
+    producer = value.producer()
+    return producer is None or producer.graph is not graph
+
+
+def _read(node: ir.Node) -> bool:
+    """Whether anything reads an output of ``node`` (a node, or its graph as an output)."""
+    outputs = node.graph.outputs if node.graph is not None else ()
+    return any(v.uses() or v in outputs for v in node.outputs)
+
+
+def _remove_unread(candidates: list[ir.Node]) -> None:
+    """Remove each of ``candidates`` once nothing reads it (from its own graph, which may
+    enclose the matched one), its subgraphs detached from the values they read."""
+    removed = True
+    while removed:
+        removed = False
+        for node in candidates:
+            graph = node.graph
+            if graph is None or _read(node):
+                continue
+            for sub in subgraphs(node):
+                _detach(sub)
+            graph.remove(node, safe=True)
+            removed = True
+
+
+def _detach(graph: ir.Graph) -> None:
+    """Make a discarded subgraph stop reading outer values, so that they can be removed."""
+    for inner in graph:
+        for sub in subgraphs(inner):
+            _detach(sub)
+        for i in range(len(inner.inputs)):
+            inner.replace_input_with(i, None)
+    graph.outputs.clear()

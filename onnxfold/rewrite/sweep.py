@@ -1,0 +1,197 @@
+"""One sweep of one graph: the rules tried at its marked nodes, and what the driver keeps about
+the graph meanwhile.
+
+:class:`GraphState` is the driver's side of a graph for one sweep: the constants (added to as
+rewrites build from them), the shape values (computed or updated once, when asked), the rules'
+memo, the rejections, and the :class:`~onnxfold.declare.GraphView` the rules ask.
+:class:`Sweep` tries the patterns of each marked node: a pattern matches (in each of its
+orders), the check decides, the rewrite returns its replacement, and
+:func:`~onnxfold.rewrite.splice.splice` puts it in; the nodes around it are marked again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import onnx_ir as ir
+
+from onnxfold.analysis.constness import OpFacts
+from onnxfold.analysis.settings import RunSettings
+from onnxfold.analysis.symbolic import Known, ShapeSteps, shape_values, updated_shape_values
+from onnxfold.declare.builder import OpBuilder
+from onnxfold.declare.pattern_rules import PatternRule, call_with
+from onnxfold.declare.patterns import P
+from onnxfold.declare.verdicts import Match, Reject
+from onnxfold.declare.view import GraphView
+from onnxfold.ir.edits import names_for
+from onnxfold.rewrite.splice import splice
+
+RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
+
+
+class GraphState:
+    """The driver's bookkeeping of one graph for one sweep, and the view its rules ask.
+
+    ``constant``: the values the sweep's plan found constant (rewrites add to it);
+    ``rejected``: rejections counted by ``"rule: reason"``; ``rejected_at``: each node's last
+    rejection, when asked for."""
+
+    def __init__(self, graph: ir.Graph, model: ir.Model, constant: set[ir.Value],
+                 facts: OpFacts, rejected: Counter, rejected_at: dict[ir.Node, str] | None,
+                 *, shape_steps: ShapeSteps, settings: RunSettings) -> None:
+        self.graph, self.model, self.constant, self.facts = graph, model, constant, facts
+        self.rejected, self.rejected_at, self.shape_steps = rejected, rejected_at, shape_steps
+        self.memo: dict[str, Any] = {}
+        self.shape_values: dict[ir.Value, Known] | None = None  # asked for, or updated
+        self.view = GraphView(graph, model, constant, facts, shape_steps=shape_steps,
+                              settings=settings, shape_values=self._shape_values,
+                              memo=self.memo)
+
+    def fresh(self, base: str) -> str:
+        """A name the model does not use, after ``base`` (the model's allocator, made at the
+        first name asked for: it reads every name of the model)."""
+        return names_for(self.model).fresh(base)
+
+    def _shape_values(self, view: GraphView) -> dict[ir.Value, Known]:
+        """The graph's shape values: updated at the sweep's start, else computed now."""
+        if self.shape_values is None:
+            self.shape_values = shape_values(self.graph, view.array, view.shared_dim_names(),
+                                             steps=self.shape_steps)
+        return self.shape_values
+
+    def update_shape_values(self, previous: dict[ir.Value, Known],
+                            changed_nodes: set[ir.Node]) -> set[ir.Value]:
+        """Take this graph's shape values from ``previous`` (an earlier sweep's) with the
+        nodes changed since computed again; return the values whose shape value or refined
+        dims changed (``symbolic.updated_shape_values``)."""
+        view = self.view
+        self.shape_values, changed = updated_shape_values(
+            self.graph, previous, changed_nodes, view.array, view.shared_dim_names(),
+            steps=self.shape_steps)
+        return changed
+
+
+class Marks(Protocol):
+    """Where a sweep takes its nodes from and reports what it changed (the worklist)."""
+
+    def take(self, node: ir.Node) -> bool:
+        """Whether ``node`` is marked (unmarking it)."""
+
+    def rewritten(self, touched: set[ir.Node]) -> None:
+        """Mark what a rewrite changed, from ``touched`` (its surroundings before it)."""
+
+    def added(self, nodes: list[ir.Node]) -> None:
+        """Mark the nodes a sweep's rewrites added."""
+
+
+class Trying:
+    """The rule a sweep is applying (what a failure is reported as)."""
+
+    name = "rewrite"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+RuleOrders = dict[str, list[tuple[PatternRule, P]]]  # op type -> (rule, one of its orders)
+
+
+def rule_orders(by_op: dict[str, list[PatternRule]]) -> RuleOrders:
+    """Each op's rules, each order of a rule's pattern in turn (as separate rules would be)."""
+    return {op: [(rule, order) for rule in rules for order in rule.orders]
+            for op, rules in by_op.items()}
+
+
+class Sweep:
+    """One sweep of a graph: the patterns tried at its marked nodes, in graph order."""
+
+    def __init__(self, state: GraphState, rules: RuleOrders, hits: Counter, trying: Trying,
+                 marks: Marks) -> None:
+        self.state, self.rules, self.hits, self.trying, self.marks = (
+            state, rules, hits, trying, marks)
+        self.tried = 0
+
+    def run(self) -> bool:
+        """Try the patterns at every marked node of the graph; whether anything changed."""
+        graph, marks, changed = self.state.graph, self.marks, False
+        nodes = list(graph)
+        for node in nodes:
+            for _ in range(RETRIES_PER_NODE):  # a rewritten node may match another pattern now
+                if node.graph is not graph or not marks.take(node):
+                    break  # removed by a rewrite in this sweep, or nothing changed near it
+                if not self._try(node):
+                    break
+                changed = True
+        if changed:  # nodes a rewrite added or moved here (an inlined branch) wait for the next
+            before = set(nodes)
+            marks.added([node for node in graph if node not in before])
+        return changed
+
+    def _try(self, node: ir.Node) -> bool:
+        """Try each pattern of ``node``'s op type until one rewrites; whether one did."""
+        state = self.state
+        rejected, rejected_at, view = state.rejected, state.rejected_at, state.view
+        self.tried += 1
+        if rejected_at is not None:
+            rejected_at.pop(node, None)  # what held at an earlier try may hold no more
+        for rule, order in self.rules.get(node.op_type, ()):
+            self.trying.name = rule.name
+            captures: dict[str, Any] = {}
+            if not order.match_node(node, view, captures):
+                continue
+            verdict = call_with(rule.check, rule.check_names, view, captures) \
+                if rule.check is not None else True
+            if verdict is True or isinstance(verdict, Match):
+                found = {**captures, **verdict.found} if isinstance(verdict, Match) \
+                    else captures
+                self._rewrite(rule, node, captures, found)
+                self.hits[rule.name] += 1
+                return True
+            if isinstance(verdict, Reject):
+                rejected[f"{rule.name}: {verdict.reason}"] += 1
+                if rejected_at is not None:
+                    rejected_at[node] = f"{rule.name}: {verdict.reason}"
+        return False
+
+    def _rewrite(self, rule: PatternRule, node: ir.Node, captures: dict[str, Any],
+                 found: dict[str, Any]) -> None:
+        """Rewrite the match of ``rule`` at ``node``, put it in, and mark around it."""
+        state = self.state
+        touched = surroundings(captures.values())
+        builder = OpBuilder(state.fresh, node.outputs[0].name if node.outputs else None,
+                            state.view.opset())
+        result = call_with(rule.rewrite, rule.rewrite_names, builder, found)
+        spliced = splice(state.graph, state.model, node, builder.built, result,
+                         nodes_of(found.values()), state.constant, state.facts, state.fresh)
+        if spliced.built_nodes:
+            state.memo.clear()
+        touched |= spliced.readers
+        self.marks.rewritten(touched or {node})
+
+
+def surroundings(captured: Iterable[object]) -> set[ir.Node]:
+    """The matched nodes, the producers of the values they and the matched values read, and
+    the readers of what they compute: where a rewrite of the match changes the graph."""
+    found: set[ir.Node | None] = set()
+    for part in captured:
+        if isinstance(part, ir.Node):
+            found.add(part)
+            found.update(v.producer() for v in part.inputs if v is not None)
+            found.update(use.node for v in part.outputs for use in v.uses())
+        elif isinstance(part, ir.Value):
+            found.add(part.producer())
+            found.update(use.node for use in part.uses())
+    return {node for node in found if node is not None}
+
+
+def nodes_of(found: Iterable[object]) -> list[ir.Node]:
+    """The nodes among what a match holds: nodes, and nodes in lists and tuples (nested)."""
+    nodes: list[ir.Node] = []
+    for part in found:
+        if isinstance(part, ir.Node):
+            nodes.append(part)
+        elif isinstance(part, list | tuple):
+            nodes.extend(nodes_of(part))
+    return nodes
