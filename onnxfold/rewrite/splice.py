@@ -5,7 +5,8 @@ In this order (the order every rule used to edit in, so that fresh names and nod
 what they were): the replaced outputs' new values take the old ones' type and shape where the
 rewrite left them unset; moved nodes move; what the builder made goes in before the matched
 node (or ``Replacement.before``), in the order it was built (constants registered, nodes
-inserted, inlined subgraphs' initializers and nodes moved in); kept nodes read their new
+inserted, inlined subgraphs' initializers and nodes moved in; the built nodes take the matched
+node's metadata, its provenance); kept nodes read their new
 inputs; values take their new shapes; each replaced value's readers read its replacement (an
 Identity in between where the replacement cannot be this graph's output as it is); then the
 replaced values' producers and the match's nodes left without readers are removed.
@@ -61,6 +62,7 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
             graph.remove(node)
             graph.insert_before(before, node)
     _insert(graph, model, before, built, constant, facts)
+    _keep_provenance(root, built)
     for node, inputs in replacement.inputs.items():
         _rewire(node, inputs)
     for value, shape in replacement.shapes.items():
@@ -121,6 +123,18 @@ def _insert(graph: ir.Graph, model: ir.Model, before: ir.Node, built: Sequence[B
             for node in item.nodes:
                 item.graph.remove(node)
                 graph.insert_before(before, node)
+
+
+def _keep_provenance(root: ir.Node, built: Sequence[Built]) -> None:
+    """The nodes a rewrite built carry the matched node's metadata (an exporter's module
+    path and source line: dynamo's ``namespace`` and ``pkg.torch.onnx.*``), so a profile or a
+    report still attributes them to the code they came from; a node given its own keeps it.
+    Inlined nodes keep their own."""
+    if not root.metadata_props:
+        return
+    for item in built:
+        if isinstance(item, BuiltNode) and not item.node.metadata_props:
+            item.node.metadata_props.update(root.metadata_props)
 
 
 def _rewire(node: ir.Node, inputs: Sequence[ir.Value | None]) -> None:
