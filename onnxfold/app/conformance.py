@@ -21,7 +21,7 @@ import onnx_ir as ir
 from onnx import numpy_helper
 
 from onnxfold.analysis.declines import DeclineKind
-from onnxfold.fold.folder import FoldOptions
+from onnxfold.fold.options import FoldOptions
 from onnxfold.ir.constants import constant_array
 from onnxfold.pipeline.optimizer import optimize
 

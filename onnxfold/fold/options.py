@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from onnxfold.analysis.input_shapes import as_specs
+from onnxfold.fold.settings import Evaluation, FoldSettings, SizePolicy
 from onnxfold.numbers import argument, parse_bytes, parse_float, parse_int
 
 SIZE = argument(parse_bytes)  # a size flag's argparse type
@@ -137,6 +138,17 @@ class FoldOptions:
         casts folded (the runtime fold and the exactness tier, where results are needed)."""
         return cls(growth_factor=None, fold_qdq=True, fold_fp16_casts=True,
                    expansion_factor=float("inf"), expansion_min_bytes=1 << 62, **overrides)
+
+    def fold_settings(self) -> FoldSettings:
+        """The slice of these options the fold reads (``onnxfold.fold.settings``)."""
+        return FoldSettings(
+            keep=frozenset(self.keep), inputs_are_constant=self.inputs_are_constant,
+            shape_folding=self.shape_folding,
+            policy=SizePolicy(self.expansion_factor, self.expansion_min_bytes,
+                              self.max_tensor_bytes, self.growth_factor, self.growth_min_bytes,
+                              self.max_growth_bytes, self.fold_fp16_casts, self.fold_qdq),
+            evaluation=Evaluation(self.fallback, self.fold_timeout, self.memory_limit,
+                                  self.pool_budget, self.strict))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -34,7 +34,8 @@ from onnxfold.analysis.shapes import MARKED_KEY, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError
-from onnxfold.fold.folder import FoldOptions, GrowthLedger
+from onnxfold.fold.folder import GrowthLedger
+from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.pool import BufferPool
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
@@ -156,14 +157,17 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
     shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
     catalogue = load_catalogue().without(
         set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
+    folding = options.fold_settings()
     pool = BufferPool(memory_limit=options.memory_limit)
     growth = GrowthLedger()
     state = RoundState()
+    keep = frozenset(options.keep)
     rounds: list[Rewrite | Fold | Prune | RefineShapes]
-    rounds = [Rewrite(catalogue, options, state, settings),
-              Fold(catalogue, options, state, pool, growth, progress),
-              Prune(options),
-              RefineShapes(options, state)]
+    rounds = [Rewrite(catalogue, state, settings, inputs_are_constant=options.inputs_are_constant,
+                      strict=options.strict),
+              Fold(catalogue, folding, state, pool, growth, progress),
+              Prune(keep, options.inputs_are_constant, options.strict),
+              RefineShapes(options.shape_folding, state)]
     rounds = timed([p for p in rounds if p.name not in skipped])
     inline = options.inline_functions and "inline_functions" not in skipped
     functions = not {"fold", "fold_functions"} & skipped  # no fold at all: none in bodies
@@ -173,9 +177,10 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
         # the reader's proto describes the model only if no pass before changed it
         InferShapes(light if not inline and not options.input_shapes else None),
         PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
-        *([FoldFunctions(catalogue, options, pool, growth)] if functions else []),
+        *([FoldFunctions(catalogue, folding, pool, growth)] if functions else []),
         Cleanups(catalogue, options.strict, settings),
-        *([Prune(options)] if "prune" not in skipped else []),
+        *([Prune(keep, options.inputs_are_constant, options.strict)]
+          if "prune" not in skipped else []),
         Sorted(options.strict),
     ]))
 

@@ -9,7 +9,9 @@ constants fully on its own.
 A step that raises (a bug: a rule or pass that cannot handle some model) raises
 :class:`StepFailed` naming the step: a rule's name, or the pass's. ``optimize`` then starts
 again from the untouched model without that step, so a failure costs one optimization, never
-the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error instead).
+the run or a half-rewritten model (``strict`` re-raises the error instead).
+
+Each pass is given the slice of the run's options it reads, not the whole ``FoldOptions``.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes, infer_shapes_upstream, refinable_by
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
+from onnxfold.fold.folder import GrowthLedger, fold_model
 from onnxfold.fold.function_bodies import fold_functions
 from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.settings import FoldSettings
 from onnxfold.host.points import reached
 from onnxfold.ir.edits import read_in, remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
@@ -100,10 +103,10 @@ class Rewrite(InPlacePass):
 
     name = "rewrite"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, state: RoundState,
-                 settings: RunSettings) -> None:
-        self.catalogue, self.options, self.state = catalogue, options, state
-        self.settings = settings
+    def __init__(self, catalogue: Catalogue, state: RoundState, settings: RunSettings, *,
+                 inputs_are_constant: bool, strict: bool) -> None:
+        self.catalogue, self.state, self.settings = catalogue, state, settings
+        self.inputs_are_constant, self.strict = inputs_are_constant, strict
         self.resume = Resumable()  # what each call leaves the next (the same model's)
         # node -> "rule: reason" of its last try, kept across calls: a call tries only the
         # nodes changes concern, the others' last reason still holds
@@ -111,8 +114,8 @@ class Rewrite(InPlacePass):
 
     def call(self, model: ir.Model) -> RewriteResult:
         self.state.constants_before = frozenset(_initializers(model))
-        done = rewrite(model, self.catalogue, None, self.options.inputs_are_constant,
-                       strict=self.options.strict, rejected_at=self.rejected_at,
+        done = rewrite(model, self.catalogue, None, self.inputs_are_constant,
+                       strict=self.strict, rejected_at=self.rejected_at,
                        settings=self.settings, resume=self.resume)
         for node in [node for node in self.rejected_at if node.graph is None]:
             del self.rejected_at[node]  # removed: neither reported nor kept alive
@@ -133,10 +136,10 @@ class Fold(InPlacePass):
 
     name = "fold"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, state: RoundState,
+    def __init__(self, catalogue: Catalogue, settings: FoldSettings, state: RoundState,
                  pool: BufferPool, growth: GrowthLedger,
                  progress: Callable[[int, int], None] | None) -> None:
-        self.catalogue, self.options, self.state = catalogue, options, state
+        self.catalogue, self.settings, self.state = catalogue, settings, state
         self.pool, self.growth, self.progress = pool, growth, progress
 
     def call(self, model: ir.Model) -> FoldResult:
@@ -146,15 +149,15 @@ class Fold(InPlacePass):
         constants = self.state.constants_before
         if constants is None:
             constants = frozenset(_initializers(model))
-        counts = contained("fold", self.options.strict, lambda: fold_model(
-            model, self.options, catalogue=self.catalogue, pool=self.pool, growth=self.growth,
+        counts = contained("fold", self.settings.evaluation.strict, lambda: fold_model(
+            model, self.settings, catalogue=self.catalogue, pool=self.pool, growth=self.growth,
             progress=self.progress))
         self.state.new_constants = frozenset(_initializers(model) - constants)
         self.state.constants_before = None
         return FoldResult(model, counts.folded > 0, counts)
 
     def ensures(self, model: ir.Model) -> None:
-        _pool_empty(self.pool, self.options.strict)
+        _pool_empty(self.pool, self.settings.evaluation.strict)
 
 
 class FoldFunctions(InPlacePass):
@@ -164,19 +167,19 @@ class FoldFunctions(InPlacePass):
 
     name = "fold_functions"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, pool: BufferPool,
+    def __init__(self, catalogue: Catalogue, settings: FoldSettings, pool: BufferPool,
                  growth: GrowthLedger) -> None:
-        self.catalogue, self.options, self.pool, self.growth = catalogue, options, pool, growth
+        self.catalogue, self.settings, self.pool, self.growth = catalogue, settings, pool, growth
 
     def call(self, model: ir.Model) -> FoldFunctionsResult:
         if not model.functions:
             return FoldFunctionsResult(model, False)
-        counts = contained(self.name, self.options.strict, lambda: fold_functions(
-            model, self.options, self.catalogue, self.pool, self.growth))
+        counts = contained(self.name, self.settings.evaluation.strict, lambda: fold_functions(
+            model, self.settings, self.catalogue, self.pool, self.growth))
         return FoldFunctionsResult(model, counts.folded > 0, counts)
 
     def ensures(self, model: ir.Model) -> None:
-        _pool_empty(self.pool, self.options.strict)
+        _pool_empty(self.pool, self.settings.evaluation.strict)
 
 
 def _pool_empty(pool: BufferPool, strict: bool) -> None:
@@ -219,22 +222,22 @@ class Prune(InPlacePass):
 
     name = "prune"
 
-    def __init__(self, options: FoldOptions) -> None:
-        self.options = options
+    def __init__(self, keep: frozenset[str], inputs_are_constant: bool, strict: bool) -> None:
+        self.keep, self.inputs_are_constant, self.strict = keep, inputs_are_constant, strict
 
     def call(self, model: ir.Model) -> PassResult:
-        contained("prune", self.options.strict, lambda: self._prune(model))
+        contained("prune", self.strict, lambda: self._prune(model))
         return PassResult(model, False)  # never a reason for another round
 
     def _prune(self, model: ir.Model) -> None:
         graph = model.graph
-        if model.ir_version < 4 or self.options.inputs_are_constant:
+        if model.ir_version < 4 or self.inputs_are_constant:
             outputs = set(graph.outputs)
             for value in list(graph.inputs):
                 if value.name in graph.initializers and not value.uses() and \
                         value not in outputs:
                     graph.inputs.remove(value)
-        remove_dead_nodes(model, frozenset(self.options.keep))
+        remove_dead_nodes(model, self.keep)
 
 
 class RefineShapes(InPlacePass):
@@ -249,11 +252,11 @@ class RefineShapes(InPlacePass):
 
     name = "refine_shapes"
 
-    def __init__(self, options: FoldOptions, state: RoundState) -> None:
-        self.options, self.state = options, state
+    def __init__(self, shape_folding: bool, state: RoundState) -> None:
+        self.shape_folding, self.state = shape_folding, state
 
     def call(self, model: ir.Model) -> PassResult:
-        refined = self.options.shape_folding and self._refine(model) > 0
+        refined = self.shape_folding and self._refine(model) > 0
         shape_only = load_catalogue().shape_only
         self.state.news = refined and any(
             node.op_type in shape_only for graph in all_graphs(model) for node in graph)

@@ -75,9 +75,11 @@ def test_strict_fold_requires_an_empty_pool_after_it():
     model = _model()
     pool = BufferPool()
     catalogue = load_catalogue()
-    fold = Fold(catalogue, FoldOptions(strict=True), RoundState(), pool, GrowthLedger(), None)
+    fold = Fold(catalogue, FoldOptions(strict=True).fold_settings(), RoundState(), pool,
+                GrowthLedger(), None)
     fold(model)  # an empty pool after a complete fold: the postcondition holds
     pool.put(model.graph.initializers["w"], np.zeros(2, np.float32), 1)
     with pytest.raises(PostconditionError, match="buffers left in the pool"):
         fold.ensures(model)
-    Fold(catalogue, FoldOptions(), RoundState(), pool, GrowthLedger(), None).ensures(model)
+    Fold(catalogue, FoldOptions().fold_settings(), RoundState(), pool, GrowthLedger(),
+         None).ensures(model)

@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.errors import OnnxfoldError
-from onnxfold.fold.folder import FoldOptions
+from onnxfold.fold.options import FoldOptions
 from onnxfold.ir.constants import constant_array
 from onnxfold.pipeline.optimizer import optimize
 
