@@ -21,11 +21,10 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
-from onnxfold._version import __version__
 from onnxfold.app import batch
-from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
+from onnxfold.app.parser import EXIT_USAGE, build_parser, fold_options
 from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.host import endings
 from onnxfold.host.limits import describe_cause as describe_limit
@@ -35,7 +34,6 @@ from onnxfold.host.terminal import printable_streams
 from onnxfold.io.faults import bus_error_exits
 from onnxfold.io.publication import release_locks
 from onnxfold.io.tempfiles import remove_own_files
-from onnxfold.numbers import argument, parse_float, parse_int
 from onnxfold.pipeline.collector import long_lived
 
 if TYPE_CHECKING:
@@ -51,37 +49,7 @@ if TYPE_CHECKING:
     from onnxfold.pipeline.phases import Phases
     from onnxfold.pipeline.report import Report
 
-EXIT_USAGE = 2
 EXIT_INTERNAL = 3
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors (unknown flag, bad choice, bad value) as one line
-    ``onnxfold: error: ...`` and exit 2, like every other bad input (no usage block)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"onnxfold: error: {one_line(ValueError(message))} "
-                              f"(see {self.prog} --help)\n")
-
-
-COUNT = argument(parse_int, minimum=0)  # a number of things, 0 allowed
-POSITIVE = argument(parse_int, minimum=1)
-NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
-JOB_SECONDS = argument(parse_float, minimum=1.0)  # below that, Python has not even started
-
-
-def _add_fold_options(p: argparse.ArgumentParser) -> None:
-    from onnxfold.fold.options import add_arguments
-
-    add_arguments(p)
-    p.add_argument("--skip-check", action="store_true",
-                   help="do not run the ONNX checker on the input")
-
-
-def _fold_options(args: argparse.Namespace):
-    from onnxfold.fold.options import from_args
-
-    return from_args(args)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -168,7 +136,7 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard, target: PinnedO
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         progress = TerminalProgress() if _on_terminal(sys.stderr) and not args.quiet else None
         phases = Phases(progress)
-        result = optimize(args.input, _fold_options(args), check=not args.skip_check,
+        result = optimize(args.input, fold_options(args), check=not args.skip_check,
                           progress=phases.fold_progress, phases=phases,
                           pristine=lambda: load_model(args.input, check=False),
                           loaded=functools.partial(_loaded, guard, checking is not None))
@@ -369,33 +337,6 @@ _REPORTED_ARGS = ("check", "inputs", "seed", "rtol", "atol", "dim", "int_range",
                   "latency_threads")
 
 
-def _add_compare_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--inputs", metavar="FILE.npz",
-                   help="an .npz of input arrays, used in every input set (the rest random); "
-                        "string inputs as <U or S arrays")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic input dimension; repeatable (unbound ones follow the "
-                        "relations the graph states, else are guessed: see docs/check.md)")
-    p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
-                   help="random values in [LO, HI) for this integer input; repeatable")
-    p.add_argument("--seed", type=COUNT, default=0, help="seed of the first random input set")
-    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
-                   help="a shared library of custom ops for onnxruntime to load when it runs "
-                        "the models; repeatable")
-    p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=None,
-                   help="relative tolerance for every float output (default: by dtype, "
-                        "float32 1e-4, float16/bfloat16 2 ulp + 1 ulp of the output's max)")
-    p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=None,
-                   help="absolute tolerance for every float output (default: by dtype, "
-                        "float32 1e-5)")
-    p.add_argument("--ort-level", choices=LEVELS, default=DEFAULT_LEVEL,
-                   help="onnxruntime's graph optimization level for both models (default "
-                        f"{DEFAULT_LEVEL}: onnxruntime's own default, how a model is deployed)")
-    p.add_argument("--no-fold-verification", action="store_true",
-                   help="do not re-derive every folded tensor from the original (done by "
-                        "default when the second model was written by onnxfold)")
-
-
 def _compare_options(args: argparse.Namespace) -> dict:
     from onnxfold.check.feeds import parse_dims, parse_int_ranges
     from onnxfold.runtime.custom_ops import checked_libraries
@@ -534,7 +475,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     from onnxfold.runtime.split import optimize_and_split, write_split
 
     model = load_model(args.input, check=not args.skip_check)
-    parts = optimize_and_split(model, args.runtime_const, _fold_options(args),
+    parts = optimize_and_split(model, args.runtime_const, fold_options(args),
                                "separate" if args.no_compile_time_fold else "fold")
     for path in write_split(parts, args.output):
         print(f"wrote {path}")
@@ -562,7 +503,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     feeds = load_arrays(args.inputs)
     options = _run_session_options(args.threads)
     session = Session(args.model, args.runtime_const, backend=args.backend,
-                      cache_dir=args.cache_dir, options=_fold_options(args),
+                      cache_dir=args.cache_dir, options=fold_options(args),
                       custom_op_libraries=args.custom_op_library, sess_options=options,
                       adapter=args.adapter[0] if args.adapter else None)
     reached("session")
@@ -589,7 +530,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from onnxfold.app.runtime_compare import compare
 
         print(compare(args.model, session.runtime_constants, feeds, args.backend,
-                      max(args.repeat, 5), args.adapter, options, _fold_options(args)).render())
+                      max(args.repeat, 5), args.adapter, options, fold_options(args)).render())
     if output is not None:
         arrays = dict(zip(names, outputs))
         write_atomic(output, lambda f: np.savez(f, **arrays))
@@ -612,130 +553,8 @@ def _on_terminal(stream) -> bool:
     return stream is not None and not stream.closed and stream.isatty()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = _OneLineParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="print the traceback of an error (also ONNXFOLD_DEBUG=1)")
-    parser = _OneLineParser(
-        prog="onnxfold", description="ONNX constant folding.", parents=[common],
-        epilog="exit codes: 0 ok, 1 a check or comparison failed, 2 bad input, 3 internal error")
-    parser.add_argument("--version", action="version", version=f"onnxfold {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def add(name: str, **kwargs) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], **kwargs)
-
-    p = add("optimize", help="fold constants and write the optimized model")
-    p.add_argument("input", nargs="+",
-                   help="the .onnx model; several models or directories (their .onnx files) "
-                        "are optimized one process each into the directory -o names")
-    p.add_argument("-o", "--output", default=None,
-                   help="where to write the optimized model (a directory, ending in /, for "
-                        "several); without -o, a dry run: fold, print the report, write no "
-                        "model")
-    p.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
-                   help="with several models: optimize N at a time (default 1)")
-    p.add_argument("--job-timeout", type=JOB_SECONDS, default=None, metavar="SECONDS",
-                   help="with several models: kill a model's job still running after this "
-                        "long; it is reported as timed out (exit 3), the others go on "
-                        "(default: no limit)")
-    p.add_argument("-r", "--recursive", action="store_true",
-                   help="with a directory as input: also the .onnx files in its subdirectories "
-                        "(written to the same relative paths under -o)")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON "
-                   "(docs/report-json.md)")
-    p.add_argument("--report", metavar="FILE.html",
-                   help="also write a self-contained HTML report (charts, what folded, what "
-                        "stayed and why)")
-    p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
-                   help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="also say how the run went: fold counts, the buffer pool, each "
-                        "phase's time, the rewrites")
-    p.add_argument("--latency", type=COUNT, default=0, metavar="N",
-                   help="time session creation and inference of the original and the output "
-                        "in onnxruntime (median of N interleaved runs, at its default level and "
-                        "with optimizations off); sizes and dynamic dims too")
-    p.add_argument("--latency-threads", type=POSITIVE, default=1, metavar="T",
-                   help="onnxruntime's intra-op threads for --latency (default 1)")
-    p.add_argument("--explain", action="store_true",
-                   help="say why each constant-foldable node that was left alone was not folded")
-    p.add_argument("--no-verify", action="store_true",
-                   help="do not load the output in onnxruntime before it replaces anything "
-                        "(done by default for outputs up to 64 MiB and 5000 nodes)")
-    p.add_argument("--no-prefill", action="store_true",
-                   help="do not warm the output file's pages on a second thread while folding")
-    _add_fold_options(p)
-    p.add_argument("--check", type=COUNT, default=0, metavar="N",
-                   help="compare with the input in onnxruntime on N input sets and write "
-                        "nothing (exit 1) if an output is outside tolerance")
-    _add_compare_options(p)
-    p.set_defaults(func=cmd_optimize)
-
-    p = add("compare", help="run two models in onnxruntime and compare their outputs")
-    p.add_argument("a", help="the reference model")
-    p.add_argument("b", help="the model to check (e.g. the folded one)")
-    p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
-    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
-    _add_compare_options(p)
-    p.set_defaults(func=cmd_compare)
-
-    p = add("verify-folds", help="re-derive every folded tensor of an onnxfold output from "
-            "the original in onnxruntime, without inputs")
-    p.add_argument("a", help="the original model")
-    p.add_argument("b", help="the model onnxfold wrote from it")
-    p.add_argument("--json", metavar="FILE", help="also write the verdict per tensor as JSON")
-    p.set_defaults(func=cmd_verify_folds)
-
-    p = add("split", help="split around runtime constants into runtime_fold + entry")
-    p.add_argument("input")
-    p.add_argument("--runtime-const", nargs="+", required=True, metavar="NAME",
-                   help="graph inputs constant at run time (names or patterns like 'w*')")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
-    p.add_argument("--no-compile-time-fold", action="store_true",
-                   help="write compile-time constants as a compiletime_fold model instead")
-    _add_fold_options(p)
-    p.set_defaults(func=cmd_split)
-
-    p = add("run", help="run a model with runtime constants folded once")
-    p.add_argument("model")
-    p.add_argument("--runtime-const", nargs="*", default=[], metavar="NAME")
-    p.add_argument("--inputs", required=True, metavar="FILE.npz", help="every input's array")
-    p.add_argument("--backend", default="ort", choices=["ort", "numpy", "mlir", "onnx-mlir"])
-    p.add_argument("--repeat", type=POSITIVE, default=1, help="run this many times, report timing")
-    p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
-    p.add_argument("--adapter", action="append", default=[], metavar="FILE.onnx_adapter",
-                   help="an onnxruntime adapter file whose tensors are the runtime constants "
-                        "(the first is run; with several, --compare times switching among "
-                        "them); repeatable")
-    p.add_argument("--compare", action="store_true",
-                   help="also time onnxruntime with the runtime constants as inputs, as "
-                        "initializers and (with --adapter) its multi-LoRA, interleaved with "
-                        "the Session, and print the comparison")
-    p.add_argument("--threads", type=POSITIVE, default=None, metavar="N",
-                   help="onnxruntime's intra-op threads (default: onnxruntime's)")
-    p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
-    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
-                   help="a shared library of custom ops for onnxruntime to load; repeatable")
-    _add_fold_options(p)
-    p.set_defaults(func=cmd_run)
-
-    p = add("inspect", help="opsets, counts and what is still foldable")
-    p.add_argument("input")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
-    p.set_defaults(func=cmd_inspect)
-
-    p = add("rules", help="list the rules, or measure coverage on the ONNX node tests")
-    p.add_argument("--coverage", action="store_true",
-                   help="fold every case of the ONNX node test suite and report the outcome")
-    p.add_argument("--json", metavar="FILE", help="with --coverage: write the full report")
-    p.add_argument("--jobs", type=POSITIVE, default=None, help="with --coverage: processes to use")
-    p.set_defaults(func=cmd_rules)
-    # named in "the following arguments are required" when no command is given
-    sub.metavar = "{" + ",".join(sub.choices) + "}"
-    return parser
+COMMANDS = {"optimize": cmd_optimize, "compare": cmd_compare, "verify-folds": cmd_verify_folds,
+            "split": cmd_split, "run": cmd_run, "inspect": cmd_inspect, "rules": cmd_rules}
 
 
 def _output_directories(args: argparse.Namespace) -> list[str]:
@@ -784,7 +603,7 @@ def _run_parsed(args: argparse.Namespace) -> int:
         silent = getattr(args, "quiet", False) and not debug
         with bus_error_exits(_output_directories(args), EXIT_USAGE), \
                 quiet("onnx_ir") if silent else as_warnings("onnx_ir", "onnx-ir"):
-            code = args.func(args)
+            code = COMMANDS[args.command](args)
         endings.check()  # a signal some library swallowed, or one noted while unwinding
         return code
     except KeyboardInterrupt as e:

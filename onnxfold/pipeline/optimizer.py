@@ -20,7 +20,7 @@ import dataclasses
 import difflib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,6 @@ from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.fold.folder import GrowthLedger
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.pool import BufferPool
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
@@ -52,6 +51,7 @@ from onnxfold.ir.graph import node_label
 from onnxfold.pipeline.collector import long_lived, settled
 from onnxfold.pipeline.leftovers import folded_regions, group_leftovers
 from onnxfold.pipeline.opset_conversion import convert_opset
+from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import (
     Cleanups,
     FixInputShapes,
@@ -146,8 +146,8 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
     ``skipped`` names rules and passes (``fold``, ``prune``) left out after they failed;
     ``light``: the reader's proto of the model, for the first shape inference; ``phases``: the
     clock each pass's time counts on; ``settings``: what rewrites and cleanups read (by default
-    the options' own, :func:`run_settings`, knowing of no plugin ops)."""
-    settings = settings or run_settings(options)
+    the options' own, ``FoldOptions.run_settings``, knowing of no plugin ops)."""
+    settings = settings or options.run_settings()
     def timed(passes: list) -> list:
         passes = [p if isinstance(p, PassManager) else Recorded(p, log) for p in passes]
         if phases is None:
@@ -183,15 +183,6 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
           if "prune" not in skipped else []),
         Sorted(options.strict),
     ]))
-
-
-def run_settings(options: FoldOptions, unknown_ops: Iterable[str] = ()) -> RunSettings:
-    """The settings of a run with ``options`` for the rules and passes below the pipeline;
-    ``unknown_ops``: the model's default-domain op types onnx does not know (the reader's
-    ``UNKNOWN_OPS_KEY``)."""
-    return RunSettings(keep=frozenset(options.keep),
-                       named_dims_equal=options.assume_named_dims_equal,
-                       unknown_ops=frozenset(unknown_ops))
 
 
 MAX_RESTARTS = 4
@@ -280,7 +271,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
-    settings = run_settings(options, model.meta.get(UNKNOWN_OPS_KEY, ()))
+    settings = options.run_settings(model.meta.get(UNKNOWN_OPS_KEY, ()))
     before = model_counts(model)
     settled(before.nodes + before.constants)
     skipped: dict[str, str] = {}

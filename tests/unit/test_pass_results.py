@@ -12,10 +12,10 @@ from onnx_ir.passes import PassResult, PostconditionError
 from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.folder import FoldCounts, GrowthLedger
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.pool import BufferPool
 from onnxfold.io.reader import model_from_proto
 from onnxfold.pipeline.optimizer import build_pipeline
+from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import Fold, RoundState
 from onnxfold.pipeline.results import (
     CleanupsResult,
