@@ -26,15 +26,7 @@ from onnxfold.fold.recipes import RECIPES_KEY, Recipe
 from onnxfold.fold.settings import FoldSettings
 from onnxfold.ir.graph import is_default_op, is_overridable, node_label, subgraphs
 
-__all__ = ["FoldCounts", "GrowthLedger", "fold_graph", "fold_model", "visible_constants"]
-
-
-@dataclass
-class GrowthLedger:
-    """The bytes the growth policy let the model grow by so far in one run: the folds of
-    every round and of the function bodies share ``max_growth_bytes``."""
-
-    spent: int = 0
+__all__ = ["FoldCounts", "fold_graph", "fold_model", "visible_constants"]
 
 
 @dataclass
@@ -91,15 +83,15 @@ def fold_graph(plan: FoldPlan, graph: ir.Graph, model: ir.Model, settings: FoldS
 
 def fold_model(model: ir.Model, settings: FoldSettings | None = None,
                catalogue: Catalogue | None = None, pool: BufferPool | None = None,
-               growth: GrowthLedger | None = None,
+               growth_spent: int = 0,
                progress: Callable[[int, int], None] | None = None) -> FoldCounts:
-    """Fold every graph of ``model`` in place (one round); return what happened. ``growth``:
-    what earlier folds of the run spent of ``max_growth_bytes`` (this fold adds to it);
+    """Fold every graph of ``model`` in place (one round); return what happened (its
+    ``growth_bytes``: what this fold let the model grow by). ``growth_spent``: what earlier
+    folds of the run let it grow by (``max_growth_bytes`` bounds the sum);
     ``catalogue``: the rules to fold with (by default every rule)."""
     settings = settings or FoldSettings()
     catalogue = catalogue or load_catalogue()
     pool = BufferPool() if pool is None else pool  # an empty pool is falsy (len 0)
-    growth = growth or GrowthLedger()
     facts = load_catalogue()  # every rule's op facts, whatever the options disable
     opset_imports = dict(model.opset_imports)  # what the fallback's session imports
     counts = FoldCounts()
@@ -109,8 +101,7 @@ def fold_model(model: ir.Model, settings: FoldSettings | None = None,
                            inputs_are_constant=settings.inputs_are_constant,
                            shape_folding=settings.shape_folding, keep=settings.keep, facts=facts)
         plan = plan_fold(const, graph, model, settings.policy, catalogue, facts.shape_only,
-                         opset_imports.get("", 1), growth.spent)
-        growth.spent += plan.growth_bytes
+                         opset_imports.get("", 1), growth_spent + counts.growth_bytes)
         recipes = model.meta.get(RECIPES_KEY) if graph is model.graph else None
         done = fold_graph(plan, graph, model, settings, catalogue, pool, opset_imports,
                           as_initializer(graph, model), counts, progress, recipes)

@@ -34,7 +34,7 @@ from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.budget import pool_budget
 from onnxfold.fold.evaluate import Evaluator
-from onnxfold.fold.folder import FoldCounts, GrowthLedger, fold_graph
+from onnxfold.fold.folder import FoldCounts, fold_graph
 from onnxfold.fold.materialize import Store, replacement
 from onnxfold.fold.plan import FoldPlan, plan_fold
 from onnxfold.fold.pool import BufferPool
@@ -176,11 +176,12 @@ class _Body:
 
 
 def fold_function(function: ir.Function, model: ir.Model, settings: FoldSettings,
-                  catalogue: Catalogue, pool: BufferPool, growth: GrowthLedger,
+                  catalogue: Catalogue, pool: BufferPool, growth_spent: int,
                   counts: FoldCounts, called: frozenset[tuple[str, str]] | None = None) -> None:
     """Fold the constants of one function body in place (see the module docstring), adding
-    to ``counts``; ``called``: the (domain, name) of the model's local functions, when the
-    caller has them."""
+    to ``counts``; ``growth_spent``: what the run's folds let the model grow by before this
+    body (``max_growth_bytes`` bounds the sum); ``called``: the (domain, name) of the model's
+    local functions, when the caller has them."""
     if not any(is_default_op(n, "Constant") and _literal_constant(n) for n in function.graph):
         return  # no constant in the body: nothing in it can fold
     body = _Body(function, model, catalogue, pool,
@@ -188,8 +189,7 @@ def fold_function(function: ir.Function, model: ir.Model, settings: FoldSettings
     constants, sizes = body.probe(settings)
     folded = counts.folded
     with _known(sizes, constants):
-        plan = body.plan(settings, growth.spent)
-        growth.spent += plan.growth_bytes
+        plan = body.plan(settings, growth_spent)
         done = fold_graph(plan, function.graph, model, settings, catalogue, pool,
                           body.opset_imports, _as_constant_node(function.graph), counts)
     counts.function_constants += done.stored
@@ -198,8 +198,10 @@ def fold_function(function: ir.Function, model: ir.Model, settings: FoldSettings
 
 
 def fold_functions(model: ir.Model, settings: FoldSettings, catalogue: Catalogue,
-                   pool: BufferPool, growth: GrowthLedger) -> FoldCounts:
-    """Fold the constants in every model-local function body; return what happened."""
+                   pool: BufferPool, growth_spent: int = 0) -> FoldCounts:
+    """Fold the constants in every model-local function body; return what happened (its
+    ``growth_bytes``: what the bodies' folds let the model grow by). ``growth_spent``: what
+    the run's earlier folds let it grow by (``max_growth_bytes`` bounds the sum)."""
     counts = FoldCounts()
     newest = onnx.defs.onnx_opset_version()
     called = local_functions(model)  # once: each body's folder needs it
@@ -212,5 +214,6 @@ def fold_functions(model: ir.Model, settings: FoldSettings, catalogue: Catalogue
         # none: a folded result could not be written (a Constant is a default-domain node);
         # newer than onnx knows: its ops may mean something new
         if 0 < opset <= newest:
-            fold_function(function, model, settings, catalogue, pool, growth, counts, called)
+            fold_function(function, model, settings, catalogue, pool,
+                          growth_spent + counts.growth_bytes, counts, called)
     return counts
