@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import onnx_ir as ir
 
-from onnxfold.check.comparison import CompareResult, compare
+from onnxfold.check.compare_options import CompareOptions
+from onnxfold.check.comparison import CompareResult, compare_models
 from onnxfold.fold.recipes import RECIPES_KEY
 from onnxfold.host import endings
 from onnxfold.host.points import reached
@@ -32,13 +32,13 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
                  replaces: tuple[str, ...] = (),
                  saving: Callable[[int, int], None] | None = None,
                  checking: Callable[[str], None] | None = None,
-                 compare_options: Mapping[str, Any] | None = None
+                 compare_options: CompareOptions | None = None
                  ) -> tuple[SaveInfo | None, CompareResult]:
     """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
 
     Returns the save info (None when nothing was written) and the comparison. ``saving`` and
     ``checking`` are the progress callbacks of :func:`save_model` and :func:`compare`;
-    ``compare_options`` the rest of :func:`compare`'s keywords (inputs, seed, dims, ...).
+    ``compare_options``: how the models are compared (inputs, seed, dims, ...).
     """
     guard = OutputGuard(input_files(model), replaces)
     guard.protect(protect or ())
@@ -56,7 +56,7 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
                   protect: set[str] | None, replaces: tuple[str, ...],
                   saving: Callable[[int, int], None] | None,
                   checking: Callable[[str], None] | None,
-                  compare_options: Mapping[str, Any] | None
+                  compare_options: CompareOptions | None
                   ) -> tuple[SaveInfo | None, CompareResult]:
     directory = output.directory
     fd, tmp = temporary(directory, output.name, suffix=".check.onnx")
@@ -68,8 +68,9 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
         if info.data_path is not None:
             tmp_data = os.path.basename(info.data_path)
         reached("check-saved")
-        result = compare(original, directory.path_of(tmp), n=n, progress=checking,
-                         recipes=model.meta.get(RECIPES_KEY), **(compare_options or {}))
+        result = compare_models(original, directory.path_of(tmp), n,
+                                compare_options or CompareOptions(), progress=checking,
+                                recipes=model.meta.get(RECIPES_KEY))
         result.model_b = output.given  # report the output, not the temporary name
         if result.folds is not None:
             result.folds.model_b = output.given

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     import onnx_ir as ir
 
+    from onnxfold.check.compare_options import CompareOptions
     from onnxfold.check.comparison import CompareResult
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.pinned import PinnedOutput
@@ -126,7 +127,7 @@ def _optimize_and_save(args: argparse.Namespace, guard: OutputGuard,
 
 
 def _fold_and_save(args: argparse.Namespace, guard: OutputGuard, target: PinnedOutput | None,
-                   prefill: OutputPrefill | None, checking: dict | None) -> int:
+                   prefill: OutputPrefill | None, checking: CompareOptions | None) -> int:
     from onnxfold.app.progress import TerminalProgress
     from onnxfold.io import load_model, save_model
     from onnxfold.pipeline.optimizer import optimize
@@ -216,7 +217,7 @@ CHECK_HINT = ("check        not run: --check 3 runs the output beside the origin
 
 
 def _measure_latency(args: argparse.Namespace, result: OptimizeResult,
-                     target: PinnedOutput | None, checking: dict | None, phases: Phases):
+                     target: PinnedOutput | None, checking: CompareOptions | None, phases: Phases):
     """``--latency N``: the original and the output (as written, read through its pinned
     directory, or in memory for a dry run) timed in onnxruntime (``onnxfold.check.latency``)."""
     from onnxfold.check.latency import measure_latency
@@ -225,8 +226,8 @@ def _measure_latency(args: argparse.Namespace, result: OptimizeResult,
         _in_memory(result, args)
     options = checking if checking is not None else _compare_options(args)
     latency = measure_latency(args.input, optimized, args.latency, threads=args.latency_threads,
-                              dims=options["dims"], int_ranges=options["int_ranges"],
-                              custom_op_libraries=options["custom_op_libraries"],
+                              dims=options.dims, int_ranges=options.int_ranges,
+                              custom_op_libraries=options.custom_op_libraries,
                               progress=phases.detail)
     if target is not None:
         latency.model_b = target.given  # the output as named, not the descriptor's path
@@ -302,14 +303,14 @@ DRY_RUN_LINE = "dry run: nothing written (-o OUT to write)"
 IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check holds as one proto
 
 
-def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking: dict,
+def _check_in_memory(result: OptimizeResult, args: argparse.Namespace, checking: CompareOptions,
                      phases: Phases) -> CompareResult:
     """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
-    from onnxfold.check.comparison import compare
+    from onnxfold.check.comparison import compare_models
     from onnxfold.fold.recipes import RECIPES_KEY
 
-    check = compare(args.input, _in_memory(result, args), n=args.check, progress=phases.detail,
-                    recipes=result.model.meta.get(RECIPES_KEY), **checking)
+    check = compare_models(args.input, _in_memory(result, args), args.check, checking,
+                           progress=phases.detail, recipes=result.model.meta.get(RECIPES_KEY))
     check.model_b = "(folded, not written)"
     return check
 
@@ -337,26 +338,27 @@ _REPORTED_ARGS = ("check", "inputs", "seed", "rtol", "atol", "dim", "int_range",
                   "latency_threads")
 
 
-def _compare_options(args: argparse.Namespace) -> dict:
+def _compare_options(args: argparse.Namespace) -> CompareOptions:
+    from onnxfold.check.compare_options import CompareOptions
     from onnxfold.check.feeds import parse_dims, parse_int_ranges
     from onnxfold.runtime.custom_ops import checked_libraries
 
-    return {"inputs": args.inputs,
-            "dims": parse_dims(args.dim), "int_ranges": parse_int_ranges(args.int_range),
-            "seed": args.seed, "rtol": args.rtol, "atol": args.atol,
-            "custom_op_libraries": checked_libraries(args.custom_op_library),
-            "level": args.ort_level, "verify": False if args.no_fold_verification else None}
+    return CompareOptions(
+        inputs=args.inputs, dims=parse_dims(args.dim),
+        int_ranges=parse_int_ranges(args.int_range), seed=args.seed, rtol=args.rtol,
+        atol=args.atol, custom_op_libraries=checked_libraries(args.custom_op_library),
+        level=args.ort_level, verify=False if args.no_fold_verification else None)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from onnxfold.check.comparison import compare
+    from onnxfold.check.comparison import compare_models
 
     guard = None
     if args.json:
         guard = _guard_inputs([args.a, args.b])
         guard.protect([args.inputs] if args.inputs else [])
         guard.pin(args.json, "JSON report")
-    result = compare(args.a, args.b, n=args.n, **_compare_options(args))
+    result = compare_models(args.a, args.b, args.n, _compare_options(args))
     print(result.summary())
     if args.json:
         _write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n", guard)

@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check import memory_room
+from onnxfold.check.compare_options import CompareOptions
 from onnxfold.check.feeds import FeedPlan, InputInfo, dtype_name, load_given, shape_text
 from onnxfold.check.fold_verification import FoldVerification, verify_folds
 from onnxfold.check.levels import DEFAULT_LEVEL
@@ -286,14 +287,25 @@ def compare(a: ModelRef, b: ModelRef, *,
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
     the progress line.
     """
+    return compare_models(a, b, n, CompareOptions(
+        inputs, seed, dict(dims or {}), dict(int_ranges or {}), rtol, atol,
+        tuple(custom_op_libraries), level, verify), recipes=recipes, progress=progress)
+
+
+def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
+                   recipes: Mapping[str, Recipe] | None = None,
+                   progress: Callable[[str], None] | None = None) -> CompareResult:
+    """:func:`compare`, its settings as one value (``onnxfold.check.compare_options``)."""
     tell = progress or (lambda text: None)
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
+    rtol, atol, level = options.rtol, options.atol, options.level
     if any(t is not None and not t >= 0 for t in (rtol, atol)):
         raise InputError("rtol and atol must be non-negative")
-    libraries = custom_ops.checked_libraries(custom_op_libraries)
+    libraries = custom_ops.checked_libraries(options.custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
+    verify = options.verify
     if verify is None:
         verify = carries_provenance(graph_b)
     import onnxruntime as ort
@@ -309,13 +321,14 @@ def compare(a: ModelRef, b: ModelRef, *,
         raise CheckCouldNotRun(str(e)) from None
     tell("loading original")
     sess_a = open_session(a, label_a, libraries, level)
-    feeder = FeedPlan(sess_a, label_a, graph_a, load_given(inputs), dims or {}, int_ranges or {})
+    feeder = FeedPlan(sess_a, label_a, graph_a, load_given(options.inputs), options.dims,
+                      options.int_ranges)
     io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
             for get in ("get_inputs", "get_outputs")}
     outputs = [name for name, _ in io_a["get_outputs"]]
     try:
-        all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder, seed,
-                                                     n, run_options, tell)
+        all_feeds, results_a, notes = _run_reference(sess_a, label_a, outputs, feeder,
+                                                     options.seed, n, run_options, tell)
     except InputError as e:
         raise CheckCouldNotRun(*e.args) from None
     del sess_a
@@ -327,7 +340,7 @@ def compare(a: ModelRef, b: ModelRef, *,
                                                  in all_feeds[0].items()}, recipes=recipes,
                              progress=tell)
         folds.model_b = label_b
-    result = CompareResult(label_a, label_b, [], feeder.describe(), n, seed, rtol, atol,
+    result = CompareResult(label_a, label_b, [], feeder.describe(), n, options.seed, rtol, atol,
                            feeder.dims, feeder.defaulted, feeder.bindings,
                            feeder.plan.derived, notes, level, folds)
     try:
