@@ -65,6 +65,14 @@ class Job:
 
 
 @dataclass
+class BatchPlan:
+    """The jobs of a batch, and the one guard that claimed every output (and the summary)."""
+
+    jobs: list[Job]
+    guard: OutputGuard
+
+
+@dataclass
 class Outcome:
     """How one job ended."""
 
@@ -112,12 +120,13 @@ def check_output_directory(outdir: str) -> None:
 
 
 def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
-         external_data: bool = False, summary: str | None = None) -> list[Job]:
+         external_data: bool = False, summary: str | None = None) -> BatchPlan:
     """The jobs for ``inputs`` (files, and directories: their ``*.onnx`` files, sorted; with
     ``recursive`` those of their subdirectories too, written to the same relative paths under
-    ``outdir``; ``outdir`` None: a dry run, nothing written). Raises before anything is
-    written when two jobs would share an output, an output (or the ``summary`` JSON) would
-    replace an input or a file an input reads, or ``outdir`` is a directory an input is in."""
+    ``outdir``; ``outdir`` None: a dry run, nothing written), and the guard that claimed their
+    outputs and pinned the ``summary`` JSON. Raises before anything is written when two jobs
+    would share an output, an output (or the summary) would replace an input or a file an
+    input reads, or ``outdir`` is a directory an input is in."""
     outdir_real = os.path.realpath(outdir) if outdir is not None else ""
     found: list[tuple[str, str]] = []  # (input, output path relative to outdir)
     for path in inputs:
@@ -132,7 +141,8 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
     if not found:
         raise InputError("no input model")
     if outdir is None:
-        return [Job(source, None) for source, _ in found]
+        jobs = [Job(source, None) for source, _ in found]
+        return BatchPlan(jobs, _guard_summary(jobs, summary))
     by_output: dict[str, str] = {}
     for source, relative in found:
         first = by_output.get(relative)
@@ -157,9 +167,17 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
             guard.claim(output, f"output of {job.input}")
             if external_data:
                 guard.claim(output + ".data", f"external data of {job.input}'s output")
-        if summary is not None:
-            guard.claim(summary, "JSON summary")
-    return jobs
+        if summary is not None:  # resolved once, as every output
+            guard.pin(summary, "JSON summary")
+    return BatchPlan(jobs, guard)
+
+
+def _guard_summary(jobs: list[Job], summary: str | None) -> OutputGuard:
+    """A dry run's guard: the ``summary`` JSON, pinned, may replace no input."""
+    guard = OutputGuard([job.input for job in jobs])
+    if summary is not None:
+        guard.pin(summary, "JSON summary")
+    return guard
 
 
 def _files_read(model: str) -> list[str]:
@@ -246,21 +264,27 @@ def run(args: argparse.Namespace) -> int:
     # created, not even the output directory
     scratch = scratch_directory("onnxfold-batch-")
     created = None if args.output is None else _missing_directory(args.output)
-    try:
-        jobs = plan(args.input, args.output, args.recursive, args.external_data == "yes",
-                    summary=args.json)  # the summary may replace no input, data file or output
-        summary = None
-        if args.json:
-            summary = OutputGuard([j.input for j in jobs]  # resolved once, as every output
-                                  + [j.output for j in jobs if j.output is not None]).pin(
-                args.json, "JSON summary")
-        reached("batch-planned")
-        outcomes = run_jobs(args, jobs, args.jobs or 1, scratch)
-    finally:
-        with endings.deferred():
-            shutil.rmtree(scratch, ignore_errors=True)
-            if created is not None:  # no output written (every job failed, or stopped early)
-                _remove_empty_directories(created)
+    with contextlib.ExitStack() as closing:
+        try:
+            # the summary may replace no input, data file or output
+            planned = plan(args.input, args.output, args.recursive,
+                           args.external_data == "yes", summary=args.json)
+            closing.callback(planned.guard.close)
+            reached("batch-planned")
+            outcomes = run_jobs(args, planned.jobs, args.jobs or 1, scratch)
+        finally:
+            with endings.deferred():
+                shutil.rmtree(scratch, ignore_errors=True)
+                if created is not None:  # no output written (every job failed, or stopped)
+                    _remove_empty_directories(created)
+        _report(args, planned.jobs, outcomes, planned.guard)
+    return worst(o.code for o in outcomes)
+
+
+def _report(args: argparse.Namespace, jobs: list[Job], outcomes: list[Outcome],
+            guard: OutputGuard) -> None:
+    """The table, each job's lines on stderr, and the ``--json`` summary (into the file the
+    plan's ``guard`` pinned)."""
     failed = [o for o in outcomes if o.code != 0]
     if failed or not args.quiet:
         print(table(outcomes, jobs, args.output))
@@ -270,10 +294,9 @@ def run(args: argparse.Namespace) -> int:
         if outcome.code != 0 or not args.quiet:
             for line in lines:
                 print(line_about(outcome.input, line), file=sys.stderr)
+    summary = guard.pinned(args.json) if args.json else None
     if summary is not None:
         write_text(summary, json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
-        summary.directory.close()
-    return worst(o.code for o in outcomes)
 
 
 _KIND = re.compile(r"^onnxfold: ([a-z][a-z ]*): ")  # "onnxfold: error: ", "... internal error: "

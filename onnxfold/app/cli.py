@@ -157,12 +157,11 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard, target: PinnedO
             with phases.phase("check"), _could_not_run() as why:
                 assert target is not None  # args.output is not None
                 info, check = save_checked(result.model, args.input, target, n=args.check,
-                                           external_data=external, protect={args.input},
-                                           replaces=args.replaces,
+                                           options=checking, guard=guard,
+                                           external_data=external,
                                            saving=lambda done, total: phases.detail(
                                                "writing " + _mib_of(done, total)),
-                                           checking=phases.detail,
-                                           compare_options=checking)
+                                           checking=phases.detail)
             not_run = why.reason
         else:
             from onnxfold.app.verify import verifiable, verifier
@@ -173,9 +172,8 @@ def _fold_and_save(args: argparse.Namespace, guard: OutputGuard, target: PinnedO
             with phases.phase("save"):
                 assert target is not None  # args.output is not None
                 info = save_model(result.model, target, external_data=external,
-                                  protect={args.input}, prefill=prefill,
+                                  prefill=prefill, guard=guard,
                                   verify=verifier(args.input) if cheap else None,
-                                  replaces=args.replaces,
                                   progress=lambda done, total: phases.detail(
                                       _mib_of(done, total)))
     finally:
@@ -398,20 +396,14 @@ def _guard_inputs(models: Sequence[str]) -> OutputGuard:
     return guard
 
 
-def _write_text(path: str, text: str, guard: OutputGuard | None = None) -> None:
-    """Write a report to ``path``: into the file ``guard`` pinned for it, if it did."""
-    from onnxfold.io.outputs import OutputGuard
+def _write_text(path: str, text: str, guard: OutputGuard | None) -> None:
+    """Write a report to ``path``: into the file ``guard`` pinned for it when it was claimed."""
     from onnxfold.io.tempfiles import write_text
 
     pinned = guard.pinned(path) if guard is not None else None
-    if pinned is not None:
-        write_text(pinned, text)
-        return
-    fresh = OutputGuard()
-    try:
-        write_text(fresh.pin(path, "report"), text)
-    finally:
-        fresh.close()
+    if pinned is None:
+        raise RuntimeError(f"{path}: written before it was claimed")
+    write_text(pinned, text)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -190,7 +190,7 @@ def test_a_crashed_job_is_an_internal_error_and_the_others_go_on(tmp_path, monke
     doomed = write(tmp_path / "in" / "doomed.onnx")
     out = tmp_path / "out"
     out.mkdir()
-    jobs = batch.plan([doomed, good], str(out))
+    jobs = batch.plan([doomed, good], str(out)).jobs
     real_start = batch._start
 
     def start(args, job, scratch, index):
