@@ -1,19 +1,39 @@
-"""The ``onnxfold`` command line's parser: every subcommand and flag, with its help.
+"""The ``onnxfold`` command line's parser: every subcommand and flag, with its help, and the
+parsed line as typed values (``onnxfold.app.commands``).
 
-The fold flags are built from ``FoldOptions``' field metadata (``onnxfold.pipeline.options``:
-name, help, how the text is parsed), so they are written once, there; :func:`fold_options`
-reads them back. An argparse error (unknown flag, bad choice, bad value) is one line
-``onnxfold: error: ...`` and exit 2, like every other bad input.
+The command line is parsed once, here (:func:`parse`): the argparse namespace is read by
+:func:`command_line` and goes no further. The fold flags are built from ``FoldOptions``' field
+metadata (``onnxfold.pipeline.options``: name, help, how the text is parsed), so they are
+written once, there; :func:`fold_options` reads them back. An argparse error (unknown flag,
+bad choice, bad value) is one line ``onnxfold: error: ...`` and exit 2, like every other bad
+input.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, NoReturn
 
 from onnxfold._version import __version__
+from onnxfold.app.commands import (
+    BatchRequest,
+    CheckRequest,
+    Command,
+    CommandLine,
+    CompareCommand,
+    ComparisonFlags,
+    InspectCommand,
+    OptimizeCommand,
+    OptimizeSettings,
+    ReportRequest,
+    RulesCommand,
+    RunCommand,
+    SaveRequest,
+    SplitCommand,
+    VerifyFoldsCommand,
+)
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import one_line
 from onnxfold.numbers import NumberError, parse_float, parse_int
@@ -233,3 +253,69 @@ def build_parser() -> argparse.ArgumentParser:
     # named in "the following arguments are required" when no command is given
     sub.metavar = "{" + ",".join(sub.choices) + "}"
     return parser
+
+
+def parse(argv: Sequence[str] | None = None) -> CommandLine:
+    """The command line ``argv`` (default: the process's) as typed values; argparse's
+    errors exit 2 with one line."""
+    return command_line(build_parser().parse_args(argv))
+
+
+def command_line(args: argparse.Namespace) -> CommandLine:
+    """The parsed namespace as the command's typed values: the only place that reads it."""
+    # (no parser default for --debug: one would be the subcommands' too, the action being
+    # shared through ``parents``, and undo a --debug given before the subcommand)
+    return CommandLine(_COMMANDS[args.command](args), getattr(args, "debug", False))
+
+
+def _comparison(args: argparse.Namespace) -> ComparisonFlags:
+    return ComparisonFlags(
+        inputs=args.inputs, dims=tuple(args.dim), int_ranges=tuple(args.int_range),
+        seed=args.seed, custom_op_libraries=tuple(args.custom_op_library), rtol=args.rtol,
+        atol=args.atol, level=args.ort_level, fold_verification=not args.no_fold_verification)
+
+
+def _optimize(args: argparse.Namespace) -> OptimizeCommand:
+    settings = OptimizeSettings(
+        fold=fold_options(args), check_input=not args.skip_check,
+        save=SaveRequest(args.external_data, verify=not args.no_verify,
+                         prefill=not args.no_prefill),
+        check=CheckRequest(args.check, _comparison(args)),
+        report=ReportRequest(args.json, args.report, args.quiet, args.verbose, args.explain,
+                             args.latency, args.latency_threads))
+    return OptimizeCommand(tuple(args.input), args.output, settings,
+                           BatchRequest(args.jobs, args.job_timeout, args.recursive))
+
+
+def _compare(args: argparse.Namespace) -> CompareCommand:
+    return CompareCommand(args.a, args.b, args.n, args.json, _comparison(args))
+
+
+def _verify_folds(args: argparse.Namespace) -> VerifyFoldsCommand:
+    return VerifyFoldsCommand(args.a, args.b, args.json)
+
+
+def _split(args: argparse.Namespace) -> SplitCommand:
+    return SplitCommand(args.input, tuple(args.runtime_const), args.output,
+                        fold_compile_time=not args.no_compile_time_fold,
+                        fold=fold_options(args), check_input=not args.skip_check)
+
+
+def _run(args: argparse.Namespace) -> RunCommand:
+    return RunCommand(args.model, args.inputs, tuple(args.runtime_const), args.backend,
+                      args.repeat, args.cache_dir, tuple(args.adapter), args.compare,
+                      args.threads, args.output, tuple(args.custom_op_library),
+                      fold_options(args))
+
+
+def _inspect(args: argparse.Namespace) -> InspectCommand:
+    return InspectCommand(args.input, args.json, check_input=not args.skip_check)
+
+
+def _rules(args: argparse.Namespace) -> RulesCommand:
+    return RulesCommand(args.coverage, args.json, args.jobs)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Command]] = {
+    "optimize": _optimize, "compare": _compare, "verify-folds": _verify_folds,
+    "split": _split, "run": _run, "inspect": _inspect, "rules": _rules}
