@@ -79,6 +79,8 @@ class FoldStage(InPlacePass):
         self.passes, self.max_rounds = passes, max_rounds
 
     def call(self, model: ir.Model) -> PassResult:
+        """Run the rounds and the bodies' fold; modified if any of their passes changed
+        the model."""
         passes = self.passes
         news = True  # shapes changed in a way that can fold more (at first: everything is new)
         spent = 0  # bytes the folds so far let the model grow by

@@ -56,6 +56,7 @@ class FixInputShapes(InPlacePass):
         self.specs = specs
 
     def call(self, model: ir.Model) -> PassResult:
+        """Fix the dims the specs name; modified if one changed."""
         return PassResult(model, apply_input_shapes(model, self.specs) > 0)
 
 
@@ -70,6 +71,7 @@ class InlineFunctions(InPlacePass):
         self.strict = strict
 
     def call(self, model: ir.Model) -> InlineResult:
+        """Inline every call, or none (the result says why)."""
         modified, declined = contained(self.name, self.strict, lambda: inline_functions(model))
         return InlineResult(model, modified, declined)
 
@@ -83,6 +85,7 @@ class InferShapes(InPlacePass):
         self.light = light  # the model as read, if nothing changed it since (used once)
 
     def call(self, model: ir.Model) -> PassResult:
+        """Infer every value's shape; modified if one is better known."""
         light, self.light = self.light, None
         return PassResult(model, infer_shapes(model, light) > 0)
 
@@ -103,6 +106,7 @@ class Rewrite(InPlacePass):
         self.rejected_at: dict[ir.Node, str] = {}
 
     def call(self, model: ir.Model) -> RewriteResult:
+        """Rewrite until no pattern applies (or the driver's sweeps run out)."""
         done = rewrite(model, self.catalogue, None, self.inputs_are_constant,
                        strict=self.strict, rejected_at=self.rejected_at,
                        settings=self.settings, resume=self.resume)
@@ -132,6 +136,7 @@ class Fold(InPlacePass):
         self.pool = BufferPool(memory_limit=settings.evaluation.memory_limit)
 
     def call(self, model: ir.Model) -> FoldResult:
+        """Fold every graph once; what it folded."""
         reached("folding")
         counts = contained("fold", self.settings.evaluation.strict, lambda: fold_model(
             model, self.settings, catalogue=self.catalogue, pool=self.pool,
@@ -139,6 +144,7 @@ class Fold(InPlacePass):
         return FoldResult(model, counts.folded > 0, counts)
 
     def ensures(self, model: ir.Model) -> None:
+        """Under ``strict``: every buffer has left the pool."""
         _pool_empty(self.pool, self.settings.evaluation.strict)
 
 
@@ -156,6 +162,7 @@ class FoldFunctions(InPlacePass):
         self.pool = BufferPool(memory_limit=settings.evaluation.memory_limit)
 
     def call(self, model: ir.Model) -> FoldFunctionsResult:
+        """Fold every body's constants; what it folded (None: no local function)."""
         if not model.functions:
             return FoldFunctionsResult(model, False)
         counts = contained(self.name, self.settings.evaluation.strict, lambda: fold_functions(
@@ -163,6 +170,7 @@ class FoldFunctions(InPlacePass):
         return FoldFunctionsResult(model, counts.folded > 0, counts)
 
     def ensures(self, model: ir.Model) -> None:
+        """Under ``strict``: every buffer has left the pool."""
         _pool_empty(self.pool, self.settings.evaluation.strict)
 
 
@@ -210,6 +218,7 @@ class Prune(InPlacePass):
         self.keep, self.inputs_are_constant, self.strict = keep, inputs_are_constant, strict
 
     def call(self, model: ir.Model) -> PassResult:
+        """Prune; modified if a node, an input or an initializer went."""
         return PassResult(model, contained("prune", self.strict, lambda: self._prune(model)))
 
     def _prune(self, model: ir.Model) -> bool:
@@ -243,6 +252,7 @@ class RefineShapes(InPlacePass):
         self.shape_folding, self.new_constants = shape_folding, new_constants
 
     def call(self, model: ir.Model) -> RefineShapesResult:
+        """Infer again where a new constant can tell more; modified if a shape changed."""
         refined = self.shape_folding and self._refine(model) > 0
         shape_only = load_catalogue().shape_only
         enables = refined and any(
@@ -285,12 +295,14 @@ class Sorted(InPlacePass):
         self.strict = strict
 
     def requires(self, model: ir.Model) -> None:
+        """Under ``strict``: every graph is in topological order already."""
         unsorted = unsorted_graphs(model) if self.strict else []
         if unsorted:
             raise PreconditionError(f"graph {unsorted[0].name!r} was left out of topological "
                                     "order")
 
     def call(self, model: ir.Model) -> PassResult:
+        """Sort the graphs out of order; modified if there was one."""
         unsorted = unsorted_graphs(model)
         for graph in unsorted:
             graph.sort()
@@ -306,5 +318,6 @@ class Cleanups(InPlacePass):
         self.catalogue, self.strict, self.settings = catalogue, strict, settings
 
     def call(self, model: ir.Model) -> CleanupsResult:
+        """Run every cleanup once; their hits."""
         hits = run_cleanups(model, self.catalogue, strict=self.strict, settings=self.settings)
         return CleanupsResult(model, bool(hits), hits)

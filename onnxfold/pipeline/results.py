@@ -108,6 +108,7 @@ class Recorded(InPlacePass):
         self.name = getattr(inner, "name", type(inner).__name__)
 
     def call(self, model: ir.Model) -> PassResult:
+        """Run the pass; record and return its result."""
         result = self.inner(model)
         self.log.append(result)
         return result
