@@ -20,7 +20,7 @@ from onnxfold._version import __version__
 defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; folding never needs it
 
 _HOMES = {
-    "CompareResult": "check.comparison", "compare": "check.comparison",
+    "CompareResult": "check.compare_result", "compare": "check.comparison",
     "LatencyResult": "check.latency", "measure_latency": "check.latency",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
     "FoldOptions": "pipeline.options", "FoldStats": "pipeline.results",
@@ -55,7 +55,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from onnxfold.app.simplify import simplify
-    from onnxfold.check.comparison import CompareResult, compare
+    from onnxfold.check.compare_result import CompareResult
+    from onnxfold.check.comparison import compare
     from onnxfold.check.latency import LatencyResult, measure_latency
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
     from onnxfold.io import load_model, save_model

@@ -15,7 +15,8 @@ from collections.abc import Callable
 import onnx_ir as ir
 
 from onnxfold.check.compare_options import CompareOptions
-from onnxfold.check.comparison import CompareResult, compare_models
+from onnxfold.check.compare_result import CompareResult
+from onnxfold.check.comparison import compare_models
 from onnxfold.fold.recipes import RECIPES_KEY
 from onnxfold.host import endings
 from onnxfold.host.points import reached

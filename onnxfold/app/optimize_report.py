@@ -63,7 +63,7 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     """Record the check in the report; on failure print the table and the verdict, write
     ``--json`` and ``--report`` (the model is not written) and say so. Raises InputError
     (exit 2) after that when the check could not run."""
-    from onnxfold.check.comparison import check_dict
+    from onnxfold.check.compare_result import check_dict
 
     check, not_run = saved.check, saved.not_run
     if not_run:

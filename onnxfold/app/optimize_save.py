@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import onnx
 
     from onnxfold.check.compare_options import CompareOptions
-    from onnxfold.check.comparison import CompareResult
+    from onnxfold.check.compare_result import CompareResult
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.pinned import PinnedOutput
     from onnxfold.io.prefill import OutputPrefill
