@@ -20,10 +20,10 @@ from onnxfold._version import __version__
 defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; folding never needs it
 
 _HOMES = {
-    "CompareResult": "check.comparison", "compare": "check.comparison",
+    "CompareResult": "check.compare_result", "compare": "check.comparison",
     "LatencyResult": "check.latency", "measure_latency": "check.latency",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
-    "FoldOptions": "fold.options", "FoldStats": "pipeline.results",
+    "FoldOptions": "pipeline.options", "FoldStats": "pipeline.results",
     "load_model": "io", "save_model": "io",
     "OptimizeResult": "pipeline.optimizer", "optimize": "pipeline.optimizer",
     "Report": "pipeline.report",
@@ -55,12 +55,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from onnxfold.app.simplify import simplify
-    from onnxfold.check.comparison import CompareResult, compare
+    from onnxfold.check.compare_result import CompareResult
+    from onnxfold.check.comparison import compare
     from onnxfold.check.latency import LatencyResult, measure_latency
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
-    from onnxfold.fold.options import FoldOptions
     from onnxfold.io import load_model, save_model
     from onnxfold.pipeline.optimizer import OptimizeResult, optimize
+    from onnxfold.pipeline.options import FoldOptions
     from onnxfold.pipeline.report import Report
     from onnxfold.pipeline.results import FoldStats
     from onnxfold.runtime.session import Session

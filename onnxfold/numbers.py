@@ -9,10 +9,8 @@ and within int64; anything else is :class:`NumberError`, a one-line message nami
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
-from collections.abc import Callable
 
 from onnxfold.errors import InputError
 
@@ -69,19 +67,6 @@ def parse_bytes(text: str) -> int:
     if not value <= INT64_MAX:  # also false for inf
         raise NumberError(f"{text!r}: too large (at most 8 EiB)")
     return int(value)
-
-
-def argument(parse: Callable[..., object], **bounds: float | None) -> Callable[[str], object]:
-    """``parse`` as an argparse ``type=`` (the parser names the flag in its error line)."""
-
-    def convert(text: str) -> object:
-        try:
-            return parse(text, **bounds)
-        except NumberError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    convert.__name__ = parse.__name__.removeprefix("parse_")
-    return convert
 
 
 def flag_value(flag: str, text: str, minimum: int | None = None) -> int:

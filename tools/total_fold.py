@@ -30,7 +30,7 @@ from onnx import numpy_helper
 
 import onnxfold
 from onnxfold.check.feeds import synthetic_feeds
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 
 FLAG_SETS = {
     "default": {},

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import onnx_ir as ir
 
-from onnxfold.check.comparison import CompareResult, compare
+from onnxfold.check.compare_options import CompareOptions
+from onnxfold.check.compare_result import CompareResult
+from onnxfold.check.comparison import compare_models
 from onnxfold.fold.recipes import RECIPES_KEY
 from onnxfold.host import endings
 from onnxfold.host.points import reached
@@ -27,36 +28,36 @@ from onnxfold.io.writer import SaveInfo, input_files
 
 
 def save_checked(model: ir.Model, original: str | os.PathLike,
-                 path: str | os.PathLike | PinnedOutput, *,
-                 n: int, external_data: bool | None = None, protect: set[str] | None = None,
-                 replaces: tuple[str, ...] = (),
+                 path: str | os.PathLike | PinnedOutput, *, n: int,
+                 options: CompareOptions | None = None, guard: OutputGuard | None = None,
+                 external_data: bool | None = None,
                  saving: Callable[[int, int], None] | None = None,
-                 checking: Callable[[str], None] | None = None,
-                 compare_options: Mapping[str, Any] | None = None
+                 checking: Callable[[str], None] | None = None
                  ) -> tuple[SaveInfo | None, CompareResult]:
     """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
 
-    Returns the save info (None when nothing was written) and the comparison. ``saving`` and
-    ``checking`` are the progress callbacks of :func:`save_model` and :func:`compare`;
-    ``compare_options`` the rest of :func:`compare`'s keywords (inputs, seed, dims, ...).
+    Returns the save info (None when nothing was written) and the comparison. ``options``: how
+    the models are compared (inputs, seed, dims, ...); ``guard``: the output's guard, when the
+    caller has claimed it (the command line's: what the output may replace is its business);
+    else one protecting the model's files. ``saving`` and ``checking`` are the progress
+    callbacks of :func:`save_model` and :func:`compare_models`.
     """
-    guard = OutputGuard(input_files(model), replaces)
-    guard.protect(protect or ())
+    own = guard is None
+    if guard is None:
+        guard = OutputGuard(input_files(model))
     output = guard.pin(path, "output model")
     try:
-        return _save_checked(model, original, output, n, external_data, protect, replaces,
-                             saving, checking, compare_options)
+        return _save_checked(model, original, output, guard, n, options or CompareOptions(),
+                             external_data, saving, checking)
     finally:
-        if output is not path:  # pinned here
-            output.directory.close()
+        if own:
+            guard.close()  # the directory it pinned here, if any
 
 
 def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOutput,
-                  n: int, external_data: bool | None,
-                  protect: set[str] | None, replaces: tuple[str, ...],
-                  saving: Callable[[int, int], None] | None,
-                  checking: Callable[[str], None] | None,
-                  compare_options: Mapping[str, Any] | None
+                  guard: OutputGuard, n: int, options: CompareOptions,
+                  external_data: bool | None, saving: Callable[[int, int], None] | None,
+                  checking: Callable[[str], None] | None
                   ) -> tuple[SaveInfo | None, CompareResult]:
     directory = output.directory
     fd, tmp = temporary(directory, output.name, suffix=".check.onnx")
@@ -64,12 +65,12 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
     tmp_data = None
     try:
         info = save_model(model, output.sibling(tmp), external_data=external_data,
-                          data_name=tmp + ".data", protect=protect, progress=saving)
+                          data_name=tmp + ".data", progress=saving, guard=guard)
         if info.data_path is not None:
             tmp_data = os.path.basename(info.data_path)
         reached("check-saved")
-        result = compare(original, directory.path_of(tmp), n=n, progress=checking,
-                         recipes=model.meta.get(RECIPES_KEY), **(compare_options or {}))
+        result = compare_models(original, directory.path_of(tmp), n, options,
+                                progress=checking, recipes=model.meta.get(RECIPES_KEY))
         result.model_b = output.given  # report the output, not the temporary name
         if result.folds is not None:
             result.folds.model_b = output.given
@@ -83,8 +84,7 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
             return SaveInfo(output.given, None, info.bytes_written,
                             info.streamed_tensors), result
         # The .onnx names its data file, so external data is written again under the final name.
-        return save_model(model, output, external_data=True, protect=protect,
-                          replaces=replaces), result
+        return save_model(model, output, external_data=True, guard=guard), result
     except OSError as e:
         raise write_failed(output.given, e) from None
     finally:

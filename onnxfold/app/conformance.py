@@ -21,9 +21,9 @@ import onnx_ir as ir
 from onnx import numpy_helper
 
 from onnxfold.analysis.declines import DeclineKind
-from onnxfold.fold.folder import FoldOptions
 from onnxfold.ir.constants import constant_array
 from onnxfold.pipeline.optimizer import optimize
+from onnxfold.pipeline.options import FoldOptions
 
 FOLDED_NATIVE, FOLDED_FALLBACK, DECLINED, GAP, WRONG = (
     "folded_native", "folded_fallback", "declined", "gap", "wrong")

@@ -1,7 +1,8 @@
-"""One model of a batch, in its own process: ``python -m onnxfold.app.job ARGS_FILE``.
+"""One model of a batch, in its own process: ``python -m onnxfold.app.job ORDER_FILE``.
 
-The batch (:mod:`onnxfold.app.batch`) writes the job's parsed arguments and starts this module;
-the job runs them through the command line's one-model path (:func:`onnxfold.app.cli.run_parsed`,
+The batch (:mod:`onnxfold.app.batch`) writes the job's order (``onnxfold.app.commands.JobOrder``:
+the model's job and the settings it runs with, typed values, pickled) and starts this module;
+the job runs it through the command line's one-model path (:func:`onnxfold.app.cli.run_job`,
 its exit codes included). Signals are taken over first (``onnxfold.host.endings``): the batch
 passes SIGINT or SIGTERM on to its jobs, and each ends as a one-model run does. The batch
 names this module and never imports the command line, which imports the batch.
@@ -18,7 +19,7 @@ from onnxfold.host import endings
 
 
 def run_job(path: str) -> None:
-    """A job's process: the one-model ``optimize`` of the pickled arguments in ``path`` (written
+    """A job's process: the one-model ``optimize`` of the pickled order in ``path`` (written
     by the batch's process, in the job's private directory), then exit with its code."""
     try:
         with endings.deferred():  # a signal while the command line is imported ends it after
@@ -26,8 +27,8 @@ def run_job(path: str) -> None:
     except KeyboardInterrupt as e:
         os._exit(endings.exit_code(e))
     with open(path, "rb") as f:
-        args = pickle.load(f)  # safe: the batch process wrote it, in a 0700 directory
-    code = cli.run_parsed(args)
+        order = pickle.load(f)  # safe: the batch process wrote it, in a 0700 directory
+    code = cli.run_job(order)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()

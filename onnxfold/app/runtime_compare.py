@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.fold.options import FoldOptions
 from onnxfold.io import load_model, save_model
+from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime.adapters import read_adapter
 from onnxfold.runtime.session import Session
 

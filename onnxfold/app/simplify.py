@@ -21,10 +21,10 @@ from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.check.comparison import compare
 from onnxfold.errors import InputError, one_line
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.recipes import RECIPES_KEY, keep_recipes
 from onnxfold.io.writer import inline_references
 from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize
+from onnxfold.pipeline.options import FoldOptions
 
 Shapes = Mapping[str, Sequence[int | str]] | Sequence[str] | None
 

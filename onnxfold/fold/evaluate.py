@@ -27,9 +27,9 @@ from onnxfold.declare.registry import FolderRule
 from onnxfold.fold import fallback
 from onnxfold.fold.budget import loop_work, over_budget, planned_bytes, pool_budget
 from onnxfold.fold.half_kernels import in_float32_by_onnxruntime
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import FoldPlan
 from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.settings import Evaluation
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import captured_values, is_default_op, node_label, static_shape, tensor_of
 
@@ -103,16 +103,16 @@ class Evaluator:
     ``opset_imports``: what a fallback session imports (a function body adds its own);
     ``observe``: told each node's results as they are computed (a probe learns sizes)."""
 
-    def __init__(self, plan: FoldPlan, graph: ir.Graph, model: ir.Model, options: FoldOptions,
+    def __init__(self, plan: FoldPlan, graph: ir.Graph, model: ir.Model, limits: Evaluation,
                  catalogue: Catalogue, pool: BufferPool, opset_imports: dict[str, int],
                  progress: Callable[[int, int], None] | None = None,
                  observe: Observer | None = None) -> None:
-        self.plan, self.graph, self.model, self.options = plan, graph, model, options
+        self.plan, self.graph, self.model, self.limits = plan, graph, model, limits
         self.catalogue, self.pool, self.progress, self.observe = catalogue, pool, progress, observe
         self.opset_imports = opset_imports
         self.opset = opset_imports.get("", 1)
         self.graph_outputs = frozenset(graph.outputs)  # the evaluation edits no graph
-        self.budget = pool_budget(options.pool_budget, options.memory_limit)
+        self.budget = pool_budget(limits.pool_budget, limits.memory_limit)
         self.readers = Counter(plan.readers)  # readers still to come: released as they run
         self.running = set(plan.order)  # planned and not abandoned
         self.out = Evaluated()
@@ -138,9 +138,9 @@ class Evaluator:
                 self._try_native(node)
             if reason is None:
                 continue
-            if self.options.strict and reason.kind is DeclineKind.RULE_ERROR:
+            if self.limits.strict and reason.kind is DeclineKind.RULE_ERROR:
                 raise RuntimeError(str(reason))
-            if reason.kind in _NEVER_TO_ONNXRUNTIME or not self.options.fallback or \
+            if reason.kind in _NEVER_TO_ONNXRUNTIME or not self.limits.fallback or \
                     not self._has_data(node):
                 self._abandon(node, reason)
                 continue
@@ -229,7 +229,7 @@ class Evaluator:
         except Decline as e:
             return e.reason
         except Exception as e:
-            if self.options.strict:
+            if self.limits.strict:
                 raise
             return Reason(DeclineKind.RULE_ERROR, f"{rule.name}: {type(e).__name__}: {e}")
         self.out.rule_hits[rule.name] += 1
@@ -248,11 +248,11 @@ class Evaluator:
     def _run_fallback(self, batch: list[ir.Node]) -> None:
         """Evaluate ``batch`` through the executor fallback (``fallback.run_batch``)."""
         # spilling (--memory-limit) makes room for what fits the budget on its own
-        room = self.budget if self.options.memory_limit is not None else \
+        room = self.budget if self.limits.memory_limit is not None else \
             max(self.budget - self.pool.live_bytes, 0)
         for node, outcome, sessions in fallback.run_batch(
                 batch, self._pooled, lambda v: v in self.graph_outputs,
-                self.opset_imports, self.model.ir_version, self.options.fold_timeout,
+                self.opset_imports, self.model.ir_version, self.limits.fold_timeout,
                 room, self._stored):
             self.out.fallback_sessions += sessions
             if isinstance(outcome, dict):
@@ -272,10 +272,10 @@ class Evaluator:
         rule = self.catalogue.size_rule(node.op_type) if is_default_op(node) else None
         need = planned_bytes(node, arrays, rule.fn if rule else None,
                              lambda: {n: attr_value(a) for n, a in node.attributes.items()})
-        if need is not None and self.options.memory_limit is not None:
+        if need is not None and self.limits.memory_limit is not None:
             self.pool.make_room(need)
         return over_budget(need, self.pool.live_bytes, self.budget,
-                           spilling=self.options.memory_limit is not None)
+                           spilling=self.limits.memory_limit is not None)
 
     def _stored(self, value: ir.Value) -> bool:
         """Whether ``value`` is an initializer or a Constant of the model (not a computed value,

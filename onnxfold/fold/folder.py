@@ -20,22 +20,13 @@ from onnxfold.analysis.declines import Reason
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.evaluate import Evaluated, Evaluator
 from onnxfold.fold.materialize import Materialized, Store, as_initializer, materialize
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import FoldPlan, plan_fold
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.recipes import RECIPES_KEY, Recipe
+from onnxfold.fold.settings import FoldSettings
 from onnxfold.ir.graph import is_default_op, is_overridable, node_label, subgraphs
 
-__all__ = ["FoldCounts", "FoldOptions", "GrowthLedger", "fold_graph", "fold_model",
-           "visible_constants"]
-
-
-@dataclass
-class GrowthLedger:
-    """The bytes the growth policy let the model grow by so far in one run: the folds of
-    every round and of the function bodies share ``max_growth_bytes``."""
-
-    spent: int = 0
+__all__ = ["FoldCounts", "fold_graph", "fold_model", "visible_constants"]
 
 
 @dataclass
@@ -73,7 +64,7 @@ class FoldCounts:
             self.declined_nodes.append((node_label(node), node.op_type, reason))
 
 
-def fold_graph(plan: FoldPlan, graph: ir.Graph, model: ir.Model, options: FoldOptions,
+def fold_graph(plan: FoldPlan, graph: ir.Graph, model: ir.Model, settings: FoldSettings,
                catalogue: Catalogue, pool: BufferPool, opset_imports: dict[str, int],
                store: Store, counts: FoldCounts,
                progress: Callable[[int, int], None] | None = None,
@@ -81,38 +72,38 @@ def fold_graph(plan: FoldPlan, graph: ir.Graph, model: ir.Model, options: FoldOp
     """Evaluate ``plan`` and materialize what ``graph`` keeps through ``store``; add what
     happened to ``counts`` (the caller decides what the stored constants count as);
     ``recipes`` gets how each stored value was computed."""
-    evaluated = Evaluator(plan, graph, model, options, catalogue, pool, opset_imports,
-                          progress).run()
+    evaluated = Evaluator(plan, graph, model, settings.evaluation, catalogue, pool,
+                          opset_imports, progress).run()
     counts.pool_peak_bytes = max(counts.pool_peak_bytes, pool.peak_bytes)
     counts.growth_bytes += plan.growth_bytes
-    materialized = materialize(evaluated, plan, graph, pool, options, store, recipes)
+    materialized = materialize(evaluated, plan, graph, pool, settings.policy, store, recipes)
     counts.add(evaluated, materialized)
     return materialized
 
 
-def fold_model(model: ir.Model, options: FoldOptions | None = None,
+def fold_model(model: ir.Model, settings: FoldSettings | None = None,
                catalogue: Catalogue | None = None, pool: BufferPool | None = None,
-               growth: GrowthLedger | None = None,
+               growth_spent: int = 0,
                progress: Callable[[int, int], None] | None = None) -> FoldCounts:
-    """Fold every graph of ``model`` in place (one round); return what happened. ``growth``:
-    what earlier folds of the run spent of ``max_growth_bytes`` (this fold adds to it)."""
-    options = options or FoldOptions()
-    catalogue = catalogue or load_catalogue().without(options.disabled_rules)
+    """Fold every graph of ``model`` in place (one round); return what happened (its
+    ``growth_bytes``: what this fold let the model grow by). ``growth_spent``: what earlier
+    folds of the run let it grow by (``max_growth_bytes`` bounds the sum);
+    ``catalogue``: the rules to fold with (by default every rule)."""
+    settings = settings or FoldSettings()
+    catalogue = catalogue or load_catalogue()
     pool = BufferPool() if pool is None else pool  # an empty pool is falsy (len 0)
-    growth = growth or GrowthLedger()
     facts = load_catalogue()  # every rule's op facts, whatever the options disable
     opset_imports = dict(model.opset_imports)  # what the fallback's session imports
     counts = FoldCounts()
 
     def fold(graph: ir.Graph, outer: set[ir.Value]) -> None:
         const = plan_graph(graph, model.ir_version, outer,
-                           inputs_are_constant=options.inputs_are_constant,
-                           shape_folding=options.shape_folding, keep=options.keep, facts=facts)
-        plan = plan_fold(const, graph, model, options, catalogue, facts.shape_only,
-                         opset_imports.get("", 1), growth.spent)
-        growth.spent += plan.growth_bytes
+                           inputs_are_constant=settings.inputs_are_constant,
+                           shape_folding=settings.shape_folding, keep=settings.keep, facts=facts)
+        plan = plan_fold(const, graph, model, settings.policy, catalogue, facts.shape_only,
+                         opset_imports.get("", 1), growth_spent + counts.growth_bytes)
         recipes = model.meta.get(RECIPES_KEY) if graph is model.graph else None
-        done = fold_graph(plan, graph, model, options, catalogue, pool, opset_imports,
+        done = fold_graph(plan, graph, model, settings, catalogue, pool, opset_imports,
                           as_initializer(graph, model), counts, progress, recipes)
         counts.materialized += done.stored
         counts.materialized_bytes += done.stored_bytes
@@ -121,7 +112,7 @@ def fold_model(model: ir.Model, options: FoldOptions | None = None,
             for sub in subgraphs(node):
                 if visible is None:
                     visible = outer | visible_constants(graph, model.ir_version,
-                                                        options.inputs_are_constant)
+                                                        settings.inputs_are_constant)
                 fold(sub, visible)
 
     fold(model.graph, set())

@@ -34,11 +34,11 @@ from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.budget import pool_budget
 from onnxfold.fold.evaluate import Evaluator
-from onnxfold.fold.folder import FoldCounts, GrowthLedger, fold_graph
+from onnxfold.fold.folder import FoldCounts, fold_graph
 from onnxfold.fold.materialize import Store, replacement
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import FoldPlan, plan_fold
 from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.settings import FoldSettings
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import remove_dead_nodes_in
 from onnxfold.ir.graph import is_default_op, subgraphs
@@ -61,11 +61,11 @@ def _literal_constant(node: ir.Node) -> bool:
                 isinstance(attrs[0].value, ir.ExternalTensor))
 
 
-def _body_constness(function: ir.Function, model: ir.Model, options: FoldOptions,
+def _body_constness(function: ir.Function, model: ir.Model, keep: frozenset[str],
                     facts: Catalogue, called: frozenset[tuple[str, str]]) -> ConstPlan:
     """The constness analysis of a body, narrowed to what is constant whatever the call."""
     graph = function.graph
-    plan = plan_graph(graph, model.ir_version, (), shape_folding=False, keep=options.keep,
+    plan = plan_graph(graph, model.ir_version, (), shape_folding=False, keep=keep,
                       facts=facts)
     passed = {v for n in graph if is_default_op(n, "Constant") and not _literal_constant(n)
               for v in n.outputs}
@@ -148,16 +148,18 @@ class _Body:
         self.facts = load_catalogue()  # every rule's op facts, whatever the options disable
         self.opset_imports = {**model.opset_imports, **function.opset_imports}
 
-    def plan(self, options: FoldOptions, growth_spent: int) -> FoldPlan:
-        const = _body_constness(self.function, self.model, options, self.facts, self.called)
-        return plan_fold(const, self.function.graph, self.model, options, self.catalogue,
+    def plan(self, settings: FoldSettings, growth_spent: int) -> FoldPlan:
+        const = _body_constness(self.function, self.model, settings.keep, self.facts,
+                                self.called)
+        return plan_fold(const, self.function.graph, self.model, settings.policy, self.catalogue,
                          self.facts.shape_only, self.opset_imports.get("", 1), growth_spent)
 
-    def probe(self, options: FoldOptions) -> tuple[dict[ir.Value, np.ndarray], Sizes]:
+    def probe(self, settings: FoldSettings) -> tuple[dict[ir.Value, np.ndarray], Sizes]:
         """The body's constants, and the sizes of those and of what its constant nodes
         compute, by an evaluation without the growth policy whose results are dropped."""
-        options = dataclasses.replace(options, growth_factor=None, max_growth_bytes=None)
-        plan = self.plan(options, 0)
+        settings = dataclasses.replace(settings, policy=dataclasses.replace(
+            settings.policy, growth_factor=None, max_growth_bytes=None))
+        plan = self.plan(settings, 0)
         constants = {v: arr for v in plan.const.sources
                      if (arr := source_array(v)) is not None}
         sizes = {v: (arr.shape, arr.dtype) for v, arr in constants.items()}
@@ -166,48 +168,52 @@ class _Body:
                 sizes.update((v, (arr.shape, arr.dtype)) for v, arr in results.items())
 
             held = set(self.pool.keys())
-            Evaluator(plan, self.function.graph, self.model, options, self.catalogue,
+            Evaluator(plan, self.function.graph, self.model, settings.evaluation, self.catalogue,
                       self.pool, self.opset_imports, observe=observe).run()
             for key in set(self.pool.keys()) - held:  # only their sizes matter
                 self.pool.release(key, self.pool.count(key))
         return constants, sizes
 
 
-def fold_function(function: ir.Function, model: ir.Model, options: FoldOptions,
-                  catalogue: Catalogue, pool: BufferPool, growth: GrowthLedger,
+def fold_function(function: ir.Function, model: ir.Model, settings: FoldSettings,
+                  catalogue: Catalogue, pool: BufferPool, growth_spent: int,
                   counts: FoldCounts, called: frozenset[tuple[str, str]] | None = None) -> None:
     """Fold the constants of one function body in place (see the module docstring), adding
-    to ``counts``; ``called``: the (domain, name) of the model's local functions, when the
-    caller has them."""
+    to ``counts``; ``growth_spent``: what the run's folds let the model grow by before this
+    body (``max_growth_bytes`` bounds the sum); ``called``: the (domain, name) of the model's
+    local functions, when the caller has them."""
     if not any(is_default_op(n, "Constant") and _literal_constant(n) for n in function.graph):
         return  # no constant in the body: nothing in it can fold
     body = _Body(function, model, catalogue, pool,
                  local_functions(model) if called is None else called)
-    constants, sizes = body.probe(options)
+    constants, sizes = body.probe(settings)
     folded = counts.folded
     with _known(sizes, constants):
-        plan = body.plan(options, growth.spent)
-        growth.spent += plan.growth_bytes
-        done = fold_graph(plan, function.graph, model, options, catalogue, pool,
+        plan = body.plan(settings, growth_spent)
+        done = fold_graph(plan, function.graph, model, settings, catalogue, pool,
                           body.opset_imports, _as_constant_node(function.graph), counts)
     counts.function_constants += done.stored
     if counts.folded > folded:  # replaced by Constants, or by the constant an Identity copied
-        remove_dead_nodes_in(function.graph, frozenset(options.keep))
+        remove_dead_nodes_in(function.graph, settings.keep)
 
 
-def fold_functions(model: ir.Model, options: FoldOptions, catalogue: Catalogue,
-                   pool: BufferPool, growth: GrowthLedger) -> FoldCounts:
-    """Fold the constants in every model-local function body; return what happened."""
+def fold_functions(model: ir.Model, settings: FoldSettings, catalogue: Catalogue,
+                   pool: BufferPool, growth_spent: int = 0) -> FoldCounts:
+    """Fold the constants in every model-local function body; return what happened (its
+    ``growth_bytes``: what the bodies' folds let the model grow by). ``growth_spent``: what
+    the run's earlier folds let it grow by (``max_growth_bytes`` bounds the sum)."""
     counts = FoldCounts()
     newest = onnx.defs.onnx_opset_version()
     called = local_functions(model)  # once: each body's folder needs it
     # the budget once, too: the default one reads the cgroup files, twice per body otherwise
-    options = dataclasses.replace(options, pool_budget=pool_budget(options.pool_budget,
-                                                                   options.memory_limit))
+    limits = settings.evaluation
+    settings = dataclasses.replace(settings, evaluation=dataclasses.replace(
+        limits, pool_budget=pool_budget(limits.pool_budget, limits.memory_limit)))
     for function in list(model.functions.values()):
         opset = function.opset_imports.get("", function.opset_imports.get("ai.onnx", 0))
         # none: a folded result could not be written (a Constant is a default-domain node);
         # newer than onnx knows: its ops may mean something new
         if 0 < opset <= newest:
-            fold_function(function, model, options, catalogue, pool, growth, counts, called)
+            fold_function(function, model, settings, catalogue, pool,
+                          growth_spent + counts.growth_bytes, counts, called)
     return counts

@@ -21,11 +21,11 @@ import onnx_ir as ir
 from onnxfold.analysis.declines import Reason
 from onnxfold.fold.budget import expansion
 from onnxfold.fold.evaluate import Evaluated
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import FoldPlan
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.recipes import Recipe, capture
+from onnxfold.fold.settings import SizePolicy
 from onnxfold.fold.shape_inputs import unusable_as_shape
 from onnxfold.ir.graph import identity_source
 from onnxfold.ir.scopes import FOLDED_MODULE_KEY, module_path
@@ -48,7 +48,7 @@ class Materialized:
 
 
 def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: BufferPool,
-                options: FoldOptions, store: Store,
+                policy: SizePolicy, store: Store,
                 recipes: dict[str, Recipe] | None = None) -> Materialized:
     """Turn every kept computed value into a constant replacing its producer's output
     (``store(value, array, provenance)``); release the kept buffers. ``recipes`` gets how
@@ -60,8 +60,8 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
         if value not in pool:
             continue
         arr = pool.get(value)
-        refused = expansion(arr.nbytes, functools.partial(derived, value), options.expansion_factor,
-                            options.expansion_min_bytes, options.max_tensor_bytes) or \
+        refused = expansion(arr.nbytes, functools.partial(derived, value), policy.expansion_factor,
+                            policy.expansion_min_bytes, policy.max_tensor_bytes) or \
             unusable_as_shape(value, arr)
         producer = value.producer()
         if refused is not None and producer is not None:

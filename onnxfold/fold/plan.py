@@ -1,6 +1,6 @@
 """What one graph's fold evaluates, decided before any data is read.
 
-Pure: from a graph's constness analysis (``analysis.constness.ConstPlan``), the options, the
+Pure: from a graph's constness analysis (``analysis.constness.ConstPlan``), the size policy, the
 catalogue and the op facts, :func:`plan_fold` decides which nodes the evaluator runs and in
 what order, which it refuses and why (the size policy, QDQ, float16 rounding), which must run
 in onnxruntime rather than by a native rule, and how many planned readers each value has (the
@@ -21,7 +21,6 @@ from onnxfold.analysis.declines import Reason
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.exactness import needing_onnxruntime
 from onnxfold.fold.half_kernels import refuse_unrounded
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.policy import (
     HALF_FLOATS,
     QUANTIZED,
@@ -29,6 +28,7 @@ from onnxfold.fold.policy import (
     refuse_dequantization,
     refuse_growth,
 )
+from onnxfold.fold.settings import SizePolicy
 from onnxfold.ir.graph import captured_values, is_default_op
 
 
@@ -64,7 +64,7 @@ def reads(node: ir.Node, const: ConstPlan, shape_only: Collection[str]
                                if v is not None))
 
 
-def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldOptions,
+def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, policy: SizePolicy,
               catalogue: Catalogue, shape_only: frozenset[str], opset: int,
               growth_spent: int = 0) -> FoldPlan:
     """The fold plan of ``graph`` (of ``model``), given its constness analysis ``const``;
@@ -74,16 +74,16 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, options: FoldO
     reads_of = {node: reads(node, const, shape_only) for node in const.foldable}
     origins_of = origins(const)
     qdq_refused, requantized = refuse_dequantization(
-        const.foldable, planned, catalogue.kept_quantized, options.fold_qdq,
+        const.foldable, planned, catalogue.kept_quantized, policy.fold_qdq,
         catalogue.requantizing)
     qdq_refused += refuse_unrounded(const.foldable, planned, opset)
     _prune_unreachable(const, planned, shape_only, reads_of)
-    allowance = None if options.max_growth_bytes is None else \
-        options.max_growth_bytes - growth_spent
-    widening = {**(HALF_FLOATS if options.fold_fp16_casts else {}),
-                **(QUANTIZED if options.fold_qdq else {})}
-    growth_refused, growth = refuse_growth(const, planned, graph, options.growth_factor,
-                                           options.growth_min_bytes, allowance, widening,
+    allowance = None if policy.max_growth_bytes is None else \
+        policy.max_growth_bytes - growth_spent
+    widening = {**(HALF_FLOATS if policy.fold_fp16_casts else {}),
+                **(QUANTIZED if policy.fold_qdq else {})}
+    growth_refused, growth = refuse_growth(const, planned, graph, policy.growth_factor,
+                                           policy.growth_min_bytes, allowance, widening,
                                            catalogue.requantizing, requantized, origins_of)
     if growth_refused:  # (else every planned node still reads what planned nodes compute)
         _prune_unreachable(const, planned, shape_only, reads_of)

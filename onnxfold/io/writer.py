@@ -257,7 +257,8 @@ def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
                protect: set[str] | None = None, prefill: OutputPrefill | None = None,
                verify: Callable[[str], None] | None = None,
                replaces: Iterable[str] = (),
-               progress: Callable[[int, int], None] | None = None) -> SaveInfo:
+               progress: Callable[[int, int], None] | None = None,
+               guard: OutputGuard | None = None) -> SaveInfo:
     """Write ``model`` to ``path``; ``external_data=None`` chooses external data only if needed.
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
@@ -271,17 +272,27 @@ def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
     anything. ``replaces``: input files the caller asked to replace (writing a model over
     itself). ``progress(done, total)``: bytes of weights written so far, of ``total`` (the
     progress line's ``save 120.0/480.0 MiB``), told after each weight.
+
+    ``guard``: the output's guard, when the caller has claimed its outputs already (the
+    command line's, one per output: it protects the input and its files, and knows what the
+    output may replace). The save checks the output with it; ``replaces`` is then the
+    guard's, and ``protect`` is added to it. Without one, the save makes its own.
     """
     graphs = all_graphs(model)  # (saving changes no graph's nodes)
-    guard = OutputGuard(input_files(model, graphs), replaces)
-    guard.protect(protect or ())
+    own = guard is None
+    if guard is None:
+        guard = OutputGuard(input_files(model, graphs), replaces)
+    elif replaces:
+        raise ValueError("save_model: what an output replaces is its guard's (OutputGuard)")
+    if own or protect:
+        guard.protect(protect or ())
     output = guard.pin(path, "output model")
     try:
         return _save(model, output, graphs, guard, external_data, data_name, prefill, verify,
                      progress)
     finally:
-        if output is not path:  # pinned here
-            output.directory.close()
+        if own:
+            guard.close()  # the directory it pinned here, if any
 
 
 @dataclass

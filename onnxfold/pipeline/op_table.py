@@ -15,15 +15,19 @@ from onnxfold.host.terminal import printable
 
 @dataclass(frozen=True)
 class OpRow:
+    """One op type's node count before and after the run (a row of the summary's table)."""
+
     op: str
     before: int
     after: int
 
     @property
     def delta(self) -> int:
+        """How many nodes of the op the run added (negative: removed)."""
         return self.after - self.before
 
     def to_dict(self) -> dict:
+        """The row as the JSON report's ``ops`` entry."""
         return {"op": self.op, "before": self.before, "after": self.after, "delta": self.delta}
 
 

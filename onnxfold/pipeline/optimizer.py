@@ -3,15 +3,16 @@
 ::
 
     fix input shapes (--input-shape) -> infer shapes
-    repeat until nothing changes (at most MAX_ROUNDS):
-        rewrite -> fold -> prune -> refine shapes
-    fold model-local function bodies
-    cleanups -> prune
+    the fold stage (fold_stage.py):
+        rewrite -> fold -> prune -> refine shapes, while a round learns something
+        fold model-local function bodies
+    cleanups -> prune -> sorted
 
-Each stage is an onnx-ir ``InPlacePass`` with one job (``onnxfold/pipeline/passes.py``) whose result
-says whether it changed the model; onnx-ir's ``PassManager`` runs the list and repeats the
-fold rounds until a round changes nothing. ``optimize``, the split and ``Session`` build it
-from the same :class:`FoldOptions`.
+Each step is an onnx-ir ``InPlacePass`` with one job (``onnxfold/pipeline/passes.py``) whose
+result says whether it changed the model and what it did; onnx-ir's ``PassManager`` runs the
+list, and the fold stage decides from its passes' results whether another round runs.
+``optimize``, the split and ``Session`` build it from the same :class:`FoldOptions`, each
+pass getting its slice.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import dataclasses
 import difflib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes import PassError, PassManager, PassResult
+from onnx_ir.passes import PassBase, PassError, PassManager, PassResult
 
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.analysis.settings import RunSettings
@@ -34,8 +35,6 @@ from onnxfold.analysis.shapes import MARKED_KEY, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError
-from onnxfold.fold.folder import FoldOptions, GrowthLedger
-from onnxfold.fold.pool import BufferPool
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
 from onnxfold.io.reader import (
@@ -49,8 +48,10 @@ from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import NAMES_KEY
 from onnxfold.ir.graph import node_label
 from onnxfold.pipeline.collector import long_lived, settled
+from onnxfold.pipeline.fold_stage import FoldStage, StagePasses
 from onnxfold.pipeline.leftovers import folded_regions, group_leftovers
 from onnxfold.pipeline.opset_conversion import convert_opset
+from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import (
     Cleanups,
     FixInputShapes,
@@ -61,7 +62,6 @@ from onnxfold.pipeline.passes import (
     Prune,
     RefineShapes,
     Rewrite,
-    RoundState,
     Sorted,
 )
 from onnxfold.pipeline.phases import Phases, Timed
@@ -72,7 +72,6 @@ from onnxfold.rewrite.steps import StepFailed
 if TYPE_CHECKING:
     from onnxfold.io.writer import SaveInfo
 
-MAX_ROUNDS = 8
 SHAPE_VALUE_RULES = {"known_shape_value", "reshape_known_target"}  # off with --no-shape-folding
 
 
@@ -145,48 +144,48 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
     ``skipped`` names rules and passes (``fold``, ``prune``) left out after they failed;
     ``light``: the reader's proto of the model, for the first shape inference; ``phases``: the
     clock each pass's time counts on; ``settings``: what rewrites and cleanups read (by default
-    the options' own, :func:`run_settings`, knowing of no plugin ops)."""
-    settings = settings or run_settings(options)
-    def timed(passes: list) -> list:
-        passes = [p if isinstance(p, PassManager) else Recorded(p, log) for p in passes]
-        if phases is None:
-            return passes
-        return [p if isinstance(p, PassManager) else Timed(p, phases) for p in passes]
+    the options' own, ``FoldOptions.run_settings``, knowing of no plugin ops)."""
+    settings = settings or options.run_settings()
+
+    def wrap(step: PassBase) -> PassBase:
+        """The pass, its result recorded in ``log`` and its time counted on ``phases``."""
+        recorded = Recorded(step, log)
+        return recorded if phases is None else Timed(recorded, phases)
 
     shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
     catalogue = load_catalogue().without(
         set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
-    pool = BufferPool(memory_limit=options.memory_limit)
-    growth = GrowthLedger()
-    state = RoundState()
-    rounds: list[Rewrite | Fold | Prune | RefineShapes]
-    rounds = [Rewrite(catalogue, options, state, settings),
-              Fold(catalogue, options, state, pool, growth, progress),
-              Prune(options),
-              RefineShapes(options, state)]
-    rounds = timed([p for p in rounds if p.name not in skipped])
-    inline = options.inline_functions and "inline_functions" not in skipped
-    functions = not {"fold", "fold_functions"} & skipped  # no fold at all: none in bodies
-    return PassManager(timed([
-        *([InlineFunctions(options.strict)] if inline else []),
-        FixInputShapes(options.input_shapes),
+    folding = options.fold_settings()
+    keep, strict = frozenset(options.keep), options.strict
+
+    def prune() -> PassBase:
+        return wrap(Prune(keep, options.inputs_are_constant, strict))
+
+    def kept(name: str) -> bool:
+        return name not in skipped
+
+    stage = FoldStage(StagePasses(
+        rewrite=wrap(Rewrite(catalogue, settings, inputs_are_constant=options.inputs_are_constant,
+                             strict=strict)) if kept("rewrite") else None,
+        fold=(lambda spent: wrap(Fold(catalogue, folding, progress, spent)))
+        if kept("fold") else None,
+        prune=prune() if kept("prune") else None,
+        refine_shapes=(lambda new: wrap(RefineShapes(options.shape_folding, new)))
+        if kept("refine_shapes") else None,
+        # no fold at all: none in the bodies either
+        fold_functions=(lambda spent: wrap(FoldFunctions(catalogue, folding, spent)))
+        if kept("fold") and kept("fold_functions") else None))
+    inline = options.inline_functions and kept("inline_functions")
+    return PassManager([
+        *([wrap(InlineFunctions(strict))] if inline else []),
+        wrap(FixInputShapes(options.input_shapes)),
         # the reader's proto describes the model only if no pass before changed it
-        InferShapes(light if not inline and not options.input_shapes else None),
-        PassManager(rounds, steps=MAX_ROUNDS, early_stop=True),
-        *([FoldFunctions(catalogue, options, pool, growth)] if functions else []),
-        Cleanups(catalogue, options.strict, settings),
-        *([Prune(options)] if "prune" not in skipped else []),
-        Sorted(options.strict),
-    ]))
-
-
-def run_settings(options: FoldOptions, unknown_ops: Iterable[str] = ()) -> RunSettings:
-    """The settings of a run with ``options`` for the rules and passes below the pipeline;
-    ``unknown_ops``: the model's default-domain op types onnx does not know (the reader's
-    ``UNKNOWN_OPS_KEY``)."""
-    return RunSettings(keep=frozenset(options.keep),
-                       named_dims_equal=options.assume_named_dims_equal,
-                       unknown_ops=frozenset(unknown_ops))
+        wrap(InferShapes(light if not inline and not options.input_shapes else None)),
+        stage,
+        wrap(Cleanups(catalogue, strict, settings)),
+        *([prune()] if kept("prune") else []),
+        wrap(Sorted(strict)),
+    ])
 
 
 MAX_RESTARTS = 4
@@ -275,7 +274,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
-    settings = run_settings(options, model.meta.get(UNKNOWN_OPS_KEY, ()))
+    settings = options.run_settings(model.meta.get(UNKNOWN_OPS_KEY, ()))
     before = model_counts(model)
     settled(before.nodes + before.constants)
     skipped: dict[str, str] = {}

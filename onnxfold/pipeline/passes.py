@@ -1,21 +1,23 @@
-"""The passes ``optimize`` is made of (see ``pipeline.py`` for their order).
+"""The passes ``optimize`` is made of (``optimizer.build_pipeline`` says their order).
 
-Each is an onnx-ir in-place pass with one job that reports whether it changed the model and,
-when it has more to say, what it did (its ``PassResult`` subclass, ``results.py``). The
-fold rounds share a :class:`RoundState`: a fold round only runs when the round before it
-learned something a fold can use (new shapes or rewrites), since one fold round propagates
-constants fully on its own.
+Each is an onnx-ir in-place pass with one job. Its result says whether it changed the model
+(``PassResult.modified``, and nothing else) and, when it has more to say, what it did (its
+``PassResult`` subclass, ``results.py``). Each is given the slice of the run's options it reads,
+not the whole ``FoldOptions``, and what it needs of the run so far as values when it is made:
+the fold rounds are driven by ``fold_stage.FoldStage``, which decides from these results
+whether another round can learn something, and makes each round's ``Fold`` and
+``RefineShapes`` with the growth spent so far and the constants new since the last inference.
+No pass reads or writes another's state.
 
 A step that raises (a bug: a rule or pass that cannot handle some model) raises
 :class:`StepFailed` naming the step: a rule's name, or the pass's. ``optimize`` then starts
 again from the untouched model without that step, so a failure costs one optimization, never
-the run or a half-rewritten model (``FoldOptions.strict`` re-raises the error instead).
+the run or a half-rewritten model (``strict`` re-raises the error instead).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import onnx
 import onnx_ir as ir
@@ -25,9 +27,10 @@ from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes, infer_shapes_upstream, refinable_by
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.fold.folder import FoldOptions, GrowthLedger, fold_model
+from onnxfold.fold.folder import fold_model
 from onnxfold.fold.function_bodies import fold_functions
 from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.settings import FoldSettings
 from onnxfold.host.points import reached
 from onnxfold.ir.edits import read_in, remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
@@ -37,22 +40,11 @@ from onnxfold.pipeline.results import (
     FoldFunctionsResult,
     FoldResult,
     InlineResult,
+    RefineShapesResult,
     RewriteResult,
 )
 from onnxfold.rewrite.driver import Resumable, rewrite, run_cleanups
 from onnxfold.rewrite.steps import contained
-
-
-@dataclass
-class RoundState:
-    """What the passes of one fold round tell each other."""
-
-    news: bool = True  # shapes changed in a way that can fold more (always true at first)
-    rewritten: bool = False
-    new_constants: frozenset[ir.Value] = frozenset()
-    # the initializers before the round's rewrite: what it adds (a Reshape's target written
-    # as a constant) is new to shape inference as much as what the fold adds
-    constants_before: frozenset[ir.Value] | None = None
 
 
 class FixInputShapes(InPlacePass):
@@ -64,6 +56,7 @@ class FixInputShapes(InPlacePass):
         self.specs = specs
 
     def call(self, model: ir.Model) -> PassResult:
+        """Fix the dims the specs name; modified if one changed."""
         return PassResult(model, apply_input_shapes(model, self.specs) > 0)
 
 
@@ -78,6 +71,7 @@ class InlineFunctions(InPlacePass):
         self.strict = strict
 
     def call(self, model: ir.Model) -> InlineResult:
+        """Inline every call, or none (the result says why)."""
         modified, declined = contained(self.name, self.strict, lambda: inline_functions(model))
         return InlineResult(model, modified, declined)
 
@@ -91,92 +85,93 @@ class InferShapes(InPlacePass):
         self.light = light  # the model as read, if nothing changed it since (used once)
 
     def call(self, model: ir.Model) -> PassResult:
+        """Infer every value's shape; modified if one is better known."""
         light, self.light = self.light, None
         return PassResult(model, infer_shapes(model, light) > 0)
 
 
 class Rewrite(InPlacePass):
-    """The catalogue's patterns, to a fixed point."""
+    """The catalogue's patterns, to a fixed point. One instance serves every round: what a
+    call leaves the next (its worklist, the last reason each node was declined) is its own."""
 
     name = "rewrite"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, state: RoundState,
-                 settings: RunSettings) -> None:
-        self.catalogue, self.options, self.state = catalogue, options, state
-        self.settings = settings
+    def __init__(self, catalogue: Catalogue, settings: RunSettings, *,
+                 inputs_are_constant: bool, strict: bool) -> None:
+        self.catalogue, self.settings = catalogue, settings
+        self.inputs_are_constant, self.strict = inputs_are_constant, strict
         self.resume = Resumable()  # what each call leaves the next (the same model's)
         # node -> "rule: reason" of its last try, kept across calls: a call tries only the
         # nodes changes concern, the others' last reason still holds
         self.rejected_at: dict[ir.Node, str] = {}
 
     def call(self, model: ir.Model) -> RewriteResult:
-        self.state.constants_before = frozenset(_initializers(model))
-        done = rewrite(model, self.catalogue, None, self.options.inputs_are_constant,
-                       strict=self.options.strict, rejected_at=self.rejected_at,
+        """Rewrite until no pattern applies (or the driver's sweeps run out)."""
+        done = rewrite(model, self.catalogue, None, self.inputs_are_constant,
+                       strict=self.strict, rejected_at=self.rejected_at,
                        settings=self.settings, resume=self.resume)
         for node in [node for node in self.rejected_at if node.graph is None]:
             del self.rejected_at[node]  # removed: neither reported nor kept alive
-        rejected_at = dict(self.rejected_at)
-        self.state.rewritten = bool(done.hits)
-        # converged: a next round's rewrite finds nothing new unless a later pass changes the
-        # model, and that pass then asks for the round itself
-        return RewriteResult(model, bool(done.hits) and not done.converged, done.hits,
-                             rejected_at)
+        return RewriteResult(model, bool(done.hits), done.hits, dict(self.rejected_at),
+                             done.converged)
 
 
-def _initializers(model: ir.Model) -> set[ir.Value]:
+def initializers(model: ir.Model) -> set[ir.Value]:
+    """The initializers of every graph of ``model``."""
     return {v for graph in all_graphs(model) for v in graph.initializers.values()}
 
 
 class Fold(InPlacePass):
-    """Evaluate every foldable node once through the buffer pool (``fold/folder.py``)."""
+    """Evaluate every foldable node once through a buffer pool of its own
+    (``fold/folder.py``). ``growth_spent``: the bytes earlier folds of the run let the model
+    grow by (``max_growth_bytes`` bounds the run's total)."""
 
     name = "fold"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, state: RoundState,
-                 pool: BufferPool, growth: GrowthLedger,
-                 progress: Callable[[int, int], None] | None) -> None:
-        self.catalogue, self.options, self.state = catalogue, options, state
-        self.pool, self.growth, self.progress = pool, growth, progress
+    def __init__(self, catalogue: Catalogue, settings: FoldSettings,
+                 progress: Callable[[int, int], None] | None = None,
+                 growth_spent: int = 0) -> None:
+        self.catalogue, self.settings, self.progress = catalogue, settings, progress
+        self.growth_spent = growth_spent
+        self.pool = BufferPool(memory_limit=settings.evaluation.memory_limit)
 
     def call(self, model: ir.Model) -> FoldResult:
-        if not (self.state.news or self.state.rewritten):
-            return FoldResult(model, False)  # the last round saw everything this one would
+        """Fold every graph once; what it folded."""
         reached("folding")
-        constants = self.state.constants_before
-        if constants is None:
-            constants = frozenset(_initializers(model))
-        counts = contained("fold", self.options.strict, lambda: fold_model(
-            model, self.options, catalogue=self.catalogue, pool=self.pool, growth=self.growth,
-            progress=self.progress))
-        self.state.new_constants = frozenset(_initializers(model) - constants)
-        self.state.constants_before = None
+        counts = contained("fold", self.settings.evaluation.strict, lambda: fold_model(
+            model, self.settings, catalogue=self.catalogue, pool=self.pool,
+            growth_spent=self.growth_spent, progress=self.progress))
         return FoldResult(model, counts.folded > 0, counts)
 
     def ensures(self, model: ir.Model) -> None:
-        _pool_empty(self.pool, self.options.strict)
+        """Under ``strict``: every buffer has left the pool."""
+        _pool_empty(self.pool, self.settings.evaluation.strict)
 
 
 class FoldFunctions(InPlacePass):
     """The constants inside model-local function bodies, without inlining the functions
     (``function_bodies.py``). Once, after the rounds: a body has no rewrites or shape
-    refinements to wait for, so one fold of it is complete."""
+    refinements to wait for, so one fold of it is complete. ``growth_spent``: what the
+    rounds' folds let the model grow by."""
 
     name = "fold_functions"
 
-    def __init__(self, catalogue: Catalogue, options: FoldOptions, pool: BufferPool,
-                 growth: GrowthLedger) -> None:
-        self.catalogue, self.options, self.pool, self.growth = catalogue, options, pool, growth
+    def __init__(self, catalogue: Catalogue, settings: FoldSettings,
+                 growth_spent: int = 0) -> None:
+        self.catalogue, self.settings, self.growth_spent = catalogue, settings, growth_spent
+        self.pool = BufferPool(memory_limit=settings.evaluation.memory_limit)
 
     def call(self, model: ir.Model) -> FoldFunctionsResult:
+        """Fold every body's constants; what it folded (None: no local function)."""
         if not model.functions:
             return FoldFunctionsResult(model, False)
-        counts = contained(self.name, self.options.strict, lambda: fold_functions(
-            model, self.options, self.catalogue, self.pool, self.growth))
+        counts = contained(self.name, self.settings.evaluation.strict, lambda: fold_functions(
+            model, self.settings, self.catalogue, self.pool, self.growth_spent))
         return FoldFunctionsResult(model, counts.folded > 0, counts)
 
     def ensures(self, model: ir.Model) -> None:
-        _pool_empty(self.pool, self.options.strict)
+        """Under ``strict``: every buffer has left the pool."""
+        _pool_empty(self.pool, self.settings.evaluation.strict)
 
 
 def _pool_empty(pool: BufferPool, strict: bool) -> None:
@@ -219,52 +214,56 @@ class Prune(InPlacePass):
 
     name = "prune"
 
-    def __init__(self, options: FoldOptions) -> None:
-        self.options = options
+    def __init__(self, keep: frozenset[str], inputs_are_constant: bool, strict: bool) -> None:
+        self.keep, self.inputs_are_constant, self.strict = keep, inputs_are_constant, strict
 
     def call(self, model: ir.Model) -> PassResult:
-        contained("prune", self.options.strict, lambda: self._prune(model))
-        return PassResult(model, False)  # never a reason for another round
+        """Prune; modified if a node, an input or an initializer went."""
+        return PassResult(model, contained("prune", self.strict, lambda: self._prune(model)))
 
-    def _prune(self, model: ir.Model) -> None:
+    def _prune(self, model: ir.Model) -> bool:
+        """Prune ``model``; whether anything went."""
         graph = model.graph
-        if model.ir_version < 4 or self.options.inputs_are_constant:
+        sizes = len(graph.inputs), len(graph.initializers)
+        if model.ir_version < 4 or self.inputs_are_constant:
             outputs = set(graph.outputs)
             for value in list(graph.inputs):
                 if value.name in graph.initializers and not value.uses() and \
                         value not in outputs:
                     graph.inputs.remove(value)
-        remove_dead_nodes(model, frozenset(self.options.keep))
+        removed = remove_dead_nodes(model, self.keep)
+        return removed > 0 or sizes != (len(graph.inputs), len(graph.initializers))
 
 
 class RefineShapes(InPlacePass):
     """Infer shapes again when the round's new constants can make a shape known.
 
     Inference last ran before the round; what it did not know then are the values of the
-    constants the rewrite (a Reshape's target written as a constant) and the fold created.
-    Only a node reading one of them, with an output whose shape is
-    not yet static, can get a better shape (and pass it on downstream); and better shapes only
-    enable folds through a Shape/Size node still in the graph.
+    constants the rewrite (a Reshape's target written as a constant) and the fold created
+    (``new_constants``, given by the round). Only a node reading one of them, with an output
+    whose shape is not yet static, can get a better shape (and pass it on downstream); and
+    better shapes only enable folds through a Shape/Size node still in the graph: the result
+    says whether there is one (``enables_folds``).
     """
 
     name = "refine_shapes"
 
-    def __init__(self, options: FoldOptions, state: RoundState) -> None:
-        self.options, self.state = options, state
+    def __init__(self, shape_folding: bool, new_constants: frozenset[ir.Value]) -> None:
+        self.shape_folding, self.new_constants = shape_folding, new_constants
 
-    def call(self, model: ir.Model) -> PassResult:
-        refined = self.options.shape_folding and self._refine(model) > 0
+    def call(self, model: ir.Model) -> RefineShapesResult:
+        """Infer again where a new constant can tell more; modified if a shape changed."""
+        refined = self.shape_folding and self._refine(model) > 0
         shape_only = load_catalogue().shape_only
-        self.state.news = refined and any(
+        enables = refined and any(
             node.op_type in shape_only for graph in all_graphs(model) for node in graph)
-        self.state.new_constants = frozenset()
-        return PassResult(model, self.state.news)
+        return RefineShapesResult(model, refined, enables)
 
     def _refine(self, model: ir.Model) -> int:
         """Infer again what a new constant can change; how many values changed. With
         subgraphs, the whole model; without, only what the Shape/Size nodes waiting for a
         shape read and what that depends on, if a new constant is among it."""
-        new = self.state.new_constants
+        new = self.new_constants
         if not new:
             return 0
         graphs = all_graphs(model)
@@ -296,12 +295,14 @@ class Sorted(InPlacePass):
         self.strict = strict
 
     def requires(self, model: ir.Model) -> None:
+        """Under ``strict``: every graph is in topological order already."""
         unsorted = unsorted_graphs(model) if self.strict else []
         if unsorted:
             raise PreconditionError(f"graph {unsorted[0].name!r} was left out of topological "
                                     "order")
 
     def call(self, model: ir.Model) -> PassResult:
+        """Sort the graphs out of order; modified if there was one."""
         unsorted = unsorted_graphs(model)
         for graph in unsorted:
             graph.sort()
@@ -317,5 +318,6 @@ class Cleanups(InPlacePass):
         self.catalogue, self.strict, self.settings = catalogue, strict, settings
 
     def call(self, model: ir.Model) -> CleanupsResult:
+        """Run every cleanup once; their hits."""
         hits = run_cleanups(model, self.catalogue, strict=self.strict, settings=self.settings)
         return CleanupsResult(model, bool(hits), hits)

@@ -24,9 +24,13 @@ PASS_PHASES = {
 
 
 class PhaseListener(Protocol):
-    def started(self, phase: str) -> None: ...
+    """What is told how a run goes (the terminal's progress line)."""
 
-    def detail(self, text: str) -> None: ...
+    def started(self, phase: str) -> None:
+        """``phase`` started (or resumed, once a phase inside it ended)."""
+
+    def detail(self, text: str) -> None:
+        """How far the current phase is (``120/900``)."""
 
 
 class Phases:
@@ -74,6 +78,7 @@ class Phases:
         self.detail(f"{done}/{total}")
 
     def rounded(self) -> dict[str, float]:
+        """Seconds per phase, to 0.1 ms (the report's ``phases``)."""
         return {name: round(seconds, 4) for name, seconds in self.seconds.items()}
 
 
@@ -85,5 +90,6 @@ class Timed(InPlacePass):
         self.name = getattr(inner, "name", type(inner).__name__)
 
     def call(self, model: ir.Model) -> PassResult:
+        """Run the pass inside its phase; its result."""
         with self.phases.phase(PASS_PHASES.get(self.name, "cleanup")):
             return self.inner(model)

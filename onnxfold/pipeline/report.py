@@ -24,6 +24,8 @@ LEFTOVER_LINES = 5  # module groups the summary names (--explain and --json give
 
 @dataclass
 class ModelCounts:
+    """A model's size: what the report compares before and after the run."""
+
     nodes: int  # every node but Constant nodes (their values are data, not computation)
     constants: int  # Constant nodes of the default domain
     initializers: int
@@ -104,6 +106,8 @@ class Report:
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
               stats: FoldStats, seconds: float) -> Report:
+        """The report of a run of ``seconds`` from the model's counts ``before`` and
+        ``after`` it and the totals of its passes."""
         return cls(
             input=source, nodes_before=before.nodes, nodes_after=after.nodes,
             folded_nodes=stats.folded, folded_native=stats.native,
@@ -175,6 +179,7 @@ class Report:
                 "ops": [row.to_dict() for row in self.op_rows()], **data}
 
     def to_json(self) -> str:
+        """The report as the ``--json`` file's text (``onnxfold/report.schema.json``)."""
         return json.dumps(self.to_dict(), indent=2)
 
     def nodes_line(self) -> str:

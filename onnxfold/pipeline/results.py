@@ -30,18 +30,28 @@ class InlineResult(PassResult):
 
 @dataclass
 class RewriteResult(PassResult):
-    """``Rewrite``: hits per pattern, and the nodes of the graph a pattern declined at its
-    last try (node -> "rule: reason")."""
+    """``Rewrite``: hits per pattern, the nodes of the graph a pattern declined at its last
+    try (node -> "rule: reason"), and whether it reached its fixed point (``converged``: a
+    next call finds nothing new unless another pass changes the model)."""
 
     hits: Counter = field(default_factory=Counter)
     rejected_at: dict[ir.Node, str] = field(default_factory=dict)
+    converged: bool = True
 
 
 @dataclass
 class FoldResult(PassResult):
-    """``Fold``: what the round's fold did; None when the round had nothing new to fold."""
+    """``Fold``: what the round's fold did."""
 
-    counts: FoldCounts | None = None
+    counts: FoldCounts = field(default_factory=FoldCounts)
+
+
+@dataclass
+class RefineShapesResult(PassResult):
+    """``RefineShapes``: whether the better shapes can fold more (a Shape or Size node is
+    still in the graph)."""
+
+    enables_folds: bool = False
 
 
 @dataclass
@@ -98,6 +108,7 @@ class Recorded(InPlacePass):
         self.name = getattr(inner, "name", type(inner).__name__)
 
     def call(self, model: ir.Model) -> PassResult:
+        """Run the pass; record and return its result."""
         result = self.inner(model)
         self.log.append(result)
         return result
@@ -111,7 +122,7 @@ def last_rejections(results: Sequence[PassResult]) -> dict[ir.Node, str]:
 
 def summarize(results: Sequence[PassResult], skipped_steps: Sequence[str] = ()) -> FoldStats:
     """The totals of a run from its passes' results, in the order the passes ran."""
-    folds = [r.counts for r in results if isinstance(r, FoldResult) and r.counts is not None]
+    folds = [r.counts for r in results if isinstance(r, FoldResult)]
     bodies = [r.counts for r in results
               if isinstance(r, FoldFunctionsResult) and r.counts is not None]
     everything = folds + bodies
@@ -129,8 +140,8 @@ def summarize(results: Sequence[PassResult], skipped_steps: Sequence[str] = ()) 
         rejected_patterns=dict(Counter(rewrites[-1].rejected_at.values())) if rewrites else {},
         cleanup_hits=_added(r.hits for r in results if isinstance(r, CleanupsResult)),
         pool_peak_bytes=max((c.pool_peak_bytes for c in everything), default=0),
-        spilled=folds[-1].spilled if folds else 0,
-        spilled_bytes=folds[-1].spilled_bytes if folds else 0,
+        spilled=sum(c.spilled for c in folds),
+        spilled_bytes=sum(c.spilled_bytes for c in folds),
         rounds=len(folds),
         folded_in_functions=sum(c.folded for c in bodies),
         function_constants=sum(c.function_constants for c in bodies),

@@ -23,7 +23,7 @@ import onnx_ir as ir
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 from onnxfold.rewrite.driver import rewrite
 from onnxfold.rewrite.steps import StepFailed
 

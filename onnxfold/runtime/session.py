@@ -40,12 +40,12 @@ import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.errors import InputError, OnnxfoldError, one_line
-from onnxfold.fold.options import FoldOptions
 from onnxfold.io import load_model
 from onnxfold.io.cache_dirs import trusted_cache_dir
 from onnxfold.io.feeds import runtime_constant
 from onnxfold.io.reader import model_from_proto
 from onnxfold.io.tempfiles import no_temp_directory
+from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime import custom_ops, fold_store
 from onnxfold.runtime.adapters import AdapterFiles, AdapterSource
 from onnxfold.runtime.backends import get_backend

@@ -28,7 +28,6 @@ from onnxfold.analysis.constness import plan_graph, runtime_constant_nodes, why_
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.errors import InputError, OutputError
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
@@ -38,6 +37,7 @@ from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import np_dtype
 from onnxfold.ir.graph import captured_values, external_inputs, is_default_op, subgraphs
 from onnxfold.pipeline.optimizer import optimize
+from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import remove_dead_nodes
 from onnxfold.runtime.reassociate import LowRankMerges, merge_low_rank_branches
 

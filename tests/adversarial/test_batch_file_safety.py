@@ -84,15 +84,15 @@ def test_a_terminated_batch_leaves_nothing_behind(tmp_path):
                                f"{out}/"], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    args = []
-    while not args and time.monotonic() < deadline:
-        args = glob.glob(str(scratch / "onnxfold-batch-*" / "0.args"))
+    orders = []  # the first job's order (onnxfold.app.commands.JobOrder), written as it starts
+    while not orders and time.monotonic() < deadline:
+        orders = glob.glob(str(scratch / "onnxfold-batch-*" / "0.order"))
         time.sleep(0.05)
-    assert args, "the batch never started a job"
+    assert orders, "the batch never started a job"
     time.sleep(1.0)  # the job is folding now
     parent.send_signal(signal.SIGTERM)
     parent.wait(timeout=60)
-    for pid in _processes_reading(args[0]):  # let orphaned jobs finish (or be gone)
+    for pid in _processes_reading(orders[0]):  # let orphaned jobs finish (or be gone)
         while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline + 120:
             time.sleep(0.1)
     # (onnxruntime itself leaves a ".ses" file in TMPDIR: not onnxfold's)

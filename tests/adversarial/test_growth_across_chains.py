@@ -10,7 +10,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 
 T = TensorProto
 

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime.session import Session
 from tests.support import low_rank_models as lr
 from tests.support.running import run_ort

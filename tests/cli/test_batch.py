@@ -12,7 +12,9 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnxfold.app import batch
+from onnxfold.app import batch, batch_jobs, batch_plan
+from onnxfold.app.commands import OptimizeCommand
+from onnxfold.app.parser import parse
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import run_ort
 
@@ -190,22 +192,21 @@ def test_a_crashed_job_is_an_internal_error_and_the_others_go_on(tmp_path, monke
     doomed = write(tmp_path / "in" / "doomed.onnx")
     out = tmp_path / "out"
     out.mkdir()
-    jobs = batch.plan([doomed, good], str(out))
-    real_start = batch._start
+    jobs = batch_plan.plan([doomed, good], str(out)).jobs
+    real_start = batch_jobs._start
 
-    def start(args, job, scratch, index):
-        if job.input != doomed:
-            return real_start(args, job, scratch, index)
+    def start(command, job, scratch, index, debug):
+        if job.source != doomed:
+            return real_start(command, job, scratch, index, debug)
         script = ("import os, signal, sys; "
                   f"open(os.path.join({str(out)!r}, '.doomed.onnx.onnxfold-%d-abc.tmp' "
                   "% os.getpid()), 'w').write('half'); os.kill(os.getpid(), signal.SIGKILL)")
         return subprocess.Popen([sys.executable, "-c", script])
 
-    monkeypatch.setattr(batch, "_start", start)
-    from onnxfold.app.cli import build_parser
-
-    args = build_parser().parse_args(["optimize", doomed, good, "-o", str(out)])
-    outcomes = batch.run_jobs(args, jobs, 2)
+    monkeypatch.setattr(batch_jobs, "_start", start)
+    command = parse(["optimize", doomed, good, "-o", str(out)]).command
+    assert isinstance(command, OptimizeCommand)
+    outcomes = batch_jobs.run_jobs(command, jobs, 2)
     assert [o.input for o in outcomes] == [doomed, good]
     assert outcomes[0].code == 3 and outcomes[0].status.startswith("crashed")
     assert outcomes[1].code == 0 and outcomes[1].nodes_after == 2

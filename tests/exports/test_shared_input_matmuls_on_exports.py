@@ -20,7 +20,7 @@ pytest.importorskip("transformers",
                     reason="the exports tier needs transformers (pip install .[exports])")
 
 import onnxfold
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 from tests.support import export_models
 
 RULE = "merge_shared_input_matmuls"

@@ -19,7 +19,7 @@ pytest.importorskip("transformers",
                     reason="the exports tier needs transformers (pip install .[exports])")
 
 import onnxfold
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 from tests.support import export_models
 from tests.support.qdq import (
     activation_quantizations,

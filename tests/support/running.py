@@ -8,7 +8,7 @@ import onnxruntime as ort
 
 import onnxfold
 from onnxfold.check.feeds import synthetic_feeds
-from onnxfold.fold.folder import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 
 
 def run_ort(model_or_path, feeds):

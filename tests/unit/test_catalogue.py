@@ -9,7 +9,7 @@ from onnx import helper
 from test_policy import _tied_embedding
 
 from onnxfold.declare.catalogue import load_catalogue
-from onnxfold.fold.folder import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto
 

@@ -10,7 +10,7 @@ from onnx import helper
 import onnxfold
 from onnxfold.declare import CleanupRule, P, PatternRule
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.fold.folder import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import run_ort
 

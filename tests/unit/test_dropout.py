@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 
 T = TensorProto
 X = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5

@@ -131,7 +131,7 @@ def _flatten_model():
 
 @pytest.mark.parametrize("spec", ["x:2,3,8,8", "N=2", "x:2,?,?,?"])
 def test_input_shape_fixes_dims_and_everything_folds(tmp_path, spec):
-    from onnxfold.fold.folder import FoldOptions
+    from onnxfold.pipeline.options import FoldOptions
 
     proto = _flatten_model()
     folded, _, out = fold_proto(proto, tmp_path, FoldOptions(strict=True, input_shapes=(spec,)))
@@ -147,14 +147,14 @@ def test_input_shape_fixes_dims_and_everything_folds(tmp_path, spec):
 def test_bad_input_shapes_are_one_line(tmp_path, save, spec, message):
     import onnxfold
     from onnxfold.errors import InputError
-    from onnxfold.fold.folder import FoldOptions
+    from onnxfold.pipeline.options import FoldOptions
 
     with pytest.raises(InputError, match=message):
         onnxfold.optimize(save(_flatten_model()), FoldOptions(input_shapes=(spec,)))
 
 
 def test_no_shape_folding_leaves_dynamic_scaffolding(tmp_path):
-    from onnxfold.fold.folder import FoldOptions
+    from onnxfold.pipeline.options import FoldOptions
 
     folded, _, _ = fold_proto(_flatten_model(), tmp_path,
                               FoldOptions(strict=True, shape_folding=False))
@@ -164,7 +164,7 @@ def test_no_shape_folding_leaves_dynamic_scaffolding(tmp_path):
 def test_explain_and_inspect_name_the_blocking_dim(tmp_path, save):
     import onnxfold
     from onnxfold.app.inspection import inspect_model
-    from onnxfold.fold.folder import FoldOptions
+    from onnxfold.pipeline.options import FoldOptions
 
     path = save(_flatten_model())
     info = inspect_model(path)

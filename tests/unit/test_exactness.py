@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
 from onnxfold.declare.catalogue import load_catalogue
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 
 T = TensorProto
 

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxfold
-from onnxfold.fold.folder import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto, run_ort
 

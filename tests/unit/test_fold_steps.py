@@ -14,10 +14,11 @@ from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.evaluate import Evaluator
 from onnxfold.fold.materialize import PROVENANCE_KEY, as_initializer, materialize
-from onnxfold.fold.options import FoldOptions
 from onnxfold.fold.plan import plan_fold
 from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.settings import Evaluation, SizePolicy
 from onnxfold.io.reader import model_from_proto
+from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto, run_ort
 
@@ -41,16 +42,16 @@ def _chain_and_tile() -> ir.Model:
     return model
 
 
-def _plan(model: ir.Model, options: FoldOptions):
+def _plan(model: ir.Model, policy: SizePolicy):
     facts = load_catalogue()
-    const = plan_graph(model.graph, model.ir_version, (), keep=options.keep, facts=facts)
-    return plan_fold(const, model.graph, model, options, facts, facts.shape_only, 17)
+    const = plan_graph(model.graph, model.ir_version, (), facts=facts)
+    return plan_fold(const, model.graph, model, policy, facts, facts.shape_only, 17)
 
 
 def test_the_plan_says_what_folds_and_why_not_and_changes_nothing():
     model = _chain_and_tile()
     before = ir.serde.serialize_model(model).SerializeToString()
-    plan = _plan(model, FoldOptions(growth_min_bytes=0))
+    plan = _plan(model, SizePolicy(growth_min_bytes=0))
     assert ir.serde.serialize_model(model).SerializeToString() == before
     assert [n.name for n in plan.order] == ["tr", "neg"]
     assert sorted((n.name, r.kind) for n, r in plan.refused) == [
@@ -75,7 +76,7 @@ def test_a_node_downstream_of_a_growth_refusal_is_left_out_of_the_plan():
                         tensor("axes", np.array([0], np.int64))])
     model = model_from_proto(proto, check=False)
     infer_shapes(model)
-    plan = _plan(model, FoldOptions(growth_min_bytes=100))  # the sum's 64 B are under it
+    plan = _plan(model, SizePolicy(growth_min_bytes=100))  # the sum's 64 B are under it
     assert plan.order == []
     assert sorted((n.name, r.kind) for n, r in plan.refused) == [
         ("abs", DeclineKind.GROWTH), ("tile", DeclineKind.GROWTH)]
@@ -94,7 +95,7 @@ def test_the_plan_holds_what_each_foldable_node_reads():
                        [tensor("w", W)])
     model = model_from_proto(proto, check=False)
     infer_shapes(model)
-    plan = _plan(model, FoldOptions())
+    plan = _plan(model, SizePolicy())
     reads = {n.name: [v.name for v in plan.reads(n)] for n in plan.order}
     assert reads == {"tr": ["w"], "sq": ["wt"], "shape_of_constant": ["sq"],
                      "shape_of_input": [], "cat": ["s1", "s2"]}
@@ -104,17 +105,17 @@ def test_the_plan_holds_what_each_foldable_node_reads():
 
 def test_evaluate_then_materialize_writes_only_what_the_graph_keeps():
     model = _chain_and_tile()
-    options = FoldOptions(strict=True, growth_min_bytes=0)
-    plan = _plan(model, options)
+    policy = SizePolicy(growth_min_bytes=0)
+    plan = _plan(model, policy)
     pool = BufferPool()
-    evaluated = Evaluator(plan, model.graph, model, options, load_catalogue(), pool,
+    evaluated = Evaluator(plan, model.graph, model, Evaluation(strict=True), load_catalogue(), pool,
                           dict(model.opset_imports)).run()
     assert {n.name: how for n, how in evaluated.how.items()} == {"tr": "native",
                                                                  "neg": "native"}
     assert [v.name for v in evaluated.keep] == ["n"]  # wt died in the pool
     assert sorted(n.name for n, _ in evaluated.declined) == ["abs", "tile"]
     np.testing.assert_array_equal(pool.get(next(iter(evaluated.keep))), -W.T)
-    done = materialize(evaluated, plan, model.graph, pool, options,
+    done = materialize(evaluated, plan, model.graph, pool, policy,
                        as_initializer(model.graph, model))
     assert (done.stored, done.stored_bytes, done.refused) == (1, W.nbytes, [])
     assert len(pool) == 0

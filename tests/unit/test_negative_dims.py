@@ -8,7 +8,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import onnxfold
-from onnxfold.fold.options import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 
 
 def test_shape_of_a_value_with_a_minus_one_dim_is_not_folded():

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from onnxfold.fold.options import FoldOptions, add_arguments, from_args
+import pytest
+
+from onnxfold.app.parser import add_fold_flags, fold_options
+from onnxfold.fold.settings import Evaluation, FoldSettings, SizePolicy
+from onnxfold.pipeline.options import FoldOptions, flag_of
 
 
 def _parse(*argv):
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return from_args(parser.parse_args(list(argv)))
+    add_fold_flags(parser)
+    return fold_options(parser.parse_args(list(argv)))
 
 
 def test_no_flags_give_the_default_options():
@@ -20,7 +24,7 @@ def test_no_flags_give_the_default_options():
 
 def test_every_field_has_a_flag_with_help():
     for f in fields(FoldOptions):
-        assert f.metadata["cli"].name.startswith("--") and f.metadata["cli"].help, f.name
+        assert flag_of(f).name.startswith("--") and flag_of(f).help, f.name
 
 
 def test_flags_set_their_fields():
@@ -32,3 +36,29 @@ def test_flags_set_their_fields():
     assert options.pool_budget == 1 << 30 and options.expansion_min_bytes == 2 << 20
     assert options.input_shapes == ("x:1,3", "N=2")
     assert _parse("--growth-factor", "2").growth_factor == 2.0
+
+
+def test_a_bad_number_names_the_flag():
+    with pytest.raises(SystemExit):
+        _parse("--growth-factor", "-1")
+
+
+def test_the_default_options_fold_as_the_fold_does_without_options():
+    """The fold's defaults are its own (``onnxfold.fold.settings``); the options take them,
+    so ``fold_model(model)`` folds as ``optimize(model)`` does."""
+    assert FoldOptions().fold_settings() == FoldSettings()
+    assert FoldOptions().fold_settings().policy == SizePolicy()
+    assert FoldOptions().fold_settings().evaluation == Evaluation()
+
+
+def test_each_slice_carries_what_it_is_given():
+    options = FoldOptions(keep=("Gather",), growth_factor=None, fold_qdq=True, fallback=False,
+                          memory_limit=1 << 30, strict=True, assume_named_dims_equal=True)
+    folding = options.fold_settings()
+    assert folding.keep == frozenset({"Gather"})
+    assert folding.policy.growth_factor is None and folding.policy.fold_qdq
+    assert not folding.evaluation.fallback and folding.evaluation.memory_limit == 1 << 30
+    assert folding.evaluation.strict
+    settings = options.run_settings(["MyOp"])
+    assert settings.keep == frozenset({"Gather"}) and settings.named_dims_equal
+    assert settings.unknown_ops == frozenset({"MyOp"})

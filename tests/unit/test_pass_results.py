@@ -1,8 +1,11 @@
-"""Each pass of the pipeline returns what it did as its own PassResult; the run's totals (and
-the report) are added up from those results; strict invariants are onnx-ir pre- and
+"""Each pass of the pipeline returns what it did as its own PassResult (``modified``: the
+model changed); the fold stage decides from those results whether another round runs; the
+run's totals (and the report) are added up from them; strict invariants are onnx-ir pre- and
 postconditions of the passes."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -11,15 +14,16 @@ from onnx_ir.passes import PassResult, PostconditionError
 
 from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.declare.catalogue import load_catalogue
-from onnxfold.fold.folder import FoldCounts, GrowthLedger
-from onnxfold.fold.options import FoldOptions
-from onnxfold.fold.pool import BufferPool
+from onnxfold.fold.folder import FoldCounts
 from onnxfold.io.reader import model_from_proto
+from onnxfold.pipeline.fold_stage import learned
 from onnxfold.pipeline.optimizer import build_pipeline
-from onnxfold.pipeline.passes import Fold, RoundState
+from onnxfold.pipeline.options import FoldOptions
+from onnxfold.pipeline.passes import Fold, Prune
 from onnxfold.pipeline.results import (
     CleanupsResult,
     FoldResult,
+    RefineShapesResult,
     RewriteResult,
     summarize,
 )
@@ -42,7 +46,7 @@ def test_the_pipeline_collects_one_result_per_pass_run():
     folds = [r for r in log if isinstance(r, FoldResult)]
     assert folds[0].counts is not None and folds[0].counts.folded == 2  # Transpose, Identity
     assert folds[0].counts.rule_hits == {"Transpose": 1, "Identity": 1}
-    assert folds[1].counts is None  # the second round had nothing new to fold
+    assert len(folds) == 1  # the second round had nothing new to fold: no fold ran
     assert sum(isinstance(r, RewriteResult) for r in log) == 2
     assert sum(isinstance(r, CleanupsResult) for r in log) == 1
     stats = summarize(log)
@@ -62,7 +66,6 @@ def test_totals_add_counts_and_keep_the_last_rounds_declines():
         FoldResult(model, True, _counts(3, "growth", "no rule")),
         RewriteResult(model, False),
         FoldResult(model, True, _counts(1, "size")),
-        FoldResult(model, False, None),  # a round with nothing new: no fold ran
     ]
     stats = summarize(results, ["skipped x; please report"])
     assert (stats.folded, stats.rounds) == (4, 2)
@@ -73,11 +76,41 @@ def test_totals_add_counts_and_keep_the_last_rounds_declines():
 
 def test_strict_fold_requires_an_empty_pool_after_it():
     model = _model()
-    pool = BufferPool()
     catalogue = load_catalogue()
-    fold = Fold(catalogue, FoldOptions(strict=True), RoundState(), pool, GrowthLedger(), None)
+    fold = Fold(catalogue, FoldOptions(strict=True).fold_settings())
     fold(model)  # an empty pool after a complete fold: the postcondition holds
-    pool.put(model.graph.initializers["w"], np.zeros(2, np.float32), 1)
+    fold.pool.put(model.graph.initializers["w"], np.zeros(2, np.float32), 1)
     with pytest.raises(PostconditionError, match="buffers left in the pool"):
         fold.ensures(model)
-    Fold(catalogue, FoldOptions(), RoundState(), pool, GrowthLedger(), None).ensures(model)
+    lax = Fold(catalogue, FoldOptions().fold_settings())
+    lax.pool.put(model.graph.initializers["w"], np.zeros(2, np.float32), 1)
+    lax.ensures(model)
+
+
+def test_modified_means_the_model_changed():
+    """A pass's ``modified`` says whether it changed the model, nothing else: Prune reports
+    the dead node it removed, and a second Prune finds nothing; a fold of a model with nothing
+    to fold changes nothing."""
+    dead = helper.make_node("Neg", ["x"], ["unused"])
+    proto = make_model([helper.make_node("Relu", ["x"], ["y"]), dead],
+                       [vinfo("x", shape=[1, 3])], [vinfo("y", shape=[1, 3])])
+    model = model_from_proto(proto, check=False)
+    prune = Prune(frozenset(), False, strict=True)
+    assert prune(model).modified and len(model.graph) == 1
+    assert not prune(model).modified
+    assert not Fold(load_catalogue(), FoldOptions(strict=True).fold_settings())(model).modified
+
+
+def test_a_round_runs_again_only_when_it_learned_something():
+    """Round control is the fold stage's: a rewrite short of its fixed point, a fold that
+    folded, or shapes refined where a Shape/Size can fold; not a pass that merely changed the
+    model (a converged rewrite, better shapes with nothing to fold from them)."""
+    model = _model()
+    converged = RewriteResult(model, True, Counter({"p": 1}), {}, converged=True)
+    short = RewriteResult(model, True, Counter({"p": 1}), {}, converged=False)
+    folded = FoldResult(model, True, FoldCounts(folded=1))
+    nothing = FoldResult(model, False, FoldCounts())
+    shapes = RefineShapesResult(model, True, enables_folds=False)
+    assert learned(short, None, None) and learned(None, folded, None)
+    assert learned(None, None, RefineShapesResult(model, True, enables_folds=True))
+    assert not learned(converged, nothing, shapes) and not learned(None, None, None)

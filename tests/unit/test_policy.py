@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.fold.budget import expansion
-from onnxfold.fold.folder import FoldOptions
+from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto, run_ort
 

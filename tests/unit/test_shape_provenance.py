@@ -15,8 +15,8 @@ import onnxfold
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.analysis.symbolic import shape_values
 from onnxfold.declare.catalogue import load_catalogue
-from onnxfold.fold.options import FoldOptions
 from onnxfold.ir.constants import source_array
+from onnxfold.pipeline.options import FoldOptions
 from tests.support.running import run_ort
 
 

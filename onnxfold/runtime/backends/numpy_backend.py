@@ -6,9 +6,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.errors import OnnxfoldError
-from onnxfold.fold.folder import FoldOptions
 from onnxfold.ir.constants import constant_array
 from onnxfold.pipeline.optimizer import optimize
+from onnxfold.pipeline.options import FoldOptions
 
 
 class Backend:

@@ -1,28 +1,31 @@
-"""``FoldOptions``: what may be folded, with each field's command-line flag beside it.
+"""``FoldOptions``: the options of the pipeline, with each field's command-line flag beside it.
 
-The CLI's fold flags are generated from the fields' metadata (:func:`add_arguments`,
-:func:`from_args`), so a name, a default and a help text are written once, here.
+A field's flag (name, help, how its text is parsed) is data in the field's metadata
+(:class:`Flag`), so a name, a default and a help text are written once, here; the command line
+(``onnxfold.app.parser``) builds its flags from it. The defaults of what the fold reads are the
+fold's own (``onnxfold.fold.settings``), and :meth:`FoldOptions.fold_settings` hands the fold
+that slice; the rewrite and the cleanups get theirs as ``RunSettings``
+(:meth:`FoldOptions.run_settings`).
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from onnxfold.analysis.input_shapes import as_specs
-from onnxfold.numbers import argument, parse_bytes, parse_float, parse_int
-
-SIZE = argument(parse_bytes)  # a size flag's argparse type
-NON_NEGATIVE = argument(parse_float, minimum=0.0)  # a factor's or a duration's
-OPSET = argument(parse_int, minimum=1)
+from onnxfold.analysis.settings import RunSettings
+from onnxfold.fold.settings import Evaluation, FoldSettings, SizePolicy
+from onnxfold.numbers import parse_bytes, parse_float, parse_int
 
 
 @dataclass(frozen=True)
 class Flag:
     """How a field appears on the command line.
 
+    ``parse``: how the flag's text becomes the value (one of ``onnxfold.numbers``' parsers,
+    raising ``NumberError``), at least ``minimum`` when set; none: the text itself.
     ``switch``: a boolean flag that sets the field to the opposite of its default
     (``--no-fallback`` for ``fallback=True``); ``repeat``: a repeatable flag collected into the
     field's collection; ``none_flag``: a second flag that sets the field to None.
@@ -30,7 +33,8 @@ class Flag:
 
     name: str
     help: str
-    type: Callable[[str], Any] | None = None
+    parse: Callable[..., Any] | None = None
+    minimum: float | None = None
     switch: bool = False
     repeat: bool = False
     metavar: str | None = None
@@ -43,9 +47,20 @@ def _opt(default: Any, flag: Flag, factory: Callable[[], Any] | None = None) -> 
     return field(default=default, metadata={"cli": flag})
 
 
+def flag_of(option: Any) -> Flag:
+    """The :class:`Flag` of a ``dataclasses.Field`` of :class:`FoldOptions`."""
+    flag: Flag = option.metadata["cli"]
+    return flag
+
+
 @dataclass
 class FoldOptions:
-    """What may be folded. Every field has a CLI flag of the same meaning."""
+    """What may be folded, and how: the options of one run of the pipeline.
+
+    Every field has a command-line flag of the same meaning (its metadata, :class:`Flag`).
+    The passes do not read this object: each is given its slice (:meth:`fold_settings`,
+    :meth:`run_settings`, and single fields), built once per run.
+    """
 
     disabled_rules: set[str] = _opt(None, Flag(  # noqa: RUF009 - _opt returns a dataclasses.field
         "--disable-rule", "do not use this rule: a rule name, or an op type (every native rule "
@@ -55,57 +70,58 @@ class FoldOptions:
     keep: tuple[str, ...] = _opt((), Flag(
         "--keep", "never fold, rewrite or remove nodes of this op type or of this node name, "
         "natively or through onnxruntime; repeatable", repeat=True, metavar="OP|NODE"))
-    fallback: bool = _opt(True, Flag(
+    fallback: bool = _opt(Evaluation.fallback, Flag(
         "--no-fallback", "fold only with native rules, never through onnxruntime", switch=True))
-    shape_folding: bool = _opt(True, Flag(
+    shape_folding: bool = _opt(FoldSettings.shape_folding, Flag(
         "--no-shape-folding", "do not fold Shape/Size of statically shaped values, nor the "
         "static parts of shapes with dynamic dims", switch=True))
-    inputs_are_constant: bool = _opt(False, Flag(
+    inputs_are_constant: bool = _opt(FoldSettings.inputs_are_constant, Flag(
         "--inputs-are-constant", "treat initializers that are also graph inputs as constants "
         "(IR >= 4)", switch=True))
-    expansion_factor: float = _opt(4.0, Flag(
+    expansion_factor: float = _opt(SizePolicy.expansion_factor, Flag(
         "--expansion-factor", "refuse to keep a result that exceeds this many times its "
-        "inputs' bytes (and --expansion-min)", type=NON_NEGATIVE))
-    expansion_min_bytes: int = _opt(1 << 20, Flag(
+        "inputs' bytes (and --expansion-min)", parse=parse_float, minimum=0.0))
+    expansion_min_bytes: int = _opt(SizePolicy.expansion_min_bytes, Flag(
         "--expansion-min", "results up to this size are never refused by the expansion bound",
-        type=SIZE))
-    max_tensor_bytes: int | None = _opt(None, Flag(
+        parse=parse_bytes, metavar="SIZE"))
+    max_tensor_bytes: int | None = _opt(SizePolicy.max_tensor_bytes, Flag(
         "--max-tensor", "refuse folds producing a tensor larger than this (e.g. 256M)",
-        type=SIZE))
-    growth_factor: float | None = _opt(1.0, Flag(
+        parse=parse_bytes, metavar="SIZE"))
+    growth_factor: float | None = _opt(SizePolicy.growth_factor, Flag(
         "--growth-factor", "a kept result may be this many times the constants it replaces",
-        type=NON_NEGATIVE,
+        parse=parse_float, minimum=0.0,
         none_flag=("--allow-growth", "fold even when the kept results are bigger "
                     "than the constants they replace (fp16->fp32 casts, transposes of shared "
                     "weights)")))
-    growth_min_bytes: int = _opt(1 << 20, Flag(
+    growth_min_bytes: int = _opt(SizePolicy.growth_min_bytes, Flag(
         "--growth-min", "results up to this size are never refused for growth, except "
         "copies of a weight that stays in use elsewhere (tied weights are never duplicated "
         "unless --allow-growth)",
-        type=SIZE))
-    max_growth_bytes: int | None = _opt(None, Flag(
+        parse=parse_bytes, metavar="SIZE"))
+    max_growth_bytes: int | None = _opt(SizePolicy.max_growth_bytes, Flag(
         "--max-growth", "refuse folds once the model would grow by more than this in total",
-        type=SIZE))
-    fold_fp16_casts: bool = _opt(False, Flag(
+        parse=parse_bytes, metavar="SIZE"))
+    fold_fp16_casts: bool = _opt(SizePolicy.fold_fp16_casts, Flag(
         "--fold-fp16-casts", "fold casts of fp16/bf16 weights to wider types (doubles their "
         "size)", switch=True))
-    fold_qdq: bool = _opt(False, Flag(
+    fold_qdq: bool = _opt(SizePolicy.fold_qdq, Flag(
         "--fold-qdq", "also fold DequantizeLinear of constant quantized weights into float "
         "weights (by default they stay, so a quantized model stays quantized and small; "
         "QuantizeLinear of constant weights folds either way)", switch=True))
-    memory_limit: int | None = _opt(None, Flag(
+    memory_limit: int | None = _opt(Evaluation.memory_limit, Flag(
         "--memory-limit", "keep the fold pool's heap under this (e.g. 4G): larger "
         "intermediates move to memory-mapped temporary files (written out and dropped from "
-        "the page cache); a single output larger than this is refused", type=SIZE))
-    pool_budget: int | None = _opt(None, Flag(
+        "the page cache); a single output larger than this is refused", parse=parse_bytes,
+        metavar="SIZE"))
+    pool_budget: int | None = _opt(Evaluation.pool_budget, Flag(
         "--pool-budget", "the fold pool may hold at most this much (e.g. 1G); a fold whose "
         "outputs would not fit is refused before it runs (default: a quarter of the memory "
         "the process may use, the host's RAM or its memory cgroup's limit, at most 4G)",
-        type=SIZE))
-    fold_timeout: float | None = _opt(30.0, Flag(
+        parse=parse_bytes, metavar="SIZE"))
+    fold_timeout: float | None = _opt(Evaluation.fold_timeout, Flag(
         "--fold-timeout", "stop an onnxruntime fallback fold running longer than this (one "
         "that could take long runs in a child process, killed then; the nodes stay unfolded)",
-        type=NON_NEGATIVE, metavar="SECONDS"))
+        parse=parse_float, minimum=0.0, metavar="SECONDS"))
     input_shapes: tuple[str, ...] = _opt((), Flag(
         "--input-shape", "fix an input's shape before folding (an int fixes a dim, '?' keeps "
         "the model's); or DIM=VALUE binds a named dim in every input (e.g. batch=1); "
@@ -113,7 +129,7 @@ class FoldOptions:
     target_opset: int | None = _opt(None, Flag(
         "--target-opset", "convert the model to this opset of the default domain first, with "
         "onnx's version converter (e.g. 17 for an older onnxruntime); one line where it cannot",
-        type=OPSET, metavar="N"))
+        parse=parse_int, minimum=1, metavar="N"))
     inline_functions: bool = _opt(False, Flag(
         "--inline-functions", "inline the model's local functions first, so that the "
         "constants in their bodies fold with the rest", switch=True))
@@ -122,12 +138,13 @@ class FoldOptions:
         "one value, as the ONNX spec means them, so that a shape read from one input folds "
         "against another's; a model then run with such dims unequal may compute something "
         "else instead of failing (docs/policy.md)", switch=True))
-    strict: bool = _opt(False, Flag(
+    strict: bool = _opt(Evaluation.strict, Flag(
         "--strict", "a rule or pass that fails is an error (exit 3), not a step skipped with a "
         "warning (for tests and CI)", switch=True))
 
     def __post_init__(self) -> None:
-        # onnxsim's form, {"input_ids": [1, 16]}, as the --input-shape strings
+        """Take onnxsim's form of input shapes, ``{"input_ids": [1, 16]}``, as the
+        ``--input-shape`` strings."""
         if not isinstance(self.input_shapes, tuple):
             self.input_shapes = as_specs(self.input_shapes)
 
@@ -138,32 +155,20 @@ class FoldOptions:
         return cls(growth_factor=None, fold_qdq=True, fold_fp16_casts=True,
                    expansion_factor=float("inf"), expansion_min_bytes=1 << 62, **overrides)
 
+    def fold_settings(self) -> FoldSettings:
+        """The slice of these options the fold reads (``onnxfold.fold.settings``)."""
+        return FoldSettings(
+            keep=frozenset(self.keep), inputs_are_constant=self.inputs_are_constant,
+            shape_folding=self.shape_folding,
+            policy=SizePolicy(self.expansion_factor, self.expansion_min_bytes,
+                              self.max_tensor_bytes, self.growth_factor, self.growth_min_bytes,
+                              self.max_growth_bytes, self.fold_fp16_casts, self.fold_qdq),
+            evaluation=Evaluation(self.fallback, self.fold_timeout, self.memory_limit,
+                                  self.pool_budget, self.strict))
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """A flag for every FoldOptions field (``dest`` is the field's name)."""
-    for f in fields(FoldOptions):
-        flag: Flag = f.metadata["cli"]
-        if flag.switch:
-            parser.add_argument(flag.name, dest=f.name, action="store_const",
-                                const=not f.default, default=f.default, help=flag.help)
-        elif flag.repeat:
-            parser.add_argument(flag.name, dest=f.name, action="append", default=[],
-                                metavar=flag.metavar, help=flag.help)
-        else:
-            metavar = flag.metavar or ("SIZE" if flag.type is SIZE else "X")
-            parser.add_argument(flag.name, dest=f.name, type=flag.type or str,
-                                default=f.default, metavar=metavar, help=flag.help)
-        if flag.none_flag is not None:
-            parser.add_argument(flag.none_flag[0], dest=f.name, action="store_const",
-                                const=None, help=flag.none_flag[1])
-
-
-def from_args(args: argparse.Namespace) -> FoldOptions:
-    """The FoldOptions the parsed command line asks for."""
-    values: dict[str, Any] = {}
-    for f in fields(FoldOptions):
-        value = getattr(args, f.name)
-        if f.metadata["cli"].repeat:
-            value = set(value) if f.name == "disabled_rules" else tuple(value)
-        values[f.name] = value
-    return FoldOptions(**values)
+    def run_settings(self, unknown_ops: Iterable[str] = ()) -> RunSettings:
+        """The slice the rewrite and the cleanups read; ``unknown_ops``: the model's
+        default-domain op types onnx does not know (the reader's ``UNKNOWN_OPS_KEY``)."""
+        return RunSettings(keep=frozenset(self.keep),
+                           named_dims_equal=self.assume_named_dims_equal,
+                           unknown_ops=frozenset(unknown_ops))

@@ -1,0 +1,151 @@
+"""``onnxfold optimize``: one model folded and written (a batch of several: ``batch.py``).
+
+A model's run is a :class:`~onnxfold.app.commands.ModelJob` and the command's
+:class:`~onnxfold.app.commands.OptimizeSettings`. Its outputs (the model, its external data, the
+``--json`` and HTML reports) are claimed first, by one ``OutputGuard`` that also protects the
+input and every file it reads, and their directories pinned: each is written where it was
+resolved then, whatever moves later (``onnxfold.io.pinned``). Then the model is folded, saved
+(``optimize_save.py``: checked, plain, or not at all in a dry run) and reported
+(``optimize_report.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from onnxfold.app import batch
+from onnxfold.app.batch_plan import is_batch
+from onnxfold.app.commands import ModelJob, OptimizeCommand, OptimizeSettings
+from onnxfold.app.optimize_report import report_run
+from onnxfold.app.optimize_save import Claimed, Saved, save
+from onnxfold.errors import InputError
+from onnxfold.host.points import reached
+from onnxfold.pipeline.collector import long_lived
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    import onnx_ir as ir
+
+    from onnxfold.check.compare_options import CompareOptions
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.prefill import OutputPrefill
+
+
+def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) -> int:
+    """Run ``command``: a batch when it names several models, a directory, or ``-o DIR/``
+    (``debug``: its jobs print tracebacks too); else its one model (``exiting``: the process
+    ends right after, see ``collector.long_lived``)."""
+    settings = command.settings
+    inputs = settings.check.comparison.inputs
+    if inputs and not settings.check.n:
+        raise InputError(f"--inputs {inputs}: feeds --check N; give --check too")
+    if is_batch(list(command.sources), command.output):
+        return batch.run(command, debug)
+    if command.batch.job_timeout is not None:
+        raise InputError("--job-timeout: applies to batches (several models, or -o DIR/)")
+    return optimize_model(ModelJob.of(command.sources[0], command.output), settings,
+                          collect_after=not exiting)
+
+
+def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True
+                   ) -> int:
+    """Optimize one model; the exit code (0, or 1 when the check failed)."""
+    from onnxfold.io.outputs import OutputGuard
+
+    guard = OutputGuard([job.source], job.replaces)
+    try:
+        claimed = _claim(job, settings, guard)
+        with _start_prefill(claimed, settings) as prefill:
+            reached("claimed")
+            # a bad --dim fails before folding
+            checking = settings.check.comparison.resolved() if settings.check.n else None
+            with long_lived(collect_after=collect_after):
+                saved = _fold_and_save(claimed, settings, prefill, checking)
+                return report_run(claimed, settings, saved, checking)
+    finally:
+        guard.close()
+
+
+def _claim(job: ModelJob, settings: OptimizeSettings, guard: OutputGuard) -> Claimed:
+    """Claim the job's outputs with ``guard`` and pin their directories."""
+    inputs = settings.check.comparison.inputs
+    guard.protect([inputs] if inputs else [])
+    target = None
+    if job.output is not None:
+        target = guard.pin(job.output, "output model")
+        if settings.save.external_data == "yes":
+            guard.claim(job.output + ".data", "output model's external data")
+    if settings.report.json:
+        guard.pin(settings.report.json, "JSON report")
+    if settings.report.html:
+        guard.pin(settings.report.html, "HTML report")
+    return Claimed(job, guard, target)
+
+
+def _start_prefill(claimed: Claimed, settings: OptimizeSettings
+                   ) -> AbstractContextManager[OutputPrefill | None]:
+    """Warm the output's temporary file while the model folds (``onnxfold.io.prefill``).
+
+    The output is expected to be about as big as the input .onnx; ``--check`` writes elsewhere
+    first, small models gain nothing, and a dry run (no target) writes no model.
+    """
+    from onnxfold.io.prefill import AVAILABLE, OutputPrefill
+
+    source, target = claimed.job.source, claimed.target
+    size = os.path.getsize(source) if os.path.isfile(source) else 0
+    if target is None or settings.check.n or not settings.save.prefill or \
+            size < _PREFILL_MIN or not AVAILABLE:
+        return contextlib.nullcontext()
+    return OutputPrefill(target, size)
+
+
+_PREFILL_MIN = 16 << 20
+
+
+def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
+                   prefill: OutputPrefill | None, checking: CompareOptions | None) -> Saved:
+    """Fold the job's model, then save (and check) it; the progress line shows both."""
+    from onnxfold.app.progress import TerminalProgress
+    from onnxfold.io import load_model
+    from onnxfold.pipeline.optimizer import optimize
+    from onnxfold.pipeline.phases import Phases
+
+    source = claimed.job.source
+    progress = None
+    try:  # optimize loads the model itself: its first shape inference reuses what was read
+        progress = TerminalProgress() if _on_terminal(sys.stderr) and \
+            not settings.report.quiet else None
+        phases = Phases(progress)
+        result = optimize(source, settings.fold, check=settings.check_input,
+                          progress=phases.fold_progress, phases=phases,
+                          pristine=lambda: load_model(source, check=False),
+                          loaded=functools.partial(_loaded, claimed.guard, checking is not None))
+        reached("folded")
+        result.report.input = source
+        return save(claimed, settings, result, phases, prefill, checking)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _loaded(guard: OutputGuard, checking: bool, model: ir.Model) -> None:
+    """Once the input is read: refuse an output that would replace one of its files; with
+    ``--check``, have the fold keep its recipes (rewrite-made tensors are verified too)."""
+    from onnxfold.io.writer import input_files
+
+    reached("loaded")
+    guard.protect(input_files(model))
+    if checking:
+        from onnxfold.fold.recipes import keep_recipes
+
+        keep_recipes(model)
+
+
+def _on_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (False where it is closed: ``2>&-`` leaves None)."""
+    return stream is not None and not stream.closed and stream.isatty()

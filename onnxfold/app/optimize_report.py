@@ -1,0 +1,121 @@
+"""What an optimize run reports once its model is saved: the check's verdict, ``--latency``,
+the printed table and summary, ``--explain``, and the ``--json`` and HTML reports (written
+into the files the job's guard pinned when it claimed them).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from onnxfold.app.commands import OptimizeSettings
+from onnxfold.app.optimize_save import Claimed, Saved, in_memory
+from onnxfold.app.report_files import write_report
+from onnxfold.errors import InputError
+from onnxfold.host.points import reached
+
+if TYPE_CHECKING:
+    from onnxfold.check.compare_options import CompareOptions
+    from onnxfold.check.latency import LatencyResult
+    from onnxfold.pipeline.report import Report
+
+CHECK_HINT = ("check        not run: --check 3 runs the output beside the original in "
+              "onnxruntime and re-derives every folded tensor (docs/check.md)")
+DRY_RUN_LINE = "dry run: nothing written (-o OUT to write)"
+
+
+def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
+               checking: CompareOptions | None) -> int:
+    """Report the run; its exit code (1: the check failed, and nothing was written)."""
+    reached("published")
+    report = saved.result.report
+    report.phases = saved.phases.rounded()
+    report.options.update(settings.reported())
+    if _check_failed(claimed, settings, report, saved):
+        return 1
+    if saved.info is not None:
+        report.output = saved.info.path
+        report.external_data = saved.info.data_path
+        report.output_bytes = saved.info.bytes_written
+    latency = None
+    if settings.report.latency:
+        with saved.phases.phase("latency"):
+            latency = _measure_latency(claimed, settings, saved, checking)
+        report.latency = latency.to_dict()
+    if not settings.report.quiet:  # the table and summary, then the check's verdict last
+        print(report.summary(verbose=settings.report.verbose))
+        if latency is not None:
+            print(latency.summary())
+        if saved.check is not None:
+            print(saved.check.summary())
+        else:
+            print(CHECK_HINT)
+        if claimed.job.output is None:
+            print(DRY_RUN_LINE)
+    if settings.report.explain:
+        print(report.explain())
+    _write_reports(claimed, settings, report)
+    return 0
+
+
+def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
+                  saved: Saved) -> bool:
+    """Record the check in the report; on failure print the table and the verdict, write
+    ``--json`` and ``--report`` (the model is not written) and say so. Raises InputError
+    (exit 2) after that when the check could not run."""
+    from onnxfold.check.compare_result import check_dict
+
+    check, not_run = saved.check, saved.not_run
+    if not_run:
+        report.check = {"ok": False, "state": "could not run", "reason": not_run}
+    elif check is not None:
+        report.check = check_dict(check)
+    if report.check is None or report.check["ok"]:
+        return False
+    if not settings.report.quiet:
+        print(report.summary())
+    if check is not None:
+        print(check.summary())
+    _write_reports(claimed, settings, report)
+    output = claimed.job.output
+    where = f"nothing was written to {output}" if output is not None else \
+        "dry run: nothing written"
+    if not_run:
+        raise InputError(f"the check could not run ({where}): {not_run}")
+    assert check is not None
+    print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; {where}",
+          file=sys.stderr)
+    return True
+
+
+def _measure_latency(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
+                     checking: CompareOptions | None) -> LatencyResult:
+    """``--latency N``: the original and the output (as written, read through its pinned
+    directory, or in memory for a dry run) timed in onnxruntime (``onnxfold.check.latency``)."""
+    from onnxfold.check.latency import measure_latency
+
+    target = claimed.target
+    optimized = target.directory.path_of(target.name) if target is not None else \
+        in_memory(claimed.job, saved.result)
+    options = checking if checking is not None else settings.check.comparison.resolved()
+    latency = measure_latency(claimed.job.source, optimized, settings.report.latency,
+                              threads=settings.report.latency_threads, dims=options.dims,
+                              int_ranges=options.int_ranges,
+                              custom_op_libraries=options.custom_op_libraries,
+                              progress=saved.phases.detail)
+    if target is not None:
+        latency.model_b = target.given  # the output as named, not the descriptor's path
+    return latency
+
+
+def _write_reports(claimed: Claimed, settings: OptimizeSettings, report: Report) -> None:
+    """``--json`` and ``--report``, when given (into the files the job's guard pinned)."""
+    json_path, html_path = settings.report.json, settings.report.html
+    if json_path or html_path:
+        reached("reports")
+    if json_path:
+        write_report(json_path, report.to_json() + "\n", claimed.guard)
+    if html_path:
+        from onnxfold.app.report_html import render_html
+
+        write_report(html_path, render_html(report), claimed.guard)

@@ -1,0 +1,142 @@
+"""How an optimized model is saved: checked first (``--check N``: written beside, compared, then
+moved into place), written as it is (loaded in onnxruntime before it replaces anything), or
+not at all (a dry run: a ``--check`` compares the model in memory).
+
+Every file is written through the job's one ``OutputGuard`` and into the output pinned when it
+was claimed (``optimize_command.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from onnxfold.app.commands import ModelJob, OptimizeSettings
+from onnxfold.errors import InputError, one_line
+
+if TYPE_CHECKING:
+    import onnx
+
+    from onnxfold.check.compare_options import CompareOptions
+    from onnxfold.check.compare_result import CompareResult
+    from onnxfold.io.outputs import OutputGuard
+    from onnxfold.io.pinned import PinnedOutput
+    from onnxfold.io.prefill import OutputPrefill
+    from onnxfold.io.writer import SaveInfo
+    from onnxfold.pipeline.optimizer import OptimizeResult
+    from onnxfold.pipeline.phases import Phases
+
+
+@dataclass
+class Claimed:
+    """A model job with its outputs claimed: the guard that claimed them (and protects the
+    input and its files), and the output model pinned (None: a dry run)."""
+
+    job: ModelJob
+    guard: OutputGuard
+    target: PinnedOutput | None
+
+
+@dataclass
+class Saved:
+    """What the fold and the save left: the optimized model and its report, the clock, the
+    check's comparison (None: no check ran), what was written (None: nothing), and why the
+    check could not run ("" if it ran)."""
+
+    result: OptimizeResult
+    phases: Phases
+    check: CompareResult | None = None
+    info: SaveInfo | None = None
+    not_run: str = ""
+
+
+def save(claimed: Claimed, settings: OptimizeSettings, result: OptimizeResult, phases: Phases,
+         prefill: OutputPrefill | None, checking: CompareOptions | None) -> Saved:
+    """Save ``result``'s model as ``settings`` ask: checked, plain, or (a dry run) not at all."""
+    saved = Saved(result, phases)
+    if claimed.target is None:  # a dry run: a --check compares in memory
+        if checking is not None:
+            with phases.phase("check"), _could_not_run(saved):
+                saved.check = _check_in_memory(claimed.job, settings, result, checking, phases)
+    elif checking is not None:
+        with phases.phase("check"), _could_not_run(saved):
+            saved.info, saved.check = _save_checked(claimed, claimed.target, settings, result,
+                                                    checking, phases)
+    else:
+        saved.info = _save_plain(claimed, claimed.target, settings, result, prefill, phases)
+    return saved
+
+
+def _save_checked(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettings,
+                  result: OptimizeResult, checking: CompareOptions, phases: Phases
+                  ) -> tuple[SaveInfo | None, CompareResult]:
+    """``--check N``: written beside the output, compared with the input, moved into place
+    only if within tolerance (``checked_save.py``)."""
+    from onnxfold.app.checked_save import save_checked
+
+    return save_checked(result.model, claimed.job.source, target, n=settings.check.n,
+                        options=checking, guard=claimed.guard,
+                        external_data=settings.save.external,
+                        saving=lambda done, total: phases.detail(
+                            "writing " + _mib_of(done, total)),
+                        checking=phases.detail)
+
+
+def _save_plain(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettings,
+                result: OptimizeResult, prefill: OutputPrefill | None, phases: Phases
+                ) -> SaveInfo:
+    """The model written as it is; loaded in onnxruntime before it replaces anything, when
+    that is cheap (``app/verify.py``; the report says when it is not)."""
+    from onnxfold.app.verify import verifiable, verifier
+    from onnxfold.io import save_model
+
+    cheap, unverified = (False, None) if not settings.save.verify else \
+        verifiable(result.model)
+    if unverified is not None:
+        result.report.warnings.append(unverified)
+    with phases.phase("save"):
+        return save_model(result.model, target, external_data=settings.save.external,
+                          prefill=prefill, guard=claimed.guard,
+                          verify=verifier(claimed.job.source) if cheap else None,
+                          progress=lambda done, total: phases.detail(_mib_of(done, total)))
+
+
+def _check_in_memory(job: ModelJob, settings: OptimizeSettings, result: OptimizeResult,
+                     checking: CompareOptions, phases: Phases) -> CompareResult:
+    """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
+    from onnxfold.check.comparison import compare_models
+    from onnxfold.fold.recipes import RECIPES_KEY
+
+    check = compare_models(job.source, in_memory(job, result), settings.check.n, checking,
+                           progress=phases.detail, recipes=result.model.meta.get(RECIPES_KEY))
+    check.model_b = "(folded, not written)"
+    return check
+
+
+IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check holds as one proto
+
+
+def in_memory(job: ModelJob, result: OptimizeResult) -> onnx.ModelProto:
+    """The folded model as a proto, for a dry run's check or latency (2 GiB at most)."""
+    if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
+        raise InputError(f"{job.source}: without -o the folded model is compared in memory, "
+                         "and it is over protobuf's 2 GiB limit; give -o OUT to write it")
+    return result.to_proto()
+
+
+@contextlib.contextmanager
+def _could_not_run(saved: Saved) -> Iterator[None]:
+    """Catch a check whose reference does not run on the feeds, keeping why in ``saved``."""
+    from onnxfold.check.comparison import CheckCouldNotRun
+
+    try:
+        yield
+    except CheckCouldNotRun as e:
+        saved.not_run = one_line(e)
+
+
+def _mib_of(done: int, total: int) -> str:
+    """``120.0/480.0 MiB``: the save phase's detail."""
+    return f"{done / 2**20:.1f}/{total / 2**20:.1f} MiB"

@@ -1,0 +1,321 @@
+"""The ``onnxfold`` command line's parser: every subcommand and flag, with its help, and the
+parsed line as typed values (``onnxfold.app.commands``).
+
+The command line is parsed once, here (:func:`parse`): the argparse namespace is read by
+:func:`command_line` and goes no further. The fold flags are built from ``FoldOptions``' field
+metadata (``onnxfold.pipeline.options``: name, help, how the text is parsed), so they are
+written once, there; :func:`fold_options` reads them back. An argparse error (unknown flag,
+bad choice, bad value) is one line ``onnxfold: error: ...`` and exit 2, like every other bad
+input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from typing import Any, NoReturn
+
+from onnxfold._version import __version__
+from onnxfold.app.commands import (
+    BatchRequest,
+    CheckRequest,
+    Command,
+    CommandLine,
+    CompareCommand,
+    ComparisonFlags,
+    InspectCommand,
+    OptimizeCommand,
+    OptimizeSettings,
+    ReportRequest,
+    RulesCommand,
+    RunCommand,
+    SaveRequest,
+    SplitCommand,
+    VerifyFoldsCommand,
+)
+from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
+from onnxfold.errors import one_line
+from onnxfold.numbers import NumberError, parse_float, parse_int
+from onnxfold.pipeline.options import FoldOptions, flag_of
+
+EXIT_USAGE = 2
+
+
+def argument(parse: Callable[..., object], **bounds: float | None) -> Callable[[str], object]:
+    """``parse`` (one of ``onnxfold.numbers``' parsers) as an argparse ``type=``: the parser
+    names the flag in its error line."""
+
+    def convert(text: str) -> object:
+        try:
+            return parse(text, **bounds)
+        except NumberError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.__name__ = parse.__name__.removeprefix("parse_")
+    return convert
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors (unknown flag, bad choice, bad value) as one line
+    ``onnxfold: error: ...`` and exit 2, like every other bad input (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"onnxfold: error: {one_line(ValueError(message))} "
+                              f"(see {self.prog} --help)\n")
+
+
+COUNT = argument(parse_int, minimum=0)  # a number of things, 0 allowed
+POSITIVE = argument(parse_int, minimum=1)
+NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
+JOB_SECONDS = argument(parse_float, minimum=1.0)  # below that, Python has not even started
+
+
+def add_fold_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag for every ``FoldOptions`` field (``dest`` is the field's name), and
+    ``--skip-check``."""
+    for f in fields(FoldOptions):
+        flag = flag_of(f)
+        if flag.switch:
+            parser.add_argument(flag.name, dest=f.name, action="store_const",
+                                const=not f.default, default=f.default, help=flag.help)
+        elif flag.repeat:
+            parser.add_argument(flag.name, dest=f.name, action="append", default=[],
+                                metavar=flag.metavar, help=flag.help)
+        else:
+            parse: Callable[[str], Any] = str
+            if flag.parse is not None:
+                parse = argument(flag.parse) if flag.minimum is None else \
+                    argument(flag.parse, minimum=flag.minimum)
+            parser.add_argument(flag.name, dest=f.name, type=parse, default=f.default,
+                                metavar=flag.metavar or "X", help=flag.help)
+        if flag.none_flag is not None:
+            parser.add_argument(flag.none_flag[0], dest=f.name, action="store_const",
+                                const=None, help=flag.none_flag[1])
+    parser.add_argument("--skip-check", action="store_true",
+                        help="do not run the ONNX checker on the input")
+
+
+def fold_options(args: argparse.Namespace) -> FoldOptions:
+    """The ``FoldOptions`` the parsed command line asks for."""
+    values: dict[str, Any] = {}
+    for f in fields(FoldOptions):
+        value = getattr(args, f.name)
+        if flag_of(f).repeat:
+            value = set(value) if f.name == "disabled_rules" else tuple(value)
+        values[f.name] = value
+    return FoldOptions(**values)
+
+
+def add_compare_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of how two models are compared in onnxruntime (``compare``, ``--check``)."""
+    p.add_argument("--inputs", metavar="FILE.npz",
+                   help="an .npz of input arrays, used in every input set (the rest random); "
+                        "string inputs as <U or S arrays")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic input dimension; repeatable (unbound ones follow the "
+                        "relations the graph states, else are guessed: see docs/check.md)")
+    p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
+                   help="random values in [LO, HI) for this integer input; repeatable")
+    p.add_argument("--seed", type=COUNT, default=0, help="seed of the first random input set")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="a shared library of custom ops for onnxruntime to load when it runs "
+                        "the models; repeatable")
+    p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=None,
+                   help="relative tolerance for every float output (default: by dtype, "
+                        "float32 1e-4, float16/bfloat16 2 ulp + 1 ulp of the output's max)")
+    p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=None,
+                   help="absolute tolerance for every float output (default: by dtype, "
+                        "float32 1e-5)")
+    p.add_argument("--ort-level", choices=LEVELS, default=DEFAULT_LEVEL,
+                   help="onnxruntime's graph optimization level for both models (default "
+                        f"{DEFAULT_LEVEL}: onnxruntime's own default, how a model is deployed)")
+    p.add_argument("--no-fold-verification", action="store_true",
+                   help="do not re-derive every folded tensor from the original (done by "
+                        "default when the second model was written by onnxfold)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand (``args.command`` names the one given)."""
+    common = _OneLineParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the traceback of an error (also ONNXFOLD_DEBUG=1)")
+    parser = _OneLineParser(
+        prog="onnxfold", description="ONNX constant folding.", parents=[common],
+        epilog="exit codes: 0 ok, 1 a check or comparison failed, 2 bad input, 3 internal error")
+    parser.add_argument("--version", action="version", version=f"onnxfold {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    p = add("optimize", help="fold constants and write the optimized model")
+    p.add_argument("input", nargs="+",
+                   help="the .onnx model; several models or directories (their .onnx files) "
+                        "are optimized one process each into the directory -o names")
+    p.add_argument("-o", "--output", default=None,
+                   help="where to write the optimized model (a directory, ending in /, for "
+                        "several); without -o, a dry run: fold, print the report, write no "
+                        "model")
+    p.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
+                   help="with several models: optimize N at a time (default 1)")
+    p.add_argument("--job-timeout", type=JOB_SECONDS, default=None, metavar="SECONDS",
+                   help="with several models: kill a model's job still running after this "
+                        "long; it is reported as timed out (exit 3), the others go on "
+                        "(default: no limit)")
+    p.add_argument("-r", "--recursive", action="store_true",
+                   help="with a directory as input: also the .onnx files in its subdirectories "
+                        "(written to the same relative paths under -o)")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON "
+                   "(docs/report-json.md)")
+    p.add_argument("--report", metavar="FILE.html",
+                   help="also write a self-contained HTML report (charts, what folded, what "
+                        "stayed and why)")
+    p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
+                   help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also say how the run went: fold counts, the buffer pool, each "
+                        "phase's time, the rewrites")
+    p.add_argument("--latency", type=COUNT, default=0, metavar="N",
+                   help="time session creation and inference of the original and the output "
+                        "in onnxruntime (median of N interleaved runs, at its default level and "
+                        "with optimizations off); sizes and dynamic dims too")
+    p.add_argument("--latency-threads", type=POSITIVE, default=1, metavar="T",
+                   help="onnxruntime's intra-op threads for --latency (default 1)")
+    p.add_argument("--explain", action="store_true",
+                   help="say why each constant-foldable node that was left alone was not folded")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not load the output in onnxruntime before it replaces anything "
+                        "(done by default for outputs up to 64 MiB and 5000 nodes)")
+    p.add_argument("--no-prefill", action="store_true",
+                   help="do not warm the output file's pages on a second thread while folding")
+    add_fold_flags(p)
+    p.add_argument("--check", type=COUNT, default=0, metavar="N",
+                   help="compare with the input in onnxruntime on N input sets and write "
+                        "nothing (exit 1) if an output is outside tolerance")
+    add_compare_flags(p)
+
+    p = add("compare", help="run two models in onnxruntime and compare their outputs")
+    p.add_argument("a", help="the reference model")
+    p.add_argument("b", help="the model to check (e.g. the folded one)")
+    p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
+    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    add_compare_flags(p)
+
+    p = add("verify-folds", help="re-derive every folded tensor of an onnxfold output from "
+            "the original in onnxruntime, without inputs")
+    p.add_argument("a", help="the original model")
+    p.add_argument("b", help="the model onnxfold wrote from it")
+    p.add_argument("--json", metavar="FILE", help="also write the verdict per tensor as JSON")
+
+    p = add("split", help="split around runtime constants into runtime_fold + entry")
+    p.add_argument("input")
+    p.add_argument("--runtime-const", nargs="+", required=True, metavar="NAME",
+                   help="graph inputs constant at run time (names or patterns like 'w*')")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--no-compile-time-fold", action="store_true",
+                   help="write compile-time constants as a compiletime_fold model instead")
+    add_fold_flags(p)
+
+    p = add("run", help="run a model with runtime constants folded once")
+    p.add_argument("model")
+    p.add_argument("--runtime-const", nargs="*", default=[], metavar="NAME")
+    p.add_argument("--inputs", required=True, metavar="FILE.npz", help="every input's array")
+    p.add_argument("--backend", default="ort", choices=["ort", "numpy", "mlir", "onnx-mlir"])
+    p.add_argument("--repeat", type=POSITIVE, default=1, help="run this many times, report timing")
+    p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
+    p.add_argument("--adapter", action="append", default=[], metavar="FILE.onnx_adapter",
+                   help="an onnxruntime adapter file whose tensors are the runtime constants "
+                        "(the first is run; with several, --compare times switching among "
+                        "them); repeatable")
+    p.add_argument("--compare", action="store_true",
+                   help="also time onnxruntime with the runtime constants as inputs, as "
+                        "initializers and (with --adapter) its multi-LoRA, interleaved with "
+                        "the Session, and print the comparison")
+    p.add_argument("--threads", type=POSITIVE, default=None, metavar="N",
+                   help="onnxruntime's intra-op threads (default: onnxruntime's)")
+    p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="a shared library of custom ops for onnxruntime to load; repeatable")
+    add_fold_flags(p)
+
+    p = add("inspect", help="opsets, counts and what is still foldable")
+    p.add_argument("input")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
+
+    p = add("rules", help="list the rules, or measure coverage on the ONNX node tests")
+    p.add_argument("--coverage", action="store_true",
+                   help="fold every case of the ONNX node test suite and report the outcome")
+    p.add_argument("--json", metavar="FILE", help="with --coverage: write the full report")
+    p.add_argument("--jobs", type=POSITIVE, default=None, help="with --coverage: processes to use")
+    # named in "the following arguments are required" when no command is given
+    sub.metavar = "{" + ",".join(sub.choices) + "}"
+    return parser
+
+
+def parse(argv: Sequence[str] | None = None) -> CommandLine:
+    """The command line ``argv`` (default: the process's) as typed values; argparse's
+    errors exit 2 with one line."""
+    return command_line(build_parser().parse_args(argv))
+
+
+def command_line(args: argparse.Namespace) -> CommandLine:
+    """The parsed namespace as the command's typed values: the only place that reads it."""
+    # (no parser default for --debug: one would be the subcommands' too, the action being
+    # shared through ``parents``, and undo a --debug given before the subcommand)
+    return CommandLine(_COMMANDS[args.command](args), getattr(args, "debug", False))
+
+
+def _comparison(args: argparse.Namespace) -> ComparisonFlags:
+    return ComparisonFlags(
+        inputs=args.inputs, dims=tuple(args.dim), int_ranges=tuple(args.int_range),
+        seed=args.seed, custom_op_libraries=tuple(args.custom_op_library), rtol=args.rtol,
+        atol=args.atol, level=args.ort_level, fold_verification=not args.no_fold_verification)
+
+
+def _optimize(args: argparse.Namespace) -> OptimizeCommand:
+    settings = OptimizeSettings(
+        fold=fold_options(args), check_input=not args.skip_check,
+        save=SaveRequest(args.external_data, verify=not args.no_verify,
+                         prefill=not args.no_prefill),
+        check=CheckRequest(args.check, _comparison(args)),
+        report=ReportRequest(args.json, args.report, args.quiet, args.verbose, args.explain,
+                             args.latency, args.latency_threads))
+    return OptimizeCommand(tuple(args.input), args.output, settings,
+                           BatchRequest(args.jobs, args.job_timeout, args.recursive))
+
+
+def _compare(args: argparse.Namespace) -> CompareCommand:
+    return CompareCommand(args.a, args.b, args.n, args.json, _comparison(args))
+
+
+def _verify_folds(args: argparse.Namespace) -> VerifyFoldsCommand:
+    return VerifyFoldsCommand(args.a, args.b, args.json)
+
+
+def _split(args: argparse.Namespace) -> SplitCommand:
+    return SplitCommand(args.input, tuple(args.runtime_const), args.output,
+                        fold_compile_time=not args.no_compile_time_fold,
+                        fold=fold_options(args), check_input=not args.skip_check)
+
+
+def _run(args: argparse.Namespace) -> RunCommand:
+    return RunCommand(args.model, args.inputs, tuple(args.runtime_const), args.backend,
+                      args.repeat, args.cache_dir, tuple(args.adapter), args.compare,
+                      args.threads, args.output, tuple(args.custom_op_library),
+                      fold_options(args))
+
+
+def _inspect(args: argparse.Namespace) -> InspectCommand:
+    return InspectCommand(args.input, args.json, check_input=not args.skip_check)
+
+
+def _rules(args: argparse.Namespace) -> RulesCommand:
+    return RulesCommand(args.coverage, args.json, args.jobs)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Command]] = {
+    "optimize": _optimize, "compare": _compare, "verify-folds": _verify_folds,
+    "split": _split, "run": _run, "inspect": _inspect, "rules": _rules}

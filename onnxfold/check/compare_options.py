@@ -1,0 +1,41 @@
+"""How two models are compared in onnxruntime, as one typed value.
+
+``onnxfold.compare`` takes these as keywords; the command line (``--check``, ``compare``,
+``--latency``) and the check's save build one :class:`CompareOptions` and hand it on, so the
+settings travel together, typed, from the flags to the comparison.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxfold.check.levels import DEFAULT_LEVEL
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """Everything :func:`onnxfold.check.comparison.compare_models` needs besides the models and
+    the number of input sets.
+
+    ``inputs``: arrays used in every input set (a mapping or an .npz path; the rest random);
+    ``seed``: the first input set's; ``dims``: symbolic dims bound (the rest follow the graph's
+    relations, else are guessed); ``int_ranges``: ``[low, high)`` of random integer inputs;
+    ``rtol``, ``atol``: tolerances for every float output (None: by dtype);
+    ``custom_op_libraries``: what onnxruntime loads for both models; ``level``: onnxruntime's
+    graph optimization level; ``verify``: re-derive every folded tensor of the second model
+    from the first (None: when it carries onnxfold's provenance).
+    """
+
+    inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None
+    seed: int = 0
+    dims: Mapping[str, int] = field(default_factory=dict)
+    int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    rtol: float | None = None
+    atol: float | None = None
+    custom_op_libraries: tuple[str | os.PathLike, ...] = ()
+    level: str = DEFAULT_LEVEL
+    verify: bool | None = None

@@ -1,0 +1,206 @@
+"""What a comparison of two models found: per output, how far their values are apart over
+every input set (:class:`OutputDiff`, :func:`accumulate`), and the comparison's result
+(:class:`CompareResult`: truthy when every output is within tolerance, its table, its entry in
+the report). Running the models is ``comparison.py``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from onnxfold.check.feeds import InputInfo, shape_text
+from onnxfold.check.fold_verification import FoldVerification
+from onnxfold.check.levels import DEFAULT_LEVEL
+from onnxfold.check.tolerance import HALF as HALF_TYPES
+from onnxfold.check.tolerance import allowed, ulp
+from onnxfold.check.tolerance import for_dtype as tolerance_for
+from onnxfold.host.terminal import printable
+
+REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
+
+
+@dataclass
+class OutputDiff:
+    """How one output of model A differs from model B over all input sets."""
+
+    name: str
+    dtype_a: str
+    dtype_b: str
+    shape_a: list[int]
+    shape_b: list[int]
+    elements: int = 0
+    max_abs_diff: float = 0.0
+    # the largest |a-b|/|b| over the elements that matter: |b| at least REL_FLOOR of the
+    # output's largest magnitude (a logit near zero that is the difference of large ones
+    # carries their rounding, and its relative error says nothing)
+    max_rel_diff: float = 0.0
+    max_ulps: float | None = None  # float16/bfloat16 outputs: the largest |a-b| in ulps at b
+    tolerance: str = ""  # what "within tolerance" meant for this output (tolerance.describe)
+    mismatches: int = 0
+    bitwise_equal: bool = True
+    shapes_equal: bool = True
+    dtypes_equal: bool = True
+    ok: bool = True
+
+
+@dataclass
+class CompareResult:
+    """Per-output differences; truthy when every output is within tolerance."""
+
+    model_a: str
+    model_b: str
+    rows: list[OutputDiff]
+    inputs: list[InputInfo]
+    n: int
+    seed: int
+    rtol: float | None  # None: chosen per output from its dtype (onnxfold.check.tolerance)
+    atol: float | None
+    dims: dict[str, int] = field(default_factory=dict)  # the first binding of the named dims
+    defaulted_dims: list[str] = field(default_factory=list)  # guessed: not given, not derived
+    bindings: list[dict[str, int]] = field(default_factory=list)  # input set k uses k % len
+    derived_dims: dict[str, str] = field(default_factory=dict)  # dim -> its relation
+    notes: list[str] = field(default_factory=list)  # e.g. a binding the reference cannot run
+    level: str = DEFAULT_LEVEL  # onnxruntime's graph optimization level both models ran at
+    folds: FoldVerification | None = None  # every folded tensor re-derived from A (None: not run)
+    failure: str = ""  # model B failed to load or run where model A ran (the check fails)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failure and all(row.ok for row in self.rows) and (
+            self.folds is None or self.folds.ok)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def failing(self) -> list[str]:
+        folds = self.folds.failing if self.folds is not None else []
+        return ([f"{self.model_b} (fails where {self.model_a} runs)"] if self.failure else []) \
+            + [row.name for row in self.rows if not row.ok] \
+            + [f"folded tensor {name}" for name in folds]
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["ok"] = self.ok
+        data["failing"] = self.failing
+        return data
+
+    def summary(self) -> str:
+        seeds = f"seed {self.seed}" if self.n == 1 else \
+            f"seeds {self.seed}..{self.seed + self.n - 1}"
+        tolerance = "tolerance by dtype" if self.rtol is None and self.atol is None else \
+            tolerance_for(np.dtype(np.float32), self.rtol, self.atol).describe()
+        lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
+                 f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}, onnxruntime "
+                 f"optimization level {self.level}"]
+        lines.extend(f"  input {info.name}: {info.dtype}{shape_text(info.shape)} {info.source}"
+                     for info in self.inputs)
+        if len(self.bindings) > 1:
+            lines.append("  input sets alternate the dims " + " and ".join(
+                "{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings))
+        if self.derived_dims:
+            lines.append("  dims related by the graph: " + "; ".join(
+                f"{k} = {v}" for k, v in self.derived_dims.items()))
+        if self.defaulted_dims:
+            guessed = [d + "=" + "/".join(dict.fromkeys(str(b[d]) for b in self.bindings))
+                       if self.bindings and d in self.bindings[0] else d
+                       for d in self.defaulted_dims]
+            lines.append(f"  dims guessed (--dim NAME=VALUE sets one): {', '.join(guessed)}")
+        lines += [f"  {note}" for note in self.notes]
+        table = [["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches",
+                  "bitwise", "tolerance", "ok"]]
+        for r in self.rows:
+            dtype = r.dtype_a if r.dtypes_equal else f"{r.dtype_a}/{r.dtype_b}"
+            shape = shape_text(r.shape_a) if r.shapes_equal else \
+                f"{shape_text(r.shape_a)}/{shape_text(r.shape_b)}"
+            ulps = "-" if r.max_ulps is None else f"{r.max_ulps:.3g}"
+            table.append([printable(r.name), dtype, shape, f"{r.max_abs_diff:.3g}",
+                          f"{r.max_rel_diff:.3g}", ulps, f"{r.mismatches}/{r.elements}",
+                          "yes" if r.bitwise_equal else "no", r.tolerance,
+                          "yes" if r.ok else "NO"])
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+        if self.failure:
+            lines.append(f"  FAILED: {self.failure} (the original runs the same inputs)")
+        if self.folds is not None:
+            lines.append(self.folds.summary())
+        lines.append("all outputs within tolerance" + (
+            ", every verifiable fold as the original computes it" if self.folds else "")
+            if self.ok else f"outside tolerance: {', '.join(self.failing)}")
+        return "\n".join(lines)
+
+
+def as_array(value) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except ValueError:  # ragged sequences
+        arr = np.empty(1, object)
+        arr[0] = value
+        return arr
+
+
+def accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) -> None:
+    """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``, with the
+    tolerance of ``a``'s dtype unless ``rtol``/``atol`` override it."""
+    a, b = as_array(a), as_array(b)
+    tolerance = tolerance_for(a.dtype, rtol, atol)
+    row.tolerance = tolerance.describe()
+    row.elements += max(a.size, b.size)
+    row.dtypes_equal &= a.dtype == b.dtype
+    if a.shape != b.shape:
+        row.shapes_equal = row.bitwise_equal = False
+        row.mismatches += max(a.size, b.size)
+        return
+    row.bitwise_equal &= a.dtype == b.dtype and (
+        a.tobytes() == b.tobytes() if a.dtype.kind != "O" else bool(np.all(a == b)))
+    if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
+        row.mismatches += int(np.sum(a != b))
+        return
+    with np.errstate(all="ignore"):
+        x = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+        y = b.astype(np.complex128 if b.dtype.kind == "c" else np.float64)
+        same = (a == b) if a.dtype == b.dtype else (x == y)
+        same |= np.isnan(x) & np.isnan(y)
+        finite = np.isfinite(x) & np.isfinite(y)
+        diff = np.abs(x - y)
+        close = same | (finite & (diff <= allowed(tolerance, y, a.dtype.name, finite)))
+        differ = finite & ~same
+        spacing = ulp(y, a.dtype.name) if a.dtype == b.dtype and a.dtype.name in HALF_TYPES \
+            else None
+        if spacing is not None:
+            worst = float((diff[differ] / spacing[differ]).max()) if differ.any() else 0.0
+            row.max_ulps = max(row.max_ulps or 0.0, worst)
+        if differ.any():
+            row.max_abs_diff = max(row.max_abs_diff, float(diff[differ].max()))
+            magnitude = np.abs(y)
+            floor = REL_FLOOR * float(magnitude[finite].max())
+            mattering = differ & (magnitude > 0) & (magnitude >= floor)
+            if mattering.any():
+                rel = float((diff[mattering] / magnitude[mattering]).max())
+                row.max_rel_diff = max(row.max_rel_diff, rel)
+    row.mismatches += int((~close).sum())
+
+
+def check_dict(result: CompareResult) -> dict[str, Any]:
+    """A ``--check`` comparison for the report: verdict, settings and one entry per output
+    (max abs/rel error; ``max_ulps`` where the comparison measures it, else null)."""
+    return {
+        "ok": result.ok, "state": "passed" if result.ok else "failed",
+        "failure": result.failure or None,
+        "n": result.n, "seed": result.seed, "rtol": result.rtol,
+        "atol": result.atol, "dims": dict(result.dims), "level": result.level,
+        "inputs": [asdict(info) for info in result.inputs],
+        "folds": result.folds.to_dict() if result.folds is not None else None,
+        "defaulted_dims": list(result.defaulted_dims),
+        "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
+                     "elements": row.elements, "max_abs": row.max_abs_diff,
+                     "max_rel": row.max_rel_diff,
+                     "max_ulps": getattr(row, "max_ulps", None),
+                     "mismatches": row.mismatches, "bitwise_equal": row.bitwise_equal,
+                     "ok": row.ok} for row in result.rows],
+    }
