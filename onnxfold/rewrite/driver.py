@@ -35,7 +35,7 @@ from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
 from onnxfold.ir.graph import all_graphs
 from onnxfold.rewrite.steps import contained
-from onnxfold.rewrite.sweep import GraphState, RuleOrders, Sweep, Trying, rule_orders
+from onnxfold.rewrite.sweep import WIDE, GraphState, RuleOrders, Sweep, Trying, rule_orders
 
 MAX_ITERATIONS = 10
 REACH_MARGIN = 1  # reader hops a rewrite marks beyond what the deepest pattern needs
@@ -122,7 +122,13 @@ def pattern_reach(by_op: dict[str, list[PatternRule]]) -> int:
 
 def near(starts: Iterable[ir.Node], hops: int, *, upstream: bool = True) -> set[ir.Node]:
     """``starts`` and every node within ``hops`` reader links of one of them (and producer
-    links, if ``upstream``)."""
+    links, if ``upstream``).
+
+    A value read by more than :data:`WIDE` nodes is not walked through to its readers: a
+    rewrite next to it changes its readers' count by a few, which no pattern's
+    ``single_use`` or check can tell from more than ``WIDE`` (its readers that a rewrite does
+    change, rewired or new, are given in ``starts``). Walking through it marked most of a
+    dynamo export (a sequence length read by every layer) at every rewrite near it."""
     found = set(starts)
     frontier = list(found)
     for _ in range(hops):
@@ -135,7 +141,10 @@ def near(starts: Iterable[ir.Node], hops: int, *, upstream: bool = True) -> set[
                         found.add(producer)
                         step.append(producer)
             for value in node.outputs:
-                for use in value.uses():
+                uses = value.uses()
+                if len(uses) > WIDE:
+                    continue
+                for use in uses:
                     if use.node not in found:
                         found.add(use.node)
                         step.append(use.node)

@@ -35,11 +35,11 @@ from onnxfold.ir.graph import subgraphs
 @dataclass(frozen=True)
 class Spliced:
     """What putting a rewrite in changed that the driver must know: the nodes that read a
-    replaced value (they read its replacement now), and whether a node was built (which empties
-    the rules' memo)."""
+    replaced value (they read its replacement now), and the nodes built (marked as changed;
+    any empties the rules' memo)."""
 
     readers: frozenset[ir.Node]
-    built_nodes: bool
+    built: tuple[ir.Node, ...]  # the nodes the rewrite built, now in the graph
 
 
 def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Built],
@@ -75,7 +75,8 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
             new = identity.outputs[0]
         replace_value(graph, old, new, fresh)
     _remove_unread(candidates)
-    return Spliced(readers, any(isinstance(item, BuiltNode) for item in built))
+    return Spliced(readers, tuple(item.node for item in built
+                                  if isinstance(item, BuiltNode)))
 
 
 def as_replacement(result: Replaced, root: ir.Node) -> Replacement:

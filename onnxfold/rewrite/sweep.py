@@ -29,6 +29,7 @@ from onnxfold.ir.edits import names_for
 from onnxfold.rewrite.splice import splice
 
 RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
+WIDE = 16  # readers beyond which a value is shared scaffolding (a dim, a mask): driver.near
 
 
 class GraphState:
@@ -165,9 +166,10 @@ class Sweep:
         result = call_with(rule.rewrite, rule.rewrite_names, builder, found)
         spliced = splice(state.graph, state.model, node, builder.built, result,
                          nodes_of(found.values()), state.constant, state.facts, state.fresh)
-        if spliced.built_nodes:
+        if spliced.built:
             state.memo.clear()
         touched |= spliced.readers
+        touched.update(spliced.built)
         self.marks.rewritten(touched or {node})
 
 
@@ -182,7 +184,9 @@ def surroundings(captured: Iterable[object]) -> set[ir.Node]:
             found.update(use.node for v in part.outputs for use in v.uses())
         elif isinstance(part, ir.Value):
             found.add(part.producer())
-            found.update(use.node for use in part.uses())
+            uses = part.uses()
+            if len(uses) <= WIDE:  # a widely read value: see driver.near
+                found.update(use.node for use in uses)
     return {node for node in found if node is not None}
 
 
