@@ -74,6 +74,16 @@ src, dst, big = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 ir.save(ir.load(src), dst, external_data=os.path.basename(dst) + ".data" if big else None)
 os._exit(0)
 """
+# A plain copy of the model's files (the file and, if there, its ``.data`` beside it): what
+# any tool that writes a model of this size costs at least, on this disk.
+PEER_CODE["copy"] = """\
+import os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copyfile(src, dst)
+if os.path.exists(src + ".data"):
+    shutil.copyfile(src + ".data", dst + ".data")
+os._exit(0)
+"""
 
 def tool_cmd(tool: str, src: Path, dst: Path, report: Path, input_bytes: int,
              peers_python: str = sys.executable) -> list[str]:

@@ -175,19 +175,26 @@ class Sweep:
 
 def surroundings(captured: Iterable[object]) -> set[ir.Node]:
     """The matched nodes, the producers of the values they and the matched values read, and
-    the readers of what they compute: where a rewrite of the match changes the graph."""
+    the readers of what they compute: where a rewrite of the match changes the graph. The
+    readers of a value read by more than :data:`WIDE` nodes are left out (``driver.near``
+    says why): a dynamo export's sequence length, squeezed once, is read by every layer."""
     found: set[ir.Node | None] = set()
     for part in captured:
         if isinstance(part, ir.Node):
             found.add(part)
             found.update(v.producer() for v in part.inputs if v is not None)
-            found.update(use.node for v in part.outputs for use in v.uses())
+            for v in part.outputs:
+                _add_readers(found, v)
         elif isinstance(part, ir.Value):
             found.add(part.producer())
-            uses = part.uses()
-            if len(uses) <= WIDE:  # a widely read value: see driver.near
-                found.update(use.node for use in uses)
+            _add_readers(found, part)
     return {node for node in found if node is not None}
+
+
+def _add_readers(found: set[ir.Node | None], value: ir.Value) -> None:
+    uses = value.uses()
+    if len(uses) <= WIDE:
+        found.update(use.node for use in uses)
 
 
 def nodes_of(found: Iterable[object]) -> list[ir.Node]:
