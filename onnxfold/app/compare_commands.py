@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from onnxfold.app.commands import CompareCommand, VerifyFoldsCommand
 from onnxfold.app.report_files import guard_inputs, write_report
@@ -14,44 +16,40 @@ def compare(command: CompareCommand) -> int:
     """Compare the models; 1 when an output is outside tolerance."""
     from onnxfold.check.comparison import compare_models
 
-    guard = None
-    if command.json:
-        guard = guard_inputs([command.a, command.b])
-        inputs = command.comparison.inputs
-        guard.protect([inputs] if inputs else [])
-        guard.pin(command.json, "JSON report")
-    try:
-        result = compare_models(command.a, command.b, command.n, command.comparison.resolved())
-        print(result.summary())
-        if command.json:
-            write_report(command.json, json.dumps(result.to_dict(), indent=2) + "\n", guard)
-    finally:
-        if guard is not None:
-            guard.close()
-    if not result.ok:
-        print(f"onnxfold: outside tolerance: {', '.join(result.failing)}", file=sys.stderr)
-        return 1
-    return 0
+    inputs = command.comparison.inputs
+    return _run_and_report(
+        lambda: compare_models(command.a, command.b, command.n, command.comparison.resolved()),
+        command.a, command.b, command.json, [inputs] if inputs else [],
+        "outside tolerance")
 
 
 def verify_folds(command: VerifyFoldsCommand) -> int:
     """Re-derive the folded tensors; 1 when one differs from the original's."""
     from onnxfold.check.fold_verification import verify_folds as verify
 
+    return _run_and_report(lambda: verify(command.a, command.b), command.a, command.b,
+                           command.json, [], "folds differ from the original")
+
+
+def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | None,
+                    more_inputs: list[str], failure: str) -> int:
+    """Run a comparison of ``a`` and ``b``, print its summary, write its JSON report (the
+    models and ``more_inputs`` protected, the report pinned first); 1 with a line naming
+    what failed, else 0."""
     guard = None
-    if command.json:
-        guard = guard_inputs([command.a, command.b])
-        guard.pin(command.json, "JSON report")
+    if json_path:
+        guard = guard_inputs([a, b])
+        guard.protect(more_inputs)
+        guard.pin(json_path, "JSON report")
     try:
-        result = verify(command.a, command.b)
+        result = run()
         print(result.summary())
-        if command.json:
-            write_report(command.json, json.dumps(result.to_dict(), indent=2) + "\n", guard)
+        if json_path:
+            write_report(json_path, json.dumps(result.to_dict(), indent=2) + "\n", guard)
     finally:
         if guard is not None:
             guard.close()
     if not result.ok:
-        print(f"onnxfold: folds differ from the original: {', '.join(result.failing)}",
-              file=sys.stderr)
+        print(f"onnxfold: {failure}: {', '.join(result.failing)}", file=sys.stderr)
         return 1
     return 0
