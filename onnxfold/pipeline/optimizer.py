@@ -170,7 +170,8 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
         fold=(lambda spent: wrap(Fold(catalogue, folding, progress, spent)))
         if kept("fold") else None,
         prune=prune() if kept("prune") else None,
-        refine_shapes=(lambda new: wrap(RefineShapes(options.shape_folding, new)))
+        refine_shapes=(lambda new: wrap(RefineShapes(options.shape_folding, new,
+                                                     catalogue.shape_only)))
         if kept("refine_shapes") else None,
         # no fold at all: none in the bodies either
         fold_functions=(lambda spent: wrap(FoldFunctions(catalogue, folding, spent)))

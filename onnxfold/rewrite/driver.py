@@ -30,7 +30,7 @@ import onnx_ir as ir
 from onnxfold.analysis.constness import plan_graph
 from onnxfold.analysis.settings import DEFAULTS, RunSettings
 from onnxfold.analysis.symbolic import Known, ShapeSteps
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
 from onnxfold.ir.graph import all_graphs
@@ -58,11 +58,10 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
-    facts = load_catalogue()  # every rule's op facts, whatever ``catalogue`` leaves out
     reach = pattern_reach(by_op) - 1 + REACH_MARGIN
     work = resume.worklist(model, reach) if resume is not None else _Worklist(reach)
     try:
-        return _rewrite(model, rule_orders(by_op), facts, work, hits, rejected,
+        return _rewrite(model, rule_orders(by_op), catalogue, work, hits, rejected,
                         inputs_are_constant, constant_inputs, strict, rejected_at, settings,
                         catalogue.shape_steps)
     finally:
