@@ -17,6 +17,7 @@ A rule that raises is contained: ``StepFailed`` with its name unless not strict.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from collections import Counter
@@ -319,8 +320,9 @@ class Resumable:
 
 def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,
                  settings: RunSettings = DEFAULTS) -> Counter:
-    """Run each cleanup of ``catalogue`` once, given the run's ``settings``; hits per rule."""
-
+    """Run each cleanup of ``catalogue`` once, given the run's ``settings`` (with the
+    catalogue's non-deterministic ops); hits per rule."""
+    settings = dataclasses.replace(settings, nondeterministic_ops=catalogue.nondeterministic)
     hits: Counter = Counter()
     for rule in catalogue.cleanups:
         n = contained(rule.name, strict, functools.partial(rule.fn, model, settings))
