@@ -17,7 +17,6 @@ from onnxfold.declare import (
     cleanup,
     drop_resident_pages,
     kept,
-    load_catalogue,
 )
 from onnxfold.ir.arrays import c_contiguous, release_pages
 from onnxfold.ir.constants import constant_array
@@ -233,7 +232,7 @@ def merge_duplicates(model: ir.Model, settings: RunSettings) -> int:
     copies of ``Reshape(dim, [1])`` or ``Where(mask, -inf, 0)`` exporters emit per layer).
     Never for non-deterministic ops, other domains or nodes with subgraphs."""
     # plugins (ops onnx does not know) may draw random numbers or keep state: never merged
-    nondeterministic = load_catalogue().nondeterministic | settings.unknown_ops
+    nondeterministic = settings.nondeterministic_ops | settings.unknown_ops
     names = names_for(model)
     keep = settings.keep
     merged = 0

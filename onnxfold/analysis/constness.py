@@ -30,8 +30,8 @@ FOLDABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
 class OpFacts(Protocol):
     """What the analysis must know about ops, as the rules declare it (``rules/facts.py``,
-    the folders' ``shape_only``). The catalogue of every rule (``load_catalogue()``) is one:
-    callers pass it, so that this layer reads no global catalogue."""
+    the folders' ``shape_only``). A ``Catalogue`` is one, filtered or not (it keeps every
+    rule's op facts): callers pass theirs, so that this layer reads no global catalogue."""
 
     @property
     def never_folded(self) -> frozenset[str]:

@@ -22,13 +22,17 @@ class RunSettings:
     default-domain op types the installed onnx does not know (plugins), which may draw random
     numbers or keep state, so no cleanup merges two of them; ``runtime_inputs``: the main
     graph's inputs constant at run time (the runtime constants of a split or a ``Session``):
-    rules that pay only across them (``rules/low_rank.py``) apply where they are set.
+    rules that pay only across them (``rules/low_rank.py``) apply where they are set;
+    ``nondeterministic_ops``: the op types that may draw random numbers, an op fact of the run's
+    catalogue (``Catalogue.nondeterministic``), set by the rewrite driver when it runs the
+    cleanups, so that a cleanup reads no global catalogue.
     """
 
     keep: frozenset[str] = frozenset()
     named_dims_equal: bool = False
     unknown_ops: frozenset[str] = frozenset()
     runtime_inputs: frozenset[str] = frozenset()
+    nondeterministic_ops: frozenset[str] = frozenset()
 
 
 DEFAULTS = RunSettings()  # a run with no option set (what a caller of the driver gets)

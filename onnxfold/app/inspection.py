@@ -8,10 +8,10 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import plan_graph
+from onnxfold.analysis.constness import OpFacts, plan_graph
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values, shared_dim_names
-from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.io import load_model
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import all_graphs, node_label
@@ -19,23 +19,27 @@ from onnxfold.pipeline.leftovers import group_leftovers, leftover_lines
 from onnxfold.pipeline.report import model_counts
 
 
-def foldable_ops(model: ir.Model, shape_folding: bool = True) -> Counter:
-    """Op-type histogram of the nodes onnxfold would still try to fold (all graphs)."""
+def foldable_ops(model: ir.Model, facts: OpFacts, shape_folding: bool = True) -> Counter:
+    """Op-type histogram of the nodes onnxfold would still try to fold (all graphs), by the
+    op facts of a catalogue."""
     ops: Counter = Counter()
     for graph in all_graphs(model):
         for node in plan_graph(graph, model.ir_version, shape_folding=shape_folding,
-                               facts=load_catalogue()).foldable:
+                               facts=facts).foldable:
             ops[node.op_type] += 1
     return ops
 
 
-def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
-    """A dict of facts about the model, with a human-readable ``text`` entry."""
+def inspect_model(path: str | os.PathLike, check: bool = True,
+                  catalogue: Catalogue | None = None) -> dict:
+    """A dict of facts about the model, with a human-readable ``text`` entry; ``catalogue``:
+    the rules whose op facts say what still folds (None: the installed rules)."""
+    catalogue = load_catalogue() if catalogue is None else catalogue
     model = load_model(path, check=check)
     counts = model_counts(model)
     infer_shapes(model)
-    foldable = foldable_ops(model)
-    static_shapes, blocked = _shape_scaffolding(model)
+    foldable = foldable_ops(model, catalogue)
+    static_shapes, blocked = _shape_scaffolding(model, catalogue)
     foldable.update(static_shapes)
     info: dict[str, Any] = {
         "path": os.fspath(path),
@@ -72,12 +76,13 @@ def inspect_model(path: str | os.PathLike, check: bool = True) -> dict:
     return info
 
 
-def _shape_scaffolding(model: ir.Model) -> tuple[Counter, list[tuple[ir.Node, list[str]]]]:
+def _shape_scaffolding(model: ir.Model, catalogue: Catalogue
+                      ) -> tuple[Counter, list[tuple[ir.Node, list[str]]]]:
     """Shape nodes static for every value of the dynamic dims (by op), and those blocked."""
     static: Counter = Counter()
-    steps = load_catalogue().shape_steps
+    steps = catalogue.shape_steps
     for graph in all_graphs(model):
-        planned = set(plan_graph(graph, model.ir_version, facts=load_catalogue()).foldable)
+        planned = set(plan_graph(graph, model.ir_version, facts=catalogue).foldable)
         values = shape_values(graph, source_array, shared_dim_names(model), steps=steps)
         for node in graph:
             known = values.get(node.outputs[0]) if len(node.outputs) == 1 else None

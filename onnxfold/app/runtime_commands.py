@@ -20,11 +20,12 @@ if TYPE_CHECKING:
 
 def split(command: SplitCommand) -> int:
     """Split the model and write its parts and manifest into the output directory."""
+    from onnxfold.declare.catalogue import load_catalogue
     from onnxfold.io import load_model
     from onnxfold.runtime.split import optimize_and_split, write_split
 
     model = load_model(command.source, check=command.check_input)
-    parts = optimize_and_split(model, command.runtime_constants, command.fold,
+    parts = optimize_and_split(model, command.runtime_constants, load_catalogue(), command.fold,
                                "fold" if command.fold_compile_time else "separate")
     for path in write_split(parts, command.output):
         print(f"wrote {path}")

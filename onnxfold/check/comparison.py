@@ -36,6 +36,7 @@ from onnxfold.check.sessions import (
     out_of_memory,
     run_session,
 )
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
 from onnxfold.fold.materialize import PROVENANCE_KEY
 from onnxfold.fold.recipes import Recipe
@@ -111,7 +112,8 @@ def compare(a: ModelRef, b: ModelRef, *,
             custom_op_libraries: Sequence[str | os.PathLike] = (),
             level: str = DEFAULT_LEVEL, verify: bool | None = None,
             recipes: Mapping[str, Recipe] | None = None,
-            progress: Callable[[str], None] | None = None) -> CompareResult:
+            progress: Callable[[str], None] | None = None,
+            catalogue: Catalogue | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
@@ -129,17 +131,21 @@ def compare(a: ModelRef, b: ModelRef, *,
     folded it (:mod:`onnxfold.fold.recipes`), so that rewrite-made ones are verified too.
     ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
-    the progress line.
+    the progress line. ``catalogue``: whose shape steps relate the input dims and whose op
+    facts say which folds are bitwise (None: the installed rules).
     """
     return compare_models(a, b, n, CompareOptions(
         inputs, seed, dict(dims or {}), dict(int_ranges or {}), rtol, atol,
-        tuple(custom_op_libraries), level, verify), recipes=recipes, progress=progress)
+        tuple(custom_op_libraries), level, verify), recipes=recipes, progress=progress,
+        catalogue=catalogue)
 
 
 def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                    recipes: Mapping[str, Recipe] | None = None,
-                   progress: Callable[[str], None] | None = None) -> CompareResult:
+                   progress: Callable[[str], None] | None = None,
+                   catalogue: Catalogue | None = None) -> CompareResult:
     """:func:`compare`, its settings as one value (``onnxfold.check.compare_options``)."""
+    catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
@@ -166,7 +172,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     tell("loading original")
     sess_a = open_session(a, label_a, libraries, level)
     feeder = FeedPlan(sess_a, label_a, graph_a, load_given(options.inputs), options.dims,
-                      options.int_ranges)
+                      options.int_ranges, catalogue.shape_steps)
     io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
             for get in ("get_inputs", "get_outputs")}
     outputs = [name for name, _ in io_a["get_outputs"]]
@@ -182,7 +188,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         tell("verifying folds")
         folds = verify_folds(a, b, input_shapes={name: arr.shape for name, arr
                                                  in all_feeds[0].items()}, recipes=recipes,
-                             progress=tell)
+                             progress=tell, catalogue=catalogue)
         folds.model_b = label_b
     result = CompareResult(label_a, label_b, [], feeder.describe(), n, options.seed, rtol, atol,
                            feeder.dims, feeder.defaulted, feeder.bindings,

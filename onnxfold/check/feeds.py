@@ -17,8 +17,9 @@ import onnx_ir as ir
 
 from onnxfold.analysis import dim_relations
 from onnxfold.analysis.dim_relations import is_named
+from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, numpy_type, open_session
-from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.io.feeds import load_arrays
 from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
@@ -122,10 +123,12 @@ def _rows(gather: ir.Node) -> int | None:
 
 
 class FeedPlan:
-    """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data."""
+    """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
+    ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims."""
 
     def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
-                 dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]]) -> None:
+                 dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]],
+                 steps: ShapeSteps) -> None:
         self.specs = [(i.name, numpy_type(i.type, label, i.name), list(i.shape))
                       for i in session.get_inputs()]
         names = {name: dtype for name, dtype, _ in self.specs}
@@ -147,7 +150,7 @@ class FeedPlan:
         bound, unnamed = self._bind(dims, label)
         self.images = {name for name, dtype, shape in self.specs if _is_image(dtype, shape)}
         self.plan = dim_relations.plan(
-            graph, [shape for _, _, shape in self.specs], bound, load_catalogue().shape_steps,
+            graph, [shape for _, _, shape in self.specs], bound, steps,
             sizes={d: dim_relations.IMAGE_SIZE for name, _, shape in self.specs
                    if name in self.images for d in shape[2:] if is_named(d)},
             held=_cache_lengths(self.specs))
@@ -385,16 +388,19 @@ def _random_text(rng: np.random.Generator, dims: tuple[int, ...]) -> np.ndarray:
 
 
 def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | None = None,
-                    int_ranges: Mapping[str, tuple[int, int]] | None = None
+                    int_ranges: Mapping[str, tuple[int, int]] | None = None,
+                    catalogue: Catalogue | None = None
                     ) -> tuple[dict[str, np.ndarray], list[InputInfo]]:
     """Seeded inputs for every input of ``model``, and what each one is, by the rules
     :func:`compare` uses (floats standard normal; token ids below the size of the table they
     index; masks ones; token types zeros; positions 0, 1, 2...; ``dims`` binds symbolic dims,
-    the rest are 1). The one feed generator of compare, the tests and ``bench/``."""
+    the rest are 1). The one feed generator of compare, the tests and ``bench/``.
+    ``catalogue``: whose shape steps relate the dims (None: the installed rules)."""
+    catalogue = load_catalogue() if catalogue is None else catalogue
     label = label_of(model, "model")
     graph = graph_of(model, label)
     feeder = FeedPlan(open_session(model, label), label, graph, {}, dims or {},
-                     int_ranges or {})
+                     int_ranges or {}, catalogue.shape_steps)
     return feeder.feeds(seed), feeder.describe()
 
 

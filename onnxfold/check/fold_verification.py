@@ -38,7 +38,7 @@ import onnx_ir as ir
 from onnxfold.check.recipe_runs import RecipeRunner, Unresolved
 from onnxfold.check.sessions import ModelRef, graph_of, label_of
 from onnxfold.check.tolerance import ulp
-from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold.fallback import FallbackError, run_nodes
 from onnxfold.fold.materialize import PROVENANCE_KEY, ROUNDING_KEY
 from onnxfold.fold.recipes import Recipe
@@ -127,20 +127,23 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
                  input_shapes: Mapping[str, Sequence[int]] | None = None,
                  recipes: Mapping[str, Recipe] | None = None,
                  batch_bytes: int = BATCH_BYTES,
-                 progress: Callable[[str], None] | None = None) -> FoldVerification:
+                 progress: Callable[[str], None] | None = None,
+                 catalogue: Catalogue | None = None) -> FoldVerification:
     """Re-derive every folded initializer of ``optimized`` from ``original`` in onnxruntime.
 
     ``input_shapes`` (a binding of the original's inputs, e.g. the comparison's first feeds)
     lets cones that read an input's shape run on zeros of that shape; without it only inputs
     of static shape are fed. ``recipes`` (the optimized model's ``meta``, in the process that
     folded it: :mod:`onnxfold.fold.recipes`) re-derive the tensors a rewrite made. Raises
-    InputError when a model cannot be read.
+    InputError when a model cannot be read. ``catalogue``: whose op facts say which folds are
+    bitwise (None: the installed rules).
     """
+    catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     label_a, label_b = label_of(original, "model A"), label_of(optimized, "model B")
     graph_a, graph_b = graph_of(original, label_a), graph_of(optimized, label_b)
     result = FoldVerification(label_a, label_b)
-    deriving = _Deriving(graph_a, dict(input_shapes or {}))
+    deriving = _Deriving(graph_a, dict(input_shapes or {}), catalogue.bitwise)
     targets: list[tuple[ir.Value, ir.Value]] = []  # (original value, folded initializer)
     by_recipe: list[ir.Value] = []
     for name, folded in graph_b.graph.initializers.items():
@@ -236,7 +239,8 @@ def _same(a: ir.TensorProtocol, b: ir.TensorProtocol) -> bool:
 class _Deriving:
     """The original graph's cones: which nodes compute a value from its constants."""
 
-    def __init__(self, model: ir.Model, input_shapes: dict[str, Sequence[int]]) -> None:
+    def __init__(self, model: ir.Model, input_shapes: dict[str, Sequence[int]],
+                 bitwise: frozenset[tuple[str, str]]) -> None:
         self.model = model
         graph = model.graph
         self.order = {node: i for i, node in enumerate(graph)}
@@ -250,7 +254,7 @@ class _Deriving:
         self.inputs = {v for v in graph.inputs if v.name not in graph.initializers}
         self.input_shapes = {name: tuple(int(d) for d in shape)
                              for name, shape in input_shapes.items()}
-        self.bitwise = load_catalogue().bitwise
+        self.bitwise = bitwise  # the catalogue's op fact
         self._reads: dict[ir.Value, frozenset[ir.Value]] = {}
 
     def _cone(self, roots: Iterable[ir.Value]) -> tuple[list[ir.Node], set[ir.Value]]:

@@ -27,9 +27,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.check import memory_room
 from onnxfold.check.feeds import FeedPlan, shape_text
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session, run_session
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.host.machine import cpu_model
 from onnxfold.io.writer import input_files
@@ -124,13 +126,16 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
                     levels: Sequence[str] = LEVELS, dims: Mapping[str, int] | None = None,
                     int_ranges: Mapping[str, tuple[int, int]] | None = None,
                     custom_op_libraries: Sequence[str | os.PathLike] = (),
-                    progress: Callable[[str], None] | None = None) -> LatencyResult:
+                    progress: Callable[[str], None] | None = None,
+                    catalogue: Catalogue | None = None) -> LatencyResult:
     """Session creation and inference latency of ``a`` (the original) and ``b`` (the
     optimized model), paths or ``onnx.ModelProto``, in onnxruntime on the CPU with
     ``threads`` intra-op threads, at each of ``levels``; medians of ``runs`` interleaved runs.
     ``dims``/``int_ranges`` shape the inputs as in :func:`~onnxfold.check.comparison.compare`.
     Raises InputError where a model cannot be loaded or run, or there is not memory for one
-    session."""
+    session. ``catalogue``: whose shape steps relate the input dims (None: the installed
+    rules)."""
+    catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     if runs < 1 or threads < 1:
         raise InputError(f"latency: runs ({runs}) and threads ({threads}) must be at least 1")
@@ -151,7 +156,8 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     def opener(model: ModelRef, label: str, level: str) -> Callable[[], Any]:
         return lambda: open_session(model, label, libraries, level, threads=threads)
 
-    feeds, described = _feeds(opener(a, label_a, "disable"), label_a, graph_a, dims, int_ranges)
+    feeds, described = _feeds(opener(a, label_a, "disable"), label_a, graph_a, dims, int_ranges,
+                                 catalogue.shape_steps)
     result = LatencyResult(label_a, label_b, runs, threads, described, [],
                            (_file_bytes(a, graph_a), _file_bytes(b, graph_b)),
                            (_symbolic_dims(graph_a), _symbolic_dims(graph_b)), together)
@@ -170,11 +176,11 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
 
 
 def _feeds(open_a: Callable[[], Any], label: str, graph: ir.Model,
-           dims: Mapping[str, int] | None, int_ranges: Mapping[str, tuple[int, int]] | None
-           ) -> tuple[dict[str, np.ndarray], list[str]]:
+           dims: Mapping[str, int] | None, int_ranges: Mapping[str, tuple[int, int]] | None,
+           steps: ShapeSteps) -> tuple[dict[str, np.ndarray], list[str]]:
     """The check's first input set for model A, and how each input is shaped."""
     session = open_a()
-    plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {})
+    plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {}, steps)
     feeds = plan.feeds(0)
     outputs = [o.name for o in session.get_outputs()]
     run_session(session, label, outputs, feeds, None)  # a binding A cannot run fails here

@@ -16,7 +16,7 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.declare.cleanups import CleanupRule
@@ -30,7 +30,14 @@ _MAX_OPSET = 10**9
 @dataclass(frozen=True)
 class Catalogue:
     """Folders, patterns and cleanups, in declaration order; size rules, op facts and the
-    symbolic shape steps (never disabled: they measure and describe ops)."""
+    symbolic shape steps (never disabled: they measure and describe ops).
+
+    The one value the engine reads rules and op facts from: a filtered copy
+    (:meth:`without`, :meth:`only`) keeps every op fact of the catalogue it was made from,
+    including those derived from folders (``shape_only``: Shape and Size fold from shapes
+    alone even when ``--disable-rule Shape`` drops their folder). ``shape_only_of``: the
+    ``shape_only`` of the catalogue this one is filtered from (None: this one's folders').
+    """
 
     folders: tuple[FolderRule, ...]
     patterns: tuple[PatternRule, ...]
@@ -39,12 +46,14 @@ class Catalogue:
     facts: tuple[OpFact, ...] = ()  # never disabled: they describe ops
     shape_value_rules: tuple[ShapeValueRule, ...] = ()
     shape_dims_rules: tuple[ShapeDimsRule, ...] = ()
+    shape_only_of: InitVar[frozenset[str] | None] = None
     # lookups built once from the rules above (not arguments, not compared)
     _index: dict[tuple[str, str], list[FolderRule]] = field(init=False, repr=False,
                                                             compare=False)
     _sizes: dict[str, SizeRule] = field(init=False, repr=False, compare=False)
+    _shape_only: frozenset[str] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, shape_only_of: frozenset[str] | None) -> None:
         index: dict[tuple[str, str], list[FolderRule]] = {}
         for rule in self.folders:
             for other in index.get((rule.domain, rule.op_type), []):
@@ -54,6 +63,9 @@ class Catalogue:
             index.setdefault((rule.domain, rule.op_type), []).append(rule)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_sizes", {r.op_type: r for r in self.sizes})
+        object.__setattr__(self, "_shape_only", frozenset(
+            r.op_type for r in self.folders if r.shape_only) if shape_only_of is None
+            else shape_only_of)
         for steps in (self.shape_value_rules, self.shape_dims_rules):
             seen: dict[str, ShapeValueRule | ShapeDimsRule] = {}
             for step in steps:
@@ -70,10 +82,11 @@ class Catalogue:
             {r.op_type: r.fn for r in self.shape_dims_rules if not r.every_output},
             {r.op_type: r.fn for r in self.shape_dims_rules if r.every_output})
 
-    @functools.cached_property
+    @property
     def shape_only(self) -> frozenset[str]:
-        """Ops folded from their input's shape alone (Shape, Size)."""
-        return frozenset(r.op_type for r in self.folders if r.shape_only)
+        """Ops folded from their input's shape alone (Shape, Size): an op fact, so those of
+        every folder declared, whichever a filter left out."""
+        return self._shape_only
 
     @functools.cached_property
     def nondeterministic(self) -> frozenset[str]:
@@ -133,7 +146,8 @@ class Catalogue:
         return {r.name for r in rules}
 
     def without(self, disabled: Iterable[str]) -> Catalogue:
-        """A copy without the rules ``disabled`` names (rule names or op types)."""
+        """A copy without the rules ``disabled`` names (rule names or op types); its op facts
+    are this one's."""
         off = frozenset(disabled)
         if not off:
             return self
@@ -148,16 +162,17 @@ class Catalogue:
             tuple(r for r in self.folders if r.name not in off and r.op_type not in off),
             tuple(patterns),
             tuple(r for r in self.cleanups if r.name not in off and not set(r.op_types) & off),
-            self.sizes, self.facts, self.shape_value_rules, self.shape_dims_rules)
-
+            self.sizes, self.facts, self.shape_value_rules, self.shape_dims_rules,
+            self.shape_only)
 
     def only(self, *names: str) -> Catalogue:
-        """A copy with just the rules of these names."""
+        """A copy with just the rules of these names (and all of this one's op facts)."""
         keep = set(names)
         return Catalogue(tuple(r for r in self.folders if r.name in keep),
                          tuple(r for r in self.patterns if r.name in keep),
                          tuple(r for r in self.cleanups if r.name in keep), self.sizes,
-                         self.facts, self.shape_value_rules, self.shape_dims_rules)
+                         self.facts, self.shape_value_rules, self.shape_dims_rules,
+                         self.shape_only)
 
     def __add__(self, other: Catalogue) -> Catalogue:
         """Both catalogues' rules (this one's first)."""
@@ -165,7 +180,8 @@ class Catalogue:
                          self.cleanups + other.cleanups, self.sizes + other.sizes,
                          self.facts + other.facts,
                          self.shape_value_rules + other.shape_value_rules,
-                         self.shape_dims_rules + other.shape_dims_rules)
+                         self.shape_dims_rules + other.shape_dims_rules,
+                         self.shape_only | other.shape_only)
 
 
 @functools.cache

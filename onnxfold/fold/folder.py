@@ -17,7 +17,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
 from onnxfold.analysis.declines import Reason
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.evaluate import Evaluated, Evaluator
 from onnxfold.fold.materialize import Materialized, Store, as_initializer, materialize
 from onnxfold.fold.plan import FoldPlan, plan_fold
@@ -81,26 +81,26 @@ def fold_graph(plan: FoldPlan, graph: ir.Graph, model: ir.Model, settings: FoldS
     return materialized
 
 
-def fold_model(model: ir.Model, settings: FoldSettings | None = None,
-               catalogue: Catalogue | None = None, pool: BufferPool | None = None,
+def fold_model(model: ir.Model, catalogue: Catalogue, settings: FoldSettings | None = None,
+               pool: BufferPool | None = None,
                growth_spent: int = 0,
                progress: Callable[[int, int], None] | None = None) -> FoldCounts:
     """Fold every graph of ``model`` in place (one round); return what happened (its
     ``growth_bytes``: what this fold let the model grow by). ``growth_spent``: what earlier
     folds of the run let it grow by (``max_growth_bytes`` bounds the sum);
-    ``catalogue``: the rules to fold with (by default every rule)."""
+    ``catalogue``: the rules to fold with, and the op facts (a filtered catalogue keeps
+    every rule's)."""
     settings = settings or FoldSettings()
-    catalogue = catalogue or load_catalogue()
     pool = BufferPool() if pool is None else pool  # an empty pool is falsy (len 0)
-    facts = load_catalogue()  # every rule's op facts, whatever the options disable
     opset_imports = dict(model.opset_imports)  # what the fallback's session imports
     counts = FoldCounts()
 
     def fold(graph: ir.Graph, outer: set[ir.Value]) -> None:
         const = plan_graph(graph, model.ir_version, outer,
                            inputs_are_constant=settings.inputs_are_constant,
-                           shape_folding=settings.shape_folding, keep=settings.keep, facts=facts)
-        plan = plan_fold(const, graph, model, settings.policy, catalogue, facts.shape_only,
+                           shape_folding=settings.shape_folding, keep=settings.keep,
+                           facts=catalogue)
+        plan = plan_fold(const, graph, model, settings.policy, catalogue, catalogue.shape_only,
                          opset_imports.get("", 1), growth_spent + counts.growth_bytes)
         recipes = model.meta.get(RECIPES_KEY) if graph is model.graph else None
         done = fold_graph(plan, graph, model, settings, catalogue, pool, opset_imports,

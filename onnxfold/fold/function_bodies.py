@@ -31,7 +31,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.constness import ConstPlan, plan_graph
 from onnxfold.analysis.declines import DeclineKind, Reason
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.budget import pool_budget
 from onnxfold.fold.evaluate import Evaluator
 from onnxfold.fold.folder import FoldCounts, fold_graph
@@ -145,14 +145,13 @@ class _Body:
                  pool: BufferPool, called: frozenset[tuple[str, str]]) -> None:
         self.function, self.model, self.catalogue, self.pool = function, model, catalogue, pool
         self.called = called
-        self.facts = load_catalogue()  # every rule's op facts, whatever the options disable
         self.opset_imports = {**model.opset_imports, **function.opset_imports}
 
     def plan(self, settings: FoldSettings, growth_spent: int) -> FoldPlan:
-        const = _body_constness(self.function, self.model, settings.keep, self.facts,
+        const = _body_constness(self.function, self.model, settings.keep, self.catalogue,
                                 self.called)
         return plan_fold(const, self.function.graph, self.model, settings.policy, self.catalogue,
-                         self.facts.shape_only, self.opset_imports.get("", 1), growth_spent)
+                         self.catalogue.shape_only, self.opset_imports.get("", 1), growth_spent)
 
     def probe(self, settings: FoldSettings) -> tuple[dict[ir.Value, np.ndarray], Sizes]:
         """The body's constants, and the sizes of those and of what its constant nodes

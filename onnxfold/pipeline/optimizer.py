@@ -33,7 +33,7 @@ from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import MARKED_KEY, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
-from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
@@ -134,14 +134,15 @@ def as_ir_model(model: ModelInput, check: bool = True, keep_light: bool = False
     return loaded, path, light
 
 
-def build_pipeline(options: FoldOptions, log: list[PassResult],
+def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassResult],
                    progress: Callable[[int, int], None] | None = None,
                    skipped: frozenset[str] = frozenset(),
                    light: onnx.ModelProto | None = None,
                    phases: Phases | None = None,
                    settings: RunSettings | None = None) -> PassManager:
     """The passes of ``optimize`` for these options, each appending its result to ``log``;
-    ``skipped`` names rules and passes (``fold``, ``prune``) left out after they failed;
+    ``catalogue``: the run's rules and op facts, before the options disable some; ``skipped``
+    names rules and passes (``fold``, ``prune``) left out after they failed;
     ``light``: the reader's proto of the model, for the first shape inference; ``phases``: the
     clock each pass's time counts on; ``settings``: what rewrites and cleanups read (by default
     the options' own, ``FoldOptions.run_settings``, knowing of no plugin ops)."""
@@ -153,7 +154,7 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
         return recorded if phases is None else Timed(recorded, phases)
 
     shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
-    catalogue = load_catalogue().without(
+    catalogue = catalogue.without(
         set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
     folding = options.fold_settings()
     keep, strict = frozenset(options.keep), options.strict
@@ -170,7 +171,8 @@ def build_pipeline(options: FoldOptions, log: list[PassResult],
         fold=(lambda spent: wrap(Fold(catalogue, folding, progress, spent)))
         if kept("fold") else None,
         prune=prune() if kept("prune") else None,
-        refine_shapes=(lambda new: wrap(RefineShapes(options.shape_folding, new)))
+        refine_shapes=(lambda new: wrap(RefineShapes(options.shape_folding, new,
+                                                     catalogue.shape_only)))
         if kept("refine_shapes") else None,
         # no fold at all: none in the bodies either
         fold_functions=(lambda spent: wrap(FoldFunctions(catalogue, folding, spent)))
@@ -197,7 +199,8 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
              progress: Callable[[int, int], None] | None = None,
              pristine: Callable[[], ir.Model] | None = None,
              loaded: Callable[[ir.Model], None] | None = None,
-             phases: Phases | None = None, **fold_options: Any) -> OptimizeResult:
+             phases: Phases | None = None, catalogue: Catalogue | None = None,
+             **fold_options: Any) -> OptimizeResult:
     """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
     or an ``ir.Model`` (changed in place).
 
@@ -214,10 +217,15 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     ``loaded(model)`` runs once the model is read, before any pass (the command line refuses
     an output that would replace one of its files there, not after a whole fold).
     ``phases`` times each phase (the report's ``phases``; a fresh clock when not given).
+    ``catalogue``: the rules and op facts to fold with (None: the installed rules,
+    ``load_catalogue()``); a test or a plugin passes its own, ``options.disabled_rules``
+    still apply to it.
     """
     options = _with_keywords(options, check, input_shapes, fold_options)
+    catalogue = load_catalogue() if catalogue is None else catalogue
     with long_lived():  # fewer collections; a large model's objects are not walked by each
-        return _optimize(model, options, check, progress, pristine, loaded, phases or Phases())
+        return _optimize(model, options, catalogue, check, progress, pristine, loaded,
+                         phases or Phases())
 
 
 def _with_keywords(options: FoldOptions | None, check: object,
@@ -243,14 +251,16 @@ def _with_keywords(options: FoldOptions | None, check: object,
     return dataclasses.replace(options or FoldOptions(), **fold_options)
 
 
-_KEYWORDS = {"options", "check", "input_shapes", "progress", "pristine", "loaded", "phases"}
+_KEYWORDS = {"options", "check", "input_shapes", "progress", "pristine", "loaded", "phases",
+             "catalogue"}
 # onnxsim's keywords, and where onnxfold takes what they mean
 _ELSEWHERE = {"check_n": "an accuracy check is onnxfold.simplify(model, check_n=N)",
               "overwrite_input_shapes": "it is input_shapes= here",
               "skip_fuse_bn": "the fusions are rules: disabled_rules={'fuse_batch_norm_into_conv'}"}
 
 
-def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
+def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalogue,
+              check: bool,
               progress: Callable[[int, int], None] | None,
               pristine: Callable[[], ir.Model] | None,
               loaded: Callable[[ir.Model], None] | None, phases: Phases) -> OptimizeResult:
@@ -283,12 +293,12 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
     unknown = [] if opset <= newest else [
         f"opset {opset} is newer than the installed onnx knows ({newest}): nothing is folded "
         "or rewritten (its ops may mean something new)"]
-    frozen = frozenset({"rewrite", "fold", "refine_shapes", *load_catalogue().names()}
+    frozen = frozenset({"rewrite", "fold", "refine_shapes", *catalogue.names()}
                        if unknown else ())
     for _attempt in range(MAX_RESTARTS + 1):
         results: list[PassResult] = []
         try:
-            _run(build_pipeline(options, results, progress, frozenset(skipped) | frozen,
+            _run(build_pipeline(options, catalogue, results, progress, frozenset(skipped) | frozen,
                                 light=None if skipped else light, phases=phases,
                                 settings=settings), model)
             break
@@ -306,7 +316,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, check: bool,
         report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
                            "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
         report.warnings += stats.warnings
-        blocked = blocked_scaffolding(model, source_array, load_catalogue().shape_steps,
+        blocked = blocked_scaffolding(model, source_array, catalogue.shape_steps,
                                       options.assume_named_dims_equal)
         report.dynamic_shapes = [{"node": node_label(node), "op": node.op_type,
                                   "blocked_by": "; ".join(dims)} for node, dims in blocked]

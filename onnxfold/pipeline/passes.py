@@ -26,7 +26,7 @@ from onnx_ir.passes import InPlacePass, PassResult, PostconditionError, Precondi
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes, infer_shapes_upstream, refinable_by
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.folder import fold_model
 from onnxfold.fold.function_bodies import fold_functions
 from onnxfold.fold.pool import BufferPool
@@ -139,7 +139,7 @@ class Fold(InPlacePass):
         """Fold every graph once; what it folded."""
         reached("folding")
         counts = contained("fold", self.settings.evaluation.strict, lambda: fold_model(
-            model, self.settings, catalogue=self.catalogue, pool=self.pool,
+            model, self.catalogue, self.settings, pool=self.pool,
             growth_spent=self.growth_spent, progress=self.progress))
         return FoldResult(model, counts.folded > 0, counts)
 
@@ -243,18 +243,21 @@ class RefineShapes(InPlacePass):
     (``new_constants``, given by the round). Only a node reading one of them, with an output
     whose shape is not yet static, can get a better shape (and pass it on downstream); and
     better shapes only enable folds through a Shape/Size node still in the graph: the result
-    says whether there is one (``enables_folds``).
+    says whether there is one (``enables_folds``). ``shape_only``: those ops (the
+    catalogue's op fact).
     """
 
     name = "refine_shapes"
 
-    def __init__(self, shape_folding: bool, new_constants: frozenset[ir.Value]) -> None:
+    def __init__(self, shape_folding: bool, new_constants: frozenset[ir.Value],
+                 shape_only: frozenset[str]) -> None:
         self.shape_folding, self.new_constants = shape_folding, new_constants
+        self.shape_only = shape_only
 
     def call(self, model: ir.Model) -> RefineShapesResult:
         """Infer again where a new constant can tell more; modified if a shape changed."""
         refined = self.shape_folding and self._refine(model) > 0
-        shape_only = load_catalogue().shape_only
+        shape_only = self.shape_only
         enables = refined and any(
             node.op_type in shape_only for graph in all_graphs(model) for node in graph)
         return RefineShapesResult(model, refined, enables)
@@ -268,7 +271,7 @@ class RefineShapes(InPlacePass):
             return 0
         graphs = all_graphs(model)
         nodes = [node for graph in graphs for node in graph]
-        shape_only = load_catalogue().shape_only
+        shape_only = self.shape_only
         waiting = {node.inputs[0]: None for node in nodes
                    if node.op_type in shape_only and node.inputs and node.inputs[0] is not None
                    and static_shape(node.inputs[0]) is None}

@@ -17,6 +17,7 @@ A rule that raises is contained: ``StepFailed`` with its name unless not strict.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from collections import Counter
@@ -30,7 +31,7 @@ import onnx_ir as ir
 from onnxfold.analysis.constness import plan_graph
 from onnxfold.analysis.settings import DEFAULTS, RunSettings
 from onnxfold.analysis.symbolic import Known, ShapeSteps
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
 from onnxfold.ir.graph import all_graphs
@@ -58,11 +59,10 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
-    facts = load_catalogue()  # every rule's op facts, whatever ``catalogue`` leaves out
     reach = pattern_reach(by_op) - 1 + REACH_MARGIN
     work = resume.worklist(model, reach) if resume is not None else _Worklist(reach)
     try:
-        return _rewrite(model, rule_orders(by_op), facts, work, hits, rejected,
+        return _rewrite(model, rule_orders(by_op), catalogue, work, hits, rejected,
                         inputs_are_constant, constant_inputs, strict, rejected_at, settings,
                         catalogue.shape_steps)
     finally:
@@ -329,8 +329,9 @@ class Resumable:
 
 def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,
                  settings: RunSettings = DEFAULTS) -> Counter:
-    """Run each cleanup of ``catalogue`` once, given the run's ``settings``; hits per rule."""
-
+    """Run each cleanup of ``catalogue`` once, given the run's ``settings`` (with the
+    catalogue's non-deterministic ops); hits per rule."""
+    settings = dataclasses.replace(settings, nondeterministic_ops=catalogue.nondeterministic)
     hits: Counter = Counter()
     for rule in catalogue.cleanups:
         n = contained(rule.name, strict, functools.partial(rule.fn, model, settings))

@@ -22,7 +22,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.rewrite.driver import rewrite
 from onnxfold.rewrite.steps import StepFailed
@@ -58,11 +58,13 @@ class LowRankMerges:
 
 
 def merge_low_rank_branches(model: ir.Model, runtime_inputs: Sequence[ir.Value],
-                            options: FoldOptions | None = None) -> LowRankMerges:
-    """Merge ``model``'s low-rank branches across ``runtime_inputs`` (graph inputs) in place."""
+                            catalogue: Catalogue, options: FoldOptions | None = None
+                            ) -> LowRankMerges:
+    """Merge ``model``'s low-rank branches across ``runtime_inputs`` (graph inputs) in place,
+    with ``catalogue``'s rule of that name (none: nothing merges)."""
     options = options or FoldOptions()
     off = set(options.disabled_rules) | set(options.keep)
-    catalogue = load_catalogue().only(RULE).without(off)
+    catalogue = catalogue.only(RULE).without(off)
     if not catalogue.patterns:
         return LowRankMerges(enabled=False)
     if not runtime_inputs:

@@ -39,6 +39,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.io import load_model
 from onnxfold.io.cache_dirs import trusted_cache_dir
@@ -95,6 +96,8 @@ class Session:
     ``sess_options`` cannot carry them: it is copied setting by setting). ``adapter``: the
     runtime-constant feeds as an ``.onnx_adapter`` file or a mapping of arrays (the runtime
     constants default to its names). ``max_sets`` and ``max_bytes``: the folded sets kept.
+    ``catalogue``: the rules and op facts of the fold, the split and the backend (None: the
+    installed rules, ``load_catalogue()``).
     """
 
     def __init__(self, model, runtime_constants: Sequence[str] = (), backend: str = "ort",
@@ -104,7 +107,7 @@ class Session:
                  options: FoldOptions | None = None,
                  custom_op_libraries: Sequence[str | os.PathLike] = (),
                  adapter: AdapterSource | None = None, max_sets: int = DEFAULT_SETS,
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, catalogue: Catalogue | None = None) -> None:
         if check not in CHECKS:
             raise InputError(f"check must be one of {', '.join(CHECKS)}")
         if max_sets < 1:
@@ -126,7 +129,8 @@ class Session:
         self._inputs = _node_args(model.graph.inputs)
         self._outputs = _node_args(model.graph.outputs)
         self._output_names = [o.name for o in self._outputs]
-        self.parts = optimize_and_split(model, runtime_constants, options,
+        catalogue = load_catalogue() if catalogue is None else catalogue
+        self.parts = optimize_and_split(model, runtime_constants, catalogue, options,
                                         "fold" if fold_compile_time else "keep")
         self.runtime_constants = list(self.parts.manifest["runtime_constants"])
         self._constant_names = frozenset(self.runtime_constants)
@@ -134,7 +138,7 @@ class Session:
         self.sess_options = sess_options
         self.check = check
         self.cache_dir = self._trusted(cache_dir)
-        self.backend = get_backend(backend, **(backend_options or {}))
+        self.backend = get_backend(backend, catalogue, **(backend_options or {}))
         self._prepare(backend)
         try:
             self._tmp = tempfile.TemporaryDirectory(prefix="onnxfold-session-")

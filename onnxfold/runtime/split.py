@@ -24,9 +24,14 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold._version import __version__
-from onnxfold.analysis.constness import plan_graph, runtime_constant_nodes, why_not_foldable
+from onnxfold.analysis.constness import (
+    OpFacts,
+    plan_graph,
+    runtime_constant_nodes,
+    why_not_foldable,
+)
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OutputError
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.io import save_model
@@ -68,7 +73,8 @@ def match_inputs(graph: ir.Graph, names_or_patterns: Iterable[str]) -> list[ir.V
     return chosen
 
 
-def _hoist(model: ir.Model, known: set[ir.Value], runtime: set[ir.Value]) -> int:
+def _hoist(model: ir.Model, known: set[ir.Value], runtime: set[ir.Value], facts: OpFacts
+           ) -> int:
     """Move subgraph nodes that read only runtime/compile-time constants to the main graph.
 
     Such a node computes the same value on every execution of its subgraph, so the split can
@@ -85,7 +91,7 @@ def _hoist(model: ir.Model, known: set[ir.Value], runtime: set[ir.Value]) -> int
                 inputs = [v for v in list(node.inputs) + captured_values(node) if v is not None]
                 if node.op_type == "Identity" and all(o in sub.outputs for o in node.outputs):
                     continue  # the subgraph's hand-over of a hoisted value
-                if (not inputs or why_not_foldable(node, facts=load_catalogue())
+                if (not inputs or why_not_foldable(node, facts=facts)
                         or is_default_op(node, "Constant")
                         or not all(v in known or v in runtime for v in inputs)
                         or not any(v in runtime for v in inputs)):
@@ -111,22 +117,25 @@ def _keep_subgraph_outputs(sub: ir.Graph, hoisted: ir.Node) -> None:
                 sub.outputs[i] = ident.outputs[0]
 
 
-def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value]) -> Lattice:
-    """The three-level constness lattice of the main graph (subgraph nodes hoisted into it)."""
+def analyse(model: ir.Model, runtime_inputs: Sequence[ir.Value], facts: OpFacts) -> Lattice:
+    """The three-level constness lattice of the main graph (subgraph nodes hoisted into it);
+    ``facts``: the op facts of the run's catalogue."""
     graph = model.graph
-    plan = plan_graph(graph, model.ir_version, facts=load_catalogue())
-    while _hoist(model, set(plan.constant), _runtime_values(graph, plan, runtime_inputs)):
-        plan = plan_graph(graph, model.ir_version, facts=load_catalogue())
-    rt_nodes = _runtime_nodes(graph, plan, runtime_inputs)
+    plan = plan_graph(graph, model.ir_version, facts=facts)
+    while _hoist(model, set(plan.constant), _runtime_values(graph, plan, runtime_inputs, facts),
+                 facts):
+        plan = plan_graph(graph, model.ir_version, facts=facts)
+    rt_nodes = _runtime_nodes(graph, plan, runtime_inputs, facts)
     rt = set(runtime_inputs) | {v for n in rt_nodes for v in n.outputs}
     return Lattice(set(plan.constant), rt, list(plan.foldable), rt_nodes)
 
 
-def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> list[ir.Node]:
+def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value], facts: OpFacts
+                   ) -> list[ir.Node]:
     """The runtime-constant nodes, with the compile-time nodes the fold left (its policy
     declined them: a Cast that would double a weight, a reshape of one) that they read: the
     runtime fold computes those too, or it would read values with no data."""
-    nodes = runtime_constant_nodes(graph, runtime_inputs, plan.constant, facts=load_catalogue())
+    nodes = runtime_constant_nodes(graph, runtime_inputs, plan.constant, facts=facts)
     chosen = set(nodes)
     foldable = set(plan.foldable)
     todo = [v for n in nodes for v in n.inputs if v is not None]
@@ -139,8 +148,9 @@ def _runtime_nodes(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) ->
     return [n for n in graph if n in chosen]
 
 
-def _runtime_values(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value]) -> set[ir.Value]:
-    nodes = _runtime_nodes(graph, plan, runtime_inputs)
+def _runtime_values(graph: ir.Graph, plan, runtime_inputs: Sequence[ir.Value], facts: OpFacts
+                    ) -> set[ir.Value]:
+    nodes = _runtime_nodes(graph, plan, runtime_inputs, facts)
     return set(runtime_inputs) | {v for n in nodes for v in n.outputs}
 
 
@@ -279,43 +289,50 @@ def weights_as_inputs(fold: ir.Model, min_bytes: int = WEIGHT_INPUT_BYTES
 COMPILE_TIME = ("fold", "keep", "separate")
 
 
-def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str],
+def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str], catalogue: Catalogue,
                        options: FoldOptions | None = None, compile_time: str = "fold"
                        ) -> SplitModels:
     """Fold ``model``'s compile-time constants, then split it around its runtime constants
     (``model`` becomes the entry model). ``compile_time``: ``"fold"`` them first (the default),
     ``"keep"`` them in entry unfolded (onnxruntime folds them when it loads entry), or put them
     in a ``"separate"`` ``compiletime_fold`` model. Low-rank branches over the runtime
-    constants are merged into their base weights first (``onnxfold.runtime.reassociate``)."""
+    constants are merged into their base weights first (``onnxfold.runtime.reassociate``).
+    ``catalogue``: the rules and op facts of the fold, the merge and the split (the caller's
+    choice: ``Session`` and the ``split`` command)."""
     if compile_time not in COMPILE_TIME:
         raise InputError(f"compile_time must be one of {', '.join(COMPILE_TIME)}")
     runtime_constants = list(runtime_constants)
     merges = merge_low_rank_branches(model, match_inputs(model.graph, runtime_constants),
-                                     options)
+                                     catalogue, options)
     if compile_time == "fold":
-        optimize(model, options)
-        merges = merges + merge_low_rank_branches(model, match_inputs(model.graph,
-                                                                      runtime_constants), options)
+        optimize(model, options, catalogue=catalogue)
+        merges = merges + merge_low_rank_branches(
+            model, match_inputs(model.graph, runtime_constants), catalogue, options)
     parts = split_model(model, runtime_constants,
                         separate_compile_time=compile_time == "separate",
-                        keep=frozenset(options.keep) if options is not None else frozenset())
+                        keep=frozenset(options.keep) if options is not None else frozenset(),
+                        catalogue=catalogue)
     parts.low_rank = merges
     return parts
 
 
 def split_model(model: ir.Model, runtime_constants: Iterable[str],
                 separate_compile_time: bool = False,
-                keep: frozenset[str] = frozenset()) -> SplitModels:
+                keep: frozenset[str] = frozenset(), catalogue: Catalogue | None = None
+                ) -> SplitModels:
     """Split ``model`` (changed in place into the entry model) around its runtime constants.
 
     ``separate_compile_time`` puts compile-time constant subgraphs, unfolded, in a separate
     ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs; ``keep``:
-    op types and node names (``--keep``) whose nodes stay even when nothing reads them.
+    op types and node names (``--keep``) whose nodes stay even when nothing reads them;
+    ``catalogue``: whose op facts decide what is constant (None: the installed rules,
+    ``load_catalogue()``).
     """
+    facts = load_catalogue() if catalogue is None else catalogue
     graph = model.graph
     rt_inputs = match_inputs(graph, runtime_constants)
     infer_shapes(model)  # sizes at the frontier decide where expanding ops go
-    lattice = analyse(model, rt_inputs)
+    lattice = analyse(model, rt_inputs, facts)
     rt_nodes = _keep_expansions_in_entry(lattice.runtime_nodes, graph)
     rt_set = set(rt_nodes)
     frontier = [v for n in rt_nodes for v in n.outputs

@@ -146,6 +146,13 @@ def _iree_backend():
     return Backend
 
 
+def load_catalogue():
+    """The installed rules (what ``get_backend`` hands a backend by default)."""
+    from onnxfold.declare.catalogue import load_catalogue as installed
+
+    return installed()
+
+
 @pytest.mark.parametrize("xdg", ["", "relative/cache"])
 def test_the_iree_cache_never_lands_in_the_current_directory(tmp_path, monkeypatch, xdg):
     backend_class = _iree_backend()
@@ -155,7 +162,7 @@ def test_the_iree_cache_never_lands_in_the_current_directory(tmp_path, monkeypat
     monkeypatch.setenv("XDG_CACHE_HOME", xdg)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        backend = backend_class()
+        backend = backend_class(load_catalogue())
     refused = [w for w in caught if issubclass(w.category, UntrustedCacheWarning)]
     if xdg:
         assert backend.cache_dir is None and len(refused) == 1

@@ -9,6 +9,7 @@ import time
 import numpy as np
 from onnx import TensorProto, helper
 
+from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.folder import fold_model
 from onnxfold.io.reader import model_from_proto
 from tests.support.models import make_model, tensor, vinfo
@@ -25,7 +26,7 @@ def test_a_chain_of_ten_thousand_fallback_nodes_folds_in_one_session_in_seconds(
                        [tensor("v0", c)])
     model = model_from_proto(proto, check=False)
     started = time.process_time()
-    counts = fold_model(model)
+    counts = fold_model(model, load_catalogue())
     assert time.process_time() - started < SECONDS
     assert (counts.folded, counts.via_fallback, counts.fallback_sessions) == (LENGTH, LENGTH, 1)
     add = next(n for n in model.graph if n.op_type == "Add")  # (the Elus are dead code now)

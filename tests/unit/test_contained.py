@@ -36,11 +36,10 @@ BROKEN_PATTERN = PatternRule("broken_pattern", P("Add"), _broken, None, "test:2"
 @pytest.mark.parametrize("extra", [
     Catalogue((), (), (BROKEN_CLEANUP,)), Catalogue((), (BROKEN_PATTERN,), ())],
     ids=["cleanup", "pattern"])
-def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, monkeypatch, save, extra):
+def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, save, extra):
     patched = load_catalogue() + extra
-    monkeypatch.setattr("onnxfold.pipeline.optimizer.load_catalogue", lambda: patched)
     path = save(_model())
-    result = onnxfold.optimize(path, FoldOptions())
+    result = onnxfold.optimize(path, FoldOptions(), catalogue=patched)
     (step,) = result.report.skipped_steps
     assert step.startswith(f"{extra.names().pop()}: ValueError: a bug in a rule")
     assert step.endswith("please report")
@@ -51,16 +50,15 @@ def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, monkeypatch, s
     x = np.ones((2, 3), np.float32)
     np.testing.assert_array_equal(run_ort(_model(), {"x": x})[0], run_ort(out, {"x": x})[0])
     with pytest.raises(ValueError, match="a bug in a rule"):
-        onnxfold.optimize(path, FoldOptions(strict=True))
+        onnxfold.optimize(path, FoldOptions(strict=True), catalogue=patched)
 
 
-def test_an_in_memory_model_is_restored_in_place(monkeypatch, save):
+def test_an_in_memory_model_is_restored_in_place(save):
     import onnx_ir as ir
 
     patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
-    monkeypatch.setattr("onnxfold.pipeline.optimizer.load_catalogue", lambda: patched)
     model = ir.serde.deserialize_model(_model())
-    result = onnxfold.optimize(model, FoldOptions())
+    result = onnxfold.optimize(model, FoldOptions(), catalogue=patched)
     assert result.model is model and result.report.skipped_steps
     assert [n.op_type for n in model.graph] == ["Add"]
 
@@ -81,21 +79,20 @@ def _model_with_function_and_metadata():
     return proto
 
 
-def _restored(monkeypatch):
+def _restored():
     """``_model_with_function_and_metadata`` as an ``ir.Model``, optimized with a cleanup
     that fails: the run starts again from a copy taken first, restored into this object."""
     import onnx_ir as ir
 
     patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
-    monkeypatch.setattr("onnxfold.pipeline.optimizer.load_catalogue", lambda: patched)
     model = ir.serde.deserialize_model(_model_with_function_and_metadata())
-    result = onnxfold.optimize(model, FoldOptions())
+    result = onnxfold.optimize(model, FoldOptions(), catalogue=patched)
     assert result.model is model and result.report.skipped_steps
     return model
 
 
-def test_a_restored_model_keeps_its_functions_and_metadata(monkeypatch, tmp_path):
-    model = _restored(monkeypatch)
+def test_a_restored_model_keeps_its_functions_and_metadata(tmp_path):
+    model = _restored()
     assert list(model.functions) == [("local", "Twice", "")]
     assert model.metadata_props == {"author": "test"}
     out = tmp_path / "out.onnx"
@@ -104,9 +101,9 @@ def test_a_restored_model_keeps_its_functions_and_metadata(monkeypatch, tmp_path
     np.testing.assert_array_equal(run_ort(str(out), {"x": x})[0], [0, 4])
 
 
-def test_a_restored_model_keeps_the_types_it_declared(monkeypatch, tmp_path):
+def test_a_restored_model_keeps_the_types_it_declared(tmp_path):
     import onnx
 
     out = tmp_path / "out.onnx"
-    onnxfold.save_model(_restored(monkeypatch), out)
+    onnxfold.save_model(_restored(), out)
     assert [v.name for v in onnx.load(out).graph.value_info] == ["r"]  # as without the failure

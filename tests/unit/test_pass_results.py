@@ -42,7 +42,7 @@ def _model():
 
 def test_the_pipeline_collects_one_result_per_pass_run():
     log: list[PassResult] = []
-    build_pipeline(FoldOptions(strict=True), log)(_model())
+    build_pipeline(FoldOptions(strict=True), load_catalogue(), log)(_model())
     folds = [r for r in log if isinstance(r, FoldResult)]
     assert folds[0].counts is not None and folds[0].counts.folded == 2  # Transpose, Identity
     assert folds[0].counts.rule_hits == {"Transpose": 1, "Identity": 1}

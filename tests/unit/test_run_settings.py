@@ -83,6 +83,6 @@ def test_split_keeps_a_kept_node_nothing_reads_whatever_the_compile_time_mode():
     proto = make_model(nodes, [vinfo("x", shape=[2]), vinfo("w", shape=[2])],
                        [vinfo("y", shape=[2])])
     for mode in ("fold", "keep"):
-        parts = optimize_and_split(ir.serde.deserialize_model(proto), ["w"],
+        parts = optimize_and_split(ir.serde.deserialize_model(proto), ["w"], load_catalogue(),
                                    FoldOptions(keep=("keep_me",)), compile_time=mode)
         assert "keep_me" in {n.name for n in parts.entry.graph}, mode

@@ -92,3 +92,14 @@ def test_the_known_shape_value_pattern_roots_at_ops_with_a_step():
     never match); ConstantOfShape's step only feeds other steps (torch's expand(-1))."""
     steps = load_catalogue().shape_steps
     assert set(SHAPE_BUILDERS) == set(steps.values) - {"ConstantOfShape"}
+
+
+def test_a_filtered_catalogue_keeps_the_op_facts_its_folders_gave():
+    """``shape_only`` describes ops: ``--disable-rule Shape`` drops Shape's folder, not the
+    fact that Shape folds from a shape alone (``without``, ``only`` and ``+`` keep it)."""
+    every = load_catalogue()
+    assert {"Shape", "Size"} <= every.shape_only
+    assert every.without({"Shape", "Size"}).shape_only == every.shape_only
+    assert every.only("remove_identity").shape_only == every.shape_only
+    assert (every.only() + Catalogue((), (), ())).shape_only == every.shape_only
+    assert every.without({"Shape"}).folder("", "Shape", 21) is None

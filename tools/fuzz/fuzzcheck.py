@@ -182,11 +182,12 @@ def foldable_left(path: str) -> dict:
     try:
         from onnxfold.analysis.shapes import infer_shapes
         from onnxfold.app.inspection import foldable_ops
+        from onnxfold.declare.catalogue import load_catalogue
         from onnxfold.io import load_model
 
         model = load_model(path)
         infer_shapes(model)
-        return dict(foldable_ops(model))
+        return dict(foldable_ops(model, load_catalogue()))
     except Exception as e:  # informational only
         return {f"<inspect failed: {type(e).__name__}>": 1}
 

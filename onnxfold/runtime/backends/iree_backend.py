@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.errors import OnnxfoldError
 from onnxfold.io.cache_dirs import (
     cache_dir_problem,
@@ -139,10 +140,15 @@ class _OutputBlock:
         return out
 
 
+USES_CATALOGUE = True  # get_backend passes the session's catalogue (its rewrite's rule)
+
+
 class Backend:
     name = "mlir"
 
-    def __init__(self, cache_dir: str | None = None, fallback: str = "ort") -> None:
+    def __init__(self, catalogue: Catalogue, cache_dir: str | None = None,
+                 fallback: str = "ort") -> None:
+        self.catalogue = catalogue
         self.compiler, self.runtime, self.importer = _require()
         # None: no trustworthy directory (one warning said why), every module is compiled
         self.cache_dir = trusted_cache_dir(os.path.abspath(cache_dir) if cache_dir else
@@ -178,7 +184,7 @@ class Backend:
         if not out_params:
             return self.compiler.compile_str(self._import(proto), input_type="onnx",
                                              extra_args=list(FLAGS))
-        rewritten = transpose_before_dequantize(model)
+        rewritten = transpose_before_dequantize(model, self.catalogue)
         asm = results_to_out_params(
             self._import(proto if rewritten is model else ir.to_proto(rewritten)),
             proto.graph.name)
@@ -244,7 +250,7 @@ class Backend:
         if vmfb is None:
             self.routed_to = self.fallback
             self.route_reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-            self._other = get_backend(self.fallback)
+            self._other = get_backend(self.fallback, self.catalogue)
             self._other.prepare(model)
             return
         self.out_params = out_params

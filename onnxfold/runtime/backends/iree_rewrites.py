@@ -18,21 +18,21 @@ import re
 
 import onnx_ir as ir
 
-from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.rewrite.driver import rewrite
 
 
-def transpose_before_dequantize(model: ir.Model) -> ir.Model:
+def transpose_before_dequantize(model: ir.Model, catalogue: Catalogue) -> ir.Model:
     """``Transpose(DequantizeLinear(q))`` -> ``DequantizeLinear(Transpose(q))`` (and the same
     for ``Cast``): the folding rule ``transpose_before_widening``, applied with the fold
     model's inputs, the runtime constants, counted as constants.
 
     The transpose then moves the (4x smaller) integer tensor and the float result is written
     in order; the values are bitwise the same. Returns ``model`` itself (unchanged) if nothing
-    matched, else a rewritten copy.
+    matched, else a rewritten copy. ``catalogue``: the session's, which holds the rule.
     """
     copy = model.clone()
-    rules = load_catalogue().only("transpose_before_widening")
+    rules = catalogue.only("transpose_before_widening")
     return copy if rewrite(copy, rules, constant_inputs=True) else model
 
 

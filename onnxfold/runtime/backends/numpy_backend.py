@@ -5,17 +5,20 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.declare.catalogue import Catalogue
 from onnxfold.errors import OnnxfoldError
 from onnxfold.ir.constants import constant_array
 from onnxfold.pipeline.optimizer import optimize
 from onnxfold.pipeline.options import FoldOptions
 
+USES_CATALOGUE = True  # get_backend passes the session's catalogue
+
 
 class Backend:
     name = "numpy"
 
-    def __init__(self, fallback: bool = True) -> None:
-        self.fallback = fallback
+    def __init__(self, catalogue: Catalogue, fallback: bool = True) -> None:
+        self.catalogue, self.fallback = catalogue, fallback
         self.model: ir.Model | None = None
 
     def prepare(self, model: ir.Model) -> None:
@@ -31,7 +34,8 @@ class Backend:
             graph.inputs.remove(value)
             graph.register_initializer(value)
         # a runtime fold has no size policy: its results are needed whatever their size
-        optimize(model, FoldOptions.everything(fallback=self.fallback))
+        optimize(model, FoldOptions.everything(fallback=self.fallback),
+                 catalogue=self.catalogue)
         out: dict[str, np.ndarray] = {}
         for value in graph.outputs:
             array = constant_array(value)
