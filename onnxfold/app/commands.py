@@ -26,6 +26,7 @@ from onnxfold.pipeline.options import FoldOptions
 
 if TYPE_CHECKING:
     from onnxfold.check.compare_options import CompareOptions
+    from onnxfold.declare.catalogue import Catalogue
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,16 @@ class ReportRequest:
 @dataclass(frozen=True)
 class OptimizeSettings:
     """What every model of an ``optimize`` command is run with. ``check_input``: onnx's
-    checker runs on the input (off: ``--skip-check``)."""
+    checker runs on the input (off: ``--skip-check``); ``catalogue``: the rules (None: the
+    installed ones; no flag sets it: a program running the command line hands its own, as a
+    test injecting a rule does)."""
 
     fold: FoldOptions = field(default_factory=FoldOptions)
     check_input: bool = True
     save: SaveRequest = field(default_factory=SaveRequest)
     check: CheckRequest = field(default_factory=CheckRequest)
     report: ReportRequest = field(default_factory=ReportRequest)
+    catalogue: Catalogue | None = None
 
     def reported(self) -> dict[str, Any]:
         """The command-line settings the JSON report's ``options`` records besides the fold

@@ -55,7 +55,9 @@ def test_temporary_names_stay_under_the_file_name_limit(tmp_path, length):
     assert len(os.path.basename(tmp)) <= 255
 
 
-def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, monkeypatch, capsys):
+def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, capsys):
+    from dataclasses import replace
+
     from onnxfold.declare import CleanupRule
     from onnxfold.declare.catalogue import Catalogue, load_catalogue
 
@@ -64,9 +66,10 @@ def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, monkeypatch, c
         return 1
 
     patched = load_catalogue() + Catalogue((), (), (CleanupRule("corrupt", corrupt, "t:1"),))
-    monkeypatch.setattr("onnxfold.pipeline.optimizer.load_catalogue", lambda: patched)
     out = tmp_path / "out.onnx"
-    assert cli.main(["optimize", TINY_BERT, "-o", str(out)]) == cli.EXIT_INTERNAL
+    line = cli.parse(["optimize", TINY_BERT, "-o", str(out)])
+    command = replace(line.command, settings=replace(line.command.settings, catalogue=patched))
+    assert cli.run(replace(line, command=command)) == cli.EXIT_INTERNAL
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "onnxruntime refuses the folded model" in err[0], err
     assert os.listdir(tmp_path) == []
