@@ -13,15 +13,13 @@ nothing left in the output or temporary directories.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.support.cli_exit import TIMEOUT
+from tests.support.cli import REFUSAL_TIMEOUT, run_python
 
 CHILD = """
 import os, sys
@@ -120,10 +118,8 @@ def test_a_damaged_input_is_an_input_error_through_the_api(tmp_path, call, damag
     out_dir, temp_dir = tmp_path / "out", tmp_path / "tmp"
     out_dir.mkdir()
     temp_dir.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, call, damage, str(tmp_path / "m.onnx"),
-         str(out_dir / "folded.onnx")], capture_output=True, text=True, timeout=TIMEOUT,
-        env={**os.environ, "TMPDIR": str(temp_dir)})
+    proc = run_python("-c", CHILD, call, damage, tmp_path / "m.onnx", out_dir / "folded.onnx",
+                      timeout=REFUSAL_TIMEOUT, env={**os.environ, "TMPDIR": str(temp_dir)})
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
     assert "m.data" in proc.stdout, proc.stdout  # the InputError names the damaged file
     assert list(out_dir.iterdir()) == [], "no output and no temporary file"

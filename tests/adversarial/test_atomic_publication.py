@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -26,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxfold.host.points import PAUSE_AT_ENV, PAUSE_DIR_ENV
 from onnxfold.io.publication import KILL_AT_ENV, STEPS, lock_path
 from onnxfold.io.tempfiles import remove_stale
+from tests.support.cli import onnxfold_argv, run_cli
 
 TIMEOUT = 120
 N = 64
@@ -48,9 +48,7 @@ def _save_model(directory, name: str, seed: int) -> str:
 
 
 def _onnxfold(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
-                          capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, **(env or {})})
+    return run_cli(*args, timeout=TIMEOUT, env={**os.environ, **(env or {})})
 
 
 def _computes_one_of(path: str, pristine: list[str]) -> str:
@@ -151,8 +149,8 @@ def test_a_second_writer_waits_for_the_output_lock(tmp_path):
     writer = None
     try:
         writer = subprocess.Popen(
-            [sys.executable, "-m", "onnxfold", "optimize", source, "-o", out,
-             "--external-data", "yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            onnxfold_argv("optimize", source, "-o", out, "--external-data", "yes"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env={**os.environ, PAUSE_AT_ENV: "saving", PAUSE_DIR_ENV: str(pauses)})
         deadline = time.monotonic() + TIMEOUT
         while not _blocked_on(lock_path(out), writer.pid):
@@ -182,9 +180,9 @@ def test_two_concurrent_writers_leave_one_whole_pair(tmp_path):
     out_dir.mkdir()
     out = str(out_dir / "m.onnx")
     for _ in range(3):
-        writers = [subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", source, "-o",
-                                     out, "--external-data", "yes"], stderr=subprocess.PIPE,
-                                    text=True) for source in sources]
+        writers = [subprocess.Popen(onnxfold_argv("optimize", source, "-o", out,
+                                                  "--external-data", "yes"),
+                                    stderr=subprocess.PIPE, text=True) for source in sources]
         for writer in writers:
             _, err = writer.communicate(timeout=TIMEOUT)
             assert writer.returncode == 0, err

@@ -8,7 +8,6 @@ import glob
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 from onnx import helper
 from onnx.external_data_helper import convert_model_to_external_data
 
-from tests.support.cli import run_cli
+from tests.support.cli import onnxfold_argv, run_cli
 from tests.support.files import sha256
 from tests.support.models import make_model, tensor, vinfo
 
@@ -79,9 +78,8 @@ def test_a_terminated_batch_leaves_nothing_behind(tmp_path):
     out, scratch = tmp_path / "out", tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
-    parent = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize",
-                               str(inputs / "s0.onnx"), str(inputs / "s1.onnx"), "-o",
-                               f"{out}/"], env=env, stdout=subprocess.DEVNULL,
+    parent = subprocess.Popen(onnxfold_argv("optimize", inputs / "s0.onnx", inputs / "s1.onnx",
+                                            "-o", f"{out}/"), env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     orders = []  # the first job's order (onnxfold.app.commands.JobOrder), written as it starts

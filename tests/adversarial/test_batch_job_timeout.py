@@ -9,11 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from onnxfold.io.publication import HANG_AT_ENV, lock_path
+from tests.support.cli import onnxfold_argv, run_cli
 from tests.support.slow_conv import processes_mentioning, quick_model, slow_conv_model
 
 TIMEOUT = 60
@@ -25,9 +25,8 @@ def _onnxfold(args, tmp_path, env=None):
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)],
-                          capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
+    proc = run_cli(*args, timeout=TIMEOUT,
+                   env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
     return proc, time.monotonic() - started
 
 
@@ -106,8 +105,8 @@ def test_a_stopped_batch_stops_its_jobs_and_their_children(tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     out = tmp_path / "out"
-    batch = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", models / "slow.onnx",
-                              "-o", f"{out}/", "--fold-timeout", "600"],
+    batch = subprocess.Popen(onnxfold_argv("optimize", models / "slow.onnx", "-o", f"{out}/",
+                                           "--fold-timeout", "600"),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "TMPDIR": str(scratch)})
     deadline = time.monotonic() + 30

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
-import sys
 
 import onnx
 
 from bench.builders import cdist_model
+from tests.support.cli import onnxfold_argv
 
 MiB = 1 << 20
 BUDGET = 256 * MiB
@@ -34,8 +34,8 @@ def _optimize(model: str, out: str, *flags: str) -> tuple[int, str, int]:
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
-    proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", model, "-o", out,
-                             *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(onnxfold_argv("optimize", model, "-o", out, *flags),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, preexec_fn=cap)
     assert proc.stdout is not None
     text = proc.stdout.read()

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.support.cli_exit import assert_ok, assert_one_line_error, run_cli
+from tests.support.cli import REFUSAL_TIMEOUT, assert_ok, assert_one_error_line, run_cli
 from tests.support.external_weights import (
     D,
     ort_run,
@@ -43,8 +43,8 @@ def _constant_external(model_dir, transpose=True):
 def test_output_over_a_constant_attributes_data_file_is_refused(tmp_path):
     model = _constant_external(tmp_path / "model")
     before = snapshot(tmp_path)
-    code, _, err = run_cli(["optimize", "m.onnx", "-o", "w.bin"], cwd=model.parent)
-    assert_one_line_error(code, err)
+    done = run_cli("optimize", "m.onnx", "-o", "w.bin", cwd=model.parent, timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert_unchanged(before, snapshot(tmp_path))
 
 
@@ -54,8 +54,8 @@ def test_unfolded_constant_with_external_data_gives_a_valid_output(tmp_path):
     model = _constant_external(tmp_path / "model", transpose=False)
     (tmp_path / "out").mkdir()
     out = tmp_path / "out" / "o.onnx"
-    code, _, err = run_cli(["optimize", "m.onnx", "-o", out], cwd=model.parent)
-    assert_ok(code, err)
+    done = run_cli("optimize", "m.onnx", "-o", out, cwd=model.parent, timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     x = {"x": np.ones((1, D), np.float32)}
     np.testing.assert_allclose(ort_run(out, x)[0], ort_run(model, x)[0], rtol=1e-5, atol=1e-6)
 
@@ -84,7 +84,7 @@ def test_external_data_outside_the_main_graph_loads_from_any_cwd(tmp_path, where
         onnx.save_model(proto, str(model), save_as_external_data=True, location="w.bin",
                         size_threshold=0)
     out = tmp_path / "o.onnx"
-    code, _, err = run_cli(["optimize", model, "-o", out], cwd=tmp_path)
-    assert_ok(code, err)
+    done = run_cli("optimize", model, "-o", out, cwd=tmp_path, timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     x = {"x": np.ones((1, D), np.float32), "c": np.array(True)}
     np.testing.assert_allclose(ort_run(out, x)[0], ort_run(model, x)[0], rtol=1e-5, atol=1e-6)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
 import onnxruntime as ort
 
+from tests.support.cli import onnxfold_argv, run_cli
 from tests.support.slow_conv import processes_mentioning, slow_conv_model
 
 TIMEOUT = 60
@@ -29,10 +29,8 @@ def test_a_long_kernel_stops_at_the_fold_timeout(tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", model, "-o", out,
-                           "--fold-timeout", "2", "--json", report],
-                          capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, "TMPDIR": str(scratch)})
+    proc = run_cli("optimize", model, "-o", out, "--fold-timeout", "2", "--json", report,
+                   timeout=TIMEOUT, env={**os.environ, "TMPDIR": str(scratch)})
     seconds = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     assert seconds < 10, f"took {seconds:.1f} s under --fold-timeout 2"
@@ -68,9 +66,7 @@ def test_a_kernel_within_the_fold_timeout_still_folds_in_a_child(tmp_path):
     model = str(tmp_path / "m.onnx")
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
     out = str(tmp_path / "out.onnx")
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", model, "-o", out,
-                           "--fold-timeout", "4"], capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    proc = run_cli("optimize", model, "-o", out, "--fold-timeout", "4", timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert [n.op_type for n in _nodes(out)] == ["Add"]
     feed = {"x": rng.standard_normal((1, 48, 64, 64)).astype(np.float32)}
@@ -85,8 +81,8 @@ def test_the_kernels_process_dies_with_a_killed_run(tmp_path):
     model = slow_conv_model(str(tmp_path / "slow.onnx"))
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    run = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", model, "-o",
-                            tmp_path / "out.onnx", "--fold-timeout", "600"],
+    run = subprocess.Popen(onnxfold_argv("optimize", model, "-o", tmp_path / "out.onnx",
+                                         "--fold-timeout", "600"),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            env={**os.environ, "TMPDIR": str(scratch)})
     deadline = time.monotonic() + 30

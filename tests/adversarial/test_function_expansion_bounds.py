@@ -26,8 +26,7 @@ from onnx import TensorProto, helper
 import onnxfold
 from onnxfold.fold import budget
 from onnxfold.pipeline.inlining import inline_functions
-from tests.support import cli_exit
-from tests.support.cli_exit import assert_ok, assert_one_line_error
+from tests.support.cli import assert_ok, assert_one_error_line, run_cli
 
 LIMIT = 30  # seconds: every run here must end well within this
 DOMAIN = "local"
@@ -51,34 +50,29 @@ def nest(levels: int) -> onnx.ModelProto:
     return model
 
 
-def run_cli(*args) -> tuple[int, str, str]:
-    """The CLI as (exit code, stdout, stderr), killed after LIMIT seconds."""
-    return cli_exit.run_cli(args, timeout=LIMIT)
-
-
 @pytest.mark.parametrize("inline", [False, True], ids=["functions-kept", "inline-functions"])
 def test_forty_level_nest_finishes(tmp_path, inline):
     source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
     onnx.save(nest(40), source)
-    code, stdout, stderr = run_cli("optimize", source, "-o", out,
-                                   *(["--inline-functions"] if inline else []))
-    assert_ok(code, stderr)
+    done = run_cli("optimize", source, "-o", out, *(["--inline-functions"] if inline else []),
+                   timeout=LIMIT)
+    assert_ok(done)
     written = onnx.load(out)
     assert len(written.functions) == 40  # nothing inlined, nothing lost
     onnx.checker.check_model(written)
-    assert "not verified in onnxruntime" in stdout  # onnxruntime would inline 2**39 nodes
+    assert "not verified in onnxruntime" in done.stdout  # onnxruntime would inline 2**39 nodes
     if inline:
-        assert "--inline-functions: nothing inlined" in stdout
-        assert "more than 100,000 nodes" in stdout
+        assert "--inline-functions: nothing inlined" in done.stdout
+        assert "more than 100,000 nodes" in done.stdout
 
 
 def test_twenty_level_nest_is_not_verified_in_onnxruntime(tmp_path):
     """2**19 nodes once inlined: the verification would load them for minutes."""
     source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
     onnx.save(nest(20), source)
-    code, stdout, stderr = run_cli("optimize", source, "-o", out)
-    assert_ok(code, stderr)
-    assert "not verified in onnxruntime" in stdout
+    done = run_cli("optimize", source, "-o", out, timeout=LIMIT)
+    assert_ok(done)
+    assert "not verified in onnxruntime" in done.stdout
     assert len(onnx.load(out).functions) == 20
 
 
@@ -87,9 +81,9 @@ def test_nest_in_a_batch_does_not_hold_up_the_others(tmp_path):
     inputs.mkdir()
     onnx.save(nest(40), inputs / "deep.onnx")
     onnx.save(nest(3), inputs / "small.onnx")
-    code, _stdout, stderr = run_cli("optimize", inputs, "-o", f"{outputs}/",
-                                    "--inline-functions")
-    assert_ok(code, stderr)
+    done = run_cli("optimize", inputs, "-o", f"{outputs}/", "--inline-functions",
+                   timeout=LIMIT)
+    assert_ok(done)
     assert len(onnx.load(outputs / "deep.onnx").functions) == 40
     assert not onnx.load(outputs / "small.onnx").functions  # inlined: within the budget
 
@@ -102,8 +96,8 @@ def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
     assert large < 7 * small, f"512 calls: {small:.3f} s, 2,048: {large:.3f} s"
     source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
     onnx.save(nest(12), source)
-    code, _stdout, stderr = run_cli("optimize", source, "-o", out, "--inline-functions")
-    assert_ok(code, stderr)
+    done = run_cli("optimize", source, "-o", out, "--inline-functions", timeout=LIMIT)
+    assert_ok(done)
     written = onnx.load(out)
     assert not written.functions
     assert sum(node.op_type == "Relu" for node in written.graph.node) == 2048
@@ -156,8 +150,8 @@ def test_thousands_of_functions_cost_linear_time(tmp_path):
     assert large < 7 * small, f"1,500 functions: {small:.2f} s, 6,000: {large:.2f} s"
     source, out = tmp_path / "many.onnx", tmp_path / "out.onnx"
     onnx.save(relu_functions(6_000), source)
-    code, _stdout, stderr = run_cli("optimize", source, "-o", out)
-    assert_ok(code, stderr)
+    done = run_cli("optimize", source, "-o", out, timeout=LIMIT)
+    assert_ok(done)
     assert len(onnx.load(out).functions) == 6_000
 
 
@@ -171,18 +165,17 @@ def test_running_a_nest_in_onnxruntime_is_refused(tmp_path, how):
     args = {"compare": ["compare", source, source],
             "optimize --check": ["optimize", source, "--check", "1", "-o", tmp_path / "out.onnx"],
             "run": ["run", source, "--inputs", tmp_path / "in.npz"]}[how]
-    code, _stdout, stderr = run_cli(*args)
-    assert_one_line_error(code, stderr)
-    assert "onnxruntime would inline its local functions into more than 20,000 nodes" in stderr
+    assert_one_error_line(run_cli(*args, timeout=LIMIT), "onnxruntime would inline its local "
+                          "functions into more than 20,000 nodes")
     assert not (tmp_path / "out.onnx").exists()
 
 
 def test_a_small_nest_still_runs_in_onnxruntime(tmp_path):
     source = tmp_path / "nest.onnx"
     onnx.save(nest(8), source)
-    code, stdout, stderr = run_cli("compare", source, source)
-    assert_ok(code, stderr)
-    assert "all outputs within tolerance" in stdout
+    done = run_cli("compare", source, source, timeout=LIMIT)
+    assert_ok(done)
+    assert "all outputs within tolerance" in done.stdout
 
 
 def folding_functions(count: int) -> onnx.ModelProto:
@@ -245,8 +238,8 @@ def test_ten_thousand_folding_functions(tmp_path):
     needs; the growth tests above hold the linearity."""
     source, out = tmp_path / "many.onnx", tmp_path / "out.onnx"
     onnx.save(folding_functions(10_000), source)
-    code, _stdout, stderr = cli_exit.run_cli(["optimize", source, "-o", out], timeout=120)
-    assert_ok(code, stderr)
+    done = run_cli("optimize", source, "-o", out, timeout=120)
+    assert_ok(done)
     written = onnx.load(out)
     assert len(written.functions) == 10_000
     assert all("Neg" not in [n.op_type for n in f.node] for f in written.functions)

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from tests.support.cli_exit import assert_one_line_error, run_cli
+from tests.support.cli import REFUSAL_TIMEOUT, assert_one_error_line, run_cli
 from tests.support.external_weights import forge, mlp_proto, save_external, save_inline, weights
 from tests.support.files import assert_unchanged, snapshot
 
@@ -61,11 +61,11 @@ def test_forged_external_data_is_refused(tmp_path, entries, setup):
             entries = {"location": str(model_dir / "w.bin")}
         forge(model, "W", **entries)
         before = snapshot(model_dir)
-        code, _, err = run_cli(["optimize", model, "-o", tmp_path / "o.onnx"])
+        done = run_cli("optimize", model, "-o", tmp_path / "o.onnx", timeout=REFUSAL_TIMEOUT)
     finally:
         if isinstance(fd, int):
             os.close(fd)
-    assert_one_line_error(code, err)
+    assert_one_error_line(done)
     assert not (tmp_path / "o.onnx").exists()
     assert_unchanged(before, snapshot(model_dir))
 
@@ -76,8 +76,8 @@ def test_copied_weight_with_short_length_is_refused(tmp_path):
     model = save_external(mlp_proto(), model_dir)
     forge(model, "b", length=64)
     before = snapshot(model_dir)
-    code, _, err = run_cli(["optimize", model, "-o", tmp_path / "o.onnx"])
-    assert_one_line_error(code, err)
+    done = run_cli("optimize", model, "-o", tmp_path / "o.onnx", timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert not (tmp_path / "o.onnx").exists()
     assert_unchanged(before, snapshot(model_dir))
 
@@ -101,7 +101,7 @@ def test_inline_raw_data_of_the_wrong_size_is_refused(tmp_path, layout):
     model = save_inline(proto, model_dir)
     before = snapshot(model_dir)
     for command in (["optimize", model, "-o", tmp_path / "o.onnx"], ["inspect", model]):
-        code, _, err = run_cli(command)
-        assert_one_line_error(code, err)
+        done = run_cli(*command, timeout=REFUSAL_TIMEOUT)
+        assert_one_error_line(done)
     assert not (tmp_path / "o.onnx").exists()
     assert_unchanged(before, snapshot(model_dir))

@@ -10,8 +10,6 @@ input.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -20,9 +18,9 @@ import onnxruntime as ort
 import pytest
 
 from bench.builders import many_weight_mlp
+from tests.support.cli import Finished, assert_one_error_line, run_python
 from tests.support.measured_child import run_limited
 
-TIMEOUT = 300
 WIDTH = 33  # a 33x33 float32 weight is 4,356 B: just over the reader's 4 KiB threshold
 # Address space onnxfold needs before any model: Python, numpy, onnx, onnx-ir and
 # onnxruntime's shared objects (measured: a 3-weight model fails at 200 MiB, folds at 250 MiB)
@@ -44,10 +42,10 @@ def assert_same_outputs(original: str, folded: str) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def assert_folded(code: int, out: str, err: str) -> None:
-    assert code == 0, err
-    assert "skipped" not in out, out
-    assert "folded       1 nodes:" in out, out  # (-v: the fold counts)
+def assert_folded(done: Finished) -> None:
+    assert done.returncode == 0, done.stderr
+    assert "skipped" not in done.stdout, done.stdout
+    assert "folded       1 nodes:" in done.stdout, done.stdout  # (-v: the fold counts)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +56,7 @@ def many(tmp_path_factory) -> str:
 
 def test_20000_inline_weights_fold_under_ulimit_n_256(many, tmp_path):
     out = str(tmp_path / "out.onnx")
-    assert_folded(*run_limited(["optimize", many, "-o", out, "-v"], nofile=256)[:3])
+    assert_folded(run_limited(["optimize", many, "-o", out, "-v"], nofile=256)[0])
     assert_same_outputs(many, out)
 
 
@@ -67,14 +65,14 @@ def test_20000_inline_weights_fold_under_ulimit_v_of_three_times_their_size(many
     with the file, not with the number of weights times the file."""
     out = str(tmp_path / "out.onnx")
     limit = ADDRESS_SPACE_FLOOR + 3 * os.path.getsize(many)
-    assert_folded(*run_limited(["optimize", many, "-o", out, "-v"], address_space=limit)[:3])
+    assert_folded(run_limited(["optimize", many, "-o", out, "-v"], address_space=limit)[0])
     assert_same_outputs(many, out)
 
 
 def test_1100_weight_mlp_folds_under_ulimit_n_1024(tmp_path):
     model = mlp(1100, str(tmp_path / "mlp.onnx"))
     out = str(tmp_path / "out.onnx")
-    assert_folded(*run_limited(["optimize", model, "-o", out, "-v"], nofile=1024)[:3])
+    assert_folded(run_limited(["optimize", model, "-o", out, "-v"], nofile=1024)[0])
     assert_same_outputs(model, out)
 
 
@@ -84,19 +82,17 @@ def test_peak_rss_of_many_small_weights_stays_close_to_the_file_size(many, tmp_p
     for 20,000 nodes) and part of the file: measured 1.35x to 1.6x the file's size, depending
     on how the page cache holds it (large folios after a read are mapped whole)."""
     small = mlp(3, str(tmp_path / "small.onnx"))
-    *_, base = run_limited(["optimize", small, "-o", str(tmp_path / "small.out.onnx")])
-    code, out, err, peak = run_limited(["optimize", many, "-o", str(tmp_path / "out.onnx"),
-                                        "-v"])
-    assert_folded(code, out, err)
+    _, base = run_limited(["optimize", small, "-o", str(tmp_path / "small.out.onnx")])
+    done, peak = run_limited(["optimize", many, "-o", str(tmp_path / "out.onnx"), "-v"])
+    assert_folded(done)
     size = os.path.getsize(many)
     assert peak - base < 1.9 * size, (peak, base, size)
 
 
-def _in_child(body: str, tmp_path) -> subprocess.CompletedProcess:
+def _in_child(body: str, tmp_path) -> Finished:
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(body))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    return run_python(script)
 
 
 def test_too_many_open_files_is_named_with_the_limit(tmp_path):
@@ -112,10 +108,8 @@ def test_too_many_open_files_is_named_with_the_limit(tmp_path):
             resource.RLIMIT_NOFILE)[1]))
         sys.exit(cli.main(["optimize", {model!r}, "-o", {str(tmp_path / "o.onnx")!r}]))
     """, tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert "too many open files (ulimit -n is " in result.stderr, result.stderr
+    assert_one_error_line(result, "too many open files (ulimit -n is ")
     assert "not an ONNX model" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "o.onnx").exists()
 
 
@@ -146,8 +140,8 @@ def test_too_little_address_space_to_start_is_named_not_a_bug(tmp_path, mib):
     objects (measured: onnxruntime's at 200 MiB): whatever fails, it is the limit that is
     named, never an internal error."""
     model = mlp(3, str(tmp_path / "mlp.onnx"))
-    code, _out, err, _rss = run_limited(["optimize", model, "-o", str(tmp_path / "o.onnx")],
-                                        address_space=mib << 20)
+    (code, _out, err), _rss = run_limited(["optimize", model, "-o", str(tmp_path / "o.onnx")],
+                                          address_space=mib << 20)
     assert "internal error" not in err and "Traceback" not in err, err
     assert code == 0 or (code == 2 and f"ulimit -v is {mib} MiB" in err), (code, err)
 
@@ -157,7 +151,7 @@ def test_address_space_run_out_while_reading_the_graph_is_named(many, tmp_path):
     does not fit while onnx-ir builds it: onnx-ir wraps the MemoryError in its own error,
     which is still named as the limit, not as an unreadable model."""
     limit = 3 * os.path.getsize(many)
-    code, _out, err, _rss = run_limited(["optimize", many, "-o", str(tmp_path / "o.onnx")],
-                                        address_space=limit)
+    (code, _out, err), _rss = run_limited(["optimize", many, "-o", str(tmp_path / "o.onnx")],
+                                          address_space=limit)
     assert "cannot read model" not in err and "internal error" not in err, err
     assert code == 0 or (code == 2 and f"ulimit -v is {limit >> 20} MiB" in err), (code, err)

@@ -16,17 +16,18 @@ from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.errors import InputError
-from tests.support import cli_exit
-from tests.support.cli_exit import assert_ok, assert_one_line_error
+from tests.support.cli import Finished, assert_ok, assert_one_error_line, run_cli
 
 LIMIT = 30  # seconds
 
 
-def run_cli(*args, max_nodes: str | None = None) -> tuple[int, str, str]:
+def _run(*args, max_nodes: str | None = None) -> Finished:
+    """The CLI with ``ONNXFOLD_MAX_NODES`` unset or set to ``max_nodes``, killed after LIMIT
+    seconds."""
     env = {k: v for k, v in os.environ.items() if k != "ONNXFOLD_MAX_NODES"}
     if max_nodes is not None:
         env["ONNXFOLD_MAX_NODES"] = max_nodes
-    return cli_exit.run_cli(args, timeout=LIMIT, env=env)
+    return run_cli(*args, timeout=LIMIT, env=env)
 
 
 def _chain(count: int) -> onnx.ModelProto:
@@ -45,30 +46,25 @@ def test_six_hundred_thousand_empty_nodes_are_refused_quickly(tmp_path):
     source = tmp_path / "empty.onnx"
     onnx.save(model, source)
     assert source.stat().st_size < 2 << 20
-    code, _stdout, stderr = run_cli("optimize", source, "--skip-check", "-o", tmp_path / "o.onnx")
-    assert_one_line_error(code, stderr)
-    assert "more than 500,000 nodes" in stderr and "ONNXFOLD_MAX_NODES" in stderr
+    done = _run("optimize", source, "--skip-check", "-o", tmp_path / "o.onnx")
+    assert_one_error_line(done, "more than 500,000 nodes", "ONNXFOLD_MAX_NODES")
     assert not (tmp_path / "o.onnx").exists()
 
 
 def test_the_bound_can_be_moved(tmp_path):
     source, out = tmp_path / "chain.onnx", tmp_path / "out.onnx"
     onnx.save(_chain(300), source)
-    code, _stdout, stderr = run_cli("optimize", source, "-o", out, max_nodes="299")
-    assert_one_line_error(code, stderr)
-    assert "more than 299 nodes" in stderr
-    code, _stdout, stderr = run_cli("optimize", source, "-o", out, max_nodes="300")
-    assert_ok(code, stderr)
+    assert_one_error_line(_run("optimize", source, "-o", out, max_nodes="299"),
+                          "more than 299 nodes")
+    assert_ok(_run("optimize", source, "-o", out, max_nodes="300"))
 
 
 @pytest.mark.parametrize("value", ["many", "-5", "0", "1e6", "٣"])
 def test_a_bad_bound_is_a_one_line_error(tmp_path, value):
     source = tmp_path / "chain.onnx"
     onnx.save(_chain(3), source)
-    code, _stdout, stderr = run_cli("optimize", source, "-o", tmp_path / "o.onnx",
-                                    max_nodes=value)
-    assert_one_line_error(code, stderr)
-    assert "ONNXFOLD_MAX_NODES" in stderr
+    done = _run("optimize", source, "-o", tmp_path / "o.onnx", max_nodes=value)
+    assert_one_error_line(done, "ONNXFOLD_MAX_NODES")
 
 
 def test_subgraphs_and_function_bodies_count(tmp_path, monkeypatch):

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +23,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.support import cli_exit
-from tests.support.cli_exit import assert_one_line_error
+from tests.support.cli import (
+    REFUSAL_TIMEOUT,
+    Finished,
+    assert_one_error_line,
+    onnxfold_argv,
+    run_cli,
+    run_command,
+)
 from tests.support.models import make_model, vinfo
 
 TIMEOUT = 120
@@ -82,9 +86,8 @@ UNSHARE = shutil.which("unshare")
 def _namespaces_work() -> bool:
     if UNSHARE is None:
         return False
-    probe = subprocess.run([UNSHARE, "-rm", "sh", "-c", "mount --bind /tmp /tmp"],
-                           capture_output=True, timeout=30)
-    return probe.returncode == 0
+    return run_command([UNSHARE, "-rm", "sh", "-c", "mount --bind /tmp /tmp"],
+                       timeout=30).returncode == 0
 
 
 NAMESPACES = _namespaces_work()
@@ -110,16 +113,16 @@ class Run:
     cwd: str | None = None
 
 
-def run_cli(run: Run) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "onnxfold", *run.argv]
+def _run(run: Run) -> Finished:
+    """The command line of ``run``, in a mount namespace if it has mounts to set up."""
+    command = onnxfold_argv(*run.argv)
     if run.mounts:
         if not NAMESPACES:
             pytest.skip("needs `unshare -rm` (user and mount namespaces)")
         command = [UNSHARE, "-rm", "sh", "-c", run.mounts + 'exec "$@"', "sh", *command]
     env = {**os.environ, **run.env}
     env.pop("ONNXFOLD_DEBUG", None)
-    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
-                          env=env, cwd=run.cwd)
+    return run_command(command, env=env, cwd=run.cwd, timeout=TIMEOUT)
 
 
 # -- the cases --------------------------------------------------------------------------------
@@ -133,7 +136,7 @@ class Case:
     lines: int = 1
     says: tuple[str, ...] = ()
     hides: tuple[str, ...] = ()
-    after: Callable[[Path, subprocess.CompletedProcess], None] | None = None
+    after: Callable[[Path, Finished], None] | None = None
 
 
 def _optimize(*flags: str) -> Callable[[Path], Run]:
@@ -165,7 +168,7 @@ def _unwritable_temp_directory(tmp: Path) -> Run:
     return run
 
 
-def _left_no_directory(tmp: Path, proc: subprocess.CompletedProcess) -> None:
+def _left_no_directory(tmp: Path, proc: Finished) -> None:
     assert not (tmp / "out/many").exists(), "the batch left its output directory behind"
     assert os.listdir(tmp / "out") == []
 
@@ -215,7 +218,7 @@ def _names_explained(tmp: Path) -> Run:
                 "--json", str(tmp / "r.json"), "--report", str(tmp / "r.html")])
 
 
-def _names_reported(tmp: Path, proc: subprocess.CompletedProcess) -> None:
+def _names_reported(tmp: Path, proc: Finished) -> None:
     assert_escaped(proc.stdout)
     assert "rule declined" in proc.stdout and "Reshape" in proc.stdout, proc.stdout
     report = json.loads((tmp / "r.json").read_text())
@@ -293,7 +296,7 @@ def _nothing_written(tmp: Path) -> None:
     assert sorted(os.listdir(tmp)) == ["m.onnx"]
 
 
-def _kept_with_reason(tmp: Path, proc: subprocess.CompletedProcess) -> None:
+def _kept_with_reason(tmp: Path, proc: Finished) -> None:
     """The Cast stays (declined with its reason) and the output runs like the input."""
     assert "is not a valid element of Reshape's shape" in proc.stdout, proc.stdout
     folded = onnx.load(tmp / "o.onnx")
@@ -306,7 +309,7 @@ def test_model_names_are_printed_escaped(command: str, tmp_path: Path) -> None:
     model = nan_shape(tmp_path / ("m" + ESCAPES + ".onnx"), ESCAPES)
     argv = {"inspect": ["inspect", model], "compare": ["compare", model, model],
             "optimize": ["optimize", model, "-o", str(tmp_path / ("o" + ESCAPES + ".onnx"))]}
-    proc = run_cli(Run(argv[command]))
+    proc = _run(Run(argv[command]))
     if command == "compare":  # onnxruntime refuses the NaN shape: the error names the model
         assert proc.returncode == 2, proc.stderr
         assert_escaped(proc.stderr)
@@ -318,7 +321,7 @@ def test_model_names_are_printed_escaped(command: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_is_one_line(name: str, tmp_path: Path) -> None:
     case = CASES[name]
-    proc = run_cli(case.build(tmp_path))
+    proc = _run(case.build(tmp_path))
     lines = proc.stderr.splitlines()
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == case.code, f"exit {proc.returncode}; stderr:\n{proc.stderr}"
@@ -342,7 +345,7 @@ def test_tables_align_escaped_names(tmp_path: Path) -> None:
                    helper.make_node("Add", ["X", "c"], [name], name="add")],
                   [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
                   [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])], [one])
-    compared = run_cli(Run(["compare", model, model]))
+    compared = _run(Run(["compare", model, model]))
     assert compared.returncode == 0, compared.stderr
     rows = [line for line in compared.stdout.splitlines() if "float32  [2]" in line]
     assert len(rows) == 1 and rows[0].startswith(printable_name(name)), compared.stdout
@@ -367,8 +370,7 @@ def test_string_tensor_with_external_data_is_one_line(tmp_path):
     onnx.save_model(proto, str(model_dir / "m.onnx"))
     for args in (["optimize", model_dir / "m.onnx", "-o", tmp_path / "o.onnx"],
                  ["inspect", model_dir / "m.onnx"]):
-        code, _, err = cli_exit.run_cli(args)
-        assert_one_line_error(code, err)
+        assert_one_error_line(run_cli(*args, timeout=REFUSAL_TIMEOUT))
 
 
 def test_sparse_initializer_of_strings_is_one_line(tmp_path):
@@ -382,10 +384,10 @@ def test_sparse_initializer_of_strings_is_one_line(tmp_path):
     proto.ir_version = 8
     path = tmp_path / "m.onnx"
     onnx.save_model(proto, str(path))
-    code, _, err = cli_exit.run_cli(["optimize", path, "-o", tmp_path / "o.onnx"])
-    if code == 0:
+    done = run_cli("optimize", path, "-o", tmp_path / "o.onnx", timeout=REFUSAL_TIMEOUT)
+    if done.returncode == 0:
         return  # densified validly is fine too
-    assert_one_line_error(code, err)
+    assert_one_error_line(done)
 
 
 # -- the Python API: runtime constants numpy or no backend can fold ---------------------------
@@ -429,7 +431,7 @@ def test_batch_lines_start_as_a_one_model_runs_do(tmp_path):
     models.mkdir()
     shaped = add_one(models / "a.onnx")
     (models / "b.onnx").write_bytes(b"not a model")
-    proc = run_cli(Run(["optimize", shaped, str(models / "b.onnx"), "-o", str(tmp_path / "out/"),
+    proc = _run(Run(["optimize", shaped, str(models / "b.onnx"), "-o", str(tmp_path / "out/"),
                         "--input-shape", "Q:3"]))
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()

@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 import onnxfold
-from tests.support.cli_exit import assert_one_line_error, run_cli
+from tests.support.cli import REFUSAL_TIMEOUT, assert_one_error_line, run_cli
 from tests.support.external_weights import (
     D,
     feeds,
@@ -69,8 +69,8 @@ def test_optimize_refuses_weights_outside_the_model_dir(tmp_path, trick):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     before = snapshot(model_dir, out_dir, canary.parent)
-    code, _, err = run_cli(["optimize", model, "-o", out_dir / "o.onnx"])
-    assert_one_line_error(code, err)
+    done = run_cli("optimize", model, "-o", out_dir / "o.onnx", timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert_unchanged(before, snapshot(model_dir, out_dir, canary.parent))
     assert_no_canary(tmp_path, canary)
 
@@ -84,8 +84,8 @@ def test_optimize_refuses_etc_passwd(tmp_path, location):
     model = save_external(mlp_proto(), model_dir)
     forge(model, "b", location=location, offset=0, length=128)  # b is 32 float32
     before = snapshot(model_dir)
-    code, _, err = run_cli(["optimize", model, "-o", tmp_path / "o.onnx"])
-    assert_one_line_error(code, err)
+    done = run_cli("optimize", model, "-o", tmp_path / "o.onnx", timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert not (tmp_path / "o.onnx").exists()
     assert_unchanged(before, snapshot(model_dir))
     assert_no_canary(tmp_path, probes=(PASSWD_PROBE,))
@@ -116,8 +116,8 @@ def test_every_command_refuses_weights_outside_the_model_dir(tmp_path, command, 
         "inspect": ["inspect", model],
     }[command]
     before = snapshot(model_dir, out, canary.parent)
-    code, _, err = run_cli(args)
-    assert_one_line_error(code, err)
+    done = run_cli(*args, timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert_unchanged(before, snapshot(model_dir, out, canary.parent))
     assert_no_canary(tmp_path, canary)
 

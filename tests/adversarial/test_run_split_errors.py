@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.support.cli_exit import assert_ok, assert_one_line_error, run_cli
+from tests.support.cli import REFUSAL_TIMEOUT, assert_ok, assert_one_error_line, run_cli
 from tests.support.external_weights import D, ort_run, save_inline, weights, weights_as_inputs_proto
 from tests.support.files import assert_unchanged, snapshot
 
@@ -57,8 +57,8 @@ def test_bad_run_arguments_are_one_line(tmp_path, model, case):
     path, f = model
     extra = BAD[case](tmp_path, f)
     before = snapshot(tmp_path)
-    code, _, err = run_cli(["run", path, "--runtime-const", "W", "b", *extra])
-    assert_one_line_error(code, err)
+    done = run_cli("run", path, "--runtime-const", "W", "b", *extra, timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert_unchanged(before, snapshot(tmp_path))
 
 
@@ -66,16 +66,17 @@ def test_split_into_an_existing_file_is_one_line(tmp_path, model):
     path, _ = model
     target = _regular_file(tmp_path, "parts")
     before = snapshot(tmp_path)
-    code, _, err = run_cli(["split", path, "--runtime-const", "W", "b", "-o", target])
-    assert_one_line_error(code, err)
+    done = run_cli("split", path, "--runtime-const", "W", "b", "-o", target,
+                   timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert_unchanged(before, snapshot(tmp_path))
 
 
 def test_run_without_runtime_constants_just_runs(tmp_path, model):
     path, f = model
-    code, _, err = run_cli(["run", path, "--inputs", tmp_path / "feeds.npz",
-                            "-o", tmp_path / "y.npz"])
-    assert_ok(code, err)
+    done = run_cli("run", path, "--inputs", tmp_path / "feeds.npz", "-o", tmp_path / "y.npz",
+                   timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], ort_run(path, f)[0], **TOL)
 
 
@@ -84,15 +85,15 @@ def test_corrupted_cache_dir_is_refolded(tmp_path, model):
     cache = tmp_path / "cache"
     args = ["run", path, "--runtime-const", "W", "b", "--inputs", tmp_path / "feeds.npz",
             "--cache-dir", cache]
-    code, _, err = run_cli([*args, "-o", tmp_path / "y1.npz"])
-    assert_ok(code, err)
+    done = run_cli(*args, "-o", tmp_path / "y1.npz", timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     files = [os.path.join(r, n) for r, _, ns in os.walk(cache) for n in ns]
     assert files, "the first run left nothing in --cache-dir"
     for name in files:
         with open(name, "wb") as fh:
             fh.write(os.urandom(257))
-    code, _, err = run_cli([*args, "-o", tmp_path / "y2.npz"])
-    assert_ok(code, err)
+    done = run_cli(*args, "-o", tmp_path / "y2.npz", timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     y1, y2 = np.load(tmp_path / "y1.npz")["y"], np.load(tmp_path / "y2.npz")["y"]
     np.testing.assert_array_equal(y1, y2)
     np.testing.assert_allclose(y1, ort_run(path, f)[0], **TOL)

@@ -29,6 +29,7 @@ import onnx
 import pytest
 
 from onnxfold.host.points import PAUSE_AT_ENV, PAUSE_DIR_ENV
+from tests.support.cli import onnxfold_argv, run_cli
 from tests.support.interrupts import (
     Ending,
     assert_interrupted,
@@ -72,9 +73,7 @@ def folded(tmp_path_factory) -> dict[str, str]:
     source = transposed_weight(work / "in")
     out = work / "out"
     out.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", source, "-o",
-                           out / "m.onnx", "--external-data", "yes", "-q"], capture_output=True,
-                          text=True, timeout=300)
+    proc = run_cli("optimize", source, "-o", out / "m.onnx", "--external-data", "yes", "-q")
     assert proc.returncode == 0, proc.stderr
     return {"model": sha256(out / "m.onnx"), "data": sha256(out / "m.onnx.data")}
 
@@ -205,8 +204,8 @@ def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, PAUSE_AT_ENV: "claimed", PAUSE_DIR_ENV: str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", source, "-o",
-                             out / "m.onnx", "-q"], env=env, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(onnxfold_argv("optimize", source, "-o", out / "m.onnx", "-q"),
+                            env=env, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     deadline = time.monotonic() + 120
     while not glob.glob(str(tmp_path / "claimed.*")) and time.monotonic() < deadline:
@@ -316,8 +315,8 @@ def test_a_signal_while_waiting_for_another_runs_lock(tmp_path, signum):
     held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(held, fcntl.LOCK_EX)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", source, "-o",
-                                 out / "m.onnx"], stdout=subprocess.PIPE,
+        proc = subprocess.Popen(onnxfold_argv("optimize", source, "-o", out / "m.onnx"),
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while not _waiting_for_a_lock(proc.pid):

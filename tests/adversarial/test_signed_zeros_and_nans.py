@@ -18,8 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.support import cli_exit
-from tests.support.cli_exit import assert_ok
+from tests.support.cli import REFUSAL_TIMEOUT, assert_ok, run_cli
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.ort_oracle import run_node_ort, run_rule
 from tests.support.running import assert_same_bits, fold_proto, run_ort
@@ -180,8 +179,8 @@ def test_check_passes_with_other_nan_bits_and_catches_a_zero_of_the_wrong_sign(t
     ``verify-folds`` refuses a folded -0.0 where the original computes +0.0."""
     source = _scaled_by_a_where(tmp_path / "m.onnx")
     out = tmp_path / "out.onnx"
-    code, _stdout, stderr = cli_exit.run_cli(["optimize", source, "-o", out, "--check", "1"])
-    assert_ok(code, stderr)
+    done = run_cli("optimize", source, "-o", out, "--check", "1", timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     folded = onnx.load(out)
     (w,) = [t for t in folded.graph.initializer if t.name == "w"]
     values = numpy_helper.to_array(w)
@@ -190,5 +189,5 @@ def test_check_passes_with_other_nan_bits_and_catches_a_zero_of_the_wrong_sign(t
     planted[0] = -0.0
     w.CopyFrom(numpy_helper.from_array(planted, "w"))
     onnx.save(folded, tmp_path / "planted.onnx")
-    code, stdout, _stderr = cli_exit.run_cli(["verify-folds", source, tmp_path / "planted.onnx"])
-    assert code == 1, stdout
+    done = run_cli("verify-folds", source, tmp_path / "planted.onnx", timeout=REFUSAL_TIMEOUT)
+    assert done.returncode == 1, done.stdout

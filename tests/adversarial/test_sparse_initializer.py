@@ -3,7 +3,7 @@
 import numpy as np
 from onnx import helper
 
-from tests.support.cli_exit import assert_one_line_error, run_cli
+from tests.support.cli import REFUSAL_TIMEOUT, assert_ok, assert_one_error_line, run_cli
 from tests.support.external_weights import D, ort_run, save_inline
 from tests.support.files import assert_unchanged, snapshot
 from tests.support.models import make_model, tensor, vinfo
@@ -29,11 +29,11 @@ def test_sparse_initializer_folds_validly_or_is_refused(tmp_path):
     want = ort_run(model, x)[0]  # onnxruntime densifies sparse initializers
     before = snapshot(tmp_path / "model")
     out = tmp_path / "o.onnx"
-    code, _, err = run_cli(["optimize", model, "-o", out])
+    done = run_cli("optimize", model, "-o", out, timeout=REFUSAL_TIMEOUT)
     assert_unchanged(before, snapshot(tmp_path / "model"))
-    if code == 2:
-        assert_one_line_error(code, err)
+    if done.returncode == 2:
+        assert_one_error_line(done)
         assert not out.exists()
         return
-    assert code == 0 and "Traceback" not in err, f"exit {code}:\n{err}"
+    assert_ok(done)
     np.testing.assert_allclose(ort_run(out, x)[0], want, rtol=1e-6, atol=0)  # loads, same y

@@ -10,15 +10,12 @@ The truncation is made deterministic by a wrapper around ``load_with_light_proto
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.support.cli_exit import TIMEOUT, assert_one_line_error
+from tests.support.cli import REFUSAL_TIMEOUT, assert_one_error_line, run_python
 
 CHILD = """
 import os, sys, numpy as np
@@ -66,10 +63,9 @@ def test_a_weight_file_truncated_mid_run_is_a_one_line_error(tmp_path, mode):
     _model(tmp_path)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, str(tmp_path / "m.data"), str(tmp_path / "m.onnx"),
-         str(out_dir / "folded.onnx")], capture_output=True, text=True, timeout=TIMEOUT)
-    assert_one_line_error(proc.returncode, proc.stderr)
+    proc = run_python("-c", CHILD, mode, tmp_path / "m.data", tmp_path / "m.onnx",
+                      out_dir / "folded.onnx", timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(proc)
     assert ("past the end" if mode != "writing" else "truncated while it was being read") \
         in proc.stderr
     assert list(out_dir.iterdir()) == [], "no output and no temporary file"

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.support.cli_exit import assert_ok, assert_one_line_error, run_cli
+from tests.support.cli import REFUSAL_TIMEOUT, assert_ok, assert_one_error_line, run_cli
 from tests.support.external_weights import (
     feeds,
     ort_run,
@@ -86,8 +86,8 @@ def test_outputs_over_inputs_are_refused_before_anything_is_written(tmp_path, ca
     (tmp_path / "out").mkdir()
     args = REFUSED[case](tmp_path)
     before = snapshot(tmp_path)
-    code, _, err = run_cli(args)
-    assert_one_line_error(code, err)
+    done = run_cli(*args, timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert_unchanged(before, snapshot(tmp_path))
     assert not (tmp_path / "out" / "o.onnx").exists()
 
@@ -103,8 +103,8 @@ def test_symlinked_output_is_written_through(tmp_path):
     target.write_bytes(b"the user's file")
     link = out / "link.onnx"
     os.symlink("precious.onnx", link)
-    code, _, err = run_cli(["optimize", model, "-o", link])
-    assert_ok(code, err)
+    done = run_cli("optimize", model, "-o", link, timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     assert os.path.islink(link), "the symlink was replaced by a regular file"
     assert os.readlink(link) == "precious.onnx"
     assert sorted(os.listdir(out)) == ["link.onnx", "precious.onnx"]  # no temporary left
@@ -130,11 +130,11 @@ def test_device_output_is_not_replaced(tmp_path):
     rdev = os.stat(dev).st_rdev
     listing = sorted(os.listdir(os.path.dirname(dev)))
     inputs = snapshot(model.parent)
-    code, _, err = run_cli(["optimize", model, "-o", dev])
-    if code == 2:
-        assert_one_line_error(code, err)
+    done = run_cli("optimize", model, "-o", dev, timeout=REFUSAL_TIMEOUT)
+    if done.returncode == 2:
+        assert_one_error_line(done)
     else:
-        assert_ok(code, err)
+        assert_ok(done)
     st = os.lstat(dev)
     assert stat.S_ISCHR(st.st_mode) and st.st_rdev == rdev, f"{dev} was replaced"
     assert sorted(os.listdir(os.path.dirname(dev))) == listing
@@ -146,9 +146,9 @@ def test_valid_outputs_beside_the_inputs_leave_nothing_else(tmp_path):
     model = _model(tmp_path)
     before = snapshot(tmp_path)
     out = model.parent / "o.onnx"
-    code, _, err = run_cli(["optimize", model, "-o", out, "--external-data", "yes",
-                            "--json", model.parent / "r.json"])
-    assert_ok(code, err)
+    done = run_cli("optimize", model, "-o", out, "--external-data", "yes", "--json",
+                   model.parent / "r.json", timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     assert_unchanged(before, snapshot(tmp_path),
                      new_ok=[out, model.parent / "o.onnx.data", model.parent / "r.json"])
     f = feeds()
@@ -166,14 +166,15 @@ def _npz_case(tmp_path):
 def test_run_output_over_its_inputs_npz_is_refused(tmp_path):
     model, npz = _npz_case(tmp_path)
     before = snapshot(tmp_path)
-    code, _, err = run_cli(["run", model, "--runtime-const", "s", "--inputs", npz, "-o", npz])
-    assert_one_line_error(code, err)
+    done = run_cli("run", model, "--runtime-const", "s", "--inputs", npz, "-o", npz,
+                   timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert_unchanged(before, snapshot(tmp_path))
 
 
 def test_compare_json_over_its_inputs_npz_is_refused(tmp_path):
     model, npz = _npz_case(tmp_path)
     before = snapshot(tmp_path)
-    code, _, err = run_cli(["compare", model, model, "--inputs", npz, "--json", npz])
-    assert_one_line_error(code, err)
+    done = run_cli("compare", model, model, "--inputs", npz, "--json", npz, timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done)
     assert_unchanged(before, snapshot(tmp_path))

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.support.cli_exit import assert_ok, run_cli
+from tests.support.cli import REFUSAL_TIMEOUT, assert_ok, run_cli
 from tests.support.external_weights import (
     feeds,
     forge,
@@ -56,13 +56,13 @@ def test_hub_cache_layout_loads(tmp_path, command, external):
     np.savez(out / "feeds.npz", **f)
     before = snapshot(tmp_path / "hub")
     if command == "optimize":
-        code, _, err = run_cli(["optimize", model, "-o", out / "f.onnx"])
-        assert_ok(code, err)
+        done = run_cli("optimize", model, "-o", out / "f.onnx", timeout=REFUSAL_TIMEOUT)
+        assert_ok(done)
         got = ort_run(out / "f.onnx", f)[0]
     else:
-        code, _, err = run_cli(["run", model, "--runtime-const", "s", "--inputs",
-                                out / "feeds.npz", "-o", out / "y.npz"])
-        assert_ok(code, err)
+        done = run_cli("run", model, "--runtime-const", "s", "--inputs", out / "feeds.npz", "-o",
+                       out / "y.npz", timeout=REFUSAL_TIMEOUT)
+        assert_ok(done)
         got = np.load(out / "y.npz")["y"]
     np.testing.assert_allclose(got, ort_run(proto, f)[0], **TOL)
     assert_unchanged(before, snapshot(tmp_path / "hub"))
@@ -75,8 +75,8 @@ def test_model_file_with_a_second_hard_link_folds(tmp_path, external):
     model = save(proto, tmp_path / "model")
     os.link(model, tmp_path / "model" / "m-link.onnx")
     before = snapshot(tmp_path / "model")
-    code, _, err = run_cli(["optimize", model, "-o", tmp_path / "f.onnx"])
-    assert_ok(code, err)
+    done = run_cli("optimize", model, "-o", tmp_path / "f.onnx", timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     f = feeds()
     np.testing.assert_allclose(ort_run(tmp_path / "f.onnx", f)[0], ort_run(proto, f)[0], **TOL)
     assert_unchanged(before, snapshot(tmp_path / "model"))
@@ -86,8 +86,8 @@ def test_dot_slash_location_loads(tmp_path):
     proto = runtime_proto()
     model = save_external(proto, tmp_path / "model")
     forge(model, "W", location="./w.bin")
-    code, _, err = run_cli(["optimize", model, "-o", tmp_path / "f.onnx"])
-    assert_ok(code, err)
+    done = run_cli("optimize", model, "-o", tmp_path / "f.onnx", timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     f = feeds()
     np.testing.assert_allclose(ort_run(tmp_path / "f.onnx", f)[0], ort_run(proto, f)[0], **TOL)
 
@@ -95,9 +95,9 @@ def test_dot_slash_location_loads(tmp_path):
 def test_split_from_another_working_directory(tmp_path):
     """Relative paths from cwd = tmp_path: w.bin is beside the model, not in the cwd."""
     save_external(runtime_proto(), tmp_path / "model")
-    code, _, err = run_cli(["split", "model/m.onnx", "--runtime-const", "s", "-o", "parts"],
-                           cwd=tmp_path)
-    assert_ok(code, err)
+    done = run_cli("split", "model/m.onnx", "--runtime-const", "s", "-o", "parts", cwd=tmp_path,
+                   timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     for name in ("entry.onnx", "runtime_fold.onnx", "manifest.json"):
         assert (tmp_path / "parts" / name).is_file(), name
     onnx.checker.check_model(str(tmp_path / "parts" / "runtime_fold.onnx"))
@@ -109,9 +109,9 @@ def test_run_from_another_working_directory(tmp_path):
     model = save_external(proto, tmp_path / "model")
     f = feeds()
     np.savez(tmp_path / "feeds.npz", **f)
-    code, _, err = run_cli(["run", model, "--runtime-const", "s", "--inputs",
-                            tmp_path / "feeds.npz", "-o", tmp_path / "y.npz"], cwd="/")
-    assert_ok(code, err)
+    done = run_cli("run", model, "--runtime-const", "s", "--inputs", tmp_path / "feeds.npz", "-o",
+                   tmp_path / "y.npz", cwd="/", timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], ort_run(proto, f)[0], **TOL)
 
 
@@ -121,8 +121,9 @@ def test_output_name_of_250_characters(tmp_path, external):
     model = save_inline(proto, tmp_path / "model")
     out = tmp_path / ("a" * 245 + ".onnx")
     assert len(out.name) == 250
-    code, _, err = run_cli(["optimize", model, "-o", out, "--external-data", external])
-    assert_ok(code, err)
+    done = run_cli("optimize", model, "-o", out, "--external-data", external,
+                   timeout=REFUSAL_TIMEOUT)
+    assert_ok(done)
     expected = {"model", out.name} | ({out.name + ".data"} if external == "yes" else set())
     assert set(os.listdir(tmp_path)) == expected
     f = feeds()

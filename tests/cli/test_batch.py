@@ -15,13 +15,9 @@ from onnx import helper
 from onnxfold.app import batch, batch_jobs, batch_plan
 from onnxfold.app.commands import OptimizeCommand
 from onnxfold.app.parser import parse
+from tests.support.cli import run_cli
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import run_ort
-
-
-def onnxfold(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
 
 
 def small_model(scale: float) -> onnx.ModelProto:
@@ -73,7 +69,7 @@ def test_several_models_one_invalid_two_jobs(tmp_path):
     bad = invalid(tmp_path / "in" / "broken.onnx")
     out = tmp_path / "out"
     report = tmp_path / "summary.json"
-    proc = onnxfold("optimize", *good, bad, "-o", f"{out}/", "-j", "2", "--json", str(report))
+    proc = run_cli("optimize", *good, bad, "-o", f"{out}/", "-j", "2", "--json", str(report))
     assert proc.returncode == 2, proc.stderr  # the worst job: bad input
     table = rows(proc.stdout)
     assert table[bad][2] == "bad input"
@@ -99,14 +95,14 @@ def test_directory_input_not_recursive_unless_asked(tmp_path):
     write(zoo / "sub" / "c.onnx", scale=3.0)
     (zoo / "notes.txt").write_text("not a model")
     out = tmp_path / "out"
-    proc = onnxfold("optimize", str(zoo), "-o", str(out) + "/", "-q")
+    proc = run_cli("optimize", str(zoo), "-o", str(out) + "/", "-q")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""  # -q: nothing on success
     assert sorted(os.listdir(out)) == ["a.onnx", "b.onnx"]
     same_outputs(str(zoo / "b.onnx"), str(out / "b.onnx"))
 
     out2 = tmp_path / "out2"
-    proc = onnxfold("optimize", str(zoo), "-o", f"{out2}/", "--recursive", "-j", "2")
+    proc = run_cli("optimize", str(zoo), "-o", f"{out2}/", "--recursive", "-j", "2")
     assert proc.returncode == 0, proc.stderr
     assert (out2 / "sub" / "c.onnx").is_file() and (out2 / "a.onnx").is_file()
     same_outputs(str(zoo / "sub" / "c.onnx"), str(out2 / "sub" / "c.onnx"))
@@ -117,7 +113,7 @@ def test_recursive_walk_skips_the_output_directory_inside_it(tmp_path):
     zoo = tmp_path / "zoo"
     write(zoo / "a.onnx")
     write(zoo / "folded" / "old.onnx")  # an earlier run's output: not an input now
-    proc = onnxfold("optimize", str(zoo), "-r", "-o", str(zoo / "folded"))
+    proc = run_cli("optimize", str(zoo), "-r", "-o", str(zoo / "folded"))
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(zoo / "folded")) == ["a.onnx", "old.onnx"]
     assert "1 of 1 models" in proc.stdout
@@ -128,7 +124,7 @@ def test_same_basename_from_two_directories_is_refused_up_front(tmp_path):
     second = write(tmp_path / "y" / "model.onnx", scale=2.0)
     other = write(tmp_path / "x" / "other.onnx")
     out = tmp_path / "out"
-    proc = onnxfold("optimize", other, first, second, "-o", f"{out}/")
+    proc = run_cli("optimize", other, first, second, "-o", f"{out}/")
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip()
     assert line.startswith("onnxfold: error:") and len(line.splitlines()) == 1
@@ -138,7 +134,7 @@ def test_same_basename_from_two_directories_is_refused_up_front(tmp_path):
     # into an existing directory holding a file of that name: still nothing written
     out.mkdir()
     (out / "model.onnx").write_bytes(b"user data")
-    proc = onnxfold("optimize", first, second, "-o", str(out))
+    proc = run_cli("optimize", first, second, "-o", str(out))
     assert proc.returncode == 2
     assert (out / "model.onnx").read_bytes() == b"user data"
     assert os.listdir(out) == ["model.onnx"]
@@ -148,17 +144,17 @@ def test_output_directory_holding_an_input_is_refused(tmp_path):
     a = write(tmp_path / "a.onnx")
     b = write(tmp_path / "b.onnx")
     before = (tmp_path / "a.onnx").read_bytes()
-    proc = onnxfold("optimize", a, b, "-o", str(tmp_path))
+    proc = run_cli("optimize", a, b, "-o", str(tmp_path))
     assert proc.returncode == 2 and "holds the input" in proc.stderr, proc.stderr
     assert (tmp_path / "a.onnx").read_bytes() == before
 
 
 def test_the_same_input_twice_and_an_empty_directory_are_bad_input(tmp_path):
     a = write(tmp_path / "in" / "a.onnx")
-    proc = onnxfold("optimize", a, a, "-o", f"{tmp_path / 'out'}/")
+    proc = run_cli("optimize", a, a, "-o", f"{tmp_path / 'out'}/")
     assert proc.returncode == 2 and "given twice" in proc.stderr
     (tmp_path / "empty").mkdir()
-    proc = onnxfold("optimize", str(tmp_path / "empty"), "-o", f"{tmp_path / 'out'}/")
+    proc = run_cli("optimize", str(tmp_path / "empty"), "-o", f"{tmp_path / 'out'}/")
     assert proc.returncode == 2 and "no .onnx file" in proc.stderr
     assert not (tmp_path / "out").exists()
 
@@ -167,11 +163,11 @@ def test_one_model_into_a_directory_and_a_missing_input(tmp_path):
     a = write(tmp_path / "in" / "a.onnx")
     out = tmp_path / "out"
     out.mkdir()
-    proc = onnxfold("optimize", a, "-o", str(out))  # an existing directory: the batch form
+    proc = run_cli("optimize", a, "-o", str(out))  # an existing directory: the batch form
     assert proc.returncode == 0, proc.stderr
     same_outputs(a, str(out / "a.onnx"))
     missing = str(tmp_path / "in" / "missing.onnx")
-    proc = onnxfold("optimize", missing, a, "-o", str(out))
+    proc = run_cli("optimize", missing, a, "-o", str(out))
     assert proc.returncode == 2
     assert rows(proc.stdout)[missing][2] == "bad input"
 
@@ -179,7 +175,7 @@ def test_one_model_into_a_directory_and_a_missing_input(tmp_path):
 def test_single_model_form_unchanged(tmp_path):
     a = write(tmp_path / "a.onnx")
     out = tmp_path / "a.opt.onnx"
-    proc = onnxfold("optimize", a, "-o", str(out))
+    proc = run_cli("optimize", a, "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "nodes" in proc.stdout and "model " not in proc.stdout  # the report, not a table
     same_outputs(a, str(out))
@@ -237,8 +233,8 @@ def test_the_json_summary_never_replaces_a_data_file(tmp_path, target):
     weights = tmp_path / "m" / "w.bin"
     before = weights.read_bytes()
     json_path = weights if target == "weights" else tmp_path / "out" / "a.onnx.data"
-    proc = onnxfold("optimize", tmp_path / "m" / "a.onnx", tmp_path / "b.onnx", "-o",
-                    f"{tmp_path / 'out'}/", "--external-data", "yes", "--json", json_path)
+    proc = run_cli("optimize", tmp_path / "m" / "a.onnx", tmp_path / "b.onnx", "-o",
+                   f"{tmp_path / 'out'}/", "--external-data", "yes", "--json", json_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("onnxfold: error: ") and "JSON summary" in proc.stderr
     assert weights.read_bytes() == before

@@ -1,24 +1,18 @@
 """`onnxfold optimize --explain`, the JSON report's declined nodes, and provenance metadata."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.support.cli import run_cli
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import run_ort
 
 PROVENANCE = "onnxfold.folded_from"
 V, D = 1024, 288  # a tied embedding of 1.125 MiB: its transpose would duplicate it
-
-
-def onnxfold(*args):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=120)
 
 
 def _model():
@@ -49,7 +43,8 @@ def explained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("explain")
     src, out, report = tmp / "in.onnx", tmp / "out.onnx", tmp / "report.json"
     onnx.save(_model(), str(src))
-    proc = onnxfold("optimize", str(src), "-o", str(out), "--explain", "--json", str(report))
+    proc = run_cli("optimize", str(src), "-o", str(out), "--explain", "--json", str(report),
+                   timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc, src, out, json.loads(report.read_text())
 
@@ -101,7 +96,8 @@ def test_folded_initializers_name_their_source_nodes(explained):
 def test_provenance_survives_external_data(tmp_path):
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(_model(), str(src))
-    proc = onnxfold("optimize", str(src), "-o", str(out), "-q", "--external-data", "yes")
+    proc = run_cli("optimize", str(src), "-o", str(out), "-q", "--external-data", "yes",
+                   timeout=120)
     assert proc.returncode == 0 and proc.stdout == "", proc.stderr
     assert (tmp_path / "out.onnx.data").exists()
     props = {t.name: {p.key: p.value for p in t.metadata_props}
@@ -121,7 +117,8 @@ def test_explain_lists_rejected_rewrites_and_says_when_all_folded(tmp_path):
                         tensor("bias", np.arange(n, dtype=np.float32))])
     src = tmp_path / "tile.onnx"
     onnx.save(proto, str(src))
-    proc = onnxfold("optimize", str(src), "-o", str(tmp_path / "o1.onnx"), "-q", "--explain")
+    proc = run_cli("optimize", str(src), "-o", str(tmp_path / "o1.onnx"), "-q", "--explain",
+                   timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "growth: 2 node(s)" in lines
@@ -133,6 +130,7 @@ def test_explain_lists_rejected_rewrites_and_says_when_all_folded(tmp_path):
     proto = make_model(nodes, [vinfo("x", shape=[4])], [vinfo("y", shape=[4])],
                        [tensor("c", np.ones(4, np.float32))])
     onnx.save(proto, str(src))
-    proc = onnxfold("optimize", str(src), "-o", str(tmp_path / "o2.onnx"), "-q", "--explain")
+    proc = run_cli("optimize", str(src), "-o", str(tmp_path / "o2.onnx"), "-q", "--explain",
+                   timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == \
         "every constant-foldable node was folded"

@@ -5,12 +5,10 @@ the terminal is a real pseudo-terminal (``pty``)."""
 
 import io
 import os
-import subprocess
-import sys
 
 from onnxfold.app.progress import TerminalProgress
 from onnxfold.pipeline.phases import Phases
-from tests.support.cli import run_on_terminal
+from tests.support.cli import run_cli, run_on_terminal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")
@@ -57,9 +55,7 @@ def test_the_terminal_line_waits_for_the_threshold(tmp_path):
 
 
 def test_nothing_on_a_pipe_or_with_quiet(tmp_path):
-    piped = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", BERT, "-o",
-                            str(tmp_path / "a.onnx")], capture_output=True, text=True,
-                           env=_env(), timeout=120)
+    piped = run_cli("optimize", BERT, "-o", tmp_path / "a.onnx", env=_env(), timeout=120)
     assert piped.returncode == 0 and piped.stderr == ""
     code, terminal = _on_terminal(["optimize", BERT, "-o", str(tmp_path / "b.onnx"), "-q"],
                                      _env())

@@ -8,12 +8,11 @@ is shown (its other warnings tell of data it drops).
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import onnx
 import pytest
 from onnx import TensorProto, helper
+
+from tests.support.cli import run_cli
 
 BLOB = b"\x80\xff\x00binary sentencepiece model\xfe"  # not UTF-8
 
@@ -34,8 +33,7 @@ def _model(path):
 def test_a_non_utf8_string_attribute_is_kept_and_quiet_means_quiet(tmp_path, flags):
     src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
     _model(src)
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o",
-                           str(out), *flags], capture_output=True, text=True, timeout=120)
+    proc = run_cli("optimize", src, "-o", out, *flags, timeout=120)
     assert proc.returncode == 0, proc.stderr
     if flags == ["-q"]:
         assert proc.stdout == proc.stderr == ""

@@ -1,14 +1,13 @@
 """`onnxfold split` and `onnxfold run` from the shell."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from tests.support import low_rank_models as lr
+from tests.support.cli import run_cli
 from tests.support.running import run_ort
 
 
@@ -31,15 +30,10 @@ def _model(path):
             "s": np.array(0.02, np.float32)}
 
 
-def onnxfold(*args):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=300)
-
-
 def test_split_writes_the_parts_and_manifest(tmp_path):
     _model(str(tmp_path / "m.onnx"))
-    proc = onnxfold("split", str(tmp_path / "m.onnx"), "--runtime-const", "wq", "s",
-                    "-o", str(tmp_path / "parts"))
+    proc = run_cli("split", str(tmp_path / "m.onnx"), "--runtime-const", "wq", "s", "-o",
+                   str(tmp_path / "parts"))
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "parts" / "manifest.json").read_text())
     assert [o["name"] for o in manifest["runtime_fold"]["outputs"]] == ["wt"]
@@ -50,8 +44,8 @@ def test_split_writes_the_parts_and_manifest(tmp_path):
 def test_run_folds_once_and_writes_outputs(tmp_path):
     feeds = _model(str(tmp_path / "m.onnx"))
     np.savez(tmp_path / "feeds.npz", **feeds)
-    proc = onnxfold("run", str(tmp_path / "m.onnx"), "--runtime-const", "wq", "s", "--inputs",
-                    str(tmp_path / "feeds.npz"), "--repeat", "5", "-o", str(tmp_path / "y.npz"))
+    proc = run_cli("run", str(tmp_path / "m.onnx"), "--runtime-const", "wq", "s", "--inputs",
+                   str(tmp_path / "feeds.npz"), "--repeat", "5", "-o", str(tmp_path / "y.npz"))
     assert proc.returncode == 0, proc.stderr
     assert "first call" in proc.stdout and "median" in proc.stdout
     want = (feeds["x"] @ (feeds["wq"].astype(np.float32) * feeds["s"]).T)
@@ -63,8 +57,8 @@ def test_missing_backend_or_bad_name_is_one_line(tmp_path):
     np.savez(tmp_path / "feeds.npz", **feeds)
     for args in (["--runtime-const", "nope"], ["--runtime-const", "wq", "--backend",
                                                  "onnx-mlir"]):
-        proc = onnxfold("run", str(tmp_path / "m.onnx"), "--inputs",
-                        str(tmp_path / "feeds.npz"), *args)
+        proc = run_cli("run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "feeds.npz"),
+                       *args)
         if "onnx-mlir" in args and proc.returncode == 0:
             continue  # onnx-mlir is installed here
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
@@ -81,9 +75,8 @@ def test_run_takes_adapter_files_and_compares(tmp_path):
     for i in range(2):
         paths += ["--adapter", str(tmp_path / f"a{i}.onnx_adapter")]
         lr.write_adapter(lr.adapter(case, i), paths[-1])
-    proc = onnxfold("run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "x.npz"),
-                    *paths, "--compare", "--repeat", "5", "--threads", "1",
-                    "-o", str(tmp_path / "y.npz"))
+    proc = run_cli("run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "x.npz"), *paths,
+                   "--compare", "--repeat", "5", "--threads", "1", "-o", str(tmp_path / "y.npz"))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "low-rank branches merged into 1 weight(s)" in out

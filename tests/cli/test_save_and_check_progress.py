@@ -8,8 +8,6 @@ itself on a pseudo-terminal (``pty``) with a model of several MiB of weights.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx_ir as ir
@@ -18,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.check.comparison import compare
 from onnxfold.io import load_model, save_model
-from tests.support.cli import run_on_terminal
+from tests.support.cli import run_cli, run_on_terminal
 
 WEIGHTS = 6  # 6 x 1 MiB float32 weights
 
@@ -109,8 +107,6 @@ def test_the_check_line_counts_input_sets_on_a_terminal(tmp_path, output):
 def test_no_save_or_check_progress_on_a_pipe(tmp_path):
     source = _model(tmp_path / "m.onnx")
     env = {**os.environ, "ONNXFOLD_PROGRESS_AFTER": "0"}
-    piped = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(source), "-o",
-                            str(tmp_path / "out.onnx"), "--check", "2"],
-                           capture_output=True, text=True, env=env, timeout=300)
+    piped = run_cli("optimize", source, "-o", tmp_path / "out.onnx", "--check", "2", env=env)
     assert piped.returncode == 0 and piped.stderr == ""
     assert ir.load(str(tmp_path / "out.onnx")).graph.num_nodes() == WEIGHTS

@@ -1,7 +1,15 @@
-"""The command line as a subprocess (on a pipe or on a
-pseudo-terminal), the one-line error it must print, and the smallest model to run it on.
+"""The one way tests run onnxfold's command line (or any Python child) in a subprocess, the
+exit checks they share, and the smallest model to run it on.
 
-``tests.support.cli_exit`` has the (exit code, stdout, stderr) form the adversarial tier uses.
+``run_cli("optimize", src, "-o", out)`` runs ``python -m onnxfold ARGS`` (paths as they are) and
+returns a ``Finished``: (returncode, stdout, stderr), read by name or unpacked. ``run_python``
+runs ``python ARGS`` the same way (``"-c", code`` or a script), ``run_command`` any command
+(the command line under ``unshare``, say). A test that must hold the
+process itself (a signal, a limit, a peak RSS: ``interrupts``, ``measured_child``) builds its
+command with ``onnxfold_argv``. The checks take a ``Finished``: ``assert_ok`` (exit 0, no
+traceback), ``assert_one_error_line`` (exit 2 or as given, one ``onnxfold: error: ...`` line
+holding the given fragments, no traceback), ``assert_no_traceback``. ``run_on_terminal`` runs
+the command line with stderr on a pseudo-terminal.
 """
 
 from __future__ import annotations
@@ -10,26 +18,78 @@ import os
 import pty
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from onnx import TensorProto, helper
 
-
-def run_cli(*args: str | os.PathLike, cwd=None, env=None, timeout: float = 300
-            ) -> subprocess.CompletedProcess:
-    """``python -m onnxfold ARGS`` (paths as they are), its output captured as text."""
-    return subprocess.run([sys.executable, "-m", "onnxfold", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd, env=env)
+TIMEOUT = 300  # a run that takes longer fails its test (subprocess.TimeoutExpired)
+REFUSAL_TIMEOUT = 60  # a hostile input is refused (or folded) within this
 
 
-def assert_one_error_line(proc: subprocess.CompletedProcess, *fragments: str) -> None:
-    """Exit 2 with exactly one ``onnxfold: error:`` line holding every fragment."""
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("onnxfold: error:"), proc.stderr
+class Finished(NamedTuple):
+    """How a child ended: its exit code and what it wrote, as text."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def onnxfold_argv(*args: object) -> list[str]:
+    """The command ``python -m onnxfold ARGS`` (each argument as ``str``), for a test that
+    starts the process itself."""
+    return [sys.executable, "-m", "onnxfold", *map(str, args)]
+
+
+def run_command(command: Sequence[object], cwd: str | os.PathLike | None = None,
+                env: Mapping[str, str] | None = None, timeout: float = TIMEOUT,
+                input: str | None = None) -> Finished:
+    """Run ``command`` (each part as ``str``), its output captured as text; ``input``, if
+    given, is written to its stdin. ``run_cli`` and ``run_python`` are this."""
+    proc = subprocess.run([str(part) for part in command], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env, input=input)
+    return Finished(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_python(*args: object, cwd: str | os.PathLike | None = None,
+               env: Mapping[str, str] | None = None, timeout: float = TIMEOUT,
+               input: str | None = None) -> Finished:
+    """``python ARGS`` (``"-c", code, ...``, a script, ``"-m", module``): see ``run_command``."""
+    return run_command([sys.executable, *args], cwd=cwd, env=env, timeout=timeout, input=input)
+
+
+def run_cli(*args: object, cwd: str | os.PathLike | None = None,
+            env: Mapping[str, str] | None = None, timeout: float = TIMEOUT,
+            input: str | None = None) -> Finished:
+    """``python -m onnxfold ARGS`` (paths as they are): see ``run_command``."""
+    return run_command(onnxfold_argv(*args), cwd=cwd, env=env, timeout=timeout, input=input)
+
+
+def assert_no_traceback(done: Finished) -> None:
+    """No Python traceback on stderr, whatever the exit code."""
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    assert "Traceback" not in done.stderr, \
+        f"exit {done.returncode}, traceback: {last}\n{done.stderr}"
+
+
+def assert_ok(done: Finished) -> None:
+    """Exit 0, no traceback."""
+    assert_no_traceback(done)
+    assert done.returncode == 0, f"exit {done.returncode}; stderr:\n{done.stderr}"
+
+
+def assert_one_error_line(done: Finished, *fragments: str, code: int = 2) -> None:
+    """Exit ``code``; stderr is exactly one line ``onnxfold: error: ...`` holding every
+    fragment; no traceback."""
+    assert_no_traceback(done)
+    assert done.returncode == code, \
+        f"exit {done.returncode} (want {code}); stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, f"stderr is {len(lines)} lines:\n{done.stderr}"
+    assert lines[0].startswith("onnxfold: error: "), lines[0]
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
-    assert "Traceback" not in proc.stderr
 
 
 def save_add_model(path: Path) -> Path:
@@ -45,16 +105,15 @@ def save_add_model(path: Path) -> Path:
     return path
 
 
-def run_on_terminal(args: list[str], env=None, cwd=None, timeout: float = 300
+def run_on_terminal(args: list[str], env=None, cwd=None, timeout: float = TIMEOUT
                     ) -> tuple[int, str, str]:
     """Run the CLI with stderr on a pseudo-terminal: (exit code, stdout, what the terminal
     got)."""
     master, slave = pty.openpty()
     chunks = []
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "onnxfold", *args],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
-                                env=env, cwd=cwd)
+        proc = subprocess.Popen(onnxfold_argv(*args), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=slave, env=env, cwd=cwd)
         os.close(slave)
         while True:
             try:

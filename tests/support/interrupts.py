@@ -5,7 +5,8 @@ signal there (or its directories moved); what it printed and left.
 point, waits until the run is there (its marker file appears), sends the signal, then lets it go
 on (removes the marker: a signal deferred at that point acts when the step ends) and waits for
 it to end; ``run_acted_on`` does anything else there (swaps a directory under the run).
-``leftovers`` lists what onnxfold files a directory holds besides the outputs.
+``leftovers`` lists what onnxfold files a directory holds besides the outputs. The command is
+``tests.support.cli``'s (``onnxfold_argv``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from onnxfold.host.points import PAUSE_AT_ENV, PAUSE_DIR_ENV
+from tests.support.cli import onnxfold_argv
 
 TIMEOUT = 120
 _OURS = re.compile(r"^\..*\.onnxfold-(\d+-|lock$)")  # temporary files and lock files
@@ -54,9 +55,8 @@ def run_acted_on(args: list, point: str, act: Callable[[subprocess.Popen], objec
     ``act`` was not called)."""
     environment = {**os.environ, **(env or {}), PAUSE_AT_ENV: point, PAUSE_DIR_ENV: str(pauses)}
     environment.pop("ONNXFOLD_DEBUG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "onnxfold", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=environment, cwd=cwd)
+    proc = subprocess.Popen(onnxfold_argv(*args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=environment, cwd=cwd)
     deadline = time.monotonic() + TIMEOUT
     marker = None
     while marker is None and proc.poll() is None and time.monotonic() < deadline:

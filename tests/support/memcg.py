@@ -73,7 +73,7 @@ class MemoryCgroup:
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
 
-        code, out, err, max_rss = run_measured(args, enter, timeout)
+        (code, out, err), max_rss = run_measured(args, enter, timeout)
         return Outcome(code, out, err, self.oom_kills(), self.peak(), max_rss)
 
     def remove(self) -> None:

@@ -1,12 +1,11 @@
 """sympy is imported only when something uses it, and works as usual then."""
 
-import subprocess
-import sys
+
+from tests.support.cli import run_python
 
 
 def _run(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    done = run_python("-c", code, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -6,9 +6,6 @@ Every folded model is checked by onnx and run in onnxruntime against the origina
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -17,6 +14,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from onnxfold import FoldOptions, InputError, optimize
 from onnxfold.io.reader import load_model
+from tests.support.cli import assert_one_error_line, run_cli
 from tests.support.models import tensor, vinfo
 from tests.support.running import fold_proto, run_ort
 
@@ -265,8 +263,7 @@ def test_optimize_on_the_command_line(tmp_path):
     original = _model(_chain())
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(original, src)
-    done = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o",
-                           str(out), "--strict"], capture_output=True, text=True, timeout=300)
+    done = run_cli("optimize", src, "-o", out, "--strict")
     assert done.returncode == 0, done.stderr
     assert "functions    5 folded in local function bodies (1 Constant nodes written)" \
         in done.stdout
@@ -352,8 +349,6 @@ def test_a_body_constant_with_external_data_is_refused(tmp_path, monkeypatch):
     for given in (str(path), onnx.load(str(path), load_external_data=False)):
         with pytest.raises(InputError, match="local function body 'f' is stored as external"):
             optimize(given, FoldOptions(strict=True))
-    done = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(path), "-o",
-                           str(tmp_path / "out.onnx")], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("onnxfold: error: ") and not (tmp_path / "out.onnx").exists()
+    done = run_cli("optimize", path, "-o", tmp_path / "out.onnx")
+    assert_one_error_line(done)
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "out.onnx").exists()

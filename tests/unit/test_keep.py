@@ -3,15 +3,13 @@ through onnxruntime, nor rewritten or removed; the rest folds as before."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import pytest
 from onnx import helper
 
 from onnxfold import FoldOptions, optimize
+from tests.support.cli import run_cli
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import run_ort
 
@@ -71,9 +69,8 @@ def test_a_kept_node_name_is_never_folded_natively_or_through_onnxruntime():
 def test_the_cli_flag(tmp_path):
     src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     onnx.save(_model(), src)
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o", str(out),
-                           "-q", "--keep", "Neg", "--keep", "hardmax"],
-                          capture_output=True, text=True, timeout=60)
+    proc = run_cli("optimize", src, "-o", out, "-q", "--keep", "Neg", "--keep", "hardmax",
+                   timeout=60)
     assert proc.returncode == 0, proc.stderr
     folded = onnx.load(out)
     assert _ops(folded).count("Neg") == 2 and "hardmax" in _names(folded)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import email
 import email.parser
-import subprocess
-import sys
 
 import pytest
 
 from onnxfold._lazy import lazy_attributes
+from tests.support.cli import run_python
 
 
 def test_a_name_is_imported_on_first_use_and_kept_in_the_namespace():
@@ -33,6 +32,7 @@ def test_the_package_imports_a_public_name_only_when_asked():
             "onnxfold.Session\n"
             "print('onnxfold.runtime.session' in sys.modules, 'Session' in vars(onnxfold))\n"
             "print(hasattr(onnxfold, 'nope'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120).stdout.split("\n")
+    done = run_python("-c", code, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.split("\n")
     assert out[:3] == ["False False", "True True", "False"]

@@ -4,9 +4,6 @@ exist in is still an invalid model."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import pytest
@@ -15,6 +12,7 @@ from onnx import helper
 import onnxfold
 from onnxfold import optimize
 from onnxfold.errors import InputError
+from tests.support.cli import run_cli
 from tests.support.models import make_model, tensor, vinfo
 
 
@@ -29,8 +27,7 @@ def _model(op="MyPlugin", opset=17):
 def test_a_plugin_op_passes_through_with_a_warning(tmp_path):
     src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     onnx.save(_model(), src)
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o",
-                           str(out)], capture_output=True, text=True, timeout=60)
+    proc = run_cli("optimize", src, "-o", out, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "warning      MyPlugin is not an ONNX op" in proc.stdout + proc.stderr
     assert [n.op_type for n in onnx.load(out).graph.node] == ["MyPlugin", "Relu"]

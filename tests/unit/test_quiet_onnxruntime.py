@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 from onnxfold.host.logs import _ORT_NOTICE, _stderr_without
+from tests.support.cli import run_python
 
 
 def test_only_onnxruntime_notices_are_dropped(capfd) -> None:
@@ -28,8 +28,7 @@ def test_the_import_hook_imports_onnxruntime_once() -> None:
             "import onnxruntime\n"
             "assert not any(type(f).__name__ == '_QuietImportFinder' for f in sys.meta_path)\n"
             "onnxruntime.InferenceSession\nprint('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    proc = run_python("-c", code, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
 
 

@@ -3,12 +3,12 @@ its links lead somewhere, and it carries the peer table of the committed benchma
 
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import onnx
 import pytest
+
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -61,8 +61,7 @@ def test_fold_command_folds_the_bundled_model(tmp_path):
     model = ROOT / argv[2]
     assert model.is_file(), f"the README folds {argv[2]}, which is not in the repository"
     out = tmp_path / argv[-1]
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", *argv[1:-1], str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_cli(*argv[1:-1], out, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "nodes" in proc.stdout and out.is_file()
     before, after = onnx.load(str(model)), onnx.load(str(out))

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import textwrap
+
+from tests.support.cli import run_python
 
 
 def _child(body: str) -> str:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True,
-                            text=True, timeout=120)
+    result = run_python("-c", textwrap.dedent(body), timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

@@ -9,14 +9,14 @@ ended in "internal error: OutputRejected", exit 3).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.cli import run_cli
 
 
 def _model(path, value: float, op: str) -> str:
@@ -44,9 +44,7 @@ def _model(path, value: float, op: str) -> str:
 def test_an_invalid_shape_value_is_a_decline_with_its_reason(tmp_path, op, value):
     model, out, report = _model(tmp_path / "m.onnx", value, op), tmp_path / "o.onnx", \
         tmp_path / "r.json"
-    result = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", model, "-o",
-                             str(out), "--json", str(report)], capture_output=True, text=True,
-                            timeout=120)
+    result = run_cli("optimize", model, "-o", out, "--json", report, timeout=120)
     assert result.returncode == 0, result.stderr
     declined = json.loads(report.read_text())["declined_nodes"]
     cast = [d for d in declined if d["op"] == "Cast"]
