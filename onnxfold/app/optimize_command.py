@@ -122,7 +122,8 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
             not settings.report.quiet else None
         phases = Phases(progress)
         result = optimize(source, settings.fold, check=settings.check_input,
-                          catalogue=settings.catalogue, progress=phases.fold_progress, phases=phases,
+                          catalogue=settings.catalogue, progress=phases.fold_progress,
+                          phases=phases,
                           pristine=lambda: load_model(source, check=False),
                           loaded=functools.partial(_loaded, claimed.guard, checking is not None))
         reached("folded")
