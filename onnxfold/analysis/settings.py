@@ -2,7 +2,7 @@
 
 ``optimize`` builds a :class:`RunSettings` from its ``FoldOptions`` (and what the reader found
 in the model) and hands it to the passes; the rewrite driver puts it in each
-:class:`~onnxfold.declare.RewriteContext` and gives it to each cleanup. Passing it keeps these
+:class:`~onnxfold.declare.GraphView` and gives it to each cleanup. Passing it keeps these
 settings out of ``model.meta``, where any function holding the model could read them and a
 model reused after ``optimize`` would still carry them.
 """

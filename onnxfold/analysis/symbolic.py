@@ -416,7 +416,7 @@ def _output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
 
 
 class _KnownBy(dict):
-    """Known elements asked of a function (``RewriteContext.shape_value``), as the
+    """Known elements asked of a function (``GraphView.shape_value``), as the
     ``known`` mapping of :func:`_output_dims` reads them."""
 
     def __init__(self, of: Callable[[ir.Value], Known | None]) -> None:
