@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import onnx_ir as ir
@@ -24,19 +24,21 @@ from onnxfold.ir.edits import names_for, replace_value
 from onnxfold.ir.graph import all_graphs, is_default_op, tensor_of
 
 
-def _removable(node: ir.Node, graph: ir.Graph) -> bool:
-    """Whether ``y = Identity(x)`` can go. A graph output ``y`` may only become ``x`` where
-    onnxruntime runs that correctly: ``x`` computed by a node of the same graph (a subgraph
-    must not return an outer-scope value or its own input directly) and not already an output
-    (a subgraph returning one value twice computes wrong states in onnxruntime's Scan)."""
+def _removable(node: ir.Node, graph: ir.Graph) -> ir.Value | None:
+    """``x`` where ``y = Identity(x)`` can go (else None). A graph output ``y`` may only
+    become ``x`` where onnxruntime runs that correctly: ``x`` computed by a node of the same
+    graph (a subgraph must not return an outer-scope value or its own input directly) and not
+    already an output (a subgraph returning one value twice computes wrong states in
+    onnxruntime's Scan)."""
     x, y = node.inputs[0] if node.inputs else None, node.outputs[0]
     if x is None or len(node.outputs) != 1:
-        return False
+        return None
     if y not in graph.outputs:
-        return True
+        return x
     producer = x.producer()
-    return producer is not None and producer.graph is graph and x not in graph.outputs \
+    same_graph = producer is not None and producer.graph is graph and x not in graph.outputs \
         and graph.outputs.count(y) == 1
+    return x if same_graph else None
 
 
 @cleanup("remove_identity", op_types=("Identity",))
@@ -45,12 +47,10 @@ def remove_identity(model: ir.Model, settings: RunSettings) -> int:
     removed = 0
     for graph in all_graphs(model):
         for node in list(graph):
-            if not is_default_op(node, "Identity") or not _removable(node, graph) or \
-                    kept(node, settings.keep):
+            x = _removable(node, graph) if is_default_op(node, "Identity") else None
+            if x is None or kept(node, settings.keep):
                 continue
-            x, y = node.inputs[0], node.outputs[0]
-            assert x is not None  # _removable checked it
-            replace_value(graph, y, x, names_for(model).fresh)
+            replace_value(graph, node.outputs[0], x, names_for(model).fresh)
             graph.remove(node, safe=True)
             removed += 1
     return removed
@@ -138,8 +138,16 @@ def _digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
     return digest.digest()
 
 
-def _groups(values: Iterable[ir.Value], key: Callable[[Any], object]) -> list[list[ir.Value]]:
-    """The groups of two or more ``values`` of the same ``key`` (values with data)."""
+class _Weight(NamedTuple):
+    """An initializer with data, with its name and its tensor."""
+
+    name: str
+    value: ir.Value
+    tensor: ir.TensorProtocol
+
+
+def _groups(values: Iterable[_Weight], key: Callable[[_Weight], object]) -> list[list[_Weight]]:
+    """The groups of two or more ``values`` of the same ``key``."""
     grouped: dict = defaultdict(list)
     for value in values:
         grouped[key(value)].append(value)
@@ -156,23 +164,20 @@ def dedupe_initializers(model: ir.Model, settings: RunSettings) -> int:
     removed = 0
     bound = _ResidentBound()
     for graph in all_graphs(model):
-        candidates = [v for v in graph.initializers.values()
+        candidates = [_Weight(name, v, v.const_value)
+                      for name, v in graph.initializers.items()
                       if v.const_value is not None and v not in graph.inputs
                       and v not in graph.outputs and v.const_value.dtype != ir.DataType.STRING]
-        shaped = _groups(candidates, lambda v: (v.const_value.dtype,
-                                                tuple(v.const_value.shape.numpy())))
+        shaped = _groups(candidates, lambda w: (w.tensor.dtype, tuple(w.tensor.shape.numpy())))
         for same_shape in shaped:
-            for same_sample in _groups(same_shape,
-                                       lambda v: _sample_digest(v.const_value, bound)):
+            for same_sample in _groups(same_shape, lambda w: _sample_digest(w.tensor, bound)):
                 seen: dict[bytes, ir.Value] = {}
-                for value in same_sample:
-                    # candidates: named initializers with data
-                    assert value.const_value is not None and value.name is not None
-                    keep = seen.setdefault(_digest(value.const_value, bound), value)
-                    if keep is value:
+                for weight in same_sample:
+                    keep = seen.setdefault(_digest(weight.tensor, bound), weight.value)
+                    if keep is weight.value:
                         continue
-                    value.replace_all_uses_with(keep)
-                    graph.initializers.pop(value.name)
+                    weight.value.replace_all_uses_with(keep)
+                    graph.initializers.pop(weight.name)
                     removed += 1
     drop_resident_pages()
     return removed
@@ -190,10 +195,9 @@ def prune_subgraph_initializers(model: ir.Model, settings: RunSettings) -> int:
         if graph is model.graph:
             continue
         kept = set(graph.inputs) | set(graph.outputs)
-        for value in list(graph.initializers.values()):
+        for name, value in list(graph.initializers.items()):
             if not value.uses() and value not in kept:
-                assert value.name is not None  # initializers are named
-                graph.initializers.pop(value.name)
+                graph.initializers.pop(name)
                 removed += 1
     return removed
 

@@ -10,6 +10,8 @@ prove the result: only provable steps are taken. The dim algebra (``arith``, bro
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import onnx_ir as ir
 
@@ -361,12 +363,21 @@ def reshaped(source: Dims, target: Known, allowzero: bool) -> Dims:
     return tuple(out)
 
 
-def _left_over(source: Dims, out: list[Dim | None]) -> Dim:
-    """What a Reshape's -1 is: the product of ``source`` over that of the other dims."""
+def _product(dims: Iterable[Dim | None]) -> Dim | None:
+    """The product of ``dims`` (in order); None if one is unknown."""
     total: Dim = 1
-    for d in source:
-        assert d is not None
+    for d in dims:
+        if d is None:
+            return None
         total = arith("Mul", total, d)
+    return total
+
+
+def _left_over(source: Dims, out: list[Dim | None]) -> Dim | None:
+    """What a Reshape's -1 is: the product of ``source`` over that of the other dims."""
+    total = _product(source)
+    if total is None:
+        return None
     others: Dim = 1
     for d in out:
         if d is not None:
@@ -425,17 +436,10 @@ def flatten(step: DimsInputs) -> Dims | None:
         return None
     axis = step.node.attributes.get_int("axis", 1)
     axis = axis + len(first) if axis < 0 else axis
-    if not 0 <= axis <= len(first) or None in first:
+    if not 0 <= axis <= len(first):
         return None
-    head: Dim = 1
-    tail: Dim = 1
-    for i, d in enumerate(first):
-        assert d is not None
-        if i < axis:
-            head = arith("Mul", head, d)
-        else:
-            tail = arith("Mul", tail, d)
-    return head, tail
+    head, tail = _product(first[:axis]), _product(first[axis:])
+    return None if head is None or tail is None else (head, tail)
 
 
 @shape_dims("Concat")
