@@ -8,6 +8,7 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
+from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.runtime.backends import get_backend
 
 iree = pytest.importorskip("iree.compiler", reason="IREE is not installed")
@@ -65,7 +66,7 @@ def _ort(model, feeds):
 ])
 def test_transpose_before_dequantize_is_bitwise_equal(shapes, axis, perm, zero_point):
     model, feeds = dq_transpose(shapes, axis, perm, zero_point)
-    rewritten = transpose_before_dequantize(model)
+    rewritten = transpose_before_dequantize(model, load_catalogue())
     assert [n.op_type for n in rewritten.graph] == ["Transpose", "DequantizeLinear"]
     assert [n.op_type for n in model.graph] == ["DequantizeLinear", "Transpose"]  # a copy
     onnx.checker.check_model(ir.to_proto(rewritten))
@@ -78,7 +79,7 @@ def test_transpose_before_dequantize_leaves_shared_dequantization_alone():
     proto, _ = dq_transpose_proto([(8, 16)])
     proto.graph.output.append(helper.make_tensor_value_info("w0", TensorProto.FLOAT, [8, 16]))
     model = ir.from_proto(proto)
-    assert transpose_before_dequantize(model) is model
+    assert transpose_before_dequantize(model, load_catalogue()) is model
 
 
 def test_tile_patch_still_matches_this_iree():
