@@ -24,8 +24,7 @@ the weight-heavy export onnxfold's whole run is set against ``copy``.
 
 Wall and CPU (user + system) seconds are medians over the rounds, peak RSS the largest
 ``ru_maxrss``; whole child processes (interpreter start-up and imports included). Ratios are
-of the medians, against ``ir`` (issue 24's target: onnxfold's wall <= 1.5x on the deep graph
-and the Llama export).
+of the medians, against ``ir``.
 
 After the runs, onnxfold's and onnxruntime's last outputs are run in onnxruntime
 (``ORT_DISABLE_ALL``) on the export's example inputs (a seeded ``x`` for the deep graph) beside
