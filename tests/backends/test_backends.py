@@ -1,8 +1,6 @@
 """Every runtime-fold backend gives the numpy backend's tensors; missing ones say what to do."""
 
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import onnx_ir as ir
@@ -12,6 +10,7 @@ from onnx import TensorProto, helper
 from onnxfold.runtime.backends import BackendUnavailable, get_backend
 from onnxfold.runtime.backends.onnx_mlir_backend import availability as onnx_mlir_availability
 from onnxfold.runtime.split import split_model
+from tests.support.cli import assert_ok, run_python
 from tests.support.weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
 
@@ -115,9 +114,9 @@ def test_mlir_missing_dependency_message():
     code = ("import sys; sys.modules['iree'] = None\n"
             "from onnxfold.runtime.backends import get_backend, BackendUnavailable\n"
             "try:\n    get_backend('mlir')\nexcept BackendUnavailable as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60).stdout
-    assert "pip install iree-base-compiler iree-base-runtime" in out
+    done = run_python("-c", code, timeout=60)
+    assert "pip install iree-base-compiler iree-base-runtime" in done.stdout, done
+    assert_ok(done)
 
 
 def test_unknown_backend():

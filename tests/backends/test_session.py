@@ -1,8 +1,6 @@
 """onnxfold.Session: fold once, cache contract, threads, processes, memory."""
 
 import gc
-import subprocess
-import sys
 import threading
 import weakref
 
@@ -11,6 +9,7 @@ import pytest
 
 from onnxfold.runtime.feed_check import KEPT_VIEW_BYTES
 from onnxfold.runtime.session import RuntimeConstantsChanged, Session
+from tests.support.cli import run_python
 from tests.support.running import run_ort
 from tests.support.weight_models import RUNTIME, weight_feeds, weights_as_inputs_model
 
@@ -124,8 +123,7 @@ def test_disk_cache_is_hit_by_a_new_process(tmp_path):
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = _CHILD.format(root=root, cache=str(tmp_path / "cache"))
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=120) for _ in range(2)]
+    runs = [run_python("-c", code, timeout=120) for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr
     (hits1, sum1), (hits2, sum2) = (r.stdout.split() for r in runs)

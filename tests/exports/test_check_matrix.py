@@ -22,9 +22,6 @@ cold and 34 s cached (128 s and 58 s with the cores shared with other work);
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 pytest.importorskip("torch", reason="the exports tier needs torch (pip install .[exports])")
@@ -34,6 +31,7 @@ pytest.importorskip("onnxscript",
                     reason="the exports tier needs onnxscript (pip install .[exports])")
 
 from tests.support import export_matrix, planted_folds
+from tests.support.cli import Finished, run_cli
 from tests.support.export_matrix import KNOWN_CHECK_FAILURES, MATRIX, UNEXPORTABLE
 
 pytestmark = pytest.mark.slow
@@ -49,7 +47,7 @@ def _params() -> list:
         if name in KNOWN_CHECK_FAILURES else name for name in MATRIX]
 
 
-def _raise_if_known(name: str, proc: subprocess.CompletedProcess) -> None:
+def _raise_if_known(name: str, proc: Finished) -> None:
     known = KNOWN_CHECK_FAILURES.get(name)
     if known is not None and proc.returncode != 0 and known in proc.stdout + proc.stderr:
         raise KnownCheckFailure(known)
@@ -77,9 +75,7 @@ def test_a_changed_builder_changes_the_key(monkeypatch):
 @pytest.mark.parametrize("name", _params())
 def test_check_passes_with_defaults(name, tmp_path):
     source, out = export_matrix.build(name), tmp_path / "out.onnx"
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(source), "-o",
-                           str(out), "--check", "3"], capture_output=True, text=True,
-                          timeout=600)
+    proc = run_cli("optimize", source, "-o", out, "--check", "3", timeout=600)
     _raise_if_known(name, proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all outputs within tolerance" in proc.stdout and out.exists()

@@ -8,9 +8,6 @@ are built here from transformers configs with random weights (``export_models``)
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import pytest
@@ -22,6 +19,7 @@ pytest.importorskip("transformers",
 
 import onnxfold
 from tests.support import export_models
+from tests.support.cli import run_cli
 
 BUILDERS = {
     "bert_float16": export_models.bert_float16,
@@ -47,15 +45,10 @@ def exports(tmp_path_factory):
     return get
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=300)
-
-
 @pytest.mark.parametrize("name", list(BUILDERS))
 def test_check_passes_with_defaults(exports, tmp_path, name):
     source, out = exports(name), tmp_path / "out.onnx"
-    proc = _cli("optimize", source, "-o", str(out), "--check", "3")
+    proc = run_cli("optimize", source, "-o", out, "--check", "3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all outputs within tolerance" in proc.stdout and out.exists()
     folded, ok = onnxfold.simplify(onnx.load(source), check_n=3)
@@ -99,7 +92,7 @@ def test_a_float16_weight_moved_by_four_ulps_fails(exports, tmp_path):
                                             weight.name))
     changed = tmp_path / "changed.onnx"
     onnx.save(proto, str(changed))
-    proc = _cli("compare", source, str(changed), "-n", "3")
+    proc = run_cli("compare", source, changed, "-n", "3")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "outside tolerance" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -115,6 +108,6 @@ def test_a_float32_weight_off_by_a_thousandth_fails(exports, tmp_path):
     target.CopyFrom(numpy_helper.from_array(arr, target.name))
     wrong = tmp_path / "wrong.onnx"
     onnx.save(folded, str(wrong))
-    proc = _cli("compare", source, str(wrong), "-n", "3")
+    proc = run_cli("compare", source, wrong, "-n", "3")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "rtol 0.0001, atol 1e-05" in proc.stdout

@@ -13,8 +13,6 @@ from __future__ import annotations
 import doctest
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ pytest.importorskip("transformers",
                     reason="the exports tier needs transformers (pip install .[exports])")
 
 from tests.support import export_models
+from tests.support.cli import run_cli
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
@@ -61,9 +60,7 @@ def test_check_md_samples_are_what_the_commands_print(workdir):
     checker = doctest.OutputChecker()
     for command, want in samples:
         argv = command.split()[1:]
-        proc = subprocess.run([sys.executable, "-m", "onnxfold", *argv], cwd=workdir,
-                              capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "COLUMNS": "200"})
+        proc = run_cli(*argv, cwd=workdir, timeout=600, env={**os.environ, "COLUMNS": "200"})
         got = proc.stdout + proc.stderr
         assert checker.check_output(want, got, FLAGS), \
             f"$ {command}\n--- docs/check.md says ---\n{want}--- it prints ---\n{got}"

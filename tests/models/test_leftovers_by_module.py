@@ -3,13 +3,12 @@ dynamo exporter's node metadata and the TorchScript exporter's scope names, with
 layer index. The reports of `optimize --explain`, `--json` and `inspect` say it."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from onnxfold.ir.scopes import module_path, path_of_name
 from onnxfold.pipeline.leftovers import group_leftovers, pattern
+from tests.support.cli import run_cli
 
 torch = pytest.importorskip("torch")
 
@@ -64,16 +63,10 @@ def export(request, tmp_path_factory):
     return request.param, path
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "onnxfold", *args], capture_output=True,
-                          text=True, timeout=300)
-
-
 def test_optimize_groups_what_stayed_by_module(export, tmp_path):
     kind, path = export
     report = tmp_path / "report.json"
-    proc = run("optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--explain",
-               "--json", str(report))
+    proc = run_cli("optimize", path, "-o", tmp_path / "out.onnx", "--explain", "--json", report)
     assert proc.returncode == 0, proc.stderr
     groups = {g["module"]: g for g in json.loads(report.read_text())["leftovers"]}
     attn = groups["layers.*.self_attn"]
@@ -95,7 +88,7 @@ def test_optimize_groups_what_stayed_by_module(export, tmp_path):
 
 def test_inspect_groups_blocked_shape_nodes_by_module(export):
     _, path = export
-    proc = run("inspect", str(path), "--json")
+    proc = run_cli("inspect", path, "--json")
     assert proc.returncode == 0, proc.stderr
     groups = {g["module"]: g for g in json.loads(proc.stdout)["blocked_by_module"]}
     assert groups["layers.*.self_attn"]["instances"] == 2

@@ -8,13 +8,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.cli import assert_ok, run_cli, run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT = os.path.join(ROOT, "models", "tiny_bert_ts.onnx")
@@ -43,10 +43,8 @@ def hostile_model():
 
 def optimize_with_report(src, tmp_path, *extra):
     page, report = tmp_path / "report.html", tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "onnxfold", "optimize", str(src), "-o",
-                           str(tmp_path / "out.onnx"), "--report", str(page), "--json",
-                           str(report), *extra], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(run_cli("optimize", src, "-o", tmp_path / "out.onnx", "--report", page, "--json",
+                      report, *extra))
     return page.read_text(), json.loads(report.read_text())
 
 
@@ -54,12 +52,11 @@ def chromium(page, tmp_path, *flags):
     """Run headless Chromium on ``page``; (stdout, the console messages it logged)."""
     profile = tmp_path / f"profile{len(list(tmp_path.glob('profile*')))}"
     profile.mkdir()
-    proc = subprocess.run(
+    proc = run_command(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
          "--no-first-run", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-         "--window-size=1280,1600", *flags, page.as_uri()],
-        capture_output=True, text=True, timeout=120)
+         "--window-size=1280,1600", *flags, page.as_uri()], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     return proc.stdout, console

@@ -17,8 +17,6 @@ provenance kept (so ``compare`` verifies its folds):
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxfold.fold.materialize import ROUNDING_KEY
+from tests.support.cli import Finished, run_cli
 
 KINDS = ("ulps", "reshape")
 ULPS = 4
@@ -139,11 +138,9 @@ def planted(kind: str, src: Path, folded: Path, states: dict[str, str], out: Pat
     return what
 
 
-def compare(original: Path, other: Path) -> subprocess.CompletedProcess:
-    """``python -m onnxfold compare ORIGINAL OTHER`` (defaults) in a child."""
-    return subprocess.run([sys.executable, "-m", "onnxfold", "compare", str(original),
-                           str(other)], capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+def compare(original: Path, other: Path) -> Finished:
+    """``python -m onnxfold compare ORIGINAL OTHER`` (defaults) in a child, its stdin empty."""
+    return run_cli("compare", original, other, timeout=600, input="")
 
 
 def try_all(src: Path, prefix: Path) -> dict[str, str]:

@@ -9,13 +9,14 @@ folded by both commits with their own code.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.cli import Finished, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE = "rules/elementwise.py"
@@ -57,11 +58,9 @@ def model(tmp_path_factory) -> Path:
     return path
 
 
-def _compare(repo: Path, model: Path, base: str, head: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tools.compare_commits", base, head, "--repo", str(repo),
-         "--no-models", "--no-wild", "--model", str(model)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+def _compare(repo: Path, model: Path, base: str, head: str) -> Finished:
+    return run_python("-m", "tools.compare_commits", base, head, "--repo", repo, "--no-models",
+                      "--no-wild", "--model", model, cwd=ROOT, timeout=120)
 
 
 def test_a_changed_rule_output_is_a_difference(repo, model):

@@ -5,7 +5,6 @@ benchmarks rewrite."""
 from __future__ import annotations
 
 import resource
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,13 +16,13 @@ from bench import builders
 from bench.process import median, ratio, run_child
 from bench.readme import markers, replace_section
 from bench.tools import tool_cmd
+from tests.support.cli import Finished, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, text=True,
-                          capture_output=True, timeout=120)
+def _bench(*args: str) -> Finished:
+    return run_python("-m", "bench", *args, cwd=ROOT, timeout=120)
 
 
 def test_list_names_every_benchmark():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,6 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tests.support.cli import onnxfold_argv, run_python
 from tests.support.models import make_model, tensor, vinfo
 
 BUDGET = 256 << 20
@@ -29,9 +29,8 @@ def _fold_measured(path, out, *flags):
         resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "onnxfold", "optimize", str(path), "-o",
-                             str(out), "-q", *flags], stderr=subprocess.PIPE, text=True,
-                            preexec_fn=cap)
+    proc = subprocess.Popen(onnxfold_argv("optimize", path, "-o", out, "-q", *flags),
+                            stderr=subprocess.PIPE, text=True, preexec_fn=cap)
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.stderr.close()
@@ -190,9 +189,6 @@ def test_a_memory_limit_never_raises_the_peak(tmp_path):
 def test_data_propagation_is_off_for_a_slice_step_beyond_32_bits(step, tmp_path):
     """``Slice(Shape(x), 0, 3, axes=0, steps=2**40)``: with data propagation on, onnx
     allocates 5.7 GB for this 2-node model (OOM-killed without a limit), so it stays off."""
-    import subprocess
-    import sys
-
     from onnxfold.analysis.shapes import _data_prop_is_bounded
 
     nodes = [helper.make_node("Shape", ["x"], ["sh"]),
@@ -209,9 +205,8 @@ def test_data_propagation_is_off_for_a_slice_step_beyond_32_bits(step, tmp_path)
     assert _data_prop_is_bounded(small)
     src = tmp_path / "m.onnx"
     onnx.save(model, src)
-    proc = subprocess.run([sys.executable, "-c", (
+    proc = run_python("-c", (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
         "from onnxfold.app import cli; sys.exit(cli.main(sys.argv[1:]))"),
-        "optimize", str(src), "-o", str(tmp_path / "o.onnx"), "-q"],
-        capture_output=True, text=True, timeout=120)
+        "optimize", src, "-o", tmp_path / "o.onnx", "-q", timeout=120)
     assert proc.returncode == 0, proc.stderr  # within 2 GiB of address space, at once

@@ -17,6 +17,7 @@ from onnxfold.analysis.declines import DeclineKind
 from onnxfold.fold import fallback, fallback_child
 from onnxfold.fold.fallback_session import FallbackError, Wanted
 from onnxfold.fold.fold_cost import batch_flops, node_flops
+from tests.support.cli import assert_ok, run_python
 
 
 def _conv(channels: int, side: int, kernel: int, seed: int = 0):
@@ -155,8 +156,6 @@ def test_the_child_imports_the_onnxfold_of_its_parent(tmp_path):
     """The child's PYTHONPATH starts with the directory this onnxfold came from, so a script
     that put a checkout on ``sys.path`` gets its children running the same code."""
     import site
-    import subprocess
-    import sys
 
     import onnxfold
 
@@ -164,6 +163,7 @@ def test_the_child_imports_the_onnxfold_of_its_parent(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(onnxfold.__file__)))
     if root not in map(os.path.abspath, site.getsitepackages()):  # a checkout (editable)
         assert env["PYTHONPATH"].split(os.pathsep)[0] == root
-    child = subprocess.run([sys.executable, "-c", "import onnxfold; print(onnxfold.__file__)"],
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    child = run_python("-c", "import onnxfold; print(onnxfold.__file__)", env=env, cwd=tmp_path,
+                       timeout=60)
+    assert_ok(child)
     assert os.path.samefile(child.stdout.strip(), onnxfold.__file__)

@@ -18,13 +18,12 @@ still folded once. No ``conftest.py`` here: the other tiers import ``tests/conft
 from __future__ import annotations
 
 import fcntl
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import onnxfold
+from tests.support.cli import run_cli
 from tools import wild_corpus as wild
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,10 +56,8 @@ def folded(tmp_path_factory):
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not out.exists() and not failed.exists():
                 tmp = shared / f"{name}.part.onnx"
-                proc = subprocess.run(
-                    [sys.executable, "-m", "onnxfold", "optimize", str(src), "-o", str(tmp),
-                     "--strict", "-q"],
-                    capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT)
+                proc = run_cli("optimize", src, "-o", tmp, "--strict", "-q", timeout=TIMEOUT,
+                               cwd=ROOT)
                 if proc.returncode == 0 and tmp.exists():
                     tmp.replace(out)
                 else:
