@@ -78,11 +78,14 @@ def folded(tmp_path_factory) -> dict[str, str]:
     return {"model": sha256(out / "m.onnx"), "data": sha256(out / "m.onnx.data")}
 
 
-def _scratch(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """The run's TMPDIR (checked empty afterwards) and the environment naming it."""
+def _scratch(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
+    """The run's TMPDIR (checked empty afterwards), the environment naming it, and the
+    directory where the run's pause points wait."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    return tmp, {"TMPDIR": str(tmp)}
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    return tmp, {"TMPDIR": str(tmp)}, pauses
 
 
 def assert_nothing_left(ending: Ending, *directories: Path, tmp: Path) -> None:
@@ -96,9 +99,7 @@ def test_a_signal_while_writing_a_new_output(tmp_path, folded, point, signum):
     source = transposed_weight(tmp_path / "in")
     out = tmp_path / "out"
     out.mkdir()
-    tmp, env = _scratch(tmp_path)
-    pauses = tmp_path / "pauses"
-    pauses.mkdir()
+    tmp, env, pauses = _scratch(tmp_path)
     ending = run_paused(["optimize", source, "-o", out / "m.onnx", "--external-data", "yes",
                          "--json", out / "report.json"], point, signum, pauses, env)
     assert_interrupted(ending, signum)
@@ -118,9 +119,7 @@ def test_a_signal_while_replacing_a_model_in_place(tmp_path, folded, point, sign
     """``-o`` the input itself: the old model with its old data, or the new with the new."""
     source = transposed_weight(tmp_path / "m")
     old = {"model": sha256(source), "data": sha256(tmp_path / "m" / "m.onnx.data")}
-    tmp, env = _scratch(tmp_path)
-    pauses = tmp_path / "pauses"
-    pauses.mkdir()
+    tmp, env, pauses = _scratch(tmp_path)
     ending = run_paused(["optimize", source, "-o", source, "--external-data", "yes"], point,
                         signum, pauses, env)
     assert_interrupted(ending, signum)
@@ -141,9 +140,7 @@ def test_a_signal_while_checking(tmp_path, point, signum):
     source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
     out = tmp_path / "out"
     out.mkdir()
-    tmp, env = _scratch(tmp_path)
-    pauses = tmp_path / "pauses"
-    pauses.mkdir()
+    tmp, env, pauses = _scratch(tmp_path)
     ending = run_paused(["optimize", source, "-o", out / "m.onnx", "--check", "1",
                          "--external-data", "yes"], point, signum, pauses, env)
     assert_interrupted(ending, signum)
@@ -165,9 +162,7 @@ def test_a_signal_to_a_batch_reaches_its_jobs(tmp_path, point, signum):
     begun to publish is whole."""
     inputs = _batch_inputs(tmp_path)
     out = tmp_path / "out"
-    tmp, env = _scratch(tmp_path)
-    pauses = tmp_path / "pauses"
-    pauses.mkdir()
+    tmp, env, pauses = _scratch(tmp_path)
     ending = run_paused(["optimize", *inputs, "-o", f"{out}/", "--external-data", "yes",
                          "-j", "2"], point, signum, pauses, env)
     assert_interrupted(ending, signum)
@@ -188,9 +183,7 @@ def test_a_hangup_ends_a_run_as_the_others_do(tmp_path, point):
     source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
     out = tmp_path / "out"
     out.mkdir()
-    tmp, env = _scratch(tmp_path)
-    pauses = tmp_path / "pauses"
-    pauses.mkdir()
+    tmp, env, pauses = _scratch(tmp_path)
     ending = run_paused(["optimize", source, "-o", out / "m.onnx"], point, signal.SIGHUP,
                         pauses, env)
     assert_interrupted(ending, signal.SIGHUP)
@@ -275,9 +268,7 @@ def test_a_signal_while_the_output_is_prefilled(tmp_path, point, signum):
     source = _embedded(tmp_path / "in")
     out = tmp_path / "out"
     out.mkdir()
-    tmp, env = _scratch(tmp_path)
-    pauses = tmp_path / "pauses"
-    pauses.mkdir()
+    tmp, env, pauses = _scratch(tmp_path)
     seen: list[str] = []
 
     def look_then_signal(proc: subprocess.Popen) -> None:
