@@ -112,10 +112,16 @@ def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
 
 def relu_functions(count: int) -> onnx.ModelProto:
     """``count`` functions ``f_k = Relu``, each called once, one after the other."""
+    return _called_in_turn([[helper.make_node("Relu", ["x"], ["y"])] for _ in range(count)])
+
+
+def _called_in_turn(bodies: list[list[onnx.NodeProto]]) -> onnx.ModelProto:
+    """A model calling functions ``f_k(x) -> y`` with these bodies once each, one after the
+    other (``v_k = f_k(v_{k-1})``), on a float ``x`` of shape [3]."""
+    count = len(bodies)
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
-    functions = [helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"],
-                                      [helper.make_node("Relu", ["x"], ["y"])], opsets[:1])
-                 for k in range(count)]
+    functions = [helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"], body, opsets[:1])
+                 for k, body in enumerate(bodies)]
     nodes = [helper.make_node(f"f{k}", ["x" if k == 0 else f"v{k - 1}"], [f"v{k}"],
                               domain=DOMAIN) for k in range(count)]
     graph = helper.make_graph(nodes, "many", [helper.make_tensor_value_info(
@@ -181,18 +187,11 @@ def test_a_small_nest_still_runs_in_onnxruntime(tmp_path):
 def folding_functions(count: int) -> onnx.ModelProto:
     """``count`` functions ``f_k(x) = x + Neg(c_k)``, a literal Constant ``c_k`` in each body
     (so each body folds), called once each, one after the other."""
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
-    functions = [helper.make_function(DOMAIN, f"f{k}", ["x"], ["y"], [
+    return _called_in_turn([[
         helper.make_node("Constant", [], ["c"], value=helper.make_tensor(
             "c", TensorProto.FLOAT, [3], [k, 1.0, 2.0])),
         helper.make_node("Neg", ["c"], ["n"]),
-        helper.make_node("Add", ["x", "n"], ["y"])], opsets[:1]) for k in range(count)]
-    nodes = [helper.make_node(f"f{k}", ["x" if k == 0 else f"v{k - 1}"], [f"v{k}"],
-                              domain=DOMAIN) for k in range(count)]
-    graph = helper.make_graph(nodes, "many", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info(
-            f"v{count - 1}", TensorProto.FLOAT, [3])])
-    return helper.make_model(graph, functions=functions, opset_imports=opsets)
+        helper.make_node("Add", ["x", "n"], ["y"])] for k in range(count)])
 
 
 def _inlining_seconds(proto: onnx.ModelProto) -> float:
