@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.support.memcg import MemoryCgroup, Outcome, create
+from tests.support.memcg import MemoryCgroup, Outcome, create, run_in_memory_cgroup
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -161,13 +161,7 @@ def test_a_check_that_does_not_fit_declines_in_one_line_and_one_that_fits_runs(t
     never killed); in 1 GiB the same check runs and passes."""
     model, out = weighty_model(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
     for limit, expected in ((384 * MiB, 2), (1 * GiB, 0)):
-        group = create(limit)
-        if isinstance(group, str):
-            pytest.skip(f"no memory cgroup: {group}")
-        try:
-            outcome = group.run(["optimize", model, "-o", out, "--check", "1"])
-        finally:
-            group.remove()
+        outcome = run_in_memory_cgroup(limit, ["optimize", model, "-o", out, "--check", "1"])
         assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
         assert outcome.returncode == expected, outcome.stderr
         if expected:
@@ -211,13 +205,7 @@ def test_a_check_whose_guessed_image_needs_too_much_memory_tries_smaller_ones(tm
     of memory in onnxruntime, and the check passes at 64 x 64, saying so (in a 1 GiB cgroup,
     never killed)."""
     model, out = pixel_attention_model(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
-    group = create(1 * GiB)
-    if isinstance(group, str):
-        pytest.skip(f"no memory cgroup: {group}")
-    try:
-        outcome = group.run(["optimize", model, "-o", out, "--check", "2"])
-    finally:
-        group.remove()
+    outcome = run_in_memory_cgroup(1 * GiB, ["optimize", model, "-o", out, "--check", "2"])
     assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
     assert outcome.returncode == 0, outcome.stderr
     assert "input x: float32[1,4,64,64]" in outcome.stdout, outcome.stdout

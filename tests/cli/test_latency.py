@@ -88,14 +88,9 @@ def test_in_a_tight_memory_limit_the_models_are_timed_one_after_the_other(tmp_pa
     cgroup leaves the process; one does: timed one model after the other, never killed."""
     src = tmp_path / "big.onnx"
     weight_transposed(src, 65536)
-    group = memcg.create(400 << 20)
-    if isinstance(group, str):
-        pytest.skip(group)
-    try:
-        outcome = group.run(["optimize", str(src), "-o", str(tmp_path / "o.onnx"),
-                             "--latency", "1", "--json", str(tmp_path / "r.json")])
-    finally:
-        group.remove()
+    outcome = memcg.run_in_memory_cgroup(
+        400 << 20, ["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--latency", "1",
+                    "--json", str(tmp_path / "r.json")])
     assert outcome.oom_kills == 0 and outcome.returncode == 0, outcome.stderr
     assert "one model after the other (both did not fit in memory at once)" in outcome.stdout
     assert json.loads((tmp_path / "r.json").read_text())["latency"]["interleaved"] is False

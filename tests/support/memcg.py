@@ -14,6 +14,8 @@ import os
 import uuid
 from dataclasses import dataclass
 
+import pytest
+
 from onnxfold.host.memory_limits import hierarchies
 from tests.support.measured_child import run_measured
 
@@ -131,3 +133,15 @@ def create(limit: int) -> MemoryCgroup | str:
             continue
         return group
     return "; ".join(reasons)
+
+
+def run_in_memory_cgroup(limit: int, args: list[str], timeout: float = 600) -> Outcome:
+    """``python -m onnxfold ARGS`` in a cgroup of its own limited to ``limit`` bytes, removed
+    after; the calling test skips, saying why, where no cgroup can be made."""
+    group = create(limit)
+    if isinstance(group, str):
+        pytest.skip(f"no memory cgroup: {group}")
+    try:
+        return group.run(args, timeout)
+    finally:
+        group.remove()
