@@ -36,7 +36,14 @@ from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
 from onnxfold.ir.graph import all_graphs
 from onnxfold.rewrite.steps import contained
-from onnxfold.rewrite.sweep import WIDE, GraphState, RuleOrders, Sweep, Trying, rule_orders
+from onnxfold.rewrite.sweep import (
+    GraphState,
+    RuleOrders,
+    Sweep,
+    Trying,
+    marked_readers,
+    rule_orders,
+)
 
 MAX_ITERATIONS = 10
 REACH_MARGIN = 1  # reader hops a rewrite marks beyond what the deepest pattern needs
@@ -122,13 +129,8 @@ def pattern_reach(by_op: dict[str, list[PatternRule]]) -> int:
 
 def near(starts: Iterable[ir.Node], hops: int, *, upstream: bool = True) -> set[ir.Node]:
     """``starts`` and every node within ``hops`` reader links of one of them (and producer
-    links, if ``upstream``).
-
-    A value read by more than :data:`WIDE` nodes is not walked through to its readers: a
-    rewrite next to it changes its readers' count by a few, which no pattern's
-    ``single_use`` or check can tell from more than ``WIDE`` (its readers that a rewrite does
-    change, rewired or new, are given in ``starts``). Walking through it marked most of a
-    dynamo export (a sequence length read by every layer) at every rewrite near it."""
+    links, if ``upstream``); a reader link only as :func:`~onnxfold.rewrite.sweep.marked_readers`
+    gives it (none through a widely read value)."""
     found = set(starts)
     frontier = list(found)
     for _ in range(hops):
@@ -141,13 +143,10 @@ def near(starts: Iterable[ir.Node], hops: int, *, upstream: bool = True) -> set[
                         found.add(producer)
                         step.append(producer)
             for value in node.outputs:
-                uses = value.uses()
-                if len(uses) > WIDE:
-                    continue
-                for use in uses:
-                    if use.node not in found:
-                        found.add(use.node)
-                        step.append(use.node)
+                for reader in marked_readers(value):
+                    if reader not in found:
+                        found.add(reader)
+                        step.append(reader)
         frontier = step
     return found
 

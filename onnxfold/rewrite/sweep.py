@@ -29,7 +29,7 @@ from onnxfold.ir.edits import names_for
 from onnxfold.rewrite.splice import splice
 
 RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
-WIDE = 16  # readers beyond which a value is shared scaffolding (a dim, a mask): driver.near
+WIDE = 16  # readers beyond which a value is shared scaffolding (a dim, a mask): marked_readers
 
 
 class GraphState:
@@ -175,26 +175,30 @@ class Sweep:
 
 def surroundings(captured: Iterable[object]) -> set[ir.Node]:
     """The matched nodes, the producers of the values they and the matched values read, and
-    the readers of what they compute: where a rewrite of the match changes the graph. The
-    readers of a value read by more than :data:`WIDE` nodes are left out (``driver.near``
-    says why): a dynamo export's sequence length, squeezed once, is read by every layer."""
+    the readers of what they compute (:func:`marked_readers`): where a rewrite of the match
+    changes the graph."""
     found: set[ir.Node | None] = set()
     for part in captured:
         if isinstance(part, ir.Node):
             found.add(part)
             found.update(v.producer() for v in part.inputs if v is not None)
             for v in part.outputs:
-                _add_readers(found, v)
+                found.update(marked_readers(v))
         elif isinstance(part, ir.Value):
             found.add(part.producer())
-            _add_readers(found, part)
+            found.update(marked_readers(part))
     return {node for node in found if node is not None}
 
 
-def _add_readers(found: set[ir.Node | None], value: ir.Value) -> None:
+def marked_readers(value: ir.Value) -> list[ir.Node]:
+    """The readers of ``value`` a mark around a change reaches: none when more than
+    :data:`WIDE` nodes read it. A rewrite next to such a value changes its readers' count by a
+    few, which no pattern's ``single_use`` or check can tell from more than ``WIDE``; the
+    readers a rewrite does change (rewired, built) are marked by name. Marking through it
+    reached most of a dynamo export (a sequence length read by every layer) at every rewrite
+    near it."""
     uses = value.uses()
-    if len(uses) <= WIDE:
-        found.update(use.node for use in uses)
+    return [] if len(uses) > WIDE else [use.node for use in uses]
 
 
 def nodes_of(found: Iterable[object]) -> list[ir.Node]:
