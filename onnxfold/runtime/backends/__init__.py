@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import TYPE_CHECKING
 
 from onnxfold.runtime.backends.base import BackendUnavailable, FoldBackend
@@ -25,11 +26,11 @@ NAMES = tuple(_MODULES)
 def get_backend(name: str, catalogue: Catalogue | None = None, **options) -> FoldBackend:
     """A new backend by name; raises BackendUnavailable with what to install when missing.
     ``catalogue``: the rules a backend that folds or rewrites with onnxfold's own uses
-    (``numpy``, ``mlir``: its module sets ``USES_CATALOGUE``); None: the installed rules."""
+    (``numpy``, ``mlir``: their constructors take one); None: the installed rules."""
     if name not in _MODULES:
         raise BackendUnavailable(f"unknown backend '{name}' (choose from {', '.join(NAMES)})")
     module = importlib.import_module(f"onnxfold.runtime.backends.{_MODULES[name]}")
-    if getattr(module, "USES_CATALOGUE", False):
+    if "catalogue" in inspect.signature(module.Backend).parameters:
         from onnxfold.declare.catalogue import load_catalogue
 
         options["catalogue"] = load_catalogue() if catalogue is None else catalogue

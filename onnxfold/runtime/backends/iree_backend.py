@@ -140,9 +140,6 @@ class _OutputBlock:
         return out
 
 
-USES_CATALOGUE = True  # get_backend passes the session's catalogue (its rewrite's rule)
-
-
 class Backend:
     name = "mlir"
 

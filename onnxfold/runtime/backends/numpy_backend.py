@@ -11,8 +11,6 @@ from onnxfold.ir.constants import constant_array
 from onnxfold.pipeline.optimizer import optimize
 from onnxfold.pipeline.options import FoldOptions
 
-USES_CATALOGUE = True  # get_backend passes the session's catalogue
-
 
 class Backend:
     name = "numpy"
