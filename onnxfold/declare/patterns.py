@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import kept
-from onnxfold.ir.graph import is_default_op
+from onnxfold.ir.graph import DEFAULT_DOMAINS
 
 if TYPE_CHECKING:
     from onnxfold.declare.view import GraphView
@@ -52,6 +52,9 @@ class P:
     single_use: bool
     commute: bool
     attributes: tuple[tuple[str, Var], ...]
+    _op_set: frozenset[str] = field(init=False, repr=False, compare=False)
+    _open_ended: bool = field(init=False, repr=False, compare=False)
+    _input_patterns: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __init__(self, op: str | Iterable[str], *inputs: Pattern | Any, name: str | None = None,
                  single_use: bool = False, commute: bool = False, **attributes: Var) -> None:
@@ -65,6 +68,11 @@ class P:
         object.__setattr__(self, "single_use", single_use)
         object.__setattr__(self, "commute", commute)
         object.__setattr__(self, "attributes", tuple(attributes.items()))
+        # what match_node reads of itself at every node a sweep tries (not compared)
+        object.__setattr__(self, "_op_set", frozenset(self.ops))
+        open_ended = bool(inputs) and inputs[-1] is Ellipsis
+        object.__setattr__(self, "_open_ended", open_ended)
+        object.__setattr__(self, "_input_patterns", inputs[:-1] if open_ended else inputs)
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -103,13 +111,15 @@ class P:
 
     def match_node(self, node: ir.Node, ctx: GraphView, captures: dict[str, Any]) -> bool:
         """Whether ``node`` matches (inputs in the given order), filling ``captures``."""
-        if node.op_type not in self.ops or not is_default_op(node) or kept(node, ctx.keep):
+        if node.op_type not in self._op_set or node.domain not in DEFAULT_DOMAINS:
+            return False
+        keep = ctx.keep
+        if keep and kept(node, keep):
             return False
         if self.single_use and not all(ctx.single_use(v) for v in node.outputs):
             return False
         if self.inputs is not None:
-            open_ended = self.inputs[-1] is Ellipsis
-            patterns = self.inputs[:-1] if open_ended else self.inputs
+            open_ended, patterns = self._open_ended, self._input_patterns
             given = node.inputs
             if len(given) < len(patterns) or (not open_ended and len(given) > len(patterns)):
                 return False
