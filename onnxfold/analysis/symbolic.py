@@ -123,19 +123,27 @@ def dim_symbol(value: ir.Value, axis: int, ambiguous: frozenset[str] = frozenset
     dim = shape[axis]
     if isinstance(dim, int):
         return dim
-    refined = value.meta.get(REFINED_KEY)
-    if refined is not None and len(refined) == len(shape) and refined[axis] is not None:
+    refined = _refined(value, len(shape))
+    if refined is not None and refined[axis] is not None:
         return refined[axis]
-    return _declared(value, axis, ambiguous)
+    return _declared_dim(value, dim, axis, ambiguous)
 
 
-def _declared(value: ir.Value, axis: int, ambiguous: frozenset[str]) -> Dim:
-    """Axis ``axis`` of ``value`` as shape inference declares it (the rank is known)."""
-    assert value.shape is not None
-    dim = value.shape[axis]
+def _refined(value: ir.Value, rank: int) -> tuple[Dim | None, ...] | None:
+    """``value``'s refined dims (``REFINED_KEY``) if recorded for its rank ``rank``.
+
+    Read from the store's plain dict: the ``MetadataStore`` (a ``UserDict``) answers a missing
+    key through a raised ``KeyError``, and this is asked for every dim of every value."""
+    refined = value.meta.data.get(REFINED_KEY)
+    return refined if refined is not None and len(refined) == rank else None
+
+
+def _declared_dim(value: ir.Value, dim: int | ir.SymbolicDim, axis: int,
+                  ambiguous: frozenset[str]) -> Dim:
+    """``dim``, axis ``axis`` of ``value``'s declared shape, as an int or a symbol."""
     if isinstance(dim, int):
         return dim
-    name = getattr(dim, "value", None)
+    name = dim.value
     if isinstance(name, str) and name and name not in ambiguous:
         return Sym(("dim", name))
     return Sym(("axis", id(value), value.name or "?", axis))
@@ -463,9 +471,16 @@ def _value_dims(value: ir.Value | None, ambiguous: frozenset[str]) -> Dims | Non
         tensor = tensor_of(producer.attributes["value"])
     if tensor is not None:
         return tuple(int(d) for d in tensor.shape.numpy())
-    if value.shape is None:
+    shape = value.shape
+    if shape is None:
         return None
-    return tuple(dim_symbol(value, i, ambiguous) for i in range(len(value.shape)))
+    dims = shape.dims  # :func:`dim_symbol` of each axis, the shape and meta read once
+    refined = _refined(value, len(dims))
+    return tuple(
+        d if isinstance(d, int) else
+        refined[axis] if refined is not None and refined[axis] is not None else
+        _declared_dim(value, d, axis, ambiguous)
+        for axis, d in enumerate(dims))
 
 
 def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str]) -> bool:
@@ -512,9 +527,10 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
         derived = derived_all[k] if k < len(derived_all) else None
         if derived is not None and len(derived) != rank:
             derived = None
-        refined = [_refined_dim(_declared(out, axis, ambiguous),
+        refined = [_refined_dim(_declared_dim(out, dim, axis, ambiguous),
                                 derived[axis] if derived is not None else None,
-                                inputs, inputs_dims, placeholders) for axis in range(rank)]
+                                inputs, inputs_dims, placeholders)
+                   for axis, dim in enumerate(out.shape.dims)]
         if any(d is not None for d in refined):
             out.meta[REFINED_KEY] = tuple(refined)
         elif REFINED_KEY in out.meta:
