@@ -139,6 +139,18 @@ _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Wher
                           "Less", "Greater", "And", "Or", "Not", "Expand"})
 
 
+def _length(lengths: dict[str, int], declared: dict[str, onnx.TypeProto], name: str) -> int:
+    """The length ``lengths`` holds for ``name``, else its declared type's (kept there)."""
+    found = lengths.get(name)
+    if found is None:
+        typed = declared.get(name)
+        found = lengths[name] = 0 if typed is None else _static_1d_length(typed)
+    return found
+
+
+_PROPAGATING = frozenset({"Concat", "Range", "Gather"}) | _SAME_AS_FIRST | _ELEMENTWISE
+
+
 def _propagated_length(node: onnx.NodeProto, ins: list[int],
                        constants: dict[str, onnx.TensorProto]) -> int:
     """How long a 1-D value data propagation may make of ``node``'s output, from its inputs'
@@ -181,23 +193,25 @@ def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
     otherwise make inference allocate tens of gigabytes.
     """
     for graph in graph_protos(proto.graph):
-        lengths: dict[str, int] = {}
-        for vi in list(graph.input) + list(graph.value_info):
-            lengths[vi.name] = _static_1d_length(vi.type)
+        declared = {vi.name: vi.type for vi in (*graph.input, *graph.value_info)}
+        lengths: dict[str, int] = {}  # a declared type's length is read when asked for
         constants = {t.name: t for t in graph.initializer}
         constants.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
                           for a in n.attribute if a.name == "value"})
         for name, t in constants.items():
             lengths[name] = t.dims[0] if len(t.dims) == 1 else 0
+        length = functools.partial(_length, lengths, declared)
         worst = 0  # what propagation computes: inputs and constants cost nothing unused
         for node in graph.node:
-            if node.op_type == "Slice" and _huge_step(node, constants):
+            op = node.op_type
+            if op not in _PROPAGATING:
+                continue  # its outputs' length stays what they declare (0 propagated)
+            if op == "Slice" and _huge_step(node, constants):
                 return False
-            ins = [lengths.get(name, 0) for name in node.input]
-            out = _propagated_length(node, ins, constants)
+            out = _propagated_length(node, [length(name) for name in node.input], constants)
             worst = max(worst, out)
             for name in node.output:
-                lengths[name] = max(lengths.get(name, 0), out)
+                lengths[name] = max(length(name), out)
         if worst > DATA_PROP_MAX:
             return False
     return True
