@@ -234,22 +234,26 @@ class _NodeState(NamedTuple):
 
 
 def _node_state(node: ir.Node, graph_outputs: set[ir.Value]) -> _NodeState:
-    return _NodeState(tuple(None if v is None else weakref.ref(v) for v in node.inputs),
-                      tuple((*_typed(v), len(v.uses()), v in graph_outputs)
-                            for v in node.outputs))
+    # list comprehensions, not generators: this runs for every node at the end of each call
+    return _NodeState(tuple([None if v is None else weakref.ref(v) for v in node.inputs]),
+                      tuple([(v.type, _dims(v), len(v.uses()), v in graph_outputs)
+                             for v in node.outputs]))
 
 
-def _typed(value: ir.Value) -> tuple[object, object]:
-    """``value``'s type and dims, copied (a shape can change in place)."""
+def _dims(value: ir.Value) -> tuple | None:
+    """``value``'s dims, copied (a shape can change in place)."""
     shape = value.shape
-    return value.type, (None if shape is None else tuple(shape.dims))
+    return None if shape is None else tuple(shape.dims)
 
 
 def _same_values(refs: tuple[weakref.ref | None, ...], values: Sequence[ir.Value | None]
                  ) -> bool:
-    return len(refs) == len(values) and all(
-        (ref is None and v is None) or (ref is not None and ref() is v)
-        for ref, v in zip(refs, values))
+    if len(refs) != len(values):
+        return False
+    for ref, v in zip(refs, values):
+        if (v is not None) if ref is None else (ref() is not v):
+            return False
+    return True
 
 
 class _Snapshot:
@@ -276,7 +280,7 @@ class _Snapshot:
                 edited.add(node)
                 continue
             for value, (kind, dims, uses, is_output) in zip(node.outputs, before.outputs):
-                if (kind, dims) != _typed(value):
+                if kind != value.type or dims != _dims(value):
                     edited.add(node)
                     edited.update(use.node for use in value.uses() if use.node.graph is graph)
                 elif len(value.uses()) != uses or (value in outputs) != is_output:
