@@ -358,8 +358,8 @@ def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
 
 
 def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match:
-    if len(node.outputs) != 1:
-        return False
+    if len(node.outputs) != 1 or ctx.is_constant(node.outputs[0]):
+        return False  # a constant result has constant inputs: it folds anyway (asked first)
     x = _kept(ctx, node)
     if x is None or ctx.is_constant(x):
         return False  # constants fold anyway
