@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import onnx_ir as ir
@@ -485,9 +486,17 @@ def _value_dims(value: ir.Value | None, ambiguous: frozenset[str]) -> Dims | Non
 
 def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str]) -> bool:
     """Whether ``d`` is an int or made of the graph inputs' dims only."""
-    return isinstance(d, int) or (isinstance(d, Sym) and all(
-        (a.expr[0] == "dim" and a.expr[1] in inputs_dims) or
-        (a.expr[0] == "axis" and a.expr[1] in inputs) for a in d.atoms()))
+    if isinstance(d, int):
+        return True
+    if not isinstance(d, Sym):
+        return False
+    expr = d.expr
+    if expr[0] == "dim":  # an atom itself (most dims): no list of atoms made
+        return expr[1] in inputs_dims
+    if expr[0] == "axis":
+        return expr[1] in inputs
+    return all((a.expr[0] == "dim" and a.expr[1] in inputs_dims) or
+               (a.expr[0] == "axis" and a.expr[1] in inputs) for a in d.atoms())
 
 
 def _all_static(values: Sequence[ir.Value | None]) -> bool:
@@ -527,30 +536,47 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
         derived = derived_all[k] if k < len(derived_all) else None
         if derived is not None and len(derived) != rank:
             derived = None
-        refined = [_refined_dim(_declared_dim(out, dim, axis, ambiguous),
-                                derived[axis] if derived is not None else None,
-                                inputs, inputs_dims, placeholders)
-                   for axis, dim in enumerate(out.shape.dims)]
+        refined = _refined_dims(out.shape.dims, derived, ambiguous, inputs, inputs_dims,
+                                placeholders)
         if any(d is not None for d in refined):
             out.meta[REFINED_KEY] = tuple(refined)
         elif REFINED_KEY in out.meta:
             del out.meta[REFINED_KEY]
 
 
-def _refined_dim(declared: Dim, found: Dim | None, inputs: frozenset[int],
-                 inputs_dims: frozenset[str], placeholders: dict[str, Dim]) -> Dim | None:
-    """One axis of a refinement: ``found`` (the derived dim) where it is made of the graph
-    inputs' dims and ``declared`` is not; a name seen before keeps the symbol it got then."""
-    if _of_inputs(declared, inputs, inputs_dims):
-        return None
-    name = declared.expr[1] if isinstance(declared, Sym) and declared.expr[0] == "dim" else None
-    if name is not None and name in placeholders:
-        return placeholders[name]  # the same name is the same dim: one symbol for it
-    if not _of_inputs(found, inputs, inputs_dims):
-        return None
-    if name is not None and found is not None:
-        placeholders[name] = found
-    return found
+def _refined_dims(declared: Sequence[int | ir.SymbolicDim], derived: Dims | None,
+                  ambiguous: frozenset[str], inputs: frozenset[int],
+                  inputs_dims: frozenset[str], placeholders: dict[str, Dim]
+                  ) -> list[Dim | None]:
+    """The refinement of an output's dims, axis by axis: the derived dim (``derived``) where
+    it is made of the graph inputs' dims and the declared one (``declared``, as
+    :func:`_declared_dim` reads it) is not; a name seen before keeps the symbol it got then.
+
+    The declared dim is never made a symbol: an int or a graph input's name is of the inputs
+    (nothing to refine); any other name is a dim of its own, as is a dim without a usable name
+    (a symbol of this output's own axis, never a graph input's)."""
+    refined: list[Dim | None] = []
+    for axis, dim in enumerate(declared):
+        if isinstance(dim, int):
+            refined.append(None)
+            continue
+        name = dim.value
+        named = isinstance(name, str) and bool(name) and name not in ambiguous
+        if named:
+            if name in inputs_dims:
+                refined.append(None)
+                continue
+            if name in placeholders:  # the same name is the same dim: one symbol for it
+                refined.append(placeholders[name])
+                continue
+        found = derived[axis] if derived is not None else None
+        if not _of_inputs(found, inputs, inputs_dims):
+            refined.append(None)
+            continue
+        if named and found is not None:
+            placeholders[cast(str, name)] = found
+        refined.append(found)
+    return refined
 
 
 _SHAPE_DTYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
@@ -652,10 +678,10 @@ def updated_shape_values(graph: ir.Graph, previous: dict[ir.Value, Known],
             continue
         if _names_placeholder(node, ambiguous, walk.inputs_dims, old_placeholders):
             return _recomputed(graph, previous, arrays, ambiguous, steps)
-        before = [(v, v.meta.get(REFINED_KEY), dict.get(previous, v)) for v in node.outputs]
+        before = [(v, v.meta.data.get(REFINED_KEY), dict.get(previous, v)) for v in node.outputs]
         walk.visit(node)
         changed.update(v for v, refined, value in before
-                       if v.meta.get(REFINED_KEY) != refined or dict.get(known, v) != value)
+                       if v.meta.data.get(REFINED_KEY) != refined or dict.get(known, v) != value)
     if walk.placeholders != old_placeholders:
         return _recomputed(graph, previous, arrays, ambiguous, steps)
     known.placeholders = walk.placeholders
@@ -666,9 +692,9 @@ def _recomputed(graph: ir.Graph, previous: dict[ir.Value, Known], arrays: Arrays
                 ambiguous: frozenset[str], steps: ShapeSteps
                 ) -> tuple[dict[ir.Value, Known], set[ir.Value]]:
     """:func:`shape_values` computed whole, and the values whose result changed."""
-    refined = {v: v.meta.get(REFINED_KEY) for node in graph for v in node.outputs}
+    refined = {v: v.meta.data.get(REFINED_KEY) for node in graph for v in node.outputs}
     known = shape_values(graph, arrays, ambiguous, steps=steps)
-    changed = {v for v, dims in refined.items() if v.meta.get(REFINED_KEY) != dims}
+    changed = {v for v, dims in refined.items() if v.meta.data.get(REFINED_KEY) != dims}
     changed.update(v for v in dict.keys(known) | dict.keys(previous)
                    if dict.get(known, v) != dict.get(previous, v))
     return known, changed
@@ -717,7 +743,7 @@ class _Walk:
             value = dict.get(previous, out)
             if value is not None:
                 self.known[out] = value
-            refined = out.meta.get(REFINED_KEY)
+            refined = out.meta.data.get(REFINED_KEY)
             if refined is None or out.shape is None or len(refined) != len(out.shape):
                 continue
             for dim, found in zip(out.shape, refined):
