@@ -86,7 +86,13 @@ class GraphView:
     def in_order(self, nodes: Iterable[ir.Node]) -> list[ir.Node]:
         """Those of ``nodes`` that are in this graph, in its order (a walk of the graph)."""
         wanted = set(nodes)
-        return [node for node in self._graph if node in wanted]
+        found: list[ir.Node] = []
+        for node in self._graph:
+            if node in wanted:
+                found.append(node)
+                if len(found) == len(wanted):
+                    break  # the rest of the graph holds none of them
+        return found
 
     def is_graph_output(self, value: ir.Value | None) -> bool:
         """Whether ``value`` is an output of this graph."""
