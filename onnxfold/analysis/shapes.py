@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import cast
 
 import onnx
@@ -99,7 +99,9 @@ def lighten(proto: onnx.ModelProto) -> onnx.ModelProto:
     return proto
 
 
-def _shape_of(type_proto: onnx.TypeProto) -> ir.Shape | None:
+def _dims_of(type_proto: onnx.TypeProto) -> list[int | str | None] | None:
+    """The dims a tensor type proto declares (ints, names, None for unknown), as
+    ``ir.Shape`` takes them; None when it has no shape."""
     if not type_proto.tensor_type.HasField("shape"):
         return None
     dims: list[int | str | None] = []
@@ -110,7 +112,7 @@ def _shape_of(type_proto: onnx.TypeProto) -> ir.Shape | None:
             dims.append(d.dim_param)
         else:
             dims.append(None)
-    return ir.Shape(dims)
+    return dims
 
 
 def _static_1d_length(type_proto: onnx.TypeProto) -> int:
@@ -363,15 +365,17 @@ def _merge(infos: dict[str, onnx.TypeProto], values: Iterable[ir.Value]) -> int:
         if value.type is None and info.tensor_type.elem_type:
             value.type = ir.TensorType(ir.DataType(info.tensor_type.elem_type))
             changed += 1
-        shape = _shape_of(info)
-        merged = shape if value.shape is None else _more_static(value.shape, shape)
+        dims = _dims_of(info)  # an ir.Shape is made only of what is kept (most are not)
+        merged = (None if dims is None else ir.Shape(dims)) if value.shape is None else \
+            _more_static(value.shape, dims)
         if merged is not None:
             value.shape = merged
             changed += 1
     return changed
 
 
-def _more_static(declared: ir.Shape, inferred: ir.Shape | None) -> ir.Shape | None:
+def _more_static(declared: ir.Shape, inferred: Sequence[int | str | None] | None
+                 ) -> ir.Shape | None:
     """``declared`` with the dims ``inferred`` makes static (a TopK's ``[unk__59, unk__60]``
     inferred ``[unk__19, 2]`` is ``[unk__59, 2]``: its dynamic dims keep their names); None
     when it makes none static, or the two disagree (another rank, another static dim)."""
