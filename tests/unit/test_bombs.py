@@ -166,6 +166,24 @@ def test_data_propagation_stays_on_for_long_tables_read_a_scalar_at_a_time():
     assert not _data_prop_is_bounded(doubled)
 
 
+def test_data_propagation_bound_reads_declared_lengths_where_a_propagating_op_reads_them():
+    """Only ops that propagate data lengthen it; a long 1-D value declared by ``value_info``
+    counts once such an op reads it, whatever produced it (an op the bound skips)."""
+    from onnxfold.analysis.shapes import DATA_PROP_MAX, _data_prop_is_bounded
+
+    long = DATA_PROP_MAX + 1
+    read = make_model([helper.make_node("Softmax", ["x"], ["s"]),
+                       helper.make_node("Identity", ["s"], ["y"])],
+                      [vinfo("x", shape=[long])], [vinfo("y", shape=[long])])
+    read.graph.value_info.append(vinfo("s", shape=[long]))
+    assert not _data_prop_is_bounded(read)
+    unread = make_model([helper.make_node("Softmax", ["x"], ["s"]),
+                         helper.make_node("Softmax", ["s"], ["y"])],
+                        [vinfo("x", shape=[long])], [vinfo("y", shape=[long])])
+    unread.graph.value_info.append(vinfo("s", shape=[long]))
+    assert _data_prop_is_bounded(unread)
+
+
 def test_a_memory_limit_never_raises_the_peak(tmp_path):
     """Spilling a 128 MiB result under ``--memory-limit`` writes it out; copying it into a
     writable mapping kept a third copy resident (peak +128 MiB over no limit at all)."""
