@@ -33,6 +33,7 @@ class _InEffect:
 
     collect_after: bool
     loading: bool
+    froze: bool = False  # settled() froze (gc.get_freeze_count walks every frozen object)
 
 
 _in_effect: _InEffect | None = None  # set by the outermost long_lived() while it runs
@@ -58,9 +59,10 @@ def long_lived(collect_after: bool = True) -> Iterator[None]:
     finally:
         if _in_effect.loading:  # never settled (the model could not be loaded)
             gc.enable()
+        froze = _in_effect.froze  # nothing was frozen when we began
         _in_effect = None
         gc.set_threshold(*old)
-        if gc.get_freeze_count():  # settled() froze: it was not frozen when we began
+        if froze:
             gc.unfreeze()
             if collect_after and gc.isenabled():
                 gc.collect()
@@ -75,6 +77,7 @@ def settled(nodes: int) -> None:
         return
     if not _in_effect.collect_after or nodes >= FREEZE_MIN_NODES:
         gc.freeze()
+        _in_effect = dataclasses.replace(_in_effect, froze=True)
     if _in_effect.loading:
         gc.enable()
         _in_effect = dataclasses.replace(_in_effect, loading=False)
