@@ -320,8 +320,10 @@ def _kept(ctx: GraphView, node: ir.Node) -> ir.Value | None:
     if left is None or right is None:
         return None
     for side, c, x in ((0, left, right), (1, right, left)):
+        if ctx.is_constant(x):
+            continue  # a constant x folds anyway (asked before c's data is read)
         array = ctx.array(c)
-        if array is None or ctx.is_constant(x) or x.dtype is None or x.dtype != c.dtype or \
+        if array is None or x.dtype is None or x.dtype != c.dtype or \
                 not broadcasts_into(ctx, c, x):
             continue
         if _is(array, op, side) or (_adds_a_zero(array, op, side) and
@@ -358,8 +360,8 @@ def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
 
 
 def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match:
-    if len(node.outputs) != 1 or ctx.is_constant(node.outputs[0]):
-        return False  # a constant result has constant inputs: it folds anyway (asked first)
+    if len(node.outputs) != 1:
+        return False
     x = _kept(ctx, node)
     if x is None or ctx.is_constant(x):
         return False  # constants fold anyway
