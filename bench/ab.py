@@ -4,7 +4,9 @@ Each version is a commit of this repository (``git archive`` of ``onnxfold`` and
 a temporary directory, put first on ``PYTHONPATH``, run with this interpreter) or an installed
 command (``--before-cmd``). Rounds alternate the order of the two; the first round only warms
 the caches. Per model and version: medians (and minimums) of the whole ``onnxfold optimize``
-process's wall and CPU seconds, its peak RSS, and after / before of the medians::
+process's wall and CPU seconds, its peak RSS, the median of its passes' seconds (its report's
+phases but load, save and report, as ``floor`` counts them), and after / before of the
+medians::
 
     python -m bench run ab MODEL [MODEL ...] --before COMMIT [--after HEAD] [--repeat 7]
 
@@ -20,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.floor import passes_seconds
 from bench.process import ChildRun, median, ratio, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,16 +37,20 @@ def snapshot(commit: str, into: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(into))
 
 
-def _row(model: str, label: str, runs: list[ChildRun], base: list[ChildRun] | None) -> str:
+def _row(model: str, label: str, runs: list[ChildRun], passes: list[float],
+         base: tuple[list[ChildRun], list[float]] | None) -> str:
     wall = [x.wall_s for x in runs]
     cpu = [x.user_s + x.sys_s for x in runs]
     vs = ""
     if base is not None:
-        walls = ratio(median(wall), median([x.wall_s for x in base]))
-        cpus = ratio(median(cpu), median([x.user_s + x.sys_s for x in base]))
-        vs = f"{walls:.2f}x, {cpus:.2f}x" if walls and cpus else ""
+        base_runs, base_passes = base
+        walls = ratio(median(wall), median([x.wall_s for x in base_runs]))
+        cpus = ratio(median(cpu), median([x.user_s + x.sys_s for x in base_runs]))
+        own = ratio(median(passes), median(base_passes))
+        vs = f"{walls:.2f}x, {cpus:.2f}x, {own:.2f}x" if walls and cpus and own else ""
     return (f"| {Path(model).name} | {label} | {median(wall):.3f} ({min(wall):.3f}) | "
-            f"{median(cpu):.3f} ({min(cpu):.3f}) | {max(x.maxrss_mib for x in runs):.0f} | {vs} |")
+            f"{median(cpu):.3f} ({min(cpu):.3f}) | {median(passes):.3f} | "
+            f"{max(x.maxrss_mib for x in runs):.0f} | {vs} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,24 +78,29 @@ def main(argv: list[str] | None = None) -> int:
                                snapshot(commit, tmp / label))
         print(f"before {a.before_cmd or a.before}, after {a.after}; medians (min) of {a.repeat} "
               "interleaved rounds, whole process\n")
-        print("| model | version | wall s | CPU s | peak RSS MiB | after / before (wall, CPU) |")
-        print("|---|---|--:|--:|--:|--:|")
+        print("| model | version | wall s | CPU s | passes s | peak RSS MiB | "
+              "after / before (wall, CPU, passes) |")
+        print("|---|---|--:|--:|--:|--:|--:|")
         for model in a.models:
             runs: dict[str, list[ChildRun]] = {label: [] for label in versions}
+            passes: dict[str, list[float]] = {label: [] for label in versions}
             for i in range(a.repeat + 1):
                 order = list(versions) if i % 2 else list(reversed(versions))
                 for label in order:
                     cmd, env = versions[label]
-                    out = tmp / f"{label}.onnx"
+                    out, report = tmp / f"{label}.onnx", tmp / f"{label}.json"
                     # cwd is not the repository: its onnxfold/ would shadow the snapshots
-                    run = run_child([*cmd, "optimize", str(model.resolve()), "-o", str(out), "-q"],
+                    run = run_child([*cmd, "optimize", str(model.resolve()), "-o", str(out), "-q",
+                                     "--json", str(report)],
                                     tmp / label, a.timeout, cwd=tmp, env=env)
                     if run.rc != 0:
                         sys.exit(f"{label} failed on {model}: {run.error_line}")
                     if i:
                         runs[label].append(run)
-            print(_row(str(model), "before", runs["before"], None))
-            print(_row(str(model), "after", runs["after"], runs["before"]))
+                        passes[label].append(passes_seconds(report))
+            print(_row(str(model), "before", runs["before"], passes["before"], None))
+            print(_row(str(model), "after", runs["after"], passes["after"],
+                       (runs["before"], passes["before"])))
     return 0
 
 
