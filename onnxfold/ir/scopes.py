@@ -9,21 +9,23 @@ joined by ``/``), the TorchScript exporter in the node's name
 from __future__ import annotations
 
 import ast
+import re
 
 import onnx_ir as ir
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 NAMESPACE_KEY = "namespace"
+# a list of plain quoted strings (no quote or backslash inside), as the exporter writes it:
+# read with a regular expression, ast.literal_eval's parse costs ~40 us a node
+_PLAIN_LIST = re.compile(r"\['[^'\\]*'(?:, '[^'\\]*')*\]")
+_PLAIN_ITEM = re.compile(r"'([^'\\]*)'")
 
 
 def module_path(node: ir.Node) -> str:
     """The module path of ``node`` (``layers.3.self_attn``), or "" when none was recorded."""
     scopes = node.metadata_props.get(NAME_SCOPES_KEY)
     if scopes:
-        try:
-            parsed = ast.literal_eval(scopes)
-        except (ValueError, SyntaxError):
-            parsed = None
+        parsed = _string_list(scopes)
         if isinstance(parsed, list) and len(parsed) > 1 and \
                 all(isinstance(s, str) for s in parsed):
             return _innermost_module(parsed[:-1])
@@ -32,6 +34,16 @@ def module_path(node: ir.Node) -> str:
         paths = [part.split(":", 1)[0].strip() for part in namespace.split("/")[:-1]]
         return _innermost_module(paths)
     return path_of_name(node.name or "")
+
+
+def _string_list(text: str) -> object:
+    """``text`` read as a Python literal (None: it is not one)."""
+    if _PLAIN_LIST.fullmatch(text):
+        return _PLAIN_ITEM.findall(text)
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None  # not a literal, or one no literal parse survives ({[]}: TypeError)
 
 
 def _innermost_module(paths: list[str]) -> str:

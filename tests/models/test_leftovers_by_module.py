@@ -115,6 +115,43 @@ def test_module_paths_from_both_exporters_metadata():
     assert pattern("") == "(top level)"
 
 
+@pytest.mark.parametrize("scopes, path", [
+    ("['', 'enc', 'enc.attn', 'add']", "enc.attn"),      # as exporters write it
+    ("['', 'it\\'s', 'add']", "it's"),                  # escaped: read as a literal
+    ("['', 'a',  'b', 'add']", "b"),                       # other spacing: read as a literal
+    ("{[]}", "m.layers.3"),             # not a list, its parse fails: the node's name decides
+    ("[" * 200_000 + "]" * 200_000, "m.layers.3"),  # too deep for any parse
+    ("['', 'a', 1]", "m.layers.3"),                         # not strings
+])
+def test_module_path_reads_any_scopes_text(scopes, path):
+    import onnx_ir as ir
+
+    node = ir.Node("", "Add", [], name="/m/layers.3/Add",
+                   metadata_props={"pkg.torch.onnx.name_scopes": scopes})
+    assert module_path(node) == path
+
+
+def test_unreadable_scopes_do_not_stop_the_fold(tmp_path):
+    """A constant node whose recorded scopes no literal parse takes (``{[]}``) folds like any
+    other (the fold was skipped whole: "TypeError: unhashable type")."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    neg = helper.make_node("Neg", ["a"], ["b"], name="neg")
+    neg.metadata_props.add(key="pkg.torch.onnx.name_scopes", value="{[]}")
+    graph = helper.make_graph(
+        [neg, helper.make_node("Add", ["x", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.ones(2, np.float32), "a")])
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    proc = run_cli("optimize", src, "-o", out)
+    assert proc.returncode == 0 and "skipped" not in proc.stdout, proc.stdout + proc.stderr
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["Add"]
+
+
 def test_grouping_counts_instances_ops_and_reasons():
     import onnx_ir as ir
 
