@@ -9,14 +9,12 @@ is capped too, so a regression fails the test instead of taking the machine's me
 
 from __future__ import annotations
 
-import os
 import resource
-import subprocess
 
 import onnx
 
 from bench.builders import cdist_model
-from tests.support.cli import onnxfold_argv
+from tests.support.measured_child import run_measured
 
 MiB = 1 << 20
 BUDGET = 256 * MiB
@@ -34,14 +32,8 @@ def _optimize(model: str, out: str, *flags: str) -> tuple[int, str, int]:
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
-    proc = subprocess.Popen(onnxfold_argv("optimize", model, "-o", out, *flags),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, preexec_fn=cap)
-    assert proc.stdout is not None
-    text = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.stdout.close()
-    return os.waitstatus_to_exitcode(status), text, usage.ru_maxrss * 1024
+    done, peak = run_measured(["optimize", model, "-o", out, *flags], cap)
+    return done.returncode, done.stdout + done.stderr, peak
 
 
 def test_a_gigabyte_contrib_result_is_declined_under_a_256m_pool_budget(tmp_path):

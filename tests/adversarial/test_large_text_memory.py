@@ -10,13 +10,12 @@ protobuf parses, and the writer writes it from the model's str (``onnxfold.io.te
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.measured_child import run_measured
 
 MiB = 1 << 20
 TEXT = 100 * MiB
@@ -95,29 +94,10 @@ def _model(kind: str, path: str) -> None:
                 f.write(b"d" * min(_CHUNK, TEXT - done))
 
 
-# Runs the command given and writes its peak RSS (``os.wait4``) into the file named first. A
-# child forked from this test process would count this process's resident pages in its own
-# peak (Linux keeps the larger mm's high-water mark across exec), so the CLI is forked from
-# this small, fresh interpreter instead.
-_MEASURE = """
-import os, subprocess, sys
-proc = subprocess.Popen(sys.argv[2:])
-_, status, usage = os.wait4(proc.pid, 0)
-with open(sys.argv[1], "w") as f:
-    f.write(str(usage.ru_maxrss * 1024))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
 def _peak_rss_of_optimize(model: str, out: str) -> tuple[int, str, int]:
     """(exit code, output, peak RSS in bytes) of ``onnxfold optimize MODEL -o OUT``."""
-    peak_file = out + ".peak"
-    proc = subprocess.run([sys.executable, "-c", _MEASURE, peak_file, sys.executable, "-m",
-                           "onnxfold", "optimize", model, "-o", out],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with open(peak_file) as f:
-        peak = int(f.read())
-    return proc.returncode, proc.stdout, peak
+    done, peak = run_measured(["optimize", model, "-o", out])
+    return done.returncode, done.stdout + done.stderr, peak
 
 
 def _text_of(model: onnx.ModelProto, kind: str) -> int:

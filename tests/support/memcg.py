@@ -27,7 +27,7 @@ class Outcome:
     stderr: str
     oom_kills: int
     peak: int | None  # the cgroup's peak usage in bytes, where the kernel reports it
-    max_rss: int  # the child's peak resident set in bytes (os.wait4)
+    max_rss: int  # the child's peak resident set in bytes (tests.support.measured_child)
 
 
 class MemoryCgroup:
@@ -70,12 +70,7 @@ class MemoryCgroup:
     def run(self, args: list[str], timeout: float = 600) -> Outcome:
         """``python -m onnxfold ARGS`` inside this cgroup."""
         procs = os.path.join(self.directory, "cgroup.procs")
-
-        def enter() -> None:
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
-
-        (code, out, err), max_rss = run_measured(args, enter, timeout)
+        (code, out, err), max_rss = run_measured(args, timeout=timeout, cgroup_procs=procs)
         return Outcome(code, out, err, self.oom_kills(), self.peak(), max_rss)
 
     def remove(self) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import resource
-import subprocess
 import time
 
 import numpy as np
@@ -16,7 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.support.cli import onnxfold_argv, run_python
+from tests.support.cli import run_python
+from tests.support.measured_child import run_measured
 from tests.support.models import make_model, tensor, vinfo
 
 BUDGET = 256 << 20
@@ -29,13 +29,8 @@ def _fold_measured(path, out, *flags):
         resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 
     started = time.monotonic()
-    proc = subprocess.Popen(onnxfold_argv("optimize", path, "-o", out, "-q", *flags),
-                            stderr=subprocess.PIPE, text=True, preexec_fn=cap)
-    stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.stderr.close()
-    return (os.waitstatus_to_exitcode(status), stderr, usage.ru_maxrss * 1024,
-            time.monotonic() - started)
+    done, peak = run_measured(["optimize", path, "-o", out, "-q", *flags], cap)
+    return done.returncode, done.stderr, peak, time.monotonic() - started
 
 
 def _const(name, arr):
