@@ -15,10 +15,12 @@ import onnx_ir as ir
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 NAMESPACE_KEY = "namespace"
-# a list of plain quoted strings (no quote or backslash inside), as the exporter writes it:
-# read with a regular expression, ast.literal_eval's parse costs ~40 us a node
-_PLAIN_LIST = re.compile(r"\['[^'\\]*'(?:, '[^'\\]*')*\]")
-_PLAIN_ITEM = re.compile(r"'([^'\\]*)'")
+# a list of quoted strings of printable ASCII without a quote or backslash, as the exporter
+# writes it: such a literal means exactly its characters, so a regular expression reads it
+# (ast.literal_eval's parse costs ~40 us a node); any other text is parsed as a literal
+_ITEM = r"'([ -&(-\[\]-~]*)'"
+_PLAIN_LIST = re.compile(rf"\[{_ITEM}(?:, {_ITEM})*\]")
+_PLAIN_ITEM = re.compile(_ITEM)
 
 
 def module_path(node: ir.Node) -> str:

@@ -119,6 +119,9 @@ def test_module_paths_from_both_exporters_metadata():
     ("['', 'enc', 'enc.attn', 'add']", "enc.attn"),      # as exporters write it
     ("['', 'it\\'s', 'add']", "it's"),                  # escaped: read as a literal
     ("['', 'a',  'b', 'add']", "b"),                       # other spacing: read as a literal
+    ("['', 'x\ny', 'add']", "m.layers.3"),   # a raw newline: no literal, the name decides
+    ("['', 'x\x00y', 'add']", "m.layers.3"),  # a NUL: the same
+    ("['', 'caf\u00e9', 'add']", "caf\u00e9"),         # not ASCII: read as a literal
     ("{[]}", "m.layers.3"),             # not a list, its parse fails: the node's name decides
     ("[" * 200_000 + "]" * 200_000, "m.layers.3"),  # too deep for any parse
     ("['', 'a', 1]", "m.layers.3"),                         # not strings

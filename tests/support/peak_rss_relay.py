@@ -6,11 +6,14 @@ A child forked from a large process counts that process's resident pages in its 
 keeps the old memory map's high-water mark across exec, ``vfork`` included): a pytest worker
 grown to 600 MiB made a 90 MiB fold measure 614 MiB. Started from this small, fresh interpreter
 instead, the command's peak is its own. ``--enter``: the command (not this relay) joins the
-cgroup whose ``cgroup.procs`` is named, so the relay's own memory counts against no limit.
+cgroup whose ``cgroup.procs`` is named (before it runs), so the relay's memory counts against
+that cgroup's limit no more than the test process's does.
 Standard library only, run by path: nothing of the repository is imported.
 """
 
+import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -30,13 +33,18 @@ def main(argv: list[str]) -> int:
                 f.write(str(os.getpid()))
 
     proc = subprocess.Popen(rest, preexec_fn=enter if procs is not None else None)
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):  # (its pid stays its own until reaped)
+            os.kill(proc.pid, signum)
+
     for stop in (signal.SIGTERM, signal.SIGINT):  # a stop for the relay is one for the command
-        signal.signal(stop, lambda signum, _frame: proc.send_signal(signum))
+        signal.signal(stop, forward)
     _, status, usage = os.wait4(proc.pid, 0)
     with open(peak_file, "w") as f:
         f.write(str(usage.ru_maxrss * 1024))
     code = os.waitstatus_to_exitcode(status)
-    if code < 0:  # killed by a signal: end the same way
+    if code < 0:  # killed by a signal: end the same way (no second core dump)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if -code not in (signal.SIGKILL, signal.SIGSTOP):  # the two no handler can take
             signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
