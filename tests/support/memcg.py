@@ -1,10 +1,10 @@
 """A memory cgroup for one child process, for the tests that run the CLI under a memory limit.
 
-The cgroup is created inside this
-process's own memory cgroup (so the child stays within every limit above it), under cgroup v2
-(``memory.max``, ``memory.swap.max`` 0) or v1 (``memory.limit_in_bytes``); the child is moved
-into it by the peak-RSS relay before it runs (``measured_child``). :func:`unavailable` says why none can be made here (the test skips
-with that reason).
+The cgroup is created inside this process's own memory cgroup (so the child stays within every
+limit above it), under cgroup v2 (``memory.max``, ``memory.swap.max`` 0) or v1
+(``memory.limit_in_bytes``); the child is moved into it by the peak-RSS relay before it runs
+(``measured_child``). :func:`unavailable` says why none can be made here (the test skips with
+that reason).
 """
 
 from __future__ import annotations
