@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 
 import onnx_ir as ir
 
@@ -43,7 +44,9 @@ def _string_list(text: str) -> object:
     if _PLAIN_LIST.fullmatch(text):
         return _PLAIN_ITEM.findall(text)
     try:
-        return ast.literal_eval(text)
+        with warnings.catch_warnings():  # an invalid escape ('\d') warns on Python 3.12+
+            warnings.simplefilter("ignore")
+            return ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None  # not a literal, or one no literal parse survives ({[]}: TypeError)
 
