@@ -94,23 +94,18 @@ def plan_graph(graph: ir.Graph, ir_version: int, outer: Iterable[ir.Value] = (),
                 and value.const_value is not None:
             constant.add(value)
             plan.sources.add(value)
-    never_folded = facts.never_folded
     for node in graph:
-        domain, op_type = node.domain, node.op_type
-        default = domain in DEFAULT_DOMAINS
+        default, op_type = node.domain in DEFAULT_DOMAINS, node.op_type
         if default and op_type == "Constant":
             constant.update(node.outputs)
             plan.sources.update(node.outputs)
             continue
         inputs = [v for v in node.inputs if v is not None]
-        # why_not_foldable's own tests, asked inline first (most nodes pass them all)
-        if (keep and kept(node, keep)) or domain not in FOLDABLE_DOMAINS or \
-                op_type in never_folded:
-            reason = why_not_foldable(node, keep, facts=facts)
-            if reason is not None:
-                if constant.issuperset(inputs):
-                    plan.refused.append((node, reason))
-                continue
+        reason = why_not_foldable(node, keep, facts=facts)
+        if reason is not None:
+            if constant.issuperset(inputs):
+                plan.refused.append((node, reason))
+            continue
         if default and op_type in shape_only and inputs:
             ok = inputs[0] in constant or (shape_folding and static_shape(inputs[0]))
         else:

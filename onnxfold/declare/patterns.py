@@ -113,8 +113,7 @@ class P:
         """Whether ``node`` matches (inputs in the given order), filling ``captures``."""
         if node.op_type not in self._op_set or node.domain not in DEFAULT_DOMAINS:
             return False
-        keep = ctx.keep
-        if keep and kept(node, keep):
+        if kept(node, ctx.keep):
             return False
         if self.single_use and not all(ctx.single_use(v) for v in node.outputs):
             return False

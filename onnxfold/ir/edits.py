@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 
 import onnx_ir as ir
 
@@ -78,8 +78,8 @@ def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str],
     pending = list(graph)  # popped from the end: readers before what they read, when sorted
     while pending:
         node = pending.pop()
-        if node.graph is not graph or (keep and kept(node, keep)) or \
-                _any_read(node.outputs, outputs, live):
+        if node.graph is not graph or kept(node, keep) or \
+                any(v in outputs or read_in(v, live) for v in node.outputs):
             continue
         inner = subgraphs(node)
         read = [*node.inputs, *(captured_values(node) if inner else ())]
@@ -94,19 +94,6 @@ def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str],
             live.difference_update(graphs_within(inner))
         pending.extend(reversed(producers))
     return removed
-
-
-def _any_read(values: Sequence[ir.Value], outputs: frozenset[ir.Value],
-              live: set[ir.Graph] | None) -> bool:
-    """Whether one of ``values`` is a graph output or :func:`read_in` ``live`` (loops, not
-    generators: asked for every node of every graph at each prune)."""
-    for value in values:
-        if value in outputs:
-            return True
-        for use in value.uses():
-            if live is None or use.node.graph in live:
-                return True
-    return False
 
 
 def read_in(value: ir.Value, live: set[ir.Graph] | None) -> bool:
