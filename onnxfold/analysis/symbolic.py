@@ -121,13 +121,17 @@ def dim_symbol(value: ir.Value, axis: int, ambiguous: frozenset[str] = frozenset
     shape = value.shape
     if shape is None or axis >= len(shape):
         return None
-    dim = shape[axis]
+    return _axis_dim(value, shape[axis], axis, _refined(value, len(shape)), ambiguous)
+
+
+def _axis_dim(value: ir.Value, dim: int | ir.SymbolicDim, axis: int,
+              refined: tuple[Dim | None, ...] | None, ambiguous: frozenset[str]) -> Dim:
+    """:func:`dim_symbol` of axis ``axis``, from its declared ``dim`` and ``value``'s
+    :func:`_refined` dims (read once by a caller asking for every axis)."""
     if isinstance(dim, int):
         return dim
-    refined = _refined(value, len(shape))
-    if refined is not None and refined[axis] is not None:
-        return refined[axis]
-    return _declared_dim(value, dim, axis, ambiguous)
+    found = refined[axis] if refined is not None else None
+    return found if found is not None else _declared_dim(value, dim, axis, ambiguous)
 
 
 def _refined(value: ir.Value, rank: int) -> tuple[Dim | None, ...] | None:
@@ -139,11 +143,9 @@ def _refined(value: ir.Value, rank: int) -> tuple[Dim | None, ...] | None:
     return refined if refined is not None and len(refined) == rank else None
 
 
-def _declared_dim(value: ir.Value, dim: int | ir.SymbolicDim, axis: int,
-                  ambiguous: frozenset[str]) -> Dim:
-    """``dim``, axis ``axis`` of ``value``'s declared shape, as an int or a symbol."""
-    if isinstance(dim, int):
-        return dim
+def _declared_dim(value: ir.Value, dim: ir.SymbolicDim, axis: int,
+                  ambiguous: frozenset[str]) -> Sym:
+    """``dim``, the dynamic axis ``axis`` of ``value``'s declared shape, as a symbol."""
     name = dim.value
     if isinstance(name, str) and name and name not in ambiguous:
         return Sym(("dim", name))
@@ -477,11 +479,7 @@ def _value_dims(value: ir.Value | None, ambiguous: frozenset[str]) -> Dims | Non
         return None
     dims = shape.dims  # :func:`dim_symbol` of each axis, the shape and meta read once
     refined = _refined(value, len(dims))
-    return tuple(
-        d if isinstance(d, int) else
-        refined[axis] if refined is not None and refined[axis] is not None else
-        _declared_dim(value, d, axis, ambiguous)
-        for axis, d in enumerate(dims))
+    return tuple(_axis_dim(value, d, axis, refined, ambiguous) for axis, d in enumerate(dims))
 
 
 def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str]) -> bool:
