@@ -28,11 +28,11 @@ def main(argv: list[str]) -> int:
         rest = rest[1:]
 
     def enter() -> None:
-        if procs is not None:
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
 
     proc = subprocess.Popen(rest, preexec_fn=enter if procs is not None else None)
+
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):  # (its pid stays its own until reaped)
             os.kill(proc.pid, signum)
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed by a signal: end the same way (no second core dump)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # the two no handler can take
+        if -code != signal.SIGKILL:  # the one no handler can take
             signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
