@@ -74,26 +74,38 @@ def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str],
     graph. What is removed does not depend on the order (a node goes once nothing left reads
     it)."""
     outputs = frozenset(graph.outputs)
-    removed = 0
+    dead: dict[ir.Node, None] = {}  # detached at once, unlinked together at the end
     pending = list(graph)  # popped from the end: readers before what they read, when sorted
-    while pending:
-        node = pending.pop()
-        if node.graph is not graph or kept(node, keep) or \
-                any(v in outputs or read_in(v, live) for v in node.outputs):
-            continue
-        inner = subgraphs(node)
-        read = [*node.inputs, *(captured_values(node) if inner else ())]
-        producers = [p for v in read if v is not None
-                     and (p := v.producer()) is not None and p.graph is graph]
-        for value in node.outputs:  # readers left only in removed subgraphs: unhooked
-            for use in list(value.uses()):
-                use.node.replace_input_with(use.idx, None)
-        graph.remove(node, safe=True)
-        removed += 1
-        if live is not None and inner:
-            live.difference_update(graphs_within(inner))
-        pending.extend(reversed(producers))
-    return removed
+    try:
+        while pending:
+            node = pending.pop()
+            if node in dead or node.graph is not graph or kept(node, keep) or \
+                    any(v in outputs or read_in(v, live) for v in node.outputs):
+                continue
+            inner = subgraphs(node)
+            read = [*node.inputs, *(captured_values(node) if inner else ())]
+            producers = [p for v in read if v is not None
+                         and (p := v.producer()) is not None and p.graph is graph]
+            for value in node.outputs:  # readers left only in removed subgraphs: unhooked
+                for use in list(value.uses()):
+                    use.node.replace_input_with(use.idx, None)
+            detach(node)
+            dead[node] = None
+            if live is not None and inner:
+                live.difference_update(graphs_within(inner))
+            pending.extend(reversed(producers))
+    finally:  # a detached node never stays in the graph
+        if dead:
+            graph.remove(dead)
+    return len(dead)
+
+
+def detach(node: ir.Node) -> None:
+    """Make ``node`` read nothing, input by input (what ``graph.remove(node, safe=True)`` does
+    before it unlinks a node; without its checks, which cost more than the removal: a set of
+    the graph's outputs per call)."""
+    for i in range(len(node.inputs)):
+        node.replace_input_with(i, None)
 
 
 def read_in(value: ir.Value, live: set[ir.Graph] | None) -> bool:

@@ -28,7 +28,7 @@ from onnxfold.declare.builder import (
     Replaced,
     Replacement,
 )
-from onnxfold.ir.edits import replace_value
+from onnxfold.ir.edits import detach, replace_value
 from onnxfold.ir.graph import subgraphs
 
 
@@ -176,7 +176,8 @@ def _remove_unread(candidates: list[ir.Node]) -> None:
                 continue
             for sub in subgraphs(node):
                 _detach(sub)
-            graph.remove(node, safe=True)
+            detach(node)  # (graph.remove's safe checks would ask again what _read did)
+            graph.remove(node)
             removed = True
 
 
@@ -185,6 +186,5 @@ def _detach(graph: ir.Graph) -> None:
     for inner in graph:
         for sub in subgraphs(inner):
             _detach(sub)
-        for i in range(len(inner.inputs)):
-            inner.replace_input_with(i, None)
+        detach(inner)
     graph.outputs.clear()
