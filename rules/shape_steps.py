@@ -22,11 +22,11 @@ from onnxfold.declare import (
     DimsInputs,
     Known,
     StepInputs,
-    Sym,
     arith,
     broadcast_dims,
     broadcast_elements,
     dim_symbol,
+    expression,
     has_factor,
     nonnegative,
     normalize_index,
@@ -154,7 +154,7 @@ def equal(step: StepInputs) -> Known | None:
     if pairs is None:
         return None
     return Known(tuple(1 if d == 0 else 0 if isinstance(d, int) or positive(d)
-                       else Sym(("Equal", d, 0)) for d in pairs.elements),
+                       else expression("Equal", d, 0) for d in pairs.elements),
                  pairs.scalar, np.dtype(np.bool_))
 
 
@@ -353,7 +353,7 @@ def reshaped(source: Dims, target: Known, allowzero: bool) -> Dims:
         elif nonnegative(e) and (allowzero or has_factor(copied, e)):
             out.append(e)  # were e 0 at run time, the copied dim is 0 too
         elif nonnegative(e) and copied is not None:
-            out.append(Sym(("Reshape0", e, copied)))  # e, or the copied dim where e is 0
+            out.append(expression("Reshape0", e, copied))  # e, or the copied dim where e is 0
         else:
             out.append(None)
     inferred = [i for i, e in enumerate(target.elements) if e == -1]
@@ -383,7 +383,7 @@ def _left_over(source: Dims, out: list[Dim | None]) -> Dim | None:
         if d is not None:
             others = arith("Mul", others, d)
     divided = quotient(total, others)
-    return Sym(("Div", total, others)) if divided is None else divided
+    return expression("Div", total, others) if divided is None else divided
 
 
 @shape_dims("Reshape")

@@ -21,9 +21,10 @@ check that such dims agree, so they prove nothing, except under the user's
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 import numpy as np
 import onnx_ir as ir
@@ -33,37 +34,87 @@ from onnxfold.ir.slicing import onnx_slice
 
 MAX_ELEMENTS = 64  # shape tensors are short; longer integer tensors are data, not shapes
 REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than the declared ones
+# Nodes an expression's tree may have (a part it holds twice counts twice: what printing,
+# hashing and comparing it cost). Each layer of some exports builds its dims from the last
+# layer's, twice over (chython's rxnmap: 75,000 nodes by layer 16, 10 s of a 1,000-node
+# model); the exports seen need at most ~100.
+MAX_EXPRESSION_SIZE = 1024
+_opaque_serials = itertools.count()
 
 
 @dataclass(frozen=True)
 class Sym:
     """A dynamic dim or an expression of them: ``("dim", name)``, ``("axis", id, name, i)``,
     ``(op, a, b)``, ``("Broadcast", a, b, ...)`` (what broadcasting dims that may each be 1
-    gives: the one that is not 1) or ``("Reshape0", e, d)`` (a Reshape target element ``e``,
-    which copies the input's dim ``d`` where it is 0)."""
+    gives: the one that is not 1), ``("Reshape0", e, d)`` (a Reshape target element ``e``,
+    which copies the input's dim ``d`` where it is 0) or ``("Opaque", serial, *atoms)`` (an
+    expression too large to keep, of those dims: equal to itself alone).
+
+    Expressions are made by :func:`expression`, which keeps them within
+    :data:`MAX_EXPRESSION_SIZE`."""
 
     expr: tuple
+    size: ClassVar[int] = 1  # nodes of the expression's tree (set by :func:`expression`)
+
+    # The hash, __str__ and atoms() are kept once made (in the instance's __dict__, outside
+    # the compared fields): an expression's parts are shared by the expressions built on it,
+    # and hashing one, sorting broadcast operands by their text or asking what an expression
+    # is made of would otherwise walk its whole tree again each time
+
+    def __hash__(self) -> int:
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.expr,))  # what the dataclass's own hash is
+            object.__setattr__(self, "_hash", found)
+        return found
 
     def __str__(self) -> str:
+        text = self.__dict__.get("_text")
+        if text is None:
+            text = self._text_of()
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def _text_of(self) -> str:
         kind = self.expr[0]
         if kind == "dim":
             return str(self.expr[1])
         if kind == "axis":
             return f"{self.expr[2]}[{self.expr[3]}]"
+        if kind == "Opaque":
+            return f"expression#{self.expr[1]}({', '.join(str(a) for a in self.expr[2:])})"
         if kind == "Reshape0":
             return f"({self.expr[1]} or, if 0, {self.expr[2]})"
         if kind == "Broadcast":
             return f"broadcast({', '.join(str(a) for a in self.expr[1:])})"
         return f"({self.expr[1]} {kind} {self.expr[2]})"
 
-    def atoms(self) -> list[Sym]:
-        """The dims this expression is made of."""
-        if self.expr[0] in ("dim", "axis"):
-            return [self]
-        return [a for part in self.expr[1:] if isinstance(part, Sym) for a in part.atoms()]
+    def atoms(self) -> tuple[Sym, ...]:
+        """The dims this expression is made of, each once, in the order they first appear."""
+        found = self.__dict__.get("_atoms")
+        if found is None:
+            found = (self,) if self.expr[0] in ("dim", "axis") else tuple(dict.fromkeys(
+                a for part in self.expr[1:] if isinstance(part, Sym) for a in part.atoms()))
+            object.__setattr__(self, "_atoms", found)
+        return found
 
 
 Dim = int | Sym
+
+
+def expression(kind: str, *parts: Dim) -> Sym:
+    """The expression ``(kind, *parts)``, or, were its tree to exceed
+    :data:`MAX_EXPRESSION_SIZE` nodes, an opaque symbol of the dims it is made of: a dim
+    nothing else equals, so that no step proves anything of it (each one is new)."""
+    size = 1 + sum(p.size for p in parts if isinstance(p, Sym))
+    if size > MAX_EXPRESSION_SIZE:
+        atoms = dict.fromkeys(a for p in parts if isinstance(p, Sym) for a in p.atoms())
+        made = Sym(("Opaque", next(_opaque_serials), *atoms))
+        size = 1 + len(atoms)
+    else:
+        made = Sym((kind, *parts))
+    object.__setattr__(made, "size", size)  # (frozen: set once, as it is made)
+    return made
 
 _INT64 = np.dtype(np.int64)  # a shape's element type, the default of Known.dtype (immutable)
 
@@ -183,7 +234,7 @@ def arith(op: str, a: Dim, b: Dim) -> Dim:
         if b != 0:
             q = abs(a) // abs(b)  # integer Div truncates toward zero, as onnxruntime's
             return q if (a < 0) == (b < 0) else -q
-        return Sym(("Div", a, b))
+        return expression("Div", a, b)
     if op == "Sub" and a == b:
         return 0
     if op == "Div" and a == b:
@@ -194,7 +245,7 @@ def arith(op: str, a: Dim, b: Dim) -> Dim:
         return b
     if op in ("Mul", "Add") and _order(b) < _order(a):
         a, b = b, a  # commutative: one form for a + b and b + a, so that they compare equal
-    return Sym((op, a, b))
+    return expression(op, a, b)
 
 
 def _order(d: Dim) -> tuple[int, str]:
@@ -293,7 +344,7 @@ def _broadcast_dim(column: list[Dim | None]) -> Dim | None:
         return 1
     if len(syms) == 1:
         return syms.pop()  # N with 1s or N: N
-    return Sym(("Broadcast", *sorted(syms, key=str)))  # N with M: whichever is not 1
+    return expression("Broadcast", *sorted(syms, key=str))  # N with M: whichever is not 1
 
 
 def broadcast_dims(shapes: list[Dims]) -> Dims:
