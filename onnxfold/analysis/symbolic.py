@@ -39,6 +39,7 @@ REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than th
 # layer's, twice over (chython's rxnmap: 75,000 nodes by layer 16, 10 s of a 1,000-node
 # model); the exports seen need at most ~100.
 MAX_EXPRESSION_SIZE = 1024
+TEXT_KEPT_SIZE = 64  # an expression up to this size keeps its text (~20 bytes a node) once made
 _opaque_serials = itertools.count()
 
 
@@ -72,7 +73,8 @@ class Sym:
         text = self.__dict__.get("_text")
         if text is None:
             text = self._text_of()
-            object.__setattr__(self, "_text", text)
+            if self.size <= TEXT_KEPT_SIZE:  # (a larger one's text is its parts' texts joined)
+                object.__setattr__(self, "_text", text)
         return text
 
     def _text_of(self) -> str:
