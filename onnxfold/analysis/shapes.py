@@ -141,13 +141,18 @@ _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Wher
                           "Less", "Greater", "And", "Or", "Not", "Expand"})
 
 
-def _length(lengths: dict[str, int], declared: dict[str, onnx.TypeProto], name: str) -> int:
-    """The length ``lengths`` holds for ``name``, else its declared type's (kept there)."""
-    found = lengths.get(name)
-    if found is None:
-        typed = declared.get(name)
-        found = lengths[name] = 0 if typed is None else _static_1d_length(typed)
-    return found
+class _Lengths(dict[str, int]):
+    """The length of each 1-D value by name: what propagation gives it, else its declared
+    type's (read the first time it is asked for: most values are never asked about)."""
+
+    def __init__(self, declared: dict[str, onnx.TypeProto]) -> None:
+        super().__init__()
+        self.declared = declared
+
+    def __missing__(self, name: str) -> int:
+        typed = self.declared.get(name)
+        found = self[name] = 0 if typed is None else _static_1d_length(typed)
+        return found
 
 
 _PROPAGATING = frozenset({"Concat", "Range", "Gather"}) | _SAME_AS_FIRST | _ELEMENTWISE
@@ -196,13 +201,12 @@ def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
     """
     for graph in graph_protos(proto.graph):
         declared = {vi.name: vi.type for vi in (*graph.input, *graph.value_info)}
-        lengths: dict[str, int] = {}  # a declared type's length is read when asked for
+        lengths = _Lengths(declared)
         constants = {t.name: t for t in graph.initializer}
         constants.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
                           for a in n.attribute if a.name == "value"})
         for name, t in constants.items():
             lengths[name] = t.dims[0] if len(t.dims) == 1 else 0
-        length = functools.partial(_length, lengths, declared)
         worst = 0  # what propagation computes: inputs and constants cost nothing unused
         for node in graph.node:
             op = node.op_type
@@ -210,10 +214,10 @@ def _data_prop_is_bounded(proto: onnx.ModelProto) -> bool:
                 continue  # its outputs' length stays what they declare (0 propagated)
             if op == "Slice" and _huge_step(node, constants):
                 return False
-            out = _propagated_length(node, [length(name) for name in node.input], constants)
+            out = _propagated_length(node, [lengths[name] for name in node.input], constants)
             worst = max(worst, out)
             for name in node.output:
-                lengths[name] = max(length(name), out)
+                lengths[name] = max(lengths[name], out)
         if worst > DATA_PROP_MAX:
             return False
     return True
