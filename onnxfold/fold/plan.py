@@ -24,6 +24,7 @@ from onnxfold.fold.half_kernels import refuse_unrounded
 from onnxfold.fold.policy import (
     HALF_FLOATS,
     QUANTIZED,
+    Origins,
     origins,
     refuse_dequantization,
     refuse_growth,
@@ -44,7 +45,7 @@ class FoldPlan:
     readers: Counter  # per value: how many planned nodes read its data
     growth_bytes: int  # what the growth policy let through
     reads_of: dict[ir.Node, tuple[ir.Value, ...]]  # per foldable node: see :func:`reads`
-    origins: dict[ir.Value, frozenset[ir.Value]]  # per constant value: see policy.origins
+    origins: Origins  # per constant value: see policy.Origins
 
     def reads(self, node: ir.Node) -> tuple[ir.Value, ...]:
         """Distinct values whose data ``node`` reads (see :func:`reads`), as planned: nothing

@@ -62,20 +62,78 @@ def static_nbytes(value: ir.Value) -> int | None:
     return int(math.prod(shape) * dtype.itemsize)  # math.prod: exact, no numpy call
 
 
-def origins(plan: ConstPlan) -> dict[ir.Value, frozenset[ir.Value]]:
-    """For every constant value, the source constants it is computed from."""
-    origins: dict[ir.Value, frozenset[ir.Value]] = {v: frozenset((v,)) for v in plan.sources}
-    for node in plan.foldable:
-        found = [origins[v] for v in node.inputs if v in origins]  # (None is not in it)
-        # one input's set is shared, not copied: frozensets never change
-        merged = found[0] if len(found) == 1 else frozenset().union(*found)
-        for out in node.outputs:
-            origins[out] = merged
-    return origins
+MAX_KEPT_ORIGINS = 256  # sources a value's kept set may hold; the models seen need ~20
+
+
+class Origins:
+    """For every constant value of a plan, the source constants it is computed from.
+
+    Each value's set is made from its node's inputs' sets as the plan's nodes come, and kept
+    while it holds at most :data:`MAX_KEPT_ORIGINS` sources. A larger one is traced again
+    from the value whenever asked for: a chain of n constant nodes each reading a weight of
+    its own would otherwise keep n**2 / 2 entries (8,000 Adds: 1.5 GB), and only the few
+    results a fold keeps are asked about."""
+
+    def __init__(self, plan: ConstPlan) -> None:
+        self._plan = plan
+        self._foldable: set[ir.Node] | None = None  # made for the first trace
+        sets: dict[ir.Value, frozenset[ir.Value] | None] = {
+            v: frozenset((v,)) for v in plan.sources}
+        for node in plan.foldable:
+            found = [sets[v] for v in node.inputs if v in sets]  # (None is not in it)
+            kept = [f for f in found if f is not None]
+            merged: frozenset[ir.Value] | None
+            if len(kept) < len(found):
+                merged = None  # an input traced anew: this value is traced anew
+            elif len(kept) == 1:
+                merged = kept[0]  # shared, not copied: frozensets never change
+            else:
+                merged = frozenset().union(*kept)
+                if len(merged) > MAX_KEPT_ORIGINS:
+                    merged = None
+            for out in node.outputs:
+                sets[out] = merged
+        self._sets = sets
+
+    def get(self, value: ir.Value, default: frozenset[ir.Value] | None = None
+            ) -> frozenset[ir.Value] | None:
+        """The sources ``value`` is computed from; ``default`` if it is not constant."""
+        if value not in self._sets:
+            return default
+        found = self._sets[value]
+        return found if found is not None else self._trace(value)
+
+    def _trace(self, value: ir.Value) -> frozenset[ir.Value]:
+        """The sources upstream of ``value`` through the plan's foldable nodes (what the sets
+        made as the nodes came hold)."""
+        if self._foldable is None:
+            self._foldable = set(self._plan.foldable)
+        sources, foldable = self._plan.sources, self._foldable
+        found: set[ir.Value] = set()
+        seen = {value}
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if v in sources:
+                found.add(v)
+                continue
+            producer = v.producer()
+            if producer is None or producer not in foldable:
+                continue
+            for u in producer.inputs:
+                if u is not None and u not in seen and u in self._sets:
+                    seen.add(u)
+                    stack.append(u)
+        return frozenset(found)
+
+
+def origins(plan: ConstPlan) -> Origins:
+    """For every constant value of ``plan``, the source constants it is computed from."""
+    return Origins(plan)
 
 
 def _growth_candidates(plan: ConstPlan, planned: set[ir.Node], outputs: set[ir.Value],
-                       origins_of: dict[ir.Value, frozenset[ir.Value]], alive: set[ir.Value],
+                       origins_of: Origins, alive: set[ir.Value],
                        kept: Callable[[ir.Value], bool], source_bytes: Callable[[ir.Value], int],
                        growth_min_bytes: int) -> list[tuple[int, int, int, ir.Node]]:
     """``(growth, size, exclusive source bytes, node)`` for each kept result of a planned node
@@ -89,7 +147,7 @@ def _growth_candidates(plan: ConstPlan, planned: set[ir.Node], outputs: set[ir.V
             if size is None or not kept(out) or (
                     out not in outputs and identity_source(out, plan.sources) is not None):
                 continue  # an Identity of a constant is kept as that constant: no copy
-            sources = origins_of.get(out, frozenset())
+            sources = origins_of.get(out) or frozenset()
             copies_shared = size > SMALL_BYTES and any(
                 s in alive and _is_weight(s) for s in sources)
             if size <= growth_min_bytes and not copies_shared:
@@ -104,7 +162,7 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
                   max_growth_bytes: int | None, widening: dict[ir.DataType, int],
                   requantizing: frozenset[str],
                   requantized: Collection[ir.Node] = frozenset(),
-                  origins_of: dict[ir.Value, frozenset[ir.Value]] | None = None,
+                  origins_of: Origins | None = None,
                   ) -> tuple[list[tuple[ir.Node, Reason]], int]:
     """Remove from ``planned`` the nodes whose kept results would grow the model; say why.
 
