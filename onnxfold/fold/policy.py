@@ -132,29 +132,62 @@ def origins(plan: ConstPlan) -> Origins:
     return Origins(plan)
 
 
-def _growth_candidates(plan: ConstPlan, planned: set[ir.Node], outputs: set[ir.Value],
-                       origins_of: Origins, alive: set[ir.Value],
-                       kept: Callable[[ir.Value], bool], source_bytes: Callable[[ir.Value], int],
-                       growth_min_bytes: int) -> list[tuple[int, int, int, ir.Node]]:
-    """``(growth, size, exclusive source bytes, node)`` for each kept result of a planned node
-    that may grow the model: larger than ``growth_min_bytes`` or a copy of a shared weight."""
-    candidates = []
-    for node in reversed(plan.foldable):
-        if node not in planned:
-            continue
+class _Judge:
+    """What :func:`refuse_growth` weighs: the kept results of a plan's planned nodes that may
+    grow the model, each as ``(growth, size, exclusive source bytes, node)`` given the source
+    constants still ``alive`` (kept by the model whatever is folded)."""
+
+    def __init__(self, plan: ConstPlan, planned: set[ir.Node], outputs: set[ir.Value],
+                 origins_of: Origins, kept: Callable[[ir.Value], bool],
+                 source_bytes: Callable[[ir.Value], int], growth_min_bytes: int) -> None:
+        self.plan, self.planned, self.outputs, self.origins_of = plan, planned, outputs, origins_of
+        self.kept, self.source_bytes, self.growth_min_bytes = kept, source_bytes, growth_min_bytes
+
+    def of(self, node: ir.Node, alive: set[ir.Value]) -> list[tuple[int, int, int, ir.Node]]:
+        """The candidates among ``node``'s results: kept, larger than ``growth_min_bytes`` or
+        a copy of a shared weight."""
+        found = []
         for out in node.outputs:
             size = static_nbytes(out)
-            if size is None or not kept(out) or (
-                    out not in outputs and identity_source(out, plan.sources) is not None):
+            if size is None or not self.kept(out) or (
+                    out not in self.outputs and
+                    identity_source(out, self.plan.sources) is not None):
                 continue  # an Identity of a constant is kept as that constant: no copy
-            sources = origins_of.get(out) or frozenset()
+            sources = self.origins_of.get(out) or frozenset()
             copies_shared = size > SMALL_BYTES and any(
                 s in alive and _is_weight(s) for s in sources)
-            if size <= growth_min_bytes and not copies_shared:
+            if size <= self.growth_min_bytes and not copies_shared:
                 continue
-            exclusive = sum(source_bytes(s) for s in sources if s not in alive)
-            candidates.append((size - exclusive, size, exclusive, node))
-    return candidates
+            exclusive = sum(self.source_bytes(s) for s in sources if s not in alive)
+            found.append((size - exclusive, size, exclusive, node))
+        return found
+
+    def every(self, alive: set[ir.Value]) -> list[tuple[int, int, int, ir.Node]]:
+        """Every planned node's candidates, from the last node to the first."""
+        return [c for node in reversed(self.plan.foldable) if node in self.planned
+                for c in self.of(node, alive)]
+
+    def refuse_in_one_sweep(self, alive: set[ir.Value], factor: float,
+                            refused: list[tuple[ir.Node, Reason]]) -> bool:
+        """Refuse, from the last planned node to the first, each whose candidates grow more
+        than ``factor``; whether any was. A node refused leaves what it reads kept, and the
+        nodes before it see that in the same sweep (``alive`` grows with them): a refusal
+        cascading up a chain takes one sweep, not one sweep a node. (Each refusal only makes
+        others more likely, so the nodes refused in the end are those refused sweep by sweep
+        over the whole plan.)"""
+        any_refused = False
+        for node in reversed(self.plan.foldable):
+            if node not in self.planned:
+                continue
+            growing = [c for c in self.of(node, alive) if c[1] > factor * c[2]]
+            if not growing:
+                continue
+            refused.extend((node, Reason(DeclineKind.GROWTH, _growth_detail(
+                size, exclusive, factor))) for _growth, size, exclusive, _node in growing)
+            self.planned.discard(node)
+            alive.update(v for v in node.inputs if v in self.plan.sources)
+            any_refused = True
+        return any_refused
 
 
 def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
@@ -184,19 +217,17 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
         factor = widening.get(value.dtype, 1) if value.dtype is not None else 1
         return (static_nbytes(value) or 0) * factor
 
+    judge = _Judge(plan, planned, outputs, origins_of, kept, source_bytes, growth_min_bytes)
     changed = True
     while changed:
         changed = False
         alive = {s for s in plan.sources if kept(s) or s in inputs}
-        candidates = _growth_candidates(plan, planned, outputs, origins_of, alive, kept,
-                                        source_bytes, growth_min_bytes)
-        for _growth, size, exclusive, node in candidates:
-            if growth_factor is not None and size > growth_factor * exclusive:
-                refused.append((node, Reason(DeclineKind.GROWTH, _growth_detail(
-                    size, exclusive, growth_factor))))
-                planned.discard(node)
-                changed = True
-        if not changed and growth_factor is not None:
+        if growth_factor is not None and judge.refuse_in_one_sweep(alive, growth_factor,
+                                                                   refused):
+            changed = True
+            continue
+        candidates = judge.every(alive)
+        if growth_factor is not None:
             # a dequantization let through for its requantization whose QuantizeLinear was
             # just refused: its float result would now be kept
             for node in plan.foldable:
