@@ -25,7 +25,7 @@ from onnxfold.declare import (
     arith,
     broadcast_dims,
     broadcast_elements,
-    dim_symbol,
+    dim_symbols,
     expression,
     has_factor,
     nonnegative,
@@ -56,8 +56,11 @@ def shape_of(step: StepInputs) -> Known | None:
     rank = len(x.shape)
     start = step.node.attributes.get_int("start", 0)
     end = step.node.attributes.get_int("end", rank)
-    dims = [dim_symbol(x, i, step.ambiguous) for i in range(rank)]
-    return Known(slice_elements(tuple(d for d in dims if d is not None), start, end, 1) or ())
+    axes = range(rank)[onnx_slice(start, end, 1, rank)]
+    if len(axes) > MAX_ELEMENTS:
+        return None  # no shape value (a rank this large is data): its dims are not read
+    dims = dim_symbols(x, step.ambiguous)
+    return Known(tuple(dims[i] for i in axes) if dims is not None else ())
 
 
 @shape_value("Identity")
@@ -199,10 +202,7 @@ def size(step: StepInputs) -> Known | None:
     if x is None or x.shape is None:
         return None
     product: Dim = 1
-    for i in range(len(x.shape)):
-        d = dim_symbol(x, i, step.ambiguous)
-        if d is None:
-            return None
+    for d in dim_symbols(x, step.ambiguous) or ():
         product = arith("Mul", product, d)
     return Known((product,), True)
 

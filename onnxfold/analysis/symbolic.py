@@ -177,6 +177,18 @@ def dim_symbol(value: ir.Value, axis: int, ambiguous: frozenset[str] = frozenset
     return _axis_dim(value, shape[axis], axis, _refined(value, len(shape)), ambiguous)
 
 
+def dim_symbols(value: ir.Value, ambiguous: frozenset[str] = frozenset()
+                ) -> tuple[Dim, ...] | None:
+    """Every axis of ``value``'s shape as :func:`dim_symbol` gives it (the shape and the
+    refinement read once, not once an axis); None if its rank is unknown."""
+    shape = value.shape
+    if shape is None:
+        return None
+    dims = shape.dims
+    refined = _refined(value, len(dims))
+    return tuple(_axis_dim(value, d, axis, refined, ambiguous) for axis, d in enumerate(dims))
+
+
 def _axis_dim(value: ir.Value, dim: int | ir.SymbolicDim, axis: int,
               refined: tuple[Dim | None, ...] | None, ambiguous: frozenset[str]) -> Dim:
     """:func:`dim_symbol` of axis ``axis``, from its declared ``dim`` and ``value``'s
@@ -527,12 +539,7 @@ def _value_dims(value: ir.Value | None, ambiguous: frozenset[str]) -> Dims | Non
         tensor = tensor_of(producer.attributes["value"])
     if tensor is not None:
         return tuple(int(d) for d in tensor.shape.numpy())
-    shape = value.shape
-    if shape is None:
-        return None
-    dims = shape.dims  # :func:`dim_symbol` of each axis, the shape and meta read once
-    refined = _refined(value, len(dims))
-    return tuple(_axis_dim(value, d, axis, refined, ambiguous) for axis, d in enumerate(dims))
+    return dim_symbols(value, ambiguous)
 
 
 def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str]) -> bool:
