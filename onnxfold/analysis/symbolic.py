@@ -91,6 +91,22 @@ class Sym:
             return f"broadcast({', '.join(str(a) for a in self.expr[1:])})"
         return f"({self.expr[1]} {kind} {self.expr[2]})"
 
+    @property
+    def order_key(self) -> tuple:
+        """A key of a total order of expressions, for sorting operands into one canonical
+        form: an atom's ``expr``, else its kind, its size and its parts' keys (ints before
+        expressions). Made once, of the parts' own keys (never a copy of them): a text or
+        ``repr`` of a large expression (an input dim's name in it hundreds of times) would be
+        rebuilt whole at every comparison."""
+        found = self.__dict__.get("_order_key")
+        if found is None:
+            kind = self.expr[0]
+            found = self.expr if kind in ("dim", "axis") else (
+                kind, self.size, *((0, p) if isinstance(p, int) else (1, p.order_key)
+                                   for p in self.expr[1:]))
+            object.__setattr__(self, "_order_key", found)
+        return found
+
     def atoms(self) -> tuple[Sym, ...]:
         """The dims this expression is made of, each once, in the order they first appear."""
         found = self.__dict__.get("_atoms")
@@ -262,9 +278,9 @@ def arith(op: str, a: Dim, b: Dim) -> Dim:
     return expression(op, a, b)
 
 
-def _order(d: Dim) -> tuple[int, str]:
+def _order(d: Dim) -> tuple:
     """A total order of dims (ints first), for the operands of commutative expressions."""
-    return (0, f"{d:024d}") if isinstance(d, int) else (1, repr(d.expr))
+    return (0, d) if isinstance(d, int) else (1, d.order_key)
 
 
 def broadcast_elements(op: str, a: Known, b: Known) -> Known | None:
@@ -358,7 +374,8 @@ def _broadcast_dim(column: list[Dim | None]) -> Dim | None:
         return 1
     if len(syms) == 1:
         return syms.pop()  # N with 1s or N: N
-    return expression("Broadcast", *sorted(syms, key=str))  # N with M: whichever is not 1
+    # N with M: whichever is not 1
+    return expression("Broadcast", *sorted(syms, key=_order))
 
 
 def broadcast_dims(shapes: list[Dims]) -> Dims:
@@ -428,7 +445,7 @@ def quotient(total: Dim, divisor: Dim) -> Dim | None:
             return None
         rest.remove(factor)
     out: Dim = a[0] // b[0]
-    for factor in sorted(rest, key=str):
+    for factor in sorted(rest, key=_order):
         out = arith("Mul", out, factor)
     return out
 
