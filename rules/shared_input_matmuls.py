@@ -142,12 +142,12 @@ def _siblings(ctx: GraphView, x: ir.Value) -> list[_Product]:
     (``_own_chain``), whose weights agree in every dim but the last (the first such weight
     sets them), none of them in a QDQ node unit (``rules/qdq_units.py``)."""
     found: list[_Product] = []
+    taken: set[ir.Node] = set()  # (a set: x may have thousands of readers)
     leading: tuple[int, ...] | None = None
     for use in x.uses():
         node = use.node
         if use.idx != 0 or not is_default_op(node, "MatMul") or not ctx.here(node) \
-                or any(p.node is node for p in found) or kept(node, ctx.keep) \
-                or qdq_unit_of(node) is not None:
+                or node in taken or kept(node, ctx.keep) or qdq_unit_of(node) is not None:
             continue
         shape = _weight_shape(ctx, node)
         weight = node.inputs[1]
@@ -158,6 +158,7 @@ def _siblings(ctx: GraphView, x: ir.Value) -> list[_Product]:
             leading = shape[:-1]
         if shape[:-1] == leading:
             found.append(_Product(node, weight, shape[-1], leading, chain))
+            taken.add(node)
     return found
 
 

@@ -12,7 +12,7 @@ orders), the check decides, the rewrite returns its replacement, and
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, Protocol
 
 import onnx_ir as ir
@@ -80,8 +80,9 @@ class Marks(Protocol):
     def take(self, node: ir.Node) -> bool:
         """Whether ``node`` is marked (unmarking it)."""
 
-    def rewritten(self, touched: set[ir.Node]) -> None:
-        """Mark what a rewrite changed, from ``touched`` (its surroundings before it)."""
+    def rewritten(self, touched: set[ir.Node], built: Collection[ir.Node] = ()) -> None:
+        """Mark what a rewrite changed, from ``touched`` (its surroundings before it, and the
+        nodes it ``built``)."""
 
     def added(self, nodes: list[ir.Node]) -> None:
         """Mark the nodes a sweep's rewrites added."""
@@ -170,7 +171,7 @@ class Sweep:
             state.memo.clear()
         touched |= spliced.readers
         touched.update(spliced.built)
-        self.marks.rewritten(touched or {node})
+        self.marks.rewritten(touched or {node}, spliced.built)
 
 
 def surroundings(captured: Iterable[object]) -> set[ir.Node]:
