@@ -215,21 +215,23 @@ class _Worklist:
             self.changed |= edited
             self.marked |= near(edited, self.reach, upstream=False)
 
-    def rewritten(self, touched: set[ir.Node], built: Collection[ir.Node] = ()) -> None:
+    def rewritten(self, touched: set[ir.Node], built: Collection[ir.Node] = (),
+                  feeding: Collection[ir.Node] = ()) -> None:
         """Mark what a rewrite changed: ``touched`` (its surroundings before it, and the nodes
         it ``built``) and the nodes next to them now, and their readers within reach (a
         pattern matches upwards from its root: a change concerns the roots downstream of it).
 
         Next to a node that reads more than :data:`~onnxfold.rewrite.sweep.WIDE` values
-        (a Sum or a Concat of thousands) are only its readers, unless it was built: the
-        producers of the inputs a rewrite gave it are in ``touched`` by name (what the match
-        held, or built), and the others still have it as their reader, once each. Marking
-        every producer of such a node at every rewrite of one of its inputs made a Sum of
-        4,000 rewritten Muls a quadratic walk (16 s)."""
+        (a Sum or a Concat of thousands) are only its readers and, of its producers, those
+        ``feeding`` it what the rewrite gave it, unless it was built: the others still have
+        it as their reader, once each. Marking every producer of such a node at every rewrite
+        of one of its inputs made a Sum of 4,000 rewritten Muls a quadratic walk (16 s)."""
         alive = [node for node in touched if node.graph is not None]
+        wide = [n for n in alive if n not in built and len(n.inputs) > WIDE]
         edited = near([n for n in alive if n in built or len(n.inputs) <= WIDE], 1)
-        edited |= near([n for n in alive if n not in built and len(n.inputs) > WIDE], 1,
-                       upstream=False)
+        if wide:
+            edited |= near(wide, 1, upstream=False)
+            edited.update(n for n in feeding if n.graph is not None)
         self.changed |= edited
         self.marked |= near(edited, self.reach, upstream=False)
         touched.clear()

@@ -40,6 +40,9 @@ class Spliced:
 
     readers: frozenset[ir.Node]
     built: tuple[ir.Node, ...]  # the nodes the rewrite built, now in the graph
+    # the producers of what nodes already in the graph read now in place of what they read
+    # (a replacement, a kept node's new inputs): they have a new reader
+    feeding: frozenset[ir.Node] = frozenset()
 
 
 def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Built],
@@ -75,8 +78,11 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
             new = identity.outputs[0]
         replace_value(graph, old, new, fresh)
     _remove_unread(candidates)
-    return Spliced(readers, tuple(item.node for item in built
-                                  if isinstance(item, BuiltNode)))
+    given = [*replacement.values.values(),
+             *(v for inputs in replacement.inputs.values() for v in inputs)]
+    feeding = frozenset(p for v in given if v is not None and (p := v.producer()) is not None)
+    return Spliced(readers, tuple(item.node for item in built if isinstance(item, BuiltNode)),
+                   feeding)
 
 
 def as_replacement(result: Replaced, root: ir.Node) -> Replacement:

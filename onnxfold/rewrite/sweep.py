@@ -80,9 +80,11 @@ class Marks(Protocol):
     def take(self, node: ir.Node) -> bool:
         """Whether ``node`` is marked (unmarking it)."""
 
-    def rewritten(self, touched: set[ir.Node], built: Collection[ir.Node] = ()) -> None:
+    def rewritten(self, touched: set[ir.Node], built: Collection[ir.Node] = (),
+                  feeding: Collection[ir.Node] = ()) -> None:
         """Mark what a rewrite changed, from ``touched`` (its surroundings before it, and the
-        nodes it ``built``)."""
+        nodes it ``built``); ``feeding``: the producers of what nodes read in place of what
+        they read."""
 
     def added(self, nodes: list[ir.Node]) -> None:
         """Mark the nodes a sweep's rewrites added."""
@@ -171,7 +173,7 @@ class Sweep:
             state.memo.clear()
         touched |= spliced.readers
         touched.update(spliced.built)
-        self.marks.rewritten(touched or {node}, spliced.built)
+        self.marks.rewritten(touched or {node}, spliced.built, spliced.feeding)
 
 
 def surroundings(captured: Iterable[object]) -> set[ir.Node]:
