@@ -32,7 +32,8 @@ CAP = 3 << 30  # the child's address space: a regression fails instead of taking
 
 
 def chain(length: int) -> onnx.ModelProto:
-    """``x_(k+1) = x_k + w_k`` from ``x_0 = 0.5``, every ``w_k`` an initializer; ``y = x_n + inp``."""
+    """``x_(k+1) = x_k + w_k`` from ``x_0 = 0.5``, every ``w_k`` an initializer;
+    ``y = x_n + inp``."""
     weights = [numpy_helper.from_array(np.full([1], 0.5, np.float32), "x0")]
     weights += [numpy_helper.from_array(np.full([1], k % 7, np.float32), f"w{k}")
                 for k in range(length)]
