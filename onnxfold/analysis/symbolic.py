@@ -94,16 +94,17 @@ class Sym:
     @property
     def order_key(self) -> tuple:
         """A key of a total order of expressions, for sorting operands into one canonical
-        form: an atom's ``expr``, else its kind, its size and its parts' keys (ints before
-        expressions). Made once, of the parts' own keys (never a copy of them): a text or
-        ``repr`` of a large expression (an input dim's name in it hundreds of times) would be
-        rebuilt whole at every comparison."""
+        form: atoms first, by their text (``N``, ``x[0]``: what a report lists them by), then
+        expressions by kind, size and their parts' keys (ints before expressions). Made once,
+        of the parts' own keys (never a copy of them): a text or ``repr`` of a large
+        expression (an input dim's name in it hundreds of times) would be rebuilt whole at
+        every comparison."""
         found = self.__dict__.get("_order_key")
         if found is None:
             kind = self.expr[0]
-            found = self.expr if kind in ("dim", "axis") else (
-                kind, self.size, *((0, p) if isinstance(p, int) else (1, p.order_key)
-                                   for p in self.expr[1:]))
+            found = (0, str(self), self.expr) if kind in ("dim", "axis") else (
+                1, kind, self.size, *((0, p) if isinstance(p, int) else (1, p.order_key)
+                                      for p in self.expr[1:]))
             object.__setattr__(self, "_order_key", found)
         return found
 

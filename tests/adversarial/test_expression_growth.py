@@ -147,7 +147,7 @@ def test_order_keys_are_made_once_of_the_parts_keys():
         d = arith("Add", d, d)
     assert isinstance(d, Sym) and d.size == 1023
     key = d.order_key
-    assert key[2][1] is key[3][1]  # the two operands' keys, the very same tuple: no copy
+    assert key[3][1] is key[4][1]  # the two operands' keys, the very same tuple: no copy
     half = d.expr[1]
     assert arith("Add", half, n) == arith("Add", n, half)  # one form for both orders
     assert symbolic._order(3) < symbolic._order(n)  # ints first
