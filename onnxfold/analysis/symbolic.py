@@ -57,10 +57,10 @@ class Sym:
     expr: tuple
     size: ClassVar[int] = 1  # nodes of the expression's tree (set by :func:`expression`)
 
-    # The hash, __str__ and atoms() are kept once made (in the instance's __dict__, outside
-    # the compared fields): an expression's parts are shared by the expressions built on it,
-    # and hashing one, sorting broadcast operands by their text or asking what an expression
-    # is made of would otherwise walk its whole tree again each time
+    # The hash, the text, the order key and the atoms are kept once made (in the instance's
+    # __dict__, outside the compared fields): an expression's parts are shared by the
+    # expressions built on it, and hashing one, ordering operands or asking what an
+    # expression is made of would otherwise walk its whole tree again each time
 
     def __hash__(self) -> int:
         found = self.__dict__.get("_hash")
@@ -134,6 +134,7 @@ def expression(kind: str, *parts: Dim) -> Sym:
         made = Sym((kind, *parts))
     object.__setattr__(made, "size", size)  # (frozen: set once, as it is made)
     return made
+
 
 _INT64 = np.dtype(np.int64)  # a shape's element type, the default of Known.dtype (immutable)
 
