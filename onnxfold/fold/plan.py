@@ -25,7 +25,6 @@ from onnxfold.fold.policy import (
     HALF_FLOATS,
     QUANTIZED,
     Origins,
-    origins,
     refuse_dequantization,
     refuse_growth,
 )
@@ -73,7 +72,7 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, policy: SizePo
     earlier folds of this run already grew the model by (``max_growth_bytes`` bounds the sum)."""
     planned = set(const.foldable)
     reads_of = {node: reads(node, const, shape_only) for node in const.foldable}
-    origins_of = origins(const)
+    origins_of = Origins(const)
     qdq_refused, requantized = refuse_dequantization(
         const.foldable, planned, catalogue.kept_quantized, policy.fold_qdq,
         catalogue.requantizing)

@@ -127,11 +127,6 @@ class Origins:
         return frozenset(found)
 
 
-def origins(plan: ConstPlan) -> Origins:
-    """For every constant value of ``plan``, the source constants it is computed from."""
-    return Origins(plan)
-
-
 class _Judge:
     """What :func:`refuse_growth` weighs: the kept results of a plan's planned nodes that may
     grow the model, each as ``(growth, size, exclusive source bytes, node)`` given the source
@@ -202,10 +197,10 @@ def refuse_growth(plan: ConstPlan, planned: set[ir.Node], graph: ir.Graph,
     ``widening`` maps source dtypes the user allows to widen (fp16 casts, dequantization) to
     the factor their bytes may grow by; ``requantizing``: the ops :func:`refuse_dequantization`
     was given; ``requantized``: the dequantizations it let through for their requantization;
-    ``origins_of``: :func:`origins` of ``plan``, when the caller has it.
+    ``origins_of``: the :class:`Origins` of ``plan``, when the caller has it.
     Returns the refusals and the growth still planned.
     """
-    origins_of = origins(plan) if origins_of is None else origins_of
+    origins_of = Origins(plan) if origins_of is None else origins_of
     refused: list[tuple[ir.Node, Reason]] = []
     outputs = set(graph.outputs)
     inputs = set(graph.inputs)
