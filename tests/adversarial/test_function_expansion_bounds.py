@@ -89,11 +89,10 @@ def test_nest_in_a_batch_does_not_hold_up_the_others(tmp_path):
 
 
 def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
-    """2,048 calls of Relu through 12 levels, 4x the 512 of 10 levels: about 4x the time
+    """2,048 calls of Relu through 12 levels, 8x the 256 of 9 levels: about 8x the time
     (onnx-ir's naming of the copies was quadratic: 45 s); inlined, the model computes what
     the original computes, every output name once."""
-    small, large = _inlining_seconds(nest(10)), _inlining_seconds(nest(12))
-    assert large < 7 * small, f"512 calls: {small:.3f} s, 2,048: {large:.3f} s"
+    assert_linear_growth(_inlining_seconds(nest(9)), _inlining_seconds(nest(12)), "calls", 256)
     source, out = tmp_path / "nest.onnx", tmp_path / "out.onnx"
     onnx.save(nest(12), source)
     done = run_cli("optimize", source, "-o", out, "--inline-functions", timeout=LIMIT)
@@ -108,6 +107,14 @@ def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
     want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def assert_linear_growth(small: float, large: float, what: str, count: int) -> None:
+    """``large`` is the CPU time of 8x the ``count`` ``what`` of ``small``: linear growth is
+    about 8x, quadratic 64x. The bound, 24x, leaves 3x for a loaded machine's noise (a suite
+    running beside this test once made 4x the work cost 7.1x) and is still far below 64x."""
+    assert large < 24 * small, (f"{count:,} {what}: {small:.3f} s, {8 * count:,}: {large:.3f} s "
+                                f"({large / small:.1f}x)")
 
 
 def relu_functions(count: int) -> onnx.ModelProto:
@@ -147,13 +154,12 @@ def _optimize_seconds(proto: onnx.ModelProto) -> float:
 
 
 def test_thousands_of_functions_cost_linear_time(tmp_path):
-    """4x the functions, each called once, about 4x the time: onnx's shape inference copied
+    """8x the functions, each called once, about 8x the time: onnx's shape inference copied
     the table of functions for every call it expanded, and the functions' folding planned each
     body against every function's name; both were quadratic (10,000 functions, the checker's
     limit, took minutes). The command line writes all 6,000 back."""
-    small, large = _optimize_seconds(relu_functions(1_500)), _optimize_seconds(relu_functions(
-        6_000))
-    assert large < 7 * small, f"1,500 functions: {small:.2f} s, 6,000: {large:.2f} s"
+    assert_linear_growth(_optimize_seconds(relu_functions(750)),
+                         _optimize_seconds(relu_functions(6_000)), "functions", 750)
     source, out = tmp_path / "many.onnx", tmp_path / "out.onnx"
     onnx.save(relu_functions(6_000), source)
     done = run_cli("optimize", source, "-o", out, timeout=LIMIT)
@@ -213,11 +219,10 @@ def _inlining_seconds(proto: onnx.ModelProto) -> float:
 
 
 def test_inlining_thousands_of_functions_grows_linearly():
-    """4x the functions, about 4x the time (onnx-ir's abbreviation of function ids compared
-    each id with every other: 16x, 8 s of 12 for 10,000 functions)."""
-    small, large = _inlining_seconds(folding_functions(1_000)), _inlining_seconds(
-        folding_functions(4_000))
-    assert large < 7 * small, f"1,000 functions: {small:.2f} s, 4,000: {large:.2f} s"
+    """8x the functions, about 8x the time (onnx-ir's abbreviation of function ids compared
+    each id with every other: 8 s of 12 for 10,000 functions)."""
+    assert_linear_growth(_inlining_seconds(folding_functions(500)),
+                         _inlining_seconds(folding_functions(4_000)), "functions", 500)
 
 
 def test_folding_function_bodies_reads_the_memory_limit_once(monkeypatch):
