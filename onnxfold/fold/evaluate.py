@@ -164,7 +164,8 @@ class Evaluator:
     def _kept_by_graph(self, value: ir.Value) -> bool:
         if value in self.graph_outputs:
             return True
-        return any(user not in self.running for user, _ in value.uses())
+        unneeded = self.plan.unneeded  # (they read nothing for the graph: it drops them)
+        return any(user not in self.running and user not in unneeded for user, _ in value.uses())
 
     def _available(self, value: ir.Value) -> bool:
         if value in self.pool:

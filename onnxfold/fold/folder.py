@@ -20,7 +20,7 @@ from onnxfold.analysis.declines import Reason
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.evaluate import Evaluated, Evaluator
 from onnxfold.fold.materialize import Materialized, Store, as_initializer, materialize
-from onnxfold.fold.plan import FoldPlan, plan_fold
+from onnxfold.fold.plan import FoldPlan, needed_only, plan_fold
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.recipes import RECIPES_KEY, Recipe
 from onnxfold.fold.settings import FoldSettings
@@ -100,8 +100,9 @@ def fold_model(model: ir.Model, catalogue: Catalogue, settings: FoldSettings | N
                            inputs_are_constant=settings.inputs_are_constant,
                            shape_folding=settings.shape_folding, keep=settings.keep,
                            facts=catalogue)
-        plan = plan_fold(const, graph, model, settings.policy, catalogue, catalogue.shape_only,
-                         opset_imports.get("", 1), growth_spent + counts.growth_bytes)
+        plan = needed_only(plan_fold(const, graph, model, settings.policy, catalogue,
+                                     catalogue.shape_only, opset_imports.get("", 1),
+                                     growth_spent + counts.growth_bytes), graph)
         recipes = model.meta.get(RECIPES_KEY) if graph is model.graph else None
         done = fold_graph(plan, graph, model, settings, catalogue, pool, opset_imports,
                           as_initializer(graph, model), counts, progress, recipes)

@@ -10,6 +10,7 @@ out: their inputs will never be constant. Nothing in the graph changes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ class FoldPlan:
     growth_bytes: int  # what the growth policy let through
     reads_of: dict[ir.Node, tuple[ir.Value, ...]]  # per foldable node: see :func:`reads`
     origins: Origins  # per constant value: see policy.Origins
+    # planned nodes left out of ``order``: nothing needs what they compute (:func:`needed_only`)
+    unneeded: frozenset[ir.Node] = frozenset()
 
     def reads(self, node: ir.Node) -> tuple[ir.Value, ...]:
         """Distinct values whose data ``node`` reads (see :func:`reads`), as planned: nothing
@@ -95,6 +98,28 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, policy: SizePo
         readers.update(reads_of[node])
     return FoldPlan(const, order, const.refused + qdq_refused + growth_refused,
                     on_onnxruntime, shape_only, readers, growth, reads_of, origins_of)
+
+
+def needed_only(plan: FoldPlan, graph: ir.Graph) -> FoldPlan:
+    """``plan`` without the nodes whose results nothing needs: no output of theirs is a graph
+    output or read by a node other than these (a rewrite left ``Shape(x)`` unread, a Mul reads
+    only it). Evaluated, their results would be dropped and the nodes pruned as dead code; a
+    fold of a 12k-node graph spent a third of its nodes on them. A reader in another graph (a
+    subgraph capturing the value) needs it. What the plan decided before (refusals, growth)
+    is unchanged: only what runs is."""
+    outputs = frozenset(graph.outputs)
+    unneeded: set[ir.Node] = set()
+    for node in reversed(plan.order):  # readers before what they read
+        if all(v not in outputs and all(use.node in unneeded for use in v.uses())
+               for v in node.outputs):
+            unneeded.add(node)
+    if not unneeded:
+        return plan
+    order = [node for node in plan.order if node not in unneeded]
+    readers: Counter = Counter()
+    for node in order:
+        readers.update(plan.reads_of[node])
+    return dataclasses.replace(plan, order=order, readers=readers, unneeded=frozenset(unneeded))
 
 
 def _prune_unreachable(const: ConstPlan, planned: set[ir.Node], shape_only: frozenset[str],

@@ -14,7 +14,7 @@ from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.evaluate import Evaluator
 from onnxfold.fold.materialize import PROVENANCE_KEY, as_initializer, materialize
-from onnxfold.fold.plan import plan_fold
+from onnxfold.fold.plan import needed_only, plan_fold
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.settings import Evaluation, SizePolicy
 from onnxfold.io.reader import model_from_proto
@@ -139,3 +139,56 @@ def test_a_result_the_expansion_bound_refuses_is_not_counted_as_folded(tmp_path)
     x = np.ones((1024, 1024), np.float32)
     np.testing.assert_array_equal(run_ort(proto, {"x": x})[0], run_ort(out, {"x": x})[0])
     onnx.checker.check_model(folded)
+
+
+def _with_unread_branch() -> ir.Model:
+    """``n = Neg(w)`` read by ``y = MatMul(x, n)`` and by ``Abs(n) -> Exp`` that nothing reads,
+    and a Loop whose body reads ``t = Transpose(w)`` (only there)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"]),
+         helper.make_node("Add", ["acc", "t"], ["acc_out"])], "body",
+        [vinfo("i", TensorProto.INT64, []), vinfo("cond", TensorProto.BOOL, []),
+         vinfo("acc", shape=[4, 3])],
+        [vinfo("cond_out", TensorProto.BOOL, []), vinfo("acc_out", shape=[4, 3])])
+    nodes = [helper.make_node("Neg", ["w"], ["n"], name="neg"),
+             helper.make_node("MatMul", ["x", "n"], ["y"], name="mm"),
+             helper.make_node("Abs", ["n"], ["a"], name="abs"),
+             helper.make_node("Exp", ["a"], ["e"], name="exp"),
+             helper.make_node("Transpose", ["w"], ["t"], name="tr", perm=[1, 0]),
+             helper.make_node("Loop", ["trips", "", "z"], ["u"], name="loop", body=body)]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3]), vinfo("z", shape=[4, 3])],
+                       [vinfo("y", shape=[2, 4]), vinfo("u", shape=[4, 3])],
+                       [tensor("w", W), tensor("trips", np.array(2, np.int64))])
+    model = model_from_proto(proto, check=False)
+    infer_shapes(model)
+    return model
+
+
+def test_nodes_whose_results_nothing_needs_are_not_evaluated():
+    """Abs and Exp compute what nothing reads: evaluated, their results would be dropped; the
+    Transpose a subgraph reads is needed, and so is Neg, which MatMul reads beside Abs."""
+    model = _with_unread_branch()
+    plan = _plan(model, SizePolicy())
+    assert [n.name for n in plan.order] == ["neg", "abs", "exp", "tr"]
+    needed = needed_only(plan, model.graph)
+    assert [n.name for n in needed.order] == ["neg", "tr"]
+    assert sorted(n.name for n in needed.unneeded) == ["abs", "exp"]
+    assert {v.name: n for v, n in needed.readers.items()} == {"w": 2}
+    pool = BufferPool()
+    evaluated = Evaluator(needed, model.graph, model, Evaluation(strict=True), load_catalogue(),
+                          pool, dict(model.opset_imports)).run()
+    assert sorted(n.name for n in evaluated.how) == ["neg", "tr"]
+    assert sorted(v.name for v in evaluated.keep) == ["n", "t"]  # Abs does not keep n
+    materialize(evaluated, needed, model.graph, pool, SizePolicy(),
+                as_initializer(model.graph, model))
+    assert len(pool) == 0
+
+
+def test_a_fold_leaves_unneeded_nodes_to_the_prune(tmp_path):
+    proto = ir.serde.serialize_model(_with_unread_branch())
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert [n.op_type for n in folded.graph.node] == ["MatMul", "Loop"]
+    assert report.folded_nodes == 2  # Neg and Transpose; Abs and Exp were pruned unevaluated
+    x, z = np.ones((2, 3), np.float32), np.ones((4, 3), np.float32)
+    for got, want in zip(run_ort(out, {"x": x, "z": z}), run_ort(proto, {"x": x, "z": z})):
+        np.testing.assert_array_equal(got, want)
