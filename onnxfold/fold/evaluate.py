@@ -94,6 +94,14 @@ def evaluate_native(node: ir.Node, rule: FolderRule, args: list, opset: int
     return outs
 
 
+def _floating(value: ir.Value, arr: np.ndarray | None) -> bool:
+    """Whether ``value`` (computed as ``arr``, or not returned: by its declared type) holds
+    floats (bfloat16 and float8 arrays are of numpy kind "V")."""
+    if arr is not None:
+        return arr.dtype.kind == "f" or "float" in arr.dtype.name
+    return value.dtype is not None and value.dtype.is_floating_point()
+
+
 Observer = Callable[[dict[ir.Value, np.ndarray]], None]
 
 
@@ -205,10 +213,11 @@ class Evaluator:
         in_bytes = sum(pool.get(v).nbytes for v in node.inputs if v in pool)
         rounded = any(v in out.rounded for v in node.inputs if v is not None) or (
             how == "native" and (node.domain or "", node.op_type) not in self.catalogue.bitwise)
-        for value, arr in results.items():
+        for value in node.outputs:  # those a fallback batch used within it too (not returned)
             out.provenance[value] = names
-            if rounded and (arr.dtype.kind == "f" or "float" in arr.dtype.name):
-                out.rounded.add(value)  # (bfloat16 and float8 are kind "V")
+            if rounded and _floating(value, results.get(value)):
+                out.rounded.add(value)
+        for value, arr in results.items():
             out.input_bytes[value] = in_bytes
             keep = self._kept_by_graph(value)
             if keep:

@@ -13,7 +13,7 @@ from onnxfold.analysis.declines import DeclineKind
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.evaluate import Evaluator
-from onnxfold.fold.materialize import PROVENANCE_KEY, as_initializer, materialize
+from onnxfold.fold.materialize import PROVENANCE_KEY, ROUNDING_KEY, as_initializer, materialize
 from onnxfold.fold.plan import needed_only, plan_fold
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.settings import Evaluation, SizePolicy
@@ -192,3 +192,21 @@ def test_a_fold_leaves_unneeded_nodes_to_the_prune(tmp_path):
     x, z = np.ones((2, 3), np.float32), np.ones((4, 3), np.float32)
     for got, want in zip(run_ort(out, {"x": x, "z": z}), run_ort(proto, {"x": x, "z": z})):
         np.testing.assert_array_equal(got, want)
+
+
+def test_what_a_fallback_batch_computes_within_it_keeps_its_provenance(tmp_path):
+    """Softplus and Elu have no native rule: onnxruntime runs them in one session, which hands
+    back only Elu's result. The stored constant still names every node it comes from, and is
+    still marked as rounded by numpy (the Exp upstream is not bitwise onnxruntime's)."""
+    nodes = [helper.make_node("Exp", ["c"], ["x_exp"], name="exp"),
+             helper.make_node("Softplus", ["x_exp"], ["s"], name="softplus"),
+             helper.make_node("Elu", ["s"], ["e"], name="elu"),
+             helper.make_node("Add", ["x", "e"], ["y"], name="add")]
+    proto = make_model(nodes, [vinfo("x", shape=[4])], [vinfo("y", shape=[4])],
+                       [tensor("c", np.array([0.5, -1.0, 2.0, 0.0], np.float32))])
+    folded, report, _ = fold_proto(proto, tmp_path)
+    assert report.folded_fallback == 2 and report.fallback_sessions == 1
+    (stored,) = folded.graph.initializer
+    props = {p.key: p.value for p in stored.metadata_props}
+    assert props[PROVENANCE_KEY] == "elu,softplus,exp"
+    assert props[ROUNDING_KEY] == "numpy"
