@@ -80,7 +80,7 @@ def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str],
         while pending:
             node = pending.pop()
             if node in dead or node.graph is not graph or kept(node, keep) or \
-                    any(v in outputs or read_in(v, live) for v in node.outputs):
+                    _read(node, outputs, live):
                 continue
             inner = subgraphs(node)
             read = [*node.inputs, *(captured_values(node) if inner else ())]
@@ -98,6 +98,18 @@ def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str],
         if dead:
             graph.remove(dead)
     return len(dead)
+
+
+def _read(node: ir.Node, outputs: frozenset[ir.Value], live: set[ir.Graph] | None) -> bool:
+    """Whether an output of ``node`` is one of the graph's ``outputs`` or :func:`read_in`
+    ``live`` (loops, not generators: every node of every graph is asked at each prune)."""
+    for value in node.outputs:
+        if value in outputs:
+            return True
+        for use in value.uses():
+            if live is None or use.node.graph in live:
+                return True
+    return False
 
 
 def detach(node: ir.Node) -> None:
