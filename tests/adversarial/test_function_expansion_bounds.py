@@ -13,9 +13,6 @@ growth, in CPU time, or by the reads they make.
 
 from __future__ import annotations
 
-import gc
-import time
-
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -27,6 +24,7 @@ import onnxfold
 from onnxfold.fold import budget
 from onnxfold.pipeline.inlining import inline_functions
 from tests.support.cli import assert_ok, assert_one_error_line, run_cli
+from tests.support.growth import assert_linear_growth, cpu_seconds
 
 LIMIT = 30  # seconds: every run here must end well within this
 DOMAIN = "local"
@@ -109,14 +107,6 @@ def test_many_calls_of_one_function_inline_in_linear_time(tmp_path):
     np.testing.assert_array_equal(got[0], want[0])
 
 
-def assert_linear_growth(small: float, large: float, what: str, count: int) -> None:
-    """``large`` is the CPU time of 8x the ``count`` ``what`` of ``small``: linear growth is
-    about 8x, quadratic 64x. The bound, 24x, leaves 3x for a loaded machine's noise (a suite
-    running beside this test once made 4x the work cost 7.1x) and is still far below 64x."""
-    assert large < 24 * small, (f"{count:,} {what}: {small:.3f} s, {8 * count:,}: {large:.3f} s "
-                                f"({large / small:.1f}x)")
-
-
 def relu_functions(count: int) -> onnx.ModelProto:
     """``count`` functions ``f_k = Relu``, each called once, one after the other."""
     return _called_in_turn([[helper.make_node("Relu", ["x"], ["y"])] for _ in range(count)])
@@ -138,19 +128,11 @@ def _called_in_turn(bodies: list[list[onnx.NodeProto]]) -> onnx.ModelProto:
 
 
 def _optimize_seconds(proto: onnx.ModelProto) -> float:
-    """CPU seconds of ``onnxfold.optimize`` on ``proto`` (the best of two runs), without the
-    cyclic garbage collector (see :func:`_inlining_seconds`)."""
-    best = float("inf")
-    for _ in range(2):
-        gc.disable()
-        try:
-            started = time.process_time()
-            result = onnxfold.optimize(proto, check=False)
-            best = min(best, time.process_time() - started)
-        finally:
-            gc.enable()
+    """CPU seconds of ``onnxfold.optimize`` on ``proto`` (:func:`cpu_seconds`)."""
+    def run(_: None) -> None:
+        result = onnxfold.optimize(proto, check=False)
         assert len(result.model.functions) == len(proto.functions)
-    return best
+    return cpu_seconds(run)
 
 
 def test_thousands_of_functions_cost_linear_time(tmp_path):
@@ -201,21 +183,11 @@ def folding_functions(count: int) -> onnx.ModelProto:
 
 
 def _inlining_seconds(proto: onnx.ModelProto) -> float:
-    """CPU seconds of inlining every function of ``proto`` (the best of two runs), without the
-    cyclic garbage collector (whose full collections walk the test process's own objects too;
-    the command line defers them while it folds)."""
-    best = float("inf")
-    for _ in range(2):
-        model = ir.serde.deserialize_model(proto)
-        gc.disable()
-        try:
-            started = time.process_time()
-            changed, why = inline_functions(model)
-            best = min(best, time.process_time() - started)
-        finally:
-            gc.enable()
+    """CPU seconds of inlining every function of ``proto`` (:func:`cpu_seconds`)."""
+    def run(model: ir.Model) -> None:
+        changed, why = inline_functions(model)
         assert changed and why is None and not model.functions
-    return best
+    return cpu_seconds(run, lambda: ir.serde.deserialize_model(proto))
 
 
 def test_inlining_thousands_of_functions_grows_linearly():
