@@ -168,19 +168,36 @@ class _Worklist:
 
     def __init__(self, reach: int) -> None:
         self.reach = reach
-        # sets, held weakly between calls (``Resumable.left``)
+        # sets, held weakly between calls (``Resumable.left``); the changed nodes by graph (a
+        # sweep takes each graph's own: not every changed node at every graph)
         self.marked: MutableSet[ir.Node] = set()
-        self.changed: MutableSet[ir.Node] = set()
+        self.changed: dict[ir.Graph, MutableSet[ir.Node]] = {}
         self.seen: dict[ir.Graph, _Seen] = {}
+
+    def note_changed(self, nodes: Iterable[ir.Node]) -> None:
+        """Add ``nodes`` to the changed nodes of their graphs (a removed node has none)."""
+        changed = self.changed
+        for node in nodes:
+            graph = node.graph
+            if graph is not None:
+                bucket = changed.get(graph)
+                if bucket is None:
+                    bucket = changed[graph] = set()
+                bucket.add(node)
 
     def begin(self, graph: ir.Graph, state: GraphState) -> None:
         """Before a sweep of ``graph``: a graph not swept before is marked whole; else the
         readers of values whose constness or shape value changed since its last sweep (the
         shape values updated for the nodes rewrites changed)."""
         last = self.seen.get(graph)
-        edited = {node for node in self.changed if node.graph is graph}
-        self.changed = {node for node in self.changed
-                        if node.graph is not None and node.graph is not graph}
+        edited: set[ir.Node] = set()
+        moved = []  # into another graph since (an inlined branch's nodes): changed there
+        for node in self.changed.pop(graph, ()):
+            if node.graph is graph:
+                edited.add(node)
+            elif node.graph is not None:
+                moved.append(node)
+        self.note_changed(moved)
         if last is None:
             self.marked |= set(graph)
             return
@@ -212,7 +229,7 @@ class _Worklist:
         inner nodes of a chain it inserted)."""
         if nodes:
             edited = near(nodes, 1)
-            self.changed |= edited
+            self.note_changed(edited)
             self.marked |= near(edited, self.reach, upstream=False)
 
     def rewritten(self, touched: set[ir.Node], built: Collection[ir.Node] = (),
@@ -232,7 +249,7 @@ class _Worklist:
         if wide:
             edited |= near(wide, 1, upstream=False)
             edited.update(n for n in feeding if n.graph is not None)
-        self.changed |= edited
+        self.note_changed(edited)
         self.marked |= near(edited, self.reach, upstream=False)
         touched.clear()
 
@@ -329,7 +346,7 @@ class Resumable:
                 del work.seen[graph]  # inputs decide the dims' symbols: a fresh start
                 continue
             edited, nearby = snapshot.changes(graph)
-            work.changed |= edited
+            work.note_changed(edited)
             work.marked |= near(edited | nearby, work.reach, upstream=False)
         return work
 
@@ -339,7 +356,8 @@ class Resumable:
         self._main_inputs = tuple(weakref.ref(v) for v in model.graph.inputs)
         for seen in work.seen.values():
             seen.constant = weakref.WeakSet(seen.constant)
-        work.marked, work.changed = weakref.WeakSet(work.marked), weakref.WeakSet(work.changed)
+        work.marked = weakref.WeakSet(work.marked)
+        work.changed = {graph: weakref.WeakSet(nodes) for graph, nodes in work.changed.items()}
         self._snapshots = {graph: _Snapshot(graph) for graph in work.seen}
 
 
