@@ -79,13 +79,11 @@ def evaluate_native(node: ir.Node, rule: FolderRule, args: list, opset: int
     if half is not None:  # as onnxruntime runs it: in float32, rounded once at the end
         args = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == half
                 else a for a in args]
-    with np.errstate(all="ignore"):
-        result = rule.fn(*args, **kwargs)
-        outs = [np.asarray(o) for o in
-                (result if isinstance(result, (tuple, list)) else (result,))]
-        if half is not None:  # (overflow to inf is what onnxruntime's rounding gives too)
-            outs = [o.astype(half) if v.dtype is not None and v.dtype.numpy() == half
-                    else o for o, v in zip(outs, node.outputs)]
+    result = rule.fn(*args, **kwargs)  # (under np.errstate(all="ignore"): Evaluator.run)
+    outs = [np.asarray(o) for o in (result if isinstance(result, (tuple, list)) else (result,))]
+    if half is not None:  # (overflow to inf is what onnxruntime's rounding gives too)
+        outs = [o.astype(half) if v.dtype is not None and v.dtype.numpy() == half
+                else o for o, v in zip(outs, node.outputs)]
     for value, arr in zip(node.outputs, outs):
         dtype = value.dtype
         if dtype is not None and arr.dtype != (expected := dtype.numpy()):
@@ -126,7 +124,12 @@ class Evaluator:
         self.out = Evaluated()
 
     def run(self) -> Evaluated:
-        """Evaluate every planned node once, in order."""
+        """Evaluate every planned node once, in order (numpy's floating-point errors ignored:
+        a fold computes what onnxruntime computes, inf and nan included)."""
+        with np.errstate(all="ignore"):
+            return self._run()
+
+    def _run(self) -> Evaluated:
         order = self.plan.order
         self.out.declined.extend(self.plan.refused)
         i = 0
