@@ -43,6 +43,7 @@ class FoldCounts:
     declined_nodes: list[tuple[str, str, Reason]] = field(default_factory=list)
     rule_hits: Counter = field(default_factory=Counter)
     growth_bytes: int = 0
+    unneeded: int = 0  # planned nodes whose results nothing needed: pruned, never computed
     pool_peak_bytes: int = 0  # the pool's peak when the last graph was evaluated (0: none)
     spilled: int = 0  # the pool's spill totals at the end of the fold
     spilled_bytes: int = 0
@@ -76,6 +77,7 @@ def fold_graph(plan: FoldPlan, graph: ir.Graph, model: ir.Model, settings: FoldS
                           opset_imports, progress).run()
     counts.pool_peak_bytes = max(counts.pool_peak_bytes, pool.peak_bytes)
     counts.growth_bytes += plan.growth_bytes
+    counts.unneeded += len(plan.unneeded)
     materialized = materialize(evaluated, plan, graph, pool, settings.policy, store, recipes)
     counts.add(evaluated, materialized)
     return materialized

@@ -80,6 +80,7 @@ class Report:
     pool_spilled_bytes: int = 0
     folded_in_functions: int = 0  # of folded_nodes: in model-local function bodies
     function_constants: int = 0  # Constant nodes the fold wrote into function bodies
+    unneeded_nodes: int = 0  # constant nodes whose results nothing needed: pruned, not computed
     declined: dict[str, int] = field(default_factory=dict)
     declined_nodes: list[dict[str, str]] = field(default_factory=list)
     rule_hits: dict[str, int] = field(default_factory=dict)
@@ -118,7 +119,7 @@ class Report:
             pool_peak_bytes=stats.pool_peak_bytes, rounds=stats.rounds,
             pool_spilled=stats.spilled, pool_spilled_bytes=stats.spilled_bytes,
             folded_in_functions=stats.folded_in_functions,
-            function_constants=stats.function_constants,
+            function_constants=stats.function_constants, unneeded_nodes=stats.unneeded,
             declined=dict(stats.declined),
             declined_nodes=[{"node": n, "op": o, "kind": r.kind.value, "reason": str(r)}
                             for n, o, r in stats.declined_nodes],
@@ -205,7 +206,9 @@ class Report:
                 f", {name} {sec:.2f}" for name, sec in self.phases.items()) + ")"
             lines.insert(1, f"folded       {self.folded_nodes} nodes: {self.folded_native} "
                             f"native, {self.folded_fallback} via onnxruntime in "
-                            f"{self.fallback_sessions} sessions")
+                            f"{self.fallback_sessions} sessions" + (
+                                f"; {self.unneeded_nodes} that nothing read were removed "
+                                "without being computed" if self.unneeded_nodes else ""))
             lines.append(f"pool peak    {_mib(self.pool_peak_bytes)}" + (
                 f" (spilled {self.pool_spilled} buffers, {_mib(self.pool_spilled_bytes)}, "
                 "to stay under the memory limit)" if self.pool_spilled else ""))

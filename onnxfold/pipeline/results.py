@@ -96,6 +96,7 @@ class FoldStats:
     rounds: int = 0  # fold rounds that ran
     folded_in_functions: int = 0  # of ``folded``: nodes in model-local function bodies
     function_constants: int = 0  # Constant nodes written into function bodies
+    unneeded: int = 0  # constant nodes whose results nothing needed: pruned, never computed
     skipped_steps: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # for the report: a step not taken
 
@@ -132,7 +133,7 @@ def summarize(results: Sequence[PassResult], skipped_steps: Sequence[str] = ()) 
     return FoldStats(
         **{name: sum(getattr(c, name) for c in everything)
            for name in ("folded", "native", "via_fallback", "fallback_sessions",
-                        "materialized", "materialized_bytes", "growth_bytes")},
+                        "materialized", "materialized_bytes", "growth_bytes", "unneeded")},
         declined=dict(Counter(reason.kind.value for _, _, reason in declined_nodes)),
         declined_nodes=tuple(declined_nodes),
         rule_hits=_added(c.rule_hits for c in everything),

@@ -189,6 +189,7 @@ def test_a_fold_leaves_unneeded_nodes_to_the_prune(tmp_path):
     folded, report, out = fold_proto(proto, tmp_path)
     assert [n.op_type for n in folded.graph.node] == ["MatMul", "Loop"]
     assert report.folded_nodes == 2  # Neg and Transpose; Abs and Exp were pruned unevaluated
+    assert report.unneeded_nodes == 2
     x, z = np.ones((2, 3), np.float32), np.ones((4, 3), np.float32)
     for got, want in zip(run_ort(out, {"x": x, "z": z}), run_ort(proto, {"x": x, "z": z})):
         np.testing.assert_array_equal(got, want)
