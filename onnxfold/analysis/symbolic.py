@@ -21,11 +21,10 @@ check that such dims agree, so they prove nothing, except under the user's
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, ParamSpec, TypeVar, cast
+from typing import ClassVar, cast
 
 import numpy as np
 import onnx_ir as ir
@@ -42,44 +41,6 @@ REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than th
 MAX_EXPRESSION_SIZE = 1024
 TEXT_KEPT_SIZE = 64  # an expression up to this size keeps its text (~20 bytes a node) once made
 _opaque_serials = itertools.count()
-_opaques_made = 0  # opaque symbols made so far (see _memoized)
-MEMO_LIMIT = 1 << 16  # results a memoized step keeps (then it starts again)
-
-
-def _made_opaque() -> int:
-    """The serial of a new opaque symbol (counted: a memoized step keeps no result that made
-    one)."""
-    global _opaques_made
-    _opaques_made += 1
-    return next(_opaque_serials)
-
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _memoized(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """``fn`` (a pure step on dims, called with hashable positional arguments) answering the
-    arguments it was called with before from what it returned then: a model's layers ask the
-    same broadcasts and products of the same dims again and again. A result for which an
-    opaque symbol was made is not kept: each opaque symbol is new, equal to itself alone, and
-    another call must make another. At most :data:`MEMO_LIMIT` results are kept."""
-    results: dict = {}
-
-    @functools.wraps(fn)
-    def memoized(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        found = results.get(args, results)
-        if found is not results:
-            return found
-        before = _opaques_made
-        result = fn(*args, **kwargs)
-        if _opaques_made == before:
-            if len(results) >= MEMO_LIMIT:
-                results.clear()
-            results[args] = result
-        return result
-
-    return memoized
 
 
 @dataclass(frozen=True)
@@ -167,7 +128,7 @@ def expression(kind: str, *parts: Dim) -> Sym:
     size = 1 + sum(p.size for p in parts if isinstance(p, Sym))
     if size > MAX_EXPRESSION_SIZE:
         atoms = dict.fromkeys(a for p in parts if isinstance(p, Sym) for a in p.atoms())
-        made = Sym(("Opaque", _made_opaque(), *atoms))
+        made = Sym(("Opaque", next(_opaque_serials), *atoms))
         size = 1 + len(atoms)
     else:
         made = Sym((kind, *parts))
@@ -290,7 +251,6 @@ def _fits(known: Known) -> bool:
     return all(info.min <= e <= info.max for e in known.elements if isinstance(e, int))
 
 
-@_memoized
 def arith(op: str, a: Dim, b: Dim) -> Dim:
     """``a op b`` for ``op`` Add, Sub, Mul or Div (integer, truncating as onnxruntime's): an int
     when both are ints, else an expression simplified where an identity allows (``x - x``,
@@ -420,14 +380,9 @@ def _broadcast_dim(column: list[Dim | None]) -> Dim | None:
     return expression("Broadcast", *sorted(syms, key=_order))
 
 
-def broadcast_dims(shapes: Sequence[Dims]) -> Dims:
+def broadcast_dims(shapes: list[Dims]) -> Dims:
     """The dims of the multidirectional broadcast of ``shapes`` (right-aligned; a dynamic dim
     against 1 is itself, two different ones whichever is not 1)."""
-    return _broadcast(tuple(tuple(s) for s in shapes))
-
-
-@_memoized
-def _broadcast(shapes: tuple[Dims, ...]) -> Dims:
     rank = max(len(s) for s in shapes)
     padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
     return tuple(_broadcast_dim([s[i] for s in padded]) for i in range(rank))
@@ -481,7 +436,6 @@ def _monomial(d: Dim | None) -> tuple[int, list[Sym]] | None:
     return coefficient, factors
 
 
-@_memoized
 def quotient(total: Dim, divisor: Dim) -> Dim | None:
     """``total / divisor`` when the divisor's dims are among the total's and its int divides."""
     a, b = _monomial(total), _monomial(divisor)
@@ -633,11 +587,13 @@ def _all_static(values: Sequence[ir.Value | None]) -> bool:
 
 def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
             ambiguous: frozenset[str], inputs: frozenset[int], inputs_dims: frozenset[str],
-            placeholders: dict[str, Dim], steps: ShapeSteps,
-            dims: Callable[[ir.Value | None], Dims | None]) -> None:
+            placeholders: dict[str, Dim], steps: ShapeSteps) -> None:
     """Record in ``REFINED_KEY`` the dims of ``node``'s outputs that shape inference left as a
     name of its own, an ambiguous name or none, and the node's semantics prove an int or an
-    expression of the graph inputs' dims; ``dims``: the inputs' (:func:`_value_dims`)."""
+    expression of the graph inputs' dims."""
+    def dims(v: ir.Value | None) -> Dims | None:
+        return _value_dims(v, ambiguous)
+
     if _all_static(node.outputs):  # every dim an int: nothing to refine (most nodes, at once)
         for out in node.outputs:
             if out is not None and out.shape is not None:
@@ -846,23 +802,11 @@ class _Walk:
             and name not in ambiguous)
         self.inputs = frozenset(id(value) for value in graph.inputs)
         self.placeholders: dict[str, Dim] = {}
-        # values' dims as their readers ask them (:func:`_value_dims`), each read once: a
-        # value's change only when its node is visited, which forgets them
-        self._dims: dict[ir.Value | None, Dims | None] = {}
-
-    def dims(self, value: ir.Value | None) -> Dims | None:
-        """:func:`_value_dims` of ``value``, read once while its node is not visited again."""
-        found = self._dims.get(value, self)
-        if found is self:
-            found = self._dims[value] = _value_dims(value, self.ambiguous)
-        return cast("Dims | None", found)
 
     def visit(self, node: ir.Node) -> None:
         known = self.known
         _refine(node, known, self.arrays, self.ambiguous, self.inputs, self.inputs_dims,
-                self.placeholders, self.steps, self.dims)
-        for out in node.outputs:
-            self._dims.pop(out, None)
+                self.placeholders, self.steps)
         if len(node.outputs) != 1:
             return
         found = _step(node, known, self.arrays, self.ambiguous, self.steps)
