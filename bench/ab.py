@@ -4,9 +4,10 @@ Each version is a commit of this repository (``git archive`` of ``onnxfold`` and
 a temporary directory, put first on ``PYTHONPATH``, run with this interpreter) or an installed
 command (``--before-cmd``). Rounds alternate the order of the two; the first round only warms
 the caches. Per model and version: medians (and minimums) of the whole ``onnxfold optimize``
-process's wall and CPU seconds, its peak RSS, the median of its passes' seconds (its report's
-phases but load, save and report, as ``floor`` counts them), and after / before of the
-medians::
+process's wall and CPU seconds, its peak RSS, the median (and minimum) of its passes' seconds
+(its report's phases but load, save and report, as ``floor`` counts them), and after / before
+of the medians and of the passes' minimums (on a VM where one process runs 15-50% slower than
+the next, the least of several runs moves less than their median)::
 
     python -m bench run ab MODEL [MODEL ...] --before COMMIT [--after HEAD] [--repeat 7]
 
@@ -47,9 +48,11 @@ def _row(model: str, label: str, runs: list[ChildRun], passes: list[float],
         walls = ratio(median(wall), median([x.wall_s for x in base_runs]))
         cpus = ratio(median(cpu), median([x.user_s + x.sys_s for x in base_runs]))
         own = ratio(median(passes), median(base_passes))
-        vs = f"{walls:.2f}x, {cpus:.2f}x, {own:.2f}x" if walls and cpus and own else ""
+        least = ratio(min(passes), min(base_passes))
+        vs = f"{walls:.2f}x, {cpus:.2f}x, {own:.2f}x, {least:.2f}x" \
+            if walls and cpus and own and least else ""
     return (f"| {Path(model).name} | {label} | {median(wall):.3f} ({min(wall):.3f}) | "
-            f"{median(cpu):.3f} ({min(cpu):.3f}) | {median(passes):.3f} | "
+            f"{median(cpu):.3f} ({min(cpu):.3f}) | {median(passes):.3f} ({min(passes):.3f}) | "
             f"{max(x.maxrss_mib for x in runs):.0f} | {vs} |")
 
 
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"before {a.before_cmd or a.before}, after {a.after}; medians (min) of {a.repeat} "
               "interleaved rounds, whole process\n")
         print("| model | version | wall s | CPU s | passes s | peak RSS MiB | "
-              "after / before (wall, CPU, passes) |")
+              "after / before (wall, CPU, passes, passes' minimums) |")
         print("|---|---|--:|--:|--:|--:|--:|")
         for model in a.models:
             runs: dict[str, list[ChildRun]] = {label: [] for label in versions}
