@@ -103,12 +103,9 @@ def remove_dead_nodes_in(graph: ir.Graph, keep: Collection[str],
 def _read(node: ir.Node, outputs: frozenset[ir.Value], live: set[ir.Graph] | None) -> bool:
     """Whether an output of ``node`` is one of the graph's ``outputs`` or :func:`read_in`
     ``live`` (loops, not generators: every node of every graph is asked at each prune)."""
-    for value in node.outputs:
-        if value in outputs:
+    for value in node.outputs:  # noqa: SIM110 - any() over a generator: 1.6x the time
+        if value in outputs or read_in(value, live):
             return True
-        for use in value.uses():
-            if live is None or use.node.graph in live:
-                return True
     return False
 
 
@@ -125,4 +122,7 @@ def read_in(value: ir.Value, live: set[ir.Graph] | None) -> bool:
     ``live``)."""
     if live is None:
         return bool(value.uses())
-    return any(use.node.graph in live for use in value.uses())
+    for use in value.uses():  # noqa: SIM110 - asked of every output at each prune: no generator
+        if use.node.graph in live:
+            return True
+    return False
