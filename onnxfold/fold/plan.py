@@ -93,11 +93,9 @@ def plan_fold(const: ConstPlan, graph: ir.Graph, model: ir.Model, policy: SizePo
     order = [n for n in const.foldable if n in planned]
     on_onnxruntime = needing_onnxruntime(dict.fromkeys(order), catalogue, opset, model.graph,
                                          graph)
-    readers: Counter = Counter()
-    for node in order:
-        readers.update(reads_of[node])
     return FoldPlan(const, order, const.refused + qdq_refused + growth_refused,
-                    on_onnxruntime, shape_only, readers, growth, reads_of, origins_of)
+                    on_onnxruntime, shape_only, _readers(order, reads_of), growth, reads_of,
+                    origins_of)
 
 
 def needed_only(plan: FoldPlan, graph: ir.Graph) -> FoldPlan:
@@ -116,10 +114,16 @@ def needed_only(plan: FoldPlan, graph: ir.Graph) -> FoldPlan:
     if not unneeded:
         return plan
     order = [node for node in plan.order if node not in unneeded]
+    return dataclasses.replace(plan, order=order, readers=_readers(order, plan.reads_of),
+                               unneeded=frozenset(unneeded))
+
+
+def _readers(order: list[ir.Node], reads_of: dict[ir.Node, tuple[ir.Value, ...]]) -> Counter:
+    """How many of the nodes ``order`` runs read each value's data."""
     readers: Counter = Counter()
     for node in order:
-        readers.update(plan.reads_of[node])
-    return dataclasses.replace(plan, order=order, readers=readers, unneeded=frozenset(unneeded))
+        readers.update(reads_of[node])
+    return readers
 
 
 def _prune_unreachable(const: ConstPlan, planned: set[ir.Node], shape_only: frozenset[str],
