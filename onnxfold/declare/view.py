@@ -44,19 +44,23 @@ class GraphView:
     ``constant``: the values the constness analysis found constant (the driver adds what
     rewrites build from constants); ``shape_values``: computes (or updates) the graph's shape
     values, asked at most once per sweep; ``memo``: what rules remember about the graph during
-    the sweep (:meth:`remembered`), emptied by the driver when a rewrite builds a node.
+    the sweep (:meth:`remembered`), emptied by the driver when a rewrite builds a node;
+    ``positions``: each node's place in the graph as the sweep found it (made when first asked;
+    the driver forgets the nodes a rewrite moves), for :meth:`in_order`.
     """
 
     def __init__(self, graph: ir.Graph, model: ir.Model, constant: AbstractSet[ir.Value],
                  facts: OpFacts, *, shape_steps: ShapeSteps, settings: RunSettings,
                  shape_values: Callable[[GraphView], dict[ir.Value, Known]],
-                 memo: dict[str, Any]) -> None:
+                 memo: dict[str, Any],
+                 positions: Callable[[], dict[ir.Node, int]] | None = None) -> None:
         self._graph, self._model, self._constant, self._facts = graph, model, constant, facts
         self._steps, self._settings = shape_steps, settings
         self._compute_shape_values = shape_values
         self._shape_values: dict[ir.Value, Known] | None = None
         self._arrays: dict[ir.Value, np.ndarray | None] = {}
         self._memo = memo
+        self._positions = positions
         self._shared: frozenset[str] | None = None
 
     @property
@@ -84,8 +88,15 @@ class GraphView:
         return node is not None and node.graph is self._graph
 
     def in_order(self, nodes: Iterable[ir.Node]) -> list[ir.Node]:
-        """Those of ``nodes`` that are in this graph, in its order (a walk of the graph)."""
+        """Those of ``nodes`` that are in this graph, in its order: by their places (a graph's
+        order is kept by every edit but a move), or a walk of the graph where a node has none
+        (built or moved in this sweep). Each merge of a deep model's MatMuls asks: a walk from
+        the start for each made the merges quadratic in the layers."""
         wanted = set(nodes)
+        places = self._positions() if self._positions is not None else {}
+        here = [node for node in wanted if node.graph is self._graph]
+        if all(node in places for node in here):
+            return sorted(here, key=places.__getitem__)
         found: list[ir.Node] = []
         for node in self._graph:
             if node in wanted:

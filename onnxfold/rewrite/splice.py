@@ -43,6 +43,7 @@ class Spliced:
     # the producers of what nodes already in the graph read now in place of what they read
     # (a replacement, a kept node's new inputs): they have a new reader
     feeding: frozenset[ir.Node] = frozenset()
+    moved: tuple[ir.Node, ...] = ()  # the nodes moved to another place in the graph
 
 
 def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Built],
@@ -82,7 +83,7 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
              *(v for inputs in replacement.inputs.values() for v in inputs)]
     feeding = frozenset(p for v in given if v is not None and (p := v.producer()) is not None)
     return Spliced(readers, tuple(item.node for item in built if isinstance(item, BuiltNode)),
-                   feeding)
+                   feeding, tuple(replacement.moved))
 
 
 def as_replacement(result: Replaced, root: ir.Node) -> Replacement:

@@ -46,14 +46,28 @@ class GraphState:
         self.rejected, self.rejected_at, self.shape_steps = rejected, rejected_at, shape_steps
         self.memo: dict[str, Any] = {}
         self.shape_values: dict[ir.Value, Known] | None = None  # asked for, or updated
+        self.positions: dict[ir.Node, int] | None = None  # asked for (GraphView.in_order)
         self.view = GraphView(graph, model, constant, facts, shape_steps=shape_steps,
                               settings=settings, shape_values=self._shape_values,
-                              memo=self.memo)
+                              memo=self.memo, positions=self._positions)
 
     def fresh(self, base: str) -> str:
         """A name the model does not use, after ``base`` (the model's allocator, made at the
         first name asked for: it reads every name of the model)."""
         return names_for(self.model).fresh(base)
+
+    def _positions(self) -> dict[ir.Node, int]:
+        """Each node's place in the graph, listed when first asked in the sweep; nodes built
+        since have none, and a moved node loses its own (:meth:`moved`)."""
+        if self.positions is None:
+            self.positions = {node: i for i, node in enumerate(self.graph)}
+        return self.positions
+
+    def moved(self, nodes: Iterable[ir.Node]) -> None:
+        """``nodes`` moved elsewhere in the graph: their places are no longer known."""
+        if self.positions is not None:
+            for node in nodes:
+                self.positions.pop(node, None)
 
     def _shape_values(self, view: GraphView) -> dict[ir.Value, Known]:
         """The graph's shape values: updated at the sweep's start, else computed now."""
@@ -171,6 +185,7 @@ class Sweep:
                          nodes_of(found.values()), state.constant, state.facts, state.fresh)
         if spliced.built:
             state.memo.clear()
+        state.moved(spliced.moved)
         touched |= spliced.readers
         touched.update(spliced.built)
         self.marks.rewritten(touched or {node}, spliced.built, spliced.feeding)

@@ -156,3 +156,40 @@ def test_thousands_of_subgraphs_cost_linear_time():
         return cpu_seconds(run, lambda: ir.serde.deserialize_model(_constant_ifs(count)))
 
     assert_linear_growth(seconds(250), seconds(250 * SCALE), "constant Ifs", 250)
+
+
+def _chain_state(count: int):
+    """A chain of ``count`` Neg nodes and the driver's state of its graph for one sweep."""
+    from collections import Counter
+
+    from onnxfold.analysis.settings import DEFAULTS
+    from onnxfold.rewrite.sweep import GraphState
+
+    nodes = [helper.make_node("Neg", ["x" if i == 0 else f"h{i - 1}"], [f"h{i}"], f"n{i}")
+             for i in range(count)]
+    model = ir.serde.deserialize_model(
+        make_model(nodes, [vinfo("x", shape=[4])], [vinfo(f"h{count - 1}", shape=[4])]))
+    catalogue = load_catalogue()
+    state = GraphState(model.graph, model, set(), catalogue, Counter(), None,
+                       shape_steps=catalogue.shape_steps, settings=DEFAULTS)
+    return model.graph, state
+
+
+def test_in_order_follows_the_graph_after_moves_and_insertions():
+    """``GraphView.in_order`` sorts by the places the sweep listed once; a node moved since
+    loses its place and one inserted since has none: both are then found by a walk, so the
+    order is always the graph's as it is now."""
+    graph, state = _chain_state(6)
+    n = list(graph)
+    view = state.view
+    assert view.in_order([n[4], n[1], n[3]]) == [n[1], n[3], n[4]]
+    assert state.positions is not None  # listed once, at the first question
+    graph.remove(n[4])  # n4 moves to the front (what a rewrite's Replacement.moved does)
+    graph.insert_before(n[0], n[4])
+    state.moved([n[4]])
+    assert view.in_order([n[3], n[4], n[1]]) == [n[4], n[1], n[3]]
+    built = ir.Node("", "Neg", [n[1].outputs[0]], name="built")
+    graph.insert_after(n[2], built)
+    assert view.in_order([n[3], built, n[0]]) == [n[0], built, n[3]]
+    graph.remove(built)  # not in the graph any more: not in its order
+    assert view.in_order([built, n[2]]) == [n[2]]
