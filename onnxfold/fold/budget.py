@@ -43,7 +43,8 @@ def planned_bytes(node: ir.Node, arrays: Callable[[ir.Value], np.ndarray | None]
                   attributes: Callable[[], dict]) -> int | None:
     """Bytes ``node``'s evaluation needs before it runs: its size rule on the input arrays
     (``arrays(value)``; it may count a folder's temporaries) and its static output shapes,
-    whichever is larger; None when neither is known."""
+    whichever is larger; None when neither is known. (Called under the evaluation's
+    ``np.errstate(all="ignore")``: a rule's overflow is not a warning.)"""
     known = _static_bytes(node.outputs)
     if size_rule is None:
         return known
@@ -51,8 +52,7 @@ def planned_bytes(node: ir.Node, arrays: Callable[[ir.Value], np.ndarray | None]
     if any(a is None for v, a in zip(node.inputs, inputs) if v is not None):
         return known
     try:
-        with np.errstate(all="ignore"):
-            size = size_rule(*inputs, **attributes())
+        size = size_rule(*inputs, **attributes())
     except Exception:  # an input the rule cannot read: the folder declines such nodes anyway
         return known
     if size is None:
