@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+
 import onnx
 import pytest
+
+# A suite started with SIGINT ignored (in the background from a script, under nohup) would pass
+# that on to every command line it runs, and onnxfold rightly keeps an ignored signal ignored
+# (tests/adversarial/test_signals.py): its Ctrl-C tests would wait for runs that never end. The
+# suite's own processes take SIGINT as Python does by default, so their children start with it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

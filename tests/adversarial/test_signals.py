@@ -191,19 +191,21 @@ def test_a_hangup_ends_a_run_as_the_others_do(tmp_path, point):
     assert os.listdir(out) == []
 
 
-def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
-    """``nohup``: a run started with SIGHUP ignored is not ended by it."""
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT], ids=["SIGHUP", "SIGINT"])
+def test_a_signal_ignored_at_start_stays_ignored(tmp_path, signum):
+    """``nohup`` (SIGHUP), a job a script started in the background (SIGINT): a run started
+    with the signal ignored is not ended by it."""
     source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, PAUSE_AT_ENV: "claimed", PAUSE_DIR_ENV: str(tmp_path)}
     proc = subprocess.Popen(onnxfold_argv("optimize", source, "-o", out / "m.onnx", "-q"),
                             env=env, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+                            preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN))
     deadline = time.monotonic() + 120
     while not glob.glob(str(tmp_path / "claimed.*")) and time.monotonic() < deadline:
         time.sleep(0.01)
-    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(signum)
     for marker in glob.glob(str(tmp_path / "claimed.*")):
         os.unlink(marker)
     _, stderr = proc.communicate(timeout=120)
