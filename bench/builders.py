@@ -62,6 +62,35 @@ def deep_graph(layers: int) -> ModelProto:
                              producer_name="onnxfold-bench")
 
 
+def merge_graph(layers: int) -> ModelProto:
+    """``layers`` layers of dynamo's q, k, v on ``x: float[N, 8]``: three
+    ``MatMul(h, Transpose(W_ij))`` reading one input, added, then ``Tanh``. Each three merge
+    into one MatMul and a Split, their Transposes moved before the first: what the merges cost
+    as a model gets deeper (docs/time-bounds.md)."""
+    rng = np.random.default_rng(0)
+    width, nodes, inits = 8, [], []
+    h = "x"
+    for i in range(layers):
+        products = []
+        for j in range(3):
+            w = f"W{i}_{j}"
+            inits.append(numpy_helper.from_array(
+                rng.standard_normal((width, width)).astype(np.float32), w))
+            nodes += [helper.make_node("Transpose", [w], [w + "_t"], f"t{i}_{j}", perm=[1, 0]),
+                      helper.make_node("MatMul", [h, w + "_t"], [f"m{i}_{j}"], f"mm{i}_{j}")]
+            products.append(f"m{i}_{j}")
+        nodes += [helper.make_node("Add", products[:2], [f"a{i}"], f"a{i}"),
+                  helper.make_node("Add", [f"a{i}", products[2]], [f"b{i}"], f"b{i}"),
+                  helper.make_node("Tanh", [f"b{i}"], [f"h{i}"], f"tanh{i}")]
+        h = f"h{i}"
+    graph = helper.make_graph(
+        nodes, f"merges_{layers}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info(h, TensorProto.FLOAT, ["N", width])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             producer_name="onnxfold-bench")
+
+
 def cdist_model(rows: int) -> ModelProto:
     """``x + ReduceMax(CDist(A, A))``: a ``rows`` x ``rows`` float32 matrix from a ``rows`` x 8
     constant. ``com.microsoft::CDist``'s output has no dims onnxruntime can size before it runs,
@@ -449,6 +478,7 @@ GRAPHS: dict[str, Callable[[], ModelProto]] = {
     "mlp_20k": lambda: many_weight_mlp(20_000),
     "cdist_16k": lambda: cdist_model(16_000),
     "cdist_2k": lambda: cdist_model(2_000),
+    "merges_1600": lambda: merge_graph(1_600),
 }
 
 
