@@ -52,8 +52,7 @@ class GraphView:
     def __init__(self, graph: ir.Graph, model: ir.Model, constant: AbstractSet[ir.Value],
                  facts: OpFacts, *, shape_steps: ShapeSteps, settings: RunSettings,
                  shape_values: Callable[[GraphView], dict[ir.Value, Known]],
-                 memo: dict[str, Any],
-                 positions: Callable[[], dict[ir.Node, int]] | None = None) -> None:
+                 memo: dict[str, Any], positions: Callable[[], dict[ir.Node, int]]) -> None:
         self._graph, self._model, self._constant, self._facts = graph, model, constant, facts
         self._steps, self._settings = shape_steps, settings
         self._compute_shape_values = shape_values
@@ -93,7 +92,7 @@ class GraphView:
         (built or moved in this sweep). Each merge of a deep model's MatMuls asks: a walk from
         the start for each made the merges quadratic in the layers."""
         wanted = set(nodes)
-        places = self._positions() if self._positions is not None else {}
+        places = self._positions()
         here = [node for node in wanted if node.graph is self._graph]
         if all(node in places for node in here):
             return sorted(here, key=places.__getitem__)
