@@ -39,7 +39,8 @@ from onnxfold.analysis.symbolic import (
     shape_values,
     shared_dim_names,
 )
-from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op, tensor_of
+from onnxfold.ir.constants import constant_array
+from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
 
 WIDE = 16  # the prefill binding's length of dims off axis 0 (1 would hide broadcasting bugs)
 IMAGE_SIZE = 224  # an image's height and width where the graph does not fix them
@@ -54,19 +55,62 @@ _TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
 Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
 
 
+@dataclass(frozen=True)
+class Profile:
+    """How one binding sets the dims nothing gives or relates: the dims on axis 0 (a batch)
+    ``batch``, the lengths off axis 0 ``width``, a cache's length ``held``, an image's height
+    and width ``side``. The unnamed dims follow the same numbers (``onnxfold.check.feeds``)."""
+
+    name: str
+    batch: int
+    width: int
+    held: int
+    side: int
+
+
+def profiles(width: int = WIDE, side: int = IMAGE_SIZE) -> tuple[Profile, Profile, Profile]:
+    """The three bindings of one size: a *prefill* (batch 1, lengths ``width``), a *decode*
+    step (batch 2, one new token after a cache of ``width``) and a third with every guessed
+    dim at another value again (batch 3, odd lengths, another cache length and image side), so
+    that each guessed dim takes at least two values over the input sets: a fold that baked a
+    dynamic dim computes something else at one of them."""
+    varied_side = max(16, side * 5 // 7 // 16 * 16)  # 160 for 224: another multiple of 16/32
+    varied_width = max(3, width // 2 - 1) | 1  # 7 for 16: odd, off any power of two
+    varied_held = max(2, width // 3)  # 5 for 16
+    return (Profile("prefill", 1, width, width, side), Profile("decode", 2, 1, width, side),
+            Profile("varied", 3, varied_width, varied_held, varied_side))
+
+
+def longer(width: int) -> tuple[Profile, Profile]:
+    """The bindings of a larger guess (a model that cannot run short lengths: an audio
+    model's reflect padding, a detector's downsampling): lengths ``width`` at batch 1, and
+    longer again at batch 2."""
+    return (Profile("prefill", 1, width, width, IMAGE_SIZE),
+            Profile("longer", 2, width + width // 2 + 1, width // 2 + 1, IMAGE_SIZE))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One binding: a value for every named input dim, and the profile that chose the guessed
+    ones (the unnamed dims follow its numbers)."""
+
+    dims: dict[str, int]
+    profile: Profile
+
+
 @dataclass
 class DimPlan:
     """Bindings of every named input dim, and how each value was chosen."""
 
-    bindings: list[dict[str, int]]
+    bindings: list[Bound]  # the first group: the prefill, decode and varied profiles
     derived: dict[str, str] = field(default_factory=dict)  # dim -> "past + seq (node X)"
     guessed: list[str] = field(default_factory=list)  # dims neither given nor derived
     forms: dict[str, Linear] = field(default_factory=dict)  # dim -> its linear form
-    # tried when neither binding runs: each guessed dim off axis 0 as the sum of two others
-    # (twice the width), then the guessed dims at LARGER sizes
-    larger: list[dict[str, int]] = field(default_factory=list)
-    # tried when the reference runs out of memory: the images' sized dims at SMALLER_IMAGES
-    smaller: list[dict[str, int]] = field(default_factory=list)
+    # groups tried in turn when no binding of the first runs: each guessed dim off axis 0 as
+    # the sum of two others (twice the width), then the guessed dims at LARGER sizes
+    larger: list[list[Bound]] = field(default_factory=list)
+    # groups tried when the reference runs out of memory: images' sides at SMALLER_IMAGES
+    smaller: list[list[Bound]] = field(default_factory=list)
 
     def offset(self, dim: object, binding: Mapping[str, int]) -> int:
         """Where positions along ``dim`` start: ``P`` when the graph relates a total length to
@@ -291,22 +335,13 @@ def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
                     relations.add(b, a, where)
 
 
-def _arrays(value: ir.Value):
-    tensor = value.const_value
-    producer = value.producer()
-    if tensor is None and producer is not None and producer.op_type == "Constant" and \
-            "value" in producer.attributes:
-        tensor = tensor_of(producer.attributes["value"])
-    return tensor.numpy() if tensor is not None else None
-
-
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
          given: Mapping[str, int], steps: ShapeSteps, sizes: Mapping[str, int] | None = None,
          held: Collection[str] = ()) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
     ``given`` as is, the ones the graph relates computed (``steps``: the catalogue's shape
     steps), the others guessed (see module): ``sizes`` (an image's height and width) where
-    it names them, and ``held`` (a cache's length) kept at :data:`WIDE` in the decode step."""
+    it names them, and ``held`` (a cache's length) kept at the profile's cache length."""
     sizes = sizes or {}
     names = {d for shape in input_shapes for d in shape if is_named(d)}
     axis_names: dict[tuple[str, int], str] = {}
@@ -321,7 +356,7 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
             relations.equations[name] = (form, "declared by the input")
     try:
         infer_shapes(model)
-        shape_values(model.graph, _arrays, shared_dim_names(model), steps=steps)
+        shape_values(model.graph, constant_array, shared_dim_names(model), steps=steps)
         _index_relations(model, relations)
         _broadcast_relations(model, relations)
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
@@ -330,39 +365,46 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     backwards = _solved_backwards(given, relations.equations)
     given = {**given, **{name: value for name, (value, _) in backwards.items()}}
     free = sorted(n for n in names if n not in given and n not in relations.equations)
-    def binding(width: int, decode: bool = False, sized: bool = True,
-                side: int | None = None) -> dict[str, int]:
-        """``given``, the free dims off axis 0 ``width`` long (on it 1; ``sizes`` where
-        ``sized``, or ``side`` where given; in the ``decode`` step the ``held`` ones WIDE),
-        the related computed."""
+
+    def binding(profile: Profile, sized: bool = True) -> dict[str, int]:
+        """``given``, the free dims as ``profile`` sets them (images' sides only where
+        ``sized``: a larger guess sets every length alike), the related computed."""
         bound = dict(given)
         for name in free:
-            bound[name] = (side if side is not None else sizes[name]) if sized and \
-                name in sizes else 1 if name in on_axis0 \
-                else WIDE if decode and name in held else width
+            bound[name] = profile.side if sized and name in sizes else \
+                profile.batch if name in on_axis0 else \
+                profile.held if name in held else profile.width
         _solve(bound, relations.equations, names)
         return bound
 
-    bindings: list[dict[str, int]] = []
-    for candidate in (binding(WIDE), binding(1, decode=True)):
-        if candidate not in bindings:
-            bindings.append(candidate)
+    def group(chosen: Sequence[Profile], sized: bool = True) -> list[Bound]:
+        found: list[Bound] = []
+        for profile in chosen:
+            candidate = Bound(binding(profile, sized), profile)
+            if all(candidate.dims != other.dims for other in found):
+                found.append(candidate)
+        return found
+
+    base = group(profiles())
     # A length the graph relates to others in a way not read here (a mask read through a
     # flattened b*total + position index) is most often a sum of two of them: past + seq.
-    first = bindings[0]
+    first = base[0].dims
     lengths = [name for name in free if name not in on_axis0 and first[name] > 1]
-    summed = [{**first, name: 2 * first[name]} for name in lengths] if len(lengths) >= 3 else []
-    for candidate in summed:
-        _solve(candidate, relations.equations, names)
-    larger = summed + ([binding(width, sized=False) for width in LARGER]
+    summed: list[list[Bound]] = []
+    if len(lengths) >= 3:
+        for name in lengths:
+            twice = {**first, name: 2 * first[name]}
+            _solve(twice, relations.equations, names)
+            summed.append([Bound(twice, base[0].profile)])
+    larger = summed + ([group(longer(width), sized=False) for width in LARGER]
                        if set(free) - on_axis0 else [])
     derived = {name: f"{_text(form)} ({where})" for name, (form, where)
                in relations.equations.items() if name not in given}
     derived.update({name: f"{value} (from {how})" for name, (value, how) in backwards.items()})
     forms = {name: form for name, (form, _) in relations.equations.items()}
-    smaller = [binding(WIDE, side=side) for side in SMALLER_IMAGES] if set(sizes) & set(free) \
-        else []
-    return DimPlan(bindings, derived, free, forms, larger, smaller)
+    smaller = [group(profiles(side=side)) for side in SMALLER_IMAGES] \
+        if set(sizes) & set(free) else []
+    return DimPlan(base, derived, free, forms, larger, smaller)
 
 
 def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]

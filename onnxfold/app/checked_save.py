@@ -17,7 +17,6 @@ import onnx_ir as ir
 from onnxfold.check.compare_options import CompareOptions
 from onnxfold.check.compare_result import CompareResult
 from onnxfold.check.comparison import compare_models
-from onnxfold.fold.recipes import RECIPES_KEY
 from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.io import save_model
@@ -70,7 +69,7 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
             tmp_data = os.path.basename(info.data_path)
         reached("check-saved")
         result = compare_models(original, directory.path_of(tmp), n, options,
-                                progress=checking, recipes=model.meta.get(RECIPES_KEY))
+                                progress=checking)
         result.model_b = output.given  # report the output, not the temporary name
         if result.folds is not None:
             result.folds.model_b = output.given

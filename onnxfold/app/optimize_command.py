@@ -125,7 +125,7 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           catalogue=settings.catalogue, progress=phases.fold_progress,
                           phases=phases,
                           pristine=lambda: load_model(source, check=False),
-                          loaded=functools.partial(_loaded, claimed.guard, checking is not None))
+                          loaded=functools.partial(_loaded, claimed.guard))
         reached("folded")
         result.report.input = source
         return save(claimed, settings, result, phases, prefill, checking)
@@ -134,17 +134,12 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
             progress.close()
 
 
-def _loaded(guard: OutputGuard, checking: bool, model: ir.Model) -> None:
-    """Once the input is read: refuse an output that would replace one of its files; with
-    ``--check``, have the fold keep its recipes (rewrite-made tensors are verified too)."""
+def _loaded(guard: OutputGuard, model: ir.Model) -> None:
+    """Once the input is read: refuse an output that would replace one of its files."""
     from onnxfold.io.writer import input_files
 
     reached("loaded")
     guard.protect(input_files(model))
-    if checking:
-        from onnxfold.fold.recipes import keep_recipes
-
-        keep_recipes(model)
 
 
 def _on_terminal(stream) -> bool:

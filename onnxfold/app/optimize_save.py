@@ -107,10 +107,9 @@ def _check_in_memory(job: ModelJob, settings: OptimizeSettings, result: Optimize
                      checking: CompareOptions, phases: Phases) -> CompareResult:
     """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
     from onnxfold.check.comparison import compare_models
-    from onnxfold.fold.recipes import RECIPES_KEY
 
     check = compare_models(job.source, in_memory(job, result), settings.check.n, checking,
-                           progress=phases.detail, recipes=result.model.meta.get(RECIPES_KEY))
+                           progress=phases.detail)
     check.model_b = "(folded, not written)"
     return check
 

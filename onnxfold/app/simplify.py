@@ -21,7 +21,6 @@ from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.check.comparison import compare
 from onnxfold.errors import InputError, one_line
-from onnxfold.fold.recipes import RECIPES_KEY, keep_recipes
 from onnxfold.io.writer import inline_references
 from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize
 from onnxfold.pipeline.options import FoldOptions
@@ -83,14 +82,13 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
         if target_opset is not None:
             options = dataclasses.replace(options, target_opset=target_opset)
         reference = _reference(model, specs) if check_n > 0 else None
-        optimized = optimize(model, options, loaded=keep_recipes if check_n > 0 else None)
+        optimized = optimize(model, options)
         folded = optimized.to_proto()
         if reference is None:
             return folded, True
         result = compare(reference, folded, n=check_n, dims=dims, inputs=inputs,
                          int_ranges=int_ranges, rtol=rtol, atol=atol,
-                         custom_op_libraries=custom_op_libraries,
-                         recipes=optimized.model.meta.get(RECIPES_KEY))
+                         custom_op_libraries=custom_op_libraries)
     except InputError as e:
         raise _api_message(e) from None
     return folded, result.ok

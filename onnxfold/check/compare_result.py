@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 
 from onnxfold.check.feeds import InputInfo, shape_text
-from onnxfold.check.fold_verification import FoldVerification
+from onnxfold.check.fold_verdicts import (
+    BITWISE,
+    SAMPLED,
+    UNVERIFIABLE,
+    WITHIN,
+    FoldVerification,
+)
 from onnxfold.check.levels import DEFAULT_LEVEL
 from onnxfold.check.tolerance import HALF as HALF_TYPES
 from onnxfold.check.tolerance import allowed, ulp
@@ -96,8 +102,9 @@ class CompareResult:
         lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
                  f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}, onnxruntime "
                  f"optimization level {self.level}"]
-        lines.extend(f"  input {info.name}: {info.dtype}{shape_text(info.shape)} {info.source}"
-                     for info in self.inputs)
+        lines.extend(f"  input {info.name}: {info.dtype}"
+                     f"{' / '.join(shape_text(s) for s in info.shapes or [info.shape])} "
+                     f"{info.source}" for info in self.inputs)
         if len(self.bindings) > 1:
             lines.append("  input sets alternate the dims " + " and ".join(
                 "{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings))
@@ -127,10 +134,28 @@ class CompareResult:
             lines.append(f"  FAILED: {self.failure} (the original runs the same inputs)")
         if self.folds is not None:
             lines.append(self.folds.summary())
-        lines.append("all outputs within tolerance" + (
-            ", every verifiable fold as the original computes it" if self.folds else "")
-            if self.ok else f"outside tolerance: {', '.join(self.failing)}")
+        lines.append(self.verdict())
         return "\n".join(lines)
+
+    def verdict(self) -> str:
+        """The last line: what passed, and what was not shown for every input."""
+        if not self.ok:
+            return f"outside tolerance: {', '.join(self.failing)}"
+        sets = f"{self.n} input set{'s' if self.n != 1 else ''}"
+        folds = self.folds
+        if folds is None:
+            return f"all outputs within tolerance on {sets}; folds not verified"
+        if folds.complete:
+            return (f"all outputs within tolerance on {sets}; every folded tensor verified "
+                    "for every input")
+        verified = folds.count(BITWISE) + folds.count(WITHIN)
+        parts = [f"{verified} verified for every input"]
+        if folds.count(SAMPLED):
+            parts.append(f"{folds.count(SAMPLED)} sampled")
+        if folds.count(UNVERIFIABLE):
+            parts.append(f"{folds.count(UNVERIFIABLE)} not verifiable")
+        return (f"all outputs within tolerance on {sets}; folds: {', '.join(parts)} (not a "
+                "full verification: see above)")
 
 
 def as_array(value) -> np.ndarray:
@@ -197,6 +222,8 @@ def check_dict(result: CompareResult) -> dict[str, Any]:
         "inputs": [asdict(info) for info in result.inputs],
         "folds": result.folds.to_dict() if result.folds is not None else None,
         "defaulted_dims": list(result.defaulted_dims),
+        "bindings": [dict(b) for b in result.bindings], "notes": list(result.notes),
+        "verdict": result.verdict(),
         "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
                      "elements": row.elements, "max_abs": row.max_abs_diff,
                      "max_rel": row.max_rel_diff,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis import dim_relations
-from onnxfold.analysis.dim_relations import is_named
+from onnxfold.analysis.dim_relations import Bound, is_named
 from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, numpy_type, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
@@ -29,14 +29,16 @@ TOKEN_ID_HIGH = 1000
 # the random inputs of one larger guess of dims stay below this (a 1024-long guess of two dims
 # of a wide input would otherwise allocate gigabytes)
 LARGER_INPUT_BYTES = 256 * 2**20
+MASK_SOURCE = "ones, rows after the first with as many positions off as their index (mask)"
 @dataclass
 class InputInfo:
     """What was fed to an input (so a report says which values the verdict holds for)."""
 
     name: str
     dtype: str
-    shape: list[int]
+    shape: list[int]  # in the first input set
     source: str
+    shapes: list[list[int]] = field(default_factory=list)  # in each binding of the dims
 
 
 def _text(item: str | bytes) -> str:
@@ -124,12 +126,17 @@ def _rows(gather: ir.Node) -> int | None:
 
 class FeedPlan:
     """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
-    ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims."""
+    ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims; ``pinned``:
+    unnamed dims fixed by input and axis (the second model's static ones,
+    ``onnxfold.check.interfaces``)."""
 
     def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
                  dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]],
-                 steps: ShapeSteps) -> None:
-        self.specs = [(i.name, numpy_type(i.type, label, i.name), list(i.shape))
+                 steps: ShapeSteps, pinned: Mapping[str, Mapping[int, int]] | None = None
+                 ) -> None:
+        pinned = pinned or {}
+        self.specs = [(i.name, numpy_type(i.type, label, i.name),
+                       [pinned.get(i.name, {}).get(axis, d) for axis, d in enumerate(i.shape)])
                       for i in session.get_inputs()]
         names = {name: dtype for name, dtype, _ in self.specs}
         for name in given:
@@ -155,64 +162,81 @@ class FeedPlan:
                    if name in self.images for d in shape[2:] if is_named(d)},
             held=_cache_lengths(self.specs))
         self.table_sizes = _id_table_sizes(graph)  # after the plan's shape inference
-        self.bindings = list(self.plan.bindings)  # a binding model A cannot run is dropped
-        self.tried = list(self.plan.bindings)  # every binding tried, for the message
-        # unnamed dims are guessed too where ``--dim ?=V`` does not set them: the larger
-        # bindings carry their length off axis 0 under the name "?"
+        # a binding model A cannot run is dropped; every binding tried is kept for messages
+        self.bindings: list[Bound] = list(self.plan.bindings)
+        self.tried: list[Bound] = list(self.plan.bindings)
+        # unnamed dims are guessed too where ``--dim ?=V`` does not set them: they follow the
+        # numbers of each binding's profile
         self.guessed = self.plan.guessed + (["?"] if unnamed and "?" not in dims else [])
-        self._larger = [dict(b) for b in self.plan.larger]
-        if "?" in self.guessed:
-            self._larger = [{**(self._larger[i] if self._larger else self.plan.bindings[0]),
-                             "?": width} for i, width in enumerate(dim_relations.LARGER)]
         self.defaulted = self.plan.guessed + (["?"] if unnamed else [])  # "?": unnamed dims
-        self._smaller = [dict(b) for b in self.plan.smaller]
+        base = self.plan.bindings[0].dims
+        self._larger = [list(g) for g in self.plan.larger]
+        if "?" in self.guessed and not self._larger:  # only unnamed lengths to make larger
+            self._larger = [[Bound(dict(base), p) for p in dim_relations.longer(width)]
+                            for width in dim_relations.LARGER]
+        self._smaller = [list(g) for g in self.plan.smaller]
         if "?" in self.guessed and self.images and not self._smaller:  # unnamed image sides
-            self._smaller = [{**self.plan.bindings[0], "?": side}
+            self._smaller = [[Bound(dict(base), p) for p in dim_relations.profiles(side=side)]
                              for side in dim_relations.SMALLER_IMAGES]
 
     @property
     def dims(self) -> dict[str, int]:
-        return self.bindings[0]
+        """The first binding's named dims."""
+        return self.bindings[0].dims
+
+    def shown(self, bound: Bound) -> dict[str, int]:
+        """``bound``'s dims as a report lists them: the named ones, and ``?`` (the unnamed
+        lengths) where unnamed dims were guessed."""
+        return {**bound.dims, "?": self._unnamed(bound)[0]} if "?" in self.guessed \
+            else dict(bound.dims)
 
     def guesses(self) -> str:
         """The guessed dims of every binding tried and the flag that sets them (a message)."""
         if not self.guessed:
             return ""
-        values = " or ".join(self.guessed_values(b) for b in self.tried)
+        values = " or ".join(dict.fromkeys(self.guessed_values(b) for b in self.tried))
         return f"; dims guessed: {values} (set them with --dim NAME=VALUE)"
 
-    def guessed_values(self, binding: Mapping[str, int]) -> str:
-        """``binding``'s values of the guessed dims, as ``name=value, ...`` (``?``: unnamed)."""
-        return ", ".join(f"{n}={binding.get(n, self._unnamed_default())}"
+    def guessed_values(self, bound: Bound) -> str:
+        """``bound``'s values of the guessed dims, as ``name=value, ...`` (``?``: unnamed)."""
+        return ", ".join(f"{n}={bound.dims.get(n, self._unnamed(bound)[0])}"
                          for n in self.guessed)
 
-    def _unnamed_default(self) -> str:
-        """What an unnamed dim is when no binding sets it (see :meth:`_shape_in`)."""
+    def _unnamed(self, bound: Bound) -> tuple[int, int, int]:
+        """What unnamed dims are in ``bound``: (a trailing length, an image's side, a dim on
+        axis 0); ``--dim ?=V`` sets them all."""
         if self.unnamed_given:
-            return str(self.unnamed_value)
-        return f"{dim_relations.WIDE} (an image's {dim_relations.IMAGE_SIZE}; in the middle 1)"
+            return self.unnamed_value, self.unnamed_value, self.unnamed_value
+        profile = bound.profile
+        return profile.width, profile.side, profile.batch
 
-    def next_larger(self) -> dict[str, int] | None:
-        """The next binding of guessed dims at a larger size whose random inputs stay within
+    def feed_bytes(self, bound: Bound) -> int:
+        """The bytes of the random inputs ``bound`` needs (the given arrays are not counted:
+        they exist already)."""
+        return sum(int(np.prod(self._shape_in(shape, bound, name in self.images),
+                               dtype=np.int64)) * max(dtype.itemsize, 8 if dtype.kind == "O"
+                                                      else 1)
+                   for name, dtype, shape in self.specs if name not in self.given)
+
+    def next_larger(self) -> list[Bound] | None:
+        """The next group of bindings at a larger size whose random inputs stay within
         :data:`LARGER_INPUT_BYTES` (None: no more)."""
         while self._larger:
-            binding = self._larger.pop(0)
-            nbytes = sum(int(np.prod(self._shape_in(shape, binding), dtype=np.int64)) *
-                         max(dtype.itemsize, 1) for name, dtype, shape in self.specs
-                         if name not in self.given)
-            if nbytes <= LARGER_INPUT_BYTES:
-                self.tried.append(binding)
-                return binding
+            group = [b for b in self._larger.pop(0)
+                     if self.feed_bytes(b) <= LARGER_INPUT_BYTES]
+            if group:
+                self.tried.extend(group)
+                return group
         return None
 
-    def next_smaller(self) -> dict[str, int] | None:
-        """After the reference ran out of memory: the next binding with the images' guessed
+    def next_smaller(self) -> list[Bound] | None:
+        """After the reference ran out of memory: the next group with the images' guessed
         height and width smaller (112, 64, then 32; None: no more)."""
         if not self._smaller:
             return None
-        binding = self._smaller.pop(0)
-        self.tried.append(binding)
-        return binding
+        group = self._smaller.pop(0)
+        self.tried.extend(group)
+        return group
 
     @staticmethod
     def _cast(name: str, dtype: np.dtype, arr) -> np.ndarray:
@@ -258,23 +282,22 @@ class FeedPlan:
         ``image``: an image input's, whose unnamed height and width are IMAGE_SIZE)."""
         return self._shape_in(shape, self.bindings[k % len(self.bindings)], image)
 
-    def _shape_in(self, shape: list, binding: Mapping[str, int],
-                  image: bool = False) -> tuple[int, ...]:
-        """``shape`` with ``binding``'s dims. An unnamed dim (``?`` or none) is ``--dim ?=V``
-        where given; else, where it ends the shape off axis 0 (a sequence; not a recurrent
-        state's batch in the middle), the larger guess ``binding["?"]`` or :data:`WIDE`, and
-        an ``image``'s height and width IMAGE_SIZE; else 1."""
+    def _shape_in(self, shape: list, bound: Bound, image: bool = False) -> tuple[int, ...]:
+        """``shape`` with ``bound``'s dims. An unnamed dim (``?`` or none) is ``--dim ?=V``
+        where given; else, where it ends the shape off axis 0 (a sequence), the profile's
+        length, an ``image``'s height and width its side, on axis 0 its batch, and 1 in the
+        middle of a shape (a recurrent state's batch, which must equal another input's)."""
         trailing = len(shape)
         while trailing > 1 and not isinstance(shape[trailing - 1], int) and \
                 not is_named(shape[trailing - 1]):
             trailing -= 1
-        given = self.unnamed_given
-        tail = binding.get("?", self.unnamed_value if given else dim_relations.WIDE)
-        spatial = binding.get("?", self.unnamed_value if given else dim_relations.IMAGE_SIZE)
+        tail, spatial, batch = self._unnamed(bound)
+        dims = bound.dims
         return tuple(d if isinstance(d, int) and d >= 0 else
-                     binding.get(d, 1) if is_named(d) else
+                     dims.get(d, 1) if is_named(d) else
                      spatial if image and axis >= 2 else
                      tail if axis >= trailing else
+                     batch if axis == 0 else
                      self.unnamed_value for axis, d in enumerate(shape))
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
@@ -286,9 +309,13 @@ class FeedPlan:
             span = (max(lo, info.min), min(hi, info.max + 1))
             return f"random [{span[0]}, {span[1]}) (--int-range)", span
         if "mask" in lower:
-            return "ones (mask)", None
+            return MASK_SOURCE, None
         if "token_type" in lower or "segment" in lower:
-            return "zeros (token types)", None
+            rows = self.table_sizes.get(name)
+            if rows is not None and rows > 1:  # every type the table holds
+                return f"random [0, {rows}) (token types, size of the table they index)", \
+                    (0, rows)
+            return "zeros (token types; no table of theirs found)", None
         if "position" in lower:
             return "arange along the last axis, after the past the graph relates to it " \
                 "(positions)", None
@@ -305,42 +332,46 @@ class FeedPlan:
                 source = "from --inputs"
             elif dtype.kind in "iu":
                 source = self._int_source(name, dtype)[0]
+            elif "mask" in name.lower() and dtype.kind in "bf":
+                source = MASK_SOURCE
             elif dtype.kind == "b":
-                source = "true (mask)" if "mask" in name.lower() else "random true/false"
+                source = "random true/false"
             elif dtype.kind == "O":
                 source = "random words (text)"
             else:
                 source = "standard normal"
-            real = self.given[name].shape if name in self.given else \
-                self.shape(shape, 0, name in self.images)
-            infos.append(InputInfo(name, dtype_name(dtype), list(real), source))
+            shapes = [list(self.given[name].shape) if name in self.given else
+                      list(self.shape(shape, k, name in self.images))
+                      for k in range(len(self.bindings))]
+            infos.append(InputInfo(name, dtype_name(dtype), shapes[0], source,
+                                   [list(t) for t in dict.fromkeys(map(tuple, shapes))]))
         return infos
 
     def feeds(self, seed: int, k: int = 0) -> dict[str, np.ndarray]:
         """Input set ``k`` (seeded with ``seed``), shaped by binding ``k % len(bindings)``."""
         rng = np.random.default_rng(seed)
+        bound = self.bindings[k % len(self.bindings)]
         feeds = {}
         for name, dtype, shape in self.specs:
             if name in self.given:
                 feeds[name] = self.given[name]
                 continue
             dims = self.shape(shape, k, name in self.images)
-            if dtype.kind in "iu":
+            lower = name.lower()
+            if "mask" in lower and dtype.kind in "iubf":
+                arr = self._mask(dims, dtype, shape)
+            elif dtype.kind in "iu":
                 _, span = self._int_source(name, dtype)
-                lower = name.lower()
                 if span is not None:
                     arr = rng.integers(span[0], span[1], dims, dtype=dtype)
-                elif "mask" in lower:
-                    arr = np.ones(dims, dtype)
                 elif "position" in lower and dims:
-                    start = self.plan.offset(shape[-1], self.bindings[k % len(self.bindings)])
+                    start = self.plan.offset(shape[-1], bound.dims)
                     arr = np.broadcast_to(np.arange(start, start + dims[-1], dtype=dtype),
                                           dims).copy()
                 else:
                     arr = np.zeros(dims, dtype)
             elif dtype.kind == "b":
-                arr = np.ones(dims, bool) if "mask" in name.lower() else \
-                    rng.integers(0, 2, dims).astype(bool)
+                arr = rng.integers(0, 2, dims).astype(bool)
             elif dtype.kind == "f":
                 arr = rng.standard_normal(dims).astype(dtype)
             elif dtype.kind == "O":
@@ -351,6 +382,24 @@ class FeedPlan:
                                  f"{kind}")
             feeds[name] = arr
         return feeds
+
+    def _mask(self, dims: tuple[int, ...], dtype: np.dtype, declared: list) -> np.ndarray:
+        """A mask of ones in which row ``r`` of axis 0 has its first ``r`` positions of the
+        last axis off (left padding) where the graph relates the mask's length to a sum (a
+        decoder's past + sequence), else its last ``r`` (right padding); at least one
+        position of each row stays on."""
+        arr = np.ones(dims, dtype)
+        if len(dims) < 2 or dims[-1] < 2:
+            return arr
+        length = declared[-1]
+        form = self.plan.forms.get(length) if isinstance(length, str) else None
+        left = form is not None and len([k for k in form if k]) > 1
+        for row in range(1, dims[0]):
+            off = min(row, dims[-1] - 1)
+            arr[row, ..., :off] = 0 if left else 1
+            if not left:
+                arr[row, ..., dims[-1] - off:] = 0
+        return arr
 
 
 def _is_image(dtype: np.dtype, shape: list) -> bool:

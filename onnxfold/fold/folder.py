@@ -22,7 +22,6 @@ from onnxfold.fold.evaluate import Evaluated, Evaluator
 from onnxfold.fold.materialize import Materialized, Store, as_initializer, materialize
 from onnxfold.fold.plan import FoldPlan, needed_only, plan_fold
 from onnxfold.fold.pool import BufferPool
-from onnxfold.fold.recipes import RECIPES_KEY, Recipe
 from onnxfold.fold.settings import FoldSettings
 from onnxfold.ir.graph import is_default_op, is_overridable, node_label, subgraphs
 
@@ -68,17 +67,15 @@ class FoldCounts:
 def fold_graph(plan: FoldPlan, graph: ir.Graph, model: ir.Model, settings: FoldSettings,
                catalogue: Catalogue, pool: BufferPool, opset_imports: dict[str, int],
                store: Store, counts: FoldCounts,
-               progress: Callable[[int, int], None] | None = None,
-               recipes: dict[str, Recipe] | None = None) -> Materialized:
+               progress: Callable[[int, int], None] | None = None) -> Materialized:
     """Evaluate ``plan`` and materialize what ``graph`` keeps through ``store``; add what
-    happened to ``counts`` (the caller decides what the stored constants count as);
-    ``recipes`` gets how each stored value was computed."""
+    happened to ``counts`` (the caller decides what the stored constants count as)."""
     evaluated = Evaluator(plan, graph, model, settings.evaluation, catalogue, pool,
                           opset_imports, progress).run()
     counts.pool_peak_bytes = max(counts.pool_peak_bytes, pool.peak_bytes)
     counts.growth_bytes += plan.growth_bytes
     counts.unneeded += len(plan.unneeded)
-    materialized = materialize(evaluated, plan, graph, pool, settings.policy, store, recipes)
+    materialized = materialize(evaluated, plan, graph, pool, settings.policy, store)
     counts.add(evaluated, materialized)
     return materialized
 
@@ -105,9 +102,8 @@ def fold_model(model: ir.Model, catalogue: Catalogue, settings: FoldSettings | N
         plan = needed_only(plan_fold(const, graph, model, settings.policy, catalogue,
                                      catalogue.shape_only, opset_imports.get("", 1),
                                      growth_spent + counts.growth_bytes), graph)
-        recipes = model.meta.get(RECIPES_KEY) if graph is model.graph else None
         done = fold_graph(plan, graph, model, settings, catalogue, pool, opset_imports,
-                          as_initializer(graph, model), counts, progress, recipes)
+                          as_initializer(graph, model), counts, progress)
         counts.materialized += done.stored
         counts.materialized_bytes += done.stored_bytes
         visible: set[ir.Value] | None = None  # found for the first subgraph: most graphs have none

@@ -3,7 +3,7 @@
 Every value the graph keeps (a graph output, an input of a node that stays) and the evaluator
 computed replaces its producer's output: as an initializer in a graph, as a Constant node in a
 function body (the ``store`` the caller passes). Its tensor records the nodes it was computed
-from (``PROVENANCE_KEY``). A result is refused here, and its node stays to compute it at run
+from (``provenance.FOLDED_FROM``). A result is refused here, and its node stays to compute it at run
 time, when it is much larger than the constants it comes from (``budget.expansion``) or cannot
 serve as the shape input it feeds (``shape_inputs.py``); an Identity (chain) of a source
 constant is replaced by that constant, not copied.
@@ -24,16 +24,12 @@ from onnxfold.fold.evaluate import Evaluated
 from onnxfold.fold.plan import FoldPlan
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.fold.pool import BufferPool
-from onnxfold.fold.recipes import Recipe, capture
+from onnxfold.fold.recipes import capture, encode
 from onnxfold.fold.settings import SizePolicy
 from onnxfold.fold.shape_inputs import unusable_as_shape
+from onnxfold.ir import provenance
 from onnxfold.ir.graph import identity_source
 from onnxfold.ir.scopes import FOLDED_MODULE_KEY, module_path
-
-PROVENANCE_KEY = "onnxfold.folded_from"
-# on a folded tensor a native folder that is not bitwise computed (a MatMul, a sum, exp by
-# numpy): within a few ulps of what onnxruntime computes, not its bits (docs/exactness.md)
-ROUNDING_KEY = "onnxfold.rounding"
 
 Store = Callable[[ir.Value, np.ndarray, tuple[str, ...]], None]
 
@@ -48,11 +44,11 @@ class Materialized:
 
 
 def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: BufferPool,
-                policy: SizePolicy, store: Store,
-                recipes: dict[str, Recipe] | None = None) -> Materialized:
+                policy: SizePolicy, store: Store) -> Materialized:
     """Turn every kept computed value into a constant replacing its producer's output
-    (``store(value, array, provenance)``); release the kept buffers. ``recipes`` gets how
-    each stored value was computed (:mod:`onnxfold.fold.recipes`), by its name."""
+    (``store(value, array, provenance)``); release the kept buffers. A stored value a rewrite
+    built keeps its recipe (:mod:`onnxfold.fold.recipes`), and one that stands for a value of
+    the original says which (``onnxfold.ir.provenance``), on its tensor."""
     done = Materialized()
     derived = _DerivedBytes(plan, evaluated.input_bytes)
     outputs = frozenset(graph.outputs)  # (storing one value changes no other's membership)
@@ -69,16 +65,20 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
         elif (source := _aliased_source(value, outputs, plan)) is not None:
             value.replace_all_uses_with(source)  # an Identity of a constant: read the constant
         else:
-            recipe = capture(value, evaluated.how) if recipes is not None else None
+            made = provenance.MADE_BY in value.meta  # a rewrite built it: keep its recipe
+            recipe = capture(value, evaluated.how) if made else None
+            standing = provenance.stands_for(value)
             name = value.name or ""
             store(value, arr, evaluated.provenance.get(value, ()))
             stored = graph.initializers.get(name)
-            if value in evaluated.rounded and stored is not None and \
-                    stored.const_value is not None:
-                stored.const_value.metadata_props[ROUNDING_KEY] = "numpy"
-            if recipe is not None:
-                assert recipes is not None
-                recipes[recipe.output] = recipe
+            tensor = stored.const_value if stored is not None else None
+            if tensor is not None:
+                if value in evaluated.rounded:
+                    tensor.metadata_props[provenance.ROUNDING] = "numpy"
+                if standing is not None:
+                    tensor.metadata_props[provenance.STANDS_FOR] = standing
+                if recipe is not None:
+                    tensor.metadata_props[provenance.RECIPE] = encode(recipe)
             done.stored += 1
             done.stored_bytes += arr.nbytes
         pool.release(value)
@@ -112,14 +112,14 @@ def _aliased_source(value: ir.Value, outputs: Collection[ir.Value], plan: FoldPl
     return None if value in outputs else identity_source(value, plan.const.sources)
 
 
-def replacement(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -> ir.Value:
+def replacement(value: ir.Value, arr: np.ndarray, folded_from: tuple[str, ...]) -> ir.Value:
     """A constant value named as ``value`` (renamed aside) that replaces it everywhere,
     graph outputs included; its tensor names the nodes it was computed from (and, in memory
     for the report, the module path of the node that computed it)."""
     name = value.name
     value.name = f"{name}__onnxfold_replaced"
     tensor = ir.Tensor(arr, name=name)
-    tensor.metadata_props[PROVENANCE_KEY] = ",".join(provenance)
+    tensor.metadata_props[provenance.FOLDED_FROM] = ",".join(folded_from)
     producer = value.producer()
     if producer is not None:
         tensor.meta[FOLDED_MODULE_KEY] = module_path(producer)
@@ -132,8 +132,8 @@ def replacement(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -
 def as_initializer(graph: ir.Graph, model: ir.Model) -> Store:
     """The store of a graph: an initializer replaces the value (and, in IR 3, is an input of
     the main graph too)."""
-    def store(value: ir.Value, arr: np.ndarray, provenance: tuple[str, ...]) -> None:
-        new = replacement(value, arr, provenance)
+    def store(value: ir.Value, arr: np.ndarray, folded_from: tuple[str, ...]) -> None:
+        new = replacement(value, arr, folded_from)
         graph.register_initializer(new)
         if model.ir_version < 4 and graph is model.graph:
             graph.inputs.append(new)

@@ -1,42 +1,41 @@
-"""How each folded initializer was computed, kept so that a check can compute it again.
+"""How each folded tensor a rewrite made was computed, saved with it so that any check can
+compute it again.
 
 A folded tensor whose value has a name in the original model is verified against the original
-(``onnxfold.check.fold_verification``). One made from nodes a rewrite inserted (a batch-norm
-folded into a Conv's weight, a merged Q/K/V weight) has no original value to compare with; its
-*recipe* is what the fold evaluated: the nodes between it and the constants (or the static
-shapes of runtime values) they read, as the graph stood when the fold ran. A check re-runs the
-recipe in onnxruntime from those leaves and compares the bits, so a wrong evaluation of a
-rewrite-made tensor is caught as surely as one of an original value (whether the rewrite itself
-was right is the comparison on inputs' job).
+(``onnxfold.check.fold_verification``). One made from nodes a rewrite built (a batch-norm
+folded into a Conv's weight, a merged Q/K/V weight: their values carry
+``provenance.MADE_BY``) has no original value to compare with; its *recipe* is what the fold
+evaluated: the nodes between it and the constants (or the static shapes of runtime values)
+they read, as the graph stood when the fold ran. A leaf that an earlier round folded from a
+rewrite's nodes is replaced by that leaf's own recipe, so that a recipe's leaves are tensors
+the original holds or computes (or small constants, kept in the recipe itself). A check re-runs
+the recipe in onnxruntime from those leaves and compares the bits, so a wrong evaluation of a
+rewrite-made tensor is caught as surely as one of an original value (whether the rewrite
+itself was right is the rewrite validation's and the comparison on inputs' job).
 
-Recipes are small (serialized nodes, leaf names, small leaves' bytes) and live only in memory,
-in the model's ``meta`` under :data:`RECIPES_KEY`, and only when a caller asked for them
-(:func:`keep_recipes`, as ``--check`` does: capturing them costs a few percent of a fold of
-many small tensors); a saved model does not carry them. A cone larger than
-:data:`MAX_RECIPE_NODES` nodes or with large attributes gets none.
+A recipe is saved on its tensor (``provenance.RECIPE``: a small ONNX graph, base64) by
+:func:`encode`; a cone larger than :data:`MAX_RECIPE_NODES` nodes or with large attributes gets
+none.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 import onnx_ir as ir
+from onnx import numpy_helper
 
+from onnxfold.ir import provenance
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import is_default_op, static_shape
 
-RECIPES_KEY = "onnxfold.recipes"
 MAX_RECIPE_NODES = 256
 MAX_RECIPE_BYTES = 1 << 20  # the serialized nodes (a Constant's big attribute: no recipe)
 INLINE_BYTES = 4096  # a constant leaf this small is kept in the recipe
-
-
-def keep_recipes(model: ir.Model) -> None:
-    """Ask every later fold of ``model`` to record its recipes (in ``model.meta``)."""
-    model.meta.setdefault(RECIPES_KEY, {})
 
 
 @dataclass(frozen=True)
@@ -65,6 +64,7 @@ def capture(value: ir.Value, evaluated: Collection[ir.Node]) -> Recipe | None:
     runtime values (None: too large, or a leaf without a name or a static shape)."""
     ordered: list[ir.Node] = []  # post-order: every node after the nodes it reads
     leaves: dict[str, Leaf] = {}
+    nested: list[Recipe] = []  # the recipes of leaves an earlier round folded from a rewrite
     done: set[ir.Node] = set()
     seen: set[ir.Value] = set()
     stack: list[tuple[ir.Value, bool]] = [(value, False)]
@@ -86,16 +86,50 @@ def capture(value: ir.Value, evaluated: Collection[ir.Node]) -> Recipe | None:
             stack.append((current, True))
             stack.extend((v, False) for v in producer.inputs if v is not None)
             continue
+        earlier = _saved(current)
+        if earlier is not None:
+            nested.append(earlier)
+            continue
         leaf = _leaf(current)
         if leaf is None:
             return None
         leaves[leaf.name] = leaf
-    if len(ordered) > MAX_RECIPE_NODES or not value.name:
+    if not value.name:
         return None
-    protos = tuple(ir.serde.serialize_node(n) for n in ordered)
-    if sum(p.ByteSize() for p in protos) > MAX_RECIPE_BYTES:
+    return _joined(value.name, nested, tuple(ir.serde.serialize_node(n) for n in ordered),
+                   leaves)
+
+
+def _joined(output: str, nested: list[Recipe], nodes: tuple[onnx.NodeProto, ...],
+            leaves: dict[str, Leaf]) -> Recipe | None:
+    """A recipe of ``nodes`` after the nodes of the ``nested`` recipes (its leaves' own),
+    within the size bounds (None: beyond them)."""
+    all_nodes: list[onnx.NodeProto] = []
+    made: set[str] = set()
+    for earlier in nested:
+        for node in earlier.nodes:
+            if not set(node.output) & made:  # a leaf two nested recipes share: once
+                all_nodes.append(node)
+                made.update(node.output)
+        for leaf in earlier.leaves:
+            leaves.setdefault(leaf.name, leaf)
+    all_nodes.extend(nodes)
+    for name in made:
+        leaves.pop(name, None)
+    if len(all_nodes) > MAX_RECIPE_NODES or \
+            sum(p.ByteSize() for p in all_nodes) > MAX_RECIPE_BYTES:
         return None
-    return Recipe(value.name, protos, tuple(leaves.values()))
+    return Recipe(output, tuple(all_nodes), tuple(leaves.values()))
+
+
+def _saved(value: ir.Value) -> Recipe | None:
+    """The recipe saved on ``value``'s tensor by an earlier round (None: none, or one too
+    small to need it: a small constant is kept in the recipe as it is)."""
+    tensor = value.const_value
+    if tensor is None or provenance.RECIPE not in tensor.metadata_props or \
+            tensor.nbytes <= INLINE_BYTES:
+        return None
+    return decode(tensor.metadata_props[provenance.RECIPE])
 
 
 def _leaf(value: ir.Value) -> Leaf | None:
@@ -111,3 +145,36 @@ def _leaf(value: ir.Value) -> Leaf | None:
     if shape is None or value.dtype is None:
         return None
     return Leaf(value.name, shape, value.dtype.value, False)
+
+
+def encode(recipe: Recipe) -> str:
+    """``recipe`` as the text saved on its tensor: an ONNX graph (its nodes; the shape leaves
+    as typed inputs; the small constants as initializers; the other constants as value infos
+    holding only their names), serialized and in base64."""
+    graph = onnx.GraphProto(name="recipe", node=list(recipe.nodes))
+    for leaf in recipe.leaves:
+        if not leaf.constant:
+            assert leaf.shape is not None
+            graph.input.append(onnx.helper.make_tensor_value_info(leaf.name, leaf.dtype,
+                                                                  list(leaf.shape)))
+        elif leaf.value is not None:
+            graph.initializer.append(numpy_helper.from_array(leaf.value, leaf.name))
+        else:
+            graph.value_info.append(onnx.ValueInfoProto(name=leaf.name))
+    graph.output.append(onnx.ValueInfoProto(name=recipe.output))
+    return base64.b64encode(graph.SerializeToString()).decode("ascii")
+
+
+def decode(text: str) -> Recipe | None:
+    """The recipe :func:`encode` wrote (None: text that is not one; a model is untrusted)."""
+    try:
+        graph = onnx.GraphProto.FromString(base64.b64decode(text, validate=True))
+        leaves = [Leaf(i.name, tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
+                       i.type.tensor_type.elem_type, False) for i in graph.input]
+        leaves += [Leaf(t.name, value=numpy_helper.to_array(t)) for t in graph.initializer]
+        leaves += [Leaf(v.name) for v in graph.value_info]
+        if len(graph.output) != 1 or len(graph.node) > MAX_RECIPE_NODES:
+            return None
+        return Recipe(graph.output[0].name, tuple(graph.node), tuple(leaves))
+    except Exception:  # not base64, not a graph (protobuf's DecodeError), a bad tensor
+        return None

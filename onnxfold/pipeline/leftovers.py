@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 
 import onnx_ir as ir
 
-from onnxfold.fold.materialize import PROVENANCE_KEY
 from onnxfold.ir.graph import all_graphs, node_label
+from onnxfold.ir.provenance import FOLDED_FROM
 from onnxfold.ir.scopes import FOLDED_MODULE_KEY, module_path, path_of_name
 
 TOP_LEVEL = "(top level)"
@@ -114,9 +114,9 @@ def folded_regions(model: ir.Model) -> list[dict]:
     for graph in all_graphs(model):
         for value in graph.initializers.values():
             tensor = value.const_value
-            if tensor is None or PROVENANCE_KEY not in tensor.metadata_props:
+            if tensor is None or FOLDED_FROM not in tensor.metadata_props:
                 continue
-            names = [n for n in tensor.metadata_props[PROVENANCE_KEY].split(",") if n]
+            names = [n for n in tensor.metadata_props[FOLDED_FROM].split(",") if n]
             path = tensor.meta.get(FOLDED_MODULE_KEY)
             if not path:  # (no metadata: TorchScript names) the outermost scope it touches
                 path = min({path_of_name(n) for n in names} or {""}, key=len)

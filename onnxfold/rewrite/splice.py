@@ -28,6 +28,7 @@ from onnxfold.declare.builder import (
     Replaced,
     Replacement,
 )
+from onnxfold.ir import provenance
 from onnxfold.ir.edits import detach, replace_value
 from onnxfold.ir.graph import subgraphs
 
@@ -48,14 +49,16 @@ class Spliced:
 
 def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Built],
            result: Replaced, matched: Iterable[ir.Node], constant: MutableSet[ir.Value],
-           facts: OpFacts, fresh: Callable[[str], str]) -> Spliced:
+           facts: OpFacts, fresh: Callable[[str], str], rule: str = "rewrite") -> Spliced:
     """Put ``result`` (a rewrite's return, ``built`` what its builder made) into ``graph``
     in place of what it replaces; ``matched``: the nodes of the match, removed if this leaves
     them without readers; ``constant``: the values known constant, to which new values computed
     from constants only are added (what the next sweep's plan would say); ``fresh``: the
-    model's names (for an Identity, and for a graph output's old value)."""
+    model's names (for an Identity, and for a graph output's old value); ``rule``: whose
+    rewrite it is (the values it built say so, ``onnxfold.ir.provenance``)."""
     replacement = as_replacement(result, root)
     _type_like_replaced(replacement.values, built)
+    _mark_built(replacement.values, built, rule)
     readers = frozenset(use.node for old in replacement.values for use in old.uses())
     kept = set(replacement.inputs)
     producers = [p for old in replacement.values if (p := old.producer()) is not None]
@@ -94,6 +97,23 @@ def as_replacement(result: Replaced, root: ir.Node) -> Replacement:
     if isinstance(result, ir.Value):
         return Replacement(values={root.outputs[0]: result})
     return Replacement(values=dict(zip(root.outputs, result)))
+
+
+def _mark_built(values: Mapping[ir.Value, ir.Value], built: Sequence[Built], rule: str
+                ) -> None:
+    """Every value the rewrite built says so, and each that replaces a value stands for it
+    (``provenance.mark_replacement``): the fold keeps a recipe for what it stores of them,
+    and a check compares a replacement with the value of the original it stands for."""
+    made = [item.value for item in built if isinstance(item, BuiltConstant)] + \
+        [out for item in built if isinstance(item, BuiltNode) for out in item.node.outputs]
+    for value in made:
+        value.meta[provenance.MADE_BY] = rule
+        if value.const_value is not None:  # saved: a check names the rule that built it
+            value.const_value.metadata_props[provenance.MADE_BY] = rule
+    mine = set(made)
+    for old, new in values.items():
+        if new in mine:
+            provenance.mark_replacement(old, new, rule)
 
 
 def _type_like_replaced(values: Mapping[ir.Value, ir.Value], built: Sequence[Built]) -> None:

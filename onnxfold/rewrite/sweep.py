@@ -182,7 +182,8 @@ class Sweep:
                             state.view.opset())
         result = call_with(rule.rewrite, rule.rewrite_names, builder, found)
         spliced = splice(state.graph, state.model, node, builder.built, result,
-                         nodes_of(found.values()), state.constant, state.facts, state.fresh)
+                         nodes_of(found.values()), state.constant, state.facts, state.fresh,
+                         rule.name)
         if spliced.built:
             state.memo.clear()
         state.moved(spliced.moved)

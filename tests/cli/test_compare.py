@@ -147,7 +147,9 @@ def test_integer_input_heuristics():
     outputs = [vinfo(f"{n}_out", TensorProto.INT64, shape) for n in names[:4]]
     outputs.append(vinfo("ids_out", TensorProto.BOOL, []))
     a = make_model(echo, inputs, outputs)
-    expected = {"input_ids": np.full(shape, 7), "attention_mask": np.ones(shape),
+    mask = np.ones(shape)
+    mask[1, -1] = 0  # the second row padded by one
+    expected = {"input_ids": np.full(shape, 7), "attention_mask": mask,
                 "token_type_ids": np.zeros(shape),
                 "position_ids": np.broadcast_to(np.arange(50), shape)}
     consts = [helper.make_node("Constant", [], [f"{n}_out"],

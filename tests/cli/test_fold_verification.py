@@ -12,7 +12,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
 from onnxfold.check.fold_verification import BITWISE, DIFFERS, verify_folds
-from onnxfold.fold.recipes import keep_recipes
 from onnxfold.pipeline.report_schema import validate
 from tests.support.cli import assert_one_error_line, run_cli
 from tests.support.models import MODELS, make_model, tensor, vinfo
@@ -113,11 +112,27 @@ def test_check_reports_the_verification_in_json_and_html(tmp_path):
     assert "Fold verification" in page and "What was fed" in page
 
 
-def test_compare_skips_verification_without_provenance_or_when_told(folded):
+def test_compare_verifies_unless_told_and_a_model_without_provenance_says_so(folded, tmp_path):
+    """Every initializer the original does not hold as it is gets a verdict, onnxfold's
+    provenance or not: one with a name the original does not have is not verifiable, said."""
     original, path = folded
-    assert onnxfold.compare(original, original).folds is None  # no onnxfold provenance
+    same = onnxfold.compare(original, original)
+    assert same.folds is not None and same.folds.tensors == [] and same.folds.complete
     assert onnxfold.compare(original, path).folds is not None
     assert onnxfold.compare(original, path, verify=False).folds is None
+    proto = onnx.load(path)
+    stripped = next(t for t in proto.graph.initializer if t.metadata_props)
+    del stripped.metadata_props[:]
+    old_name, stripped.name = stripped.name, stripped.name + "_renamed"
+    for node in proto.graph.node:
+        node.input[:] = [stripped.name if i == old_name else i for i in node.input]
+    renamed = tmp_path / "renamed.onnx"
+    onnx.save(proto, renamed)
+    result = onnxfold.compare(original, str(renamed), n=2)
+    verdict = next(t for t in result.folds.tensors if t.name == stripped.name)
+    assert verdict.state == "not verifiable" and "no onnxfold provenance" in verdict.reason
+    assert result.ok and not result.folds.complete
+    assert "not a full verification" in result.summary().splitlines()[-1]
 
 
 def test_a_fold_of_a_static_input_shape_verifies_and_a_dynamic_one_says_why(tmp_path):
@@ -139,11 +154,12 @@ def test_a_fold_of_a_static_input_shape_verifies_and_a_dynamic_one_says_why(tmp_
     onnx.save(model, original)
     onnxfold.save_model(onnxfold.optimize(str(original)).model, str(folded))
     unbound = {t.name: t for t in verify_folds(str(original), str(folded)).tensors}
-    assert unbound["m"].state == BITWISE
-    assert unbound["m2"].state == "not verifiable" and "dynamic dims" in unbound["m2"].reason
-    bound = {t.name: t.state for t in verify_folds(str(original), str(folded),
-                                                   input_shapes={"y": (5, 2)}).tensors}
-    assert bound["m"] == bound["m2"] == BITWISE
+    assert unbound["m"].state == BITWISE and unbound["m"].dims == "static"
+    # Shape(y)[1:] reads y's dynamic dim n: shown constant over it (the symbolic dims)
+    assert unbound["m2"].state == BITWISE and unbound["m2"].dims == "proved"
+    bound = verify_folds(str(original), str(folded), bindings=[{"y": (5, 2)}, {"y": (1, 2)}])
+    assert {t.name: t.state for t in bound.tensors} == {"m": BITWISE, "m2": BITWISE}
+    assert {t.name: t.bindings for t in bound.tensors} == {"m": 1, "m2": 2}
 
 
 def test_a_check_that_cannot_run_keeps_its_products(tmp_path):
@@ -183,9 +199,9 @@ def _conv_batchnorm(path) -> None:
                          [vinfo("y", TensorProto.FLOAT, ["n", 8, 16, 16])], inits), path)
 
 
-def test_tensors_a_rewrite_made_verify_from_the_fold_s_recipes_in_the_same_run(tmp_path):
-    """optimize --check re-runs the recipe of each rewrite-made tensor (the fused Conv
-    weight and bias); ``compare`` in another process cannot, and says why."""
+def test_tensors_a_rewrite_made_verify_from_their_saved_recipes(tmp_path):
+    """The fused Conv weight and bias are re-derived from the recipe saved on each tensor,
+    by optimize --check and by compare or verify-folds in another process alike."""
     original, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     _conv_batchnorm(original)
     proc = run_cli("optimize", original, "-o", out, "--check", "1", "--json",
@@ -195,8 +211,8 @@ def test_tensors_a_rewrite_made_verify_from_the_fold_s_recipes_in_the_same_run(t
     by_recipe = [t for t in folds["tensors"] if t["via"] == "recipe"]
     assert len(by_recipe) == 2 and all(t["state"] == BITWISE for t in by_recipe), folds
     alone = verify_folds(str(original), str(out))
-    assert alone.ok and {t.state for t in alone.tensors} == {"not verifiable"}
-    assert all("optimize --check verifies it" in t.reason for t in alone.tensors)
+    assert alone.ok and [t.via for t in alone.tensors] == ["recipe", "recipe"]
+    assert {t.state for t in alone.tensors} == {BITWISE}, alone.summary()
 
 
 def test_a_wrong_rewrite_made_tensor_fails_the_check_and_nothing_is_written(tmp_path):
@@ -207,7 +223,7 @@ def test_a_wrong_rewrite_made_tensor_fails_the_check_and_nothing_is_written(tmp_
 
     original, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     _conv_batchnorm(original)
-    result = onnxfold.optimize(str(original), loaded=keep_recipes)  # as --check does
+    result = onnxfold.optimize(str(original))
     (name, value), = [(n, v) for n, v in result.model.graph.initializers.items()
                       if v.const_value is not None and len(v.const_value.shape) == 4]
     arr = value.const_value.numpy().copy()

@@ -52,13 +52,13 @@ def stale_named_sum_reshaped():
     return proto
 
 
-def reshape_to_rows_of_five():
-    """``y = Reshape(x, [-1, 5])`` with x: float[1, n] and a Constant target: it runs only when
-    n is a multiple of 5, so no dim onnxfold guesses for n (3 or 1) fits."""
-    target = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 5])
+def reshape_to_rows_of_thirteen():
+    """``y = Reshape(x, [-1, 13])`` with x: float[1, n] and a Constant target: it runs only when
+    n is a multiple of 13, so no dim onnxfold guesses for n (16, 1, 7, then 64 to 1537) fits."""
+    target = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 13])
     return make_model([helper.make_node("Constant", [], ["s"], value=target),
                        helper.make_node("Reshape", ["x", "s"], ["y"])],
-                      [vinfo("x", shape=[1, "n"])], [vinfo("y", shape=["m", 5])])
+                      [vinfo("x", shape=[1, "n"])], [vinfo("y", shape=["m", 13])])
 
 
 def transposed_weight(directory, name="m.onnx", rows=4096, cols=16384):

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxfold.fold.materialize import ROUNDING_KEY
+from onnxfold.ir.provenance import ROUNDING as ROUNDING_KEY
 from tests.support.cli import Finished, run_cli
 
 KINDS = ("ulps", "reshape")

@@ -10,7 +10,7 @@ import onnxfold
 from onnxfold.analysis.dim_relations import parse_expression
 from onnxfold.check.feeds import synthetic_feeds
 from onnxfold.errors import InputError
-from tests.support.models import make_model, reshape_to_rows_of_five
+from tests.support.models import make_model, reshape_to_rows_of_thirteen
 
 
 def _concat_past():
@@ -36,9 +36,10 @@ def test_a_dim_declared_as_an_expression_is_computed():
     result = onnxfold.compare(_concat_past(), _concat_past(), n=2)
     assert result.ok, result.summary()
     assert result.bindings == [{"s0": 16, "s1": 16, "s0 + s1": 32},
-                               {"s0": 1, "s1": 1, "s0 + s1": 2}]
+                               {"s0": 1, "s1": 1, "s0 + s1": 2},
+                               {"s0": 7, "s1": 7, "s0 + s1": 14}]
     assert "s0 + s1 = s0 + s1 (declared by the input)" in result.summary()
-    assert result.defaulted_dims == ["s0", "s1"] and "s0=16/1" in result.summary()
+    assert result.defaulted_dims == ["s0", "s1"] and "s0=16/1/7" in result.summary()
     # a given dim is used as given, the relation still holds
     assert onnxfold.compare(_concat_past(), _concat_past(), dims={"s0": 5}).dims == {
         "s0": 5, "s1": 16, "s0 + s1": 21}
@@ -56,13 +57,14 @@ def test_unnamed_question_mark_dims_are_independent():
 
 
 def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
-    """Reshape to [-1, 5] needs a multiple of 5 elements: no guessed binding fits."""
-    model = reshape_to_rows_of_five()
+    """Reshape to [-1, 13] needs a multiple of 13 elements: no guessed binding fits."""
+    model = reshape_to_rows_of_thirteen()
     with pytest.raises(InputError) as e:
         onnxfold.compare(model, model)
     message = str(e.value)
-    assert "dims guessed: n=16 or n=1" in message and "--dim NAME=VALUE" in message
-    assert onnxfold.compare(model, model, dims={"n": 10}).ok
+    assert "dims guessed: n=16 or n=1 or n=7 or n=64 or n=97" in message
+    assert "--dim NAME=VALUE" in message
+    assert onnxfold.compare(model, model, dims={"n": 26}).ok
 
 
 def _string_model():
@@ -132,7 +134,7 @@ def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
     result = onnxfold.compare(model, model, n=2)
     assert result.ok and result.bindings == [{"n": 1}]
     assert result.notes and result.notes[0].startswith("the reference could not run the guessed "
-                                                       "dims n=16 (")
+                                                       "dims n=16 or n=7 (")
     row = result.to_dict()["rows"][0]
     assert row["max_ulps"] is None and row["tolerance"] == "rtol 0.0001, atol 1e-05"
 
@@ -147,9 +149,10 @@ def test_larger_guesses_are_tried_when_no_small_one_runs():
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
     result = onnxfold.compare(model, model, n=2)
-    assert result.ok and result.bindings == [{"samples": 64}]
-    assert result.notes[0].startswith(
-        "the reference could not run the guessed dims samples=16 or samples=1 (")
+    assert result.ok and result.bindings == [{"samples": 64}, {"samples": 97}]
+    notes = " ".join(result.notes)
+    assert notes.startswith("the reference could not run the guessed dims samples=16")
+    assert all(f"samples={n} " in notes for n in (1, 7, 16))
 
 
 def test_no_guess_running_is_one_error_listing_every_guess():
@@ -159,8 +162,9 @@ def test_no_guess_running_is_one_error_listing_every_guess():
                     helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
-    with pytest.raises(InputError, match=r"dims guessed: samples=16 or samples=1 or samples=64 "
-                                         r"or samples=256 or samples=1024 \(set"):
+    with pytest.raises(InputError, match=r"dims guessed: samples=16 or samples=1 or samples=7 or "
+                                         r"samples=64 or samples=97 or samples=256 or "
+                                         r"samples=385 or samples=1024 or samples=1537 \(set"):
         onnxfold.compare(model, model)
 
 
@@ -216,9 +220,11 @@ def test_images_are_224_and_sequences_16(shape, fed):
 
 
 def test_the_decode_step_keeps_the_cache_length():
-    """Token ids and a cache: the second binding is one new token after a past of 16."""
+    """Token ids and a cache: the second binding is one new token after a past of 16 (batch
+    2), the third another batch, length and past again: every guessed dim takes two values."""
     model = _relu(("ids", TensorProto.INT64, ["b", "seq"]),
                   ("cache", TensorProto.FLOAT, ["b", 2, "past", 8]))
     result = onnxfold.compare(model, model, n=2)
     assert result.ok and result.bindings == [{"b": 1, "past": 16, "seq": 16},
-                                             {"b": 1, "past": 16, "seq": 1}]
+                                             {"b": 2, "past": 16, "seq": 1},
+                                             {"b": 3, "past": 5, "seq": 7}]

@@ -13,7 +13,9 @@ from onnxfold.analysis.declines import DeclineKind
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.evaluate import Evaluator
-from onnxfold.fold.materialize import PROVENANCE_KEY, ROUNDING_KEY, as_initializer, materialize
+from onnxfold.fold.materialize import as_initializer, materialize
+from onnxfold.ir.provenance import FOLDED_FROM as PROVENANCE_KEY
+from onnxfold.ir.provenance import ROUNDING as ROUNDING_KEY
 from onnxfold.fold.plan import needed_only, plan_fold
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.settings import Evaluation, SizePolicy

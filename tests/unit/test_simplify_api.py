@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
 from onnxfold.errors import InputError
-from tests.support.models import make_model, reshape_to_rows_of_five
+from tests.support.models import make_model, reshape_to_rows_of_thirteen
 
 
 def _foldable():
@@ -67,12 +67,12 @@ def test_the_result_repr_is_one_short_line():
 
 
 def test_a_check_that_cannot_run_names_the_keyword_to_use():
-    """Reshape to [-1, 5] needs a multiple of 5 elements: the guessed dims cannot run."""
-    model = reshape_to_rows_of_five()
+    """Reshape to [-1, 13] needs a multiple of 13 elements: the guessed dims cannot run."""
+    model = reshape_to_rows_of_thirteen()
     with pytest.raises(InputError) as e:
         onnxfold.simplify(model, check_n=1)
     assert "dims={NAME: VALUE}" in str(e.value) and "--" not in str(e.value)
-    assert onnxfold.simplify(model, check_n=1, dims={"n": 10})[1]
+    assert onnxfold.simplify(model, check_n=1, dims={"n": 26})[1]
 
 
 def test_a_path_with_external_weights_and_fixed_shapes_checks(tmp_path):

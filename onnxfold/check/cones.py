@@ -1,0 +1,188 @@
+"""The original model's cones: the nodes that compute one of its values, run in onnxruntime.
+
+A folded initializer keeps the name of the value it replaces (``fold.materialize.replacement``),
+so the original says how that value was computed: the nodes between it and the original's
+constants and inputs (its *cone*). :meth:`Cones.run` runs cones in onnxruntime (CPU, graph
+optimizations off, the original's initializers handed over as initializers, so its kernels
+prepack exactly as the original session's do: ``fold.fallback.run_nodes``), with the graph
+inputs they read fed as the caller says (zeros of one binding's shapes where only shapes are
+read), within the memory this process may still use.
+
+The model is the check's own copy, its types and shapes inferred by onnx from its inputs and
+initializers alone (:func:`reinferred`): what the file declares of its intermediate values is
+not trusted, and types an exporter left out are known (whether a cone's ops compute floats
+decides how exactly it must match).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Collection, Iterable, Mapping
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.check import memory_room
+from onnxfold.fold.fallback import FallbackError, run_nodes
+from onnxfold.host import address_space
+from onnxfold.ir.dtypes import onnx_type
+from onnxfold.ir.graph import captured_values
+
+# ops whose result a float64 run of the node can arbitrate: where onnxruntime's float32 sum or
+# transcendental is further from the exact value than the fold's, the fold is not wrong
+ARBITRATED = frozenset({
+    "ReduceMean", "ReduceSum", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
+    "ReduceLogSumExp", "ReduceProd", "MatMul", "Gemm", "Exp", "Log", "Tanh", "Sigmoid", "Sin",
+    "Cos", "Tan", "Sqrt", "Pow", "Softmax", "LogSoftmax", "Erf"})
+
+
+def reinferred(model: ir.Model) -> ir.Model:
+    """``model`` (the check's own copy) with the types and shapes of its intermediate values
+    and outputs forgotten and inferred again by onnx from its inputs and initializers."""
+    inputs = set(model.graph.inputs)
+    for node in model.graph:
+        for value in node.outputs:
+            if value not in inputs:
+                value.shape = None
+                value.type = None
+    with contextlib.suppress(Exception):  # an aid: a graph onnx cannot infer keeps what it has
+        infer_shapes(model)
+    return model
+
+
+class Cones:
+    """The original graph's cones. ``fed``: the graph inputs a run feeds (the others keep the
+    values of their initializers); ``bitwise``: the catalogue's ops whose folds are bitwise."""
+
+    def __init__(self, model: ir.Model, fed: Collection[ir.Value],
+                 bitwise: frozenset[tuple[str, str]]) -> None:
+        self.model = model
+        graph = model.graph
+        self.order = {node: i for i, node in enumerate(graph)}
+        self.values: dict[str, ir.Value] = {}
+        for value in [*graph.inputs, *graph.initializers.values()]:
+            self.values[str(value.name)] = value
+        for node in graph:
+            for out in node.outputs:
+                if out.name:
+                    self.values[out.name] = out
+        self.fed = set(fed)
+        self.bitwise = bitwise
+
+    def cone(self, roots: Iterable[ir.Value]) -> tuple[list[ir.Node], set[ir.Value]]:
+        """The nodes computing ``roots`` (in graph order) and the values they read from
+        outside (constants and graph inputs)."""
+        nodes: set[ir.Node] = set()
+        leaves: set[ir.Value] = set()
+        stack = list(roots)
+        seen: set[ir.Value] = set()
+        while stack:
+            value = stack.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            producer = value.producer()
+            if producer is None or producer.graph is not self.model.graph:
+                leaves.add(value)
+                continue
+            if producer not in nodes:
+                nodes.add(producer)
+                stack.extend(v for v in [*producer.inputs, *captured_values(producer)]
+                             if v is not None)
+        return sorted(nodes, key=self.order.__getitem__), leaves
+
+    def position(self, value: ir.Value) -> int:
+        """Where ``value``'s producer stands in the original graph (batches follow it)."""
+        producer = value.producer()
+        return self.order.get(producer, 0) if producer is not None else 0
+
+    def outside(self, source: ir.Value) -> str | None:
+        """Why ``source`` cannot be re-derived from this graph's constants and inputs alone
+        (None: it can)."""
+        _, leaves = self.cone([source])
+        if any(leaf.const_value is None and leaf not in self.fed for leaf in leaves):
+            return "reads a value onnxfold cannot re-derive alone (a value of an enclosing scope)"
+        return None
+
+    def run(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray]
+            ) -> dict[ir.Value, np.ndarray]:
+        """The arrays the original computes for ``sources``, its graph inputs fed ``inputs``
+        (by name). Raises FallbackError when onnxruntime cannot run the cones, MemoryError
+        when they do not fit in the memory left."""
+        nodes, leaves = self.cone(sources)
+        feeds: dict[ir.Value, np.ndarray] = {}
+        for leaf in leaves:
+            if leaf in self.fed:
+                feeds[leaf] = inputs[str(leaf.name)]
+            else:
+                assert leaf.const_value is not None
+                feeds[leaf] = leaf.const_value.numpy()
+        opsets = dict(self.model.opset_imports)
+        room = memory_room.run_room()
+        with address_space.bounded(room) if room is not None else contextlib.nullcontext():
+            arrays = run_nodes(nodes, feeds, sources, opsets, self.model.ir_version, room=room,
+                               stored=[v for v in leaves if v not in self.fed])
+        return dict(zip(sources, arrays))
+
+    def exact(self, source: ir.Value) -> bool:
+        """Whether every op of ``source``'s cone computes bitwise what onnxruntime does: the
+        catalogue says its fold is bitwise, or it computes no float (types inferred; a value
+        of unknown type is taken as a float)."""
+        nodes, _ = self.cone([source])
+        return all((n.domain or "", n.op_type) in self.bitwise or not any(
+            o.dtype is None or o.dtype.is_floating_point() for o in n.outputs) for n in nodes)
+
+    def arbitrate(self, source: ir.Value, folded: np.ndarray, derived: np.ndarray,
+                  inputs: Mapping[str, np.ndarray]) -> str | None:
+        """Where ``folded`` and onnxruntime's ``derived`` disagree beyond the budget: if
+        ``source``'s node, run in float64 on the inputs onnxruntime computed for it, is at
+        least as close to ``folded`` as to ``derived`` at every element, say so (the fold is
+        the more exact one); None otherwise, or where it cannot be run in float64."""
+        node = source.producer()
+        if node is None or node.op_type not in ARBITRATED or node.domain not in ("", "ai.onnx") \
+                or len(node.outputs) != 1 or folded.dtype.kind != "f":
+            return None
+        try:
+            reads = [v for v in node.inputs if v is not None]
+            computed = self.run(reads, inputs) if reads else {}
+            exact = _in_float64(node, [computed[v] if v is not None else None
+                                       for v in node.inputs], self.model)
+        except (FallbackError, MemoryError):
+            return None
+        if exact is None or exact.shape != folded.shape:
+            return None
+        with np.errstate(all="ignore"):
+            fold_error = np.abs(folded.astype(np.float64) - exact)
+            ort_error = np.abs(derived.astype(np.float64) - exact)
+            spacing = np.spacing(np.abs(exact).astype(folded.dtype)).astype(np.float64)
+        both = np.isfinite(fold_error) & np.isfinite(ort_error)
+        if not both.all() or not np.all(fold_error <= ort_error + spacing):
+            return None
+        scale = np.where(spacing > 0, spacing, 1.0)
+        return (f"closer to the float64 value of {node.op_type} than onnxruntime's "
+                f"{folded.dtype} (max {float((fold_error / scale).max()):.3g} ulps from it, "
+                f"onnxruntime {float((ort_error / scale).max()):.3g})")
+
+
+def _in_float64(node: ir.Node, arrays: list[np.ndarray | None], model: ir.Model
+                ) -> np.ndarray | None:
+    """``node`` run alone by onnxruntime with its float inputs widened to float64 (None where
+    onnxruntime has no float64 kernel for it)."""
+    from onnxfold.fold.fallback import run_node_protos
+    from onnxfold.fold.fallback_session import Wanted
+
+    proto = ir.serde.serialize_node(node)
+    inputs: dict[str, np.ndarray] = {}
+    for name, arr in zip(proto.input, arrays):
+        if name and arr is not None:
+            inputs[name] = arr.astype(np.float64) if arr.dtype.kind == "f" else arr
+    out = proto.output[0]
+    try:
+        (result,) = run_node_protos([proto], {}, inputs,
+                                    [Wanted(out, onnx_type(np.dtype(np.float64)), None, False,
+                                            False)],
+                                    dict(model.opset_imports), model.ir_version)
+    except FallbackError:
+        return None
+    return np.asarray(result, np.float64)

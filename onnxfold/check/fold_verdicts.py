@@ -1,0 +1,200 @@
+"""What re-deriving a folded tensor gave, and how one verdict is reached from two arrays.
+
+A verdict is a claim about every input the model accepts, so it says what it rests on:
+
+- **bitwise** / **within N ulps**: equal to what the original computes, bit for bit, or within
+  the ulp budget of a fold that is not bitwise (``docs/exactness.md``); for every value of the
+  dims: the value reads no dynamic dim, or it was shown constant over them
+  (``dims`` says which);
+- **sampled**: equal at every binding of the dims and every input set the check ran, but not
+  shown for every one: a value the original computes from dynamic dims in a way the symbolic
+  dims cannot follow, or a rewrite's constant whose original reads input values;
+- **differs**: the check fails, naming the tensor, the binding and how;
+- **not verifiable**: nothing to re-derive it from, with the reason (counted by reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.check.tolerance import ulp
+from onnxfold.ir import provenance
+
+# the budget of a fold that is not bitwise (a MatMul or a sum folded by numpy): numpy and
+# onnxruntime's kernels add in other orders (docs/exactness.md, "Checking folds")
+ULPS_OWN, ULPS_MAGNITUDE = 4.0, 2.0
+
+BITWISE, WITHIN, SAMPLED, DIFFERS, UNVERIFIABLE = (
+    "bitwise", "within", "sampled", "differs", "not verifiable")
+STATES = (BITWISE, WITHIN, SAMPLED, DIFFERS, UNVERIFIABLE)
+# how a bitwise or within verdict holds over the dims
+STATIC, PROVED = "static", "proved"
+
+
+@dataclass
+class TensorVerdict:
+    """What re-deriving one initializer of the optimized model gave."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    state: str  # one of STATES
+    max_ulps: float | None = None  # floats: the largest difference in ulps
+    mismatches: int = 0  # DIFFERS: elements outside the budget
+    reason: str = ""  # UNVERIFIABLE, SAMPLED: why; DIFFERS: how; WITHIN: when closer
+    # what it was re-derived from: "original" (the value of its name), "stands for NAME" (a
+    # rewrite's constant in place of the original's value NAME), "recipe" (a rewrite's nodes)
+    via: str = "original"
+    dims: str = ""  # BITWISE/WITHIN: STATIC (no dynamic dim read) or PROVED over them
+    bindings: int = 0  # the bindings of the dims it was re-derived at
+
+
+@dataclass
+class FoldVerification:
+    """Every initializer of the optimized model that the original does not hold as it is."""
+
+    model_a: str
+    model_b: str
+    tensors: list[TensorVerdict] = field(default_factory=list)
+    unchanged: int = 0  # initializers the original holds with the same bytes (not folds)
+    bindings: list[dict[str, list[int]]] = field(default_factory=list)  # input shapes used
+
+    @property
+    def ok(self) -> bool:
+        return not any(t.state == DIFFERS for t in self.tensors)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def complete(self) -> bool:
+        """Every tensor verified for every input (nothing sampled or left unverifiable)."""
+        return all(t.state in (BITWISE, WITHIN) for t in self.tensors)
+
+    def count(self, state: str) -> int:
+        return sum(t.state == state for t in self.tensors)
+
+    @property
+    def failing(self) -> list[str]:
+        return [t.name for t in self.tensors if t.state == DIFFERS]
+
+    def reasons(self, state: str) -> dict[str, int]:
+        """The reasons of the tensors in ``state``, each with how many give it."""
+        found: dict[str, int] = {}
+        for t in self.tensors:
+            if t.state == state:
+                found[t.reason] = found.get(t.reason, 0) + 1
+        return found
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.update(ok=self.ok, complete=self.complete,
+                    counts={s: self.count(s) for s in STATES},
+                    reasons={s: self.reasons(s) for s in (SAMPLED, UNVERIFIABLE)})
+        return data
+
+    def summary(self) -> str:
+        """One line, then one per differing tensor and per reason of the sampled and the
+        unverifiable."""
+        within = [t.max_ulps or 0.0 for t in self.tensors if t.state == WITHIN]
+        proved = sum(t.state in (BITWISE, WITHIN) and t.dims == PROVED for t in self.tensors)
+        parts = [f"{self.count(BITWISE)} bitwise"]
+        if within:
+            parts.append(f"{len(within)} within {max(within):.3g} ulps (not bitwise ops)")
+        if proved:
+            parts[-1] += f" ({proved} of these shown constant over the dynamic dims)"
+        if self.count(SAMPLED):
+            parts.append(f"{self.count(SAMPLED)} sampled (equal where run, not proved)")
+        if self.count(UNVERIFIABLE):
+            parts.append(f"{self.count(UNVERIFIABLE)} not verifiable")
+        parts.append(f"{self.count(DIFFERS)} differ")
+        made = sum(t.via != "original" and t.state != UNVERIFIABLE for t in self.tensors)
+        bindings = f" at {len(self.bindings)} bindings of the dims" if len(self.bindings) > 1 \
+            else ""
+        lines = [f"fold verification: {len(self.tensors)} initializers re-derived from the "
+                 f"original in onnxruntime{bindings}"
+                 + (f" ({made} made by rewrites)" if made else "") + f": {', '.join(parts)}"]
+        lines += [f"  DIFFERS {t.name} {t.dtype}{t.shape}: {t.reason}" for t in self.tensors
+                  if t.state == DIFFERS]
+        for state in (SAMPLED, UNVERIFIABLE):
+            lines += [f"  {state} ({n}): {reason}" for reason, n in self.reasons(state).items()]
+        return "\n".join(lines)
+
+
+def verdict_of(folded: ir.Value, state: str, **fields) -> TensorVerdict:
+    """A verdict on ``folded`` (an initializer) in ``state``."""
+    tensor = folded.const_value
+    assert tensor is not None
+    return TensorVerdict(str(folded.name), tensor.dtype.name.lower(),
+                         [int(d) for d in tensor.shape.numpy()], state, **fields)
+
+
+def expects_bits(folded: ir.Value) -> bool:
+    """Whether the fold says it computed ``folded`` as onnxruntime does, bit for bit: it
+    carries provenance and no ``provenance.ROUNDING`` (no native folder that is not bitwise
+    computed it)."""
+    tensor = folded.const_value
+    return tensor is not None and provenance.FOLDED_FROM in tensor.metadata_props and \
+        provenance.ROUNDING not in tensor.metadata_props
+
+
+def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> TensorVerdict:
+    """``folded`` against the ``derived`` array: bitwise, or (``exact`` False: a cone with
+    an op that is not bitwise) within the ulp budget, or it differs."""
+    tensor = folded.const_value
+    assert tensor is not None
+    verdict = verdict_of(folded, BITWISE)
+    got = tensor.numpy()
+    if got.dtype != derived.dtype or got.shape != derived.shape:
+        verdict.state = DIFFERS
+        verdict.reason = f"the original computes {derived.dtype}{list(derived.shape)}"
+        return verdict
+    if got.tobytes() == derived.tobytes():
+        return verdict
+    if got.dtype.kind != "f" and got.dtype.name != "bfloat16":
+        verdict.state = DIFFERS
+        verdict.mismatches = int(np.sum(got != derived))
+        verdict.reason = f"{verdict.mismatches} of {got.size} elements differ"
+        return verdict
+    same, ulps, within = ulp_distance(got, derived, exact)
+    verdict.max_ulps = float(np.nanmax(ulps)) if ulps.size else 0.0
+    if not exact:
+        verdict.mismatches = int((~same & ~within).sum())
+        if not verdict.mismatches:
+            verdict.state = WITHIN
+            return verdict
+        verdict.reason = (f"{verdict.mismatches} of {got.size} elements beyond "
+                          f"{ULPS_OWN:g} ulps + {ULPS_MAGNITUDE:g} ulps of max |x| "
+                          f"(max {verdict.max_ulps:.3g} ulps)")
+    else:
+        verdict.mismatches = int((~same).sum())
+        if not verdict.mismatches:  # NaNs of other bits: the same values
+            return verdict
+        verdict.reason = (f"{verdict.mismatches} of {got.size} elements differ from "
+                          f"the original's bits (every op of its cone is bitwise; max "
+                          f"{verdict.max_ulps:.3g} ulps)")
+    verdict.state = DIFFERS
+    return verdict
+
+
+def ulp_distance(got: np.ndarray, derived: np.ndarray, exact: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per element: whether ``got`` is ``derived`` (a NaN any NaN; a zero's sign counts where
+    ``exact``: 1 / -0.0 is -inf), the distance in ulps of ``derived``'s dtype, and whether it
+    is within the budget of a fold that is not bitwise."""
+    x, y = got.astype(np.float64), derived.astype(np.float64)
+    with np.errstate(all="ignore"):
+        same = ((x == y) & ((x != 0) | (np.signbit(x) == np.signbit(y)) | (not exact))) | \
+            (np.isnan(x) & np.isnan(y))
+        diff = np.where(same, 0.0, np.abs(x - y))
+        own = ulp(y, got.dtype.name)
+        assert own is not None
+        finite = np.isfinite(y)
+        magnitude = float(np.abs(y[finite]).max()) if finite.any() else 0.0
+        scale = float(ulp(np.array(magnitude), got.dtype.name))  # type: ignore[arg-type]
+        ulps = np.where(same, 0.0, diff / own)
+        within = diff <= ULPS_OWN * own + ULPS_MAGNITUDE * scale
+    return same, ulps, within

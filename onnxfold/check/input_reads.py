@@ -1,0 +1,157 @@
+"""How each value of a model depends on its graph inputs: on their values, or only on their
+shapes (their dims).
+
+A fold computes a value once, for every input the model will be given: it is right only if the
+value does not depend on the inputs' values, and depends on their dims only where they are
+static (or where it is shown constant over them). This follows every value of the main graph
+from its inputs, in graph order, with four sets of inputs each (bitmasks):
+
+- ``values_of_values``: inputs whose values reach the value's values;
+- ``values_of_shape``: inputs whose values reach its shape (a Reshape to a shape read from an
+  input's values, a NonZero);
+- ``shapes_of_values``: inputs whose shapes reach its values (``Shape(x)``, a broadcast);
+- ``shapes_of_shape``: inputs whose shapes reach its shape.
+
+What an op reads of its inputs comes from the ONNX spec: :data:`SHAPE_ONLY_READS` read an
+input's shape and never its values, :data:`TYPE_ONLY_READS` only its element type;
+:data:`SHAPE_FROM_VALUES` are the inputs whose values decide an op's output shape (every other
+input of a default-domain op decides it by its shape alone). An op of another domain, a
+function call or an op with subgraphs is taken to read everything and to shape its outputs by
+everything: the analysis never misses a read, it may only see one that is not there.
+
+This is the check's own reading of the original model: it shares nothing with the analyses
+the fold ran (``onnxfold.analysis``), so that a wrong fold cannot be confirmed by the same
+mistake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+from onnxfold.ir.graph import captured_values
+
+# (op type, input index) whose shape (and type) the op reads, never its values
+SHAPE_ONLY_READS = frozenset({
+    ("Shape", 0), ("Size", 0), ("EyeLike", 0), ("RandomNormalLike", 0),
+    ("RandomUniformLike", 0)})
+# (op type, input index) whose element type alone the op reads: not its shape nor values
+TYPE_ONLY_READS = frozenset({("CastLike", 1)})
+# op type -> the inputs whose values decide the op's output shape ("*": all of them)
+SHAPE_FROM_VALUES: dict[str, tuple[int, ...] | str] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Squeeze": (1,), "Unsqueeze": (1,),
+    "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,),
+    "Split": (1,), "Compress": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2), "DFT": (1, 2),
+    "STFT": (1, 3), "MaxUnpool": (2,), "AffineGrid": (1,), "SplitToSequence": (1,),
+    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
+    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "SequenceAt": (1,),
+    "SequenceInsert": "*", "SequenceErase": "*", "ConcatFromSequence": "*",
+    "SequenceConstruct": "*", "SequenceEmpty": "*", "SequenceLength": "*", "SequenceMap": "*",
+    "NonZero": "*", "Unique": "*", "NonMaxSuppression": "*", "StringSplit": "*",
+    "StringNormalizer": "*", "MelWeightMatrix": "*", "HannWindow": "*", "HammingWindow": "*",
+    "BlackmanWindow": "*", "ImageDecoder": "*", "Optional": "*", "OptionalGetElement": "*",
+    "OptionalHasElement": "*", "If": "*", "Loop": "*", "Scan": "*"}
+
+
+@dataclass(frozen=True)
+class Reads:
+    """The four sets of a value (bitmasks of graph inputs, see module)."""
+
+    values_of_values: int = 0
+    values_of_shape: int = 0
+    shapes_of_values: int = 0
+    shapes_of_shape: int = 0
+
+    @property
+    def values(self) -> int:
+        """Inputs whose values reach this value (its values or its shape)."""
+        return self.values_of_values | self.values_of_shape
+
+    @property
+    def shapes(self) -> int:
+        """Inputs whose shapes reach this value (its values or its shape)."""
+        return self.shapes_of_values | self.shapes_of_shape
+
+
+NONE = Reads()
+
+
+class InputReads:
+    """The :class:`Reads` of every value of ``model``'s main graph. ``inputs``: the graph
+    inputs that are fed (an initializer that is also an input and is not fed keeps its
+    value: a constant)."""
+
+    def __init__(self, model: ir.Model, inputs: list[ir.Value]) -> None:
+        self.inputs = list(inputs)
+        self._bit = {value: 1 << i for i, value in enumerate(self.inputs)}
+        self.reads: dict[ir.Value, Reads] = {}
+        self.where: dict[tuple[ir.Value, int], ir.Node] = {}  # (value, input bit) -> reader
+        for value in self.inputs:
+            bit = self._bit[value]
+            self.reads[value] = Reads(bit, 0, 0, bit)
+        for node in model.graph:
+            self._visit(node)
+
+    def of(self, value: ir.Value) -> Reads:
+        """``value``'s reads (none for a constant, or a value of another graph)."""
+        return self.reads.get(value, NONE)
+
+    def names(self, mask: int) -> list[str]:
+        """The inputs of a bitmask, by name."""
+        return [str(v.name) for v in self.inputs if mask & self._bit[v]]
+
+    def reader(self, value: ir.Value, mask: int) -> ir.Node | None:
+        """The first node that reads the values of an input of ``mask`` on the way to
+        ``value`` (where a fold of ``value`` would have read an input), if known."""
+        for v in self.inputs:
+            if mask & self._bit[v]:
+                node = self.where.get((value, self._bit[v]))
+                if node is not None:
+                    return node
+        return None
+
+    def _visit(self, node: ir.Node) -> None:
+        default = node.domain in ("", "ai.onnx")
+        by_values = SHAPE_FROM_VALUES.get(node.op_type, ()) if default else "*"
+        values = values_shape = shapes = shapes_shape = 0
+        reads = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
+        reads += [(-1, v) for v in captured_values(node)]  # an outer value a subgraph reads
+        found: dict[int, ir.Node] = {}
+        for i, value in reads:
+            if default and (node.op_type, i) in TYPE_ONLY_READS:
+                continue
+            r = self.of(value)
+            if default and (node.op_type, i) in SHAPE_ONLY_READS:
+                values |= r.values_of_shape  # its shape, with what decides it
+                shapes |= r.shapes_of_shape
+            else:
+                values |= r.values_of_values | r.values_of_shape
+                shapes |= r.shapes_of_values | r.shapes_of_shape
+                for bit in _bits(r.values_of_values):  # where an input's values are read
+                    found.setdefault(bit, self.where.get((value, bit), node))
+            if by_values == "*" or i == -1 or (isinstance(by_values, tuple) and i in by_values):
+                values_shape |= r.values_of_values | r.values_of_shape
+                shapes_shape |= r.shapes_of_values | r.shapes_of_shape
+            else:
+                values_shape |= r.values_of_shape
+                shapes_shape |= r.shapes_of_shape
+        if not (values | values_shape | shapes | shapes_shape):
+            return
+        result = Reads(values, values_shape, shapes, shapes_shape)
+        for out in node.outputs:
+            self.reads[out] = result
+            for bit, reader in found.items():
+                self.where[(out, bit)] = reader
+
+
+def _bits(mask: int) -> list[int]:
+    """The single bits of ``mask``."""
+    bits = []
+    while mask:
+        low = mask & -mask
+        bits.append(low)
+        mask ^= low
+    return bits

@@ -1,0 +1,133 @@
+"""Run the two models of a check on their input sets: the original (the reference) first, then
+the optimized one, each within the memory this process may still use.
+
+The reference decides which bindings of the guessed dims are valid inputs: a binding it cannot
+run is dropped (and said in a note), and when no binding of a group runs, larger (or, when it
+ran out of memory, smaller) groups are tried (:class:`~onnxfold.check.feeds.FeedPlan`). Every
+binding of the group is run by the reference at least once, also the ones no compared input
+set uses, so that the fold verification re-derives folds at each of them.
+
+Random inputs are weighed before they are allocated: a binding whose inputs alone would take
+more than a quarter of the memory left is treated as one the reference ran out of memory on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxfold.analysis.dim_relations import Bound
+from onnxfold.check import memory_room
+from onnxfold.check.feeds import FeedPlan
+from onnxfold.check.sessions import out_of_memory, run_session
+from onnxfold.errors import InputError, one_line
+
+FEED_SHARE = 4  # one input set's random inputs may take at most this share of the memory left
+
+
+@dataclass
+class Reference:
+    """What model A computed: the feeds and outputs of the input sets compared, the input
+    shapes of every binding A ran (the fold verification re-derives at each), and notes."""
+
+    feeds: list[dict[str, np.ndarray]]
+    outputs: list[list]
+    shapes: list[dict[str, tuple[int, ...]]]
+    notes: list[str]
+
+
+def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
+                  run_options, progress: Callable[[str], None] = lambda text: None
+                  ) -> Reference:
+    """Model A's feeds and outputs for ``n`` input sets (set ``k`` at binding ``k % len``),
+    and the shapes of every binding it ran (see module). Raises InputError when no binding
+    runs."""
+    failed: dict[str, str] = {}  # the guessed dims of each binding dropped -> why
+    while True:
+        bindings = list(feeder.bindings)
+        feeds_kept: list[dict[str, np.ndarray]] = []
+        results: list[list] = []
+        shapes: list[dict[str, tuple[int, ...]]] = []
+        bound = bindings[0]
+        try:
+            for k in range(max(n, len(bindings))):
+                bound = bindings[k % len(bindings)]
+                weigh(feeder, bound, label)
+                feeds = feeder.feeds(seed + k, k)
+                progress(f"original {k + 1}/{n}" if k < n else "original, another binding")
+                ran = run_session(sess, label, outputs, feeds, run_options, feeder.guesses())
+                if k < n:
+                    feeds_kept.append(feeds)
+                    results.append(ran)
+                if k < len(bindings):
+                    shapes.append({name: arr.shape for name, arr in feeds.items()})
+                del feeds, ran
+        except InputError as e:
+            if not feeder.guessed:
+                raise
+            memory = out_of_memory(str(e))
+            failed[feeder.guessed_values(bound)] = "onnxruntime ran out of memory" if memory \
+                else one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
+            del feeds_kept, results
+            feeder.bindings = [b for b in bindings if b is not bound]
+            if not feeder.bindings:
+                group = feeder.next_smaller() if memory else feeder.next_larger()
+                if group is None:
+                    raise
+                feeder.bindings = group
+            continue
+        notes = [f"the reference could not run the guessed dims {dims} ({why[:160]})"
+                 for dims, why in merged(failed).items()]
+        return Reference(feeds_kept, results, shapes, notes)
+
+
+def merged(failed: Mapping[str, str]) -> dict[str, str]:
+    """Failed bindings that failed for the same reason (up to the sizes it quotes) as one
+    entry: ``a or b`` -> the first one's reason."""
+    by_reason: dict[str, tuple[str, list[str]]] = {}
+    for dims, why in failed.items():
+        by_reason.setdefault(re.sub(r"\d+", "#", why), (why, []))[1].append(dims)
+    return {" or ".join(dims): why for why, dims in by_reason.values()}
+
+
+def weigh(feeder: FeedPlan, bound: Bound, label: str) -> None:
+    """InputError (out of memory, so that smaller bindings are tried) when ``bound``'s random
+    inputs alone would take more than 1/:data:`FEED_SHARE` of what this process may still
+    allocate."""
+    room = memory_room.run_room()
+    need = feeder.feed_bytes(bound)
+    if room is not None and need > room // FEED_SHARE:
+        mib = 2**20
+        raise InputError(f"{label}: out of memory: the random inputs of one input set would "
+                         f"take {need / mib:,.0f} MiB, and {room / mib:,.0f} MiB are left under "
+                         "the memory limit")
+
+
+@dataclass
+class Optimized:
+    """What model B computed on the reference's input sets: per set its outputs (None where
+    it ran out of memory), or the one-line failure where B does not run what A ran."""
+
+    outputs: list[list | None]
+    failure: str = ""
+
+
+def run_optimized(sess, label: str, outputs: list[str], reference: Reference, run_options,
+                  progress: Callable[[str], None] = lambda text: None) -> Optimized:
+    """Model B on each of the reference's input sets. Running out of memory where A ran is
+    not a wrong model (B runs after A in the same process): that set is marked None, and the
+    caller compares the others or tries smaller inputs. Any other failure is B's."""
+    got: list[list | None] = []
+    for k, feeds in enumerate(reference.feeds):
+        progress(f"optimized {k + 1}/{len(reference.feeds)}")
+        try:
+            got.append(run_session(sess, label, outputs, feeds, run_options))
+        except InputError as e:
+            if out_of_memory(str(e)):
+                got.append(None)
+                continue
+            return Optimized(got, one_line(e).removesuffix(" (see --dim, --int-range, --inputs)"))
+    return Optimized(got)

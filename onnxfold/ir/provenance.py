@@ -1,0 +1,55 @@
+"""The metadata onnxfold writes on what it makes, so that a check can tell how it was made.
+
+Every key starts with ``onnxfold.``. On a tensor (``metadata_props``, saved with the model):
+
+- :data:`FOLDED_FROM`: the nodes of the original a folded initializer was computed from; an
+  initializer keeps the name of the value it replaces, so the original says how to compute it
+  again (``onnxfold.check.fold_verification``).
+- :data:`ROUNDING`: a native folder that is not bitwise computed it (within a few ulps of
+  onnxruntime, ``docs/exactness.md``).
+- :data:`STANDS_FOR`: a constant a rewrite put in place of a value (a shape value it proved, a
+  merged weight's slice): the name of the value of the original it stands for, which the check
+  re-derives and compares with it.
+- :data:`RECIPE`: how a folded tensor that no value of the original names was computed: the
+  nodes a rewrite built and the fold evaluated, back to tensors the original holds or computes
+  (``onnxfold.fold.recipes``).
+
+- :data:`MADE_BY`: on a constant a rewrite built, the rule (a parameter of its replacement:
+  merged axes, split sizes); in memory (``Value.meta``) on every value a rewrite built, so that
+  the fold keeps a recipe for each one it stores.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+FOLDED_FROM = "onnxfold.folded_from"
+ROUNDING = "onnxfold.rounding"
+STANDS_FOR = "onnxfold.stands_for"
+RECIPE = "onnxfold.recipe"
+MADE_BY = "onnxfold.made_by"
+
+TENSOR_KEYS = (FOLDED_FROM, ROUNDING, STANDS_FOR, RECIPE, MADE_BY)
+
+
+def stands_for(value: ir.Value) -> str | None:
+    """The name of the value of the original that ``value`` stands for: the one a rewrite put
+    it in place of (through any chain of rewrites), None when it is no such replacement."""
+    tensor = value.const_value
+    if tensor is not None and STANDS_FOR in tensor.metadata_props:
+        return tensor.metadata_props[STANDS_FOR]
+    found = value.meta.get(STANDS_FOR)
+    return found if isinstance(found, str) else None
+
+
+def mark_replacement(old: ir.Value, new: ir.Value, rule: str) -> None:
+    """Record that a rewrite (``rule``) put ``new``, a value it built, in place of ``old``:
+    ``new`` stands for what ``old`` stood for (its own name, unless it was a replacement
+    itself), on its tensor when it is a constant, else in memory until the fold stores it."""
+    name = stands_for(old) or old.name
+    new.meta[MADE_BY] = rule
+    if not name or name == new.name:
+        return
+    new.meta[STANDS_FOR] = name
+    if new.const_value is not None:
+        new.const_value.metadata_props[STANDS_FOR] = name
