@@ -125,7 +125,8 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           catalogue=settings.catalogue, progress=phases.fold_progress,
                           phases=phases,
                           pristine=lambda: load_model(source, check=False),
-                          loaded=functools.partial(_loaded, claimed.guard))
+                          loaded=functools.partial(_loaded, claimed.guard),
+                          record_rewrites=checking is not None)
         reached("folded")
         result.report.input = source
         return save(claimed, settings, result, phases, prefill, checking)

@@ -82,13 +82,13 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
         if target_opset is not None:
             options = dataclasses.replace(options, target_opset=target_opset)
         reference = _reference(model, specs) if check_n > 0 else None
-        optimized = optimize(model, options)
+        optimized = optimize(model, options, record_rewrites=check_n > 0)
         folded = optimized.to_proto()
         if reference is None:
             return folded, True
         result = compare(reference, folded, n=check_n, dims=dims, inputs=inputs,
                          int_ranges=int_ranges, rtol=rtol, atol=atol,
-                         custom_op_libraries=custom_op_libraries)
+                         custom_op_libraries=custom_op_libraries, rewrites=optimized.rewrites)
     except InputError as e:
         raise _api_message(e) from None
     return folded, result.ok

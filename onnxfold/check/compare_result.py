@@ -14,12 +14,14 @@ import numpy as np
 from onnxfold.check.feeds import InputInfo, shape_text
 from onnxfold.check.fold_verdicts import (
     BITWISE,
+    PARAMETER,
     SAMPLED,
     UNVERIFIABLE,
     WITHIN,
     FoldVerification,
 )
 from onnxfold.check.levels import DEFAULT_LEVEL
+from onnxfold.check.rewrite_validation import UNVALIDATED, RewriteValidation
 from onnxfold.check.tolerance import HALF as HALF_TYPES
 from onnxfold.check.tolerance import allowed, ulp
 from onnxfold.check.tolerance import for_dtype as tolerance_for
@@ -72,11 +74,12 @@ class CompareResult:
     level: str = DEFAULT_LEVEL  # onnxruntime's graph optimization level both models ran at
     folds: FoldVerification | None = None  # every folded tensor re-derived from A (None: not run)
     failure: str = ""  # model B failed to load or run where model A ran (the check fails)
+    rewrites: RewriteValidation | None = None  # every rewrite validated (None: none recorded)
 
     @property
     def ok(self) -> bool:
         return not self.failure and all(row.ok for row in self.rows) and (
-            self.folds is None or self.folds.ok)
+            self.folds is None or self.folds.ok) and (self.rewrites is None or self.rewrites.ok)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -86,7 +89,8 @@ class CompareResult:
         folds = self.folds.failing if self.folds is not None else []
         return ([f"{self.model_b} (fails where {self.model_a} runs)"] if self.failure else []) \
             + [row.name for row in self.rows if not row.ok] \
-            + [f"folded tensor {name}" for name in folds]
+            + [f"folded tensor {name}" for name in folds] \
+            + (self.rewrites.failing if self.rewrites is not None else [])
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -134,6 +138,8 @@ class CompareResult:
             lines.append(f"  FAILED: {self.failure} (the original runs the same inputs)")
         if self.folds is not None:
             lines.append(self.folds.summary())
+        if self.rewrites is not None:
+            lines.append(self.rewrites.summary())
         lines.append(self.verdict())
         return "\n".join(lines)
 
@@ -142,20 +148,32 @@ class CompareResult:
         if not self.ok:
             return f"outside tolerance: {', '.join(self.failing)}"
         sets = f"{self.n} input set{'s' if self.n != 1 else ''}"
+        parts = [f"all outputs within tolerance on {sets}"]
+        complete = True
         folds = self.folds
         if folds is None:
-            return f"all outputs within tolerance on {sets}; folds not verified"
-        if folds.complete:
-            return (f"all outputs within tolerance on {sets}; every folded tensor verified "
-                    "for every input")
-        verified = folds.count(BITWISE) + folds.count(WITHIN)
-        parts = [f"{verified} verified for every input"]
-        if folds.count(SAMPLED):
-            parts.append(f"{folds.count(SAMPLED)} sampled")
-        if folds.count(UNVERIFIABLE):
-            parts.append(f"{folds.count(UNVERIFIABLE)} not verifiable")
-        return (f"all outputs within tolerance on {sets}; folds: {', '.join(parts)} (not a "
-                "full verification: see above)")
+            parts.append("folds not verified")
+            complete = False
+        elif folds.complete:
+            parts.append("every folded tensor verified for every input")
+        else:
+            complete = False
+            counts = [f"{folds.count(BITWISE) + folds.count(WITHIN)} verified for every input"]
+            counts += [f"{folds.count(state)} {state}" for state in (SAMPLED, UNVERIFIABLE)
+                       if folds.count(state)]
+            counts += [f"{folds.count(PARAMETER)} parameters of rewrites"] \
+                if folds.count(PARAMETER) else []
+            parts.append(f"folds: {', '.join(counts)}")
+        rewrites = self.rewrites
+        if rewrites is None:
+            parts.append("rewrites not validated (only optimize --check records them)")
+            complete = False
+        else:
+            unvalidated = rewrites.count(UNVALIDATED)
+            complete &= not unvalidated
+            parts.append(f"{len(rewrites.rewrites) - unvalidated} rewrites validated on the "
+                         "input sets" + (f", {unvalidated} not validated" if unvalidated else ""))
+        return "; ".join(parts) + ("" if complete else " (not a full verification: see above)")
 
 
 def as_array(value) -> np.ndarray:
@@ -221,6 +239,7 @@ def check_dict(result: CompareResult) -> dict[str, Any]:
         "atol": result.atol, "dims": dict(result.dims), "level": result.level,
         "inputs": [asdict(info) for info in result.inputs],
         "folds": result.folds.to_dict() if result.folds is not None else None,
+        "rewrites": result.rewrites.to_dict() if result.rewrites is not None else None,
         "defaulted_dims": list(result.defaulted_dims),
         "bindings": [dict(b) for b in result.bindings], "notes": list(result.notes),
         "verdict": result.verdict(),

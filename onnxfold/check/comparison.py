@@ -24,14 +24,17 @@ from onnxfold.check.compare_result import (
     accumulate,
     as_array,
 )
+from onnxfold.check.cones import Cones, reinferred
 from onnxfold.check.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.fold_verification import verify_folds
 from onnxfold.check.interfaces import pinned_dims, same_interface
 from onnxfold.check.levels import DEFAULT_LEVEL
 from onnxfold.check.reference_runs import Reference, run_optimized, run_reference
+from onnxfold.check.rewrite_validation import RewriteValidation, validate_rewrites
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
+from onnxfold.rewrite.log import RewriteLog
 from onnxfold.runtime import custom_ops
 
 
@@ -48,7 +51,8 @@ def compare(a: ModelRef, b: ModelRef, *,
             custom_op_libraries: Sequence[str | os.PathLike] = (),
             level: str = DEFAULT_LEVEL, verify: bool | None = None,
             progress: Callable[[str], None] | None = None,
-            catalogue: Catalogue | None = None) -> CompareResult:
+            catalogue: Catalogue | None = None,
+            rewrites: RewriteLog | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
@@ -66,18 +70,24 @@ def compare(a: ModelRef, b: ModelRef, *,
     ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
     the progress line. ``catalogue``: whose shape steps relate the input dims and whose op
-    facts say which folds are bitwise (None: the installed rules).
+    facts say which folds are bitwise (None: the installed rules). ``rewrites``: what
+    ``optimize(..., record_rewrites=True)`` recorded when it made ``b``
+    (``result.rewrites``): every rewrite is then validated on the input sets.
     """
     return compare_models(a, b, n, CompareOptions(
         inputs, seed, dict(dims or {}), dict(int_ranges or {}), rtol, atol,
         tuple(custom_op_libraries), level, verify), progress=progress,
-        catalogue=catalogue)
+        catalogue=catalogue, rewrites=rewrites)
 
 
 def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                    progress: Callable[[str], None] | None = None,
-                   catalogue: Catalogue | None = None) -> CompareResult:
-    """:func:`compare`, its settings as one value (``onnxfold.check.compare_options``)."""
+                   catalogue: Catalogue | None = None,
+                   rewrites: RewriteLog | None = None) -> CompareResult:
+    """:func:`compare`, its settings as one value (``onnxfold.check.compare_options``);
+    ``rewrites``: the rewrites the run that made ``b`` recorded
+    (``optimize(record_rewrites=True)``), each validated on the input sets
+    (:mod:`onnxfold.check.rewrite_validation`)."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     if n < 1:
@@ -126,6 +136,8 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
             result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
                                         progress=tell, catalogue=catalogue)
             result.folds.model_b = label_b
+        if rewrites is not None and result.rewrites is None:
+            result.rewrites = _validated(a, label_a, rewrites, reference, catalogue, tell)
         if not _compare_optimized(result, b, label_b, libraries, level, io_a, outputs,
                                   reference, run_options, tell):
             return result
@@ -141,6 +153,16 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         feeder.bindings = group
         tell("loading original")
         sess_a = open_session(a, label_a, libraries, level)
+
+
+def _validated(a: ModelRef, label_a: str, rewrites: RewriteLog, reference: Reference,
+               catalogue: Catalogue, tell: Callable[[str], None]) -> RewriteValidation:
+    """Every rewrite of ``rewrites`` validated on the reference's input sets."""
+    graph = graph_of(a, label_a)
+    cones = Cones(reinferred(graph), [v for v in graph.graph.inputs
+                                      if v.name not in graph.graph.initializers],
+                  catalogue.bitwise)
+    return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, tell)
 
 
 def _compare_optimized(result: CompareResult, b: ModelRef, label_b: str,

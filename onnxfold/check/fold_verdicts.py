@@ -10,7 +10,10 @@ A verdict is a claim about every input the model accepts, so it says what it res
   shown for every one: a value the original computes from dynamic dims in a way the symbolic
   dims cannot follow, or a rewrite's constant whose original reads input values;
 - **differs**: the check fails, naming the tensor, the binding and how;
-- **not verifiable**: nothing to re-derive it from, with the reason (counted by reason).
+- **not verifiable**: nothing to re-derive it from, with the reason (counted by reason);
+- **parameter of a rewrite**: a constant a rewrite built as part of what it put in (merged
+  Unsqueeze axes, a Split's sizes), with no value of the original to stand for: it is judged
+  with its rewrite, by the rewrite validation (``rewrite_validation.py``), not here.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from onnxfold.ir import provenance
 # onnxruntime's kernels add in other orders (docs/exactness.md, "Checking folds")
 ULPS_OWN, ULPS_MAGNITUDE = 4.0, 2.0
 
-BITWISE, WITHIN, SAMPLED, DIFFERS, UNVERIFIABLE = (
-    "bitwise", "within", "sampled", "differs", "not verifiable")
-STATES = (BITWISE, WITHIN, SAMPLED, DIFFERS, UNVERIFIABLE)
+BITWISE, WITHIN, SAMPLED, DIFFERS, UNVERIFIABLE, PARAMETER = (
+    "bitwise", "within", "sampled", "differs", "not verifiable", "parameter of a rewrite")
+STATES = (BITWISE, WITHIN, SAMPLED, DIFFERS, UNVERIFIABLE, PARAMETER)
 # how a bitwise or within verdict holds over the dims
 STATIC, PROVED = "static", "proved"
 
@@ -71,8 +74,9 @@ class FoldVerification:
 
     @property
     def complete(self) -> bool:
-        """Every tensor verified for every input (nothing sampled or left unverifiable)."""
-        return all(t.state in (BITWISE, WITHIN) for t in self.tensors)
+        """Every tensor verified for every input (nothing sampled or left unverifiable; the
+        parameters of rewrites are their rewrites' to validate)."""
+        return all(t.state in (BITWISE, WITHIN, PARAMETER) for t in self.tensors)
 
     def count(self, state: str) -> int:
         return sum(t.state == state for t in self.tensors)
@@ -93,7 +97,7 @@ class FoldVerification:
         data = asdict(self)
         data.update(ok=self.ok, complete=self.complete,
                     counts={s: self.count(s) for s in STATES},
-                    reasons={s: self.reasons(s) for s in (SAMPLED, UNVERIFIABLE)})
+                    reasons={s: self.reasons(s) for s in (SAMPLED, UNVERIFIABLE, PARAMETER)})
         return data
 
     def summary(self) -> str:
@@ -111,12 +115,16 @@ class FoldVerification:
         if self.count(UNVERIFIABLE):
             parts.append(f"{self.count(UNVERIFIABLE)} not verifiable")
         parts.append(f"{self.count(DIFFERS)} differ")
-        made = sum(t.via != "original" and t.state != UNVERIFIABLE for t in self.tensors)
+        made = sum(t.via != "original" and t.state not in (UNVERIFIABLE, PARAMETER)
+                   for t in self.tensors)
         bindings = f" at {len(self.bindings)} bindings of the dims" if len(self.bindings) > 1 \
             else ""
-        lines = [f"fold verification: {len(self.tensors)} initializers re-derived from the "
-                 f"original in onnxruntime{bindings}"
-                 + (f" ({made} made by rewrites)" if made else "") + f": {', '.join(parts)}"]
+        parameters = self.count(PARAMETER)
+        lines = [f"fold verification: {len(self.tensors) - parameters} initializers re-derived "
+                 f"from the original in onnxruntime{bindings}"
+                 + (f" ({made} made by rewrites)" if made else "") + f": {', '.join(parts)}"
+                 + (f"; {parameters} more are parameters of rewrites (judged with them)"
+                    if parameters else "")]
         lines += [f"  DIFFERS {t.name} {t.dtype}{t.shape}: {t.reason}" for t in self.tensors
                   if t.state == DIFFERS]
         for state in (SAMPLED, UNVERIFIABLE):

@@ -37,6 +37,7 @@ from onnxfold.check.dim_proof import DimProof
 from onnxfold.check.fold_verdicts import (
     BITWISE,
     DIFFERS,
+    PARAMETER,
     PROVED,
     SAMPLED,
     STATIC,
@@ -221,9 +222,8 @@ class _Verifier:
             return verdict_of(folded, DIFFERS, reason=f"holds a value for the graph input "
                               f"{name}, which a caller feeds")
         if provenance.MADE_BY in props:
-            return verdict_of(folded, UNVERIFIABLE, reason=(
-                f"a constant the rewrite {props[provenance.MADE_BY]} built as a parameter "
-                "of its replacement (validated with the rewrite in the run that made it)"))
+            return verdict_of(folded, PARAMETER, via="rewrite", reason=(
+                f"built by {props[provenance.MADE_BY]} as part of its replacement"))
         if source is not None:
             return verdict_of(folded, UNVERIFIABLE, reason=OTHER_VALUES)
         if provenance.FOLDED_FROM in props:

@@ -67,6 +67,7 @@ from onnxfold.pipeline.passes import (
 from onnxfold.pipeline.phases import Phases, Timed
 from onnxfold.pipeline.report import Report, model_counts, options_dict
 from onnxfold.pipeline.results import FoldStats, Recorded, last_rejections, summarize
+from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import StepFailed
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ class OptimizeResult:
     model: ir.Model
     report: Report
     stats: FoldStats = field(repr=False, default_factory=FoldStats)
+    # every rewrite, when asked (optimize's record_rewrites): what a check validates
+    rewrites: RewriteLog | None = field(repr=False, default=None)
 
     def __repr__(self) -> str:
         """Counts, sizes and time (a notebook shows this, not the whole graph)."""
@@ -139,13 +142,15 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
                    skipped: frozenset[str] = frozenset(),
                    light: onnx.ModelProto | None = None,
                    phases: Phases | None = None,
-                   settings: RunSettings | None = None) -> PassManager:
+                   settings: RunSettings | None = None,
+                   rewrites: RewriteLog | None = None) -> PassManager:
     """The passes of ``optimize`` for these options, each appending its result to ``log``;
     ``catalogue``: the run's rules and op facts, before the options disable some; ``skipped``
     names rules and passes (``fold``, ``prune``) left out after they failed;
     ``light``: the reader's proto of the model, for the first shape inference; ``phases``: the
     clock each pass's time counts on; ``settings``: what rewrites and cleanups read (by default
-    the options' own, ``FoldOptions.run_settings``, knowing of no plugin ops)."""
+    the options' own, ``FoldOptions.run_settings``, knowing of no plugin ops); ``rewrites``:
+    where every rewrite is recorded, for a check to validate (None: not recorded)."""
     settings = settings or options.run_settings()
 
     def wrap(step: PassBase) -> PassBase:
@@ -167,7 +172,7 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
 
     stage = FoldStage(StagePasses(
         rewrite=wrap(Rewrite(catalogue, settings, inputs_are_constant=options.inputs_are_constant,
-                             strict=strict)) if kept("rewrite") else None,
+                             strict=strict, log=rewrites)) if kept("rewrite") else None,
         fold=(lambda spent: wrap(Fold(catalogue, folding, progress, spent)))
         if kept("fold") else None,
         prune=prune() if kept("prune") else None,
@@ -200,7 +205,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
              pristine: Callable[[], ir.Model] | None = None,
              loaded: Callable[[ir.Model], None] | None = None,
              phases: Phases | None = None, catalogue: Catalogue | None = None,
-             **fold_options: Any) -> OptimizeResult:
+             record_rewrites: bool = False, **fold_options: Any) -> OptimizeResult:
     """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
     or an ``ir.Model`` (changed in place).
 
@@ -219,13 +224,15 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     ``phases`` times each phase (the report's ``phases``; a fresh clock when not given).
     ``catalogue``: the rules and op facts to fold with (None: the installed rules,
     ``load_catalogue()``); a test or a plugin passes its own, ``options.disabled_rules``
-    still apply to it.
+    still apply to it. ``record_rewrites``: keep what every rewrite replaced and with what
+    (``result.rewrites``, :mod:`onnxfold.rewrite.log`), for ``compare(..., rewrites=)`` to
+    validate each one.
     """
     options = _with_keywords(options, check, input_shapes, fold_options)
     catalogue = load_catalogue() if catalogue is None else catalogue
     with long_lived():  # fewer collections; a large model's objects are not walked by each
         return _optimize(model, options, catalogue, check, progress, pristine, loaded,
-                         phases or Phases())
+                         phases or Phases(), record_rewrites)
 
 
 def _with_keywords(options: FoldOptions | None, check: object,
@@ -252,7 +259,7 @@ def _with_keywords(options: FoldOptions | None, check: object,
 
 
 _KEYWORDS = {"options", "check", "input_shapes", "progress", "pristine", "loaded", "phases",
-             "catalogue"}
+             "catalogue", "record_rewrites"}
 # onnxsim's keywords, and where onnxfold takes what they mean
 _ELSEWHERE = {"check_n": "an accuracy check is onnxfold.simplify(model, check_n=N)",
               "overwrite_input_shapes": "it is input_shapes= here",
@@ -263,7 +270,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
               check: bool,
               progress: Callable[[int, int], None] | None,
               pristine: Callable[[], ir.Model] | None,
-              loaded: Callable[[ir.Model], None] | None, phases: Phases) -> OptimizeResult:
+              loaded: Callable[[ir.Model], None] | None, phases: Phases,
+              record_rewrites: bool = False) -> OptimizeResult:
     started = time.perf_counter()
     options = options or FoldOptions()
     with phases.phase("load"):
@@ -297,10 +305,11 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
                        if unknown else ())
     for _attempt in range(MAX_RESTARTS + 1):
         results: list[PassResult] = []
+        rewrites = RewriteLog.of(model) if record_rewrites else None
         try:
             _run(build_pipeline(options, catalogue, results, progress, frozenset(skipped) | frozen,
                                 light=None if skipped else light, phases=phases,
-                                settings=settings), model)
+                                settings=settings, rewrites=rewrites), model)
             break
         except StepFailed as failure:
             if pristine is None or failure.step in skipped:
@@ -325,7 +334,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report.folded_regions = folded_regions(model)
         report.options = options_dict(options)
     report.phases = phases.rounded()
-    return OptimizeResult(model, report, stats)
+    return OptimizeResult(model, report, stats, rewrites)
 
 
 def _run(pipeline: PassManager, model: ir.Model) -> None:

@@ -44,6 +44,7 @@ from onnxfold.pipeline.results import (
     RewriteResult,
 )
 from onnxfold.rewrite.driver import Resumable, rewrite, run_cleanups
+from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
 
 
@@ -97,9 +98,11 @@ class Rewrite(InPlacePass):
     name = "rewrite"
 
     def __init__(self, catalogue: Catalogue, settings: RunSettings, *,
-                 inputs_are_constant: bool, strict: bool) -> None:
+                 inputs_are_constant: bool, strict: bool, log: RewriteLog | None = None
+                 ) -> None:
         self.catalogue, self.settings = catalogue, settings
         self.inputs_are_constant, self.strict = inputs_are_constant, strict
+        self.log = log  # every rewrite recorded, when the run is to be checked
         self.resume = Resumable()  # what each call leaves the next (the same model's)
         # node -> "rule: reason" of its last try, kept across calls: a call tries only the
         # nodes changes concern, the others' last reason still holds
@@ -109,7 +112,7 @@ class Rewrite(InPlacePass):
         """Rewrite until no pattern applies (or the driver's sweeps run out)."""
         done = rewrite(model, self.catalogue, None, self.inputs_are_constant,
                        strict=self.strict, rejected_at=self.rejected_at,
-                       settings=self.settings, resume=self.resume)
+                       settings=self.settings, resume=self.resume, log=self.log)
         for node in [node for node in self.rejected_at if node.graph is None]:
             del self.rejected_at[node]  # removed: neither reported nor kept alive
         return RewriteResult(model, bool(done.hits), done.hits, dict(self.rejected_at),

@@ -35,6 +35,7 @@ from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
 from onnxfold.ir.graph import all_graphs
+from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
 from onnxfold.rewrite.sweep import (
     WIDE,
@@ -53,7 +54,8 @@ REACH_MARGIN = 1  # reader hops a rewrite marks beyond what the deepest pattern 
 def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = None,
             inputs_are_constant: bool = False, constant_inputs: bool = False,
             strict: bool = True, rejected_at: dict[ir.Node, str] | None = None,
-            settings: RunSettings = DEFAULTS, resume: Resumable | None = None) -> Rewritten:
+            settings: RunSettings = DEFAULTS, resume: Resumable | None = None,
+            log: RewriteLog | None = None) -> Rewritten:
     """Apply the catalogue's patterns everywhere until nothing changes.
 
     ``constant_inputs``: the main graph's inputs count as constants (see ``plan_graph``). A
@@ -62,7 +64,8 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     report groups them by module). ``settings``: the run's, for the rules (``GraphView.settings``).
     ``resume``: what an earlier call with the same catalogue and arguments left (the caller
     keeps it between calls): this call then tries only the nodes that what changed the model
-    since (passes other than rewrites) may concern, instead of every node.
+    since (passes other than rewrites) may concern, instead of every node. ``log``: records
+    every rewrite (:mod:`onnxfold.rewrite.log`), for a check to validate.
     """
     hits: Counter = Counter()
     rejected = rejected if rejected is not None else Counter()
@@ -72,7 +75,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     try:
         return _rewrite(model, rule_orders(by_op), catalogue, work, hits, rejected,
                         inputs_are_constant, constant_inputs, strict, rejected_at, settings,
-                        catalogue.shape_steps)
+                        catalogue.shape_steps, log)
     finally:
         if resume is not None:
             resume.left(model, work)
@@ -81,7 +84,8 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
 def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
              work: _Worklist, hits: Counter, rejected: Counter, inputs_are_constant: bool,
              constant_inputs: bool, strict: bool, rejected_at: dict[ir.Node, str] | None,
-             settings: RunSettings, shape_steps: ShapeSteps) -> Rewritten:
+             settings: RunSettings, shape_steps: ShapeSteps, log: RewriteLog | None
+             ) -> Rewritten:
     """:func:`rewrite`'s sweeps, from ``work``'s marks."""
     tried = 0
     for sweeps in range(1, MAX_ITERATIONS + 1):
@@ -91,7 +95,7 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
                               constant_inputs=constant_inputs and graph is model.graph,
                               facts=facts)
             state = GraphState(graph, model, plan.constant, facts, rejected, rejected_at,
-                               shape_steps=shape_steps, settings=settings)
+                               shape_steps=shape_steps, settings=settings, log=log)
             work.begin(graph, state)
             if not work.any_marked(graph):
                 work.end(graph, state)

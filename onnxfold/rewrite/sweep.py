@@ -26,6 +26,7 @@ from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
 from onnxfold.ir.edits import names_for
+from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.splice import splice
 
 RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
@@ -41,8 +42,10 @@ class GraphState:
 
     def __init__(self, graph: ir.Graph, model: ir.Model, constant: set[ir.Value],
                  facts: OpFacts, rejected: Counter, rejected_at: dict[ir.Node, str] | None,
-                 *, shape_steps: ShapeSteps, settings: RunSettings) -> None:
+                 *, shape_steps: ShapeSteps, settings: RunSettings,
+                 log: RewriteLog | None = None) -> None:
         self.graph, self.model, self.constant, self.facts = graph, model, constant, facts
+        self.log = log  # records each rewrite, when a check will validate them
         self.rejected, self.rejected_at, self.shape_steps = rejected, rejected_at, shape_steps
         self.memo: dict[str, Any] = {}
         self.shape_values: dict[ir.Value, Known] | None = None  # asked for, or updated
@@ -181,9 +184,13 @@ class Sweep:
         builder = OpBuilder(state.fresh, node.outputs[0].name if node.outputs else None,
                             state.view.opset())
         result = call_with(rule.rewrite, rule.rewrite_names, builder, found)
+        pending = state.log.before(rule.name, node, result, builder.built) \
+            if state.log is not None else None
         spliced = splice(state.graph, state.model, node, builder.built, result,
                          nodes_of(found.values()), state.constant, state.facts, state.fresh,
                          rule.name)
+        if pending is not None:
+            state.log.after(pending)  # type: ignore[union-attr]  # set when pending is
         if spliced.built:
             state.memo.clear()
         state.moved(spliced.moved)

@@ -14,12 +14,12 @@ from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold.evaluate import Evaluator
 from onnxfold.fold.materialize import as_initializer, materialize
-from onnxfold.ir.provenance import FOLDED_FROM as PROVENANCE_KEY
-from onnxfold.ir.provenance import ROUNDING as ROUNDING_KEY
 from onnxfold.fold.plan import needed_only, plan_fold
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.settings import Evaluation, SizePolicy
 from onnxfold.io.reader import model_from_proto
+from onnxfold.ir.provenance import FOLDED_FROM as PROVENANCE_KEY
+from onnxfold.ir.provenance import ROUNDING as ROUNDING_KEY
 from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto, run_ort

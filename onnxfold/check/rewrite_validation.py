@@ -1,0 +1,354 @@
+"""Validate every rewrite of an optimization: what it put in computes what it replaced.
+
+The run that folded the model recorded each rewrite as two small graphs (``rewrite.log``): the
+*before* window, the nodes that computed the values it replaced, and the *after* window, the
+nodes that compute their replacements, both reading *leaves* that the original model computes
+(or constants). Here the original's values of those leaves are computed on each of the check's
+input sets (every binding of the dims the reference ran: real inputs, never values no input
+could give), both windows run in onnxruntime on them (graph optimizations off), and each
+replaced value is compared with its replacement: bit for bit where every op of both windows
+computes bitwise (data movement, integer arithmetic, IEEE ``+ - * /``), else within the
+tolerance of its dtype (``check.tolerance``, as outputs are: a merged MatMul sums in another
+order). A replacement that onnxruntime cannot run where the window it replaced runs differs.
+
+This samples: a rewrite is validated on the check's input sets, not proved for every input.
+What cannot be validated says why (a rewrite in a subgraph, a window too large), counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.check.cones import Cones
+from onnxfold.check.tolerance import allowed
+from onnxfold.check.tolerance import for_dtype as tolerance_for
+from onnxfold.fold.fallback import FallbackError, run_node_protos
+from onnxfold.fold.fallback_session import Wanted
+from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
+
+BITWISE, WITHIN, DIFFERS, UNVALIDATED = "bitwise", "within", "differs", "not validated"
+STATES = (BITWISE, WITHIN, DIFFERS, UNVALIDATED)
+BATCH_RECORDS = 128  # records run in one session
+
+
+@dataclass
+class RewriteVerdict:
+    """What validating one rewrite gave."""
+
+    rule: str
+    node: str
+    state: str  # one of STATES
+    reason: str = ""  # DIFFERS: how; UNVALIDATED: why
+    max_abs: float = 0.0  # the largest |replaced - replacement| over the input sets
+
+
+@dataclass
+class RewriteValidation:
+    """Every rewrite of the run, validated on ``sets`` input sets."""
+
+    rewrites: list[RewriteVerdict] = field(default_factory=list)
+    sets: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.state == DIFFERS for r in self.rewrites)
+
+    def count(self, state: str) -> int:
+        return sum(r.state == state for r in self.rewrites)
+
+    @property
+    def failing(self) -> list[str]:
+        return [f"rewrite {r.rule} at {r.node}" for r in self.rewrites if r.state == DIFFERS]
+
+    def reasons(self) -> dict[str, int]:
+        """Why rewrites were not validated, each with how many."""
+        found: dict[str, int] = {}
+        for r in self.rewrites:
+            if r.state == UNVALIDATED:
+                found[r.reason] = found.get(r.reason, 0) + 1
+        return found
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.update(ok=self.ok, counts={s: self.count(s) for s in STATES},
+                    reasons=self.reasons())
+        return data
+
+    def summary(self) -> str:
+        """One line, then one per rewrite that differs and per reason of the unvalidated."""
+        validated = self.count(BITWISE) + self.count(WITHIN)
+        parts = [f"{validated} validated ({self.count(BITWISE)} bitwise)"]
+        if self.count(UNVALIDATED):
+            parts.append(f"{self.count(UNVALIDATED)} not validated")
+        parts.append(f"{self.count(DIFFERS)} differ")
+        lines = [f"rewrite validation: {len(self.rewrites)} rewrites, each replaced window run "
+                 f"against its replacement on {self.sets} input set"
+                 f"{'s' if self.sets != 1 else ''}: {', '.join(parts)}"]
+        lines += [f"  DIFFERS {r.rule} at {r.node}: {r.reason}" for r in self.rewrites
+                  if r.state == DIFFERS]
+        lines += [f"  not validated ({n}): {reason}" for reason, n in self.reasons().items()]
+        return "\n".join(lines)
+
+
+def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[str, np.ndarray]],
+                      bitwise: frozenset[tuple[str, str]],
+                      progress: Callable[[str], None] | None = None) -> RewriteValidation:
+    """Validate every rewrite of ``log`` on each of ``inputs`` (the check's input sets),
+    the leaves computed by the original's ``cones`` (see module)."""
+    tell = progress or (lambda text: None)
+    result = RewriteValidation(sets=len(inputs))
+    runnable: list[RewriteRecord] = []
+    verdicts: dict[int, RewriteVerdict] = {}
+    for record in log.records:
+        if record.unresolved or record.before is None or record.after is None:
+            verdicts[id(record)] = RewriteVerdict(record.rule, record.node, UNVALIDATED,
+                                                  record.unresolved or "not recorded whole")
+        else:
+            runnable.append(record)
+            verdicts[id(record)] = RewriteVerdict(record.rule, record.node, BITWISE)
+    opsets = dict(cones.model.opset_imports)
+    for k, feeds in enumerate(inputs):
+        tell(f"validating rewrites {k + 1}/{len(inputs)}")
+        leaves = _Leaves(cones, feeds)
+        for start in range(0, len(runnable), BATCH_RECORDS):
+            batch = [r for r in runnable[start:start + BATCH_RECORDS]
+                     if verdicts[id(r)].state in (BITWISE, WITHIN)]
+            _run_batch(batch, leaves, opsets, cones.model.ir_version, bitwise, verdicts, k)
+    result.rewrites = [verdicts[id(r)] for r in log.records]
+    return result
+
+
+class _Leaves:
+    """The arrays of the leaves the windows read, on one input set: graph inputs as fed,
+    initializers as the original holds them, other values as its cones compute them (each
+    computed once; None where it cannot be)."""
+
+    def __init__(self, cones: Cones, feeds: Mapping[str, np.ndarray]) -> None:
+        self.cones, self.feeds = cones, feeds
+        self.arrays: dict[str, np.ndarray | None] = {}
+
+    def prepare(self, names: set[str]) -> None:
+        """Compute the original's values of ``names`` not known yet, in one run if it can."""
+        missing = [n for n in names if n not in self.arrays]
+        computed: list[ir.Value] = []
+        for name in missing:
+            value = self.cones.values.get(name)
+            if name in self.feeds:
+                self.arrays[name] = np.asarray(self.feeds[name])
+            elif value is not None and value.const_value is not None and \
+                    value.producer() is None:
+                self.arrays[name] = value.const_value.numpy()
+            elif value is None or value.producer() is None or \
+                    self.cones.outside(value) is not None:
+                self.arrays[name] = None
+            else:
+                computed.append(value)
+        found = self._computed(computed)
+        for value in computed:
+            self.arrays[str(value.name)] = found.get(value)
+
+    def _computed(self, values: list[ir.Value]) -> dict[ir.Value, np.ndarray]:
+        """The original's arrays of ``values``: in one run, else each half on its own (one
+        that cannot be computed, or too many for the memory left, spoils no other)."""
+        if not values:
+            return {}
+        try:
+            return self.cones.run(values, self.feeds)
+        except (FallbackError, MemoryError):
+            if len(values) == 1:
+                return {}
+        half = len(values) // 2
+        return {**self._computed(values[:half]), **self._computed(values[half:])}
+
+
+def _run_batch(batch: list[RewriteRecord], leaves: _Leaves, opsets: dict[str, int],
+               ir_version: int, bitwise: frozenset[tuple[str, str]],
+               verdicts: dict[int, RewriteVerdict], k: int) -> None:
+    """Run the windows of ``batch`` on input set ``k`` and judge them (a failing batch is
+    run record by record)."""
+    if not batch:
+        return
+    needed = {o for r in batch for w in (r.before, r.after) if w is not None
+              for o in w.originals.values()}
+    leaves.prepare(needed)
+    runnable = []
+    for record in batch:
+        assert record.before is not None and record.after is not None
+        absent = [o for w in (record.before, record.after) for o in w.originals.values()
+                  if leaves.arrays.get(o) is None]
+        if absent:
+            verdicts[id(record)].state = UNVALIDATED
+            verdicts[id(record)].reason = "the original cannot compute a value it reads alone"
+        else:
+            runnable.append(record)
+    if not runnable:
+        return
+    try:
+        results = _run(runnable, leaves, opsets, ir_version)
+    except FallbackError:
+        if len(runnable) > 1:
+            for record in runnable:
+                _run_batch([record], leaves, opsets, ir_version, bitwise, verdicts, k)
+            return
+        _alone(runnable[0], leaves, opsets, ir_version, verdicts)
+        return
+    for index, record in enumerate(runnable):
+        _judge(record, results[index], bitwise, verdicts[id(record)], k)
+
+
+def _alone(record: RewriteRecord, leaves: _Leaves, opsets: dict[str, int], ir_version: int,
+           verdicts: dict[int, RewriteVerdict]) -> None:
+    """A record whose session failed: its replaced window alone, to tell whose failure it
+    is (the replacement's, where the window it replaced runs)."""
+    verdict = verdicts[id(record)]
+    assert record.before is not None and record.after is not None
+    try:
+        _run_windows([(record.before, "b")], leaves, opsets, ir_version)
+    except FallbackError as e:
+        verdict.state = UNVALIDATED
+        verdict.reason = f"onnxruntime cannot run the window it replaced alone: {str(e)[:120]}"
+        return
+    try:
+        _run_windows([(record.after, "a")], leaves, opsets, ir_version)
+    except FallbackError as e:
+        verdict.state = DIFFERS
+        verdict.reason = (f"onnxruntime cannot run the replacement where the window it "
+                          f"replaced runs: {str(e)[:160]}")
+
+
+def _run(records: list[RewriteRecord], leaves: _Leaves, opsets: dict[str, int],
+         ir_version: int) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """Both windows of each record in one session: per record, (replaced, replacement) per
+    output pair."""
+    windows = [(w, f"r{i}/{side}") for i, r in enumerate(records)
+               for w, side in ((r.before, "b"), (r.after, "a")) if w is not None]
+    arrays = _run_windows(windows, leaves, opsets, ir_version)
+    found = []
+    for i, record in enumerate(records):
+        assert record.before is not None and record.after is not None
+        befores = arrays[f"r{i}/b"]
+        afters = arrays[f"r{i}/a"]
+        found.append(list(zip(befores, afters)))
+    return found
+
+
+def _run_windows(windows: list[tuple[Window, str]], leaves: _Leaves, opsets: dict[str, int],
+                 ir_version: int) -> dict[str, list[np.ndarray]]:
+    """Run ``windows`` (each under its prefix) in one session; each prefix's outputs."""
+    nodes: list[onnx.NodeProto] = []
+    handed: dict[str, np.ndarray] = {}
+    inputs: dict[str, np.ndarray] = {}
+    wanted: list[Wanted] = []
+    outputs: dict[str, list[str]] = {}
+    for window, prefix in windows:
+        internal = {o for n in window.nodes for o in n.output if o}
+        nodes.extend(_renamed(node, internal, prefix, window) for node in window.nodes)
+        for read, original in window.originals.items():
+            key = f"{prefix}:{read}"
+            inputs[key] = leaves.arrays[original]  # type: ignore[assignment]  # prepared
+        for name, array in window.constants.items():
+            handed[f"{prefix}:{name}"] = array
+        names = []
+        for j, out in enumerate(window.outputs):
+            source = f"{prefix}/{out}" if out in internal else f"{prefix}:{out}"
+            target = f"{prefix}#out{j}"
+            nodes.append(onnx.helper.make_node("Identity", [source], [target]))
+            names.append(target)
+            wanted.append(Wanted(target, None, None, False, False))
+        outputs[prefix] = names
+    arrays = run_node_protos(nodes, {}, {**inputs, **handed}, wanted, opsets, ir_version)
+    by_name = {w.name: a for w, a in zip(wanted, arrays)}
+    return {prefix: [by_name[n] for n in names] for prefix, names in outputs.items()}
+
+
+def _renamed(node: onnx.NodeProto, internal: set[str], prefix: str, window: Window
+             ) -> onnx.NodeProto:
+    """``node`` reading and writing the names of one window: its own values under
+    ``prefix/``, its leaves under ``prefix:`` (so windows sharing names stay apart)."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+
+    def name(old: str) -> str:
+        if not old:
+            return old
+        return f"{prefix}/{old}" if old in internal else f"{prefix}:{old}"
+
+    copy.input[:] = [name(i) for i in copy.input]
+    copy.output[:] = [name(o) for o in copy.output]
+    copy.name = f"{prefix}/{node.name}"
+    leaves = set(window.originals) | set(window.constants)
+    for attr in copy.attribute:
+        for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            _rename_outer(graph, lambda n: name(n) if n in internal or n in leaves else n)
+    return copy
+
+
+def _rename_outer(graph: onnx.GraphProto, name: Callable[[str], str]) -> None:
+    """The names a subgraph reads from outside it, renamed (its own are left alone)."""
+    own = {i.name for i in graph.input} | {t.name for t in graph.initializer} | \
+        {o for n in graph.node for o in n.output}
+    for node in graph.node:
+        node.input[:] = [i if i in own else name(i) for i in node.input]
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                _rename_outer(sub, lambda n: n if n in own else name(n))
+    for out in graph.output:
+        if out.name not in own:
+            out.name = name(out.name)
+
+
+def _exact(record: RewriteRecord, bitwise: frozenset[tuple[str, str]]) -> bool:
+    """Whether every op of both windows computes bitwise what onnxruntime does."""
+    return all((n.domain or "", n.op_type) in bitwise
+               for w in (record.before, record.after) if w is not None for n in w.nodes)
+
+
+def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]],
+           bitwise: frozenset[tuple[str, str]], verdict: RewriteVerdict, k: int) -> None:
+    """Fold input set ``k``'s (replaced, replacement) pairs into ``verdict``."""
+    exact = _exact(record, bitwise)
+    outputs = record.before.outputs if record.before is not None else []
+    for name, (old, new) in zip(outputs, pairs):
+        old, new = np.asarray(old), np.asarray(new)
+        problem = _mismatch(old, new, exact)
+        if problem is None:
+            if old.dtype.kind in "fc" and old.shape == new.shape and \
+                    old.tobytes() != new.tobytes():
+                verdict.state = WITHIN
+                with np.errstate(all="ignore"):
+                    diff = np.abs(old.astype(np.float64) - new.astype(np.float64))
+                finite = diff[np.isfinite(diff)]
+                verdict.max_abs = max(verdict.max_abs, float(finite.max()) if finite.size
+                                      else 0.0)
+            continue
+        verdict.state = DIFFERS
+        verdict.reason = f"{name} on input set {k + 1}: {problem}"
+        return
+
+
+def _mismatch(old: np.ndarray, new: np.ndarray, exact: bool) -> str | None:
+    """How ``new`` differs from ``old`` (None: it does not, as far as ``exact`` asks)."""
+    if old.dtype != new.dtype or old.shape != new.shape:
+        return (f"the replacement computes {new.dtype}{list(new.shape)} where the window it "
+                f"replaced computes {old.dtype}{list(old.shape)}")
+    if old.dtype.kind in "OSU" or not (old.dtype.kind in "fc" or old.dtype.name == "bfloat16"):
+        differ = int(np.sum(old != new))
+        return f"{differ} of {old.size} elements differ" if differ else None
+    with np.errstate(all="ignore"):
+        x, y = new.astype(np.float64), old.astype(np.float64)
+        same = (x == y) | (np.isnan(x) & np.isnan(y))
+        if exact:
+            differ = int((~same).sum())
+            return f"{differ} of {old.size} elements differ from its bits (every op of " \
+                "both windows is bitwise)" if differ else None
+        finite = np.isfinite(x) & np.isfinite(y)
+        tolerance = tolerance_for(old.dtype, None, None)
+        close = same | (finite & (np.abs(x - y) <= allowed(tolerance, y, old.dtype.name,
+                                                           finite)))
+        differ = int((~close).sum())
+    return f"{differ} of {old.size} elements outside {tolerance.describe()}" if differ else None
