@@ -75,7 +75,7 @@ def test_a_string_input_without_inputs_is_fed_random_words(tmp_path):
     model = _opset20(_strings(tmp_path / "s.onnx"))
     proc = run_cli("optimize", model, "-o", str(tmp_path / "out.onnx"), "--check", "1")
     assert proc.returncode == 0, proc.stderr
-    assert "input x: string[1] random words (text)" in proc.stdout
+    assert "input x: string[1] random words (text)" in proc.stdout.replace(" / [2] / [3]", "")
     assert "y       string" in proc.stdout and "all outputs within tolerance" in proc.stdout
     assert "please report" not in proc.stdout  # merging duplicate nodes skips string Constants
 

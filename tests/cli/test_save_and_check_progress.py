@@ -69,7 +69,7 @@ def test_compare_reports_each_input_set_of_each_model(tmp_path):
     told: list[str] = []
     result = compare(path, path, n=2, progress=told.append)
     assert result.ok
-    assert told == ["loading original", "original 1/2", "original 2/2",
+    assert told == ["loading original", "original 1/2", "original 2/2", "verifying folds",
                     "loading optimized", "optimized 1/2", "optimized 2/2"]
 
 
