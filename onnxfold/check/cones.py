@@ -69,6 +69,7 @@ class Cones:
                     self.values[out.name] = out
         self.fed = set(fed)
         self.bitwise = bitwise
+        self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
 
     def cone(self, roots: Iterable[ir.Value]) -> tuple[list[ir.Node], set[ir.Value]]:
         """The nodes computing ``roots`` (in graph order) and the values they read from
@@ -100,10 +101,23 @@ class Cones:
     def outside(self, source: ir.Value) -> str | None:
         """Why ``source`` cannot be re-derived from this graph's constants and inputs alone
         (None: it can)."""
-        _, leaves = self.cone([source])
-        if any(leaf.const_value is None and leaf not in self.fed for leaf in leaves):
+        if self._outer is None:
+            self._outer = self._reading_outer()
+        if source in self._outer:
             return "reads a value onnxfold cannot re-derive alone (a value of an enclosing scope)"
         return None
+
+    def _reading_outer(self) -> set[ir.Value]:
+        """The values whose cones read a value that is neither a constant nor fed (one pass
+        over the graph in order)."""
+        graph = self.model.graph
+        found = {v for v in graph.inputs if v not in self.fed and v.const_value is None}
+        for node in graph:
+            reads = [*(v for v in node.inputs if v is not None), *captured_values(node)]
+            if any(v in found or (v.producer() is None and v.const_value is None and
+                                  v not in self.fed) for v in reads):
+                found.update(node.outputs)
+        return found
 
     def run(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray]
             ) -> dict[ir.Value, np.ndarray]:

@@ -26,6 +26,7 @@ failing batch is retried target by target so that one bad cone does not hide the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -184,6 +185,7 @@ class _Verifier:
         self.fed = fed
         self.bindings = [self._zeros(b) for b in bindings] or [self._zeros({})]
         self.inputs = inputs
+        self._arrays: dict[str, np.ndarray] = {}  # the original's values at the first binding
 
     def _zeros(self, shapes: Mapping[str, Sequence[int]]) -> dict[str, np.ndarray]:
         """Zeros for every fed input at ``shapes`` (else its static shape, else 1 per dim)."""
@@ -330,6 +332,8 @@ class _Verifier:
     def by_recipes(self, targets: list[tuple[ir.Value, saved_recipes.Recipe]]
                    ) -> list[TensorVerdict]:
         """Each of ``targets`` (made by a rewrite) against its recipe re-run in onnxruntime."""
+        self._prefetch({leaf.name for _, recipe in targets for leaf in recipe.leaves
+                        if leaf.constant})
         runner = RecipeRunner(self.original, self.optimized, self._computed, self._shape_of)
         verdicts = []
         for folded, recipe in targets:
@@ -351,22 +355,41 @@ class _Verifier:
             verdicts.append(verdict)
         return verdicts
 
+    def _computable(self, name: str) -> ir.Value | None:
+        """The original's computed value ``name``, where it reads no input value and no
+        outer value (None otherwise)."""
+        value = self.cones.values.get(name)
+        if value is None or value.producer() is None or self.cones.outside(value) is not None \
+                or self.reads.of(value).values:
+            return None
+        return value
+
+    def _prefetch(self, names: set[str]) -> None:
+        """Compute the original's values of ``names`` at the first binding in one run where
+        it can (a recipe's leaves), for :meth:`_computed`."""
+        wanted = [v for name in sorted(names) if name not in self._arrays and
+                  (v := self._computable(name)) is not None]
+        if not wanted:
+            return
+        with contextlib.suppress(FallbackError, MemoryError):  # then each alone, when asked
+            self._arrays.update({str(v.name): a for v, a in
+                                 self.cones.run(wanted, self.bindings[0]).items()})
+
     def _computed(self, name: str) -> Derived | None:
         """The array the original computes for its value ``name`` at the first binding (None:
         no such value, one that reads input values, or one onnxruntime cannot compute)."""
-        value = self.cones.values.get(name)
-        if value is None or value.producer() is None or self.cones.outside(value) is not None:
+        value = self._computable(name)
+        if value is None:
             return None
+        if name not in self._arrays:
+            try:
+                self._arrays[name] = self.cones.run([value], self.bindings[0])[value]
+            except (FallbackError, MemoryError):
+                return None
         reads = self.reads.of(value)
-        if reads.values:
-            return None
-        try:
-            array = self.cones.run([value], self.bindings[0])[value]
-        except (FallbackError, MemoryError):
-            return None
         sampled = [] if not reads.shapes & self.dynamic or self.proof.proved(value) else [
             f"reads {name}, which the original computes from dynamic dims not shown constant"]
-        return Derived(array, sampled)
+        return Derived(self._arrays[name], sampled)
 
     def _shape_of(self, name: str) -> tuple[int, ...] | None:
         value = self.cones.values.get(name)
