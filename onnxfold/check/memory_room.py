@@ -35,6 +35,7 @@ from onnxfold.host.memory_limits import available_memory, host_available
 
 SESSION_FACTOR = 2.0  # peak bytes of a session per byte of its weights
 SESSION_OVERHEAD = 64 * 2**20  # the session's own allocations, the feeds and the outputs
+HOST_SHARE = 0.75  # of the host's available memory a check may take, cgroup or not
 
 
 def weight_bytes(model: ir.Model) -> int:
@@ -61,16 +62,21 @@ def resident_bytes() -> int | None:
 
 
 def room() -> int | None:
-    """What this process may still take before its memory limit (None: unknown)."""
+    """What this process may still take: what is left under its memory limit (the host's RAM
+    or its cgroup's), and no more than :data:`HOST_SHARE` of what the host has available now
+    (None: unknown). Without a cgroup the limit is the host's RAM, which other processes
+    share: a check that took all of it would have the kernel kill it, or them."""
     limit, used = available_memory(), resident_bytes()
-    return None if limit is None or used is None else max(limit - used, 0)
+    left = None if limit is None or used is None else max(limit - used, 0)
+    available = host_available()
+    share = None if available is None else int(available * HOST_SHARE)
+    known = [m for m in (left, share) if m is not None]
+    return min(known) if known else None
 
 
 def run_room() -> int | None:
-    """What one inference may allocate: what is left under the memory limit, and no more than
-    the host has available now (None: unknown)."""
-    known = [m for m in (room(), host_available()) if m is not None]
-    return min(known) if known else None
+    """What one inference may allocate: :func:`room` (None: unknown)."""
+    return room()
 
 
 def _libc():

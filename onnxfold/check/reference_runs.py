@@ -46,6 +46,8 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
     and the shapes of every binding it ran (see module). Raises InputError when no binding
     runs."""
     failed: dict[str, str] = {}  # the guessed dims of each binding dropped -> why
+    moved: Callable[[], list[Bound] | None] | None = None  # where the groups went, if they did
+    widened = False
     while True:
         bindings = list(feeder.bindings)
         feeds_kept: list[dict[str, np.ndarray]] = []
@@ -74,14 +76,34 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             del feeds_kept, results
             feeder.bindings = [b for b in bindings if b is not bound]
             if not feeder.bindings:
-                group = feeder.next_smaller() if memory else feeder.next_larger()
+                moved = feeder.next_smaller if memory else feeder.next_larger
+                group = moved()
                 if group is None:
                     raise
                 feeder.bindings = group
             continue
+        if len(bindings) == 1 and moved is not None and not widened:
+            # one binding left after the first groups failed: the next group's too, so that
+            # the guessed dims take another value where the original runs one
+            widened = True
+            more = moved()
+            if more:
+                feeder.bindings = bindings + more
+                continue
         notes = [f"the reference could not run the guessed dims {dims} ({why[:160]})"
                  for dims, why in merged(failed).items()]
+        single = _single_valued(feeder, bindings)
+        if single:
+            notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
+                         "baked one of them is not seen by a difference; --dim sets another)")
         return Reference(feeds_kept, results, shapes, notes)
+
+
+def _single_valued(feeder: FeedPlan, bindings: list[Bound]) -> list[str]:
+    """The guessed dims that every binding the reference ran gives the same value."""
+    shown = [feeder.shown(b) for b in bindings]
+    return [f"{name}={shown[0][name]}" for name in feeder.guessed
+            if name in shown[0] and len({b.get(name) for b in shown}) == 1]
 
 
 def merged(failed: Mapping[str, str]) -> dict[str, str]:

@@ -75,6 +75,11 @@ def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
     options.log_severity_level = 4  # failures are raised (and reported) as one line each
+    # no arena: what a run frees goes back to the system, so that after a run that ran out of
+    # memory the address-space bound of the next one (run_session) still counts only live
+    # memory (an arena kept 1.2 GB reserved and untouched, which a later run then filled
+    # within its bound: the kernel killed it in a 1 GiB cgroup)
+    options.enable_cpu_mem_arena = False
     if not prepacking:
         options.add_session_config_entry("session.disable_prepacking", "1")
     if threads is not None:

@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import onnxfold
 from tests.support.memcg import MemoryCgroup, Outcome, create, run_in_memory_cgroup
 
 GiB = 1 << 30
@@ -208,6 +209,58 @@ def test_a_check_whose_guessed_image_needs_too_much_memory_tries_smaller_ones(tm
     outcome = run_in_memory_cgroup(1 * GiB, ["optimize", model, "-o", out, "--check", "2"])
     assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
     assert outcome.returncode == 0, outcome.stderr
-    assert "input x: float32[1,4,64,64]" in outcome.stdout, outcome.stdout
-    assert "the reference could not run the guessed dims" in outcome.stdout
+    assert "input x: float32[3,4,80,80] / [1,4,64,64]" in outcome.stdout, outcome.stdout
+    assert "the reference could not run the guessed dims h=224, n=1, w=224" in outcome.stdout
     assert "all outputs within tolerance" in outcome.stdout
+
+
+@pytest.mark.parametrize("command", ["compare", "verify-folds"])
+def test_compare_and_verify_folds_of_a_pixel_attention_fit_or_decline(tmp_path, command):
+    """compare and verify-folds run the reference (and the fold verification's cones) within
+    the same bound as --check: in a 1 GiB cgroup they end, never killed."""
+    model, out = pixel_attention_model(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
+    onnxfold.optimize(model).save(out)
+    outcome = run_in_memory_cgroup(1 * GiB, [command, model, out])
+    assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
+    assert outcome.returncode == 0, outcome.stderr
+
+
+def test_a_check_of_an_input_too_large_to_feed_declines_in_one_line(tmp_path):
+    """A static [10^9] float input: one input set would take 3.7 GiB. Weighed before a byte
+    is allocated, the check declines in one line (exit 2, nothing written, never killed)."""
+    nodes = [helper.make_node("Add", ["x", "one"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [10**9])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [10**9])],
+        [numpy_helper.from_array(np.ones(1, np.float32), "one")])
+    model, out = str(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    outcome = run_in_memory_cgroup(1 * GiB, ["optimize", model, "-o", out, "--check", "1"])
+    assert outcome.returncode == 2 and outcome.oom_kills == 0, outcome
+    lines = outcome.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the random inputs of one input set would take 3,815 MiB" in \
+        lines[0], outcome.stderr
+    assert not os.path.exists(out)
+
+
+def test_an_optimized_model_that_needs_more_memory_is_compared_where_both_fit(tmp_path):
+    """B computes what A computes but holds a [n, h*w, h*w] buffer more: run after A in the
+    same process, it runs out of memory at the size A fitted. That is no failure of B: both
+    are compared where both fit, and the notes say so (1 GiB cgroup, never killed)."""
+    a = pixel_attention_model(tmp_path / "a.onnx")
+    proto = onnx.load(a)
+    proto.graph.node.extend([
+        helper.make_node("Concat", ["scores", "scores"], ["twice"], axis=-1),
+        helper.make_node("ReduceMax", ["twice"], ["big"], keepdims=0),
+        helper.make_node("Mul", ["big", "zero_f"], ["nothing"]),
+        helper.make_node("Add", ["y0", "nothing"], ["y"])])
+    for node in proto.graph.node:
+        node.output[:] = ["y0" if o == "y" and node.op_type == "ReduceMean" else o
+                          for o in node.output]
+    proto.graph.initializer.append(numpy_helper.from_array(np.float32(0), "zero_f"))
+    b = str(tmp_path / "b.onnx")
+    onnx.save(proto, b)
+    outcome = run_in_memory_cgroup(1 * GiB, ["compare", a, b, "-n", "2"])
+    assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    assert "the optimized model ran out of memory" in outcome.stdout
