@@ -2,13 +2,17 @@
 
 Two forms, repeatable: ``NAME:d0,d1,...`` gives input ``NAME`` a full shape (an int fixes a dim,
 ``?`` keeps the dim the model declares, any other word makes it that named dim), and ``DIM=V``
-binds a named dim (``batch=1``) in every input that has it. A dim left symbolic stays symbolic.
+binds a named dim (``batch=1``) in every input that has it. A shape that gives a named dim a
+value binds that name too, in every input and output that has it: ``input_ids:1,128`` on a
+BERT whose inputs all say ``[batch, seq]`` fixes its attention mask as well, as the ONNX spec
+means a name (one value). A dim left symbolic stays symbolic.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
@@ -68,41 +72,95 @@ def _label(dim: object) -> int | str | None:
     return dim if isinstance(dim, int) else getattr(dim, "value", None)
 
 
-def apply(model: ir.Model, specs: Sequence[str]) -> int:
-    """Overwrite the main graph's input dims as ``specs`` say; return how many dims changed."""
+@dataclass
+class Fixed:
+    """What :func:`apply` did: the dims that changed, the named dims it bound (given as
+    ``DIM=V``, or read off a shape given for an input that declares that name: a shape's
+    ``1`` where the input says ``batch`` fixes ``batch`` in every input that has it), and the
+    inputs whose declared shapes changed."""
+
+    changed: int = 0
+    bound: dict[str, int] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)
+    axes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # input -> axes made static
+
+    def describe(self) -> str:
+        """``batch=1, seq=128 fixed on input_ids, attention_mask`` (empty: nothing bound)."""
+        if not self.bound:
+            return ""
+        dims = ", ".join(f"{k}={v}" for k, v in self.bound.items())
+        return f"{dims} fixed on {', '.join(self.inputs)}"
+
+
+def apply(model: ir.Model, specs: Sequence[str]) -> Fixed:
+    """Overwrite the main graph's input dims as ``specs`` say, and every dim of the inputs and
+    outputs that shares a name with a dim a spec fixed (the ONNX spec's meaning of a name:
+    one value); return what changed."""
     shapes, named = parse(specs)
     inputs = {v.name: v for v in model.graph.inputs if v.name}
     for name in shapes:
         if name not in inputs:
             raise InputError(f"--input-shape {name}: no such input "
                              f"(inputs: {', '.join(inputs)})")
-    changed, used = 0, set()
+    given_names = set(named)
+    planned = _planned(inputs, shapes, named)
+    fixed = Fixed()
+    used: set[str] = set()
     for name, value in inputs.items():
         old = [_label(d) for d in value.shape] if value.shape is not None else None
-        if name in shapes:
-            given = shapes[name]
-            if old is not None and len(old) != len(given):
-                raise InputError(f"--input-shape {name}: {len(given)} dims, the input has "
-                                 f"{len(old)}")
-            new: list[int | str | None] = [
-                (old[i] if old is not None else None) if d == "?" else d
-                for i, d in enumerate(given)]
-            _refuse_contradictions(name, old, new)
-        elif old is not None:
-            new = list(old)
-        else:
+        new = planned.get(name, list(old) if old is not None else [])
+        if old is None and name not in planned:
             continue
-        for i, dim in enumerate(new):
-            if isinstance(dim, str) and dim in named:
-                used.add(dim)
-                new[i] = named[dim]
+        new = [_bound(d, named, used) for d in new]
         if new != old:
-            changed += sum(a != b for a, b in zip(old or [None] * len(new), new))
+            fixed.changed += sum(a != b for a, b in zip(old or [None] * len(new), new))
             value.shape = ir.Shape(new)
-    unused = sorted(set(named) - used)
+            fixed.inputs.append(name)
+            fixed.axes[name] = tuple(i for i, d in enumerate(new) if isinstance(d, int) and
+                                     not isinstance((old or [None] * len(new))[i], int))
+    for value in model.graph.outputs:  # the declared outputs follow the names bound
+        if value.shape is not None:
+            dims = [_bound(_label(d), named, set()) for d in value.shape]
+            if dims != [_label(d) for d in value.shape]:
+                value.shape = ir.Shape(dims)
+    unused = sorted(given_names - used)
     if unused:
         raise InputError(f"--input-shape {unused[0]}=...: no input has a dim of that name")
-    return changed
+    fixed.bound = {k: v for k, v in named.items() if k in used}
+    return fixed
+
+
+def _planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, list[int | str]],
+             named: dict[str, int]) -> dict[str, list[int | str | None]]:
+    """The shapes given, checked against what each input declares; ``named`` gains the
+    names a given value fixes (a ``1`` where the input says ``batch``)."""
+    planned: dict[str, list[int | str | None]] = {}
+    for name, value in inputs.items():
+        old = [_label(d) for d in value.shape] if value.shape is not None else None
+        if name not in shapes:
+            continue
+        given = shapes[name]
+        if old is not None and len(old) != len(given):
+            raise InputError(f"--input-shape {name}: {len(given)} dims, the input has "
+                             f"{len(old)}")
+        new: list[int | str | None] = [(old[i] if old is not None else None) if d == "?" else d
+                                       for i, d in enumerate(given)]
+        _refuse_contradictions(name, old, new)
+        for was, now in zip(old or [], new):  # a named dim given a value: that name is bound
+            if isinstance(was, str) and isinstance(now, int) and \
+                    named.setdefault(was, now) != now:
+                raise InputError(f"--input-shape {name}: {was} is {named[was]} elsewhere, "
+                                 f"not {now}")
+        planned[name] = new
+    return planned
+
+
+def _bound(dim: int | str | None, named: Mapping[str, int], used: set[str]) -> int | str | None:
+    """``dim`` with the value a named binding gives it (noting the name as used)."""
+    if isinstance(dim, str) and dim in named:
+        used.add(dim)
+        return named[dim]
+    return dim
 
 
 def _refuse_contradictions(name: str, old: list[int | str | None] | None,

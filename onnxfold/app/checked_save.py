@@ -24,7 +24,7 @@ from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.tempfiles import temporary, write_failed
 from onnxfold.io.writer import SaveInfo, input_files
-from onnxfold.rewrite.log import RewriteLog
+from onnxfold.pipeline.evidence import RunEvidence
 
 
 def save_checked(model: ir.Model, original: str | os.PathLike,
@@ -33,7 +33,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
                  external_data: bool | None = None,
                  saving: Callable[[int, int], None] | None = None,
                  checking: Callable[[str], None] | None = None,
-                 rewrites: RewriteLog | None = None
+                 evidence: RunEvidence | None = None
                  ) -> tuple[SaveInfo | None, CompareResult]:
     """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
 
@@ -41,8 +41,8 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
     the models are compared (inputs, seed, dims, ...); ``guard``: the output's guard, when the
     caller has claimed it (the command line's: what the output may replace is its business);
     else one protecting the model's files. ``saving`` and ``checking`` are the progress
-    callbacks of :func:`save_model` and :func:`compare_models`; ``rewrites``: the
-    rewrites the fold recorded, validated by the check.
+    callbacks of :func:`save_model` and :func:`compare_models`; ``evidence``: what the run
+    that folded ``model`` knows (its rewrites, the dims it fixed), for the check.
     """
     own = guard is None
     if guard is None:
@@ -50,7 +50,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
     output = guard.pin(path, "output model")
     try:
         return _save_checked(model, original, output, guard, n, options or CompareOptions(),
-                             external_data, saving, checking, rewrites)
+                             external_data, saving, checking, evidence)
     finally:
         if own:
             guard.close()  # the directory it pinned here, if any
@@ -59,7 +59,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
 def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOutput,
                   guard: OutputGuard, n: int, options: CompareOptions,
                   external_data: bool | None, saving: Callable[[int, int], None] | None,
-                  checking: Callable[[str], None] | None, rewrites: RewriteLog | None
+                  checking: Callable[[str], None] | None, evidence: RunEvidence | None
                   ) -> tuple[SaveInfo | None, CompareResult]:
     directory = output.directory
     fd, tmp = temporary(directory, output.name, suffix=".check.onnx")
@@ -72,7 +72,7 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
             tmp_data = os.path.basename(info.data_path)
         reached("check-saved")
         result = compare_models(original, directory.path_of(tmp), n, options,
-                                progress=checking, rewrites=rewrites)
+                                progress=checking, evidence=evidence)
         result.model_b = output.given  # report the output, not the temporary name
         if result.folds is not None:
             result.folds.model_b = output.given

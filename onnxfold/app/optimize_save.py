@@ -77,7 +77,7 @@ def _save_checked(claimed: Claimed, target: PinnedOutput, settings: OptimizeSett
     from onnxfold.app.checked_save import save_checked
 
     return save_checked(result.model, claimed.job.source, target, n=settings.check.n,
-                        options=checking, guard=claimed.guard, rewrites=result.rewrites,
+                        options=checking, guard=claimed.guard, evidence=result.evidence,
                         external_data=settings.save.external,
                         saving=lambda done, total: phases.detail(
                             "writing " + _mib_of(done, total)),
@@ -109,7 +109,7 @@ def _check_in_memory(job: ModelJob, settings: OptimizeSettings, result: Optimize
     from onnxfold.check.comparison import compare_models
 
     check = compare_models(job.source, in_memory(job, result), settings.check.n, checking,
-                           progress=phases.detail, rewrites=result.rewrites)
+                           progress=phases.detail, evidence=result.evidence)
     check.model_b = "(folded, not written)"
     return check
 

@@ -12,6 +12,9 @@ input.
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, NoReturn
@@ -258,7 +261,33 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Sequence[str] | None = None) -> CommandLine:
     """The command line ``argv`` (default: the process's) as typed values; argparse's
     errors exit 2 with one line."""
-    return command_line(build_parser().parse_args(argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return command_line(build_parser().parse_args(spread(argv)))
+
+
+# flags that take several values after one (onnxsim's ``--input-shape a:1,2 b:1,2``), each
+# value recognized by its form (a path is never one)
+_SEVERAL = {"--input-shape": re.compile(r"^[^-/][^/]*[:=][^/]*$"),
+            "--dim": re.compile(r"^[^-/][^/=]*=[^/]*$"),
+            "--int-range": re.compile(r"^[^-/][^/=]*=[^/]*:[^/]*$")}
+
+
+def spread(argv: list[str]) -> list[str]:
+    """``argv`` with the values that follow one of :data:`_SEVERAL`'s flags each given its
+    own flag (``--input-shape a:1 b:2`` is ``--input-shape a:1 --input-shape b:2``), as long
+    as they have a value's form and name no existing file."""
+    out: list[str] = []
+    flag: str | None = None  # the flag whose values are being read
+    first = False  # the next value is the flag's own
+    for arg in argv:
+        if flag is not None and _SEVERAL[flag].match(arg) and not os.path.exists(arg):
+            out.extend([arg] if first else [flag, arg])
+            first = False
+            continue
+        flag = arg if arg in _SEVERAL else None
+        first = flag is not None
+        out.append(arg)
+    return out
 
 
 def command_line(args: argparse.Namespace) -> CommandLine:

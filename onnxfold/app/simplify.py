@@ -88,7 +88,8 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
             return folded, True
         result = compare(reference, folded, n=check_n, dims=dims, inputs=inputs,
                          int_ranges=int_ranges, rtol=rtol, atol=atol,
-                         custom_op_libraries=custom_op_libraries, rewrites=optimized.rewrites)
+                         custom_op_libraries=custom_op_libraries,
+                         evidence=optimized.evidence)
     except InputError as e:
         raise _api_message(e) from None
     return folded, result.ok

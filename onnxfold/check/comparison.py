@@ -34,6 +34,7 @@ from onnxfold.check.rewrite_validation import RewriteValidation, validate_rewrit
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
+from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.runtime import custom_ops
 
@@ -52,7 +53,7 @@ def compare(a: ModelRef, b: ModelRef, *,
             level: str = DEFAULT_LEVEL, verify: bool | None = None,
             progress: Callable[[str], None] | None = None,
             catalogue: Catalogue | None = None,
-            rewrites: RewriteLog | None = None) -> CompareResult:
+            evidence: RunEvidence | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
@@ -70,24 +71,25 @@ def compare(a: ModelRef, b: ModelRef, *,
     ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
     the progress line. ``catalogue``: whose shape steps relate the input dims and whose op
-    facts say which folds are bitwise (None: the installed rules). ``rewrites``: what
-    ``optimize(..., record_rewrites=True)`` recorded when it made ``b``
-    (``result.rewrites``): every rewrite is then validated on the input sets.
+    facts say which folds are bitwise (None: the installed rules). ``evidence``: what the run
+    that made ``b`` knows (``optimize(...).evidence``): with ``record_rewrites=True`` every
+    rewrite is validated on the input sets, and ``b`` may fix only the dims its
+    ``input_shapes`` fixed.
     """
     return compare_models(a, b, n, CompareOptions(
         inputs, seed, dict(dims or {}), dict(int_ranges or {}), rtol, atol,
         tuple(custom_op_libraries), level, verify), progress=progress,
-        catalogue=catalogue, rewrites=rewrites)
+        catalogue=catalogue, evidence=evidence)
 
 
 def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                    progress: Callable[[str], None] | None = None,
                    catalogue: Catalogue | None = None,
-                   rewrites: RewriteLog | None = None) -> CompareResult:
+                   evidence: RunEvidence | None = None) -> CompareResult:
     """:func:`compare`, its settings as one value (``onnxfold.check.compare_options``);
-    ``rewrites``: the rewrites the run that made ``b`` recorded
-    (``optimize(record_rewrites=True)``), each validated on the input sets
-    (:mod:`onnxfold.check.rewrite_validation`)."""
+    ``evidence``: what the run that made ``b`` knows: its rewrites, each validated on the
+    input sets (:mod:`onnxfold.check.rewrite_validation`), and the dims it fixed (any other
+    dim ``b`` fixes that ``a`` leaves dynamic fails the check)."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     if n < 1:
@@ -118,7 +120,9 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
             for get in ("get_inputs", "get_outputs")}
     outputs = [name for name, _ in io_a["get_outputs"]]
-    notes = [pinned.note(label_b)] if pinned else []
+    unasked = pinned.unasked(evidence.fixed) if evidence is not None else ""
+    notes = [pinned.note("--input-shape" if evidence is not None else "the second model")] \
+        if pinned and not unasked else []
     while True:
         try:
             reference = run_reference(sess_a, label_a, outputs, feeder, options.seed, n,
@@ -136,10 +140,12 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
             result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
                                         progress=tell, catalogue=catalogue)
             result.folds.model_b = label_b
+        rewrites = evidence.rewrites if evidence is not None else None
         if rewrites is not None and result.rewrites is None:
             result.rewrites = _validated(a, label_a, rewrites, reference, catalogue, tell)
         if not _compare_optimized(result, b, label_b, libraries, level, io_a, outputs,
                                   reference, run_options, tell):
+            result.failure = result.failure or unasked
             return result
         group = feeder.next_smaller()
         if group is None:

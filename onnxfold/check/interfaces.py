@@ -26,15 +26,24 @@ class Pinned:
     named: dict[str, int] = field(default_factory=dict)
     axes: dict[str, dict[int, int]] = field(default_factory=dict)
     where: dict[str, list[str]] = field(default_factory=dict)  # "batch=1" -> inputs
+    each: list[tuple[str, int, str]] = field(default_factory=list)  # (input, axis, "batch=1")
 
     def __bool__(self) -> bool:
         return bool(self.named or self.axes)
 
-    def note(self, label_b: str) -> str:
-        """One line for the report: what is pinned, by which inputs."""
+    def note(self, by: str) -> str:
+        """One line for the report: what is pinned, by which inputs, by whom (``by``)."""
         parts = [f"{dim} ({', '.join(inputs)})" for dim, inputs in self.where.items()]
-        return (f"{label_b} fixes dims the original leaves dynamic: {'; '.join(parts)}; both "
-                "are compared there only")
+        return (f"{by} fixes dims the original leaves dynamic: {'; '.join(parts)}; both are "
+                "compared there only")
+
+    def unasked(self, fixed: Mapping[str, Sequence[int]]) -> str:
+        """The pinned dims that ``fixed`` (by input, the axes ``--input-shape`` fixed) does
+        not account for, as a failure (empty: none)."""
+        wrong = [f"{dim} of {name} (axis {axis})" for name, axis, dim in self.each
+                 if axis not in fixed.get(name, ())]
+        return ("the optimized model fixes dims the original leaves dynamic and no "
+                f"--input-shape fixed: {', '.join(wrong)}") if wrong else ""
 
 
 def pinned_dims(a: ir.Model, b: ir.Model, given: Mapping[str, int]) -> Pinned:
@@ -61,6 +70,7 @@ def pinned_dims(a: ir.Model, b: ir.Model, given: Mapping[str, int]) -> Pinned:
                 pinned.axes.setdefault(str(value.name), {})[axis] = dim_b
                 key = f"axis {axis}={dim_b}"
             pinned.where.setdefault(key, []).append(str(value.name))
+            pinned.each.append((str(value.name), axis, key))
     return pinned
 
 

@@ -48,6 +48,7 @@ from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import NAMES_KEY
 from onnxfold.ir.graph import node_label
 from onnxfold.pipeline.collector import long_lived, settled
+from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.pipeline.fold_stage import FoldStage, StagePasses
 from onnxfold.pipeline.leftovers import folded_regions, group_leftovers
 from onnxfold.pipeline.opset_conversion import convert_opset
@@ -83,8 +84,8 @@ class OptimizeResult:
     model: ir.Model
     report: Report
     stats: FoldStats = field(repr=False, default_factory=FoldStats)
-    # every rewrite, when asked (optimize's record_rewrites): what a check validates
-    rewrites: RewriteLog | None = field(repr=False, default=None)
+    # what a check needs of the run: every rewrite (when asked), the dims --input-shape fixed
+    evidence: RunEvidence = field(repr=False, default_factory=RunEvidence)
 
     def __repr__(self) -> str:
         """Counts, sizes and time (a notebook shows this, not the whole graph)."""
@@ -225,8 +226,8 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     ``catalogue``: the rules and op facts to fold with (None: the installed rules,
     ``load_catalogue()``); a test or a plugin passes its own, ``options.disabled_rules``
     still apply to it. ``record_rewrites``: keep what every rewrite replaced and with what
-    (``result.rewrites``, :mod:`onnxfold.rewrite.log`), for ``compare(..., rewrites=)`` to
-    validate each one.
+    (``result.evidence.rewrites``, :mod:`onnxfold.rewrite.log`), for
+    ``compare(..., evidence=result.evidence)`` to validate each one.
     """
     options = _with_keywords(options, check, input_shapes, fold_options)
     catalogue = load_catalogue() if catalogue is None else catalogue
@@ -333,8 +334,12 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
                                            last_rejections(results))
         report.folded_regions = folded_regions(model)
         report.options = options_dict(options)
+        report.inputs = {str(v.name): [d if isinstance(d, int) else getattr(d, "value", None)
+                                       for d in (v.shape or ())]
+                         for v in model.graph.inputs if v.name not in model.graph.initializers}
     report.phases = phases.rounded()
-    return OptimizeResult(model, report, stats, rewrites)
+    return OptimizeResult(model, report, stats,
+                          RunEvidence(rewrites, dict(stats.inputs_fixed.axes)))
 
 
 def _run(pipeline: PassManager, model: ir.Model) -> None:

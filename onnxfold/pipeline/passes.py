@@ -40,6 +40,7 @@ from onnxfold.pipeline.results import (
     FoldFunctionsResult,
     FoldResult,
     InlineResult,
+    InputShapesResult,
     RefineShapesResult,
     RewriteResult,
 )
@@ -56,9 +57,10 @@ class FixInputShapes(InPlacePass):
     def __init__(self, specs: tuple[str, ...]) -> None:
         self.specs = specs
 
-    def call(self, model: ir.Model) -> PassResult:
+    def call(self, model: ir.Model) -> InputShapesResult:
         """Fix the dims the specs name; modified if one changed."""
-        return PassResult(model, apply_input_shapes(model, self.specs) > 0)
+        fixed = apply_input_shapes(model, self.specs)
+        return InputShapesResult(model, fixed.changed > 0, fixed)
 
 
 class InlineFunctions(InPlacePass):

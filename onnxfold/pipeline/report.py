@@ -11,6 +11,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from onnxfold.host.terminal import printable
 from onnxfold.ir.graph import all_graphs
 from onnxfold.pipeline.leftovers import leftover_lines
 from onnxfold.pipeline.op_table import OpRow, format_table, op_rows
@@ -103,6 +104,8 @@ class Report:
     constant_nodes_before: int = 0  # Constant nodes, not counted in nodes_before/after
     constant_nodes_after: int = 0
     latency: dict[str, Any] | None = None  # --latency: LatencyResult.to_dict()
+    inputs: dict[str, list[int | str | None]] = field(default_factory=dict)  # declared, after
+    inputs_fixed: str = ""  # what --input-shape bound: "batch=1, seq=128 fixed on ..."
 
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
@@ -127,7 +130,8 @@ class Report:
             pattern_hits=dict(stats.pattern_hits), patterns_rejected=dict(stats.rejected_patterns),
             cleanup_hits=dict(stats.cleanup_hits), skipped_steps=list(stats.skipped_steps),
             ops_before=dict(before.ops), ops_after=dict(after.ops),
-            constant_nodes_before=before.constants, constant_nodes_after=after.constants)
+            constant_nodes_before=before.constants, constant_nodes_after=after.constants,
+            inputs_fixed=stats.inputs_fixed.describe())
 
     def __repr__(self) -> str:
         return (f"Report(nodes {self.nodes_before} -> {self.nodes_after}, initializers "
@@ -200,6 +204,11 @@ class Report:
                  f"weights      {_mib(self.initializer_bytes_before)} -> "
                  f"{_mib(self.initializer_bytes_after)}",
                  f"time         {seconds:.2f} s"]
+        if self.options.get("input_shapes"):
+            shapes = ", ".join(f"{printable(name)} [{','.join(str(d) for d in dims)}]"
+                               for name, dims in self.inputs.items())
+            lines.append(f"inputs       {shapes}" + (f" ({self.inputs_fixed})"
+                                                    if self.inputs_fixed else ""))
         if verbose:
             lines[1] += f"  ({self.new_initializers} new initializers)"
             lines[2] += f" ({self.rounds} rounds" + "".join(

@@ -18,6 +18,7 @@ import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassBase, PassResult
 
 from onnxfold.analysis.declines import Reason
+from onnxfold.analysis.input_shapes import Fixed
 from onnxfold.fold.folder import FoldCounts
 
 
@@ -26,6 +27,13 @@ class InlineResult(PassResult):
     """``InlineFunctions``: why nothing was inlined, if it was not (a report warning)."""
 
     declined: str | None = None
+
+
+@dataclass
+class InputShapesResult(PassResult):
+    """``FixInputShapes``: the dims ``--input-shape`` bound, and on which inputs."""
+
+    fixed: Fixed = field(default_factory=Fixed)
 
 
 @dataclass
@@ -99,6 +107,7 @@ class FoldStats:
     unneeded: int = 0  # constant nodes whose results nothing needed: pruned, never computed
     skipped_steps: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # for the report: a step not taken
+    inputs_fixed: Fixed = field(default_factory=Fixed)  # what --input-shape bound
 
 
 class Recorded(InPlacePass):
@@ -148,7 +157,9 @@ def summarize(results: Sequence[PassResult], skipped_steps: Sequence[str] = ()) 
         function_constants=sum(c.function_constants for c in bodies),
         skipped_steps=tuple(skipped_steps),
         warnings=tuple(r.declined for r in results
-                       if isinstance(r, InlineResult) and r.declined is not None))
+                       if isinstance(r, InlineResult) and r.declined is not None),
+        inputs_fixed=next((r.fixed for r in results if isinstance(r, InputShapesResult)),
+                          Fixed()))
 
 
 def _added(counters: Iterable[Mapping[str, int]]) -> dict[str, int]:

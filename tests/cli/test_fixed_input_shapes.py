@@ -1,0 +1,85 @@
+"""``--input-shape`` as users mean it: a shape fixes the dims it names in every input that
+shares the name (and says so), several shapes follow one flag as in onnxsim, and the check
+compares the original at the shapes fixed; a dim the optimized model fixes that nobody asked
+to fix fails the check."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import onnxfold
+from onnxfold.check.compare_options import CompareOptions
+from onnxfold.check.comparison import compare_models
+from onnxfold.pipeline.evidence import RunEvidence
+from tests.support.cli import run_cli
+from tests.support.models import make_model, tensor, vinfo
+
+I64, F32 = TensorProto.INT64, TensorProto.FLOAT
+
+
+def _encoder(path) -> None:
+    """ids and a mask, both ``[batch, seq]``: embeddings masked, their shape read back
+    (``Shape`` of the embeddings feeds a Reshape: what a fixed shape lets fold)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gather", ["E", "input_ids"], ["e"]),
+             helper.make_node("Cast", ["attention_mask"], ["m"], to=F32),
+             helper.make_node("Unsqueeze", ["m", "minus1"], ["m3"]),
+             helper.make_node("Mul", ["e", "m3"], ["h"]),
+             helper.make_node("Shape", ["h"], ["s"]),
+             helper.make_node("Reshape", ["h", "s"], ["out"])]
+    onnx.save(make_model(nodes, [vinfo("input_ids", I64, ["batch", "seq"]),
+                                 vinfo("attention_mask", I64, ["batch", "seq"])],
+                         [vinfo("out", F32, ["batch", "seq", 8])],
+                         [tensor("E", rng.standard_normal((50, 8)).astype(np.float32)),
+                          tensor("minus1", np.array([-1], np.int64))]), path)
+
+
+def test_a_shape_fixes_the_dims_it_shares_by_name_and_says_so(tmp_path):
+    model, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    _encoder(model)
+    proc = run_cli("optimize", model, "-o", out, "--input-shape", "input_ids:1,128",
+                   "--check", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("inputs       input_ids [1,128], attention_mask [1,128] (batch=1, seq=128 fixed "
+            "on input_ids, attention_mask)") in proc.stdout
+    written = onnx.load(out)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in [*written.graph.input, *written.graph.output]}
+    assert shapes == {"input_ids": [1, 128], "attention_mask": [1, 128], "out": [1, 128, 8]}
+    assert "--input-shape fixes dims the original leaves dynamic: batch=1" in proc.stdout
+    assert "input input_ids: int64[1,128] random" in proc.stdout  # the check's feeds
+
+
+def test_several_shapes_after_one_flag_as_onnxsim_takes_them(tmp_path):
+    model, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    _encoder(model)
+    proc = run_cli("optimize", model, "-o", out, "--input-shape", "input_ids:2,8",
+                   "attention_mask:2,8", "--check", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "inputs       input_ids [2,8], attention_mask [2,8]" in proc.stdout
+    assert "unrecognized arguments" not in proc.stderr
+
+
+def test_a_dim_fixed_that_no_input_shape_fixed_fails_the_check(tmp_path):
+    """A fold that wrote the batch of its inputs as 1 (dynamic axes must stay dynamic):
+    ``compare`` alone compares at batch 1 and says so; the check of the run that was asked
+    to fix nothing fails it."""
+    model, folded = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    _encoder(model)
+    onnxfold.optimize(str(model)).save(str(folded))
+    proto = onnx.load(folded)
+    for value in proto.graph.input:
+        value.type.tensor_type.shape.dim[0].dim_value = 1  # batch baked
+    onnx.save(proto, folded)
+    alone = onnxfold.compare(str(model), str(folded), n=2)
+    assert alone.ok and any("the second model fixes dims" in n for n in alone.notes)
+    checked = compare_models(str(model), str(folded), 2, CompareOptions(),
+                             evidence=RunEvidence())
+    assert not checked.ok and "no --input-shape fixed: batch=1 of input_ids (axis 0)" in \
+        checked.failure, checked.summary()
+    asked = compare_models(str(model), str(folded), 2, CompareOptions(),
+                           evidence=RunEvidence(fixed={"input_ids": (0,),
+                                                       "attention_mask": (0,)}))
+    assert asked.ok, asked.summary()
