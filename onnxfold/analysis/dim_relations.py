@@ -111,6 +111,32 @@ class DimPlan:
     larger: list[list[Bound]] = field(default_factory=list)
     # groups tried when the reference runs out of memory: images' sides at SMALLER_IMAGES
     smaller: list[list[Bound]] = field(default_factory=list)
+    on_axis0: frozenset[str] = frozenset()  # guessed dims on axis 0 of an input (batches)
+    sizes: frozenset[str] = frozenset()  # guessed dims that are images' sides
+
+    def variants(self, bound: Bound) -> list[Bound]:
+        """Bindings like ``bound`` with its guessed batches doubled, and with its other
+        guessed lengths doubled (an image's sides too), the related dims computed again: a
+        binding that runs most often still runs so (a sum of lengths doubles with them), so
+        that every guessed dim takes a second value even where the graph's relations were
+        not read."""
+        found = []
+        guessed = set(self.guessed)
+        for batches, chosen in ((True, self.on_axis0 & guessed),
+                                (False, guessed - self.on_axis0)):
+            if not chosen:
+                continue
+            dims = {name: value * 2 if name in chosen else value
+                    for name, value in bound.dims.items() if name not in self.forms}
+            _solve(dims, {n: (f, "") for n, f in self.forms.items()}, set(bound.dims))
+            p = bound.profile
+            found.append(Bound(dims, Profile(f"{p.name}, batch x2" if batches else
+                                             f"{p.name}, lengths x2",
+                                             p.batch * 2 if batches else p.batch,
+                                             p.width if batches else p.width * 2,
+                                             p.held if batches else p.held * 2,
+                                             p.side if batches else p.side * 2)))
+        return found
 
     def offset(self, dim: object, binding: Mapping[str, int]) -> int:
         """Where positions along ``dim`` start: ``P`` when the graph relates a total length to
@@ -404,7 +430,8 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     forms = {name: form for name, (form, _) in relations.equations.items()}
     smaller = [group(profiles(side=side)) for side in SMALLER_IMAGES] \
         if set(sizes) & set(free) else []
-    return DimPlan(base, derived, free, forms, larger, smaller)
+    return DimPlan(base, derived, free, forms, larger, smaller,
+                   frozenset(on_axis0) & set(free), frozenset(sizes) & set(free))
 
 
 def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]

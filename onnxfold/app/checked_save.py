@@ -71,9 +71,11 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
         if info.data_path is not None:
             tmp_data = os.path.basename(info.data_path)
         reached("check-saved")
-        result = compare_models(original, directory.path_of(tmp), n, options,
+        checked = directory.path_of(tmp)
+        result = compare_models(original, checked, n, options,
                                 progress=checking, evidence=evidence)
         result.model_b = output.given  # report the output, not the temporary name
+        result.failure = result.failure.replace(checked, output.given)
         if result.folds is not None:
             result.folds.model_b = output.given
         reached("check-compared")

@@ -75,6 +75,7 @@ class CompareResult:
     folds: FoldVerification | None = None  # every folded tensor re-derived from A (None: not run)
     failure: str = ""  # model B failed to load or run where model A ran (the check fails)
     rewrites: RewriteValidation | None = None  # every rewrite validated (None: none recorded)
+    single_dims: list[str] = field(default_factory=list)  # guessed dims that took one value
 
     @property
     def ok(self) -> bool:
@@ -164,6 +165,9 @@ class CompareResult:
             counts += [f"{folds.count(PARAMETER)} parameters of rewrites"] \
                 if folds.count(PARAMETER) else []
             parts.append(f"folds: {', '.join(counts)}")
+        if self.single_dims:
+            parts.append(f"dims {', '.join(self.single_dims)} took one value only")
+            complete = False
         rewrites = self.rewrites
         if rewrites is None:
             parts.append("rewrites not validated (only optimize --check records them)")

@@ -135,6 +135,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                                atol, feeder.dims, feeder.defaulted,
                                [feeder.shown(b) for b in feeder.bindings],
                                feeder.plan.derived, notes + reference.notes, level)
+        result.single_dims = reference.single
         if options.verify is not False and result.folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
             result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,

@@ -229,6 +229,16 @@ class FeedPlan:
                 return group
         return None
 
+    def variants(self) -> list[Bound]:
+        """The first binding's batch doubled, and its lengths doubled
+        (``DimPlan.variants``), where a guessed dim took one value only; they count as
+        tried."""
+        found = [b for b in self.plan.variants(self.bindings[0])
+                 if all(b.dims != other.dims or b.profile != other.profile
+                        for other in self.bindings)]
+        self.tried.extend(found)
+        return found
+
     def next_smaller(self) -> list[Bound] | None:
         """After the reference ran out of memory: the next group with the images' guessed
         height and width smaller (112, 64, then 32; None: no more)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,6 +37,7 @@ class Reference:
     outputs: list[list]
     shapes: list[dict[str, tuple[int, ...]]]
     notes: list[str]
+    single: list[str] = field(default_factory=list)  # guessed dims that took one value
 
 
 def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
@@ -82,11 +83,12 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                     raise
                 feeder.bindings = group
             continue
-        if len(bindings) == 1 and moved is not None and not widened:
-            # one binding left after the first groups failed: the next group's too, so that
-            # the guessed dims take another value where the original runs one
+        if _single_valued(feeder, bindings) and not widened:
+            # a guessed dim took one value only: the first binding with its batch doubled,
+            # and with its lengths doubled (they run where the graph's relations were not
+            # read), and after groups that failed, the next group's bindings too
             widened = True
-            more = moved()
+            more = feeder.variants() + ((moved() or []) if moved is not None else [])
             if more:
                 feeder.bindings = bindings + more
                 continue
@@ -96,7 +98,7 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
         if single:
             notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
                          "baked one of them is not seen by a difference; --dim sets another)")
-        return Reference(feeds_kept, results, shapes, notes)
+        return Reference(feeds_kept, results, shapes, notes, single)
 
 
 def _single_valued(feeder: FeedPlan, bindings: list[Bound]) -> list[str]:
