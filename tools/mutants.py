@@ -105,16 +105,18 @@ def bake_input_values(catalogue):
 
 
 def swap_merged_qk(catalogue):
-    """Merging MatMuls that share their input concatenates the first two weights in the
-    wrong order (Q and K swapped)."""
+    """Merging MatMuls that share their input concatenates two weights of the same width in
+    the wrong order (Q and K swapped; K and V where grouped-query attention makes Q wider)."""
     def wrap(fn):
         def merge(op, x, products, first):
-            if len(products) >= 2:
-                a, b = products[0], products[1]
-                swapped = [dataclasses.replace(a, weight=b.weight),
-                           dataclasses.replace(b, weight=a.weight), *products[2:]]
-                if a.columns == b.columns:
-                    products = swapped
+            pairs = [(i, j) for i in range(len(products)) for j in range(i + 1, len(products))
+                     if products[i].columns == products[j].columns]
+            if pairs:
+                i, j = pairs[0]
+                products = list(products)
+                a, b = products[i], products[j]
+                products[i] = dataclasses.replace(a, weight=b.weight)
+                products[j] = dataclasses.replace(b, weight=a.weight)
             return fn(op, x=x, products=products, first=first)
         return _same_signature(fn, merge)
     return _replace_pattern(catalogue, "merge_shared_input_matmuls", rewrite=wrap)
@@ -204,7 +206,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("bake_batch", "a dynamic batch dim baked as 1 by the symbolic engine", bake_batch),
     Mutant("bake_input_values", "a Gather reading a graph input's values folded at zeros",
            bake_input_values),
-    Mutant("swap_merged_qk", "Q and K weights swapped in a merged MatMul", swap_merged_qk),
+    Mutant("swap_merged_qk", "Q and K (or K and V) weights swapped in a merged MatMul",
+           swap_merged_qk),
     Mutant("reshape_off_by_one", "a Reshape target's last entry off by one",
            reshape_off_by_one),
     Mutant("transpose_perm", "a weight Transpose folded with the wrong permutation",

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.declare.builder import Built, Replaced
+from onnxfold.declare.builder import Built, BuiltNode, Replaced
 from onnxfold.ir import provenance
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.graph import captured_values
@@ -68,6 +68,7 @@ class _Pending:
     record: RewriteRecord
     replaced: list[ir.Value]  # their replacements, in order, once the rewrite is in
     graph: ir.Graph
+    built: set[ir.Value]  # the values this rewrite's nodes compute: never leaves
 
 
 class RewriteLog:
@@ -98,7 +99,10 @@ class RewriteLog:
         replaced = list(replacement.values)
         replaced += [out for node in replacement.inputs for out in node.outputs
                      if out not in replacement.values]
-        pending = _Pending(record, [replacement.values.get(v, v) for v in replaced], graph)
+        built_values = {out for item in built if isinstance(item, BuiltNode)
+                        for out in item.node.outputs}
+        pending = _Pending(record, [replacement.values.get(v, v) for v in replaced], graph,
+                           built_values)
         if graph is not self.main:
             record.unresolved = "a rewrite in a subgraph (the original's values are the main " \
                 "graph's)"
@@ -116,14 +120,18 @@ class RewriteLog:
         if any(not v.name for v in pending.replaced):
             record.unresolved = "a replacement has no name"
             return
-        record.after = self._window(pending.replaced, pending.graph, record, computed=False)
+        record.after = self._window(pending.replaced, pending.graph, record, computed=False,
+                                    built=pending.built)
 
     def _window(self, outputs: list[ir.Value], graph: ir.Graph, record: RewriteRecord,
-                computed: bool) -> Window | None:
+                computed: bool, built: set[ir.Value] | frozenset = frozenset()
+                ) -> Window | None:
         """The nodes of ``graph`` computing ``outputs`` back to leaves (see module); with
         ``computed``, each output by its own producer (the nodes a rewrite replaces), else an
         output may be a leaf itself (a replacement that is a constant, or a value the original
-        has). None (and ``record.unresolved`` says why) where it cannot be cut out."""
+        has). The ``built`` values (what this rewrite's nodes compute) are never leaves: what
+        they stand for is the claim being validated. None (and ``record.unresolved`` says
+        why) where it cannot be cut out."""
         window = Window(outputs=[str(v.name) for v in outputs])
         nodes: set[ir.Node] = set()
         stack = list(outputs)
@@ -135,7 +143,7 @@ class RewriteLog:
                 continue
             seen.add(value)
             name = str(value.name or "")
-            if value not in expand:
+            if value not in expand and value not in built:
                 array = constant_array(value)
                 if array is not None and name:
                     window.constants[name] = array
