@@ -82,6 +82,11 @@ _CARRIES_VALUES = {**dict.fromkeys(PASSES_ELEMENTS, (0,)),
                    "Slice": (0,), "Expand": (0,), "Tile": (0,), "Transpose": (0,),
                    "Gather": (0,), "GatherElements": (0,), "GatherND": (0,), "Pad": (0,),
                    "Concat": None, "Where": (1, 2), "Max": None, "Min": None}
+# Arithmetic an exporter wraps ids in, where every other operand comes from constants and the
+# ids themselves: tf2onnx's negative-index fix-up ``ids + n * (ids < 0)`` keeps the ids the
+# table's rows index; ``Clip``, ``Mod`` and ``Abs`` keep them in its range.
+_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Mod", "Clip", "Abs", "Neg"})
+_OWN_DEPTH = 6  # how far back an operand is followed to show it is the ids' own
 
 
 def _id_table_sizes(model: ir.Model) -> dict[str, int]:
@@ -98,6 +103,10 @@ def _id_table_sizes(model: ir.Model) -> dict[str, int]:
             for use in current.uses():
                 node = use.node
                 carried = _CARRIES_VALUES.get(node.op_type, ()) if is_default_op(node) else ()
+                if is_default_op(node) and node.op_type in _ARITHMETIC and all(
+                        v is None or v is current or _own(v, value, _OWN_DEPTH)
+                        for v in node.inputs):
+                    carried = None
                 if is_default_op(node, "Gather") and use.idx == 1:
                     dim = _rows(node)
                     if dim is not None:
@@ -107,6 +116,17 @@ def _id_table_sizes(model: ir.Model) -> dict[str, int]:
                         node.outputs[0] not in seen:
                     frontier.append(node.outputs[0])
     return sizes
+
+
+def _own(value: ir.Value, source: ir.Value, depth: int) -> bool:
+    """Whether ``value`` is computed from constants and ``source`` alone (within ``depth``
+    producers): an operand of the ids' own, not another input's."""
+    if value is source or value.const_value is not None:
+        return True
+    producer = value.producer()
+    if producer is None or depth == 0:
+        return False
+    return all(v is None or _own(v, source, depth - 1) for v in producer.inputs)
 
 
 def _rows(gather: ir.Node) -> int | None:

@@ -1,0 +1,80 @@
+"""The check does not cry wolf where a correct model is fed or judged as it should be: ids
+behind an exporter's negative-index arithmetic stay in their table, a cone whose types the
+exporter left out is judged as floats, a fold more exact than onnxruntime's float32 sum is no
+failure (running out of memory is tests/adversarial/test_memory_cgroup.py's). Each on a model
+built for it, real onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import onnxfold
+from onnxfold.check.cones import Cones, reinferred
+from onnxfold.check.fold_verification import verify_folds
+from onnxfold.check.sessions import graph_of
+from tests.support.models import make_model, tensor, vinfo
+
+I64, I32, F32 = TensorProto.INT64, TensorProto.INT32, TensorProto.FLOAT
+
+
+def test_ids_behind_negative_index_arithmetic_stay_in_their_table(tmp_path):
+    """tf2onnx writes ``Gather(E, ids + n * (ids < 0))``: the ids reach the table through
+    arithmetic of their own, and are fed below its 50 rows (they were fed up to 1,000, and
+    onnxruntime refused every binding: exit 2 on a correct model)."""
+    nodes = [helper.make_node("Cast", ["ids"], ["i64"], to=I64),
+             helper.make_node("Less", ["i64", "zero"], ["negative"]),
+             helper.make_node("Cast", ["negative"], ["as_int"], to=I64),
+             helper.make_node("Mul", ["as_int", "rows"], ["shift"]),
+             helper.make_node("Add", ["i64", "shift"], ["fixed"]),
+             helper.make_node("Gather", ["E", "fixed"], ["e"]),
+             helper.make_node("ReduceSum", ["e", "axes"], ["out"], keepdims=0)]
+    path = tmp_path / "m.onnx"
+    onnx.save(make_model(nodes, [vinfo("ids", I32, ["unk__1", "unk__2"])],
+                         [vinfo("out", F32, ["unk__1", "unk__2"])],
+                         [tensor("zero", np.array(0, np.int64)),
+                          tensor("rows", np.array(50, np.int64)),
+                          tensor("E", np.random.default_rng(0).standard_normal((50, 4))
+                                 .astype(np.float32)),
+                          tensor("axes", np.array([-1], np.int64))]), path)
+    folded = tmp_path / "o.onnx"
+    onnxfold.optimize(str(path)).save(str(folded))
+    result = onnxfold.compare(str(path), str(folded), n=3)
+    assert result.ok, result.summary()
+    assert "random [0, 50) (token ids, size of the table they index)" in result.summary()
+
+
+def test_a_cone_whose_types_the_exporter_left_out_is_judged_as_floats(tmp_path):
+    """Exp of a constant with no value_info at all: the check infers the types again, and a
+    value of unknown type counts as a float (judged within ulps, never as bits)."""
+    nodes = [helper.make_node("Exp", ["c"], ["e"]),
+             helper.make_node("Cast", ["e"], ["i"], to=I64),
+             helper.make_node("Add", ["x", "e"], ["out"])]
+    path = tmp_path / "m.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", F32, [3])], [vinfo("out", F32, [3])],
+                         [tensor("c", np.array([0.5, 1.5, 2.5], np.float32))]), path)
+    model = reinferred(graph_of(str(path), "m"))
+    cones = Cones(model, list(model.graph.inputs), frozenset({("", "Add"), ("", "Cast")}))
+    values = cones.values
+    assert values["e"].dtype is not None and not cones.exact(values["e"])
+    assert not cones.exact(values["i"])  # an integer, computed from an Exp: not bits either
+    values["e"].type = None  # a type even inference cannot tell: a float, to be safe
+    assert not cones.exact(values["e"])
+
+
+def test_a_fold_more_exact_than_onnxruntime_is_not_a_failure(tmp_path):
+    """ReduceMean of a million float32 values: onnxruntime's float32 sum is ~80 ulps from the
+    exact mean, numpy's pairwise fold well under one. The fold is within, saying it is the
+    closer of the two."""
+    x = (np.random.default_rng(0).random(1_000_000) * 1000 + 1e4).astype(np.float32)
+    nodes = [helper.make_node("ReduceMean", ["c"], ["m"], keepdims=0),
+             helper.make_node("Add", ["x", "m"], ["out"])]
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", F32, [1])], [vinfo("out", F32, [1])],
+                         [tensor("c", x)]), path)
+    onnxfold.optimize(str(path)).save(str(out))
+    verdict = next(t for t in verify_folds(str(path), str(out)).tensors if t.name == "m")
+    assert verdict.state == "within", verdict
+    assert verdict.reason.startswith("closer to the float64 value of ReduceMean than "
+                                     "onnxruntime's float32"), verdict.reason
