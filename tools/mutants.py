@@ -5,7 +5,7 @@ Each :class:`Mutant` turns the installed catalogue into one with one wrong rule 
 pattern's check or rewrite, a shape step), as a bug would make it: a dynamic dim baked, an
 input's values folded as zeros, Q and K swapped in a merged weight, a Reshape target off by
 one, a weight transposed by the wrong permutation, a folded or merged weight a few ulps off, a
-Cast dropped, a multiplication by almost one taken as neutral. ``python -m tools.mutants NAME
+Cast dropped, a normalization's epsilon taken as zero. ``python -m tools.mutants NAME
 ARGS...`` runs ``onnxfold ARGS...`` with the mutant in place (the one catalogue every part of
 the run loads: the fold, and the check of ``--check`` in the same process, as a bug would be);
 ``tools/mutation_tier.py`` runs every mutant over the export matrix.
@@ -183,18 +183,21 @@ def dropped_cast(catalogue):
     return _replace_pattern(catalogue, "drop_noop", check=wrap)
 
 
-def neutral_almost_one(catalogue):
-    """A multiplication by a constant within 1e-3 of one is dropped as neutral."""
+def neutral_epsilon(catalogue):
+    """``x + eps`` dropped as if adding zero, where the constant is at most 1e-5 (a
+    normalization's epsilon): a change below any output tolerance where the variance is
+    large."""
     from onnxfold.declare import P, Var, pattern
 
-    def almost_one(ctx, node, x, c):
-        array = ctx.array(c)
+    def tiny(ctx, node, x, c):
+        array = ctx.array(c)  # one element broadcast over x: x's shape, x's dtype
         return array is not None and array.size == 1 and array.dtype.kind == "f" and \
-            0 < abs(float(array.reshape(-1)[0]) - 1.0) < 1e-3 and ctx.shape(node.outputs[0]) \
-            == ctx.shape(x) and ctx.shape(x) is not None
+            0 < abs(float(array.reshape(-1)[0])) <= 1e-5 and x.shape is not None and \
+            array.ndim <= len(x.shape) and not ctx.is_constant(x) and \
+            x.dtype == node.outputs[0].dtype
 
-    @pattern(P("Mul", Var("x"), Var("c"), name="node"), check=almost_one,
-             name="drop_almost_neutral")
+    @pattern(P("Add", Var("x"), Var("c"), name="node"), check=tiny,
+             name="drop_tiny_epsilon")
     def drop(op, x):
         return x
 
@@ -216,8 +219,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("ulps_concat", "a merged (Concat) weight 4 ulps off", ulps_concat),
     Mutant("dropped_cast", "a Cast between two float or two integer types dropped",
            dropped_cast),
-    Mutant("neutral_almost_one", "x * c dropped as neutral where c is within 1e-3 of 1",
-           neutral_almost_one),
+    Mutant("neutral_epsilon", "x + eps dropped as neutral where eps is at most 1e-5",
+           neutral_epsilon),
 )}
 
 
