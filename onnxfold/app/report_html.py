@@ -49,6 +49,7 @@ td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space:
 tr.total td { font-weight: 600; border-top: 2px solid var(--fg); }
 .neg { color: #1f7a3f; } .pos { color: #b3362f; }
 .ok { color: #1f7a3f; font-weight: 600; } .bad { color: #b3362f; font-weight: 600; }
+.warn { color: #8a5a00; font-weight: 600; }
 .muted { color: var(--muted); }
 .legend span { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
                margin: 0 4px 0 12px; vertical-align: middle; }
@@ -183,9 +184,10 @@ def _check_section(check: dict | None) -> str:
     if check.get("state") == "could not run":
         return ('<p class="bad">the check could not run; nothing was written</p>'
                 f'<p>{esc(check["reason"])}</p>')
-    verdict = ('<p class="ok">all outputs within tolerance</p>' if check["ok"] else
-               '<p class="bad">FAILED: outputs outside tolerance or folds that differ; '
-               "nothing was written</p>")
+    line = check.get("verdict") or ("all outputs within tolerance" if check["ok"] else
+                                    "outputs outside tolerance or folds that differ")
+    verdict = (f'<p class="ok">{esc(line)}</p>' if check["ok"] else
+               f'<p class="bad">FAILED: {esc(line)}; nothing was written</p>')
     if check.get("failure"):
         verdict += f'<p class="bad">{esc(check["failure"])}</p>'
     rows = [(o["name"], o["dtype"], "[" + ",".join(map(str, o["shape"])) + "]",
@@ -199,30 +201,56 @@ def _check_section(check: dict | None) -> str:
     settings = (f'<p class="muted">{check["n"]} input set(s) from seed {check["seed"]}, '
                 f'{tolerances}, onnxruntime optimization level '
                 f'{esc(str(check.get("level", "")))}</p>')
-    feeds = _table(["input", "dtype", "shape", "values"],
-                   [(i["name"], i["dtype"], "[" + ",".join(map(str, i["shape"])) + "]",
-                     i["source"]) for i in check.get("inputs", [])], set(), "feeds")
-    return verdict + settings + "<h3>What was fed</h3>" + feeds + _table(
+    feeds = _table(["input", "dtype", "shape in each binding", "values"],
+                   [(i["name"], i["dtype"], " / ".join(
+                       "[" + ",".join(map(str, shape)) + "]"
+                       for shape in i.get("shapes") or [i["shape"]]), i["source"])
+                    for i in check.get("inputs", [])], set(), "feeds")
+    notes = "".join(f'<p class="muted">{esc(note)}</p>' for note in check.get("notes", []))
+    return verdict + settings + "<h3>What was fed</h3>" + feeds + notes + _table(
         ["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches", "ok"],
-        rows, {3, 4, 5, 6}, "check") + _folds_section(check.get("folds"))
+        rows, {3, 4, 5, 6}, "check") + _folds_section(check.get("folds")) + \
+        _rewrites_section(check.get("rewrites"))
 
 
 def _folds_section(folds: dict | None) -> str:
     """The fold verification: counts, then every tensor that differs or is not verifiable."""
     if folds is None:
-        return '<p class="muted">folds not verified (the second model carries no onnxfold ' \
-               "provenance, or --no-fold-verification)</p>"
+        return '<p class="muted">folds not verified (--no-fold-verification)</p>'
     counts = folds["counts"]
-    head = (f'<h3>Fold verification</h3><p class="{"ok" if folds["ok"] else "bad"}">'
-            f'{sum(counts.values())} folded tensors re-derived from the original in '
-            f'onnxruntime: {counts["bitwise"]} bitwise, {counts["within"]} within the ulps '
-            f'of docs/exactness.md, {counts["not verifiable"]} not verifiable, '
-            f'{counts["differs"]} differ</p>')
+    parameters = counts.get("parameter of a rewrite", 0)
+    state = "ok" if folds["ok"] and folds.get("complete", True) else "bad" if not folds["ok"] \
+        else "warn"
+    head = (f'<h3>Fold verification</h3><p class="{state}">'
+            f'{sum(counts.values()) - parameters} folded tensors re-derived from the original '
+            f'in onnxruntime: {counts["bitwise"]} bitwise, {counts["within"]} within the ulps '
+            f'of docs/exactness.md (these two for every input), {counts.get("sampled", 0)} '
+            f'sampled (equal where run, not proved), {counts["not verifiable"]} not '
+            f'verifiable, {counts["differs"]} differ; {parameters} parameters of rewrites, '
+            "judged with them</p>")
     rows = [(t["name"], t["dtype"], "[" + ",".join(map(str, t["shape"])) + "]", t["state"],
              "-" if t["max_ulps"] is None else f"{t['max_ulps']:.3g}", t["reason"])
             for t in folds["tensors"] if t["state"] != "bitwise"]
     return head + (_table(["tensor", "dtype", "shape", "state", "max ulps", "why"], rows,
                           {4}, "folds") if rows else "")
+
+
+def _rewrites_section(rewrites: dict | None) -> str:
+    """The rewrite validation: counts, then every rewrite that differs or was not validated."""
+    if rewrites is None:
+        return '<p class="muted">rewrites not validated (only optimize --check records ' \
+               "them)</p>"
+    counts = rewrites["counts"]
+    validated = counts["bitwise"] + counts["within"]
+    head = (f'<h3>Rewrite validation</h3><p class="{"ok" if rewrites["ok"] else "bad"}">'
+            f'{len(rewrites["rewrites"])} rewrites, each replaced window run against its '
+            f'replacement on {rewrites["sets"]} input sets: {validated} validated '
+            f'({counts["bitwise"]} bitwise), {counts["not validated"]} not validated, '
+            f'{counts["differs"]} differ</p>')
+    rows = [(r["rule"], r["node"], r["state"], r["reason"]) for r in rewrites["rewrites"]
+            if r["state"] not in ("bitwise", "within")]
+    return head + (_table(["rule", "node", "state", "why"], rows, set(), "rewrites")
+                   if rows else "")
 
 
 def render_html(report: Report) -> str:
