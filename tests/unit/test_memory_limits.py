@@ -93,3 +93,21 @@ def test_an_output_larger_than_the_memory_limit_is_refused_before_it_is_built(tm
     result = optimize(str(path), FoldOptions(memory_limit=16 << 20, pool_budget=GiB))
     assert [n.op_type for n in result.model.graph] == ["Tile", "ReduceMax"]
     assert result.stats.pool_peak_bytes == 0
+
+
+def test_a_check_takes_at_most_three_quarters_of_what_the_host_has_available(monkeypatch):
+    """Without a memory cgroup the limit is the host's RAM, which other processes share: a
+    check that took all of it (a UNet's attention grew to 18.5 GB) had the kernel kill it, or
+    them. The room a check's inference may take is what is left under the limit, and no more
+    than 3/4 of the memory available now."""
+    from onnxfold.check import memory_room
+
+    gib = 1 << 30
+    monkeypatch.setattr(memory_room, "available_memory", lambda: 24 * gib)  # no cgroup
+    monkeypatch.setattr(memory_room, "resident_bytes", lambda: 1 * gib)
+    monkeypatch.setattr(memory_room, "host_available", lambda: 20 * gib)
+    assert memory_room.run_room() == 15 * gib  # not the 23 GiB the limit leaves
+    monkeypatch.setattr(memory_room, "available_memory", lambda: 2 * gib)  # a 2 GiB cgroup
+    assert memory_room.run_room() == 1 * gib  # the cgroup's room, tighter
+    monkeypatch.setattr(memory_room, "host_available", lambda: None)  # no /proc/meminfo
+    assert memory_room.room() == 1 * gib
