@@ -58,7 +58,7 @@ from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold import recipes as saved_recipes
 from onnxfold.fold.fallback import FallbackError
 from onnxfold.ir import provenance
-from onnxfold.ir.graph import is_overridable, static_shape
+from onnxfold.ir.graph import all_graphs, is_default_op, is_overridable, static_shape, tensor_of
 
 BATCH_BYTES = 64 * 2**20  # the folded bytes one session re-derives at most
 BATCH_TARGETS = 512
@@ -134,9 +134,31 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     if by_recipe:
         tell("verifying rewrite-made folds")
         result.tensors.extend(verifier.by_recipes(by_recipe))
+    result.tensors.extend(_nested_folds(graph_b))
     order = {name: i for i, name in enumerate(graph_b.graph.initializers)}
     result.tensors.sort(key=lambda t: order.get(t.name, 0))
     return result
+
+
+def _nested_folds(optimized: ir.Model) -> list[TensorVerdict]:
+    """The folds inside subgraphs (an If's branch, a Loop's body) and model-local function
+    bodies: not re-derived (the original's values there are not computed alone), said."""
+    places = [([v.const_value for v in graph.initializers.values()] + _constants(graph),
+               "a subgraph (an If branch or a Loop body)")
+              for graph in all_graphs(optimized) if graph is not optimized.graph]
+    places += [(_constants(function), f"the body of local function {function.name}")
+               for function in optimized.functions.values()]
+    return [TensorVerdict(str(t.name), t.dtype.name.lower(), [int(d) for d in t.shape.numpy()],
+                          UNVERIFIABLE,
+                          reason=f"folded inside {where}: the comparison on inputs covers it")
+            for tensors, where in places for t in tensors
+            if t is not None and provenance.FOLDED_FROM in t.metadata_props]
+
+
+def _constants(nodes: Iterable[ir.Node]) -> list[ir.TensorProtocol | None]:
+    """The tensors of the Constant nodes among ``nodes`` (``value`` attributes)."""
+    return [tensor_of(node.attributes["value"]) for node in nodes
+            if is_default_op(node, "Constant") and "value" in node.attributes]
 
 
 def _pin(original: ir.Model, optimized: ir.Model) -> None:

@@ -182,3 +182,26 @@ def test_four_ulps_in_a_rewrite_made_weight_are_caught_in_another_process(tmp_pa
     for command in (("compare", a, bad), ("verify-folds", a, bad)):
         proc = run_cli(*command)
         assert proc.returncode == 1 and f"DIFFERS {merged.name}" in proc.stdout, proc.stdout
+
+
+def test_folds_inside_function_bodies_are_counted_not_verified(tmp_path):
+    """A fold written into a model-local function's body (a Constant node there) is not
+    re-derived: it is listed as not verifiable, saying where, and the verdict is not full."""
+    body = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
+                np.array([1.0, 2.0], np.float32), "c")),
+            helper.make_node("Mul", ["c", "c"], ["d"]),
+            helper.make_node("Add", ["x", "d"], ["y"])]
+    function = helper.make_function("local", "F", ["x"], ["y"], body,
+                                    [helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("F", ["inp"], ["out"], domain="local")], "g",
+                              [vinfo("inp", F32, [2])], [vinfo("out", F32, [2])])
+    model = helper.make_model(graph, functions=[function],
+                              opset_imports=[helper.make_opsetid("", 17),
+                                             helper.make_opsetid("local", 1)])
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(model, a)
+    onnxfold.optimize(str(a)).save(str(b))
+    result = onnxfold.compare(str(a), str(b), n=1)
+    nested = [t for t in result.folds.tensors if "local function F" in t.reason]
+    assert nested and all(t.state == "not verifiable" for t in nested), result.summary()
+    assert result.ok and "not a full verification" in result.summary().splitlines()[-1]
