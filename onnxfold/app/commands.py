@@ -199,11 +199,13 @@ class CompareCommand:
 
 @dataclass(frozen=True)
 class VerifyFoldsCommand:
-    """``onnxfold verify-folds A B``: every folded tensor of B re-derived from A."""
+    """``onnxfold verify-folds A B``: every folded tensor of B re-derived from A (the
+    comparison flags say how A's inputs are bound: ``--dim``, ``--inputs``, ...)."""
 
     a: str
     b: str
     json: str | None = None
+    comparison: ComparisonFlags = field(default_factory=lambda: ComparisonFlags())
 
     def written(self) -> tuple[str | None, ...]:
         """The files it writes, as given."""

@@ -25,10 +25,13 @@ def compare(command: CompareCommand) -> int:
 
 def verify_folds(command: VerifyFoldsCommand) -> int:
     """Re-derive the folded tensors; 1 when one differs from the original's."""
-    from onnxfold.check.fold_verification import verify_folds as verify
+    from onnxfold.check.comparison import verify_models
 
-    return _run_and_report(lambda: verify(command.a, command.b), command.a, command.b,
-                           command.json, [], "folds differ from the original")
+    inputs = command.comparison.inputs
+    return _run_and_report(
+        lambda: verify_models(command.a, command.b, command.comparison.resolved()),
+        command.a, command.b, command.json, [inputs] if inputs else [],
+        "folds differ from the original")
 
 
 def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | None,

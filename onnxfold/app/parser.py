@@ -207,10 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_flags(p)
 
     p = add("verify-folds", help="re-derive every folded tensor of an onnxfold output from "
-            "the original in onnxruntime, without inputs")
+            "the original in onnxruntime, at every binding of its dynamic dims")
     p.add_argument("a", help="the original model")
     p.add_argument("b", help="the model onnxfold wrote from it")
     p.add_argument("--json", metavar="FILE", help="also write the verdict per tensor as JSON")
+    add_compare_flags(p)
 
     p = add("split", help="split around runtime constants into runtime_fold + entry")
     p.add_argument("input")
@@ -321,7 +322,7 @@ def _compare(args: argparse.Namespace) -> CompareCommand:
 
 
 def _verify_folds(args: argparse.Namespace) -> VerifyFoldsCommand:
-    return VerifyFoldsCommand(args.a, args.b, args.json)
+    return VerifyFoldsCommand(args.a, args.b, args.json, _comparison(args))
 
 
 def _split(args: argparse.Namespace) -> SplitCommand:

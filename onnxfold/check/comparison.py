@@ -26,6 +26,7 @@ from onnxfold.check.compare_result import (
 )
 from onnxfold.check.cones import Cones, reinferred
 from onnxfold.check.feeds import FeedPlan, dtype_name, load_given
+from onnxfold.check.fold_verdicts import FoldVerification
 from onnxfold.check.fold_verification import verify_folds
 from onnxfold.check.interfaces import pinned_dims, same_interface
 from onnxfold.check.levels import DEFAULT_LEVEL
@@ -94,72 +95,106 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     tell = progress or (lambda text: None)
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
-    rtol, atol, level = options.rtol, options.atol, options.level
-    if any(t is not None and not t >= 0 for t in (rtol, atol)):
-        raise InputError("rtol and atol must be non-negative")
-    libraries = custom_ops.checked_libraries(options.custom_op_libraries)
-    label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
-    graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
-    import onnxruntime as ort
-
-    run_options = ort.RunOptions()
-    run_options.log_severity_level = 4
-    # one model in memory at a time: A runs every input set, then B; both must fit
-    weights = max(memory_room.weight_bytes(graph_a), memory_room.weight_bytes(graph_b))
-    memory_room.prepare()
-    try:
-        memory_room.check_room(weights)
-    except MemoryError as e:
-        raise CheckCouldNotRun(str(e)) from None
-    pinned = pinned_dims(graph_a, graph_b, options.dims)
-    tell("loading original")
-    sess_a = open_session(a, label_a, libraries, level)
-    feeder = FeedPlan(sess_a, label_a, graph_a, load_given(options.inputs),
-                      {**pinned.named, **options.dims}, options.int_ranges,
-                      catalogue.shape_steps, pinned.axes)
-    io_a = {get: [(v.name, v.type) for v in getattr(sess_a, get)()]
-            for get in ("get_inputs", "get_outputs")}
-    outputs = [name for name, _ in io_a["get_outputs"]]
-    unasked = pinned.unasked(evidence.fixed) if evidence is not None else ""
-    notes = [pinned.note("--input-shape" if evidence is not None else "the second model")] \
-        if pinned and not unasked else []
+    run = _Run(a, b, options, catalogue, tell)
+    unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else ""
+    notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \
+        if run.pinned and not unasked else []
     while True:
-        try:
-            reference = run_reference(sess_a, label_a, outputs, feeder, options.seed, n,
-                                      run_options, tell)
-        except InputError as e:
-            raise CheckCouldNotRun(*e.args) from None
-        del sess_a
-        memory_room.release()
-        result = CompareResult(label_a, label_b, [], feeder.describe(), n, options.seed, rtol,
-                               atol, feeder.dims, feeder.defaulted,
-                               [feeder.shown(b) for b in feeder.bindings],
-                               feeder.plan.derived, notes + reference.notes, level)
+        reference = run.reference(n)
+        feeder = run.feeder
+        result = CompareResult(run.label_a, run.label_b, [], feeder.describe(), n,
+                               options.seed, options.rtol, options.atol, feeder.dims,
+                               feeder.defaulted, [feeder.shown(b) for b in feeder.bindings],
+                               feeder.plan.derived, notes + reference.notes, options.level)
         result.single_dims = reference.single
         if options.verify is not False and result.folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
             result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
                                         progress=tell, catalogue=catalogue)
-            result.folds.model_b = label_b
+            result.folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
         if rewrites is not None and result.rewrites is None:
-            result.rewrites = _validated(a, label_a, rewrites, reference, catalogue, tell)
-        if not _compare_optimized(result, b, label_b, libraries, level, io_a, outputs,
-                                  reference, run_options, tell):
+            result.rewrites = _validated(a, run.label_a, rewrites, reference, catalogue, tell)
+        if not _compare_optimized(result, b, run, reference):
             result.failure = result.failure or unasked
             return result
         group = feeder.next_smaller()
         if group is None:
-            raise CheckCouldNotRun(f"{label_b}: onnxruntime ran out of memory running it on "
-                                   "every input set the original ran") from None
+            raise CheckCouldNotRun(f"{run.label_b}: onnxruntime ran out of memory running it "
+                                   "on every input set the original ran") from None
         # B ran out of memory on every input set A ran (after A, in the same process):
         # both again at smaller images, so that both are compared where both fit
         notes.append("the optimized model ran out of memory at the dims " + " or ".join(
             feeder.guessed_values(bound) for bound in feeder.bindings) + "; both were "
             "compared at smaller images")
         feeder.bindings = group
+
+
+def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = None, *,
+                  progress: Callable[[str], None] | None = None,
+                  catalogue: Catalogue | None = None) -> FoldVerification:
+    """``onnxfold verify-folds``: the original run once at every binding of the dims (which
+    bindings are valid inputs, and one input set for what only inputs can sample), then every
+    initializer of ``b`` the original does not hold as it is re-derived at those bindings
+    (:func:`~onnxfold.check.fold_verification.verify_folds`)."""
+    catalogue = load_catalogue() if catalogue is None else catalogue
+    tell = progress or (lambda text: None)
+    run = _Run(a, b, options or CompareOptions(), catalogue, tell)
+    reference = run.reference(1)
+    tell("verifying folds")
+    return verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
+                        progress=tell, catalogue=catalogue)
+
+
+class _Run:
+    """What a comparison of ``a`` and ``b`` holds while it runs: the models' labels, the
+    options checked, the dims ``b`` pins, the feed plan over ``a``'s inputs, and ``a``'s
+    session until the reference has run."""
+
+    def __init__(self, a: ModelRef, b: ModelRef, options: CompareOptions,
+                 catalogue: Catalogue, tell: Callable[[str], None]) -> None:
+        if any(t is not None and not t >= 0 for t in (options.rtol, options.atol)):
+            raise InputError("rtol and atol must be non-negative")
+        self.a, self.options, self.tell = a, options, tell
+        self.libraries = custom_ops.checked_libraries(options.custom_op_libraries)
+        self.label_a, self.label_b = label_of(a, "model A"), label_of(b, "model B")
+        graph_a, graph_b = graph_of(a, self.label_a), graph_of(b, self.label_b)
+        import onnxruntime as ort
+
+        self.run_options = ort.RunOptions()
+        self.run_options.log_severity_level = 4
+        # one model in memory at a time: A runs every input set, then B; both must fit
+        weights = max(memory_room.weight_bytes(graph_a), memory_room.weight_bytes(graph_b))
+        memory_room.prepare()
+        try:
+            memory_room.check_room(weights)
+        except MemoryError as e:
+            raise CheckCouldNotRun(str(e)) from None
+        self.pinned = pinned_dims(graph_a, graph_b, options.dims)
         tell("loading original")
-        sess_a = open_session(a, label_a, libraries, level)
+        self.session = open_session(a, self.label_a, self.libraries, options.level)
+        self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
+                               {**self.pinned.named, **options.dims}, options.int_ranges,
+                               catalogue.shape_steps, self.pinned.axes)
+        self.io_a = {get: [(v.name, v.type) for v in getattr(self.session, get)()]
+                     for get in ("get_inputs", "get_outputs")}
+        self.outputs = [name for name, _ in self.io_a["get_outputs"]]
+
+    def reference(self, n: int) -> Reference:
+        """``a`` on ``n`` input sets and every binding (:func:`run_reference`); its session
+        is dropped after (opened again if a later call needs it)."""
+        if self.session is None:
+            self.tell("loading original")
+            self.session = open_session(self.a, self.label_a, self.libraries,
+                                        self.options.level)
+        try:
+            return run_reference(self.session, self.label_a, self.outputs, self.feeder,
+                                 self.options.seed, n, self.run_options, self.tell)
+        except InputError as e:
+            raise CheckCouldNotRun(*e.args) from None
+        finally:
+            self.session = None
+            memory_room.release()
 
 
 def _validated(a: ModelRef, label_a: str, rewrites: RewriteLog, reference: Reference,
@@ -172,19 +207,19 @@ def _validated(a: ModelRef, label_a: str, rewrites: RewriteLog, reference: Refer
     return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, tell)
 
 
-def _compare_optimized(result: CompareResult, b: ModelRef, label_b: str,
-                       libraries: Sequence[str], level: str,
-                       io_a: Mapping[str, list[tuple[str, str]]], outputs: list[str],
-                       reference: Reference, run_options, tell: Callable[[str], None]) -> bool:
+def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
+                       reference: Reference) -> bool:
     """Run B on the reference's input sets and fill ``result``'s rows (or its failure).
     True when B ran out of memory on every set: nothing was compared, try smaller."""
+    label_b, tell = run.label_b, run.tell
     try:
         tell("loading optimized")
-        sess_b = open_session(b, label_b, libraries, level)
+        sess_b = open_session(b, label_b, run.libraries, run.options.level)
     except InputError as e:  # A loads and B does not: B is wrong, not the input
         result.failure = one_line(e)
         return False
-    same_interface(io_a, sess_b, result.model_a, label_b)
+    same_interface(run.io_a, sess_b, result.model_a, label_b)
+    outputs, run_options = run.outputs, run.run_options
     ran = run_optimized(sess_b, label_b, outputs, reference, run_options, tell)
     del sess_b
     memory_room.release()
