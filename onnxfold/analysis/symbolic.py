@@ -211,7 +211,7 @@ def _axis_dim(value: ir.Value, dim: int | ir.SymbolicDim, axis: int,
               refined: tuple[Dim | None, ...] | None, ambiguous: frozenset[str]) -> Dim:
     """:func:`dim_symbol` of axis ``axis``, from its declared ``dim`` and ``value``'s
     :func:`_refined` dims (read once by a caller asking for every axis)."""
-    if isinstance(dim, int):
+    if isinstance(dim, int) and dim >= 0:  # (Paddle writes -1 for "any size": no size)
         return dim
     found = refined[axis] if refined is not None else None
     return found if found is not None else _declared_dim(value, dim, axis, ambiguous)
@@ -226,10 +226,11 @@ def _refined(value: ir.Value, rank: int) -> tuple[Dim | None, ...] | None:
     return refined if refined is not None and len(refined) == rank else None
 
 
-def _declared_dim(value: ir.Value, dim: ir.SymbolicDim, axis: int,
+def _declared_dim(value: ir.Value, dim: int | ir.SymbolicDim, axis: int,
                   ambiguous: frozenset[str]) -> Sym:
-    """``dim``, the dynamic axis ``axis`` of ``value``'s declared shape, as a symbol."""
-    name = dim.value
+    """``dim``, the dynamic axis ``axis`` of ``value``'s declared shape (a name, none, or a
+    negative int), as a symbol."""
+    name = None if isinstance(dim, int) else dim.value
     if isinstance(name, str) and name and name not in ambiguous:
         return Sym(("dim", name))
     return Sym(("axis", id(value), value.name or "?", axis))
