@@ -1,7 +1,8 @@
 """The check does not cry wolf where a correct model is fed or judged as it should be: ids
 behind an exporter's negative-index arithmetic stay in their table, a cone whose types the
 exporter left out is judged as floats, a fold more exact than onnxruntime's float32 sum is no
-failure (running out of memory is tests/adversarial/test_memory_cgroup.py's). Each on a model
+failure, nor a convolution's rounding where its sums cancel (running out of memory is
+tests/adversarial/test_memory_cgroup.py's). Each on a model
 built for it, real onnxruntime."""
 
 from __future__ import annotations
@@ -78,3 +79,25 @@ def test_a_fold_more_exact_than_onnxruntime_is_not_a_failure(tmp_path):
     assert verdict.state == "within", verdict
     assert verdict.reason.startswith("closer to the float64 value of ReduceMean than "
                                      "onnxruntime's float32"), verdict.reason
+
+
+def test_a_folded_factor_in_a_convolution_is_no_failure_where_its_sums_cancel(tmp_path):
+    """``Conv(x, W) * s`` becomes ``Conv(x, W * s)``: each product rounds differently, and an
+    output element near zero that is the difference of large terms carries their rounding, a
+    few ulps of the output's largest magnitude beyond rtol/atol there (PP-OCRv5's detector
+    failed the rewrite validation for it)."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "s"], ["out"])]
+    model = make_model(nodes, [vinfo("x", F32, ["n", 64, 24, 24])],
+                       [vinfo("out", F32, ["n", 32, 24, 24])],
+                       [tensor("W", (rng.standard_normal((32, 64, 3, 3)) * 8).astype(np.float32)),
+                        tensor("s", rng.uniform(0.5, 2, (1, 32, 1, 1)).astype(np.float32))])
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, path)
+    result = onnxfold.optimize(str(path), record_rewrites=True)
+    assert result.report.pattern_hits.get("fuse_mul_into_conv") == 1
+    result.save(str(out))
+    check = onnxfold.compare(str(path), str(out), n=3, evidence=result.evidence)
+    assert check.ok, check.summary()
+    assert check.rewrites is not None and check.rewrites.count("within") == 1
