@@ -83,10 +83,11 @@ def profiles(width: int = WIDE, side: int = IMAGE_SIZE) -> tuple[Profile, Profil
 
 def longer(width: int) -> tuple[Profile, Profile]:
     """The bindings of a larger guess (a model that cannot run short lengths: an audio
-    model's reflect padding, a detector's downsampling): lengths ``width`` at batch 1, and
-    longer again at batch 2."""
-    return (Profile("prefill", 1, width, width, IMAGE_SIZE),
-            Profile("longer", 2, width + width // 2 + 1, width // 2 + 1, IMAGE_SIZE))
+    model's reflect padding, a detector's downsampling): lengths (and images' sides)
+    ``width`` at batch 1, and longer again at batch 2."""
+    longest = width + width // 2 + 1  # an image's sides follow (a detector's multiples)
+    return (Profile("prefill", 1, width, width, width),
+            Profile("longer", 2, longest, width // 2 + 1, longest))
 
 
 @dataclass(frozen=True)
