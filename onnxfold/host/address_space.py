@@ -27,7 +27,10 @@ from contextlib import contextmanager
 # the budget has left plus this.
 RUN_ALLOWANCE = 64 << 20
 _STATM = "/proc/self/statm"
-_lock = threading.Lock()  # one bound at a time: each restores the limit it found
+# one bound at a time: each restores the limit it found; a bound within a bound on the same
+# thread (a check's cone run bounded, whose fallback bounds an unsized contrib op again) keeps
+# the tighter of the two
+_lock = threading.RLock()
 
 
 def address_space_in_use() -> int | None:

@@ -40,3 +40,29 @@ def test_a_tighter_limit_already_set_is_kept():
         assert resource.getrlimit(resource.RLIMIT_AS)[0] == tight
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_a_bound_within_a_bound_keeps_the_tighter_and_does_not_wait_for_itself():
+    """A check's cone runs bounded, and the fallback it calls bounds an unsized contrib op
+    again on the same thread: that second bound waited for the first forever (ddddocr's
+    recognizer hung its --check). Nested, the tighter holds, and each restores what it found."""
+    import threading
+
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    done = threading.Event()
+
+    def nested() -> None:
+        with address_space.bounded(256 * MiB):
+            outer = resource.getrlimit(resource.RLIMIT_AS)[0]
+            with address_space.bounded(64 * MiB):
+                assert resource.getrlimit(resource.RLIMIT_AS)[0] < outer
+            assert resource.getrlimit(resource.RLIMIT_AS)[0] == outer
+            with address_space.bounded(1 << 40):
+                assert resource.getrlimit(resource.RLIMIT_AS)[0] == outer
+        done.set()
+
+    thread = threading.Thread(target=nested, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert done.is_set(), "a nested bound waited for the outer one"
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
