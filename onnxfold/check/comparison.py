@@ -110,11 +110,12 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         if options.verify is not False and result.folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
             result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                                        progress=tell, catalogue=catalogue)
+                                        progress=tell, catalogue=catalogue,
+                                        libraries=run.libraries)
             result.folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
         if rewrites is not None and result.rewrites is None:
-            result.rewrites = _validated(a, run.label_a, rewrites, reference, catalogue, tell)
+            result.rewrites = _validated(a, run, rewrites, reference, catalogue)
         if not _compare_optimized(result, b, run, reference):
             result.failure = result.failure or unasked
             return result
@@ -143,7 +144,7 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     reference = run.reference(1)
     tell("verifying folds")
     return verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                        progress=tell, catalogue=catalogue)
+                        progress=tell, catalogue=catalogue, libraries=run.libraries)
 
 
 class _Run:
@@ -197,14 +198,14 @@ class _Run:
             memory_room.release()
 
 
-def _validated(a: ModelRef, label_a: str, rewrites: RewriteLog, reference: Reference,
-               catalogue: Catalogue, tell: Callable[[str], None]) -> RewriteValidation:
+def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
+               catalogue: Catalogue) -> RewriteValidation:
     """Every rewrite of ``rewrites`` validated on the reference's input sets."""
-    graph = graph_of(a, label_a)
+    graph = graph_of(a, run.label_a)
     cones = Cones(reinferred(graph), [v for v in graph.graph.inputs
                                       if v.name not in graph.graph.initializers],
-                  catalogue.bitwise)
-    return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, tell)
+                  catalogue.bitwise, run.libraries)
+    return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell)
 
 
 def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,

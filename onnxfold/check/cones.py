@@ -17,7 +17,7 @@ decides how exactly it must match).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -56,7 +56,7 @@ class Cones:
     values of their initializers); ``bitwise``: the catalogue's ops whose folds are bitwise."""
 
     def __init__(self, model: ir.Model, fed: Collection[ir.Value],
-                 bitwise: frozenset[tuple[str, str]]) -> None:
+                 bitwise: frozenset[tuple[str, str]], libraries: Sequence[str] = ()) -> None:
         self.model = model
         graph = model.graph
         self.order = {node: i for i, node in enumerate(graph)}
@@ -69,6 +69,7 @@ class Cones:
                     self.values[out.name] = out
         self.fed = set(fed)
         self.bitwise = bitwise
+        self.libraries = tuple(libraries)  # custom ops the original needs (checked)
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
 
     def cone(self, roots: Iterable[ir.Value]) -> tuple[list[ir.Node], set[ir.Value]]:
@@ -136,7 +137,8 @@ class Cones:
         room = memory_room.run_room()
         with address_space.bounded(room) if room is not None else contextlib.nullcontext():
             arrays = run_nodes(nodes, feeds, sources, opsets, self.model.ir_version, room=room,
-                               stored=[v for v in leaves if v not in self.fed])
+                               stored=[v for v in leaves if v not in self.fed],
+                               libraries=self.libraries)
         return dict(zip(sources, arrays))
 
     def exact(self, source: ir.Value) -> bool:
@@ -161,7 +163,7 @@ class Cones:
             reads = [v for v in node.inputs if v is not None]
             computed = self.run(reads, inputs) if reads else {}
             exact = _in_float64(node, [computed[v] if v is not None else None
-                                       for v in node.inputs], self.model)
+                                       for v in node.inputs], self.model, self.libraries)
         except (FallbackError, MemoryError):
             return None
         if exact is None or exact.shape != folded.shape:
@@ -179,8 +181,8 @@ class Cones:
                 f"onnxruntime {float((ort_error / scale).max()):.3g})")
 
 
-def _in_float64(node: ir.Node, arrays: list[np.ndarray | None], model: ir.Model
-                ) -> np.ndarray | None:
+def _in_float64(node: ir.Node, arrays: list[np.ndarray | None], model: ir.Model,
+                libraries: Sequence[str]) -> np.ndarray | None:
     """``node`` run alone by onnxruntime with its float inputs widened to float64 (None where
     onnxruntime has no float64 kernel for it)."""
     from onnxfold.fold.fallback import run_node_protos
@@ -196,7 +198,7 @@ def _in_float64(node: ir.Node, arrays: list[np.ndarray | None], model: ir.Model
         (result,) = run_node_protos([proto], {}, inputs,
                                     [Wanted(out, onnx_type(np.dtype(np.float64)), None, False,
                                             False)],
-                                    dict(model.opset_imports), model.ir_version)
+                                    dict(model.opset_imports), model.ir_version, libraries)
     except FallbackError:
         return None
     return np.asarray(result, np.float64)

@@ -79,7 +79,8 @@ class _Target:
     source: ir.Value  # the original's value
     folded: ir.Value  # the optimized model's initializer
     via: str
-    runs: str  # "once", "bindings" or "inputs" (see _verify_batch)
+    runs: str  # "once", "bindings" or "inputs" (see _judged)
+    shaped: bool = False  # input values reach it only through shapes they decide
     derived: list[np.ndarray] = field(default_factory=list)  # one per run
 
 
@@ -88,7 +89,8 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
                  inputs: Sequence[Mapping[str, np.ndarray]] = (),
                  batch_bytes: int = BATCH_BYTES,
                  progress: Callable[[str], None] | None = None,
-                 catalogue: Catalogue | None = None) -> FoldVerification:
+                 catalogue: Catalogue | None = None,
+                 libraries: Sequence[str] = ()) -> FoldVerification:
     """Re-derive every initializer of ``optimized`` that ``original`` does not hold as it is
     (see module).
 
@@ -97,7 +99,8 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     sets (a rewrite's constant whose original reads input values is compared on each). Without
     them, what needs them is said not verifiable. Raises InputError when a model cannot be
     read. ``catalogue``: whose op facts say which folds are bitwise and whose shape steps
-    show values constant over the dims (None: the installed rules).
+    show values constant over the dims (None: the installed rules); ``libraries``: the
+    custom-op libraries the original needs (checked: ``runtime.custom_ops``).
     """
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
@@ -106,7 +109,8 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     _pin(graph_a, graph_b)
     reinferred(graph_a)
     fed = _fed(graph_a, graph_b)
-    verifier = _Verifier(graph_a, graph_b, fed, catalogue, list(bindings), list(inputs))
+    verifier = _Verifier(graph_a, graph_b, fed, catalogue, list(bindings), list(inputs),
+                         libraries)
     result = FoldVerification(label_a, label_b,
                               bindings=[{k: list(v) for k, v in b.items()} for b in bindings])
     targets: list[_Target] = []
@@ -195,9 +199,9 @@ class _Verifier:
 
     def __init__(self, original: ir.Model, optimized: ir.Model, fed: list[ir.Value],
                  catalogue: Catalogue, bindings: list[Mapping[str, Sequence[int]]],
-                 inputs: list[Mapping[str, np.ndarray]]) -> None:
+                 inputs: list[Mapping[str, np.ndarray]], libraries: Sequence[str]) -> None:
         self.original, self.optimized = original, optimized
-        self.cones = Cones(original, fed, catalogue.bitwise)
+        self.cones = Cones(original, fed, catalogue.bitwise, libraries)
         self.reads = InputReads(original, fed)
         self.proof = DimProof(original, fed, catalogue.shape_steps)
         self.dynamic = 0  # the fed inputs with a dynamic dim, as a bitmask of InputReads
@@ -259,9 +263,9 @@ class _Verifier:
         if why is not None:
             return verdict_of(folded, UNVERIFIABLE, via=via, reason=why)
         reads = self.reads.of(source)
-        if reads.values:
-            names = ", ".join(self.reads.names(reads.values))
-            node = self.reads.reader(source, reads.values)
+        if reads.values_direct:
+            names = ", ".join(self.reads.names(reads.values_direct))
+            node = self.reads.reader(source, reads.values_direct)
             where = f" (through {node.op_type} node {node.name})" if node is not None else ""
             if via == "original":
                 return verdict_of(folded, DIFFERS, via=via, reason=(
@@ -272,6 +276,12 @@ class _Verifier:
                     "a rewrite's constant whose original reads input values; compare and "
                     "--check compare it on their input sets"))
             return _Target(source, folded, via, "inputs")
+        if reads.values:  # input values reach it only through shapes they decide
+            if not self.inputs:
+                return verdict_of(folded, UNVERIFIABLE, via=via, reason=(
+                    "its original reads a shape the input values decide; compare and --check "
+                    "compare it on their input sets"))
+            return _Target(source, folded, via, "inputs", shaped=True)
         runs = "bindings" if reads.shapes & self.dynamic else "once"
         return _Target(source, folded, via, runs)
 
@@ -335,6 +345,12 @@ class _Verifier:
             verdict.state, verdict.reason = SAMPLED, (
                 f"its original reads the dynamic dims of {names} in a way the symbolic dims do "
                 f"not show constant; equal at each of the {len(runs)} bindings run")
+        elif target.shaped and self.proof.proved(target.source):
+            verdict.dims = PROVED  # the shape it reads is static where it reads it
+        elif target.shaped:
+            verdict.state, verdict.reason = SAMPLED, (
+                "its original reads a shape the input values decide, in a way the symbolic "
+                f"dims do not show constant; equal on each of the {len(runs)} input sets")
         else:
             verdict.state, verdict.reason = SAMPLED, (
                 "a rewrite's constant whose original reads input values; equal on each of "
@@ -356,7 +372,8 @@ class _Verifier:
         """Each of ``targets`` (made by a rewrite) against its recipe re-run in onnxruntime."""
         self._prefetch({leaf.name for _, recipe in targets for leaf in recipe.leaves
                         if leaf.constant})
-        runner = RecipeRunner(self.original, self.optimized, self._computed, self._shape_of)
+        runner = RecipeRunner(self.original, self.optimized, self._computed, self._shape_of,
+                              self.cones.libraries)
         verdicts = []
         for folded, recipe in targets:
             name = str(folded.name)

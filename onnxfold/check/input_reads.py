@@ -4,9 +4,12 @@ shapes (their dims).
 A fold computes a value once, for every input the model will be given: it is right only if the
 value does not depend on the inputs' values, and depends on their dims only where they are
 static (or where it is shown constant over them). This follows every value of the main graph
-from its inputs, in graph order, with four sets of inputs each (bitmasks):
+from its inputs, in graph order, with five sets of inputs each (bitmasks):
 
-- ``values_of_values``: inputs whose values reach the value's values;
+- ``values_direct``: inputs whose values reach the value's values as values (a fold of it
+  baked them);
+- ``values_via_shapes``: inputs whose values reach its values only through a shape (``Shape``
+  of a tokenizer's output: data-dependent, yet often read only at a static axis);
 - ``values_of_shape``: inputs whose values reach its shape (a Reshape to a shape read from an
   input's values, a NonZero);
 - ``shapes_of_values``: inputs whose shapes reach its values (``Shape(x)``, a broadcast);
@@ -58,17 +61,18 @@ SHAPE_FROM_VALUES: dict[str, tuple[int, ...] | str] = {
 
 @dataclass(frozen=True)
 class Reads:
-    """The four sets of a value (bitmasks of graph inputs, see module)."""
+    """The sets of a value (bitmasks of graph inputs, see module)."""
 
-    values_of_values: int = 0
+    values_direct: int = 0  # inputs whose values reach its values as values
+    values_via_shapes: int = 0  # ... through a shape (a Shape of a value they decide)
     values_of_shape: int = 0
     shapes_of_values: int = 0
     shapes_of_shape: int = 0
 
     @property
     def values(self) -> int:
-        """Inputs whose values reach this value (its values or its shape)."""
-        return self.values_of_values | self.values_of_shape
+        """Inputs whose values reach this value (its values or its shape), by any path."""
+        return self.values_direct | self.values_via_shapes | self.values_of_shape
 
     @property
     def shapes(self) -> int:
@@ -91,7 +95,7 @@ class InputReads:
         self.where: dict[tuple[ir.Value, int], ir.Node] = {}  # (value, input bit) -> reader
         for value in self.inputs:
             bit = self._bit[value]
-            self.reads[value] = Reads(bit, 0, 0, bit)
+            self.reads[value] = Reads(values_direct=bit, shapes_of_shape=bit)
         for node in model.graph:
             self._visit(node)
 
@@ -116,7 +120,7 @@ class InputReads:
     def _visit(self, node: ir.Node) -> None:
         default = node.domain in ("", "ai.onnx")
         by_values = SHAPE_FROM_VALUES.get(node.op_type, ()) if default else "*"
-        values = values_shape = shapes = shapes_shape = 0
+        direct = via = values_shape = shapes = shapes_shape = 0
         reads = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
         reads += [(-1, v) for v in captured_values(node)]  # an outer value a subgraph reads
         found: dict[int, ir.Node] = {}
@@ -125,22 +129,23 @@ class InputReads:
                 continue
             r = self.of(value)
             if default and (node.op_type, i) in SHAPE_ONLY_READS:
-                values |= r.values_of_shape  # its shape, with what decides it
+                via |= r.values_of_shape  # its shape, with what decides it
                 shapes |= r.shapes_of_shape
             else:
-                values |= r.values_of_values | r.values_of_shape
+                direct |= r.values_direct
+                via |= r.values_via_shapes | r.values_of_shape  # (a broadcast reads shapes)
                 shapes |= r.shapes_of_values | r.shapes_of_shape
-                for bit in _bits(r.values_of_values):  # where an input's values are read
+                for bit in _bits(r.values_direct):  # where an input's values are read
                     found.setdefault(bit, self.where.get((value, bit), node))
             if by_values == "*" or i == -1 or (isinstance(by_values, tuple) and i in by_values):
-                values_shape |= r.values_of_values | r.values_of_shape
+                values_shape |= r.values
                 shapes_shape |= r.shapes_of_values | r.shapes_of_shape
             else:
                 values_shape |= r.values_of_shape
                 shapes_shape |= r.shapes_of_shape
-        if not (values | values_shape | shapes | shapes_shape):
+        if not (direct | via | values_shape | shapes | shapes_shape):
             return
-        result = Reads(values, values_shape, shapes, shapes_shape)
+        result = Reads(direct, via, values_shape, shapes, shapes_shape)
         for out in node.outputs:
             self.reads[out] = result
             for bit, reader in found.items():

@@ -11,7 +11,7 @@ fold's onnxruntime session saw them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,12 +45,14 @@ class RecipeRunner:
 
     def __init__(self, original: ir.Model, optimized: ir.Model,
                  from_original: Callable[[str], Derived | None],
-                 shape_in_original: Callable[[str], tuple[int, ...] | None]) -> None:
+                 shape_in_original: Callable[[str], tuple[int, ...] | None],
+                 libraries: Sequence[str] = ()) -> None:
         self.original, self.optimized = original, optimized
         self.from_original = from_original
         self.shape_in_original = shape_in_original
         self.opsets = {**dict(original.opset_imports), **dict(optimized.opset_imports)}
         self.ir_version = max(original.ir_version, optimized.ir_version)
+        self.libraries = tuple(libraries)
 
     def derive(self, name: str, recipe: Recipe) -> Derived:
         """The array ``recipe`` computes for the optimized model's initializer ``name``
@@ -75,7 +77,7 @@ class RecipeRunner:
             inputs[n] = handed.pop(n)
         try:
             (array,) = run_node_protos(recipe.nodes, handed, inputs, [self._wanted(name)],
-                                       self.opsets, self.ir_version)
+                                       self.opsets, self.ir_version, self.libraries)
         except FallbackError as e:
             raise Unresolved(f"onnxruntime cannot run its recipe: {str(e)[:160]}") from None
         return Derived(array, sampled)

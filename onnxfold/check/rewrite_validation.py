@@ -117,14 +117,12 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
         else:
             runnable.append(record)
             verdicts[id(record)] = RewriteVerdict(record.rule, record.node, BITWISE)
-    opsets = dict(cones.model.opset_imports)
     for k, feeds in enumerate(inputs):
         tell(f"validating rewrites {k + 1}/{len(inputs)}")
-        leaves = _Leaves(cones, feeds)
+        windows = _Windows(_Leaves(cones, feeds), cones, bitwise, verdicts, k)
         for start in range(0, len(runnable), BATCH_RECORDS):
-            batch = [r for r in runnable[start:start + BATCH_RECORDS]
-                     if verdicts[id(r)].state in (BITWISE, WITHIN)]
-            _run_batch(batch, leaves, opsets, cones.model.ir_version, bitwise, verdicts, k)
+            windows.judge([r for r in runnable[start:start + BATCH_RECORDS]
+                           if verdicts[id(r)].state in (BITWISE, WITHIN)])
     result.rewrites = [verdicts[id(r)] for r in log.records]
     return result
 
@@ -172,104 +170,99 @@ class _Leaves:
         return {**self._computed(values[:half]), **self._computed(values[half:])}
 
 
-def _run_batch(batch: list[RewriteRecord], leaves: _Leaves, opsets: dict[str, int],
-               ir_version: int, bitwise: frozenset[tuple[str, str]],
-               verdicts: dict[int, RewriteVerdict], k: int) -> None:
-    """Run the windows of ``batch`` on input set ``k`` and judge them (a failing batch is
-    run record by record)."""
-    if not batch:
-        return
-    needed = {o for r in batch for w in (r.before, r.after) if w is not None
-              for o in w.originals.values()}
-    leaves.prepare(needed)
-    runnable = []
-    for record in batch:
-        assert record.before is not None and record.after is not None
-        absent = [o for w in (record.before, record.after) for o in w.originals.values()
-                  if leaves.arrays.get(o) is None]
-        if absent:
-            verdicts[id(record)].state = UNVALIDATED
-            verdicts[id(record)].reason = "the original cannot compute a value it reads alone"
-        else:
-            runnable.append(record)
-    if not runnable:
-        return
-    try:
-        results = _run(runnable, leaves, opsets, ir_version)
-    except FallbackError:
-        if len(runnable) > 1:
-            for record in runnable:
-                _run_batch([record], leaves, opsets, ir_version, bitwise, verdicts, k)
+class _Windows:
+    """Runs records' windows on one input set (``k``) and judges them into ``verdicts``."""
+
+    def __init__(self, leaves: _Leaves, cones: Cones, bitwise: frozenset[tuple[str, str]],
+                 verdicts: dict[int, RewriteVerdict], k: int) -> None:
+        self.leaves, self.bitwise, self.verdicts, self.k = leaves, bitwise, verdicts, k
+        self.opsets = dict(cones.model.opset_imports)
+        self.ir_version, self.libraries = cones.model.ir_version, cones.libraries
+
+    def judge(self, batch: list[RewriteRecord]) -> None:
+        """Run the windows of ``batch`` and judge them (a failing batch is run record by
+        record)."""
+        if not batch:
             return
-        _alone(runnable[0], leaves, opsets, ir_version, verdicts)
-        return
-    for index, record in enumerate(runnable):
-        _judge(record, results[index], bitwise, verdicts[id(record)], k)
+        leaves = self.leaves
+        leaves.prepare({o for r in batch for w in (r.before, r.after) if w is not None
+                        for o in w.originals.values()})
+        runnable = []
+        for record in batch:
+            assert record.before is not None and record.after is not None
+            if any(leaves.arrays.get(o) is None for w in (record.before, record.after)
+                   for o in w.originals.values()):
+                verdict = self.verdicts[id(record)]
+                verdict.state = UNVALIDATED
+                verdict.reason = "the original cannot compute a value it reads alone"
+            else:
+                runnable.append(record)
+        if not runnable:
+            return
+        try:
+            results = self._pairs(runnable)
+        except FallbackError:
+            if len(runnable) > 1:
+                for record in runnable:
+                    self.judge([record])
+            else:
+                self._alone(runnable[0])
+            return
+        for record, pairs in zip(runnable, results):
+            _judge(record, pairs, self.bitwise, self.verdicts[id(record)], self.k)
 
-
-def _alone(record: RewriteRecord, leaves: _Leaves, opsets: dict[str, int], ir_version: int,
-           verdicts: dict[int, RewriteVerdict]) -> None:
-    """A record whose session failed: its replaced window alone, to tell whose failure it
-    is (the replacement's, where the window it replaced runs)."""
-    verdict = verdicts[id(record)]
-    assert record.before is not None and record.after is not None
-    try:
-        _run_windows([(record.before, "b")], leaves, opsets, ir_version)
-    except FallbackError as e:
-        verdict.state = UNVALIDATED
-        verdict.reason = f"onnxruntime cannot run the window it replaced alone: {str(e)[:120]}"
-        return
-    try:
-        _run_windows([(record.after, "a")], leaves, opsets, ir_version)
-    except FallbackError as e:
-        verdict.state = DIFFERS
-        verdict.reason = (f"onnxruntime cannot run the replacement where the window it "
-                          f"replaced runs: {str(e)[:160]}")
-
-
-def _run(records: list[RewriteRecord], leaves: _Leaves, opsets: dict[str, int],
-         ir_version: int) -> list[list[tuple[np.ndarray, np.ndarray]]]:
-    """Both windows of each record in one session: per record, (replaced, replacement) per
-    output pair."""
-    windows = [(w, f"r{i}/{side}") for i, r in enumerate(records)
-               for w, side in ((r.before, "b"), (r.after, "a")) if w is not None]
-    arrays = _run_windows(windows, leaves, opsets, ir_version)
-    found = []
-    for i, record in enumerate(records):
+    def _alone(self, record: RewriteRecord) -> None:
+        """A record whose session failed: its replaced window alone, to tell whose failure
+        it is (the replacement's, where the window it replaced runs)."""
+        verdict = self.verdicts[id(record)]
         assert record.before is not None and record.after is not None
-        befores = arrays[f"r{i}/b"]
-        afters = arrays[f"r{i}/a"]
-        found.append(list(zip(befores, afters)))
-    return found
+        try:
+            self._run([(record.before, "b")])
+        except FallbackError as e:
+            verdict.state = UNVALIDATED
+            verdict.reason = f"onnxruntime cannot run the window it replaced alone: " \
+                f"{str(e)[:120]}"
+            return
+        try:
+            self._run([(record.after, "a")])
+        except FallbackError as e:
+            verdict.state = DIFFERS
+            verdict.reason = (f"onnxruntime cannot run the replacement where the window it "
+                              f"replaced runs: {str(e)[:160]}")
 
+    def _pairs(self, records: list[RewriteRecord]
+               ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+        """Both windows of each record in one session: per record, (replaced, replacement)
+        per output pair."""
+        arrays = self._run([(w, f"r{i}/{side}") for i, r in enumerate(records)
+                            for w, side in ((r.before, "b"), (r.after, "a")) if w is not None])
+        return [list(zip(arrays[f"r{i}/b"], arrays[f"r{i}/a"])) for i in range(len(records))]
 
-def _run_windows(windows: list[tuple[Window, str]], leaves: _Leaves, opsets: dict[str, int],
-                 ir_version: int) -> dict[str, list[np.ndarray]]:
-    """Run ``windows`` (each under its prefix) in one session; each prefix's outputs."""
-    nodes: list[onnx.NodeProto] = []
-    handed: dict[str, np.ndarray] = {}
-    inputs: dict[str, np.ndarray] = {}
-    wanted: list[Wanted] = []
-    outputs: dict[str, list[str]] = {}
-    for window, prefix in windows:
-        internal = {o for n in window.nodes for o in n.output if o}
-        nodes.extend(_renamed(node, internal, prefix, window) for node in window.nodes)
-        for read, original in window.originals.items():
-            key = f"{prefix}:{read}"
-            inputs[key] = leaves.arrays[original]  # type: ignore[assignment]  # prepared
-        for name, array in window.constants.items():
-            handed[f"{prefix}:{name}"] = array
-        names = []
-        for j, out in enumerate(window.outputs):
-            source = f"{prefix}/{out}" if out in internal else f"{prefix}:{out}"
-            target = f"{prefix}#out{j}"
-            nodes.append(onnx.helper.make_node("Identity", [source], [target]))
-            names.append(target)
-            wanted.append(Wanted(target, None, None, False, False))
-        outputs[prefix] = names
-    arrays = run_node_protos(nodes, {}, {**inputs, **handed}, wanted, opsets, ir_version)
-    by_name = {w.name: a for w, a in zip(wanted, arrays)}
-    return {prefix: [by_name[n] for n in names] for prefix, names in outputs.items()}
+    def _run(self, windows: list[tuple[Window, str]]) -> dict[str, list[np.ndarray]]:
+        """Run ``windows`` (each under its prefix) in one session; each prefix's outputs."""
+        nodes: list[onnx.NodeProto] = []
+        inputs: dict[str, np.ndarray] = {}
+        wanted: list[Wanted] = []
+        outputs: dict[str, list[str]] = {}
+        for window, prefix in windows:
+            internal = {o for n in window.nodes for o in n.output if o}
+            nodes.extend(_renamed(node, internal, prefix, window) for node in window.nodes)
+            for read, original in window.originals.items():
+                inputs[f"{prefix}:{read}"] = self.leaves.arrays[original]  # type: ignore[assignment]
+            for name, array in window.constants.items():
+                inputs[f"{prefix}:{name}"] = array
+            names = []
+            for j, out in enumerate(window.outputs):
+                source = f"{prefix}/{out}" if out in internal else f"{prefix}:{out}"
+                target = f"{prefix}#out{j}"
+                nodes.append(onnx.helper.make_node("Identity", [source], [target]))
+                names.append(target)
+                wanted.append(Wanted(target, None, None, False, False))
+            outputs[prefix] = names
+        arrays = run_node_protos(nodes, {}, inputs, wanted, self.opsets, self.ir_version,
+                                 self.libraries)
+        by_name = {w.name: a for w, a in zip(wanted, arrays)}
+        return {prefix: [by_name[n] for n in names] for prefix, names in outputs.items()}
 
 
 def _renamed(node: onnx.NodeProto, internal: set[str], prefix: str, window: Window

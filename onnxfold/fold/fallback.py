@@ -108,8 +108,10 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
 def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
               wanted: Sequence[ir.Value], opsets: dict[str, int], ir_version: int,
               timeout: float | None = None, room: int | None = None,
-              stored: Collection[ir.Value] = ()) -> list[np.ndarray]:
-    """Run ``nodes`` in onnxruntime on ``feeds``; return the arrays of ``wanted``.
+              stored: Collection[ir.Value] = (), libraries: Sequence[str] = ()
+              ) -> list[np.ndarray]:
+    """Run ``nodes`` in onnxruntime on ``feeds``; return the arrays of ``wanted``
+    (``libraries``: custom-op libraries onnxruntime loads first, for a check's cones).
 
     ``stored`` feeds are initializers of the batch model (see the module docstring), the
     others inputs, except small ones that no prepacking kernel reads (embedded: onnxruntime's
@@ -135,12 +137,13 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
         with contextlib.suppress(ChildUnavailable):  # then here, stopped between kernels
             return run_in_child(model.SerializeToString(), handed_arrays, inputs, outputs,
                                 room, contrib, timeout)
-    return _run_here(model, handed_arrays, inputs, outputs, room, contrib, timeout)
+    return _run_here(model, handed_arrays, inputs, outputs, room, contrib, timeout, libraries)
 
 
 def run_node_protos(nodes: Sequence[onnx.NodeProto], handed: dict[str, np.ndarray],
                     inputs: dict[str, np.ndarray], outputs: Sequence[Wanted],
-                    opsets: dict[str, int], ir_version: int) -> list[np.ndarray]:
+                    opsets: dict[str, int], ir_version: int,
+                    libraries: Sequence[str] = ()) -> list[np.ndarray]:
     """Run serialized ``nodes`` as one session, as :func:`run_nodes` runs a batch: ``handed``
     arrays as initializers (prepacked where the original's were), ``inputs`` as inputs.
     Raises FallbackError when onnxruntime cannot."""
@@ -159,7 +162,7 @@ def run_node_protos(nodes: Sequence[onnx.NodeProto], handed: dict[str, np.ndarra
         graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
     model.ir_version = max(ir_version, 7)
     contrib = any(n.domain not in ("", "ai.onnx") for n in nodes)
-    return _run_here(model, handed, inputs, outputs, None, contrib, None)
+    return _run_here(model, handed, inputs, outputs, None, contrib, None, libraries)
 
 
 def _to_child(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
@@ -204,11 +207,14 @@ def _batch_model(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
 
 def _run_here(model: onnx.ModelProto, handed: dict[str, np.ndarray],
               inputs: dict[str, np.ndarray], outputs: Sequence[Wanted], room: int | None,
-              contrib: bool, timeout: float | None) -> list[np.ndarray]:
+              contrib: bool, timeout: float | None, libraries: Sequence[str] = ()
+              ) -> list[np.ndarray]:
     """Run the batch ``model`` in this process, stopped (between kernels) after ``timeout``."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    for library in libraries:  # a check's custom ops (checked by the caller; the fold has none)
+        options.register_custom_ops_library(library)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
     handed_values = [to_ort(a) for a in handed.values()]  # alive as long as the session

@@ -76,9 +76,12 @@ def first_line(e: Exception) -> str:
 
 
 def to_ort(arr: np.ndarray):
-    """``arr`` as an OrtValue (without a copy where onnxruntime allows it)."""
+    """``arr`` as an OrtValue (without a copy where onnxruntime allows it); a string array as
+    it is (onnxruntime makes no OrtValue of one: :func:`run_session` feeds it as an array)."""
     import onnxruntime as ort
 
+    if arr.dtype.kind in "OSU":
+        return np.asarray(arr, dtype=object)
 
     if is_raw_dtype(arr.dtype):
         raw = raw_bits(c_contiguous(arr))
@@ -97,9 +100,12 @@ def run_session(session, feed: dict, outputs: Sequence[Wanted], run_options,
     onnxruntime's own errors propagate.
     """
     sized = room is None or check_declared_sizes(session, outputs, room, contrib)
+    names = [w.name for w in outputs]
+    if any(isinstance(v, np.ndarray) for v in feed.values()):  # strings: a plain run
+        plain = {k: v if isinstance(v, np.ndarray) else v.numpy() for k, v in feed.items()}
+        return [np.asarray(a) for a in session.run(names, plain, run_options)]
     if any(w.raw_only for w in outputs):
         return _run_into_buffers(session, feed, outputs, run_options)
-    names = [w.name for w in outputs]
     if sized:
         results = session.run_with_ort_values(names, feed, run_options)
     else:
