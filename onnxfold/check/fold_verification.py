@@ -237,6 +237,13 @@ class _Verifier:
                 and _same(source.const_value, tensor):
             return None
         standing = props.get(provenance.STANDS_FOR)
+        if provenance.REWIRED in props:  # its name no longer names the original's value
+            recipe = saved_recipes.decode(props.get(provenance.RECIPE, ""))
+            return recipe if recipe is not None else verdict_of(
+                folded, UNVERIFIABLE, via="recipe", reason=(
+                    f"computed by nodes {props[provenance.REWIRED]} rewired, and no recipe "
+                    "was saved (its cone was too large); only the comparison on inputs "
+                    "covers it"))
         if source is not None and source.producer() is not None:
             return self._target(source, folded, "original")
         if standing is not None and standing in self.cones.values:

@@ -77,6 +77,9 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
                     tensor.metadata_props[provenance.ROUNDING] = "numpy"
                 if standing is not None:
                     tensor.metadata_props[provenance.STANDS_FOR] = standing
+                if provenance.rewired(value):
+                    tensor.metadata_props[provenance.REWIRED] = str(value.meta[
+                        provenance.REWIRED])
                 if recipe is not None:
                     tensor.metadata_props[provenance.RECIPE] = encode(recipe)
             done.stored += 1

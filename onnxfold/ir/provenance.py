@@ -17,6 +17,10 @@ Every key starts with ``onnxfold.``. On a tensor (``metadata_props``, saved with
 - :data:`MADE_BY`: on a constant a rewrite built, the rule (a parameter of its replacement:
   merged axes, split sizes); in memory (``Value.meta``) on every value a rewrite built, so that
   the fold keeps a recipe for each one it stores.
+- :data:`REWIRED`: a value that keeps its name while a rewrite changed what computes it (a kept
+  node rewired to other inputs: an elementwise chain moved between Reshapes computes the
+  flattened values): its name no longer means the original's value of that name. On the value
+  in memory, and on its tensor where the fold stores it (then judged by its recipe).
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ ROUNDING = "onnxfold.rounding"
 STANDS_FOR = "onnxfold.stands_for"
 RECIPE = "onnxfold.recipe"
 MADE_BY = "onnxfold.made_by"
+REWIRED = "onnxfold.rewired"
 
-TENSOR_KEYS = (FOLDED_FROM, ROUNDING, STANDS_FOR, RECIPE, MADE_BY)
+TENSOR_KEYS = (FOLDED_FROM, ROUNDING, STANDS_FOR, RECIPE, MADE_BY, REWIRED)
 
 
 def stands_for(value: ir.Value) -> str | None:
@@ -40,6 +45,18 @@ def stands_for(value: ir.Value) -> str | None:
         return tensor.metadata_props[STANDS_FOR]
     found = value.meta.get(STANDS_FOR)
     return found if isinstance(found, str) else None
+
+
+def rewired(value: ir.Value) -> bool:
+    """Whether a rewrite changed what computes ``value`` while it kept its name."""
+    return REWIRED in value.meta
+
+
+def mark_rewired(value: ir.Value, rule: str) -> None:
+    """Record that ``rule`` rewired the node computing ``value`` (it keeps its name)."""
+    value.meta[REWIRED] = rule
+    value.meta[MADE_BY] = rule
+    value.meta.pop(STANDS_FOR, None)
 
 
 def mark_replacement(old: ir.Value, new: ir.Value, rule: str) -> None:

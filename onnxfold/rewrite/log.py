@@ -88,17 +88,23 @@ class RewriteLog:
         names.update(str(v.name) for node in graph for v in node.outputs if v.name)
         return cls(graph, names)
 
-    def before(self, rule: str, root: ir.Node, result: Replaced, built: Sequence[Built]
-               ) -> _Pending:
-        """Record what ``rule``'s rewrite at ``root`` replaces, before it is put in."""
+    def before(self, rule: str, root: ir.Node, result: Replaced, built: Sequence[Built],
+               matched: Collection[ir.Node] = ()) -> _Pending:
+        """Record what ``rule``'s rewrite at ``root`` replaces, before it is put in;
+        ``matched``: the nodes of its match."""
         graph = root.graph
         assert graph is not None
         replacement = as_replacement(result, root)
         record = RewriteRecord(rule, root.name or root.op_type)
         self.records.append(record)
         replaced = list(replacement.values)
+        inside = set(replacement.inputs) | set(matched)
+        # a rewired node's output is compared where something outside the rewrite reads it
+        # (or the graph returns it): inside it, what it computes may change (flattened by an
+        # elementwise chain moved between Reshapes) as long as what leaves it does not
         replaced += [out for node in replacement.inputs for out in node.outputs
-                     if out not in replacement.values]
+                     if out not in replacement.values and (
+                         out in graph.outputs or any(u.node not in inside for u in out.uses()))]
         built_values = {out for item in built if isinstance(item, BuiltNode)
                         for out in item.node.outputs}
         pending = _Pending(record, [replacement.values.get(v, v) for v in replaced], graph,
@@ -171,6 +177,8 @@ class RewriteLog:
     def _original_of(self, value: ir.Value) -> str | None:
         """The original's value that ``value`` is: the one of its name, or the one a
         rewrite's value stands for (None: the original computes no such value)."""
+        if provenance.rewired(value):
+            return None  # its name no longer means the original's value of that name
         if value.name in self.original:
             return str(value.name)
         standing = provenance.stands_for(value)

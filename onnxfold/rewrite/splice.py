@@ -58,7 +58,7 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
     rewrite it is (the values it built say so, ``onnxfold.ir.provenance``)."""
     replacement = as_replacement(result, root)
     _type_like_replaced(replacement.values, built)
-    _mark_built(replacement.values, built, rule)
+    _mark_built(replacement, built, rule)
     readers = frozenset(use.node for old in replacement.values for use in old.uses())
     kept = set(replacement.inputs)
     producers = [p for old in replacement.values if (p := old.producer()) is not None]
@@ -99,11 +99,16 @@ def as_replacement(result: Replaced, root: ir.Node) -> Replacement:
     return Replacement(values=dict(zip(root.outputs, result)))
 
 
-def _mark_built(values: Mapping[ir.Value, ir.Value], built: Sequence[Built], rule: str
-                ) -> None:
+def _mark_built(replacement: Replacement, built: Sequence[Built], rule: str) -> None:
     """Every value the rewrite built says so, and each that replaces a value stands for it
     (``provenance.mark_replacement``): the fold keeps a recipe for what it stores of them,
-    and a check compares a replacement with the value of the original it stands for."""
+    and a check compares a replacement with the value of the original it stands for. The
+    outputs of kept nodes it rewires keep their names but not their meaning: marked too."""
+    values = replacement.values
+    for node in replacement.inputs:
+        for out in node.outputs:
+            if out not in values:
+                provenance.mark_rewired(out, rule)
     made = [item.value for item in built if isinstance(item, BuiltConstant)] + \
         [out for item in built if isinstance(item, BuiltNode) for out in item.node.outputs]
     for value in made:

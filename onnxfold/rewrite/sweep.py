@@ -184,8 +184,8 @@ class Sweep:
         builder = OpBuilder(state.fresh, node.outputs[0].name if node.outputs else None,
                             state.view.opset())
         result = call_with(rule.rewrite, rule.rewrite_names, builder, found)
-        pending = state.log.before(rule.name, node, result, builder.built) \
-            if state.log is not None else None
+        pending = state.log.before(rule.name, node, result, builder.built,
+                                   nodes_of(found.values())) if state.log is not None else None
         spliced = splice(state.graph, state.model, node, builder.built, result,
                          nodes_of(found.values()), state.constant, state.facts, state.fresh,
                          rule.name)

@@ -101,3 +101,42 @@ def test_a_folded_factor_in_a_convolution_is_no_failure_where_its_sums_cancel(tm
     check = onnxfold.compare(str(path), str(out), n=3, evidence=result.evidence)
     assert check.ok, check.summary()
     assert check.rewrites is not None and check.rewrites.count("within") == 1
+
+
+def test_a_chain_moved_between_reshapes_keeps_no_claim_on_its_names(tmp_path):
+    """GPT-2's MLP: ``Reshape(gelu(Reshape(h, [b, s, 128])), [-1, 128])``. The rewrite that
+    moves the elementwise chain onto the flat values rewires its nodes: their outputs keep
+    their names but hold [b*s, 128] now. A later rewrite's window read them by name as the
+    original's [b, s, 128] values: the clean check of GPT-2's dynamo export failed
+    (``drop_noop at node_view_13: the replacement computes float32[1, 16, 128] where the
+    window it replaced computes float32[16, 128]``)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Reshape", ["x", "flat"], ["x2"]),
+             helper.make_node("MatMul", ["x2", "W"], ["h"]),
+             helper.make_node("Slice", ["s", "zero", "two"], ["bs"]),
+             helper.make_node("Concat", ["bs", "width"], ["target"], axis=0),
+             helper.make_node("Reshape", ["h", "target"], ["h3"]),
+             helper.make_node("Mul", ["h3", "half"], ["m"]),
+             helper.make_node("Tanh", ["h3"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["t1"]),
+             helper.make_node("Mul", ["m", "t1"], ["g"]),
+             helper.make_node("Reshape", ["g", "flat"], ["g2"]),
+             helper.make_node("MatMul", ["g2", "W"], ["out"])]
+    model = make_model(nodes, [vinfo("x", F32, ["b", "s", 8])], [vinfo("out", F32, ["n", 8])],
+                       [tensor("flat", np.array([-1, 8], np.int64)),
+                        tensor("W", rng.standard_normal((8, 8)).astype(np.float32)),
+                        tensor("zero", np.array([0], np.int64)),
+                        tensor("two", np.array([2], np.int64)),
+                        tensor("width", np.array([8], np.int64)),
+                        tensor("half", np.array(0.5, np.float32)),
+                        tensor("one", np.array(1.0, np.float32))])
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, path)
+    result = onnxfold.optimize(str(path), record_rewrites=True)
+    assert result.report.pattern_hits.get("elementwise_between_reshapes"), \
+        result.report.pattern_hits
+    result.save(str(out))
+    check = onnxfold.compare(str(path), str(out), n=3, evidence=result.evidence)
+    assert check.ok, check.summary()
+    assert check.rewrites is not None and check.rewrites.count("differs") == 0
