@@ -46,6 +46,17 @@ def _baked(original, out, name: str, array: np.ndarray, claim: dict[str, str]) -
     onnx.save(proto, out)
 
 
+def _rename(path, old: str, new: str) -> None:
+    """The model at ``path`` with its initializer ``old`` (and every read of it) named
+    ``new``."""
+    proto = onnx.load(path)
+    for init in proto.graph.initializer:
+        init.name = new if init.name == old else init.name
+    for node in proto.graph.node:
+        node.input[:] = [new if i == old else i for i in node.input]
+    onnx.save(proto, path)
+
+
 def test_a_fold_that_baked_an_input_s_values_differs_by_name(tmp_path):
     """tt_emb baked at token types 0 (static shapes: the very array the original computes
     when fed zeros): its original reads token_type_ids' values, so it is a wrong fold whatever
@@ -70,12 +81,7 @@ def test_a_renamed_baked_value_is_caught_by_varied_token_types(tmp_path):
     proto = onnx.load(a)
     table = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == "T"))
     _baked(a, b, "tt_emb", table[0].reshape(1, 1, 4), {})
-    renamed = onnx.load(b)
-    for init in renamed.graph.initializer:
-        init.name = "baked" if init.name == "tt_emb" else init.name
-    for node in renamed.graph.node:
-        node.input[:] = ["baked" if i == "tt_emb" else i for i in node.input]
-    onnx.save(renamed, b)
+    _rename(b, "tt_emb", "baked")
     result = onnxfold.compare(str(a), str(b), n=3)
     assert not result.ok and result.failing == ["out"], result.summary()
     assert "random [0, 2) (token types" in result.summary()
@@ -106,13 +112,8 @@ def test_a_fold_that_baked_a_dynamic_dim_differs_at_another_binding(tmp_path, cl
         name = "s"
     else:
         _baked(a, b, "s", baked, {provenance.STANDS_FOR: "s"})
-        proto = onnx.load(b)
-        for init in proto.graph.initializer:
-            init.name = "s__onnxfold1" if init.name == "s" else init.name
-        for node in proto.graph.node:
-            node.input[:] = ["s__onnxfold1" if i == "s" else i for i in node.input]
-        onnx.save(proto, b)
         name = "s__onnxfold1"
+        _rename(b, "s", name)
     result = onnxfold.compare(str(a), str(b), n=1)
     assert not result.ok and f"folded tensor {name}" in result.failing, result.summary()
     verdict = next(t for t in result.folds.tensors if t.name == name)
