@@ -82,6 +82,16 @@ class RuntimeConstantsChanged(OnnxfoldError):
 
 
 @dataclass(frozen=True)
+class _Adapter:
+    """The adapter later calls take their runtime constants from: its arrays and their content
+    key, read and replaced together (a set folded from one adapter's arrays is never kept
+    under another's key)."""
+
+    arrays: Mapping[str, np.ndarray]
+    key: str
+
+
+@dataclass(frozen=True)
 class _Active:
     """The set the last call ran and what its feeds were."""
 
@@ -114,12 +124,11 @@ class Session:
             raise InputError(f"max_sets={max_sets}: at least one folded set is kept")
         self.custom_op_libraries = custom_ops.checked_libraries(custom_op_libraries)
         self._adapter_files = AdapterFiles()
-        self._adapter: dict[str, np.ndarray] | None = None
-        self._adapter_key: str | None = None
+        self._adapter: _Adapter | None = None
         if adapter is not None:
-            self._adapter, self._adapter_key = self._adapter_files.feeds(adapter)
+            self._adapter = _Adapter(*self._adapter_files.feeds(adapter))
         if not runtime_constants and self._adapter is not None:
-            runtime_constants = sorted(self._adapter)
+            runtime_constants = sorted(self._adapter.arrays)
         label = "model" if isinstance(model, onnx.ModelProto | ir.Model) else os.fspath(model)
         if isinstance(model, onnx.ModelProto):
             model = model_from_proto(model)
@@ -215,23 +224,31 @@ class Session:
                              f"{one_line(e, 300)}") from None
 
     # -- sets ------------------------------------------------------------------------------
-    def set_adapter(self, adapter: AdapterSource) -> None:
+    def set_adapter(self, adapter: AdapterSource | None) -> None:
         """Make ``adapter`` (an ``.onnx_adapter`` file or a mapping of arrays) the runtime
-        constants of later calls that do not feed them; its set is made now if new."""
-        feeds, key = self._adapter_files.feeds(adapter)
+        constants of later calls that do not feed them; its set is made now if new. None: no
+        adapter, later calls feed the runtime constants. From several threads, the last
+        ``set_adapter`` to take the Session's lock wins."""
+        if adapter is None:
+            with self._lock:
+                self._adapter = None
+                self._active = None  # its set may be the adapter's: the next call chooses
+            return
+        chosen = _Adapter(*self._adapter_files.feeds(adapter))  # read and hashed unlocked
         with self._lock:
-            self._adapter, self._adapter_key = feeds, key
-        self._select({})
+            self._adapter = chosen
+            self._select_locked({}, started=time.perf_counter())
 
-    def _constants(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The runtime-constant arrays of a call: its own, else the adapter's."""
+    def _constants(self, input_feed: Mapping[str, Any], adapter: _Adapter | None
+                   ) -> dict[str, np.ndarray]:
+        """The runtime-constant arrays of a call: its own, else ``adapter``'s."""
         found: dict[str, np.ndarray] = {}
         missing = []
         for name in self.runtime_constants:
             if name in input_feed:
                 found[name] = runtime_constant(name, input_feed[name])
-            elif self._adapter is not None and name in self._adapter:
-                found[name] = self._adapter[name]
+            elif adapter is not None and name in adapter.arrays:
+                found[name] = adapter.arrays[name]
             else:
                 missing.append(name)
         if missing:
@@ -241,27 +258,34 @@ class Session:
     def _select(self, input_feed: Mapping[str, Any]) -> _Active:
         """Make the set of this call's runtime constants the active one (folded if new)."""
         started = time.perf_counter()
-        constants = self._constants(input_feed)
         with self._lock:
             active = self._active
             if active is not None and active.watch.same(input_feed):
                 return active  # another thread switched meanwhile
-            given = {n: constants[n] for n in self.runtime_constants if n in input_feed}
-            whole = self._adapter is not None and set(self._adapter) == self._constant_names
-            key = self._adapter_key if not given and whole and self._adapter_key else \
-                content_key(constants)
-            if self.check == "refuse" and active is not None and key != active.folded.key:
-                raise RuntimeConstantsChanged(
-                    "runtime-constant inputs changed since the fold (check='refuse')")
-            folded = self._sets.get(key)
-            if folded is None:
-                folded = self._make(constants, key)
-            active = _Active(folded, FeedWatch(given, self.check, key))
-            if self._active is None or self._active.folded is not folded:
-                self.switches += 1
-            self._active = active
-            self.switch_seconds = time.perf_counter() - started
-            return active
+            return self._select_locked(input_feed, started)
+
+    def _select_locked(self, input_feed: Mapping[str, Any], started: float) -> _Active:
+        """:meth:`_select` under the lock: the adapter, its arrays and its key are read once,
+        together, so the set made is kept under the key of the arrays it was folded from."""
+        adapter = self._adapter
+        constants = self._constants(input_feed, adapter)
+        given = {n: constants[n] for n in self.runtime_constants if n in input_feed}
+        whole = adapter is not None and set(adapter.arrays) == self._constant_names
+        key = adapter.key if not given and whole and adapter is not None else \
+            content_key(constants)
+        active = self._active
+        if self.check == "refuse" and active is not None and key != active.folded.key:
+            raise RuntimeConstantsChanged(
+                "runtime-constant inputs changed since the fold (check='refuse')")
+        folded = self._sets.get(key)
+        if folded is None:
+            folded = self._make(constants, key)
+        chosen = _Active(folded, FeedWatch(given, self.check, key))
+        if self._active is None or self._active.folded is not folded:
+            self.switches += 1
+        self._active = chosen
+        self.switch_seconds = time.perf_counter() - started
+        return chosen
 
     def _make(self, constants: dict[str, np.ndarray], key: str) -> FoldedSet:
         """Fold ``constants`` (or read them from the disk cache), open their entry session and
@@ -313,12 +337,14 @@ class Session:
     @property
     def folded_keys(self) -> list[str]:
         """The content keys of the kept sets, least recently used first."""
-        return self._sets.keys()
+        with self._lock:
+            return self._sets.keys()
 
     @property
     def cached_bytes(self) -> int:
         """What the kept sets cost (as counted by ``onnxfold.runtime.folded_sets``)."""
-        return self._sets.nbytes
+        with self._lock:
+            return self._sets.nbytes
 
     def _entry_weight_bytes(self) -> int:
         return sum(v.const_value.nbytes for v in self.parts.entry.graph.initializers.values()
@@ -346,12 +372,11 @@ class Session:
     # -- control -----------------------------------------------------------------------------
     def refold(self, input_feed: Mapping[str, Any]) -> None:
         """Fold again now from ``input_feed``'s runtime constants (their kept set is dropped)."""
-        constants = self._constants(input_feed)
-        key = content_key(constants)
         with self._lock:
+            key = content_key(self._constants(input_feed, self._adapter))
             self._sets.drop(key)
             self._active = None  # explicit: even check="refuse" takes the new feeds
-        self._select(input_feed)
+            self._select_locked(input_feed, time.perf_counter())
 
     def invalidate(self) -> None:
         """Forget every folded set; the next ``run`` folds again."""

@@ -167,3 +167,21 @@ def test_refuse_allows_no_other_set():
     session.run(None, case.feeds)
     with pytest.raises(RuntimeConstantsChanged):
         session.run(None, _with(case, lr.adapter(case, 1)))
+
+
+def test_set_adapter_none_drops_the_adapter():
+    """``set_adapter(None)``: no adapter; a call must then feed the runtime constants (it
+    raised TypeError)."""
+    case = lr.scale_after()
+    first, second = lr.adapter(case, 0), lr.adapter(case, 1)
+    session = Session(case.model, adapter=first)
+    inputs = {"x": case.feeds["x"]}
+    np.testing.assert_allclose(session.run(None, inputs)[0], _want(case, first), **TOL)
+    session.set_adapter(None)
+    with pytest.raises(InputError, match="feeds lack the runtime constants"):
+        session.run(None, inputs)
+    out = session.run(None, _with(case, second))[0]
+    np.testing.assert_allclose(out, _want(case, second), **TOL)
+    session.set_adapter(first)  # its set is still kept: nothing folded
+    np.testing.assert_allclose(session.run(None, inputs)[0], _want(case, first), **TOL)
+    assert session.folds == 2
