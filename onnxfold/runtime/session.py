@@ -18,9 +18,10 @@ objects with the same sampled bytes, ``"hash"`` every byte, ``"identity"`` the o
 anything else is looked up by content and folded if new. ``"refuse"`` raises
 ``RuntimeConstantsChanged`` instead of using other feeds than the first. ``refold()`` forces a
 new fold, ``invalidate()`` drops every set. With ``cache_dir`` the folded tensors are stored on
-disk, each entry with a digest of its content checked on read (``onnxfold.runtime.fold_store``),
-so a new process skips the fold; the directory is used only if ``onnxfold.io.cache_dirs``
-trusts it. Feeds of more than 1 MiB used only by the fold are not kept after it.
+disk, each entry authenticated on read as the fold of these feeds by this fold model
+(``onnxfold.runtime.fold_store``), so a new process skips the fold; the directory is used only
+if ``onnxfold.io.cache_dirs`` trusts it. Feeds of more than 1 MiB used only by the fold are not
+kept after it.
 """
 
 from __future__ import annotations
@@ -294,9 +295,9 @@ class Session:
         if self._active is not None and self._active.folded.key not in self._sets:
             self._active = None  # evicted: let it go before the new set is built
         started = time.perf_counter()
-        disk = self._disk_path(key)
-        folded, discarded = fold_store.load(disk, self.parts.runtime_fold.graph.outputs) \
-            if disk is not None else (None, None)
+        purpose = self._purpose(key)
+        folded, discarded = (None, None) if purpose is None else fold_store.load(
+            cast(str, self.cache_dir), purpose, self.parts.runtime_fold.graph.outputs)
         if discarded is not None:
             self.cache_discarded += 1
             self.cache_events.append(discarded)
@@ -305,8 +306,8 @@ class Session:
             self.cache_hits += 1
         else:
             folded = self._fold(constants)
-            if disk is not None:
-                problem = fold_store.store(disk, folded)
+            if purpose is not None:
+                problem = fold_store.store(cast(str, self.cache_dir), purpose, folded)
                 if problem is not None:
                     self.cache_events.append(problem)
         fold_seconds = time.perf_counter() - started
@@ -361,13 +362,16 @@ class Session:
             raise InputError(f"folding the runtime constants failed: {one_line(e, 300)}"
                              ) from None
 
-    def _disk_path(self, key: str) -> str | None:
+    def _purpose(self, key: str) -> fold_store.Purpose | None:
+        """What the disk cache's entry for the feeds of content ``key`` is for: this fold
+        model (its bytes, weights included) run by this backend, and these feeds."""
         if self.cache_dir is None:
             return None
-        if self._fold_model_key is None:  # the keys start from the fold model's bytes
-            self._fold_model_key = hashlib.sha256(
-                ir.to_proto(self.parts.runtime_fold).SerializeToString()).hexdigest()
-        return fold_store.entry_path(self.cache_dir, self._fold_model_key, key)
+        if self._fold_model_key is None:
+            digest = hashlib.sha256(f"{self.backend.name}\0".encode())
+            digest.update(ir.to_proto(self.parts.runtime_fold).SerializeToString())
+            self._fold_model_key = digest.hexdigest()
+        return fold_store.Purpose(self._fold_model_key, key)
 
     # -- control -----------------------------------------------------------------------------
     def refold(self, input_feed: Mapping[str, Any]) -> None:
