@@ -36,6 +36,7 @@ from onnxfold.app.commands import (
 )
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import one_line
+from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.numbers import NumberError, parse_float, parse_int
 from onnxfold.pipeline.options import FoldOptions, flag_of
 
@@ -69,6 +70,15 @@ COUNT = argument(parse_int, minimum=0)  # a number of things, 0 allowed
 POSITIVE = argument(parse_int, minimum=1)
 NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
 JOB_SECONDS = argument(parse_float, minimum=1.0)  # below that, Python has not even started
+INFERENCE_SECONDS = argument(parse_float, minimum=0.001)
+
+
+def add_inference_timeout(p: argparse.ArgumentParser, what: str) -> None:
+    """``--inference-timeout``: how long one onnxruntime inference of ``what`` may take."""
+    p.add_argument("--inference-timeout", type=INFERENCE_SECONDS, default=DEFAULT_LIMIT,
+                   metavar="SECONDS",
+                   help=f"stop an onnxruntime inference of {what} running longer than this "
+                        f"(one line, exit 2; default {DEFAULT_LIMIT:g})")
 
 
 def add_fold_flags(parser: argparse.ArgumentParser) -> None:
@@ -133,6 +143,7 @@ def add_compare_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fold-verification", action="store_true",
                    help="do not re-derive every folded tensor from the original (done by "
                         "default when the second model was written by onnxfold)")
+    add_inference_timeout(p, "the comparison (and of --latency)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="the original model")
     p.add_argument("b", help="the model onnxfold wrote from it")
     p.add_argument("--json", metavar="FILE", help="also write the verdict per tensor as JSON")
+    add_inference_timeout(p, "the verification")
 
     p = add("split", help="split around runtime constants into runtime_fold + entry")
     p.add_argument("input")
@@ -238,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
     p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
                    help="a shared library of custom ops for onnxruntime to load; repeatable")
+    add_inference_timeout(p, "the fold or a call")
     add_fold_flags(p)
 
     p = add("inspect", help="opsets, counts and what is still foldable")
@@ -272,7 +285,8 @@ def _comparison(args: argparse.Namespace) -> ComparisonFlags:
     return ComparisonFlags(
         inputs=args.inputs, dims=tuple(args.dim), int_ranges=tuple(args.int_range),
         seed=args.seed, custom_op_libraries=tuple(args.custom_op_library), rtol=args.rtol,
-        atol=args.atol, level=args.ort_level, fold_verification=not args.no_fold_verification)
+        atol=args.atol, level=args.ort_level, fold_verification=not args.no_fold_verification,
+        inference_timeout=args.inference_timeout)
 
 
 def _optimize(args: argparse.Namespace) -> OptimizeCommand:
@@ -292,7 +306,7 @@ def _compare(args: argparse.Namespace) -> CompareCommand:
 
 
 def _verify_folds(args: argparse.Namespace) -> VerifyFoldsCommand:
-    return VerifyFoldsCommand(args.a, args.b, args.json)
+    return VerifyFoldsCommand(args.a, args.b, args.json, args.inference_timeout)
 
 
 def _split(args: argparse.Namespace) -> SplitCommand:
@@ -305,7 +319,7 @@ def _run(args: argparse.Namespace) -> RunCommand:
     return RunCommand(args.model, args.inputs, tuple(args.runtime_const), args.backend,
                       args.repeat, args.cache_dir, tuple(args.adapter), args.compare,
                       args.threads, args.output, tuple(args.custom_op_library),
-                      fold_options(args))
+                      fold_options(args), args.inference_timeout)
 
 
 def _inspect(args: argparse.Namespace) -> InspectCommand:

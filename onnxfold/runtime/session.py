@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import shutil
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -42,11 +43,12 @@ import onnx_ir as ir
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OnnxfoldError, one_line
+from onnxfold.host import interruptible
 from onnxfold.io import load_model
 from onnxfold.io.cache_dirs import trusted_cache_dir
 from onnxfold.io.feeds import runtime_constant
 from onnxfold.io.reader import model_from_proto
-from onnxfold.io.tempfiles import no_temp_directory
+from onnxfold.io.tempfiles import scratch_directory
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime import custom_ops, fold_store
 from onnxfold.runtime.adapters import AdapterFiles, AdapterSource
@@ -150,10 +152,8 @@ class Session:
         self.cache_dir = self._trusted(cache_dir)
         self.backend = get_backend(backend, catalogue, **(backend_options or {}))
         self._prepare(backend)
-        try:
-            self._tmp = tempfile.TemporaryDirectory(prefix="onnxfold-session-")
-        except OSError as e:
-            raise no_temp_directory(e) from None
+        self._tmp = scratch_directory("onnxfold-session-")  # the command line's own files
+        self._removal = weakref.finalize(self, shutil.rmtree, self._tmp, True)
         graph = self.parts.entry.graph
         # bound as initializers: the fold's results, and runtime constants entry reads directly
         bound = set(self.parts.fold_outputs) | set(self.runtime_constants)
@@ -162,7 +162,7 @@ class Session:
         self._entry_inputs = frozenset(cast(str, v.name) for v in graph.inputs) - \
             set(bound_values)
         self._entry = EntryModel(self.parts.entry, bound_values,
-                                 os.path.join(self._tmp.name, "entry.onnx"), self.providers,
+                                 os.path.join(self._tmp, "entry.onnx"), self.providers,
                                  sess_options, self.custom_op_libraries)
         self._lock = threading.Lock()
         self._sets = FoldedSets(max_sets, max_bytes)
@@ -263,6 +263,8 @@ class Session:
             active = self._active
             if active is not None and active.watch.same(input_feed):
                 return active  # another thread switched meanwhile
+            if not self._removal.alive:
+                raise InputError("the Session is closed")
             return self._select_locked(input_feed, started)
 
     def _select_locked(self, input_feed: Mapping[str, Any], started: float) -> _Active:
@@ -353,9 +355,15 @@ class Session:
                                                                 "is_placeholder", False))
 
     def _fold(self, constants: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The backend's fold of ``constants``, stopped by a signal or the inference time
+        limit (``onnxfold.host.interruptible``: a backend that runs onnxruntime stops between
+        its kernels, another is left to end in the background)."""
         feeds = {**{n: constants[n] for n in self.parts.fold_inputs}, **self._fold_weights}
+        if not self.parts.fold_outputs:
+            return {}
         try:
-            return dict(self.backend.run(feeds)) if self.parts.fold_outputs else {}
+            return dict(interruptible.run(lambda _options: self.backend.run(feeds),
+                                          what="folding the runtime constants"))
         except OnnxfoldError:
             raise
         except Exception as e:  # the backend's runtime rejects the feeds
@@ -387,3 +395,17 @@ class Session:
         with self._lock:
             self._active = None
             self._sets.drop()
+
+    def close(self) -> None:
+        """Drop every folded set and remove the Session's temporary directory (also done when
+        the Session is collected, or at the interpreter's exit); a later ``run`` is an error."""
+        with self._lock:
+            self._active = None
+            self._sets.drop()
+            self._removal()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -337,7 +337,8 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     rt_set = set(rt_nodes)
     frontier = [v for n in rt_nodes for v in n.outputs
                 if v.name and _readers_outside(v, rt_set, graph)]
-    fold_inputs = [v for v in rt_inputs if any(u.node in rt_set for u in v.uses())]
+    read = set(external_inputs(rt_nodes))  # a subgraph's captured reads too
+    fold_inputs = [v for v in rt_inputs if v in read]
 
     compiletime = None
     ct_frontier: list[ir.Value] = []

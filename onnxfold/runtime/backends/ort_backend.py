@@ -1,4 +1,5 @@
-"""The ``ort`` backend: the fold model in an onnxruntime session."""
+"""The ``ort`` backend: the fold model in an onnxruntime session (each run stopped by a signal
+or the inference time limit: ``onnxfold.host.interruptible``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+
+from onnxfold.host import interruptible
 
 
 class Backend:
@@ -25,4 +28,6 @@ class Backend:
         self.outputs = [o.name for o in self.session.get_outputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+        results = interruptible.run(lambda options: self.session.run(self.outputs, feeds, options),
+                                    what="the runtime fold")
+        return dict(zip(self.outputs, results))
