@@ -354,10 +354,11 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     _cut(model, rt_nodes, frontier)
     if compiletime is not None:
         _cut(model, lattice.compile_nodes, ct_frontier)
-    for value in fold_inputs:
-        if not value.uses() and value not in graph.outputs:
-            graph.inputs.remove(value)
     remove_dead_nodes(model, keep)
+    read_by_entry = set(external_inputs(list(graph)))  # a removed Loop's body still "uses" it
+    for value in fold_inputs:
+        if value not in read_by_entry and value not in graph.outputs:
+            graph.inputs.remove(value)
     manifest = build_manifest(model, runtime, compiletime,
                               [cast(str, v.name) for v in rt_inputs])  # graph inputs: named
     return SplitModels(model, runtime, compiletime, manifest)
