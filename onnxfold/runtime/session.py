@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import threading
 import time
@@ -43,7 +44,9 @@ import onnx_ir as ir
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OnnxfoldError, one_line
-from onnxfold.host import interruptible
+from onnxfold.fold.policy import static_nbytes
+from onnxfold.host import address_space, interruptible
+from onnxfold.host.memory_limits import memory_left
 from onnxfold.io import load_model
 from onnxfold.io.cache_dirs import trusted_cache_dir
 from onnxfold.io.feeds import runtime_constant
@@ -57,6 +60,10 @@ from onnxfold.runtime.entry_session import EntryModel
 from onnxfold.runtime.feed_check import CHECKS, FeedWatch, content_key
 from onnxfold.runtime.folded_sets import DEFAULT_SETS, FoldedSet, FoldedSets
 from onnxfold.runtime.split import optimize_and_split, weights_as_inputs
+
+# how onnxruntime and IREE say an allocation failed
+_OUT_OF_MEMORY = re.compile(r"Failed to allocate memory|bad_alloc|RESOURCE_EXHAUSTED|"
+                            r"out of memory", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -357,16 +364,32 @@ class Session:
     def _fold(self, constants: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The backend's fold of ``constants``, stopped by a signal or the inference time
         limit (``onnxfold.host.interruptible``: a backend that runs onnxruntime stops between
-        its kernels, another is left to end in the background)."""
+        its kernels, another is left to end in the background), and weighed against the
+        memory this process may still use: refused before it runs when the fold's outputs of
+        static shape do not fit, run with the address space bounded by what is left
+        (``onnxfold.host.address_space``) so that what outgrows it fails to allocate instead
+        of the process being killed."""
         feeds = {**{n: constants[n] for n in self.parts.fold_inputs}, **self._fold_weights}
         if not self.parts.fold_outputs:
             return {}
+        room = memory_left()
+        need = sum(n for v in self.parts.runtime_fold.graph.outputs
+                   if (n := static_nbytes(v)) is not None)
+        if room is not None and need > room:
+            raise InputError(f"the runtime fold makes {need >> 20} MiB of tensors and "
+                             f"{room >> 20} MiB are left under the memory limit; run it where "
+                             "more memory is available")
         try:
-            return dict(interruptible.run(lambda _options: self.backend.run(feeds),
-                                          what="folding the runtime constants"))
+            return dict(interruptible.run(
+                lambda _options: self.backend.run(feeds), what="folding the runtime constants",
+                around=None if room is None else lambda: address_space.bounded(room)))
         except OnnxfoldError:
             raise
-        except Exception as e:  # the backend's runtime rejects the feeds
+        except Exception as e:  # the backend's runtime rejects the feeds, or an allocation
+            if isinstance(e, MemoryError) or _OUT_OF_MEMORY.search(str(e)):
+                raise InputError(f"folding the runtime constants ran out of memory (about "
+                                 f"{(room or 0) >> 20} MiB were left under the memory limit)"
+                                 ) from None
             raise InputError(f"folding the runtime constants failed: {one_line(e, 300)}"
                              ) from None
 
