@@ -37,6 +37,7 @@ from onnxfold.app.commands import (
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import one_line
 from onnxfold.host.interruptible import DEFAULT_LIMIT
+from onnxfold.host.machine import checked_threads
 from onnxfold.numbers import NumberError, parse_float, parse_int
 from onnxfold.pipeline.options import FoldOptions, flag_of
 
@@ -71,6 +72,15 @@ POSITIVE = argument(parse_int, minimum=1)
 NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
 JOB_SECONDS = argument(parse_float, minimum=1.0)  # below that, Python has not even started
 INFERENCE_SECONDS = argument(parse_float, minimum=0.001)
+
+
+def threads(text: str) -> int:
+    """onnxruntime's intra-op threads: from 1 to the cores this process may run on (a thread
+    per core asked for is started: 100,000 grew past 16 GB and crashed)."""
+    try:
+        return checked_threads(parse_int(text, minimum=1), "threads")
+    except (NumberError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_inference_timeout(p: argparse.ArgumentParser, what: str) -> None:
@@ -192,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time session creation and inference of the original and the output "
                         "in onnxruntime (median of N interleaved runs, at its default level and "
                         "with optimizations off); sizes and dynamic dims too")
-    p.add_argument("--latency-threads", type=POSITIVE, default=1, metavar="T",
+    p.add_argument("--latency-threads", type=threads, default=1, metavar="T",
                    help="onnxruntime's intra-op threads for --latency (default 1)")
     p.add_argument("--explain", action="store_true",
                    help="say why each constant-foldable node that was left alone was not folded")
@@ -245,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time onnxruntime with the runtime constants as inputs, as "
                         "initializers and (with --adapter) its multi-LoRA, interleaved with "
                         "the Session, and print the comparison")
-    p.add_argument("--threads", type=POSITIVE, default=None, metavar="N",
-                   help="onnxruntime's intra-op threads (default: onnxruntime's)")
+    p.add_argument("--threads", type=threads, default=None, metavar="N",
+                   help="onnxruntime's intra-op threads, at most the cores this process may "
+                        "run on (default: onnxruntime's)")
     p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
     p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
                    help="a shared library of custom ops for onnxruntime to load; repeatable")

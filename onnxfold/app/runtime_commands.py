@@ -10,6 +10,7 @@ from onnxfold.app.commands import RunCommand, SplitCommand
 from onnxfold.app.report_files import guard_inputs
 from onnxfold.errors import InputError
 from onnxfold.host import interruptible
+from onnxfold.host.machine import checked_threads
 from onnxfold.host.points import reached
 
 if TYPE_CHECKING:
@@ -134,6 +135,10 @@ def _run_session_options(threads: int | None) -> Any:
     """onnxruntime's SessionOptions for ``run``: ``--threads`` intra-op threads, or None."""
     if threads is None:
         return None
+    try:
+        checked_threads(threads, "--threads")
+    except ValueError as e:
+        raise InputError(str(e)) from None
     import onnxruntime as ort
 
     options = ort.SessionOptions()

@@ -34,7 +34,7 @@ from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session, 
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.host import interruptible
-from onnxfold.host.machine import cpu_model
+from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.runtime import custom_ops
 
@@ -138,8 +138,12 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     rules)."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
-    if runs < 1 or threads < 1:
-        raise InputError(f"latency: runs ({runs}) and threads ({threads}) must be at least 1")
+    if runs < 1:
+        raise InputError(f"latency: runs ({runs}) must be at least 1")
+    try:
+        checked_threads(threads, "latency: threads")
+    except ValueError as e:
+        raise InputError(str(e)) from None
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
