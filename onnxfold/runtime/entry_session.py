@@ -22,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.errors import InputError, one_line
+from onnxfold.host.terminal import printable
 from onnxfold.io import save_model
 from onnxfold.ir.arrays import c_contiguous
 from onnxfold.runtime import custom_ops
@@ -80,8 +81,8 @@ class EntryModel:
                 options.add_external_initializers(names, values)
             session = ort.InferenceSession(self.path, options, providers=self.providers)
         except Exception as e:  # onnxruntime refuses the folded tensors or the options
-            raise InputError(f"onnxruntime cannot build the entry session: {one_line(e, 300)}"
-                             ) from None
+            raise InputError(f"onnxruntime cannot build the entry session: "
+                             f"{printable(one_line(e, 300))}") from None
         native = getattr(session, "_sess", None)
         run = native.run if native is not None and hasattr(native, "run") else session.run
         return BoundEntry(session, run, values, sum(int(folded[n].nbytes) for n in names))

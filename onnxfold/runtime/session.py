@@ -47,6 +47,7 @@ from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.host import address_space, interruptible
 from onnxfold.host.memory_limits import memory_left
+from onnxfold.host.terminal import printable
 from onnxfold.io import load_model
 from onnxfold.io.cache_dirs import trusted_cache_dir
 from onnxfold.io.feeds import runtime_constant
@@ -204,7 +205,7 @@ class Session:
             raise
         except Exception as e:  # the backend's compiler or runtime refuses the fold model
             raise InputError(f"backend {backend} cannot prepare the runtime fold: "
-                             f"{one_line(e, 300)}") from None
+                             f"{printable(one_line(e, 300))}") from None
 
     # -- onnxruntime's interface -----------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -229,7 +230,7 @@ class Session:
                                            run_options)
         except Exception as e:  # onnxruntime's errors for bad feeds (names, types, shapes)
             raise InputError(f"onnxruntime cannot run the model on these inputs: "
-                             f"{one_line(e, 300)}") from None
+                             f"{printable(one_line(e, 300))}") from None
 
     # -- sets ------------------------------------------------------------------------------
     def set_adapter(self, adapter: AdapterSource | None) -> None:
@@ -244,8 +245,12 @@ class Session:
             return
         chosen = _Adapter(*self._adapter_files.feeds(adapter))  # read and hashed unlocked
         with self._lock:
-            self._adapter = chosen
-            self._select_locked({}, started=time.perf_counter())
+            before, self._adapter = self._adapter, chosen
+            try:
+                self._select_locked({}, started=time.perf_counter())
+            except BaseException:
+                self._adapter = before  # an adapter that cannot run is not taken
+                raise
 
     def _constants(self, input_feed: Mapping[str, Any], adapter: _Adapter | None
                    ) -> dict[str, np.ndarray]:
@@ -260,7 +265,10 @@ class Session:
             else:
                 missing.append(name)
         if missing:
-            raise InputError(f"feeds lack the runtime constants {', '.join(missing)}")
+            held = "" if adapter is None else " (the adapter holds " + ", ".join(
+                printable(n) for n in sorted(adapter.arrays)) + ")"
+            raise InputError(f"feeds lack the runtime constants "
+                             f"{', '.join(map(printable, missing))}{held}")
         return found
 
     def _select(self, input_feed: Mapping[str, Any]) -> _Active:
@@ -390,8 +398,8 @@ class Session:
                 raise InputError(f"folding the runtime constants ran out of memory (about "
                                  f"{(room or 0) >> 20} MiB were left under the memory limit)"
                                  ) from None
-            raise InputError(f"folding the runtime constants failed: {one_line(e, 300)}"
-                             ) from None
+            raise InputError(f"folding the runtime constants failed: "
+                             f"{printable(one_line(e, 300))}") from None
 
     def _purpose(self, key: str) -> fold_store.Purpose | None:
         """What the disk cache's entry for the feeds of content ``key`` is for: this fold

@@ -34,6 +34,7 @@ from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OutputError
 from onnxfold.fold.policy import static_nbytes
+from onnxfold.host.terminal import printable
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.tempfiles import write_text
@@ -67,8 +68,9 @@ def match_inputs(graph: ir.Graph, names_or_patterns: Iterable[str]) -> list[ir.V
         hits = [v for v in graph.inputs  # graph inputs are named
                 if v.name == spec or fnmatch.fnmatchcase(cast(str, v.name), spec)]
         if not hits:
-            raise InputError(f"--runtime-const {spec}: no graph input matches "
-                             f"(inputs: {', '.join(cast(str, v.name) for v in graph.inputs)})")
+            names = ", ".join(printable(cast(str, v.name)) for v in graph.inputs)
+            raise InputError(f"runtime constant {printable(spec)}: no graph input matches "
+                             f"(inputs: {names})")
         chosen.extend(v for v in hits if v not in chosen)
     return chosen
 

@@ -185,3 +185,27 @@ def test_set_adapter_none_drops_the_adapter():
     session.set_adapter(first)  # its set is still kept: nothing folded
     np.testing.assert_allclose(session.run(None, inputs)[0], _want(case, first), **TOL)
     assert session.folds == 2
+
+
+def test_adapter_names_with_escapes_reach_errors_escaped(tmp_path):
+    """An adapter's tensor names come from a file: a terminal escape or a bidi override in
+    one is shown escaped in the Python error (it reached the message as it was)."""
+    from onnxfold.host.terminal import printable
+
+    case = lr.scale_after()
+    hostile = {("lora_A\x1b[31m\u202e" if n == "lora_A" else n): a
+               for n, a in lr.adapter(case, 0).items()}
+    lr.write_adapter(hostile, tmp_path / "a.onnx_adapter")
+    for source in (hostile, tmp_path / "a.onnx_adapter"):
+        with pytest.raises(InputError) as raised:
+            Session(case.model, adapter=source)
+        message = str(raised.value)
+        assert message == printable(message) and "lora_A\\x1b[31m\\u202e" in message
+    session = Session(case.model, case.runtime)
+    with pytest.raises(InputError) as raised:  # its names are not the runtime constants'
+        session.set_adapter(hostile)
+    message = str(raised.value)
+    assert message == printable(message) and "the adapter holds lora_A\\x1b" in message
+    with pytest.raises(InputError) as raised:  # the adapter that failed was not taken
+        session.run(None, {"x": case.feeds["x"]})
+    assert "adapter holds" not in str(raised.value)
