@@ -45,12 +45,13 @@ from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OnnxfoldError, one_line
 from onnxfold.fold.policy import static_nbytes
-from onnxfold.host import address_space, interruptible
+from onnxfold.host import address_space, heap, interruptible
 from onnxfold.host.memory_limits import memory_left
 from onnxfold.host.terminal import printable
 from onnxfold.io import load_model
 from onnxfold.io.cache_dirs import trusted_cache_dir
 from onnxfold.io.feeds import runtime_constant
+from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 from onnxfold.io.reader import model_from_proto
 from onnxfold.io.tempfiles import scratch_directory
 from onnxfold.pipeline.options import FoldOptions
@@ -151,7 +152,8 @@ class Session:
         self._output_names = [o.name for o in self._outputs]
         catalogue = load_catalogue() if catalogue is None else catalogue
         self.parts = optimize_and_split(model, runtime_constants, catalogue, options,
-                                        "fold" if fold_compile_time else "keep")
+                                        "fold" if fold_compile_time else "keep",
+                                        file_weights=True)
         self.runtime_constants = list(self.parts.manifest["runtime_constants"])
         self._constant_names = frozenset(self.runtime_constants)
         self.providers = list(providers or ["CPUExecutionProvider"])
@@ -171,7 +173,7 @@ class Session:
             set(bound_values)
         self._entry = EntryModel(self.parts.entry, bound_values,
                                  os.path.join(self._tmp, "entry.onnx"), self.providers,
-                                 sess_options, self.custom_op_libraries)
+                                 sess_options, self.custom_op_libraries, self._passthrough)
         self._lock = threading.Lock()
         self._sets = FoldedSets(max_sets, max_bytes)
         self._active: _Active | None = None
@@ -199,6 +201,11 @@ class Session:
         if not self.parts.fold_outputs:  # nothing to fold: entry is the whole model
             return
         model, self._fold_weights = weights_as_inputs(self.parts.runtime_fold)
+        initializers = self.parts.runtime_fold.graph.initializers
+        # the weights read from the model's file (checked again before each fold: a file
+        # truncated since is an InputError, not a bus error in the fold's kernels)
+        self._file_weights = [t for n in self._fold_weights
+                              if isinstance(t := initializers[n].const_value, MappedTensor)]
         try:
             self.backend.prepare(model)
         except OnnxfoldError:
@@ -329,9 +336,16 @@ class Session:
                     self.cache_events.append(problem)
         fold_seconds = time.perf_counter() - started
         folded.update({n: constants[n] for n in self._passthrough})
+        drop_resident_pages()  # the file's weights the fold read: read again from the file
         started = time.perf_counter()
         entry = self._entry.open(folded)
-        made = FoldedSet(key, entry, 2 * (entry.tensor_bytes + self._entry_weight_bytes()),
+        drop_resident_pages()  # the entry's own, written into its model once
+        del folded, constants
+        heap.trim()  # the fold's arrays, freed
+        # onnxruntime holds the tensors it loaded once (packed, or mapped); handed over, the
+        # arrays and the packed copies both; and each session the entry's own weights, twice
+        held = entry.tensor_bytes if entry.owned else 2 * entry.tensor_bytes
+        made = FoldedSet(key, entry, held + 2 * self._entry_weight_bytes(),
                          0.0 if from_disk else fold_seconds, time.perf_counter() - started,
                          from_disk)
         self._set_bytes = made.nbytes
@@ -377,9 +391,11 @@ class Session:
         static shape do not fit, run with the address space bounded by what is left
         (``onnxfold.host.address_space``) so that what outgrows it fails to allocate instead
         of the process being killed."""
-        feeds = {**{n: constants[n] for n in self.parts.fold_inputs}, **self._fold_weights}
         if not self.parts.fold_outputs:
             return {}
+        for tensor in self._file_weights:
+            tensor.numpy()  # its file still holds it (one fstat)
+        feeds = {**{n: constants[n] for n in self.parts.fold_inputs}, **self._fold_weights}
         room = memory_left()
         need = sum(n for v in self.parts.runtime_fold.graph.outputs
                    if (n := static_nbytes(v)) is not None)
@@ -406,9 +422,10 @@ class Session:
         model (its bytes, weights included) run by this backend, and these feeds."""
         if self.cache_dir is None:
             return None
-        if self._fold_model_key is None:
-            digest = hashlib.sha256(f"{self.backend.name}\0".encode())
-            digest.update(ir.to_proto(self.parts.runtime_fold).SerializeToString())
+        if self._fold_model_key is None:  # the weights read from the file are references
+            digest = hashlib.sha256(f"{self.backend.name}\0".encode())  # in the proto: their
+            digest.update(ir.to_proto(self.parts.runtime_fold).SerializeToString())  # bytes too
+            digest.update(content_key(self._fold_weights).encode())
             self._fold_model_key = digest.hexdigest()
         return fold_store.Purpose(self._fold_model_key, key)
 

@@ -23,6 +23,7 @@ class Backend:
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        options.enable_cpu_mem_arena = False  # the fold's buffers go back to the system
         self.session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), options,
                                             providers=self.providers)
         self.outputs = [o.name for o in self.session.get_outputs()]
