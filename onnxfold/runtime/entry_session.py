@@ -3,15 +3,14 @@
 The entry model is written once per layout of the folded tensors (names, dtypes, shapes), each
 of them an initializer whose data is in ``folded.data`` beside it, at an offset the layout
 fixes. Each set of folded tensors then opens a session of its own: the tensors are written into
-that file in a directory of the set's (beside a hard link of the model), onnxruntime loads them
-as the model's weights (it maps the file, prepacks the weights of its MatMul/Gemm/Conv kernels
-and keeps only the packed copies, or the mapped pages of the others), and the directory is
-removed once the session exists. The Session then drops its arrays: a folded set is held once,
-by onnxruntime, not twice (handing the arrays over as ``OrtValue`` s,
-``add_external_initializers``, kept them and the packed copies both). Where no such file can be
-written (a full or missing temporary directory), the arrays are handed over as before and stay
-referenced as long as the session. Runtime constants the entry reads as they are (the caller's
-arrays) are always handed over, without a copy.
+that file, onnxruntime loads them as the model's weights (it maps the file, prepacks the weights
+of its MatMul/Gemm/Conv kernels and keeps only the packed copies, or the mapped pages of the
+others), and the file is removed once the session exists (one set at a time). The Session then
+drops its arrays: a folded set is held once, by onnxruntime, not twice (handing the arrays over
+as ``OrtValue`` s, ``add_external_initializers``, kept them and the packed copies both). Where
+no such file can be written (a full temporary directory), the arrays are handed over as before
+and stay referenced as long as the session. Runtime constants the entry reads as they are (the
+caller's arrays) are always handed over, without a copy.
 
 ``run`` calls the session's native ``run`` directly: ``InferenceSession.run`` re-validates the
 feed names in Python on every call, which a Session has already routed.
@@ -21,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,22 +96,24 @@ class EntryModel:
     def open(self, folded: Mapping[str, np.ndarray]) -> BoundEntry:
         """A session over the entry model reading ``folded`` (every bound value's array):
         onnxruntime's own copy of the folded tensors, or, where their file cannot be written,
-        the arrays themselves."""
+        the arrays themselves. One set at a time (the Session's lock): the data file is
+        written beside the entry model, loaded, and removed."""
         self._written(folded)
+        data = os.path.join(os.path.dirname(self.path), DATA_NAME)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(data)  # a set's that was cut short
         try:
-            directory = tempfile.mkdtemp(prefix="set-", dir=os.path.dirname(self.path))
-        except OSError:
-            return self._opened(folded, list(self.bound), None)
+            if self._offsets:
+                self._write_data(folded, data)
+        except OSError:  # no room for the set's file: handed over instead
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(data)
+            return self._opened(folded, list(self.bound), False)
         try:
-            model = os.path.join(directory, os.path.basename(self.path))
-            try:
-                _linked(self.path, model)
-                self._write_data(folded, os.path.join(directory, DATA_NAME))
-            except OSError:  # no room for the set's file: handed over instead
-                return self._opened(folded, list(self.bound), None)
-            return self._opened(folded, [n for n in self.bound if n in self.handed], model)
+            return self._opened(folded, [n for n in self.bound if n in self.handed], True)
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(data)  # onnxruntime maps what it keeps: the file can go
 
     def _write_data(self, folded: Mapping[str, np.ndarray], path: str) -> None:
         """The folded tensors at their offsets in ``path``."""
@@ -125,10 +124,10 @@ class EntryModel:
                 flat = c_contiguous(folded[name]).reshape(-1).view(np.uint8)
                 f.write(memoryview(flat))  # type: ignore[arg-type]  # numpy's stubs, Python < 3.12
 
-    def _opened(self, folded: Mapping[str, np.ndarray], handed: list[str],
-                model: str | None) -> BoundEntry:
-        """The session over ``model`` (None: the entry model, every bound value handed), with
-        ``handed`` values given as ``OrtValue`` s."""
+    def _opened(self, folded: Mapping[str, np.ndarray], handed: list[str], owned: bool
+                ) -> BoundEntry:
+        """The session over the entry model, with ``handed`` values given as ``OrtValue`` s
+        (``owned``: the others are in the data file, onnxruntime's to load)."""
         import onnxruntime as ort
 
         options = fresh_options(self.sess_options)
@@ -137,23 +136,14 @@ class EntryModel:
         try:
             if handed:
                 options.add_external_initializers(handed, values)
-            session = ort.InferenceSession(model or self.path, options,
-                                           providers=self.providers)
+            session = ort.InferenceSession(self.path, options, providers=self.providers)
         except Exception as e:  # onnxruntime refuses the folded tensors or the options
             raise InputError(f"onnxruntime cannot build the entry session: "
                              f"{printable(one_line(e, 300))}") from None
         native = getattr(session, "_sess", None)
         run = native.run if native is not None and hasattr(native, "run") else session.run
         return BoundEntry(session, run, values, sum(int(folded[n].nbytes) for n in self.bound),
-                          owned=model is not None)
-
-
-def _linked(source: str, target: str) -> None:
-    """``target`` the same file as ``source`` (a hard link; a copy where links fail)."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
+                          owned=owned)
 
 
 _OPTION_PROPERTIES = (

@@ -33,7 +33,8 @@ def default_budget() -> int:
 
 @dataclass
 class FoldedSet:
-    """One set: its content key, bound entry session, what it costs and how it was made."""
+    """One set: its content key, bound entry session, what it costs and how it was made, and
+    the inputs its entry session takes (the merged split's, or the unmerged one's)."""
 
     key: str
     entry: BoundEntry
@@ -41,6 +42,7 @@ class FoldedSet:
     fold_seconds: float  # the fold (0 when read from the disk cache)
     bind_seconds: float  # building the entry session
     from_disk: bool
+    entry_inputs: frozenset[str] = frozenset()
 
 
 class FoldedSets:

@@ -26,6 +26,7 @@ kept after it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -54,11 +55,12 @@ from onnxfold.io.feeds import runtime_constant
 from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 from onnxfold.io.reader import model_from_proto
 from onnxfold.io.tempfiles import scratch_directory
+from onnxfold.pipeline.optimizer import optimize
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime import custom_ops, fold_store
 from onnxfold.runtime.adapters import AdapterFiles, AdapterSource
 from onnxfold.runtime.backends import get_backend
-from onnxfold.runtime.entry_session import EntryModel
+from onnxfold.runtime.entry_session import BoundEntry, EntryModel
 from onnxfold.runtime.feed_check import CHECKS, FeedWatch, content_key
 from onnxfold.runtime.folded_sets import DEFAULT_SETS, FoldedSet, FoldedSets
 from onnxfold.runtime.split import optimize_and_split, weights_as_inputs
@@ -87,6 +89,14 @@ def _node_args(values: Iterable[ir.Value]) -> list[NodeArg]:
         assert v.name is not None  # graph inputs and outputs are named
         out.append(NodeArg(v.name, f"tensor({dtype})", shape))
     return out
+
+
+def _finite(constants: Mapping[str, np.ndarray]) -> bool:
+    """Whether every floating value of ``constants`` is finite."""
+    for array in constants.values():
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            return False
+    return True
 
 
 class RuntimeConstantsChanged(OnnxfoldError):
@@ -151,9 +161,15 @@ class Session:
         self._outputs = _node_args(model.graph.outputs)
         self._output_names = [o.name for o in self._outputs]
         catalogue = load_catalogue() if catalogue is None else catalogue
+        source = model.clone()  # the graph before the merge (its tensors shared, not copied)
         self.parts = optimize_and_split(model, runtime_constants, catalogue, options,
                                         "fold" if fold_compile_time else "keep",
                                         file_weights=True)
+        # the model unmerged, for feeds the merge would not compute as the model does
+        self._unmerged_source = source if self.parts.low_rank.merged else None
+        self._unmerged_model: EntryModel | None = None
+        self._unmerged_inputs = frozenset(cast(str, v.name) for v in source.graph.inputs)
+        self._options, self._catalogue = options, catalogue
         self.runtime_constants = list(self.parts.manifest["runtime_constants"])
         self._constant_names = frozenset(self.runtime_constants)
         self.providers = list(providers or ["CPUExecutionProvider"])
@@ -230,7 +246,7 @@ class Session:
         given = not self._constant_names.isdisjoint(input_feed)
         if active is None or (given and not active.watch.same(input_feed)):
             active = self._select(input_feed)
-        feeds = {n: a for n, a in input_feed.items() if n in self._entry_inputs} \
+        feeds = {n: a for n, a in input_feed.items() if n in active.folded.entry_inputs} \
             if given else input_feed
         try:
             return active.folded.entry.run(output_names or self._output_names, feeds,
@@ -314,26 +330,16 @@ class Session:
 
     def _make(self, constants: dict[str, np.ndarray], key: str) -> FoldedSet:
         """Fold ``constants`` (or read them from the disk cache), open their entry session and
-        keep the set (older ones out first, so the budget holds while it is built)."""
+        keep the set (older ones out first, so the budget holds while it is built). Feeds with
+        a value that is not finite run the model unmerged (:meth:`_unmerged`)."""
         self._sets.room_for(self._set_bytes)  # the sets of one model are all alike
         if self._active is not None and self._active.folded.key not in self._sets:
             self._active = None  # evicted: let it go before the new set is built
+        if self._unmerged_source is not None and not _finite(constants):
+            return self._keep(FoldedSet(key, self._unmerged(constants), 0, 0.0, 0.0, False,
+                                        self._unmerged_inputs))
         started = time.perf_counter()
-        purpose = self._purpose(key)
-        folded, discarded = (None, None) if purpose is None else fold_store.load(
-            cast(str, self.cache_dir), purpose, self.parts.runtime_fold.graph.outputs)
-        if discarded is not None:
-            self.cache_discarded += 1
-            self.cache_events.append(discarded)
-        from_disk = folded is not None
-        if folded is not None:
-            self.cache_hits += 1
-        else:
-            folded = self._fold(constants)
-            if purpose is not None:
-                problem = fold_store.store(cast(str, self.cache_dir), purpose, folded)
-                if problem is not None:
-                    self.cache_events.append(problem)
+        folded, from_disk = self._folded(constants, key)
         fold_seconds = time.perf_counter() - started
         folded.update({n: constants[n] for n in self._passthrough})
         drop_resident_pages()  # the file's weights the fold read: read again from the file
@@ -345,15 +351,62 @@ class Session:
         # onnxruntime holds the tensors it loaded once (packed, or mapped); handed over, the
         # arrays and the packed copies both; and each session the entry's own weights, twice
         held = entry.tensor_bytes if entry.owned else 2 * entry.tensor_bytes
-        made = FoldedSet(key, entry, held + 2 * self._entry_weight_bytes(),
-                         0.0 if from_disk else fold_seconds, time.perf_counter() - started,
-                         from_disk)
-        self._set_bytes = made.nbytes
+        return self._keep(FoldedSet(key, entry, held + 2 * self._entry_weight_bytes(),
+                                    0.0 if from_disk else fold_seconds,
+                                    time.perf_counter() - started, from_disk,
+                                    self._entry_inputs))
+
+    def _keep(self, made: FoldedSet) -> FoldedSet:
+        """Keep ``made`` as the newest set (``room_for`` it first) and count it."""
+        if made.nbytes:
+            self._set_bytes = made.nbytes
         self._sets.room_for(made.nbytes)
         self._sets.add(made)
         self.folds += 1
         self.fold_seconds, self.bind_seconds = made.fold_seconds, made.bind_seconds
         return made
+
+    def _folded(self, constants: dict[str, np.ndarray], key: str
+                ) -> tuple[dict[str, np.ndarray], bool]:
+        """The folded tensors of ``constants`` (content ``key``): from the disk cache or folded
+        (and stored); whether from the cache."""
+        purpose = self._purpose(key)
+        folded, discarded = (None, None) if purpose is None else fold_store.load(
+            cast(str, self.cache_dir), purpose, self.parts.runtime_fold.graph.outputs)
+        if discarded is not None:
+            self.cache_discarded += 1
+            self.cache_events.append(discarded)
+        if folded is not None:
+            self.cache_hits += 1
+            return folded, True
+        folded = self._fold(constants)
+        if purpose is not None:
+            problem = fold_store.store(cast(str, self.cache_dir), purpose, folded)
+            if problem is not None:
+                self.cache_events.append(problem)
+        return folded, False
+
+    def _unmerged(self, constants: dict[str, np.ndarray]) -> BoundEntry:
+        """An entry that runs the model with its low-rank branches as they are and
+        ``constants`` fed with every call, as onnxruntime runs the model: a merged weight
+        ``W + s A B`` computes NaN where the model, summing ``x W`` and ``s (x A) B``, computes
+        an infinity (an adapter holding one: a diverged training). The model is folded at
+        compile time once, when first needed, and shared by every such set."""
+        if self._unmerged_model is None:
+            source = cast(ir.Model, self._unmerged_source)
+            options = self._options or FoldOptions()
+            optimize(source, dataclasses.replace(options, disabled_rules={
+                *options.disabled_rules, "merge_low_rank_branches"}), catalogue=self._catalogue)
+            self._unmerged_model = EntryModel(source, {}, os.path.join(self._tmp, "unmerged.onnx"),
+                                              self.providers, self.sess_options,
+                                              self.custom_op_libraries)
+        opened = self._unmerged_model.open({})
+        run, fixed = opened.run, dict(constants)
+
+        def with_constants(names, feeds, run_options=None):
+            return run(names, {**feeds, **fixed}, run_options)
+
+        return BoundEntry(opened.session, with_constants, [fixed], 0, owned=True)
 
     @property
     def entry_session(self) -> Any:
