@@ -6,6 +6,12 @@ in ``runtime_constants``. The first ``run`` evaluates ``runtime_fold`` on those 
 backend and opens the ``entry`` session with the results bound as initializers, so onnxruntime
 prepacks them (``onnxfold.runtime.entry_session``). Later calls run entry only.
 
+Memory: base weights only the fold reads stay in the model's file, read by each fold from its
+mapping (``onnxfold.runtime.file_weights``); a set's folded tensors are loaded by onnxruntime,
+which keeps its packed copies, and the Session's arrays dropped. Runtime constants holding an
+infinity or a NaN are not merged (``W + s A B`` would compute NaN where the model computes an
+infinity): their set runs the model unmerged with them fed each call.
+
 Sets: up to ``max_sets`` folded sets (one per adapter, say) are kept by the content of their
 feeds, least recently used out first, within ``max_bytes`` (``onnxfold.runtime.folded_sets``);
 switching to a kept set folds and compiles nothing. ``adapter=`` (a path to an onnxruntime
@@ -172,6 +178,7 @@ class Session:
         self._options, self._catalogue = options, catalogue
         self.runtime_constants = list(self.parts.manifest["runtime_constants"])
         self._constant_names = frozenset(self.runtime_constants)
+        self._probe: object = self.runtime_constants[0] if self.runtime_constants else object()
         self.providers = list(providers or ["CPUExecutionProvider"])
         self.sess_options = sess_options
         self.check = check
@@ -243,10 +250,12 @@ class Session:
     def run(self, output_names, input_feed: Mapping[str, Any], run_options=None):
         """Run the model; a new set of runtime-constant feeds folds first (once)."""
         active = self._active
-        given = not self._constant_names.isdisjoint(input_feed)
+        # one lookup when the call feeds the constants (the first of them), else few (the
+        # call's own feeds): an adapter's hundred names are not walked on every call
+        given = self._probe in input_feed or not self._constant_names.isdisjoint(input_feed)
         if active is None or (given and not active.watch.same(input_feed)):
             active = self._select(input_feed)
-        feeds = {n: a for n, a in input_feed.items() if n in active.folded.entry_inputs} \
+        feeds = {n: input_feed[n] for n in active.folded.entry_inputs if n in input_feed} \
             if given else input_feed
         try:
             return active.folded.entry.run(output_names or self._output_names, feeds,

@@ -37,7 +37,7 @@ def _workers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "onnxfold-inference"]
 
 
-def _ended(seconds: float = 5.0) -> bool:
+def _ended(seconds: float = 60.0) -> bool:
     """Whether every inference worker has ended within ``seconds`` (CPU-bound work ends as
     soon as onnxruntime reads its terminate flag: this only waits for the thread's exit)."""
     end = time.monotonic() + seconds
