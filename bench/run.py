@@ -17,6 +17,9 @@
 ``adapters``   LoRA adapters fed as inputs: onnxruntime (inputs, multi-LoRA), onnxfold.Session
                (ort, mlir) and the merged model on two decoders; fold, switching, peak RSS
                (``adapters.py``; writes ``bench/results/adapters.md``)
+``signals``    a signal in the middle of an onnxruntime inference of ``--check``, ``compare``,
+               ``verify-folds``, ``--latency``, a Session's fold: time to exit, files left
+               (``signals.py``; writes ``bench/results/signals.md``)
 =============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
@@ -33,12 +36,12 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import ab, adapters, done_when, floor, latency, limits, peers
+from bench import ab, adapters, done_when, floor, latency, limits, peers, signals
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main,
     "done_when": done_when.main, "latency": latency.main,
-    "adapters": adapters.main}
+    "adapters": adapters.main, "signals": signals.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ _HOMES = {
     "CompareResult": "check.compare_result", "compare": "check.comparison",
     "LatencyResult": "check.latency", "measure_latency": "check.latency",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
+    "InferenceTimeout": "host.interruptible", "inference_time_limit": "host.interruptible",
     "FoldOptions": "pipeline.options", "FoldStats": "pipeline.results",
     "load_model": "io", "save_model": "io",
     "OptimizeResult": "pipeline.optimizer", "optimize": "pipeline.optimizer",
@@ -35,6 +36,7 @@ __all__ = [
     "CompareResult",
     "FoldOptions",
     "FoldStats",
+    "InferenceTimeout",
     "InputError",
     "LatencyResult",
     "OnnxfoldError",
@@ -44,6 +46,7 @@ __all__ = [
     "Session",
     "__version__",
     "compare",
+    "inference_time_limit",
     "load_model",
     "measure_latency",
     "optimize",
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
     from onnxfold.check.comparison import compare
     from onnxfold.check.latency import LatencyResult, measure_latency
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
+    from onnxfold.host.interruptible import InferenceTimeout, inference_time_limit
     from onnxfold.io import load_model, save_model
     from onnxfold.pipeline.optimizer import OptimizeResult, optimize
     from onnxfold.pipeline.options import FoldOptions

@@ -38,6 +38,7 @@ for the other declines below. A sum of constants only is left to the fold.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -502,7 +503,7 @@ def _delta(op: OpBuilder, merge: _BaseMerge, scaled: _Scaled, weight: ir.Value) 
     flat = None
     if branch.conv and w_shape is not None:  # _conv_fits: a static kernel
         out_channels = int(w_shape[0] or 0)
-        flat = [out_channels, int(np.prod([d or 0 for d in w_shape[1:]]))]
+        flat = [out_channels, math.prod(d or 0 for d in w_shape[1:])]
         weight = op.Reshape(weight, _int64s(op, flat, "kernel_rows"), _dtype=dtype,
                             _shape=ir.Shape(flat), _name="kernel_matrix")
     gemm = {"alpha": alpha, "transA": int(trans_p), "transB": int(trans_q)}

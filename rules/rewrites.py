@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import cast
 
 import numpy as np
@@ -76,7 +77,7 @@ def _postponable(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
             if inner is not None else None  # () is a valid (scalar) shape
         if before is None or before != after:
             return Reject("the broadcast result would change")
-    elif any(int(np.prod(s)) != 1 or len(s) > len(small_shape) for s in known):
+    elif any(math.prod(s) != 1 or len(s) > len(small_shape) for s in known):
         return Reject("Tile with a non-scalar operand")  # only operands equal on every tile
     return Match(i=i, expand=expand, inner=inner)
 
@@ -335,7 +336,7 @@ def _narrow_constant(ctx: GraphView, widen: ir.Node, narrow: ir.Value,
         if scale_shape is None:
             return Reject("scale shape not known")
     order = list(perm) if perm is not None else list(range(len(shape)))[::-1]
-    per_axis = scale_shape is not None and int(np.prod(scale_shape)) > 1
+    per_axis = scale_shape is not None and math.prod(scale_shape) > 1
     return Match(order=order, shape=shape, per_axis=per_axis)
 
 

@@ -255,7 +255,10 @@ def shape_(shape: tuple[int, ...], start: int = 0, end: int | None = None) -> np
 
 @folder("Size", shape_only=True)
 def size(shape: tuple[int, ...]) -> np.ndarray:
-    return np.array(math.prod(shape), dtype=np.int64)
+    count = math.prod(shape)
+    if count > np.iinfo(np.int64).max:  # a shape inferred from a huge constant target
+        raise Decline(f"{count} elements: more than int64 holds")
+    return np.array(count, dtype=np.int64)
 
 
 _NP_PAD_MODE: dict[str, Literal["constant", "reflect", "edge", "wrap"]] = {

@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_ir as ir
 
@@ -196,7 +198,7 @@ def _operands(ctx: GraphView, node: ir.Node, rank: int, todo: list[ir.Value]
             continue
         if ctx.is_constant(v):
             shape = ctx.shape(v)
-            if shape is None or int(np.prod(shape)) != 1 or len(shape) > rank:
+            if shape is None or math.prod(shape) != 1 or len(shape) > rank:
                 return Reject("a constant operand is not a scalar of at most the rank")
         else:
             todo.append(v)

@@ -31,11 +31,12 @@ from onnxfold.app.commands import (
     RunCommand,
     SplitCommand,
     VerifyFoldsCommand,
+    inference_limit,
     written_directories,
 )
 from onnxfold.app.parser import EXIT_USAGE, parse
 from onnxfold.errors import OnnxfoldError, one_line
-from onnxfold.host import endings
+from onnxfold.host import endings, interruptible
 from onnxfold.host.limits import describe_cause as describe_limit
 from onnxfold.host.logs import as_warnings, quiet, quiet_onnxruntime_startup
 from onnxfold.host.points import reached
@@ -66,8 +67,12 @@ def run(line: CommandLine, exiting: bool = False) -> int:
     """Run a parsed command line; its exit code (errors printed as one line on stderr)."""
     command = line.command
     silent = isinstance(command, OptimizeCommand) and command.settings.report.quiet
-    return run_guarded(lambda: _dispatch(line, exiting), line.debug, silent,
-                       written_directories(command))
+
+    def action() -> int:
+        with interruptible.inference_time_limit(inference_limit(command)):
+            return _dispatch(line, exiting)
+
+    return run_guarded(action, line.debug, silent, written_directories(command))
 
 
 def run_job(order: JobOrder) -> int:
@@ -77,8 +82,12 @@ def run_job(order: JobOrder) -> int:
 
     job, settings = order.job, order.settings
     written = OptimizeCommand((job.source,), job.output, settings)
-    return run_guarded(lambda: optimize_model(job, settings, collect_after=False), order.debug,
-                       settings.report.quiet, written_directories(written))
+
+    def action() -> int:
+        with interruptible.inference_time_limit(inference_limit(written)):
+            return optimize_model(job, settings, collect_after=False)
+
+    return run_guarded(action, order.debug, settings.report.quiet, written_directories(written))
 
 
 def _dispatch(line: CommandLine, exiting: bool) -> int:
@@ -147,7 +156,9 @@ def _one_line_error(e: BaseException, debug: bool) -> int:
     if isinstance(e, OnnxfoldError):
         if debug:
             traceback.print_exc()
-        print(f"onnxfold: error: {one_line(e)}", file=sys.stderr)
+        hint = "; --inference-timeout SECONDS sets the limit" if \
+            isinstance(e, interruptible.InferenceTimeout) else ""
+        print(f"onnxfold: error: {one_line(e)}{hint}", file=sys.stderr)
         return EXIT_USAGE
     if isinstance(e, BrokenPipeError):  # output piped into e.g. `head`
         sys.stderr.close()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from onnxfold.check.levels import DEFAULT_LEVEL
+from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.pipeline.options import FoldOptions
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 class ComparisonFlags:
     """How two models are compared in onnxruntime (``--inputs``, ``--dim``, ``--int-range``,
     ``--seed``, ``--custom-op-library``, ``--rtol``, ``--atol``, ``--ort-level``,
-    ``--no-fold-verification``), as given."""
+    ``--no-fold-verification``), as given; ``inference_timeout``: the seconds one of its
+    inferences (and ``--latency``'s) may take (``--inference-timeout``)."""
 
     inputs: str | None = None
     dims: tuple[str, ...] = ()
@@ -44,6 +46,7 @@ class ComparisonFlags:
     atol: float | None = None
     level: str = DEFAULT_LEVEL
     fold_verification: bool = True
+    inference_timeout: float = DEFAULT_LIMIT
 
     def resolved(self) -> CompareOptions:
         """The comparison's settings: ``--dim`` and ``--int-range`` parsed, each custom-op
@@ -200,7 +203,8 @@ class CompareCommand:
 @dataclass(frozen=True)
 class VerifyFoldsCommand:
     """``onnxfold verify-folds A B``: every folded tensor of B re-derived from A (the
-    comparison flags say how A's inputs are bound: ``--dim``, ``--inputs``, ...)."""
+    comparison flags say how A's inputs are bound: ``--dim``, ``--inputs``, ...; each
+    inference at most ``comparison.inference_timeout`` seconds)."""
 
     a: str
     b: str
@@ -233,7 +237,8 @@ class SplitCommand:
 class RunCommand:
     """``onnxfold run``: the model run on ``inputs`` (an .npz) with its runtime constants
     folded once by ``backend``, ``repeat`` times; optionally compared with onnxruntime's ways
-    of running it, and its outputs written to ``output``."""
+    of running it, and its outputs written to ``output``; each inference (the fold's and each
+    call's) at most ``inference_timeout`` seconds."""
 
     model: str
     inputs: str
@@ -247,6 +252,7 @@ class RunCommand:
     output: str | None = None
     custom_op_libraries: tuple[str, ...] = ()
     fold: FoldOptions = field(default_factory=FoldOptions)
+    inference_timeout: float = DEFAULT_LIMIT
 
     def written(self) -> tuple[str | None, ...]:
         """The files it writes, as given."""
@@ -291,6 +297,18 @@ class CommandLine:
 
     command: Command
     debug: bool = False
+
+
+def inference_limit(command: Command) -> float | None:
+    """The seconds each onnxruntime inference of ``command`` may take
+    (``--inference-timeout``; ``onnxfold.host.interruptible``)."""
+    if isinstance(command, OptimizeCommand):
+        return command.settings.check.comparison.inference_timeout
+    if isinstance(command, CompareCommand | VerifyFoldsCommand):
+        return command.comparison.inference_timeout
+    if isinstance(command, RunCommand):
+        return command.inference_timeout
+    return DEFAULT_LIMIT
 
 
 def written_directories(command: Command) -> list[str]:

@@ -39,6 +39,8 @@ from onnxfold.app.commands import (
 )
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import one_line
+from onnxfold.host.interruptible import DEFAULT_LIMIT
+from onnxfold.host.machine import checked_threads
 from onnxfold.numbers import NumberError, parse_float, parse_int
 from onnxfold.pipeline.options import FoldOptions, flag_of
 
@@ -72,6 +74,32 @@ COUNT = argument(parse_int, minimum=0)  # a number of things, 0 allowed
 POSITIVE = argument(parse_int, minimum=1)
 NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
 JOB_SECONDS = argument(parse_float, minimum=1.0)  # below that, Python has not even started
+INFERENCE_SECONDS = argument(parse_float, minimum=0.001)
+
+
+def path(text: str) -> str:
+    """A file or directory named on the command line: an empty one names nothing (``--json
+    ''`` was taken as no ``--json`` at all, and nothing was written)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    return text
+
+
+def threads(text: str) -> int:
+    """onnxruntime's intra-op threads: from 1 to the cores this process may run on (a thread
+    per core asked for is started: 100,000 grew past 16 GB and crashed)."""
+    try:
+        return checked_threads(parse_int(text, minimum=1), "threads")
+    except (NumberError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_inference_timeout(p: argparse.ArgumentParser, what: str) -> None:
+    """``--inference-timeout``: how long one onnxruntime inference of ``what`` may take."""
+    p.add_argument("--inference-timeout", type=INFERENCE_SECONDS, default=DEFAULT_LIMIT,
+                   metavar="SECONDS",
+                   help=f"stop an onnxruntime inference of {what} running longer than this "
+                        f"(one line, exit 2; default {DEFAULT_LIMIT:g})")
 
 
 def add_fold_flags(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +140,7 @@ def fold_options(args: argparse.Namespace) -> FoldOptions:
 
 def add_compare_flags(p: argparse.ArgumentParser) -> None:
     """The flags of how two models are compared in onnxruntime (``compare``, ``--check``)."""
-    p.add_argument("--inputs", metavar="FILE.npz",
+    p.add_argument("--inputs", type=path, metavar="FILE.npz",
                    help="an .npz of input arrays, used in every input set (the rest random); "
                         "string inputs as <U or S arrays")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
@@ -121,7 +149,8 @@ def add_compare_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
                    help="random values in [LO, HI) for this integer input; repeatable")
     p.add_argument("--seed", type=COUNT, default=0, help="seed of the first random input set")
-    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+    p.add_argument("--custom-op-library", type=path, action="append", default=[],
+                   metavar="PATH",
                    help="a shared library of custom ops for onnxruntime to load when it runs "
                         "the models; repeatable")
     p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=None,
@@ -136,6 +165,7 @@ def add_compare_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fold-verification", action="store_true",
                    help="do not re-derive every folded tensor from the original (done by "
                         "default when the second model was written by onnxfold)")
+    add_inference_timeout(p, "the comparison (and of --latency)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", nargs="+",
                    help="the .onnx model; several models or directories (their .onnx files) "
                         "are optimized one process each into the directory -o names")
-    p.add_argument("-o", "--output", default=None,
+    p.add_argument("-o", "--output", type=path, default=None,
                    help="where to write the optimized model (a directory, ending in /, for "
                         "several); without -o, a dry run: fold, print the report, write no "
                         "model")
@@ -169,9 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-r", "--recursive", action="store_true",
                    help="with a directory as input: also the .onnx files in its subdirectories "
                         "(written to the same relative paths under -o)")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON "
+    p.add_argument("--json", type=path, metavar="FILE", help="also write the report as JSON "
                    "(docs/report-json.md)")
-    p.add_argument("--report", metavar="FILE.html",
+    p.add_argument("--report", type=path, metavar="FILE.html",
                    help="also write a self-contained HTML report (charts, what folded, what "
                         "stayed and why)")
     p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
@@ -184,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time session creation and inference of the original and the output "
                         "in onnxruntime (median of N interleaved runs, at its default level and "
                         "with optimizations off); sizes and dynamic dims too")
-    p.add_argument("--latency-threads", type=POSITIVE, default=1, metavar="T",
+    p.add_argument("--latency-threads", type=threads, default=1, metavar="T",
                    help="onnxruntime's intra-op threads for --latency (default 1)")
     p.add_argument("--explain", action="store_true",
                    help="say why each constant-foldable node that was left alone was not folded")
@@ -203,21 +233,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="the reference model")
     p.add_argument("b", help="the model to check (e.g. the folded one)")
     p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
-    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument("--json", type=path, metavar="FILE", help="also write the comparison as JSON")
     add_compare_flags(p)
 
     p = add("verify-folds", help="re-derive every folded tensor of an onnxfold output from "
             "the original in onnxruntime, at every binding of its dynamic dims")
     p.add_argument("a", help="the original model")
     p.add_argument("b", help="the model onnxfold wrote from it")
-    p.add_argument("--json", metavar="FILE", help="also write the verdict per tensor as JSON")
+    p.add_argument("--json", type=path, metavar="FILE", help="also write the verdict per tensor as JSON")
     add_compare_flags(p)
 
     p = add("split", help="split around runtime constants into runtime_fold + entry")
     p.add_argument("input")
     p.add_argument("--runtime-const", nargs="+", required=True, metavar="NAME",
                    help="graph inputs constant at run time (names or patterns like 'w*')")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    p.add_argument("-o", "--output", type=path, required=True, metavar="DIR",
+                   help="output directory")
     p.add_argument("--no-compile-time-fold", action="store_true",
                    help="write compile-time constants as a compiletime_fold model instead")
     add_fold_flags(p)
@@ -225,11 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("run", help="run a model with runtime constants folded once")
     p.add_argument("model")
     p.add_argument("--runtime-const", nargs="*", default=[], metavar="NAME")
-    p.add_argument("--inputs", required=True, metavar="FILE.npz", help="every input's array")
+    p.add_argument("--inputs", type=path, required=True, metavar="FILE.npz",
+                   help="every input's array")
     p.add_argument("--backend", default="ort", choices=["ort", "numpy", "mlir", "onnx-mlir"])
     p.add_argument("--repeat", type=POSITIVE, default=1, help="run this many times, report timing")
-    p.add_argument("--cache-dir", help="keep folded tensors here for later processes")
-    p.add_argument("--adapter", action="append", default=[], metavar="FILE.onnx_adapter",
+    p.add_argument("--cache-dir", type=path, help="keep folded tensors here for later processes")
+    p.add_argument("--adapter", type=path, action="append", default=[],
+                   metavar="FILE.onnx_adapter",
                    help="an onnxruntime adapter file whose tensors are the runtime constants "
                         "(the first is run; with several, --compare times switching among "
                         "them); repeatable")
@@ -237,11 +270,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time onnxruntime with the runtime constants as inputs, as "
                         "initializers and (with --adapter) its multi-LoRA, interleaved with "
                         "the Session, and print the comparison")
-    p.add_argument("--threads", type=POSITIVE, default=None, metavar="N",
-                   help="onnxruntime's intra-op threads (default: onnxruntime's)")
-    p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs")
-    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+    p.add_argument("--threads", type=threads, default=None, metavar="N",
+                   help="onnxruntime's intra-op threads, at most the cores this process may "
+                        "run on (default: onnxruntime's)")
+    p.add_argument("-o", "--output", type=path, metavar="FILE.npz", help="write the outputs")
+    p.add_argument("--custom-op-library", type=path, action="append", default=[],
+                   metavar="PATH",
                    help="a shared library of custom ops for onnxruntime to load; repeatable")
+    add_inference_timeout(p, "the fold or a call")
     add_fold_flags(p)
 
     p = add("inspect", help="opsets, counts and what is still foldable")
@@ -252,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("rules", help="list the rules, or measure coverage on the ONNX node tests")
     p.add_argument("--coverage", action="store_true",
                    help="fold every case of the ONNX node test suite and report the outcome")
-    p.add_argument("--json", metavar="FILE", help="with --coverage: write the full report")
+    p.add_argument("--json", type=path, metavar="FILE",
+                   help="with --coverage: write the full report")
     p.add_argument("--jobs", type=POSITIVE, default=None, help="with --coverage: processes to use")
     # named in "the following arguments are required" when no command is given
     sub.metavar = "{" + ",".join(sub.choices) + "}"
@@ -302,7 +339,8 @@ def _comparison(args: argparse.Namespace) -> ComparisonFlags:
     return ComparisonFlags(
         inputs=args.inputs, dims=tuple(args.dim), int_ranges=tuple(args.int_range),
         seed=args.seed, custom_op_libraries=tuple(args.custom_op_library), rtol=args.rtol,
-        atol=args.atol, level=args.ort_level, fold_verification=not args.no_fold_verification)
+        atol=args.atol, level=args.ort_level, fold_verification=not args.no_fold_verification,
+        inference_timeout=args.inference_timeout)
 
 
 def _optimize(args: argparse.Namespace) -> OptimizeCommand:
@@ -335,7 +373,7 @@ def _run(args: argparse.Namespace) -> RunCommand:
     return RunCommand(args.model, args.inputs, tuple(args.runtime_const), args.backend,
                       args.repeat, args.cache_dir, tuple(args.adapter), args.compare,
                       args.threads, args.output, tuple(args.custom_op_library),
-                      fold_options(args))
+                      fold_options(args), args.inference_timeout)
 
 
 def _inspect(args: argparse.Namespace) -> InspectCommand:

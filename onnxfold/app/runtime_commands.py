@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from onnxfold.app.commands import RunCommand, SplitCommand
 from onnxfold.app.report_files import guard_inputs
 from onnxfold.errors import InputError
+from onnxfold.host import interruptible
+from onnxfold.host.machine import checked_threads
 from onnxfold.host.points import reached
 
 if TYPE_CHECKING:
@@ -49,8 +51,21 @@ def run(command: RunCommand) -> int:
         raise InputError(f"--repeat {command.repeat}: must be at least 1")
     feeds = load_arrays(command.inputs)
     options = _run_session_options(command.threads)
-    session = _session(command, options)
-    reached("session")
+    with _session(command, options) as session:  # its temporary directory removed at the end
+        reached("session")
+        outputs, names = _run_session(command, session, feeds, options)
+    if output is not None:
+        arrays = dict(zip(names, outputs))
+        write_atomic(output, lambda f: np.savez(f, **arrays))
+    return 0
+
+
+def _run_session(command: RunCommand, session: Session, feeds: dict[str, np.ndarray],
+                 options: Any) -> tuple[list, list[str]]:
+    """Run ``session`` as ``command`` says and print what it did; the last outputs and their
+    names."""
+    import numpy as np
+
     constants = set(session.runtime_constants) if command.adapters else set()
     missing = [i.name for i in session.get_inputs()
                if i.name not in feeds and i.name not in constants]
@@ -68,13 +83,13 @@ def run(command: RunCommand) -> int:
     if command.compare:
         from onnxfold.app.runtime_compare import compare
 
-        print(compare(command.model, session.runtime_constants, feeds, command.backend,
-                      max(command.repeat, 5), command.adapters, options,
-                      command.fold).render())
-    if output is not None:
-        arrays = dict(zip(names, outputs))
-        write_atomic(output, lambda f: np.savez(f, **arrays))
-    return 0
+        # its rows' calls are timed as they are: the whole comparison runs where a signal
+        # stops it (its Sessions' folds stop between kernels, the rest is left to end)
+        print(interruptible.run(lambda _options: compare(
+            command.model, session.runtime_constants, feeds, command.backend,
+            max(command.repeat, 5), command.adapters, options, command.fold),
+            what="run --compare", timeout=None).render())
+    return outputs, names
 
 
 def _claim_output(command: RunCommand) -> PinnedOutput | None:
@@ -99,13 +114,19 @@ def _session(command: RunCommand, sess_options: Any) -> Session:
 
 def _timed_runs(session: Session, feeds: dict[str, np.ndarray], repeat: int
                 ) -> tuple[list, list[float]]:
-    """The last run's outputs, and every run's seconds."""
+    """The last run's outputs, and every run's seconds (each timed in the thread that runs
+    it, stopped by a signal or the inference time limit: ``onnxfold.host.interruptible``)."""
+
+    def timed(options: Any) -> tuple[list, float]:
+        started = time.perf_counter()
+        outputs = session.run(None, feeds, options)
+        return outputs, time.perf_counter() - started
+
     times = []
     outputs: list = []
     for _ in range(repeat):
-        started = time.perf_counter()
-        outputs = session.run(None, feeds)
-        times.append(time.perf_counter() - started)
+        outputs, seconds = interruptible.run(timed, what="a call")
+        times.append(seconds)
         reached("ran")
     return outputs, times
 
@@ -114,6 +135,10 @@ def _run_session_options(threads: int | None) -> Any:
     """onnxruntime's SessionOptions for ``run``: ``--threads`` intra-op threads, or None."""
     if threads is None:
         return None
+    try:
+        checked_threads(threads, "--threads")
+    except ValueError as e:
+        raise InputError(str(e)) from None
     import onnxruntime as ort
 
     options = ort.SessionOptions()

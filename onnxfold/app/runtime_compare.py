@@ -24,8 +24,8 @@ and with several adapters the median time to switch among them once each has its
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.io import load_model, save_model
+from onnxfold.io.tempfiles import scratch_directory
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime.adapters import read_adapter
 from onnxfold.runtime.session import Session
@@ -163,7 +164,8 @@ def compare(model_path: str, runtime_constants: Sequence[str], feeds: Mapping[st
     session.run(None, feeds)
     constants = {n: feeds[n] for n in session.runtime_constants}
     dynamic = {n: a for n, a in feeds.items() if n not in constants}
-    with tempfile.TemporaryDirectory(prefix="onnxfold-compare-") as tmp:
+    tmp = scratch_directory("onnxfold-compare-")  # the command line's own (an interrupted
+    try:                                         # run removes it even while a call runs on)
         calls: dict[str, Callable[[], object]] = {}
         skipped: dict[str, str] = {}
         plain = _ort_session(model_path, sess_options)
@@ -193,6 +195,8 @@ def compare(model_path: str, runtime_constants: Sequence[str], feeds: Mapping[st
         entry_feeds = {n: a for n, a in feeds.items() if n in session.entry_inputs}
         calls[ENTRY] = lambda: entry.run(None, entry_feeds)
         medians = interleaved(calls, rounds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     switch_ms = switching(session, adapters, rounds) if len(adapters) > 1 else []
     in_ms = {k: Timing(t.wall * 1e3, t.cpu * 1e3) for k, t in medians.items()}
     return Comparison(in_ms, rounds, backend, init_seconds,

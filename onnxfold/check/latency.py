@@ -33,7 +33,8 @@ from onnxfold.check.feeds import FeedPlan, shape_text
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session, run_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
-from onnxfold.host.machine import cpu_model
+from onnxfold.host import interruptible
+from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.runtime import custom_ops
 
@@ -137,8 +138,12 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     rules)."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
-    if runs < 1 or threads < 1:
-        raise InputError(f"latency: runs ({runs}) and threads ({threads}) must be at least 1")
+    if runs < 1:
+        raise InputError(f"latency: runs ({runs}) must be at least 1")
+    try:
+        checked_threads(threads, "latency: threads")
+    except ValueError as e:
+        raise InputError(str(e)) from None
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
@@ -197,10 +202,16 @@ def _created(open_session_: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def _timed_run(session, label: str, feeds: dict[str, np.ndarray]) -> float:
-    """One inference's milliseconds (the feeds ran once bounded already: :func:`_feeds`)."""
-    started = time.perf_counter()
-    session.run(None, feeds)
-    return (time.perf_counter() - started) * 1e3
+    """One inference's milliseconds (the feeds ran once bounded already: :func:`_feeds`),
+    timed in the thread that runs it (``onnxfold.host.interruptible``: stopped by a signal
+    or the inference time limit)."""
+
+    def timed(options: Any) -> float:
+        started = time.perf_counter()
+        session.run(None, feeds, options)
+        return (time.perf_counter() - started) * 1e3
+
+    return interruptible.run(timed, what=label)
 
 
 def _interleaved(level: str, open_a: Callable[[], Any], open_b: Callable[[], Any],

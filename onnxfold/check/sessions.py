@@ -20,7 +20,7 @@ from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.check import memory_room
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError
-from onnxfold.host import address_space
+from onnxfold.host import address_space, interruptible
 from onnxfold.io import load_model
 from onnxfold.io.reader import model_from_proto
 from onnxfold.runtime import custom_ops
@@ -119,17 +119,18 @@ def run_session(sess, label: str, outputs: list[str], feeds: dict, run_options,
                 hint: str = "") -> list:
     """``sess.run`` with the process's address space bounded by the memory left
     (``memory_room.run_room``): a run that needs more fails in onnxruntime, an InputError
-    that says so, rather than the kernel killing the process."""
+    that says so, rather than the kernel killing the process. A signal or the inference time
+    limit stops it (``onnxfold.host.interruptible``)."""
     room = memory_room.run_room()
     try:
-        if room is None:
-            return sess.run(outputs, feeds, run_options)
-        with address_space.bounded(room):
-            return sess.run(outputs, feeds, run_options)
+        return interruptible.run(lambda options: sess.run(outputs, feeds, options), run_options,
+                                 what=label, around=None if room is None else
+                                 lambda: address_space.bounded(room))
+    except interruptible.InferenceTimeout:
+        raise
     except MemoryError:
         raise InputError(f"{label}: onnxruntime ran out of memory running it (about "
                          f"{room // 2**20 if room else '?'} MiB were left){hint}") from None
     except Exception as e:
         raise InputError(f"{label}: onnxruntime failed to run it: {ort_message(e)}"
                          f"{hint or ' (see --dim, --int-range, --inputs)'}") from None
-

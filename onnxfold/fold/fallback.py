@@ -21,7 +21,6 @@ common case, run here at no extra cost.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import cast
 
@@ -41,6 +40,7 @@ from onnxfold.fold.fallback_session import (
     to_ort,
 )
 from onnxfold.fold.fold_cost import batch_flops
+from onnxfold.host import interruptible
 from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import onnx_type
 from onnxfold.ir.graph import captured_values, external_inputs, static_shape
@@ -209,7 +209,9 @@ def _run_here(model: onnx.ModelProto, handed: dict[str, np.ndarray],
               inputs: dict[str, np.ndarray], outputs: Sequence[Wanted], room: int | None,
               contrib: bool, timeout: float | None, libraries: Sequence[str] = ()
               ) -> list[np.ndarray]:
-    """Run the batch ``model`` in this process, stopped (between kernels) after ``timeout``."""
+    """Run the batch ``model`` in this process, stopped (between kernels) after ``timeout``
+    seconds (None: the inference time limit, ``onnxfold.host.interruptible``) or by a signal
+    (raised as such)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -220,32 +222,23 @@ def _run_here(model: onnx.ModelProto, handed: dict[str, np.ndarray],
     handed_values = [to_ort(a) for a in handed.values()]  # alive as long as the session
     if handed:
         options.add_external_initializers(list(handed), handed_values)
-    stopped = f"exceeded --fold-timeout ({timeout or 0:g} s): onnxruntime was stopped"
     try:
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         feed = {name: to_ort(a) for name, a in inputs.items()}
-        run_options = ort.RunOptions()
-        run_options.log_severity_level = 4
-        timer = None
-        if timeout is not None:
-            timer = threading.Timer(timeout, setattr, (run_options, "terminate", True))
-            timer.daemon = True
-            timer.start()
-        try:
-            arrays = run_session(session, feed, outputs, run_options, room, contrib)
-        finally:
-            if timer is not None:
-                timer.cancel()
-        if run_options.terminate:
-            raise FallbackError(stopped, DeclineKind.SIZE)
+        return interruptible.run(
+            lambda run_options: run_session(session, feed, outputs, run_options, room, contrib),
+            what="a fallback fold", finish_after_timeout=True,
+            timeout=interruptible.CONTEXT_LIMIT if timeout is None else timeout)
     except FallbackError:
         raise
+    except interruptible.InferenceTimeout as e:
+        limit = f"--fold-timeout ({timeout:g} s)" if timeout is not None else \
+            f"the inference time limit ({interruptible.limit() or 0:g} s)"
+        raise FallbackError(f"exceeded {limit}: onnxruntime was stopped", DeclineKind.SIZE
+                            ) from e
     except Exception as e:  # onnxruntime raises several unrelated exception types
-        if timeout is not None and "terminate" in str(e).lower():
-            raise FallbackError(stopped, DeclineKind.SIZE) from None
         raise FallbackError(first_line(e)) from None
-    return arrays
 
 
 def _external_placeholder(name: str | None, arr: np.ndarray) -> onnx.TensorProto:

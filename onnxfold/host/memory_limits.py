@@ -141,3 +141,26 @@ def available_memory() -> int | None:
     limits; None when neither can be read."""
     known = [m for m in (physical_memory(), cgroup_limit()) if m is not None]
     return min(known) if known else None
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (None where /proc cannot tell)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_left() -> int | None:
+    """What this process may still allocate: what is left of :func:`available_memory` beside
+    its resident memory, and no more than the host has available now (None: unknown)."""
+    known = []
+    limit, used = available_memory(), resident_bytes()
+    if limit is not None and used is not None:
+        known.append(max(limit - used, 0))
+    free = host_available()
+    if free is not None:
+        known.append(free)
+    return min(known) if known else None

@@ -15,14 +15,27 @@ model's weights. So a cache directory is used only when
 A directory that fails is not used at all, neither read nor written: the work is done again
 each time, and one :class:`UntrustedCacheWarning` says why. Missing directories are created
 with mode 0700.
+
+:func:`directory_key` gives a trusted directory its secret: 32 random bytes in ``.onnxfold-key``
+(mode 0600, the user's, a regular file: one that is not is replaced), with which a cache
+authenticates its entries (an HMAC): an entry edited and digested again without the key, or
+copied from another directory, does not verify.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
 import warnings
+
+from onnxfold.errors import OutputError
+from onnxfold.io.pinned import PinnedDirectory, PinnedOutput
+from onnxfold.io.tempfiles import write_atomic
+
+KEY_NAME = ".onnxfold-key"
+KEY_BYTES = 32
 
 
 class UntrustedCacheWarning(UserWarning):
@@ -97,3 +110,40 @@ def make_cache_dir(path: str) -> bool:
             except OSError:
                 return False
     return cache_dir_problem(path) is None
+
+
+def _read_key(directory: PinnedDirectory) -> bytes | None:
+    """The directory's key when it is one: a regular file of this user's that no one else
+    may read, of :data:`KEY_BYTES` bytes (never through a symbolic link)."""
+    try:
+        fd = directory.open(KEY_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        uid = os.getuid() if hasattr(os, "getuid") else info.st_uid
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077 or \
+                info.st_size != KEY_BYTES:
+            return None
+        key = f.read(KEY_BYTES + 1)
+    return key if len(key) == KEY_BYTES else None
+
+
+def directory_key(directory: PinnedDirectory) -> bytes | None:
+    """The secret key of a cache directory, made (atomically) where there is none or the one
+    there is not a key (see the module doc); None when none can be read or made (a read-only
+    directory without one)."""
+    key = _read_key(directory)
+    if key is not None:
+        return key
+    made = secrets.token_bytes(KEY_BYTES)
+
+    def write(f) -> None:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(made)
+
+    try:
+        write_atomic(PinnedOutput(directory, KEY_NAME, directory.shown(KEY_NAME)), write)
+    except (OSError, OutputError):  # the directory cannot be written
+        return None
+    return _read_key(directory)  # another process's, should it have replaced this one

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+from typing import IO
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -41,10 +42,21 @@ def load_arrays(path: str | os.PathLike, limit: int = LIMIT) -> dict[str, np.nda
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"{path}: not an .npz archive of named arrays (np.savez writes one)")
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open(path, "rb") as f:
+            return read_arrays(f, path, limit)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read arrays ({e.strerror})") from None
+
+
+def read_arrays(file: IO[bytes], label: str, limit: int = LIMIT) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` archive open as ``file`` (seekable; ``label`` names it in
+    messages); InputError for anything else."""
+    if not zipfile.is_zipfile(file):
+        raise InputError(f"{label}: not an .npz archive of named arrays (np.savez writes one)")
+    try:
+        file.seek(0)
+        with zipfile.ZipFile(file) as archive:
             total = inflated = compressed = 0
             for info in archive.infolist():
                 if not info.filename.endswith(".npy"):
@@ -68,12 +80,13 @@ def load_arrays(path: str | os.PathLike, limit: int = LIMIT) -> dict[str, np.nda
                 total += nbytes
                 if total > limit:
                     raise ValueError(f"arrays larger than {limit >> 20} MiB")
-        with np.load(path, allow_pickle=False) as data:
+        file.seek(0)
+        with np.load(file, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
     except InputError:
         raise
     except Exception as e:  # zipfile, numpy and OS errors of a malformed archive
-        raise InputError(f"{path}: cannot read arrays ({type(e).__name__}: "
+        raise InputError(f"{label}: cannot read arrays ({type(e).__name__}: "
                          f"{' '.join(str(e).split())[:200]})") from None
 
 

@@ -10,12 +10,14 @@ also opens the output's directory, once (``onnxfold.io.pinned``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Iterable
 
 from onnxfold.errors import OutputError
 from onnxfold.io.pinned import PinnedDirectory, PinnedOutput, resolved
+from onnxfold.io.tempfiles import temporary
 
 FileId = tuple[int, int]
 
@@ -110,6 +112,7 @@ class OutputGuard:
         output = PinnedOutput(PinnedDirectory.of(os.path.dirname(target), what),
                               os.path.basename(target), os.fspath(path))
         self._pinned[target] = output
+        _writable(output)
         return output
 
     def _check_existing(self, target: str, what: str, shown: str | None = None,
@@ -132,3 +135,13 @@ class OutputGuard:
         if source is not None and (info.st_dev, info.st_ino) not in self._replaceable:
             same = "" if os.path.abspath(source) == target else f" ({source})"
             raise OutputError(f"{shown}: refusing to overwrite an input{same} with the {what}")
+
+
+def _writable(output: PinnedOutput) -> None:
+    """OutputError unless a file can be made beside ``output`` now (a read-only directory, a
+    full disk's inode table, ``/proc``): said before any work, not after the model it goes
+    with was written (a ``--json`` that could not be written failed after the model was)."""
+    fd, name = temporary(output.directory, output.name, ".probe")
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        output.directory.unlink(name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import math
 import mmap
 import os
 import stat
@@ -404,6 +405,33 @@ def check_structure(graphs: Sequence[ir.Graph], path: str) -> Reorders:
     return reorders
 
 
+MAX_TENSOR_BYTES = (1 << 63) - 1  # what numpy, onnxruntime and a file offset can address
+
+
+def check_declared_sizes(graphs: Sequence[ir.Graph], path: str) -> None:
+    """InputError for a value (an input, an output, a ``value_info``) declared with dims whose
+    known ones alone make more bytes than :data:`MAX_TENSOR_BYTES`: no tensor of that type can
+    exist (but an empty one, where a symbolic dim is 0), so the model can never run, and every
+    size computed from it would overflow int64 (numpy's arrays, onnxruntime's feeds)."""
+    for graph in graphs:
+        values = [*graph.inputs, *graph.outputs, *(v for node in graph for v in node.outputs)]
+        for value in values:
+            shape, dtype = value.shape, value.dtype
+            if shape is None or dtype is None:
+                continue
+            known = [d for d in shape if isinstance(d, int)]
+            try:
+                bits = dtype.bitwidth
+            except TypeError:  # strings: at least a byte each
+                bits = 8
+            nbytes = -(-math.prod(known) * bits // 8)
+            if nbytes > MAX_TENSOR_BYTES:
+                dims = [d if isinstance(d, int) else str(d) for d in shape]
+                raise InputError(f"{path}: value '{value.name}' is declared "
+                                 f"{dtype.name.lower()}{dims}: {nbytes} bytes or more, more "
+                                 f"than any tensor can hold ({MAX_TENSOR_BYTES})")
+
+
 def _reads_defined_in_order(graph: ir.Graph, path: str) -> bool:
     """InputError unless every value ``graph`` reads or returns is defined; whether the graph
     is in topological order (``onnxfold.ir.graph.in_order``). One walk for both: loading a
@@ -628,6 +656,7 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     reorders = check_structure(graphs, label)
     if any(order is not None for order in reorders):
         graphs = all_graphs(model)  # sorted: its subgraphs may come in another order
+    check_declared_sizes(graphs, label)
     files = check_tensor_data(graphs, label)
     _typed_by_their_data(graphs)
     return model, files, reorders

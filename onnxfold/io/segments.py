@@ -12,6 +12,7 @@ being read (the resident memory stays that of one weight).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -318,7 +319,7 @@ class _Scratch:
         self._buffer = np.empty(0, np.uint8)
 
     def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes > self._buffer.nbytes:
             self._buffer = np.empty(nbytes, np.uint8)
         return self._buffer[:nbytes].view(dtype).reshape(shape)

@@ -9,12 +9,14 @@ alive): an adapter is small beside its model.
 
 :class:`AdapterFiles` remembers the files it read by path and ``stat`` (device, inode, size,
 modification time in ns) with their content key, so that switching back to a file read before
-neither reads nor hashes it again; a file rewritten since is read again.
+neither reads nor hashes it again; a file rewritten since is read again. It is shared by the
+threads of a Session (a lock keeps its memory whole).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 
 import numpy as np
@@ -50,6 +52,7 @@ class AdapterFiles:
     def __init__(self, limit: int = 16) -> None:
         self.limit = limit
         self._read: dict[tuple, tuple[dict[str, np.ndarray], str]] = {}
+        self._lock = threading.Lock()
 
     def feeds(self, source: AdapterSource) -> tuple[dict[str, np.ndarray], str]:
         """``source``'s arrays (a file's path, or a mapping) and their content key."""
@@ -63,12 +66,15 @@ class AdapterFiles:
             info = None
         stamp = (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns) \
             if info is not None else None
-        if stamp is not None and stamp in self._read:
-            return self._read[stamp]
+        with self._lock:
+            known = self._read.get(stamp) if stamp is not None else None
+        if known is not None:
+            return known
         arrays = read_adapter(source)
         found = arrays, content_key(arrays)
         if stamp is not None:
-            if len(self._read) >= self.limit:
-                self._read.pop(next(iter(self._read)))
-            self._read[stamp] = found
+            with self._lock:
+                if stamp not in self._read and len(self._read) >= self.limit:
+                    self._read.pop(next(iter(self._read)))
+                self._read[stamp] = found
         return found

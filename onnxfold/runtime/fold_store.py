@@ -1,62 +1,102 @@
 """A Session's folded tensors on disk (``cache_dir``): one ``.npz`` per set of runtime-constant
-feeds, each carrying a digest of its own content that is checked on every read.
+feeds, each authenticated as the fold of *these* feeds by *this* fold model.
 
 The file is named by SHA-256 of the fold model and the feeds' content key, so a new process
-with the same model and feeds finds it. What it holds becomes the model's weights, so it is
-used only when it is exactly what the fold gives: the same names, dtypes and known dims as the
-fold's outputs, and the SHA-256 of its arrays (names, dtypes, shapes, bytes) equal to the digest
-stored in it when it was written. An entry edited since (a value changed in place, an array
-swapped for another of the same shape), truncated or written by anything else is a miss: it is
-removed, folded again and stored again, with one :class:`CorruptCacheWarning` saying why. The
-directory itself is trusted only as ``onnxfold.io.cache_dirs`` says (the user's own, writable by
-no one else).
+with the same model and feeds finds it. What it holds becomes the model's weights, so it is used
+only when it is exactly what the fold gives:
+
+- it says what it is for: the fold model's SHA-256 and the feeds' content key, both equal to
+  the Session's (an entry of another model's cache, or of other feeds renamed or swapped into
+  this name, is refused);
+- it carries an HMAC-SHA256 of what it is for and of its arrays (names, dtypes, shapes, bytes),
+  keyed by the cache directory's secret key (``onnxfold.io.cache_dirs.directory_key``: 32
+  random bytes, readable by the user alone): an entry edited and digested again by anything
+  without that key, or copied from another cache directory, is refused;
+- it has the names, dtypes and known dims of the fold's outputs;
+- it is a regular file of the user's in the cache directory itself: opened through the
+  directory's descriptor, never through a symbolic link (a link out of the directory is
+  refused, the link removed, its target untouched).
+
+A refused entry (also one truncated or not an archive at all) is a miss: it is removed, folded
+again and stored again, with one :class:`CorruptCacheWarning` saying why. Someone who can read
+the user's files can still forge an entry (the key is one of them); the directory itself is
+trusted only as ``onnxfold.io.cache_dirs`` says (the user's own, writable by no one else).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import hmac
+import json
 import os
+import stat
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxfold.errors import InputError, OnnxfoldError
-from onnxfold.io.cache_dirs import cache_dir_problem, make_cache_dir
-from onnxfold.io.feeds import load_arrays
+from onnxfold.io.cache_dirs import cache_dir_problem, directory_key, make_cache_dir
+from onnxfold.io.feeds import read_arrays
+from onnxfold.io.pinned import PinnedDirectory, PinnedOutput
 from onnxfold.io.tempfiles import write_atomic
 from onnxfold.ir.dtypes import np_dtype
 from onnxfold.runtime.feed_check import content_key
 
-DIGEST = "__onnxfold_sha256__"  # the member holding the digest of the others
+FORMAT = "onnxfold-fold-store/2"
+PURPOSE = "__onnxfold_purpose__"  # the member saying what the entry is for (JSON bytes)
+DIGEST = "__onnxfold_hmac__"  # the member holding the HMAC of the purpose and the arrays
 
 
 class CorruptCacheWarning(UserWarning):
     """A cache entry was not what was stored (edited, truncated, foreign); it was not used."""
 
 
-def entry_path(directory: str, fold_model_key: str, feeds_key: str) -> str:
-    """Where the folded tensors of these feeds for this fold model are kept."""
-    name = hashlib.sha256(f"{fold_model_key}\0{feeds_key}".encode()).hexdigest()
-    return os.path.join(directory, name + ".npz")
+@dataclass(frozen=True)
+class Purpose:
+    """What an entry is for: the fold model (SHA-256 of its bytes) and the feeds (their
+    content key, ``onnxfold.runtime.feed_check.content_key``)."""
+
+    fold_model: str
+    feeds: str
+
+    def name(self) -> str:
+        """The entry's file name in the cache directory."""
+        return hashlib.sha256(f"{self.fold_model}\0{self.feeds}".encode()).hexdigest() + ".npz"
+
+    def encoded(self) -> bytes:
+        return json.dumps({"format": FORMAT, "fold_model": self.fold_model,
+                           "feeds": self.feeds}, sort_keys=True).encode()
 
 
-def _digest(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-    return np.frombuffer(bytes.fromhex(content_key(arrays)), np.uint8)
+def _digest(key: bytes, purpose: bytes, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The HMAC-SHA256 (under ``key``) of the purpose and of every array's name, dtype,
+    shape and bytes."""
+    mac = hmac.new(key, purpose, hashlib.sha256)
+    mac.update(b"\0" + bytes.fromhex(content_key(arrays)))
+    return np.frombuffer(mac.digest(), np.uint8)
 
 
-def store(path: str, arrays: Mapping[str, np.ndarray]) -> str | None:
-    """Write ``arrays`` and their digest at ``path`` (atomically); None, or why it was not
-    stored (a cache that cannot be written is only slower)."""
-    directory = os.path.dirname(path)
+def store(directory: str, purpose: Purpose, arrays: Mapping[str, np.ndarray]) -> str | None:
+    """Write ``arrays`` as the entry for ``purpose`` in ``directory`` (atomically); None, or
+    why it was not stored (a cache that cannot be written is only slower)."""
     try:
         if not make_cache_dir(directory):
             return f"not stored: {directory} is not a private directory"
-        members = {**arrays, DIGEST: _digest(arrays)}
-        # numpy's stub: mypy fears **members could bind savez's allow_pickle: bool
-        write_atomic(path, lambda f: np.savez(f, **members))  # type: ignore[arg-type]
+        with PinnedDirectory.of(directory, "cache") as pinned:
+            key = directory_key(pinned)
+            if key is None:
+                return f"not stored: {directory} has no key and cannot get one"
+            encoded = purpose.encoded()
+            members = {**arrays, PURPOSE: np.frombuffer(encoded, np.uint8),
+                       DIGEST: _digest(key, encoded, arrays)}
+            entry = PinnedOutput(pinned, purpose.name(), pinned.shown(purpose.name()))
+            # numpy's stub: mypy fears **members could bind savez's allow_pickle: bool
+            write_atomic(entry, lambda f: np.savez(f, **members))  # type: ignore[arg-type]
     except (OSError, OnnxfoldError) as e:
         return f"not stored: {e}"
     return None
@@ -82,33 +122,93 @@ def _layout_problem(arrays: Mapping[str, np.ndarray], outputs: Sequence[ir.Value
     return None
 
 
-def _problem(stored: dict[str, np.ndarray], outputs: Sequence[ir.Value]) -> str | None:
-    digest = stored.pop(DIGEST, None)
-    if digest is None:
-        return "it carries no digest"
-    problem = _layout_problem(stored, outputs)
-    if problem is not None:
-        return problem
-    if not np.array_equal(digest, _digest(stored)):
-        return "its content differs from the digest stored with it (edited since written)"
+def _purpose_problem(stored: np.ndarray | None, purpose: Purpose) -> str | None:
+    """Why the purpose stored in an entry is not ``purpose``."""
+    if stored is None:
+        return "it does not say what it is for (written by another version of onnxfold)"
+    try:
+        found = json.loads(stored.tobytes())
+    except ValueError:
+        return "what it is for is unreadable"
+    if not isinstance(found, dict) or found.get("format") != FORMAT:
+        return "written in another format"
+    if found.get("fold_model") != purpose.fold_model:
+        return "it is the entry of another model (another fold model)"
+    if found.get("feeds") != purpose.feeds:
+        return "it is the entry of other runtime constants (renamed or swapped)"
     return None
 
 
-def load(path: str, outputs: Sequence[ir.Value]) -> tuple[dict[str, np.ndarray] | None, str | None]:
-    """The folded tensors stored at ``path`` if they are what was stored there and what a fold
-    with ``outputs`` gives, and None; else None and why the entry was discarded (None too
-    when there is no usable entry at all)."""
-    if not os.path.exists(path) or cache_dir_problem(os.path.dirname(path)) is not None:
-        return None, None  # missing, or the directory changed since it was checked
+def _problem(stored: dict[str, np.ndarray], purpose: Purpose, outputs: Sequence[ir.Value],
+             key: bytes | None) -> str | None:
+    digest, said = stored.pop(DIGEST, None), stored.pop(PURPOSE, None)
+    problem = _purpose_problem(said, purpose)
+    if problem is not None:
+        return problem
+    if digest is None:
+        return "it carries no digest"
+    if key is None:
+        return "the cache directory has no key to check it with"
+    problem = _layout_problem(stored, outputs)
+    if problem is not None:
+        return problem
+    assert said is not None  # _purpose_problem read it
+    if not hmac.compare_digest(digest.tobytes(), _digest(key, said.tobytes(), stored).tobytes()):
+        return "its content differs from the digest stored with it (edited since written, " \
+            "or written with another cache directory's key)"
+    return None
+
+
+def _opened(pinned: PinnedDirectory, name: str) -> tuple[int | None, str | None]:
+    """The entry's descriptor (None: no entry), or why it is refused unread."""
     try:
-        stored = load_arrays(path)
-        problem = _problem(stored, outputs)
-    except InputError as e:
-        problem = str(e).removeprefix(f"{path}: ")
-    if problem is None:
-        return stored, None
-    warnings.warn(f"onnxfold: cache entry {path} not used: {problem}; folding again",
-                  CorruptCacheWarning, stacklevel=5)  # the caller of Session.run
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-    return None, f"discarded {path}: {problem}"
+        fd = pinned.open(name, os.O_RDONLY)
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return None, "a symbolic link (entries are never followed out of the directory)"
+        return None, f"cannot open it ({e.strerror})"
+    info = os.fstat(fd)
+    uid = os.getuid() if hasattr(os, "getuid") else info.st_uid
+    problem = "not a regular file" if not stat.S_ISREG(info.st_mode) else \
+        f"owned by uid {info.st_uid}, not by this user" if info.st_uid != uid else None
+    if problem is not None:
+        os.close(fd)
+        return None, problem
+    return fd, None
+
+
+def load(directory: str, purpose: Purpose, outputs: Sequence[ir.Value]
+         ) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """The folded tensors stored for ``purpose`` in ``directory`` when they are what was stored
+    for it and what a fold with ``outputs`` gives, and None; else None and why the entry was
+    discarded (None too when there is no entry at all)."""
+    if cache_dir_problem(directory) is not None:
+        return None, None  # the directory changed since it was checked
+    try:
+        pinned = PinnedDirectory.of(directory, "cache")
+    except OnnxfoldError:
+        return None, None
+    name = purpose.name()
+    with pinned:
+        fd, problem = _opened(pinned, name)
+        if fd is None and problem is None:
+            return None, None
+        if fd is not None:
+            with os.fdopen(fd, "rb") as f:
+                try:
+                    stored = read_arrays(f, pinned.shown(name))
+                    problem = _problem(stored, purpose, outputs, directory_key(pinned))
+                except InputError as e:
+                    problem = str(e).removeprefix(f"{pinned.shown(name)}: ")
+                except OSError as e:
+                    problem = f"cannot read it ({e.strerror})"
+            if problem is None:
+                return stored, None
+        shown = pinned.shown(name)
+        warnings.warn(f"onnxfold: cache entry {shown} not used: {problem}; folding again",
+                      CorruptCacheWarning, stacklevel=5)  # the caller of Session.run
+        with contextlib.suppress(OSError):
+            pinned.unlink(name)  # a link itself, never its target
+    return None, f"discarded {shown}: {problem}"

@@ -3,12 +3,12 @@ folded from one set of runtime-constant feeds (one adapter), keyed by the feeds'
 least recently used out first, within a memory budget.
 
 Switching to a kept set is a dictionary lookup: no fold, no compile, no session to build. What a
-set costs in memory is counted (by the Session) as ``2 x`` the bytes of its folded tensors and of
-the entry model's own weights: the tensors themselves (held for onnxruntime, which reads them in
-place), the copies onnxruntime prepacks from them for its MatMul/Gemm/Conv kernels, and the
-entry's weights that each session loads and prepacks for itself (the Qwen2-style bench decoder:
-595 MB counted, 589-604 MB measured per set). ``tests/backends/test_folded_sets.py`` measures
-the process's resident memory against that count. The budget (``max_bytes``) defaults to a quarter
+set costs in memory is counted (by the Session) as the bytes of its folded tensors, which
+onnxruntime holds once (it loads them from a file of the set's and keeps its packed copies, or
+the mapped pages: ``onnxfold.runtime.entry_session``; twice where they had to be handed over as
+arrays, kept beside the packed copies), plus twice the entry model's own weights, which each
+session loads and prepacks for itself. ``tests/backends/test_folded_sets.py`` measures the
+process's resident memory against that count. The budget (``max_bytes``) defaults to a quarter
 of the memory this process may use (the host's RAM or a tighter cgroup limit,
 ``onnxfold.host.memory_limits``); the set in use is never evicted, even alone above it.
 """
@@ -33,7 +33,8 @@ def default_budget() -> int:
 
 @dataclass
 class FoldedSet:
-    """One set: its content key, bound entry session, what it costs and how it was made."""
+    """One set: its content key, bound entry session, what it costs and how it was made, and
+    the inputs its entry session takes (the merged split's, or the unmerged one's)."""
 
     key: str
     entry: BoundEntry
@@ -41,6 +42,7 @@ class FoldedSet:
     fold_seconds: float  # the fold (0 when read from the disk cache)
     bind_seconds: float  # building the entry session
     from_disk: bool
+    entry_inputs: frozenset[str] = frozenset()
 
 
 class FoldedSets:

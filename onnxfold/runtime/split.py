@@ -34,6 +34,7 @@ from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OutputError
 from onnxfold.fold.policy import static_nbytes
+from onnxfold.host.terminal import printable
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.tempfiles import write_text
@@ -44,6 +45,7 @@ from onnxfold.ir.graph import captured_values, external_inputs, is_default_op, s
 from onnxfold.pipeline.optimizer import optimize
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import remove_dead_nodes
+from onnxfold.runtime.file_weights import held_as_inputs, runtime_only_weights
 from onnxfold.runtime.reassociate import LowRankMerges, merge_low_rank_branches
 
 FRONTIER_EXPANSION = 4.0
@@ -67,8 +69,9 @@ def match_inputs(graph: ir.Graph, names_or_patterns: Iterable[str]) -> list[ir.V
         hits = [v for v in graph.inputs  # graph inputs are named
                 if v.name == spec or fnmatch.fnmatchcase(cast(str, v.name), spec)]
         if not hits:
-            raise InputError(f"--runtime-const {spec}: no graph input matches "
-                             f"(inputs: {', '.join(cast(str, v.name) for v in graph.inputs)})")
+            names = ", ".join(printable(cast(str, v.name)) for v in graph.inputs)
+            raise InputError(f"runtime constant {printable(spec)}: no graph input matches "
+                             f"(inputs: {names})")
         chosen.extend(v for v in hits if v not in chosen)
     return chosen
 
@@ -182,7 +185,7 @@ def _keep_expansions_in_entry(nodes: list[ir.Node], graph: ir.Graph) -> list[ir.
 
 
 def _extract(model: ir.Model, nodes: list[ir.Node], inputs: list[ir.Value],
-             outputs: list[ir.Value], name: str) -> ir.Model:
+             outputs: list[ir.Value], name: str, shared_from: int | None = None) -> ir.Model:
     """A standalone copy of ``nodes`` reading ``inputs`` (+ initializers) giving ``outputs``."""
     members = set(nodes)
     needed = external_inputs(nodes)
@@ -197,20 +200,23 @@ def _extract(model: ir.Model, nodes: list[ir.Node], inputs: list[ir.Value],
         initializers.append(v)
     graph = ir.GraphView(inputs, outputs, nodes=constants + nodes, initializers=initializers,
                          opset_imports=dict(model.opset_imports), name=name).clone()
-    _describe_like_a_loaded_part(graph)
+    _describe_like_a_loaded_part(graph, shared_from)
     return ir.Model(graph, ir_version=max(model.ir_version, 4))
 
 
-def _describe_like_a_loaded_part(graph: ir.Graph) -> None:
+def _describe_like_a_loaded_part(graph: ir.Graph, shared_from: int | None = None) -> None:
     """Describe the part's values as a proto of it did (parts were protos; the written files
     stay what they were): inputs and outputs as in the model, each initializer by its tensor,
     the values between nodes not at all. An initializer holds a copy of its data: serialized, a
     reference would name the input's file relative to nowhere, and a backend may read the part
-    at every fold, long after the input was loaded."""
+    at every fold, long after the input was loaded; except, with ``shared_from``, the file's
+    tensors of that many bytes or more (a Session hands them to its backend as arrays read
+    from the file's mapping, never serialized)."""
     for value in graph.initializers.values():
         tensor = value.const_value
         assert tensor is not None  # _extract took only values with one
-        if isinstance(tensor, ir.ExternalTensor):
+        if isinstance(tensor, ir.ExternalTensor) and (shared_from is None or
+                                                       tensor.nbytes < shared_from):
             tensor = ir.Tensor(np.array(tensor.numpy()), name=tensor.name)
         value.const_value = tensor
         value.type, value.shape = ir.TensorType(tensor.dtype), ir.Shape(tensor.shape.numpy())
@@ -290,43 +296,51 @@ COMPILE_TIME = ("fold", "keep", "separate")
 
 
 def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str], catalogue: Catalogue,
-                       options: FoldOptions | None = None, compile_time: str = "fold"
-                       ) -> SplitModels:
+                       options: FoldOptions | None = None, compile_time: str = "fold",
+                       file_weights: bool = False) -> SplitModels:
     """Fold ``model``'s compile-time constants, then split it around its runtime constants
     (``model`` becomes the entry model). ``compile_time``: ``"fold"`` them first (the default),
     ``"keep"`` them in entry unfolded (onnxruntime folds them when it loads entry), or put them
     in a ``"separate"`` ``compiletime_fold`` model. Low-rank branches over the runtime
     constants are merged into their base weights first (``onnxfold.runtime.reassociate``).
     ``catalogue``: the rules and op facts of the fold, the merge and the split (the caller's
-    choice: ``Session`` and the ``split`` command)."""
+    choice: ``Session`` and the ``split`` command). ``file_weights``: the weights only the
+    runtime fold reads are not folded at compile time and stay references to the model's
+    file in the runtime fold (``onnxfold.runtime.file_weights``: a Session's), else the
+    parts hold copies of their data (files written by ``write_split``)."""
     if compile_time not in COMPILE_TIME:
         raise InputError(f"compile_time must be one of {', '.join(COMPILE_TIME)}")
     runtime_constants = list(runtime_constants)
     merges = merge_low_rank_branches(model, match_inputs(model.graph, runtime_constants),
                                      catalogue, options)
     if compile_time == "fold":
-        optimize(model, options, catalogue=catalogue)
+        held = runtime_only_weights(model, match_inputs(model.graph, runtime_constants),
+                                    catalogue, WEIGHT_INPUT_BYTES) if file_weights else []
+        with held_as_inputs(model, held):
+            optimize(model, options, catalogue=catalogue)
         merges = merges + merge_low_rank_branches(
             model, match_inputs(model.graph, runtime_constants), catalogue, options)
     parts = split_model(model, runtime_constants,
                         separate_compile_time=compile_time == "separate",
                         keep=frozenset(options.keep) if options is not None else frozenset(),
-                        catalogue=catalogue)
+                        catalogue=catalogue, file_weights=file_weights)
     parts.low_rank = merges
     return parts
 
 
 def split_model(model: ir.Model, runtime_constants: Iterable[str],
                 separate_compile_time: bool = False,
-                keep: frozenset[str] = frozenset(), catalogue: Catalogue | None = None
-                ) -> SplitModels:
+                keep: frozenset[str] = frozenset(), catalogue: Catalogue | None = None,
+                file_weights: bool = False) -> SplitModels:
     """Split ``model`` (changed in place into the entry model) around its runtime constants.
 
     ``separate_compile_time`` puts compile-time constant subgraphs, unfolded, in a separate
     ``compiletime_fold`` model whose outputs feed entry and runtime_fold as inputs; ``keep``:
     op types and node names (``--keep``) whose nodes stay even when nothing reads them;
     ``catalogue``: whose op facts decide what is constant (None: the installed rules,
-    ``load_catalogue()``).
+    ``load_catalogue()``); ``file_weights``: the runtime fold's weights of
+    ``WEIGHT_INPUT_BYTES`` or more stay references to the model's file (a Session reads them
+    there), else every part holds copies of its data.
     """
     facts = load_catalogue() if catalogue is None else catalogue
     graph = model.graph
@@ -337,7 +351,8 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     rt_set = set(rt_nodes)
     frontier = [v for n in rt_nodes for v in n.outputs
                 if v.name and _readers_outside(v, rt_set, graph)]
-    fold_inputs = [v for v in rt_inputs if any(u.node in rt_set for u in v.uses())]
+    read = set(external_inputs(rt_nodes))  # a subgraph's captured reads too
+    fold_inputs = [v for v in rt_inputs if v in read]
 
     compiletime = None
     ct_frontier: list[ir.Value] = []
@@ -348,15 +363,17 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
         compiletime = _extract(model, lattice.compile_nodes, [], ct_frontier,
                                "compiletime_fold")
     ct_fed = [v for v in ct_frontier if any(u.node in rt_set for u in v.uses())]
-    runtime = _extract(model, rt_nodes, fold_inputs + ct_fed, frontier, "runtime_fold")
+    runtime = _extract(model, rt_nodes, fold_inputs + ct_fed, frontier, "runtime_fold",
+                       WEIGHT_INPUT_BYTES if file_weights else None)
 
     _cut(model, rt_nodes, frontier)
     if compiletime is not None:
         _cut(model, lattice.compile_nodes, ct_frontier)
-    for value in fold_inputs:
-        if not value.uses() and value not in graph.outputs:
-            graph.inputs.remove(value)
     remove_dead_nodes(model, keep)
+    read_by_entry = set(external_inputs(list(graph)))  # a removed Loop's body still "uses" it
+    for value in fold_inputs:
+        if value not in read_by_entry and value not in graph.outputs:
+            graph.inputs.remove(value)
     manifest = build_manifest(model, runtime, compiletime,
                               [cast(str, v.name) for v in rt_inputs])  # graph inputs: named
     return SplitModels(model, runtime, compiletime, manifest)

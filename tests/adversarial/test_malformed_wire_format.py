@@ -5,8 +5,6 @@ twice, the value protobuf itself reads."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -81,10 +79,9 @@ def test_a_raw_data_field_running_past_its_tensor_is_refused(tmp_path):
 def test_a_run_of_varint_continuation_bytes_is_refused_at_once(tmp_path):
     src = tmp_path / "ff.onnx"
     src.write_bytes(b"\xff" * (1 << 20))  # took minutes: a varint was decoded to the end
-    started = time.perf_counter()
-    line = _refused(run_cli("optimize", src, "-o", tmp_path / "o.onnx"))
-    assert "varint" in line
-    assert time.perf_counter() - started < 30  # a generous bound: seconds, not minutes
+    done = run_cli("optimize", src, "-o", tmp_path / "o.onnx")
+    assert "varint" in _refused(done)
+    assert done.cpu < 30  # CPU seconds, not minutes (a loaded machine stretches wall time)
 
 
 @pytest.mark.parametrize("skip_check", [False, True])

@@ -264,3 +264,44 @@ def test_an_optimized_model_that_needs_more_memory_is_compared_where_both_fit(tm
     assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     assert "the optimized model ran out of memory" in outcome.stdout
+
+
+def _big_runtime_fold(directory, static: bool) -> tuple[str, str, list[str]]:
+    """``y = Gather(Relu(Expand(w, shape)), idx)``, w a runtime constant [1, 50000]: a Session
+    folds a 50000 x 50000 float tensor (9.3 GiB). ``static``: the shape is a constant (the
+    fold's output size is known before it runs), else a runtime constant too (known only
+    while it runs). The model, its feeds and its runtime constants."""
+    n = 50_000
+    inputs = [helper.make_tensor_value_info("w", TensorProto.FLOAT, [1, n]),
+              helper.make_tensor_value_info("idx", TensorProto.INT64, [2])]
+    feeds = {"w": np.ones((1, n), np.float32), "idx": np.array([0, 1], np.int64)}
+    shape = np.array([n, n], np.int64)
+    inits = [numpy_helper.from_array(shape, "s")] if static else []
+    if not static:
+        inputs.append(helper.make_tensor_value_info("s", TensorProto.INT64, [2]))
+        feeds["s"] = shape
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["w", "s"], ["big"]), helper.make_node("Relu", ["big"], ["r"]),
+         helper.make_node("Gather", ["r", "idx"], ["y"])], "g", inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "m"])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              directory / "m.onnx")
+    np.savez(directory / "feeds.npz", **feeds)
+    return str(directory / "m.onnx"), str(directory / "feeds.npz"), \
+        ["w"] if static else ["w", "s"]
+
+
+@pytest.mark.parametrize("backend", ["ort", "mlir"])
+@pytest.mark.parametrize("static", [True, False], ids=["size-known", "size-unknown"])
+def test_a_runtime_fold_larger_than_the_cgroup_is_one_line_not_a_kill(tmp_path, static, backend):
+    """``onnxfold run`` of a 9.3 GiB runtime fold in a 1 GiB cgroup (it was OOM-killed): its
+    size weighed before it runs where the shapes say it, else an allocation that fails under
+    the address-space bound of what is left."""
+    if backend == "mlir":
+        pytest.importorskip("iree.compiler", reason="IREE is not installed")
+    model, feeds, runtime = _big_runtime_fold(tmp_path, static)
+    outcome = run_in_memory_cgroup(1 * GiB, ["run", model, "--runtime-const", *runtime,
+                                             "--inputs", feeds, "--backend", backend])
+    assert outcome.oom_kills == 0 and outcome.returncode == 2, outcome
+    assert outcome.stderr.count("\n") == 1 and outcome.stderr.startswith("onnxfold: error:")
+    assert ("runtime fold makes 9536 MiB" if static else "ran out of memory") in outcome.stderr

@@ -18,7 +18,9 @@ TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 
 def _cache_files(cache):
-    return sorted(os.path.join(r, n) for r, _, ns in os.walk(cache) for n in ns)
+    """The cache's entries (its key, ``.onnxfold-key``, is no entry)."""
+    return sorted(os.path.join(r, n) for r, _, ns in os.walk(cache) for n in ns
+                  if n.endswith(".npz"))
 
 
 def _truncate(path):

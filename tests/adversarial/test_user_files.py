@@ -178,3 +178,37 @@ def test_compare_json_over_its_inputs_npz_is_refused(tmp_path):
     done = run_cli("compare", model, model, "--inputs", npz, "--json", npz, timeout=REFUSAL_TIMEOUT)
     assert_one_error_line(done)
     assert_unchanged(before, snapshot(tmp_path))
+
+
+REPORT_FLAGS = {"optimize-json": ("optimize", "--json"),
+                "optimize-report": ("optimize", "--report"),
+                "compare-json": ("compare", "--json"), "verify-json": ("verify-folds", "--json")}
+
+
+def _report_argv(tmp_path, command: str) -> list:
+    m = _model(tmp_path)
+    if command == "optimize":
+        return ["optimize", m, "-o", tmp_path / "o.onnx"]
+    return [command, m, m]
+
+
+@pytest.mark.parametrize("case", list(REPORT_FLAGS))
+def test_a_report_that_cannot_be_written_is_said_before_any_work(tmp_path, case):
+    """``--json`` on a path no file can be made in (``/proc``: read-only even for root) was
+    said only after the model had been written, and exit 2 did not say it had been. Now it
+    is refused when claimed: nothing written."""
+    command, flag = REPORT_FLAGS[case]
+    done = run_cli(*_report_argv(tmp_path, command), flag, "/proc/onnxfold-report",
+                   timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done, "/proc/onnxfold-report", "cannot write here")
+    assert not (tmp_path / "o.onnx").exists()
+    assert done.stdout == ""  # no table: the run stopped before it
+
+
+@pytest.mark.parametrize("case", list(REPORT_FLAGS))
+def test_an_empty_report_path_is_refused(tmp_path, case):
+    """``--json ''`` was taken as no ``--json``: exit 0, nothing written."""
+    command, flag = REPORT_FLAGS[case]
+    done = run_cli(*_report_argv(tmp_path, command), flag, "", timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done, f"argument {flag}", "an empty path names no file")
+    assert not (tmp_path / "o.onnx").exists()

@@ -90,6 +90,24 @@ def test_the_memory_budget_holds():
     assert session.folds == 18  # every switch folded: six sets never fit
 
 
+def test_a_kept_set_is_held_once_by_onnxruntime():
+    """A set's folded tensors are loaded by onnxruntime from a file and the Session drops its
+    arrays: each kept set of 8 MiB of merged weights costs about 8 MiB (onnxruntime's packed
+    copy), not 16 (the arrays handed over, kept, and the packed copy)."""
+    case = lr.stacked(layers=8, width=512)
+    adapters = [lr.adapter(case, i) for i in range(6)]
+    session = Session(case.model, case.runtime, max_sets=8)
+    session.run(None, _with(case, adapters[0]))
+    before = _resident()
+    for constants in adapters[1:]:
+        out = session.run(None, _with(case, constants))[0]
+        np.testing.assert_allclose(out, _want(case, constants), **TOL)
+    per_set = (_resident() - before) / (len(adapters) - 1)
+    folded = 8 * 512 * 512 * 4
+    assert per_set < 1.3 * folded, f"{per_set / 2**20:.1f} MiB per set of {folded >> 20} MiB"
+    assert session.cached_bytes == len(adapters) * folded  # what the budget counts
+
+
 def test_sets_persist_through_cache_dir(tmp_path):
     case = lr.scale_after()
     adapters = [lr.adapter(case, i) for i in range(2)]
@@ -167,3 +185,92 @@ def test_refuse_allows_no_other_set():
     session.run(None, case.feeds)
     with pytest.raises(RuntimeConstantsChanged):
         session.run(None, _with(case, lr.adapter(case, 1)))
+
+
+def test_set_adapter_none_drops_the_adapter():
+    """``set_adapter(None)``: no adapter; a call must then feed the runtime constants (it
+    raised TypeError)."""
+    case = lr.scale_after()
+    first, second = lr.adapter(case, 0), lr.adapter(case, 1)
+    session = Session(case.model, adapter=first)
+    inputs = {"x": case.feeds["x"]}
+    np.testing.assert_allclose(session.run(None, inputs)[0], _want(case, first), **TOL)
+    session.set_adapter(None)
+    with pytest.raises(InputError, match="feeds lack the runtime constants"):
+        session.run(None, inputs)
+    out = session.run(None, _with(case, second))[0]
+    np.testing.assert_allclose(out, _want(case, second), **TOL)
+    session.set_adapter(first)  # its set is still kept: nothing folded
+    np.testing.assert_allclose(session.run(None, inputs)[0], _want(case, first), **TOL)
+    assert session.folds == 2
+
+
+def test_adapter_names_with_escapes_reach_errors_escaped(tmp_path):
+    """An adapter's tensor names come from a file: a terminal escape or a bidi override in
+    one is shown escaped in the Python error (it reached the message as it was)."""
+    from onnxfold.host.terminal import printable
+
+    case = lr.scale_after()
+    hostile = {("lora_A\x1b[31m\u202e" if n == "lora_A" else n): a
+               for n, a in lr.adapter(case, 0).items()}
+    lr.write_adapter(hostile, tmp_path / "a.onnx_adapter")
+    for source in (hostile, tmp_path / "a.onnx_adapter"):
+        with pytest.raises(InputError) as raised:
+            Session(case.model, adapter=source)
+        message = str(raised.value)
+        assert message == printable(message) and "lora_A\\x1b[31m\\u202e" in message
+    session = Session(case.model, case.runtime)
+    with pytest.raises(InputError) as raised:  # its names are not the runtime constants'
+        session.set_adapter(hostile)
+    message = str(raised.value)
+    assert message == printable(message) and "the adapter holds lora_A\\x1b" in message
+    with pytest.raises(InputError) as raised:  # the adapter that failed was not taken
+        session.run(None, {"x": case.feeds["x"]})
+    assert "adapter holds" not in str(raised.value)
+
+
+def test_base_weights_stay_in_the_models_file(tmp_path):
+    """A base weight the merge reads through a Transpose (as dynamo exports a Linear) is not
+    transposed at compile time and kept: the runtime fold reads it from the file's mapping
+    (each fold transposes it), and the Session holds no copy of the base weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxfold.io.mapped import MappedTensor
+
+    k, n, r, layers = 1024, 1024, 8, 8
+    g = np.random.default_rng(0)
+    nodes, inits, inputs, feeds, h = [], [], [], {"x": g.standard_normal((1, k), np.float32)}, "x"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array(g.standard_normal((n, k), np.float32) * 0.04,
+                                             f"W{i}"))
+        for name, shape in ((f"A{i}", (k, r)), (f"B{i}", (r, n))):
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+            feeds[name] = g.standard_normal(shape, np.float32) * 0.05
+        nodes += [helper.make_node("Transpose", [f"W{i}"], [f"Wt{i}"], perm=[1, 0]),
+                  helper.make_node("MatMul", [h, f"Wt{i}"], [f"base{i}"]),
+                  helper.make_node("MatMul", [h, f"A{i}"], [f"xa{i}"]),
+                  helper.make_node("MatMul", [f"xa{i}", f"B{i}"], [f"lora{i}"]),
+                  helper.make_node("Add", [f"base{i}", f"lora{i}"], [f"h{i}"])]
+        h = f"h{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, k]), *inputs], [helper.make_tensor_value_info(
+            h, TensorProto.FLOAT, [1, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    import onnx
+
+    written = onnx.ModelProto()
+    written.CopyFrom(model)
+    onnx.save(written, tmp_path / "m.onnx", save_as_external_data=True, location="m.data")
+    runtime = [name for name in feeds if name != "x"]
+    Session(lr.scale_after().model, lr.scale_after().runtime).run(None, lr.scale_after().feeds)
+    before = _resident()  # onnxruntime and the rules loaded: what follows is the model's
+    session = Session(str(tmp_path / "m.onnx"), runtime)
+    fold = session.parts.runtime_fold.graph
+    assert sum(node.op_type == "Transpose" for node in fold) == layers
+    weights = [v.const_value for v in fold.initializers.values()]
+    assert len(weights) == layers and all(isinstance(t, MappedTensor) for t in weights)
+    np.testing.assert_allclose(session.run(None, feeds)[0], run_ort(model, feeds)[0],
+                               rtol=1e-4, atol=1e-4)
+    base = layers * n * k * 4  # held once: onnxruntime's packed merged weights
+    grown = _resident() - before  # (a transposed copy, the merged arrays: 2 more)
+    assert grown < base + base // 2, f"grew {grown >> 20} MiB for {base >> 20} MiB of weights"

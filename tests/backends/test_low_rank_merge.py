@@ -153,3 +153,39 @@ def test_the_merged_weight_is_within_its_bound(backend):
         magnitude = np.abs(c) + abs(alpha) * (np.abs(np.asarray(a, np.float64)) @ np.abs(b))
         error = np.abs(folded[node.outputs[0].name] - exact)
         assert (error <= (lr.R + 3) * unit * magnitude).all()
+
+
+def _non_finite(case: lr.LowRank, seed: int) -> dict[str, np.ndarray]:
+    """An adapter of ``case`` holding infinities and a NaN (a diverged training's)."""
+    rng = np.random.default_rng(seed)
+    adapter = lr.adapter(case, seed)
+    for k, array in enumerate(adapter.values()):
+        flat = array.reshape(-1)
+        flat[rng.integers(flat.size, size=2)] = [np.inf, -np.inf]
+        if k == 0 and seed % 2:
+            flat[rng.integers(flat.size)] = np.nan
+    return adapter
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+@pytest.mark.parametrize("form", list(lr.FORMS))
+def test_an_adapter_that_is_not_finite_runs_as_onnxruntime_runs_the_model(form, dtype):
+    """``W + s A B`` computes NaN where the model, summing ``x W`` and ``s (x A) B``, computes
+    an infinity (and another NaN pattern): such an adapter's set runs the model unmerged, its
+    constants fed each call, bit for bit onnxruntime's; finite adapters stay merged. Fed in
+    the call or set as the adapter."""
+    case = lr.FORMS[form](np.dtype(dtype))
+    session = Session(case.model, case.runtime)
+    inputs = {n: a for n, a in case.feeds.items() if n not in case.runtime}
+    for seed in range(4):
+        adapter = _non_finite(case, seed)
+        want = run_ort(case.model, {**inputs, **adapter})[0]
+        assert not np.isfinite(want).all()
+        np.testing.assert_array_equal(session.run(None, {**inputs, **adapter})[0], want)
+        session.set_adapter(adapter)
+        np.testing.assert_array_equal(session.run(None, inputs)[0], want)
+    finite = lr.adapter(case, 9)
+    merged = session.run(None, {**inputs, **finite})[0]
+    np.testing.assert_allclose(merged, run_ort(case.model, {**inputs, **finite})[0],
+                               rtol=2e-2, atol=2e-2)
+    assert session.fold_seconds > 0  # folded: merged, not run as the model

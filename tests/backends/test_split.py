@@ -147,3 +147,25 @@ def test_a_constant_the_fold_declined_is_computed_by_the_runtime_fold():
     assert sorted(n.op_type for n in session.parts.runtime_fold.graph) == ["Cast", "Mul"]
     np.testing.assert_allclose(session.run(None, feeds)[0], run_ort(model, feeds)[0],
                                rtol=1e-5, atol=1e-4)
+
+
+def test_a_runtime_constant_read_only_inside_a_loop_body_is_a_fold_input(tmp_path):
+    """``v = Loop(3){s += w}(0)`` with ``w`` a runtime constant: the Loop reads ``w`` only from
+    its body (a captured value), and the runtime fold must still take it as an input (it was
+    "value w is neither an input nor a constant")."""
+    from bench import stop_models
+    from onnxfold.runtime.session import Session
+
+    path = tmp_path / "m.onnx"
+    stop_models.endless_runtime_fold(path, tmp_path / "feeds.npz")
+    model = onnx.load(path)
+    for init in model.graph.initializer:
+        if init.name == "M":
+            init.CopyFrom(onnx.numpy_helper.from_array(np.array(3, np.int64), "M"))
+    feeds = dict(np.load(tmp_path / "feeds.npz"))
+    feeds["w"] = np.arange(stop_models.WIDTH, dtype=np.float32)
+    parts = split_model(ir.serde.deserialize_model(model), ["w"])
+    assert parts.fold_inputs == ["w"]
+    want = run_ort(model, feeds)[0]
+    np.testing.assert_array_equal(_run_split(parts, feeds)[0], want)
+    np.testing.assert_array_equal(Session(model, ["w"]).run(None, feeds)[0], want)

@@ -88,3 +88,22 @@ def test_run_takes_adapter_files_and_compares(tmp_path):
     want = {**case.feeds, **lr.adapter(case, 0)}
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], run_ort(case.model, want)[0],
                                rtol=2e-5, atol=2e-5)
+
+
+def test_run_leaves_nothing_in_the_temporary_directory(tmp_path):
+    """The Session's directory (its entry model) is removed at the end, done or failed (a
+    signal during its fold: ``tests/adversarial/test_signals_during_inference.py``)."""
+    import os
+
+    feeds = _model(str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    np.savez(tmp_path / "bad.npz", **feeds, extra=np.zeros(3, np.float32))  # no such input
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    runs = ((["--runtime-const", "wq", "s", "--inputs", str(tmp_path / "feeds.npz")], 0),
+            (["--inputs", str(tmp_path / "bad.npz")], 2))  # onnxruntime refuses the feeds
+    for args, code in runs:
+        proc = run_cli("run", str(tmp_path / "m.onnx"), *args, env=env)
+        assert proc.returncode == code, proc.stderr
+        assert [p.name for p in scratch.iterdir() if p.name != ".ses"] == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import pty
+import resource
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -29,11 +30,21 @@ REFUSAL_TIMEOUT = 60  # a hostile input is refused (or folded) within this
 
 
 class Finished(NamedTuple):
-    """How a child ended: its exit code and what it wrote, as text."""
+    """How a child ended: its exit code and what it wrote, as text, and the CPU seconds (user
+    + system) it and the children it waited for used: what a test bounds where a wall-clock
+    bound would fail on a loaded machine."""
 
     returncode: int
     stdout: str
     stderr: str
+    cpu: float = 0.0
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's reaped children so far (``cpu`` of a run
+    is the difference around it: tests run one child at a time per process)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def onnxfold_argv(*args: object) -> list[str]:
@@ -47,9 +58,10 @@ def run_command(command: Sequence[object], cwd: str | os.PathLike | None = None,
                 input: str | None = None) -> Finished:
     """Run ``command`` (each part as ``str``), its output captured as text; ``input``, if
     given, is written to its stdin. ``run_cli`` and ``run_python`` are this."""
+    before = children_cpu()
     proc = subprocess.run([str(part) for part in command], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env=env, input=input)
-    return Finished(proc.returncode, proc.stdout, proc.stderr)
+    return Finished(proc.returncode, proc.stdout, proc.stderr, children_cpu() - before)
 
 
 def run_python(*args: object, cwd: str | os.PathLike | None = None,

@@ -89,3 +89,70 @@ def assert_interrupted(ending: Ending, signum: int) -> None:
 
 
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGHUP": signal.SIGHUP}
+
+
+@dataclass
+class Stopped:
+    """How a run signalled in the middle of an inference ended: its ending, and the CPU and
+    wall seconds it spent from the signal to its exit."""
+
+    ending: Ending
+    cpu_after: float
+    wall_after: float
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_signalled_in_inference(args: list, signum: int, work: Path, env: dict | None = None,
+                               running: float = 0.5) -> Stopped:
+    """Run the CLI until it starts an onnxruntime inference (the ``inference`` point), let
+    it run ``running`` seconds into it, send ``signum``; how it ended, and what it spent
+    after the signal (CPU seconds from ``/proc`` then and ``wait4`` at its exit: a loaded
+    machine stretches the wall time, not the CPU time). ``work``: an empty directory for the
+    marker files and the run's stdout and stderr."""
+    pauses = work / "pauses"
+    pauses.mkdir()
+    environment = {**os.environ, **(env or {}), PAUSE_AT_ENV: "inference",
+                   PAUSE_DIR_ENV: str(pauses)}
+    environment.pop("ONNXFOLD_DEBUG", None)
+    with open(work / "stdout", "w") as out, open(work / "stderr", "w") as err:
+        proc = subprocess.Popen(onnxfold_argv(*args), stdout=out, stderr=err,
+                                env=environment, text=True)
+    deadline = time.monotonic() + TIMEOUT
+    marker = None
+    while marker is None and proc.poll() is None and time.monotonic() < deadline:
+        found = glob.glob(str(pauses / "inference.*"))
+        marker = found[0] if found else None
+        time.sleep(0.01)
+    cpu_then = wall_then = 0.0
+    if marker is not None:
+        os.unlink(marker)
+        time.sleep(running)
+        cpu_then, wall_then = _cpu_seconds(proc.pid), time.monotonic()
+        proc.send_signal(signum)
+    code, cpu_total = _reaped(proc)
+    wall_after = time.monotonic() - wall_then
+    ending = Ending(code, (work / "stdout").read_text(), (work / "stderr").read_text(),
+                    marker is not None)
+    return Stopped(ending, cpu_total - cpu_then, wall_after)
+
+
+def _reaped(proc: subprocess.Popen) -> tuple[int, float]:
+    """Wait for ``proc`` (killed after ``TIMEOUT``); its exit code (-N: signal N, as Popen
+    says) and the user + system CPU seconds it used in all."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise subprocess.TimeoutExpired(proc.args, TIMEOUT)
+        time.sleep(0.01)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime

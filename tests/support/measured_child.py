@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.cli import TIMEOUT, Finished, onnxfold_argv
+from tests.support.cli import TIMEOUT, Finished, children_cpu, onnxfold_argv
 
 RELAY = Path(__file__).with_name("peak_rss_relay.py")
 
@@ -40,6 +40,7 @@ def run_relayed(command: list[str], preexec_fn: Callable[[], None] | None = None
     still running after ``timeout`` seconds is killed, with the relay, and
     ``subprocess.TimeoutExpired`` raised; whatever ends this call, nothing of the child
     outlives it."""
+    before = children_cpu()
     with tempfile.TemporaryDirectory() as tmp:
         peak_file = os.path.join(tmp, "peak")
         argv = [sys.executable, str(RELAY), peak_file,
@@ -57,7 +58,7 @@ def run_relayed(command: list[str], preexec_fn: Callable[[], None] | None = None
                 raise
             out.seek(0)
             err.seek(0)
-            done = Finished(proc.returncode, out.read(), err.read())
+            done = Finished(proc.returncode, out.read(), err.read(), children_cpu() - before)
         peak = int(Path(peak_file).read_text()) if os.path.exists(peak_file) else 0
     return done, peak
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import platform
 import sys
@@ -122,7 +123,7 @@ class _OutputBlock:
         self.offsets, size = [], 0
         for shape, dtype in specs:
             self.offsets.append(size)
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            nbytes = math.prod(shape) * dtype.itemsize
             size += -(-nbytes // 64) * 64
         self.block = aligned_block(max(size, 64))
         self.owner = self.block.base  # what every view of the outputs refers to
@@ -135,7 +136,7 @@ class _OutputBlock:
     def arrays(self) -> list[np.ndarray]:
         out = []
         for (shape, dtype), offset in zip(self.specs, self.offsets):
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            nbytes = math.prod(shape) * dtype.itemsize
             out.append(self.block[offset:offset + nbytes].view(dtype).reshape(shape))
         return out
 

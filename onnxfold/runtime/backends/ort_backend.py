@@ -1,4 +1,5 @@
-"""The ``ort`` backend: the fold model in an onnxruntime session."""
+"""The ``ort`` backend: the fold model in an onnxruntime session (each run stopped by a signal
+or the inference time limit: ``onnxfold.host.interruptible``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+
+from onnxfold.host import interruptible
 
 
 class Backend:
@@ -20,9 +23,12 @@ class Backend:
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        options.enable_cpu_mem_arena = False  # the fold's buffers go back to the system
         self.session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), options,
                                             providers=self.providers)
         self.outputs = [o.name for o in self.session.get_outputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+        results = interruptible.run(lambda options: self.session.run(self.outputs, feeds, options),
+                                    what="the runtime fold")
+        return dict(zip(self.outputs, results))
