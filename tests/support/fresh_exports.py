@@ -8,10 +8,11 @@ window, Phi's partial rotary and parallel block, GPT-J's interleaved rotary, Cod
 QKV, OLMo's clipped QKV, Granite's multipliers, Falcon's multi-query attention, GPTBigCode's
 fused multi-query projection), encoders (XLM-RoBERTa, ConvBERT, Funnel's pooling, ModernBERT's
 local and global attention), vision (DINOv2, SigLIP's vision tower and its attention pooling,
-BEiT's relative position bias, EfficientNet, ConvNeXt, DPT, Swin2SR), audio (WavLM, HuBERT,
-AST) and others (PatchTST, DETR), at sizes of their own (hidden 40-48, vocabulary 300, a past
-of 2 and a sequence of 4, images 40 x 56), from configs with random weights, by both
-exporters. No test runs them; ``python -m tools.check_matrix --fresh`` does.
+BEiT's relative position bias, EfficientNet, ConvNeXt, DPT, Swin2SR, DETR), audio (WavLM,
+HuBERT, AST) and time series (PatchTST, PatchTSMixer), at sizes of their own (hidden 40-48,
+vocabulary 300, batch 3, a past of 2 and a sequence of 4, images 40 x 56), from configs with
+random weights, by both exporters. No test runs them; ``python -m tools.check_matrix --fresh``
+does.
 
 Each builder writes the .onnx at ``path``; ``export_matrix.FRESH`` registers them as
 ``Export`` entries (same cache, same keys), ``export_matrix.FRESH_UNEXPORTABLE`` those torch
