@@ -10,9 +10,12 @@ differ) and, on failure, the error line (the last line of stderr, else the check
 Rows of ``KNOWN_CHECK_FAILURES`` say ``known``; ``UNEXPORTABLE`` exports are listed with their
 error. ``--mutations`` also plants the two wrong folds of ``tests/support/planted_folds.py``
 in each folded model and says whether ``onnxfold compare`` catches them (exit 1).
+``--held-out`` runs the held-out exports instead (``tests/support/held_out_exports.py``),
+``--fresh`` the fresh ones (``tests/support/fresh_exports.py``: a second control set of
+families neither the matrix nor the held-out set has; ``FRESH_UNEXPORTABLE`` listed).
 
-    python -m tools.check_matrix [--only NAME ...] [--held-out] [--json FILE] [--mutations]
-                                 [--cache DIR]
+    python -m tools.check_matrix [--only NAME ...] [--held-out | --fresh] [--json FILE]
+                                 [--mutations] [--cache DIR]
 
 Exit 1 when an export fails to build, a check fails that is not a known failure, a fold
 verification reports ``differ``, or a planted fold is not caught; 2 on bad arguments. Needs
@@ -140,16 +143,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", metavar="NAME",
                     help="only these exports (an UNEXPORTABLE one too: does it export now?)")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
-    ap.add_argument("--held-out", action="store_true",
-                    help="the held-out exports (families and sizes no test was written "
-                         "against: tests/support/held_out_exports.py) instead of the matrix")
+    control = ap.add_mutually_exclusive_group()
+    control.add_argument("--held-out", action="store_true",
+                         help="the held-out exports (families and sizes no test was written "
+                              "against: tests/support/held_out_exports.py) instead of the "
+                              "matrix")
+    control.add_argument("--fresh", action="store_true",
+                         help="the fresh exports (a second control set of families neither "
+                              "the matrix nor the held-out set has: "
+                              "tests/support/fresh_exports.py) instead of the matrix")
     ap.add_argument("--mutations", action="store_true",
                     help="also plant wrong folds in each folded model and run compare")
     ap.add_argument("--cache", type=Path, default=None,
                     help="export cache (default: $ONNXFOLD_MATRIX_CACHE or "
                          "~/.cache/onnxfold-matrix)")
     args = ap.parse_args(argv)
-    names = list(args.only or (export_matrix.HELD_OUT if args.held_out else export_matrix.MATRIX))
+    names = list(args.only or (export_matrix.HELD_OUT if args.held_out else
+                               export_matrix.FRESH if args.fresh else export_matrix.MATRIX))
+    unexportable = export_matrix.FRESH_UNEXPORTABLE if args.fresh else export_matrix.UNEXPORTABLE
     unknown = [n for n in names if n not in export_matrix.ENTRIES]
     if unknown:  # --only may name an UNEXPORTABLE entry: to see whether it exports now
         print(f"not in the matrix: {', '.join(unknown)}", file=sys.stderr)
@@ -171,13 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} exports in {time.perf_counter() - start:.0f} s: "
           f"{sum(r.code == 0 for r in rows)} passed, {len(known)} known failures, "
           f"{len(bad)} bad{': ' + ', '.join(bad) if bad else ''}")
-    for name, reason in export_matrix.UNEXPORTABLE.items():
+    for name, reason in unexportable.items():
         print(f"unexportable: {name}: {reason}")
     if args.json:
         args.json.write_text(json.dumps({"versions": export_matrix.versions(),
                                          "rows": [asdict(r) for r in rows],
-                                         "unexportable": export_matrix.UNEXPORTABLE},
-                                        indent=1))
+                                         "unexportable": unexportable}, indent=1))
     return 1 if bad else 0
 
 

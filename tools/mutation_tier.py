@@ -1,7 +1,8 @@
 """The mutation tier: does ``optimize --check`` catch every bug a fold or rewrite could have?
 
 For every export of the matrix (``tests/support/export_matrix.py``; ``--held-out``: the
-families no rule or test was written against) and every mutant of ``tools/mutants.py``:
+families no rule or test was written against; ``--fresh``: the second such set,
+``tests/support/fresh_exports.py``) and every mutant of ``tools/mutants.py``:
 
 1. the export is folded clean, without and with ``--check 3`` (the clean check must pass: a
    failure there is a false alarm);
@@ -15,8 +16,8 @@ families no rule or test was written against) and every mutant of ``tools/mutant
    changes what the model computes (a defect of the check); if none does, the mutant is
    ``equivalent`` here (it changed the file, not what it computes).
 
-    python -m tools.mutation_tier [--only NAME ...] [--mutants NAME ...] [--held-out]
-                                  [--json FILE] [--cache DIR]
+    python -m tools.mutation_tier [--only NAME ...] [--mutants NAME ...]
+                                  [--held-out | --fresh] [--json FILE] [--cache DIR]
 
 Prints one row per export and a summary per family; exit 1 when a mutant was missed or a clean
 check failed, 2 on bad arguments. Needs ``pip install .[exports]``.
@@ -159,12 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", metavar="NAME", help="only these exports")
     ap.add_argument("--mutants", nargs="+", metavar="NAME", choices=sorted(MUTANTS),
                     help="only these mutants")
-    ap.add_argument("--held-out", action="store_true",
-                    help="the held-out exports instead of the matrix")
+    control = ap.add_mutually_exclusive_group()
+    control.add_argument("--held-out", action="store_true",
+                         help="the held-out exports instead of the matrix")
+    control.add_argument("--fresh", action="store_true",
+                         help="the fresh exports (tests/support/fresh_exports.py) instead of "
+                              "the matrix")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     ap.add_argument("--cache", type=Path, default=None, help="export cache")
     args = ap.parse_args(argv)
-    names = list(args.only or (export_matrix.HELD_OUT if args.held_out else export_matrix.MATRIX))
+    names = list(args.only or (export_matrix.HELD_OUT if args.held_out else
+                               export_matrix.FRESH if args.fresh else export_matrix.MATRIX))
     unknown = [n for n in names if n not in export_matrix.ENTRIES]
     if unknown:
         print(f"not in the matrix: {', '.join(unknown)}", file=sys.stderr)
