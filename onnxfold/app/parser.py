@@ -240,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
             "the original in onnxruntime, at every binding of its dynamic dims")
     p.add_argument("a", help="the original model")
     p.add_argument("b", help="the model onnxfold wrote from it")
-    p.add_argument("--json", type=path, metavar="FILE", help="also write the verdict per tensor as JSON")
+    p.add_argument("--json", type=path, metavar="FILE",
+                   help="also write the verdict per tensor as JSON")
     add_compare_flags(p)
 
     p = add("split", help="split around runtime constants into runtime_fold + entry")
