@@ -6,7 +6,8 @@
 >>> print(result.report.summary())                     # doctest: +SKIP
 
 The public names are imported on first use, so ``onnxfold optimize`` does not pay for the
-comparison, split and session machinery.
+comparison, split and session machinery; the functions and ``Session`` raise InputError in
+Python words (``dims[batch]``, not ``--dim batch``: ``onnxfold.app.python_api``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,15 @@ if TYPE_CHECKING:
     from onnxfold.runtime.split import split_model, write_split
 
 
-__getattr__ = lazy_attributes(globals(), _HOMES)
+def _public(name: str, value: object) -> object:
+    """The public ``value``: its errors name Python parameters, not flags
+    (``onnxfold.app.python_api``)."""
+    from onnxfold.app.python_api import public
+
+    return public(name, value)
+
+
+__getattr__ = lazy_attributes(globals(), _HOMES, _public)
 
 
 def __dir__() -> list[str]:

@@ -29,6 +29,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.check import memory_room
+from onnxfold.check.compare_options import checked_dims
 from onnxfold.check.feeds import FeedPlan, shape_text
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session, run_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
@@ -139,6 +140,7 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     tell = progress or (lambda text: None)
     if runs < 1 or threads < 1:
         raise InputError(f"latency: runs ({runs}) and threads ({threads}) must be at least 1")
+    checked_dims(dims)
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)

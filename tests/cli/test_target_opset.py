@@ -88,5 +88,5 @@ def test_the_python_api_takes_it_as_an_option_and_a_keyword(tmp_path):
         assert result.model.opset_imports[""] == 17
     proto, ok = onnxfold.simplify(str(src), check_n=2, target_opset=18)
     assert ok and {o.domain: o.version for o in proto.opset_import}[""] == 18
-    with pytest.raises(InputError, match=r"target_opset\[99\]: onnx .* knows opsets"):
+    with pytest.raises(InputError, match=r"^target_opset=99: onnx .* knows opsets"):
         onnxfold.simplify(str(src), target_opset=99)
