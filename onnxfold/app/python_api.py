@@ -85,11 +85,16 @@ def python_words(message: str, models: Mapping[str, str] = COMPARED) -> str:
     for flag, word in sorted(WORDS.items(), key=lambda kv: -len(kv[0])):  # --dim NAME=.. first
         escaped = re.escape(flag)
         message = re.sub(rf"(?<![\w-]){escaped} (?!NAME)(\S+?):(?=\s|$)",
-                         lambda m, word=word: _spelled(word, m.group(1)) + ":", message)
+                         functools.partial(_spelled_match, word), message)
         message = re.sub(rf"(?<![\w-]){escaped}(?![\w-])", word.parameter, message)
     for label, spelled in models.items():
         message = re.sub(rf"\b{re.escape(label)}\b", spelled, message)
     return message
+
+
+def _spelled_match(word: Word, match: re.Match[str]) -> str:
+    """A match of ``--flag value:`` in Python."""
+    return _spelled(word, match.group(1)) + ":"
 
 
 def _spelled(word: Word, value: str) -> str:
@@ -128,7 +133,8 @@ def python_class(cls: type) -> type:
     is ``--runtime-const``); ``run`` and ``set_adapter`` name none, and a frame of ours
     between them and the caller would move their warnings (``stacklevel``) off the caller's
     line."""
-    return type(cls.__name__, (cls,), {"__init__": in_python_words(cls.__init__),
+    constructor = in_python_words(vars(cls)["__init__"])
+    return type(cls.__name__, (cls,), {"__init__": constructor,
                                        "__doc__": cls.__doc__, "__module__": cls.__module__,
                                        "__qualname__": cls.__qualname__})
 
