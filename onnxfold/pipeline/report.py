@@ -103,6 +103,8 @@ class Report:
     constant_nodes_before: int = 0  # Constant nodes, not counted in nodes_before/after
     constant_nodes_after: int = 0
     latency: dict[str, Any] | None = None  # --latency: LatencyResult.to_dict()
+    # --target-opset: opsets, ops expanded from their bodies, functions inlined, folded first
+    conversion: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
@@ -231,6 +233,8 @@ class Report:
         if len(self.leftovers) > len(shown):
             lines.append(f"{'':13}... and {len(self.leftovers) - len(shown)} more modules "
                          "(--explain)")
+        if self.conversion is not None:
+            lines.append(conversion_line(self.conversion))
         lines.extend(f"skipped      {step}" for step in self.skipped_steps)
         lines.extend(f"warning      {warning}" for warning in self.warnings)
         if self.output:
@@ -239,6 +243,20 @@ class Report:
         if table and (self.ops_before or self.ops_after):
             lines = [self.table(), "", *lines]
         return "\n".join(lines)
+
+
+def conversion_line(conversion: dict[str, Any]) -> str:
+    """``opset        20 -> 17 (Gelu x2 expanded ...)``: what ``--target-opset`` did."""
+    done = [f"{op} x{n}" for op, n in sorted(conversion["expanded"].items())]
+    parts = [f"folded at opset {conversion['from']} first, for the constants the converter "
+             "needs"] if conversion.get("folded_first") else []
+    if done:
+        parts.append(f"{', '.join(done)} expanded into their ONNX function bodies")
+    if conversion["inlined_functions"]:
+        parts.append("local functions inlined to convert: " +
+                     ", ".join(conversion["inlined_functions"]))
+    detail = f" ({'; '.join(parts)})" if parts else ""
+    return f"opset        {conversion['from']} -> {conversion['to']}{detail}"
 
 
 def versions() -> dict[str, str | None]:
