@@ -79,6 +79,10 @@ def add_fold_flags(parser: argparse.ArgumentParser) -> None:
         if flag.switch:
             parser.add_argument(flag.name, dest=f.name, action="store_const",
                                 const=not f.default, default=f.default, help=flag.help)
+        elif flag.choices:
+            parser.add_argument(flag.name, dest=f.name, nargs="?", const=flag.choices[0],
+                                choices=flag.choices, default=f.default,
+                                metavar=flag.metavar, help=flag.help)
         elif flag.repeat:
             parser.add_argument(flag.name, dest=f.name, action="append", default=[],
                                 metavar=flag.metavar, help=flag.help)

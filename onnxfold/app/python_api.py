@@ -73,7 +73,7 @@ CLI_ONLY = frozenset({
     "--help", "--version", "--debug", "--output", "--jobs", "--job-timeout", "--recursive",
     "--json", "--report", "--external-data", "--quiet", "--verbose", "--explain", "--no-verify",
     "--no-prefill", "--skip-check", "--check", "--no-fold-verification", "--no-compile-time-fold",
-    "--repeat", "--compare", "--threads", "--coverage", "--strip-metadata", "--shard",
+    "--repeat", "--compare", "--threads", "--coverage", "--shard",
 })
 # how the check names the models it was handed as protos (``check.sessions.label_of``)
 COMPARED = {"model A": "the model passed as a", "model B": "the model passed as b"}

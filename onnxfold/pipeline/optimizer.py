@@ -50,6 +50,7 @@ from onnxfold.ir.graph import node_label
 from onnxfold.pipeline.collector import long_lived, settled
 from onnxfold.pipeline.fold_stage import FoldStage, StagePasses
 from onnxfold.pipeline.leftovers import folded_regions, group_leftovers
+from onnxfold.pipeline.metadata import strip_metadata
 from onnxfold.pipeline.opset_conversion import CONVERSION_KEY, convert_opset
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import (
@@ -331,6 +332,10 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report.folded_regions = folded_regions(model)
         report.options = options_dict(options)
         report.conversion = conversion
+    if options.strip_metadata is not None:  # after the report read the module paths
+        stripped = strip_metadata(model, everything=options.strip_metadata == "all")
+        report.metadata_stripped = {"mode": options.strip_metadata,
+                                    "entries": stripped.entries, "bytes": stripped.bytes}
     report.phases = phases.rounded()
     return OptimizeResult(model, report, stats)
 

@@ -105,6 +105,8 @@ class Report:
     latency: dict[str, Any] | None = None  # --latency: LatencyResult.to_dict()
     # --target-opset: opsets, ops expanded from their bodies, functions inlined, folded first
     conversion: dict[str, Any] | None = None
+    # --strip-metadata: {mode, entries, bytes} dropped from nodes and values
+    metadata_stripped: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
@@ -235,6 +237,11 @@ class Report:
                          "(--explain)")
         if self.conversion is not None:
             lines.append(conversion_line(self.conversion))
+        if self.metadata_stripped is not None:
+            stripped = self.metadata_stripped
+            lines.append(f"metadata     {_mib(stripped['bytes'])} saved: {stripped['entries']} "
+                         f"entries of node and value metadata dropped (--strip-metadata"
+                         f"{'=all' if stripped['mode'] == 'all' else ''})")
         lines.extend(f"skipped      {step}" for step in self.skipped_steps)
         lines.extend(f"warning      {warning}" for warning in self.warnings)
         if self.output:
