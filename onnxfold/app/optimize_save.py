@@ -123,7 +123,7 @@ IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check hold
 
 
 def in_memory(job: ModelJob, result: OptimizeResult) -> onnx.ModelProto:
-    """The folded model as a proto, for a dry run's check or latency (2 GiB at most)."""
+    """The folded model as a proto, for a dry run's check (2 GiB at most)."""
     if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
         raise InputError(f"{job.source}: without -o the folded model is compared in memory, "
                          "and it is over protobuf's 2 GiB limit; give -o OUT to write it")
