@@ -25,6 +25,7 @@ from onnxfold.check.levels import DEFAULT_LEVEL
 from onnxfold.pipeline.options import FoldOptions
 
 if TYPE_CHECKING:
+    from onnxfold.app.shards import Shard
     from onnxfold.check.compare_options import CompareOptions
     from onnxfold.declare.catalogue import Catalogue
 
@@ -160,11 +161,13 @@ class JobOrder:
 @dataclass(frozen=True)
 class BatchRequest:
     """How several models run: ``jobs`` at a time (``-j``), each killed after
-    ``job_timeout`` seconds, directories searched ``recursive``-ly."""
+    ``job_timeout`` seconds, directories searched ``recursive``-ly, only those of ``shard``
+    (``--shard K/N``)."""
 
     jobs: int | None = None
     job_timeout: float | None = None
     recursive: bool = False
+    shard: Shard | None = None
 
 
 @dataclass(frozen=True)

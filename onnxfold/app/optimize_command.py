@@ -55,6 +55,8 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
         return batch.run(command, debug)
     if command.batch.job_timeout is not None:
         raise InputError("--job-timeout: applies to batches (several models, or -o DIR/)")
+    if command.batch.shard is not None:
+        raise InputError("--shard: splits a batch (several models, a directory, or -o DIR/)")
     return optimize_model(ModelJob.of(command.sources[0], command.output), settings,
                           collect_after=not exiting)
 

@@ -34,8 +34,9 @@ from onnxfold.app.commands import (
     SplitCommand,
     VerifyFoldsCommand,
 )
+from onnxfold.app.shards import Shard
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
-from onnxfold.errors import one_line
+from onnxfold.errors import InputError, one_line
 from onnxfold.numbers import NumberError, parse_float, parse_int
 from onnxfold.pipeline.options import FoldOptions, flag_of
 
@@ -69,6 +70,14 @@ COUNT = argument(parse_int, minimum=0)  # a number of things, 0 allowed
 POSITIVE = argument(parse_int, minimum=1)
 NON_NEGATIVE_FLOAT = argument(parse_float, minimum=0.0)
 JOB_SECONDS = argument(parse_float, minimum=1.0)  # below that, Python has not even started
+
+
+def _shard(text: str) -> Shard:
+    """``--shard K/N`` as an argparse ``type=``: its error names the flag, one line."""
+    try:
+        return Shard.parse(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(f"--shard {text}: ")) from None
 
 
 def add_fold_flags(parser: argparse.ArgumentParser) -> None:
@@ -167,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with several models: kill a model's job still running after this "
                         "long; it is reported as timed out (exit 3), the others go on "
                         "(default: no limit)")
+    p.add_argument("--shard", type=_shard, default=None, metavar="K/N",
+                   help="with several models: only those of shard K (from 0) of N, split by "
+                        "a hash of each model's path, the same on every host; run N copies "
+                        "(a Kubernetes indexed Job, a Slurm array), each with its K and its "
+                        "own --json manifest (docs/cli.md)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="with a directory as input: also the .onnx files in its subdirectories "
                         "(written to the same relative paths under -o)")
@@ -288,7 +302,7 @@ def _optimize(args: argparse.Namespace) -> OptimizeCommand:
         report=ReportRequest(args.json, args.report, args.quiet, args.verbose, args.explain,
                              args.latency, args.latency_threads))
     return OptimizeCommand(tuple(args.input), args.output, settings,
-                           BatchRequest(args.jobs, args.job_timeout, args.recursive))
+                           BatchRequest(args.jobs, args.job_timeout, args.recursive, args.shard))
 
 
 def _compare(args: argparse.Namespace) -> CompareCommand:
