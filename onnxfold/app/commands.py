@@ -231,6 +231,22 @@ class SplitCommand:
 
 
 @dataclass(frozen=True)
+class SplitAdapterCommand:
+    """``onnxfold split-adapter MODEL -o BASE --adapter FILE``: the model's LoRA weights
+    lifted to inputs of the base model ``output``, their arrays written to the onnxruntime
+    adapter file ``adapter``."""
+
+    source: str
+    output: str
+    adapter: str
+    check_input: bool = True
+
+    def written(self) -> tuple[str | None, ...]:
+        """The files it writes, as given."""
+        return (self.output, self.adapter)
+
+
+@dataclass(frozen=True)
 class RunCommand:
     """``onnxfold run``: the model run on ``inputs`` (an .npz) with its runtime constants
     folded once by ``backend``, ``repeat`` times; optionally compared with onnxruntime's ways
@@ -282,7 +298,7 @@ class RulesCommand:
 
 
 Command = (OptimizeCommand | CompareCommand | VerifyFoldsCommand | SplitCommand | RunCommand
-           | InspectCommand | RulesCommand)
+           | SplitAdapterCommand | InspectCommand | RulesCommand)
 
 
 @dataclass(frozen=True)

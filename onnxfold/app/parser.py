@@ -31,6 +31,7 @@ from onnxfold.app.commands import (
     RulesCommand,
     RunCommand,
     SaveRequest,
+    SplitAdapterCommand,
     SplitCommand,
     VerifyFoldsCommand,
 )
@@ -236,6 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write compile-time constants as a compiletime_fold model instead")
     add_fold_flags(p)
 
+    p = add("split-adapter", help="lift a model's LoRA weights to inputs of a base model and "
+            "write them to an onnxruntime adapter file (onnxfold.Session(BASE, adapter=FILE))")
+    p.add_argument("input", help="the model exported with its LoRA adapter in it")
+    p.add_argument("-o", "--output", required=True, metavar="BASE.onnx",
+                   help="the base model: the LoRA weights become its inputs")
+    p.add_argument("--adapter", required=True, metavar="FILE.onnx_adapter",
+                   help="the adapter file: the LoRA weights, by their input names")
+    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
+
     p = add("run", help="run a model with runtime constants folded once")
     p.add_argument("model")
     p.add_argument("--runtime-const", nargs="*", default=[], metavar="NAME")
@@ -319,6 +329,11 @@ def _split(args: argparse.Namespace) -> SplitCommand:
                         fold=fold_options(args), check_input=not args.skip_check)
 
 
+def _split_adapter(args: argparse.Namespace) -> SplitAdapterCommand:
+    return SplitAdapterCommand(args.input, args.output, args.adapter,
+                               check_input=not args.skip_check)
+
+
 def _run(args: argparse.Namespace) -> RunCommand:
     return RunCommand(args.model, args.inputs, tuple(args.runtime_const), args.backend,
                       args.repeat, args.cache_dir, tuple(args.adapter), args.compare,
@@ -336,4 +351,5 @@ def _rules(args: argparse.Namespace) -> RulesCommand:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Command]] = {
     "optimize": _optimize, "compare": _compare, "verify-folds": _verify_folds,
-    "split": _split, "run": _run, "inspect": _inspect, "rules": _rules}
+    "split": _split, "split-adapter": _split_adapter, "run": _run, "inspect": _inspect,
+    "rules": _rules}
