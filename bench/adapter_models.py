@@ -180,10 +180,9 @@ def _write_adapter(arrays: dict[str, np.ndarray], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def peft_decoder(name: str, adapter: int = 0) -> tuple[Any, Any, Any]:
-    """``name``'s decoder (of ``DECODERS``) with peft LoRA on every projection, adapter
-    ``adapter``'s weights in it (its seed), as one decoding step: (torch, the step module, the
-    peft model)."""
+def _peft_model(name: str) -> tuple[Any, Any, Any]:
+    """``name``'s decoder (of ``DECODERS``, seed 0) with peft LoRA on every projection:
+    (torch, its config, the peft model)."""
     sys.modules.setdefault("torchvision", None)  # type: ignore[arg-type]  # unused, may clash
     import torch
     from peft import LoraConfig, get_peft_model
@@ -195,9 +194,15 @@ def peft_decoder(name: str, adapter: int = 0) -> tuple[Any, Any, Any]:
     base = (LlamaForCausalLM if spec.family == "llama" else Qwen2ForCausalLM)(cfg).eval()
     lora = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=0.05,
                       target_modules=LORA_TARGETS)
-    model = get_peft_model(base, lora).eval()
+    return torch, cfg, get_peft_model(base, lora).eval()
+
+
+def peft_decoder(name: str, adapter: int = 0) -> tuple[Any, Any, Any]:
+    """``name``'s decoder with peft LoRA on every projection, adapter ``adapter``'s weights in
+    it (its seed), as one decoding step: (torch, the step module, the peft model)."""
+    torch, cfg, model = _peft_model(name)
     _randomize_adapters(torch, model, adapter)
-    return torch, kv_step(torch, model, spec.layers, cfg), model
+    return torch, kv_step(torch, model, DECODERS[name].layers, cfg), model
 
 
 def export_as_users_do(name: str, path: Path, dynamo: bool, adapter: int = 0) -> None:
@@ -238,18 +243,8 @@ def build(name: str, work: str | Path) -> AdapterModels:
     if all(p.exists() for p in (out.model, out.merged, *out.adapters)):
         return out
     work.mkdir(parents=True, exist_ok=True)
-    sys.modules.setdefault("torchvision", None)  # type: ignore[arg-type]  # unused, may clash
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
-
     spec = DECODERS[name]
-    torch.manual_seed(0)
-    cfg = _config(spec)
-    base = (LlamaForCausalLM if spec.family == "llama" else Qwen2ForCausalLM)(cfg).eval()
-    lora = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=0.05,
-                      target_modules=LORA_TARGETS)
-    model = get_peft_model(base, lora).eval()
+    torch, cfg, model = _peft_model(name)
     for seed in (*range(1, ADAPTERS), 0):  # adapter 0 last: it is exported, then merged
         _randomize_adapters(torch, model, seed)
         arrays = {f"m.{n}": p.detach().numpy().copy() for n, p in model.named_parameters()

@@ -30,6 +30,7 @@ _HOMES = {
     "Report": "pipeline.report",
     "Session": "runtime.session",
     "split_model": "runtime.split", "write_split": "runtime.split", "simplify": "app.simplify",
+    "split_adapter": "runtime.adapter_split",
 }
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "optimize",
     "save_model",
     "simplify",
+    "split_adapter",
     "split_model",
     "write_split",
 ]
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from onnxfold.pipeline.options import FoldOptions
     from onnxfold.pipeline.report import Report
     from onnxfold.pipeline.results import FoldStats
+    from onnxfold.runtime.adapter_split import split_adapter
     from onnxfold.runtime.session import Session
     from onnxfold.runtime.split import split_model, write_split
 

@@ -15,21 +15,21 @@ import os
 
 from onnxfold.app.commands import SplitAdapterCommand
 from onnxfold.app.report_files import guard_inputs
-from onnxfold.errors import one_line
 
 
 def split_adapter(command: SplitAdapterCommand) -> int:
     """Split the model, write both files, say what was found and how to run it."""
     from onnxfold.declare.catalogue import load_catalogue
     from onnxfold.io import load_model, save_model
-    from onnxfold.runtime.adapter_split import split_adapter as split
+    from onnxfold.runtime.adapter_split import lift_lora_weights
+    from onnxfold.runtime.adapters import write_adapter
 
     guard = guard_inputs([command.source])
     try:
         base = guard.pin(command.output, "base model")
         adapter = guard.pin(command.adapter, "adapter file")
         model = load_model(command.source, check=command.check_input)
-        found = split(model, load_catalogue(), command.source)
+        found = lift_lora_weights(model, load_catalogue(), command.source)
         info = save_model(model, base, guard=guard)
         write_adapter(found.arrays, adapter)
     finally:
@@ -42,23 +42,3 @@ def split_adapter(command: SplitAdapterCommand) -> int:
     print(f'run it       onnxfold.Session("{command.output}", adapter="{command.adapter}") '
           "merges them into their base weights")
     return 0
-
-
-def write_adapter(arrays: dict, target) -> None:
-    """``arrays`` as an onnxruntime adapter file at the pinned ``target``, by rename."""
-    import onnxruntime as ort
-
-    from onnxfold.errors import OutputError
-    from onnxfold.io.tempfiles import replacing
-
-    adapter = ort.AdapterFormat()
-    adapter.set_adapter_version(1)
-    adapter.set_model_version(1)
-    adapter.set_parameters({n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in arrays.items()})
-    with replacing(target) as (fd, tmp):
-        os.close(fd)
-        try:
-            adapter.export_adapter(target.directory.path_of(tmp))
-        except Exception as e:  # onnxruntime's writer raises RuntimeError
-            raise OutputError(f"{target.given}: cannot write the adapter file "
-                              f"({one_line(e, 200)})") from None

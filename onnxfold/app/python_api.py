@@ -150,5 +150,5 @@ def public(name: str, value: Any) -> Any:
 
 
 PUBLIC_FUNCTIONS = frozenset({"optimize", "compare", "measure_latency", "simplify",
-                              "split_model", "write_split"})
+                              "split_model", "write_split", "split_adapter"})
 PUBLIC_CLASSES = frozenset({"Session"})

@@ -24,6 +24,7 @@ share its ranks and scalings (the base keeps the scaling), as onnxruntime's mult
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from onnxfold.declare.catalogue import Catalogue
 from onnxfold.errors import InputError
 from onnxfold.ir.graph import through_identities
 from onnxfold.pipeline.options import FoldOptions
+from onnxfold.runtime.adapters import write_adapter
 from onnxfold.runtime.reassociate import merge_low_rank_branches
 
 LORA_NAME = re.compile(r"lora_[AB]\b|lora_[AB](?=[._])")  # peft: "...lora_A.default.weight"
@@ -66,7 +68,32 @@ class AdapterSplit:
         return line
 
 
-def split_adapter(model: ir.Model, catalogue: Catalogue, label: str = "model") -> AdapterSplit:
+def split_adapter(model: str | os.PathLike | ir.Model, base: str | os.PathLike,
+                  adapter: str | os.PathLike, catalogue: Catalogue | None = None
+                  ) -> AdapterSplit:
+    """``onnxfold split-adapter`` in Python: ``model`` (a path or an ``ir.Model``, changed in
+    place) split into the base model written at ``base`` and the adapter file at ``adapter``
+    (the base model first: a run stopped between them leaves no adapter file). Neither may
+    replace the model's file; what was lifted is returned."""
+    from onnxfold.declare.catalogue import load_catalogue
+    from onnxfold.io import load_model, save_model
+
+    label = "model" if isinstance(model, ir.Model) else os.fspath(model)
+    loaded = model if isinstance(model, ir.Model) else load_model(model)
+    found = lift_lora_weights(loaded, load_catalogue() if catalogue is None else catalogue,
+                              label)
+    protect = set() if isinstance(model, ir.Model) else {os.fspath(model)}
+    if os.path.lexists(adapter) and any(os.path.lexists(p) and os.path.samefile(adapter, p)
+                                        for p in (*protect, base)):
+        raise InputError(f"{os.fspath(adapter)}: the adapter file would replace the model or "
+                         "the base model")
+    save_model(loaded, base, protect=protect)
+    write_adapter(found.arrays, adapter)
+    return found
+
+
+def lift_lora_weights(model: ir.Model, catalogue: Catalogue, label: str = "model"
+                      ) -> AdapterSplit:
     """Lift ``model``'s LoRA weights to graph inputs, in place; what was lifted. InputError
     when it holds none."""
     initializers = model.graph.initializers

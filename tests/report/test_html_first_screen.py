@@ -73,13 +73,19 @@ def test_a_failed_check_is_the_first_thing_the_page_says(failed_page):
     assert '<div class="card bad"><div class="k">check</div><div class="v">FAILED' in text
 
 
-@needs_chromium
-def test_in_chromium_the_alert_is_on_the_first_screen(failed_page, tmp_path):
-    _, text, _ = failed_page
+def _measured(text: str, tmp_path: Path, *flags: str) -> str:
+    """The page's DOM as Chromium laid it out, with the alert's place and whether a backtick
+    shows written into its body's data."""
     page = tmp_path / "measured.html"
     page.write_text(text.replace("</body>", POSITION_JS))
-    dom, console = chromium(page, tmp_path, "--dump-dom", "--window-size=1280,900")
-    assert console == []
+    dom, console = chromium(page, tmp_path, "--dump-dom", *flags)
+    assert console == [] and 'data-ready="1"' in dom
+    return dom
+
+
+@needs_chromium
+def test_in_chromium_the_alert_is_on_the_first_screen(failed_page, tmp_path):
+    dom = _measured(failed_page[1], tmp_path, "--window-size=1280,900")
     top = float(re.search(r'data-alert-top="([\d.]+)"', dom).group(1))
     bottom = float(re.search(r'data-alert-bottom="([\d.]+)"', dom).group(1))
     assert 0 < top < bottom < SCREEN / 2, (top, bottom)
@@ -108,11 +114,7 @@ def test_no_raw_backtick_in_onnxfolds_prose(hostile_page):
 
 @needs_chromium
 def test_in_chromium_no_backtick_is_shown(hostile_page, tmp_path):
-    _, text, _ = hostile_page
-    page = tmp_path / "measured.html"
-    page.write_text(text.replace("</body>", POSITION_JS))
-    dom, console = chromium(page, tmp_path, "--dump-dom")
-    assert console == [] and 'data-text="clean"' in dom
+    assert 'data-text="clean"' in _measured(hostile_page[1], tmp_path)
 
 
 def test_the_rewrites_section_lists_what_each_rule_did(tmp_path):
