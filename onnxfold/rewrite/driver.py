@@ -372,13 +372,14 @@ def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,
     cleanup removed net (the model's node count before it less after it)."""
     settings = dataclasses.replace(settings, nondeterministic_ops=catalogue.nondeterministic)
     hits: Counter = Counter()
+    count = _node_count(model) if removed is not None else 0  # counted again after a hit only
     for rule in catalogue.cleanups:
-        before = _node_count(model) if removed is not None else 0
         n = contained(rule.name, strict, functools.partial(rule.fn, model, settings))
         if n:
             hits[rule.name] += n
             if removed is not None:
-                removed[rule.name] += before - _node_count(model)
+                before, count = count, _node_count(model)
+                removed[rule.name] += before - count
     return hits
 
 
