@@ -289,6 +289,18 @@ class _Conversion:
     def _line(self, failure: _Failed) -> str:
         """The one line of a failure the attempts could not get past."""
         where = f" from opset {self.current}"
+        computed = _computed_attribute_inputs(self.work, self.target) \
+            if failure.op is None and CONSTANT_INPUT in failure.reason else []
+        if computed:  # name the node the converter does not: one whose input it needs constant
+            first = computed[0]
+            more = f", and {len(computed) - 1} more" if len(computed) > 1 else ""
+            form = since(first.op_type, self.current) or self.current
+            return (f"--target-opset {self.target}: onnx's version converter cannot convert "
+                    f"{first.op_type} (node {first.name or first.op_type}{more}) of {self.label}"
+                    f"{where}: at opset {self.target} an input it computes (its axes, sizes or "
+                    "pads) must be an attribute, and it depends on the inputs' dims even "
+                    "folded; next step: fix those dims (--input-shape) so that it folds, or "
+                    f"{self._next(form)}")
         if failure.op is None:
             return (f"--target-opset {self.target}: onnx's version converter cannot convert "
                     f"{self.label}{where}: {_hint(failure.reason)}")
@@ -352,6 +364,31 @@ def _nodes(graph: ir.Graph | ir.Function) -> Iterator[ir.Node]:
                     stack.append(attr.as_graph())
                 elif attr.type == ir.AttributeType.GRAPHS:
                     stack.extend(attr.as_graphs())
+
+
+def _computed_attribute_inputs(model: ir.Model, target: int) -> list[ir.Node]:
+    """The default-domain nodes of the main graph with an input beyond what their op takes at
+    ``target`` (an input that became an attribute there: Reduce axes, Split sizes, Unsqueeze
+    axes, Pad's pads) that is computed by a node other than a Constant: the converter needs
+    such an input constant."""
+    found = []
+    for node in model.graph:
+        if node.domain not in DEFAULT_DOMAINS:
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, target, "")
+        except onnx.defs.SchemaError:
+            continue
+        extra = node.inputs[len(schema.inputs):] if not _variadic(schema) else []
+        if any(v is not None and (p := v.producer()) is not None and p.op_type != "Constant"
+               for v in extra):
+            found.append(node)
+    return found
+
+
+def _variadic(schema: onnx.defs.OpSchema) -> bool:
+    return any(i.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+               for i in schema.inputs)
 
 
 def _reads_call_attributes(node: ir.Node) -> bool:

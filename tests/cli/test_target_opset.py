@@ -263,6 +263,20 @@ def test_axes_the_graph_computes_are_folded_at_the_models_opset_first(tmp_path):
     _same_outputs(src, out, (2, 3))
 
 
+def test_axes_that_depend_on_an_input_are_named_with_their_node(tmp_path):
+    """A Reduce whose axes are a graph input cannot fold: the line names the node the
+    converter does not, and what would let it convert."""
+    src = _save(tmp_path / "m.onnx",
+                [helper.make_node("ReduceMean", ["x", "axes"], ["y"], name="mean0")],
+                [helper.make_tensor_value_info("x", F, [2, 3]),
+                 helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+                [helper.make_tensor_value_info("y", F, None)])
+    proc = run_cli("optimize", src, "-o", str(tmp_path / "o.onnx"), "--target-opset", "17")
+    assert_one_error_line(proc, "cannot convert ReduceMean (node mean0) of ",
+                          "next step: fix those dims (--input-shape)")
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
+
+
 def test_a_reduce_with_noop_and_no_axes_becomes_an_identity(tmp_path):
     """ReduceMean 18 with noop_with_empty_axes=1 and no axes returns its input; taken to 17
     the converter keeps the attribute 17 does not have: the node becomes what it computed."""
