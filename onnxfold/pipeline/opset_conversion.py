@@ -297,10 +297,10 @@ class _Conversion:
             form = since(first.op_type, self.current) or self.current
             return (f"--target-opset {self.target}: onnx's version converter cannot convert "
                     f"{first.op_type} (node {first.name or first.op_type}{more}) of {self.label}"
-                    f"{where}: at opset {self.target} an input it computes (its axes, sizes or "
-                    "pads) must be an attribute, and it depends on the inputs' dims even "
-                    "folded; next step: fix those dims (--input-shape) so that it folds, or "
-                    f"{self._next(form)}")
+                    f"{where}: at opset {self.target} an input it reads (its axes, sizes or "
+                    "pads) must be an attribute, and even folded it depends on the model's "
+                    "inputs; next step: fix those dims (--input-shape) where it depends on "
+                    f"dims, so that it folds, or {self._next(form)}")
         if failure.op is None:
             return (f"--target-opset {self.target}: onnx's version converter cannot convert "
                     f"{self.label}{where}: {_hint(failure.reason)}")
