@@ -369,8 +369,8 @@ def _nodes(graph: ir.Graph | ir.Function) -> Iterator[ir.Node]:
 def _computed_attribute_inputs(model: ir.Model, target: int) -> list[ir.Node]:
     """The default-domain nodes of the main graph with an input beyond what their op takes at
     ``target`` (an input that became an attribute there: Reduce axes, Split sizes, Unsqueeze
-    axes, Pad's pads) that is computed by a node other than a Constant: the converter needs
-    such an input constant."""
+    axes, Pad's pads) that is a graph input or computed by a node other than a Constant: the
+    converter needs such an input constant."""
     found = []
     for node in model.graph:
         if node.domain not in DEFAULT_DOMAINS:
@@ -380,8 +380,8 @@ def _computed_attribute_inputs(model: ir.Model, target: int) -> list[ir.Node]:
         except onnx.defs.SchemaError:
             continue
         extra = node.inputs[len(schema.inputs):] if not _variadic(schema) else []
-        if any(v is not None and (p := v.producer()) is not None and p.op_type != "Constant"
-               for v in extra):
+        if any(v is not None and not v.is_initializer() and
+               ((p := v.producer()) is None or p.op_type != "Constant") for v in extra):
             found.append(node)
     return found
 

@@ -270,7 +270,7 @@ def test_axes_that_depend_on_an_input_are_named_with_their_node(tmp_path):
                 [helper.make_node("ReduceMean", ["x", "axes"], ["y"], name="mean0")],
                 [helper.make_tensor_value_info("x", F, [2, 3]),
                  helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
-                [helper.make_tensor_value_info("y", F, None)])
+                [helper.make_tensor_value_info("y", F, ["a", "b"])])
     proc = run_cli("optimize", src, "-o", str(tmp_path / "o.onnx"), "--target-opset", "17")
     assert_one_error_line(proc, "cannot convert ReduceMean (node mean0) of ",
                           "next step: fix those dims (--input-shape)")
