@@ -180,13 +180,9 @@ def _write_adapter(arrays: dict[str, np.ndarray], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def build(name: str, work: str | Path) -> AdapterModels:
-    """Build ``name`` (of ``DECODERS``) into ``work`` unless its files are there."""
-    work = Path(work)
-    out = paths(name, work)
-    if all(p.exists() for p in (out.model, out.merged, *out.adapters)):
-        return out
-    work.mkdir(parents=True, exist_ok=True)
+def _peft_model(name: str) -> tuple[Any, Any, Any]:
+    """``name``'s decoder (of ``DECODERS``, seed 0) with peft LoRA on every projection:
+    (torch, its config, the peft model)."""
     sys.modules.setdefault("torchvision", None)  # type: ignore[arg-type]  # unused, may clash
     import torch
     from peft import LoraConfig, get_peft_model
@@ -198,7 +194,57 @@ def build(name: str, work: str | Path) -> AdapterModels:
     base = (LlamaForCausalLM if spec.family == "llama" else Qwen2ForCausalLM)(cfg).eval()
     lora = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=0.05,
                       target_modules=LORA_TARGETS)
-    model = get_peft_model(base, lora).eval()
+    return torch, cfg, get_peft_model(base, lora).eval()
+
+
+def peft_decoder(name: str, adapter: int = 0) -> tuple[Any, Any, Any]:
+    """``name``'s decoder with peft LoRA on every projection, adapter ``adapter``'s weights in
+    it (its seed), as one decoding step: (torch, the step module, the peft model)."""
+    torch, cfg, model = _peft_model(name)
+    _randomize_adapters(torch, model, adapter)
+    return torch, kv_step(torch, model, DECODERS[name].layers, cfg), model
+
+
+def export_as_users_do(name: str, path: Path, dynamo: bool, adapter: int = 0) -> None:
+    """``name``'s decoder with adapter ``adapter`` inside, exported with torch's defaults, as
+    a user exports a PEFT model: dynamo with its optimizer (which folds each LoRA weight's
+    Transpose into a new initializer) or TorchScript with constant folding (which renames the
+    LoRA weights ``onnx::MatMul_N``): the input of ``onnxfold split-adapter``."""
+    torch, step, _ = peft_decoder(name, adapter)
+    spec = DECODERS[name]
+    feeds = example_inputs(spec, past=16, seq=8)
+    args = tuple(torch.from_numpy(a) for a in feeds.values())
+    names = list(feeds)
+    with torch.no_grad():
+        if dynamo:
+            d = torch.export.Dim
+            batch, seq, past = d("batch", min=1, max=64), d("seq", max=1024), d("past",
+                                                                                  max=2048)
+            shapes = ({0: batch, 1: seq}, {0: batch, 1: d("total", max=3072)},
+                      {0: batch, 1: seq}, tuple({0: batch, 2: past}
+                                                for _ in range(2 * spec.layers)))
+            program = torch.onnx.export(step, args, dynamo=True, dynamic_shapes=shapes,
+                                        input_names=names)
+            assert program is not None
+            program.save(str(path), external_data=False)
+        else:
+            axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch",
+                                                                             1: "total"},
+                    "position_ids": {0: "batch", 1: "seq"},
+                    **{n: {0: "batch", 2: "past"} for n in names[3:]}}
+            torch.onnx.export(step, args, str(path), dynamo=False, input_names=names,
+                              dynamic_axes=axes)
+
+
+def build(name: str, work: str | Path) -> AdapterModels:
+    """Build ``name`` (of ``DECODERS``) into ``work`` unless its files are there."""
+    work = Path(work)
+    out = paths(name, work)
+    if all(p.exists() for p in (out.model, out.merged, *out.adapters)):
+        return out
+    work.mkdir(parents=True, exist_ok=True)
+    spec = DECODERS[name]
+    torch, cfg, model = _peft_model(name)
     for seed in (*range(1, ADAPTERS), 0):  # adapter 0 last: it is exported, then merged
         _randomize_adapters(torch, model, seed)
         arrays = {f"m.{n}": p.detach().numpy().copy() for n, p in model.named_parameters()

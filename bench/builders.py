@@ -357,6 +357,17 @@ EXPORTS: dict[str, tuple[str, str, Any]] = {
     "t5_small_ts": ("T5-small encoder-decoder LM, TorchScript exporter, static", "ts", _t5),
     "bert_base_fp16_dynamo": ("BERT-base in float16 (model.half()), dynamo, dynamic batch/seq",
                               "dynamo", lambda torch: _bert(torch, half=True)),
+    # the same models as torch's defaults export them (dynamo's optimize=True, TorchScript's
+    # constant folding): what users have
+    "gpt2_small_dynamo_optimized": ("GPT-2 small LM head, dynamo with the exporter's "
+                                    "optimize=True (its default), dynamic batch/seq",
+                                    "dynamo-optimized", _gpt2),
+    "t5_small_ts_folded": ("T5-small encoder-decoder LM, TorchScript with its constant folding "
+                           "(its default), static", "ts-folded", _t5),
+    "bert_base_fp16_dynamo_optimized": ("BERT-base in float16 (model.half()), dynamo with the "
+                                        "exporter's optimize=True (its default), dynamic "
+                                        "batch/seq", "dynamo-optimized",
+                                        lambda torch: _bert(torch, half=True)),
     "qwen2_kv_ts": ("Qwen2-style decoder with KV cache (as qwen2_kv_dynamo), TorchScript, "
                     "dynamic batch/seq/past", "ts", _qwen2_kv),
     "qwen2_kv_dynamo_optimized": ("Qwen2-style decoder with KV cache (as qwen2_kv_dynamo), "

@@ -6,7 +6,8 @@
 >>> print(result.report.summary())                     # doctest: +SKIP
 
 The public names are imported on first use, so ``onnxfold optimize`` does not pay for the
-comparison, split and session machinery.
+comparison, split and session machinery; the functions and ``Session`` raise InputError in
+Python words (``dims[batch]``, not ``--dim batch``: ``onnxfold.app.python_api``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ _HOMES = {
     "Report": "pipeline.report",
     "Session": "runtime.session",
     "split_model": "runtime.split", "write_split": "runtime.split", "simplify": "app.simplify",
+    "split_adapter": "runtime.adapter_split",
 }
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "optimize",
     "save_model",
     "simplify",
+    "split_adapter",
     "split_model",
     "write_split",
 ]
@@ -68,11 +71,20 @@ if TYPE_CHECKING:
     from onnxfold.pipeline.options import FoldOptions
     from onnxfold.pipeline.report import Report
     from onnxfold.pipeline.results import FoldStats
+    from onnxfold.runtime.adapter_split import split_adapter
     from onnxfold.runtime.session import Session
     from onnxfold.runtime.split import split_model, write_split
 
 
-__getattr__ = lazy_attributes(globals(), _HOMES)
+def _public(name: str, value: object) -> object:
+    """The public ``value``: its errors name Python parameters, not flags
+    (``onnxfold.app.python_api``)."""
+    from onnxfold.app.python_api import public
+
+    return public(name, value)
+
+
+__getattr__ = lazy_attributes(globals(), _HOMES, _public)
 
 
 def __dir__() -> list[str]:

@@ -7,11 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 
-def lazy_attributes(namespace: dict[str, Any], homes: dict[str, str]) -> Callable[[str], object]:
+def lazy_attributes(namespace: dict[str, Any], homes: dict[str, str],
+                    public: Callable[[str, Any], Any] | None = None
+                    ) -> Callable[[str], object]:
     """A ``__getattr__`` for the package whose ``globals()`` is ``namespace``: it imports
-    ``name`` from ``<package>.<homes[name]>`` on first access and stores it in ``namespace``,
-    so later accesses find it there and cost nothing (PEP 562 calls ``__getattr__`` only for
-    names the module's globals lack)."""
+    ``name`` from ``<package>.<homes[name]>`` on first access and stores it in ``namespace``
+    (``public(name, value)`` of it when given), so later accesses find it there and cost
+    nothing (PEP 562 calls ``__getattr__`` only for names the module's globals lack)."""
     package = namespace["__name__"]
 
     def import_on_first_use(name: str) -> object:
@@ -19,6 +21,8 @@ def lazy_attributes(namespace: dict[str, Any], homes: dict[str, str]) -> Callabl
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(f"{package}.{home}"), name)
+        if public is not None:
+            value = public(name, value)
         namespace[name] = value
         return value
 

@@ -19,6 +19,7 @@ from dataclasses import asdict
 
 from onnxfold.app.batch_jobs import EXIT_CODES, EXIT_INTERNAL, Outcome, run_jobs
 from onnxfold.app.batch_plan import (
+    BatchPlan,
     check_output_directory,
     missing_directory,
     plan,
@@ -26,11 +27,11 @@ from onnxfold.app.batch_plan import (
     remove_empty_directories,
 )
 from onnxfold.app.commands import ModelJob, OptimizeCommand
+from onnxfold.app.shards import manifest
 from onnxfold.errors import InputError
 from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.host.terminal import printable
-from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.tempfiles import scratch_directory, write_text
 
 
@@ -56,26 +57,30 @@ def run(command: OptimizeCommand, debug: bool = False) -> int:
         try:
             # the summary may replace no input, data file or output
             planned = plan(sources, output, batch.recursive,
-                           command.settings.save.external_data == "yes", summary=report.json)
+                           command.settings.save.external_data == "yes", summary=report.json,
+                           shard=batch.shard)
             closing.callback(planned.guard.close)
             reached("batch-planned")
-            outcomes = run_jobs(command, planned.jobs, batch.jobs or 1, scratch, debug)
+            outcomes = run_jobs(command, planned.jobs, batch.jobs or 1, scratch, debug) \
+                if planned.jobs else []
         finally:
             with endings.deferred():
                 shutil.rmtree(scratch, ignore_errors=True)
                 if created is not None:  # no output written (every job failed, or stopped)
                     remove_empty_directories(created)
-        _report(command, planned.jobs, outcomes, planned.guard)
+        _report(command, planned, outcomes)
     return worst(o.code for o in outcomes)
 
 
-def _report(command: OptimizeCommand, jobs: list[ModelJob], outcomes: list[Outcome],
-            guard: OutputGuard) -> None:
+def _report(command: OptimizeCommand, planned: BatchPlan, outcomes: list[Outcome]) -> None:
     """The table, each job's lines on stderr, and the ``--json`` summary (into the file the
-    plan's ``guard`` pinned)."""
+    plan's guard pinned): the outcomes, or with ``--shard`` the shard's manifest."""
     quiet, summary_path = command.settings.report.quiet, command.settings.report.json
+    jobs, guard, shard = planned.jobs, planned.guard, command.batch.shard
     failed = [o for o in outcomes if o.code != 0]
-    if failed or not quiet:
+    if shard is not None and not quiet:
+        print(f"shard {shard}: {len(jobs)} of the batch's {len(planned.keys)} models")
+    if jobs and (failed or not quiet):
         print(table(outcomes, jobs, command.output))
     for outcome in outcomes:
         lines = outcome.warnings if outcome.code == 0 else (
@@ -85,7 +90,9 @@ def _report(command: OptimizeCommand, jobs: list[ModelJob], outcomes: list[Outco
                 print(line_about(outcome.input, line), file=sys.stderr)
     summary = guard.pinned(summary_path) if summary_path else None
     if summary is not None:
-        write_text(summary, json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+        rows = [asdict(o) for o in outcomes]
+        data = rows if shard is None else manifest(shard, planned.keys, planned.taken, rows)
+        write_text(summary, json.dumps(data, indent=2) + "\n")
 
 
 _KIND = re.compile(r"^onnxfold: ([a-z][a-z ]*): ")  # "onnxfold: error: ", "... internal error: "

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from onnxfold.app.commands import ModelJob
+from onnxfold.app.shards import Shard, shard_key
 from onnxfold.errors import InputError, OutputError
 from onnxfold.io import formats
 from onnxfold.io.outputs import OutputGuard
@@ -52,20 +53,26 @@ def check_output_directory(outdir: str) -> None:
 
 @dataclass
 class BatchPlan:
-    """The jobs of a batch, and the one guard that claimed every output (and the summary)."""
+    """The jobs of a batch, and the one guard that claimed every output (and the summary);
+    with ``--shard``, the shard's jobs only, and the keys of the whole batch's models and of
+    the shard's (``shards.shard_key``, in the jobs' order)."""
 
     jobs: list[ModelJob]
     guard: OutputGuard
+    keys: list[str] = field(default_factory=list)
+    taken: list[str] = field(default_factory=list)
 
 
 def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
-         external_data: bool = False, summary: str | None = None) -> BatchPlan:
+         external_data: bool = False, summary: str | None = None,
+         shard: Shard | None = None) -> BatchPlan:
     """The jobs for ``inputs`` (files, and directories: their ``*.onnx`` files, sorted; with
     ``recursive`` those of their subdirectories too, written to the same relative paths under
     ``outdir``; ``outdir`` None: a dry run, nothing written), and the guard that claimed their
     outputs and pinned the ``summary`` JSON. Raises before anything is written when two jobs
     would share an output, an output (or the summary) would replace an input or a file an
-    input reads, or ``outdir`` is a directory an input is in."""
+    input reads, or ``outdir`` is a directory an input is in: for the whole batch, with a
+    ``shard`` too (every shard refuses alike), whose models are then the only jobs."""
     outdir_real = os.path.realpath(outdir) if outdir is not None else ""
     found: list[tuple[str, str]] = []  # (input, output path relative to outdir)
     for path in inputs:
@@ -80,8 +87,10 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
     if not found:
         raise InputError("no input model")
     if outdir is None:
+        keys, found = _sharded(found, shard)
         jobs = [ModelJob(source, None) for source, _ in found]
-        return BatchPlan(jobs, _guard_summary(jobs, summary))
+        return BatchPlan(jobs, _guard_summary(jobs, summary), keys,
+                         [shard_key(relative) for _, relative in found])
     by_output: dict[str, str] = {}
     for source, relative in found:
         first = by_output.get(relative)
@@ -97,6 +106,7 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
             raise OutputError(f"{outdir}: holds the input {source}; write the optimized models "
                               "to another directory (one model may be replaced in place with "
                               "`onnxfold optimize M -o M`)")
+    keys, found = _sharded(found, shard)
     # the output directory resolved once: a symlink on its way swapped later redirects no job
     jobs = [ModelJob(source, os.path.join(outdir_real, relative))
             for source, relative in found]
@@ -109,7 +119,16 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
                 guard.claim(output + ".data", f"external data of {job.source}'s output")
         if summary is not None:  # resolved once, as every output
             guard.pin(summary, "JSON summary")
-    return BatchPlan(jobs, guard)
+    return BatchPlan(jobs, guard, keys, [shard_key(relative) for _, relative in found])
+
+
+def _sharded(found: list[tuple[str, str]], shard: Shard | None
+             ) -> tuple[list[str], list[tuple[str, str]]]:
+    """The keys of every model found, and the models of ``shard`` (all of them without)."""
+    keys = [shard_key(relative) for _, relative in found]
+    if shard is None:
+        return keys, found
+    return keys, [item for item, taken in zip(found, shard.taken(keys)) if taken]
 
 
 def _guard_summary(jobs: list[ModelJob], summary: str | None) -> OutputGuard:

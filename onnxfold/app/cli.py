@@ -29,6 +29,7 @@ from onnxfold.app.commands import (
     OptimizeCommand,
     RulesCommand,
     RunCommand,
+    SplitAdapterCommand,
     SplitCommand,
     VerifyFoldsCommand,
     inference_limit,
@@ -107,6 +108,10 @@ def _dispatch(line: CommandLine, exiting: bool) -> int:
 
         return runtime_commands.split(command) if isinstance(command, SplitCommand) else \
             runtime_commands.run(command)
+    if isinstance(command, SplitAdapterCommand):
+        from onnxfold.app import adapter_commands
+
+        return adapter_commands.split_adapter(command)
     if isinstance(command, InspectCommand | RulesCommand):
         from onnxfold.app import info_commands
 

@@ -26,6 +26,7 @@ from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.pipeline.options import FoldOptions
 
 if TYPE_CHECKING:
+    from onnxfold.app.shards import Shard
     from onnxfold.check.compare_options import CompareOptions
     from onnxfold.declare.catalogue import Catalogue
 
@@ -163,11 +164,13 @@ class JobOrder:
 @dataclass(frozen=True)
 class BatchRequest:
     """How several models run: ``jobs`` at a time (``-j``), each killed after
-    ``job_timeout`` seconds, directories searched ``recursive``-ly."""
+    ``job_timeout`` seconds, directories searched ``recursive``-ly, only those of ``shard``
+    (``--shard K/N``)."""
 
     jobs: int | None = None
     job_timeout: float | None = None
     recursive: bool = False
+    shard: Shard | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,22 @@ class SplitCommand:
 
 
 @dataclass(frozen=True)
+class SplitAdapterCommand:
+    """``onnxfold split-adapter MODEL -o BASE --adapter FILE``: the model's LoRA weights
+    lifted to inputs of the base model ``output``, their arrays written to the onnxruntime
+    adapter file ``adapter``."""
+
+    source: str
+    output: str
+    adapter: str
+    check_input: bool = True
+
+    def written(self) -> tuple[str | None, ...]:
+        """The files it writes, as given."""
+        return (self.output, self.adapter)
+
+
+@dataclass(frozen=True)
 class RunCommand:
     """``onnxfold run``: the model run on ``inputs`` (an .npz) with its runtime constants
     folded once by ``backend``, ``repeat`` times; optionally compared with onnxruntime's ways
@@ -287,7 +306,7 @@ class RulesCommand:
 
 
 Command = (OptimizeCommand | CompareCommand | VerifyFoldsCommand | SplitCommand | RunCommand
-           | InspectCommand | RulesCommand)
+           | SplitAdapterCommand | InspectCommand | RulesCommand)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ resolved then, whatever moves later (``onnxfold.io.pinned``). Then the model is 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import sys
@@ -22,6 +23,7 @@ from onnxfold.app.batch_plan import is_batch
 from onnxfold.app.commands import ModelJob, OptimizeCommand, OptimizeSettings
 from onnxfold.app.optimize_report import report_run
 from onnxfold.app.optimize_save import Claimed, Saved, save
+from onnxfold.app.positional_output import read_positional
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 from onnxfold.pipeline.collector import long_lived
@@ -39,8 +41,13 @@ if TYPE_CHECKING:
 def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) -> int:
     """Run ``command``: a batch when it names several models, a directory, or ``-o DIR/``
     (``debug``: its jobs print tracebacks too); else its one model (``exiting``: the process
-    ends right after, see ``collector.long_lived``)."""
+    ends right after, see ``collector.long_lived``). onnxsim's ``IN OUT`` is ``IN -o OUT``
+    (``positional_output.py``)."""
     settings = command.settings
+    read = read_positional(command.sources, command.output)
+    if read.note is not None and not settings.report.quiet:
+        print(read.note, file=sys.stderr)
+    command = dataclasses.replace(command, sources=read.sources, output=read.output)
     inputs = settings.check.comparison.inputs
     if inputs and not settings.check.n:
         raise InputError(f"--inputs {inputs}: feeds --check N; give --check too")
@@ -48,6 +55,8 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
         return batch.run(command, debug)
     if command.batch.job_timeout is not None:
         raise InputError("--job-timeout: applies to batches (several models, or -o DIR/)")
+    if command.batch.shard is not None:
+        raise InputError("--shard: splits a batch (several models, a directory, or -o DIR/)")
     return optimize_model(ModelJob.of(command.sources[0], command.output), settings,
                           collect_after=not exiting)
 

@@ -5,11 +5,12 @@ into the files the job's guard pinned when it claimed them).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
 from onnxfold.app.commands import OptimizeSettings
-from onnxfold.app.optimize_save import Claimed, Saved, in_memory
+from onnxfold.app.optimize_save import Claimed, Saved
 from onnxfold.app.report_files import write_report
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
@@ -90,21 +91,39 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
 
 def _measure_latency(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
                      checking: CompareOptions | None) -> LatencyResult:
-    """``--latency N``: the original and the output (as written, read through its pinned
-    directory, or in memory for a dry run) timed in onnxruntime (``onnxfold.check.latency``)."""
+    """``--latency N``: the original and the output timed in onnxruntime
+    (``onnxfold.check.latency``), both from files: the output as written (read through its
+    pinned directory), or a dry run's written to a scratch directory for the time it takes
+    (a session made from bytes in memory is slower to create than from a file)."""
+    import shutil
+
     from onnxfold.check.latency import measure_latency
+    from onnxfold.host import endings
+    from onnxfold.io import save_model
+    from onnxfold.io.tempfiles import scratch_directory
 
     target = claimed.target
-    optimized = target.directory.path_of(target.name) if target is not None else \
-        in_memory(claimed.job, saved.result)
-    options = checking if checking is not None else settings.check.comparison.resolved()
-    latency = measure_latency(claimed.job.source, optimized, settings.report.latency,
-                              threads=settings.report.latency_threads, dims=options.dims,
-                              int_ranges=options.int_ranges,
-                              custom_op_libraries=options.custom_op_libraries,
-                              progress=saved.phases.detail)
-    if target is not None:
-        latency.model_b = target.given  # the output as named, not the descriptor's path
+    scratch = None
+    try:
+        if target is not None:
+            optimized = target.directory.path_of(target.name)
+        else:
+            scratch = scratch_directory("onnxfold-latency-")
+            optimized = os.path.join(scratch, os.path.basename(claimed.job.source))
+            save_model(saved.result.model, optimized, protect={claimed.job.source})
+        reached("latency")
+        options = checking if checking is not None else settings.check.comparison.resolved()
+        latency = measure_latency(claimed.job.source, optimized, settings.report.latency,
+                                  threads=settings.report.latency_threads, dims=options.dims,
+                                  int_ranges=options.int_ranges,
+                                  custom_op_libraries=options.custom_op_libraries,
+                                  progress=saved.phases.detail)
+    finally:
+        if scratch is not None:
+            with endings.deferred():
+                shutil.rmtree(scratch, ignore_errors=True)
+    # the output as named (not the descriptor's path), or what a dry run timed
+    latency.model_b = target.given if target is not None else "(folded, not written)"
     return latency
 
 

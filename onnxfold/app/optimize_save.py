@@ -88,18 +88,22 @@ def _save_plain(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettin
                 result: OptimizeResult, prefill: OutputPrefill | None, phases: Phases
                 ) -> SaveInfo:
     """The model written as it is; loaded in onnxruntime before it replaces anything, when
-    that is cheap (``app/verify.py``; the report says when it is not)."""
-    from onnxfold.app.verify import verifiable, verifier
+    that is cheap (``app/verify.py``; the report says when it is not), and whatever its size
+    when ``--target-opset`` converted it (onnx's converter can write what onnxruntime
+    refuses)."""
+    from onnxfold.app.verify import VERIFY_LIMIT, verifiable, verifier
     from onnxfold.io import save_model
 
+    converted = settings.fold.target_opset is not None
     cheap, unverified = (False, None) if not settings.save.verify else \
-        verifiable(result.model)
+        (True, None) if converted else verifiable(result.model)
     if unverified is not None:
         result.report.warnings.append(unverified)
+    verify = verifier(claimed.job.source, limit=None if converted else VERIFY_LIMIT) \
+        if cheap else None
     with phases.phase("save"):
         return save_model(result.model, target, external_data=settings.save.external,
-                          prefill=prefill, guard=claimed.guard,
-                          verify=verifier(claimed.job.source) if cheap else None,
+                          prefill=prefill, guard=claimed.guard, verify=verify,
                           progress=lambda done, total: phases.detail(_mib_of(done, total)))
 
 
@@ -118,7 +122,7 @@ IN_MEMORY_CHECK_LIMIT = 1_800_000_000  # bytes of weights a dry run's check hold
 
 
 def in_memory(job: ModelJob, result: OptimizeResult) -> onnx.ModelProto:
-    """The folded model as a proto, for a dry run's check or latency (2 GiB at most)."""
+    """The folded model as a proto, for a dry run's check (2 GiB at most)."""
     if result.report.initializer_bytes_after > IN_MEMORY_CHECK_LIMIT:
         raise InputError(f"{job.source}: without -o the folded model is compared in memory, "
                          "and it is over protobuf's 2 GiB limit; give -o OUT to write it")

@@ -34,11 +34,13 @@ from onnxfold.app.commands import (
     RulesCommand,
     RunCommand,
     SaveRequest,
+    SplitAdapterCommand,
     SplitCommand,
     VerifyFoldsCommand,
 )
+from onnxfold.app.shards import Shard
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
-from onnxfold.errors import one_line
+from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.host.machine import checked_threads
 from onnxfold.numbers import NumberError, parse_float, parse_int
@@ -102,6 +104,14 @@ def add_inference_timeout(p: argparse.ArgumentParser, what: str) -> None:
                         f"(one line, exit 2; default {DEFAULT_LIMIT:g})")
 
 
+def _shard(text: str) -> Shard:
+    """``--shard K/N`` as an argparse ``type=``: its error names the flag, one line."""
+    try:
+        return Shard.parse(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(f"--shard {text}: ")) from None
+
+
 def add_fold_flags(parser: argparse.ArgumentParser) -> None:
     """A flag for every ``FoldOptions`` field (``dest`` is the field's name), and
     ``--skip-check``."""
@@ -110,6 +120,10 @@ def add_fold_flags(parser: argparse.ArgumentParser) -> None:
         if flag.switch:
             parser.add_argument(flag.name, dest=f.name, action="store_const",
                                 const=not f.default, default=f.default, help=flag.help)
+        elif flag.choices:
+            parser.add_argument(flag.name, dest=f.name, nargs="?", const=flag.choices[0],
+                                choices=flag.choices, default=f.default,
+                                metavar=flag.metavar, help=flag.help)
         elif flag.repeat:
             parser.add_argument(flag.name, dest=f.name, action="append", default=[],
                                 metavar=flag.metavar, help=flag.help)
@@ -196,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with several models: kill a model's job still running after this "
                         "long; it is reported as timed out (exit 3), the others go on "
                         "(default: no limit)")
+    p.add_argument("--shard", type=_shard, default=None, metavar="K/N",
+                   help="with several models: only those of shard K (from 0) of N, split by "
+                        "a hash of each model's path, the same on every host; run N copies "
+                        "(a Kubernetes indexed Job, a Slurm array), each with its K and its "
+                        "own --json manifest (docs/cli.md)")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="with a directory as input: also the .onnx files in its subdirectories "
                         "(written to the same relative paths under -o)")
@@ -253,6 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compile-time-fold", action="store_true",
                    help="write compile-time constants as a compiletime_fold model instead")
     add_fold_flags(p)
+
+    p = add("split-adapter", help="lift a model's LoRA weights to inputs of a base model and "
+            "write them to an onnxruntime adapter file (onnxfold.Session(BASE, adapter=FILE))")
+    p.add_argument("input", help="the model exported with its LoRA adapter in it")
+    p.add_argument("-o", "--output", required=True, metavar="BASE.onnx",
+                   help="the base model: the LoRA weights become its inputs")
+    p.add_argument("--adapter", required=True, metavar="FILE.onnx_adapter",
+                   help="the adapter file: the LoRA weights, by their input names")
+    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
 
     p = add("run", help="run a model with runtime constants folded once")
     p.add_argument("model")
@@ -353,7 +381,7 @@ def _optimize(args: argparse.Namespace) -> OptimizeCommand:
         report=ReportRequest(args.json, args.report, args.quiet, args.verbose, args.explain,
                              args.latency, args.latency_threads))
     return OptimizeCommand(tuple(args.input), args.output, settings,
-                           BatchRequest(args.jobs, args.job_timeout, args.recursive))
+                           BatchRequest(args.jobs, args.job_timeout, args.recursive, args.shard))
 
 
 def _compare(args: argparse.Namespace) -> CompareCommand:
@@ -368,6 +396,11 @@ def _split(args: argparse.Namespace) -> SplitCommand:
     return SplitCommand(args.input, tuple(args.runtime_const), args.output,
                         fold_compile_time=not args.no_compile_time_fold,
                         fold=fold_options(args), check_input=not args.skip_check)
+
+
+def _split_adapter(args: argparse.Namespace) -> SplitAdapterCommand:
+    return SplitAdapterCommand(args.input, args.output, args.adapter,
+                               check_input=not args.skip_check)
 
 
 def _run(args: argparse.Namespace) -> RunCommand:
@@ -387,4 +420,5 @@ def _rules(args: argparse.Namespace) -> RulesCommand:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Command]] = {
     "optimize": _optimize, "compare": _compare, "verify-folds": _verify_folds,
-    "split": _split, "run": _run, "inspect": _inspect, "rules": _rules}
+    "split": _split, "split-adapter": _split_adapter, "run": _run, "inspect": _inspect,
+    "rules": _rules}

@@ -3,59 +3,28 @@
 Everything is inline (CSS, SVG charts, a few lines of JavaScript to sort tables): the page
 opens from disk with no network, no external script or font. Every string that comes from the
 model (op types, node, tensor and module names, dims) is untrusted and goes through
-:func:`html.escape`; numbers are formatted here.
+``html_parts.esc``; onnxfold's own sentences through ``html_parts.prose`` (their `code` spans
+as code, never a raw backtick). A failed check is the first thing the page shows, in red, with
+its reasons (``report_html_check.py``); the check and the latency are rendered from the
+report's data (``report_html_latency.py``), so a state this code never heard of shows as the
+check names it.
 """
 
 from __future__ import annotations
 
-import html
 import json
-from collections.abc import Iterable, Sequence
 from typing import Any
 
-from onnxfold.pipeline.report import Report, versions
+from onnxfold.app import report_html_check, report_html_latency
+from onnxfold.app.html_parts import CSS, card, esc, mib, prose, table
+from onnxfold.pipeline.report import Report, conversion_line, versions
 
 MAX_CHART_OPS = 30  # ops drawn in the before/after chart (the table has all)
 BEFORE, AFTER = "#b8c2cc", "#2f6fb3"
 PHASE_COLOURS = ["#2f6fb3", "#e0863a", "#3a9e6f", "#b5487a", "#7a68c2", "#c2a03a", "#4aa3b8",
                  "#8c8c8c"]
 
-CSS = """
-:root { --fg:#1d2733; --muted:#5b6776; --line:#dde3ea; --bg:#f6f8fa; --accent:#2f6fb3; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
-       color: var(--fg); background: var(--bg); }
-header { background: #1d2733; color: #fff; padding: 18px 32px; }
-header h1 { margin: 0; font-size: 20px; font-weight: 600; }
-header .sub { color: #aeb9c6; font-size: 12px; margin-top: 4px; word-break: break-all; }
-main { padding: 20px 32px 40px; max-width: 1200px; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(200px, 1fr));
-         gap: 12px; margin-bottom: 16px; }
-.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; }
-.card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-.card .v { font-size: 22px; font-weight: 600; margin-top: 2px; }
-.card .d { color: var(--muted); font-size: 12px; }
-section { background: #fff; border: 1px solid var(--line); border-radius: 8px;
-          padding: 14px 18px; margin-bottom: 16px; }
-section h2 { font-size: 16px; margin: 0 0 10px; }
-.row { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 18px; }
-@media (max-width: 900px) { .row { grid-template-columns: 1fr; } }
-table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line);
-         vertical-align: top; }
-th { color: var(--muted); font-weight: 600; cursor: pointer; user-select: none;
-     white-space: nowrap; }
-td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-tr.total td { font-weight: 600; border-top: 2px solid var(--fg); }
-.neg { color: #1f7a3f; } .pos { color: #b3362f; }
-.ok { color: #1f7a3f; font-weight: 600; } .bad { color: #b3362f; font-weight: 600; }
-.warn { color: #8a5a00; font-weight: 600; }
-.muted { color: var(--muted); }
-.legend span { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
-               margin: 0 4px 0 12px; vertical-align: middle; }
-code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; word-break: break-all; }
-svg text { font: 11px system-ui, sans-serif; fill: var(--fg); }
-"""
+
 
 SORT_JS = """
 document.querySelectorAll("table.sortable th").forEach(function (th, index) {
@@ -79,30 +48,6 @@ document.querySelectorAll("table.sortable th").forEach(function (th, index) {
 });
 document.body.dataset.ready = "1";
 """
-
-
-def esc(value: Any) -> str:
-    """``value`` as HTML text (quotes too: safe in attributes)."""
-    return html.escape(str(value), quote=True)
-
-
-def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**20:.2f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: set[int],
-           table_id: str = "", total: Sequence[Any] | None = None) -> str:
-    """A sortable table; cells are escaped; ``numeric`` columns are right-aligned."""
-    ident = f' id="{esc(table_id)}"' if table_id else ""
-    head = "".join(f'<th class="n">{esc(h)}</th>' if i in numeric else f"<th>{esc(h)}</th>"
-                   for i, h in enumerate(headers))
-    body = []
-    for row, cls in [*((r, "") for r in rows), *([(total, "total")] if total else [])]:
-        cells = "".join(f'<td class="n">{esc(c)}</td>' if i in numeric else f"<td>{esc(c)}</td>"
-                        for i, c in enumerate(row))
-        body.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
-    return (f'<table class="sortable"{ident}><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
 
 
 def _op_chart(report: Report) -> str:
@@ -172,124 +117,11 @@ def _phase_chart(phases: dict[str, float]) -> str:
             f'</svg><p class="legend">{legend}</p>')
 
 
-def _card(key: str, value: str, detail: str = "") -> str:
-    return (f'<div class="card"><div class="k">{esc(key)}</div><div class="v">{esc(value)}</div>'
-            f'<div class="d">{esc(detail)}</div></div>')
-
-
-def _check_section(check: dict | None) -> str:
-    if check is None:
-        return '<p class="muted">not checked (<code>--check N</code> compares the outputs ' \
-               "with the original model in onnxruntime)</p>"
-    if check.get("state") == "could not run":
-        return ('<p class="bad">the check could not run; nothing was written</p>'
-                f'<p>{esc(check["reason"])}</p>')
-    line = check.get("verdict") or ("all outputs within tolerance" if check["ok"] else
-                                    "outputs outside tolerance or folds that differ")
-    verdict = (f'<p class="ok">{esc(line)}</p>' if check["ok"] else
-               f'<p class="bad">FAILED: {esc(line)}; nothing was written</p>')
-    if check.get("failure"):
-        verdict += f'<p class="bad">{esc(check["failure"])}</p>'
-    rows = [(o["name"], o["dtype"], "[" + ",".join(map(str, o["shape"])) + "]",
-             f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}",
-             "-" if o["max_ulps"] is None else f"{o['max_ulps']:g}",
-             f"{o['mismatches']}/{o['elements']}", "yes" if o["ok"] else "NO")
-            for o in check["outputs"]]
-    tolerances = ("tolerances by each output's dtype" if check["rtol"] is None and
-                  check["atol"] is None else
-                  f'rtol {_number(check["rtol"])}, atol {_number(check["atol"])}')
-    settings = (f'<p class="muted">{check["n"]} input set(s) from seed {check["seed"]}, '
-                f'{tolerances}, onnxruntime optimization level '
-                f'{esc(str(check.get("level", "")))}</p>')
-    feeds = _table(["input", "dtype", "shape in each binding", "values"],
-                   [(i["name"], i["dtype"], " / ".join(
-                       "[" + ",".join(map(str, shape)) + "]"
-                       for shape in i.get("shapes") or [i["shape"]]), i["source"])
-                    for i in check.get("inputs", [])], set(), "feeds")
-    notes = "".join(f'<p class="muted">{esc(note)}</p>' for note in check.get("notes", []))
-    return verdict + settings + "<h3>What was fed</h3>" + feeds + notes + _table(
-        ["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches", "ok"],
-        rows, {3, 4, 5, 6}, "check") + _folds_section(check.get("folds")) + \
-        _rewrites_section(check.get("rewrites"))
-
-
-def _folds_section(folds: dict | None) -> str:
-    """The fold verification: counts, then every tensor that differs or is not verifiable."""
-    if folds is None:
-        return '<p class="muted">folds not verified (--no-fold-verification)</p>'
-    counts = folds["counts"]
-    parameters = counts.get("parameter of a rewrite", 0)
-    state = "ok" if folds["ok"] and folds.get("complete", True) else "bad" if not folds["ok"] \
-        else "warn"
-    head = (f'<h3>Fold verification</h3><p class="{state}">'
-            f'{sum(counts.values()) - parameters} folded tensors re-derived from the original '
-            f'in onnxruntime: {counts["bitwise"]} bitwise, {counts["within"]} within the ulps '
-            f'of docs/exactness.md (these two for every input), {counts.get("sampled", 0)} '
-            f'sampled (equal where run, not proved), {counts["not verifiable"]} not '
-            f'verifiable, {counts["differs"]} differ; {parameters} parameters of rewrites, '
-            "judged with them</p>")
-    rows = [(t["name"], t["dtype"], "[" + ",".join(map(str, t["shape"])) + "]", t["state"],
-             "-" if t["max_ulps"] is None else f"{t['max_ulps']:.3g}", t["reason"])
-            for t in folds["tensors"] if t["state"] != "bitwise"]
-    return head + (_table(["tensor", "dtype", "shape", "state", "max ulps", "why"], rows,
-                          {4}, "folds") if rows else "")
-
-
-def _rewrites_section(rewrites: dict | None) -> str:
-    """The rewrite validation: counts, then every rewrite that differs or was not validated."""
-    if rewrites is None:
-        return '<p class="muted">rewrites not validated (only optimize --check records ' \
-               "them)</p>"
-    counts = rewrites["counts"]
-    validated = counts["bitwise"] + counts["within"]
-    head = (f'<h3>Rewrite validation</h3><p class="{"ok" if rewrites["ok"] else "bad"}">'
-            f'{len(rewrites["rewrites"])} rewrites, each replaced window run against its '
-            f'replacement on {rewrites["sets"]} input sets: {validated} validated '
-            f'({counts["bitwise"]} bitwise), {counts["not validated"]} not validated, '
-            f'{counts["differs"]} differ</p>')
-    rows = [(r["rule"], r["node"], r["state"], r["reason"]) for r in rewrites["rewrites"]
-            if r["state"] not in ("bitwise", "within")]
-    return head + (_table(["rule", "node", "state", "why"], rows, set(), "rewrites")
-                   if rows else "")
-
-
 def render_html(report: Report) -> str:
-    """The whole page for ``report``."""
-    rows = report.op_rows()
-    change = report.nodes_after - report.nodes_before
-    total = ("total", report.nodes_before, report.nodes_after, f"{change:+d}" if change else "0")
-    op_table = _table(["op", "before", "after", "delta"],
-                      [(r.op, r.before, r.after, f"{r.delta:+d}" if r.delta else "0")
-                       for r in rows], {1, 2, 3}, "ops", total)
-    folded = _table(["module", "initializers", "nodes folded", "bytes", "e.g."],
-                    [(g["module"], g["initializers"], g["nodes"], _mib(g["bytes"]),
-                      ", ".join(g["examples"])) for g in report.folded_regions],
-                    {1, 2, 3}, "folded") if report.folded_regions else \
-        '<p class="muted">no folded initializers</p>'
-    stayed = _table(["module", "instances", "nodes", "ops", "why they stayed",
-                     "rewrites declined there (nodes not counted)"],
-                    [(g["module"], g["instances"], g["nodes"],
-                      ", ".join(f"{op} x{n}" for op, n in g["ops"].items()),
-                      "; ".join(g["reasons"]), "; ".join(g.get("rewrites_declined", [])))
-                     for g in report.leftovers],
-                    {1, 2}, "stayed") if report.leftovers else \
-        '<p class="muted">every constant-foldable node was folded</p>'
+    """The whole page for ``report``: the first screen (cards, and a failed check's alert in
+    red with its reasons), then the sections."""
     vers = ", ".join(f"{name} {v}" for name, v in versions().items() if v)
     title = report.input or "model"
-    cards = "".join([
-        _card("nodes", f"{report.nodes_before} \u2192 {report.nodes_after}",
-              f"{report.folded_nodes} folded; Constant nodes not counted "
-              f"({report.constant_nodes_before} \u2192 {report.constant_nodes_after})"),
-        _card("weights", f"{_mib(report.initializer_bytes_before)} \u2192 "
-              f"{_mib(report.initializer_bytes_after)}", f"{report.new_initializers} new"),
-        _card("time", f"{sum(report.phases.values()) or report.seconds:.2f} s",
-              f"{report.rounds} round{'s' if report.rounds != 1 else ''}"),
-        _card("check", "-" if report.check is None else
-              ("passed" if report.check["ok"] else
-               "NOT RUN" if report.check.get("state") == "could not run" else "FAILED"),
-              "" if report.check is None else
-              f"{len(report.check.get('outputs', []))} output(s)"),
-    ])
     options = json.dumps(report.options, indent=1, sort_keys=True)
     written = f" \u2192 {esc(report.output)}" if report.output else ""
     return f"""<!DOCTYPE html>
@@ -301,18 +133,21 @@ def render_html(report: Report) -> str:
 <header><h1>onnxfold report</h1><div class="sub">{esc(title)}
 {written} \u00b7 {esc(vers)}</div></header>
 <main>
-<div class="cards">{cards}</div>
-<section><h2>Nodes per op, before and after</h2>
+{report_html_check.alert(report.check, report.output)}
+<div class="cards">{_cards(report)}</div>
+{_warnings(report)}
+<section id="s-ops"><h2>Nodes per op, before and after</h2>
 <p class="muted">Constant nodes are not counted here or anywhere in the report.</p>
-<div class="row"><div>{_op_chart(report)}</div><div>{op_table}</div></div></section>
-<section><h2>Initializer bytes</h2>
+<div class="row"><div>{_op_chart(report)}</div><div>{_op_table(report)}</div></div></section>
+<section id="s-rewrites"><h2>Rewrites: what each rule did</h2>{_rewrites(report)}</section>
+<section id="s-bytes"><h2>Initializer bytes</h2>
 {_pair_chart("initializer bytes", report.initializer_bytes_before,
-             report.initializer_bytes_after, _mib)}</section>
-<section><h2>What folded, by module</h2>{folded}</section>
-<section><h2>What stayed, and why, by module</h2>{stayed}</section>
-<section><h2>Check</h2>{_check_section(report.check)}</section>
-<section><h2>Latency and size</h2>{_latency_section(report.latency)}</section>
-<section><h2>Time per phase</h2>{_phase_chart(report.phases)}</section>
+             report.initializer_bytes_after, mib)}</section>
+<section id="s-folded"><h2>What folded, by module</h2>{_folded(report)}</section>
+<section id="s-stayed"><h2>What stayed, and why, by module</h2>{_stayed(report)}</section>
+<section id="s-check"><h2>Check</h2>{_check(report)}</section>
+<section id="s-latency"><h2>Latency and size</h2>{_latency(report)}</section>
+<section id="s-phases"><h2>Time per phase</h2>{_phase_chart(report.phases)}</section>
 <section><details><summary><h2 style="display:inline">Options</h2></summary>
 <pre><code>{esc(options)}</code></pre></details></section>
 </main>
@@ -321,35 +156,98 @@ def render_html(report: Report) -> str:
 """
 
 
-def _latency_section(latency: dict | None) -> str:
-    """``--latency``: how it was measured, then session creation and inference per level."""
-    if latency is None:
-        return '<p class="muted">not measured (<code>--latency N</code> times the original ' \
-               "and the output in onnxruntime)</p>"
-    threads = latency["threads"]
-    how = (f'onnxruntime CPU ({latency["cpu"]}), {threads} thread{"s" if threads != 1 else ""}, '
-           f'default session options; median of {latency["runs"]} '
-           + ("interleaved runs" if latency["interleaved"] else
-              "runs, one model after the other (both did not fit in memory at once)")
-           + "; feeds " + ", ".join(latency["feeds"]))
-    rows = [(t["level"], _ms(t["run_ms"][0]), _ms(t["run_ms"][1]), f'{t["run_ratio"]:.2f}x',
-             _ms(t["create_ms"][0]), _ms(t["create_ms"][1]), f'{t["create_ratio"]:.2f}x')
-            for t in latency["timings"]]
-    a, b = latency["file_bytes"]
-    dims = ", ".join(latency["dynamic_dims"][0]) or "none"
-    return (f'<p class="muted">{esc(how)}</p>' + _table(
-        ["onnxruntime level", "run ms before", "run ms after", "ratio",
-         "session ms before", "session ms after", "ratio"], rows, {1, 2, 3, 4, 5, 6},
-        "latency") + f"<p>on disk {esc(_mib(a))} \u2192 {esc(_mib(b))}; dynamic dims of the "
-        f"original: {esc(dims)}; of the output: "
-        f'{esc(", ".join(latency["dynamic_dims"][1]) or "none")}</p>')
+def _cards(report: Report) -> str:
+    """The first screen's cards: nodes, weights, time, the check (red when it failed)."""
+    check = report.check
+    state = "-" if check is None else str(check.get("state") or (
+        "passed" if check.get("ok") else "failed"))
+    tone = "" if check is None else "ok" if check.get("ok") else "bad"
+    saved = report.metadata_stripped
+    return "".join([
+        card("nodes", f"{report.nodes_before} \u2192 {report.nodes_after}",
+             f"{report.folded_nodes} folded; Constant nodes not counted "
+             f"({report.constant_nodes_before} \u2192 {report.constant_nodes_after})"),
+        card("weights", f"{mib(report.initializer_bytes_before)} \u2192 "
+             f"{mib(report.initializer_bytes_after)}", f"{report.new_initializers} new" + (
+                 f"; metadata: {mib(saved['bytes'])} saved" if saved else "")),
+        card("time", f"{sum(report.phases.values()) or report.seconds:.2f} s",
+             f"{report.rounds} round{'s' if report.rounds != 1 else ''}"),
+        card("check", state.upper() if tone == "bad" else state,
+             "" if check is None else f"{len(check.get('outputs', []))} output(s)", tone),
+    ])
 
 
-def _ms(value: float) -> str:
-    """Milliseconds: three significant digits, whole ones from 100 on."""
-    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+def _warnings(report: Report) -> str:
+    """The run's warnings and skipped steps, and what --target-opset did, under the cards."""
+    lines = [*report.warnings, *(f"skipped {step}" for step in report.skipped_steps)]
+    if report.conversion is not None:
+        lines.insert(0, "opset " + conversion_line(report.conversion).removeprefix("opset")
+                     .strip())
+    if not lines:
+        return ""
+    return ('<section><h2>Notes</h2><ul>' + "".join(f"<li>{prose(line)}</li>" for line in lines)
+            + "</ul></section>")
 
 
-def _number(value: float | None) -> str:
-    """A tolerance as given, or "by dtype" where none was."""
-    return "by dtype" if value is None else f"{value:g}"
+def _op_table(report: Report) -> str:
+    change = report.nodes_after - report.nodes_before
+    total = ("total", report.nodes_before, report.nodes_after, f"{change:+d}" if change else "0")
+    return table(["op", "before", "after", "delta"],
+                 [(r.op, r.before, r.after, f"{r.delta:+d}" if r.delta else "0")
+                  for r in report.op_rows()], {1, 2, 3}, "ops", total)
+
+
+MAX_MODULES = 3  # modules a rewrite's row names (the JSON has all)
+
+
+def _rewrites(report: Report) -> str:
+    """Each pattern and cleanup that did something: its hits, the nodes it removed, and for a
+    pattern the modules it rewrote most in; the share of the removed nodes rewrites account
+    for."""
+    rows = [r for r in report.rewrites if r["hits"]]
+    if not rows:
+        return '<p class="muted">no rewrite applied</p>'
+    removed = sum(max(r["nodes_removed"], 0) for r in rows)
+    total = report.nodes_before - report.nodes_after
+    share = (f"Rewrites removed {removed} of the {total} nodes the run removed; folding the "
+             "constants removed the rest." if total > 0 else
+             f"Rewrites removed {removed} nodes.")
+    body = [(r["rule"], r["kind"], r["hits"], r["nodes_removed"],
+             "; ".join(f"{module} x{n}"
+                       for module, n in list(r["modules"].items())[:MAX_MODULES])
+             + (f"; +{len(r['modules']) - MAX_MODULES} more" if len(r["modules"]) > MAX_MODULES
+                else ""))
+            for r in rows]
+    return (f"<p>{esc(share)} Nodes removed count what each rewrite took out less what it "
+            "built (a node it left unread goes in the prune after, counted there).</p>" +
+            table(["rule", "kind", "hits", "nodes removed", "where (module: hits)"], body,
+                  {2, 3}, "rewrites"))
+
+
+def _folded(report: Report) -> str:
+    if not report.folded_regions:
+        return '<p class="muted">no folded initializers</p>'
+    return table(["module", "initializers", "nodes folded", "bytes", "e.g."],
+                 [(g["module"], g["initializers"], g["nodes"], mib(g["bytes"]),
+                   ", ".join(g["examples"])) for g in report.folded_regions],
+                 {1, 2, 3}, "folded")
+
+
+def _stayed(report: Report) -> str:
+    if not report.leftovers:
+        return '<p class="muted">every constant-foldable node was folded</p>'
+    return table(["module", "instances", "nodes", "ops", "why they stayed",
+                  "rewrites declined there (nodes not counted)"],
+                 [(g["module"], g["instances"], g["nodes"],
+                   ", ".join(f"{op} x{n}" for op, n in g["ops"].items()),
+                   "; ".join(g["reasons"]), "; ".join(g.get("rewrites_declined", [])))
+                  for g in report.leftovers], {1, 2}, "stayed", sentences=frozenset({4, 5}))
+
+
+def _latency(report: Report) -> str:
+    return report_html_latency.section(report.latency)
+
+
+def _check(report: Report) -> str:
+    return report_html_check.section(report.check, report.new_initializers,
+                                     bool(report.options.get("no_fold_verification")))

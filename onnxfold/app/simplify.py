@@ -3,14 +3,13 @@
 ``simplify(model, check_n=3)`` returns ``(ModelProto, ok)`` like ``onnxsim.simplify``: a check
 that finds an output outside tolerance gives ``ok=False`` (it never raises for that); a model
 or an argument that is wrong raises :class:`~onnxfold.errors.InputError`, worded for Python
-callers (``dims=``, not ``--dim``).
+callers (``dims=``, not ``--dim``) as ``onnxfold.simplify`` (``onnxfold.app.python_api``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -20,28 +19,11 @@ import onnx_ir as ir
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.check.comparison import compare
-from onnxfold.errors import InputError, one_line
 from onnxfold.io.writer import inline_references
 from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize
 from onnxfold.pipeline.options import FoldOptions
 
 Shapes = Mapping[str, Sequence[int | str]] | Sequence[str] | None
-
-# the CLI's words in messages, and what a Python caller writes instead
-_API_WORDS = (("--dim NAME=VALUE", "dims={NAME: VALUE}"), ("--dim", "dims"),
-              ("--inputs", "inputs"), ("--int-range", "int_ranges"),
-              ("--input-shape", "input_shapes"), ("--custom-op-library", "custom_op_libraries"),
-              ("--target-opset", "target_opset"))
-
-
-def _api_message(e: InputError) -> InputError:
-    """``e`` with the CLI's flags in the words of :func:`simplify`'s keywords."""
-    text = one_line(e)
-    for cli, api in _API_WORDS:
-        text = re.sub(re.escape(cli) + r" (?!NAME)([^\s:=,()]+)", api + r"[\1]", text)
-        text = re.sub(re.escape(cli) + r"(?![\w-])", api, text)
-    return InputError(text)
-
 
 def _reference(model: ModelInput, specs: tuple[str, ...]) -> onnx.ModelProto | str | os.PathLike:
     """What the check runs as the original, taken before folding changes anything: ``model``
@@ -76,20 +58,16 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
     ``target_opset``: convert the model to that opset first (``FoldOptions.target_opset``).
     Raises InputError when the model, an argument, or running the check is wrong.
     """
-    try:
-        specs = as_specs(input_shapes) + as_specs(overwrite_input_shapes)
-        options = dataclasses.replace(options or FoldOptions(), input_shapes=specs)
-        if target_opset is not None:
-            options = dataclasses.replace(options, target_opset=target_opset)
-        reference = _reference(model, specs) if check_n > 0 else None
-        optimized = optimize(model, options, record_rewrites=check_n > 0)
-        folded = optimized.to_proto()
-        if reference is None:
-            return folded, True
-        result = compare(reference, folded, n=check_n, dims=dims, inputs=inputs,
-                         int_ranges=int_ranges, rtol=rtol, atol=atol,
-                         custom_op_libraries=custom_op_libraries,
-                         evidence=optimized.evidence)
-    except InputError as e:
-        raise _api_message(e) from None
+    specs = as_specs(input_shapes) + as_specs(overwrite_input_shapes)
+    options = dataclasses.replace(options or FoldOptions(), input_shapes=specs)
+    if target_opset is not None:
+        options = dataclasses.replace(options, target_opset=target_opset)
+    reference = _reference(model, specs) if check_n > 0 else None
+    optimized = optimize(model, options, record_rewrites=check_n > 0)
+    folded = optimized.to_proto()
+    if reference is None:
+        return folded, True
+    result = compare(reference, folded, n=check_n, dims=dims, inputs=inputs,
+                     int_ranges=int_ranges, rtol=rtol, atol=atol,
+                     custom_op_libraries=custom_op_libraries, evidence=optimized.evidence)
     return folded, result.ok

@@ -70,12 +70,13 @@ def ort_load_error(model: str | bytes) -> str | None:
     return None
 
 
-def verifier(original: str | os.PathLike, limit: int = VERIFY_LIMIT):
+def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT):
     """A ``verify(path)`` for ``save_model``: raise OutputRejected if onnxruntime refuses the
-    output but loads ``original``; outputs over ``limit`` bytes are not checked."""
+    output but loads ``original``; outputs over ``limit`` bytes are not checked (None: every
+    output is)."""
 
     def verify(path: str) -> None:
-        if os.path.getsize(path) > limit:
+        if limit is not None and os.path.getsize(path) > limit:
             return
         problem = ort_load_error(path)
         if problem is not None and ort_load_error(os.fspath(original)) is None:

@@ -7,6 +7,7 @@ settings travel together, typed, from the flags to the comparison.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxfold.check.levels import DEFAULT_LEVEL
+from onnxfold.errors import InputError
+from onnxfold.numbers import INT64_MAX
 
 
 @dataclass(frozen=True)
@@ -39,3 +42,17 @@ class CompareOptions:
     custom_op_libraries: tuple[str | os.PathLike, ...] = ()
     level: str = DEFAULT_LEVEL
     verify: bool | None = None
+
+    def __post_init__(self) -> None:
+        """The dims are checked as ``--dim`` checks them (a Python caller's too)."""
+        checked_dims(self.dims)
+
+
+def checked_dims(dims: Mapping[str, int] | None) -> None:
+    """InputError (in ``--dim``'s words) for a dim bound to anything but an integer from 1
+    to int64's largest: a dim of 0 would compare no element and pass."""
+    for name, value in (dims or {}).items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
+                not 1 <= value <= INT64_MAX:
+            raise InputError(f"--dim {name}: {value!r}: must be an integer between 1 and "
+                             f"{INT64_MAX} (a dim of 0 compares no element)")

@@ -6,12 +6,16 @@ and the optimized model, at onnxruntime's default optimization level (``all``) a
 optimizations off (``disable``: what runs where onnxruntime's own graph optimizations do not,
 and what a model pays for work a fold left in the graph), with a stated number of threads.
 
-Runs are interleaved (original, optimized, optimized, original, ...) after warm-up runs, and
-each time is a median: a machine's noise then falls on both models alike. Session creation is
-timed :data:`CREATIONS` times per model, interleaved too. The inputs are the check's first
-input set (:mod:`onnxfold.check.feeds`: realistic sizes, the graph's dim relations). Both
-sessions are held at once where both fit the memory limit, else one model is timed after the
-other (and the result says so).
+Runs are interleaved (original, optimized, optimized, original, ...) after warm-up runs: a
+machine's noise then falls on both models alike. Each model's times are given as a median and
+a spread, and the models are compared run by run (each optimized run against the original run
+beside it): the ratio's median and spread, and a verdict, *faster*, *slower* or *within noise*
+where the spread covers 1.0x (``spread.py``). Session creation is timed :data:`CREATIONS` times
+per model, interleaved too, from files (a dry run's output is written to a scratch file first:
+a session made from bytes in memory is slower to create than from a file). The inputs are the
+check's first input set (:mod:`onnxfold.check.feeds`: realistic sizes, the graph's dim
+relations). Both sessions are held at once where both fit the memory limit, else one model is
+timed after the other (and the result says so; its ratios then pair runs taken apart).
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ import onnx_ir as ir
 
 from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.check import memory_room
+from onnxfold.check.compare_options import checked_dims
 from onnxfold.check.feeds import FeedPlan, shape_text
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session, run_session
+from onnxfold.check.spread import QUARTILES_FROM, Spread, paired_ratios, verdict
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.host import interruptible
@@ -45,11 +51,24 @@ WARMUP = 2  # inference runs per model before timing
 
 @dataclass(frozen=True)
 class Timing:
-    """Median milliseconds at one optimization level: original, optimized."""
+    """Every sample at one optimization level, in milliseconds, original's and optimized's:
+    the session creations and the runs, each optimized one taken beside its original one
+    (``paired``: interleaved; False: one model after the other)."""
 
     level: str
-    create_ms: tuple[float, float]
-    run_ms: tuple[float, float]
+    creates: tuple[tuple[float, ...], tuple[float, ...]]
+    runs: tuple[tuple[float, ...], tuple[float, ...]]
+    paired: bool = True
+
+    @property
+    def create_ms(self) -> tuple[float, float]:
+        """Median session creation: original, optimized."""
+        return (statistics.median(self.creates[0]), statistics.median(self.creates[1]))
+
+    @property
+    def run_ms(self) -> tuple[float, float]:
+        """Median inference: original, optimized."""
+        return (statistics.median(self.runs[0]), statistics.median(self.runs[1]))
 
     @property
     def run_ratio(self) -> float:
@@ -58,6 +77,13 @@ class Timing:
     @property
     def create_ratio(self) -> float:
         return self.create_ms[1] / self.create_ms[0] if self.create_ms[0] else float("nan")
+
+    def compared(self, which: str) -> dict[str, Any]:
+        """``run`` or ``create``: each model's spread, the paired ratios' spread, the verdict."""
+        a, b = self.runs if which == "run" else self.creates
+        ratio = Spread.of(paired_ratios(a, b) or [float("nan")])
+        return {"original": Spread.of(a).to_dict(), "optimized": Spread.of(b).to_dict(),
+                "ratio": ratio.to_dict(), "verdict": verdict(ratio)}
 
 
 @dataclass
@@ -80,7 +106,8 @@ class LatencyResult:
         data = asdict(self)
         data["timings"] = [{"level": t.level, "create_ms": list(t.create_ms),
                             "run_ms": list(t.run_ms), "run_ratio": t.run_ratio,
-                            "create_ratio": t.create_ratio} for t in self.timings]
+                            "create_ratio": t.create_ratio, "run": t.compared("run"),
+                            "create": t.compared("create")} for t in self.timings]
         data["file_bytes"], data["dynamic_dims"] = list(self.file_bytes), [
             list(d) for d in self.dynamic_dims]
         return data
@@ -90,14 +117,15 @@ class LatencyResult:
         how = "interleaved" if self.interleaved else "one model after the other (both did " \
             "not fit in memory at once)"
         lines = [f"latency      onnxruntime CPU ({self.cpu}), {self.threads} thread"
-                 f"{'s' if self.threads != 1 else ''}, default session options; median of "
-                 f"{self.runs} {how} runs after {WARMUP} warm-up",
+                 f"{'s' if self.threads != 1 else ''}, default session options; medians "
+                 f"[quartiles; min-max below {QUARTILES_FROM} samples] of {self.runs} {how} "
+                 f"runs after {WARMUP} warm-up and of {CREATIONS} session creations from the "
+                 "files; ratios run by run",
                  f"{'':13}feeds " + ", ".join(self.feeds)]
         for t in self.timings:
-            name = LEVEL_NAMES.get(t.level, f"level {t.level}") + ":"
-            run = f"run {_ms(t.run_ms[0])} -> {_ms(t.run_ms[1])} ({t.run_ratio:.2f}x)"
-            lines.append(f"{'':13}{name:24}{run:38}session {_ms(t.create_ms[0])} -> "
-                         f"{_ms(t.create_ms[1])} ({t.create_ratio:.2f}x)")
+            lines.append(f"{'':13}{LEVEL_NAMES.get(t.level, f'level {t.level}')}:")
+            for which, label in (("run", "run"), ("create", "session")):
+                lines.append(f"{'':15}{label:9}" + _compared_text(t.compared(which)))
         a_dims, b_dims = self.dynamic_dims
         lost = [d for d in a_dims if d not in b_dims]
         dims = ("dynamic dims kept: " + ", ".join(a_dims) if not lost else
@@ -112,11 +140,24 @@ class LatencyResult:
 LEVEL_NAMES = {"all": "default level (all)", "disable": "optimizations off"}
 
 
-def _ms(value: float) -> str:
-    """Milliseconds with three significant digits (microseconds, "us", below 1 ms)."""
-    if value < 1:
-        return f"{value * 1e3:.3g} us"
-    return f"{value:.3g} ms" if value < 100 else f"{value:.0f} ms"
+def _compared_text(compared: dict[str, Any]) -> str:
+    """``1.23 [1.20-1.31] -> 1.10 [1.05-1.20] ms: 0.89x [0.85-0.95], faster``."""
+    a, b, ratio = compared["original"], compared["optimized"], compared["ratio"]
+    scale, unit = (1e3, "us") if max(a["median"], b["median"]) < 1 else (1.0, "ms")
+    return (f"{_spread_text(a, scale)} -> {_spread_text(b, scale)} {unit}: "
+            f"{ratio['median']:.2f}x [{ratio['low']:.2f}-{ratio['high']:.2f}], "
+            f"{compared['verdict']}")
+
+
+def _spread_text(spread: dict[str, Any], scale: float) -> str:
+    """``1.23 [1.20-1.31]``: a median and its spread, times ``scale``."""
+    return (f"{_number(spread['median'] * scale)} [{_number(spread['low'] * scale)}-"
+            f"{_number(spread['high'] * scale)}]")
+
+
+def _number(value: float) -> str:
+    """Three significant digits, whole numbers from 100 on."""
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
 
 
 def _mib(n: int) -> str:
@@ -144,6 +185,7 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
         checked_threads(threads, "latency: threads")
     except ValueError as e:
         raise InputError(str(e)) from None
+    checked_dims(dims)
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
@@ -233,15 +275,16 @@ def _interleaved(level: str, open_a: Callable[[], Any], open_b: Callable[[], Any
     for i in range(runs * 2):
         which = (i + i // 2) % 2
         times[which].append(_timed_run(sessions[which], labels[which], feeds))
-    return Timing(level, (statistics.median(created[0]), statistics.median(created[1])),
-                  (statistics.median(times[0]), statistics.median(times[1])))
+    return Timing(level, (tuple(created[0]), tuple(created[1])),
+                  (tuple(times[0]), tuple(times[1])))
 
 
 def _one_after_the_other(level: str, open_a: Callable[[], Any], open_b: Callable[[], Any],
                          labels: tuple[str, str], feeds: dict[str, np.ndarray],
                          runs: int) -> Timing:
     """One session at a time (memory is tight): each model's creations, then its runs."""
-    create, run = [], []
+    create: list[tuple[float, ...]] = []
+    run: list[tuple[float, ...]] = []
     for open_, label in zip((open_a, open_b), labels):
         created = []
         for _ in range(CREATIONS):
@@ -255,9 +298,9 @@ def _one_after_the_other(level: str, open_a: Callable[[], Any], open_b: Callable
         times = [_timed_run(session, label, feeds) for _ in range(runs)]
         del session
         memory_room.release()
-        create.append(statistics.median(created))
-        run.append(statistics.median(times))
-    return Timing(level, (create[0], create[1]), (run[0], run[1]))
+        create.append(tuple(created))
+        run.append(tuple(times))
+    return Timing(level, (create[0], create[1]), (run[0], run[1]), paired=False)
 
 
 def _file_bytes(model: ModelRef, graph: ir.Model) -> int:

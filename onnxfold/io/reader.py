@@ -659,7 +659,19 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     check_declared_sizes(graphs, label)
     files = check_tensor_data(graphs, label)
     _typed_by_their_data(graphs)
+    _metadata_held_once(graphs)
     return model, files, reorders
+
+
+def _metadata_held_once(graphs: Iterable[ir.Graph]) -> None:
+    """An initializer onnx-ir keeps as its proto (``TensorProtoTensor``) has its metadata both
+    there and in its ``metadata_props``, and onnx-ir 1.1 writes both: each entry twice in the
+    output, and one dropped from the dict still written. The dict becomes the one place."""
+    for graph in graphs:
+        for value in graph.initializers.values():
+            proto = getattr(value.const_value, "raw", None)
+            if isinstance(proto, onnx.TensorProto) and proto.metadata_props:
+                del proto.metadata_props[:]
 
 
 def _typed_by_their_data(graphs: Iterable[ir.Graph]) -> None:

@@ -89,6 +89,14 @@ def _linear_inliner() -> Iterator[None]:
         yield
 
 
+def inline_calls(model: ir.Model, criteria: Callable[[ir.Function], bool]) -> bool:
+    """Inline, in place, every call of a local function for which ``criteria`` holds (calls
+    inside the other functions' bodies too), in linear time; whether the model changed. The
+    caller bounds the size (``expanded_size``)."""
+    with _linear_inliner():
+        return InlinePass(criteria)(model).modified
+
+
 def inline_functions(model: ir.Model, budget: int = EXPANSION_BUDGET) -> tuple[bool, str | None]:
     """Inline every local function call of ``model`` in place, unless the expanded graph
     exceeds ``budget`` nodes; return (whether the model changed, why nothing was inlined)."""

@@ -51,7 +51,8 @@ from onnxfold.pipeline.collector import long_lived, settled
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.pipeline.fold_stage import FoldStage, StagePasses
 from onnxfold.pipeline.leftovers import folded_regions, group_leftovers
-from onnxfold.pipeline.opset_conversion import convert_opset
+from onnxfold.pipeline.metadata import strip_metadata
+from onnxfold.pipeline.opset_conversion import CONVERSION_KEY, convert_opset
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import (
     Cleanups,
@@ -283,19 +284,25 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))
+    conversion, original = None, None
     if options.target_opset is not None:  # before anything reads the graph
+        original = model_counts(model)  # what the report compares with: the input
         target, label = options.target_opset, path or "model"
-        _restore(model, convert_opset(model, target, label))
+        fold = _folder(options, catalogue)
+        converted = convert_opset(model, target, label, fold)
+        conversion = converted.meta.get(CONVERSION_KEY)
+        _restore(model, converted)
         light = None  # the reader's proto is of the unconverted model
         if pristine is not None:
             unconverted = pristine
-            pristine = lambda: convert_opset(unconverted(), target, label)  # noqa: E731
+            pristine = lambda: convert_opset(unconverted(), target, label, fold)  # noqa: E731
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
     settings = options.run_settings(model.meta.get(UNKNOWN_OPS_KEY, ()))
     before = model_counts(model)
     settled(before.nodes + before.constants)
+    before = original or before
     skipped: dict[str, str] = {}
     newest = onnx.defs.onnx_opset_version()
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
@@ -337,9 +344,22 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report.inputs = {str(v.name): [d if isinstance(d, int) else getattr(d, "value", None)
                                        for d in (v.shape or ())]
                          for v in model.graph.inputs if v.name not in model.graph.initializers}
+        report.conversion = conversion
+    if options.strip_metadata is not None:  # after the report read the module paths
+        stripped = strip_metadata(model, everything=options.strip_metadata == "all")
+        report.metadata_stripped = {"mode": options.strip_metadata,
+                                    "entries": stripped.entries, "bytes": stripped.bytes}
     report.phases = phases.rounded()
     return OptimizeResult(model, report, stats,
                           RunEvidence(rewrites, dict(stats.inputs_fixed.axes)))
+
+
+def _folder(options: FoldOptions, catalogue: Catalogue) -> Callable[[ir.Model], ir.Model]:
+    """``--target-opset``'s fold at the model's own opset, for a converter that needs the
+    constants the graph computes (``convert_opset``'s ``fold``): the same options, no
+    conversion."""
+    same = dataclasses.replace(options, target_opset=None)
+    return lambda model: optimize(model, same, check=False, catalogue=catalogue).model
 
 
 def _run(pipeline: PassManager, model: ir.Model) -> None:

@@ -16,8 +16,10 @@ from typing import Any
 
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.analysis.settings import RunSettings
+from onnxfold.errors import InputError
 from onnxfold.fold.settings import Evaluation, FoldSettings, SizePolicy
 from onnxfold.numbers import parse_bytes, parse_float, parse_int
+from onnxfold.pipeline.metadata import MODES
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,8 @@ class Flag:
     raising ``NumberError``), at least ``minimum`` when set; none: the text itself.
     ``switch``: a boolean flag that sets the field to the opposite of its default
     (``--no-fallback`` for ``fallback=True``); ``repeat``: a repeatable flag collected into the
-    field's collection; ``none_flag``: a second flag that sets the field to None.
+    field's collection; ``none_flag``: a second flag that sets the field to None; ``choices``:
+    the values ``--flag=VALUE`` takes, ``--flag`` alone meaning the first.
     """
 
     name: str
@@ -39,6 +42,7 @@ class Flag:
     repeat: bool = False
     metavar: str | None = None
     none_flag: tuple[str, str] | None = None
+    choices: tuple[str, ...] | None = None
 
 
 def _opt(default: Any, flag: Flag, factory: Callable[[], Any] | None = None) -> Any:
@@ -130,6 +134,11 @@ class FoldOptions:
         "--target-opset", "convert the model to this opset of the default domain first, with "
         "onnx's version converter (e.g. 17 for an older onnxruntime); one line where it cannot",
         parse=parse_int, minimum=1, metavar="N"))
+    strip_metadata: str | None = _opt(None, Flag(
+        "--strip-metadata", "drop the metadata exporters attach to each node and value "
+        "(dynamo's module paths and stack traces, TorchScript's doc strings): all of it but "
+        "onnxfold's own provenance, or with --strip-metadata=all that too", choices=MODES,
+        metavar="all"))
     inline_functions: bool = _opt(False, Flag(
         "--inline-functions", "inline the model's local functions first, so that the "
         "constants in their bodies fold with the rest", switch=True))
@@ -144,9 +153,12 @@ class FoldOptions:
 
     def __post_init__(self) -> None:
         """Take onnxsim's form of input shapes, ``{"input_ids": [1, 16]}``, as the
-        ``--input-shape`` strings."""
+        ``--input-shape`` strings; refuse a ``strip_metadata`` that is none of its modes."""
         if not isinstance(self.input_shapes, tuple):
             self.input_shapes = as_specs(self.input_shapes)
+        if self.strip_metadata is not None and self.strip_metadata not in MODES:
+            raise InputError(f"--strip-metadata {self.strip_metadata!r}: expected "
+                             f"{' or '.join(map(repr, MODES))} (or None: keep it)")
 
     @classmethod
     def everything(cls, **overrides: Any) -> FoldOptions:

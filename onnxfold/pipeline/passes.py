@@ -17,6 +17,7 @@ the run or a half-rewritten model (``strict`` re-raises the error instead).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import onnx
@@ -118,7 +119,7 @@ class Rewrite(InPlacePass):
         for node in [node for node in self.rejected_at if node.graph is None]:
             del self.rejected_at[node]  # removed: neither reported nor kept alive
         return RewriteResult(model, bool(done.hits), done.hits, dict(self.rejected_at),
-                             done.converged)
+                             done.converged, done.effects.removed, done.effects.modules)
 
 
 def initializers(model: ir.Model) -> set[ir.Value]:
@@ -327,5 +328,7 @@ class Cleanups(InPlacePass):
 
     def call(self, model: ir.Model) -> CleanupsResult:
         """Run every cleanup once; their hits."""
-        hits = run_cleanups(model, self.catalogue, strict=self.strict, settings=self.settings)
-        return CleanupsResult(model, bool(hits), hits)
+        removed: Counter = Counter()
+        hits = run_cleanups(model, self.catalogue, strict=self.strict, settings=self.settings,
+                            removed=removed)
+        return CleanupsResult(model, bool(hits), hits, removed)

@@ -13,7 +13,7 @@ import onnx_ir as ir
 
 from onnxfold.host.terminal import printable
 from onnxfold.ir.graph import all_graphs
-from onnxfold.pipeline.leftovers import leftover_lines
+from onnxfold.pipeline.leftovers import leftover_lines, pattern
 from onnxfold.pipeline.op_table import OpRow, format_table, op_rows
 from onnxfold.pipeline.results import FoldStats
 
@@ -88,6 +88,9 @@ class Report:
     pattern_hits: dict[str, int] = field(default_factory=dict)
     patterns_rejected: dict[str, int] = field(default_factory=dict)
     cleanup_hits: dict[str, int] = field(default_factory=dict)
+    # what each pattern and cleanup did: {rule, kind, hits, nodes_removed, modules}, the rules
+    # that removed most first (rewrites() builds it)
+    rewrites: list[dict[str, Any]] = field(default_factory=list)
     skipped_steps: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     dynamic_shapes: list[dict[str, str]] = field(default_factory=list)
@@ -106,6 +109,10 @@ class Report:
     latency: dict[str, Any] | None = None  # --latency: LatencyResult.to_dict()
     inputs: dict[str, list[int | str | None]] = field(default_factory=dict)  # declared, after
     inputs_fixed: str = ""  # what --input-shape bound: "batch=1, seq=128 fixed on ..."
+    # --target-opset: opsets, ops expanded from their bodies, functions inlined, folded first
+    conversion: dict[str, Any] | None = None
+    # --strip-metadata: {mode, entries, bytes} dropped from nodes and values
+    metadata_stripped: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
@@ -128,7 +135,8 @@ class Report:
                             for n, o, r in stats.declined_nodes],
             rule_hits=dict(sorted(stats.rule_hits.items(), key=lambda kv: -kv[1])),
             pattern_hits=dict(stats.pattern_hits), patterns_rejected=dict(stats.rejected_patterns),
-            cleanup_hits=dict(stats.cleanup_hits), skipped_steps=list(stats.skipped_steps),
+            cleanup_hits=dict(stats.cleanup_hits), rewrites=rewrites(stats),
+            skipped_steps=list(stats.skipped_steps),
             ops_before=dict(before.ops), ops_after=dict(after.ops),
             constant_nodes_before=before.constants, constant_nodes_after=after.constants,
             inputs_fixed=stats.inputs_fixed.describe())
@@ -240,6 +248,13 @@ class Report:
         if len(self.leftovers) > len(shown):
             lines.append(f"{'':13}... and {len(self.leftovers) - len(shown)} more modules "
                          "(--explain)")
+        if self.conversion is not None:
+            lines.append(conversion_line(self.conversion))
+        if self.metadata_stripped is not None:
+            stripped = self.metadata_stripped
+            lines.append(f"metadata     {_mib(stripped['bytes'])} saved: {stripped['entries']} "
+                         f"entries of node and value metadata dropped (--strip-metadata"
+                         f"{'=all' if stripped['mode'] == 'all' else ''})")
         lines.extend(f"skipped      {step}" for step in self.skipped_steps)
         lines.extend(f"warning      {warning}" for warning in self.warnings)
         if self.output:
@@ -248,6 +263,43 @@ class Report:
         if table and (self.ops_before or self.ops_after):
             lines = [self.table(), "", *lines]
         return "\n".join(lines)
+
+
+def rewrites(stats: FoldStats) -> list[dict[str, Any]]:
+    """What each pattern (``kind`` "pattern") and cleanup ("cleanup") of a run did: hits, the
+    nodes it removed net (Constant nodes not counted, as everywhere in the report), and a
+    pattern's hits by the module path of the node it matched at (layer indices as ``*``);
+    most nodes removed first."""
+    rows = [{"rule": rule, "kind": kind, "hits": hits,
+             "nodes_removed": stats.rule_removed.get(rule, 0),
+             "modules": _by_pattern(stats.pattern_modules.get(rule, {}))}
+            for kind, hits_of in (("pattern", stats.pattern_hits),
+                                  ("cleanup", stats.cleanup_hits))
+            for rule, hits in hits_of.items()]
+    return sorted(rows, key=lambda row: (-row["nodes_removed"], -row["hits"], row["rule"]))
+
+
+def _by_pattern(modules: dict[str, int]) -> dict[str, int]:
+    """Hits by module, layer indices as ``*`` (the 12 layers of an encoder are one entry, as
+    in ``leftovers``), most first."""
+    grouped: Counter = Counter()
+    for module, hits in modules.items():
+        grouped[pattern(module)] += hits
+    return dict(sorted(grouped.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def conversion_line(conversion: dict[str, Any]) -> str:
+    """``opset        20 -> 17 (Gelu x2 expanded ...)``: what ``--target-opset`` did."""
+    done = [f"{op} x{n}" for op, n in sorted(conversion["expanded"].items())]
+    parts = [f"folded at opset {conversion['from']} first, for the constants the converter "
+             "needs"] if conversion.get("folded_first") else []
+    if done:
+        parts.append(f"{', '.join(done)} expanded into their ONNX function bodies")
+    if conversion["inlined_functions"]:
+        parts.append("local functions inlined to convert: " +
+                     ", ".join(conversion["inlined_functions"]))
+    detail = f" ({'; '.join(parts)})" if parts else ""
+    return f"opset        {conversion['from']} -> {conversion['to']}{detail}"
 
 
 def versions() -> dict[str, str | None]:

@@ -45,6 +45,8 @@ class RewriteResult(PassResult):
     hits: Counter = field(default_factory=Counter)
     rejected_at: dict[ir.Node, str] = field(default_factory=dict)
     converged: bool = True
+    removed: Counter = field(default_factory=Counter)  # nodes removed net, per pattern
+    modules: dict[str, Counter] = field(default_factory=dict)  # pattern -> module -> hits
 
 
 @dataclass
@@ -72,9 +74,10 @@ class FoldFunctionsResult(PassResult):
 
 @dataclass
 class CleanupsResult(PassResult):
-    """``Cleanups``: hits per cleanup."""
+    """``Cleanups``: hits per cleanup, and the nodes each removed net."""
 
     hits: Counter = field(default_factory=Counter)
+    removed: Counter = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,9 @@ class FoldStats:
     pattern_hits: dict[str, int] = field(default_factory=dict)
     rejected_patterns: dict[str, int] = field(default_factory=dict)
     cleanup_hits: dict[str, int] = field(default_factory=dict)
+    # nodes each pattern and cleanup removed net, and each pattern's hits by module
+    rule_removed: dict[str, int] = field(default_factory=dict)
+    pattern_modules: dict[str, dict[str, int]] = field(default_factory=dict)
     pool_peak_bytes: int = 0
     growth_bytes: int = 0
     spilled: int = 0
@@ -149,6 +155,9 @@ def summarize(results: Sequence[PassResult], skipped_steps: Sequence[str] = ()) 
         pattern_hits=_added(r.hits for r in rewrites),
         rejected_patterns=dict(Counter(rewrites[-1].rejected_at.values())) if rewrites else {},
         cleanup_hits=_added(r.hits for r in results if isinstance(r, CleanupsResult)),
+        rule_removed=_added([*(r.removed for r in rewrites),
+                             *(r.removed for r in results if isinstance(r, CleanupsResult))]),
+        pattern_modules=_modules(rewrites),
         pool_peak_bytes=max((c.pool_peak_bytes for c in everything), default=0),
         spilled=sum(c.spilled for c in folds),
         spilled_bytes=sum(c.spilled_bytes for c in folds),
@@ -160,6 +169,15 @@ def summarize(results: Sequence[PassResult], skipped_steps: Sequence[str] = ()) 
                        if isinstance(r, InlineResult) and r.declined is not None),
         inputs_fixed=next((r.fixed for r in results if isinstance(r, InputShapesResult)),
                           Fixed()))
+
+
+def _modules(rewrites: Sequence[RewriteResult]) -> dict[str, dict[str, int]]:
+    """Each pattern's hits by module, over every rewrite of the run."""
+    total: dict[str, Counter] = {}
+    for result in rewrites:
+        for rule, modules in result.modules.items():
+            total.setdefault(rule, Counter()).update(modules)
+    return {rule: dict(modules) for rule, modules in total.items()}
 
 
 def _added(counters: Iterable[Mapping[str, int]]) -> dict[str, int]:

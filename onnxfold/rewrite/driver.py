@@ -23,7 +23,7 @@ import weakref
 from collections import Counter
 from collections.abc import Collection, Iterable, MutableSet, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import onnx_ir as ir
@@ -39,6 +39,7 @@ from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
 from onnxfold.rewrite.sweep import (
     WIDE,
+    Effects,
     GraphState,
     RuleOrders,
     Sweep,
@@ -67,13 +68,13 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
     since (passes other than rewrites) may concern, instead of every node. ``log``: records
     every rewrite (:mod:`onnxfold.rewrite.log`), for a check to validate.
     """
-    hits: Counter = Counter()
+    effects = Effects()
     rejected = rejected if rejected is not None else Counter()
     by_op = catalogue.patterns_by_op()
     reach = pattern_reach(by_op) - 1 + REACH_MARGIN
     work = resume.worklist(model, reach) if resume is not None else _Worklist(reach)
     try:
-        return _rewrite(model, rule_orders(by_op), catalogue, work, hits, rejected,
+        return _rewrite(model, rule_orders(by_op), catalogue, work, effects, rejected,
                         inputs_are_constant, constant_inputs, strict, rejected_at, settings,
                         catalogue.shape_steps, log)
     finally:
@@ -82,7 +83,7 @@ def rewrite(model: ir.Model, catalogue: Catalogue, rejected: Counter | None = No
 
 
 def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
-             work: _Worklist, hits: Counter, rejected: Counter, inputs_are_constant: bool,
+             work: _Worklist, effects: Effects, rejected: Counter, inputs_are_constant: bool,
              constant_inputs: bool, strict: bool, rejected_at: dict[ir.Node, str] | None,
              settings: RunSettings, shape_steps: ShapeSteps, log: RewriteLog | None
              ) -> Rewritten:
@@ -101,13 +102,15 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
                 work.end(graph, state)
                 continue
             trying = Trying()
-            sweep = Sweep(state, rules, hits, trying, work)
+            sweep = Sweep(state, rules, effects, trying, work)
             changed |= contained(trying, strict, sweep.run)
             tried += sweep.tried
             work.end(graph, state)
         if not changed:
-            return Rewritten(hits, converged=True, sweeps=sweeps, tried=tried)
-    return Rewritten(hits, converged=False, sweeps=MAX_ITERATIONS, tried=tried)
+            return Rewritten(effects.hits, converged=True, sweeps=sweeps, tried=tried,
+                             effects=effects)
+    return Rewritten(effects.hits, converged=False, sweeps=MAX_ITERATIONS, tried=tried,
+                     effects=effects)
 
 
 @dataclass
@@ -120,6 +123,7 @@ class Rewritten:
     sweeps: int = 0  # over every graph; if converged, the last one rewrote nothing
     # (it may have tried no node: nothing was marked)
     tried: int = 0  # nodes whose patterns were tried, over every sweep (a retry counts again)
+    effects: Effects = field(default_factory=Effects)  # hits, nodes removed, modules, by rule
 
     def __bool__(self) -> bool:
         return bool(self.hits)
@@ -366,13 +370,24 @@ class Resumable:
 
 
 def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,
-                 settings: RunSettings = DEFAULTS) -> Counter:
+                 settings: RunSettings = DEFAULTS, removed: Counter | None = None) -> Counter:
     """Run each cleanup of ``catalogue`` once, given the run's ``settings`` (with the
-    catalogue's non-deterministic ops); hits per rule."""
+    catalogue's non-deterministic ops); hits per rule. ``removed`` receives the nodes each
+    cleanup removed net (the model's node count before it less after it)."""
     settings = dataclasses.replace(settings, nondeterministic_ops=catalogue.nondeterministic)
     hits: Counter = Counter()
+    count = _node_count(model) if removed is not None else 0  # counted again after a hit only
     for rule in catalogue.cleanups:
         n = contained(rule.name, strict, functools.partial(rule.fn, model, settings))
         if n:
             hits[rule.name] += n
+            if removed is not None:
+                before, count = count, _node_count(model)
+                removed[rule.name] += before - count
     return hits
+
+
+def _node_count(model: ir.Model) -> int:
+    """The nodes of every graph of ``model`` the report counts (Constant nodes are not)."""
+    return sum(1 for graph in all_graphs(model) for node in graph
+               if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx")))

@@ -26,8 +26,9 @@ from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
 from onnxfold.ir.edits import names_for
+from onnxfold.ir.scopes import module_path
 from onnxfold.rewrite.log import RewriteLog
-from onnxfold.rewrite.splice import splice
+from onnxfold.rewrite.splice import as_replacement, splice
 
 RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
 WIDE = 16  # readers beyond which a value is shared scaffolding (a dim, a mask): marked_readers
@@ -125,13 +126,30 @@ def rule_orders(by_op: dict[str, list[PatternRule]]) -> RuleOrders:
             for op, rules in by_op.items()}
 
 
+class Effects:
+    """What the rewrites of a run did, by rule: its hits, the nodes they removed net (those
+    they took out less those they built, Constant nodes not counted), and its hits by the module
+    path the exporter recorded on the node each matched at (``ir/scopes.py``)."""
+
+    def __init__(self) -> None:
+        self.hits: Counter = Counter()
+        self.removed: Counter = Counter()
+        self.modules: dict[str, Counter] = {}
+
+    def record(self, rule: str, module: str, removed: int) -> None:
+        """One rewrite of ``rule`` at a node of ``module`` that removed ``removed`` nodes."""
+        self.hits[rule] += 1
+        self.removed[rule] += removed
+        self.modules.setdefault(rule, Counter())[module] += 1
+
+
 class Sweep:
     """One sweep of a graph: the patterns tried at its marked nodes, in graph order."""
 
-    def __init__(self, state: GraphState, rules: RuleOrders, hits: Counter, trying: Trying,
+    def __init__(self, state: GraphState, rules: RuleOrders, effects: Effects, trying: Trying,
                  marks: Marks) -> None:
-        self.state, self.rules, self.hits, self.trying, self.marks = (
-            state, rules, hits, trying, marks)
+        self.state, self.rules, self.effects, self.trying, self.marks = (
+            state, rules, effects, trying, marks)
         self.tried = 0
 
     def run(self) -> bool:
@@ -167,8 +185,8 @@ class Sweep:
             if verdict is True or isinstance(verdict, Match):
                 found = {**captures, **verdict.found} if isinstance(verdict, Match) \
                     else captures
-                self._rewrite(rule, node, captures, found)
-                self.hits[rule.name] += 1
+                module = module_path(node)  # (the node may go)
+                self.effects.record(rule.name, module, self._rewrite(rule, node, captures, found))
                 return True
             if isinstance(verdict, Reject):
                 rejected[f"{rule.name}: {verdict.reason}"] += 1
@@ -177,18 +195,22 @@ class Sweep:
         return False
 
     def _rewrite(self, rule: PatternRule, node: ir.Node, captures: dict[str, Any],
-                 found: dict[str, Any]) -> None:
-        """Rewrite the match of ``rule`` at ``node``, put it in, and mark around it."""
+                 found: dict[str, Any]) -> int:
+        """Rewrite the match of ``rule`` at ``node``, put it in, and mark around it; the nodes
+        it removed net, Constant nodes not counted (as every count of the report): the splice
+        removes only the match's nodes and the producers of what it replaced."""
         state = self.state
         touched = surroundings(captures.values())
         builder = OpBuilder(state.fresh, node.outputs[0].name if node.outputs else None,
                             state.view.opset())
         result = call_with(rule.rewrite, rule.rewrite_names, builder, found)
+        matched = nodes_of(found.values())
+        replaced = {p for v in as_replacement(result, node).values
+                    if (p := v.producer()) is not None}
         pending = state.log.before(rule.name, node, result, builder.built,
-                                   nodes_of(found.values())) if state.log is not None else None
+                                   matched) if state.log is not None else None
         spliced = splice(state.graph, state.model, node, builder.built, result,
-                         nodes_of(found.values()), state.constant, state.facts, state.fresh,
-                         rule.name)
+                         matched, state.constant, state.facts, state.fresh, rule.name)
         if pending is not None:
             state.log.after(pending)  # type: ignore[union-attr]  # set when pending is
         if spliced.built:
@@ -197,6 +219,13 @@ class Sweep:
         touched |= spliced.readers
         touched.update(spliced.built)
         self.marks.rewritten(touched or {node}, spliced.built, spliced.feeding)
+        gone = {n for n in (node, *matched, *replaced) if n.graph is None}
+        return _counted(gone) - _counted(spliced.built)
+
+
+def _counted(nodes: Iterable[ir.Node]) -> int:
+    """The nodes the report counts: all but Constant nodes."""
+    return sum(1 for n in nodes if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")))
 
 
 def surroundings(captured: Iterable[object]) -> set[ir.Node]:

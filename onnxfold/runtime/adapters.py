@@ -21,8 +21,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from onnxfold.errors import InputError, one_line
+from onnxfold.errors import InputError, OutputError, one_line
 from onnxfold.io.feeds import runtime_constant
+from onnxfold.io.pinned import PinnedOutput
+from onnxfold.io.tempfiles import replacing
 from onnxfold.runtime.feed_check import content_key
 
 ADAPTER_SUFFIX = ".onnx_adapter"
@@ -44,6 +46,30 @@ def read_adapter(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except Exception as e:  # onnxruntime's reader raises RuntimeError for a foreign file
         raise InputError(f"{shown}: not an onnxruntime adapter file ({one_line(e, 200)})"
                          ) from None
+
+
+def write_adapter(arrays: Mapping[str, np.ndarray], path: str | os.PathLike | PinnedOutput
+                  ) -> None:
+    """``arrays`` as an onnxruntime adapter file (``AdapterFormat``, what
+    ``onnxruntime.LoraAdapter`` reads) at ``path``: written beside it, renamed in place."""
+    import onnxruntime as ort
+
+    adapter = ort.AdapterFormat()
+    adapter.set_adapter_version(1)
+    adapter.set_model_version(1)
+    adapter.set_parameters({n: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a))
+                            for n, a in arrays.items()})
+    target = path if isinstance(path, PinnedOutput) else os.fspath(path)
+    with replacing(target) as (fd, tmp):
+        os.close(fd)
+        where = target.directory.path_of(tmp) if isinstance(target, PinnedOutput) else \
+            os.path.join(os.path.dirname(os.path.abspath(target)), tmp)
+        try:
+            adapter.export_adapter(where)
+        except Exception as e:  # onnxruntime's writer raises RuntimeError
+            shown = target.given if isinstance(target, PinnedOutput) else target
+            raise OutputError(f"{shown}: cannot write the adapter file ({one_line(e, 200)})"
+                              ) from None
 
 
 class AdapterFiles:

@@ -130,7 +130,7 @@ def test_argparse_errors_are_one_line(argv, capsys):
 def test_no_command_lists_the_commands(capsys):
     code, _, err = run([], capsys)
     assert_one_line(code, err)
-    assert "{optimize,compare,verify-folds,split,run,inspect,rules}" in err
+    assert "{optimize,compare,verify-folds,split,split-adapter,run,inspect,rules}" in err
 
 
 def test_valid_numbers_still_accepted(model, tmp_path, capsys):

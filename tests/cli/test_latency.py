@@ -1,10 +1,15 @@
 """`optimize --latency N`: session creation and inference of the original and the output in
-onnxruntime, interleaved, at its default level and with optimizations off; sizes and dynamic
-dims; in the summary, --json (against its schema) and the Python API; one model at a time
-where both sessions do not fit under the memory limit."""
+onnxruntime, interleaved, at its default level and with optimizations off, each a median with
+its spread and the run-by-run ratio with its spread and verdict; sizes and dynamic dims; in
+the summary, --json (against its schema) and the Python API; one model at a time where both
+sessions do not fit under the memory limit. (No test asserts what a verdict is: a loaded
+machine decides that; ``tests/unit/test_latency_spread.py`` holds how samples give one.)"""
 
+import glob
 import json
 import os
+import re
+import signal
 
 import numpy as np
 import onnx
@@ -15,6 +20,7 @@ import onnxfold
 from onnxfold.pipeline.report_schema import validate
 from tests.support import memcg
 from tests.support.cli import run_cli
+from tests.support.interrupts import run_acted_on
 from tests.support.models import MODELS
 
 BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
@@ -40,11 +46,16 @@ def test_latency_is_in_the_summary_and_the_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("latency      "))
-    assert "1 thread, default session options; median of 3 interleaved runs" in lines[head]
+    assert "1 thread, default session options; medians [quartiles; min-max below 8 samples] " \
+        "of 3 interleaved runs" in lines[head] and "ratios run by run" in lines[head]
     assert lines[head + 1].strip().startswith("feeds input_ids int64[1,16]")
-    assert lines[head + 2].strip().startswith("default level (all):")
-    assert lines[head + 3].strip().startswith("optimizations off:")
-    assert lines[head + 4].startswith("size         0.4 MiB -> 0.4 MiB on disk")
+    assert lines[head + 2].strip() == "default level (all):"
+    spread = r"[\d.]+ \[[\d.]+-[\d.]+\]"
+    for line, what in ((lines[head + 3], "run"), (lines[head + 4], "session")):
+        assert re.fullmatch(rf" {{15}}{what} +{spread} -> {spread} (us|ms): [\d.]+x "
+                            rf"\[[\d.]+-[\d.]+\], (faster|slower|within noise)", line), line
+    assert lines[head + 5].strip() == "optimizations off:"
+    assert lines[head + 8].startswith("size         0.4 MiB -> 0.4 MiB on disk")
     data = json.loads(report.read_text())
     assert validate(data) == []
     latency = data["latency"]
@@ -53,16 +64,31 @@ def test_latency_is_in_the_summary_and_the_json(tmp_path):
     for timing in latency["timings"]:
         assert all(ms > 0 for ms in timing["run_ms"] + timing["create_ms"])
         assert timing["run_ratio"] == pytest.approx(timing["run_ms"][1] / timing["run_ms"][0])
+        for which, samples in (("run", 3), ("create", 3)):
+            compared = timing[which]
+            assert compared["ratio"]["samples"] == samples and compared["ratio"]["kind"] == \
+                "range"
+            original = compared["original"]
+            assert original["low"] <= original["median"] <= original["high"]
+            assert original["median"] == pytest.approx(
+                timing["run_ms" if which == "run" else "create_ms"][0])
     assert data["options"]["latency"] == 3
 
 
-def test_dynamic_dims_kept_and_a_dry_run_times_the_model_in_memory(tmp_path):
-    src = tmp_path / "m.onnx"
+def test_dynamic_dims_kept_and_a_dry_run_times_the_model_from_a_scratch_file(tmp_path):
+    """A dry run's output is written to a scratch directory for the time it is timed (a
+    session from bytes in memory is slower to create than from a file), then removed."""
+    src, scratch = tmp_path / "m.onnx", tmp_path / "tmp"
+    scratch.mkdir()
     weight_transposed(src, 64)
-    proc = run_cli("optimize", str(src), "--latency", "2", "--latency-threads", "2")
+    proc = run_cli("optimize", str(src), "--latency", "2", "--latency-threads", "2",
+                   "--json", str(tmp_path / "r.json"), env={**os.environ, "TMPDIR": str(scratch)})
     assert proc.returncode == 0, proc.stderr
     assert "2 threads" in proc.stdout and "dynamic dims kept: n" in proc.stdout
-    assert not (tmp_path / "m.onnx.tmp").exists() and os.listdir(tmp_path) == ["m.onnx"]
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "r.json", "tmp"]
+    assert [n for n in os.listdir(scratch) if n != ".ses"] == []  # (.ses: onnxruntime's own)
+    latency = json.loads((tmp_path / "r.json").read_text())["latency"]
+    assert latency["model_b"] == "(folded, not written)" and latency["file_bytes"][1] > 0
 
 
 def test_the_python_api_measures_two_models(tmp_path):
@@ -94,3 +120,23 @@ def test_in_a_tight_memory_limit_the_models_are_timed_one_after_the_other(tmp_pa
     assert outcome.oom_kills == 0 and outcome.returncode == 0, outcome.stderr
     assert "one model after the other (both did not fit in memory at once)" in outcome.stdout
     assert json.loads((tmp_path / "r.json").read_text())["latency"]["interleaved"] is False
+
+
+@pytest.mark.parametrize("signum", [None, signal.SIGTERM])
+def test_a_dry_runs_output_is_timed_from_a_file_removed_however_the_run_ends(tmp_path, signum):
+    src, scratch, pauses = tmp_path / "m.onnx", tmp_path / "tmp", tmp_path / "pauses"
+    scratch.mkdir()
+    pauses.mkdir()
+    weight_transposed(src, 64)
+    seen = []
+
+    def act(proc):
+        seen.extend(glob.glob(str(scratch / "onnxfold-latency-*" / "m.onnx")))
+        if signum is not None:
+            proc.send_signal(signum)
+
+    ending = run_acted_on(["optimize", str(src), "--latency", "1"], "latency", act, pauses,
+                          env={"TMPDIR": str(scratch)})
+    assert ending.paused and len(seen) == 1  # the output, written for the timing
+    assert ending.code == (128 + signum if signum else 0), ending.stderr
+    assert [n for n in os.listdir(scratch) if n != ".ses"] == []

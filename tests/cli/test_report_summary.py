@@ -139,7 +139,9 @@ def test_a_failed_check_still_writes_the_reports_with_its_verdict(tmp_path):
     assert data["check"]["ok"] is False
     (row,) = data["check"]["outputs"]
     assert row["name"] == "y" and not row["ok"] and row["mismatches"] > 0 and row["max_abs"] > 0
-    assert "outputs outside tolerance" in page.read_text()
+    html = page.read_text()  # the red alert above everything, naming the output
+    assert "Check failed</strong>: nothing was written." in html
+    assert "output y: " in html and "elements outside tolerance" in html
 
 
 def test_report_html_is_refused_for_several_models(tmp_path):

@@ -247,22 +247,29 @@ class _Wrapped(torch.nn.Module):
         return self.model(x)
 
 
-def lora_net(path: str | os.PathLike, conv: bool, dynamo: bool) -> None:
-    """``_LoraNet`` with peft LoRA (rank 4, B non-zero) on both layers, exported with the
-    adapters' weights as graph inputs (as Olive's ExtractAdapters makes them); dynamic batch."""
+def _peft_net(conv: bool, seed: int = 0):
+    """``_LoraNet`` with peft LoRA (rank 4) on both layers, B drawn from ``seed`` (non-zero,
+    as a trained adapter's), and an example input."""
     from peft import LoraConfig, get_peft_model
-
-    from bench.adapter_models import adapters_as_inputs
 
     torch.manual_seed(0)
     model = get_peft_model(_LoraNet(conv), LoraConfig(r=4, lora_alpha=8,
                                                       target_modules=["first", "second"]))
+    generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "lora_B" in name:
-                param.normal_(0.0, 0.1)
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
     model = _Wrapped(model.eval()).eval()
-    x = torch.randn(2, 4, 8, 8) if conv else torch.randn(2, 16)
+    return model, torch.randn(2, 4, 8, 8) if conv else torch.randn(2, 16)
+
+
+def lora_net(path: str | os.PathLike, conv: bool, dynamo: bool) -> None:
+    """``_LoraNet`` with peft LoRA (rank 4, B non-zero) on both layers, exported with the
+    adapters' weights as graph inputs (as Olive's ExtractAdapters makes them); dynamic batch."""
+    from bench.adapter_models import adapters_as_inputs
+
+    model, x = _peft_net(conv)
     if dynamo:
         program = torch.onnx.export(model, (x,), dynamo=True, optimize=False,
                                     input_names=["x"],
@@ -274,3 +281,19 @@ def lora_net(path: str | os.PathLike, conv: bool, dynamo: bool) -> None:
                           dynamic_axes={"x": {0: "batch"}}, opset_version=17,
                           do_constant_folding=False)
     adapters_as_inputs(Path(path))
+
+
+def lora_net_as_exported(path: str | os.PathLike, conv: bool, dynamo: bool,
+                         seed: int = 0) -> None:
+    """``_LoraNet`` with peft LoRA (adapter ``seed``) exported with torch's defaults, the
+    LoRA weights inside (dynamo keeps peft's names here; TorchScript's constant folding
+    renames a Linear adapter's ``onnx::MatMul_N``): what ``split-adapter`` takes."""
+    model, x = _peft_net(conv, seed)
+    if dynamo:
+        program = torch.onnx.export(model, (x,), dynamo=True, input_names=["x"],
+                                    dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+        assert program is not None
+        program.save(str(path), external_data=False)
+    else:
+        torch.onnx.export(model, (x,), str(path), input_names=["x"], dynamo=False,
+                          dynamic_axes={"x": {0: "batch"}})

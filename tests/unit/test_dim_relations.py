@@ -56,14 +56,15 @@ def test_unnamed_question_mark_dims_are_independent():
     assert result.ok and result.rows[0].shape_a == [1, 48, 192]
 
 
-def test_a_failed_run_lists_the_guessed_dims_and_the_flag():
-    """Reshape to [-1, 13] needs a multiple of 13 elements: no guessed binding fits."""
+def test_a_failed_run_lists_the_guessed_dims_and_the_keyword():
+    """Reshape to [-1, 13] needs a multiple of 13 elements: no guessed binding fits (the Python
+    API names its keyword, dims=, where the command line says --dim)."""
     model = reshape_to_rows_of_thirteen()
     with pytest.raises(InputError) as e:
         onnxfold.compare(model, model)
     message = str(e.value)
     assert "dims guessed: n=16 or n=1 or n=7 or n=64 or n=97" in message
-    assert "--dim NAME=VALUE" in message
+    assert "dims={NAME: VALUE}" in message
     assert onnxfold.compare(model, model, dims={"n": 26}).ok
 
 

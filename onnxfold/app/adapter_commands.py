@@ -1,0 +1,44 @@
+"""``onnxfold split-adapter MODEL -o BASE --adapter FILE.onnx_adapter``: a model exported with
+its LoRA adapter inside split into a base model with the LoRA weights as inputs and an
+onnxruntime adapter file (``onnxfold.runtime.adapter_split``).
+
+Both outputs are claimed before anything is read (neither may replace the model or a file it
+reads, nor each other), written beside their targets and renamed in place: the base model by
+the streaming writer, the adapter file by onnxruntime's ``AdapterFormat`` into a temporary file
+of the pinned directory. The base model is written first and the adapter file second; a run
+stopped between them leaves no adapter file, never one that does not fit the base model.
+"""
+
+from __future__ import annotations
+
+import os
+
+from onnxfold.app.commands import SplitAdapterCommand
+from onnxfold.app.report_files import guard_inputs
+
+
+def split_adapter(command: SplitAdapterCommand) -> int:
+    """Split the model, write both files, say what was found and how to run it."""
+    from onnxfold.declare.catalogue import load_catalogue
+    from onnxfold.io import load_model, save_model
+    from onnxfold.runtime.adapter_split import lift_lora_weights
+    from onnxfold.runtime.adapters import write_adapter
+
+    guard = guard_inputs([command.source])
+    try:
+        base = guard.pin(command.output, "base model")
+        adapter = guard.pin(command.adapter, "adapter file")
+        model = load_model(command.source, check=command.check_input)
+        found = lift_lora_weights(model, load_catalogue(), command.source)
+        info = save_model(model, base, guard=guard)
+        write_adapter(found.arrays, adapter)
+    finally:
+        guard.close()
+    print(f"found        {found.summary()}")
+    print(f"wrote        {command.output} ({info.bytes_written / 2**20:.1f} MiB): the model, its "
+          "LoRA weights as inputs")
+    print(f"wrote        {command.adapter} ({os.path.getsize(command.adapter) / 2**20:.2f} MiB, "
+          f"{len(found.arrays)} tensors by those inputs' names)")
+    print(f'run it       onnxfold.Session("{command.output}", adapter="{command.adapter}") '
+          "merges them into their base weights")
+    return 0

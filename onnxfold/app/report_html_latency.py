@@ -1,0 +1,66 @@
+"""The HTML report's latency: per onnxruntime level, each model's session creation and
+inference (median [spread]), their run-by-run ratio [spread] and the verdict it gives, coloured
+(``onnxfold.check.spread``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from onnxfold.app.html_parts import esc, mib, ms
+
+
+def section(latency: dict | None) -> str:
+    """``--latency``: how it was measured, then per level the session creation and inference
+    of both models (median [spread]), their run-by-run ratio [spread] and its verdict, in
+    colour (faster green, slower red, within noise grey)."""
+    if latency is None:
+        return '<p class="muted">not measured (<code>--latency N</code> times the original ' \
+               "and the output in onnxruntime)</p>"
+    threads = latency["threads"]
+    how = (f'onnxruntime CPU ({latency["cpu"]}), {threads} thread{"s" if threads != 1 else ""}, '
+           f'default session options; medians [quartiles, or min-max below 8 samples] of '
+           f'{latency["runs"]} '
+           + ("interleaved runs" if latency["interleaved"] else
+              "runs, one model after the other (both did not fit in memory at once)")
+           + "; ratios run by run; feeds " + ", ".join(latency["feeds"]))
+    rows = []
+    for timing in latency["timings"]:
+        for which, label in (("run", "inference"), ("create", "session creation")):
+            compared = timing.get(which)
+            if compared is None:  # a report written before the spreads
+                continue
+            rows.append((timing["level"], label, _spread_cell(compared["original"]),
+                         _spread_cell(compared["optimized"]),
+                         _ratio_cell(compared["ratio"]), compared["verdict"]))
+    a, b = latency["file_bytes"]
+    dims = ", ".join(latency["dynamic_dims"][0]) or "none"
+    return (f'<p class="muted">{esc(how)}</p>' + _verdict_table(rows) +
+            f"<p>on disk {esc(mib(a))} \u2192 {esc(mib(b))}; dynamic dims of the "
+            f"original: {esc(dims)}; of the output: "
+            f'{esc(", ".join(latency["dynamic_dims"][1]) or "none")}</p>')
+
+
+VERDICT_CLASSES = {"faster": "ok", "slower": "bad"}  # any other verdict: muted
+
+
+def _verdict_table(rows: Sequence[Sequence[str]]) -> str:
+    """The latency table, its verdict cell coloured by what it says."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in (
+        "onnxruntime level", "what", "original, ms", "output, ms", "output / original",
+        "verdict"))
+    body = "".join(
+        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row[:5]) +
+        f'<td class="{VERDICT_CLASSES.get(row[5], "muted")}">{esc(row[5])}</td></tr>'
+        for row in rows)
+    return (f'<table class="sortable" id="latency"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+def _spread_cell(spread: dict) -> str:
+    """``1.23 [1.20-1.31]`` (milliseconds)."""
+    return f'{ms(spread["median"])} [{ms(spread["low"])}-{ms(spread["high"])}]'
+
+
+def _ratio_cell(spread: dict) -> str:
+    """``0.89x [0.85-0.95]``."""
+    return f'{spread["median"]:.2f}x [{spread["low"]:.2f}-{spread["high"]:.2f}]'

@@ -1,0 +1,82 @@
+"""``onnxfold optimize IN OUT``, onnxsim's form: the second path is the output where the line
+can mean nothing else (the first path a model, the second nothing yet), and the run says so on
+stderr; where it could mean either (the second path exists, a new directory name, onnxsim's
+``check_n``) it is one ``onnxfold: error:`` line naming ``-o``, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import pytest
+
+from tests.support.cli import assert_one_error_line, run_cli, save_add_model
+
+
+def _listing(directory):
+    return sorted(os.listdir(directory))
+
+
+def test_in_out_writes_out_and_says_it_took_it_as_the_output(tmp_path):
+    save_add_model(tmp_path / "in.onnx")
+    proc = run_cli("optimize", "in.onnx", "out.onnx", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "onnxfold: writing to out.onnx: the second path is taken as the output, as onnxsim "
+        "reads IN OUT (-o out.onnx says so)"]
+    assert "wrote        out.onnx" in proc.stdout
+    onnx.checker.check_model(onnx.load(tmp_path / "out.onnx"))
+    assert _listing(tmp_path) == ["in.onnx", "out.onnx"]
+
+
+def test_in_out_is_quiet_with_q(tmp_path):
+    save_add_model(tmp_path / "in.onnx")
+    proc = run_cli("optimize", "in.onnx", "out.onnx", "-q", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == proc.stderr == "", proc.stderr
+    assert (tmp_path / "out.onnx").is_file()
+
+
+@pytest.mark.parametrize("second", ["other.onnx", "notes.txt"])
+def test_an_existing_second_path_is_refused_naming_o(tmp_path, second):
+    save_add_model(tmp_path / "in.onnx")
+    save_add_model(tmp_path / "other.onnx")
+    (tmp_path / "notes.txt").write_text("keep")
+    before = {name: (tmp_path / name).read_bytes() for name in _listing(tmp_path)}
+    proc = run_cli("optimize", "in.onnx", second, cwd=tmp_path)
+    assert_one_error_line(proc, "both paths exist", f"give -o {second}", "-o DIR/")
+    assert {name: (tmp_path / name).read_bytes() for name in _listing(tmp_path)} == before
+
+
+def test_a_new_directory_name_is_refused_naming_o(tmp_path):
+    save_add_model(tmp_path / "in.onnx")
+    proc = run_cli("optimize", "in.onnx", "new/", cwd=tmp_path)
+    assert_one_error_line(proc, "new/ does not exist", "give -o new/")
+    assert _listing(tmp_path) == ["in.onnx"]
+
+
+def test_onnxsims_check_n_names_the_flags(tmp_path):
+    save_add_model(tmp_path / "in.onnx")
+    proc = run_cli("optimize", "in.onnx", "out.onnx", "3", cwd=tmp_path)
+    assert_one_error_line(proc, "onnxsim's check_n",
+                          "onnxfold optimize in.onnx -o out.onnx --check 3")
+    assert _listing(tmp_path) == ["in.onnx"]
+
+
+def test_an_existing_directory_stays_an_input(tmp_path):
+    """``IN DIR`` with DIR a directory of models was, and stays, a dry run of them all."""
+    save_add_model(tmp_path / "in.onnx")
+    (tmp_path / "zoo").mkdir()
+    save_add_model(tmp_path / "zoo" / "m.onnx")
+    proc = run_cli("optimize", "in.onnx", "zoo", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 of 2 models: 2 ok; dry run: nothing written" in proc.stdout
+    assert _listing(tmp_path) == ["in.onnx", "zoo"]
+
+
+def test_with_o_two_paths_stay_two_inputs(tmp_path):
+    """``-o`` given: the paths are inputs, as always (a missing one is named)."""
+    save_add_model(tmp_path / "in.onnx")
+    proc = run_cli("optimize", "in.onnx", "missing.onnx", "-o", "out/", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "missing.onnx: no such file" in proc.stderr + proc.stdout
