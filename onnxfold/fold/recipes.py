@@ -132,6 +132,15 @@ def _saved(value: ir.Value) -> Recipe | None:
     return decode(tensor.metadata_props[provenance.RECIPE])
 
 
+def _made(value: ir.Value) -> bool:
+    """Whether onnxfold made ``value`` (a rewrite built it, or a fold stored it): such a
+    constant has no name in the original, so a recipe keeps its bytes; an original constant
+    is named only (the original holds it: a recipe never copies a model's weights)."""
+    tensor = value.const_value
+    return provenance.MADE_BY in value.meta or (tensor is not None and any(
+        key in tensor.metadata_props for key in provenance.TENSOR_KEYS))
+
+
 def _leaf(value: ir.Value) -> Leaf | None:
     if not value.name:
         return None
@@ -139,7 +148,7 @@ def _leaf(value: ir.Value) -> Leaf | None:
     if value.const_value is not None or (producer is not None and
                                          is_default_op(producer, "Constant")):
         array = source_array(value)  # an initializer's or a Constant node's
-        small = array is not None and array.nbytes <= INLINE_BYTES
+        small = array is not None and array.nbytes <= INLINE_BYTES and _made(value)
         return Leaf(value.name, value=np.array(array, copy=True) if small else None)
     shape = static_shape(value)
     if shape is None or value.dtype is None:

@@ -8,8 +8,6 @@ transformers config with random weights."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -43,6 +41,10 @@ def _run(path: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         None, feeds)
 
 
+def _weight_bytes(path: str) -> int:
+    return sum(len(t.raw_data) for t in onnx.load(path).graph.initializer)
+
+
 def test_t5_projections_merge_and_compute_the_same(tmp_path):
     source = str(tmp_path / "t5.onnx")
     export_models.t5_torchscript(source)
@@ -52,7 +54,9 @@ def test_t5_projections_merge_and_compute_the_same(tmp_path):
     # 2 encoder and 2 decoder self-attentions, and one cross-attention group of 2 x 2
     assert report.pattern_hits.get(RULE) == 5
     assert _matmuls(merged) == _matmuls(separate) - 11
-    assert os.path.getsize(merged) <= os.path.getsize(separate)
+    # the merged weights replace the separate ones (no copy kept, the smallest weight is 4 KiB);
+    # the rewrite adds its split sizes, a few bytes each
+    assert _weight_bytes(merged) <= _weight_bytes(separate) + 256
     rng = np.random.default_rng(0)
     for batch, seq, dec in ((2, 8, 5), (1, 6, 1)):
         feeds = {"input_ids": rng.integers(0, export_models.VOCAB, (batch, seq)),

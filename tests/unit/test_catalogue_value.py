@@ -31,6 +31,7 @@ ENTRY_POINTS = {
     ("onnxfold/runtime/split.py", "split_model"),
     ("onnxfold/runtime/backends/__init__.py", "get_backend"),
     ("onnxfold/check/comparison.py", "compare_models"),  # compare() and the app's checks
+    ("onnxfold/check/comparison.py", "verify_models"),  # onnxfold verify-folds
     ("onnxfold/check/fold_verification.py", "verify_folds"),
     ("onnxfold/check/latency.py", "measure_latency"),
     ("onnxfold/check/feeds.py", "synthetic_feeds"),
