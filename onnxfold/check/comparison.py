@@ -111,7 +111,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
             tell("verifying folds")  # before B's session: never two models' weights at once
             result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
                                         progress=tell, catalogue=catalogue,
-                                        libraries=run.libraries)
+                                        libraries=run.libraries, own_output=evidence is not None)
             result.folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
         if rewrites is not None and result.rewrites is None:

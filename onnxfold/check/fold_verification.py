@@ -68,6 +68,9 @@ NO_ORIGINAL = ("no value of that name in the original and no onnxfold provenance
                "made by another tool); only the comparison on inputs covers it")
 FOLD_WITHOUT_ORIGINAL = ("folded from a value the original does not name, and no recipe was "
                          "saved (its cone was too large); only the comparison on inputs covers it")
+UNVALIDATED = ("made by a rewrite (a parameter of it, or a tensor that matches the recipe the "
+               "model carries): a model's own record proves nothing, and only optimize --check "
+               "validates the rewrite that made it")
 OTHER_VALUES = ("an original initializer of that name holds other values, and nothing says "
                 "what it stands for; only the comparison on inputs covers it")
 
@@ -81,6 +84,7 @@ class _Target:
     via: str
     runs: str  # "once", "bindings" or "inputs" (see _judged)
     shaped: bool = False  # input values reach it only through shapes they decide
+    claim: str = ""  # why a difference is not verifiable rather than a failure (_target)
     derived: list[np.ndarray] = field(default_factory=list)  # one per run
 
 
@@ -90,7 +94,8 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
                  batch_bytes: int = BATCH_BYTES,
                  progress: Callable[[str], None] | None = None,
                  catalogue: Catalogue | None = None,
-                 libraries: Sequence[str] = ()) -> FoldVerification:
+                 libraries: Sequence[str] = (),
+                 own_output: bool = False) -> FoldVerification:
     """Re-derive every initializer of ``optimized`` that ``original`` does not hold as it is
     (see module).
 
@@ -101,6 +106,16 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     read. ``catalogue``: whose op facts say which folds are bitwise and whose shape steps
     show values constant over the dims (None: the installed rules); ``libraries``: the
     custom-op libraries the original needs (checked: ``runtime.custom_ops``).
+
+    ``own_output``: ``optimized`` is the model this process's run just made (``optimize
+    --check``), so what its metadata says of how a tensor was made is that run's own record,
+    and its rewrites are validated beside this verification. Otherwise (``compare``,
+    ``verify-folds``: a file, untrusted) a claim of the metadata never certifies anything: a
+    tensor that matches the recipe it carries, a rewrite's parameter, or a value it says a
+    rewrite rewired is *not verifiable* (only a validated rewrite proves them), and a value
+    under a name the original computes that holds other values is said to differ only where
+    the model carries onnxfold's provenance (another tool may reuse a name for an equivalent
+    value: onnxruntime's Reshape targets with 0 for "copy this dim").
     """
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
@@ -110,12 +125,12 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     reinferred(graph_a)
     fed = _fed(graph_a, graph_b)
     verifier = _Verifier(graph_a, graph_b, fed, catalogue, list(bindings), list(inputs),
-                         libraries)
+                         libraries, own_output)
     result = FoldVerification(label_a, label_b,
                               bindings=[{k: list(v) for k, v in b.items()} for b in bindings])
     targets: list[_Target] = []
     by_recipe: list[tuple[ir.Value, saved_recipes.Recipe]] = []
-    for folded in graph_b.graph.initializers.values():
+    for folded in [*graph_b.graph.initializers.values(), *_constant_nodes(graph_b.graph)]:
         found = verifier.classify(folded)
         if isinstance(found, _Target):
             targets.append(found)
@@ -138,31 +153,51 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     if by_recipe:
         tell("verifying rewrite-made folds")
         result.tensors.extend(verifier.by_recipes(by_recipe))
-    result.tensors.extend(_nested_folds(graph_b))
+    result.tensors.extend(_nested_constants(graph_a, graph_b))
     order = {name: i for i, name in enumerate(graph_b.graph.initializers)}
     result.tensors.sort(key=lambda t: order.get(t.name, 0))
     return result
 
 
-def _nested_folds(optimized: ir.Model) -> list[TensorVerdict]:
-    """The folds inside subgraphs (an If's branch, a Loop's body) and model-local function
-    bodies: not re-derived (the original's values there are not computed alone), said."""
-    places = [([v.const_value for v in graph.initializers.values()] + _constants(graph),
-               "a subgraph (an If branch or a Loop body)")
-              for graph in all_graphs(optimized) if graph is not optimized.graph]
-    places += [(_constants(function), f"the body of local function {function.name}")
-               for function in optimized.functions.values()]
+def _constant_nodes(graph: ir.Graph) -> list[ir.Value]:
+    """The outputs of ``graph``'s Constant nodes (``value``), each as a detached value holding
+    its tensor: a constant the optimized model holds there is judged as an initializer is."""
+    return [ir.Value(name=node.outputs[0].name, const_value=tensor)
+            for node in graph if is_default_op(node, "Constant") and "value" in
+            node.attributes and (tensor := tensor_of(node.attributes["value"])) is not None]
+
+
+def _nested_constants(original: ir.Model, optimized: ir.Model) -> list[TensorVerdict]:
+    """The constants inside subgraphs (an If's branch, a Loop's body) and model-local function
+    bodies of ``optimized`` that ``original`` does not hold there with the same bytes under
+    the same name: not re-derived (the original's values there are not computed alone), said
+    (a fold or an edit there is covered by the comparison on inputs only)."""
+    held: dict[str, list[ir.TensorProtocol]] = {}
+    for tensors, _ in _nested_places(original):
+        for t in tensors:
+            held.setdefault(str(t.name), []).append(t)
     return [TensorVerdict(str(t.name), t.dtype.name.lower(), [int(d) for d in t.shape.numpy()],
-                          UNVERIFIABLE,
-                          reason=f"folded inside {where}: the comparison on inputs covers it")
-            for tensors, where in places for t in tensors
-            if t is not None and provenance.FOLDED_FROM in t.metadata_props]
+                          UNVERIFIABLE, reason=f"a constant inside {where} that the original "
+                          "does not hold there as it is: the comparison on inputs covers it")
+            for tensors, where in _nested_places(optimized) for t in tensors
+            if not any(_same(t, o) for o in held.get(str(t.name), ()))]
 
 
-def _constants(nodes: Iterable[ir.Node]) -> list[ir.TensorProtocol | None]:
+def _nested_places(model: ir.Model) -> list[tuple[list[ir.TensorProtocol], str]]:
+    """The constants of ``model``'s subgraphs and local function bodies, by place."""
+    places = [([v.const_value for v in graph.initializers.values()
+                if v.const_value is not None] + _constants(graph),
+               "a subgraph (an If branch or a Loop body)")
+              for graph in all_graphs(model) if graph is not model.graph]
+    places += [(_constants(function), f"the body of local function {function.name}")
+               for function in model.functions.values()]
+    return places
+
+
+def _constants(nodes: Iterable[ir.Node]) -> list[ir.TensorProtocol]:
     """The tensors of the Constant nodes among ``nodes`` (``value`` attributes)."""
-    return [tensor_of(node.attributes["value"]) for node in nodes
-            if is_default_op(node, "Constant") and "value" in node.attributes]
+    return [t for node in nodes if is_default_op(node, "Constant") and "value" in
+            node.attributes and (t := tensor_of(node.attributes["value"])) is not None]
 
 
 def _pin(original: ir.Model, optimized: ir.Model) -> None:
@@ -199,8 +234,14 @@ class _Verifier:
 
     def __init__(self, original: ir.Model, optimized: ir.Model, fed: list[ir.Value],
                  catalogue: Catalogue, bindings: list[Mapping[str, Sequence[int]]],
-                 inputs: list[Mapping[str, np.ndarray]], libraries: Sequence[str]) -> None:
+                 inputs: list[Mapping[str, np.ndarray]], libraries: Sequence[str],
+                 own_output: bool) -> None:
         self.original, self.optimized = original, optimized
+        self.own_output = own_output
+        self.onnxfold_made = own_output or any(
+            key.startswith("onnxfold.") for graph in all_graphs(optimized)
+            for v in graph.initializers.values() if v.const_value is not None
+            for key in v.const_value.metadata_props)
         self.cones = Cones(original, fed, catalogue.bitwise, libraries)
         self.reads = InputReads(original, fed)
         self.proof = DimProof(original, fed, catalogue.shape_steps)
@@ -238,6 +279,9 @@ class _Verifier:
             return None
         standing = props.get(provenance.STANDS_FOR)
         if provenance.REWIRED in props:  # its name no longer names the original's value
+            if not self.own_output and source is not None and source.producer() is not None:
+                return self._target(source, folded, "rewired", claim=(
+                    f"the model says rewrite {props[provenance.REWIRED]} rewired it"))
             recipe = saved_recipes.decode(props.get(provenance.RECIPE, ""))
             return recipe if recipe is not None else verdict_of(
                 folded, UNVERIFIABLE, via="recipe", reason=(
@@ -245,6 +289,10 @@ class _Verifier:
                     "was saved (its cone was too large); only the comparison on inputs "
                     "covers it"))
         if source is not None and source.producer() is not None:
+            if not self.onnxfold_made:
+                return self._target(source, folded, "original", claim=(
+                    "a model without onnxfold's provenance (another tool) may keep a name for "
+                    "a value that means the same where it is read"))
             return self._target(source, folded, "original")
         if standing is not None and standing in self.cones.values:
             return self._target(self.cones.values[standing], folded, f"stands for {standing}")
@@ -257,6 +305,8 @@ class _Verifier:
             return verdict_of(folded, DIFFERS, reason=f"holds a value for the graph input "
                               f"{name}, which a caller feeds")
         if provenance.MADE_BY in props:
+            if not self.own_output:
+                return verdict_of(folded, UNVERIFIABLE, via="rewrite", reason=UNVALIDATED)
             return verdict_of(folded, PARAMETER, via="rewrite", reason=(
                 f"built by {props[provenance.MADE_BY]} as part of its replacement"))
         if source is not None:
@@ -265,7 +315,11 @@ class _Verifier:
             return verdict_of(folded, UNVERIFIABLE, reason=FOLD_WITHOUT_ORIGINAL)
         return verdict_of(folded, UNVERIFIABLE, reason=NO_ORIGINAL)
 
-    def _target(self, source: ir.Value, folded: ir.Value, via: str) -> _Target | TensorVerdict:
+    def _target(self, source: ir.Value, folded: ir.Value, via: str, claim: str = ""
+                ) -> _Target | TensorVerdict:
+        """How ``folded`` is compared with the original's ``source``; ``claim``: why a
+        difference is not verifiable rather than a failure (a claim of the model's metadata
+        that nothing here can check, or a model another tool made), "" where it differs."""
         why = self.cones.outside(source)
         if why is not None:
             return verdict_of(folded, UNVERIFIABLE, via=via, reason=why)
@@ -274,10 +328,12 @@ class _Verifier:
             names = ", ".join(self.reads.names(reads.values_direct))
             node = self.reads.reader(source, reads.values_direct)
             where = f" (through {node.op_type} node {node.name})" if node is not None else ""
-            if via == "original":
-                return verdict_of(folded, DIFFERS, via=via, reason=(
-                    f"its original reads the values of input {names}{where}: a fold computes "
-                    "a value once, so it must not depend on them"))
+            if via in ("original", "rewired"):
+                rewired = via == "rewired"  # the name may no longer mean the original's value
+                return verdict_of(folded, UNVERIFIABLE if rewired else DIFFERS, via="original",
+                                  reason=f"its original reads the values of input {names}"
+                                  f"{where}: a fold computes a value once, so it must not depend "
+                                  "on them" + (f" ({claim})" if rewired else ""))
             if not self.inputs:
                 return verdict_of(folded, UNVERIFIABLE, via=via, reason=(
                     "a rewrite's constant whose original reads input values; compare and "
@@ -290,7 +346,7 @@ class _Verifier:
                     "compare it on their input sets"))
             return _Target(source, folded, via, "inputs", shaped=True)
         runs = "bindings" if reads.shapes & self.dynamic else "once"
-        return _Target(source, folded, via, runs)
+        return _Target(source, folded, via, runs, claim=claim)
 
     def verify(self, batch: list[_Target]) -> list[TensorVerdict]:
         """Re-derive ``batch`` (one session per run); on failure, each target alone."""
@@ -339,6 +395,9 @@ class _Verifier:
                     verdict.reason = f"{_where(target.runs, k, runs)}: {verdict.reason}"
                 verdict.reason += _shown(target.folded, derived)
                 verdict.bindings = len(runs)
+                if target.claim:
+                    verdict.state = UNVERIFIABLE
+                    verdict.reason = f"holds other values than the original's ({target.claim})"
                 return verdict
             verdicts.append(verdict)
         verdict = max(verdicts, key=lambda v: (v.state == WITHIN, v.max_ulps or 0.0))
@@ -395,7 +454,10 @@ class _Verifier:
             verdict = judge(folded, derived.array, exact)
             verdict.via, verdict.dims, verdict.bindings = "recipe", STATIC, 1
             if verdict.state == DIFFERS:
-                verdict.reason += _shown(folded, derived.array)
+                verdict.reason = f"its recipe computes other values: {verdict.reason}" + \
+                    _shown(folded, derived.array)
+            elif not self.own_output:  # consistent with the model's own claim, not proved
+                verdict.state, verdict.reason, verdict.max_ulps = UNVERIFIABLE, UNVALIDATED, None
             elif derived.sampled:
                 verdict.state, verdict.reason = SAMPLED, f"made by a rewrite; {derived.sampled[0]}"
             verdicts.append(verdict)

@@ -11,15 +11,18 @@ fold's onnxruntime session saw them.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check import memory_room
 from onnxfold.fold.fallback import FallbackError, run_node_protos
 from onnxfold.fold.fallback_session import Wanted, is_raw_dtype
 from onnxfold.fold.recipes import Recipe
+from onnxfold.host import address_space
 from onnxfold.ir.dtypes import onnx_type
 
 
@@ -60,6 +63,8 @@ class RecipeRunner:
         handed: dict[str, np.ndarray] = {}
         inputs: dict[str, np.ndarray] = {}
         sampled: list[str] = []
+        if any(leaf.name in (name, recipe.output) for leaf in recipe.leaves):
+            raise Unresolved("its recipe reads the tensor it makes")
         for leaf in recipe.leaves:
             if not leaf.constant:
                 assert leaf.shape is not None
@@ -75,20 +80,27 @@ class RecipeRunner:
         for n in [n for n, a in handed.items() if is_raw_dtype(a.dtype) or
                   a.dtype.kind in "OSU"]:  # what cannot be handed over without a copy
             inputs[n] = handed.pop(n)
+        room = memory_room.run_room()  # a recipe is the model's: it may ask for anything
         try:
-            (array,) = run_node_protos(recipe.nodes, handed, inputs, [self._wanted(name)],
-                                       self.opsets, self.ir_version, self.libraries)
+            with address_space.bounded(room) if room is not None else \
+                    contextlib.nullcontext():
+                (array,) = run_node_protos(recipe.nodes, handed, inputs,
+                                           [self._wanted(name, recipe.output)], self.opsets,
+                                           self.ir_version, self.libraries, room=room)
+        except MemoryError:
+            raise Unresolved("its recipe does not fit in the memory left: not run") from None
         except FallbackError as e:
             raise Unresolved(f"onnxruntime cannot run its recipe: {str(e)[:160]}") from None
         return Derived(array, sampled)
 
-    def _wanted(self, name: str) -> Wanted:
-        """How the session hands over output ``name`` (typed as the folded tensor is)."""
+    def _wanted(self, name: str, output: str) -> Wanted:
+        """How the session hands over the recipe's ``output`` (typed as the folded tensor
+        ``name`` is)."""
         folded = self.optimized.graph.initializers.get(name)
         if folded is None or folded.const_value is None:
-            return Wanted(name, None, None, False, False)
+            return Wanted(output, None, None, False, False)
         dtype = folded.const_value.dtype.numpy()
-        return Wanted(name, onnx_type(dtype), None, is_raw_dtype(dtype), False)
+        return Wanted(output, onnx_type(dtype), None, is_raw_dtype(dtype), False)
 
     def _leaf(self, name: str, own: np.ndarray | None) -> Derived:
         for graph in (self.original.graph, self.optimized.graph):

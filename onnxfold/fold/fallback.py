@@ -143,10 +143,12 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
 def run_node_protos(nodes: Sequence[onnx.NodeProto], handed: dict[str, np.ndarray],
                     inputs: dict[str, np.ndarray], outputs: Sequence[Wanted],
                     opsets: dict[str, int], ir_version: int,
-                    libraries: Sequence[str] = ()) -> list[np.ndarray]:
+                    libraries: Sequence[str] = (), room: int | None = None
+                    ) -> list[np.ndarray]:
     """Run serialized ``nodes`` as one session, as :func:`run_nodes` runs a batch: ``handed``
-    arrays as initializers (prepacked where the original's were), ``inputs`` as inputs.
-    Raises FallbackError when onnxruntime cannot."""
+    arrays as initializers (prepacked where the original's were), ``inputs`` as inputs;
+    ``room``: the bytes its outputs may take (None: unbounded). Raises FallbackError when
+    onnxruntime cannot."""
     graph = onnx.GraphProto(name="onnxfold_recipe")
     graph.node.extend(nodes)
     small = {name for name, arr in handed.items() if arr.nbytes <= EMBED_BYTES}
@@ -162,7 +164,7 @@ def run_node_protos(nodes: Sequence[onnx.NodeProto], handed: dict[str, np.ndarra
         graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
     model.ir_version = max(ir_version, 7)
     contrib = any(n.domain not in ("", "ai.onnx") for n in nodes)
-    return _run_here(model, handed, inputs, outputs, None, contrib, None, libraries)
+    return _run_here(model, handed, inputs, outputs, room, contrib, None, libraries)
 
 
 def _to_child(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],

@@ -206,3 +206,127 @@ def test_folds_inside_function_bodies_are_counted_not_verified(tmp_path):
     nested = [t for t in result.folds.tensors if "local function F" in t.reason]
     assert nested and all(t.state == "not verifiable" for t in nested), result.summary()
     assert result.ok and "not a full verification" in result.summary().splitlines()[-1]
+
+
+def _merged_with_recipe(tmp_path, recipe: onnx.GraphProto | None, claim: dict[str, str]):
+    """The original of three shared-input MatMuls, and onnxfold's output of it with the merged
+    weight moved 4 ulps (a wrong fold the output tolerance swallows), its recipe replaced by
+    ``recipe`` (None: dropped) and its other claims by ``claim``."""
+    a, out, bad = tmp_path / "a.onnx", tmp_path / "o.onnx", tmp_path / "bad.onnx"
+    _shared_input_matmuls(a)
+    assert run_cli("optimize", a, "-o", out).returncode == 0
+    proto = onnx.load(out)
+    merged = next(t for t in proto.graph.initializer
+                  if any(p.key == provenance.RECIPE for p in t.metadata_props))
+    arr = numpy_helper.to_array(merged).copy()
+    arr.reshape(-1)[0] = np.nextafter(np.nextafter(arr.reshape(-1)[0], np.float32(np.inf)),
+                                      np.float32(np.inf))
+    moved = numpy_helper.from_array(arr, merged.name)
+    for key, value in claim.items():
+        moved.metadata_props.add(key=key, value=value)
+    if recipe is not None:
+        import base64
+        recipe.output.append(onnx.ValueInfoProto(name=recipe.node[-1].output[0]))
+        moved.metadata_props.add(key=provenance.RECIPE,
+                                 value=base64.b64encode(recipe.SerializeToString()).decode())
+    merged.CopyFrom(moved)
+    onnx.save(proto, bad)
+    return a, bad, merged.name, arr
+
+
+def _lying_recipes(name: str, arr: np.ndarray) -> dict[str, onnx.GraphProto]:
+    """Recipes a model could carry that compute its own wrong tensor: a copy of it inline,
+    the tensor itself, and the original's weights plus an inline correction."""
+    inline = helper.make_graph([helper.make_node("Identity", ["copy"], ["made"])], "recipe", [],
+                               [], [numpy_helper.from_array(arr, "copy")])
+    circular = helper.make_graph([helper.make_node("Identity", [name], ["made"])], "recipe",
+                                 [], [])
+    circular.value_info.append(onnx.ValueInfoProto(name=name))
+    return {"inline": inline, "circular": circular}
+
+
+@pytest.mark.parametrize("kind", ["inline", "circular"])
+def test_a_recipe_a_file_carries_never_certifies_its_tensor(tmp_path, kind):
+    """compare and verify-folds re-run the recipe a written model carries, but a recipe is the
+    model's own claim: one that computes the wrong tensor itself (a copy inline, or the tensor
+    read by its own name) makes it not verifiable, never bitwise, and the verdict not full."""
+    a, bad, name, arr = _merged_with_recipe(tmp_path, None, {})
+    _merged_with_recipe(tmp_path, _lying_recipes(name, arr)[kind],
+                        {provenance.MADE_BY: "merge_shared_input_matmuls"})
+    result = onnxfold.compare(str(a), str(bad), n=2)
+    (verdict,) = [t for t in result.folds.tensors if t.name == name]
+    assert verdict.state == "not verifiable" and not result.folds.complete, result.summary()
+    assert "bitwise" not in result.verdict() or "not a full verification" in result.verdict()
+    proc = run_cli("verify-folds", a, bad)
+    assert proc.returncode == 0 and "0 bitwise, 1 not verifiable" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("claim", [provenance.MADE_BY, provenance.REWIRED])
+def test_a_rewrite_s_tag_in_a_file_proves_nothing(tmp_path, claim):
+    """A wrong tensor tagged as a rewrite's parameter (made_by), or under the original's name
+    tagged as rewired: in another process nothing validates the rewrite, so it is not
+    verifiable (and the comparison not full), never counted as verified."""
+    a, bad, name, _ = _merged_with_recipe(tmp_path, None, {claim: "some_rule"})
+    result = onnxfold.compare(str(a), str(bad), n=2)
+    (verdict,) = [t for t in result.folds.tensors if t.name == name]
+    assert verdict.state == "not verifiable" and not result.folds.complete, result.summary()
+    assert "not a full verification" in result.verdict()
+
+
+def _reshaped(path) -> None:
+    """y = Reshape(x, Concat(Shape(x)[:2], [-1, 2])): the target a Concat computes."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], end=2),
+             helper.make_node("Concat", ["s", "tail"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    onnx.save(make_model(nodes, [vinfo("x", F32, [2, 3, 4])], [vinfo("y", F32, [2, 3, 2, 2])],
+                         [tensor("tail", np.array([-1, 2], np.int64))]), path)
+
+
+@pytest.mark.parametrize("provenance_kept", [False, True])
+def test_a_value_kept_under_an_original_name_is_judged_by_who_made_the_model(tmp_path,
+                                                                          provenance_kept):
+    """onnxruntime's optimizer writes a Reshape target as [0, 0, -1, 2] ("copy this dim")
+    under the Concat's name: the same meaning, other values. From a model without onnxfold's
+    provenance that is not verifiable, not a failure; where the model carries onnxfold's
+    provenance, a value under an original name must hold the original's values: it differs.
+    Held in a Constant node or an initializer alike."""
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    _reshaped(a)
+    proto = onnx.load(a)
+    del proto.graph.node[:2]
+    proto.graph.node.insert(0, helper.make_node("Constant", [], ["target"], value=tensor(
+        "target", np.array([0, 0, -1, 2], np.int64))))
+    if provenance_kept:
+        proto.graph.initializer[0].metadata_props.add(key=provenance.FOLDED_FROM, value="x")
+    onnx.save(proto, b)
+    result = onnxfold.compare(str(a), str(b), n=1)
+    (verdict,) = [t for t in result.folds.tensors if t.name == "target"]
+    if provenance_kept:
+        assert verdict.state == "differs" and not result.ok, result.summary()
+    else:
+        assert verdict.state == "not verifiable" and result.ok, result.summary()
+        assert "not a full verification" in result.verdict()
+
+
+def test_a_changed_constant_inside_a_branch_is_counted(tmp_path):
+    """An If branch's Constant node that the original holds with other bytes is listed as
+    not verifiable (only the comparison on inputs covers it), with or without provenance."""
+    branch = lambda value: helper.make_graph(  # noqa: E731
+        [helper.make_node("Constant", [], ["c"], value=tensor("c", np.array(value, np.float32))),
+         helper.make_node("Add", ["x", "c"], ["r"])], "branch", [], [vinfo("r", F32, [2])])
+    def model(value):
+        nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+                 helper.make_node("Greater", ["total", "zero"], ["positive"]),
+                 helper.make_node("If", ["positive"], ["y"], then_branch=branch(value),
+                                  else_branch=branch([0.0, 0.0]))]
+        return make_model(nodes, [vinfo("x", F32, [2])], [vinfo("y", F32, [2])],
+                          [tensor("zero", np.float32(0))])
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(model([1.0, 2.0]), a)
+    onnx.save(model([1.0, 2.0000002]), b)
+    result = onnxfold.compare(str(a), str(b), n=2)
+    nested = [t for t in result.folds.tensors if "If branch" in t.reason]
+    assert len(nested) == 1 and nested[0].state == "not verifiable", result.summary()
+    assert not result.folds.complete
+    same = onnxfold.compare(str(a), str(a), n=1)
+    assert same.folds.tensors == [] and same.folds.complete
