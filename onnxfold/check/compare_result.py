@@ -76,6 +76,8 @@ class CompareResult:
     failure: str = ""  # model B failed to load or run where model A ran (the check fails)
     rewrites: RewriteValidation | None = None  # every rewrite validated (None: none recorded)
     single_dims: list[str] = field(default_factory=list)  # guessed dims that took one value
+    # input sets (1-based) B ran out of memory on where A ran: not compared there
+    short_of_memory: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -148,9 +150,13 @@ class CompareResult:
         """The last line: what passed, and what was not shown for every input."""
         if not self.ok:
             return f"outside tolerance: {', '.join(self.failing)}"
-        sets = f"{self.n} input set{'s' if self.n != 1 else ''}"
+        ran = self.n - len(self.short_of_memory)
+        sets = f"{ran} input set{'s' if ran != 1 else ''}" + (
+            f" of {self.n} (the optimized model ran out of memory on input set "
+            f"{', '.join(map(str, self.short_of_memory))}, where the original ran: it may need "
+            "more memory)" if self.short_of_memory else "")
         parts = [f"all outputs within tolerance on {sets}"]
-        complete = True
+        complete = not self.short_of_memory
         folds = self.folds
         if folds is None:
             parts.append("folds not verified")

@@ -211,7 +211,10 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
 def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
                        reference: Reference) -> bool:
     """Run B on the reference's input sets and fill ``result``'s rows (or its failure).
-    True when B ran out of memory on every set: nothing was compared, try smaller."""
+    True when B ran out of memory on every set: nothing was compared, try smaller (both ran
+    after weighing the memory left, so a B that fits nowhere the original fitted is tried
+    where both may fit; one that runs out on some sets only is compared on the others, and
+    the verdict names the sets it was not compared on)."""
     label_b, tell = run.label_b, run.tell
     try:
         tell("loading optimized")
@@ -230,10 +233,9 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     compared = [(a, b) for a, b in zip(reference.outputs, ran.outputs) if b is not None]
     if not compared:
         return True
-    if len(compared) < len(reference.outputs):
-        result.notes.append(f"the optimized model ran out of memory on "
-                            f"{len(reference.outputs) - len(compared)} of the input sets "
-                            "(after the original, in the same process): compared on the others")
+    # where the original ran: B may need more memory, or have less left (the original's
+    # outputs are held); not compared there, and the verdict says so (not a full one)
+    result.short_of_memory = [k + 1 for k, got in enumerate(ran.outputs) if got is None]
     rows: dict[str, OutputDiff] = {}
     for result_a, result_b in compared:
         for name, va, vb in zip(outputs, result_a, result_b):

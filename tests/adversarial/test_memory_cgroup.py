@@ -243,10 +243,12 @@ def test_a_check_of_an_input_too_large_to_feed_declines_in_one_line(tmp_path):
     assert not os.path.exists(out)
 
 
-def test_an_optimized_model_that_needs_more_memory_is_compared_where_both_fit(tmp_path):
-    """B computes what A computes but holds a [n, h*w, h*w] buffer more: run after A in the
-    same process, it runs out of memory at the size A fitted. That is no failure of B: both
-    are compared where both fit, and the notes say so (1 GiB cgroup, never killed)."""
+def test_an_optimized_model_that_needs_more_memory_is_not_called_fully_compared(tmp_path):
+    """B computes what A computes but holds a [n, h*w, h*w] buffer more: run after A, it runs
+    out of memory at the size A fitted. Not a wrong output (B may have had less left: A's
+    outputs are held), so not a failure; but the verdict counts only the sets compared, names
+    the others and is not a full verification (it once said "on 2 input sets" whatever B
+    asked for). 1 GiB cgroup, never killed."""
     a = pixel_attention_model(tmp_path / "a.onnx")
     proto = onnx.load(a)
     proto.graph.node.extend([
@@ -263,7 +265,9 @@ def test_an_optimized_model_that_needs_more_memory_is_compared_where_both_fit(tm
     outcome = run_in_memory_cgroup(1 * GiB, ["compare", a, b, "-n", "2"])
     assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
-    assert "the optimized model ran out of memory" in outcome.stdout
+    last = outcome.stdout.strip().splitlines()[-1]
+    assert "the optimized model ran out of memory on input set" in last, outcome.stdout
+    assert "(not a full verification: see above)" in last
 
 
 def _big_runtime_fold(directory, static: bool) -> tuple[str, str, list[str]]:
