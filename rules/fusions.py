@@ -343,7 +343,7 @@ _SCALED = P("Mul", Var("x"), Var("k", const=True), name="inner", single_use=True
 
 
 @pattern(_with_a_constant("Mul", _SCALED),
-         check=outside_qdq_units(_constants_merge, "inner", "node"))
+         check=outside_qdq_units(_constants_merge, "inner", "node"), rounds_differently=True)
 def merge_constant_factors(op: OpBuilder, node: ir.Node, x: ir.Value, k: ir.Value,
                            c: ir.Value) -> ir.Value:
     """(x * k) * c -> x * (k * c), k and c constants (the fold computes k * c)."""

@@ -205,7 +205,9 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
     cones = Cones(reinferred(graph), [v for v in graph.graph.inputs
                                       if v.name not in graph.graph.initializers],
                   catalogue.bitwise, run.libraries)
-    return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell)
+    rounding = frozenset(rule.name for rule in catalogue.patterns if rule.rounds_differently)
+    return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell,
+                             rounding)
 
 
 def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,

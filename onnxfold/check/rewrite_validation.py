@@ -26,6 +26,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.check.cones import Cones
+from onnxfold.check.float64_windows import in_float64, rounding_only
 from onnxfold.check.tolerance import allowed
 from onnxfold.check.tolerance import for_dtype as tolerance_for
 from onnxfold.fold.fallback import FallbackError, run_node_protos
@@ -103,9 +104,12 @@ class RewriteValidation:
 
 def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[str, np.ndarray]],
                       bitwise: frozenset[tuple[str, str]],
-                      progress: Callable[[str], None] | None = None) -> RewriteValidation:
+                      progress: Callable[[str], None] | None = None,
+                      rounding: frozenset[str] = frozenset()) -> RewriteValidation:
     """Validate every rewrite of ``log`` on each of ``inputs`` (the check's input sets),
-    the leaves computed by the original's ``cones`` (see module)."""
+    the leaves computed by the original's ``cones`` (see module); ``rounding``: the rules
+    declared to round differently (``PatternRule.rounds_differently``), never asked for
+    bits."""
     tell = progress or (lambda text: None)
     result = RewriteValidation(sets=len(inputs))
     runnable: list[RewriteRecord] = []
@@ -119,7 +123,7 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
             verdicts[id(record)] = RewriteVerdict(record.rule, record.node, BITWISE)
     for k, feeds in enumerate(inputs):
         tell(f"validating rewrites {k + 1}/{len(inputs)}")
-        windows = _Windows(_Leaves(cones, feeds), cones, bitwise, verdicts, k)
+        windows = _Windows(_Leaves(cones, feeds), cones, bitwise, rounding, verdicts, k)
         for start in range(0, len(runnable), BATCH_RECORDS):
             windows.judge([r for r in runnable[start:start + BATCH_RECORDS]
                            if verdicts[id(r)].state in (BITWISE, WITHIN)])
@@ -174,8 +178,10 @@ class _Windows:
     """Runs records' windows on one input set (``k``) and judges them into ``verdicts``."""
 
     def __init__(self, leaves: _Leaves, cones: Cones, bitwise: frozenset[tuple[str, str]],
+                 rounding: frozenset[str],
                  verdicts: dict[int, RewriteVerdict], k: int) -> None:
         self.leaves, self.bitwise, self.verdicts, self.k = leaves, bitwise, verdicts, k
+        self.rounding = rounding
         self.opsets = dict(cones.model.opset_imports)
         self.ir_version, self.libraries = cones.model.ir_version, cones.libraries
 
@@ -209,7 +215,26 @@ class _Windows:
                 self._alone(runnable[0])
             return
         for record, pairs in zip(runnable, results):
-            _judge(record, pairs, self.bitwise, self.verdicts[id(record)], self.k)
+            exact = _exact(record, self.bitwise, self.rounding)
+            verdict = self.verdicts[id(record)]
+            _judge(record, pairs, exact, verdict, self.k)
+            if verdict.state == DIFFERS and not exact:
+                self._arbitrate(record, pairs, verdict)
+
+    def _arbitrate(self, record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]],
+                   verdict: RewriteVerdict) -> None:
+        """A window that differs beyond its tolerance, judged against its float64 value
+        (``float64_windows``): within where the replacement is off by rounding alone."""
+        assert record.before is not None
+        exact = in_float64(record.before, self.leaves.arrays, self.opsets)
+        if exact is None or len(exact) != len(pairs) or not all(
+                rounding_only(np.asarray(old), np.asarray(new), truth)
+                for (old, new), truth in zip(pairs, exact)):
+            return
+        verdict.state, verdict.reason = WITHIN, ""
+        verdict.max_abs = max(verdict.max_abs, max(
+            float(np.nanmax(np.abs(np.asarray(old, np.float64) - np.asarray(new, np.float64)),
+                            initial=0.0)) for old, new in pairs))
 
     def _alone(self, record: RewriteRecord) -> None:
         """A record whose session failed: its replaced window alone, to tell whose failure
@@ -301,16 +326,19 @@ def _rename_outer(graph: onnx.GraphProto, name: Callable[[str], str]) -> None:
             out.name = name(out.name)
 
 
-def _exact(record: RewriteRecord, bitwise: frozenset[tuple[str, str]]) -> bool:
-    """Whether every op of both windows computes bitwise what onnxruntime does."""
-    return all((n.domain or "", n.op_type) in bitwise
+def _exact(record: RewriteRecord, bitwise: frozenset[tuple[str, str]],
+           rounding: frozenset[str]) -> bool:
+    """Whether the replacement must give the replaced window's bits: its rule keeps the float
+    arithmetic as it was, and every op of both windows computes bitwise what onnxruntime
+    does."""
+    return record.rule not in rounding and all((n.domain or "", n.op_type) in bitwise
                for w in (record.before, record.after) if w is not None for n in w.nodes)
 
 
-def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]],
-           bitwise: frozenset[tuple[str, str]], verdict: RewriteVerdict, k: int) -> None:
-    """Fold input set ``k``'s (replaced, replacement) pairs into ``verdict``."""
-    exact = _exact(record, bitwise)
+def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]], exact: bool,
+           verdict: RewriteVerdict, k: int) -> None:
+    """Fold input set ``k``'s (replaced, replacement) pairs into ``verdict`` (``exact``:
+    bits asked for, :func:`_exact`)."""
     outputs = record.before.outputs if record.before is not None else []
     for name, (old, new) in zip(outputs, pairs):
         old, new = np.asarray(old), np.asarray(new)

@@ -55,6 +55,10 @@ class PatternRule:
     check: Check | None
     source: str
     roots: tuple[str, ...] = ()
+    # its replacement computes the same real numbers with other float roundings (a product
+    # of constants merged: (x * k) * c -> x * (k * c)); the rewrite validation then allows
+    # ulps where it would otherwise ask for bits
+    rounds_differently: bool = False
     orders: tuple[P, ...] = field(init=False, repr=False, compare=False)
     check_names: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
     rewrite_names: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
@@ -83,11 +87,13 @@ class PatternRule:
         return self.roots or self.pattern.ops
 
 
-def pattern(matches: P, *, check: Check | None = None, name: str | None = None
-            ) -> Callable[[Callable], Callable]:
-    """Declare the decorated function the rewrite of ``matches`` (see the module doc)."""
+def pattern(matches: P, *, check: Check | None = None, name: str | None = None,
+            rounds_differently: bool = False) -> Callable[[Callable], Callable]:
+    """Declare the decorated function the rewrite of ``matches`` (see the module doc);
+    ``rounds_differently``: its replacement reassociates float arithmetic (see PatternRule)."""
 
     def register(fn: Callable) -> Callable:
-        return mark(fn, PatternRule(name or fn.__name__, matches, fn, check, source_of(fn)))
+        return mark(fn, PatternRule(name or fn.__name__, matches, fn, check, source_of(fn),
+                                    rounds_differently=rounds_differently))
 
     return register
