@@ -12,11 +12,13 @@ when it loads the model: a 4 KB nest of functions is a million nodes there.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import describe, expanded_size
+from onnxfold.errors import InputError
 
 if TYPE_CHECKING:  # imported where used: a run that verifies nothing never loads it
     import onnxruntime
@@ -70,17 +72,52 @@ def ort_load_error(model: str | bytes) -> str | None:
     return None
 
 
-def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT):
+def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
+             input_shapes: Sequence[str] = ()):
     """A ``verify(path)`` for ``save_model``: raise OutputRejected if onnxruntime refuses the
     output but loads ``original``; outputs over ``limit`` bytes are not checked (None: every
-    output is)."""
+    output is). ``input_shapes``: the ``--input-shape`` specs the run fixed; a model the
+    fixed shapes make invalid (a sequence past the position table) is refused at load once
+    its shapes are static: where the original, with those shapes, fails to run too, that is
+    an InputError naming the shapes, not a bug."""
 
     def verify(path: str) -> None:
         if limit is not None and os.path.getsize(path) > limit:
             return
         problem = ort_load_error(path)
-        if problem is not None and ort_load_error(os.fspath(original)) is None:
-            raise OutputRejected(f"onnxruntime refuses the folded model ({problem}); nothing "
-                                 "was written")
+        if problem is None or ort_load_error(os.fspath(original)) is not None:
+            return
+        if input_shapes:
+            failure = _fails_at(original, input_shapes)
+            if failure is not None:
+                raise InputError(f"--input-shape {' '.join(input_shapes)}: the model does not "
+                                 f"run at those shapes (the original fails there too: "
+                                 f"{failure}); nothing was written")
+        raise OutputRejected(f"onnxruntime refuses the folded model ({problem}); nothing "
+                             "was written")
 
     return verify
+
+
+def _fails_at(original: str | os.PathLike, input_shapes: Sequence[str]) -> str | None:
+    """Why the original, its inputs fixed by ``input_shapes``, fails to run once on seeded
+    inputs (None: it runs)."""
+    import onnxruntime as ort
+
+    from onnxfold.analysis.input_shapes import apply
+    from onnxfold.check.feeds import synthetic_feeds
+    from onnxfold.io.writer import inline_references
+    from onnxfold.pipeline.optimizer import as_ir_model
+
+    model, _, _ = as_ir_model(os.fspath(original), check=False)
+    apply(model, input_shapes)
+    inline_references(model, set())
+    proto = ir.to_proto(model)
+    try:
+        feeds, _ = synthetic_feeds(proto)
+        session = ort.InferenceSession(proto.SerializeToString(), load_check_options(),
+                                       providers=["CPUExecutionProvider"])
+        session.run(None, feeds)
+    except Exception as e:  # onnxruntime and the feeds raise several exception types
+        return " ".join(str(e).split())[:300] or type(e).__name__
+    return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
 from onnxfold.check.compare_options import CompareOptions
@@ -83,3 +83,28 @@ def test_a_dim_fixed_that_no_input_shape_fixed_fails_the_check(tmp_path):
                            evidence=RunEvidence(fixed={"input_ids": (0,),
                                                        "attention_mask": (0,)}))
     assert asked.ok, asked.summary()
+
+
+def test_shapes_the_model_cannot_run_at_are_bad_input_not_a_bug(tmp_path):
+    """A position table of 8 sliced to the sequence and expanded to [batch, seq]: at seq=16
+    the original fails in onnxruntime, and the folded model (its shapes now static) is refused
+    at load. That is --input-shape's fault, one line, exit 2 (it was an internal error: the
+    README's own example on a tiny BERT whose table holds 64 positions)."""
+    nodes = [helper.make_node("Shape", ["ids"], ["shape"]),
+             helper.make_node("Slice", ["shape", "one", "two"], ["seq"]),
+             helper.make_node("Slice", ["table", "zero", "seq", "one"], ["positions"]),
+             helper.make_node("Expand", ["positions", "shape"], ["y"])]
+    inits = [numpy_helper.from_array(np.arange(8, dtype=np.int64).reshape(1, 8), "table"),
+             *(numpy_helper.from_array(np.array([v], np.int64), n)
+               for n, v in (("zero", 0), ("one", 1), ("two", 2)))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "ids", TensorProto.INT64, ["batch", "seq"])], [helper.make_tensor_value_info(
+            "y", TensorProto.INT64, ["batch", "seq"])], inits)
+    model, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    proc = run_cli("optimize", model, "-o", out, "--input-shape", "ids:1,16")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("onnxfold: error: --input-shape ids:1,16: the model does not "
+                                  "run at those shapes (the original fails there too"), proc.stderr
+    assert not out.exists()
+    assert run_cli("optimize", model, "-o", out, "--input-shape", "ids:1,8").returncode == 0
