@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+import onnx_ir as ir
 
 from onnxfold.check import memory_room
 from onnxfold.check.compare_options import CompareOptions
@@ -35,6 +36,7 @@ from onnxfold.check.rewrite_validation import RewriteValidation, validate_rewrit
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
+from onnxfold.ir.graph import is_overridable
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.runtime import custom_ops
@@ -99,6 +101,9 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else ""
     notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \
         if run.pinned and not unasked else []
+    if run.overrides and n > 1:
+        notes.append(f"{', '.join(run.overrides)} (initializers a caller may override) fed "
+                     "from input set 2 on, each moved about 1% from its default")
     while True:
         reference = run.reference(n)
         feeder = run.feeder
@@ -107,6 +112,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                                feeder.defaulted, [feeder.shown(b) for b in feeder.bindings],
                                feeder.plan.derived, notes + reference.notes, options.level)
         result.single_dims = reference.single
+        result.fixed_defaults = run.fixed_defaults
         if options.verify is not False and result.folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
             result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
@@ -179,6 +185,7 @@ class _Run:
                                catalogue.shape_steps, self.pinned.axes)
         self.io_a = {get: [(v.name, v.type) for v in getattr(self.session, get)()]
                      for get in ("get_inputs", "get_outputs")}
+        self.overrides, self.fixed_defaults = _overridable(graph_a, graph_b)
         self.outputs = [name for name, _ in self.io_a["get_outputs"]]
 
     def reference(self, n: int) -> Reference:
@@ -190,7 +197,8 @@ class _Run:
                                         self.options.level)
         try:
             return run_reference(self.session, self.label_a, self.outputs, self.feeder,
-                                 self.options.seed, n, self.run_options, self.tell)
+                                 self.options.seed, n, self.run_options, self.tell,
+                                 self.overrides)
         except InputError as e:
             raise CheckCouldNotRun(*e.args) from None
         finally:
@@ -208,6 +216,25 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
     rounding = frozenset(rule.name for rule in catalogue.patterns if rule.rounds_differently)
     return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell,
                              rounding)
+
+
+def _overridable(a: ir.Model, b: ir.Model) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The float defaults of ``a``'s initializers a caller may override (IR 4 on: also graph
+    inputs) that ``b`` lets a caller override too (fed, moved a little, from the second input
+    set on), and the names of those ``b`` no longer lets a caller override (it fixed them:
+    compared at their defaults only, and said)."""
+    open_b = {v.name for v in b.graph.inputs if v.name in b.graph.initializers} \
+        if b.ir_version >= 4 else set()
+    fed, fixed = {}, []
+    for value in a.graph.inputs:
+        if not is_overridable(value, a.graph, a.ir_version) or value.name not in \
+                a.graph.initializers or value.const_value is None:
+            continue
+        if value.name in open_b:
+            fed[str(value.name)] = value.const_value.numpy()
+        else:
+            fixed.append(str(value.name))
+    return fed, fixed
 
 
 def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,

@@ -41,11 +41,13 @@ class Reference:
 
 
 def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
-                  run_options, progress: Callable[[str], None] = lambda text: None
-                  ) -> Reference:
+                  run_options, progress: Callable[[str], None] = lambda text: None,
+                  overrides: Mapping[str, np.ndarray] | None = None) -> Reference:
     """Model A's feeds and outputs for ``n`` input sets (set ``k`` at binding ``k % len``),
-    and the shapes of every binding it ran (see module). Raises InputError when no binding
-    runs."""
+    and the shapes of every binding it ran (see module). ``overrides``: the defaults of the
+    initializers a caller may override (IR 4 on: also graph inputs), fed from the second
+    input set on, each moved a little (:func:`overridden`). Raises InputError when no
+    binding runs."""
     failed: dict[str, str] = {}  # the guessed dims of each binding dropped -> why
     moved: Callable[[], list[Bound] | None] | None = None  # where the groups went, if they did
     widened = False
@@ -60,6 +62,8 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 bound = bindings[k % len(bindings)]
                 weigh(feeder, bound, label)
                 feeds = feeder.feeds(seed + k, k)
+                if k and overrides:
+                    feeds.update(overridden(overrides, seed + k))
                 progress(f"original {k + 1}/{n}" if k < n else "original, another binding")
                 ran = run_session(sess, label, outputs, feeds, run_options, feeder.guesses())
                 if k < n:
@@ -99,6 +103,17 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
                          "baked one of them is not seen by a difference; --dim sets another)")
         return Reference(feeds_kept, results, shapes, notes, single)
+
+
+def overridden(defaults: Mapping[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """Each float default moved by about 1% of its size (seeded): a caller's override that
+    a second model ignored (it baked the default) shows as a difference, while the values stay
+    where the model means them to be (a scale, an epsilon). Other dtypes may be shapes or
+    indices: they are not overridden."""
+    rng = np.random.default_rng(seed)
+    return {name: np.asarray(array * (1 + 0.01 * rng.standard_normal(array.shape)),
+                             dtype=array.dtype)
+            for name, array in defaults.items() if array.dtype.kind == "f"}
 
 
 def _single_valued(feeder: FeedPlan, bindings: list[Bound]) -> list[str]:
