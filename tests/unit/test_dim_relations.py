@@ -170,9 +170,11 @@ def test_no_guess_running_is_one_error_listing_every_guess():
         onnxfold.compare(model, model)
 
 
-def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_is_not():
+def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_follows_the_batch():
     """Like an audio model: samples ``[None, None]`` needs 64 (reflect Pad of 40); the state's
-    unnamed batch in the middle of ``[2, None, 4]`` stays 1 (it must equal the samples' batch)."""
+    unnamed batch in the middle of ``[2, None, 4]`` follows each binding's batch (it must
+    equal the samples' batch). Each unnamed dim is its own, named by input and axis, and
+    takes two values."""
     f = TensorProto.FLOAT
     pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 40])
     model = make_model([helper.make_node("Constant", [], ["p"], value=pads),
@@ -184,8 +186,9 @@ def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_is_n
                    [helper.make_tensor_value_info("y", f, None),
                     helper.make_tensor_value_info("z", f, None)])
     result = onnxfold.compare(model, model)
-    assert result.ok and [i.shape for i in result.inputs] == [[1, 64], [2, 1, 4]]
-    assert result.defaulted_dims == ["?"] and "?=1" in result.notes[0]
+    assert result.ok and [i.shapes for i in result.inputs] == [[[1, 64], [2, 97]],
+                                                                [[2, 1, 4], [2, 2, 4]]]
+    assert result.defaulted_dims == ["state[1]", "x[0]", "x[1]"] and not result.single_dims
     assert onnxfold.compare(model, model, dims={"?": 50}).inputs[0].shape == [50, 50]
 
 
