@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import onnx_ir as ir
 
@@ -73,7 +74,7 @@ def _label(dim: object) -> int | str | None:
     return dim if isinstance(dim, int) else getattr(dim, "value", None)
 
 
-def _named(label: int | str | None) -> bool:
+def _named(label: int | str | None) -> TypeGuard[str]:
     """Whether a dim's label names it: ``?``, an empty name, none, and Paddle's -1 are each
     their own dim (any size), which a shape may fix to any size on its own."""
     return isinstance(label, str) and label not in ("", "?")
