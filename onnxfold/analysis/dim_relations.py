@@ -13,12 +13,14 @@ mask, an ALiBi bias). Those expressions come from shape inference (which writes 
 Where a relation is stated in a way not read here, the bindings tried after the first two
 take each guessed length as the sum of two others.
 
-:func:`plan` gives one or two bindings of every named input dim: a *prefill* one where dims
+:func:`plan` gives three bindings of every named input dim: a *prefill* one where dims
 not on axis 0 are :data:`WIDE` (sequence and past lengths > 1, batch 1; an image's height and
 width :data:`IMAGE_SIZE`), and the *decode step* where they are 1 but a cache's length stays
-WIDE (one new token after a past); every dim the graph relates to others is computed from
-them. What was guessed (not given, not derived) is listed so a message can name the ``--dim``
-to set.
+WIDE (one new token after a past), and a *varied* one at other values again; every dim the
+graph relates to others is computed from them, and a given dim is never moved (:func:`settle`).
+What was guessed (not given, not derived) is listed so a message can name the ``--dim`` to
+set. (The check names every anonymous dim, ``?``, unnamed or -1, by input and axis before it
+plans: ``onnxfold.check.feeds``.)
 """
 
 from __future__ import annotations
@@ -81,13 +83,16 @@ def profiles(width: int = WIDE, side: int = IMAGE_SIZE) -> tuple[Profile, Profil
             Profile("varied", 3, varied_width, varied_held, varied_side))
 
 
-def longer(width: int) -> tuple[Profile, Profile]:
+def longer(width: int) -> tuple[Profile, Profile, Profile]:
     """The bindings of a larger guess (a model that cannot run short lengths: an audio
     model's reflect padding, a detector's downsampling): lengths (and images' sides)
-    ``width`` at batch 1, and longer again at batch 2."""
+    ``width`` at batch 1, longer again at batch 2, and between the two at batch 3, so that
+    every guessed dim takes three values there as in :func:`profiles`."""
     longest = width + width // 2 + 1  # an image's sides follow (a detector's multiples)
+    between = width + width // 4 + 1
     return (Profile("prefill", 1, width, width, width),
-            Profile("longer", 2, longest, width // 2 + 1, longest))
+            Profile("longer", 2, longest, width // 2 + 1, longest),
+            Profile("varied", 3, between, width // 4 + 1, between))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ Two forms, repeatable: ``NAME:d0,d1,...`` gives input ``NAME`` a full shape (an 
 binds a named dim (``batch=1``) in every input that has it. A shape that gives a named dim a
 value binds that name too, in every input and output that has it: ``input_ids:1,128`` on a
 BERT whose inputs all say ``[batch, seq]`` fixes its attention mask as well, as the ONNX spec
-means a name (one value). A dim left symbolic stays symbolic.
+means a name (one value). A dim left symbolic stays symbolic. A dim the model leaves anonymous
+(``?``, unnamed, Paddle's -1) names nothing: a shape fixes each one to any size of its own.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def test_larger_guesses_are_tried_when_no_small_one_runs():
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
     result = onnxfold.compare(model, model, n=2)
-    assert result.ok and result.bindings == [{"samples": 64}, {"samples": 97}]
+    assert result.ok and result.bindings == [{"samples": 64}, {"samples": 97}, {"samples": 81}]
     notes = " ".join(result.notes)
     assert notes.startswith("the reference could not run the guessed dims samples=16")
     assert all(f"samples={n} " in notes for n in (1, 7, 16))
@@ -165,8 +165,9 @@ def test_no_guess_running_is_one_error_listing_every_guess():
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
     with pytest.raises(InputError, match=r"dims guessed: samples=16 or samples=1 or samples=7 or "
-                                         r"samples=64 or samples=97 or samples=256 or "
-                                         r"samples=385 or samples=1024 or samples=1537 \(set"):
+                                         r"samples=64 or samples=97 or samples=81 or "
+                                         r"samples=256 or samples=385 or samples=321 or "
+                                         r"samples=1024 or samples=1537 or samples=1281 \(set"):
         onnxfold.compare(model, model)
 
 
@@ -186,8 +187,8 @@ def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_foll
                    [helper.make_tensor_value_info("y", f, None),
                     helper.make_tensor_value_info("z", f, None)])
     result = onnxfold.compare(model, model)
-    assert result.ok and [i.shapes for i in result.inputs] == [[[1, 64], [2, 97]],
-                                                                [[2, 1, 4], [2, 2, 4]]]
+    assert result.ok and [i.shapes for i in result.inputs] == [[[1, 64], [2, 97], [3, 81]],
+                                                                [[2, 1, 4], [2, 2, 4], [2, 3, 4]]]
     assert result.defaulted_dims == ["state[1]", "x[0]", "x[1]"] and not result.single_dims
     assert onnxfold.compare(model, model, dims={"?": 50}).inputs[0].shape == [50, 50]
 
