@@ -59,14 +59,14 @@ def test_check_passes_with_defaults(exports, tmp_path, name):
     ("qwen2_kv_torchscript", ("total", ["past", "seq"])),
     ("qwen2_kv_dynamo", None)])
 def test_the_mask_is_as_long_as_past_plus_sequence(exports, name, relation):
-    """The decoder's mask length is derived from the graph, in both bindings."""
+    """The decoder's mask length is derived from the graph, in each of the three bindings."""
     source = exports(name)
     result = onnxfold.compare(source, source, n=2)
     mask = next(i for i in result.inputs if i.name == "attention_mask")
     past = next(i for i in result.inputs if i.name.startswith("past_key_values"))
     ids = next(i for i in result.inputs if i.name == "input_ids")
     assert mask.shape[1] == past.shape[2] + ids.shape[1] and ids.shape[1] > 1
-    assert len(result.bindings) == 2 and result.ok
+    assert len(result.bindings) == 3 and result.ok
     if relation is not None:
         total, parts = relation
         for binding in result.bindings:
