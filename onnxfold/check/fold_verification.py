@@ -225,7 +225,9 @@ def _fed(original: ir.Model, optimized: ir.Model) -> list[ir.Value]:
 
 
 def _dynamic(value: ir.Value) -> bool:
-    return value.shape is None or not all(isinstance(d, int) for d in value.shape)
+    """Whether ``value`` has a dim onnxruntime lets a caller choose (a negative one, Paddle's
+    -1, included: ``static_shape``)."""
+    return static_shape(value) is None
 
 
 class _Verifier:

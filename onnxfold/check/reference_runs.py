@@ -97,7 +97,7 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 feeder.bindings = bindings + more
                 continue
         notes = [f"the reference could not run the guessed dims {dims} ({why[:160]})"
-                 for dims, why in merged(failed).items()]
+                 for dims, why in merged(failed).items()] + feeder.plan.notes
         single = _single_valued(feeder, bindings)
         if single:
             notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
