@@ -36,6 +36,7 @@ from onnxfold.check.rewrite_validation import RewriteValidation, validate_rewrit
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
+from onnxfold.host.interruptible import InferenceTimeout
 from onnxfold.ir.graph import is_overridable
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.rewrite.log import RewriteLog
@@ -143,14 +144,20 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     """``onnxfold verify-folds``: the original run once at every binding of the dims (which
     bindings are valid inputs, and one input set for what only inputs can sample), then every
     initializer of ``b`` the original does not hold as it is re-derived at those bindings
-    (:func:`~onnxfold.check.fold_verification.verify_folds`)."""
+    (:func:`~onnxfold.check.fold_verification.verify_folds`). Where the original cannot run
+    (out of time, no binding that runs), each fold is re-derived alone, and what needs the
+    bindings or inputs is said not verifiable."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     run = _Run(a, b, options or CompareOptions(), catalogue, tell)
-    reference = run.reference(1)
+    try:
+        reference: Reference | None = run.reference(1)
+    except (CheckCouldNotRun, InferenceTimeout):  # the original does not run (in time):
+        reference = None  # its folds alone, and what needs bindings or inputs said
     tell("verifying folds")
-    return verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                        progress=tell, catalogue=catalogue, libraries=run.libraries)
+    return verify_folds(a, b, bindings=reference.shapes if reference else (),
+                        inputs=reference.feeds if reference else (), progress=tell,
+                        catalogue=catalogue, libraries=run.libraries)
 
 
 class _Run:

@@ -58,7 +58,14 @@ from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold import recipes as saved_recipes
 from onnxfold.fold.fallback import FallbackError
 from onnxfold.ir import provenance
-from onnxfold.ir.graph import all_graphs, is_default_op, is_overridable, static_shape, tensor_of
+from onnxfold.ir.graph import (
+    all_graphs,
+    is_default_op,
+    is_overridable,
+    is_static_dim,
+    static_shape,
+    tensor_of,
+)
 
 BATCH_BYTES = 64 * 2**20  # the folded bytes one session re-derives at most
 BATCH_TARGETS = 512
@@ -209,7 +216,7 @@ def _pin(original: ir.Model, optimized: ir.Model) -> None:
             continue
         axes = pinned.axes.get(str(value.name), {})
         dims = [axes.get(i, pinned.named.get(str(getattr(d, "value", d)), d))
-                if not isinstance(d, int) else d for i, d in enumerate(value.shape)]
+                if not is_static_dim(d) else d for i, d in enumerate(value.shape)]
         value.shape = ir.Shape(dims)
 
 
@@ -261,7 +268,7 @@ class _Verifier:
         arrays = {}
         for value in self.fed:
             shape = shapes.get(str(value.name)) or static_shape(value) or \
-                tuple(d if isinstance(d, int) else 1 for d in (value.shape or ()))
+                tuple(d if is_static_dim(d) else 1 for d in (value.shape or ()))
             dtype = value.dtype.numpy() if value.dtype is not None else np.float32
             arrays[str(value.name)] = np.zeros(tuple(shape), dtype)
         return arrays
@@ -431,7 +438,7 @@ class _Verifier:
         for value in self.fed:
             if str(value.name) in self.reads.names(reads.shapes & self.dynamic):
                 dims = [str(getattr(d, "value", d)) for d in (value.shape or ())
-                        if not isinstance(d, int)]
+                        if not is_static_dim(d)]
                 names.append(f"{value.name} ({', '.join(dims)})")
         return "; ".join(names)
 
