@@ -142,14 +142,9 @@ def add_fold_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def fold_options(args: argparse.Namespace) -> FoldOptions:
-    """The ``FoldOptions`` the parsed command line asks for."""
-    values: dict[str, Any] = {}
-    for f in fields(FoldOptions):
-        value = getattr(args, f.name)
-        if flag_of(f).repeat:
-            value = set(value) if f.name == "disabled_rules" else tuple(value)
-        values[f.name] = value
-    return FoldOptions(**values)
+    """The ``FoldOptions`` the parsed command line asks for (a repeated flag's list is stored
+    as the field's own collection by ``FoldOptions``)."""
+    return FoldOptions(**{f.name: getattr(args, f.name) for f in fields(FoldOptions)})
 
 
 def add_compare_flags(p: argparse.ArgumentParser) -> None:
