@@ -35,6 +35,7 @@ from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import MARKED_KEY, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.pattern_rules import SHAPE_FOLDING
 from onnxfold.errors import InputError
 from onnxfold.io import load_model, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
@@ -75,8 +76,6 @@ from onnxfold.rewrite.steps import StepFailed
 
 if TYPE_CHECKING:
     from onnxfold.io.writer import SaveInfo
-
-SHAPE_VALUE_RULES = {"known_shape_value", "reshape_known_target"}  # off with --no-shape-folding
 
 
 @dataclass
@@ -161,7 +160,7 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         recorded = Recorded(step, log)
         return recorded if phases is None else Timed(recorded, phases)
 
-    shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
+    shape_rules = frozenset() if options.shape_folding else catalogue.tagged(SHAPE_FOLDING)
     catalogue = catalogue.without(
         set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
     folding = options.fold_settings()
