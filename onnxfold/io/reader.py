@@ -28,6 +28,7 @@ from onnxfold.io import formats
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
+from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
 from onnxfold.io.trust import check_tensor_data
@@ -517,6 +518,7 @@ def _load(path: str, check: bool, keep_light: bool
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
     graphs = refuse_too_many_nodes(proto, path)  # the graph protos, for the checks below
+    refuse_redefinitions(proto, path)
     densify(proto, path, graphs)
     _refuse_external_in_functions(proto, path)
     docs = _DocStrings.take(proto)
@@ -704,6 +706,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
     too, with ``check``). It has no directory, so external-data references are refused: load
     it from its file instead."""
     refuse_too_many_nodes(proto, label)
+    refuse_redefinitions(proto, label)
     _refuse_external_in_functions(proto, label)
     for graph in graph_protos(proto.graph):
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
