@@ -24,7 +24,7 @@ from onnxfold.analysis.shapes import serialize_light
 from onnxfold.errors import InputError
 from onnxfold.host.limits import limit_error, out_of_memory
 from onnxfold.host.logs import quiet
-from onnxfold.io import formats
+from onnxfold.io import formats, map_types
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
@@ -642,9 +642,11 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     """``proto`` as an ir.Model whose structure and tensor data are checked, the data files
     it reads, and how its graphs were sorted (:func:`check_structure`); ``docs``: the
     doc_strings taken out of ``proto``, given back to the model."""
+    aside = map_types.set_aside(proto)  # onnx-ir cannot read them
     try:
         with quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
             model = ir.serde.deserialize_model(proto)
+        model.meta[map_types.MAP_TYPES_KEY] = aside
         if docs is not None:
             docs.give(model)
     except MemoryError:
@@ -653,7 +655,10 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
         limit = limit_error(e, f"{label}: cannot load")
         if limit is not None:
             raise limit from None
-        raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
+        raise InputError(f"{label}: cannot read model: {_root_cause(e)}".splitlines()[0]
+                         ) from None
+    finally:
+        map_types.give_back(aside, proto)  # the caller's proto as it was
     graphs = all_graphs(model)
     reorders = check_structure(graphs, label)
     if any(order is not None for order in reorders):
@@ -663,6 +668,17 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     _typed_by_their_data(graphs)
     _metadata_held_once(graphs)
     return model, files, reorders
+
+
+def _root_cause(error: BaseException) -> str:
+    """What caused ``error``: onnx-ir wraps the error of each graph, node and attribute it
+    reads in one naming only where it was ("Error calling _deserialize_graph with: <graph
+    name>"); the innermost says what is wrong."""
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return f"{error}" or type(error).__name__
 
 
 def _metadata_held_once(graphs: Iterable[ir.Graph]) -> None:
