@@ -70,8 +70,9 @@ class MemoryCgroup:
     def run(self, args: list[str], timeout: float = 600) -> Outcome:
         """``python -m onnxfold ARGS`` inside this cgroup."""
         procs = os.path.join(self.directory, "cgroup.procs")
-        (code, out, err), max_rss = run_measured(args, timeout=timeout, cgroup_procs=procs)
-        return Outcome(code, out, err, self.oom_kills(), self.peak(), max_rss)
+        done, max_rss = run_measured(args, timeout=timeout, cgroup_procs=procs)
+        return Outcome(done.returncode, done.stdout, done.stderr, self.oom_kills(), self.peak(),
+                       max_rss)
 
     def remove(self) -> None:
         with contextlib.suppress(OSError):
