@@ -23,7 +23,7 @@ from onnxfold.analysis.dim_relations import Bound
 from onnxfold.check import memory_room
 from onnxfold.check.feeds import FeedPlan
 from onnxfold.check.sessions import out_of_memory, run_session
-from onnxfold.errors import InputError, one_line
+from onnxfold.errors import InputError, clipped, one_line
 
 FEED_SHARE = 4  # one input set's random inputs may take at most this share of the memory left
 
@@ -92,7 +92,7 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             if more:
                 feeder.bindings = bindings + more
                 continue
-        notes = [f"the reference could not run the guessed dims {dims} ({why[:160]})"
+        notes = [f"the reference could not run the guessed dims {dims} ({clipped(why, 160)})"
                  for dims, why in merged(failed).items()]
         single = _single_valued(feeder, bindings)
         if single:

@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis.declines import DeclineKind, Reason
+from onnxfold.errors import clipped
 from onnxfold.host import address_space
 from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import onnx_type
@@ -72,7 +73,7 @@ def raw_bits(arr: np.ndarray) -> np.ndarray:
 
 def first_line(e: Exception) -> str:
     text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    return clipped(text.splitlines()[0], 300) if text else type(e).__name__
 
 
 def to_ort(arr: np.ndarray):
