@@ -25,6 +25,7 @@ from onnxfold.check.compare_result import (
     as_array,
 )
 from onnxfold.check.cones import Cones, reinferred
+from onnxfold.check.doomed_bindings import FailedNodes
 from onnxfold.check.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.fold_verdicts import FoldVerification
 from onnxfold.check.fold_verification import verify_folds
@@ -172,6 +173,7 @@ class _Run:
         except MemoryError as e:
             raise CheckCouldNotRun(str(e)) from None
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
+        self.graph_a = graph_a  # where a binding fails, shape inference tells the next ones
         tell("loading original")
         self.session = open_session(a, self.label_a, self.libraries, options.level)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
@@ -190,7 +192,8 @@ class _Run:
                                         self.options.level)
         try:
             return run_reference(self.session, self.label_a, self.outputs, self.feeder,
-                                 self.options.seed, n, self.run_options, self.tell)
+                                 self.options.seed, n, self.run_options, self.tell,
+                                 FailedNodes(self.graph_a))
         except InputError as e:
             raise CheckCouldNotRun(*e.args) from None
         finally:

@@ -21,6 +21,7 @@ import numpy as np
 
 from onnxfold.analysis.dim_relations import Bound
 from onnxfold.check import memory_room
+from onnxfold.check.doomed_bindings import Doomed, FailedNodes
 from onnxfold.check.feeds import FeedPlan
 from onnxfold.check.sessions import out_of_memory, run_session
 from onnxfold.errors import InputError, clipped, one_line
@@ -41,11 +42,12 @@ class Reference:
 
 
 def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
-                  run_options, progress: Callable[[str], None] = lambda text: None
-                  ) -> Reference:
+                  run_options, progress: Callable[[str], None] = lambda text: None,
+                  failures: FailedNodes | None = None) -> Reference:
     """Model A's feeds and outputs for ``n`` input sets (set ``k`` at binding ``k % len``),
     and the shapes of every binding it ran (see module). Raises InputError when no binding
-    runs."""
+    runs. ``failures``: the nodes onnxruntime failed at, over A (a binding that shape
+    inference shows failing at one of them is not run: ``check.doomed_bindings``)."""
     failed: dict[str, str] = {}  # the guessed dims of each binding dropped -> why
     moved: Callable[[], list[Bound] | None] | None = None  # where the groups went, if they did
     widened = False
@@ -60,6 +62,8 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 bound = bindings[k % len(bindings)]
                 weigh(feeder, bound, label)
                 feeds = feeder.feeds(seed + k, k)
+                if failures is not None:
+                    failures.check({name: arr.shape for name, arr in feeds.items()}, label)
                 progress(f"original {k + 1}/{n}" if k < n else "original, another binding")
                 ran = run_session(sess, label, outputs, feeds, run_options, feeder.guesses())
                 if k < n:
@@ -74,12 +78,17 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             memory = out_of_memory(str(e))
             failed[feeder.guessed_values(bound)] = "onnxruntime ran out of memory" if memory \
                 else one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
+            if failures is not None:
+                failures.record(e, feeder.guessed_values(bound))
             del feeds_kept, results
             feeder.bindings = [b for b in bindings if b is not bound]
             if not feeder.bindings:
                 moved = feeder.next_smaller if memory else feeder.next_larger
                 group = moved()
                 if group is None:
+                    if isinstance(e, Doomed):  # onnxruntime's own error, and every guess
+                        raise InputError(str(e.seen).split("; dims guessed")[0] +
+                                         feeder.guesses()) from None
                     raise
                 feeder.bindings = group
             continue
