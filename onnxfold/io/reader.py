@@ -646,7 +646,8 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     try:
         with quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
             model = ir.serde.deserialize_model(proto)
-        model.meta[map_types.MAP_TYPES_KEY] = aside
+        if aside:
+            model.meta[map_types.MAP_TYPES_KEY] = aside
         if docs is not None:
             docs.give(model)
     except MemoryError:

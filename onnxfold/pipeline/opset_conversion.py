@@ -109,7 +109,9 @@ def convert_opset(model: ir.Model, target: int, label: str = "model",
     result = ir.serde.deserialize_model(converted)
     _reattach_weights(model, result)
     result.meta.update(model.meta)
-    result.meta[map_types.MAP_TYPES_KEY] = {**aside, **model.meta.get(map_types.MAP_TYPES_KEY, {})}
+    if aside:
+        result.meta[map_types.MAP_TYPES_KEY] = {**aside,
+                                                **model.meta.get(map_types.MAP_TYPES_KEY, {})}
     result.meta[CONVERSION_KEY] = conversion.to_dict()
     return result
 
