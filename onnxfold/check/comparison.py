@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check import memory_room
+from onnxfold.check import map_outputs, memory_room
 from onnxfold.check.compare_options import CompareOptions
 from onnxfold.check.compare_result import (
     CompareResult,
@@ -26,6 +26,7 @@ from onnxfold.check.compare_result import (
     as_array,
 )
 from onnxfold.check.cones import Cones, reinferred
+from onnxfold.check.doomed_bindings import FailedNodes
 from onnxfold.check.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.fold_verdicts import FoldVerification
 from onnxfold.check.fold_verification import verify_folds
@@ -185,6 +186,7 @@ class _Run:
         except MemoryError as e:
             raise CheckCouldNotRun(str(e)) from None
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
+        self.graph_a = graph_a  # where a binding fails, shape inference tells the next ones
         tell("loading original")
         self.session = open_session(a, self.label_a, self.libraries, options.level)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
@@ -205,7 +207,7 @@ class _Run:
         try:
             return run_reference(self.session, self.label_a, self.outputs, self.feeder,
                                  self.options.seed, n, self.run_options, self.tell,
-                                 self.overrides)
+                                 self.overrides, FailedNodes(self.graph_a))
         except InputError as e:
             raise CheckCouldNotRun(*e.args) from None
         finally:
@@ -273,8 +275,12 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     # outputs are held); not compared there, and the verdict says so (not a full one)
     result.short_of_memory = [k + 1 for k, got in enumerate(ran.outputs) if got is None]
     rows: dict[str, OutputDiff] = {}
+    maps: set[str] = set()
     for result_a, result_b in compared:
         for name, va, vb in zip(outputs, result_a, result_b):
+            va, vb, unzipped = map_outputs.as_value_arrays(va, vb)
+            if unzipped:
+                maps.add(name)
             va, vb = as_array(va), as_array(vb)
             row = rows.setdefault(name, OutputDiff(
                 name, dtype_name(va.dtype), dtype_name(vb.dtype), list(va.shape),
@@ -282,5 +288,8 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
             accumulate(row, va, vb, result.rtol, result.atol)
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
+    for name in sorted(maps):
+        result.notes.append(f"output {name} is a sequence of maps with the same keys in both "
+                            "models: compared as its values, [sequence length, keys]")
     result.rows = [rows[name] for name in outputs]
     return False

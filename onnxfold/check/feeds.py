@@ -9,6 +9,7 @@ from the past; every guess is listed so that a message can name the flag that se
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -245,7 +246,7 @@ class FeedPlan:
         """The bytes of the random inputs ``bound`` needs (the given arrays are not counted:
         they exist already)."""
         return sum(int(np.prod(self._shape_in(shape, bound), dtype=np.int64)) *
-                   max(dtype.itemsize, 8 if dtype.kind == "O" else 1)
+                   element_bytes(dtype)
                    for name, dtype, shape in self.specs if name not in self.given)
 
     def next_larger(self) -> list[Bound] | None:
@@ -470,12 +471,43 @@ _WORDS = ("the", "model", "folds", "once", "and", "runs", "fast", "check", "Zür
           "東京", "42", "onnx", "text", "input", "a")
 
 
+MAX_TEXT_WORDS = 8  # words of one random text element, at most
+
+
 def _random_text(rng: np.random.Generator, dims: tuple[int, ...]) -> np.ndarray:
-    """An object array of ``dims`` holding 1 to 8 random words each."""
+    """An object array of ``dims`` holding 1 to :data:`MAX_TEXT_WORDS` random words each."""
     arr = np.empty(dims, dtype=object)
     for index in np.ndindex(*dims):
-        arr[index] = " ".join(rng.choice(_WORDS, int(rng.integers(1, 9))))
+        arr[index] = " ".join(rng.choice(_WORDS, int(rng.integers(1, MAX_TEXT_WORDS + 1))))
     return arr
+
+
+STD_STRING_BYTES = 32  # sizeof(std::string) in libstdc++, onnxruntime's copy of each element
+MALLOC_OVERHEAD = 16  # a heap block's header and rounding, for a string past the inline 15
+
+
+def _text_element_bytes() -> int:
+    """What one random text element can take at most, fed: its pointer in the object array,
+    the Python ``str`` (the longest words, as wide as the widest character of any word), and
+    onnxruntime's copy (a ``std::string`` and its heap block: an input is copied into a
+    string tensor before the model runs)."""
+    longest = sorted(_WORDS, key=len)[-MAX_TEXT_WORDS:]
+    chars = sum(map(len, longest)) + MAX_TEXT_WORDS - 1
+    utf8 = sum(len(w.encode()) for w in sorted(_WORDS, key=lambda w: len(w.encode()))
+               [-MAX_TEXT_WORDS:]) + MAX_TEXT_WORDS - 1
+    widest = max(max(map(ord, w)) for w in _WORDS)
+    python = sys.getsizeof(chr(widest) * chars)
+    return 8 + python + STD_STRING_BYTES + utf8 + 1 + MALLOC_OVERHEAD
+
+
+TEXT_ELEMENT_BYTES = _text_element_bytes()
+
+
+def element_bytes(dtype: np.dtype) -> int:
+    """What one element of a random input of ``dtype`` takes: its item size; for text, an
+    upper bound of the object, its string and onnxruntime's copy (:func:`_text_element_bytes`;
+    the array's 8-byte pointers alone undercount it tenfold)."""
+    return TEXT_ELEMENT_BYTES if dtype.kind == "O" else max(dtype.itemsize, 1)
 
 
 def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | None = None,

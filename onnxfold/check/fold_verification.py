@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check import string_values
 from onnxfold.check.cones import Cones, reinferred
 from onnxfold.check.dim_proof import DimProof
 from onnxfold.check.fold_verdicts import (
@@ -534,7 +535,7 @@ def _shown(folded: ir.Value, derived: np.ndarray) -> str:
     got = _array(folded)
     if got.size > SMALL_SHOWN or derived.size > SMALL_SHOWN:
         return ""
-    return f"; the original computes {derived.tolist()}, the fold holds {got.tolist()}"
+    return string_values.shown_pair(got, derived)
 
 
 def _array(folded: ir.Value) -> np.ndarray:
@@ -560,7 +561,7 @@ def _batches(targets: list[_Target], limit: int) -> Iterable[list[_Target]]:
 
 def _same(a: ir.TensorProtocol, b: ir.TensorProtocol) -> bool:
     return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and \
-        a.tobytes() == b.tobytes()
+        string_values.tensor_key(a) == string_values.tensor_key(b)
 
 
 __all__ = ["BITWISE", "DIFFERS", "SAMPLED", "UNVERIFIABLE", "WITHIN", "FoldVerification",

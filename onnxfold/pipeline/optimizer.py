@@ -37,7 +37,7 @@ from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import SHAPE_FOLDING
 from onnxfold.errors import InputError
-from onnxfold.io import load_model, save_model
+from onnxfold.io import load_model, map_types, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
 from onnxfold.io.reader import (
     SOURCE_KEY,
@@ -104,6 +104,7 @@ class OptimizeResult:
         finally:
             restore_references(inlined)
         prune_value_info(self.model, proto)  # as in a saved file: no merely inferred types
+        map_types.give_back_to(self.model, proto)
         return proto
 
     def save(self, path: str | os.PathLike, **kwargs: Any) -> SaveInfo:
