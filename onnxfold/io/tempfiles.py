@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO
 
-from onnxfold.errors import InputError, NoTempDirectoryError, OutputError
-from onnxfold.host import endings
+from onnxfold.errors import InputError, NoTempDirectoryError, OutputError, ResourceLimitError
+from onnxfold.host import endings, limits
 from onnxfold.io.pinned import PinnedDirectory, PinnedOutput, pin
 
 NAME_MAX = 255
@@ -250,6 +250,9 @@ def temporary(directory: PinnedDirectory, name: str, suffix: str = ".tmp") -> tu
             except FileExistsError:
                 continue
             except OSError as e:
+                limit = limits.describe(e)  # a process limit, not the directory's fault
+                if limit is not None:
+                    raise ResourceLimitError(f"{directory.shown(name)}: {limit}") from None
                 raise OutputError(f"{directory.shown(name)}: cannot write here ({e.strerror})"
                                   ) from None
             os.fchmod(fd, 0o666 & ~umask)

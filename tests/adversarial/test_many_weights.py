@@ -140,7 +140,7 @@ def test_too_little_address_space_to_start_is_named_not_a_bug(tmp_path, mib):
     objects (measured: onnxruntime's at 200 MiB): whatever fails, it is the limit that is
     named, never an internal error."""
     model = mlp(3, str(tmp_path / "mlp.onnx"))
-    (code, _out, err), _rss = run_limited(["optimize", model, "-o", str(tmp_path / "o.onnx")],
+    (code, _out, err, _cpu), _rss = run_limited(["optimize", model, "-o", str(tmp_path / "o.onnx")],
                                           address_space=mib << 20)
     assert "internal error" not in err and "Traceback" not in err, err
     assert code == 0 or (code == 2 and f"ulimit -v is {mib} MiB" in err), (code, err)
@@ -151,7 +151,7 @@ def test_address_space_run_out_while_reading_the_graph_is_named(many, tmp_path):
     does not fit while onnx-ir builds it: onnx-ir wraps the MemoryError in its own error,
     which is still named as the limit, not as an unreadable model."""
     limit = 3 * os.path.getsize(many)
-    (code, _out, err), _rss = run_limited(["optimize", many, "-o", str(tmp_path / "o.onnx")],
+    (code, _out, err, _cpu), _rss = run_limited(["optimize", many, "-o", str(tmp_path / "o.onnx")],
                                           address_space=limit)
     assert "cannot read model" not in err and "internal error" not in err, err
     assert code == 0 or (code == 2 and f"ulimit -v is {limit >> 20} MiB" in err), (code, err)

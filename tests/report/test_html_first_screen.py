@@ -21,7 +21,7 @@ from onnxfold.app import cli
 from onnxfold.app.report_html import render_html
 from onnxfold.declare import CleanupRule
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.fold.materialize import PROVENANCE_KEY
+from onnxfold.ir.provenance import FOLDED_FROM
 from onnxfold.pipeline.report import Report
 from tests.support.cli import assert_ok, run_cli
 from tests.support.html_pages import BERT, chromium, hostile_model, needs_chromium
@@ -38,7 +38,7 @@ document.body.dataset.text = document.body.innerText.indexOf("`") >= 0 ? "backti
 def _scale_a_fold(model, settings):
     """A stand-in for a wrong fold: the largest folded float tensor doubled."""
     folded = [v for v in model.graph.initializers.values() if v.const_value is not None and
-              PROVENANCE_KEY in v.const_value.metadata_props and
+              FOLDED_FROM in v.const_value.metadata_props and
               v.const_value.dtype == ir.DataType.FLOAT and v.const_value.size > 1]
     if not folded:
         return 0
