@@ -74,10 +74,11 @@ class GraphState:
                 self.positions.pop(node, None)
 
     def _shape_values(self, view: GraphView) -> dict[ir.Value, Known]:
-        """The graph's shape values: updated at the sweep's start, else computed now."""
+        """The graph's shape values: updated at the sweep's start, else computed now; values
+        shape inference left without a shape are given the one their op's step derives."""
         if self.shape_values is None:
             self.shape_values = shape_values(self.graph, view.array, view.shared_dim_names(),
-                                             steps=self.shape_steps)
+                                             steps=self.shape_steps, complete=True)
         return self.shape_values
 
     def update_shape_values(self, previous: dict[ir.Value, Known],
@@ -88,7 +89,7 @@ class GraphState:
         view = self.view
         self.shape_values, changed = updated_shape_values(
             self.graph, previous, changed_nodes, view.array, view.shared_dim_names(),
-            steps=self.shape_steps)
+            steps=self.shape_steps, complete=True)
         return changed
 
 
