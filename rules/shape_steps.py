@@ -215,7 +215,7 @@ def size(step: StepInputs) -> Known | None:
 @shape_dims("ConstantOfShape")
 def constant_of_shape_dims(step: DimsInputs) -> Dims | None:
     shape = step.known_at(0)
-    return None if shape is None else shape.elements
+    return None if shape is None or shape.scalar else shape.elements  # (a 0-D shape: invalid)
 
 
 @shape_dims("Range")
@@ -236,6 +236,10 @@ def same_shape(step: DimsInputs) -> Dims | None:
 
 @shape_dims(*sorted(MULTIDIRECTIONAL))
 def broadcast(step: DimsInputs) -> Dims | None:
+    """The inputs' dims broadcast, right-aligned (from opset 7; before it, ``broadcast=1``
+    aligned the second input at ``axis``: not derived)."""
+    if "broadcast" in step.node.attributes:
+        return None
     shapes = [step.dims(v) for v in step.node.inputs if v is not None]
     return None if not shapes or any(s is None for s in shapes) else \
         broadcast_dims([s for s in shapes if s is not None])

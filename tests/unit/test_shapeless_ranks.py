@@ -19,6 +19,7 @@ from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.analysis.symbolic import (
     Known,
     Sym,
+    derived_dims,
     dim_symbol,
     shape_values,
     shared_dim_names,
@@ -193,3 +194,15 @@ def test_a_dim_of_the_graphs_own_name_is_written_by_that_name():
     r = _walked(proto)["r"]
     assert r.shape is not None and r.shape[1] == ir.SymbolicDim("unk__7")
     assert dim_symbol(r, 1) == Sym(("dim", "unk__7"))
+
+
+def test_legacy_broadcasting_derives_no_dims():
+    """Before opset 7 ``Add(a, b, broadcast=1, axis=1)`` aligns b at axis 1, not at the right:
+    right-aligned dims would be wrong ([N, 3, 1] + [3] is [N, 3, 1], not [N, 3, 3])."""
+    a = ir.Value(name="a", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(["N", 3, 1]))
+    b = ir.Value(name="b", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([3]))
+    legacy = ir.node("Add", [a, b], attributes={"broadcast": 1, "axis": 1})
+    modern = ir.node("Add", [a, b])
+    assert derived_dims(legacy, lambda v: None, source_array, steps=STEPS) is None
+    assert derived_dims(modern, lambda v: None, source_array, steps=STEPS) == \
+        (Sym(("dim", "N")), 3, 3)
