@@ -315,6 +315,8 @@ def slice_elements(elements: tuple[Dim, ...], start: int, end: int, step: int
 
 
 Arrays = Callable[[ir.Value], np.ndarray | None]
+# which shapeless values a walk gives a shape (``shape_values``' ``complete``); None: none
+Completing = Callable[[ir.Value], bool] | None
 
 
 @dataclass(frozen=True)
@@ -577,15 +579,17 @@ def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str
                (a.expr[0] == "axis" and a.expr[1] in inputs) for a in d.atoms())
 
 
-def _all_static(values: Sequence[ir.Value | None], complete: bool) -> bool:
+def _all_static(values: Sequence[ir.Value | None], complete: Completing) -> bool:
     """Whether no value has a dynamic dim: nothing to refine. A value without a shape has
-    none, unless ``complete`` (the walk gives it one where its op's step derives its dims)."""
+    none, unless ``complete`` takes it (the walk gives it one where its op's step derives its
+    dims)."""
     for value in values:
         if value is None:
             continue
         shape = value.shape
         if shape is None:
-            if complete and isinstance(value.type, ir.TensorType):
+            if complete is not None and complete(value) and \
+                    isinstance(value.type, ir.TensorType):
                 return False
         elif not all(isinstance(d, int) for d in shape.dims):
             return False
@@ -617,11 +621,12 @@ def _completed_dim(d: Dim | None) -> int | str | None:
 
 def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
             ambiguous: frozenset[str], inputs: frozenset[int], inputs_dims: frozenset[str],
-            placeholders: dict[str, Dim], steps: ShapeSteps, complete: bool = False) -> None:
+            placeholders: dict[str, Dim], steps: ShapeSteps, complete: Completing = None
+            ) -> None:
     """Record in ``REFINED_KEY`` the dims of ``node``'s outputs that shape inference left as a
     name of its own, an ambiguous name or none, and the node's semantics prove an int or an
-    expression of the graph inputs' dims; ``complete``: give an output inference left without
-    a shape the one its op's step derives (:func:`_completed`)."""
+    expression of the graph inputs' dims; ``complete``: the outputs inference left without a
+    shape to give the one their op's step derives (:func:`_completed`)."""
     def dims(v: ir.Value | None) -> Dims | None:
         return _value_dims(v, ambiguous)
 
@@ -641,7 +646,8 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
         if out is None:
             continue
         derived = derived_all[k] if k < len(derived_all) else None
-        if out.shape is None and not (complete and _completed(out, derived)):
+        if out.shape is None and not (
+                complete is not None and complete(out) and _completed(out, derived)):
             continue
         assert out.shape is not None  # (given by _completed)
         rank = len(out.shape)
@@ -749,14 +755,16 @@ class _Known(dict):
 
 
 def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = frozenset(),
-                 *, steps: ShapeSteps, complete: bool = False) -> dict[ir.Value, Known]:
+                 *, steps: ShapeSteps, complete: Completing = None
+                 ) -> dict[ir.Value, Known]:
     """The known elements of every small integer tensor of ``graph`` that builds a shape.
 
     ``arrays(value)`` gives the data of constants (initializers, Constant outputs);
     ``ambiguous``: :func:`shared_dim_names`; ``steps``: what each op does (the catalogue's
-    ``shape_steps``); ``complete``: give each value shape inference left without a shape the
-    rank and dims its op's step derives (set on the value: what every rule, the fold and the
-    next inference read), walking in graph order so that they carry downstream."""
+    ``shape_steps``); ``complete``: which values shape inference left without a shape to give
+    the rank and dims their op's step derives (set on the value: what every rule, the fold
+    and the next inference read; None: none), walking in graph order so that they carry
+    downstream."""
     known = _Known(arrays)
     walk = _Walk(graph, known, arrays, ambiguous, steps, complete)
     for node in graph:
@@ -769,7 +777,7 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
 def updated_shape_values(graph: ir.Graph, previous: dict[ir.Value, Known],
                          changed_nodes: set[ir.Node], arrays: Arrays,
                          ambiguous: frozenset[str] = frozenset(), *, steps: ShapeSteps,
-                         complete: bool = False
+                         complete: Completing = None
                          ) -> tuple[dict[ir.Value, Known], set[ir.Value]]:
     """:func:`shape_values` of ``graph`` after edits at ``changed_nodes`` (added, rewired or
     reading rerouted values), from what it was before (``previous``, for the same arrays,
@@ -806,7 +814,7 @@ def updated_shape_values(graph: ir.Graph, previous: dict[ir.Value, Known],
 
 
 def _recomputed(graph: ir.Graph, previous: dict[ir.Value, Known], arrays: Arrays,
-                ambiguous: frozenset[str], steps: ShapeSteps, complete: bool,
+                ambiguous: frozenset[str], steps: ShapeSteps, complete: Completing,
                 changed_before: set[ir.Value] | None = None
                 ) -> tuple[dict[ir.Value, Known], set[ir.Value]]:
     """:func:`shape_values` computed whole, and the values whose result changed (with
@@ -840,9 +848,9 @@ class _Walk:
     shape value of its output."""
 
     def __init__(self, graph: ir.Graph, known: _Known, arrays: Arrays,
-                 ambiguous: frozenset[str], steps: ShapeSteps, complete: bool) -> None:
+                 ambiguous: frozenset[str], steps: ShapeSteps, complete: Completing) -> None:
         self.known, self.arrays, self.ambiguous, self.steps = known, arrays, ambiguous, steps
-        self.complete = complete  # give shapeless values a shape (shape_values)
+        self.complete = complete  # the shapeless values to give a shape (shape_values)
         self.inputs_dims = frozenset(
             name for value in graph.inputs for dim in value.shape or ()
             if isinstance(name := getattr(dim, "value", None), str) and name

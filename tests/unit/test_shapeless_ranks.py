@@ -1,5 +1,5 @@
 """Ranks and dims carried to values onnx's shape inference leaves without a shape
-(``symbolic.shape_values(complete=True)``): before Reshape-14, onnx infers no rank for
+(``symbolic.shape_values(complete=...)``): before Reshape-14, onnx infers no rank for
 ``Reshape(x, Shape(y))`` (an opset-13 ALBERT's attention mask), and every value after it is
 shapeless, so no neutral ``+ 0`` or ``* 1`` after it could be proved shape-preserving. The
 walk gives such a value the rank and dims its op's step derives; a target element that is a dim
@@ -29,9 +29,13 @@ from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.ir.constants import source_array
 from rules.shape_steps import reshaped
 from tests.support.models import make_model, tensor, vinfo
-from tests.support.running import assert_same_bits, fold_proto
+from tests.support.running import assert_same_bits, fold_proto, run_ort
 
 STEPS = load_catalogue().shape_steps
+
+
+def _every(value: ir.Value) -> bool:
+    return True  # every shapeless value is given a shape
 
 
 def _reshaped_then(x_shape: list, bias: np.ndarray, opset: int, flat_first: bool = False,
@@ -99,7 +103,7 @@ def _walked(proto: onnx.ModelProto) -> dict[str, ir.Value]:
     model = ir.from_proto(proto)
     infer_shapes(model)
     shape_values(model.graph, source_array, shared_dim_names(model), steps=STEPS,
-                 complete=True)
+                 complete=_every)
     return {v.name: v for node in model.graph for v in node.outputs if v.name}
 
 
@@ -145,14 +149,14 @@ def test_an_edit_that_gives_a_rank_reports_the_values_it_reached():
     model = ir.from_proto(proto)
     infer_shapes(model)
     ambiguous = shared_dim_names(model)
-    before = shape_values(model.graph, source_array, ambiguous, steps=STEPS, complete=True)
+    before = shape_values(model.graph, source_array, ambiguous, steps=STEPS, complete=_every)
     reshape = next(n for n in model.graph if n.op_type == "Reshape")
     add = next(n for n in model.graph if n.op_type == "Add")
     assert reshape.outputs[0].shape is None and add.outputs[0].shape is None
     shape_node = next(n for n in model.graph if n.op_type == "Shape")
     reshape.replace_input_with(1, shape_node.outputs[0])
     _known, changed = updated_shape_values(model.graph, before, {reshape}, source_array,
-                                           ambiguous, steps=STEPS, complete=True)
+                                           ambiguous, steps=STEPS, complete=_every)
     assert reshape.outputs[0] in changed and add.outputs[0] in changed
     assert add.outputs[0].shape == ir.Shape([2, 3, 4])
 
@@ -164,7 +168,7 @@ def test_a_value_without_a_tensor_type_gets_no_shape():
     r = next(n for n in model.graph if n.op_type == "Reshape").outputs[0]
     r.type = None
     shape_values(model.graph, source_array, shared_dim_names(model), steps=STEPS,
-                 complete=True)
+                 complete=_every)
     assert r.shape is None
 
 
@@ -206,3 +210,32 @@ def test_legacy_broadcasting_derives_no_dims():
     assert derived_dims(legacy, lambda v: None, source_array, steps=STEPS) is None
     assert derived_dims(modern, lambda v: None, source_array, steps=STEPS) == \
         (Sym(("dim", "N")), 3, 3)
+
+
+def test_a_rewrites_constant_chain_is_left_to_the_fold_shapeless(tmp_path):
+    """A BatchNormalization fused into its Conv builds scale / sqrt(var + eps)... from its
+    parameters; here they are Identities of weights another node keeps using (an exporter's
+    shared all-ones and zeros, as in a TorchScript SegFormer). The rewrite's walk gives no shape
+    to that chain (its values are constants): the fold sizes it after evaluation, as before
+    shapes were given, and folds it into the Conv's weight and bias."""
+    ones, zeros = np.ones(32, np.float32), np.zeros(32, np.float32)  # 128 B: past a scalar
+    nodes = [helper.make_node("Identity", ["ones"], [name]) for name in ("scale", "var")]
+    nodes += [helper.make_node("Identity", ["zeros"], [name]) for name in ("bias", "mean")]
+    nodes += [helper.make_node("Conv", ["x", "w"], ["c"]),
+              helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"],
+                               ["bn"]),
+              helper.make_node("Relu", ["bn"], ["out"]),
+              helper.make_node("Sub", ["p", "ones"], ["q"]),  # the shared weights stay used
+              helper.make_node("Max", ["q", "zeros"], ["other"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 3, "H", "W"]), vinfo("p", shape=["M", 32])],
+                       [vinfo("out", shape=["N", 32, "H", "W"]), vinfo("other", shape=["M", 32])],
+                       [tensor("w", np.random.default_rng(0).standard_normal((32, 3, 1, 1))
+                               .astype(np.float32)), tensor("ones", ones),
+                        tensor("zeros", zeros)], opset=13)
+    folded, _report, out = fold_proto(proto, tmp_path)
+    assert sorted(_ops(folded)) == ["Conv", "Max", "Relu", "Sub"], _ops(folded)
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((2, 3, 5, 5)).astype(np.float32),
+             "p": rng.standard_normal((3, 32)).astype(np.float32)}
+    for a, b in zip(run_ort(proto, feeds), run_ort(onnx.load(out), feeds), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
