@@ -19,10 +19,35 @@ class NoTempDirectoryError(OnnxfoldError):
 
 
 def one_line(e: BaseException, limit: int = 500) -> str:
-    """An exception's message on one line (whitespace runs joined), at most ``limit`` chars;
-    its type's name when it has no message."""
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text[:limit] + ("..." if len(text) > limit else "")
+    """An exception's message on one line (whitespace runs joined), :func:`clipped` to
+    ``limit`` chars; its type's name when it has no message."""
+    return clipped(" ".join(str(e).split()) or type(e).__name__, limit)
+
+
+SENTENCE_ENDS = (". ", "! ", "? ")
+CLAUSE_ENDS = ("; ", ", ", ": ", " (", " - ")
+ELLIPSIS = " ..."
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text``, or where it is longer than ``limit`` its start cut where a sentence ends
+    within the last quarter of ``limit``, else where the last sentence or clause within it
+    ends, else at a word, marked `` ...``: a reason quoted on one line (onnxruntime's, a
+    library's) keeps its first whole sentences or clauses, the ones that name the node and
+    the cause, not a word cut in half. A boundary counts only where it keeps at least half
+    of ``limit``."""
+    if len(text) <= limit:
+        return text
+    room = max(limit - len(ELLIPSIS), 1)
+    head = text[:room + 1]  # a boundary right at the limit counts
+    sentence = max(head.rfind(end) for end in SENTENCE_ENDS)
+    clause = max(head.rfind(end) for end in CLAUSE_ENDS)
+    if sentence >= room * 3 // 4 or (sentence >= room // 2 and sentence >= clause):
+        return text[:sentence + 1] + ELLIPSIS
+    if clause >= room // 2:
+        return text[:clause].rstrip(" ,;:(-") + ELLIPSIS
+    cut = head.rfind(" ")
+    return (text[:cut] if cut >= room // 2 else text[:room]).rstrip() + ELLIPSIS
 
 
 class ResourceLimitError(OnnxfoldError):

@@ -16,6 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.declare import (
+    SHAPE_FOLDING,
     GraphView,
     Known,
     Match,
@@ -39,7 +40,8 @@ def _static_but_not_constant(ctx: GraphView, node: ir.Node) -> bool | Match:
     return Match(known=known) if known is not None and known.is_constant else False
 
 
-@pattern(P(SHAPE_BUILDERS, name="node"), check=_static_but_not_constant)
+@pattern(P(SHAPE_BUILDERS, name="node"), check=_static_but_not_constant,
+         tags=[SHAPE_FOLDING])
 def known_shape_value(op: OpBuilder, node: ir.Node, known: Known) -> ir.Value:
     """A shape tensor whose every element is static, whatever the dynamic dims: a constant."""
     return op.constant(known.array(), node.outputs[0].name or "shape")
@@ -85,7 +87,8 @@ def _target_known(ctx: GraphView, node: ir.Node, x: ir.Value, target: ir.Value
     return Match(dims=found) if found is not None else False
 
 
-@pattern(P("Reshape", Var("x"), Var("target"), name="node"), check=_target_known)
+@pattern(P("Reshape", Var("x"), Var("target"), name="node"), check=_target_known,
+         tags=[SHAPE_FOLDING])
 def reshape_known_target(op: OpBuilder, node: ir.Node, x: ir.Value, target: ir.Value,
                          dims: list[int]) -> Replacement:
     """Reshape(x, Concat(Shape(x)[0:1], [192])) -> Reshape(x, [0, 192]): the shape

@@ -5,11 +5,12 @@ file of the same key is there) and folded by ``python -m onnxfold optimize X.onn
 --check 3`` with the defaults (no ``--dim``, no ``--int-range``) in a child process.
 
 One row per export: the exit code, the child's wall seconds, nodes before and after (all,
-subgraphs included), the fold verification's counts (bitwise / within / not verifiable /
-differ) and, on failure, the error line (the last line of stderr, else the check's failure).
-Rows of ``KNOWN_CHECK_FAILURES`` say ``known``; ``UNEXPORTABLE`` exports are listed with their
-error. ``--mutations`` also plants the two wrong folds of ``tests/support/planted_folds.py``
-in each folded model and says whether ``onnxfold compare`` catches them (exit 1).
+subgraphs included), the fold verification's counts (bitwise / within / sampled / not
+verifiable / differ / parameters of rewrites) and, on failure, the error line (the last line
+of stderr, else the check's failure). Rows of ``KNOWN_CHECK_FAILURES`` say ``known``;
+``UNEXPORTABLE`` exports are listed with their error (with ``--only``, those it names).
+``--mutations`` also plants the two wrong folds of ``tests/support/planted_folds.py`` in each
+folded model and says whether ``onnxfold compare`` catches them (exit 1).
 ``--held-out`` runs the held-out exports instead (``tests/support/held_out_exports.py``),
 ``--fresh`` the fresh ones (``tests/support/fresh_exports.py``: a second control set of
 families neither the matrix nor the held-out set has; ``FRESH_UNEXPORTABLE`` listed).
@@ -35,7 +36,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 TIMEOUT = 600  # seconds, one optimize child
-_COUNTS = re.compile(r"(\d+) (bitwise|within|not verifiable|differ)")
+# every state the fold verification line counts (onnxfold/check/fold_verdicts.py's summary),
+# by the words it counts them with
+STATES = {"bitwise": "bitwise", "within": "within", "sampled": "sampled",
+          "not verifiable": "not verifiable", "differ": "differ",
+          "more are parameters of rewrites": "parameter"}
+_COUNTS = re.compile(r"(\d+) (" + "|".join(map(re.escape, STATES)) + ")")
 
 
 @dataclass
@@ -64,9 +70,9 @@ def verification_counts(stdout: str) -> tuple[str, dict[str, int]]:
     """The "fold verification: ..." line of optimize's output and its counts."""
     line = next((ln.strip() for ln in stdout.splitlines()
                  if ln.startswith("fold verification:")), "")
-    counts = {"bitwise": 0, "within": 0, "not verifiable": 0, "differ": 0}
-    for n, state in _COUNTS.findall(line.split(":", 1)[-1]):
-        counts[state] = int(n)
+    counts = dict.fromkeys(STATES.values(), 0)
+    for n, words in _COUNTS.findall(line.split(":", 1)[-1]):
+        counts[STATES[words]] = int(n)
     return line, counts
 
 
@@ -123,8 +129,7 @@ def check_one(name: str, cache: Path, work: Path, mutations: bool) -> Row:
 
 
 def _cell(row: Row) -> list[str]:
-    folds = "/".join(str(row.folds.get(k, 0)) for k in
-                     ("bitwise", "within", "not verifiable", "differ")) if row.folds else "-"
+    folds = "/".join(str(row.folds.get(k, 0)) for k in STATES.values()) if row.folds else "-"
     code = "-" if row.code is None else str(row.code)
     status = "ok" if not row.bad and row.code == 0 else "known" if row.known else "FAIL"
     nodes = f"{row.nodes_before} -> {row.nodes_after}" if row.nodes_after is not None else (
@@ -134,6 +139,19 @@ def _cell(row: Row) -> list[str]:
         cells.append(", ".join(f"{k}: {v}" for k, v in row.mutations.items()))
     cells.append(row.error)
     return cells
+
+
+def unexportable_of(only: list[str] | None, held_out: bool, fresh: bool) -> dict[str, str]:
+    """The exports the run's set cannot export, with why: those ``--only`` names that a list
+    holds (whichever set they come from), else the set's whole list (the fresh set's, the
+    matrix's; the held-out set has none)."""
+    from tests.support import export_matrix
+
+    if only:
+        lists = {**export_matrix.UNEXPORTABLE, **export_matrix.FRESH_UNEXPORTABLE}
+        return {n: lists[n] for n in only if n in lists}
+    return export_matrix.FRESH_UNEXPORTABLE if fresh else {} if held_out else \
+        export_matrix.UNEXPORTABLE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,14 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     names = list(args.only or (export_matrix.HELD_OUT if args.held_out else
                                export_matrix.FRESH if args.fresh else export_matrix.MATRIX))
-    unexportable = export_matrix.FRESH_UNEXPORTABLE if args.fresh else export_matrix.UNEXPORTABLE
+    unexportable = unexportable_of(args.only, args.held_out, args.fresh)
     unknown = [n for n in names if n not in export_matrix.ENTRIES]
     if unknown:  # --only may name an UNEXPORTABLE entry: to see whether it exports now
         print(f"not in the matrix: {', '.join(unknown)}", file=sys.stderr)
         return 2
     cache = (args.cache or export_matrix.default_cache()).expanduser().resolve()
     print(f"{export_matrix.versions()}; cache {cache}", flush=True)
-    header = ["export", "exporter", "exit", "status", "s", "nodes", "folds b/w/u/d"]
+    header = ["export", "exporter", "exit", "status", "s", "nodes", "folds b/w/s/u/d/p"]
     header += ["mutations"] * args.mutations + ["error"]
     print(" | ".join(header), flush=True)
     rows = []

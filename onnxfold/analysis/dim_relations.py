@@ -13,12 +13,14 @@ mask, an ALiBi bias). Those expressions come from shape inference (which writes 
 Where a relation is stated in a way not read here, the bindings tried after the first two
 take each guessed length as the sum of two others.
 
-:func:`plan` gives one or two bindings of every named input dim: a *prefill* one where dims
+:func:`plan` gives three bindings of every named input dim: a *prefill* one where dims
 not on axis 0 are :data:`WIDE` (sequence and past lengths > 1, batch 1; an image's height and
 width :data:`IMAGE_SIZE`), and the *decode step* where they are 1 but a cache's length stays
-WIDE (one new token after a past); every dim the graph relates to others is computed from
-them. What was guessed (not given, not derived) is listed so a message can name the ``--dim``
-to set.
+WIDE (one new token after a past), and a *varied* one at other values again; every dim the
+graph relates to others is computed from them, and a given dim is never moved (:func:`settle`).
+What was guessed (not given, not derived) is listed so a message can name the ``--dim`` to
+set. (The check names every anonymous dim, ``?``, unnamed or -1, by input and axis before it
+plans: ``onnxfold.check.feeds``.)
 """
 
 from __future__ import annotations
@@ -81,13 +83,16 @@ def profiles(width: int = WIDE, side: int = IMAGE_SIZE) -> tuple[Profile, Profil
             Profile("varied", 3, varied_width, varied_held, varied_side))
 
 
-def longer(width: int) -> tuple[Profile, Profile]:
+def longer(width: int) -> tuple[Profile, Profile, Profile]:
     """The bindings of a larger guess (a model that cannot run short lengths: an audio
     model's reflect padding, a detector's downsampling): lengths (and images' sides)
-    ``width`` at batch 1, and longer again at batch 2."""
+    ``width`` at batch 1, longer again at batch 2, and between the two at batch 3, so that
+    every guessed dim takes three values there as in :func:`profiles`."""
     longest = width + width // 2 + 1  # an image's sides follow (a detector's multiples)
+    between = width + width // 4 + 1
     return (Profile("prefill", 1, width, width, width),
-            Profile("longer", 2, longest, width // 2 + 1, longest))
+            Profile("longer", 2, longest, width // 2 + 1, longest),
+            Profile("varied", 3, between, width // 4 + 1, between))
 
 
 @dataclass(frozen=True)
@@ -114,29 +119,42 @@ class DimPlan:
     smaller: list[list[Bound]] = field(default_factory=list)
     on_axis0: frozenset[str] = frozenset()  # guessed dims on axis 0 of an input (batches)
     sizes: frozenset[str] = frozenset()  # guessed dims that are images' sides
+    given: frozenset[str] = frozenset()  # dims given or fixed by given ones: never moved
+    held: frozenset[str] = frozenset()  # guessed dims that are a cache's length
+    notes: list[str] = field(default_factory=list)  # variants not run, and why
 
     def variants(self, bound: Bound) -> list[Bound]:
         """Bindings like ``bound`` with its guessed batches doubled, and with its other
         guessed lengths doubled (an image's sides too), the related dims computed again: a
         binding that runs most often still runs so (a sum of lengths doubles with them), so
         that every guessed dim takes a second value even where the graph's relations were
-        not read."""
+        not read. A given dim (``--dim``, ``--input-shape``, the second model's) never
+        moves: where a relation ties it to doubled dims, another guessed dim of the relation
+        takes up the difference, and a variant no such value keeps is not made (a note
+        says so)."""
         found = []
         guessed = set(self.guessed)
+        equations = {n: (f, "") for n, f in self.forms.items()}
         for batches, chosen in ((True, self.on_axis0 & guessed),
                                 (False, guessed - self.on_axis0)):
             if not chosen:
                 continue
-            dims = {name: value * 2 if name in chosen else value
-                    for name, value in bound.dims.items() if name not in self.forms}
-            _solve(dims, {n: (f, "") for n, f in self.forms.items()}, set(bound.dims))
             p = bound.profile
-            found.append(Bound(dims, Profile(f"{p.name}, batch x2" if batches else
-                                             f"{p.name}, lengths x2",
-                                             p.batch * 2 if batches else p.batch,
-                                             p.width if batches else p.width * 2,
-                                             p.held if batches else p.held * 2,
-                                             p.side if batches else p.side * 2)))
+            profile = Profile(f"{p.name}, batch x2" if batches else f"{p.name}, lengths x2",
+                              p.batch * 2 if batches else p.batch,
+                              p.width if batches else p.width * 2,
+                              p.held if batches else p.held * 2,
+                              p.side if batches else p.side * 2)
+            free = {name: bound.dims[name] * 2 if name in chosen else bound.dims[name]
+                    for name in self.guessed if name in bound.dims}
+            given = {name: bound.dims[name] for name in self.given if name in bound.dims}
+            dims, broken = settle(free, given, equations, set(bound.dims), self.held,
+                                  keep=chosen)
+            if broken:
+                self.notes.append(f"the {profile.name} binding was not run: it would move "
+                                  f"{broken} ({', '.join(sorted(chosen))} doubled)")
+                continue
+            found.append(Bound(dims, profile))
         return found
 
     def offset(self, dim: object, binding: Mapping[str, int]) -> int:
@@ -364,14 +382,18 @@ def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
 
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
          given: Mapping[str, int], steps: ShapeSteps, sizes: Mapping[str, int] | None = None,
-         held: Collection[str] = ()) -> DimPlan:
+         held: Collection[str] = (), anonymous: AxisNames | None = None,
+         batches: Collection[str] = ()) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
     ``given`` as is, the ones the graph relates computed (``steps``: the catalogue's shape
     steps), the others guessed (see module): ``sizes`` (an image's height and width) where
-    it names them, and ``held`` (a cache's length) kept at the profile's cache length."""
+    it names them, ``held`` (a cache's length) kept at the profile's cache length, and
+    ``batches`` (besides the dims on axis 0) at the profile's batch. ``anonymous``: the name
+    ``input_shapes`` gives each dim the model leaves unnamed (``?``, none, -1) by graph input
+    and axis, so that the graph's relations read it as they read a named one."""
     sizes = sizes or {}
     names = {d for shape in input_shapes for d in shape if is_named(d)}
-    axis_names: dict[tuple[str, int], str] = {}
+    axis_names: dict[tuple[str, int], str] = dict(anonymous or {})
     for value in model.graph.inputs:
         for i, dim in enumerate(value.shape or ()):
             if value.name and is_named(label := getattr(dim, "value", None)):
@@ -388,21 +410,20 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
         _broadcast_relations(model, relations)
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
         pass
-    on_axis0 = {shape[0] for shape in input_shapes if shape and is_named(shape[0])}
+    on_axis0 = {shape[0] for shape in input_shapes if shape and is_named(shape[0])} | \
+        (set(batches) & names)
     backwards = _solved_backwards(given, relations.equations)
     given = {**given, **{name: value for name, (value, _) in backwards.items()}}
     free = sorted(n for n in names if n not in given and n not in relations.equations)
+    cache = frozenset(held) & set(free)
 
     def binding(profile: Profile, sized: bool = True) -> dict[str, int]:
         """``given``, the free dims as ``profile`` sets them (images' sides only where
         ``sized``: a larger guess sets every length alike), the related computed."""
-        bound = dict(given)
-        for name in free:
-            bound[name] = profile.side if sized and name in sizes else \
-                profile.batch if name in on_axis0 else \
-                profile.held if name in held else profile.width
-        _solve(bound, relations.equations, names)
-        return bound
+        chosen = {name: profile.side if sized and name in sizes else
+                  profile.batch if name in on_axis0 else
+                  profile.held if name in cache else profile.width for name in free}
+        return settle(chosen, given, relations.equations, names, cache)[0]
 
     def group(chosen: Sequence[Profile], sized: bool = True) -> list[Bound]:
         found: list[Bound] = []
@@ -420,9 +441,9 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     summed: list[list[Bound]] = []
     if len(lengths) >= 3:
         for name in lengths:
-            twice = {**first, name: 2 * first[name]}
-            _solve(twice, relations.equations, names)
-            summed.append([Bound(twice, base[0].profile)])
+            twice = {n: 2 * first[n] if n == name else first[n] for n in free}
+            summed.append([Bound(settle(twice, given, relations.equations, names, cache,
+                                        keep={name})[0], base[0].profile)])
     larger = summed + ([group(longer(width), sized=False) for width in LARGER]
                        if set(free) - on_axis0 else [])
     derived = {name: f"{_text(form)} ({where})" for name, (form, where)
@@ -432,7 +453,8 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     smaller = [group(profiles(side=side)) for side in SMALLER_IMAGES] \
         if set(sizes) & set(free) else []
     return DimPlan(base, derived, free, forms, larger, smaller,
-                   frozenset(on_axis0) & set(free), frozenset(sizes) & set(free))
+                   frozenset(on_axis0) & set(free), frozenset(sizes) & set(free),
+                   frozenset(given), cache)
 
 
 def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]
@@ -455,6 +477,49 @@ def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Li
                 solved[unknown[0]] = (value, f"{target} = {_text(form)}")
                 progress = True
     return solved
+
+
+def settle(free: Mapping[str, int], given: Mapping[str, int],
+           equations: Mapping[str, tuple[Linear, str]], names: Collection[str],
+           held: Collection[str] = (), keep: Collection[str] = ()
+           ) -> tuple[dict[str, int], str]:
+    """A binding of ``names``: ``given`` as they are, the guessed dims ``free`` as chosen,
+    the related ones computed. Where a relation's target is given (a mask's length fixed at
+    32 = past + sequence) and the chosen dims compute another value, one guessed dim of the
+    relation takes up the difference: a cache's length (``held``) first, a dim of ``keep``
+    (the ones a variant doubled) last. Returns the binding and, where no guessed dim can keep
+    a given one, which relation it breaks (the binding is then as chosen: onnxruntime
+    decides)."""
+    chosen = dict(free)
+    broken = ""
+    for _ in range(len(equations) + 1):
+        bound = {**given, **chosen}
+        _solve(bound, equations, set(names))
+        broken = next((f"{target}={given[target]} ({target} = {_text(form)})"
+                       for target, (form, _) in equations.items() if target in given and
+                       _evaluate(form, bound) != given[target]), "")
+        if not broken:
+            return bound, ""
+        target = broken.split("=", 1)[0]
+        form = equations[target][0]
+        adjustable = sorted((k for k in form if k in chosen and form[k] in (1, -1)),
+                            key=lambda k: (k in keep, k not in held, -chosen[k], k))
+        for name in adjustable:
+            rest = _evaluate({k: v for k, v in form.items() if k != name}, bound)
+            value = (given[target] - rest) * form[name]
+            if value >= 1 and value != chosen[name]:
+                chosen[name] = value
+                break
+        else:
+            break
+    bound = {**given, **free}
+    _solve(bound, equations, set(names))
+    return bound, broken
+
+
+def _evaluate(form: Linear, binding: Mapping[str, int]) -> int:
+    """``form`` at ``binding`` (a dim it does not bind counts 1)."""
+    return sum(v * (binding.get(k, 1) if k else 1) for k, v in form.items())
 
 
 def _solve(binding: dict[str, int], equations: Mapping[str, tuple[Linear, str]],

@@ -5,7 +5,8 @@ Two forms, repeatable: ``NAME:d0,d1,...`` gives input ``NAME`` a full shape (an 
 binds a named dim (``batch=1``) in every input that has it. A shape that gives a named dim a
 value binds that name too, in every input and output that has it: ``input_ids:1,128`` on a
 BERT whose inputs all say ``[batch, seq]`` fixes its attention mask as well, as the ONNX spec
-means a name (one value). A dim left symbolic stays symbolic.
+means a name (one value). A dim left symbolic stays symbolic. A dim the model leaves anonymous
+(``?``, unnamed, Paddle's -1) names nothing: a shape fixes each one to any size of its own.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import onnx_ir as ir
 
 from onnxfold.errors import InputError
+from onnxfold.ir.graph import is_static_dim
 from onnxfold.numbers import flag_value
 
 _NAMED = re.compile(r"^([A-Za-z_][\w.:/-]*)=([^=]*)$")
@@ -72,6 +75,12 @@ def _label(dim: object) -> int | str | None:
     return dim if isinstance(dim, int) else getattr(dim, "value", None)
 
 
+def _named(label: int | str | None) -> TypeGuard[str]:
+    """Whether a dim's label names it: ``?``, an empty name, none, and Paddle's -1 are each
+    their own dim (any size), which a shape may fix to any size on its own."""
+    return isinstance(label, str) and label not in ("", "?")
+
+
 @dataclass
 class Fixed:
     """What :func:`apply` did: the dims that changed, the named dims it bound (given as
@@ -116,8 +125,8 @@ def apply(model: ir.Model, specs: Sequence[str]) -> Fixed:
             fixed.changed += sum(a != b for a, b in zip(old or [None] * len(new), new))
             value.shape = ir.Shape(new)
             fixed.inputs.append(name)
-            fixed.axes[name] = tuple(i for i, d in enumerate(new) if isinstance(d, int) and
-                                     not isinstance((old or [None] * len(new))[i], int))
+            fixed.axes[name] = tuple(i for i, d in enumerate(new) if is_static_dim(d) and
+                                     not is_static_dim((old or [None] * len(new))[i]))
     for value in model.graph.outputs:  # the declared outputs follow the names bound
         if value.shape is not None:
             dims = [_bound(_label(d), named, set()) for d in value.shape]
@@ -147,7 +156,7 @@ def _planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, list[int | str
                                        for i, d in enumerate(given)]
         _refuse_contradictions(name, old, new)
         for was, now in zip(old or [], new):  # a named dim given a value: that name is bound
-            if isinstance(was, str) and isinstance(now, int) and \
+            if _named(was) and isinstance(now, int) and \
                     named.setdefault(was, now) != now:
                 raise InputError(f"--input-shape {name}: {was} is {named[was]} elsewhere, "
                                  f"not {now}")
@@ -169,9 +178,9 @@ def _refuse_contradictions(name: str, old: list[int | str | None] | None,
     dynamic): refused with the input and dim named (onnxruntime would refuse every feed of the
     new shape, and folding with it is wrong)."""
     for i, (was, given) in enumerate(zip(old or [], new)):
-        if isinstance(was, int) and isinstance(given, int) and was != given:
+        if is_static_dim(was) and isinstance(given, int) and was != given:
             raise InputError(f"--input-shape {name}: dim {i} is {was} in the model, not {given}")
-        if isinstance(was, int) and isinstance(given, str):
+        if is_static_dim(was) and isinstance(given, str):
             raise InputError(f"--input-shape {name}: dim {i} is {was} in the model; the name "
                              f"{given} would make it dynamic, which the model cannot run "
                              f"(give {was} or ?)")

@@ -113,8 +113,9 @@ def _shard(text: str) -> Shard:
 
 
 def add_fold_flags(parser: argparse.ArgumentParser) -> None:
-    """A flag for every ``FoldOptions`` field (``dest`` is the field's name), and
-    ``--skip-check``."""
+    """A flag for every ``FoldOptions`` field (``dest`` is the field's name); nothing else, so
+    that a command given these flags honours each one (``--skip-check`` is each command's
+    own: ``run`` has none, its Session loading the model checked)."""
     for f in fields(FoldOptions):
         flag = flag_of(f)
         if flag.switch:
@@ -137,19 +138,18 @@ def add_fold_flags(parser: argparse.ArgumentParser) -> None:
         if flag.none_flag is not None:
             parser.add_argument(flag.none_flag[0], dest=f.name, action="store_const",
                                 const=None, help=flag.none_flag[1])
+
+
+def add_skip_check(parser: argparse.ArgumentParser) -> None:
+    """``--skip-check``: onnx's checker not run on the input (``check_input``)."""
     parser.add_argument("--skip-check", action="store_true",
                         help="do not run the ONNX checker on the input")
 
 
 def fold_options(args: argparse.Namespace) -> FoldOptions:
-    """The ``FoldOptions`` the parsed command line asks for."""
-    values: dict[str, Any] = {}
-    for f in fields(FoldOptions):
-        value = getattr(args, f.name)
-        if flag_of(f).repeat:
-            value = set(value) if f.name == "disabled_rules" else tuple(value)
-        values[f.name] = value
-    return FoldOptions(**values)
+    """The ``FoldOptions`` the parsed command line asks for (a repeated flag's list is stored
+    as the field's own collection by ``FoldOptions``)."""
+    return FoldOptions(**{f.name: getattr(args, f.name) for f in fields(FoldOptions)})
 
 
 def add_compare_flags(p: argparse.ArgumentParser) -> None:
@@ -243,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-prefill", action="store_true",
                    help="do not warm the output file's pages on a second thread while folding")
     add_fold_flags(p)
+    add_skip_check(p)
     p.add_argument("--check", type=COUNT, default=0, metavar="N",
                    help="compare with the input in onnxruntime on N input sets and write "
                         "nothing (exit 1) if an output is outside tolerance")
@@ -272,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compile-time-fold", action="store_true",
                    help="write compile-time constants as a compiletime_fold model instead")
     add_fold_flags(p)
+    add_skip_check(p)
 
     p = add("split-adapter", help="lift a model's LoRA weights to inputs of a base model and "
             "write them to an onnxruntime adapter file (onnxfold.Session(BASE, adapter=FILE))")
@@ -280,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the base model: the LoRA weights become its inputs")
     p.add_argument("--adapter", required=True, metavar="FILE.onnx_adapter",
                    help="the adapter file: the LoRA weights, by their input names")
-    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
+    add_skip_check(p)
 
     p = add("run", help="run a model with runtime constants folded once")
     p.add_argument("model")
@@ -312,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("inspect", help="opsets, counts and what is still foldable")
     p.add_argument("input")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--skip-check", action="store_true", help="do not run the ONNX checker")
+    add_skip_check(p)
 
     p = add("rules", help="list the rules, or measure coverage on the ONNX node tests")
     p.add_argument("--coverage", action="store_true",

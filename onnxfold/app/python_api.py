@@ -66,6 +66,7 @@ WORDS: dict[str, Word] = {
     "--seed": Word("seed"), "--runtime-const": Word("runtime_constants", ENTRY),
     "--adapter": Word("adapter"), "--cache-dir": Word("cache_dir"), "--backend": Word("backend"),
     "--latency-threads": Word("threads"), "--latency": Word("runs"),
+    "--inference-timeout": Word("inference_time_limit(seconds)", NAME),
 }
 # the command line's flags no Python call takes (tests/unit/test_python_api_words.py holds
 # that every flag is in WORDS or here)

@@ -8,9 +8,9 @@ callers (``dims=``, not ``--dim``) as ``onnxfold.simplify`` (``onnxfold.app.pyth
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -20,7 +20,7 @@ from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.check.comparison import compare
 from onnxfold.io.writer import inline_references
-from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize
+from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize, with_keywords
 from onnxfold.pipeline.options import FoldOptions
 
 Shapes = Mapping[str, Sequence[int | str]] | Sequence[str] | None
@@ -46,24 +46,27 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
              int_ranges: Mapping[str, tuple[int, int]] | None = None,
              rtol: float | None = None, atol: float | None = None,
              custom_op_libraries: Sequence[str | os.PathLike] = (),
-             target_opset: int | None = None) -> tuple[onnx.ModelProto, bool]:
+             check: bool = True, **fold_options: Any) -> tuple[onnx.ModelProto, bool]:
     """``(folded ModelProto, ok)``, like ``onnxsim.simplify``.
 
     ``ok`` is True unless ``check_n`` input sets show an output outside tolerance in
     onnxruntime (tolerances by dtype unless ``rtol``/``atol``; see :func:`onnxfold.compare`).
-    ``input_shapes`` / ``overwrite_input_shapes`` (the same thing, onnxsim's two names): fix
-    input shapes before folding, as ``{"input_ids": [1, 128]}`` or ``--input-shape`` strings.
+    The fold takes what :func:`onnxfold.optimize` takes, read by the same code
+    (``with_keywords``): ``options``, ``check`` (onnx's checker on the input), and any
+    ``FoldOptions`` field as a keyword (``target_opset=17``, ``fold_qdq=True``) over
+    ``options``. ``input_shapes`` / ``overwrite_input_shapes`` (the same thing, onnxsim's two
+    names): fix input shapes before folding, as ``{"input_ids": [1, 128]}`` or
+    ``--input-shape`` strings, in place of ``options.input_shapes`` (None: those count).
     ``dims`` binds symbolic dims for the check (``{"batch": 2}``); ``inputs`` (a dict or an
     .npz path), ``int_ranges`` and ``custom_op_libraries`` are :func:`onnxfold.compare`'s.
-    ``target_opset``: convert the model to that opset first (``FoldOptions.target_opset``).
+    The check runs the original with the same input shapes fixed.
     Raises InputError when the model, an argument, or running the check is wrong.
     """
-    specs = as_specs(input_shapes) + as_specs(overwrite_input_shapes)
-    options = dataclasses.replace(options or FoldOptions(), input_shapes=specs)
-    if target_opset is not None:
-        options = dataclasses.replace(options, target_opset=target_opset)
-    reference = _reference(model, specs) if check_n > 0 else None
-    optimized = optimize(model, options, record_rewrites=check_n > 0)
+    shapes = None if input_shapes is None and overwrite_input_shapes is None else \
+        as_specs(input_shapes) + as_specs(overwrite_input_shapes)
+    options = with_keywords(simplify, options, check, shapes, fold_options)
+    reference = _reference(model, options.input_shapes) if check_n > 0 else None
+    optimized = optimize(model, options, check=check, record_rewrites=check_n > 0)
     folded = optimized.to_proto()
     if reference is None:
         return folded, True

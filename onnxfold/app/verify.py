@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import describe, expanded_size
-from onnxfold.errors import InputError
+from onnxfold.errors import InputError, one_line
 
 if TYPE_CHECKING:  # imported where used: a run that verifies nothing never loads it
     import onnxruntime
@@ -68,7 +68,7 @@ def ort_load_error(model: str | bytes) -> str | None:
     try:
         ort.InferenceSession(model, load_check_options(), providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises several exception types
-        return " ".join(str(e).split())[:300] or type(e).__name__
+        return one_line(e, 300)
     return None
 
 

@@ -78,6 +78,8 @@ class CompareResult:
     single_dims: list[str] = field(default_factory=list)  # guessed dims that took one value
     # input sets (1-based) B ran out of memory on where A ran: not compared there
     short_of_memory: list[int] = field(default_factory=list)
+    # initializers the original lets a caller override that the second model fixed
+    fixed_defaults: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -173,6 +175,10 @@ class CompareResult:
             parts.append(f"folds: {', '.join(counts)}")
         if self.single_dims:
             parts.append(f"dims {', '.join(self.single_dims)} took one value only")
+            complete = False
+        if self.fixed_defaults:
+            parts.append(f"{', '.join(self.fixed_defaults)} (overridable in the original) "
+                         "fixed by the second model: compared at the default only")
             complete = False
         rewrites = self.rewrites
         if rewrites is None:

@@ -15,8 +15,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+import onnx_ir as ir
 
-from onnxfold.check import memory_room
+from onnxfold.check import map_outputs, memory_room
 from onnxfold.check.compare_options import CompareOptions
 from onnxfold.check.compare_result import (
     CompareResult,
@@ -25,6 +26,7 @@ from onnxfold.check.compare_result import (
     as_array,
 )
 from onnxfold.check.cones import Cones, reinferred
+from onnxfold.check.doomed_bindings import FailedNodes
 from onnxfold.check.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.fold_verdicts import FoldVerification
 from onnxfold.check.fold_verification import verify_folds
@@ -35,6 +37,8 @@ from onnxfold.check.rewrite_validation import RewriteValidation, validate_rewrit
 from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
+from onnxfold.host.interruptible import InferenceTimeout
+from onnxfold.ir.graph import is_overridable
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.runtime import custom_ops
@@ -99,6 +103,9 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else ""
     notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \
         if run.pinned and not unasked else []
+    if run.overrides and n > 1:
+        notes.append(f"{', '.join(run.overrides)} (initializers a caller may override) fed "
+                     "from input set 2 on, each moved about 1% from its default")
     while True:
         reference = run.reference(n)
         feeder = run.feeder
@@ -107,6 +114,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                                feeder.defaulted, [feeder.shown(b) for b in feeder.bindings],
                                feeder.plan.derived, notes + reference.notes, options.level)
         result.single_dims = reference.single
+        result.fixed_defaults = run.fixed_defaults
         if options.verify is not False and result.folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
             result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
@@ -137,14 +145,20 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     """``onnxfold verify-folds``: the original run once at every binding of the dims (which
     bindings are valid inputs, and one input set for what only inputs can sample), then every
     initializer of ``b`` the original does not hold as it is re-derived at those bindings
-    (:func:`~onnxfold.check.fold_verification.verify_folds`)."""
+    (:func:`~onnxfold.check.fold_verification.verify_folds`). Where the original cannot run
+    (out of time, no binding that runs), each fold is re-derived alone, and what needs the
+    bindings or inputs is said not verifiable."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     run = _Run(a, b, options or CompareOptions(), catalogue, tell)
-    reference = run.reference(1)
+    try:
+        reference: Reference | None = run.reference(1)
+    except (CheckCouldNotRun, InferenceTimeout):  # the original does not run (in time):
+        reference = None  # its folds alone, and what needs bindings or inputs said
     tell("verifying folds")
-    return verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                        progress=tell, catalogue=catalogue, libraries=run.libraries)
+    return verify_folds(a, b, bindings=reference.shapes if reference else (),
+                        inputs=reference.feeds if reference else (), progress=tell,
+                        catalogue=catalogue, libraries=run.libraries)
 
 
 class _Run:
@@ -172,6 +186,7 @@ class _Run:
         except MemoryError as e:
             raise CheckCouldNotRun(str(e)) from None
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
+        self.graph_a = graph_a  # where a binding fails, shape inference tells the next ones
         tell("loading original")
         self.session = open_session(a, self.label_a, self.libraries, options.level)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
@@ -179,6 +194,7 @@ class _Run:
                                catalogue.shape_steps, self.pinned.axes)
         self.io_a = {get: [(v.name, v.type) for v in getattr(self.session, get)()]
                      for get in ("get_inputs", "get_outputs")}
+        self.overrides, self.fixed_defaults = _overridable(graph_a, graph_b)
         self.outputs = [name for name, _ in self.io_a["get_outputs"]]
 
     def reference(self, n: int) -> Reference:
@@ -190,7 +206,8 @@ class _Run:
                                         self.options.level)
         try:
             return run_reference(self.session, self.label_a, self.outputs, self.feeder,
-                                 self.options.seed, n, self.run_options, self.tell)
+                                 self.options.seed, n, self.run_options, self.tell,
+                                 self.overrides, FailedNodes(self.graph_a))
         except InputError as e:
             raise CheckCouldNotRun(*e.args) from None
         finally:
@@ -208,6 +225,25 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
     rounding = frozenset(rule.name for rule in catalogue.patterns if rule.rounds_differently)
     return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell,
                              rounding)
+
+
+def _overridable(a: ir.Model, b: ir.Model) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The float defaults of ``a``'s initializers a caller may override (IR 4 on: also graph
+    inputs) that ``b`` lets a caller override too (fed, moved a little, from the second input
+    set on), and the names of those ``b`` no longer lets a caller override (it fixed them:
+    compared at their defaults only, and said)."""
+    open_b = {v.name for v in b.graph.inputs if v.name in b.graph.initializers} \
+        if b.ir_version >= 4 else set()
+    fed, fixed = {}, []
+    for value in a.graph.inputs:
+        if not is_overridable(value, a.graph, a.ir_version) or value.name not in \
+                a.graph.initializers or value.const_value is None:
+            continue
+        if value.name in open_b:
+            fed[str(value.name)] = value.const_value.numpy()
+        else:
+            fixed.append(str(value.name))
+    return fed, fixed
 
 
 def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
@@ -239,8 +275,12 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     # outputs are held); not compared there, and the verdict says so (not a full one)
     result.short_of_memory = [k + 1 for k, got in enumerate(ran.outputs) if got is None]
     rows: dict[str, OutputDiff] = {}
+    maps: set[str] = set()
     for result_a, result_b in compared:
         for name, va, vb in zip(outputs, result_a, result_b):
+            va, vb, unzipped = map_outputs.as_value_arrays(va, vb)
+            if unzipped:
+                maps.add(name)
             va, vb = as_array(va), as_array(vb)
             row = rows.setdefault(name, OutputDiff(
                 name, dtype_name(va.dtype), dtype_name(vb.dtype), list(va.shape),
@@ -248,5 +288,8 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
             accumulate(row, va, vb, result.rtol, result.atol)
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
+    for name in sorted(maps):
+        result.notes.append(f"output {name} is a sequence of maps with the same keys in both "
+                            "models: compared as its values, [sequence length, keys]")
     result.rows = [rows[name] for name in outputs]
     return False

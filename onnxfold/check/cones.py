@@ -23,7 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.check import memory_room
+from onnxfold.check import memory_room, string_values
 from onnxfold.fold.fallback import FallbackError, run_nodes
 from onnxfold.host import address_space
 from onnxfold.ir.dtypes import onnx_type
@@ -139,7 +139,8 @@ class Cones:
             arrays = run_nodes(nodes, feeds, sources, opsets, self.model.ir_version, room=room,
                                stored=[v for v in leaves if v not in self.fed],
                                libraries=self.libraries)
-        return dict(zip(sources, arrays))
+        return {source: string_values.as_tensor_form(array)
+                for source, array in zip(sources, arrays)}
 
     def exact(self, source: ir.Value) -> bool:
         """Whether every op of ``source``'s cone computes bitwise what onnxruntime does: the

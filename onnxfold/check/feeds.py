@@ -9,6 +9,7 @@ from the past; every guess is listed so that a message can name the flag that se
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +23,7 @@ from onnxfold.check.sessions import ModelRef, graph_of, label_of, numpy_type, op
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.io.feeds import load_arrays
-from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
+from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op, is_static_dim
 from onnxfold.numbers import flag_value
 
 TOKEN_ID_HIGH = 1000
@@ -144,20 +145,50 @@ def _rows(gather: ir.Node) -> int | None:
     return dim if isinstance(dim, int) and dim > 0 else None
 
 
+def anonymous_dims(specs: Sequence[tuple[str, Sequence[object]]]) -> dict[tuple[str, int], str]:
+    """A name for every dim the model leaves anonymous (unnamed, ``?``, or a negative size
+    such as Paddle's -1: onnxruntime accepts any size there), by input and axis: ``x[0]``.
+    Each is its own dim, guessed, varied and reported as a named one is (a name the model
+    uses already is not taken)."""
+    taken = {d for _, shape in specs for d in shape if is_named(d)}
+    names: dict[tuple[str, int], str] = {}
+    for input_name, shape in specs:
+        for axis, d in enumerate(shape):
+            if is_static_dim(d) or is_named(d):
+                continue
+            name = f"{input_name}[{axis}]"
+            while name in taken:
+                name += "'"
+            taken.add(name)
+            names[(input_name, axis)] = name
+    return names
+
+
 class FeedPlan:
     """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
     ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims; ``pinned``:
-    unnamed dims fixed by input and axis (the second model's static ones,
-    ``onnxfold.check.interfaces``)."""
+    anonymous dims fixed by input and axis (the second model's static ones,
+    ``onnxfold.check.interfaces``).
+
+    Every anonymous dim gets a name of its own (:func:`anonymous_dims`) and is bound like a
+    named one: on axis 0 or inside a shape (a recurrent state's batch) it is a batch, ending a
+    shape a length, an image's height and width its side."""
 
     def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
                  dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]],
                  steps: ShapeSteps, pinned: Mapping[str, Mapping[int, int]] | None = None
                  ) -> None:
         pinned = pinned or {}
-        self.specs = [(i.name, numpy_type(i.type, label, i.name),
-                       [pinned.get(i.name, {}).get(axis, d) for axis, d in enumerate(i.shape)])
-                      for i in session.get_inputs()]
+        declared = [(i.name, numpy_type(i.type, label, i.name), list(i.shape))
+                    for i in session.get_inputs()]
+        self.anonymous = anonymous_dims([(name, shape) for name, _, shape in declared])
+        fixed = {self.anonymous[(name, axis)]: value for name, axes in pinned.items()
+                 for axis, value in axes.items() if (name, axis) in self.anonymous}
+        self.specs = [(name, dtype, [pinned.get(name, {}).get(axis, d)
+                                     if (name, axis) not in self.anonymous else
+                                     self.anonymous[(name, axis)]
+                                     for axis, d in enumerate(shape)])
+                      for name, dtype, shape in declared]
         names = {name: dtype for name, dtype, _ in self.specs}
         for name in given:
             if name not in names:
@@ -174,41 +205,31 @@ class FeedPlan:
                 raise InputError(f"--int-range {name}={lo}:{hi}: LO must be below HI")
         self.given = {name: self._cast(name, names[name], arr) for name, arr in given.items()}
         self.int_ranges = dict(int_ranges)
-        bound, unnamed = self._bind(dims, label)
+        bound = self._bind(dims, fixed, label)
         self.images = {name for name, dtype, shape in self.specs if _is_image(dtype, shape)}
         self.plan = dim_relations.plan(
             graph, [shape for _, _, shape in self.specs], bound, steps,
             sizes={d: dim_relations.IMAGE_SIZE for name, _, shape in self.specs
                    if name in self.images for d in shape[2:] if is_named(d)},
-            held=_cache_lengths(self.specs))
+            held=_cache_lengths(self.specs) - set(self.anonymous.values()),
+            anonymous=self.anonymous, batches=_inner(self.specs, self.anonymous))
         self.table_sizes = _id_table_sizes(graph)  # after the plan's shape inference
         # a binding model A cannot run is dropped; every binding tried is kept for messages
         self.bindings: list[Bound] = list(self.plan.bindings)
         self.tried: list[Bound] = list(self.plan.bindings)
-        # unnamed dims are guessed too where ``--dim ?=V`` does not set them: they follow the
-        # numbers of each binding's profile
-        self.guessed = self.plan.guessed + (["?"] if unnamed and "?" not in dims else [])
-        self.defaulted = self.plan.guessed + (["?"] if unnamed else [])  # "?": unnamed dims
-        base = self.plan.bindings[0].dims
+        self.guessed = self.plan.guessed
+        self.defaulted = self.plan.guessed
         self._larger = [list(g) for g in self.plan.larger]
-        if "?" in self.guessed and not self._larger:  # only unnamed lengths to make larger
-            self._larger = [[Bound(dict(base), p) for p in dim_relations.longer(width)]
-                            for width in dim_relations.LARGER]
         self._smaller = [list(g) for g in self.plan.smaller]
-        if "?" in self.guessed and self.images and not self._smaller:  # unnamed image sides
-            self._smaller = [[Bound(dict(base), p) for p in dim_relations.profiles(side=side)]
-                             for side in dim_relations.SMALLER_IMAGES]
 
     @property
     def dims(self) -> dict[str, int]:
-        """The first binding's named dims."""
+        """The first binding's dims."""
         return self.bindings[0].dims
 
     def shown(self, bound: Bound) -> dict[str, int]:
-        """``bound``'s dims as a report lists them: the named ones, and ``?`` (the unnamed
-        lengths) where unnamed dims were guessed."""
-        return {**bound.dims, "?": self._unnamed(bound)[0]} if "?" in self.guessed \
-            else dict(bound.dims)
+        """``bound``'s dims as a report lists them."""
+        return dict(bound.dims)
 
     def guesses(self) -> str:
         """The guessed dims of every binding tried and the flag that sets them (a message)."""
@@ -218,24 +239,14 @@ class FeedPlan:
         return f"; dims guessed: {values} (set them with --dim NAME=VALUE)"
 
     def guessed_values(self, bound: Bound) -> str:
-        """``bound``'s values of the guessed dims, as ``name=value, ...`` (``?``: unnamed)."""
-        return ", ".join(f"{n}={bound.dims.get(n, self._unnamed(bound)[0])}"
-                         for n in self.guessed)
-
-    def _unnamed(self, bound: Bound) -> tuple[int, int, int]:
-        """What unnamed dims are in ``bound``: (a trailing length, an image's side, a dim on
-        axis 0); ``--dim ?=V`` sets them all."""
-        if self.unnamed_given:
-            return self.unnamed_value, self.unnamed_value, self.unnamed_value
-        profile = bound.profile
-        return profile.width, profile.side, profile.batch
+        """``bound``'s values of the guessed dims, as ``name=value, ...``."""
+        return ", ".join(f"{n}={bound.dims.get(n, 1)}" for n in self.guessed)
 
     def feed_bytes(self, bound: Bound) -> int:
         """The bytes of the random inputs ``bound`` needs (the given arrays are not counted:
         they exist already)."""
-        return sum(int(np.prod(self._shape_in(shape, bound, name in self.images),
-                               dtype=np.int64)) * max(dtype.itemsize, 8 if dtype.kind == "O"
-                                                      else 1)
+        return sum(int(np.prod(self._shape_in(shape, bound), dtype=np.int64)) *
+                   element_bytes(dtype)
                    for name, dtype, shape in self.specs if name not in self.given)
 
     def next_larger(self) -> list[Bound] | None:
@@ -279,19 +290,21 @@ class FeedPlan:
             raise InputError(f"--inputs: {name} is {arr.dtype}, the model wants {dtype}")
         return arr.astype(dtype)
 
-    def _bind(self, dims: Mapping[str, int], label: str) -> tuple[dict[str, int], bool]:
-        """The dims ``dims`` and the given arrays bind, and whether an input has unnamed dims
-        (``?`` or none: each one independent; ``--dim ?=V`` sets the ones fed at random)."""
-        symbolic = {d if is_named(d) else "?" for _, _, shape in self.specs for d in shape
-                    if not isinstance(d, int)}
-        self.unnamed_value = dims.get("?", 1)
-        self.unnamed_given = "?" in dims
+    def _bind(self, dims: Mapping[str, int], fixed: Mapping[str, int], label: str
+              ) -> dict[str, int]:
+        """The dims that ``dims`` (``--dim``; ``?=V`` sets every anonymous dim), ``fixed``
+        (anonymous dims the second model fixes: they win) and the given arrays bind."""
+        symbolic = {d for _, _, shape in self.specs for d in shape if is_named(d)}
+        anonymous = set(self.anonymous.values())
         for name in dims:
-            if name not in symbolic:
-                known = ", ".join(sorted(symbolic)) or "none"
+            if name not in symbolic and not (name == "?" and anonymous):
+                known = ", ".join(sorted(symbolic | ({"?"} if anonymous else set()))) or "none"
                 raise InputError(f"--dim {name}: no input of {label} has a dimension of that "
                                  f"name (symbolic dimensions: {known})")
         bound = {name: value for name, value in dims.items() if name != "?"}
+        if "?" in dims:
+            bound.update({name: dims["?"] for name in anonymous if name not in bound})
+        bound.update(fixed)
         for name, _, shape in self.specs:
             if name not in self.given:
                 continue
@@ -303,32 +316,16 @@ class FeedPlan:
                 if is_named(want) and bound.setdefault(want, got) != got:
                     raise InputError(f"--inputs: {name} has {want}={got} but {want} is "
                                      f"{bound[want]}")
-        unnamed = any(not isinstance(d, int) and not is_named(d)
-                      for name, _, shape in self.specs if name not in self.given for d in shape)
-        return bound, unnamed
+        return bound
 
-    def shape(self, shape: list, k: int = 0, image: bool = False) -> tuple[int, ...]:
-        """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``;
-        ``image``: an image input's, whose unnamed height and width are IMAGE_SIZE)."""
-        return self._shape_in(shape, self.bindings[k % len(self.bindings)], image)
+    def shape(self, shape: list, k: int = 0) -> tuple[int, ...]:
+        """Input set ``k``'s shape for a declared ``shape`` (binding ``k % len(bindings)``)."""
+        return self._shape_in(shape, self.bindings[k % len(self.bindings)])
 
-    def _shape_in(self, shape: list, bound: Bound, image: bool = False) -> tuple[int, ...]:
-        """``shape`` with ``bound``'s dims. An unnamed dim (``?`` or none) is ``--dim ?=V``
-        where given; else, where it ends the shape off axis 0 (a sequence), the profile's
-        length, an ``image``'s height and width its side, on axis 0 its batch, and 1 in the
-        middle of a shape (a recurrent state's batch, which must equal another input's)."""
-        trailing = len(shape)
-        while trailing > 1 and not isinstance(shape[trailing - 1], int) and \
-                not is_named(shape[trailing - 1]):
-            trailing -= 1
-        tail, spatial, batch = self._unnamed(bound)
-        dims = bound.dims
-        return tuple(d if isinstance(d, int) and d >= 0 else
-                     dims.get(d, 1) if is_named(d) else
-                     spatial if image and axis >= 2 else
-                     tail if axis >= trailing else
-                     batch if axis == 0 else
-                     self.unnamed_value for axis, d in enumerate(shape))
+    @staticmethod
+    def _shape_in(shape: list, bound: Bound) -> tuple[int, ...]:
+        """``shape`` with ``bound``'s dims (every dynamic dim is named: :func:`anonymous_dims`)."""
+        return tuple(d if is_static_dim(d) else bound.dims.get(d, 1) for d in shape)
 
     def _int_source(self, name: str, dtype: np.dtype) -> tuple[str, tuple[int, int] | None]:
         """How an integer input is filled: a description and a [lo, hi) range (None: fixed)."""
@@ -371,7 +368,7 @@ class FeedPlan:
             else:
                 source = "standard normal"
             shapes = [list(self.given[name].shape) if name in self.given else
-                      list(self.shape(shape, k, name in self.images))
+                      list(self.shape(shape, k))
                       for k in range(len(self.bindings))]
             infos.append(InputInfo(name, dtype_name(dtype), shapes[0], source,
                                    [list(t) for t in dict.fromkeys(map(tuple, shapes))]))
@@ -386,7 +383,7 @@ class FeedPlan:
             if name in self.given:
                 feeds[name] = self.given[name]
                 continue
-            dims = self.shape(shape, k, name in self.images)
+            dims = self.shape(shape, k)
             lower = name.lower()
             if "mask" in lower and dtype.kind in "iubf":
                 arr = self._mask(dims, dtype, shape)
@@ -440,6 +437,22 @@ def _is_image(dtype: np.dtype, shape: list) -> bool:
         1 <= shape[1] <= 4 and not isinstance(shape[3], int)
 
 
+def _inner(specs: list[tuple[str, np.dtype, list]], anonymous: Mapping[tuple[str, int], str]
+           ) -> set[str]:
+    """The anonymous dims inside a shape, neither on axis 0 nor among the dims ending it nor
+    an image's sides: a recurrent state ``[layers, batch, hidden]``'s batch, which must
+    equal the batch of the input it runs with (so it follows each binding's batch)."""
+    inner = set()
+    for name, dtype, shape in specs:
+        trailing = len(shape)
+        while trailing > 1 and (name, trailing - 1) in anonymous:
+            trailing -= 1
+        image = _is_image(dtype, shape)
+        inner |= {anonymous[(name, axis)] for axis in range(1, trailing)
+                  if (name, axis) in anonymous and not (image and axis >= 2)}
+    return inner
+
+
 def _cache_lengths(specs: list[tuple[str, np.dtype, list]]) -> set[str]:
     """Named dims off axis 0 of float inputs of rank 3 or more that no integer input has: a KV
     cache's past length, which a decode step keeps (one new token after a past)."""
@@ -458,12 +471,43 @@ _WORDS = ("the", "model", "folds", "once", "and", "runs", "fast", "check", "Zür
           "東京", "42", "onnx", "text", "input", "a")
 
 
+MAX_TEXT_WORDS = 8  # words of one random text element, at most
+
+
 def _random_text(rng: np.random.Generator, dims: tuple[int, ...]) -> np.ndarray:
-    """An object array of ``dims`` holding 1 to 8 random words each."""
+    """An object array of ``dims`` holding 1 to :data:`MAX_TEXT_WORDS` random words each."""
     arr = np.empty(dims, dtype=object)
     for index in np.ndindex(*dims):
-        arr[index] = " ".join(rng.choice(_WORDS, int(rng.integers(1, 9))))
+        arr[index] = " ".join(rng.choice(_WORDS, int(rng.integers(1, MAX_TEXT_WORDS + 1))))
     return arr
+
+
+STD_STRING_BYTES = 32  # sizeof(std::string) in libstdc++, onnxruntime's copy of each element
+MALLOC_OVERHEAD = 16  # a heap block's header and rounding, for a string past the inline 15
+
+
+def _text_element_bytes() -> int:
+    """What one random text element can take at most, fed: its pointer in the object array,
+    the Python ``str`` (the longest words, as wide as the widest character of any word), and
+    onnxruntime's copy (a ``std::string`` and its heap block: an input is copied into a
+    string tensor before the model runs)."""
+    longest = sorted(_WORDS, key=len)[-MAX_TEXT_WORDS:]
+    chars = sum(map(len, longest)) + MAX_TEXT_WORDS - 1
+    utf8 = sum(len(w.encode()) for w in sorted(_WORDS, key=lambda w: len(w.encode()))
+               [-MAX_TEXT_WORDS:]) + MAX_TEXT_WORDS - 1
+    widest = max(max(map(ord, w)) for w in _WORDS)
+    python = sys.getsizeof(chr(widest) * chars)
+    return 8 + python + STD_STRING_BYTES + utf8 + 1 + MALLOC_OVERHEAD
+
+
+TEXT_ELEMENT_BYTES = _text_element_bytes()
+
+
+def element_bytes(dtype: np.dtype) -> int:
+    """What one element of a random input of ``dtype`` takes: its item size; for text, an
+    upper bound of the object, its string and onnxruntime's copy (:func:`_text_element_bytes`;
+    the array's 8-byte pointers alone undercount it tenfold)."""
+    return TEXT_ELEMENT_BYTES if dtype.kind == "O" else max(dtype.itemsize, 1)
 
 
 def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | None = None,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check import string_values
 from onnxfold.check.cones import Cones, reinferred
 from onnxfold.check.dim_proof import DimProof
 from onnxfold.check.fold_verdicts import (
@@ -58,7 +59,14 @@ from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.fold import recipes as saved_recipes
 from onnxfold.fold.fallback import FallbackError
 from onnxfold.ir import provenance
-from onnxfold.ir.graph import all_graphs, is_default_op, is_overridable, static_shape, tensor_of
+from onnxfold.ir.graph import (
+    all_graphs,
+    is_default_op,
+    is_overridable,
+    is_static_dim,
+    static_shape,
+    tensor_of,
+)
 
 BATCH_BYTES = 64 * 2**20  # the folded bytes one session re-derives at most
 BATCH_TARGETS = 512
@@ -209,7 +217,7 @@ def _pin(original: ir.Model, optimized: ir.Model) -> None:
             continue
         axes = pinned.axes.get(str(value.name), {})
         dims = [axes.get(i, pinned.named.get(str(getattr(d, "value", d)), d))
-                if not isinstance(d, int) else d for i, d in enumerate(value.shape)]
+                if not is_static_dim(d) else d for i, d in enumerate(value.shape)]
         value.shape = ir.Shape(dims)
 
 
@@ -225,7 +233,9 @@ def _fed(original: ir.Model, optimized: ir.Model) -> list[ir.Value]:
 
 
 def _dynamic(value: ir.Value) -> bool:
-    return value.shape is None or not all(isinstance(d, int) for d in value.shape)
+    """Whether ``value`` has a dim onnxruntime lets a caller choose (a negative one, Paddle's
+    -1, included: ``static_shape``)."""
+    return static_shape(value) is None
 
 
 class _Verifier:
@@ -259,7 +269,7 @@ class _Verifier:
         arrays = {}
         for value in self.fed:
             shape = shapes.get(str(value.name)) or static_shape(value) or \
-                tuple(d if isinstance(d, int) else 1 for d in (value.shape or ()))
+                tuple(d if is_static_dim(d) else 1 for d in (value.shape or ()))
             dtype = value.dtype.numpy() if value.dtype is not None else np.float32
             arrays[str(value.name)] = np.zeros(tuple(shape), dtype)
         return arrays
@@ -429,7 +439,7 @@ class _Verifier:
         for value in self.fed:
             if str(value.name) in self.reads.names(reads.shapes & self.dynamic):
                 dims = [str(getattr(d, "value", d)) for d in (value.shape or ())
-                        if not isinstance(d, int)]
+                        if not is_static_dim(d)]
                 names.append(f"{value.name} ({', '.join(dims)})")
         return "; ".join(names)
 
@@ -525,7 +535,7 @@ def _shown(folded: ir.Value, derived: np.ndarray) -> str:
     got = _array(folded)
     if got.size > SMALL_SHOWN or derived.size > SMALL_SHOWN:
         return ""
-    return f"; the original computes {derived.tolist()}, the fold holds {got.tolist()}"
+    return string_values.shown_pair(got, derived)
 
 
 def _array(folded: ir.Value) -> np.ndarray:
@@ -551,7 +561,7 @@ def _batches(targets: list[_Target], limit: int) -> Iterable[list[_Target]]:
 
 def _same(a: ir.TensorProtocol, b: ir.TensorProtocol) -> bool:
     return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and \
-        a.tobytes() == b.tobytes()
+        string_values.tensor_key(a) == string_values.tensor_key(b)
 
 
 __all__ = ["BITWISE", "DIFFERS", "SAMPLED", "UNVERIFIABLE", "WITHIN", "FoldVerification",

@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.dim_relations import is_named
 from onnxfold.errors import InputError
+from onnxfold.ir.graph import is_static_dim
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def pinned_dims(a: ir.Model, b: ir.Model, given: Mapping[str, int]) -> Pinned:
                 len(value.shape) != len(other.shape):
             continue
         for axis, (dim_a, dim_b) in enumerate(zip(value.shape, other.shape)):
-            if isinstance(dim_a, int) or not isinstance(dim_b, int):
+            if is_static_dim(dim_a) or not is_static_dim(dim_b):  # -1 is any size
                 continue
             name = getattr(dim_a, "value", None)
             if is_named(name):

@@ -42,6 +42,7 @@ from onnxfold.errors import InputError
 from onnxfold.host import interruptible
 from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
+from onnxfold.ir.graph import is_static_dim
 from onnxfold.runtime import custom_ops
 
 LEVELS = ("all", "disable")  # onnxruntime's default, and its optimizations off
@@ -318,12 +319,13 @@ def _file_bytes(model: ModelRef, graph: ir.Model) -> int:
 
 
 def _symbolic_dims(graph: ir.Model) -> list[str]:
-    """The named symbolic dims of the main graph's inputs, in order (``?`` for unnamed)."""
+    """The named symbolic dims of the main graph's inputs, in order (``?`` for unnamed ones
+    and Paddle's -1: any size)."""
     found: dict[str, None] = {}
     for value in graph.graph.inputs:
         if value.shape is None or value.const_value is not None:
             continue
         for dim in value.shape:
-            if not isinstance(dim, int):
-                found[str(dim.value) if dim.value else "?"] = None
+            if not is_static_dim(dim):
+                found[str(getattr(dim, "value", None) or "?")] = None
     return list(found)

@@ -21,9 +21,10 @@ import numpy as np
 
 from onnxfold.analysis.dim_relations import Bound
 from onnxfold.check import memory_room
+from onnxfold.check.doomed_bindings import Doomed, FailedNodes
 from onnxfold.check.feeds import FeedPlan
 from onnxfold.check.sessions import out_of_memory, run_session
-from onnxfold.errors import InputError, one_line
+from onnxfold.errors import InputError, clipped, one_line
 
 FEED_SHARE = 4  # one input set's random inputs may take at most this share of the memory left
 
@@ -41,11 +42,15 @@ class Reference:
 
 
 def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
-                  run_options, progress: Callable[[str], None] = lambda text: None
-                  ) -> Reference:
+                  run_options, progress: Callable[[str], None] = lambda text: None,
+                  overrides: Mapping[str, np.ndarray] | None = None,
+                  failures: FailedNodes | None = None) -> Reference:
     """Model A's feeds and outputs for ``n`` input sets (set ``k`` at binding ``k % len``),
-    and the shapes of every binding it ran (see module). Raises InputError when no binding
-    runs."""
+    and the shapes of every binding it ran (see module). ``overrides``: the defaults of the
+    initializers a caller may override (IR 4 on: also graph inputs), fed from the second
+    input set on, each moved a little (:func:`overridden`). ``failures``: the nodes
+    onnxruntime failed at, over A (a binding that shape inference shows failing at one of
+    them is not run: ``check.doomed_bindings``). Raises InputError when no binding runs."""
     failed: dict[str, str] = {}  # the guessed dims of each binding dropped -> why
     moved: Callable[[], list[Bound] | None] | None = None  # where the groups went, if they did
     widened = False
@@ -59,7 +64,7 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             for k in range(max(n, len(bindings))):
                 bound = bindings[k % len(bindings)]
                 weigh(feeder, bound, label)
-                feeds = feeder.feeds(seed + k, k)
+                feeds = _feeds(feeder, seed, k, overrides, failures, label)
                 progress(f"original {k + 1}/{n}" if k < n else "original, another binding")
                 ran = run_session(sess, label, outputs, feeds, run_options, feeder.guesses())
                 if k < n:
@@ -74,12 +79,17 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             memory = out_of_memory(str(e))
             failed[feeder.guessed_values(bound)] = "onnxruntime ran out of memory" if memory \
                 else one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
+            if failures is not None:
+                failures.record(e, feeder.guessed_values(bound))
             del feeds_kept, results
             feeder.bindings = [b for b in bindings if b is not bound]
             if not feeder.bindings:
                 moved = feeder.next_smaller if memory else feeder.next_larger
                 group = moved()
                 if group is None:
+                    if isinstance(e, Doomed):  # onnxruntime's own error, and every guess
+                        raise InputError(str(e.seen).split("; dims guessed")[0] +
+                                         feeder.guesses()) from None
                     raise
                 feeder.bindings = group
             continue
@@ -92,13 +102,37 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             if more:
                 feeder.bindings = bindings + more
                 continue
-        notes = [f"the reference could not run the guessed dims {dims} ({why[:160]})"
-                 for dims, why in merged(failed).items()]
+        notes = [f"the reference could not run the guessed dims {dims} ({clipped(why, 160)})"
+                 for dims, why in merged(failed).items()] + feeder.plan.notes
         single = _single_valued(feeder, bindings)
         if single:
             notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
                          "baked one of them is not seen by a difference; --dim sets another)")
         return Reference(feeds_kept, results, shapes, notes, single)
+
+
+def _feeds(feeder: FeedPlan, seed: int, k: int, overrides: Mapping[str, np.ndarray] | None,
+           failures: FailedNodes | None, label: str) -> dict[str, np.ndarray]:
+    """Input set ``k``: the plan's feeds, the overridable initializers moved from the second
+    set on; InputError where shape inference shows it failing at a node onnxruntime already
+    failed at (``failures``)."""
+    feeds = feeder.feeds(seed + k, k)
+    if k and overrides:
+        feeds.update(overridden(overrides, seed + k))
+    if failures is not None:
+        failures.check({name: arr.shape for name, arr in feeds.items()}, label)
+    return feeds
+
+
+def overridden(defaults: Mapping[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """Each float default moved by about 1% of its size (seeded): a caller's override that
+    a second model ignored (it baked the default) shows as a difference, while the values stay
+    where the model means them to be (a scale, an epsilon). Other dtypes may be shapes or
+    indices: they are not overridden."""
+    rng = np.random.default_rng(seed)
+    return {name: np.asarray(array * (1 + 0.01 * rng.standard_normal(array.shape)),
+                             dtype=array.dtype)
+            for name, array in defaults.items() if array.dtype.kind == "f"}
 
 
 def _single_valued(feeder: FeedPlan, bindings: list[Bound]) -> list[str]:

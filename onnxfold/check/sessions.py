@@ -19,7 +19,7 @@ import onnx_ir as ir
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.check import memory_room
 from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
-from onnxfold.errors import InputError
+from onnxfold.errors import InputError, clipped
 from onnxfold.host import address_space, interruptible
 from onnxfold.io import load_model
 from onnxfold.io.reader import model_from_proto
@@ -55,7 +55,15 @@ def ort_message(e: Exception) -> str:
         text = text.split(" : ", 3)[-1]
     # drop C++ source locations and signatures: "/src/x.cc:256 ns::f(args) message"
     text = re.sub(r"/\S*\.(?:cc|cpp|h):\d+ (?:[^()\s]+\([^()]*\) )?", " ", text)
-    return text[:300]
+    text = _CPP_SIGNATURE.sub("", text)
+    return clipped(" ".join(text.split()), ORT_MESSAGE_LIMIT)
+
+
+ORT_MESSAGE_LIMIT = 300
+# a C++ function's signature onnxruntime quotes before an ENFORCE's condition: "static
+# onnxruntime::TensorShapeVector onnxruntime::SqueezeBase::ComputeOutputShape(const ...&) "
+_CPP_SIGNATURE = re.compile(r"(?:(?:static|virtual|inline) )*(?:[\w:<>,*&]+ )?"
+                            r"(?:\w+(?:<[^<>()]*>)?::)+~?\w+\([^()]*\)(?: const)? ")
 
 
 def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),

@@ -43,7 +43,7 @@ from onnxfold.analysis.symbolic import (
 from onnxfold.declare.builder import UNSET, OpBuilder, Out, Replaced, Replacement
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.cleanups import CleanupRule, cleanup
-from onnxfold.declare.pattern_rules import PatternRule, pattern
+from onnxfold.declare.pattern_rules import SHAPE_FOLDING, TAGS, PatternRule, pattern
 from onnxfold.declare.patterns import P, Var
 from onnxfold.declare.registry import OpFact, folder, shape_dims, shape_value
 from onnxfold.declare.sizes import SizeRule, output_bytes
@@ -53,6 +53,8 @@ from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 
 __all__ = [
     "MAX_ELEMENTS",
+    "SHAPE_FOLDING",
+    "TAGS",
     "UNSET",
     "Catalogue",
     "Check",

@@ -145,6 +145,10 @@ class Catalogue:
             *self.folders, *self.patterns, *self.cleanups)
         return {r.name for r in rules}
 
+    def tagged(self, tag: str) -> frozenset[str]:
+        """The names of the patterns that declare ``tag`` (``pattern_rules.TAGS``)."""
+        return frozenset(r.name for r in self.patterns if tag in r.tags)
+
     def without(self, disabled: Iterable[str]) -> Catalogue:
         """A copy without the rules ``disabled`` names (rule names or op types); its op facts
     are this one's."""

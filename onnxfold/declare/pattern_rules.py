@@ -18,7 +18,7 @@ the op types it works on and its source location; hit counts live in the run's s
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,14 @@ from onnxfold.declare.builder import Replaced
 from onnxfold.declare.patterns import P
 from onnxfold.declare.registry import mark, source_of
 from onnxfold.declare.verdicts import Check
+
+SHAPE_FOLDING = "shape_folding"
+# the tags a rule may declare, and what the engine does with each
+TAGS = {
+    SHAPE_FOLDING: "it replaces values computed from the shapes of dynamic tensors with the "
+                   "constants it proves: off with --no-shape-folding, as the folds of Shape "
+                   "and Size are",
+}
 
 
 def keyword_names(fn: Callable) -> tuple[str, ...] | None:
@@ -59,11 +67,18 @@ class PatternRule:
     # of constants merged: (x * k) * c -> x * (k * c)); the rewrite validation then allows
     # ulps where it would otherwise ask for bits
     rounds_differently: bool = False
+    # what the engine needs to know of the rule, by name (:data:`TAGS`): the option that turns
+    # it off, say, without the engine naming the rule
+    tags: frozenset[str] = frozenset()
     orders: tuple[P, ...] = field(init=False, repr=False, compare=False)
     check_names: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
     rewrite_names: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        unknown_tags = set(self.tags) - set(TAGS)
+        if unknown_tags:
+            raise TypeError(f"{self.name} declares unknown tags {sorted(unknown_tags)}; the "
+                            f"tags the engine reads: {', '.join(sorted(TAGS))}")
         object.__setattr__(self, "orders", self.pattern.orders())
         check_names = keyword_names(self.check) if self.check is not None else ()
         captured = set(self.pattern.names())
@@ -88,12 +103,15 @@ class PatternRule:
 
 
 def pattern(matches: P, *, check: Check | None = None, name: str | None = None,
-            rounds_differently: bool = False) -> Callable[[Callable], Callable]:
+            rounds_differently: bool = False, tags: Iterable[str] = ()
+            ) -> Callable[[Callable], Callable]:
     """Declare the decorated function the rewrite of ``matches`` (see the module doc);
-    ``rounds_differently``: its replacement reassociates float arithmetic (see PatternRule)."""
+    ``rounds_differently``: its replacement reassociates float arithmetic (see PatternRule);
+    ``tags``: what the engine must know of it (:data:`TAGS`)."""
 
     def register(fn: Callable) -> Callable:
         return mark(fn, PatternRule(name or fn.__name__, matches, fn, check, source_of(fn),
-                                    rounds_differently=rounds_differently))
+                                    rounds_differently=rounds_differently,
+                                    tags=frozenset(tags)))
 
     return register

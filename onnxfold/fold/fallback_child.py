@@ -36,6 +36,7 @@ from dataclasses import asdict
 import numpy as np
 
 from onnxfold.analysis.declines import DeclineKind
+from onnxfold.errors import clipped
 from onnxfold.fold.fallback_session import (
     FallbackError,
     Wanted,
@@ -165,7 +166,7 @@ def _run_child(directory: str, timeout: float) -> None:
     if proc.returncode != 0:
         with open(os.path.join(directory, "stderr"), errors="replace") as f:
             lines = [line.strip() for line in f if line.strip()]
-        raise FallbackError(lines[-1][:300] if lines else
+        raise FallbackError(clipped(lines[-1], 300) if lines else
                             f"onnxruntime's process exited with {proc.returncode}")
 
 

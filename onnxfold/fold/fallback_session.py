@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis.declines import DeclineKind, Reason
+from onnxfold.errors import clipped
 from onnxfold.host import address_space
 from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import onnx_type
@@ -72,21 +73,43 @@ def raw_bits(arr: np.ndarray) -> np.ndarray:
 
 def first_line(e: Exception) -> str:
     text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
+    return clipped(text.splitlines()[0], 300) if text else type(e).__name__
 
 
 def to_ort(arr: np.ndarray):
     """``arr`` as an OrtValue (without a copy where onnxruntime allows it); a string array as
-    it is (onnxruntime makes no OrtValue of one: :func:`run_session` feeds it as an array)."""
+    an object array of ``str`` (onnxruntime makes no OrtValue of one: :func:`run_session`
+    feeds it as an array)."""
     import onnxruntime as ort
 
     if arr.dtype.kind in "OSU":
-        return np.asarray(arr, dtype=object)
+        return ort_strings(arr)
 
     if is_raw_dtype(arr.dtype):
         raw = raw_bits(c_contiguous(arr))
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
     return ort.OrtValue.ortvalue_from_numpy(c_contiguous(arr))
+
+
+def ort_strings(arr: np.ndarray) -> np.ndarray:
+    """A string array as onnxruntime reads one: objects of ``str``. onnx-ir hands strings as
+    bytes (``|S5`` arrays, or objects of ``bytes``), and onnxruntime turns a ``bytes`` object
+    into the text of its repr (``b'the'`` for ``the``) and reads a fixed-width bytes array past
+    its elements; bytes are decoded as UTF-8, onnxruntime's own encoding of its strings.
+    FallbackError (unsupported type) for bytes that are no UTF-8: onnxruntime's Python binding
+    takes ``str`` only, so nothing can feed them."""
+    out = np.empty(arr.shape, dtype=object)
+    flat = out.reshape(-1)
+    for k, item in enumerate(arr.reshape(-1).tolist()):
+        if not isinstance(item, bytes | bytearray | np.bytes_):
+            flat[k] = str(item)
+            continue
+        try:
+            flat[k] = bytes(item).decode("utf-8")
+        except UnicodeDecodeError:
+            raise FallbackError("a string that is not UTF-8, which onnxruntime's Python binding "
+                                "cannot feed", DeclineKind.UNSUPPORTED_TYPE) from None
+    return out
 
 
 def run_session(session, feed: dict, outputs: Sequence[Wanted], run_options,

@@ -87,7 +87,7 @@ def read_arrays(file: IO[bytes], label: str, limit: int = LIMIT) -> dict[str, np
         raise
     except Exception as e:  # zipfile, numpy and OS errors of a malformed archive
         raise InputError(f"{label}: cannot read arrays ({type(e).__name__}: "
-                         f"{' '.join(str(e).split())[:200]})") from None
+                         f"{one_line(e, 200)})") from None
 
 
 def runtime_constant(name: str, value: object) -> np.ndarray:

@@ -24,10 +24,11 @@ from onnxfold.analysis.shapes import serialize_light
 from onnxfold.errors import InputError
 from onnxfold.host.limits import limit_error, out_of_memory
 from onnxfold.host.logs import quiet
-from onnxfold.io import formats
+from onnxfold.io import formats, map_types
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
+from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
 from onnxfold.io.trust import check_tensor_data
@@ -517,6 +518,7 @@ def _load(path: str, check: bool, keep_light: bool
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
     graphs = refuse_too_many_nodes(proto, path)  # the graph protos, for the checks below
+    refuse_redefinitions(proto, path)
     densify(proto, path, graphs)
     _refuse_external_in_functions(proto, path)
     docs = _DocStrings.take(proto)
@@ -640,9 +642,12 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     """``proto`` as an ir.Model whose structure and tensor data are checked, the data files
     it reads, and how its graphs were sorted (:func:`check_structure`); ``docs``: the
     doc_strings taken out of ``proto``, given back to the model."""
+    aside = map_types.set_aside(proto)  # onnx-ir cannot read them
     try:
         with quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below
             model = ir.serde.deserialize_model(proto)
+        if aside:
+            model.meta[map_types.MAP_TYPES_KEY] = aside
         if docs is not None:
             docs.give(model)
     except MemoryError:
@@ -651,7 +656,10 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
         limit = limit_error(e, f"{label}: cannot load")
         if limit is not None:
             raise limit from None
-        raise InputError(f"{label}: cannot read model: {e}".splitlines()[0]) from None
+        raise InputError(f"{label}: cannot read model: {_root_cause(e)}".splitlines()[0]
+                         ) from None
+    finally:
+        map_types.give_back(aside, proto)  # the caller's proto as it was
     graphs = all_graphs(model)
     reorders = check_structure(graphs, label)
     if any(order is not None for order in reorders):
@@ -661,6 +669,17 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     _typed_by_their_data(graphs)
     _metadata_held_once(graphs)
     return model, files, reorders
+
+
+def _root_cause(error: BaseException) -> str:
+    """What caused ``error``: onnx-ir wraps the error of each graph, node and attribute it
+    reads in one naming only where it was ("Error calling _deserialize_graph with: <graph
+    name>"); the innermost says what is wrong."""
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return f"{error}" or type(error).__name__
 
 
 def _metadata_held_once(graphs: Iterable[ir.Graph]) -> None:
@@ -704,6 +723,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
     too, with ``check``). It has no directory, so external-data references are refused: load
     it from its file instead."""
     refuse_too_many_nodes(proto, label)
+    refuse_redefinitions(proto, label)
     _refuse_external_in_functions(proto, label)
     for graph in graph_protos(proto.graph):
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):

@@ -25,8 +25,8 @@ from onnxfold.analysis.shapes import declared_names
 from onnxfold.errors import OutputError
 from onnxfold.host import endings
 from onnxfold.host.points import reached
+from onnxfold.io import map_types, segments, text_parts
 from onnxfold.io import protowire as pw
-from onnxfold.io import segments, text_parts
 from onnxfold.io.mapped import MappedTensor, detached, input_origin
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.pinned import PinnedOutput
@@ -199,6 +199,7 @@ def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value],
             graph.register_initializer(value)
         restore_references(inlined)
     prune_value_info(model, proto)
+    map_types.give_back_to(model, proto)
     graph_bytes = graph_parts(proto.graph, aside)
     proto.ClearField("graph")
     head = proto.SerializeToString()

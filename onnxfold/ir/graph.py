@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from typing import cast
+from typing import TypeGuard, cast
 
 import onnx_ir as ir
 
@@ -154,6 +154,12 @@ def node_label(node: ir.Node) -> str:
         return node.name
     first = next((v.name for v in node.outputs if v.name), None)
     return f"{node.op_type}->{first}" if first else node.op_type
+
+
+def is_static_dim(dim: object) -> TypeGuard[int]:
+    """Whether a declared dim is a size: an int of at least 0 (Paddle's -1, "any size", and
+    every named or unnamed dim are dynamic: onnxruntime accepts any size there)."""
+    return isinstance(dim, int) and dim >= 0
 
 
 def static_shape(value: ir.Value) -> tuple[int, ...] | None:

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 import onnx
 import onnx.version_converter
 
+from onnxfold.errors import clipped
+
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -48,4 +50,4 @@ def converter_reason(error: Exception) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     text = re.sub(r"^\S*\.(?:h|cc|cpp):\d+: (?:\w+: )?", "", text)
     text = re.sub(r"^Assertion `[^`]*` failed: ", "", text)
-    return text[:400]
+    return clipped(text, 400)

@@ -46,6 +46,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.expansion import EXPANSION_BUDGET, describe, expanded_size
 from onnxfold.errors import InputError
+from onnxfold.io import map_types
 from onnxfold.ir.edits import names_for
 from onnxfold.ir.graph import all_graphs
 from onnxfold.pipeline.converter import convert_function, converter_reason
@@ -104,9 +105,13 @@ def convert_opset(model: ir.Model, target: int, label: str = "model",
         model = fold(model)
         conversion = Conversion(current, target, folded_first=True)
         converted = _Conversion(_light_copy(model), conversion, label).run()
+    aside = map_types.set_aside(converted)  # the converter writes the types it infers
     result = ir.serde.deserialize_model(converted)
     _reattach_weights(model, result)
     result.meta.update(model.meta)
+    if aside:
+        result.meta[map_types.MAP_TYPES_KEY] = {**aside,
+                                                **model.meta.get(map_types.MAP_TYPES_KEY, {})}
     result.meta[CONVERSION_KEY] = conversion.to_dict()
     return result
 

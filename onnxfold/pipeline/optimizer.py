@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,8 +35,9 @@ from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import MARKED_KEY, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.pattern_rules import SHAPE_FOLDING
 from onnxfold.errors import InputError
-from onnxfold.io import load_model, save_model
+from onnxfold.io import load_model, map_types, save_model
 from onnxfold.io.formats import HEAD_BYTES, describe_head
 from onnxfold.io.reader import (
     SOURCE_KEY,
@@ -75,8 +77,6 @@ from onnxfold.rewrite.steps import StepFailed
 if TYPE_CHECKING:
     from onnxfold.io.writer import SaveInfo
 
-SHAPE_VALUE_RULES = {"known_shape_value", "reshape_known_target"}  # off with --no-shape-folding
-
 
 @dataclass
 class OptimizeResult:
@@ -104,6 +104,7 @@ class OptimizeResult:
         finally:
             restore_references(inlined)
         prune_value_info(self.model, proto)  # as in a saved file: no merely inferred types
+        map_types.give_back_to(self.model, proto)
         return proto
 
     def save(self, path: str | os.PathLike, **kwargs: Any) -> SaveInfo:
@@ -160,7 +161,7 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         recorded = Recorded(step, log)
         return recorded if phases is None else Timed(recorded, phases)
 
-    shape_rules = set() if options.shape_folding else SHAPE_VALUE_RULES
+    shape_rules = frozenset() if options.shape_folding else catalogue.tagged(SHAPE_FOLDING)
     catalogue = catalogue.without(
         set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
     folding = options.fold_settings()
@@ -230,38 +231,41 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     (``result.evidence.rewrites``, :mod:`onnxfold.rewrite.log`), for
     ``compare(..., evidence=result.evidence)`` to validate each one.
     """
-    options = _with_keywords(options, check, input_shapes, fold_options)
+    options = with_keywords(optimize, options, check, input_shapes, fold_options)
     catalogue = load_catalogue() if catalogue is None else catalogue
     with long_lived():  # fewer collections; a large model's objects are not walked by each
         return _optimize(model, options, catalogue, check, progress, pristine, loaded,
                          phases or Phases(), record_rewrites)
 
 
-def _with_keywords(options: FoldOptions | None, check: object,
-                   input_shapes: Mapping[str, Sequence[int | str | None]] | Sequence[str] | None,
-                   fold_options: dict[str, Any]) -> FoldOptions | None:
-    """``options`` with :func:`optimize`'s keywords applied (InputError for a wrong one)."""
+def with_keywords(caller: Callable[..., Any], options: FoldOptions | None, check: object,
+                  input_shapes: Mapping[str, Sequence[int | str | None]] | Sequence[str] | None,
+                  fold_options: Mapping[str, Any]) -> FoldOptions:
+    """``options`` with the keywords of a call of ``caller`` (``optimize``, ``simplify``)
+    applied: ``input_shapes`` and any ``FoldOptions`` field given as a keyword replace the
+    options' own (``input_shapes=None``: the options' shapes stay). The one place both read
+    their keywords, so that each takes the same ones and honours the same options. An
+    unknown keyword, or a ``check`` that is not a bool, is an InputError."""
+    name = caller.__name__
     if not isinstance(check, bool):
         raise InputError(f"check={check!r}: check runs onnx's checker on the input (True or "
                          "False); to compare outputs in onnxruntime use "
                          f"onnxfold.simplify(model, check_n={check!r}) or onnxfold.compare")
     fields = {f.name for f in dataclasses.fields(FoldOptions)}
-    for name in fold_options:
-        if name not in fields:
-            near = difflib.get_close_matches(name, sorted(fields | _KEYWORDS), n=1)
-            hint = f" ({_ELSEWHERE[name]})" if name in _ELSEWHERE else \
+    own = set(inspect.signature(caller).parameters) - {"model", "fold_options"}
+    for keyword in fold_options:
+        if keyword not in fields:
+            near = difflib.get_close_matches(keyword, sorted(fields | own), n=1)
+            hint = f" ({_ELSEWHERE[keyword]})" if keyword in _ELSEWHERE else \
                 f" (did you mean {near[0]}=?)" if near else ""
-            raise InputError(f"optimize() has no keyword {name}{hint}; FoldOptions fields: "
+            raise InputError(f"{name}() has no keyword {keyword}{hint}; FoldOptions fields: "
                              f"{', '.join(sorted(fields))}")
+    changes = dict(fold_options)
     if input_shapes is not None:
-        fold_options["input_shapes"] = as_specs(input_shapes)
-    if not fold_options:
-        return options
-    return dataclasses.replace(options or FoldOptions(), **fold_options)
+        changes["input_shapes"] = as_specs(input_shapes)
+    return dataclasses.replace(options or FoldOptions(), **changes)
 
 
-_KEYWORDS = {"options", "check", "input_shapes", "progress", "pristine", "loaded", "phases",
-             "catalogue", "record_rewrites"}
 # onnxsim's keywords, and where onnxfold takes what they mean
 _ELSEWHERE = {"check_n": "an accuracy check is onnxfold.simplify(model, check_n=N)",
               "overwrite_input_shapes": "it is input_shapes= here",

@@ -11,6 +11,7 @@ that slice; the rewrite and the cleanups get theirs as ``RunSettings``
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,26 +52,34 @@ def _opt(default: Any, flag: Flag, factory: Callable[[], Any] | None = None) -> 
     return field(default=default, metadata={"cli": flag})
 
 
+def _names(given: str | Iterable[str]) -> tuple[str, ...]:
+    """Names given as one string or a collection of them (a string is one name, not its
+    letters)."""
+    return (given,) if isinstance(given, str) else tuple(given)
+
+
 def flag_of(option: Any) -> Flag:
     """The :class:`Flag` of a ``dataclasses.Field`` of :class:`FoldOptions`."""
     flag: Flag = option.metadata["cli"]
     return flag
 
 
-@dataclass
+@dataclass(frozen=True)
 class FoldOptions:
     """What may be folded, and how: the options of one run of the pipeline.
 
     Every field has a command-line flag of the same meaning (its metadata, :class:`Flag`).
     The passes do not read this object: each is given its slice (:meth:`fold_settings`,
-    :meth:`run_settings`, and single fields), built once per run.
+    :meth:`run_settings`, and single fields), built once per run. A value: frozen and
+    hashable (its collections are stored as a frozenset and tuples, whatever was given);
+    ``dataclasses.replace(options, field=...)`` makes a changed copy.
     """
 
-    disabled_rules: set[str] = _opt(None, Flag(  # noqa: RUF009 - _opt returns a dataclasses.field
+    disabled_rules: AbstractSet[str] = _opt(frozenset(), Flag(
         "--disable-rule", "do not use this rule: a rule name, or an op type (every native rule "
         "for that op: its folder, the patterns matching it, the cleanup removing it; the "
         "onnxruntime fallback still folds it; --keep prevents that); repeatable", repeat=True,
-        metavar="NAME"), set)
+        metavar="NAME"))
     keep: tuple[str, ...] = _opt((), Flag(
         "--keep", "never fold, rewrite or remove nodes of this op type or of this node name, "
         "natively or through onnxruntime; repeatable", repeat=True, metavar="OP|NODE"))
@@ -152,10 +161,16 @@ class FoldOptions:
         "warning (for tests and CI)", switch=True))
 
     def __post_init__(self) -> None:
-        """Take onnxsim's form of input shapes, ``{"input_ids": [1, 16]}``, as the
-        ``--input-shape`` strings; refuse a ``strip_metadata`` that is none of its modes."""
+        """Store the collections as immutable values (a set of rule names as a frozenset, a
+        list of kept names as a tuple; onnxsim's form of input shapes, ``{"input_ids": [1,
+        16]}``, as the ``--input-shape`` strings); refuse a ``strip_metadata`` that is none
+        of its modes."""
+        if not isinstance(self.disabled_rules, frozenset):
+            object.__setattr__(self, "disabled_rules", frozenset(_names(self.disabled_rules)))
+        if not isinstance(self.keep, tuple):
+            object.__setattr__(self, "keep", _names(self.keep))
         if not isinstance(self.input_shapes, tuple):
-            self.input_shapes = as_specs(self.input_shapes)
+            object.__setattr__(self, "input_shapes", as_specs(self.input_shapes))
         if self.strip_metadata is not None and self.strip_metadata not in MODES:
             raise InputError(f"--strip-metadata {self.strip_metadata!r}: expected "
                              f"{' or '.join(map(repr, MODES))} (or None: keep it)")

@@ -70,7 +70,7 @@ def match_inputs(graph: ir.Graph, names_or_patterns: Iterable[str]) -> list[ir.V
                 if v.name == spec or fnmatch.fnmatchcase(cast(str, v.name), spec)]
         if not hits:
             names = ", ".join(printable(cast(str, v.name)) for v in graph.inputs)
-            raise InputError(f"runtime constant {printable(spec)}: no graph input matches "
+            raise InputError(f"--runtime-const {printable(spec)}: no graph input matches "
                              f"(inputs: {names})")
         chosen.extend(v for v in hits if v not in chosen)
     return chosen

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime.session import Session
@@ -78,11 +80,33 @@ def test_every_backend_computes_the_merged_weight(backend, form):
 
 
 def test_float16_is_merged_in_float32_and_rounded_once():
+    """The merge's recipe (the runtime fold's graph) computes the branch's product in float32,
+    rounds it to float16 once and adds it to the float16 weight: run node by node as written
+    (onnx's reference evaluator), it gives ``W + f16(s * A^T B^T in float32)`` bit for bit,
+    and the data tells that apart from a product computed in float16 and from a product
+    rounded with the sum (a float16 Gemm). Each backend then computes it within the bound
+    (onnxruntime's float16 Add of a Cast from float32 drops the Cast pair: the sum rounded
+    once, more precise still; test_every_backend_computes_the_merged_weight)."""
     case = lr.scale_after(np.dtype(np.float16))
+    scale = np.float16(0.3)  # not a power of two: scaling a rounded product rounds again
+    scaling = next(i for i in case.model.graph.initializer if i.name == "scaling")
+    scaling.CopyFrom(numpy_helper.from_array(np.array(scale), "scaling"))
     session, out = _merged(case)
     assert session.parts.low_rank.merged == 1
     assert out.dtype == np.float16
     _within_bound(case, out, lr.K)
+    weight = next(numpy_helper.to_array(i) for i in case.model.graph.initializer
+                  if i.name == "W")
+    a16, b16 = case.feeds["lora_A"], case.feeds["lora_B"]
+    product = np.float32(scale) * (a16.astype(np.float32).T @ b16.astype(np.float32).T)
+    recipe = weight + product.astype(np.float16)  # float16 + float16, as the Add node says
+    fold = ir.to_proto(session.parts.runtime_fold)
+    constants = {i.name: case.feeds[i.name] for i in fold.graph.input}
+    (folded,) = ReferenceEvaluator(fold).run(None, constants)
+    np.testing.assert_array_equal(folded, recipe)
+    in_half = weight + scale * (a16.T @ b16.T)
+    with_the_sum = (weight.astype(np.float32) + product).astype(np.float16)
+    assert not np.array_equal(in_half, recipe) and not np.array_equal(with_the_sum, recipe)
 
 
 def test_a_quantized_base_weight_keeps_its_branch_and_says_why():

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import helper
 from test_policy import _tied_embedding
 
-from onnxfold.declare.catalogue import load_catalogue
+import onnxfold
+from onnxfold.declare import SHAPE_FOLDING, OpBuilder, P, Var, pattern
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.registry import RULES_ATTR
 from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto
@@ -88,3 +95,53 @@ def test_op_facts_are_declared_by_rules_not_the_engine():
     assert catalogue.shape_only == {"Shape", "Size"}  # the folders declared shape_only
     assert {"RandomNormal", "Bernoulli", "Multinomial"} <= catalogue.nondeterministic
     assert catalogue.kept_quantized == {"DequantizeLinear"}
+
+
+def _string_constants(path: Path) -> list[tuple[int, str]]:
+    return [(node.lineno, node.value) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+# the rule names onnxfold's own code may write: the runtime runs these rules by the names a
+# user disables them by (docs/runtime-constants.md)
+NAMED_BY_THE_RUNTIME = {
+    ("runtime/reassociate.py", "merge_low_rank_branches"),
+    ("runtime/session.py", "merge_low_rank_branches"),
+    ("runtime/backends/iree_rewrites.py", "transpose_before_widening"),
+}
+
+
+def test_the_engine_names_no_rule_it_needs_to_know_of():
+    """What the engine must know of a rule is a tag the rule declares (``tags=``), not its
+    name in the engine's code: no pattern or cleanup name is a string constant of onnxfold/
+    outside the runtime's own uses of the rules it runs."""
+    catalogue = load_catalogue()
+    names = {r.name for r in (*catalogue.patterns, *catalogue.cleanups)}
+    package = Path(onnxfold.__file__).parent
+    found = {(str(path.relative_to(package)), value)
+             for path in package.rglob("*.py")
+             for _, value in _string_constants(path) if value in names}
+    assert found == NAMED_BY_THE_RUNTIME
+
+
+def test_a_rule_tagged_shape_folding_is_off_without_shape_folding():
+    """``--no-shape-folding`` turns off every rule that declares the tag (a plugin's too),
+    and only those: the engine reads the tag."""
+
+    @pattern(P("Neg", P("Neg", Var("x"))), tags=[SHAPE_FOLDING])
+    def tagged_double_negation(op: OpBuilder, x: ir.Value) -> ir.Value:
+        return x
+
+    (rule,) = getattr(tagged_double_negation, RULES_ATTR)
+    assert rule.tags == {SHAPE_FOLDING}
+    catalogue = load_catalogue() + Catalogue((), (rule,), ())
+    assert catalogue.tagged(SHAPE_FOLDING) == {"known_shape_value", "reshape_known_target",
+                                               rule.name}
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Neg", ["n"], ["nn"]),
+             helper.make_node("Relu", ["nn"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])])
+    on = onnxfold.optimize(model, catalogue=catalogue).report.pattern_hits
+    off = onnxfold.optimize(model, catalogue=catalogue, shape_folding=False).report.pattern_hits
+    assert on == {rule.name: 1} and off == {}
+    with pytest.raises(TypeError, match="unknown tags"):
+        pattern(P("Neg", Var("x")), tags=["shape_folding_typo"])(tagged_double_negation)

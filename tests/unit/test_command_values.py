@@ -4,10 +4,13 @@ the only module that imports argparse or reads its namespace, a batch's job rece
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import pickle
 from pathlib import Path
+
+import pytest
 
 from onnxfold.app.commands import (
     CompareCommand,
@@ -18,7 +21,7 @@ from onnxfold.app.commands import (
     SplitCommand,
     written_directories,
 )
-from onnxfold.app.parser import parse
+from onnxfold.app.parser import build_parser, parse
 from onnxfold.pipeline.options import FoldOptions
 
 ONNXFOLD = Path(__file__).resolve().parents[2] / "onnxfold"
@@ -92,3 +95,40 @@ def test_each_command_names_the_directories_it_writes(tmp_path):
     assert isinstance(compare, CompareCommand) and written_directories(compare) == []
     run = parse(["run", "m.onnx", "--inputs", "f.npz", "-o", str(tmp_path / "o.npz")]).command
     assert isinstance(run, RunCommand) and written_directories(run) == [str(tmp_path)]
+
+
+# the fewest arguments each subcommand takes
+_BARE = {"optimize": ["m.onnx"], "compare": ["a.onnx", "b.onnx"],
+         "verify-folds": ["a.onnx", "b.onnx"], "split": ["m.onnx", "--runtime-const", "w", "-o",
+                                                         "out"],
+         "split-adapter": ["m.onnx", "-o", "b.onnx", "--adapter", "a.onnx_adapter"],
+         "run": ["m.onnx", "--inputs", "i.npz"], "inspect": ["m.onnx"], "rules": []}
+
+
+def _switches(command: str) -> list[str]:
+    """The flags of ``command`` that take no value (``--skip-check``, ``--no-fallback``)."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return [a.option_strings[-1] for a in sub.choices[command]._actions
+            if a.option_strings and a.nargs == 0 and a.dest not in ("help", "debug")]
+
+
+def test_every_switch_a_subcommand_accepts_changes_what_it_does():
+    """A flag a command takes is read by it: each switch of each subcommand gives a command
+    value other than the one without it (``run --skip-check`` was accepted, shared with the
+    fold flags, and ignored; ``run`` now refuses it)."""
+    assert set(_BARE) == set(next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices)
+    for name, bare in _BARE.items():
+        plain = parse([name, *bare]).command
+        for switch in _switches(name):
+            assert parse([name, *bare, switch]).command != plain, f"{name} {switch}"
+    assert "--skip-check" not in _switches("run")
+    assert {"--skip-check"} <= set(_switches("optimize")) & set(_switches("split"))
+
+
+def test_run_refuses_skip_check_in_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse(["run", "m.onnx", "--inputs", "i.npz", "--skip-check"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--skip-check" in err[0], err

@@ -151,7 +151,7 @@ def test_larger_guesses_are_tried_when_no_small_one_runs():
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
     result = onnxfold.compare(model, model, n=2)
-    assert result.ok and result.bindings == [{"samples": 64}, {"samples": 97}]
+    assert result.ok and result.bindings == [{"samples": 64}, {"samples": 97}, {"samples": 81}]
     notes = " ".join(result.notes)
     assert notes.startswith("the reference could not run the guessed dims samples=16")
     assert all(f"samples={n} " in notes for n in (1, 7, 16))
@@ -165,14 +165,17 @@ def test_no_guess_running_is_one_error_listing_every_guess():
                    [helper.make_tensor_value_info("x", f, [1, "samples"])],
                    [helper.make_tensor_value_info("y", f, [1, "out"])])
     with pytest.raises(InputError, match=r"dims guessed: samples=16 or samples=1 or samples=7 or "
-                                         r"samples=64 or samples=97 or samples=256 or "
-                                         r"samples=385 or samples=1024 or samples=1537 \(set"):
+                                         r"samples=64 or samples=97 or samples=81 or "
+                                         r"samples=256 or samples=385 or samples=321 or "
+                                         r"samples=1024 or samples=1537 or samples=1281 \(set"):
         onnxfold.compare(model, model)
 
 
-def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_is_not():
+def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_follows_the_batch():
     """Like an audio model: samples ``[None, None]`` needs 64 (reflect Pad of 40); the state's
-    unnamed batch in the middle of ``[2, None, 4]`` stays 1 (it must equal the samples' batch)."""
+    unnamed batch in the middle of ``[2, None, 4]`` follows each binding's batch (it must
+    equal the samples' batch). Each unnamed dim is its own, named by input and axis, and
+    takes two values."""
     f = TensorProto.FLOAT
     pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 0, 0, 40])
     model = make_model([helper.make_node("Constant", [], ["p"], value=pads),
@@ -184,8 +187,9 @@ def test_unnamed_trailing_dims_are_guessed_larger_and_a_state_in_the_middle_is_n
                    [helper.make_tensor_value_info("y", f, None),
                     helper.make_tensor_value_info("z", f, None)])
     result = onnxfold.compare(model, model)
-    assert result.ok and [i.shape for i in result.inputs] == [[1, 64], [2, 1, 4]]
-    assert result.defaulted_dims == ["?"] and "?=1" in result.notes[0]
+    assert result.ok and [i.shapes for i in result.inputs] == [[[1, 64], [2, 97], [3, 81]],
+                                                                [[2, 1, 4], [2, 2, 4], [2, 3, 4]]]
+    assert result.defaulted_dims == ["state[1]", "x[0]", "x[1]"] and not result.single_dims
     assert onnxfold.compare(model, model, dims={"?": 50}).inputs[0].shape == [50, 50]
 
 

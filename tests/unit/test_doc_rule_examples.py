@@ -1,4 +1,5 @@
-"""The example rules of docs/ARCHITECTURE.md and docs/rewrite-driver.md run as written.
+"""The example rules of docs/ARCHITECTURE.md and docs/rewrite-driver.md run as written (and
+ARCHITECTURE.md's size rule refuses what its text says).
 
 Each ``python`` block that declares a ``@pattern`` is executed with the rule API in scope,
 its rule is put into a catalogue (in place of an installed rule of the same name) and
@@ -19,7 +20,7 @@ from onnx import helper
 
 import onnxfold
 import onnxfold.declare
-from onnxfold.declare import PatternRule
+from onnxfold.declare import PatternRule, SizeRule
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.registry import RULES_ATTR
 from tests.support.models import make_model, vinfo
@@ -74,3 +75,44 @@ def test_the_doc_rule_runs_as_written(doc, model, left) -> None:
         for i in original.graph.input}
     for want, got in zip(run_ort(original, feeds), run_ort(folded, feeds)):
         np.testing.assert_array_equal(want, got)
+
+
+def _nonzero_of_ones(shape: tuple[int, ...]) -> onnx.ModelProto:
+    """y = x + the count of NonZero(ones(shape))'s indices: the NonZero folds if it may."""
+    nodes = [helper.make_node("NonZero", ["c"], ["nz"]),
+             helper.make_node("Cast", ["nz"], ["f"], to=onnx.TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["f"], ["s"], keepdims=0),
+             helper.make_node("Add", ["x", "s"], ["y"])]
+    ones = onnx.numpy_helper.from_array(np.ones(shape, np.float32), "c")
+    return make_model(nodes, [vinfo("x", shape=[1])], [vinfo("y", shape=[1])], [ones])
+
+
+def test_the_size_rule_example_refuses_what_the_page_says():
+    """ARCHITECTURE.md's size rule, executed as written, refuses the NonZero its text names
+    under the budget it names, with the bytes it names, and lets the 1-D one it says fits
+    fold (without the rule, nothing is refused: the example is what refuses)."""
+    (code,) = [c for c in BLOCK.findall((ROOT / "docs" / "ARCHITECTURE.md").read_text())
+               if "@output_bytes(" in c]
+    scope: dict[str, object] = {"np": np, **vars(onnxfold.declare)}
+    exec(compile(code, "ARCHITECTURE.md", "exec"), scope)
+    (rule,) = [r for obj in scope.values() for r in getattr(obj, RULES_ATTR, ())
+               if isinstance(r, SizeRule)]
+    page = " ".join((ROOT / "docs" / "ARCHITECTURE.md").read_text().split())
+    claim = re.search(r"a `NonZero` of a (\d+) x (\d+) tensor is refused under "
+                      r"`--pool-budget (\d+)` .*?([\d,]+) bytes \(a 1-D tensor of ([\d,]+) "
+                      r"elements, ([\d,]+) bytes, fits\)", page)
+    assert claim, "the size rule's example sentence changed: update this test with it"
+    rows, cols, budget, refused, elements, fits = (int(g.replace(",", ""))
+                                                   for g in claim.groups())
+    catalogue = load_catalogue() + Catalogue((), (), (), sizes=(rule,))
+    report = onnxfold.optimize(_nonzero_of_ones((rows, cols)), catalogue=catalogue,
+                               pool_budget=budget).report
+    assert report.declined == {"size": 1}
+    assert f"outputs of {refused} B would exceed the pool budget of {budget} B" in \
+        report.declined_nodes[0]["reason"]
+    one_d = onnxfold.optimize(_nonzero_of_ones((elements,)), catalogue=catalogue,
+                              pool_budget=budget).report
+    assert one_d.declined == {} and one_d.nodes_after == 1
+    assert rule.fn(np.ones(elements, np.float32)) == fits
+    plain = onnxfold.optimize(_nonzero_of_ones((rows, cols)), pool_budget=budget).report
+    assert plain.declined == {}

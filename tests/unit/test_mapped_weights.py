@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 
 import numpy as np
 import onnx
@@ -60,14 +62,28 @@ def test_every_weight_of_a_file_is_a_view_of_one_mapping(tmp_path):
 
 
 def test_release_drops_one_view_and_the_others_still_read(tmp_path):
+    """After ``release`` the tensor holds no view (the array it handed out dies with the
+    caller's last reference), the file's one mapping stays while another weight's view uses
+    it, and goes with the last view; a released weight is mapped again when read."""
     path = str(tmp_path / "m.onnx")
     arrays = _weights_model(path, 3)
     model = load_model(path)
     first, second = (model.graph.initializers[f"w{i}"].const_value for i in range(2))
-    first.numpy()
+    dropped = weakref.ref(first.numpy())
+    held = second.numpy()
+    assert dropped() is not None  # the tensor holds its view
     first.release()
-    np.testing.assert_array_equal(second.numpy(), arrays[1])
+    gc.collect()
+    assert dropped() is None, "release kept the tensor's view"
+    assert _mappings_of(path) == 1  # the second weight's view keeps the mapping
+    np.testing.assert_array_equal(held, arrays[1])
+    second.release()
+    del held
+    gc.collect()
+    assert _mappings_of(path) == 0  # no view left: nothing of the file stays mapped
     np.testing.assert_array_equal(first.numpy(), arrays[0])  # mapped again on demand
+    np.testing.assert_array_equal(second.numpy(), arrays[1])
+    assert _mappings_of(path) == 1
 
 
 def test_release_pages_drops_only_the_pages_of_one_weight(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import fields
 
 import pytest
@@ -62,3 +63,20 @@ def test_each_slice_carries_what_it_is_given():
     settings = options.run_settings(["MyOp"])
     assert settings.keep == frozenset({"Gather"}) and settings.named_dims_equal
     assert settings.unknown_ops == frozenset({"MyOp"})
+
+
+def test_options_are_a_frozen_value_changed_by_replace():
+    """One way to change an option: ``dataclasses.replace``. Assigning a field raises, and
+    the collections given (a set, a list, a dict of shapes) are stored immutable, so no
+    caller holding the options can change what a run it was given reads."""
+    options = FoldOptions(disabled_rules={"Neg"}, keep=["Gather"],
+                          input_shapes={"x": [1, None]})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.fold_qdq = True  # type: ignore[misc]
+    assert isinstance(options.disabled_rules, frozenset) and options.keep == ("Gather",)
+    assert options.input_shapes == ("x:1,?",)
+    assert hash(options) == hash(FoldOptions(disabled_rules=frozenset({"Neg"}),
+                                             keep=("Gather",), input_shapes=("x:1,?",)))
+    changed = dataclasses.replace(options, fold_qdq=True)
+    assert changed.fold_qdq and not options.fold_qdq
+    assert FoldOptions(keep="Gather").keep == ("Gather",)  # one name, not its letters

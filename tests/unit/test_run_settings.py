@@ -13,6 +13,7 @@ from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import MARKED_KEY
 from onnxfold.analysis.symbolic import shared_dim_names
 from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.io.map_types import MAP_TYPES_KEY
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY, UNKNOWN_OPS_KEY
 from onnxfold.ir.edits import NAMES_KEY
 from onnxfold.rewrite.driver import run_cleanups
@@ -20,7 +21,7 @@ from onnxfold.runtime.split import optimize_and_split
 from tests.support.models import make_model, tensor, vinfo
 
 # what the reader and the name allocator may leave on a model (docs/state.md)
-ANNOTATIONS = {SOURCE_KEY, DATA_FILES_KEY, UNKNOWN_OPS_KEY, NAMES_KEY, MARKED_KEY}
+ANNOTATIONS = {SOURCE_KEY, DATA_FILES_KEY, UNKNOWN_OPS_KEY, NAMES_KEY, MARKED_KEY, MAP_TYPES_KEY}
 
 
 def _identity_model() -> ir.Model:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
+from onnxfold import FoldOptions
 from onnxfold.errors import InputError
 from tests.support.models import make_model, reshape_to_rows_of_thirteen
 
@@ -116,3 +120,66 @@ def test_optimize_takes_shapes_as_dicts_and_refuses_what_it_would_misread(tmp_pa
     with pytest.raises(InputError, match=r"no keyword input_shape .*input_shapes="):
         onnxfold.optimize(str(path), input_shape={"x": [2, 4]})
     assert onnxfold.optimize(str(path), fold_qdq=True).model is not None
+
+
+def _annotated():
+    """``_foldable`` with a doc string on its Mul (what ``strip_metadata`` drops)."""
+    model = _foldable()
+    model.graph.node[0].doc_string = "exporter's note"
+    return model
+
+
+# options that each change the folded model of ``_annotated``: every one must reach the fold
+# whether simplify or optimize is given it
+CHANGING = {
+    "input_shapes": FoldOptions(input_shapes=("x:2,4",)),
+    "keep": FoldOptions(keep=("Mul",)),
+    "disabled_rules": FoldOptions(disabled_rules={"Mul"}, fallback=False),
+    "target_opset": FoldOptions(target_opset=18),
+    "strip_metadata": FoldOptions(keep=("Mul",), strip_metadata="all"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHANGING))
+def test_simplify_honours_every_option_as_optimize_does(name):
+    """``simplify(m, options=O)`` and ``simplify(m, **fields of O)`` give the very bytes
+    ``optimize(m, O)`` gives, and those differ from the default fold's (so the option
+    reached the fold; ``options=FoldOptions(input_shapes=...)`` was dropped once)."""
+    options = CHANGING[name]
+    want = onnxfold.optimize(_annotated(), options).to_proto().SerializeToString()
+    assert want != onnxfold.simplify(_annotated())[0].SerializeToString(), name
+    assert onnxfold.simplify(_annotated(), options=options)[0].SerializeToString() == want
+    given = {f.name: getattr(options, f.name) for f in dataclasses.fields(FoldOptions)
+             if getattr(options, f.name) != getattr(FoldOptions(), f.name)}
+    assert onnxfold.simplify(_annotated(), **given)[0].SerializeToString() == want
+    assert onnxfold.optimize(_annotated(), **given).to_proto().SerializeToString() == want
+
+
+def test_the_options_input_shapes_fix_the_model_and_the_check():
+    """The options' own shapes count in simplify (the check runs the original with them);
+    ``input_shapes=`` replaces them, as it does in optimize."""
+    folded, ok = onnxfold.simplify(_foldable(), check_n=1,
+                                   options=FoldOptions(input_shapes=("x:2,4",)))
+    assert ok and [d.dim_value for d in folded.graph.input[0].type.tensor_type.shape.dim] == [
+        2, 4]
+    replaced = FoldOptions(input_shapes=("x:2,4",))
+    for folded in (onnxfold.simplify(_foldable(), input_shapes={"x": [3, 4]},
+                                     options=replaced)[0],
+                   onnxfold.optimize(_foldable(), replaced, input_shapes={"x": [3, 4]})
+                   .to_proto()):
+        assert [d.dim_value for d in folded.graph.input[0].type.tensor_type.shape.dim] == [
+            3, 4]
+
+
+def test_simplify_takes_optimize_s_keywords_and_refuses_the_same_mistakes():
+    """The same keywords, read by the same code: ``check`` (onnx's checker), any FoldOptions
+    field, and an unknown keyword named with the nearest one."""
+    optimize_keywords = set(inspect.signature(onnxfold.optimize).parameters)
+    simplify_keywords = set(inspect.signature(onnxfold.simplify).parameters)
+    assert {"options", "check", "input_shapes", "fold_options"} <= \
+        optimize_keywords & simplify_keywords
+    with pytest.raises(InputError, match=r"^simplify\(\) has no keyword fold_qbq "
+                                         r"\(did you mean fold_qdq=\?\)"):
+        onnxfold.simplify(_foldable(), fold_qbq=True)
+    with pytest.raises(InputError, match=r"check=3: "):
+        onnxfold.simplify(_foldable(), check=3)
