@@ -215,7 +215,7 @@ def size(step: StepInputs) -> Known | None:
 @shape_dims("ConstantOfShape")
 def constant_of_shape_dims(step: DimsInputs) -> Dims | None:
     shape = step.known_at(0)
-    return None if shape is None else shape.elements
+    return None if shape is None or shape.scalar else shape.elements  # (a 0-D shape: invalid)
 
 
 @shape_dims("Range")
@@ -236,6 +236,10 @@ def same_shape(step: DimsInputs) -> Dims | None:
 
 @shape_dims(*sorted(MULTIDIRECTIONAL))
 def broadcast(step: DimsInputs) -> Dims | None:
+    """The inputs' dims broadcast, right-aligned (from opset 7; before it, ``broadcast=1``
+    aligned the second input at ``axis``: not derived)."""
+    if "broadcast" in step.node.attributes:
+        return None
     shapes = [step.dims(v) for v in step.node.inputs if v is not None]
     return None if not shapes or any(s is None for s in shapes) else \
         broadcast_dims([s for s in shapes if s is not None])
@@ -343,21 +347,28 @@ def squeeze_dims(step: DimsInputs) -> Dims | None:
     return None if axes is None else tuple(d for i, d in enumerate(first) if i not in axes)
 
 
-def reshaped(source: Dims, target: Known, allowzero: bool) -> Dims:
-    """``source`` reshaped to the shape value ``target`` (0 copies, -1 infers)."""
+def reshaped(source: Dims | None, target: Known, allowzero: bool) -> Dims:
+    """``source`` (None: its rank unknown) reshaped to the shape value ``target`` (0 copies,
+    -1 infers): as many dims as ``target`` has elements, whatever the source.
+
+    An element ``e`` of ``target`` that is a dim (``Shape(y)``'s) is that dim, unless it is 0
+    at run time and copies the source's: where the source has no dim at its place,
+    onnxruntime refuses a 0 ("exceeds the dimension size of the input tensor"), so wherever
+    the model runs it is ``e``."""
     out: list[Dim | None] = []
     for i, e in enumerate(target.elements):
-        copied = source[i] if i < len(source) else None
+        beyond = source is not None and i >= len(source)  # a 0 here fails (unless allowzero)
+        copied = source[i] if source is not None and not beyond else None
         if isinstance(e, int):
             out.append(e if e > 0 or (e == 0 and allowzero) else copied if e == 0 else None)
-        elif nonnegative(e) and (allowzero or has_factor(copied, e)):
-            out.append(e)  # were e 0 at run time, the copied dim is 0 too
+        elif nonnegative(e) and (allowzero or beyond or has_factor(copied, e)):
+            out.append(e)  # were e 0 at run time, the copied dim is 0 too (or it fails)
         elif nonnegative(e) and copied is not None:
             out.append(expression("Reshape0", e, copied))  # e, or the copied dim where e is 0
         else:
             out.append(None)
     inferred = [i for i, e in enumerate(target.elements) if e == -1]
-    if len(inferred) == 1 and None not in source and \
+    if source is not None and len(inferred) == 1 and None not in source and \
             sum(1 for d in out if d is None) == 1:  # the -1: what the other dims leave
         out[inferred[0]] = _left_over(source, out)
     return tuple(out)
@@ -388,9 +399,10 @@ def _left_over(source: Dims, out: list[Dim | None]) -> Dim | None:
 
 @shape_dims("Reshape")
 def reshape_dims(step: DimsInputs) -> Dims | None:
-    first, target = step.first, step.known_at(1)
-    return None if first is None or target is None or target.scalar else \
-        reshaped(first, target, bool(step.node.attributes.get_int("allowzero", 0)))
+    """The dims a known target gives, the input's rank known or not (:func:`reshaped`)."""
+    target = step.known_at(1)
+    return None if target is None or target.scalar else \
+        reshaped(step.first, target, bool(step.node.attributes.get_int("allowzero", 0)))
 
 
 @shape_dims("Tile")

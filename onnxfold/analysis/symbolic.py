@@ -315,6 +315,8 @@ def slice_elements(elements: tuple[Dim, ...], start: int, end: int, step: int
 
 
 Arrays = Callable[[ir.Value], np.ndarray | None]
+# which shapeless values a walk gives a shape (``shape_values``' ``complete``); None: none
+Completing = Callable[[ir.Value], bool] | None
 
 
 @dataclass(frozen=True)
@@ -577,25 +579,58 @@ def _of_inputs(d: Dim | None, inputs: frozenset[int], inputs_dims: frozenset[str
                (a.expr[0] == "axis" and a.expr[1] in inputs) for a in d.atoms())
 
 
-def _all_static(values: Sequence[ir.Value | None]) -> bool:
-    """Whether no value has a dynamic dim (a value without a shape has none to refine)."""
+def _all_static(values: Sequence[ir.Value | None], complete: Completing) -> bool:
+    """Whether no value has a dynamic dim: nothing to refine. A value without a shape has
+    none, unless ``complete`` takes it (the walk gives it one where its op's step derives its
+    dims)."""
     for value in values:
-        shape = value.shape if value is not None else None
-        if shape is not None and not all(isinstance(d, int) for d in shape.dims):
+        if value is None:
+            continue
+        shape = value.shape
+        if shape is None:
+            if complete is not None and complete(value) and \
+                    isinstance(value.type, ir.TensorType):
+                return False
+        elif not all(isinstance(d, int) for d in shape.dims):
             return False
     return True
 
 
+def _completed(out: ir.Value, derived: Dims | None) -> bool:
+    """Give ``out``, a tensor value shape inference left without a shape, the rank and dims
+    its op's step derived (``derived``); whether it got one. A static dim is that int, a
+    named dim (``("dim", name)``) that name, as inference would have named it; any other is
+    left unnamed, and :func:`_refined_dims` records it where it is an expression of the
+    graph inputs' dims (a symbol of another value's axis would not outlive the walk).
+
+    onnx infers no rank for ``Reshape(x, Concat(Shape(y)))`` before Reshape-14 (an opset-13
+    export's attention mask), and every value downstream of it is then shapeless: no
+    broadcast, and no neutral ``+ 0`` after it, could be proved."""
+    if derived is None or not isinstance(out.type, ir.TensorType):
+        return False
+    out.shape = ir.Shape([_completed_dim(d) for d in derived])
+    return True
+
+
+def _completed_dim(d: Dim | None) -> int | str | None:
+    """A derived dim as :func:`_completed` writes it in a shape."""
+    if isinstance(d, int):
+        return d if d >= 0 else None
+    return d.expr[1] if d is not None and d.expr[0] == "dim" else None
+
+
 def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
             ambiguous: frozenset[str], inputs: frozenset[int], inputs_dims: frozenset[str],
-            placeholders: dict[str, Dim], steps: ShapeSteps) -> None:
+            placeholders: dict[str, Dim], steps: ShapeSteps, complete: Completing = None
+            ) -> None:
     """Record in ``REFINED_KEY`` the dims of ``node``'s outputs that shape inference left as a
     name of its own, an ambiguous name or none, and the node's semantics prove an int or an
-    expression of the graph inputs' dims."""
+    expression of the graph inputs' dims; ``complete``: the outputs inference left without a
+    shape to give the one their op's step derives (:func:`_completed`)."""
     def dims(v: ir.Value | None) -> Dims | None:
         return _value_dims(v, ambiguous)
 
-    if _all_static(node.outputs):  # every dim an int: nothing to refine (most nodes, at once)
+    if _all_static(node.outputs, complete):  # nothing to refine (most nodes, at once)
         for out in node.outputs:
             if out is not None and out.shape is not None:
                 meta = out.meta
@@ -608,10 +643,14 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
     else:
         derived_all = [_output_dims(node, dims, known, arrays, steps)]
     for k, out in enumerate(node.outputs):
-        if out is None or out.shape is None:
+        if out is None:
             continue
-        rank = len(out.shape)
         derived = derived_all[k] if k < len(derived_all) else None
+        if out.shape is None and not (
+                complete is not None and complete(out) and _completed(out, derived)):
+            continue
+        assert out.shape is not None  # (given by _completed)
+        rank = len(out.shape)
         if derived is not None and len(derived) != rank:
             derived = None
         refined = _refined_dims(out.shape.dims, derived, ambiguous, inputs, inputs_dims,
@@ -716,14 +755,18 @@ class _Known(dict):
 
 
 def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = frozenset(),
-                 *, steps: ShapeSteps) -> dict[ir.Value, Known]:
+                 *, steps: ShapeSteps, complete: Completing = None
+                 ) -> dict[ir.Value, Known]:
     """The known elements of every small integer tensor of ``graph`` that builds a shape.
 
     ``arrays(value)`` gives the data of constants (initializers, Constant outputs);
     ``ambiguous``: :func:`shared_dim_names`; ``steps``: what each op does (the catalogue's
-    ``shape_steps``)."""
+    ``shape_steps``); ``complete``: which values shape inference left without a shape to give
+    the rank and dims their op's step derives (set on the value: what every rule, the fold
+    and the next inference read; None: none), walking in graph order so that they carry
+    downstream."""
     known = _Known(arrays)
-    walk = _Walk(graph, known, arrays, ambiguous, steps)
+    walk = _Walk(graph, known, arrays, ambiguous, steps, complete)
     for node in graph:
         if node.domain in DEFAULT_DOMAINS:
             walk.visit(node)
@@ -733,20 +776,22 @@ def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = fr
 
 def updated_shape_values(graph: ir.Graph, previous: dict[ir.Value, Known],
                          changed_nodes: set[ir.Node], arrays: Arrays,
-                         ambiguous: frozenset[str] = frozenset(), *, steps: ShapeSteps
+                         ambiguous: frozenset[str] = frozenset(), *, steps: ShapeSteps,
+                         complete: Completing = None
                          ) -> tuple[dict[ir.Value, Known], set[ir.Value]]:
     """:func:`shape_values` of ``graph`` after edits at ``changed_nodes`` (added, rewired or
     reading rerouted values), from what it was before (``previous``, for the same arrays,
-    ``ambiguous`` and steps), and the values whose shape value or refined dims changed.
+    ``ambiguous``, steps and ``complete``), and the values whose shape value or refined dims
+    changed, or that were given a shape.
 
     Only the changed nodes, and the readers of values that changed in turn, are computed
     again; the others keep their results. When a node computed again names a dim that others
     may share a symbol with (``_refined_dim``'s placeholders), everything is computed again."""
     old_placeholders = getattr(previous, "placeholders", None)
     if old_placeholders is None:
-        return _recomputed(graph, previous, arrays, ambiguous, steps)
+        return _recomputed(graph, previous, arrays, ambiguous, steps, complete)
     known = _Known(arrays)
-    walk = _Walk(graph, known, arrays, ambiguous, steps)
+    walk = _Walk(graph, known, arrays, ambiguous, steps, complete)
     changed: set[ir.Value] = set()
     for node in graph:
         if node.domain not in DEFAULT_DOMAINS:
@@ -755,26 +800,34 @@ def updated_shape_values(graph: ir.Graph, previous: dict[ir.Value, Known],
             walk.keep(node, previous)
             continue
         if _names_placeholder(node, ambiguous, walk.inputs_dims, old_placeholders):
-            return _recomputed(graph, previous, arrays, ambiguous, steps)
-        before = [(v, v.meta.data.get(REFINED_KEY), dict.get(previous, v)) for v in node.outputs]
+            return _recomputed(graph, previous, arrays, ambiguous, steps, complete, changed)
+        before = [(v, v.meta.data.get(REFINED_KEY), dict.get(previous, v), v.shape is None)
+                  for v in node.outputs]
         walk.visit(node)
-        changed.update(v for v, refined, value in before
-                       if v.meta.data.get(REFINED_KEY) != refined or dict.get(known, v) != value)
+        changed.update(v for v, refined, value, shapeless in before
+                       if v.meta.data.get(REFINED_KEY) != refined or dict.get(known, v) != value
+                       or (shapeless and v.shape is not None))
     if walk.placeholders != old_placeholders:
-        return _recomputed(graph, previous, arrays, ambiguous, steps)
+        return _recomputed(graph, previous, arrays, ambiguous, steps, complete, changed)
     known.placeholders = walk.placeholders
     return known, changed
 
 
 def _recomputed(graph: ir.Graph, previous: dict[ir.Value, Known], arrays: Arrays,
-                ambiguous: frozenset[str], steps: ShapeSteps
+                ambiguous: frozenset[str], steps: ShapeSteps, complete: Completing,
+                changed_before: set[ir.Value] | None = None
                 ) -> tuple[dict[ir.Value, Known], set[ir.Value]]:
-    """:func:`shape_values` computed whole, and the values whose result changed."""
-    refined = {v: v.meta.data.get(REFINED_KEY) for node in graph for v in node.outputs}
-    known = shape_values(graph, arrays, ambiguous, steps=steps)
-    changed = {v for v, dims in refined.items() if v.meta.data.get(REFINED_KEY) != dims}
+    """:func:`shape_values` computed whole, and the values whose result changed (with
+    ``changed_before``, those a partial walk changed before it gave up: a shape it gave is
+    not given again)."""
+    refined = {v: (v.meta.data.get(REFINED_KEY), v.shape is None)
+               for node in graph for v in node.outputs}
+    known = shape_values(graph, arrays, ambiguous, steps=steps, complete=complete)
+    changed = {v for v, (dims, shapeless) in refined.items()
+               if v.meta.data.get(REFINED_KEY) != dims or (shapeless and v.shape is not None)}
     changed.update(v for v in dict.keys(known) | dict.keys(previous)
                    if dict.get(known, v) != dict.get(previous, v))
+    changed.update(changed_before or ())
     return known, changed
 
 
@@ -795,8 +848,9 @@ class _Walk:
     shape value of its output."""
 
     def __init__(self, graph: ir.Graph, known: _Known, arrays: Arrays,
-                 ambiguous: frozenset[str], steps: ShapeSteps) -> None:
+                 ambiguous: frozenset[str], steps: ShapeSteps, complete: Completing) -> None:
         self.known, self.arrays, self.ambiguous, self.steps = known, arrays, ambiguous, steps
+        self.complete = complete  # the shapeless values to give a shape (shape_values)
         self.inputs_dims = frozenset(
             name for value in graph.inputs for dim in value.shape or ()
             if isinstance(name := getattr(dim, "value", None), str) and name
@@ -807,7 +861,7 @@ class _Walk:
     def visit(self, node: ir.Node) -> None:
         known = self.known
         _refine(node, known, self.arrays, self.ambiguous, self.inputs, self.inputs_dims,
-                self.placeholders, self.steps)
+                self.placeholders, self.steps, self.complete)
         if len(node.outputs) != 1:
             return
         found = _step(node, known, self.arrays, self.ambiguous, self.steps)

@@ -73,11 +73,21 @@ class GraphState:
             for node in nodes:
                 self.positions.pop(node, None)
 
+    def completing(self, value: ir.Value) -> bool:
+        """Whether the symbolic walk gives ``value`` a shape where inference left it none: a
+        value not known constant. A constant gets its shape from its data when it folds; a
+        shape given before would put a rewrite's constant chain (a BatchNorm folded into a
+        Conv: scale / sqrt(var + eps)...) under the fold's growth policy, which sizes results
+        from static shapes and lets those of unknown size through, as it always has."""
+        return value not in self.constant
+
     def _shape_values(self, view: GraphView) -> dict[ir.Value, Known]:
-        """The graph's shape values: updated at the sweep's start, else computed now."""
+        """The graph's shape values: updated at the sweep's start, else computed now; values
+        shape inference left without a shape are given the one their op's step derives
+        (:meth:`completing`)."""
         if self.shape_values is None:
             self.shape_values = shape_values(self.graph, view.array, view.shared_dim_names(),
-                                             steps=self.shape_steps)
+                                             steps=self.shape_steps, complete=self.completing)
         return self.shape_values
 
     def update_shape_values(self, previous: dict[ir.Value, Known],
@@ -88,7 +98,7 @@ class GraphState:
         view = self.view
         self.shape_values, changed = updated_shape_values(
             self.graph, previous, changed_nodes, view.array, view.shared_dim_names(),
-            steps=self.shape_steps)
+            steps=self.shape_steps, complete=self.completing)
         return changed
 
 

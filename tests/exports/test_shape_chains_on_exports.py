@@ -1,10 +1,11 @@
 """Shape chains of real exports fold on the input dims they come from
 (``onnxfold.analysis.symbolic``):
 a dynamo ResNet's flatten (an ``allowzero=1`` Reshape), a TorchScript T5's chains through its
-layer norms, and a TorchScript KV-cache decoder's chains across inputs under
-``--assume-named-dims-equal``. Every folded model is run against the original in onnxruntime
-at a regular binding of every dynamic dim, a decode step, and an empty batch where the original
-runs one. The models are built here from transformers configs with random weights."""
+layer norms, a TorchScript KV-cache decoder's chains across inputs under
+``--assume-named-dims-equal``, and an opset-13 TorchScript ALBERT whose values after its mask
+onnx's inference leaves without a rank. Every folded model is run against the original in
+onnxruntime at a regular binding of every dynamic dim, a decode step, and an empty batch where
+the original runs one. The models are built here from transformers configs with random weights."""
 
 from __future__ import annotations
 
@@ -102,3 +103,36 @@ def test_torchscript_kv_cache_folds_more_with_named_dims_equal(tmp_path):
                 {"batch": 2, "seq": 4, "past": 0, "total": 4}]
     _assert_same(source, default, bindings)
     _assert_same(source, assumed, bindings)
+
+
+def _neutral_elements(model: onnx.ModelProto) -> list[str]:
+    """The Adds of float zeros and Muls by float ones of ``model`` (initializers or Constant
+    nodes)."""
+    from onnx import numpy_helper
+
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    constants.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t)
+                      for n in model.graph.node if n.op_type == "Constant" and n.attribute
+                      and n.attribute[0].name == "value"})
+    found = []
+    for node in model.graph.node:
+        neutral = 0.0 if node.op_type == "Add" else 1.0 if node.op_type == "Mul" else None
+        arrays = [constants[name] for name in node.input if name in constants]
+        if neutral is not None and any(a.dtype.kind == "f" and a.size and (a == neutral).all()
+                                       for a in arrays):
+            found.append(node.name)
+    return found
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_torchscript_albert_drops_its_neutral_elements_at_every_opset(tmp_path, opset):
+    """Before Reshape-14 onnx infers no rank for the mask's Reshape(x, Shape(y)) nor for
+    anything after it: onnxfold's symbolic walk gives them one, so every zero bias and unit
+    norm scale goes at opset 13 as at 17."""
+    source = str(tmp_path / "albert.onnx")
+    export_models.albert_torchscript(source, opset)
+    assert _neutral_elements(onnx.load(source))  # untrained: there are some to drop
+    folded, _report = _fold(source)
+    assert _neutral_elements(folded) == []
+    _assert_same(source, folded, [{"batch": 2, "seq": 7}, {"batch": 1, "seq": 1},
+                                  {"batch": 3, "seq": 12}])

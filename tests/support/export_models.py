@@ -174,6 +174,25 @@ def t5_torchscript(path: str | os.PathLike) -> None:
                       dynamo=False, do_constant_folding=False, opset_version=17)
 
 
+def albert_torchscript(path: str | os.PathLike, opset: int) -> None:
+    """An ALBERT encoder (layers sharing their weights), TorchScript export at ``opset`` with
+    eager attention (no exporter folding), dynamic batch and sequence. Its attention mask is
+    ``Reshape(x, Concat(Shape(y)))``: before Reshape-14 onnx infers no rank for it. Untrained,
+    its biases are zeros and its norm scales ones: neutral elements to drop."""
+    from transformers import AlbertConfig, AlbertModel
+
+    torch.manual_seed(0)
+    config = AlbertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS,
+                          num_attention_heads=HEADS, intermediate_size=64, embedding_size=16,
+                          attn_implementation="eager")
+    model = _LastHidden(AlbertModel(config).eval()).eval()
+    args = (torch.randint(0, VOCAB, (2, 7)), torch.ones(2, 7, dtype=torch.long))
+    names = ["input_ids", "attention_mask"]
+    torch.onnx.export(model, args, str(path), input_names=names,
+                      dynamic_axes={name: {0: "batch", 1: "seq"} for name in names},
+                      dynamo=False, do_constant_folding=False, opset_version=opset)
+
+
 class _BertFeeds:
     """onnxruntime.quantization's CalibrationDataReader protocol: ``count`` batches of random
     token ids and full masks."""
