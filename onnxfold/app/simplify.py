@@ -25,7 +25,7 @@ from onnxfold.pipeline.options import FoldOptions
 
 Shapes = Mapping[str, Sequence[int | str]] | Sequence[str] | None
 
-def _reference(model: ModelInput, specs: tuple[str, ...]) -> onnx.ModelProto | str | os.PathLike:
+def _reference(model: ModelInput, specs: Sequence[str]) -> onnx.ModelProto | str | os.PathLike:
     """What the check runs as the original, taken before folding changes anything: ``model``
     itself (a path or proto), or a proto of it with the same input shapes fixed (so both
     models take the same inputs; no computation changes)."""
@@ -33,9 +33,15 @@ def _reference(model: ModelInput, specs: tuple[str, ...]) -> onnx.ModelProto | s
         return model
     if isinstance(model, ir.Model):
         model = ir.to_proto(model)  # optimize rewrites an ir.Model in place
+    return with_input_shapes(model, specs)
+
+
+def with_input_shapes(model: ModelInput, specs: Sequence[str]) -> onnx.ModelProto:
+    """``model`` as a proto whose inputs ``specs`` (``--input-shape``) fix, its weights held
+    in the proto (read from the model's files)."""
     reference, _, _ = as_ir_model(model, check=False)
     apply_input_shapes(reference, specs)
-    inline_references(reference, set())  # weights in the model's files: into the proto
+    inline_references(reference, set())
     return ir.to_proto(reference)
 
 

@@ -104,15 +104,10 @@ def _fails_at(original: str | os.PathLike, input_shapes: Sequence[str]) -> str |
     inputs (None: it runs)."""
     import onnxruntime as ort
 
-    from onnxfold.analysis.input_shapes import apply
+    from onnxfold.app.simplify import with_input_shapes
     from onnxfold.check.feeds import synthetic_feeds
-    from onnxfold.io.writer import inline_references
-    from onnxfold.pipeline.optimizer import as_ir_model
 
-    model, _, _ = as_ir_model(os.fspath(original), check=False)
-    apply(model, input_shapes)
-    inline_references(model, set())
-    proto = ir.to_proto(model)
+    proto = with_input_shapes(os.fspath(original), input_shapes)
     try:
         feeds, _ = synthetic_feeds(proto)
         session = ort.InferenceSession(proto.SerializeToString(), load_check_options(),

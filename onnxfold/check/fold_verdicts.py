@@ -18,6 +18,7 @@ A verdict is a claim about every input the model accepts, so it says what it res
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -87,11 +88,7 @@ class FoldVerification:
 
     def reasons(self, state: str) -> dict[str, int]:
         """The reasons of the tensors in ``state``, each with how many give it."""
-        found: dict[str, int] = {}
-        for t in self.tensors:
-            if t.state == state:
-                found[t.reason] = found.get(t.reason, 0) + 1
-        return found
+        return dict(Counter(t.reason for t in self.tensors if t.state == state))
 
     def to_dict(self) -> dict:
         data = asdict(self)

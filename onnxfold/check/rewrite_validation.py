@@ -18,6 +18,7 @@ What cannot be validated says why (a rewrite in a subgraph, a window too large),
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -74,11 +75,7 @@ class RewriteValidation:
 
     def reasons(self) -> dict[str, int]:
         """Why rewrites were not validated, each with how many."""
-        found: dict[str, int] = {}
-        for r in self.rewrites:
-            if r.state == UNVALIDATED:
-                found[r.reason] = found.get(r.reason, 0) + 1
-        return found
+        return dict(Counter(r.reason for r in self.rewrites if r.state == UNVALIDATED))
 
     def to_dict(self) -> dict:
         data = asdict(self)
