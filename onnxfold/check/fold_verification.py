@@ -27,7 +27,7 @@ failing batch is retried target by target so that one bad cone does not hide the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -171,8 +171,7 @@ def _constant_nodes(graph: ir.Graph) -> list[ir.Value]:
     """The outputs of ``graph``'s Constant nodes (``value``), each as a detached value holding
     its tensor: a constant the optimized model holds there is judged as an initializer is."""
     return [ir.Value(name=node.outputs[0].name, const_value=tensor)
-            for node in graph if is_default_op(node, "Constant") and "value" in
-            node.attributes and (tensor := tensor_of(node.attributes["value"])) is not None]
+            for node, tensor in _constant_tensors(graph)]
 
 
 def _nested_constants(original: ir.Model, optimized: ir.Model) -> list[TensorVerdict]:
@@ -204,8 +203,17 @@ def _nested_places(model: ir.Model) -> list[tuple[list[ir.TensorProtocol], str]]
 
 def _constants(nodes: Iterable[ir.Node]) -> list[ir.TensorProtocol]:
     """The tensors of the Constant nodes among ``nodes`` (``value`` attributes)."""
-    return [t for node in nodes if is_default_op(node, "Constant") and "value" in
-            node.attributes and (t := tensor_of(node.attributes["value"])) is not None]
+    return [tensor for _, tensor in _constant_tensors(nodes)]
+
+
+def _constant_tensors(nodes: Iterable[ir.Node]
+                      ) -> Iterator[tuple[ir.Node, ir.TensorProtocol]]:
+    """Each Constant node among ``nodes`` that holds a ``value``, with its tensor."""
+    for node in nodes:
+        if is_default_op(node, "Constant") and "value" in node.attributes:
+            tensor = tensor_of(node.attributes["value"])
+            if tensor is not None:
+                yield node, tensor
 
 
 def _pin(original: ir.Model, optimized: ir.Model) -> None:
