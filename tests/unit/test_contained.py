@@ -34,7 +34,7 @@ BROKEN_PATTERN = PatternRule("broken_pattern", P("Add"), _broken, None, "test:2"
 
 
 @pytest.mark.parametrize("extra", [
-    Catalogue((), (), (BROKEN_CLEANUP,)), Catalogue((), (BROKEN_PATTERN,), ())],
+    Catalogue((BROKEN_CLEANUP,)), Catalogue((BROKEN_PATTERN,))],
     ids=["cleanup", "pattern"])
 def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, save, extra):
     patched = load_catalogue() + extra
@@ -56,7 +56,7 @@ def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, save, extra):
 def test_an_in_memory_model_is_restored_in_place(save):
     import onnx_ir as ir
 
-    patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
+    patched = load_catalogue() + Catalogue((BROKEN_CLEANUP,))
     model = ir.serde.deserialize_model(_model())
     result = onnxfold.optimize(model, FoldOptions(), catalogue=patched)
     assert result.model is model and result.report.skipped_steps
@@ -84,7 +84,7 @@ def _restored():
     that fails: the run starts again from a copy taken first, restored into this object."""
     import onnx_ir as ir
 
-    patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
+    patched = load_catalogue() + Catalogue((BROKEN_CLEANUP,))
     model = ir.serde.deserialize_model(_model_with_function_and_metadata())
     result = onnxfold.optimize(model, FoldOptions(), catalogue=patched)
     assert result.model is model and result.report.skipped_steps
