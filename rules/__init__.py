@@ -33,6 +33,7 @@ MODULES = (
     "shape_ops",
     "shape_steps",
     "shape_values",
+    "no_ops",
     "shared_input_matmuls",
     "sizes",
     "structure",
