@@ -15,7 +15,6 @@ refuses a module not listed.
 """
 
 MODULES = (
-    "cleanups",
     "contrib",
     "dropout",
     "elementwise",

@@ -100,6 +100,6 @@ def test_a_filtered_catalogue_keeps_the_op_facts_its_folders_gave():
     every = load_catalogue()
     assert {"Shape", "Size"} <= every.shape_only
     assert every.without({"Shape", "Size"}).shape_only == every.shape_only
-    assert every.only("remove_identity").shape_only == every.shape_only
+    assert every.only("drop_noop").shape_only == every.shape_only
     assert (every.only() + Catalogue(())).shape_only == every.shape_only
     assert every.without({"Shape"}).folder("", "Shape", 21) is None
