@@ -21,8 +21,10 @@ two rules remove the same op as a no-op.
 A constant input is never a reason to remove a node here: it folds anyway. Where the output
 is a graph output, the input may take its place only if a node of the same graph computes it
 and it is not already an output (a subgraph must not return an outer value or its own input,
-nor one value twice). Identity nodes go in the cleanup ``remove_identity``
-(``rules/cleanups.py``), after folding.
+nor one value twice). Identity nodes go after folding, in the cleanup pass
+``remove_identity`` (``onnxfold/pipeline/cleanups.py``): as a pattern here, tried in every
+round before the fold, it removes them earlier than the cleanup does, which changes outputs
+(fresh names numbered otherwise, Identities of loop bodies removed that the cleanup keeps).
 """
 
 from __future__ import annotations
