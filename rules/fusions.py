@@ -33,8 +33,8 @@ import onnx_ir as ir
 from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, pattern
 from onnxfold.ir.graph import through_identities
 
+from .no_ops import broadcasts_into
 from .qdq_units import outside_qdq_units
-from .structure import broadcasts_into
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 _GEMM_FLOATS = (*_FLOATS, ir.DataType.FLOAT16)  # MatMul+Add -> Gemm computes no weight
