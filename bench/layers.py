@@ -53,7 +53,7 @@ from typing import Any
 from bench import floor
 from bench.builders import EXPORTS
 from bench.machine import describe
-from bench.process import ChildRun, median, ratio, run_child, run_status
+from bench.process import ChildRun, median, run_child, run_status
 from bench.readme import replace_section
 from bench.tools import tool_cmd
 
@@ -157,6 +157,15 @@ def _tool_value(tool: str, key: str) -> Any:
     return read
 
 
+def _over(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator`` of two per-layer costs; None unless both grow (a slope at or
+    below zero is noise of a run too short to measure a layer, and no ratio of it means
+    anything)."""
+    if numerator is None or denominator is None or numerator <= 0 or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
 def per_layer(models: dict[str, Any]) -> dict[str, Any]:
     """Each tool's CPU, wall and peak RSS per layer; onnxfold's CPU against each peer's; the
     passes per layer against onnx-ir's load + save and onnxfold's own wall per layer."""
@@ -164,10 +173,10 @@ def per_layer(models: dict[str, Any]) -> dict[str, Any]:
         tool: {key: slope(models, _tool_value(tool, key))
                for key in ("cpu_s", "wall_s", "peak_rss_mib")} for tool in TOOLS}
     out["passes_s"] = slope(models, lambda m: m["passes_s"])
-    out["onnxfold_over"] = {peer: ratio(out["onnxfold"]["cpu_s"], out[peer]["cpu_s"])
+    out["onnxfold_over"] = {peer: _over(out["onnxfold"]["cpu_s"], out[peer]["cpu_s"])
                             for peer in PEERS}
-    out["passes_over_ir"] = ratio(out["passes_s"], out["ir"]["wall_s"])
-    out["passes_share"] = ratio(out["passes_s"], out["onnxfold"]["wall_s"])
+    out["passes_over_ir"] = _over(out["passes_s"], out["ir"]["wall_s"])
+    out["passes_share"] = _over(out["passes_s"], out["onnxfold"]["wall_s"])
     return out
 
 
@@ -210,7 +219,7 @@ def table(result: dict[str, Any]) -> str:
                                   ("peak_rss_mib", "peak RSS MiB", 1.0, ".2f")):
         cells = " | ".join(_num(slopes[t][key], fmt, scale) for t in TOOLS)
         mine = slopes["onnxfold"][key]
-        ratios = " | ".join(_times(over[p] if key == "cpu_s" else ratio(mine, slopes[p][key]),
+        ratios = " | ".join(_times(over[p] if key == "cpu_s" else _over(mine, slopes[p][key]),
                                    bold=key == "cpu_s") for p in PEERS)
         lines.append(f"| {unit} | {cells} | {ratios} |")
     lines += ["", f"onnxfold's passes: {_num(slopes['passes_s'], '.1f', 1000.0)} ms a layer, "
@@ -254,6 +263,12 @@ def main(argv: list[str] | None = None) -> int:
                             capture_output=True).stdout.strip()
     info = describe(("onnxfold", "onnx", "onnx-ir", "onnxruntime", "torch"))
     versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+    try:
+        asked = [a.peers_python, "-c", "import onnxsim; print(onnxsim.__version__)"]
+        onnxsim = subprocess.run(asked, text=True, capture_output=True).stdout.strip()
+    except OSError:  # no such interpreter: its runs said so already
+        onnxsim = ""
+    versions += f", onnxsim {onnxsim or 'not installed'}"
     command = "python -m bench run layers" + \
         (f" --repeat {a.repeat}" if a.repeat != 3 else "") + \
         (f" --layers {' '.join(map(str, depths))}" if depths != DEFAULT_DEPTHS else "")

@@ -51,6 +51,8 @@ def test_a_tool_that_failed_at_either_end_has_no_slope_and_no_ratio():
     got = layers.per_layer(models)
     assert got["onnxsim"] == {"cpu_s": None, "wall_s": None, "peak_rss_mib": None}
     assert got["onnxfold_over"]["onnxsim"] is None
+    models["4"]["tools"]["ort"]["cpu_s"] = 1.0  # shrank with the depth: noise, not a ratio
+    assert layers.per_layer(models)["onnxfold_over"]["ort"] is None
     text = layers.table({"repeat": 1, "models": models, "per_layer": got})
     assert "| CPU ms | 0.0 | 0.0 | 0.0 | - | - | - |" in text  # 0 CPU: no ratio
     assert "crashed: no" in text
@@ -83,7 +85,7 @@ def test_the_smallest_run_measures_checks_and_derives_its_tables(tmp_path):
             assert slopes[tool][key] == pytest.approx((four[tool][key] - two[tool][key]) / 2)
     assert slopes["passes_s"] == pytest.approx((models["4"]["passes_s"]
                                                 - models["2"]["passes_s"]) / 2)
-    if slopes["ort"]["cpu_s"]:
+    if slopes["ort"]["cpu_s"] > 0 and slopes["onnxfold"]["cpu_s"] > 0:
         assert slopes["onnxfold_over"]["ort"] == \
             pytest.approx(slopes["onnxfold"]["cpu_s"] / slopes["ort"]["cpu_s"])
     if four["onnxsim"]["status"] != "ok":  # no onnxsim in this interpreter: said, not a ratio
