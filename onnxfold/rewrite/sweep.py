@@ -18,8 +18,11 @@ from typing import Any, Protocol
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import OpFacts
+from onnxfold.analysis.dim_algebra import Known
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.symbolic import Known, ShapeSteps, shape_values, updated_shape_values
+from onnxfold.analysis.step_inputs import ShapeSteps
+from onnxfold.analysis.symbolic import shape_values
+from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.builder import OpBuilder
 from onnxfold.declare.pattern_rules import PatternRule, call_with
 from onnxfold.declare.patterns import P
@@ -94,7 +97,7 @@ class GraphState:
                             changed_nodes: set[ir.Node]) -> set[ir.Value]:
         """Take this graph's shape values from ``previous`` (an earlier sweep's) with the
         nodes changed since computed again; return the values whose shape value or refined
-        dims changed (``symbolic.updated_shape_values``)."""
+        dims changed (``symbolic_update.updated_shape_values``)."""
         view = self.view
         self.shape_values, changed = updated_shape_values(
             self.graph, previous, changed_nodes, view.array, view.shared_dim_names(),

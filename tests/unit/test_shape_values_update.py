@@ -1,4 +1,4 @@
-"""Shape values updated after an edit (``symbolic.updated_shape_values``, what the rewrite
+"""Shape values updated after an edit (``symbolic_update.updated_shape_values``, what the rewrite
 driver uses between sweeps) equal a full computation, and compute again only the edited nodes
 and what their changes reach."""
 
@@ -15,8 +15,8 @@ from onnxfold.analysis.symbolic import (
     ShapeSteps,
     shape_values,
     shared_dim_names,
-    updated_shape_values,
 )
+from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.ir.constants import source_array
 from tests.support.models import make_model, stale_named_sum_reshaped, tensor, vinfo
