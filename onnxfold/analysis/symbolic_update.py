@@ -39,11 +39,11 @@ def updated_shape_values(graph: ir.Graph, previous: dict[ir.Value, Known],
             continue
         if _names_placeholder(node, ambiguous, walk.inputs_dims, old_placeholders):
             return _recomputed(graph, previous, arrays, ambiguous, steps, complete, changed)
-        before = [(v, v.meta.data.get(REFINED_KEY), dict.get(previous, v), v.shape is None)
+        before = [(v, v.meta.data.get(REFINED_KEY), previous.get(v), v.shape is None)
                   for v in node.outputs]
         walk.visit(node)
         changed.update(v for v, refined, value, shapeless in before
-                       if v.meta.data.get(REFINED_KEY) != refined or dict.get(known, v) != value
+                       if v.meta.data.get(REFINED_KEY) != refined or known.get(v) != value
                        or (shapeless and v.shape is not None))
     if walk.placeholders != old_placeholders:
         return _recomputed(graph, previous, arrays, ambiguous, steps, complete, changed)
@@ -64,7 +64,7 @@ def _recomputed(graph: ir.Graph, previous: dict[ir.Value, Known], arrays: Arrays
     changed = {v for v, (dims, shapeless) in refined.items()
                if v.meta.data.get(REFINED_KEY) != dims or (shapeless and v.shape is not None)}
     changed.update(v for v in dict.keys(known) | dict.keys(previous)
-                   if dict.get(known, v) != dict.get(previous, v))
+                   if known.get(v) != previous.get(v))
     changed.update(changed_before or ())
     return known, changed
 
