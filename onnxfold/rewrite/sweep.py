@@ -29,6 +29,7 @@ from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
 from onnxfold.ir.edits import names_for
+from onnxfold.ir.graph import use_count
 from onnxfold.ir.scopes import module_path
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.splice import as_replacement, splice
@@ -265,8 +266,9 @@ def marked_readers(value: ir.Value) -> list[ir.Node]:
     readers a rewrite does change (rewired, built) are marked by name. Marking through it
     reached most of a dynamo export (a sequence length read by every layer) at every rewrite
     near it."""
-    uses = value.uses()
-    return [] if len(uses) > WIDE else [use.node for use in uses]
+    if use_count(value) > WIDE:
+        return []
+    return [use.node for use in value.uses()]
 
 
 def nodes_of(found: Iterable[object]) -> list[ir.Node]:
