@@ -18,14 +18,18 @@ from typing import Any, Protocol
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import OpFacts
+from onnxfold.analysis.dim_algebra import Known
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.symbolic import Known, ShapeSteps, shape_values, updated_shape_values
+from onnxfold.analysis.step_inputs import ShapeSteps
+from onnxfold.analysis.symbolic import shape_values
+from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.builder import OpBuilder
 from onnxfold.declare.pattern_rules import PatternRule, call_with
 from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
 from onnxfold.ir.edits import names_for
+from onnxfold.ir.graph import use_count
 from onnxfold.ir.scopes import module_path
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.splice import as_replacement, splice
@@ -94,7 +98,7 @@ class GraphState:
                             changed_nodes: set[ir.Node]) -> set[ir.Value]:
         """Take this graph's shape values from ``previous`` (an earlier sweep's) with the
         nodes changed since computed again; return the values whose shape value or refined
-        dims changed (``symbolic.updated_shape_values``)."""
+        dims changed (``symbolic_update.updated_shape_values``)."""
         view = self.view
         self.shape_values, changed = updated_shape_values(
             self.graph, previous, changed_nodes, view.array, view.shared_dim_names(),
@@ -262,8 +266,9 @@ def marked_readers(value: ir.Value) -> list[ir.Node]:
     readers a rewrite does change (rewired, built) are marked by name. Marking through it
     reached most of a dynamo export (a sequence length read by every layer) at every rewrite
     near it."""
-    uses = value.uses()
-    return [] if len(uses) > WIDE else [use.node for use in uses]
+    if use_count(value) > WIDE:
+        return []
+    return [use.node for use in value.uses()]
 
 
 def nodes_of(found: Iterable[object]) -> list[ir.Node]:
