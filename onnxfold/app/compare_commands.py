@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from onnxfold.app.commands import CompareCommand, VerifyFoldsCommand
+from onnxfold.app.failure_line import failing_named
 from onnxfold.app.report_files import guard_inputs, write_report
 
 
@@ -53,6 +54,6 @@ def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | Non
         if guard is not None:
             guard.close()
     if not result.ok:
-        print(f"onnxfold: {failure}: {result.failing_named()}", file=sys.stderr)
+        print(f"onnxfold: {failure}: {failing_named(result.failing)}", file=sys.stderr)
         return 1
     return 0
