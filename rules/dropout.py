@@ -54,7 +54,7 @@ def dropout_v12(x: np.ndarray, ratio: np.ndarray | None = None,
 
 def _in_inference(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
     """A Dropout of opset 7 on whose training mode is absent or a constant false, its mask
-    unread, its data not a constant (that folds), its output not returned twice."""
+    unread, its data not a constant (that folds)."""
     opset = node.version or ctx.opset()
     if opset < 7 or ctx.is_constant(x):
         return False
@@ -64,8 +64,7 @@ def _in_inference(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
         flag = ctx.array(node.inputs[2])
         if flag is None or flag.size != 1 or bool(flag.reshape(-1)[0]):
             return False
-    out = node.outputs[0]
-    return not ctx.is_graph_output(out) or (ctx.produced_here(x) and not ctx.is_graph_output(x))
+    return True
 
 
 @pattern(P("Dropout", Var("x"), ..., name="node"), check=_in_inference)

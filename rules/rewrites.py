@@ -292,11 +292,7 @@ def _is_noop(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
         noop = (shape_in is not None and shape_in == shape_out) or (
             node.op_type == "Reshape" and (shape_in is None or shape_out is None)
             and _reshapes_to_its_own_shape(ctx, node, src))  # both static: compared above
-    if not noop:
-        return False
-    # a graph output must stay computed by a node of this graph, and not be returned twice
-    return not ctx.is_graph_output(out) or (
-        ctx.produced_here(src) and not ctx.is_graph_output(src))
+    return noop
 
 
 def _reshapes_to_its_own_shape(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:

@@ -34,8 +34,8 @@ SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Sq
 
 def _static_but_not_constant(ctx: GraphView, node: ir.Node) -> bool | Match:
     out = node.outputs[0] if len(node.outputs) == 1 else None
-    if out is None or ctx.is_constant(out) or ctx.is_graph_output(out):
-        return False  # constants fold anyway; a graph output stays computed by its node
+    if out is None or ctx.is_constant(out):
+        return False  # constants fold anyway
     known = ctx.shape_value(out)
     return Match(known=known) if known is not None and known.is_constant else False
 
@@ -109,16 +109,7 @@ def _expands_to_its_own_dims(ctx: GraphView, node: ir.Node, x: ir.Value,
     if static is not None and static == ctx.shape(out):
         return False  # drop_noop's (static shapes equal)
     offset = len(x.shape) - len(known.elements)
-    if not all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements)):
-        return False
-    return _returned_once(ctx, out, x)
-
-
-def _returned_once(ctx: GraphView, out: ir.Value, x: ir.Value) -> bool:
-    """Whether ``x`` may take the place of ``out``: a graph output must stay computed by a
-    node of this graph, and not be returned twice."""
-    return not ctx.is_graph_output(out) or (
-        ctx.produced_here(x) and not ctx.is_graph_output(x))
+    return all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements))
 
 
 @pattern(P("Expand", Var("x"), Var("shape"), name="node"), check=_expands_to_its_own_dims)
@@ -155,9 +146,7 @@ def _provably_its_input(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
     after = ctx.derived_dims(node)
     if before is None or after is None or None in before or tuple(after) != tuple(before):
         return False
-    if _moves_data(node, ctx, before):
-        return False
-    return _returned_once(ctx, out, x)
+    return not _moves_data(node, ctx, before)
 
 
 @pattern(P(("Reshape", "Slice", "Transpose", "Tile"), Var("x"), ..., name="node"),
