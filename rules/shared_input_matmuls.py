@@ -90,9 +90,9 @@ def _own_initializer(ctx: GraphView, value: ir.Value | None) -> ir.Value | None:
 
 def _own_chain(ctx: GraphView, value: ir.Value) -> tuple[ir.Node, ...] | None:
     """The foldable nodes (at most ``MAX_CHAIN``, in graph order; the driver refuses a merge
-    that would move one ``--keep`` keeps) that compute ``value`` from initializers only it reads, each
-    of their results read once (folding the merge then frees every tensor it reads); None if
-    there is no such chain."""
+    that would move one ``--keep`` keeps) that compute ``value`` from initializers only it
+    reads, each of their results read once (folding the merge then frees every tensor it
+    reads); None if there is no such chain."""
     chain: list[ir.Node] = []
     todo = [value]
     while todo:

@@ -5,8 +5,8 @@ once, for every rule, instead of each rule policing what it may remove (as the o
 rewriter's ``_valid_to_replace``). It refuses, with a reason ``--explain`` lists beside the
 rules' own rejections, a proposal that:
 
-- removes or rewires a node ``--keep`` keeps (a pattern never matches one; a check that walks
-  further, a sum's inner Adds or a MatMul's siblings, may find one);
+- removes, rewires or moves a node ``--keep`` keeps (a pattern never matches one; a check that
+  walks further, a sum's inner Adds or a MatMul's siblings, may find one);
 - replaces, rewires or moves a node of another graph than the matched one (a check walking out
   of a subgraph), or removes a node its check found there;
 - replaces a graph output with a value that cannot be one (an input, an initializer, a value of
@@ -17,7 +17,8 @@ rules' own rejections, a proposal that:
 
 The nodes a proposal removes are the producers of the values it replaces and the nodes of its
 match (the pattern's captures and whatever its check's match holds, in lists, tuples and
-dataclasses) that it does not rewire: the splice removes those it leaves without readers.
+dataclasses) that it neither rewires nor moves: the splice removes those it leaves without
+readers.
 """
 
 from __future__ import annotations
@@ -39,15 +40,13 @@ def refusal(graph: ir.Graph, proposal: Replacement, built: Sequence[Built],
     or, through a value a subgraph reads, an enclosing one), ``found`` those its check found;
     ``keep``: what ``--keep`` names. The reasons name op types, never values or nodes, so that
     ``--explain`` counts a rule's refusals together."""
-    rewired = proposal.inputs
+    rewired, moved = proposal.inputs, set(proposal.moved)
     replaced = [p for old in proposal.values if (p := old.producer()) is not None]
-    removed = [*replaced, *(n for n in (*captured, *found) if n not in rewired)]
-    for node in removed:
-        if kept(node, keep):
-            return f"it would remove a {node.op_type} --keep keeps"
-    for node in rewired:
-        if kept(node, keep):
-            return f"it would rewire a {node.op_type} --keep keeps"
+    removed = [*replaced, *(n for n in (*captured, *found) if n not in rewired and n not in moved)]
+    for nodes, how in ((removed, "remove"), (rewired, "rewire"), (proposal.moved, "move")):
+        for node in nodes:
+            if kept(node, keep):
+                return f"it would {how} a {node.op_type} --keep keeps"
     for node in (*replaced, *rewired, *proposal.moved, *found):
         if node.graph is not graph:
             return f"it would change a {node.op_type} of another graph"
