@@ -21,13 +21,13 @@ from onnxfold.analysis.constness import OpFacts
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.symbolic import Known, ShapeSteps, shape_values, updated_shape_values
 from onnxfold.declare.builder import BuiltNode, OpBuilder
-from onnxfold.declare.pattern_rules import PatternRule, call_with
+from onnxfold.declare.pattern_rules import KEEPS_QDQ_UNITS, PatternRule, call_with
 from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
 from onnxfold.ir.edits import detach, names_for
 from onnxfold.ir.scopes import module_path
-from onnxfold.rewrite.judge import nodes_of, refusal
+from onnxfold.rewrite.judge import match_refusal, nodes_of, refusal
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.splice import as_replacement, splice
 
@@ -193,6 +193,11 @@ class Sweep:
                 continue
             verdict = call_with(rule.check, rule.check_names, view, captures) \
                 if rule.check is not None else True
+            if verdict is not False:
+                refused = match_refusal(nodes_of(captures.values()),
+                                        KEEPS_QDQ_UNITS in rule.tags)
+                if refused is not None:
+                    verdict = Reject(refused)
             if verdict is True or isinstance(verdict, Match):
                 found = {**captures, **verdict.found} if isinstance(verdict, Match) \
                     else captures
@@ -227,7 +232,8 @@ class Sweep:
         matched = nodes_of(found.values())
         pattern_nodes = set(captured)
         reason = refusal(state.graph, proposal, builder.built, captured,
-                         [n for n in matched if n not in pattern_nodes], state.view.keep)
+                         [n for n in matched if n not in pattern_nodes], state.view.keep,
+                         KEEPS_QDQ_UNITS in rule.tags)
         if reason is not None:
             for item in builder.built:
                 if isinstance(item, BuiltNode):

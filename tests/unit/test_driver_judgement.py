@@ -13,7 +13,16 @@ import onnx_ir as ir
 from onnx import TensorProto, helper
 
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.declare import GraphView, Match, OpBuilder, P, Replacement, Var, load_catalogue
+from onnxfold.declare import (
+    KEEPS_QDQ_UNITS,
+    GraphView,
+    Match,
+    OpBuilder,
+    P,
+    Replacement,
+    Var,
+    load_catalogue,
+)
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.ir.edits import names_for
@@ -237,3 +246,45 @@ def test_a_proposal_moving_a_kept_node_is_refused():
 
     model, rejected, hits = _run(_neg_relu(), MOVING_RULE)  # the control: moved
     assert hits == 1 and _ops(model.graph) == ["Neg", "Abs"]
+
+
+def _dequantized(*nodes):
+    """y = nodes(DequantizeLinear(q)), q an int8 input."""
+    dq = helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["d"])
+    return make_model([dq, *nodes], [vinfo("q", TensorProto.INT8, [2, 3])],
+                      [vinfo("y", shape=[2, 3])],
+                      [tensor("scale", np.float32(0.5)), tensor("zero", np.int8(0))])
+
+
+def _tagged(rule: PatternRule, name: str) -> PatternRule:
+    return PatternRule(name, rule.pattern, rule.rewrite, rule.check, rule.source,
+                       tags=frozenset({KEEPS_QDQ_UNITS}))
+
+
+def test_a_match_in_a_qdq_unit_is_refused_for_a_rule_that_keeps_them():
+    """Relu(DQ(q)) -> Abs(...): the Relu is the op of a DQ -> op unit; the tagged rule is
+    refused before its rewrite is asked, the untagged one rewrites."""
+    proto = _dequantized(helper.make_node("Relu", ["d"], ["y"]))
+    tagged = PatternRule("abs_in_units", P("Relu", Var("x"), name="node"),
+                         lambda op, x: op.Abs(x), None, "test:7",
+                         tags=frozenset({KEEPS_QDQ_UNITS}))
+    model, rejected, hits = _run(proto, tagged)
+    assert hits == 0 and _ops(model.graph) == ["DequantizeLinear", "Relu"]
+    assert rejected == Counter({"abs_in_units: in a QDQ node unit onnxruntime runs as an "
+                                "integer kernel: Relu reads a DequantizeLinear output": 1})
+    untagged = PatternRule("abs", tagged.pattern, tagged.rewrite, None, "test:8")
+    model, rejected, hits = _run(proto, untagged)
+    assert hits == 1 and _ops(model.graph) == ["DequantizeLinear", "Abs"]
+
+
+def test_a_proposal_removing_part_of_a_qdq_unit_is_refused_for_a_rule_that_keeps_them():
+    """Relu(Neg(DQ(q))): the Relu is in no unit, but the Neg its check finds, and the
+    proposal removes, is."""
+    proto = _dequantized(helper.make_node("Neg", ["d"], ["n"]),
+                         helper.make_node("Relu", ["n"], ["y"]))
+    model, rejected, hits = _run(proto, _tagged(SKIPPING_RULE, "skip_in_units"))
+    assert hits == 0 and _ops(model.graph) == ["DequantizeLinear", "Neg", "Relu"]
+    assert rejected == Counter({"skip_in_units: in a QDQ node unit onnxruntime runs as an "
+                                "integer kernel: Neg reads a DequantizeLinear output": 1})
+    model, rejected, hits = _run(proto, SKIPPING_RULE)  # the control, untagged
+    assert hits == 1 and _ops(model.graph) == ["DequantizeLinear", "Abs"]
