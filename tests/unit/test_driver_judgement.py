@@ -19,6 +19,7 @@ from onnxfold.declare import (
     Match,
     OpBuilder,
     P,
+    Reject,
     Replacement,
     Var,
     load_catalogue,
@@ -288,3 +289,16 @@ def test_a_proposal_removing_part_of_a_qdq_unit_is_refused_for_a_rule_that_keeps
                                 "integer kernel: Neg reads a DequantizeLinear output": 1})
     model, rejected, hits = _run(proto, SKIPPING_RULE)  # the control, untagged
     assert hits == 1 and _ops(model.graph) == ["DequantizeLinear", "Abs"]
+
+
+def test_the_qdq_reason_comes_before_the_checks_own():
+    """A tagged rule's check declining a match in a unit for a reason of its own: --explain
+    shows that the match breaks a unit (what the user can act on: --fold-qdq)."""
+    proto = _dequantized(helper.make_node("Relu", ["d"], ["y"]))
+    declining = PatternRule("declines_in_units", P("Relu", Var("x"), name="node"),
+                            lambda op, x: op.Abs(x), lambda ctx, x: Reject("its own"),
+                            "test:9", tags=frozenset({KEEPS_QDQ_UNITS}))
+    _, rejected, hits = _run(proto, declining)
+    assert hits == 0 and rejected == Counter({
+        "declines_in_units: in a QDQ node unit onnxruntime runs as an integer kernel: Relu "
+        "reads a DequantizeLinear output": 1})
