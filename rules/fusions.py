@@ -28,6 +28,8 @@ weight would be a float constant; a MatMul + Add made a Gemm would no longer be
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
@@ -91,15 +93,25 @@ def _output_channel_axis(layer: ir.Node, w_rank: int) -> int | None:
     return 1 if group == 1 and w_rank >= 2 else None
 
 
-def _channel_layout(ctx: GraphView, layer: ir.Node, w: ir.Value) -> Match | None:
-    """The layer's output channel count (``channels``), its weight's rank (``rank``) and the
-    axis of the weight that indexes output channels (``axis``); None: the weight shape is
-    unknown, a grouped ConvTranspose, or a MatMul weight that is not 2-D."""
+@dataclass(frozen=True)
+class _Layout:
+    """A layer's output channel count, its weight's rank and dtype, and the axis of the weight
+    that indexes output channels: what a fusion's check finds and its rewrite receives."""
+
+    channels: int
+    rank: int
+    axis: int
+    dtype: ir.DataType | None
+
+
+def _channel_layout(ctx: GraphView, layer: ir.Node, w: ir.Value) -> _Layout | None:
+    """The layer's :class:`_Layout`; None: the weight shape is unknown, a grouped
+    ConvTranspose, or a MatMul weight that is not 2-D."""
     shape = ctx.shape(w)
     axis = _output_channel_axis(layer, len(shape)) if shape is not None else None
     if shape is None or axis is None:
         return None
-    return Match(channels=shape[axis], rank=len(shape), axis=axis, dtype=w.dtype)
+    return _Layout(shape[axis], len(shape), axis, w.dtype)
 
 
 def _per_channel(shape: tuple[int, ...], channels: int, channel_at: int) -> bool:
@@ -151,7 +163,7 @@ def _batch_norm_fusable(ctx: GraphView, layer: ir.Node, bn: ir.Node, x: ir.Value
     layout = _channel_layout(ctx, layer, w)
     if layout is None:
         return Reject("grouped ConvTranspose, MatMul weight not 2-D, or weight shape unknown")
-    channels = layout.found["channels"]
+    channels = layout.channels
     if layer.op_type in ("Gemm", "MatMul"):
         linear = _linear_fusable(ctx, layer, x, bias, channels)
         if linear is not True:
@@ -165,7 +177,7 @@ def _batch_norm_fusable(ctx: GraphView, layer: ir.Node, bn: ir.Node, x: ir.Value
         factor = np.asarray(ctx.array(scale)) / np.sqrt(np.asarray(ctx.array(var)) + eps)
     if not _scaled_stays_finite(ctx, w, factor):
         return Reject("the fused weight would overflow")
-    return layout
+    return Match.of(layout)
 
 
 @pattern(_batch_norm_of(_LINEAR), check=_batch_norm_fusable, name="fuse_batch_norm_into_gemm",
@@ -209,7 +221,7 @@ def _channel_constant(ctx: GraphView, layer: ir.Node, w: ir.Value, c: ir.Value,
     rank = len(w_shape)  # the output's rank
     if len(c_shape) > rank or c.dtype != w.dtype or w.dtype not in _FLOATS:
         return Reject("not a per-channel float constant of the output's dtype")
-    if not _per_channel(c_shape, layout.found["channels"], rank - 2):  # the channel axis,
+    if not _per_channel(c_shape, layout.channels, rank - 2):  # the channel axis,
         return Reject("not one value per output channel")  # from the end
     if not _finite(ctx, c):
         return Reject("the constant is not at hand or not finite")
@@ -220,7 +232,7 @@ def _channel_constant(ctx: GraphView, layer: ir.Node, w: ir.Value, c: ir.Value,
         return Reject("the bias is not constant")
     if not _scaled_stays_finite(ctx, w, np.asarray(ctx.array(c))):
         return Reject("the fused weight would overflow")
-    return layout
+    return Match.of(layout)
 
 
 def _channel_vector(op: OpBuilder, c: ir.Value, node: ir.Node) -> ir.Value:

@@ -19,7 +19,13 @@ import onnx_ir as ir
 
 from onnxfold.analysis.constness import OpFacts
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.symbolic import Known, ShapeSteps, shape_values, updated_shape_values
+from onnxfold.analysis.symbolic import (
+    Known,
+    ShapeSteps,
+    shape_values,
+    shared_dim_names,
+    updated_shape_values,
+)
 from onnxfold.declare.builder import BuiltNode, OpBuilder
 from onnxfold.declare.pattern_rules import KEEPS_QDQ_UNITS, PatternRule, call_with
 from onnxfold.declare.patterns import P
@@ -52,9 +58,19 @@ class GraphState:
         self.memo: dict[str, Any] = {}
         self.shape_values: dict[ir.Value, Known] | None = None  # asked for, or updated
         self.positions: dict[ir.Node, int] | None = None  # asked for (GraphView.in_order)
+        self.settings = settings
+        self.shared: frozenset[str] | None = None  # asked for (shared_dim_names)
         self.view = GraphView(graph, model, constant, facts, shape_steps=shape_steps,
                               settings=settings, shape_values=self._shape_values,
-                              memo=self.memo, positions=self._positions)
+                              memo=self.memo, positions=self._positions,
+                              shared_dim_names=self.shared_dim_names)
+
+    def shared_dim_names(self) -> frozenset[str]:
+        """The input dim names that prove nothing in this run (``symbolic.shared_dim_names``),
+        computed when first asked in the sweep."""
+        if self.shared is None:
+            self.shared = shared_dim_names(self.model, self.settings.named_dims_equal)
+        return self.shared
 
     def fresh(self, base: str) -> str:
         """A name the model does not use, after ``base`` (the model's allocator, made at the
@@ -87,7 +103,7 @@ class GraphState:
         shape inference left without a shape are given the one their op's step derives
         (:meth:`completing`)."""
         if self.shape_values is None:
-            self.shape_values = shape_values(self.graph, view.array, view.shared_dim_names(),
+            self.shape_values = shape_values(self.graph, view.array, self.shared_dim_names(),
                                              steps=self.shape_steps, complete=self.completing)
         return self.shape_values
 
@@ -98,7 +114,7 @@ class GraphState:
         dims changed (``symbolic.updated_shape_values``)."""
         view = self.view
         self.shape_values, changed = updated_shape_values(
-            self.graph, previous, changed_nodes, view.array, view.shared_dim_names(),
+            self.graph, previous, changed_nodes, view.array, self.shared_dim_names(),
             steps=self.shape_steps, complete=self.completing)
         return changed
 
@@ -232,7 +248,7 @@ class Sweep:
         matched = nodes_of(found.values())
         pattern_nodes = set(captured)
         reason = refusal(state.graph, proposal, builder.built, captured,
-                         [n for n in matched if n not in pattern_nodes], state.view.keep,
+                         [n for n in matched if n not in pattern_nodes], state.settings.keep,
                          KEEPS_QDQ_UNITS in rule.tags)
         if reason is not None:
             for item in builder.built:
