@@ -69,11 +69,11 @@ def refusal(graph: ir.Graph, proposal: Replacement, built: Sequence[Built],
     return None
 
 
-def match_refusal(captured: Iterable[ir.Node], keeps_qdq_units: bool) -> str | None:
-    """Why the driver refuses a match before its rewrite is asked (None: it does not): a rule
-    tagged ``keeps_qdq_units`` whose pattern matched a node of a QDQ node unit (the reason
-    ``--explain`` shows even where the check declined for its own)."""
-    return broken_unit(captured) if keeps_qdq_units else None
+def match_refusal(captured: Iterable[ir.Node]) -> str | None:
+    """Why the driver refuses the match of a rule tagged ``keeps_qdq_units`` before its
+    rewrite is asked (None: it does not): its pattern matched a node of a QDQ node unit (the
+    reason ``--explain`` shows even where the check declined for its own)."""
+    return broken_unit(captured)
 
 
 def stands_for_output(value: ir.Value, graph: ir.Graph) -> bool:

@@ -209,9 +209,8 @@ class Sweep:
                 continue
             verdict = call_with(rule.check, rule.check_names, view, captures) \
                 if rule.check is not None else True
-            if verdict is not False:
-                refused = match_refusal(nodes_of(captures.values()),
-                                        KEEPS_QDQ_UNITS in rule.tags)
+            if verdict is not False and KEEPS_QDQ_UNITS in rule.tags:
+                refused = match_refusal(nodes_of(captures.values()))
                 if refused is not None:
                     verdict = Reject(refused)
             if verdict is True or isinstance(verdict, Match):
