@@ -7,4 +7,34 @@ with :func:`onnxfold.declare.pattern` (``rewrites.py``), a cleanup with
 :func:`onnxfold.declare.cleanup` (``cleanups.py``), what an op does to shape values and dims
 with :func:`onnxfold.declare.shape_value` and :func:`onnxfold.declare.shape_dims`
 (``shape_steps.py``). Groups of ops several rules read are defined once in ``op_groups.py``.
+
+``MODULES`` lists every module in the order the catalogue holds their rules (each module's in
+declaration order): the order in which the patterns of an op are tried at a node, and the
+cleanups run. A new module is added there, at the place its rules should take; the catalogue
+refuses a module not listed.
 """
+
+MODULES = (
+    "contrib",
+    "dropout",
+    "elementwise",
+    "facts",
+    "fusions",
+    "generators",
+    "linalg",
+    "low_rank",
+    "op_groups",
+    "qdq_units",
+    "quant",
+    "recurrent_states",
+    "reduce",
+    "rewrites",
+    "shape_ops",
+    "shape_steps",
+    "shape_values",
+    "no_ops",
+    "shared_input_matmuls",
+    "sizes",
+    "structure",
+    "zero_sign",
+)

@@ -4,16 +4,15 @@ before, as onnxruntime computes them (its basic optimization level removes such 
 Only training mode draws a random mask: ``training_mode`` true (opset 12 on; unless its ratio
 is 0, which drops nothing) or ``is_test`` false (opsets 1-6, where that is the default). The
 folder declines it as non-deterministic (never handed to onnxruntime, which would freeze one
-draw). The pattern removes a Dropout in
-inference mode whose mask nothing reads, whatever its data: the runtime graph loses a no-op.
+draw). A Dropout in inference mode whose mask nothing reads goes, whatever its data
+(``drop_inference_dropout``, in ``no_ops.py`` with every no-op removal).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import onnx_ir as ir
 
-from onnxfold.declare import Decline, DeclineKind, GraphView, OpBuilder, P, Var, folder, pattern
+from onnxfold.declare import Decline, DeclineKind, folder
 
 _TRAINING = "training mode draws a random mask"
 
@@ -52,22 +51,3 @@ def dropout_v12(x: np.ndarray, ratio: np.ndarray | None = None,
     return _inference(x, np.dtype(bool))
 
 
-def _in_inference(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
-    """A Dropout of opset 7 on whose training mode is absent or a constant false, its mask
-    unread, its data not a constant (that folds)."""
-    opset = node.version or ctx.opset()
-    if opset < 7 or ctx.is_constant(x):
-        return False
-    if len(node.outputs) > 1 and (node.outputs[1].uses() or ctx.is_graph_output(node.outputs[1])):
-        return False
-    if len(node.inputs) > 2 and node.inputs[2] is not None:
-        flag = ctx.array(node.inputs[2])
-        if flag is None or flag.size != 1 or bool(flag.reshape(-1)[0]):
-            return False
-    return True
-
-
-@pattern(P("Dropout", Var("x"), ..., name="node"), check=_in_inference)
-def drop_inference_dropout(op: OpBuilder, x: ir.Value) -> ir.Value:
-    """Dropout in inference mode is the identity."""
-    return x

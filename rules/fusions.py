@@ -36,7 +36,7 @@ import onnx_ir as ir
 from onnxfold.declare import KEEPS_QDQ_UNITS, GraphView, Match, OpBuilder, P, Reject, Var, pattern
 from onnxfold.ir.graph import through_identities
 
-from .structure import broadcasts_into
+from .no_ops import broadcasts_into
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 _GEMM_FLOATS = (*_FLOATS, ir.DataType.FLOAT16)  # MatMul+Add -> Gemm computes no weight

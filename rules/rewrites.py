@@ -7,7 +7,7 @@
 - ``If`` with a constant condition is replaced by the branch it takes.
 - Consecutive Transposes merge; a Reshape of a Reshape, Squeeze, Unsqueeze, Flatten or a
   Transpose of size-1 axes keeps the Reshape; a Squeeze or Unsqueeze of a Reshape to a
-  constant shape is one Reshape; no-op Cast/Reshape/Expand/Pad disappear.
+  constant shape is one Reshape (no-op Cast/Reshape/Expand/Pad/Transpose: ``no_ops.py``).
 """
 
 from __future__ import annotations
@@ -268,54 +268,6 @@ def reshape_then_unsqueeze(op: OpBuilder, x: ir.Value, first: ir.Node, dims: lis
     one Reshape to the final shape does both (a 0 entry only where it copies the same dim)."""
     allowzero = {a.name: a for a in first.attributes.values() if a.name == "allowzero"}
     return op.Reshape(x, op.constant(np.asarray(dims, np.int64), "shape"), **allowzero)
-
-
-def _is_noop(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
-    out = node.outputs[0]
-    if ctx.is_constant(src):
-        return False  # constants fold anyway
-    if node.op_type == "Cast":
-        noop = src.dtype is not None and node.attributes.get("to") is not None and \
-            int(src.dtype) == node.attributes["to"].as_int()
-    elif node.op_type == "Transpose":
-        perm = node.attributes.get("perm")
-        rank = len(src.shape) if src.shape is not None else None
-        noop = list(perm.as_ints()) == list(range(len(perm.as_ints()))) if perm is not None \
-            else rank is not None and rank <= 1
-    elif node.op_type == "Pad":
-        pads = ctx.array(node.inputs[1]) if len(node.inputs) > 1 else None
-        if pads is None and "pads" in node.attributes:
-            pads = np.asarray(node.attributes["pads"].as_ints())
-        noop = pads is not None and not pads.any()
-    else:
-        shape_in, shape_out = ctx.shape(src), ctx.shape(out)
-        noop = (shape_in is not None and shape_in == shape_out) or (
-            node.op_type == "Reshape" and (shape_in is None or shape_out is None)
-            and _reshapes_to_its_own_shape(ctx, node, src))  # both static: compared above
-    return noop
-
-
-def _reshapes_to_its_own_shape(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
-    """Reshape(x, t) where t is, element by element, x's own dims (``Shape(x)`` rebuilt), one
-    of them maybe -1."""
-    if len(node.inputs) < 2 or node.inputs[1] is None or src.shape is None:
-        return False
-    target = ctx.shape_value(node.inputs[1])
-    if target is None or target.scalar or len(target.elements) != len(src.shape):
-        return False
-    # one -1 among x's own dims can only be x's dim there (or the Reshape fails: an empty x)
-    inferred = [i for i, e in enumerate(target.elements) if e == -1]
-    return len(inferred) <= 1 and all(
-        e == ctx.dim(src, i) or (e == 0 and not node.attributes.get_int("allowzero", 0))
-        or i in inferred for i, e in enumerate(target.elements))
-
-
-@pattern(P(("Cast", "Reshape", "Expand", "Pad", "Transpose"), Var("src"), ..., name="node"),
-         check=_is_noop)
-def drop_noop(op: OpBuilder, src: ir.Value) -> ir.Value:
-    """Cast to the same type, Reshape/Expand to the same static shape, Pad by zeros, Transpose
-    by the identity permutation."""
-    return src
 
 
 def _narrow_constant(ctx: GraphView, widen: ir.Node, narrow: ir.Value,

@@ -7,7 +7,7 @@ only static elements becomes an initializer, and a ``Reshape`` target with one d
 is written with ``0`` (copy the input's dim, when it provably is that dim and ``allowzero`` is
 not set) or ``-1`` (beside static nonzero elements only, so that it is right for an empty
 tensor too). A Reshape, Expand, Slice, Transpose or Tile whose output is, dim for dim, its own
-dynamic input goes.
+dynamic input goes (``drop_noop``, ``no_ops.py``).
 """
 
 from __future__ import annotations
@@ -97,62 +97,3 @@ def reshape_known_target(op: OpBuilder, node: ir.Node, x: ir.Value, target: ir.V
     return Replacement(inputs={node: [x, shape]})
 
 
-def _expands_to_its_own_dims(ctx: GraphView, node: ir.Node, x: ir.Value,
-                             shape: ir.Value) -> bool:
-    """Expand(x, s) where every element of s is 1 or x's own dim at that axis (right-aligned):
-    the broadcast gives x's shape, so x itself."""
-    out = node.outputs[0]
-    known = ctx.shape_value(shape)
-    if known is None or known.scalar or x.shape is None or len(known.elements) > len(x.shape):
-        return False
-    static = ctx.shape(x)
-    if static is not None and static == ctx.shape(out):
-        return False  # drop_noop's (static shapes equal)
-    offset = len(x.shape) - len(known.elements)
-    return all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements))
-
-
-@pattern(P("Expand", Var("x"), Var("shape"), name="node"), check=_expands_to_its_own_dims)
-def expand_to_its_own_dims(op: OpBuilder, x: ir.Value) -> ir.Value:
-    """torch's mask.expand(N, -1, 128, 128) of a mask already [N, 1, 128, 128]: it goes."""
-    return x
-
-
-def _moves_data(node: ir.Node, ctx: GraphView, dims: tuple) -> bool:
-    """Whether ``node`` may reorder elements even where its output has its input's shape: a
-    Slice with a step that is not a positive constant (a reversal keeps the shape), a
-    Transpose that changes the order of axes not provably 1 (``[N, N]`` transposed)."""
-    if node.op_type == "Slice":
-        steps = ctx.array(node.inputs[4]) if len(node.inputs) > 4 and \
-            node.inputs[4] is not None else np.ones(1, np.int64)
-        return steps is None or not (steps > 0).all()
-    if node.op_type == "Transpose":
-        perm = node.attributes.get_ints("perm", None) or list(range(len(dims)))[::-1]
-        moved = [p for p in perm if dims[p] != 1]
-        return moved != sorted(moved)
-    return False
-
-
-def _provably_its_input(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
-    """Whether ``node``'s output is ``x`` itself: the dims its op gives are ``x``'s, symbol for
-    symbol (``onnxfold.analysis.symbolic``, not names), and the op moves no element."""
-    out = node.outputs[0] if len(node.outputs) == 1 else None
-    if out is None or ctx.is_constant(x) or x.shape is None:
-        return False  # constants fold anyway
-    static = ctx.shape(x)
-    if static is not None and static == ctx.shape(out):
-        return False  # drop_noop's (static shapes equal)
-    before = ctx.input_dims(x)
-    after = ctx.derived_dims(node)
-    if before is None or after is None or None in before or tuple(after) != tuple(before):
-        return False
-    return not _moves_data(node, ctx, before)
-
-
-@pattern(P(("Reshape", "Slice", "Transpose", "Tile"), Var("x"), ..., name="node"),
-         check=_provably_its_input)
-def drop_symbolic_noop(op: OpBuilder, x: ir.Value) -> ir.Value:
-    """A Reshape (any ``allowzero``), full-range Slice, Transpose of size-1 axes or Tile by 1s
-    whose output is, dim for dim, its dynamic input (``mask[:, :, :seq]`` of a mask ``seq``
-    long): it goes."""
-    return x

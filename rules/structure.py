@@ -3,14 +3,8 @@
 - ``SplitToSequence`` read only by ``SequenceAt`` at constant positions is a ``Split``.
 - ``Reshape -> elementwise ops with scalar constants -> Reshape`` (torch's ``view`` around an
   activation): the elementwise ops run on the first Reshape's input, so the first Reshape goes
-  and the second one often reshapes to its input's own shape (then ``drop_noop`` removes it).
-- Neutral elements: ``x + 0`` (floats: ``x + -0.0``, or ``x + 0.0`` where nothing downstream
-  tells ``-0.0`` from ``+0.0``: ``rules/zero_sign.py``), ``x - 0``, ``x * 1``,
-  ``x / 1``, ``x and True``, ``x or False``, ``Where`` with a constant condition (choosing
-  a float X: only where nothing tells the zeros apart, as onnxruntime makes X's zeros
-  ``+0.0``), one-input
-  ``Concat``/``Sum``/``Max``/``Min``, each only where the result has exactly ``x``'s dtype and
-  shape.
+  and the second one often reshapes to its input's own shape (then ``drop_noop`` removes it;
+  neutral elements, ``x * 1`` and the like, are ``no_ops.py``'s).
 - An input of a ``Concat`` that is empty along its axis for every value of the dynamic dims
   goes (its other dims provably those of an input that stays).
 - ``Unsqueeze(Unsqueeze(x, a1), a2)`` is one ``Unsqueeze``.
@@ -36,7 +30,6 @@ from onnxfold.declare import (
 )
 
 from .op_groups import POINTWISE
-from .zero_sign import zero_sign_observed
 
 MAX_CHUNKS = 64  # a Split with more outputs than this is not worth writing out
 MAX_REGION = 32  # elementwise nodes between two Reshapes
@@ -261,116 +254,6 @@ def elementwise_between_reshapes(op: OpBuilder, region: list[ir.Node], inner: ir
     return Replacement(
         inputs={node: [x if v is reshaped else v for v in node.inputs] for node in region},
         shapes={out: dims.copy() for node in region for out in node.outputs})  # x's shape
-
-
-# --- neutral elements -----------------------------------------------------------------------
-
-def broadcasts_into(ctx: GraphView, v: ir.Value, x: ir.Value) -> bool:
-    """Whether broadcasting ``v`` with ``x`` gives exactly ``x``'s shape, whatever the
-    dynamic dims: every dim of ``v`` (right-aligned) is 1 or provably ``x``'s dim."""
-    if x.shape is None:
-        return False
-    shape = ctx.shape(v) if ctx.is_constant(v) else None
-    rank = len(shape) if shape is not None else len(v.shape) if v.shape is not None else None
-    if rank is None or rank > len(x.shape):
-        return False
-    offset = len(x.shape) - rank
-    for i in range(rank):
-        d = shape[i] if shape is not None else ctx.dim(v, i)
-        if d == 1:
-            continue
-        mine = ctx.dim(x, offset + i)
-        if d is None or mine is None or d != mine:
-            return False
-    return True
-
-
-def _is(array: np.ndarray, op: str, side: int) -> bool:
-    """Whether every element of ``array`` leaves the other operand of ``op`` unchanged
-    (``side``: the constant's input position), bit for bit."""
-    if array.size == 0 or array.dtype.kind not in "biuf":
-        return False
-    if op in ("And", "Or"):
-        return array.dtype == np.bool_ and bool(array.all() if op == "And" else not array.any())
-    if op in ("Mul", "Div") and (op == "Mul" or side == 1):
-        return bool((array == 1).all())
-    if op == "Add" or (op == "Sub" and side == 1):
-        if array.dtype.kind != "f":
-            return bool((array == 0).all())
-        # x + -0.0 and x - +0.0 are x for every x; x + +0.0 turns -0.0 into +0.0
-        negative = np.signbit(array)
-        return bool((array == 0).all() and (negative if op == "Add" else ~negative).all())
-    return False
-
-
-def _kept(ctx: GraphView, node: ir.Node) -> ir.Value | None:
-    """The input ``node`` returns unchanged, if it is one."""
-    ins = list(node.inputs)
-    op = node.op_type
-    if op in ("Concat", "Sum", "Max", "Min", "Mean") and len(ins) == 1:
-        return ins[0]
-    if op == "Where" and len(ins) == 3:
-        return _chosen(ctx, node, *ins)
-    if op not in ("Add", "Sub", "Mul", "Div", "And", "Or") or len(ins) != 2:
-        return None
-    left, right = ins
-    if left is None or right is None:
-        return None
-    for side, c, x in ((0, left, right), (1, right, left)):
-        if ctx.is_constant(x):
-            continue  # a constant x folds anyway (asked before c's data is read)
-        array = ctx.array(c)
-        if array is None or x.dtype is None or x.dtype != c.dtype or \
-                not broadcasts_into(ctx, c, x):
-            continue
-        if _is(array, op, side) or (_adds_a_zero(array, op, side) and
-                                    not zero_sign_observed(ctx, node.outputs[0])):
-            return x
-    return None
-
-
-def _chosen(ctx: GraphView, node: ir.Node, condition: ir.Value | None, a: ir.Value | None,
-            b: ir.Value | None) -> ir.Value | None:
-    """The input a Where of a constant condition, true or false throughout, returns unchanged
-    (with the dtype and shape of the result), if it does."""
-    if condition is None or a is None or b is None:
-        return None
-    cond = ctx.array(condition)
-    if cond is None or cond.dtype != np.bool_ or cond.size == 0 or \
-            not (cond.all() or not cond.any()):
-        return None
-    x, other = (a, b) if cond.all() else (b, a)
-    if x.dtype is None or x.dtype != other.dtype or not broadcasts_into(ctx, condition, x) \
-            or not broadcasts_into(ctx, other, x):
-        return None
-    # onnxruntime's Where turns a -0.0 it selects from X into +0.0 (Y's pass unchanged)
-    if x is a and x.dtype.is_floating_point() and zero_sign_observed(ctx, node.outputs[0]):
-        return None
-    return x
-
-
-def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
-    """Whether ``op`` adds float zeros (of either sign): the other operand comes out
-    unchanged except that ``-0.0`` may become ``+0.0`` (``rules/zero_sign.py``)."""
-    return (op == "Add" or (op == "Sub" and side == 1)) and array.dtype.kind == "f" and \
-        array.size > 0 and bool((array == 0).all())
-
-
-def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match:
-    if len(node.outputs) != 1:
-        return False
-    x = _kept(ctx, node)
-    if x is None or ctx.is_constant(x):
-        return False  # constants fold anyway
-    return Match(x=x)
-
-
-@pattern(P(("Add", "Sub", "Mul", "Div", "And", "Or", "Where", "Concat", "Sum", "Max", "Min",
-            "Mean"), name="node"), check=_neutral, name="drop_neutral_element")
-def drop_neutral_element(op: OpBuilder, x: ir.Value) -> ir.Value:
-    """x + 0, x - 0, x * 1, x / 1, x and True, x or False, Where(True, x, y), Concat(x)... -> x
-    (same dtype and shape, for every value of the dynamic dims)."""
-    return x
 
 
 # --- Concat of empty inputs ------------------------------------------------------------------

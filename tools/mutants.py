@@ -24,6 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.declare.pattern_rules import PatternRule
+from onnxfold.declare.registry import FolderRule, ShapeValueRule
+
 ULPS = 4
 
 
@@ -37,21 +40,22 @@ class Mutant:
 
 
 def _replace_folder(catalogue, op_type: str, wrap: Callable[[Callable], Callable]):
-    folders = tuple(dataclasses.replace(r, fn=wrap(r.fn)) if r.op_type == op_type and
-                    r.domain in ("", "ai.onnx") else r for r in catalogue.folders)
-    return dataclasses.replace(catalogue, folders=folders)
+    rules = tuple(dataclasses.replace(r, fn=wrap(r.fn)) if isinstance(r, FolderRule) and
+                  r.op_type == op_type and r.domain in ("", "ai.onnx") else r
+                  for r in catalogue.rules)
+    return dataclasses.replace(catalogue, rules=rules)
 
 
 def _replace_pattern(catalogue, name: str, *, rewrite: Callable | None = None,
                      check: Callable | None = None):
-    patterns = []
-    for rule in catalogue.patterns:
-        if rule.name == name:
+    rules = []
+    for rule in catalogue.rules:
+        if isinstance(rule, PatternRule) and rule.name == name:
             rule = dataclasses.replace(rule, rewrite=rewrite(rule.rewrite) if rewrite else
                                        rule.rewrite,
                                        check=check(rule.check) if check else rule.check)
-        patterns.append(rule)
-    return dataclasses.replace(catalogue, patterns=tuple(patterns))
+        rules.append(rule)
+    return dataclasses.replace(catalogue, rules=tuple(rules))
 
 
 def _same_signature(original: Callable, wrapper: Callable) -> Callable:
@@ -79,9 +83,9 @@ def bake_batch(catalogue):
             return known
         return shape_of
 
-    steps = tuple(dataclasses.replace(r, fn=wrap(r.fn)) if r.op_type == "Shape" else r
-                  for r in catalogue.shape_value_rules)
-    return dataclasses.replace(catalogue, shape_value_rules=steps)
+    rules = tuple(dataclasses.replace(r, fn=wrap(r.fn)) if isinstance(r, ShapeValueRule) and
+                  r.op_type == "Shape" else r for r in catalogue.rules)
+    return dataclasses.replace(catalogue, rules=rules)
 
 
 def bake_input_values(catalogue):
@@ -101,7 +105,7 @@ def bake_input_values(catalogue):
         return op.Gather(table, zeros, _attributes=node.attributes)
 
     (rule,) = bake.__onnxfold_rules__
-    return dataclasses.replace(catalogue, patterns=(*catalogue.patterns, rule))
+    return dataclasses.replace(catalogue, rules=(*catalogue.rules, rule))
 
 
 def swap_merged_qk(catalogue):
@@ -202,7 +206,7 @@ def neutral_epsilon(catalogue):
         return x
 
     (rule,) = drop.__onnxfold_rules__
-    return dataclasses.replace(catalogue, patterns=(*catalogue.patterns, rule))
+    return dataclasses.replace(catalogue, rules=(*catalogue.rules, rule))
 
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (

@@ -53,6 +53,6 @@ def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | Non
         if guard is not None:
             guard.close()
     if not result.ok:
-        print(f"onnxfold: {failure}: {', '.join(result.failing)}", file=sys.stderr)
+        print(f"onnxfold: {failure}: {result.failing_named()}", file=sys.stderr)
         return 1
     return 0

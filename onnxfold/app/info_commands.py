@@ -23,6 +23,8 @@ def rules(command: RulesCommand) -> int:
     if command.coverage:
         return _coverage(command)
     from onnxfold.declare.catalogue import load_catalogue
+    from onnxfold.declare.registry import source_of
+    from onnxfold.pipeline.cleanups import CLEANUPS
 
     catalogue = load_catalogue()
     print("folders (evaluate one op on constants):")
@@ -33,9 +35,10 @@ def rules(command: RulesCommand) -> int:
     print("patterns (rewrites that enable folding):")
     for pattern in catalogue.patterns:
         print(f"  {pattern.name:28} on {','.join(pattern.op_types)}  {_where(pattern.source)}")
-    print("cleanups (whole-model passes):")
-    for cleanup in catalogue.cleanups:
-        print(f"  {cleanup.name:28} {_where(cleanup.source)}")
+    print("cleanups (whole-model passes, run in this order after folding):")
+    for name, source in [*((c.name, source_of(c.clean)) for c in CLEANUPS),
+                         *((c.name, c.source) for c in catalogue.cleanups)]:
+        print(f"  {name:28} {_where(source)}")
     print("shape steps (what an op does to shape values and dims, followed symbolically):")
     steps: dict[tuple[str, str], list[str]] = {}
     for kind, found in (("values", catalogue.shape_value_rules),

@@ -84,7 +84,7 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     if not_run:
         raise InputError(f"the check could not run ({where}): {not_run}")
     assert check is not None
-    print(f"onnxfold: check failed: {', '.join(check.failing)} outside tolerance; {where}",
+    print(f"onnxfold: check failed: {check.failing_named()} outside tolerance; {where}",
           file=sys.stderr)
     return True
 

@@ -28,6 +28,7 @@ from onnxfold.check.tolerance import for_dtype as tolerance_for
 from onnxfold.host.terminal import printable
 
 REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
+FAILING_SHOWN = 3  # what failed, named on the one-line verdict; the summary lists all
 
 
 @dataclass
@@ -96,6 +97,13 @@ class CompareResult:
             + [row.name for row in self.rows if not row.ok] \
             + [f"folded tensor {name}" for name in folds] \
             + (self.rewrites.failing if self.rewrites is not None else [])
+
+    def failing_named(self, shown: int = FAILING_SHOWN) -> str:
+        """What failed, for one line: the first ``shown`` of :attr:`failing` and how many
+        more (a planted bug can fail hundreds of rewrites; the summary lists each)."""
+        failing = self.failing
+        more = len(failing) - shown
+        return ", ".join(failing[:shown]) + (f" and {more} more" if more > 0 else "")
 
     def to_dict(self) -> dict:
         data = asdict(self)

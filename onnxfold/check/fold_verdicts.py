@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check import string_values
 from onnxfold.check.tolerance import ulp
 from onnxfold.ir import provenance
 
@@ -153,6 +154,14 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> TensorVerdict:
     assert tensor is not None
     verdict = verdict_of(folded, BITWISE)
     got = tensor.numpy()
+    if tensor.dtype == ir.DataType.STRING and derived.dtype.kind in "OSU" \
+            and got.shape == derived.shape:  # each string's exact bytes: the array form drops NULs
+        texts = map(string_values.as_bytes, derived.reshape(-1).tolist())
+        wrong = sum(a != b for a, b in zip(string_values.tensor_key(tensor), texts))
+        if wrong:
+            verdict.state, verdict.mismatches = DIFFERS, wrong
+            verdict.reason = f"{wrong} of {got.size} elements differ"
+        return verdict
     if got.dtype != derived.dtype or got.shape != derived.shape:
         verdict.state = DIFFERS
         verdict.reason = f"the original computes {derived.dtype}{list(derived.shape)}"

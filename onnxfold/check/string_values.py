@@ -33,8 +33,9 @@ def as_tensor_form(array: np.ndarray) -> np.ndarray:
     """``array`` (onnxruntime's strings) as onnx-ir's ``numpy()`` gives the same strings, or
     ``array`` itself where that form would lose a byte (a string ending in NUL: fixed-width
     bytes drop it) or it is no string array. Equal strings then give equal arrays of one
-    dtype; a string ending in NUL keeps an object dtype, so it never compares equal to a
-    fixed-width array (a possible false alarm, never a false match)."""
+    dtype; a string ending in NUL keeps an object dtype, so no array comparison can match it
+    to a form that lost the NUL (a fold's string constant is judged by :func:`tensor_key`,
+    string by string, exactly)."""
     if array.dtype.kind not in "OU":
         return array
     items = [as_bytes(x) for x in array.reshape(-1).tolist()]
@@ -70,7 +71,7 @@ def _text(item: object) -> str:
 def shown_pair(got: np.ndarray, derived: np.ndarray) -> str:
     """Both values for a DIFFERS line, after the reason (which names the original's dtype and
     shape already where they differ from the fold's, so they are not said twice)."""
-    if got.dtype != derived.dtype or got.shape != derived.shape:
+    if _kind(got) != _kind(derived) or got.shape != derived.shape:
         return f": {shown(derived)}, the fold holds {_kind(got)}{list(got.shape)}: {shown(got)}"
     return f"; the original computes {shown(derived)}, the fold holds {shown(got)}"
 

@@ -1,8 +1,9 @@
 """The rule catalogue: every folder, pattern, cleanup, size rule, op fact and shape step of
 ``onnxfold.rules``, immutable.
 
-:func:`load_catalogue` imports the rule modules once and collects what their decorators
-declared (decorated functions, and tuples of them for rules made in a loop).
+:func:`load_catalogue` imports the rule modules once, in the order ``onnxfold.rules.MODULES``
+gives, and collects what their decorators declared (decorated functions, and tuples of them for
+rules made in a loop) into one ordered tuple of rule records.
 ``catalogue.without(names)`` is a filtered copy: a name disables the rule of that
 name, an op type every rule working on that op (a folder of it, a pattern matching it, a cleanup
 removing it; a pattern rooted at several ops only loses that root). Opset ranges are resolved
@@ -17,6 +18,8 @@ import importlib
 import pkgutil
 from collections.abc import Iterable, Iterator
 from dataclasses import InitVar, dataclass, field
+from types import ModuleType
+from typing import Protocol, TypeVar, runtime_checkable
 
 from onnxfold.analysis.symbolic import ShapeSteps
 from onnxfold.declare.cleanups import CleanupRule
@@ -25,12 +28,30 @@ from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact, ShapeDimsR
 from onnxfold.declare.sizes import SizeRule
 
 _MAX_OPSET = 10**9
+_R = TypeVar("_R")
+
+
+Rule = FolderRule | PatternRule | CleanupRule | SizeRule | OpFact | ShapeValueRule | ShapeDimsRule
+"""A record the catalogue holds. A new kind is its record class and its name here."""
+
+
+@runtime_checkable
+class Disableable(Protocol):
+    """A rule ``--disable-rule`` can turn off (folders, patterns, cleanups): ``without(off)``
+    is the rule left when the names and op types ``off`` are disabled (None: none)."""
+
+    name: str
+
+    def without(self, off: frozenset[str]) -> Disableable | None:
+        """The rule left when ``off`` is disabled (None: none)."""
 
 
 @dataclass(frozen=True)
 class Catalogue:
-    """Folders, patterns and cleanups, in declaration order; size rules, op facts and the
-    symbolic shape steps (never disabled: they measure and describe ops).
+    """Every rule record, in one ordered list: the modules of ``rules.MODULES`` in that order,
+    each module's rules in declaration order. That order is the order patterns are tried at
+    a node and cleanups run. Size rules, op facts and the symbolic shape steps are never
+    disabled (they measure and describe ops).
 
     The one value the engine reads rules and op facts from: a filtered copy
     (:meth:`without`, :meth:`only`) keeps every op fact of the catalogue it was made from,
@@ -39,13 +60,7 @@ class Catalogue:
     ``shape_only`` of the catalogue this one is filtered from (None: this one's folders').
     """
 
-    folders: tuple[FolderRule, ...]
-    patterns: tuple[PatternRule, ...]
-    cleanups: tuple[CleanupRule, ...]
-    sizes: tuple[SizeRule, ...] = ()  # never disabled: they only measure
-    facts: tuple[OpFact, ...] = ()  # never disabled: they describe ops
-    shape_value_rules: tuple[ShapeValueRule, ...] = ()
-    shape_dims_rules: tuple[ShapeDimsRule, ...] = ()
+    rules: tuple[Rule, ...]
     shape_only_of: InitVar[frozenset[str] | None] = None
     # lookups built once from the rules above (not arguments, not compared)
     _index: dict[tuple[str, str], list[FolderRule]] = field(init=False, repr=False,
@@ -73,6 +88,45 @@ class Catalogue:
                     raise ValueError(f"{step.name} declared twice: {step.source} and "
                                      f"{seen[step.op_type].source}")
                 seen[step.op_type] = step
+
+    def of(self, kind: type[_R]) -> tuple[_R, ...]:
+        """The rules of one kind, in catalogue order."""
+        return tuple(r for r in self.rules if isinstance(r, kind))
+
+    @functools.cached_property
+    def folders(self) -> tuple[FolderRule, ...]:
+        """The folders (one op evaluated on constants)."""
+        return self.of(FolderRule)
+
+    @functools.cached_property
+    def patterns(self) -> tuple[PatternRule, ...]:
+        """The patterns (rewrites), in the order they are tried."""
+        return self.of(PatternRule)
+
+    @functools.cached_property
+    def cleanups(self) -> tuple[CleanupRule, ...]:
+        """The whole-model cleanups, in the order they run."""
+        return self.of(CleanupRule)
+
+    @functools.cached_property
+    def sizes(self) -> tuple[SizeRule, ...]:
+        """The output-size rules."""
+        return self.of(SizeRule)
+
+    @functools.cached_property
+    def facts(self) -> tuple[OpFact, ...]:
+        """The op facts."""
+        return self.of(OpFact)
+
+    @functools.cached_property
+    def shape_value_rules(self) -> tuple[ShapeValueRule, ...]:
+        """What ops do to shape values, element by element."""
+        return self.of(ShapeValueRule)
+
+    @functools.cached_property
+    def shape_dims_rules(self) -> tuple[ShapeDimsRule, ...]:
+        """What ops do to their outputs' dims."""
+        return self.of(ShapeDimsRule)
 
     @functools.cached_property
     def shape_steps(self) -> ShapeSteps:
@@ -140,10 +194,8 @@ class Catalogue:
         return by_op
 
     def names(self) -> set[str]:
-        """The names of the folders, patterns and cleanups (what ``--disable-rule`` takes)."""
-        rules: tuple[FolderRule | PatternRule | CleanupRule, ...] = (
-            *self.folders, *self.patterns, *self.cleanups)
-        return {r.name for r in rules}
+        """The names of the rules ``--disable-rule`` takes (folders, patterns, cleanups)."""
+        return {r.name for r in self.rules if isinstance(r, Disableable)}
 
     def tagged(self, tag: str) -> frozenset[str]:
         """The names of the patterns that declare ``tag`` (``pattern_rules.TAGS``)."""
@@ -155,37 +207,22 @@ class Catalogue:
         off = frozenset(disabled)
         if not off:
             return self
-        patterns = []
-        for rule in self.patterns:
-            if rule.name in off or (rule.uses - set(rule.op_types)) & off:
-                continue
-            roots = tuple(op for op in rule.op_types if op not in off)
-            if roots:
-                patterns.append(dataclasses.replace(rule, roots=roots))
-        return Catalogue(
-            tuple(r for r in self.folders if r.name not in off and r.op_type not in off),
-            tuple(patterns),
-            tuple(r for r in self.cleanups if r.name not in off and not set(r.op_types) & off),
-            self.sizes, self.facts, self.shape_value_rules, self.shape_dims_rules,
-            self.shape_only)
+        rules: list[Rule] = []
+        for rule in self.rules:
+            left = rule.without(off) if isinstance(rule, Disableable) else rule
+            if left is not None:
+                rules.append(left)  # type: ignore[arg-type]  # a rule's own kind
+        return Catalogue(tuple(rules), self.shape_only)
 
     def only(self, *names: str) -> Catalogue:
         """A copy with just the rules of these names (and all of this one's op facts)."""
         keep = set(names)
-        return Catalogue(tuple(r for r in self.folders if r.name in keep),
-                         tuple(r for r in self.patterns if r.name in keep),
-                         tuple(r for r in self.cleanups if r.name in keep), self.sizes,
-                         self.facts, self.shape_value_rules, self.shape_dims_rules,
-                         self.shape_only)
+        return Catalogue(tuple(r for r in self.rules if not isinstance(r, Disableable)
+                               or r.name in keep), self.shape_only)
 
     def __add__(self, other: Catalogue) -> Catalogue:
         """Both catalogues' rules (this one's first)."""
-        return Catalogue(self.folders + other.folders, self.patterns + other.patterns,
-                         self.cleanups + other.cleanups, self.sizes + other.sizes,
-                         self.facts + other.facts,
-                         self.shape_value_rules + other.shape_value_rules,
-                         self.shape_dims_rules + other.shape_dims_rules,
-                         self.shape_only | other.shape_only)
+        return Catalogue(self.rules + other.rules, self.shape_only | other.shape_only)
 
 
 @functools.cache
@@ -222,40 +259,35 @@ def _declared(objects: Iterable[object]) -> Iterator[object]:
                 yield item
 
 
+def _modules(package: ModuleType) -> tuple[str, ...]:
+    """The package's rule modules in its explicit order (``MODULES``); a module it does not
+    list is an error, not a module silently left out or put at a place no one chose."""
+    order = tuple(package.MODULES)
+    present = {info.name for info in pkgutil.iter_modules(package.__path__)}
+    unlisted, missing = present - set(order), set(order) - present
+    if unlisted or missing:
+        raise ValueError(f"{package.__name__}.MODULES must list every rule module in order: "
+                         f"unlisted {sorted(unlisted)}, missing {sorted(missing)}")
+    return order
+
+
 @functools.cache
 def load_catalogue() -> Catalogue:
-    """Every rule of every module in ``onnxfold.rules`` (imported once)."""
+    """Every rule of every module in ``onnxfold.rules`` (imported once), in the modules'
+    order ``onnxfold.rules.MODULES`` and each module's declaration order."""
     import onnxfold.rules as package  # here, not at the top: the rules import this package
 
-    folders: list[FolderRule] = []
-    patterns: list[PatternRule] = []
-    cleanups: list[CleanupRule] = []
-    sizes: list[SizeRule] = []
-    facts: list[OpFact] = []
-    shape_value_rules: list[ShapeValueRule] = []
-    shape_dims_rules: list[ShapeDimsRule] = []
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    rules: list[Rule] = []
+    for name in _modules(package):
+        module = importlib.import_module(f"{package.__name__}.{name}")
         seen: set[int] = set()
         for fn in _declared(vars(module).values()):
             if isinstance(fn, OpFact):
-                facts.append(fn)
+                rules.append(fn)
                 continue
             if id(fn) in seen or getattr(fn, "__module__", None) != module.__name__:
                 continue  # an alias, or a rule imported from another module
             seen.add(id(fn))
-            for rule in getattr(fn, RULES_ATTR, ()):
-                if isinstance(rule, FolderRule):
-                    folders.append(_resolved(rule))
-                elif isinstance(rule, PatternRule):
-                    patterns.append(rule)
-                elif isinstance(rule, CleanupRule):
-                    cleanups.append(rule)
-                elif isinstance(rule, SizeRule):
-                    sizes.append(rule)
-                elif isinstance(rule, ShapeValueRule):
-                    shape_value_rules.append(rule)
-                elif isinstance(rule, ShapeDimsRule):
-                    shape_dims_rules.append(rule)
-    return Catalogue(tuple(folders), tuple(patterns), tuple(cleanups), tuple(sizes),
-                     tuple(facts), tuple(shape_value_rules), tuple(shape_dims_rules))
+            rules.extend(_resolved(rule) if isinstance(rule, FolderRule) else rule
+                         for rule in getattr(fn, RULES_ATTR, ()))
+    return Catalogue(tuple(rules))

@@ -21,6 +21,10 @@ class CleanupRule:
     source: str
     op_types: tuple[str, ...] = ()
 
+    def without(self, off: frozenset[str]) -> CleanupRule | None:
+        """None if ``off`` names this cleanup or an op it removes, else this cleanup."""
+        return None if self.name in off or set(self.op_types) & off else self
+
 
 def cleanup(name: str | None = None, op_types: Iterable[str] = ()) -> Callable:
     """Declare a whole-model cleanup ``fn(model, settings) -> number of changes``; ``op_types``:

@@ -17,6 +17,7 @@ the op types it works on and its source location; hit counts live in the run's s
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -104,6 +105,15 @@ class PatternRule:
     def op_types(self) -> tuple[str, ...]:
         """The op types of the nodes the rule is tried at."""
         return self.roots or self.pattern.ops
+
+    def without(self, off: frozenset[str]) -> PatternRule | None:
+        """This rule without what ``off`` disables: None if it names the rule or an op the
+        pattern matches below its root, else the rule tried only at the roots left (None if
+        none is)."""
+        if self.name in off or (self.uses - set(self.op_types)) & off:
+            return None
+        roots = tuple(op for op in self.op_types if op not in off)
+        return dataclasses.replace(self, roots=roots) if roots else None
 
 
 def pattern(matches: P, *, check: Check | None = None, name: str | None = None,

@@ -72,6 +72,10 @@ class FolderRule:
         """The op it folds, as a tuple (as other rules give theirs)."""
         return (self.op_type,)
 
+    def without(self, off: frozenset[str]) -> FolderRule | None:
+        """None if ``off`` names this rule or its op (``--disable-rule``), else this rule."""
+        return None if self.name in off or self.op_type in off else self
+
     def covers(self, opset: int) -> bool:
         """Whether the rule folds the op at ``opset``."""
         return self.since <= opset and (self.until is None or opset <= self.until)

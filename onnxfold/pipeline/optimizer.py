@@ -6,7 +6,9 @@
     the fold stage (fold_stage.py):
         rewrite -> fold -> prune -> refine shapes, while a round learns something
         fold model-local function bodies
-    cleanups -> prune -> sorted
+    the cleanups (cleanups.py: remove_identity -> constants_to_initializers ->
+        dedupe_initializers -> prune_subgraph_initializers -> merge_duplicates),
+        then the catalogue's own (a plugin's) -> prune -> sorted
 
 Each step is an onnx-ir ``InPlacePass`` with one job (``onnxfold/pipeline/passes.py``) whose
 result says whether it changed the model and what it did; onnx-ir's ``PassManager`` runs the
@@ -49,6 +51,7 @@ from onnxfold.io.writer import inline_references, prune_value_info, restore_refe
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import NAMES_KEY
 from onnxfold.ir.graph import node_label
+from onnxfold.pipeline.cleanups import CLEANUPS, cleanup_passes
 from onnxfold.pipeline.collector import long_lived, settled
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.pipeline.fold_stage import FoldStage, StagePasses
@@ -162,8 +165,8 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         return recorded if phases is None else Timed(recorded, phases)
 
     shape_rules = frozenset() if options.shape_folding else catalogue.tagged(SHAPE_FOLDING)
-    catalogue = catalogue.without(
-        set(options.disabled_rules) | skipped | shape_rules | set(options.keep))
+    off = set(options.disabled_rules) | skipped | set(options.keep)
+    catalogue = catalogue.without(off | shape_rules)
     folding = options.fold_settings()
     keep, strict = frozenset(options.keep), options.strict
 
@@ -192,6 +195,8 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         # the reader's proto describes the model only if no pass before changed it
         wrap(InferShapes(light if not inline and not options.input_shapes else None)),
         stage,
+        *(wrap(cleanup) for cleanup in cleanup_passes(off, dataclasses.replace(
+            settings, nondeterministic_ops=catalogue.nondeterministic), strict)),
         wrap(Cleanups(catalogue, strict, settings)),
         *([prune()] if kept("prune") else []),
         wrap(Sorted(strict)),
@@ -313,8 +318,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     unknown = [] if opset <= newest else [
         f"opset {opset} is newer than the installed onnx knows ({newest}): nothing is folded "
         "or rewritten (its ops may mean something new)"]
-    frozen = frozenset({"rewrite", "fold", "refine_shapes", *catalogue.names()}
-                       if unknown else ())
+    frozen = frozenset({"rewrite", "fold", "refine_shapes", *catalogue.names(),
+                        *(cleanup.name for cleanup in CLEANUPS)} if unknown else ())
     for _attempt in range(MAX_RESTARTS + 1):
         results: list[PassResult] = []
         rewrites = RewriteLog.of(model) if record_rewrites else None

@@ -319,7 +319,8 @@ class Sorted(InPlacePass):
 
 
 class Cleanups(InPlacePass):
-    """The catalogue's whole-model cleanups (Identity removal, deduplication, ...)."""
+    """The catalogue's whole-model cleanups (``@cleanup``: a plugin's or a test's), after the
+    installed ones (``cleanups.py``, passes of their own)."""
 
     name = "cleanups"
 

@@ -122,3 +122,21 @@ def test_a_cone_reading_string_constants_sees_their_text(tmp_path):
     onnx.save(model([1, 2, 0]), wrong)
     assert [t.state for t in verify_folds(str(a), str(b)).tensors] == [BITWISE]
     assert [t.state for t in verify_folds(str(a), str(wrong)).tensors] == [DIFFERS]
+
+
+def test_a_folded_string_ending_in_nul_verifies_bitwise(tmp_path):
+    """A string whose last byte is NUL: onnx-ir's fixed-width form of a string tensor drops
+    trailing NULs, so the check compares each string's exact bytes (a right fold is bitwise,
+    not a false alarm) and a fold that lost the NUL still differs."""
+    def model(vocabulary=None, **kwargs):
+        m = _equal_to_vocabulary(vocabulary, **kwargs)
+        if vocabulary is None:  # the original's second constant ends in NUL
+            node = m.graph.node[1]
+            node.attribute[0].t.string_data[0] = b"folds\x00"
+        return m
+    a, b, lost = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "lost.onnx"
+    onnx.save(model(), a)
+    onnx.save(model(["the", "model", "folds\x00"], folded_from="Concat->vocab"), b)
+    onnx.save(model(["the", "model", "folds"], folded_from="Concat->vocab"), lost)
+    assert [t.state for t in verify_folds(str(a), str(b)).tensors] == [BITWISE]
+    assert [t.state for t in verify_folds(str(a), str(lost)).tensors] == [DIFFERS]

@@ -197,3 +197,21 @@ def test_model_onnxruntime_cannot_run(tmp_path):
     path = tmp_path / "custom.onnx"
     onnx.save(proto, str(path))
     assert_one_error_line(run_cli("compare", str(path), str(path)), "onnxruntime cannot load")
+
+
+def test_the_failure_line_names_three_and_counts_the_rest(tmp_path):
+    """Seven outputs off: the one stderr line names three and says how many more; the summary
+    on stdout lists every one."""
+    names = [f"y{k}" for k in range(7)]
+    x = [vinfo("x", TensorProto.FLOAT, [2])]
+    outs = [vinfo(n, TensorProto.FLOAT, [2]) for n in names]
+    a = make_model([helper.make_node("Identity", ["x"], [n]) for n in names], x, outs)
+    b = make_model([helper.make_node("Neg", ["x"], [n]) for n in names], x, outs)
+    pa, pb = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(a, pa)
+    onnx.save(b, pb)
+    done = run_cli("compare", pa, pb, "-n", "1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.endswith("y0, y1, y2 and 4 more"), line
+    assert all(n in done.stdout for n in names), done.stdout

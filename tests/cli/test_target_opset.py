@@ -309,7 +309,7 @@ def test_a_converted_model_is_loaded_in_onnxruntime_whatever_its_size(tmp_path, 
         next(iter(model.graph)).op_type = "NoSuchOp"
         return 1
 
-    patched = load_catalogue() + Catalogue((), (), (CleanupRule("corrupt", corrupt, "t:1"),))
+    patched = load_catalogue() + Catalogue((CleanupRule("corrupt", corrupt, "t:1"),))
     out = tmp_path / "out.onnx"
     for extra, code in (([], 0), (["--target-opset", "18"], cli.EXIT_INTERNAL)):
         line = cli.parse(["optimize", src, "-o", str(out), "-q", *extra])

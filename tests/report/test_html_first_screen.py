@@ -53,7 +53,7 @@ def _scale_a_fold(model, settings):
 def failed_page(tmp_path_factory):
     """The tiny BERT's report where a wrong fold fails the check (exit 1)."""
     tmp = tmp_path_factory.mktemp("failed")
-    patched = load_catalogue() + Catalogue((), (), (CleanupRule("wrong", _scale_a_fold, "t:1"),))
+    patched = load_catalogue() + Catalogue((CleanupRule("wrong", _scale_a_fold, "t:1"),))
     line = cli.parse(["optimize", BERT, "-o", str(tmp / "o.onnx"), "--check", "1", "-q",
                       "--report", str(tmp / "r.html"), "--json", str(tmp / "r.json")])
     command = dataclasses.replace(line.command, settings=dataclasses.replace(

@@ -134,7 +134,7 @@ def test_a_rule_tagged_shape_folding_is_off_without_shape_folding():
 
     (rule,) = getattr(tagged_double_negation, RULES_ATTR)
     assert rule.tags == {SHAPE_FOLDING}
-    catalogue = load_catalogue() + Catalogue((), (rule,), ())
+    catalogue = load_catalogue() + Catalogue((rule,))
     assert catalogue.tagged(SHAPE_FOLDING) == {"known_shape_value", "reshape_known_target",
                                                rule.name}
     nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Neg", ["n"], ["nn"]),
@@ -145,3 +145,24 @@ def test_a_rule_tagged_shape_folding_is_off_without_shape_folding():
     assert on == {rule.name: 1} and off == {}
     with pytest.raises(TypeError, match="unknown tags"):
         pattern(P("Neg", Var("x")), tags=["shape_folding_typo"])(tagged_double_negation)
+
+
+def test_the_catalogue_is_one_list_in_the_explicit_module_order(monkeypatch):
+    """Rules are held in the order ``rules.MODULES`` gives (each module's in declaration
+    order), not the order of file names; a module left out of that list is refused."""
+    import onnxfold.rules as package
+
+    from onnxfold.declare import catalogue as catalogue_module
+
+    catalogue = load_catalogue()
+    modules = [Path(r.source.rsplit(":", 1)[0]).stem for r in catalogue.rules
+               if hasattr(r, "source")]
+    places = [package.MODULES.index(m) for m in modules]
+    assert places == sorted(places) and len(set(places)) > 10
+    first = package.MODULES[0]
+    monkeypatch.setattr(package, "MODULES", package.MODULES[1:])
+    with pytest.raises(ValueError, match=f"unlisted \\['{first}'\\]"):
+        catalogue_module._modules(package)
+    monkeypatch.setattr(package, "MODULES", (*reversed(package.MODULES), "nowhere"))
+    with pytest.raises(ValueError, match="missing \\['nowhere'\\]"):
+        catalogue_module._modules(package)

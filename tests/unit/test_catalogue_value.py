@@ -85,8 +85,7 @@ def test_a_rule_is_injected_by_passing_a_catalogue():
         seen.append(len(model.graph))
         return 0
 
-    injected = load_catalogue() + Catalogue((), (), (CleanupRule("count_nodes", count_nodes,
-                                                                "test:1"),))
+    injected = load_catalogue() + Catalogue((CleanupRule("count_nodes", count_nodes, "test:1"),))
     onnxfold.optimize(_neg_then_add(), catalogue=injected)
     assert seen == [1]  # ran once, after the Neg was folded
     onnxfold.optimize(_neg_then_add())

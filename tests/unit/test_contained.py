@@ -34,7 +34,7 @@ BROKEN_PATTERN = PatternRule("broken_pattern", P("Add"), _broken, None, "test:2"
 
 
 @pytest.mark.parametrize("extra", [
-    Catalogue((), (), (BROKEN_CLEANUP,)), Catalogue((), (BROKEN_PATTERN,), ())],
+    Catalogue((BROKEN_CLEANUP,)), Catalogue((BROKEN_PATTERN,))],
     ids=["cleanup", "pattern"])
 def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, save, extra):
     patched = load_catalogue() + extra
@@ -56,7 +56,7 @@ def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, save, extra):
 def test_an_in_memory_model_is_restored_in_place(save):
     import onnx_ir as ir
 
-    patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
+    patched = load_catalogue() + Catalogue((BROKEN_CLEANUP,))
     model = ir.serde.deserialize_model(_model())
     result = onnxfold.optimize(model, FoldOptions(), catalogue=patched)
     assert result.model is model and result.report.skipped_steps
@@ -84,7 +84,7 @@ def _restored():
     that fails: the run starts again from a copy taken first, restored into this object."""
     import onnx_ir as ir
 
-    patched = load_catalogue() + Catalogue((), (), (BROKEN_CLEANUP,))
+    patched = load_catalogue() + Catalogue((BROKEN_CLEANUP,))
     model = ir.serde.deserialize_model(_model_with_function_and_metadata())
     result = onnxfold.optimize(model, FoldOptions(), catalogue=patched)
     assert result.model is model and result.report.skipped_steps
@@ -107,3 +107,38 @@ def test_a_restored_model_keeps_the_types_it_declared(tmp_path):
     out = tmp_path / "out.onnx"
     onnxfold.save_model(_restored(), out)
     assert [v.name for v in onnx.load(out).graph.value_info] == ["r"]  # as without the failure
+
+
+def test_a_failing_installed_cleanup_is_skipped_by_its_name(save, monkeypatch):
+    """The installed cleanups are passes of their own: one that raises is contained under
+    its name, the run starts again without it, and the cleanups after it still run."""
+    from onnxfold.pipeline import cleanups
+
+    monkeypatch.setattr(cleanups.DedupeInitializers, "clean", _broken)
+    nodes = [helper.make_node("Identity", ["x"], ["i"]),
+             helper.make_node("Relu", ["i"], ["a"]), helper.make_node("Relu", ["i"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    path = save(make_model(nodes, [vinfo("x", shape=[2])], [vinfo("y", shape=[2])]))
+    report = onnxfold.optimize(path, FoldOptions()).report
+    (step,) = report.skipped_steps
+    assert step.startswith("dedupe_initializers: ValueError: a bug in a rule")
+    assert report.cleanup_hits == {"remove_identity": 1, "merge_duplicates": 1}
+    with pytest.raises(ValueError, match="a bug in a rule"):
+        onnxfold.optimize(path, FoldOptions(strict=True))
+
+
+def test_the_installed_cleanups_run_in_order_and_an_op_type_turns_one_off():
+    """``--disable-rule OP`` and ``--keep OP`` turn off the cleanup that removes OP."""
+    from onnxfold.analysis.settings import RunSettings
+    from onnxfold.pipeline.cleanups import CLEANUPS, cleanup_passes
+
+    names = [c.name for c in CLEANUPS]
+    assert names == ["remove_identity", "constants_to_initializers", "dedupe_initializers",
+                     "prune_subgraph_initializers", "merge_duplicates"]
+    running = [c.name for c in cleanup_passes({"Identity", "merge_duplicates"}, RunSettings(),
+                                              strict=True)]
+    assert running == names[1:4]
+    nodes = [helper.make_node("Identity", ["x"], ["i"]), helper.make_node("Relu", ["i"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[2])], [vinfo("y", shape=[2])])
+    kept = onnxfold.optimize(model, FoldOptions(keep=("Identity",))).model
+    assert [n.op_type for n in kept.graph] == ["Identity", "Relu"]

@@ -63,7 +63,7 @@ def test_the_doc_rule_runs_as_written(doc, model, left) -> None:
     rules = _declared_rules(doc)
     assert len(rules) == 1, [r.name for r in rules]
     (rule,) = rules
-    catalogue = load_catalogue().without([rule.name]) + Catalogue((), (rule,), ())
+    catalogue = load_catalogue().without([rule.name]) + Catalogue((rule,))
     original = model()
     result = onnxfold.optimize(original, catalogue=catalogue)
     assert result.report.pattern_hits == {rule.name: 1}
@@ -104,7 +104,7 @@ def test_the_size_rule_example_refuses_what_the_page_says():
     assert claim, "the size rule's example sentence changed: update this test with it"
     rows, cols, budget, refused, elements, fits = (int(g.replace(",", ""))
                                                    for g in claim.groups())
-    catalogue = load_catalogue() + Catalogue((), (), (), sizes=(rule,))
+    catalogue = load_catalogue() + Catalogue((rule,))
     report = onnxfold.optimize(_nonzero_of_ones((rows, cols)), catalogue=catalogue,
                                pool_budget=budget).report
     assert report.declined == {"size": 1}

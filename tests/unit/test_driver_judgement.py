@@ -76,8 +76,7 @@ def _run(proto, rule: PatternRule, keep: frozenset[str] = frozenset()
          ) -> tuple[ir.Model, Counter, int]:
     """``proto`` rewritten with ``rule`` alone; the model, the rejections and the hits."""
     model = ir.serde.deserialize_model(proto)
-    facts = load_catalogue()
-    catalogue = Catalogue((), (rule,), (), facts=facts.facts)
+    catalogue = Catalogue((rule, *load_catalogue().facts))
     rejected: Counter = Counter()
     done = rewrite(model, catalogue, rejected, settings=RunSettings(keep=keep))
     return model, rejected, done.hits[rule.name]

@@ -65,7 +65,7 @@ def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, capsys):
         next(iter(model.graph)).op_type = "NoSuchOp"
         return 1
 
-    patched = load_catalogue() + Catalogue((), (), (CleanupRule("corrupt", corrupt, "t:1"),))
+    patched = load_catalogue() + Catalogue((CleanupRule("corrupt", corrupt, "t:1"),))
     out = tmp_path / "out.onnx"
     line = cli.parse(["optimize", TINY_BERT, "-o", str(out)])
     command = replace(line.command, settings=replace(line.command.settings, catalogue=patched))

@@ -1,9 +1,12 @@
 """Pattern rules (rules/rewrites.py) and cleanups (rules/cleanups.py), checked in onnxruntime."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import assert_same_bits, fold_proto, run_ort
@@ -284,6 +287,37 @@ def test_drop_noop_keeps_real_casts_and_reshapes(tmp_path):
     folded, report, out = fold_proto(proto, tmp_path)
     assert ops(folded) == ["Cast", "Reshape"] and report.pattern_hits == {}
     assert_same(proto, out, {"x": np.arange(6, dtype=np.float32).reshape(2, 3) * 1.5})
+
+
+def test_drop_noop_by_symbolic_dims_too(tmp_path):
+    """One rule removes a no-op whether static shapes or symbolic dims show it: a full-range
+    Slice and an Expand to x's own dims of a dynamic x go as ``drop_noop``, and disabling
+    ``drop_noop`` keeps both."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Expand", ["x", "s"], ["e"]),
+             helper.make_node("Slice", ["e", "start", "end", "axis"], ["c"]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=["n", 3])], [vinfo("y", shape=["n", 3])],
+                       [tensor("start", np.array([0], np.int64)),
+                        tensor("end", np.array([2**62], np.int64)),
+                        tensor("axis", np.array([0], np.int64))])
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert ops(folded) == ["Relu"] and report.pattern_hits == {"drop_noop": 2}
+    for n in (0, 1, 4):
+        assert_same(proto, out, {"x": np.arange(n * 3, dtype=np.float32).reshape(n, 3) - 3})
+    folded, _, _ = fold_proto(proto, tmp_path, FoldOptions(disabled_rules={"drop_noop"},
+                                                           strict=True))
+    assert ops(folded) == ops(proto)
+
+
+def test_no_two_no_op_rules_remove_the_same_op():
+    """Every no-op removal is one rule of ``rules/no_ops.py``, and no op is the root of two."""
+    catalogue = load_catalogue()
+    no_ops = [r for r in catalogue.patterns if Path(r.source.split(":")[0]).stem == "no_ops"]
+    assert {r.name for r in no_ops} == {"drop_noop", "drop_neutral_element",
+                                        "drop_inference_dropout"}
+    roots = [op for r in no_ops for op in r.op_types]
+    assert len(roots) == len(set(roots)) and {"Expand", "Slice", "Mul", "Dropout"} <= set(roots)
 
 
 # -- cleanups -----------------------------------------------------------------------------------

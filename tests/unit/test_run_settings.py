@@ -16,7 +16,7 @@ from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.io.map_types import MAP_TYPES_KEY
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY, UNKNOWN_OPS_KEY
 from onnxfold.ir.edits import NAMES_KEY
-from onnxfold.rewrite.driver import run_cleanups
+from onnxfold.pipeline.cleanups import MergeDuplicates, RemoveIdentity
 from onnxfold.runtime.split import optimize_and_split
 from tests.support.models import make_model, tensor, vinfo
 
@@ -48,11 +48,10 @@ def test_optimize_leaves_no_option_in_the_model_s_meta(tmp_path):
 
 def test_a_cleanup_honours_the_keep_it_is_given():
     kept = _identity_model()
-    run_cleanups(kept, load_catalogue().only("remove_identity"),
-                 settings=RunSettings(keep=frozenset({"ident"})))
+    RemoveIdentity(RunSettings(keep=frozenset({"ident"})), strict=True)(kept)
     assert [n.op_type for n in kept.graph] == ["Identity", "Relu"]
     removed = _identity_model()
-    run_cleanups(removed, load_catalogue().only("remove_identity"))
+    RemoveIdentity(RunSettings(), strict=True)(removed)
     assert [n.op_type for n in removed.graph] == ["Relu"]
 
 
@@ -61,11 +60,10 @@ def test_duplicates_of_an_op_the_settings_name_unknown_are_never_merged():
              helper.make_node("Add", ["a", "b"], ["y"])]
     proto = make_model(nodes, [vinfo("x", shape=[2])], [vinfo("y", shape=[2])])
     plugin = ir.serde.deserialize_model(proto)
-    run_cleanups(plugin, load_catalogue().only("merge_duplicates"),
-                 settings=RunSettings(unknown_ops=frozenset({"Relu"})))
+    MergeDuplicates(RunSettings(unknown_ops=frozenset({"Relu"})), strict=True)(plugin)
     assert [n.op_type for n in plugin.graph] == ["Relu", "Relu", "Add"]
     known = ir.serde.deserialize_model(proto)
-    run_cleanups(known, load_catalogue().only("merge_duplicates"))
+    MergeDuplicates(RunSettings(), strict=True)(known)
     assert [n.op_type for n in known.graph] == ["Relu", "Add"]
 
 

@@ -1,27 +1,68 @@
-"""Whole-model cleanups run after folding: Identity removal, initializer deduplication and
-the pruning of subgraph initializers that folding left unused."""
+"""The whole-model cleanups: passes run once after the fold stage, in the order
+:data:`CLEANUPS` lists them (``optimizer.build_pipeline`` puts them between the fold stage
+and the last prune). Engine code, not rules: each walks and edits the whole model.
+
+Each is an onnx-ir in-place pass (:class:`Cleanup`) named as ``--disable-rule`` and the
+report call it; one that removes an op (``removes``) is off under ``--disable-rule OP`` and
+``--keep OP``, as a pattern of that op is. What it changed is a :class:`CleanupsResult`: its
+hits and the nodes it removed net. A cleanup that raises is contained like a rule
+(``StepFailed`` with its name: ``optimize`` starts again without it).
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import onnx_ir as ir
+from onnx_ir.passes import InPlacePass
 
-from onnxfold.declare import (
-    MappedTensor,
-    RunSettings,
-    cleanup,
-    drop_resident_pages,
-    kept,
-)
+from onnxfold.analysis.constness import kept
+from onnxfold.analysis.settings import RunSettings
+from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 from onnxfold.ir.arrays import c_contiguous, release_pages
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.edits import names_for, replace_value
 from onnxfold.ir.graph import all_graphs, is_default_op, tensor_of
+from onnxfold.pipeline.results import CleanupsResult
+from onnxfold.rewrite.steps import contained
+
+
+def node_count(model: ir.Model) -> int:
+    """The nodes of every graph of ``model`` the report counts (Constant nodes are not)."""
+    return sum(1 for graph in all_graphs(model) for node in graph
+               if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx")))
+
+
+class Cleanup(InPlacePass):
+    """A whole-model cleanup: :meth:`clean` edits the model in place and returns how many
+    changes it made. ``settings``: the run's :class:`RunSettings` (what the user keeps, the
+    non-deterministic and unknown ops); ``strict``: an error is raised as it is, not
+    contained."""
+
+    name: ClassVar[str]
+    removes: ClassVar[tuple[str, ...]] = ()  # the op types it removes
+
+    def __init__(self, settings: RunSettings, strict: bool) -> None:
+        self.settings, self.strict = settings, strict
+
+    def call(self, model: ir.Model) -> CleanupsResult:
+        """Clean once; modified if a change was made, with its hits and the nodes it
+        removed net."""
+        before = node_count(model)
+        changes = contained(self.name, self.strict, functools.partial(self.clean, model))
+        if not changes:
+            return CleanupsResult(model, False)
+        return CleanupsResult(model, True, Counter({self.name: changes}),
+                              Counter({self.name: before - node_count(model)}))
+
+    def clean(self, model: ir.Model) -> int:
+        """Change ``model``; how many changes were made."""
+        raise NotImplementedError
 
 
 def _removable(node: ir.Node, graph: ir.Graph) -> ir.Value | None:
@@ -41,7 +82,6 @@ def _removable(node: ir.Node, graph: ir.Graph) -> ir.Value | None:
     return x if same_graph else None
 
 
-@cleanup("remove_identity", op_types=("Identity",))
 def remove_identity(model: ir.Model, settings: RunSettings) -> int:
     """Identity nodes disappear where that is safe (graph outputs keep their names)."""
     removed = 0
@@ -56,7 +96,6 @@ def remove_identity(model: ir.Model, settings: RunSettings) -> int:
     return removed
 
 
-@cleanup("constants_to_initializers", op_types=("Constant",))
 def constants_to_initializers(model: ir.Model, settings: RunSettings) -> int:
     """The main graph's ``Constant`` nodes become initializers (as onnxruntime does when it
     loads a model); subgraphs keep theirs, and so do string constants and IR 3 models."""
@@ -154,8 +193,7 @@ def _groups(values: Iterable[_Weight], key: Callable[[_Weight], object]) -> list
     return [members for members in grouped.values() if len(members) > 1]
 
 
-@cleanup("dedupe_initializers")
-def dedupe_initializers(model: ir.Model, settings: RunSettings) -> int:
+def dedupe_initializers(model: ir.Model) -> int:
     """Identical initializers (same dtype, shape and bytes) become one; inputs are left alone.
 
     Candidates are narrowed by dtype and shape, then by a digest of a few sampled KiB; only
@@ -183,8 +221,7 @@ def dedupe_initializers(model: ir.Model, settings: RunSettings) -> int:
     return removed
 
 
-@cleanup("prune_subgraph_initializers")
-def prune_subgraph_initializers(model: ir.Model, settings: RunSettings) -> int:
+def prune_subgraph_initializers(model: ir.Model) -> int:
     """Initializers of subgraphs (Loop/If/Scan bodies) that nothing reads any more disappear.
 
     Folding a body's weight leaves the weight unused, and onnx-ir's unused-node pass only
@@ -230,7 +267,6 @@ def _node_key(node: ir.Node, nondeterministic: frozenset[str]) -> tuple | None:
             tuple(id(v) if v is not None else None for v in node.inputs), tuple(attributes))
 
 
-@cleanup("merge_duplicates")
 def merge_duplicates(model: ir.Model, settings: RunSettings) -> int:
     """Nodes computing the same op of the same inputs with the same attributes become one (the
     copies of ``Reshape(dim, [1])`` or ``Where(mask, -inf, 0)`` exporters emit per layer).
@@ -254,3 +290,70 @@ def merge_duplicates(model: ir.Model, settings: RunSettings) -> int:
             graph.remove(node, safe=True)
             merged += 1
     return merged
+
+
+class RemoveIdentity(Cleanup):
+    """Identity nodes disappear where that is safe (graph outputs keep their names)."""
+
+    name = "remove_identity"
+    removes = ("Identity",)
+
+    def clean(self, model: ir.Model) -> int:
+        """Remove every removable Identity; how many went."""
+        return remove_identity(model, self.settings)
+
+
+class ConstantsToInitializers(Cleanup):
+    """The main graph's ``Constant`` nodes become initializers (as onnxruntime does when it
+    loads a model); subgraphs keep theirs, and so do string constants and IR 3 models."""
+
+    name = "constants_to_initializers"
+    removes = ("Constant",)
+
+    def clean(self, model: ir.Model) -> int:
+        """Move the main graph's constants; how many moved."""
+        return constants_to_initializers(model, self.settings)
+
+
+class DedupeInitializers(Cleanup):
+    """Identical initializers (same dtype, shape and bytes) become one."""
+
+    name = "dedupe_initializers"
+
+    def clean(self, model: ir.Model) -> int:
+        """Merge identical initializers; how many went."""
+        return dedupe_initializers(model)
+
+
+class PruneSubgraphInitializers(Cleanup):
+    """Initializers of subgraphs that nothing reads any more disappear."""
+
+    name = "prune_subgraph_initializers"
+
+    def clean(self, model: ir.Model) -> int:
+        """Remove the unread subgraph initializers; how many went."""
+        return prune_subgraph_initializers(model)
+
+
+class MergeDuplicates(Cleanup):
+    """Nodes computing the same op of the same inputs with the same attributes become one."""
+
+    name = "merge_duplicates"
+
+    def clean(self, model: ir.Model) -> int:
+        """Merge duplicate nodes; how many went."""
+        return merge_duplicates(model, self.settings)
+
+
+# The cleanups in the order they run.
+CLEANUPS: tuple[type[Cleanup], ...] = (RemoveIdentity, ConstantsToInitializers,
+                                       DedupeInitializers, PruneSubgraphInitializers,
+                                       MergeDuplicates)
+
+
+def cleanup_passes(off: Iterable[str], settings: RunSettings, strict: bool) -> list[Cleanup]:
+    """The cleanups to run, in order: all but those ``off`` names (by name, or an op type
+    they remove)."""
+    disabled = frozenset(off)
+    return [cleanup(settings, strict) for cleanup in CLEANUPS
+            if cleanup.name not in disabled and not set(cleanup.removes) & disabled]
