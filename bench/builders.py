@@ -321,15 +321,16 @@ def _resnet(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     return Logits(ResNetForImageClassification(ResNetConfig())), inputs, dims
 
 
-def _llama(torch: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
-    """A deep, narrow Llama: 32 layers, hidden 64, 4 heads / 2 key-value heads, vocabulary 1024;
-    every parameter from N(0, 0.02), so no bias or norm weight is a trivial constant. The shape
-    scaffolding of a real LLM export with a few MiB of weights: the cost is per node."""
+def _llama(torch: Any, layers: int = 32) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """A deep, narrow Llama: ``layers`` layers, hidden 64, 4 heads / 2 key-value heads,
+    vocabulary 1024; every parameter from N(0, 0.02), so no bias or norm weight is a trivial
+    constant. The shape scaffolding of a real LLM export with a few MiB of weights: the cost
+    is per node."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     hidden = 64
     cfg = LlamaConfig(vocab_size=1024, hidden_size=hidden, intermediate_size=4 * hidden,
-                      num_hidden_layers=32, num_attention_heads=4, num_key_value_heads=2,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=2048, use_cache=False, tie_word_embeddings=False)
     cfg._attn_implementation = "eager"  # plain ops: no fused SDPA kernel to hide the graph
 
@@ -379,6 +380,10 @@ EXPORTS: dict[str, tuple[str, str, Any]] = {
                         _resnet),
     "llama_L32_dynamo": ("Llama, 32 layers, hidden 64, GQA, dynamo, dynamic batch/seq", "dynamo",
                          _llama),
+    # the same Llama at other depths: the per-layer cost (``python -m bench run layers``)
+    **{f"llama_L{n}_dynamo": (f"Llama, {n} layers, hidden 64, GQA, dynamo, dynamic batch/seq",
+                              "dynamo", lambda torch, n=n: _llama(torch, layers=n))
+       for n in (2, 4, 64, 128)},
     "bert_base_ts_folded": ("BERT-base, TorchScript with its constant folding, static (1, 128)",
                             "ts-folded", lambda torch: _bert(torch, half=False)),
     "distilbert_ts_folded": ("DistilBERT-base, TorchScript with its constant folding, static "

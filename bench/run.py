@@ -3,6 +3,8 @@
 =============  ================================================================================
 ``floor``      onnxfold's whole run against onnx-ir's bare ``ir.load`` + ``ir.save`` and
                onnxruntime basic on a 12k-node graph, a 32-layer Llama and BERT-base (``floor.py``)
+``layers``     what one more layer costs: a dynamo Llama at 32, 64 and 128 layers, onnxfold
+               against onnx-ir's load + save, onnxruntime basic and onnxsim (``layers.py``)
 ``peers``      onnxfold against onnxruntime basic, onnxsim, onnxslim and the onnxscript optimizer
                on five fresh transformer exports: the README's peer table (``peers.py``)
 ``limits``     20,000 small weights (also under ``ulimit -n 256``) and a contrib op under a pool
@@ -36,11 +38,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import ab, adapters, done_when, floor, latency, limits, peers, signals
+from bench import ab, adapters, done_when, floor, latency, layers, limits, peers, signals
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
-    "floor": floor.main, "peers": peers.main, "limits": limits.main, "ab": ab.main,
-    "done_when": done_when.main, "latency": latency.main,
+    "floor": floor.main, "layers": layers.main, "peers": peers.main, "limits": limits.main,
+    "ab": ab.main, "done_when": done_when.main, "latency": latency.main,
     "adapters": adapters.main, "signals": signals.main}
 
 

@@ -5,7 +5,7 @@ A ``@shape_value`` step gives the elements of a node's output from its inputs' s
 ``@shape_dims`` step gives a node's output dims from its inputs' dims and shape values
 (``Reshape`` to a known target, ``MatMul``, ``Concat``...). Each returns None where it cannot
 prove the result: only provable steps are taken. The dim algebra (``arith``, broadcasting,
-``quotient``) lives in :mod:`onnxfold.analysis.symbolic`.
+``quotient``) lives in :mod:`onnxfold.analysis.dim_algebra`.
 """
 
 from __future__ import annotations

@@ -32,15 +32,10 @@ from typing import TypeGuard
 
 import onnx_ir as ir
 
+from onnxfold.analysis.dim_algebra import Dim, Sym
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.analysis.symbolic import (
-    Dim,
-    ShapeSteps,
-    Sym,
-    dim_symbol,
-    shape_values,
-    shared_dim_names,
-)
+from onnxfold.analysis.step_inputs import ShapeSteps, dim_symbol, shared_dim_names
+from onnxfold.analysis.symbolic import shape_values
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
 

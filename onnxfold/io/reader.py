@@ -542,7 +542,21 @@ def _load(path: str, check: bool, keep_light: bool
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
     model.meta[SOURCE_KEY] = os.path.abspath(path)
-    return model, light if describes else None
+    return model, _without_node_metadata(light) if describes and light is not None else None
+
+
+def _without_node_metadata(light: onnx.ModelProto) -> onnx.ModelProto:
+    """``light`` (the reader's proto, kept for the first shape inference) without its nodes'
+    ``metadata_props`` (in place): no inference reads them, and an exporter's (dynamo's stack
+    trace, namespace and FX node of every node, ~1.8 KiB a node) are most of a graph's proto,
+    which inference serializes, parses and copies back (~1.3 MiB a layer of a dynamo Llama)."""
+    for graph in graph_protos(light.graph):
+        for node in graph.node:
+            del node.metadata_props[:]
+    for function in light.functions:
+        for node in function.node:
+            del node.metadata_props[:]
+    return light
 
 
 def _named(path: str) -> InputError | None:

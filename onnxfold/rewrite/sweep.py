@@ -18,20 +18,18 @@ from typing import Any, Protocol
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import OpFacts
+from onnxfold.analysis.dim_algebra import Known
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.symbolic import (
-    Known,
-    ShapeSteps,
-    shape_values,
-    shared_dim_names,
-    updated_shape_values,
-)
+from onnxfold.analysis.step_inputs import ShapeSteps, shared_dim_names
+from onnxfold.analysis.symbolic import shape_values
+from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.builder import BuiltNode, OpBuilder
 from onnxfold.declare.pattern_rules import KEEPS_QDQ_UNITS, PatternRule, call_with
 from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
 from onnxfold.ir.edits import detach, names_for
+from onnxfold.ir.graph import use_count
 from onnxfold.ir.scopes import module_path
 from onnxfold.rewrite.judge import match_refusal, nodes_of, refusal
 from onnxfold.rewrite.log import RewriteLog
@@ -111,7 +109,7 @@ class GraphState:
                             changed_nodes: set[ir.Node]) -> set[ir.Value]:
         """Take this graph's shape values from ``previous`` (an earlier sweep's) with the
         nodes changed since computed again; return the values whose shape value or refined
-        dims changed (``symbolic.updated_shape_values``)."""
+        dims changed (``symbolic_update.updated_shape_values``)."""
         view = self.view
         self.shape_values, changed = updated_shape_values(
             self.graph, previous, changed_nodes, view.array, self.shared_dim_names(),
@@ -301,8 +299,9 @@ def marked_readers(value: ir.Value) -> list[ir.Node]:
     readers a rewrite does change (rewired, built) are marked by name. Marking through it
     reached most of a dynamo export (a sequence length read by every layer) at every rewrite
     near it."""
-    uses = value.uses()
-    return [] if len(uses) > WIDE else [use.node for use in uses]
+    if use_count(value) > WIDE:
+        return []
+    return [use.node for use in value.uses()]
 
 
 class _Tentative:

@@ -26,8 +26,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.analysis import symbolic
-from onnxfold.analysis.symbolic import MAX_EXPRESSION_SIZE, StepInputs, Sym, arith, expression
+from onnxfold.analysis import dim_algebra, step_inputs
+from onnxfold.analysis.dim_algebra import MAX_EXPRESSION_SIZE, Sym, arith, expression
+from onnxfold.analysis.step_inputs import StepInputs
 from onnxfold.declare import load_catalogue
 from tests.support.cli import REFUSAL_TIMEOUT, assert_ok, run_cli
 
@@ -150,7 +151,7 @@ def test_order_keys_are_made_once_of_the_parts_keys():
     assert key[3][1] is key[4][1]  # the two operands' keys, the very same tuple: no copy
     half = d.expr[1]
     assert arith("Add", half, n) == arith("Add", n, half)  # one form for both orders
-    assert symbolic._order(3) < symbolic._order(n)  # ints first
+    assert dim_algebra.dim_order(3) < dim_algebra.dim_order(n)  # ints first
 
 
 @pytest.mark.parametrize("rank", [5, 5_000])
@@ -159,11 +160,11 @@ def test_shape_reads_its_input_dims_once_and_only_for_a_shape_value(monkeypatch,
                  type=ir.TensorType(ir.DataType.FLOAT))
     node = ir.Node("", "Shape", [x])
     read = []
-    axis_dim = symbolic._axis_dim
-    monkeypatch.setattr(symbolic, "_axis_dim", lambda *a: read.append(a) or axis_dim(*a))
+    axis_dim = step_inputs._axis_dim
+    monkeypatch.setattr(step_inputs, "_axis_dim", lambda *a: read.append(a) or axis_dim(*a))
     step = load_catalogue().shape_steps.values["Shape"]
     found = step(StepInputs(node, {}, lambda v: None, frozenset()))
-    if rank > symbolic.MAX_ELEMENTS:
+    if rank > dim_algebra.MAX_ELEMENTS:
         assert found is None and read == []  # data, not a shape: no dim read
     else:
         assert found is not None and found.elements == (Sym(("dim", "N")), 1, 1, 1, 1)

@@ -209,3 +209,25 @@ def test_a_small_external_initializer_is_read_the_same_either_way(tmp_path):
     assert [n.op_type for n in read_here.graph.node] == [n.op_type for n in handed.graph.node]
     feeds = {"x": np.arange(12, dtype=np.float32).reshape(3, 4)}
     np.testing.assert_array_equal(run_ort(read_here, feeds)[0], run_ort(handed, feeds)[0])
+
+
+def test_the_read_proto_keeps_no_node_metadata_and_the_output_keeps_all_of_it(tmp_path):
+    """An exporter's per-node metadata (dynamo's stack traces: most of a graph's proto) is
+    not in the proto kept for inference, which never reads it; the model keeps it, and the
+    output is the same, byte for byte, as from a model handed over (whose inference
+    serializes the metadata too)."""
+    proto = _model()
+    for i, node in enumerate(proto.graph.node):
+        onnx.helper.set_metadata_props(node, {"pkg.torch.onnx.stack_trace": f"line {i}" * 200,
+                                              "namespace": f"m.layers.{i}"})
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    model, light = load_with_light_proto(path)
+    assert light is not None
+    assert [len(node.metadata_props) for node in light.graph.node] == [0] * 5
+    assert [node.metadata_props["namespace"] for node in model.graph] == \
+        [f"m.layers.{i}" for i in range(5)]
+    read_here, handed = _both_ways(path)
+    assert read_here.SerializeToString() == handed.SerializeToString()
+    kept = {n.name: {p.key: p.value for p in n.metadata_props} for n in read_here.graph.node}
+    assert any(props.get("namespace", "").startswith("m.layers.") for props in kept.values())

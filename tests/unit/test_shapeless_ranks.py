@@ -23,8 +23,8 @@ from onnxfold.analysis.symbolic import (
     dim_symbol,
     shape_values,
     shared_dim_names,
-    updated_shape_values,
 )
+from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.ir.constants import source_array
 from rules.shape_steps import reshaped
