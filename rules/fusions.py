@@ -18,7 +18,8 @@ only constants whose product is finite and normal are merged. ``(x + k) + c`` is
 the original loses the low bits of ``x`` to ``k``, the fused sum keeps them, and that
 difference is not relative to the result (cancellation makes it any size).
 
-No fusion touches a quantized (QDQ) model's node units (``rules/qdq_units.py``): a layer or op
+No fusion touches a quantized (QDQ) model's node units (``rules/qdq_units.py``; each fusion is
+tagged ``keeps_qdq_units``, and the driver refuses its proposals that would): a layer or op
 that reads a ``DequantizeLinear`` output or whose result a ``QuantizeLinear`` reads stays, so
 its weight stays quantized and onnxruntime still runs the unit as an integer kernel (a fused
 weight would be a float constant; a MatMul + Add made a Gemm would no longer be
@@ -27,14 +28,15 @@ weight would be a float constant; a MatMul + Add made a Gemm would no longer be
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, pattern
+from onnxfold.declare import KEEPS_QDQ_UNITS, GraphView, Match, OpBuilder, P, Reject, Var, pattern
 from onnxfold.ir.graph import through_identities
 
 from .no_ops import broadcasts_into
-from .qdq_units import outside_qdq_units
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 _GEMM_FLOATS = (*_FLOATS, ir.DataType.FLOAT16)  # MatMul+Add -> Gemm computes no weight
@@ -91,15 +93,25 @@ def _output_channel_axis(layer: ir.Node, w_rank: int) -> int | None:
     return 1 if group == 1 and w_rank >= 2 else None
 
 
-def _channel_layout(ctx: GraphView, layer: ir.Node, w: ir.Value) -> Match | None:
-    """The layer's output channel count (``channels``), its weight's rank (``rank``) and the
-    axis of the weight that indexes output channels (``axis``); None: the weight shape is
-    unknown, a grouped ConvTranspose, or a MatMul weight that is not 2-D."""
+@dataclass(frozen=True)
+class _Layout:
+    """A layer's output channel count, its weight's rank and dtype, and the axis of the weight
+    that indexes output channels: what a fusion's check finds and its rewrite receives."""
+
+    channels: int
+    rank: int
+    axis: int
+    dtype: ir.DataType | None
+
+
+def _channel_layout(ctx: GraphView, layer: ir.Node, w: ir.Value) -> _Layout | None:
+    """The layer's :class:`_Layout`; None: the weight shape is unknown, a grouped
+    ConvTranspose, or a MatMul weight that is not 2-D."""
     shape = ctx.shape(w)
     axis = _output_channel_axis(layer, len(shape)) if shape is not None else None
     if shape is None or axis is None:
         return None
-    return Match(channels=shape[axis], rank=len(shape), axis=axis, dtype=w.dtype)
+    return _Layout(shape[axis], len(shape), axis, w.dtype)
 
 
 def _per_channel(shape: tuple[int, ...], channels: int, channel_at: int) -> bool:
@@ -134,8 +146,7 @@ def _linear_fusable(ctx: GraphView, layer: ir.Node, x: ir.Value, bias: ir.Value 
 
 
 def _batch_norm_fusable(ctx: GraphView, layer: ir.Node, bn: ir.Node, x: ir.Value,
-                        w: ir.Value, scale: ir.Value, var: ir.Value, **_: object
-                        ) -> bool | Match | Reject:
+                        w: ir.Value, scale: ir.Value, var: ir.Value) -> bool | Match | Reject:
     if ctx.is_constant(x):
         return False  # it all folds, each node as onnxruntime computes it
     if len(bn.outputs) != 1 or bn.attributes.get_int("training_mode"):
@@ -152,7 +163,7 @@ def _batch_norm_fusable(ctx: GraphView, layer: ir.Node, bn: ir.Node, x: ir.Value
     layout = _channel_layout(ctx, layer, w)
     if layout is None:
         return Reject("grouped ConvTranspose, MatMul weight not 2-D, or weight shape unknown")
-    channels = layout.found["channels"]
+    channels = layout.channels
     if layer.op_type in ("Gemm", "MatMul"):
         linear = _linear_fusable(ctx, layer, x, bias, channels)
         if linear is not True:
@@ -166,14 +177,13 @@ def _batch_norm_fusable(ctx: GraphView, layer: ir.Node, bn: ir.Node, x: ir.Value
         factor = np.asarray(ctx.array(scale)) / np.sqrt(np.asarray(ctx.array(var)) + eps)
     if not _scaled_stays_finite(ctx, w, factor):
         return Reject("the fused weight would overflow")
-    return layout
+    return Match.of(layout)
 
 
-_BATCH_NORM_FUSABLE = outside_qdq_units(_batch_norm_fusable, "layer", "bn")
-
-
-@pattern(_batch_norm_of(_LINEAR), check=_BATCH_NORM_FUSABLE, name="fuse_batch_norm_into_gemm")
-@pattern(_batch_norm_of(_CONV), check=_BATCH_NORM_FUSABLE, name="fuse_batch_norm_into_conv")
+@pattern(_batch_norm_of(_LINEAR), check=_batch_norm_fusable, name="fuse_batch_norm_into_gemm",
+         tags=[KEEPS_QDQ_UNITS])
+@pattern(_batch_norm_of(_CONV), check=_batch_norm_fusable, name="fuse_batch_norm_into_conv",
+         tags=[KEEPS_QDQ_UNITS])
 def fuse_batch_norm(op: OpBuilder, layer: ir.Node, bn: ir.Node, x: ir.Value, w: ir.Value,
                     scale: ir.Value, bias: ir.Value, mean: ir.Value, var: ir.Value,
                     dtype: ir.DataType, rank: int, axis: int) -> ir.Value:
@@ -199,7 +209,7 @@ def fuse_batch_norm(op: OpBuilder, layer: ir.Node, bn: ir.Node, x: ir.Value, w: 
 
 
 def _channel_constant(ctx: GraphView, layer: ir.Node, w: ir.Value, c: ir.Value,
-                      x: ir.Value, **_: object) -> bool | Match | Reject:
+                      x: ir.Value) -> bool | Match | Reject:
     """Whether ``c``, broadcast against the convolution's output (N, M, ...), is one value per
     output channel (shape (M, 1, ..), (1, M, 1, ..) or all ones) and changes nothing else."""
     if ctx.is_constant(x):
@@ -211,7 +221,7 @@ def _channel_constant(ctx: GraphView, layer: ir.Node, w: ir.Value, c: ir.Value,
     rank = len(w_shape)  # the output's rank
     if len(c_shape) > rank or c.dtype != w.dtype or w.dtype not in _FLOATS:
         return Reject("not a per-channel float constant of the output's dtype")
-    if not _per_channel(c_shape, layout.found["channels"], rank - 2):  # the channel axis,
+    if not _per_channel(c_shape, layout.channels, rank - 2):  # the channel axis,
         return Reject("not one value per output channel")  # from the end
     if not _finite(ctx, c):
         return Reject("the constant is not at hand or not finite")
@@ -222,7 +232,7 @@ def _channel_constant(ctx: GraphView, layer: ir.Node, w: ir.Value, c: ir.Value,
         return Reject("the bias is not constant")
     if not _scaled_stays_finite(ctx, w, np.asarray(ctx.array(c))):
         return Reject("the fused weight would overflow")
-    return layout
+    return Match.of(layout)
 
 
 def _channel_vector(op: OpBuilder, c: ir.Value, node: ir.Node) -> ir.Value:
@@ -264,8 +274,7 @@ def _with_a_constant(op_type: str, operand: P) -> P:
     return P(op_type, operand, Var("c", const=True), name="node", commute=True)
 
 
-@pattern(_with_a_constant("Mul", _CONV), check=outside_qdq_units(_channel_constant, "layer",
-                                                                  "node"))
+@pattern(_with_a_constant("Mul", _CONV), check=_channel_constant, tags=[KEEPS_QDQ_UNITS])
 def fuse_mul_into_conv(op: OpBuilder, layer: ir.Node, node: ir.Node, x: ir.Value, w: ir.Value,
                        c: ir.Value, channels: int, rank: int, axis: int, dtype: ir.DataType
                        ) -> ir.Value:
@@ -278,8 +287,7 @@ def fuse_mul_into_conv(op: OpBuilder, layer: ir.Node, node: ir.Node, x: ir.Value
     return _fused(op, layer, x, weight, bias)
 
 
-@pattern(_with_a_constant("Add", _CONV), check=outside_qdq_units(_channel_constant, "layer",
-                                                                  "node"))
+@pattern(_with_a_constant("Add", _CONV), check=_channel_constant, tags=[KEEPS_QDQ_UNITS])
 def fuse_add_into_conv(op: OpBuilder, layer: ir.Node, node: ir.Node, x: ir.Value, w: ir.Value,
                        c: ir.Value, channels: int, dtype: ir.DataType) -> ir.Value:
     """Conv(x, W, B) + c -> Conv(x, W, B + c), c one value per output channel."""
@@ -289,7 +297,7 @@ def fuse_add_into_conv(op: OpBuilder, layer: ir.Node, node: ir.Node, x: ir.Value
 
 
 def _gemm_bias_fits(ctx: GraphView, layer: ir.Node, x: ir.Value, w: ir.Value,
-                    c: ir.Value, **_: object) -> bool | Reject:
+                    c: ir.Value) -> bool | Reject:
     """Whether MatMul(x, W) + c is a Gemm: x 2-D (its rank known), W a 2-D constant, c a
     constant Gemm broadcasts to the (M, N) product that changes nothing of its shape."""
     if ctx.is_constant(x):
@@ -308,15 +316,14 @@ def _gemm_bias_fits(ctx: GraphView, layer: ir.Node, x: ir.Value, w: ir.Value,
 
 @pattern(_with_a_constant("Add", P("MatMul", Var("x"), Var("w", const=True), name="layer",
                                    single_use=True)),
-         check=outside_qdq_units(_gemm_bias_fits, "layer", "node"))
+         check=_gemm_bias_fits, tags=[KEEPS_QDQ_UNITS])
 def fuse_matmul_add_into_gemm(op: OpBuilder, layer: ir.Node, x: ir.Value, w: ir.Value,
                               c: ir.Value) -> ir.Value:
     """MatMul(x, W) + c -> Gemm(x, W, c), x and W 2-D (onnxruntime's MatMulAddFusion)."""
     return _fused(op, layer, x, w, c)
 
 
-def _constants_merge(ctx: GraphView, x: ir.Value, k: ir.Value, c: ir.Value,
-                     **_: object) -> bool | Reject:
+def _constants_merge(ctx: GraphView, x: ir.Value, k: ir.Value, c: ir.Value) -> bool | Reject:
     """Whether (x * k) * c may be x * (k * c): float, both constants broadcast into x (so
     neither the chain nor the product changes x's shape), and k * c finite, normal where
     neither factor is 0, and no bigger than the larger factor."""
@@ -343,7 +350,7 @@ _SCALED = P("Mul", Var("x"), Var("k", const=True), name="inner", single_use=True
 
 
 @pattern(_with_a_constant("Mul", _SCALED),
-         check=outside_qdq_units(_constants_merge, "inner", "node"), rounds_differently=True)
+         check=_constants_merge, rounds_differently=True, tags=[KEEPS_QDQ_UNITS])
 def merge_constant_factors(op: OpBuilder, node: ir.Node, x: ir.Value, k: ir.Value,
                            c: ir.Value) -> ir.Value:
     """(x * k) * c -> x * (k * c), k and c constants (the fold computes k * c)."""

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, kept, pattern
+from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, pattern
 from onnxfold.ir.graph import is_default_op, through_identities
 
 from .qdq_units import dequantized
@@ -97,7 +97,7 @@ class _Branch:
 
 def _here(ctx: GraphView, node: ir.Node | None, *op_types: str) -> bool:
     return node is not None and node.op_type in op_types and is_default_op(node) and \
-        ctx.here(node) and not kept(node, ctx.keep)
+        ctx.here(node)
 
 
 def _followed(ctx: GraphView, value: ir.Value, dtype: ir.DataType | None) -> bool:

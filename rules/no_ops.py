@@ -21,7 +21,8 @@ two rules remove the same op as a no-op.
 A constant input is never a reason to remove a node here: it folds anyway. Where the output
 is a graph output, the input may take its place only if a node of the same graph computes it
 and it is not already an output (a subgraph must not return an outer value or its own input,
-nor one value twice). Identity nodes go after folding, in the cleanup pass
+nor one value twice): the driver judges that, for every rule (``onnxfold/rewrite/judge.py``),
+and refuses such a removal. Identity nodes go after folding, in the cleanup pass
 ``remove_identity`` (``onnxfold/pipeline/cleanups.py``): as a pattern here, tried in every
 round before the fold, it removes them earlier than the cleanup does, which changes outputs
 (fresh names numbered otherwise, Identities of loop bodies removed that the cleanup keeps).
@@ -63,11 +64,7 @@ def _is_noop(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
         noop = (shape_in is not None and shape_in == shape_out) or (
             node.op_type == "Reshape" and (shape_in is None or shape_out is None)
             and _reshapes_to_its_own_shape(ctx, node, src))  # both static: compared above
-    if not noop:
-        return False
-    # a graph output must stay computed by a node of this graph, and not be returned twice
-    return not ctx.is_graph_output(out) or (
-        ctx.produced_here(src) and not ctx.is_graph_output(src))
+    return noop
 
 
 def _reshapes_to_its_own_shape(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
@@ -99,16 +96,7 @@ def _expands_to_its_own_dims(ctx: GraphView, node: ir.Node, x: ir.Value,
     if static is not None and static == ctx.shape(out):
         return False  # drop_noop's (static shapes equal)
     offset = len(x.shape) - len(known.elements)
-    if not all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements)):
-        return False
-    return _returned_once(ctx, out, x)
-
-
-def _returned_once(ctx: GraphView, out: ir.Value, x: ir.Value) -> bool:
-    """Whether ``x`` may take the place of ``out``: a graph output must stay computed by a
-    node of this graph, and not be returned twice."""
-    return not ctx.is_graph_output(out) or (
-        ctx.produced_here(x) and not ctx.is_graph_output(x))
+    return all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements))
 
 
 def _moves_data(node: ir.Node, ctx: GraphView, dims: tuple) -> bool:
@@ -139,9 +127,7 @@ def _provably_its_input(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
     after = ctx.derived_dims(node)
     if before is None or after is None or None in before or tuple(after) != tuple(before):
         return False
-    if _moves_data(node, ctx, before):
-        return False
-    return _returned_once(ctx, out, x)
+    return not _moves_data(node, ctx, before)
 
 def _is_its_input(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
     """Whether ``node`` returns ``src`` unchanged: by its static shapes, type or attributes
@@ -261,10 +247,6 @@ def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match:
     x = _kept(ctx, node)
     if x is None or ctx.is_constant(x):
         return False  # constants fold anyway
-    # a graph output must stay computed by a node of this graph, and not be returned twice
-    if ctx.is_graph_output(node.outputs[0]) and (
-            not ctx.produced_here(x) or ctx.is_graph_output(x)):
-        return False
     return Match(x=x)
 
 
@@ -280,7 +262,7 @@ def drop_neutral_element(op: OpBuilder, x: ir.Value) -> ir.Value:
 
 def _in_inference(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
     """A Dropout of opset 7 on whose training mode is absent or a constant false, its mask
-    unread, its data not a constant (that folds), its output not returned twice."""
+    unread, its data not a constant (that folds)."""
     opset = node.version or ctx.opset()
     if opset < 7 or ctx.is_constant(x):
         return False
@@ -290,8 +272,7 @@ def _in_inference(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
         flag = ctx.array(node.inputs[2])
         if flag is None or flag.size != 1 or bool(flag.reshape(-1)[0]):
             return False
-    out = node.outputs[0]
-    return not ctx.is_graph_output(out) or (ctx.produced_here(x) and not ctx.is_graph_output(x))
+    return True
 
 
 @pattern(P("Dropout", Var("x"), ..., name="node"), check=_in_inference)

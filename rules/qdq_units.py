@@ -13,73 +13,21 @@ that onnxruntime runs as they are, on every call: a static-QDQ BERT ran 2.3x slo
 A node is in a unit when it reads a ``DequantizeLinear`` output or one of its outputs is read
 by a ``QuantizeLinear``, directly or through the ops onnxruntime's QDQ propagation moves a Q or
 DQ across (``PROPAGATING``: it makes ``DQ -> Transpose -> MatMul`` a ``DQ -> MatMul`` unit).
-Rules whose rewrite would break one decline with :func:`breaks_qdq_units` (in a check) or
-wrap their check in :func:`outside_qdq_units`; float models have no such node, so nothing
-changes for them.
+Rules whose rewrite would break one are tagged ``keeps_qdq_units``
+(``@pattern(..., tags=[KEEPS_QDQ_UNITS])``): the driver refuses their proposals that remove or
+rewire a node of a unit (``onnxfold/ir/qdq_units.py``); a check that chooses among nodes asks
+:func:`qdq_unit_of` or declines with :func:`breaks_qdq_units`. Float models have no such node,
+so nothing changes for them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import onnx_ir as ir
 
-from onnxfold.declare import Check, GraphView, Reject, Verdict
+from onnxfold.declare import Reject
+from onnxfold.ir.qdq_units import broken_unit, dequantized, qdq_unit_of, quantized
 
-QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")  # com.microsoft: onnxruntime's contrib Q/DQ
-# onnxruntime's QDQPropagationTransformer (CanNodePropagate), and Identity, which it removes
-PROPAGATING = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice",
-                         "MaxPool"})
-MAX_HOPS = 8  # propagating nodes followed from a value
-
-
-def _is(node: ir.Node | None, op_type: str) -> bool:
-    return node is not None and node.op_type == op_type and node.domain in QDQ_DOMAINS
-
-
-def _propagates(node: ir.Node) -> bool:
-    return node.op_type in PROPAGATING and node.domain in ("", "ai.onnx")
-
-
-def dequantized(value: ir.Value | None) -> bool:
-    """Whether ``value`` is a ``DequantizeLinear`` output, or one moved by ``PROPAGATING``
-    ops (through their data input, input 0)."""
-    for _ in range(MAX_HOPS + 1):
-        producer = value.producer() if value is not None else None
-        if producer is None:
-            return False
-        if _is(producer, "DequantizeLinear"):
-            return True
-        if not _propagates(producer) or not producer.inputs:
-            return False
-        value = producer.inputs[0]
-    return False
-
-
-def _readers(value: ir.Value, hops: int) -> Iterator[tuple[ir.Node, int]]:
-    """The nodes reading ``value`` (and at which input), followed through ``PROPAGATING``
-    nodes reading it as their data input, at most ``hops`` deep."""
-    for node, index in value.uses():
-        yield node, index
-        if hops and index == 0 and _propagates(node) and node.outputs:
-            yield from _readers(node.outputs[0], hops - 1)
-
-
-def quantized(value: ir.Value) -> bool:
-    """Whether ``value`` is read by a ``QuantizeLinear`` (as the data it quantizes), directly
-    or through ``PROPAGATING`` ops."""
-    return any(_is(node, "QuantizeLinear") and index == 0
-               for node, index in _readers(value, MAX_HOPS))
-
-
-def qdq_unit_of(node: ir.Node) -> str | None:
-    """How ``node`` belongs to a QDQ node unit (None: it does not), in words that do not
-    name values, so that ``--explain`` counts the declines of one rule together."""
-    if any(value is not None and dequantized(value) for value in node.inputs):
-        return f"{node.op_type} reads a DequantizeLinear output"
-    if any(quantized(value) for value in node.outputs):
-        return f"a QuantizeLinear reads the {node.op_type}'s result"
-    return None
+__all__ = ["breaks_qdq_units", "dequantized", "qdq_unit_of", "quantized"]
 
 
 def breaks_qdq_units(*nodes: ir.Node) -> Reject | None:
@@ -89,25 +37,5 @@ def breaks_qdq_units(*nodes: ir.Node) -> Reject | None:
         if (unit := breaks_qdq_units(layer, op)) is not None:
             return unit
     """
-    for node in nodes:
-        how = qdq_unit_of(node)
-        if how is not None:
-            return Reject(f"in a QDQ node unit onnxruntime runs as an integer kernel: {how}")
-    return None
-
-
-def outside_qdq_units(check: Check, *names: str) -> Check:
-    """``check``, declining where a captured node of ``names`` is in a QDQ node unit (that
-    reason before ``check``'s own); one line for a rule:
-    ``check=outside_qdq_units(_fits, "layer", "op")``."""
-    def guarded(ctx: GraphView, **captures: object) -> Verdict:
-        verdict = check(ctx, **captures)
-        if verdict is False:
-            return False  # no match worth a reason (it all folds)
-        nodes = [captures[name] for name in names]
-        unit = breaks_qdq_units(*(n for n in nodes if isinstance(n, ir.Node)))
-        return unit if unit is not None else verdict
-
-    guarded.__name__ = getattr(check, "__name__", "check")
-    guarded.__doc__ = check.__doc__
-    return guarded
+    reason = broken_unit(nodes)
+    return None if reason is None else Reject(reason)

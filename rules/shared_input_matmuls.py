@@ -48,7 +48,6 @@ from onnxfold.declare import (
     Reject,
     Replacement,
     Var,
-    kept,
     pattern,
 )
 from onnxfold.ir.graph import is_default_op
@@ -90,10 +89,10 @@ def _own_initializer(ctx: GraphView, value: ir.Value | None) -> ir.Value | None:
 
 
 def _own_chain(ctx: GraphView, value: ir.Value) -> tuple[ir.Node, ...] | None:
-    """The foldable nodes (at most ``MAX_CHAIN``, in graph order, none kept by ``--keep``: the
-    concatenation would not fold) that compute ``value`` from initializers only it reads, each
-    of their results read once (folding the merge then frees every tensor it reads); None if
-    there is no such chain."""
+    """The foldable nodes (at most ``MAX_CHAIN``, in graph order; the driver refuses a merge
+    that would move one ``--keep`` keeps) that compute ``value`` from initializers only it
+    reads, each of their results read once (folding the merge then frees every tensor it
+    reads); None if there is no such chain."""
     chain: list[ir.Node] = []
     todo = [value]
     while todo:
@@ -105,7 +104,7 @@ def _own_chain(ctx: GraphView, value: ir.Value) -> tuple[ir.Node, ...] | None:
         node = current.producer()
         if node is None or not ctx.here(node) or len(chain) == MAX_CHAIN or \
                 not ctx.is_constant(current) or not ctx.single_use(current) or \
-                len(node.outputs) != 1 or node in chain or kept(node, ctx.keep):
+                len(node.outputs) != 1 or node in chain:
             return None
         chain.append(node)
         todo.extend(v for v in node.inputs if v is not None)
@@ -126,8 +125,7 @@ def _with_bias(ctx: GraphView, product: _Product) -> _Product | None:
     if not ctx.single_use(out):
         return None
     add = next(iter(out.uses())).node
-    if not is_default_op(add, "Add") or not ctx.here(add) or kept(add, ctx.keep) \
-            or len(add.inputs) != 2:
+    if not is_default_op(add, "Add") or not ctx.here(add) or len(add.inputs) != 2:
         return None
     other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
     bias = _own_initializer(ctx, other) if other is not out else None
@@ -147,7 +145,7 @@ def _siblings(ctx: GraphView, x: ir.Value) -> list[_Product]:
     for use in x.uses():
         node = use.node
         if use.idx != 0 or not is_default_op(node, "MatMul") or not ctx.here(node) \
-                or node in taken or kept(node, ctx.keep) or qdq_unit_of(node) is not None:
+                or node in taken or qdq_unit_of(node) is not None:
             continue
         shape = _weight_shape(ctx, node)
         weight = node.inputs[1]

@@ -26,7 +26,6 @@ from onnxfold.declare import (
     Reject,
     Replacement,
     Var,
-    kept,
     pattern,
 )
 
@@ -113,8 +112,6 @@ def _splittable(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool | Match | Re
     readers = _readers(ctx, seq, len(chunks))
     if readers is None:
         return Reject("the sequence is read by more than SequenceAt at constant positions")
-    if any(kept(at, ctx.keep) for at, _ in readers):
-        return Reject("a SequenceAt is kept (--keep)")
     for at, index in readers:  # a graph output may not be returned twice
         if ctx.is_graph_output(at.outputs[0]) and \
                 sum(1 for _, other in readers if other == index) > 1:
@@ -200,11 +197,9 @@ def _operands(ctx: GraphView, node: ir.Node, rank: int, todo: list[ir.Value]
 
 def _closed(ctx: GraphView, nodes: list[ir.Node], inside: set[ir.Node], y: ir.Value
             ) -> Reject | None:
-    """Why the region's nodes cannot be rewritten (kept, or a value in between read outside
-    the region or a graph output), None if they can."""
+    """Why the region's nodes cannot be rewritten (a value in between read outside the region
+    or a graph output), None if they can."""
     for node in nodes:
-        if kept(node, ctx.keep):
-            return Reject(f"{node.op_type} {node.name} is kept (--keep)")
         for out in node.outputs:
             if ctx.is_graph_output(out):
                 return Reject("a value in between is a graph output")

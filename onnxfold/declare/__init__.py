@@ -43,7 +43,13 @@ from onnxfold.analysis.symbolic import (
 from onnxfold.declare.builder import UNSET, OpBuilder, Out, Replaced, Replacement
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.cleanups import CleanupRule, cleanup
-from onnxfold.declare.pattern_rules import SHAPE_FOLDING, TAGS, PatternRule, pattern
+from onnxfold.declare.pattern_rules import (
+    KEEPS_QDQ_UNITS,
+    SHAPE_FOLDING,
+    TAGS,
+    PatternRule,
+    pattern,
+)
 from onnxfold.declare.patterns import P, Var
 from onnxfold.declare.registry import OpFact, folder, shape_dims, shape_value
 from onnxfold.declare.sizes import SizeRule, output_bytes
@@ -52,6 +58,7 @@ from onnxfold.declare.view import GraphView
 from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 
 __all__ = [
+    "KEEPS_QDQ_UNITS",
     "MAX_ELEMENTS",
     "SHAPE_FOLDING",
     "TAGS",

@@ -95,7 +95,8 @@ class BuiltNode:
 
 @dataclass(frozen=True)
 class Inlined:
-    """A subgraph whose nodes and initializers move into the matched graph."""
+    """A subgraph whose nodes and initializers move into the matched graph (its outputs then
+    are outputs of it no more)."""
 
     graph: ir.Graph
     initializers: tuple[ir.Value, ...]
@@ -162,15 +163,8 @@ class OpBuilder:
         return value
 
     def inline(self, graph: ir.Graph) -> tuple[ir.Value, ...]:
-        """``graph``'s nodes and initializers (renamed) moved into the matched graph; its
-        outputs, which then no longer are outputs of ``graph``."""
-        results = tuple(graph.outputs)
-        graph.outputs.clear()  # a value that is an output of graph cannot move to another
-        initializers = []
-        for value in list(graph.initializers.values()):
-            assert value.name is not None  # initializers are named
-            graph.initializers.pop(value.name)
-            value.name = self.fresh(value.name)
-            initializers.append(value)
-        self.built.append(Inlined(graph, tuple(initializers), tuple(graph)))
-        return results
+        """``graph``'s outputs, its nodes and initializers to move into the matched graph (the
+        driver moves them, renaming the initializers, when it puts the rewrite in; until then
+        ``graph`` is as it was)."""
+        self.built.append(Inlined(graph, tuple(graph.initializers.values()), tuple(graph)))
+        return tuple(graph.outputs)

@@ -29,11 +29,15 @@ from onnxfold.declare.registry import mark, source_of
 from onnxfold.declare.verdicts import Check
 
 SHAPE_FOLDING = "shape_folding"
+KEEPS_QDQ_UNITS = "keeps_qdq_units"
 # the tags a rule may declare, and what the engine does with each
 TAGS = {
     SHAPE_FOLDING: "it replaces values computed from the shapes of dynamic tensors with the "
                    "constants it proves: off with --no-shape-folding, as the folds of Shape "
                    "and Size are",
+    KEEPS_QDQ_UNITS: "its rewrite would break onnxruntime's QDQ node units (it computes new "
+                     "weights from what it removes): the driver refuses its proposals that "
+                     "remove or rewire a node of one (onnxfold/ir/qdq_units.py)",
 }
 
 

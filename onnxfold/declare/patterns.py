@@ -113,7 +113,7 @@ class P:
         """Whether ``node`` matches (inputs in the given order), filling ``captures``."""
         if node.op_type not in self._op_set or node.domain not in DEFAULT_DOMAINS:
             return False
-        if kept(node, ctx.keep):
+        if kept(node, ctx.settings.keep):
             return False
         if self.single_use and not all(ctx.single_use(v) for v in node.outputs):
             return False

@@ -8,13 +8,21 @@ so that the rewrite receives it instead of deriving the match again::
     def _composed(ctx: GraphView, p1: tuple[int, ...], p2: tuple[int, ...]) -> Match | Reject:
         ...
         return Match(perm=[p1[i] for i in p2])
+
+A helper several checks share returns a typed value (a dataclass) rather than a Match, and a
+check that accepts returns ``Match.of(it)``: its fields reach the rewrite by name, and no
+check reads another's Match by key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,13 @@ class Match:
 
     def __init__(self, **found: Any) -> None:
         self.found = found
+
+    @classmethod
+    def of(cls, found: DataclassInstance) -> Match:
+        """A match of what a dataclass holds, field by field: what a check computes with a
+        helper's typed result (``layout.channels``, not ``found["channels"]``) reaches the
+        rewrite by the fields' names."""
+        return cls(**{f.name: getattr(found, f.name) for f in dataclasses.fields(found)})
 
     def __repr__(self) -> str:
         return f"Match({', '.join(self.found)})"

@@ -29,10 +29,9 @@ from onnxfold.analysis.symbolic import (
     dim_symbol,
     input_dims,
     known_constant,
-    shared_dim_names,
 )
 from onnxfold.ir.constants import source_array
-from onnxfold.ir.graph import is_default_op, static_shape, through_identities
+from onnxfold.ir.graph import static_shape, through_identities
 
 IDENTITY_HOPS = 16  # Identity nodes GraphView.array looks through
 _RUNTIME_CONSTANTS = "runtime constants"  # the memo's key for them
@@ -46,13 +45,20 @@ class GraphView:
     values, asked at most once per sweep; ``memo``: what rules remember about the graph during
     the sweep (:meth:`remembered`), emptied by the driver when a rewrite builds a node;
     ``positions``: each node's place in the graph as the sweep found it (made when first asked;
-    the driver forgets the nodes a rewrite moves), for :meth:`in_order`.
+    the driver forgets the nodes a rewrite moves), for :meth:`in_order`;
+    ``shared_dim_names``: the input dim names that prove nothing in this run
+    (``symbolic.shared_dim_names``; the driver computes them once per sweep).
+
+    It holds only what rules ask (``tests/unit/test_graph_view_surface.py``); what the driver
+    alone needs (what ``--keep`` keeps, which values a graph output may be) it reads from the
+    settings and the graph.
     """
 
     def __init__(self, graph: ir.Graph, model: ir.Model, constant: AbstractSet[ir.Value],
                  facts: OpFacts, *, shape_steps: ShapeSteps, settings: RunSettings,
                  shape_values: Callable[[GraphView], dict[ir.Value, Known]],
-                 memo: dict[str, Any], positions: Callable[[], dict[ir.Node, int]]) -> None:
+                 memo: dict[str, Any], positions: Callable[[], dict[ir.Node, int]],
+                 shared_dim_names: Callable[[], frozenset[str]]) -> None:
         self._graph, self._model, self._constant, self._facts = graph, model, constant, facts
         self._steps, self._settings = shape_steps, settings
         self._compute_shape_values = shape_values
@@ -60,17 +66,12 @@ class GraphView:
         self._arrays: dict[ir.Value, np.ndarray | None] = {}
         self._memo = memo
         self._positions = positions
-        self._shared: frozenset[str] | None = None
+        self._shared_dim_names = shared_dim_names
 
     @property
     def settings(self) -> RunSettings:
         """The run's settings (what the user keeps, the runtime-constant inputs, ...)."""
         return self._settings
-
-    @property
-    def keep(self) -> frozenset[str]:
-        """Op types and node names no pattern may match (``--keep``)."""
-        return self._settings.keep
 
     @property
     def in_subgraph(self) -> bool:
@@ -108,11 +109,6 @@ class GraphView:
         """Whether ``value`` is an output of this graph."""
         return value is not None and value in self._graph.outputs
 
-    def produced_here(self, value: ir.Value) -> bool:
-        """Whether a node of this graph computes ``value`` (what a graph output must be)."""
-        producer = value.producer()
-        return producer is not None and producer.graph is self._graph
-
     def single_use(self, value: ir.Value) -> bool:
         """Whether one node reads ``value`` (once) and it is not a graph output."""
         return len(value.uses()) == 1 and value not in self._graph.outputs
@@ -132,7 +128,7 @@ class GraphView:
         if not isinstance(found, frozenset):  # computed once per sweep (and after a build)
             graph = self._graph
             inputs = [v for v in graph.inputs if v.name in self._settings.runtime_inputs]
-            nodes = runtime_constant_nodes(graph, inputs, self._constant, self.keep,
+            nodes = runtime_constant_nodes(graph, inputs, self._constant, self._settings.keep,
                                            facts=self._facts)
             found = frozenset(inputs).union(*(n.outputs for n in nodes))
             memo[_RUNTIME_CONSTANTS] = found
@@ -165,31 +161,18 @@ class GraphView:
             return tuple(value.const_value.shape.numpy())
         return static_shape(value)
 
-    def producer(self, value: ir.Value | None, *op_types: str) -> ir.Node | None:
-        """The default-domain node of one of ``op_types`` that computes ``value``, if any."""
-        node = value.producer() if value is not None else None
-        if node is None or node.op_type not in op_types or not is_default_op(node):
-            return None
-        return node
-
-    def shared_dim_names(self) -> frozenset[str]:
-        """The input dim names that prove nothing in this run (``symbolic.shared_dim_names``)."""
-        if self._shared is None:
-            self._shared = shared_dim_names(self._model, self._settings.named_dims_equal)
-        return self._shared
-
     def dim(self, value: ir.Value, axis: int) -> Dim | None:
         """Axis ``axis`` of ``value`` as an int or a symbol (``onnxfold.analysis.symbolic``)."""
-        return dim_symbol(value, axis, self.shared_dim_names())
+        return dim_symbol(value, axis, self._shared_dim_names())
 
     def input_dims(self, value: ir.Value) -> Dims | None:
         """Every dim of ``value`` as :meth:`dim` gives it (a constant's: ints)."""
-        return input_dims(value, self.shared_dim_names())
+        return input_dims(value, self._shared_dim_names())
 
     def derived_dims(self, node: ir.Node) -> Dims | None:
         """The dims of ``node``'s first output that its op's shape step gives from its
         inputs' dims and shape values; None where not derived."""
-        return derived_dims(node, self.shape_value, self.array, self.shared_dim_names(),
+        return derived_dims(node, self.shape_value, self.array, self._shared_dim_names(),
                             steps=self._steps)
 
     def describe_dim(self, atom: Sym) -> str:

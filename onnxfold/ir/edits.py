@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 
 import onnx_ir as ir
 
@@ -29,6 +29,16 @@ class NameAllocator:
             if name not in self._used:
                 self._used.add(name)
                 return name
+
+    def mark(self) -> int:
+        """Where the allocator is, for :meth:`rollback`."""
+        return self._next
+
+    def rollback(self, mark: int, names: Iterable[str]) -> None:
+        """Take back ``names``, given since ``mark`` (a rewrite the driver refused): the next
+        names are those they would have been."""
+        self._used.difference_update(names)
+        self._next = mark
 
 NAMES_KEY = "onnxfold.names"
 

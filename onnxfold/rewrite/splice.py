@@ -68,7 +68,7 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
         if node.graph is graph:
             graph.remove(node)
             graph.insert_before(before, node)
-    _insert(graph, model, before, built, constant, facts)
+    _insert(graph, model, before, built, constant, facts, fresh)
     _keep_provenance(root, built)
     for node, inputs in replacement.inputs.items():
         _rewire(node, inputs)
@@ -135,8 +135,10 @@ def _type_like_replaced(values: Mapping[ir.Value, ir.Value], built: Sequence[Bui
 
 
 def _insert(graph: ir.Graph, model: ir.Model, before: ir.Node, built: Sequence[Built],
-            constant: MutableSet[ir.Value], facts: OpFacts) -> None:
-    """Put what the builder made before ``before``, in order."""
+            constant: MutableSet[ir.Value], facts: OpFacts, fresh: Callable[[str], str]
+            ) -> None:
+    """Put what the builder made before ``before``, in order (an inlined subgraph's
+    initializers renamed: ``fresh``)."""
     for item in built:
         if isinstance(item, BuiltConstant):
             graph.register_initializer(item.value)
@@ -151,7 +153,11 @@ def _insert(graph: ir.Graph, model: ir.Model, before: ir.Node, built: Sequence[B
                     and all(v in constant for v in ins):
                 constant.add(node.outputs[0])  # what the plan of the next sweep would say
         elif isinstance(item, Inlined):
+            item.graph.outputs.clear()  # a value that is an output of one graph cannot move
             for value in item.initializers:
+                assert value.name is not None  # initializers are named
+                item.graph.initializers.pop(value.name)
+                value.name = fresh(value.name)
                 graph.register_initializer(value)
             for node in item.nodes:
                 item.graph.remove(node)

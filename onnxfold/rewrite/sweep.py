@@ -20,17 +20,18 @@ import onnx_ir as ir
 from onnxfold.analysis.constness import OpFacts
 from onnxfold.analysis.dim_algebra import Known
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.step_inputs import ShapeSteps
+from onnxfold.analysis.step_inputs import ShapeSteps, shared_dim_names
 from onnxfold.analysis.symbolic import shape_values
 from onnxfold.analysis.symbolic_update import updated_shape_values
-from onnxfold.declare.builder import OpBuilder
-from onnxfold.declare.pattern_rules import PatternRule, call_with
+from onnxfold.declare.builder import BuiltNode, OpBuilder
+from onnxfold.declare.pattern_rules import KEEPS_QDQ_UNITS, PatternRule, call_with
 from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
-from onnxfold.ir.edits import names_for
+from onnxfold.ir.edits import detach, names_for
 from onnxfold.ir.graph import use_count
 from onnxfold.ir.scopes import module_path
+from onnxfold.rewrite.judge import match_refusal, nodes_of, refusal
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.splice import as_replacement, splice
 
@@ -55,9 +56,19 @@ class GraphState:
         self.memo: dict[str, Any] = {}
         self.shape_values: dict[ir.Value, Known] | None = None  # asked for, or updated
         self.positions: dict[ir.Node, int] | None = None  # asked for (GraphView.in_order)
+        self.settings = settings
+        self.shared: frozenset[str] | None = None  # asked for (shared_dim_names)
         self.view = GraphView(graph, model, constant, facts, shape_steps=shape_steps,
                               settings=settings, shape_values=self._shape_values,
-                              memo=self.memo, positions=self._positions)
+                              memo=self.memo, positions=self._positions,
+                              shared_dim_names=self.shared_dim_names)
+
+    def shared_dim_names(self) -> frozenset[str]:
+        """The input dim names that prove nothing in this run (``symbolic.shared_dim_names``),
+        computed when first asked in the sweep."""
+        if self.shared is None:
+            self.shared = shared_dim_names(self.model, self.settings.named_dims_equal)
+        return self.shared
 
     def fresh(self, base: str) -> str:
         """A name the model does not use, after ``base`` (the model's allocator, made at the
@@ -90,7 +101,7 @@ class GraphState:
         shape inference left without a shape are given the one their op's step derives
         (:meth:`completing`)."""
         if self.shape_values is None:
-            self.shape_values = shape_values(self.graph, view.array, view.shared_dim_names(),
+            self.shape_values = shape_values(self.graph, view.array, self.shared_dim_names(),
                                              steps=self.shape_steps, complete=self.completing)
         return self.shape_values
 
@@ -101,7 +112,7 @@ class GraphState:
         dims changed (``symbolic_update.updated_shape_values``)."""
         view = self.view
         self.shape_values, changed = updated_shape_values(
-            self.graph, previous, changed_nodes, view.array, view.shared_dim_names(),
+            self.graph, previous, changed_nodes, view.array, self.shared_dim_names(),
             steps=self.shape_steps, complete=self.completing)
         return changed
 
@@ -196,12 +207,19 @@ class Sweep:
                 continue
             verdict = call_with(rule.check, rule.check_names, view, captures) \
                 if rule.check is not None else True
+            if verdict is not False and KEEPS_QDQ_UNITS in rule.tags:
+                refused = match_refusal(nodes_of(captures.values()))
+                if refused is not None:
+                    verdict = Reject(refused)
             if verdict is True or isinstance(verdict, Match):
                 found = {**captures, **verdict.found} if isinstance(verdict, Match) \
                     else captures
                 module = module_path(node)  # (the node may go)
-                self.effects.record(rule.name, module, self._rewrite(rule, node, captures, found))
-                return True
+                removed = self._rewrite(rule, node, captures, found)
+                if not isinstance(removed, Reject):
+                    self.effects.record(rule.name, module, removed)
+                    return True
+                verdict = removed  # the driver refused the proposal
             if isinstance(verdict, Reject):
                 rejected[f"{rule.name}: {verdict.reason}"] += 1
                 if rejected_at is not None:
@@ -209,18 +227,33 @@ class Sweep:
         return False
 
     def _rewrite(self, rule: PatternRule, node: ir.Node, captures: dict[str, Any],
-                 found: dict[str, Any]) -> int:
-        """Rewrite the match of ``rule`` at ``node``, put it in, and mark around it; the nodes
-        it removed net, Constant nodes not counted (as every count of the report): the splice
-        removes only the match's nodes and the producers of what it replaced."""
+                 found: dict[str, Any]) -> int | Reject:
+        """Rewrite the match of ``rule`` at ``node``, judge the proposal
+        (:mod:`onnxfold.rewrite.judge`: a refusal is returned, and the proposal leaves no
+        trace: its nodes read nothing, its names are free again), put it in, and mark around
+        it; the nodes it removed net, Constant nodes not counted (as every count of the
+        report): the splice removes only the match's nodes and the producers of what it
+        replaced."""
         state = self.state
-        touched = surroundings(captures.values())
-        builder = OpBuilder(state.fresh, node.outputs[0].name if node.outputs else None,
+        touched = surroundings(captures.values())  # (before the builder's nodes read them)
+        names = _Tentative(state.model)
+        builder = OpBuilder(names.fresh, node.outputs[0].name if node.outputs else None,
                             state.view.opset())
         result = call_with(rule.rewrite, rule.rewrite_names, builder, found)
+        proposal = as_replacement(result, node)
+        captured = nodes_of(captures.values())
         matched = nodes_of(found.values())
-        replaced = {p for v in as_replacement(result, node).values
-                    if (p := v.producer()) is not None}
+        pattern_nodes = set(captured)
+        reason = refusal(state.graph, proposal, builder.built, captured,
+                         [n for n in matched if n not in pattern_nodes], state.settings.keep,
+                         KEEPS_QDQ_UNITS in rule.tags)
+        if reason is not None:
+            for item in builder.built:
+                if isinstance(item, BuiltNode):
+                    detach(item.node)  # (a built node reads its inputs from the start)
+            names.release()
+            return Reject(reason)
+        replaced = {p for v in proposal.values if (p := v.producer()) is not None}
         pending = state.log.before(rule.name, node, result, builder.built,
                                    matched) if state.log is not None else None
         spliced = splice(state.graph, state.model, node, builder.built, result,
@@ -271,12 +304,25 @@ def marked_readers(value: ir.Value) -> list[ir.Node]:
     return [use.node for use in value.uses()]
 
 
-def nodes_of(found: Iterable[object]) -> list[ir.Node]:
-    """The nodes among what a match holds: nodes, and nodes in lists and tuples (nested)."""
-    nodes: list[ir.Node] = []
-    for part in found:
-        if isinstance(part, ir.Node):
-            nodes.append(part)
-        elif isinstance(part, list | tuple):
-            nodes.extend(nodes_of(part))
-    return nodes
+class _Tentative:
+    """The names a proposal takes from the model's allocator, given back if the driver refuses
+    it: a refused proposal must not shift the names of every later rewrite."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self._model = model
+        self._taken: list[str] = []
+        self._mark = 0
+
+    def fresh(self, base: str) -> str:
+        allocator = names_for(self._model)  # (made at the first name asked for)
+        if not self._taken:
+            self._mark = allocator.mark()
+        name = allocator.fresh(base)
+        self._taken.append(name)
+        return name
+
+    def release(self) -> None:
+        """Give the names taken back: the allocator as it was before the first."""
+        if self._taken:
+            names_for(self._model).rollback(self._mark, self._taken)
+            self._taken.clear()

@@ -131,6 +131,16 @@ def test_kept_products_are_not_merged():
     assert _ops(folded) == {"MatMul": 3}
 
 
+def test_a_kept_sibling_refuses_the_merge_with_the_drivers_reason():
+    """Four products, one kept: the driver refuses the merge that would take it (the rule
+    no longer leaves kept siblings out itself: a merge of the other three was made before)."""
+    original = _products((32, 32, 32, 32))
+    result, folded = _folded(original, keep=("mm2",))
+    assert RULE not in result.report.pattern_hits
+    assert _ops(folded) == {"MatMul": 4}
+    assert f"{RULE}: it would remove a MatMul --keep keeps" in result.report.patterns_rejected
+
+
 def test_before_opset_13_the_split_sizes_are_an_attribute():
     original = _products((32, 16, 8), opset=11)
     result, folded = _folded(original)
