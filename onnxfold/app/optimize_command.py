@@ -137,7 +137,6 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           loaded=functools.partial(_loaded, claimed.guard),
                           record_rewrites=checking is not None)
         reached("folded")
-        result.report.input = source
         return save(claimed, settings, result, phases, prefill, checking)
     finally:
         if progress is not None:

@@ -337,8 +337,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
     stats = summarize(results, unknown + [f"{why}; please report" for why in skipped.values()])
     with phases.phase("report"):
-        report = Report.build(model.meta.get(SOURCE_KEY), before, model_counts(model), stats,
-                              time.perf_counter() - started)
+        report = Report.build(path or model.meta.get(SOURCE_KEY), before, model_counts(model),
+                              stats, time.perf_counter() - started)
         report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
                            "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
         report.warnings += stats.warnings
