@@ -24,7 +24,7 @@ import difflib
 import inspect
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -277,6 +277,29 @@ _ELSEWHERE = {"check_n": "an accuracy check is onnxfold.simplify(model, check_n=
               "skip_fuse_bn": "the fusions are rules: disabled_rules={'fuse_batch_norm_into_conv'}"}
 
 
+def _refuse_unknown_disabled(disabled: Iterable[str], catalogue: Catalogue,
+                             model: ir.Model) -> None:
+    """An InputError for a ``--disable-rule`` name that is no rule, cleanup or op type (of
+    ONNX's schemas or of the model): it would turn nothing off, silently (a renamed rule,
+    a typo)."""
+    rules = catalogue.names() | {cleanup.name for cleanup in CLEANUPS}
+    unknown = sorted(name for name in disabled if name not in rules and not _an_op(name, model))
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], sorted(rules), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise InputError(f"--disable-rule {unknown[0]}: no rule, cleanup or op type of that "
+                         f"name{hint}; `onnxfold rules` lists the rules")
+
+
+def _an_op(name: str, model: ir.Model) -> bool:
+    """Whether ``name`` is an op type ONNX's schemas know (any domain) or the model uses."""
+    if any(schema.name == name for schema in onnx.defs.get_all_schemas()):
+        return True
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    return any(node.op_type == name for graph in graphs
+               for node in ir.traversal.RecursiveGraphIterator(graph))
+
+
 def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalogue,
               check: bool,
               progress: Callable[[int, int], None] | None,
@@ -308,6 +331,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
+    _refuse_unknown_disabled(options.disabled_rules, catalogue, model)
     settings = options.run_settings(model.meta.get(UNKNOWN_OPS_KEY, ()))
     before = model_counts(model)
     settled(before.nodes + before.constants)

@@ -78,7 +78,8 @@ class FoldOptions:
     disabled_rules: AbstractSet[str] = _opt(frozenset(), Flag(
         "--disable-rule", "do not use this rule: a rule name, or an op type (every native rule "
         "for that op: its folder, the patterns matching it, the cleanup removing it; the "
-        "onnxruntime fallback still folds it; --keep prevents that); repeatable", repeat=True,
+        "onnxruntime fallback still folds it; --keep prevents that); a name that is neither is "
+        "refused; repeatable", repeat=True,
         metavar="NAME"))
     keep: tuple[str, ...] = _opt((), Flag(
         "--keep", "never fold, rewrite or remove nodes of this op type or of this node name, "
