@@ -188,7 +188,7 @@ def _is(array: np.ndarray, op: str, side: int) -> bool:
     return False
 
 
-def _kept(ctx: GraphView, node: ir.Node) -> ir.Value | None:
+def _returned_unchanged(ctx: GraphView, node: ir.Node) -> ir.Value | None:
     """The input ``node`` returns unchanged, if it is one."""
     ins = list(node.inputs)
     op = node.op_type
@@ -244,7 +244,7 @@ def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
 def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match:
     if len(node.outputs) != 1:
         return False
-    x = _kept(ctx, node)
+    x = _returned_unchanged(ctx, node)
     if x is None or ctx.is_constant(x):
         return False  # constants fold anyway
     return Match(x=x)
