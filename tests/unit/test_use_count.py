@@ -37,3 +37,29 @@ def test_use_count_counts_without_copying_the_uses(monkeypatch):
 
     monkeypatch.setattr(ir.Value, "uses", copied)
     assert use_count(x) == 3
+
+
+def test_splice_and_the_driver_snapshot_count_uses_without_copying_them(monkeypatch):
+    """What a splice asks of each candidate's outputs (read or not) and what the driver's
+    snapshot keeps per output (its number of readers) are counts: asked at every rewrite near
+    a value every layer reads, a copy of its uses each time made them quadratic in depth."""
+    from onnxfold.ir.edits import read_in
+    from onnxfold.rewrite.driver import _node_state
+    from onnxfold.rewrite.splice import _read
+
+    x = _value("x")
+    producer = ir.Node("", "Relu", [x])
+    unread_producer = ir.Node("", "Relu", [x])
+    shared = producer.outputs[0]
+    for _ in range(5):
+        ir.Node("", "Neg", [shared])
+    graph = ir.Graph([x], [], nodes=[producer, unread_producer])
+
+    def copied(self):
+        raise AssertionError("uses() copied")
+
+    monkeypatch.setattr(ir.Value, "uses", copied)
+    assert _read(producer) and not _read(unread_producer)
+    assert read_in(shared, None) and not read_in(unread_producer.outputs[0], None)
+    assert _node_state(producer, set(graph.outputs)).outputs[0][2] == 5
+    assert _node_state(unread_producer, set()).outputs[0][2] == 0
