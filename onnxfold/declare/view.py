@@ -31,7 +31,7 @@ from onnxfold.analysis.symbolic import (
     known_constant,
 )
 from onnxfold.ir.constants import source_array
-from onnxfold.ir.graph import static_shape, through_identities
+from onnxfold.ir.graph import static_shape, through_identities, use_count
 
 IDENTITY_HOPS = 16  # Identity nodes GraphView.array looks through
 _RUNTIME_CONSTANTS = "runtime constants"  # the memo's key for them
@@ -110,8 +110,9 @@ class GraphView:
         return value is not None and value in self._graph.outputs
 
     def single_use(self, value: ir.Value) -> bool:
-        """Whether one node reads ``value`` (once) and it is not a graph output."""
-        return len(value.uses()) == 1 and value not in self._graph.outputs
+        """Whether one node reads ``value`` (once) and it is not a graph output (counted, not
+        copied: patterns ask it of values every layer reads)."""
+        return use_count(value) == 1 and value not in self._graph.outputs
 
     def is_constant(self, value: ir.Value | None) -> bool:
         """Whether ``value`` is computed from constants only (the fold will know it)."""

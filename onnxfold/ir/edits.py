@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Iterable
 
 import onnx_ir as ir
 
-from onnxfold.ir.graph import all_graphs, captured_values, graphs_within, kept, subgraphs
+from onnxfold.ir.graph import all_graphs, captured_values, graphs_within, kept, subgraphs, use_count
 
 
 class NameAllocator:
@@ -131,7 +131,7 @@ def read_in(value: ir.Value, live: set[ir.Graph] | None) -> bool:
     """Whether a node of one of the ``live`` graphs reads ``value`` (any node, without
     ``live``)."""
     if live is None:
-        return bool(value.uses())
+        return use_count(value) > 0
     for use in value.uses():  # noqa: SIM110 - asked of every output at each prune: no generator
         if use.node.graph in live:
             return True

@@ -34,7 +34,7 @@ from onnxfold.analysis.symbolic import Known, ShapeSteps
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
-from onnxfold.ir.graph import all_graphs
+from onnxfold.ir.graph import all_graphs, use_count
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
 from onnxfold.rewrite.sweep import (
@@ -274,7 +274,7 @@ class _NodeState(NamedTuple):
 def _node_state(node: ir.Node, graph_outputs: set[ir.Value]) -> _NodeState:
     # list comprehensions, not generators: this runs for every node at the end of each call
     return _NodeState(tuple([None if v is None else weakref.ref(v) for v in node.inputs]),
-                      tuple([(v.type, _dims(v), len(v.uses()), v in graph_outputs)
+                      tuple([(v.type, _dims(v), use_count(v), v in graph_outputs)
                              for v in node.outputs]))
 
 
@@ -321,7 +321,7 @@ class _Snapshot:
                 if kind != value.type or dims != _dims(value):
                     edited.add(node)
                     edited.update(use.node for use in value.uses() if use.node.graph is graph)
-                elif len(value.uses()) != uses or (value in outputs) != is_output:
+                elif use_count(value) != uses or (value in outputs) != is_output:
                     nearby.add(node)
         return edited, nearby
 

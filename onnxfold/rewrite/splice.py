@@ -30,7 +30,7 @@ from onnxfold.declare.builder import (
 )
 from onnxfold.ir import provenance
 from onnxfold.ir.edits import detach, replace_value
-from onnxfold.ir.graph import subgraphs
+from onnxfold.ir.graph import subgraphs, use_count
 
 
 @dataclass(frozen=True)
@@ -197,9 +197,10 @@ def _computed_elsewhere(value: ir.Value, graph: ir.Graph) -> bool:
 
 
 def _read(node: ir.Node) -> bool:
-    """Whether anything reads an output of ``node`` (a node, or its graph as an output)."""
+    """Whether anything reads an output of ``node`` (a node, or its graph as an output);
+    counted, not copied: a value read by every layer is asked at each splice near it."""
     outputs = node.graph.outputs if node.graph is not None else ()
-    return any(v.uses() or v in outputs for v in node.outputs)
+    return any(use_count(v) or v in outputs for v in node.outputs)
 
 
 def _remove_unread(candidates: list[ir.Node]) -> None:
