@@ -166,3 +166,11 @@ def test_the_catalogue_is_one_list_in_the_explicit_module_order(monkeypatch):
     monkeypatch.setattr(package, "MODULES", (*reversed(package.MODULES), "nowhere"))
     with pytest.raises(ValueError, match="missing \\['nowhere'\\]"):
         catalogue_module._modules(package)
+
+
+def test_static_no_ops_go_before_the_shape_values_rules():
+    """A no-op by static shapes is removed before a rule asking for the symbolic shape values
+    (a whole-graph walk) sees its node: ``no_ops`` is listed before ``shape_values``."""
+    import rules as package
+
+    assert package.MODULES.index("no_ops") < package.MODULES.index("shape_values")
