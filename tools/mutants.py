@@ -69,7 +69,7 @@ def _same_signature(original: Callable, wrapper: Callable) -> Callable:
 
 def bake_batch(catalogue):
     """The symbolic engine reads a dynamic dim on axis 0 as 1 (a batch baked)."""
-    from onnxfold.analysis.symbolic import Known, Sym
+    from onnxfold.analysis.dim_algebra import Known, Sym
 
     def wrap(fn):
         def shape_of(step):

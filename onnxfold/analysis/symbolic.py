@@ -27,34 +27,13 @@ from typing import cast
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.dim_algebra import (
-    MAX_ELEMENTS,
-    Dim,
-    Dims,
-    Known,
-    Sym,
-    arith,
-    broadcast_dims,
-    broadcast_elements,
-    expression,
-    has_factor,
-    nonnegative,
-    normalize_index,
-    positive,
-    quotient,
-    slice_elements,
-    small_ints,
-)
+from onnxfold.analysis.dim_algebra import MAX_ELEMENTS, Dim, Dims, Known, Sym
 from onnxfold.analysis.step_inputs import (
     REFINED_KEY,
     Arrays,
     DimsInputs,
     ShapeSteps,
-    StepInputs,
-    derived_dims,
     describe_dim,
-    dim_symbol,
-    dim_symbols,
     input_dims,
     known_constant,
     output_dims,
@@ -63,17 +42,7 @@ from onnxfold.analysis.step_inputs import (
 )
 from onnxfold.ir.graph import DEFAULT_DOMAINS, all_graphs
 
-# What this module does (the walk), and the names of the dim algebra and of the steps' inputs
-# that onnxfold.declare, the check and the rewrite driver import from here (their own modules:
-# ``dim_algebra``, ``step_inputs``).
-__all__ = [
-    "MAX_ELEMENTS", "REFINED_KEY", "Arrays", "Completing", "Dim", "Dims", "DimsInputs", "Known",
-    "KnownValues", "ShapeSteps", "ShapeWalk", "StepInputs", "Sym", "arith", "blocked_scaffolding",
-    "broadcast_dims", "broadcast_elements", "derived_dims", "describe_dim", "dim_symbol",
-    "dim_symbols", "expression", "has_factor", "input_dims", "known_constant", "nonnegative",
-    "normalize_index", "positive", "quotient", "shape_values", "shared_dim_names",
-    "slice_elements", "small_ints",
-]
+__all__ = ["Completing", "KnownValues", "ShapeWalk", "blocked_scaffolding", "shape_values"]
 
 # which shapeless values a walk gives a shape (``shape_values``' ``complete``); None: none
 Completing = Callable[[ir.Value], bool] | None

@@ -10,7 +10,8 @@ import onnx_ir as ir
 
 from onnxfold.analysis.constness import OpFacts, plan_graph
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values, shared_dim_names
+from onnxfold.analysis.step_inputs import shared_dim_names
+from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.io import load_model
 from onnxfold.ir.constants import source_array

@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.symbolic import ShapeSteps
+from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.check import memory_room
 from onnxfold.check.compare_options import checked_dims
 from onnxfold.check.feeds import FeedPlan, shape_text

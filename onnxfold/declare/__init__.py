@@ -13,32 +13,34 @@ collects what the rules declare.
 
 from onnxfold.analysis.constness import kept
 from onnxfold.analysis.declines import Decline, DeclineKind
-from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.symbolic import (
+from onnxfold.analysis.dim_algebra import (
     MAX_ELEMENTS,
     Dim,
     Dims,
-    DimsInputs,
     Known,
-    StepInputs,
     Sym,
     arith,
     broadcast_dims,
     broadcast_elements,
-    derived_dims,
-    describe_dim,
-    dim_symbol,
-    dim_symbols,
     expression,
     has_factor,
-    input_dims,
     nonnegative,
     normalize_index,
     positive,
     quotient,
-    shared_dim_names,
     slice_elements,
     small_ints,
+)
+from onnxfold.analysis.settings import RunSettings
+from onnxfold.analysis.step_inputs import (
+    DimsInputs,
+    StepInputs,
+    derived_dims,
+    describe_dim,
+    dim_symbol,
+    dim_symbols,
+    input_dims,
+    shared_dim_names,
 )
 from onnxfold.declare.builder import UNSET, OpBuilder, Out, Replaced, Replacement
 from onnxfold.declare.catalogue import Catalogue, load_catalogue

@@ -21,7 +21,7 @@ from dataclasses import InitVar, dataclass, field
 from types import ModuleType
 from typing import Protocol, TypeVar, runtime_checkable
 
-from onnxfold.analysis.symbolic import ShapeSteps
+from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.declare.cleanups import CleanupRule
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact, ShapeDimsRule, ShapeValueRule

@@ -142,8 +142,8 @@ def folder(
 @dataclass(frozen=True)
 class ShapeValueRule:
     """How an op builds a shape value, element by element (``onnxfold.analysis.symbolic``):
-    ``fn`` takes a :class:`onnxfold.analysis.symbolic.StepInputs` and returns the
-    :class:`onnxfold.analysis.symbolic.Known` elements of the node's output, or None where it
+    ``fn`` takes a :class:`onnxfold.analysis.step_inputs.StepInputs` and returns the
+    :class:`onnxfold.analysis.dim_algebra.Known` elements of the node's output, or None where it
     does not follow the node."""
 
     op_type: str
@@ -159,7 +159,7 @@ class ShapeValueRule:
 @dataclass(frozen=True)
 class ShapeDimsRule:
     """How an op's output dims follow from its inputs' (``onnxfold.analysis.symbolic``): ``fn``
-    takes a :class:`onnxfold.analysis.symbolic.DimsInputs` and returns the dims of the first
+    takes a :class:`onnxfold.analysis.step_inputs.DimsInputs` and returns the dims of the first
     output, or None; with ``every_output``, a list of the dims of every output (Split)."""
 
     op_type: str

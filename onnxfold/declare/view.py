@@ -17,13 +17,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import OpFacts, runtime_constant_nodes
+from onnxfold.analysis.dim_algebra import Dim, Dims, Known, Sym
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.symbolic import (
-    Dim,
-    Dims,
-    Known,
+from onnxfold.analysis.step_inputs import (
     ShapeSteps,
-    Sym,
     derived_dims,
     describe_dim,
     dim_symbol,

@@ -29,8 +29,9 @@ from typing import NamedTuple
 import onnx_ir as ir
 
 from onnxfold.analysis.constness import plan_graph
+from onnxfold.analysis.dim_algebra import Known
 from onnxfold.analysis.settings import DEFAULTS, RunSettings
-from onnxfold.analysis.symbolic import Known, ShapeSteps
+from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth

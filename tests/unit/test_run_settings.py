@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from onnxfold import FoldOptions, optimize
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import MARKED_KEY
-from onnxfold.analysis.symbolic import shared_dim_names
+from onnxfold.analysis.step_inputs import shared_dim_names
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.io.map_types import MAP_TYPES_KEY
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY, UNKNOWN_OPS_KEY

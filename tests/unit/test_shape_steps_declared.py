@@ -9,8 +9,10 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxfold.analysis.dim_algebra import Known, Sym
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.analysis.symbolic import Known, ShapeSteps, StepInputs, Sym, shape_values
+from onnxfold.analysis.step_inputs import ShapeSteps, StepInputs
+from onnxfold.analysis.symbolic import shape_values
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.registry import RULES_ATTR, ShapeValueRule, shape_value
 from onnxfold.ir.constants import source_array

@@ -11,12 +11,8 @@ import onnx_ir as ir
 import pytest
 from onnx import helper
 
-from onnxfold.analysis.symbolic import (
-    REFINED_KEY,
-    ShapeSteps,
-    shape_values,
-    shared_dim_names,
-)
+from onnxfold.analysis.step_inputs import REFINED_KEY, ShapeSteps, shared_dim_names
+from onnxfold.analysis.symbolic import shape_values
 from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.ir.constants import source_array

@@ -15,15 +15,10 @@ import onnx_ir as ir
 import pytest
 from onnx import helper
 
+from onnxfold.analysis.dim_algebra import Known, Sym
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.analysis.symbolic import (
-    Known,
-    Sym,
-    derived_dims,
-    dim_symbol,
-    shape_values,
-    shared_dim_names,
-)
+from onnxfold.analysis.step_inputs import derived_dims, dim_symbol, shared_dim_names
+from onnxfold.analysis.symbolic import shape_values
 from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.ir.constants import source_array

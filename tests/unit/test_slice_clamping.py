@@ -19,8 +19,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.analysis.symbolic import Known
-from onnxfold.analysis.symbolic import slice_elements as shape_value_slice
+from onnxfold.analysis.dim_algebra import Known
+from onnxfold.analysis.dim_algebra import slice_elements as shape_value_slice
 from rules.shape_ops import slice_ as folding_slice
 from rules.shape_steps import sliced
 

@@ -11,7 +11,9 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
-from onnxfold.analysis.symbolic import REFINED_KEY, Sym, dim_symbol, shape_values, shared_dim_names
+from onnxfold.analysis.dim_algebra import Sym
+from onnxfold.analysis.step_inputs import REFINED_KEY, dim_symbol, shared_dim_names
+from onnxfold.analysis.symbolic import shape_values
 from onnxfold.declare.catalogue import load_catalogue
 from tests.support.models import constant_node, make_model, stale_named_sum_reshaped, vinfo
 from tests.support.running import fold_proto, run_ort
