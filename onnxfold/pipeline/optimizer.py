@@ -50,7 +50,7 @@ from onnxfold.io.reader import (
 from onnxfold.io.writer import inline_references, prune_value_info, restore_references
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.edits import NAMES_KEY
-from onnxfold.ir.graph import node_label
+from onnxfold.ir.graph import graphs_within, node_label
 from onnxfold.pipeline.cleanups import CLEANUPS, cleanup_passes
 from onnxfold.pipeline.collector import long_lived, settled
 from onnxfold.pipeline.evidence import RunEvidence
@@ -295,9 +295,8 @@ def _an_op(name: str, model: ir.Model) -> bool:
     """Whether ``name`` is an op type ONNX's schemas know (any domain) or the model uses."""
     if any(schema.name == name for schema in onnx.defs.get_all_schemas()):
         return True
-    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    return any(node.op_type == name for graph in graphs
-               for node in ir.traversal.RecursiveGraphIterator(graph))
+    graphs = graphs_within([model.graph, *(f.graph for f in model.functions.values())])
+    return any(node.op_type == name for graph in graphs for node in graph)
 
 
 def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalogue,

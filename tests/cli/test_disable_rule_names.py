@@ -43,3 +43,18 @@ def test_an_op_type_only_the_model_uses_is_taken(tmp_path):
     done = run_cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx",
                    "--disable-rule", "Twist", "--no-verify")
     assert_ok(done)
+
+
+def test_an_op_type_only_a_local_function_uses_is_taken(tmp_path):
+    body = [helper.make_node("Twirl", ["a"], ["b"], domain="my.ops")]
+    function = helper.make_function("my.fn", "F", ["a"], ["b"], body,
+                                    [helper.make_opsetid("my.ops", 1),
+                                     helper.make_opsetid("", 17)])
+    model = make_model([helper.make_node("F", ["x"], ["y"], domain="my.fn")],
+                       [vinfo("x", shape=[2])], [vinfo("y", shape=[2])])
+    model.opset_import.extend([helper.make_opsetid("my.fn", 1), helper.make_opsetid("my.ops", 1)])
+    model.functions.append(function)
+    onnx.save(model, tmp_path / "m.onnx")
+    assert onnxfold.optimize(str(tmp_path / "m.onnx"), disabled_rules={"Twirl"}).report
+    with pytest.raises(InputError, match="Twirlx"):
+        onnxfold.optimize(str(tmp_path / "m.onnx"), disabled_rules={"Twirlx"})
