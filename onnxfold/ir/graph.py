@@ -73,6 +73,12 @@ def all_graphs(model: ir.Model) -> list[ir.Graph]:
     return graphs_within([model.graph])
 
 
+def counted_nodes(model: ir.Model) -> int:
+    """The nodes of every graph of ``model`` the report counts (Constant nodes are not)."""
+    return sum(1 for graph in all_graphs(model) for node in graph
+               if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx")))
+
+
 def graphs_within(graphs: list[ir.Graph]) -> list[ir.Graph]:
     """``graphs`` and every graph inside their nodes, each before the graphs inside it.
 

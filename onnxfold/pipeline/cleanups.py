@@ -27,15 +27,10 @@ from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 from onnxfold.ir.arrays import c_contiguous, release_pages
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.edits import names_for, replace_value
-from onnxfold.ir.graph import all_graphs, is_default_op, tensor_of
+from onnxfold.ir.graph import all_graphs, counted_nodes, is_default_op, tensor_of
 from onnxfold.pipeline.results import CleanupsResult
+from onnxfold.rewrite.judge import stands_for_output
 from onnxfold.rewrite.steps import contained
-
-
-def node_count(model: ir.Model) -> int:
-    """The nodes of every graph of ``model`` the report counts (Constant nodes are not)."""
-    return sum(1 for graph in all_graphs(model) for node in graph
-               if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx")))
 
 
 class Cleanup(InPlacePass):
@@ -53,12 +48,12 @@ class Cleanup(InPlacePass):
     def call(self, model: ir.Model) -> CleanupsResult:
         """Clean once; modified if a change was made, with its hits and the nodes it
         removed net."""
-        before = node_count(model)
+        before = counted_nodes(model)
         changes = contained(self.name, self.strict, functools.partial(self.clean, model))
         if not changes:
             return CleanupsResult(model, False)
         return CleanupsResult(model, True, Counter({self.name: changes}),
-                              Counter({self.name: before - node_count(model)}))
+                              Counter({self.name: before - counted_nodes(model)}))
 
     def clean(self, model: ir.Model) -> int:
         """Change ``model``; how many changes were made."""
@@ -76,10 +71,7 @@ def _removable(node: ir.Node, graph: ir.Graph) -> ir.Value | None:
         return None
     if y not in graph.outputs:
         return x
-    producer = x.producer()
-    same_graph = producer is not None and producer.graph is graph and x not in graph.outputs \
-        and graph.outputs.count(y) == 1
-    return x if same_graph else None
+    return x if stands_for_output(x, graph) and graph.outputs.count(y) == 1 else None
 
 
 def remove_identity(model: ir.Model, settings: RunSettings) -> int:

@@ -35,7 +35,7 @@ from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
-from onnxfold.ir.graph import all_graphs, use_count
+from onnxfold.ir.graph import all_graphs, counted_nodes, use_count
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
 from onnxfold.rewrite.sweep import (
@@ -377,18 +377,12 @@ def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,
     cleanup removed net (the model's node count before it less after it)."""
     settings = dataclasses.replace(settings, nondeterministic_ops=catalogue.nondeterministic)
     hits: Counter = Counter()
-    count = _node_count(model) if removed is not None else 0  # counted again after a hit only
+    count = counted_nodes(model) if removed is not None else 0  # counted again after a hit only
     for rule in catalogue.cleanups:
         n = contained(rule.name, strict, functools.partial(rule.fn, model, settings))
         if n:
             hits[rule.name] += n
             if removed is not None:
-                before, count = count, _node_count(model)
+                before, count = count, counted_nodes(model)
                 removed[rule.name] += before - count
     return hits
-
-
-def _node_count(model: ir.Model) -> int:
-    """The nodes of every graph of ``model`` the report counts (Constant nodes are not)."""
-    return sum(1 for graph in all_graphs(model) for node in graph
-               if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx")))
