@@ -73,10 +73,14 @@ def all_graphs(model: ir.Model) -> list[ir.Graph]:
     return graphs_within([model.graph])
 
 
+def counted(nodes: Iterable[ir.Node]) -> int:
+    """How many of ``nodes`` the report counts: all but Constant nodes."""
+    return sum(1 for n in nodes if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")))
+
+
 def counted_nodes(model: ir.Model) -> int:
     """The nodes of every graph of ``model`` the report counts (Constant nodes are not)."""
-    return sum(1 for graph in all_graphs(model) for node in graph
-               if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx")))
+    return counted(node for graph in all_graphs(model) for node in graph)
 
 
 def graphs_within(graphs: list[ir.Graph]) -> list[ir.Graph]:

@@ -29,7 +29,7 @@ from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
 from onnxfold.ir.edits import detach, names_for
-from onnxfold.ir.graph import use_count
+from onnxfold.ir.graph import counted, use_count
 from onnxfold.ir.scopes import module_path
 from onnxfold.rewrite.judge import match_refusal, nodes_of, refusal
 from onnxfold.rewrite.log import RewriteLog
@@ -267,12 +267,7 @@ class Sweep:
         touched.update(spliced.built)
         self.marks.rewritten(touched or {node}, spliced.built, spliced.feeding)
         gone = {n for n in (node, *matched, *replaced) if n.graph is None}
-        return _counted(gone) - _counted(spliced.built)
-
-
-def _counted(nodes: Iterable[ir.Node]) -> int:
-    """The nodes the report counts: all but Constant nodes."""
-    return sum(1 for n in nodes if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")))
+        return counted(gone) - counted(spliced.built)
 
 
 def surroundings(captured: Iterable[object]) -> set[ir.Node]:
