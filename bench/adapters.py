@@ -44,15 +44,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.adapter_models import DECODERS
 from bench.adapter_runs import LABELS
-from bench.machine import describe
+from bench.machine import dated
 from bench.process import run_child
 from bench.readme import replace_section
 
@@ -212,14 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rounds must be >= 1")
     results = {name: measure(name, a) for name in a.models}
     weights = {name: measure_weights(name, a) for name in a.weights}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip()
-    info = describe(("onnxfold", "onnxruntime", "iree-base-runtime", "numpy", "torch",
-                     "transformers", "peft"))
-    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
-    header = (f"`python -m bench run adapters{' ' + ' '.join(argv) if argv else ''}`, "
-              f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit or '?'}; {info['cpu']}, "
-              f"{info['cores']} cores, {info['mem_gib']} GiB; {versions}.")
+    header = dated(f"python -m bench run adapters{' ' + ' '.join(argv) if argv else ''}",
+                   ("onnxfold", "onnxruntime", "iree-base-runtime", "numpy", "torch",
+                    "transformers", "peft"))
     text = render(results, weights, a, header)
     print(text)
     if not a.no_readme:

@@ -46,13 +46,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.machine import describe
+from bench.machine import dated
 from bench.process import ChildRun, median, ratio, run_child, run_status
 from bench.readme import replace_section
 from bench.tools import tool_cmd
@@ -228,15 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     sources = {name: build(name, a.cache, a.timeout) for name in a.models}
     results = {name: measure(name, src, a.work, a.repeat, a.timeout)
                for name, src in sources.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip()
-    info = describe(("onnxfold", "onnx", "onnx-ir", "onnxruntime", "numpy", "torch"))
-    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
     command = "python -m bench run floor" + (f" --repeat {a.repeat}" if a.repeat != 5 else "") \
         + (f" --models {' '.join(a.models)}" if a.models != list(MODELS) else "")
-    text = (f"`{command}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit or '?'}; "
-            f"{info['cpu']}, {info['cores']} cores, {info['mem_gib']} GiB; {versions}.\n\n"
-            + table(results, a.repeat))
+    text = dated(command, ("onnxfold", "onnx", "onnx-ir", "onnxruntime", "numpy", "torch")) \
+        + "\n\n" + table(results, a.repeat)
     print(text)
     if not a.no_readme:
         replace_section(ROOT / "bench" / "README.md", "floor", text)

@@ -46,13 +46,12 @@ import os
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench import floor
 from bench.builders import EXPORTS
-from bench.machine import describe
+from bench.machine import dated
 from bench.process import ChildRun, median, run_child, run_status
 from bench.readme import replace_section
 from bench.tools import tool_cmd
@@ -259,22 +258,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--layers needs at least two depths (a slope)")
     sources = {n: floor.build(model_name(n), a.cache, a.timeout) for n in depths}
     result = measure(depths, sources, a.work, a.repeat, a.timeout, a.peers_python)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip()
-    info = describe(("onnxfold", "onnx", "onnx-ir", "onnxruntime", "torch"))
-    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
     try:
         asked = [a.peers_python, "-c", "import onnxsim; print(onnxsim.__version__)"]
         onnxsim = subprocess.run(asked, text=True, capture_output=True).stdout.strip()
     except OSError:  # no such interpreter: its runs said so already
         onnxsim = ""
-    versions += f", onnxsim {onnxsim or 'not installed'}"
     command = "python -m bench run layers" + \
         (f" --repeat {a.repeat}" if a.repeat != 3 else "") + \
         (f" --layers {' '.join(map(str, depths))}" if depths != DEFAULT_DEPTHS else "")
-    text = (f"`{command}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit or '?'}; "
-            f"{info['cpu']}, {info['cores']} cores, {info['mem_gib']} GiB; {versions}.\n\n"
-            + table(result))
+    text = dated(command, ("onnxfold", "onnx", "onnx-ir", "onnxruntime", "torch"),
+                 f", onnxsim {onnxsim or 'not installed'}") + "\n\n" + table(result)
     print(text)
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))

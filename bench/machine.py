@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -37,3 +39,17 @@ def describe(packages: tuple[str, ...]) -> dict[str, Any]:
             "mem_gib": round(total_memory_kib() / (1 << 20), 1), "platform": platform.platform(),
             "python": platform.python_version(),
             "versions": {dist: package_version(dist) for dist in packages}}
+
+
+def dated(command: str, packages: tuple[str, ...], more_versions: str = "",
+          memory: bool = True) -> str:
+    """The line a result table is dated with: ```command```, the time (UTC), the commit, the
+    CPU, cores (and memory), and the versions of ``packages`` (then ``more_versions``)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                            text=True, capture_output=True).stdout.strip()
+    info = describe(packages)
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items()) + more_versions
+    machine = f"{info['cpu']}, {info['cores']} cores" + \
+        (f", {info['mem_gib']} GiB" if memory else "")
+    return (f"`{command}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit or '?'}; "
+            f"{machine}; {versions}.")

@@ -39,11 +39,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import stop_models
-from bench.machine import describe
+from bench.machine import dated
 from bench.readme import replace_section
 from onnxfold.host.points import PAUSE_AT_ENV, PAUSE_DIR_ENV
 
@@ -158,13 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             results[case] = {n: [stop(args, SIGNALS[n], published) for _ in range(a.repeat)]
                              for n in names}
             print(f"{case}: done", file=sys.stderr, flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip()
-    info = describe(("onnxfold", "onnxruntime"))
-    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
-    header = (f"`python -m bench run signals{' ' + ' '.join(argv) if argv else ''}`, "
-              f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit or '?'}; {info['cpu']}, "
-              f"{info['cores']} cores; {versions}.")
+    header = dated(f"python -m bench run signals{' ' + ' '.join(argv) if argv else ''}",
+                   ("onnxfold", "onnxruntime"), memory=False)
     text = render(results, header, a.repeat)
     print(text)
     if not a.no_readme:
