@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import onnx_ir as ir
 
-from onnxfold.check.compare_options import CompareOptions
-from onnxfold.check.compare_result import CompareResult
-from onnxfold.check.comparison import compare_models
+from onnxfold.check.compare import compare_models
+from onnxfold.check.result import CompareResult
+from onnxfold.check.running.options import CompareOptions
 from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.io import save_model

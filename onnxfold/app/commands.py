@@ -21,13 +21,13 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from onnxfold.check.levels import DEFAULT_LEVEL
+from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.pipeline.options import FoldOptions
 
 if TYPE_CHECKING:
     from onnxfold.app.shards import Shard
-    from onnxfold.check.compare_options import CompareOptions
+    from onnxfold.check.running.options import CompareOptions
     from onnxfold.declare.catalogue import Catalogue
 
 
@@ -52,8 +52,8 @@ class ComparisonFlags:
     def resolved(self) -> CompareOptions:
         """The comparison's settings: ``--dim`` and ``--int-range`` parsed, each custom-op
         library an existing file (InputError naming the first that is not)."""
-        from onnxfold.check.compare_options import CompareOptions
-        from onnxfold.check.feeds import parse_dims, parse_int_ranges
+        from onnxfold.check.running.feeds import parse_dims, parse_int_ranges
+        from onnxfold.check.running.options import CompareOptions
         from onnxfold.runtime.custom_ops import checked_libraries
 
         return CompareOptions(

@@ -15,7 +15,7 @@ from onnxfold.app.report_files import guard_inputs, write_report
 
 def compare(command: CompareCommand) -> int:
     """Compare the models; 1 when an output is outside tolerance."""
-    from onnxfold.check.comparison import compare_models
+    from onnxfold.check.compare import compare_models
 
     inputs = command.comparison.inputs
     return _run_and_report(
@@ -26,7 +26,7 @@ def compare(command: CompareCommand) -> int:
 
 def verify_folds(command: VerifyFoldsCommand) -> int:
     """Re-derive the folded tensors; 1 when one differs from the original's."""
-    from onnxfold.check.comparison import verify_models
+    from onnxfold.check.compare import verify_models
 
     inputs = command.comparison.inputs
     return _run_and_report(

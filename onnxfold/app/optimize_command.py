@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     import onnx_ir as ir
 
-    from onnxfold.check.compare_options import CompareOptions
+    from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
 

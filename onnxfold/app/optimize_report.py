@@ -17,8 +17,8 @@ from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 
 if TYPE_CHECKING:
-    from onnxfold.check.compare_options import CompareOptions
-    from onnxfold.check.latency import LatencyResult
+    from onnxfold.check.running.options import CompareOptions
+    from onnxfold.latency.measure import LatencyResult
     from onnxfold.pipeline.report import Report
 
 CHECK_HINT = ("check        not run: --check 3 runs the output beside the original in "
@@ -65,7 +65,7 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     """Record the check in the report; on failure print the table and the verdict, write
     ``--json`` and ``--report`` (the model is not written) and say so. Raises InputError
     (exit 2) after that when the check could not run."""
-    from onnxfold.check.compare_result import check_dict
+    from onnxfold.check.result import check_dict
 
     check, not_run = saved.check, saved.not_run
     if not_run:
@@ -93,15 +93,15 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
 def _measure_latency(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
                      checking: CompareOptions | None) -> LatencyResult:
     """``--latency N``: the original and the output timed in onnxruntime
-    (``onnxfold.check.latency``), both from files: the output as written (read through its
+    (``onnxfold.latency.measure``), both from files: the output as written (read through its
     pinned directory), or a dry run's written to a scratch directory for the time it takes
     (a session made from bytes in memory is slower to create than from a file)."""
     import shutil
 
-    from onnxfold.check.latency import measure_latency
     from onnxfold.host import endings
     from onnxfold.io import save_model
     from onnxfold.io.tempfiles import scratch_directory
+    from onnxfold.latency.measure import measure_latency
 
     target = claimed.target
     scratch = None

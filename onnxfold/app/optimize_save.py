@@ -19,8 +19,8 @@ from onnxfold.errors import InputError, one_line
 if TYPE_CHECKING:
     import onnx
 
-    from onnxfold.check.compare_options import CompareOptions
-    from onnxfold.check.compare_result import CompareResult
+    from onnxfold.check.result import CompareResult
+    from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.pinned import PinnedOutput
     from onnxfold.io.prefill import OutputPrefill
@@ -110,7 +110,7 @@ def _save_plain(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettin
 def _check_in_memory(job: ModelJob, settings: OptimizeSettings, result: OptimizeResult,
                      checking: CompareOptions, phases: Phases) -> CompareResult:
     """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
-    from onnxfold.check.comparison import compare_models
+    from onnxfold.check.compare import compare_models
 
     check = compare_models(job.source, in_memory(job, result), settings.check.n, checking,
                            progress=phases.detail, evidence=result.evidence)
@@ -132,7 +132,7 @@ def in_memory(job: ModelJob, result: OptimizeResult) -> onnx.ModelProto:
 @contextlib.contextmanager
 def _could_not_run(saved: Saved) -> Iterator[None]:
     """Catch a check whose reference does not run on the feeds, keeping why in ``saved``."""
-    from onnxfold.check.comparison import CheckCouldNotRun
+    from onnxfold.check.compare import CheckCouldNotRun
 
     try:
         yield

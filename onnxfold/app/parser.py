@@ -39,7 +39,7 @@ from onnxfold.app.commands import (
     VerifyFoldsCommand,
 )
 from onnxfold.app.shards import Shard
-from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
+from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.host.machine import checked_threads

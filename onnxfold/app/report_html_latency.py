@@ -1,6 +1,6 @@
 """The HTML report's latency: per onnxruntime level, each model's session creation and
 inference (median [spread]), their run-by-run ratio [spread] and the verdict it gives, coloured
-(``onnxfold.check.spread``)."""
+(``onnxfold.latency.spread``)."""
 
 from __future__ import annotations
 

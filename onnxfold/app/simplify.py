@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.input_shapes import as_specs
-from onnxfold.check.comparison import compare
+from onnxfold.check.compare import compare
 from onnxfold.io.writer import inline_references
 from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize, with_keywords
 from onnxfold.pipeline.options import FoldOptions

@@ -105,7 +105,7 @@ def _fails_at(original: str | os.PathLike, input_shapes: Sequence[str]) -> str |
     import onnxruntime as ort
 
     from onnxfold.app.simplify import with_input_shapes
-    from onnxfold.check.feeds import synthetic_feeds
+    from onnxfold.check.running.feeds import synthetic_feeds
 
     proto = with_input_shapes(os.fspath(original), input_shapes)
     try:

@@ -24,11 +24,12 @@ from onnxfold.fold.evaluate import Evaluated
 from onnxfold.fold.plan import FoldPlan
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.fold.pool import BufferPool
-from onnxfold.fold.recipes import capture, encode
+from onnxfold.fold.recipes import capture
 from onnxfold.fold.settings import SizePolicy
 from onnxfold.fold.shape_inputs import unusable_as_shape
 from onnxfold.ir import provenance
 from onnxfold.ir.graph import identity_source
+from onnxfold.ir.recipes import encode
 from onnxfold.ir.scopes import FOLDED_MODULE_KEY, module_path
 
 Store = Callable[[ir.Value, np.ndarray, tuple[str, ...]], None]

@@ -10,8 +10,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.check.compare_options import CompareOptions
-from onnxfold.check.comparison import compare_models
+from onnxfold.check.compare import compare_models
+from onnxfold.check.running.options import CompareOptions
 from onnxfold.pipeline.evidence import RunEvidence
 from tests.support.cli import run_cli
 from tests.support.models import make_model, tensor, vinfo

@@ -30,11 +30,11 @@ ENTRY_POINTS = {
     ("onnxfold/runtime/session.py", "__init__"),  # Session
     ("onnxfold/runtime/split.py", "split_model"),
     ("onnxfold/runtime/backends/__init__.py", "get_backend"),
-    ("onnxfold/check/comparison.py", "compare_models"),  # compare() and the app's checks
-    ("onnxfold/check/comparison.py", "verify_models"),  # onnxfold verify-folds
-    ("onnxfold/check/fold_verification.py", "verify_folds"),
-    ("onnxfold/check/latency.py", "measure_latency"),
-    ("onnxfold/check/feeds.py", "synthetic_feeds"),
+    ("onnxfold/check/compare.py", "compare_models"),  # compare() and the app's checks
+    ("onnxfold/check/compare.py", "verify_models"),  # onnxfold verify-folds
+    ("onnxfold/check/folds/verification.py", "verify_folds"),
+    ("onnxfold/latency/measure.py", "measure_latency"),
+    ("onnxfold/check/running/feeds.py", "synthetic_feeds"),
     ("onnxfold/app/inspection.py", "inspect_model"),
     ("onnxfold/app/info_commands.py", "rules"),  # onnxfold rules
     ("onnxfold/app/runtime_commands.py", "split"),  # onnxfold split

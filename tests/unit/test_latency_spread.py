@@ -1,4 +1,4 @@
-"""How ``--latency`` sums up timings (``onnxfold.check.spread``): each model's median and
+"""How ``--latency`` sums up timings (``onnxfold.latency.spread``): each model's median and
 spread (quartiles from 8 samples, else the range), the run-by-run ratios and the verdict they
 give: faster or slower only where the whole spread is on one side of 1.0x."""
 
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from onnxfold.check.latency import Timing
-from onnxfold.check.spread import (
+from onnxfold.latency.measure import Timing
+from onnxfold.latency.spread import (
     FASTER,
     NOISE,
     SLOWER,

@@ -3,10 +3,10 @@
 Folding must not change what a model computes. This runs the original and the rewritten model
 one after the other (CPU, at onnxruntime's default optimization level unless told otherwise:
 the original as a user runs it) on seeded random or user-supplied inputs
-(:mod:`onnxfold.check.feeds`, run by :mod:`onnxfold.check.reference_runs`), and reports per
-output how far apart they are (``compare_result.py``). Every initializer of the second model
-that the first does not hold as it is is also re-derived from the first
-(:mod:`onnxfold.check.fold_verification`), at every binding of the dims the reference ran.
+(:mod:`onnxfold.check.running.feeds`, run by :mod:`onnxfold.check.outputs.reference_runs`),
+and reports per output how far apart they are (``onnxfold.check.result``). Every initializer
+of the second model that the first does not hold as it is is also re-derived from the first
+(:mod:`onnxfold.check.folds.verification`), at every binding of the dims the reference ran.
 """
 
 from __future__ import annotations
@@ -17,24 +17,25 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check import map_outputs, memory_room
-from onnxfold.check.compare_options import CompareOptions
-from onnxfold.check.compare_result import (
+from onnxfold.check.folds.verdicts import FoldVerification
+from onnxfold.check.folds.verification import verify_folds
+from onnxfold.check.outputs import map_outputs
+from onnxfold.check.outputs.doomed_bindings import FailedNodes
+from onnxfold.check.outputs.interfaces import pinned_dims, same_interface
+from onnxfold.check.outputs.reference_runs import Reference, run_optimized, run_reference
+from onnxfold.check.result import (
     CompareResult,
     OutputDiff,
     accumulate,
     as_array,
 )
-from onnxfold.check.cones import Cones, reinferred
-from onnxfold.check.doomed_bindings import FailedNodes
-from onnxfold.check.feeds import FeedPlan, dtype_name, load_given
-from onnxfold.check.fold_verdicts import FoldVerification
-from onnxfold.check.fold_verification import verify_folds
-from onnxfold.check.interfaces import pinned_dims, same_interface
-from onnxfold.check.levels import DEFAULT_LEVEL
-from onnxfold.check.reference_runs import Reference, run_optimized, run_reference
-from onnxfold.check.rewrite_validation import RewriteValidation, validate_rewrites
-from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session
+from onnxfold.check.rewrites.validation import RewriteValidation, validate_rewrites
+from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.cones import Cones, reinferred
+from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
+from onnxfold.check.running.levels import DEFAULT_LEVEL
+from onnxfold.check.running.models import ModelRef, graph_of, label_of, open_session
+from onnxfold.check.running.options import CompareOptions
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import InferenceTimeout
@@ -64,15 +65,15 @@ def compare(a: ModelRef, b: ModelRef, *,
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
     from model A's inputs (``dims`` binds symbolic dimensions, the rest are 1). ``n`` input sets
     use seeds ``seed .. seed+n-1``. An element matches when it is within the tolerance of its
-    output's dtype (:mod:`onnxfold.check.tolerance`: float16/bfloat16 in ulps, float32 by rtol 1e-4
-    and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol`` or ``atol`` is
-    given, or both are NaN. Raises InputError when a model cannot be read or run, or the I/O
-    names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime loads
-    for both models (:mod:`onnxfold.runtime.custom_ops`). ``level``: onnxruntime's graph
+    output's dtype (:mod:`onnxfold.check.running.tolerance`: float16/bfloat16 in ulps, float32
+    by rtol 1e-4 and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol``
+    or ``atol`` is given, or both are NaN. Raises InputError when a model cannot be read or run,
+    or the I/O names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime
+    loads for both models (:mod:`onnxfold.runtime.custom_ops`). ``level``: onnxruntime's graph
     optimization level for both sessions (``disable``, ``basic``, ``extended``, ``all``: its
-    default, how a user runs a model). ``verify``: re-derive every initializer of ``b`` that ``a``
-    does not hold as it is (:func:`~onnxfold.check.fold_verification.verify_folds`; False:
-    not; None or True: always, and what cannot be re-derived is said).
+    default, how a user runs a model). ``verify``: re-derive every initializer of ``b`` that
+    ``a`` does not hold as it is (:func:`~onnxfold.check.folds.verification.verify_folds`;
+    False: not; None or True: always, and what cannot be re-derived is said).
     ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
     the progress line. ``catalogue``: whose shape steps relate the input dims and whose op
@@ -91,9 +92,9 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                    progress: Callable[[str], None] | None = None,
                    catalogue: Catalogue | None = None,
                    evidence: RunEvidence | None = None) -> CompareResult:
-    """:func:`compare`, its settings as one value (``onnxfold.check.compare_options``);
+    """:func:`compare`, its settings as one value (``onnxfold.check.running.options``);
     ``evidence``: what the run that made ``b`` knows: its rewrites, each validated on the
-    input sets (:mod:`onnxfold.check.rewrite_validation`), and the dims it fixed (any other
+    input sets (:mod:`onnxfold.check.rewrites.validation`), and the dims it fixed (any other
     dim ``b`` fixes that ``a`` leaves dynamic fails the check)."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
@@ -145,7 +146,7 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     """``onnxfold verify-folds``: the original run once at every binding of the dims (which
     bindings are valid inputs, and one input set for what only inputs can sample), then every
     initializer of ``b`` the original does not hold as it is re-derived at those bindings
-    (:func:`~onnxfold.check.fold_verification.verify_folds`). Where the original cannot run
+    (:func:`~onnxfold.check.folds.verification.verify_folds`). Where the original cannot run
     (out of time, no binding that runs), each fold is re-derived alone, and what needs the
     bindings or inputs is said not verifiable."""
     catalogue = load_catalogue() if catalogue is None else catalogue

@@ -17,8 +17,8 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
-from onnxfold.check import memory_room
-from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
+from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError, clipped
 from onnxfold.host import address_space, interruptible
 from onnxfold.io import load_model

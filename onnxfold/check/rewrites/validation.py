@@ -26,12 +26,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.check.cones import Cones
-from onnxfold.check.float64_windows import in_float64, rounding_only
-from onnxfold.check.tolerance import allowed
-from onnxfold.check.tolerance import for_dtype as tolerance_for
-from onnxfold.fold.fallback import FallbackError, run_node_protos
-from onnxfold.fold.fallback_session import Wanted
+from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
+from onnxfold.check.running.cones import Cones
+from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
+from onnxfold.check.running.tolerance import allowed
+from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
 
 BITWISE, WITHIN, DIFFERS, UNVALIDATED = "bitwise", "within", "differs", "not validated"
@@ -164,7 +163,7 @@ class _Leaves:
             return {}
         try:
             return self.cones.run(values, self.feeds)
-        except (FallbackError, MemoryError):
+        except (RunFailed, MachineShort):
             if len(values) == 1:
                 return {}
         half = len(values) // 2
@@ -204,10 +203,12 @@ class _Windows:
             return
         try:
             results = self._pairs(runnable)
-        except FallbackError:
+        except (RunFailed, MachineShort) as e:
             if len(runnable) > 1:
                 for record in runnable:
                     self.judge([record])
+            elif isinstance(e, MachineShort):
+                self._short(runnable[0], e)
             else:
                 self._alone(runnable[0])
             return
@@ -240,17 +241,28 @@ class _Windows:
         assert record.before is not None and record.after is not None
         try:
             self._run([(record.before, "b")])
-        except FallbackError as e:
+        except MachineShort as e:
+            self._short(record, e)
+            return
+        except RunFailed as e:
             verdict.state = UNVALIDATED
             verdict.reason = f"onnxruntime cannot run the window it replaced alone: " \
                 f"{str(e)[:120]}"
             return
         try:
             self._run([(record.after, "a")])
-        except FallbackError as e:
+        except MachineShort as e:
+            self._short(record, e)
+        except RunFailed as e:
             verdict.state = DIFFERS
             verdict.reason = (f"onnxruntime cannot run the replacement where the window it "
                               f"replaced runs: {str(e)[:160]}")
+
+    def _short(self, record: RewriteRecord, error: MachineShort) -> None:
+        """A record the machine could not run: not validated (nothing is known of it)."""
+        verdict = self.verdicts[id(record)]
+        verdict.state = UNVALIDATED
+        verdict.reason = f"the machine ran short running its windows ({error})"
 
     def _pairs(self, records: list[RewriteRecord]
                ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
@@ -279,10 +291,10 @@ class _Windows:
                 target = f"{prefix}#out{j}"
                 nodes.append(onnx.helper.make_node("Identity", [source], [target]))
                 names.append(target)
-                wanted.append(Wanted(target, None, None, False, False))
+                wanted.append(Wanted(target))
             outputs[prefix] = names
-        arrays = run_node_protos(nodes, {}, inputs, wanted, self.opsets, self.ir_version,
-                                 self.libraries)
+        arrays = run_nodes(nodes, wanted, inputs=inputs, opsets=self.opsets,
+                           ir_version=self.ir_version, libraries=self.libraries)
         by_name = {w.name: a for w, a in zip(wanted, arrays)}
         return {prefix: [by_name[n] for n in names] for prefix, names in outputs.items()}
 

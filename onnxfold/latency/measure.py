@@ -13,7 +13,7 @@ beside it): the ratio's median and spread, and a verdict, *faster*, *slower* or 
 where the spread covers 1.0x (``spread.py``). Session creation is timed :data:`CREATIONS` times
 per model, interleaved too, from files (a dry run's output is written to a scratch file first:
 a session made from bytes in memory is slower to create than from a file). The inputs are the
-check's first input set (:mod:`onnxfold.check.feeds`: realistic sizes, the graph's dim
+check's first input set (:mod:`onnxfold.check.running.feeds`: realistic sizes, the graph's dim
 relations). Both sessions are held at once where both fit the memory limit, else one model is
 timed after the other (and the result says so; its ratios then pair runs taken apart).
 """
@@ -32,17 +32,17 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.step_inputs import ShapeSteps
-from onnxfold.check import memory_room
-from onnxfold.check.compare_options import checked_dims
-from onnxfold.check.feeds import FeedPlan, shape_text
-from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session, run_session
-from onnxfold.check.spread import QUARTILES_FROM, Spread, paired_ratios, verdict
+from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.feeds import FeedPlan, shape_text
+from onnxfold.check.running.models import ModelRef, graph_of, label_of, open_session, run_session
+from onnxfold.check.running.options import checked_dims
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.host import interruptible
 from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import is_static_dim
+from onnxfold.latency.spread import QUARTILES_FROM, Spread, paired_ratios, verdict
 from onnxfold.runtime import custom_ops
 
 LEVELS = ("all", "disable")  # onnxruntime's default, and its optimizations off
@@ -174,7 +174,7 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     """Session creation and inference latency of ``a`` (the original) and ``b`` (the
     optimized model), paths or ``onnx.ModelProto``, in onnxruntime on the CPU with
     ``threads`` intra-op threads, at each of ``levels``; medians of ``runs`` interleaved runs.
-    ``dims``/``int_ranges`` shape the inputs as in :func:`~onnxfold.check.comparison.compare`.
+    ``dims``/``int_ranges`` shape the inputs as in :func:`~onnxfold.check.compare.compare`.
     Raises InputError where a model cannot be loaded or run, or there is not memory for one
     session. ``catalogue``: whose shape steps relate the input dims (None: the installed
     rules)."""

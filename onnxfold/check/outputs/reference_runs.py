@@ -3,9 +3,10 @@ the optimized one, each within the memory this process may still use.
 
 The reference decides which bindings of the guessed dims are valid inputs: a binding it cannot
 run is dropped (and said in a note), and when no binding of a group runs, larger (or, when it
-ran out of memory, smaller) groups are tried (:class:`~onnxfold.check.feeds.FeedPlan`). Every
-binding of the group is run by the reference at least once, also the ones no compared input
-set uses, so that the fold verification re-derives folds at each of them.
+ran out of memory, smaller) groups are tried
+(:class:`~onnxfold.check.running.feeds.FeedPlan`). Every binding of the group is run by the
+reference at least once, also the ones no compared input set uses, so that the fold
+verification re-derives folds at each of them.
 
 Random inputs are weighed before they are allocated: a binding whose inputs alone would take
 more than a quarter of the memory left is treated as one the reference ran out of memory on.
@@ -20,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxfold.analysis.dim_relations import Bound
-from onnxfold.check import memory_room
-from onnxfold.check.doomed_bindings import Doomed, FailedNodes
-from onnxfold.check.feeds import FeedPlan
-from onnxfold.check.sessions import out_of_memory, run_session
+from onnxfold.check.outputs.doomed_bindings import Doomed, FailedNodes
+from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.feeds import FeedPlan
+from onnxfold.check.running.models import out_of_memory, run_session
 from onnxfold.errors import InputError, clipped, one_line
 
 FEED_SHARE = 4  # one input set's random inputs may take at most this share of the memory left

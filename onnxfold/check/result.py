@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxfold.check.feeds import InputInfo, shape_text
-from onnxfold.check.fold_verdicts import (
+from onnxfold.check.folds.verdicts import (
     BITWISE,
     PARAMETER,
     SAMPLED,
@@ -20,11 +19,12 @@ from onnxfold.check.fold_verdicts import (
     WITHIN,
     FoldVerification,
 )
-from onnxfold.check.levels import DEFAULT_LEVEL
-from onnxfold.check.rewrite_validation import UNVALIDATED, RewriteValidation
-from onnxfold.check.tolerance import HALF as HALF_TYPES
-from onnxfold.check.tolerance import allowed, ulp
-from onnxfold.check.tolerance import for_dtype as tolerance_for
+from onnxfold.check.rewrites.validation import UNVALIDATED, RewriteValidation
+from onnxfold.check.running.feeds import InputInfo, shape_text
+from onnxfold.check.running.levels import DEFAULT_LEVEL
+from onnxfold.check.running.tolerance import HALF as HALF_TYPES
+from onnxfold.check.running.tolerance import allowed, ulp
+from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.host.terminal import printable
 
 REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
@@ -64,7 +64,7 @@ class CompareResult:
     inputs: list[InputInfo]
     n: int
     seed: int
-    rtol: float | None  # None: chosen per output from its dtype (onnxfold.check.tolerance)
+    rtol: float | None  # None: chosen per output from its dtype (onnxfold.check.running.tolerance)
     atol: float | None
     dims: dict[str, int] = field(default_factory=dict)  # the first binding of the named dims
     defaulted_dims: list[str] = field(default_factory=list)  # guessed: not given, not derived
