@@ -313,7 +313,7 @@ def _renamed(node: onnx.NodeProto, internal: set[str], prefix: str, window: Wind
 
     copy.input[:] = [name(i) for i in copy.input]
     copy.output[:] = [name(o) for o in copy.output]
-    copy.name = f"{prefix}/{node.name}"
+    copy.name = f"{prefix}/{node.name}" if node.name else ""  # unnamed stay unnamed
     leaves = set(window.originals) | set(window.constants)
     for attr in copy.attribute:
         for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):
