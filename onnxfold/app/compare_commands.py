@@ -45,11 +45,16 @@ def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | Non
         guard = guard_inputs([a, b])
         guard.protect(more_inputs)
         guard.pin(json_path, "JSON report")
+    from onnxfold.check.compare import CheckCouldNotRun
+
     try:
-        result = run()
-        print(result.summary())
-        if json_path:
-            write_report(json_path, json.dumps(result.to_dict(), indent=2) + "\n", guard)
+        try:
+            result = run()
+        except CheckCouldNotRun as e:  # what was shown before it stopped, then exit 2
+            if e.result is not None:
+                _shown(e.result, json_path, guard)
+            raise
+        _shown(result, json_path, guard)
     finally:
         if guard is not None:
             guard.close()
@@ -57,3 +62,10 @@ def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | Non
         print(f"onnxfold: {failure}: {failing_named(result.failing)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _shown(result: Any, json_path: str | None, guard: Any) -> None:
+    """Print ``result``'s summary and write its JSON report where one is asked for."""
+    print(result.summary())
+    if json_path:
+        write_report(json_path, json.dumps(result.to_dict(), indent=2) + "\n", guard)

@@ -65,13 +65,11 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     """Record the check in the report; on failure print the table and the verdict, write
     ``--json`` and ``--report`` (the model is not written) and say so. Raises InputError
     (exit 2) after that when the check could not run."""
-    from onnxfold.check.result import check_dict
-
     check, not_run = saved.check, saved.not_run
-    if not_run:
+    if check is not None:
+        report.check = check.to_dict()
+    elif not_run:
         report.check = {"ok": False, "state": "could not run", "reason": not_run}
-    elif check is not None:
-        report.check = check_dict(check)
     if report.check is None or report.check["ok"]:
         return False
     if not settings.report.quiet:

@@ -138,6 +138,7 @@ def _could_not_run(saved: Saved) -> Iterator[None]:
         yield
     except CheckCouldNotRun as e:
         saved.not_run = one_line(e)
+        saved.check = e.result  # what was shown before it stopped, if anything
 
 
 def _mib_of(done: int, total: int) -> str:

@@ -34,8 +34,9 @@ from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.running.levels import DEFAULT_LEVEL
-from onnxfold.check.running.models import ModelRef, graph_of, label_of, open_session
+from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import CompareOptions
+from onnxfold.check.running.runner import MachineShort, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import InferenceTimeout
@@ -46,8 +47,14 @@ from onnxfold.runtime import custom_ops
 
 
 class CheckCouldNotRun(InputError):
-    """The reference (model A) does not run on the feeds: nothing was compared. Bad input
-    (exit 2), but a run that folded keeps its products (its table, ``--json``, ``--report``)."""
+    """The comparison could not run: the reference (model A) does not run on the feeds, or the
+    machine ran short where nothing smaller was left to try. Bad input (exit 2), not a failed
+    check; a run that folded keeps its products (its table, ``--json``, ``--report``), and
+    ``result`` holds what was shown before it stopped (None: nothing was)."""
+
+    def __init__(self, message: str, result: CompareResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def compare(a: ModelRef, b: ModelRef, *,
@@ -107,6 +114,8 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     if run.overrides and n > 1:
         notes.append(f"{', '.join(run.overrides)} (initializers a caller may override) fed "
                      "from input set 2 on, each moved about 1% from its default")
+    folds: FoldVerification | None = None
+    validated: RewriteValidation | None = None
     while True:
         reference = run.reference(n)
         feeder = run.feeder
@@ -116,22 +125,24 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                                feeder.plan.derived, notes + reference.notes, options.level)
         result.single_dims = reference.single
         result.fixed_defaults = run.fixed_defaults
-        if options.verify is not False and result.folds is None:
+        if options.verify is not False and folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
-            result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                                        progress=tell, catalogue=catalogue,
-                                        libraries=run.libraries, own_output=evidence is not None)
-            result.folds.model_b = run.label_b
+            folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
+                                 progress=tell, catalogue=catalogue, libraries=run.libraries,
+                                 own_output=evidence is not None)
+            folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
-        if rewrites is not None and result.rewrites is None:
-            result.rewrites = _validated(a, run, rewrites, reference, catalogue)
+        if rewrites is not None and validated is None:
+            validated = _validated(a, run, rewrites, reference, catalogue)
+        result.folds, result.rewrites = folds, validated
         if not _compare_optimized(result, b, run, reference):
             result.failure = result.failure or unasked
             return result
         group = feeder.next_smaller()
         if group is None:
-            raise CheckCouldNotRun(f"{run.label_b}: onnxruntime ran out of memory running it "
-                                   "on every input set the original ran") from None
+            result.not_run = (f"{run.label_b}: the machine ran short running it on every input "
+                              f"set the original ran ({result.short_reason})")
+            raise CheckCouldNotRun(result.not_run, result) from None
         # B ran out of memory on every input set A ran (after A, in the same process):
         # both again at smaller images, so that both are compared where both fit
         notes.append("the optimized model ran out of memory at the dims " + " or ".join(
@@ -189,7 +200,7 @@ class _Run:
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
         self.graph_a = graph_a  # where a binding fails, shape inference tells the next ones
         tell("loading original")
-        self.session = open_session(a, self.label_a, self.libraries, options.level)
+        self.session = _original_session(a, self.label_a, self.libraries, options.level)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
                                {**self.pinned.named, **options.dims}, options.int_ranges,
                                catalogue.shape_steps, self.pinned.axes)
@@ -203,17 +214,25 @@ class _Run:
         is dropped after (opened again if a later call needs it)."""
         if self.session is None:
             self.tell("loading original")
-            self.session = open_session(self.a, self.label_a, self.libraries,
-                                        self.options.level)
+            self.session = _original_session(self.a, self.label_a, self.libraries,
+                                             self.options.level)
         try:
             return run_reference(self.session, self.label_a, self.outputs, self.feeder,
                                  self.options.seed, n, self.run_options, self.tell,
                                  self.overrides, FailedNodes(self.graph_a))
-        except InputError as e:
-            raise CheckCouldNotRun(*e.args) from None
+        except (InputError, MachineShort) as e:
+            raise CheckCouldNotRun(str(e)) from None
         finally:
             self.session = None
             memory_room.release()
+
+
+def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: str):
+    """Model A's session; CheckCouldNotRun where the machine ran short loading it."""
+    try:
+        return open_session(a, label, libraries, level)
+    except MachineShort as e:
+        raise CheckCouldNotRun(str(e)) from None
 
 
 def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
@@ -261,6 +280,9 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     except InputError as e:  # A loads and B does not: B is wrong, not the input
         result.failure = one_line(e)
         return False
+    except MachineShort as e:  # the machine's: A's outputs are held, smaller ones may fit
+        result.short_reason = str(e)
+        return True
     same_interface(run.io_a, sess_b, result.model_a, label_b)
     outputs, run_options = run.outputs, run.run_options
     ran = run_optimized(sess_b, label_b, outputs, reference, run_options, tell)
@@ -271,6 +293,7 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
         return False
     compared = [(a, b) for a, b in zip(reference.outputs, ran.outputs) if b is not None]
     if not compared:
+        result.short_reason = ran.short
         return True
     # where the original ran: B may need more memory, or have less left (the original's
     # outputs are held); not compared there, and the verdict says so (not a full one)

@@ -34,8 +34,9 @@ import onnx_ir as ir
 from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.feeds import FeedPlan, shape_text
-from onnxfold.check.running.models import ModelRef, graph_of, label_of, open_session, run_session
+from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import checked_dims
+from onnxfold.check.running.runner import open_session, run_model
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.host import interruptible
@@ -231,7 +232,7 @@ def _feeds(open_a: Callable[[], Any], label: str, graph: ir.Model,
     plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {}, steps)
     feeds = plan.feeds(0)
     outputs = [o.name for o in session.get_outputs()]
-    run_session(session, label, outputs, feeds, None)  # a binding A cannot run fails here
+    run_model(session, label, outputs, feeds, None)  # a binding A cannot run fails here
     del session
     memory_room.release()
     return feeds, [f"{info.name} {info.dtype}{shape_text(info.shape)}" for info in

@@ -103,7 +103,7 @@ class Report:
     folded_regions: list[dict] = field(default_factory=list)  # leftovers.folded_regions
     options: dict[str, Any] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in run order
-    check: dict[str, Any] | None = None  # check_dict of the --check comparison
+    check: dict[str, Any] | None = None  # the --check comparison's to_dict()
     constant_nodes_before: int = 0  # Constant nodes, not counted in nodes_before/after
     constant_nodes_after: int = 0
     latency: dict[str, Any] | None = None  # --latency: LatencyResult.to_dict()

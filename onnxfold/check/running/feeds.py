@@ -19,7 +19,8 @@ import onnx_ir as ir
 from onnxfold.analysis import dim_relations
 from onnxfold.analysis.dim_relations import Bound, is_named
 from onnxfold.analysis.step_inputs import ShapeSteps
-from onnxfold.check.running.models import ModelRef, graph_of, label_of, numpy_type, open_session
+from onnxfold.check.running.models import ModelRef, graph_of, label_of, numpy_type
+from onnxfold.check.running.runner import open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.io.feeds import load_arrays

@@ -1,5 +1,6 @@
-"""The check's own onnxruntime runner: nodes of the original (or a recipe, or a rewrite's
-windows) built into one model and run on the arrays given.
+"""The check's own onnxruntime runner: the one place the check builds a session, over a whole
+model (:func:`open_session`, run by :func:`run_model`) or over nodes of the original, a
+recipe or a rewrite's windows built into one model (:func:`run_nodes`).
 
 The check computes again what the fold computed, so it must not compute it with the fold's
 code: a fault in what runs onnxruntime for the fold (a shifted float, outputs handed back in
@@ -15,16 +16,19 @@ optimizations are off: the session computes what the nodes say. onnxruntime's Py
 hands no bfloat16, float8 or 4-bit array over: such an input is fed as float32 (int8) and
 cast in, such an output cast out and back (every one of these casts is exact).
 
-The session is built first, outside any bound; the run then holds the process's address space
-to the memory left (``memory.run_room``, ``onnxfold.host.address_space``) and stops at a
-signal or the inference time limit (``onnxfold.host.interruptible``). What goes wrong is one
-of two things, never confused: :class:`RunFailed` (onnxruntime refused the nodes or failed on
-them: the nodes' fault) or :class:`MachineShort` (memory, a thread, a descriptor ran out: the
-machine's, and a check says it could not run that part, never that it failed).
+A session is built outside any bound (onnxruntime loads libraries as it builds one, and a
+library that cannot map its thread-local data ends the process); a run then holds the process's
+address space to the memory left (``memory.run_room``, ``onnxfold.host.address_space``) and
+stops at a signal or the inference time limit (``onnxfold.host.interruptible``). What goes
+wrong is one of two things, never confused: :class:`RunFailed` (onnxruntime refused the nodes
+or failed on them: the nodes' fault) or :class:`MachineShort` (memory, a thread, a descriptor
+ran out: the machine's, and a check says it could not run that part, never that it failed).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +38,9 @@ import onnx
 from onnx import helper
 
 from onnxfold.check.running import memory
+from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
+from onnxfold.check.running.models import ModelRef, ort_message
+from onnxfold.errors import InputError
 from onnxfold.host import address_space, interruptible, limits
 from onnxfold.runtime import custom_ops
 
@@ -111,17 +118,91 @@ def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
             np.asarray(array).astype(want.dtype) for want, array in zip(outputs, arrays)]
 
 
+def session_options(level: str = DEFAULT_LEVEL, libraries: Sequence[str] = (),
+                    prepacking: bool = True, threads: int | None = None):
+    """onnxruntime's options for a check's session: CPU at ``level`` (:data:`LEVELS`), the
+    custom-op ``libraries`` registered, failures raised as one line, no memory arena (what a
+    run frees goes back to the system, so that the address-space bound of the next run counts
+    only live memory: an arena kept 1.2 GB reserved that a later run then filled within its
+    bound, and the kernel killed it in a 1 GiB cgroup); ``prepacking=False`` saves the
+    prepacked copies of weights; ``threads``: intra-op threads (one inter-op thread)."""
+    import onnxruntime as ort
+
+    if level not in LEVELS:
+        raise InputError(f"--ort-level {level}: expected one of {', '.join(LEVELS)}")
+    options = ort.SessionOptions()
+    custom_ops.register(options, libraries)
+    options.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    options.log_severity_level = 4
+    options.enable_cpu_mem_arena = False
+    if not prepacking:
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    if threads is not None:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return options
+
+
+def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
+                 level: str = DEFAULT_LEVEL, prepacking: bool = True, threads: int | None = None):
+    """A CPU session over ``model`` (see :func:`session_options`). InputError where
+    onnxruntime cannot load it, MachineShort where the machine ran short loading it."""
+    import onnxruntime as ort
+
+    options = session_options(level, libraries, prepacking, threads)
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
+        os.fspath(model)
+    try:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        short = limits.shortage(e)
+        if short is not None:
+            raise MachineShort(f"{label}: loading it: {short}") from None
+        message = ort_message(e)
+        hint = " (--custom-op-library PATH loads the library that implements it)" if \
+            _UNREGISTERED_OP.search(message) else ""
+        raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
+
+
+_UNREGISTERED_OP = re.compile(r"is not a registered function/op|No Op registered for")
+
+
+def run_model(session, label: str, outputs: list[str], feeds: dict, run_options,
+              hint: str = "") -> list:
+    """``session.run`` bounded as every run of the check is (see the module). InputError
+    where onnxruntime fails to run it (``hint``: the flags that change the inputs),
+    MachineShort where the machine ran short."""
+    try:
+        return _bounded(lambda options: session.run(outputs, feeds, options), label,
+                        run_options)
+    except interruptible.InferenceTimeout:
+        raise
+    except Exception as e:
+        short = limits.shortage(e)
+        if short is not None:
+            raise MachineShort(f"{label}: running it: {short}") from None
+        raise InputError(f"{label}: onnxruntime failed to run it: {ort_message(e)}"
+                         f"{hint or ' (see --dim, --int-range, --inputs)'}") from None
+
+
+def _bounded(call, what: str, run_options=None):
+    """``call(run_options)`` under the address-space bound of the memory left, stopped by a
+    signal or the inference time limit."""
+    room = memory.run_room()
+    return interruptible.run(call, run_options, what=what, around=None if room is None else
+                             lambda: address_space.bounded(room))
+
+
 def _run(model: onnx.ModelProto, handed: Mapping[str, np.ndarray], feeds: dict,
          names: list[str], libraries: Sequence[str]) -> list[np.ndarray]:
     """Build the session, then run it bounded (see the module)."""
     import onnxruntime as ort
 
     try:
-        options = ort.SessionOptions()
-        custom_ops.register(options, libraries)
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 4
-        options.enable_cpu_mem_arena = False  # a run's memory goes back when it ends
+        options = session_options("disable", libraries)
         values = [ort.OrtValue.ortvalue_from_numpy(a) for a in handed.values()]
         if handed:
             options.add_external_initializers(list(handed), values)
@@ -129,12 +210,9 @@ def _run(model: onnx.ModelProto, handed: Mapping[str, np.ndarray], feeds: dict,
                                        providers=["CPUExecutionProvider"])
     except Exception as e:
         raise _told(e) from None
-    room = memory.run_room()
     try:
-        return interruptible.run(lambda run_options: session.run(names, feeds, run_options),
-                                 what="a check's run of the original's nodes",
-                                 around=None if room is None else
-                                 lambda: address_space.bounded(room))
+        return _bounded(lambda run_options: session.run(names, feeds, run_options),
+                        "a check's run of the original's nodes")
     except interruptible.InferenceTimeout:
         raise
     except Exception as e:
