@@ -136,8 +136,8 @@ class Cones:
                            [_wanted(s) for s in sources], constants=constants, inputs=fed,
                            opsets=dict(self.model.opset_imports),
                            ir_version=self.model.ir_version, libraries=self.libraries)
-        return {source: string_values.as_tensor_form(array)
-                for source, array in zip(sources, arrays)}
+        return {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
+                else array for source, array in zip(sources, arrays)}
 
     def exact(self, source: ir.Value) -> bool:
         """Whether every op of ``source``'s cone computes bitwise what onnxruntime does: the
@@ -180,7 +180,10 @@ class Cones:
 
 
 def _wanted(value: ir.Value) -> Wanted:
-    """How the runner hands ``value`` back (its dtype, where the original's types say)."""
+    """How the runner hands ``value`` back: its dtype where the original's types say, a
+    sequence (a list) where they say so or nothing."""
+    if value.type is None or isinstance(value.type, ir.SequenceType):  # may be a sequence
+        return Wanted(str(value.name), sequence=True)
     return Wanted(str(value.name), value.dtype.numpy() if value.dtype is not None and
                   value.dtype != ir.DataType.STRING else None)
 

@@ -65,20 +65,23 @@ class MachineShort(Exception):
 
 @dataclass(frozen=True)
 class Wanted:
-    """An output to hand back: its name, and its dtype where the caller knows it (None:
-    onnxruntime's); one onnxruntime cannot hand over must be known."""
+    """An output to hand back: its name, its dtype where the caller knows it (None:
+    onnxruntime's; one onnxruntime cannot hand over must be known), and whether it is a
+    sequence of tensors (handed back as a list; any other output must be a tensor)."""
 
     name: str
     dtype: np.dtype | None = None
+    sequence: bool = False
 
 
 def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
               constants: Mapping[str, np.ndarray] | None = None,
-              inputs: Mapping[str, np.ndarray] | None = None,
+              inputs: Mapping[str, np.ndarray | list[np.ndarray]] | None = None,
               opsets: Mapping[str, int], ir_version: int, libraries: Sequence[str] = ()
               ) -> list[np.ndarray]:
     """The arrays of ``outputs`` that ``nodes`` compute from ``constants`` (initializers, as
-    the original holds them) and ``inputs`` (fed). Raises RunFailed or MachineShort."""
+    the original holds them) and ``inputs`` (fed; a list: a sequence of tensors). Raises
+    RunFailed or MachineShort."""
     constants, inputs = dict(constants or {}), dict(inputs or {})
     graph = onnx.GraphProto(name="onnxfold_check")
     graph.node.extend(nodes)
@@ -90,8 +93,16 @@ def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
             graph.initializer.append(_placeholder(name, array))
         else:
             graph.initializer.append(_tensor(name, array))
-    feeds = {}
-    for name, array in inputs.items():
+    feeds: dict[str, object] = {}
+    for name, given in inputs.items():
+        if isinstance(given, list | tuple):  # a sequence of tensors, as a list
+            if not given:
+                raise RunFailed(f"{name}: an empty sequence, whose element type is unknown")
+            graph.input.append(helper.make_tensor_sequence_value_info(
+                name, _onnx_type(given[0].dtype), None))
+            feeds[name] = [_fed(a, None) for a in given]
+            continue
+        array = given
         carrier = _CARRIED.get(array.dtype)
         fed = name if carrier is None else f"{name}#fed"
         graph.input.append(helper.make_tensor_value_info(fed, _onnx_type(carrier or array.dtype),
@@ -114,6 +125,9 @@ def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
                                                     for d, v in opsets.items()])
     model.ir_version = max(ir_version, 7)
     arrays = _run(model, handed, feeds, returned, libraries)
+    for want, array in zip(outputs, arrays):
+        if not isinstance(array, np.ndarray) and not (want.sequence and isinstance(array, list)):
+            raise RunFailed(f"{want.name} is no tensor (a {type(array).__name__})")
     return [array if want.dtype is None or want.dtype not in _CARRIED else
             np.asarray(array).astype(want.dtype) for want, array in zip(outputs, arrays)]
 
@@ -197,7 +211,7 @@ def _bounded(call, what: str, run_options=None):
 
 
 def _run(model: onnx.ModelProto, handed: Mapping[str, np.ndarray], feeds: dict,
-         names: list[str], libraries: Sequence[str]) -> list[np.ndarray]:
+         names: list[str], libraries: Sequence[str]) -> list:
     """Build the session, then run it bounded (see the module)."""
     import onnxruntime as ort
 
