@@ -40,6 +40,7 @@ from onnxfold.check.running.runner import MachineShort, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import InferenceTimeout
+from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import is_overridable
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.rewrite.log import RewriteLog
@@ -135,6 +136,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         if rewrites is not None and validated is None:
             validated = _validated(a, run, rewrites, reference, catalogue)
         result.folds, result.rewrites = folds, validated
+        drop_resident_pages()  # the cones read the weights: B's session copies its own
         if not _compare_optimized(result, b, run, reference):
             result.failure = result.failure or unasked
             return result

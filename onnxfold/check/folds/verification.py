@@ -34,7 +34,6 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check.folds.dim_proof import DimProof
-from onnxfold.check.folds.input_reads import InputReads
 from onnxfold.check.folds.recipe_runs import Derived, RecipeRunner, Unresolved
 from onnxfold.check.folds.verdicts import (
     BITWISE,
@@ -54,6 +53,7 @@ from onnxfold.check.folds.verdicts import (
 from onnxfold.check.outputs.interfaces import pinned_dims
 from onnxfold.check.running import string_values
 from onnxfold.check.running.cones import Cones, reinferred
+from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.runner import MachineShort, RunFailed
 from onnxfold.declare.catalogue import Catalogue, load_catalogue

@@ -25,6 +25,7 @@ import onnx_ir as ir
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import string_values
 from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
+from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
 
 # ops whose result a float64 run of the node can arbitrate: where onnxruntime's float32 sum or
@@ -118,11 +119,13 @@ class Cones:
                 found.update(node.outputs)
         return found
 
-    def run(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray]
-            ) -> dict[ir.Value, np.ndarray]:
+    def run(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray],
+            exact: bool = True) -> dict[ir.Value, np.ndarray]:
         """The arrays the original computes for ``sources``, its graph inputs fed ``inputs``
-        (by name). Raises RunFailed when onnxruntime cannot run the cones, MachineShort when
-        the machine runs short (``running.runner``)."""
+        (by name): bit for bit as the original computes them, or (``exact=False``) as values
+        to feed elsewhere (kernels then skip prepacking their weights, and save its copies).
+        Raises RunFailed when onnxruntime cannot run the cones, MachineShort when the machine
+        runs short (``running.runner``)."""
         nodes, leaves = self.cone(sources)
         constants: dict[str, np.ndarray] = {}
         fed: dict[str, np.ndarray] = {}
@@ -135,7 +138,9 @@ class Cones:
         arrays = run_nodes([ir.serde.serialize_node(n) for n in nodes],
                            [_wanted(s) for s in sources], constants=constants, inputs=fed,
                            opsets=dict(self.model.opset_imports),
-                           ir_version=self.model.ir_version, libraries=self.libraries)
+                           ir_version=self.model.ir_version, libraries=self.libraries,
+                           prepacking=exact)
+        drop_resident_pages()  # the weights it read are read again where needed, not held
         return {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
                 else array for source, array in zip(sources, arrays)}
 

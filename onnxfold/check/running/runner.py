@@ -77,18 +77,24 @@ class Wanted:
 def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
               constants: Mapping[str, np.ndarray] | None = None,
               inputs: Mapping[str, np.ndarray | list[np.ndarray]] | None = None,
-              opsets: Mapping[str, int], ir_version: int, libraries: Sequence[str] = ()
-              ) -> list[np.ndarray]:
+              opsets: Mapping[str, int], ir_version: int, libraries: Sequence[str] = (),
+              prepacking: bool = True) -> list[np.ndarray]:
     """The arrays of ``outputs`` that ``nodes`` compute from ``constants`` (initializers, as
     the original holds them) and ``inputs`` (fed; a list: a sequence of tensors). Raises
-    RunFailed or MachineShort."""
+    RunFailed or MachineShort. ``prepacking=False`` where the bits need not be the
+    original's (values a window reads: both windows read the same ones): the large constants
+    are then fed, and onnxruntime reads them where they are (the file's pages) instead of
+    copying and prepacking them."""
     constants, inputs = dict(constants or {}), dict(inputs or {})
     graph = onnx.GraphProto(name="onnxfold_check")
     graph.node.extend(nodes)
     handed: dict[str, np.ndarray] = {}
     for name, array in constants.items():
-        if array.nbytes > HANDED_FROM and array.dtype.kind in "biuf" and \
-                array.dtype not in _CARRIED:
+        large = array.nbytes > HANDED_FROM and array.dtype.kind in "biuf" and \
+            array.dtype not in _CARRIED
+        if large and not prepacking:  # fed: onnxruntime reads it where it is, no copy
+            inputs[name] = array
+        elif large:  # handed over as an initializer (onnxruntime copies, and prepacks it)
             handed[name] = _contiguous(array)
             graph.initializer.append(_placeholder(name, array))
         else:
@@ -124,7 +130,7 @@ def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
                                                     for d, v in opsets.items()])
     model.ir_version = max(ir_version, 7)
-    arrays = _run(model, handed, feeds, returned, libraries)
+    arrays = _run(model, handed, feeds, returned, libraries, prepacking)
     for want, array in zip(outputs, arrays):
         if not isinstance(array, np.ndarray) and not (want.sequence and isinstance(array, list)):
             raise RunFailed(f"{want.name} is no tensor (a {type(array).__name__})")
@@ -211,12 +217,12 @@ def _bounded(call, what: str, run_options=None):
 
 
 def _run(model: onnx.ModelProto, handed: Mapping[str, np.ndarray], feeds: dict,
-         names: list[str], libraries: Sequence[str]) -> list:
+         names: list[str], libraries: Sequence[str], prepacking: bool) -> list:
     """Build the session, then run it bounded (see the module)."""
     import onnxruntime as ort
 
     try:
-        options = session_options("disable", libraries)
+        options = session_options("disable", libraries, prepacking)
         values = [ort.OrtValue.ortvalue_from_numpy(a) for a in handed.values()]
         if handed:
             options.add_external_initializers(list(handed), values)
