@@ -30,7 +30,8 @@ import secrets
 import stat
 import warnings
 
-from onnxfold.errors import OutputError
+from onnxfold.errors import OnnxfoldError, OutputError
+from onnxfold.io.opener import open_regular
 from onnxfold.io.pinned import PinnedDirectory, PinnedOutput
 from onnxfold.io.tempfiles import write_atomic
 
@@ -115,15 +116,14 @@ def make_cache_dir(path: str) -> bool:
 def _read_key(directory: PinnedDirectory) -> bytes | None:
     """The directory's key when it is one: a regular file of this user's that no one else
     may read, of :data:`KEY_BYTES` bytes (never through a symbolic link)."""
-    try:
-        fd = directory.open(KEY_NAME, os.O_RDONLY)
-    except OSError:
+    try:  # never a link, never a FIFO waited on (onnxfold.io.opener)
+        fd = open_regular(KEY_NAME, dir_fd=directory.fd, follow=False)
+    except (OSError, OnnxfoldError):
         return None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         uid = os.getuid() if hasattr(os, "getuid") else info.st_uid
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077 or \
-                info.st_size != KEY_BYTES:
+        if info.st_uid != uid or info.st_mode & 0o077 or info.st_size != KEY_BYTES:
             return None
         key = f.read(KEY_BYTES + 1)
     return key if len(key) == KEY_BYTES else None

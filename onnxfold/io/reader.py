@@ -28,6 +28,7 @@ from onnxfold.io import formats, map_types
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
+from onnxfold.io.opener import opened
 from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
@@ -260,7 +261,7 @@ def _parse_graph_only(path: str) -> tuple[onnx.ModelProto, int, Texts]:
     if size == 0:
         raise InputError(f"{path}: empty file, not an ONNX model")
     location = os.path.basename(path)
-    with open(path, "rb") as f:
+    with opened(path) as f:
         # a small file is read whole: indexing bytes is several times faster than _FileBytes,
         # which matters for graphs of many nodes (every field header is walked)
         buf: bytes | _FileBytes
