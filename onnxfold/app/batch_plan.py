@@ -87,7 +87,8 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
     if not found:
         raise InputError("no input model")
     if outdir is None:
-        keys, found = _sharded(found, shard)
+        keys, kept = _sharded(found, shard)
+        found = [found[index] for index in kept]
         jobs = [ModelJob(source, None) for source, _ in found]
         return BatchPlan(jobs, _guard_summary(jobs, summary), keys,
                          [shard_key(relative) for _, relative in found])
@@ -106,12 +107,13 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
             raise OutputError(f"{outdir}: holds the input {source}; write the optimized models "
                               "to another directory (one model may be replaced in place with "
                               "`onnxfold optimize M -o M`)")
-    keys, found = _sharded(found, shard)
     # the output directory resolved once: a symlink on its way swapped later redirects no job
     jobs = [ModelJob(source, os.path.join(outdir_real, relative))
             for source, relative in found]
     outputs = [job.output for job in jobs if job.output is not None]
     guard = OutputGuard([path for job in jobs for path in _files_read(job.source)])
+    # every shard claims the whole batch's outputs: a shard's summary may replace no model
+    # another shard writes (what one shard refuses, all refuse)
     with _directories(outdir, outputs):  # the guard wants each output's directory to exist
         for job, output in zip(jobs, outputs):
             guard.claim(output, f"output of {job.source}")
@@ -119,16 +121,15 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
                 guard.claim(output + ".data", f"external data of {job.source}'s output")
         if summary is not None:  # resolved once, as every output
             guard.pin(summary, "JSON summary")
-    return BatchPlan(jobs, guard, keys, [shard_key(relative) for _, relative in found])
+    keys, kept = _sharded(found, shard)
+    return BatchPlan([jobs[index] for index in kept], guard, keys, [keys[index] for index in kept])
 
 
-def _sharded(found: list[tuple[str, str]], shard: Shard | None
-             ) -> tuple[list[str], list[tuple[str, str]]]:
-    """The keys of every model found, and the models of ``shard`` (all of them without)."""
+def _sharded(found: list[tuple[str, str]], shard: Shard | None) -> tuple[list[str], list[int]]:
+    """The keys of every model found, and the indices of those of ``shard`` (all without)."""
     keys = [shard_key(relative) for _, relative in found]
-    if shard is None:
-        return keys, found
-    return keys, [item for item, taken in zip(found, shard.taken(keys)) if taken]
+    taken = shard.taken(keys) if shard is not None else [True] * len(keys)
+    return keys, [index for index, kept in enumerate(taken) if kept]
 
 
 def _guard_summary(jobs: list[ModelJob], summary: str | None) -> OutputGuard:

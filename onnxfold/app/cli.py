@@ -21,6 +21,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from onnxfold.app.commands import (
     CommandLine,
@@ -157,7 +158,7 @@ def _run_guarded(action: Callable[[], int], debug: bool, silent: bool,
         return code
 
 
-def _one_line_warning(message: Warning | str, *_where: object) -> None:
+def _one_line_warning(message: Warning | str, *_where: Any, **_more: Any) -> None:
     """A Python warning (an untrusted cache directory, a cache entry not used) as the one
     line ``onnxfold: warning: ...``, not Python's two lines naming onnxfold's source."""
     text = one_line(message if isinstance(message, Warning) else Warning(message))

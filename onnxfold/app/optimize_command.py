@@ -81,19 +81,17 @@ def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: boo
 
 
 def _claim(job: ModelJob, settings: OptimizeSettings, guard: OutputGuard) -> Claimed:
-    """Claim the job's outputs with ``guard`` and pin their directories."""
-    inputs = settings.check.comparison.inputs
-    guard.protect([inputs] if inputs else [])
-    target = None
-    if job.output is not None:
-        target = guard.pin(job.output, "output model")
-        if settings.save.external_data == "yes":
-            guard.claim(job.output + ".data", "output model's external data")
-    if settings.report.json:
-        guard.pin(settings.report.json, "JSON report")
-    if settings.report.html:
-        guard.pin(settings.report.html, "HTML report")
-    return Claimed(job, guard, target)
+    """Claim the job's outputs with ``guard`` (``onnxfold.io.door``), their directories
+    pinned."""
+    from onnxfold.io.door import claimed
+
+    inputs, output, report = settings.check.comparison.inputs, job.output, settings.report
+    data = output + ".data" if output is not None and settings.save.external_data == "yes" \
+        else None
+    claimed([(output, "output model"), (data, "output model's external data"),
+             (report.json, "JSON report"), (report.html, "HTML report")],
+            [inputs] if inputs else [], guard=guard)
+    return Claimed(job, guard, guard.pinned(output) if output is not None else None)
 
 
 def _start_prefill(claimed: Claimed, settings: OptimizeSettings

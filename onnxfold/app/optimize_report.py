@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from onnxfold.app.commands import OptimizeSettings
 from onnxfold.app.failure_line import failing_named
 from onnxfold.app.optimize_save import Claimed, Saved
-from onnxfold.app.report_files import write_report
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
+from onnxfold.io.tempfiles import write_text
 
 if TYPE_CHECKING:
     from onnxfold.check.compare_options import CompareOptions
@@ -134,8 +134,8 @@ def _write_reports(claimed: Claimed, settings: OptimizeSettings, report: Report)
     if json_path or html_path:
         reached("reports")
     if json_path:
-        write_report(json_path, report.to_json() + "\n", claimed.guard)
+        write_text(claimed.guard.pinned(json_path), report.to_json() + "\n")
     if html_path:
         from onnxfold.app.report_html import render_html
 
-        write_report(html_path, render_html(report), claimed.guard)
+        write_text(claimed.guard.pinned(html_path), render_html(report))

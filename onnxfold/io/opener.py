@@ -72,7 +72,7 @@ def _why(e: OSError, what: str, follow: bool) -> str:
 def opened(path: str | os.PathLike, **how: object) -> Iterator[BinaryIO]:
     """:func:`open_regular` as a binary file object for the block."""
     with os.fdopen(open_regular(path, **how), "rb") as f:  # type: ignore[arg-type]
-        yield f
+        yield f  # type: ignore[misc]
 
 
 def check_regular(path: str | os.PathLike, **how: object) -> None:
