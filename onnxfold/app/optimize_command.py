@@ -45,8 +45,6 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     (``positional_output.py``)."""
     settings = command.settings
     read = read_positional(command.sources, command.output)
-    if read.note is not None and not settings.report.quiet:
-        print(read.note, file=sys.stderr)
     command = dataclasses.replace(command, sources=read.sources, output=read.output)
     inputs = settings.check.comparison.inputs
     if inputs and not settings.check.n:
@@ -58,17 +56,20 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     if command.batch.shard is not None:
         raise InputError("--shard: splits a batch (several models, a directory, or -o DIR/)")
     return optimize_model(ModelJob.of(command.sources[0], command.output), settings,
-                          collect_after=not exiting)
+                          collect_after=not exiting, note=read.note)
 
 
-def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True
-                   ) -> int:
-    """Optimize one model; the exit code (0, or 1 when the check failed)."""
+def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True,
+                   note: str | None = None) -> int:
+    """Optimize one model; the exit code (0, or 1 when the check failed). ``note``: how the
+    command line was read, said once the outputs are claimed (not over a refusal)."""
     from onnxfold.io.outputs import OutputGuard
 
     guard = OutputGuard([job.source], job.replaces)
     try:
         claimed = _claim(job, settings, guard)
+        if note is not None and not settings.report.quiet:
+            print(note, file=sys.stderr)
         with _start_prefill(claimed, settings) as prefill:
             reached("claimed")
             # a bad --dim fails before folding
