@@ -57,8 +57,20 @@ def cache_dir_problem(path: str) -> str | None:
     could be created where no one else can replace it)."""
     if not os.path.isabs(path):
         return "not an absolute path"
+    # as named, and as reached through any link on the way: a link's directory may be
+    # trusted where the directory it leads to is not (and the other way round)
+    for chain in dict.fromkeys((os.path.normpath(path), os.path.realpath(path))):
+        problem = _chain_problem(chain)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _chain_problem(path: str) -> str | None:
+    """Why ``path`` and the directories above it (each as ``stat`` reaches it) are no
+    trusted cache directory, or None."""
     uid = os.getuid() if hasattr(os, "getuid") else None
-    current, leaf = os.path.normpath(path), True
+    current, leaf = path, True
     while True:
         try:
             info = os.stat(current)
