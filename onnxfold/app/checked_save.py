@@ -23,7 +23,7 @@ from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.tempfiles import temporary, write_failed
-from onnxfold.io.writer import SaveInfo, input_files
+from onnxfold.io.writer import SaveInfo, input_files, remove_input_data
 from onnxfold.pipeline.evidence import RunEvidence
 
 
@@ -82,9 +82,12 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
         if not result.ok:
             return None, result
         if tmp_data is None:
+            in_place = guard.replaces_input(output)
             with endings.deferred():
                 endings.check()  # nothing is published once a signal came
                 directory.replace(tmp, output.name)
+            if in_place:
+                remove_input_data(model, output, None)
             return SaveInfo(output.given, None, info.bytes_written,
                             info.streamed_tensors), result
         # The .onnx names its data file, so external data is written again under the final name.
