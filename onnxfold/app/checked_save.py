@@ -33,9 +33,12 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
                  external_data: bool | None = None,
                  saving: Callable[[int, int], None] | None = None,
                  checking: Callable[[str], None] | None = None,
-                 evidence: RunEvidence | None = None
-                 ) -> tuple[SaveInfo | None, CompareResult]:
-    """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
+                 evidence: RunEvidence | None = None,
+                 measure: Callable[[str], object] | None = None
+                 ) -> tuple[SaveInfo | None, CompareResult | None]:
+    """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets (none: 0),
+    and once ``measure(path of the written model)`` (``--latency``) returned: a run stopped
+    or failing before then writes nothing.
 
     Returns the save info (None when nothing was written) and the comparison. ``options``: how
     the models are compared (inputs, seed, dims, ...); ``guard``: the output's guard, when the
@@ -50,7 +53,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
     output = guard.pin(path, "output model")
     try:
         return _save_checked(model, original, output, guard, n, options or CompareOptions(),
-                             external_data, saving, checking, evidence)
+                             external_data, saving, checking, evidence, measure)
     finally:
         if own:
             guard.close()  # the directory it pinned here, if any
@@ -59,8 +62,9 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
 def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOutput,
                   guard: OutputGuard, n: int, options: CompareOptions,
                   external_data: bool | None, saving: Callable[[int, int], None] | None,
-                  checking: Callable[[str], None] | None, evidence: RunEvidence | None
-                  ) -> tuple[SaveInfo | None, CompareResult]:
+                  checking: Callable[[str], None] | None, evidence: RunEvidence | None,
+                  measure: Callable[[str], object] | None
+                  ) -> tuple[SaveInfo | None, CompareResult | None]:
     directory = output.directory
     fd, tmp = temporary(directory, output.name, suffix=".check.onnx")
     os.close(fd)
@@ -72,15 +76,18 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
             tmp_data = os.path.basename(info.data_path)
         reached("check-saved")
         checked = directory.path_of(tmp)
-        result = compare_models(original, checked, n, options,
-                                progress=checking, evidence=evidence)
-        result.model_b = output.given  # report the output, not the temporary name
-        result.failure = result.failure.replace(checked, output.given)
-        if result.folds is not None:
-            result.folds.model_b = output.given
-        reached("check-compared")
-        if not result.ok:
-            return None, result
+        result = compare_models(original, checked, n, options, progress=checking,
+                                evidence=evidence) if n else None
+        if result is not None:
+            result.model_b = output.given  # report the output, not the temporary name
+            result.failure = result.failure.replace(checked, output.given)
+            if result.folds is not None:
+                result.folds.model_b = output.given
+            reached("check-compared")
+            if not result.ok:
+                return None, result
+        if measure is not None:
+            measure(checked)
         if tmp_data is None:
             in_place = guard.replaces_input(output)
             with endings.deferred():
