@@ -18,6 +18,7 @@ from onnxfold.app.commands import ModelJob
 from onnxfold.app.shards import Shard, shard_key
 from onnxfold.errors import InputError, OutputError
 from onnxfold.io import formats
+from onnxfold.io.door import claimed
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.reader import DATA_FILES_KEY, load_model
 
@@ -86,12 +87,11 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
             found.append((path, os.path.basename(path)))
     if not found:
         raise InputError("no input model")
-    if outdir is None:
+    if outdir is None:  # a dry run: the summary JSON may replace no model of any shard
+        guard = claimed([(summary, "JSON summary")], models=[source for source, _ in found])
         keys, kept = _sharded(found, shard)
-        found = [found[index] for index in kept]
-        jobs = [ModelJob(source, None) for source, _ in found]
-        return BatchPlan(jobs, _guard_summary(jobs, summary), keys,
-                         [shard_key(relative) for _, relative in found])
+        return BatchPlan([ModelJob(found[index][0], None) for index in kept], guard, keys,
+                         [keys[index] for index in kept])
     by_output: dict[str, str] = {}
     for source, relative in found:
         first = by_output.get(relative)
@@ -130,14 +130,6 @@ def _sharded(found: list[tuple[str, str]], shard: Shard | None) -> tuple[list[st
     keys = [shard_key(relative) for _, relative in found]
     taken = shard.taken(keys) if shard is not None else [True] * len(keys)
     return keys, [index for index, kept in enumerate(taken) if kept]
-
-
-def _guard_summary(jobs: list[ModelJob], summary: str | None) -> OutputGuard:
-    """A dry run's guard: the ``summary`` JSON, pinned, may replace no input."""
-    guard = OutputGuard([job.source for job in jobs])
-    if summary is not None:
-        guard.pin(summary, "JSON summary")
-    return guard
 
 
 def _files_read(model: str) -> list[str]:

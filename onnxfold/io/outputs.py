@@ -54,10 +54,6 @@ class OutputGuard:
         for target, what in self._claimed.items():
             self._check_existing(target, what)
 
-    def inputs(self) -> set[str]:
-        """The protected input files (as first named)."""
-        return set(self._inputs.values())
-
     def removable(self, path: str | os.PathLike | PinnedOutput) -> bool:
         """Whether ``path`` may be deleted: not an input, or one the caller asked to replace."""
         ident = file_id(path)

@@ -257,11 +257,11 @@ class _FileBytes:
 def _parse_graph_only(path: str) -> tuple[onnx.ModelProto, int, Texts]:
     """The model parsed with every large inline weight replaced by a reference to itself and
     every long text of its main graph's nodes left out; the bytes parsed; those texts."""
-    size = os.path.getsize(path)
-    if size == 0:
-        raise InputError(f"{path}: empty file, not an ONNX model")
     location = os.path.basename(path)
-    with opened(path) as f:
+    with opened(path) as f:  # a regular file, whatever the path names by now
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise InputError(f"{path}: empty file, not an ONNX model")
         # a small file is read whole: indexing bytes is several times faster than _FileBytes,
         # which matters for graphs of many nodes (every field header is walked)
         buf: bytes | _FileBytes
@@ -501,8 +501,6 @@ def _load(path: str, check: bool, keep_light: bool
         foreign = formats.describe(path)
         raise InputError(foreign.message(path) if foreign is not None else
                          f"{path}: is a directory, not an ONNX file")
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"{path}: not a regular file")
     foreign = formats.describe(path)  # a few bytes: named before protobuf parses anything
     if foreign is not None:
         raise InputError(foreign.message(path))
