@@ -149,6 +149,9 @@ def directory_key(directory: PinnedDirectory) -> bytes | None:
     if key is not None:
         return key
     made = secrets.token_bytes(KEY_BYTES)
+    with contextlib.suppress(OSError):  # a FIFO, socket or link in its place: replaced too
+        if not stat.S_ISREG(directory.stat(KEY_NAME, follow_symlinks=False).st_mode):
+            directory.unlink(KEY_NAME)
 
     def write(f) -> None:
         os.fchmod(f.fileno(), 0o600)

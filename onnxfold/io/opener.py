@@ -45,7 +45,7 @@ def open_regular(path: str | os.PathLike, what: str = "file", *, dir_fd: int | N
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as e:
-        raise (limit_error(e, f"{label}: {doing}") or error(f"{label}: {_why(e, what, follow)}")
+        raise (limit_error(e, f"{label}: {doing}") or error(f"{label}: {why(e, what, follow)}")
                ) from None
     try:
         mode = os.fstat(fd).st_mode
@@ -58,7 +58,8 @@ def open_regular(path: str | os.PathLike, what: str = "file", *, dir_fd: int | N
     return fd
 
 
-def _why(e: OSError, what: str, follow: bool) -> str:
+def why(e: OSError, what: str = "file", follow: bool = True) -> str:
+    """Why ``e`` keeps a path from being opened (or looked at), in the words of a refusal."""
     if e.errno == errno.ENOENT:
         return f"no such {what}"
     if e.errno == errno.ENXIO:  # open(2) of a socket

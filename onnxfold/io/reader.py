@@ -28,7 +28,7 @@ from onnxfold.io import formats, map_types
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
-from onnxfold.io.opener import opened
+from onnxfold.io.opener import opened, why
 from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
@@ -493,10 +493,8 @@ def _load(path: str, check: bool, keep_light: bool
           ) -> tuple[ir.Model, onnx.ModelProto | None]:
     try:
         info = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
     except OSError as e:
-        raise InputError(f"{path}: cannot open ({e.strerror})") from None
+        raise InputError(f"{path}: {why(e)}") from None
     if stat.S_ISDIR(info.st_mode):
         foreign = formats.describe(path)
         raise InputError(foreign.message(path) if foreign is not None else

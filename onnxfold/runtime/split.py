@@ -423,12 +423,12 @@ def split_outputs(out_dir: str | os.PathLike, inputs: Iterable[str] = (),
     are read from), the directory made first if it is missing and removed again, if empty,
     when the block fails."""
     out_dir = os.fspath(out_dir)
-    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise OutputError(f"{out_dir}: exists and is not a directory")
-    created = not os.path.lexists(out_dir)
-    if created:
+    created = not os.path.exists(out_dir)
+    if created:  # a link to nothing yet is written through, as an output file's
         try:
-            os.mkdir(out_dir)
+            os.mkdir(os.path.realpath(out_dir))
         except OSError as e:
             raise OutputError(f"{out_dir}: cannot create the output directory ({e.strerror})"
                               ) from None
@@ -440,7 +440,7 @@ def split_outputs(out_dir: str | os.PathLike, inputs: Iterable[str] = (),
     except BaseException:
         if created:
             with contextlib.suppress(OSError):
-                os.rmdir(out_dir)
+                os.rmdir(os.path.realpath(out_dir))
         raise
 
 
@@ -461,10 +461,12 @@ def write_split(parts: SplitModels, out_dir: str | os.PathLike,
     written: list[PinnedOutput] = []
     try:
         for name, part in models:
-            written.append(guard.pinned(os.path.join(out_dir, name)))
-            save_model(part, written[-1], guard=guard)
-        written.append(guard.pinned(os.path.join(out_dir, "manifest.json")))
-        write_text(written[-1], json.dumps(parts.manifest, indent=2))
+            output = guard.pinned(os.path.join(out_dir, name))
+            save_model(part, output, guard=guard)
+            written.append(output)
+        output = guard.pinned(os.path.join(out_dir, "manifest.json"))
+        write_text(output, json.dumps(parts.manifest, indent=2))
+        written.append(output)
     except BaseException:
         for output in written:
             with contextlib.suppress(OSError):
