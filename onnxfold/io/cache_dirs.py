@@ -32,8 +32,8 @@ import warnings
 
 from onnxfold.errors import OnnxfoldError, OutputError
 from onnxfold.io.opener import open_regular
-from onnxfold.io.pinned import PinnedDirectory, PinnedOutput
-from onnxfold.io.tempfiles import write_atomic
+from onnxfold.io.pinned import PinnedDirectory
+from onnxfold.io.tempfiles import temporary
 
 KEY_NAME = ".onnxfold-key"
 KEY_BYTES = 32
@@ -142,23 +142,34 @@ def _read_key(directory: PinnedDirectory) -> bytes | None:
 
 
 def directory_key(directory: PinnedDirectory) -> bytes | None:
-    """The secret key of a cache directory, made (atomically) where there is none or the one
-    there is not a key (see the module doc); None when none can be read or made (a read-only
-    directory without one)."""
+    """The secret key of a cache directory, made where there is none or the one there is not
+    a key (see the module doc); None when none can be read or made (a read-only directory
+    without one). Processes making one at once get the same: a new key is linked into place,
+    which fails where another process's is already there (a rename would replace it, and the
+    entries stored with it would no longer verify); only a file that is no key is replaced."""
     key = _read_key(directory)
     if key is not None:
         return key
-    made = secrets.token_bytes(KEY_BYTES)
-    with contextlib.suppress(OSError):  # a FIFO, socket or link in its place: replaced too
-        if not stat.S_ISREG(directory.stat(KEY_NAME, follow_symlinks=False).st_mode):
-            directory.unlink(KEY_NAME)
-
-    def write(f) -> None:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(made)
-
     try:
-        write_atomic(PinnedOutput(directory, KEY_NAME, directory.shown(KEY_NAME)), write)
-    except (OSError, OutputError):  # the directory cannot be written
+        fd, tmp = temporary(directory, KEY_NAME)
+    except OutputError:  # the directory cannot be written
         return None
-    return _read_key(directory)  # another process's, should it have replaced this one
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(secrets.token_bytes(KEY_BYTES))
+        try:
+            os.link(tmp, KEY_NAME, src_dir_fd=directory.fd, dst_dir_fd=directory.fd,
+                    follow_symlinks=False)
+        except FileExistsError:  # another process's key, or a file that is none
+            if _read_key(directory) is None:
+                with contextlib.suppress(OSError):  # a FIFO, socket or link: replaced too
+                    if not stat.S_ISREG(directory.stat(KEY_NAME, follow_symlinks=False).st_mode):
+                        directory.unlink(KEY_NAME)
+                directory.replace(tmp, KEY_NAME)
+    except (OSError, OnnxfoldError):  # a directory in its place, a full disk
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            directory.unlink(tmp)
+    return _read_key(directory)
