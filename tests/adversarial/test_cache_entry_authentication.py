@@ -224,7 +224,7 @@ def test_processes_making_a_cache_key_at_once_get_one_key(tmp_path):
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
-    for round_ in range(5):
+    for round_ in range(20):
         directory = tmp_path / f"cache{round_}"
         directory.mkdir(mode=0o700)
         barrier, keys = context.Barrier(8), context.Queue()
