@@ -40,6 +40,7 @@ from onnxfold.io import save_model
 from onnxfold.io.door import claimed
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.pinned import PinnedOutput
+from onnxfold.io.publication import output_lock
 from onnxfold.io.tempfiles import write_text
 from onnxfold.io.writer import input_files
 from onnxfold.ir.arrays import c_contiguous
@@ -459,14 +460,15 @@ def write_split(parts: SplitModels, out_dir: str | os.PathLike,
     if parts.compiletime_fold is not None:
         models.append(("compiletime_fold.onnx", parts.compiletime_fold))
     written: list[PinnedOutput] = []
+    manifest = guard.pinned(os.path.join(out_dir, "manifest.json"))
     try:
-        for name, part in models:
-            output = guard.pinned(os.path.join(out_dir, name))
-            save_model(part, output, guard=guard)
-            written.append(output)
-        output = guard.pinned(os.path.join(out_dir, "manifest.json"))
-        write_text(output, json.dumps(parts.manifest, indent=2))
-        written.append(output)
+        with output_lock(manifest):  # one split at a time: never the parts of two
+            for name, part in models:
+                output = guard.pinned(os.path.join(out_dir, name))
+                save_model(part, output, guard=guard)
+                written.append(output)
+            write_text(manifest, json.dumps(parts.manifest, indent=2))
+            written.append(manifest)
     except BaseException:
         for output in written:
             with contextlib.suppress(OSError):
