@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.expansion import describe, expanded_size
 from onnxfold.errors import InputError, one_line
+from onnxfold.io.opener import check_regular
 
 if TYPE_CHECKING:  # imported where used: a run that verifies nothing never loads it
     import onnxruntime
@@ -65,6 +66,8 @@ def ort_load_error(model: str | bytes) -> str | None:
     """Why onnxruntime cannot create a session for ``model`` (a path or bytes), or None."""
     import onnxruntime as ort
 
+    if isinstance(model, str):
+        check_regular(model)  # onnxruntime opens it itself, and would wait on a FIFO
     try:
         ort.InferenceSession(model, load_check_options(), providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises several exception types
