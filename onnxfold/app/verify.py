@@ -103,7 +103,7 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
                 raise InputError(f"--input-shape {' '.join(input_shapes)}: the model does not "
                                  f"run at those shapes (the original fails there too: "
                                  f"{failure}); nothing was written")
-        if target_opset is not None:
+        if target_opset is not None and _unloadable_at(original, target_opset):
             raise InputError(f"--target-opset {target_opset}: onnxruntime cannot load the model "
                              f"converted to opset {target_opset} ({problem}); nothing was "
                              "written")
@@ -111,6 +111,20 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
                              "was written")
 
     return verify
+
+
+def _unloadable_at(original: str | os.PathLike, opset: int) -> bool:
+    """Whether onnxruntime refuses ``original`` converted to ``opset`` and not folded (it
+    has no kernel of an op there: the flag's value, not the fold, is to blame)."""
+    from onnxfold.errors import OnnxfoldError
+    from onnxfold.io import load_model
+    from onnxfold.pipeline.opset_conversion import convert_opset
+
+    try:
+        converted = convert_opset(load_model(original, check=False), opset)
+        return ort_load_error(ir.to_proto(converted).SerializeToString()) is not None
+    except (OnnxfoldError, ValueError):  # no conversion, or over protobuf's 2 GiB
+        return False
 
 
 def _fails_at(original: str | os.PathLike, input_shapes: Sequence[str]) -> str | None:
