@@ -26,7 +26,7 @@ def split(command: SplitCommand) -> int:
     from onnxfold.io.writer import input_files
     from onnxfold.runtime.split import optimize_and_split, split_outputs, write_split
 
-    with split_outputs(command.output, models=[command.source]) as guard:  # before any work
+    with split_outputs(command.output, [command.source]) as guard:  # before any work
         reached("claimed")
         model = load_model(command.source, check=command.check_input)
         guard.protect(input_files(model))

@@ -28,6 +28,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import onnx_ir as ir
@@ -84,9 +85,8 @@ def split_adapter(model: str | os.PathLike | ir.Model, base: str | os.PathLike,
     from onnxfold.io import load_model, save_model
 
     path = None if isinstance(model, ir.Model) else os.fspath(model)
-    guard = claimed([(base, "base model"), (adapter, "adapter file")],
-                    models=[path] if path else (),
-                    inputs=input_files(model) if isinstance(model, ir.Model) else ())
+    guard = claimed([(base, "base model"), (adapter, "adapter file")],  # its data: once read
+                    [path] if path else input_files(cast(ir.Model, model)))
     try:
         loaded = model if isinstance(model, ir.Model) else load_model(model, check=check)
         guard.protect(input_files(loaded))  # what it read (also what changed since the claim)
