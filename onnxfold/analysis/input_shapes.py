@@ -19,6 +19,7 @@ from typing import TypeGuard
 import onnx_ir as ir
 
 from onnxfold.errors import InputError
+from onnxfold.host.terminal import printable
 from onnxfold.ir.graph import is_static_dim
 from onnxfold.numbers import flag_value
 
@@ -58,16 +59,29 @@ def parse(specs: Sequence[str]) -> tuple[dict[str, list[int | str]], dict[str, i
     for spec in specs:
         match = _NAMED.match(spec.strip())
         if match and ":" not in spec:
-            named[match.group(1)] = flag_value(f"--input-shape {match.group(1)}",
-                                               match.group(2), minimum=0)
+            dim = match.group(1)
+            value = flag_value(f"--input-shape {dim}", match.group(2), minimum=0)
+            if named.setdefault(dim, value) != value:
+                raise InputError(f"--input-shape {dim}: given twice, as {named[dim]} and {value}")
             continue
         name, colon, dims = spec.rpartition(":")
         parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
         if not colon or not name or any(not d for d in parts):
             raise InputError(f"--input-shape {spec}: expected NAME:d0,d1,... or DIM=VALUE")
-        shapes[name] = [flag_value(f"--input-shape {name}", d, minimum=0) if _is_number(d)
-                        else d for d in parts]
+        shape = [flag_value(f"--input-shape {name}", d, minimum=0) if _is_number(d) else d
+                 for d in parts]
+        if shapes.setdefault(name, shape) != shape:
+            raise InputError(f"--input-shape {name}: given twice, as {_spec(shapes[name])} and "
+                             f"{_spec(shape)}")
+        unsafe = [d for d in parts if printable(d) != d]
+        if unsafe:
+            raise InputError(f"--input-shape {name}: the dim name {printable(unsafe[0])} holds "
+                             "control or invisible characters (it would go into the model)")
     return shapes, named
+
+
+def _spec(shape: Sequence[int | str]) -> str:
+    return ",".join(map(str, shape))
 
 
 def _label(dim: object) -> int | str | None:

@@ -398,3 +398,32 @@ def _more_static(declared: ir.Shape, inferred: Sequence[int | str | None] | None
         else:
             dims.append(mine)
     return ir.Shape(dims) if gained else None
+
+
+Interface = list[tuple[str | None, ir.TypeProtocol | None, ir.Shape | None]]
+
+
+def interface_of(graph: ir.Graph) -> Interface:
+    """The name, type and shape each output of ``graph`` is declared with."""
+    return [(value.name, value.type, value.shape) for value in graph.outputs]
+
+
+def keep_interface(graph: ir.Graph, declared: Interface) -> None:
+    """Give each output of ``graph`` still named as ``declared`` its declared type and dims
+    back where a rewrite put a value typed by inference in its place (MobileBERT's
+    ``out [batch, seq, 64]`` became ``[unk__17, unk__18, 64]``): a consumer reads from the
+    names which outputs share the inputs' dims. A dim the run made static (``--input-shape``)
+    stays static; a declared dim without a name takes what the run found."""
+    for value, (name, type_, shape) in zip(graph.outputs, declared):
+        if value.name != name:
+            continue
+        if type_ is not None:
+            value.type = type_
+        if shape is None:
+            continue
+        if value.shape is None or len(value.shape) != len(shape):
+            value.shape = shape
+            continue
+        value.shape = ir.Shape([now if isinstance(now, int) or
+                                (isinstance(mine, ir.SymbolicDim) and mine.value is None)
+                                else mine for now, mine in zip(value.shape, shape)])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from typing import Any
 
 from onnxfold.app.commands import CompareCommand, VerifyFoldsCommand
 from onnxfold.app.failure_line import failing_named
-from onnxfold.app.report_files import guard_inputs, write_report
+from onnxfold.io.tempfiles import write_text
 
 
 def compare(command: CompareCommand) -> int:
@@ -40,14 +41,12 @@ def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | Non
     """Run a comparison of ``a`` and ``b``, print its summary, write its JSON report (the
     models and ``more_inputs`` protected, the report pinned first); 1 with a line naming
     what failed, else 0."""
-    guard = None
-    if json_path:
-        guard = guard_inputs([a, b])
-        guard.protect(more_inputs)
-        guard.pin(json_path, "JSON report")
     from onnxfold.check.compare import CheckCouldNotRun
+    from onnxfold.io.door import claimed
 
-    try:
+    # the models' files are read for their data files only when a report could replace one
+    with contextlib.closing(claimed([(json_path, "JSON report")], more_inputs,
+                                    [a, b] if json_path else [])) as guard:
         try:
             result = run()
         except CheckCouldNotRun as e:  # what was shown before it stopped, then exit 2
@@ -55,9 +54,6 @@ def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | Non
                 _shown(e.result, json_path, guard)
             raise
         _shown(result, json_path, guard)
-    finally:
-        if guard is not None:
-            guard.close()
     if not result.ok:
         print(f"onnxfold: {failure}: {failing_named(result.failing)}", file=sys.stderr)
         return 1
@@ -68,4 +64,4 @@ def _shown(result: Any, json_path: str | None, guard: Any) -> None:
     """Print ``result``'s summary and write its JSON report where one is asked for."""
     print(result.summary())
     if json_path:
-        write_report(json_path, json.dumps(result.to_dict(), indent=2) + "\n", guard)
+        write_text(guard.pinned(json_path), json.dumps(result.to_dict(), indent=2) + "\n")

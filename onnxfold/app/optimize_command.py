@@ -45,8 +45,6 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     (``positional_output.py``)."""
     settings = command.settings
     read = read_positional(command.sources, command.output)
-    if read.note is not None and not settings.report.quiet:
-        print(read.note, file=sys.stderr)
     command = dataclasses.replace(command, sources=read.sources, output=read.output)
     inputs = settings.check.comparison.inputs
     if inputs and not settings.check.n:
@@ -58,17 +56,20 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     if command.batch.shard is not None:
         raise InputError("--shard: splits a batch (several models, a directory, or -o DIR/)")
     return optimize_model(ModelJob.of(command.sources[0], command.output), settings,
-                          collect_after=not exiting)
+                          collect_after=not exiting, note=read.note)
 
 
-def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True
-                   ) -> int:
-    """Optimize one model; the exit code (0, or 1 when the check failed)."""
+def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True,
+                   note: str | None = None) -> int:
+    """Optimize one model; the exit code (0, or 1 when the check failed). ``note``: how the
+    command line was read, said once the outputs are claimed (not over a refusal)."""
     from onnxfold.io.outputs import OutputGuard
 
     guard = OutputGuard([job.source], job.replaces)
     try:
         claimed = _claim(job, settings, guard)
+        if note is not None and not settings.report.quiet:
+            print(note, file=sys.stderr)
         with _start_prefill(claimed, settings) as prefill:
             reached("claimed")
             # a bad --dim fails before folding
@@ -81,19 +82,17 @@ def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: boo
 
 
 def _claim(job: ModelJob, settings: OptimizeSettings, guard: OutputGuard) -> Claimed:
-    """Claim the job's outputs with ``guard`` and pin their directories."""
-    inputs = settings.check.comparison.inputs
-    guard.protect([inputs] if inputs else [])
-    target = None
-    if job.output is not None:
-        target = guard.pin(job.output, "output model")
-        if settings.save.external_data == "yes":
-            guard.claim(job.output + ".data", "output model's external data")
-    if settings.report.json:
-        guard.pin(settings.report.json, "JSON report")
-    if settings.report.html:
-        guard.pin(settings.report.html, "HTML report")
-    return Claimed(job, guard, target)
+    """Claim the job's outputs with ``guard`` (``onnxfold.io.door``), their directories
+    pinned."""
+    from onnxfold.io.door import claimed
+
+    inputs, output, report = settings.check.comparison.inputs, job.output, settings.report
+    data = output + ".data" if output is not None and settings.save.external_data == "yes" \
+        else None
+    claimed([(output, "output model"), (data, "output model's external data"),
+             (report.json, "JSON report"), (report.html, "HTML report")],
+            [inputs] if inputs else [], guard=guard)
+    return Claimed(job, guard, guard.pinned(output) if output is not None else None)
 
 
 def _start_prefill(claimed: Claimed, settings: OptimizeSettings

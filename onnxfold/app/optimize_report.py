@@ -5,20 +5,18 @@ into the files the job's guard pinned when it claimed them).
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
 from onnxfold.app.commands import OptimizeSettings
 from onnxfold.app.failure_line import failing_named
-from onnxfold.app.optimize_save import Claimed, Saved
-from onnxfold.app.report_files import write_report
+from onnxfold.app.optimize_save import Claimed, Saved, measure_latency_of
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
+from onnxfold.io.tempfiles import write_text
 
 if TYPE_CHECKING:
     from onnxfold.check.running.options import CompareOptions
-    from onnxfold.latency.measure import LatencyResult
     from onnxfold.pipeline.report import Report
 
 CHECK_HINT = ("check        not run: --check 3 runs the output beside the original in "
@@ -39,10 +37,10 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
         report.output = saved.info.path
         report.external_data = saved.info.data_path
         report.output_bytes = saved.info.bytes_written
-    latency = None
-    if settings.report.latency:
-        with saved.phases.phase("latency"):
-            latency = _measure_latency(claimed, settings, saved, checking)
+    latency = saved.latency
+    if settings.report.latency and latency is None:  # a dry run's
+        latency = measure_latency_of(claimed, settings, saved, checking)
+    if latency is not None:
         report.latency = latency.to_dict()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
@@ -88,52 +86,14 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     return True
 
 
-def _measure_latency(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
-                     checking: CompareOptions | None) -> LatencyResult:
-    """``--latency N``: the original and the output timed in onnxruntime
-    (``onnxfold.latency.measure``), both from files: the output as written (read through its
-    pinned directory), or a dry run's written to a scratch directory for the time it takes
-    (a session made from bytes in memory is slower to create than from a file)."""
-    import shutil
-
-    from onnxfold.host import endings
-    from onnxfold.io import save_model
-    from onnxfold.io.tempfiles import scratch_directory
-    from onnxfold.latency.measure import measure_latency
-
-    target = claimed.target
-    scratch = None
-    try:
-        if target is not None:
-            optimized = target.directory.path_of(target.name)
-        else:
-            scratch = scratch_directory("onnxfold-latency-")
-            optimized = os.path.join(scratch, os.path.basename(claimed.job.source))
-            save_model(saved.result.model, optimized, protect={claimed.job.source})
-        reached("latency")
-        options = checking if checking is not None else settings.check.comparison.resolved()
-        latency = measure_latency(claimed.job.source, optimized, settings.report.latency,
-                                  threads=settings.report.latency_threads, dims=options.dims,
-                                  int_ranges=options.int_ranges,
-                                  custom_op_libraries=options.custom_op_libraries,
-                                  progress=saved.phases.detail)
-    finally:
-        if scratch is not None:
-            with endings.deferred():
-                shutil.rmtree(scratch, ignore_errors=True)
-    # the output as named (not the descriptor's path), or what a dry run timed
-    latency.model_b = target.given if target is not None else "(folded, not written)"
-    return latency
-
-
 def _write_reports(claimed: Claimed, settings: OptimizeSettings, report: Report) -> None:
     """``--json`` and ``--report``, when given (into the files the job's guard pinned)."""
     json_path, html_path = settings.report.json, settings.report.html
     if json_path or html_path:
         reached("reports")
     if json_path:
-        write_report(json_path, report.to_json() + "\n", claimed.guard)
+        write_text(claimed.guard.pinned(json_path), report.to_json() + "\n")
     if html_path:
         from onnxfold.app.report_html import render_html
 
-        write_report(html_path, render_html(report), claimed.guard)
+        write_text(claimed.guard.pinned(html_path), render_html(report))

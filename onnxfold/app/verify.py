@@ -12,13 +12,14 @@ when it loads the model: a 4 KB nest of functions is a million nodes there.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import describe, expanded_size
 from onnxfold.errors import InputError, one_line
+from onnxfold.io.opener import check_regular
 
 if TYPE_CHECKING:  # imported where used: a run that verifies nothing never loads it
     import onnxruntime
@@ -65,6 +66,8 @@ def ort_load_error(model: str | bytes) -> str | None:
     """Why onnxruntime cannot create a session for ``model`` (a path or bytes), or None."""
     import onnxruntime as ort
 
+    if isinstance(model, str):
+        check_regular(model)  # onnxruntime opens it itself, and would wait on a FIFO
     try:
         ort.InferenceSession(model, load_check_options(), providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises several exception types
@@ -73,19 +76,26 @@ def ort_load_error(model: str | bytes) -> str | None:
 
 
 def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
-             input_shapes: Sequence[str] = ()):
+             input_shapes: Sequence[str] = (), target_opset: int | None = None,
+             warn: Callable[[str], object] = print):
     """A ``verify(path)`` for ``save_model``: raise OutputRejected if onnxruntime refuses the
     output but loads ``original``; outputs over ``limit`` bytes are not checked (None: every
     output is). ``input_shapes``: the ``--input-shape`` specs the run fixed; a model the
     fixed shapes make invalid (a sequence past the position table) is refused at load once
     its shapes are static: where the original, with those shapes, fails to run too, that is
-    an InputError naming the shapes, not a bug."""
+    an InputError naming the shapes, not a bug; so is a ``target_opset`` onnxruntime has no
+    kernel of (an Add of opset 6: onnxruntime runs opset 7 and later). Where onnxruntime
+    loads neither, the output is written and ``warn`` says so."""
 
     def verify(path: str) -> None:
         if limit is not None and os.path.getsize(path) > limit:
             return
         problem = ort_load_error(path)
-        if problem is None or ort_load_error(os.fspath(original)) is not None:
+        if problem is None:
+            return
+        unloadable = ort_load_error(os.fspath(original))
+        if unloadable is not None:
+            warn(f"onnxruntime loads neither the input nor the output written ({unloadable})")
             return
         if input_shapes:
             failure = _fails_at(original, input_shapes)
@@ -93,10 +103,28 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
                 raise InputError(f"--input-shape {' '.join(input_shapes)}: the model does not "
                                  f"run at those shapes (the original fails there too: "
                                  f"{failure}); nothing was written")
+        if target_opset is not None and _unloadable_at(original, target_opset):
+            raise InputError(f"--target-opset {target_opset}: onnxruntime cannot load the model "
+                             f"converted to opset {target_opset} ({problem}); nothing was "
+                             "written")
         raise OutputRejected(f"onnxruntime refuses the folded model ({problem}); nothing "
                              "was written")
 
     return verify
+
+
+def _unloadable_at(original: str | os.PathLike, opset: int) -> bool:
+    """Whether onnxruntime refuses ``original`` converted to ``opset`` and not folded (it
+    has no kernel of an op there: the flag's value, not the fold, is to blame)."""
+    from onnxfold.errors import OnnxfoldError
+    from onnxfold.io import load_model
+    from onnxfold.pipeline.opset_conversion import convert_opset
+
+    try:
+        converted = convert_opset(load_model(original, check=False), opset)
+        return ort_load_error(ir.to_proto(converted).SerializeToString()) is not None
+    except (OnnxfoldError, ValueError):  # no conversion, or over protobuf's 2 GiB
+        return False
 
 
 def _fails_at(original: str | os.PathLike, input_shapes: Sequence[str]) -> str | None:

@@ -248,7 +248,9 @@ def _in_place(call: Callable[[Any], T], options: Any, seconds: float | None, wha
     """Run ``call`` in this thread: stopped with the worker it runs in (``scope``), and by a
     timer after ``seconds`` (:class:`InferenceTimeout` then, whether onnxruntime stopped
     between kernels or had just ended)."""
-    deadline = None if seconds is None else _Deadline(options, seconds)
+    # past threading.TIMEOUT_MAX (~292 years) a timer overflows: such a limit is none
+    deadline = None if seconds is None or seconds >= threading.TIMEOUT_MAX else \
+        _Deadline(options, seconds)
     if scope is not None:
         scope.add(options)
     try:

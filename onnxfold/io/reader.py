@@ -28,6 +28,7 @@ from onnxfold.io import formats, map_types
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
+from onnxfold.io.opener import opened, why
 from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
@@ -256,11 +257,11 @@ class _FileBytes:
 def _parse_graph_only(path: str) -> tuple[onnx.ModelProto, int, Texts]:
     """The model parsed with every large inline weight replaced by a reference to itself and
     every long text of its main graph's nodes left out; the bytes parsed; those texts."""
-    size = os.path.getsize(path)
-    if size == 0:
-        raise InputError(f"{path}: empty file, not an ONNX model")
     location = os.path.basename(path)
-    with open(path, "rb") as f:
+    with opened(path) as f:  # a regular file, whatever the path names by now
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise InputError(f"{path}: empty file, not an ONNX model")
         # a small file is read whole: indexing bytes is several times faster than _FileBytes,
         # which matters for graphs of many nodes (every field header is walked)
         buf: bytes | _FileBytes
@@ -492,16 +493,12 @@ def _load(path: str, check: bool, keep_light: bool
           ) -> tuple[ir.Model, onnx.ModelProto | None]:
     try:
         info = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
     except OSError as e:
-        raise InputError(f"{path}: cannot open ({e.strerror})") from None
+        raise InputError(f"{path}: {why(e)}") from None
     if stat.S_ISDIR(info.st_mode):
         foreign = formats.describe(path)
         raise InputError(foreign.message(path) if foreign is not None else
                          f"{path}: is a directory, not an ONNX file")
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"{path}: not a regular file")
     foreign = formats.describe(path)  # a few bytes: named before protobuf parses anything
     if foreign is not None:
         raise InputError(foreign.message(path))

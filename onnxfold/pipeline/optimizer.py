@@ -34,7 +34,7 @@ from onnx_ir.passes import PassBase, PassError, PassManager, PassResult
 
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.shapes import MARKED_KEY, lighten
+from onnxfold.analysis.shapes import MARKED_KEY, interface_of, keep_interface, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import SHAPE_FOLDING
@@ -327,6 +327,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         if pristine is not None:
             unconverted = pristine
             pristine = lambda: convert_opset(unconverted(), target, label, fold)  # noqa: E731
+    declared = interface_of(model.graph)  # kept whatever a rewrite puts in an output's place
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
@@ -358,6 +359,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
             _restore(model, pristine())
     else:
         raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
+    keep_interface(model.graph, declared)
     stats = summarize(results, unknown + [f"{why}; please report" for why in skipped.values()])
     with phases.phase("report"):
         report = Report.build(path or model.meta.get(SOURCE_KEY), before, model_counts(model),

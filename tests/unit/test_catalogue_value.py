@@ -38,8 +38,7 @@ ENTRY_POINTS = {
     ("onnxfold/app/inspection.py", "inspect_model"),
     ("onnxfold/app/info_commands.py", "rules"),  # onnxfold rules
     ("onnxfold/app/runtime_commands.py", "split"),  # onnxfold split
-    ("onnxfold/runtime/adapter_split.py", "split_adapter"),  # onnxfold.split_adapter
-    ("onnxfold/app/adapter_commands.py", "split_adapter"),  # onnxfold split-adapter
+    ("onnxfold/runtime/adapter_split.py", "split_adapter"),  # onnxfold.split_adapter, the CLI
 }
 
 

@@ -55,7 +55,7 @@ from onnxfold.check.running import string_values
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
-from onnxfold.check.running.runner import MachineShort, RunFailed
+from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.ir import provenance
 from onnxfold.ir import recipes as saved_recipes
@@ -389,7 +389,7 @@ class _Verifier:
 
     def _unrunnable(self, target: _Target, error: Exception) -> TensorVerdict:
         reason = f"the machine ran short computing it from the original ({error}): not run" \
-            if isinstance(error, MachineShort) else \
+            if isinstance(error, MachineShort) and not isinstance(error, TimedOut) else \
             f"onnxruntime cannot compute it from the original: {str(error)[:200]}"
         return verdict_of(target.folded, UNVERIFIABLE, via=target.via, reason=reason)
 

@@ -29,7 +29,7 @@ import onnx_ir as ir
 from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
 from onnxfold.check.running.cones import Cones
 from onnxfold.check.running.input_reads import InputReads
-from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
+from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
 from onnxfold.check.running.tolerance import allowed
 from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
@@ -310,7 +310,8 @@ class _Windows:
         """A record the machine could not run: not validated (nothing is known of it)."""
         verdict = self.verdicts[id(record)]
         verdict.state = UNVALIDATED
-        verdict.reason = f"the machine ran short running its windows ({error})"
+        verdict.reason = f"its windows could not run ({error})" if isinstance(error, TimedOut) \
+            else f"the machine ran short running its windows ({error})"
 
     def _pairs(self, records: list[RewriteRecord]
                ) -> list[list[tuple[np.ndarray, np.ndarray]]]:

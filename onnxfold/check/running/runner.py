@@ -42,6 +42,7 @@ from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.check.running.models import ModelRef, ort_message
 from onnxfold.errors import InputError
 from onnxfold.host import address_space, interruptible, limits
+from onnxfold.io.opener import check_regular
 from onnxfold.runtime import custom_ops
 
 # constants at most this large are written into the model; larger ones are handed over
@@ -61,6 +62,11 @@ class RunFailed(Exception):
 class MachineShort(Exception):
     """The machine ran short while running them (memory, a thread, a descriptor): nothing is
     known of the nodes (the message says what ran out)."""
+
+
+class TimedOut(MachineShort):
+    """The run outlasted the inference time limit and was stopped: nothing is known of the
+    nodes either."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,8 @@ def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
     import onnxruntime as ort
 
     options = session_options(level, libraries, prepacking, threads)
+    if not isinstance(model, onnx.ModelProto):
+        check_regular(model, what="model")  # onnxruntime opens the path: never a FIFO
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
         os.fspath(model)
     try:
@@ -233,8 +241,8 @@ def _run(model: onnx.ModelProto, handed: Mapping[str, np.ndarray], feeds: dict,
     try:
         return _bounded(lambda run_options: session.run(names, feeds, run_options),
                         "a check's run of the original's nodes")
-    except interruptible.InferenceTimeout:
-        raise
+    except interruptible.InferenceTimeout as e:
+        raise TimedOut(f"exceeded the inference time limit ({e.seconds or 0:g} s)") from None
     except Exception as e:
         raise _told(e) from None
 
