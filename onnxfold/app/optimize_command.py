@@ -23,6 +23,7 @@ from onnxfold.app.batch_plan import is_batch
 from onnxfold.app.commands import ModelJob, OptimizeCommand, OptimizeSettings
 from onnxfold.app.optimize_report import report_run
 from onnxfold.app.optimize_save import Claimed, Saved, save
+from onnxfold.app.peer_flags import test_shape_dims
 from onnxfold.app.positional_output import read_positional
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
@@ -45,12 +46,20 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     (``positional_output.py``)."""
     settings = command.settings
     read = read_positional(command.sources, command.output)
-    if read.note is not None and not settings.report.quiet:
-        print(read.note, file=sys.stderr)
+    note = read.note
+    if command.implied:  # one line says both: the command, and how IN OUT was read
+        shown = " ".join(read.sources) + (f" -o {read.output}" if read.output else "")
+        note = f"onnxfold: running onnxfold optimize {shown}" + (
+            " (onnxsim's IN OUT: the second path is the output)" if read.note else "")
+    if note is not None and not settings.report.quiet:
+        print(note, file=sys.stderr)
     command = dataclasses.replace(command, sources=read.sources, output=read.output)
     inputs = settings.check.comparison.inputs
     if inputs and not settings.check.n:
         raise InputError(f"--inputs {inputs}: feeds --check N; give --check too")
+    if settings.check.shapes and not settings.check.n:
+        raise InputError(f"--test-input-shape {settings.check.shapes[0]}: shapes the check's "
+                         "inputs; give --check N too")
     if is_batch(list(command.sources), command.output):
         return batch.run(command, debug)
     if command.batch.job_timeout is not None:
@@ -75,7 +84,7 @@ def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: boo
             checking = settings.check.comparison.resolved() if settings.check.n else None
             with long_lived(collect_after=collect_after):
                 saved = _fold_and_save(claimed, settings, prefill, checking)
-                return report_run(claimed, settings, saved, checking)
+                return report_run(claimed, settings, saved, saved.checking)
     finally:
         guard.close()
 
@@ -126,6 +135,7 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
 
     source = claimed.job.source
     progress = None
+    inputs: list[tuple[str, list[object]]] = []  # the original's, as declared
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         progress = TerminalProgress() if _on_terminal(sys.stderr) and \
             not settings.report.quiet else None
@@ -134,21 +144,31 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           catalogue=settings.catalogue, progress=phases.fold_progress,
                           phases=phases,
                           pristine=lambda: load_model(source, check=False),
-                          loaded=functools.partial(_loaded, claimed.guard),
+                          loaded=functools.partial(_loaded, claimed.guard, inputs),
                           record_rewrites=checking is not None)
         reached("folded")
-        return save(claimed, settings, result, phases, prefill, checking)
+        if checking is not None and settings.check.shapes:
+            checking = dataclasses.replace(checking, dims={
+                **test_shape_dims(settings.check.shapes, inputs), **checking.dims})
+        saved = save(claimed, settings, result, phases, prefill, checking)
+        saved.checking = checking
+        return saved
     finally:
         if progress is not None:
             progress.close()
 
 
-def _loaded(guard: OutputGuard, model: ir.Model) -> None:
-    """Once the input is read: refuse an output that would replace one of its files."""
+def _loaded(guard: OutputGuard, inputs: list[tuple[str, list[object]]], model: ir.Model
+            ) -> None:
+    """Once the input is read: refuse an output that would replace one of its files; note
+    its ``inputs`` as declared (name, dims: an int, a dim's name, or None)."""
     from onnxfold.io.writer import input_files
 
     reached("loaded")
     guard.protect(input_files(model))
+    inputs.extend((str(v.name), [d if isinstance(d, int) else getattr(d, "value", None)
+                                 for d in v.shape or ()])
+                  for v in model.graph.inputs if v.name not in model.graph.initializers)
 
 
 def _on_terminal(stream) -> bool:

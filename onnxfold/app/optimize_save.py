@@ -43,13 +43,15 @@ class Claimed:
 class Saved:
     """What the fold and the save left: the optimized model and its report, the clock, the
     check's comparison (None: no check ran), what was written (None: nothing), and why the
-    check could not run ("" if it ran)."""
+    check could not run ("" if it ran); ``checking``: how the check compared (its dims
+    ``--test-input-shape`` completed; None: no check)."""
 
     result: OptimizeResult
     phases: Phases
     check: CompareResult | None = None
     info: SaveInfo | None = None
     not_run: str = ""
+    checking: CompareOptions | None = None
 
 
 def save(claimed: Claimed, settings: OptimizeSettings, result: OptimizeResult, phases: Phases,
