@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from onnxfold.app.html_parts import esc, mib, ms
+from onnxfold.latency.spread import MIN_PAIRS
 
 
 def section(latency: dict | None) -> str:
@@ -22,7 +23,8 @@ def section(latency: dict | None) -> str:
            f'{latency["runs"]} '
            + ("interleaved runs" if latency["interleaved"] else
               "runs, one model after the other (both did not fit in memory at once)")
-           + "; ratios run by run; feeds " + ", ".join(latency["feeds"]))
+           + f"; ratios run by run, a verdict from {MIN_PAIRS} pairs on; feeds "
+           + ", ".join(latency["feeds"]))
     rows = []
     for timing in latency["timings"]:
         for which, label in (("run", "inference"), ("create", "session creation")):

@@ -47,6 +47,9 @@ def test_the_page_shows_table_chart_regions_check_and_phases(bert_page):
     assert "all outputs within tolerance" in text
     assert 'id="latency"' in text and data["latency"]["runs"] == 2
     assert [t["level"] for t in data["latency"]["timings"]] == ["all", "disable"]
+    for timing in data["latency"]["timings"]:  # the page says the JSON's verdicts
+        for which in ("run", "create"):
+            assert f'>{timing[which]["verdict"]}</td>' in text
     assert "Constant nodes are not counted" in text
     assert "<details><summary>" in text  # the options, folded away
     for phase in data["phases"]:
