@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from onnxfold.app.commands import OptimizeSettings
-from onnxfold.app.failure_line import failing_named
+from onnxfold.app.failure_line import failing_named, rounding_hint
 from onnxfold.app.optimize_save import Claimed, Saved
 from onnxfold.app.report_files import write_report
 from onnxfold.errors import InputError
@@ -85,8 +85,8 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     if not_run:
         raise InputError(f"the check could not run ({where}): {not_run}")
     assert check is not None
-    print(f"onnxfold: check failed: {failing_named(check.failing)} outside tolerance; {where}",
-          file=sys.stderr)
+    print(f"onnxfold: check failed: {failing_named(check.failing)} outside tolerance; {where}"
+          f"{rounding_hint(check)}", file=sys.stderr)
     return True
 
 
