@@ -195,33 +195,37 @@ class OptimizeCommand:
 
 @dataclass(frozen=True)
 class CompareCommand:
-    """``onnxfold compare A B``: ``n`` input sets, the comparison as a ``--json`` file too."""
+    """``onnxfold compare A B``: ``n`` input sets, the comparison as a ``--json`` file and an
+    HTML page (``--report``) too."""
 
     a: str
     b: str
     n: int = 1
     json: str | None = None
     comparison: ComparisonFlags = field(default_factory=ComparisonFlags)
+    html: str | None = None
 
     def written(self) -> tuple[str | None, ...]:
         """The files it writes, as given."""
-        return (self.json,)
+        return (self.json, self.html)
 
 
 @dataclass(frozen=True)
 class VerifyFoldsCommand:
     """``onnxfold verify-folds A B``: every folded tensor of B re-derived from A (the
     comparison flags say how A's inputs are bound: ``--dim``, ``--inputs``, ...; each
-    inference at most ``comparison.inference_timeout`` seconds)."""
+    inference at most ``comparison.inference_timeout`` seconds); its verdicts as ``--json``
+    and an HTML page (``--report``) too."""
 
     a: str
     b: str
     json: str | None = None
     comparison: ComparisonFlags = field(default_factory=lambda: ComparisonFlags())
+    html: str | None = None
 
     def written(self) -> tuple[str | None, ...]:
         """The files it writes, as given."""
-        return (self.json,)
+        return (self.json, self.html)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """``onnxfold compare`` (two models' outputs in onnxruntime on the same inputs) and
-``onnxfold verify-folds`` (every folded tensor re-derived from the original)."""
+``onnxfold verify-folds`` (every folded tensor re-derived from the original), each with its
+``--json`` and ``--report`` HTML page (``optimize --report``'s check section)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from onnxfold.app.report_files import guard_inputs, write_report
 def compare(command: CompareCommand) -> int:
     """Compare the models; 1 when an output is outside tolerance."""
     from onnxfold.check.compare import compare_models
+    from onnxfold.check.result import check_dict
 
     inputs = command.comparison.inputs
     return _run_and_report(
         lambda: compare_models(command.a, command.b, command.n, command.comparison.resolved()),
-        command.a, command.b, command.json, [inputs] if inputs else [],
-        "outside tolerance")
+        command, [inputs] if inputs else [], "outside tolerance", check_dict)
 
 
 def verify_folds(command: VerifyFoldsCommand) -> int:
@@ -31,25 +32,42 @@ def verify_folds(command: VerifyFoldsCommand) -> int:
     inputs = command.comparison.inputs
     return _run_and_report(
         lambda: verify_models(command.a, command.b, command.comparison.resolved()),
-        command.a, command.b, command.json, [inputs] if inputs else [],
-        "folds differ from the original")
+        command, [inputs] if inputs else [], "folds differ from the original", _folds_only)
 
 
-def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | None,
-                    more_inputs: list[str], failure: str) -> int:
-    """Run a comparison of ``a`` and ``b``, print its summary, write its JSON report (the
-    models and ``more_inputs`` protected, the report pinned first); 1 with a line naming
-    what failed, else 0."""
+def _folds_only(verification: Any) -> dict[str, Any]:
+    """A fold verification as the report's check: its state, verdict line and folds."""
+    return {"ok": verification.ok, "state": "passed" if verification.ok else "failed",
+            "verdict": verification.summary().splitlines()[0],
+            "folds": verification.to_dict()}
+
+
+def _run_and_report(run: Callable[[], Any], command: CompareCommand | VerifyFoldsCommand,
+                    more_inputs: list[str], failure: str,
+                    as_check: Callable[[Any], dict[str, Any]]) -> int:
+    """Run a comparison of the command's models, print its summary, write its JSON report
+    and its HTML page (``as_check``: the result as the page's check; the models and
+    ``more_inputs`` protected, the reports pinned first); 1 with a line naming what failed,
+    else 0."""
+    a, b, json_path, html_path = command.a, command.b, command.json, command.html
     guard = None
-    if json_path:
+    if json_path or html_path:
         guard = guard_inputs([a, b])
         guard.protect(more_inputs)
-        guard.pin(json_path, "JSON report")
+        for given, what in ((json_path, "JSON report"), (html_path, "HTML report")):
+            if given:
+                guard.pin(given, what)
     try:
         result = run()
         print(result.summary())
         if json_path:
             write_report(json_path, json.dumps(result.to_dict(), indent=2) + "\n", guard)
+        if html_path:
+            from onnxfold.app.report_html import compare_page
+
+            write_report(html_path, compare_page(
+                as_check(result), a, b, not command.comparison.fold_verification,
+                "compare" if isinstance(command, CompareCommand) else "verify-folds"), guard)
     finally:
         if guard is not None:
             guard.close()

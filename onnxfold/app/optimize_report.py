@@ -44,6 +44,7 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
         with saved.phases.phase("latency"):
             latency = _measure_latency(claimed, settings, saved, checking)
         report.latency = latency.to_dict()
+        report.phases = saved.phases.rounded()  # with the latency's time
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
         if latency is not None:

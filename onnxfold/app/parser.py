@@ -216,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", help="the model to check (e.g. the folded one)")
     p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
     p.add_argument("--json", type=path, metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument("--report", type=path, metavar="FILE.html",
+                   help="also write it as a self-contained HTML page (optimize --report's "
+                        "check section)")
     add_compare_flags(p)
 
     p = add("verify-folds", help="re-derive every folded tensor of an onnxfold output from "
@@ -224,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", help="the model onnxfold wrote from it")
     p.add_argument("--json", type=path, metavar="FILE",
                    help="also write the verdict per tensor as JSON")
+    p.add_argument("--report", type=path, metavar="FILE.html",
+                   help="also write it as a self-contained HTML page (optimize --report's "
+                        "fold verification)")
     add_compare_flags(p)
 
     p = add("split", help="split around runtime constants into runtime_fold + entry")
@@ -443,11 +449,11 @@ def _optimize(args: argparse.Namespace) -> OptimizeCommand:
 
 
 def _compare(args: argparse.Namespace) -> CompareCommand:
-    return CompareCommand(args.a, args.b, args.n, args.json, _comparison(args))
+    return CompareCommand(args.a, args.b, args.n, args.json, _comparison(args), args.report)
 
 
 def _verify_folds(args: argparse.Namespace) -> VerifyFoldsCommand:
-    return VerifyFoldsCommand(args.a, args.b, args.json, _comparison(args))
+    return VerifyFoldsCommand(args.a, args.b, args.json, _comparison(args), args.report)
 
 
 def _split(args: argparse.Namespace) -> SplitCommand:

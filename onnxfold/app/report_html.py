@@ -117,22 +117,44 @@ def _phase_chart(phases: dict[str, float]) -> str:
             f'</svg><p class="legend">{legend}</p>')
 
 
-def render_html(report: Report) -> str:
-    """The whole page for ``report``: the first screen (cards, and a failed check's alert in
-    red with its reasons), then the sections."""
+def page(title: str, subtitle: str, body: str, heading: str = "onnxfold report") -> str:
+    """A whole page: ``title`` (escaped here), ``subtitle`` and ``body`` (HTML, escaped by
+    the caller), the versions, the style and the script that sorts its tables."""
     vers = ", ".join(f"{name} {v}" for name, v in versions().items() if v)
-    title = report.input or "model"
-    options = json.dumps(report.options, indent=1, sort_keys=True)
-    written = f" \u2192 {esc(report.output)}" if report.output else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>onnxfold report: {esc(title)}</title>
 <style>{CSS}</style></head>
 <body>
-<header><h1>onnxfold report</h1><div class="sub">{esc(title)}
-{written} \u00b7 {esc(vers)}</div></header>
+<header><h1>{esc(heading)}</h1><div class="sub">{subtitle} \u00b7 {esc(vers)}</div></header>
 <main>
+{body}
+</main>
+<script>{SORT_JS}</script>
+</body></html>
+"""
+
+
+def compare_page(check: dict[str, Any], a: str, b: str, verification_off: bool,
+                 command: str = "compare") -> str:
+    """``compare --report`` and ``verify-folds --report``: the check's alert and section of
+    ``optimize``'s page, for ``check`` (``check_dict``; a fold verification alone: ``ok``,
+    ``state`` and ``folds``)."""
+    consequence = f"{esc(b)} does not compute what {esc(a)} computes"
+    body = (report_html_check.alert(check, None, consequence) +
+            f'<section id="s-check"><h2>Check</h2>'
+            f"{report_html_check.section(check, None, verification_off)}</section>")
+    return page(f"{a} vs {b}", f"{esc(a)} vs {esc(b)}", body, f"onnxfold {command}")
+
+
+def render_html(report: Report) -> str:
+    """The whole page for ``report``: the first screen (cards, and a failed check's alert in
+    red with its reasons), then the sections."""
+    title = report.input or "model"
+    options = json.dumps(report.options, indent=1, sort_keys=True)
+    written = f" \u2192 {esc(report.output)}" if report.output else ""
+    return page(title, f"{esc(title)}{written}", f"""
 {report_html_check.alert(report.check, report.output)}
 <div class="cards">{_cards(report)}</div>
 {_warnings(report)}
@@ -149,11 +171,7 @@ def render_html(report: Report) -> str:
 <section id="s-latency"><h2>Latency and size</h2>{_latency(report)}</section>
 <section id="s-phases"><h2>Time per phase</h2>{_phase_chart(report.phases)}</section>
 <section><details><summary><h2 style="display:inline">Options</h2></summary>
-<pre><code>{esc(options)}</code></pre></details></section>
-</main>
-<script>{SORT_JS}</script>
-</body></html>
-"""
+<pre><code>{esc(options)}</code></pre></details></section>""")
 
 
 def _cards(report: Report) -> str:
