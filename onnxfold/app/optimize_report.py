@@ -13,6 +13,7 @@ from onnxfold.app.commands import OptimizeSettings
 from onnxfold.app.failure_line import failing_named, rounding_hint
 from onnxfold.app.optimize_save import Claimed, Saved
 from onnxfold.app.report_files import write_report
+from onnxfold.app.signature import lines, signature
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 
@@ -44,9 +45,12 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
         with saved.phases.phase("latency"):
             latency = _measure_latency(claimed, settings, saved, checking)
         report.latency = latency.to_dict()
-        report.phases = saved.phases.rounded()  # with the latency's time
+    with saved.phases.phase("signature"):
+        report.signature = _signature(claimed, settings, saved, checking)
+    report.phases = saved.phases.rounded()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
+        print("\n".join(lines(report.signature)))
         if latency is not None:
             print(latency.summary())
         if saved.check is not None:
@@ -127,6 +131,17 @@ def _measure_latency(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
     # the output as named (not the descriptor's path), or what a dry run timed
     latency.model_b = target.given if target is not None else "(folded, not written)"
     return latency
+
+
+def _signature(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
+               checking: CompareOptions | None) -> dict:
+    """The signature of the input and the output (``onnxfold.app.signature``)."""
+    from onnxfold.declare.catalogue import load_catalogue
+
+    written = saved.info.bytes_written if saved.info is not None else None
+    return signature(claimed.job.source, saved.result.model, written, saved.check,
+                     checking or settings.check.comparison.resolved(),
+                     settings.catalogue or load_catalogue())
 
 
 def _write_reports(claimed: Claimed, settings: OptimizeSettings, report: Report) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from onnxfold.app import report_html_check, report_html_latency
+from onnxfold.app import report_html_check, report_html_latency, report_html_signature
 from onnxfold.app.html_parts import CSS, card, esc, mib, prose, table
 from onnxfold.pipeline.report import Report, conversion_line, versions
 
@@ -158,6 +158,8 @@ def render_html(report: Report) -> str:
 {report_html_check.alert(report.check, report.output)}
 <div class="cards">{_cards(report)}</div>
 {_warnings(report)}
+<section id="s-signature"><h2>Signature, before and after</h2>
+{report_html_signature.section(report.signature)}</section>
 <section id="s-ops"><h2>Nodes per op, before and after</h2>
 <p class="muted">Constant nodes are not counted here or anywhere in the report.</p>
 <div class="row"><div>{_op_chart(report)}</div><div>{_op_table(report)}</div></div></section>

@@ -113,6 +113,8 @@ class Report:
     conversion: dict[str, Any] | None = None
     # exporter metadata (default; --keep-metadata: None): {mode, entries, bytes} dropped
     metadata_stripped: dict[str, Any] | None = None
+    # the command line's: opset, inputs, outputs, parameters, file, compute, before and after
+    signature: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,

@@ -1,5 +1,6 @@
 """The HTML report puts what a user must see first on the first screen: a failed check in red
-with its reasons, above the cards (in a real Chromium, inside a 1280x900 window); it has a
+with its reasons, above the cards, none of whose values wraps (in a real Chromium, inside a
+1280x900 window); it has a
 rewrites section (rule, hits, nodes removed, where); onnxfold's own prose shows its `code`
 spans as code, never a raw backtick; and the check is rendered from its data, so a state the
 page's code never heard of still shows, named as the check names it.
@@ -32,6 +33,10 @@ var alert = document.getElementById("check-alert");
 document.body.dataset.alertTop = alert ? alert.getBoundingClientRect().top : -1;
 document.body.dataset.alertBottom = alert ? alert.getBoundingClientRect().bottom : -1;
 document.body.dataset.text = document.body.innerText.indexOf("`") >= 0 ? "backtick" : "clean";
+document.body.dataset.cardLines = Math.max.apply(null, Array.prototype.map.call(
+  document.querySelectorAll(".card .v"), function (v) {
+    return Math.round(v.getBoundingClientRect().height /
+                      parseFloat(getComputedStyle(v).lineHeight)); }));
 </script></body>"""
 
 
@@ -89,6 +94,7 @@ def test_in_chromium_the_alert_is_on_the_first_screen(failed_page, tmp_path):
     top = float(re.search(r'data-alert-top="([\d.]+)"', dom).group(1))
     bottom = float(re.search(r'data-alert-bottom="([\d.]+)"', dom).group(1))
     assert 0 < top < bottom < SCREEN / 2, (top, bottom)
+    assert 'data-card-lines="1"' in dom  # no card's value wraps to a second line
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ ENTRY_POINTS = {
     ("onnxfold/app/runtime_commands.py", "split"),  # onnxfold split
     ("onnxfold/runtime/adapter_split.py", "split_adapter"),  # onnxfold.split_adapter
     ("onnxfold/app/adapter_commands.py", "split_adapter"),  # onnxfold split-adapter
+    ("onnxfold/app/optimize_report.py", "_signature"),  # optimize's catalogue, for its FLOPs
 }
 
 
