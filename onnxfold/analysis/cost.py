@@ -43,6 +43,10 @@ class OpCost:
     bias: int | None = None
     domain: str = ""
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: kind {self.kind!r} is none of {KINDS}")
+
     @property
     def name(self) -> str:
         """``cost.<op>``, for listings."""
@@ -58,14 +62,6 @@ class Compute:
     ops: dict[str, list[int]] = field(default_factory=dict)
     uncounted: dict[str, int] = field(default_factory=dict)
     types: dict[str, onnx.TypeProto] = field(default_factory=dict, repr=False)
-
-    @property
-    def flops(self) -> int:
-        return sum(row[1] for row in self.ops.values())
-
-    @property
-    def macs(self) -> int:
-        return sum(row[2] for row in self.ops.values())
 
 
 def compute(model: ir.Model, inputs: Mapping[str, Sequence[int]],

@@ -135,7 +135,7 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
 
     source = claimed.job.source
     progress = None
-    inputs: list[tuple[str, list[object]]] = []  # the original's, as declared
+    dims: dict[str, int] = {}  # the check's, from --test-input-shape
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         progress = TerminalProgress() if _on_terminal(sys.stderr) and \
             not settings.report.quiet else None
@@ -144,12 +144,12 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           catalogue=settings.catalogue, progress=phases.fold_progress,
                           phases=phases,
                           pristine=lambda: load_model(source, check=False),
-                          loaded=functools.partial(_loaded, claimed.guard, inputs),
+                          loaded=functools.partial(_loaded, claimed.guard,
+                                                   settings.check.shapes, dims),
                           record_rewrites=checking is not None)
         reached("folded")
-        if checking is not None and settings.check.shapes:
-            checking = dataclasses.replace(checking, dims={
-                **test_shape_dims(settings.check.shapes, inputs), **checking.dims})
+        if checking is not None and dims:
+            checking = dataclasses.replace(checking, dims={**dims, **checking.dims})
         saved = save(claimed, settings, result, phases, prefill, checking)
         saved.checking = checking
         return saved
@@ -158,17 +158,15 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
             progress.close()
 
 
-def _loaded(guard: OutputGuard, inputs: list[tuple[str, list[object]]], model: ir.Model
-            ) -> None:
-    """Once the input is read: refuse an output that would replace one of its files; note
-    its ``inputs`` as declared (name, dims: an int, a dim's name, or None)."""
+def _loaded(guard: OutputGuard, shapes: tuple[str, ...], dims: dict[str, int],
+            model: ir.Model) -> None:
+    """Once the input is read: refuse an output that would replace one of its files; the
+    check's ``dims`` that ``--test-input-shape``'s ``shapes`` give the model as declared."""
     from onnxfold.io.writer import input_files
 
     reached("loaded")
     guard.protect(input_files(model))
-    inputs.extend((str(v.name), [d if isinstance(d, int) else getattr(d, "value", None)
-                                 for d in v.shape or ()])
-                  for v in model.graph.inputs if v.name not in model.graph.initializers)
+    dims.update(test_shape_dims(shapes, model) if shapes else {})
 
 
 def _on_terminal(stream) -> bool:

@@ -38,7 +38,7 @@ from onnxfold.app.commands import (
     SplitCommand,
     VerifyFoldsCommand,
 )
-from onnxfold.app.peer_flags import add_peer_flags
+from onnxfold.app.peer_flags import add_peer_flags, names
 from onnxfold.app.shards import Shard
 from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError, one_line
@@ -125,21 +125,21 @@ def add_fold_flags(parser: Flags, group: Callable[[str], Flags] | None = None) -
         flag = flag_of(f)
         parser = group(f.name) if group is not None else parser
         if flag.switch:
-            parser.add_argument(flag.name, dest=f.name, action="store_const",
+            parser.add_argument(*names(flag.name), dest=f.name, action="store_const",
                                 const=not f.default, default=f.default, help=flag.help)
         elif flag.choices:
-            parser.add_argument(flag.name, dest=f.name, nargs="?", const=flag.choices[0],
+            parser.add_argument(*names(flag.name), dest=f.name, nargs="?", const=flag.choices[0],
                                 choices=flag.choices, default=f.default,
                                 metavar=flag.metavar, help=flag.help)
         elif flag.repeat:
-            parser.add_argument(flag.name, dest=f.name, action="append", default=[],
+            parser.add_argument(*names(flag.name), dest=f.name, action="append", default=[],
                                 metavar=flag.metavar, help=flag.help)
         else:
             parse: Callable[[str], Any] = str
             if flag.parse is not None:
                 parse = argument(flag.parse) if flag.minimum is None else \
                     argument(flag.parse, minimum=flag.minimum)
-            parser.add_argument(flag.name, dest=f.name, type=parse, default=f.default,
+            parser.add_argument(*names(flag.name), dest=f.name, type=parse, default=f.default,
                                 metavar=flag.metavar or "X", help=flag.help)
         if flag.none_flag is not None:
             parser.add_argument(flag.none_flag[0], dest=f.name, action="store_const",
@@ -169,14 +169,14 @@ def add_compare_flags(p: Flags) -> None:
     p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
                    help="random values in [LO, HI) for this integer input; repeatable")
     p.add_argument("--seed", type=COUNT, default=0, help="seed of the first random input set")
-    p.add_argument("--custom-op-library", type=path, action="append", default=[],
+    p.add_argument(*names("--custom-op-library"), type=path, action="append", default=[],
                    metavar="PATH",
                    help="a shared library of custom ops for onnxruntime to load when it runs "
                         "the models; repeatable")
-    p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=None,
+    p.add_argument(*names("--rtol"), type=NON_NEGATIVE_FLOAT, default=None,
                    help="relative tolerance for every float output (default: by dtype, "
                         "float32 1e-4, float16/bfloat16 2 ulp + 1 ulp of the output's max)")
-    p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=None,
+    p.add_argument(*names("--atol"), type=NON_NEGATIVE_FLOAT, default=None,
                    help="absolute tolerance for every float output (default: by dtype, "
                         "float32 1e-5)")
     p.add_argument("--ort-level", choices=LEVELS, default=DEFAULT_LEVEL,
@@ -361,8 +361,8 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
                        help="with a directory as input: also the .onnx files in its "
                             "subdirectories (written to the same relative paths under -o)")
     add_peer_flags(p.add_argument_group(
-        "onnxsim's and onnxslim's flags (docs/cli.md maps every one)"),
-        {"rtol": NON_NEGATIVE_FLOAT, "atol": NON_NEGATIVE_FLOAT, "custom_op_library": path})
+        "onnxsim's and onnxslim's flags (their other names of onnxfold's above; docs/cli.md "
+        "maps every one)"))
 
 
 def parse(argv: Sequence[str] | None = None) -> CommandLine:

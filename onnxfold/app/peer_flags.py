@@ -3,68 +3,52 @@ either does what it did (an alias of the onnxfold flag of the same meaning, or n
 onnxfold does that already) or is refused in one line naming the onnxfold flag that does it.
 
 docs/cli.md's table maps every flag of both tools; this module is that table as data
-(:data:`ALIASES`, :data:`SAME_BY_DEFAULT`, :data:`REFUSED`), and ``--test-input-shape``'s
-shapes as the check's dims (:func:`test_shape_dims`).
+(:data:`SAME_FLAG`, :data:`SAME_BY_DEFAULT`, :data:`REFUSED`, and the flags of
+:func:`add_peer_flags`), and ``--test-input-shape``'s shapes as the check's dims
+(:func:`test_shape_dims`).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from onnxfold.errors import InputError
-from onnxfold.ir.graph import is_static_dim
 from onnxfold.numbers import NumberError, parse_bytes
 
-# flag -> (the onnxfold flag it is, argparse keywords: dest, action, ...)
-ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
-    "--overwrite-input-shape": ("--input-shape", {"dest": "input_shapes", "action": "append"}),
-    "--input-shapes": ("--input-shape", {"dest": "input_shapes", "action": "append"}),
-    "--test-input-shape": ("the check's --dim values, from the shapes", {"dest": "test_shapes",
-                                                      "action": "append", "default": []}),
-    "--model-check-inputs": ("the check's --dim values, from the shapes", {"dest": "test_shapes",
-                                                        "action": "append"}),
-    "--skip-optimization": ("--disable-rule", {"dest": "disabled_rules", "nargs": "?",
-                                               "action": "append"}),
-    "--skip-optimizer": ("--disable-rule", {"dest": "disabled_rules", "nargs": "?",
-                                            "action": "append"}),
-    "--skip-fuse-bn": ("--disable-rule fuse_batch_norm_into_conv", {
-        "dest": "disabled_rules", "action": "append_const",
-        "const": "fuse_batch_norm_into_conv"}),
-    "--no-large-tensor": ("--max-tensor", {"dest": "max_tensor_bytes", "nargs": "?",
-                                           "const": 1024}),
-    "--size-threshold": ("--max-tensor", {"dest": "max_tensor_bytes"}),
-    "--save-as-external-data": ("--external-data yes", {"dest": "external_data",
-                                                        "action": "store_const", "const": "yes"}),
-    "--check-rtol": ("--rtol", {"dest": "rtol"}),
-    "--check-atol": ("--atol", {"dest": "atol"}),
-    "--custom-lib": ("--custom-op-library", {"dest": "custom_op_library", "action": "append"}),
-    "--model-check": ("--check 1", {"dest": "check", "action": "store_const", "const": 1}),
-}
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+# onnxsim's and onnxslim's names of an onnxfold flag of the same meaning: one argparse flag
+# answers to all of them
+SAME_FLAG = {"--input-shape": ("--overwrite-input-shape", "--input-shapes"),
+             "--max-tensor": ("--size-threshold",), "--custom-op-library": ("--custom-lib",),
+             "--rtol": ("--check-rtol",), "--atol": ("--check-atol",)}
 # flags asking for what onnxfold does by default: accepted, and nothing changes
 SAME_BY_DEFAULT = ("--enable-fuse-bn", "--dynamic-input-shape", "--include-subgraph",
                    "--mutable-initializer")
+# flag -> (whose, what onnxfold does instead)
 REFUSED = {
-    "--skip-constant-folding": "folding constants is what onnxfold does; --keep OP|NODE or "
-                               "--disable-rule NAME leaves some unfolded",
-    "--skip-shape-inference": "onnxfold always infers shapes; --no-shape-folding keeps the "
-                              "Shape and Size nodes",
-    "--no-shape-infer": "onnxfold always infers shapes; --no-shape-folding keeps the Shape "
-                        "and Size nodes",
-    "--enable-onnxruntime-optimization": "onnxfold writes no onnxruntime-fused graph (its "
-                                         "ops run on any runtime); --ort-level sets the "
-                                         "level the check runs at",
-    "--input-data-path": "the check's arrays are one .npz: --inputs FILE.npz",
-    "--unused-output": "onnxfold keeps every output; no flag removes one",
-    "--skip-optimizations": "onnxfold's rewrites are rules: --disable-rule NAME (onnxfold "
-                            "rules lists them)",
-    "--skip-fusion-patterns": "onnxfold's rewrites are rules: --disable-rule NAME (onnxfold "
-                              "rules lists them)",
-    "--outputs": "onnxfold keeps every output and its type; no flag changes them",
-    "--dtype": "onnxfold does not convert a model's precision",
-    "--inspect": "onnxfold inspect MODEL",
-    "--dump-to-disk": "--json FILE (and --report FILE.html)",
+    "--skip-constant-folding": ("onnxsim", "folding constants is what onnxfold does; --keep "
+                                "OP|NODE or --disable-rule NAME leaves some unfolded"),
+    "--skip-shape-inference": ("onnxsim", "onnxfold always infers shapes; --no-shape-folding "
+                               "keeps the Shape and Size nodes"),
+    "--no-shape-infer": ("onnxslim", "onnxfold always infers shapes; --no-shape-folding keeps "
+                         "the Shape and Size nodes"),
+    "--enable-onnxruntime-optimization": ("onnxsim", "onnxfold writes no onnxruntime-fused "
+                                          "graph (its ops run on any runtime); --ort-level "
+                                          "sets the level the check runs at"),
+    "--input-data-path": ("onnxsim", "the check's arrays are one .npz: --inputs FILE.npz"),
+    "--unused-output": ("onnxsim", "onnxfold keeps every output; no flag removes one"),
+    "--skip-optimizations": ("onnxslim", "onnxfold's rewrites are rules: --disable-rule NAME "
+                             "(onnxfold rules lists them)"),
+    "--skip-fusion-patterns": ("onnxslim", "onnxfold's rewrites are rules: --disable-rule "
+                               "NAME (onnxfold rules lists them)"),
+    "--outputs": ("onnxslim", "onnxfold keeps every output and its type; no flag changes them"),
+    "--dtype": ("onnxslim", "onnxfold does not convert a model's precision"),
+    "--inspect": ("onnxslim", "onnxfold inspect MODEL"),
+    "--dump-to-disk": ("onnxslim", "--json FILE (and --report FILE.html)"),
 }
 # onnxsim's optimizer passes (onnxoptimizer's names) that are one onnxfold rule
 ONNXSIM_PASSES = {"fuse_bn_into_conv": "fuse_batch_norm_into_conv",
@@ -73,24 +57,21 @@ ONNXSIM_PASSES = {"fuse_bn_into_conv": "fuse_batch_norm_into_conv",
                   "fuse_consecutive_unsqueezes": "merge_unsqueezes",
                   "fuse_matmul_add_bias_into_gemm": "fuse_matmul_add_into_gemm",
                   "eliminate_identity": "remove_identity",
-                  "eliminate_nop_dropout": "drop_inference_dropout",
-                  "eliminate_duplicate_initializer": "dedupe_initializers"}
-_TOOL = {**dict.fromkeys(("--input-shapes", "--model-check-inputs", "--size-threshold",
-                          "--model-check", "--no-shape-infer", "--skip-optimizations",
-                          "--skip-fusion-patterns", "--outputs", "--dtype", "--inspect",
-                          "--dump-to-disk"), "onnxslim")}
+                  "eliminate_duplicate_initializer": "dedupe_initializers",
+                  "eliminate_nop_dropout": "drop_inference_dropout"}
 
 
-def _tool(flag: str) -> str:
-    return _TOOL.get(flag, "onnxsim")
+def names(flag: str) -> tuple[str, ...]:
+    """``flag`` and the names onnxsim and onnxslim give it (:data:`SAME_FLAG`)."""
+    return (flag, *SAME_FLAG.get(flag, ()))
 
 
 class _Refused(argparse.Action):
     """A peer's flag with no onnxfold counterpart: one line naming what does it here."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        parser.error(f"{option_string} is {_tool(str(option_string))}'s: "
-                     f"{REFUSED[str(option_string)]}")
+        whose, instead = REFUSED[str(option_string)]
+        parser.error(f"{option_string} is {whose}'s: {instead}")
 
 
 class _Rules(argparse.Action):
@@ -122,27 +103,25 @@ def _test_shape(text: str) -> str:
     return text
 
 
-_METAVARS = {"input_shapes": "NAME:D0,D1,..", "test_shapes": "NAME:D0,D1,..",
-             "disabled_rules": "NAME", "max_tensor_bytes": "SIZE", "custom_op_library": "PATH"}
-
-
-def add_peer_flags(group: Any, numbers: Mapping[str, Any]) -> None:
-    """Every flag of :data:`ALIASES`, :data:`SAME_BY_DEFAULT` and :data:`REFUSED` on
-    ``group`` (refused and no-op ones hidden from ``--help``); ``numbers``: the parser's
-    argparse types by dest (``rtol``: a non-negative float, ...)."""
-    for flag, (same, keywords) in ALIASES.items():
-        kwargs = dict(keywords)
-        if kwargs["dest"] == "disabled_rules" and kwargs.get("nargs") == "?":
-            kwargs["action"] = _Rules
-        if kwargs.get("action") in (None, "append") and kwargs["dest"] in numbers:
-            kwargs["type"] = numbers[kwargs["dest"]]
-        elif kwargs["dest"] == "max_tensor_bytes":
-            kwargs["type"] = _size
-        elif kwargs["dest"] == "test_shapes":
-            kwargs["type"] = _test_shape
-        if kwargs.get("action") not in ("store_const", "append_const"):
-            kwargs.setdefault("metavar", _METAVARS.get(kwargs["dest"], "X"))
-        group.add_argument(flag, help=f"{_tool(flag)}'s: {same}", **kwargs)
+def add_peer_flags(group: Any) -> None:
+    """onnxsim's and onnxslim's flags that are not an onnxfold flag's other name, on
+    ``group`` (the refused and the no-op ones hidden from ``--help``)."""
+    group.add_argument("--test-input-shape", "--model-check-inputs", dest="test_shapes",
+                       action="append", default=[], type=_test_shape, metavar="NAME:D0,D1,..",
+                       help="onnxsim's, onnxslim's: the check runs the original at these "
+                            "shapes (their dims as --dim)")
+    group.add_argument("--skip-optimization", "--skip-optimizer", dest="disabled_rules",
+                       nargs="?", action=_Rules, metavar="NAME",
+                       help="onnxsim's: --disable-rule (its passes by onnxfold's rules)")
+    group.add_argument("--skip-fuse-bn", dest="disabled_rules", action="append_const",
+                       const="fuse_batch_norm_into_conv",
+                       help="onnxsim's: --disable-rule fuse_batch_norm_into_conv")
+    group.add_argument("--no-large-tensor", dest="max_tensor_bytes", nargs="?", const=1024,
+                       type=_size, metavar="SIZE", help="onnxsim's: --max-tensor (1K alone)")
+    group.add_argument("--save-as-external-data", dest="external_data", action="store_const",
+                       const="yes", help="onnxsim's, onnxslim's: --external-data yes")
+    group.add_argument("--model-check", dest="check", action="store_const", const=1,
+                       help="onnxslim's: --check 1")
     for flag in SAME_BY_DEFAULT:
         group.add_argument(flag, action="store_true", dest="peer_default",
                            help=argparse.SUPPRESS)
@@ -150,38 +129,28 @@ def add_peer_flags(group: Any, numbers: Mapping[str, Any]) -> None:
         group.add_argument(flag, action=_Refused, nargs="*", help=argparse.SUPPRESS)
 
 
-def test_shape_dims(shapes: Sequence[str], inputs: Sequence[tuple[str, Sequence[object]]]
-                    ) -> dict[str, int]:
-    """``--test-input-shape x:1,3,224,224`` as the check's dims: each dynamic dim of the
-    original's input ``x`` (``inputs``: name and declared dims, a name or None where dynamic)
-    bound to the size given on its axis, an anonymous one by the name the check gives it
-    (``x[2]``). InputError for an input the model lacks, another rank, a static dim given
-    another size, or a dim given two sizes."""
-    from onnxfold.analysis.input_shapes import parse
+def test_shape_dims(shapes: Sequence[str], model: ir.Model) -> dict[str, int]:
+    """``--test-input-shape x:1,3,224,224`` as the check's dims: each dynamic dim of
+    ``model``'s input ``x`` (as read, before any pass) bound to the size given on its axis, an
+    anonymous one by the name the check gives it (``x[2]``). InputError, as ``--input-shape``
+    says it, for an input the model lacks, another rank, a static dim given another size, or a
+    dim given two sizes."""
+    from onnxfold.analysis.input_shapes import parse, planned
     from onnxfold.check.running.feeds import anonymous_dims
 
-    declared = dict(inputs)
-    anonymous = anonymous_dims([(name, list(dims)) for name, dims in inputs])
+    inputs = {str(v.name): v for v in model.graph.inputs if v.name not in
+              model.graph.initializers}
     try:
         given, named = parse(shapes)
+        for name in set(given) - set(inputs):
+            raise InputError(f"--input-shape {name}: no such input (inputs: "
+                             f"{', '.join(inputs)})")
+        planned(inputs, given, named)
     except InputError as e:
         raise InputError(str(e).replace("--input-shape", "--test-input-shape")) from None
-    dims: dict[str, int] = dict(named)
-    for name, sizes in given.items():
-        flag = f"--test-input-shape {name}:{','.join(map(str, sizes))}"
-        if name not in declared:
-            raise InputError(f"{flag}: the model has no input {name} (inputs: "
-                             f"{', '.join(declared)})")
-        if len(sizes) != len(declared[name]):
-            raise InputError(f"{flag}: {name} has {len(declared[name])} dims")
-        for axis, (want, size) in enumerate(zip(declared[name], sizes)):
-            if not isinstance(size, int):
-                raise InputError(f"{flag}: a shape for the check gives every dim a size")
-            if is_static_dim(want):
-                if want != size:
-                    raise InputError(f"{flag}: dim {axis} of {name} is {want} in the model")
-                continue
-            dim = str(want) if isinstance(want, str) and want else anonymous[(name, axis)]
-            if dims.setdefault(dim, size) != size:
-                raise InputError(f"{flag}: {dim} is {dims[dim]} in another shape given")
-    return dims
+    anonymous = anonymous_dims([(name, [d if isinstance(d, int) else getattr(d, "value", None)
+                                        for d in v.shape or ()]) for name, v in inputs.items()])
+    named.update({anonymous[(name, axis)]: size for name, sizes in given.items()
+                  for axis, size in enumerate(sizes)
+                  if (name, axis) in anonymous and isinstance(size, int)})
+    return named

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from onnxfold.app import report_html_check, report_html_latency, report_html_signature
+from onnxfold.app import report_html_check, report_html_latency, signature
 from onnxfold.app.html_parts import CSS, card, esc, mib, prose, table
 from onnxfold.pipeline.report import Report, conversion_line, versions
 
@@ -77,24 +77,6 @@ def _op_chart(report: Report) -> str:
             f'<svg role="img" aria-label="nodes per op before and after" width="100%" '
             f'viewBox="0 0 {label_w + bar_w + 90} {height}" id="op-chart">{"".join(parts)}</svg>'
             + note)
-
-
-def _pair_chart(label: str, before: int, after: int, fmt: Any) -> str:
-    """Two bars, before and after, for one quantity."""
-    top = max(before, after) or 1
-    bar_w = 260
-    parts = []
-    for i, (name, value, colour) in enumerate((("before", before, BEFORE),
-                                               ("after", after, AFTER))):
-        y = i * 26
-        parts.append(f'<text x="0" y="{y + 15}">{name}</text>'
-                     f'<rect x="50" y="{y + 4}" width="{bar_w * value / top:.1f}" height="14" '
-                     f'fill="{colour}"></rect>'
-                     f'<text x="{54 + bar_w * value / top:.1f}" y="{y + 15}">{esc(fmt(value))}'
-                     "</text>")
-    return (f'<svg role="img" aria-label="{esc(label)}" width="520" height="70" '
-            'viewBox="0 0 400 54">'
-            f'{"".join(parts)}</svg>')
 
 
 def _phase_chart(phases: dict[str, float]) -> str:
@@ -159,14 +141,11 @@ def render_html(report: Report) -> str:
 <div class="cards">{_cards(report)}</div>
 {_warnings(report)}
 <section id="s-signature"><h2>Signature, before and after</h2>
-{report_html_signature.section(report.signature)}</section>
+{signature.html(report.signature)}</section>
 <section id="s-ops"><h2>Nodes per op, before and after</h2>
 <p class="muted">Constant nodes are not counted here or anywhere in the report.</p>
 <div class="row"><div>{_op_chart(report)}</div><div>{_op_table(report)}</div></div></section>
 <section id="s-rewrites"><h2>Rewrites: what each rule did</h2>{_rewrites(report)}</section>
-<section id="s-bytes"><h2>Initializer bytes</h2>
-{_pair_chart("initializer bytes", report.initializer_bytes_before,
-             report.initializer_bytes_after, mib)}</section>
 <section id="s-folded"><h2>What folded, by module</h2>{_folded(report)}</section>
 <section id="s-stayed"><h2>What stayed, and why, by module</h2>{_stayed(report)}</section>
 <section id="s-check"><h2>Check</h2>{_check(report)}</section>

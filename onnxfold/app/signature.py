@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import onnx_ir as ir
 
 from onnxfold.analysis.cost import Compute, compute
+from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def signature(source: str, folded: ir.Model, written: int | None, check: Compare
         ("outputs", lambda m: [_value(v) for v in m.graph.outputs]), ("parameters", _params))}
     found["file_bytes"] = [sum(sizes.values()), written]
     try:
-        shapes, dims, where = _first_set(original, check, options, catalogue)
+        shapes, dims, where = _first_set(original, folded, check, options, catalogue)
     except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
         found["compute"] = {"reason": str(e)}
         return found
@@ -80,9 +81,11 @@ def _params(model: ir.Model) -> dict[str, int]:
     return {"count": sum(t.size for t in tensors), "bytes": sum(t.nbytes for t in tensors)}
 
 
-def _first_set(original: ir.Model, check: CompareResult | None, options: CompareOptions,
-               catalogue: Catalogue) -> tuple[dict[str, list[int]], dict[str, int], str]:
-    """Each input's shape in the check's first input set, its named dims, and whose set."""
+def _first_set(original: ir.Model, folded: ir.Model, check: CompareResult | None,
+               options: CompareOptions, catalogue: Catalogue
+               ) -> tuple[dict[str, list[int]], dict[str, int], str]:
+    """Each input's shape in the check's first input set, its named dims, and whose set (the
+    dims ``folded`` fixes, ``--input-shape``'s, held as the check holds them)."""
     if check is not None:
         return ({i.name: list(i.shape) for i in check.inputs}, dict(check.dims),
                 "the check's first input set")
@@ -92,20 +95,23 @@ def _first_set(original: ir.Model, check: CompareResult | None, options: Compare
                                 shape=[d if isinstance(d, int) else getattr(d, "value", None)
                                        for d in v.shape or ()])
                 for v in original.graph.inputs if v.name not in original.graph.initializers]
+    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
+             for v in folded.graph.inputs}
     plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original", original,
-                    {}, options.dims, options.int_ranges, catalogue.shape_steps)
+                    {}, options.dims, options.int_ranges, catalogue.shape_steps, fixed)
     return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
             "the first input set --check would use")
 
 
 def _totals(found: Compute) -> dict[str, Any]:
-    return {"flops": found.flops, "macs": found.macs,
+    return {"flops": sum(row[1] for row in found.ops.values()),
+            "macs": sum(row[2] for row in found.ops.values()),
             "ops": {op: {"nodes": n, "flops": f, "macs": m}
                     for op, (n, f, m) in sorted(found.ops.items(), key=lambda kv: -kv[1][1])},
             "not_counted": found.uncounted}
 
 
-def _si(n: float, unit: str = "") -> str:
+def si(n: float, unit: str = "") -> str:
     """``2.33 MFLOPs``, ``1.1 G``: three significant digits."""
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if n >= scale:
@@ -113,40 +119,77 @@ def _si(n: float, unit: str = "") -> str:
     return f"{n:.0f} {unit}".rstrip()
 
 
-def _mib(n: int | None) -> str:
-    return "not written (dry run)" if n is None else f"{n / 2**20:.1f} MiB"
+def _shape(value: dict[str, Any] | None) -> str:
+    if value is None:
+        return "-"
+    dims = "?" if value["shape"] is None else ",".join(map(str, value["shape"]))
+    return f"{value['dtype']}[{dims}]"
 
 
-def _shape(value: dict[str, Any]) -> str:
-    dims = value["shape"]
-    return value["dtype"] + ("[?]" if dims is None else "[" + ",".join(map(str, dims)) + "]")
+def _facts(found: dict[str, Any], arrow: str) -> str:
+    """Opset, IR version, parameters and file size, before ``arrow`` after."""
+    (p0, p1), (a, b) = found["parameters"], found["file_bytes"]
+    opset, version = (f" {arrow} ".join(dict.fromkeys(map(str, found[key])))  # 17, 20 -> 18
+                      for key in ("opset", "ir_version"))
+    return (f"opset {opset}, IR {version}; parameters {si(p0['count'])} "
+            f"in {mib(p0['bytes'])} {arrow} {si(p1['count'])} in {mib(p1['bytes'])}; file "
+            f"{mib(a)} {arrow} {mib(b) if b is not None else 'not written (dry run)'}")
 
 
-def _pair(before: str, after: str) -> str:
-    return before if before == after else f"{before} -> {after}"
+def _io(found: dict[str, Any], key: str) -> list[tuple[str, str, str]]:
+    """(name, shape before, shape after) of each input or output (``key``)."""
+    before = {v["name"]: v for v in found[key][0]}
+    return [(v["name"], _shape(before.get(v["name"])), _shape(v)) for v in found[key][1]]
+
+
+def _at(compute: dict[str, Any]) -> str:
+    """At which dims (or input shapes) the compute was counted, and whose input set."""
+    at = ", ".join(f"{k}={v}" for k, v in compute["dims"].items()) or ", ".join(
+        f"{name} [{','.join(map(str, shape))}]" for name, shape in compute["inputs"].items())
+    return f"{at} ({compute['from']})"
 
 
 def lines(found: dict[str, Any]) -> list[str]:
     """The summary's signature block."""
-    (p0, p1), (o0, o1) = found["parameters"], found["opset"]
-    out = [f"signature    opset {_pair(str(o0), str(o1))}, IR "
-           f"{_pair(*map(str, found['ir_version']))}; parameters {_si(p0['count'])} in "
-           f"{_mib(p0['bytes'])} -> {_si(p1['count'])} in {_mib(p1['bytes'])}; file "
-           f"{_mib(found['file_bytes'][0])} -> {_mib(found['file_bytes'][1])}"]
-    for key in ("inputs", "outputs"):
-        before = {v["name"]: _shape(v) for v in found[key][0]}
-        out.append(f"{key:13}" + ", ".join(
-            f"{v['name']} " + _pair(before.get(v["name"], "?"), _shape(v))
-            for v in found[key][1]))
+    out = [f"signature    {_facts(found, '->')}"] + [
+        f"{key:13}" + ", ".join(f"{name} {a}" + (f" -> {b}" if a != b else "")
+                                for name, a, b in _io(found, key))
+        for key in ("inputs", "outputs")]
     compute = found["compute"]
     if "reason" in compute:
         return [*out, f"compute      not counted: {compute['reason']}"]
     a, b = compute["before"], compute["after"]
-    dims = ", ".join(f"{k}={v}" for k, v in compute["dims"].items()) or "static input shapes"
-    ops = ", ".join(f"{op} {_si(a['ops'].get(op, {}).get('flops', 0))} -> {_si(row['flops'])}"
+    ops = ", ".join(f"{op} {si(a['ops'].get(op, {}).get('flops', 0))} -> {si(row['flops'])}"
                     for op, row in list(b["ops"].items())[:3])
     uncounted = {**a["not_counted"], **b["not_counted"]}
-    return [*out, f"compute      {_si(a['flops'], 'FLOPs')} ({_si(a['macs'])} MACs) -> "
-            f"{_si(b['flops'], 'FLOPs')} ({_si(b['macs'])} MACs) at {dims} "
-            f"({compute['from']})"
-            f"; {ops}" + (f"; not counted: {', '.join(uncounted)}" if uncounted else "")]
+    return [*out, f"compute      {si(a['flops'], 'FLOPs')} ({si(a['macs'])} MACs) -> "
+            f"{si(b['flops'], 'FLOPs')} ({si(b['macs'])} MACs) at {_at(compute)}; {ops}"
+            + (f"; not counted: {', '.join(uncounted)}" if uncounted else "")]
+
+
+def html(found: dict[str, Any] | None) -> str:
+    """The HTML report's signature section ("" for a report without one): the facts, each
+    input and output, and FLOPs and MACs per op type before and after."""
+    if found is None:
+        return ""
+    rows = [(key[:-1], *row) for key in ("inputs", "outputs") for row in _io(found, key)]
+    head = (f"<p>{esc(_facts(found, chr(0x2192)))}</p>" +
+            table(["", "name", "before", "after"], rows, set(), "signature"))
+    compute = found["compute"]
+    if "reason" in compute:
+        return head + f'<p class="muted">compute not counted: {esc(compute["reason"])}</p>'
+    a, b = compute["before"], compute["after"]
+    empty = {"nodes": 0, "flops": 0, "macs": 0}
+    pairs = [(op, a["ops"].get(op, empty), b["ops"].get(op, empty))
+             for op in dict.fromkeys([*b["ops"], *a["ops"]])]
+    counted = [(op, x["nodes"], y["nodes"], si(x["flops"]), si(y["flops"]), si(x["macs"]),
+                si(y["macs"])) for op, x, y in pairs if x["flops"] or y["flops"]]
+    total = ("total", "", "", si(a["flops"]), si(b["flops"]), si(a["macs"]), si(b["macs"]))
+    missing = ", ".join({**a["not_counted"], **b["not_counted"]})
+    return (head + f"<h3>Compute</h3><p>at {esc(_at(compute))}: {si(a['flops'], 'FLOPs')} "
+            f"\u2192 {si(b['flops'], 'FLOPs')}, a MAC (multiply and add) counting 2; ops that "
+            "only move data count none and are not listed</p>" +
+            table(["op", "nodes before", "after", "FLOPs before", "after", "MACs before",
+                   "after"], counted, {1, 2, 3, 4, 5, 6}, "compute", total) +
+            (f'<p class="muted">not counted (no declared cost, or shapes not static): '
+             f"{esc(missing)}</p>" if missing else ""))

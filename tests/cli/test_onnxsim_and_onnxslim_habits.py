@@ -69,8 +69,10 @@ def test_the_check_runs_at_the_test_input_shape_and_its_tolerances(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["--test-input-shape", "x:3,5", "--check", "1"], "dim 1 of x is 4 in the model"),
-    (["--test-input-shape", "z:3,4", "--check", "1"], "the model has no input z"),
+    (["--test-input-shape", "x:3,5", "--check", "1"],
+     "--test-input-shape x: dim 1 is 4 in the model, not 5"),
+    (["--test-input-shape", "z:3,4", "--check", "1"],
+     "--test-input-shape z: no such input (inputs: x)"),
     (["--test-input-shape", "x:3,4"], "give --check N too"),
     (["--model-check-inputs", "x:data.npy"], "--inputs FILE.npz"),
     (["--skip-optimization"], "--disable-rule NAME for each"),
@@ -83,7 +85,8 @@ def test_what_has_no_same_meaning_is_refused_naming_the_flag(tmp_path, args, say
 
 
 def test_every_refusal_names_an_onnxfold_flag_or_command():
-    for flag, says in REFUSED.items():
+    for flag, (whose, says) in REFUSED.items():
+        assert whose in ("onnxsim", "onnxslim"), flag
         assert "--" in says or "onnxfold " in says or "no flag" in says, flag
 
 

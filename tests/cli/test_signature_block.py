@@ -62,8 +62,8 @@ def test_the_signature_in_the_summary_and_the_json(tmp_path):
     assert after["flops"] == 2 * macs + 3 * 6 and before["flops"] == after["flops"] + 48
     lines = proc.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("signature    "))
-    assert lines[head].startswith("signature    opset 17, IR 8; parameters 55 in 0.0 MiB -> "
-                                  "54 in 0.0 MiB; file ")
+    assert lines[head].startswith("signature    opset 17, IR 8; parameters 55 in 0.2 KiB -> "
+                                  "54 in 0.2 KiB; file ")
     assert lines[head + 1] == "inputs       x float32[n,8]"
     assert lines[head + 2] == "outputs      y float32[n,6]"
     assert lines[head + 3].startswith(

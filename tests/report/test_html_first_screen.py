@@ -130,7 +130,7 @@ def test_the_rewrites_section_lists_what_each_rule_did(tmp_path):
     text, data = page.read_text(), json.loads(report.read_text())
     applied = [r for r in data["rewrites"] if r["hits"]]
     assert applied and any(r["nodes_removed"] > 0 for r in applied)
-    section = text[text.index('id="s-rewrites"'):text.index('id="s-bytes"')]
+    section = text[text.index('id="s-rewrites"'):text.index('id="s-folded"')]
     for row in applied:
         assert f"<td>{row['rule']}</td><td>{row['kind']}</td><td class=\"n\">{row['hits']}" \
             f"</td><td class=\"n\">{row['nodes_removed']}</td>" in section

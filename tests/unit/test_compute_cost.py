@@ -11,9 +11,10 @@ computes the same (the folded model's, for the original)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.analysis.cost import compute
+from onnxfold.analysis.cost import OpCost, compute
 from onnxfold.declare.catalogue import load_catalogue
 from tests.support.models import make_model, tensor, vinfo
 
@@ -68,7 +69,7 @@ def test_elementwise_reductions_free_and_what_is_not_counted():
     assert counted["Gelu"] == (8 * 40, 0) and counted["Softmax"] == (5 * 40, 0)
     assert counted["Add"] == (40, 0) and counted["Transpose"] == (0, 0)
     assert found.uncounted == {"com.example.Mystery": 1, "Relu": 1}
-    assert found.flops == 8 * 40 + 5 * 40 + 40 and found.macs == 0
+    assert sum(row[1] for row in found.ops.values()) == 8 * 40 + 5 * 40 + 40
 
 
 def test_named_dims_and_sums_deeper_in_the_graph_take_the_bound_values():
@@ -101,3 +102,8 @@ def test_shapes_inference_cannot_follow_come_from_the_folded_models():
     known = {"e": helper.make_tensor_type_proto(TensorProto.FLOAT, [6, 4])}
     counted, seeded = _count(proto, {}, known)
     assert counted["MatMul"] == (2 * 6 * 3 * 4, 6 * 3 * 4) and "MatMul" not in seeded.uncounted
+
+
+def test_a_cost_of_an_unknown_kind_is_refused_when_declared():
+    with pytest.raises(ValueError, match="kind 'quadratic' is none of"):
+        OpCost("Foo", "quadratic")
