@@ -18,14 +18,15 @@ from onnxfold.app.peer_flags import REFUSED
 from tests.support.cli import assert_no_traceback, assert_one_error_line, run_cli
 
 
-def _model(path) -> str:
-    """y = x @ Transpose(W), x [n, 4]: the Transpose folds; n is dynamic."""
+def _model(path, batch: str = "n") -> str:
+    """y = x @ Transpose(W), x [batch, 4]: the Transpose folds; batch is dynamic (named, or
+    anonymous for "")."""
     w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "w")
     graph = helper.make_graph(
         [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
          helper.make_node("MatMul", ["x", "wt"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])], [w])
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch or None, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch or None, 4])], [w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                                 ir_version=8), str(path))
     return str(path)
@@ -66,6 +67,11 @@ def test_the_check_runs_at_the_test_input_shape_and_its_tolerances(tmp_path):
     check = report["check"]
     assert check["bindings"][0] == {"n": 3} and check["rtol"] == 0.01 and check["n"] == 1
     assert report["options"]["disabled_rules"] == ["merge_transposes"]  # onnxsim's pass name
+    anonymous = _model(tmp_path / "a.onnx", batch="")  # the check names its dim x[0]
+    proc = run_cli("optimize", anonymous, "--test-input-shape", "x:5,4", "--check", "1",
+                   "--json", tmp_path / "a.json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "a.json").read_text())["check"]["bindings"][0] == {"x[0]": 5}
 
 
 @pytest.mark.parametrize(("args", "says"), [
