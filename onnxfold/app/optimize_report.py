@@ -45,12 +45,15 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
         with saved.phases.phase("latency"):
             latency = _measure_latency(claimed, settings, saved, checking)
         report.latency = latency.to_dict()
-    with saved.phases.phase("signature"):
-        report.signature = _signature(claimed, settings, saved, checking)
+    shown = settings.report
+    if not shown.quiet or shown.json or shown.html:  # read where it is shown only
+        with saved.phases.phase("signature"):
+            report.signature = _signature(claimed, settings, saved, checking)
     report.phases = saved.phases.rounded()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
-        print("\n".join(lines(report.signature)))
+        if report.signature is not None:
+            print("\n".join(lines(report.signature)))
         if latency is not None:
             print(latency.summary())
         if saved.check is not None:

@@ -32,8 +32,8 @@ def signature(source: str, folded: ir.Model, written: int | None, check: Compare
     from onnxfold.io.writer import input_files
 
     original = load_model(source, check=False)
-    sizes = {os.stat(p).st_ino: os.stat(p).st_size for p in input_files(original)
-             if os.path.isfile(p)}
+    sizes = {(info.st_dev, info.st_ino): info.st_size for info in
+             (os.stat(p) for p in input_files(original) if os.path.isfile(p))}
     found: dict[str, Any] = {key: [fn(original), fn(folded)] for key, fn in (
         ("opset", _opset), ("ir_version", lambda m: m.ir_version), ("inputs", _inputs),
         ("outputs", lambda m: [_value(v) for v in m.graph.outputs]), ("parameters", _params))}
