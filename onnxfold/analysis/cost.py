@@ -16,14 +16,17 @@ static, is counted apart, not guessed.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.dim_relations import parse_expression
 from onnxfold.analysis.shapes import inferred_types, serialize_light
+from onnxfold.ir.long_texts import LONG_TEXT
 
 KINDS = ("contraction", "convolution", "transposed convolution", "elementwise", "reduction",
          "free")
@@ -71,7 +74,8 @@ def compute(model: ir.Model, inputs: Mapping[str, Sequence[int]],
     by (domain, op type). ``known``: static types of values of the same name in a model that
     computes the same (the folded model's, for the original: onnx's inference cannot follow
     the shape arithmetic a fold computed, a ``ConstantOfShape`` into a ``Where``)."""
-    light = serialize_light(model)
+    with texts_aside(model):
+        light = serialize_light(model)
     named: dict[str, int] = {}  # a dim's name is one size wherever the graph declares it
     for value in light.graph.input:
         if value.name in inputs:
@@ -109,6 +113,30 @@ def compute(model: ir.Model, inputs: Mapping[str, Sequence[int]],
         row[1] += counted[0]
         row[2] += counted[1]
     return found
+
+
+@contextmanager
+def texts_aside(model: ir.Model) -> Iterator[None]:
+    """The doc strings of ``model``, its graph and its nodes, and its nodes' long lists of
+    strings (a Constant's ``value_strings``), out of the way while a caller serializes it for
+    shape inference, which reads none of them (a 100 MiB doc string was copied thrice); the
+    lists keep their length, so shapes stay what they were."""
+    holders: list[Any] = [model, model.graph, *model.graph]
+    docs = [holder.doc_string for holder in holders]
+    lists = {(node, name): attr for node in model.graph for name, attr in node.attributes.items()
+             if attr.type == ir.AttributeType.STRINGS and not attr.is_ref()
+             and sum(map(len, attr.value)) >= LONG_TEXT}
+    try:
+        for holder in holders:
+            holder.doc_string = None
+        for (node, name), attr in lists.items():
+            node.attributes[name] = ir.Attr(name, attr.type, [""] * len(attr.value))
+        yield
+    finally:
+        for holder, doc in zip(holders, docs):
+            holder.doc_string = doc
+        for (node, name), attr in lists.items():
+            node.attributes[name] = attr
 
 
 def _counted(node: onnx.NodeProto, cost: OpCost, shapes: Mapping[str, list[int]]

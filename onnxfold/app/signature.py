@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
-from onnxfold.analysis.cost import Compute, compute
+from onnxfold.analysis.cost import Compute, compute, texts_aside
 from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
 
@@ -97,8 +97,10 @@ def _first_set(original: ir.Model, folded: ir.Model, check: CompareResult | None
                 for v in original.graph.inputs if v.name not in original.graph.initializers]
     fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
              for v in folded.graph.inputs}
-    plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original", original,
-                    {}, options.dims, options.int_ranges, catalogue.shape_steps, fixed)
+    with texts_aside(original):  # the plan infers shapes, reading no text
+        plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original",
+                        original, {}, options.dims, options.int_ranges, catalogue.shape_steps,
+                        fixed)
     return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
             "the first input set --check would use")
 
