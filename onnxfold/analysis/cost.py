@@ -96,7 +96,8 @@ def compute(model: ir.Model, inputs: Mapping[str, Sequence[int]],
     infos = {**{v.name: v.type for v in light.graph.input}, **inferred_types(model, light)}
     for name, info in infos.items():
         dims = info.tensor_type.shape.dim
-        if info.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+        if info.tensor_type.HasField("shape") and all(d.HasField("dim_value") and
+                                                      d.dim_value >= 0 for d in dims):
             found.types[name] = info
     shapes = {t.name: list(t.dims) for t in light.graph.initializer}
     shapes.update({name: [d.dim_value for d in info.tensor_type.shape.dim]

@@ -55,7 +55,10 @@ def _opset(model: ir.Model) -> int | None:
 
 
 def _dtype(value: ir.Value) -> str:
-    """``float``, ``int64``: as onnxruntime names a tensor's element type."""
+    """``float``, ``int64``: as onnxruntime names a tensor's element type; another type
+    (a sequence, an optional) as onnx-ir names it."""
+    if value.type is not None and not isinstance(value.type, ir.TensorType):
+        return str(value.type)
     return value.dtype.name.lower() if value.dtype is not None else "?"
 
 
@@ -63,7 +66,8 @@ def _value(value: ir.Value) -> dict[str, Any]:
     """``{name, dtype, shape}`` (``float32``, as the check names it): a dim an int, its
     name, or ``?``."""
     try:
-        dtype = str(value.dtype.numpy()) if value.dtype is not None else "?"
+        dtype = str(value.dtype.numpy()) if isinstance(value.type, ir.TensorType) and \
+            value.dtype is not None else _dtype(value)
     except TypeError:  # a type numpy has no name for (a 4-bit integer)
         dtype = _dtype(value)
     return {"name": value.name, "dtype": dtype, "shape": None if value.shape is None else [
@@ -91,7 +95,8 @@ def _first_set(original: ir.Model, folded: ir.Model, check: CompareResult | None
                 "the check's first input set")
     from onnxfold.check.running.feeds import FeedPlan
 
-    declared = [SimpleNamespace(name=v.name, type=f"tensor({_dtype(v)})",
+    declared = [SimpleNamespace(name=v.name, type=f"tensor({_dtype(v)})" if isinstance(
+        v.type, ir.TensorType) else _dtype(v),
                                 shape=[d if isinstance(d, int) else getattr(d, "value", None)
                                        for d in v.shape or ()])
                 for v in original.graph.inputs if v.name not in original.graph.initializers]
@@ -165,7 +170,8 @@ def lines(found: dict[str, Any]) -> list[str]:
                     for op, row in list(b["ops"].items())[:3])
     uncounted = {**a["not_counted"], **b["not_counted"]}
     return [*out, f"compute      {si(a['flops'], 'FLOPs')} ({si(a['macs'])} MACs) -> "
-            f"{si(b['flops'], 'FLOPs')} ({si(b['macs'])} MACs) at {_at(compute)}; {ops}"
+            f"{si(b['flops'], 'FLOPs')} ({si(b['macs'])} MACs) at {_at(compute)}"
+            + (f"; {ops}" if ops else "")
             + (f"; not counted: {', '.join(uncounted)}" if uncounted else "")]
 
 
