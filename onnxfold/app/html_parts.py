@@ -26,7 +26,7 @@ main { padding: 20px 32px 40px; max-width: 1200px; }
          gap: 12px; margin-bottom: 16px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; }
 .card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-.card .v { font-size: 22px; font-weight: 600; margin-top: 2px; white-space: nowrap; }
+.card .v { font-size: 20px; font-weight: 600; margin-top: 2px; white-space: nowrap; }
 .card .d { color: var(--muted); font-size: 12px; }
 section { background: #fff; border: 1px solid var(--line); border-radius: 8px;
           padding: 14px 18px; margin-bottom: 16px; }

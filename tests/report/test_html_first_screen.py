@@ -37,6 +37,9 @@ document.body.dataset.cardLines = Math.max.apply(null, Array.prototype.map.call(
   document.querySelectorAll(".card .v"), function (v) {
     return Math.round(v.getBoundingClientRect().height /
                       parseFloat(getComputedStyle(v).lineHeight)); }));
+document.body.dataset.cardOverflow = Array.prototype.some.call(
+  document.querySelectorAll(".card .v"), function (v) {
+    return v.scrollWidth > v.parentElement.clientWidth; }) ? "yes" : "no";
 </script></body>"""
 
 
@@ -94,7 +97,8 @@ def test_in_chromium_the_alert_is_on_the_first_screen(failed_page, tmp_path):
     top = float(re.search(r'data-alert-top="([\d.]+)"', dom).group(1))
     bottom = float(re.search(r'data-alert-bottom="([\d.]+)"', dom).group(1))
     assert 0 < top < bottom < SCREEN / 2, (top, bottom)
-    assert 'data-card-lines="1"' in dom  # no card's value wraps to a second line
+    assert 'data-card-lines="1"' in dom  # no card's value wraps to a second line,
+    assert 'data-card-overflow="no"' in dom  # nor runs out of its card
 
 
 @pytest.fixture(scope="module")
