@@ -25,6 +25,7 @@ from onnxfold.app.optimize_report import report_run
 from onnxfold.app.optimize_save import Claimed, Saved, save
 from onnxfold.app.peer_flags import test_shape_dims
 from onnxfold.app.positional_output import read_positional
+from onnxfold.app.signature import Original, read_original
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 from onnxfold.pipeline.collector import long_lived
@@ -136,6 +137,8 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
     source = claimed.job.source
     progress = None
     dims: dict[str, int] = {}  # the check's, from --test-input-shape
+    shown = settings.report  # the signature is read where it is shown only
+    read: list[Original] | None = [] if not shown.quiet or shown.json or shown.html else None
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         progress = TerminalProgress() if _on_terminal(sys.stderr) and \
             not settings.report.quiet else None
@@ -145,13 +148,13 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           phases=phases,
                           pristine=lambda: load_model(source, check=False),
                           loaded=functools.partial(_loaded, claimed.guard,
-                                                   settings.check.shapes, dims),
+                                                   settings.check.shapes, dims, read),
                           record_rewrites=checking is not None)
         reached("folded")
         if checking is not None and dims:
             checking = dataclasses.replace(checking, dims={**dims, **checking.dims})
         saved = save(claimed, settings, result, phases, prefill, checking)
-        saved.checking = checking
+        saved.checking, saved.original = checking, read[-1] if read else None
         return saved
     finally:
         if progress is not None:
@@ -159,14 +162,17 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
 
 
 def _loaded(guard: OutputGuard, shapes: tuple[str, ...], dims: dict[str, int],
-            model: ir.Model) -> None:
+            read: list[Original] | None, model: ir.Model) -> None:
     """Once the input is read: refuse an output that would replace one of its files; the
-    check's ``dims`` that ``--test-input-shape``'s ``shapes`` give the model as declared."""
+    check's ``dims`` that ``--test-input-shape``'s ``shapes`` give the model as declared;
+    what the signature needs of it (``read``)."""
     from onnxfold.io.writer import input_files
 
     reached("loaded")
     guard.protect(input_files(model))
     dims.update(test_shape_dims(shapes, model) if shapes else {})
+    if read is not None:
+        read.append(read_original(model))
 
 
 def _on_terminal(stream) -> bool:

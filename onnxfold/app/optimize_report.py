@@ -13,7 +13,7 @@ from onnxfold.app.commands import OptimizeSettings
 from onnxfold.app.failure_line import failing_named, rounding_hint
 from onnxfold.app.optimize_save import Claimed, Saved
 from onnxfold.app.report_files import write_report
-from onnxfold.app.signature import lines, signature
+from onnxfold.app.signature import Original, lines, signature
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 
@@ -45,10 +45,9 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
         with saved.phases.phase("latency"):
             latency = _measure_latency(claimed, settings, saved, checking)
         report.latency = latency.to_dict()
-    shown = settings.report
-    if not shown.quiet or shown.json or shown.html:  # read where it is shown only
+    if saved.original is not None:  # read where the signature is shown
         with saved.phases.phase("signature"):
-            report.signature = _signature(claimed, settings, saved, checking)
+            report.signature = _signature(settings, saved, saved.original, checking)
     report.phases = saved.phases.rounded()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
@@ -136,13 +135,13 @@ def _measure_latency(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
     return latency
 
 
-def _signature(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
+def _signature(settings: OptimizeSettings, saved: Saved, original: Original,
                checking: CompareOptions | None) -> dict:
     """The signature of the input and the output (``onnxfold.app.signature``)."""
     from onnxfold.declare.catalogue import load_catalogue
 
     written = saved.info.bytes_written if saved.info is not None else None
-    return signature(claimed.job.source, saved.result.model, written, saved.check,
+    return signature(original, saved.result.model, written, saved.check,
                      checking or settings.check.comparison.resolved(),
                      settings.catalogue or load_catalogue())
 

@@ -19,6 +19,7 @@ from onnxfold.errors import InputError, one_line
 if TYPE_CHECKING:
     import onnx
 
+    from onnxfold.app.signature import Original
     from onnxfold.check.result import CompareResult
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
@@ -44,7 +45,7 @@ class Saved:
     """What the fold and the save left: the optimized model and its report, the clock, the
     check's comparison (None: no check ran), what was written (None: nothing), and why the
     check could not run ("" if it ran); ``checking``: how the check compared (its dims
-    ``--test-input-shape`` completed; None: no check)."""
+    ``--test-input-shape`` completed; None: no check), the input as it was read."""
 
     result: OptimizeResult
     phases: Phases
@@ -52,6 +53,7 @@ class Saved:
     info: SaveInfo | None = None
     not_run: str = ""
     checking: CompareOptions | None = None
+    original: Original | None = None  # what the signature needs of the input
 
 
 def save(claimed: Claimed, settings: OptimizeSettings, result: OptimizeResult, phases: Phases,

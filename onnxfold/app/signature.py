@@ -2,18 +2,23 @@
 and output (dtype, shape with its symbolic dims named), the parameters and their bytes, the
 file's size, and the compute per op type (``onnxfold.analysis.cost``) at the shapes of the
 check's first input set: the check's own where ``--check`` ran, else those it would use (its
-feed plan, ``onnxfold.check.running.feeds``, over the original's declared inputs).
+feed plan, ``onnxfold.check.running.feeds``, over the original's declared inputs). What it
+needs of the input is read as the input is loaded (:func:`read_original`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.cost import Compute, compute, texts_aside
+from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
 
@@ -23,28 +28,50 @@ if TYPE_CHECKING:
     from onnxfold.declare.catalogue import Catalogue
 
 
-def signature(source: str, folded: ir.Model, written: int | None, check: CompareResult | None,
-              options: CompareOptions, catalogue: Catalogue) -> dict[str, Any]:
-    """The signature of ``source`` (read again) and of ``folded`` (``written`` bytes; None: a
-    dry run), with the compute at the check's first input set (``check``, or the one
-    ``options`` would give)."""
-    from onnxfold.io import load_model
+@dataclass(frozen=True)
+class Original:
+    """What the signature needs of the input, read once it is loaded, before any pass changes
+    it: its facts (opset, inputs, ..., file bytes), its inputs as onnxruntime lists them (for
+    the check's plan) and its graph as a proto without its weights and texts
+    (``serialize_light``): the input is not read a second time."""
+
+    facts: dict[str, Any]
+    declared: list[SimpleNamespace]
+    light: onnx.ModelProto
+
+
+def read_original(model: ir.Model) -> Original:
+    """The :class:`Original` of ``model``, just loaded."""
     from onnxfold.io.writer import input_files
 
-    original = load_model(source, check=False)
     sizes = {(info.st_dev, info.st_ino): info.st_size for info in
-             (os.stat(p) for p in input_files(original) if os.path.isfile(p))}
-    found: dict[str, Any] = {key: [fn(original), fn(folded)] for key, fn in (
-        ("opset", _opset), ("ir_version", lambda m: m.ir_version), ("inputs", _inputs),
-        ("outputs", lambda m: [_value(v) for v in m.graph.outputs]), ("parameters", _params))}
-    found["file_bytes"] = [sum(sizes.values()), written]
+             (os.stat(p) for p in input_files(model) if os.path.isfile(p))}
+    declared = [SimpleNamespace(name=v.name, type=f"tensor({_dtype(v)})" if isinstance(
+        v.type, ir.TensorType) else _dtype(v), shape=[
+            d if isinstance(d, int) else getattr(d, "value", None) for d in v.shape or ()])
+        for v in model.graph.inputs if v.name not in model.graph.initializers]
+    with texts_aside(model):
+        light = serialize_light(model)
+    return Original({**{key: fn(model) for key, fn in _FACTS},
+                     "file_bytes": sum(sizes.values())}, declared, light)
+
+
+def signature(original: Original, folded: ir.Model, written: int | None,
+              check: CompareResult | None, options: CompareOptions, catalogue: Catalogue
+              ) -> dict[str, Any]:
+    """The signature of the input (``original``) and of ``folded`` (``written`` bytes; None:
+    a dry run), with the compute at the check's first input set (``check``, or the one
+    ``options`` would give)."""
+    found: dict[str, Any] = {key: [original.facts[key], fn(folded)] for key, fn in _FACTS}
+    found["file_bytes"] = [original.facts["file_bytes"], written]
+    graph = ir.serde.deserialize_model(original.light)  # weights as typed inputs
     try:
-        shapes, dims, where = _first_set(original, folded, check, options, catalogue)
+        shapes, dims, where = _first_set(original, graph, folded, check, options, catalogue)
     except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
         found["compute"] = {"reason": str(e)}
         return found
     after = compute(folded, shapes, catalogue.costs)
-    before = compute(original, shapes, catalogue.costs, after.types)
+    before = compute(graph, shapes, catalogue.costs, after.types)
     found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
                         "before": _totals(before), "after": _totals(after)}
     return found
@@ -85,8 +112,13 @@ def _params(model: ir.Model) -> dict[str, int]:
     return {"count": sum(t.size for t in tensors), "bytes": sum(t.nbytes for t in tensors)}
 
 
-def _first_set(original: ir.Model, folded: ir.Model, check: CompareResult | None,
-               options: CompareOptions, catalogue: Catalogue
+_FACTS: tuple[tuple[str, Callable[[ir.Model], Any]], ...] = (
+    ("opset", _opset), ("ir_version", lambda m: m.ir_version), ("inputs", _inputs),
+    ("outputs", lambda m: [_value(v) for v in m.graph.outputs]), ("parameters", _params))
+
+
+def _first_set(original: Original, graph: ir.Model, folded: ir.Model,
+               check: CompareResult | None, options: CompareOptions, catalogue: Catalogue
                ) -> tuple[dict[str, list[int]], dict[str, int], str]:
     """Each input's shape in the check's first input set, its named dims, and whose set (the
     dims ``folded`` fixes, ``--input-shape``'s, held as the check holds them)."""
@@ -95,17 +127,10 @@ def _first_set(original: ir.Model, folded: ir.Model, check: CompareResult | None
                 "the check's first input set")
     from onnxfold.check.running.feeds import FeedPlan
 
-    declared = [SimpleNamespace(name=v.name, type=f"tensor({_dtype(v)})" if isinstance(
-        v.type, ir.TensorType) else _dtype(v),
-                                shape=[d if isinstance(d, int) else getattr(d, "value", None)
-                                       for d in v.shape or ()])
-                for v in original.graph.inputs if v.name not in original.graph.initializers]
     fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
              for v in folded.graph.inputs}
-    with texts_aside(original):  # the plan infers shapes, reading no text
-        plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original",
-                        original, {}, options.dims, options.int_ranges, catalogue.shape_steps,
-                        fixed)
+    plan = FeedPlan(SimpleNamespace(get_inputs=lambda: original.declared), "the original",
+                    graph, {}, options.dims, options.int_ranges, catalogue.shape_steps, fixed)
     return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
             "the first input set --check would use")
 
