@@ -21,6 +21,7 @@ from onnxfold.analysis.cost import Compute, compute, texts_aside
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
+from onnxfold.host.logs import quiet
 
 if TYPE_CHECKING:
     from onnxfold.check.result import CompareResult
@@ -64,7 +65,8 @@ def signature(original: Original, folded: ir.Model, written: int | None,
     ``options`` would give)."""
     found: dict[str, Any] = {key: [original.facts[key], fn(folded)] for key, fn in _FACTS}
     found["file_bytes"] = [original.facts["file_bytes"], written]
-    graph = ir.serde.deserialize_model(original.light)  # weights as typed inputs
+    with quiet("onnx_ir"):  # what it says of the input it said as the input was read
+        graph = ir.serde.deserialize_model(original.light)  # weights as typed inputs
     try:
         shapes, dims, where = _first_set(original, graph, folded, check, options, catalogue)
     except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
