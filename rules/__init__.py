@@ -35,6 +35,7 @@ MODULES = (
     "shape_ops",
     "shape_steps",
     "no_ops",
+    "op_costs",
     "shape_values",
     "shared_input_matmuls",
     "sizes",

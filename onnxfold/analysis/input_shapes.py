@@ -126,13 +126,13 @@ def apply(model: ir.Model, specs: Sequence[str]) -> Fixed:
             raise InputError(f"--input-shape {name}: no such input "
                              f"(inputs: {', '.join(inputs)})")
     given_names = set(named)
-    planned = _planned(inputs, shapes, named)
+    plan = planned(inputs, shapes, named)
     fixed = Fixed()
     used: set[str] = set()
     for name, value in inputs.items():
         old = [_label(d) for d in value.shape] if value.shape is not None else None
-        new = planned.get(name, list(old) if old is not None else [])
-        if old is None and name not in planned:
+        new = plan.get(name, list(old) if old is not None else [])
+        if old is None and name not in plan:
             continue
         new = [_bound(d, named, used) for d in new]
         if new != old:
@@ -153,11 +153,11 @@ def apply(model: ir.Model, specs: Sequence[str]) -> Fixed:
     return fixed
 
 
-def _planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, list[int | str]],
+def planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, list[int | str]],
              named: dict[str, int]) -> dict[str, list[int | str | None]]:
     """The shapes given, checked against what each input declares; ``named`` gains the
     names a given value fixes (a ``1`` where the input says ``batch``)."""
-    planned: dict[str, list[int | str | None]] = {}
+    found: dict[str, list[int | str | None]] = {}
     for name, value in inputs.items():
         old = [_label(d) for d in value.shape] if value.shape is not None else None
         if name not in shapes:
@@ -174,8 +174,8 @@ def _planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, list[int | str
                     named.setdefault(was, now) != now:
                 raise InputError(f"--input-shape {name}: {was} is {named[was]} elsewhere, "
                                  f"not {now}")
-        planned[name] = new
-    return planned
+        found[name] = new
+    return found
 
 
 def _bound(dim: int | str | None, named: Mapping[str, int], used: set[str]) -> int | str | None:

@@ -261,7 +261,7 @@ def infer_shapes(model: ir.Model, light: onnx.ModelProto | None = None) -> int:
     except Exception:  # inference is an optimization aid, never a reason to fail
         return 0
     outputs = (value for graph in all_graphs(model) for node in graph for value in node.outputs)
-    return _merge(_inferred_types(model, light), outputs)
+    return _merge(inferred_types(model, light), outputs)
 
 
 def refinable_by(node: ir.Node, new: Collection[ir.Value]) -> bool:
@@ -288,7 +288,7 @@ def infer_shapes_upstream(model: ir.Model, values: Collection[ir.Value],
         proto = _serialize_nodes(model, nodes, values)
     except Exception:  # inference is an optimization aid, never a reason to fail
         return 0
-    return _merge(_inferred_types(model, proto), (v for node in nodes for v in node.outputs))
+    return _merge(inferred_types(model, proto), (v for node in nodes for v in node.outputs))
 
 
 def _upstream(graph: ir.Graph, values: Collection[ir.Value]) -> list[ir.Node]:
@@ -337,7 +337,7 @@ def _serialize_nodes(model: ir.Model, nodes: list[ir.Node], outputs: Collection[
     return proto
 
 
-def _inferred_types(model: ir.Model, light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+def inferred_types(model: ir.Model, light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """Run ONNX shape inference on ``light`` (``model`` serialized): the tensor types it gives,
     by value name; none when inference fails."""
     try:

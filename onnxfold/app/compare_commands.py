@@ -1,5 +1,6 @@
 """``onnxfold compare`` (two models' outputs in onnxruntime on the same inputs) and
-``onnxfold verify-folds`` (every folded tensor re-derived from the original)."""
+``onnxfold verify-folds`` (every folded tensor re-derived from the original), each with its
+``--json`` and ``--report`` HTML page (``optimize --report``'s check section)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,7 @@ def compare(command: CompareCommand) -> int:
     inputs = command.comparison.inputs
     return _run_and_report(
         lambda: compare_models(command.a, command.b, command.n, command.comparison.resolved()),
-        command.a, command.b, command.json, [inputs] if inputs else [],
-        "outside tolerance")
+        command, [inputs] if inputs else [], "outside tolerance", lambda r: r.to_dict())
 
 
 def verify_folds(command: VerifyFoldsCommand) -> int:
@@ -32,36 +32,52 @@ def verify_folds(command: VerifyFoldsCommand) -> int:
     inputs = command.comparison.inputs
     return _run_and_report(
         lambda: verify_models(command.a, command.b, command.comparison.resolved()),
-        command.a, command.b, command.json, [inputs] if inputs else [],
-        "folds differ from the original")
+        command, [inputs] if inputs else [], "folds differ from the original", _folds_only)
 
 
-def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | None,
-                    more_inputs: list[str], failure: str) -> int:
-    """Run a comparison of ``a`` and ``b``, print its summary, write its JSON report (the
-    models and ``more_inputs`` protected, the report pinned first); 1 with a line naming
-    what failed, else 0."""
+def _folds_only(verification: Any) -> dict[str, Any]:
+    """A fold verification as the report's check: its state, verdict line and folds."""
+    return {"ok": verification.ok, "state": "passed" if verification.ok else "failed",
+            "verdict": verification.summary().splitlines()[-1],
+            "folds": verification.to_dict()}
+
+
+def _run_and_report(run: Callable[[], Any], command: CompareCommand | VerifyFoldsCommand,
+                    more_inputs: list[str], failure: str,
+                    as_check: Callable[[Any], dict[str, Any]]) -> int:
+    """Run a comparison of the command's models, print its summary, write its JSON report
+    and its HTML page (``as_check``: the result as the page's check; the models and
+    ``more_inputs`` protected, the reports pinned first); 1 with a line naming what failed,
+    else 0. A comparison that could not run shows what it had shown, then exits 2."""
     from onnxfold.check.compare import CheckCouldNotRun
     from onnxfold.io.door import claimed
 
+    a, b = command.a, command.b
+    reports = [(command.json, "JSON report"), (command.html, "HTML report")]
     # the models' files are read for their data files only when a report could replace one
-    with contextlib.closing(claimed([(json_path, "JSON report")], more_inputs,
-                                    [a, b] if json_path else [])) as guard:
+    with contextlib.closing(claimed(reports, more_inputs, [a, b] if command.json or
+                                    command.html else [])) as guard:
+        def shown(result: Any) -> None:
+            print(result.summary())
+            if command.json:
+                write_text(guard.pinned(command.json),
+                           json.dumps(result.to_dict(), indent=2) + "\n")
+            if command.html:
+                from onnxfold.app.report_html import compare_page
+
+                write_text(guard.pinned(command.html), compare_page(
+                    as_check(result), a, b, not command.comparison.fold_verification,
+                    "compare" if isinstance(command, CompareCommand) else "verify-folds"))
+
         try:
             result = run()
-        except CheckCouldNotRun as e:  # what was shown before it stopped, then exit 2
+        except CheckCouldNotRun as e:
             if e.result is not None:
-                _shown(e.result, json_path, guard)
+                shown(e.result)
             raise
-        _shown(result, json_path, guard)
+        shown(result)
     if not result.ok:
         print(f"onnxfold: {failure}: {failing_named(result.failing)}", file=sys.stderr)
         return 1
     return 0
 
-
-def _shown(result: Any, json_path: str | None, guard: Any) -> None:
-    """Print ``result``'s summary and write its JSON report where one is asked for."""
-    print(result.summary())
-    if json_path:
-        write_text(guard.pinned(json_path), json.dumps(result.to_dict(), indent=2) + "\n")

@@ -9,8 +9,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from onnxfold.app.commands import OptimizeSettings
-from onnxfold.app.failure_line import failing_named
+from onnxfold.app.failure_line import failing_named, rounding_hint
 from onnxfold.app.optimize_save import Claimed, Saved, measure_latency_of
+from onnxfold.app.signature import Original, lines, signature
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 from onnxfold.io.tempfiles import write_text
@@ -42,8 +43,14 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
         latency = measure_latency_of(claimed, settings, saved, checking)
     if latency is not None:
         report.latency = latency.to_dict()
+    if saved.original is not None:  # read where the signature is shown
+        with saved.phases.phase("signature"):
+            report.signature = _signature(settings, saved, saved.original, checking)
+    report.phases = saved.phases.rounded()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
+        if report.signature is not None:
+            print("\n".join(lines(report.signature)))
         if latency is not None:
             print(latency.summary())
         if saved.check is not None:
@@ -81,9 +88,20 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     if not_run:
         raise InputError(f"the check could not run ({where}): {not_run}")
     assert check is not None
-    print(f"onnxfold: check failed: {failing_named(check.failing)} outside tolerance; {where}",
-          file=sys.stderr)
+    print(f"onnxfold: check failed: {failing_named(check.failing)} outside tolerance; {where}"
+          f"{rounding_hint(check)}", file=sys.stderr)
     return True
+
+
+def _signature(settings: OptimizeSettings, saved: Saved, original: Original,
+               checking: CompareOptions | None) -> dict:
+    """The signature of the input and the output (``onnxfold.app.signature``)."""
+    from onnxfold.declare.catalogue import load_catalogue
+
+    written = saved.info.bytes_written if saved.info is not None else None
+    return signature(original, saved.result.model, written, saved.check,
+                     checking or settings.check.comparison.resolved(),
+                     settings.catalogue or load_catalogue())
 
 
 def _write_reports(claimed: Claimed, settings: OptimizeSettings, report: Report) -> None:

@@ -21,6 +21,7 @@ from onnxfold.host.points import reached
 if TYPE_CHECKING:
     import onnx
 
+    from onnxfold.app.signature import Original
     from onnxfold.check.result import CompareResult
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
@@ -46,8 +47,9 @@ class Claimed:
 class Saved:
     """What the fold and the save left: the optimized model and its report, the clock, the
     check's comparison (None: no check ran), what was written (None: nothing), why the
-    check could not run ("" if it ran), and ``--latency``'s timings, measured on the written
-    model before it replaced anything."""
+    check could not run ("" if it ran), ``--latency``'s timings, measured on the written
+    model before it replaced anything; ``checking``: how the check compared (its dims
+    ``--test-input-shape`` completed; None: no check), the input as it was read."""
 
     result: OptimizeResult
     phases: Phases
@@ -55,6 +57,8 @@ class Saved:
     info: SaveInfo | None = None
     not_run: str = ""
     latency: LatencyResult | None = None
+    checking: CompareOptions | None = None
+    original: Original | None = None  # what the signature needs of the input
 
 
 def save(claimed: Claimed, settings: OptimizeSettings, result: OptimizeResult, phases: Phases,

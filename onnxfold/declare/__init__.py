@@ -6,12 +6,14 @@ Folders (:func:`folder`, :class:`OpFact`, :class:`Decline`); patterns (:class:`P
 or :class:`Reject`; a rewrite builds with the :class:`OpBuilder` and returns the new values or
 a :class:`Replacement`); cleanups (:func:`cleanup`), size rules (:func:`output_bytes`), shape
 steps (:func:`shape_value`, :func:`shape_dims`) and the dim algebra they compute with
-(:class:`Known`, :class:`Sym`, :func:`arith`, ...); the few facts a rule asks about (the run's
+(:class:`Known`, :class:`Sym`, :func:`arith`, ...); what an op computes (:class:`OpCost`, the
+report's FLOPs); the few facts a rule asks about (the run's
 settings, such as what the user keeps; mapped weights). The catalogue (:func:`load_catalogue`)
 collects what the rules declare.
 """
 
 from onnxfold.analysis.constness import kept
+from onnxfold.analysis.cost import OpCost
 from onnxfold.analysis.declines import Decline, DeclineKind
 from onnxfold.analysis.dim_algebra import (
     MAX_ELEMENTS,
@@ -78,6 +80,7 @@ __all__ = [
     "MappedTensor",
     "Match",
     "OpBuilder",
+    "OpCost",
     "OpFact",
     "Out",
     "P",

@@ -10,8 +10,9 @@ Runs are interleaved (original, optimized, optimized, original, ...) after warm-
 machine's noise then falls on both models alike. Each model's times are given as a median and
 a spread, and the models are compared run by run (each optimized run against the original run
 beside it): the ratio's median and spread, and a verdict, *faster*, *slower* or *within noise*
-where the spread covers 1.0x (``spread.py``). Session creation is timed :data:`CREATIONS` times
-per model, interleaved too, from files (a dry run's output is written to a scratch file first:
+where the spread covers 1.0x, from enough pairs only (``spread.py``). Session creation is timed
+:data:`CREATIONS` times per model, interleaved too (each model created first in half the
+pairs), from files (a dry run's output is written to a scratch file first:
 a session made from bytes in memory is slower to create than from a file). The inputs are the
 check's first input set (:mod:`onnxfold.check.running.feeds`: realistic sizes, the graph's dim
 relations). Both sessions are held at once where both fit the memory limit, else one model is
@@ -43,11 +44,13 @@ from onnxfold.host import interruptible
 from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import is_static_dim
-from onnxfold.latency.spread import QUARTILES_FROM, Spread, paired_ratios, verdict
+from onnxfold.latency.spread import MIN_PAIRS, QUARTILES_FROM, Spread, paired_ratios, verdict
 from onnxfold.runtime import custom_ops
 
 LEVELS = ("all", "disable")  # onnxruntime's default, and its optimizations off
-CREATIONS = 3  # session creations timed per model and level
+# session creations timed per model and level: enough pairs for a verdict (spread.MIN_PAIRS),
+# an even number so that each model is created first in half of them
+CREATIONS = MIN_PAIRS
 WARMUP = 2  # inference runs per model before timing
 
 
@@ -122,7 +125,7 @@ class LatencyResult:
                  f"{'s' if self.threads != 1 else ''}, default session options; medians "
                  f"[quartiles; min-max below {QUARTILES_FROM} samples] of {self.runs} {how} "
                  f"runs after {WARMUP} warm-up and of {CREATIONS} session creations from the "
-                 "files; ratios run by run",
+                 f"files; ratios run by run, a verdict from {MIN_PAIRS} pairs on",
                  f"{'':13}feeds " + ", ".join(self.feeds)]
         for t in self.timings:
             lines.append(f"{'':13}{LEVEL_NAMES.get(t.level, f'level {t.level}')}:")

@@ -134,7 +134,8 @@ def _same_outputs(a, b, shape):
 
 def test_function_ops_are_expanded_from_their_bodies_then_converted(tmp_path):
     src, out = dynamo_like(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
-    proc = run_cli("optimize", src, "-o", out, "--target-opset", "17", "--check", "2")
+    proc = run_cli("optimize", src, "-o", out, "--target-opset", "17", "--check", "2",
+                   "--keep-metadata")
     assert proc.returncode == 0, proc.stderr
     assert "opset        20 -> 17 (Gelu x1 expanded into their ONNX function bodies)" \
         in proc.stdout

@@ -39,6 +39,7 @@ ENTRY_POINTS = {
     ("onnxfold/app/info_commands.py", "rules"),  # onnxfold rules
     ("onnxfold/app/runtime_commands.py", "split"),  # onnxfold split
     ("onnxfold/runtime/adapter_split.py", "split_adapter"),  # onnxfold.split_adapter, the CLI
+    ("onnxfold/app/optimize_report.py", "_signature"),  # optimize's catalogue, for its FLOPs
 }
 
 
