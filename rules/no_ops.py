@@ -33,8 +33,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import GraphView, Match, OpBuilder, P, Var, pattern
+from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, pattern
 
+from .normalizations import affine_tail
 from .zero_sign import zero_sign_observed
 
 STATIC = ("Cast", "Reshape", "Expand", "Pad", "Transpose")  # no-ops by static facts
@@ -241,12 +242,16 @@ def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
         array.size > 0 and bool((array == 0).all())
 
 
-def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match:
+def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
     if len(node.outputs) != 1:
         return False
     x = _returned_unchanged(ctx, node)
     if x is None or ctx.is_constant(x):
         return False  # constants fold anyway
+    tail = affine_tail(ctx, node)
+    if tail is not None:
+        return Reject(f"the affine tail of a {tail[0].op} written out: onnxruntime fuses the "
+                      "normalization only with it")
     return Match(x=x)
 
 
