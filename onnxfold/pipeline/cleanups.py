@@ -24,6 +24,7 @@ from onnx_ir.passes import InPlacePass
 from onnxfold.analysis.constness import kept
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.io.mapped import MappedTensor, drop_resident_pages
+from onnxfold.ir import provenance
 from onnxfold.ir.arrays import c_contiguous, release_pages
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.edits import names_for, replace_value
@@ -186,7 +187,8 @@ def _groups(values: Iterable[_Weight], key: Callable[[_Weight], object]) -> list
 
 
 def dedupe_initializers(model: ir.Model) -> int:
-    """Identical initializers (same dtype, shape and bytes) become one; inputs are left alone.
+    """Identical initializers (same dtype, shape and bytes) become one; inputs are left alone
+    (but those an IR 3 fold listed there, :func:`_folded_input`).
 
     Candidates are narrowed by dtype and shape, then by a digest of a few sampled KiB; only
     tensors that still collide are hashed whole, so distinct weights are barely read.
@@ -194,10 +196,12 @@ def dedupe_initializers(model: ir.Model) -> int:
     removed = 0
     bound = _ResidentBound()
     for graph in all_graphs(model):
+        inputs = frozenset(graph.inputs)
         candidates = [_Weight(name, v, v.const_value)
                       for name, v in graph.initializers.items()
-                      if v.const_value is not None and v not in graph.inputs
-                      and v not in graph.outputs and v.const_value.dtype != ir.DataType.STRING]
+                      if v.const_value is not None and v not in graph.outputs and
+                      (v not in inputs or _folded_input(model, graph, v.const_value))
+                      and v.const_value.dtype != ir.DataType.STRING]
         shaped = _groups(candidates, lambda w: (w.tensor.dtype, tuple(w.tensor.shape.numpy())))
         for same_shape in shaped:
             for same_sample in _groups(same_shape, lambda w: _sample_digest(w.tensor, bound)):
@@ -208,9 +212,19 @@ def dedupe_initializers(model: ir.Model) -> int:
                         continue
                     weight.value.replace_all_uses_with(keep)
                     graph.initializers.pop(weight.name)
+                    if weight.value in inputs:
+                        graph.inputs.remove(weight.value)
                     removed += 1
     drop_resident_pages()
     return removed
+
+
+def _folded_input(model: ir.Model, graph: ir.Graph, tensor: ir.TensorProtocol) -> bool:
+    """Whether an initializer that is an input is one the fold made: in IR 3 the fold lists
+    what it stores among the main graph's inputs (as that IR asks of every initializer), but
+    no caller feeds it."""
+    return model.ir_version < 4 and graph is model.graph and \
+        provenance.FOLDED_FROM in tensor.metadata_props
 
 
 def prune_subgraph_initializers(model: ir.Model) -> int:
