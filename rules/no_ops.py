@@ -255,7 +255,7 @@ def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
         return False
     x = _returned_unchanged(ctx, node)
     tail = affine_tail(ctx, node) if isinstance(x, ir.Value) else None
-    if tail is not None:
+    if tail is not None and tail[0].fused:
         x = f"it is the affine tail of a {tail[0].op} written out, which onnxruntime fuses " \
             "only with it"
     if isinstance(x, str):  # a neutral element kept: --explain names it

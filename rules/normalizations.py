@@ -8,6 +8,8 @@ followed by ``* scale``. onnxruntime fuses each back into one kernel (``LayerNor
 Add) after the normalization. A freshly initialized layer's scale is all ones and its bias
 all zeros, neutral elements ``drop_neutral_element`` would remove, after which the runtime
 runs seven to nine ops per norm instead of one (an opset-13 ALBERT, a T5: 1.02-1.03x slower).
+onnxruntime 1.32 fuses the forms that divide by the deviation, not those that multiply by its
+``Reciprocal`` (dynamo's RMSNorm): their tails go, as any neutral element does.
 
 - :func:`affine_tail`: whether a Mul or Add is such a tail; ``drop_neutral_element`` keeps
   it (``--explain`` says why), whatever the opset.
@@ -60,7 +62,8 @@ def _axes(ctx: GraphView, node: ir.Node) -> tuple[int, ...] | None:
 @dataclass(frozen=True)
 class Norm:
     """A normalization written out: its op, input, reduced axes, epsilon (a constant value),
-    the node whose output is the normalized ``x`` (before any tail) and every node of it."""
+    the node whose output is the normalized ``x`` (before any tail), every node of it, and
+    whether onnxruntime fuses it (with a Div by the deviation: not ``* Reciprocal(...)``)."""
 
     op: str
     x: ir.Value
@@ -68,6 +71,7 @@ class Norm:
     epsilon: ir.Value
     head: ir.Node
     nodes: frozenset[ir.Node]
+    fused: bool
 
 
 @dataclass(frozen=True)
@@ -112,17 +116,18 @@ def norm_head(ctx: GraphView, value: ir.Value | None) -> Norm | None:
         if found is None or numerator is None:
             continue
         nodes = (head, *found.nodes, *((inverse,) if inverse is not None else ()))
-        norm = _centred(ctx, numerator, found, head, nodes)
+        fused = inverse is None or inverse.op_type == "Div"
+        norm = _centred(ctx, numerator, found, head, nodes, fused)
         if norm is None and found.base is numerator:
             norm = Norm("RMSNormalization", numerator, _axes(ctx, found.mean) or (),
-                        found.epsilon, head, frozenset(nodes))
+                        found.epsilon, head, frozenset(nodes), fused)
         if norm is not None:
             return norm
     return None
 
 
 def _centred(ctx: GraphView, numerator: ir.Value, found: _Deviation, head: ir.Node,
-             nodes: tuple[ir.Node, ...]) -> Norm | None:
+             nodes: tuple[ir.Node, ...], fused: bool) -> Norm | None:
     """A LayerNorm's head: ``numerator`` and the deviation's base are ``x - mean(x)`` (one
     Sub, or two equal ones as older exporters wrote them) over the variance's axes."""
     first, second = _made_by(ctx, numerator, "Sub"), _made_by(ctx, found.base, "Sub")
@@ -134,7 +139,7 @@ def _centred(ctx: GraphView, numerator: ir.Value, found: _Deviation, head: ir.No
             second.inputs[1] is not centre or _axes(ctx, mean) != _axes(ctx, found.mean):
         return None
     return Norm("LayerNormalization", x, _axes(ctx, mean) or (), found.epsilon, head,
-                frozenset((*nodes, first, second, mean)))
+                frozenset((*nodes, first, second, mean)), fused)
 
 
 def affine_tail(ctx: GraphView, node: ir.Node) -> tuple[Norm, tuple[ir.Node, ...]] | None:

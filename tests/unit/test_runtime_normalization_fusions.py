@@ -43,13 +43,16 @@ def _layer_norm(scale=1.0, bias=0.0, axes=(-1,), tail=True, dtype=np.float32, op
                       inits, opset=opset)
 
 
-def _rms_norm(opset=17, scale=1.0):
-    """T5's RMSNorm: x * (1 / sqrt(mean(x^2) + eps)) * w -> Relu -> y."""
+def _rms_norm(opset=17, scale=1.0, inverse="Div"):
+    """T5's RMSNorm: x * (1 / sqrt(mean(x^2) + eps)) * w -> Relu -> y (dynamo's: ``inverse``
+    Reciprocal)."""
     nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
              helper.make_node("ReduceMean", ["sq", "axes"] if opset >= 18 else ["sq"], ["v"],
                               **({} if opset >= 18 else {"axes": [-1]})),
              helper.make_node("Add", ["v", "eps"], ["ve"]),
-             helper.make_node("Sqrt", ["ve"], ["s"]), helper.make_node("Div", ["one", "s"], ["r"]),
+             helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["one", "s"], ["r"]) if inverse == "Div" else
+             helper.make_node("Reciprocal", ["s"], ["r"]),
              helper.make_node("Mul", ["x", "r"], ["n"]), helper.make_node("Mul", ["w", "n"], ["a"]),
              helper.make_node("Relu", ["a"], ["y"])]
     inits = [tensor("two", np.float32(2)), tensor("eps", np.float32(1e-6)),
@@ -76,6 +79,7 @@ CASES = [  # (model, ops of the folded graph that must be there, ops that must n
     (_rms_norm(opset=18), {"Mul", "Div"}, {"RMSNormalization"}),
     (_rms_norm(opset=23), {"RMSNormalization"}, {"Div", "Mul", "Sqrt"}),
     (_rms_norm(opset=23, scale=2.0), {"RMSNormalization"}, {"Div", "Mul", "Sqrt"}),
+    (_rms_norm(opset=23, inverse="Reciprocal"), {"RMSNormalization"}, {"Reciprocal", "Mul"}),
 ]
 
 
@@ -103,6 +107,15 @@ def test_a_normalization_the_op_cannot_express_stays_written_out(tmp_path, axes,
     folded, _, _ = fold_proto(model, tmp_path)
     assert "LayerNormalization" not in {n.op_type for n in folded.graph.node}
     assert_same_bits(model, folded, _feeds(dtype))
+
+
+def test_a_tail_onnxruntime_would_not_fuse_goes(tmp_path):
+    # onnxruntime fuses no RMSNorm that multiplies by the Reciprocal of the deviation
+    model = _rms_norm(opset=18, inverse="Reciprocal")
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert len(folded.graph.node) == len(model.graph.node) - 1  # the Mul by ones
+    assert fused_normalizations(model) == fused_normalizations(folded) == {}
+    assert_same_bits(model, folded, _feeds())
 
 
 def test_a_mean_read_outside_the_norm_keeps_the_decomposition(tmp_path):
