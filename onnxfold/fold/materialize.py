@@ -69,6 +69,7 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
             value.replace_all_uses_with(source)  # an Identity of a constant: read the constant
         elif _plain(value, outputs, evaluated) and (same := stored_by_content.get(arr)) is not None:
             value.replace_all_uses_with(same)  # equal bits: one initializer, one copy
+            same.meta[provenance.SHARED] = True
         else:
             made = provenance.MADE_BY in value.meta  # a rewrite built it: keep its recipe
             recipe = capture(value, evaluated.how) if made else None

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.support.models import make_model, tensor, vinfo
-from tests.support.running import assert_same_bits, fold_proto
+from tests.support.running import assert_same_bits, fold_proto, run_ort
 
 
 def _generated(fills, ir_version=8, extra_output=False):
@@ -56,3 +56,28 @@ def test_a_graph_output_keeps_its_name_and_the_equal_fold_reads_it(tmp_path):
     assert [t.name for t in _folded_weights(folded)] == ["w0"]
     assert [o.name for o in folded.graph.output] == ["y", "w0"]
     assert_same_bits(model, folded, {"x": np.arange(16, dtype=np.float32).reshape(2, 8)})
+
+
+def test_a_shared_fold_still_fuses_into_each_reader(tmp_path):
+    """Two Convs whose equal generated weights the fold shares, each followed by a batch
+    norm: both norms fuse into their Conv (each reader had a copy of its own), and the equal
+    fused weights are one again (DenseNet's light model: 499 nodes, as before the sharing)."""
+    value = helper.make_tensor("v", TensorProto.FLOAT, [1], [0.02])
+    nodes = []
+    for i in range(2):
+        nodes += [helper.make_node("ConstantOfShape", ["wshape"], [f"w{i}"], value=value),
+                  helper.make_node("Conv", [f"x{i}", f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("BatchNormalization", [f"c{i}", "s", "b", "m", "v"],
+                                   [f"y{i}"])]
+    inits = [tensor("wshape", np.asarray([4, 3, 3, 3], np.int64))] + [
+        tensor(n, np.full(4, 0.5, np.float32)) for n in ("s", "b", "m", "v")]
+    model = make_model(nodes, [vinfo(f"x{i}", shape=[1, 3, 8, 8]) for i in range(2)],
+                       [vinfo(f"y{i}", shape=[1, 4, 8, 8]) for i in range(2)], inits)
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert [n.op_type for n in folded.graph.node] == ["Conv", "Conv"]
+    weights = {n.input[1] for n in folded.graph.node}
+    assert len(weights) == 1
+    feeds = {f"x{i}": np.random.default_rng(i).standard_normal((1, 3, 8, 8), np.float32)
+             for i in range(2)}
+    for want, got in zip(run_ort(model, feeds), run_ort(folded, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # a fusion rounds once
