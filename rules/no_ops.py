@@ -14,7 +14,8 @@ two rules remove the same op as a no-op.
   ``x or False``, ``Where`` with a constant condition (choosing a float X: only where nothing
   tells the zeros apart, as onnxruntime makes X's zeros ``+0.0``), one-input
   ``Concat``/``Sum``/``Max``/``Min``/``Mean``, each only where the result has exactly ``x``'s
-  dtype and shape.
+  dtype and shape; never a normalization's affine tail that onnxruntime fuses it with
+  (``normalizations.py``). ``--explain`` names each neutral element kept, and why.
 - ``drop_inference_dropout`` (Dropout): a Dropout in inference mode whose mask nothing reads,
   whatever its data (its folders, for constant data, are in ``dropout.py``).
 
