@@ -231,8 +231,12 @@ def _goes_on(ctx: GraphView, node: ir.Node) -> bool:
 
 
 def _writable(ctx: GraphView, node: ir.Node) -> bool | Match:
-    """The op to write for the normalization ``node`` ends, unless its tail goes on."""
-    return False if _goes_on(ctx, node) else _match(ctx, node)
+    """The op to write for the normalization ``node`` ends, unless its tail goes on (asked
+    last: most nodes are no normalization's, and most opsets have neither op)."""
+    if ctx.opset() < min(_SINCE.values()):
+        return False
+    found = _match(ctx, node)
+    return found if found and not _goes_on(ctx, node) else False
 
 
 def _match(ctx: GraphView, node: ir.Node) -> bool | Match:
