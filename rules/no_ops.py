@@ -260,7 +260,7 @@ def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
         x = f"it is the affine tail of a {tail[0].op} written out, which onnxruntime fuses " \
             "only with it"
     if isinstance(x, str):  # a neutral element kept: --explain names it
-        return Reject(f"{node.op_type} {node.name} stays: {x}")
+        return Reject(f"{node.op_type} {node.name or node.outputs[0].name} stays: {x}")
     if x is None or ctx.is_constant(x):
         return False  # constants fold anyway
     return Match(x=x)

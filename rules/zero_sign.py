@@ -136,7 +136,7 @@ def zero_sign_observer(ctx: GraphView, value: ir.Value) -> str | None:
         for use in v.uses():
             kind = _kind(ctx, use.node, use.idx)
             if kind == "observes":
-                observer = f"{use.node.op_type} {use.node.name}"
+                observer = f"{use.node.op_type} {use.node.name or use.node.outputs[0].name}"
                 break
             if kind == "passes":
                 passed_to.extend(use.node.outputs)
