@@ -26,6 +26,7 @@ MODULES = (
     "generators",
     "linalg",
     "low_rank",
+    "normalizations",
     "op_groups",
     "qdq_units",
     "quant",

@@ -121,8 +121,8 @@ def page(title: str, subtitle: str, body: str, heading: str = "onnxfold report")
 def compare_page(check: dict[str, Any], a: str, b: str, verification_off: bool,
                  command: str = "compare") -> str:
     """``compare --report`` and ``verify-folds --report``: the check's alert and section of
-    ``optimize``'s page, for ``check`` (``CompareResult.to_dict``; a fold verification alone: ``ok``,
-    ``state`` and ``folds``)."""
+    ``optimize``'s page, for ``check`` (``CompareResult.to_dict``; a fold verification
+    alone: ``ok``, ``state`` and ``folds``)."""
     consequence = f"{esc(b)} does not compute what {esc(a)} computes"
     body = (report_html_check.alert(check, None, consequence) +
             f'<section id="s-check"><h2>Check</h2>'

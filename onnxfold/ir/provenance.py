@@ -33,6 +33,9 @@ STANDS_FOR = "onnxfold.stands_for"
 RECIPE = "onnxfold.recipe"
 MADE_BY = "onnxfold.made_by"
 REWIRED = "onnxfold.rewired"
+# in memory only: a folded constant that equal plain folds read in their place
+# (fold/materialize.py), each of its readers once holding a copy of its own
+SHARED = "onnxfold.shared"
 
 TENSOR_KEYS = (FOLDED_FROM, ROUNDING, STANDS_FOR, RECIPE, MADE_BY, REWIRED)
 

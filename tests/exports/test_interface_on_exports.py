@@ -16,7 +16,7 @@ pytest.importorskip("torch", reason="the exports tier needs torch (pip install .
 from tests.support import export_matrix
 from tests.support.cli import assert_ok, run_cli
 
-NAMES = ["mobilebert_torchscript", "bert_torchscript", "distilbert_dynamo", "gpt2_kv_dynamo",
+NAMES = ["mobilebert_out_torchscript", "bert_torchscript", "distilbert_dynamo", "gpt2_kv_dynamo",
          "resnet_torchscript", "whisper_encoder_dynamo"]
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support import fresh_exports, held_out_exports
+from tests.support import fresh_exports, held_out_exports, peer_gap_exports
 from tests.support.export_models import (
     _Decoder,
     _ImageLogits,
@@ -613,8 +613,19 @@ def mobilebert(path: Path, dynamo: bool) -> None:
 
 
 # in ENTRIES (built and cached like the rest) for the tests that name it, in no matrix
-ENTRIES["mobilebert_torchscript"] = Export("MobileBERT encoder", "torchscript",
-                                           _seeded(mobilebert, False))
+ENTRIES["mobilebert_out_torchscript"] = Export("MobileBERT encoder, named output", "torchscript",
+                                               _seeded(mobilebert, False))
+
+
+# The exports of issue 56's node gaps (tests/support/peer_gap_exports.py): in ENTRIES, held to
+# their node counts by tests/exports/test_peer_gaps.py.
+GAPS: dict[str, Export] = {
+    "mobilebert_torchscript": Export("MobileBERT encoder (trigram embedding)", "torchscript",
+                                     _seeded(peer_gap_exports.mobilebert, False)),
+    "fnet_dynamo": Export("FNet encoder (Fourier mixing)", "dynamo",
+                          _seeded(peer_gap_exports.fnet, True)),
+}
+ENTRIES.update(GAPS)
 
 
 # -- the cache ----------------------------------------------------------------------------------
