@@ -49,6 +49,7 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
            if v.const_value is not None and v.const_value.nbytes > SMALL_TENSOR_BYTES}
     order = list(graph.initializers) if big else []
     added = []
+    inputs = set(graph.inputs)  # a set: 20,000 weights made a list's search quadratic
     for name, value in big.items():
         graph.initializers.pop(name)
         assert value.const_value is not None  # big holds only constants
@@ -56,9 +57,9 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
             value.type = ir.TensorType(value.const_value.dtype)
         if value.shape is None:
             value.shape = cast(ir.Shape, value.const_value.shape)  # onnx-ir tensors: an ir.Shape
-        if value not in graph.inputs:
-            graph.inputs.append(value)
+        if value not in inputs:
             added.append(value)
+    graph.inputs.extend(added)
     try:
         with texts_set_aside(model):  # no inference reads a custom op's 256 MiB payload
             return ir.serde.serialize_model(model)
@@ -66,8 +67,9 @@ def serialize_light(model: ir.Model) -> onnx.ModelProto:
         # onnx-ir's GraphInputs keeps a removed input's count (0), and with it the value and
         # its weight for the graph's life: a weight folded away later would never be freed
         counts = getattr(graph.inputs, "_ref_counter", {})
-        for value in added:
-            graph.inputs.remove(value)
+        for value in reversed(added):  # the last ones: popped, not searched for
+            popped = graph.inputs.pop()
+            assert popped is value, "the graph's inputs changed while it was serialized"
             if counts.get(value) == 0:
                 del counts[value]
         for name in order:  # back in the file's order, not the large ones last
@@ -337,11 +339,14 @@ def _serialize_nodes(model: ir.Model, nodes: list[ir.Node], outputs: Collection[
     return proto
 
 
-def inferred_types(model: ir.Model, light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    """Run ONNX shape inference on ``light`` (``model`` serialized): the tensor types it gives,
-    by value name; none when inference fails."""
+def inferred_types(model: ir.Model | bool, light: onnx.ModelProto
+                   ) -> dict[str, onnx.TypeProto]:
+    """Run ONNX shape inference on ``light`` (``model`` serialized, or whether inference may
+    expand its functions, ``inference_expands_functions``): the tensor types it gives, by value
+    name; none when inference fails."""
     try:
-        if not inference_expands_functions(model):
+        expands = model if isinstance(model, bool) else inference_expands_functions(model)
+        if not expands:
             del light.functions[:]  # the calls stay opaque: their outputs keep declared types
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
                                                      data_prop=_data_prop_is_bounded(light))

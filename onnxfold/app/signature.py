@@ -18,9 +18,11 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.cost import Compute, compute, texts_aside
+from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
+from onnxfold.host.heap import release
 from onnxfold.host.logs import quiet
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ class Original:
     facts: dict[str, Any]
     declared: list[SimpleNamespace]
     light: onnx.ModelProto
+    expands: bool  # whether shape inference may expand its functions
 
 
 def read_original(model: ir.Model) -> Original:
@@ -54,7 +57,8 @@ def read_original(model: ir.Model) -> Original:
     with texts_aside(model):
         light = serialize_light(model)
     return Original({**{key: fn(model) for key, fn in _FACTS},
-                     "file_bytes": sum(sizes.values())}, declared, light)
+                     "file_bytes": sum(sizes.values())}, declared, light,
+                    inference_expands_functions(model))
 
 
 def signature(original: Original, folded: ir.Model, written: int | None,
@@ -65,15 +69,17 @@ def signature(original: Original, folded: ir.Model, written: int | None,
     ``options`` would give)."""
     found: dict[str, Any] = {key: [original.facts[key], fn(folded)] for key, fn in _FACTS}
     found["file_bytes"] = [original.facts["file_bytes"], written]
-    with quiet("onnx_ir"):  # what it says of the input it said as the input was read
-        graph = ir.serde.deserialize_model(original.light)  # weights as typed inputs
     try:
-        shapes, dims, where = _first_set(original, graph, folded, check, options, catalogue)
+        shapes, dims, where = _first_set(original, folded, check, options, catalogue)
     except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
         found["compute"] = {"reason": str(e)}
         return found
+    release()  # the plan's graph, before the computes' protos
     after = compute(folded, shapes, catalogue.costs)
-    before = compute(graph, shapes, catalogue.costs, after.types)
+    release()
+    light = onnx.ModelProto()
+    light.CopyFrom(original.light)  # the input's own: a copy is bound to the shapes
+    before = compute((light, original.expands), shapes, catalogue.costs, after.types)
     found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
                         "before": _totals(before), "after": _totals(after)}
     return found
@@ -119,16 +125,19 @@ _FACTS: tuple[tuple[str, Callable[[ir.Model], Any]], ...] = (
     ("outputs", lambda m: [_value(v) for v in m.graph.outputs]), ("parameters", _params))
 
 
-def _first_set(original: Original, graph: ir.Model, folded: ir.Model,
+def _first_set(original: Original, folded: ir.Model,
                check: CompareResult | None, options: CompareOptions, catalogue: Catalogue
                ) -> tuple[dict[str, list[int]], dict[str, int], str]:
     """Each input's shape in the check's first input set, its named dims, and whose set (the
-    dims ``folded`` fixes, ``--input-shape``'s, held as the check holds them)."""
+    dims ``folded`` fixes, ``--input-shape``'s, held as the check holds them). The plan reads
+    the input's graph (weights as typed inputs): made here only where no check ran."""
     if check is not None:
         return ({i.name: list(i.shape) for i in check.inputs}, dict(check.dims),
                 "the check's first input set")
     from onnxfold.check.running.feeds import FeedPlan
 
+    with quiet("onnx_ir"):  # what it says of the input it said as the input was read
+        graph = ir.serde.deserialize_model(original.light)
     fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
              for v in folded.graph.inputs}
     plan = FeedPlan(SimpleNamespace(get_inputs=lambda: original.declared), "the original",

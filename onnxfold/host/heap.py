@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import gc
 
 
 @functools.cache
@@ -30,3 +31,9 @@ def trim() -> None:
     with contextlib.suppress(AttributeError):
         if libc is not None:
             libc.malloc_trim(0)
+
+
+def release() -> None:
+    """Collect what cycles hold, then return the heap's free memory to the system."""
+    gc.collect()
+    trim()

@@ -34,12 +34,12 @@ def test_every_state_of_the_line_is_counted():
         UNVERIFIABLE,
         WITHIN,
         FoldVerification,
-        TensorVerdict,
     )
+    from onnxfold.check.running.verdicts import Verdict
     states = [BITWISE] * 7 + [WITHIN] * 2 + [SAMPLED] * 3 + [UNVERIFIABLE] * 4 + \
         [DIFFERS] * 1 + [PARAMETER] * 5
-    tensors = [TensorVerdict(f"t{k}", "float", [2], s, max_ulps=1.0,
-                             dims=PROVED if k < 2 else "") for k, s in enumerate(states)]
+    tensors = [Verdict(f"t{k}", s, dtype="float", shape=[2], max_ulps=1.0,
+                       dims=PROVED if k < 2 else "") for k, s in enumerate(states)]
     result = FoldVerification("a.onnx", "b.onnx", tensors, bindings=[{}, {}])
     line, counts = check_matrix.verification_counts(result.summary())
     assert counts == {"bitwise": 7, "within": 2, "sampled": 3, "not verifiable": 4,

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.shapes import serialize_light
+from onnxfold.check.running.sizes import Sizes
 from onnxfold.errors import InputError, clipped
 
 # onnxruntime: "Non-zero status code returned while running Squeeze node. Name:'Squeeze_0' ...",
@@ -40,12 +40,13 @@ class Doomed(InputError):
 
 class FailedNodes:
     """The nodes onnxruntime failed at while the reference tried bindings of the original
-    ``model``, and whether another binding's input shapes fail at one of them."""
+    ``model``, and whether another binding's input shapes fail at one of them (by onnx's
+    shape inference at them); ``sizes``: how large the values are there."""
 
     def __init__(self, model: ir.Model) -> None:
         self.model = model
         self.failed: dict[tuple[str, str], tuple[str, InputError]] = {}  # (op, node) -> where
-        self._light: onnx.ModelProto | None = None
+        self.sizes = Sizes(model)
 
     def record(self, error: InputError, where: str) -> None:
         """onnxruntime's ``error`` at the binding of the guessed dims ``where``."""
@@ -60,7 +61,7 @@ class FailedNodes:
         node onnxruntime failed at."""
         if not self.failed:
             return
-        proto = self._bound(shapes)
+        proto = self.sizes.bound(shapes)
         try:
             onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
         except onnx.shape_inference.InferenceError as e:
@@ -75,27 +76,6 @@ class FailedNodes:
                              f"failed at {where}", seen) from None
         except Exception:
             return
-
-    def _bound(self, shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
-        """The original without its weights' bytes, its inputs of ``shapes``, its declared
-        intermediate and output shapes left out (a declared ``-1`` is no error of the run)."""
-        if self._light is None:
-            self._light = serialize_light(self.model)
-            del self._light.graph.value_info[:]
-            for output in self._light.graph.output:
-                if output.type.HasField("tensor_type"):
-                    output.type.tensor_type.ClearField("shape")
-        proto = onnx.ModelProto()
-        proto.CopyFrom(self._light)
-        for value in proto.graph.input:
-            shape = shapes.get(value.name)
-            if shape is None or not value.type.HasField("tensor_type"):
-                continue
-            dims = value.type.tensor_type.shape
-            dims.ClearField("dim")
-            for size in shape:
-                dims.dim.add().dim_value = size
-        return proto
 
 
 __all__ = ["Doomed", "FailedNodes"]

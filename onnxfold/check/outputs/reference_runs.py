@@ -28,6 +28,7 @@ from onnxfold.check.running.runner import MachineShort, run_model
 from onnxfold.errors import InputError, clipped, one_line
 
 SAID = 300  # characters of onnxruntime's error kept before the list of guesses
+VALUE_SHARE = 4  # one value a binding makes may take at most this share of the memory left
 FEED_SHARE = 4  # one input set's random inputs may take at most this share of the memory left
 
 
@@ -67,6 +68,8 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 bound = bindings[k % len(bindings)]
                 weigh(feeder, bound, label)
                 feeds = _feeds(feeder, seed, k, overrides, failures, label)
+                if feeder.plan.sizes and failures is not None:  # images' sides guessed
+                    forecast(failures.sizes.largest({n: a.shape for n, a in feeds.items()}), label)
                 progress(f"original {k + 1}/{n}" if k < n else "original, another binding")
                 ran = run_model(sess, label, outputs, feeds, run_options, feeder.guesses())
                 if k < n:
@@ -177,6 +180,19 @@ def weigh(feeder: FeedPlan, bound: Bound, label: str) -> None:
         raise MachineShort(f"{label}: out of memory: the random inputs of one input set "
                            f"would take {need / mib:,.0f} MiB, and {room / mib:,.0f} MiB are "
                            "left under the memory limit")
+
+
+def forecast(largest: int, label: str) -> None:
+    """MachineShort (so that smaller images are tried) when a binding makes a value larger
+    than 1/:data:`VALUE_SHARE` of what this process may still allocate: a VAE decoder's
+    latent at 224 x 224 makes 1.6 GB activations, and computed them for minutes before an
+    allocation failed."""
+    room = memory_room.run_room()
+    if room is not None and largest > room // VALUE_SHARE:
+        mib = 2**20
+        raise MachineShort(f"{label}: out of memory: a value of {largest / mib:,.0f} MiB at "
+                           f"these dims (onnx's shape inference), and {room / mib:,.0f} MiB "
+                           "are left under the memory limit")
 
 
 def _short(error: Exception) -> str:

@@ -26,9 +26,11 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
+from onnxfold.check.running import memory
 from onnxfold.check.running.cones import Cones
 from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
+from onnxfold.check.running.sizes import Sizes
 from onnxfold.check.running.tolerance import allowed
 from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.check.running.verdicts import (
@@ -42,6 +44,7 @@ from onnxfold.check.running.verdicts import (
 from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
 
 BATCH_RECORDS = 128  # records run in one session
+LEAVES_SHARE = 4  # the leaves one run computes may take at most this share of the memory left
 # where a window sums (a Conv with a factor folded into its weight), an element near zero that
 # is the difference of large terms carries their rounding: a replacement may differ there by a
 # few ulps of the output's largest magnitude (3-25 measured on PP-OCRv5's fused Convs), far
@@ -116,6 +119,7 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
             runnable.append(record)
             verdicts[id(record)] = rewrite_verdict(record.rule, record.node, BITWISE)
     reads = _Dependence(cones)
+    sizes = Sizes(cones.model)
     ran: dict[int, set[object]] = {id(r): set() for r in runnable}  # what each ran at
     for k, feeds in enumerate(inputs):
         tell(f"validating rewrites {k + 1}/{len(inputs)}")
@@ -126,7 +130,7 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
             if key not in ran[id(record)] and verdicts[id(record)].state in (BITWISE, WITHIN):
                 ran[id(record)].add(key)
                 todo.append(record)
-        leaves = _Leaves(cones, feeds)
+        leaves = _Leaves(cones, feeds, sizes)
         windows = _Windows(leaves, cones, bitwise, rounding, verdicts, k)
         for start in range(0, len(todo), BATCH_RECORDS):
             windows.judge(todo[start:start + BATCH_RECORDS])
@@ -166,11 +170,15 @@ class _Dependence:
 class _Leaves:
     """The arrays of the leaves the windows read, on one input set: graph inputs as fed,
     initializers as the original holds them, other values as its cones compute them (each
-    computed once; None where it cannot be)."""
+    computed once; None where it cannot be, ``why`` says why). Leaves are computed in runs
+    whose values fit in a quarter of the memory left (sized by ``sizes`` at the set's input
+    shapes); one that alone does not fit is not computed."""
 
-    def __init__(self, cones: Cones, feeds: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, cones: Cones, feeds: Mapping[str, np.ndarray], sizes: Sizes) -> None:
         self.cones, self.feeds = cones, feeds
         self.arrays: dict[str, np.ndarray | None] = {}
+        self.why: dict[str, str] = {}  # a leaf not computed -> why
+        self.bytes = sizes.at({n: np.shape(a) for n, a in feeds.items()})
 
     def keep_only(self, names: set[str]) -> None:
         """Forget the arrays of every leaf but ``names`` (what later windows still read)."""
@@ -178,7 +186,8 @@ class _Leaves:
             del self.arrays[name]
 
     def prepare(self, names: set[str]) -> None:
-        """Compute the original's values of ``names`` not known yet, in one run if it can."""
+        """Compute the original's values of ``names`` not known yet, in as few runs as the
+        memory left allows."""
         missing = [n for n in names if n not in self.arrays]
         computed: list[ir.Value] = []
         for name in missing:
@@ -191,21 +200,51 @@ class _Leaves:
             elif value is None or value.producer() is None or \
                     self.cones.outside(value) is not None:
                 self.arrays[name] = None
+                self.why[name] = "the original cannot compute a value it reads alone"
             else:
                 computed.append(value)
-        found = self._computed(computed)
-        for value in computed:
-            self.arrays[str(value.name)] = found.get(value)
+        for chunk in self._chunks(computed):
+            found = self._computed(chunk)
+            for value in chunk:
+                self.arrays[str(value.name)] = found.get(value)
+
+    def _chunks(self, values: list[ir.Value]) -> list[list[ir.Value]]:
+        """``values`` in runs whose sized bytes fit a quarter of the memory left, in the
+        original's order; one that alone does not fit is left out (said in ``why``)."""
+        room = memory.run_room()
+        budget = None if room is None else room // LEAVES_SHARE
+        chunks: list[list[ir.Value]] = [[]]
+        held = 0
+        for value in sorted(values, key=self.cones.position):
+            size = self.bytes.get(str(value.name), 0)
+            if budget is not None and size > budget:
+                self.arrays[str(value.name)] = None
+                self.why[str(value.name)] = (f"it reads a value of {size >> 20} MiB, more than "
+                                             "the memory left lets the check hold")
+                continue
+            if budget is not None and chunks[-1] and held + size > budget:
+                chunks.append([])
+                held = 0
+            chunks[-1].append(value)
+            held += size
+        return [chunk for chunk in chunks if chunk]
 
     def _computed(self, values: list[ir.Value]) -> dict[ir.Value, np.ndarray]:
-        """The original's arrays of ``values``: in one run, else each half on its own (one
-        that cannot be computed, or too many for the memory left, spoils no other)."""
+        """The original's arrays of ``values``: in one run, else (onnxruntime failed) each
+        half on its own, so that one that cannot be computed spoils no other; where the
+        machine ran short, none (a half is no likelier to fit: each runs the cone again)."""
         if not values:
             return {}
         try:
             return self.cones.run(values, self.feeds, exact=False)  # read by both windows
-        except (RunFailed, MachineShort):
+        except MachineShort as e:
+            self.why.update({str(v.name): f"the machine ran short computing it ({e})"
+                             for v in values})
+            return {}
+        except RunFailed:
             if len(values) == 1:
+                self.why[str(values[0].name)] = \
+                    "the original cannot compute a value it reads alone"
                 return {}
         half = len(values) // 2
         return {**self._computed(values[:half]), **self._computed(values[half:])}
@@ -233,11 +272,13 @@ class _Windows:
         runnable = []
         for record in batch:
             assert record.before is not None and record.after is not None
-            if any(leaves.arrays.get(o) is None for w in (record.before, record.after)
-                   for o in w.originals.values()):
+            unknown = [o for w in (record.before, record.after) for o in w.originals.values()
+                       if leaves.arrays.get(o) is None]
+            if unknown:
                 verdict = self.verdicts[id(record)]
                 verdict.state = UNVALIDATED
-                verdict.reason = "the original cannot compute a value it reads alone"
+                verdict.reason = leaves.why.get(
+                    unknown[0], "the original cannot compute a value it reads alone")
             else:
                 runnable.append(record)
         if not runnable:

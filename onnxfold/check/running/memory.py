@@ -31,6 +31,7 @@ import gc
 
 import onnx_ir as ir
 
+from onnxfold.host.address_space import address_space_in_use
 from onnxfold.host.memory_limits import available_memory, host_available
 
 SESSION_FACTOR = 2.0  # peak bytes of a session per byte of its weights
@@ -63,15 +64,28 @@ def resident_bytes() -> int | None:
 
 def room() -> int | None:
     """What this process may still take: what is left under its memory limit (the host's RAM
-    or its cgroup's), and no more than :data:`HOST_SHARE` of what the host has available now
-    (None: unknown). Without a cgroup the limit is the host's RAM, which other processes
-    share: a check that took all of it would have the kernel kill it, or them."""
+    or its cgroup's), and no more than :data:`HOST_SHARE` of what the host has available now,
+    nor than its address-space limit leaves (``ulimit -v``, ``prlimit --as``: what is mapped
+    counts there, the weights' files and threads' stacks too) (None: unknown). Without a
+    cgroup the limit is the host's RAM, which other processes share: a check that took all of
+    it would have the kernel kill it, or them."""
     limit, used = available_memory(), resident_bytes()
     left = None if limit is None or used is None else max(limit - used, 0)
     available = host_available()
     share = None if available is None else int(available * HOST_SHARE)
-    known = [m for m in (left, share) if m is not None]
+    known = [m for m in (left, share, _address_space_left()) if m is not None]
     return min(known) if known else None
+
+
+def _address_space_left() -> int | None:
+    """What the soft address-space limit leaves unmapped (None: no limit, or unknown)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    mapped = address_space_in_use()
+    if soft == resource.RLIM_INFINITY or mapped is None:
+        return None
+    return max(soft - mapped, 0)
 
 
 def run_room() -> int | None:
