@@ -178,8 +178,6 @@ def _products(ctx: GraphView, x: ir.Value, node: ir.Node
 
 
 def _mergeable(ctx: GraphView, x: ir.Value, node: ir.Node) -> bool | Match | Reject:
-    if ctx.is_constant(x):
-        return False  # the products fold
     if sum(use.idx == 0 and use.node.op_type == "MatMul" for use in x.uses()) \
             < MIN_BIASED_PRODUCTS:
         return False  # no siblings (most MatMuls: counted first, it is cheap)

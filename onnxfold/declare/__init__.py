@@ -47,6 +47,7 @@ from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.cleanups import CleanupRule, cleanup
 from onnxfold.declare.pattern_rules import (
     KEEPS_QDQ_UNITS,
+    REWRITES_CONSTANTS,
     SHAPE_FOLDING,
     TAGS,
     PatternRule,
@@ -62,6 +63,7 @@ from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 __all__ = [
     "KEEPS_QDQ_UNITS",
     "MAX_ELEMENTS",
+    "REWRITES_CONSTANTS",
     "SHAPE_FOLDING",
     "TAGS",
     "UNSET",
