@@ -53,8 +53,8 @@ def _expanding_input(node: ir.Node, ctx: GraphView) -> tuple[int, ir.Node] | Non
         if v is None:
             continue
         producer = v.producer()
-        # what to build: the Expand only this node reads is postponed (a shared one stays,
-        # a constant operand like any other)
+        # what to build: the Expand only this node reads is postponed (a shared one is a
+        # constant operand like any other)
         if producer is not None and producer.op_type in EXPANDING and ctx.single_use(v):
             if found is not None:
                 return None
@@ -110,10 +110,11 @@ def postpone_expand(op: OpBuilder, node: ir.Node, i: int, expand: ir.Node,
 
 def _feeds_a_foldable_elementwise(ctx: GraphView, node: ir.Node, shape: ir.Value) -> bool:
     out = node.outputs[0]
-    if not ctx.single_use(out) or not ctx.is_constant(shape):  # what to build: for the one
-        return False  # reader it feeds, and only if that one folds on the scalar
+    # what to build: an Expand for the one reader, only worth it when that elementwise op can
+    # then fold on the scalar
+    if not ctx.single_use(out) or not ctx.is_constant(shape):
+        return False
     user = next(iter(out.uses())).node  # the single use; uses() is declared a Collection
-    # only worth it when the elementwise op can then fold on the scalar
     return user.op_type in ELEMENTWISE and all(
         v is out or v is None or ctx.is_constant(v) for v in user.inputs)
 

@@ -301,7 +301,7 @@ def surroundings(captured: Iterable[object]) -> set[ir.Node]:
 def marked_readers(value: ir.Value) -> list[ir.Node]:
     """The readers of ``value`` a mark around a change reaches: none when more than
     :data:`WIDE` nodes read it. A rewrite next to such a value changes its readers' count by a
-    few, which no pattern's ``single_use`` or check can tell from more than ``WIDE``; the
+    few, which no judgement or check can tell from more than ``WIDE``; the
     readers a rewrite does change (rewired, built) are marked by name. Marking through it
     reached most of a dynamo export (a sequence length read by every layer) at every rewrite
     near it."""
