@@ -44,7 +44,6 @@ from onnxfold.analysis.step_inputs import (
 )
 from onnxfold.declare.builder import UNSET, OpBuilder, Out, Replaced, Replacement
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.declare.cleanups import CleanupRule, cleanup
 from onnxfold.declare.pattern_rules import (
     KEEPS_QDQ_UNITS,
     REWRITES_CONSTANTS,
@@ -69,7 +68,6 @@ __all__ = [
     "UNSET",
     "Catalogue",
     "Check",
-    "CleanupRule",
     "Decline",
     "DeclineKind",
     "Dim",
@@ -96,7 +94,6 @@ __all__ = [
     "arith",
     "broadcast_dims",
     "broadcast_elements",
-    "cleanup",
     "derived_dims",
     "describe_dim",
     "dim_symbol",

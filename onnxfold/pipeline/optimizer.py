@@ -7,8 +7,8 @@
         rewrite -> fold -> prune -> refine shapes, while a round learns something
         fold model-local function bodies
     the cleanups (cleanups.py: remove_identity -> constants_to_initializers ->
-        dedupe_initializers -> prune_subgraph_initializers -> merge_duplicates),
-        then the catalogue's own (a plugin's) -> prune -> sorted
+        dedupe_initializers -> prune_subgraph_initializers -> merge_duplicates)
+        -> prune -> sorted
 
 Each step is an onnx-ir ``InPlacePass`` with one job (``onnxfold/pipeline/passes.py``) whose
 result says whether it changed the model and what it did; onnx-ir's ``PassManager`` runs the
@@ -60,7 +60,6 @@ from onnxfold.pipeline.metadata import strip_metadata
 from onnxfold.pipeline.opset_conversion import CONVERSION_KEY, convert_opset
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import (
-    Cleanups,
     FixInputShapes,
     Fold,
     FoldFunctions,
@@ -197,7 +196,6 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         stage,
         *(wrap(cleanup) for cleanup in cleanup_passes(off, dataclasses.replace(
             settings, nondeterministic_ops=catalogue.nondeterministic), strict)),
-        wrap(Cleanups(catalogue, strict, settings)),
         *([prune()] if kept("prune") else []),
         wrap(Sorted(strict)),
     ])

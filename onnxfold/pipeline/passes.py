@@ -17,7 +17,6 @@ the run or a half-rewritten model (``strict`` re-raises the error instead).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 import onnx
@@ -37,7 +36,6 @@ from onnxfold.ir.edits import read_in, remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
 from onnxfold.pipeline.inlining import inline_functions
 from onnxfold.pipeline.results import (
-    CleanupsResult,
     FoldFunctionsResult,
     FoldResult,
     InlineResult,
@@ -45,7 +43,7 @@ from onnxfold.pipeline.results import (
     RefineShapesResult,
     RewriteResult,
 )
-from onnxfold.rewrite.driver import Resumable, rewrite, run_cleanups
+from onnxfold.rewrite.driver import Resumable, rewrite
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
 
@@ -316,20 +314,3 @@ class Sorted(InPlacePass):
         for graph in unsorted:
             graph.sort()
         return PassResult(model, bool(unsorted))
-
-
-class Cleanups(InPlacePass):
-    """The catalogue's whole-model cleanups (``@cleanup``: a plugin's or a test's), after the
-    installed ones (``cleanups.py``, passes of their own)."""
-
-    name = "cleanups"
-
-    def __init__(self, catalogue: Catalogue, strict: bool, settings: RunSettings) -> None:
-        self.catalogue, self.strict, self.settings = catalogue, strict, settings
-
-    def call(self, model: ir.Model) -> CleanupsResult:
-        """Run every cleanup once; their hits."""
-        removed: Counter = Counter()
-        hits = run_cleanups(model, self.catalogue, strict=self.strict, settings=self.settings,
-                            removed=removed)
-        return CleanupsResult(model, bool(hits), hits, removed)

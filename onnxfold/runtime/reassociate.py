@@ -23,6 +23,7 @@ import onnx_ir as ir
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue
+from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.rewrite.driver import rewrite
 from onnxfold.rewrite.steps import StepFailed
@@ -65,7 +66,7 @@ def merge_low_rank_branches(model: ir.Model, runtime_inputs: Sequence[ir.Value],
     options = options or FoldOptions()
     off = set(options.disabled_rules) | set(options.keep)
     catalogue = catalogue.only(RULE).without(off)
-    if not catalogue.patterns:
+    if not catalogue.of(PatternRule):
         return LowRankMerges(enabled=False)
     if not runtime_inputs:
         return LowRankMerges()

@@ -26,6 +26,7 @@ from onnxfold.declare import (
 )
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import PatternRule
+from onnxfold.declare.registry import OpFact
 from onnxfold.ir.edits import names_for
 from onnxfold.rewrite.driver import rewrite
 from tests.support.models import make_model, tensor, vinfo
@@ -76,7 +77,7 @@ def _run(proto, rule: PatternRule, keep: frozenset[str] = frozenset()
          ) -> tuple[ir.Model, Counter, int]:
     """``proto`` rewritten with ``rule`` alone; the model, the rejections and the hits."""
     model = ir.serde.deserialize_model(proto)
-    catalogue = Catalogue((rule, *load_catalogue().facts))
+    catalogue = Catalogue((rule, *load_catalogue().of(OpFact)))
     rejected: Counter = Counter()
     done = rewrite(model, catalogue, rejected, settings=RunSettings(keep=keep))
     return model, rejected, done.hits[rule.name]
