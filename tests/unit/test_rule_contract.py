@@ -78,3 +78,15 @@ def test_the_scan_finds_an_unexplained_question(tmp_path):
                          "    return ctx.single_use(v)\n")
     assert _unexplained(bare) == ["bare.py:2: single_use"]
     assert _unexplained(explained) == []
+
+
+def test_the_rule_api_exports_what_rules_use():
+    """``onnxfold.declare`` is the rules' API: each name it exports is imported by a module of
+    ``rules/`` (the engine and tests import the modules that define the rest)."""
+    import onnxfold.declare
+
+    used = {alias.name for path in RULES.glob("*.py")
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module == "onnxfold.declare"
+            for alias in node.names}
+    assert set(onnxfold.declare.__all__) == used
