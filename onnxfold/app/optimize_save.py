@@ -100,7 +100,7 @@ def _save_plain(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettin
     if unverified is not None:
         result.report.warnings.append(unverified)
     verify = verifier(claimed.job.source, limit=None if converted else VERIFY_LIMIT,
-                      input_shapes=settings.fold.input_shapes) if cheap else None
+                      input_shapes=settings.fold.fixed_shapes) if cheap else None
     with phases.phase("save"):
         return save_model(result.model, target, external_data=settings.save.external,
                           prefill=prefill, guard=claimed.guard, verify=verify,

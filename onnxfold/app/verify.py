@@ -12,12 +12,12 @@ when it loads the model: a 4 KB nest of functions is a million nodes there.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import describe, expanded_size
+from onnxfold.analysis.input_shapes import InputShapes
 from onnxfold.errors import InputError, one_line
 
 if TYPE_CHECKING:  # imported where used: a run that verifies nothing never loads it
@@ -73,10 +73,10 @@ def ort_load_error(model: str | bytes) -> str | None:
 
 
 def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
-             input_shapes: Sequence[str] = ()):
+             input_shapes: InputShapes | None = None):
     """A ``verify(path)`` for ``save_model``: raise OutputRejected if onnxruntime refuses the
     output but loads ``original``; outputs over ``limit`` bytes are not checked (None: every
-    output is). ``input_shapes``: the ``--input-shape`` specs the run fixed; a model the
+    output is). ``input_shapes``: what ``--input-shape`` fixed in the run; a model the
     fixed shapes make invalid (a sequence past the position table) is refused at load once
     its shapes are static: where the original, with those shapes, fails to run too, that is
     an InputError naming the shapes, not a bug."""
@@ -87,11 +87,11 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
         problem = ort_load_error(path)
         if problem is None or ort_load_error(os.fspath(original)) is not None:
             return
-        if input_shapes:
+        if input_shapes is not None and input_shapes.specs:
             failure = _fails_at(original, input_shapes)
             if failure is not None:
-                raise InputError(f"--input-shape {' '.join(input_shapes)}: the model does not "
-                                 f"run at those shapes (the original fails there too: "
+                raise InputError(f"--input-shape {' '.join(input_shapes.specs)}: the model does "
+                                 f"not run at those shapes (the original fails there too: "
                                  f"{failure}); nothing was written")
         raise OutputRejected(f"onnxruntime refuses the folded model ({problem}); nothing "
                              "was written")
@@ -99,13 +99,13 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
     return verify
 
 
-def _fails_at(original: str | os.PathLike, input_shapes: Sequence[str]) -> str | None:
+def _fails_at(original: str | os.PathLike, input_shapes: InputShapes) -> str | None:
     """Why the original, its inputs fixed by ``input_shapes``, fails to run once on seeded
     inputs (None: it runs)."""
     import onnxruntime as ort
 
-    from onnxfold.app.simplify import with_input_shapes
     from onnxfold.check.feeds import synthetic_feeds
+    from onnxfold.pipeline.references import with_input_shapes
 
     proto = with_input_shapes(os.fspath(original), input_shapes)
     try:

@@ -204,7 +204,7 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
     return PassManager([
         *convert,
         *([wrap(InlineFunctions(strict))] if inline else []),
-        wrap(FixInputShapes(options.input_shapes)),
+        wrap(FixInputShapes(options.fixed_shapes)),
         # the reader's proto describes the model only if no pass before changed it
         wrap(InferShapes(light if not inline and not options.input_shapes and target is None
                          else None)),

@@ -10,12 +10,13 @@ that slice; the rewrite and the cleanups get theirs as ``RunSettings``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from onnxfold.analysis.input_shapes import as_specs
+from onnxfold.analysis.input_shapes import InputShapes, as_specs, parse
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.errors import InputError
 from onnxfold.fold.settings import Evaluation, FoldSettings, SizePolicy
@@ -175,6 +176,12 @@ class FoldOptions:
         if self.strip_metadata is not None and self.strip_metadata not in MODES:
             raise InputError(f"--strip-metadata {self.strip_metadata!r}: expected "
                              f"{' or '.join(map(repr, MODES))} (or None: keep it)")
+
+    @functools.cached_property
+    def fixed_shapes(self) -> InputShapes:
+        """``input_shapes`` parsed (once per options value): what the fold, the references
+        and ``simplify`` read."""
+        return parse(self.input_shapes)
 
     @classmethod
     def everything(cls, **overrides: Any) -> FoldOptions:

@@ -23,6 +23,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult, PostconditionError, PreconditionError
 
+from onnxfold.analysis.input_shapes import InputShapes
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import MARKED_KEY, infer_shapes, infer_shapes_upstream, refinable_by
@@ -108,12 +109,12 @@ class FixInputShapes(InPlacePass):
 
     name = "input_shapes"
 
-    def __init__(self, specs: tuple[str, ...]) -> None:
-        self.specs = specs
+    def __init__(self, shapes: InputShapes) -> None:
+        self.shapes = shapes
 
     def call(self, model: ir.Model) -> InputShapesResult:
-        """Fix the dims the specs name; modified if one changed."""
-        fixed = apply_input_shapes(model, self.specs)
+        """Fix the dims the shapes name; modified if one changed."""
+        fixed = apply_input_shapes(model, self.shapes)
         return InputShapesResult(model, fixed.changed > 0, fixed)
 
 
