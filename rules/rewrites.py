@@ -143,7 +143,8 @@ def _condition_known(ctx: GraphView, node: ir.Node, cond: ir.Value) -> bool | Ma
     return Match(branch=node.attributes[taken].as_graph())
 
 
-@pattern(P("If", Var("cond"), name="node"), check=_condition_known, name="inline_constant_if")
+@pattern(P("If", Var("cond"), name="node"), check=_condition_known, name="inline_constant_if",
+         tags=[REWRITES_CONSTANTS])
 def inline_constant_if(op: OpBuilder, branch: ir.Graph) -> tuple[ir.Value, ...]:
     """If(c) with a constant condition becomes the nodes of the branch it takes (the other
     branch goes with the If)."""
