@@ -201,9 +201,12 @@ class FoldOptions:
             evaluation=Evaluation(self.fallback, self.fold_timeout, self.memory_limit,
                                   self.pool_budget, self.strict))
 
-    def run_settings(self, unknown_ops: Iterable[str] = ()) -> RunSettings:
+    def run_settings(self, unknown_ops: Iterable[str] = (),
+                     runtime_inputs: Iterable[str] = ()) -> RunSettings:
         """The slice the rewrite and the cleanups read; ``unknown_ops``: the model's
-        default-domain op types onnx does not know (the reader's ``UNKNOWN_OPS_KEY``)."""
+        default-domain op types onnx does not know (the reader's ``UNKNOWN_OPS_KEY``);
+        ``runtime_inputs``: the inputs a split or a Session holds constant at run time."""
         return RunSettings(keep=frozenset(self.keep),
                            named_dims_equal=self.assume_named_dims_equal,
-                           unknown_ops=frozenset(unknown_ops))
+                           unknown_ops=frozenset(unknown_ops),
+                           runtime_inputs=frozenset(runtime_inputs))

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
@@ -71,8 +70,7 @@ def merge_low_rank_branches(model: ir.Model, runtime_inputs: Sequence[ir.Value],
     if not runtime_inputs:
         return LowRankMerges()
     infer_shapes(model)  # the factors' shapes decide what merges
-    settings = RunSettings(keep=frozenset(options.keep),
-                           runtime_inputs=frozenset(str(v.name) for v in runtime_inputs))
+    settings = options.run_settings(runtime_inputs=(str(v.name) for v in runtime_inputs))
     snapshot = None if options.strict else model.graph.clone()
     rejected_at: dict[ir.Node, str] = {}
     try:
