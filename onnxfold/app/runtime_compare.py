@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.host.ort_sessions import open_session
 from onnxfold.io import load_model, save_model
 from onnxfold.io.tempfiles import scratch_directory
 from onnxfold.pipeline.options import FoldOptions
@@ -120,9 +121,7 @@ def interleaved(calls: Mapping[str, Callable[[], object]], rounds: int, warmup: 
 
 
 def _ort_session(path: str, sess_options: Any) -> Any:
-    import onnxruntime as ort
-
-    return ort.InferenceSession(path, sess_options, providers=["CPUExecutionProvider"])
+    return open_session(path, sess_options)
 
 
 def with_initializers(model_path: str, arrays: Mapping[str, np.ndarray], directory: str,

@@ -19,6 +19,7 @@ import onnx_ir as ir
 from onnxfold.analysis.expansion import describe, expanded_size
 from onnxfold.analysis.input_shapes import InputShapes
 from onnxfold.errors import InputError, one_line
+from onnxfold.host.ort_sessions import open_session, session_options
 
 if TYPE_CHECKING:  # imported where used: a run that verifies nothing never loads it
     import onnxruntime
@@ -51,22 +52,13 @@ def load_check_options() -> onnxruntime.SessionOptions:
     pools would only be started and stopped: a third of the cost of creating a session on a
     graph of thousands of nodes. Everything that decides whether the model loads (parsing,
     type and shape checks, kernel lookup and creation) runs as with any thread count."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    return options
+    return session_options(optimized=False, threads=1)
 
 
 def ort_load_error(model: str | bytes) -> str | None:
     """Why onnxruntime cannot create a session for ``model`` (a path or bytes), or None."""
-    import onnxruntime as ort
-
     try:
-        ort.InferenceSession(model, load_check_options(), providers=["CPUExecutionProvider"])
+        open_session(model, load_check_options())
     except Exception as e:  # onnxruntime raises several exception types
         return one_line(e, 300)
     return None
@@ -102,17 +94,13 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
 def _fails_at(original: str | os.PathLike, input_shapes: InputShapes) -> str | None:
     """Why the original, its inputs fixed by ``input_shapes``, fails to run once on seeded
     inputs (None: it runs)."""
-    import onnxruntime as ort
-
     from onnxfold.check.feeds import synthetic_feeds
     from onnxfold.pipeline.references import with_input_shapes
 
     proto = with_input_shapes(os.fspath(original), input_shapes)
     try:
         feeds, _ = synthetic_feeds(proto)
-        session = ort.InferenceSession(proto.SerializeToString(), load_check_options(),
-                                       providers=["CPUExecutionProvider"])
-        session.run(None, feeds)
+        open_session(proto.SerializeToString(), load_check_options()).run(None, feeds)
     except Exception as e:  # onnxruntime and the feeds raise several exception types
         return " ".join(str(e).split())[:300] or type(e).__name__
     return None

@@ -12,7 +12,8 @@ import os
 import stat
 from collections.abc import Sequence
 
-from onnxfold.errors import InputError, one_line
+from onnxfold.errors import InputError
+from onnxfold.host.ort_sessions import register_libraries
 
 
 def checked_libraries(paths: Sequence[str | os.PathLike]) -> tuple[str, ...]:
@@ -32,11 +33,4 @@ def checked_libraries(paths: Sequence[str | os.PathLike]) -> tuple[str, ...]:
     return tuple(checked)
 
 
-def register(options, paths: Sequence[str]) -> None:
-    """Load each library into the onnxruntime ``SessionOptions`` ``options``."""
-    for path in paths:
-        try:
-            options.register_custom_ops_library(path)
-        except Exception as e:  # onnxruntime raises its own error types (or OSError)
-            raise InputError(f"custom-op library {path}: onnxruntime cannot load it "
-                             f"({one_line(e, 200)})") from None
+register = register_libraries  # the check's sessions load them through this name
