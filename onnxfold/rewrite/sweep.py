@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import onnx_ir as ir
 
-from onnxfold.analysis.constness import OpFacts, why_not_foldable
+from onnxfold.analysis.constness import OpFacts
 from onnxfold.analysis.dim_algebra import Known
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.step_inputs import ShapeSteps, shared_dim_names
@@ -34,7 +34,7 @@ from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
 from onnxfold.ir.edits import detach, names_for
-from onnxfold.ir.graph import counted, subgraphs, use_count
+from onnxfold.ir.graph import counted, use_count
 from onnxfold.ir.scopes import module_path
 from onnxfold.rewrite.judge import match_refusal, nodes_of, refusal
 from onnxfold.rewrite.log import RewriteLog
@@ -207,7 +207,7 @@ class Sweep:
         self.tried += 1
         if rejected_at is not None:
             rejected_at.pop(node, None)  # what held at an earlier try may hold no more
-        constant = self._folded(node)
+        constant = bool(node.outputs) and all(v in state.constant for v in node.outputs)
         for rule, order in self.rules.get(node.op_type, ()):
             if constant and REWRITES_CONSTANTS not in rule.tags:
                 continue
@@ -235,17 +235,6 @@ class Sweep:
                 if rejected_at is not None:
                     rejected_at[node] = f"{rule.name}: {verdict.reason}"
         return False
-
-    def _folded(self, node: ir.Node) -> bool:
-        """Whether the fold computes every result of ``node``: the sweep's plan found them
-        constant, or every input is constant now (a rewrite of this sweep built it) and the op
-        may fold."""
-        constant = self.state.constant
-        if node.outputs and all(v in constant for v in node.outputs):
-            return True
-        inputs = [v for v in node.inputs if v is not None]
-        return bool(inputs) and all(v in constant for v in inputs) and not subgraphs(node) \
-            and why_not_foldable(node, self.state.settings.keep, facts=self.state.facts) is None
 
     def _rewrite(self, rule: PatternRule, node: ir.Node, captures: dict[str, Any],
                  found: dict[str, Any]) -> int | Reject:
