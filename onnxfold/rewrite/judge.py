@@ -68,7 +68,8 @@ def refusal(graph: ir.Graph, proposal: Replacement, built: Sequence[Built],
         broken = broken_unit(dict.fromkeys((*removed, *rewired)))
         if broken is not None:
             return broken
-    going, why = left_behind(proposal, replaced, matched, bypassed)
+    made = {item.node for item in built if isinstance(item, BuiltNode)}
+    going, why = left_behind(proposal, replaced, matched, bypassed, made)
     if why is not None:
         return why
     if not any(isinstance(item, BuiltNode | Inlined) for item in built):
@@ -81,14 +82,15 @@ def refusal(graph: ir.Graph, proposal: Replacement, built: Sequence[Built],
 
 
 def left_behind(proposal: Replacement, replaced: Collection[ir.Node],
-                matched: Collection[ir.Node], bypassed: Collection[ir.Node] = ()
-                ) -> tuple[set[ir.Node], str | None]:
+                matched: Collection[ir.Node], bypassed: Collection[ir.Node] = (),
+                built: Collection[ir.Node] = ()) -> tuple[set[ir.Node], str | None]:
     """The nodes ``proposal`` removes: the producers of what it replaces, and the nodes of
     ``matched`` each of whose readers goes too or is rewired away from it (none a graph
     output); and why the driver refuses it (None: it does not): a node it removes whose other
     result stays read or is a graph output, a matched node it stops reading that stays read
-    outside the match (unless ``bypassed``: other readers keep it), or a value it gives a new
-    shape read outside the match."""
+    by a node outside the match (unless ``bypassed``: other readers keep it; one the nodes it
+    ``built`` read stays on purpose), or a value it gives a new shape read outside the
+    match."""
     going = set(replaced)
 
     def gone(value: ir.Value, reader: ir.Node) -> bool:
@@ -111,11 +113,14 @@ def left_behind(proposal: Replacement, replaced: Collection[ir.Node],
     for node in going:
         if not removable(node):  # a producer of a replaced value with another result in use
             return going, f"it would remove a {node.op_type} whose other result stays read"
+    inside = going | set(matched) | set(proposal.inputs) | set(built)
     for node in staying:
-        if node not in going and node not in bypassed and \
-                any(gone(v, use.node) for v in node.outputs for use in v.uses()):
+        readers = [(v, use.node) for v in node.outputs for use in v.uses()]
+        returned = node.graph is not None and any(v in node.graph.outputs for v in node.outputs)
+        outside = returned or any(r not in inside for _, r in readers)
+        if node not in going and node not in bypassed and outside and \
+                any(gone(v, r) for v, r in readers):
             return going, f"a {node.op_type} it removes stays read outside the match"
-    inside = going | set(matched) | set(proposal.inputs)
     for value in proposal.shapes:
         if (value.graph is not None and value in value.graph.outputs) or \
                 any(use.node not in inside for use in value.uses()):
