@@ -90,7 +90,7 @@ class FoldFunctionsResult(PassResult):
 
 @dataclass
 class CleanupsResult(PassResult):
-    """``Cleanups``: hits per cleanup, and the nodes each removed net."""
+    """A cleanup pass (``cleanups.py``): its hits, and the nodes it removed net."""
 
     hits: Counter = field(default_factory=Counter)
     removed: Counter = field(default_factory=Counter)

@@ -92,7 +92,7 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
         for graph in all_graphs(model):
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph,
-                              facts=facts)
+                              keep=settings.keep, facts=facts)
             state = GraphState(graph, model, plan.constant, facts, rejected, rejected_at,
                                shape_steps=shape_steps, settings=settings, log=log)
             work.begin(graph, state)
