@@ -27,8 +27,8 @@ rules' own rejections, a proposal that:
 The nodes a proposal removes are the producers of the values it replaces and the nodes of its
 match (the pattern's captures and whatever its check's match holds, in lists, tuples and
 dataclasses) whose every reader goes with them or is rewired away from them; the nodes of its
-match it rewires or moves stay, and so does a node its pattern marks ``bypassed`` (a rewrite
-that composes past it: other readers keep it).
+match it rewires or moves stay, and so do a node its pattern marks ``bypassed`` (a rewrite
+that composes past it: other readers keep it) and one the proposal's new nodes read.
 """
 
 from __future__ import annotations
