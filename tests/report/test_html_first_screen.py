@@ -18,7 +18,7 @@ import pytest
 from onnxfold.app import cli
 from onnxfold.app.report_html import render_html
 from onnxfold.pipeline.report import Report
-from tests.support.bugged_rules import doubling_folds
+from tests.support.bugged_rules import doubling_fold
 from tests.support.cli import assert_ok, run_cli
 from tests.support.html_pages import BERT, chromium, hostile_model, needs_chromium
 
@@ -35,7 +35,7 @@ document.body.dataset.text = document.body.innerText.indexOf("`") >= 0 ? "backti
 def failed_page(tmp_path_factory):
     """The tiny BERT's report where a wrong fold fails the check (exit 1)."""
     tmp = tmp_path_factory.mktemp("failed")
-    patched = doubling_folds()
+    patched = doubling_fold("Transpose")  # a folded weight transpose
     line = cli.parse(["optimize", BERT, "-o", str(tmp / "o.onnx"), "--check", "1", "-q",
                       "--report", str(tmp / "r.html"), "--json", str(tmp / "r.json")])
     command = dataclasses.replace(line.command, settings=dataclasses.replace(
