@@ -86,10 +86,10 @@ def _checked(src: Path, out: Path, dims: dict[str, int], seed: int, log_stem: Pa
     run = run_child(cmd, log_stem, timeout, cwd=ROOT)
     if run.rc not in (0, 1) or not report.exists():
         return {"status": f"fails: {run.error_line}", "dims": dims}
-    rows = json.loads(report.read_text())["rows"]
+    rows = json.loads(report.read_text())["outputs"]
     return {"status": "ok" if run.rc == 0 else "differs", "dims": dims,
             "bitwise": all(r["bitwise_equal"] for r in rows),
-            "max_abs": max((r["max_abs_diff"] or 0.0 for r in rows), default=0.0)}
+            "max_abs": max((r["max_abs"] or 0.0 for r in rows), default=0.0)}
 
 
 def measure(name: str, src: Path, work: Path, timeout: float) -> dict[str, Any]:

@@ -14,7 +14,7 @@ defaults by ``python -m onnxfold optimize MODEL -o OUT --latency RUNS --latency-
 --json REPORT`` in a child: onnxruntime on the CPU, ``T`` intra-op threads, default session
 options, session creation (3 each) and inference (median of ``RUNS`` after 2 warm-up) of the
 original and the output interleaved, at onnxruntime's default level (``all``, what a user
-deploys) and with its optimizations off (``onnxfold.check.latency``). A ratio is output /
+deploys) and with its optimizations off (``onnxfold.latency.measure``). A ratio is output /
 original in the same run; the target is <= 1.02x at the default level on every model.
 """
 

@@ -43,6 +43,12 @@ _, ok = onnxsim.simplify(src, output_path=dst,
 if not ok:
     sys.exit("onnxsim: the simplified model failed its check")
 """,
+    "onnxsim-cli": """\
+import runpy, sys
+src, dst = sys.argv[1], sys.argv[2]
+sys.argv = ["onnxsim", src, dst]  # onnxsim's command line, as `onnxsim IN OUT` runs it
+runpy.run_module("onnxsim", run_name="__main__")
+""",
     "onnxslim": """\
 import sys
 import onnxslim

@@ -21,8 +21,8 @@ from onnxfold._version import __version__
 defer("sympy", "onnx_ir._symbolic_shapes")  # onnx-ir imports sympy eagerly; folding never needs it
 
 _HOMES = {
-    "CompareResult": "check.compare_result", "compare": "check.comparison",
-    "LatencyResult": "check.latency", "measure_latency": "check.latency",
+    "CompareResult": "check.result", "compare": "check.compare",
+    "LatencyResult": "latency.measure", "measure_latency": "latency.measure",
     "InputError": "errors", "OnnxfoldError": "errors", "OutputError": "errors",
     "InferenceTimeout": "host.interruptible", "inference_time_limit": "host.interruptible",
     "FoldOptions": "pipeline.options", "FoldStats": "pipeline.results",
@@ -61,12 +61,12 @@ __all__ = [
 
 if TYPE_CHECKING:
     from onnxfold.app.simplify import simplify
-    from onnxfold.check.compare_result import CompareResult
-    from onnxfold.check.comparison import compare
-    from onnxfold.check.latency import LatencyResult, measure_latency
+    from onnxfold.check.compare import compare
+    from onnxfold.check.result import CompareResult
     from onnxfold.errors import InputError, OnnxfoldError, OutputError
     from onnxfold.host.interruptible import InferenceTimeout, inference_time_limit
     from onnxfold.io import load_model, save_model
+    from onnxfold.latency.measure import LatencyResult, measure_latency
     from onnxfold.pipeline.optimizer import OptimizeResult, optimize
     from onnxfold.pipeline.options import FoldOptions
     from onnxfold.pipeline.report import Report

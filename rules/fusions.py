@@ -34,6 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.declare import KEEPS_QDQ_UNITS, GraphView, Match, OpBuilder, P, Reject, Var, pattern
+from onnxfold.ir import provenance
 from onnxfold.ir.graph import through_identities
 
 from .no_ops import broadcasts_into
@@ -69,9 +70,11 @@ def _scaled_stays_finite(ctx: GraphView, w: ir.Value, factor: np.ndarray) -> boo
 
 def _sole_reader(ctx: GraphView, value: ir.Value | None) -> bool:
     """Whether ``value`` (through the Identity nodes exporters share weights with) is read by
-    one node only: fusing it then duplicates nothing."""
+    one node only, or is a fold its readers share only because their copies were equal
+    (``provenance.SHARED``): fusing it then duplicates nothing the model had."""
     # what to build: a weight is no node of the match, but fusing a shared one writes it twice
-    return all(ctx.single_use(link) for link in through_identities(value))
+    return all(ctx.single_use(link) or provenance.SHARED in link.meta
+               for link in through_identities(value))
 
 
 def _gemm_available(ctx: GraphView) -> bool:

@@ -14,7 +14,8 @@ two rules remove the same op as a no-op.
   ``x or False``, ``Where`` with a constant condition (choosing a float X: only where nothing
   tells the zeros apart, as onnxruntime makes X's zeros ``+0.0``), one-input
   ``Concat``/``Sum``/``Max``/``Min``/``Mean``, each only where the result has exactly ``x``'s
-  dtype and shape.
+  dtype and shape; never a normalization's affine tail that onnxruntime fuses it with
+  (``normalizations.py``). ``--explain`` names each neutral element kept, and why.
 - ``drop_inference_dropout`` (Dropout): a Dropout in inference mode whose mask nothing reads,
   whatever its data (its folders, for constant data, are in ``dropout.py``).
 
@@ -34,9 +35,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import GraphView, Match, OpBuilder, P, Var, pattern
+from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, pattern
 
-from .zero_sign import zero_sign_observed
+from .normalizations import affine_tail
+from .zero_sign import zero_sign_observer
 
 STATIC = ("Cast", "Reshape", "Expand", "Pad", "Transpose")  # no-ops by static facts
 SYMBOLIC = ("Reshape", "Slice", "Transpose", "Tile")  # and by symbolic dims (Expand's own)
@@ -178,8 +180,9 @@ def _is(array: np.ndarray, op: str, side: int) -> bool:
     return False
 
 
-def _returned_unchanged(ctx: GraphView, node: ir.Node) -> ir.Value | None:
-    """The input ``node`` returns unchanged, if it is one."""
+def _returned_unchanged(ctx: GraphView, node: ir.Node) -> ir.Value | str | None:
+    """The input ``node`` returns unchanged, if it is one; why it stays, where it would be but
+    for its shape or the sign of a zero."""
     ins = list(node.inputs)
     op = node.op_type
     if op in ("Concat", "Sum", "Max", "Min", "Mean") and len(ins) == 1:
@@ -191,19 +194,26 @@ def _returned_unchanged(ctx: GraphView, node: ir.Node) -> ir.Value | None:
     left, right = ins
     if left is None or right is None:
         return None
+    kept = None
     for side, c, x in ((0, left, right), (1, right, left)):
         array = ctx.array(c)
-        if array is None or x.dtype is None or x.dtype != c.dtype or \
-                not broadcasts_into(ctx, c, x):
+        if array is None or x.dtype is None or x.dtype != c.dtype:
             continue
-        if _is(array, op, side) or (_adds_a_zero(array, op, side) and
-                                    not zero_sign_observed(ctx, node.outputs[0])):
+        zero = _adds_a_zero(array, op, side) and not _is(array, op, side)
+        if not zero and not _is(array, op, side):
+            continue
+        observer = zero_sign_observer(ctx, node.outputs[0]) if zero else None
+        if not broadcasts_into(ctx, c, x):
+            kept = "its constant may broadcast the other input to a larger shape"
+        elif observer is not None:
+            kept = f"it adds a zero, and {observer} tells -0.0 from +0.0"
+        else:
             return x
-    return None
+    return kept
 
 
 def _chosen(ctx: GraphView, node: ir.Node, condition: ir.Value | None, a: ir.Value | None,
-            b: ir.Value | None) -> ir.Value | None:
+            b: ir.Value | None) -> ir.Value | str | None:
     """The input a Where of a constant condition, true or false throughout, returns unchanged
     (with the dtype and shape of the result), if it does."""
     if condition is None or a is None or b is None:
@@ -217,9 +227,9 @@ def _chosen(ctx: GraphView, node: ir.Node, condition: ir.Value | None, a: ir.Val
             or not broadcasts_into(ctx, other, x):
         return None
     # onnxruntime's Where turns a -0.0 it selects from X into +0.0 (Y's pass unchanged)
-    if x is a and x.dtype.is_floating_point() and zero_sign_observed(ctx, node.outputs[0]):
-        return None
-    return x
+    observer = zero_sign_observer(ctx, node.outputs[0]) if x is a and \
+        x.dtype.is_floating_point() else None
+    return x if observer is None else f"it makes -0.0 +0.0, and {observer} tells them apart"
 
 
 def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
@@ -229,10 +239,16 @@ def _adds_a_zero(array: np.ndarray, op: str, side: int) -> bool:
         array.size > 0 and bool((array == 0).all())
 
 
-def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match:
+def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
     if len(node.outputs) != 1:
         return False
     x = _returned_unchanged(ctx, node)
+    tail = affine_tail(ctx, node) if isinstance(x, ir.Value) else None
+    if tail is not None and tail[0].fused:
+        x = f"it is the affine tail of a {tail[0].op} written out, which onnxruntime fuses " \
+            "only with it"
+    if isinstance(x, str):  # a neutral element kept: --explain names it
+        return Reject(f"{node.op_type} {node.name or node.outputs[0].name} stays: {x}")
     return Match(x=x) if x is not None else False
 
 

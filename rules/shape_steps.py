@@ -10,7 +10,7 @@ prove the result: only provable steps are taken. The dim algebra (``arith``, bro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import onnx_ir as ir
@@ -263,6 +263,9 @@ def sliced(first: Dims, starts: Known, ends: Known, axes: list[int] | None,
             out[a] = len(range(d)[onnx_slice(start, end, step, d)])
         elif start == 0 and step == 1 and ((isinstance(end, int) and end >= BIG) or end == d):
             out[a] = d
+        elif start == 0 and step == 1 and isinstance(d, int) and not isinstance(end, int) \
+                and nonnegative(end):
+            out[a] = expression("Min", end, d)  # a position table cut to the sequence
         else:
             out[a] = None
     return tuple(out)
@@ -466,7 +469,7 @@ def concat_dims(step: DimsInputs) -> Dims | None:
     out: list[Dim | None] = []
     for i in range(len(first)):
         column = [s[i] for s in shapes if s is not None]
-        out.append(_summed(column) if i == axis else _agreed(column))
+        out.append(_summed(column) if i == axis else _agreed(column, step.of_inputs))
     return tuple(out)
 
 
@@ -478,10 +481,12 @@ def _summed(column: list[Dim | None]) -> Dim | None:
     return total
 
 
-def _agreed(column: list[Dim | None]) -> Dim | None:
-    """Another Concat axis: the inputs agree there, so any known one is the dim."""
+def _agreed(column: list[Dim | None], of_inputs: Callable[[Dim], bool]) -> Dim | None:
+    """Another Concat axis: the inputs agree there, so any known one is the dim: an int, else
+    one made of the graph inputs' dims (a padded slice's own name says less)."""
     return next((d for d in column if isinstance(d, int)),
-                next((d for d in column if d is not None), None))
+                next((d for d in column if d is not None and of_inputs(d)),
+                     next((d for d in column if d is not None), None)))
 
 
 @shape_dims("Split", every_output=True)

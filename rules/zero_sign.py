@@ -19,7 +19,10 @@ alone (``linear``, ``cubic``, with ``antialias`` and ``exclude_outside`` too), o
 ``extrapolation_value``. ``+``, ``-`` and ``*`` by a number give the same result for two
 operands equal but for a zero's sign, but for that result's own sign when it is zero, so the
 outputs differ at most in the signs of zeros. Its other inputs (``roi``, ``scales``,
-``sizes``) place the coordinates: they observe.
+``sizes``) place the coordinates: they observe. ``DFT`` and ``STFT`` are linear too: each output
+is a sum of input elements (windowed, for ``STFT``: its window passes the signs of its zeros on
+as well) times twiddle factors, so their signals' zeros pass on; their lengths, axes and steps
+observe.
 
 The quantizers, as onnxruntime computes them: ``QuantizeLinear`` to an integer type rounds
 ``x / scale`` and adds the zero point, and either zero rounds to the zero point (to a float8
@@ -60,7 +63,8 @@ PASSES_ON: dict[str, tuple[int, ...] | int] = dict.fromkeys(
      "GatherElements", "GatherND", "DepthToSpace", "SpaceToDepth", "MaxPool", "AveragePool",
      "GlobalMaxPool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
      "ReduceProd", "ReduceLogSumExp", "CumSum", "LogSoftmax", "TopK", "Clip", "Pad"), ANY)
-PASSES_ON.update({"Div": 0, "Where": 2, "Pow": 0, "Cast": 0, "Resize": 0, "Upsample": 0})
+PASSES_ON.update({"Div": 0, "Where": 2, "Pow": 0, "Cast": 0, "Resize": 0, "Upsample": 0,
+                  "DFT": 0, "STFT": (0, 2)})
 
 def _has_no_zero(ctx: GraphView, value: ir.Value | None) -> bool:
     array = ctx.array(value)
@@ -114,11 +118,11 @@ def _kind(ctx: GraphView, node: ir.Node, index: int) -> str:
     return "passes" if _listed(PASSES_ON, op, index) else "observes"
 
 
-def zero_sign_observed(ctx: GraphView, value: ir.Value) -> bool:
-    """Whether some op reading ``value`` (or what it passes the sign on to) gives a different
-    result for ``-0.0`` than for ``+0.0``. Remembered for the rewrite sweep until a rewrite
-    builds a node (``GraphView.remembered``)."""
-    memo: dict[ir.Value, bool] = ctx.remembered("zero_sign_observed")
+def zero_sign_observer(ctx: GraphView, value: ir.Value) -> str | None:
+    """The first node found reading ``value`` (or what it passes the sign on to) that gives a
+    different result for ``-0.0`` than for ``+0.0``, in words; None: none does. Remembered for
+    the rewrite sweep until a rewrite builds a node (``GraphView.remembered``)."""
+    memo: dict[ir.Value, str | None] = ctx.remembered("zero_sign_observer")
     returned = ctx.in_subgraph  # a subgraph's outputs go on to the enclosing graph
     stack: list[tuple[ir.Value, bool]] = [(value, False)]
     while stack:
@@ -127,24 +131,25 @@ def zero_sign_observed(ctx: GraphView, value: ir.Value) -> bool:
             continue
         # what to build: an output of a subgraph is read by the enclosing graph
         if returned and ctx.is_graph_output(v):
-            memo[v] = True
+            memo[v] = "the enclosing graph (an output of this subgraph)"
             continue
         passed_to: list[ir.Value] = []
-        observed = False
+        observer = None
         for use in v.uses():
             kind = _kind(ctx, use.node, use.idx)
             if kind == "observes":
-                observed = True
+                observer = f"{use.node.op_type} {use.node.name or use.node.outputs[0].name}"
                 break
             if kind == "passes":
                 passed_to.extend(use.node.outputs)
-        if observed:
-            memo[v] = True
+        if observer is not None:
+            memo[v] = observer
             continue
         pending = [o for o in passed_to if o not in memo]
         if pending and not expanded:
             stack.append((v, True))
             stack.extend((o, False) for o in pending)
             continue
-        memo[v] = any(memo.get(o, True) for o in passed_to)
+        memo[v] = next((memo.get(o, "a reader in a cycle") for o in passed_to
+                        if memo.get(o, "a reader in a cycle") is not None), None)
     return memo[value]

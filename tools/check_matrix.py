@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 TIMEOUT = 600  # seconds, one optimize child
-# every state the fold verification line counts (onnxfold/check/fold_verdicts.py's summary),
+# every state the fold verification line counts (onnxfold/check/folds/verdicts.py's summary),
 # by the words it counts them with
 STATES = {"bitwise": "bitwise", "within": "within", "sampled": "sampled",
           "not verifiable": "not verifiable", "differ": "differ",

@@ -35,7 +35,8 @@ class Sym:
     """A dynamic dim or an expression of them: ``("dim", name)``, ``("axis", id, name, i)``,
     ``(op, a, b)``, ``("Broadcast", a, b, ...)`` (what broadcasting dims that may each be 1
     gives: the one that is not 1), ``("Reshape0", e, d)`` (a Reshape target element ``e``,
-    which copies the input's dim ``d`` where it is 0) or ``("Opaque", serial, *atoms)`` (an
+    which copies the input's dim ``d`` where it is 0), ``("Min", e, k)`` (a slice ``[0:e]`` of
+    an axis ``k`` long) or ``("Opaque", serial, *atoms)`` (an
     expression too large to keep, of those dims: equal to itself alone).
 
     Expressions are made by :func:`expression`, which keeps them within
@@ -236,6 +237,8 @@ def _broadcast_dim(column: list[Dim | None]) -> Dim | None:
     for d in column:
         if isinstance(d, Sym):
             syms.update(d.expr[1:] if d.expr[0] == "Broadcast" else (d,))
+    # min(a, k) against a: a, whenever the broadcast runs (equal to a, or k = 1, or it fails)
+    syms -= {d for d in syms if d.expr[0] == "Min" and d.expr[1] in syms}
     if not syms:
         return 1
     if len(syms) == 1:
@@ -258,7 +261,7 @@ def nonnegative(d: Dim) -> bool:
         return d >= 0
     if d.expr[0] in ("dim", "axis", "Broadcast"):
         return True
-    if d.expr[0] == "Reshape0":
+    if d.expr[0] in ("Reshape0", "Min"):
         return all(nonnegative(p) for p in d.expr[1:])
     return d.expr[0] in ("Add", "Mul", "Div") and all(nonnegative(p) for p in d.expr[1:])
 

@@ -20,7 +20,7 @@ WIDE (one new token after a past), and a *varied* one at other values again; eve
 graph relates to others is computed from them, and a given dim is never moved (:func:`settle`).
 What was guessed (not given, not derived) is listed so a message can name the ``--dim`` to
 set. (The check names every anonymous dim, ``?``, unnamed or -1, by input and axis before it
-plans: ``onnxfold.check.feeds``.)
+plans: ``onnxfold.check.running.feeds``.)
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
 class Profile:
     """How one binding sets the dims nothing gives or relates: the dims on axis 0 (a batch)
     ``batch``, the lengths off axis 0 ``width``, a cache's length ``held``, an image's height
-    and width ``side``. The unnamed dims follow the same numbers (``onnxfold.check.feeds``)."""
+    and width ``side``. The unnamed dims follow the same numbers
+    (``onnxfold.check.running.feeds``)."""
 
     name: str
     batch: int

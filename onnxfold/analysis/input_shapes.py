@@ -19,6 +19,7 @@ from typing import TypeGuard
 import onnx_ir as ir
 
 from onnxfold.errors import InputError
+from onnxfold.host.terminal import printable
 from onnxfold.ir.graph import is_static_dim
 from onnxfold.numbers import flag_value
 
@@ -68,16 +69,29 @@ def parse(specs: Sequence[str]) -> InputShapes:
     for spec in specs:
         match = _NAMED.match(spec.strip())
         if match and ":" not in spec:
-            named[match.group(1)] = flag_value(f"--input-shape {match.group(1)}",
-                                               match.group(2), minimum=0)
+            dim = match.group(1)
+            value = flag_value(f"--input-shape {dim}", match.group(2), minimum=0)
+            if named.setdefault(dim, value) != value:
+                raise InputError(f"--input-shape {dim}: given twice, as {named[dim]} and {value}")
             continue
         name, colon, dims = spec.rpartition(":")
         parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
         if not colon or not name or any(not d for d in parts):
             raise InputError(f"--input-shape {spec}: expected NAME:d0,d1,... or DIM=VALUE")
-        shapes[name] = [flag_value(f"--input-shape {name}", d, minimum=0) if _is_number(d)
-                        else d for d in parts]
+        shape = [flag_value(f"--input-shape {name}", d, minimum=0) if _is_number(d) else d
+                 for d in parts]
+        if shapes.setdefault(name, shape) != shape:
+            raise InputError(f"--input-shape {name}: given twice, as {_spec(shapes[name])} and "
+                             f"{_spec(shape)}")
+        unsafe = [d for d in parts if printable(d) != d]
+        if unsafe:
+            raise InputError(f"--input-shape {name}: the dim name {printable(unsafe[0])} holds "
+                             "control or invisible characters (it would go into the model)")
     return InputShapes(tuple(specs), shapes, named)
+
+
+def _spec(shape: Sequence[int | str]) -> str:
+    return ",".join(map(str, shape))
 
 
 def _label(dim: object) -> int | str | None:
@@ -122,13 +136,13 @@ def apply(model: ir.Model, given: InputShapes) -> Fixed:
             raise InputError(f"--input-shape {name}: no such input "
                              f"(inputs: {', '.join(inputs)})")
     given_names = set(named)
-    planned = _planned(inputs, shapes, named)
+    plan = planned(inputs, shapes, named)
     fixed = Fixed()
     used: set[str] = set()
     for name, value in inputs.items():
         old = [_label(d) for d in value.shape] if value.shape is not None else None
-        new = planned.get(name, list(old) if old is not None else [])
-        if old is None and name not in planned:
+        new = plan.get(name, list(old) if old is not None else [])
+        if old is None and name not in plan:
             continue
         new = [_bound(d, named, used) for d in new]
         if new != old:
@@ -149,11 +163,11 @@ def apply(model: ir.Model, given: InputShapes) -> Fixed:
     return fixed
 
 
-def _planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, Sequence[int | str]],
+def planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, Sequence[int | str]],
              named: dict[str, int]) -> dict[str, list[int | str | None]]:
     """The shapes given, checked against what each input declares; ``named`` gains the
     names a given value fixes (a ``1`` where the input says ``batch``)."""
-    planned: dict[str, list[int | str | None]] = {}
+    found: dict[str, list[int | str | None]] = {}
     for name, value in inputs.items():
         old = [_label(d) for d in value.shape] if value.shape is not None else None
         if name not in shapes:
@@ -170,8 +184,8 @@ def _planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, Sequence[int |
                     named.setdefault(was, now) != now:
                 raise InputError(f"--input-shape {name}: {was} is {named[was]} elsewhere, "
                                  f"not {now}")
-        planned[name] = new
-    return planned
+        found[name] = new
+    return found
 
 
 def _bound(dim: int | str | None, named: Mapping[str, int], used: set[str]) -> int | str | None:

@@ -261,7 +261,7 @@ def infer_shapes(model: ir.Model, light: onnx.ModelProto | None = None) -> int:
     except Exception:  # inference is an optimization aid, never a reason to fail
         return 0
     outputs = (value for graph in all_graphs(model) for node in graph for value in node.outputs)
-    return _merge(_inferred_types(model, light), outputs)
+    return _merge(inferred_types(model, light), outputs)
 
 
 def refinable_by(node: ir.Node, new: Collection[ir.Value]) -> bool:
@@ -288,7 +288,7 @@ def infer_shapes_upstream(model: ir.Model, values: Collection[ir.Value],
         proto = _serialize_nodes(model, nodes, values)
     except Exception:  # inference is an optimization aid, never a reason to fail
         return 0
-    return _merge(_inferred_types(model, proto), (v for node in nodes for v in node.outputs))
+    return _merge(inferred_types(model, proto), (v for node in nodes for v in node.outputs))
 
 
 def _upstream(graph: ir.Graph, values: Collection[ir.Value]) -> list[ir.Node]:
@@ -337,7 +337,7 @@ def _serialize_nodes(model: ir.Model, nodes: list[ir.Node], outputs: Collection[
     return proto
 
 
-def _inferred_types(model: ir.Model, light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+def inferred_types(model: ir.Model, light: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """Run ONNX shape inference on ``light`` (``model`` serialized): the tensor types it gives,
     by value name; none when inference fails."""
     try:
@@ -398,3 +398,32 @@ def _more_static(declared: ir.Shape, inferred: Sequence[int | str | None] | None
         else:
             dims.append(mine)
     return ir.Shape(dims) if gained else None
+
+
+Interface = list[tuple[str | None, ir.TypeProtocol | None, ir.Shape | None]]
+
+
+def interface_of(graph: ir.Graph) -> Interface:
+    """The name, type and shape each output of ``graph`` is declared with."""
+    return [(value.name, value.type, value.shape) for value in graph.outputs]
+
+
+def keep_interface(graph: ir.Graph, declared: Interface) -> None:
+    """Give each output of ``graph`` still named as ``declared`` its declared type and dims
+    back where a rewrite put a value typed by inference in its place (MobileBERT's
+    ``out [batch, seq, 64]`` became ``[unk__17, unk__18, 64]``): a consumer reads from the
+    names which outputs share the inputs' dims. A dim the run made static (``--input-shape``)
+    stays static; a declared dim without a name takes what the run found."""
+    for value, (name, type_, shape) in zip(graph.outputs, declared):
+        if value.name != name:
+            continue
+        if type_ is not None:
+            value.type = type_
+        if shape is None:
+            continue
+        if value.shape is None or len(value.shape) != len(shape):
+            value.shape = shape
+            continue
+        value.shape = ir.Shape([now if isinstance(now, int) or
+                                (isinstance(mine, ir.SymbolicDim) and mine.value is None)
+                                else mine for now, mine in zip(value.shape, shape)])

@@ -139,14 +139,17 @@ def value_step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
 
 class DimsInputs:
     """What an output-dims step (``@shape_dims`` in ``rules/``) reads of its node: its inputs'
-    dims (``dims``), shape values (``known``) and constants' data (``arrays``)."""
+    dims (``dims``), shape values (``known``) and constants' data (``arrays``), and which dims
+    are made of the graph inputs' (``of_inputs``: the walk knows them; else only ints)."""
 
     def __init__(self, node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
-                 known: dict[ir.Value, Known], arrays: Arrays) -> None:
+                 known: dict[ir.Value, Known], arrays: Arrays,
+                 of_inputs: Callable[[Dim], bool] | None = None) -> None:
         self.node = node
         self.dims = dims
         self.known = known
         self.arrays = arrays
+        self.of_inputs = of_inputs or _static
         inputs = node.inputs
         self.first: Dims | None = dims(inputs[0]) if inputs else None  # input 0's dims
 
@@ -188,11 +191,15 @@ class ShapeSteps:
 
 
 def output_dims(node: ir.Node, dims: Callable[[ir.Value | None], Dims | None],
-                 known: dict[ir.Value, Known], arrays: Arrays, steps: ShapeSteps
-                 ) -> Dims | None:
+                 known: dict[ir.Value, Known], arrays: Arrays, steps: ShapeSteps,
+                 of_inputs: Callable[[Dim], bool] | None = None) -> Dims | None:
     """The dims of ``node``'s first output from its inputs' (None: not derived here)."""
     step = steps.dims.get(node.op_type)
-    return None if step is None else step(DimsInputs(node, dims, known, arrays))
+    return None if step is None else step(DimsInputs(node, dims, known, arrays, of_inputs))
+
+
+def _static(d: Dim) -> bool:
+    return isinstance(d, int)
 
 
 class _KnownBy(dict):

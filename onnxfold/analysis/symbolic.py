@@ -130,11 +130,14 @@ def _refine(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
                 if REFINED_KEY in meta:
                     del meta[REFINED_KEY]
         return
+    def of_inputs(d: Dim) -> bool:
+        return _of_inputs(d, inputs, inputs_dims)
+
     every_output = steps.every_output_dims.get(node.op_type)
     if every_output is not None:
-        derived_all = every_output(DimsInputs(node, dims, known, arrays))
+        derived_all = every_output(DimsInputs(node, dims, known, arrays, of_inputs))
     else:
-        derived_all = [output_dims(node, dims, known, arrays, steps)]
+        derived_all = [output_dims(node, dims, known, arrays, steps, of_inputs)]
     for k, out in enumerate(node.outputs):
         if out is None:
             continue

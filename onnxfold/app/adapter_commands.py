@@ -14,29 +14,17 @@ from __future__ import annotations
 import os
 
 from onnxfold.app.commands import SplitAdapterCommand
-from onnxfold.app.report_files import guard_inputs
 
 
 def split_adapter(command: SplitAdapterCommand) -> int:
-    """Split the model, write both files, say what was found and how to run it."""
-    from onnxfold.declare.catalogue import load_catalogue
-    from onnxfold.io import load_model, save_model
-    from onnxfold.runtime.adapter_split import lift_lora_weights
-    from onnxfold.runtime.adapters import write_adapter
+    """Split the model (``onnxfold.split_adapter``: the same claims, the same checks), say
+    what was found and how to run it."""
+    from onnxfold.runtime.adapter_split import split_adapter as split
 
-    guard = guard_inputs([command.source])
-    try:
-        base = guard.pin(command.output, "base model")
-        adapter = guard.pin(command.adapter, "adapter file")
-        model = load_model(command.source, check=command.check_input)
-        found = lift_lora_weights(model, load_catalogue(), command.source)
-        info = save_model(model, base, guard=guard)
-        write_adapter(found.arrays, adapter)
-    finally:
-        guard.close()
+    found = split(command.source, command.output, command.adapter, check=command.check_input)
     print(f"found        {found.summary()}")
-    print(f"wrote        {command.output} ({info.bytes_written / 2**20:.1f} MiB): the model, its "
-          "LoRA weights as inputs")
+    print(f"wrote        {command.output} ({os.path.getsize(command.output) / 2**20:.1f} MiB): "
+          "the model, its LoRA weights as inputs")
     print(f"wrote        {command.adapter} ({os.path.getsize(command.adapter) / 2**20:.2f} MiB, "
           f"{len(found.arrays)} tensors by those inputs' names)")
     print(f'run it       onnxfold.Session("{command.output}", adapter="{command.adapter}") '

@@ -18,6 +18,7 @@ from onnxfold.app.commands import ModelJob
 from onnxfold.app.shards import Shard, shard_key
 from onnxfold.errors import InputError, OutputError
 from onnxfold.io import formats
+from onnxfold.io.door import claimed
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.reader import DATA_FILES_KEY, load_model
 
@@ -86,11 +87,11 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
             found.append((path, os.path.basename(path)))
     if not found:
         raise InputError("no input model")
-    if outdir is None:
-        keys, found = _sharded(found, shard)
-        jobs = [ModelJob(source, None) for source, _ in found]
-        return BatchPlan(jobs, _guard_summary(jobs, summary), keys,
-                         [shard_key(relative) for _, relative in found])
+    if outdir is None:  # a dry run: the summary JSON may replace no model of any shard
+        guard = claimed([(summary, "JSON summary")], models=[source for source, _ in found])
+        keys, kept = _sharded(found, shard)
+        return BatchPlan([ModelJob(found[index][0], None) for index in kept], guard, keys,
+                         [keys[index] for index in kept])
     by_output: dict[str, str] = {}
     for source, relative in found:
         first = by_output.get(relative)
@@ -106,12 +107,13 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
             raise OutputError(f"{outdir}: holds the input {source}; write the optimized models "
                               "to another directory (one model may be replaced in place with "
                               "`onnxfold optimize M -o M`)")
-    keys, found = _sharded(found, shard)
     # the output directory resolved once: a symlink on its way swapped later redirects no job
     jobs = [ModelJob(source, os.path.join(outdir_real, relative))
             for source, relative in found]
     outputs = [job.output for job in jobs if job.output is not None]
     guard = OutputGuard([path for job in jobs for path in _files_read(job.source)])
+    # every shard claims the whole batch's outputs: a shard's summary may replace no model
+    # another shard writes (what one shard refuses, all refuse)
     with _directories(outdir, outputs):  # the guard wants each output's directory to exist
         for job, output in zip(jobs, outputs):
             guard.claim(output, f"output of {job.source}")
@@ -119,24 +121,15 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
                 guard.claim(output + ".data", f"external data of {job.source}'s output")
         if summary is not None:  # resolved once, as every output
             guard.pin(summary, "JSON summary")
-    return BatchPlan(jobs, guard, keys, [shard_key(relative) for _, relative in found])
+    keys, kept = _sharded(found, shard)
+    return BatchPlan([jobs[index] for index in kept], guard, keys, [keys[index] for index in kept])
 
 
-def _sharded(found: list[tuple[str, str]], shard: Shard | None
-             ) -> tuple[list[str], list[tuple[str, str]]]:
-    """The keys of every model found, and the models of ``shard`` (all of them without)."""
+def _sharded(found: list[tuple[str, str]], shard: Shard | None) -> tuple[list[str], list[int]]:
+    """The keys of every model found, and the indices of those of ``shard`` (all without)."""
     keys = [shard_key(relative) for _, relative in found]
-    if shard is None:
-        return keys, found
-    return keys, [item for item, taken in zip(found, shard.taken(keys)) if taken]
-
-
-def _guard_summary(jobs: list[ModelJob], summary: str | None) -> OutputGuard:
-    """A dry run's guard: the ``summary`` JSON, pinned, may replace no input."""
-    guard = OutputGuard([job.source for job in jobs])
-    if summary is not None:
-        guard.pin(summary, "JSON summary")
-    return guard
+    taken = shard.taken(keys) if shard is not None else [True] * len(keys)
+    return keys, [index for index, kept in enumerate(taken) if kept]
 
 
 def _files_read(model: str) -> list[str]:

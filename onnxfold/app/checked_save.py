@@ -14,16 +14,16 @@ from collections.abc import Callable
 
 import onnx_ir as ir
 
-from onnxfold.check.compare_options import CompareOptions
-from onnxfold.check.compare_result import CompareResult
-from onnxfold.check.comparison import compare_models
+from onnxfold.check.compare import compare_models
+from onnxfold.check.result import CompareResult
+from onnxfold.check.running.options import CompareOptions
 from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.tempfiles import temporary, write_failed
-from onnxfold.io.writer import SaveInfo, input_files
+from onnxfold.io.writer import SaveInfo, input_files, remove_input_data
 from onnxfold.pipeline.evidence import RunEvidence
 
 
@@ -33,9 +33,12 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
                  external_data: bool | None = None,
                  saving: Callable[[int, int], None] | None = None,
                  checking: Callable[[str], None] | None = None,
-                 evidence: RunEvidence | None = None
-                 ) -> tuple[SaveInfo | None, CompareResult]:
-    """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets.
+                 evidence: RunEvidence | None = None,
+                 measure: Callable[[str], object] | None = None
+                 ) -> tuple[SaveInfo | None, CompareResult | None]:
+    """Write ``model`` to ``path`` if it matches ``original`` on ``n`` input sets (none: 0),
+    and once ``measure(path of the written model)`` (``--latency``) returned: a run stopped
+    or failing before then writes nothing.
 
     Returns the save info (None when nothing was written) and the comparison. ``options``: how
     the models are compared (inputs, seed, dims, ...); ``guard``: the output's guard, when the
@@ -50,7 +53,7 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
     output = guard.pin(path, "output model")
     try:
         return _save_checked(model, original, output, guard, n, options or CompareOptions(),
-                             external_data, saving, checking, evidence)
+                             external_data, saving, checking, evidence, measure)
     finally:
         if own:
             guard.close()  # the directory it pinned here, if any
@@ -59,8 +62,9 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
 def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOutput,
                   guard: OutputGuard, n: int, options: CompareOptions,
                   external_data: bool | None, saving: Callable[[int, int], None] | None,
-                  checking: Callable[[str], None] | None, evidence: RunEvidence | None
-                  ) -> tuple[SaveInfo | None, CompareResult]:
+                  checking: Callable[[str], None] | None, evidence: RunEvidence | None,
+                  measure: Callable[[str], object] | None
+                  ) -> tuple[SaveInfo | None, CompareResult | None]:
     directory = output.directory
     fd, tmp = temporary(directory, output.name, suffix=".check.onnx")
     os.close(fd)
@@ -72,19 +76,25 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
             tmp_data = os.path.basename(info.data_path)
         reached("check-saved")
         checked = directory.path_of(tmp)
-        result = compare_models(original, checked, n, options,
-                                progress=checking, evidence=evidence)
-        result.model_b = output.given  # report the output, not the temporary name
-        result.failure = result.failure.replace(checked, output.given)
-        if result.folds is not None:
-            result.folds.model_b = output.given
-        reached("check-compared")
-        if not result.ok:
-            return None, result
+        result = compare_models(original, checked, n, options, progress=checking,
+                                evidence=evidence) if n else None
+        if result is not None:
+            result.model_b = output.given  # report the output, not the temporary name
+            result.failure = result.failure.replace(checked, output.given)
+            if result.folds is not None:
+                result.folds.model_b = output.given
+            reached("check-compared")
+            if not result.ok:
+                return None, result
+        if measure is not None:
+            measure(checked)
         if tmp_data is None:
+            in_place = guard.replaces_input(output)
             with endings.deferred():
                 endings.check()  # nothing is published once a signal came
                 directory.replace(tmp, output.name)
+            if in_place:
+                remove_input_data(model, output, None)
             return SaveInfo(output.given, None, info.bytes_written,
                             info.streamed_tensors), result
         # The .onnx names its data file, so external data is written again under the final name.

@@ -19,7 +19,9 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from onnxfold.app.commands import (
     CommandLine,
@@ -139,8 +141,9 @@ def _run_guarded(action: Callable[[], int], debug: bool, silent: bool,
     try:
         # onnx-ir's warnings (a string attribute that is not UTF-8, kept byte for byte; device
         # configurations it does not write) are shown, except under -q: nothing on success
-        with bus_error_exits(directories, EXIT_USAGE), \
+        with bus_error_exits(directories, EXIT_USAGE), warnings.catch_warnings(), \
                 quiet("onnx_ir") if silent and not debug else as_warnings("onnx_ir", "onnx-ir"):
+            warnings.showwarning = _one_line_warning
             code = action()
         endings.check()  # a signal some library swallowed, or one noted while unwinding
         return code
@@ -153,6 +156,13 @@ def _run_guarded(action: Callable[[], int], debug: bool, silent: bool,
         if code:
             _remove_own_files()
         return code
+
+
+def _one_line_warning(message: Warning | str, *_where: Any, **_more: Any) -> None:
+    """A Python warning (an untrusted cache directory, a cache entry not used) as the one
+    line ``onnxfold: warning: ...``, not Python's two lines naming onnxfold's source."""
+    text = one_line(message if isinstance(message, Warning) else Warning(message))
+    print(f"onnxfold: warning: {text.removeprefix('onnxfold: ')}", file=sys.stderr)
 
 
 def _one_line_error(e: BaseException, debug: bool) -> int:

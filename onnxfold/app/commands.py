@@ -21,13 +21,13 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from onnxfold.check.levels import DEFAULT_LEVEL
+from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.pipeline.options import FoldOptions
 
 if TYPE_CHECKING:
     from onnxfold.app.shards import Shard
-    from onnxfold.check.compare_options import CompareOptions
+    from onnxfold.check.running.options import CompareOptions
     from onnxfold.declare.catalogue import Catalogue
 
 
@@ -52,8 +52,8 @@ class ComparisonFlags:
     def resolved(self) -> CompareOptions:
         """The comparison's settings: ``--dim`` and ``--int-range`` parsed, each custom-op
         library an existing file (InputError naming the first that is not)."""
-        from onnxfold.check.compare_options import CompareOptions
-        from onnxfold.check.feeds import parse_dims, parse_int_ranges
+        from onnxfold.check.running.feeds import parse_dims, parse_int_ranges
+        from onnxfold.check.running.options import CompareOptions
         from onnxfold.runtime.custom_ops import checked_libraries
 
         return CompareOptions(
@@ -65,10 +65,13 @@ class ComparisonFlags:
 
 @dataclass(frozen=True)
 class CheckRequest:
-    """``--check N``: compare the output with the input on ``n`` input sets (0: no check)."""
+    """``--check N``: compare the output with the input on ``n`` input sets (0: no check);
+    ``shapes``: onnxsim's ``--test-input-shape`` (the input shapes the check runs the
+    original at, as text: their dynamic dims join ``--dim``'s)."""
 
     n: int = 0
     comparison: ComparisonFlags = field(default_factory=ComparisonFlags)
+    shapes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,12 +179,14 @@ class BatchRequest:
 @dataclass(frozen=True)
 class OptimizeCommand:
     """``onnxfold optimize``: the models as given (several, or a directory: a batch), the
-    output (a directory for a batch; None: a dry run), and what each model is run with."""
+    output (a directory for a batch; None: a dry run), and what each model is run with;
+    ``implied``: no command was named (``onnxfold IN OUT``), the run says it is ``optimize``."""
 
     sources: tuple[str, ...]
     output: str | None = None
     settings: OptimizeSettings = field(default_factory=OptimizeSettings)
     batch: BatchRequest = field(default_factory=BatchRequest)
+    implied: bool = False
 
     def written(self) -> tuple[str | None, ...]:
         """The files it writes, as given."""
@@ -190,33 +195,37 @@ class OptimizeCommand:
 
 @dataclass(frozen=True)
 class CompareCommand:
-    """``onnxfold compare A B``: ``n`` input sets, the comparison as a ``--json`` file too."""
+    """``onnxfold compare A B``: ``n`` input sets, the comparison as a ``--json`` file and an
+    HTML page (``--report``) too."""
 
     a: str
     b: str
     n: int = 1
     json: str | None = None
     comparison: ComparisonFlags = field(default_factory=ComparisonFlags)
+    html: str | None = None
 
     def written(self) -> tuple[str | None, ...]:
         """The files it writes, as given."""
-        return (self.json,)
+        return (self.json, self.html)
 
 
 @dataclass(frozen=True)
 class VerifyFoldsCommand:
     """``onnxfold verify-folds A B``: every folded tensor of B re-derived from A (the
     comparison flags say how A's inputs are bound: ``--dim``, ``--inputs``, ...; each
-    inference at most ``comparison.inference_timeout`` seconds)."""
+    inference at most ``comparison.inference_timeout`` seconds); its verdicts as ``--json``
+    and an HTML page (``--report``) too."""
 
     a: str
     b: str
     json: str | None = None
     comparison: ComparisonFlags = field(default_factory=lambda: ComparisonFlags())
+    html: str | None = None
 
     def written(self) -> tuple[str | None, ...]:
         """The files it writes, as given."""
-        return (self.json,)
+        return (self.json, self.html)
 
 
 @dataclass(frozen=True)

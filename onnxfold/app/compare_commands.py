@@ -1,8 +1,10 @@
 """``onnxfold compare`` (two models' outputs in onnxruntime on the same inputs) and
-``onnxfold verify-folds`` (every folded tensor re-derived from the original)."""
+``onnxfold verify-folds`` (every folded tensor re-derived from the original), each with its
+``--json`` and ``--report`` HTML page (``optimize --report``'s check section)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -10,50 +12,72 @@ from typing import Any
 
 from onnxfold.app.commands import CompareCommand, VerifyFoldsCommand
 from onnxfold.app.failure_line import failing_named
-from onnxfold.app.report_files import guard_inputs, write_report
+from onnxfold.io.tempfiles import write_text
 
 
 def compare(command: CompareCommand) -> int:
     """Compare the models; 1 when an output is outside tolerance."""
-    from onnxfold.check.comparison import compare_models
+    from onnxfold.check.compare import compare_models
 
     inputs = command.comparison.inputs
     return _run_and_report(
         lambda: compare_models(command.a, command.b, command.n, command.comparison.resolved()),
-        command.a, command.b, command.json, [inputs] if inputs else [],
-        "outside tolerance")
+        command, [inputs] if inputs else [], "outside tolerance", lambda r: r.to_dict())
 
 
 def verify_folds(command: VerifyFoldsCommand) -> int:
     """Re-derive the folded tensors; 1 when one differs from the original's."""
-    from onnxfold.check.comparison import verify_models
+    from onnxfold.check.compare import verify_models
 
     inputs = command.comparison.inputs
     return _run_and_report(
         lambda: verify_models(command.a, command.b, command.comparison.resolved()),
-        command.a, command.b, command.json, [inputs] if inputs else [],
-        "folds differ from the original")
+        command, [inputs] if inputs else [], "folds differ from the original", _folds_only)
 
 
-def _run_and_report(run: Callable[[], Any], a: str, b: str, json_path: str | None,
-                    more_inputs: list[str], failure: str) -> int:
-    """Run a comparison of ``a`` and ``b``, print its summary, write its JSON report (the
-    models and ``more_inputs`` protected, the report pinned first); 1 with a line naming
-    what failed, else 0."""
-    guard = None
-    if json_path:
-        guard = guard_inputs([a, b])
-        guard.protect(more_inputs)
-        guard.pin(json_path, "JSON report")
-    try:
-        result = run()
-        print(result.summary())
-        if json_path:
-            write_report(json_path, json.dumps(result.to_dict(), indent=2) + "\n", guard)
-    finally:
-        if guard is not None:
-            guard.close()
+def _folds_only(verification: Any) -> dict[str, Any]:
+    """A fold verification as the report's check: its state, verdict line and folds."""
+    return {"ok": verification.ok, "state": "passed" if verification.ok else "failed",
+            "verdict": verification.summary().splitlines()[-1],
+            "folds": verification.to_dict()}
+
+
+def _run_and_report(run: Callable[[], Any], command: CompareCommand | VerifyFoldsCommand,
+                    more_inputs: list[str], failure: str,
+                    as_check: Callable[[Any], dict[str, Any]]) -> int:
+    """Run a comparison of the command's models, print its summary, write its JSON report
+    and its HTML page (``as_check``: the result as the page's check; the models and
+    ``more_inputs`` protected, the reports pinned first); 1 with a line naming what failed,
+    else 0. A comparison that could not run shows what it had shown, then exits 2."""
+    from onnxfold.check.compare import CheckCouldNotRun
+    from onnxfold.io.door import claimed
+
+    a, b = command.a, command.b
+    reports = [(command.json, "JSON report"), (command.html, "HTML report")]
+    # the models' files are read for their data files only when a report could replace one
+    with contextlib.closing(claimed(reports, more_inputs, [a, b] if command.json or
+                                    command.html else [])) as guard:
+        def shown(result: Any) -> None:
+            print(result.summary())
+            if command.json:
+                write_text(guard.pinned(command.json),
+                           json.dumps(result.to_dict(), indent=2) + "\n")
+            if command.html:
+                from onnxfold.app.report_html import compare_page
+
+                write_text(guard.pinned(command.html), compare_page(
+                    as_check(result), a, b, not command.comparison.fold_verification,
+                    "compare" if isinstance(command, CompareCommand) else "verify-folds"))
+
+        try:
+            result = run()
+        except CheckCouldNotRun as e:
+            if e.result is not None:
+                shown(e.result)
+            raise
+        shown(result)
     if not result.ok:
         print(f"onnxfold: {failure}: {failing_named(result.failing)}", file=sys.stderr)
         return 1
     return 0
+

@@ -9,7 +9,6 @@ onnxfold leaves unfolded is a gap; a folded value that differs is *wrong*.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -178,7 +177,3 @@ def summarize(results: list[CaseResult]) -> dict:
         "not_folded": [asdict(r) for r in results if not r.outcome.startswith("folded")],
     }
 
-
-def write_report(path: str, summary: dict) -> None:
-    with open(path, "w") as f:
-        json.dump(summary, f, indent=1)

@@ -22,11 +22,11 @@ header { background: #1d2733; color: #fff; padding: 18px 32px; }
 header h1 { margin: 0; font-size: 20px; font-weight: 600; }
 header .sub { color: #aeb9c6; font-size: 12px; margin-top: 4px; word-break: break-all; }
 main { padding: 20px 32px 40px; max-width: 1200px; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(200px, 1fr));
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(240px, 1fr));
          gap: 12px; margin-bottom: 16px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; }
 .card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-.card .v { font-size: 22px; font-weight: 600; margin-top: 2px; }
+.card .v { font-size: 20px; font-weight: 600; margin-top: 2px; white-space: nowrap; }
 .card .d { color: var(--muted); font-size: 12px; }
 section { background: #fff; border: 1px solid var(--line); border-radius: 8px;
           padding: 14px 18px; margin-bottom: 16px; }

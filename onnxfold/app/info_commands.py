@@ -3,6 +3,7 @@ rules`` (the catalogue, or its coverage of the ONNX node test suite)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -56,17 +57,20 @@ def _where(source: str) -> str:
 
 
 def _coverage(command: RulesCommand) -> int:
-    from onnxfold.app.conformance import run_all, summarize, write_report
+    from onnxfold.app.conformance import run_all, summarize
+    from onnxfold.io.door import claimed
+    from onnxfold.io.tempfiles import write_text
 
-    summary = summarize(run_all(command.jobs))
-    totals = summary["totals"]
-    print(f"ONNX node test cases: {summary['cases']}")
-    for key in ("folded_native", "folded_fallback", "declined", "gap", "wrong"):
-        print(f"  {key:16} {totals.get(key, 0)}")
-    print(f"  onnxruntime can run {summary['ort_runnable']}, of which onnxfold folds "
-          f"{summary['ort_runnable_folded']}")
-    for reason, n in sorted(summary["declined_by_reason"].items(), key=lambda kv: -kv[1]):
-        print(f"  declined: {reason}: {n}")
-    if command.json:
-        write_report(command.json, summary)
+    with contextlib.closing(claimed([(command.json, "JSON report")])) as guard:  # first
+        summary = summarize(run_all(command.jobs))
+        totals = summary["totals"]
+        print(f"ONNX node test cases: {summary['cases']}")
+        for key in ("folded_native", "folded_fallback", "declined", "gap", "wrong"):
+            print(f"  {key:16} {totals.get(key, 0)}")
+        print(f"  onnxruntime can run {summary['ort_runnable']}, of which onnxfold folds "
+              f"{summary['ort_runnable_folded']}")
+        for reason, n in sorted(summary["declined_by_reason"].items(), key=lambda kv: -kv[1]):
+            print(f"  declined: {reason}: {n}")
+        if command.json:
+            write_text(guard.pinned(command.json), json.dumps(summary, indent=1))
     return 1 if totals.get("wrong") or totals.get("gap") else 0

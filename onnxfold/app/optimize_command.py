@@ -23,7 +23,9 @@ from onnxfold.app.batch_plan import is_batch
 from onnxfold.app.commands import ModelJob, OptimizeCommand, OptimizeSettings
 from onnxfold.app.optimize_report import report_run
 from onnxfold.app.optimize_save import Claimed, Saved, save
+from onnxfold.app.peer_flags import test_shape_dims
 from onnxfold.app.positional_output import read_positional
+from onnxfold.app.signature import Original, read_original
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 from onnxfold.pipeline.collector import long_lived
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
     import onnx_ir as ir
 
-    from onnxfold.check.compare_options import CompareOptions
+    from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
 
@@ -45,55 +47,64 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     (``positional_output.py``)."""
     settings = command.settings
     read = read_positional(command.sources, command.output)
-    if read.note is not None and not settings.report.quiet:
-        print(read.note, file=sys.stderr)
+    note = read.note
+    if command.implied:  # one line says both: the command, and how IN OUT was read
+        shown = " ".join(read.sources) + (f" -o {read.output}" if read.output else "")
+        note = f"onnxfold: running onnxfold optimize {shown}" + (
+            " (onnxsim's IN OUT: the second path is the output)" if read.note else "")
     command = dataclasses.replace(command, sources=read.sources, output=read.output)
     inputs = settings.check.comparison.inputs
     if inputs and not settings.check.n:
         raise InputError(f"--inputs {inputs}: feeds --check N; give --check too")
+    if settings.check.shapes and not settings.check.n:
+        raise InputError(f"--test-input-shape {settings.check.shapes[0]}: shapes the check's "
+                         "inputs; give --check N too")
     if is_batch(list(command.sources), command.output):
+        if note is not None and not settings.report.quiet:
+            print(note, file=sys.stderr)
         return batch.run(command, debug)
     if command.batch.job_timeout is not None:
         raise InputError("--job-timeout: applies to batches (several models, or -o DIR/)")
     if command.batch.shard is not None:
         raise InputError("--shard: splits a batch (several models, a directory, or -o DIR/)")
     return optimize_model(ModelJob.of(command.sources[0], command.output), settings,
-                          collect_after=not exiting)
+                          collect_after=not exiting, note=note)
 
 
-def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True
-                   ) -> int:
-    """Optimize one model; the exit code (0, or 1 when the check failed)."""
+def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True,
+                   note: str | None = None) -> int:
+    """Optimize one model; the exit code (0, or 1 when the check failed). ``note``: how the
+    command line was read, said once the outputs are claimed (not over a refusal)."""
     from onnxfold.io.outputs import OutputGuard
 
     guard = OutputGuard([job.source], job.replaces)
     try:
         claimed = _claim(job, settings, guard)
+        if note is not None and not settings.report.quiet:
+            print(note, file=sys.stderr)
         with _start_prefill(claimed, settings) as prefill:
             reached("claimed")
             # a bad --dim fails before folding
             checking = settings.check.comparison.resolved() if settings.check.n else None
             with long_lived(collect_after=collect_after):
                 saved = _fold_and_save(claimed, settings, prefill, checking)
-                return report_run(claimed, settings, saved, checking)
+                return report_run(claimed, settings, saved, saved.checking)
     finally:
         guard.close()
 
 
 def _claim(job: ModelJob, settings: OptimizeSettings, guard: OutputGuard) -> Claimed:
-    """Claim the job's outputs with ``guard`` and pin their directories."""
-    inputs = settings.check.comparison.inputs
-    guard.protect([inputs] if inputs else [])
-    target = None
-    if job.output is not None:
-        target = guard.pin(job.output, "output model")
-        if settings.save.external_data == "yes":
-            guard.claim(job.output + ".data", "output model's external data")
-    if settings.report.json:
-        guard.pin(settings.report.json, "JSON report")
-    if settings.report.html:
-        guard.pin(settings.report.html, "HTML report")
-    return Claimed(job, guard, target)
+    """Claim the job's outputs with ``guard`` (``onnxfold.io.door``), their directories
+    pinned."""
+    from onnxfold.io.door import claimed
+
+    inputs, output, report = settings.check.comparison.inputs, job.output, settings.report
+    data = output + ".data" if output is not None and settings.save.external_data == "yes" \
+        else None
+    claimed([(output, "output model"), (data, "output model's external data"),
+             (report.json, "JSON report"), (report.html, "HTML report")],
+            [inputs] if inputs else [], guard=guard)
+    return Claimed(job, guard, guard.pinned(output) if output is not None else None)
 
 
 def _start_prefill(claimed: Claimed, settings: OptimizeSettings
@@ -126,6 +137,9 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
 
     source = claimed.job.source
     progress = None
+    dims: dict[str, int] = {}  # the check's, from --test-input-shape
+    shown = settings.report  # the signature is read where it is shown only
+    read: list[Original] | None = [] if not shown.quiet or shown.json or shown.html else None
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         progress = TerminalProgress() if _on_terminal(sys.stderr) and \
             not settings.report.quiet else None
@@ -134,21 +148,32 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           catalogue=settings.catalogue, progress=phases.fold_progress,
                           phases=phases,
                           pristine=lambda: load_model(source, check=False),
-                          loaded=functools.partial(_loaded, claimed.guard),
+                          loaded=functools.partial(_loaded, claimed.guard,
+                                                   settings.check.shapes, dims, read),
                           record_rewrites=checking is not None)
         reached("folded")
-        return save(claimed, settings, result, phases, prefill, checking)
+        if checking is not None and dims:
+            checking = dataclasses.replace(checking, dims={**dims, **checking.dims})
+        saved = save(claimed, settings, result, phases, prefill, checking)
+        saved.checking, saved.original = checking, read[-1] if read else None
+        return saved
     finally:
         if progress is not None:
             progress.close()
 
 
-def _loaded(guard: OutputGuard, model: ir.Model) -> None:
-    """Once the input is read: refuse an output that would replace one of its files."""
+def _loaded(guard: OutputGuard, shapes: tuple[str, ...], dims: dict[str, int],
+            read: list[Original] | None, model: ir.Model) -> None:
+    """Once the input is read: refuse an output that would replace one of its files; the
+    check's ``dims`` that ``--test-input-shape``'s ``shapes`` give the model as declared;
+    what the signature needs of it (``read``)."""
     from onnxfold.io.writer import input_files
 
     reached("loaded")
     guard.protect(input_files(model))
+    dims.update(test_shape_dims(shapes, model) if shapes else {})
+    if read is not None:
+        read.append(read_original(model))
 
 
 def _on_terminal(stream) -> bool:

@@ -5,20 +5,19 @@ into the files the job's guard pinned when it claimed them).
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
 from onnxfold.app.commands import OptimizeSettings
-from onnxfold.app.failure_line import failing_named
-from onnxfold.app.optimize_save import Claimed, Saved
-from onnxfold.app.report_files import write_report
+from onnxfold.app.failure_line import failing_named, rounding_hint
+from onnxfold.app.optimize_save import Claimed, Saved, measure_latency_of
+from onnxfold.app.signature import Original, lines, signature
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
+from onnxfold.io.tempfiles import write_text
 
 if TYPE_CHECKING:
-    from onnxfold.check.compare_options import CompareOptions
-    from onnxfold.check.latency import LatencyResult
+    from onnxfold.check.running.options import CompareOptions
     from onnxfold.pipeline.report import Report
 
 CHECK_HINT = ("check        not run: --check 3 runs the output beside the original in "
@@ -39,13 +38,19 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
         report.output = saved.info.path
         report.external_data = saved.info.data_path
         report.output_bytes = saved.info.bytes_written
-    latency = None
-    if settings.report.latency:
-        with saved.phases.phase("latency"):
-            latency = _measure_latency(claimed, settings, saved, checking)
+    latency = saved.latency
+    if settings.report.latency and latency is None:  # a dry run's
+        latency = measure_latency_of(claimed, settings, saved, checking)
+    if latency is not None:
         report.latency = latency.to_dict()
+    if saved.original is not None:  # read where the signature is shown
+        with saved.phases.phase("signature"):
+            report.signature = _signature(settings, saved, saved.original, checking)
+    report.phases = saved.phases.rounded()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
+        if report.signature is not None:
+            print("\n".join(lines(report.signature)))
         if latency is not None:
             print(latency.summary())
         if saved.check is not None:
@@ -65,13 +70,11 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     """Record the check in the report; on failure print the table and the verdict, write
     ``--json`` and ``--report`` (the model is not written) and say so. Raises InputError
     (exit 2) after that when the check could not run."""
-    from onnxfold.check.compare_result import check_dict
-
     check, not_run = saved.check, saved.not_run
-    if not_run:
+    if check is not None:
+        report.check = check.to_dict()
+    elif not_run:
         report.check = {"ok": False, "state": "could not run", "reason": not_run}
-    elif check is not None:
-        report.check = check_dict(check)
     if report.check is None or report.check["ok"]:
         return False
     if not settings.report.quiet:
@@ -85,47 +88,20 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     if not_run:
         raise InputError(f"the check could not run ({where}): {not_run}")
     assert check is not None
-    print(f"onnxfold: check failed: {failing_named(check.failing)} outside tolerance; {where}",
-          file=sys.stderr)
+    print(f"onnxfold: check failed: {failing_named(check.failing)} outside tolerance; {where}"
+          f"{rounding_hint(check)}", file=sys.stderr)
     return True
 
 
-def _measure_latency(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
-                     checking: CompareOptions | None) -> LatencyResult:
-    """``--latency N``: the original and the output timed in onnxruntime
-    (``onnxfold.check.latency``), both from files: the output as written (read through its
-    pinned directory), or a dry run's written to a scratch directory for the time it takes
-    (a session made from bytes in memory is slower to create than from a file)."""
-    import shutil
+def _signature(settings: OptimizeSettings, saved: Saved, original: Original,
+               checking: CompareOptions | None) -> dict:
+    """The signature of the input and the output (``onnxfold.app.signature``)."""
+    from onnxfold.declare.catalogue import load_catalogue
 
-    from onnxfold.check.latency import measure_latency
-    from onnxfold.host import endings
-    from onnxfold.io import save_model
-    from onnxfold.io.tempfiles import scratch_directory
-
-    target = claimed.target
-    scratch = None
-    try:
-        if target is not None:
-            optimized = target.directory.path_of(target.name)
-        else:
-            scratch = scratch_directory("onnxfold-latency-")
-            optimized = os.path.join(scratch, os.path.basename(claimed.job.source))
-            save_model(saved.result.model, optimized, protect={claimed.job.source})
-        reached("latency")
-        options = checking if checking is not None else settings.check.comparison.resolved()
-        latency = measure_latency(claimed.job.source, optimized, settings.report.latency,
-                                  threads=settings.report.latency_threads, dims=options.dims,
-                                  int_ranges=options.int_ranges,
-                                  custom_op_libraries=options.custom_op_libraries,
-                                  progress=saved.phases.detail)
-    finally:
-        if scratch is not None:
-            with endings.deferred():
-                shutil.rmtree(scratch, ignore_errors=True)
-    # the output as named (not the descriptor's path), or what a dry run timed
-    latency.model_b = target.given if target is not None else "(folded, not written)"
-    return latency
+    written = saved.info.bytes_written if saved.info is not None else None
+    return signature(original, saved.result.model, written, saved.check,
+                     checking or settings.check.comparison.resolved(),
+                     settings.catalogue or load_catalogue())
 
 
 def _write_reports(claimed: Claimed, settings: OptimizeSettings, report: Report) -> None:
@@ -134,8 +110,8 @@ def _write_reports(claimed: Claimed, settings: OptimizeSettings, report: Report)
     if json_path or html_path:
         reached("reports")
     if json_path:
-        write_report(json_path, report.to_json() + "\n", claimed.guard)
+        write_text(claimed.guard.pinned(json_path), report.to_json() + "\n")
     if html_path:
         from onnxfold.app.report_html import render_html
 
-        write_report(html_path, render_html(report), claimed.guard)
+        write_text(claimed.guard.pinned(html_path), render_html(report))

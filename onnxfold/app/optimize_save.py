@@ -9,22 +9,26 @@ was claimed (``optimize_command.py``).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from onnxfold.app.commands import ModelJob, OptimizeSettings
 from onnxfold.errors import InputError, one_line
+from onnxfold.host.points import reached
 
 if TYPE_CHECKING:
     import onnx
 
-    from onnxfold.check.compare_options import CompareOptions
-    from onnxfold.check.compare_result import CompareResult
+    from onnxfold.app.signature import Original
+    from onnxfold.check.result import CompareResult
+    from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.pinned import PinnedOutput
     from onnxfold.io.prefill import OutputPrefill
     from onnxfold.io.writer import SaveInfo
+    from onnxfold.latency.measure import LatencyResult
     from onnxfold.pipeline.optimizer import OptimizeResult
     from onnxfold.pipeline.phases import Phases
 
@@ -42,14 +46,19 @@ class Claimed:
 @dataclass
 class Saved:
     """What the fold and the save left: the optimized model and its report, the clock, the
-    check's comparison (None: no check ran), what was written (None: nothing), and why the
-    check could not run ("" if it ran)."""
+    check's comparison (None: no check ran), what was written (None: nothing), why the
+    check could not run ("" if it ran), ``--latency``'s timings, measured on the written
+    model before it replaced anything; ``checking``: how the check compared (its dims
+    ``--test-input-shape`` completed; None: no check), the input as it was read."""
 
     result: OptimizeResult
     phases: Phases
     check: CompareResult | None = None
     info: SaveInfo | None = None
     not_run: str = ""
+    latency: LatencyResult | None = None
+    checking: CompareOptions | None = None
+    original: Original | None = None  # what the signature needs of the input
 
 
 def save(claimed: Claimed, settings: OptimizeSettings, result: OptimizeResult, phases: Phases,
@@ -60,28 +69,72 @@ def save(claimed: Claimed, settings: OptimizeSettings, result: OptimizeResult, p
         if checking is not None:
             with phases.phase("check"), _could_not_run(saved):
                 saved.check = _check_in_memory(claimed.job, settings, result, checking, phases)
-    elif checking is not None:
-        with phases.phase("check"), _could_not_run(saved):
-            saved.info, saved.check = _save_checked(claimed, claimed.target, settings, result,
-                                                    checking, phases)
+    elif checking is not None or settings.report.latency:  # published once checked, timed
+        with phases.phase("check" if checking is not None else "save"), _could_not_run(saved):
+            saved.info, saved.check = _save_checked(claimed, claimed.target, settings, saved,
+                                                    checking)
     else:
         saved.info = _save_plain(claimed, claimed.target, settings, result, prefill, phases)
     return saved
 
 
 def _save_checked(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettings,
-                  result: OptimizeResult, checking: CompareOptions, phases: Phases
-                  ) -> tuple[SaveInfo | None, CompareResult]:
-    """``--check N``: written beside the output, compared with the input, moved into place
-    only if within tolerance (``checked_save.py``)."""
+                  saved: Saved, checking: CompareOptions | None
+                  ) -> tuple[SaveInfo | None, CompareResult | None]:
+    """``--check N`` and ``--latency N``: written beside the output, compared with the input,
+    timed, moved into place only then (``checked_save.py``)."""
     from onnxfold.app.checked_save import save_checked
+
+    result, phases = saved.result, saved.phases
+
+    def measure(path: str) -> None:
+        saved.latency = measure_latency_of(claimed, settings, saved, checking, path)
 
     return save_checked(result.model, claimed.job.source, target, n=settings.check.n,
                         options=checking, guard=claimed.guard, evidence=result.evidence,
                         external_data=settings.save.external,
                         saving=lambda done, total: phases.detail(
                             "writing " + _mib_of(done, total)),
-                        checking=phases.detail)
+                        checking=phases.detail,
+                        measure=measure if settings.report.latency else None)
+
+
+def measure_latency_of(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
+                       checking: CompareOptions | None, optimized: str | None = None
+                       ) -> LatencyResult:
+    """``--latency N``: the original and ``optimized`` (the written model, before it is
+    published) timed in onnxruntime (``onnxfold.latency.measure``), both from files; a dry
+    run's written to a scratch directory for the time it takes (a session made from bytes in
+    memory is slower to create than from a file)."""
+    import shutil
+
+    from onnxfold.host import endings
+    from onnxfold.io import save_model
+    from onnxfold.io.tempfiles import scratch_directory
+    from onnxfold.latency.measure import measure_latency
+
+    scratch = None
+    try:
+        with saved.phases.phase("latency"):
+            if optimized is None:
+                scratch = scratch_directory("onnxfold-latency-")
+                optimized = os.path.join(scratch, os.path.basename(claimed.job.source))
+                save_model(saved.result.model, optimized, protect={claimed.job.source})
+            reached("latency")
+            options = checking or settings.check.comparison.resolved()
+            latency = measure_latency(claimed.job.source, optimized, settings.report.latency,
+                                      threads=settings.report.latency_threads,
+                                      dims=options.dims, int_ranges=options.int_ranges,
+                                      custom_op_libraries=options.custom_op_libraries,
+                                      progress=saved.phases.detail)
+    finally:
+        if scratch is not None:
+            with endings.deferred():
+                shutil.rmtree(scratch, ignore_errors=True)
+    # the output as named (not the temporary file's path), or what a dry run timed
+    target = claimed.target
+    latency.model_b = target.given if target is not None else "(folded, not written)"
+    return latency
 
 
 def _save_plain(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettings,
@@ -100,7 +153,9 @@ def _save_plain(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettin
     if unverified is not None:
         result.report.warnings.append(unverified)
     verify = verifier(claimed.job.source, limit=None if converted else VERIFY_LIMIT,
-                      input_shapes=settings.fold.fixed_shapes) if cheap else None
+                      input_shapes=settings.fold.fixed_shapes,
+                      target_opset=settings.fold.target_opset,
+                      warn=result.report.warnings.append) if cheap else None
     with phases.phase("save"):
         return save_model(result.model, target, external_data=settings.save.external,
                           prefill=prefill, guard=claimed.guard, verify=verify,
@@ -110,7 +165,7 @@ def _save_plain(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettin
 def _check_in_memory(job: ModelJob, settings: OptimizeSettings, result: OptimizeResult,
                      checking: CompareOptions, phases: Phases) -> CompareResult:
     """A dry run's ``--check``: the folded model, as a proto in memory, against the input."""
-    from onnxfold.check.comparison import compare_models
+    from onnxfold.check.compare import compare_models
 
     check = compare_models(job.source, in_memory(job, result), settings.check.n, checking,
                            progress=phases.detail, evidence=result.evidence)
@@ -132,12 +187,13 @@ def in_memory(job: ModelJob, result: OptimizeResult) -> onnx.ModelProto:
 @contextlib.contextmanager
 def _could_not_run(saved: Saved) -> Iterator[None]:
     """Catch a check whose reference does not run on the feeds, keeping why in ``saved``."""
-    from onnxfold.check.comparison import CheckCouldNotRun
+    from onnxfold.check.compare import CheckCouldNotRun
 
     try:
         yield
     except CheckCouldNotRun as e:
         saved.not_run = one_line(e)
+        saved.check = e.result  # what was shown before it stopped, if anything
 
 
 def _mib_of(done: int, total: int) -> str:

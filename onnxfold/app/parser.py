@@ -38,8 +38,9 @@ from onnxfold.app.commands import (
     SplitCommand,
     VerifyFoldsCommand,
 )
+from onnxfold.app.peer_flags import add_peer_flags, names
 from onnxfold.app.shards import Shard
-from onnxfold.check.levels import DEFAULT_LEVEL, LEVELS
+from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.host.machine import checked_threads
@@ -96,7 +97,7 @@ def threads(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_inference_timeout(p: argparse.ArgumentParser, what: str) -> None:
+def add_inference_timeout(p: Flags, what: str) -> None:
     """``--inference-timeout``: how long one onnxruntime inference of ``what`` may take."""
     p.add_argument("--inference-timeout", type=INFERENCE_SECONDS, default=DEFAULT_LIMIT,
                    metavar="SECONDS",
@@ -112,35 +113,40 @@ def _shard(text: str) -> Shard:
         raise argparse.ArgumentTypeError(str(e).removeprefix(f"--shard {text}: ")) from None
 
 
-def add_fold_flags(parser: argparse.ArgumentParser) -> None:
+Flags = argparse._ActionsContainer  # a parser or one of its --help groups
+
+
+def add_fold_flags(parser: Flags, group: Callable[[str], Flags] | None = None) -> None:
     """A flag for every ``FoldOptions`` field (``dest`` is the field's name); nothing else, so
     that a command given these flags honours each one (``--skip-check`` is each command's
-    own: ``run`` has none, its Session loading the model checked)."""
+    own: ``run`` has none, its Session loading the model checked). ``group``: the ``--help``
+    group of each field's flag (None: all on ``parser``)."""
     for f in fields(FoldOptions):
         flag = flag_of(f)
+        parser = group(f.name) if group is not None else parser
         if flag.switch:
-            parser.add_argument(flag.name, dest=f.name, action="store_const",
+            parser.add_argument(*names(flag.name), dest=f.name, action="store_const",
                                 const=not f.default, default=f.default, help=flag.help)
         elif flag.choices:
-            parser.add_argument(flag.name, dest=f.name, nargs="?", const=flag.choices[0],
+            parser.add_argument(*names(flag.name), dest=f.name, nargs="?", const=flag.choices[0],
                                 choices=flag.choices, default=f.default,
                                 metavar=flag.metavar, help=flag.help)
         elif flag.repeat:
-            parser.add_argument(flag.name, dest=f.name, action="append", default=[],
+            parser.add_argument(*names(flag.name), dest=f.name, action="append", default=[],
                                 metavar=flag.metavar, help=flag.help)
         else:
             parse: Callable[[str], Any] = str
             if flag.parse is not None:
                 parse = argument(flag.parse) if flag.minimum is None else \
                     argument(flag.parse, minimum=flag.minimum)
-            parser.add_argument(flag.name, dest=f.name, type=parse, default=f.default,
+            parser.add_argument(*names(flag.name), dest=f.name, type=parse, default=f.default,
                                 metavar=flag.metavar or "X", help=flag.help)
         if flag.none_flag is not None:
             parser.add_argument(flag.none_flag[0], dest=f.name, action="store_const",
                                 const=None, help=flag.none_flag[1])
 
 
-def add_skip_check(parser: argparse.ArgumentParser) -> None:
+def add_skip_check(parser: Flags) -> None:
     """``--skip-check``: onnx's checker not run on the input (``check_input``)."""
     parser.add_argument("--skip-check", action="store_true",
                         help="do not run the ONNX checker on the input")
@@ -152,7 +158,7 @@ def fold_options(args: argparse.Namespace) -> FoldOptions:
     return FoldOptions(**{f.name: getattr(args, f.name) for f in fields(FoldOptions)})
 
 
-def add_compare_flags(p: argparse.ArgumentParser) -> None:
+def add_compare_flags(p: Flags) -> None:
     """The flags of how two models are compared in onnxruntime (``compare``, ``--check``)."""
     p.add_argument("--inputs", type=path, metavar="FILE.npz",
                    help="an .npz of input arrays, used in every input set (the rest random); "
@@ -163,14 +169,14 @@ def add_compare_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int-range", action="append", default=[], metavar="NAME=LO:HI",
                    help="random values in [LO, HI) for this integer input; repeatable")
     p.add_argument("--seed", type=COUNT, default=0, help="seed of the first random input set")
-    p.add_argument("--custom-op-library", type=path, action="append", default=[],
+    p.add_argument(*names("--custom-op-library"), type=path, action="append", default=[],
                    metavar="PATH",
                    help="a shared library of custom ops for onnxruntime to load when it runs "
                         "the models; repeatable")
-    p.add_argument("--rtol", type=NON_NEGATIVE_FLOAT, default=None,
+    p.add_argument(*names("--rtol"), type=NON_NEGATIVE_FLOAT, default=None,
                    help="relative tolerance for every float output (default: by dtype, "
                         "float32 1e-4, float16/bfloat16 2 ulp + 1 ulp of the output's max)")
-    p.add_argument("--atol", type=NON_NEGATIVE_FLOAT, default=None,
+    p.add_argument(*names("--atol"), type=NON_NEGATIVE_FLOAT, default=None,
                    help="absolute tolerance for every float output (default: by dtype, "
                         "float32 1e-5)")
     p.add_argument("--ort-level", choices=LEVELS, default=DEFAULT_LEVEL,
@@ -196,64 +202,23 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, **kwargs) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
-    p = add("optimize", help="fold constants and write the optimized model")
+    p = add("optimize", help="fold constants and write the optimized model (the default "
+            "command: onnxfold IN OUT)",
+            usage="%(prog)s IN [OUT] [-o OUT] [--check N] [--input-shape NAME:D0,D1,..] "
+                  "[--report FILE.html] [options]")
     p.add_argument("input", nargs="+",
                    help="the .onnx model; several models or directories (their .onnx files) "
                         "are optimized one process each into the directory -o names")
-    p.add_argument("-o", "--output", type=path, default=None,
-                   help="where to write the optimized model (a directory, ending in /, for "
-                        "several); without -o, a dry run: fold, print the report, write no "
-                        "model")
-    p.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
-                   help="with several models: optimize N at a time (default 1)")
-    p.add_argument("--job-timeout", type=JOB_SECONDS, default=None, metavar="SECONDS",
-                   help="with several models: kill a model's job still running after this "
-                        "long; it is reported as timed out (exit 3), the others go on "
-                        "(default: no limit)")
-    p.add_argument("--shard", type=_shard, default=None, metavar="K/N",
-                   help="with several models: only those of shard K (from 0) of N, split by "
-                        "a hash of each model's path, the same on every host; run N copies "
-                        "(a Kubernetes indexed Job, a Slurm array), each with its K and its "
-                        "own --json manifest (docs/cli.md)")
-    p.add_argument("-r", "--recursive", action="store_true",
-                   help="with a directory as input: also the .onnx files in its subdirectories "
-                        "(written to the same relative paths under -o)")
-    p.add_argument("--json", type=path, metavar="FILE", help="also write the report as JSON "
-                   "(docs/report-json.md)")
-    p.add_argument("--report", type=path, metavar="FILE.html",
-                   help="also write a self-contained HTML report (charts, what folded, what "
-                        "stayed and why)")
-    p.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
-                   help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB limit")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="also say how the run went: fold counts, the buffer pool, each "
-                        "phase's time, the rewrites")
-    p.add_argument("--latency", type=COUNT, default=0, metavar="N",
-                   help="time session creation and inference of the original and the output "
-                        "in onnxruntime (median of N interleaved runs, at its default level and "
-                        "with optimizations off); sizes and dynamic dims too")
-    p.add_argument("--latency-threads", type=threads, default=1, metavar="T",
-                   help="onnxruntime's intra-op threads for --latency (default 1)")
-    p.add_argument("--explain", action="store_true",
-                   help="say why each constant-foldable node that was left alone was not folded")
-    p.add_argument("--no-verify", action="store_true",
-                   help="do not load the output in onnxruntime before it replaces anything "
-                        "(done by default for outputs up to 64 MiB and 5000 nodes)")
-    p.add_argument("--no-prefill", action="store_true",
-                   help="do not warm the output file's pages on a second thread while folding")
-    add_fold_flags(p)
-    add_skip_check(p)
-    p.add_argument("--check", type=COUNT, default=0, metavar="N",
-                   help="compare with the input in onnxruntime on N input sets and write "
-                        "nothing (exit 1) if an output is outside tolerance")
-    add_compare_flags(p)
+    _optimize_flags(p)
 
     p = add("compare", help="run two models in onnxruntime and compare their outputs")
     p.add_argument("a", help="the reference model")
     p.add_argument("b", help="the model to check (e.g. the folded one)")
     p.add_argument("-n", type=POSITIVE, default=1, help="number of input sets (seeds S..S+N-1)")
     p.add_argument("--json", type=path, metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument("--report", type=path, metavar="FILE.html",
+                   help="also write it as a self-contained HTML page (optimize --report's "
+                        "check section)")
     add_compare_flags(p)
 
     p = add("verify-folds", help="re-derive every folded tensor of an onnxfold output from "
@@ -262,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", help="the model onnxfold wrote from it")
     p.add_argument("--json", type=path, metavar="FILE",
                    help="also write the verdict per tensor as JSON")
+    p.add_argument("--report", type=path, metavar="FILE.html",
+                   help="also write it as a self-contained HTML page (optimize --report's "
+                        "fold verification)")
     add_compare_flags(p)
 
     p = add("split", help="split around runtime constants into runtime_fold + entry")
@@ -327,16 +295,109 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _optimize_flags(p: argparse.ArgumentParser) -> None:
+    """``optimize``'s flags, in ``--help`` groups: the common ones first."""
+    common = p.add_argument_group("common")
+    common.add_argument("-o", "--output", type=path, default=None,
+                        help="where to write the optimized model (a directory, ending in /, "
+                             "for several); without -o, a dry run: fold, print the report, "
+                             "write no model")
+    common.add_argument("--check", type=COUNT, default=0, metavar="N",
+                        help="compare with the input in onnxruntime on N input sets and write "
+                             "nothing (exit 1) if an output is outside tolerance")
+    check = p.add_argument_group("the check (--check N)")
+    fold = p.add_argument_group("what is folded")
+    sizes = p.add_argument_group("size bounds of a fold")
+    limits = p.add_argument_group("memory and time")
+    output = p.add_argument_group("the output and the run")
+    groups = {**dict.fromkeys(("input_shapes", "target_opset", "strip_metadata"), common),
+              **dict.fromkeys(("expansion_factor", "expansion_min_bytes", "max_tensor_bytes",
+                               "growth_factor", "growth_min_bytes", "max_growth_bytes"), sizes),
+              **dict.fromkeys(("memory_limit", "pool_budget", "fold_timeout"), limits),
+              "strict": output}
+    add_fold_flags(p, lambda name: groups.get(name, fold))
+    common.add_argument("--report", type=path, metavar="FILE.html",
+                        help="also write a self-contained HTML report (charts, what folded, "
+                             "what stayed and why)")
+    common.add_argument("--json", type=path, metavar="FILE",
+                        help="also write the report as JSON (docs/report-json.md)")
+    common.add_argument("--latency", type=COUNT, default=0, metavar="N",
+                        help="time session creation and inference of the original and the "
+                             "output in onnxruntime (N interleaved runs, at its default level "
+                             "and with optimizations off); sizes and dynamic dims too")
+    common.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    common.add_argument("-v", "--verbose", action="store_true",
+                        help="also say how the run went: fold counts, the buffer pool, each "
+                             "phase's time, the rewrites")
+    common.add_argument("--explain", action="store_true",
+                        help="say why each constant-foldable node that was left alone was not "
+                             "folded")
+    add_compare_flags(check)
+    output.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
+                        help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB "
+                             "limit")
+    output.add_argument("--no-verify", action="store_true",
+                        help="do not load the output in onnxruntime before it replaces "
+                             "anything (done by default for outputs up to 64 MiB and 5000 "
+                             "nodes)")
+    output.add_argument("--no-prefill", action="store_true",
+                        help="do not warm the output file's pages on a second thread while "
+                             "folding")
+    add_skip_check(output)
+    output.add_argument("--latency-threads", type=threads, default=1, metavar="T",
+                        help="onnxruntime's intra-op threads for --latency (default 1)")
+    batch = p.add_argument_group("several models")
+    batch.add_argument("-j", "--jobs", type=POSITIVE, default=None, metavar="N",
+                       help="optimize N at a time (default 1)")
+    batch.add_argument("--job-timeout", type=JOB_SECONDS, default=None, metavar="SECONDS",
+                       help="kill a model's job still running after this long; it is reported "
+                            "as timed out (exit 3), the others go on (default: no limit)")
+    batch.add_argument("--shard", type=_shard, default=None, metavar="K/N",
+                       help="only the models of shard K (from 0) of N, split by their paths, "
+                            "the same on every host; run N copies (a Kubernetes indexed Job, a "
+                            "Slurm array), each with its K and its own --json manifest "
+                            "(docs/cli.md)")
+    batch.add_argument("-r", "--recursive", action="store_true",
+                       help="with a directory as input: also the .onnx files in its "
+                            "subdirectories (written to the same relative paths under -o)")
+    add_peer_flags(p.add_argument_group(
+        "onnxsim's and onnxslim's flags (their other names of onnxfold's above; docs/cli.md "
+        "maps every one)"))
+
+
 def parse(argv: Sequence[str] | None = None) -> CommandLine:
     """The command line ``argv`` (default: the process's) as typed values; argparse's
-    errors exit 2 with one line."""
+    errors exit 2 with one line. Without a command, a model file first is ``optimize``'s
+    (onnxsim's ``onnxsim IN OUT``: :func:`implied`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    return command_line(build_parser().parse_args(spread(argv)))
+    given = implied(argv)
+    args = build_parser().parse_args(spread(given))
+    args.implied = given is not argv
+    return command_line(args)
+
+
+def implied(argv: list[str]) -> list[str]:
+    """``argv`` with ``optimize`` put first where it names no command and its first argument
+    that is not a flag is a model (a file or directory that exists, or a ``.onnx`` name):
+    ``onnxfold IN OUT`` is ``onnxfold optimize IN OUT``. Else ``argv`` itself (a mistyped
+    command stays argparse's "invalid choice")."""
+    for arg in argv:
+        if arg in ("-h", "--help", "--version"):
+            return argv
+        if not arg.startswith("-"):
+            model = arg not in _COMMANDS and (os.path.exists(arg) or arg.endswith(".onnx"))
+            return ["optimize", *argv] if model else argv
+    return argv
 
 
 # flags that take several values after one (onnxsim's ``--input-shape a:1,2 b:1,2``), each
 # value recognized by its form (a path is never one)
-_SEVERAL = {"--input-shape": re.compile(r"^[^-/][^/]*[:=][^/]*$"),
+_SHAPE = re.compile(r"^[^-/][^/]*[:=][^/]*$")
+_SEVERAL = {"--input-shape": _SHAPE, "--overwrite-input-shape": _SHAPE,
+            "--input-shapes": _SHAPE, "--test-input-shape": _SHAPE,
+            "--model-check-inputs": _SHAPE,
+            "--skip-optimization": re.compile(r"^[A-Za-z_]\w*$"),
+            "--skip-optimizer": re.compile(r"^[A-Za-z_]\w*$"),
             "--dim": re.compile(r"^[^-/][^/=]*=[^/]*$"),
             "--int-range": re.compile(r"^[^-/][^/=]*=[^/]*:[^/]*$")}
 
@@ -379,19 +440,20 @@ def _optimize(args: argparse.Namespace) -> OptimizeCommand:
         fold=fold_options(args), check_input=not args.skip_check,
         save=SaveRequest(args.external_data, verify=not args.no_verify,
                          prefill=not args.no_prefill),
-        check=CheckRequest(args.check, _comparison(args)),
+        check=CheckRequest(args.check, _comparison(args), tuple(args.test_shapes)),
         report=ReportRequest(args.json, args.report, args.quiet, args.verbose, args.explain,
                              args.latency, args.latency_threads))
     return OptimizeCommand(tuple(args.input), args.output, settings,
-                           BatchRequest(args.jobs, args.job_timeout, args.recursive, args.shard))
+                           BatchRequest(args.jobs, args.job_timeout, args.recursive, args.shard),
+                           implied=getattr(args, "implied", False))
 
 
 def _compare(args: argparse.Namespace) -> CompareCommand:
-    return CompareCommand(args.a, args.b, args.n, args.json, _comparison(args))
+    return CompareCommand(args.a, args.b, args.n, args.json, _comparison(args), args.report)
 
 
 def _verify_folds(args: argparse.Namespace) -> VerifyFoldsCommand:
-    return VerifyFoldsCommand(args.a, args.b, args.json, _comparison(args))
+    return VerifyFoldsCommand(args.a, args.b, args.json, _comparison(args), args.report)
 
 
 def _split(args: argparse.Namespace) -> SplitCommand:

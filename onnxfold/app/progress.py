@@ -20,6 +20,7 @@ from onnxfold.host.terminal import unwrapped
 
 DEFAULT_AFTER = 2.0
 AFTER_ENV = "ONNXFOLD_PROGRESS_AFTER"
+JOIN_SECONDS = 1.0  # the longest the end of a run waits for the redrawing thread
 INTERVAL = 0.5
 DETAIL_INTERVAL = 0.1  # a detail change (fold i/n) redraws at most this often
 
@@ -72,7 +73,7 @@ class TerminalProgress:
     def close(self) -> None:
         """Stop redrawing; the last phase's line is finished (nothing printed if none was)."""
         self._stop.set()
-        self._thread.join()
+        self._thread.join(JOIN_SECONDS)  # a redraw blocked on a full pipe is left behind
         with self._lock:
             self._finish_line()
             self._phase = None

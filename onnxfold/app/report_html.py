@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from onnxfold.app import report_html_check, report_html_latency
+from onnxfold.app import report_html_check, report_html_latency, signature
 from onnxfold.app.html_parts import CSS, card, esc, mib, prose, table
 from onnxfold.pipeline.report import Report, conversion_line, versions
 
@@ -79,24 +79,6 @@ def _op_chart(report: Report) -> str:
             + note)
 
 
-def _pair_chart(label: str, before: int, after: int, fmt: Any) -> str:
-    """Two bars, before and after, for one quantity."""
-    top = max(before, after) or 1
-    bar_w = 260
-    parts = []
-    for i, (name, value, colour) in enumerate((("before", before, BEFORE),
-                                               ("after", after, AFTER))):
-        y = i * 26
-        parts.append(f'<text x="0" y="{y + 15}">{name}</text>'
-                     f'<rect x="50" y="{y + 4}" width="{bar_w * value / top:.1f}" height="14" '
-                     f'fill="{colour}"></rect>'
-                     f'<text x="{54 + bar_w * value / top:.1f}" y="{y + 15}">{esc(fmt(value))}'
-                     "</text>")
-    return (f'<svg role="img" aria-label="{esc(label)}" width="520" height="70" '
-            'viewBox="0 0 400 54">'
-            f'{"".join(parts)}</svg>')
-
-
 def _phase_chart(phases: dict[str, float]) -> str:
     """One stacked bar of the phases' seconds, and their table."""
     total = sum(phases.values())
@@ -117,43 +99,60 @@ def _phase_chart(phases: dict[str, float]) -> str:
             f'</svg><p class="legend">{legend}</p>')
 
 
-def render_html(report: Report) -> str:
-    """The whole page for ``report``: the first screen (cards, and a failed check's alert in
-    red with its reasons), then the sections."""
+def page(title: str, subtitle: str, body: str, heading: str = "onnxfold report") -> str:
+    """A whole page: ``title`` (escaped here), ``subtitle`` and ``body`` (HTML, escaped by
+    the caller), the versions, the style and the script that sorts its tables."""
     vers = ", ".join(f"{name} {v}" for name, v in versions().items() if v)
-    title = report.input or "model"
-    options = json.dumps(report.options, indent=1, sort_keys=True)
-    written = f" \u2192 {esc(report.output)}" if report.output else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>onnxfold report: {esc(title)}</title>
 <style>{CSS}</style></head>
 <body>
-<header><h1>onnxfold report</h1><div class="sub">{esc(title)}
-{written} \u00b7 {esc(vers)}</div></header>
+<header><h1>{esc(heading)}</h1><div class="sub">{subtitle} \u00b7 {esc(vers)}</div></header>
 <main>
+{body}
+</main>
+<script>{SORT_JS}</script>
+</body></html>
+"""
+
+
+def compare_page(check: dict[str, Any], a: str, b: str, verification_off: bool,
+                 command: str = "compare") -> str:
+    """``compare --report`` and ``verify-folds --report``: the check's alert and section of
+    ``optimize``'s page, for ``check`` (``CompareResult.to_dict``; a fold verification
+    alone: ``ok``, ``state`` and ``folds``)."""
+    consequence = f"{esc(b)} does not compute what {esc(a)} computes"
+    body = (report_html_check.alert(check, None, consequence) +
+            f'<section id="s-check"><h2>Check</h2>'
+            f"{report_html_check.section(check, None, verification_off)}</section>")
+    return page(f"{a} vs {b}", f"{esc(a)} vs {esc(b)}", body, f"onnxfold {command}")
+
+
+def render_html(report: Report) -> str:
+    """The whole page for ``report``: the first screen (cards, and a failed check's alert in
+    red with its reasons), then the sections."""
+    title = report.input or "model"
+    options = json.dumps(report.options, indent=1, sort_keys=True)
+    written = f" \u2192 {esc(report.output)}" if report.output else ""
+    return page(title, f"{esc(title)}{written}", f"""
 {report_html_check.alert(report.check, report.output)}
 <div class="cards">{_cards(report)}</div>
 {_warnings(report)}
+<section id="s-signature"><h2>Signature, before and after</h2>
+{signature.html(report.signature)}</section>
 <section id="s-ops"><h2>Nodes per op, before and after</h2>
 <p class="muted">Constant nodes are not counted here or anywhere in the report.</p>
 <div class="row"><div>{_op_chart(report)}</div><div>{_op_table(report)}</div></div></section>
 <section id="s-rewrites"><h2>Rewrites: what each rule did</h2>{_rewrites(report)}</section>
-<section id="s-bytes"><h2>Initializer bytes</h2>
-{_pair_chart("initializer bytes", report.initializer_bytes_before,
-             report.initializer_bytes_after, mib)}</section>
 <section id="s-folded"><h2>What folded, by module</h2>{_folded(report)}</section>
 <section id="s-stayed"><h2>What stayed, and why, by module</h2>{_stayed(report)}</section>
 <section id="s-check"><h2>Check</h2>{_check(report)}</section>
 <section id="s-latency"><h2>Latency and size</h2>{_latency(report)}</section>
 <section id="s-phases"><h2>Time per phase</h2>{_phase_chart(report.phases)}</section>
 <section><details><summary><h2 style="display:inline">Options</h2></summary>
-<pre><code>{esc(options)}</code></pre></details></section>
-</main>
-<script>{SORT_JS}</script>
-</body></html>
-"""
+<pre><code>{esc(options)}</code></pre></details></section>""")
 
 
 def _cards(report: Report) -> str:

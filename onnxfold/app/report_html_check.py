@@ -25,9 +25,10 @@ def failed(check: dict[str, Any] | None) -> bool:
     return check is not None and not check.get("ok", False)
 
 
-def alert(check: dict[str, Any] | None, written: str | None) -> str:
-    """The first screen's red alert of a check that did not pass: its state and every
-    reason it gives, in words; "" when it passed or did not run."""
+def alert(check: dict[str, Any] | None, written: str | None, consequence: str = "") -> str:
+    """The first screen's red alert of a check that did not pass: its state, what follows
+    (``consequence``, HTML; by default that ``written`` was not replaced, or nothing written)
+    and every reason it gives, in words; "" when it passed or did not run."""
     if not failed(check):
         return ""
     assert check is not None
@@ -37,7 +38,8 @@ def alert(check: dict[str, Any] | None, written: str | None) -> str:
     more = len(reasons) - len(shown)
     items = "".join(f"<li>{prose(line)}</li>" for line in shown) + (
         f'<li class="muted">and {more} more, in the check below</li>' if more else "")
-    where = "nothing was written" if not written else f"{esc(written)} was not replaced"
+    where = consequence or ("nothing was written" if not written else
+                            f"{esc(written)} was not replaced")
     return (f'<div class="alert bad" id="check-alert" role="alert"><strong>Check '
             f"{esc(state)}</strong>: {where}."
             + (f"<ul>{items}</ul>" if items else "") + "</div>")
@@ -68,21 +70,22 @@ def _g(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, int | float) else "?"
 
 
-def section(check: dict[str, Any] | None, folded: int, verification_off: bool) -> str:
-    """The check's section; ``folded``: tensors the run folded (none: nothing to verify),
-    ``verification_off``: ``--no-fold-verification`` was given (why folds were not
-    verified, where the check says nothing of it)."""
+def section(check: dict[str, Any] | None, folded: int | None, verification_off: bool) -> str:
+    """The check's section; ``folded``: tensors the run folded (0: nothing to verify; None:
+    not known, ``compare``), ``verification_off``: ``--no-fold-verification`` was given (why
+    folds were not verified, where the check says nothing of it)."""
     if check is None:
         return '<p class="muted">not checked (<code>--check N</code> compares the outputs ' \
                "with the original model in onnxruntime)</p>"
     state = str(check.get("state") or ("passed" if check.get("ok") else "failed"))
     line = check.get("verdict") or "all outputs within tolerance"
     verdict = (f'<p class="ok">{prose(line)}</p>' if check.get("ok") else
-               f'<p class="bad">{esc(state.upper())}; nothing was written</p>')
+               f'<p class="bad">{esc(state.upper())}' +
+               ("" if folded is None else "; nothing was written") + "</p>")
     verdict += "".join(f'<p class="bad">{prose(check[key])}</p>'
                        for key in ("reason", "failure") if check.get(key))
-    if "outputs" not in check:  # a check that could not run carries its state and reason only
-        return verdict
+    if "outputs" not in check:  # could not run (its state and reason), or verify-folds
+        return verdict + (_folds(check, folded, verification_off) if "folds" in check else "")
     rows = [(o["name"], o["dtype"], _shape(o["shape"]), f"{o['max_abs']:.3g}",
              f"{o['max_rel']:.3g}", "-" if o.get("max_ulps") is None else f"{o['max_ulps']:g}",
              f"{o['mismatches']}/{o['elements']}", "yes" if o["ok"] else "NO")
@@ -90,7 +93,8 @@ def section(check: dict[str, Any] | None, folded: int, verification_off: bool) -
     tolerances = ("tolerances by each output's dtype" if check.get("rtol") is None and
                   check.get("atol") is None else
                   f'rtol {number(check.get("rtol"))}, atol {number(check.get("atol"))}')
-    settings = (f'<p class="muted">{esc(check.get("n"))} input set(s) from seed '
+    n = check.get("n")
+    settings = (f'<p class="muted">{esc(n)} input set{"" if n == 1 else "s"} from seed '
                 f'{esc(check.get("seed"))}, {tolerances}, onnxruntime optimization level '
                 f'{esc(check.get("level", ""))}</p>')
     feeds = table(["input", "dtype", "shape in each binding", "values"],
@@ -109,14 +113,14 @@ def _shape(shape: list[Any]) -> str:
     return "[" + ",".join(map(str, shape)) + "]"
 
 
-def _folds(check: dict[str, Any], folded: int, verification_off: bool) -> str:
+def _folds(check: dict[str, Any], folded: int | None, verification_off: bool) -> str:
     """The fold verification: a count per state (whatever states it has), then every tensor
     not bitwise; where it did not run, why, from what the report knows."""
     folds = check.get("folds")
     if folds is None:
         why = check.get("folds_reason") or (
             "--no-fold-verification was given" if verification_off else
-            "the run folded no tensor, so there is none to re-derive" if not folded else
+            "the run folded no tensor, so there is none to re-derive" if folded == 0 else
             "the output carries no onnxfold provenance to re-derive its tensors by")
         return f'<p class="muted">folds not verified: {prose(why)}</p>'
     counts: dict[str, int] = folds.get("counts", {})

@@ -1,12 +1,14 @@
 """The HTML report's latency: per onnxruntime level, each model's session creation and
 inference (median [spread]), their run-by-run ratio [spread] and the verdict it gives, coloured
-(``onnxfold.check.spread``)."""
+(``onnxfold.latency.spread``); the files' sizes and input dims are the signature's
+(``signature.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from onnxfold.app.html_parts import esc, mib, ms
+from onnxfold.app.html_parts import esc, ms
+from onnxfold.latency.spread import MIN_PAIRS
 
 
 def section(latency: dict | None) -> str:
@@ -22,7 +24,8 @@ def section(latency: dict | None) -> str:
            f'{latency["runs"]} '
            + ("interleaved runs" if latency["interleaved"] else
               "runs, one model after the other (both did not fit in memory at once)")
-           + "; ratios run by run; feeds " + ", ".join(latency["feeds"]))
+           + f"; ratios run by run, a verdict from {MIN_PAIRS} pairs on; feeds "
+           + ", ".join(latency["feeds"]))
     rows = []
     for timing in latency["timings"]:
         for which, label in (("run", "inference"), ("create", "session creation")):
@@ -32,12 +35,8 @@ def section(latency: dict | None) -> str:
             rows.append((timing["level"], label, _spread_cell(compared["original"]),
                          _spread_cell(compared["optimized"]),
                          _ratio_cell(compared["ratio"]), compared["verdict"]))
-    a, b = latency["file_bytes"]
-    dims = ", ".join(latency["dynamic_dims"][0]) or "none"
-    return (f'<p class="muted">{esc(how)}</p>' + _verdict_table(rows) +
-            f"<p>on disk {esc(mib(a))} \u2192 {esc(mib(b))}; dynamic dims of the "
-            f"original: {esc(dims)}; of the output: "
-            f'{esc(", ".join(latency["dynamic_dims"][1]) or "none")}</p>')
+    # the files' sizes and dims: the signature's section, above
+    return f'<p class="muted">{esc(how)}</p>' + _verdict_table(rows)
 
 
 VERDICT_CLASSES = {"faster": "ok", "slower": "bad"}  # any other verdict: muted

@@ -7,7 +7,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from onnxfold.app.commands import RunCommand, SplitCommand
-from onnxfold.app.report_files import guard_inputs
 from onnxfold.errors import InputError
 from onnxfold.host import interruptible
 from onnxfold.host.machine import checked_threads
@@ -24,13 +23,18 @@ def split(command: SplitCommand) -> int:
     """Split the model and write its parts and manifest into the output directory."""
     from onnxfold.declare.catalogue import load_catalogue
     from onnxfold.io import load_model
-    from onnxfold.runtime.split import optimize_and_split, write_split
+    from onnxfold.io.writer import input_files
+    from onnxfold.runtime.split import optimize_and_split, split_outputs, write_split
 
-    model = load_model(command.source, check=command.check_input)
-    parts = optimize_and_split(model, command.runtime_constants, load_catalogue(), command.fold,
-                               "fold" if command.fold_compile_time else "separate")
-    for path in write_split(parts, command.output):
-        print(f"wrote {path}")
+    with split_outputs(command.output, [command.source]) as guard:  # before any work
+        reached("claimed")
+        model = load_model(command.source, check=command.check_input)
+        guard.protect(input_files(model))
+        parts = optimize_and_split(model, command.runtime_constants, load_catalogue(),
+                                   command.fold,
+                                   "fold" if command.fold_compile_time else "separate")
+        for path in write_split(parts, command.output, guard):
+            print(f"wrote {path}")
     fold = parts.manifest["runtime_fold"]
     print(f"runtime_fold: {len(parts.runtime_fold.graph)} nodes, "
           f"{len(fold['inputs'])} inputs -> {len(fold['outputs'])} folded tensors for entry")
@@ -97,9 +101,11 @@ def _claim_output(command: RunCommand) -> PinnedOutput | None:
     and its directory pinned; None without ``-o``."""
     if not command.output:
         return None
-    guard = guard_inputs([command.model])
-    guard.protect([command.inputs, *command.adapters])
-    return guard.pin(command.output, "outputs")
+    from onnxfold.io.door import claimed
+
+    guard = claimed([(command.output, "outputs")], [command.inputs, *command.adapters],
+                    [command.model])
+    return guard.pinned(command.output)
 
 
 def _session(command: RunCommand, sess_options: Any) -> Session:

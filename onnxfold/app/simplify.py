@@ -17,7 +17,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.input_shapes import InputShapes, as_specs
-from onnxfold.check.comparison import compare
+from onnxfold.check.compare import compare
 from onnxfold.pipeline.optimizer import ModelInput, optimize, with_keywords
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.references import with_input_shapes

@@ -12,6 +12,7 @@ when it loads the model: a 4 KB nest of functions is a million nodes there.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import onnx_ir as ir
@@ -20,6 +21,7 @@ from onnxfold.analysis.expansion import describe, expanded_size
 from onnxfold.analysis.input_shapes import InputShapes
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.ort_sessions import open_session, session_options
+from onnxfold.io.opener import check_regular
 
 if TYPE_CHECKING:  # imported where used: a run that verifies nothing never loads it
     import onnxruntime
@@ -57,6 +59,8 @@ def load_check_options() -> onnxruntime.SessionOptions:
 
 def ort_load_error(model: str | bytes) -> str | None:
     """Why onnxruntime cannot create a session for ``model`` (a path or bytes), or None."""
+    if isinstance(model, str):
+        check_regular(model)  # onnxruntime opens it itself, and would wait on a FIFO
     try:
         open_session(model, load_check_options())
     except Exception as e:  # onnxruntime raises several exception types
@@ -65,19 +69,26 @@ def ort_load_error(model: str | bytes) -> str | None:
 
 
 def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
-             input_shapes: InputShapes | None = None):
+             input_shapes: InputShapes | None = None, target_opset: int | None = None,
+             warn: Callable[[str], object] = print):
     """A ``verify(path)`` for ``save_model``: raise OutputRejected if onnxruntime refuses the
     output but loads ``original``; outputs over ``limit`` bytes are not checked (None: every
     output is). ``input_shapes``: what ``--input-shape`` fixed in the run; a model the
     fixed shapes make invalid (a sequence past the position table) is refused at load once
     its shapes are static: where the original, with those shapes, fails to run too, that is
-    an InputError naming the shapes, not a bug."""
+    an InputError naming the shapes, not a bug; so is a ``target_opset`` onnxruntime has no
+    kernel of (an Add of opset 6: onnxruntime runs opset 7 and later). Where onnxruntime
+    loads neither, the output is written and ``warn`` says so."""
 
     def verify(path: str) -> None:
         if limit is not None and os.path.getsize(path) > limit:
             return
         problem = ort_load_error(path)
-        if problem is None or ort_load_error(os.fspath(original)) is not None:
+        if problem is None:
+            return
+        unloadable = ort_load_error(os.fspath(original))
+        if unloadable is not None:
+            warn(f"onnxruntime loads neither the input nor the output written ({unloadable})")
             return
         if input_shapes is not None and input_shapes.specs:
             failure = _fails_at(original, input_shapes)
@@ -85,16 +96,34 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
                 raise InputError(f"--input-shape {' '.join(input_shapes.specs)}: the model does "
                                  f"not run at those shapes (the original fails there too: "
                                  f"{failure}); nothing was written")
+        if target_opset is not None and _unloadable_at(original, target_opset):
+            raise InputError(f"--target-opset {target_opset}: onnxruntime cannot load the model "
+                             f"converted to opset {target_opset} ({problem}); nothing was "
+                             "written")
         raise OutputRejected(f"onnxruntime refuses the folded model ({problem}); nothing "
                              "was written")
 
     return verify
 
 
+def _unloadable_at(original: str | os.PathLike, opset: int) -> bool:
+    """Whether onnxruntime refuses ``original`` converted to ``opset`` and not folded (it
+    has no kernel of an op there: the flag's value, not the fold, is to blame)."""
+    from onnxfold.errors import OnnxfoldError
+    from onnxfold.io import load_model
+    from onnxfold.pipeline.opset_conversion import convert_opset
+
+    try:
+        converted = convert_opset(load_model(original, check=False), opset)
+        return ort_load_error(ir.to_proto(converted).SerializeToString()) is not None
+    except (OnnxfoldError, ValueError):  # no conversion, or over protobuf's 2 GiB
+        return False
+
+
 def _fails_at(original: str | os.PathLike, input_shapes: InputShapes) -> str | None:
     """Why the original, its inputs fixed by ``input_shapes``, fails to run once on seeded
     inputs (None: it runs)."""
-    from onnxfold.check.feeds import synthetic_feeds
+    from onnxfold.check.running.feeds import synthetic_feeds
     from onnxfold.pipeline.references import with_input_shapes
 
     proto = with_input_shapes(os.fspath(original), input_shapes)

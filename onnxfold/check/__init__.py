@@ -1,5 +1,8 @@
 """The accuracy check: does a folded model compute what the original computes in onnxruntime?
 
-``feeds`` builds the inputs, ``sessions`` opens the models, ``comparison`` runs both and
-compares outputs within the tolerances of ``tolerance``.
+``compare`` runs it: ``outputs`` compares the two models' outputs on input sets, ``folds``
+computes every folded tensor again from the original, ``rewrites`` runs every rewrite's
+replaced window against its replacement, all over ``running`` (the models, the feeds, the
+check's own onnxruntime runner, memory, tolerances, the original's cones), which shares no
+execution code with the fold. ``result`` holds what they found.
 """

@@ -6,10 +6,12 @@ Folders (:func:`folder`, :class:`OpFact`, :class:`Decline`); patterns (:class:`P
 or :class:`Reject`; a rewrite builds with the :class:`OpBuilder` and returns the new values or
 a :class:`Replacement`; what the engine must know of a rule, its tags), size rules
 (:func:`output_bytes`), shape steps (:func:`shape_value`, :func:`shape_dims`) and the dim
-algebra they compute with (:class:`Known`, :func:`arith`, ...). The catalogue that collects
-what the rules declare is the engine's (``onnxfold.declare.catalogue``).
+algebra they compute with (:class:`Known`, :func:`arith`, ...); what an op computes
+(:class:`OpCost`, the report's FLOPs). The catalogue that collects what the rules declare is
+the engine's (``onnxfold.declare.catalogue``).
 """
 
+from onnxfold.analysis.cost import OpCost
 from onnxfold.analysis.declines import Decline, DeclineKind
 from onnxfold.analysis.dim_algebra import (
     MAX_ELEMENTS,
@@ -56,6 +58,7 @@ __all__ = [
     "Known",
     "Match",
     "OpBuilder",
+    "OpCost",
     "OpFact",
     "Out",
     "P",

@@ -1,4 +1,4 @@
-"""The rule catalogue: every folder, pattern, cleanup, size rule, op fact and shape step of
+"""The rule catalogue: every folder, pattern, size rule, op fact, op cost and shape step of
 ``onnxfold.rules``, immutable.
 
 :func:`load_catalogue` imports the rule modules once, in the order ``onnxfold.rules.MODULES``
@@ -21,6 +21,7 @@ from dataclasses import InitVar, dataclass, field
 from types import ModuleType
 from typing import Protocol, TypeVar, runtime_checkable
 
+from onnxfold.analysis.cost import OpCost
 from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact, ShapeDimsRule, ShapeValueRule
@@ -30,7 +31,7 @@ _MAX_OPSET = 10**9
 _R = TypeVar("_R")
 
 
-Rule = FolderRule | PatternRule | SizeRule | OpFact | ShapeValueRule | ShapeDimsRule
+Rule = FolderRule | PatternRule | SizeRule | OpFact | OpCost | ShapeValueRule | ShapeDimsRule
 """A record the catalogue holds. A new kind is its record class and its name here."""
 
 
@@ -93,11 +94,10 @@ class Catalogue:
         """The rules of one kind, in catalogue order."""
         return tuple(r for r in self.rules if isinstance(r, kind))
 
-    @property
-    def patterns(self) -> tuple[PatternRule, ...]:
-        """``of(PatternRule)``, for ``check/comparison.py`` (to go with the check's own
-        runner)."""
-        return self.of(PatternRule)
+    @functools.cached_property
+    def costs(self) -> dict[tuple[str, str], OpCost]:
+        """What a node of each op computes, by (domain, op type): the report's FLOPs."""
+        return {(cost.domain, cost.op_type): cost for cost in self.of(OpCost)}
 
     @functools.cached_property
     def shape_steps(self) -> ShapeSteps:
@@ -226,7 +226,7 @@ def _declared(objects: Iterable[object]) -> Iterator[object]:
     and op facts."""
     for obj in objects:
         for item in obj if isinstance(obj, tuple) else (obj,):
-            if hasattr(item, RULES_ATTR) or isinstance(item, OpFact):
+            if hasattr(item, RULES_ATTR) or isinstance(item, OpFact | OpCost):
                 yield item
 
 
@@ -253,7 +253,7 @@ def load_catalogue() -> Catalogue:
         module = importlib.import_module(f"{package.__name__}.{name}")
         seen: set[int] = set()
         for fn in _declared(vars(module).values()):
-            if isinstance(fn, OpFact):
+            if isinstance(fn, OpFact | OpCost):
                 rules.append(fn)
                 continue
             if id(fn) in seen or getattr(fn, "__module__", None) != module.__name__:

@@ -6,7 +6,9 @@ function body (the ``store`` the caller passes). Its tensor records the nodes it
 from (``provenance.FOLDED_FROM``). A result is refused here, and its node stays to compute it at run
 time, when it is much larger than the constants it comes from (``budget.expansion``) or cannot
 serve as the shape input it feeds (``shape_inputs.py``); an Identity (chain) of a source
-constant is replaced by that constant, not copied.
+constant is replaced by that constant, not copied; a plain fold equal, bit for bit, to one
+already stored in this graph reads that one (:class:`_Stored`: 58 ConstantOfShape weights of a
+DenseNet are one tensor), so the second copy is released, never kept.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from onnxfold.fold.evaluate import Evaluated
 from onnxfold.fold.plan import FoldPlan
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.fold.pool import BufferPool
-from onnxfold.fold.recipes import capture, encode
+from onnxfold.fold.recipes import capture
 from onnxfold.fold.settings import SizePolicy
 from onnxfold.fold.shape_inputs import unusable_as_shape
 from onnxfold.ir import provenance
 from onnxfold.ir.graph import identity_source
+from onnxfold.ir.recipes import encode
 from onnxfold.ir.scopes import FOLDED_MODULE_KEY, module_path
 
 Store = Callable[[ir.Value, np.ndarray, tuple[str, ...]], None]
@@ -52,6 +55,7 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
     done = Materialized()
     derived = _DerivedBytes(plan, evaluated.input_bytes)
     outputs = frozenset(graph.outputs)  # (storing one value changes no other's membership)
+    stored_by_content = _Stored()
     for value in list(evaluated.keep):
         if value not in pool:
             continue
@@ -64,6 +68,9 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
             done.refused.append((producer, refused))  # it stays, computing it at run time
         elif (source := _aliased_source(value, outputs, plan)) is not None:
             value.replace_all_uses_with(source)  # an Identity of a constant: read the constant
+        elif _plain(value, outputs, evaluated) and (same := stored_by_content.get(arr)) is not None:
+            value.replace_all_uses_with(same)  # equal bits: one initializer, one copy
+            same.meta[provenance.SHARED] = True
         else:
             made = provenance.MADE_BY in value.meta  # a rewrite built it: keep its recipe
             recipe = capture(value, evaluated.how) if made else None
@@ -71,8 +78,7 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
             name = value.name or ""
             store(value, arr, evaluated.provenance.get(value, ()))
             stored = graph.initializers.get(name)
-            tensor = stored.const_value if stored is not None else None
-            if tensor is not None:
+            if stored is not None and (tensor := stored.const_value) is not None:
                 if value in evaluated.rounded:
                     tensor.metadata_props[provenance.ROUNDING] = "numpy"
                 if standing is not None:
@@ -82,10 +88,54 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
                         provenance.REWIRED])
                 if recipe is not None:
                     tensor.metadata_props[provenance.RECIPE] = encode(recipe)
+                stored_by_content.add(arr, stored)
             done.stored += 1
             done.stored_bytes += arr.nbytes
         pool.release(value)
     return done
+
+
+def _plain(value: ir.Value, outputs: Collection[ir.Value], evaluated: Evaluated) -> bool:
+    """Whether ``value`` is a plain fold of the original, which any equal tensor may stand
+    for: not a graph output (it keeps its own name), not rounded otherwise than onnxruntime
+    rounds, not made, proved or rewired by a rewrite (its tensor says so, for the check)."""
+    return value not in outputs and value not in evaluated.rounded and \
+        provenance.MADE_BY not in value.meta and provenance.stands_for(value) is None and \
+        not provenance.rewired(value)
+
+
+class _Stored:
+    """The initializers one materialization stored, by content: a plain fold equal to one of
+    them, bit for bit, reads it. Candidates are narrowed by dtype, shape and a few sampled
+    bytes; the bytes of a candidate that passes are compared whole (no hash trusted)."""
+
+    SAMPLES = 16
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple, list[ir.Value]] = {}
+
+    def _key(self, arr: np.ndarray) -> tuple | None:
+        if arr.dtype.kind == "O" or not arr.flags.c_contiguous:
+            return None  # strings have no bytes to compare
+        flat = _bytes(arr)
+        return arr.dtype.str, arr.shape, flat[::max(1, flat.size // self.SAMPLES)].tobytes()
+
+    def get(self, arr: np.ndarray) -> ir.Value | None:
+        key = self._key(arr)
+        for value in self._by_key.get(key, ()) if key is not None else ():
+            assert value.const_value is not None
+            if np.array_equal(_bytes(value.const_value.numpy()), _bytes(arr)):
+                return value
+        return None
+
+    def add(self, arr: np.ndarray, value: ir.Value) -> None:
+        key = self._key(arr)
+        if key is not None:
+            self._by_key.setdefault(key, []).append(value)
+
+
+def _bytes(arr: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
 class _DerivedBytes:

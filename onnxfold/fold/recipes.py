@@ -2,7 +2,7 @@
 compute it again.
 
 A folded tensor whose value has a name in the original model is verified against the original
-(``onnxfold.check.fold_verification``). One made from nodes a rewrite built (a batch-norm
+(``onnxfold.check.folds.verification``). One made from nodes a rewrite built (a batch-norm
 folded into a Conv's weight, a merged Q/K/V weight: their values carry
 ``provenance.MADE_BY``) has no original value to compare with; its *recipe* is what the fold
 evaluated: the nodes between it and the constants (or the static shapes of runtime values)
@@ -13,50 +13,26 @@ the recipe in onnxruntime from those leaves and compares the bits, so a wrong ev
 rewrite-made tensor is caught as surely as one of an original value (whether the rewrite
 itself was right is the rewrite validation's and the comparison on inputs' job).
 
-A recipe is saved on its tensor (``provenance.RECIPE``: a small ONNX graph, base64) by
-:func:`encode`; a cone larger than :data:`MAX_RECIPE_NODES` nodes or with large attributes gets
-none.
+A recipe is saved on its tensor (``provenance.RECIPE``: a small ONNX graph, base64, in the
+format of ``onnxfold.ir.recipes``) by its ``encode``; a cone larger than
+:data:`MAX_RECIPE_NODES` nodes or with large attributes gets none.
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Collection
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import numpy_helper
 
 from onnxfold.ir import provenance
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import is_default_op, static_shape
+from onnxfold.ir.recipes import MAX_RECIPE_NODES, Leaf, Recipe, decode
 
-MAX_RECIPE_NODES = 256
 MAX_RECIPE_BYTES = 1 << 20  # the serialized nodes (a Constant's big attribute: no recipe)
 INLINE_BYTES = 4096  # a constant leaf this small is kept in the recipe
-
-
-@dataclass(frozen=True)
-class Leaf:
-    """A value a recipe reads: a constant (by name) or a runtime value's static shape."""
-
-    name: str
-    shape: tuple[int, ...] | None = None  # a runtime value read only for its shape
-    dtype: int = 0  # its ONNX element type, for the zeros that stand in for it
-    constant: bool = True
-    # a small constant's own bytes (a rewrite's constant that neither model may hold later)
-    value: np.ndarray | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """The nodes that computed ``output`` (in order) and the leaves they read."""
-
-    output: str
-    nodes: tuple[onnx.NodeProto, ...]
-    leaves: tuple[Leaf, ...]
 
 
 def capture(value: ir.Value, evaluated: Collection[ir.Node]) -> Recipe | None:
@@ -154,36 +130,3 @@ def _leaf(value: ir.Value) -> Leaf | None:
     if shape is None or value.dtype is None:
         return None
     return Leaf(value.name, shape, value.dtype.value, False)
-
-
-def encode(recipe: Recipe) -> str:
-    """``recipe`` as the text saved on its tensor: an ONNX graph (its nodes; the shape leaves
-    as typed inputs; the small constants as initializers; the other constants as value infos
-    holding only their names), serialized and in base64."""
-    graph = onnx.GraphProto(name="recipe", node=list(recipe.nodes))
-    for leaf in recipe.leaves:
-        if not leaf.constant:
-            assert leaf.shape is not None
-            graph.input.append(onnx.helper.make_tensor_value_info(leaf.name, leaf.dtype,
-                                                                  list(leaf.shape)))
-        elif leaf.value is not None:
-            graph.initializer.append(numpy_helper.from_array(leaf.value, leaf.name))
-        else:
-            graph.value_info.append(onnx.ValueInfoProto(name=leaf.name))
-    graph.output.append(onnx.ValueInfoProto(name=recipe.output))
-    return base64.b64encode(graph.SerializeToString()).decode("ascii")
-
-
-def decode(text: str) -> Recipe | None:
-    """The recipe :func:`encode` wrote (None: text that is not one; a model is untrusted)."""
-    try:
-        graph = onnx.GraphProto.FromString(base64.b64decode(text, validate=True))
-        leaves = [Leaf(i.name, tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
-                       i.type.tensor_type.elem_type, False) for i in graph.input]
-        leaves += [Leaf(t.name, value=numpy_helper.to_array(t)) for t in graph.initializer]
-        leaves += [Leaf(v.name) for v in graph.value_info]
-        if len(graph.output) != 1 or len(graph.node) > MAX_RECIPE_NODES:
-            return None
-        return Recipe(graph.output[0].name, tuple(graph.node), tuple(leaves))
-    except Exception:  # not base64, not a graph (protobuf's DecodeError), a bad tensor
-        return None

@@ -16,6 +16,7 @@ Linux only (``/proc/self/statm``); elsewhere ``bounded`` yields False and the ca
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 import threading
@@ -27,10 +28,16 @@ from contextlib import contextmanager
 # the budget has left plus this.
 RUN_ALLOWANCE = 64 << 20
 _STATM = "/proc/self/statm"
-# one bound at a time: each restores the limit it found; a bound within a bound on the same
-# thread (a check's cone run bounded, whose fallback bounds an unsized contrib op again) keeps
-# the tighter of the two
-_lock = threading.RLock()
+# Bounds may nest and overlap, on one thread (a check's cone run bounded, whose onnxruntime
+# run bounds an unsized contrib op again) or on several (a caller bounds the run it waits for
+# while the worker running it bounds a node): the limit in force is the tightest of the bounds
+# in force, and the limit the process had before the first of them comes back when the last
+# ends. The lock guards that bookkeeping only, never a bound's block: a thread waiting for a
+# worker holds no lock the worker may ask for.
+_lock = threading.Lock()
+_bounds: dict[int, int] = {}  # the bounds in force: token -> limit
+_before: list[int] = []  # the soft limit before the first bound in force (one element)
+_tokens = itertools.count()
 
 
 def address_space_in_use() -> int | None:
@@ -46,22 +53,44 @@ def address_space_in_use() -> int | None:
 @contextmanager
 def bounded(extra_bytes: int) -> Iterator[bool]:
     """Within the block, the process may map at most ``extra_bytes`` + ``RUN_ALLOWANCE`` more
-    bytes than it has mapped now (never more than a soft limit already set). Yields whether
+    bytes than it has mapped now (never more than a limit already in force). Yields whether
     the bound is in place."""
+    in_use = address_space_in_use()
+    if in_use is None:
+        yield False
+        return
+    token = _enter(in_use + max(extra_bytes, 0) + RUN_ALLOWANCE)
+    try:
+        yield True
+    finally:
+        if token is not None:
+            _leave(token)
+
+
+def _enter(limit: int) -> int | None:
+    """Put ``limit`` in force (None: a tighter limit already is, nothing to undo)."""
     with _lock:
-        in_use = address_space_in_use()
-        if in_use is None:
-            yield False
-            return
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        limit = in_use + max(extra_bytes, 0) + RUN_ALLOWANCE
+        base = _before[0] if _bounds else soft
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
-        if soft != resource.RLIM_INFINITY and soft <= limit:
-            yield True  # a tighter limit is already in place
-            return
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-        try:
-            yield True
-        finally:
-            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        if base != resource.RLIM_INFINITY and base <= limit:
+            return None
+        if not _bounds:
+            _before[:] = [soft]
+        token = next(_tokens)
+        _bounds[token] = limit
+        _apply(hard)
+        return token
+
+
+def _leave(token: int) -> None:
+    with _lock:
+        del _bounds[token]
+        _apply(resource.getrlimit(resource.RLIMIT_AS)[1])
+
+
+def _apply(hard: int) -> None:
+    """The soft limit: the tightest bound in force, or the one found before the first."""
+    soft = min(_bounds.values()) if _bounds else _before.pop()
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -17,7 +17,8 @@ Each inference is also bounded in time: after :func:`limit` seconds (``DEFAULT_L
 what :func:`inference_time_limit` sets for the calling context; the command line's
 ``--inference-timeout``) it is terminated the same way and :class:`InferenceTimeout` raised,
 or, with ``finish_after_timeout`` (the fold's batches, which decline what ran too long),
-awaited to its end first.
+awaited to its end first, as long again as the limit at most. No wait here is unbounded, and
+none holds a lock: a signal ends every one of them.
 
 Runs nested in a worker (a backend that folds with onnxfold's own fallback) run in that
 thread, their ``RunOptions`` registered with the worker, so that stopping the outer run stops
@@ -205,11 +206,11 @@ def _await(outcome: _Outcome, scope: _Scope, seconds: float | None, what: str,
         return
     scope.stop()
     try:
-        if finish_after_timeout:
-            while not outcome.done.wait(_POLL):
-                pass
-        else:
-            outcome.done.wait(GRACE)
+        # stopped between kernels: awaited GRACE, or with finish_after_timeout as long again
+        # as it ran (a kernel that outlasts that is left to end in the background)
+        end = time.monotonic() + (max(seconds or 0.0, GRACE) if finish_after_timeout else GRACE)
+        while not outcome.done.is_set() and (left := end - time.monotonic()) > 0:
+            outcome.done.wait(min(left, _POLL))
     except KeyboardInterrupt:
         _wait_uninterrupted(outcome.done, GRACE)
         raise
@@ -247,7 +248,9 @@ def _in_place(call: Callable[[Any], T], options: Any, seconds: float | None, wha
     """Run ``call`` in this thread: stopped with the worker it runs in (``scope``), and by a
     timer after ``seconds`` (:class:`InferenceTimeout` then, whether onnxruntime stopped
     between kernels or had just ended)."""
-    deadline = None if seconds is None else _Deadline(options, seconds)
+    # past threading.TIMEOUT_MAX (~292 years) a timer overflows: such a limit is none
+    deadline = None if seconds is None or seconds >= threading.TIMEOUT_MAX else \
+        _Deadline(options, seconds)
     if scope is not None:
         scope.add(options)
     try:

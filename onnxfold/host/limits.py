@@ -12,6 +12,7 @@ limit and its value, e.g. ``too many open files (ulimit -n is 256)``.
 from __future__ import annotations
 
 import errno
+import re
 import resource
 
 from onnxfold.errors import ResourceLimitError
@@ -80,6 +81,34 @@ def limit_error(error: BaseException, doing: str) -> ResourceLimitError | None:
     resource limit is behind it."""
     what = describe_cause(error)
     return None if what is None else ResourceLimitError(f"{doing}: {what}")
+
+
+# how onnxruntime (C++) says the machine ran short: an allocation failed, a thread of its pool
+# could not start (``std::system_error``: EAGAIN), no descriptor was left
+_NATIVE_SHORTAGE = re.compile(
+    r"(?P<memory>Failed to allocate memory|bad_alloc|bad allocation|Available memory of \d+ is "
+    r"smaller than requested|out of memory|Cannot allocate memory)|"
+    r"(?P<thread>can't start new thread|thread constructor failed|Resource temporarily "
+    r"unavailable|pthread_create)|(?P<files>Too many open files)", re.IGNORECASE)
+
+
+def shortage(error: BaseException) -> str | None:
+    """What the machine ran short of, where ``error`` (Python's or onnxruntime's, or one in its
+    chain of causes) says it did: one line, None where it says nothing of the machine. Such a
+    failure says nothing of the model that was running."""
+    what = describe_cause(error)
+    if what is not None:
+        return what
+    found = _NATIVE_SHORTAGE.search(str(error))
+    if found is None:
+        return None
+    if found.group("memory"):
+        return f"out of memory ({memory_limit_text()})"
+    if found.group("thread"):
+        return f"cannot start a thread ({memory_limit_text()})"
+    files = _soft_limit(resource.RLIMIT_NOFILE)
+    return "too many open files (" + (f"ulimit -n is {files})" if files is not None else
+                                      "the process's limit)")
 
 
 def describe_cause(error: BaseException) -> str | None:

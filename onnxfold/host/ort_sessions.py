@@ -6,8 +6,10 @@ own options copied setting by setting), its providers, and the weights handed ov
 Runs go through :mod:`onnxfold.host.interruptible` (a signal or the inference time limit
 stops them); the fold's memory guard (outputs sized before they are computed, outputs of
 unknown size under an address-space bound) is ``fold/fallback_session.run_guarded``'s. The
-check opens its sessions its own way (``onnxfold/check/sessions.py``): a verifier shares no
-code with what it verifies. ``onnxruntime`` is imported where a session is made.
+check opens and runs its sessions its own way (``onnxfold/check/running/runner.py``): a
+verifier shares no code with what it verifies; it takes only :func:`register_libraries`
+(loading a user's library runs nothing of a model). ``onnxruntime`` is imported where a
+session is made.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def session_options(*, optimized: bool = True, log_level: int | None = 4,
 
 def register_libraries(options: Any, paths: Sequence[str]) -> None:
     """Load each custom-op library into the onnxruntime ``SessionOptions`` ``options``
-    (checked by the caller: ``runtime/custom_ops.py``)."""
+    (checked by the caller: ``runtime/custom_ops.py``); the check's sessions load theirs
+    through it too."""
     for path in paths:
         try:
             options.register_custom_ops_library(path)

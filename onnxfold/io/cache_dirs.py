@@ -30,9 +30,10 @@ import secrets
 import stat
 import warnings
 
-from onnxfold.errors import OutputError
-from onnxfold.io.pinned import PinnedDirectory, PinnedOutput
-from onnxfold.io.tempfiles import write_atomic
+from onnxfold.errors import OnnxfoldError, OutputError
+from onnxfold.io.opener import open_regular
+from onnxfold.io.pinned import PinnedDirectory
+from onnxfold.io.tempfiles import temporary
 
 KEY_NAME = ".onnxfold-key"
 KEY_BYTES = 32
@@ -56,8 +57,20 @@ def cache_dir_problem(path: str) -> str | None:
     could be created where no one else can replace it)."""
     if not os.path.isabs(path):
         return "not an absolute path"
+    # as named, and as reached through any link on the way: a link's directory may be
+    # trusted where the directory it leads to is not (and the other way round)
+    for chain in dict.fromkeys((os.path.normpath(path), os.path.realpath(path))):
+        problem = _chain_problem(chain)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _chain_problem(path: str) -> str | None:
+    """Why ``path`` and the directories above it (each as ``stat`` reaches it) are no
+    trusted cache directory, or None."""
     uid = os.getuid() if hasattr(os, "getuid") else None
-    current, leaf = os.path.normpath(path), True
+    current, leaf = path, True
     while True:
         try:
             info = os.stat(current)
@@ -115,35 +128,48 @@ def make_cache_dir(path: str) -> bool:
 def _read_key(directory: PinnedDirectory) -> bytes | None:
     """The directory's key when it is one: a regular file of this user's that no one else
     may read, of :data:`KEY_BYTES` bytes (never through a symbolic link)."""
-    try:
-        fd = directory.open(KEY_NAME, os.O_RDONLY)
-    except OSError:
+    try:  # never a link, never a FIFO waited on (onnxfold.io.opener)
+        fd = open_regular(KEY_NAME, dir_fd=directory.fd, follow=False)
+    except (OSError, OnnxfoldError):
         return None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         uid = os.getuid() if hasattr(os, "getuid") else info.st_uid
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077 or \
-                info.st_size != KEY_BYTES:
+        if info.st_uid != uid or info.st_mode & 0o077 or info.st_size != KEY_BYTES:
             return None
         key = f.read(KEY_BYTES + 1)
     return key if len(key) == KEY_BYTES else None
 
 
 def directory_key(directory: PinnedDirectory) -> bytes | None:
-    """The secret key of a cache directory, made (atomically) where there is none or the one
-    there is not a key (see the module doc); None when none can be read or made (a read-only
-    directory without one)."""
+    """The secret key of a cache directory, made where there is none or the one there is not
+    a key (see the module doc); None when none can be read or made (a read-only directory
+    without one). Processes making one at once get the same: a new key is linked into place,
+    which fails where another process's is already there (a rename would replace it, and the
+    entries stored with it would no longer verify); only a file that is no key is replaced."""
     key = _read_key(directory)
     if key is not None:
         return key
-    made = secrets.token_bytes(KEY_BYTES)
-
-    def write(f) -> None:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(made)
-
     try:
-        write_atomic(PinnedOutput(directory, KEY_NAME, directory.shown(KEY_NAME)), write)
-    except (OSError, OutputError):  # the directory cannot be written
+        fd, tmp = temporary(directory, KEY_NAME)
+    except OutputError:  # the directory cannot be written
         return None
-    return _read_key(directory)  # another process's, should it have replaced this one
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(secrets.token_bytes(KEY_BYTES))
+        try:
+            os.link(tmp, KEY_NAME, src_dir_fd=directory.fd, dst_dir_fd=directory.fd,
+                    follow_symlinks=False)
+        except FileExistsError:  # another process's key, or a file that is none
+            if _read_key(directory) is None:
+                with contextlib.suppress(OSError):  # a FIFO, socket or link: replaced too
+                    if not stat.S_ISREG(directory.stat(KEY_NAME, follow_symlinks=False).st_mode):
+                        directory.unlink(KEY_NAME)
+                directory.replace(tmp, KEY_NAME)
+    except (OSError, OnnxfoldError):  # a directory in its place, a full disk
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            directory.unlink(tmp)
+    return _read_key(directory)

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from onnxfold.errors import InputError
-from onnxfold.host.limits import limit_error
+from onnxfold.io.opener import open_regular
 from onnxfold.io.tempfiles import TRUNCATED
 
 FileIdentity = tuple[int, int]  # (st_dev, st_ino)
@@ -30,16 +30,11 @@ class InputChanged(InputError):
 
 def open_input(path: str, identity: FileIdentity | None,
                purpose: str = "cannot open external data") -> int:
-    """A read-only descriptor of ``path`` (never through a symlink), which must be the file of
+    """A read-only descriptor of ``path`` (never through a symlink, never a FIFO or anything but
+    a regular file: ``onnxfold.io.opener``), which must be the file of
     ``identity`` when one is given (the file checked at load time, ``onnxfold.io.trust``).
     ``purpose`` starts the message when a resource limit refuses the open."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
-    except OSError as e:
-        limit = limit_error(e, f"{path}: {purpose}")
-        if limit is not None:
-            raise limit from None
-        raise InputChanged(f"{path}: cannot read external data ({e.strerror})") from None
+    fd = open_regular(path, follow=False, error=InputChanged, doing=purpose)
     info = os.fstat(fd)
     if identity is not None and (info.st_dev, info.st_ino) != identity:
         os.close(fd)

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from onnxfold.errors import InputError, one_line
+from onnxfold.io.opener import opened
 
 LIMIT = 16 << 30  # bytes of arrays one file may hold
 MAX_RATIO, COMPRESSED_MIN = 100, 64 << 20  # a member over 64 MiB compressed more than 100:1
@@ -40,10 +41,8 @@ def _member_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tup
 def load_arrays(path: str | os.PathLike, limit: int = LIMIT) -> dict[str, np.ndarray]:
     """The arrays of the ``.npz`` file ``path``; InputError for anything else."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
     try:
-        with open(path, "rb") as f:
+        with opened(path) as f:
             return read_arrays(f, path, limit)
     except OSError as e:
         raise InputError(f"{path}: cannot read arrays ({e.strerror})") from None

@@ -18,6 +18,10 @@ import os
 import struct
 import zipfile
 from dataclasses import dataclass
+from typing import BinaryIO
+
+from onnxfold.errors import InputError
+from onnxfold.io.opener import opened
 
 HEAD_BYTES = 512  # what is read to recognize a file
 
@@ -76,19 +80,17 @@ def describe(path: str) -> Foreign | None:
             return SAVED_MODEL
         return None
     try:
-        with open(path, "rb") as f:
-            head = f.read(HEAD_BYTES)
-            size = os.fstat(f.fileno()).st_size
-    except OSError:
+        with opened(path) as f:
+            return describe_head(f.read(HEAD_BYTES), os.fstat(f.fileno()).st_size, f)
+    except (OSError, InputError):
         return None  # the reader says why it cannot read it
-    return describe_head(head, size, path)
 
 
-def describe_head(head: bytes, size: int, path: str | None = None) -> Foreign | None:
+def describe_head(head: bytes, size: int, file: BinaryIO | None = None) -> Foreign | None:
     """What a file of ``size`` bytes starting with ``head`` is, by its magic bytes alone
-    (``path``, when given, lets a zip archive's directory be listed)."""
+    (``file``, when given, lets a zip archive's directory be listed)."""
     if head.startswith(_ZIP_MAGIC):
-        return _zip_kind(head, path)
+        return _zip_kind(head, file)
     if head.startswith(_TORCH_LEGACY_MAGIC):
         return PYTORCH
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
@@ -110,12 +112,12 @@ def _is_safetensors(head: bytes, size: int) -> bool:
     return 2 <= length <= size - 8 and head[8:9] == b"{" and head[9:10] in (b'"', b"}", b" ")
 
 
-def _zip_kind(head: bytes, path: str | None) -> Foreign:
+def _zip_kind(head: bytes, file: BinaryIO | None) -> Foreign:
     """A PyTorch checkpoint (``*/data.pkl``), a Keras 3 ``.keras`` file, an .npz, or a zip."""
     names = [_first_entry(head)]
-    if path is not None:
+    if file is not None:
         with contextlib.suppress(zipfile.BadZipFile, OSError, ValueError), \
-                zipfile.ZipFile(path) as archive:
+                zipfile.ZipFile(file) as archive:
             names = archive.namelist()
     if any(name == "data.pkl" or name.endswith("/data.pkl") for name in names):
         return PYTORCH
@@ -141,9 +143,9 @@ def describe_after_failure(path: str) -> Foreign | None:
     if os.path.basename(path) in _SAVED_MODEL_FILES:
         return SAVED_MODEL_FILE
     try:
-        with open(path, "rb") as f:
+        with opened(path) as f:
             head = f.read(HEAD_BYTES)
-    except OSError:
+    except (OSError, InputError):
         return None
     return FROZEN_GRAPH if _looks_like_graphdef(head) else None
 

@@ -54,10 +54,6 @@ class OutputGuard:
         for target, what in self._claimed.items():
             self._check_existing(target, what)
 
-    def inputs(self) -> set[str]:
-        """The protected input files (as first named)."""
-        return set(self._inputs.values())
-
     def removable(self, path: str | os.PathLike | PinnedOutput) -> bool:
         """Whether ``path`` may be deleted: not an input, or one the caller asked to replace."""
         ident = file_id(path)
@@ -69,9 +65,13 @@ class OutputGuard:
         ident = file_id(path)
         return ident is not None and ident in self._inputs and ident in self._replaceable
 
-    def pinned(self, path: str | os.PathLike) -> PinnedOutput | None:
-        """The output pinned for ``path`` by :meth:`pin`, if it was."""
-        return self._pinned.get(os.path.join(*resolved(os.fspath(path))))
+    def pinned(self, path: str | os.PathLike) -> PinnedOutput:
+        """The output pinned for ``path`` by :meth:`pin` (a RuntimeError if it was not: a file
+        written before it was claimed is a bug)."""
+        output = self._pinned.get(os.path.join(*resolved(os.fspath(path))))
+        if output is None:
+            raise RuntimeError(f"{os.fspath(path)}: written before it was claimed")
+        return output
 
     def close(self) -> None:
         """Close the directories of the outputs pinned here."""
@@ -86,7 +86,8 @@ class OutputGuard:
         directory, name = resolved(path)
         target = os.path.join(directory, name)
         if not os.path.isdir(directory):
-            raise OutputError(f"{path}: directory {os.path.dirname(path) or '.'} does not exist")
+            shown = directory if os.path.islink(path) else os.path.dirname(path) or "."
+            raise OutputError(f"{path}: directory {shown} does not exist")
         try:
             target.encode()
         except UnicodeEncodeError:  # undecodable bytes, kept as surrogates by Python

@@ -14,6 +14,7 @@ written model loaded to verify it) is named through the descriptor too
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -52,7 +53,17 @@ class PinnedDirectory:
         return os.open(name, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode, dir_fd=self.fd)
 
     def replace(self, source: str, target: str) -> None:
-        """Rename ``source`` to ``target``, both in this directory (one atomic step)."""
+        """Rename ``source`` to ``target``, both in this directory (one atomic step). What
+        appeared at ``target`` since it was claimed is replaced only if it is a file or a link
+        (the link itself, never its target): a FIFO, socket, device or directory that
+        appeared is an OutputError, as one there when the output was claimed."""
+        try:
+            mode = os.stat(target, dir_fd=self.fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
+            raise OutputError(f"{self.shown(target)}: became a directory, device, FIFO or "
+                              "socket while onnxfold ran; never replaced")
         os.replace(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def unlink(self, name: str) -> None:
@@ -121,8 +132,14 @@ class PinnedOutput:
 
 def resolved(path: str) -> tuple[str, str]:
     """The directory and file name ``path`` writes to: through a symlink to its target (the
-    link stays, the target is replaced), else where the path itself says."""
-    target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
+    link stays, the target is replaced or, for a link to nothing yet, made), else where the
+    path itself says. A loop of links is an OutputError."""
+    if not os.path.islink(path):
+        target = os.path.abspath(path)
+    else:
+        target = os.path.realpath(path)
+        if os.path.islink(target):
+            raise OutputError(f"{path}: a loop of symbolic links; never written through")
     return os.path.dirname(target), os.path.basename(target)
 
 

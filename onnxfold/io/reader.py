@@ -13,7 +13,7 @@ import math
 import mmap
 import os
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -28,6 +28,7 @@ from onnxfold.io import formats, map_types
 from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
+from onnxfold.io.opener import opened, why
 from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
@@ -256,11 +257,11 @@ class _FileBytes:
 def _parse_graph_only(path: str) -> tuple[onnx.ModelProto, int, Texts]:
     """The model parsed with every large inline weight replaced by a reference to itself and
     every long text of its main graph's nodes left out; the bytes parsed; those texts."""
-    size = os.path.getsize(path)
-    if size == 0:
-        raise InputError(f"{path}: empty file, not an ONNX model")
     location = os.path.basename(path)
-    with open(path, "rb") as f:
+    with opened(path) as f:  # a regular file, whatever the path names by now
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise InputError(f"{path}: empty file, not an ONNX model")
         # a small file is read whole: indexing bytes is several times faster than _FileBytes,
         # which matters for graphs of many nodes (every field header is walked)
         buf: bytes | _FileBytes
@@ -492,16 +493,12 @@ def _load(path: str, check: bool, keep_light: bool
           ) -> tuple[ir.Model, onnx.ModelProto | None]:
     try:
         info = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
     except OSError as e:
-        raise InputError(f"{path}: cannot open ({e.strerror})") from None
+        raise InputError(f"{path}: {why(e)}") from None
     if stat.S_ISDIR(info.st_mode):
         foreign = formats.describe(path)
         raise InputError(foreign.message(path) if foreign is not None else
                          f"{path}: is a directory, not an ONNX file")
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"{path}: not a regular file")
     foreign = formats.describe(path)  # a few bytes: named before protobuf parses anything
     if foreign is not None:
         raise InputError(foreign.message(path))
@@ -518,7 +515,7 @@ def _load(path: str, check: bool, keep_light: bool
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _named(path) or InputError(f"{path}: not an ONNX model (no graph or IR version)")
     graphs = refuse_too_many_nodes(proto, path)  # the graph protos, for the checks below
-    refuse_redefinitions(proto, path)
+    ops = refuse_redefinitions(proto, path)  # (and every name is text)
     densify(proto, path, graphs)
     _refuse_external_in_functions(proto, path)
     docs = _DocStrings.take(proto)
@@ -527,8 +524,8 @@ def _load(path: str, check: bool, keep_light: bool
         if check or keep_light else None
     unsorted = False
     try:
-        unknown = _run_checker(light, path) if light is not None and check else \
-            unknown_default_ops(proto, path)
+        unknown = _run_checker(light, path, ops) if light is not None and check else \
+            unknown_default_ops(ops)
     except InputError as e:  # checked again once sorted (onnxruntime accepts it unsorted)
         if _UNSORTED not in str(e):
             raise
@@ -536,7 +533,7 @@ def _load(path: str, check: bool, keep_light: bool
     model, data_files, reorders = _checked_model(proto, path, docs)
     if unsorted:
         assert light is not None  # the checker ran on it
-        unknown = _run_checker(_reordered(light, reorders), path)
+        unknown = _run_checker(_reordered(light, reorders), path, ops)
     describes = keep_light and light is not None and not any(reorders) and \
         not _external_in_subgraphs(graphs) and not _small_external(proto)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
@@ -570,20 +567,21 @@ CHECK_INLINE_LIMIT = 1 << 30  # bytes of an in-memory proto checked as it is; ab
 PLUGIN_DOMAIN = "onnxfold.unknown"
 
 
-def _run_checker(proto: onnx.ModelProto, label: str) -> list[str]:
+def _run_checker(proto: onnx.ModelProto, label: str, ops: frozenset[str]) -> list[str]:
     """onnx's checker; its first line as an InputError. Ops of the default domain that onnx
-    does not know (TensorRT-style plugins) are let through: the model is checked with them in
-    a domain of their own, and their names are returned (they are never folded)."""
+    does not know (TensorRT-style plugins: among ``ops``, those the graphs use) are let
+    through: the model is checked with them in a domain of their own, and their names are
+    returned (they are never folded)."""
     try:
         onnx.checker.check_model(proto)
-        return unknown_default_ops(proto, label)  # none, but names are checked as UTF-8
+        return unknown_default_ops(ops)  # none
     except UnicodeDecodeError:  # onnx's message quotes the offending bytes, and cannot be read
         raise InputError(f"{label}: invalid model: a name or op type is not UTF-8 text"
                          ) from None
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         failure = InputError(f"{label}: invalid model: {first}")
-    unknown = unknown_default_ops(proto, label)
+    unknown = unknown_default_ops(ops)
     if not unknown or "No Op registered for" not in str(failure):
         raise failure
     moved = onnx.ModelProto()
@@ -600,31 +598,10 @@ def _run_checker(proto: onnx.ModelProto, label: str) -> list[str]:
     return unknown
 
 
-def unknown_default_ops(proto: onnx.ModelProto, label: str = "model") -> list[str]:
-    """Op types of the default domain, in any graph of ``proto``, that onnx has no schema for."""
-    graphs = graph_protos(proto.graph)
-    nodes = [node for graph in graphs for node in graph.node]
-    if any(not isinstance(node.op_type, str) or not isinstance(node.domain, str)
-           for node in nodes):  # protobuf gives bytes where they are not UTF-8
-        raise InputError(f"{label}: invalid model: an op type or domain is not UTF-8 text")
-    if not all(isinstance(name, str) for name in _names(graphs, nodes)):
-        raise InputError(f"{label}: invalid model: a node or value name is not UTF-8 text")
-    found = {node.op_type for node in nodes if node.domain in ("", "ai.onnx")}
-    return sorted(op for op in found if not onnx.defs.has(op, ""))
-
-
-def _names(graphs: Iterable[onnx.GraphProto], nodes: Iterable[onnx.NodeProto]
-           ) -> Iterator[str | bytes]:
-    """Every node, value and graph name of ``graphs`` (``nodes`` their nodes)."""
-    for node in nodes:
-        yield node.name
-        yield from node.input
-        yield from node.output
-    for graph in graphs:
-        yield graph.name
-        for values in (graph.input, graph.output, graph.value_info):
-            yield from (v.name for v in values)
-        yield from (t.name for t in graph.initializer)
+def unknown_default_ops(ops: frozenset[str]) -> list[str]:
+    """Those of ``ops`` (op types of the default domain a model's graphs use:
+    ``refuse_redefinitions`` collects them) that onnx has no schema for."""
+    return sorted(op for op in ops if not onnx.defs.has(op, ""))
 
 
 def _refuse_external_in_functions(proto: onnx.ModelProto, label: str) -> None:
@@ -737,7 +714,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
     too, with ``check``). It has no directory, so external-data references are refused: load
     it from its file instead."""
     refuse_too_many_nodes(proto, label)
-    refuse_redefinitions(proto, label)
+    ops = refuse_redefinitions(proto, label)
     _refuse_external_in_functions(proto, label)
     for graph in graph_protos(proto.graph):
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
@@ -745,8 +722,8 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
                              "cannot locate safely; pass the model's file path")
     late = _huge(proto)  # the checker would serialize it: not above 2 GiB
     try:
-        unknown = _run_checker(proto, label) if check and not late else \
-            unknown_default_ops(proto, label)
+        unknown = _run_checker(proto, label, ops) if check and not late else \
+            unknown_default_ops(ops)
     except InputError as e:  # checked again once sorted (onnxruntime accepts it unsorted)
         if _UNSORTED not in str(e):
             raise
@@ -758,6 +735,6 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         proto = copy
     model = _checked_model(proto, label)[0]
     if check and late:  # sorted, without its large weights (typed inputs instead)
-        unknown = _run_checker(serialize_light(model), label)
+        unknown = _run_checker(serialize_light(model), label, ops)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     return model

@@ -26,40 +26,87 @@ import onnx
 
 from onnxfold.errors import InputError
 
+_NOT_TEXT = "an op type or domain is not UTF-8 text"
+_NAME_NOT_TEXT = "a node or value name is not UTF-8 text"
 
-def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> None:
+
+def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
     """InputError naming the first value of ``proto``'s graphs (its main graph and every
-    subgraph) or of its local functions that is defined twice."""
-    stack: list[tuple[onnx.GraphProto, ChainMap[str, str]]] = [(proto.graph, ChainMap())]
+    subgraph) or of its local functions that is defined twice, or for a graph's name, op type
+    or domain that is not UTF-8 text (protobuf gives bytes for those); the op types of the
+    default domain the graphs use. One walk of every node, the reader's only one in Python
+    before onnx-ir reads the model (it was three: this check, the names' and the op types')."""
+    ops: set[str] = set()
+    stack: list[tuple[onnx.GraphProto, ChainMap[str, object]]] = [(proto.graph, ChainMap())]
     while stack:
         graph, outer = stack.pop()
-        scope = f"graph '{graph.name}'"
-        own = _once(_graph_definitions(graph), scope, label)
-        for node in graph.node:
-            for name in node.output:
-                if name and name in outer:
-                    _refuse(name, scope, f"{outer[name]} of an enclosing graph and "
-                            f"{own[name]}", label)
+        own, inner_graphs = _walk(graph, outer, ops, label)
         inner = outer.new_child(own)
-        stack.extend((sub, inner) for sub in _subgraphs(graph.node))
+        stack.extend((sub, inner) for sub in inner_graphs)
     for function in proto.functions:
         _once(_function_definitions(function), f"function '{function.name}'", label)
+    return frozenset(ops)
 
 
-def _subgraphs(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
-    """The graphs in ``nodes``' attributes (not those nested in them)."""
-    for node in nodes:
+def _walk(graph: onnx.GraphProto, outer: ChainMap[str, object], ops: set[str], label: str
+          ) -> tuple[dict[str, object], list[onnx.GraphProto]]:
+    """One graph: what defines each of its names (a word, or the node), checked once each and
+    not an enclosing graph's; its subgraphs, in order; its default-domain op types into
+    ``ops``."""
+    scope = f"graph '{graph.name}'"
+    _text(label, graph.name, *(v.name for values in (graph.input, graph.output,
+                                                      graph.value_info) for v in values))
+    own: dict[str, object] = dict(_once(_declared_definitions(graph, label), scope, label))
+    subgraphs: list[onnx.GraphProto] = []
+    for node in graph.node:
+        op, domain = node.op_type, node.domain
+        if not isinstance(op, str) or not isinstance(domain, str):
+            raise InputError(f"{label}: invalid model: {_NOT_TEXT}")
+        if domain in ("", "ai.onnx"):
+            ops.add(op)
+        _text(label, node.name, *node.input)
+        for name in node.output:
+            if not isinstance(name, str):
+                raise InputError(f"{label}: invalid model: {_NAME_NOT_TEXT}")
+            if not name:
+                continue
+            first = own.setdefault(name, node)
+            if first is not node:
+                _refuse(name, scope, _both(first, node), label)
+            if outer and name in outer:
+                _refuse(name, scope, f"{_what(outer[name])} of an enclosing graph and "
+                        f"{_what(node)}", label)
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                yield attr.g
+                subgraphs.append(attr.g)
             elif attr.type == onnx.AttributeProto.GRAPHS:
-                yield from attr.graphs
+                subgraphs.extend(attr.graphs)
+    return own, subgraphs
 
 
-def _graph_definitions(graph: onnx.GraphProto) -> Iterator[tuple[str, str]]:
-    """(name, what defines it) for every definition in ``graph``, an input and an
+def _text(label: str, *names: object) -> None:
+    if not all(isinstance(name, str) for name in names):
+        raise InputError(f"{label}: invalid model: {_NAME_NOT_TEXT}")
+
+
+def _what(definer: object) -> str:
+    """A definition in words: a graph input, an initializer, or a node's output."""
+    if not isinstance(definer, onnx.NodeProto):
+        return str(definer)
+    return f"the output of {definer.op_type} node '{definer.name}'" if definer.name else \
+        f"the output of a {definer.op_type} node"
+
+
+def _both(first: object, second: object) -> str:
+    what = _what(second)
+    return f"{what}, twice" if _what(first) == what else f"{_what(first)} and {what}"
+
+
+def _declared_definitions(graph: onnx.GraphProto, label: str) -> Iterator[tuple[str, str]]:
+    """(name, what defines it) for the inputs and initializers of ``graph``, an input and an
     initializer of one name counted as one."""
     initializers = {t.name for t in graph.initializer}
+    _text(label, *initializers)
     for value in graph.input:
         if value.name not in initializers:
             yield value.name, "a graph input"
@@ -67,7 +114,6 @@ def _graph_definitions(graph: onnx.GraphProto) -> Iterator[tuple[str, str]]:
         yield tensor.name, "an initializer"
     for sparse in graph.sparse_initializer:
         yield sparse.values.name, "a sparse initializer"
-    yield from _node_outputs(graph.node)
 
 
 def _function_definitions(function: onnx.FunctionProto) -> Iterator[tuple[str, str]]:
@@ -78,11 +124,9 @@ def _function_definitions(function: onnx.FunctionProto) -> Iterator[tuple[str, s
 
 def _node_outputs(nodes: Iterable[onnx.NodeProto]) -> Iterator[tuple[str, str]]:
     for node in nodes:
-        what = f"the output of {node.op_type} node '{node.name}'" if node.name else \
-            f"the output of a {node.op_type} node"
         for name in node.output:
             if name:
-                yield name, what
+                yield name, _what(node)
 
 
 def _once(definitions: Iterable[tuple[str, str]], scope: str, label: str) -> dict[str, str]:

@@ -190,10 +190,14 @@ def no_temp_directory(error: OSError) -> NoTempDirectoryError:
                                 "directory")
 
 
-def write_failed(path: str, error: OSError) -> InputError | OutputError:
-    """The error to report when writing ``path`` raised ``error``."""
+def write_failed(path: str, error: OSError) -> InputError | OutputError | ResourceLimitError:
+    """The error to report when writing ``path`` raised ``error`` (a limit of the process, no
+    descriptor left, is named as one: the machine's, not the output's)."""
     if error.errno == errno.EFAULT:  # written from a mapped page past a truncated input's end
         return InputError(f"{path}: not written: {TRUNCATED}")
+    limit = limits.describe(error)
+    if limit is not None:
+        return ResourceLimitError(f"{path}: not written: {limit}")
     return OutputError(f"{path}: write failed ({error.strerror or error})")
 
 

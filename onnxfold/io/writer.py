@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -253,6 +254,30 @@ def _remove_superseded_data(output: PinnedOutput, requested: str, data_name: str
                 output.directory.unlink(old)
 
 
+def remove_input_data(model: ir.Model, output: PinnedOutput, written: str | None) -> None:
+    """After ``model`` replaced its own file: the external-data files it was read from, in
+    the output's directory, that the new file does not read (it holds its weights, or reads
+    ``written``). Each is removed where its name is the model's (``m.onnx.data``, a
+    transformers folder's ``model.onnx_data``: no other model's), else named in a warning
+    (another model may read it: ``weights.bin``)."""
+    directory = output.directory
+    for path in sorted(model.meta.get(DATA_FILES_KEY, ())):
+        name = os.path.basename(path)
+        try:
+            same = os.path.samestat(directory.stat(name, follow_symlinks=False), os.stat(path))
+        except OSError:
+            continue
+        if not same or name in (written, output.name):
+            continue
+        if name.startswith(output.name):
+            with endings.deferred(), contextlib.suppress(OSError):
+                directory.unlink(name)
+        else:
+            warnings.warn(f"{directory.shown(name)}: the input's external data is not read by "
+                          f"{output.given} since it was written in place; left as it is "
+                          "(another model may read it)", stacklevel=4)
+
+
 def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
                external_data: bool | None = None, data_name: str | None = None,
                protect: set[str] | None = None, prefill: OutputPrefill | None = None,
@@ -346,7 +371,7 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
     total = sum(data_nbytes(_tensor(v)) for v in streamed.values())
     counted = _byte_counter(total, progress)
-    if external_data is None:
+    if external_data is None or not streamed:  # no data file that nothing reads
         external_data = total > EMBED_LIMIT
     if not external_data and total > PROTOBUF_LIMIT:
         raise OutputError(f"{shown}: {total} bytes of weights exceed protobuf's 2 GiB limit; "
@@ -380,6 +405,8 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             if verify is not None and not external_data:
                 verify(directory.path_of(tmp))
             files.publish(requested, guard, in_place)
+            if in_place:
+                remove_input_data(model, output, data if external_data else None)
         except OSError as e:
             raise write_failed(shown, e) from None
         finally:

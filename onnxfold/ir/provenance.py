@@ -4,7 +4,7 @@ Every key starts with ``onnxfold.``. On a tensor (``metadata_props``, saved with
 
 - :data:`FOLDED_FROM`: the nodes of the original a folded initializer was computed from; an
   initializer keeps the name of the value it replaces, so the original says how to compute it
-  again (``onnxfold.check.fold_verification``).
+  again (``onnxfold.check.folds.verification``).
 - :data:`ROUNDING`: a native folder that is not bitwise computed it (within a few ulps of
   onnxruntime, ``docs/exactness.md``).
 - :data:`STANDS_FOR`: a constant a rewrite put in place of a value (a shape value it proved, a
@@ -12,7 +12,7 @@ Every key starts with ``onnxfold.``. On a tensor (``metadata_props``, saved with
   re-derives and compares with it.
 - :data:`RECIPE`: how a folded tensor that no value of the original names was computed: the
   nodes a rewrite built and the fold evaluated, back to tensors the original holds or computes
-  (``onnxfold.fold.recipes``).
+  (``onnxfold.ir.recipes``).
 
 - :data:`MADE_BY`: on a constant a rewrite built, the rule (a parameter of its replacement:
   merged axes, split sizes); in memory (``Value.meta``) on every value a rewrite built, so that
@@ -33,6 +33,9 @@ STANDS_FOR = "onnxfold.stands_for"
 RECIPE = "onnxfold.recipe"
 MADE_BY = "onnxfold.made_by"
 REWIRED = "onnxfold.rewired"
+# in memory only: a folded constant that equal plain folds read in their place
+# (fold/materialize.py), each of its readers once holding a copy of its own
+SHARED = "onnxfold.shared"
 
 TENSOR_KEYS = (FOLDED_FROM, ROUNDING, STANDS_FOR, RECIPE, MADE_BY, REWIRED)
 

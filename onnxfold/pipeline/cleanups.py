@@ -24,10 +24,11 @@ from onnx_ir.passes import InPlacePass
 from onnxfold.analysis.constness import kept
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.io.mapped import MappedTensor, drop_resident_pages
+from onnxfold.ir import provenance
 from onnxfold.ir.arrays import c_contiguous, release_pages
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.edits import names_for, replace_value
-from onnxfold.ir.graph import all_graphs, counted_nodes, is_default_op, tensor_of
+from onnxfold.ir.graph import all_graphs, counted, is_default_op, tensor_of
 from onnxfold.pipeline.results import CleanupsResult
 from onnxfold.rewrite.judge import stands_for_output
 from onnxfold.rewrite.steps import contained
@@ -47,17 +48,24 @@ class Cleanup(InPlacePass):
 
     def call(self, model: ir.Model) -> CleanupsResult:
         """Clean once; modified if a change was made, with its hits and the nodes it
-        removed net."""
-        before = counted_nodes(model)
-        changes = contained(self.name, self.strict, functools.partial(self.clean, model))
-        if not changes:
+        removed (as the report counts them: told by the cleanup, not counted again over the
+        model before and after, two whole-model walks a cleanup)."""
+        done = contained(self.name, self.strict, functools.partial(self.clean, model))
+        if not done.changes:
             return CleanupsResult(model, False)
-        return CleanupsResult(model, True, Counter({self.name: changes}),
-                              Counter({self.name: before - counted_nodes(model)}))
+        return CleanupsResult(model, True, Counter({self.name: done.changes}),
+                              Counter({self.name: done.removed}))
 
-    def clean(self, model: ir.Model) -> int:
-        """Change ``model``; how many changes were made."""
+    def clean(self, model: ir.Model) -> Cleaned:
+        """Change ``model``; how many changes were made and counted nodes removed."""
         raise NotImplementedError
+
+
+class Cleaned(NamedTuple):
+    """What a cleanup did: its changes, and the nodes the report counts that it removed."""
+
+    changes: int
+    removed: int
 
 
 def _removable(node: ir.Node, graph: ir.Graph) -> ir.Value | None:
@@ -186,7 +194,8 @@ def _groups(values: Iterable[_Weight], key: Callable[[_Weight], object]) -> list
 
 
 def dedupe_initializers(model: ir.Model) -> int:
-    """Identical initializers (same dtype, shape and bytes) become one; inputs are left alone.
+    """Identical initializers (same dtype, shape and bytes) become one; inputs are left alone
+    (but those an IR 3 fold listed there, :func:`_folded_input`).
 
     Candidates are narrowed by dtype and shape, then by a digest of a few sampled KiB; only
     tensors that still collide are hashed whole, so distinct weights are barely read.
@@ -194,10 +203,12 @@ def dedupe_initializers(model: ir.Model) -> int:
     removed = 0
     bound = _ResidentBound()
     for graph in all_graphs(model):
+        inputs = frozenset(graph.inputs)
         candidates = [_Weight(name, v, v.const_value)
                       for name, v in graph.initializers.items()
-                      if v.const_value is not None and v not in graph.inputs
-                      and v not in graph.outputs and v.const_value.dtype != ir.DataType.STRING]
+                      if v.const_value is not None and v not in graph.outputs and
+                      (v not in inputs or _folded_input(model, graph, v.const_value))
+                      and v.const_value.dtype != ir.DataType.STRING]
         shaped = _groups(candidates, lambda w: (w.tensor.dtype, tuple(w.tensor.shape.numpy())))
         for same_shape in shaped:
             for same_sample in _groups(same_shape, lambda w: _sample_digest(w.tensor, bound)):
@@ -208,9 +219,19 @@ def dedupe_initializers(model: ir.Model) -> int:
                         continue
                     weight.value.replace_all_uses_with(keep)
                     graph.initializers.pop(weight.name)
+                    if weight.value in inputs:
+                        graph.inputs.remove(weight.value)
                     removed += 1
     drop_resident_pages()
     return removed
+
+
+def _folded_input(model: ir.Model, graph: ir.Graph, tensor: ir.TensorProtocol) -> bool:
+    """Whether an initializer that is an input is one the fold made: in IR 3 the fold lists
+    what it stores among the main graph's inputs (as that IR asks of every initializer), but
+    no caller feeds it."""
+    return model.ir_version < 4 and graph is model.graph and \
+        provenance.FOLDED_FROM in tensor.metadata_props
 
 
 def prune_subgraph_initializers(model: ir.Model) -> int:
@@ -259,7 +280,7 @@ def _node_key(node: ir.Node, nondeterministic: frozenset[str]) -> tuple | None:
             tuple(id(v) if v is not None else None for v in node.inputs), tuple(attributes))
 
 
-def merge_duplicates(model: ir.Model, settings: RunSettings) -> int:
+def merge_duplicates(model: ir.Model, settings: RunSettings) -> Cleaned:
     """Nodes computing the same op of the same inputs with the same attributes become one (the
     copies of ``Reshape(dim, [1])`` or ``Where(mask, -inf, 0)`` exporters emit per layer).
     Never for non-deterministic ops, other domains or nodes with subgraphs."""
@@ -267,7 +288,7 @@ def merge_duplicates(model: ir.Model, settings: RunSettings) -> int:
     nondeterministic = settings.nondeterministic_ops | settings.unknown_ops
     names = names_for(model)
     keep = settings.keep
-    merged = 0
+    merged = constants = 0
     for graph in all_graphs(model):
         first: dict[tuple, ir.Node] = {}
         for node in list(graph):
@@ -281,7 +302,8 @@ def merge_duplicates(model: ir.Model, settings: RunSettings) -> int:
                 replace_value(graph, old, new, names.fresh)
             graph.remove(node, safe=True)
             merged += 1
-    return merged
+            constants += counted((node,)) == 0
+    return Cleaned(merged, merged - constants)
 
 
 class RemoveIdentity(Cleanup):
@@ -290,9 +312,10 @@ class RemoveIdentity(Cleanup):
     name = "remove_identity"
     removes = ("Identity",)
 
-    def clean(self, model: ir.Model) -> int:
+    def clean(self, model: ir.Model) -> Cleaned:
         """Remove every removable Identity; how many went."""
-        return remove_identity(model, self.settings)
+        removed = remove_identity(model, self.settings)
+        return Cleaned(removed, removed)
 
 
 class ConstantsToInitializers(Cleanup):
@@ -302,9 +325,9 @@ class ConstantsToInitializers(Cleanup):
     name = "constants_to_initializers"
     removes = ("Constant",)
 
-    def clean(self, model: ir.Model) -> int:
-        """Move the main graph's constants; how many moved."""
-        return constants_to_initializers(model, self.settings)
+    def clean(self, model: ir.Model) -> Cleaned:
+        """Move the main graph's constants; how many moved (Constant nodes: not counted)."""
+        return Cleaned(constants_to_initializers(model, self.settings), 0)
 
 
 class DedupeInitializers(Cleanup):
@@ -312,9 +335,9 @@ class DedupeInitializers(Cleanup):
 
     name = "dedupe_initializers"
 
-    def clean(self, model: ir.Model) -> int:
+    def clean(self, model: ir.Model) -> Cleaned:
         """Merge identical initializers; how many went."""
-        return dedupe_initializers(model)
+        return Cleaned(dedupe_initializers(model), 0)
 
 
 class PruneSubgraphInitializers(Cleanup):
@@ -322,9 +345,9 @@ class PruneSubgraphInitializers(Cleanup):
 
     name = "prune_subgraph_initializers"
 
-    def clean(self, model: ir.Model) -> int:
+    def clean(self, model: ir.Model) -> Cleaned:
         """Remove the unread subgraph initializers; how many went."""
-        return prune_subgraph_initializers(model)
+        return Cleaned(prune_subgraph_initializers(model), 0)
 
 
 class MergeDuplicates(Cleanup):
@@ -332,7 +355,7 @@ class MergeDuplicates(Cleanup):
 
     name = "merge_duplicates"
 
-    def clean(self, model: ir.Model) -> int:
+    def clean(self, model: ir.Model) -> Cleaned:
         """Merge duplicate nodes; how many went."""
         return merge_duplicates(model, self.settings)
 

@@ -10,7 +10,7 @@
     the cleanups (cleanups.py: remove_identity -> constants_to_initializers ->
         dedupe_initializers -> prune_subgraph_initializers -> merge_duplicates)
         -> prune -> sorted
-    (after the report: strip metadata, --strip-metadata)
+    (after the report: strip the exporters' metadata, unless --keep-metadata)
 
 Each step is an onnx-ir ``InPlacePass`` with one job (``onnxfold/pipeline/passes.py``) whose
 result says whether it changed the model and what it did; onnx-ir's ``PassManager`` runs the
@@ -36,7 +36,7 @@ from onnx_ir.passes import PassBase, PassError, PassManager, PassResult
 
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.shapes import lighten
+from onnxfold.analysis.shapes import interface_of, keep_interface, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import SHAPE_FOLDING
@@ -328,6 +328,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))
+    declared = interface_of(model.graph)  # kept whatever a rewrite puts in an output's place
     if pristine is None and not options.strict:
         snapshot = model.clone()
         pristine = snapshot.clone
@@ -360,6 +361,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
             restore(model, pristine())
     else:
         raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
+    keep_interface(model.graph, declared)
     stats = summarize(results, unknown + [f"{why}; please report" for why in skipped.values()])
     with phases.phase("report"):
         report = Report.build(path or model.meta.get(SOURCE_KEY), before, model_counts(model),

@@ -145,11 +145,13 @@ class FoldOptions:
         "--target-opset", "convert the model to this opset of the default domain first, with "
         "onnx's version converter (e.g. 17 for an older onnxruntime); one line where it cannot",
         parse=parse_int, minimum=1, metavar="N"))
-    strip_metadata: str | None = _opt(None, Flag(
+    strip_metadata: str | None = _opt("others", Flag(
         "--strip-metadata", "drop the metadata exporters attach to each node and value "
-        "(dynamo's module paths and stack traces, TorchScript's doc strings): all of it but "
-        "onnxfold's own provenance, or with --strip-metadata=all that too", choices=MODES,
-        metavar="all"))
+        "(dynamo's module paths and stack traces, TorchScript's doc strings), done by "
+        "default: all of it but onnxfold's own provenance, or with --strip-metadata=all that "
+        "too", choices=MODES, metavar="all",
+        none_flag=("--keep-metadata", "keep the exporters' node and value metadata (stack "
+                   "traces, module paths) in the output")))
     inline_functions: bool = _opt(False, Flag(
         "--inline-functions", "inline the model's local functions first, so that the "
         "constants in their bodies fold with the rest", switch=True))

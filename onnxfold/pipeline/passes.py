@@ -72,8 +72,9 @@ class ConvertOpset(InPlacePass):
 
 
 class StripMetadata(InPlacePass):
-    """``--strip-metadata``: every node's and value's metadata dropped, onnxfold's own keys
-    kept unless ``everything`` (``metadata.py``); run after the report read the module
+    """The exporters' metadata stripped (by default; ``--keep-metadata``: not run): every
+    node's and value's metadata dropped, onnxfold's own keys kept unless ``everything``
+    (``--strip-metadata=all``; ``metadata.py``); run after the report read the module
     paths."""
 
     name = "strip_metadata"

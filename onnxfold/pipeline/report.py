@@ -103,7 +103,7 @@ class Report:
     folded_regions: list[dict] = field(default_factory=list)  # leftovers.folded_regions
     options: dict[str, Any] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in run order
-    check: dict[str, Any] | None = None  # check_dict of the --check comparison
+    check: dict[str, Any] | None = None  # the --check comparison's to_dict()
     constant_nodes_before: int = 0  # Constant nodes, not counted in nodes_before/after
     constant_nodes_after: int = 0
     latency: dict[str, Any] | None = None  # --latency: LatencyResult.to_dict()
@@ -111,8 +111,10 @@ class Report:
     inputs_fixed: str = ""  # what --input-shape bound: "batch=1, seq=128 fixed on ..."
     # --target-opset: opsets, ops expanded from their bodies, functions inlined, folded first
     conversion: dict[str, Any] | None = None
-    # --strip-metadata: {mode, entries, bytes} dropped from nodes and values
+    # exporter metadata (default; --keep-metadata: None): {mode, entries, bytes} dropped
     metadata_stripped: dict[str, Any] | None = None
+    # the command line's: opset, inputs, outputs, parameters, file, compute, before and after
+    signature: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
@@ -250,11 +252,12 @@ class Report:
                          "(--explain)")
         if self.conversion is not None:
             lines.append(conversion_line(self.conversion))
-        if self.metadata_stripped is not None:
+        if self.metadata_stripped is not None and self.metadata_stripped["entries"]:
             stripped = self.metadata_stripped
             lines.append(f"metadata     {_mib(stripped['bytes'])} saved: {stripped['entries']} "
-                         f"entries of node and value metadata dropped (--strip-metadata"
-                         f"{'=all' if stripped['mode'] == 'all' else ''})")
+                         "entries of exporter node and value metadata dropped (" +
+                         ("--strip-metadata=all" if stripped["mode"] == "all" else
+                          "stack traces, module paths; --keep-metadata keeps them") + ")")
         lines.extend(f"skipped      {step}" for step in self.skipped_steps)
         lines.extend(f"warning      {warning}" for warning in self.warnings)
         if self.output:

@@ -16,7 +16,7 @@ says why it cannot be validated.
 A kept node that a rewrite rewired (``Replacement.inputs``) counts as replaced by itself: its
 outputs before and after are compared.
 
-``onnxfold.check.rewrite_validation`` runs both windows in onnxruntime on the values the
+``onnxfold.check.rewrites.validation`` runs both windows in onnxruntime on the values the
 original computes for the leaves on the check's input sets (every binding of the dims it ran),
 and compares them.
 """

@@ -139,7 +139,7 @@ def _insert(graph: ir.Graph, model: ir.Model, before: ir.Node, built: Sequence[B
             constant: MutableSet[ir.Value], facts: OpFacts, fresh: Callable[[str], str]
             ) -> None:
     """Put what the builder made before ``before``, in order (an inlined subgraph's
-    initializers renamed: ``fresh``)."""
+    initializers, and its nodes whose names the graph has, renamed: ``fresh``)."""
     for item in built:
         if isinstance(item, BuiltConstant):
             graph.register_initializer(item.value)
@@ -160,8 +160,14 @@ def _insert(graph: ir.Graph, model: ir.Model, before: ir.Node, built: Sequence[B
                 item.graph.initializers.pop(value.name)
                 value.name = fresh(value.name)
                 graph.register_initializer(value)
+            names: set[str] | None = None  # the graph's node names, where one may clash
             for node in item.nodes:
                 item.graph.remove(node)
+                if node.name:  # onnxruntime refuses two nodes of one name in a graph
+                    names = names if names is not None else {n.name for n in graph if n.name}
+                    while node.name in names:
+                        node.name = fresh(node.name)
+                    names.add(node.name)
                 graph.insert_before(before, node)
 
 

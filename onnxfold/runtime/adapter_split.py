@@ -28,12 +28,16 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.errors import InputError
+from onnxfold.host.points import reached
+from onnxfold.io.door import claimed
+from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import through_identities
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime.adapters import write_adapter
@@ -69,26 +73,30 @@ class AdapterSplit:
 
 
 def split_adapter(model: str | os.PathLike | ir.Model, base: str | os.PathLike,
-                  adapter: str | os.PathLike, catalogue: Catalogue | None = None
-                  ) -> AdapterSplit:
-    """``onnxfold split-adapter`` in Python: ``model`` (a path or an ``ir.Model``, changed in
-    place) split into the base model written at ``base`` and the adapter file at ``adapter``
-    (the base model first: a run stopped between them leaves no adapter file). Neither may
-    replace the model's file; what was lifted is returned."""
+                  adapter: str | os.PathLike, catalogue: Catalogue | None = None,
+                  check: bool = True) -> AdapterSplit:
+    """``onnxfold split-adapter`` (which calls this): ``model`` (a path, read with onnx's
+    checker unless ``check=False``, or an ``ir.Model``, changed in place) split into the base
+    model written at ``base`` and the adapter file at ``adapter`` (the base model first: a
+    run stopped between them leaves no adapter file). Both are claimed first
+    (``onnxfold.io.door``): neither may replace the model, a file its weights are read from,
+    or the other. What was lifted is returned."""
     from onnxfold.declare.catalogue import load_catalogue
     from onnxfold.io import load_model, save_model
 
-    label = "model" if isinstance(model, ir.Model) else os.fspath(model)
-    loaded = model if isinstance(model, ir.Model) else load_model(model)
-    found = lift_lora_weights(loaded, load_catalogue() if catalogue is None else catalogue,
-                              label)
-    protect = set() if isinstance(model, ir.Model) else {os.fspath(model)}
-    if os.path.lexists(adapter) and any(os.path.lexists(p) and os.path.samefile(adapter, p)
-                                        for p in (*protect, base)):
-        raise InputError(f"{os.fspath(adapter)}: the adapter file would replace the model or "
-                         "the base model")
-    save_model(loaded, base, protect=protect)
-    write_adapter(found.arrays, adapter)
+    path = None if isinstance(model, ir.Model) else os.fspath(model)
+    guard = claimed([(base, "base model"), (adapter, "adapter file")],  # its data: once read
+                    [path] if path else input_files(cast(ir.Model, model)))
+    try:
+        loaded = model if isinstance(model, ir.Model) else load_model(model, check=check)
+        guard.protect(input_files(loaded))  # what it read (also what changed since the claim)
+        reached("loaded")
+        found = lift_lora_weights(loaded, load_catalogue() if catalogue is None else catalogue,
+                                  path or "model")
+        save_model(loaded, guard.pinned(base), guard=guard)
+        write_adapter(found.arrays, guard.pinned(adapter))
+    finally:
+        guard.close()
     return found
 
 
@@ -115,14 +123,20 @@ def lift_lora_weights(model: ir.Model, catalogue: Catalogue, label: str = "model
     return found
 
 
-def _lift(graph: ir.Graph, value: ir.Value) -> None:
-    """The initializer ``value`` made a graph input of the same name, type and shape."""
+def _lift(graph: ir.Graph, value: ir.Value, keep_default: bool = True) -> None:
+    """The initializer ``value`` made a graph input of the same name, type and shape (once:
+    TorchScript's ``keep_initializers_as_inputs`` lists it there already). Its array stays as
+    the input's default (``keep_default``): onnxruntime's multi-LoRA
+    (``RunOptions.add_active_adapter``) feeds only inputs that have one, and the base model
+    then runs alone too, computing what the model computed."""
     tensor = value.const_value
     assert tensor is not None
-    graph.initializers.pop(str(value.name))
-    value.const_value = None
+    if not keep_default:
+        graph.initializers.pop(str(value.name))
+        value.const_value = None
     value.dtype, value.shape = tensor.dtype, ir.Shape(tensor.shape.numpy())
-    graph.inputs.append(value)
+    if value not in graph.inputs:
+        graph.inputs.append(value)
 
 
 def _merging(model: ir.Model, names: list[str], catalogue: Catalogue) -> set[str]:
@@ -135,7 +149,7 @@ def _merging(model: ir.Model, names: list[str], catalogue: Catalogue) -> set[str
     lifted = [copy.graph.initializers[name] for name in names]
     readers = {str(v.name): [use.node for use in v.uses()] for v in lifted}
     for value in lifted:
-        _lift(copy.graph, value)
+        _lift(copy.graph, value, keep_default=False)
     merge_low_rank_branches(copy, lifted, catalogue, FoldOptions())
     return {name for name, nodes in readers.items() if all(n.graph is None for n in nodes)}
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from onnxfold.errors import InputError, OutputError, one_line
 from onnxfold.io.feeds import runtime_constant
+from onnxfold.io.opener import by_descriptor, open_regular
 from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.tempfiles import replacing
 from onnxfold.runtime.feed_check import content_key
@@ -37,15 +38,16 @@ def read_adapter(path: str | os.PathLike) -> dict[str, np.ndarray]:
     import onnxruntime as ort
 
     shown = os.fspath(path)
-    if not os.path.isfile(shown):
-        raise InputError(f"{shown}: no such adapter file")
-    try:
-        adapter = ort.AdapterFormat.read_adapter(shown)
+    fd = open_regular(shown, "adapter file")
+    try:  # onnxruntime reads the descriptor checked, not what the path names by then
+        adapter = ort.AdapterFormat.read_adapter(by_descriptor(fd, shown))
         return {str(name): np.array(value.numpy())
                 for name, value in adapter.get_parameters().items()}
     except Exception as e:  # onnxruntime's reader raises RuntimeError for a foreign file
         raise InputError(f"{shown}: not an onnxruntime adapter file ({one_line(e, 200)})"
                          ) from None
+    finally:
+        os.close(fd)
 
 
 def write_adapter(arrays: Mapping[str, np.ndarray], path: str | os.PathLike | PinnedOutput

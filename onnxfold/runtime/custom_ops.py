@@ -9,28 +9,15 @@ user asked for by naming it.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Sequence
 
-from onnxfold.errors import InputError
-from onnxfold.host.ort_sessions import register_libraries
+from onnxfold.io.opener import check_regular
 
 
 def checked_libraries(paths: Sequence[str | os.PathLike]) -> tuple[str, ...]:
-    """``paths`` as strings, each an existing regular file; InputError names the first that
-    is not."""
-    checked = []
+    """``paths`` as strings, each a regular file now (``onnxfold.io.opener``: a FIFO is not
+    waited on); InputError names the first that is not."""
     for path in paths:
-        path = os.fspath(path)
-        try:
-            mode = os.stat(path).st_mode
-        except OSError as e:
-            raise InputError(f"custom-op library {path}: {e.strerror or 'cannot be read'}"
-                             ) from None
-        if not stat.S_ISREG(mode):
-            raise InputError(f"custom-op library {path}: not a regular file")
-        checked.append(path)
-    return tuple(checked)
+        check_regular(path, shown=f"custom-op library {os.fspath(path)}")
+    return tuple(os.fspath(path) for path in paths)
 
-
-register = register_libraries  # the check's sessions load them through this name

@@ -26,12 +26,10 @@ trusted only as ``onnxfold.io.cache_dirs`` says (the user's own, writable by no 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import hmac
 import json
 import os
-import stat
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +40,7 @@ import onnx_ir as ir
 from onnxfold.errors import InputError, OnnxfoldError
 from onnxfold.io.cache_dirs import cache_dir_problem, directory_key, make_cache_dir
 from onnxfold.io.feeds import read_arrays
+from onnxfold.io.opener import open_regular
 from onnxfold.io.pinned import PinnedDirectory, PinnedOutput
 from onnxfold.io.tempfiles import write_atomic
 from onnxfold.ir.dtypes import np_dtype
@@ -160,22 +159,17 @@ def _problem(stored: dict[str, np.ndarray], purpose: Purpose, outputs: Sequence[
 
 
 def _opened(pinned: PinnedDirectory, name: str) -> tuple[int | None, str | None]:
-    """The entry's descriptor (None: no entry), or why it is refused unread."""
+    """The entry's descriptor (None: no entry), or why it is refused unread (a link, a FIFO:
+    never followed, never waited on, ``onnxfold.io.opener``)."""
     try:
-        fd = pinned.open(name, os.O_RDONLY)
-    except FileNotFoundError:
-        return None, None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return None, "a symbolic link (entries are never followed out of the directory)"
-        return None, f"cannot open it ({e.strerror})"
-    info = os.fstat(fd)
-    uid = os.getuid() if hasattr(os, "getuid") else info.st_uid
-    problem = "not a regular file" if not stat.S_ISREG(info.st_mode) else \
-        f"owned by uid {info.st_uid}, not by this user" if info.st_uid != uid else None
-    if problem is not None:
+        fd = open_regular(name, dir_fd=pinned.fd, follow=False)
+    except InputError as e:
+        problem = str(e).removeprefix(f"{name}: ")
+        return None, None if problem == "no such file" else problem
+    uid = os.fstat(fd).st_uid
+    if hasattr(os, "getuid") and uid != os.getuid():
         os.close(fd)
-        return None, problem
+        return None, f"owned by uid {uid}, not by this user"
     return fd, None
 
 

@@ -10,7 +10,9 @@ Memory: base weights only the fold reads stay in the model's file, read by each 
 mapping (``onnxfold.runtime.file_weights``); a set's folded tensors are loaded by onnxruntime,
 which keeps its packed copies, and the Session's arrays dropped. Runtime constants holding an
 infinity or a NaN are not merged (``W + s A B`` would compute NaN where the model computes an
-infinity): their set runs the model unmerged with them fed each call.
+infinity), nor those whose merged weights are not finite (``A B`` overflows where ``(x A) B``
+need not: an adapter of float32's largest values): their set runs the model unmerged with them
+fed each call.
 
 Sets: up to ``max_sets`` folded sets (one per adapter, say) are kept by the content of their
 feeds, least recently used out first, within ``max_bytes`` (``onnxfold.runtime.folded_sets``);
@@ -98,11 +100,10 @@ def _node_args(values: Iterable[ir.Value]) -> list[NodeArg]:
 
 
 def _finite(constants: Mapping[str, np.ndarray]) -> bool:
-    """Whether every floating value of ``constants`` is finite."""
-    for array in constants.values():
-        if array.dtype.kind == "f" and not np.isfinite(array).all():
-            return False
-    return True
+    """Whether every floating value of ``constants`` is finite (a float64 sum: no mask of
+    the arrays' size, and no float32 sum of finite values reaches infinity)."""
+    return all(array.dtype.kind != "f" or np.isfinite(array.sum(dtype=np.float64))
+               for array in constants.values())
 
 
 class RuntimeConstantsChanged(OnnxfoldError):
@@ -344,12 +345,14 @@ class Session:
         self._sets.room_for(self._set_bytes)  # the sets of one model are all alike
         if self._active is not None and self._active.folded.key not in self._sets:
             self._active = None  # evicted: let it go before the new set is built
-        if self._unmerged_source is not None and not _finite(constants):
-            return self._keep(FoldedSet(key, self._unmerged(constants), 0, 0.0, 0.0, False,
-                                        self._unmerged_inputs))
+        unmerged = self._unmerged_source is not None
+        if unmerged and not _finite(constants):
+            return self._keep_unmerged(constants, key)
         started = time.perf_counter()
         folded, from_disk = self._folded(constants, key)
         fold_seconds = time.perf_counter() - started
+        if unmerged and not _finite(folded):  # W + s A B overflowed: (x A) B may not
+            return self._keep_unmerged(constants, key)
         folded.update({n: constants[n] for n in self._passthrough})
         drop_resident_pages()  # the file's weights the fold read: read again from the file
         started = time.perf_counter()
@@ -364,6 +367,11 @@ class Session:
                                     0.0 if from_disk else fold_seconds,
                                     time.perf_counter() - started, from_disk,
                                     self._entry_inputs))
+
+    def _keep_unmerged(self, constants: dict[str, np.ndarray], key: str) -> FoldedSet:
+        """Keep the set of ``constants`` that runs the model unmerged (:meth:`_unmerged`)."""
+        return self._keep(FoldedSet(key, self._unmerged(constants), 0, 0.0, 0.0, False,
+                                    self._unmerged_inputs))
 
     def _keep(self, made: FoldedSet) -> FoldedSet:
         """Keep ``made`` as the newest set (``room_for`` it first) and count it."""

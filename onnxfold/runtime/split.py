@@ -12,10 +12,11 @@ for users who fold them late.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -36,7 +37,10 @@ from onnxfold.errors import InputError, OutputError
 from onnxfold.fold.policy import static_nbytes
 from onnxfold.host.terminal import printable
 from onnxfold.io import save_model
+from onnxfold.io.door import claimed
 from onnxfold.io.outputs import OutputGuard
+from onnxfold.io.pinned import PinnedOutput
+from onnxfold.io.publication import output_lock
 from onnxfold.io.tempfiles import write_text
 from onnxfold.io.writer import input_files
 from onnxfold.ir.arrays import c_contiguous
@@ -410,41 +414,65 @@ def build_manifest(entry: ir.Model, runtime: ir.Model, compiletime: ir.Model | N
     }
 
 
-def write_split(parts: SplitModels, out_dir: str | os.PathLike) -> list[str]:
+SPLIT_FILES = ("entry.onnx", "runtime_fold.onnx", "compiletime_fold.onnx", "manifest.json")
+
+
+@contextlib.contextmanager
+def split_outputs(out_dir: str | os.PathLike, inputs: Iterable[str] = (),
+                  models: Iterable[str] = ()) -> Iterator[OutputGuard]:
+    """The files of a split (:data:`SPLIT_FILES`) claimed in ``out_dir`` for the block
+    (``onnxfold.io.door``: none may replace ``inputs``, ``models`` or the files their weights
+    are read from), the directory made first if it is missing and removed again, if empty,
+    when the block fails."""
+    out_dir = os.fspath(out_dir)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise OutputError(f"{out_dir}: exists and is not a directory")
+    created = not os.path.exists(out_dir)
+    if created:  # a link to nothing yet is written through, as an output file's
+        try:
+            os.mkdir(os.path.realpath(out_dir))
+        except OSError as e:
+            raise OutputError(f"{out_dir}: cannot create the output directory ({e.strerror})"
+                              ) from None
+    try:
+        guard = claimed([(os.path.join(out_dir, name), name) for name in SPLIT_FILES],
+                        inputs, models)
+        with contextlib.closing(guard):
+            yield guard
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.realpath(out_dir))
+        raise
+
+
+def write_split(parts: SplitModels, out_dir: str | os.PathLike,
+                guard: OutputGuard | None = None) -> list[str]:
     """Write entry.onnx, runtime_fold.onnx (and compiletime_fold.onnx) and manifest.json.
 
-    Every path is checked before the first is written (never over the input model or its data);
-    a failure removes what was written, and the directory if this call created it.
+    Every path is claimed before the first is written (:func:`split_outputs`, or the
+    caller's ``guard`` from it: never over the input model or its data); a failure removes
+    what was written, and the directory if this call created it.
     """
-    out_dir = os.fspath(out_dir)
-    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
-        raise OutputError(f"{out_dir}: exists and is not a directory")
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    if not os.path.isdir(parent):
-        raise OutputError(f"{out_dir}: directory {parent} does not exist")
-    created = not os.path.exists(out_dir)
+    if guard is None:
+        with split_outputs(out_dir, input_files(parts.entry)) as claimed_here:
+            return write_split(parts, out_dir, claimed_here)
     models = [("entry.onnx", parts.entry), ("runtime_fold.onnx", parts.runtime_fold)]
     if parts.compiletime_fold is not None:
         models.append(("compiletime_fold.onnx", parts.compiletime_fold))
-    paths = [os.path.join(out_dir, name) for name, _ in models]
-    manifest = os.path.join(out_dir, "manifest.json")
-    guard = OutputGuard(input_files(parts.entry))
-    if not created:
-        for path in [*paths, manifest]:
-            guard.claim(path, os.path.basename(path))
-    written: list[str] = []
+    written: list[PinnedOutput] = []
+    manifest = guard.pinned(os.path.join(out_dir, "manifest.json"))
     try:
-        if created:
-            os.mkdir(out_dir)
-        for path, (_name, part) in zip(paths, models):
-            save_model(part, path, protect=guard.inputs())
-            written.append(path)
-        write_text(manifest, json.dumps(parts.manifest, indent=2))
-        written.append(manifest)
+        with output_lock(manifest):  # one split at a time: never the parts of two
+            for name, part in models:
+                output = guard.pinned(os.path.join(out_dir, name))
+                save_model(part, output, guard=guard)
+                written.append(output)
+            write_text(manifest, json.dumps(parts.manifest, indent=2))
+            written.append(manifest)
     except BaseException:
-        for path in written:
-            os.unlink(path)
-        if created:
-            os.rmdir(out_dir)
+        for output in written:
+            with contextlib.suppress(OSError):
+                output.directory.unlink(output.name)
         raise
-    return written
+    return [output.given for output in written]

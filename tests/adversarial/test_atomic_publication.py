@@ -10,6 +10,7 @@ the old model reads: a model paired with the other run's data computes something
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -188,3 +189,61 @@ def test_two_concurrent_writers_leave_one_whole_pair(tmp_path):
             assert writer.returncode == 0, err
         _computes_one_of(out, sources)
         assert sorted(os.listdir(out_dir)) == sorted({"m.onnx", *_data_of(out)})
+
+
+def _split_source(path, tag: str) -> str:
+    """y = x @ W + (x @ A) @ B, A and B runtime constants named ``A<tag>``, ``B<tag>``: the
+    runtime fold merges them into W, and every part of its split names them."""
+    f = TensorProto.FLOAT
+    w = numpy_helper.from_array(np.ones((N, N), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["base"]),
+         helper.make_node("MatMul", ["x", f"A{tag}"], ["xa"]),
+         helper.make_node("MatMul", ["xa", f"B{tag}"], ["xab"]),
+         helper.make_node("Add", ["base", "xab"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", f, [2, N]),
+              helper.make_tensor_value_info(f"A{tag}", f, [N, 2]),
+              helper.make_tensor_value_info(f"B{tag}", f, [2, N])],
+        [helper.make_tensor_value_info("y", f, [2, N])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    return str(path)
+
+
+def test_two_splits_into_one_directory_leave_one_splits_parts(tmp_path):
+    """The second split waits for the first (its manifest's lock) instead of publishing its
+    parts between the first's: entry, runtime_fold and manifest are all of one source."""
+    if not os.path.exists("/proc/locks"):
+        pytest.skip("no /proc/locks to see the waiter in")
+    first, second = _split_source(tmp_path / "a.onnx", "1"), _split_source(tmp_path / "b.onnx", "2")
+    out, pauses = tmp_path / "sp", tmp_path / "pauses"
+    pauses.mkdir()
+    paused = subprocess.Popen(onnxfold_argv("split", first, "--runtime-const", "A1", "B1", "-o",
+                                            out),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, PAUSE_AT_ENV: "saving",
+                                   PAUSE_DIR_ENV: str(pauses)})
+    deadline = time.monotonic() + TIMEOUT
+    while not os.listdir(pauses):  # the first holds the lock, inside its first save
+        assert paused.poll() is None and time.monotonic() < deadline, paused.communicate()
+        time.sleep(0.01)
+    other = subprocess.Popen(onnxfold_argv("split", second, "--runtime-const", "A2", "B2", "-o",
+                                           out),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = lock_path(str(out / "manifest.json"))
+    while not _blocked_on(lock, other.pid):
+        assert other.poll() is None and time.monotonic() < deadline, other.communicate()
+        time.sleep(0.05)
+    while paused.poll() is None:  # it pauses at each part's save: let it go on each time
+        for marker in os.listdir(pauses):
+            os.unlink(pauses / marker)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    for proc in (paused, other):
+        assert proc.wait(TIMEOUT) == 0, proc.communicate()
+    with open(out / "manifest.json") as f:
+        manifest = json.load(f)
+    fold = [i.name for i in onnx.load(str(out / "runtime_fold.onnx")).graph.input]
+    assert manifest["runtime_constants"] == ["A2", "B2"]  # the second, written after the first
+    assert sorted(fold) == sorted(i["name"] for i in manifest["runtime_fold"]["inputs"]) == \
+        ["A2", "B2"]

@@ -178,3 +178,14 @@ def test_the_iree_cache_never_lands_in_the_current_directory(tmp_path, monkeypat
     backend.prepare(ir.from_proto(model))
     np.testing.assert_array_equal(backend.run({"a": np.ones(4, np.float32)})["b"], -np.ones(4))
     assert list(cwd.iterdir()) == [], "nothing written under the current directory"
+
+
+def test_a_directory_reached_through_a_link_is_judged_where_it_is(tmp_path):
+    """A private link to a directory under one others can write: refused (the link's own
+    parent was judged, not the real one: another user could rename the real one away)."""
+    shared = _private(tmp_path / "shared")
+    shared.chmod(0o777)
+    real = _private(shared / "cache")
+    home = _private(tmp_path / "home")
+    (home / "cache").symlink_to(real)
+    assert "above it is writable" in _refused(home / "cache")

@@ -206,3 +206,34 @@ def test_a_key_that_is_not_one_is_replaced_and_entries_fold_again(tmp_path, dama
     assert key.read_bytes() != old and len(key.read_bytes()) == 32
     if damage == "symlink":
         assert (tmp_path / "outside-key").read_bytes() == old  # the link's target untouched
+
+
+def _key_of(directory: str, barrier, keys) -> None:
+    from onnxfold.io.cache_dirs import directory_key
+    from onnxfold.io.pinned import PinnedDirectory
+
+    barrier.wait()
+    with PinnedDirectory.of(directory) as pinned:
+        keys.put(directory_key(pinned))
+
+
+def test_processes_making_a_cache_key_at_once_get_one_key(tmp_path):
+    """Eight processes find no key at once: each used to write its own over the others' (a
+    rename), so the entries the first ones stored failed to verify for everyone after ("edited
+    since written") and were folded again. Now the first key linked into place is everyone's."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for round_ in range(20):
+        directory = tmp_path / f"cache{round_}"
+        directory.mkdir(mode=0o700)
+        barrier, keys = context.Barrier(8), context.Queue()
+        processes = [context.Process(target=_key_of, args=(str(directory), barrier, keys))
+                     for _ in range(8)]
+        for process in processes:
+            process.start()
+        got = {keys.get(timeout=60) for _ in processes}
+        for process in processes:
+            process.join(60)
+        assert got == {(directory / ".onnxfold-key").read_bytes()}
+        assert sorted(p.name for p in directory.iterdir()) == [".onnxfold-key"]  # no leftover

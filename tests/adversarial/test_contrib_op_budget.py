@@ -52,3 +52,18 @@ def test_a_contrib_result_within_the_budget_folds_in_the_cli(tmp_path):
     code, text, _ = _optimize(model, out, "--pool-budget", "256M")
     assert code == 0, text
     assert [n.op_type for n in onnx.load(out).graph.node] == ["Add"], text
+
+
+def test_the_check_re_derives_a_contrib_fold_of_unknown_size_and_ends(tmp_path):
+    """The check re-derives the CDist fold through its own runner, under its own bound, while
+    the main thread waits for it: it hung (the caller's bound held a lock the worker's bound
+    of the unsized output asked for). It ends, and the fold is verified bitwise."""
+    from tests.support.cli import assert_ok, run_cli
+
+    model, out = str(tmp_path / "cdist.onnx"), str(tmp_path / "out.onnx")
+    _cdist_model(model, 2_000)
+    done = run_cli("optimize", model, "-o", out, "--check", "1", "--inference-timeout", "60",
+                   timeout=240)
+    assert_ok(done)
+    assert "1 bitwise" in done.stdout and "every folded tensor verified" in done.stdout, \
+        done.stdout

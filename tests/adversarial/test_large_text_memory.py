@@ -95,8 +95,9 @@ def _model(kind: str, path: str) -> None:
 
 
 def _peak_rss_of_optimize(model: str, out: str) -> tuple[int, str, int]:
-    """(exit code, output, peak RSS in bytes) of ``onnxfold optimize MODEL -o OUT``."""
-    done, peak = run_measured(["optimize", model, "-o", out])
+    """(exit code, output, peak RSS in bytes) of ``onnxfold optimize MODEL -o OUT
+    --keep-metadata`` (a node's doc string is exporter metadata, dropped by default)."""
+    done, peak = run_measured(["optimize", model, "-o", out, "--keep-metadata"])
     return done.returncode, done.stdout + done.stderr, peak
 
 

@@ -213,3 +213,19 @@ def test_an_adapter_that_is_not_finite_runs_as_onnxruntime_runs_the_model(form, 
     np.testing.assert_allclose(merged, run_ort(case.model, {**inputs, **finite})[0],
                                rtol=2e-2, atol=2e-2)
     assert session.fold_seconds > 0  # folded: merged, not run as the model
+
+
+@pytest.mark.parametrize("form", list(lr.FORMS))
+def test_an_adapter_whose_merged_weight_overflows_runs_as_onnxruntime_runs_the_model(form):
+    """Finite, but past float32 once multiplied out: ``A B`` overflows where ``(x A) B``,
+    with a small ``x``, does not. The merged set gave infinities where onnxruntime fed the
+    adapter gives finite outputs; it runs unmerged, as onnxruntime runs the model."""
+    case = lr.FORMS[form](np.dtype(np.float32))
+    session = Session(case.model, case.runtime)
+    inputs = {n: np.full_like(a, 1e-30) for n, a in case.feeds.items() if n not in case.runtime}
+    adapter = {n: np.full_like(a, 1e30) if a.ndim > 1 else a  # a scale stays a scale
+               for n, a in lr.adapter(case, 0).items()}
+    want = run_ort(case.model, {**inputs, **adapter})[0]
+    assert np.isfinite(want).all()
+    np.testing.assert_array_equal(session.run(None, {**inputs, **adapter})[0], want)
+

@@ -12,9 +12,9 @@ import onnx
 from onnx import TensorProto, helper
 
 import onnxfold
-from onnxfold.check.cones import Cones, reinferred
-from onnxfold.check.fold_verification import verify_folds
-from onnxfold.check.sessions import graph_of
+from onnxfold.check.folds.verification import verify_folds
+from onnxfold.check.running.cones import Cones, reinferred
+from onnxfold.check.running.models import graph_of
 from tests.support.models import make_model, tensor, vinfo
 
 I64, I32, F32 = TensorProto.INT64, TensorProto.INT32, TensorProto.FLOAT

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.check.fold_verification import BITWISE, DIFFERS, verify_folds
+from onnxfold.check.folds.verification import BITWISE, DIFFERS, verify_folds
 from tests.support.cli import assert_ok, run_cli
 from tests.support.models import make_model, vinfo
 

@@ -182,3 +182,43 @@ def test_a_refused_in_place_run_leaves_the_input(tmp_path):
     assert proc.returncode == 2  # a negative tolerance is bad input: nothing written
     assert hashlib.sha256(src.read_bytes()).hexdigest() == digest
     assert os.listdir(tmp_path) == ["m.onnx"]
+
+
+@pytest.mark.parametrize(("data", "removed"), [
+    ("m.onnx.data", True),  # torch's name
+    ("m.onnx_data", True),  # a transformers save_pretrained folder's (model.onnx_data)
+    ("weights.bin", False),  # another model may read it: named, left
+])
+@pytest.mark.parametrize("check", [[], ["--check", "1"]], ids=["plain", "checked"])
+def test_in_place_over_external_data_leaves_no_file_nothing_reads(tmp_path, data, removed,
+                                                                   check):
+    """Written in place, inline (its weights fit): the input's data file goes with it (it
+    stayed, unreferenced and unmentioned), or is named on stderr when it may be another's."""
+    src = tmp_path / "m.onnx"
+    onnx.save(onnx.load(TINY_BERT), str(src), save_as_external_data=True, location=data,
+              size_threshold=1024)
+    feeds = random_feeds(TINY_BERT)
+    proc = run_cli("optimize", src, "-o", src, "-q", *check)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == (["m.onnx"] if removed else ["m.onnx", data])
+    assert proc.stderr == ("" if removed else
+                           f"onnxfold: warning: {tmp_path / data}: the input's external data "
+                           "is not read by " + str(src) + " since it was written in place; "
+                           "left as it is (another model may read it)\n")
+    for a, b in zip(run_ort(TINY_BERT, feeds), run_ort(str(src), feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_an_input_onnxruntime_cannot_load_is_said_of_the_output(tmp_path):
+    """An op of a domain onnxruntime has no kernel of, folded around: the output cannot load
+    either, and the report says so (it was written without a word)."""
+    src = tmp_path / "m.onnx"
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]),
+                        helper.make_node("Foo", ["r"], ["y"], domain="my.ops")],
+                       [vinfo("x", shape=[2])], [vinfo("y", shape=[2])])
+    model.opset_import.append(helper.make_opsetid("my.ops", 1))
+    onnx.save(model, str(src))
+    proc = run_cli("optimize", src, "-o", tmp_path / "o.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning      onnxruntime loads neither the input nor the output written" \
+        in proc.stdout and "my.ops:Foo" in proc.stdout

@@ -109,7 +109,7 @@ def test_symbolic_dims_bound_with_dim(symbolic_pair, tmp_path):
     proc = run_cli("compare", a, b, "--dim", "batch=3", "-n", "2", "--json", str(report))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())
-    assert data["rows"][0]["shape_a"] == [3, 4] and data["inputs"][0]["shape"] == [3, 8]
+    assert data["outputs"][0]["shape"] == [3, 4] and data["inputs"][0]["shape"] == [3, 8]
     assert data["dims"] == {"batch": 3} and data["defaulted_dims"] == []
 
     result = onnxfold.compare(a, b)  # unbound: 1, and the result says so

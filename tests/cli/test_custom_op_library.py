@@ -26,7 +26,7 @@ def model_path(tmp_path):
 
 
 @pytest.mark.parametrize(("make", "fragment"), [
-    (lambda d: str(d / "missing.so"), "No such file or directory"),
+    (lambda d: str(d / "missing.so"), "no such file"),
     (lambda d: str(d), "not a regular file"),
     (lambda d: (d / "notes.so").write_text("not a library") and str(d / "notes.so"),
      "onnxruntime cannot load it")])

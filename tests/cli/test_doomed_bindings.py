@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.check.compare_options import CompareOptions
-from onnxfold.check.comparison import CheckCouldNotRun, _Run
+from onnxfold.check.compare import CheckCouldNotRun, _Run
+from onnxfold.check.running.options import CompareOptions
 from onnxfold.declare.catalogue import load_catalogue
 from tests.support.cli import run_cli
 
@@ -97,7 +97,7 @@ def test_the_check_fails_the_same_way_without_the_shortcut(tmp_path, build, monk
     """With the shortcut off (every binding run), the reference ends as it does with it: the
     same bindings run and, where none runs, the same error line (but for its numbers: the
     shortcut quotes onnxruntime's error at the first binding, not at the last one)."""
-    from onnxfold.check import doomed_bindings
+    from onnxfold.check.outputs import doomed_bindings
     path = tmp_path / "m.onnx"
     onnx.save(build(), path)
     runs_with, with_it, error_with = _reference_runs(path)

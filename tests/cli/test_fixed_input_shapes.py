@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.check.compare_options import CompareOptions
-from onnxfold.check.comparison import compare_models
+from onnxfold.check.compare import compare_models
+from onnxfold.check.running.options import CompareOptions
 from onnxfold.pipeline.evidence import RunEvidence
 from tests.support.cli import run_cli
 from tests.support.models import make_model, tensor, vinfo
@@ -108,3 +109,31 @@ def test_shapes_the_model_cannot_run_at_are_bad_input_not_a_bug(tmp_path):
                                   "run at those shapes (the original fails there too"), proc.stderr
     assert not out.exists()
     assert run_cli("optimize", model, "-o", out, "--input-shape", "ids:1,8").returncode == 0
+
+
+def test_one_input_given_two_shapes_is_refused(tmp_path):
+    """The last one won, silently; a dim name given two values too."""
+    src = tmp_path / "m.onnx"
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x", shape=["n", 2])],
+                         [vinfo("y", shape=["n", 2])]), str(src))
+    for specs, says in ((["x:1,2", "x:3,2"], "x: given twice, as 1,2 and 3,2"),
+                        (["n=1", "n=3"], "n: given twice, as 1 and 3")):
+        flags = [flag for spec in specs for flag in ("--input-shape", spec)]
+        proc = run_cli("optimize", src, "-o", tmp_path / "o.onnx", *flags)
+        assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+        with pytest.raises(onnxfold.InputError, match=rf"\[{says[0]}\]: {says[3:]}"):
+            onnxfold.optimize(str(src), input_shapes=specs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    assert run_cli("optimize", src, "-q", "--input-shape", "x:1,2", "--input-shape",
+                   "x:1,2").returncode == 0  # the same shape twice is one shape
+
+
+def test_a_dim_name_with_a_terminal_escape_never_goes_into_the_model(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x", shape=["n", 2])],
+                         [vinfo("y", shape=["n", 2])]), str(src))
+    proc = run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--input-shape",
+                   "x:b\x1b[31m,2")
+    assert proc.returncode == 2 and "\\x1b[31m holds control or invisible" in proc.stderr, \
+        proc.stderr
+    assert "\x1b" not in proc.stderr and not (tmp_path / "o.onnx").exists()

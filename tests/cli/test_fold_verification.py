@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.check.fold_verification import BITWISE, DIFFERS, UNVERIFIABLE, verify_folds
+from onnxfold.check.folds.verification import BITWISE, DIFFERS, UNVERIFIABLE, verify_folds
 from onnxfold.pipeline.report_schema import validate
 from tests.support.cli import assert_one_error_line, run_cli
 from tests.support.models import MODELS, make_model, tensor, vinfo

@@ -51,9 +51,11 @@ def test_latency_is_in_the_summary_and_the_json(tmp_path):
     assert lines[head + 1].strip().startswith("feeds input_ids int64[1,16]")
     assert lines[head + 2].strip() == "default level (all):"
     spread = r"[\d.]+ \[[\d.]+-[\d.]+\]"
-    for line, what in ((lines[head + 3], "run"), (lines[head + 4], "session")):
+    # 3 runs: too few for a verdict; 8 session creations (each model first in half): one
+    for line, what, says in ((lines[head + 3], "run", "too few runs to tell"),
+                             (lines[head + 4], "session", "faster|slower|within noise")):
         assert re.fullmatch(rf" {{15}}{what} +{spread} -> {spread} (us|ms): [\d.]+x "
-                            rf"\[[\d.]+-[\d.]+\], (faster|slower|within noise)", line), line
+                            rf"\[[\d.]+-[\d.]+\], ({says})", line), line
     assert lines[head + 5].strip() == "optimizations off:"
     assert lines[head + 8].startswith("size         0.4 MiB -> 0.4 MiB on disk")
     data = json.loads(report.read_text())
@@ -64,10 +66,10 @@ def test_latency_is_in_the_summary_and_the_json(tmp_path):
     for timing in latency["timings"]:
         assert all(ms > 0 for ms in timing["run_ms"] + timing["create_ms"])
         assert timing["run_ratio"] == pytest.approx(timing["run_ms"][1] / timing["run_ms"][0])
-        for which, samples in (("run", 3), ("create", 3)):
+        for which, samples in (("run", 3), ("create", 8)):
             compared = timing[which]
             assert compared["ratio"]["samples"] == samples and compared["ratio"]["kind"] == \
-                "range"
+                ("range" if samples < 8 else "quartiles")
             original = compared["original"]
             assert original["low"] <= original["median"] <= original["high"]
             assert original["median"] == pytest.approx(

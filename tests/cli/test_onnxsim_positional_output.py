@@ -80,3 +80,14 @@ def test_with_o_two_paths_stay_two_inputs(tmp_path):
     proc = run_cli("optimize", "in.onnx", "missing.onnx", "-o", "out/", cwd=tmp_path)
     assert proc.returncode == 2
     assert "missing.onnx: no such file" in proc.stderr + proc.stdout
+
+
+def test_a_refused_output_is_not_announced_first(tmp_path):
+    """``IN OUT`` read as ``IN -o OUT``, OUT refused: the one error line, no "writing to"
+    before it."""
+    save_add_model(tmp_path / "in.onnx")
+    os.mkfifo(tmp_path / "pipe")
+    os.symlink("pipe", tmp_path / "out.onnx")
+    proc = run_cli("optimize", "in.onnx", "out.onnx", cwd=tmp_path)
+    assert_one_error_line(proc, "out.onnx")
+    assert "writing to" not in proc.stderr

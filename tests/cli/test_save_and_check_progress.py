@@ -14,7 +14,7 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.check.comparison import compare
+from onnxfold.check.compare import compare
 from onnxfold.io import load_model, save_model
 from tests.support.cli import run_cli, run_on_terminal
 

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -64,10 +65,12 @@ def test_lora_weights_become_inputs_and_the_adapter_file_holds_them(tmp_path, a,
     arrays = read_adapter(adapter)
     lifted = onnx.load(str(base))
     assert set(arrays) == {a, b} <= {i.name for i in lifted.graph.input}
-    assert not {a, b} & {t.name for t in lifted.graph.initializer}
+    # each keeps its array as the input's default: onnxruntime's multi-LoRA feeds only those
+    assert {a, b} <= {t.name for t in lifted.graph.initializer}
     x = RNG.standard_normal((3, 16)).astype(np.float32)
     want = run_ort(str(model), {"x": x})[0]
     np.testing.assert_array_equal(run_ort(str(base), {"x": x, **arrays})[0], want)
+    _runs_under_multi_lora(base, adapter, x, want)
     session = onnxfold.Session(str(base), adapter=str(adapter))
     assert session.parts.low_rank.merged == 1
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
@@ -102,3 +105,55 @@ def test_the_outputs_replace_neither_the_model_nor_each_other(tmp_path, clash):
     proc = run_cli("split-adapter", model, "-o", base, "--adapter", tmp_path / "same")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert model.read_bytes() == content and not (tmp_path / "same").exists()
+
+
+def _runs_under_multi_lora(base, adapter, x, want):
+    """The base computes ``want`` under onnxruntime's multi-LoRA (the adapter file active in
+    ``RunOptions``) and run alone (the defaults: the adapter it was split from)."""
+    session = ort.InferenceSession(str(base), providers=["CPUExecutionProvider"])
+    loaded = ort.LoraAdapter()
+    loaded.Load(str(adapter))
+    options = ort.RunOptions()
+    options.add_active_adapter(loaded)
+    np.testing.assert_array_equal(session.run(None, {"x": x}, options)[0], want)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+
+
+def test_lora_weights_already_listed_as_inputs_are_lifted_once(tmp_path):
+    """TorchScript's ``keep_initializers_as_inputs=True`` lists every initializer among the
+    inputs: the base lists each LoRA input once (a second definition made onnxruntime refuse
+    it: "Duplicate definition-site"), and runs plainly and under multi-LoRA."""
+    model = lora_model(tmp_path / "m.onnx")
+    proto = onnx.load(str(model))
+    for weight in proto.graph.initializer:
+        proto.graph.input.append(helper.make_tensor_value_info(weight.name, weight.data_type,
+                                                               list(weight.dims)))
+    onnx.save(proto, str(model))
+    base, adapter = tmp_path / "base.onnx", tmp_path / "a.onnx_adapter"
+    assert_ok(run_cli("split-adapter", model, "-o", base, "--adapter", adapter))
+    names = [i.name for i in onnx.load(str(base)).graph.input]
+    assert len(names) == len(set(names)) == 5
+    x = RNG.standard_normal((2, 16)).astype(np.float32)
+    _runs_under_multi_lora(base, adapter, x, run_ort(str(model), {"x": x})[0])
+
+
+@pytest.mark.parametrize("clash", ["external data", "each other", "model"])
+def test_python_refuses_what_the_command_line_refuses(tmp_path, clash):
+    """``onnxfold.split_adapter`` claims through the same door as the command: an adapter
+    over the input's external data (it returned, the input no longer loading) or over the
+    base model (it returned, the base gone) is refused, nothing written."""
+    model = lora_model(tmp_path / "m.onnx")
+    proto = onnx.load(str(model))
+    onnx.save(proto, str(model), save_as_external_data=True, location="m.onnx.data",
+              size_threshold=0)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    base = model if clash == "model" else tmp_path / "b.onnx"
+    adapter = {"external data": tmp_path / "m.onnx.data", "each other": base,
+               "model": tmp_path / "a.onnx_adapter"}[clash]
+    with pytest.raises(onnxfold.OutputError, match=r"refusing to overwrite an input|would also"):
+        onnxfold.split_adapter(model, base, adapter)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    cli = run_cli("split-adapter", model, "-o", base, "--adapter", adapter)
+    assert_one_error_line(cli, "refusing to overwrite an input" if clash != "each other"
+                          else "would also")
+    run_ort(str(model), {"x": RNG.standard_normal((2, 16)).astype(np.float32)})

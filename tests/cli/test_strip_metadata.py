@@ -1,6 +1,7 @@
-"""``--strip-metadata``: the metadata of every node and value dropped, but onnxfold's own keys
-(every ``onnxfold.`` key the code names, read from the code, so a key added later is covered);
-``--strip-metadata=all`` drops those too. The report says what it saved, and the bytes it says
+"""Exporter metadata: the metadata of every node and value dropped by default (and with
+``--strip-metadata``), but onnxfold's own keys (every ``onnxfold.`` key the code names, read
+from the code, so a key added later is covered); ``--strip-metadata=all`` drops those too,
+``--keep-metadata`` keeps it all. The report says what it saved, and the bytes it says
 are what the file lost; the report's module groups (read from that metadata) are the same.
 """
 
@@ -73,12 +74,15 @@ def test_the_code_names_onnxfold_keys():
     assert {"onnxfold.folded_from", "onnxfold.rounding"} <= onnxfold_keys()
 
 
-@pytest.mark.parametrize("mode", ["", "=all"])
-def test_metadata_is_dropped_but_onnxfolds_own_unless_all(tmp_path, mode):
+@pytest.mark.parametrize("flag", [None, "--strip-metadata", "--strip-metadata=all"])
+def test_metadata_is_dropped_but_onnxfolds_own_unless_all(tmp_path, flag):
     src = _model(tmp_path / "m.onnx")
     plain, stripped = tmp_path / "plain.onnx", tmp_path / "stripped.onnx"
-    assert run_cli("optimize", src, "-o", plain, "-q").returncode == 0
-    proc = run_cli("optimize", src, "-o", stripped, f"--strip-metadata{mode}",
+    assert run_cli("optimize", src, "-o", plain, "-q", "--keep-metadata").returncode == 0
+    kept = onnx.load(str(plain))
+    assert all(keys >= set(FOREIGN) for keys in _keys(kept)[:len(kept.graph.node)])
+    mode = "=all" if flag == "--strip-metadata=all" else ""
+    proc = run_cli("optimize", src, "-o", stripped, *([flag] if flag else []),
                    "--json", tmp_path / "r.json")
     assert proc.returncode == 0, proc.stderr
     out = onnx.load(str(stripped))
@@ -98,13 +102,15 @@ def test_metadata_is_dropped_but_onnxfolds_own_unless_all(tmp_path, mode):
     g = out.graph
     prefixes = 2 * (len(g.node) + len(g.input) + len(g.output) + len(g.initializer) + 1)
     assert 0 <= lost - saved["bytes"] <= prefixes, (lost, saved)
-    assert f"of node and value metadata dropped (--strip-metadata{mode})" in proc.stdout
+    assert "entries of exporter node and value metadata dropped (" + (
+        "--strip-metadata=all)" if mode else "stack traces, module paths; --keep-metadata "
+        "keeps them)") in proc.stdout
 
 
 def test_the_reports_module_groups_are_read_before_the_metadata_goes(tmp_path):
     src = _model(tmp_path / "m.onnx")
     reports = []
-    for extra in ([], ["--strip-metadata"]):
+    for extra in (["--keep-metadata"], []):
         target = tmp_path / f"r{len(reports)}.json"
         assert run_cli("optimize", src, "--json", target, *extra).returncode == 0
         reports.append(json.loads(target.read_text()))

@@ -134,7 +134,8 @@ def _same_outputs(a, b, shape):
 
 def test_function_ops_are_expanded_from_their_bodies_then_converted(tmp_path):
     src, out = dynamo_like(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
-    proc = run_cli("optimize", src, "-o", out, "--target-opset", "17", "--check", "2")
+    proc = run_cli("optimize", src, "-o", out, "--target-opset", "17", "--check", "2",
+                   "--keep-metadata")
     assert proc.returncode == 0, proc.stderr
     assert "opset        20 -> 17 (Gelu x1 expanded into their ONNX function bodies)" \
         in proc.stdout
@@ -312,3 +313,18 @@ def test_a_converted_model_is_loaded_in_onnxruntime_whatever_its_size(tmp_path, 
                                                          catalogue=patched))
         assert cli.run(replace(line, command=command)) == code
     assert "onnxruntime refuses the folded model" in capsys.readouterr().err
+
+
+def test_an_opset_onnxruntime_has_no_kernels_of_is_one_line(tmp_path):
+    """An opset-9 Add converted to opset 6: onnx converts it, onnxruntime (opset 7 and later)
+    cannot load it; a bad flag value (exit 2), not an internal error (it was exit 3)."""
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)],
+                                ir_version=4), str(src))
+    proc = run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--target-opset", "6")
+    assert_one_error_line(proc, "--target-opset 6: onnxruntime cannot load the model "
+                          "converted to opset 6", "Add(6)", "nothing was written")
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]

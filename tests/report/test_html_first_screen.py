@@ -1,5 +1,6 @@
 """The HTML report puts what a user must see first on the first screen: a failed check in red
-with its reasons, above the cards (in a real Chromium, inside a 1280x900 window); it has a
+with its reasons, above the cards, none of whose values wraps (in a real Chromium, inside a
+1280x900 window); it has a
 rewrites section (rule, hits, nodes removed, where); onnxfold's own prose shows its `code`
 spans as code, never a raw backtick; and the check is rendered from its data, so a state the
 page's code never heard of still shows, named as the check names it.
@@ -28,6 +29,13 @@ var alert = document.getElementById("check-alert");
 document.body.dataset.alertTop = alert ? alert.getBoundingClientRect().top : -1;
 document.body.dataset.alertBottom = alert ? alert.getBoundingClientRect().bottom : -1;
 document.body.dataset.text = document.body.innerText.indexOf("`") >= 0 ? "backtick" : "clean";
+document.body.dataset.cardLines = Math.max.apply(null, Array.prototype.map.call(
+  document.querySelectorAll(".card .v"), function (v) {
+    return Math.round(v.getBoundingClientRect().height /
+                      parseFloat(getComputedStyle(v).lineHeight)); }));
+document.body.dataset.cardOverflow = Array.prototype.some.call(
+  document.querySelectorAll(".card .v"), function (v) {
+    return v.scrollWidth > v.parentElement.clientWidth; }) ? "yes" : "no";
 </script></body>"""
 
 
@@ -71,6 +79,8 @@ def test_in_chromium_the_alert_is_on_the_first_screen(failed_page, tmp_path):
     top = float(re.search(r'data-alert-top="([\d.]+)"', dom).group(1))
     bottom = float(re.search(r'data-alert-bottom="([\d.]+)"', dom).group(1))
     assert 0 < top < bottom < SCREEN / 2, (top, bottom)
+    assert 'data-card-lines="1"' in dom  # no card's value wraps to a second line,
+    assert 'data-card-overflow="no"' in dom  # nor runs out of its card
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +116,7 @@ def test_the_rewrites_section_lists_what_each_rule_did(tmp_path):
     text, data = page.read_text(), json.loads(report.read_text())
     applied = [r for r in data["rewrites"] if r["hits"]]
     assert applied and any(r["nodes_removed"] > 0 for r in applied)
-    section = text[text.index('id="s-rewrites"'):text.index('id="s-bytes"')]
+    section = text[text.index('id="s-rewrites"'):text.index('id="s-folded"')]
     for row in applied:
         assert f"<td>{row['rule']}</td><td>{row['kind']}</td><td class=\"n\">{row['hits']}" \
             f"</td><td class=\"n\">{row['nodes_removed']}</td>" in section

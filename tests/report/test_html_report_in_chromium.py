@@ -47,10 +47,17 @@ def test_the_page_shows_table_chart_regions_check_and_phases(bert_page):
     assert "all outputs within tolerance" in text
     assert 'id="latency"' in text and data["latency"]["runs"] == 2
     assert [t["level"] for t in data["latency"]["timings"]] == ["all", "disable"]
+    for timing in data["latency"]["timings"]:  # the page says the JSON's verdicts
+        for which in ("run", "create"):
+            assert f'>{timing[which]["verdict"]}</td>' in text
     assert "Constant nodes are not counted" in text
     assert "<details><summary>" in text  # the options, folded away
+    assert "latency" in data["phases"]  # the phase bar counts the latency's time too
     for phase in data["phases"]:
         assert f"{phase} " in text
+    compute = data["signature"]["compute"]  # the signature, at the check's first input set
+    assert 'id="s-signature"' in text and 'id="compute"' in text
+    assert compute["from"] == "the check's first input set" and compute["after"]["macs"] > 0
 
 
 def test_every_model_string_is_escaped(tmp_path):
@@ -73,7 +80,7 @@ def test_chromium_renders_it_without_console_messages(bert_page):
     dom, console = chromium(page, tmp, "--dump-dom")
     assert console == []
     assert 'data-ready="1"' in dom  # the page's script ran to its end
-    assert '<table class="sortable" id="ops">' in dom
+    assert '<table class="sortable" id="ops">' in dom and 'id="compute"' in dom
     assert f"<td>{data['ops'][0]['op']}</td>" in dom
     shot = tmp / "report.png"
     _, console = chromium(page, tmp, f"--screenshot={shot}")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support import fresh_exports, held_out_exports
+from tests.support import fresh_exports, held_out_exports, peer_gap_exports
 from tests.support.export_models import (
     _Decoder,
     _ImageLogits,
@@ -593,6 +593,39 @@ FRESH_UNEXPORTABLE: dict[str, str] = {
 }
 FRESH: dict[str, Export] = {n: e for n, e in _FRESH_ALL.items() if n not in FRESH_UNEXPORTABLE}
 ENTRIES.update(_FRESH_ALL)
+
+
+def mobilebert(path: Path, dynamo: bool) -> None:
+    """MobileBERT (bottlenecks, NoNorm) declaring its output ``out [batch, seq, 64]``: a fold
+    once wrote ``[unk__17, unk__18, 64]`` (issue 55; tests/exports/test_interface_on_exports.py)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    model = _Hidden(tf.MobileBertModel(tf.MobileBertConfig(
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+        intermediate_size=64, embedding_size=32, intra_bottleneck_size=32,
+        max_position_embeddings=64, num_feedforward_networks=2))).eval()
+    names = ["input_ids", "attention_mask"]
+    args = (torch.randint(0, VOCAB, (2, 8)), torch.ones(2, 8, dtype=torch.long))
+    _export(model, args, path, names, dynamo=dynamo, outputs=["out"],
+            axes={name: {0: "batch", 1: "seq"} for name in [*names, "out"]})
+
+
+# in ENTRIES (built and cached like the rest) for the tests that name it, in no matrix
+ENTRIES["mobilebert_out_torchscript"] = Export("MobileBERT encoder, named output", "torchscript",
+                                               _seeded(mobilebert, False))
+
+
+# The exports of issue 56's node gaps (tests/support/peer_gap_exports.py): in ENTRIES, held to
+# their node counts by tests/exports/test_peer_gaps.py.
+GAPS: dict[str, Export] = {
+    "mobilebert_torchscript": Export("MobileBERT encoder (trigram embedding)", "torchscript",
+                                     _seeded(peer_gap_exports.mobilebert, False)),
+    "fnet_dynamo": Export("FNet encoder (Fourier mixing)", "dynamo",
+                          _seeded(peer_gap_exports.fnet, True)),
+}
+ENTRIES.update(GAPS)
 
 
 # -- the cache ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A fold that computes a tensor slightly wrong, or a shape off by one, is the bug the check
 exists for. Given an original model and its fold (default options), these plant one such
 error in a tensor the fold verification re-derived from the original
-(``onnxfold.check.fold_verification.verify_folds``) and save the result with onnxfold's
+(``onnxfold.check.folds.verification.verify_folds``) and save the result with onnxfold's
 provenance kept (so ``compare`` verifies its folds):
 
 - ``ulps``: one element of a folded float tensor (verified ``bitwise``, else ``within``, and
@@ -45,7 +45,7 @@ def fold(src: Path, out: Path) -> Path:
 
 def verdicts(src: Path, folded: Path) -> dict[str, str]:
     """Folded initializer name -> its fold verification state."""
-    from onnxfold.check.fold_verification import verify_folds
+    from onnxfold.check.folds.verification import verify_folds
 
     return {t.name: t.state for t in verify_folds(str(src), str(folded)).tensors}
 

@@ -25,7 +25,7 @@ def test_the_verification_counts():
 def test_every_state_of_the_line_is_counted():
     """The line as onnxfold's fold verification writes it, every state in it: sampled
     tensors, parameters of rewrites and the sub-counts in parentheses."""
-    from onnxfold.check.fold_verdicts import (
+    from onnxfold.check.folds.verdicts import (
         BITWISE,
         DIFFERS,
         PARAMETER,

@@ -104,11 +104,17 @@ def _string_constants(path: Path) -> list[tuple[int, str]]:
 
 
 # the rule names onnxfold's own code may write: the runtime runs these rules by the names a
-# user disables them by (docs/runtime-constants.md)
+# user disables them by (docs/runtime-constants.md); the command line names the rules a user
+# types (onnxsim's passes, as onnxfold's rules) and the one a failed check's line suggests
+# disabling; no engine code decides by a rule's name
 NAMED_BY_THE_RUNTIME = {
     ("runtime/reassociate.py", "merge_low_rank_branches"),
     ("runtime/session.py", "merge_low_rank_branches"),
     ("runtime/backends/iree_rewrites.py", "transpose_before_widening"),
+    *(("app/peer_flags.py", rule) for rule in (
+        "fuse_batch_norm_into_conv", "merge_transposes", "merge_reshapes", "merge_unsqueezes",
+        "fuse_matmul_add_into_gemm", "drop_inference_dropout")),
+    ("app/failure_line.py", "merge_shared_input_matmuls"),
 }
 
 

@@ -31,16 +31,16 @@ ENTRY_POINTS = {
     ("onnxfold/runtime/session.py", "__init__"),  # Session
     ("onnxfold/runtime/split.py", "split_model"),
     ("onnxfold/runtime/backends/__init__.py", "get_backend"),
-    ("onnxfold/check/comparison.py", "compare_models"),  # compare() and the app's checks
-    ("onnxfold/check/comparison.py", "verify_models"),  # onnxfold verify-folds
-    ("onnxfold/check/fold_verification.py", "verify_folds"),
-    ("onnxfold/check/latency.py", "measure_latency"),
-    ("onnxfold/check/feeds.py", "synthetic_feeds"),
+    ("onnxfold/check/compare.py", "compare_models"),  # compare() and the app's checks
+    ("onnxfold/check/compare.py", "verify_models"),  # onnxfold verify-folds
+    ("onnxfold/check/folds/verification.py", "verify_folds"),
+    ("onnxfold/latency/measure.py", "measure_latency"),
+    ("onnxfold/check/running/feeds.py", "synthetic_feeds"),
     ("onnxfold/app/inspection.py", "inspect_model"),
     ("onnxfold/app/info_commands.py", "rules"),  # onnxfold rules
     ("onnxfold/app/runtime_commands.py", "split"),  # onnxfold split
-    ("onnxfold/runtime/adapter_split.py", "split_adapter"),  # onnxfold.split_adapter
-    ("onnxfold/app/adapter_commands.py", "split_adapter"),  # onnxfold split-adapter
+    ("onnxfold/runtime/adapter_split.py", "split_adapter"),  # onnxfold.split_adapter, the CLI
+    ("onnxfold/app/optimize_report.py", "_signature"),  # optimize's catalogue, for its FLOPs
 }
 
 

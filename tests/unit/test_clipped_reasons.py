@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxfold.check.sessions import ort_message
+from onnxfold.check.running.models import ort_message
 from onnxfold.errors import ELLIPSIS, clipped
 
 SQUEEZE = ("Non-zero status code returned while running Squeeze node. Name:'Squeeze_0' Status "

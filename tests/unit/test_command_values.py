@@ -22,6 +22,7 @@ from onnxfold.app.commands import (
     written_directories,
 )
 from onnxfold.app.parser import build_parser, parse
+from onnxfold.app.peer_flags import SAME_BY_DEFAULT
 from onnxfold.pipeline.options import FoldOptions
 
 ONNXFOLD = Path(__file__).resolve().parents[2] / "onnxfold"
@@ -37,9 +38,15 @@ def _imports_argparse(path: Path) -> bool:
 
 
 def test_only_the_parser_imports_argparse():
+    """The command line is parsed in one place: the parser and the flags of onnxsim and
+    onnxslim it also answers to (``app/peer_flags.py``, which only the parser imports)."""
     importers = sorted(str(p.relative_to(ONNXFOLD)) for p in ONNXFOLD.rglob("*.py")
                        if _imports_argparse(p))
-    assert importers == ["app/parser.py"]
+    assert importers == ["app/parser.py", "app/peer_flags.py"]
+    users = sorted(str(p.relative_to(ONNXFOLD)) for p in ONNXFOLD.rglob("*.py")
+                   if "peer_flags import" in p.read_text() or "import peer_flags" in
+                   p.read_text())
+    assert all(u in ("app/parser.py", "app/optimize_command.py") for u in users), users
 
 
 def test_an_optimize_line_becomes_its_typed_values(tmp_path):
@@ -122,6 +129,8 @@ def test_every_switch_a_subcommand_accepts_changes_what_it_does():
     for name, bare in _BARE.items():
         plain = parse([name, *bare]).command
         for switch in _switches(name):
+            if switch in SAME_BY_DEFAULT:  # onnxsim's or onnxslim's name of a default
+                continue
             assert parse([name, *bare, switch]).command != plain, f"{name} {switch}"
     assert "--skip-check" not in _switches("run")
     assert {"--skip-check"} <= set(_switches("optimize")) & set(_switches("split"))

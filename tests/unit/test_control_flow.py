@@ -254,3 +254,40 @@ def test_scan_body_ending_in_identity_of_its_state(tmp_path):
                        [vec("y"), vinfo("ys", shape=[3, 4])], [tensor("xs", xs)])
     _folded, _report, out = fold_proto(proto, tmp_path)
     _runs_like_the_original(proto, out, {"x": X, "s0": np.float32([1, -2, 3, 5])})
+
+
+def test_inlined_branch_nodes_whose_names_the_graph_has_are_renamed(tmp_path):
+    """Exporters name nodes in branches as in the main graph: inlined as they were, the model
+    had two nodes named ``n``, which onnxruntime refuses to load."""
+    then_g = graph("then", [helper.make_node("Mul", ["x", "two"], ["t_out"], name="n")],
+                   [vec("t_out")], initializers=[tensor("two", np.float32(2))])
+    else_g = graph("else", [helper.make_node("Neg", ["x"], ["e_out"], name="n")], [vec("e_out")])
+    nodes = [helper.make_node("Greater", ["c1", "c2"], ["cond"]),
+             helper.make_node("If", ["cond"], ["r"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Relu", ["r"], ["y"], name="n")]
+    proto = make_model(nodes, [vec("x")], [vec("y")], SCALARS)
+    folded, _, out = fold_proto(proto, tmp_path)
+    names = [n.name for n in folded.graph.node]
+    assert ops(folded.graph) == ["Mul", "Relu"] and len(set(names)) == 2, names
+    assert_same(proto, out, {"x": X})
+
+
+def test_an_inlined_branch_of_unnamed_nodes_is_validated(tmp_path):
+    """The rewrite validation ran a window's unnamed nodes under one name (its prefix), and
+    onnxruntime refused them as two nodes of one name: the check failed a correct fold."""
+    import onnxfold
+
+    then_g = graph("then", [helper.make_node("Add", ["x", "c2"], ["t1"]),
+                            helper.make_node("Neg", ["t1"], ["t_out"])], [vec("t_out")])
+    else_g = graph("else", [helper.make_node("Neg", ["x"], ["e_out"])], [vec("e_out")])
+    nodes = [helper.make_node("Greater", ["c1", "c2"], ["cond"]),
+             helper.make_node("If", ["cond"], ["r"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Relu", ["r"], ["y"])]
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", shape=["b", 4])], [vinfo("y", shape=["b", 4])],
+                         SCALARS), path)
+    result = onnxfold.optimize(str(path), record_rewrites=True)
+    result.save(str(out))
+    check = onnxfold.compare(str(path), str(out), n=2, evidence=result.evidence)
+    assert check.ok, check.summary()
+    assert check.rewrites is not None and check.rewrites.count("bitwise") == 1, check.summary()

@@ -31,7 +31,7 @@ def test_sympy_imported_first_is_left_alone():
 def test_public_names_resolve_on_first_use():
     out = _run("import onnxfold, sys\n"
                "print('onnxfold.runtime.session' in sys.modules)\n"
-               "import onnxfold.app.cli, onnxfold.check.comparison, onnxfold.runtime.split\n"
+               "import onnxfold.app.cli, onnxfold.check.compare, onnxfold.runtime.split\n"
                "names = sorted(set(onnxfold.__all__) - {'__version__'})\n"
                "homes = {getattr(onnxfold, n).__module__ for n in names}\n"
                "print(all(h.startswith('onnxfold.') for h in homes))\n"

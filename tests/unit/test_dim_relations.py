@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.analysis.dim_relations import parse_expression
-from onnxfold.check.feeds import synthetic_feeds
+from onnxfold.check.running.feeds import synthetic_feeds
 from onnxfold.errors import InputError
 from tests.support.models import make_model, reshape_to_rows_of_thirteen
 
@@ -137,7 +137,7 @@ def test_a_binding_the_reference_cannot_run_is_dropped_with_a_note():
     assert result.notes and result.notes[0].startswith("the reference could not run the guessed "
                                                        "dims n=16 or n=7 or n=2 (")
     assert result.single_dims == ["n=1"]  # it runs n = 1 only: said, not a full verification
-    row = result.to_dict()["rows"][0]
+    row = result.to_dict()["outputs"][0]
     assert row["max_ulps"] is None and row["tolerance"] == "rtol 0.0001, atol 1e-05"
 
 

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.check.tolerance import for_dtype, ulp
+from onnxfold.check.running.tolerance import for_dtype, ulp
 
 F16 = TensorProto.FLOAT16
 

@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from onnxfold.check.float64_windows import in_float64, rounding_only
+from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
 from onnxfold.rewrite.log import Window
 
 

@@ -39,11 +39,20 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pipeline", ("onnxfold.pipeline",)),
     ("runtime", ("onnxfold.runtime",)),
     ("check", ("onnxfold.check",)),
+    ("latency", ("onnxfold.latency",)),
     ("app", ("onnxfold.app",)),
     ("top", ("onnxfold", "onnxfold.__main__")),
 )
 # a module by its name; ``pkg.*``: a package and everything in it
 RULES_MAY_IMPORT = ("onnxfold.declare", "onnxfold.ir.*")
+# A verifier shares no execution code with what it verifies: the check imports nothing of the
+# fold's runner, pool, materialization or writer, nor of the passes that call them; of the run
+# that folded it reads pure data only (its evidence and rewrite log).
+APART: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("onnxfold.check", ("onnxfold.fold", "onnxfold.io.writer", "onnxfold.pipeline",
+                        "onnxfold.rewrite"),
+     ("onnxfold.pipeline.evidence", "onnxfold.rewrite.log")),
+)
 
 
 @dataclass
@@ -216,6 +225,46 @@ def test_onnxfold_and_rules_have_no_cycles_and_respect_the_layers() -> None:
     assert len(graph.files) > 50, "the walk found too few modules: is REPO the repository root?"
     found = problems(graph, LAYERS, "onnxfold", "rules", RULES_MAY_IMPORT)
     assert not found, f"{len(found)} import-layer problems:\n" + "\n".join(found)
+
+
+def apart_problems(graph: ImportGraph,
+                   apart: Sequence[tuple[str, Sequence[str], Sequence[str]]]) -> list[str]:
+    """Every import of a package that must stand apart (``apart``: the package, what it must
+    not import, the pure-data modules it may)."""
+    found = []
+    for package, banned, data in apart:
+        for module in sorted(graph.files):
+            if not (module == package or module.startswith(package + ".")):
+                continue
+            for target, line in sorted(graph.edges.get(module, {}).items()):
+                if target in data:
+                    continue
+                if any(target == b or target.startswith(b + ".") for b in banned):
+                    found.append(f"{module} -> {target} (line {line}): {package} stands apart "
+                                 f"from {', '.join(banned)}")
+    return found
+
+
+def test_the_check_shares_no_execution_code_with_the_fold() -> None:
+    graph = build_graph(REPO, {"onnxfold": "onnxfold", "rules": "onnxfold.rules"})
+    assert any(m.startswith("onnxfold.check.") for m in graph.files)
+    found = apart_problems(graph, APART)
+    assert not found, "\n".join(found)
+
+
+def test_an_import_across_the_separation_is_reported(tmp_path: Path) -> None:
+    _plant(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/fold/__init__.py": "",
+        "pkg/fold/runner.py": "",
+        "pkg/fold/data.py": "",
+        "pkg/check/__init__.py": "",
+        "pkg/check/cones.py": "from pkg.fold import runner, data\n",
+    })
+    found = apart_problems(build_graph(tmp_path, {"pkg": "pkg"}),
+                           (("pkg.check", ("pkg.fold",), ("pkg.fold.data",)),))
+    assert found == ["pkg.check.cones -> pkg.fold.runner (line 1): pkg.check stands apart "
+                     "from pkg.fold"]
 
 
 def _plant(root: Path, files: Mapping[str, str]) -> None:

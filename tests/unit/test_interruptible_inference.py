@@ -102,6 +102,27 @@ def test_a_run_from_another_thread_is_bounded_by_a_timer(endless):
     assert isinstance(raised[0], onnxfold.InferenceTimeout)
 
 
+@pytest.mark.parametrize("seconds", [float("inf"), 1e10, threading.TIMEOUT_MAX])
+def test_a_limit_past_what_a_timer_can_wait_is_no_limit(seconds):
+    """From a thread (where a timer bounds the run): a limit past ``threading.TIMEOUT_MAX``
+    raised OverflowError in the timer's thread, a traceback on stderr."""
+    results: list[object] = []
+    hooked: list[object] = []
+    previous, threading.excepthook = threading.excepthook, hooked.append
+
+    def call():
+        with onnxfold.inference_time_limit(seconds):
+            results.append(interruptible.run(lambda options: 42))
+
+    try:
+        thread = threading.Thread(target=call)
+        thread.start()
+        thread.join(60)
+    finally:
+        threading.excepthook = previous
+    assert results == [42] and hooked == []
+
+
 def test_results_and_errors_come_back_as_they_are():
     assert interruptible.run(lambda options: 42) == 42
     with pytest.raises(ZeroDivisionError):

@@ -172,9 +172,9 @@ def test_a_lying_value_info_of_an_intermediate_value_is_not_folded_into_shapes(t
         for d in vi.type.tensor_type.shape.dim[:1])
 
 
-def _both_ways(path):
-    read_here = optimize(str(path), FoldOptions(strict=True)).to_proto()
-    handed = optimize(load_model(path), FoldOptions(strict=True)).to_proto()
+def _both_ways(path, **options):
+    read_here = optimize(str(path), FoldOptions(strict=True, **options)).to_proto()
+    handed = optimize(load_model(path), FoldOptions(strict=True, **options)).to_proto()
     return read_here, handed
 
 
@@ -227,7 +227,7 @@ def test_the_read_proto_keeps_no_node_metadata_and_the_output_keeps_all_of_it(tm
     assert [len(node.metadata_props) for node in light.graph.node] == [0] * 5
     assert [node.metadata_props["namespace"] for node in model.graph] == \
         [f"m.layers.{i}" for i in range(5)]
-    read_here, handed = _both_ways(path)
+    read_here, handed = _both_ways(path, strip_metadata=None)  # --keep-metadata
     assert read_here.SerializeToString() == handed.SerializeToString()
     kept = {n.name: {p.key: p.value for p in n.metadata_props} for n in read_here.graph.node}
     assert any(props.get("namespace", "").startswith("m.layers.") for props in kept.values())

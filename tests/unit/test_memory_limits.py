@@ -100,7 +100,7 @@ def test_a_check_takes_at_most_three_quarters_of_what_the_host_has_available(mon
     check that took all of it (a UNet's attention grew to 18.5 GB) had the kernel kill it, or
     them. The room a check's inference may take is what is left under the limit, and no more
     than 3/4 of the memory available now."""
-    from onnxfold.check import memory_room
+    from onnxfold.check.running import memory as memory_room
 
     gib = 1 << 30
     monkeypatch.setattr(memory_room, "available_memory", lambda: 24 * gib)  # no cgroup

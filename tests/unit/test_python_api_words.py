@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.app.parser import build_parser
+from onnxfold.app.peer_flags import REFUSED, SAME_BY_DEFAULT, SAME_FLAG
 from onnxfold.app.python_api import CLI_ONLY, WORDS, python_words
 from onnxfold.errors import InputError
 from tests.support.cli import assert_one_error_line, run_cli
@@ -58,7 +59,12 @@ def test_every_flag_of_the_command_line_is_spelled_for_python_or_cli_only():
     for sub in parser._subparsers._group_actions[0].choices.values():  # argparse keeps them
         for action in sub._actions:
             flags.update(o for o in action.option_strings if o.startswith("--"))
-    missing = sorted(flags - set(WORDS) - CLI_ONLY)
+    # onnxsim's and onnxslim's: the command line's only
+    peers = {*(name for others in SAME_FLAG.values() for name in others), *SAME_BY_DEFAULT,
+             *REFUSED, *(o for group in parser._subparsers._group_actions[0].choices[
+                 "optimize"]._action_groups if group.title.startswith("onnxsim's")
+                 for action in group._group_actions for o in action.option_strings)}
+    missing = sorted(flags - set(WORDS) - CLI_ONLY - peers)
     assert not missing, f"flags with no Python spelling, nor listed as CLI-only: {missing}"
 
 

@@ -83,3 +83,15 @@ def test_the_writer_out_of_descriptors_names_the_limit_not_bad_input(tmp_path):
     """)
     assert re.search(r"w\.bin: cannot open external data to copy it: too many open files "
                      r"\(ulimit -n is \d+\)$", said), said
+
+
+def test_a_write_out_of_descriptors_names_the_limit_not_the_output():
+    """A publication refused for want of a descriptor (``ulimit -n 12`` and ``--check``) said
+    ``write failed (Too many open files)``, as if the output were to blame."""
+    from onnxfold.errors import ResourceLimitError
+    from onnxfold.io.tempfiles import write_failed
+
+    error = write_failed("o.onnx", OSError(24, "Too many open files"))
+    assert isinstance(error, ResourceLimitError)
+    assert re.fullmatch(r"o\.onnx: not written: too many open files \(ulimit -n is \d+\)",
+                        str(error)), error

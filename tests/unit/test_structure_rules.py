@@ -79,6 +79,24 @@ def test_a_chunk_that_is_two_graph_outputs_still_makes_a_split(tmp_path):
     _same(proto, out, _x((7,)))
 
 
+def test_the_check_validates_a_split_to_sequence_rewrite_through_its_sequence(tmp_path):
+    """The window a SplitToSequence rewrite replaced reads the sequence: the check computes it
+    from the original as a list and feeds it (GPT-2's dynamo export: 12 rewrites were said
+    not validated, and the check's own runner then stopped with an internal error)."""
+    import onnx
+
+    import onnxfold
+
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_split_model([2, 5]), path)
+    result = optimize(str(path), record_rewrites=True)
+    result.save(str(out))
+    check = onnxfold.compare(str(path), str(out), n=2, evidence=result.evidence)
+    assert check.ok and check.rewrites is not None, check.summary()
+    assert check.rewrites.count("bitwise") == len(check.rewrites.rewrites) >= 1, \
+        check.summary()
+
+
 def test_split_to_sequence_stays_when_the_chunk_count_is_dynamic(tmp_path):
     proto = _split_model(3, axis=0)  # chunks of 3 along N
     folded, _, out = fold_proto(proto, tmp_path)

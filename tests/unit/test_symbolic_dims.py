@@ -176,3 +176,54 @@ def test_a_target_element_that_may_be_0_is_not_taken_for_the_dim():
     # and onnxruntime agrees: N = 0 copies M
     x = np.zeros((3, 4), np.float32)
     assert run_ort(proto, {"x": x, "z": np.zeros(0, np.float32)})[0].shape == (3, 4)
+
+
+def _trigram_embedding():
+    """MobileBERT's trigram embedding, as TorchScript writes it: x [N, S, 4] beside
+    ``pad(x[:, 1:])`` and ``pad(x[:, :-1])`` on the feature axis, plus a position table cut to
+    the sequence (e); another value of x reshaped by e's dims, read back with Shape."""
+    big = np.iinfo(np.int64).max
+    nodes = [constant_node("one", np.array([1])), constant_node("zero", np.array([0])),
+             constant_node("big", np.array([big])), constant_node("m1", np.array([-1])),
+             helper.make_node("Slice", ["x", "one", "big", "one"], ["tail"]),
+             constant_node("after", np.array([0, 0, 0, 0, 1, 0])),
+             helper.make_node("Pad", ["tail", "after"], ["p"]),
+             helper.make_node("Slice", ["x", "zero", "m1", "one"], ["head"]),
+             constant_node("before", np.array([0, 1, 0, 0, 0, 0])),
+             helper.make_node("Pad", ["head", "before"], ["q"]),
+             helper.make_node("Concat", ["p", "x", "q"], ["c"], axis=2),
+             helper.make_node("Shape", ["x"], ["xs"]), constant_node("i1", np.array(1)),
+             helper.make_node("Gather", ["xs", "i1"], ["s"]),
+             helper.make_node("Unsqueeze", ["s", "zero"], ["su"]),
+             helper.make_node("Slice", ["table", "zero", "su", "one"], ["pos"]),
+             helper.make_node("Add", ["c", "pos"], ["e"]),
+             helper.make_node("Shape", ["e"], ["es"], end=2),
+             constant_node("split", np.array([3, 4])),
+             helper.make_node("Concat", ["es", "split"], ["target"], axis=0),
+             helper.make_node("Concat", ["x", "x", "x"], ["xxx"], axis=2),
+             helper.make_node("Reshape", ["xxx", "target"], ["r"]),
+             helper.make_node("Relu", ["e"], ["y"])]
+    table = helper.make_tensor("table", TensorProto.FLOAT, [1, 16, 12],
+                               np.arange(192, dtype=np.float32))
+    proto = make_model(nodes, [vinfo("x", shape=["N", "S", 4])],
+                       [vinfo("y", shape=["N", "S", 12]), vinfo("r", shape=["N", "S", 3, 4])],
+                       [table])
+    # as TorchScript's pads, computed, leave them: dims of their own names
+    proto.graph.value_info.extend([vinfo("p", shape=["N", "unk__1", 4]),
+                                   vinfo("q", shape=["N", "unk__2", 4]),
+                                   vinfo("c", shape=["N", "unk__1", 12]),
+                                   vinfo("e", shape=["N", "unk__3", 12])])
+    return proto
+
+
+def test_a_padded_slice_and_a_cut_position_table_keep_the_sequence(tmp_path):
+    # Concat's other axes agree: the sequence is x's, not the Pad's own dim; Add(c, pos) with
+    # pos [1, min(S, 16), 12] is S wherever it runs: the Reshape target folds to [0, 0, 3, 4]
+    # (the Shape left is the one cutting the table)
+    proto = _trigram_embedding()
+    folded, _, out = fold_proto(proto, tmp_path)
+    assert _ops(folded).count("Shape") == 1
+    target = next(n for n in folded.graph.node if n.op_type == "Reshape").input[1]
+    assert onnx.numpy_helper.to_array(next(
+        t for t in folded.graph.initializer if t.name == target)).tolist() == [0, 0, 3, 4]
+    _same(proto, out, [{"x": _rand(2, 5, 4)}, {"x": _rand(1, 1, 4)}, {"x": _rand(3, 16, 4)}])

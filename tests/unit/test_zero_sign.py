@@ -64,6 +64,13 @@ CASES = [  # (consumers, initializers, op, constant, the zero Add goes)
     ([_node("Neg", ["a"])], (), "Sub", np.float32(-0.0), True),
     ([_node("Reciprocal", ["a"])], (), "Add", np.zeros((1, 3), np.float32), False),
     ([_node("Relu", ["a"])], (), "Add", np.zeros((1, 3), np.float32), True),
+    *[([helper.make_node("Unsqueeze", ["a", "last"], ["u"]),
+        helper.make_node("DFT", ["u"], ["f"], axis=1), *after],
+       [tensor("last", np.asarray([-1], np.int64))], "Add", np.float32(0), gone)
+      for after, gone in (  # a DFT is linear: it passes the signs of zeros on
+          ([helper.make_node("ReduceSum", ["f", "last"], ["y"], keepdims=0)], True),
+          ([helper.make_node("ReduceSum", ["f", "last"], ["s"], keepdims=0),
+            _node("Reciprocal", ["s"])], False))],
 ]
 
 
@@ -350,3 +357,22 @@ def test_a_zero_add_before_a_resize_goes_unless_its_sign_reaches_an_observer(
     assert ("Add" not in [n.op_type for n in folded.graph.node]) == gone
     for n, h, w in ((1, 5, 7), (2, 8, 3)):
         _same_numbers(proto, out, _images(n, h, w))
+
+
+def test_explain_names_each_zero_add_it_keeps_and_the_reader_that_observes(tmp_path):
+    proto = _model([_node("Reciprocal", ["a"])])
+    proto.graph.node[0].name, proto.graph.node[1].name = "bias", "inverse"
+    _, report, _ = fold_proto(proto, tmp_path)
+    assert report.patterns_rejected == {
+        "drop_neutral_element: Add bias stays: it adds a zero, and Reciprocal inverse tells "
+        "-0.0 from +0.0": 1}
+
+
+def test_explain_names_a_neutral_element_that_would_broadcast(tmp_path):
+    proto = _model([_node("Relu", ["a"])], c=np.zeros((2, 1, 3), np.float32))
+    proto.graph.output[0].CopyFrom(vinfo("y", shape=[2, "N", 3]))
+    proto.graph.node[0].name = "bias"
+    _, report, _ = fold_proto(proto, tmp_path)
+    assert report.patterns_rejected == {
+        "drop_neutral_element: Add bias stays: its constant may broadcast the other input to a "
+        "larger shape": 1}

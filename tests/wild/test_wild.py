@@ -25,6 +25,7 @@ import pytest
 
 import onnxfold
 from tests.support.cli import run_cli
+from tests.support.runtime_fusions import fused_normalizations
 from tests.support.wild_models import wild_model
 from tools import wild_corpus as wild
 
@@ -85,3 +86,13 @@ def test_fold_and_compare(folded, name, size):
         return
     result = onnxfold.compare(src, out, **wild.compare_kwargs(size))
     assert result.ok, f"{name} at {size.label}:\n{result.summary()}"
+
+
+@pytest.mark.parametrize("name", ["oww_hey_jarvis", "ppocrv5_rec"])
+def test_every_fused_normalization_stays_fused(folded, name):
+    """Each normalization onnxruntime fuses in the original (its extended-level graph) it fuses
+    in the fold too (``rules/normalizations.py``), on a cheap subset of the corpus."""
+    out = folded(name)
+    before = fused_normalizations(str(wild_model(name)))
+    assert sum(before.values()) >= 2  # the subset has norms to keep
+    assert fused_normalizations(str(out)) == before

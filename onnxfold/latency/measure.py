@@ -10,10 +10,11 @@ Runs are interleaved (original, optimized, optimized, original, ...) after warm-
 machine's noise then falls on both models alike. Each model's times are given as a median and
 a spread, and the models are compared run by run (each optimized run against the original run
 beside it): the ratio's median and spread, and a verdict, *faster*, *slower* or *within noise*
-where the spread covers 1.0x (``spread.py``). Session creation is timed :data:`CREATIONS` times
-per model, interleaved too, from files (a dry run's output is written to a scratch file first:
+where the spread covers 1.0x, from enough pairs only (``spread.py``). Session creation is timed
+:data:`CREATIONS` times per model, interleaved too (each model created first in half the
+pairs), from files (a dry run's output is written to a scratch file first:
 a session made from bytes in memory is slower to create than from a file). The inputs are the
-check's first input set (:mod:`onnxfold.check.feeds`: realistic sizes, the graph's dim
+check's first input set (:mod:`onnxfold.check.running.feeds`: realistic sizes, the graph's dim
 relations). Both sessions are held at once where both fit the memory limit, else one model is
 timed after the other (and the result says so; its ratios then pair runs taken apart).
 """
@@ -32,21 +33,24 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.step_inputs import ShapeSteps
-from onnxfold.check import memory_room
-from onnxfold.check.compare_options import checked_dims
-from onnxfold.check.feeds import FeedPlan, shape_text
-from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session, run_session
-from onnxfold.check.spread import QUARTILES_FROM, Spread, paired_ratios, verdict
+from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.feeds import FeedPlan, shape_text
+from onnxfold.check.running.models import ModelRef, graph_of, label_of
+from onnxfold.check.running.options import checked_dims
+from onnxfold.check.running.runner import open_session, run_model
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.host import interruptible
 from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import is_static_dim
+from onnxfold.latency.spread import MIN_PAIRS, QUARTILES_FROM, Spread, paired_ratios, verdict
 from onnxfold.runtime import custom_ops
 
 LEVELS = ("all", "disable")  # onnxruntime's default, and its optimizations off
-CREATIONS = 3  # session creations timed per model and level
+# session creations timed per model and level: enough pairs for a verdict (spread.MIN_PAIRS),
+# an even number so that each model is created first in half of them
+CREATIONS = MIN_PAIRS
 WARMUP = 2  # inference runs per model before timing
 
 
@@ -121,7 +125,7 @@ class LatencyResult:
                  f"{'s' if self.threads != 1 else ''}, default session options; medians "
                  f"[quartiles; min-max below {QUARTILES_FROM} samples] of {self.runs} {how} "
                  f"runs after {WARMUP} warm-up and of {CREATIONS} session creations from the "
-                 "files; ratios run by run",
+                 f"files; ratios run by run, a verdict from {MIN_PAIRS} pairs on",
                  f"{'':13}feeds " + ", ".join(self.feeds)]
         for t in self.timings:
             lines.append(f"{'':13}{LEVEL_NAMES.get(t.level, f'level {t.level}')}:")
@@ -174,7 +178,7 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     """Session creation and inference latency of ``a`` (the original) and ``b`` (the
     optimized model), paths or ``onnx.ModelProto``, in onnxruntime on the CPU with
     ``threads`` intra-op threads, at each of ``levels``; medians of ``runs`` interleaved runs.
-    ``dims``/``int_ranges`` shape the inputs as in :func:`~onnxfold.check.comparison.compare`.
+    ``dims``/``int_ranges`` shape the inputs as in :func:`~onnxfold.check.compare.compare`.
     Raises InputError where a model cannot be loaded or run, or there is not memory for one
     session. ``catalogue``: whose shape steps relate the input dims (None: the installed
     rules)."""
@@ -231,7 +235,7 @@ def _feeds(open_a: Callable[[], Any], label: str, graph: ir.Model,
     plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {}, steps)
     feeds = plan.feeds(0)
     outputs = [o.name for o in session.get_outputs()]
-    run_session(session, label, outputs, feeds, None)  # a binding A cannot run fails here
+    run_model(session, label, outputs, feeds, None)  # a binding A cannot run fails here
     del session
     memory_room.release()
     return feeds, [f"{info.name} {info.dtype}{shape_text(info.shape)}" for info in

@@ -21,7 +21,7 @@ import onnx_ir as ir
 from onnxfold.analysis.dim_algebra import Known
 from onnxfold.analysis.step_inputs import ShapeSteps, shared_dim_names
 from onnxfold.analysis.symbolic import shape_values
-from onnxfold.check.input_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
+from onnxfold.check.running.input_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.graph import captured_values, static_shape
 

@@ -3,10 +3,10 @@
 Folding must not change what a model computes. This runs the original and the rewritten model
 one after the other (CPU, at onnxruntime's default optimization level unless told otherwise:
 the original as a user runs it) on seeded random or user-supplied inputs
-(:mod:`onnxfold.check.feeds`, run by :mod:`onnxfold.check.reference_runs`), and reports per
-output how far apart they are (``compare_result.py``). Every initializer of the second model
-that the first does not hold as it is is also re-derived from the first
-(:mod:`onnxfold.check.fold_verification`), at every binding of the dims the reference ran.
+(:mod:`onnxfold.check.running.feeds`, run by :mod:`onnxfold.check.outputs.reference_runs`),
+and reports per output how far apart they are (``onnxfold.check.result``). Every initializer
+of the second model that the first does not hold as it is is also re-derived from the first
+(:mod:`onnxfold.check.folds.verification`), at every binding of the dims the reference ran.
 """
 
 from __future__ import annotations
@@ -17,27 +17,31 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check import map_outputs, memory_room
-from onnxfold.check.compare_options import CompareOptions
-from onnxfold.check.compare_result import (
+from onnxfold.check.folds.verdicts import FoldVerification
+from onnxfold.check.folds.verification import verify_folds
+from onnxfold.check.outputs import map_outputs
+from onnxfold.check.outputs.doomed_bindings import FailedNodes
+from onnxfold.check.outputs.interfaces import pinned_dims, same_interface
+from onnxfold.check.outputs.reference_runs import Reference, run_optimized, run_reference
+from onnxfold.check.result import (
     CompareResult,
     OutputDiff,
     accumulate,
     as_array,
 )
-from onnxfold.check.cones import Cones, reinferred
-from onnxfold.check.doomed_bindings import FailedNodes
-from onnxfold.check.feeds import FeedPlan, dtype_name, load_given
-from onnxfold.check.fold_verdicts import FoldVerification
-from onnxfold.check.fold_verification import verify_folds
-from onnxfold.check.interfaces import pinned_dims, same_interface
-from onnxfold.check.levels import DEFAULT_LEVEL
-from onnxfold.check.reference_runs import Reference, run_optimized, run_reference
-from onnxfold.check.rewrite_validation import RewriteValidation, validate_rewrites
-from onnxfold.check.sessions import ModelRef, graph_of, label_of, open_session
+from onnxfold.check.rewrites.validation import RewriteValidation, validate_rewrites
+from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.cones import Cones, reinferred
+from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
+from onnxfold.check.running.levels import DEFAULT_LEVEL
+from onnxfold.check.running.models import ModelRef, graph_of, label_of
+from onnxfold.check.running.options import CompareOptions
+from onnxfold.check.running.runner import MachineShort, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import InferenceTimeout
+from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import is_overridable
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.rewrite.log import RewriteLog
@@ -45,8 +49,14 @@ from onnxfold.runtime import custom_ops
 
 
 class CheckCouldNotRun(InputError):
-    """The reference (model A) does not run on the feeds: nothing was compared. Bad input
-    (exit 2), but a run that folded keeps its products (its table, ``--json``, ``--report``)."""
+    """The comparison could not run: the reference (model A) does not run on the feeds, or the
+    machine ran short where nothing smaller was left to try. Bad input (exit 2), not a failed
+    check; a run that folded keeps its products (its table, ``--json``, ``--report``), and
+    ``result`` holds what was shown before it stopped (None: nothing was)."""
+
+    def __init__(self, message: str, result: CompareResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def compare(a: ModelRef, b: ModelRef, *,
@@ -64,15 +74,15 @@ def compare(a: ModelRef, b: ModelRef, *,
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
     from model A's inputs (``dims`` binds symbolic dimensions, the rest are 1). ``n`` input sets
     use seeds ``seed .. seed+n-1``. An element matches when it is within the tolerance of its
-    output's dtype (:mod:`onnxfold.check.tolerance`: float16/bfloat16 in ulps, float32 by rtol 1e-4
-    and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol`` or ``atol`` is
-    given, or both are NaN. Raises InputError when a model cannot be read or run, or the I/O
-    names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime loads
-    for both models (:mod:`onnxfold.runtime.custom_ops`). ``level``: onnxruntime's graph
+    output's dtype (:mod:`onnxfold.check.running.tolerance`: float16/bfloat16 in ulps, float32
+    by rtol 1e-4 and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol``
+    or ``atol`` is given, or both are NaN. Raises InputError when a model cannot be read or run,
+    or the I/O names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime
+    loads for both models (:mod:`onnxfold.runtime.custom_ops`). ``level``: onnxruntime's graph
     optimization level for both sessions (``disable``, ``basic``, ``extended``, ``all``: its
-    default, how a user runs a model). ``verify``: re-derive every initializer of ``b`` that ``a``
-    does not hold as it is (:func:`~onnxfold.check.fold_verification.verify_folds`; False:
-    not; None or True: always, and what cannot be re-derived is said).
+    default, how a user runs a model). ``verify``: re-derive every initializer of ``b`` that
+    ``a`` does not hold as it is (:func:`~onnxfold.check.folds.verification.verify_folds`;
+    False: not; None or True: always, and what cannot be re-derived is said).
     ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
     the progress line. ``catalogue``: whose shape steps relate the input dims and whose op
@@ -91,9 +101,9 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                    progress: Callable[[str], None] | None = None,
                    catalogue: Catalogue | None = None,
                    evidence: RunEvidence | None = None) -> CompareResult:
-    """:func:`compare`, its settings as one value (``onnxfold.check.compare_options``);
+    """:func:`compare`, its settings as one value (``onnxfold.check.running.options``);
     ``evidence``: what the run that made ``b`` knows: its rewrites, each validated on the
-    input sets (:mod:`onnxfold.check.rewrite_validation`), and the dims it fixed (any other
+    input sets (:mod:`onnxfold.check.rewrites.validation`), and the dims it fixed (any other
     dim ``b`` fixes that ``a`` leaves dynamic fails the check)."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
@@ -106,6 +116,8 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     if run.overrides and n > 1:
         notes.append(f"{', '.join(run.overrides)} (initializers a caller may override) fed "
                      "from input set 2 on, each moved about 1% from its default")
+    folds: FoldVerification | None = None
+    validated: RewriteValidation | None = None
     while True:
         reference = run.reference(n)
         feeder = run.feeder
@@ -115,22 +127,25 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                                feeder.plan.derived, notes + reference.notes, options.level)
         result.single_dims = reference.single
         result.fixed_defaults = run.fixed_defaults
-        if options.verify is not False and result.folds is None:
+        if options.verify is not False and folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
-            result.folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                                        progress=tell, catalogue=catalogue,
-                                        libraries=run.libraries, own_output=evidence is not None)
-            result.folds.model_b = run.label_b
+            folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
+                                 progress=tell, catalogue=catalogue, libraries=run.libraries,
+                                 own_output=evidence is not None)
+            folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
-        if rewrites is not None and result.rewrites is None:
-            result.rewrites = _validated(a, run, rewrites, reference, catalogue)
+        if rewrites is not None and validated is None:
+            validated = _validated(a, run, rewrites, reference, catalogue)
+        result.folds, result.rewrites = folds, validated
+        drop_resident_pages()  # the cones read the weights: B's session copies its own
         if not _compare_optimized(result, b, run, reference):
             result.failure = result.failure or unasked
             return result
         group = feeder.next_smaller()
         if group is None:
-            raise CheckCouldNotRun(f"{run.label_b}: onnxruntime ran out of memory running it "
-                                   "on every input set the original ran") from None
+            result.not_run = (f"{run.label_b}: the machine ran short running it on every input "
+                              f"set the original ran ({result.short_reason})")
+            raise CheckCouldNotRun(result.not_run, result) from None
         # B ran out of memory on every input set A ran (after A, in the same process):
         # both again at smaller images, so that both are compared where both fit
         notes.append("the optimized model ran out of memory at the dims " + " or ".join(
@@ -145,7 +160,7 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     """``onnxfold verify-folds``: the original run once at every binding of the dims (which
     bindings are valid inputs, and one input set for what only inputs can sample), then every
     initializer of ``b`` the original does not hold as it is re-derived at those bindings
-    (:func:`~onnxfold.check.fold_verification.verify_folds`). Where the original cannot run
+    (:func:`~onnxfold.check.folds.verification.verify_folds`). Where the original cannot run
     (out of time, no binding that runs), each fold is re-derived alone, and what needs the
     bindings or inputs is said not verifiable."""
     catalogue = load_catalogue() if catalogue is None else catalogue
@@ -188,7 +203,7 @@ class _Run:
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
         self.graph_a = graph_a  # where a binding fails, shape inference tells the next ones
         tell("loading original")
-        self.session = open_session(a, self.label_a, self.libraries, options.level)
+        self.session = _original_session(a, self.label_a, self.libraries, options.level)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
                                {**self.pinned.named, **options.dims}, options.int_ranges,
                                catalogue.shape_steps, self.pinned.axes)
@@ -202,17 +217,25 @@ class _Run:
         is dropped after (opened again if a later call needs it)."""
         if self.session is None:
             self.tell("loading original")
-            self.session = open_session(self.a, self.label_a, self.libraries,
-                                        self.options.level)
+            self.session = _original_session(self.a, self.label_a, self.libraries,
+                                             self.options.level)
         try:
             return run_reference(self.session, self.label_a, self.outputs, self.feeder,
                                  self.options.seed, n, self.run_options, self.tell,
                                  self.overrides, FailedNodes(self.graph_a))
-        except InputError as e:
-            raise CheckCouldNotRun(*e.args) from None
+        except (InputError, MachineShort) as e:
+            raise CheckCouldNotRun(str(e)) from None
         finally:
             self.session = None
             memory_room.release()
+
+
+def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: str):
+    """Model A's session; CheckCouldNotRun where the machine ran short loading it."""
+    try:
+        return open_session(a, label, libraries, level)
+    except MachineShort as e:
+        raise CheckCouldNotRun(str(e)) from None
 
 
 def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
@@ -222,7 +245,8 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
     cones = Cones(reinferred(graph), [v for v in graph.graph.inputs
                                       if v.name not in graph.graph.initializers],
                   catalogue.bitwise, run.libraries)
-    rounding = frozenset(rule.name for rule in catalogue.patterns if rule.rounds_differently)
+    rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
+                         if rule.rounds_differently)
     return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell,
                              rounding)
 
@@ -260,6 +284,9 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     except InputError as e:  # A loads and B does not: B is wrong, not the input
         result.failure = one_line(e)
         return False
+    except MachineShort as e:  # the machine's: A's outputs are held, smaller ones may fit
+        result.short_reason = str(e)
+        return True
     same_interface(run.io_a, sess_b, result.model_a, label_b)
     outputs, run_options = run.outputs, run.run_options
     ran = run_optimized(sess_b, label_b, outputs, reference, run_options, tell)
@@ -270,6 +297,7 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
         return False
     compared = [(a, b) for a, b in zip(reference.outputs, ran.outputs) if b is not None]
     if not compared:
+        result.short_reason = ran.short
         return True
     # where the original ran: B may need more memory, or have less left (the original's
     # outputs are held); not compared there, and the verdict says so (not a full one)

@@ -2,9 +2,9 @@
 
 A folded initializer keeps the name of the value it replaces (``fold.materialize.replacement``),
 so the original says how that value was computed: the nodes between it and the original's
-constants and inputs (its *cone*). :meth:`Cones.run` runs cones in onnxruntime (CPU, graph
-optimizations off, the original's initializers handed over as initializers, so its kernels
-prepack exactly as the original session's do: ``fold.fallback.run_nodes``), with the graph
+constants and inputs (its *cone*). :meth:`Cones.run` runs cones in onnxruntime through the
+check's own runner (``running.runner``: graph optimizations off, the original's initializers
+as initializers, so its kernels prepack exactly as the original session's do), with the graph
 inputs they read fed as the caller says (zeros of one binding's shapes where only shapes are
 read), within the memory this process may still use.
 
@@ -23,10 +23,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.check import memory_room, string_values
-from onnxfold.fold.fallback import FallbackError, run_nodes
-from onnxfold.host import address_space
-from onnxfold.ir.dtypes import onnx_type
+from onnxfold.check.running import string_values
+from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
+from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
 
 # ops whose result a float64 run of the node can arbitrate: where onnxruntime's float32 sum or
@@ -120,27 +119,30 @@ class Cones:
                 found.update(node.outputs)
         return found
 
-    def run(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray]
-            ) -> dict[ir.Value, np.ndarray]:
+    def run(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray],
+            exact: bool = True) -> dict[ir.Value, np.ndarray]:
         """The arrays the original computes for ``sources``, its graph inputs fed ``inputs``
-        (by name). Raises FallbackError when onnxruntime cannot run the cones, MemoryError
-        when they do not fit in the memory left."""
+        (by name): bit for bit as the original computes them, or (``exact=False``) as values
+        to feed elsewhere (kernels then skip prepacking their weights, and save its copies).
+        Raises RunFailed when onnxruntime cannot run the cones, MachineShort when the machine
+        runs short (``running.runner``)."""
         nodes, leaves = self.cone(sources)
-        feeds: dict[ir.Value, np.ndarray] = {}
+        constants: dict[str, np.ndarray] = {}
+        fed: dict[str, np.ndarray] = {}
         for leaf in leaves:
             if leaf in self.fed:
-                feeds[leaf] = inputs[str(leaf.name)]
+                fed[str(leaf.name)] = inputs[str(leaf.name)]
             else:
                 assert leaf.const_value is not None
-                feeds[leaf] = leaf.const_value.numpy()
-        opsets = dict(self.model.opset_imports)
-        room = memory_room.run_room()
-        with address_space.bounded(room) if room is not None else contextlib.nullcontext():
-            arrays = run_nodes(nodes, feeds, sources, opsets, self.model.ir_version, room=room,
-                               stored=[v for v in leaves if v not in self.fed],
-                               libraries=self.libraries)
-        return {source: string_values.as_tensor_form(array)
-                for source, array in zip(sources, arrays)}
+                constants[str(leaf.name)] = leaf.const_value.numpy()
+        arrays = run_nodes([ir.serde.serialize_node(n) for n in nodes],
+                           [_wanted(s) for s in sources], constants=constants, inputs=fed,
+                           opsets=dict(self.model.opset_imports),
+                           ir_version=self.model.ir_version, libraries=self.libraries,
+                           prepacking=exact)
+        drop_resident_pages()  # the weights it read are read again where needed, not held
+        return {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
+                else array for source, array in zip(sources, arrays)}
 
     def exact(self, source: ir.Value) -> bool:
         """Whether every op of ``source``'s cone computes bitwise what onnxruntime does: the
@@ -165,7 +167,7 @@ class Cones:
             computed = self.run(reads, inputs) if reads else {}
             exact = _in_float64(node, [computed[v] if v is not None else None
                                        for v in node.inputs], self.model, self.libraries)
-        except (FallbackError, MemoryError):
+        except (RunFailed, MachineShort):
             return None
         if exact is None or exact.shape != folded.shape:
             return None
@@ -182,24 +184,28 @@ class Cones:
                 f"onnxruntime {float((ort_error / scale).max()):.3g})")
 
 
+def _wanted(value: ir.Value) -> Wanted:
+    """How the runner hands ``value`` back: its dtype where the original's types say, a
+    sequence (a list) where they say so or nothing."""
+    if value.type is None or isinstance(value.type, ir.SequenceType):  # may be a sequence
+        return Wanted(str(value.name), sequence=True)
+    return Wanted(str(value.name), value.dtype.numpy() if value.dtype is not None and
+                  value.dtype != ir.DataType.STRING else None)
+
+
 def _in_float64(node: ir.Node, arrays: list[np.ndarray | None], model: ir.Model,
                 libraries: Sequence[str]) -> np.ndarray | None:
     """``node`` run alone by onnxruntime with its float inputs widened to float64 (None where
     onnxruntime has no float64 kernel for it)."""
-    from onnxfold.fold.fallback import run_node_protos
-    from onnxfold.fold.fallback_session import Wanted
-
     proto = ir.serde.serialize_node(node)
     inputs: dict[str, np.ndarray] = {}
     for name, arr in zip(proto.input, arrays):
         if name and arr is not None:
             inputs[name] = arr.astype(np.float64) if arr.dtype.kind == "f" else arr
-    out = proto.output[0]
     try:
-        (result,) = run_node_protos([proto], {}, inputs,
-                                    [Wanted(out, onnx_type(np.dtype(np.float64)), None, False,
-                                            False)],
-                                    dict(model.opset_imports), model.ir_version, libraries)
-    except FallbackError:
+        (result,) = run_nodes([proto], [Wanted(proto.output[0])], inputs=inputs,
+                              opsets=dict(model.opset_imports), ir_version=model.ir_version,
+                              libraries=libraries)
+    except (RunFailed, MachineShort):
         return None
     return np.asarray(result, np.float64)

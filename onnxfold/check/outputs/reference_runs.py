@@ -3,9 +3,10 @@ the optimized one, each within the memory this process may still use.
 
 The reference decides which bindings of the guessed dims are valid inputs: a binding it cannot
 run is dropped (and said in a note), and when no binding of a group runs, larger (or, when it
-ran out of memory, smaller) groups are tried (:class:`~onnxfold.check.feeds.FeedPlan`). Every
-binding of the group is run by the reference at least once, also the ones no compared input
-set uses, so that the fold verification re-derives folds at each of them.
+ran out of memory, smaller) groups are tried
+(:class:`~onnxfold.check.running.feeds.FeedPlan`). Every binding of the group is run by the
+reference at least once, also the ones no compared input set uses, so that the fold
+verification re-derives folds at each of them.
 
 Random inputs are weighed before they are allocated: a binding whose inputs alone would take
 more than a quarter of the memory left is treated as one the reference ran out of memory on.
@@ -20,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxfold.analysis.dim_relations import Bound
-from onnxfold.check import memory_room
-from onnxfold.check.doomed_bindings import Doomed, FailedNodes
-from onnxfold.check.feeds import FeedPlan
-from onnxfold.check.sessions import out_of_memory, run_session
+from onnxfold.check.outputs.doomed_bindings import Doomed, FailedNodes
+from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.feeds import FeedPlan
+from onnxfold.check.running.runner import MachineShort, run_model
 from onnxfold.errors import InputError, clipped, one_line
 
 FEED_SHARE = 4  # one input set's random inputs may take at most this share of the memory left
@@ -66,20 +67,20 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 weigh(feeder, bound, label)
                 feeds = _feeds(feeder, seed, k, overrides, failures, label)
                 progress(f"original {k + 1}/{n}" if k < n else "original, another binding")
-                ran = run_session(sess, label, outputs, feeds, run_options, feeder.guesses())
+                ran = run_model(sess, label, outputs, feeds, run_options, feeder.guesses())
                 if k < n:
                     feeds_kept.append(feeds)
                     results.append(ran)
                 if k < len(bindings):
                     shapes.append({name: arr.shape for name, arr in feeds.items()})
                 del feeds, ran
-        except InputError as e:
+        except (InputError, MachineShort) as e:
             if not feeder.guessed:
                 raise
-            memory = out_of_memory(str(e))
-            failed[feeder.guessed_values(bound)] = "onnxruntime ran out of memory" if memory \
-                else one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
-            if failures is not None:
+            memory = isinstance(e, MachineShort)  # the machine's: smaller inputs may fit
+            failed[feeder.guessed_values(bound)] = f"the machine ran short: {_short(e)}" \
+                if memory else one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
+            if failures is not None and isinstance(e, InputError):
                 failures.record(e, feeder.guessed_values(bound))
             del feeds_kept, results
             feeder.bindings = [b for b in bindings if b is not bound]
@@ -90,6 +91,9 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                     if isinstance(e, Doomed):  # onnxruntime's own error, and every guess
                         raise InputError(str(e.seen).split("; dims guessed")[0] +
                                          feeder.guesses()) from None
+                    if isinstance(e, MachineShort):
+                        raise MachineShort(f"{e} at every binding tried, the smallest "
+                                           f"{feeder.guessed_values(bound)}") from None
                     raise
                 feeder.bindings = group
             continue
@@ -152,16 +156,21 @@ def merged(failed: Mapping[str, str]) -> dict[str, str]:
 
 
 def weigh(feeder: FeedPlan, bound: Bound, label: str) -> None:
-    """InputError (out of memory, so that smaller bindings are tried) when ``bound``'s random
-    inputs alone would take more than 1/:data:`FEED_SHARE` of what this process may still
+    """MachineShort (so that smaller bindings are tried) when ``bound``'s random inputs
+    alone would take more than 1/:data:`FEED_SHARE` of what this process may still
     allocate."""
     room = memory_room.run_room()
     need = feeder.feed_bytes(bound)
     if room is not None and need > room // FEED_SHARE:
         mib = 2**20
-        raise InputError(f"{label}: out of memory: the random inputs of one input set would "
-                         f"take {need / mib:,.0f} MiB, and {room / mib:,.0f} MiB are left under "
-                         "the memory limit")
+        raise MachineShort(f"{label}: out of memory: the random inputs of one input set "
+                           f"would take {need / mib:,.0f} MiB, and {room / mib:,.0f} MiB are "
+                           "left under the memory limit")
+
+
+def _short(error: Exception) -> str:
+    """What a MachineShort says ran out, without the label it starts with."""
+    return str(error).split(": ", 1)[-1]
 
 
 @dataclass
@@ -171,21 +180,24 @@ class Optimized:
 
     outputs: list[list | None]
     failure: str = ""
+    short: str = ""  # what the machine ran short of, where it did
 
 
 def run_optimized(sess, label: str, outputs: list[str], reference: Reference, run_options,
                   progress: Callable[[str], None] = lambda text: None) -> Optimized:
     """Model B on each of the reference's input sets. Running out of memory where A ran is
     not a wrong model (B runs after A in the same process): that set is marked None, and the
-    caller compares the others or tries smaller inputs. Any other failure is B's."""
+    caller compares the others or tries smaller inputs; so is any other shortage of the
+    machine. Any other failure is B's."""
     got: list[list | None] = []
+    short = ""
     for k, feeds in enumerate(reference.feeds):
         progress(f"optimized {k + 1}/{len(reference.feeds)}")
         try:
-            got.append(run_session(sess, label, outputs, feeds, run_options))
+            got.append(run_model(sess, label, outputs, feeds, run_options))
+        except MachineShort as e:
+            got.append(None)
+            short = str(e)
         except InputError as e:
-            if out_of_memory(str(e)):
-                got.append(None)
-                continue
             return Optimized(got, one_line(e).removesuffix(" (see --dim, --int-range, --inputs)"))
-    return Optimized(got)
+    return Optimized(got, short=short)

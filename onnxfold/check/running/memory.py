@@ -14,7 +14,7 @@ the weights, one with optimizations and prepacking off at 1.8x (:data:`SESSION_F
 2x). So before the first session opens, the weights are weighed against what is left under the
 tightest of the host's RAM and the cgroup's limit (``onnxfold.host.memory_limits``); where they
 do not fit the check declines in one line
-(:class:`~onnxfold.check.comparison.CheckCouldNotRun`) instead of being killed by the kernel.
+(:class:`~onnxfold.check.compare.CheckCouldNotRun`) instead of being killed by the kernel.
 
 glibc keeps freed memory of allocations under its *dynamic* mmap threshold, which grows after a
 fold frees large arrays: a session opened after a fold then retained 230 MiB more than in a

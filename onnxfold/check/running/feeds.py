@@ -19,7 +19,8 @@ import onnx_ir as ir
 from onnxfold.analysis import dim_relations
 from onnxfold.analysis.dim_relations import Bound, is_named
 from onnxfold.analysis.step_inputs import ShapeSteps
-from onnxfold.check.sessions import ModelRef, graph_of, label_of, numpy_type, open_session
+from onnxfold.check.running.models import ModelRef, graph_of, label_of, numpy_type
+from onnxfold.check.running.runner import open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.io.feeds import load_arrays
@@ -168,7 +169,7 @@ class FeedPlan:
     """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
     ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims; ``pinned``:
     anonymous dims fixed by input and axis (the second model's static ones,
-    ``onnxfold.check.interfaces``).
+    ``onnxfold.check.outputs.interfaces``).
 
     Every anonymous dim gets a name of its own (:func:`anonymous_dims`) and is bound like a
     named one: on axis 0 or inside a shape (a recurrent state's batch) it is a batch, ending a

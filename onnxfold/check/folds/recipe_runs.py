@@ -1,4 +1,4 @@
-"""Re-run the recipe of a rewrite-made folded tensor in onnxruntime (``onnxfold.fold.recipes``).
+"""Re-run the recipe of a rewrite-made folded tensor in onnxruntime (``onnxfold.ir.recipes``).
 
 A recipe is saved on its tensor (``provenance.RECIPE``). Its leaves are names: each is found,
 in this order, as an initializer of the original (its weights, unchanged), an initializer of
@@ -11,19 +11,14 @@ fold's onnxruntime session saw them.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check import memory_room
-from onnxfold.fold.fallback import FallbackError, run_node_protos
-from onnxfold.fold.fallback_session import Wanted, is_raw_dtype
-from onnxfold.fold.recipes import Recipe
-from onnxfold.host import address_space
-from onnxfold.ir.dtypes import onnx_type
+from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
+from onnxfold.ir.recipes import Recipe
 
 
 class Unresolved(Exception):
@@ -77,19 +72,14 @@ class RecipeRunner:
                 found = self._leaf(leaf.name, leaf.value)
                 handed[leaf.name] = found.array
                 sampled += found.sampled
-        for n in [n for n, a in handed.items() if is_raw_dtype(a.dtype) or
-                  a.dtype.kind in "OSU"]:  # what cannot be handed over without a copy
-            inputs[n] = handed.pop(n)
-        room = memory_room.run_room()  # a recipe is the model's: it may ask for anything
         try:
-            with address_space.bounded(room) if room is not None else \
-                    contextlib.nullcontext():
-                (array,) = run_node_protos(recipe.nodes, handed, inputs,
-                                           [self._wanted(name, recipe.output)], self.opsets,
-                                           self.ir_version, self.libraries, room=room)
-        except MemoryError:
-            raise Unresolved("its recipe does not fit in the memory left: not run") from None
-        except FallbackError as e:
+            (array,) = run_nodes(recipe.nodes, [self._wanted(name, recipe.output)],
+                                 constants=handed, inputs=inputs, opsets=self.opsets,
+                                 ir_version=self.ir_version, libraries=self.libraries)
+        except MachineShort as e:
+            raise Unresolved(f"the machine ran short running its recipe ({e}): not run"
+                             ) from None
+        except RunFailed as e:
             raise Unresolved(f"onnxruntime cannot run its recipe: {str(e)[:160]}") from None
         return Derived(array, sampled)
 
@@ -97,10 +87,10 @@ class RecipeRunner:
         """How the session hands over the recipe's ``output`` (typed as the folded tensor
         ``name`` is)."""
         folded = self.optimized.graph.initializers.get(name)
-        if folded is None or folded.const_value is None:
-            return Wanted(output, None, None, False, False)
-        dtype = folded.const_value.dtype.numpy()
-        return Wanted(output, onnx_type(dtype), None, is_raw_dtype(dtype), False)
+        if folded is None or folded.const_value is None or \
+                folded.const_value.dtype == ir.DataType.STRING:
+            return Wanted(output)
+        return Wanted(output, folded.const_value.dtype.numpy())
 
     def _leaf(self, name: str, own: np.ndarray | None) -> Derived:
         for graph in (self.original.graph, self.optimized.graph):

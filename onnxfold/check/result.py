@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxfold.check.feeds import InputInfo, shape_text
-from onnxfold.check.fold_verdicts import (
+from onnxfold.check.folds.verdicts import (
     BITWISE,
     PARAMETER,
     SAMPLED,
@@ -20,11 +19,12 @@ from onnxfold.check.fold_verdicts import (
     WITHIN,
     FoldVerification,
 )
-from onnxfold.check.levels import DEFAULT_LEVEL
-from onnxfold.check.rewrite_validation import UNVALIDATED, RewriteValidation
-from onnxfold.check.tolerance import HALF as HALF_TYPES
-from onnxfold.check.tolerance import allowed, ulp
-from onnxfold.check.tolerance import for_dtype as tolerance_for
+from onnxfold.check.rewrites.validation import UNVALIDATED, RewriteValidation
+from onnxfold.check.running.feeds import InputInfo, shape_text
+from onnxfold.check.running.levels import DEFAULT_LEVEL
+from onnxfold.check.running.tolerance import HALF as HALF_TYPES
+from onnxfold.check.running.tolerance import allowed, ulp
+from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.host.terminal import printable
 
 REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
@@ -64,7 +64,7 @@ class CompareResult:
     inputs: list[InputInfo]
     n: int
     seed: int
-    rtol: float | None  # None: chosen per output from its dtype (onnxfold.check.tolerance)
+    rtol: float | None  # None: chosen per output from its dtype (onnxfold.check.running.tolerance)
     atol: float | None
     dims: dict[str, int] = field(default_factory=dict)  # the first binding of the named dims
     defaulted_dims: list[str] = field(default_factory=list)  # guessed: not given, not derived
@@ -80,11 +80,23 @@ class CompareResult:
     short_of_memory: list[int] = field(default_factory=list)
     # initializers the original lets a caller override that the second model fixed
     fixed_defaults: list[str] = field(default_factory=list)
+    # why the comparison could not run to its end (the machine ran short; "" if it did): what
+    # it shows is what was shown before, nothing about the outputs
+    not_run: str = ""
+    short_reason: str = ""  # what the machine last ran short of running the second model
 
     @property
     def ok(self) -> bool:
-        return not self.failure and all(row.ok for row in self.rows) and (
+        return not self.failure and not self.not_run and all(row.ok for row in self.rows) and (
             self.folds is None or self.folds.ok) and (self.rewrites is None or self.rewrites.ok)
+
+    @property
+    def state(self) -> str:
+        """``passed``, ``failed`` (something differs) or ``could not run`` (nothing differs,
+        and the machine stopped the comparison before it ended)."""
+        if self.ok:
+            return "passed"
+        return "could not run" if self.not_run and not self.failing else "failed"
 
     def __bool__(self) -> bool:
         return self.ok
@@ -97,11 +109,34 @@ class CompareResult:
             + [f"folded tensor {name}" for name in folds] \
             + (self.rewrites.failing if self.rewrites is not None else [])
 
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["ok"] = self.ok
-        data["failing"] = self.failing
-        return data
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison as ``compare --json`` and ``optimize --json``'s ``check`` write it
+        (one form: ``report.schema.json``'s ``check``): its state and verdict, its settings,
+        one entry per output (max abs/rel error; ``max_ulps`` where the comparison measures
+        it, else null), the fold verification and the rewrite validation."""
+        return {
+            "ok": self.ok, "state": self.state,
+            **({"reason": self.not_run} if self.not_run else {}),
+            "failure": self.failure or None, "failing": self.failing,
+            "model_a": self.model_a, "model_b": self.model_b,
+            "n": self.n, "seed": self.seed, "rtol": self.rtol, "atol": self.atol,
+            "dims": dict(self.dims), "level": self.level,
+            "inputs": [asdict(info) for info in self.inputs],
+            "folds": self.folds.to_dict() if self.folds is not None else None,
+            "rewrites": self.rewrites.to_dict() if self.rewrites is not None else None,
+            "defaulted_dims": list(self.defaulted_dims), "derived_dims": dict(self.derived_dims),
+            "single_dims": list(self.single_dims), "fixed_defaults": list(self.fixed_defaults),
+            "short_of_memory": list(self.short_of_memory),
+            "bindings": [dict(b) for b in self.bindings], "notes": list(self.notes),
+            "verdict": self.verdict(),
+            "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
+                         "dtype_b": row.dtype_b, "shape_b": list(row.shape_b),
+                         "elements": row.elements, "max_abs": row.max_abs_diff,
+                         "max_rel": row.max_rel_diff, "max_ulps": row.max_ulps,
+                         "tolerance": row.tolerance, "mismatches": row.mismatches,
+                         "bitwise_equal": row.bitwise_equal, "ok": row.ok}
+                        for row in self.rows],
+        }
 
     def summary(self) -> str:
         seeds = f"seed {self.seed}" if self.n == 1 else \
@@ -150,6 +185,9 @@ class CompareResult:
 
     def verdict(self) -> str:
         """The last line: what passed, and what was not shown for every input."""
+        if self.state == "could not run":
+            return f"could not run: {self.not_run}; nothing differs in what ran" + \
+                self._shown_before()
         if not self.ok:
             return f"outside tolerance: {', '.join(self.failing)}"
         ran = self.n - len(self.short_of_memory)
@@ -190,6 +228,18 @@ class CompareResult:
             parts.append(f"{len(rewrites.rewrites) - unvalidated} rewrites validated on the "
                          "input sets" + (f", {unvalidated} not validated" if unvalidated else ""))
         return "; ".join(parts) + ("" if complete else " (not a full verification: see above)")
+
+
+    def _shown_before(self) -> str:
+        """What a comparison that could not run had shown of the folds and rewrites."""
+        shown = []
+        if self.folds is not None:
+            shown.append(f"{self.folds.count(BITWISE) + self.folds.count(WITHIN)} folded "
+                         "tensors verified for every input")
+        if self.rewrites is not None:
+            shown.append(f"{self.rewrites.count(BITWISE) + self.rewrites.count(WITHIN)} "
+                         "rewrites validated on the input sets")
+        return f" ({', '.join(shown)})" if shown else ""
 
 
 def as_array(value) -> np.ndarray:
@@ -243,26 +293,3 @@ def accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) ->
                 rel = float((diff[mattering] / magnitude[mattering]).max())
                 row.max_rel_diff = max(row.max_rel_diff, rel)
     row.mismatches += int((~close).sum())
-
-
-def check_dict(result: CompareResult) -> dict[str, Any]:
-    """A ``--check`` comparison for the report: verdict, settings and one entry per output
-    (max abs/rel error; ``max_ulps`` where the comparison measures it, else null)."""
-    return {
-        "ok": result.ok, "state": "passed" if result.ok else "failed",
-        "failure": result.failure or None,
-        "n": result.n, "seed": result.seed, "rtol": result.rtol,
-        "atol": result.atol, "dims": dict(result.dims), "level": result.level,
-        "inputs": [asdict(info) for info in result.inputs],
-        "folds": result.folds.to_dict() if result.folds is not None else None,
-        "rewrites": result.rewrites.to_dict() if result.rewrites is not None else None,
-        "defaulted_dims": list(result.defaulted_dims),
-        "bindings": [dict(b) for b in result.bindings], "notes": list(result.notes),
-        "verdict": result.verdict(),
-        "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
-                     "elements": row.elements, "max_abs": row.max_abs_diff,
-                     "max_rel": row.max_rel_diff,
-                     "max_ulps": getattr(row, "max_ulps", None),
-                     "mismatches": row.mismatches, "bitwise_equal": row.bitwise_equal,
-                     "ok": row.ok} for row in result.rows],
-    }

@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check import string_values
-from onnxfold.check.cones import Cones, reinferred
-from onnxfold.check.dim_proof import DimProof
-from onnxfold.check.fold_verdicts import (
+from onnxfold.check.folds.dim_proof import DimProof
+from onnxfold.check.folds.recipe_runs import Derived, RecipeRunner, Unresolved
+from onnxfold.check.folds.verdicts import (
     BITWISE,
     DIFFERS,
     PARAMETER,
@@ -51,14 +50,15 @@ from onnxfold.check.fold_verdicts import (
     judge,
     verdict_of,
 )
-from onnxfold.check.input_reads import InputReads
-from onnxfold.check.interfaces import pinned_dims
-from onnxfold.check.recipe_runs import Derived, RecipeRunner, Unresolved
-from onnxfold.check.sessions import ModelRef, graph_of, label_of, out_of_memory
+from onnxfold.check.outputs.interfaces import pinned_dims
+from onnxfold.check.running import string_values
+from onnxfold.check.running.cones import Cones, reinferred
+from onnxfold.check.running.input_reads import InputReads
+from onnxfold.check.running.models import ModelRef, graph_of, label_of
+from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.fold import recipes as saved_recipes
-from onnxfold.fold.fallback import FallbackError
 from onnxfold.ir import provenance
+from onnxfold.ir import recipes as saved_recipes
 from onnxfold.ir.graph import (
     all_graphs,
     is_default_op,
@@ -374,7 +374,7 @@ class _Verifier:
                     derived = self.cones.run([t.source for t in group], inputs)
                     for target in group:
                         target.derived.append(derived[target.source])
-        except (FallbackError, MemoryError) as e:
+        except (RunFailed, MachineShort) as e:
             for target in batch:
                 target.derived.clear()
             if len(batch) == 1:
@@ -388,10 +388,9 @@ class _Verifier:
         return self.bindings if runs == "bindings" else self.bindings[:1]
 
     def _unrunnable(self, target: _Target, error: Exception) -> TensorVerdict:
-        text = str(error)
-        reason = "its cone does not fit in the memory left: not run" if \
-            isinstance(error, MemoryError) or out_of_memory(text) else \
-            f"onnxruntime cannot compute it from the original: {text[:200]}"
+        reason = f"the machine ran short computing it from the original ({error}): not run" \
+            if isinstance(error, MachineShort) and not isinstance(error, TimedOut) else \
+            f"onnxruntime cannot compute it from the original: {str(error)[:200]}"
         return verdict_of(target.folded, UNVERIFIABLE, via=target.via, reason=reason)
 
     def _judged(self, target: _Target) -> TensorVerdict:
@@ -497,7 +496,7 @@ class _Verifier:
                   (v := self._computable(name)) is not None]
         if not wanted:
             return
-        with contextlib.suppress(FallbackError, MemoryError):  # then each alone, when asked
+        with contextlib.suppress(RunFailed, MachineShort):  # then each alone, when asked
             self._arrays.update({str(v.name): a for v, a in
                                  self.cones.run(wanted, self.bindings[0]).items()})
 
@@ -510,7 +509,7 @@ class _Verifier:
         if name not in self._arrays:
             try:
                 self._arrays[name] = self.cones.run([value], self.bindings[0])[value]
-            except (FallbackError, MemoryError):
+            except (RunFailed, MachineShort):
                 return None
         reads = self.reads.of(value)
         sampled = [] if not reads.shapes & self.dynamic or self.proof.proved(value) else [

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxfold.check.levels import DEFAULT_LEVEL
+from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.errors import InputError
 from onnxfold.numbers import INT64_MAX
 
 
 @dataclass(frozen=True)
 class CompareOptions:
-    """Everything :func:`onnxfold.check.comparison.compare_models` needs besides the models and
+    """Everything :func:`onnxfold.check.compare.compare_models` needs besides the models and
     the number of input sets.
 
     ``inputs``: arrays used in every input set (a mapping or an .npz path; the rest random);

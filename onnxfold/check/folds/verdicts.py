@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check import string_values
-from onnxfold.check.tolerance import ulp
+from onnxfold.check.running import string_values
+from onnxfold.check.running.tolerance import ulp
 from onnxfold.ir import provenance
 
 # the budget of a fold that is not bitwise (a MatMul or a sum folded by numpy): numpy and

@@ -26,12 +26,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.check.cones import Cones
-from onnxfold.check.float64_windows import in_float64, rounding_only
-from onnxfold.check.tolerance import allowed
-from onnxfold.check.tolerance import for_dtype as tolerance_for
-from onnxfold.fold.fallback import FallbackError, run_node_protos
-from onnxfold.fold.fallback_session import Wanted
+from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
+from onnxfold.check.running.cones import Cones
+from onnxfold.check.running.input_reads import InputReads
+from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
+from onnxfold.check.running.tolerance import allowed
+from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
 
 BITWISE, WITHIN, DIFFERS, UNVALIDATED = "bitwise", "within", "differs", "not validated"
@@ -106,7 +106,11 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
     """Validate every rewrite of ``log`` on each of ``inputs`` (the check's input sets),
     the leaves computed by the original's ``cones`` (see module); ``rounding``: the rules
     declared to round differently (``PatternRule.rounds_differently``), never asked for
-    bits."""
+    bits.
+
+    A rewrite whose windows read no input's values computes the same on every input set
+    with the same input shapes (one that reads no input at all, on every input set): it runs
+    once per distinct shapes (once), not once per set."""
     tell = progress or (lambda text: None)
     result = RewriteValidation(sets=len(inputs))
     runnable: list[RewriteRecord] = []
@@ -118,14 +122,52 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
         else:
             runnable.append(record)
             verdicts[id(record)] = RewriteVerdict(record.rule, record.node, BITWISE)
+    reads = _Dependence(cones)
+    ran: dict[int, set[object]] = {id(r): set() for r in runnable}  # what each ran at
     for k, feeds in enumerate(inputs):
         tell(f"validating rewrites {k + 1}/{len(inputs)}")
-        windows = _Windows(_Leaves(cones, feeds), cones, bitwise, rounding, verdicts, k)
-        for start in range(0, len(runnable), BATCH_RECORDS):
-            windows.judge([r for r in runnable[start:start + BATCH_RECORDS]
-                           if verdicts[id(r)].state in (BITWISE, WITHIN)])
+        shapes = tuple(sorted((name, np.shape(a)) for name, a in feeds.items()))
+        todo = []
+        for record in runnable:
+            key = reads.key(record, k, shapes)
+            if key not in ran[id(record)] and verdicts[id(record)].state in (BITWISE, WITHIN):
+                ran[id(record)].add(key)
+                todo.append(record)
+        leaves = _Leaves(cones, feeds)
+        windows = _Windows(leaves, cones, bitwise, rounding, verdicts, k)
+        for start in range(0, len(todo), BATCH_RECORDS):
+            windows.judge(todo[start:start + BATCH_RECORDS])
+            leaves.keep_only(_read_by(todo[start + BATCH_RECORDS:]))  # the rest: dropped
     result.rewrites = [verdicts[id(r)] for r in log.records]
     return result
+
+
+def _read_by(records: Sequence[RewriteRecord]) -> set[str]:
+    """The original's values the windows of ``records`` read."""
+    return {o for r in records for w in (r.before, r.after) if w is not None
+            for o in w.originals.values()}
+
+
+class _Dependence:
+    """How a record's windows depend on the check's input sets: on the inputs' values (run on
+    every set), on their shapes only (run once per distinct shapes), or on neither (once),
+    by the check's own reading of the original (``running.input_reads``)."""
+
+    def __init__(self, cones: Cones) -> None:
+        self.cones = cones
+        self.reads = InputReads(cones.model, sorted(cones.fed, key=lambda v: str(v.name)))
+
+    def key(self, record: RewriteRecord, k: int, shapes: object) -> object:
+        """What identifies input set ``k`` (its input ``shapes``) for ``record``."""
+        values = shaped = False
+        for name in _read_by([record]):
+            value = self.cones.values.get(name)
+            if value is None:  # a value the check cannot place: taken as reading everything
+                return k
+            found = self.reads.of(value)
+            values |= bool(found.values)
+            shaped |= bool(found.shapes)
+        return k if values else shapes if shaped else None
 
 
 class _Leaves:
@@ -136,6 +178,11 @@ class _Leaves:
     def __init__(self, cones: Cones, feeds: Mapping[str, np.ndarray]) -> None:
         self.cones, self.feeds = cones, feeds
         self.arrays: dict[str, np.ndarray | None] = {}
+
+    def keep_only(self, names: set[str]) -> None:
+        """Forget the arrays of every leaf but ``names`` (what later windows still read)."""
+        for name in [n for n in self.arrays if n not in names]:
+            del self.arrays[name]
 
     def prepare(self, names: set[str]) -> None:
         """Compute the original's values of ``names`` not known yet, in one run if it can."""
@@ -163,8 +210,8 @@ class _Leaves:
         if not values:
             return {}
         try:
-            return self.cones.run(values, self.feeds)
-        except (FallbackError, MemoryError):
+            return self.cones.run(values, self.feeds, exact=False)  # read by both windows
+        except (RunFailed, MachineShort):
             if len(values) == 1:
                 return {}
         half = len(values) // 2
@@ -204,10 +251,12 @@ class _Windows:
             return
         try:
             results = self._pairs(runnable)
-        except FallbackError:
+        except (RunFailed, MachineShort) as e:
             if len(runnable) > 1:
                 for record in runnable:
                     self.judge([record])
+            elif isinstance(e, MachineShort):
+                self._short(runnable[0], e)
             else:
                 self._alone(runnable[0])
             return
@@ -240,17 +289,29 @@ class _Windows:
         assert record.before is not None and record.after is not None
         try:
             self._run([(record.before, "b")])
-        except FallbackError as e:
+        except MachineShort as e:
+            self._short(record, e)
+            return
+        except RunFailed as e:
             verdict.state = UNVALIDATED
             verdict.reason = f"onnxruntime cannot run the window it replaced alone: " \
                 f"{str(e)[:120]}"
             return
         try:
             self._run([(record.after, "a")])
-        except FallbackError as e:
+        except MachineShort as e:
+            self._short(record, e)
+        except RunFailed as e:
             verdict.state = DIFFERS
             verdict.reason = (f"onnxruntime cannot run the replacement where the window it "
                               f"replaced runs: {str(e)[:160]}")
+
+    def _short(self, record: RewriteRecord, error: MachineShort) -> None:
+        """A record the machine could not run: not validated (nothing is known of it)."""
+        verdict = self.verdicts[id(record)]
+        verdict.state = UNVALIDATED
+        verdict.reason = f"its windows could not run ({error})" if isinstance(error, TimedOut) \
+            else f"the machine ran short running its windows ({error})"
 
     def _pairs(self, records: list[RewriteRecord]
                ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
@@ -279,10 +340,10 @@ class _Windows:
                 target = f"{prefix}#out{j}"
                 nodes.append(onnx.helper.make_node("Identity", [source], [target]))
                 names.append(target)
-                wanted.append(Wanted(target, None, None, False, False))
+                wanted.append(Wanted(target))
             outputs[prefix] = names
-        arrays = run_node_protos(nodes, {}, inputs, wanted, self.opsets, self.ir_version,
-                                 self.libraries)
+        arrays = run_nodes(nodes, wanted, inputs=inputs, opsets=self.opsets,
+                           ir_version=self.ir_version, libraries=self.libraries)
         by_name = {w.name: a for w, a in zip(wanted, arrays)}
         return {prefix: [by_name[n] for n in names] for prefix, names in outputs.items()}
 
@@ -301,7 +362,7 @@ def _renamed(node: onnx.NodeProto, internal: set[str], prefix: str, window: Wind
 
     copy.input[:] = [name(i) for i in copy.input]
     copy.output[:] = [name(o) for o in copy.output]
-    copy.name = f"{prefix}/{node.name}"
+    copy.name = f"{prefix}/{node.name}" if node.name else ""  # unnamed stay unnamed
     leaves = set(window.originals) | set(window.constants)
     for attr in copy.attribute:
         for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):

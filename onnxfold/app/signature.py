@@ -1,0 +1,230 @@
+"""The report's signature of a model before and after a run: opset and IR version, each input
+and output (dtype, shape with its symbolic dims named), the parameters and their bytes, the
+file's size, and the compute per op type (``onnxfold.analysis.cost``) at the shapes of the
+check's first input set: the check's own where ``--check`` ran, else those it would use (its
+feed plan, ``onnxfold.check.running.feeds``, over the original's declared inputs). What it
+needs of the input is read as the input is loaded (:func:`read_original`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import onnx
+import onnx_ir as ir
+
+from onnxfold.analysis.cost import Compute, compute, texts_aside
+from onnxfold.analysis.shapes import serialize_light
+from onnxfold.app.html_parts import esc, mib, table
+from onnxfold.errors import InputError
+from onnxfold.host.logs import quiet
+
+if TYPE_CHECKING:
+    from onnxfold.check.result import CompareResult
+    from onnxfold.check.running.options import CompareOptions
+    from onnxfold.declare.catalogue import Catalogue
+
+
+@dataclass(frozen=True)
+class Original:
+    """What the signature needs of the input, read once it is loaded, before any pass changes
+    it: its facts (opset, inputs, ..., file bytes), its inputs as onnxruntime lists them (for
+    the check's plan) and its graph as a proto without its weights and texts
+    (``serialize_light``): the input is not read a second time."""
+
+    facts: dict[str, Any]
+    declared: list[SimpleNamespace]
+    light: onnx.ModelProto
+
+
+def read_original(model: ir.Model) -> Original:
+    """The :class:`Original` of ``model``, just loaded."""
+    from onnxfold.io.writer import input_files
+
+    sizes = {(info.st_dev, info.st_ino): info.st_size for info in
+             (os.stat(p) for p in input_files(model) if os.path.isfile(p))}
+    declared = [SimpleNamespace(name=v.name, type=f"tensor({_dtype(v)})" if isinstance(
+        v.type, ir.TensorType) else _dtype(v), shape=[
+            d if isinstance(d, int) else getattr(d, "value", None) for d in v.shape or ()])
+        for v in model.graph.inputs if v.name not in model.graph.initializers]
+    with texts_aside(model):
+        light = serialize_light(model)
+    return Original({**{key: fn(model) for key, fn in _FACTS},
+                     "file_bytes": sum(sizes.values())}, declared, light)
+
+
+def signature(original: Original, folded: ir.Model, written: int | None,
+              check: CompareResult | None, options: CompareOptions, catalogue: Catalogue
+              ) -> dict[str, Any]:
+    """The signature of the input (``original``) and of ``folded`` (``written`` bytes; None:
+    a dry run), with the compute at the check's first input set (``check``, or the one
+    ``options`` would give)."""
+    found: dict[str, Any] = {key: [original.facts[key], fn(folded)] for key, fn in _FACTS}
+    found["file_bytes"] = [original.facts["file_bytes"], written]
+    with quiet("onnx_ir"):  # what it says of the input it said as the input was read
+        graph = ir.serde.deserialize_model(original.light)  # weights as typed inputs
+    try:
+        shapes, dims, where = _first_set(original, graph, folded, check, options, catalogue)
+    except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
+        found["compute"] = {"reason": str(e)}
+        return found
+    after = compute(folded, shapes, catalogue.costs)
+    before = compute(graph, shapes, catalogue.costs, after.types)
+    found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
+                        "before": _totals(before), "after": _totals(after)}
+    return found
+
+
+def _opset(model: ir.Model) -> int | None:
+    return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+
+
+def _dtype(value: ir.Value) -> str:
+    """``float``, ``int64``: as onnxruntime names a tensor's element type; another type
+    (a sequence, an optional) as onnx-ir names it."""
+    if value.type is not None and not isinstance(value.type, ir.TensorType):
+        return str(value.type)
+    return value.dtype.name.lower() if value.dtype is not None else "?"
+
+
+def _value(value: ir.Value) -> dict[str, Any]:
+    """``{name, dtype, shape}`` (``float32``, as the check names it): a dim an int, its
+    name, or ``?``."""
+    try:
+        dtype = str(value.dtype.numpy()) if isinstance(value.type, ir.TensorType) and \
+            value.dtype is not None else _dtype(value)
+    except TypeError:  # a type numpy has no name for (a 4-bit integer)
+        dtype = _dtype(value)
+    return {"name": value.name, "dtype": dtype, "shape": None if value.shape is None else [
+        d if isinstance(d, int) else getattr(d, "value", None) or "?" for d in value.shape]}
+
+
+def _inputs(model: ir.Model) -> list[dict[str, Any]]:
+    return [_value(v) for v in model.graph.inputs if v.name not in model.graph.initializers]
+
+
+def _params(model: ir.Model) -> dict[str, int]:
+    """The initializers' elements and bytes (strings not counted)."""
+    tensors = [v.const_value for v in model.graph.initializers.values()
+               if v.const_value is not None and v.const_value.dtype != ir.DataType.STRING]
+    return {"count": sum(t.size for t in tensors), "bytes": sum(t.nbytes for t in tensors)}
+
+
+_FACTS: tuple[tuple[str, Callable[[ir.Model], Any]], ...] = (
+    ("opset", _opset), ("ir_version", lambda m: m.ir_version), ("inputs", _inputs),
+    ("outputs", lambda m: [_value(v) for v in m.graph.outputs]), ("parameters", _params))
+
+
+def _first_set(original: Original, graph: ir.Model, folded: ir.Model,
+               check: CompareResult | None, options: CompareOptions, catalogue: Catalogue
+               ) -> tuple[dict[str, list[int]], dict[str, int], str]:
+    """Each input's shape in the check's first input set, its named dims, and whose set (the
+    dims ``folded`` fixes, ``--input-shape``'s, held as the check holds them)."""
+    if check is not None:
+        return ({i.name: list(i.shape) for i in check.inputs}, dict(check.dims),
+                "the check's first input set")
+    from onnxfold.check.running.feeds import FeedPlan
+
+    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
+             for v in folded.graph.inputs}
+    plan = FeedPlan(SimpleNamespace(get_inputs=lambda: original.declared), "the original",
+                    graph, {}, options.dims, options.int_ranges, catalogue.shape_steps, fixed)
+    return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
+            "the first input set --check would use")
+
+
+def _totals(found: Compute) -> dict[str, Any]:
+    return {"flops": sum(row[1] for row in found.ops.values()),
+            "macs": sum(row[2] for row in found.ops.values()),
+            "ops": {op: {"nodes": n, "flops": f, "macs": m}
+                    for op, (n, f, m) in sorted(found.ops.items(), key=lambda kv: -kv[1][1])},
+            "not_counted": found.uncounted}
+
+
+def si(n: float, unit: str = "") -> str:
+    """``2.33 MFLOPs``, ``1.1 G``: three significant digits."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g} {prefix}{unit}"
+    return f"{n:.0f} {unit}".rstrip()
+
+
+def _shape(value: dict[str, Any] | None) -> str:
+    if value is None:
+        return "-"
+    dims = "?" if value["shape"] is None else ",".join(map(str, value["shape"]))
+    return f"{value['dtype']}[{dims}]"
+
+
+def _facts(found: dict[str, Any], arrow: str) -> str:
+    """Opset, IR version, parameters and file size, before ``arrow`` after."""
+    (p0, p1), (a, b) = found["parameters"], found["file_bytes"]
+    opset, version = (f" {arrow} ".join(dict.fromkeys(map(str, found[key])))  # 17, 20 -> 18
+                      for key in ("opset", "ir_version"))
+    return (f"opset {opset}, IR {version}; parameters {si(p0['count'])} "
+            f"in {mib(p0['bytes'])} {arrow} {si(p1['count'])} in {mib(p1['bytes'])}; file "
+            f"{mib(a)} {arrow} {mib(b) if b is not None else 'not written (dry run)'}")
+
+
+def _io(found: dict[str, Any], key: str) -> list[tuple[str, str, str]]:
+    """(name, shape before, shape after) of each input or output (``key``)."""
+    before = {v["name"]: v for v in found[key][0]}
+    return [(v["name"], _shape(before.get(v["name"])), _shape(v)) for v in found[key][1]]
+
+
+def _at(compute: dict[str, Any]) -> str:
+    """At which dims (or input shapes) the compute was counted, and whose input set."""
+    at = ", ".join(f"{k}={v}" for k, v in compute["dims"].items()) or ", ".join(
+        f"{name} [{','.join(map(str, shape))}]" for name, shape in compute["inputs"].items())
+    return f"{at} ({compute['from']})"
+
+
+def lines(found: dict[str, Any]) -> list[str]:
+    """The summary's signature block."""
+    out = [f"signature    {_facts(found, '->')}"] + [
+        f"{key:13}" + ", ".join(f"{name} {a}" + (f" -> {b}" if a != b else "")
+                                for name, a, b in _io(found, key))
+        for key in ("inputs", "outputs")]
+    compute = found["compute"]
+    if "reason" in compute:
+        return [*out, f"compute      not counted: {compute['reason']}"]
+    a, b = compute["before"], compute["after"]
+    ops = ", ".join(f"{op} {si(a['ops'].get(op, {}).get('flops', 0))} -> {si(row['flops'])}"
+                    for op, row in list(b["ops"].items())[:3])
+    uncounted = {**a["not_counted"], **b["not_counted"]}
+    return [*out, f"compute      {si(a['flops'], 'FLOPs')} ({si(a['macs'])} MACs) -> "
+            f"{si(b['flops'], 'FLOPs')} ({si(b['macs'])} MACs) at {_at(compute)}"
+            + (f"; {ops}" if ops else "")
+            + (f"; not counted: {', '.join(uncounted)}" if uncounted else "")]
+
+
+def html(found: dict[str, Any] | None) -> str:
+    """The HTML report's signature section ("" for a report without one): the facts, each
+    input and output, and FLOPs and MACs per op type before and after."""
+    if found is None:
+        return ""
+    rows = [(key[:-1], *row) for key in ("inputs", "outputs") for row in _io(found, key)]
+    head = (f"<p>{esc(_facts(found, chr(0x2192)))}</p>" +
+            table(["", "name", "before", "after"], rows, set(), "signature"))
+    compute = found["compute"]
+    if "reason" in compute:
+        return head + f'<p class="muted">compute not counted: {esc(compute["reason"])}</p>'
+    a, b = compute["before"], compute["after"]
+    empty = {"nodes": 0, "flops": 0, "macs": 0}
+    pairs = [(op, a["ops"].get(op, empty), b["ops"].get(op, empty))
+             for op in dict.fromkeys([*b["ops"], *a["ops"]])]
+    counted = [(op, x["nodes"], y["nodes"], si(x["flops"]), si(y["flops"]), si(x["macs"]),
+                si(y["macs"])) for op, x, y in pairs if x["flops"] or y["flops"]]
+    total = ("total", "", "", si(a["flops"]), si(b["flops"]), si(a["macs"]), si(b["macs"]))
+    missing = ", ".join({**a["not_counted"], **b["not_counted"]})
+    return (head + f"<h3>Compute</h3><p>at {esc(_at(compute))}: {si(a['flops'], 'FLOPs')} "
+            f"\u2192 {si(b['flops'], 'FLOPs')}, a MAC (multiply and add) counting 2; ops that "
+            "only move data count none and are not listed</p>" +
+            table(["op", "nodes before", "after", "FLOPs before", "after", "MACs before",
+                   "after"], counted, {1, 2, 3, 4, 5, 6}, "compute", total) +
+            (f'<p class="muted">not counted (no declared cost, or shapes not static): '
+             f"{esc(missing)}</p>" if missing else ""))

@@ -1,0 +1,1 @@
+"""The rewrite validation: each replaced window run against its replacement."""

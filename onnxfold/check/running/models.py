@@ -1,0 +1,69 @@
+"""The models a check runs, read as graphs.
+
+A check reads each model twice: as a graph (weights memory-mapped, for the feed plan and the
+fold verification; here) and as an onnxruntime CPU session (``running.runner``). Both turn
+what a user can get wrong (an unreadable file, an op onnxruntime does not know, feeds it
+rejects) into one-line :class:`~onnxfold.errors.InputError` messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
+from onnxfold.errors import InputError, clipped
+from onnxfold.io import load_model
+from onnxfold.io.reader import model_from_proto
+
+ModelRef = str | os.PathLike | onnx.ModelProto
+
+_ORT_TYPES = {
+    "float": np.float32, "float16": np.float16, "double": np.float64, "bool": np.bool_,
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+    "string": np.object_,
+}
+
+
+def label_of(model: ModelRef, default: str) -> str:
+    return default if isinstance(model, onnx.ModelProto) else os.fspath(model)
+
+
+def graph_of(model: ModelRef, label: str) -> ir.Model:
+    """The model's graph (weights memory-mapped); also turns unreadable files into InputError,
+    and refuses a model whose local functions onnxruntime would inline into too many nodes
+    (``expansion.refuse_onnxruntime_inlining``)."""
+    loaded = model_from_proto(model) if isinstance(model, onnx.ModelProto) else \
+        load_model(model, check=False)
+    refuse_onnxruntime_inlining(loaded, label)
+    return loaded
+
+
+def ort_message(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if text.startswith("[ONNXRuntimeError]"):
+        text = text.split(" : ", 3)[-1]
+    # drop C++ source locations and signatures: "/src/x.cc:256 ns::f(args) message"
+    text = re.sub(r"/\S*\.(?:cc|cpp|h):\d+ (?:[^()\s]+\([^()]*\) )?", " ", text)
+    text = _CPP_SIGNATURE.sub("", text)
+    return clipped(" ".join(text.split()), ORT_MESSAGE_LIMIT)
+
+
+ORT_MESSAGE_LIMIT = 300
+# a C++ function's signature onnxruntime quotes before an ENFORCE's condition: "static
+# onnxruntime::TensorShapeVector onnxruntime::SqueezeBase::ComputeOutputShape(const ...&) "
+_CPP_SIGNATURE = re.compile(r"(?:(?:static|virtual|inline) )*(?:[\w:<>,*&]+ )?"
+                            r"(?:\w+(?:<[^<>()]*>)?::)+~?\w+\([^()]*\)(?: const)? ")
+
+
+def numpy_type(ort_type: str, label: str, name: str) -> np.dtype:
+    inner = ort_type[len("tensor("):-1] if ort_type.startswith("tensor(") else None
+    if inner not in _ORT_TYPES:
+        raise InputError(f"{label}: input {name} has type {ort_type}, which compare cannot "
+                         "feed")
+    return np.dtype(_ORT_TYPES[inner])

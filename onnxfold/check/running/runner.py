@@ -1,0 +1,311 @@
+"""The check's own onnxruntime runner: the one place the check builds a session, over a whole
+model (:func:`open_session`, run by :func:`run_model`) or over nodes of the original, a
+recipe or a rewrite's windows built into one model (:func:`run_nodes`).
+
+The check computes again what the fold computed, so it must not compute it with the fold's
+code: a fault in what runs onnxruntime for the fold (a shifted float, outputs handed back in
+another order, a dtype converted wrongly) would be repeated here and certified. This module
+builds its model and session itself and imports nothing of ``onnxfold.fold``
+(``tests/unit/test_import_layers.py`` holds it).
+
+How the model is built decides the bits. Values the original holds as constants are
+initializers here too, handed over without a copy (onnxruntime prepacks a constant operand of
+a MatMul, Gemm or Conv and its prepacked kernel sums in another order: a value is constant
+where, and only where, the original has it constant); every other value is an input. Graph
+optimizations are off: the session computes what the nodes say. onnxruntime's Python API
+hands no bfloat16, float8 or 4-bit array over: such an input is fed as float32 (int8) and
+cast in, such an output cast out and back (every one of these casts is exact).
+
+A session is built outside any bound (onnxruntime loads libraries as it builds one, and a
+library that cannot map its thread-local data ends the process); a run then holds the process's
+address space to the memory left (``memory.run_room``, ``onnxfold.host.address_space``) and
+stops at a signal or the inference time limit (``onnxfold.host.interruptible``). What goes
+wrong is one of two things, never confused: :class:`RunFailed` (onnxruntime refused the nodes
+or failed on them: the nodes' fault) or :class:`MachineShort` (memory, a thread, a descriptor
+ran out: the machine's, and a check says it could not run that part, never that it failed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnxfold.check.running import memory
+from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
+from onnxfold.check.running.models import ModelRef, ort_message
+from onnxfold.errors import InputError
+from onnxfold.host import address_space, interruptible, limits
+from onnxfold.host.ort_sessions import register_libraries
+from onnxfold.io.opener import check_regular
+
+# constants at most this large are written into the model; larger ones are handed over
+HANDED_FROM = 4096
+# dtypes onnxruntime's Python API does not hand over, and the dtype each is carried in
+_CARRIED = {np.dtype(t): np.dtype(c) for t, c in (
+    (ml_dtypes.bfloat16, np.float32), (ml_dtypes.float8_e4m3fn, np.float32),
+    (ml_dtypes.float8_e4m3fnuz, np.float32), (ml_dtypes.float8_e5m2, np.float32),
+    (ml_dtypes.float8_e5m2fnuz, np.float32), (ml_dtypes.int4, np.int8),
+    (ml_dtypes.uint4, np.uint8))}
+
+
+class RunFailed(Exception):
+    """onnxruntime refused the nodes or failed running them (the message: its first line)."""
+
+
+class MachineShort(Exception):
+    """The machine ran short while running them (memory, a thread, a descriptor): nothing is
+    known of the nodes (the message says what ran out)."""
+
+
+class TimedOut(MachineShort):
+    """The run outlasted the inference time limit and was stopped: nothing is known of the
+    nodes either."""
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """An output to hand back: its name, its dtype where the caller knows it (None:
+    onnxruntime's; one onnxruntime cannot hand over must be known), and whether it is a
+    sequence of tensors (handed back as a list; any other output must be a tensor)."""
+
+    name: str
+    dtype: np.dtype | None = None
+    sequence: bool = False
+
+
+def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
+              constants: Mapping[str, np.ndarray] | None = None,
+              inputs: Mapping[str, np.ndarray | list[np.ndarray]] | None = None,
+              opsets: Mapping[str, int], ir_version: int, libraries: Sequence[str] = (),
+              prepacking: bool = True) -> list[np.ndarray]:
+    """The arrays of ``outputs`` that ``nodes`` compute from ``constants`` (initializers, as
+    the original holds them) and ``inputs`` (fed; a list: a sequence of tensors). Raises
+    RunFailed or MachineShort. ``prepacking=False`` where the bits need not be the
+    original's (values a window reads: both windows read the same ones): the large constants
+    are then fed, and onnxruntime reads them where they are (the file's pages) instead of
+    copying and prepacking them."""
+    constants, inputs = dict(constants or {}), dict(inputs or {})
+    graph = onnx.GraphProto(name="onnxfold_check")
+    graph.node.extend(nodes)
+    handed: dict[str, np.ndarray] = {}
+    for name, array in constants.items():
+        large = array.nbytes > HANDED_FROM and array.dtype.kind in "biuf" and \
+            array.dtype not in _CARRIED
+        if large and not prepacking:  # fed: onnxruntime reads it where it is, no copy
+            inputs[name] = array
+        elif large:  # handed over as an initializer (onnxruntime copies, and prepacks it)
+            handed[name] = _contiguous(array)
+            graph.initializer.append(_placeholder(name, array))
+        else:
+            graph.initializer.append(_tensor(name, array))
+    feeds: dict[str, object] = {}
+    for name, given in inputs.items():
+        if isinstance(given, list | tuple):  # a sequence of tensors, as a list
+            if not given:
+                raise RunFailed(f"{name}: an empty sequence, whose element type is unknown")
+            graph.input.append(helper.make_tensor_sequence_value_info(
+                name, _onnx_type(given[0].dtype), None))
+            feeds[name] = [_fed(a, None) for a in given]
+            continue
+        array = given
+        carrier = _CARRIED.get(array.dtype)
+        fed = name if carrier is None else f"{name}#fed"
+        graph.input.append(helper.make_tensor_value_info(fed, _onnx_type(carrier or array.dtype),
+                                                         list(array.shape)))
+        if carrier is not None:
+            graph.node.insert(0, helper.make_node("Cast", [fed], [name],
+                                                  to=_onnx_type(array.dtype)))
+        feeds[fed] = _fed(array, carrier)
+    returned = []
+    for want in outputs:
+        carrier = _CARRIED.get(want.dtype) if want.dtype is not None else None
+        if carrier is None:
+            returned.append(want.name)
+            continue
+        graph.node.append(helper.make_node("Cast", [want.name], [f"{want.name}#out"],
+                                           to=_onnx_type(carrier)))
+        returned.append(f"{want.name}#out")
+    graph.output.extend(onnx.ValueInfoProto(name=name) for name in returned)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                    for d, v in opsets.items()])
+    model.ir_version = max(ir_version, 7)
+    arrays = _run(model, handed, feeds, returned, libraries, prepacking)
+    for want, array in zip(outputs, arrays):
+        if not isinstance(array, np.ndarray) and not (want.sequence and isinstance(array, list)):
+            raise RunFailed(f"{want.name} is no tensor (a {type(array).__name__})")
+    return [array if want.dtype is None or want.dtype not in _CARRIED else
+            np.asarray(array).astype(want.dtype) for want, array in zip(outputs, arrays)]
+
+
+def session_options(level: str = DEFAULT_LEVEL, libraries: Sequence[str] = (),
+                    prepacking: bool = True, threads: int | None = None):
+    """onnxruntime's options for a check's session: CPU at ``level`` (:data:`LEVELS`), the
+    custom-op ``libraries`` registered, failures raised as one line, no memory arena (what a
+    run frees goes back to the system, so that the address-space bound of the next run counts
+    only live memory: an arena kept 1.2 GB reserved that a later run then filled within its
+    bound, and the kernel killed it in a 1 GiB cgroup); ``prepacking=False`` saves the
+    prepacked copies of weights; ``threads``: intra-op threads (one inter-op thread)."""
+    import onnxruntime as ort
+
+    if level not in LEVELS:
+        raise InputError(f"--ort-level {level}: expected one of {', '.join(LEVELS)}")
+    options = ort.SessionOptions()
+    register_libraries(options, libraries)  # loading a library is no run: shared
+    options.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    options.log_severity_level = 4
+    options.enable_cpu_mem_arena = False
+    if not prepacking:
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    if threads is not None:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return options
+
+
+def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
+                 level: str = DEFAULT_LEVEL, prepacking: bool = True, threads: int | None = None):
+    """A CPU session over ``model`` (see :func:`session_options`). InputError where
+    onnxruntime cannot load it, MachineShort where the machine ran short loading it."""
+    import onnxruntime as ort
+
+    options = session_options(level, libraries, prepacking, threads)
+    if not isinstance(model, onnx.ModelProto):
+        check_regular(model, what="model")  # onnxruntime opens the path: never a FIFO
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
+        os.fspath(model)
+    try:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        short = limits.shortage(e)
+        if short is not None:
+            raise MachineShort(f"{label}: loading it: {short}") from None
+        message = ort_message(e)
+        hint = " (--custom-op-library PATH loads the library that implements it)" if \
+            _UNREGISTERED_OP.search(message) else ""
+        raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
+
+
+_UNREGISTERED_OP = re.compile(r"is not a registered function/op|No Op registered for")
+
+
+def run_model(session, label: str, outputs: list[str], feeds: dict, run_options,
+              hint: str = "") -> list:
+    """``session.run`` bounded as every run of the check is (see the module). InputError
+    where onnxruntime fails to run it (``hint``: the flags that change the inputs),
+    MachineShort where the machine ran short."""
+    try:
+        return _bounded(lambda options: session.run(outputs, feeds, options), label,
+                        run_options)
+    except interruptible.InferenceTimeout:
+        raise
+    except Exception as e:
+        short = limits.shortage(e)
+        if short is not None:
+            raise MachineShort(f"{label}: running it: {short}") from None
+        raise InputError(f"{label}: onnxruntime failed to run it: {ort_message(e)}"
+                         f"{hint or ' (see --dim, --int-range, --inputs)'}") from None
+
+
+def _bounded(call, what: str, run_options=None):
+    """``call(run_options)`` under the address-space bound of the memory left, stopped by a
+    signal or the inference time limit."""
+    room = memory.run_room()
+    return interruptible.run(call, run_options, what=what, around=None if room is None else
+                             lambda: address_space.bounded(room))
+
+
+def _run(model: onnx.ModelProto, handed: Mapping[str, np.ndarray], feeds: dict,
+         names: list[str], libraries: Sequence[str], prepacking: bool) -> list:
+    """Build the session, then run it bounded (see the module)."""
+    import onnxruntime as ort
+
+    try:
+        options = session_options("disable", libraries, prepacking)
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in handed.values()]
+        if handed:
+            options.add_external_initializers(list(handed), values)
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise _told(e) from None
+    try:
+        return _bounded(lambda run_options: session.run(names, feeds, run_options),
+                        "a check's run of the original's nodes")
+    except interruptible.InferenceTimeout as e:
+        raise TimedOut(f"exceeded the inference time limit ({e.seconds or 0:g} s)") from None
+    except Exception as e:
+        raise _told(e) from None
+
+
+def _told(error: Exception) -> RunFailed | MachineShort:
+    """``error`` as the machine's or the nodes'."""
+    short = limits.shortage(error)
+    if short is not None:
+        return MachineShort(short)
+    text = str(error).strip()
+    return RunFailed(text.splitlines()[0][:300] if text else type(error).__name__)
+
+
+def _tensor(name: str, array: np.ndarray) -> onnx.TensorProto:
+    """``array`` written into the model (strings as UTF-8 text, other dtypes as their bytes)."""
+    if array.dtype.kind in "OSU":
+        tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.STRING,
+                                  dims=array.shape)
+        tensor.string_data.extend(_utf8(x).encode("utf-8") for x in array.reshape(-1).tolist())
+        return tensor
+    tensor = onnx.TensorProto(name=name, data_type=_onnx_type(array.dtype), dims=array.shape)
+    if array.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)):
+        flat = _contiguous(array).reshape(-1).view(np.uint8) & 0x0F
+        flat = np.append(flat, np.uint8(0)) if flat.size % 2 else flat
+        tensor.raw_data = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+    else:
+        tensor.raw_data = array.tobytes()  # C order; little-endian hosts
+    return tensor
+
+
+def _placeholder(name: str, array: np.ndarray) -> onnx.TensorProto:
+    """An initializer whose bytes the session options hand over."""
+    tensor = onnx.TensorProto(name=name, data_type=_onnx_type(array.dtype), dims=array.shape,
+                              data_location=onnx.TensorProto.EXTERNAL)
+    tensor.external_data.add(key="location", value=f"onnxfold-check-{name}")
+    return tensor
+
+
+def _fed(array: np.ndarray, carrier: np.dtype | None) -> np.ndarray:
+    """``array`` as onnxruntime's Python API takes it (strings as ``str`` objects)."""
+    if carrier is not None:
+        return array.astype(carrier)
+    if array.dtype.kind in "OSU":
+        return np.array([_utf8(x) for x in array.reshape(-1).tolist()],
+                        dtype=object).reshape(array.shape)
+    return _contiguous(array)
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    """``array`` in C order, its shape kept (``np.ascontiguousarray`` makes a scalar 1-d)."""
+    return array if array.flags.c_contiguous else np.array(array, order="C")
+
+
+def _utf8(item: object) -> str:
+    """A string element as ``str`` (bytes as UTF-8: onnxruntime's encoding of its strings)."""
+    if isinstance(item, bytes | bytearray | np.bytes_):
+        try:
+            return bytes(item).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RunFailed("a string that is not UTF-8, which onnxruntime's Python binding "
+                            "cannot feed") from None
+    return str(item)
+
+
+def _onnx_type(dtype: np.dtype) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))

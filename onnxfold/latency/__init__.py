@@ -1,0 +1,2 @@
+"""Latency: both models timed in onnxruntime, interleaved (``--latency``). Not accuracy: it
+reuses the check's floor (feeds, sessions) and judges speed only."""

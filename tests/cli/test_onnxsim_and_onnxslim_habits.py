@@ -1,0 +1,110 @@
+"""What onnxsim's and onnxslim's users type works the first time: ``onnxfold IN OUT`` runs
+``optimize`` (said in one stderr line), their flags of the same meaning are aliases of
+onnxfold's (``--overwrite-input-shape``, ``--test-input-shape`` as the check's dims,
+``--skip-optimization NAME`` as ``--disable-rule``, ``--no-large-tensor`` as ``--max-tensor``,
+...), the others are refused in one line naming the onnxfold flag that does it; ``optimize
+--help`` lists the common flags first, in groups."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.app.peer_flags import REFUSED
+from tests.support.cli import assert_no_traceback, assert_one_error_line, run_cli
+
+
+def _model(path, batch: str = "n") -> str:
+    """y = x @ Transpose(W), x [batch, 4]: the Transpose folds; batch is dynamic (named, or
+    anonymous for "")."""
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+         helper.make_node("MatMul", ["x", "wt"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch or None, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch or None, 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    return str(path)
+
+
+def test_the_bare_form_runs_optimize_and_says_so_once(tmp_path):
+    src, out = _model(tmp_path / "m.onnx"), tmp_path / "out.onnx"
+    proc = run_cli(src, out, "--overwrite-input-shape", "x:2,4", "--skip-fuse-bn",
+                   "--no-large-tensor", "--save-as-external-data", "--json", tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"onnxfold: running onnxfold optimize {src} -o {out} (onnxsim's IN OUT: the second "
+        "path is the output)"]
+    written = onnx.load(str(out), load_external_data=False)
+    assert [d.dim_value for d in written.graph.input[0].type.tensor_type.shape.dim] == [2, 4]
+    # --save-as-external-data is --external-data yes (options, below); no data file is written
+    # that nothing reads, and this model has only small weights
+    options = json.loads((tmp_path / "r.json").read_text())["options"]
+    assert options["input_shapes"] == ["x:2,4"] and options["max_tensor_bytes"] == 1024
+    assert options["disabled_rules"] == ["fuse_batch_norm_into_conv"]
+    assert options["external_data"] == "yes"
+
+
+def test_a_dry_run_and_a_mistyped_command(tmp_path):
+    src = _model(tmp_path / "m.onnx")
+    proc = run_cli(src)
+    assert proc.returncode == 0 and proc.stderr == \
+        f"onnxfold: running onnxfold optimize {src}\n"
+    assert_one_error_line(run_cli("optimise", src), "invalid choice: 'optimise'")
+
+
+def test_the_check_runs_at_the_test_input_shape_and_its_tolerances(tmp_path):
+    src = _model(tmp_path / "m.onnx")
+    proc = run_cli("optimize", src, "--test-input-shape", "x:3,4", "--check", "1",
+                   "--check-rtol", "0.01", "--model-check", "--skip-optimization",
+                   "fuse_consecutive_transposes", "--json", tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    check = report["check"]
+    assert check["bindings"][0] == {"n": 3} and check["rtol"] == 0.01 and check["n"] == 1
+    assert report["options"]["disabled_rules"] == ["merge_transposes"]  # onnxsim's pass name
+    anonymous = _model(tmp_path / "a.onnx", batch="")  # the check names its dim x[0]
+    proc = run_cli("optimize", anonymous, "--test-input-shape", "x:5,4", "--check", "1",
+                   "--json", tmp_path / "a.json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "a.json").read_text())["check"]["bindings"][0] == {"x[0]": 5}
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--test-input-shape", "x:3,5", "--check", "1"],
+     "--test-input-shape x: dim 1 is 4 in the model, not 5"),
+    (["--test-input-shape", "z:3,4", "--check", "1"],
+     "--test-input-shape z: no such input (inputs: x)"),
+    (["--test-input-shape", "x:3,4"], "give --check N too"),
+    (["--model-check-inputs", "x:data.npy"], "--inputs FILE.npz"),
+    (["--skip-optimization"], "--disable-rule NAME for each"),
+    (["--skip-constant-folding"], "is onnxsim's: folding constants is what onnxfold does"),
+    (["--inspect"], "is onnxslim's: onnxfold inspect MODEL"),
+])
+def test_what_has_no_same_meaning_is_refused_naming_the_flag(tmp_path, args, says):
+    done = run_cli("optimize", _model(tmp_path / "m.onnx"), *args)
+    assert_one_error_line(done, says)
+
+
+def test_every_refusal_names_an_onnxfold_flag_or_command():
+    for flag, (whose, says) in REFUSED.items():
+        assert whose in ("onnxsim", "onnxslim"), flag
+        assert "--" in says or "onnxfold " in says or "no flag" in says, flag
+
+
+def test_help_is_grouped_with_the_common_flags_first():
+    proc = run_cli("optimize", "--help")
+    assert_no_traceback(proc)
+    headings = [line for line in proc.stdout.splitlines() if line and not line[0].isspace()
+                and line.endswith(":")]
+    assert headings[:4] == ["positional arguments:", "options:", "common:",
+                            "the check (--check N):"]
+    assert headings[-1].startswith("onnxsim's and onnxslim's flags")
+    common = proc.stdout.split("common:")[1].split("the check (--check N):")[0]
+    for flag in ("--output", "--check N", "--input-shape", "--report", "--keep-metadata"):
+        assert flag in common

@@ -1,0 +1,88 @@
+"""``optimize`` says what a model is, before and after: opset and IR version, each input and
+output with its dtype and shape (symbolic dims named), the parameters and their bytes, the
+file's size, and FLOPs/MACs per op type at the shapes of the check's first input set (the
+check's own, or with no ``--check`` the one it would use, ``--dim`` included), said; in the
+summary, ``--json`` (its schema) and the HTML report. The counts are held against the model's
+own arithmetic, written out here."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.pipeline.report_schema import validate
+from tests.support.cli import run_cli
+
+
+def _model(path) -> str:
+    """y = x @ (W^T * 2) + b, x [n, 8]: the transpose and the scaling fold."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 8)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(2, np.float32), "two"),
+             numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b")]
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("Mul", ["wt", "two"], ["ws"]),
+             helper.make_node("MatMul", ["x", "ws"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    return str(path)
+
+
+def test_the_signature_in_the_summary_and_the_json(tmp_path):
+    src, out, report = _model(tmp_path / "m.onnx"), tmp_path / "o.onnx", tmp_path / "r.json"
+    proc = run_cli("optimize", src, "-o", out, "--json", report, "--dim", "n=3")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text())
+    assert validate(data) == []
+    found = data["signature"]
+    assert found["opset"] == [17, 17] and found["ir_version"] == [8, 8]
+    assert found["inputs"][0] == found["inputs"][1] == [
+        {"name": "x", "dtype": "float32", "shape": ["n", 8]}]
+    assert found["outputs"][1] == [{"name": "y", "dtype": "float32", "shape": ["n", 6]}]
+    # before: w (48), two (1), b (6); after: the folded weight (48) and b
+    assert found["parameters"] == [{"count": 55, "bytes": 220}, {"count": 54, "bytes": 216}]
+    assert found["file_bytes"] == [os.path.getsize(src), os.path.getsize(out)]
+    compute = found["compute"]
+    assert compute["dims"] == {"n": 3} and compute["inputs"] == {"x": [3, 8]}
+    assert compute["from"] == "the first input set --check would use"
+    macs = 3 * 6 * 8
+    before, after = compute["before"], compute["after"]
+    assert before["ops"]["MatMul"] == {"nodes": 1, "flops": 2 * macs, "macs": macs}
+    assert before["ops"]["Add"]["flops"] == 3 * 6 and before["ops"]["Mul"]["flops"] == 48
+    # the scaling folded away; MatMul + Add fused into a Gemm: the same arithmetic
+    assert after["ops"] == {"Gemm": {"nodes": 1, "flops": 2 * macs + 3 * 6, "macs": macs}}
+    assert after["flops"] == 2 * macs + 3 * 6 and before["flops"] == after["flops"] + 48
+    lines = proc.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("signature    "))
+    assert lines[head].startswith("signature    opset 17, IR 8; parameters 55 in 0.2 KiB -> "
+                                  "54 in 0.2 KiB; file ")
+    assert lines[head + 1] == "inputs       x float32[n,8]"
+    assert lines[head + 2] == "outputs      y float32[n,6]"
+    assert lines[head + 3].startswith(
+        "compute      354 FLOPs (144 MACs) -> 306 FLOPs (144 MACs) at n=3 (the first input "
+        "set --check would use); Gemm 0 -> 306")
+
+
+def test_with_a_check_the_compute_is_at_its_first_input_set_and_the_page_shows_it(tmp_path):
+    src, page = _model(tmp_path / "m.onnx"), tmp_path / "r.html"
+    proc = run_cli("optimize", src, "--check", "1", "--json", tmp_path / "r.json",
+                   "--report", page)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    compute = data["signature"]["compute"]
+    assert compute["from"] == "the check's first input set"
+    assert compute["inputs"] == {"x": data["check"]["inputs"][0]["shape"]}
+    assert data["signature"]["file_bytes"][1] is None  # a dry run wrote nothing
+    text = page.read_text()
+    section = text[text.index('id="s-signature"'):text.index('id="s-ops"')]
+    assert 'id="signature"' in section and 'id="compute"' in section
+    assert "<td>x</td><td>float32[n,8]</td><td>float32[n,8]</td>" in section
+    assert "the check&#x27;s first input set" in section and "not written (dry run)" in section

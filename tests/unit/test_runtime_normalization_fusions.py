@@ -1,0 +1,134 @@
+"""A LayerNorm or RMSNorm an exporter wrote op by op stays one onnxruntime fuses
+(``rules/normalizations.py``): its neutral affine tail (a fresh layer's scale of ones, bias of
+zeros) is never dropped, and where the opset has the op (LayerNormalization from 17,
+RMSNormalization from 23) the decomposition becomes that op. Each case counts the fused
+normalizations in onnxruntime's own optimized graph (``ORT_ENABLE_EXTENDED``,
+``optimized_model_filepath``) of the original and the folded model, and compares their outputs
+at onnxruntime's default level, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.support.models import make_model, tensor, vinfo
+from tests.support.running import assert_same_bits, fold_proto, run_ort
+from tests.support.runtime_fusions import fused_normalizations
+
+C = 8
+
+
+def _layer_norm(scale=1.0, bias=0.0, axes=(-1,), tail=True, dtype=np.float32, opset=13):
+    """x [N, 4, C] -> ReduceMean, Sub, Pow, ReduceMean, Add(eps), Sqrt, Div (-> * scale +
+    bias) -> Relu -> y."""
+    reduce = (lambda i, o: helper.make_node("ReduceMean", [i, "axes"], [o])) if opset >= 18 \
+        else (lambda i, o: helper.make_node("ReduceMean", [i], [o], axes=list(axes)))
+    nodes = [reduce("x", "m"), helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["sq"]), reduce("sq", "v"),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["s"]), helper.make_node("Div", ["d", "s"], ["n"])]
+    inits = [tensor("two", np.asarray(2, dtype)), tensor("eps", np.asarray(1e-5, dtype))]
+    if opset >= 18:
+        inits.append(tensor("axes", np.asarray(axes, np.int64)))
+    last = "n"
+    if tail:
+        nodes += [helper.make_node("Mul", ["n", "w"], ["a"]),
+                  helper.make_node("Add", ["a", "b"], ["t"])]
+        inits += [tensor("w", np.full(C, scale, dtype)), tensor("b", np.full(C, bias, dtype))]
+        last = "t"
+    nodes.append(helper.make_node("Relu", [last], ["y"]))
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return make_model(nodes, [vinfo("x", elem, ["N", 4, C])], [vinfo("y", elem, ["N", 4, C])],
+                      inits, opset=opset)
+
+
+def _rms_norm(opset=17, scale=1.0, inverse="Div"):
+    """T5's RMSNorm: x * (1 / sqrt(mean(x^2) + eps)) * w -> Relu -> y (dynamo's: ``inverse``
+    Reciprocal)."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq", "axes"] if opset >= 18 else ["sq"], ["v"],
+                              **({} if opset >= 18 else {"axes": [-1]})),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["one", "s"], ["r"]) if inverse == "Div" else
+             helper.make_node("Reciprocal", ["s"], ["r"]),
+             helper.make_node("Mul", ["x", "r"], ["n"]), helper.make_node("Mul", ["w", "n"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    inits = [tensor("two", np.float32(2)), tensor("eps", np.float32(1e-6)),
+             tensor("one", np.float32(1)), tensor("w", np.full(C, scale, np.float32))]
+    if opset >= 18:
+        inits.append(tensor("axes", np.asarray([-1], np.int64)))
+    return make_model(nodes, [vinfo("x", shape=["N", 4, C])], [vinfo("y", shape=["N", 4, C])],
+                      inits, opset=opset, ir_version=10)
+
+
+def _feeds(dtype=np.float32):
+    x = np.random.default_rng(0).standard_normal((3, 4, C)).astype(dtype) * 3 + 1
+    x[0, 0, :] = 0.0  # a row of zeros: the variance is eps alone
+    return {"x": x}
+
+
+CASES = [  # (model, ops of the folded graph that must be there, ops that must not)
+    (_layer_norm(opset=13), {"Mul", "Add", "Div"}, {"LayerNormalization"}),
+    (_layer_norm(opset=17), {"LayerNormalization"}, {"Div", "Mul", "Sqrt"}),
+    (_layer_norm(opset=18), {"LayerNormalization"}, {"Div", "Mul", "Sqrt"}),
+    (_layer_norm(opset=17, scale=0.5, bias=0.25), {"LayerNormalization"}, {"Mul", "Div"}),
+    (_layer_norm(opset=17, tail=False), {"LayerNormalization"}, {"Div"}),
+    (_rms_norm(opset=17), {"Mul", "Div"}, {"RMSNormalization"}),
+    (_rms_norm(opset=18), {"Mul", "Div"}, {"RMSNormalization"}),
+    (_rms_norm(opset=23), {"RMSNormalization"}, {"Div", "Mul", "Sqrt"}),
+    (_rms_norm(opset=23, scale=2.0), {"RMSNormalization"}, {"Div", "Mul", "Sqrt"}),
+    (_rms_norm(opset=23, inverse="Reciprocal"), {"RMSNormalization"}, {"Reciprocal", "Mul"}),
+]
+
+
+@pytest.mark.parametrize("model, present, absent", CASES)
+def test_every_normalization_onnxruntime_fuses_stays_fused(tmp_path, model, present, absent):
+    folded, _, _ = fold_proto(model, tmp_path)
+    ops = {n.op_type for n in folded.graph.node}
+    assert present <= ops and not absent & ops, ops
+    before, after = fused_normalizations(model), fused_normalizations(folded)
+    assert all(after[op] >= n for op, n in before.items()), (before, after)
+    assert sum(after.values()) >= 1
+    if before:  # the original runs onnxruntime's fused kernel: so does the folded model
+        assert_same_bits(model, folded, _feeds())
+    else:  # the op's kernel rounds otherwise than the ops it replaces
+        for want, got in zip(run_ort(model, _feeds()), run_ort(folded, _feeds()), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("axes, dtype", [
+    ((1,), np.float32),  # over the middle axis only: LayerNormalization cannot
+    ((-1,), np.float64),  # the op's epsilon is a float32 attribute
+], ids=["middle-axis", "float64"])
+def test_a_normalization_the_op_cannot_express_stays_written_out(tmp_path, axes, dtype):
+    model = _layer_norm(opset=17, axes=axes, dtype=dtype)
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert "LayerNormalization" not in {n.op_type for n in folded.graph.node}
+    assert_same_bits(model, folded, _feeds(dtype))
+
+
+def test_a_tail_onnxruntime_would_not_fuse_goes(tmp_path):
+    # onnxruntime fuses no RMSNorm that multiplies by the Reciprocal of the deviation
+    model = _rms_norm(opset=18, inverse="Reciprocal")
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert len(folded.graph.node) == len(model.graph.node) - 1  # the Mul by ones
+    assert fused_normalizations(model) == fused_normalizations(folded) == {}
+    assert_same_bits(model, folded, _feeds())
+
+
+def test_a_mean_read_outside_the_norm_keeps_the_decomposition(tmp_path):
+    model = _layer_norm(opset=17)
+    model.graph.output.append(vinfo("m", shape=["N", 4, 1]))
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert "LayerNormalization" not in {n.op_type for n in folded.graph.node}
+    assert_same_bits(model, folded, _feeds())
+
+
+def test_explain_names_the_kept_tail(tmp_path):
+    from onnxfold import FoldOptions
+
+    _, report, _ = fold_proto(_layer_norm(opset=13), tmp_path, FoldOptions(strict=True))
+    rejected = str(report.patterns_rejected)
+    assert "affine tail of a LayerNormalization" in rejected, rejected
