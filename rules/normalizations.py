@@ -45,6 +45,13 @@ def _made_by(ctx: GraphView, value: ir.Value | None, *ops: str) -> ir.Node | Non
     return node
 
 
+def _fixed(ctx: GraphView, value: ir.Value | None) -> bool:
+    """Whether ``value`` is a constant to onnxruntime's fusion: one the fold computes, or data
+    (also through an Identity ``--keep`` keeps: an exporter's shared weight, no constant of
+    the fold, which onnxruntime reads through all the same)."""
+    return ctx.is_constant(value) or ctx.array(value) is not None
+
+
 def _scalar(ctx: GraphView, value: ir.Value | None) -> float | None:
     array = ctx.array(value)
     return float(array.reshape(-1)[0]) if array is not None and array.size == 1 else None
@@ -95,7 +102,7 @@ def _deviation(ctx: GraphView, divisor: ir.Value | None) -> _Deviation | None:
         mean = _made_by(ctx, mean_side, "ReduceMean")
         square = _made_by(ctx, mean.inputs[0] if mean is not None else None, "Pow")
         if mean is not None and square is not None and square.inputs[0] is not None and \
-                eps is not None and ctx.is_constant(eps) and _scalar(ctx, square.inputs[1]) == 2.0:
+                eps is not None and _fixed(ctx, eps) and _scalar(ctx, square.inputs[1]) == 2.0:
             return _Deviation(square.inputs[0], mean, eps, (root, added, mean, square))
     return None
 
@@ -151,7 +158,7 @@ def affine_tail(ctx: GraphView, node: ir.Node) -> tuple[Norm, tuple[ir.Node, ...
     if len(node.inputs) != 2 or node.op_type not in ("Mul", "Add"):
         return None
     for value, other in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
-        if not ctx.is_constant(other) or ctx.is_constant(value):
+        if not _fixed(ctx, other) or ctx.is_constant(value):
             continue
         if node.op_type == "Add":
             scaled = _made_by(ctx, value, "Mul")
@@ -210,7 +217,7 @@ def _tail_nodes(ctx: GraphView, node: ir.Node) -> tuple[Norm, tuple[ir.Node, ...
 
 
 def _constant_of(ctx: GraphView, node: ir.Node) -> ir.Value | None:
-    return next((v for v in node.inputs if ctx.is_constant(v)), None)
+    return next((v for v in node.inputs if _fixed(ctx, v)), None)
 
 
 def _goes_on(ctx: GraphView, node: ir.Node) -> bool:
