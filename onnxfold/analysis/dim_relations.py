@@ -26,7 +26,7 @@ plans: ``onnxfold.check.running.feeds``.)
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
@@ -91,6 +91,15 @@ def longer(width: int) -> tuple[Profile, Profile, Profile]:
             Profile("varied", 3, between, width // 4 + 1, between))
 
 
+def aligned(multiple: int) -> tuple[Profile, Profile, Profile]:
+    """The bindings of a model that splits a length into blocks (Falcon-H1's and Zamba2's
+    chunks of 8, a Reshape to ``[-1, 24]``): lengths (and images' sides) ``multiple`` at
+    batch 1, twice it at batch 2, three times at batch 3."""
+    return (Profile("prefill", 1, multiple, multiple, multiple),
+            Profile("longer", 2, 2 * multiple, multiple, 2 * multiple),
+            Profile("varied", 3, 3 * multiple, 2 * multiple, 3 * multiple))
+
+
 @dataclass(frozen=True)
 class Bound:
     """One binding: a value for every named input dim, and the profile that chose the guessed
@@ -118,6 +127,8 @@ class DimPlan:
     given: frozenset[str] = frozenset()  # dims given or fixed by given ones: never moved
     held: frozenset[str] = frozenset()  # guessed dims that are a cache's length
     notes: list[str] = field(default_factory=list)  # variants not run, and why
+    # the group of :func:`aligned` bindings of a multiple (none where no length is guessed)
+    aligned: Callable[[int], list[Bound]] = field(default=lambda multiple: [], repr=False)
 
     def variants(self, bound: Bound) -> list[Bound]:
         """Bindings like ``bound`` with its guessed batches doubled, and with its other
@@ -448,9 +459,11 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     forms = {name: form for name, (form, _) in relations.equations.items()}
     smaller = [group(profiles(side=side)) for side in SMALLER_IMAGES] \
         if set(sizes) & set(free) else []
+    lengthy = bool(set(free) - on_axis0)
     return DimPlan(base, derived, free, forms, larger, smaller,
                    frozenset(on_axis0) & set(free), frozenset(sizes) & set(free),
-                   frozenset(given), cache)
+                   frozenset(given), cache,
+                   aligned=lambda multiple: group(aligned(multiple)) if lengthy else [])
 
 
 def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]

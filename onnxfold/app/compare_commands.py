@@ -38,7 +38,7 @@ def verify_folds(command: VerifyFoldsCommand) -> int:
 def _folds_only(verification: Any) -> dict[str, Any]:
     """A fold verification as the report's check: its state, verdict line and folds."""
     return {"ok": verification.ok, "state": "passed" if verification.ok else "failed",
-            "verdict": verification.summary().splitlines()[-1],
+            "verdict": verification.last_line(),
             "folds": verification.to_dict()}
 
 
@@ -59,6 +59,8 @@ def _run_and_report(run: Callable[[], Any], command: CompareCommand | VerifyFold
                                     command.html else [])) as guard:
         def shown(result: Any) -> None:
             print(result.summary())
+            if isinstance(command, VerifyFoldsCommand):
+                print(result.last_line())
             if command.json:
                 write_text(guard.pinned(command.json),
                            json.dumps(result.to_dict(), indent=2) + "\n")

@@ -11,20 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from onnxfold.check.folds.verdicts import (
-    BITWISE,
-    PARAMETER,
-    SAMPLED,
-    UNVERIFIABLE,
-    WITHIN,
-    FoldVerification,
-)
-from onnxfold.check.rewrites.validation import UNVALIDATED, RewriteValidation
+from onnxfold.check.folds.verdicts import FoldVerification
+from onnxfold.check.rewrites.validation import RewriteValidation
 from onnxfold.check.running.feeds import InputInfo, shape_text
 from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.tolerance import HALF as HALF_TYPES
 from onnxfold.check.running.tolerance import allowed, ulp
 from onnxfold.check.running.tolerance import for_dtype as tolerance_for
+from onnxfold.check.running.verdicts import AGREES, UNVALIDATED
 from onnxfold.host.terminal import printable
 
 REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
@@ -109,6 +103,10 @@ class CompareResult:
             + [f"folded tensor {name}" for name in folds] \
             + (self.rewrites.failing if self.rewrites is not None else [])
 
+    def __repr__(self) -> str:
+        return (f"CompareResult({self.state}: {self.model_a} vs {self.model_b}, "
+                f"{len(self.rows)} outputs, {self.n} input set{'s' if self.n != 1 else ''})")
+
     def to_dict(self) -> dict[str, Any]:
         """The comparison as ``compare --json`` and ``optimize --json``'s ``check`` write it
         (one form: ``report.schema.json``'s ``check``): its state and verdict, its settings,
@@ -146,12 +144,19 @@ class CompareResult:
         lines = [f"compared {self.model_a} vs {self.model_b}: {self.n} input set"
                  f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}, onnxruntime "
                  f"optimization level {self.level}"]
+        used = min(self.n, len(self.bindings)) or 1  # bindings the compared sets use
         lines.extend(f"  input {info.name}: {info.dtype}"
-                     f"{' / '.join(shape_text(s) for s in info.shapes or [info.shape])} "
+                     f"{' / '.join(shape_text(s) for s in (info.shapes or [info.shape])[:used])} "
                      f"{info.source}" for info in self.inputs)
-        if len(self.bindings) > 1:
-            lines.append("  input sets alternate the dims " + " and ".join(
-                "{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings))
+        dims = ["{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings]
+        if used > 1:
+            lines.append(f"  input sets alternate the dims {' and '.join(dims[:used])}")
+        elif len(dims) > 1:
+            lines.append(f"  the input set is at the dims {dims[0]}")
+        if len(dims) > used:
+            lines.append(f"  the original also ran at the dims {' and '.join(dims[used:])} "
+                         "(folds are re-derived at every binding it ran; outputs are compared "
+                         f"on the input set{'s' if used > 1 else ''} above)")
         if self.derived_dims:
             lines.append("  dims related by the graph: " + "; ".join(
                 f"{k} = {v}" for k, v in self.derived_dims.items()))
@@ -201,16 +206,9 @@ class CompareResult:
         if folds is None:
             parts.append("folds not verified")
             complete = False
-        elif folds.complete:
-            parts.append("every folded tensor verified for every input")
         else:
-            complete = False
-            counts = [f"{folds.count(BITWISE) + folds.count(WITHIN)} verified for every input"]
-            counts += [f"{folds.count(state)} {state}" for state in (SAMPLED, UNVERIFIABLE)
-                       if folds.count(state)]
-            counts += [f"{folds.count(PARAMETER)} parameters of rewrites"] \
-                if folds.count(PARAMETER) else []
-            parts.append(f"folds: {', '.join(counts)}")
+            parts.append(folds.verdict())
+            complete &= folds.complete
         if self.single_dims:
             parts.append(f"dims {', '.join(self.single_dims)} took one value only")
             complete = False
@@ -234,12 +232,11 @@ class CompareResult:
         """What a comparison that could not run had shown of the folds and rewrites."""
         shown = []
         if self.folds is not None:
-            shown.append(f"{self.folds.count(BITWISE) + self.folds.count(WITHIN)} folded "
-                         "tensors verified for every input")
+            shown.append(self.folds.verdict())
         if self.rewrites is not None:
-            shown.append(f"{self.rewrites.count(BITWISE) + self.rewrites.count(WITHIN)} "
-                         "rewrites validated on the input sets")
-        return f" ({', '.join(shown)})" if shown else ""
+            shown.append(f"{sum(map(self.rewrites.count, AGREES))} rewrites validated on the "
+                         "input sets")
+        return f" ({'; '.join(shown)})" if shown else ""
 
 
 def as_array(value) -> np.ndarray:

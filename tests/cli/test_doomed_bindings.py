@@ -74,7 +74,7 @@ def test_a_failure_shape_inference_confirms_is_run_once(tmp_path):
     runs, reference, error = _reference_runs(path)
     assert reference is None
     assert runs == 1, runs  # every other binding: shape inference fails at squeeze_h too
-    assert "squeeze_h" in error and "x[2]=1537" in error, error  # every size was tried
+    assert "squeeze_h" in error and re.search(r"x\[2\]=[\d,]*\b1537\b", error), error  # all
     done = run_cli("compare", path, path, "-n", "2")
     assert done.returncode == 2, done.stdout + done.stderr
     line = done.stderr.strip().splitlines()[-1]
@@ -104,7 +104,9 @@ def test_the_check_fails_the_same_way_without_the_shortcut(tmp_path, build, monk
     monkeypatch.setattr(doomed_bindings.FailedNodes, "check", lambda self, shapes, label: None)
     runs_without, without, error_without = _reference_runs(path)
     assert runs_with < runs_without if build is _squeezed_height else runs_with == runs_without
-    assert re.sub(r"\d+", "#", error_with) == re.sub(r"\d+", "#", error_without)
+    # (the guesses listed after it differ where the blocks tried follow the numbers quoted)
+    said_with, said_without = (e.split("; dims guessed")[0] for e in (error_with, error_without))
+    assert re.sub(r"\d+", "#", said_with) == re.sub(r"\d+", "#", said_without)
     assert (with_it is None) == (without is None)
     if with_it is not None and without is not None:
         assert [s["x"] for s in with_it.shapes] == [s["x"] for s in without.shapes]

@@ -309,6 +309,28 @@ def test_a_value_kept_under_an_original_name_is_judged_by_who_made_the_model(tmp
         assert "not a full verification" in result.verdict()
 
 
+def test_a_wrong_fold_with_its_metadata_stripped_still_differs(tmp_path):
+    """The exemption for another tool's Reshape targets (0 and -1 where the original computes
+    the dim) covers those codes in those targets only: a wrong fold whose provenance was
+    stripped (no onnxfold metadata left anywhere) differs by name, as it did with it; so does
+    a Reshape target that holds other numbers than 0 and -1."""
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    _embeddings(a, 1, 16)
+    _baked(a, b, "word_emb", np.zeros((1, 16, 4), np.float32), {})
+    result = onnxfold.compare(str(a), str(b), n=1)
+    (verdict,) = [t for t in result.folds.tensors if t.name == "word_emb"]
+    assert verdict.state == "differs" and not result.ok, result.summary()
+    _reshaped(a)
+    proto = onnx.load(a)
+    del proto.graph.node[:2]
+    proto.graph.node.insert(0, helper.make_node("Constant", [], ["target"], value=tensor(
+        "target", np.array([2, 3, 1, 4], np.int64))))
+    onnx.save(proto, b)
+    result = onnxfold.compare(str(a), str(b), n=1)
+    (verdict,) = [t for t in result.folds.tensors if t.name == "target"]
+    assert verdict.state == "differs", result.summary()
+
+
 def test_a_changed_constant_inside_a_branch_is_counted(tmp_path):
     """An If branch's Constant node that the original holds with other bytes is listed as
     not verifiable (only the comparison on inputs covers it), with or without provenance."""

@@ -52,13 +52,15 @@ def stale_named_sum_reshaped():
     return proto
 
 
-def reshape_to_rows_of_thirteen():
-    """``y = Reshape(x, [-1, 13])`` with x: float[1, n] and a Constant target: it runs only when
-    n is a multiple of 13, so no dim onnxfold guesses for n (16, 1, 7, then 64 to 1537) fits."""
-    target = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 13])
+def reshape_to_rows_of_thirteen(rows: int = 13):
+    """``y = Reshape(x, [-1, rows])`` with x: float[1, n] and a Constant target: it runs only
+    when n is a multiple of ``rows``, so no dim onnxfold guesses for n (16, 1, 7, then 64 to
+    1537) fits; the check then tries multiples of the numbers onnxruntime's error names (up to
+    512: 13 runs there, 1031 never)."""
+    target = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, rows])
     return make_model([helper.make_node("Constant", [], ["s"], value=target),
                        helper.make_node("Reshape", ["x", "s"], ["y"])],
-                      [vinfo("x", shape=[1, "n"])], [vinfo("y", shape=["m", 13])])
+                      [vinfo("x", shape=[1, "n"])], [vinfo("y", shape=["m", rows])])
 
 
 def transposed_weight(directory, name="m.onnx", rows=4096, cols=16384):

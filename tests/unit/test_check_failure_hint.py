@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.app.failure_line import rounding_hint
-from onnxfold.check.rewrites.validation import RewriteValidation, RewriteVerdict
+from onnxfold.check.rewrites.validation import RewriteValidation, rewrite_verdict
 
 
 def _model(path, factors):
@@ -51,28 +51,28 @@ def _with(result, *verdicts):
 
 
 def test_a_rewrite_within_tolerance_is_named_with_its_flag(rounded):
-    hint = rounding_hint(_with(rounded, RewriteVerdict("merge_shared_input_matmuls", "mm",
+    hint = rounding_hint(_with(rounded, rewrite_verdict("merge_shared_input_matmuls", "mm",
                                                        "within"),
-                               RewriteVerdict("drop_noop", "r", "bitwise")))
+                               rewrite_verdict("drop_noop", "r", "bitwise")))
     assert hint == ("; these rewrites round apart from the original (their sums in another "
                     "order): --disable-rule merge_shared_input_matmuls")
 
 
 def test_every_change_bitwise_points_to_onnxruntimes_level_and_the_merged_products(rounded):
-    hint = rounding_hint(_with(rounded, RewriteVerdict("merge_shared_input_matmuls", "mm",
+    hint = rounding_hint(_with(rounded, rewrite_verdict("merge_shared_input_matmuls", "mm",
                                                        "bitwise")))
     assert "onnxruntime's optimizations at level all round the two graphs apart " \
         "(--ort-level basic compares without its fusions)" in hint
     assert hint.endswith("; --disable-rule merge_shared_input_matmuls keeps the Q/K/V products "
                          "as exported")
-    assert "merge_shared" not in rounding_hint(_with(rounded, RewriteVerdict("drop_noop", "r",
+    assert "merge_shared" not in rounding_hint(_with(rounded, rewrite_verdict("drop_noop", "r",
                                                                              "bitwise")))
 
 
 def test_nothing_is_suggested_for_a_bug_or_a_loose_tolerance(rounded):
-    assert rounding_hint(_with(rounded, RewriteVerdict("drop_noop", "r", "differs"))) == ""
+    assert rounding_hint(_with(rounded, rewrite_verdict("drop_noop", "r", "differs"))) == ""
     assert rounding_hint(rounded) == ""  # no rewrite recorded: compare, not optimize --check
     loose = dataclasses.replace(rounded, rtol=1e-9)
-    assert rounding_hint(_with(loose, RewriteVerdict("drop_noop", "r", "bitwise"))) == ""
+    assert rounding_hint(_with(loose, rewrite_verdict("drop_noop", "r", "bitwise"))) == ""
     basic = dataclasses.replace(rounded, level="basic")
-    assert rounding_hint(_with(basic, RewriteVerdict("drop_noop", "r", "bitwise"))) == ""
+    assert rounding_hint(_with(basic, rewrite_verdict("drop_noop", "r", "bitwise"))) == ""

@@ -71,12 +71,12 @@ def test_the_result_repr_is_one_short_line():
 
 
 def test_a_check_that_cannot_run_names_the_keyword_to_use():
-    """Reshape to [-1, 13] needs a multiple of 13 elements: the guessed dims cannot run."""
-    model = reshape_to_rows_of_thirteen()
+    """Reshape to [-1, 1031] needs a multiple of 1031 elements: no guessed dim runs."""
+    model = reshape_to_rows_of_thirteen(1031)
     with pytest.raises(InputError) as e:
         onnxfold.simplify(model, check_n=1)
     assert "dims={NAME: VALUE}" in str(e.value) and "--" not in str(e.value)
-    assert onnxfold.simplify(model, check_n=1, dims={"n": 26})[1]
+    assert onnxfold.simplify(model, check_n=1, dims={"n": 2062})[1]
 
 
 def test_a_path_with_external_weights_and_fixed_shapes_checks(tmp_path):

@@ -13,12 +13,14 @@ A verdict is a claim about every input the model accepts, so it says what it res
 - **not verifiable**: nothing to re-derive it from, with the reason (counted by reason);
 - **parameter of a rewrite**: a constant a rewrite built as part of what it put in (merged
   Unsqueeze axes, a Split's sizes), with no value of the original to stand for: it is judged
-  with its rewrite, by the rewrite validation (``rewrite_validation.py``), not here.
+  with its rewrite, by the rewrite validation (``check.rewrites``), not here.
+
+The verdict type is the check's one (``running.verdicts``), shared with the rewrite
+validation.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -26,53 +28,40 @@ import onnx_ir as ir
 
 from onnxfold.check.running import string_values
 from onnxfold.check.running.tolerance import ulp
+from onnxfold.check.running.verdicts import (
+    BITWISE,
+    DIFFERS,
+    PARAMETER,
+    SAMPLED,
+    UNVERIFIABLE,
+    WITHIN,
+    Verdict,
+    Verdicts,
+)
 from onnxfold.ir import provenance
 
 # the budget of a fold that is not bitwise (a MatMul or a sum folded by numpy): numpy and
 # onnxruntime's kernels add in other orders (docs/exactness.md, "Checking folds")
 ULPS_OWN, ULPS_MAGNITUDE = 4.0, 2.0
 
-BITWISE, WITHIN, SAMPLED, DIFFERS, UNVERIFIABLE, PARAMETER = (
-    "bitwise", "within", "sampled", "differs", "not verifiable", "parameter of a rewrite")
 STATES = (BITWISE, WITHIN, SAMPLED, DIFFERS, UNVERIFIABLE, PARAMETER)
 # how a bitwise or within verdict holds over the dims
 STATIC, PROVED = "static", "proved"
 
 
 @dataclass
-class TensorVerdict:
-    """What re-deriving one initializer of the optimized model gave."""
-
-    name: str
-    dtype: str
-    shape: list[int]
-    state: str  # one of STATES
-    max_ulps: float | None = None  # floats: the largest difference in ulps
-    mismatches: int = 0  # DIFFERS: elements outside the budget
-    reason: str = ""  # UNVERIFIABLE, SAMPLED: why; DIFFERS: how; WITHIN: when closer
-    # what it was re-derived from: "original" (the value of its name), "stands for NAME" (a
-    # rewrite's constant in place of the original's value NAME), "recipe" (a rewrite's nodes)
-    via: str = "original"
-    dims: str = ""  # BITWISE/WITHIN: STATIC (no dynamic dim read) or PROVED over them
-    bindings: int = 0  # the bindings of the dims it was re-derived at
-
-
-@dataclass
-class FoldVerification:
+class FoldVerification(Verdicts):
     """Every initializer of the optimized model that the original does not hold as it is."""
 
     model_a: str
     model_b: str
-    tensors: list[TensorVerdict] = field(default_factory=list)
+    tensors: list[Verdict] = field(default_factory=list)
     unchanged: int = 0  # initializers the original holds with the same bytes (not folds)
     bindings: list[dict[str, list[int]]] = field(default_factory=list)  # input shapes used
 
     @property
-    def ok(self) -> bool:
-        return not any(t.state == DIFFERS for t in self.tensors)
-
-    def __bool__(self) -> bool:
-        return self.ok
+    def verdicts(self) -> list[Verdict]:  # type: ignore[override]
+        return self.tensors
 
     @property
     def complete(self) -> bool:
@@ -80,27 +69,40 @@ class FoldVerification:
         parameters of rewrites are their rewrites' to validate)."""
         return all(t.state in (BITWISE, WITHIN, PARAMETER) for t in self.tensors)
 
-    def count(self, state: str) -> int:
-        return sum(t.state == state for t in self.tensors)
-
-    @property
-    def failing(self) -> list[str]:
-        return [t.name for t in self.tensors if t.state == DIFFERS]
-
-    def reasons(self, state: str) -> dict[str, int]:
-        """The reasons of the tensors in ``state``, each with how many give it."""
-        return dict(Counter(t.reason for t in self.tensors if t.state == state))
-
     def to_dict(self) -> dict:
         data = asdict(self)
         data.update(ok=self.ok, complete=self.complete,
                     counts={s: self.count(s) for s in STATES},
-                    reasons={s: self.reasons(s) for s in (SAMPLED, UNVERIFIABLE, PARAMETER)})
+                    reasons={s: self.reasons(s) for s in (SAMPLED, UNVERIFIABLE, PARAMETER)},
+                    verdict=self.verdict())
         return data
+
+    def verdict(self) -> str:
+        """What the folds' verification showed, as the last line says it."""
+        if not self.ok:
+            return f"folded tensors differ: {', '.join(self.failing)}"
+        made = self.count(PARAMETER)
+        if self.complete:
+            return "every folded tensor verified for every input" + (
+                f" but {made} {'tensor a rewrite' if made == 1 else 'tensors rewrites'} made "
+                f"(validated with {'it' if made == 1 else 'them'} on the input sets)"
+                if made else "")
+        counts = [f"{self.count(BITWISE) + self.count(WITHIN)} verified for every input"]
+        counts += [f"{self.count(state)} {state}" for state in (SAMPLED, UNVERIFIABLE)
+                   if self.count(state)]
+        counts += [f"{made} made by rewrites (validated with them on the input sets)"] \
+            if made else []
+        return f"folds: {', '.join(counts)}"
+
+    def last_line(self) -> str:
+        """``verify-folds``' last line: the verdict, and whether it is a full verification."""
+        full = self.ok and self.complete and not self.count(PARAMETER)
+        return self.verdict() + ("" if full or not self.ok else
+                                 " (not a full verification: see above)")
 
     def summary(self) -> str:
         """One line, then one per differing tensor and per reason of the sampled and the
-        unverifiable."""
+        unverifiable (naming the tensors)."""
         within = [t.max_ulps or 0.0 for t in self.tensors if t.state == WITHIN]
         proved = sum(t.state in (BITWISE, WITHIN) and t.dims == PROVED for t in self.tensors)
         parts = [f"{self.count(BITWISE)} bitwise"]
@@ -126,16 +128,18 @@ class FoldVerification:
         lines += [f"  DIFFERS {t.name} {t.dtype}{t.shape}: {t.reason}" for t in self.tensors
                   if t.state == DIFFERS]
         for state in (SAMPLED, UNVERIFIABLE):
-            lines += [f"  {state} ({n}): {reason}" for reason, n in self.reasons(state).items()]
+            lines += self.reason_lines(state)
         return "\n".join(lines)
 
 
-def verdict_of(folded: ir.Value, state: str, **fields) -> TensorVerdict:
-    """A verdict on ``folded`` (an initializer) in ``state``."""
+def verdict_of(folded: ir.Value, state: str, **fields) -> Verdict:
+    """A verdict on ``folded`` (an initializer) in ``state`` (re-derived from the value of
+    its name in the original unless ``via`` says otherwise)."""
     tensor = folded.const_value
     assert tensor is not None
-    return TensorVerdict(str(folded.name), tensor.dtype.name.lower(),
-                         [int(d) for d in tensor.shape.numpy()], state, **fields)
+    fields.setdefault("via", "original")
+    return Verdict(str(folded.name), state, dtype=tensor.dtype.name.lower(),
+                   shape=[int(d) for d in tensor.shape.numpy()], **fields)
 
 
 def expects_bits(folded: ir.Value) -> bool:
@@ -147,7 +151,7 @@ def expects_bits(folded: ir.Value) -> bool:
         provenance.ROUNDING not in tensor.metadata_props
 
 
-def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> TensorVerdict:
+def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> Verdict:
     """``folded`` against the ``derived`` array: bitwise, or (``exact`` False: a cone with
     an op that is not bitwise) within the ulp budget, or it differs."""
     tensor = folded.const_value

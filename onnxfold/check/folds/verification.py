@@ -45,7 +45,6 @@ from onnxfold.check.folds.verdicts import (
     UNVERIFIABLE,
     WITHIN,
     FoldVerification,
-    TensorVerdict,
     expects_bits,
     judge,
     verdict_of,
@@ -56,6 +55,7 @@ from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
+from onnxfold.check.running.verdicts import Verdict
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.ir import provenance
 from onnxfold.ir import recipes as saved_recipes
@@ -67,6 +67,7 @@ from onnxfold.ir.graph import (
     static_shape,
     tensor_of,
 )
+from onnxfold.ir.recipes import MAX_RECIPE_NODES
 
 BATCH_BYTES = 64 * 2**20  # the folded bytes one session re-derives at most
 BATCH_TARGETS = 512
@@ -74,8 +75,16 @@ SMALL_SHOWN = 8  # a differing tensor of at most this many elements is shown in 
 
 NO_ORIGINAL = ("no value of that name in the original and no onnxfold provenance (renamed, or "
                "made by another tool); only the comparison on inputs covers it")
+# why a fold may carry no recipe (``onnxfold.fold.recipes.capture``)
+NO_RECIPE = (f"its cone had more than {MAX_RECIPE_NODES} nodes or large attributes, spanned a "
+             "subgraph, or read a value of no static shape or no name")
 FOLD_WITHOUT_ORIGINAL = ("folded from a value the original does not name, and no recipe was "
-                         "saved (its cone was too large); only the comparison on inputs covers it")
+                         f"saved with it ({NO_RECIPE}); only the comparison on inputs covers it")
+# another tool may write a Reshape target with 0 (copy this dim) or -1 (infer it) where the
+# original computes the dim: the same Reshape, not a wrong value
+RESHAPE_CODES = ("a model without onnxfold's provenance: another tool may write a Reshape "
+                 "target's dims as 0 or -1, which the Reshape reads as the dims the original "
+                 "computes")
 UNVALIDATED = ("made by a rewrite (a parameter of it, or a tensor that matches the recipe the "
                "model carries): a model's own record proves nothing, and only optimize --check "
                "validates the rewrite that made it")
@@ -142,7 +151,7 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
         found = verifier.classify(folded)
         if isinstance(found, _Target):
             targets.append(found)
-        elif isinstance(found, TensorVerdict):
+        elif isinstance(found, Verdict):
             result.tensors.append(found)
         elif isinstance(found, saved_recipes.Recipe):
             by_recipe.append((folded, found))
@@ -174,7 +183,7 @@ def _constant_nodes(graph: ir.Graph) -> list[ir.Value]:
             for node, tensor in _constant_tensors(graph)]
 
 
-def _nested_constants(original: ir.Model, optimized: ir.Model) -> list[TensorVerdict]:
+def _nested_constants(original: ir.Model, optimized: ir.Model) -> list[Verdict]:
     """The constants inside subgraphs (an If's branch, a Loop's body) and model-local function
     bodies of ``optimized`` that ``original`` does not hold there with the same bytes under
     the same name: not re-derived (the original's values there are not computed alone), said
@@ -183,9 +192,10 @@ def _nested_constants(original: ir.Model, optimized: ir.Model) -> list[TensorVer
     for tensors, _ in _nested_places(original):
         for t in tensors:
             held.setdefault(str(t.name), []).append(t)
-    return [TensorVerdict(str(t.name), t.dtype.name.lower(), [int(d) for d in t.shape.numpy()],
-                          UNVERIFIABLE, reason=f"a constant inside {where} that the original "
-                          "does not hold there as it is: the comparison on inputs covers it")
+    return [Verdict(str(t.name), UNVERIFIABLE, dtype=t.dtype.name.lower(),
+                    shape=[int(d) for d in t.shape.numpy()], via="original",
+                    reason=f"a constant inside {where} that the original does not hold there "
+                    "as it is: only the comparison on inputs can cover it, where they reach it")
             for tensors, where in _nested_places(optimized) for t in tensors
             if not any(_same(t, o) for o in held.get(str(t.name), ()))]
 
@@ -283,7 +293,7 @@ class _Verifier:
         return arrays
 
     def classify(self, folded: ir.Value
-                 ) -> _Target | TensorVerdict | saved_recipes.Recipe | None:
+                 ) -> _Target | Verdict | saved_recipes.Recipe | None:
         """How ``folded`` is verified: a target to compare with a value of the original, a
         recipe to run, a verdict now (not verifiable, or differs), or None (unchanged)."""
         tensor = folded.const_value
@@ -304,13 +314,11 @@ class _Verifier:
             return recipe if recipe is not None else verdict_of(
                 folded, UNVERIFIABLE, via="recipe", reason=(
                     f"computed by nodes {props[provenance.REWIRED]} rewired, and no recipe "
-                    "was saved (its cone was too large); only the comparison on inputs "
-                    "covers it"))
+                    f"was saved with it ({NO_RECIPE}); only the comparison on inputs covers "
+                    "it"))
         if source is not None and source.producer() is not None:
-            if not self.onnxfold_made:
-                return self._target(source, folded, "original", claim=(
-                    "a model without onnxfold's provenance (another tool) may keep a name for "
-                    "a value that means the same where it is read"))
+            if not self.onnxfold_made and _reshape_target(source):
+                return self._target(source, folded, "original", claim=RESHAPE_CODES)
             return self._target(source, folded, "original")
         if standing is not None and standing in self.cones.values:
             return self._target(self.cones.values[standing], folded, f"stands for {standing}")
@@ -334,7 +342,7 @@ class _Verifier:
         return verdict_of(folded, UNVERIFIABLE, reason=NO_ORIGINAL)
 
     def _target(self, source: ir.Value, folded: ir.Value, via: str, claim: str = ""
-                ) -> _Target | TensorVerdict:
+                ) -> _Target | Verdict:
         """How ``folded`` is compared with the original's ``source``; ``claim``: why a
         difference is not verifiable rather than a failure (a claim of the model's metadata
         that nothing here can check, or a model another tool made), "" where it differs."""
@@ -366,7 +374,7 @@ class _Verifier:
         runs = "bindings" if reads.shapes & self.dynamic else "once"
         return _Target(source, folded, via, runs, claim=claim)
 
-    def verify(self, batch: list[_Target]) -> list[TensorVerdict]:
+    def verify(self, batch: list[_Target]) -> list[Verdict]:
         """Re-derive ``batch`` (one session per run); on failure, each target alone."""
         try:
             for group, runs in _by_runs(batch):
@@ -387,13 +395,13 @@ class _Verifier:
             return list(self.inputs)
         return self.bindings if runs == "bindings" else self.bindings[:1]
 
-    def _unrunnable(self, target: _Target, error: Exception) -> TensorVerdict:
+    def _unrunnable(self, target: _Target, error: Exception) -> Verdict:
         reason = f"the machine ran short computing it from the original ({error}): not run" \
             if isinstance(error, MachineShort) and not isinstance(error, TimedOut) else \
             f"onnxruntime cannot compute it from the original: {str(error)[:200]}"
         return verdict_of(target.folded, UNVERIFIABLE, via=target.via, reason=reason)
 
-    def _judged(self, target: _Target) -> TensorVerdict:
+    def _judged(self, target: _Target) -> Verdict:
         """One verdict from the runs of ``target``: the first run that differs (said where),
         else how the match holds over the dims."""
         exact = expects_bits(target.folded) or self.cones.exact(target.source)
@@ -412,7 +420,8 @@ class _Verifier:
                     verdict.reason = f"{_where(target.runs, k, runs)}: {verdict.reason}"
                 verdict.reason += _shown(target.folded, derived)
                 verdict.bindings = len(runs)
-                if target.claim:
+                if target.claim and (target.claim != RESHAPE_CODES or
+                                     _codes_only(_array(target.folded), derived)):
                     verdict.state = UNVERIFIABLE
                     verdict.reason = f"holds other values than the original's ({target.claim})"
                 return verdict
@@ -451,7 +460,7 @@ class _Verifier:
         return "; ".join(names)
 
     def by_recipes(self, targets: list[tuple[ir.Value, saved_recipes.Recipe]]
-                   ) -> list[TensorVerdict]:
+                   ) -> list[Verdict]:
         """Each of ``targets`` (made by a rewrite) against its recipe re-run in onnxruntime."""
         self._prefetch({leaf.name for _, recipe in targets for leaf in recipe.leaves
                         if leaf.constant})
@@ -529,6 +538,22 @@ def _by_runs(batch: list[_Target]) -> Iterable[tuple[list[_Target], str]]:
     return [(group, runs) for runs, group in groups.items()]
 
 
+def _reshape_target(source: ir.Value) -> bool:
+    """Whether the original reads ``source`` only as the target shape of Reshape nodes."""
+    uses = list(source.uses())
+    return bool(uses) and all(is_default_op(node, "Reshape") and index == 1
+                              for node, index in uses) and not source.is_graph_output()
+
+
+def _codes_only(folded: np.ndarray, derived: np.ndarray) -> bool:
+    """Whether ``folded`` differs from ``derived`` only where it holds 0 or -1 (a Reshape's
+    codes for a dim it copies or infers), at the same shape."""
+    if folded.shape != derived.shape or folded.dtype.kind not in "iu":
+        return False
+    differ = folded != derived
+    return bool(np.all(np.isin(folded[differ], (0, -1))))
+
+
 def _where(runs: str, k: int, all_runs: Sequence[Mapping[str, np.ndarray]]) -> str:
     """Which run ``k`` was, for a reason: the input shapes of a binding, or an input set."""
     if runs == "inputs":
@@ -572,4 +597,4 @@ def _same(a: ir.TensorProtocol, b: ir.TensorProtocol) -> bool:
 
 
 __all__ = ["BITWISE", "DIFFERS", "SAMPLED", "UNVERIFIABLE", "WITHIN", "FoldVerification",
-           "TensorVerdict", "verify_folds"]
+           "Verdict", "verify_folds"]

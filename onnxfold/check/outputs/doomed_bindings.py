@@ -22,8 +22,9 @@ import onnx_ir as ir
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.errors import InputError, clipped
 
-# onnxruntime: "Non-zero status code returned while running Squeeze node. Name:'Squeeze_0' ..."
-_ORT_NODE = re.compile(r"running (\S+) node\. Name:'([^']+)'")
+# onnxruntime: "Non-zero status code returned while running Squeeze node. Name:'Squeeze_0' ...",
+# as running.models.ort_message says it: "Squeeze node 'Squeeze_0': ..."
+_ORT_NODE = re.compile(r"running (\S+) node\. Name:'([^']+)'|(\w+) node '([^']+)': ")
 # onnx's strict shape inference, one line per node: "(op_type:Squeeze, node name: Squeeze_0): ..."
 _ONNX_NODE = re.compile(r"\(op_type:([^,]+), node name: ([^)]+)\): (?:\[\w+\] )?(.*)")
 
@@ -50,7 +51,9 @@ class FailedNodes:
         """onnxruntime's ``error`` at the binding of the guessed dims ``where``."""
         found = _ORT_NODE.search(str(error))
         if found is not None and not isinstance(error, Doomed):
-            self.failed.setdefault((found.group(1), found.group(2)), (where, error))
+            op, node = (found.group(1), found.group(2)) if found.group(1) else \
+                (found.group(3), found.group(4))
+            self.failed.setdefault((op, node), (where, error))
 
     def check(self, shapes: Mapping[str, tuple[int, ...]], label: str) -> None:
         """Doomed when onnx's shape inference, the inputs of shapes ``shapes``, fails at a

@@ -27,6 +27,7 @@ from onnxfold.check.running.feeds import FeedPlan
 from onnxfold.check.running.runner import MachineShort, run_model
 from onnxfold.errors import InputError, clipped, one_line
 
+SAID = 300  # characters of onnxruntime's error kept before the list of guesses
 FEED_SHARE = 4  # one input set's random inputs may take at most this share of the memory left
 
 
@@ -86,16 +87,7 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             feeder.bindings = [b for b in bindings if b is not bound]
             if not feeder.bindings:
                 moved = feeder.next_smaller if memory else feeder.next_larger
-                group = moved()
-                if group is None:
-                    if isinstance(e, Doomed):  # onnxruntime's own error, and every guess
-                        raise InputError(str(e.seen).split("; dims guessed")[0] +
-                                         feeder.guesses()) from None
-                    if isinstance(e, MachineShort):
-                        raise MachineShort(f"{e} at every binding tried, the smallest "
-                                           f"{feeder.guessed_values(bound)}") from None
-                    raise
-                feeder.bindings = group
+                feeder.bindings = _next_group(feeder, moved, e, bound)
             continue
         if _single_valued(feeder, bindings) and not widened:
             # a guessed dim took one value only: the first binding with its batch doubled,
@@ -108,11 +100,30 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 continue
         notes = [f"the reference could not run the guessed dims {dims} ({clipped(why, 160)})"
                  for dims, why in merged(failed).items()] + feeder.plan.notes
+        if feeder.multiple:
+            notes.append(f"the reference ran where every guessed length is a multiple of "
+                         f"{feeder.multiple} (no other guess ran)")
         single = _single_valued(feeder, bindings)
         if single:
             notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
                          "baked one of them is not seen by a difference; --dim sets another)")
         return Reference(feeds_kept, results, shapes, notes, single)
+
+
+def _next_group(feeder: FeedPlan, moved: Callable[[], list[Bound] | None],
+                error: InputError | MachineShort, bound: Bound) -> list[Bound]:
+    """The group to try after every binding of the last failed with ``error`` (at
+    ``bound``): ``moved``'s next, else lengths aligned to a number onnxruntime's error names
+    or to a block size; raises what says none runs where there is none."""
+    group = moved() or (None if isinstance(error, MachineShort) else feeder.next_aligned(
+        str(error).split("; dims guessed")[0]))  # onnxruntime's words only
+    if group is not None:
+        return group
+    if isinstance(error, MachineShort):
+        raise MachineShort(f"{error} at every binding tried, the smallest "
+                           f"{feeder.guessed_values(bound)}") from None
+    said = str(error.seen if isinstance(error, Doomed) else error).split("; dims guessed")[0]
+    raise InputError(clipped(said, SAID) + feeder.guesses()) from None  # every guess, whole
 
 
 def _feeds(feeder: FeedPlan, seed: int, k: int, overrides: Mapping[str, np.ndarray] | None,

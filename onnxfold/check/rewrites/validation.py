@@ -18,7 +18,6 @@ What cannot be validated says why (a rewrite in a subgraph, a window too large),
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -32,10 +31,16 @@ from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
 from onnxfold.check.running.tolerance import allowed
 from onnxfold.check.running.tolerance import for_dtype as tolerance_for
+from onnxfold.check.running.verdicts import (
+    BITWISE,
+    DIFFERS,
+    UNVALIDATED,
+    WITHIN,
+    Verdict,
+    Verdicts,
+)
 from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
 
-BITWISE, WITHIN, DIFFERS, UNVALIDATED = "bitwise", "within", "differs", "not validated"
-STATES = (BITWISE, WITHIN, DIFFERS, UNVALIDATED)
 BATCH_RECORDS = 128  # records run in one session
 # where a window sums (a Conv with a factor folded into its weight), an element near zero that
 # is the difference of large terms carries their rounding: a replacement may differ there by a
@@ -44,43 +49,30 @@ BATCH_RECORDS = 128  # records run in one session
 MAGNITUDE_ULPS = 64
 
 
-@dataclass
-class RewriteVerdict:
-    """What validating one rewrite gave."""
-
-    rule: str
-    node: str
-    state: str  # one of STATES
-    reason: str = ""  # DIFFERS: how; UNVALIDATED: why
-    max_abs: float = 0.0  # the largest |replaced - replacement| over the input sets
+def rewrite_verdict(rule: str, node: str, state: str, reason: str = "") -> Verdict:
+    """A verdict on the rewrite of ``rule`` put in at ``node``."""
+    return Verdict(f"{rule} at {node}", state, reason, rule=rule, node=node)
 
 
 @dataclass
-class RewriteValidation:
+class RewriteValidation(Verdicts):
     """Every rewrite of the run, validated on ``sets`` input sets."""
 
-    rewrites: list[RewriteVerdict] = field(default_factory=list)
+    rewrites: list[Verdict] = field(default_factory=list)
     sets: int = 0
 
     @property
-    def ok(self) -> bool:
-        return not any(r.state == DIFFERS for r in self.rewrites)
-
-    def count(self, state: str) -> int:
-        return sum(r.state == state for r in self.rewrites)
+    def verdicts(self) -> list[Verdict]:  # type: ignore[override]
+        return self.rewrites
 
     @property
     def failing(self) -> list[str]:
-        return [f"rewrite {r.rule} at {r.node}" for r in self.rewrites if r.state == DIFFERS]
-
-    def reasons(self) -> dict[str, int]:
-        """Why rewrites were not validated, each with how many."""
-        return dict(Counter(r.reason for r in self.rewrites if r.state == UNVALIDATED))
+        return [f"rewrite {r.name}" for r in self.rewrites if r.state == DIFFERS]
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data.update(ok=self.ok, counts={s: self.count(s) for s in STATES},
-                    reasons=self.reasons())
+                    reasons=self.reasons(UNVALIDATED))
         return data
 
     def summary(self) -> str:
@@ -93,10 +85,11 @@ class RewriteValidation:
         lines = [f"rewrite validation: {len(self.rewrites)} rewrites, each replaced window run "
                  f"against its replacement on {self.sets} input set"
                  f"{'s' if self.sets != 1 else ''}: {', '.join(parts)}"]
-        lines += [f"  DIFFERS {r.rule} at {r.node}: {r.reason}" for r in self.rewrites
-                  if r.state == DIFFERS]
-        lines += [f"  not validated ({n}): {reason}" for reason, n in self.reasons().items()]
-        return "\n".join(lines)
+        lines += [f"  DIFFERS {r.name}: {r.reason}" for r in self.rewrites if r.state == DIFFERS]
+        return "\n".join(lines + self.reason_lines(UNVALIDATED))
+
+
+STATES = (BITWISE, WITHIN, DIFFERS, UNVALIDATED)
 
 
 def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[str, np.ndarray]],
@@ -114,14 +107,14 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
     tell = progress or (lambda text: None)
     result = RewriteValidation(sets=len(inputs))
     runnable: list[RewriteRecord] = []
-    verdicts: dict[int, RewriteVerdict] = {}
+    verdicts: dict[int, Verdict] = {}
     for record in log.records:
         if record.unresolved or record.before is None or record.after is None:
-            verdicts[id(record)] = RewriteVerdict(record.rule, record.node, UNVALIDATED,
+            verdicts[id(record)] = rewrite_verdict(record.rule, record.node, UNVALIDATED,
                                                   record.unresolved or "not recorded whole")
         else:
             runnable.append(record)
-            verdicts[id(record)] = RewriteVerdict(record.rule, record.node, BITWISE)
+            verdicts[id(record)] = rewrite_verdict(record.rule, record.node, BITWISE)
     reads = _Dependence(cones)
     ran: dict[int, set[object]] = {id(r): set() for r in runnable}  # what each ran at
     for k, feeds in enumerate(inputs):
@@ -223,7 +216,7 @@ class _Windows:
 
     def __init__(self, leaves: _Leaves, cones: Cones, bitwise: frozenset[tuple[str, str]],
                  rounding: frozenset[str],
-                 verdicts: dict[int, RewriteVerdict], k: int) -> None:
+                 verdicts: dict[int, Verdict], k: int) -> None:
         self.leaves, self.bitwise, self.verdicts, self.k = leaves, bitwise, verdicts, k
         self.rounding = rounding
         self.opsets = dict(cones.model.opset_imports)
@@ -268,7 +261,7 @@ class _Windows:
                 self._arbitrate(record, pairs, verdict)
 
     def _arbitrate(self, record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]],
-                   verdict: RewriteVerdict) -> None:
+                   verdict: Verdict) -> None:
         """A window that differs beyond its tolerance, judged against its float64 value
         (``float64_windows``): within where the replacement is off by rounding alone."""
         assert record.before is not None
@@ -394,7 +387,7 @@ def _exact(record: RewriteRecord, bitwise: frozenset[tuple[str, str]],
 
 
 def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]], exact: bool,
-           verdict: RewriteVerdict, k: int) -> None:
+           verdict: Verdict, k: int) -> None:
     """Fold input set ``k``'s (replaced, replacement) pairs into ``verdict`` (``exact``:
     bits asked for, :func:`_exact`)."""
     outputs = record.before.outputs if record.before is not None else []

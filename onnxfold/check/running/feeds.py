@@ -9,6 +9,7 @@ from the past; every guess is listed so that a message can name the flag that se
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,10 @@ TOKEN_ID_HIGH = 1000
 # the random inputs of one larger guess of dims stay below this (a 1024-long guess of two dims
 # of a wide input would otherwise allocate gigabytes)
 LARGER_INPUT_BYTES = 256 * 2**20
+# the multiples of lengths tried where no guess runs, after the numbers the error names (up to
+# ALIGNED_MAX): the blocks models split a length into
+ALIGNMENTS = (8, 16, 32, 64)
+ALIGNED_MAX = 512
 MASK_SOURCE = "ones, rows after the first with as many positions off as their index (mask)"
 @dataclass
 class InputInfo:
@@ -221,6 +226,8 @@ class FeedPlan:
         self.guessed = self.plan.guessed
         self.defaulted = self.plan.guessed
         self._larger = [list(g) for g in self.plan.larger]
+        self._aligned: list[int] | None = None  # the multiples next_aligned tries, in order
+        self.multiple = 0  # the multiple the lengths of the bindings run are aligned to
         self._smaller = [list(g) for g in self.plan.smaller]
 
     @property
@@ -233,11 +240,31 @@ class FeedPlan:
         return dict(bound.dims)
 
     def guesses(self) -> str:
-        """The guessed dims of every binding tried and the flag that sets them (a message)."""
+        """Every value each guessed dim was tried at, and the flag that sets them (a
+        message: each dim once, so that nothing is cut)."""
         if not self.guessed:
             return ""
-        values = " or ".join(dict.fromkeys(self.guessed_values(b) for b in self.tried))
-        return f"; dims guessed: {values} (set them with --dim NAME=VALUE)"
+        values = "; ".join(f"{name}=" + ",".join(dict.fromkeys(
+            str(b.dims.get(name, 1)) for b in self.tried)) for name in self.guessed)
+        return f"; dims guessed: {values} (--dim NAME=VALUE sets one the model runs at)"
+
+    def next_aligned(self, error: str) -> list[Bound] | None:
+        """Where no guess runs: the next group whose lengths are multiples of a number the
+        error names (onnxruntime's "cannot reshape {3,1281} to {3,-1,24}") or of 8, 16, 32
+        (a model that splits a length into blocks), each tried once (None: no more)."""
+        if self._aligned is None:
+            named = [int(n) for n in re.findall(r"\d+", error) if 2 <= int(n) <= ALIGNED_MAX]
+            self._aligned = list(dict.fromkeys([*sorted(set(named)), *ALIGNMENTS]))
+        while self._aligned:
+            multiple = self._aligned.pop(0)
+            group = [b for b in self.plan.aligned(multiple)
+                     if self.feed_bytes(b) <= LARGER_INPUT_BYTES and
+                     all(b.dims != seen.dims for seen in self.tried)]
+            if group:
+                self.tried.extend(group)
+                self.multiple = multiple
+                return group
+        return None
 
     def guessed_values(self, bound: Bound) -> str:
         """``bound``'s values of the guessed dims, as ``name=value, ...``."""

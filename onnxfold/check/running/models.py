@@ -51,10 +51,14 @@ def ort_message(e: Exception) -> str:
     # drop C++ source locations and signatures: "/src/x.cc:256 ns::f(args) message"
     text = re.sub(r"/\S*\.(?:cc|cpp|h):\d+ (?:[^()\s]+\([^()]*\) )?", " ", text)
     text = _CPP_SIGNATURE.sub("", text)
+    text = _RUNNING_NODE.sub(lambda m: f"{m[1]} node '{m[2]}': ", text)
     return clipped(" ".join(text.split()), ORT_MESSAGE_LIMIT)
 
 
 ORT_MESSAGE_LIMIT = 300
+# onnxruntime's preamble of a kernel's failure, said in a few words: "Reshape node 'r': ..."
+_RUNNING_NODE = re.compile(r"Non-zero status code returned while running (\w+) node\. "
+                           r"Name:'([^']*)' Status Message: ")
 # a C++ function's signature onnxruntime quotes before an ENFORCE's condition: "static
 # onnxruntime::TensorShapeVector onnxruntime::SqueezeBase::ComputeOutputShape(const ...&) "
 _CPP_SIGNATURE = re.compile(r"(?:(?:static|virtual|inline) )*(?:[\w:<>,*&]+ )?"
