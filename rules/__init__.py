@@ -3,15 +3,14 @@
 Every module here is imported by :func:`onnxfold.declare.catalogue.load_catalogue`, and imports
 only the rule API, :mod:`onnxfold.declare` (and ``onnxfold.ir``). A folder is a numpy function
 declared with :func:`onnxfold.declare.folder` (see ``elementwise.py``); a pattern is declared
-with :func:`onnxfold.declare.pattern` (``rewrites.py``), a cleanup with
-:func:`onnxfold.declare.cleanup` (``cleanups.py``), what an op does to shape values and dims
-with :func:`onnxfold.declare.shape_value` and :func:`onnxfold.declare.shape_dims`
+with :func:`onnxfold.declare.pattern` (``rewrites.py``), what an op does to shape values and
+dims with :func:`onnxfold.declare.shape_value` and :func:`onnxfold.declare.shape_dims`
 (``shape_steps.py``). Groups of ops several rules read are defined once in ``op_groups.py``.
 
 ``MODULES`` lists every module in the order the catalogue holds their rules (each module's in
-declaration order): the order in which the patterns of an op are tried at a node, and the
-cleanups run. A new module is added there, at the place its rules should take; the catalogue
-refuses a module not listed. ``no_ops`` comes before ``shape_values``: a Reshape or Transpose
+declaration order): the order in which the patterns of an op are tried at a node. A new module
+is added there, at the place its rules should take; the catalogue refuses a module not
+listed. ``no_ops`` comes before ``shape_values``: a Reshape or Transpose
 that is a no-op by its static shapes goes before any rule of ``shape_values`` asks for the
 symbolic shape values, a whole-graph walk (on a 12k-node graph of such Reshapes the rewrite
 phase took 1.5x as long with the order reversed).

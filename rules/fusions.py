@@ -41,10 +41,8 @@ from .no_ops import broadcasts_into
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 _GEMM_FLOATS = (*_FLOATS, ir.DataType.FLOAT16)  # MatMul+Add -> Gemm computes no weight
-_CONV = P(("Conv", "ConvTranspose"), Var("x"), Var("w", const=True), ..., name="layer",
-          single_use=True)
-_LINEAR = P(("Gemm", "MatMul"), Var("x"), Var("w", const=True), ..., name="layer",
-            single_use=True)
+_CONV = P(("Conv", "ConvTranspose"), Var("x"), Var("w", const=True), ..., name="layer")
+_LINEAR = P(("Gemm", "MatMul"), Var("x"), Var("w", const=True), ..., name="layer")
 
 
 def _batch_norm_of(layer: P) -> P:
@@ -74,6 +72,7 @@ def _sole_reader(ctx: GraphView, value: ir.Value | None) -> bool:
     """Whether ``value`` (through the Identity nodes exporters share weights with) is read by
     one node only, or is a fold its readers share only because their copies were equal
     (``provenance.SHARED``): fusing it then duplicates nothing the model had."""
+    # what to build: a weight is no node of the match, but fusing a shared one writes it twice
     return all(ctx.single_use(link) or provenance.SHARED in link.meta
                for link in through_identities(value))
 
@@ -150,8 +149,6 @@ def _linear_fusable(ctx: GraphView, layer: ir.Node, x: ir.Value, bias: ir.Value 
 
 def _batch_norm_fusable(ctx: GraphView, layer: ir.Node, bn: ir.Node, x: ir.Value,
                         w: ir.Value, scale: ir.Value, var: ir.Value) -> bool | Match | Reject:
-    if ctx.is_constant(x):
-        return False  # it all folds, each node as onnxruntime computes it
     if len(bn.outputs) != 1 or bn.attributes.get_int("training_mode"):
         return Reject("training-mode BatchNormalization")
     if bn.attributes.get_int("spatial", 1) == 0:
@@ -211,12 +208,10 @@ def fuse_batch_norm(op: OpBuilder, layer: ir.Node, bn: ir.Node, x: ir.Value, w: 
     return _fused(op, layer, x, scaled, new_bias)
 
 
-def _channel_constant(ctx: GraphView, layer: ir.Node, w: ir.Value, c: ir.Value,
-                      x: ir.Value) -> bool | Match | Reject:
+def _channel_constant(ctx: GraphView, layer: ir.Node, w: ir.Value, c: ir.Value
+                      ) -> bool | Match | Reject:
     """Whether ``c``, broadcast against the convolution's output (N, M, ...), is one value per
     output channel (shape (M, 1, ..), (1, M, 1, ..) or all ones) and changes nothing else."""
-    if ctx.is_constant(x):
-        return False  # it all folds, each node as onnxruntime computes it
     c_shape, w_shape = ctx.shape(c), ctx.shape(w)
     layout = _channel_layout(ctx, layer, w)
     if c_shape is None or w_shape is None or layout is None:
@@ -303,8 +298,6 @@ def _gemm_bias_fits(ctx: GraphView, layer: ir.Node, x: ir.Value, w: ir.Value,
                     c: ir.Value) -> bool | Reject:
     """Whether MatMul(x, W) + c is a Gemm: x 2-D (its rank known), W a 2-D constant, c a
     constant Gemm broadcasts to the (M, N) product that changes nothing of its shape."""
-    if ctx.is_constant(x):
-        return False  # it all folds
     if not _gemm_available(ctx):
         return Reject("opset < 7: no Gemm with a broadcast C")
     w_shape = ctx.shape(w)
@@ -317,8 +310,7 @@ def _gemm_bias_fits(ctx: GraphView, layer: ir.Node, x: ir.Value, w: ir.Value,
     return True
 
 
-@pattern(_with_a_constant("Add", P("MatMul", Var("x"), Var("w", const=True), name="layer",
-                                   single_use=True)),
+@pattern(_with_a_constant("Add", P("MatMul", Var("x"), Var("w", const=True), name="layer")),
          check=_gemm_bias_fits, tags=[KEEPS_QDQ_UNITS])
 def fuse_matmul_add_into_gemm(op: OpBuilder, layer: ir.Node, x: ir.Value, w: ir.Value,
                               c: ir.Value) -> ir.Value:
@@ -330,8 +322,6 @@ def _constants_merge(ctx: GraphView, x: ir.Value, k: ir.Value, c: ir.Value) -> b
     """Whether (x * k) * c may be x * (k * c): float, both constants broadcast into x (so
     neither the chain nor the product changes x's shape), and k * c finite, normal where
     neither factor is 0, and no bigger than the larger factor."""
-    if ctx.is_constant(x):
-        return False  # it all folds
     if x.dtype not in _FLOATS or k.dtype != x.dtype or c.dtype != x.dtype:
         return Reject("not one float32/float64 dtype")
     if not (broadcasts_into(ctx, k, x) and broadcasts_into(ctx, c, x)):
@@ -348,8 +338,7 @@ def _constants_merge(ctx: GraphView, x: ir.Value, k: ir.Value, c: ir.Value) -> b
     return True
 
 
-_SCALED = P("Mul", Var("x"), Var("k", const=True), name="inner", single_use=True,
-            commute=True)
+_SCALED = P("Mul", Var("x"), Var("k", const=True), name="inner", commute=True)
 
 
 @pattern(_with_a_constant("Mul", _SCALED),

@@ -96,6 +96,7 @@ class _Branch:
 
 
 def _here(ctx: GraphView, node: ir.Node | None, *op_types: str) -> bool:
+    # what to build: a sum's terms end at another graph (an outer value is a term)
     return node is not None and node.op_type in op_types and is_default_op(node) and \
         ctx.here(node)
 
@@ -104,6 +105,7 @@ def _followed(ctx: GraphView, value: ir.Value, dtype: ir.DataType | None) -> boo
     """Whether ``value`` is an Add of the sum it is read by: an Add of this graph of the
     sum's dtype that only that sum reads."""
     node = value.producer()
+    # what to build: an Add another node reads too is a term of the sum, not part of it
     return _here(ctx, node, "Add") and ctx.single_use(value) and value.dtype == dtype
 
 

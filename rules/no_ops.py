@@ -19,14 +19,15 @@ two rules remove the same op as a no-op.
 - ``drop_inference_dropout`` (Dropout): a Dropout in inference mode whose mask nothing reads,
   whatever its data (its folders, for constant data, are in ``dropout.py``).
 
-A constant input is never a reason to remove a node here: it folds anyway. Where the output
-is a graph output, the input may take its place only if a node of the same graph computes it
-and it is not already an output (a subgraph must not return an outer value or its own input,
-nor one value twice): the driver judges that, for every rule (``onnxfold/rewrite/judge.py``),
-and refuses such a removal. Identity nodes go after folding, in the cleanup pass
-``remove_identity`` (``onnxfold/pipeline/cleanups.py``): as a pattern here, tried in every
-round before the fold, it removes them earlier than the cleanup does, which changes outputs
-(fresh names numbered otherwise, Identities of loop bodies removed that the cleanup keeps).
+A node whose results are all constant is left to the fold (the driver skips it). Where the
+output is a graph output, the input may take its place only if a node of the same graph
+computes it and it is not already an output (a subgraph must not return an outer value or its
+own input, nor one value twice): the driver judges that, for every rule
+(``onnxfold/rewrite/judge.py``), and refuses such a removal. Identity nodes go after folding,
+in the cleanup pass ``remove_identity`` (``onnxfold/pipeline/cleanups.py``): as a pattern
+here, tried in every round before the fold, it removes them earlier than the cleanup does,
+which changes outputs (fresh names numbered otherwise, Identities of loop bodies removed that
+the cleanup keeps).
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ SYMBOLIC = ("Reshape", "Slice", "Transpose", "Tile")  # and by symbolic dims (Ex
 
 def _is_noop(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
     out = node.outputs[0]
-    if ctx.is_constant(src):
-        return False  # constants fold anyway
     if node.op_type == "Cast":
         noop = src.dtype is not None and node.attributes.get("to") is not None and \
             int(src.dtype) == node.attributes["to"].as_int()
@@ -86,17 +85,12 @@ def _reshapes_to_its_own_shape(ctx: GraphView, node: ir.Node, src: ir.Value) -> 
 
 # --- drop_noop: symbolic dims --------------------------------------------------------------
 
-def _expands_to_its_own_dims(ctx: GraphView, node: ir.Node, x: ir.Value,
-                             shape: ir.Value) -> bool:
+def _expands_to_its_own_dims(ctx: GraphView, x: ir.Value, shape: ir.Value) -> bool:
     """Expand(x, s) where every element of s is 1 or x's own dim at that axis (right-aligned):
     the broadcast gives x's shape, so x itself."""
-    out = node.outputs[0]
     known = ctx.shape_value(shape)
     if known is None or known.scalar or x.shape is None or len(known.elements) > len(x.shape):
         return False
-    static = ctx.shape(x)
-    if static is not None and static == ctx.shape(out):
-        return False  # drop_noop's (static shapes equal)
     offset = len(x.shape) - len(known.elements)
     return all(e == 1 or e == ctx.dim(x, offset + i) for i, e in enumerate(known.elements))
 
@@ -119,12 +113,8 @@ def _moves_data(node: ir.Node, ctx: GraphView, dims: tuple) -> bool:
 def _provably_its_input(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
     """Whether ``node``'s output is ``x`` itself: the dims its op gives are ``x``'s, symbol for
     symbol (``onnxfold.analysis.symbolic``, not names), and the op moves no element."""
-    out = node.outputs[0] if len(node.outputs) == 1 else None
-    if out is None or ctx.is_constant(x) or x.shape is None:
-        return False  # constants fold anyway
-    static = ctx.shape(x)
-    if static is not None and static == ctx.shape(out):
-        return False  # drop_noop's (static shapes equal)
+    if len(node.outputs) != 1 or x.shape is None:
+        return False
     before = ctx.input_dims(x)
     after = ctx.derived_dims(node)
     if before is None or after is None or None in before or tuple(after) != tuple(before):
@@ -139,7 +129,7 @@ def _is_its_input(ctx: GraphView, node: ir.Node, src: ir.Value) -> bool:
         return True
     if op == "Expand":
         shape = node.inputs[1] if len(node.inputs) == 2 else None
-        return shape is not None and _expands_to_its_own_dims(ctx, node, src, shape)
+        return shape is not None and _expands_to_its_own_dims(ctx, src, shape)
     return op in SYMBOLIC and _provably_its_input(ctx, node, src)
 
 
@@ -206,8 +196,6 @@ def _returned_unchanged(ctx: GraphView, node: ir.Node) -> ir.Value | str | None:
         return None
     kept = None
     for side, c, x in ((0, left, right), (1, right, left)):
-        if ctx.is_constant(x):
-            continue  # a constant x folds anyway (asked before c's data is read)
         array = ctx.array(c)
         if array is None or x.dtype is None or x.dtype != c.dtype:
             continue
@@ -261,9 +249,7 @@ def _neutral(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
             "only with it"
     if isinstance(x, str):  # a neutral element kept: --explain names it
         return Reject(f"{node.op_type} {node.name or node.outputs[0].name} stays: {x}")
-    if x is None or ctx.is_constant(x):
-        return False  # constants fold anyway
-    return Match(x=x)
+    return Match(x=x) if x is not None else False
 
 
 @pattern(P(("Add", "Sub", "Mul", "Div", "And", "Or", "Where", "Concat", "Sum", "Max", "Min",
@@ -276,13 +262,11 @@ def drop_neutral_element(op: OpBuilder, x: ir.Value) -> ir.Value:
 
 # --- drop_inference_dropout ---------------------------------------------------------------
 
-def _in_inference(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool:
-    """A Dropout of opset 7 on whose training mode is absent or a constant false, its mask
-    unread, its data not a constant (that folds)."""
+def _in_inference(ctx: GraphView, node: ir.Node) -> bool:
+    """A Dropout of opset 7 on whose training mode is absent or a constant false (the driver
+    refuses to remove one whose mask is read)."""
     opset = node.version or ctx.opset()
-    if opset < 7 or ctx.is_constant(x):
-        return False
-    if len(node.outputs) > 1 and (node.outputs[1].uses() or ctx.is_graph_output(node.outputs[1])):
+    if opset < 7:
         return False
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         flag = ctx.array(node.inputs[2])

@@ -37,10 +37,19 @@ _SINCE = {"LayerNormalization": 17, "RMSNormalization": 23}
 def _made_by(ctx: GraphView, value: ir.Value | None, *ops: str) -> ir.Node | None:
     """The node of this graph (default domain) of one of ``ops`` that computes ``value``."""
     node = value.producer() if value is not None else None
+    # what to build: onnxruntime fuses a normalization within one graph (a tail in a subgraph
+    # of a head outside it is no tail it keeps)
     if node is None or node.op_type not in ops or node.domain not in ("", "ai.onnx") or \
             not ctx.here(node):
         return None
     return node
+
+
+def _fixed(ctx: GraphView, value: ir.Value | None) -> bool:
+    """Whether ``value`` is a constant to onnxruntime's fusion: one the fold computes, or data
+    (also through an Identity ``--keep`` keeps: an exporter's shared weight, no constant of
+    the fold, which onnxruntime reads through all the same)."""
+    return ctx.is_constant(value) or ctx.array(value) is not None
 
 
 def _scalar(ctx: GraphView, value: ir.Value | None) -> float | None:
@@ -70,7 +79,7 @@ class Norm:
     axes: tuple[int, ...]
     epsilon: ir.Value
     head: ir.Node
-    nodes: frozenset[ir.Node]
+    nodes: tuple[ir.Node, ...]
     fused: bool
 
 
@@ -93,7 +102,7 @@ def _deviation(ctx: GraphView, divisor: ir.Value | None) -> _Deviation | None:
         mean = _made_by(ctx, mean_side, "ReduceMean")
         square = _made_by(ctx, mean.inputs[0] if mean is not None else None, "Pow")
         if mean is not None and square is not None and square.inputs[0] is not None and \
-                eps is not None and ctx.is_constant(eps) and _scalar(ctx, square.inputs[1]) == 2.0:
+                eps is not None and _fixed(ctx, eps) and _scalar(ctx, square.inputs[1]) == 2.0:
             return _Deviation(square.inputs[0], mean, eps, (root, added, mean, square))
     return None
 
@@ -120,7 +129,7 @@ def norm_head(ctx: GraphView, value: ir.Value | None) -> Norm | None:
         norm = _centred(ctx, numerator, found, head, nodes, fused)
         if norm is None and found.base is numerator:
             norm = Norm("RMSNormalization", numerator, _axes(ctx, found.mean) or (),
-                        found.epsilon, head, frozenset(nodes), fused)
+                        found.epsilon, head, nodes, fused)
         if norm is not None:
             return norm
     return None
@@ -139,7 +148,7 @@ def _centred(ctx: GraphView, numerator: ir.Value, found: _Deviation, head: ir.No
             second.inputs[1] is not centre or _axes(ctx, mean) != _axes(ctx, found.mean):
         return None
     return Norm("LayerNormalization", x, _axes(ctx, mean) or (), found.epsilon, head,
-                frozenset((*nodes, first, second, mean)), fused)
+                tuple(dict.fromkeys((*nodes, first, second, mean))), fused)
 
 
 def affine_tail(ctx: GraphView, node: ir.Node) -> tuple[Norm, tuple[ir.Node, ...]] | None:
@@ -149,7 +158,7 @@ def affine_tail(ctx: GraphView, node: ir.Node) -> tuple[Norm, tuple[ir.Node, ...
     if len(node.inputs) != 2 or node.op_type not in ("Mul", "Add"):
         return None
     for value, other in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
-        if not ctx.is_constant(other) or ctx.is_constant(value):
+        if not _fixed(ctx, other) or ctx.is_constant(value):
             continue
         if node.op_type == "Add":
             scaled = _made_by(ctx, value, "Mul")
@@ -168,7 +177,9 @@ def affine_tail(ctx: GraphView, node: ir.Node) -> tuple[Norm, tuple[ir.Node, ...
 
 @dataclass(frozen=True)
 class _Written:
-    """What the rewrite needs: the input, the op, its axis and epsilon, scale and bias."""
+    """What the rewrite needs: the input, the op, its axis and epsilon, scale and bias; and
+    the decomposition's and its tail's nodes, which the driver judges removable (none read
+    outside them, none a graph output)."""
 
     x: ir.Value
     op_type: str
@@ -176,6 +187,7 @@ class _Written:
     epsilon: float
     scale: ir.Value | np.ndarray
     bias: ir.Value | np.ndarray | None
+    nodes: tuple[ir.Node, ...]
 
 
 def _per_feature(ctx: GraphView, value: ir.Value | None, normalized: tuple[int, ...],
@@ -195,16 +207,6 @@ def _per_feature(ctx: GraphView, value: ir.Value | None, normalized: tuple[int, 
     return np.ascontiguousarray(np.broadcast_to(array.reshape(tail), normalized))
 
 
-def _readers_inside(ctx: GraphView, norm: Norm, tail: tuple[ir.Node, ...]) -> bool:
-    """Whether every value the decomposition computes but its last node's is read only by
-    its own nodes (the mean by one or two Subs, one Sub by the Pow and the Div): the rewrite
-    then leaves nothing of it behind."""
-    last = tail[-1] if tail else norm.head
-    nodes = norm.nodes | set(tail)
-    return all(not ctx.is_graph_output(out) and all(use.node in nodes for use in out.uses())
-               for node in nodes if node is not last for out in node.outputs)
-
-
 def _tail_nodes(ctx: GraphView, node: ir.Node) -> tuple[Norm, tuple[ir.Node, ...]] | None:
     """``node`` as the last of a normalization with its tail: (the norm, its tail nodes)."""
     found = affine_tail(ctx, node)
@@ -215,13 +217,15 @@ def _tail_nodes(ctx: GraphView, node: ir.Node) -> tuple[Norm, tuple[ir.Node, ...
 
 
 def _constant_of(ctx: GraphView, node: ir.Node) -> ir.Value | None:
-    return next((v for v in node.inputs if ctx.is_constant(v)), None)
+    return next((v for v in node.inputs if _fixed(ctx, v)), None)
 
 
 def _goes_on(ctx: GraphView, node: ir.Node) -> bool:
     """Whether the only reader of ``node``'s output continues its normalization's tail and
     the op is written there or further on."""
     uses = node.outputs[0].uses()
+    # what to build: where another node or the graph's outputs read this value, the op is
+    # written here, without the rest of the tail
     if len(uses) != 1 or ctx.is_graph_output(node.outputs[0]):
         return False
     reader = next(iter(uses)).node
@@ -247,7 +251,7 @@ def _match(ctx: GraphView, node: ir.Node) -> bool | Match:
     x, rank = norm.x, len(norm.x.shape) if norm.x.shape is not None else 0
     epsilon = _scalar(ctx, norm.epsilon)
     if x.dtype != ir.DataType.FLOAT or not rank or epsilon is None or \
-            norm.epsilon.dtype != ir.DataType.FLOAT or not _readers_inside(ctx, norm, tail):
+            norm.epsilon.dtype != ir.DataType.FLOAT:
         return False
     axes = sorted(a % rank if -rank <= a < rank else rank for a in norm.axes)
     assert x.shape is not None
@@ -261,7 +265,8 @@ def _match(ctx: GraphView, node: ir.Node) -> bool | Match:
         if len(tail) > 1 else None
     if scale is None or (len(tail) > 1 and bias is None):
         return False
-    return Match.of(_Written(x, norm.op, axes[0] - rank, epsilon, scale, bias))
+    return Match.of(_Written(x, norm.op, axes[0] - rank, epsilon, scale, bias,
+                             (*norm.nodes, *tail)))
 
 
 @pattern(P(("Add", "Mul", "Div"), name="node"), check=_writable, rounds_differently=True,

@@ -18,7 +18,17 @@ from typing import cast
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Replacement, Var, pattern
+from onnxfold.declare import (
+    REWRITES_CONSTANTS,
+    GraphView,
+    Match,
+    OpBuilder,
+    P,
+    Reject,
+    Replacement,
+    Var,
+    pattern,
+)
 from onnxfold.ir.graph import tensor_of
 
 from .op_groups import BROADCASTING, POINTWISE_UNARY
@@ -43,6 +53,8 @@ def _expanding_input(node: ir.Node, ctx: GraphView) -> tuple[int, ir.Node] | Non
         if v is None:
             continue
         producer = v.producer()
+        # what to build: the Expand only this node reads is postponed (a shared one is a
+        # constant operand like any other)
         if producer is not None and producer.op_type in EXPANDING and ctx.single_use(v):
             if found is not None:
                 return None
@@ -82,7 +94,8 @@ def _postponable(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
     return Match(i=i, expand=expand, inner=inner)
 
 
-@pattern(P(ELEMENTWISE, name="node"), check=_postponable, name="postpone_expand")
+@pattern(P(ELEMENTWISE, name="node"), check=_postponable, name="postpone_expand",
+         tags=[REWRITES_CONSTANTS])
 def postpone_expand(op: OpBuilder, node: ir.Node, i: int, expand: ir.Node,
                     inner: tuple[int, ...] | None) -> ir.Value:
     """f(Expand(c, s), k) -> Expand(f(c, k), s), f(Tile(c, r), k) -> Tile(f(c, k), r)."""
@@ -97,16 +110,17 @@ def postpone_expand(op: OpBuilder, node: ir.Node, i: int, expand: ir.Node,
 
 def _feeds_a_foldable_elementwise(ctx: GraphView, node: ir.Node, shape: ir.Value) -> bool:
     out = node.outputs[0]
+    # what to build: an Expand for the one reader, only worth it when that elementwise op can
+    # then fold on the scalar
     if not ctx.single_use(out) or not ctx.is_constant(shape):
         return False
     user = next(iter(out.uses())).node  # the single use; uses() is declared a Collection
-    # only worth it when the elementwise op can then fold on the scalar
     return user.op_type in ELEMENTWISE and all(
         v is out or v is None or ctx.is_constant(v) for v in user.inputs)
 
 
 @pattern(P("ConstantOfShape", Var("shape"), name="node"), check=_feeds_a_foldable_elementwise,
-         name="constant_of_shape_as_expand")
+         name="constant_of_shape_as_expand", tags=[REWRITES_CONSTANTS])
 def constant_of_shape_as_expand(op: OpBuilder, node: ir.Node, shape: ir.Value) -> ir.Value:
     """ConstantOfShape(s) feeding elementwise ops -> Expand(scalar, s), to postpone it."""
     attr = node.attributes.get("value")
@@ -129,25 +143,23 @@ def _condition_known(ctx: GraphView, node: ir.Node, cond: ir.Value) -> bool | Ma
     return Match(branch=node.attributes[taken].as_graph())
 
 
-@pattern(P("If", Var("cond"), name="node"), check=_condition_known, name="inline_constant_if")
+@pattern(P("If", Var("cond"), name="node"), check=_condition_known, name="inline_constant_if",
+         tags=[REWRITES_CONSTANTS])
 def inline_constant_if(op: OpBuilder, branch: ir.Graph) -> tuple[ir.Value, ...]:
     """If(c) with a constant condition becomes the nodes of the branch it takes (the other
     branch goes with the If)."""
     return op.inline(branch)
 
 
-def _composed(ctx: GraphView, second: ir.Node, p1: tuple[int, ...] | None,
-              p2: tuple[int, ...] | None) -> Match | Reject:
+def _composed(ctx: GraphView, p1: tuple[int, ...] | None, p2: tuple[int, ...] | None
+              ) -> Match | Reject:
     if p1 is None or p2 is None:
         return Reject("perm not given")
-    perm = [p1[i] for i in p2]
-    if perm == sorted(perm) and ctx.is_graph_output(second.outputs[0]):
-        return Reject("identity result is a graph output")
-    return Match(perm=perm)
+    return Match(perm=[p1[i] for i in p2])
 
 
-@pattern(P("Transpose", P("Transpose", Var("x"), name="first", perm=Var("p1")), name="second",
-           perm=Var("p2")), check=_composed)
+@pattern(P("Transpose", P("Transpose", Var("x"), name="first", perm=Var("p1"), bypassed=True),
+           name="second", perm=Var("p2")), check=_composed)
 def merge_transposes(op: OpBuilder, x: ir.Value, perm: list[int]) -> ir.Value:
     """Transpose(Transpose(x, p1), p2) -> Transpose(x, p1[p2]) (or x itself)."""
     return x if perm == sorted(perm) else op.Transpose(x, perm=perm)
@@ -214,7 +226,7 @@ def _target_reading_x(ctx: GraphView, x: ir.Value, first: ir.Node, second: ir.No
     return Match(merged=merged, given=shape)
 
 
-@pattern(P("Reshape", P((*RESHAPING, "Transpose"), Var("x"), ..., name="first"),
+@pattern(P("Reshape", P((*RESHAPING, "Transpose"), Var("x"), ..., name="first", bypassed=True),
            Var("target"), ..., name="second"), check=_target_reading_x)
 def merge_reshapes(op: OpBuilder, x: ir.Value, second: ir.Node, target: ir.Value,
                    merged: np.ndarray, given: np.ndarray) -> Replacement:
@@ -258,9 +270,8 @@ def _reshaped_again(ctx: GraphView, first: ir.Node, second: ir.Node,
     return Match(dims=[d for _, d in places])
 
 
-@pattern(P(("Unsqueeze", "Squeeze"), P("Reshape", Var("x"), Var("target"), name="first",
-                                       single_use=True), ..., name="second"),
-         check=_reshaped_again)
+@pattern(P(("Unsqueeze", "Squeeze"), P("Reshape", Var("x"), Var("target"), name="first"), ...,
+           name="second"), check=_reshaped_again)
 def reshape_then_unsqueeze(op: OpBuilder, x: ir.Value, first: ir.Node, dims: list[int]
                            ) -> ir.Value:
     """Unsqueeze(Reshape(x, [-1, 32]), [1]) -> Reshape(x, [-1, 1, 32]); Squeeze(Reshape(x,
@@ -288,9 +299,9 @@ def _narrow_constant(ctx: GraphView, widen: ir.Node, narrow: ir.Value,
     return Match(order=order, shape=shape, per_axis=per_axis)
 
 
-@pattern(P("Transpose", P(("Cast", "DequantizeLinear"), Var("narrow"), ..., name="widen",
-                          single_use=True), name="transpose", perm=Var("perm")),
-         check=_narrow_constant)
+@pattern(P("Transpose", P(("Cast", "DequantizeLinear"), Var("narrow"), ..., name="widen"),
+           name="transpose", perm=Var("perm")), check=_narrow_constant,
+         tags=[REWRITES_CONSTANTS])
 def transpose_before_widening(op: OpBuilder, widen: ir.Node, narrow: ir.Value,
                               order: list[int], shape: tuple[int, ...], per_axis: bool
                               ) -> ir.Value:

@@ -34,8 +34,8 @@ SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Sq
 
 def _static_but_not_constant(ctx: GraphView, node: ir.Node) -> bool | Match:
     out = node.outputs[0] if len(node.outputs) == 1 else None
-    if out is None or ctx.is_constant(out):
-        return False  # constants fold anyway
+    if out is None:
+        return False
     known = ctx.shape_value(out)
     return Match(known=known) if known is not None and known.is_constant else False
 

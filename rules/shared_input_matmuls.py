@@ -82,6 +82,7 @@ class _Product:
 def _own_initializer(ctx: GraphView, value: ir.Value | None) -> ir.Value | None:
     """``value`` if it is a constant initializer with data that only one node reads (merging
     it into a concatenation then duplicates nothing)."""
+    # what to build: a weight is no node of the match; merging a shared one copies it
     if value is not None and value.producer() is None and ctx.is_constant(value) \
             and ctx.single_use(value) and ctx.array(value) is not None:
         return value
@@ -102,6 +103,7 @@ def _own_chain(ctx: GraphView, value: ir.Value) -> tuple[ir.Node, ...] | None:
                 return None
             continue
         node = current.producer()
+        # what to build: the chain that moves with its product, computing only its weight
         if node is None or not ctx.here(node) or len(chain) == MAX_CHAIN or \
                 not ctx.is_constant(current) or not ctx.single_use(current) or \
                 len(node.outputs) != 1 or node in chain:
@@ -122,9 +124,11 @@ def _with_bias(ctx: GraphView, product: _Product) -> _Product | None:
     """``product`` with the Add that alone reads it and adds a constant of one value per
     column (None: there is no such Add)."""
     out = product.node.outputs[0]
+    # what to build: a biased product where its one reader, in this graph, adds the bias
     if not ctx.single_use(out):
         return None
     add = next(iter(out.uses())).node
+    # what to build: that reader, an Add of this graph
     if not is_default_op(add, "Add") or not ctx.here(add) or len(add.inputs) != 2:
         return None
     other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
@@ -144,6 +148,7 @@ def _siblings(ctx: GraphView, x: ir.Value) -> list[_Product]:
     leading: tuple[int, ...] | None = None
     for use in x.uses():
         node = use.node
+        # what to build: the siblings of this graph merge (one of a subgraph stays apart)
         if use.idx != 0 or not is_default_op(node, "MatMul") or not ctx.here(node) \
                 or node in taken or qdq_unit_of(node) is not None:
             continue
@@ -178,8 +183,6 @@ def _products(ctx: GraphView, x: ir.Value, node: ir.Node
 
 
 def _mergeable(ctx: GraphView, x: ir.Value, node: ir.Node) -> bool | Match | Reject:
-    if ctx.is_constant(x):
-        return False  # the products fold
     if sum(use.idx == 0 and use.node.op_type == "MatMul" for use in x.uses()) \
             < MIN_BIASED_PRODUCTS:
         return False  # no siblings (most MatMuls: counted first, it is cheap)

@@ -86,8 +86,7 @@ def _readers(ctx: GraphView, seq: ir.Value, count: int) -> list[tuple[ir.Node, i
     found = []
     for use in seq.uses():
         at = use.node
-        if at.op_type != "SequenceAt" or at.domain not in ("", "ai.onnx") or use.idx != 0 or \
-                not ctx.here(at):
+        if at.op_type != "SequenceAt" or at.domain not in ("", "ai.onnx") or use.idx != 0:
             return None
         index = _position(ctx, at, count)
         if index is None:
@@ -97,8 +96,7 @@ def _readers(ctx: GraphView, seq: ir.Value, count: int) -> list[tuple[ir.Node, i
 
 
 def _splittable(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool | Match | Reject:
-    seq = node.outputs[0]
-    if ctx.is_graph_output(seq) or not seq.uses():
+    if not node.outputs[0].uses():
         return False
     shape = x.shape
     if shape is None:
@@ -109,13 +107,9 @@ def _splittable(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool | Match | Re
     axis, chunks = plan
     if not chunks or len(chunks) > MAX_CHUNKS:
         return Reject(f"{len(chunks)} chunks")
-    readers = _readers(ctx, seq, len(chunks))
+    readers = _readers(ctx, node.outputs[0], len(chunks))
     if readers is None:
         return Reject("the sequence is read by more than SequenceAt at constant positions")
-    for at, index in readers:  # a graph output may not be returned twice
-        if ctx.is_graph_output(at.outputs[0]) and \
-                sum(1 for _, other in readers if other == index) > 1:
-            return Reject("one chunk is two graph outputs")
     return Match(axis=axis, chunks=chunks, readers=readers, dims=list(shape))
 
 
@@ -149,15 +143,16 @@ def split_to_sequence_as_split(op: OpBuilder, x: ir.Value, axis: int, chunks: li
 
 def _region(ctx: GraphView, y: ir.Value, rank: int
             ) -> tuple[list[ir.Node], ir.Node] | Reject | None:
-    """The pointwise nodes computing ``y`` from one Reshape's output and scalar constants
-    (every value in between read only inside), and that Reshape; None if there is none."""
+    """The pointwise nodes computing ``y`` from one Reshape's output and scalar constants, and
+    that Reshape; None if there is none. (The driver refuses the rewrite where a value in
+    between, which takes the shape of the Reshape's input, is read outside them.)"""
     nodes: dict[ir.Node, None] = {}
     inner: ir.Node | None = None
     todo = [y]
     while todo:
         value = todo.pop()
         node = value.producer()
-        if node is None or not ctx.here(node):
+        if node is None:
             return None
         if node.op_type == "Reshape" and node.domain in ("", "ai.onnx"):
             if inner is not None and inner is not node:
@@ -175,8 +170,7 @@ def _region(ctx: GraphView, y: ir.Value, rank: int
             return refused
     if inner is None or not nodes:
         return None
-    refused = _closed(ctx, [*nodes, inner], set(nodes), y)
-    return refused if refused is not None else (list(nodes), inner)
+    return list(nodes), inner
 
 
 def _operands(ctx: GraphView, node: ir.Node, rank: int, todo: list[ir.Value]
@@ -195,27 +189,11 @@ def _operands(ctx: GraphView, node: ir.Node, rank: int, todo: list[ir.Value]
     return None
 
 
-def _closed(ctx: GraphView, nodes: list[ir.Node], inside: set[ir.Node], y: ir.Value
-            ) -> Reject | None:
-    """Why the region's nodes cannot be rewritten (a value in between read outside the region
-    or a graph output), None if they can."""
-    for node in nodes:
-        for out in node.outputs:
-            if ctx.is_graph_output(out):
-                return Reject("a value in between is a graph output")
-            if out is y:
-                continue
-            if any(use.node not in inside for use in out.uses()):
-                return Reject("a value in between is read elsewhere")
-    return None
-
-
 def _unwrappable(ctx: GraphView, outer: ir.Node, y: ir.Value, target: ir.Value
                  ) -> bool | Match | Reject:
     producer = y.producer()
     shape = ctx.array(target)
-    if producer is None or producer.op_type not in POINTWISE or shape is None or \
-            not ctx.single_use(y):
+    if producer is None or producer.op_type not in POINTWISE or shape is None:
         return False
     src = _source(ctx, y)
     if src is None or isinstance(src, Reject):
@@ -283,8 +261,8 @@ def _empty_inputs(ctx: GraphView, node: ir.Node) -> list[int] | Reject:
 
 
 def _has_empty_inputs(ctx: GraphView, node: ir.Node) -> bool | Match | Reject:
-    if len(node.outputs) != 1 or all(ctx.is_constant(v) for v in node.inputs):
-        return False  # constants fold anyway
+    if len(node.outputs) != 1:
+        return False
     found = _empty_inputs(ctx, node)
     if isinstance(found, Reject):
         return found
@@ -324,8 +302,8 @@ def _mergeable_unsqueezes(ctx: GraphView, x: ir.Value, a1: ir.Value, a2: ir.Valu
     return Match(axes=axes) if axes is not None else False
 
 
-@pattern(P("Unsqueeze", P("Unsqueeze", Var("x"), Var("a1"), name="first", single_use=True),
-           Var("a2"), name="second"), check=_mergeable_unsqueezes)
+@pattern(P("Unsqueeze", P("Unsqueeze", Var("x"), Var("a1"), name="first"), Var("a2"),
+           name="second"), check=_mergeable_unsqueezes)
 def merge_unsqueezes(op: OpBuilder, x: ir.Value, second: ir.Node, axes: list[int]
                      ) -> Replacement:
     """Unsqueeze(Unsqueeze(x, a1), a2) -> Unsqueeze(x, a) with ``a`` the final positions of

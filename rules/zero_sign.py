@@ -99,6 +99,7 @@ def _kind(ctx: GraphView, node: ir.Node, index: int) -> str:
     """``"absorbs"``, ``"passes"`` or ``"observes"``: what ``node`` does with a zero's sign in
     its input ``index``."""
     op = node.op_type
+    # what to build: a reader in another graph observes a sign (not a question of removal)
     if not ctx.here(node) or not is_default_op(node) or subgraphs(node):
         return "observes"
     if op in ("Add", "Sub") and len(node.inputs) == 2 and _has_no_zero(ctx, node.inputs[1 - index]):
@@ -128,7 +129,8 @@ def zero_sign_observer(ctx: GraphView, value: ir.Value) -> str | None:
         v, expanded = stack.pop()
         if v in memo:
             continue
-        if returned and ctx.is_graph_output(v):  # read by the enclosing graph
+        # what to build: an output of a subgraph is read by the enclosing graph
+        if returned and ctx.is_graph_output(v):
             memo[v] = "the enclosing graph (an output of this subgraph)"
             continue
         passed_to: list[ir.Value] = []

@@ -231,7 +231,6 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
 def planted(name: str) -> None:
     """Put mutant ``name`` in place in this process: every later ``load_catalogue()`` (the
     fold's and the check's) returns the mutated catalogue."""
-    import onnxfold.declare
     import onnxfold.declare.catalogue as catalogue_module
 
     original = catalogue_module.load_catalogue
@@ -242,7 +241,6 @@ def planted(name: str) -> None:
         return mutant.plant(original())
 
     catalogue_module.load_catalogue = load_catalogue  # type: ignore[assignment]
-    onnxfold.declare.load_catalogue = load_catalogue  # type: ignore[attr-defined]
 
 
 def main(argv: list[str]) -> int:

@@ -51,9 +51,19 @@ def _is_number(part: str) -> bool:
     return part[:1] in "+-" or any(c.isnumeric() for c in part[:1])
 
 
-def parse(specs: Sequence[str]) -> tuple[dict[str, list[int | str]], dict[str, int]]:
-    """(shapes by input name, values by dim name) from the ``--input-shape`` strings; each
-    shape's entries are ints, ``?`` or dim names."""
+@dataclass(frozen=True)
+class InputShapes:
+    """``--input-shape`` parsed once (:func:`parse`), the value the fold, the references of a
+    check or a load check, and ``simplify`` read: the shape given for each input (ints, ``?``
+    or dim names), the value given for each dim name, and ``specs``, the strings as given."""
+
+    specs: tuple[str, ...] = ()
+    shapes: Mapping[str, Sequence[int | str]] = field(default_factory=dict)
+    named: Mapping[str, int] = field(default_factory=dict)
+
+
+def parse(specs: Sequence[str]) -> InputShapes:
+    """The :class:`InputShapes` the ``--input-shape`` strings give."""
     shapes: dict[str, list[int | str]] = {}
     named: dict[str, int] = {}
     for spec in specs:
@@ -77,7 +87,7 @@ def parse(specs: Sequence[str]) -> tuple[dict[str, list[int | str]], dict[str, i
         if unsafe:
             raise InputError(f"--input-shape {name}: the dim name {printable(unsafe[0])} holds "
                              "control or invisible characters (it would go into the model)")
-    return shapes, named
+    return InputShapes(tuple(specs), shapes, named)
 
 
 def _spec(shape: Sequence[int | str]) -> str:
@@ -115,11 +125,11 @@ class Fixed:
         return f"{dims} fixed on {', '.join(self.inputs)}"
 
 
-def apply(model: ir.Model, specs: Sequence[str]) -> Fixed:
-    """Overwrite the main graph's input dims as ``specs`` say, and every dim of the inputs and
-    outputs that shares a name with a dim a spec fixed (the ONNX spec's meaning of a name:
-    one value); return what changed."""
-    shapes, named = parse(specs)
+def apply(model: ir.Model, given: InputShapes) -> Fixed:
+    """Overwrite the main graph's input dims as ``given`` says, and every dim of the inputs and
+    outputs that shares a name with a dim it fixed (the ONNX spec's meaning of a name: one
+    value); return what changed."""
+    shapes, named = given.shapes, dict(given.named)
     inputs = {v.name: v for v in model.graph.inputs if v.name}
     for name in shapes:
         if name not in inputs:
@@ -153,7 +163,7 @@ def apply(model: ir.Model, specs: Sequence[str]) -> Fixed:
     return fixed
 
 
-def planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, list[int | str]],
+def planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, Sequence[int | str]],
              named: dict[str, int]) -> dict[str, list[int | str | None]]:
     """The shapes given, checked against what each input declares; ``named`` gains the
     names a given value fixes (a ``1`` where the input says ``batch``)."""

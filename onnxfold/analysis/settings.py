@@ -1,8 +1,9 @@
 """The user's settings of one run that analysis, passes and rules read, as one value.
 
-``optimize`` builds a :class:`RunSettings` from its ``FoldOptions`` (and what the reader found
-in the model) and hands it to the passes; the rewrite driver puts it in each
-:class:`~onnxfold.declare.GraphView` and gives it to each cleanup. Passing it keeps these
+``optimize``, the low-rank merge and the split build a :class:`RunSettings` from their
+``FoldOptions`` (``FoldOptions.run_settings``, with what the reader found in the model or the
+runtime constants) and hand it to the passes; the rewrite driver puts it in each
+:class:`~onnxfold.declare.GraphView`. Passing it keeps these
 settings out of ``model.meta``, where any function holding the model could read them and a
 model reused after ``optimize`` would still carry them.
 """
@@ -24,8 +25,8 @@ class RunSettings:
     graph's inputs constant at run time (the runtime constants of a split or a ``Session``):
     rules that pay only across them (``rules/low_rank.py``) apply where they are set;
     ``nondeterministic_ops``: the op types that may draw random numbers, an op fact of the run's
-    catalogue (``Catalogue.nondeterministic``), set by the rewrite driver when it runs the
-    cleanups, so that a cleanup reads no global catalogue.
+    catalogue (``Catalogue.nondeterministic``), set by ``build_pipeline`` for the cleanups, so
+    that a cleanup reads no global catalogue.
     """
 
     keep: frozenset[str] = frozenset()

@@ -51,13 +51,10 @@ def collect_cases() -> list:
 
 def _ort_outputs(model: onnx.ModelProto, inputs: list) -> list | None:
     """onnxruntime's outputs for the case, or None if it cannot run it."""
-    import onnxruntime as ort
+    from onnxfold.host.ort_sessions import open_session
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), options,
-                                    providers=["CPUExecutionProvider"])
+        sess = open_session(model.SerializeToString())
         names = [i.name for i in sess.get_inputs()]
         return sess.run(None, dict(zip(names, inputs)))
     except Exception:  # any failure means onnxruntime cannot run this case

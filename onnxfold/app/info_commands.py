@@ -24,26 +24,26 @@ def rules(command: RulesCommand) -> int:
     if command.coverage:
         return _coverage(command)
     from onnxfold.declare.catalogue import load_catalogue
-    from onnxfold.declare.registry import source_of
+    from onnxfold.declare.pattern_rules import PatternRule
+    from onnxfold.declare.registry import FolderRule, ShapeDimsRule, ShapeValueRule, source_of
     from onnxfold.pipeline.cleanups import CLEANUPS
 
     catalogue = load_catalogue()
     print("folders (evaluate one op on constants):")
-    for rule in sorted(catalogue.folders, key=lambda r: r.name):
+    for rule in sorted(catalogue.of(FolderRule), key=lambda r: r.name):
         until = rule.until if rule.until is not None else ""
         print(f"  {rule.name:28} {rule.domain or 'ai.onnx'}::{rule.op_type} "
               f"opset {rule.since}-{until}  {_where(rule.source)}")
     print("patterns (rewrites that enable folding):")
-    for pattern in catalogue.patterns:
+    for pattern in catalogue.of(PatternRule):
         print(f"  {pattern.name:28} on {','.join(pattern.op_types)}  {_where(pattern.source)}")
     print("cleanups (whole-model passes, run in this order after folding):")
-    for name, source in [*((c.name, source_of(c.clean)) for c in CLEANUPS),
-                         *((c.name, c.source) for c in catalogue.cleanups)]:
-        print(f"  {name:28} {_where(source)}")
+    for cleanup in CLEANUPS:
+        print(f"  {cleanup.name:28} {_where(source_of(cleanup.clean))}")
     print("shape steps (what an op does to shape values and dims, followed symbolically):")
     steps: dict[tuple[str, str], list[str]] = {}
-    for kind, found in (("values", catalogue.shape_value_rules),
-                        ("dims", catalogue.shape_dims_rules)):
+    for kind, found in (("values", catalogue.of(ShapeValueRule)),
+                        ("dims", catalogue.of(ShapeDimsRule))):
         for step in found:
             steps.setdefault((f"{kind} {step.fn.__name__}", step.source), []).append(step.op_type)
     for (name, source), ops in steps.items():

@@ -153,7 +153,7 @@ def _save_plain(claimed: Claimed, target: PinnedOutput, settings: OptimizeSettin
     if unverified is not None:
         result.report.warnings.append(unverified)
     verify = verifier(claimed.job.source, limit=None if converted else VERIFY_LIMIT,
-                      input_shapes=settings.fold.input_shapes,
+                      input_shapes=settings.fold.fixed_shapes,
                       target_opset=settings.fold.target_opset,
                       warn=result.report.warnings.append) if cheap else None
     with phases.phase("save"):

@@ -141,7 +141,8 @@ def test_shape_dims(shapes: Sequence[str], model: ir.Model) -> dict[str, int]:
     inputs = {str(v.name): v for v in model.graph.inputs if v.name not in
               model.graph.initializers}
     try:
-        given, named = parse(shapes)
+        parsed = parse(shapes)
+        given, named = parsed.shapes, dict(parsed.named)
         for name in set(given) - set(inputs):
             raise InputError(f"--input-shape {name}: no such input (inputs: "
                              f"{', '.join(inputs)})")

@@ -76,7 +76,7 @@ CLI_ONLY = frozenset({
     "--no-prefill", "--skip-check", "--check", "--no-fold-verification", "--no-compile-time-fold",
     "--repeat", "--compare", "--threads", "--coverage", "--shard",
 })
-# how the check names the models it was handed as protos (``check.sessions.label_of``)
+# how the check names the models it was handed as protos (``check.running.models.label_of``)
 COMPARED = {"model A": "the model passed as a", "model B": "the model passed as b"}
 
 

@@ -145,8 +145,6 @@ def _run_session_options(threads: int | None) -> Any:
         checked_threads(threads, "--threads")
     except ValueError as e:
         raise InputError(str(e)) from None
-    import onnxruntime as ort
+    from onnxfold.host.ort_sessions import session_options
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    return options
+    return session_options(log_level=None, threads=threads)

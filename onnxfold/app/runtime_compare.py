@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.host.ort_sessions import open_session
 from onnxfold.io import load_model, save_model
 from onnxfold.io.tempfiles import scratch_directory
 from onnxfold.pipeline.options import FoldOptions
@@ -119,12 +120,6 @@ def interleaved(calls: Mapping[str, Callable[[], object]], rounds: int, warmup: 
             for name in calls}
 
 
-def _ort_session(path: str, sess_options: Any) -> Any:
-    import onnxruntime as ort
-
-    return ort.InferenceSession(path, sess_options, providers=["CPUExecutionProvider"])
-
-
 def with_initializers(model_path: str, arrays: Mapping[str, np.ndarray], directory: str,
                       name: str, as_defaults: bool) -> str:
     """A copy of the model with ``arrays`` as initializers: still inputs (defaults: what
@@ -168,13 +163,13 @@ def compare(model_path: str, runtime_constants: Sequence[str], feeds: Mapping[st
     try:                                         # run removes it even while a call runs on)
         calls: dict[str, Callable[[], object]] = {}
         skipped: dict[str, str] = {}
-        plain = _ort_session(model_path, sess_options)
+        plain = open_session(model_path, sess_options)
         calls[INPUTS] = lambda: plain.run(None, feeds)
-        baked = _ort_session(
+        baked = open_session(
             with_initializers(model_path, constants, tmp, "baked.onnx", False), sess_options)
         calls[BAKED] = lambda: baked.run(None, dynamic)
         if files:
-            lora = _ort_session(
+            lora = open_session(
                 with_initializers(model_path, constants, tmp, "defaults.onnx", True),
                 sess_options)
             active = ort.LoraAdapter()

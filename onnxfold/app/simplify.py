@@ -16,33 +16,23 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.input_shapes import apply as apply_input_shapes
-from onnxfold.analysis.input_shapes import as_specs
+from onnxfold.analysis.input_shapes import InputShapes, as_specs
 from onnxfold.check.compare import compare
-from onnxfold.io.writer import inline_references
-from onnxfold.pipeline.optimizer import ModelInput, as_ir_model, optimize, with_keywords
+from onnxfold.pipeline.optimizer import ModelInput, optimize, with_keywords
 from onnxfold.pipeline.options import FoldOptions
+from onnxfold.pipeline.references import with_input_shapes
 
 Shapes = Mapping[str, Sequence[int | str]] | Sequence[str] | None
 
-def _reference(model: ModelInput, specs: Sequence[str]) -> onnx.ModelProto | str | os.PathLike:
+def _reference(model: ModelInput, shapes: InputShapes) -> onnx.ModelProto | str | os.PathLike:
     """What the check runs as the original, taken before folding changes anything: ``model``
-    itself (a path or proto), or a proto of it with the same input shapes fixed (so both
-    models take the same inputs; no computation changes)."""
-    if not specs and isinstance(model, onnx.ModelProto | str | os.PathLike):
+    itself (a path or proto), or a proto of it with the same input shapes fixed
+    (``pipeline/references.py``)."""
+    if not shapes.specs and isinstance(model, onnx.ModelProto | str | os.PathLike):
         return model
     if isinstance(model, ir.Model):
         model = ir.to_proto(model)  # optimize rewrites an ir.Model in place
-    return with_input_shapes(model, specs)
-
-
-def with_input_shapes(model: ModelInput, specs: Sequence[str]) -> onnx.ModelProto:
-    """``model`` as a proto whose inputs ``specs`` (``--input-shape``) fix, its weights held
-    in the proto (read from the model's files)."""
-    reference, _, _ = as_ir_model(model, check=False)
-    apply_input_shapes(reference, specs)
-    inline_references(reference, set())
-    return ir.to_proto(reference)
+    return with_input_shapes(model, shapes)
 
 
 def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
@@ -71,7 +61,7 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
     shapes = None if input_shapes is None and overwrite_input_shapes is None else \
         as_specs(input_shapes) + as_specs(overwrite_input_shapes)
     options = with_keywords(simplify, options, check, shapes, fold_options)
-    reference = _reference(model, options.input_shapes) if check_n > 0 else None
+    reference = _reference(model, options.fixed_shapes) if check_n > 0 else None
     optimized = optimize(model, options, check=check, record_rewrites=check_n > 0)
     folded = optimized.to_proto()
     if reference is None:

@@ -12,13 +12,15 @@ when it loads the model: a 4 KB nest of functions is a million nodes there.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import describe, expanded_size
+from onnxfold.analysis.input_shapes import InputShapes
 from onnxfold.errors import InputError, one_line
+from onnxfold.host.ort_sessions import open_session, session_options
 from onnxfold.io.opener import check_regular
 
 if TYPE_CHECKING:  # imported where used: a run that verifies nothing never loads it
@@ -52,35 +54,26 @@ def load_check_options() -> onnxruntime.SessionOptions:
     pools would only be started and stopped: a third of the cost of creating a session on a
     graph of thousands of nodes. Everything that decides whether the model loads (parsing,
     type and shape checks, kernel lookup and creation) runs as with any thread count."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    return options
+    return session_options(optimized=False, threads=1)
 
 
 def ort_load_error(model: str | bytes) -> str | None:
     """Why onnxruntime cannot create a session for ``model`` (a path or bytes), or None."""
-    import onnxruntime as ort
-
     if isinstance(model, str):
         check_regular(model)  # onnxruntime opens it itself, and would wait on a FIFO
     try:
-        ort.InferenceSession(model, load_check_options(), providers=["CPUExecutionProvider"])
+        open_session(model, load_check_options())
     except Exception as e:  # onnxruntime raises several exception types
         return one_line(e, 300)
     return None
 
 
 def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
-             input_shapes: Sequence[str] = (), target_opset: int | None = None,
+             input_shapes: InputShapes | None = None, target_opset: int | None = None,
              warn: Callable[[str], object] = print):
     """A ``verify(path)`` for ``save_model``: raise OutputRejected if onnxruntime refuses the
     output but loads ``original``; outputs over ``limit`` bytes are not checked (None: every
-    output is). ``input_shapes``: the ``--input-shape`` specs the run fixed; a model the
+    output is). ``input_shapes``: what ``--input-shape`` fixed in the run; a model the
     fixed shapes make invalid (a sequence past the position table) is refused at load once
     its shapes are static: where the original, with those shapes, fails to run too, that is
     an InputError naming the shapes, not a bug; so is a ``target_opset`` onnxruntime has no
@@ -97,11 +90,11 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
         if unloadable is not None:
             warn(f"onnxruntime loads neither the input nor the output written ({unloadable})")
             return
-        if input_shapes:
+        if input_shapes is not None and input_shapes.specs:
             failure = _fails_at(original, input_shapes)
             if failure is not None:
-                raise InputError(f"--input-shape {' '.join(input_shapes)}: the model does not "
-                                 f"run at those shapes (the original fails there too: "
+                raise InputError(f"--input-shape {' '.join(input_shapes.specs)}: the model does "
+                                 f"not run at those shapes (the original fails there too: "
                                  f"{failure}); nothing was written")
         if target_opset is not None and _unloadable_at(original, target_opset):
             raise InputError(f"--target-opset {target_opset}: onnxruntime cannot load the model "
@@ -127,20 +120,16 @@ def _unloadable_at(original: str | os.PathLike, opset: int) -> bool:
         return False
 
 
-def _fails_at(original: str | os.PathLike, input_shapes: Sequence[str]) -> str | None:
+def _fails_at(original: str | os.PathLike, input_shapes: InputShapes) -> str | None:
     """Why the original, its inputs fixed by ``input_shapes``, fails to run once on seeded
     inputs (None: it runs)."""
-    import onnxruntime as ort
-
-    from onnxfold.app.simplify import with_input_shapes
     from onnxfold.check.running.feeds import synthetic_feeds
+    from onnxfold.pipeline.references import with_input_shapes
 
     proto = with_input_shapes(os.fspath(original), input_shapes)
     try:
         feeds, _ = synthetic_feeds(proto)
-        session = ort.InferenceSession(proto.SerializeToString(), load_check_options(),
-                                       providers=["CPUExecutionProvider"])
-        session.run(None, feeds)
+        open_session(proto.SerializeToString(), load_check_options()).run(None, feeds)
     except Exception as e:  # onnxruntime and the feeds raise several exception types
         return " ".join(str(e).split())[:300] or type(e).__name__
     return None

@@ -38,6 +38,7 @@ from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.runner import MachineShort, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import InferenceTimeout
 from onnxfold.io.mapped import drop_resident_pages
@@ -244,7 +245,8 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
     cones = Cones(reinferred(graph), [v for v in graph.graph.inputs
                                       if v.name not in graph.graph.initializers],
                   catalogue.bitwise, run.libraries)
-    rounding = frozenset(rule.name for rule in catalogue.patterns if rule.rounds_differently)
+    rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
+                         if rule.rounds_differently)
     return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell,
                              rounding)
 

@@ -1,5 +1,5 @@
-"""The rule catalogue: every folder, pattern, cleanup, size rule, op fact, op cost and shape
-step of ``onnxfold.rules``, immutable.
+"""The rule catalogue: every folder, pattern, size rule, op fact, op cost and shape step of
+``onnxfold.rules``, immutable.
 
 :func:`load_catalogue` imports the rule modules once, in the order ``onnxfold.rules.MODULES``
 gives, and collects what their decorators declared (decorated functions, and tuples of them for
@@ -23,7 +23,6 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from onnxfold.analysis.cost import OpCost
 from onnxfold.analysis.step_inputs import ShapeSteps
-from onnxfold.declare.cleanups import CleanupRule
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact, ShapeDimsRule, ShapeValueRule
 from onnxfold.declare.sizes import SizeRule
@@ -32,8 +31,7 @@ _MAX_OPSET = 10**9
 _R = TypeVar("_R")
 
 
-Rule = (FolderRule | PatternRule | CleanupRule | SizeRule | OpFact | OpCost | ShapeValueRule
-        | ShapeDimsRule)
+Rule = FolderRule | PatternRule | SizeRule | OpFact | OpCost | ShapeValueRule | ShapeDimsRule
 """A record the catalogue holds. A new kind is its record class and its name here."""
 
 
@@ -72,19 +70,20 @@ class Catalogue:
 
     def __post_init__(self, shape_only_of: frozenset[str] | None) -> None:
         index: dict[tuple[str, str], list[FolderRule]] = {}
-        for rule in self.folders:
+        for rule in self.of(FolderRule):
             for other in index.get((rule.domain, rule.op_type), []):
                 if other.since <= (rule.until or _MAX_OPSET) and \
                         rule.since <= (other.until or _MAX_OPSET):
                     raise ValueError(f"rule {rule.name} overlaps {other.name} for {rule.op_type}")
             index.setdefault((rule.domain, rule.op_type), []).append(rule)
         object.__setattr__(self, "_index", index)
-        object.__setattr__(self, "_sizes", {r.op_type: r for r in self.sizes})
+        object.__setattr__(self, "_sizes", {r.op_type: r for r in self.of(SizeRule)})
         object.__setattr__(self, "_shape_only", frozenset(
-            r.op_type for r in self.folders if r.shape_only) if shape_only_of is None
+            r.op_type for r in self.of(FolderRule) if r.shape_only) if shape_only_of is None
             else shape_only_of)
-        for steps in (self.shape_value_rules, self.shape_dims_rules):
+        for kind in (ShapeValueRule, ShapeDimsRule):
             seen: dict[str, ShapeValueRule | ShapeDimsRule] = {}
+            steps: tuple[ShapeValueRule | ShapeDimsRule, ...] = self.of(kind)
             for step in steps:
                 if step.op_type in seen:
                     raise ValueError(f"{step.name} declared twice: {step.source} and "
@@ -96,52 +95,17 @@ class Catalogue:
         return tuple(r for r in self.rules if isinstance(r, kind))
 
     @functools.cached_property
-    def folders(self) -> tuple[FolderRule, ...]:
-        """The folders (one op evaluated on constants)."""
-        return self.of(FolderRule)
-
-    @functools.cached_property
-    def patterns(self) -> tuple[PatternRule, ...]:
-        """The patterns (rewrites), in the order they are tried."""
-        return self.of(PatternRule)
-
-    @functools.cached_property
-    def cleanups(self) -> tuple[CleanupRule, ...]:
-        """The whole-model cleanups, in the order they run."""
-        return self.of(CleanupRule)
-
-    @functools.cached_property
-    def sizes(self) -> tuple[SizeRule, ...]:
-        """The output-size rules."""
-        return self.of(SizeRule)
-
-    @functools.cached_property
-    def facts(self) -> tuple[OpFact, ...]:
-        """The op facts."""
-        return self.of(OpFact)
-
-    @functools.cached_property
     def costs(self) -> dict[tuple[str, str], OpCost]:
         """What a node of each op computes, by (domain, op type): the report's FLOPs."""
         return {(cost.domain, cost.op_type): cost for cost in self.of(OpCost)}
 
     @functools.cached_property
-    def shape_value_rules(self) -> tuple[ShapeValueRule, ...]:
-        """What ops do to shape values, element by element."""
-        return self.of(ShapeValueRule)
-
-    @functools.cached_property
-    def shape_dims_rules(self) -> tuple[ShapeDimsRule, ...]:
-        """What ops do to their outputs' dims."""
-        return self.of(ShapeDimsRule)
-
-    @functools.cached_property
     def shape_steps(self) -> ShapeSteps:
         """The per-op steps of ``onnxfold.analysis.symbolic``, by op type."""
-        return ShapeSteps(
-            {r.op_type: r.fn for r in self.shape_value_rules},
-            {r.op_type: r.fn for r in self.shape_dims_rules if not r.every_output},
-            {r.op_type: r.fn for r in self.shape_dims_rules if r.every_output})
+        dims = self.of(ShapeDimsRule)
+        return ShapeSteps({r.op_type: r.fn for r in self.of(ShapeValueRule)},
+                          {r.op_type: r.fn for r in dims if not r.every_output},
+                          {r.op_type: r.fn for r in dims if r.every_output})
 
     @property
     def shape_only(self) -> frozenset[str]:
@@ -152,33 +116,33 @@ class Catalogue:
     @functools.cached_property
     def nondeterministic(self) -> frozenset[str]:
         """Ops that may draw random numbers (never folded where they do)."""
-        return frozenset(f.op_type for f in self.facts if f.nondeterministic)
+        return frozenset(f.op_type for f in self.of(OpFact) if f.nondeterministic)
 
     @functools.cached_property
     def never_folded(self) -> frozenset[str]:
         """Non-deterministic ops whatever their inputs (not those drawing only in training)."""
-        return frozenset(f.op_type for f in self.facts
+        return frozenset(f.op_type for f in self.of(OpFact)
                          if f.nondeterministic and not f.draws_only_in_training)
 
     @functools.cached_property
     def kept_quantized(self) -> frozenset[str]:
         """Ops kept as they are in a quantized model unless ``--fold-qdq``."""
-        return frozenset(f.op_type for f in self.facts if f.kept_quantized)
+        return frozenset(f.op_type for f in self.of(OpFact) if f.kept_quantized)
 
     @functools.cached_property
     def requantizing(self) -> frozenset[str]:
         """Default-domain ops that quantize a dequantized input 0 again (QuantizeLinear)."""
-        return frozenset(f.op_type for f in self.facts if f.requantizes and not f.domain)
+        return frozenset(f.op_type for f in self.of(OpFact) if f.requantizes and not f.domain)
 
     @functools.cached_property
     def bitwise(self) -> frozenset[tuple[str, str]]:
         """(domain, op) whose native folders compute what onnxruntime computes, bit for bit."""
-        return frozenset((f.domain, f.op_type) for f in self.facts if f.bitwise)
+        return frozenset((f.domain, f.op_type) for f in self.of(OpFact) if f.bitwise)
 
     @functools.cached_property
     def discontinuous(self) -> dict[tuple[str, str], OpFact]:
         """(domain, op) -> its fact, for ops a one-ulp input change can move by a whole step."""
-        return {(f.domain, f.op_type): f for f in self.facts if f.discontinuous}
+        return {(f.domain, f.op_type): f for f in self.of(OpFact) if f.discontinuous}
 
     def size_rule(self, op_type: str) -> SizeRule | None:
         """The output-size rule of a default-domain op, or None."""
@@ -195,7 +159,7 @@ class Catalogue:
     def patterns_by_op(self) -> dict[str, list[PatternRule]]:
         """The patterns tried at a node of each op type, in declaration order."""
         by_op: dict[str, list[PatternRule]] = {}
-        for rule in self.patterns:
+        for rule in self.of(PatternRule):
             for op in rule.op_types:
                 by_op.setdefault(op, []).append(rule)
         return by_op
@@ -206,7 +170,7 @@ class Catalogue:
 
     def tagged(self, tag: str) -> frozenset[str]:
         """The names of the patterns that declare ``tag`` (``pattern_rules.TAGS``)."""
-        return frozenset(r.name for r in self.patterns if tag in r.tags)
+        return frozenset(r.name for r in self.of(PatternRule) if tag in r.tags)
 
     def without(self, disabled: Iterable[str]) -> Catalogue:
         """A copy without the rules ``disabled`` names (rule names or op types); its op facts

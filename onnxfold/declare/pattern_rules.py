@@ -2,7 +2,7 @@
 
 ::
 
-    @pattern(P("Sub", Var("x"), P("Neg", Var("y"), single_use=True)))
+    @pattern(P("Sub", Var("x"), P("Neg", Var("y"))))
     def sub_of_neg(op: OpBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         return op.Add(x, y)
 
@@ -30,6 +30,7 @@ from onnxfold.declare.verdicts import Check
 
 SHAPE_FOLDING = "shape_folding"
 KEEPS_QDQ_UNITS = "keeps_qdq_units"
+REWRITES_CONSTANTS = "rewrites_constants"
 # the tags a rule may declare, and what the engine does with each
 TAGS = {
     SHAPE_FOLDING: "it replaces values computed from the shapes of dynamic tensors with the "
@@ -38,6 +39,10 @@ TAGS = {
     KEEPS_QDQ_UNITS: "its rewrite would break onnxruntime's QDQ node units (it computes new "
                      "weights from what it removes): the driver refuses its proposals that "
                      "remove or rewire a node of one (onnxfold/ir/qdq_units.py)",
+    REWRITES_CONSTANTS: "it rewrites what computes constants, so that the fold can compute "
+                        "them within its size policy (an Expand postponed past the ops it "
+                        "feeds): the driver tries it at a node whose results are all "
+                        "constant, where it skips every other rule (the fold computes them)",
 }
 
 
@@ -77,6 +82,7 @@ class PatternRule:
     tags: frozenset[str] = frozenset()
     orders: tuple[P, ...] = field(init=False, repr=False, compare=False)
     check_names: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
+    bypassed: frozenset[str] = field(init=False, repr=False, compare=False)
     rewrite_names: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +91,7 @@ class PatternRule:
             raise TypeError(f"{self.name} declares unknown tags {sorted(unknown_tags)}; the "
                             f"tags the engine reads: {', '.join(sorted(TAGS))}")
         object.__setattr__(self, "orders", self.pattern.orders())
+        object.__setattr__(self, "bypassed", frozenset(self.pattern.bypassed_names()))
         check_names = keyword_names(self.check) if self.check is not None else ()
         captured = set(self.pattern.names())
         unknown = set(check_names or ()) - captured

@@ -1,6 +1,6 @@
 """The pattern language: what a pattern rule matches, and what it captures by name.
 
-``P(op, *inputs, name=..., single_use=..., commute=..., **attributes)`` matches a
+``P(op, *inputs, name=..., commute=..., bypassed=..., **attributes)`` matches a
 default-domain node of ``op`` (or of one of several ops) and, position by position, its inputs;
 ``Var(name, const=...)`` matches any value. Named parts are captured: a ``P`` its node, a
 ``Var`` its value, and a ``Var`` given as an attribute the attribute's value (None where the
@@ -42,22 +42,25 @@ class Var:
 class P:
     """A value computed by a default-domain node of ``op`` (one of them, for a tuple), whose
     inputs match ``inputs`` position by position (an input list ending in ``...`` allows more).
-    The node is captured as ``name``; ``single_use``: its outputs have one reader each and are
-    not graph outputs; ``commute``: two inputs, in either order; ``attributes``: attribute
-    names and the :class:`Var` that captures each one's value."""
+    The node is captured as ``name``; ``commute``: two inputs, in either order; ``bypassed``:
+    the rewrite composes past this node (a Transpose of a Transpose: one Transpose), so that
+    nodes outside the match may keep reading it (by default the rewrite removes every node of
+    its match, and the driver refuses a proposal that would leave one read outside it:
+    ``onnxfold/rewrite/judge.py``); ``attributes``: attribute names and the :class:`Var` that
+    captures each one's value."""
 
     op: str | tuple[str, ...]
     inputs: tuple[Any, ...] | None  # patterns, maybe ending in ...
     name: str | None
-    single_use: bool
     commute: bool
+    bypassed: bool
     attributes: tuple[tuple[str, Var], ...]
     _op_set: frozenset[str] = field(init=False, repr=False, compare=False)
     _open_ended: bool = field(init=False, repr=False, compare=False)
     _input_patterns: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __init__(self, op: str | Iterable[str], *inputs: Pattern | Any, name: str | None = None,
-                 single_use: bool = False, commute: bool = False, **attributes: Var) -> None:
+                 commute: bool = False, bypassed: bool = False, **attributes: Var) -> None:
         if commute and (len(inputs) != 2 or Ellipsis in inputs):
             raise ValueError(f"commute=True needs exactly two input patterns, not {inputs}")
         if any(not isinstance(a, Var) or a.const for a in attributes.values()):
@@ -65,8 +68,8 @@ class P:
         object.__setattr__(self, "op", op if isinstance(op, str) else tuple(op))
         object.__setattr__(self, "inputs", inputs or None)
         object.__setattr__(self, "name", name)
-        object.__setattr__(self, "single_use", single_use)
         object.__setattr__(self, "commute", commute)
+        object.__setattr__(self, "bypassed", bypassed)
         object.__setattr__(self, "attributes", tuple(attributes.items()))
         # what match_node reads of itself at every node a sweep tries (not compared)
         object.__setattr__(self, "_op_set", frozenset(self.ops))
@@ -96,6 +99,14 @@ class P:
             elif isinstance(sub, Var) and sub.name is not None:
                 yield sub.name
 
+    def bypassed_names(self) -> Iterator[str]:
+        """The names of the nodes this pattern marks ``bypassed`` (its inputs' included)."""
+        if self.bypassed and self.name is not None:
+            yield self.name
+        for sub in self.inputs or ():
+            if isinstance(sub, P):
+                yield from sub.bypassed_names()
+
     def orders(self) -> tuple[P, ...]:
         """This pattern as patterns without ``commute``: one per order of the inputs of each
         commutative part (the inputs as given first; for nested parts, the inner orders
@@ -104,7 +115,7 @@ class P:
             return (self,)
         choices = [sub.orders() if isinstance(sub, P) else (sub,) for sub in self.inputs]
         return tuple(
-            P(self.op, *order, name=self.name, single_use=self.single_use, commute=False,
+            P(self.op, *order, name=self.name, commute=False, bypassed=self.bypassed,
               **dict(self.attributes))
             for inputs in itertools.product(*choices)
             for order in ((inputs, inputs[::-1]) if self.commute else (inputs,)))
@@ -114,8 +125,6 @@ class P:
         if node.op_type not in self._op_set or node.domain not in DEFAULT_DOMAINS:
             return False
         if kept(node, ctx.settings.keep):
-            return False
-        if self.single_use and not all(ctx.single_use(v) for v in node.outputs):
             return False
         if self.inputs is not None:
             open_ended, patterns = self._open_ended, self._input_patterns

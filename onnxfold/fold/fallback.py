@@ -36,11 +36,12 @@ from onnxfold.fold.fallback_session import (
     describe_output,
     first_line,
     raw_only,
-    run_session,
+    run_guarded,
     to_ort,
 )
 from onnxfold.fold.fold_cost import batch_flops
 from onnxfold.host import interruptible
+from onnxfold.host.ort_sessions import open_session, session_options
 from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import onnx_type
 from onnxfold.ir.graph import captured_values, external_inputs, static_shape
@@ -214,22 +215,14 @@ def _run_here(model: onnx.ModelProto, handed: dict[str, np.ndarray],
     """Run the batch ``model`` in this process, stopped (between kernels) after ``timeout``
     seconds (None: the inference time limit, ``onnxfold.host.interruptible``) or by a signal
     (raised as such)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    for library in libraries:  # a check's custom ops (checked by the caller; the fold has none)
-        options.register_custom_ops_library(library)
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
-    handed_values = [to_ort(a) for a in handed.values()]  # alive as long as the session
-    if handed:
-        options.add_external_initializers(list(handed), handed_values)
+    # a check's custom ops (checked by the caller; the fold has none)
+    options = session_options(optimized=False, libraries=libraries)
+    handed_values = {name: to_ort(a) for name, a in handed.items()}  # alive with the session
     try:
-        session = ort.InferenceSession(model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
+        session = open_session(model.SerializeToString(), options, handed=handed_values)
         feed = {name: to_ort(a) for name, a in inputs.items()}
         return interruptible.run(
-            lambda run_options: run_session(session, feed, outputs, run_options, room, contrib),
+            lambda run_options: run_guarded(session, feed, outputs, run_options, room, contrib),
             what="a fallback fold", finish_after_timeout=True,
             timeout=interruptible.CONTEXT_LIMIT if timeout is None else timeout)
     except FallbackError:

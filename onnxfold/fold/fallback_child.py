@@ -43,10 +43,11 @@ from onnxfold.fold.fallback_session import (
     first_line,
     is_raw_dtype,
     raw_bits,
-    run_session,
+    run_guarded,
     to_ort,
 )
 from onnxfold.host import endings
+from onnxfold.host.ort_sessions import open_session, session_options
 from onnxfold.io.tempfiles import own_tree
 from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import np_dtype, onnx_type
@@ -228,21 +229,17 @@ def _child(directory: str) -> dict:
         manifest = json.load(f)
     outputs = [Wanted(**{**w, "shape": None if w["shape"] is None else tuple(w["shape"])})
                for w in manifest["outputs"]]
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
     with open(os.path.join(directory, "model.onnx"), "rb") as f:
         model = f.read()  # from bytes, as in the folding process
     try:
         handed_names, handed_values = _load_arrays(directory, manifest["handed"])
-        if handed_names:
-            options.add_external_initializers(handed_names, handed_values)
         input_names, input_values = _load_arrays(directory, manifest["inputs"])
-        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        session = open_session(model, session_options(optimized=False),
+                               handed=dict(zip(handed_names, handed_values)))
         run_options = ort.RunOptions()
         run_options.log_severity_level = 4
         os.write(1, READY)
-        arrays = run_session(session, dict(zip(input_names, input_values)), outputs,
+        arrays = run_guarded(session, dict(zip(input_names, input_values)), outputs,
                              run_options, manifest["room"], manifest["contrib"])
     except FallbackError as e:
         return {"error": str(e), "kind": e.reason.kind.name}

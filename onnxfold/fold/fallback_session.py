@@ -78,7 +78,7 @@ def first_line(e: Exception) -> str:
 
 def to_ort(arr: np.ndarray):
     """``arr`` as an OrtValue (without a copy where onnxruntime allows it); a string array as
-    an object array of ``str`` (onnxruntime makes no OrtValue of one: :func:`run_session`
+    an object array of ``str`` (onnxruntime makes no OrtValue of one: :func:`run_guarded`
     feeds it as an array)."""
     import onnxruntime as ort
 
@@ -112,7 +112,7 @@ def ort_strings(arr: np.ndarray) -> np.ndarray:
     return out
 
 
-def run_session(session, feed: dict, outputs: Sequence[Wanted], run_options,
+def run_guarded(session, feed: dict, outputs: Sequence[Wanted], run_options,
                 room: int | None, contrib: bool) -> list[np.ndarray]:
     """Run ``session`` on ``feed`` (name -> OrtValue) and return the ``outputs``' arrays.
 

@@ -2,13 +2,15 @@
 
 ::
 
-    fix input shapes (--input-shape) -> infer shapes
+    convert the opset (--target-opset) -> inline functions -> fix input shapes
+    (--input-shape) -> infer shapes
     the fold stage (fold_stage.py):
         rewrite -> fold -> prune -> refine shapes, while a round learns something
         fold model-local function bodies
     the cleanups (cleanups.py: remove_identity -> constants_to_initializers ->
-        dedupe_initializers -> prune_subgraph_initializers -> merge_duplicates),
-        then the catalogue's own (a plugin's) -> prune -> sorted
+        dedupe_initializers -> prune_subgraph_initializers -> merge_duplicates)
+        -> prune -> sorted
+    (after the report: strip the exporters' metadata, unless --keep-metadata)
 
 Each step is an onnx-ir ``InPlacePass`` with one job (``onnxfold/pipeline/passes.py``) whose
 result says whether it changed the model and what it did; onnx-ir's ``PassManager`` runs the
@@ -26,7 +28,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import onnx
 import onnx_ir as ir
@@ -34,7 +36,7 @@ from onnx_ir.passes import PassBase, PassError, PassManager, PassResult
 
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.shapes import MARKED_KEY, interface_of, keep_interface, lighten
+from onnxfold.analysis.shapes import interface_of, keep_interface, lighten
 from onnxfold.analysis.symbolic import blocked_scaffolding
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import SHAPE_FOLDING
@@ -49,18 +51,15 @@ from onnxfold.io.reader import (
 )
 from onnxfold.io.writer import inline_references, prune_value_info, restore_references
 from onnxfold.ir.constants import source_array
-from onnxfold.ir.edits import NAMES_KEY
 from onnxfold.ir.graph import graphs_within, node_label
 from onnxfold.pipeline.cleanups import CLEANUPS, cleanup_passes
 from onnxfold.pipeline.collector import long_lived, settled
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.pipeline.fold_stage import FoldStage, StagePasses
 from onnxfold.pipeline.leftovers import folded_regions, group_leftovers
-from onnxfold.pipeline.metadata import strip_metadata
-from onnxfold.pipeline.opset_conversion import CONVERSION_KEY, convert_opset
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.passes import (
-    Cleanups,
+    ConvertOpset,
     FixInputShapes,
     Fold,
     FoldFunctions,
@@ -70,10 +69,19 @@ from onnxfold.pipeline.passes import (
     RefineShapes,
     Rewrite,
     Sorted,
+    StripMetadata,
+    restore,
 )
 from onnxfold.pipeline.phases import Phases, Timed
 from onnxfold.pipeline.report import Report, model_counts, options_dict
-from onnxfold.pipeline.results import FoldStats, Recorded, last_rejections, summarize
+from onnxfold.pipeline.results import (
+    ConversionResult,
+    FoldStats,
+    Recorded,
+    StripResult,
+    last_rejections,
+    summarize,
+)
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import StepFailed
 
@@ -149,14 +157,15 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
                    light: onnx.ModelProto | None = None,
                    phases: Phases | None = None,
                    settings: RunSettings | None = None,
-                   rewrites: RewriteLog | None = None) -> PassManager:
+                   rewrites: RewriteLog | None = None, label: str = "model") -> PassManager:
     """The passes of ``optimize`` for these options, each appending its result to ``log``;
     ``catalogue``: the run's rules and op facts, before the options disable some; ``skipped``
     names rules and passes (``fold``, ``prune``) left out after they failed;
     ``light``: the reader's proto of the model, for the first shape inference; ``phases``: the
     clock each pass's time counts on; ``settings``: what rewrites and cleanups read (by default
     the options' own, ``FoldOptions.run_settings``, knowing of no plugin ops); ``rewrites``:
-    where every rewrite is recorded, for a check to validate (None: not recorded)."""
+    where every rewrite is recorded, for a check to validate (None: not recorded);
+    ``label``: the model's name in an error of ``--target-opset``'s conversion."""
     settings = settings or options.run_settings()
 
     def wrap(step: PassBase) -> PassBase:
@@ -164,6 +173,9 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         recorded = Recorded(step, log)
         return recorded if phases is None else Timed(recorded, phases)
 
+    target = options.target_opset
+    convert = [] if target is None else [wrap(ConvertOpset(target, label,
+                                                           _folder(options, catalogue)))]
     shape_rules = frozenset() if options.shape_folding else catalogue.tagged(SHAPE_FOLDING)
     off = set(options.disabled_rules) | skipped | set(options.keep)
     catalogue = catalogue.without(off | shape_rules)
@@ -190,14 +202,15 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         if kept("fold") and kept("fold_functions") else None))
     inline = options.inline_functions and kept("inline_functions")
     return PassManager([
+        *convert,
         *([wrap(InlineFunctions(strict))] if inline else []),
-        wrap(FixInputShapes(options.input_shapes)),
+        wrap(FixInputShapes(options.fixed_shapes)),
         # the reader's proto describes the model only if no pass before changed it
-        wrap(InferShapes(light if not inline and not options.input_shapes else None)),
+        wrap(InferShapes(light if not inline and not options.input_shapes and target is None
+                         else None)),
         stage,
         *(wrap(cleanup) for cleanup in cleanup_passes(off, dataclasses.replace(
             settings, nondeterministic_ops=catalogue.nondeterministic), strict)),
-        wrap(Cleanups(catalogue, strict, settings)),
         *([prune()] if kept("prune") else []),
         wrap(Sorted(strict)),
     ])
@@ -315,18 +328,6 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))
-    conversion, original = None, None
-    if options.target_opset is not None:  # before anything reads the graph
-        original = model_counts(model)  # what the report compares with: the input
-        target, label = options.target_opset, path or "model"
-        fold = _folder(options, catalogue)
-        converted = convert_opset(model, target, label, fold)
-        conversion = converted.meta.get(CONVERSION_KEY)
-        _restore(model, converted)
-        light = None  # the reader's proto is of the unconverted model
-        if pristine is not None:
-            unconverted = pristine
-            pristine = lambda: convert_opset(unconverted(), target, label, fold)  # noqa: E731
     declared = interface_of(model.graph)  # kept whatever a rewrite puts in an output's place
     if pristine is None and not options.strict:
         snapshot = model.clone()
@@ -335,10 +336,10 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     settings = options.run_settings(model.meta.get(UNKNOWN_OPS_KEY, ()))
     before = model_counts(model)
     settled(before.nodes + before.constants)
-    before = original or before
     skipped: dict[str, str] = {}
     newest = onnx.defs.onnx_opset_version()
-    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+    opset = options.target_opset or model.opset_imports.get("", model.opset_imports.get(
+        "ai.onnx", 1))
     unknown = [] if opset <= newest else [
         f"opset {opset} is newer than the installed onnx knows ({newest}): nothing is folded "
         "or rewritten (its ops may mean something new)"]
@@ -350,13 +351,14 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         try:
             _run(build_pipeline(options, catalogue, results, progress, frozenset(skipped) | frozen,
                                 light=None if skipped else light, phases=phases,
-                                settings=settings, rewrites=rewrites), model)
+                                settings=settings, rewrites=rewrites, label=path or "model"),
+                 model)
             break
         except StepFailed as failure:
             if pristine is None or failure.step in skipped:
                 raise failure.error from None
             skipped[failure.step] = str(failure)
-            _restore(model, pristine())
+            restore(model, pristine())
     else:
         raise RuntimeError(f"optimize failed {MAX_RESTARTS + 1} times: {', '.join(skipped)}")
     keep_interface(model.graph, declared)
@@ -378,9 +380,13 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report.inputs = {str(v.name): [d if isinstance(d, int) else getattr(d, "value", None)
                                        for d in (v.shape or ())]
                          for v in model.graph.inputs if v.name not in model.graph.initializers}
-        report.conversion = conversion
+        report.conversion = next((r.conversion for r in results
+                                  if isinstance(r, ConversionResult)), None)
     if options.strip_metadata is not None:  # after the report read the module paths
-        stripped = strip_metadata(model, everything=options.strip_metadata == "all")
+        stripping: list[PassResult] = []
+        _run(PassManager([Recorded(StripMetadata(options.strip_metadata == "all"),
+                                   stripping)]), model)
+        stripped = cast(StripResult, stripping[0]).stripped
         report.metadata_stripped = {"mode": options.strip_metadata,
                                     "entries": stripped.entries, "bytes": stripped.bytes}
     report.phases = phases.rounded()
@@ -404,20 +410,3 @@ def _run(pipeline: PassManager, model: ir.Model) -> None:
         while isinstance(cause, PassError) and cause.__cause__ is not None:
             cause = cause.__cause__
         raise cause from None
-
-
-def _restore(model: ir.Model, fresh: ir.Model) -> None:
-    """Make ``model`` (the caller's object: ``optimize`` changes an ``ir.Model`` in place)
-    hold ``fresh``'s content, through onnx-ir's public attributes and dicts. What
-    ``model.meta`` remembers of the old graph goes: its name allocator, and the mark that its
-    declared types were recorded (the fresh graph's are recorded by its first inference)."""
-    model.graph = fresh.graph
-    model.ir_version, model.producer_name = fresh.ir_version, fresh.producer_name
-    model.producer_version, model.domain = fresh.producer_version, fresh.domain
-    model.model_version, model.doc_string = fresh.model_version, fresh.doc_string
-    model.functions.clear()
-    model.functions.update(fresh.functions)
-    model.metadata_props.clear()
-    model.metadata_props.update(fresh.metadata_props)
-    model.meta.pop(NAMES_KEY, None)
-    model.meta.pop(MARKED_KEY, None)

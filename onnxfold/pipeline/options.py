@@ -10,12 +10,13 @@ that slice; the rewrite and the cleanups get theirs as ``RunSettings``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from onnxfold.analysis.input_shapes import as_specs
+from onnxfold.analysis.input_shapes import InputShapes, as_specs, parse
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.errors import InputError
 from onnxfold.fold.settings import Evaluation, FoldSettings, SizePolicy
@@ -178,6 +179,12 @@ class FoldOptions:
             raise InputError(f"--strip-metadata {self.strip_metadata!r}: expected "
                              f"{' or '.join(map(repr, MODES))} (or None: keep it)")
 
+    @functools.cached_property
+    def fixed_shapes(self) -> InputShapes:
+        """``input_shapes`` parsed (once per options value): what the fold, the references
+        and ``simplify`` read."""
+        return parse(self.input_shapes)
+
     @classmethod
     def everything(cls, **overrides: Any) -> FoldOptions:
         """Fold every constant whatever its size: no expansion or growth bound, QDQ and fp16
@@ -196,9 +203,12 @@ class FoldOptions:
             evaluation=Evaluation(self.fallback, self.fold_timeout, self.memory_limit,
                                   self.pool_budget, self.strict))
 
-    def run_settings(self, unknown_ops: Iterable[str] = ()) -> RunSettings:
+    def run_settings(self, unknown_ops: Iterable[str] = (),
+                     runtime_inputs: Iterable[str] = ()) -> RunSettings:
         """The slice the rewrite and the cleanups read; ``unknown_ops``: the model's
-        default-domain op types onnx does not know (the reader's ``UNKNOWN_OPS_KEY``)."""
+        default-domain op types onnx does not know (the reader's ``UNKNOWN_OPS_KEY``);
+        ``runtime_inputs``: the inputs a split or a Session holds constant at run time."""
         return RunSettings(keep=frozenset(self.keep),
                            named_dims_equal=self.assume_named_dims_equal,
-                           unknown_ops=frozenset(unknown_ops))
+                           unknown_ops=frozenset(unknown_ops),
+                           runtime_inputs=frozenset(runtime_inputs))

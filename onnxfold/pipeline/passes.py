@@ -17,37 +17,92 @@ the run or a half-rewritten model (``strict`` re-raises the error instead).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 import onnx
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult, PostconditionError, PreconditionError
 
+from onnxfold.analysis.input_shapes import InputShapes
 from onnxfold.analysis.input_shapes import apply as apply_input_shapes
 from onnxfold.analysis.settings import RunSettings
-from onnxfold.analysis.shapes import infer_shapes, infer_shapes_upstream, refinable_by
+from onnxfold.analysis.shapes import MARKED_KEY, infer_shapes, infer_shapes_upstream, refinable_by
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.fold.folder import fold_model
 from onnxfold.fold.function_bodies import fold_functions
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.settings import FoldSettings
 from onnxfold.host.points import reached
-from onnxfold.ir.edits import read_in, remove_dead_nodes_in
+from onnxfold.ir.edits import NAMES_KEY, read_in, remove_dead_nodes_in
 from onnxfold.ir.graph import all_graphs, in_order, static_shape
 from onnxfold.pipeline.inlining import inline_functions
+from onnxfold.pipeline.metadata import strip_metadata
+from onnxfold.pipeline.opset_conversion import CONVERSION_KEY, convert_opset
 from onnxfold.pipeline.results import (
-    CleanupsResult,
+    ConversionResult,
     FoldFunctionsResult,
     FoldResult,
     InlineResult,
     InputShapesResult,
     RefineShapesResult,
     RewriteResult,
+    StripResult,
 )
-from onnxfold.rewrite.driver import Resumable, rewrite, run_cleanups
+from onnxfold.rewrite.driver import Resumable, rewrite
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
+
+
+class ConvertOpset(InPlacePass):
+    """``--target-opset``: the model converted to that opset of the default domain before any
+    other pass reads it (``opset_conversion.py``); ``fold`` folds a copy at the model's own
+    opset, for a converter that needs the constants the graph computes; ``label`` names the
+    model in an error."""
+
+    name = "convert_opset"
+
+    def __init__(self, target: int, label: str, fold: Callable[[ir.Model], ir.Model]) -> None:
+        self.target, self.label, self.fold = target, label, fold
+
+    def call(self, model: ir.Model) -> ConversionResult:
+        """Convert in place; what was done."""
+        converted = convert_opset(model, self.target, self.label, self.fold)
+        restore(model, converted)
+        return ConversionResult(model, True, converted.meta.get(CONVERSION_KEY))
+
+
+class StripMetadata(InPlacePass):
+    """The exporters' metadata stripped (by default; ``--keep-metadata``: not run): every
+    node's and value's metadata dropped, onnxfold's own keys kept unless ``everything``
+    (``--strip-metadata=all``; ``metadata.py``); run after the report read the module
+    paths."""
+
+    name = "strip_metadata"
+
+    def __init__(self, everything: bool) -> None:
+        self.everything = everything
+
+    def call(self, model: ir.Model) -> StripResult:
+        """Strip in place; the entries and bytes dropped."""
+        stripped = strip_metadata(model, self.everything)
+        return StripResult(model, bool(stripped.entries), stripped)
+
+
+def restore(model: ir.Model, fresh: ir.Model) -> None:
+    """Make ``model`` (the caller's object: ``optimize`` changes an ``ir.Model`` in place)
+    hold ``fresh``'s content, through onnx-ir's public attributes and dicts. What
+    ``model.meta`` remembers of the old graph goes: its name allocator, and the mark that its
+    declared types were recorded (the fresh graph's are recorded by its first inference)."""
+    model.graph = fresh.graph
+    model.ir_version, model.producer_name = fresh.ir_version, fresh.producer_name
+    model.producer_version, model.domain = fresh.producer_version, fresh.domain
+    model.model_version, model.doc_string = fresh.model_version, fresh.doc_string
+    model.functions.clear()
+    model.functions.update(fresh.functions)
+    model.metadata_props.clear()
+    model.metadata_props.update(fresh.metadata_props)
+    model.meta.pop(NAMES_KEY, None)
+    model.meta.pop(MARKED_KEY, None)
 
 
 class FixInputShapes(InPlacePass):
@@ -55,12 +110,12 @@ class FixInputShapes(InPlacePass):
 
     name = "input_shapes"
 
-    def __init__(self, specs: tuple[str, ...]) -> None:
-        self.specs = specs
+    def __init__(self, shapes: InputShapes) -> None:
+        self.shapes = shapes
 
     def call(self, model: ir.Model) -> InputShapesResult:
-        """Fix the dims the specs name; modified if one changed."""
-        fixed = apply_input_shapes(model, self.specs)
+        """Fix the dims the shapes name; modified if one changed."""
+        fixed = apply_input_shapes(model, self.shapes)
         return InputShapesResult(model, fixed.changed > 0, fixed)
 
 
@@ -316,20 +371,3 @@ class Sorted(InPlacePass):
         for graph in unsorted:
             graph.sort()
         return PassResult(model, bool(unsorted))
-
-
-class Cleanups(InPlacePass):
-    """The catalogue's whole-model cleanups (``@cleanup``: a plugin's or a test's), after the
-    installed ones (``cleanups.py``, passes of their own)."""
-
-    name = "cleanups"
-
-    def __init__(self, catalogue: Catalogue, strict: bool, settings: RunSettings) -> None:
-        self.catalogue, self.strict, self.settings = catalogue, strict, settings
-
-    def call(self, model: ir.Model) -> CleanupsResult:
-        """Run every cleanup once; their hits."""
-        removed: Counter = Counter()
-        hits = run_cleanups(model, self.catalogue, strict=self.strict, settings=self.settings,
-                            removed=removed)
-        return CleanupsResult(model, bool(hits), hits, removed)

@@ -19,7 +19,7 @@ from onnx_ir.passes import InPlacePass, PassBase, PassResult
 # The phase each pipeline pass counts towards (a pass not listed counts as "cleanup").
 PASS_PHASES = {
     "input_shapes": "shapes", "infer_shapes": "shapes", "refine_shapes": "shapes",
-    "rewrite": "rewrite", "fold": "fold", "fold_functions": "fold",
+    "rewrite": "rewrite", "fold": "fold", "fold_functions": "fold", "convert_opset": "load",
 }
 
 

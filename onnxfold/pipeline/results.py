@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassBase, PassResult
@@ -20,6 +21,21 @@ from onnx_ir.passes import InPlacePass, PassBase, PassResult
 from onnxfold.analysis.declines import Reason
 from onnxfold.analysis.input_shapes import Fixed
 from onnxfold.fold.folder import FoldCounts
+from onnxfold.pipeline.metadata import Stripped
+
+
+@dataclass
+class ConversionResult(PassResult):
+    """``ConvertOpset``: what the conversion did (``opset_conversion.Conversion.to_dict``)."""
+
+    conversion: dict[str, Any] | None = None
+
+
+@dataclass
+class StripResult(PassResult):
+    """``StripMetadata``: the metadata entries it dropped and their encoded bytes."""
+
+    stripped: Stripped = field(default_factory=Stripped)
 
 
 @dataclass
@@ -74,7 +90,7 @@ class FoldFunctionsResult(PassResult):
 
 @dataclass
 class CleanupsResult(PassResult):
-    """``Cleanups``: hits per cleanup, and the nodes each removed net."""
+    """A cleanup pass (``cleanups.py``): its hits, and the nodes it removed net."""
 
     hits: Counter = field(default_factory=Counter)
     removed: Counter = field(default_factory=Counter)

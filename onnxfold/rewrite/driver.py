@@ -1,5 +1,4 @@
-"""The rewrite driver: the catalogue's patterns applied from a worklist until nothing changes,
-and the cleanups.
+"""The rewrite driver: the catalogue's patterns applied from a worklist until nothing changes.
 
 As MLIR's greedy pattern driver and tinygrad's ``graph_rewrite``: the rules are indexed by op
 type, the first sweep tries every node once in graph order, and after a rewrite only the nodes
@@ -17,8 +16,6 @@ A rule that raises is contained: ``StepFailed`` with its name unless not strict.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import weakref
 from collections import Counter
 from collections.abc import Collection, Iterable, MutableSet, Sequence
@@ -35,7 +32,7 @@ from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
-from onnxfold.ir.graph import all_graphs, counted_nodes, use_count
+from onnxfold.ir.graph import all_graphs, use_count
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
 from onnxfold.rewrite.sweep import (
@@ -95,7 +92,7 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
         for graph in all_graphs(model):
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph,
-                              facts=facts)
+                              keep=settings.keep, facts=facts)
             state = GraphState(graph, model, plan.constant, facts, rejected, rejected_at,
                                shape_steps=shape_steps, settings=settings, log=log)
             work.begin(graph, state)
@@ -368,21 +365,3 @@ class Resumable:
         work.marked = weakref.WeakSet(work.marked)
         work.changed = {graph: weakref.WeakSet(nodes) for graph, nodes in work.changed.items()}
         self._snapshots = {graph: _Snapshot(graph) for graph in work.seen}
-
-
-def run_cleanups(model: ir.Model, catalogue: Catalogue, strict: bool = True,
-                 settings: RunSettings = DEFAULTS, removed: Counter | None = None) -> Counter:
-    """Run each cleanup of ``catalogue`` once, given the run's ``settings`` (with the
-    catalogue's non-deterministic ops); hits per rule. ``removed`` receives the nodes each
-    cleanup removed net (the model's node count before it less after it)."""
-    settings = dataclasses.replace(settings, nondeterministic_ops=catalogue.nondeterministic)
-    hits: Counter = Counter()
-    count = counted_nodes(model) if removed is not None else 0  # counted again after a hit only
-    for rule in catalogue.cleanups:
-        n = contained(rule.name, strict, functools.partial(rule.fn, model, settings))
-        if n:
-            hits[rule.name] += n
-            if removed is not None:
-                before, count = count, counted_nodes(model)
-                removed[rule.name] += before - count
-    return hits

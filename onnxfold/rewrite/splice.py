@@ -31,6 +31,7 @@ from onnxfold.declare.builder import (
 from onnxfold.ir import provenance
 from onnxfold.ir.edits import detach, replace_value
 from onnxfold.ir.graph import subgraphs, use_count
+from onnxfold.rewrite.judge import stands_for_output
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
     for value, shape in replacement.shapes.items():
         value.shape = shape
     for old, new in replacement.values.items():
-        if old in graph.outputs and (new in graph.outputs or _computed_elsewhere(new, graph)):
+        if old in graph.outputs and not stands_for_output(new, graph):
             identity = ir.Node("", "Identity", [new], name=fresh("Identity"))
             identity.outputs[0].name = fresh(old.name or "output")
             graph.insert_before(before, identity)
@@ -193,13 +194,6 @@ def _rewire(node: ir.Node, inputs: Sequence[ir.Value | None]) -> None:
         node.resize_inputs(len(inputs))
         for i in range(len(given), len(inputs)):
             node.replace_input_with(i, inputs[i])
-
-
-def _computed_elsewhere(value: ir.Value, graph: ir.Graph) -> bool:
-    """Whether no node of ``graph`` computes ``value`` (an input, an initializer, an outer
-    value): a graph output must be computed by a node of its graph."""
-    producer = value.producer()
-    return producer is None or producer.graph is not graph
 
 
 def _read(node: ir.Node) -> bool:

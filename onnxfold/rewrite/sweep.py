@@ -24,7 +24,12 @@ from onnxfold.analysis.step_inputs import ShapeSteps, shared_dim_names
 from onnxfold.analysis.symbolic import shape_values
 from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.builder import BuiltNode, OpBuilder
-from onnxfold.declare.pattern_rules import KEEPS_QDQ_UNITS, PatternRule, call_with
+from onnxfold.declare.pattern_rules import (
+    KEEPS_QDQ_UNITS,
+    REWRITES_CONSTANTS,
+    PatternRule,
+    call_with,
+)
 from onnxfold.declare.patterns import P
 from onnxfold.declare.verdicts import Match, Reject
 from onnxfold.declare.view import GraphView
@@ -194,13 +199,18 @@ class Sweep:
         return changed
 
     def _try(self, node: ir.Node) -> bool:
-        """Try each pattern of ``node``'s op type until one rewrites; whether one did."""
+        """Try each pattern of ``node``'s op type until one rewrites; whether one did. Where
+        every result of ``node`` is constant the fold computes them: only the rules that
+        rewrite constants for the fold (tagged ``rewrites_constants``) are tried there."""
         state = self.state
         rejected, rejected_at, view = state.rejected, state.rejected_at, state.view
         self.tried += 1
         if rejected_at is not None:
             rejected_at.pop(node, None)  # what held at an earlier try may hold no more
+        constant = bool(node.outputs) and all(v in state.constant for v in node.outputs)
         for rule, order in self.rules.get(node.op_type, ()):
+            if constant and REWRITES_CONSTANTS not in rule.tags:
+                continue
             self.trying.name = rule.name
             captures: dict[str, Any] = {}
             if not order.match_node(node, view, captures):
@@ -246,7 +256,8 @@ class Sweep:
         pattern_nodes = set(captured)
         reason = refusal(state.graph, proposal, builder.built, captured,
                          [n for n in matched if n not in pattern_nodes], state.settings.keep,
-                         KEEPS_QDQ_UNITS in rule.tags)
+                         KEEPS_QDQ_UNITS in rule.tags,
+                         [captures[name] for name in rule.bypassed if name in captures])
         if reason is not None:
             for item in builder.built:
                 if isinstance(item, BuiltNode):
@@ -290,7 +301,7 @@ def surroundings(captured: Iterable[object]) -> set[ir.Node]:
 def marked_readers(value: ir.Value) -> list[ir.Node]:
     """The readers of ``value`` a mark around a change reaches: none when more than
     :data:`WIDE` nodes read it. A rewrite next to such a value changes its readers' count by a
-    few, which no pattern's ``single_use`` or check can tell from more than ``WIDE``; the
+    few, which no judgement or check can tell from more than ``WIDE``; the
     readers a rewrite does change (rewired, built) are marked by name. Marking through it
     reached most of a dynamo export (a sequence length read by every layer) at every rewrite
     near it."""

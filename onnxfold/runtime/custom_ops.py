@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from onnxfold.errors import InputError, one_line
 from onnxfold.io.opener import check_regular
 
 
@@ -22,12 +21,3 @@ def checked_libraries(paths: Sequence[str | os.PathLike]) -> tuple[str, ...]:
         check_regular(path, shown=f"custom-op library {os.fspath(path)}")
     return tuple(os.fspath(path) for path in paths)
 
-
-def register(options, paths: Sequence[str]) -> None:
-    """Load each library into the onnxruntime ``SessionOptions`` ``options``."""
-    for path in paths:
-        try:
-            options.register_custom_ops_library(path)
-        except Exception as e:  # onnxruntime raises its own error types (or OSError)
-            raise InputError(f"custom-op library {path}: onnxruntime cannot load it "
-                             f"({one_line(e, 200)})") from None

@@ -28,10 +28,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.errors import InputError, one_line
+from onnxfold.host.ort_sessions import open_session, session_options
 from onnxfold.host.terminal import printable
 from onnxfold.io import save_model
 from onnxfold.ir.arrays import c_contiguous
-from onnxfold.runtime import custom_ops
 
 
 @dataclass
@@ -130,13 +130,11 @@ class EntryModel:
         (``owned``: the others are in the data file, onnxruntime's to load)."""
         import onnxruntime as ort
 
-        options = fresh_options(self.sess_options)
-        custom_ops.register(options, self.custom_op_libraries)
+        options = session_options(like=self.sess_options, log_level=None,
+                                  libraries=self.custom_op_libraries)
         values = [ort.OrtValue.ortvalue_from_numpy(c_contiguous(folded[n])) for n in handed]
         try:
-            if handed:
-                options.add_external_initializers(handed, values)
-            session = ort.InferenceSession(self.path, options, providers=self.providers)
+            session = open_session(self.path, options, self.providers, dict(zip(handed, values)))
         except Exception as e:  # onnxruntime refuses the folded tensors or the options
             raise InputError(f"onnxruntime cannot build the entry session: "
                              f"{printable(one_line(e, 300))}") from None
@@ -144,40 +142,6 @@ class EntryModel:
         run = native.run if native is not None and hasattr(native, "run") else session.run
         return BoundEntry(session, run, values, sum(int(folded[n].nbytes) for n in self.bound),
                           owned=owned)
-
-
-_OPTION_PROPERTIES = (
-    "enable_cpu_mem_arena", "enable_mem_pattern", "enable_mem_reuse", "enable_profiling",
-    "execution_mode", "execution_order", "graph_optimization_level", "inter_op_num_threads",
-    "intra_op_num_threads", "log_severity_level", "log_verbosity_level", "logid",
-    "optimized_model_filepath", "profile_file_prefix", "use_deterministic_compute",
-    "use_per_session_threads")
-_CONFIG_KEYS = (  # onnxruntime cannot list a SessionOptions' entries: the common ones are copied
-    "session.disable_prepacking", "session.intra_op.allow_spinning",
-    "session.inter_op.allow_spinning", "session.use_env_allocators",
-    "session.set_denormal_as_zero", "session.disable_cpu_ep_fallback",
-    "session.intra_op_thread_affinities", "optimization.disable_specified_optimizers",
-    "session.use_device_allocator_for_initializers", "session.dynamic_block_base")
-
-
-def fresh_options(user: Any) -> Any:
-    """A new SessionOptions with the caller's settings: the folded tensors are added to it, and
-    onnxruntime allows adding a name only once per options object (each set needs another)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    if user is None:
-        return options
-    for name in _OPTION_PROPERTIES:
-        with contextlib.suppress(AttributeError, TypeError, RuntimeError):
-            setattr(options, name, getattr(user, name))
-    for key in _CONFIG_KEYS:
-        try:
-            value = user.get_session_config_entry(key)
-        except Exception:  # onnxruntime raises RuntimeError for a key that was never set
-            continue
-        options.add_session_config_entry(key, value)
-    return options
 
 
 class _Placeholder(ir.ExternalTensor):

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.declare.catalogue import Catalogue
+from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.rewrite.driver import rewrite
 from onnxfold.rewrite.steps import StepFailed
@@ -65,13 +65,12 @@ def merge_low_rank_branches(model: ir.Model, runtime_inputs: Sequence[ir.Value],
     options = options or FoldOptions()
     off = set(options.disabled_rules) | set(options.keep)
     catalogue = catalogue.only(RULE).without(off)
-    if not catalogue.patterns:
+    if not catalogue.of(PatternRule):
         return LowRankMerges(enabled=False)
     if not runtime_inputs:
         return LowRankMerges()
     infer_shapes(model)  # the factors' shapes decide what merges
-    settings = RunSettings(keep=frozenset(options.keep),
-                           runtime_inputs=frozenset(str(v.name) for v in runtime_inputs))
+    settings = options.run_settings(runtime_inputs=(str(v.name) for v in runtime_inputs))
     snapshot = None if options.strict else model.graph.clone()
     rejected_at: dict[ir.Node, str] = {}
     try:

@@ -315,6 +315,7 @@ def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str], catalo
     if compile_time not in COMPILE_TIME:
         raise InputError(f"compile_time must be one of {', '.join(COMPILE_TIME)}")
     runtime_constants = list(runtime_constants)
+    options = options or FoldOptions()
     merges = merge_low_rank_branches(model, match_inputs(model.graph, runtime_constants),
                                      catalogue, options)
     if compile_time == "fold":
@@ -326,7 +327,7 @@ def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str], catalo
             model, match_inputs(model.graph, runtime_constants), catalogue, options)
     parts = split_model(model, runtime_constants,
                         separate_compile_time=compile_time == "separate",
-                        keep=frozenset(options.keep) if options is not None else frozenset(),
+                        keep=options.run_settings().keep,
                         catalogue=catalogue, file_weights=file_weights)
     parts.low_rank = merges
     return parts

@@ -21,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.analysis.constness import plan_graph
-from onnxfold.declare import load_catalogue
+from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.fold import policy
 from tests.support.cli import assert_ok
 from tests.support.measured_child import run_measured

@@ -29,7 +29,7 @@ from onnx import TensorProto, helper
 from onnxfold.analysis import dim_algebra, step_inputs
 from onnxfold.analysis.dim_algebra import MAX_EXPRESSION_SIZE, Sym, arith, expression
 from onnxfold.analysis.step_inputs import StepInputs
-from onnxfold.declare import load_catalogue
+from onnxfold.declare.catalogue import load_catalogue
 from tests.support.cli import REFUSAL_TIMEOUT, assert_ok, run_cli
 
 LEVELS = 40

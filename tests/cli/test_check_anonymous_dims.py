@@ -19,6 +19,7 @@ from onnxfold.analysis import dim_relations
 from onnxfold.analysis.dim_relations import Bound, DimPlan, Profile, settle
 from tests.support.cli import run_cli
 from tests.support.models import make_model, tensor, vinfo
+from tests.support.wild_models import wild_model
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 ANONYMOUS = {"-1": -1, "unnamed": None, "question mark": "?"}
@@ -193,13 +194,10 @@ def test_settle_keeps_given_dims_and_prefers_the_cache_length():
         "total=3 (total = past + seq)"  # nothing guessed can keep it: said
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.expanduser(
-    "~/.cache/onnxfold-wild/models/rapidocr_cls.onnx")), reason="wild corpus not fetched "
-    "(python -m tools.wild_corpus fetch)")
 def test_a_baked_batch_in_a_paddle_model_with_question_mark_dims_fails(tmp_path):
     """rapidocr_cls (``x: [-1, 3, ?, ?]``) with the bake_batch mutant planted: the check
     varies the batch and fails; nothing is written."""
-    model = os.path.expanduser("~/.cache/onnxfold-wild/models/rapidocr_cls.onnx")
+    model = str(wild_model("rapidocr_cls"))
     out = tmp_path / "o.onnx"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run([sys.executable, "-m", "tools.mutants", "bake_batch", "optimize",

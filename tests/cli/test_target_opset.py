@@ -293,24 +293,19 @@ def test_a_reduce_with_noop_and_no_axes_becomes_an_identity(tmp_path):
 
 def test_a_converted_model_is_loaded_in_onnxruntime_whatever_its_size(tmp_path, capsys):
     """Above the verification's node bound a plain output is not loaded; a converted one is:
-    a cleanup that breaks the model (a stand-in for what a converter can leave) is caught."""
+    a rule that breaks the model (a stand-in for what a converter can leave) is caught."""
     from dataclasses import replace
 
     from onnxfold.app import cli
     from onnxfold.app.verify import VERIFY_MAX_NODES
-    from onnxfold.declare import CleanupRule
-    from onnxfold.declare.catalogue import Catalogue, load_catalogue
+    from tests.support.bugged_rules import corrupting, with_rule
 
     nodes = [helper.make_node("Relu", [f"x{i}"], [f"x{i + 1}"]) for i in
              range(VERIFY_MAX_NODES + 10)]
     src = _save(tmp_path / "m.onnx", nodes, [helper.make_tensor_value_info("x0", F, [2])],
                 [helper.make_tensor_value_info(f"x{len(nodes)}", F, [2])], opset=17)
 
-    def corrupt(model, settings):
-        next(iter(model.graph)).op_type = "NoSuchOp"
-        return 1
-
-    patched = load_catalogue() + Catalogue((CleanupRule("corrupt", corrupt, "t:1"),))
+    patched = with_rule(corrupting("Relu"))
     out = tmp_path / "out.onnx"
     for extra, code in (([], 0), (["--target-opset", "18"], cli.EXIT_INTERNAL)):
         line = cli.parse(["optimize", src, "-o", str(out), "-q", *extra])

@@ -15,7 +15,7 @@ import onnx
 
 import onnxfold
 from tests.support import export_matrix
-from tools import wild_corpus
+from tests.support.wild_models import wild_model
 
 CASES = [("bert_torchscript", 21), ("llama_kv_torchscript", 18), ("llama_kv_dynamo", 23),
          ("whisper_decoder_kv_dynamo", 21), ("bert_static_qdq", 19),
@@ -44,7 +44,4 @@ def test_exports_convert_and_compute_the_same(name, target, tmp_path):
 
 @pytest.mark.parametrize(("name", "target"), WILD)
 def test_wheel_shipped_models_convert_and_compute_the_same(name, target, tmp_path):
-    path = wild_corpus.default_cache() / "models" / f"{name}.onnx"
-    if not path.exists():
-        pytest.skip(f"{name} is not fetched (python -m tools.wild_corpus fetch)")
-    _converted_matches(path, target, tmp_path)
+    _converted_matches(wild_model(name), target, tmp_path)

@@ -14,16 +14,12 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
-import onnx_ir as ir
 import pytest
 
 from onnxfold.app import cli
 from onnxfold.app.report_html import render_html
-from onnxfold.declare import CleanupRule
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.ir.provenance import FOLDED_FROM
 from onnxfold.pipeline.report import Report
+from tests.support.bugged_rules import doubling_fold
 from tests.support.cli import assert_ok, run_cli
 from tests.support.html_pages import BERT, chromium, hostile_model, needs_chromium
 
@@ -43,25 +39,11 @@ document.body.dataset.cardOverflow = Array.prototype.some.call(
 </script></body>"""
 
 
-def _scale_a_fold(model, settings):
-    """A stand-in for a wrong fold: the largest folded float tensor doubled."""
-    folded = [v for v in model.graph.initializers.values() if v.const_value is not None and
-              FOLDED_FROM in v.const_value.metadata_props and
-              v.const_value.dtype == ir.DataType.FLOAT and v.const_value.size > 1]
-    if not folded:
-        return 0
-    value = max(folded, key=lambda v: v.const_value.size)
-    props = dict(value.const_value.metadata_props)
-    value.const_value = ir.tensor(value.const_value.numpy() * np.float32(2), name=value.name)
-    value.const_value.metadata_props.update(props)
-    return 1
-
-
 @pytest.fixture(scope="module")
 def failed_page(tmp_path_factory):
     """The tiny BERT's report where a wrong fold fails the check (exit 1)."""
     tmp = tmp_path_factory.mktemp("failed")
-    patched = load_catalogue() + Catalogue((CleanupRule("wrong", _scale_a_fold, "t:1"),))
+    patched = doubling_fold("Transpose")  # a folded weight transpose
     line = cli.parse(["optimize", BERT, "-o", str(tmp / "o.onnx"), "--check", "1", "-q",
                       "--report", str(tmp / "r.html"), "--json", str(tmp / "r.json")])
     command = dataclasses.replace(line.command, settings=dataclasses.replace(

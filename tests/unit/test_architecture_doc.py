@@ -54,7 +54,7 @@ def path_exists(path: str, root: Path = REPO) -> bool:
 
 def dotted_name_exists(name: str) -> bool:
     """Whether ``name`` is a module, or an attribute chain of the longest module it starts
-    with (``onnxfold.declare.Catalogue.without``)."""
+    with (``onnxfold.declare.catalogue.Catalogue.without``)."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         module = ".".join(parts[:cut])
@@ -135,8 +135,8 @@ def test_the_checks_catch_what_does_not_exist(tmp_path: Path) -> None:
     assert quoted_paths("`fold/pool.py`, `ctx.add_node`, `x.py`, `python -m\ntools.x`,\n"
                         "```python\nsize = `unpaired\n```\n`rules/`, `np.ndarray`") == {
         "fold/pool.py", "x.py", "rules/"}
-    assert dotted_name_exists("onnxfold.declare.Catalogue.without")
-    assert not dotted_name_exists("onnxfold.declare.Catalog")
+    assert dotted_name_exists("onnxfold.declare.catalogue.Catalogue.without")
+    assert not dotted_name_exists("onnxfold.declare.catalogue.Catalog")
     assert not dotted_name_exists("onnxfold.fold.no_such_module")
     with pytest.raises(AssertionError):
         layer_packages("OTHER = ()")

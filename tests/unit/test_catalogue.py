@@ -15,7 +15,8 @@ from test_policy import _tied_embedding
 import onnxfold
 from onnxfold.declare import SHAPE_FOLDING, OpBuilder, P, Var, pattern
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.declare.registry import RULES_ATTR
+from onnxfold.declare.pattern_rules import PatternRule
+from onnxfold.declare.registry import RULES_ATTR, FolderRule
 from onnxfold.pipeline.options import FoldOptions
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import fold_proto
@@ -60,7 +61,7 @@ def test_no_shape_folding_keeps_the_growth_policy(tmp_path):
 
 
 def test_rule_opset_ranges_exist_in_onnx():
-    for rule in load_catalogue().folders:
+    for rule in load_catalogue().of(FolderRule):
         schema = onnx.defs.get_schema(rule.op_type, rule.since, rule.domain)
         assert schema.since_version == rule.since, rule.name
         if rule.until is not None:
@@ -74,16 +75,16 @@ def test_rule_opset_ranges_exist_in_onnx():
 def test_the_catalogue_is_immutable():
     catalogue = load_catalogue()
     with pytest.raises(AttributeError):
-        catalogue.folders = ()  # type: ignore[misc]
+        catalogue.rules = ()  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        catalogue.folders[0].since = 1  # type: ignore[misc]
+        catalogue.of(FolderRule)[0].since = 1  # type: ignore[misc]
     assert catalogue.without({"Neg"}) is not catalogue
     assert catalogue.without({"Neg"}).folder("", "Neg", 17) is None
     assert catalogue.only("merge_transposes").names() == {"merge_transposes"}
 
 
 def test_a_pattern_records_where_it_is_declared():
-    (rule,) = [p for p in load_catalogue().patterns if p.name == "merge_transposes"]
+    (rule,) = [p for p in load_catalogue().of(PatternRule) if p.name == "merge_transposes"]
     assert rule.source.endswith(".py:" + rule.source.rsplit(":", 1)[1])
     assert "rewrites.py" in rule.source and rule.uses == {"Transpose"}
 
@@ -122,7 +123,7 @@ def test_the_engine_names_no_rule_it_needs_to_know_of():
     name in the engine's code: no pattern or cleanup name is a string constant of onnxfold/
     outside the runtime's own uses of the rules it runs."""
     catalogue = load_catalogue()
-    names = {r.name for r in (*catalogue.patterns, *catalogue.cleanups)}
+    names = {r.name for r in catalogue.of(PatternRule)}
     package = Path(onnxfold.__file__).parent
     found = {(str(path.relative_to(package)), value)
              for path in package.rglob("*.py")

@@ -8,9 +8,8 @@ import pytest
 from onnx import helper
 
 import onnxfold
-from onnxfold.declare import CleanupRule, P, PatternRule
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.pipeline.options import FoldOptions
+from tests.support.bugged_rules import broken, with_rule
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.running import run_ort
 
@@ -25,23 +24,12 @@ def _model():
                       [tensor("w", w)])
 
 
-def _broken(*_args, **_kwargs):
-    raise ValueError("a bug in a rule")
-
-
-BROKEN_CLEANUP = CleanupRule("broken_cleanup", lambda model, settings: _broken(), "test:1")
-BROKEN_PATTERN = PatternRule("broken_pattern", P("Add"), _broken, None, "test:2")
-
-
-@pytest.mark.parametrize("extra", [
-    Catalogue((BROKEN_CLEANUP,)), Catalogue((BROKEN_PATTERN,))],
-    ids=["cleanup", "pattern"])
-def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, save, extra):
-    patched = load_catalogue() + extra
+def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, save):
+    patched = with_rule(broken())
     path = save(_model())
     result = onnxfold.optimize(path, FoldOptions(), catalogue=patched)
     (step,) = result.report.skipped_steps
-    assert step.startswith(f"{extra.names().pop()}: ValueError: a bug in a rule")
+    assert step.startswith("broken_pattern: ValueError: a bug in a rule")
     assert step.endswith("please report")
     assert "skipped" in result.report.summary()
     assert result.report.pattern_hits.get("merge_transposes") == 1  # the rest still ran
@@ -56,7 +44,7 @@ def test_a_failing_rule_is_skipped_and_the_run_succeeds(tmp_path, save, extra):
 def test_an_in_memory_model_is_restored_in_place(save):
     import onnx_ir as ir
 
-    patched = load_catalogue() + Catalogue((BROKEN_CLEANUP,))
+    patched = with_rule(broken())
     model = ir.serde.deserialize_model(_model())
     result = onnxfold.optimize(model, FoldOptions(), catalogue=patched)
     assert result.model is model and result.report.skipped_steps
@@ -80,11 +68,11 @@ def _model_with_function_and_metadata():
 
 
 def _restored():
-    """``_model_with_function_and_metadata`` as an ``ir.Model``, optimized with a cleanup
-    that fails: the run starts again from a copy taken first, restored into this object."""
+    """``_model_with_function_and_metadata`` as an ``ir.Model``, optimized with a rule that
+    fails: the run starts again from a copy taken first, restored into this object."""
     import onnx_ir as ir
 
-    patched = load_catalogue() + Catalogue((BROKEN_CLEANUP,))
+    patched = with_rule(broken("Relu"))
     model = ir.serde.deserialize_model(_model_with_function_and_metadata())
     result = onnxfold.optimize(model, FoldOptions(), catalogue=patched)
     assert result.model is model and result.report.skipped_steps
@@ -107,6 +95,10 @@ def test_a_restored_model_keeps_the_types_it_declared(tmp_path):
     out = tmp_path / "out.onnx"
     onnxfold.save_model(_restored(), out)
     assert [v.name for v in onnx.load(out).graph.value_info] == ["r"]  # as without the failure
+
+
+def _broken(*_args, **_kwargs):
+    raise ValueError("a bug in a rule")
 
 
 def test_a_failing_installed_cleanup_is_skipped_by_its_name(save, monkeypatch):

@@ -20,9 +20,10 @@ from onnx import helper
 
 import onnxfold
 import onnxfold.declare
-from onnxfold.declare import PatternRule, SizeRule
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.registry import RULES_ATTR
+from onnxfold.declare.sizes import SizeRule
 from tests.support.models import make_model, vinfo
 from tests.support.running import run_ort
 

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.declare import (
     KEEPS_QDQ_UNITS,
+    REWRITES_CONSTANTS,
     GraphView,
     Match,
     OpBuilder,
@@ -22,10 +23,10 @@ from onnxfold.declare import (
     Reject,
     Replacement,
     Var,
-    load_catalogue,
 )
-from onnxfold.declare.catalogue import Catalogue
+from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import PatternRule
+from onnxfold.declare.registry import OpFact
 from onnxfold.ir.edits import names_for
 from onnxfold.rewrite.driver import rewrite
 from tests.support.models import make_model, tensor, vinfo
@@ -76,7 +77,7 @@ def _run(proto, rule: PatternRule, keep: frozenset[str] = frozenset()
          ) -> tuple[ir.Model, Counter, int]:
     """``proto`` rewritten with ``rule`` alone; the model, the rejections and the hits."""
     model = ir.serde.deserialize_model(proto)
-    catalogue = Catalogue((rule, *load_catalogue().facts))
+    catalogue = Catalogue((rule, *load_catalogue().of(OpFact)))
     rejected: Counter = Counter()
     done = rewrite(model, catalogue, rejected, settings=RunSettings(keep=keep))
     return model, rejected, done.hits[rule.name]
@@ -301,3 +302,85 @@ def test_the_qdq_reason_comes_before_the_checks_own():
     assert hits == 0 and rejected == Counter({
         "declines_in_units: in a QDQ node unit onnxruntime runs as an integer kernel: Relu "
         "reads a DequantizeLinear output": 1})
+
+
+def _abs_of(op: OpBuilder, x: ir.Value) -> ir.Value:
+    return op.Abs(x, _name="abs")
+
+
+def _relu_of_neg(bypassed: bool) -> PatternRule:
+    """Relu(Neg(x)) -> Abs(x) (not its meaning), the Neg a node of the pattern."""
+    return PatternRule("abs_of_relu_of_neg",
+                       P("Relu", P("Neg", Var("x"), name="inner", bypassed=bypassed),
+                         name="node"), _abs_of, None, "test:10")
+
+
+def test_a_proposal_leaving_a_matched_node_read_outside_the_match_is_refused():
+    """The Neg is also a graph output: removing it is not the rewrite's to do, and keeping
+    it would compute x's negation twice. Refused; a pattern that marks the Neg ``bypassed``
+    (a rewrite composing past it) rewrites and leaves it for its other reader; with no other
+    reader, the Neg goes."""
+    model, rejected, hits = _run(_neg_relu(outputs=("y", "n")), _relu_of_neg(False))
+    assert hits == 0 and _ops(model.graph) == ["Neg", "Relu"]
+    assert rejected == Counter(
+        {"abs_of_relu_of_neg: a Neg it removes stays read outside the match": 1})
+    model, rejected, hits = _run(_neg_relu(outputs=("y", "n")), _relu_of_neg(True))
+    assert hits == 1 and not rejected and _ops(model.graph) == ["Neg", "Abs"]
+    model, rejected, hits = _run(_neg_relu(), _relu_of_neg(False))
+    assert hits == 1 and not rejected and _ops(model.graph) == ["Abs"]
+
+
+def test_a_proposal_removing_a_node_whose_other_result_is_read_is_refused():
+    """Dropout(x) -> x where its mask is read: the Dropout would stay for the mask."""
+    forward = PatternRule("forward_dropout", P("Dropout", Var("x"), name="node"), _forward,
+                          None, "test:11")
+    nodes = [helper.make_node("Dropout", ["x"], ["d", "mask"]),
+             helper.make_node("Relu", ["d"], ["y"]), helper.make_node("Not", ["mask"], ["m"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3])],
+                       [vinfo("y", shape=[2, 3]), vinfo("m", TensorProto.BOOL, [2, 3])])
+    model, rejected, hits = _run(proto, forward)
+    assert hits == 0 and _ops(model.graph) == ["Dropout", "Relu", "Not"]
+    assert rejected == Counter(
+        {"forward_dropout: it would remove a Dropout whose other result stays read": 1})
+
+
+def _reshaped(op: OpBuilder, node: ir.Node) -> Replacement:
+    """The Neg's output declared [6] (not its meaning: a proposal that reshapes a value)."""
+    return Replacement(shapes={node.inputs[0]: ir.Shape([6])})
+
+
+def test_a_proposal_reshaping_a_value_read_outside_the_match_is_refused():
+    rule = PatternRule("reshape_the_input", P("Relu", Var("x"), name="node"), _reshaped,
+                       None, "test:12")
+    model, rejected, hits = _run(_neg_relu(outputs=("y", "n")), rule)
+    assert hits == 0 and rejected == Counter(
+        {"reshape_the_input: a value it reshapes is read outside the match": 1})
+    assert model.graph.node(0).outputs[0].shape == ir.Shape([2, 3])
+
+
+def test_a_node_the_fold_computes_is_left_to_it():
+    """Neg(c) of a constant c: the fold computes it, the driver tries no rule there but one
+    tagged ``rewrites_constants``; a Neg of an input it tries."""
+    nodes = [helper.make_node("Neg", ["c"], ["n"]), helper.make_node("Add", ["n", "x"], ["y"])]
+    proto = make_model(nodes, [vinfo("x", shape=[2, 3])], [vinfo("y", shape=[2, 3])],
+                       [tensor("c", np.ones((2, 3), np.float32))])
+    model, rejected, hits = _run(proto, FORWARDING_RULE)
+    assert hits == 0 and not rejected and _ops(model.graph) == ["Neg", "Add"]
+    tagged = PatternRule(FORWARDING_RULE.name, FORWARDING_RULE.pattern, _forward, None,
+                         "test:13", tags=frozenset({REWRITES_CONSTANTS}))
+    model, rejected, hits = _run(proto, tagged)
+    assert hits == 1 and _ops(model.graph) == ["Add"]
+    model, rejected, hits = _run(_neg_relu(), FORWARDING_RULE)
+    assert hits == 1 and _ops(model.graph) == ["Relu"]
+
+
+def test_a_proposal_removing_more_than_the_identity_it_needs_is_taken():
+    """Relu(Neg(x)) -> x at a graph output, x an input: the output needs an Identity, and
+    the proposal removes two nodes, so one node is left (with one removed node, the
+    Identity would only take its place: refused, as above)."""
+    forward = PatternRule("forward_twice", P("Relu", P("Neg", Var("x"), name="inner"),
+                                             name="node"), _forward, None, "test:14")
+    model, rejected, hits = _run(_neg_relu(), forward)
+    assert hits == 1 and not rejected and _ops(model.graph) == ["Identity"]
+    (out,) = model.graph.outputs
+    assert out.name == "y" and out.producer().inputs[0] is model.graph.inputs[0]

@@ -58,14 +58,9 @@ def test_temporary_names_stay_under_the_file_name_limit(tmp_path, length):
 def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, capsys):
     from dataclasses import replace
 
-    from onnxfold.declare import CleanupRule
-    from onnxfold.declare.catalogue import Catalogue, load_catalogue
+    from tests.support.bugged_rules import corrupting, with_rule
 
-    def corrupt(model, settings):  # a stand-in for a rewrite bug: a node onnxruntime does not know
-        next(iter(model.graph)).op_type = "NoSuchOp"
-        return 1
-
-    patched = load_catalogue() + Catalogue((CleanupRule("corrupt", corrupt, "t:1"),))
+    patched = with_rule(corrupting("Gather"))  # a node onnxruntime does not know
     out = tmp_path / "out.onnx"
     line = cli.parse(["optimize", TINY_BERT, "-o", str(out)])
     command = replace(line.command, settings=replace(line.command.settings, catalogue=patched))

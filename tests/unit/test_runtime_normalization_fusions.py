@@ -126,6 +126,24 @@ def test_a_mean_read_outside_the_norm_keeps_the_decomposition(tmp_path):
     assert_same_bits(model, folded, _feeds())
 
 
+@pytest.mark.parametrize("opset, present", [(13, "Mul"), (17, "LayerNormalization")])
+def test_a_tail_whose_weight_a_kept_identity_shares_stays_fused(tmp_path, opset, present):
+    """TorchScript shares equal weights through an Identity (Qwen2's and T5's RMSNorm scales):
+    under --keep Identity that value is no constant of the fold, but onnxruntime fuses the
+    tail all the same (a merge of issue 58's --keep-honouring constness with issue 56's rule
+    dropped 4 of 5 fused RMSNorms of a Qwen2 export, and 11 of 12 of a T5 export)."""
+    from onnxfold import FoldOptions
+
+    model = _layer_norm(opset=opset)
+    w = next(t for t in model.graph.initializer if t.name == "w")
+    w.name = "w_shared"
+    model.graph.node.insert(0, helper.make_node("Identity", ["w_shared"], ["w"]))
+    folded, _, _ = fold_proto(model, tmp_path, FoldOptions(strict=True, keep=["Identity"]))
+    assert present in {n.op_type for n in folded.graph.node}
+    assert fused_normalizations(folded) == fused_normalizations(model) == {"LayerNorm": 1}
+    assert_same_bits(model, folded, _feeds())
+
+
 def test_explain_names_the_kept_tail(tmp_path):
     from onnxfold import FoldOptions
 

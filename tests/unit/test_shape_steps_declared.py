@@ -77,7 +77,7 @@ def test_a_declared_step_is_what_the_driver_calls():
 
 
 def test_an_op_declared_twice_is_refused():
-    existing = next(r for r in load_catalogue().shape_value_rules if r.op_type == "Shape")
+    existing = next(r for r in load_catalogue().of(ShapeValueRule) if r.op_type == "Shape")
     with pytest.raises(ValueError, match=r"shape_value\.Shape declared twice"):
         load_catalogue() + Catalogue((existing,))
 

@@ -62,6 +62,23 @@ def test_split_to_sequence_read_at_constant_positions_is_a_split(tmp_path, split
     _same(proto, out, _x((7,)))
 
 
+def test_a_chunk_that_is_two_graph_outputs_still_makes_a_split(tmp_path):
+    """Two SequenceAt of the same position, both graph outputs: one Split chunk, and an
+    Identity for the second output (it used to decline, leaving the sequence)."""
+    nodes = [helper.make_node("SplitToSequence", ["x", "s"], ["seq"], axis=1),
+             helper.make_node("SequenceAt", ["seq", "i0"], ["a"]),
+             helper.make_node("SequenceAt", ["seq", "i0"], ["b"])]
+    proto = make_model(nodes, [vinfo("x", shape=["N", 7])],
+                       [vinfo("a", shape=["N", None]), vinfo("b", shape=["N", None])],
+                       [tensor("i0", np.array(0, np.int64)),
+                        tensor("s", np.asarray([2, 5], np.int64))], opset=18)
+    folded, report, out = fold_proto(proto, tmp_path)
+    assert _ops(folded) == ["Identity", "Split"]
+    assert report.pattern_hits == {"split_to_sequence_as_split": 1}
+    assert [o.name for o in folded.graph.output] == ["a", "b"]
+    _same(proto, out, _x((7,)))
+
+
 def test_the_check_validates_a_split_to_sequence_rewrite_through_its_sequence(tmp_path):
     """The window a SplitToSequence rewrite replaced reads the sequence: the check computes it
     from the original as a list and feeds it (GPT-2's dynamo export: 12 rewrites were said

@@ -2,8 +2,9 @@
 
 The models and their input sizes come from ``tools/wild_corpus.py`` (``ENTRIES``, ``SIZES``,
 ``compare_kwargs``, the ``tools.wild_corpus`` module, the corpus' single source). Models are
-read from ``$ONNXFOLD_WILD_CACHE`` or the script's default cache (``~/.cache/onnxfold-wild``);
-one that is not there is skipped with the command that fetches it. Nothing is downloaded here.
+read from ``$ONNXFOLD_WILD_CACHE`` or the script's default cache (``~/.cache/onnxfold-wild``),
+fetched there the first time a test asks for one (``tests/support/wild_models.py``; skipped
+saying why where the registry cannot be reached).
 
 Each model is folded once per session (``python -m onnxfold optimize M -o OUT --strict -q``:
 a contained, skipped step is a failure) and compared with the original in onnxruntime at each
@@ -25,6 +26,7 @@ import pytest
 import onnxfold
 from tests.support.cli import run_cli
 from tests.support.runtime_fusions import fused_normalizations
+from tests.support.wild_models import wild_model
 from tools import wild_corpus as wild
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +49,7 @@ def folded(tmp_path_factory):
     shared.mkdir(exist_ok=True)
 
     def fold(name: str) -> Path:
-        src = CACHE / "models" / f"{name}.onnx"
-        if not src.exists():
-            pytest.skip(f"{name} is not in {CACHE}: fetch it with "
-                        f"`python -m tools.wild_corpus fetch --only {name}` "
-                        f"(or set ONNXFOLD_WILD_CACHE)")
+        src = wild_model(name)
         out, failed = shared / f"{name}.onnx", shared / f"{name}.failed"
         with open(shared / f"{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -95,6 +93,6 @@ def test_every_fused_normalization_stays_fused(folded, name):
     """Each normalization onnxruntime fuses in the original (its extended-level graph) it fuses
     in the fold too (``rules/normalizations.py``), on a cheap subset of the corpus."""
     out = folded(name)
-    before = fused_normalizations(str(CACHE / "models" / f"{name}.onnx"))
+    before = fused_normalizations(str(wild_model(name)))
     assert sum(before.values()) >= 2  # the subset has norms to keep
     assert fused_normalizations(str(out)) == before

@@ -42,8 +42,8 @@ from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.check.running.models import ModelRef, ort_message
 from onnxfold.errors import InputError
 from onnxfold.host import address_space, interruptible, limits
+from onnxfold.host.ort_sessions import register_libraries
 from onnxfold.io.opener import check_regular
-from onnxfold.runtime import custom_ops
 
 # constants at most this large are written into the model; larger ones are handed over
 HANDED_FROM = 4096
@@ -157,7 +157,7 @@ def session_options(level: str = DEFAULT_LEVEL, libraries: Sequence[str] = (),
     if level not in LEVELS:
         raise InputError(f"--ort-level {level}: expected one of {', '.join(LEVELS)}")
     options = ort.SessionOptions()
-    custom_ops.register(options, libraries)
+    register_libraries(options, libraries)  # loading a library is no run: shared
     options.graph_optimization_level = {
         "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

@@ -9,23 +9,21 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.host import interruptible
+from onnxfold.host.ort_sessions import CPU, open_session, session_options
 
 
 class Backend:
     name = "ort"
 
     def __init__(self, providers: list[str] | None = None) -> None:
-        self.providers = providers or ["CPUExecutionProvider"]
+        self.providers = providers or list(CPU)
         self.session: Any = None  # an onnxruntime.InferenceSession (untyped) once prepared
 
     def prepare(self, model: ir.Model) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        options.enable_cpu_mem_arena = False  # the fold's buffers go back to the system
-        self.session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), options,
-                                            providers=self.providers)
+        # the fold's buffers go back to the system: no arena
+        options = session_options(log_level=3, arena=False)
+        self.session = open_session(ir.to_proto(model).SerializeToString(), options,
+                                    self.providers)
         self.outputs = [o.name for o in self.session.get_outputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
