@@ -228,9 +228,111 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
 )}
 
 
+# Bugs in the machinery under the rules: the fold's onnxruntime runner, the buffer pool,
+# materialization and the writer. Each patches onnxfold's code in this process only; the check
+# runs onnxruntime through its own runner (``onnxfold.check.running.runner``), so a fault in
+# the fold's is never re-derived as right.
+
+
+def _patch(module_name: str, attribute: str, wrap: Callable[[Callable], Callable]) -> None:
+    """Replace ``module.attribute`` by ``wrap(module.attribute)``."""
+    import importlib
+
+    module = importlib.import_module(module_name)
+    setattr(module, attribute, wrap(getattr(module, attribute)))
+
+
+_FOLD_RUNNERS = ("onnxfold.fold.fallback", "onnxfold.fold.fallback_child")
+
+
+def _runner_results(change: Callable[[list], list]) -> None:
+    """The fold's onnxruntime runner (``run_guarded``, as each caller imported it) returns
+    ``change(results)``."""
+    for module in _FOLD_RUNNERS:
+        _patch(module, "run_guarded",
+               lambda run: lambda *a, **k: change(list(run(*a, **k))))
+
+
+def runner_ulps() -> None:
+    """The fold's runner returns each float result 4 ulps off (one element)."""
+    _runner_results(lambda results: [_ulps_off(r) for r in results])
+
+
+def runner_order() -> None:
+    """The fold's runner returns its results in reverse order where two or more have one
+    dtype and shape (the order of ``outputs`` lost)."""
+    def reverse(results: list) -> list:
+        alike = len({(r.dtype, r.shape) for r in results}) == 1
+        return results[::-1] if len(results) > 1 and alike else results
+    _runner_results(reverse)
+
+
+def runner_dropped() -> None:
+    """The fold's runner drops its last result's values (zeros of its dtype and shape)."""
+    _runner_results(lambda results: [*results[:-1], np.zeros_like(results[-1])]
+                    if results else results)
+
+
+def runner_half() -> None:
+    """The fold's runner converts float32 results through float16 (a wrong dtype
+    conversion)."""
+    _runner_results(lambda results: [r.astype(np.float16).astype(np.float32)
+                                     if r.dtype == np.float32 else r for r in results])
+
+
+def pool_stale() -> None:
+    """The buffer pool hands out a stale buffer: the first array it ever held of the same
+    dtype and shape, in place of the one asked for."""
+    from onnxfold.fold.pool import BufferPool
+
+    first: dict[tuple, np.ndarray] = {}
+    get = BufferPool.get
+
+    def stale(self, key):
+        arr = get(self, key)
+        return first.setdefault((arr.dtype.str, arr.shape), arr)
+    BufferPool.get = stale  # type: ignore[method-assign]
+
+
+def materialize_ulps() -> None:
+    """Materialization stores each folded float tensor 4 ulps off (one element)."""
+    _patch("onnxfold.fold.materialize", "replacement",
+           lambda make: lambda value, arr, folded_from: make(value, _ulps_off(arr),
+                                                             folded_from))
+
+
+def writer_ulps() -> None:
+    """The writer writes each float array it streams 4 ulps off (one element)."""
+    def wrap(unmapped: Callable) -> Callable:
+        def shifted(given, *rest):
+            seg = unmapped(given, *rest)
+            if isinstance(seg.data, np.ndarray) and seg.data.dtype.kind == "f":
+                return dataclasses.replace(seg, data=_ulps_off(seg.data))
+            return seg
+        return shifted
+    _patch("onnxfold.io.segments", "unmapped", wrap)
+
+
+MACHINERY: dict[str, Mutant] = {m.name: m for m in (
+    Mutant("runner_ulps", "the fold's onnxruntime runner 4 ulps off", runner_ulps),
+    Mutant("runner_order", "the fold's runner returning outputs in another order",
+           runner_order),
+    Mutant("runner_dropped", "the fold's runner dropping an output's values", runner_dropped),
+    Mutant("runner_half", "the fold's runner converting float32 through float16", runner_half),
+    Mutant("pool_stale", "the buffer pool handing out a stale buffer", pool_stale),
+    Mutant("materialize_ulps", "a folded tensor stored 4 ulps off", materialize_ulps),
+    Mutant("writer_ulps", "the writer writing a streamed float array 4 ulps off",
+           writer_ulps),
+)}
+
+
 def planted(name: str) -> None:
     """Put mutant ``name`` in place in this process: every later ``load_catalogue()`` (the
-    fold's and the check's) returns the mutated catalogue."""
+    fold's and the check's) returns the mutated catalogue; a machinery mutant patches the
+    fold's code at once."""
+    if name in MACHINERY:
+        MACHINERY[name].plant()
+        return
     import onnxfold.declare.catalogue as catalogue_module
 
     original = catalogue_module.load_catalogue
@@ -245,8 +347,9 @@ def planted(name: str) -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m tools.mutants NAME ARGS...``: onnxfold ARGS with mutant NAME planted."""
-    if not argv or argv[0] not in MUTANTS:
-        print(f"usage: python -m tools.mutants {{{','.join(MUTANTS)}}} ONNXFOLD_ARGS...",
+    if not argv or argv[0] not in {**MUTANTS, **MACHINERY}:
+        print(f"usage: python -m tools.mutants {{{','.join({**MUTANTS, **MACHINERY})}}} "
+              "ONNXFOLD_ARGS...",
               file=sys.stderr)
         return 2
     planted(argv[0])

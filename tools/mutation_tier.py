@@ -2,7 +2,8 @@
 
 For every export of the matrix (``tests/support/export_matrix.py``; ``--held-out``: the
 families no rule or test was written against; ``--fresh``: the second such set,
-``tests/support/fresh_exports.py``) and every mutant of ``tools/mutants.py``:
+``tests/support/fresh_exports.py``) and every mutant of ``tools/mutants.py`` (the rules' and
+the machinery's: ``--machinery``, the fold's runner, pool, materialization and writer only):
 
 1. the export is folded clean, without and with ``--check 3`` (the clean check must pass: a
    failure there is a false alarm);
@@ -16,7 +17,7 @@ families no rule or test was written against; ``--fresh``: the second such set,
    changes what the model computes (a defect of the check); if none does, the mutant is
    ``equivalent`` here (it changed the file, not what it computes).
 
-    python -m tools.mutation_tier [--only NAME ...] [--mutants NAME ...]
+    python -m tools.mutation_tier [--only NAME ...] [--mutants NAME ... | --machinery]
                                   [--held-out | --fresh] [--json FILE] [--cache DIR]
 
 Prints one row per export and a summary per family; exit 1 when a mutant was missed or a clean
@@ -33,6 +34,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from tools.mutants import MACHINERY, MUTANTS
 
 TIMEOUT = 900  # seconds, one child
 ORACLE_SETS = 12
@@ -114,6 +117,8 @@ def mutate_one(name: str, mutants: list[str], cache: Path, work: Path) -> Row:
         named = _named(run.stdout)
         if run.returncode == 1 and named:
             row.outcomes[mutant], row.details[mutant] = "caught", named
+            if mutant in MACHINERY and planted.returncode == 0:
+                _by_the_other_checks(row, mutant, src, out)
         elif run.returncode == 0 and planted.returncode != 0:
             row.outcomes[mutant] = "MISSED"  # a fold that cannot even be written passed
             row.details[mutant] = planted.stderr.strip()[-200:]
@@ -126,6 +131,18 @@ def mutate_one(name: str, mutants: list[str], cache: Path, work: Path) -> Row:
             row.details[mutant] = (run.stderr.strip() or run.stdout.strip())[-200:]
     row.seconds = time.perf_counter() - start
     return row
+
+
+def _by_the_other_checks(row: Row, mutant: str, src: Path, out: Path) -> None:
+    """A machinery fault caught by ``optimize --check`` must be caught by ``verify-folds`` and
+    ``compare`` too, run with the same fault on the model it wrote."""
+    for command in ("verify-folds", "compare"):
+        run = _run(["-m", "tools.mutants", mutant, command, str(src), str(out)])
+        if run.returncode != 1:
+            row.outcomes[mutant] = f"MISSED by {command}"
+            row.details[mutant] = f"exit {run.returncode}: " + \
+                (run.stdout.strip().splitlines() or [run.stderr.strip()])[-1][-200:]
+            return
 
 
 def summary(rows: list[Row], mutants: list[str]) -> list[str]:
@@ -154,12 +171,14 @@ def summary(rows: list[Row], mutants: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     from tests.support import export_matrix
-    from tools.mutants import MUTANTS
 
+    every = {**MUTANTS, **MACHINERY}
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="+", metavar="NAME", help="only these exports")
-    ap.add_argument("--mutants", nargs="+", metavar="NAME", choices=sorted(MUTANTS),
+    ap.add_argument("--mutants", nargs="+", metavar="NAME", choices=sorted(every),
                     help="only these mutants")
+    ap.add_argument("--machinery", action="store_true",
+                    help="only the faults in the fold's runner, pool, materialization, writer")
     control = ap.add_mutually_exclusive_group()
     control.add_argument("--held-out", action="store_true",
                          help="the held-out exports instead of the matrix")
@@ -175,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"not in the matrix: {', '.join(unknown)}", file=sys.stderr)
         return 2
-    mutants = list(args.mutants or MUTANTS)
+    mutants = list(args.mutants or (MACHINERY if args.machinery else every))
     cache = (args.cache or export_matrix.default_cache()).expanduser().resolve()
     print(f"{export_matrix.versions()}; mutants: {', '.join(mutants)}", flush=True)
     rows = []
@@ -194,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(summary(rows, mutants)))
     if args.json:
         args.json.write_text(json.dumps({"versions": export_matrix.versions(),
-                                         "mutants": {m: MUTANTS[m].what for m in mutants},
+                                         "mutants": {m: every[m].what for m in mutants},
                                          "rows": [asdict(r) for r in rows]}, indent=1))
     return 1 if any(r.bad for r in rows) else 0
 

@@ -74,6 +74,7 @@ from onnxfold.runtime.folded_sets import DEFAULT_SETS, FoldedSet, FoldedSets
 from onnxfold.runtime.split import optimize_and_split, weights_as_inputs
 
 # how onnxruntime and IREE say an allocation failed
+_WAIT_SLICE = 0.1  # seconds: a thread waiting for a set in the making wakes this often
 _OUT_OF_MEMORY = re.compile(r"Failed to allocate memory|bad_alloc|RESOURCE_EXHAUSTED|"
                             r"out of memory", re.IGNORECASE)
 
@@ -198,7 +199,8 @@ class Session:
         self._entry = EntryModel(self.parts.entry, bound_values,
                                  os.path.join(self._tmp, "entry.onnx"), self.providers,
                                  sess_options, self.custom_op_libraries, self._passthrough)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # bookkeeping only: no fold, no wait under it
+        self._making: threading.Event | None = None  # set when the set in the making is done
         self._sets = FoldedSets(max_sets, max_bytes)
         self._active: _Active | None = None
         self._set_bytes = 0  # what the last set made costs (the next one will cost as much)
@@ -279,11 +281,13 @@ class Session:
         chosen = _Adapter(*self._adapter_files.feeds(adapter))  # read and hashed unlocked
         with self._lock:
             before, self._adapter = self._adapter, chosen
-            try:
-                self._select_locked({}, started=time.perf_counter())
-            except BaseException:
-                self._adapter = before  # an adapter that cannot run is not taken
-                raise
+        try:
+            self._select({}, current=False)
+        except BaseException:
+            with self._lock:  # an adapter that cannot run is not taken
+                if self._adapter is chosen:
+                    self._adapter = before
+            raise
 
     def _constants(self, input_feed: Mapping[str, Any], adapter: _Adapter | None
                    ) -> dict[str, np.ndarray]:
@@ -304,20 +308,38 @@ class Session:
                              f"{', '.join(map(printable, missing))}{held}")
         return found
 
-    def _select(self, input_feed: Mapping[str, Any]) -> _Active:
-        """Make the set of this call's runtime constants the active one (folded if new)."""
-        started = time.perf_counter()
-        with self._lock:
-            active = self._active
-            if active is not None and active.watch.same(input_feed):
-                return active  # another thread switched meanwhile
-            if not self._removal.alive:
-                raise InputError("the Session is closed")
-            return self._select_locked(input_feed, started)
+    def _select(self, input_feed: Mapping[str, Any], current: bool = True) -> _Active:
+        """Make the set of this call's runtime constants the active one (folded if new).
 
-    def _select_locked(self, input_feed: Mapping[str, Any], started: float) -> _Active:
-        """:meth:`_select` under the lock: the adapter, its arrays and its key are read once,
-        together, so the set made is kept under the key of the arrays it was folded from."""
+        The Session's lock guards its bookkeeping only: a new set is folded and its entry
+        session opened outside it, by one thread at a time (the sets' memory budget counts
+        one set in the making); a thread that needs a set while another is made waits for
+        that one (bounded by its fold's own limits: ``_fold``), then looks again.
+        ``current``: a call whose feeds the active set already serves returns it."""
+        started = time.perf_counter()
+        while True:
+            with self._lock:
+                active = self._active
+                if current and active is not None and active.watch.same(input_feed):
+                    return active  # another thread switched meanwhile
+                if not self._removal.alive:
+                    raise InputError("the Session is closed")
+                step = self._choose(input_feed, started)
+            if isinstance(step, _Active):
+                return step
+            if isinstance(step, threading.Event):
+                while not step.wait(_WAIT_SLICE):  # short waits: a signal is taken between
+                    pass
+                continue
+            return self._made(*step, started)
+
+    def _choose(self, input_feed: Mapping[str, Any], started: float
+                ) -> _Active | threading.Event | tuple[dict[str, np.ndarray], str, FeedWatch]:
+        """Under the lock: the kept set of the call's constants made active; or, none kept,
+        the event of the set another thread is making; or what to make (the constants, their
+        key, the call's watch), this thread now the maker. The adapter, its arrays and its key
+        are read once, together: the set made is kept under the key of what it was folded
+        from."""
         adapter = self._adapter
         constants = self._constants(input_feed, adapter)
         given = {n: constants[n] for n in self.runtime_constants if n in input_feed}
@@ -328,31 +350,56 @@ class Session:
         if self.check == "refuse" and active is not None and key != active.folded.key:
             raise RuntimeConstantsChanged(
                 "runtime-constant inputs changed since the fold (check='refuse')")
+        watch = FeedWatch(given, self.check, key)
         folded = self._sets.get(key)
-        if folded is None:
-            folded = self._make(constants, key)
-        chosen = _Active(folded, FeedWatch(given, self.check, key))
+        if folded is not None:
+            return self._activate(folded, watch, started)
+        if self._making is not None:
+            return self._making
+        self._making = threading.Event()
+        self._sets.room_for(self._set_bytes)  # the sets of one model are all alike
+        if self._active is not None and self._active.folded.key not in self._sets:
+            self._active = None  # evicted: let it go before the new set is built
+        return constants, key, watch
+
+    def _activate(self, folded: FoldedSet, watch: FeedWatch, started: float) -> _Active:
+        """Under the lock: ``folded`` the active set."""
+        chosen = _Active(folded, watch)
         if self._active is None or self._active.folded is not folded:
             self.switches += 1
         self._active = chosen
         self.switch_seconds = time.perf_counter() - started
         return chosen
 
+    def _made(self, constants: dict[str, np.ndarray], key: str, watch: FeedWatch,
+              started: float) -> _Active:
+        """Make the set of ``constants`` (outside the lock), keep it and make it active; the
+        threads waiting for it look again."""
+        try:
+            made = self._make(constants, key)
+            with self._lock:
+                if not self._removal.alive:
+                    raise InputError("the Session is closed")
+                return self._activate(self._keep(made), watch, started)
+        finally:
+            with self._lock:
+                making, self._making = self._making, None
+            if making is not None:
+                making.set()
+
     def _make(self, constants: dict[str, np.ndarray], key: str) -> FoldedSet:
-        """Fold ``constants`` (or read them from the disk cache), open their entry session and
-        keep the set (older ones out first, so the budget holds while it is built). Feeds with
-        a value that is not finite run the model unmerged (:meth:`_unmerged`)."""
-        self._sets.room_for(self._set_bytes)  # the sets of one model are all alike
-        if self._active is not None and self._active.folded.key not in self._sets:
-            self._active = None  # evicted: let it go before the new set is built
+        """Fold ``constants`` (or read them from the disk cache) and open their entry session
+        (outside the lock; older sets were let out first, so the budget holds while it is
+        built). Feeds with a value that is not finite run the model unmerged
+        (:meth:`_unmerged`)."""
         unmerged = self._unmerged_source is not None
         if unmerged and not _finite(constants):
-            return self._keep_unmerged(constants, key)
+            return self._as_unmerged(key, constants)
         started = time.perf_counter()
         folded, from_disk = self._folded(constants, key)
         fold_seconds = time.perf_counter() - started
         if unmerged and not _finite(folded):  # W + s A B overflowed: (x A) B may not
-            return self._keep_unmerged(constants, key)
+            return self._as_unmerged(key, constants)
         folded.update({n: constants[n] for n in self._passthrough})
         drop_resident_pages()  # the file's weights the fold read: read again from the file
         started = time.perf_counter()
@@ -363,18 +410,18 @@ class Session:
         # onnxruntime holds the tensors it loaded once (packed, or mapped); handed over, the
         # arrays and the packed copies both; and each session the entry's own weights, twice
         held = entry.tensor_bytes if entry.owned else 2 * entry.tensor_bytes
-        return self._keep(FoldedSet(key, entry, held + 2 * self._entry_weight_bytes(),
-                                    0.0 if from_disk else fold_seconds,
-                                    time.perf_counter() - started, from_disk,
-                                    self._entry_inputs))
+        return FoldedSet(key, entry, held + 2 * self._entry_weight_bytes(),
+                         0.0 if from_disk else fold_seconds, time.perf_counter() - started,
+                         from_disk, self._entry_inputs)
 
-    def _keep_unmerged(self, constants: dict[str, np.ndarray], key: str) -> FoldedSet:
-        """Keep the set of ``constants`` that runs the model unmerged (:meth:`_unmerged`)."""
-        return self._keep(FoldedSet(key, self._unmerged(constants), 0, 0.0, 0.0, False,
-                                    self._unmerged_inputs))
+    def _as_unmerged(self, key: str, constants: dict[str, np.ndarray]) -> FoldedSet:
+        """The set of ``constants`` that runs the model unmerged (:meth:`_unmerged`)."""
+        return FoldedSet(key, self._unmerged(constants), 0, 0.0, 0.0, False,
+                         self._unmerged_inputs)
 
     def _keep(self, made: FoldedSet) -> FoldedSet:
-        """Keep ``made`` as the newest set (``room_for`` it first) and count it."""
+        """Under the lock: keep ``made`` as the newest set (``room_for`` it first) and count
+        it."""
         if made.nbytes:
             self._set_bytes = made.nbytes
         self._sets.room_for(made.nbytes)
@@ -506,7 +553,7 @@ class Session:
             key = content_key(self._constants(input_feed, self._adapter))
             self._sets.drop(key)
             self._active = None  # explicit: even check="refuse" takes the new feeds
-            self._select_locked(input_feed, time.perf_counter())
+        self._select(input_feed, current=False)
 
     def invalidate(self) -> None:
         """Forget every folded set; the next ``run`` folds again."""
