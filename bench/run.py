@@ -22,6 +22,8 @@
 ``signals``    a signal in the middle of an onnxruntime inference of ``--check``, ``compare``,
                ``verify-folds``, ``--latency``, a Session's fold: time to exit, files left
                (``signals.py``; writes ``bench/results/signals.md``)
+``check_cost`` what ``--check 3`` costs beside the fold and an onnxruntime session of the
+               original, on BERT-base and ResNet-50 (``check_cost.py``)
 =============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
@@ -38,12 +40,23 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import ab, adapters, done_when, floor, latency, layers, limits, peers, signals
+from bench import (
+    ab,
+    adapters,
+    check_cost,
+    done_when,
+    floor,
+    latency,
+    layers,
+    limits,
+    peers,
+    signals,
+)
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "layers": layers.main, "peers": peers.main, "limits": limits.main,
     "ab": ab.main, "done_when": done_when.main, "latency": latency.main,
-    "adapters": adapters.main, "signals": signals.main}
+    "adapters": adapters.main, "signals": signals.main, "check_cost": check_cost.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -315,3 +315,22 @@ def test_a_runtime_fold_larger_than_the_cgroup_is_one_line_not_a_kill(tmp_path, 
     assert outcome.oom_kills == 0 and outcome.returncode == 2, outcome
     assert outcome.stderr.count("\n") == 1 and outcome.stderr.startswith("onnxfold: error:")
     assert ("runtime fold makes 9536 MiB" if static else "ran out of memory") in outcome.stderr
+
+
+@pytest.mark.parametrize("mib", [256, 512, 1024])
+def test_the_check_in_a_small_cgroup_passes_or_says_the_machine_ran_short(tmp_path, mib):
+    """--check 3 on a model whose guessed image sides need more than the cgroup holds (the
+    pixel attention) and on one of 128 MiB of weights: in 256 MiB, 512 MiB and 1 GiB it passes
+    or declines in one line naming the memory (exit 2, nothing written), never exit 1 (the
+    fold is right), never killed, never a signal (SIGSEGV, abort)."""
+    for model in (pixel_attention_model(tmp_path / "p.onnx"), weighty_model(tmp_path / "w.onnx")):
+        out = str(tmp_path / "o.onnx")
+        outcome = run_in_memory_cgroup(mib * MiB, ["optimize", model, "-o", out, "--check", "3"])
+        assert outcome.returncode in (0, 2) and outcome.oom_kills == 0, outcome
+        if outcome.returncode == 2:
+            lines = outcome.stderr.strip().splitlines()
+            assert len(lines) == 1 and "memory" in lines[0], outcome.stderr
+            assert not os.path.exists(out)
+        else:
+            assert "all outputs within tolerance" in outcome.stdout, outcome.stdout
+            os.unlink(out)

@@ -2,7 +2,9 @@
 
 Each real export (KV-cache decoders of six families and Whisper's, by both exporters; BERT,
 DistilBERT, CLIP text; T5 and BART; ResNet, ViT, YOLOS, CLIP vision with dynamic height and
-width; Wav2Vec2 and Whisper's encoder; static-QDQ and dynamically quantized BERT; float16) must
+width; Wav2Vec2 and Whisper's encoder; static-QDQ and dynamically quantized BERT; float16;
+BERT and a Llama with KV cache by transformers' own exporter, with and without onnxruntime's
+fusions) must
 pass ``python -m onnxfold optimize X -o OUT --check 3`` with no ``--dim`` and no
 ``--int-range``: the check guesses every dim and integer range itself. Exports whose check
 fails today for a known limitation of the check's feeds are strict xfails

@@ -541,6 +541,53 @@ ENTRIES.update({
                                       "dynamo", _seeded(upsample_decoder, True)),
 })
 
+def transformers_exporter(path: Path, family: str, fused: bool) -> None:
+    """transformers' own ONNX exporter (``transformers.exporters.exporter_onnx``, the path a
+    transformers user now takes to ONNX), dynamic dims, with onnxruntime's CPU fusions
+    (``SkipLayerNormalization``, ``BiasGelu`` of com.microsoft) or without: a BERT encoder,
+    or a Llama decoder with a KV cache of 5 steps. Saved as one file (the exporter writes a
+    directory, weights apart)."""
+    import tempfile
+
+    import onnx
+    import torch
+    import transformers as tf
+    from transformers.exporters.exporter_onnx import OnnxConfig, OnnxExporter
+
+    if family == "bert":
+        model: Any = tf.BertModel(tf.BertConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, intermediate_size=2 * HIDDEN)).eval()
+        inputs: dict[str, Any] = {"input_ids": torch.randint(0, VOCAB, (2, 8)),
+                                  "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+    else:
+        config = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                                num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                                intermediate_size=2 * HIDDEN)
+        model = tf.LlamaForCausalLM(config).eval()
+        cache = tf.cache_utils.DynamicCache(config=config)
+        for layer in range(LAYERS):
+            cache.update(torch.randn(2, KV_HEADS, 5, HEAD_DIM),
+                         torch.randn(2, KV_HEADS, 5, HEAD_DIM), layer)
+        inputs = {"input_ids": torch.randint(0, VOCAB, (2, 3)),
+                  "attention_mask": torch.ones(2, 8, dtype=torch.long),
+                  "past_key_values": cache, "use_cache": True}
+    exported = OnnxExporter().export(model, inputs, config=OnnxConfig(
+        dynamic=True, ort_fusions="cpu" if fused else None))
+    with tempfile.TemporaryDirectory() as directory:
+        exported.save_pretrained(directory)
+        (written,) = Path(directory).glob("*.onnx")
+        onnx.save(onnx.load(str(written)), str(path))
+
+
+for _family, _what in (("bert", "BERT encoder"), ("llama", "Llama decoder, KV cache")):
+    ENTRIES[f"{_family}_tf_exporter"] = Export(
+        f"{_what}, transformers' exporter", "transformers", _seeded(
+            transformers_exporter, _family, False))
+    ENTRIES[f"{_family}_tf_exporter_fused"] = Export(
+        f"{_what}, transformers' exporter with onnxruntime fusions", "transformers",
+        _seeded(transformers_exporter, _family, True))
+
 # name -> the error of the export, or of onnxruntime loading it, on this torch/transformers
 # (tests/exports/test_check_matrix.py checks that it still fails with it)
 UNEXPORTABLE: dict[str, str] = {

@@ -1,0 +1,114 @@
+"""What ``--check 3`` costs on top of the fold (issue 54's targets: at most 3x the fold's wall,
+and a peak no higher than the larger model's onnxruntime session plus the fold's own peak).
+
+For each model, ``--repeat`` interleaved rounds of four child processes, one at a time:
+
+=============  ==========================================================================
+``python``     ``import onnxfold, onnxruntime``: the interpreter's own floor, counted once
+``fold``       ``python -m onnxfold optimize IN -o OUT -q``
+``check``      ``python -m onnxfold optimize IN -o OUT -q --check 3``
+``session``    onnxruntime alone: the original's ``InferenceSession`` (default options) run
+               once on the export's example inputs: what running the model costs
+=============  ==========================================================================
+
+Wall seconds are medians over the rounds, peak RSS the largest ``ru_maxrss`` (whole child
+processes). The memory target counts the interpreter once: ``check`` peak <= ``session`` peak
++ ``fold`` peak - ``python`` peak. The table is written into ``bench/README.md`` between its
+``check_cost`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.builders import build_cached
+from bench.machine import describe
+from bench.process import ChildRun, median, run_child
+from bench.readme import replace_section
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ("bert_base_ts", "resnet50_ts_folded")
+WALL_TARGET = 3.0
+
+_SESSION = """
+import sys, numpy as np, onnxruntime as ort
+feeds = dict(np.load(sys.argv[2]))
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+names = {i.name for i in session.get_inputs()}
+session.run(None, {k: v for k, v in feeds.items() if k in names})
+"""
+
+
+def _round(model: Path, work: Path, timeout: float) -> dict[str, ChildRun]:
+    py = sys.executable
+    out = work / f"{model.stem}.out.onnx"
+    commands = {
+        "python": [py, "-c", "import onnxfold, onnxruntime"],
+        "fold": [py, "-m", "onnxfold", "optimize", str(model), "-o", str(out), "-q"],
+        "check": [py, "-m", "onnxfold", "optimize", str(model), "-o", str(out), "-q",
+                  "--check", "3"],
+        "session": [py, "-c", _SESSION, str(model), str(model.with_suffix(".inputs.npz"))]}
+    runs = {}
+    for tool, command in commands.items():
+        runs[tool] = run_child(command, work / f"{model.stem}.{tool}", timeout, cwd=ROOT)
+        if runs[tool].rc != 0:
+            raise RuntimeError(f"{model.stem} {tool}: {runs[tool].error_line}")
+    return runs
+
+
+def measure(name: str, work: Path, repeat: int, timeout: float) -> dict[str, float]:
+    model = build_cached(name, work)
+    rounds = [_round(model, work, timeout) for _ in range(repeat)]
+    found = {f"{tool}_wall": median([r[tool].wall_s for r in rounds])
+             for tool in ("fold", "check", "session")}
+    found.update({f"{tool}_peak": max(r[tool].maxrss_mib for r in rounds)
+                  for tool in ("python", "fold", "check", "session")})
+    found["wall_ratio"] = found["check_wall"] / found["fold_wall"]
+    found["peak_budget"] = found["session_peak"] + found["fold_peak"] - found["python_peak"]
+    return found
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    rows = ["| model | fold | --check 3 | check / fold | peak: fold, session, check | "
+            "check's peak / budget |", "|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        rows.append(
+            f"| {name} | {r['fold_wall']:.1f} s | {r['check_wall']:.1f} s | "
+            f"{r['wall_ratio']:.2f}x{' **over**' if r['wall_ratio'] > WALL_TARGET else ''} | "
+            f"{r['fold_peak']:.0f}, {r['session_peak']:.0f}, {r['check_peak']:.0f} MiB | "
+            f"{r['check_peak']:.0f} / {r['peak_budget']:.0f} MiB"
+            f"{' **over**' if r['check_peak'] > r['peak_budget'] else ''} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench run check_cost", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME",
+                    help="exports of bench/builders.py; default: %(default)s")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "onnxfold-bench",
+                    help="where the models are built (kept) and the outputs go")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
+    ap.add_argument("--no-readme", action="store_true", help="print the table only")
+    a = ap.parse_args(argv)
+    a.work.mkdir(parents=True, exist_ok=True)
+    results = {name: measure(name, a.work, a.repeat, a.timeout) for name in a.models}
+    info = describe(("onnxfold", "onnx", "onnxruntime"))
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+    command = "python -m bench run check_cost" + (f" --repeat {a.repeat}" if a.repeat != 3
+                                                  else "")
+    text = (f"`{command}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {info['cpu']}, "
+            f"{info['cores']} cores, {info['mem_gib']} GiB; {versions}.\n\n" + table(results)
+            + f"\n\nWall: medians of {a.repeat} interleaved rounds (target: check / fold at "
+            f"most {WALL_TARGET:g}x). Peak RSS: the largest of the rounds; the budget is the "
+            "session's peak plus the fold's, the interpreter counted once.")
+    print(text)
+    if not a.no_readme:
+        replace_section(ROOT / "bench" / "README.md", "check_cost", text)
+    over = [r for r in results.values() if r["wall_ratio"] > WALL_TARGET
+            or r["check_peak"] > r["peak_budget"]]
+    return 1 if over else 0
