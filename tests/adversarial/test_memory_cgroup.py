@@ -317,12 +317,12 @@ def test_a_runtime_fold_larger_than_the_cgroup_is_one_line_not_a_kill(tmp_path, 
     assert ("runtime fold makes 9536 MiB" if static else "ran out of memory") in outcome.stderr
 
 
-@pytest.mark.parametrize("mib", [256, 512, 1024])
+@pytest.mark.parametrize("mib", [256, 512])
 def test_the_check_in_a_small_cgroup_passes_or_says_the_machine_ran_short(tmp_path, mib):
     """--check 3 on a model whose guessed image sides need more than the cgroup holds (the
-    pixel attention) and on one of 128 MiB of weights: in 256 MiB, 512 MiB and 1 GiB it passes
-    or declines in one line naming the memory (exit 2, nothing written), never exit 1 (the
-    fold is right), never killed, never a signal (SIGSEGV, abort)."""
+    pixel attention) and on one of 128 MiB of weights: in 256 MiB and 512 MiB (1 GiB: the tests
+    above) it passes or declines in one line naming the memory (exit 2, nothing written), never
+    exit 1 (the fold is right), never killed, never a signal (SIGSEGV, abort)."""
     for model in (pixel_attention_model(tmp_path / "p.onnx"), weighty_model(tmp_path / "w.onnx")):
         out = str(tmp_path / "o.onnx")
         outcome = run_in_memory_cgroup(mib * MiB, ["optimize", model, "-o", out, "--check", "3"])
