@@ -83,7 +83,6 @@ class BufferPool:
         self.live_bytes = 0
         self.peak_bytes = 0
         self.mapped_bytes = 0
-        self.allocations = 0
         self.frees = 0
         self.memory_limit = memory_limit
         self.spill_dir = spill_dir
@@ -113,7 +112,6 @@ class BufferPool:
             if heap:
                 self.live_bytes += nbytes
                 self.peak_bytes = max(self.peak_bytes, self.live_bytes)
-                self.allocations += 1
             else:
                 self.mapped_bytes += nbytes
         rec[1] += 1
