@@ -40,7 +40,7 @@ from onnxfold.check.running.options import checked_dims
 from onnxfold.check.running.runner import open_session, run_model
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
-from onnxfold.host import interruptible
+from onnxfold.host import heap, interruptible
 from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import is_static_dim
@@ -196,7 +196,7 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
     weights = [memory_room.weight_bytes(g) for g in (graph_a, graph_b)]
-    memory_room.prepare()
+    heap.prepare()
     free = memory_room.room()
     together = free is None or sum(map(memory_room.session_bytes, weights)) <= free
     if not together:
@@ -220,7 +220,7 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
         openers = (opener(a, label_a, level), opener(b, label_b, level))
         result.timings.append(_timing(level, openers, (label_a, label_b), feeds, runs,
                                       together))
-        memory_room.release()
+        heap.release()
     return result
 
 
@@ -234,7 +234,7 @@ def _feeds(open_a: Callable[[], Any], label: str, graph: ir.Model,
     outputs = [o.name for o in session.get_outputs()]
     run_model(session, label, outputs, feeds, None)  # a binding A cannot run fails here
     del session
-    memory_room.release()
+    heap.release()
     return feeds, [f"{info.name} {info.dtype}{shape_text(info.shape)}" for info in
                    plan.describe()]
 
@@ -279,7 +279,7 @@ def _timing(level: str, openers: tuple[Callable[[], Any], Callable[[], Any]],
     def create(which: int) -> Callable[[], float]:
         def created() -> float:
             sessions[which] = None
-            memory_room.release()
+            heap.release()
             started = time.perf_counter()
             sessions[which] = openers[which]()
             return (time.perf_counter() - started) * 1e3
@@ -297,7 +297,7 @@ def _timing(level: str, openers: tuple[Callable[[], Any], Callable[[], Any]],
             creates += rounds([create(which)], CREATIONS, warmup=0)
             times += rounds([run(which)], runs)
             sessions[which] = None
-            memory_room.release()
+            heap.release()
     return Timing(level, (tuple(creates[0]), tuple(creates[1])),
                   (tuple(times[0]), tuple(times[1])), paired=together)
 
