@@ -202,9 +202,22 @@ def _static(d: Dim) -> bool:
     return isinstance(d, int)
 
 
-class _KnownBy(dict):
-    """Known elements asked of a function (``GraphView.shape_value``), as the
-    ``known`` mapping of :func:`_output_dims` reads them."""
+class KnownMapping(dict):
+    """Known elements by value as the ``known`` mapping of :func:`output_dims` reads them:
+    what a subclass's ``get`` finds is ``in`` it and its ``[value]``."""
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, ir.Value) and self.get(value) is not None
+
+    def __missing__(self, value: ir.Value) -> Known:
+        found = self.get(value)
+        if found is None:
+            raise KeyError(value)
+        return found
+
+
+class _KnownBy(KnownMapping):
+    """Known elements asked of a function (``GraphView.shape_value``)."""
 
     def __init__(self, of: Callable[[ir.Value], Known | None]) -> None:
         super().__init__()
@@ -214,15 +227,6 @@ class _KnownBy(dict):
             ) -> Known | None:
         found = self.of(value) if isinstance(value, ir.Value) else None
         return found if found is not None else default
-
-    def __contains__(self, value: object) -> bool:
-        return isinstance(value, ir.Value) and self.of(value) is not None
-
-    def __missing__(self, value: ir.Value) -> Known:
-        found = self.of(value)
-        if found is None:
-            raise KeyError(value)
-        return found
 
 
 def derived_dims(node: ir.Node, values: Callable[[ir.Value], Known | None], arrays: Arrays,

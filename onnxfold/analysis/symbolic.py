@@ -32,6 +32,7 @@ from onnxfold.analysis.step_inputs import (
     REFINED_KEY,
     Arrays,
     DimsInputs,
+    KnownMapping,
     ShapeSteps,
     describe_dim,
     input_dims,
@@ -192,7 +193,7 @@ def _refined_dims(declared: Sequence[int | ir.SymbolicDim], derived: Dims | None
     return refined
 
 
-class KnownValues(dict):
+class KnownValues(KnownMapping):
     """Known elements by value; a constant's are read the first time they are asked for
     (most constants of a graph are weights no shape computation reads)."""
 
@@ -213,15 +214,6 @@ class KnownValues(dict):
             else:
                 self[value] = found
         return found if found is not None else default
-
-    def __contains__(self, value: object) -> bool:
-        return isinstance(value, ir.Value) and self.get(value) is not None
-
-    def __missing__(self, value: ir.Value) -> Known:
-        found = self.get(value)
-        if found is None:
-            raise KeyError(value)
-        return found
 
 
 def shape_values(graph: ir.Graph, arrays: Arrays, ambiguous: frozenset[str] = frozenset(),

@@ -37,6 +37,7 @@ import onnx_ir as ir
 from onnxfold.host.ort_sessions import open_session
 from onnxfold.io import load_model, save_model
 from onnxfold.io.tempfiles import scratch_directory
+from onnxfold.latency import measure
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.runtime.adapters import read_adapter
 from onnxfold.runtime.session import Session
@@ -100,24 +101,20 @@ class Timing:
     cpu: float
 
 
-def interleaved(calls: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 2
-                ) -> dict[str, Timing]:
-    """Each call ``rounds`` times, one of each per round (after ``warmup`` rounds), each round
-    starting one further along the list (so no call always runs after the same one, whose
-    caches it would inherit); the medians of each."""
-    walls: dict[str, list[float]] = {name: [] for name in calls}
-    cpus: dict[str, list[float]] = {name: [] for name in calls}
-    order = list(calls.items())
-    for r in range(warmup + rounds):
-        start = r % len(order)
-        for name, call in order[start:] + order[:start]:
+def interleaved(calls: Mapping[str, Callable[[], object]], rounds: int) -> dict[str, Timing]:
+    """Each call ``rounds`` times, interleaved after warm-up rounds as ``--latency`` runs its
+    models (:func:`onnxfold.latency.measure.rounds`), each timed; the medians of each."""
+
+    def timed(call: Callable[[], object]) -> Callable[[], tuple[float, float]]:
+        def seconds() -> tuple[float, float]:
             wall, cpu = time.perf_counter(), time.process_time()
             call()
-            if r >= warmup:
-                walls[name].append(time.perf_counter() - wall)
-                cpus[name].append(time.process_time() - cpu)
-    return {name: Timing(statistics.median(walls[name]), statistics.median(cpus[name]))
-            for name in calls}
+            return time.perf_counter() - wall, time.process_time() - cpu
+        return seconds
+
+    samples = measure.rounds([timed(call) for call in calls.values()], rounds)
+    return {name: Timing(statistics.median(w for w, _ in s), statistics.median(c for _, c in s))
+            for name, s in zip(calls, samples)}
 
 
 def with_initializers(model_path: str, arrays: Mapping[str, np.ndarray], directory: str,

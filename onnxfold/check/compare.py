@@ -40,6 +40,7 @@ from onnxfold.check.running.runner import MachineShort, open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.errors import InputError, one_line
+from onnxfold.host import heap
 from onnxfold.host.interruptible import InferenceTimeout
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import is_overridable
@@ -195,7 +196,7 @@ class _Run:
         self.run_options.log_severity_level = 4
         # one model in memory at a time: A runs every input set, then B; both must fit
         weights = max(memory_room.weight_bytes(graph_a), memory_room.weight_bytes(graph_b))
-        memory_room.prepare()
+        heap.prepare()
         try:
             memory_room.check_room(weights)
         except MemoryError as e:
@@ -227,7 +228,7 @@ class _Run:
             raise CheckCouldNotRun(str(e)) from None
         finally:
             self.session = None
-            memory_room.release()
+            heap.release()
 
 
 def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: str):
@@ -291,7 +292,7 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     outputs, run_options = run.outputs, run.run_options
     ran = run_optimized(sess_b, label_b, outputs, reference, run_options, tell)
     del sess_b
-    memory_room.release()
+    heap.release()
     if ran.failure:
         result.failure = ran.failure
         return False

@@ -46,8 +46,7 @@ from onnxfold.ir.arrays import c_contiguous
 from onnxfold.ir.dtypes import onnx_type
 from onnxfold.ir.graph import captured_values, external_inputs, static_shape
 
-__all__ = ["EMBED_BYTES", "PREPACKING_OPS", "FallbackError", "run_batch", "run_node_protos",
-           "run_nodes"]
+__all__ = ["EMBED_BYTES", "PREPACKING_OPS", "FallbackError", "run_batch", "run_nodes"]
 
 # Small feeds become initializers of the batch model: onnxruntime's shape inference then sees
 # their values (a Scan body's Unsqueeze axes captured from the outer graph, a Reshape target),
@@ -139,33 +138,6 @@ def run_nodes(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],
             return run_in_child(model.SerializeToString(), handed_arrays, inputs, outputs,
                                 room, contrib, timeout)
     return _run_here(model, handed_arrays, inputs, outputs, room, contrib, timeout, libraries)
-
-
-def run_node_protos(nodes: Sequence[onnx.NodeProto], handed: dict[str, np.ndarray],
-                    inputs: dict[str, np.ndarray], outputs: Sequence[Wanted],
-                    opsets: dict[str, int], ir_version: int,
-                    libraries: Sequence[str] = (), room: int | None = None
-                    ) -> list[np.ndarray]:
-    """Run serialized ``nodes`` as one session, as :func:`run_nodes` runs a batch: ``handed``
-    arrays as initializers (prepacked where the original's were), ``inputs`` as inputs;
-    ``room``: the bytes its outputs may take (None: unbounded). Raises FallbackError when
-    onnxruntime cannot."""
-    graph = onnx.GraphProto(name="onnxfold_recipe")
-    graph.node.extend(nodes)
-    small = {name for name, arr in handed.items() if arr.nbytes <= EMBED_BYTES}
-    graph.initializer.extend(
-        onnx.numpy_helper.from_array(c_contiguous(arr), name) if name in small else
-        _external_placeholder(name, arr) for name, arr in handed.items())
-    handed = {name: arr for name, arr in handed.items() if name not in small}
-    graph.input.extend(onnx.helper.make_tensor_value_info(name, onnx_type(arr.dtype),
-                                                          list(arr.shape))
-                       for name, arr in inputs.items())
-    graph.output.extend(onnx.ValueInfoProto(name=w.name) for w in outputs)
-    model = onnx.helper.make_model(
-        graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
-    model.ir_version = max(ir_version, 7)
-    contrib = any(n.domain not in ("", "ai.onnx") for n in nodes)
-    return _run_here(model, handed, inputs, outputs, room, contrib, None, libraries)
 
 
 def _to_child(nodes: Sequence[ir.Node], feeds: dict[ir.Value, np.ndarray],

@@ -82,9 +82,6 @@ class BufferPool:
         self._owners: dict[Hashable, list] = {}
         self.live_bytes = 0
         self.peak_bytes = 0
-        self.mapped_bytes = 0
-        self.allocations = 0
-        self.frees = 0
         self.memory_limit = memory_limit
         self.spill_dir = spill_dir
         self.spilled = 0
@@ -113,9 +110,6 @@ class BufferPool:
             if heap:
                 self.live_bytes += nbytes
                 self.peak_bytes = max(self.peak_bytes, self.live_bytes)
-                self.allocations += 1
-            else:
-                self.mapped_bytes += nbytes
         rec[1] += 1
         self._entries[key] = _Entry(array, count, okey)
         if count <= 0:
@@ -174,7 +168,6 @@ class BufferPool:
         owner = memory_owner(readonly)
         okey = _owner_key(owner, readonly)
         self._owners[okey] = [owner, 1, array.nbytes, False]
-        self.mapped_bytes += array.nbytes
         entry.array, entry.owner_key = readonly, okey
         release_pages(readonly)
 
@@ -205,9 +198,7 @@ class BufferPool:
             del self._owners[entry.owner_key]
             if rec[3]:
                 self.live_bytes -= rec[2]
-                self.frees += 1
             else:
-                self.mapped_bytes -= rec[2]
                 release_pages(entry.array)  # a consumed weight leaves the resident set
 
     def keys(self) -> list[Hashable]:

@@ -134,12 +134,6 @@ def drop_resident_pages() -> None:
                 mapping.madvise(mmap.MADV_DONTNEED)
 
 
-def live_maps() -> int:
-    """How many shared mappings are alive (one per file being read)."""
-    with _lock:
-        return sum(1 for ref in _maps.values() if (m := ref()) is not None and not m.closed)
-
-
 class MappedTensor(ir.ExternalTensor):
     """An external tensor read as a view of its file's shared mapping (:func:`shared_map`).
 

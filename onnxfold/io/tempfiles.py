@@ -263,17 +263,6 @@ def temporary(directory: PinnedDirectory, name: str, suffix: str = ".tmp") -> tu
             return fd, candidate
 
 
-def temp_beside(path: str, suffix: str = ".tmp") -> tuple[int, str]:
-    """:func:`temporary` for a path: a new hidden temporary file in ``path``'s directory;
-    its descriptor and path."""
-    target = pin(path)
-    try:
-        fd, name = temporary(target.directory, target.name, suffix)
-        return fd, os.path.join(os.path.dirname(os.path.abspath(path)), name)
-    finally:
-        target.directory.close()
-
-
 @contextlib.contextmanager
 def replacing(path: str | PinnedOutput, suffix: str = ".tmp") -> Iterator[tuple[int, str]]:
     """A temporary file beside ``path`` that replaces it when the block ends without error,

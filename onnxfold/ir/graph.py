@@ -78,11 +78,6 @@ def counted(nodes: Iterable[ir.Node]) -> int:
     return sum(1 for n in nodes if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")))
 
 
-def counted_nodes(model: ir.Model) -> int:
-    """The nodes of every graph of ``model`` the report counts (Constant nodes are not)."""
-    return counted(node for graph in all_graphs(model) for node in graph)
-
-
 def graphs_within(graphs: list[ir.Graph]) -> list[ir.Graph]:
     """``graphs`` and every graph inside their nodes, each before the graphs inside it.
 

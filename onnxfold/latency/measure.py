@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -40,7 +40,7 @@ from onnxfold.check.running.options import checked_dims
 from onnxfold.check.running.runner import open_session, run_model
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
-from onnxfold.host import interruptible
+from onnxfold.host import heap, interruptible
 from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import is_static_dim
@@ -52,6 +52,7 @@ LEVELS = ("all", "disable")  # onnxruntime's default, and its optimizations off
 # an even number so that each model is created first in half of them
 CREATIONS = MIN_PAIRS
 WARMUP = 2  # inference runs per model before timing
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
     weights = [memory_room.weight_bytes(g) for g in (graph_a, graph_b)]
-    memory_room.prepare()
+    heap.prepare()
     free = memory_room.room()
     together = free is None or sum(map(memory_room.session_bytes, weights)) <= free
     if not together:
@@ -216,14 +217,10 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     del graph_a, graph_b
     for level in levels:
         tell(f"latency, level {level}")
-        open_a, open_b = opener(a, label_a, level), opener(b, label_b, level)
-        if together:
-            timing = _interleaved(level, open_a, open_b, (label_a, label_b), feeds, runs)
-        else:
-            timing = _one_after_the_other(level, open_a, open_b, (label_a, label_b), feeds,
-                                          runs)
-        result.timings.append(timing)
-        memory_room.release()
+        openers = (opener(a, label_a, level), opener(b, label_b, level))
+        result.timings.append(_timing(level, openers, (label_a, label_b), feeds, runs,
+                                      together))
+        heap.release()
     return result
 
 
@@ -237,15 +234,9 @@ def _feeds(open_a: Callable[[], Any], label: str, graph: ir.Model,
     outputs = [o.name for o in session.get_outputs()]
     run_model(session, label, outputs, feeds, None)  # a binding A cannot run fails here
     del session
-    memory_room.release()
+    heap.release()
     return feeds, [f"{info.name} {info.dtype}{shape_text(info.shape)}" for info in
                    plan.describe()]
-
-
-def _created(open_session_: Callable[[], Any]) -> tuple[Any, float]:
-    started = time.perf_counter()
-    session = open_session_()
-    return session, (time.perf_counter() - started) * 1e3
 
 
 def _timed_run(session, label: str, feeds: dict[str, np.ndarray]) -> float:
@@ -261,51 +252,54 @@ def _timed_run(session, label: str, feeds: dict[str, np.ndarray]) -> float:
     return interruptible.run(timed, what=label)
 
 
-def _interleaved(level: str, open_a: Callable[[], Any], open_b: Callable[[], Any],
-                 labels: tuple[str, str], feeds: dict[str, np.ndarray], runs: int) -> Timing:
-    """Both sessions held at once: creations and runs alternate A B B A A B ..."""
-    openers = (open_a, open_b)
+def rounds(calls: Sequence[Callable[[], T]], runs: int, warmup: int = WARMUP) -> list[list[T]]:
+    """Each of ``calls`` ``runs`` times after ``warmup`` rounds, one call of each a round, each
+    round starting one further along (two calls: A B B A A B ...), so that a machine's noise
+    falls on every call alike and no call always runs after the same one, whose caches it
+    would inherit. What each call returned in the timed rounds, in order (its time: each call
+    times itself, where it runs)."""
+    returned: list[list[T]] = [[] for _ in calls]
+    for r in range(warmup + runs):
+        for k in range(len(calls)):
+            which = (r + k) % len(calls)
+            value = calls[which]()
+            if r >= warmup:
+                returned[which].append(value)
+    return returned
+
+
+def _timing(level: str, openers: tuple[Callable[[], Any], Callable[[], Any]],
+            labels: tuple[str, str], feeds: dict[str, np.ndarray], runs: int,
+            together: bool) -> Timing:
+    """Both models' session creations and runs: with both sessions held at once (``together``)
+    the creations alternate, then the runs (:func:`rounds`); else (memory is tight) one model's
+    creations and runs, its session let go, then the other's."""
     sessions: list[Any] = [None, None]
-    created: tuple[list[float], list[float]] = ([], [])
-    for i in range(CREATIONS * 2):
-        which = (i + i // 2) % 2  # A B B A A B
-        sessions[which] = None
-        memory_room.release()
-        sessions[which], ms = _created(openers[which])
-        created[which].append(ms)
-    for which in (0, 1):
-        for _ in range(WARMUP):
-            _timed_run(sessions[which], labels[which], feeds)
-    times: tuple[list[float], list[float]] = ([], [])
-    for i in range(runs * 2):
-        which = (i + i // 2) % 2
-        times[which].append(_timed_run(sessions[which], labels[which], feeds))
-    return Timing(level, (tuple(created[0]), tuple(created[1])),
-                  (tuple(times[0]), tuple(times[1])))
 
+    def create(which: int) -> Callable[[], float]:
+        def created() -> float:
+            sessions[which] = None
+            heap.release()
+            started = time.perf_counter()
+            sessions[which] = openers[which]()
+            return (time.perf_counter() - started) * 1e3
+        return created
 
-def _one_after_the_other(level: str, open_a: Callable[[], Any], open_b: Callable[[], Any],
-                         labels: tuple[str, str], feeds: dict[str, np.ndarray],
-                         runs: int) -> Timing:
-    """One session at a time (memory is tight): each model's creations, then its runs."""
-    create: list[tuple[float, ...]] = []
-    run: list[tuple[float, ...]] = []
-    for open_, label in zip((open_a, open_b), labels):
-        created = []
-        for _ in range(CREATIONS):
-            session, ms = _created(open_)
-            created.append(ms)
-            if len(created) < CREATIONS:
-                del session
-                memory_room.release()
-        for _ in range(WARMUP):
-            _timed_run(session, label, feeds)
-        times = [_timed_run(session, label, feeds) for _ in range(runs)]
-        del session
-        memory_room.release()
-        create.append(tuple(created))
-        run.append(tuple(times))
-    return Timing(level, (create[0], create[1]), (run[0], run[1]), paired=False)
+    def run(which: int) -> Callable[[], float]:
+        return lambda: _timed_run(sessions[which], labels[which], feeds)
+
+    if together:
+        creates = rounds([create(0), create(1)], CREATIONS, warmup=0)
+        times = rounds([run(0), run(1)], runs)
+    else:
+        creates, times = [], []
+        for which in (0, 1):
+            creates += rounds([create(which)], CREATIONS, warmup=0)
+            times += rounds([run(which)], runs)
+            sessions[which] = None
+            heap.release()
+    return Timing(level, (tuple(creates[0]), tuple(creates[1])),
+                  (tuple(times[0]), tuple(times[1])), paired=together)
 
 
 def _file_bytes(model: ModelRef, graph: ir.Model) -> int:

@@ -23,6 +23,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.ir.graph import all_graphs
+from onnxfold.pipeline.function_ops import since
 
 KEPT_DOMAIN = "onnxfold.kept"
 
@@ -88,9 +89,9 @@ def keep_forms(model: ir.Model, current: int, target: int, fresh: Callable[[str]
             if node.domain not in ("", "ai.onnx"):
                 continue
             rule = next((r for r in RULES if r.op == node.op_type), None)
-            form = _since(node.op_type, current)
+            form = since(node.op_type, current)
             if rule is None or form is None or not rule.since <= form or target < rule.oldest \
-                    or _since(node.op_type, target) is None:
+                    or since(node.op_type, target) is None:
                 continue
             if form > rule.since and not _same_schemas(node.op_type, rule.since, form):
                 continue
@@ -117,13 +118,6 @@ def restore_kept(model: onnx.ModelProto) -> None:
     kept = [o for o in model.opset_import if o.domain == KEPT_DOMAIN]
     for entry in kept:
         model.opset_import.remove(entry)
-
-
-def _since(op: str, opset: int) -> int | None:
-    try:
-        return int(onnx.defs.get_schema(op, opset, "").since_version)
-    except onnx.defs.SchemaError:
-        return None
 
 
 def _same_schemas(op: str, older: int, newer: int) -> bool:

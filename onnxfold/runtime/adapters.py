@@ -28,8 +28,6 @@ from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.tempfiles import replacing
 from onnxfold.runtime.feed_check import content_key
 
-ADAPTER_SUFFIX = ".onnx_adapter"
-
 AdapterSource = str | os.PathLike | Mapping[str, np.ndarray]
 
 

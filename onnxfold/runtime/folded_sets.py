@@ -52,7 +52,6 @@ class FoldedSets:
         self.max_sets = max_sets
         self.max_bytes = default_budget() if max_bytes is None else max_bytes
         self._sets: OrderedDict[str, FoldedSet] = OrderedDict()
-        self.evicted = 0
 
     def __len__(self) -> int:
         return len(self._sets)
@@ -82,7 +81,6 @@ class FoldedSets:
         while self._sets and (len(self._sets) >= self.max_sets or
                               self.nbytes + nbytes > self.max_bytes):
             self._sets.popitem(last=False)
-            self.evicted += 1
 
     def add(self, folded: FoldedSet) -> None:
         """Keep ``folded`` as the most recently used set (``room_for`` made room for it)."""

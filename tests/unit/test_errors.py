@@ -8,7 +8,7 @@ import time
 import pytest
 
 from onnxfold.app import cli
-from onnxfold.io.tempfiles import remove_stale, temp_beside
+from onnxfold.io.tempfiles import remove_stale, replacing
 
 TINY_BERT = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tiny_bert_ts.onnx")
 
@@ -41,18 +41,16 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next(tmp_path):
     recent.write_bytes(b"maybe another container's")
     hour_ago = time.time() - 3600
     os.utime(stale, (hour_ago, hour_ago))
-    fd, mine = temp_beside(str(tmp_path / "out.onnx"))
-    os.close(fd)
-    assert not stale.exists() and os.path.exists(mine)
-    assert recent.exists()  # written in the last ten minutes: left alone
-    assert remove_stale(str(tmp_path), min_age=0) == 1  # ours belongs to a live process
+    with replacing(str(tmp_path / "out.onnx")) as (_fd, mine):
+        assert not stale.exists() and (tmp_path / mine).exists()
+        assert recent.exists()  # written in the last ten minutes: left alone
+        assert remove_stale(str(tmp_path), min_age=0) == 1  # ours belongs to a live process
 
 
 @pytest.mark.parametrize("length", [10, 240])
 def test_temporary_names_stay_under_the_file_name_limit(tmp_path, length):
-    fd, tmp = temp_beside(str(tmp_path / ("m" * length + ".onnx")), suffix=".check.onnx")
-    os.close(fd)
-    assert len(os.path.basename(tmp)) <= 255
+    with replacing(str(tmp_path / ("m" * length + ".onnx")), suffix=".check.onnx") as (_fd, tmp):
+        assert len(tmp) <= 255 and (tmp_path / tmp).exists()
 
 
 def test_an_output_onnxruntime_refuses_is_never_written(tmp_path, capsys):

@@ -106,8 +106,8 @@ def test_a_check_takes_at_most_three_quarters_of_what_the_host_has_available(mon
     monkeypatch.setattr(memory_room, "available_memory", lambda: 24 * gib)  # no cgroup
     monkeypatch.setattr(memory_room, "resident_bytes", lambda: 1 * gib)
     monkeypatch.setattr(memory_room, "host_available", lambda: 20 * gib)
-    assert memory_room.run_room() == 15 * gib  # not the 23 GiB the limit leaves
+    assert memory_room.room() == 15 * gib  # not the 23 GiB the limit leaves
     monkeypatch.setattr(memory_room, "available_memory", lambda: 2 * gib)  # a 2 GiB cgroup
-    assert memory_room.run_room() == 1 * gib  # the cgroup's room, tighter
+    assert memory_room.room() == 1 * gib  # the cgroup's room, tighter
     monkeypatch.setattr(memory_room, "host_available", lambda: None)  # no /proc/meminfo
     assert memory_room.room() == 1 * gib

@@ -173,7 +173,7 @@ def weigh(feeder: FeedPlan, bound: Bound, label: str) -> None:
     """MachineShort (so that smaller bindings are tried) when ``bound``'s random inputs
     alone would take more than 1/:data:`FEED_SHARE` of what this process may still
     allocate."""
-    room = memory_room.run_room()
+    room = memory_room.room()
     need = feeder.feed_bytes(bound)
     if room is not None and need > room // FEED_SHARE:
         mib = 2**20
@@ -187,7 +187,7 @@ def forecast(largest: int, label: str) -> None:
     than 1/:data:`VALUE_SHARE` of what this process may still allocate: a VAE decoder's
     latent at 224 x 224 makes 1.6 GB activations, and computed them for minutes before an
     allocation failed."""
-    room = memory_room.run_room()
+    room = memory_room.room()
     if room is not None and largest > room // VALUE_SHARE:
         mib = 2**20
         raise MachineShort(f"{label}: out of memory: a value of {largest / mib:,.0f} MiB at "

@@ -211,7 +211,7 @@ class _Leaves:
     def _chunks(self, values: list[ir.Value]) -> list[list[ir.Value]]:
         """``values`` in runs whose sized bytes fit a quarter of the memory left, in the
         original's order; one that alone does not fit is left out (said in ``why``)."""
-        room = memory.run_room()
+        room = memory.room()
         budget = None if room is None else room // LEAVES_SHARE
         chunks: list[list[ir.Value]] = [[]]
         held = 0

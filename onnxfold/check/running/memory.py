@@ -2,7 +2,7 @@
 
 What a session allocates while it runs depends on the inputs (an attention over an image's
 pixels grows with their square), so each inference of the check runs with the process's
-address space bounded by what is left (:func:`run_room`, ``onnxfold.host.address_space``): an
+address space bounded by what is left (:func:`room`, ``onnxfold.host.address_space``): an
 allocation beyond it fails in onnxruntime, and the check tries smaller inputs or declines in
 one line instead of being killed.
 
@@ -16,18 +16,11 @@ tightest of the host's RAM and the cgroup's limit (``onnxfold.host.memory_limits
 do not fit the check declines in one line
 (:class:`~onnxfold.check.compare.CheckCouldNotRun`) instead of being killed by the kernel.
 
-glibc keeps freed memory of allocations under its *dynamic* mmap threshold, which grows after a
-fold frees large arrays: a session opened after a fold then retained 230 MiB more than in a
-fresh process. :func:`prepare` fixes the threshold at 1 MiB and :func:`release` trims the heap
-after each session.
+A check fixes glibc's mmap threshold before its first session and returns freed memory after
+each (``onnxfold.host.heap``: a session opened after a fold retained 230 MiB more).
 """
 
 from __future__ import annotations
-
-import contextlib
-import ctypes
-import ctypes.util
-import gc
 
 import onnx_ir as ir
 
@@ -86,41 +79,6 @@ def _address_space_left() -> int | None:
     if soft == resource.RLIM_INFINITY or mapped is None:
         return None
     return max(soft - mapped, 0)
-
-
-def run_room() -> int | None:
-    """What one inference may allocate: :func:`room` (None: unknown)."""
-    return room()
-
-
-def _libc():
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-def prepare() -> None:
-    """Fix glibc's mmap threshold at 1 MiB, so that a session's large buffers are returned to
-    the system when freed (glibc only; elsewhere nothing)."""
-    libc = _libc()
-    with contextlib.suppress(AttributeError):
-        if libc is not None:
-            libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
-    release()
-
-
-def release() -> None:
-    """Return freed memory to the system after a session is dropped."""
-    gc.collect()
-    libc = _libc()
-    with contextlib.suppress(AttributeError):
-        if libc is not None:
-            libc.malloc_trim(0)
 
 
 def check_room(weights: int) -> None:

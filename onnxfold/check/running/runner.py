@@ -18,7 +18,7 @@ cast in, such an output cast out and back (every one of these casts is exact).
 
 A session is built outside any bound (onnxruntime loads libraries as it builds one, and a
 library that cannot map its thread-local data ends the process); a run then holds the process's
-address space to the memory left (``memory.run_room``, ``onnxfold.host.address_space``) and
+address space to the memory left (``memory.room``, ``onnxfold.host.address_space``) and
 stops at a signal or the inference time limit (``onnxfold.host.interruptible``). What goes
 wrong is one of two things, never confused: :class:`RunFailed` (onnxruntime refused the nodes
 or failed on them: the nodes' fault) or :class:`MachineShort` (memory, a thread, a descriptor
@@ -219,7 +219,7 @@ def run_model(session, label: str, outputs: list[str], feeds: dict, run_options,
 def _bounded(call, what: str, run_options=None):
     """``call(run_options)`` under the address-space bound of the memory left, stopped by a
     signal or the inference time limit."""
-    room = memory.run_room()
+    room = memory.room()
     return interruptible.run(call, run_options, what=what, around=None if room is None else
                              lambda: address_space.bounded(room))
 
