@@ -202,12 +202,13 @@ class CompareResult:
             "more memory)" if self.short_of_memory else "")
         parts = [f"all outputs within tolerance on {sets}"]
         complete = not self.short_of_memory
-        folds = self.folds
+        folds, rewrites = self.folds, self.rewrites
         if folds is None:
             parts.append("folds not verified")
             complete = False
         else:
-            parts.append(folds.verdict())
+            parts.append(folds.verdict(rewrites is not None and rewrites.ok and
+                                       not rewrites.count(UNVALIDATED)))
             complete &= folds.complete
         if self.single_dims:
             parts.append(f"dims {', '.join(self.single_dims)} took one value only")
@@ -216,7 +217,6 @@ class CompareResult:
             parts.append(f"{', '.join(self.fixed_defaults)} (overridable in the original) "
                          "fixed by the second model: compared at the default only")
             complete = False
-        rewrites = self.rewrites
         if rewrites is None:
             parts.append("rewrites not validated (only optimize --check records them)")
             complete = False
@@ -232,7 +232,8 @@ class CompareResult:
         """What a comparison that could not run had shown of the folds and rewrites."""
         shown = []
         if self.folds is not None:
-            shown.append(self.folds.verdict())
+            shown.append(self.folds.verdict(self.rewrites is not None and self.rewrites.ok and
+                                            not self.rewrites.count(UNVALIDATED)))
         if self.rewrites is not None:
             shown.append(f"{sum(map(self.rewrites.count, AGREES))} rewrites validated on the "
                          "input sets")

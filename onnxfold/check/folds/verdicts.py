@@ -77,21 +77,23 @@ class FoldVerification(Verdicts):
                     verdict=self.verdict())
         return data
 
-    def verdict(self) -> str:
-        """What the folds' verification showed, as the last line says it."""
+    def verdict(self, rewrites_validated: bool = False) -> str:
+        """What the folds' verification showed, as the last line says it; the tensors rewrites
+        made are said validated only where ``rewrites_validated`` (every rewrite was)."""
         if not self.ok:
             return f"folded tensors differ: {', '.join(self.failing)}"
         made = self.count(PARAMETER)
+        them = "it" if made == 1 else "them"
+        judged = f"validated with {them} on the input sets" if rewrites_validated else \
+            f"judged with {'its rewrite' if made == 1 else 'their rewrites'}, not all validated"
         if self.complete:
             return "every folded tensor verified for every input" + (
                 f" but {made} {'tensor a rewrite' if made == 1 else 'tensors rewrites'} made "
-                f"(validated with {'it' if made == 1 else 'them'} on the input sets)"
-                if made else "")
+                f"({judged})" if made else "")
         counts = [f"{self.count(BITWISE) + self.count(WITHIN)} verified for every input"]
         counts += [f"{self.count(state)} {state}" for state in (SAMPLED, UNVERIFIABLE)
                    if self.count(state)]
-        counts += [f"{made} made by rewrites (validated with them on the input sets)"] \
-            if made else []
+        counts += [f"{made} made by rewrites ({judged})"] if made else []
         return f"folds: {', '.join(counts)}"
 
     def last_line(self) -> str:
