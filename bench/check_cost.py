@@ -24,7 +24,6 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.builders import build_cached
 from bench.machine import describe
 from bench.process import ChildRun, median, run_child
 from bench.readme import replace_section
@@ -60,7 +59,12 @@ def _round(model: Path, work: Path, timeout: float) -> dict[str, ChildRun]:
 
 
 def measure(name: str, work: Path, repeat: int, timeout: float) -> dict[str, float]:
-    model = build_cached(name, work)
+    # built in a child: an export's peak RSS would be carried into the children measured
+    built = run_child([sys.executable, "-m", "bench.builders", name, str(work)],
+                      work / f"{name}.build", timeout, cwd=ROOT)
+    if built.rc != 0:
+        raise RuntimeError(f"{name}: {built.error_line}")
+    model = work / f"{name}.onnx"
     rounds = [_round(model, work, timeout) for _ in range(repeat)]
     found = {f"{tool}_wall": median([r[tool].wall_s for r in rounds])
              for tool in ("fold", "check", "session")}
