@@ -88,3 +88,25 @@ def test_the_fold_of_the_chains_is_right_without_a_fault(folded):
     model, clean = folded
     assert_ok(run_cli("verify-folds", model, clean))
     assert_ok(run_cli("compare", model, clean))
+
+
+def test_a_weight_written_wrong_where_nothing_folds_is_caught(tmp_path):
+    """The writer's fault on a weight the fold passes through unchanged (nothing folds in this
+    model): the check's own output holds other values under the original initializer's name,
+    and that differs (it was "not verifiable: nothing says what it stands for", and the check
+    passed a corrupted BERT export of transformers' exporter)."""
+    side = 16  # 1 KiB: streamed by the writer, read into memory (not copied from the file)
+    weight = np.random.default_rng(0).standard_normal((side, side)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "passthrough",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", side])],
+        [numpy_helper.from_array(weight, "w")])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), model)
+    out = tmp_path / "out.onnx"
+    checked = with_mutant("writer_ulps", "optimize", model, "-o", out, "--check", "3")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "DIFFERS w float[16, 16]" in checked.stdout, checked.stdout
+    assert not out.exists()
+    assert_ok(run_cli("optimize", model, "-o", out, "--check", "3"))

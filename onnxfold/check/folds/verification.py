@@ -336,6 +336,8 @@ class _Verifier:
             return verdict_of(folded, PARAMETER, via="rewrite", reason=(
                 f"built by {props[provenance.MADE_BY]} as part of its replacement"))
         if source is not None:
+            if self.onnxfold_made:  # onnxfold writes another value under a new name, recorded
+                return self._target(source, folded, "original")
             return verdict_of(folded, UNVERIFIABLE, reason=OTHER_VALUES)
         if provenance.FOLDED_FROM in props:
             return verdict_of(folded, UNVERIFIABLE, reason=FOLD_WITHOUT_ORIGINAL)
