@@ -208,7 +208,8 @@ class CompareResult:
             complete = False
         else:
             parts.append(folds.verdict(rewrites is not None and rewrites.ok and
-                                       not rewrites.count(UNVALIDATED)))
+                                       not rewrites.count(UNVALIDATED) and
+                                       not rewrites.fewer_sets))
             complete &= folds.complete
         if self.single_dims:
             parts.append(f"dims {', '.join(self.single_dims)} took one value only")
@@ -221,10 +222,12 @@ class CompareResult:
             parts.append("rewrites not validated (only optimize --check records them)")
             complete = False
         else:
-            unvalidated = rewrites.count(UNVALIDATED)
-            complete &= not unvalidated
+            unvalidated, fewer = rewrites.count(UNVALIDATED), len(rewrites.fewer_sets)
+            complete &= not unvalidated and not fewer
             parts.append(f"{len(rewrites.rewrites) - unvalidated} rewrites validated on the "
-                         "input sets" + (f", {unvalidated} not validated" if unvalidated else ""))
+                         "input sets" + (f" ({fewer} at fewer: the machine ran short at the "
+                                         "others)" if fewer else "")
+                         + (f", {unvalidated} not validated" if unvalidated else ""))
         return "; ".join(parts) + ("" if complete else " (not a full verification: see above)")
 
 
@@ -233,7 +236,8 @@ class CompareResult:
         shown = []
         if self.folds is not None:
             shown.append(self.folds.verdict(self.rewrites is not None and self.rewrites.ok and
-                                            not self.rewrites.count(UNVALIDATED)))
+                                            not self.rewrites.count(UNVALIDATED) and
+                                            not self.rewrites.fewer_sets))
         if self.rewrites is not None:
             shown.append(f"{sum(map(self.rewrites.count, AGREES))} rewrites validated on the "
                          "input sets")

@@ -266,9 +266,9 @@ def test_an_optimized_model_that_needs_more_memory_is_not_called_fully_compared(
     b = str(tmp_path / "b.onnx")
     onnx.save(proto, b)
     # at a size given (guesses are sized before they run: B would fit at them); A fits
-    # at n=1 and n=2, B (a [n, 7744, 15488] buffer more) at n=1 only
-    outcome = run_in_memory_cgroup(1 * GiB, ["compare", a, b, "-n", "2", "--dim", "h=88",
-                                             "--dim", "w=88"])
+    # at n=1 and n=2, B (a [n, 6400, 12800] buffer more) at n=1 only
+    outcome = run_in_memory_cgroup(1 * GiB, ["compare", a, b, "-n", "2", "--dim", "h=80",
+                                             "--dim", "w=80"])
     assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     last = outcome.stdout.strip().splitlines()[-1]
@@ -334,3 +334,45 @@ def test_the_check_in_a_small_cgroup_passes_or_says_the_machine_ran_short(tmp_pa
         else:
             assert "all outputs within tolerance" in outcome.stdout, outcome.stdout
             os.unlink(out)
+
+
+def attention_with_a_neutral_mul(tmp_path) -> str:
+    """The pixel attention with ``scores * 1`` before its Softmax: a rewrite (the Mul dropped)
+    whose validation reads and compares the [n, h*w, h*w] scores."""
+    proto = onnx.load(pixel_attention_model(tmp_path / "a.onnx"))
+    for node in proto.graph.node:
+        node.input[:] = ["scaled" if name == "scores" and node.op_type == "Softmax" else name
+                         for name in node.input]
+    proto.graph.node.append(helper.make_node("Mul", ["scores", "one"], ["scaled"]))
+    proto.graph.initializer.append(numpy_helper.from_array(np.float32(1), "one"))
+    path = str(tmp_path / "b.onnx")
+    onnx.save(proto, path)
+    return path
+
+
+def test_a_rewrite_too_large_at_one_input_set_is_validated_at_the_smaller_one(tmp_path):
+    """Rewrite validation compared the windows' outputs (two [2, 5184, 5184] arrays here) as
+    whole float64 copies, outside any bound: the check was killed in a 1 GiB cgroup. It now
+    compares a slice at a time, keeps a headroom under the limit, runs the smaller input set
+    first, and a rewrite the machine cannot run at the larger set stays validated at the
+    smaller one, said so and not called a full verification."""
+    model, out = attention_with_a_neutral_mul(tmp_path), str(tmp_path / "o.onnx")
+    outcome = run_in_memory_cgroup(1 * GiB, ["optimize", model, "-o", out, "--check", "2",
+                                             "--dim", "h=72", "--dim", "w=72"])
+    assert outcome.returncode == 0 and outcome.oom_kills == 0, outcome
+    assert "1 at fewer input sets: the machine ran short at the others" in outcome.stdout, \
+        outcome.stdout
+    assert "not run at input set 2 (1): the machine ran short (drop_neutral_element" in \
+        outcome.stdout, outcome.stdout
+    last = outcome.stdout.strip().splitlines()[-1]
+    assert "(1 at fewer: the machine ran short at the others)" in last, last
+    assert "(judged with its rewrite, not all validated)" in last, last
+    assert last.endswith("(not a full verification: see above)"), last
+
+
+@pytest.mark.parametrize("side", [96, 128])
+def test_a_rewrite_whose_windows_outgrow_the_cgroup_is_never_killed(tmp_path, side):
+    model, out = attention_with_a_neutral_mul(tmp_path), str(tmp_path / "o.onnx")
+    outcome = run_in_memory_cgroup(1 * GiB, ["optimize", model, "-o", out, "--check", "2",
+                                             "--dim", f"h={side}", "--dim", f"w={side}"])
+    assert outcome.returncode in (0, 2) and outcome.oom_kills == 0, outcome

@@ -336,12 +336,19 @@ class _Verifier:
             return verdict_of(folded, PARAMETER, via="rewrite", reason=(
                 f"built by {props[provenance.MADE_BY]} as part of its replacement"))
         if source is not None:
-            if self.onnxfold_made:  # onnxfold writes another value under a new name, recorded
-                return self._target(source, folded, "original")
-            return verdict_of(folded, UNVERIFIABLE, reason=OTHER_VALUES)
+            return self._other_values(source, folded)
         if provenance.FOLDED_FROM in props:
             return verdict_of(folded, UNVERIFIABLE, reason=FOLD_WITHOUT_ORIGINAL)
         return verdict_of(folded, UNVERIFIABLE, reason=NO_ORIGINAL)
+
+    def _other_values(self, source: ir.Value, folded: ir.Value) -> _Target | Verdict:
+        """An initializer under the name of one of the original's, with other bytes and no
+        record of what made it: compared with the original's in onnxfold's output (onnxfold
+        writes a value it changed under a new name, recorded), else not verifiable (another
+        tool may change a weight it keeps the name of)."""
+        if self.onnxfold_made:
+            return self._target(source, folded, "original")
+        return verdict_of(folded, UNVERIFIABLE, reason=OTHER_VALUES)
 
     def _target(self, source: ir.Value, folded: ir.Value, via: str, claim: str = ""
                 ) -> _Target | Verdict:

@@ -18,7 +18,7 @@ What cannot be validated says why (a rewrite in a subgraph, a window too large),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -36,6 +36,7 @@ from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.check.running.verdicts import (
     BITWISE,
     DIFFERS,
+    SHOWN_NAMES,
     UNVALIDATED,
     WITHIN,
     Verdict,
@@ -44,6 +45,7 @@ from onnxfold.check.running.verdicts import (
 from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
 
 BATCH_RECORDS = 128  # records run in one session
+COMPARED_AT_ONCE = 1 << 22  # elements of a window's outputs compared at a time (32 MiB float64)
 LEAVES_SHARE = 4  # the leaves one run computes may take at most this share of the memory left
 # where a window sums (a Conv with a factor folded into its weight), an element near zero that
 # is the difference of large terms carries their rounding: a replacement may differ there by a
@@ -81,7 +83,10 @@ class RewriteValidation(Verdicts):
     def summary(self) -> str:
         """One line, then one per rewrite that differs and per reason of the unvalidated."""
         validated = self.count(BITWISE) + self.count(WITHIN)
-        parts = [f"{validated} validated ({self.count(BITWISE)} bitwise)"]
+        fewer = self.fewer_sets
+        parts = [f"{validated} validated ({self.count(BITWISE)} bitwise"
+                 + (f"; {len(fewer)} at fewer input sets: the machine ran short at the others"
+                    if fewer else "") + ")"]
         if self.count(UNVALIDATED):
             parts.append(f"{self.count(UNVALIDATED)} not validated")
         parts.append(f"{self.count(DIFFERS)} differ")
@@ -89,10 +94,26 @@ class RewriteValidation(Verdicts):
                  f"against its replacement on {self.sets} input set"
                  f"{'s' if self.sets != 1 else ''}: {', '.join(parts)}"]
         lines += [f"  DIFFERS {r.name}: {r.reason}" for r in self.rewrites if r.state == DIFFERS]
+        for sets, names in self._unrun_by_sets().items():
+            more = f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
+            lines.append(f"  not run at input set {', '.join(map(str, sets))} ({len(names)}): "
+                         f"the machine ran short ({', '.join(names[:SHOWN_NAMES])}{more})")
         return "\n".join(lines + self.reason_lines(UNVALIDATED))
+
+    @property
+    def fewer_sets(self) -> list[Verdict]:
+        """The rewrites validated at some input sets only (the machine ran short at others)."""
+        return [r for r in self.rewrites if r.unrun and r.state in (BITWISE, WITHIN)]
+
+    def _unrun_by_sets(self) -> dict[tuple[int, ...], list[str]]:
+        grouped: dict[tuple[int, ...], list[str]] = {}
+        for r in self.fewer_sets:
+            grouped.setdefault(tuple(r.unrun), []).append(r.name)
+        return grouped
 
 
 STATES = (BITWISE, WITHIN, DIFFERS, UNVALIDATED)
+CANNOT_ALONE = "the original cannot compute a value it reads alone"
 
 
 def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[str, np.ndarray]],
@@ -121,20 +142,32 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
     reads = _Dependence(cones)
     sizes = Sizes(cones.model)
     ran: dict[int, set[object]] = {id(r): set() for r in runnable}  # what each ran at
-    for k, feeds in enumerate(inputs):
-        tell(f"validating rewrites {k + 1}/{len(inputs)}")
+    judged: dict[int, int] = {}  # by record: the input sets it was judged at
+    # the smallest sets first: a rewrite the machine cannot run at a large set is validated
+    # at the smaller ones, and not tried again at larger ones
+    for done, k in enumerate(sorted(range(len(inputs)), key=lambda j: sum(
+            np.size(a) for a in inputs[j].values()))):
+        feeds = inputs[k]
+        tell(f"validating rewrites {done + 1}/{len(inputs)}")
         shapes = tuple(sorted((name, np.shape(a)) for name, a in feeds.items()))
         todo = []
         for record in runnable:
+            verdict = verdicts[id(record)]
             key = reads.key(record, k, shapes)
-            if key not in ran[id(record)] and verdicts[id(record)].state in (BITWISE, WITHIN):
-                ran[id(record)].add(key)
-                todo.append(record)
+            if key in ran[id(record)] or verdict.state not in (BITWISE, WITHIN):
+                continue
+            if verdict.unrun:  # short at a smaller set: this one would not fit either
+                verdict.unrun.append(k + 1)
+                continue
+            ran[id(record)].add(key)
+            todo.append(record)
         leaves = _Leaves(cones, feeds, sizes)
-        windows = _Windows(leaves, cones, bitwise, rounding, verdicts, k)
+        windows = _Windows(leaves, cones, bitwise, rounding, verdicts, k, judged)
         for start in range(0, len(todo), BATCH_RECORDS):
             windows.judge(todo[start:start + BATCH_RECORDS])
             leaves.keep_only(_read_by(todo[start + BATCH_RECORDS:]))  # the rest: dropped
+    for verdict in verdicts.values():
+        verdict.unrun.sort()
     result.rewrites = [verdicts[id(r)] for r in log.records]
     return result
 
@@ -200,7 +233,7 @@ class _Leaves:
             elif value is None or value.producer() is None or \
                     self.cones.outside(value) is not None:
                 self.arrays[name] = None
-                self.why[name] = "the original cannot compute a value it reads alone"
+                self.why[name] = CANNOT_ALONE
             else:
                 computed.append(value)
         for chunk in self._chunks(computed):
@@ -243,8 +276,7 @@ class _Leaves:
             return {}
         except RunFailed:
             if len(values) == 1:
-                self.why[str(values[0].name)] = \
-                    "the original cannot compute a value it reads alone"
+                self.why[str(values[0].name)] = CANNOT_ALONE
                 return {}
         half = len(values) // 2
         return {**self._computed(values[:half]), **self._computed(values[half:])}
@@ -255,8 +287,9 @@ class _Windows:
 
     def __init__(self, leaves: _Leaves, cones: Cones, bitwise: frozenset[tuple[str, str]],
                  rounding: frozenset[str],
-                 verdicts: dict[int, Verdict], k: int) -> None:
+                 verdicts: dict[int, Verdict], k: int, judged: dict[int, int]) -> None:
         self.leaves, self.bitwise, self.verdicts, self.k = leaves, bitwise, verdicts, k
+        self.judged = judged  # by record: the input sets it was judged at so far
         self.rounding = rounding
         self.opsets = dict(cones.model.opset_imports)
         self.ir_version, self.libraries = cones.model.ir_version, cones.libraries
@@ -275,10 +308,10 @@ class _Windows:
             unknown = [o for w in (record.before, record.after) for o in w.originals.values()
                        if leaves.arrays.get(o) is None]
             if unknown:
-                verdict = self.verdicts[id(record)]
-                verdict.state = UNVALIDATED
-                verdict.reason = leaves.why.get(
-                    unknown[0], "the original cannot compute a value it reads alone")
+                why = leaves.why.get(unknown[0], CANNOT_ALONE)
+                if why == CANNOT_ALONE or not self._unrun(record):
+                    verdict = self.verdicts[id(record)]
+                    verdict.state, verdict.reason = UNVALIDATED, why
             else:
                 runnable.append(record)
         if not runnable:
@@ -298,6 +331,7 @@ class _Windows:
             exact = _exact(record, self.bitwise, self.rounding)
             verdict = self.verdicts[id(record)]
             _judge(record, pairs, exact, verdict, self.k)
+            self.judged[id(record)] = self.judged.get(id(record), 0) + 1
             if verdict.state == DIFFERS and not exact:
                 self._arbitrate(record, pairs, verdict)
 
@@ -340,8 +374,19 @@ class _Windows:
             verdict.reason = (f"onnxruntime cannot run the replacement where the window it "
                               f"replaced runs: {str(e)[:160]}")
 
+    def _unrun(self, record: RewriteRecord) -> bool:
+        """Whether ``record``, which the machine could not run at this input set, was judged
+        at a smaller one: then it stays validated there, this set noted as not run."""
+        if not self.judged.get(id(record)):
+            return False
+        self.verdicts[id(record)].unrun.append(self.k + 1)
+        return True
+
     def _short(self, record: RewriteRecord, error: MachineShort) -> None:
-        """A record the machine could not run: not validated (nothing is known of it)."""
+        """A record the machine could not run: not validated where nothing is known of it,
+        else validated at the sets it ran (:meth:`_unrun`)."""
+        if self._unrun(record):
+            return
         verdict = self.verdicts[id(record)]
         verdict.state = UNVALIDATED
         verdict.reason = f"its windows could not run ({error})" if isinstance(error, TimedOut) \
@@ -436,41 +481,71 @@ def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]], ex
         old, new = np.asarray(old), np.asarray(new)
         problem = _mismatch(old, new, exact)
         if problem is None:
-            if old.dtype.kind in "fc" and old.shape == new.shape and \
-                    old.tobytes() != new.tobytes():
+            if old.dtype.kind in "fc" and old.shape == new.shape and not _same_bits(old, new):
                 verdict.state = WITHIN
-                with np.errstate(all="ignore"):
-                    diff = np.abs(old.astype(np.float64) - new.astype(np.float64))
-                finite = diff[np.isfinite(diff)]
-                verdict.max_abs = max(verdict.max_abs, float(finite.max()) if finite.size
-                                      else 0.0)
+                verdict.max_abs = max(verdict.max_abs, _largest_difference(old, new))
             continue
         verdict.state = DIFFERS
         verdict.reason = f"{name} on input set {k + 1}: {problem}"
         return
 
 
+def _chunks_of(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+    """The arrays (of one size) flattened, ``COMPARED_AT_ONCE`` elements at a time: a
+    window's outputs at a large input set are hundreds of MB, and their float64 copies twice
+    that, outside any bound of onnxruntime's (a 1 GiB container was killed comparing them)."""
+    flat = [np.ravel(a) for a in arrays]
+    for start in range(0, flat[0].size, COMPARED_AT_ONCE):
+        yield tuple(f[start:start + COMPARED_AT_ONCE] for f in flat)
+
+
+def _same_bits(old: np.ndarray, new: np.ndarray) -> bool:
+    return all(a.tobytes() == b.tobytes() for a, b in _chunks_of(old, new))
+
+
+def _largest_difference(old: np.ndarray, new: np.ndarray) -> float:
+    """The largest finite ``|old - new|``."""
+    largest = 0.0
+    with np.errstate(all="ignore"):
+        for a, b in _chunks_of(old, new):
+            diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            finite = diff[np.isfinite(diff)]
+            largest = max(largest, float(finite.max()) if finite.size else 0.0)
+    return largest
+
+
 def _mismatch(old: np.ndarray, new: np.ndarray, exact: bool) -> str | None:
-    """How ``new`` differs from ``old`` (None: it does not, as far as ``exact`` asks)."""
+    """How ``new`` differs from ``old`` (None: it does not, as far as ``exact`` asks),
+    compared a slice at a time."""
     if old.dtype != new.dtype or old.shape != new.shape:
         return (f"the replacement computes {new.dtype}{list(new.shape)} where the window it "
                 f"replaced computes {old.dtype}{list(old.shape)}")
     if old.dtype.kind in "OSU" or not (old.dtype.kind in "fc" or old.dtype.name == "bfloat16"):
-        differ = int(np.sum(old != new))
+        differ = sum(int(np.count_nonzero(a != b)) for a, b in _chunks_of(old, new))
         return f"{differ} of {old.size} elements differ" if differ else None
+    if exact:
+        differ = 0
+        with np.errstate(all="ignore"):
+            for a, b in _chunks_of(old, new):
+                x, y = a.astype(np.float64), b.astype(np.float64)
+                differ += int(np.count_nonzero(~((x == y) | (np.isnan(x) & np.isnan(y)))))
+        return f"{differ} of {old.size} elements differ from its bits (every op of " \
+            "both windows is bitwise)" if differ else None
+    tolerance = tolerance_for(old.dtype, None, None)
+    magnitude = 0.0
     with np.errstate(all="ignore"):
-        x, y = new.astype(np.float64), old.astype(np.float64)
-        same = (x == y) | (np.isnan(x) & np.isnan(y))
-        if exact:
-            differ = int((~same).sum())
-            return f"{differ} of {old.size} elements differ from its bits (every op of " \
-                "both windows is bitwise)" if differ else None
-        finite = np.isfinite(x) & np.isfinite(y)
-        tolerance = tolerance_for(old.dtype, None, None)
-        magnitude = float(np.abs(y[finite]).max()) if finite.any() else 0.0
+        for a, b in _chunks_of(old, new):
+            y = a.astype(np.float64)  # the window it replaced computes the reference
+            finite = np.isfinite(y) & np.isfinite(b.astype(np.float64))
+            magnitude = max(magnitude, float(np.abs(y[finite]).max()) if finite.any() else 0.0)
         slack = MAGNITUDE_ULPS * float(np.spacing(np.asarray(magnitude, old.dtype)))
-        close = same | (finite & (np.abs(x - y) <= allowed(tolerance, y, old.dtype.name, finite)
-                                  + slack))
-        differ = int((~close).sum())
+        differ = 0
+        for a, b in _chunks_of(old, new):
+            y, x = a.astype(np.float64), b.astype(np.float64)
+            same = (x == y) | (np.isnan(x) & np.isnan(y))
+            finite = np.isfinite(x) & np.isfinite(y)
+            close = same | (finite & (np.abs(x - y) <= allowed(
+                tolerance, y, old.dtype.name, finite, magnitude) + slack))
+            differ += int(np.count_nonzero(~close))
     return (f"{differ} of {old.size} elements outside {tolerance.describe()} + "
             f"{MAGNITUDE_ULPS} ulps of max |x|") if differ else None

@@ -30,6 +30,10 @@ from onnxfold.host.memory_limits import available_memory, host_available
 SESSION_FACTOR = 2.0  # peak bytes of a session per byte of its weights
 SESSION_OVERHEAD = 64 * 2**20  # the session's own allocations, the feeds and the outputs
 HOST_SHARE = 0.75  # of the host's available memory a check may take, cgroup or not
+# of the memory limit kept for what it charges beside this process's resident pages (the page
+# cache of files read and written, the kernel's own): a run bounded at the limit less the
+# resident pages was killed in a 1 GiB cgroup
+HEADROOM_SHARE, HEADROOM_FLOOR = 0.125, 64 * 2**20
 
 
 def weight_bytes(model: ir.Model) -> int:
@@ -57,13 +61,15 @@ def resident_bytes() -> int | None:
 
 def room() -> int | None:
     """What this process may still take: what is left under its memory limit (the host's RAM
-    or its cgroup's), and no more than :data:`HOST_SHARE` of what the host has available now,
+    or its cgroup's) less a headroom (``HEADROOM_SHARE``), and no more than
+    :data:`HOST_SHARE` of what the host has available now,
     nor than its address-space limit leaves (``ulimit -v``, ``prlimit --as``: what is mapped
     counts there, the weights' files and threads' stacks too) (None: unknown). Without a
     cgroup the limit is the host's RAM, which other processes share: a check that took all of
     it would have the kernel kill it, or them."""
     limit, used = available_memory(), resident_bytes()
-    left = None if limit is None or used is None else max(limit - used, 0)
+    left = None if limit is None or used is None else max(
+        limit - used - max(int(limit * HEADROOM_SHARE), HEADROOM_FLOOR), 0)
     available = host_available()
     share = None if available is None else int(available * HOST_SHARE)
     known = [m for m in (left, share, _address_space_left()) if m is not None]

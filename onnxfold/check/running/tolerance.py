@@ -84,12 +84,15 @@ def ulp(values: np.ndarray, dtype_name: str) -> np.ndarray | None:
 
 
 def allowed(tolerance: Tolerance, reference: np.ndarray, dtype_name: str,
-            finite: np.ndarray) -> np.ndarray | float:
-    """How far each element may be from ``reference`` (float64) under ``tolerance``."""
+            finite: np.ndarray, magnitude: float | None = None) -> np.ndarray | float:
+    """How far each element may be from ``reference`` (float64) under ``tolerance``;
+    ``magnitude``: the largest finite ``|reference|`` of the whole output where ``reference``
+    is a slice of it."""
     if tolerance.ulps is not None:
         own = ulp(reference, dtype_name)
         assert own is not None and tolerance.magnitude_ulps is not None
-        magnitude = float(np.abs(reference[finite]).max()) if finite.any() else 0.0
+        if magnitude is None:
+            magnitude = float(np.abs(reference[finite]).max()) if finite.any() else 0.0
         scale = ulp(np.array(magnitude), dtype_name)
         assert scale is not None
         return tolerance.ulps * own + tolerance.magnitude_ulps * float(scale)
