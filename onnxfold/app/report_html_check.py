@@ -140,7 +140,7 @@ def _folds(check: dict[str, Any], folded: int | None, verification_off: bool) ->
 
 def _rewrites(rewrites: dict[str, Any] | None) -> str:
     """The rewrite validation: a count per state, then every rewrite not validated bitwise
-    or within its slack."""
+    or within its slack, or validated at fewer input sets than the others."""
     if rewrites is None:
         return '<p class="muted">rewrites not validated (only optimize --check records ' \
                "them)</p>"
@@ -150,6 +150,10 @@ def _rewrites(rewrites: dict[str, Any] | None) -> str:
             f'{len(rewrites.get("rewrites", []))} rewrites, each replaced window run against '
             f'its replacement on {esc(rewrites.get("sets"))} input sets: {esc(states)}</p>')
     rows = [(r.get("rule", ""), r.get("node", ""), r.get("state", ""), r.get("reason", ""))
-            for r in rewrites.get("rewrites", []) if r.get("state") not in ("bitwise", "within")]
+            if not r.get("unrun") else
+            (r.get("rule", ""), r.get("node", ""), f"{r.get('state')} at fewer input sets",
+             f"not run at input set {', '.join(map(str, r['unrun']))}: the machine ran short")
+            for r in rewrites.get("rewrites", [])
+            if r.get("state") not in ("bitwise", "within") or r.get("unrun")]
     return head + (table(["rule", "node", "state", "why"], rows, set(), "rewrites",
                          sentences=frozenset({3})) if rows else "")

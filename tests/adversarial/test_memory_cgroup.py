@@ -357,9 +357,13 @@ def test_a_rewrite_too_large_at_one_input_set_is_validated_at_the_smaller_one(tm
     first, and a rewrite the machine cannot run at the larger set stays validated at the
     smaller one, said so and not called a full verification."""
     model, out = attention_with_a_neutral_mul(tmp_path), str(tmp_path / "o.onnx")
+    report = tmp_path / "r.html"
     outcome = run_in_memory_cgroup(1 * GiB, ["optimize", model, "-o", out, "--check", "2",
-                                             "--dim", "h=72", "--dim", "w=72"])
+                                             "--dim", "h=72", "--dim", "w=72",
+                                             "--report", str(report)])
     assert outcome.returncode == 0 and outcome.oom_kills == 0, outcome
+    assert "<td>bitwise at fewer input sets</td><td>not run at input set 2: the machine ran " \
+        "short</td>" in report.read_text(), "the report's rewrite table does not say it"
     assert "1 at fewer input sets: the machine ran short at the others" in outcome.stdout, \
         outcome.stdout
     assert "not run at input set 2 (1): the machine ran short (drop_neutral_element" in \
