@@ -68,21 +68,23 @@ class Compute:
     types: dict[str, onnx.TypeProto] = field(default_factory=dict, repr=False)
 
 
-def compute(model: ir.Model | tuple[onnx.ModelProto, bool], inputs: Mapping[str, Sequence[int]],
+def compute(model: ir.Model, inputs: Mapping[str, Sequence[int]],
             costs: Mapping[tuple[str, str], OpCost],
             known: Mapping[str, onnx.TypeProto] | None = None) -> Compute:
     """The main graph's compute with each graph input of ``inputs`` at that shape; ``costs``
-    by (domain, op type). ``model``: a model, or one already serialized light (its proto, to be
-    changed here, and whether inference may expand its functions). ``known``: static types of
-    values of the same name in a model that computes the same (the folded model's, for the
-    original: onnx's inference cannot follow the shape arithmetic a fold computed, a
-    ``ConstantOfShape`` into a ``Where``)."""
-    if isinstance(model, tuple):
-        light, expands = model
-    else:
-        with texts_aside(model):
-            light = serialize_light(model)
-        expands = inference_expands_functions(model)
+    by (domain, op type). ``known``: static types of values of the same name in a model that
+    computes the same (the folded model's, for the original: onnx's inference cannot follow
+    the shape arithmetic a fold computed, a ``ConstantOfShape`` into a ``Where``)."""
+    with texts_aside(model):
+        light = serialize_light(model)
+    return compute_light(light, inference_expands_functions(model), inputs, costs, known)
+
+
+def compute_light(light: onnx.ModelProto, expands: bool, inputs: Mapping[str, Sequence[int]],
+                  costs: Mapping[tuple[str, str], OpCost],
+                  known: Mapping[str, onnx.TypeProto] | None = None) -> Compute:
+    """:func:`compute` of a model already serialized light (``light``, changed here: its
+    inputs bound to ``inputs``; ``expands``: whether inference may be given its functions)."""
     named: dict[str, int] = {}  # a dim's name is one size wherever the graph declares it
     for value in light.graph.input:
         if value.name in inputs:
@@ -100,7 +102,7 @@ def compute(model: ir.Model | tuple[onnx.ModelProto, bool], inputs: Mapping[str,
     light.graph.value_info.extend(onnx.ValueInfoProto(name=name, type=info) for name, info in
                                   (known or {}).items() if name in made)
     found = Compute()
-    infos = {**{v.name: v.type for v in light.graph.input}, **inferred_types(expands, light)}
+    infos = {**{v.name: v.type for v in light.graph.input}, **inferred_types(light, expands)}
     for name, info in infos.items():
         dims = info.tensor_type.shape.dim
         if info.tensor_type.HasField("shape") and all(d.HasField("dim_value") and

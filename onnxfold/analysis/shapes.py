@@ -260,10 +260,11 @@ def infer_shapes(model: ir.Model, light: onnx.ModelProto | None = None) -> int:
     mark_declared(model)
     try:
         light = light if light is not None else serialize_light(model)
+        expands = inference_expands_functions(model)
     except Exception:  # inference is an optimization aid, never a reason to fail
         return 0
     outputs = (value for graph in all_graphs(model) for node in graph for value in node.outputs)
-    return _merge(inferred_types(model, light), outputs)
+    return _merge(inferred_types(light, expands), outputs)
 
 
 def refinable_by(node: ir.Node, new: Collection[ir.Value]) -> bool:
@@ -288,9 +289,10 @@ def infer_shapes_upstream(model: ir.Model, values: Collection[ir.Value],
     mark_declared(model)
     try:
         proto = _serialize_nodes(model, nodes, values)
+        expands = inference_expands_functions(model)
     except Exception:  # inference is an optimization aid, never a reason to fail
         return 0
-    return _merge(inferred_types(model, proto), (v for node in nodes for v in node.outputs))
+    return _merge(inferred_types(proto, expands), (v for node in nodes for v in node.outputs))
 
 
 def _upstream(graph: ir.Graph, values: Collection[ir.Value]) -> list[ir.Node]:
@@ -339,13 +341,11 @@ def _serialize_nodes(model: ir.Model, nodes: list[ir.Node], outputs: Collection[
     return proto
 
 
-def inferred_types(model: ir.Model | bool, light: onnx.ModelProto
-                   ) -> dict[str, onnx.TypeProto]:
-    """Run ONNX shape inference on ``light`` (``model`` serialized, or whether inference may
-    expand its functions, ``inference_expands_functions``): the tensor types it gives, by value
-    name; none when inference fails."""
+def inferred_types(light: onnx.ModelProto, expands: bool) -> dict[str, onnx.TypeProto]:
+    """Run ONNX shape inference on ``light`` (a model serialized; ``expands``: whether
+    inference may be given its functions, ``inference_expands_functions``): the tensor types it
+    gives, by value name; none when inference fails."""
     try:
-        expands = model if isinstance(model, bool) else inference_expands_functions(model)
         if not expands:
             del light.functions[:]  # the calls stay opaque: their outputs keep declared types
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.cost import Compute, compute, texts_aside
+from onnxfold.analysis.cost import Compute, compute, compute_light, texts_aside
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
@@ -79,7 +79,7 @@ def signature(original: Original, folded: ir.Model, written: int | None,
     release()
     light = onnx.ModelProto()
     light.CopyFrom(original.light)  # the input's own: a copy is bound to the shapes
-    before = compute((light, original.expands), shapes, catalogue.costs, after.types)
+    before = compute_light(light, original.expands, shapes, catalogue.costs, after.types)
     found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
                         "before": _totals(before), "after": _totals(after)}
     return found

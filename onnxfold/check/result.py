@@ -207,9 +207,7 @@ class CompareResult:
             parts.append("folds not verified")
             complete = False
         else:
-            parts.append(folds.verdict(rewrites is not None and rewrites.ok and
-                                       not rewrites.count(UNVALIDATED) and
-                                       not rewrites.fewer_sets))
+            parts.append(folds.verdict(rewrites is not None and rewrites.all_validated))
             complete &= folds.complete
         if self.single_dims:
             parts.append(f"dims {', '.join(self.single_dims)} took one value only")
@@ -235,9 +233,8 @@ class CompareResult:
         """What a comparison that could not run had shown of the folds and rewrites."""
         shown = []
         if self.folds is not None:
-            shown.append(self.folds.verdict(self.rewrites is not None and self.rewrites.ok and
-                                            not self.rewrites.count(UNVALIDATED) and
-                                            not self.rewrites.fewer_sets))
+            shown.append(self.folds.verdict(self.rewrites is not None and
+                                            self.rewrites.all_validated))
         if self.rewrites is not None:
             shown.append(f"{sum(map(self.rewrites.count, AGREES))} rewrites validated on the "
                          "input sets")

@@ -101,6 +101,11 @@ class RewriteValidation(Verdicts):
         return "\n".join(lines + self.reason_lines(UNVALIDATED))
 
     @property
+    def all_validated(self) -> bool:
+        """Every rewrite validated, at every input set."""
+        return self.ok and not self.count(UNVALIDATED) and not self.fewer_sets
+
+    @property
     def fewer_sets(self) -> list[Verdict]:
         """The rewrites validated at some input sets only (the machine ran short at others)."""
         return [r for r in self.rewrites if r.unrun and r.state in (BITWISE, WITHIN)]
@@ -142,7 +147,7 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
     reads = _Dependence(cones)
     sizes = Sizes(cones.model)
     ran: dict[int, set[object]] = {id(r): set() for r in runnable}  # what each ran at
-    judged: dict[int, int] = {}  # by record: the input sets it was judged at
+    judged: set[int] = set()  # the records judged at some input set
     # the smallest sets first: a rewrite the machine cannot run at a large set is validated
     # at the smaller ones, and not tried again at larger ones
     for done, k in enumerate(sorted(range(len(inputs)), key=lambda j: sum(
@@ -287,9 +292,9 @@ class _Windows:
 
     def __init__(self, leaves: _Leaves, cones: Cones, bitwise: frozenset[tuple[str, str]],
                  rounding: frozenset[str],
-                 verdicts: dict[int, Verdict], k: int, judged: dict[int, int]) -> None:
+                 verdicts: dict[int, Verdict], k: int, judged: set[int]) -> None:
         self.leaves, self.bitwise, self.verdicts, self.k = leaves, bitwise, verdicts, k
-        self.judged = judged  # by record: the input sets it was judged at so far
+        self.judged = judged  # the records judged at some input set so far
         self.rounding = rounding
         self.opsets = dict(cones.model.opset_imports)
         self.ir_version, self.libraries = cones.model.ir_version, cones.libraries
@@ -331,7 +336,7 @@ class _Windows:
             exact = _exact(record, self.bitwise, self.rounding)
             verdict = self.verdicts[id(record)]
             _judge(record, pairs, exact, verdict, self.k)
-            self.judged[id(record)] = self.judged.get(id(record), 0) + 1
+            self.judged.add(id(record))
             if verdict.state == DIFFERS and not exact:
                 self._arbitrate(record, pairs, verdict)
 
@@ -377,7 +382,7 @@ class _Windows:
     def _unrun(self, record: RewriteRecord) -> bool:
         """Whether ``record``, which the machine could not run at this input set, was judged
         at a smaller one: then it stays validated there, this set noted as not run."""
-        if not self.judged.get(id(record)):
+        if id(record) not in self.judged:
             return False
         self.verdicts[id(record)].unrun.append(self.k + 1)
         return True
