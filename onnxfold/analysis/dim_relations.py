@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.dim_algebra import Dim, Sym
@@ -390,14 +391,16 @@ def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
          given: Mapping[str, int], steps: ShapeSteps, sizes: Mapping[str, int] | None = None,
          held: Collection[str] = (), anonymous: AxisNames | None = None,
-         batches: Collection[str] = ()) -> DimPlan:
+         batches: Collection[str] = (), light: onnx.ModelProto | None = None) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
     ``given`` as is, the ones the graph relates computed (``steps``: the catalogue's shape
     steps), the others guessed (see module): ``sizes`` (an image's height and width) where
     it names them, ``held`` (a cache's length) kept at the profile's cache length, and
     ``batches`` (besides the dims on axis 0) at the profile's batch. ``anonymous``: the name
     ``input_shapes`` gives each dim the model leaves unnamed (``?``, none, -1) by graph input
-    and axis, so that the graph's relations read it as they read a named one."""
+    and axis, so that the graph's relations read it as they read a named one. ``light``:
+    ``model`` as ``shapes.serialize_light`` gives it, where the caller has it (its inference
+    takes it: not serialized again)."""
     sizes = sizes or {}
     names = {d for shape in input_shapes for d in shape if is_named(d)}
     axis_names: dict[tuple[str, int], str] = dict(anonymous or {})
@@ -411,7 +414,7 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
         if form is not None and form != {name: 1} and set(form) - {""} <= names:
             relations.equations[name] = (form, "declared by the input")
     try:
-        infer_shapes(model)
+        infer_shapes(model, light)
         shape_values(model.graph, constant_array, shared_dim_names(model), steps=steps)
         _index_relations(model, relations)
         _broadcast_relations(model, relations)

@@ -149,7 +149,9 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           phases=phases,
                           pristine=lambda: load_model(source, check=False),
                           loaded=functools.partial(_loaded, claimed.guard,
-                                                   settings.check.shapes, dims, read),
+                                                   settings.check.shapes, dims),
+                          read_light=None if read is None else  # what the signature needs
+                          lambda model, light: read.append(read_original(model, light)),
                           record_rewrites=checking is not None)
         reached("folded")
         if checking is not None and dims:
@@ -163,17 +165,14 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
 
 
 def _loaded(guard: OutputGuard, shapes: tuple[str, ...], dims: dict[str, int],
-            read: list[Original] | None, model: ir.Model) -> None:
+            model: ir.Model) -> None:
     """Once the input is read: refuse an output that would replace one of its files; the
-    check's ``dims`` that ``--test-input-shape``'s ``shapes`` give the model as declared;
-    what the signature needs of it (``read``)."""
+    check's ``dims`` that ``--test-input-shape``'s ``shapes`` give the model as declared."""
     from onnxfold.io.writer import input_files
 
     reached("loaded")
     guard.protect(input_files(model))
     dims.update(test_shape_dims(shapes, model) if shapes else {})
-    if read is not None:
-        read.append(read_original(model))
 
 
 def _on_terminal(stream) -> bool:

@@ -44,8 +44,10 @@ class Original:
     expands: bool  # whether shape inference may expand its functions
 
 
-def read_original(model: ir.Model) -> Original:
-    """The :class:`Original` of ``model``, just loaded."""
+def read_original(model: ir.Model, light: onnx.ModelProto | None = None) -> Original:
+    """The :class:`Original` of ``model``, just loaded; ``light``: the reader's proto of it
+    as ``serialize_light`` gives it (copied: the fold's first inference takes it), else it is
+    serialized here (with each node's metadata: 1.8 KiB a node of a dynamo export)."""
     from onnxfold.io.writer import input_files
 
     sizes = {(info.st_dev, info.st_ino): info.st_size for info in
@@ -54,11 +56,20 @@ def read_original(model: ir.Model) -> Original:
         v.type, ir.TensorType) else _dtype(v), shape=[
             d if isinstance(d, int) else getattr(d, "value", None) for d in v.shape or ()])
         for v in model.graph.inputs if v.name not in model.graph.initializers]
-    with texts_aside(model):
-        light = serialize_light(model)
+    if light is not None:
+        light = _copy(light)
+    else:
+        with texts_aside(model):
+            light = serialize_light(model)
     return Original({**{key: fn(model) for key, fn in _FACTS},
                      "file_bytes": sum(sizes.values())}, declared, light,
                     inference_expands_functions(model))
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
 
 
 def signature(original: Original, folded: ir.Model, written: int | None,
@@ -77,9 +88,8 @@ def signature(original: Original, folded: ir.Model, written: int | None,
     release()  # the plan's graph, before the computes' protos
     after = compute(folded, shapes, catalogue.costs)
     release()
-    light = onnx.ModelProto()
-    light.CopyFrom(original.light)  # the input's own: a copy is bound to the shapes
-    before = compute_light(light, original.expands, shapes, catalogue.costs, after.types)
+    before = compute_light(_copy(original.light),  # a copy is bound to the shapes
+                           original.expands, shapes, catalogue.costs, after.types)
     found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
                         "before": _totals(before), "after": _totals(after)}
     return found
@@ -141,7 +151,9 @@ def _first_set(original: Original, folded: ir.Model,
     fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
              for v in folded.graph.inputs}
     plan = FeedPlan(SimpleNamespace(get_inputs=lambda: original.declared), "the original",
-                    graph, {}, options.dims, options.int_ranges, catalogue.shape_steps, fixed)
+                    graph, {}, options.dims, options.int_ranges, catalogue.shape_steps, fixed,
+                    light=original.light)  # its inference may take out functions it may not
+    # expand (as compute_light does to its copy): the graph was read from it before
     return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
             "the first input set --check would use")
 

@@ -225,6 +225,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
              progress: Callable[[int, int], None] | None = None,
              pristine: Callable[[], ir.Model] | None = None,
              loaded: Callable[[ir.Model], None] | None = None,
+             read_light: Callable[[ir.Model, onnx.ModelProto | None], None] | None = None,
              phases: Phases | None = None, catalogue: Catalogue | None = None,
              record_rewrites: bool = False, **fold_options: Any) -> OptimizeResult:
     """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
@@ -241,7 +242,10 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
     given; else from a copy taken first); the report lists it in ``skipped_steps``.
     ``loaded(model)`` runs once the model is read, before any pass (the command line refuses
-    an output that would replace one of its files there, not after a whole fold).
+    an output that would replace one of its files there, not after a whole fold);
+    ``read_light(model, light)`` then, with the reader's proto of the model as
+    ``shapes.serialize_light`` gives it (None where it does not describe the model exactly),
+    to read and not change: the first shape inference takes it.
     ``phases`` times each phase (the report's ``phases``; a fresh clock when not given).
     ``catalogue``: the rules and op facts to fold with (None: the installed rules,
     ``load_catalogue()``); a test or a plugin passes its own, ``options.disabled_rules``
@@ -253,7 +257,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     catalogue = load_catalogue() if catalogue is None else catalogue
     with long_lived():  # fewer collections; a large model's objects are not walked by each
         return _optimize(model, options, catalogue, check, progress, pristine, loaded,
-                         phases or Phases(), record_rewrites)
+                         read_light, phases or Phases(), record_rewrites)
 
 
 def with_keywords(caller: Callable[..., Any], options: FoldOptions | None, check: object,
@@ -316,7 +320,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
               check: bool,
               progress: Callable[[int, int], None] | None,
               pristine: Callable[[], ir.Model] | None,
-              loaded: Callable[[ir.Model], None] | None, phases: Phases,
+              loaded: Callable[[ir.Model], None] | None,
+              read_light: Callable[[ir.Model, onnx.ModelProto | None], None] | None, phases: Phases,
               record_rewrites: bool = False) -> OptimizeResult:
     started = time.perf_counter()
     options = options or FoldOptions()
@@ -325,6 +330,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     if loaded is not None:
         loaded(model)
     light = lighten(light) if light is not None else None  # read here
+    if read_light is not None:
+        read_light(model, light)
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))

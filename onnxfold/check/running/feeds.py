@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis import dim_relations
@@ -174,7 +175,8 @@ class FeedPlan:
     """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
     ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims; ``pinned``:
     anonymous dims fixed by input and axis (the second model's static ones,
-    ``onnxfold.check.outputs.interfaces``).
+    ``onnxfold.check.outputs.interfaces``); ``light``: ``graph`` serialized without its large
+    weights, where the caller has it (``dim_relations.plan``).
 
     Every anonymous dim gets a name of its own (:func:`anonymous_dims`) and is bound like a
     named one: on axis 0 or inside a shape (a recurrent state's batch) it is a batch, ending a
@@ -182,8 +184,8 @@ class FeedPlan:
 
     def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
                  dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]],
-                 steps: ShapeSteps, pinned: Mapping[str, Mapping[int, int]] | None = None
-                 ) -> None:
+                 steps: ShapeSteps, pinned: Mapping[str, Mapping[int, int]] | None = None,
+                 light: onnx.ModelProto | None = None) -> None:
         pinned = pinned or {}
         declared = [(i.name, numpy_type(i.type, label, i.name), list(i.shape))
                     for i in session.get_inputs()]
@@ -218,7 +220,7 @@ class FeedPlan:
             sizes={d: dim_relations.IMAGE_SIZE for name, _, shape in self.specs
                    if name in self.images for d in shape[2:] if is_named(d)},
             held=_cache_lengths(self.specs) - set(self.anonymous.values()),
-            anonymous=self.anonymous, batches=_inner(self.specs, self.anonymous))
+            anonymous=self.anonymous, batches=_inner(self.specs, self.anonymous), light=light)
         self.table_sizes = _id_table_sizes(graph)  # after the plan's shape inference
         # a binding model A cannot run is dropped; every binding tried is kept for messages
         self.bindings: list[Bound] = list(self.plan.bindings)
