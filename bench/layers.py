@@ -1,5 +1,6 @@
 """What one more layer costs: the same dynamo Llama (hidden 64) at 32, 64 and 128 layers, onnxfold
-against onnx-ir's bare load + save, onnxruntime basic and onnxsim (issue 50's per-layer cost).
+against onnx-ir's bare load + save, onnxruntime basic and onnxsim (issues 50 and 56's per-layer
+cost), library call against library call and command line against command line.
 
 Each model is ``builders``' ``llama_L{N}_dynamo`` (the export floor's ``llama_L32_dynamo`` is,
 at other depths), built once into ``--cache``. ``--repeat`` interleaved rounds: each round runs
@@ -9,7 +10,10 @@ the round instead of on one depth:
 
 ===============  ===========================================================================
 ``ir``           onnx-ir alone: ``ir.save(ir.load(IN), OUT)`` (``bench/tools.py``)
-``onnxfold``     ``python -m onnxfold optimize IN -o OUT --json REPORT -q --no-verify``
+``onnxfold-lib`` onnxfold's library call, ``onnxfold.optimize(IN).save(OUT)`` (onnx's checker
+                 on the input, the fold, the write; its report to REPORT)
+``onnxfold``     ``python -m onnxfold optimize IN -o OUT --json REPORT -q --no-verify`` (the
+                 summary's signature block too: ``--json`` holds it)
 ``ort``          onnxruntime's offline optimizer: ``ORT_ENABLE_BASIC`` +
                  ``SessionOptions.optimized_model_filepath``
 ``onnxsim``      onnxsim's library call, ``onnxsim.simplify(IN, output_path=OUT)``, run by
@@ -27,13 +31,15 @@ out of the slope; at neither depth, the slope is the fold's.
 CPU seconds (user + system: steadier than wall on a shared machine), median wall seconds and
 peak RSS (the largest ``ru_maxrss`` of its runs). Interpreter start-up, imports and whatever
 else does not grow with the depth cancel out of a slope; what is left is the cost of a layer.
-The ratios onnxfold / onnxruntime basic and onnxfold / onnxsim are of the CPU slopes (issue 50's
-targets: at most 1.5x and below 1.0x).
+The ratios, like against like (``PAIRS``): onnxfold's library call / onnxsim's library call
+(issue 56's target: at most 1.5x), / onnxruntime basic, and onnxfold's command line / onnxsim's
+command line; bold: of the CPU slopes.
 
-**onnxfold's passes**: its report's ``phases`` but ``load``, ``save`` and ``report``, as
+**onnxfold's passes**: its library call's report's ``phases`` but ``load``, ``save`` and
+``report``, as
 ``floor`` counts them (median over the rounds, wall seconds); per layer their slope, set
 against onnx-ir's bare load + save per layer (issue 36's target, at most 1.0x) and against
-onnxfold's own wall per layer (their share of what a layer costs it).
+the library call's wall per layer (their share of what a layer costs it).
 
 After the runs, each tool's last output is run in onnxruntime beside the original on the
 export's example inputs (``floor.check``): an output whose largest error exceeds 1e-3 of the
@@ -63,10 +69,13 @@ from bench.readme import replace_section
 from bench.tools import tool_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ("ir", "onnxfold", "ort", "onnxsim", "onnxsim-cli")
-TOOL_LABELS = {"ir": "ir.load + ir.save", "onnxfold": "onnxfold", "ort": "onnxruntime basic",
+TOOLS = ("ir", "onnxfold-lib", "onnxfold", "ort", "onnxsim", "onnxsim-cli")
+TOOL_LABELS = {"ir": "ir.load + ir.save", "onnxfold-lib": "onnxfold (library)",
+               "onnxfold": "onnxfold (CLI)", "ort": "onnxruntime basic",
                "onnxsim": "onnxsim (library)", "onnxsim-cli": "onnxsim (CLI)"}
-PEERS = ("ort", "onnxsim", "onnxsim-cli")  # onnxfold's CPU per layer is set against each
+# like against like: each onnxfold form's per-layer cost set against a peer's
+PAIRS = (("onnxfold-lib", "onnxsim"), ("onnxfold-lib", "ort"), ("onnxfold", "onnxsim-cli"))
+PASSES_OF = "onnxfold-lib"  # whose report's phases give onnxfold's passes
 # the depths builders export: llama_L{N}_dynamo
 DEPTHS = sorted(int(m.group(1)) for m in map(re.compile(r"llama_L(\d+)_dynamo$").match, EXPORTS)
                 if m)
@@ -104,7 +113,7 @@ def _runs(depths: list[int], sources: dict[int, Path], work: Path, repeat: int, 
                     cmd.append("--no-verify")  # the check at neither depth (module doc)
                 run = run_child(cmd, work / f"L{n}.{tool}_{r}", timeout, cwd=ROOT)
                 runs[n][tool].append(run)
-                if tool == "onnxfold" and run.rc == 0:
+                if tool == PASSES_OF and run.rc == 0:
                     passes[n].append(floor.passes_seconds(report))
                 _log(f"[L{n}] {tool} run {r + 1}/{repeat}: {run.wall_s:.2f} s, "
                      f"CPU {run.user_s + run.sys_s:.2f} s, {run.maxrss_mib:.0f} MiB"
@@ -180,10 +189,11 @@ def per_layer(models: dict[str, Any]) -> dict[str, Any]:
         tool: {key: slope(models, _tool_value(tool, key))
                for key in ("cpu_s", "wall_s", "peak_rss_mib")} for tool in TOOLS}
     out["passes_s"] = slope(models, lambda m: m["passes_s"])
-    out["onnxfold_over"] = {peer: _over(out["onnxfold"]["cpu_s"], out[peer]["cpu_s"])
-                            for peer in PEERS}
+    out["over"] = {f"{mine}/{peer}": {key: _over(out[mine][key], out[peer][key])
+                                      for key in ("cpu_s", "wall_s", "peak_rss_mib")}
+                   for mine, peer in PAIRS}
     out["passes_over_ir"] = _over(out["passes_s"], out["ir"]["wall_s"])
-    out["passes_share"] = _over(out["passes_s"], out["onnxfold"]["wall_s"])
+    out["passes_share"] = _over(out["passes_s"], out[PASSES_OF]["wall_s"])
     return out
 
 
@@ -219,27 +229,27 @@ def table(result: dict[str, Any]) -> str:
     depths = sorted(m["layers"] for m in models.values())
     lines += ["", f"Per layer ({depths[0]} -> {depths[-1]} layers):", "",
               f"| per layer | {labels} | "
-              + " | ".join(f"onnxfold / {TOOL_LABELS[p]}" for p in PEERS) + " |",
-              "|---|" + "--:|" * (len(TOOLS) + len(PEERS))]
-    over = slopes["onnxfold_over"]
+              + " | ".join(f"{TOOL_LABELS[m]} / {TOOL_LABELS[p]}" for m, p in PAIRS) + " |",
+              "|---|" + "--:|" * (len(TOOLS) + len(PAIRS))]
+    over = slopes["over"]
     for key, unit, scale, fmt in (("cpu_s", "CPU ms", 1000.0, ".1f"),
                                   ("wall_s", "wall ms", 1000.0, ".1f"),
                                   ("peak_rss_mib", "peak RSS MiB", 1.0, ".2f")):
         cells = " | ".join(_num(slopes[t][key], fmt, scale) for t in TOOLS)
-        mine = slopes["onnxfold"][key]
-        ratios = " | ".join(_times(over[p] if key == "cpu_s" else _over(mine, slopes[p][key]),
-                                   bold=key == "cpu_s") for p in PEERS)
+        ratios = " | ".join(_times(over[f"{m}/{p}"][key], bold=key == "cpu_s")
+                            for m, p in PAIRS)
         lines.append(f"| {unit} | {cells} | {ratios} |")
     lines += ["", f"onnxfold's passes: {_num(slopes['passes_s'], '.1f', 1000.0)} ms a layer, "
               f"{_times(slopes['passes_over_ir'], bold=True)} of `ir.load` + `ir.save`'s wall "
-              f"per layer, {_num(slopes['passes_share'], '.0%')} of onnxfold's wall per layer.",
+              f"per layer, {_num(slopes['passes_share'], '.0%')} of its library call's wall per layer.",
               "",
               f"Each model's cell: median wall and CPU (user + system) of {result['repeat']} "
               "interleaved runs of the whole child process, largest peak RSS, nodes left. Per "
               "layer: (deepest - shallowest) / (difference of their layers) of those medians "
               "(of peak RSS: of the largest); onnxfold / peer: the ratio of the per-layer "
-              "slopes (bold: CPU). onnxfold's passes: the median of its report's phases but "
-              "load, save and report."]
+              "slopes (bold: CPU), library call against library call, command line against "
+              "command line. onnxfold's passes: the median of its library call's report's "
+              "phases but load, save and report."]
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """How each tool a benchmark measures is invoked: one child process, ``IN`` -> ``OUT``.
 
 ``onnxfold`` runs its command line (``python -m onnxfold optimize``: load, optimize, save, as a
-user runs it); ``ir`` is onnx-ir's bare ``ir.load`` + ``ir.save`` (what reading and writing a
+user runs it), ``onnxfold-lib`` its library call (``onnxfold.optimize`` + ``save``); ``ir`` is onnx-ir's bare ``ir.load`` + ``ir.save`` (what reading and writing a
 model costs, the floor of a fold built on onnx-ir); the peers run a small script each
 (``PEER_CODE``) with the interpreter given, so that a separate venv can hold them.
 """
@@ -80,6 +80,19 @@ src, dst, big = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 ir.save(ir.load(src), dst, external_data=os.path.basename(dst) + ".data" if big else None)
 os._exit(0)
 """
+# onnxfold's library call, as onnxsim's is run: ``onnxfold.optimize(IN)`` then ``save(OUT)``
+# (onnx's checker on the input, the fold, the streamed atomic write; no summary, no signature);
+# its report, phases included, to argv[5] (``tool_cmd`` appends it).
+PEER_CODE["onnxfold-lib"] = """\
+import os, sys
+import onnxfold
+src, dst, report = sys.argv[1], sys.argv[2], sys.argv[5]
+result = onnxfold.optimize(src)
+result.save(dst)
+with open(report, "w") as f:
+    f.write(result.report.to_json())
+os._exit(0)
+"""
 # A plain copy of the model's files (the file and, if there, its ``.data`` beside it): what
 # any tool that writes a model of this size costs at least, on this disk.
 PEER_CODE["copy"] = """\
@@ -98,4 +111,5 @@ def tool_cmd(tool: str, src: Path, dst: Path, report: Path, input_bytes: int,
         return [sys.executable, "-m", "onnxfold", "optimize", str(src), "-o", str(dst),
                 "--json", str(report), "-q"]
     big = "1" if input_bytes > EXTERNAL_ABOVE else "0"
-    return [peers_python, "-c", PEER_CODE[tool], str(src), str(dst), big, str(EXTERNAL_ABOVE)]
+    return [peers_python, "-c", PEER_CODE[tool], str(src), str(dst), big, str(EXTERNAL_ABOVE),
+            *([str(report)] if tool == "onnxfold-lib" else [])]
