@@ -241,7 +241,8 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"| {unit} | {cells} | {ratios} |")
     lines += ["", f"onnxfold's passes: {_num(slopes['passes_s'], '.1f', 1000.0)} ms a layer, "
               f"{_times(slopes['passes_over_ir'], bold=True)} of `ir.load` + `ir.save`'s wall "
-              f"per layer, {_num(slopes['passes_share'], '.0%')} of its library call's wall per layer.",
+              f"per layer, {_num(slopes['passes_share'], '.0%')} of its library call's wall "
+              "per layer.",
               "",
               f"Each model's cell: median wall and CPU (user + system) of {result['repeat']} "
               "interleaved runs of the whole child process, largest peak RSS, nodes left. Per "

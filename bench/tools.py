@@ -1,8 +1,9 @@
 """How each tool a benchmark measures is invoked: one child process, ``IN`` -> ``OUT``.
 
 ``onnxfold`` runs its command line (``python -m onnxfold optimize``: load, optimize, save, as a
-user runs it), ``onnxfold-lib`` its library call (``onnxfold.optimize`` + ``save``); ``ir`` is onnx-ir's bare ``ir.load`` + ``ir.save`` (what reading and writing a
-model costs, the floor of a fold built on onnx-ir); the peers run a small script each
+user runs it), ``onnxfold-lib`` its library call (``onnxfold.optimize`` + ``save``); ``ir`` is
+onnx-ir's bare ``ir.load`` + ``ir.save`` (what reading and writing a model costs, the floor of
+a fold built on onnx-ir); the peers run a small script each
 (``PEER_CODE``) with the interpreter given, so that a separate venv can hold them.
 """
 
