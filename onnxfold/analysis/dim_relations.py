@@ -26,7 +26,8 @@ plans: ``onnxfold.check.running.feeds``.)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
@@ -34,11 +35,11 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.dim_algebra import Dim, Sym
-from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.analysis.step_inputs import ShapeSteps, dim_symbol, shared_dim_names
+from onnxfold.analysis.shapes import DECLARED_KEY, MARKED_KEY, infer_shapes
+from onnxfold.analysis.step_inputs import REFINED_KEY, ShapeSteps, dim_symbol, shared_dim_names
 from onnxfold.analysis.symbolic import shape_values
 from onnxfold.ir.constants import constant_array
-from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
+from onnxfold.ir.graph import PASSES_ELEMENTS, all_graphs, is_default_op
 
 WIDE = 16  # the prefill binding's length of dims off axis 0 (1 would hide broadcasting bugs)
 IMAGE_SIZE = 224  # an image's height and width where the graph does not fix them
@@ -386,6 +387,36 @@ def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
                         continue
                     relations.add(a, b, where)
                     relations.add(b, a, where)
+
+
+@contextmanager
+def left_as_found(model: ir.Model) -> Iterator[None]:
+    """Whatever :func:`plan` (its shape inference and symbolic walk) writes into ``model``,
+    undone when the block ends: every node output's type, shape, refined dims
+    (``REFINED_KEY``) and inference marks (``shapes.DECLARED_KEY``, ``MARKED_KEY``), so that
+    a model can be planned on as it was read and then folded as if it never was."""
+    keys = (REFINED_KEY, DECLARED_KEY)
+    values = [v for graph in all_graphs(model) for node in graph for v in node.outputs]
+    found = [(v.type, v.shape, tuple(v.meta.data.get(k, _ABSENT) for k in keys))
+             for v in values]
+    marked = model.meta.data.get(MARKED_KEY, _ABSENT)
+    try:
+        yield
+    finally:
+        for value, (type_, shape, metas) in zip(values, found):
+            value.type, value.shape = type_, shape
+            for key, meta in zip(keys, metas):
+                if meta is _ABSENT:
+                    value.meta.data.pop(key, None)
+                else:
+                    value.meta.data[key] = meta
+        if marked is _ABSENT:
+            model.meta.data.pop(MARKED_KEY, None)
+        else:
+            model.meta.data[MARKED_KEY] = marked
+
+
+_ABSENT = object()
 
 
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],

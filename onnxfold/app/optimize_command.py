@@ -33,11 +33,14 @@ from onnxfold.pipeline.collector import long_lived
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    import onnx
     import onnx_ir as ir
 
+    from onnxfold.analysis.step_inputs import ShapeSteps
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
+    from onnxfold.pipeline.phases import Phases
 
 
 def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) -> int:
@@ -150,8 +153,8 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           pristine=lambda: load_model(source, check=False),
                           loaded=functools.partial(_loaded, claimed.guard,
                                                    settings.check.shapes, dims),
-                          read_light=None if read is None else  # what the signature needs
-                          lambda model, light: read.append(read_original(model, light)),
+                          read_light=None if read is None else functools.partial(
+                              _read_original, read, phases, _plan_inputs(settings, checking)),
                           record_rewrites=checking is not None)
         reached("folded")
         if checking is not None and dims:
@@ -173,6 +176,30 @@ def _loaded(guard: OutputGuard, shapes: tuple[str, ...], dims: dict[str, int],
     reached("loaded")
     guard.protect(input_files(model))
     dims.update(test_shape_dims(shapes, model) if shapes else {})
+
+
+def _read_original(read: list[Original], phases: Phases,
+                   plan: tuple[CompareOptions, ShapeSteps] | None, model: ir.Model,
+                   light: onnx.ModelProto | None) -> None:
+    """What the signature needs of the input, read as it is loaded (timed as the signature)."""
+    with phases.phase("signature"):
+        read.append(read_original(model, light, plan))
+
+
+def _plan_inputs(settings: OptimizeSettings, checking: CompareOptions | None
+                 ) -> tuple[CompareOptions, ShapeSteps] | None:
+    """What the signature plans the check's first input set with as the input is read: only
+    where no check runs (it plans its own) and no ``--input-shape`` pins a dim of the output
+    (the plan holds the output's fixed dims as the check does)."""
+    from onnxfold.declare.catalogue import load_catalogue
+
+    if checking is not None or settings.fold.input_shapes:
+        return None
+    try:
+        options = settings.check.comparison.resolved()
+    except InputError:  # said where the signature is made, as before
+        return None
+    return options, (settings.catalogue or load_catalogue()).shape_steps
 
 
 def _on_terminal(stream) -> bool:

@@ -8,6 +8,7 @@ needs of the input is read as the input is loaded (:func:`read_original`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,14 +19,18 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.cost import Compute, compute, compute_light, texts_aside
+from onnxfold.analysis.dim_relations import left_as_found
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
 from onnxfold.host.heap import release
 from onnxfold.host.logs import quiet
+from onnxfold.ir.graph import is_static_dim
+from onnxfold.pipeline.collector import process_goes_on
 
 if TYPE_CHECKING:
+    from onnxfold.analysis.step_inputs import ShapeSteps
     from onnxfold.check.result import CompareResult
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.declare.catalogue import Catalogue
@@ -42,12 +47,24 @@ class Original:
     declared: list[SimpleNamespace]
     light: onnx.ModelProto
     expands: bool  # whether shape inference may expand its functions
+    planned: FirstSet | InputError | None = None  # the check's first set, planned as it was read
 
 
-def read_original(model: ir.Model, light: onnx.ModelProto | None = None) -> Original:
+FirstSet = tuple[dict[str, list[int]], dict[str, int], str]  # shapes, dims, whose set
+WOULD_USE = "the first input set --check would use"
+
+
+def read_original(model: ir.Model, light: onnx.ModelProto | None = None,
+                  plan: tuple[CompareOptions, ShapeSteps] | None = None) -> Original:
     """The :class:`Original` of ``model``, just loaded; ``light``: the reader's proto of it
     as ``serialize_light`` gives it (copied: the fold's first inference takes it), else it is
-    serialized here (with each node's metadata: 1.8 KiB a node of a dynamo export)."""
+    serialized here (with each node's metadata: 1.8 KiB a node of a dynamo export).
+
+    ``plan``: the check's options and shape steps, where no check will run and nothing pins
+    an input's dim (``--input-shape``): the first input set the check would use is planned
+    now, on ``model`` itself, which is left exactly as it was found (every value's type,
+    shape and marks), instead of on a second copy of the input read once the fold is done
+    (1 s of 3.5 for a 16k-node graph, and a collection of it)."""
     from onnxfold.io.writer import input_files
 
     sizes = {(info.st_dev, info.st_ino): info.st_size for info in
@@ -61,9 +78,19 @@ def read_original(model: ir.Model, light: onnx.ModelProto | None = None) -> Orig
     else:
         with texts_aside(model):
             light = serialize_light(model)
-    return Original({**{key: fn(model) for key, fn in _FACTS},
-                     "file_bytes": sum(sizes.values())}, declared, light,
-                    inference_expands_functions(model))
+    original = Original({**{key: fn(model) for key, fn in _FACTS},
+                         "file_bytes": sum(sizes.values())}, declared, light,
+                        inference_expands_functions(model))
+    if plan is None or _declared_set(original, plan[0]) is not None:
+        return original  # (a set the declared shapes give needs no plan)
+    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
+             for v in model.graph.inputs}  # what the fold's output will fix, unpinned
+    with left_as_found(model):
+        try:
+            planned: FirstSet | InputError = _planned(original, model, *plan, fixed)
+        except InputError as e:
+            planned = e
+    return dataclasses.replace(original, planned=planned)
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -85,7 +112,8 @@ def signature(original: Original, folded: ir.Model, written: int | None,
     except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
         found["compute"] = {"reason": str(e)}
         return found
-    release()  # the plan's graph, before the computes' protos
+    if process_goes_on():  # else the exit frees them (a full collection: 0.5 s at 16k nodes)
+        release()  # the plan's graph, before the computes' protos
     after = compute(folded, shapes, catalogue.costs)
     release()
     before = compute_light(_copy(original.light),  # a copy is bound to the shapes
@@ -144,18 +172,47 @@ def _first_set(original: Original, folded: ir.Model,
     if check is not None:
         return ({i.name: list(i.shape) for i in check.inputs}, dict(check.dims),
                 "the check's first input set")
-    from onnxfold.check.running.feeds import FeedPlan
-
+    declared = _declared_set(original, options)
+    if declared is not None:
+        return declared
+    if isinstance(original.planned, InputError):
+        raise original.planned
+    if original.planned is not None:
+        return original.planned
     with quiet("onnx_ir"):  # what it says of the input it said as the input was read
         graph = ir.serde.deserialize_model(original.light)
     fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
              for v in folded.graph.inputs}
+    return _planned(original, graph, options, catalogue.shape_steps, fixed)
+
+
+def _declared_set(original: Original, options: CompareOptions) -> FirstSet | None:
+    """The first input set where the declared shapes give it (every dim static, no ``--dim``
+    or ``--int-range`` to check against the model): the plan binds no dim then, whatever the
+    graph relates. None where the plan is needed."""
+    from onnxfold.check.running.models import numpy_type
+
+    if options.dims or options.int_ranges or not all(
+            all(map(is_static_dim, i.shape)) for i in original.declared):
+        return None
+    for i in original.declared:  # what the plan refuses first (a sequence input)
+        numpy_type(i.type, "the original", i.name)
+    return {i.name: list(i.shape) for i in original.declared}, {}, WOULD_USE
+
+
+def _planned(original: Original, graph: ir.Model, options: CompareOptions, steps: ShapeSteps,
+             fixed: dict[str, dict[int, int]]) -> FirstSet:
+    """The check's plan of its first input set (``onnxfold.check.running.feeds``) over
+    ``graph``, the input as read (``fixed``: the dims the output fixes, held as the check
+    holds them). Its inference takes ``original.light``, which may lose there the functions
+    inference may not expand, as ``compute_light`` takes them out of its copy."""
+    from onnxfold.check.running.feeds import FeedPlan
+
     plan = FeedPlan(SimpleNamespace(get_inputs=lambda: original.declared), "the original",
-                    graph, {}, options.dims, options.int_ranges, catalogue.shape_steps, fixed,
-                    light=original.light)  # its inference may take out functions it may not
-    # expand (as compute_light does to its copy): the graph was read from it before
+                    graph, {}, options.dims, options.int_ranges, steps, fixed,
+                    light=original.light)
     return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
-            "the first input set --check would use")
+            WOULD_USE)
 
 
 def _totals(found: Compute) -> dict[str, Any]:
