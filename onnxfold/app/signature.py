@@ -81,16 +81,22 @@ def read_original(model: ir.Model, light: onnx.ModelProto | None = None,
     original = Original({**{key: fn(model) for key, fn in _FACTS},
                          "file_bytes": sum(sizes.values())}, declared, light,
                         inference_expands_functions(model))
-    if plan is None or _declared_set(original, plan[0]) is not None:
-        return original  # (a set the declared shapes give needs no plan)
-    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
-             for v in model.graph.inputs}  # what the fold's output will fix, unpinned
-    with left_as_found(model):
-        try:
-            planned: FirstSet | InputError = _planned(original, model, *plan, fixed)
-        except InputError as e:
-            planned = e
+    if plan is None:
+        return original
+    try:
+        if _declared_set(original, plan[0]) is not None:
+            return original  # (a set the declared shapes give needs no plan)
+        with left_as_found(model):  # the output will fix the dims the input fixes: unpinned
+            planned: FirstSet | InputError = _planned(original, model, *plan, _fixed(model))
+    except InputError as e:  # the signature says why, once it is made
+        planned = e
     return dataclasses.replace(original, planned=planned)
+
+
+def _fixed(model: ir.Model) -> dict[str, dict[int, int]]:
+    """The static dims of ``model``'s inputs, by input and axis (``FeedPlan``'s ``pinned``)."""
+    return {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
+            for v in model.graph.inputs}
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -178,12 +184,10 @@ def _first_set(original: Original, folded: ir.Model,
     if isinstance(original.planned, InputError):
         raise original.planned
     if original.planned is not None:
-        return original.planned
+        return original.planned  # (the dims ``folded`` fixes are the input's: no pin)
     with quiet("onnx_ir"):  # what it says of the input it said as the input was read
         graph = ir.serde.deserialize_model(original.light)
-    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
-             for v in folded.graph.inputs}
-    return _planned(original, graph, options, catalogue.shape_steps, fixed)
+    return _planned(original, graph, options, catalogue.shape_steps, _fixed(folded))
 
 
 def _declared_set(original: Original, options: CompareOptions) -> FirstSet | None:

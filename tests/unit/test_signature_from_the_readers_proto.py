@@ -117,3 +117,28 @@ def test_the_output_is_the_same_bytes_whether_the_signature_is_shown_or_not(tmp_
     assert "at s0=16, s1=16, m=32 (the first input set --check would use)" in said.stdout
     assert run_cli("optimize", src, "-o", quiet, "-q").returncode == 0
     assert shown.read_bytes() == quiet.read_bytes()
+
+
+@pytest.mark.parametrize("dim", [2, "n"])
+def test_an_input_the_check_cannot_feed_is_said_and_the_fold_goes_on(dim, tmp_path):
+    """A sequence input (static or not): the signature, read as the input loads, says the
+    compute is not counted and why; it never stops the fold (a static one once did:
+    ``onnxfold: error`` before anything was folded)."""
+    from tests.support.cli import run_cli
+
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["zero"],
+                          value=helper.make_tensor("z", TensorProto.INT64, [], [0])),
+         helper.make_node("SequenceAt", ["s", "zero"], ["t"]),
+         helper.make_node("Add", ["t", "x"], ["y"])], "g",
+        [helper.make_tensor_sequence_value_info("s", f, [dim]),
+         helper.make_tensor_value_info("x", f, [dim])],
+        [helper.make_tensor_value_info("y", f, [dim])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(src))
+    done = run_cli("optimize", src, "-o", tmp_path / "o.onnx")
+    assert done.returncode == 0, done.stderr
+    assert "compute      not counted: the original: input s has type Sequence" in done.stdout
+    assert (tmp_path / "o.onnx").exists()
