@@ -90,6 +90,8 @@ def read_original(model: ir.Model, light: onnx.ModelProto | None = None,
             planned: FirstSet | InputError = _planned(original, model, *plan, _fixed(model))
     except InputError as e:  # the signature says why, once it is made
         planned = e
+    except Exception:  # never the fold's end: planned once it is done, as it was before
+        return original
     return dataclasses.replace(original, planned=planned)
 
 

@@ -142,3 +142,35 @@ def test_an_input_the_check_cannot_feed_is_said_and_the_fold_goes_on(dim, tmp_pa
     assert done.returncode == 0, done.stderr
     assert "compute      not counted: the original: input s has type Sequence" in done.stdout
     assert (tmp_path / "o.onnx").exists()
+
+
+def test_a_plan_that_fails_as_the_input_loads_is_made_again_once_the_fold_is_done(
+        tmp_path, monkeypatch):
+    """Whatever else fails in the plan made as the input loads (the machine short of memory,
+    a bug) neither stops the fold nor leaves a trace in the model: the signature plans once
+    the fold is done, where such a failure was met before."""
+    import onnxfold.check.running.feeds as feeds
+
+    real = feeds.FeedPlan
+    calls = []
+
+    def failing_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("planted")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(feeds, "FeedPlan", failing_once)
+    catalogue, options = load_catalogue(), CompareOptions()
+    read: list = []
+
+    def from_reader(model, light):
+        before = _state(model)
+        read.append(read_original(model, light, (options, catalogue.shape_steps)))
+        assert _state(model) == before
+
+    result = optimize(_related_dims(tmp_path / "m.onnx"), read_light=from_reader)
+    (original,) = read
+    assert original.planned is None and len(calls) == 1
+    found = signature(original, result.model, 1, None, options, catalogue)
+    assert found["compute"]["dims"] == {"s0": 16, "s1": 16, "m": 32} and len(calls) == 2
