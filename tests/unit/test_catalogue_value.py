@@ -41,6 +41,7 @@ ENTRY_POINTS = {
     ("onnxfold/app/runtime_commands.py", "split"),  # onnxfold split
     ("onnxfold/runtime/adapter_split.py", "split_adapter"),  # onnxfold.split_adapter, the CLI
     ("onnxfold/app/optimize_report.py", "_signature"),  # optimize's catalogue, for its FLOPs
+    ("onnxfold/app/optimize_command.py", "_plan_inputs"),  # and for its plan as the input loads
 }
 
 
