@@ -5,9 +5,9 @@ a temporary directory, put first on ``PYTHONPATH``, run with this interpreter) o
 command (``--before-cmd``). Rounds alternate the order of the two; the first round only warms
 the caches. Per model and version: medians (and minimums) of the whole ``onnxfold optimize``
 process's wall and CPU seconds, its peak RSS, the median (and minimum) of its passes' seconds
-(its report's phases but load, save and report, as ``floor`` counts them), and after / before
-of the medians and of the passes' minimums (on a VM where one process runs 15-50% slower than
-the next, the least of several runs moves less than their median)::
+(its report's phases but load, save, report and the signature, as ``floor`` counts them), and
+after / before of the medians and of the passes' minimums (on a VM where one process runs
+15-50% slower than the next, the least of several runs moves less than their median)::
 
     python -m bench run ab MODEL [MODEL ...] --before COMMIT [--after HEAD] [--repeat 7]
 

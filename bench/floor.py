@@ -124,8 +124,8 @@ def check(src: Path, output: Path, log_stem: Path, timeout: float) -> dict[str, 
 
 
 def passes_seconds(report: Path) -> float:
-    """The seconds onnxfold's passes took in one run: its report's phases but load, save and
-    report."""
+    """The seconds onnxfold's passes took in one run: its report's phases but load, save,
+    report and the report's signature."""
     phases: dict[str, float] = json.loads(report.read_text()).get("phases", {})
     return sum(seconds for phase, seconds in phases.items() if phase not in NOT_PASSES)
 
@@ -202,9 +202,9 @@ def table(results: dict[str, dict[str, Any]], repeat: int) -> str:
     lines.append(f"Each cell: median wall of {repeat} interleaved runs of the whole child process"
                  " (ratio to `ir.load` + `ir.save` of the same run), median CPU (user + system;"
                  " steadier than wall on a shared machine) and its ratio, largest peak RSS."
-                 " onnxfold's passes: the median of its report's phases but load, save and"
-                 " report (ratio to `ir.load` + `ir.save`'s whole run); onnxfold / file copy:"
-                 " the ratio of the whole runs' medians.")
+                 " onnxfold's passes: the median of its report's phases but load, save,"
+                 " signature and report (ratio to `ir.load` + `ir.save`'s whole run);"
+                 " onnxfold / file copy: the ratio of the whole runs' medians.")
     return "\n".join(lines)
 
 

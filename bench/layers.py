@@ -250,7 +250,7 @@ def table(result: dict[str, Any]) -> str:
               "(of peak RSS: of the largest); onnxfold / peer: the ratio of the per-layer "
               "slopes (bold: CPU), library call against library call, command line against "
               "command line. onnxfold's passes: the median of its library call's report's "
-              "phases but load, save and report."]
+              "phases but load, save, report and signature."]
     return "\n".join(lines)
 
 
