@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.machine import describe
+from bench.machine import dated
 from bench.process import ChildRun, median, run_child
 from bench.readme import replace_section
 
@@ -101,12 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     a.work.mkdir(parents=True, exist_ok=True)
     results = {name: measure(name, a.work, a.repeat, a.timeout) for name in a.models}
-    info = describe(("onnxfold", "onnx", "onnxruntime"))
-    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
     command = "python -m bench run check_cost" + (f" --repeat {a.repeat}" if a.repeat != 3
                                                   else "")
-    text = (f"`{command}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {info['cpu']}, "
-            f"{info['cores']} cores, {info['mem_gib']} GiB; {versions}.\n\n" + table(results)
+    text = (dated(command, ("onnxfold", "onnx", "onnxruntime")) + "\n\n" + table(results)
             + f"\n\nWall: medians of {a.repeat} interleaved rounds (target: check / fold at "
             f"most {WALL_TARGET:g}x). Peak RSS: the largest of the rounds; the budget is the "
             "session's peak plus the fold's, the interpreter counted once.")

@@ -16,7 +16,8 @@ MiB = 1 << 20
 # protobuf cannot hold more than 2 GB: above this the peers are asked for external data.
 EXTERNAL_ABOVE = 1536 * MiB
 
-# Peer children: argv = [IN, OUT, big ("1" / "0"), EXTERNAL_ABOVE in bytes].
+# Peer children: argv = [IN, OUT, big ("1" / "0"), EXTERNAL_ABOVE in bytes, REPORT] (REPORT:
+# where a child that reports writes it; the others leave it).
 PEER_CODE: dict[str, str] = {
     "ort": """\
 import os, sys
@@ -83,7 +84,7 @@ os._exit(0)
 """
 # onnxfold's library call, as onnxsim's is run: ``onnxfold.optimize(IN)`` then ``save(OUT)``
 # (onnx's checker on the input, the fold, the streamed atomic write; no summary, no signature);
-# its report, phases included, to argv[5] (``tool_cmd`` appends it).
+# its report, phases included, to REPORT.
 PEER_CODE["onnxfold-lib"] = """\
 import os, sys
 import onnxfold
@@ -113,4 +114,4 @@ def tool_cmd(tool: str, src: Path, dst: Path, report: Path, input_bytes: int,
                 "--json", str(report), "-q"]
     big = "1" if input_bytes > EXTERNAL_ABOVE else "0"
     return [peers_python, "-c", PEER_CODE[tool], str(src), str(dst), big, str(EXTERNAL_ABOVE),
-            *([str(report)] if tool == "onnxfold-lib" else [])]
+            str(report)]
