@@ -32,7 +32,7 @@ from onnxfold.io.opener import opened, why
 from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
-from onnxfold.io.trust import check_tensor_data
+from onnxfold.io.trust import check_external_fields, check_tensor_data
 from onnxfold.ir.graph import all_graphs, captured_values
 from onnxfold.ir.long_texts import LONG_TEXT
 from onnxfold.ir.protos import (
@@ -633,6 +633,7 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     """``proto`` as an ir.Model whose structure and tensor data are checked, the data files
     it reads, and how its graphs were sorted (:func:`check_structure`); ``docs``: the
     doc_strings taken out of ``proto``, given back to the model."""
+    check_external_fields(proto, label)  # what onnx-ir would fail to read, named first
     aside = map_types.set_aside(proto)  # onnx-ir cannot read them
     try:
         with quiet("onnx_ir"):  # it logs, then keeps, inputs it cannot find: checked below

@@ -29,10 +29,11 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.errors import InputError
+from onnxfold.host.terminal import printable
 from onnxfold.io.mapped import MappedTensor
 from onnxfold.io.tensor_facts import data_dims
 from onnxfold.ir.graph import tensor_of
-from onnxfold.ir.protos import data_nbytes
+from onnxfold.ir.protos import data_nbytes, graph_protos
 
 
 class CheckedExternalTensor(MappedTensor):
@@ -249,6 +250,43 @@ def _check_int32_data(proto: object, dtype: ir.DataType, model_path: str, what: 
         raise InputError(f"{model_path}: {what}: {dtype.name.lower()} value {int(bad[0])} in "
                          f"int32_data is not a {bits}-bit pattern (onnxruntime refuses the "
                          "model: data overflow)")
+
+
+def check_external_fields(proto: onnx.ModelProto, model_path: str) -> None:
+    """Before a tensor of ``proto`` is read as a model's (onnx-ir's reader, then
+    :func:`check_tensor_data`): each external tensor's ``offset`` and ``length``, where given,
+    a non-negative integer (InputError naming the tensor, as for the rest of the rule; onnx's
+    own refusal reached the user only as onnx-ir's failure to describe it)."""
+    external = onnx.TensorProto.EXTERNAL
+    for graph in graph_protos(proto.graph):
+        for tensor in graph.initializer:
+            if tensor.data_location == external:
+                _external_fields(tensor, model_path, f"initializer {tensor.name}")
+        for node in graph.node:
+            for attr in node.attribute:
+                for tensor in (attr.t, *attr.tensors) if attr.type in _TENSOR_ATTRIBUTES \
+                        else ():
+                    if tensor.data_location == external:
+                        _external_fields(tensor, model_path,
+                                         f"{node.op_type} attribute {attr.name}")
+
+
+_TENSOR_ATTRIBUTES = (onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS)
+
+
+def _external_fields(tensor: onnx.TensorProto, model_path: str, what: str) -> None:
+    """:func:`check_external_fields` of one external tensor (``what`` names it)."""
+    for entry in tensor.external_data:
+        if entry.key not in ("offset", "length"):
+            continue
+        try:
+            value = int(entry.value)
+        except ValueError:
+            raise InputError(f"{model_path}: {printable(what)}: external data {entry.key} "
+                             f"'{printable(entry.value[:40])}' is not an integer") from None
+        if value < 0:
+            raise InputError(f"{model_path}: {printable(what)}: negative external data "
+                             "offset or length")
 
 
 def check_tensor_data(graphs: Iterable[ir.Graph], model_path: str) -> set[str]:

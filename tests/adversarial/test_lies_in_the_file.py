@@ -105,3 +105,26 @@ def test_inline_raw_data_of_the_wrong_size_is_refused(tmp_path, layout):
         assert_one_error_line(done)
     assert not (tmp_path / "o.onnx").exists()
     assert_unchanged(before, snapshot(model_dir))
+
+
+@pytest.mark.parametrize(("entries", "says"), [
+    ({"length": -4096}, "negative external data offset or length"),
+    ({"offset": -1}, "negative external data offset or length"),
+    ({"offset": "4x"}, "external data offset '4x' is not an integer"),
+    ({"length": "abc"}, "external data length 'abc' is not an integer"),
+])
+def test_an_offset_or_length_that_is_no_size_is_named(tmp_path, entries, says):
+    """onnx refuses these as onnx-ir reads the model, and onnx-ir's report of that failed
+    ("<lambda>() missing 1 required positional argument: 'base_path'"): the line names the
+    tensor and what is wrong, from the command line and the Python API alike."""
+    import onnxfold
+    from onnxfold.errors import InputError
+
+    model_dir = tmp_path / "model"
+    model = save_external(mlp_proto(), model_dir)
+    forge(model, "W", **entries)
+    done = run_cli("optimize", model, "-o", tmp_path / "o.onnx", timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done, "initializer W: " + says)
+    assert not (tmp_path / "o.onnx").exists()
+    with pytest.raises(InputError, match="initializer W: " + says):
+        onnxfold.optimize(model)
