@@ -200,7 +200,8 @@ class Session:
                                  os.path.join(self._tmp, "entry.onnx"), self.providers,
                                  sess_options, self.custom_op_libraries, self._passthrough)
         self._lock = threading.Lock()  # bookkeeping only: no fold, no wait under it
-        self._making: threading.Event | None = None  # set when the set in the making is done
+        # the set in the making: its maker's mark, set when the set is done (_select)
+        self._making: threading.Event | None = None
         self._sets = FoldedSets(max_sets, max_bytes)
         self._active: _Active | None = None
         self._set_bytes = 0  # what the last set made costs (the next one will cost as much)
@@ -279,12 +280,13 @@ class Session:
                 self._active = None  # its set may be the adapter's: the next call chooses
             return
         chosen = _Adapter(*self._adapter_files.feeds(adapter))  # read and hashed unlocked
-        with self._lock:
-            before, self._adapter = self._adapter, chosen
-        try:
+        before = self._adapter
+        try:  # taken inside the try that gives it back
+            with self._lock:
+                before, self._adapter = self._adapter, chosen
             self._select({}, current=False)
         except BaseException:
-            with self._lock:  # an adapter that cannot run is not taken
+            with self._lock:  # an adapter that cannot run (or was interrupted) is not taken
                 if self._adapter is chosen:
                     self._adapter = before
             raise
@@ -315,31 +317,51 @@ class Session:
         session opened outside it, by one thread at a time (the sets' memory budget counts
         one set in the making); a thread that needs a set while another is made waits for
         that one (bounded by its fold's own limits: ``_fold``), then looks again.
-        ``current``: a call whose feeds the active set already serves returns it."""
+        ``current``: a call whose feeds the active set already serves returns it.
+
+        The mark that a set is in the making (``_making``) is set inside the ``try`` whose
+        ``finally`` clears it, first thing: however the making ends (an error, an interrupt
+        landing on any line), the mark goes, and a thread waiting for it also stops waiting
+        once it is gone (:meth:`_wait_for`), woken or not
+        (``tests/backends/test_session_interrupts.py``)."""
         started = time.perf_counter()
         while True:
-            with self._lock:
-                active = self._active
-                if current and active is not None and active.watch.same(input_feed):
-                    return active  # another thread switched meanwhile
-                if not self._removal.alive:
-                    raise InputError("the Session is closed")
-                step = self._choose(input_feed, started)
-            if isinstance(step, _Active):
-                return step
-            if isinstance(step, threading.Event):
-                while not step.wait(_WAIT_SLICE):  # short waits: a signal is taken between
-                    pass
-                continue
-            return self._made(*step, started)
+            making: threading.Event | None = None
+            try:
+                with self._lock:
+                    active = self._active
+                    if current and active is not None and active.watch.same(input_feed):
+                        return active  # another thread switched meanwhile
+                    if not self._removal.alive:
+                        raise InputError("the Session is closed")
+                    step = self._choose(input_feed, started)
+                    if isinstance(step, tuple):  # none kept, none in the making: this thread's
+                        making = self._making = threading.Event()
+                        self._make_room()
+                if isinstance(step, _Active):
+                    return step
+                if isinstance(step, threading.Event):
+                    self._wait_for(step)
+                    continue
+                return self._made(*step, started)
+            finally:  # the release, one line (no point between its test and its store): the
+                # mark and ``making`` are set by one statement, and only its maker clears it
+                if making is not None: self._making = None  # noqa: E701 - see above
+                if making is not None:
+                    making.set()  # the threads waiting for it look again
+
+    def _wait_for(self, making: threading.Event) -> None:
+        """Wait until the set another thread marked as in the making (``making``) is done, or
+        its mark is gone: short waits, a signal is taken between."""
+        while not making.wait(_WAIT_SLICE) and self._making is making:
+            pass
 
     def _choose(self, input_feed: Mapping[str, Any], started: float
                 ) -> _Active | threading.Event | tuple[dict[str, np.ndarray], str, FeedWatch]:
         """Under the lock: the kept set of the call's constants made active; or, none kept,
         the event of the set another thread is making; or what to make (the constants, their
-        key, the call's watch), this thread now the maker. The adapter, its arrays and its key
-        are read once, together: the set made is kept under the key of what it was folded
-        from."""
+        key, the call's watch). The adapter, its arrays and its key are read once, together:
+        the set made is kept under the key of what it was folded from."""
         adapter = self._adapter
         constants = self._constants(input_feed, adapter)
         given = {n: constants[n] for n in self.runtime_constants if n in input_feed}
@@ -356,11 +378,15 @@ class Session:
             return self._activate(folded, watch, started)
         if self._making is not None:
             return self._making
-        self._making = threading.Event()
-        self._sets.room_for(self._set_bytes)  # the sets of one model are all alike
-        if self._active is not None and self._active.folded.key not in self._sets:
-            self._active = None  # evicted: let it go before the new set is built
         return constants, key, watch
+
+    def _make_room(self) -> None:
+        """Under the lock, for the set this thread is about to make: room in the kept sets'
+        budget (the sets of one model are all alike), and the active set let go if that
+        evicted it (before the new set is built)."""
+        self._sets.room_for(self._set_bytes)
+        if self._active is not None and self._active.folded.key not in self._sets:
+            self._active = None
 
     def _activate(self, folded: FoldedSet, watch: FeedWatch, started: float) -> _Active:
         """Under the lock: ``folded`` the active set."""
@@ -373,19 +399,12 @@ class Session:
 
     def _made(self, constants: dict[str, np.ndarray], key: str, watch: FeedWatch,
               started: float) -> _Active:
-        """Make the set of ``constants`` (outside the lock), keep it and make it active; the
-        threads waiting for it look again."""
-        try:
-            made = self._make(constants, key)
-            with self._lock:
-                if not self._removal.alive:
-                    raise InputError("the Session is closed")
-                return self._activate(self._keep(made), watch, started)
-        finally:
-            with self._lock:
-                making, self._making = self._making, None
-            if making is not None:
-                making.set()
+        """Make the set of ``constants`` (outside the lock), keep it and make it active."""
+        made = self._make(constants, key)
+        with self._lock:
+            if not self._removal.alive:
+                raise InputError("the Session is closed")
+            return self._activate(self._keep(made), watch, started)
 
     def _make(self, constants: dict[str, np.ndarray], key: str) -> FoldedSet:
         """Fold ``constants`` (or read them from the disk cache) and open their entry session
