@@ -9,10 +9,10 @@ its job processes the job and the settings, pickled, never the parser's namespac
 here is written to after the parse; a command that needs a variant makes a copy
 (``dataclasses.replace``).
 
-A value holds the flags as given (``--dim batch=2`` stays text) where reading them can fail:
-each is checked where the command needs it, so a run fails at the same point, with the same
-line, as one that read the flags itself (a bad ``--dim`` fails a ``--check`` before folding,
-and nothing without one).
+A value holds the flags as given (``--dim batch=2`` stays text) where reading them can fail
+(the parse prints no error of its own, and a batch hands them to its jobs as typed): an
+``optimize`` command's are all read and judged in one step before anything is claimed
+(``onnxfold.app.judgement``), whether a check, ``--latency`` or the signature uses them or not.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ def compare(command: CompareCommand) -> int:
     """Compare the models; 1 when an output is outside tolerance."""
     from onnxfold.check.compare import compare_models
 
-    inputs = command.comparison.inputs
+    inputs, options = command.comparison.inputs, command.comparison.resolved()  # before a claim
     return _run_and_report(
-        lambda: compare_models(command.a, command.b, command.n, command.comparison.resolved()),
+        lambda: compare_models(command.a, command.b, command.n, options),
         command, [inputs] if inputs else [], "outside tolerance", lambda r: r.to_dict())
 
 
@@ -29,9 +29,9 @@ def verify_folds(command: VerifyFoldsCommand) -> int:
     """Re-derive the folded tensors; 1 when one differs from the original's."""
     from onnxfold.check.compare import verify_models
 
-    inputs = command.comparison.inputs
+    inputs, options = command.comparison.inputs, command.comparison.resolved()  # before a claim
     return _run_and_report(
-        lambda: verify_models(command.a, command.b, command.comparison.resolved()),
+        lambda: verify_models(command.a, command.b, options),
         command, [inputs] if inputs else [], "folds differ from the original", _folds_only)
 
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from onnxfold.app import batch
 from onnxfold.app.batch_plan import is_batch
 from onnxfold.app.commands import ModelJob, OptimizeCommand, OptimizeSettings
+from onnxfold.app.judgement import Judged, judged, judged_against
 from onnxfold.app.optimize_report import report_run
 from onnxfold.app.optimize_save import Claimed, Saved, save
-from onnxfold.app.peer_flags import test_shape_dims
 from onnxfold.app.positional_output import read_positional
 from onnxfold.app.signature import Original, read_original
 from onnxfold.errors import InputError
@@ -56,12 +56,7 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
         note = f"onnxfold: running onnxfold optimize {shown}" + (
             " (onnxsim's IN OUT: the second path is the output)" if read.note else "")
     command = dataclasses.replace(command, sources=read.sources, output=read.output)
-    inputs = settings.check.comparison.inputs
-    if inputs and not settings.check.n:
-        raise InputError(f"--inputs {inputs}: feeds --check N; give --check too")
-    if settings.check.shapes and not settings.check.n:
-        raise InputError(f"--test-input-shape {settings.check.shapes[0]}: shapes the check's "
-                         "inputs; give --check N too")
+    judgement = judged(settings)  # every option, before a batch plans or a model is claimed
     if is_batch(list(command.sources), command.output):
         if note is not None and not settings.report.quiet:
             print(note, file=sys.stderr)
@@ -71,15 +66,18 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     if command.batch.shard is not None:
         raise InputError("--shard: splits a batch (several models, a directory, or -o DIR/)")
     return optimize_model(ModelJob.of(command.sources[0], command.output), settings,
-                          collect_after=not exiting, note=note)
+                          collect_after=not exiting, note=note, judgement=judgement)
 
 
 def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True,
-                   note: str | None = None) -> int:
+                   note: str | None = None, judgement: Judged | None = None) -> int:
     """Optimize one model; the exit code (0, or 1 when the check failed). ``note``: how the
-    command line was read, said once the outputs are claimed (not over a refusal)."""
+    command line was read, said once the outputs are claimed (not over a refusal);
+    ``judgement``: the options as judged already (else judged here: a batch's job), before
+    anything is claimed."""
     from onnxfold.io.outputs import OutputGuard
 
+    judgement = judgement or judged(settings)
     guard = OutputGuard([job.source], job.replaces)
     try:
         claimed = _claim(job, settings, guard)
@@ -87,11 +85,9 @@ def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: boo
             print(note, file=sys.stderr)
         with _start_prefill(claimed, settings) as prefill:
             reached("claimed")
-            # a bad --dim fails before folding
-            checking = settings.check.comparison.resolved() if settings.check.n else None
             with long_lived(collect_after=collect_after):
-                saved = _fold_and_save(claimed, settings, prefill, checking)
-                return report_run(claimed, settings, saved, saved.checking)
+                saved = _fold_and_save(claimed, settings, prefill, judgement)
+                return report_run(claimed, settings, saved)
     finally:
         guard.close()
 
@@ -131,14 +127,17 @@ _PREFILL_MIN = 16 << 20
 
 
 def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
-                   prefill: OutputPrefill | None, checking: CompareOptions | None) -> Saved:
-    """Fold the job's model, then save (and check) it; the progress line shows both."""
+                   prefill: OutputPrefill | None, judgement: Judged) -> Saved:
+    """Fold the job's model, then save (and check) it; the progress line shows both. What
+    the options name of the model is judged as it is read, before any pass."""
     from onnxfold.app.progress import TerminalProgress
     from onnxfold.io import load_model
     from onnxfold.pipeline.optimizer import optimize
     from onnxfold.pipeline.phases import Phases
 
     source = claimed.job.source
+    options = judgement.comparison
+    checking = options if settings.check.n else None
     progress = None
     dims: dict[str, int] = {}  # the check's, from --test-input-shape
     shown = settings.report  # the signature is read where it is shown only
@@ -151,31 +150,34 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           catalogue=settings.catalogue, progress=phases.fold_progress,
                           phases=phases,
                           pristine=lambda: load_model(source, check=False),
-                          loaded=functools.partial(_loaded, claimed.guard,
-                                                   settings.check.shapes, dims),
+                          loaded=functools.partial(_loaded, claimed, judgement, settings,
+                                                   dims),
                           read_light=None if read is None else functools.partial(
-                              _read_original, read, phases, _plan_inputs(settings, checking)),
+                              _read_original, read, phases,
+                              _plan_inputs(settings, options, checking)),
                           record_rewrites=checking is not None)
         reached("folded")
         if checking is not None and dims:
             checking = dataclasses.replace(checking, dims={**dims, **checking.dims})
-        saved = save(claimed, settings, result, phases, prefill, checking)
-        saved.checking, saved.original = checking, read[-1] if read else None
+        saved = save(claimed, settings, result, phases, prefill, checking, options)
+        saved.original = read[-1] if read else None
         return saved
     finally:
         if progress is not None:
             progress.close()
 
 
-def _loaded(guard: OutputGuard, shapes: tuple[str, ...], dims: dict[str, int],
-            model: ir.Model) -> None:
-    """Once the input is read: refuse an output that would replace one of its files; the
-    check's ``dims`` that ``--test-input-shape``'s ``shapes`` give the model as declared."""
+def _loaded(claimed: Claimed, judgement: Judged, settings: OptimizeSettings,
+            dims: dict[str, int], model: ir.Model) -> None:
+    """Once the input is read: refuse an output that would replace one of its files, and
+    options that name what the model does not have (``judgement.judged_against``); the
+    check's ``dims`` that ``--test-input-shape`` gives the model as declared."""
     from onnxfold.io.writer import input_files
 
     reached("loaded")
-    guard.protect(input_files(model))
-    dims.update(test_shape_dims(shapes, model) if shapes else {})
+    claimed.guard.protect(input_files(model))
+    dims.update(judged_against(model, claimed.job.source, judgement.comparison,
+                               judgement.test_shapes, settings.fold.fixed_shapes))
 
 
 def _read_original(read: list[Original], phases: Phases,
@@ -186,18 +188,14 @@ def _read_original(read: list[Original], phases: Phases,
         read.append(read_original(model, light, plan))
 
 
-def _plan_inputs(settings: OptimizeSettings, checking: CompareOptions | None
-                 ) -> tuple[CompareOptions, ShapeSteps] | None:
-    """What the signature plans the check's first input set with as the input is read: only
-    where no check runs (it plans its own) and no ``--input-shape`` pins a dim of the output
-    (the plan holds the output's fixed dims as the check does)."""
+def _plan_inputs(settings: OptimizeSettings, options: CompareOptions,
+                 checking: CompareOptions | None) -> tuple[CompareOptions, ShapeSteps] | None:
+    """What the signature plans the check's first input set with (``options``) as the input
+    is read: only where no check runs (it plans its own) and no ``--input-shape`` pins a dim
+    of the output (the plan holds the output's fixed dims as the check does)."""
     from onnxfold.declare.catalogue import load_catalogue
 
     if checking is not None or settings.fold.input_shapes:
-        return None
-    try:
-        options = settings.check.comparison.resolved()
-    except InputError:  # said where the signature is made, as before
         return None
     return options, (settings.catalogue or load_catalogue()).shape_steps
 

@@ -17,7 +17,6 @@ from onnxfold.host.points import reached
 from onnxfold.io.tempfiles import write_text
 
 if TYPE_CHECKING:
-    from onnxfold.check.running.options import CompareOptions
     from onnxfold.pipeline.report import Report
 
 CHECK_HINT = ("check        not run: --check 3 runs the output beside the original in "
@@ -25,8 +24,7 @@ CHECK_HINT = ("check        not run: --check 3 runs the output beside the origin
 DRY_RUN_LINE = "dry run: nothing written (-o OUT to write)"
 
 
-def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
-               checking: CompareOptions | None) -> int:
+def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved) -> int:
     """Report the run; its exit code (1: the check failed, and nothing was written)."""
     reached("published")
     report = saved.result.report
@@ -40,12 +38,12 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
         report.output_bytes = saved.info.bytes_written
     latency = saved.latency
     if settings.report.latency and latency is None:  # a dry run's
-        latency = measure_latency_of(claimed, settings, saved, checking)
+        latency = measure_latency_of(claimed, settings, saved)
     if latency is not None:
         report.latency = latency.to_dict()
     if saved.original is not None:  # read where the signature is shown
         with saved.phases.phase("signature"):
-            report.signature = _signature(settings, saved, saved.original, checking)
+            report.signature = _signature(settings, saved, saved.original)
     report.phases = saved.phases.rounded()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
@@ -93,14 +91,12 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     return True
 
 
-def _signature(settings: OptimizeSettings, saved: Saved, original: Original,
-               checking: CompareOptions | None) -> dict:
+def _signature(settings: OptimizeSettings, saved: Saved, original: Original) -> dict:
     """The signature of the input and the output (``onnxfold.app.signature``)."""
     from onnxfold.declare.catalogue import load_catalogue
 
     written = saved.info.bytes_written if saved.info is not None else None
-    return signature(original, saved.result.model, written, saved.check,
-                     checking or settings.check.comparison.resolved(),
+    return signature(original, saved.result.model, written, saved.check, saved.compared(),
                      settings.catalogue or load_catalogue())
 
 

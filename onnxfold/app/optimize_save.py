@@ -49,7 +49,8 @@ class Saved:
     check's comparison (None: no check ran), what was written (None: nothing), why the
     check could not run ("" if it ran), ``--latency``'s timings, measured on the written
     model before it replaced anything; ``checking``: how the check compared (its dims
-    ``--test-input-shape`` completed; None: no check), the input as it was read."""
+    ``--test-input-shape`` completed; None: no check), the input as it was read, and the
+    comparison's options as judged before the claim (``options``)."""
 
     result: OptimizeResult
     phases: Phases
@@ -59,12 +60,24 @@ class Saved:
     latency: LatencyResult | None = None
     checking: CompareOptions | None = None
     original: Original | None = None  # what the signature needs of the input
+    options: CompareOptions | None = None  # the comparison's options, as judged
+
+    def compared(self) -> CompareOptions:
+        """How ``--latency`` and the signature's first input set feed the models: as the
+        check did where one ran, else by the comparison's options judged before the claim
+        (``onnxfold.app.judgement``)."""
+        options = self.checking or self.options
+        assert options is not None, "the options are judged before the run"
+        return options
 
 
 def save(claimed: Claimed, settings: OptimizeSettings, result: OptimizeResult, phases: Phases,
-         prefill: OutputPrefill | None, checking: CompareOptions | None) -> Saved:
-    """Save ``result``'s model as ``settings`` ask: checked, plain, or (a dry run) not at all."""
-    saved = Saved(result, phases)
+         prefill: OutputPrefill | None, checking: CompareOptions | None,
+         options: CompareOptions) -> Saved:
+    """Save ``result``'s model as ``settings`` ask: checked, plain, or (a dry run) not at all
+    (``checking``: the check's options, None: no check; ``options``: the comparison's, as
+    judged)."""
+    saved = Saved(result, phases, checking=checking, options=options)
     if claimed.target is None:  # a dry run: a --check compares in memory
         if checking is not None:
             with phases.phase("check"), _could_not_run(saved):
@@ -88,7 +101,7 @@ def _save_checked(claimed: Claimed, target: PinnedOutput, settings: OptimizeSett
     result, phases = saved.result, saved.phases
 
     def measure(path: str) -> None:
-        saved.latency = measure_latency_of(claimed, settings, saved, checking, path)
+        saved.latency = measure_latency_of(claimed, settings, saved, path)
 
     return save_checked(result.model, claimed.job.source, target, n=settings.check.n,
                         options=checking, guard=claimed.guard, evidence=result.evidence,
@@ -100,8 +113,7 @@ def _save_checked(claimed: Claimed, target: PinnedOutput, settings: OptimizeSett
 
 
 def measure_latency_of(claimed: Claimed, settings: OptimizeSettings, saved: Saved,
-                       checking: CompareOptions | None, optimized: str | None = None
-                       ) -> LatencyResult:
+                       optimized: str | None = None) -> LatencyResult:
     """``--latency N``: the original and ``optimized`` (the written model, before it is
     published) timed in onnxruntime (``onnxfold.latency.measure``), both from files; a dry
     run's written to a scratch directory for the time it takes (a session made from bytes in
@@ -121,7 +133,7 @@ def measure_latency_of(claimed: Claimed, settings: OptimizeSettings, saved: Save
                 optimized = os.path.join(scratch, os.path.basename(claimed.job.source))
                 save_model(saved.result.model, optimized, protect={claimed.job.source})
             reached("latency")
-            options = checking or settings.check.comparison.resolved()
+            options = saved.compared()
             latency = measure_latency(claimed.job.source, optimized, settings.report.latency,
                                       threads=settings.report.latency_threads,
                                       dims=options.dims, int_ranges=options.int_ranges,

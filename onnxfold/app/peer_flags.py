@@ -4,21 +4,16 @@ onnxfold does that already) or is refused in one line naming the onnxfold flag t
 
 docs/cli.md's table maps every flag of both tools; this module is that table as data
 (:data:`SAME_FLAG`, :data:`SAME_BY_DEFAULT`, :data:`REFUSED`, and the flags of
-:func:`add_peer_flags`), and ``--test-input-shape``'s shapes as the check's dims
-(:func:`test_shape_dims`).
+:func:`add_peer_flags`); ``--test-input-shape``'s shapes become the check's dims where the
+options are judged against the model (``onnxfold.app.judgement``).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from onnxfold.errors import InputError
 from onnxfold.numbers import NumberError, parse_bytes
-
-if TYPE_CHECKING:
-    import onnx_ir as ir
 
 # onnxsim's and onnxslim's names of an onnxfold flag of the same meaning: one argparse flag
 # answers to all of them
@@ -127,31 +122,3 @@ def add_peer_flags(group: Any) -> None:
                            help=argparse.SUPPRESS)
     for flag in REFUSED:
         group.add_argument(flag, action=_Refused, nargs="*", help=argparse.SUPPRESS)
-
-
-def test_shape_dims(shapes: Sequence[str], model: ir.Model) -> dict[str, int]:
-    """``--test-input-shape x:1,3,224,224`` as the check's dims: each dynamic dim of
-    ``model``'s input ``x`` (as read, before any pass) bound to the size given on its axis, an
-    anonymous one by the name the check gives it (``x[2]``). InputError, as ``--input-shape``
-    says it, for an input the model lacks, another rank, a static dim given another size, or a
-    dim given two sizes."""
-    from onnxfold.analysis.input_shapes import parse, planned
-    from onnxfold.check.running.feeds import anonymous_dims
-
-    inputs = {str(v.name): v for v in model.graph.inputs if v.name not in
-              model.graph.initializers}
-    try:
-        parsed = parse(shapes)
-        given, named = parsed.shapes, dict(parsed.named)
-        for name in set(given) - set(inputs):
-            raise InputError(f"--input-shape {name}: no such input (inputs: "
-                             f"{', '.join(inputs)})")
-        planned(inputs, given, named)
-    except InputError as e:
-        raise InputError(str(e).replace("--input-shape", "--test-input-shape")) from None
-    anonymous = anonymous_dims([(name, [d if isinstance(d, int) else getattr(d, "value", None)
-                                        for d in v.shape or ()]) for name, v in inputs.items()])
-    named.update({anonymous[(name, axis)]: size for name, sizes in given.items()
-                  for axis, size in enumerate(sizes)
-                  if (name, axis) in anonymous and isinstance(size, int)})
-    return named

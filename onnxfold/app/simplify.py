@@ -8,6 +8,7 @@ callers (``dims=``, not ``--dim``) as ``onnxfold.simplify`` (``onnxfold.app.pyth
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,7 +18,9 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.input_shapes import InputShapes, as_specs
-from onnxfold.check.compare import compare
+from onnxfold.app.judgement import judged_against, judged_comparison
+from onnxfold.check.compare import compare_models
+from onnxfold.check.running.options import CompareOptions
 from onnxfold.pipeline.optimizer import ModelInput, optimize, with_keywords
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.references import with_input_shapes
@@ -61,12 +64,22 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
     shapes = None if input_shapes is None and overwrite_input_shapes is None else \
         as_specs(input_shapes) + as_specs(overwrite_input_shapes)
     options = with_keywords(simplify, options, check, shapes, fold_options)
+    # every argument judged before the fold, what names the model's dims as it is read
+    comparison = judged_comparison(CompareOptions(
+        inputs, 0, dict(dims or {}), dict(int_ranges or {}), rtol, atol,
+        tuple(custom_op_libraries)))
     reference = _reference(model, options.fixed_shapes) if check_n > 0 else None
-    optimized = optimize(model, options, check=check, record_rewrites=check_n > 0)
+    optimized = optimize(model, options, check=check, record_rewrites=check_n > 0,
+                         loaded=None if reference is None else functools.partial(
+                             _judged, comparison, options.fixed_shapes))
     folded = optimized.to_proto()
     if reference is None:
         return folded, True
-    result = compare(reference, folded, n=check_n, dims=dims, inputs=inputs,
-                     int_ranges=int_ranges, rtol=rtol, atol=atol,
-                     custom_op_libraries=custom_op_libraries, evidence=optimized.evidence)
+    result = compare_models(reference, folded, check_n, comparison,
+                            evidence=optimized.evidence)
     return folded, result.ok
+
+
+def _judged(comparison: CompareOptions, fixed: InputShapes, model: ir.Model) -> None:
+    """The check's arguments that name dims and inputs judged against the model as read."""
+    judged_against(model, "the model given", comparison, fixed=fixed)
