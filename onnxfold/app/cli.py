@@ -41,6 +41,7 @@ from onnxfold.app.parser import EXIT_USAGE, parse
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.host import endings, interruptible
 from onnxfold.host.limits import describe_cause as describe_limit
+from onnxfold.host.limits import shortage
 from onnxfold.host.logs import as_warnings, quiet, quiet_onnxruntime_startup
 from onnxfold.host.points import reached
 from onnxfold.host.terminal import printable_streams
@@ -185,7 +186,7 @@ def _one_line_error(e: BaseException, debug: bool) -> int:
         raise e
     if debug:  # a bug: one line, the traceback on request
         traceback.print_exc()
-    limit = describe_limit(e)
+    limit = _shortage(e)
     if limit is not None:  # a resource limit of the machine, not a bug
         print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
         return EXIT_USAGE
@@ -193,6 +194,17 @@ def _one_line_error(e: BaseException, debug: bool) -> int:
           "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
           file=sys.stderr)
     return EXIT_INTERNAL
+
+
+def _shortage(e: Exception) -> str | None:
+    """What the machine ran short of, where ``e`` says it did, wherever it arose: the check's
+    runner's ``MachineShort`` (its message names what ran: it could not run), a resource limit
+    in ``e``'s chain, or onnxruntime's own words for one (``host.limits.shortage``). None
+    where ``e`` says nothing of the machine: a bug."""
+    runner = sys.modules.get("onnxfold.check.running.runner")  # none raised if not loaded
+    if runner is not None and isinstance(e, runner.MachineShort):
+        return f"could not run: {one_line(e)}"
+    return shortage(e)
 
 
 def _remove_own_files() -> None:

@@ -126,8 +126,9 @@ def measure_latency_of(claimed: Claimed, settings: OptimizeSettings, saved: Save
     from onnxfold.latency.measure import measure_latency
 
     scratch = None
+    target = claimed.target
     try:
-        with saved.phases.phase("latency"):
+        with saved.phases.phase("latency"), _not_written(target):
             if optimized is None:
                 scratch = scratch_directory("onnxfold-latency-")
                 optimized = os.path.join(scratch, os.path.basename(claimed.job.source))
@@ -144,7 +145,6 @@ def measure_latency_of(claimed: Claimed, settings: OptimizeSettings, saved: Save
             with endings.deferred():
                 shutil.rmtree(scratch, ignore_errors=True)
     # the output as named (not the temporary file's path), or what a dry run timed
-    target = claimed.target
     latency.model_b = target.given if target is not None else "(folded, not written)"
     return latency
 
@@ -194,6 +194,20 @@ def in_memory(job: ModelJob, result: OptimizeResult) -> onnx.ModelProto:
         raise InputError(f"{job.source}: without -o the folded model is compared in memory, "
                          "and it is over protobuf's 2 GiB limit; give -o OUT to write it")
     return result.to_proto()
+
+
+@contextlib.contextmanager
+def _not_written(target: PinnedOutput | None) -> Iterator[None]:
+    """A machine that ran short while ``--latency`` timed the output (before it replaced
+    anything): its line says that nothing was written."""
+    from onnxfold.errors import ResourceLimitError
+
+    try:
+        yield
+    except ResourceLimitError as e:
+        where = f"nothing was written to {target.given}" if target is not None else \
+            "dry run: nothing written"
+        raise ResourceLimitError(f"{e}; {where}") from None
 
 
 @contextlib.contextmanager

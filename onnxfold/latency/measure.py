@@ -21,10 +21,11 @@ timed after the other (and the result says so; its ratios then pair runs taken a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -37,10 +38,10 @@ from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.feeds import FeedPlan, shape_text
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import checked_dims
-from onnxfold.check.running.runner import open_session, run_model
+from onnxfold.check.running.runner import MachineShort, open_session, run_model
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.errors import InputError
-from onnxfold.host import heap, interruptible
+from onnxfold.errors import InputError, OnnxfoldError, ResourceLimitError
+from onnxfold.host import heap, interruptible, limits
 from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import is_static_dim
@@ -181,8 +182,38 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     ``threads`` intra-op threads, at each of ``levels``; medians of ``runs`` interleaved runs.
     ``dims``/``int_ranges`` shape the inputs as in :func:`~onnxfold.check.compare.compare`.
     Raises InputError where a model cannot be loaded or run, or there is not memory for one
-    session. ``catalogue``: whose shape steps relate the input dims (None: the installed
-    rules)."""
+    session, ResourceLimitError where the machine ran short (memory, a thread, a descriptor:
+    could not run, never a bug). ``catalogue``: whose shape steps relate the input dims (None:
+    the installed rules)."""
+    with _machine_short():
+        return _measure(a, b, runs, threads, levels, dims, int_ranges, custom_op_libraries,
+                        progress, catalogue)
+
+
+@contextlib.contextmanager
+def _machine_short() -> Iterator[None]:
+    """What the machine ran short of, wherever in the timing it did (the check's runner's
+    ``MachineShort``, or onnxruntime's own error in a timed run), as ResourceLimitError: the
+    latency could not run; the models may be fine."""
+    try:
+        yield
+    except OnnxfoldError:
+        raise
+    except MachineShort as e:
+        raise ResourceLimitError(f"latency: could not run: {e}") from None
+    except Exception as e:
+        short = limits.shortage(e)
+        if short is None:
+            raise
+        raise ResourceLimitError(f"latency: could not run: {short}") from None
+
+
+def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence[str],
+             dims: Mapping[str, int] | None, int_ranges: Mapping[str, tuple[int, int]] | None,
+             custom_op_libraries: Sequence[str | os.PathLike],
+             progress: Callable[[str], None] | None, catalogue: Catalogue | None
+             ) -> LatencyResult:
+    """:func:`measure_latency`'s work."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     if runs < 1:

@@ -19,8 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxfold
 from onnxfold.pipeline.report_schema import validate
 from tests.support import memcg
-from tests.support.cli import run_cli
+from tests.support.cli import assert_one_error_line, run_cli
+from tests.support.files import assert_unchanged, snapshot
 from tests.support.interrupts import run_acted_on
+from tests.support.measured_child import run_limited
 from tests.support.models import MODELS
 
 BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
@@ -142,3 +144,37 @@ def test_a_dry_runs_output_is_timed_from_a_file_removed_however_the_run_ends(tmp
     assert ending.paused and len(seen) == 1  # the output, written for the timing
     assert ending.code == (128 + signum if signum else 0), ending.stderr
     assert [n for n in os.listdir(scratch) if n != ".ses"] == []
+
+
+def _asks_ten_gigabytes(path) -> None:
+    """y = Expand(x + 1, [100000, 1]), x float32 [1, n]: at n=25000 onnxruntime asks for
+    10 GB for y (nothing to fold but the 1)."""
+    one = numpy_helper.from_array(np.ones((1, 1), np.float32), "one")
+    shape = numpy_helper.from_array(np.array([100000, 1], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["one"], ["one2"]),
+         helper.make_node("Add", ["x", "one2"], ["x1"]),
+         helper.make_node("Expand", ["x1", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [100000, "n"])], [one, shape])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["output", "dry-run"])
+def test_a_run_the_machine_cannot_hold_could_not_run(tmp_path, dry_run):
+    """Under a 4 GiB address space, a model whose run asks onnxruntime for 10 GB: the check's
+    runner says the machine ran short (MachineShort), which --latency let through as an
+    internal error, exit 3, "this is a bug". It is a run that could not run: exit 2, one
+    line, the existing output untouched, nothing left beside it."""
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    _asks_ten_gigabytes(src)
+    out.write_bytes(b"OLD")
+    before = snapshot(tmp_path)
+    done, _ = run_limited(["optimize", src, *([] if dry_run else ["-o", out]), "--latency", "2",
+                           "--dim", "n=25000"], address_space=4 << 30)
+    assert_one_error_line(done, "latency: could not run: ", "out of memory",
+                          "dry run: nothing written" if dry_run else
+                          f"nothing was written to {out}")
+    assert_unchanged(before, snapshot(tmp_path))
+

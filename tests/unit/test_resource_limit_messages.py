@@ -95,3 +95,26 @@ def test_a_write_out_of_descriptors_names_the_limit_not_the_output():
     assert isinstance(error, ResourceLimitError)
     assert re.fullmatch(r"o\.onnx: not written: too many open files \(ulimit -n is \d+\)",
                         str(error)), error
+
+
+def test_the_machine_running_short_is_never_a_bug_on_the_command_line():
+    """The check's runner says the machine ran short with MachineShort, which a caller that
+    did not catch it (--latency did not) let reach the command line as an internal error,
+    exit 3. Wherever it arises it is "could not run": exit 2, one line; so is onnxruntime's
+    own word for an allocation that failed."""
+    for raised, says in (
+            ("MachineShort('m.onnx: running it: out of memory (ulimit -v is 4096 MiB)')",
+             "could not run: m.onnx: running it: out of memory (ulimit -v is 4096 MiB)"),
+            ("RuntimeError('[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Failed to allocate "
+             "memory for requested buffer of size 10000000000')", "out of memory (")):
+        result = run_python("-c", textwrap.dedent(f"""
+            from onnxfold.app.cli import run_guarded
+            from onnxfold.check.running.runner import MachineShort
+            def action():
+                raise {raised}
+            print(run_guarded(action, False, False, []))
+        """), timeout=120)
+        assert result.stdout.strip() == "2", result.stderr
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("onnxfold: error: " + says), lines
+        assert lines[0].endswith("; nothing was written"), lines
