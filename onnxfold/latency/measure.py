@@ -241,7 +241,7 @@ def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence
         return lambda: open_session(model, label, libraries, level, threads=threads)
 
     feeds, described = _feeds(opener(a, label_a, "disable"), label_a, graph_a, dims, int_ranges,
-                                 catalogue.shape_steps)
+                              catalogue.shape_steps, _static_dims(graph_b))
     result = LatencyResult(label_a, label_b, runs, threads, described, [],
                            (_file_bytes(a, graph_a), _file_bytes(b, graph_b)),
                            (_symbolic_dims(graph_a), _symbolic_dims(graph_b)), together)
@@ -255,12 +255,21 @@ def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence
     return result
 
 
+def _static_dims(graph: ir.Model) -> dict[str, dict[int, int]]:
+    """The static dims of ``graph``'s inputs, by input and axis: where the optimized model
+    fixes a dim the original leaves dynamic (``--input-shape``), both are fed that size."""
+    return {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
+            for v in graph.graph.inputs}
+
+
 def _feeds(open_a: Callable[[], Any], label: str, graph: ir.Model,
            dims: Mapping[str, int] | None, int_ranges: Mapping[str, tuple[int, int]] | None,
-           steps: ShapeSteps) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The check's first input set for model A, and how each input is shaped."""
+           steps: ShapeSteps, pinned: Mapping[str, Mapping[int, int]]
+           ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The check's first input set for model A (``pinned``: the dims model B fixes, by input
+    and axis), and how each input is shaped."""
     session = open_a()
-    plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {}, steps)
+    plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {}, steps, pinned)
     feeds = plan.feeds(0)
     outputs = [o.name for o in session.get_outputs()]
     run_model(session, label, outputs, feeds, None)  # a binding A cannot run fails here

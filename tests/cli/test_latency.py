@@ -178,3 +178,13 @@ def test_a_run_the_machine_cannot_hold_could_not_run(tmp_path, dry_run):
                           f"nothing was written to {out}")
     assert_unchanged(before, snapshot(tmp_path))
 
+
+def test_the_dims_input_shape_fixes_feed_both_models(tmp_path):
+    """The output fixes n at 2 (--input-shape): both models are timed on feeds of n=2 (the
+    original's plan guessed n=1, which the output refused: an internal error, exit 3)."""
+    src = tmp_path / "m.onnx"
+    weight_transposed(src, 64)
+    proc = run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--input-shape", "n=2",
+                   "--latency", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "feeds x float32[2,256]" in proc.stdout
