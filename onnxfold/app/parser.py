@@ -391,8 +391,9 @@ def implied(argv: list[str]) -> list[str]:
 
 
 # flags that take several values after one (onnxsim's ``--input-shape a:1,2 b:1,2``), each
-# value recognized by its form (a path is never one)
-_SHAPE = re.compile(r"^[^-/][^/]*[:=][^/]*$")
+# value recognized by its form (a path is never one; an input's name may hold a ``/`` where
+# only dims follow its colon: ``input/ids:1,8``)
+_SHAPE = re.compile(r"^[^-/][^/]*[:=][^/]*$|^[^-/][^:=]*:[\w?, +-]*$")
 _SEVERAL = {"--input-shape": _SHAPE, "--overwrite-input-shape": _SHAPE,
             "--input-shapes": _SHAPE, "--test-input-shape": _SHAPE,
             "--model-check-inputs": _SHAPE,
@@ -440,7 +441,9 @@ def _optimize(args: argparse.Namespace) -> OptimizeCommand:
         fold=fold_options(args), check_input=not args.skip_check,
         save=SaveRequest(args.external_data, verify=not args.no_verify,
                          prefill=not args.no_prefill),
-        check=CheckRequest(args.check, _comparison(args), tuple(args.test_shapes)),
+        # onnxslim's --model-check asks for a check; --check N says on how many sets
+        check=CheckRequest(args.check or int(args.model_check), _comparison(args),
+                           tuple(args.test_shapes)),
         report=ReportRequest(args.json, args.report, args.quiet, args.verbose, args.explain,
                              args.latency, args.latency_threads))
     return OptimizeCommand(tuple(args.input), args.output, settings,

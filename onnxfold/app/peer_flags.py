@@ -91,8 +91,10 @@ def _size(text: str) -> int:
 
 
 def _test_shape(text: str) -> str:
-    """A shape for the check (onnxslim's ``x:data.npy`` form, arrays, is ``--inputs``)."""
-    if text.rpartition(":")[2].endswith((".npy", ".npz", ".bin")) or "/" in text:
+    """A shape for the check (onnxslim's ``x:data.npy`` form, arrays, is ``--inputs``): what
+    follows the last colon says which; an input's name may hold anything (``input/ids``)."""
+    given = text.rpartition(":")[2]
+    if given.endswith((".npy", ".npz", ".bin")) or "/" in given:
         raise argparse.ArgumentTypeError(f"{text}: arrays for the check are one .npz: "
                                          "--inputs FILE.npz")
     return text
@@ -115,8 +117,8 @@ def add_peer_flags(group: Any) -> None:
                        type=_size, metavar="SIZE", help="onnxsim's: --max-tensor (1K alone)")
     group.add_argument("--save-as-external-data", dest="external_data", action="store_const",
                        const="yes", help="onnxsim's, onnxslim's: --external-data yes")
-    group.add_argument("--model-check", dest="check", action="store_const", const=1,
-                       help="onnxslim's: --check 1")
+    group.add_argument("--model-check", dest="model_check", action="store_true",
+                       help="onnxslim's: the check, on 1 input set unless --check N")
     for flag in SAME_BY_DEFAULT:
         group.add_argument(flag, action="store_true", dest="peer_default",
                            help=argparse.SUPPRESS)

@@ -108,3 +108,53 @@ def test_help_is_grouped_with_the_common_flags_first():
     common = proc.stdout.split("common:")[1].split("the check (--check N):")[0]
     for flag in ("--output", "--check N", "--input-shape", "--report", "--keep-metadata"):
         assert flag in common
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--test-input-shape", "x:3,4", "--dim", "n=4"],
+     "--dim n=4: --test-input-shape gives n 3; give one"),
+    (["--test-input-shape", "x:3,4", "--overwrite-input-shape", "x:2,4"],
+     "--test-input-shape gives n 3: --input-shape fixes it at 2"),
+    (["--dim", "n=3", "--overwrite-input-shape", "n=2"], "--dim n=3: --input-shape fixes n at 2"),
+])
+def test_flags_that_bind_a_dim_twice_are_refused_naming_both(tmp_path, args, says):
+    """The check ran at --dim's size over --test-input-shape's, silently; a conflict with
+    --overwrite-input-shape was said as "--dim n=3", a flag never given."""
+    done = run_cli("optimize", _model(tmp_path / "m.onnx"), "-o", tmp_path / "o.onnx",
+                   "--check", "1", *args)
+    assert_one_error_line(done, says)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize(("args", "sets"), [
+    (["--model-check"], 1), (["--check", "3", "--model-check"], 3),
+    (["--model-check", "--check", "2"], 2)])
+def test_model_check_runs_the_sets_check_asks_for(tmp_path, args, sets):
+    """onnxslim's --model-check with --check N ran 1 input set, whichever came last."""
+    proc = run_cli("optimize", _model(tmp_path / "m.onnx"), *args, "--json",
+                   tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["check"]["n"] == sets
+
+
+def test_an_input_named_with_a_slash_takes_a_test_shape(tmp_path):
+    """``input/ids:3,4`` was refused as onnxslim's array path; a path is what follows the
+    colon. Two such shapes after one flag are two shapes."""
+    path = tmp_path / "m.onnx"
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["input/ids", "input/mask"], ["s"]),
+         helper.make_node("MatMul", ["s", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4])
+         for n in ("input/ids", "input/mask")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    for shapes in (["input/ids:3,4"], ["input/ids:3,4", "input/mask:3,4"]):
+        proc = run_cli("optimize", path, "--check", "1", "--test-input-shape", *shapes,
+                       "--json", tmp_path / "r.json")
+        assert proc.returncode == 0, proc.stderr
+        check = json.loads((tmp_path / "r.json").read_text())["check"]
+        assert check["bindings"][0] == {"n": 3}
+    done = run_cli("optimize", path, "--check", "1", "--test-input-shape", "input/ids:d/a.npy")
+    assert_one_error_line(done, "--inputs FILE.npz")
