@@ -26,6 +26,7 @@ from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
 from onnxfold.host.heap import release
 from onnxfold.host.logs import quiet
+from onnxfold.host.terminal import printable
 from onnxfold.ir.graph import is_static_dim
 from onnxfold.pipeline.collector import process_goes_on
 
@@ -268,7 +269,12 @@ def _at(compute: dict[str, Any]) -> str:
 
 
 def lines(found: dict[str, Any]) -> list[str]:
-    """The summary's signature block."""
+    """The summary's signature block, names escaped (``host.terminal.printable``: a name
+    holding a newline stays on its line)."""
+    return [printable(line) for line in _lines(found)]
+
+
+def _lines(found: dict[str, Any]) -> list[str]:
     out = [f"signature    {_facts(found, '->')}"] + [
         f"{key:13}" + ", ".join(f"{name} {a}" + (f" -> {b}" if a != b else "")
                                 for name, a, b in _io(found, key))

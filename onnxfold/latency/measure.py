@@ -43,6 +43,7 @@ from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OnnxfoldError, ResourceLimitError
 from onnxfold.host import heap, interruptible, limits
 from onnxfold.host.machine import checked_threads, cpu_model
+from onnxfold.host.terminal import printable
 from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import is_static_dim
 from onnxfold.latency.spread import MIN_PAIRS, QUARTILES_FROM, Spread, paired_ratios, verdict
@@ -141,7 +142,7 @@ class LatencyResult:
         lines.append(f"{'size':13}{_mib(self.file_bytes[0])} -> {_mib(self.file_bytes[1])} "
                      f"on disk; {dims}")
         lines += [f"{'':13}{note}" for note in self.notes]
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))  # names escaped: each stays on its line
 
 
 LEVEL_NAMES = {"all": "default level (all)", "disable": "optimizations off"}

@@ -183,7 +183,7 @@ class Report:
                 lines.append(f"  {item['op']} {item['node']}: blocked by {item['blocked_by']}")
             if len(self.dynamic_shapes) > 5:
                 lines.append(f"  ... and {len(self.dynamic_shapes) - 5} more")
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))  # names escaped: each stays on its line
 
     def to_dict(self) -> dict:
         """The JSON report (docs/report-json.md): ``schema``, ``versions``, ``ops`` (the
@@ -263,6 +263,7 @@ class Report:
         if self.output:
             where = f" + {self.external_data}" if self.external_data else ""
             lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")
+        lines = [printable(line) for line in lines]  # a name stays on its line
         if table and (self.ops_before or self.ops_after):
             lines = [self.table(), "", *lines]
         return "\n".join(lines)

@@ -86,3 +86,26 @@ def test_with_a_check_the_compute_is_at_its_first_input_set_and_the_page_shows_i
     assert 'id="signature"' in section and 'id="compute"' in section
     assert "<td>x</td><td>float32[n,8]</td><td>float32[n,8]</td>" in section
     assert "the check&#x27;s first input set" in section and "not written (dry run)" in section
+
+
+def test_names_are_escaped_on_the_terminal_and_kept_in_the_json(tmp_path):
+    """An input named with a newline and a line of its own printed a forged ``signature``
+    line on stdout: every line the run prints (summary, signature, --latency's feeds,
+    --explain) shows the name escaped, on its line; the JSON keeps it as it is."""
+    name = "x\nsignature    forged"
+    src, report = tmp_path / "m.onnx", tmp_path / "r.json"
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+         helper.make_node("MatMul", [name, "wt"], ["y"])], "g",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    proc = run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--latency", "1", "--explain",
+                   "--input-shape", "n=2", "--json", report)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if "forged" in line and "x\\x0asignature" not in line] == []
+    assert sum(line.startswith("signature") for line in lines) == 1
+    assert any(line.startswith("inputs       x\\x0asignature    forged") for line in lines)
+    assert json.loads(report.read_text())["signature"]["inputs"][0][0]["name"] == name
