@@ -91,57 +91,140 @@ def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
     original's (values a window reads: both windows read the same ones): the large constants
     are then fed, and onnxruntime reads them where they are (the file's pages) instead of
     copying and prepacking them."""
-    constants, inputs = dict(constants or {}), dict(inputs or {})
-    graph = onnx.GraphProto(name="onnxfold_check")
-    graph.node.extend(nodes)
-    handed: dict[str, np.ndarray] = {}
-    for name, array in constants.items():
-        large = array.nbytes > HANDED_FROM and array.dtype.kind in "biuf" and \
-            array.dtype not in _CARRIED
-        if large and not prepacking:  # fed: onnxruntime reads it where it is, no copy
-            inputs[name] = array
-        elif large:  # handed over as an initializer (onnxruntime copies, and prepacks it)
-            handed[name] = _contiguous(array)
-            graph.initializer.append(_placeholder(name, array))
-        else:
-            graph.initializer.append(_tensor(name, array))
-    feeds: dict[str, object] = {}
-    for name, given in inputs.items():
-        if isinstance(given, list | tuple):  # a sequence of tensors, as a list
+    given = dict(inputs or {})
+    built = NodesModel(nodes, outputs, constants=constants,
+                       inputs={name: Fed.of(name, array) for name, array in given.items()},
+                       opsets=opsets, ir_version=ir_version, prepacking=prepacking)
+    return built.run(given, libraries)
+
+
+@dataclass(frozen=True)
+class Fed:
+    """How an input of a :class:`NodesModel` is declared: its dtype (a sequence's elements'),
+    whether it is a sequence of tensors, and its shape (None: any of its rank; a run on
+    many feeds declares none)."""
+
+    dtype: np.dtype
+    sequence: bool = False
+    shape: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, name: str, given: np.ndarray | list[np.ndarray], shaped: bool = True) -> Fed:
+        """The declaration of ``given``, fed as ``name`` (its shape too, where ``shaped``)."""
+        if isinstance(given, list | tuple):
             if not given:
                 raise RunFailed(f"{name}: an empty sequence, whose element type is unknown")
-            graph.input.append(helper.make_tensor_sequence_value_info(
-                name, _onnx_type(given[0].dtype), None))
-            feeds[name] = [_fed(a, None) for a in given]
-            continue
-        array = given
-        carrier = _CARRIED.get(array.dtype)
-        fed = name if carrier is None else f"{name}#fed"
-        graph.input.append(helper.make_tensor_value_info(fed, _onnx_type(carrier or array.dtype),
-                                                         list(array.shape)))
-        if carrier is not None:
-            graph.node.insert(0, helper.make_node("Cast", [fed], [name],
-                                                  to=_onnx_type(array.dtype)))
-        feeds[fed] = _fed(array, carrier)
-    returned = []
-    for want in outputs:
-        carrier = _CARRIED.get(want.dtype) if want.dtype is not None else None
-        if carrier is None:
-            returned.append(want.name)
-            continue
-        graph.node.append(helper.make_node("Cast", [want.name], [f"{want.name}#out"],
-                                           to=_onnx_type(carrier)))
-        returned.append(f"{want.name}#out")
-    graph.output.extend(onnx.ValueInfoProto(name=name) for name in returned)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
-                                                    for d, v in opsets.items()])
-    model.ir_version = max(ir_version, 7)
-    arrays = _run(model, handed, feeds, returned, libraries, prepacking)
-    for want, array in zip(outputs, arrays):
-        if not isinstance(array, np.ndarray) and not (want.sequence and isinstance(array, list)):
-            raise RunFailed(f"{want.name} is no tensor (a {type(array).__name__})")
-    return [array if want.dtype is None or want.dtype not in _CARRIED else
-            np.asarray(array).astype(want.dtype) for want, array in zip(outputs, arrays)]
+            return cls(np.dtype(given[0].dtype), sequence=True)
+        return cls(np.dtype(given.dtype), shape=tuple(given.shape) if shaped else None)
+
+
+class NodesModel:
+    """``nodes`` built into one model, run on as many feeds as a caller has (each run builds
+    the session anew unless a caller keeps one: :meth:`session`). ``constants`` are the
+    original's initializers (see :func:`run_nodes` for ``prepacking``); ``inputs`` how each
+    fed value is declared; ``functions``: the model-local functions the nodes call; ``level``:
+    onnxruntime's graph optimization level (``disable``: what the nodes say)."""
+
+    def __init__(self, nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
+                 constants: Mapping[str, np.ndarray] | None = None,
+                 inputs: Mapping[str, Fed], opsets: Mapping[str, int], ir_version: int,
+                 prepacking: bool = True, functions: Sequence[onnx.FunctionProto] = (),
+                 level: str = "disable") -> None:
+        self.outputs, self.prepacking, self.level = list(outputs), prepacking, level
+        graph = onnx.GraphProto(name="onnxfold_check")
+        graph.node.extend(nodes)
+        self.handed: dict[str, np.ndarray] = {}
+        self.constant_feeds: dict[str, np.ndarray] = {}  # large constants fed (no prepacking)
+        declared = dict(inputs)
+        for name, array in (constants or {}).items():
+            large = array.nbytes > HANDED_FROM and array.dtype.kind in "biuf" and \
+                array.dtype not in _CARRIED
+            if large and not prepacking:  # fed: onnxruntime reads it where it is, no copy
+                self.constant_feeds[name] = array
+                declared[name] = Fed.of(name, array)
+            elif large:  # handed over as an initializer (onnxruntime copies, and prepacks it)
+                self.handed[name] = _contiguous(array)
+                graph.initializer.append(_placeholder(name, array))
+            else:
+                graph.initializer.append(_tensor(name, array))
+        self.carried: dict[str, np.dtype] = {}  # fed name -> the dtype it is carried in
+        self.fed_names: dict[str, str] = {}
+        for name, fed in declared.items():
+            if fed.sequence:
+                graph.input.append(helper.make_tensor_sequence_value_info(
+                    name, _onnx_type(fed.dtype), None))
+                self.fed_names[name] = name
+                continue
+            carrier = _CARRIED.get(fed.dtype)
+            fed_name = name if carrier is None else f"{name}#fed"
+            shape = list(fed.shape) if fed.shape is not None else None
+            graph.input.append(helper.make_tensor_value_info(
+                fed_name, _onnx_type(carrier or fed.dtype), shape))
+            if carrier is not None:
+                graph.node.insert(0, helper.make_node("Cast", [fed_name], [name],
+                                                      to=_onnx_type(fed.dtype)))
+                self.carried[name] = carrier
+            self.fed_names[name] = fed_name
+        self.returned = []
+        for want in self.outputs:
+            carrier = _CARRIED.get(want.dtype) if want.dtype is not None else None
+            if carrier is None:
+                self.returned.append(want.name)
+                continue
+            graph.node.append(helper.make_node("Cast", [want.name], [f"{want.name}#out"],
+                                               to=_onnx_type(carrier)))
+            self.returned.append(f"{want.name}#out")
+        graph.output.extend(onnx.ValueInfoProto(name=name) for name in self.returned)
+        self.model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                             for d, v in opsets.items()])
+        self.model.ir_version = max(ir_version, 7)
+        self.model.functions.extend(functions)
+
+    def session(self, libraries: Sequence[str]):
+        """A session over the model (built outside any bound: see the module). Raises
+        RunFailed or MachineShort."""
+        import onnxruntime as ort
+
+        try:
+            options = session_options(self.level, libraries, self.prepacking)
+            values = [ort.OrtValue.ortvalue_from_numpy(a) for a in self.handed.values()]
+            if self.handed:
+                options.add_external_initializers(list(self.handed), values)
+            return ort.InferenceSession(self.model.SerializeToString(), options,
+                                        providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise _told(e) from None
+
+    def run(self, inputs: Mapping[str, np.ndarray | list[np.ndarray]],
+            libraries: Sequence[str] = (), session=None) -> list:
+        """The arrays of the outputs, fed ``inputs`` (in ``session`` where the caller keeps
+        one, else in a session built for this run). Raises RunFailed or MachineShort."""
+        feeds: dict[str, object] = {}
+        for name, given in {**inputs, **self.constant_feeds}.items():
+            fed_name = self.fed_names.get(name)
+            if fed_name is None:
+                continue  # not read by these nodes
+            if isinstance(given, list | tuple):
+                feeds[fed_name] = [_fed(a, None) for a in given]
+            else:
+                feeds[fed_name] = _fed(given, self.carried.get(name))
+        if session is None:
+            session = self.session(libraries)
+        try:
+            arrays = bounded_run(lambda run_options: session.run(self.returned, feeds,
+                                                                 run_options),
+                                 "a check's run of the original's nodes")
+        except interruptible.InferenceTimeout as e:
+            raise TimedOut(f"exceeded the inference time limit ({e.seconds or 0:g} s)") \
+                from None
+        except Exception as e:
+            raise _told(e) from None
+        for want, array in zip(self.outputs, arrays):
+            if not isinstance(array, np.ndarray) and not (want.sequence and
+                                                          isinstance(array, list)):
+                raise RunFailed(f"{want.name} is no tensor (a {type(array).__name__})")
+        return [array if want.dtype is None or want.dtype not in _CARRIED else
+                np.asarray(array).astype(want.dtype) for want, array in zip(self.outputs, arrays)]
 
 
 def session_options(level: str = DEFAULT_LEVEL, libraries: Sequence[str] = (),
@@ -202,49 +285,34 @@ def run_model(session, label: str, outputs: list[str], feeds: dict, run_options,
               hint: str = "") -> list:
     """``session.run`` bounded as every run of the check is (see the module). InputError
     where onnxruntime fails to run it (``hint``: the flags that change the inputs),
-    MachineShort where the machine ran short."""
+    MachineShort where the machine ran short. ``session`` may be a chain of windows
+    (``running.windows.Chain``), which bounds each of its runs itself."""
+    hint = hint or " (see --dim, --int-range, --inputs)"
     try:
-        return _bounded(lambda options: session.run(outputs, feeds, options), label,
-                        run_options)
+        if getattr(session, "bounds_its_runs", False):
+            return session.run(outputs, feeds, run_options)
+        return bounded_run(lambda options: session.run(outputs, feeds, options), label,
+                           run_options)
     except interruptible.InferenceTimeout:
         raise
+    except MachineShort as e:
+        raise MachineShort(f"{label}: running it: {e}") from None
+    except RunFailed as e:
+        raise InputError(f"{label}: onnxruntime failed to run it: {e}{hint}") from None
     except Exception as e:
         short = limits.shortage(e)
         if short is not None:
             raise MachineShort(f"{label}: running it: {short}") from None
-        raise InputError(f"{label}: onnxruntime failed to run it: {ort_message(e)}"
-                         f"{hint or ' (see --dim, --int-range, --inputs)'}") from None
+        raise InputError(f"{label}: onnxruntime failed to run it: {ort_message(e)}{hint}"
+                         ) from None
 
 
-def _bounded(call, what: str, run_options=None):
+def bounded_run(call, what: str, run_options=None):
     """``call(run_options)`` under the address-space bound of the memory left, stopped by a
     signal or the inference time limit."""
     room = memory.room()
     return interruptible.run(call, run_options, what=what, around=None if room is None else
                              lambda: address_space.bounded(room))
-
-
-def _run(model: onnx.ModelProto, handed: Mapping[str, np.ndarray], feeds: dict,
-         names: list[str], libraries: Sequence[str], prepacking: bool) -> list:
-    """Build the session, then run it bounded (see the module)."""
-    import onnxruntime as ort
-
-    try:
-        options = session_options("disable", libraries, prepacking)
-        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in handed.values()]
-        if handed:
-            options.add_external_initializers(list(handed), values)
-        session = ort.InferenceSession(model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise _told(e) from None
-    try:
-        return _bounded(lambda run_options: session.run(names, feeds, run_options),
-                        "a check's run of the original's nodes")
-    except interruptible.InferenceTimeout as e:
-        raise TimedOut(f"exceeded the inference time limit ({e.seconds or 0:g} s)") from None
-    except Exception as e:
-        raise _told(e) from None
 
 
 def _told(error: Exception) -> RunFailed | MachineShort:
