@@ -397,7 +397,10 @@ class _Verifier:
             if len(batch) == 1:
                 return [self._unrunnable(batch[0], e)]
             return [v for target in batch for v in self.verify([target])]
-        return [self._judged(target) for target in batch]
+        verdicts = [self._judged(target) for target in batch]
+        for target in batch:  # judged: what was derived is not held past its batch
+            target.derived.clear()
+        return verdicts
 
     def _runs(self, runs: str) -> Sequence[Mapping[str, np.ndarray]]:
         if runs == "inputs":
