@@ -186,6 +186,7 @@ def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 
     session, ResourceLimitError where the machine ran short (memory, a thread, a descriptor:
     could not run, never a bug). ``catalogue``: whose shape steps relate the input dims (None:
     the installed rules)."""
+    catalogue = load_catalogue() if catalogue is None else catalogue
     with _machine_short():
         return _measure(a, b, runs, threads, levels, dims, int_ranges, custom_op_libraries,
                         progress, catalogue)
@@ -212,10 +213,9 @@ def _machine_short() -> Iterator[None]:
 def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence[str],
              dims: Mapping[str, int] | None, int_ranges: Mapping[str, tuple[int, int]] | None,
              custom_op_libraries: Sequence[str | os.PathLike],
-             progress: Callable[[str], None] | None, catalogue: Catalogue | None
+             progress: Callable[[str], None] | None, catalogue: Catalogue
              ) -> LatencyResult:
     """:func:`measure_latency`'s work."""
-    catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     if runs < 1:
         raise InputError(f"latency: runs ({runs}) must be at least 1")
