@@ -58,6 +58,15 @@ def parse_float(text: str, minimum: float | None = None) -> float:
     return value
 
 
+def size_text(nbytes: int) -> str:
+    """``nbytes`` as a person reads a size: ``512 B``, ``12.0 KiB``, ``48.0 MiB``,
+    ``11.05 GiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.{2 if unit == 'GiB' else 1}f} {unit}"
+    return f"{nbytes} B"
+
+
 def parse_bytes(text: str) -> int:
     """A size: '512M', '2G', '1.5GiB' or a plain byte count, at most int64."""
     match = _SIZE.fullmatch(text.strip())

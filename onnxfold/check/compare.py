@@ -12,7 +12,7 @@ of the second model that the first does not hold as it is is also re-derived fro
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -29,7 +29,7 @@ from onnxfold.check.result import (
     accumulate,
     as_array,
 )
-from onnxfold.check.rewrites.validation import RewriteValidation, validate_rewrites
+from onnxfold.check.rewrites.validation import RewriteValidation, read_by, validate_rewrites
 from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
@@ -37,6 +37,7 @@ from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.runner import MachineShort, open_session
+from onnxfold.check.running.windows import Chain, Window, WindowPlan, plan_windows
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.errors import InputError, one_line
@@ -44,6 +45,7 @@ from onnxfold.host import heap
 from onnxfold.host.interruptible import InferenceTimeout
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import is_overridable
+from onnxfold.numbers import size_text
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.runtime import custom_ops
@@ -110,7 +112,9 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     tell = progress or (lambda text: None)
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
-    run = _Run(a, b, options, catalogue, tell)
+    leaves = read_by(evidence.rewrites.records) if evidence is not None and \
+        evidence.rewrites is not None else set()
+    run = _Run(a, b, options, catalogue, tell, leaves)
     unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else ""
     notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \
         if run.pinned and not unasked else []
@@ -183,7 +187,8 @@ class _Run:
     session until the reference has run."""
 
     def __init__(self, a: ModelRef, b: ModelRef, options: CompareOptions,
-                 catalogue: Catalogue, tell: Callable[[str], None]) -> None:
+                 catalogue: Catalogue, tell: Callable[[str], None],
+                 leaves: Collection[str] = ()) -> None:
         if any(t is not None and not t >= 0 for t in (options.rtol, options.atol)):
             raise InputError("rtol and atol must be non-negative")
         self.a, self.options, self.tell = a, options, tell
@@ -194,17 +199,17 @@ class _Run:
 
         self.run_options = ort.RunOptions()
         self.run_options.log_severity_level = 4
-        # one model in memory at a time: A runs every input set, then B; both must fit
-        weights = max(memory_room.weight_bytes(graph_a), memory_room.weight_bytes(graph_b))
+        # one model in memory at a time: A runs every input set, then B; both must fit, or
+        # both run window by window
         heap.prepare()
-        try:
-            memory_room.check_room(weights)
-        except MemoryError as e:
-            raise CheckCouldNotRun(str(e)) from None
+        planned = _windows(graph_a, graph_b, options.window_bytes)
+        self.windows: WindowPlan | None = planned[0] if planned is not None else None
+        self.windows_why = planned[1] if planned is not None else ""
+        self.leaves = frozenset(leaves)  # in windows: the rewrites' leaves A's chain keeps
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
-        self.graph_a = graph_a  # where a binding fails, shape inference tells the next ones
-        tell("loading original")
-        self.session = _original_session(a, self.label_a, self.libraries, options.level)
+        self.graph_a, self.graph_b = graph_a, graph_b  # (a binding that fails: inference
+        tell("loading original")  # tells the next ones)
+        self.session = self._session_a()
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
                                {**self.pinned.named, **options.dims}, options.int_ranges,
                                catalogue.shape_steps, self.pinned.axes)
@@ -212,23 +217,75 @@ class _Run:
                      for get in ("get_inputs", "get_outputs")}
         self.overrides, self.fixed_defaults = _overridable(graph_a, graph_b)
         self.outputs = [name for name, _ in self.io_a["get_outputs"]]
+        # in windows: A's values at the cuts and the rewrites' leaves, per input set compared
+        self.chain_values: list[dict] = []
 
     def reference(self, n: int) -> Reference:
         """``a`` on ``n`` input sets and every binding (:func:`run_reference`); its session
         is dropped after (opened again if a later call needs it)."""
         if self.session is None:
             self.tell("loading original")
-            self.session = _original_session(self.a, self.label_a, self.libraries,
-                                             self.options.level)
+            self.session = self._session_a()
         try:
-            return run_reference(self.session, self.label_a, self.outputs, self.feeder,
-                                 self.options.seed, n, self.run_options, self.tell,
-                                 self.overrides, FailedNodes(self.graph_a))
+            reference = run_reference(self.session, self.label_a, self.outputs, self.feeder,
+                                      self.options.seed, n, self.run_options, self.tell,
+                                      self.overrides, FailedNodes(self.graph_a))
+            if isinstance(self.session, Chain):  # its values at the cuts and the leaves
+                self.chain_values = [self.session.results(feeds) for feeds in reference.feeds]
+            return reference
         except (InputError, MachineShort) as e:
             raise CheckCouldNotRun(str(e)) from None
         finally:
             self.session = None
             heap.release()
+
+    def _session_a(self):
+        """Model A's session, or its chain of windows where the check runs in windows."""
+        if self.windows is None:
+            return _original_session(self.a, self.label_a, self.libraries, self.options.level)
+        return self._chain(self.graph_a, self.windows.a, self.label_a, self.leaves)
+
+    def session_b(self, b: ModelRef):
+        """Model B's session (or chain of windows); InputError where onnxruntime cannot load
+        it, MachineShort where the machine ran short."""
+        if self.windows is None:
+            return open_session(b, self.label_b, self.libraries, self.options.level)
+        return self._chain(self.graph_b, self.windows.b, self.label_b)
+
+    def _chain(self, graph: ir.Model, windows: list[Window], label: str,
+               also: Collection[str] = ()) -> Chain:
+        """A chain of ``graph``'s ``windows`` that keeps the values at the cuts, and
+        ``also``."""
+        assert self.windows is not None
+        chain = Chain(graph, windows, label, self.libraries, self.options.level,
+                      kept=[*(name for cut in self.windows.cuts for name in cut), *also])
+        chain.tell = lambda text: self.tell(f"{label}: {text}")
+        return chain
+
+
+def _windows(a: ir.Model, b: ir.Model, budget: int | None
+             ) -> tuple[WindowPlan, str] | None:
+    """How the check runs the models: whole (None) where a session over the larger fits in
+    the memory left, else window by window (``budget``: the windows' weights, forced), with
+    why; CheckCouldNotRun where not even the largest window fits."""
+    why = f"windows of at most {size_text(budget)} of weights asked for" if budget else ""
+    if budget is None:
+        weights = max(memory_room.weight_bytes(a), memory_room.weight_bytes(b))
+        try:
+            memory_room.check_room(weights)
+            return None
+        except MemoryError as e:
+            budget = memory_room.window_budget()
+            if budget is None:
+                raise CheckCouldNotRun(str(e)) from None
+            why = (f"a session over a whole model needs about "
+                   f"{size_text(memory_room.session_bytes(weights))}, more than the memory left")
+    plan = plan_windows(a, b, budget)
+    try:
+        memory_room.check_window(max(w.weight_bytes for w in [*plan.a, *plan.b]))
+    except MemoryError as e:
+        raise CheckCouldNotRun(str(e)) from None
+    return plan, why
 
 
 def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: str):
@@ -249,7 +306,7 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
     rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
                          if rule.rounds_differently)
     return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell,
-                             rounding)
+                             rounding, run.chain_values)
 
 
 def _overridable(a: ir.Model, b: ir.Model) -> tuple[dict[str, np.ndarray], list[str]]:
@@ -271,6 +328,30 @@ def _overridable(a: ir.Model, b: ir.Model) -> tuple[dict[str, np.ndarray], list[
     return fed, fixed
 
 
+def _cut_rows(plan: WindowPlan, values_a: list[dict], values_b: list[dict | None],
+              result: CompareResult) -> list[OutputDiff]:
+    """The values both chains handed on at each cut, compared over the input sets both ran
+    (the tolerance of their dtype, as outputs), where both have the same shape and dtype (a
+    rewrite may keep a value's name and change its shape: ``[1, 16, 128]`` as ``[16, 128]``
+    before a MatMul)."""
+    rows: dict[str, OutputDiff] = {}
+    for got_a, got_b in zip(values_a, values_b):
+        if got_b is None:
+            continue
+        for k, cut in enumerate(plan.cuts):
+            for name in cut:
+                va, vb = as_array(got_a[name]), as_array(got_b[name])
+                if va.shape != vb.shape or va.dtype != vb.dtype:
+                    continue
+                row = rows.setdefault(name, OutputDiff(
+                    f"{name} (cut {k + 1})", dtype_name(va.dtype), dtype_name(vb.dtype),
+                    list(va.shape), list(vb.shape)))
+                accumulate(row, va, vb, result.rtol, result.atol)
+    for row in rows.values():
+        row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
+    return list(rows.values())
+
+
 def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
                        reference: Reference) -> bool:
     """Run B on the reference's input sets and fill ``result``'s rows (or its failure).
@@ -281,7 +362,7 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     label_b, tell = run.label_b, run.tell
     try:
         tell("loading optimized")
-        sess_b = open_session(b, label_b, run.libraries, run.options.level)
+        sess_b = run.session_b(b)
     except InputError as e:  # A loads and B does not: B is wrong, not the input
         result.failure = one_line(e)
         return False
@@ -291,11 +372,17 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     same_interface(run.io_a, sess_b, result.model_a, label_b)
     outputs, run_options = run.outputs, run.run_options
     ran = run_optimized(sess_b, label_b, outputs, reference, run_options, tell)
+    cuts_b = [sess_b.results(feeds) if got is not None else None
+              for feeds, got in zip(reference.feeds, ran.outputs)] \
+        if isinstance(sess_b, Chain) and not ran.failure else []
     del sess_b
     heap.release()
     if ran.failure:
         result.failure = ran.failure
         return False
+    if run.windows is not None:
+        result.windows = run.windows.describe(run.windows_why)
+        result.cut_rows = _cut_rows(run.windows, run.chain_values, cuts_b, result)
     compared = [(a, b) for a, b in zip(reference.outputs, ran.outputs) if b is not None]
     if not compared:
         result.short_reason = ran.short

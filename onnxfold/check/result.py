@@ -78,6 +78,10 @@ class CompareResult:
     # it shows is what was shown before, nothing about the outputs
     not_run: str = ""
     short_reason: str = ""  # what the machine last ran short of running the second model
+    windows: str = ""  # how both models ran window by window ("": each in one session)
+    # the values both chains handed on at their cuts, compared as outputs are (where their
+    # shapes and dtypes agree); they show where the chains part, the outputs decide
+    cut_rows: list[OutputDiff] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -126,14 +130,10 @@ class CompareResult:
             "single_dims": list(self.single_dims), "fixed_defaults": list(self.fixed_defaults),
             "short_of_memory": list(self.short_of_memory),
             "bindings": [dict(b) for b in self.bindings], "notes": list(self.notes),
+            "windows": self.windows or None,
+            "cuts": [_row_dict(row) for row in self.cut_rows],
             "verdict": self.verdict(),
-            "outputs": [{"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
-                         "dtype_b": row.dtype_b, "shape_b": list(row.shape_b),
-                         "elements": row.elements, "max_abs": row.max_abs_diff,
-                         "max_rel": row.max_rel_diff, "max_ulps": row.max_ulps,
-                         "tolerance": row.tolerance, "mismatches": row.mismatches,
-                         "bitwise_equal": row.bitwise_equal, "ok": row.ok}
-                        for row in self.rows],
+            "outputs": [_row_dict(row) for row in self.rows],
         }
 
     def summary(self) -> str:
@@ -166,19 +166,14 @@ class CompareResult:
                        for d in self.defaulted_dims]
             lines.append(f"  dims guessed (--dim NAME=VALUE sets one): {', '.join(guessed)}")
         lines += [f"  {note}" for note in self.notes]
-        table = [["output", "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches",
-                  "bitwise", "tolerance", "ok"]]
-        for r in self.rows:
-            dtype = r.dtype_a if r.dtypes_equal else f"{r.dtype_a}/{r.dtype_b}"
-            shape = shape_text(r.shape_a) if r.shapes_equal else \
-                f"{shape_text(r.shape_a)}/{shape_text(r.shape_b)}"
-            ulps = "-" if r.max_ulps is None else f"{r.max_ulps:.3g}"
-            table.append([printable(r.name), dtype, shape, f"{r.max_abs_diff:.3g}",
-                          f"{r.max_rel_diff:.3g}", ulps, f"{r.mismatches}/{r.elements}",
-                          "yes" if r.bitwise_equal else "no", r.tolerance,
-                          "yes" if r.ok else "NO"])
-        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+        if self.windows:
+            lines.append(f"  {self.windows}")
+        lines += _table("output", self.rows)
+        if self.cut_rows:
+            lines.append(self._cuts_line())
+            wrong = [row for row in self.cut_rows if not row.ok]
+            if wrong:
+                lines += _table("value at a cut", wrong)
         if self.failure:
             lines.append(f"  FAILED: {self.failure} (the original runs the same inputs)")
         if self.folds is not None:
@@ -187,6 +182,19 @@ class CompareResult:
             lines.append(self.rewrites.summary())
         lines.append(self.verdict())
         return "\n".join(lines)
+
+    def _cuts_line(self) -> str:
+        """How the values handed on at the cuts compared (a table follows of those that do
+        not; ``--json`` has each). They show where two chains part; the outputs decide (a
+        rewrite may hold another form of a value under its name)."""
+        rows = self.cut_rows
+        wrong = sum(not row.ok for row in rows)
+        bitwise = sum(row.bitwise_equal for row in rows)
+        cuts = len({row.name.rsplit(" (cut ", 1)[-1] for row in rows})
+        state = f"{wrong} outside tolerance (the outputs decide: a rewrite may hold another " \
+            "form of a value under its name)" if wrong else "all within tolerance"
+        return (f"values at the cuts: {len(rows)} at {cuts} cuts compared, {state} "
+                f"({bitwise} bitwise)")
 
     def verdict(self) -> str:
         """The last line: what passed, and what was not shown for every input."""
@@ -239,6 +247,32 @@ class CompareResult:
             shown.append(f"{sum(map(self.rewrites.count, AGREES))} rewrites validated on the "
                          "input sets")
         return f" ({'; '.join(shown)})" if shown else ""
+
+
+def _row_dict(row: OutputDiff) -> dict[str, Any]:
+    """One compared value as ``--json`` writes it (``max_ulps``: null where not measured)."""
+    return {"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
+            "dtype_b": row.dtype_b, "shape_b": list(row.shape_b), "elements": row.elements,
+            "max_abs": row.max_abs_diff, "max_rel": row.max_rel_diff, "max_ulps": row.max_ulps,
+            "tolerance": row.tolerance, "mismatches": row.mismatches,
+            "bitwise_equal": row.bitwise_equal, "ok": row.ok}
+
+
+def _table(heading: str, rows: list[OutputDiff]) -> list[str]:
+    """``rows`` as the summary's table, its first column headed ``heading``."""
+    table = [[heading, "dtype", "shape", "max abs", "max rel", "max ulps", "mismatches",
+              "bitwise", "tolerance", "ok"]]
+    for r in rows:
+        dtype = r.dtype_a if r.dtypes_equal else f"{r.dtype_a}/{r.dtype_b}"
+        shape = shape_text(r.shape_a) if r.shapes_equal else \
+            f"{shape_text(r.shape_a)}/{shape_text(r.shape_b)}"
+        ulps = "-" if r.max_ulps is None else f"{r.max_ulps:.3g}"
+        table.append([printable(r.name), dtype, shape, f"{r.max_abs_diff:.3g}",
+                      f"{r.max_rel_diff:.3g}", ulps, f"{r.mismatches}/{r.elements}",
+                      "yes" if r.bitwise_equal else "no", r.tolerance,
+                      "yes" if r.ok else "NO"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
 
 
 def as_array(value) -> np.ndarray:

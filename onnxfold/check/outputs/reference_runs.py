@@ -63,6 +63,8 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
         results: list[list] = []
         shapes: list[dict[str, tuple[int, ...]]] = []
         bound = bindings[0]
+        chain = getattr(sess, "run_all", None)  # a chain of windows runs every set at once
+        made: list[tuple[int, Bound, dict[str, np.ndarray]]] = []
         try:
             for k in range(max(n, len(bindings))):
                 bound = bindings[k % len(bindings)]
@@ -70,14 +72,18 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 feeds = _feeds(feeder, seed, k, overrides, failures, label)
                 if feeder.plan.sizes and failures is not None:  # images' sides guessed
                     forecast(failures.sizes.largest({n: a.shape for n, a in feeds.items()}), label)
-                progress(f"original {k + 1}/{n}" if k < n else "original, another binding")
-                ran = run_model(sess, label, outputs, feeds, run_options, feeder.guesses())
-                if k < n:
-                    feeds_kept.append(feeds)
-                    results.append(ran)
-                if k < len(bindings):
-                    shapes.append({name: arr.shape for name, arr in feeds.items()})
-                del feeds, ran
+                made.append((k, bound, feeds))
+                if chain is None:  # one set at a time: the next one's feeds are made after
+                    _ran_one(made.pop(), sess, label, outputs, run_options, feeder, n,
+                             bindings, progress, (feeds_kept, results, shapes))
+                del feeds
+            if chain is not None:
+                progress("original, every input set")
+                chain([feeds for _, _, feeds in made])
+            for one in made:
+                bound = one[1]
+                _ran_one(one, sess, label, outputs, run_options, feeder, n, bindings,
+                         progress, (feeds_kept, results, shapes))
         except (InputError, MachineShort) as e:
             if not feeder.guessed:
                 raise
@@ -111,6 +117,25 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
                          "baked one of them is not seen by a difference; --dim sets another)")
         return Reference(feeds_kept, results, shapes, notes, single)
+
+
+def _ran_one(one: tuple[int, Bound, dict[str, np.ndarray]], sess, label: str,
+             outputs: list[str], run_options, feeder: FeedPlan, n: int, bindings: list[Bound],
+             progress: Callable[[str], None],
+             kept: tuple[list[dict[str, np.ndarray]], list[list],
+                         list[dict[str, tuple[int, ...]]]]) -> None:
+    """Input set ``one`` (its index, binding and feeds) run by model A, and kept: its feeds
+    and outputs where it is one of the ``n`` compared, its shapes where it is the first set
+    of its binding."""
+    k, _, feeds = one
+    progress(f"original {k + 1}/{n}" if k < n else "original, another binding")
+    ran = run_model(sess, label, outputs, feeds, run_options, feeder.guesses())
+    feeds_kept, results, shapes = kept
+    if k < n:
+        feeds_kept.append(feeds)
+        results.append(ran)
+    if k < len(bindings):
+        shapes.append({name: arr.shape for name, arr in feeds.items()})
 
 
 def _next_group(feeder: FeedPlan, moved: Callable[[], list[Bound] | None],
@@ -218,6 +243,9 @@ def run_optimized(sess, label: str, outputs: list[str], reference: Reference, ru
     machine. Any other failure is B's."""
     got: list[list | None] = []
     short = ""
+    chain = getattr(sess, "run_all", None)  # a chain of windows runs every set at once
+    if chain is not None:
+        chain(reference.feeds)
     for k, feeds in enumerate(reference.feeds):
         progress(f"optimized {k + 1}/{len(reference.feeds)}")
         try:

@@ -124,11 +124,14 @@ CANNOT_ALONE = "the original cannot compute a value it reads alone"
 def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[str, np.ndarray]],
                       bitwise: frozenset[tuple[str, str]],
                       progress: Callable[[str], None] | None = None,
-                      rounding: frozenset[str] = frozenset()) -> RewriteValidation:
+                      rounding: frozenset[str] = frozenset(),
+                      known: Sequence[Mapping[str, object]] = ()) -> RewriteValidation:
     """Validate every rewrite of ``log`` on each of ``inputs`` (the check's input sets),
     the leaves computed by the original's ``cones`` (see module); ``rounding``: the rules
     declared to round differently (``PatternRule.rounds_differently``), never asked for
-    bits.
+    bits; ``known``: per input set, values of the original already computed (a check in
+    windows keeps the leaves its chain computed: a cone of a deep leaf is most of the
+    model, more than a window may hold).
 
     A rewrite whose windows read no input's values computes the same on every input set
     with the same input shapes (one that reads no input at all, on every input set): it runs
@@ -166,18 +169,18 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
                 continue
             ran[id(record)].add(key)
             todo.append(record)
-        leaves = _Leaves(cones, feeds, sizes)
+        leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
         windows = _Windows(leaves, cones, bitwise, rounding, verdicts, k, judged)
         for start in range(0, len(todo), BATCH_RECORDS):
             windows.judge(todo[start:start + BATCH_RECORDS])
-            leaves.keep_only(_read_by(todo[start + BATCH_RECORDS:]))  # the rest: dropped
+            leaves.keep_only(read_by(todo[start + BATCH_RECORDS:]))  # the rest: dropped
     for verdict in verdicts.values():
         verdict.unrun.sort()
     result.rewrites = [verdicts[id(r)] for r in log.records]
     return result
 
 
-def _read_by(records: Sequence[RewriteRecord]) -> set[str]:
+def read_by(records: Sequence[RewriteRecord]) -> set[str]:
     """The original's values the windows of ``records`` read."""
     return {o for r in records for w in (r.before, r.after) if w is not None
             for o in w.originals.values()}
@@ -195,7 +198,7 @@ class _Dependence:
     def key(self, record: RewriteRecord, k: int, shapes: object) -> object:
         """What identifies input set ``k`` (its input ``shapes``) for ``record``."""
         values = shaped = False
-        for name in _read_by([record]):
+        for name in read_by([record]):
             value = self.cones.values.get(name)
             if value is None:  # a value the check cannot place: taken as reading everything
                 return k
@@ -212,8 +215,9 @@ class _Leaves:
     whose values fit in a quarter of the memory left (sized by ``sizes`` at the set's input
     shapes); one that alone does not fit is not computed."""
 
-    def __init__(self, cones: Cones, feeds: Mapping[str, np.ndarray], sizes: Sizes) -> None:
-        self.cones, self.feeds = cones, feeds
+    def __init__(self, cones: Cones, feeds: Mapping[str, np.ndarray], sizes: Sizes,
+                 known: Mapping[str, object]) -> None:
+        self.cones, self.feeds, self.known = cones, feeds, known
         self.arrays: dict[str, np.ndarray | None] = {}
         self.why: dict[str, str] = {}  # a leaf not computed -> why
         self.bytes = sizes.at({n: np.shape(a) for n, a in feeds.items()})
@@ -232,6 +236,8 @@ class _Leaves:
             value = self.cones.values.get(name)
             if name in self.feeds:
                 self.arrays[name] = np.asarray(self.feeds[name])
+            elif name in self.known:  # the original's value, computed by the check's chain
+                self.arrays[name] = self.known[name]  # type: ignore[assignment]
             elif value is not None and value.const_value is not None and \
                     value.producer() is None:
                 self.arrays[name] = value.const_value.numpy()

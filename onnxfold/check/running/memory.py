@@ -87,6 +87,34 @@ def _address_space_left() -> int | None:
     return max(soft - mapped, 0)
 
 
+# A window's weights are fed, not copied, but onnxruntime reads their pages (resident while
+# the window runs) and casts a float16 weight to float32 before a MatMul (two more bytes per
+# byte, every cast of the window possibly at once): a window's peak is about 3x its weights.
+WINDOW_FACTOR = 4.0
+WINDOW_SHARE = 5  # of the memory left, a window's weights take at most a fifth
+
+
+def window_budget() -> int | None:
+    """The bytes of weights one window of a check in windows may hold (None: the memory left
+    is unknown)."""
+    free = room()
+    return None if free is None else max(free // WINDOW_SHARE, 1)
+
+
+def check_window(weights: int) -> None:
+    """MemoryError, saying the sizes, when the largest window (``weights`` bytes: a single
+    node's where no cut is smaller) does not fit."""
+    free = room()
+    need = int(WINDOW_FACTOR * weights) + SESSION_OVERHEAD
+    if free is None or need <= free:
+        return
+    mib = 2**20
+    raise MemoryError(f"the check needs about {need // mib} MiB to run its largest window "
+                      f"({weights // mib} MiB of weights: one node's cannot be cut smaller) "
+                      f"and {free // mib} MiB are left under the memory limit; run it where "
+                      "more memory is available, or without --check")
+
+
 def check_room(weights: int) -> None:
     """MemoryError, saying the sizes, when a session over ``weights`` bytes does not fit."""
     free = room()

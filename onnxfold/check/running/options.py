@@ -30,7 +30,10 @@ class CompareOptions:
     ``rtol``, ``atol``: tolerances for every float output (None: by dtype);
     ``custom_op_libraries``: what onnxruntime loads for both models; ``level``: onnxruntime's
     graph optimization level; ``verify``: re-derive every folded tensor of the second model
-    from the first (None: when it carries onnxfold's provenance).
+    from the first (None: when it carries onnxfold's provenance); ``window_bytes``: run both
+    models window by window, each window at most this many bytes of weights
+    (``onnxfold.check.running.windows``; None: only where a session over a whole model does
+    not fit in the memory left).
     """
 
     inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None
@@ -42,10 +45,16 @@ class CompareOptions:
     custom_op_libraries: tuple[str | os.PathLike, ...] = ()
     level: str = DEFAULT_LEVEL
     verify: bool | None = None
+    window_bytes: int | None = None
 
     def __post_init__(self) -> None:
         """The dims are checked as ``--dim`` checks them (a Python caller's too)."""
         checked_dims(self.dims)
+        if self.window_bytes is not None and (
+                isinstance(self.window_bytes, bool) or not isinstance(
+                    self.window_bytes, numbers.Integral) or self.window_bytes < 1):
+            raise InputError(f"window_bytes: {self.window_bytes!r}: must be a positive number "
+                             "of bytes")
 
 
 def checked_dims(dims: Mapping[str, int] | None) -> None:

@@ -101,29 +101,29 @@ def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
 @dataclass(frozen=True)
 class Fed:
     """How an input of a :class:`NodesModel` is declared: its dtype (a sequence's elements'),
-    whether it is a sequence of tensors, and its shape (None: any of its rank; a run on
-    many feeds declares none)."""
+    whether it is a sequence of tensors, and its shape (a sequence's: none)."""
 
     dtype: np.dtype
     sequence: bool = False
     shape: tuple[int, ...] | None = None
 
     @classmethod
-    def of(cls, name: str, given: np.ndarray | list[np.ndarray], shaped: bool = True) -> Fed:
-        """The declaration of ``given``, fed as ``name`` (its shape too, where ``shaped``)."""
+    def of(cls, name: str, given: np.ndarray | list[np.ndarray]) -> Fed:
+        """The declaration of ``given``, fed as ``name``."""
         if isinstance(given, list | tuple):
             if not given:
                 raise RunFailed(f"{name}: an empty sequence, whose element type is unknown")
             return cls(np.dtype(given[0].dtype), sequence=True)
-        return cls(np.dtype(given.dtype), shape=tuple(given.shape) if shaped else None)
+        return cls(np.dtype(given.dtype), shape=tuple(given.shape))
 
 
 class NodesModel:
-    """``nodes`` built into one model, run on as many feeds as a caller has (each run builds
-    the session anew unless a caller keeps one: :meth:`session`). ``constants`` are the
-    original's initializers (see :func:`run_nodes` for ``prepacking``); ``inputs`` how each
-    fed value is declared; ``functions``: the model-local functions the nodes call; ``level``:
-    onnxruntime's graph optimization level (``disable``: what the nodes say)."""
+    """``nodes`` built into one model, run on as many feeds of the declared shapes as a
+    caller has (each run builds the session anew unless a caller keeps one:
+    :meth:`session`). ``constants`` are the original's initializers (see :func:`run_nodes`
+    for ``prepacking``); ``inputs`` how each fed value is declared; ``functions``: the
+    model-local functions the nodes call; ``level``: onnxruntime's graph optimization level
+    (``disable``: what the nodes say)."""
 
     def __init__(self, nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
                  constants: Mapping[str, np.ndarray] | None = None,

@@ -1,0 +1,441 @@
+"""The check in windows: a model whose onnxruntime session does not fit in memory run as a
+chain of windows, one session at a time, and compared with the other model where both hand
+on the same values.
+
+A session peaks at about twice the weights it loads (``memory.SESSION_FACTOR``): a 7B decoder
+in float16 needs ~23 GB, where the fold itself needs 1. So where a session does not fit, each
+model's graph is cut, in its node order, into *windows* of at most ``budget`` bytes of weights
+(a single node whose weights exceed it is a window of its own). A window is a model of its
+nodes alone: its inputs are the values earlier windows and the graph's inputs hand it, its
+outputs what later windows read, the graph's outputs among its values and the values at its
+cut. Its weights are fed, not copied (onnxruntime reads them from the file's pages, and a
+window's session is built once for every input set: :class:`Chain`), so the peak is about one
+window's weights plus the values one cut hands on.
+
+**Cuts at values both models have.** The chains are run whole, each on its own values (the
+errors a model accumulates across windows are in its outputs), and compared at every cut:
+the original's cuts are chosen where the optimized model has a position handing on the same
+values of those both compute (its crossing set, by name: a value onnxfold keeps keeps its
+name; one it folded to a constant or a rewrite replaced crosses in one model only), so that
+both run the same windows of nodes where nothing was folded. Where no such cut exists within the
+budget, both models are cut on their own and compared at their outputs only (said).
+
+The windows run window-major: every input set through one window before the next window's
+session is built, so that each weight is read once per model, not once per input set.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxfold.check.running.runner import (
+    Fed,
+    MachineShort,
+    NodesModel,
+    RunFailed,
+    Wanted,
+)
+from onnxfold.host import heap
+from onnxfold.io.mapped import drop_resident_pages
+from onnxfold.ir.graph import captured_values
+from onnxfold.numbers import size_text
+
+# onnxruntime's names of tensor element types (its NodeArg.type: "tensor(float16)")
+_ORT_NAMES = {ir.DataType.FLOAT: "float", ir.DataType.DOUBLE: "double"}
+
+
+@dataclass
+class Window:
+    """Consecutive nodes of one graph run as one model: what it reads from before it (graph
+    inputs and earlier windows' values), the initializers it reads, what it hands on, and
+    the bytes of its weights."""
+
+    nodes: list[ir.Node]
+    reads: list[str]
+    constants: list[str]
+    writes: list[str]
+    weight_bytes: int
+
+
+@dataclass
+class WindowPlan:
+    """Both models' windows; ``cuts``: at each cut between the original's windows, the values
+    both chains hand on there (the same names; empty where they share none)."""
+
+    a: list[Window]
+    b: list[Window]
+    cuts: list[tuple[str, ...]] = field(default_factory=list)
+    budget: int = 0
+
+    def describe(self, why: str) -> str:
+        """One line for the verdict's notes; ``why``: why the check runs in windows."""
+        largest = max(w.weight_bytes for w in [*self.a, *self.b])
+        compared = sum(1 for cut in self.cuts if cut)
+        return (f"compared window by window ({why}): the original in {len(self.a)} windows, "
+                f"the optimized model in {len(self.b)}, at most {size_text(self.budget)} of "
+                f"weights each where one node does not need more (the largest "
+                f"{size_text(largest)}), weights fed, both chains run end to end and compared "
+                f"at the outputs and at {compared} of {len(self.cuts)} cuts (the values both "
+                "hand on there)")
+
+
+class _Walk:
+    """One graph in node order: what each node reads and weighs, and where each value is
+    made."""
+
+    def __init__(self, model: ir.Model) -> None:
+        graph = model.graph
+        self.model = model
+        self.nodes = _in_order(graph)
+        self.initializers = {str(name): v for name, v in graph.initializers.items()
+                             if v.const_value is not None}
+        self.outputs = {str(v.name) for v in graph.outputs}
+        self.reads: list[list[str]] = []
+        self.made: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for position, node in enumerate(self.nodes):
+            self.reads.append(list(dict.fromkeys(
+                str(v.name) for v in [*node.inputs, *captured_values(node)]
+                if v is not None and v.name)))
+            for name in self.reads[-1]:
+                last[name] = position
+            for out in node.outputs:
+                if out.name:
+                    self.made[str(out.name)] = position
+        self.crossing: list[frozenset[str]] = []  # the values made by then and read after
+        live: set[str] = set()
+        for position, node in enumerate(self.nodes):
+            live -= {name for name in self.reads[position] if last[name] == position}
+            live |= {str(o.name) for o in node.outputs if last.get(str(o.name), -1) > position}
+            self.crossing.append(frozenset(live))
+
+    def weights(self, position: int) -> dict[str, int]:
+        """The initializers node ``position`` reads, and their bytes."""
+        found = {}
+        for name in self.reads[position]:
+            value = self.initializers.get(name)
+            if value is not None and name not in self.made and value.const_value is not None:
+                found[name] = value.const_value.nbytes
+        return found
+
+    def greedy(self, positions: Sequence[int], budget: int,
+               shared: Callable[[int], bool] = lambda position: False) -> list[list[int]]:
+        """``positions`` (in order) in runs of at most ``budget`` bytes of weights each (a
+        node whose weights alone exceed it is a run of its own), each ending, where it can,
+        after the last position of it where ``shared`` holds (a cut there hands on values
+        the other model has too)."""
+        runs: list[list[int]] = []
+        run: list[int] = []
+        held: dict[str, int] = {}
+        for position in positions:
+            weights = self.weights(position)
+            if run and sum({**held, **weights}.values()) > budget:
+                ends = [k for k, p in enumerate(run) if shared(p)]
+                end = ends[-1] + 1 if ends else len(run)
+                runs.append(run[:end])
+                run, held = run[end:], {}
+                for kept in run:
+                    held.update(self.weights(kept))
+            run.append(position)
+            held.update(weights)
+        return [r for r in [*runs, run] if r]
+
+    def placed(self, other: _Walk, runs: Sequence[Sequence[int]]) -> list[list[int]]:
+        """This graph's nodes in as many groups as ``other``'s ``runs``: each node in the
+        run where ``other`` makes a value of the same name (the first, where it makes
+        several), else where ``other`` makes or reads a constant it reads by name (a weight
+        the fold made keeps the name of the value it replaces), else with the first node
+        that reads what it makes (a Conv the fold merged a normalization into goes with the
+        Relu after it); a group never reads a later one."""
+        window_of = {p: k for k, run in enumerate(runs) for p in run}
+        first_read: dict[str, int] = {}
+        for position, names in enumerate(other.reads):
+            for name in names:
+                first_read.setdefault(name, position)
+        anchors: list[int | None] = []
+        for position, node in enumerate(self.nodes):
+            same = [window_of[other.made[str(o.name)]] for o in node.outputs
+                    if str(o.name) in other.made]
+            if not same:
+                same = [window_of[other.made.get(name, first_read.get(name, 0))]
+                        for name in self.weights(position)
+                        if name in other.made or name in first_read]
+            anchors.append(min(same) if same else None)
+        readers: list[list[int]] = [[] for _ in self.nodes]
+        for position, names in enumerate(self.reads):
+            for name in names:
+                if name in self.made and self.made[name] < position:
+                    readers[self.made[name]].append(position)
+        group = [len(runs) - 1] * len(self.nodes)
+        for position in reversed(range(len(self.nodes))):  # as late as its readers allow
+            anchor = anchors[position]
+            group[position] = anchor if anchor is not None else min(
+                (group[r] for r in readers[position]), default=len(runs) - 1)
+        for position in range(len(self.nodes)):  # never before what it reads
+            group[position] = max([group[position], *(
+                group[self.made[name]] for name in self.reads[position]
+                if name in self.made and self.made[name] < position)])
+        groups: list[list[int]] = [[] for _ in runs]
+        for position, k in enumerate(group):
+            groups[k].append(position)
+        return groups
+
+    def windows(self, groups: Sequence[Sequence[int]]) -> list[Window]:
+        """A window of each group of positions (each in order; a group reads no later one)."""
+        windows = []
+        later: set[str] = set(self.outputs)  # what the groups after the one at hand read
+        for positions in reversed(groups):
+            made_here = {str(o.name) for p in positions for o in self.nodes[p].outputs
+                         if o.name}
+            reads: dict[str, None] = {}
+            constants: dict[str, int] = {}
+            for p in positions:
+                constants.update(self.weights(p))
+                for name in self.reads[p]:
+                    if name not in made_here and name not in constants:
+                        reads[name] = None
+            writes = [str(o.name) for p in positions for o in self.nodes[p].outputs
+                      if o.name and str(o.name) in later]
+            windows.append(Window([self.nodes[p] for p in positions], list(reads),
+                                  list(constants), writes, sum(constants.values())))
+            later |= set(reads)
+        return windows[::-1]
+
+
+def _in_order(graph: ir.Graph) -> list[ir.Node]:
+    """``graph``'s nodes in an order where every value is made before it is read: the file's
+    order where it is one (a valid model's is), else a stable topological order."""
+    nodes = list(graph)
+    reads = {n: [v for v in [*n.inputs, *captured_values(n)] if v is not None] for n in nodes}
+    inside = set(nodes)
+    needs = {n: {p for v in reads[n] if (p := v.producer()) in inside and p is not n}
+             for n in nodes}
+    done: set[ir.Node] = set()
+    for node in nodes:
+        if not needs[node] <= done:
+            break
+        done.add(node)
+    else:
+        return nodes
+    position = {n: i for i, n in enumerate(nodes)}
+    readers: dict[ir.Node, list[ir.Node]] = {n: [] for n in nodes}
+    for node, wanted in needs.items():
+        for need in wanted:
+            readers[need].append(node)
+    ready = [(position[n], n) for n in nodes if not needs[n]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, node = heapq.heappop(ready)
+        order.append(node)
+        for reader in readers[node]:
+            needs[reader].discard(node)
+            if not needs[reader]:
+                heapq.heappush(ready, (position[reader], reader))
+    return order if len(order) == len(nodes) else nodes  # a cycle: onnxruntime will say
+
+
+def plan_windows(a: ir.Model, b: ir.Model, budget: int) -> WindowPlan:
+    """Windows of at most ``budget`` bytes of weights for both models, cut where both hand
+    on values of the same names (see the module)."""
+    walk_a, walk_b = _Walk(a), _Walk(b)
+    both = frozenset(walk_a.made) & frozenset(walk_b.made)
+    runs = walk_a.greedy(range(len(walk_a.nodes)), budget, lambda p: any(
+        str(o.name) in both and str(o.name) in walk_a.crossing[p]
+        for o in walk_a.nodes[p].outputs))  # it hands on a value both compute
+    groups = walk_b.placed(walk_a, runs)
+    windows_a, placed_b = walk_a.windows(runs), walk_b.windows(groups)
+    cuts: list[tuple[str, ...]] = []
+    compared: set[str] = set()  # each value is compared at the first cut it crosses
+    for k in range(len(runs) - 1):
+        shared = _handed_on(windows_a, k) & _handed_on(placed_b, k) - compared
+        cuts.append(tuple(sorted(shared)))
+        compared |= shared
+    split_b: list[list[int]] = []  # a group heavier than the budget split on its own
+    for group, window in zip(groups, placed_b, strict=True):
+        split_b.extend(walk_b.greedy(group, budget) if window.weight_bytes > budget else
+                       [group] if group else [])
+    return WindowPlan(windows_a, walk_b.windows(split_b), cuts, budget)
+
+
+def _handed_on(windows: Sequence[Window], k: int) -> set[str]:
+    """What windows ``0..k`` hand on to the windows after them."""
+    made = {str(o.name) for w in windows[:k + 1] for n in w.nodes for o in n.outputs}
+    return made & {name for w in windows[k + 1:] for name in w.reads}
+
+
+@dataclass(frozen=True)
+class Arg:
+    """An input or output as onnxruntime's ``NodeArg`` describes it (``name``, ``type``,
+    ``shape``), for the feed plan and the interface checks."""
+
+    name: str
+    type: str
+    shape: list[int | str | None]
+
+
+def _arg(value: ir.Value) -> Arg:
+    shape: list[int | str | None] = [d if isinstance(d, int) else d.value
+                                     for d in (value.shape or ())]
+    return Arg(str(value.name), _ort_type(value.type), shape)
+
+
+def _ort_type(type_: ir.TypeProtocol | None) -> str:
+    """``type_`` as onnxruntime writes it: ``tensor(float16)``, ``seq(tensor(float))``."""
+    if type_ is None:
+        return "unknown"
+    if isinstance(type_, ir.TensorType):
+        dtype = type_.dtype
+        return f"tensor({_ORT_NAMES.get(dtype, dtype.name.lower())})"
+    if isinstance(type_, ir.SequenceType):
+        return f"seq({_ort_type(type_.elem_type)})"
+    return str(type_)
+
+
+class Chain:
+    """A model run as its windows, standing where a check holds an onnxruntime session
+    (``get_inputs``, ``get_outputs``; :meth:`run_all` and ``runner.run_model`` run it).
+    ``kept``: values besides the graph's outputs handed back (the cut values compared)."""
+
+    bounds_its_runs = True  # ``runner.run_model`` runs it as it is: each window is bounded
+
+    def __init__(self, model: ir.Model, windows: list[Window], label: str,
+                 libraries: Sequence[str], level: str, kept: Iterable[str] = ()) -> None:
+        self.model, self.windows, self.label = model, windows, label
+        self.libraries, self.level = tuple(libraries), level
+        graph = model.graph
+        self._values = {str(v.name): v for n in graph for v in n.outputs if v.name}
+        self._inputs = [v for v in graph.inputs if v.name not in graph.initializers]
+        self._defaults = {str(v.name): v for v in graph.inputs if v.name in graph.initializers}
+        self.kept = set(kept) | {str(v.name) for v in graph.outputs}
+        self._functions = [ir.serde.serialize_function(f) for f in model.functions.values()]
+        # id of a set's feeds -> (the feeds, its kept values or what stopped it)
+        self._done: dict[int, tuple[Mapping[str, np.ndarray], dict[str, Any] | Exception]] = {}
+        self._later = [{name for w in windows[k + 1:] for name in w.reads}
+                       for k in range(len(windows))]
+        self.tell: Callable[[str], None] = lambda text: None
+
+    def get_inputs(self) -> list[Arg]:
+        return [_arg(v) for v in self._inputs]
+
+    def get_outputs(self) -> list[Arg]:
+        return [_arg(v) for v in self.model.graph.outputs]
+
+    def run_all(self, feed_sets: Sequence[Mapping[str, np.ndarray]]) -> None:
+        """Run every input set of ``feed_sets`` through every window, window by window;
+        :meth:`results` then gives each set's values (or what stopped it). What an earlier
+        call ran is forgotten."""
+        self._done.clear()
+        states: list[dict[str, Any] | Exception] = [dict(feeds) for feeds in feed_sets]
+        total = len(self.windows)
+        for k, window in enumerate(self.windows):
+            self.tell(f"window {k + 1}/{total}")
+            self._run_window(window, states, self._later[k])
+            drop_resident_pages()  # its weights are not read again by this chain
+            heap.trim()  # what its session freed (a collection per window costs seconds)
+        heap.release()
+        for feeds, state in zip(feed_sets, states):
+            self._done[id(feeds)] = (feeds, state if isinstance(state, Exception) else {
+                name: value for name, value in state.items() if name in self.kept})
+
+    def results(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """The graph's outputs and kept values for ``feeds`` (the very mapping
+        :meth:`run_all` ran; another is run now); raises what stopped its run (RunFailed,
+        MachineShort)."""
+        entry = self._done.get(id(feeds))
+        if entry is None or entry[0] is not feeds:
+            self.run_all([feeds])
+            entry = self._done[id(feeds)]
+        done = entry[1]
+        if isinstance(done, Exception):
+            raise done
+        return done
+
+    def run(self, outputs: Sequence[str], feeds: Mapping[str, np.ndarray], run_options=None
+            ) -> list:
+        """onnxruntime's ``session.run``: ``outputs`` for ``feeds``."""
+        done = self.results(feeds)
+        return [done[name] for name in outputs]
+
+    def _run_window(self, window: Window, states: list[dict[str, Any] | Exception],
+                    later: set[str]) -> None:
+        """Every set of ``states`` (its values so far, or what stopped it) through
+        ``window``: one session per shape of what it is fed (a session declares its inputs'
+        shapes, as onnxruntime's shape inference needs: a Resize fed its sizes fails on an
+        input of unknown shape); ``later``: the values later windows read."""
+        sessions: dict[tuple, tuple[NodesModel, Any] | Exception] = {}
+        for k, state in enumerate(states):
+            if isinstance(state, Exception):
+                continue
+            try:
+                inputs = self._inputs_of(window, state)
+                shapes = tuple((name, _shape_of(value)) for name, value in inputs.items())
+                if shapes not in sessions:
+                    try:
+                        built = self._model(window, inputs)
+                        sessions[shapes] = built, built.session(self.libraries)
+                    except (RunFailed, MachineShort) as e:
+                        sessions[shapes] = e
+                made = sessions[shapes]
+                if isinstance(made, Exception):
+                    raise made
+                arrays = made[0].run(inputs, session=made[1])
+            except (RunFailed, MachineShort) as e:
+                states[k] = e
+                continue
+            state.update(zip(window.writes, arrays))
+            for name in [n for n in state if n not in later and n not in self.kept
+                         and n in self._values]:
+                del state[name]  # no later window reads it
+
+    def _inputs_of(self, window: Window, state: dict[str, Any]) -> dict[str, Any]:
+        """What ``window`` is fed: the values it reads (a graph input a set does not feed
+        is an initializer's default) and its initializers overridable from outside."""
+        inputs: dict[str, Any] = {}
+        for name in window.reads:
+            if name in state:
+                inputs[name] = state[name]
+            elif name in self._defaults:
+                inputs[name] = self._defaults[name].const_value.numpy()  # type: ignore[union-attr]
+            else:
+                raise RunFailed(f"{name}: read by window nodes and made by none before them")
+        for name in window.constants:
+            if name in self._defaults:  # an overridable initializer: the set's value, if fed
+                inputs[name] = state.get(name, self._defaults[name].const_value.numpy())  # type: ignore[union-attr]
+        return inputs
+
+    def _model(self, window: Window, inputs: Mapping[str, Any]) -> NodesModel:
+        """``window``'s nodes as a model, its inputs declared as ``inputs`` are."""
+        graph = self.model.graph
+        constants = {name: graph.initializers[name].const_value.numpy()  # type: ignore[union-attr]
+                     for name in window.constants if name not in inputs}
+        declared = {name: Fed.of(name, value) for name, value in inputs.items()}
+        wanted = [_wanted(self._values[name]) for name in window.writes]
+        default_domain = all(n.domain in ("", "ai.onnx") for n in window.nodes)
+        return NodesModel([ir.serde.serialize_node(n) for n in window.nodes], wanted,
+                          constants=constants, inputs=declared,
+                          opsets=dict(self.model.opset_imports),
+                          ir_version=self.model.ir_version, prepacking=not default_domain,
+                          functions=self._functions, level=self.level)
+
+
+def _shape_of(value: Any) -> tuple:
+    """A fed value's shape (a sequence's: its length and its elements')."""
+    if isinstance(value, list | tuple):
+        return ("sequence", *(tuple(np.shape(v)) for v in value))
+    return tuple(np.shape(value))
+
+
+def _wanted(value: ir.Value) -> Wanted:
+    """How a window hands ``value`` back (its dtype where the graph's types say; a list
+    where it may be a sequence)."""
+    if value.type is None or isinstance(value.type, ir.SequenceType):
+        return Wanted(str(value.name), sequence=True)
+    return Wanted(str(value.name), value.dtype.numpy() if value.dtype is not None and
+                  value.dtype != ir.DataType.STRING else None)

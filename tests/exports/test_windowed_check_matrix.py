@@ -1,0 +1,94 @@
+"""The export matrix checked in windows (``onnxfold.check.running.windows``): every export's fold
+compared with the original once in one session each and once window by window, with windows
+forced small (an eighth of the weights: 7 to 20 windows a model), and the two verdicts agree;
+a wrong fold planted in a fold is caught in windows as it is whole.
+
+Windows are what lets the check run where a session over a whole model does not fit (a 7B
+decoder in 8 GiB); this tier holds them to the same answers on every family the check knows:
+KV-cache decoders of both exporters, mixture-of-experts, encoders, encoder-decoders, vision,
+speech, quantized, float16, recurrent and upsampling models.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch", reason="the exports tier needs torch (pip install .[exports])")
+pytest.importorskip("transformers",
+                    reason="the exports tier needs transformers (pip install .[exports])")
+pytest.importorskip("onnxscript",
+                    reason="the exports tier needs onnxscript (pip install .[exports])")
+
+from onnxfold.check.compare import CheckCouldNotRun, compare_models
+from onnxfold.check.running.memory import weight_bytes
+from onnxfold.check.running.models import graph_of
+from onnxfold.check.running.options import CompareOptions
+from tests.support import export_matrix, planted_folds
+from tests.support.export_matrix import KNOWN_CHECK_FAILURES, MATRIX
+
+pytestmark = pytest.mark.slow
+
+NAMES = [name for name in MATRIX if name not in KNOWN_CHECK_FAILURES]
+# one of each family for the planted fold: each compare runs both models twice
+PLANTED_ON = ["llama_kv_dynamo", "gpt2_kv_torchscript", "bert_torchscript", "t5_torchscript",
+              "resnet_dynamo", "bert_static_qdq", "qwen2_float16_dynamo", "mixtral_kv_dynamo"]
+
+
+@pytest.fixture(scope="module")
+def folded(tmp_path_factory):
+    made: dict = {}
+    directory = tmp_path_factory.mktemp("windowed")
+
+    def get(name: str):
+        if name not in made:
+            source = export_matrix.build(name)
+            made[name] = source, planted_folds.fold(source, directory / f"{name}.onnx")
+        return made[name]
+
+    return get
+
+
+def _windows(source) -> CompareOptions:
+    """Windows of an eighth of the model's weights."""
+    return CompareOptions(window_bytes=max(weight_bytes(graph_of(str(source), "a")) // 8, 1))
+
+
+def test_the_planted_exports_are_in_the_matrix():
+    assert set(PLANTED_ON) <= set(NAMES)
+
+
+def _compared(source, fold, options):
+    """The comparison, or the line of a check that could not run."""
+    try:
+        return compare_models(str(source), str(fold), 2, options)
+    except CheckCouldNotRun as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_in_windows_the_verdict_is_the_same(folded, name):
+    source, fold = folded(name)
+    whole = _compared(source, fold, CompareOptions())
+    windowed = _compared(source, fold, _windows(source))
+    if isinstance(whole, str):  # the original does not run on the guessed dims: nor in windows
+        assert windowed == whole
+        pytest.skip(f"{name}: {whole[:200]}")
+    assert not isinstance(windowed, str), windowed
+    assert "compared window by window" in windowed.windows and not whole.windows
+    assert (whole.ok, set(whole.failing)) == (windowed.ok, set(windowed.failing)), \
+        windowed.summary()
+    assert windowed.ok, windowed.summary()
+    assert [r.name for r in whole.rows] == [r.name for r in windowed.rows]
+
+
+@pytest.mark.parametrize("kind", planted_folds.KINDS)
+@pytest.mark.parametrize("name", PLANTED_ON)
+def test_in_windows_a_planted_wrong_fold_is_caught(folded, tmp_path, name, kind):
+    source, fold = folded(name)
+    states = planted_folds.verdicts(source, fold)
+    try:
+        what = planted_folds.planted(kind, source, fold, states, tmp_path / "planted.onnx")
+    except planted_folds.NoTarget as e:
+        pytest.skip(f"{name}: {e}")
+    result = compare_models(str(source), str(tmp_path / "planted.onnx"), 2, _windows(source))
+    assert not result.ok and result.state == "failed", f"{what}\n{result.summary()}"

@@ -1,0 +1,154 @@
+"""The check in windows (``onnxfold.check.running.windows``): both models cut where they hand on
+the same values, every window within its budget of weights, run window by window and compared
+at the cuts and the outputs; what it finds is what the check in one session finds."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+
+import onnxfold
+from bench.llm_model import Shape, build
+from onnxfold.check.compare import compare_models
+from onnxfold.check.running.models import graph_of
+from onnxfold.check.running.options import CompareOptions
+from onnxfold.check.running.windows import Chain, plan_windows
+from onnxfold.errors import InputError
+
+TINY = Shape(layers=2, hidden=64, mlp=128, heads=4, kv_heads=2, vocab=100)
+BUDGET = 20_000  # bytes of weights: a window per projection or two
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    """A two-layer decoder with a KV cache (rotary, GQA, SwiGLU, float16; weights in external
+    data), and its fold."""
+    directory = tmp_path_factory.mktemp("decoder")
+    source = directory / "d.onnx"
+    build(str(source), TINY)
+    folded = directory / "f.onnx"
+    onnxfold.optimize(str(source)).save(str(folded))
+    return source, folded
+
+
+def test_windows_cover_every_node_once_in_order_within_the_budget(decoder):
+    source, folded = decoder
+    a, b = graph_of(str(source), "a"), graph_of(str(folded), "b")
+    plan = plan_windows(a, b, BUDGET)
+    assert len(plan.a) == len(plan.cuts) + 1 > 4 and len(plan.b) > 4
+    for model, windows in ((a, plan.a), (b, plan.b)):
+        nodes = [n for w in windows for n in w.nodes]
+        assert sorted(map(id, nodes)) == sorted(map(id, model.graph))  # each node once
+        made: set[str] = set()
+        for window in windows:  # nothing is read before it is made
+            inside = {str(o.name) for n in window.nodes for o in n.outputs}
+            assert all(name in made or name not in _computed(model) for name in window.reads)
+            made |= inside
+        assert all(w.weight_bytes <= BUDGET or len(w.nodes) == 1 for w in windows)
+    assert sum(1 for cut in plan.cuts if cut) >= len(plan.cuts) - 1  # nearly every cut shared
+    compared = [name for cut in plan.cuts for name in cut]
+    assert len(compared) == len(set(compared))  # each value compared once
+    for k, cut in enumerate(plan.cuts):  # both hand on each value at its cut
+        for windows in (plan.a, plan.b):
+            done = [w for w in windows if any(
+                o.name in cut for n in w.nodes for o in n.outputs)]
+            assert done, (k, cut)
+
+
+def _computed(model):
+    return {str(o.name) for n in model.graph for o in n.outputs}
+
+
+def test_a_chain_runs_what_the_model_computes(decoder):
+    """Run in windows, a model computes what one session of it computes, within float16's
+    rounding at the cuts (a session fuses across them)."""
+    import onnxruntime as ort
+
+    source, _ = decoder
+    model = graph_of(str(source), "a")
+    plan = plan_windows(model, model, BUDGET)
+    chain = Chain(model, plan.a, "a", (), "all")
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, TINY.vocab, (2, 3)),
+             "attention_mask": np.ones((2, 5), np.int64)}
+    for i in range(TINY.layers):
+        for kind in ("key", "value"):
+            feeds[f"past_key_values.{i}.{kind}"] = rng.standard_normal(
+                (2, TINY.kv_heads, 2, TINY.head)).astype(np.float16)
+    names = [o.name for o in chain.get_outputs()]
+    got = chain.run(names, feeds)
+    want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(names, feeds)
+    for name, x, y in zip(names, got, want, strict=True):
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        np.testing.assert_allclose(x.astype(np.float32), y.astype(np.float32), atol=2e-3,
+                                   err_msg=name)
+
+
+def test_in_windows_the_check_passes_where_it_passes_whole(decoder):
+    source, folded = decoder
+    whole = compare_models(str(source), str(folded), 2, CompareOptions())
+    windows = compare_models(str(source), str(folded), 2, CompareOptions(window_bytes=BUDGET))
+    assert whole.ok and windows.ok, windows.summary()
+    assert not whole.windows and "compared window by window" in windows.windows
+    assert windows.cut_rows and all(row.ok for row in windows.cut_rows)
+    assert "values at the cuts:" in windows.summary()
+    assert windows.to_dict()["cuts"] and windows.to_dict()["windows"]
+
+
+def _planted(folded, out):
+    """``folded`` with one element of its largest float16 weight moved far off."""
+    model = onnx.load(str(folded))
+    target = max((t for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16),
+                 key=lambda t: np.prod(t.dims))
+    arr = numpy_helper.to_array(target).copy()
+    arr.reshape(-1)[0] = arr.reshape(-1)[0] * 2 + 1
+    target.CopyFrom(numpy_helper.from_array(arr, target.name))
+    onnx.save(model, str(out))
+    return out
+
+
+def test_in_windows_a_wrong_weight_fails_at_a_cut_and_an_output(decoder, tmp_path):
+    source, folded = decoder
+    planted = _planted(folded, tmp_path / "p.onnx")
+    whole = compare_models(str(source), str(planted), 1, CompareOptions(verify=False))
+    windows = compare_models(str(source), str(planted), 1,
+                             CompareOptions(verify=False, window_bytes=BUDGET))
+    assert not whole.ok and not windows.ok
+    assert {r.name for r in whole.rows if not r.ok} == {r.name for r in windows.rows if not r.ok}
+    assert any(not row.ok for row in windows.cut_rows)  # where the chains part
+    assert set(whole.failing) == set(windows.failing)  # the outputs decide
+
+
+def test_graphs_that_share_no_values_are_cut_each_on_its_own(decoder, tmp_path):
+    """Where the optimized model names none of the original's values but its outputs
+    (another tool renamed them), the cuts share at most those: both are still cut within
+    the budget and compared at the outputs."""
+    source, folded = decoder
+    model = onnx.load(str(folded))
+    outputs = {o.name for o in model.graph.output}
+    renamed = {}
+    for node in model.graph.node:
+        for i, name in enumerate(node.output):
+            if name and name not in outputs:
+                renamed[name] = node.output[i] = f"r_{name}"
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = renamed.get(name, name)
+    other = tmp_path / "renamed.onnx"
+    onnx.save(model, str(other))
+    a, b = graph_of(str(source), "a"), graph_of(str(other), "b")
+    plan = plan_windows(a, b, BUDGET)
+    assert {name for cut in plan.cuts for name in cut} <= outputs
+    assert len(plan.a) > 1 and len(plan.b) > 1
+    assert all(w.weight_bytes <= BUDGET or len(w.nodes) == 1 for w in plan.b)
+    result = compare_models(str(source), str(other), 1,
+                            CompareOptions(verify=False, window_bytes=BUDGET))
+    assert result.ok and all(row.name.split(" (cut")[0] in outputs for row in result.cut_rows)
+
+
+@pytest.mark.parametrize("budget", [0, -1, True, 2.5])
+def test_a_window_budget_must_be_a_positive_number_of_bytes(budget):
+    with pytest.raises(InputError, match="window_bytes"):
+        CompareOptions(window_bytes=budget)
