@@ -18,6 +18,9 @@
   step: quantizations, casts to integers, rounding, comparisons, arg-extrema, thresholds, and
   sizes computed from floats (Range, Resize's scales).
 
+- ``view``: the folder returns a view of its input 0 where that input is in C order (the
+  transposes and reshapes of ``shape_ops.py``): the fold allocates nothing for it.
+
 Shape-only ops (Shape, Size: they need an input's shape, not its data) are the folders declared
 with ``shape_only=True`` in ``shape_ops.py``.
 """
@@ -69,4 +72,6 @@ FACTS = (
     *(OpFact(op, discontinuous=True) for op in _DISCONTINUOUS),
     *(OpFact(op, domain=domain, discontinuous=True) for domain, op in _DISCONTINUOUS_ELSEWHERE),
     *(OpFact(op, discontinuous=True, only_to_integers=True) for op in ("Cast", "CastLike")),
+    *(OpFact(op, view=True) for op in (
+        "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")),
 )

@@ -140,6 +140,11 @@ class Catalogue:
         return frozenset((f.domain, f.op_type) for f in self.of(OpFact) if f.bitwise)
 
     @functools.cached_property
+    def views(self) -> frozenset[str]:
+        """Default-domain ops whose folders return a view of a C-ordered input 0."""
+        return frozenset(f.op_type for f in self.of(OpFact) if f.view and not f.domain)
+
+    @functools.cached_property
     def discontinuous(self) -> dict[tuple[str, str], OpFact]:
         """(domain, op) -> its fact, for ops a one-ulp input change can move by a whole step."""
         return {(f.domain, f.op_type): f for f in self.of(OpFact) if f.discontinuous}

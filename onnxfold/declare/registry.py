@@ -94,6 +94,9 @@ class OpFact:
     nodes whose output is not floating point (a Cast to an integer type, not to float16).
     ``requantizes``: it quantizes its input 0 again, so a dequantization only it reads may
     fold (``onnxfold.fold.policy``: the quantized weight it gives is as small as the one kept).
+    ``view``: its native folder returns a view of its input 0 where that input is laid out in
+    C order (a transpose, a reshape): the fold allocates nothing, and a weight's transpose
+    needs no room in the pool's budget.
     """
 
     op_type: str
@@ -105,6 +108,7 @@ class OpFact:
     discontinuous: bool = False
     only_to_integers: bool = False
     requantizes: bool = False
+    view: bool = False
 
     @property
     def name(self) -> str:

@@ -30,10 +30,12 @@ from onnxfold.fold.half_kernels import in_float32_by_onnxruntime
 from onnxfold.fold.plan import FoldPlan
 from onnxfold.fold.pool import BufferPool
 from onnxfold.fold.settings import Evaluation
+from onnxfold.ir.blocks import Concatenated
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import captured_values, is_default_op, node_label, static_shape, tensor_of
 
 PROVENANCE_LIMIT = 64
+UNBUILT_FROM = 1 << 20  # bytes: a Concat of weights' views this large is not built here
 # a size refusal, or a draw (Dropout in training mode): onnxruntime must not run it either
 _NEVER_TO_ONNXRUNTIME = (DeclineKind.SIZE, DeclineKind.NON_DETERMINISTIC)
 _NEEDS_ONNXRUNTIME = Reason(DeclineKind.EXACTNESS, "its value reaches a discontinuous op "
@@ -237,6 +239,11 @@ class Evaluator:
         rule = self.catalogue.folder(node.domain, node.op_type, node.version or self.opset)
         if rule is None:
             return Reason(DeclineKind.NO_RULE)
+        lazy = self._unbuilt_concat(node)
+        if lazy is not None:  # the Concat rule's result, built where it is written
+            self.out.rule_hits[rule.name] += 1
+            self._finish(node, {node.outputs[0]: lazy}, "native")  # type: ignore[dict-item]
+            return None
         try:
             outs = evaluate_native(node, rule, self._native_args(node, rule), self.opset)
         except Decline as e:
@@ -256,7 +263,38 @@ class Evaluator:
             shape = self.pool.get(x).shape if x in self.pool else static_shape(x)
             assert shape is not None  # run() checked _shape_known
             return [tuple(shape)]
-        return [self.pool.get(v) if v is not None else None for v in node.inputs]
+        return [self._array(v) if v is not None else None for v in node.inputs]
+
+    def _array(self, value: ir.Value) -> np.ndarray:
+        """``value``'s array in the pool, built where it is an unbuilt concatenation (a fold
+        that reads one: rare, and the budget sized its node's output, not this)."""
+        found = self.pool.get(value)
+        return np.asarray(found) if isinstance(found, Concatenated) else found
+
+    def _unbuilt_concat(self, node: ir.Node) -> Concatenated | None:
+        """``node``'s result left unbuilt (``onnxfold.ir.blocks``): a Concat of at least
+        :data:`UNBUILT_FROM` bytes whose inputs hold no memory of the pool's (weights' views,
+        or concatenations left unbuilt themselves); None for any other node."""
+        if not is_default_op(node, "Concat") or len(node.outputs) != 1 or \
+                any(v is None or v not in self.pool or self.pool.holds_memory(v)
+                    for v in node.inputs):
+            return None
+        pieces = [self.pool.get(v) for v in node.inputs if v is not None]
+        axis = node.attributes.get_int("axis", 0)
+        first = pieces[0]
+        if first.ndim == 0 or not -first.ndim <= axis < first.ndim:
+            return None
+        axis %= first.ndim
+        if any(p.dtype != first.dtype or p.ndim != first.ndim or
+               p.shape[:axis] + p.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]
+               for p in pieces) or sum(p.nbytes for p in pieces) < UNBUILT_FROM:
+            return None
+        expected = node.outputs[0].dtype
+        if expected is not None and expected.numpy() != first.dtype:
+            return None
+        flat = [q for p in pieces for q in (p.pieces if isinstance(p, Concatenated) and
+                                            p.axis == axis else (p,))]
+        return Concatenated(flat, axis)
 
     def _run_fallback(self, batch: list[ir.Node]) -> None:
         """Evaluate ``batch`` through the executor fallback (``fallback.run_batch``)."""
@@ -282,6 +320,8 @@ class Evaluator:
         reason = loop_work(node, arrays)
         if reason is not None:
             return reason
+        if self._views(node) or self._unbuilt_concat(node) is not None:
+            return None  # nothing is allocated
         rule = self.catalogue.size_rule(node.op_type) if is_default_op(node) else None
         need = planned_bytes(node, arrays, rule.fn if rule else None,
                              lambda: {n: attr_value(a) for n, a in node.attributes.items()})
@@ -289,6 +329,15 @@ class Evaluator:
             self.pool.make_room(need)
         return over_budget(need, self.pool.live_bytes, self.budget,
                            spilling=self.limits.memory_limit is not None)
+
+    def _views(self, node: ir.Node) -> bool:
+        """Whether ``node``'s folder returns a view of its input 0 (an op the catalogue says
+        does so, on an input in C order): it needs no bytes of the budget."""
+        if not is_default_op(node) or node.op_type not in self.catalogue.views or \
+                not node.inputs or (x := node.inputs[0]) is None or not self._available(x):
+            return False
+        found = self.pool.get(x)
+        return isinstance(found, np.ndarray) and found.flags.c_contiguous
 
     def _stored(self, value: ir.Value) -> bool:
         """Whether ``value`` is an initializer or a Constant of the model (not a computed value,
@@ -300,7 +349,7 @@ class Evaluator:
             value not in self.model.graph.inputs
 
     def _pooled(self, value: ir.Value) -> np.ndarray | None:
-        return self.pool.get(value) if self._available(value) else None
+        return self._array(value) if self._available(value) else None
 
     def _why_unavailable(self, node: ir.Node) -> Reason | None:
         """A reason if an input is a constant onnxfold cannot hold (upstream declines have one)."""

@@ -115,8 +115,10 @@ class _Stored:
         self._by_key: dict[tuple, list[ir.Value]] = {}
 
     def _key(self, arr: np.ndarray) -> tuple | None:
-        if arr.dtype.kind == "O" or not arr.flags.c_contiguous:
-            return None  # strings have no bytes to compare
+        if not isinstance(arr, np.ndarray) or arr.dtype.kind == "O" or \
+                not arr.flags.c_contiguous:
+            return None  # strings have no bytes to compare; an unbuilt concatenation is not
+            # built to be compared
         flat = _bytes(arr)
         return arr.dtype.str, arr.shape, flat[::max(1, flat.size // self.SAMPLES)].tobytes()
 
@@ -171,7 +173,8 @@ def replacement(value: ir.Value, arr: np.ndarray, folded_from: tuple[str, ...]) 
     for the report, the module path of the node that computed it)."""
     name = value.name
     value.name = f"{name}__onnxfold_replaced"
-    tensor = ir.Tensor(arr, name=name)
+    # (an unbuilt concatenation, ``onnxfold.ir.blocks``, is built where it is written)
+    tensor = ir.Tensor(arr, ir.DataType.from_numpy(arr.dtype), name=name)
     tensor.metadata_props[provenance.FOLDED_FROM] = ",".join(folded_from)
     producer = value.producer()
     if producer is not None:

@@ -22,16 +22,18 @@ from onnxfold.errors import OutputError
 from onnxfold.io.segments import pwrite_all
 from onnxfold.io.tempfiles import scratch_file
 from onnxfold.ir.arrays import byte_bounds, memory_owner, release_pages
+from onnxfold.ir.blocks import Concatenated
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 
-def _owner_nbytes(owner: object, arr: np.ndarray) -> tuple[int, bool]:
-    """(bytes owned, is heap memory). Memory-mapped files are not heap."""
+def _owner_nbytes(owner: object, arr: np.ndarray | Concatenated) -> tuple[int, bool]:
+    """(bytes owned, is heap memory). Memory-mapped files are not heap, nor a concatenation
+    left unbuilt (its pieces are views of weights)."""
     if isinstance(owner, np.ndarray):
         return owner.nbytes, True
-    if isinstance(owner, mmap.mmap):
+    if isinstance(owner, mmap.mmap | Concatenated):
         return arr.nbytes, False
     return memoryview(owner).nbytes if _has_buffer(owner) else arr.nbytes, True
 
@@ -172,7 +174,14 @@ class BufferPool:
         release_pages(readonly)
 
     def get(self, key: Hashable) -> np.ndarray:
+        """The array of ``key`` (a :class:`~onnxfold.ir.blocks.Concatenated` where the
+        evaluator left a concatenation unbuilt: its callers say so)."""
         return self._entries[key].array
+
+    def holds_memory(self, key: Hashable) -> bool:
+        """Whether ``key``'s array is (a view of) heap memory the pool counts, rather than a
+        weight's file mapping or an unbuilt concatenation of such."""
+        return bool(self._owners[self._entries[key].owner_key][3])
 
     def count(self, key: Hashable) -> int:
         return self._entries[key].count
