@@ -27,7 +27,8 @@ from onnxfold.io.checked import InputChanged, open_input
 from onnxfold.io.mapped import detached, input_origin
 from onnxfold.io.tempfiles import TRUNCATED
 from onnxfold.io.tensor_facts import data_nbytes
-from onnxfold.ir.arrays import copy_c_order, release_pages
+from onnxfold.ir.arrays import byte_bounds, copy_c_order, release_pages
+from onnxfold.ir.blocks import Concatenated
 
 _CHUNK = 16 << 20
 PARALLEL_WRITE = 4 << 20  # a segment this big is written in two halves, one per thread
@@ -48,7 +49,8 @@ class Segment:
     """``data`` goes to ``offset`` of the output file."""
 
     offset: int
-    data: bytes | np.ndarray | FileRange | ir.TensorProtocol  # the last: sub-byte dtypes
+    # a tensor: sub-byte dtypes; a Concatenated: a concatenation built a block at a time
+    data: bytes | np.ndarray | FileRange | Concatenated | ir.TensorProtocol
 
     @property
     def nbytes(self) -> int:
@@ -59,10 +61,15 @@ class Segment:
         return self.data.nbytes
 
 
-def layout(start: int, parts: Sequence[tuple[bytes, ir.TensorProtocol | None]]
-           ) -> tuple[list[Segment], int]:
+ALIGNED_FROM = 1 << 20  # bytes: a weight this large starts at a multiple of ``align``
+
+
+def layout(start: int, parts: Sequence[tuple[bytes, ir.TensorProtocol | None]],
+           align: int = 1) -> tuple[list[Segment], int]:
     """Segments for each ``(prefix, tensor)`` placed one after another from ``start``, and the
-    end offset."""
+    end offset; a tensor of :data:`ALIGNED_FROM` bytes or more starts at a multiple of
+    ``align`` (zeros before it: onnxruntime maps an external weight whose offset is a
+    multiple of the page size instead of reading it into memory)."""
     segments: list[Segment] = []
     pos = start
     for prefix, tensor in parts:
@@ -71,13 +78,18 @@ def layout(start: int, parts: Sequence[tuple[bytes, ir.TensorProtocol | None]]
             pos += len(prefix)
         if tensor is None:
             continue
-        data: np.ndarray | FileRange | ir.TensorProtocol
+        if (pad := -pos % align) and data_nbytes(tensor) >= ALIGNED_FROM:
+            segments.append(Segment(pos, bytes(pad)))
+            pos += pad
+        data: np.ndarray | FileRange | Concatenated | ir.TensorProtocol
         if isinstance(tensor, ir.ExternalTensor):
             data = FileRange(tensor.path, tensor.offset or 0,
                              tensor.length or data_nbytes(tensor),
                              getattr(tensor, "identity", None))
         elif tensor.dtype.bitwidth < 8:
             data = tensor
+        elif isinstance(tensor, ir.Tensor) and isinstance(tensor.raw, Concatenated):
+            data = tensor.raw  # built a block of rows at a time as it is written
         else:
             data = tensor.numpy()
         segments.append(Segment(pos, data))
@@ -97,6 +109,11 @@ def halves(seg: Segment) -> tuple[Segment, Segment] | None:
     if isinstance(data, np.ndarray) and data.ndim and len(data) > 1:
         top = data[: len(data) // 2]
         return Segment(seg.offset, top), Segment(seg.offset + top.nbytes, data[len(top):])
+    if isinstance(data, Concatenated) and len(data) > 1:
+        half = len(data) // 2
+        first = data.rows(0, half)
+        return Segment(seg.offset, first), Segment(seg.offset + first.nbytes,
+                                                   data.rows(half, len(data)))
     return None
 
 
@@ -123,8 +140,8 @@ def write(fd: int, segments: list[Segment],
             elif not batch.add(seg.offset, small):
                 batch.flush()
                 batch.add(seg.offset, small)
-            if isinstance(given.data, np.ndarray):
-                release_pages(given.data)  # a folded view of a mapped weight: its pages are done
+            for done in _arrays_of(given.data):
+                release_pages(done)  # a folded view of a mapped weight: its pages are done
         batch.flush()
 
 
@@ -142,7 +159,7 @@ def _small_bytes(seg: Segment) -> bytes | memoryview | None:
         return data if len(data) < SMALL_SEGMENT else None
     if isinstance(data, FileRange) or data.nbytes >= SMALL_SEGMENT:
         return None
-    if not isinstance(data, np.ndarray):  # a sub-byte tensor
+    if not isinstance(data, np.ndarray):  # a sub-byte tensor, a small concatenation
         return data.tobytes()
     flat = np.ascontiguousarray(data).reshape(-1)
     if flat.dtype.byteorder == ">":
@@ -200,6 +217,13 @@ def _write_whole(fd: int, seg: Segment, scratch: tuple[_Scratch, _Scratch],
         raise failure
 
 
+def _arrays_of(data: object) -> tuple[np.ndarray, ...]:
+    """The arrays a segment's data reads (a concatenation's pieces)."""
+    if isinstance(data, np.ndarray):
+        return (data,)
+    return data.pieces if isinstance(data, Concatenated) else ()
+
+
 def unmapped(seg: Segment, scratch: _Scratch | None = None) -> Segment:
     """``seg``, or, when its array is a view of an input file's mapping (a weight the fold
     reshaped or transposed without copying), the same bytes read with checked reads: the range
@@ -207,6 +231,8 @@ def unmapped(seg: Segment, scratch: _Scratch | None = None) -> Segment:
     spans (into ``scratch``, reused). A file truncated meanwhile is then an InputError, never
     a bus error in the copy."""
     data = seg.data
+    if isinstance(data, Concatenated):
+        return Segment(seg.offset, _unmapped_pieces(data, scratch))
     if not isinstance(data, np.ndarray):
         return seg
     origin = input_origin(data)
@@ -219,9 +245,37 @@ def unmapped(seg: Segment, scratch: _Scratch | None = None) -> Segment:
     return Segment(seg.offset, detached(data, buffer))
 
 
+def _unmapped_pieces(data: Concatenated, scratch: _Scratch | None) -> Concatenated:
+    """``data`` with each piece that is a view of an input's mapping read with checked reads
+    (:func:`unmapped`'s copy), all into one buffer of ``scratch``'s (reused)."""
+    spans = [byte_bounds(p) for p in data.pieces if input_origin(p) is not None]
+    total = sum(high - low for low, high in spans)
+    if not total:
+        return data
+    buffer = np.empty(total, np.uint8) if scratch is None else \
+        scratch.array((total,), np.dtype(np.uint8))
+    at = 0
+
+    def region(n: int) -> np.ndarray:
+        nonlocal at
+        at += n
+        return buffer[at - n:at]
+
+    return data.with_pieces(lambda piece: detached(piece, region))
+
+
 def _write_one(fd: int, seg: Segment, scratch: _Scratch, sources: SourceFiles) -> None:
     data = seg.data
-    if isinstance(data, bytes):
+    if isinstance(data, Concatenated):
+        rows = max(1, _CHUNK // max(1, data.nbytes // max(len(data), 1)))
+        pos = seg.offset
+        for start in range(0, len(data), rows):
+            block = data.rows(start, start + rows)
+            out = block.block(scratch.array(block.shape, block.dtype))
+            if out.dtype.byteorder == ">":
+                out = out.byteswap().view(out.dtype.newbyteorder("<"))
+            pos += pwrite_all(fd, out.reshape(-1).view(np.uint8), pos)
+    elif isinstance(data, bytes):
         pwrite_all(fd, data, seg.offset)
     elif isinstance(data, FileRange):
         copy_range(data, fd, seg.offset, sources)

@@ -37,11 +37,15 @@ from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
 from onnxfold.io.tempfiles import temporary, write_failed
 from onnxfold.io.tensor_facts import data_dims, data_nbytes
 from onnxfold.io.text_parts import Part, graph_parts, pwrite_parts, text_field
+from onnxfold.ir.blocks import Concatenated
 from onnxfold.ir.graph import all_graphs
 from onnxfold.ir.long_texts import texts_set_aside
 from onnxfold.ir.protos import graph_protos
 
 STREAM_THRESHOLD = 1024
+# a large weight's offset in a data file: a multiple of the page size, so that onnxruntime maps
+# it instead of reading it into memory (as its own saver aligns them)
+DATA_ALIGNMENT = 4096
 PROTOBUF_LIMIT = 2**31 - 1
 EMBED_LIMIT = 1_800_000_000  # leave headroom under protobuf's 2 GiB for the graph itself
 
@@ -109,6 +113,8 @@ def _checked_data(tensor: ir.TensorProtocol) -> np.ndarray | None:
     raw = tensor.raw if isinstance(tensor, ir.Tensor) else None
     if isinstance(raw, np.ndarray) and input_origin(raw) is not None:
         return detached(raw)
+    if isinstance(raw, Concatenated):  # built where it is serialized: from checked copies
+        return np.asarray(raw.with_pieces(detached))
     return None
 
 
@@ -179,6 +185,12 @@ def _byte_counter(total: int, progress: Callable[[int, int], None] | None
     return count
 
 
+def _read_with_data(model: ir.Model) -> bool:
+    """Whether ``model`` was read with external data (files beside the model's own, whose
+    inline weights the reader maps too)."""
+    return bool(set(model.meta.get(DATA_FILES_KEY, ())) - {model.meta.get(SOURCE_KEY)})
+
+
 _MODEL_DOC_STRING = 6  # ModelProto.doc_string
 def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value],
                        graphs: list[ir.Graph]) -> tuple[bytes, list[Part], str | None]:
@@ -213,10 +225,12 @@ def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: l
                               counted: Callable[[int], None] | None) -> tuple[int, int]:
     """Write the weights to ``data_fd`` and the model naming them (``data_name``) to ``fd``:
     the bytes written to ``fd`` and to ``data_fd``."""
-    data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()])
+    data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()],
+                                   align=DATA_ALIGNMENT)
     segments.write(data_fd, data, counted)
+    placed = [seg for seg in data if not isinstance(seg.data, bytes)]  # (not the padding)
     headers = [_header(name, _tensor(value), (data_name, seg.offset))
-               for (name, value), seg in zip(streamed.items(), data)]
+               for (name, value), seg in zip(streamed.items(), placed, strict=True)]
     fields = [pw.len_prefix(5, len(h)) + h for h in headers]
     graph_len = text_parts.nbytes(graph_bytes) + sum(len(f) for f in fields)
     written = pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), *graph_bytes,
@@ -285,7 +299,8 @@ def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
                replaces: Iterable[str] = (),
                progress: Callable[[int, int], None] | None = None,
                guard: OutputGuard | None = None) -> SaveInfo:
-    """Write ``model`` to ``path``; ``external_data=None`` chooses external data only if needed.
+    """Write ``model`` to ``path``; ``external_data=None`` chooses external data where the
+    model was read with some (the layout follows the input) or its weights need it.
 
     ``protect`` lists files that must never be written (the CLI passes the input model); the
     model's own external-data sources are protected too (``onnxfold.io.outputs``); a symlinked
@@ -372,7 +387,8 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
     total = sum(data_nbytes(_tensor(v)) for v in streamed.values())
     counted = _byte_counter(total, progress)
     if external_data is None or not streamed:  # no data file that nothing reads
-        external_data = total > EMBED_LIMIT
+        # the layout follows the input: external data in, external data out
+        external_data = bool(streamed) and (total > EMBED_LIMIT or _read_with_data(model))
     if not external_data and total > PROTOBUF_LIMIT:
         raise OutputError(f"{shown}: {total} bytes of weights exceed protobuf's 2 GiB limit; "
                           "use external data")
