@@ -56,7 +56,7 @@ def test_a_swapped_output_directory_link_does_not_redirect_the_output(tmp_path, 
                                                                        external):
     source, first, second, link = _setup(tmp_path)
     before = snapshot(second)
-    flags = ["--external-data", "yes"] if external else []
+    flags = ["--external-data", "yes" if external else "no"]
     (tmp_path / "pauses").mkdir()
     ending = run_acted_on(["optimize", source, "-o", link / "m.onnx", "--json",
                            link / "r.json", *flags], point, lambda proc: _swap(link, second),
@@ -75,7 +75,7 @@ def test_a_swap_while_checking_does_not_redirect_the_output(tmp_path, point):
     ending = run_acted_on(["optimize", source, "-o", link / "m.onnx", "--check", "1"], point,
                           lambda proc: _swap(link, second), tmp_path / "pauses")
     assert ending.paused and ending.code == 0, ending.stderr
-    _assert_written_to(first, "m.onnx")
+    _assert_written_to(first, "m.onnx", "m.onnx.data")  # (the layout follows the input)
     assert_unchanged(before, snapshot(second))
     assert leftovers(tmp_path) == []
 
@@ -91,7 +91,7 @@ def test_a_swapped_output_file_link_does_not_redirect_the_output(tmp_path, point
     ending = run_acted_on(["optimize", source, "-o", link], point,
                           lambda proc: _swap(link, second / "m.onnx"), tmp_path / "pauses")
     assert ending.paused and ending.code == 0, ending.stderr
-    _assert_written_to(first, "m.onnx")
+    _assert_written_to(first, "m.onnx", "m.onnx.data")  # (the layout follows the input)
     assert_unchanged(before, snapshot(second))
     assert leftovers(tmp_path) == []
 
@@ -107,5 +107,5 @@ def test_a_renamed_output_directory_keeps_the_output(tmp_path):
                           tmp_path / "pauses")
     assert ending.paused and ending.code == 0, ending.stderr
     assert not (tmp_path / "out").exists()
-    _assert_written_to(tmp_path / "moved", "m.onnx")
+    _assert_written_to(tmp_path / "moved", "m.onnx", "m.onnx.data")
     assert leftovers(tmp_path) == []

@@ -192,7 +192,8 @@ def test_a_refused_in_place_run_leaves_the_input(tmp_path):
 @pytest.mark.parametrize("check", [[], ["--check", "1"]], ids=["plain", "checked"])
 def test_in_place_over_external_data_leaves_no_file_nothing_reads(tmp_path, data, removed,
                                                                    check):
-    """Written in place, inline (its weights fit): the input's data file goes with it (it
+    """Written in place, with a data file of its own as the input had (a fresh name: the
+    input's is read until the model is replaced): the input's data file goes with it (it
     stayed, unreferenced and unmentioned), or is named on stderr when it may be another's."""
     src = tmp_path / "m.onnx"
     onnx.save(onnx.load(TINY_BERT), str(src), save_as_external_data=True, location=data,
@@ -200,7 +201,10 @@ def test_in_place_over_external_data_leaves_no_file_nothing_reads(tmp_path, data
     feeds = random_feeds(TINY_BERT)
     proc = run_cli("optimize", src, "-o", src, "-q", *check)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(os.listdir(tmp_path)) == (["m.onnx"] if removed else ["m.onnx", data])
+    written = [n for n in os.listdir(tmp_path) if n.startswith("m.onnx.") and n != data]
+    assert len(written) == 1 and written[0].endswith(".data"), os.listdir(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted(["m.onnx", *written] +
+                                                  ([] if removed else [data]))
     assert proc.stderr == ("" if removed else
                            f"onnxfold: warning: {tmp_path / data}: the input's external data "
                            "is not read by " + str(src) + " since it was written in place; "
