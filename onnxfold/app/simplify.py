@@ -71,7 +71,7 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
     reference = _reference(model, options.fixed_shapes) if check_n > 0 else None
     optimized = optimize(model, options, check=check, record_rewrites=check_n > 0,
                          loaded=None if reference is None else functools.partial(
-                             _judged, comparison, options.fixed_shapes))
+                             _judged, comparison, options.fixed_shapes, _label(model)))
     folded = optimized.to_proto()
     if reference is None:
         return folded, True
@@ -80,6 +80,12 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
     return folded, result.ok
 
 
-def _judged(comparison: CompareOptions, fixed: InputShapes, model: ir.Model) -> None:
+def _judged(comparison: CompareOptions, fixed: InputShapes, label: str,
+            model: ir.Model) -> None:
     """The check's arguments that name dims and inputs judged against the model as read."""
-    judged_against(model, "the model given", comparison, fixed=fixed)
+    judged_against(model, label, comparison, fixed=fixed)
+
+
+def _label(model: object) -> str:
+    """How an error names the model: its path, where it was given one."""
+    return os.fspath(model) if isinstance(model, str | os.PathLike) else "the model given"
