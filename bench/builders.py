@@ -346,8 +346,9 @@ def _llama(torch: Any, layers: int = 32) -> tuple[Any, dict[str, Any], dict[str,
 
 # name -> (what it is, exporter "ts" (TorchScript, opset 17, do_constant_folding=False; the
 # factory's dynamic dims as named dynamic_axes), "ts-folded" (the same with the exporter's
-# constant folding: what users quantize), "dynamo" (optimize=False) or "dynamo-optimized"
-# (the exporter's own optimize=True), the factory)
+# constant folding: what users quantize), "dynamo" (optimize=False), "dynamo-data" (the same,
+# its weights in NAME.onnx.data) or "dynamo-optimized" (the exporter's own optimize=True),
+# the factory)
 EXPORTS: dict[str, tuple[str, str, Any]] = {
     "bert_base_ts": ("BERT-base, TorchScript exporter, static (1, 128)", "ts",
                      lambda torch: _bert(torch, half=False)),
@@ -358,6 +359,9 @@ EXPORTS: dict[str, tuple[str, str, Any]] = {
     "t5_small_ts": ("T5-small encoder-decoder LM, TorchScript exporter, static", "ts", _t5),
     "bert_base_fp16_dynamo": ("BERT-base in float16 (model.half()), dynamo, dynamic batch/seq",
                               "dynamo", lambda torch: _bert(torch, half=True)),
+    "bert_base_dynamo": ("BERT-base, dynamo, dynamic batch/seq, its weights in .onnx.data "
+                         "as torch saves them by default", "dynamo-data",
+                         lambda torch: _bert(torch, half=False)),
     # the same models as torch's defaults export them (dynamo's optimize=True, TorchScript's
     # constant folding): what users have
     "gpt2_small_dynamo_optimized": ("GPT-2 small LM head, dynamo with the exporter's "
@@ -437,9 +441,13 @@ def export(name: str, work: str | Path) -> Path:
                                      optimize=exporter == "dynamo-optimized",
                                      dynamic_shapes=shapes, input_names=list(inputs))
             assert prog is not None  # dynamo=True always returns the program
-            prog.save(str(tmp), external_data=False)
+            if exporter == "dynamo-data":  # as torch saves it by default: NAME.onnx.data
+                prog.save(str(path), external_data=True)  # (its location names the file)
+            else:
+                prog.save(str(tmp), external_data=False)
+    if tmp.exists():
+        os.replace(tmp, path)
     np.savez(Path(work) / f"{name}.inputs.npz", **{k: v.numpy() for k, v in inputs.items()})
-    os.replace(tmp, path)
     return path
 
 

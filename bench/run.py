@@ -24,6 +24,9 @@
                (``signals.py``; writes ``bench/results/signals.md``)
 ``check_cost`` what ``--check 3`` costs beside the fold and an onnxruntime session of the
                original, on BERT-base and ResNet-50 (``check_cost.py``)
+``llm``        a 7B-shaped decoder (11.9 GB, external data) and an 8-layer slice of it: the fold
+               against ``cp`` + ``sync``, under memory limits, ``--check`` in windows in 8, 4
+               and 2 GiB cgroups, the peers on the same file, session creation (``llm.py``)
 =============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
@@ -49,6 +52,7 @@ from bench import (
     latency,
     layers,
     limits,
+    llm,
     peers,
     signals,
 )
@@ -56,7 +60,8 @@ from bench import (
 BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "layers": layers.main, "peers": peers.main, "limits": limits.main,
     "ab": ab.main, "done_when": done_when.main, "latency": latency.main,
-    "adapters": adapters.main, "signals": signals.main, "check_cost": check_cost.main}
+    "adapters": adapters.main, "signals": signals.main, "check_cost": check_cost.main,
+    "llm": llm.main}
 
 
 def main(argv: list[str] | None = None) -> int:

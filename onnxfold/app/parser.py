@@ -334,8 +334,8 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
                              "folded")
     add_compare_flags(check)
     output.add_argument("--external-data", choices=["auto", "yes", "no"], default="auto",
-                        help="weights in OUTPUT.data: auto = only when over protobuf's 2 GB "
-                             "limit")
+                        help="weights in OUTPUT.data: auto = where the input had external "
+                             "data, or over protobuf's 2 GB limit")
     output.add_argument("--no-verify", action="store_true",
                         help="do not load the output in onnxruntime before it replaces "
                              "anything (done by default for outputs up to 64 MiB and 5000 "
