@@ -26,6 +26,7 @@ from onnxfold.analysis.settings import RunSettings
 from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 from onnxfold.ir import provenance
 from onnxfold.ir.arrays import c_contiguous, release_pages
+from onnxfold.ir.blocks import Concatenated
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.edits import names_for, replace_value
 from onnxfold.ir.graph import all_graphs, counted, is_default_op, tensor_of
@@ -155,13 +156,18 @@ class _ResidentBound:
 
 
 def _sample_digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
-    """A digest of 64 elements spread over the tensor: reads at most 64 pages, not all."""
+    """A digest of 64 elements spread over the tensor: reads at most 64 pages, not all (of
+    an unbuilt concatenation, the pages of its pieces those elements lie in: it is not
+    built)."""
     bound.read(tensor, _SAMPLES)
-    arr = tensor.numpy()
+    raw = tensor.raw if isinstance(tensor, ir.Tensor) else None
+    arr = raw if isinstance(raw, Concatenated) else tensor.numpy()
     count = min(arr.size, _SAMPLES)
     picks = np.arange(count, dtype=np.int64) * (arr.size - 1) // max(count - 1, 1)
-    digest = hashlib.blake2b(np.asarray(arr.flat[picks]).tobytes(), digest_size=16).digest()
-    release_pages(arr)
+    sampled = arr.take_flat(picks) if isinstance(arr, Concatenated) else arr.flat[picks]
+    digest = hashlib.blake2b(np.asarray(sampled).tobytes(), digest_size=16).digest()
+    for read in arr.pieces if isinstance(arr, Concatenated) else (arr,):
+        release_pages(read)
     return digest
 
 

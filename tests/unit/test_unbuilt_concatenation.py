@@ -100,3 +100,23 @@ def test_a_small_concat_is_built(tmp_path):
     raws = [v.const_value.raw for v in result.model.graph.initializers.values()
             if v.const_value is not None and hasattr(v.const_value, "raw")]
     assert raws and not any(isinstance(r, Concatenated) for r in raws)
+
+
+def test_the_dedupe_samples_an_unbuilt_concatenation_without_building_it():
+    """Its sampled digest is the built array's (so equal merged weights still dedupe) and
+    reads 64 elements, not the pieces whole."""
+    import onnx_ir as ir
+
+    from onnxfold.pipeline.cleanups import _ResidentBound, _sample_digest
+
+    rng = np.random.default_rng(3)
+    pieces = _pieces(rng, [(40, 30), (20, 30)], transposed=True)
+    lazy = Concatenated(pieces, 1)
+    built = np.asarray(lazy)
+    as_lazy = ir.Tensor(lazy, ir.DataType.FLOAT)
+    as_built = ir.Tensor(built)
+    assert _sample_digest(as_lazy, _ResidentBound()) == _sample_digest(as_built, _ResidentBound())
+    calls = []
+    lazy.block = lambda out=None: calls.append(out) or built  # type: ignore[method-assign]
+    _sample_digest(as_lazy, _ResidentBound())
+    assert not calls
