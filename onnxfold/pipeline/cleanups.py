@@ -156,14 +156,14 @@ class _ResidentBound:
 
 
 def _sample_digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
-    """A digest of 64 elements spread over the tensor: reads at most 64 pages, not all (of
-    an unbuilt concatenation, the pages of its pieces those elements lie in: it is not
-    built)."""
-    bound.read(tensor, _SAMPLES)
+    """A digest of 64 elements in 4 runs of 16 spread over the tensor (its first and last
+    included): it reads 4 places, not all of it (a weight's pages not in memory are a read
+    each: 64 single elements cost 8 s of random reads over a 7B decoder's weights; of an
+    unbuilt concatenation, the places in its pieces: it is not built)."""
+    bound.read(tensor, _PLACES)
     raw = tensor.raw if isinstance(tensor, ir.Tensor) else None
     arr = raw if isinstance(raw, Concatenated) else tensor.numpy()
-    count = min(arr.size, _SAMPLES)
-    picks = np.arange(count, dtype=np.int64) * (arr.size - 1) // max(count - 1, 1)
+    picks = _picks(arr.size)
     sampled = arr.take_flat(picks) if isinstance(arr, Concatenated) else arr.flat[picks]
     digest = hashlib.blake2b(np.asarray(sampled).tobytes(), digest_size=16).digest()
     for read in arr.pieces if isinstance(arr, Concatenated) else (arr,):
@@ -171,7 +171,16 @@ def _sample_digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
     return digest
 
 
-_SAMPLES = 64  # distinct, increasing positions (the first and the last included)
+_PLACES, _RUN = 4, 16  # runs of consecutive elements sampled, and their length
+
+
+def _picks(size: int) -> np.ndarray:
+    """Distinct, increasing positions of ``size`` elements: ``_PLACES`` runs of ``_RUN``
+    spread evenly, the first and the last element included (all where there are fewer)."""
+    if size <= _PLACES * _RUN:
+        return np.arange(size, dtype=np.int64)
+    starts = np.arange(_PLACES, dtype=np.int64) * (size - _RUN) // (_PLACES - 1)
+    return (starts[:, None] + np.arange(_RUN, dtype=np.int64)).reshape(-1)
 
 
 def _digest(tensor: ir.TensorProtocol, bound: _ResidentBound) -> bytes:
