@@ -13,10 +13,11 @@ import numpy as np
 
 from onnxfold.check.folds.verdicts import FoldVerification
 from onnxfold.check.rewrites.validation import RewriteValidation
+from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.feeds import InputInfo, shape_text
 from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.tolerance import HALF as HALF_TYPES
-from onnxfold.check.running.tolerance import allowed, ulp
+from onnxfold.check.running.tolerance import SUMMED_UNITS, allowed, ulp
 from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.check.running.verdicts import AGREES, UNVALIDATED
 from onnxfold.host.terminal import printable
@@ -42,6 +43,9 @@ class OutputDiff:
     max_ulps: float | None = None  # float16/bfloat16 outputs: the largest |a-b| in ulps at b
     tolerance: str = ""  # what "within tolerance" meant for this output (tolerance.describe)
     mismatches: int = 0
+    # elements outside rtol/atol that the magnitude of their summed terms let through
+    # (tolerance.SUMMED_UNITS; counted over every input set)
+    summed: int = 0
     bitwise_equal: bool = True
     shapes_equal: bool = True
     dtypes_equal: bool = True
@@ -169,6 +173,9 @@ class CompareResult:
         if self.windows:
             lines.append(f"  {self.windows}")
         lines += _table("output", self.rows)
+        lines += [f"  {printable(row.name)}: {row.summed} element{'s' if row.summed != 1 else ''}"
+                  f" beyond rtol/atol, within {SUMMED_UNITS:g}u of the magnitude of the terms "
+                  "summed to make them (they cancel)" for row in self.rows if row.summed]
         if self.cut_rows:
             lines.append(self._cuts_line())
             wrong = [row for row in self.cut_rows if not row.ok]
@@ -254,7 +261,7 @@ def _row_dict(row: OutputDiff) -> dict[str, Any]:
     return {"name": row.name, "dtype": row.dtype_a, "shape": list(row.shape_a),
             "dtype_b": row.dtype_b, "shape_b": list(row.shape_b), "elements": row.elements,
             "max_abs": row.max_abs_diff, "max_rel": row.max_rel_diff, "max_ulps": row.max_ulps,
-            "tolerance": row.tolerance, "mismatches": row.mismatches,
+            "tolerance": row.tolerance, "mismatches": row.mismatches, "summed": row.summed,
             "bitwise_equal": row.bitwise_equal, "ok": row.ok}
 
 
@@ -286,9 +293,12 @@ def as_array(value) -> np.ndarray:
         return arr
 
 
-def accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) -> None:
+def accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None,
+               summed: np.ndarray | None = None) -> None:
     """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``, with the
-    tolerance of ``a``'s dtype unless ``rtol``/``atol`` override it."""
+    tolerance of ``a``'s dtype unless ``rtol``/``atol`` override it; ``summed``: the
+    magnitude of what was summed to make each element of ``a`` (``running.magnitudes``;
+    None: not computed, rtol/atol alone)."""
     a, b = as_array(a), as_array(b)
     tolerance = tolerance_for(a.dtype, rtol, atol)
     row.tolerance = tolerance.describe()
@@ -299,7 +309,7 @@ def accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) ->
         row.mismatches += max(a.size, b.size)
         return
     row.bitwise_equal &= a.dtype == b.dtype and (
-        a.tobytes() == b.tobytes() if a.dtype.kind != "O" else bool(np.all(a == b)))
+        same_bits(a, b) if a.dtype.kind != "O" else bool(np.all(a == b)))
     if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
         row.mismatches += int(np.sum(a != b))
         return
@@ -311,6 +321,11 @@ def accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None) ->
         finite = np.isfinite(x) & np.isfinite(y)
         diff = np.abs(x - y)
         close = same | (finite & (diff <= allowed(tolerance, y, a.dtype.name, finite)))
+        if summed is not None and summed.shape == x.shape and not close.all():
+            widened = same | (finite & (diff <= allowed(tolerance, y, a.dtype.name, finite,
+                                                          summed=summed)))
+            row.summed += int((widened & ~close).sum())
+            close = widened
         differ = finite & ~same
         spacing = ulp(y, a.dtype.name) if a.dtype == b.dtype and a.dtype.name in HALF_TYPES \
             else None

@@ -27,7 +27,8 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check.running import string_values
-from onnxfold.check.running.tolerance import ulp
+from onnxfold.check.running.bits import same_bits
+from onnxfold.check.running.tolerance import ROUNDOFF, SUMMED_UNITS, ulp
 from onnxfold.check.running.verdicts import (
     BITWISE,
     DIFFERS,
@@ -153,9 +154,13 @@ def expects_bits(folded: ir.Value) -> bool:
         provenance.ROUNDING not in tensor.metadata_props
 
 
-def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> Verdict:
+def judge(folded: ir.Value, derived: np.ndarray, exact: bool,
+          summed: np.ndarray | None = None) -> Verdict:
     """``folded`` against the ``derived`` array: bitwise, or (``exact`` False: a cone with
-    an op that is not bitwise) within the ulp budget, or it differs."""
+    an op that is not bitwise) within the ulp budget, or it differs. ``summed``: the
+    magnitude of what was summed to make each element (``running.magnitudes``), which
+    widens the budget of a fold that is not bitwise by ``SUMMED_UNITS`` units of roundoff of
+    it (float32 and float64; None: the ulp budget alone)."""
     tensor = folded.const_value
     assert tensor is not None
     verdict = verdict_of(folded, BITWISE)
@@ -172,39 +177,44 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool) -> Verdict:
         verdict.state = DIFFERS
         verdict.reason = f"the original computes {derived.dtype}{list(derived.shape)}"
         return verdict
-    if got.tobytes() == derived.tobytes():
+    if same_bits(got, derived):
         return verdict
     if got.dtype.kind != "f" and got.dtype.name != "bfloat16":
         verdict.state = DIFFERS
         verdict.mismatches = int(np.sum(got != derived))
         verdict.reason = f"{verdict.mismatches} of {got.size} elements differ"
         return verdict
-    same, ulps, within = ulp_distance(got, derived, exact)
+    same, ulps, within = ulp_distance(got, derived, exact, None if exact else summed)
     verdict.max_ulps = float(np.nanmax(ulps)) if ulps.size else 0.0
     if not exact:
         verdict.mismatches = int((~same & ~within).sum())
         if not verdict.mismatches:
             verdict.state = WITHIN
             return verdict
+        terms = f" + {SUMMED_UNITS:g}u of |terms|" if summed is not None and \
+            got.dtype.name in ROUNDOFF else ""
         verdict.reason = (f"{verdict.mismatches} of {got.size} elements beyond "
-                          f"{ULPS_OWN:g} ulps + {ULPS_MAGNITUDE:g} ulps of max |x| "
+                          f"{ULPS_OWN:g} ulps + {ULPS_MAGNITUDE:g} ulps of max |x|{terms} "
                           f"(max {verdict.max_ulps:.3g} ulps)")
     else:
         verdict.mismatches = int((~same).sum())
         if not verdict.mismatches:  # NaNs of other bits: the same values
             return verdict
         verdict.reason = (f"{verdict.mismatches} of {got.size} elements differ from "
-                          f"the original's bits (every op of its cone is bitwise; max "
+                          f"the original's bits (bits expected: its cone's ops are bitwise, or "
+                          f"onnxruntime's, which give the same bits wherever they run; max "
                           f"{verdict.max_ulps:.3g} ulps)")
     verdict.state = DIFFERS
     return verdict
 
 
-def ulp_distance(got: np.ndarray, derived: np.ndarray, exact: bool
+def ulp_distance(got: np.ndarray, derived: np.ndarray, exact: bool,
+                 summed: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per element: whether ``got`` is ``derived`` (a NaN any NaN; a zero's sign counts where
     ``exact``: 1 / -0.0 is -inf), the distance in ulps of ``derived``'s dtype, and whether it
-    is within the budget of a fold that is not bitwise."""
+    is within the budget of a fold that is not bitwise (``summed``: the magnitudes of the
+    elements' summed terms, ``SUMMED_UNITS`` units of roundoff of which are added to it)."""
     x, y = got.astype(np.float64), derived.astype(np.float64)
     with np.errstate(all="ignore"):
         same = ((x == y) & ((x != 0) | (np.signbit(x) == np.signbit(y)) | (not exact))) | \
@@ -216,5 +226,9 @@ def ulp_distance(got: np.ndarray, derived: np.ndarray, exact: bool
         magnitude = float(np.abs(y[finite]).max()) if finite.any() else 0.0
         scale = float(ulp(np.array(magnitude), got.dtype.name))  # type: ignore[arg-type]
         ulps = np.where(same, 0.0, diff / own)
-        within = diff <= ULPS_OWN * own + ULPS_MAGNITUDE * scale
+        budget = ULPS_OWN * own + ULPS_MAGNITUDE * scale
+        if summed is not None and summed.shape == y.shape and got.dtype.name in ROUNDOFF:
+            budget = budget + np.where(np.isfinite(summed), summed, 0.0) * (
+                SUMMED_UNITS * ROUNDOFF[got.dtype.name])
+        within = diff <= budget
     return same, ulps, within

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from onnxfold.check.folds.dim_proof import DimProof
@@ -51,8 +52,10 @@ from onnxfold.check.folds.verdicts import (
 )
 from onnxfold.check.outputs.interfaces import pinned_dims
 from onnxfold.check.running import string_values
+from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.input_reads import InputReads
+from onnxfold.check.running.magnitudes import magnitudes
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
 from onnxfold.check.running.verdicts import Verdict
@@ -270,7 +273,8 @@ class _Verifier:
             key.startswith("onnxfold.") for graph in all_graphs(optimized)
             for v in graph.initializers.values() if v.const_value is not None
             for key in v.const_value.metadata_props)
-        self.cones = Cones(original, fed, catalogue.bitwise, libraries)
+        self.cones = Cones(original, fed, catalogue.bitwise, libraries,
+                           varies=catalogue.order_varies)
         self.reads = InputReads(original, fed)
         self.proof = DimProof(original, fed, catalogue.shape_steps)
         self.dynamic = 0  # the fed inputs with a dynamic dim, as a bitmask of InputReads
@@ -416,11 +420,16 @@ class _Verifier:
     def _judged(self, target: _Target) -> Verdict:
         """One verdict from the runs of ``target``: the first run that differs (said where),
         else how the match holds over the dims."""
-        exact = expects_bits(target.folded) or self.cones.exact(target.source)
+        exact = self.cones.exact(target.source) or (
+            expects_bits(target.folded) and self.cones.reproducible(target.source))
         runs = self._runs(target.runs)
         verdicts = []
         for k, (derived, inputs) in enumerate(zip(target.derived, runs)):
             verdict = judge(target.folded, derived, exact)
+            if verdict.state == DIFFERS and not exact:  # the magnitudes of its summed terms
+                summed = self._summed(target.source, inputs)
+                if summed is not None:
+                    verdict = judge(target.folded, derived, exact, summed)
             verdict.via = target.via
             if verdict.state == DIFFERS and not exact:
                 closer = self.cones.arbitrate(target.source, _array(target.folded), derived,
@@ -461,6 +470,16 @@ class _Verifier:
                 f"the {len(runs)} input sets compared")
         return verdict
 
+    def _summed(self, source: ir.Value, inputs: Mapping[str, np.ndarray]
+                ) -> np.ndarray | None:
+        """The magnitude of what was summed to make each element of ``source``, its cone run
+        with its twins (``running.magnitudes``) on ``inputs``; None where it cannot run."""
+        try:
+            (summed,) = magnitudes(self.cones.model, [source], inputs, self.cones.libraries)
+        except (RunFailed, MachineShort):
+            return None
+        return summed
+
     def _dims_read(self, source: ir.Value) -> str:
         reads = self.reads.of(source)
         names = []
@@ -487,8 +506,9 @@ class _Verifier:
                 verdicts.append(verdict_of(folded, UNVERIFIABLE, via="recipe",
                                            reason=f"made by a rewrite; {e}"))
                 continue
-            exact = expects_bits(folded) or all(
-                (n.domain or "", n.op_type) in self.cones.bitwise for n in recipe.nodes)
+            nodes = [_bare(n) for n in recipe.nodes]
+            exact = not any(self.cones.varies(n) for n in nodes) and (expects_bits(folded) or all(
+                (n.domain or "", n.op_type) in self.cones.bitwise for n in nodes))
             verdict = judge(folded, derived.array, exact)
             verdict.via, verdict.dims, verdict.bindings = "recipe", STATIC, 1
             if verdict.state == DIFFERS:
@@ -540,6 +560,12 @@ class _Verifier:
     def _shape_of(self, name: str) -> tuple[int, ...] | None:
         value = self.cones.values.get(name)
         return static_shape(value) if value is not None else None
+
+
+def _bare(proto: onnx.NodeProto) -> ir.Node:
+    """A recipe's node as the op facts read one: its op and attributes, no values."""
+    return ir.Node(proto.domain, proto.op_type, [], attributes=[
+        ir.serde.deserialize_attribute(a) for a in proto.attribute])
 
 
 def _by_runs(batch: list[_Target]) -> Iterable[tuple[list[_Target], str]]:
@@ -604,8 +630,11 @@ def _batches(targets: list[_Target], limit: int) -> Iterable[list[_Target]]:
 
 
 def _same(a: ir.TensorProtocol, b: ir.TensorProtocol) -> bool:
-    return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and \
-        string_values.tensor_key(a) == string_values.tensor_key(b)
+    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+        return False
+    if a.dtype == ir.DataType.STRING or a.dtype.bitwidth < 8:
+        return string_values.tensor_key(a) == string_values.tensor_key(b)
+    return same_bits(a.numpy(), b.numpy())
 
 
 __all__ = ["BITWISE", "DIFFERS", "SAMPLED", "UNVERIFIABLE", "WITHIN", "FoldVerification",

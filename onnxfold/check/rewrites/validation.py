@@ -18,6 +18,7 @@ What cannot be validated says why (a rewrite in a subgraph, a window too large),
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -27,6 +28,7 @@ import onnx_ir as ir
 
 from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
 from onnxfold.check.running import memory
+from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones
 from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
@@ -492,7 +494,7 @@ def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]], ex
         old, new = np.asarray(old), np.asarray(new)
         problem = _mismatch(old, new, exact)
         if problem is None:
-            if old.dtype.kind in "fc" and old.shape == new.shape and not _same_bits(old, new):
+            if old.dtype.kind in "fc" and old.shape == new.shape and not same_bits(old, new):
                 verdict.state = WITHIN
                 verdict.max_abs = max(verdict.max_abs, _largest_difference(old, new))
             continue
@@ -508,10 +510,6 @@ def _chunks_of(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
     flat = [np.ravel(a) for a in arrays]
     for start in range(0, flat[0].size, COMPARED_AT_ONCE):
         yield tuple(f[start:start + COMPARED_AT_ONCE] for f in flat)
-
-
-def _same_bits(old: np.ndarray, new: np.ndarray) -> bool:
-    return all(a.tobytes() == b.tobytes() for a, b in _chunks_of(old, new))
 
 
 def _largest_difference(old: np.ndarray, new: np.ndarray) -> float:
@@ -542,7 +540,9 @@ def _mismatch(old: np.ndarray, new: np.ndarray, exact: bool) -> str | None:
                 differ += int(np.count_nonzero(~((x == y) | (np.isnan(x) & np.isnan(y)))))
         return f"{differ} of {old.size} elements differ from its bits (every op of " \
             "both windows is bitwise)" if differ else None
-    tolerance = tolerance_for(old.dtype, None, None)
+    # the dtype's tolerance without the summed terms' magnitude (a window that cancels is
+    # run again in float64 instead: float64_windows)
+    tolerance = dataclasses.replace(tolerance_for(old.dtype, None, None), summed_units=None)
     magnitude = 0.0
     with np.errstate(all="ignore"):
         for a, b in _chunks_of(old, new):

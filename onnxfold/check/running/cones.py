@@ -17,17 +17,24 @@ decides how exactly it must match).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import string_values
+from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
 
+# ops that only move data (their kernels prepack nothing, so a constant they read is fed as
+# it is: the same bits, without onnxruntime's copy of a weight into the session; the check's
+# own list, not the rules')
+MOVES_DATA = frozenset({
+    "Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split",
+    "Slice", "Gather", "Expand", "Tile"})
 # ops whose result a float64 run of the node can arbitrate: where onnxruntime's float32 sum or
 # transcendental is further from the exact value than the fold's, the fold is not wrong
 ARBITRATED = frozenset({
@@ -52,10 +59,13 @@ def reinferred(model: ir.Model) -> ir.Model:
 
 class Cones:
     """The original graph's cones. ``fed``: the graph inputs a run feeds (the others keep the
-    values of their initializers); ``bitwise``: the catalogue's ops whose folds are bitwise."""
+    values of their initializers); ``bitwise``: the catalogue's ops whose folds are bitwise;
+    ``varies``: whether onnxruntime's kernel for a node sums in an order that changes with its
+    input's memory (the catalogue's ``order_varies``: no fold of it is expected bitwise)."""
 
     def __init__(self, model: ir.Model, fed: Collection[ir.Value],
-                 bitwise: frozenset[tuple[str, str]], libraries: Sequence[str] = ()) -> None:
+                 bitwise: frozenset[tuple[str, str]], libraries: Sequence[str] = (),
+                 varies: Callable[[ir.Node], bool] = lambda node: False) -> None:
         self.model = model
         graph = model.graph
         self.order = {node: i for i, node in enumerate(graph)}
@@ -68,6 +78,7 @@ class Cones:
                     self.values[out.name] = out
         self.fed = set(fed)
         self.bitwise = bitwise
+        self.varies = varies
         self.libraries = tuple(libraries)  # custom ops the original needs (checked)
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
 
@@ -135,22 +146,52 @@ class Cones:
             else:
                 assert leaf.const_value is not None
                 constants[str(leaf.name)] = leaf.const_value.numpy()
+        moved_only = all(n.domain in ("", "ai.onnx") and n.op_type in MOVES_DATA
+                         for n in nodes)  # no kernel that could prepack: fed, not copied
         arrays = run_nodes([ir.serde.serialize_node(n) for n in nodes],
                            [_wanted(s) for s in sources], constants=constants, inputs=fed,
                            opsets=dict(self.model.opset_imports),
                            ir_version=self.model.ir_version, libraries=self.libraries,
-                           prepacking=exact)
+                           prepacking=exact and not moved_only)
         drop_resident_pages()  # the weights it read are read again where needed, not held
         return {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
                 else array for source, array in zip(sources, arrays)}
 
+    def valued(self, source: ir.Value) -> list[ir.Node]:
+        """The nodes of ``source``'s cone whose values reach its values: not those read only
+        for a shape or a type (``Shape(x)``, ``CastLike(c, x)``: what computes ``x`` decides
+        nothing of the bits)."""
+        nodes: set[ir.Node] = set()
+        stack, seen = [source], set()
+        while stack:
+            value = stack.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            producer = value.producer()
+            if producer is None or producer.graph is not self.model.graph or producer in nodes:
+                continue
+            nodes.add(producer)
+            op = producer.op_type if producer.domain in ("", "ai.onnx") else None
+            stack.extend(v for i, v in enumerate(producer.inputs) if v is not None and
+                         (op, i) not in SHAPE_ONLY_READS and (op, i) not in TYPE_ONLY_READS)
+            stack.extend(captured_values(producer))
+        return sorted(nodes, key=self.order.__getitem__)
+
     def exact(self, source: ir.Value) -> bool:
-        """Whether every op of ``source``'s cone computes bitwise what onnxruntime does: the
-        catalogue says its fold is bitwise, or it computes no float (types inferred; a value
-        of unknown type is taken as a float)."""
-        nodes, _ = self.cone([source])
-        return all((n.domain or "", n.op_type) in self.bitwise or not any(
-            o.dtype is None or o.dtype.is_floating_point() for o in n.outputs) for n in nodes)
+        """Whether every op of ``source``'s cone whose values reach it computes bitwise what
+        onnxruntime does: the catalogue says its fold is bitwise, or it computes no float
+        (types inferred; a value of unknown type is taken as a float)."""
+        nodes = self.valued(source)
+        return all(((n.domain or "", n.op_type) in self.bitwise and not self.varies(n)) or
+                   not any(o.dtype is None or o.dtype.is_floating_point() for o in n.outputs)
+                   for n in nodes)
+
+    def reproducible(self, source: ir.Value) -> bool:
+        """Whether onnxruntime computes ``source``'s cone with the same bits wherever it runs
+        it: no node of it sums in an order that varies with its input's memory (a fold through
+        onnxruntime is then the original's bits; else it is judged within a tolerance)."""
+        return not any(self.varies(n) for n in self.valued(source))
 
     def arbitrate(self, source: ir.Value, folded: np.ndarray, derived: np.ndarray,
                   inputs: Mapping[str, np.ndarray]) -> str | None:
