@@ -21,6 +21,8 @@ from dataclasses import InitVar, dataclass, field
 from types import ModuleType
 from typing import Protocol, TypeVar, runtime_checkable
 
+import onnx_ir as ir
+
 from onnxfold.analysis.cost import OpCost
 from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.declare.pattern_rules import PatternRule
@@ -81,6 +83,12 @@ class Catalogue:
         object.__setattr__(self, "_shape_only", frozenset(
             r.op_type for r in self.of(FolderRule) if r.shape_only) if shape_only_of is None
             else shape_only_of)
+        for fact in self.of(OpFact):
+            if fact.when is not None and (fact.bitwise or fact.discontinuous or fact.view or
+                                          fact.nondeterministic or fact.kept_quantized or
+                                          fact.requantizes):
+                raise ValueError(f"{fact.name}: only order_varies may hold at some nodes only; "
+                                 "the other facts are read per op type")
         for kind in (ShapeValueRule, ShapeDimsRule):
             seen: dict[str, ShapeValueRule | ShapeDimsRule] = {}
             steps: tuple[ShapeValueRule | ShapeDimsRule, ...] = self.of(kind)
@@ -138,6 +146,22 @@ class Catalogue:
     def bitwise(self) -> frozenset[tuple[str, str]]:
         """(domain, op) whose native folders compute what onnxruntime computes, bit for bit."""
         return frozenset((f.domain, f.op_type) for f in self.of(OpFact) if f.bitwise)
+
+    @functools.cached_property
+    def _order_varies(self) -> dict[tuple[str, str], tuple[OpFact, ...]]:
+        found: dict[tuple[str, str], tuple[OpFact, ...]] = {}
+        for fact in self.of(OpFact):
+            if fact.order_varies:
+                key = (fact.domain, fact.op_type)
+                found[key] = (*found.get(key, ()), fact)
+        return found
+
+    def order_varies(self, node: ir.Node) -> bool:
+        """Whether onnxruntime's kernel for ``node`` sums in an order that changes with the
+        memory its input lies in: the bits of a fold of it are the original session's only by
+        chance, whoever computed them (``OpFact.order_varies``)."""
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        return any(f.holds_at(node) for f in self._order_varies.get((domain, node.op_type), ()))
 
     @functools.cached_property
     def views(self) -> frozenset[str]:

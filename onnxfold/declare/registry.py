@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import onnx_ir as ir
+
 from onnxfold.analysis.declines import Decline, DeclineKind
 
 __all__ = [
@@ -97,6 +99,14 @@ class OpFact:
     ``view``: its native folder returns a view of its input 0 where that input is laid out in
     C order (a transpose, a reshape): the fold allocates nothing, and a weight's transpose
     needs no room in the pool's budget.
+    ``order_varies``: onnxruntime's own kernel adds (or multiplies) in an order that changes
+    with where its input lies in memory (its alignment), so a node run anywhere but in the
+    original's session need not give that session's bits, not even through onnxruntime: a
+    fold of it is never expected bitwise (``docs/exactness.md``).
+    ``when``: the fact holds only at the nodes it accepts (BatchNormalization computes batch
+    statistics only with ``training_mode=1``). Only ``order_varies`` may depend on a node's
+    attributes or inputs; every other fact holds for every attribute and dtype (the catalogue
+    refuses a ``when`` beside them).
     """
 
     op_type: str
@@ -109,6 +119,12 @@ class OpFact:
     only_to_integers: bool = False
     requantizes: bool = False
     view: bool = False
+    order_varies: bool = False
+    when: Callable[[ir.Node], bool] | None = None
+
+    def holds_at(self, node: ir.Node) -> bool:
+        """Whether the fact holds at ``node`` (always, without ``when``)."""
+        return self.when is None or self.when(node)
 
     @property
     def name(self) -> str:

@@ -216,8 +216,11 @@ class Evaluator:
                 origin.update(dict.fromkeys(upstream))
         names = tuple(origin)[:PROVENANCE_LIMIT]
         in_bytes = sum(pool.get(v).nbytes for v in node.inputs if v in pool)
+        # a native fold that is not bitwise, or one whose kernel sums in an order that varies
+        # with the memory it reads (onnxruntime's too: rules/facts.py's order_varies)
         rounded = any(v in out.rounded for v in node.inputs if v is not None) or (
-            how == "native" and (node.domain or "", node.op_type) not in self.catalogue.bitwise)
+            how == "native" and (node.domain or "", node.op_type) not in self.catalogue.bitwise
+        ) or self.catalogue.order_varies(node)
         for value in node.outputs:  # those a fallback batch used within it too (not returned)
             out.provenance[value] = names
             if rounded and _floating(value, results.get(value)):
