@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from onnxfold.check.folds.verdicts import FoldVerification
 from onnxfold.check.folds.verification import verify_folds
-from onnxfold.check.outputs import map_outputs
+from onnxfold.check.outputs import map_outputs, summed_terms
 from onnxfold.check.outputs.doomed_bindings import FailedNodes
 from onnxfold.check.outputs.interfaces import pinned_dims, same_interface
 from onnxfold.check.outputs.reference_runs import Reference, run_optimized, run_reference
@@ -402,6 +402,15 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
                 name, dtype_name(va.dtype), dtype_name(vb.dtype), list(va.shape),
                 list(vb.shape)))
             accumulate(row, va, vb, result.rtol, result.atol)
+    # elements outside rtol/atol: judged again with the magnitudes of their summed terms
+    again = [n for n in summed_terms.candidates(rows, result.rtol, result.atol) if n not in maps]
+    if again:
+        sets = [(feeds, got_a, got_b) for feeds, got_a, got_b in
+                zip(reference.feeds, reference.outputs, ran.outputs) if got_b is not None]
+        note = summed_terms.judge_again(rows, again, run.a, run.label_a, sets, outputs,
+                                        result.rtol, result.atol, run.libraries) \
+            if run.windows is None else summed_terms.IN_WINDOWS
+        result.notes += [note] if note else []
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
     for name in sorted(maps):

@@ -1,0 +1,72 @@
+"""Outputs judged again, where rtol/atol alone find elements apart, with the magnitude of what
+was summed to make each element (``running.magnitudes``, ``running.tolerance``).
+
+An element of a sum whose terms cancel carries their rounding, not its own: a convolution
+with standardized weights gives outputs near zero from terms of a few hundred, and two honest
+evaluations of it differ there by far more than ``1e-4`` of the element. The first pass of the
+comparison judges every element by rtol/atol; an output with elements outside is judged again,
+over every input set, with those elements allowed ``SUMMED_UNITS`` units of roundoff of the
+magnitude of their summed terms, which the original computes in onnxruntime on the same feeds
+(a model of its nodes and their twins, through the check's own runner). Where that model
+cannot run (an op onnxruntime has no kernel for in a twin, the machine short of memory), or
+where the outputs ran window by window (no session over the whole original fits), rtol/atol
+alone judge, and a note says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from onnxfold.check.result import OutputDiff, accumulate, as_array
+from onnxfold.check.running.cones import reinferred
+from onnxfold.check.running.magnitudes import magnitudes
+from onnxfold.check.running.models import ModelRef, graph_of
+from onnxfold.check.running.runner import MachineShort, RunFailed
+from onnxfold.check.running.tolerance import ROUNDOFF, for_dtype
+
+# the note where the outputs ran window by window (no session over the whole original fits)
+IN_WINDOWS = ("the magnitudes of the summed terms were not computed (the models ran window by "
+              "window): rtol/atol alone judged the outputs")
+
+
+def candidates(rows: dict[str, OutputDiff], rtol: float | None, atol: float | None
+               ) -> list[str]:
+    """The outputs the magnitudes may judge again: elements outside rtol/atol, the same
+    shapes and dtypes in both models, a dtype the magnitudes apply to, and no tolerance the
+    caller gave (``--rtol``/``--atol`` mean that formula alone)."""
+    return [name for name, row in rows.items() if row.mismatches and row.shapes_equal and
+            row.dtypes_equal and row.dtype_a in ROUNDOFF and
+            for_dtype(np.dtype(row.dtype_a), rtol, atol).summed_units]
+
+
+def judge_again(rows: dict[str, OutputDiff], names: Sequence[str], a: ModelRef, label: str,
+                sets: Sequence[tuple[dict[str, np.ndarray], list, list]],
+                outputs: Sequence[str], rtol: float | None, atol: float | None,
+                libraries: Sequence[str]) -> str:
+    """Rebuild the rows of ``names`` over ``sets`` (each: the feeds, A's and B's outputs in
+    the order of ``outputs``) with the magnitudes of their elements; "" or a note on why they
+    could not be computed (the rows are then left as they are)."""
+    model = reinferred(graph_of(a, label))
+    by_name = {str(v.name): v for v in model.graph.outputs}
+    values = [by_name[name] for name in names if name in by_name]
+    if len(values) != len(names):
+        return "the magnitudes of the summed terms were not computed: an output is not one " \
+            "of the original's graph outputs"
+    computed: list[list[np.ndarray]] = []
+    for feeds, _, _ in sets:
+        try:
+            computed.append(magnitudes(model, values, feeds, libraries))
+        except (RunFailed, MachineShort) as e:
+            return (f"the magnitudes of the summed terms of {', '.join(names)} could not be "
+                    f"computed ({str(e).splitlines()[0][:160]}): rtol/atol alone judged them")
+    position = {name: k for k, name in enumerate(outputs)}
+    for k, name in enumerate(names):
+        old = rows[name]
+        row = OutputDiff(old.name, old.dtype_a, old.dtype_b, old.shape_a, old.shape_b)
+        for (_, got_a, got_b), summed in zip(sets, computed):
+            va, vb = as_array(got_a[position[name]]), as_array(got_b[position[name]])
+            accumulate(row, va, vb, rtol, atol, summed=summed[k])
+        rows[name] = row
+    return ""
