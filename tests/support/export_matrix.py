@@ -3,7 +3,7 @@ weights (fixed seeds, small sizes, nothing downloaded), by both of torch's expor
 export them: KV-cache decoders (mixture-of-experts ones too), encoders, an encoder-decoder,
 vision with dynamic height and width, speech, a static-QDQ and a dynamically quantized model,
 float16; and small torch models of kinds transformers does not cover: GRU/LSTM encoders, a
-VAE-style upsampling decoder.
+VAE-style upsampling decoder, weight-standardized convolutions.
 
 ``MATRIX`` maps a name to an :class:`Export`; ``build(name)`` returns the path of its .onnx in
 the cache (``$ONNXFOLD_MATRIX_CACHE`` or ``~/.cache/onnxfold-matrix``), exporting it first
@@ -452,6 +452,34 @@ def upsample_decoder(path: Path, dynamo: bool) -> None:
             axes={"z": {0: "batch", 2: "height", 3: "width"}})
 
 
+def weight_standardized(path: Path, form: str, dynamo: bool) -> None:
+    """Weight-standardized convolutions (BiT's StdConv2d; issue 67): Conv 3->16 7x7, ReLU,
+    Conv 16->32 3x3, no bias, each weight standardized per output channel as it is read.
+    ``batch_norm``: by a training-mode ``F.batch_norm`` over the weight's rows (TorchScript
+    writes a training-mode BatchNormalization, dynamo its ReduceMean/Sub/Mul decomposition);
+    ``mean_var``: ``(w - mean) / sqrt(var + eps)`` written out (ReduceMean, Sub, Sqrt, Div).
+    The standardized weights near zero carry large relative errors that the convolutions'
+    sums cancel. Dynamic batch, 32 x 32 images."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    class StdConv(torch.nn.Conv2d):
+        def forward(self, x):
+            if form == "batch_norm":
+                w = F.batch_norm(self.weight.reshape(1, self.out_channels, -1), None, None,
+                                 training=True, momentum=0.0, eps=1e-8).reshape_as(self.weight)
+            else:
+                mean = self.weight.mean(dim=(1, 2, 3), keepdim=True)
+                var = ((self.weight - mean) ** 2).mean(dim=(1, 2, 3), keepdim=True)
+                w = (self.weight - mean) / torch.sqrt(var + 1e-8)
+            return F.conv2d(x, w, self.bias, self.stride, self.padding)
+
+    model = torch.nn.Sequential(StdConv(3, 16, 7, padding=3, bias=False), torch.nn.ReLU(),
+                                StdConv(16, 32, 3, padding=1, bias=False)).eval()
+    _export(model, (torch.randn(2, 3, 32, 32),), path, ["x"], dynamo=dynamo,
+            axes={"x": {0: "batch"}, "y": {0: "batch"}}, outputs=["y"])
+
+
 def _seeded(builder: Callable[..., None], *args: Any, **kwargs: Any) -> Callable[[Path], None]:
     """``builder(path, *args, **kwargs)`` after seeding torch (the builders of export_models
     seed themselves)."""
@@ -539,6 +567,11 @@ ENTRIES.update({
                                   _seeded(recurrent_encoder, "lstm", True)),
     "upsample_decoder_dynamo": Export("VAE-style decoder (GroupNorm, nearest x2), dynamic H/W",
                                       "dynamo", _seeded(upsample_decoder, True)),
+    **{f"stdconv_{form}_{tag}": Export(f"weight-standardized convolutions ({what})", tag,
+                                       _seeded(weight_standardized, form, tag == "dynamo"))
+       for form, what in (("batch_norm", "training-mode batch_norm"),
+                          ("mean_var", "mean and variance written out"))
+       for tag in ("dynamo", "torchscript")},
 })
 
 def transformers_exporter(path: Path, family: str, fused: bool) -> None:

@@ -4,7 +4,7 @@ The export matrix (``export_matrix.MATRIX``) is what the tests hold onnxfold to;
 until the matrix passes can still fit it and nothing else. These exports are the control:
 families the matrix does not have (Bloom's ALiBi, OPT, GPT-NeoX, StableLM, Qwen3 decoders with
 a KV cache; RoBERTa, ALBERT, ELECTRA, DeBERTa-v2, MPNet encoders; MobileNetV2, SegFormer, Swin,
-DeiT; Marian and Pegasus), at other sizes (hidden 48-64, vocabulary 500, a past of 4 and a
+DeiT, BiT; Marian and Pegasus), at other sizes (hidden 48-64, vocabulary 500, a past of 4 and a
 sequence of 3), by both exporters. No test runs them (CI time); ``python -m tools.check_matrix
 --held-out`` does, before a change to the check or the fold is called done.
 
@@ -113,6 +113,10 @@ def _vision(kind: str) -> Any:
         return tf.SwinForImageClassification(tf.SwinConfig(
             image_size=64, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
             window_size=4, num_labels=5))
+    if kind == "bit":  # weight-standardized convolutions (issue 67), GroupNorm of 32 groups
+        return tf.BitForImageClassification(tf.BitConfig(
+            embedding_size=32, hidden_sizes=[128, 256], depths=[1, 1],
+            layer_type="preactivation", num_labels=5))
     if kind == "deit":
         return tf.DeiTForImageClassification(tf.DeiTConfig(
             hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
@@ -171,7 +175,8 @@ FAMILIES: dict[str, tuple[str, Any, str]] = {
         ("deberta", "DeBERTa-v2 (relative positions)"), ("mpnet", "MPNet"))},
     **{k: (what, vision, k) for k, what in (
         ("mobilenetv2", "MobileNetV2, dynamic H/W"), ("segformer", "SegFormer, dynamic H/W"),
-        ("swin", "Swin, static 64x64"), ("deit", "DeiT, static 64x64"))},
+        ("swin", "Swin, static 64x64"), ("deit", "DeiT, static 64x64"),
+        ("bit", "BiT (weight-standardized convolutions), dynamic H/W"))},
     **{k: (f"{what} encoder-decoder LM, no cache", seq2seq, k) for k, what in (
         ("marian", "Marian"), ("pegasus", "Pegasus"))},
 }
