@@ -227,3 +227,15 @@ class MappedTensor(ir.ExternalTensor):
     def release(self) -> None:
         """Drop this tensor's view (the shared mapping stays while other views use it)."""
         self._array = None
+
+    def prefetch(self) -> None:
+        """Ask the kernel to read the tensor's pages ahead, in the background (a reader that
+        will want them after its current work then finds them in memory); a hint, which
+        nothing fails on."""
+        if self.size == 0 or not hasattr(mmap, "MADV_WILLNEED"):
+            return
+        with contextlib.suppress(OSError, ValueError):
+            shared = shared_map(self.path, self.identity)
+            offset, length = self._within(shared)
+            start = offset // mmap.PAGESIZE * mmap.PAGESIZE
+            shared.madvise(mmap.MADV_WILLNEED, start, offset + length - start)

@@ -60,6 +60,7 @@ from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
 from onnxfold.check.running.verdicts import Verdict
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.io.mapped import MappedTensor
 from onnxfold.ir import provenance
 from onnxfold.ir import recipes as saved_recipes
 from onnxfold.ir.graph import (
@@ -161,8 +162,11 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
         else:
             result.unchanged += 1
     targets.sort(key=lambda t: verifier.cones.position(t.source))
-    for k, batch in enumerate(_batches(targets, batch_bytes)):
+    batches = list(_batches(targets, batch_bytes))
+    for k, batch in enumerate(batches):
         tell(f"verifying folds {k + 1}")
+        if k + 1 < len(batches):  # the next batch's weights read while this one runs
+            verifier.prefetch(batches[k + 1])
         for target, verdict in zip(batch, verifier.verify(batch)):
             producer = target.source.producer()
             if verdict.state == BITWISE and verdict.dims == STATIC and producer is not None \
@@ -386,6 +390,14 @@ class _Verifier:
             return _Target(source, folded, via, "inputs", shaped=True)
         runs = "bindings" if reads.shapes & self.dynamic else "once"
         return _Target(source, folded, via, runs, claim=claim)
+
+    def prefetch(self, batch: list[_Target]) -> None:
+        """Have the kernel read ahead the weights ``batch`` reads: the original's its cones
+        read and the optimized model's folded tensors (those in a file's mapping)."""
+        _, leaves = self.cones.cone([t.source for t in batch])
+        for tensor in [*(v.const_value for v in leaves), *(t.folded.const_value for t in batch)]:
+            if isinstance(tensor, MappedTensor):
+                tensor.prefetch()
 
     def verify(self, batch: list[_Target]) -> list[Verdict]:
         """Re-derive ``batch`` (one session per run); on failure, each target alone."""

@@ -42,7 +42,7 @@ from onnxfold.check.running.runner import (
     Wanted,
 )
 from onnxfold.host import heap
-from onnxfold.io.mapped import drop_resident_pages
+from onnxfold.io.mapped import MappedTensor, drop_resident_pages
 from onnxfold.ir.graph import captured_values
 from onnxfold.numbers import size_text
 
@@ -336,6 +336,8 @@ class Chain:
         total = len(self.windows)
         for k, window in enumerate(self.windows):
             self.tell(f"window {k + 1}/{total}")
+            if k + 1 < total:  # the next window's weights read while this one computes
+                self._prefetch(self.windows[k + 1])
             self._run_window(window, states, self._later[k])
             drop_resident_pages()  # its weights are not read again by this chain
             heap.trim()  # what its session freed (a collection per window costs seconds)
@@ -393,6 +395,13 @@ class Chain:
             for name in [n for n in state if n not in later and n not in self.kept
                          and n in self._values]:
                 del state[name]  # no later window reads it
+
+    def _prefetch(self, window: Window) -> None:
+        """Have the kernel read ``window``'s weights ahead (those in a file's mapping)."""
+        for name in window.constants:
+            tensor = self.model.graph.initializers[name].const_value
+            if isinstance(tensor, MappedTensor):
+                tensor.prefetch()
 
     def _inputs_of(self, window: Window, state: dict[str, Any]) -> dict[str, Any]:
         """What ``window`` is fed: the values it reads (a graph input a set does not feed
