@@ -152,3 +152,31 @@ def test_graphs_that_share_no_values_are_cut_each_on_its_own(decoder, tmp_path):
 def test_a_window_budget_must_be_a_positive_number_of_bytes(budget):
     with pytest.raises(InputError, match="window_bytes"):
         CompareOptions(window_bytes=budget)
+
+
+def test_in_windows_every_rewrite_is_validated_from_the_chain(decoder, tmp_path):
+    """The rewrites' leaves inside a window (not handed on at a cut) come from the
+    original's chain too: none is computed again from the graph inputs, whose cone is most
+    of the model."""
+    from onnxfold.check.running import cones
+
+    source, _ = decoder
+    result = onnxfold.optimize(str(source), record_rewrites=True)
+    out = tmp_path / "f.onnx"
+    result.save(str(out))
+    ran: list = []
+    original = cones.Cones.run
+
+    def counted(self, sources, inputs, exact=True):
+        ran.append(sources)
+        return original(self, sources, inputs, exact)
+
+    cones.Cones.run = counted  # type: ignore[method-assign]
+    try:
+        checked = compare_models(str(source), str(out), 1,
+                                 CompareOptions(verify=False, window_bytes=BUDGET * 4),
+                                 evidence=result.evidence)
+    finally:
+        cones.Cones.run = original  # type: ignore[method-assign]
+    assert checked.rewrites is not None and checked.rewrites.all_validated, checked.summary()
+    assert not ran  # every leaf from the chain

@@ -319,6 +319,10 @@ class Chain:
         self._done: dict[int, tuple[Mapping[str, np.ndarray], dict[str, Any] | Exception]] = {}
         self._later = [{name for w in windows[k + 1:] for name in w.reads}
                        for k in range(len(windows))]
+        # what each window hands back: what it hands on, and the kept values it makes
+        self._returned = [[*w.writes, *(name for n in w.nodes for o in n.outputs
+                                        if (name := str(o.name)) in self.kept and
+                                        name not in w.writes)] for w in windows]
         self.tell: Callable[[str], None] = lambda text: None
 
     def get_inputs(self) -> list[Arg]:
@@ -334,11 +338,11 @@ class Chain:
         self._done.clear()
         states: list[dict[str, Any] | Exception] = [dict(feeds) for feeds in feed_sets]
         total = len(self.windows)
-        for k, window in enumerate(self.windows):
+        for k in range(total):
             self.tell(f"window {k + 1}/{total}")
             if k + 1 < total:  # the next window's weights read while this one computes
                 self._prefetch(self.windows[k + 1])
-            self._run_window(window, states, self._later[k])
+            self._run_window(k, states)
             drop_resident_pages()  # its weights are not read again by this chain
             heap.trim()  # what its session freed (a collection per window costs seconds)
         heap.release()
@@ -365,12 +369,12 @@ class Chain:
         done = self.results(feeds)
         return [done[name] for name in outputs]
 
-    def _run_window(self, window: Window, states: list[dict[str, Any] | Exception],
-                    later: set[str]) -> None:
-        """Every set of ``states`` (its values so far, or what stopped it) through
-        ``window``: one session per shape of what it is fed (a session declares its inputs'
+    def _run_window(self, k: int, states: list[dict[str, Any] | Exception]) -> None:
+        """Every set of ``states`` (its values so far, or what stopped it) through window
+        ``k``: one session per shape of what it is fed (a session declares its inputs'
         shapes, as onnxruntime's shape inference needs: a Resize fed its sizes fails on an
-        input of unknown shape); ``later``: the values later windows read."""
+        input of unknown shape)."""
+        window, later, returned = self.windows[k], self._later[k], self._returned[k]
         sessions: dict[tuple, tuple[NodesModel, Any] | Exception] = {}
         for k, state in enumerate(states):
             if isinstance(state, Exception):
@@ -380,7 +384,7 @@ class Chain:
                 shapes = tuple((name, _shape_of(value)) for name, value in inputs.items())
                 if shapes not in sessions:
                     try:
-                        built = self._model(window, inputs)
+                        built = self._model(window, inputs, returned)
                         sessions[shapes] = built, built.session(self.libraries)
                     except (RunFailed, MachineShort) as e:
                         sessions[shapes] = e
@@ -391,7 +395,7 @@ class Chain:
             except (RunFailed, MachineShort) as e:
                 states[k] = e
                 continue
-            state.update(zip(window.writes, arrays))
+            state.update(zip(returned, arrays))
             for name in [n for n in state if n not in later and n not in self.kept
                          and n in self._values]:
                 del state[name]  # no later window reads it
@@ -419,13 +423,15 @@ class Chain:
                 inputs[name] = state.get(name, self._defaults[name].const_value.numpy())  # type: ignore[union-attr]
         return inputs
 
-    def _model(self, window: Window, inputs: Mapping[str, Any]) -> NodesModel:
-        """``window``'s nodes as a model, its inputs declared as ``inputs`` are."""
+    def _model(self, window: Window, inputs: Mapping[str, Any], returned: list[str]
+               ) -> NodesModel:
+        """``window``'s nodes as a model, its inputs declared as ``inputs`` are, handing
+        back ``returned``."""
         graph = self.model.graph
         constants = {name: graph.initializers[name].const_value.numpy()  # type: ignore[union-attr]
                      for name in window.constants if name not in inputs}
         declared = {name: Fed.of(name, value) for name, value in inputs.items()}
-        wanted = [_wanted(self._values[name]) for name in window.writes]
+        wanted = [_wanted(self._values[name]) for name in returned]
         default_domain = all(n.domain in ("", "ai.onnx") for n in window.nodes)
         return NodesModel([ir.serde.serialize_node(n) for n in window.nodes], wanted,
                           constants=constants, inputs=declared,
