@@ -37,7 +37,13 @@ from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.runner import MachineShort, open_session
-from onnxfold.check.running.windows import Chain, Window, WindowPlan, plan_windows
+from onnxfold.check.running.windows import (
+    Chain,
+    Window,
+    WindowPlan,
+    plan_windows,
+    read_from_inputs,
+)
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.errors import InputError, one_line
@@ -205,7 +211,10 @@ class _Run:
         planned = _windows(graph_a, graph_b, options.window_bytes)
         self.windows: WindowPlan | None = planned[0] if planned is not None else None
         self.windows_why = planned[1] if planned is not None else ""
-        self.leaves = frozenset(leaves)  # in windows: the rewrites' leaves A's chain keeps
+        # in windows: the rewrites' leaves A's chain keeps, those computed from the inputs
+        # (a leaf of the weights alone, a transposed weight, is computed again where read)
+        self.leaves = frozenset(leaves) & read_from_inputs(graph_a) if self.windows else \
+            frozenset()
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
         self.graph_a, self.graph_b = graph_a, graph_b  # (a binding that fails: inference
         tell("loading original")  # tells the next ones)

@@ -264,6 +264,18 @@ def plan_windows(a: ir.Model, b: ir.Model, budget: int) -> WindowPlan:
     return WindowPlan(windows_a, walk_b.windows(split_b), cuts, budget)
 
 
+def read_from_inputs(model: ir.Model) -> set[str]:
+    """The names of ``model``'s values computed from its graph inputs (those a caller feeds:
+    not the ones an initializer gives), the rest being constants of the model."""
+    graph = model.graph
+    found = {str(v.name) for v in graph.inputs if v.name not in graph.initializers}
+    for node in _in_order(graph):
+        if any(v is not None and str(v.name) in found
+               for v in [*node.inputs, *captured_values(node)]):
+            found.update(str(o.name) for o in node.outputs if o.name)
+    return found
+
+
 def _handed_on(windows: Sequence[Window], k: int) -> set[str]:
     """What windows ``0..k`` hand on to the windows after them."""
     made = {str(o.name) for w in windows[:k + 1] for n in w.nodes for o in n.outputs}
