@@ -172,12 +172,13 @@ def fold_against_copy(src: Path, work: Path, repeat: int, timeout: float,
     dropped = True
     for k in range(repeat):
         with busy_neighbour() if neighbour else contextlib.nullcontext():
-            _remove(work / "copy")
-            (work / "copy").mkdir(exist_ok=True)
+            target = work / "copied"
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
             dropped &= drop_caches()
-            copies.append(_run(["cp", *_files(src), str(work / "copy")],
-                               work / f"copy{k}", timeout, synced=True))
-            shutil.rmtree(work / "copy")
+            copies.append(_run(["cp", *_files(src), str(target)], work / f"copy{k}", timeout,
+                               synced=True))
+            shutil.rmtree(target)
             _remove(out)
             dropped &= drop_caches()
             folds.append(_run(_fold_cmd(src, out, "-q"), work / f"fold{k}", timeout,

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.errors import clipped
 from onnxfold.host import address_space
-from onnxfold.ir.arrays import c_contiguous
+from onnxfold.ir.arrays import aligned
 from onnxfold.ir.dtypes import onnx_type
 
 
@@ -86,9 +86,9 @@ def to_ort(arr: np.ndarray):
         return ort_strings(arr)
 
     if is_raw_dtype(arr.dtype):
-        raw = raw_bits(c_contiguous(arr))
+        raw = raw_bits(aligned(arr))
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
-    return ort.OrtValue.ortvalue_from_numpy(c_contiguous(arr))
+    return ort.OrtValue.ortvalue_from_numpy(aligned(arr))  # as a session holds initializers
 
 
 def ort_strings(arr: np.ndarray) -> np.ndarray:

@@ -42,6 +42,30 @@ def copy_c_order(arr: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
+ALIGNMENT = 64  # bytes: the alignment onnxruntime's allocator gives every tensor
+
+
+def aligned(arr: np.ndarray) -> np.ndarray:
+    """``arr`` in C order starting at a multiple of :data:`ALIGNMENT` bytes, copied only where
+    it is not. onnxruntime's vectorized reductions take the elements before the first aligned
+    address apart, so the same values summed from a buffer 4 bytes off give other bits; a
+    session holds its initializers aligned, so a value computed for comparison with one (a
+    fold, a check) is fed aligned too."""
+    arr = np.asarray(arr)
+    if arr.flags.c_contiguous and (arr.ctypes.data % ALIGNMENT == 0 or arr.dtype.kind == "O"):
+        return arr  # (an array of references has no bytes to align)
+    if arr.dtype.kind == "O":
+        return c_contiguous(arr)
+    raw = np.empty(arr.nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    if arr.ndim:
+        copy_c_order(arr, out)
+    else:
+        out[()] = arr
+    return out
+
+
 def memory_owner(arr: np.ndarray) -> object:
     """The object that owns ``arr``'s memory: the root ndarray, or a buffer (mmap, bytes)."""
     base = arr

@@ -1,27 +1,30 @@
 """The check in windows: a model whose onnxruntime session does not fit in memory run as a
-chain of windows, one session at a time, and compared with the other model where both hand
-on the same values.
+chain of windows, one session at a time, and compared with the other model at its outputs and
+where both hand on the same values.
 
-A session peaks at about twice the weights it loads (``memory.SESSION_FACTOR``): a 7B decoder
-in float16 needs ~23 GB, where the fold itself needs 1. So where a session does not fit, each
-model's graph is cut, in its node order, into *windows* of at most ``budget`` bytes of weights
-(a single node whose weights exceed it is a window of its own). A window is a model of its
-nodes alone: its inputs are the values earlier windows and the graph's inputs hand it, its
-outputs what later windows read, the graph's outputs among its values and the values at its
-cut. Its weights are fed, not copied (onnxruntime reads them from the file's pages, and a
-window's session is built once for every input set: :class:`Chain`), so the peak is about one
-window's weights plus the values one cut hands on.
+A session peaks at about twice the weights it loads (``memory.SESSION_FACTOR``; three times in
+float16, cast to float32): a 7B decoder needs ~23 GB, where the fold itself needs half a GB.
+So where a session does not fit, the original's graph is cut, in its node order, into
+*windows* of at most ``budget`` bytes of weights (a single node whose weights exceed it is a
+window of its own), preferring to end a window after a node whose value the other model
+computes too. A window is a model of its nodes alone: its inputs are what the graph's inputs
+and earlier windows hand it, its outputs what later windows read, the graph's outputs and the
+values kept (those at its cut). Its weights are read once, with ``pread``, into a reused
+buffer and fed to onnxruntime from there (no copy into a session; onnxruntime casts a float16
+weight to float32 only while its node runs), and the next window's are read ahead while it
+runs. Every input set goes through a window before the next window's session is built, so
+each weight is read once per model, not once per input set. The peak is about one window
+(3.7x its weights measured, 4x budgeted) plus the values one cut hands on.
 
-**Cuts at values both models have.** The chains are run whole, each on its own values (the
-errors a model accumulates across windows are in its outputs), and compared at every cut:
-the original's cuts are chosen where the optimized model has a position handing on the same
-values of those both compute (its crossing set, by name: a value onnxfold keeps keeps its
-name; one it folded to a constant or a rewrite replaced crosses in one model only), so that
-both run the same windows of nodes where nothing was folded. Where no such cut exists within the
-budget, both models are cut on their own and compared at their outputs only (said).
-
-The windows run window-major: every input set through one window before the next window's
-session is built, so that each weight is read once per model, not once per input set.
+**Cuts at values both models have.** The optimized model's nodes go into the original's
+windows by name (:meth:`_Walk.placed`): each where the original makes a value of a name it
+makes, else where the original reads a constant of a name it reads (a weight the fold made
+keeps the name of the value it replaces), else with the first node that reads what it makes
+(a Conv the fold merged a normalization into goes with the Relu after it), never before what
+it reads; a group heavier than the budget is split on its own. Both chains run end to end,
+each on its own values (the errors a model accumulates across windows are in its outputs), and
+the values both hand on at a cut are compared there: they show where two chains part; the
+outputs decide.
 """
 
 from __future__ import annotations
