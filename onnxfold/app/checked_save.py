@@ -1,14 +1,16 @@
 """Save a folded model only if it still computes what the original did (``optimize --check``).
 
-The model is written to a temporary file beside the output, compared with the original in
-onnxruntime, and only then moved into place; on failure (or any error) the temporary files are
-removed and the output is neither created nor overwritten. Every file is made in the output's
-pinned directory (``onnxfold.io.pinned``), and the written model is read back through it.
+The model is written once, to a temporary file beside the output (its external data, if any,
+already under the fresh name it keeps, which no published model names yet), compared with the
+original in onnxruntime, and only then moved into place; on failure (or any error) the
+temporary files are removed and the output is neither created nor overwritten. Every file is
+made in the output's pinned directory (``onnxfold.io.pinned``), and the written model is read
+back through it. (The data was written twice before: once for the check, again under the
+final name, 12 GB each for a 7B decoder.)
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 
@@ -17,13 +19,11 @@ import onnx_ir as ir
 from onnxfold.check.compare import compare_models
 from onnxfold.check.result import CompareResult
 from onnxfold.check.running.options import CompareOptions
-from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.io import save_model
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.pinned import PinnedOutput
-from onnxfold.io.tempfiles import temporary, write_failed
-from onnxfold.io.writer import SaveInfo, input_files, remove_input_data
+from onnxfold.io.writer import SaveInfo, input_files
 from onnxfold.pipeline.evidence import RunEvidence
 
 
@@ -59,23 +59,26 @@ def save_checked(model: ir.Model, original: str | os.PathLike,
             guard.close()  # the directory it pinned here, if any
 
 
+class _Refused(Exception):
+    """The check failed on the written model: nothing is published."""
+
+    def __init__(self, result: CompareResult) -> None:
+        super().__init__("the check failed")
+        self.result = result
+
+
 def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOutput,
                   guard: OutputGuard, n: int, options: CompareOptions,
                   external_data: bool | None, saving: Callable[[int, int], None] | None,
                   checking: Callable[[str], None] | None, evidence: RunEvidence | None,
                   measure: Callable[[str], object] | None
                   ) -> tuple[SaveInfo | None, CompareResult | None]:
-    directory = output.directory
-    fd, tmp = temporary(directory, output.name, suffix=".check.onnx")
-    os.close(fd)
-    tmp_data = None
-    try:
-        info = save_model(model, output.sibling(tmp), external_data=external_data,
-                          data_name=tmp + ".data", progress=saving, guard=guard)
-        if info.data_path is not None:
-            tmp_data = os.path.basename(info.data_path)
+    """The model written once, beside the output (its data under the name it keeps), checked
+    and measured there, and published only then (``save_model``'s ``before_publish``)."""
+    found: list[CompareResult | None] = []
+
+    def judged(checked: str) -> None:
         reached("check-saved")
-        checked = directory.path_of(tmp)
         result = compare_models(original, checked, n, options, progress=checking,
                                 evidence=evidence) if n else None
         if result is not None:
@@ -85,25 +88,14 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
                 result.folds.model_b = output.given
             reached("check-compared")
             if not result.ok:
-                return None, result
+                raise _Refused(result)
         if measure is not None:
             measure(checked)
-        if tmp_data is None:
-            in_place = guard.replaces_input(output)
-            with endings.deferred():
-                endings.check()  # nothing is published once a signal came
-                directory.replace(tmp, output.name)
-            if in_place:
-                remove_input_data(model, output, None)
-            return SaveInfo(output.given, None, info.bytes_written,
-                            info.streamed_tensors), result
-        # The .onnx names its data file, so external data is written again under the final name.
-        return save_model(model, output, external_data=True, guard=guard), result
-    except OSError as e:
-        raise write_failed(output.given, e) from None
-    finally:
-        with endings.deferred():
-            for leftover in (tmp, tmp_data):
-                if leftover:
-                    with contextlib.suppress(FileNotFoundError):
-                        directory.unlink(leftover)
+        found.append(result)
+
+    try:
+        info = save_model(model, output, external_data=external_data, progress=saving,
+                          guard=guard, before_publish=judged)
+    except _Refused as refused:
+        return None, refused.result
+    return info, found[0] if found else None

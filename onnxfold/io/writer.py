@@ -296,6 +296,7 @@ def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
                external_data: bool | None = None, data_name: str | None = None,
                protect: set[str] | None = None, prefill: OutputPrefill | None = None,
                verify: Callable[[str], None] | None = None,
+               before_publish: Callable[[str], None] | None = None,
                replaces: Iterable[str] = (),
                progress: Callable[[int, int], None] | None = None,
                guard: OutputGuard | None = None) -> SaveInfo:
@@ -310,7 +311,10 @@ def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
     the model's name + ``.data``). ``prefill``, started for the same output before folding,
     provides the (already warm) temporary file to write over. ``verify(path of the written
     file)``, for models without external data, may refuse the written file before it replaces
-    anything. ``replaces``: input files the caller asked to replace (writing a model over
+    anything; ``before_publish(path of the written file)`` too, whatever the layout (its data
+    already under the name the model reads, which no published model names yet: a check of
+    the written model before it replaces anything, the data written once). ``replaces``:
+    input files the caller asked to replace (writing a model over
     itself). ``progress(done, total)``: bytes of weights written so far, of ``total`` (the
     progress line's ``save 120.0/480.0 MiB``), told after each weight.
 
@@ -329,7 +333,8 @@ def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
         guard.protect(protect or ())
     output = guard.pin(path, "output model")
     try:
-        return _save(model, output, graphs, guard, external_data, data_name, prefill, verify,
+        return _save(model, output, graphs, guard, external_data, data_name, prefill,
+                     (verify, before_publish),
                      progress)
     finally:
         if own:
@@ -354,16 +359,21 @@ class _Files:
         directory = self.output.directory
         with endings.deferred():
             endings.check()  # nothing is published once a signal came
-            if self.data_tmp is not None:
-                kill_point("data-rename")
-                directory.replace(self.data_tmp, self.data)  # a name no model names yet
-                self.renamed = True
+            self.name_data()
             kill_point("model-rename")
             directory.replace(self.tmp, self.output.name)  # publishes model and data together
             self.published = True
             if self.data_tmp is not None:
                 kill_point("old-data-removal")
                 _remove_superseded_data(self.output, requested, self.data, guard, in_place)
+
+    def name_data(self) -> None:
+        """Give the data its name (a name no model names yet), once."""
+        if self.data_tmp is not None and not self.renamed:
+            with endings.deferred():
+                kill_point("data-rename")
+                self.output.directory.replace(self.data_tmp, self.data)
+                self.renamed = True
 
     def remove_unpublished(self) -> None:
         """Delete what was not published (a failure or a signal on the way)."""
@@ -378,7 +388,7 @@ class _Files:
 
 def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: OutputGuard,
           external_data: bool | None, data_name: str | None, prefill: OutputPrefill | None,
-          verify: Callable[[str], None] | None,
+          judges: tuple[Callable[[str], None] | None, Callable[[str], None] | None],
           progress: Callable[[int, int], None] | None) -> SaveInfo:
     directory, shown = output.directory, output.given
     requested = os.path.basename(data_name or output.name + ".data")
@@ -418,8 +428,12 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             os.close(fd)
             fd = None
             reached("written")
+            verify, before_publish = judges
             if verify is not None and not external_data:
                 verify(directory.path_of(tmp))
+            if before_publish is not None:
+                files.name_data()  # the model read where it will read its data
+                before_publish(directory.path_of(tmp))
             files.publish(requested, guard, in_place)
             if in_place:
                 remove_input_data(model, output, data if external_data else None)
