@@ -1,0 +1,39 @@
+"""``optimize --check`` writes a model with external data once: by the time the check runs,
+the data is already under the fresh name it keeps (no model names it yet), and publishing is
+one rename of the model; a failed or stopped check leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from tests.support.interrupts import leftovers, run_acted_on
+from tests.support.models import transposed_weight
+
+
+def test_the_data_is_written_under_its_name_before_the_check(tmp_path):
+    source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
+    out, pauses = tmp_path / "out", tmp_path / "pauses"
+    out.mkdir()
+    pauses.mkdir()
+    seen: list[list[str]] = []
+    ending = run_acted_on(["optimize", source, "-o", out / "m.onnx", "--check", "1", "-q"],
+                          "check-saved", lambda proc: seen.append(sorted(os.listdir(out))),
+                          pauses)
+    assert ending.paused and ending.code == 0, ending.stderr
+    (listing,) = seen
+    assert "m.onnx.data" in listing  # the data's final name, during the check
+    assert not any(name.endswith(".data") and name != "m.onnx.data" for name in listing)
+    assert sorted(os.listdir(out)) == ["m.onnx", "m.onnx.data"]
+
+
+def test_a_check_stopped_after_the_write_leaves_nothing(tmp_path):
+    source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
+    out, pauses = tmp_path / "out", tmp_path / "pauses"
+    out.mkdir()
+    pauses.mkdir()
+    ending = run_acted_on(["optimize", source, "-o", out / "m.onnx", "--check", "1", "-q"],
+                          "check-saved", lambda proc: proc.send_signal(signal.SIGTERM),
+                          pauses)
+    assert ending.paused and ending.code == 128 + signal.SIGTERM, ending.stderr
+    assert os.listdir(out) == [] and not leftovers(out)
