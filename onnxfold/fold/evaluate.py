@@ -288,6 +288,8 @@ class Evaluator:
         if first.ndim == 0 or not -first.ndim <= axis < first.ndim:
             return None
         axis %= first.ndim
+        if any(isinstance(p, Concatenated) and p.axis != axis for p in pieces):
+            return None  # pieces are arrays: one of another axis is built (a block's rows)
         if any(p.dtype != first.dtype or p.ndim != first.ndim or
                p.shape[:axis] + p.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]
                for p in pieces) or sum(p.nbytes for p in pieces) < UNBUILT_FROM:

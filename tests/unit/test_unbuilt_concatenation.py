@@ -120,3 +120,32 @@ def test_the_dedupe_samples_an_unbuilt_concatenation_without_building_it():
     lazy.block = lambda out=None: calls.append(out) or built  # type: ignore[method-assign]
     _sample_digest(as_lazy, _ResidentBound())
     assert not calls
+
+
+@pytest.mark.parametrize("inner, outer", [(0, 1), (1, 0)])
+def test_a_concat_of_a_concat_along_another_axis_is_written(tmp_path, inner, outer):
+    """A Concat of an unbuilt concatenation along another axis (its rows are not the
+    pieces' rows) is built by the fold: saved, it is np.concatenate's bytes (it stopped the
+    save: 'Concatenated' object is not subscriptable, an internal error)."""
+    rng = np.random.default_rng(4)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in
+               ((ROWS, COLS), (ROWS, COLS), (ROWS, 2 * COLS) if inner == 0 else (2 * ROWS, COLS)))
+    nodes = [helper.make_node("Transpose", [n], [n + "t"]) for n in ("A", "B", "C")] + [
+        helper.make_node("Concat", ["At", "Bt"], ["AB"], axis=inner),
+        helper.make_node("Concat", ["AB", "Ct"], ["W"], axis=outer),
+        helper.make_node("MatMul", ["x", "W"], ["y"])]
+    want = np.concatenate([np.concatenate([a.T, b.T], inner), c.T], outer)
+    model = make_model(nodes, [vinfo("x", shape=[1, want.shape[0]])],
+                       [vinfo("y", shape=[1, want.shape[1]])],
+                       [numpy_helper.from_array(t, n) for t, n in ((a, "A"), (b, "B"), (c, "C"))])
+    source = tmp_path / "m.onnx"
+    onnx.save_model(model, str(source), save_as_external_data=True, location="m.data",
+                    size_threshold=0)
+    result = onnxfold.optimize(str(source))
+    assert result.report.nodes_after == 1
+    out = tmp_path / "out.onnx"
+    result.save(str(out))
+    (tensor,) = onnx.load(str(out)).graph.initializer
+    assert numpy_helper.to_array(tensor).tobytes() == want.tobytes()
+    (proto,) = result.to_proto().graph.initializer
+    assert numpy_helper.to_array(proto).tobytes() == want.tobytes()
