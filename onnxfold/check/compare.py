@@ -291,7 +291,7 @@ def _windows(a: ir.Model, b: ir.Model, budget: int | None
                    f"{size_text(memory_room.session_bytes(weights))}, more than the memory left")
     plan = plan_windows(a, b, budget)
     try:
-        memory_room.check_window(max(w.weight_bytes for w in [*plan.a, *plan.b]))
+        memory_room.check_window(max((w.weight_bytes for w in [*plan.a, *plan.b]), default=0))
     except MemoryError as e:
         raise CheckCouldNotRun(str(e)) from None
     return plan, why

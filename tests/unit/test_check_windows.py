@@ -182,3 +182,52 @@ def test_in_windows_every_rewrite_is_validated_from_the_chain(decoder, tmp_path)
     assert checked.rewrites is not None and checked.rewrites.all_validated, checked.summary()
     from_inputs = read_from_inputs(graph_of(str(source), "a"))
     assert ran and not any(str(v.name) in from_inputs for sources in ran for v in sources)
+
+
+def _constant_output_model(path, shape_value=None):
+    """y = x @ Transpose(W) and s = Shape(W): the fold makes ``s`` an initializer (no node
+    makes it), and ``Identity(x)`` an output; ``shape_value`` plants another value of s."""
+    from onnx import helper
+
+    from tests.support.models import make_model, vinfo
+
+    w = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["W"], ["Wt"]),
+             helper.make_node("MatMul", ["x", "Wt"], ["y"]),
+             helper.make_node("Shape", ["W"], ["s"])]
+    model = make_model(nodes, [vinfo("x", shape=[2, 64])],
+                       [vinfo("y", shape=[2, 64]), vinfo("s", TensorProto.INT64, [2])],
+                       [numpy_helper.from_array(w, "W")])
+    onnx.save(model, str(path))
+    return path
+
+
+def test_in_windows_an_output_no_node_makes_is_compared(tmp_path):
+    """An output the fold made an initializer (a shape) is handed back by the chain, and
+    compared: the check in windows failed on it ("onnxruntime failed to run it: 's'"), and
+    declined a model without nodes (max() of no windows)."""
+    from tests.support.models import make_model, vinfo
+
+    source = _constant_output_model(tmp_path / "m.onnx")
+    folded = tmp_path / "f.onnx"
+    onnxfold.optimize(str(source)).save(str(folded))
+    assert "s" in {t.name for t in onnx.load(str(folded)).graph.initializer}
+    for budget in (None, 1, 5000):
+        result = compare_models(str(source), str(folded), 2, CompareOptions(window_bytes=budget))
+        assert result.ok, (budget, result.summary())
+    planted = onnx.load(str(folded))
+    for t in planted.graph.initializer:
+        if t.name == "s":
+            t.CopyFrom(numpy_helper.from_array(np.array([64, 65], np.int64), "s"))
+    wrong = tmp_path / "w.onnx"
+    onnx.save(planted, str(wrong))
+    for budget in (None, 1):
+        result = compare_models(str(source), str(wrong), 1,
+                                CompareOptions(window_bytes=budget, verify=False))
+        assert not result.ok and not result.failure and \
+            [r.name for r in result.rows if not r.ok] == ["s"], budget
+    empty = tmp_path / "e.onnx"
+    onnx.save(make_model([], [vinfo("x", shape=[2])], [vinfo("x", shape=[2])]), str(empty))
+    assert compare_models(str(empty), str(empty), 1, CompareOptions(window_bytes=1)).ok
+
+

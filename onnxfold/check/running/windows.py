@@ -79,7 +79,7 @@ class WindowPlan:
 
     def describe(self, why: str) -> str:
         """One line for the verdict's notes; ``why``: why the check runs in windows."""
-        largest = max(w.weight_bytes for w in [*self.a, *self.b])
+        largest = max((w.weight_bytes for w in [*self.a, *self.b]), default=0)
         compared = sum(1 for cut in self.cuts if cut)
         return (f"compared window by window ({why}): the original in {len(self.a)} windows, "
                 f"the optimized model in {len(self.b)}, at most {size_text(self.budget)} of "
@@ -330,6 +330,10 @@ class Chain:
         self._inputs = [v for v in graph.inputs if v.name not in graph.initializers]
         self._defaults = {str(v.name): v for v in graph.inputs if v.name in graph.initializers}
         self.kept = set(kept) | {str(v.name) for v in graph.outputs}
+        # graph outputs no node makes: initializers (an output the fold made constant)
+        made = {str(o.name) for n in graph for o in n.outputs}
+        self._constant_outputs = [str(v.name) for v in graph.outputs if str(v.name) not in made
+                                  and str(v.name) in graph.initializers]
         self._functions = [ir.serde.serialize_function(f) for f in model.functions.values()]
         # id of a set's feeds -> (the feeds, its kept values or what stopped it)
         self._done: dict[int, tuple[Mapping[str, np.ndarray], dict[str, Any] | Exception]] = {}
@@ -363,6 +367,11 @@ class Chain:
             drop_resident_pages()  # its weights are not read again by this chain
             heap.trim()  # what its session freed (a collection per window costs seconds)
         heap.release()
+        for state in states:
+            if not isinstance(state, Exception):
+                for name in self._constant_outputs:
+                    if name not in state:  # (an overridable one fed is the set's value)
+                        state[name] = _constant(self.model.graph.initializers[name])
         for feeds, state in zip(feed_sets, states):
             self._done[id(feeds)] = (feeds, state if isinstance(state, Exception) else {
                 name: value for name, value in state.items() if name in self.kept})
@@ -495,6 +504,14 @@ class _WeightBuffer:
             found[name] = region.view(dtype).reshape(tensor.shape.numpy())
             at += -(-tensor.nbytes // self.ALIGN) * self.ALIGN
         return found
+
+
+def _constant(value: ir.Value) -> np.ndarray:
+    """An initializer's array, read with ``pread`` where it is in a file (a truncated input
+    is an InputError, never a bus error)."""
+    tensor = value.const_value
+    assert tensor is not None  # (an initializer)
+    return tensor.checked_numpy() if isinstance(tensor, MappedTensor) else tensor.numpy()
 
 
 def _shape_of(value: Any) -> tuple:
