@@ -488,8 +488,10 @@ class _WeightBuffer:
         copied = {name: t for name, t in tensors.items()
                   if isinstance(t, MappedTensor) and t.dtype.bitwidth >= 8 and t.size}
         total = sum(-(-t.nbytes // self.ALIGN) * self.ALIGN for t in copied.values())
-        if total > self._buffer.nbytes:
-            self._buffer = np.empty(total, np.uint8)  # (its pages are touched once)
+        if total > self._buffer.nbytes:  # (its pages are touched once)
+            raw = np.empty(total + self.ALIGN, np.uint8)  # numpy starts it 16 bytes aligned
+            start = -raw.ctypes.data % self.ALIGN
+            self._buffer = raw[start:start + total]
         found: dict[str, np.ndarray] = {}
         at = 0
         for name, tensor in tensors.items():
