@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import threading
 from collections.abc import Iterable, Iterator
 
 from onnxfold.io.publication import release_locks
@@ -36,7 +37,11 @@ def bus_error_exits(directories: Iterable[str], status: int) -> Iterator[None]:
         yield
         return
 
+    first = threading.Lock()  # two threads may fault at once: one line, one cleanup
+
     def on_bus_error(signum: int) -> None:
+        if not first.acquire(blocking=False):
+            first.acquire()  # the first handler exits the process
         os.write(2, MESSAGE)
         # nothing may stop this handler before it exits (an exception would end the callback
         # and send the thread back to the faulting read): not even a pending signal's

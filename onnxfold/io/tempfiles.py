@@ -43,6 +43,8 @@ LOCK_SUFFIX = ".onnxfold-lock"
 _OWN_DIRECTORIES: dict[tuple[int, int], PinnedDirectory] = {}  # holding temporary files
 _OWN_TREES: set[str] = set()  # scratch directories
 _OWN_FILES: set[str] = set()  # scratch files
+# unpublished files under their final names (a model's data while it is checked)
+_OWN_NAMES: dict[tuple[tuple[int, int], str], tuple[PinnedDirectory, str]] = {}
 
 
 def _prefix(name: str, suffix: str) -> str:
@@ -226,6 +228,25 @@ def remove_own_files() -> None:
     for path in list(_OWN_FILES):
         with contextlib.suppress(OSError):
             os.unlink(path)
+    for directory, name in list(_OWN_NAMES.values()):
+        with contextlib.suppress(OSError):
+            directory.unlink(name)
+
+
+def own_name(directory: PinnedDirectory, name: str) -> None:
+    """Record ``name`` in ``directory``, a file this run made under its final name that no
+    published file names yet (a model's data, renamed before the model is checked), as its
+    own until :func:`disown_name`: a run that ends otherwise than done removes it too."""
+    if endings.installed():
+        _OWN_NAMES[(directory.identity(), name)] = (directory.duplicate(), name)
+
+
+def disown_name(directory: PinnedDirectory, name: str) -> None:
+    """``name`` is published (or gone): no longer this run's to remove."""
+    with contextlib.suppress(OSError):
+        entry = _OWN_NAMES.pop((directory.identity(), name), None)
+        if entry is not None:
+            entry[0].close()
 
 
 def _record_directory(directory: PinnedDirectory) -> None:

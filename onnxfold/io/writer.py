@@ -34,7 +34,7 @@ from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.publication import fresh_data_name, kill_point, output_lock, superseded_data
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
-from onnxfold.io.tempfiles import temporary, write_failed
+from onnxfold.io.tempfiles import disown_name, own_name, temporary, write_failed
 from onnxfold.io.tensor_facts import data_dims, data_nbytes
 from onnxfold.io.text_parts import Part, graph_parts, pwrite_parts, text_field
 from onnxfold.ir.blocks import Concatenated
@@ -363,6 +363,7 @@ class _Files:
             kill_point("model-rename")
             directory.replace(self.tmp, self.output.name)  # publishes model and data together
             self.published = True
+            disown_name(directory, self.data)
             if self.data_tmp is not None:
                 kill_point("old-data-removal")
                 _remove_superseded_data(self.output, requested, self.data, guard, in_place)
@@ -374,6 +375,7 @@ class _Files:
                 kill_point("data-rename")
                 self.output.directory.replace(self.data_tmp, self.data)
                 self.renamed = True
+                own_name(self.output.directory, self.data)  # removed however the run ends
 
     def remove_unpublished(self) -> None:
         """Delete what was not published (a failure or a signal on the way)."""
@@ -384,6 +386,7 @@ class _Files:
                 if name is not None:
                     with contextlib.suppress(FileNotFoundError):
                         self.output.directory.unlink(name)
+            disown_name(self.output.directory, self.data)
 
 
 def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: OutputGuard,

@@ -37,3 +37,19 @@ def test_a_check_stopped_after_the_write_leaves_nothing(tmp_path):
                           pauses)
     assert ending.paused and ending.code == 128 + signal.SIGTERM, ending.stderr
     assert os.listdir(out) == [] and not leftovers(out)
+
+
+def test_a_bus_error_during_the_check_leaves_nothing_and_says_one_line(tmp_path):
+    """An input truncated while the check reads it through a mapping (a cone fed the
+    original's weights) is a bus error, which ends the run in one line, exit 2: the data
+    already under its final name goes too (it stayed, 'nothing was written' said beside it)."""
+    source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
+    out, pauses = tmp_path / "out", tmp_path / "pauses"
+    out.mkdir()
+    pauses.mkdir()
+    ending = run_acted_on(["optimize", source, "-o", out / "m.onnx", "--check", "1", "-q"],
+                          "check-saved", lambda proc: proc.send_signal(signal.SIGBUS),
+                          pauses)
+    assert ending.paused and ending.code == 2, ending.stderr
+    assert ending.stderr.count("onnxfold: error:") == 1, ending.stderr
+    assert os.listdir(out) == [] and not leftovers(out)
