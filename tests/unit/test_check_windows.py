@@ -258,3 +258,32 @@ def test_a_windows_weights_start_64_bytes_aligned_and_are_fed_uncopied(decoder):
     weights = sum(v.const_value.nbytes for v in graph_of(str(source), "a").graph.initializers
                   .values() if v.const_value is not None)
     assert sum(copies) < weights / 10, (len(copies), sum(copies))
+
+
+def test_an_input_truncated_while_the_windows_run_stops_the_check_at_once(tmp_path):
+    """A data file truncated while the chain reads it is an InputError of the file, not a
+    binding the original fails at: the check tried every guessed dim (40 bindings of the
+    decoder) and said 'dims guessed: ... (--dim NAME=VALUE sets one the model runs at)'."""
+    import os
+
+    source = tmp_path / "d.onnx"
+    build(str(source), TINY)
+    folded = tmp_path / "f.onnx"
+    onnxfold.optimize(str(source)).save(str(folded))
+    runs = []
+    original = Chain.run_all
+
+    def truncating(self, feed_sets):
+        runs.append(self.label)
+        os.truncate(str(source) + ".data", 1000)
+        return original(self, feed_sets)
+
+    Chain.run_all = truncating  # type: ignore[method-assign]
+    try:
+        with pytest.raises(InputError) as raised:
+            compare_models(str(source), str(folded), 1,
+                           CompareOptions(verify=False, window_bytes=BUDGET))
+    finally:
+        Chain.run_all = original  # type: ignore[method-assign]
+    assert "past the end of the file" in str(raised.value) and "guessed" not in str(raised.value)
+    assert len(runs) == 1

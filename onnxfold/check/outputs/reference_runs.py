@@ -26,6 +26,7 @@ from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.feeds import FeedPlan
 from onnxfold.check.running.runner import MachineShort, run_model
 from onnxfold.errors import InputError, clipped, one_line
+from onnxfold.io.checked import InputChanged
 
 SAID = 300  # characters of onnxruntime's error kept before the list of guesses
 VALUE_SHARE = 4  # one value a binding makes may take at most this share of the memory left
@@ -85,8 +86,8 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 _ran_one(one, sess, label, outputs, run_options, feeder, n, bindings,
                          progress, (feeds_kept, results, shapes))
         except (InputError, MachineShort) as e:
-            if not feeder.guessed:
-                raise
+            if not feeder.guessed or isinstance(e, InputChanged):  # (an input file changed:
+                raise  # no other binding reads another)
             memory = isinstance(e, MachineShort)  # the machine's: smaller inputs may fit
             failed[feeder.guessed_values(bound)] = f"the machine ran short: {_short(e)}" \
                 if memory else one_line(e).removeprefix(f"{label}: ").split("; dims guessed")[0]
