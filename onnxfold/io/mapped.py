@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.errors import InputError
+from onnxfold.errors import InputError, OnnxfoldError
 from onnxfold.host.limits import limit_error
 from onnxfold.io.checked import InputChanged, open_input, read_range
 from onnxfold.ir.arrays import byte_bounds, memory_owner
@@ -229,13 +229,17 @@ class MappedTensor(ir.ExternalTensor):
         self._array = None
 
     def prefetch(self) -> None:
-        """Ask the kernel to read the tensor's pages ahead, in the background (a reader that
-        will want them after its current work then finds them in memory); a hint, which
-        nothing fails on."""
-        if self.size == 0 or not hasattr(mmap, "MADV_WILLNEED"):
+        """Ask the kernel to read the tensor's bytes into the page cache ahead, in the
+        background (a reader that will want them after its current work, through the mapping
+        or with ``pread``, then finds them in memory); a hint, which nothing fails on. It maps
+        nothing (``posix_fadvise`` on a descriptor): mapping the whole file for a hint failed
+        a check under ``ulimit -v`` that reads its weights with ``pread``."""
+        if self.size == 0 or not hasattr(os, "posix_fadvise"):
             return
-        with contextlib.suppress(OSError, ValueError):
-            shared = shared_map(self.path, self.identity)
-            offset, length = self._within(shared)
-            start = offset // mmap.PAGESIZE * mmap.PAGESIZE
-            shared.madvise(mmap.MADV_WILLNEED, start, offset + length - start)
+        with contextlib.suppress(OSError, ValueError, OnnxfoldError):  # (a limit, a change)
+            fd = open_input(self.path, self.identity)
+            try:
+                os.posix_fadvise(fd, self.offset or 0, self.length or self.nbytes,
+                                 os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)

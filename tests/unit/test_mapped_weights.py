@@ -166,3 +166,28 @@ def test_drop_resident_pages_gives_back_what_reads_of_many_weights_left(tmp_path
     drop_resident_pages()
     assert _resident_kib_of(path) == 0, left
     np.testing.assert_array_equal(views[7], arrays[7])
+
+
+def test_a_prefetch_maps_nothing_and_fails_on_nothing(tmp_path, monkeypatch):
+    """A prefetch is a hint to the page cache: it maps no file (mapping a whole data file for
+    it failed a check in windows, which reads its weights with pread, under ulimit -v), holds
+    no descriptor, and a file cut short is left for the read to report."""
+    from onnxfold.io import mapped
+
+    path = str(tmp_path / "m.onnx")
+    _weights_model(path, count=3)
+    model = load_model(path)
+    tensors = [model.graph.initializers[f"w{i}"].const_value for i in range(3)]
+    assert all(isinstance(t, MappedTensor) for t in tensors)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a prefetch mapped the file")
+
+    monkeypatch.setattr(mapped, "shared_map", refused)
+    before = _open_descriptors()
+    for tensor in tensors:
+        tensor.prefetch()
+    assert _mappings_of(path) == 0 and _open_descriptors() == before
+    os.truncate(path, 100)
+    for tensor in tensors:
+        tensor.prefetch()  # (nothing raised: the read says what is wrong)
