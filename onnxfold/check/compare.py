@@ -279,16 +279,18 @@ def _windows(a: ir.Model, b: ir.Model, budget: int | None
     why; CheckCouldNotRun where not even the largest window fits."""
     why = f"windows of at most {size_text(budget)} of weights asked for" if budget else ""
     if budget is None:
-        weights = max(memory_room.weight_bytes(a), memory_room.weight_bytes(b))
+        weights, cast = max(((memory_room.weight_bytes(m), memory_room.cast_bytes(m))
+                             for m in (a, b)), key=lambda w: memory_room.session_bytes(*w))
         try:
-            memory_room.check_room(weights)
+            memory_room.check_room(weights, cast)
             return None
         except MemoryError as e:
             budget = memory_room.window_budget()
             if budget is None:
                 raise CheckCouldNotRun(str(e)) from None
             why = (f"a session over a whole model needs about "
-                   f"{size_text(memory_room.session_bytes(weights))}, more than the memory left")
+                   f"{size_text(memory_room.session_bytes(weights, cast))}, more than the memory "
+                   "left")
     plan = plan_windows(a, b, budget)
     try:
         memory_room.check_window(max((w.weight_bytes for w in [*plan.a, *plan.b]), default=0))

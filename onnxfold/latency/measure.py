@@ -227,13 +227,14 @@ def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
-    weights = [memory_room.weight_bytes(g) for g in (graph_a, graph_b)]
+    weights = [(memory_room.weight_bytes(g), memory_room.cast_bytes(g))
+               for g in (graph_a, graph_b)]
     heap.prepare()
     free = memory_room.room()
-    together = free is None or sum(map(memory_room.session_bytes, weights)) <= free
+    together = free is None or sum(memory_room.session_bytes(*w) for w in weights) <= free
     if not together:
         try:
-            memory_room.check_room(max(weights))
+            memory_room.check_room(*max(weights, key=lambda w: memory_room.session_bytes(*w)))
         except MemoryError as e:
             raise InputError(f"latency: {e}".replace("the check needs", "it needs")
                              .replace("or without --check", "or without --latency")) from None

@@ -289,3 +289,29 @@ def test_an_input_truncated_while_the_windows_run_stops_the_check_at_once(tmp_pa
     assert said.startswith(str(source) + ".data: ") and "guessed" not in said
     assert len(runs) == 1
 
+
+def test_a_float16_models_session_is_weighed_with_its_float32_copies(tmp_path, monkeypatch):
+    """onnxruntime holds a float32 copy of float16 weights (3.4x the weights in all, measured
+    on a float16 decoder): a room that fits twice the weights but not that is no room for a
+    whole session (one was chosen, and the kernel killed the check in a 900 MiB cgroup)."""
+    from onnx import helper
+
+    from onnxfold.check import compare as compare_module
+    from onnxfold.check.running import memory
+    from tests.support.models import make_model, vinfo
+
+    weights = 1 << 20
+    w = np.ones((512, 1024), np.float16)
+    model = make_model([helper.make_node("MatMul", ["x", "W"], ["y"])],
+                       [vinfo("x", TensorProto.FLOAT16, [1, 512])],
+                       [vinfo("y", TensorProto.FLOAT16, [1, 1024])],
+                       [numpy_helper.from_array(w, "W")])
+    path = tmp_path / "h.onnx"
+    onnx.save(model, str(path))
+    graph = graph_of(str(path), "a")
+    assert memory.cast_bytes(graph) == memory.weight_bytes(graph) == weights
+    monkeypatch.setattr(memory, "room", lambda: memory.SESSION_OVERHEAD + 3 * weights)
+    with pytest.raises(compare_module.CheckCouldNotRun, match="largest window"):
+        compare_module._windows(graph, graph, None)  # (its one window needs 4x: none fits)
+    monkeypatch.setattr(memory, "room", lambda: memory.SESSION_OVERHEAD + 4 * weights)
+    assert compare_module._windows(graph, graph, None) is None

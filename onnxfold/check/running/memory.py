@@ -28,6 +28,7 @@ from onnxfold.host.address_space import address_space_in_use
 from onnxfold.host.memory_limits import available_memory, host_available
 
 SESSION_FACTOR = 2.0  # peak bytes of a session per byte of its weights
+CAST_FACTOR = 1.5  # and per byte of its 16-bit float weights, their float32 copies
 SESSION_OVERHEAD = 64 * 2**20  # the session's own allocations, the feeds and the outputs
 HOST_SHARE = 0.75  # of the host's available memory a check may take, cgroup or not
 # of the memory limit kept for what it charges beside this process's resident pages (the page
@@ -42,9 +43,22 @@ def weight_bytes(model: ir.Model) -> int:
                if v.const_value is not None)
 
 
-def session_bytes(weights: int) -> int:
-    """About the peak of an onnxruntime session over ``weights`` bytes."""
-    return int(SESSION_FACTOR * weights) + SESSION_OVERHEAD
+def cast_bytes(model: ir.Model) -> int:
+    """The bytes of ``model``'s float16 and bfloat16 initializers: a session holds a float32
+    copy of those its CPU kernels cannot read (a float16 MatMul's weight, cast once by its
+    graph optimizations): :data:`CAST_FACTOR` more bytes per byte (a session over a 294 MiB
+    float16 decoder peaked at 1.01 GiB above the process, 3.4x its weights, where
+    ``SESSION_FACTOR`` alone allowed 652 MiB: the kernel killed the check, and
+    ``--latency``, in a 900 MiB cgroup)."""
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values()
+               if v.const_value is not None and v.const_value.dtype in
+               (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))
+
+
+def session_bytes(weights: int, cast: int = 0) -> int:
+    """About the peak of an onnxruntime session over ``weights`` bytes, ``cast`` of them 16-bit
+    floats (:func:`cast_bytes`)."""
+    return int(SESSION_FACTOR * weights + CAST_FACTOR * cast) + SESSION_OVERHEAD
 
 
 def resident_bytes() -> int | None:
@@ -115,13 +129,15 @@ def check_window(weights: int) -> None:
                       "more memory is available, or without --check")
 
 
-def check_room(weights: int) -> None:
-    """MemoryError, saying the sizes, when a session over ``weights`` bytes does not fit."""
+def check_room(weights: int, cast: int = 0) -> None:
+    """MemoryError, saying the sizes, when a session over ``weights`` bytes (``cast`` of them
+    16-bit floats) does not fit."""
     free = room()
-    if free is None or session_bytes(weights) <= free:
+    need = session_bytes(weights, cast)
+    if free is None or need <= free:
         return
     mib = 2**20
-    raise MemoryError(f"the check needs about {session_bytes(weights) // mib} MiB for an "
+    raise MemoryError(f"the check needs about {need // mib} MiB for an "
                       f"onnxruntime session over {weights // mib} MiB of weights and "
                       f"{free // mib} MiB are left under the memory limit; run it where more "
                       "memory is available, or without --check")
