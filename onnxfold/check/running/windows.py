@@ -29,7 +29,9 @@ outputs decide.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -345,6 +347,8 @@ class Chain:
                                         name not in w.writes)] for w in windows]
         self.tell: Callable[[str], None] = lambda text: None
         self._weights = _WeightBuffer()
+        # the element dtype of each sequence a window made (an empty one handed on has none)
+        self._sequences: dict[str, np.dtype] = {}
 
     def get_inputs(self) -> list[Arg]:
         return [_arg(v) for v in self._inputs]
@@ -414,7 +418,9 @@ class Chain:
                         if weights is None:
                             weights = self._weights.read(window, self.model.graph, inputs)
                         built = self._model(window, inputs, returned, weights)
-                        sessions[shapes] = built, built.session(self.libraries)
+                        session = built.session(self.libraries)
+                        self._sequences.update(_sequence_dtypes(session))
+                        sessions[shapes] = built, session
                     except (RunFailed, MachineShort) as e:
                         sessions[shapes] = e
                 made = sessions[shapes]
@@ -456,7 +462,9 @@ class Chain:
                constants: Mapping[str, np.ndarray]) -> NodesModel:
         """``window``'s nodes as a model, its inputs declared as ``inputs`` are, its
         ``constants`` as the original's initializers, handing back ``returned``."""
-        declared = {name: Fed.of(name, value) for name, value in inputs.items()}
+        declared = {name: Fed(self._sequences[name], sequence=True)
+                    if isinstance(value, list | tuple) and not value and name in self._sequences
+                    else Fed.of(name, value) for name, value in inputs.items()}
         wanted = [_wanted(self._values[name]) for name in returned]
         default_domain = all(n.domain in ("", "ai.onnx") for n in window.nodes)
         return NodesModel([ir.serde.serialize_node(n) for n in window.nodes], wanted,
@@ -514,6 +522,22 @@ def _constant(value: ir.Value) -> np.ndarray:
     tensor = value.const_value
     assert tensor is not None  # (an initializer)
     return tensor.checked_numpy() if isinstance(tensor, MappedTensor) else tensor.numpy()
+
+
+_SEQUENCE = re.compile(r"^seq\(tensor\((\w+)\)\)$")
+_NUMPY_NAMES = {"float": "float32", "double": "float64", "string": "object"}
+
+
+def _sequence_dtypes(session: Any) -> dict[str, np.dtype]:
+    """The element dtype of each sequence of tensors ``session`` hands back, as onnxruntime
+    declares it (``seq(tensor(float))``), where numpy has one."""
+    found = {}
+    for arg in session.get_outputs():
+        match = _SEQUENCE.match(str(arg.type))
+        if match is not None:
+            with contextlib.suppress(TypeError):
+                found[str(arg.name)] = np.dtype(_NUMPY_NAMES.get(match[1], match[1]))
+    return found
 
 
 def _shape_of(value: Any) -> tuple:
