@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import onnx_ir as ir
 
-from onnxfold.check.compare import compare_models
+from onnxfold.check.compare import CheckCouldNotRun, compare_models
 from onnxfold.check.result import CompareResult
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.host.points import reached
@@ -79,8 +79,14 @@ def _save_checked(model: ir.Model, original: str | os.PathLike, output: PinnedOu
 
     def judged(checked: str) -> None:
         reached("check-saved")
-        result = compare_models(original, checked, n, options, progress=checking,
-                                evidence=evidence) if n else None
+        try:
+            result = compare_models(original, checked, n, options, progress=checking,
+                                    evidence=evidence) if n else None
+        except CheckCouldNotRun as e:  # named as the output, not its temporary file
+            if e.result is not None:
+                e.result.model_b = output.given
+                e.result.not_run = e.result.not_run.replace(checked, output.given)
+            raise CheckCouldNotRun(str(e).replace(checked, output.given), e.result) from None
         if result is not None:
             result.model_b = output.given  # report the output, not the temporary name
             result.failure = result.failure.replace(checked, output.given)

@@ -53,3 +53,35 @@ def test_a_bus_error_during_the_check_leaves_nothing_and_says_one_line(tmp_path)
     assert ending.paused and ending.code == 2, ending.stderr
     assert ending.stderr.count("onnxfold: error:") == 1, ending.stderr
     assert os.listdir(out) == [] and not leftovers(out)
+
+
+def test_a_check_that_could_not_run_names_the_output_not_its_temporary_file(tmp_path,
+                                                                               monkeypatch):
+    """Where the machine ran short running the written model, the line names the output
+    (it named '/proc/self/fd/3/.m.onnx.onnxfold-5028-079023c1.tmp', a file the user never
+    sees and that is gone by then)."""
+    import pytest
+
+    import onnxfold
+    from onnxfold.app import checked_save
+    from onnxfold.check.compare import CheckCouldNotRun
+    from onnxfold.check.result import CompareResult
+
+    source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def short(original, checked, n, options, **kwargs):
+        said = f"{checked}: the machine ran short running it ({checked}: out of memory)"
+        result = CompareResult(str(original), checked, [], "", n, 0, None, None, {}, [], [])
+        result.not_run = said
+        raise CheckCouldNotRun(said, result)
+
+    monkeypatch.setattr(checked_save, "compare_models", short)
+    result = onnxfold.optimize(str(source))
+    with pytest.raises(CheckCouldNotRun) as raised:
+        checked_save.save_checked(result.model, str(source), str(out / "m.onnx"), n=1)
+    said = str(raised.value)
+    assert said.startswith(f"{out / 'm.onnx'}: the machine ran short") and "onnxfold-" not in said
+    assert raised.value.result is not None and "onnxfold-" not in raised.value.result.not_run
+    assert os.listdir(out) == []
