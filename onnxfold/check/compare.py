@@ -77,7 +77,8 @@ def compare(a: ModelRef, b: ModelRef, *,
             level: str = DEFAULT_LEVEL, verify: bool | None = None,
             progress: Callable[[str], None] | None = None,
             catalogue: Catalogue | None = None,
-            evidence: RunEvidence | None = None) -> CompareResult:
+            evidence: RunEvidence | None = None,
+            window_bytes: int | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
 
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
@@ -98,11 +99,13 @@ def compare(a: ModelRef, b: ModelRef, *,
     facts say which folds are bitwise (None: the installed rules). ``evidence``: what the run
     that made ``b`` knows (``optimize(...).evidence``): with ``record_rewrites=True`` every
     rewrite is validated on the input sets, and ``b`` may fix only the dims its
-    ``input_shapes`` fixed.
+    ``input_shapes`` fixed. ``window_bytes``: run both models window by window, each window
+    at most this many bytes of weights (None: only where a session over a whole model does
+    not fit in the memory left).
     """
     return compare_models(a, b, n, CompareOptions(
         inputs, seed, dict(dims or {}), dict(int_ranges or {}), rtol, atol,
-        tuple(custom_op_libraries), level, verify), progress=progress,
+        tuple(custom_op_libraries), level, verify, window_bytes), progress=progress,
         catalogue=catalogue, evidence=evidence)
 
 

@@ -340,3 +340,11 @@ def test_an_empty_sequence_handed_on_at_a_cut_is_fed_as_one(tmp_path):
     onnx.save(model, str(path))
     for budget in (None, 1):
         assert compare_models(str(path), str(path), 1, CompareOptions(window_bytes=budget)).ok
+
+
+def test_onnxfold_compare_takes_a_window_budget(decoder):
+    """``onnxfold.compare(..., window_bytes=N)``, as check.md says (it was a TypeError: only
+    ``CompareOptions`` took one)."""
+    source, folded = decoder
+    result = onnxfold.compare(str(source), str(folded), window_bytes=BUDGET, verify=False)
+    assert result.ok and "compared window by window" in result.windows
