@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check.running.models import read_constant
 from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
 from onnxfold.ir.recipes import Recipe
 
@@ -96,7 +97,7 @@ class RecipeRunner:
         for graph in (self.original.graph, self.optimized.graph):
             value = graph.initializers.get(name)
             if value is not None and value.const_value is not None:
-                return Derived(value.const_value.numpy())
+                return Derived(read_constant(value.const_value))
         computed = self.from_original(name)
         if computed is not None:
             return computed

@@ -31,6 +31,7 @@ from onnxfold.check.running import memory
 from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones
 from onnxfold.check.running.input_reads import InputReads
+from onnxfold.check.running.models import read_constant
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
 from onnxfold.check.running.sizes import Sizes
 from onnxfold.check.running.tolerance import allowed
@@ -268,7 +269,7 @@ class _Leaves:
                 self.arrays[name] = self.known[name]  # type: ignore[assignment]
             elif value is not None and value.const_value is not None and \
                     value.producer() is None:
-                self.arrays[name] = value.const_value.numpy()
+                self.arrays[name] = read_constant(value.const_value)
             elif value is None or value.producer() is None or \
                     self.cones.outside(value) is not None:
                 self.arrays[name] = None

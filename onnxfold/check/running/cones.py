@@ -25,6 +25,7 @@ import onnx_ir as ir
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import string_values
 from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
+from onnxfold.check.running.models import read_constant
 from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
@@ -145,7 +146,7 @@ class Cones:
                 fed[str(leaf.name)] = inputs[str(leaf.name)]
             else:
                 assert leaf.const_value is not None
-                constants[str(leaf.name)] = leaf.const_value.numpy()
+                constants[str(leaf.name)] = read_constant(leaf.const_value)
         moved_only = all(n.domain in ("", "ai.onnx") and n.op_type in MOVES_DATA
                          for n in nodes)  # no kernel that could prepack: fed, not copied
         arrays = run_nodes([ir.serde.serialize_node(n) for n in nodes],

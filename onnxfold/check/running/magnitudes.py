@@ -50,6 +50,7 @@ import onnx
 import onnx_ir as ir
 from onnx import helper
 
+from onnxfold.check.running.models import read_constant
 from onnxfold.check.running.runner import Fed, NodesModel, Wanted
 from onnxfold.ir.graph import captured_values
 
@@ -507,7 +508,7 @@ def magnitudes(model: ir.Model, values: Sequence[ir.Value], inputs: Mapping[str,
     MachineShort."""
     nodes, names = twin_nodes(model, values)
     read = {name for node in nodes for name in node.input}
-    constants = {str(name): value.const_value.numpy()
+    constants = {str(name): read_constant(value.const_value)
                  for name, value in model.graph.initializers.items()
                  if value.const_value is not None and name not in inputs and name in read}
     wanted = [Wanted(name, value.dtype.numpy() if value.dtype is not None else None)

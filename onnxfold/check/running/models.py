@@ -18,6 +18,7 @@ import onnx_ir as ir
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.errors import InputError, clipped
 from onnxfold.io import load_model
+from onnxfold.io.mapped import MappedTensor
 from onnxfold.io.reader import model_from_proto
 
 ModelRef = str | os.PathLike | onnx.ModelProto
@@ -30,8 +31,24 @@ _ORT_TYPES = {
 }
 
 
+def read_constant(tensor: ir.TensorProtocol) -> np.ndarray:
+    """A constant's array for a run of the check: a weight in a file read with ``pread``
+    (a file truncated meanwhile is an InputError, never a bus error inside onnxruntime),
+    anything else as it is held."""
+    if isinstance(tensor, MappedTensor):
+        return tensor.checked_numpy()
+    return tensor.numpy()
+
+
 def label_of(model: ModelRef, default: str) -> str:
-    return default if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    """How messages name ``model``: its path, or ``default`` for a proto; InputError for
+    anything else a caller gives (an ``ir.Model``: save it, or ``ir.to_proto`` it)."""
+    if isinstance(model, onnx.ModelProto):
+        return default
+    if not isinstance(model, str | os.PathLike):
+        raise InputError(f"{default}: a path or an onnx.ModelProto is compared, not a "
+                         f"{type(model).__name__}")
+    return os.fspath(model)
 
 
 def graph_of(model: ModelRef, label: str) -> ir.Model:
