@@ -225,17 +225,29 @@ def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: l
                               counted: Callable[[int], None] | None) -> tuple[int, int]:
     """Write the weights to ``data_fd`` and the model naming them (``data_name``) to ``fd``:
     the bytes written to ``fd`` and to ``data_fd``."""
-    data, offset = segments.layout(0, [(b"", v.const_value) for v in streamed.values()],
-                                   align=DATA_ALIGNMENT)
+    offsets, end = _write_data(data_fd, streamed, counted)
+    return _write_naming(fd, head, graph_bytes, streamed, offsets, data_name), end
+
+
+def _write_data(data_fd: int, streamed: dict[str, ir.Value],
+                counted: Callable[[int], None] | None) -> tuple[list[int], int]:
+    """Write the weights to ``data_fd``: each one's offset, and the bytes written."""
+    data, end = segments.layout(0, [(b"", v.const_value) for v in streamed.values()],
+                                align=DATA_ALIGNMENT)
     segments.write(data_fd, data, counted)
-    placed = [seg for seg in data if not isinstance(seg.data, bytes)]  # (not the padding)
-    headers = [_header(name, _tensor(value), (data_name, seg.offset))
-               for (name, value), seg in zip(streamed.items(), placed, strict=True)]
+    return [seg.offset for seg in data if not isinstance(seg.data, bytes)], end  # (no padding)
+
+
+def _write_naming(fd: int, head: bytes, graph_bytes: list[Part], streamed: dict[str, ir.Value],
+                  offsets: list[int], data_name: str) -> int:
+    """Write the model to ``fd``, its weights in ``data_name`` at ``offsets``: the bytes
+    written."""
+    headers = [_header(name, _tensor(value), (data_name, offset))
+               for (name, value), offset in zip(streamed.items(), offsets, strict=True)]
     fields = [pw.len_prefix(5, len(h)) + h for h in headers]
     graph_len = text_parts.nbytes(graph_bytes) + sum(len(f) for f in fields)
-    written = pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), *graph_bytes,
-                                b"".join(fields)], 0)
-    return written, offset
+    return pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), *graph_bytes,
+                             b"".join(fields)], 0)
 
 
 def _write_embedded(fd: int, head: bytes, graph_bytes: list[Part],
@@ -410,6 +422,10 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
 
     head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
     in_place = guard.replaces_input(output)
+    verify, before_publish = judges
+    if before_publish is not None:  # judged outside the output's lock, then published
+        return _save_judged(model, output, guard, (head, graph_bytes, doc_string), streamed,
+                            requested, external_data, before_publish, counted)
     with output_lock(output):
         data = fresh_data_name(directory, requested) if external_data else requested
         reached("saving")
@@ -425,18 +441,12 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
                     fd, data_fd, head, graph_bytes, streamed, data, counted)
             else:
                 written = _write_embedded(fd, head, graph_bytes, streamed, counted)
-            if doc_string:
-                written += pwrite_parts(fd, text_field(_MODEL_DOC_STRING, doc_string), written)
-            os.ftruncate(fd, written)  # a prefilled file may be longer
+            written = _finished(fd, written, doc_string)
             os.close(fd)
             fd = None
             reached("written")
-            verify, before_publish = judges
             if verify is not None and not external_data:
                 verify(directory.path_of(tmp))
-            if before_publish is not None:
-                files.name_data()  # the model read where it will read its data
-                before_publish(directory.path_of(tmp))
             files.publish(requested, guard, in_place)
             if in_place:
                 remove_input_data(model, output, data if external_data else None)
@@ -449,3 +459,68 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             files.remove_unpublished()
     return SaveInfo(shown, directory.shown(data) if external_data else None, written + offset,
                     len(streamed))
+
+
+def _save_judged(model: ir.Model, output: PinnedOutput, guard: OutputGuard,
+                 parts: tuple[bytes, list[Part], str | None], streamed: dict[str, ir.Value],
+                 requested: str, external_data: bool,
+                 before_publish: Callable[[str], None],
+                 counted: Callable[[int], None] | None) -> SaveInfo:
+    """:func:`save_model` with ``before_publish``: the model and its data written beside the
+    output under temporary names (which no other writer removes), judged there without the
+    output's lock (a check takes minutes: another run on the output does not wait for it),
+    then, under the lock, its data given the fresh name it keeps, the small model file written
+    again naming it, and both published (``_Files.publish``)."""
+    directory, shown = output.directory, output.given
+    head, graph_bytes, doc_string = parts
+    in_place = guard.replaces_input(output)
+    reached("saving")
+    fd: int | None
+    fd, tmp = temporary(directory, output.name)
+    files = _Files(output, tmp, requested)
+    data_fd = None
+    try:
+        offsets: list[int] = []
+        end = 0
+        if external_data:
+            data_fd, files.data_tmp = temporary(directory, requested)
+            offsets, end = _write_data(data_fd, streamed, counted)
+            os.close(data_fd)
+            data_fd = None
+            written = _write_naming(fd, head, graph_bytes, streamed, offsets, files.data_tmp)
+        else:
+            written = _write_embedded(fd, head, graph_bytes, streamed, counted)
+        written = _finished(fd, written, doc_string)
+        os.close(fd)
+        fd = None
+        reached("written")
+        before_publish(directory.path_of(tmp))
+        with output_lock(output):
+            if external_data:  # named as published now: the model names its data's name
+                files.data = fresh_data_name(directory, requested)
+                fd = directory.open(tmp, os.O_WRONLY)
+                written = _finished(fd, _write_naming(fd, head, graph_bytes, streamed, offsets,
+                                                      files.data), doc_string)
+                os.close(fd)
+                fd = None
+            files.publish(requested, guard, in_place)
+            if in_place:
+                remove_input_data(model, output, files.data if external_data else None)
+    except OSError as e:
+        raise write_failed(shown, e) from None
+    finally:
+        for open_fd in (fd, data_fd):
+            if open_fd is not None:
+                os.close(open_fd)
+        files.remove_unpublished()
+    return SaveInfo(shown, directory.shown(files.data) if external_data else None,
+                    written + end, len(streamed))
+
+
+def _finished(fd: int, written: int, doc_string: str | None) -> int:
+    """The model's doc string written after its ``written`` bytes, the file cut there (a
+    prefilled or rewritten file may be longer): the bytes of the model."""
+    if doc_string:
+        written += pwrite_parts(fd, text_field(_MODEL_DOC_STRING, doc_string), written)
+    os.ftruncate(fd, written)
+    return written

@@ -1,6 +1,6 @@
-"""``optimize --check`` writes a model with external data once: by the time the check runs,
-the data is already under the fresh name it keeps (no model names it yet), and publishing is
-one rename of the model; a failed or stopped check leaves nothing."""
+"""``optimize --check`` writes a model with external data once: the check reads it where it
+was written (temporary names, the output's lock not held), and publishing renames the data and
+the model; a failed or stopped check leaves nothing."""
 
 from __future__ import annotations
 
@@ -11,20 +11,23 @@ from tests.support.interrupts import leftovers, run_acted_on
 from tests.support.models import transposed_weight
 
 
-def test_the_data_is_written_under_its_name_before_the_check(tmp_path):
+def test_the_data_checked_is_the_data_published(tmp_path):
+    """The data file the check reads (under a temporary name, the output's lock not held) is
+    the one published: renamed, not written again (the same inode)."""
     source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
     out, pauses = tmp_path / "out", tmp_path / "pauses"
     out.mkdir()
     pauses.mkdir()
-    seen: list[list[str]] = []
+    seen: list[dict[str, int]] = []
     ending = run_acted_on(["optimize", source, "-o", out / "m.onnx", "--check", "1", "-q"],
-                          "check-saved", lambda proc: seen.append(sorted(os.listdir(out))),
-                          pauses)
+                          "check-saved", lambda proc: seen.append(
+                              {p.name: p.stat().st_ino for p in out.iterdir()}), pauses)
     assert ending.paused and ending.code == 0, ending.stderr
-    (listing,) = seen
-    assert "m.onnx.data" in listing  # the data's final name, during the check
-    assert not any(name.endswith(".data") and name != "m.onnx.data" for name in listing)
+    (during,) = seen
+    data = [name for name in during if ".data" in name]
+    assert len(data) == 1 and data[0] != "m.onnx.data" and "m.onnx" not in during
     assert sorted(os.listdir(out)) == ["m.onnx", "m.onnx.data"]
+    assert (out / "m.onnx.data").stat().st_ino == during[data[0]]
 
 
 def test_a_check_stopped_after_the_write_leaves_nothing(tmp_path):
@@ -85,3 +88,27 @@ def test_a_check_that_could_not_run_names_the_output_not_its_temporary_file(tmp_
     assert said.startswith(f"{out / 'm.onnx'}: the machine ran short") and "onnxfold-" not in said
     assert raised.value.result is not None and "onnxfold-" not in raised.value.result.not_run
     assert os.listdir(out) == []
+
+
+def test_another_run_on_the_output_does_not_wait_for_the_check(tmp_path):
+    """The check runs without the output's lock: a second run writing the same output while
+    the first is checking ends (it would wait for the whole check), and the first publishes
+    over it, its data with it, nothing else left."""
+    import onnx
+
+    from tests.support.cli import run_cli
+
+    source = transposed_weight(tmp_path / "in", rows=256, cols=1024)
+    out, pauses = tmp_path / "out", tmp_path / "pauses"
+    out.mkdir()
+    pauses.mkdir()
+    second: list = []
+    ending = run_acted_on(["optimize", source, "-o", out / "m.onnx", "--check", "1", "-q"],
+                          "check-saved", lambda proc: second.append(
+                              run_cli("optimize", source, "-o", out / "m.onnx", "-q",
+                                      timeout=120)), pauses)
+    assert ending.paused and ending.code == 0, ending.stderr
+    assert second[0].returncode == 0, second[0].stderr
+    names = sorted(os.listdir(out))
+    assert names[0] == "m.onnx" and len(names) == 2 and names[1].endswith(".data"), names
+    onnx.checker.check_model(onnx.load(str(out / "m.onnx")))  # its data beside it, whole
