@@ -214,6 +214,7 @@ class _Run:
         planned = _windows(graph_a, graph_b, options.window_bytes)
         self.windows: WindowPlan | None = planned[0] if planned is not None else None
         self.windows_why = planned[1] if planned is not None else ""
+        self.b_in_windows = ""  # why B alone ran window by window, where it did
         # in windows: the rewrites' leaves A's chain keeps, those computed from the inputs
         # (a leaf of the weights alone, a transposed weight, is computed again where read)
         self.leaves = frozenset(leaves) & read_from_inputs(graph_a) if self.windows else \
@@ -259,10 +260,28 @@ class _Run:
 
     def session_b(self, b: ModelRef):
         """Model B's session (or chain of windows); InputError where onnxruntime cannot load
-        it, MachineShort where the machine ran short."""
-        if self.windows is None:
+        it, MachineShort where the machine ran short even in windows."""
+        if self.windows is not None:
+            return self._chain(self.graph_b, self.windows.b, self.label_b)
+        try:
             return open_session(b, self.label_b, self.libraries, self.options.level)
-        return self._chain(self.graph_b, self.windows.b, self.label_b)
+        except MachineShort:  # A's session fitted, B's does not: B in windows, if they fit
+            budget = memory_room.window_budget()
+            if budget is None:
+                raise
+            plan = plan_windows(self.graph_a, self.graph_b, budget)
+            try:
+                memory_room.check_window(max(w.weight_bytes for w in plan.b))
+            except (MemoryError, ValueError):
+                raise MachineShort(f"{self.label_b}: loading it: its session does not fit "
+                                   "after the original's, nor its largest window") from None
+            self.b_in_windows = (
+                f"the optimized model ran window by window (its session did not fit after "
+                f"the original's): {len(plan.b)} windows of at most {size_text(budget)} of "
+                "weights, fed, run end to end and compared with the original's one session "
+                "at the outputs")
+            return Chain(self.graph_b, plan.b, self.label_b, self.libraries,
+                         self.options.level)
 
     def _chain(self, graph: ir.Model, windows: list[Window], label: str,
                also: Collection[str] = ()) -> Chain:
@@ -397,6 +416,8 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     if run.windows is not None:
         result.windows = run.windows.describe(run.windows_why)
         result.cut_rows = _cut_rows(run.windows, run.chain_values, cuts_b, result)
+    elif run.b_in_windows:
+        result.windows = run.b_in_windows
     compared = [(a, b) for a, b in zip(reference.outputs, ran.outputs) if b is not None]
     if not compared:
         result.short_reason = ran.short

@@ -348,3 +348,25 @@ def test_onnxfold_compare_takes_a_window_budget(decoder):
     source, folded = decoder
     result = onnxfold.compare(str(source), str(folded), window_bytes=BUDGET, verify=False)
     assert result.ok and "compared window by window" in result.windows
+
+
+def test_an_optimized_model_whose_session_does_not_fit_runs_in_windows(decoder, monkeypatch):
+    """The original's session fitted and the optimized model's does not (a fold that grew
+    its weights, or less memory left after the original's outputs): B runs window by window
+    and is compared at the outputs, instead of declining."""
+    from onnxfold.check import compare as compare_module
+    from onnxfold.check.running.runner import MachineShort
+
+    source, folded = decoder
+    original = compare_module.open_session
+
+    def short_for_b(model, label, *args, **kwargs):
+        if str(model) == str(folded):
+            raise MachineShort(f"{label}: loading it: out of memory")
+        return original(model, label, *args, **kwargs)
+
+    monkeypatch.setattr(compare_module, "open_session", short_for_b)
+    result = compare_models(str(source), str(folded), 2, CompareOptions(verify=False))
+    assert result.ok, result.summary()
+    assert result.windows.startswith("the optimized model ran window by window")
+    assert not result.cut_rows
