@@ -442,9 +442,10 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     if again:
         sets = [(feeds, got_a, got_b) for feeds, got_a, got_b in
                 zip(reference.feeds, reference.outputs, ran.outputs) if got_b is not None]
-        note = summed_terms.judge_again(rows, again, run.a, run.label_a, sets, outputs,
-                                        result.rtol, result.atol, run.libraries) \
-            if run.windows is None else summed_terms.IN_WINDOWS
+        note = summed_terms.judge_again(
+            rows, again, run.a, run.label_a, sets, outputs, result.rtol, result.atol,
+            run.libraries, run.windows.budget if run.windows is not None else None,
+            run.options.level)
         result.notes += [note] if note else []
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import pytest
 
+import onnxfold
+
 pytest.importorskip("torch", reason="the exports tier needs torch (pip install .[exports])")
 pytest.importorskip("transformers",
                     reason="the exports tier needs transformers (pip install .[exports])")
@@ -31,7 +33,18 @@ def test_the_issues_module_passes_the_check_and_compare(tmp_path):
     source, out = export_matrix.build("stdconv_batch_norm_torchscript"), tmp_path / "f.onnx"
     checked = run_cli("optimize", source, "-o", out, "--check", "3", timeout=600)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "within 64u of the magnitude of the terms summed to make them" in checked.stdout
+    assert "outside tolerance" not in checked.stdout
     compared = run_cli("compare", source, out, "-n", "3", timeout=600)
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert "0 differ" in compared.stdout and "y outside tolerance" not in compared.stdout
+
+
+def test_window_by_window_the_issues_module_passes_by_the_magnitudes(tmp_path):
+    """Run in windows (each window's weights fed at their own alignment), its outputs near
+    zero differ beyond rtol/atol from the original's (29 of 98,304 elements): the original
+    and its twins run window by window as well, and the magnitudes pass them."""
+    source, out = export_matrix.build("stdconv_batch_norm_torchscript"), tmp_path / "f.onnx"
+    onnxfold.optimize(str(source)).save(str(out))
+    check = onnxfold.compare(str(source), str(out), n=2, window_bytes=4096)
+    assert check.ok and check.windows, check.summary()
+    assert "could not be computed" not in check.summary(), check.summary()

@@ -8,9 +8,10 @@ comparison judges every element by rtol/atol; an output with elements outside is
 over every input set, with those elements allowed ``SUMMED_UNITS`` units of roundoff of the
 magnitude of their summed terms, which the original computes in onnxruntime on the same feeds
 (a model of its nodes and their twins, through the check's own runner). Where that model
-cannot run (an op onnxruntime has no kernel for in a twin, the machine short of memory), or
-where the outputs ran window by window (no session over the whole original fits), rtol/atol
-alone judge, and a note says so.
+cannot run (an op onnxruntime has no kernel for in a twin, the machine short of memory),
+rtol/atol alone judge, and a note says so. Where the outputs ran window by window (no session
+over the whole original fits), so do the original and its twins, with the same budget of
+weights.
 """
 
 from __future__ import annotations
@@ -21,14 +22,10 @@ import numpy as np
 
 from onnxfold.check.result import OutputDiff, accumulate, as_array
 from onnxfold.check.running.cones import reinferred
-from onnxfold.check.running.magnitudes import magnitudes
+from onnxfold.check.running.magnitudes import magnitudes, magnitudes_in_windows
 from onnxfold.check.running.models import ModelRef, graph_of
 from onnxfold.check.running.runner import MachineShort, RunFailed
 from onnxfold.check.running.tolerance import ROUNDOFF, for_dtype
-
-# the note where the outputs ran window by window (no session over the whole original fits)
-IN_WINDOWS = ("the magnitudes of the summed terms were not computed (the models ran window by "
-              "window): rtol/atol alone judged the outputs")
 
 
 def candidates(rows: dict[str, OutputDiff], rtol: float | None, atol: float | None
@@ -44,9 +41,11 @@ def candidates(rows: dict[str, OutputDiff], rtol: float | None, atol: float | No
 def judge_again(rows: dict[str, OutputDiff], names: Sequence[str], a: ModelRef, label: str,
                 sets: Sequence[tuple[dict[str, np.ndarray], list, list]],
                 outputs: Sequence[str], rtol: float | None, atol: float | None,
-                libraries: Sequence[str]) -> str:
+                libraries: Sequence[str], budget: int | None = None, level: str = "all"
+                ) -> str:
     """Rebuild the rows of ``names`` over ``sets`` (each: the feeds, A's and B's outputs in
-    the order of ``outputs``) with the magnitudes of their elements; "" or a note on why they
+    the order of ``outputs``) with the magnitudes of their elements (computed window by
+    window, ``budget`` bytes of weights each, where it is given); "" or a note on why they
     could not be computed (the rows are then left as they are)."""
     model = reinferred(graph_of(a, label))
     by_name = {str(v.name): v for v in model.graph.outputs}
@@ -54,18 +53,30 @@ def judge_again(rows: dict[str, OutputDiff], names: Sequence[str], a: ModelRef, 
     if len(values) != len(names):
         return "the magnitudes of the summed terms were not computed: an output is not one " \
             "of the original's graph outputs"
-    computed: list[list[np.ndarray]] = []
-    for feeds, _, _ in sets:
+    computed: list[list[np.ndarray] | Exception] = []
+    if budget is not None:
         try:
-            computed.append(magnitudes(model, values, feeds, libraries))
+            computed = magnitudes_in_windows(model, values, [feeds for feeds, _, _ in sets],
+                                             budget, libraries, level)
         except (RunFailed, MachineShort) as e:
-            return (f"the magnitudes of the summed terms of {', '.join(names)} could not be "
-                    f"computed ({str(e).splitlines()[0][:160]}): rtol/atol alone judged them")
+            computed = [e]
+    else:
+        for feeds, _, _ in sets:
+            try:
+                computed.append(magnitudes(model, values, feeds, libraries))
+            except (RunFailed, MachineShort) as e:
+                computed.append(e)
+                break
+    stopped = next((e for e in computed if isinstance(e, Exception)), None)
+    if stopped is not None:
+        return (f"the magnitudes of the summed terms of {', '.join(names)} could not be "
+                f"computed ({str(stopped).splitlines()[0][:160]}): rtol/atol alone judged them")
     position = {name: k for k, name in enumerate(outputs)}
     for k, name in enumerate(names):
         old = rows[name]
         row = OutputDiff(old.name, old.dtype_a, old.dtype_b, old.shape_a, old.shape_b)
         for (_, got_a, got_b), summed in zip(sets, computed):
+            assert not isinstance(summed, Exception)  # (said above)
             va, vb = as_array(got_a[position[name]]), as_array(got_b[position[name]])
             accumulate(row, va, vb, rtol, atol, summed=summed[k])
         rows[name] = row

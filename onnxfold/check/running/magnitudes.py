@@ -51,7 +51,8 @@ import onnx_ir as ir
 from onnx import helper
 
 from onnxfold.check.running.models import read_constant
-from onnxfold.check.running.runner import Fed, NodesModel, Wanted
+from onnxfold.check.running.runner import Fed, MachineShort, NodesModel, RunFailed, Wanted
+from onnxfold.check.running.windows import Chain, plan_alone
 from onnxfold.ir.graph import captured_values
 
 # prefix of every name this module makes (the original's names are left as they are)
@@ -522,3 +523,72 @@ def magnitudes(model: ir.Model, values: Sequence[ir.Value], inputs: Mapping[str,
                                   for f in model.functions.values()])
     arrays = built.run({k: v for k, v in inputs.items() if k in read}, libraries)
     return [np.asarray(a, np.float64) for a in arrays]
+
+
+def _names_read(nodes: Sequence[onnx.NodeProto]) -> set[str]:
+    """Every name ``nodes`` read, their subgraphs' included."""
+    found: set[str] = set()
+    pending = list(nodes)
+    while pending:
+        node = pending.pop()
+        found.update(node.input)
+        for attr in node.attribute:
+            for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                pending.extend(graph.node)
+    return found
+
+
+def twin_model(model: ir.Model, values: Sequence[ir.Value]) -> ir.Model:
+    """The original's nodes computing ``values`` and their twins as a model of their own,
+    whose outputs are the twins (in the order of ``values``) and whose initializers are the
+    original's own tensors (not copied: a window reads its weights where the original's are)."""
+    nodes, names = twin_nodes(model, values)
+    graph = model.graph
+    read = _names_read(nodes)
+    proto = onnx.GraphProto(name="onnxfold-magnitudes", node=nodes)
+    proto.input.extend(ir.serde.serialize_value(v) for v in graph.inputs if v.name in read)
+    for name, value in graph.initializers.items():
+        tensor = value.const_value
+        if name in read and tensor is not None:  # a placeholder, replaced below
+            placeholder = onnx.TensorProto(name=name, data_type=tensor.dtype.value,
+                                           dims=tensor.shape.numpy(),
+                                           data_location=onnx.TensorProto.EXTERNAL)
+            for key, text in (("location", "onnxfold-placeholder"), ("offset", "0"),
+                              ("length", str(tensor.nbytes))):
+                placeholder.external_data.add(key=key, value=text)
+            proto.initializer.append(placeholder)
+    for name, value in zip(names, values):
+        assert value.dtype is not None  # (a float output)
+        proto.output.append(helper.make_tensor_value_info(name, value.dtype.value, None))
+    built = helper.make_model(proto, opset_imports=[
+        helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()])
+    built.ir_version = model.ir_version
+    built.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
+    # the types of the twins (a window hands on what the next one reads, by its dtype)
+    built = onnx.shape_inference.infer_shapes(built)
+    twin = ir.serde.deserialize_model(built)
+    for name, value in twin.graph.initializers.items():
+        value.const_value = graph.initializers[name].const_value
+    return twin
+
+
+def magnitudes_in_windows(model: ir.Model, values: Sequence[ir.Value],
+                          feed_sets: Sequence[Mapping[str, np.ndarray]], budget: int,
+                          libraries: Sequence[str] = (), level: str = "all"
+                          ) -> list[list[np.ndarray] | Exception]:
+    """:func:`magnitudes` for each of ``feed_sets``, the original and its twins run window by
+    window (at most ``budget`` bytes of weights each: where no session over the whole
+    original fits); each set's twins as float64, or what stopped its run (the runner's
+    RunFailed or MachineShort)."""
+    twin = twin_model(model, values)
+    outputs = [str(v.name) for v in twin.graph.outputs]
+    chain = Chain(twin, plan_alone(twin, budget), "the original's magnitudes", libraries,
+                  level)
+    chain.run_all(feed_sets)
+    found: list[list[np.ndarray] | Exception] = []
+    for feeds in feed_sets:
+        try:
+            found.append([np.asarray(a, np.float64) for a in chain.run(outputs, feeds)])
+        except (RunFailed, MachineShort) as e:
+            found.append(e)
+    return found

@@ -270,6 +270,13 @@ def plan_windows(a: ir.Model, b: ir.Model, budget: int) -> WindowPlan:
     return WindowPlan(windows_a, walk_b.windows(split_b), cuts, budget)
 
 
+def plan_alone(model: ir.Model, budget: int) -> list[Window]:
+    """Windows of at most ``budget`` bytes of weights for ``model`` alone (a model of the
+    check's own, with no other to cut beside)."""
+    walk = _Walk(model)
+    return walk.windows(walk.greedy(range(len(walk.nodes)), budget))
+
+
 def read_from_inputs(model: ir.Model) -> set[str]:
     """The names of ``model``'s values computed from its graph inputs (those a caller feeds:
     not the ones an initializer gives), the rest being constants of the model."""
@@ -405,6 +412,8 @@ class Chain:
         shapes, as onnxruntime's shape inference needs: a Resize fed its sizes fails on an
         input of unknown shape)."""
         window, later, returned = self.windows[k], self._later[k], self._returned[k]
+        if not returned:  # nothing it makes is read after it (a statistic no node reads)
+            return
         weights: dict[str, np.ndarray] | None = None
         sessions: dict[tuple, tuple[NodesModel, Any] | Exception] = {}
         for k, state in enumerate(states):
