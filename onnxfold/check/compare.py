@@ -335,10 +335,10 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
     graph = graph_of(a, run.label_a)
     cones = Cones(reinferred(graph), [v for v in graph.graph.inputs
                                       if v.name not in graph.graph.initializers],
-                  catalogue.bitwise, run.libraries)
+                  run.libraries)
     rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
                          if rule.rounds_differently)
-    return validate_rewrites(rewrites, cones, reference.feeds, catalogue.bitwise, run.tell,
+    return validate_rewrites(rewrites, cones, reference.feeds, run.tell,
                              rounding, run.chain_values)
 
 

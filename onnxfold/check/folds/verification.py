@@ -51,7 +51,7 @@ from onnxfold.check.folds.verdicts import (
     verdict_of,
 )
 from onnxfold.check.outputs.interfaces import pinned_dims
-from onnxfold.check.running import string_values
+from onnxfold.check.running import exact_ops, string_values
 from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.input_reads import InputReads
@@ -277,8 +277,7 @@ class _Verifier:
             key.startswith("onnxfold.") for graph in all_graphs(optimized)
             for v in graph.initializers.values() if v.const_value is not None
             for key in v.const_value.metadata_props)
-        self.cones = Cones(original, fed, catalogue.bitwise, libraries,
-                           varies=catalogue.order_varies)
+        self.cones = Cones(original, fed, libraries)
         self.reads = InputReads(original, fed)
         self.proof = DimProof(original, fed, catalogue.shape_steps)
         self.dynamic = 0  # the fed inputs with a dynamic dim, as a bitmask of InputReads
@@ -519,8 +518,8 @@ class _Verifier:
                                            reason=f"made by a rewrite; {e}"))
                 continue
             nodes = [_bare(n) for n in recipe.nodes]
-            exact = not any(self.cones.varies(n) for n in nodes) and (expects_bits(folded) or all(
-                (n.domain or "", n.op_type) in self.cones.bitwise for n in nodes))
+            exact = not any(self.cones.varies(n) for n in nodes) and (
+                expects_bits(folded) or all(exact_ops.exact(n) for n in nodes))
             verdict = judge(folded, derived.array, exact)
             verdict.via, verdict.dims, verdict.bindings = "recipe", STATIC, 1
             if verdict.state == DIFFERS:

@@ -27,7 +27,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
-from onnxfold.check.running import memory
+from onnxfold.check.running import exact_ops, memory
 from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones
 from onnxfold.check.running.input_reads import InputReads
@@ -125,7 +125,6 @@ CANNOT_ALONE = "the original cannot compute a value it reads alone"
 
 
 def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[str, np.ndarray]],
-                      bitwise: frozenset[tuple[str, str]],
                       progress: Callable[[str], None] | None = None,
                       rounding: frozenset[str] = frozenset(),
                       known: Sequence[Mapping[str, object]] = ()) -> RewriteValidation:
@@ -173,7 +172,7 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
             ran[id(record)].add(key)
             todo.append(record)
         leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
-        windows = _Windows(leaves, cones, bitwise, rounding, verdicts, k, judged)
+        windows = _Windows(leaves, cones, rounding, verdicts, k, judged)
         batches = _batches(todo, leaves)
         for done_k, batch in enumerate(batches):
             windows.judge(batch)
@@ -325,10 +324,9 @@ class _Leaves:
 class _Windows:
     """Runs records' windows on one input set (``k``) and judges them into ``verdicts``."""
 
-    def __init__(self, leaves: _Leaves, cones: Cones, bitwise: frozenset[tuple[str, str]],
-                 rounding: frozenset[str],
+    def __init__(self, leaves: _Leaves, cones: Cones, rounding: frozenset[str],
                  verdicts: dict[int, Verdict], k: int, judged: set[int]) -> None:
-        self.leaves, self.bitwise, self.verdicts, self.k = leaves, bitwise, verdicts, k
+        self.leaves, self.verdicts, self.k = leaves, verdicts, k
         self.judged = judged  # the records judged at some input set so far
         self.rounding = rounding
         self.opsets = dict(cones.model.opset_imports)
@@ -368,7 +366,7 @@ class _Windows:
                 self._alone(runnable[0])
             return
         for record, pairs in zip(runnable, results):
-            exact = _exact(record, self.bitwise, self.rounding)
+            exact = _exact(record, self.rounding)
             verdict = self.verdicts[id(record)]
             _judge(record, pairs, exact, verdict, self.k)
             self.judged.add(id(record))
@@ -503,13 +501,12 @@ def _rename_outer(graph: onnx.GraphProto, name: Callable[[str], str]) -> None:
             out.name = name(out.name)
 
 
-def _exact(record: RewriteRecord, bitwise: frozenset[tuple[str, str]],
-           rounding: frozenset[str]) -> bool:
+def _exact(record: RewriteRecord, rounding: frozenset[str]) -> bool:
     """Whether the replacement must give the replaced window's bits: its rule keeps the float
     arithmetic as it was, and every op of both windows computes bitwise what onnxruntime
-    does."""
-    return record.rule not in rounding and all((n.domain or "", n.op_type) in bitwise
-               for w in (record.before, record.after) if w is not None for n in w.nodes)
+    does (the check's own ``exact_ops``)."""
+    return record.rule not in rounding and all(
+        exact_ops.exact(n) for w in (record.before, record.after) if w is not None for n in w.nodes)
 
 
 def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]], exact: bool,

@@ -17,13 +17,13 @@ decides how exactly it must match).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.check.running import string_values
+from onnxfold.check.running import exact_ops, string_values
 from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.check.running.models import read_constant
 from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
@@ -60,13 +60,11 @@ def reinferred(model: ir.Model) -> ir.Model:
 
 class Cones:
     """The original graph's cones. ``fed``: the graph inputs a run feeds (the others keep the
-    values of their initializers); ``bitwise``: the catalogue's ops whose folds are bitwise;
-    ``varies``: whether onnxruntime's kernel for a node sums in an order that changes with its
-    input's memory (the catalogue's ``order_varies``: no fold of it is expected bitwise)."""
+    values of their initializers). Which ops are held to bits, and which kernels sum in an order
+    that follows their input's memory, are the check's own lists (``running.exact_ops``)."""
 
     def __init__(self, model: ir.Model, fed: Collection[ir.Value],
-                 bitwise: frozenset[tuple[str, str]], libraries: Sequence[str] = (),
-                 varies: Callable[[ir.Node], bool] = lambda node: False) -> None:
+                 libraries: Sequence[str] = ()) -> None:
         self.model = model
         graph = model.graph
         self.order = {node: i for i, node in enumerate(graph)}
@@ -78,8 +76,7 @@ class Cones:
                 if out.name:
                     self.values[out.name] = out
         self.fed = set(fed)
-        self.bitwise = bitwise
-        self.varies = varies
+        self.varies = exact_ops.order_varies
         self.libraries = tuple(libraries)  # custom ops the original needs (checked)
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
 
@@ -181,10 +178,10 @@ class Cones:
 
     def exact(self, source: ir.Value) -> bool:
         """Whether every op of ``source``'s cone whose values reach it computes bitwise what
-        onnxruntime does: the catalogue says its fold is bitwise, or it computes no float
+        onnxruntime does (the check's ``exact_ops``), or it computes no float
         (types inferred; a value of unknown type is taken as a float)."""
         nodes = self.valued(source)
-        return all(((n.domain or "", n.op_type) in self.bitwise and not self.varies(n)) or
+        return all((exact_ops.exact(n) and not self.varies(n)) or
                    not any(o.dtype is None or o.dtype.is_floating_point() for o in n.outputs)
                    for n in nodes)
 
