@@ -2,7 +2,9 @@
 
 Two forms, repeatable: ``NAME:d0,d1,...`` gives input ``NAME`` a full shape (an int fixes a dim,
 ``?`` keeps the dim the model declares, any other word makes it that named dim), and ``DIM=V``
-binds a named dim (``batch=1``) in every input that has it. A shape that gives a named dim a
+binds a named dim (``batch=1``) in every input that has it. A bare ``d0,d1,...`` (onnxsim's
+``--overwrite-input-shape 1,3,224,224``) is the shape of a model's one input; a model with
+several refuses it, naming them. A shape that gives a named dim a
 value binds that name too, in every input and output that has it: ``input_ids:1,128`` on a
 BERT whose inputs all say ``[batch, seq]`` fixes its attention mask as well, as the ONNX spec
 means a name (one value). A dim left symbolic stays symbolic. A dim the model leaves anonymous
@@ -24,6 +26,10 @@ from onnxfold.ir.graph import is_static_dim
 from onnxfold.numbers import flag_value
 
 _NAMED = re.compile(r"^([A-Za-z_][\w.:/-]*)=([^=]*)$")
+# a shape without a name (only dims: numbers and ?): the model's one input
+_BARE = re.compile(r"^\s*[\d?]+\s*(,\s*[\d?]+\s*)*$")
+# the key of the bare shape in ``InputShapes.shapes`` until the model's one input names it
+BARE = ""
 
 
 def as_specs(shapes: Mapping[str, Sequence[int | str | None]] | Sequence[str] | str | None
@@ -74,9 +80,9 @@ def parse(specs: Sequence[str]) -> InputShapes:
             if named.setdefault(dim, value) != value:
                 raise InputError(f"--input-shape {dim}: given twice, as {named[dim]} and {value}")
             continue
-        name, colon, dims = spec.rpartition(":")
+        name, colon, dims = (BARE, ":", spec) if _BARE.match(spec) else spec.rpartition(":")
         parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
-        if not colon or not name or any(not d for d in parts):
+        if not colon or (not name and dims is not spec) or any(not d for d in parts):
             raise InputError(f"--input-shape {spec}: expected NAME:d0,d1,... or DIM=VALUE")
         shape = [flag_value(f"--input-shape {name}", d, minimum=0) if _is_number(d) else d
                  for d in parts]
@@ -129,8 +135,10 @@ def apply(model: ir.Model, given: InputShapes) -> Fixed:
     """Overwrite the main graph's input dims as ``given`` says, and every dim of the inputs and
     outputs that shares a name with a dim it fixed (the ONNX spec's meaning of a name: one
     value); return what changed."""
-    shapes, named = given.shapes, dict(given.named)
+    named = dict(given.named)
     inputs = {v.name: v for v in model.graph.inputs if v.name}
+    shapes = named_shapes(given.shapes, [name for name in inputs
+                                         if name not in model.graph.initializers])
     for name in shapes:
         if name not in inputs:
             raise InputError(f"--input-shape {name}: no such input "
@@ -163,10 +171,31 @@ def apply(model: ir.Model, given: InputShapes) -> Fixed:
     return fixed
 
 
+def named_shapes(shapes: Mapping[str, Sequence[int | str]], inputs: Sequence[str]
+                 ) -> Mapping[str, Sequence[int | str]]:
+    """``shapes`` with a bare shape given to the model's one input (``inputs``: the names of
+    the inputs a caller feeds); InputError where it has several."""
+    if BARE not in shapes:
+        return shapes
+    bare = _spec(shapes[BARE])
+    if len(inputs) != 1:
+        raise InputError(f"--input-shape {bare}: a shape without a name is the shape of a "
+                         f"model's one input; this one has {len(inputs)} "
+                         f"({', '.join(map(printable, inputs))}): give NAME:{bare}")
+    (only,) = inputs
+    found = {name: dims for name, dims in shapes.items() if name != BARE}
+    if found.setdefault(only, shapes[BARE]) != shapes[BARE]:
+        raise InputError(f"--input-shape {printable(only)}: given twice, as "
+                         f"{_spec(found[only])} and {bare}")
+    return found
+
+
 def planned(inputs: Mapping[str, ir.Value], shapes: Mapping[str, Sequence[int | str]],
-             named: dict[str, int]) -> dict[str, list[int | str | None]]:
+            named: dict[str, int]) -> dict[str, list[int | str | None]]:
     """The shapes given, checked against what each input declares; ``named`` gains the
-    names a given value fixes (a ``1`` where the input says ``batch``)."""
+    names a given value fixes (a ``1`` where the input says ``batch``). ``inputs``: those a
+    caller feeds (a bare shape is the one input's)."""
+    shapes = named_shapes(shapes, list(inputs))
     found: dict[str, list[int | str | None]] = {}
     for name, value in inputs.items():
         old = [_label(d) for d in value.shape] if value.shape is not None else None

@@ -180,13 +180,16 @@ class BatchRequest:
 class OptimizeCommand:
     """``onnxfold optimize``: the models as given (several, or a directory: a batch), the
     output (a directory for a batch; None: a dry run), and what each model is run with;
-    ``implied``: no command was named (``onnxfold IN OUT``), the run says it is ``optimize``."""
+    ``implied``: no command was named (``onnxfold IN OUT``), the run says it is ``optimize``;
+    ``notes``: lines on how the command line was read (onnxsim's pass names with no
+    counterpart), said once the outputs are claimed."""
 
     sources: tuple[str, ...]
     output: str | None = None
     settings: OptimizeSettings = field(default_factory=OptimizeSettings)
     batch: BatchRequest = field(default_factory=BatchRequest)
     implied: bool = False
+    notes: tuple[str, ...] = ()
 
     def written(self) -> tuple[str | None, ...]:
         """The files it writes, as given."""

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from onnxfold.analysis.input_shapes import InputShapes, parse, planned
+from onnxfold.analysis.input_shapes import InputShapes, named_shapes, parse, planned
 from onnxfold.errors import InputError
 from onnxfold.host.terminal import printable
 
@@ -160,7 +160,7 @@ def _tested_dims(shapes: Sequence[str], model: ir.Model) -> dict[str, int]:
               model.graph.initializers}
     try:
         parsed = parse(shapes)
-        given, named = parsed.shapes, dict(parsed.named)
+        given, named = named_shapes(parsed.shapes, list(inputs)), dict(parsed.named)
         for name in set(given) - set(inputs):
             raise InputError(f"--input-shape {printable(name)}: no such input (inputs: "
                              f"{', '.join(map(printable, inputs))})")

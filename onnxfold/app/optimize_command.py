@@ -49,13 +49,26 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     ends right after, see ``collector.long_lived``). onnxsim's ``IN OUT`` is ``IN -o OUT``
     (``positional_output.py``)."""
     settings = command.settings
-    read = read_positional(command.sources, command.output)
+    read = read_positional(command.sources, command.output, command.implied)
     note = read.note
+    if read.check_n is not None:  # onnxsim's IN OUT N: --check N
+        if settings.check.n not in (0, read.check_n):
+            raise InputError(f"{read.check_n}: onnxsim's check_n, and --check "
+                             f"{settings.check.n}: give one")
+        settings = dataclasses.replace(settings, check=dataclasses.replace(
+            settings.check, n=read.check_n))
     if command.implied:  # one line says both: the command, and how IN OUT was read
-        shown = " ".join(read.sources) + (f" -o {read.output}" if read.output else "")
+        shown = " ".join(read.sources) + (f" -o {read.output}" if read.output else "") + (
+            f" --check {read.check_n}" if read.check_n is not None else "")
+        replacing = "; it exists: replaced, as onnxsim does" if read.note and "replacing" in \
+            read.note else ""
         note = f"onnxfold: running onnxfold optimize {shown}" + (
-            " (onnxsim's IN OUT: the second path is the output)" if read.note else "")
-    command = dataclasses.replace(command, sources=read.sources, output=read.output)
+            f" (onnxsim's IN OUT: the second path is the output{replacing})"
+            if read.note else "")
+    notes = [*command.notes, *([note] if note is not None else [])]
+    note = "\n".join(notes) if notes else None
+    command = dataclasses.replace(command, sources=read.sources, output=read.output,
+                                  settings=settings)
     judgement = judged(settings)  # every option, before a batch plans or a model is claimed
     if is_batch(list(command.sources), command.output):
         if note is not None and not settings.report.quiet:

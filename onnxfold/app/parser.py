@@ -448,7 +448,8 @@ def _optimize(args: argparse.Namespace) -> OptimizeCommand:
                              args.latency, args.latency_threads))
     return OptimizeCommand(tuple(args.input), args.output, settings,
                            BatchRequest(args.jobs, args.job_timeout, args.recursive, args.shard),
-                           implied=getattr(args, "implied", False))
+                           implied=getattr(args, "implied", False),
+                           notes=tuple(getattr(args, "peer_notes", ())))
 
 
 def _compare(args: argparse.Namespace) -> CompareCommand:

@@ -45,15 +45,53 @@ REFUSED = {
     "--inspect": ("onnxslim", "onnxfold inspect MODEL"),
     "--dump-to-disk": ("onnxslim", "--json FILE (and --report FILE.html)"),
 }
-# onnxsim's optimizer passes (onnxoptimizer's names) that are one onnxfold rule
+# onnxsim's optimizer passes (onnxoptimizer's names) that an onnxfold rule does
+_NO_OPS = "drop_noop"  # onnxfold's one rule for every no-op node
 ONNXSIM_PASSES = {"fuse_bn_into_conv": "fuse_batch_norm_into_conv",
+                  "fuse_add_bias_into_conv": "fuse_add_into_conv",
+                  "fuse_mul_into_conv": "fuse_mul_into_conv",
                   "fuse_consecutive_transposes": "merge_transposes",
                   "fuse_consecutive_reshapes": "merge_reshapes",
                   "fuse_consecutive_unsqueezes": "merge_unsqueezes",
                   "fuse_matmul_add_bias_into_gemm": "fuse_matmul_add_into_gemm",
                   "eliminate_identity": "remove_identity",
                   "eliminate_duplicate_initializer": "dedupe_initializers",
-                  "eliminate_nop_dropout": "drop_inference_dropout"}
+                  "eliminate_common_subexpression": "merge_duplicates",
+                  "extract_constant_to_initializer": "constants_to_initializers",
+                  "eliminate_if_with_const_cond": "inline_constant_if",
+                  "eliminate_nop_dropout": "drop_inference_dropout",
+                  **dict.fromkeys(("eliminate_nop_with_unit", "eliminate_nop_add_zero",
+                                   "eliminate_nop_sub_zero", "eliminate_nop_mul_one",
+                                   "eliminate_nop_div_one"), "drop_neutral_element"),
+                  **dict.fromkeys(("eliminate_nop_cast", "eliminate_nop_transpose",
+                                   "eliminate_nop_pad", "eliminate_nop_reshape",
+                                   "eliminate_nop_expand", "eliminate_nop_flatten",
+                                   "eliminate_nop_split", "eliminate_nop_concat"), _NO_OPS)}
+# onnxsim's passes with no onnxfold rule to skip: accepted, and one line says why
+_NO_SUCH_FUSION = "onnxfold has no such rewrite: nothing to skip"
+_SHAPES = "onnxfold folds shapes as constants: --no-shape-folding keeps Shape and Size nodes"
+_ALWAYS = "onnxfold always removes what nothing reads: nothing to skip"
+_NAMING = "onnxfold keeps the model's names and types: nothing to skip"
+NO_COUNTERPART = {
+    **dict.fromkeys(("fuse_pad_into_conv", "fuse_pad_into_pool", "fuse_pad_into_avgpool",
+                     "fuse_pad_into_maxpool", "fuse_consecutive_concats",
+                     "fuse_consecutive_log_softmax", "fuse_consecutive_reduce_unsqueeze",
+                     "fuse_consecutive_squeezes", "fuse_consecutive_slices",
+                     "fuse_consecutive_squeeze_unsqueeze", "fuse_transpose_into_gemm",
+                     "fuse_qkv", "fuse_gelu", "fuse_attention", "fuse_concat_into_reshape",
+                     "fuse_concat_and_reshape", "fuse_constant_reshape", "adjust_add",
+                     "adjust_slice_and_matmul", "replace_einsum_with_matmul", "rewrite_where",
+                     "eliminate_nop_monotone_argmax", "eliminate_consecutive_idempotent_ops",
+                     "lift_lexical_references", "split_init", "split_predict", "nop"),
+                   _NO_SUCH_FUSION),
+    **dict.fromkeys(("eliminate_shape_op", "eliminate_shape_gather", "eliminate_nop_gather_shape",
+                     "eliminate_slice_after_shape", "eliminate_shape_slice",
+                     "eliminate_slice_shape"), _SHAPES),
+    **dict.fromkeys(("eliminate_deadend", "eliminate_unused_initializer",
+                     "eliminate_initializer_from_input"), _ALWAYS),
+    **dict.fromkeys(("rename_input_output", "set_unique_name_for_nodes",
+                     "rewrite_input_dtype"), _NAMING),
+}
 
 
 def names(flag: str) -> tuple[str, ...]:
@@ -71,15 +109,24 @@ class _Refused(argparse.Action):
 
 class _Rules(argparse.Action):
     """onnxsim's ``--skip-optimization NAME``: NAME disabled (an onnxsim pass by the onnxfold
-    rule that does it, :data:`ONNXSIM_PASSES`); without a name (every optimizer skipped) it
-    is refused, naming the flag."""
+    rule that does it, :data:`ONNXSIM_PASSES`; a pass with none, :data:`NO_COUNTERPART`,
+    accepted with one line saying why); without a name (every optimizer skipped) it is
+    refused, naming the flag."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         if values is None:
             parser.error(f"{option_string} without a name skips every onnxsim optimizer; "
                          "onnxfold's rewrites are rules: --disable-rule NAME for each "
                          "(onnxfold rules lists them)")
+        if values in NO_COUNTERPART:
+            namespace.peer_notes = [*getattr(namespace, "peer_notes", []), (
+                f"onnxfold: {option_string} {values}: onnxsim's pass; {NO_COUNTERPART[values]}")]
+            return
         rule = ONNXSIM_PASSES.get(values, values)
+        if rule == _NO_OPS:
+            namespace.peer_notes = [*getattr(namespace, "peer_notes", []), (
+                f"onnxfold: {option_string} {values}: onnxsim's pass; onnxfold removes every "
+                f"no-op node by one rule, {_NO_OPS}, now disabled")]
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), rule])
 
 

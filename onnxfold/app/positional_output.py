@@ -3,9 +3,13 @@
 onnxsim is run as ``onnxsim input_model output_model [check_n]``; onnxfold names its output
 with ``-o``, and takes every path without it as an input (several inputs: a batch). A user
 coming from onnxsim who writes ``onnxfold optimize IN OUT`` means ``-o OUT``. The line is read
-that way where it can mean nothing else, and said so; where it could mean both (``OUT``
-exists: replacing it, or a dry run of both models?) it is refused with one line naming
-``-o``, before anything is read or written.
+that way where it can mean nothing else, and said so; ``check_n`` is ``--check N``.
+
+Where ``OUT`` exists, the line could mean both: replacing it, or a dry run of both models.
+Written as onnxsim's command line (``onnxfold IN OUT``, no command named) with ``OUT`` a
+``.onnx`` file, it means what it means to onnxsim: ``OUT`` is replaced (a second run over an
+earlier output; the input itself is never replaced, and a file of another kind is refused). Written with ``optimize`` named, onnxfold's own form, it
+is refused with one line naming ``-o``, before anything is read or written.
 """
 
 from __future__ import annotations
@@ -24,24 +28,34 @@ class Positional:
     sources: tuple[str, ...]
     output: str | None
     note: str | None = None
+    check_n: int | None = None  # onnxsim's third argument: --check N
 
 
-def read_positional(sources: tuple[str, ...], output: str | None) -> Positional:
+def read_positional(sources: tuple[str, ...], output: str | None, implied: bool = False
+                    ) -> Positional:
     """``sources`` and ``output`` as the user means them: two paths and no ``-o``, the first
-    an existing file and the second nothing yet, are ``IN -o OUT``. InputError for the forms
-    that could mean either (the second path exists as a file, or is a new directory name),
-    and for onnxsim's third argument (``check_n``), each naming the flags that say it."""
+    an existing file and the second nothing yet (or an existing ``.onnx`` file, in onnxsim's
+    command line: ``implied``), are ``IN -o OUT``; a third, a number, is onnxsim's check_n.
+    InputError for the forms that could mean either (in onnxfold's own form: the second path
+    exists as a file, or is a new directory name), each naming the flags that say it."""
     if output is not None or len(sources) not in (2, 3):
         return Positional(sources, output)
     model, second = sources[0], sources[1]
-    if len(sources) == 3:
-        _refuse_check_n(model, second, sources[2])
+    check_n = _check_n(model, sources[2]) if len(sources) == 3 else None
+    if len(sources) == 3 and check_n is None:
         return Positional(sources, output)
     if not os.path.isfile(model):
         return Positional(sources, output)  # the usual error names it, or a directory's batch
     if os.path.isdir(second):
+        if check_n is not None:
+            raise InputError(f"optimize {model} {second} {sources[2]}: {second} is a "
+                             f"directory; give -o {second}/ --check {check_n}")
         return Positional(sources, output)  # a directory of models: a batch, as documented
-    if os.path.lexists(second):
+    replacing = os.path.lexists(second)
+    if replacing and os.path.exists(second) and os.path.samefile(model, second):
+        raise InputError(f"{model} {second}: the second path is the input itself; to replace "
+                         f"it in place give -o {second}")
+    if replacing and not (implied and second.endswith(".onnx") and os.path.isfile(second)):
         raise InputError(
             f"optimize {model} {second}: both paths exist, so both would be read as inputs "
             f"(a dry run of each, nothing written); to write {model}'s optimized model to "
@@ -50,17 +64,19 @@ def read_positional(sources: tuple[str, ...], output: str | None) -> Positional:
     if second.endswith(("/", os.sep)):
         raise InputError(f"optimize {model} {second}: {second} does not exist; to write "
                          f"into that directory give -o {second}")
+    checked = f" --check {check_n}" if check_n is not None else ""
+    said = " (replacing it, as onnxsim does)" if replacing else ""
     return Positional((model,), second,
-                      f"onnxfold: writing to {second}: the second path is taken as the output, "
-                      f"as onnxsim reads IN OUT (-o {second} says so)")
+                      f"onnxfold: writing to {second}{said}: the second path is taken as the "
+                      f"output, as onnxsim reads IN OUT{' N' if checked else ''} (-o {second}"
+                      f"{checked} says so)", check_n)
 
 
-def _refuse_check_n(model: str, second: str, third: str) -> None:
-    """``onnxsim IN OUT N``: N was onnxsim's number of checks; say which flags mean it."""
+def _check_n(model: str, third: str) -> int | None:
+    """onnxsim's third argument, its number of checks, where ``third`` is one (a number that
+    names no file, after an existing model)."""
     try:
         n = int(third)
     except ValueError:
-        return
-    if not os.path.lexists(third) and os.path.isfile(model):
-        raise InputError(f"optimize {model} {second} {third}: onnxsim's check_n is a flag here: "
-                         f"onnxfold optimize {model} -o {second} --check {n}")
+        return None
+    return n if n >= 0 and not os.path.lexists(third) and os.path.isfile(model) else None

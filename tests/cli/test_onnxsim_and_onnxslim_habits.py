@@ -158,3 +158,45 @@ def test_an_input_named_with_a_slash_takes_a_test_shape(tmp_path):
         assert check["bindings"][0] == {"n": 3}
     done = run_cli("optimize", path, "--check", "1", "--test-input-shape", "input/ids:d/a.npy")
     assert_one_error_line(done, "--inputs FILE.npz")
+
+
+def test_a_bare_shape_is_the_one_inputs(tmp_path):
+    """Issue 65: onnxsim's ``--overwrite-input-shape 1,3,224,224`` on a one-input model (and
+    ``--test-input-shape`` alike); a model with two inputs refuses it, naming them."""
+    src, out = _model(tmp_path / "m.onnx"), tmp_path / "out.onnx"
+    proc = run_cli(src, out, "--overwrite-input-shape", "2,4", "--test-input-shape", "2,4",
+                   "--check", "1")
+    assert proc.returncode == 0, proc.stderr
+    model = onnx.load(str(out))
+    assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [2, 4]
+    two = tmp_path / "two.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "ab"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(two))
+    refused = run_cli("optimize", two, "-o", tmp_path / "o2.onnx",
+                      "--overwrite-input-shape", "2")
+    assert_one_error_line(refused, "a shape without a name", "this one has 2 (a, b)",
+                          "give NAME:2")
+    assert not (tmp_path / "o2.onnx").exists()
+
+
+def test_every_onnxsim_pass_name_is_skipped_or_said_to_have_no_counterpart(tmp_path):
+    """Issue 65: onnxsim's own help example, ``--skip-optimization fuse_bn_into_conv
+    fuse_pad_into_pool``, and every pass name of onnxoptimizer: an onnxfold rule disabled,
+    or one line saying there is nothing to skip; a misspelt name is still refused."""
+    from onnxfold.app.peer_flags import NO_COUNTERPART, ONNXSIM_PASSES
+
+    src = _model(tmp_path / "m.onnx")
+    proc = run_cli(src, tmp_path / "o.onnx", "--skip-optimization", "fuse_bn_into_conv",
+                   "fuse_pad_into_pool")
+    assert proc.returncode == 0, proc.stderr
+    assert "fuse_pad_into_pool: onnxsim's pass; onnxfold has no such rewrite" in proc.stderr
+    every = run_cli(src, "--skip-optimization", *ONNXSIM_PASSES, *NO_COUNTERPART)
+    assert every.returncode == 0, every.stderr
+    assert sum("onnxsim's pass" in line for line in every.stderr.splitlines()) >= \
+        len(NO_COUNTERPART)
+    typo = run_cli("optimize", src, "-o", tmp_path / "o3.onnx", "--skip-optimization",
+                   "fuse_bn_into_conf")
+    assert_one_error_line(typo, "fuse_bn_into_conf")

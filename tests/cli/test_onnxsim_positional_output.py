@@ -55,12 +55,33 @@ def test_a_new_directory_name_is_refused_naming_o(tmp_path):
     assert _listing(tmp_path) == ["in.onnx"]
 
 
-def test_onnxsims_check_n_names_the_flags(tmp_path):
+def test_onnxsims_check_n_is_the_check(tmp_path):
+    """Issue 65: ``IN OUT N`` is onnxsim's check count: ``--check N``, said on one line."""
     save_add_model(tmp_path / "in.onnx")
     proc = run_cli("optimize", "in.onnx", "out.onnx", "3", cwd=tmp_path)
-    assert_one_error_line(proc, "onnxsim's check_n",
-                          "onnxfold optimize in.onnx -o out.onnx --check 3")
-    assert _listing(tmp_path) == ["in.onnx"]
+    assert proc.returncode == 0, proc.stderr
+    assert "-o out.onnx --check 3" in proc.stderr and "on 3 input sets" in proc.stdout
+    assert _listing(tmp_path) == ["in.onnx", "out.onnx"]
+    both = run_cli("in.onnx", "out2.onnx", "3", "--check", "2", cwd=tmp_path)
+    assert_one_error_line(both, "onnxsim's check_n, and --check 2: give one")
+
+
+def test_onnxsims_command_line_replaces_an_earlier_output(tmp_path):
+    """Issue 65: ``onnxfold IN OUT`` run again once OUT exists replaces it, as onnxsim does;
+    the input itself, and a file that is not a model's, are never replaced."""
+    save_add_model(tmp_path / "in.onnx")
+    (tmp_path / "notes.txt").write_text("keep")
+    for _ in range(2):
+        proc = run_cli("in.onnx", "out.onnx", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert "it exists: replaced, as onnxsim does" in proc.stderr
+    before = (tmp_path / "in.onnx").read_bytes()
+    same = run_cli("in.onnx", "./in.onnx", cwd=tmp_path)
+    assert_one_error_line(same, "the second path is the input itself", "give -o ./in.onnx")
+    notes = run_cli("in.onnx", "notes.txt", cwd=tmp_path)
+    assert notes.returncode == 2 and (tmp_path / "notes.txt").read_text() == "keep"
+    assert (tmp_path / "in.onnx").read_bytes() == before
+    assert _listing(tmp_path) == ["in.onnx", "notes.txt", "out.onnx"]
 
 
 def test_an_existing_directory_stays_an_input(tmp_path):
