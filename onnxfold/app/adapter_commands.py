@@ -24,7 +24,8 @@ def split_adapter(command: SplitAdapterCommand) -> int:
     found = split(command.source, command.output, command.adapter, check=command.check_input)
     print(f"found        {found.summary()}")
     print(f"wrote        {command.output} ({os.path.getsize(command.output) / 2**20:.1f} MiB): "
-          "the model, its LoRA weights as inputs")
+          "the model, its LoRA weights as inputs (zeros by default: run alone, it is the "
+          "base model)")
     print(f"wrote        {command.adapter} ({os.path.getsize(command.adapter) / 2**20:.2f} MiB, "
           f"{len(found.arrays)} tensors by those inputs' names)")
     print(f'run it       onnxfold.Session("{command.output}", adapter="{command.adapter}") '

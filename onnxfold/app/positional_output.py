@@ -8,8 +8,9 @@ that way where it can mean nothing else, and said so; ``check_n`` is ``--check N
 Where ``OUT`` exists, the line could mean both: replacing it, or a dry run of both models.
 Written as onnxsim's command line (``onnxfold IN OUT``, no command named) with ``OUT`` a
 ``.onnx`` file, it means what it means to onnxsim: ``OUT`` is replaced (a second run over an
-earlier output; the input itself is never replaced, and a file of another kind is refused). Written with ``optimize`` named, onnxfold's own form, it
-is refused with one line naming ``-o``, before anything is read or written.
+earlier output; the input itself is never replaced, and a file of another kind is refused).
+Written with ``optimize`` named, onnxfold's own form, it is refused with one line naming
+``-o``, before anything is read or written.
 """
 
 from __future__ import annotations

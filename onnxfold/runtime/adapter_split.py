@@ -16,9 +16,10 @@ optimizer folded a weight into a new one; TorchScript's constant folding renames
   kept are those the Session's own merge rule merges once they are inputs (tried on a copy of
   the model), so what is lifted is exactly what a Session will fold into its base weights.
 
-Each found weight becomes a graph input of the same name, type and shape (its initializer
-goes), and its array goes to the adapter file under that name: the base model computes, fed
-those arrays, what the model computed with them inside. Several adapters for one base must
+Each found weight becomes a graph input of the same name, type and shape whose default is
+zeros (the base model run alone computes the base model), and its array goes to the adapter
+file under that name: the base model computes, fed those arrays, what the model computed with
+them inside. Several adapters for one base must
 share its ranks and scalings (the base keeps the scaling), as onnxruntime's multi-LoRA asks.
 """
 
@@ -125,13 +126,16 @@ def lift_lora_weights(model: ir.Model, catalogue: Catalogue, label: str = "model
 
 def _lift(graph: ir.Graph, value: ir.Value, keep_default: bool = True) -> None:
     """The initializer ``value`` made a graph input of the same name, type and shape (once:
-    TorchScript's ``keep_initializers_as_inputs`` lists it there already). Its array stays as
-    the input's default (``keep_default``): onnxruntime's multi-LoRA
-    (``RunOptions.add_active_adapter``) feeds only inputs that have one, and the base model
-    then runs alone too, computing what the model computed."""
+    TorchScript's ``keep_initializers_as_inputs`` lists it there already). Its default
+    (``keep_default``) is zeros: onnxruntime's multi-LoRA (``RunOptions.add_active_adapter``)
+    feeds only inputs that have one, and the base model run alone computes the base model
+    (a branch of zeros adds nothing), not the adapter it was split from."""
     tensor = value.const_value
     assert tensor is not None
-    if not keep_default:
+    if keep_default:
+        value.const_value = ir.Tensor(np.zeros(tensor.shape.numpy(), tensor.dtype.numpy()),
+                                      name=str(value.name))
+    else:
         graph.initializers.pop(str(value.name))
         value.const_value = None
     value.dtype, value.shape = tensor.dtype, ir.Shape(tensor.shape.numpy())

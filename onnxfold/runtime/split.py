@@ -379,6 +379,10 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
     for value in fold_inputs:
         if value not in read_by_entry and value not in graph.outputs:
             graph.inputs.remove(value)
+            if value.name in graph.initializers and not value.uses():
+                # its default too (a split adapter's LoRA input): onnxruntime would say it
+                # removes it, one warning per weight at every session
+                graph.initializers.pop(value.name)
     manifest = build_manifest(model, runtime, compiletime,
                               [cast(str, v.name) for v in rt_inputs])  # graph inputs: named
     return SplitModels(model, runtime, compiletime, manifest)

@@ -65,8 +65,10 @@ def test_lora_weights_become_inputs_and_the_adapter_file_holds_them(tmp_path, a,
     arrays = read_adapter(adapter)
     lifted = onnx.load(str(base))
     assert set(arrays) == {a, b} <= {i.name for i in lifted.graph.input}
-    # each keeps its array as the input's default: onnxruntime's multi-LoRA feeds only those
-    assert {a, b} <= {t.name for t in lifted.graph.initializer}
+    # each has a default of zeros: onnxruntime's multi-LoRA feeds only inputs that have one,
+    # and the base alone is the base model
+    defaults = {t.name: numpy_helper.to_array(t) for t in lifted.graph.initializer}
+    assert {a, b} <= set(defaults) and not defaults[a].any() and not defaults[b].any()
     x = RNG.standard_normal((3, 16)).astype(np.float32)
     want = run_ort(str(model), {"x": x})[0]
     np.testing.assert_array_equal(run_ort(str(base), {"x": x, **arrays})[0], want)
@@ -109,14 +111,17 @@ def test_the_outputs_replace_neither_the_model_nor_each_other(tmp_path, clash):
 
 def _runs_under_multi_lora(base, adapter, x, want):
     """The base computes ``want`` under onnxruntime's multi-LoRA (the adapter file active in
-    ``RunOptions``) and run alone (the defaults: the adapter it was split from)."""
+    ``RunOptions``); run alone (the defaults, zeros) it computes the base product alone."""
     session = ort.InferenceSession(str(base), providers=["CPUExecutionProvider"])
     loaded = ort.LoraAdapter()
     loaded.Load(str(adapter))
     options = ort.RunOptions()
     options.add_active_adapter(loaded)
     np.testing.assert_array_equal(session.run(None, {"x": x}, options)[0], want)
-    np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+    zeros = {name: np.zeros_like(array) for name, array in read_adapter(adapter).items()}
+    alone = session.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(alone, session.run(None, {"x": x, **zeros})[0])
+    assert not np.array_equal(alone, want)
 
 
 def test_lora_weights_already_listed_as_inputs_are_lifted_once(tmp_path):
@@ -157,3 +162,31 @@ def test_python_refuses_what_the_command_line_refuses(tmp_path, clash):
     assert_one_error_line(cli, "refusing to overwrite an input" if clash != "each other"
                           else "would also")
     run_ort(str(model), {"x": RNG.standard_normal((2, 16)).astype(np.float32)})
+
+
+def test_a_session_over_a_split_base_prints_no_onnxruntime_warning(tmp_path):
+    """Issue 65: a Session's first run, and the first after each switch, printed one
+    onnxruntime "Removing initializer" warning per LoRA weight (its default was left in the
+    entry model, which no longer reads it). onnxruntime logs from C: a child's stderr."""
+    import subprocess
+    import sys
+
+    model = lora_model(tmp_path / "m.onnx")
+    base, adapter = tmp_path / "base.onnx", tmp_path / "a.onnx_adapter"
+    assert_ok(run_cli("split-adapter", model, "-o", base, "--adapter", adapter))
+    script = f"""
+import numpy as np, onnxfold
+from onnxfold.runtime.adapters import read_adapter
+x = {{"x": np.ones((3, 16), np.float32)}}
+s = onnxfold.Session({str(base)!r}, adapter={str(adapter)!r})
+first = s.run(None, x)[0]
+doubled = {{k: v * 2 for k, v in read_adapter({str(adapter)!r}).items()}}
+s.set_adapter(doubled)
+assert not np.array_equal(s.run(None, x)[0], first)
+s.set_adapter({str(adapter)!r})
+assert np.array_equal(s.run(None, x)[0], first)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
