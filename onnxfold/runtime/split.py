@@ -382,7 +382,7 @@ def split_model(model: ir.Model, runtime_constants: Iterable[str],
             if value.name in graph.initializers and not value.uses():
                 # its default too (a split adapter's LoRA input): onnxruntime would say it
                 # removes it, one warning per weight at every session
-                graph.initializers.pop(value.name)
+                graph.initializers.pop(str(value.name))
     manifest = build_manifest(model, runtime, compiletime,
                               [cast(str, v.name) for v in rt_inputs])  # graph inputs: named
     return SplitModels(model, runtime, compiletime, manifest)
