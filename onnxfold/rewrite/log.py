@@ -75,10 +75,22 @@ class RewriteLog:
     """The records of one optimization. ``original``: the value names of the original model's
     main graph, read before any pass changed it."""
 
-    def __init__(self, main: ir.Graph, original: Collection[str]) -> None:
-        self.main = main
+    def __init__(self, model: ir.Model, original: Collection[str]) -> None:
+        self.model = model
         self.original = frozenset(original)
         self.records: list[RewriteRecord] = []
+
+    @property
+    def main(self) -> ir.Graph:
+        """The model's main graph now (``--target-opset``'s conversion puts in a new one
+        before any rewrite: its rewrites are the main graph's too)."""
+        return self.model.graph
+
+    @property
+    def opsets(self) -> dict[str, int]:
+        """The opsets the recorded windows are written in (the converted ones, where
+        ``--target-opset`` converted the model)."""
+        return dict(self.model.opset_imports)
 
     @classmethod
     def of(cls, model: ir.Model) -> RewriteLog:
@@ -86,7 +98,7 @@ class RewriteLog:
         graph = model.graph
         names = {str(v.name) for v in [*graph.inputs, *graph.initializers.values()] if v.name}
         names.update(str(v.name) for node in graph for v in node.outputs if v.name)
-        return cls(graph, names)
+        return cls(model, names)
 
     def before(self, rule: str, root: ir.Node, result: Replaced, built: Sequence[Built],
                matched: Collection[ir.Node] = ()) -> _Pending:

@@ -172,7 +172,7 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
             ran[id(record)].add(key)
             todo.append(record)
         leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
-        windows = _Windows(leaves, cones, rounding, verdicts, k, judged)
+        windows = _Windows(leaves, cones, rounding, log.opsets, verdicts, k, judged)
         batches = _batches(todo, leaves)
         for done_k, batch in enumerate(batches):
             windows.judge(batch)
@@ -325,11 +325,12 @@ class _Windows:
     """Runs records' windows on one input set (``k``) and judges them into ``verdicts``."""
 
     def __init__(self, leaves: _Leaves, cones: Cones, rounding: frozenset[str],
+                 opsets: dict[str, int] | None,
                  verdicts: dict[int, Verdict], k: int, judged: set[int]) -> None:
         self.leaves, self.verdicts, self.k = leaves, verdicts, k
         self.judged = judged  # the records judged at some input set so far
         self.rounding = rounding
-        self.opsets = dict(cones.model.opset_imports)
+        self.opsets = opsets or dict(cones.model.opset_imports)
         self.ir_version, self.libraries = cones.model.ir_version, cones.libraries
 
     def judge(self, batch: list[RewriteRecord]) -> None:
