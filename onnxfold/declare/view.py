@@ -138,13 +138,18 @@ class GraphView:
 
     def array(self, value: ir.Value | None) -> np.ndarray | None:
         """The data of an initializer or Constant output, also through Identity nodes (an
-        exporter's way to share one weight); not of values still to be folded."""
+        exporter's way to share one weight); not of values still to be folded, nor of an
+        initializer that is also a graph input (a default: the driver, not the rule, decides
+        that it is no constant)."""
         if value is None:
             return None
         if value in self._arrays:  # a constant's data does not change during a sweep
             return self._arrays[value]
         found = None
         for link in itertools.islice(through_identities(value), IDENTITY_HOPS):
+            if link in self._graph.inputs and link not in self._constant:
+                break  # an initializer that is also a graph input: a default a caller may
+                # override (IR >= 4), whose value no rule may read
             found = source_array(link)
             if found is not None:
                 break
