@@ -331,6 +331,12 @@ def _peer_cell(r: dict[str, Any]) -> str:
     return f"fails: {why[:120]}"
 
 
+def _short_verdict(line: str) -> str:
+    """The check's last line, its first clause and its count of rewrites validated."""
+    parts = [p.strip() for p in line.split(";")]
+    return "; ".join(dict.fromkeys([parts[0], parts[-1]]))
+
+
 def tables(results: dict[str, Any]) -> str:
     lines = ["| model | copy + sync | fold + sync | fold / copy | fold beside a busy core | "
              "fold peak RSS | nodes left (no limit / 1 GiB cgroup) |",
@@ -345,17 +351,19 @@ def tables(results: dict[str, Any]) -> str:
                      f"**{q['ratio']:.2f}x** | {b['ratio']:.2f}x | {q['fold_peak']:,.0f} MiB | "
                      f"{q['nodes_left']:,} / {limited} |")
     lines += ["", "| model | memory cgroup | `--check 1` | its own (check - fold) | check / "
-              "fold | cgroup peak | verdict |", "|---|--:|--:|--:|--:|--:|---|"]
+              "fold | peak RSS | cgroup peak (page cache too) | verdict |",
+              "|---|--:|--:|--:|--:|--:|--:|---|"]
     for name, r in results.items():
         for key, c in r.items():
             if not key.startswith("check_"):
                 continue
             own = c["wall"] - r["quiet"]["fold_wall"]
-            verdict = c["verdict"] if c["rc"] == 0 else f"exit {c['rc']}: {c['error']}"
+            verdict = _short_verdict(c["verdict"]) if c["rc"] == 0 else \
+                f"exit {c['rc']}: {c['error']}"
             peak = f"{c['cgroup_peak']:,.0f} MiB" if c["cgroup_peak"] else "-"
             lines.append(f"| {name} | {key.split('_')[1]} GiB | {c['wall']:.0f} s | {own:.0f} s "
-                         f"| {own / r['quiet']['fold_wall']:.2f}x | {peak} | "
-                         f"{verdict[:160]} |")
+                         f"| {own / r['quiet']['fold_wall']:.2f}x | {c['peak']:,.0f} MiB | "
+                         f"{peak} | {verdict} |")
     lines += ["", "| model | onnxfold | onnxruntime basic | onnxsim |", "|---|---|---|---|"]
     for name, r in results.items():
         if "ort" not in r:
@@ -391,8 +399,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write every measured number here")
     ap.add_argument("--no-readme", action="store_true",
                     help="print the tables only; do not write them into bench/README.md")
+    ap.add_argument("--from-json", type=Path,
+                    help="render the tables of an earlier run's --json (nothing measured)")
     a = ap.parse_args(argv)
     a.peer_memory = int(a.peer_memory * GiB)
+    if a.from_json:
+        results = json.loads(a.from_json.read_text())
+        print(tables(results))
+        return 0
     results = measure(a, lambda text: print(f"... {text}", flush=True))
     text = tables(results)
     heading = dated(f"python -m bench run llm --repeat {a.repeat}",
