@@ -169,3 +169,20 @@ def test_verbose_adds_how_the_run_went_and_the_default_says_what_to_decide_on(tm
     assert plain.stdout.splitlines()[-1].startswith("check        not run: --check 3")
     checked = run_cli("optimize", BERT, "-o", str(tmp_path / "c.onnx"), "--check", "1")
     assert "check        not run" not in checked.stdout
+
+
+def test_the_time_line_gives_the_check_apart(tmp_path):
+    """Issue 65: a 3 s fold with --check showed '71 s' on its time line: the run's own time
+    first, the check's apart, and the sum."""
+    import re
+
+    from tests.support.cli import run_cli, save_add_model
+
+    save_add_model(tmp_path / "m.onnx")
+    proc = run_cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "--check", "1")
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("time "))
+    assert re.fullmatch(r"time +[\d.]+ s, check [\d.]+ s \([\d.]+ s in all\)", line), line
+    plain = run_cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "p.onnx")
+    line = next(x for x in plain.stdout.splitlines() if x.startswith("time "))
+    assert re.fullmatch(r"time +[\d.]+ s", line), line
