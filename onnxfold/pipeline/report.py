@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -269,7 +270,10 @@ class Report:
         lines.extend(f"skipped      {step}" for step in self.skipped_steps)
         lines.extend(f"warning      {warning}" for warning in self.warnings)
         if self.output:
-            where = f" + {self.external_data}" if self.external_data else ""
+            data = self.external_data  # shown as the output is (its directory's file)
+            if data and os.path.dirname(data) == os.path.dirname(os.path.abspath(self.output)):
+                data = os.path.join(os.path.dirname(self.output), os.path.basename(data))
+            where = f" + {data}" if data else ""
             lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")
         lines = [printable(line) for line in lines]  # a name stays on its line
         if table and (self.ops_before or self.ops_after):

@@ -186,3 +186,17 @@ def test_the_time_line_gives_the_check_apart(tmp_path):
     plain = run_cli("optimize", tmp_path / "m.onnx", "-o", tmp_path / "p.onnx")
     line = next(x for x in plain.stdout.splitlines() if x.startswith("time "))
     assert re.fullmatch(r"time +[\d.]+ s", line), line
+
+
+def test_the_written_line_names_the_data_file_as_it_names_the_model(tmp_path):
+    """Issue 65: 'wrote m.onnx + /abs/dir/m.onnx.data' mixed a relative path and an absolute
+    one: the data file is shown as the output is."""
+    from tests.support.cli import run_cli, save_add_model
+
+    save_add_model(tmp_path / "m.onnx")
+    (tmp_path / "sub").mkdir()
+    proc = run_cli("optimize", "m.onnx", "-o", "sub/o.onnx", "--external-data", "yes",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("wrote "))
+    assert line.startswith("wrote        sub/o.onnx + sub/o.onnx.data ("), line
