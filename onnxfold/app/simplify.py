@@ -66,8 +66,8 @@ def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
     options = with_keywords(simplify, options, check, shapes, fold_options)
     # every argument judged before the fold, what names the model's dims as it is read
     comparison = judged_comparison(CompareOptions(
-        inputs, 0, dict(dims or {}), dict(int_ranges or {}), rtol, atol,
-        tuple(custom_op_libraries)))
+        inputs=inputs, seed=0, dims=dict(dims or {}), int_ranges=dict(int_ranges or {}),
+        rtol=rtol, atol=atol, custom_op_libraries=tuple(custom_op_libraries)))
     reference = _reference(model, options.fixed_shapes) if check_n > 0 else None
     optimized = optimize(model, options, check=check, record_rewrites=check_n > 0,
                          loaded=None if reference is None else functools.partial(

@@ -104,9 +104,10 @@ def compare(a: ModelRef, b: ModelRef, *,
     not fit in the memory left).
     """
     return compare_models(a, b, n, CompareOptions(
-        inputs, seed, dict(dims or {}), dict(int_ranges or {}), rtol, atol,
-        tuple(custom_op_libraries), level, verify, window_bytes), progress=progress,
-        catalogue=catalogue, evidence=evidence)
+        inputs=inputs, seed=seed, dims=dict(dims or {}), int_ranges=dict(int_ranges or {}),
+        rtol=rtol, atol=atol, custom_op_libraries=tuple(custom_op_libraries), level=level,
+        verify=verify, window_bytes=window_bytes), progress=progress, catalogue=catalogue,
+        evidence=evidence)
 
 
 def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,

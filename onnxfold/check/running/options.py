@@ -19,7 +19,7 @@ from onnxfold.errors import InputError
 from onnxfold.numbers import INT64_MAX
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompareOptions:
     """Everything :func:`onnxfold.check.compare.compare_models` needs besides the models and
     the number of input sets.
