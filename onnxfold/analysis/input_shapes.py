@@ -34,12 +34,16 @@ BARE = ""
 
 def as_specs(shapes: Mapping[str, Sequence[int | str | None]] | Sequence[str] | str | None
              ) -> tuple[str, ...]:
-    """``{"x": [1, 3, 224, 224]}`` (onnxsim's form; ``None`` or ``"?"`` keeps a dim) or
-    ``["x:1,3,224,224", "batch=1"]`` (the ``--input-shape`` strings) as those strings."""
+    """``{"x": [1, 3, 224, 224]}`` (onnxsim's form; ``None`` or ``"?"`` keeps a dim),
+    ``["x:1,3,224,224", "batch=1"]`` (the ``--input-shape`` strings) or ``[1, 3, 224, 224]``
+    (the one input's shape) as those strings."""
     if shapes is None:
         return ()
     if isinstance(shapes, str):
         return (shapes,)
+    if isinstance(shapes, Sequence) and shapes and all(
+            isinstance(d, int) and not isinstance(d, bool) for d in shapes):
+        return (",".join(map(str, shapes)),)  # [1, 3, 224, 224]: the one input's (bare)
     if isinstance(shapes, Mapping):
         specs = []
         for name, dims in shapes.items():
@@ -87,7 +91,8 @@ def parse(specs: Sequence[str]) -> InputShapes:
         shape = [flag_value(f"--input-shape {name}", d, minimum=0) if _is_number(d) else d
                  for d in parts]
         if shapes.setdefault(name, shape) != shape:
-            raise InputError(f"--input-shape {name}: given twice, as {_spec(shapes[name])} and "
+            said = name or "(the one input's, without a name)"
+            raise InputError(f"--input-shape {said}: given twice, as {_spec(shapes[name])} and "
                              f"{_spec(shape)}")
         unsafe = [d for d in parts if printable(d) != d]
         if unsafe:
@@ -178,6 +183,9 @@ def named_shapes(shapes: Mapping[str, Sequence[int | str]], inputs: Sequence[str
     if BARE not in shapes:
         return shapes
     bare = _spec(shapes[BARE])
+    if not inputs:
+        raise InputError(f"--input-shape {bare}: a shape without a name is the shape of a "
+                         "model's one input; this one has no input a caller feeds")
     if len(inputs) != 1:
         raise InputError(f"--input-shape {bare}: a shape without a name is the shape of a "
                          f"model's one input; this one has {len(inputs)} "

@@ -118,9 +118,9 @@ class _Rules(argparse.Action):
             parser.error(f"{option_string} without a name skips every onnxsim optimizer; "
                          "onnxfold's rewrites are rules: --disable-rule NAME for each "
                          "(onnxfold rules lists them)")
-        if values in NO_COUNTERPART:
-            namespace.peer_notes = [*getattr(namespace, "peer_notes", []), (
-                f"onnxfold: {option_string} {values}: onnxsim's pass; {NO_COUNTERPART[values]}")]
+        if values in NO_COUNTERPART:  # (said once, however often it is given)
+            namespace.peer_notes = list(dict.fromkeys([*getattr(namespace, "peer_notes", []), (
+                f"onnxfold: {option_string} {values}: onnxsim's pass; {NO_COUNTERPART[values]}")]))
             return
         rule = ONNXSIM_PASSES.get(values, values)
         if rule == _NO_OPS:

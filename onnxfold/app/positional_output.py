@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 
 from onnxfold.errors import InputError
+from onnxfold.numbers import NumberError, parse_int
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def read_positional(sources: tuple[str, ...], output: str | None, implied: bool 
     if output is not None or len(sources) not in (2, 3):
         return Positional(sources, output)
     model, second = sources[0], sources[1]
-    check_n = _check_n(model, sources[2]) if len(sources) == 3 else None
+    check_n = _check_n(model, second, sources[2]) if len(sources) == 3 else None
     if len(sources) == 3 and check_n is None:
         return Positional(sources, output)
     if not os.path.isfile(model):
@@ -56,6 +57,9 @@ def read_positional(sources: tuple[str, ...], output: str | None, implied: bool 
     if replacing and os.path.exists(second) and os.path.samefile(model, second):
         raise InputError(f"{model} {second}: the second path is the input itself; to replace "
                          f"it in place give -o {second}")
+    if replacing and not os.path.exists(second):
+        raise InputError(f"{model} {second}: {second} is a symbolic link to nothing; to write "
+                         f"{model}'s optimized model there give -o {second}")
     if replacing and not (implied and second.endswith(".onnx") and os.path.isfile(second)):
         raise InputError(
             f"optimize {model} {second}: both paths exist, so both would be read as inputs "
@@ -73,11 +77,15 @@ def read_positional(sources: tuple[str, ...], output: str | None, implied: bool 
                       f"{checked} says so)", check_n)
 
 
-def _check_n(model: str, third: str) -> int | None:
-    """onnxsim's third argument, its number of checks, where ``third`` is one (a number that
-    names no file, after an existing model)."""
-    try:
-        n = int(third)
-    except ValueError:
+def _check_n(model: str, second: str, third: str) -> int | None:
+    """onnxsim's third argument, its number of checks, where ``third`` is meant as one (it
+    names no file, holds a digit and no path, after an existing model): validated as
+    ``--check`` validates its count (InputError for ``-1``, ``1e3``, a digit outside ASCII,
+    a count past int64); None where it is no number (a path: an input, as before)."""
+    if os.path.lexists(third) or not os.path.isfile(model) or os.sep in third or \
+            third.endswith(".onnx") or not any(c.isnumeric() for c in third):
         return None
-    return n if n >= 0 and not os.path.lexists(third) and os.path.isfile(model) else None
+    try:
+        return parse_int(third, minimum=0)
+    except NumberError as e:
+        raise InputError(f"{model} {second} {third}: onnxsim's check_n (--check N): {e}") from None

@@ -130,7 +130,11 @@ class EntryModel:
         (``owned``: the others are in the data file, onnxruntime's to load)."""
         import onnxruntime as ort
 
-        options = session_options(like=self.sess_options, log_level=None,
+        # no options of the caller's: onnxruntime's warnings are not the caller's to act on
+        # (a split base's LoRA defaults: "Initializer ... appears in graph inputs", one per
+        # weight); the caller's own options keep their level
+        options = session_options(like=self.sess_options,
+                                  log_level=3 if self.sess_options is None else None,
                                   libraries=self.custom_op_libraries)
         values = [ort.OrtValue.ortvalue_from_numpy(c_contiguous(folded[n])) for n in handed]
         try:

@@ -200,3 +200,27 @@ def test_every_onnxsim_pass_name_is_skipped_or_said_to_have_no_counterpart(tmp_p
     typo = run_cli("optimize", src, "-o", tmp_path / "o3.onnx", "--skip-optimization",
                    "fuse_bn_into_conf")
     assert_one_error_line(typo, "fuse_bn_into_conf")
+
+
+def test_a_bare_shape_in_python_and_its_words(tmp_path):
+    """The adversarial round: ``simplify(m, input_shapes=[1, 3, 8, 8])`` raised AttributeError;
+    a bare shape given twice said "--input-shape : given twice"; on a model with no input it
+    asked for a name."""
+    import onnxfold
+    from onnxfold.errors import InputError
+
+    src = _model(tmp_path / "m.onnx")
+    for shape in ([2, 4], (2, 4)):
+        model, ok = onnxfold.simplify(src, input_shapes=shape)
+        assert ok and [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] \
+            == [2, 4]
+    twice = run_cli(src, tmp_path / "o.onnx", "--overwrite-input-shape", "2,4",
+                    "--overwrite-input-shape", "3,4")
+    assert "(the one input's, without a name): given twice" in twice.stderr, twice.stderr
+    none = tmp_path / "none.onnx"
+    graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("c", TensorProto.FLOAT,
+                                                                            [1])],
+                              [numpy_helper.from_array(np.ones(1, np.float32), "c")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(none))
+    with pytest.raises(InputError, match="has no input a caller feeds"):
+        onnxfold.simplify(str(none), input_shapes=[1])

@@ -112,3 +112,21 @@ def test_a_refused_output_is_not_announced_first(tmp_path):
     proc = run_cli("optimize", "in.onnx", "out.onnx", cwd=tmp_path)
     assert_one_error_line(proc, "out.onnx")
     assert "writing to" not in proc.stderr
+
+
+@pytest.mark.parametrize("n", ["-1", "1e3", "99999999999999999999999", "1_0", "\u0663"])
+def test_a_check_count_that_is_no_count_is_refused_in_one_line(tmp_path, n):
+    """The adversarial round: ``IN OUT -1`` read three inputs (a batch, several lines), and
+    ``IN OUT 99999999999999999999999`` ran a check without end; N is judged as ``--check``
+    judges its count."""
+    save_add_model(tmp_path / "in.onnx")
+    proc = run_cli("in.onnx", "out.onnx", n, cwd=tmp_path)
+    assert_one_error_line(proc, "onnxsim's check_n (--check N)")
+    assert _listing(tmp_path) == ["in.onnx"]
+
+
+def test_a_dangling_link_as_the_output_is_said_as_it_is(tmp_path):
+    save_add_model(tmp_path / "in.onnx")
+    os.symlink("nowhere.onnx", tmp_path / "dang.onnx")
+    proc = run_cli("in.onnx", "dang.onnx", cwd=tmp_path)
+    assert_one_error_line(proc, "dang.onnx is a symbolic link to nothing", "give -o dang.onnx")

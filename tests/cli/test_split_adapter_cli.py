@@ -167,7 +167,8 @@ def test_python_refuses_what_the_command_line_refuses(tmp_path, clash):
 def test_a_session_over_a_split_base_prints_no_onnxruntime_warning(tmp_path):
     """Issue 65: a Session's first run, and the first after each switch, printed one
     onnxruntime "Removing initializer" warning per LoRA weight (its default was left in the
-    entry model, which no longer reads it). onnxruntime logs from C: a child's stderr."""
+    entry model, which no longer reads it); a Session without an adapter, one "appears in graph
+    inputs" warning per weight. onnxruntime logs from C: a child's stderr."""
     import subprocess
     import sys
 
@@ -185,6 +186,8 @@ s.set_adapter(doubled)
 assert not np.array_equal(s.run(None, x)[0], first)
 s.set_adapter({str(adapter)!r})
 assert np.array_equal(s.run(None, x)[0], first)
+alone = onnxfold.Session({str(base)!r})  # no adapter: the base model, quietly too
+assert not np.array_equal(alone.run(None, x)[0], first)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)

@@ -17,8 +17,10 @@ weights.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
+import onnx_ir as ir
 
 from onnxfold.check.result import OutputDiff, accumulate, as_array
 from onnxfold.check.running.cones import reinferred
@@ -45,39 +47,64 @@ def judge_again(rows: dict[str, OutputDiff], names: Sequence[str], a: ModelRef, 
                 ) -> str:
     """Rebuild the rows of ``names`` over ``sets`` (each: the feeds, A's and B's outputs in
     the order of ``outputs``) with the magnitudes of their elements (computed window by
-    window, ``budget`` bytes of weights each, where it is given); "" or a note on why they
-    could not be computed (the rows are then left as they are)."""
+    window, ``budget`` bytes of weights each, where it is given); "" or a note on those whose
+    magnitudes could not be computed (their rows are left as they are). The outputs are
+    computed together, and where that fails each alone: one output whose twins cannot run (a
+    sequence, the result of a subgraph onnxruntime refuses as a twin) costs no other its
+    magnitudes."""
     model = reinferred(graph_of(a, label))
     by_name = {str(v.name): v for v in model.graph.outputs}
-    values = [by_name[name] for name in names if name in by_name]
-    if len(values) != len(names):
+    if any(name not in by_name for name in names):
         return "the magnitudes of the summed terms were not computed: an output is not one " \
             "of the original's graph outputs"
-    computed: list[list[np.ndarray] | Exception] = []
-    if budget is not None:
-        try:
-            computed = magnitudes_in_windows(model, values, [feeds for feeds, _, _ in sets],
-                                             budget, libraries, level)
-        except (RunFailed, MachineShort) as e:
-            computed = [e]
-    else:
-        for feeds, _, _ in sets:
-            try:
-                computed.append(magnitudes(model, values, feeds, libraries))
-            except (RunFailed, MachineShort) as e:
-                computed.append(e)
-                break
-    stopped = next((e for e in computed if isinstance(e, Exception)), None)
-    if stopped is not None:
-        return (f"the magnitudes of the summed terms of {', '.join(names)} could not be "
-                f"computed ({str(stopped).splitlines()[0][:160]}): rtol/atol alone judged them")
+    tensors = [name for name in names if isinstance(by_name[name].type, ir.TensorType) and
+               by_name[name].dtype is not None]  # (a sequence has no twin)
+    failed: dict[str, str] = {name: "not a tensor" for name in names if name not in tensors}
+    groups = [tensors] if tensors else []
+    while groups:
+        group = groups.pop()
+        found = _computed(model, [by_name[name] for name in group], sets, budget, libraries,
+                          level)
+        if isinstance(found, Exception):
+            if len(group) > 1:
+                groups.extend([name] for name in group)
+            else:
+                failed[group[0]] = str(found).splitlines()[0][:160] if str(found) else \
+                    type(found).__name__
+            continue
+        _rebuilt(rows, group, found, sets, outputs, rtol, atol)
+    if not failed:
+        return ""
+    return (f"the magnitudes of the summed terms of {', '.join(failed)} could not be computed "
+            f"({next(iter(failed.values()))}): rtol/atol alone judged them")
+
+
+def _computed(model: ir.Model, values: list[ir.Value],
+              sets: Sequence[tuple[dict[str, np.ndarray], list, list]], budget: int | None,
+              libraries: Sequence[str], level: str) -> list[list[np.ndarray]] | Exception:
+    """The twins of ``values`` on each set's feeds, or what stopped them."""
+    try:
+        if budget is not None:
+            found = magnitudes_in_windows(model, values, [feeds for feeds, _, _ in sets],
+                                          budget, libraries, level)
+            stopped = next((e for e in found if isinstance(e, Exception)), None)
+            return stopped if stopped is not None else \
+                [cast(list[np.ndarray], f) for f in found]
+        return [magnitudes(model, values, feeds, libraries) for feeds, _, _ in sets]
+    except (RunFailed, MachineShort) as e:
+        return e
+
+
+def _rebuilt(rows: dict[str, OutputDiff], names: Sequence[str],
+             computed: list[list[np.ndarray]],
+             sets: Sequence[tuple[dict[str, np.ndarray], list, list]], outputs: Sequence[str],
+             rtol: float | None, atol: float | None) -> None:
+    """The rows of ``names`` judged again with their ``computed`` magnitudes."""
     position = {name: k for k, name in enumerate(outputs)}
     for k, name in enumerate(names):
         old = rows[name]
         row = OutputDiff(old.name, old.dtype_a, old.dtype_b, old.shape_a, old.shape_b)
         for (_, got_a, got_b), summed in zip(sets, computed):
-            assert not isinstance(summed, Exception)  # (said above)
             va, vb = as_array(got_a[position[name]]), as_array(got_b[position[name]])
             accumulate(row, va, vb, rtol, atol, summed=summed[k])
         rows[name] = row
-    return ""

@@ -558,14 +558,18 @@ def twin_model(model: ir.Model, values: Sequence[ir.Value]) -> ir.Model:
                 placeholder.external_data.add(key=key, value=text)
             proto.initializer.append(placeholder)
     for name, value in zip(names, values):
-        assert value.dtype is not None  # (a float output)
+        if value.dtype is None:
+            raise RunFailed(f"{value.name}: no tensor type to give its magnitudes")
         proto.output.append(helper.make_tensor_value_info(name, value.dtype.value, None))
     built = helper.make_model(proto, opset_imports=[
         helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()])
     built.ir_version = model.ir_version
     built.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
     # the types of the twins (a window hands on what the next one reads, by its dtype)
-    built = onnx.shape_inference.infer_shapes(built)
+    try:
+        built = onnx.shape_inference.infer_shapes(built)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
+        raise RunFailed(f"the magnitudes' model: {str(e).splitlines()[0][:200]}") from None
     twin = ir.serde.deserialize_model(built)
     for name, value in twin.graph.initializers.items():
         value.const_value = graph.initializers[name].const_value
