@@ -4,7 +4,8 @@ and what each must do).
 
 Refused: exit 2 with one ``onnxfold: error:`` line, or an ``OnnxfoldError``; nothing changed
 (the FIFO still a FIFO, the input as it was, no temporary or lock file), and never a hang (a
-cell still running after ``HANG_SECONDS`` fails as hung: a FIFO waited on). Ok: done, with no
+cell that makes no progress, under ``HANG_CPU`` s of CPU in ``HANG_PERIODS`` periods of
+``HANG_SECONDS``, fails as hung: a FIFO waited on; a wall alone decides nothing). Ok: done, with no
 leftover. In place (``optimize M -o M``): the model replaced, loading, its old data gone. The
 read-only and full-disk cases run in one child in a mount namespace (``unshare -rm``).
 Adding a subcommand or a public function without a row fails

@@ -42,7 +42,12 @@ import onnx
 from tests.support.files import snapshot
 
 A, B = "w.lora_A.default.weight", "w.lora_B.default.weight"
-HANG_SECONDS = 20  # a cell still running after this is a hang (a FIFO waited on), not slow
+# a cell is hung (a FIFO waited on) when, in HANG_PERIODS periods of HANG_SECONDS in a row,
+# this process spent under HANG_CPU seconds of CPU: progress, not a wall, decides (a cell that
+# is slow because the disk is busy with a sync still computes; one waiting on a FIFO does not)
+HANG_SECONDS = 20
+HANG_PERIODS = 3
+HANG_CPU = 0.05
 
 
 # -- the files every cell starts from ---------------------------------------------------------
@@ -351,11 +356,22 @@ def _paths(row: Row, case: str, role: str, cell: Path, mount: Path | None) -> di
 
 @contextlib.contextmanager
 def _bounded() -> Iterator[None]:
-    """Raise :class:`Hung` in this (the main) thread after :data:`HANG_SECONDS`."""
-    def hung(*_: object) -> None:
-        raise Hung(f"still running after {HANG_SECONDS} s")
+    """Raise :class:`Hung` in this (the main) thread once the process has made no progress
+    (under :data:`HANG_CPU` s of CPU) for :data:`HANG_PERIODS` periods of
+    :data:`HANG_SECONDS` in a row."""
+    seen = [time.process_time()]
+    idle = [0]
 
-    previous = signal.signal(signal.SIGALRM, hung)
+    def check(*_: object) -> None:
+        now = time.process_time()
+        idle[0] = idle[0] + 1 if now - seen[0] < HANG_CPU else 0
+        seen[0] = now
+        if idle[0] >= HANG_PERIODS:
+            raise Hung(f"no progress: under {HANG_CPU} s of CPU in "
+                       f"{HANG_PERIODS * HANG_SECONDS} s")
+        signal.alarm(HANG_SECONDS)
+
+    previous = signal.signal(signal.SIGALRM, check)
     signal.alarm(HANG_SECONDS)
     try:
         yield
