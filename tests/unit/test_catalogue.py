@@ -111,9 +111,11 @@ NAMED_BY_THE_RUNTIME = {
     ("runtime/reassociate.py", "merge_low_rank_branches"),
     ("runtime/session.py", "merge_low_rank_branches"),
     ("runtime/backends/iree_rewrites.py", "transpose_before_widening"),
+    # onnxsim's pass names as the rules that do them (the table of onnxsim's names)
     *(("app/peer_flags.py", rule) for rule in (
         "fuse_batch_norm_into_conv", "merge_transposes", "merge_reshapes", "merge_unsqueezes",
-        "fuse_matmul_add_into_gemm", "drop_inference_dropout")),
+        "fuse_matmul_add_into_gemm", "drop_inference_dropout", "fuse_add_into_conv",
+        "fuse_mul_into_conv", "inline_constant_if", "drop_neutral_element", "drop_noop")),
     ("app/failure_line.py", "merge_shared_input_matmuls"),
 }
 
@@ -181,3 +183,13 @@ def test_static_no_ops_go_before_the_shape_values_rules():
     import rules as package
 
     assert package.MODULES.index("no_ops") < package.MODULES.index("shape_values")
+
+
+def test_every_onnxsim_pass_maps_to_a_rule_or_cleanup_that_exists():
+    """``--skip-optimization NAME`` disables the rule onnxsim's pass NAME is here: a renamed
+    rule would leave the name pointing at nothing."""
+    from onnxfold.app.peer_flags import ONNXSIM_PASSES
+    from onnxfold.pipeline.cleanups import CLEANUPS
+
+    known = load_catalogue().names() | {cleanup.name for cleanup in CLEANUPS}
+    assert set(ONNXSIM_PASSES.values()) <= known, set(ONNXSIM_PASSES.values()) - known
