@@ -1,7 +1,8 @@
 """The export matrix checked in windows (``onnxfold.check.running.windows``): every export's fold
-compared with the original once in one session each and once window by window, with windows
-forced small (an eighth of the weights: 7 to 20 windows a model), and the two verdicts agree;
-a wrong fold planted in a fold is caught in windows as it is whole.
+compared with the original window by window, with windows forced small (an eighth of the
+weights: 7 to 20 windows a model): it passes as the whole check of the export matrix passes
+(``tests/exports/test_check_matrix.py``), on every output; a wrong fold planted in a fold is
+caught in windows as it is whole.
 
 Windows are what lets the check run where a session over a whole model does not fit (a 7B
 decoder in 8 GiB); this tier holds them to the same answers on every family the check knows:
@@ -67,18 +68,20 @@ def _compared(source, fold, options):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_in_windows_the_verdict_is_the_same(folded, name):
+    """Whole, each export's check passes (``tests/exports/test_check_matrix.py`` runs
+    ``optimize --check 3`` on every one): in windows it passes too, on the same outputs, or
+    it could not run where the whole check could not (the original fails at the guessed
+    dims). The whole comparison is not run again here: it is that tier's."""
     source, fold = folded(name)
-    whole = _compared(source, fold, CompareOptions())
     windowed = _compared(source, fold, _windows(source))
-    if isinstance(whole, str):  # the original does not run on the guessed dims: nor in windows
-        assert windowed == whole
+    if isinstance(windowed, str):  # the original does not run on the guessed dims
+        whole = _compared(source, fold, CompareOptions())
+        assert windowed == whole, (windowed, whole)
         pytest.skip(f"{name}: {whole[:200]}")
-    assert not isinstance(windowed, str), windowed
-    assert "compared window by window" in windowed.windows and not whole.windows
-    assert (whole.ok, set(whole.failing)) == (windowed.ok, set(windowed.failing)), \
-        windowed.summary()
-    assert windowed.ok, windowed.summary()
-    assert [r.name for r in whole.rows] == [r.name for r in windowed.rows]
+    assert "compared window by window" in windowed.windows, windowed.summary()
+    assert windowed.ok and not windowed.failing, windowed.summary()
+    outputs = [str(v.name) for v in graph_of(str(source), "a").graph.outputs]
+    assert [r.name for r in windowed.rows] == outputs
 
 
 @pytest.mark.parametrize("kind", planted_folds.KINDS)
