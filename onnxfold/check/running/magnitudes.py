@@ -508,7 +508,7 @@ def magnitudes(model: ir.Model, values: Sequence[ir.Value], inputs: Mapping[str,
     inferred) for the graph inputs ``inputs``, as float64. Raises the runner's RunFailed or
     MachineShort."""
     nodes, names = twin_nodes(model, values)
-    read = {name for node in nodes for name in node.input}
+    read = _names_read(nodes)  # (a subgraph's reads of outer values too)
     constants = {str(name): read_constant(value.const_value)
                  for name, value in model.graph.initializers.items()
                  if value.const_value is not None and name not in inputs and name in read}
