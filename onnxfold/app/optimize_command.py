@@ -60,8 +60,7 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     if command.implied:  # one line says both: the command, and how IN OUT was read
         shown = " ".join(read.sources) + (f" -o {read.output}" if read.output else "") + (
             f" --check {read.check_n}" if read.check_n is not None else "")
-        replacing = "; it exists: replaced, as onnxsim does" if read.note and "replacing" in \
-            read.note else ""
+        replacing = "; it exists: replaced, as onnxsim does" if read.replaces else ""
         note = f"onnxfold: running onnxfold optimize {shown}" + (
             f" (onnxsim's IN OUT: the second path is the output{replacing})"
             if read.note else "")

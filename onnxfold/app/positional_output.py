@@ -31,6 +31,7 @@ class Positional:
     output: str | None
     note: str | None = None
     check_n: int | None = None  # onnxsim's third argument: --check N
+    replaces: bool = False  # the output exists: onnxsim's command line replaces it
 
 
 def read_positional(sources: tuple[str, ...], output: str | None, implied: bool = False
@@ -74,7 +75,7 @@ def read_positional(sources: tuple[str, ...], output: str | None, implied: bool 
     return Positional((model,), second,
                       f"onnxfold: writing to {second}{said}: the second path is taken as the "
                       f"output, as onnxsim reads IN OUT{' N' if checked else ''} (-o {second}"
-                      f"{checked} says so)", check_n)
+                      f"{checked} says so)", check_n, replacing)
 
 
 def _check_n(model: str, second: str, third: str) -> int | None:
