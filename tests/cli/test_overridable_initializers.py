@@ -86,3 +86,32 @@ def test_a_default_fed_another_value_computes_what_the_original_computes(tmp_pat
     got = optimized.run(None, {k: v for k, v in feeds.items() if k in kept})
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_inputs_feeds_an_overridable_default_and_catches_a_baked_one(tmp_path):
+    """``--inputs`` gives an initializer that is also a graph input as a caller feeds it (it
+    was refused: "is not an input"): fed ``eps = 3.0``, a model that baked the default epsilon
+    into a LayerNormalization differs; onnxfold's own output passes, whole and in windows."""
+    from onnxfold.check.compare import compare
+    from tests.support.cli import run_cli
+
+    model = _layer_norm()
+    _every_float_initializer_an_input(model)
+    path, out, baked = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "baked.onnx"
+    onnx.save(model, str(path))
+    onnxfold.optimize(str(path)).save(str(out))
+    wrong = onnx.load(str(path))  # LayerNormalization with the default epsilon written in
+    del wrong.graph.node[:]
+    wrong.graph.node.extend([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"],
+                                              axis=-1, epsilon=1e-5)])
+    onnx.save(wrong, str(baked))
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, eps=np.array(3.0, np.float32))
+    assert run_cli("compare", path, baked, "--inputs", feeds).returncode == 1
+    good = run_cli("compare", path, out, "--inputs", feeds, "-n", "2")
+    assert good.returncode == 0, good.stdout + good.stderr
+    windowed = compare(str(path), str(out), inputs={"eps": np.array(3.0, np.float32)}, n=2,
+                       window_bytes=16)
+    assert windowed.ok and windowed.windows, windowed.summary()
+    assert not compare(str(path), str(baked), inputs={"eps": np.array(3.0, np.float32)},
+                       window_bytes=16).ok

@@ -161,8 +161,9 @@ def _feeds(feeder: FeedPlan, seed: int, k: int, overrides: Mapping[str, np.ndarr
     set on; InputError where shape inference shows it failing at a node onnxruntime already
     failed at (``failures``)."""
     feeds = feeder.feeds(seed + k, k)
-    if k and overrides:
-        feeds.update(overridden(overrides, seed + k))
+    if k and overrides:  # (a default --inputs gave stays as given)
+        feeds.update({name: arr for name, arr in overridden(overrides, seed + k).items()
+                      if name not in feeder.given})
     if failures is not None:
         failures.check({name: arr.shape for name, arr in feeds.items()}, label)
     return feeds

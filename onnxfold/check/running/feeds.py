@@ -198,8 +198,12 @@ class FeedPlan:
                                      for axis, d in enumerate(shape)])
                       for name, dtype, shape in declared]
         names = {name: dtype for name, dtype, _ in self.specs}
+        # initializers a caller may override (IR >= 4: also graph inputs): --inputs may give
+        # them, as a caller feeds them; the rest of the plan leaves them at their defaults
+        self.defaults = {str(arg.name): numpy_type(arg.type, label, arg.name) for arg in
+                         getattr(session, "get_overridable_initializers", list)()}
         for name in given:
-            if name not in names:
+            if name not in names and name not in self.defaults:
                 raise InputError(f"--inputs: {name} is not an input of {label} "
                                  f"(inputs: {', '.join(names)})")
         for name, (lo, hi) in int_ranges.items():
@@ -211,7 +215,8 @@ class FeedPlan:
                                  "integer")
             if lo >= hi:
                 raise InputError(f"--int-range {name}={lo}:{hi}: LO must be below HI")
-        self.given = {name: self._cast(name, names[name], arr) for name, arr in given.items()}
+        self.given = {name: self._cast(name, {**self.defaults, **names}[name], arr)
+                      for name, arr in given.items()}
         self.int_ranges = dict(int_ranges)
         bound = self._bind(dims, fixed, label)
         self.images = {name for name, dtype, shape in self.specs if _is_image(dtype, shape)}
@@ -408,7 +413,7 @@ class FeedPlan:
         """Input set ``k`` (seeded with ``seed``), shaped by binding ``k % len(bindings)``."""
         rng = np.random.default_rng(seed)
         bound = self.bindings[k % len(self.bindings)]
-        feeds = {}
+        feeds = {name: arr for name, arr in self.given.items() if name in self.defaults}
         for name, dtype, shape in self.specs:
             if name in self.given:
                 feeds[name] = self.given[name]

@@ -363,6 +363,9 @@ class Chain:
     def get_outputs(self) -> list[Arg]:
         return [_arg(v) for v in self.model.graph.outputs]
 
+    def get_overridable_initializers(self) -> list[Arg]:
+        return [_arg(v) for v in self._defaults.values()]
+
     def run_all(self, feed_sets: Sequence[Mapping[str, np.ndarray]]) -> None:
         """Run every input set of ``feed_sets`` through every window, window by window;
         :meth:`results` then gives each set's values (or what stopped it). What an earlier
