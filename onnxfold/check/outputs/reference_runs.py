@@ -245,10 +245,16 @@ def run_optimized(sess, label: str, outputs: list[str], reference: Reference, ru
     machine. Any other failure is B's."""
     got: list[list | None] = []
     short = ""
+    # what B takes: its inputs and the initializers it lets a caller override (a default A
+    # was fed, by --inputs, that B fixed is not B's to take: it computes with what it fixed)
+    takes = {arg.name for arg in [*sess.get_inputs(), *getattr(
+        sess, "get_overridable_initializers", list)()]}
+    sets = [{name: arr for name, arr in feeds.items() if name in takes}
+            for feeds in reference.feeds]
     chain = getattr(sess, "run_all", None)  # a chain of windows runs every set at once
     if chain is not None:
-        chain(reference.feeds)
-    for k, feeds in enumerate(reference.feeds):
+        chain(sets)
+    for k, feeds in enumerate(sets):
         progress(f"optimized {k + 1}/{len(reference.feeds)}")
         try:
             got.append(run_model(sess, label, outputs, feeds, run_options))
