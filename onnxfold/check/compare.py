@@ -229,7 +229,10 @@ class _Run:
                                catalogue.shape_steps, self.pinned.axes)
         self.io_a = {get: [(v.name, v.type) for v in getattr(self.session, get)()]
                      for get in ("get_inputs", "get_outputs")}
-        self.overrides, self.fixed_defaults = _overridable(graph_a, graph_b)
+        self.overrides, fixed = _overridable(graph_a, graph_b)
+        # (one --inputs gave is compared at that value: the second model computes with the
+        # default it fixed, and a difference shows)
+        self.fixed_defaults = [name for name in fixed if name not in self.feeder.given]
         self.outputs = [name for name, _ in self.io_a["get_outputs"]]
         # in windows: A's values at the cuts and the rewrites' leaves, per input set compared
         self.chain_values: list[dict] = []
