@@ -58,6 +58,29 @@ def reinferred(model: ir.Model) -> ir.Model:
     return model
 
 
+def cone_of(graph: ir.Graph, roots: Iterable[ir.Value]) -> tuple[set[ir.Node], set[ir.Value]]:
+    """The nodes of ``graph`` computing ``roots`` (what their subgraphs read included) and the
+    values they read from outside it (constants and graph inputs)."""
+    nodes: set[ir.Node] = set()
+    leaves: set[ir.Value] = set()
+    stack = list(roots)
+    seen: set[ir.Value] = set()
+    while stack:
+        value = stack.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        producer = value.producer()
+        if producer is None or producer.graph is not graph:
+            leaves.add(value)
+            continue
+        if producer not in nodes:
+            nodes.add(producer)
+            stack.extend(v for v in [*producer.inputs, *captured_values(producer)]
+                         if v is not None)
+    return nodes, leaves
+
+
 class Cones:
     """The original graph's cones. ``fed``: the graph inputs a run feeds (the others keep the
     values of their initializers). Which ops are held to bits, and which kernels sum in an order
@@ -83,23 +106,7 @@ class Cones:
     def cone(self, roots: Iterable[ir.Value]) -> tuple[list[ir.Node], set[ir.Value]]:
         """The nodes computing ``roots`` (in graph order) and the values they read from
         outside (constants and graph inputs)."""
-        nodes: set[ir.Node] = set()
-        leaves: set[ir.Value] = set()
-        stack = list(roots)
-        seen: set[ir.Value] = set()
-        while stack:
-            value = stack.pop()
-            if value in seen:
-                continue
-            seen.add(value)
-            producer = value.producer()
-            if producer is None or producer.graph is not self.model.graph:
-                leaves.add(value)
-                continue
-            if producer not in nodes:
-                nodes.add(producer)
-                stack.extend(v for v in [*producer.inputs, *captured_values(producer)]
-                             if v is not None)
+        nodes, leaves = cone_of(self.model.graph, roots)
         return sorted(nodes, key=self.order.__getitem__), leaves
 
     def position(self, value: ir.Value) -> int:

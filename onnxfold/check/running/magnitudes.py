@@ -50,10 +50,10 @@ import onnx
 import onnx_ir as ir
 from onnx import helper
 
+from onnxfold.check.running.cones import cone_of
 from onnxfold.check.running.models import read_constant
 from onnxfold.check.running.runner import Fed, MachineShort, NodesModel, RunFailed, Wanted
 from onnxfold.check.running.windows import Chain, plan_alone
-from onnxfold.ir.graph import captured_values
 
 # prefix of every name this module makes (the original's names are left as they are)
 PREFIX = "onnxfold.magnitude/"
@@ -474,19 +474,7 @@ def _constant(value: ir.Value) -> bool:
 
 def cone(graph: ir.Graph, values: Sequence[ir.Value]) -> list[ir.Node]:
     """The nodes of ``graph`` computing ``values`` (subgraphs' reads included), in order."""
-    nodes: set[ir.Node] = set()
-    pending, seen = list(values), set()
-    while pending:
-        value = pending.pop()
-        if value in seen:
-            continue
-        seen.add(value)
-        producer = value.producer()
-        if producer is None or producer.graph is not graph or producer in nodes:
-            continue
-        nodes.add(producer)
-        pending.extend(v for v in [*producer.inputs, *captured_values(producer)]
-                       if v is not None)
+    nodes, _ = cone_of(graph, values)
     return [node for node in graph if node in nodes]
 
 
