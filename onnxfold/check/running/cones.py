@@ -17,7 +17,7 @@ decides how exactly it must match).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -58,9 +58,12 @@ def reinferred(model: ir.Model) -> ir.Model:
     return model
 
 
-def cone_of(graph: ir.Graph, roots: Iterable[ir.Value]) -> tuple[set[ir.Node], set[ir.Value]]:
+def cone_of(graph: ir.Graph, roots: Iterable[ir.Value],
+            follows: Callable[[ir.Node, int], bool] = lambda node, index: True
+            ) -> tuple[set[ir.Node], set[ir.Value]]:
     """The nodes of ``graph`` computing ``roots`` (what their subgraphs read included) and the
-    values they read from outside it (constants and graph inputs)."""
+    values they read from outside it (constants and graph inputs); ``follows(node, i)``:
+    whether the walk goes on through input ``i`` of ``node``."""
     nodes: set[ir.Node] = set()
     leaves: set[ir.Value] = set()
     stack = list(roots)
@@ -76,9 +79,17 @@ def cone_of(graph: ir.Graph, roots: Iterable[ir.Value]) -> tuple[set[ir.Node], s
             continue
         if producer not in nodes:
             nodes.add(producer)
-            stack.extend(v for v in [*producer.inputs, *captured_values(producer)]
-                         if v is not None)
+            stack.extend(v for i, v in enumerate(producer.inputs)
+                         if v is not None and follows(producer, i))
+            stack.extend(captured_values(producer))
     return nodes, leaves
+
+
+def _reaches_values(node: ir.Node, index: int) -> bool:
+    """Whether input ``index`` of ``node`` reaches its values (not read for a shape or a type
+    alone: ``Shape(x)``, ``CastLike(c, x)``)."""
+    op = node.op_type if node.domain in ("", "ai.onnx") else None
+    return (op, index) not in SHAPE_ONLY_READS and (op, index) not in TYPE_ONLY_READS
 
 
 class Cones:
@@ -166,21 +177,7 @@ class Cones:
         """The nodes of ``source``'s cone whose values reach its values: not those read only
         for a shape or a type (``Shape(x)``, ``CastLike(c, x)``: what computes ``x`` decides
         nothing of the bits)."""
-        nodes: set[ir.Node] = set()
-        stack, seen = [source], set()
-        while stack:
-            value = stack.pop()
-            if value in seen:
-                continue
-            seen.add(value)
-            producer = value.producer()
-            if producer is None or producer.graph is not self.model.graph or producer in nodes:
-                continue
-            nodes.add(producer)
-            op = producer.op_type if producer.domain in ("", "ai.onnx") else None
-            stack.extend(v for i, v in enumerate(producer.inputs) if v is not None and
-                         (op, i) not in SHAPE_ONLY_READS and (op, i) not in TYPE_ONLY_READS)
-            stack.extend(captured_values(producer))
+        nodes, _ = cone_of(self.model.graph, [source], _reaches_values)
         return sorted(nodes, key=self.order.__getitem__)
 
     def exact(self, source: ir.Value) -> bool:
