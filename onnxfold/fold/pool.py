@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, TypeGuard, cast
 import numpy as np
 
 from onnxfold.errors import OutputError
-from onnxfold.io.segments import pwrite_all
 from onnxfold.io.tempfiles import scratch_file
+from onnxfold.io.writes import pwrite_all
 from onnxfold.ir.arrays import byte_bounds, memory_owner, release_pages
 from onnxfold.ir.blocks import Concatenated
 

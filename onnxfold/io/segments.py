@@ -27,6 +27,7 @@ from onnxfold.io.checked import InputChanged, open_input
 from onnxfold.io.mapped import detached, input_origin
 from onnxfold.io.tempfiles import TRUNCATED
 from onnxfold.io.tensor_facts import data_nbytes
+from onnxfold.io.writes import AlignedBuffer, Writes, placement, pwrite_all
 from onnxfold.ir.arrays import byte_bounds, copy_c_order, release_pages
 from onnxfold.ir.blocks import Concatenated
 
@@ -128,13 +129,13 @@ def write(fd: int, segments: list[Segment],
     scratch = (_Scratch(), _Scratch())
     copies = _Scratch()  # for views of mapped inputs, each written before the next is read
     batch = _Batch(fd, progress)
-    with SourceFiles() as sources:
+    with SourceFiles() as sources, Writes(fd) as writes:
         for given in segments:
             seg = unmapped(given, copies)
             small = _small_bytes(seg)
             if small is None:
                 batch.flush()
-                _write_whole(fd, seg, scratch, sources)
+                _write_whole(writes, seg, scratch, sources)
                 if progress is not None:
                     progress(seg.nbytes)
             elif not batch.add(seg.offset, small):
@@ -201,16 +202,16 @@ class _Batch:
         self.sizes = []
 
 
-def _write_whole(fd: int, seg: Segment, scratch: tuple[_Scratch, _Scratch],
+def _write_whole(writes: Writes, seg: Segment, scratch: tuple[_Scratch, _Scratch],
                  sources: SourceFiles) -> None:
     """Write ``seg``; one of ``PARALLEL_WRITE`` bytes or more in two halves at once."""
     cut = halves(seg) if seg.nbytes >= PARALLEL_WRITE else None
     if cut is None:
-        _write_one(fd, seg, scratch[0], sources)
+        _write_one(writes, seg, scratch[0], sources)
         return
-    other = _helper().submit(_write_one, fd, cut[1], scratch[1], sources)
+    other = _helper().submit(_write_one, writes, cut[1], scratch[1], sources)
     try:
-        _write_one(fd, cut[0], scratch[0], sources)
+        _write_one(writes, cut[0], scratch[0], sources)
     finally:  # never leave it writing to a closed descriptor
         failure = uninterrupted(other.exception)
     if failure is not None:
@@ -264,37 +265,29 @@ def _unmapped_pieces(data: Concatenated, scratch: _Scratch | None) -> Concatenat
     return data.with_pieces(lambda piece: detached(piece, region))
 
 
-def _write_one(fd: int, seg: Segment, scratch: _Scratch, sources: SourceFiles) -> None:
+def _write_one(writes: Writes, seg: Segment, scratch: _Scratch, sources: SourceFiles) -> None:
     data = seg.data
     if isinstance(data, Concatenated):
         rows = max(1, _CHUNK // max(1, data.nbytes // max(len(data), 1)))
         pos = seg.offset
         for start in range(0, len(data), rows):
             block = data.rows(start, start + rows)
-            out = block.block(scratch.array(block.shape, block.dtype))
+            out = block.block(scratch.array(block.shape, block.dtype, pos))
             if out.dtype.byteorder == ">":
                 out = out.byteswap().view(out.dtype.newbyteorder("<"))
-            pos += pwrite_all(fd, out.reshape(-1).view(np.uint8), pos)
+            pos += writes.write(out.reshape(-1).view(np.uint8), pos)
     elif isinstance(data, bytes):
-        pwrite_all(fd, data, seg.offset)
+        writes.write(data, seg.offset)
     elif isinstance(data, FileRange):
-        copy_range(data, fd, seg.offset, sources)
+        copy_range(data, writes.fd, seg.offset, sources)
     elif isinstance(data, np.ndarray):
         pos = seg.offset
-        for chunk in _array_chunks(data, scratch):
+        for chunk in _array_chunks(data, scratch, pos):
             if chunk.dtype.byteorder == ">":
                 chunk = chunk.byteswap().view(chunk.dtype.newbyteorder("<"))
-            pos += pwrite_all(fd, chunk.view(np.uint8), pos)
+            pos += writes.write(chunk.view(np.uint8), pos)
     else:
-        pwrite_all(fd, data.tobytes(), seg.offset)
-
-
-def pwrite_all(fd: int, data, offset: int) -> int:
-    view = memoryview(data).cast("B")
-    done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
-    return done
+        writes.write(data.tobytes(), seg.offset)
 
 
 class SourceFiles:
@@ -366,24 +359,25 @@ class _Scratch:
     """One reusable buffer for the pieces of non-contiguous arrays.
 
     A fresh buffer per tensor would page-fault all of its pages again (large allocations are
-    new mappings): reusing one halves the cost of writing BERT's transposed weights.
+    new mappings): reusing one halves the cost of writing BERT's transposed weights. An array
+    asked for ``at`` a file offset is placed for a direct write there
+    (``onnxfold.io.writes``).
     """
 
     def __init__(self) -> None:
-        self._buffer = np.empty(0, np.uint8)
+        self._buffer = AlignedBuffer()
 
-    def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    def array(self, shape: tuple[int, ...], dtype: np.dtype, at: int = 0) -> np.ndarray:
         nbytes = math.prod(shape) * dtype.itemsize
-        if nbytes > self._buffer.nbytes:
-            self._buffer = np.empty(nbytes, np.uint8)
-        return self._buffer[:nbytes].view(dtype).reshape(shape)
+        skip = placement(at)
+        return self._buffer.bytes(skip + nbytes)[skip:].view(dtype).reshape(shape)
 
 
-def _array_chunks(arr: np.ndarray, scratch: _Scratch) -> Iterator[np.ndarray]:
+def _array_chunks(arr: np.ndarray, scratch: _Scratch, at: int) -> Iterator[np.ndarray]:
     """Contiguous pieces of ``arr`` in C order, without copying it whole.
 
-    Non-contiguous views are copied piece by piece into ``scratch``: each piece must be
-    consumed before the next is asked for.
+    Non-contiguous views are copied piece by piece into ``scratch``, placed for file offset
+    ``at`` onwards: each piece must be consumed before the next is asked for.
     """
     if arr.ndim == 0 or arr.flags.c_contiguous:
         yield np.ascontiguousarray(arr).reshape(-1)
@@ -391,7 +385,7 @@ def _array_chunks(arr: np.ndarray, scratch: _Scratch) -> Iterator[np.ndarray]:
     rows = max(1, _CHUNK // max(1, arr[0].nbytes))
     for i in range(0, arr.shape[0], rows):
         piece = arr[i : i + rows]
-        out = scratch.array(piece.shape, piece.dtype)
+        out = scratch.array(piece.shape, piece.dtype, at + i * arr[0].nbytes)
         copy_c_order(piece, out)
         yield out.reshape(-1)
 

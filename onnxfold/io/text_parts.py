@@ -17,7 +17,7 @@ from functools import cached_property
 import onnx
 
 from onnxfold.io import protowire as pw
-from onnxfold.io import segments
+from onnxfold.io.writes import pwrite_all
 from onnxfold.ir.long_texts import SetAside
 
 _TEXT_CHUNK = 8 << 20  # characters of a long text encoded at a time
@@ -59,7 +59,7 @@ def pwrite_parts(fd: int, parts: Iterable[Part], offset: int) -> int:
     done = 0
     for part in parts:
         for piece in part.chunks() if isinstance(part, Text) else (part,):
-            done += segments.pwrite_all(fd, piece, offset + done)
+            done += pwrite_all(fd, piece, offset + done)
     return done
 
 

@@ -22,6 +22,9 @@ def c_contiguous(arr: np.ndarray) -> np.ndarray:
 
 
 _STRIP_BYTES = 64  # one cache line of the destination per row
+_PACKED_BYTES = 16  # bytes of one packed element of a transposing copy
+_TILE = (64, 256)  # packed rows x columns copied at a time: 256 KiB, within a core's L2
+_PACKABLE_KINDS = frozenset("biuf")  # plain bytes (no references, no sub-byte values)
 
 
 def copy_c_order(arr: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -30,16 +33,54 @@ def copy_c_order(arr: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     When the last axis of ``arr`` is strided in memory (a transposed weight), a plain copy
     touches a new source cache line for every element. Copying strips of the last axis one
     cache line wide keeps the strip's source rows in cache: 2-3x faster on BERT's weights.
+    A transpose of the last two axes goes faster still (:func:`_copy_transposed`).
     """
     if out is None:
         out = np.empty(arr.shape, arr.dtype)
     if arr.ndim < 2 or arr.strides[-1] == arr.itemsize or arr.size == 0:
         np.copyto(out, arr)
         return out
+    if _copy_transposed(arr, out):
+        return out
     width = max(1, _STRIP_BYTES // arr.itemsize)
     for start in range(0, arr.shape[-1], width):
         out[..., start : start + width] = arr[..., start : start + width]
     return out
+
+
+def _copy_transposed(arr: np.ndarray, out: np.ndarray) -> bool:
+    """Copy ``arr``, whose next-to-last axis is the contiguous one in memory (the transpose of
+    a weight), into ``out`` by packed tiles; False (nothing copied) where it is not that.
+
+    numpy copies a strided array element by element, so a 2-byte element costs as much as a
+    16-byte one. Here ``k`` neighbours along the contiguous axis are moved as one 16-byte
+    element (a tile transposed through a buffer that stays in cache), then spread over their
+    ``k`` rows of ``out`` with short strides: ~2.5x the strip copy on a float16 weight. Bytes
+    move unchanged (views of unsigned integers and raw bytes, never a cast).
+    """
+    size = arr.itemsize
+    k = _PACKED_BYTES // size if _PACKED_BYTES % size == 0 else 1
+    rows = arr.shape[-2] // k * k  # the rest (fewer than k rows) is copied in strips
+    if (k < 2 or not rows or arr.strides[-2] != size or out.strides[-1] != size
+            or arr.dtype.kind not in _PACKABLE_KINDS or out.dtype != arr.dtype):
+        return False
+    if rows < arr.shape[-2]:
+        copy_c_order(arr[..., rows:, :], out[..., rows:, :])
+        arr, out = arr[..., :rows, :], out[..., :rows, :]
+    word = np.dtype(f"u{size}")
+    packed_dtype = np.dtype(f"V{k * size}")
+    tile = np.empty(_TILE, packed_dtype)
+    for index in np.ndindex(*arr.shape[:-2]):
+        packed = arr[index].T.view(packed_dtype).T  # [rows / k, columns] of k-element packs
+        spread = out[index].view(word).reshape(rows // k, k, arr.shape[-1])
+        for i in range(0, packed.shape[0], _TILE[0]):
+            for j in range(0, packed.shape[1], _TILE[1]):
+                source = packed[i : i + _TILE[0], j : j + _TILE[1]]
+                held = tile[: source.shape[0], : source.shape[1]]
+                np.copyto(held, source, casting="no")
+                unpacked = held.view(word).reshape(*held.shape, k).transpose(0, 2, 1)
+                np.copyto(spread[i : i + _TILE[0], :, j : j + _TILE[1]], unpacked, casting="no")
+    return True
 
 
 ALIGNMENT = 64  # bytes: the alignment onnxruntime's allocator gives every tensor
