@@ -119,17 +119,19 @@ def halves(seg: Segment) -> tuple[Segment, Segment] | None:
 
 
 def write(fd: int, segments: list[Segment],
-          progress: Callable[[int], None] | None = None) -> None:
+          progress: Callable[[int], None] | None = None, direct: bool = True) -> None:
     """Write every segment; those of ``PARALLEL_WRITE`` bytes or more in two halves at once,
     runs of small ones (under ``SMALL_SEGMENT`` bytes, in memory) gathered into one write.
 
     File ranges are copied through one descriptor per source file, opened once for the whole
     write (a model of 20,000 weights reads them all from one or two files). A view of an
     input's mapping (a transposed weight) is read while the segment before it is written
-    (:class:`_ReadAhead`). ``progress(n)`` is told the bytes of each segment written."""
+    (:class:`_ReadAhead`). Whole pages of large copies go around the page cache unless
+    ``direct`` is False (``onnxfold.io.writes``). ``progress(n)`` is told the bytes of each
+    segment written."""
     scratch = (_Scratch(), _Scratch())
     batch = _Batch(fd, progress)
-    with SourceFiles() as sources, Writes(fd) as writes, _ReadAhead(segments) as ahead:
+    with SourceFiles() as sources, Writes(fd, direct) as writes, _ReadAhead(segments) as ahead:
         for index, given in enumerate(segments):
             seg = ahead.take(index)
             small = _small_bytes(seg)

@@ -252,8 +252,9 @@ def _write_naming(fd: int, head: bytes, graph_bytes: list[Part], streamed: dict[
 
 def _write_embedded(fd: int, head: bytes, graph_bytes: list[Part],
                     streamed: dict[str, ir.Value],
-                    counted: Callable[[int], None] | None) -> int:
-    """Write the model with its weights inside to ``fd``: the bytes written."""
+                    counted: Callable[[int], None] | None, direct: bool = True) -> int:
+    """Write the model with its weights inside to ``fd``: the bytes written (``direct``:
+    whether large weights may bypass the page cache, ``segments.write``)."""
     pieces = []
     graph_len = text_parts.nbytes(graph_bytes)
     for name, value in streamed.items():
@@ -266,7 +267,7 @@ def _write_embedded(fd: int, head: bytes, graph_bytes: list[Part],
         graph_len += len(pieces[-1][0]) + nbytes
     first = pwrite_parts(fd, [head, pw.len_prefix(7, graph_len), *graph_bytes], 0)
     tensors, written = segments.layout(first, pieces)
-    segments.write(fd, tensors, counted)
+    segments.write(fd, tensors, counted, direct)
     return written
 
 
@@ -430,7 +431,8 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
         data = fresh_data_name(directory, requested) if external_data else requested
         reached("saving")
         fd: int | None
-        fd, tmp = (prefill and prefill.take(output)) or temporary(directory, output.name)
+        taken = prefill.take(output) if prefill is not None else None
+        fd, tmp = taken or temporary(directory, output.name)
         files = _Files(output, tmp, data)
         data_fd = None
         try:
@@ -440,7 +442,10 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
                 written, offset = _write_with_external_data(
                     fd, data_fd, head, graph_bytes, streamed, data, counted)
             else:
-                written = _write_embedded(fd, head, graph_bytes, streamed, counted)
+                # (pages a prefill warmed are overwritten in the page cache: a direct write
+                # would first write their zeros out)
+                written = _write_embedded(fd, head, graph_bytes, streamed, counted,
+                                          direct=taken is None)
             written = _finished(fd, written, doc_string)
             os.close(fd)
             fd = None

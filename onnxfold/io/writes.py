@@ -81,7 +81,7 @@ class Writes:
             os.close(self._direct)
             self._direct = None
 
-    def write(self, data: memoryview | bytes | np.ndarray, offset: int) -> int:
+    def write(self, data, offset: int) -> int:  # (any buffer: bytes, memoryview, ndarray)
         """Write ``data`` at ``offset``; its whole pages directly when it is large and placed
         (its address is ``offset`` modulo :data:`ALIGNMENT`). Returns the bytes written."""
         view = memoryview(data).cast("B")
@@ -126,7 +126,7 @@ def _whole_pages(view: memoryview, offset: int) -> tuple[int, int]:
     return (head, tail) if tail > head else (0, 0)
 
 
-def pwrite_all(fd: int, data: memoryview | bytes | np.ndarray, offset: int) -> int:
+def pwrite_all(fd: int, data, offset: int) -> int:  # (any buffer)
     """Write all of ``data`` at ``offset`` (``pwrite`` may take less than asked)."""
     view = memoryview(data).cast("B")
     done = 0

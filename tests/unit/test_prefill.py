@@ -107,3 +107,22 @@ def test_external_data_output_over_a_prefill(tmp_path):
     assert sorted(os.listdir(warm_dir)) == ["m.onnx", "m.onnx.data"]
     x = {"x": np.ones((1, 256), np.float32)}
     np.testing.assert_array_equal(run_ort(str(warm_dir / "m.onnx"), x)[0], run_ort(src, x)[0])
+
+
+def test_a_prefilled_file_is_overwritten_through_the_page_cache(tmp_path, monkeypatch):
+    """Its pages are warm zeros: a direct write of a large weight would first make the kernel
+    write those zeros out. Without a prefill the same weight is written directly."""
+    from onnxfold.io import writes
+
+    src = _model(tmp_path, n=1024)  # a 4 MiB transposed weight
+    opened = []
+    real = writes.open_direct
+    monkeypatch.setattr(writes, "open_direct", lambda fd: opened.append(fd) or real(fd))
+    save_model(load_model(src), tmp_path / "plain.onnx")
+    assert len(opened) == 1
+    output = pin(tmp_path / "warm.onnx")
+    prefill = OutputPrefill(output, os.path.getsize(tmp_path / "plain.onnx"))
+    _wait_filled(prefill)
+    save_model(load_model(src), output, prefill=prefill)
+    assert len(opened) == 1  # none for the prefilled file
+    assert (tmp_path / "warm.onnx").read_bytes() == (tmp_path / "plain.onnx").read_bytes()
