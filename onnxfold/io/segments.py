@@ -5,8 +5,9 @@ known), so each piece has an offset: bytes (framing), a numpy array (a weight, m
 non-contiguous view that must be copied in C order), a range of another file (an unchanged
 weight, copied file-to-file) or a sub-byte tensor. A large segment is cut in two (arrays between
 rows, file ranges anywhere) and its halves are written concurrently: the copies of transposed
-views and the kernel's page-cache work both run on two cores, while only one weight at a time is
-being read (the resident memory stays that of one weight).
+views run on two cores, their whole pages written around the page cache
+(``onnxfold.io.writes``), while a third thread reads the next weight from its input file; the
+resident memory stays that of two weights.
 """
 
 from __future__ import annotations
