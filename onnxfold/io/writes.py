@@ -16,7 +16,6 @@ through the page cache.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import mmap
 import os
@@ -66,12 +65,14 @@ class AlignedBuffer:
 class Writes:
     """Writes of an output file: through ``fd``, and, for the whole pages of large pieces held
     in a placed buffer, through a direct descriptor of the same file (:func:`open_direct`),
-    given up for the rest of the file after the first refusal. A context manager: closes the
-    direct descriptor (never ``fd``)."""
+    given up for the rest of the file after the first refusal. Shared by the writer's two
+    threads: the direct descriptor stays open until the context manager closes it (never
+    ``fd``), a refusal only raises a flag."""
 
     def __init__(self, fd: int, direct: bool = True) -> None:
         self.fd = fd
         self._direct = open_direct(fd) if direct else None
+        self._refused = False  # a direct write was refused: page-cache writes from then on
 
     def __enter__(self) -> Writes:
         return self
@@ -86,7 +87,7 @@ class Writes:
         (its address is ``offset`` modulo :data:`ALIGNMENT`). Returns the bytes written."""
         view = memoryview(data).cast("B")
         head, tail = _whole_pages(view, offset)
-        if tail - head < DIRECT_MIN or self._direct is None:
+        if tail - head < DIRECT_MIN or self._direct is None or self._refused:
             return pwrite_all(self.fd, view, offset)
         pwrite_all(self.fd, view[:head], offset)
         done = head + self._write_direct(view[head:tail], offset + head)
@@ -96,8 +97,9 @@ class Writes:
     def _write_direct(self, view: memoryview, offset: int) -> int:
         """Write ``view`` directly as far as the kernel takes it; bytes it refuses are left
         to the caller (and later pieces go through the page cache)."""
+        assert self._direct is not None
         done = 0
-        while done < len(view) and self._direct is not None:
+        while done < len(view) and not self._refused:
             try:
                 written = os.pwrite(self._direct, view[done:], offset + done)
             except OSError as e:
@@ -105,10 +107,7 @@ class Writes:
                     raise
                 written = 0
             if not written or written % ALIGNMENT:
-                # refused, or a short write off a page boundary: page-cache writes from here
-                with contextlib.suppress(OSError):
-                    os.close(self._direct)
-                self._direct = None
+                self._refused = True  # refused, or a short write off a page boundary
             done += written
         return done
 

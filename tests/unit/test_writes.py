@@ -161,3 +161,52 @@ def test_small_pieces_go_through_the_cache(tmp_path, monkeypatch):
         os.close(fd)
     assert {f for f, _, _ in calls} == {fd}
     assert (tmp_path / "out.bin").read_bytes() == data
+
+
+@pytest.mark.parametrize("refusal", ["einval", "short"])
+def test_a_refusal_while_both_halves_write_directly(tmp_path, monkeypatch, refusal):
+    """The writer's two threads share one ``Writes``: a refusal that one of them meets (EINVAL,
+    or a short write off a page boundary) must not pull the direct descriptor from under the
+    other one (found by an adversarial round: a TypeError from ``pwrite(None, ...)``, EBADF
+    from a descriptor closed meanwhile). Every refusal is slow here, so both threads meet
+    one; the bytes are numpy's."""
+    import threading
+    import time
+
+    real_open, real_pwrite = writes.open_direct, os.pwrite
+    direct_fds = set()
+
+    def open_direct(fd):
+        got = real_open(fd)
+        if got is None:
+            pytest.skip("this file system refuses O_DIRECT")
+        direct_fds.add(got)
+        return got
+
+    threads = set()
+
+    def pwrite(fd, data, offset):
+        if fd in direct_fds:
+            threads.add(threading.get_ident())
+            time.sleep(0.05)
+            if refusal == "einval":
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real_pwrite(fd, memoryview(data)[:5 * 1024], offset)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(writes, "open_direct", open_direct)
+    monkeypatch.setattr(writes.os, "pwrite", pwrite)
+    weights = [np.random.default_rng(k).standard_normal((4096, 1024)).astype(np.float16).T
+               for k in range(3)]
+    parts, offset = [], 0
+    for w in weights:
+        parts.append(Segment(offset, w))
+        offset += w.nbytes
+    fd = os.open(tmp_path / "out.bin", os.O_RDWR | os.O_CREAT)
+    try:
+        segments.write(fd, parts)
+    finally:
+        os.close(fd)
+    assert len(threads) == 2, "both halves were to meet a refusal"
+    assert (tmp_path / "out.bin").read_bytes() == b"".join(
+        np.ascontiguousarray(w).tobytes() for w in weights)
