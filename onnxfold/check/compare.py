@@ -410,7 +410,7 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     outputs, run_options = run.outputs, run.run_options
     ran = run_optimized(sess_b, label_b, outputs, reference, run_options, tell)
     cuts_b = [sess_b.results(feeds) if got is not None else None
-              for feeds, got in zip(reference.feeds, ran.outputs)] \
+              for feeds, got in zip(ran.feeds, ran.outputs)] \
         if isinstance(sess_b, Chain) and not ran.failure else []
     del sess_b
     heap.release()

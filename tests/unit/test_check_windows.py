@@ -370,3 +370,18 @@ def test_an_optimized_model_whose_session_does_not_fit_runs_in_windows(decoder, 
     assert result.ok, result.summary()
     assert result.windows.startswith("the optimized model ran window by window")
     assert not result.cut_rows
+
+
+def test_each_chain_runs_its_input_sets_once(decoder, monkeypatch):
+    """The values at the cuts come from the run that made the outputs: asking the optimized
+    chain for them with the reference's feeds (not the mappings it was fed, which keep only
+    what it takes) ran every window of it a second time."""
+    source, folded = decoder
+    runs = []
+    real = Chain.run_all
+    monkeypatch.setattr(Chain, "run_all", lambda self, sets: runs.append(len(sets))
+                        or real(self, sets))
+    windows = compare_models(str(source), str(folded), 2,
+                             CompareOptions(verify=False, window_bytes=BUDGET))
+    assert windows.ok and windows.cut_rows
+    assert len(runs) == 2, runs  # the original's chain, the optimized one's: each once

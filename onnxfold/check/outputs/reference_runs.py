@@ -235,6 +235,10 @@ class Optimized:
     outputs: list[list | None]
     failure: str = ""
     short: str = ""  # what the machine ran short of, where it did
+    # what B was fed, per set (what it takes of each reference set): the very mappings a
+    # chain of windows ran, whose values at the cuts ``Chain.results`` then gives without
+    # running the chain again
+    feeds: list[dict] = field(default_factory=list)
 
 
 def run_optimized(sess, label: str, outputs: list[str], reference: Reference, run_options,
@@ -262,5 +266,6 @@ def run_optimized(sess, label: str, outputs: list[str], reference: Reference, ru
             got.append(None)
             short = str(e)
         except InputError as e:
-            return Optimized(got, one_line(e).removesuffix(" (see --dim, --int-range, --inputs)"))
-    return Optimized(got, short=short)
+            return Optimized(got, one_line(e).removesuffix(" (see --dim, --int-range, --inputs)"),
+                             feeds=sets)
+    return Optimized(got, short=short, feeds=sets)
