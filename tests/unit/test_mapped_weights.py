@@ -191,3 +191,28 @@ def test_a_prefetch_maps_nothing_and_fails_on_nothing(tmp_path, monkeypatch):
     os.truncate(path, 100)
     for tensor in tensors:
         tensor.prefetch()  # (nothing raised: the read says what is wrong)
+
+
+def test_a_prefetch_asks_for_the_whole_weight_a_window_at_a_time(tmp_path, monkeypatch):
+    """Linux reads one readahead window of a WILLNEED range (8 MiB here, 128 KiB on many
+    disks) and drops the rest: a weight is asked for in steps no longer than that, which
+    together cover every byte of it."""
+    from onnxfold.io import mapped
+
+    path = str(tmp_path / "m.onnx")
+    big = np.random.default_rng(0).standard_normal((1500, 1000)).astype(np.float32)  # 6 MB
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])], "g", [],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, big.shape)],
+        [numpy_helper.from_array(big, "w")])), path, save_as_external_data=True,
+        size_threshold=0)
+    tensor = load_model(path).graph.initializers["w"].const_value
+    asked = []
+    monkeypatch.setattr(mapped.os, "posix_fadvise",
+                        lambda fd, offset, length, advice: asked.append((offset, length)))
+    tensor.prefetch()
+    assert all(length <= mapped.PREFETCH_STEP for _, length in asked)
+    covered = sorted(asked)
+    assert covered[0][0] == tensor.offset
+    assert all(a + n == b for (a, n), (b, _) in zip(covered, covered[1:]))
+    assert covered[-1][0] + covered[-1][1] == tensor.offset + big.nbytes
