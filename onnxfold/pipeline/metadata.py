@@ -34,13 +34,17 @@ TENSOR_TAG = 2  # TensorProto.metadata_props is field 16: a two-byte tag (a node
 
 @dataclass(frozen=True)
 class Stripped:
-    """What stripping removed: entries (keys, and doc strings) and their encoded bytes."""
+    """What stripping removed: entries (keys, and doc strings) and their encoded bytes; of
+    them, ``own`` entries were onnxfold's records (``--strip-metadata=all``), not the
+    exporter's."""
 
     entries: int = 0
     bytes: int = 0
+    own: int = 0
 
     def __add__(self, other: Stripped) -> Stripped:
-        return Stripped(self.entries + other.entries, self.bytes + other.bytes)
+        return Stripped(self.entries + other.entries, self.bytes + other.bytes,
+                        self.own + other.own)
 
 
 def strip_metadata(model: ir.Model, everything: bool = False) -> Stripped:
@@ -97,7 +101,8 @@ def _strip(props: MutableMapping[str, str], everything: bool, written: bool = Tr
             _field_bytes(len(props[key].encode("utf-8")))
         size += _field_bytes(entry, tag)
         del props[key]
-    return Stripped(len(dropped), size if written else 0)
+    return Stripped(len(dropped), size if written else 0,
+                    sum(key.startswith(OWN_PREFIX) for key in dropped))
 
 
 def _field_bytes(length: int, tag: int = 1) -> int:

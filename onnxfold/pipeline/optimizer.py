@@ -395,7 +395,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
                                    stripping)]), model)
         stripped = cast(StripResult, stripping[0]).stripped
         report.metadata_stripped = {"mode": options.strip_metadata,
-                                    "entries": stripped.entries, "bytes": stripped.bytes}
+                                    "entries": stripped.entries, "bytes": stripped.bytes,
+                                    "own": stripped.own}
     report.phases = phases.rounded()
     return OptimizeResult(model, report, stats,
                           RunEvidence(rewrites, dict(stats.inputs_fixed.axes)))

@@ -262,11 +262,7 @@ class Report:
         if self.conversion is not None:
             lines.append(conversion_line(self.conversion))
         if self.metadata_stripped is not None and self.metadata_stripped["entries"]:
-            stripped = self.metadata_stripped
-            lines.append(f"metadata     {_mib(stripped['bytes'])} saved: {stripped['entries']} "
-                         "entries of exporter node and value metadata dropped (" +
-                         ("--strip-metadata=all" if stripped["mode"] == "all" else
-                          "stack traces, module paths; --keep-metadata keeps them") + ")")
+            lines.append(metadata_line(self.metadata_stripped))
         lines.extend(f"skipped      {step}" for step in self.skipped_steps)
         lines.extend(f"warning      {warning}" for warning in self.warnings)
         if self.output:
@@ -302,6 +298,18 @@ def _by_pattern(modules: dict[str, int]) -> dict[str, int]:
     for module, hits in modules.items():
         grouped[pattern(module)] += hits
     return dict(sorted(grouped.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def metadata_line(stripped: dict[str, Any]) -> str:
+    """The ``metadata`` line: what ``--strip-metadata`` dropped, the exporter's entries and,
+    with ``=all``, onnxfold's own records apart (they are not the exporter's)."""
+    own = stripped.get("own", 0)
+    exporter = stripped["entries"] - own
+    what = [f"{exporter} entries of exporter node and value metadata"] if exporter else []
+    what += [f"{own} of onnxfold's own records"] if own else []
+    why = "--strip-metadata=all" if stripped["mode"] == "all" else \
+        "stack traces, module paths; --keep-metadata keeps them"
+    return f"metadata     {_mib(stripped['bytes'])} saved: {' and '.join(what)} dropped ({why})"
 
 
 def conversion_line(conversion: dict[str, Any]) -> str:

@@ -102,9 +102,16 @@ def test_metadata_is_dropped_but_onnxfolds_own_unless_all(tmp_path, flag):
     g = out.graph
     prefixes = 2 * (len(g.node) + len(g.input) + len(g.output) + len(g.initializer) + 1)
     assert 0 <= lost - saved["bytes"] <= prefixes, (lost, saved)
-    assert "entries of exporter node and value metadata dropped (" + (
-        "--strip-metadata=all)" if mode else "stack traces, module paths; --keep-metadata "
-        "keeps them)") in proc.stdout
+    exporter = f"{saved['entries'] - saved['own']} entries of exporter node and value metadata"
+    assert exporter in proc.stdout
+    assert "dropped (" + ("--strip-metadata=all)" if mode else "stack traces, module paths; "
+                          "--keep-metadata keeps them)") in proc.stdout
+    # onnxfold's own records are said apart, never counted as the exporter's
+    if mode:
+        assert saved["own"] >= len(own) and \
+            f"and {saved['own']} of onnxfold's own records dropped" in proc.stdout
+    else:
+        assert saved["own"] == 0 and "own records" not in proc.stdout
 
 
 def test_the_reports_module_groups_are_read_before_the_metadata_goes(tmp_path):
