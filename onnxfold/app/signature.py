@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -256,9 +257,44 @@ def _facts(found: dict[str, Any], arrow: str) -> str:
 
 
 def _io(found: dict[str, Any], key: str) -> list[tuple[str, str, str]]:
-    """(name, shape before, shape after) of each input or output (``key``)."""
+    """(name, shape before, shape after) of each input or output (``key``), a family of them
+    as one row (:func:`_families`)."""
     before = {v["name"]: v for v in found[key][0]}
-    return [(v["name"], _shape(before.get(v["name"])), _shape(v)) for v in found[key][1]]
+    return _families([(v["name"], _shape(before.get(v["name"])), _shape(v))
+                      for v in found[key][1]])
+
+
+_NUMBER = re.compile(r"\d+")
+FAMILY = 3  # names of one pattern and one shape shown as one row from this many
+
+
+def _families(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``rows`` with those whose names differ only in their numbers and whose shapes are the
+    same as one row where they are ``FAMILY`` or more: a decoder's 64 KV-cache inputs
+    (``past_key_values.0.key`` ... ``past_key_values.31.value``) as two rows,
+    ``past_key_values.{0..31}.key (32)``, not a screen of identical ones. The JSON keeps
+    every input."""
+    families: dict[tuple[str, str, str], list[str]] = {}
+    for name, a, b in rows:
+        families.setdefault((_NUMBER.sub("#", name), a, b), []).append(name)
+    out = []
+    for (pattern, a, b), names in families.items():
+        if len(names) < FAMILY:
+            out += [(name, a, b) for name in names]
+            continue
+        numbers = [_NUMBER.findall(name) for name in names]
+        pieces = pattern.split("#")
+        shown = [pieces[0]]
+        for i, piece in enumerate(pieces[1:]):
+            values = sorted({int(found[i]) for found in numbers})
+            shown.append(numbers[0][i] if len(values) == 1 else
+                         f"{{{values[0]}..{values[-1]}}}"
+                         if values == list(range(values[0], values[-1] + 1)) else
+                         f"{{{','.join(map(str, values))}}}" if len(values) <= FAMILY + 1
+                         else "*")
+            shown.append(piece)
+        out.append(("".join(shown) + f" ({len(names)})", a, b))
+    return out
 
 
 def _at(compute: dict[str, Any]) -> str:

@@ -109,3 +109,28 @@ def test_names_are_escaped_on_the_terminal_and_kept_in_the_json(tmp_path):
     assert sum(line.startswith("signature") for line in lines) == 1
     assert any(line.startswith("inputs       x\\x0asignature    forged") for line in lines)
     assert json.loads(report.read_text())["signature"]["inputs"][0][0]["name"] == name
+
+
+def test_a_family_of_inputs_is_one_row_and_the_json_keeps_each(tmp_path):
+    """A decoder's KV cache (``past.N.key``/``past.N.value`` for every layer, one shape) fills a
+    screen row by row: the summary and the page show each family as one row with its count;
+    inputs with another shape, or too few to be a family, stay rows of their own."""
+    f = TensorProto.FLOAT
+    past = [f"past.{i}.{kv}" for i in range(4) for kv in ("key", "value")]
+    nodes = [helper.make_node("Sum", ["x", *past], ["y"]),
+             helper.make_node("Add", ["y", "odd.1"], ["z"])]
+    inputs = [helper.make_tensor_value_info(n, f, ["b", 2, "p", 4]) for n in ["x", *past]]
+    inputs.append(helper.make_tensor_value_info("odd.1", f, [4]))
+    graph = helper.make_graph(nodes, "g", inputs,
+                              [helper.make_tensor_value_info("z", f, ["b", 2, "p", 4])])
+    src = tmp_path / "kv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    out, report, page = tmp_path / "o.onnx", tmp_path / "r.json", tmp_path / "r.html"
+    proc = run_cli("optimize", src, "-o", out, "--json", report, "--report", page)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("inputs       "))
+    assert line == ("inputs       x float32[b,2,p,4], past.{0..3}.key (4) float32[b,2,p,4], "
+                    "past.{0..3}.value (4) float32[b,2,p,4], odd.1 float32[4]"), line
+    assert "past.{0..3}.key (4)" in page.read_text()
+    assert [v["name"] for v in json.loads(report.read_text())["signature"]["inputs"][1]] == \
+        ["x", *past, "odd.1"]
