@@ -20,13 +20,13 @@ body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, 
        color: var(--fg); background: var(--bg); }
 header { background: #1d2733; color: #fff; padding: 18px 32px; }
 header h1 { margin: 0; font-size: 20px; font-weight: 600; }
-header .sub { color: #aeb9c6; font-size: 12px; margin-top: 4px; word-break: break-all; }
+header .sub { color: #aeb9c6; font-size: 12px; margin-top: 4px; overflow-wrap: anywhere; }
 main { padding: 20px 32px 40px; max-width: 1200px; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(240px, 1fr));
          gap: 12px; margin-bottom: 16px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; }
 .card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-.card .v { font-size: 20px; font-weight: 600; margin-top: 2px; white-space: nowrap; }
+.card .v { font-size: 20px; font-weight: 600; margin-top: 2px; overflow-wrap: anywhere; }
 .card .d { color: var(--muted); font-size: 12px; }
 section { background: #fff; border: 1px solid var(--line); border-radius: 8px;
           padding: 14px 18px; margin-bottom: 16px; }
@@ -46,7 +46,7 @@ tr.total td { font-weight: 600; border-top: 2px solid var(--fg); }
 .muted { color: var(--muted); }
 .legend span { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
                margin: 0 4px 0 12px; vertical-align: middle; }
-code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; word-break: break-all; }
+code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; overflow-wrap: anywhere; }
 svg text { font: 11px system-ui, sans-serif; fill: var(--fg); }
 .alert { border-radius: 8px; padding: 12px 16px; margin-bottom: 16px; font-size: 15px; }
 .alert.bad { background: #fbe9e7; border: 2px solid #b3362f; color: #7a1d17; }
@@ -96,9 +96,11 @@ def prose(text: Any) -> str:
 
 def card(key: str, value: str, detail: str = "", tone: str = "") -> str:
     """A card of the first screen: a key, its value, a detail; ``tone`` "ok" or "bad" colours
-    it."""
+    it. A value too wide for its card wraps at its arrow only ("415.39 MiB" stays whole; it
+    was cut at "415.39 MiB -> 413.81 Mi")."""
     cls = f"card {tone}" if tone else "card"
-    return (f'<div class="{cls}"><div class="k">{esc(key)}</div><div class="v">{esc(value)}'
+    held = value.replace(" ", "\u00a0").replace("\u00a0\u2192\u00a0", " \u2192 ")
+    return (f'<div class="{cls}"><div class="k">{esc(key)}</div><div class="v">{esc(held)}'
             f'</div><div class="d">{esc(detail)}</div></div>')
 
 

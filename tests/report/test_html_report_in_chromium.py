@@ -10,6 +10,7 @@ import re
 import onnx
 import pytest
 
+from onnxfold.app.html_parts import card
 from tests.support.cli import assert_ok, run_cli
 from tests.support.html_pages import BERT, chromium, hostile_model, needs_chromium
 
@@ -106,3 +107,28 @@ def test_the_console_check_catches_an_error(tmp_path):
                     "<script>undefinedFunction();</script></body></html>")
     _, console = chromium(page, tmp_path, "--dump-dom")
     assert any("undefinedFunction" in line for line in console)
+
+
+@needs_chromium
+def test_no_card_value_is_cut_at_any_width(bert_page):
+    """A card's value wider than its card wrapped nowhere and was cut ("415.39 MiB ->
+    413.81 Mi" on a 1280-pixel window); the page's names broke inside words ("1.1." then "0").
+    Measured by Chromium at three widths: every card value fits its card, wrapping at its
+    arrow only."""
+    tmp, text, _ = bert_page
+    probe = ("<script>window.addEventListener('load', () => { const cut = [...document"
+             ".querySelectorAll('.card .v')].filter(v => v.scrollWidth > v.clientWidth + 1)"
+             ".map(v => v.textContent); document.body.setAttribute('data-cut', "
+             "JSON.stringify(cut)); });</script></body>")
+    weights = re.search(r'<div class="card"><div class="k">weights</div>.*?</div></div>',
+                        text).group(0)  # the longest value a 400 MiB model's page shows
+    page = tmp / "probe.html"
+    page.write_text(text.replace("</body>", probe).replace(weights, card(
+        "weights", "415.39 MiB \u2192 413.81 MiB", "68 new; metadata: 762.1 KiB saved")))
+    for width in (560, 1024, 1280):
+        dom, console = chromium(page, tmp, "--dump-dom", f"--window-size={width},900")
+        assert console == []
+        found = re.search(r'data-cut="([^"]*)"', dom)
+        assert found, "the probe did not run"
+        assert json.loads(found.group(1).replace("&quot;", '"')) == [], (width, found.group(1))
+    assert "word-break: break-all" not in text
