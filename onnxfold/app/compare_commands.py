@@ -58,9 +58,13 @@ def _run_and_report(run: Callable[[], Any], command: CompareCommand | VerifyFold
     with contextlib.closing(claimed(reports, more_inputs, [a, b] if command.json or
                                     command.html else [])) as guard:
         def shown(result: Any) -> None:
-            print(result.summary())
+            # a failure's verdict is the one line on stderr (see the end), not said twice
             if isinstance(command, VerifyFoldsCommand):
-                print(result.last_line())
+                print(result.summary())
+                if result.ok:
+                    print(result.last_line())
+            else:
+                print(result.summary(verdict=result.ok))
             if command.json:
                 write_text(guard.pinned(command.json),
                            json.dumps(result.to_dict(), indent=2) + "\n")

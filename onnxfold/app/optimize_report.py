@@ -78,7 +78,7 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     if not settings.report.quiet:
         print(report.summary())
     if check is not None:
-        print(check.summary())
+        print(check.summary(verdict=False))  # the verdict is the line on stderr below
     _write_reports(claimed, settings, report)
     output = claimed.job.output
     where = f"nothing was written to {output}" if output is not None else \

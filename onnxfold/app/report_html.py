@@ -155,6 +155,15 @@ def render_html(report: Report) -> str:
 <pre><code>{esc(options)}</code></pre></details></section>""")
 
 
+def _from_to(before: str, after: str) -> str:
+    """``before -> after``, their unit said once when they share it ("415.39 -> 413.81 MiB"):
+    a card's width holds it on one line."""
+    head, _, unit = before.rpartition(" ")
+    if head and after.endswith(f" {unit}"):
+        return f"{head} \u2192 {after}"
+    return f"{before} \u2192 {after}"
+
+
 def _cards(report: Report) -> str:
     """The first screen's cards: nodes, weights, time, the check (red when it failed)."""
     check = report.check
@@ -166,8 +175,9 @@ def _cards(report: Report) -> str:
         card("nodes", f"{report.nodes_before} \u2192 {report.nodes_after}",
              f"{report.folded_nodes} folded; Constant nodes not counted "
              f"({report.constant_nodes_before} \u2192 {report.constant_nodes_after})"),
-        card("weights", f"{mib(report.initializer_bytes_before)} \u2192 "
-             f"{mib(report.initializer_bytes_after)}", f"{report.new_initializers} new" + (
+        card("weights", _from_to(mib(report.initializer_bytes_before),
+                                 mib(report.initializer_bytes_after)),
+             f"{report.new_initializers} new" + (
                  f"; metadata: {mib(saved['bytes'])} saved" if saved else "")),
         card("time", f"{sum(report.phases.values()) or report.seconds:.2f} s",
              f"{report.rounds} round{'s' if report.rounds != 1 else ''}"),

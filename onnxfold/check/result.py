@@ -140,7 +140,10 @@ class CompareResult:
             "outputs": [_row_dict(row) for row in self.rows],
         }
 
-    def summary(self) -> str:
+    def summary(self, verdict: bool = True) -> str:
+        """What was compared, the tables, the folds' and rewrites' lines, and the verdict
+        last (left out with ``verdict=False``: the command line says a failure on stderr, in
+        one line, and printed it twice)."""
         seeds = f"seed {self.seed}" if self.n == 1 else \
             f"seeds {self.seed}..{self.seed + self.n - 1}"
         tolerance = "tolerance by dtype" if self.rtol is None and self.atol is None else \
@@ -187,7 +190,8 @@ class CompareResult:
             lines.append(self.folds.summary())
         if self.rewrites is not None:
             lines.append(self.rewrites.summary())
-        lines.append(self.verdict())
+        if verdict:
+            lines.append(self.verdict())
         return "\n".join(lines)
 
     def _cuts_line(self) -> str:

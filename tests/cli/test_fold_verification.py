@@ -240,3 +240,36 @@ def test_a_wrong_rewrite_made_tensor_fails_the_check_and_nothing_is_written(tmp_
     assert info is None and not out.exists()
     assert not check.ok and check.failing == [f"folded tensor {name}"], check.summary()
     assert check.rows and all(row.ok for row in check.rows)  # the outputs alone would pass
+
+
+def _matmul_relu(path, w):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])]
+    onnx.save(make_model(nodes, [vinfo("x", shape=["n", 8])], [vinfo("z", shape=["n", 8])],
+                         [tensor("w", w)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["compare", "verify-folds"])
+def test_an_edited_weight_is_no_folded_tensor_and_a_failure_is_said_once(tmp_path, command):
+    """``compare`` of a model with one weight edited (another tool's output, no onnxfold
+    record) counted the weight among the "initializers re-derived" and printed its verdict
+    twice, on stdout and as the error line."""
+    w = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    edited = w.copy()
+    edited[0, 0] += 1
+    a = _matmul_relu(tmp_path / "a.onnx", w)
+    b = _matmul_relu(tmp_path / "b.onnx", edited)
+    proc = run_cli(command, a, b)
+    if command == "compare":
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "outside tolerance: z" not in proc.stdout  # the error line says it
+        assert proc.stderr.strip() == "onnxfold: outside tolerance: z"
+    else:  # nothing folded differs: the verdict says what it could not verify, and why
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.splitlines()[-1] == (
+            "folds: 0 verified for every input, 1 weight of the original with other values "
+            "(not folds) (not a full verification: see above)")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("fold verification:"))
+    assert line.startswith("fold verification: 0 initializers re-derived"), line
+    assert "1 more is a weight of the original under its name with other values" in line
+    assert "not verifiable" not in line

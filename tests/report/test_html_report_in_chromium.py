@@ -124,7 +124,7 @@ def test_no_card_value_is_cut_at_any_width(bert_page):
                         text).group(0)  # the longest value a 400 MiB model's page shows
     page = tmp / "probe.html"
     page.write_text(text.replace("</body>", probe).replace(weights, card(
-        "weights", "415.39 MiB \u2192 413.81 MiB", "68 new; metadata: 762.1 KiB saved")))
+        "weights", "415.39 KiB \u2192 413.81 MiB", "68 new; metadata: 762.1 KiB saved")))
     for width in (560, 1024, 1280):
         dom, console = chromium(page, tmp, "--dump-dom", f"--window-size={width},900")
         assert console == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import weakref
 
@@ -214,5 +215,5 @@ def test_a_prefetch_asks_for_the_whole_weight_a_window_at_a_time(tmp_path, monke
     assert all(length <= mapped.PREFETCH_STEP for _, length in asked)
     covered = sorted(asked)
     assert covered[0][0] == tensor.offset
-    assert all(a + n == b for (a, n), (b, _) in zip(covered, covered[1:]))
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(covered))
     assert covered[-1][0] + covered[-1][1] == tensor.offset + big.nbytes

@@ -91,9 +91,12 @@ class FoldVerification(Verdicts):
             return "every folded tensor verified for every input" + (
                 f" but {made} {'tensor a rewrite' if made == 1 else 'tensors rewrites'} made "
                 f"({judged})" if made else "")
+        edited = sum(t.reason == OTHER_VALUES for t in self.tensors)
         counts = [f"{self.count(BITWISE) + self.count(WITHIN)} verified for every input"]
-        counts += [f"{self.count(state)} {state}" for state in (SAMPLED, UNVERIFIABLE)
-                   if self.count(state)]
+        left = ((SAMPLED, self.count(SAMPLED)), (UNVERIFIABLE, self.count(UNVERIFIABLE) - edited))
+        counts += [f"{n} {state}" for state, n in left if n]
+        counts += [f"{edited} weight{'s' if edited != 1 else ''} of the original with other "
+                   "values (not folds)"] if edited else []
         counts += [f"{made} made by rewrites ({judged})"] if made else []
         return f"folds: {', '.join(counts)}"
 
@@ -108,6 +111,7 @@ class FoldVerification(Verdicts):
         unverifiable (naming the tensors)."""
         within = [t.max_ulps or 0.0 for t in self.tensors if t.state == WITHIN]
         proved = sum(t.state in (BITWISE, WITHIN) and t.dims == PROVED for t in self.tensors)
+        edited = [t.name for t in self.tensors if t.reason == OTHER_VALUES]
         parts = [f"{self.count(BITWISE)} bitwise"]
         if within:
             parts.append(f"{len(within)} within {max(within):.3g} ulps (not bitwise ops)")
@@ -115,24 +119,34 @@ class FoldVerification(Verdicts):
             parts[-1] += f" ({proved} of these shown constant over the dynamic dims)"
         if self.count(SAMPLED):
             parts.append(f"{self.count(SAMPLED)} sampled (equal where run, not proved)")
-        if self.count(UNVERIFIABLE):
-            parts.append(f"{self.count(UNVERIFIABLE)} not verifiable")
+        if self.count(UNVERIFIABLE) > len(edited):
+            parts.append(f"{self.count(UNVERIFIABLE) - len(edited)} not verifiable")
         parts.append(f"{self.count(DIFFERS)} differ")
         made = sum(t.via != "original" and t.state not in (UNVERIFIABLE, PARAMETER)
                    for t in self.tensors)
         bindings = f" at {len(self.bindings)} bindings of the dims" if len(self.bindings) > 1 \
             else ""
         parameters = self.count(PARAMETER)
-        lines = [f"fold verification: {len(self.tensors) - parameters} initializers re-derived "
-                 f"from the original in onnxruntime{bindings}"
+        lines = [f"fold verification: {len(self.tensors) - parameters - len(edited)} "
+                 f"initializers re-derived from the original in onnxruntime{bindings}"
                  + (f" ({made} made by rewrites)" if made else "") + f": {', '.join(parts)}"
                  + (f"; {parameters} more are parameters of rewrites (judged with them)"
-                    if parameters else "")]
+                    if parameters else "")
+                 + (f"; {len(edited)} more {'is a weight' if len(edited) == 1 else 'are weights'}"
+                    f" of the original under {'its' if len(edited) == 1 else 'their'} name with "
+                    "other values, not folded (below)" if edited else "")]
         lines += [f"  DIFFERS {t.name} {t.dtype}{t.shape}: {t.reason}" for t in self.tensors
                   if t.state == DIFFERS]
         for state in (SAMPLED, UNVERIFIABLE):
             lines += self.reason_lines(state)
         return "\n".join(lines)
+
+
+# the reason of an initializer that is no fold: an original weight of its name, edited
+OTHER_VALUES = ("an original initializer of that name holds other values, and the file carries "
+                "no record of onnxfold (another tool's, or its records stripped: another tool "
+                "may change a weight it keeps the name of); only the comparison on inputs "
+                "covers it")
 
 
 def verdict_of(folded: ir.Value, state: str, **fields) -> Verdict:

@@ -39,6 +39,7 @@ from onnxfold.check.folds.recipe_runs import Derived, RecipeRunner, Unresolved
 from onnxfold.check.folds.verdicts import (
     BITWISE,
     DIFFERS,
+    OTHER_VALUES,
     PARAMETER,
     PROVED,
     SAMPLED,
@@ -92,10 +93,6 @@ RESHAPE_CODES = ("a model without onnxfold's provenance: another tool may write 
 UNVALIDATED = ("made by a rewrite (a parameter of it, or a tensor that matches the recipe the "
                "model carries): a model's own record proves nothing, and only optimize --check "
                "validates the rewrite that made it")
-OTHER_VALUES = ("an original initializer of that name holds other values, and the file carries "
-                "no record of onnxfold (another tool's, or its records stripped: another tool "
-                "may change a weight it keeps the name of); only the comparison on inputs "
-                "covers it")
 
 
 @dataclass
