@@ -13,12 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from onnxfold.app.html_parts import esc, number, prose, table
+from onnxfold.check.folds.verdicts import OTHER_VALUES
 
 # states that do not fail a check (sampled and not verifiable make it incomplete, not failed)
 GOOD_FOLD_STATES = frozenset({"bitwise", "within", "not verifiable", "sampled",
                               "parameter of a rewrite"})
 GOOD_REWRITE_STATES = frozenset({"bitwise", "within", "not validated"})
 MAX_ALERT_LINES = 8  # reasons the first screen lists (the section has every one)
+
+
+NOT_FULL = " (not a full verification: see above)"  # the verdicts' suffix (check.result)
 
 
 def failed(check: dict[str, Any] | None) -> bool:
@@ -79,7 +83,12 @@ def section(check: dict[str, Any] | None, folded: int | None, verification_off: 
                "with the original model in onnxruntime)</p>"
     state = str(check.get("state") or ("passed" if check.get("ok") else "failed"))
     line = check.get("verdict") or "all outputs within tolerance"
-    verdict = (f'<p class="ok">{prose(line)}</p>' if check.get("ok") else
+    # a pass that is not a full verification is not shown as one; its reasons follow
+    partial = line.endswith(NOT_FULL)
+    line = line.removesuffix(NOT_FULL) + (" (not a full verification: see below)"
+                                          if partial else "")
+    verdict = (f'<p class="{"warn" if partial else "ok"}">{prose(line)}</p>' if check.get("ok")
+               else
                f'<p class="bad">{esc(state.upper())}' +
                ("" if folded is None else "; nothing was written") + "</p>")
     verdict += "".join(f'<p class="bad">{prose(check[key])}</p>'
@@ -123,14 +132,19 @@ def _folds(check: dict[str, Any], folded: int | None, verification_off: bool) ->
             "the run folded no tensor, so there is none to re-derive" if folded == 0 else
             "the output carries no onnxfold provenance to re-derive its tensors by")
         return f'<p class="muted">folds not verified: {prose(why)}</p>'
-    counts: dict[str, int] = folds.get("counts", {})
+    counts: dict[str, int] = dict(folds.get("counts", {}))
+    edited = sum(t.get("reason") == OTHER_VALUES for t in folds.get("tensors", []))
+    if edited:  # weights of the original with other values: no folds, said apart
+        counts["not verifiable"] = counts.get("not verifiable", 0) - edited
     states = ", ".join(f"{n} {state}" for state, n in counts.items())
     css = "bad" if not folds.get("ok") else "ok" if folds.get("complete", True) else "warn"
     head = (f'<h3>Fold verification</h3><p class="{css}">'
             f"{sum(counts.values())} folded tensors judged against the original in "
             f"onnxruntime: {esc(states)} (bitwise and within: for every input; within: the "
             "ulps of docs/exactness.md; sampled: equal where run, not proved; parameters of "
-            "rewrites: judged with them)</p>")
+            "rewrites: judged with them)" + (
+                f"; {edited} weight{'s' if edited != 1 else ''} of the original with other "
+                "values under the same name (not folds)" if edited else "") + "</p>")
     rows = [(t["name"], t["dtype"], _shape(t["shape"]), t["state"],
              "-" if t.get("max_ulps") is None else f"{t['max_ulps']:.3g}", t.get("reason", ""))
             for t in folds.get("tensors", []) if t["state"] != "bitwise"]

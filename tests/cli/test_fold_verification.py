@@ -259,7 +259,8 @@ def test_an_edited_weight_is_no_folded_tensor_and_a_failure_is_said_once(tmp_pat
     edited[0, 0] += 1
     a = _matmul_relu(tmp_path / "a.onnx", w)
     b = _matmul_relu(tmp_path / "b.onnx", edited)
-    proc = run_cli(command, a, b)
+    page = tmp_path / "page.html"
+    proc = run_cli(command, a, b, "--report", page)
     if command == "compare":
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "outside tolerance: z" not in proc.stdout  # the error line says it
@@ -273,3 +274,8 @@ def test_an_edited_weight_is_no_folded_tensor_and_a_failure_is_said_once(tmp_pat
     assert line.startswith("fold verification: 0 initializers re-derived"), line
     assert "1 more is a weight of the original under its name with other values" in line
     assert "not verifiable" not in line
+    html = page.read_text()  # the page: no green pass, and its reasons below, not "above"
+    assert "see above" not in html and "0 folded tensors judged" in html
+    assert "1 weight of the original with other values under the same name" in html
+    if command == "verify-folds":
+        assert '<p class="warn">folds: 0 verified' in html and "see below" in html
