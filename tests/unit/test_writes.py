@@ -131,22 +131,28 @@ def test_transposed_weights_written_on_two_threads_give_numpys_bytes(tmp_path, d
     rng = np.random.default_rng(4)
     weights = [rng.standard_normal(shape).astype(dtype).T
                for shape in [(1500, 701), (2048, 1024), (33, 4096)]]
-    parts, offset = [], 7
+    written, expected = _written(tmp_path, weights, b"framing!", start=7)
+    assert written == expected
+
+
+def _written(tmp_path, weights, framing=b"", start=0) -> tuple[bytes, bytes]:
+    """``weights`` laid out from ``start``, each after ``framing``, written by the writer:
+    the file's bytes, and numpy's bytes for them (little-endian, C order)."""
+    parts, offset, expected = [], start, bytearray(start)
     for w in weights:
-        parts.append(Segment(offset, b"framing!"))
-        offset += 8
+        if framing:
+            parts.append(Segment(offset, framing))
+            offset += len(framing)
         parts.append(Segment(offset, w))
         offset += w.nbytes
+        expected += framing + np.ascontiguousarray(w).astype(w.dtype.newbyteorder("<"),
+                                                             copy=False).tobytes()
     fd = os.open(tmp_path / "out.bin", os.O_RDWR | os.O_CREAT)
     try:
         segments.write(fd, parts)
     finally:
         os.close(fd)
-    expected = bytearray(7)
-    for w in weights:
-        expected += b"framing!" + np.ascontiguousarray(w).astype(w.dtype.newbyteorder("<"),
-                                                              copy=False).tobytes()
-    assert (tmp_path / "out.bin").read_bytes() == bytes(expected)
+    return (tmp_path / "out.bin").read_bytes(), bytes(expected)
 
 
 def test_small_pieces_go_through_the_cache(tmp_path, monkeypatch):
@@ -198,15 +204,6 @@ def test_a_refusal_while_both_halves_write_directly(tmp_path, monkeypatch, refus
     monkeypatch.setattr(writes.os, "pwrite", pwrite)
     weights = [np.random.default_rng(k).standard_normal((4096, 1024)).astype(np.float16).T
                for k in range(3)]
-    parts, offset = [], 0
-    for w in weights:
-        parts.append(Segment(offset, w))
-        offset += w.nbytes
-    fd = os.open(tmp_path / "out.bin", os.O_RDWR | os.O_CREAT)
-    try:
-        segments.write(fd, parts)
-    finally:
-        os.close(fd)
+    written, expected = _written(tmp_path, weights)
     assert len(threads) == 2, "both halves were to meet a refusal"
-    assert (tmp_path / "out.bin").read_bytes() == b"".join(
-        np.ascontiguousarray(w).tobytes() for w in weights)
+    assert written == expected
