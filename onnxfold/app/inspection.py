@@ -12,7 +12,9 @@ from onnxfold.analysis.constness import OpFacts, plan_graph
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.analysis.step_inputs import shared_dim_names
 from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values
+from onnxfold.app.signature import Original, one_model_lines
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
+from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io import load_model
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import all_graphs, node_label
@@ -73,8 +75,30 @@ def inspect_model(path: str | os.PathLike, check: bool = True,
                   for n, dims in blocked[:10]]
         if len(blocked) > 10:
             lines.append(f"    ... and {len(blocked) - 10} more")
+    try:
+        info["signature"] = _signature(path, check, catalogue)
+        lines += one_model_lines(info["signature"])
+    except OnnxfoldError as e:  # what the fold refuses, inspect still describes
+        info["signature"] = None
+        lines.append(f"signature    not made: {one_line(e)}")
     info["text"] = "\n".join(lines)
     return info
+
+
+def _signature(path: str | os.PathLike, check: bool, catalogue: Catalogue) -> dict[str, Any]:
+    """What ``optimize``'s signature says of its input: the facts, and FLOPs at the first input
+    set a check would use. It is counted as ``optimize`` counts it, with the types the fold
+    works out (an unfolded TorchScript export leaves its MatMuls' shapes to Shape, Gather and
+    Concat chains that no inference follows): the model is folded in memory, nothing written."""
+    from onnxfold.app.signature import read_original, signature
+    from onnxfold.check.running.options import CompareOptions
+    from onnxfold.pipeline.optimizer import optimize
+
+    read: list[Original] = []
+    result = optimize(path, check=check, catalogue=catalogue,
+                      read_light=lambda model, light: read.append(read_original(model, light)))
+    return signature(read[0], result.model, read[0].facts["file_bytes"], None,
+                     CompareOptions(), catalogue)
 
 
 def _shape_scaffolding(model: ir.Model, catalogue: Catalogue

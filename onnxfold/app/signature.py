@@ -328,6 +328,28 @@ def _lines(found: dict[str, Any]) -> list[str]:
             + (f"; not counted: {', '.join(uncounted)}" if uncounted else "")]
 
 
+def one_model_lines(found: dict[str, Any]) -> list[str]:
+    """``inspect``'s signature block: one model's facts, inputs, outputs and compute (the
+    side of :func:`signature` its first model is), names escaped."""
+    (params, _), (size, _) = found["parameters"], found["file_bytes"]
+    out = [f"signature    opset {found['opset'][0]}, IR {found['ir_version'][0]}; parameters "
+           f"{si(params['count'])} in {mib(params['bytes'])}; file {mib(size)}"]
+    out += [f"{key:13}" + ", ".join(f"{name} {shape}" for name, shape, _ in _families(
+        [(v["name"], _shape(v), "") for v in found[key][0]])) for key in ("inputs", "outputs")]
+    compute = found["compute"]
+    if "reason" in compute:
+        return [printable(line) for line in [*out, f"compute      not counted: "
+                                                   f"{compute['reason']}"]]
+    counted = compute["before"]
+    ops = ", ".join(f"{op} {si(row['flops'])}" for op, row in list(counted["ops"].items())[:3])
+    uncounted = ", ".join(counted["not_counted"])
+    out.append(f"compute      {si(counted['flops'], 'FLOPs')} ({si(counted['macs'])} MACs) at "
+               f"{_at(compute).replace('--check would use', 'a check would use')}"
+               + (f"; {ops}" if ops else "") + (f"; not counted: {uncounted}" if uncounted
+                                                 else ""))
+    return [printable(line) for line in out]
+
+
 def html(found: dict[str, Any] | None) -> str:
     """The HTML report's signature section ("" for a report without one): the facts, each
     input and output, and FLOPs and MACs per op type before and after."""

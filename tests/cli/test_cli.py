@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from onnxfold.app.signature import si
 from tests.support.cli import assert_one_error_line, run_cli
 from tests.support.models import MODELS, make_model, tensor, vinfo
 from tests.support.running import random_feeds, run_ort
@@ -40,6 +41,39 @@ def test_inspect_and_rules():
     assert json.loads(proc.stdout)["foldable_nodes"] > 0
     proc = run_cli("rules")
     assert proc.returncode == 0 and "Transpose" in proc.stdout
+
+
+def test_inspect_says_the_signature_optimize_says_of_its_input(tmp_path):
+    """``inspect`` (where onnxslim's ``--inspect`` points its users) prints the signature:
+    the facts and the compute counted as ``optimize`` counts its input. On this TorchScript
+    export an unfolded count saw no MatMul shape (0 MACs, "not counted: MatMul, ...")."""
+    proc = run_cli("inspect", TINY_BERT, "--json")
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)["signature"]
+    text = run_cli("inspect", TINY_BERT).stdout
+    assert "signature    opset 17, IR 8; parameters " in text
+    assert "inputs       input_ids int64[1,16], attention_mask int64[1,16]" in text
+    report = tmp_path / "r.json"
+    assert run_cli("optimize", TINY_BERT, "-o", tmp_path / "o.onnx", "--json",
+                   report).returncode == 0
+    before = json.loads(report.read_text())["signature"]["compute"]["before"]
+    assert found["compute"]["before"] == before
+    assert before["ops"]["MatMul"]["macs"] > 1_000_000 and "MatMul" not in before["not_counted"]
+    assert f"compute      {si(before['flops'], 'FLOPs')} ({si(before['macs'])} MACs) at " in text
+
+
+def test_inspect_describes_what_the_fold_refuses(tmp_path, monkeypatch):
+    """A model the fold cannot take is still described; its signature line says why not."""
+    from onnxfold.app import inspection
+    from onnxfold.errors import InputError
+
+    def refused(*args, **kwargs):
+        raise InputError("a model the fold refuses")
+
+    monkeypatch.setattr("onnxfold.pipeline.optimizer.optimize", refused)
+    info = inspection.inspect_model(TINY_BERT)
+    assert info["signature"] is None and info["foldable_nodes"] > 0
+    assert info["text"].splitlines()[-1] == "signature    not made: a model the fold refuses"
 
 
 @pytest.fixture
