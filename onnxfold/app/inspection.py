@@ -90,15 +90,22 @@ def _signature(path: str | os.PathLike, check: bool, catalogue: Catalogue) -> di
     set a check would use. It is counted as ``optimize`` counts it, with the types the fold
     works out (an unfolded TorchScript export leaves its MatMuls' shapes to Shape, Gather and
     Concat chains that no inference follows): the model is folded in memory, nothing written."""
-    from onnxfold.app.signature import read_original, signature
+    from onnxfold.app.signature import counted_with, read_original, signature
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.pipeline.optimizer import optimize
 
     read: list[Original] = []
     result = optimize(path, check=check, catalogue=catalogue,
                       read_light=lambda model, light: read.append(read_original(model, light)))
-    return signature(read[0], result.model, read[0].facts["file_bytes"], None,
-                     CompareOptions(), catalogue)
+    found = signature(read[0], result.model, read[0].facts["file_bytes"], None,
+                      CompareOptions(), catalogue)
+    compute = found["compute"]
+    if "reason" not in compute and compute["before"]["not_counted"]:
+        del result  # (its weights are views of the file: no copy held)
+        pinned = optimize(path, check=False, catalogue=catalogue,
+                          input_shapes=compute["inputs"])
+        counted_with(found, read[0], pinned.model, catalogue)
+    return found
 
 
 def _shape_scaffolding(model: ir.Model, catalogue: Catalogue
