@@ -185,11 +185,19 @@ class _ReadAhead:
 
 
 def _reads_mapping(seg: Segment) -> bool:
-    """Whether :func:`unmapped` copies ``seg``'s bytes out of an input's mapping (a view that
-    is not a plain range of the file)."""
-    return any(input_origin(arr) is not None
-               and not (arr.flags.c_contiguous and arr.dtype.byteorder != ">")
-               for arr in _arrays_of(seg.data))
+    """Whether :func:`unmapped` reads ``seg``'s bytes out of an input file (every mapped piece
+    of a concatenation; a view of a mapping that is not a plain range of the file)."""
+    data = seg.data
+    if isinstance(data, Concatenated):
+        return any(input_origin(piece) is not None for piece in data.pieces)
+    return isinstance(data, np.ndarray) and input_origin(data) is not None and \
+        not _plain_range(data)
+
+
+def _plain_range(arr: np.ndarray) -> bool:
+    """Whether a view of an input's mapping is its file's bytes as they are (written by a
+    file-to-file copy, never read)."""
+    return arr.flags.c_contiguous and arr.dtype.byteorder != ">"
 
 
 SMALL_SEGMENT = 64 << 10  # bytes: a segment below this is gathered with its neighbours
@@ -285,7 +293,7 @@ def unmapped(seg: Segment, scratch: _Scratch | None = None) -> Segment:
     origin = input_origin(data)
     if origin is None:
         return seg
-    if data.flags.c_contiguous and data.dtype.byteorder != ">":
+    if _plain_range(data):
         path, identity, offset = origin
         return Segment(seg.offset, FileRange(path, offset, data.nbytes, identity))
     buffer = None if scratch is None else (lambda n: scratch.array((n,), np.dtype(np.uint8)))

@@ -207,3 +207,35 @@ def test_a_refusal_while_both_halves_write_directly(tmp_path, monkeypatch, refus
     written, expected = _written(tmp_path, weights)
     assert len(threads) == 2, "both halves were to meet a refusal"
     assert written == expected
+
+
+def test_what_the_writer_reads_ahead_is_what_it_would_read(tmp_path):
+    """The reading thread takes every segment ``unmapped`` reads out of an input file: a view
+    of a mapping that is no plain range of it, and every mapped piece of a concatenation (it
+    read only the former: a merged Q/K/V of plain weights was read on the writing thread)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from onnxfold.io import load_model
+    from onnxfold.io.segments import _reads_mapping, unmapped
+    from onnxfold.ir.blocks import Concatenated
+
+    weights = [np.full((64, 32), k, np.float32) for k in range(3)]
+    graph = helper.make_graph(
+        [helper.make_node("Concat", [f"w{k}" for k in range(3)], ["y"], axis=0)], "g", [],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [192, 32])],
+        [numpy_helper.from_array(w, f"w{k}") for k, w in enumerate(weights)])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(path), save_as_external_data=True,
+              size_threshold=0)
+    model = load_model(str(path))
+    views = [model.graph.initializers[f"w{k}"].const_value.numpy() for k in range(3)]
+    cases = {"plain": views[0], "transposed": views[0].T, "in memory": views[0].copy(),
+             "concatenation": Concatenated(views, 0)}
+    for name, data in cases.items():
+        seg = Segment(0, data)
+        was = seg.data
+        read = unmapped(seg).data
+        reads = read is not was and not isinstance(read, segments.FileRange)
+        assert _reads_mapping(seg) == reads, name
+    assert [_reads_mapping(Segment(0, d)) for d in cases.values()] == [False, True, False, True]
