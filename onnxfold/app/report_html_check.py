@@ -13,16 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from onnxfold.app.html_parts import esc, number, prose, table
-from onnxfold.check.folds.verdicts import OTHER_VALUES
+from onnxfold.check.folds.verdicts import NOT_FULL, OTHER_VALUES
 
 # states that do not fail a check (sampled and not verifiable make it incomplete, not failed)
 GOOD_FOLD_STATES = frozenset({"bitwise", "within", "not verifiable", "sampled",
                               "parameter of a rewrite"})
 GOOD_REWRITE_STATES = frozenset({"bitwise", "within", "not validated"})
 MAX_ALERT_LINES = 8  # reasons the first screen lists (the section has every one)
-
-
-NOT_FULL = " (not a full verification: see above)"  # the verdicts' suffix (check.result)
 
 
 def failed(check: dict[str, Any] | None) -> bool:

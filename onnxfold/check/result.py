@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxfold.check.folds.verdicts import FoldVerification
+from onnxfold.check.folds.verdicts import NOT_FULL, FoldVerification
 from onnxfold.check.rewrites.validation import RewriteValidation
 from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.feeds import InputInfo, shape_text
@@ -245,7 +245,7 @@ class CompareResult:
                          "input sets" + (f" ({fewer} at fewer: the machine ran short at the "
                                          "others)" if fewer else "")
                          + (f", {unvalidated} not validated" if unvalidated else ""))
-        return "; ".join(parts) + ("" if complete else " (not a full verification: see above)")
+        return "; ".join(parts) + ("" if complete else NOT_FULL)
 
 
     def _shown_before(self) -> str:

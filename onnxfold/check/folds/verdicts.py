@@ -65,6 +65,12 @@ class FoldVerification(Verdicts):
         return self.tensors
 
     @property
+    def edited(self) -> list[str]:
+        """The initializers that are no folds: weights of the original under their names with
+        other values (``OTHER_VALUES``), counted apart from the folded tensors."""
+        return [t.name for t in self.tensors if t.reason == OTHER_VALUES]
+
+    @property
     def complete(self) -> bool:
         """Every tensor verified for every input (nothing sampled or left unverifiable; the
         parameters of rewrites are their rewrites' to validate)."""
@@ -91,7 +97,7 @@ class FoldVerification(Verdicts):
             return "every folded tensor verified for every input" + (
                 f" but {made} {'tensor a rewrite' if made == 1 else 'tensors rewrites'} made "
                 f"({judged})" if made else "")
-        edited = sum(t.reason == OTHER_VALUES for t in self.tensors)
+        edited = len(self.edited)
         counts = [f"{self.count(BITWISE) + self.count(WITHIN)} verified for every input"]
         left = ((SAMPLED, self.count(SAMPLED)), (UNVERIFIABLE, self.count(UNVERIFIABLE) - edited))
         counts += [f"{n} {state}" for state, n in left if n]
@@ -103,15 +109,14 @@ class FoldVerification(Verdicts):
     def last_line(self) -> str:
         """``verify-folds``' last line: the verdict, and whether it is a full verification."""
         full = self.ok and self.complete and not self.count(PARAMETER)
-        return self.verdict() + ("" if full or not self.ok else
-                                 " (not a full verification: see above)")
+        return self.verdict() + ("" if full or not self.ok else NOT_FULL)
 
     def summary(self) -> str:
         """One line, then one per differing tensor and per reason of the sampled and the
         unverifiable (naming the tensors)."""
         within = [t.max_ulps or 0.0 for t in self.tensors if t.state == WITHIN]
         proved = sum(t.state in (BITWISE, WITHIN) and t.dims == PROVED for t in self.tensors)
-        edited = [t.name for t in self.tensors if t.reason == OTHER_VALUES]
+        edited = self.edited
         parts = [f"{self.count(BITWISE)} bitwise"]
         if within:
             parts.append(f"{len(within)} within {max(within):.3g} ulps (not bitwise ops)")
@@ -142,6 +147,8 @@ class FoldVerification(Verdicts):
         return "\n".join(lines)
 
 
+# the suffix of a verdict that passed without being a full verification (the reasons above it)
+NOT_FULL = " (not a full verification: see above)"
 # the reason of an initializer that is no fold: an original weight of its name, edited
 OTHER_VALUES = ("an original initializer of that name holds other values, and the file carries "
                 "no record of onnxfold (another tool's, or its records stripped: another tool "
