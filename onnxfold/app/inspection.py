@@ -12,7 +12,13 @@ from onnxfold.analysis.constness import OpFacts, plan_graph
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.analysis.step_inputs import shared_dim_names
 from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values
-from onnxfold.app.signature import Original, one_model_lines
+from onnxfold.app.signature import (
+    Original,
+    counted_with,
+    one_model_lines,
+    read_original,
+    signature,
+)
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io import load_model
@@ -90,7 +96,6 @@ def _signature(path: str | os.PathLike, check: bool, catalogue: Catalogue) -> di
     set a check would use. It is counted as ``optimize`` counts it, with the types the fold
     works out (an unfolded TorchScript export leaves its MatMuls' shapes to Shape, Gather and
     Concat chains that no inference follows): the model is folded in memory, nothing written."""
-    from onnxfold.app.signature import counted_with, read_original, signature
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.pipeline.optimizer import optimize
 
@@ -100,7 +105,8 @@ def _signature(path: str | os.PathLike, check: bool, catalogue: Catalogue) -> di
     found = signature(read[0], result.model, read[0].facts["file_bytes"], None,
                       CompareOptions(), catalogue)
     compute = found["compute"]
-    if "reason" not in compute and compute["before"]["not_counted"]:
+    # fixed inputs can tell the count more only where the fold kept named dims
+    if "reason" not in compute and compute["dims"] and compute["before"]["not_counted"]:
         del result  # (its weights are views of the file: no copy held)
         pinned = optimize(path, check=False, catalogue=catalogue,
                           input_shapes=compute["inputs"])

@@ -357,7 +357,7 @@ def one_model_lines(found: dict[str, Any]) -> list[str]:
     ops = ", ".join(f"{op} {si(row['flops'])}" for op, row in list(counted["ops"].items())[:3])
     uncounted = ", ".join(counted["not_counted"])
     out.append(f"compute      {si(counted['flops'], 'FLOPs')} ({si(counted['macs'])} MACs) at "
-               f"{_at(compute).replace('--check would use', 'a check would use')}"
+               f"{_at(compute)}"
                + (f"; {ops}" if ops else "") + (f"; not counted: {uncounted}" if uncounted
                                                  else ""))
     return [printable(line) for line in out]

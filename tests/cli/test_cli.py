@@ -62,6 +62,21 @@ def test_inspect_says_the_signature_optimize_says_of_its_input(tmp_path):
     assert f"compute      {si(before['flops'], 'FLOPs')} ({si(before['macs'])} MACs) at " in text
 
 
+def test_inspect_folds_once_where_the_inputs_are_already_fixed(monkeypatch):
+    """The second fold (inputs fixed at the first set's shapes) tells the count nothing new
+    where the model names no dim: the tiny BERT's inputs are [1, 16], its Where stays uncounted
+    either way."""
+    from onnxfold.app import inspection
+    from onnxfold.pipeline import optimizer
+
+    calls = []
+    real = optimizer.optimize
+    monkeypatch.setattr(optimizer, "optimize", lambda *a, **k: calls.append(k) or real(*a, **k))
+    info = inspection.inspect_model(TINY_BERT)
+    assert info["signature"]["compute"]["before"]["not_counted"]  # (a second fold was asked)
+    assert len(calls) == 1
+
+
 def test_inspect_describes_what_the_fold_refuses(tmp_path, monkeypatch):
     """A model the fold cannot take is still described; its signature line says why not."""
     from onnxfold.app import inspection
