@@ -22,6 +22,8 @@ import os
 
 import numpy as np
 
+from onnxfold.ir.arrays import aligned_bytes
+
 ALIGNMENT = max(4096, mmap.PAGESIZE)  # bytes: file offsets, lengths and addresses written
 # directly are multiples of this (a page: never a page written both ways)
 DIRECT_MIN = 1 << 20  # bytes: smaller pieces go through the page cache
@@ -51,15 +53,13 @@ class AlignedBuffer:
     a fresh large buffer per tensor page-faults all of its pages again."""
 
     def __init__(self) -> None:
-        self._raw = np.empty(0, np.uint8)
-        self._start = 0
+        self._buffer = aligned_bytes(0, ALIGNMENT)
 
     def bytes(self, nbytes: int) -> np.ndarray:
         """``nbytes`` bytes starting on a page boundary (contents undefined)."""
-        if nbytes > self._raw.nbytes - self._start:
-            self._raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-            self._start = -self._raw.ctypes.data % ALIGNMENT
-        return self._raw[self._start:self._start + nbytes]
+        if nbytes > self._buffer.nbytes:
+            self._buffer = aligned_bytes(nbytes, ALIGNMENT)
+        return self._buffer[:nbytes]
 
 
 class Writes:

@@ -97,14 +97,20 @@ def aligned(arr: np.ndarray) -> np.ndarray:
         return arr  # (an array of references has no bytes to align)
     if arr.dtype.kind == "O":
         return c_contiguous(arr)
-    raw = np.empty(arr.nbytes + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    out = aligned_bytes(arr.nbytes, ALIGNMENT).view(arr.dtype).reshape(arr.shape)
     if arr.ndim:
         copy_c_order(arr, out)
     else:
         out[()] = arr
     return out
+
+
+def aligned_bytes(nbytes: int, alignment: int) -> np.ndarray:
+    """A new uint8 array of ``nbytes`` (contents undefined) starting at a multiple of
+    ``alignment`` bytes (numpy gives 16 or 64)."""
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes]
 
 
 def memory_owner(arr: np.ndarray) -> object:
