@@ -14,7 +14,6 @@ from onnxfold.analysis.step_inputs import shared_dim_names
 from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values
 from onnxfold.app.signature import (
     Original,
-    counted_with,
     one_model_lines,
     read_original,
     signature,
@@ -93,25 +92,16 @@ def inspect_model(path: str | os.PathLike, check: bool = True,
 
 def _signature(path: str | os.PathLike, check: bool, catalogue: Catalogue) -> dict[str, Any]:
     """What ``optimize``'s signature says of its input: the facts, and FLOPs at the first input
-    set a check would use. It is counted as ``optimize`` counts it, with the types the fold
-    works out (an unfolded TorchScript export leaves its MatMuls' shapes to Shape, Gather and
-    Concat chains that no inference follows): the model is folded in memory, nothing written."""
+    set a check would use, counted as ``optimize`` counts it: the model is folded in memory,
+    nothing written."""
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.pipeline.optimizer import optimize
 
     read: list[Original] = []
     result = optimize(path, check=check, catalogue=catalogue,
                       read_light=lambda model, light: read.append(read_original(model, light)))
-    found = signature(read[0], result.model, read[0].facts["file_bytes"], None,
-                      CompareOptions(), catalogue)
-    compute = found["compute"]
-    # fixed inputs can tell the count more only where the fold kept named dims
-    if "reason" not in compute and compute["dims"] and compute["before"]["not_counted"]:
-        del result  # (its weights are views of the file: no copy held)
-        pinned = optimize(path, check=False, catalogue=catalogue,
-                          input_shapes=compute["inputs"])
-        counted_with(found, read[0], pinned.model, catalogue)
-    return found
+    return signature(read[0], result.model, read[0].facts["file_bytes"], None,
+                     CompareOptions(), catalogue)
 
 
 def _shape_scaffolding(model: ir.Model, catalogue: Catalogue

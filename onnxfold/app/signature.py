@@ -24,7 +24,7 @@ from onnxfold.analysis.dim_relations import left_as_found
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
-from onnxfold.errors import InputError
+from onnxfold.errors import InputError, OnnxfoldError
 from onnxfold.host.heap import release
 from onnxfold.host.logs import quiet
 from onnxfold.host.terminal import printable
@@ -126,24 +126,41 @@ def signature(original: Original, folded: ir.Model, written: int | None,
         release()  # the plan's graph, before the computes' protos
     after = compute(folded, shapes, catalogue.costs)
     release()
+    known = _pinned_types(folded, shapes, catalogue) if dims and after.uncounted else None
+    if known is not None:
+        after = compute(folded, shapes, catalogue.costs, known)
+        release()
     before = compute_light(_copy(original.light),  # a copy is bound to the shapes
-                           original.expands, shapes, catalogue.costs, after.types)
+                           original.expands, shapes, catalogue.costs, {**(known or {}),
+                                                                       **after.types})
     found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
                         "before": _totals(before), "after": _totals(after)}
     return found
 
 
-def counted_with(found: dict[str, Any], original: Original, pinned: ir.Model,
-                 catalogue: Catalogue) -> None:
-    """Count ``original`` again in ``found`` (its "before" compute) with the types of
-    ``pinned``: the model folded with its inputs fixed at the compute's shapes, where every
-    shape is static. A fold that keeps the dims dynamic leaves a TorchScript export's MatMul
-    shapes to Shape, Gather and Concat chains no inference follows (a tiny BERT: 24 FLOPs)."""
-    shapes = found["compute"]["inputs"]
-    after = compute(pinned, shapes, catalogue.costs)
-    release()
-    found["compute"]["before"] = _totals(compute_light(
-        _copy(original.light), original.expands, shapes, catalogue.costs, after.types))
+def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Catalogue
+                  ) -> dict[str, onnx.TypeProto] | None:
+    """The static types of ``folded``'s values with its inputs fixed at ``shapes``: its graph
+    without its weights (typed inputs instead) folded again with those shapes. A fold that
+    keeps the dims dynamic leaves a TorchScript export's MatMul shapes to Shape, Gather and
+    Concat chains that no inference follows (a dynamic BERT: 28 FLOPs); fixed, they fold.
+    None where that fold fails (the counts stay what inference found)."""
+    from onnxfold.pipeline.optimizer import optimize
+
+    with texts_aside(folded):
+        light = serialize_light(folded)
+    with quiet("onnx_ir"):
+        graph = ir.serde.deserialize_model(light)
+    del light
+    try:
+        pinned = optimize(graph, check=False, catalogue=catalogue, input_shapes=shapes)
+    except OnnxfoldError:
+        return None
+    types = {name: onnx.helper.make_tensor_type_proto(tensor.dtype.value, tensor.shape.numpy())
+             for name, tensor in ((name, value.const_value) for name, value in
+                                  pinned.model.graph.initializers.items())  # steps folded
+             if tensor is not None}
+    return {**types, **compute(pinned.model, shapes, catalogue.costs).types}
 
 
 def _opset(model: ir.Model) -> int | None:
