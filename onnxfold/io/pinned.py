@@ -69,6 +69,11 @@ class PinnedDirectory:
     def unlink(self, name: str) -> None:
         os.unlink(name, dir_fd=self.fd)
 
+    def link(self, source: str, target: str) -> None:
+        """A second name ``target`` for the file ``source`` (``link(2)``, never through a
+        symlink); FileExistsError where ``target`` exists."""
+        os.link(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+
     def stat(self, name: str, follow_symlinks: bool = True) -> os.stat_result:
         return os.stat(name, dir_fd=self.fd, follow_symlinks=follow_symlinks)
 

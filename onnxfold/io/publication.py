@@ -4,11 +4,16 @@ A ``.onnx`` file names its data file, so replacing both by two renames would lea
 kill between them, the old model reading the new data (or the reverse). Instead, the new data
 goes under a name no file has yet (:func:`fresh_data_name`), the model that names it is
 renamed over the old model last (that one rename publishes the pair), and the old data is
-removed only then (:func:`superseded_data`). A kill at any point leaves the old pair or the new
-pair; an unpublished data file it leaves is a temporary file (removed by the rule of
+removed only then (:func:`superseded_data`). A kill at any point leaves the old pair or the
+new pair; an unpublished data file it leaves is a temporary file (removed by the rule of
 ``onnxfold.io.tempfiles``) or, killed between the two renames, a data variant that no model
-names, removed by the next write of that output. A signal (``onnxfold.host.endings``) never
-lands between those renames: they are one deferred section.
+names, removed by the next write of that output. Where the fresh name is not the one asked
+for (the output's own data was in the way), the published data then gets that name as a second
+link, the model written again naming it replaces the first, and the fresh name goes
+(``writer._Files.take_requested_name``): a kill in between leaves the new pair with its data
+under both names (``trust`` accepts that pair), the variant removed by the next write. A
+signal (``onnxfold.host.endings``) never lands between those steps: each group is one
+deferred section.
 
 :func:`output_lock` serializes the writers of one output (an advisory ``flock`` on a lock file
 beside it, removed on release) so that a second run neither picks the same names nor removes
@@ -36,7 +41,7 @@ from onnxfold.host.points import HANG_AT_ENV, KILL_AT_ENV, reached
 from onnxfold.io.pinned import PinnedDirectory, PinnedOutput
 from onnxfold.io.tempfiles import LOCK_SUFFIX, remove_unheld_lock
 
-STEPS = ("data-rename", "model-rename", "old-data-removal")
+STEPS = ("data-rename", "model-rename", "old-data-removal", "data-second-name", "variant-removal")
 # the lock files this process holds or is taking, with their descriptors (None until open):
 # a fatal-signal handler and the end of an interrupted run release and remove them
 HELD_LOCKS: dict[tuple[PinnedDirectory, str], int | None] = {}

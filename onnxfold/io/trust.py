@@ -19,8 +19,10 @@ path, so a symlink swapped after the check cannot redirect a later read.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 
@@ -97,10 +99,33 @@ def resolve_location(location: str, model_path: str, what: str) -> tuple[str, os
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"{model_path}: {what}: external data location {location!r} is not a "
                          "regular file")
-    if info.st_nlink > 1 and not os.path.samefile(real, model_path):
+    if info.st_nlink > 1 and not os.path.samefile(real, model_path) and \
+            not _one_data_two_names(real, info):
         raise InputError(f"{model_path}: {what}: external data file {location!r} has "
                          f"{info.st_nlink} hard links (refused, as onnx's checker does)")
     return real, info
+
+
+def _one_data_two_names(real: str, info: os.stat_result) -> bool:
+    """Whether the file's only other name is its variant beside it (``m.onnx.data`` and
+    ``m.onnx.3f9a0c12.data``, one file): what a kill leaves while onnxfold gives published
+    data its plain name back (``writer._Files.take_requested_name``). Both names are in the
+    model's directory, so the second link exposes no file from elsewhere."""
+    if info.st_nlink != 2:
+        return False
+    directory, name = os.path.split(real)
+    stem, ext = os.path.splitext(name)
+    variant = re.fullmatch(r"(.*)\.[0-9a-f]{8}", stem)
+    others = [variant.group(1) + ext] if variant else []
+    with contextlib.suppress(OSError):
+        others += [entry.name for entry in os.scandir(directory) if re.fullmatch(
+            re.escape(stem) + r"\.[0-9a-f]{8}" + re.escape(ext), entry.name)]
+    for other in others:
+        with contextlib.suppress(OSError):
+            seen = os.stat(os.path.join(directory, other), follow_symlinks=False)
+            if (seen.st_dev, seen.st_ino) == (info.st_dev, info.st_ino):
+                return True
+    return False
 
 
 Rebind = Callable[[ir.TensorProtocol], None]

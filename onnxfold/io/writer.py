@@ -220,15 +220,6 @@ def _serialize_without(model: ir.Model, streamed: dict[str, ir.Value],
     return head, graph_bytes, doc_string
 
 
-def _write_with_external_data(fd: int, data_fd: int, head: bytes, graph_bytes: list[Part],
-                              streamed: dict[str, ir.Value], data_name: str,
-                              counted: Callable[[int], None] | None) -> tuple[int, int]:
-    """Write the weights to ``data_fd`` and the model naming them (``data_name``) to ``fd``:
-    the bytes written to ``fd`` and to ``data_fd``."""
-    offsets, end = _write_data(data_fd, streamed, counted)
-    return _write_naming(fd, head, graph_bytes, streamed, offsets, data_name), end
-
-
 def _write_data(data_fd: int, streamed: dict[str, ir.Value],
                 counted: Callable[[int], None] | None) -> tuple[list[int], int]:
     """Write the weights to ``data_fd``: each one's offset, and the bytes written."""
@@ -381,6 +372,50 @@ class _Files:
                 kill_point("old-data-removal")
                 _remove_superseded_data(self.output, requested, self.data, guard, in_place)
 
+    def take_requested_name(self, requested: str,
+                            write_model: Callable[[int, str], int]) -> int | None:
+        """Once published under a fresh name because ``requested`` was taken (a second write
+        of the output, or in place over the input's own data): the data also gets
+        ``requested`` where no file holds it now (the superseded data removed), the model
+        written again naming it (``write_model(fd, name)``: its bytes) is published, and the
+        fresh name goes. Every step leaves a model naming its whole data: a kill between them
+        leaves the data under both names (``trust.resolve_location`` accepts that pair; the
+        next write of the output removes the variant). The model's bytes, None where the
+        fresh name stays (``requested`` held by a file this run may not remove, or a signal
+        came)."""
+        directory = self.output.directory
+        if not self.published or self.data == requested or directory.exists(requested) or \
+                endings.received() is not None:
+            return None
+        fd: int | None
+        fd, tmp = temporary(directory, self.output.name)
+        linked = renamed = False
+        try:
+            written = write_model(fd, requested)
+            os.close(fd)
+            fd = None
+            with endings.deferred():
+                directory.link(self.data, requested)
+                linked = True
+                kill_point("data-second-name")
+                directory.replace(tmp, self.output.name)
+                renamed = True
+                kill_point("variant-removal")
+                with contextlib.suppress(OSError):
+                    directory.unlink(self.data)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            for name, made in ((tmp, not renamed), (requested, linked and not renamed)):
+                if made:
+                    with contextlib.suppress(OSError):
+                        directory.unlink(name)
+            if renamed:  # published: the data's name is the one asked for
+                self.data = requested
+            raise
+        self.data = requested
+        return written
+
     def name_data(self) -> None:
         """Give the data its name (a name no model names yet), once."""
         if self.data_tmp is not None and not self.renamed:
@@ -439,8 +474,8 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             offset = 0
             if external_data:
                 data_fd, files.data_tmp = temporary(directory, data)
-                written, offset = _write_with_external_data(
-                    fd, data_fd, head, graph_bytes, streamed, data, counted)
+                offsets, offset = _write_data(data_fd, streamed, counted)
+                written = _write_naming(fd, head, graph_bytes, streamed, offsets, data)
             else:
                 # (pages a prefill warmed are overwritten in the page cache: a direct write
                 # would first write their zeros out)
@@ -455,6 +490,9 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             files.publish(requested, guard, in_place)
             if in_place:
                 remove_input_data(model, output, data if external_data else None)
+            if external_data:
+                written = _requested_name(files, requested, head, graph_bytes, streamed,
+                                          offsets, doc_string, written)
         except OSError as e:
             raise write_failed(shown, e) from None
         finally:
@@ -462,8 +500,8 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
                 if open_fd is not None:
                     os.close(open_fd)
             files.remove_unpublished()
-    return SaveInfo(shown, directory.shown(data) if external_data else None, written + offset,
-                    len(streamed))
+    return SaveInfo(shown, directory.shown(files.data) if external_data else None,
+                    written + offset, len(streamed))
 
 
 def _save_judged(model: ir.Model, output: PinnedOutput, guard: OutputGuard,
@@ -511,6 +549,9 @@ def _save_judged(model: ir.Model, output: PinnedOutput, guard: OutputGuard,
             files.publish(requested, guard, in_place)
             if in_place:
                 remove_input_data(model, output, files.data if external_data else None)
+            if external_data:
+                written = _requested_name(files, requested, head, graph_bytes, streamed,
+                                          offsets, doc_string, written)
     except OSError as e:
         raise write_failed(shown, e) from None
     finally:
@@ -520,6 +561,16 @@ def _save_judged(model: ir.Model, output: PinnedOutput, guard: OutputGuard,
         files.remove_unpublished()
     return SaveInfo(shown, directory.shown(files.data) if external_data else None,
                     written + end, len(streamed))
+
+
+def _requested_name(files: _Files, requested: str, head: bytes, graph_bytes: list[Part],
+                    streamed: dict[str, ir.Value], offsets: list[int],
+                    doc_string: str | None, written: int) -> int:
+    """The published data renamed ``requested`` where it could not be written under it
+    (``_Files.take_requested_name``): the model's bytes as they are now."""
+    again = files.take_requested_name(requested, lambda fd, name: _finished(
+        fd, _write_naming(fd, head, graph_bytes, streamed, offsets, name), doc_string))
+    return written if again is None else again
 
 
 def _finished(fd: int, written: int, doc_string: str | None) -> int:

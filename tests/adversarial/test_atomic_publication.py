@@ -92,15 +92,36 @@ def test_kill_at_each_step_of_an_in_place_save_leaves_the_old_or_new_pair(tmp_pa
     assert _onnxfold("optimize", old, "-o", new, "--external-data", "yes").returncode == 0
     _computes_one_of(model, [old, new])
     published = _data_of(model) != {"m.onnx.data"}  # the new pair names a fresh data file
-    assert published == (step == "old-data-removal")  # the model's rename publishes it
+    # the model's rename publishes it; the data's plain name comes back after that
+    assert published == (step in ("old-data-removal", "data-second-name"))
     assert onnx.load(model, load_external_data=False).graph.node  # a whole model is there
 
     # What the kill left is removed: temporary files by the stale rule, an unpublished data
     # variant by the next write of the same output.
     remove_stale(str(work), min_age=0)
     assert _onnxfold("optimize", model, "-o", model, "--external-data", "yes").returncode == 0
-    assert sorted(os.listdir(work)) == sorted({"m.onnx", *_data_of(model)}), os.listdir(work)
+    assert sorted(os.listdir(work)) == ["m.onnx", "m.onnx.data"], os.listdir(work)
+    assert _data_of(model) == {"m.onnx.data"}
     _computes_one_of(model, [old])
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_a_second_write_of_an_output_keeps_its_data_name(tmp_path, in_place):
+    """Written again (in place, or the same output from the same input), the data is still
+    ``<output>.data``: it was written under a fresh name because that one was taken, and
+    renamed once published (it came out as ``m.onnx.3f9a0c12.data``)."""
+    model = _save_model(tmp_path, "m.onnx", seed=0)
+    pristine = _pristine_copy(model, tmp_path / "old")
+    output = model if in_place else str(tmp_path / "o.onnx")
+    name = os.path.basename(output)
+    for _ in range(3):
+        proc = _onnxfold("optimize", model, "-o", output, "--external-data", "yes")
+        assert proc.returncode == 0, proc.stderr
+        assert f"{output} + {output}.data (" in proc.stdout
+        assert _data_of(output) == {f"{name}.data"}
+    expected = {"m.onnx", "m.onnx.data"} | (set() if in_place else {"o.onnx", "o.onnx.data"})
+    assert set(os.listdir(tmp_path)) - {"old"} == expected
+    _computes_one_of(output, [pristine])
 
 
 def test_a_killed_runs_unpublished_data_is_a_temporary_file(tmp_path):

@@ -49,6 +49,7 @@ BEFORE_SAVE = ["start", "importing", "parsed", "claimed", "loaded", "folding", "
                "saving", "written"]
 PUBLISHING = ["data-rename", "model-rename", "old-data-removal"]
 AFTER = ["published", "reports"]
+RENAMING = ["data-second-name", "variant-removal"]  # the plain data name given back in place
 CHECKING = ["check-saved", "check-compared"]
 
 
@@ -116,7 +117,7 @@ def test_a_signal_while_writing_a_new_output(tmp_path, folded, point, signum):
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=IDS)
 @pytest.mark.parametrize("point", ["claimed", "loaded", "folded", "saving", "written",
-                                   *PUBLISHING, "published"])
+                                   *PUBLISHING, *RENAMING, "published"])
 def test_a_signal_while_replacing_a_model_in_place(tmp_path, folded, point, signum):
     """``-o`` the input itself: the old model with its old data, or the new with the new."""
     source = transposed_weight(tmp_path / "m")
@@ -128,8 +129,11 @@ def test_a_signal_while_replacing_a_model_in_place(tmp_path, folded, point, sign
     assert_nothing_left(ending, tmp_path / "m", tmp=tmp)
     data = data_named_by(source)
     assert sorted(os.listdir(tmp_path / "m")) == sorted(["m.onnx", data])
-    if point in [*PUBLISHING, "published"]:  # the renames finished before the signal acted
+    if point in PUBLISHING:  # the renames finished before the signal acted; its data keeps
+        # the fresh name (a signal never starts giving it the plain name back)
         assert data != "m.onnx.data" and sha256(tmp_path / "m" / data) == folded["data"]
+    elif point in [*RENAMING, "published"]:  # published whole, its data under its plain name
+        assert data == "m.onnx.data" and sha256(tmp_path / "m" / data) == folded["data"]
     else:  # the old pair
         assert sha256(source) == old["model"] and data == "m.onnx.data"
         assert sha256(tmp_path / "m" / data) == old["data"]
