@@ -24,7 +24,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.dim_relations import parse_expression
+from onnxfold.analysis.dim_algebra import parse_expression
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import inferred_types, serialize_light
 from onnxfold.ir.long_texts import LONG_TEXT

@@ -13,6 +13,7 @@ value's dims, :mod:`onnxfold.analysis.symbolic` walks a graph.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -317,3 +318,22 @@ def quotient(total: Dim, divisor: Dim) -> Dim | None:
     for factor in sorted(rest, key=dim_order):
         out = arith("Mul", out, factor)
     return out
+
+
+# a dim as dynamo writes it ("s70 + 2*s88 - 1"): a linear form of named dims
+_TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
+Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
+
+
+def parse_expression(text: str) -> Linear | None:
+    """``"s0 + 2*s1 - 1"`` as a linear form, or None when ``text`` is not one."""
+    form: Linear = {}
+    for sign, term in re.findall(r"([+-]?)\s*([^+-]+)", text.replace(" ", "")):
+        match = _TERM.match(term)
+        if not match:
+            return None
+        coeff = int(match.group(1) or 1) * (-1 if sign == "-" else 1)
+        atom = match.group(2)
+        key, coeff = ("", coeff * int(atom)) if atom.isdigit() else (atom, coeff)
+        form[key] = form.get(key, 0) + coeff
+    return form or None

@@ -82,7 +82,7 @@ def judged_against(model: ir.Model, label: str, comparison: CompareOptions,
     ``--test-input-shape`` (``test_shapes``) the inputs' shapes, and none of them binding a dim
     to another size than another does or than ``--input-shape`` (``fixed``) fixes it at.
     Returns the check's dims ``--test-input-shape`` gives."""
-    from onnxfold.analysis.dim_relations import is_named
+    from onnxfold.check.running.dim_relations import is_named
     from onnxfold.check.running.feeds import anonymous_dims
 
     inputs = {str(v.name): v for v in model.graph.inputs

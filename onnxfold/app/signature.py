@@ -20,10 +20,10 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.cost import Compute, compute, compute_light, texts_aside
-from onnxfold.analysis.dim_relations import left_as_found
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
+from onnxfold.check.running.dim_relations import left_as_found
 from onnxfold.errors import InputError, OnnxfoldError
 from onnxfold.host.heap import release
 from onnxfold.host.logs import quiet

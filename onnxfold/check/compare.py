@@ -21,7 +21,7 @@ from onnxfold.check.folds.verdicts import FoldVerification
 from onnxfold.check.folds.verification import verify_folds
 from onnxfold.check.outputs import map_outputs, summed_terms
 from onnxfold.check.outputs.doomed_bindings import FailedNodes
-from onnxfold.check.outputs.interfaces import pinned_dims, same_interface
+from onnxfold.check.outputs.interfaces import same_interface
 from onnxfold.check.outputs.reference_runs import Reference, run_optimized, run_reference
 from onnxfold.check.result import (
     CompareResult,
@@ -36,6 +36,7 @@ from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import CompareOptions
+from onnxfold.check.running.pinned import pinned_dims
 from onnxfold.check.running.runner import MachineShort, open_session
 from onnxfold.check.running.windows import (
     Chain,

@@ -51,13 +51,13 @@ from onnxfold.check.folds.verdicts import (
     judge,
     verdict_of,
 )
-from onnxfold.check.outputs.interfaces import pinned_dims
 from onnxfold.check.running import exact_ops, string_values
 from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.magnitudes import magnitudes
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
+from onnxfold.check.running.pinned import pinned_dims
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
 from onnxfold.check.running.verdicts import Verdict
 from onnxfold.declare.catalogue import Catalogue, load_catalogue

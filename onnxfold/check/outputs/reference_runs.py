@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxfold.analysis.dim_relations import Bound
 from onnxfold.check.outputs.doomed_bindings import Doomed, FailedNodes
 from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.dim_relations import Bound
 from onnxfold.check.running.feeds import FeedPlan
 from onnxfold.check.running.runner import MachineShort, run_model
 from onnxfold.errors import InputError, clipped, one_line

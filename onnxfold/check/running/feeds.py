@@ -1,7 +1,7 @@
 """What a check feeds a model: given arrays, else seeded random data shaped and ranged so that
 the original model runs at sizes it was made for.
 
-Symbolic dims follow the relations the graph states (:mod:`onnxfold.analysis.dim_relations`),
+Symbolic dims follow the relations the graph states (:mod:`onnxfold.check.running.dim_relations`),
 integer ids stay below the size of the table they index, masks are ones, positions count on
 from the past; every guess is listed so that a message can name the flag that sets it.
 """
@@ -18,9 +18,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis import dim_relations
-from onnxfold.analysis.dim_relations import Bound, is_named
 from onnxfold.analysis.step_inputs import ShapeSteps
+from onnxfold.check.running import dim_relations
+from onnxfold.check.running.dim_relations import Bound, is_named
 from onnxfold.check.running.models import ModelRef, graph_of, label_of, numpy_type
 from onnxfold.check.running.runner import open_session
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
@@ -175,7 +175,7 @@ class FeedPlan:
     """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
     ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims; ``pinned``:
     anonymous dims fixed by input and axis (the second model's static ones,
-    ``onnxfold.check.outputs.interfaces``); ``light``: ``graph`` serialized without its large
+    ``onnxfold.check.running.pinned``); ``light``: ``graph`` serialized without its large
     weights, where the caller has it (``dim_relations.plan``).
 
     Every anonymous dim gets a name of its own (:func:`anonymous_dims`) and is bound like a

@@ -25,7 +25,6 @@ plans: ``onnxfold.check.running.feeds``.)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import TypeGuard
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.dim_algebra import Dim, Sym
+from onnxfold.analysis.dim_algebra import Dim, Linear, Sym, parse_expression
 from onnxfold.analysis.shapes import DECLARED_KEY, MARKED_KEY, infer_shapes
 from onnxfold.analysis.step_inputs import REFINED_KEY, ShapeSteps, dim_symbol, shared_dim_names
 from onnxfold.analysis.symbolic import shape_values
@@ -49,9 +48,7 @@ LARGER = (64, 256, 1024)
 # an image's height and width tried, in order, when the reference ran out of memory at
 # IMAGE_SIZE (an attention over the pixels of a latent grows with their square)
 SMALLER_IMAGES = (112, 64, 32)
-_TERM = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*$")
 
-Linear = dict[str, int]  # dim name -> coefficient; "" holds the constant
 
 
 @dataclass(frozen=True)
@@ -184,20 +181,6 @@ def is_named(dim: object) -> TypeGuard[str]:
     """Whether a dim onnxruntime reports is a named one: ``?``, an empty name and None are
     not (exporters write ``?`` for dims that are each their own)."""
     return isinstance(dim, str) and dim not in ("", "?")
-
-
-def parse_expression(text: str) -> Linear | None:
-    """``"s0 + 2*s1 - 1"`` as a linear form, or None when ``text`` is not one."""
-    form: Linear = {}
-    for sign, term in re.findall(r"([+-]?)\s*([^+-]+)", text.replace(" ", "")):
-        match = _TERM.match(term)
-        if not match:
-            return None
-        coeff = int(match.group(1) or 1) * (-1 if sign == "-" else 1)
-        atom = match.group(2)
-        key, coeff = ("", coeff * int(atom)) if atom.isdigit() else (atom, coeff)
-        form[key] = form.get(key, 0) + coeff
-    return form or None
 
 
 AxisNames = Mapping[tuple[str, int], str]  # (graph input, axis) -> the dim name it declares
