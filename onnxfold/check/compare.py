@@ -18,7 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check.folds.verdicts import FoldVerification
-from onnxfold.check.folds.verification import verify_folds
+from onnxfold.check.folds.verification import reads_dynamic_dims, verify_folds
 from onnxfold.check.outputs import map_outputs, summed_terms
 from onnxfold.check.outputs.doomed_bindings import FailedNodes
 from onnxfold.check.outputs.interfaces import same_interface
@@ -134,8 +134,12 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                      "from input set 2 on, each moved about 1% from its default")
     folds: FoldVerification | None = None
     validated: RewriteValidation | None = None
+    # in windows, where each binding is a whole run of the original over its weights read
+    # again, the bindings no compared set uses run only for folds re-derived at each of them
+    every_binding = run.windows is None or (
+        options.verify is not False and reads_dynamic_dims(run.graph_a, run.graph_b))
     while True:
-        reference = run.reference(n)
+        reference = run.reference(n, every_binding)
         feeder = run.feeder
         result = CompareResult(run.label_a, run.label_b, [], feeder.describe(), n,
                                options.seed, options.rtol, options.atol, feeder.dims,
@@ -238,16 +242,18 @@ class _Run:
         # in windows: A's values at the cuts and the rewrites' leaves, per input set compared
         self.chain_values: list[dict] = []
 
-    def reference(self, n: int) -> Reference:
-        """``a`` on ``n`` input sets and every binding (:func:`run_reference`); its session
-        is dropped after (opened again if a later call needs it)."""
+    def reference(self, n: int, every_binding: bool = True) -> Reference:
+        """``a`` on ``n`` input sets and every binding (:func:`run_reference`; only the ``n``
+        sets where not ``every_binding``); its session is dropped after (opened again if a
+        later call needs it)."""
         if self.session is None:
             self.tell("loading original")
             self.session = self._session_a()
         try:
             reference = run_reference(self.session, self.label_a, self.outputs, self.feeder,
                                       self.options.seed, n, self.run_options, self.tell,
-                                      self.overrides, FailedNodes(self.graph_a))
+                                      self.overrides, FailedNodes(self.graph_a),
+                                      every_binding)
             if isinstance(self.session, Chain):  # its values at the cuts and the leaves
                 self.chain_values = [self.session.results(feeds) for feeds in reference.feeds]
             return reference

@@ -12,6 +12,7 @@ from onnx import TensorProto, numpy_helper
 import onnxfold
 from bench.llm_model import Shape, build
 from onnxfold.check.compare import compare_models
+from onnxfold.check.folds.verdicts import BITWISE, DIFFERS
 from onnxfold.check.running.models import graph_of
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.windows import Chain, plan_windows, read_from_inputs
@@ -385,3 +386,45 @@ def test_each_chain_runs_its_input_sets_once(decoder, monkeypatch):
                              CompareOptions(verify=False, window_bytes=BUDGET))
     assert windows.ok and windows.cut_rows
     assert len(runs) == 2, runs  # the original's chain, the optimized one's: each once
+
+
+def test_in_windows_the_bindings_no_set_uses_run_only_for_folds_that_read_dims(tmp_path):
+    """In windows each binding of the dims is a whole run of the original over its weights
+    read again: the bindings no compared input set uses (which the fold verification
+    re-derives at) run only where a folded tensor's original reads the dynamic dims. The
+    projections of a decoder fold weight transposes alone: one binding (it was three, 2/3 of
+    the check of a 7B slice); a fold of a static dim read from a dynamic input's shape keeps
+    all three (and in one session all three always run)."""
+    from onnx import helper
+
+    source, folded = tmp_path / "s.onnx", tmp_path / "f.onnx"
+    build(str(source), Shape(layers=2, hidden=64, mlp=128, heads=4, kv_heads=2, vocab=100,
+                             attention=False))
+    onnxfold.optimize(str(source)).save(str(folded))
+    windows = compare_models(str(source), str(folded), 1, CompareOptions(window_bytes=BUDGET))
+    whole = compare_models(str(source), str(folded), 1, CompareOptions())
+    assert windows.ok and whole.ok and windows.windows and not whole.windows
+    assert len(windows.bindings) == 1 and len(whole.bindings) == 3
+    assert windows.folds is not None and windows.folds.tensors
+    states = {t.state for t in windows.folds.tensors}
+    assert BITWISE in states and DIFFERS not in states, states
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal(
+        (8, 8)).astype(np.float32), "w")
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["shape"]),  # 8: static, read from x's shape
+         helper.make_node("Gather", ["shape", "one"], ["width"]),
+         helper.make_node("Cast", ["width"], ["scale"], to=TensorProto.FLOAT),
+         helper.make_node("MatMul", ["x", "w"], ["m"]),
+         helper.make_node("Mul", ["m", "scale"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], [w, one])
+    dims = tmp_path / "d.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(dims))
+    out = tmp_path / "do.onnx"
+    onnxfold.optimize(str(dims)).save(str(out))
+    assert "scale" in {t.name for t in onnx.load(str(out)).graph.initializer}
+    windows = compare_models(str(dims), str(out), 1, CompareOptions(window_bytes=64))
+    assert windows.ok and windows.windows and len(windows.bindings) == 3, windows.summary()

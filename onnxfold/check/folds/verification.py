@@ -182,6 +182,31 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     return result
 
 
+def reads_dynamic_dims(original: ir.Model, optimized: ir.Model) -> bool:
+    """Whether :func:`verify_folds` would re-derive some tensor of ``optimized`` at every
+    binding of the dims: one under the name of a value ``original`` computes (or that
+    stands for one) from the shapes of an input with a dynamic dim. Where none is, the
+    reference need not run the bindings no compared input set uses (on a model checked in
+    windows, each is a whole run of the original). Errs towards True: the dims
+    ``optimized`` fixes are not pinned here, and every such name counts, whatever its
+    claims."""
+    fed = _fed(original, optimized)
+    dynamic = sum(1 << i for i, value in enumerate(fed) if _dynamic(value))
+    if not dynamic:
+        return False
+    computed = {str(v.name): v for node in original.graph for v in node.outputs}
+    reads = InputReads(original, fed)
+    for folded in [*optimized.graph.initializers.values(), *_constant_nodes(optimized.graph)]:
+        tensor = folded.const_value
+        standing = tensor.metadata_props.get(provenance.STANDS_FOR) if tensor is not None \
+            else None
+        for name in (str(folded.name), standing):
+            source = computed.get(name) if name is not None else None
+            if source is not None and reads.of(source).shapes & dynamic:
+                return True
+    return False
+
+
 def _constant_nodes(graph: ir.Graph) -> list[ir.Value]:
     """The outputs of ``graph``'s Constant nodes (``value``), each as a detached value holding
     its tensor: a constant the optimized model holds there is judged as an initializer is."""

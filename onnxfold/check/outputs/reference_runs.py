@@ -6,7 +6,8 @@ run is dropped (and said in a note), and when no binding of a group runs, larger
 ran out of memory, smaller) groups are tried
 (:class:`~onnxfold.check.running.feeds.FeedPlan`). Every binding of the group is run by the
 reference at least once, also the ones no compared input set uses, so that the fold
-verification re-derives folds at each of them.
+verification re-derives folds at each of them; in windows (each binding a whole run over the
+weights read again), where no fold reads the dynamic dims, only the compared sets run.
 
 Random inputs are weighed before they are allocated: a binding whose inputs alone would take
 more than a quarter of the memory left is treated as one the reference ran out of memory on.
@@ -48,13 +49,18 @@ class Reference:
 def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
                   run_options, progress: Callable[[str], None] = lambda text: None,
                   overrides: Mapping[str, np.ndarray] | None = None,
-                  failures: FailedNodes | None = None) -> Reference:
+                  failures: FailedNodes | None = None,
+                  every_binding: bool = True) -> Reference:
     """Model A's feeds and outputs for ``n`` input sets (set ``k`` at binding ``k % len``),
     and the shapes of every binding it ran (see module). ``overrides``: the defaults of the
     initializers a caller may override (IR 4 on: also graph inputs), fed from the second
     input set on, each moved a little (:func:`overridden`). ``failures``: the nodes
     onnxruntime failed at, over A (a binding that shape inference shows failing at one of
-    them is not run: ``check.doomed_bindings``). Raises InputError when no binding runs."""
+    them is not run: ``check.doomed_bindings``). ``every_binding=False``: no fold is
+    re-derived at the bindings (``verification.reads_dynamic_dims``), so only the ``n``
+    compared sets run, the plan's bindings are cut to those and none is added where a guessed
+    dim took one value in the group (a whole run each, for nothing; that dim is still said).
+    Raises InputError when no binding runs."""
     failed: dict[str, str] = {}  # the guessed dims of each binding dropped -> why
     moved: Callable[[], list[Bound] | None] | None = None  # where the groups went, if they did
     widened = False
@@ -67,7 +73,7 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
         chain = getattr(sess, "run_all", None)  # a chain of windows runs every set at once
         made: list[tuple[int, Bound, dict[str, np.ndarray]]] = []
         try:
-            for k in range(max(n, len(bindings))):
+            for k in range(max(n, len(bindings)) if every_binding else n):
                 bound = bindings[k % len(bindings)]
                 weigh(feeder, bound, label)
                 feeds = _feeds(feeder, seed, k, overrides, failures, label)
@@ -99,7 +105,9 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 moved = feeder.next_smaller if memory else feeder.next_larger
                 feeder.bindings = _next_group(feeder, moved, e, bound)
             continue
-        if _single_valued(feeder, bindings) and not widened:
+        if not every_binding:
+            feeder.bindings = bindings[:n]  # those run
+        elif _single_valued(feeder, bindings) and not widened:
             # a guessed dim took one value only: the first binding with its batch doubled,
             # and with its lengths doubled (they run where the graph's relations were not
             # read), and after groups that failed, the next group's bindings too
@@ -108,16 +116,22 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
             if more:
                 feeder.bindings = bindings + more
                 continue
-        notes = [f"the reference could not run the guessed dims {dims} ({clipped(why, 160)})"
-                 for dims, why in merged(failed).items()] + feeder.plan.notes
-        if feeder.multiple:
-            notes.append(f"the reference ran where every guessed length is a multiple of "
-                         f"{feeder.multiple} (no other guess ran)")
-        single = _single_valued(feeder, bindings)
-        if single:
-            notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
-                         "baked one of them is not seen by a difference; --dim sets another)")
-        return Reference(feeds_kept, results, shapes, notes, single)
+        single = _single_valued(feeder, bindings)  # (of the group, run or not)
+        return Reference(feeds_kept, results, shapes, _notes(feeder, failed, single), single)
+
+
+def _notes(feeder: FeedPlan, failed: dict[str, str], single: list[str]) -> list[str]:
+    """What the reference says of its bindings: those it could not run (and why), the plan's
+    own notes, a length alignment it found, the guessed dims that took one value only."""
+    notes = [f"the reference could not run the guessed dims {dims} ({clipped(why, 160)})"
+             for dims, why in merged(failed).items()] + feeder.plan.notes
+    if feeder.multiple:
+        notes.append(f"the reference ran where every guessed length is a multiple of "
+                     f"{feeder.multiple} (no other guess ran)")
+    if single:
+        notes.append(f"dims that took one value only: {', '.join(single)} (a fold that "
+                     "baked one of them is not seen by a difference; --dim sets another)")
+    return notes
 
 
 def _ran_one(one: tuple[int, Bound, dict[str, np.ndarray]], sess, label: str,
