@@ -428,3 +428,32 @@ def test_in_windows_the_bindings_no_set_uses_run_only_for_folds_that_read_dims(t
     assert "scale" in {t.name for t in onnx.load(str(out)).graph.initializer}
     windows = compare_models(str(dims), str(out), 1, CompareOptions(window_bytes=64))
     assert windows.ok and windows.windows and len(windows.bindings) == 3, windows.summary()
+
+
+def test_in_windows_a_baked_dynamic_dim_is_still_re_derived_at_other_bindings(tmp_path):
+    """The wrong model the fewer bindings could let through: a dynamic dim baked at the first
+    binding's value (n = 1, where the one compared input set agrees). Its original reads the
+    dim, so every binding runs and the fold verification finds it at n = 2."""
+    from onnx import helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal(
+        (8, 8)).astype(np.float32), "w")
+    zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["rows"]),
+             helper.make_node("Cast", ["rows"], ["scale"], to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Mul", ["m", "scale"], ["y"])]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])])
+    source, baked = tmp_path / "s.onnx", tmp_path / "b.onnx"
+    opsets = [helper.make_opsetid("", 17)]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", *io, [w, zero]),
+                                opset_imports=opsets, ir_version=8), str(source))
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "scale")
+    onnx.save(helper.make_model(helper.make_graph(nodes[3:], "g", *io, [w, one]),
+                                opset_imports=opsets, ir_version=8), str(baked))
+    result = compare_models(str(source), str(baked), 1, CompareOptions(window_bytes=64))
+    assert result.windows and not result.ok, result.summary()
+    assert len(result.bindings) == 3
+    assert result.folds is not None and any(t.state == DIFFERS for t in result.folds.tensors)
