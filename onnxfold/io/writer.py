@@ -381,8 +381,9 @@ class _Files:
         fresh name goes. Every step leaves a model naming its whole data: a kill between them
         leaves the data under both names (``trust.resolve_location`` accepts that pair; the
         next write of the output removes the variant). The model's bytes, None where the
-        fresh name stays (``requested`` held by a file this run may not remove, or a signal
-        came)."""
+        fresh name stays (``requested`` held by a file this run may not remove, a signal
+        came, or the directory refused a step: a file system without hard links, a full
+        disk)."""
         directory = self.output.directory
         if not self.published or self.data == requested or directory.exists(requested) or \
                 endings.received() is not None:
@@ -403,7 +404,7 @@ class _Files:
                 kill_point("variant-removal")
                 with contextlib.suppress(OSError):
                     directory.unlink(self.data)
-        except BaseException:
+        except BaseException as e:
             if fd is not None:
                 os.close(fd)
             for name, made in ((tmp, not renamed), (requested, linked and not renamed)):
@@ -412,6 +413,8 @@ class _Files:
                         directory.unlink(name)
             if renamed:  # published: the data's name is the one asked for
                 self.data = requested
+            elif isinstance(e, OSError):  # no hard links here, a full disk: the published
+                return None  # pair stands, under the fresh name
             raise
         self.data = requested
         return written

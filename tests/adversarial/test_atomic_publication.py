@@ -268,3 +268,29 @@ def test_two_splits_into_one_directory_leave_one_splits_parts(tmp_path):
     assert manifest["runtime_constants"] == ["A2", "B2"]  # the second, written after the first
     assert sorted(fold) == sorted(i["name"] for i in manifest["runtime_fold"]["inputs"]) == \
         ["A2", "B2"]
+
+
+@pytest.mark.parametrize("errno_", [1, 28], ids=["no-hard-links", "disk-full"])
+def test_a_directory_that_refuses_the_plain_name_keeps_the_fresh_one(tmp_path, monkeypatch,
+                                                                    errno_):
+    """Giving the data its plain name back is a courtesy: where the directory refuses a step
+    (a file system without hard links: EPERM; a full disk: ENOSPC), the published pair stands
+    under the fresh name, the save succeeds, and nothing else is left."""
+    import onnxfold
+    from onnxfold.io.pinned import PinnedDirectory
+
+    model = _save_model(tmp_path, "m.onnx", seed=0)
+    pristine = _pristine_copy(model, tmp_path / "old")
+
+    def refused(self, source, target):
+        raise OSError(errno_, os.strerror(errno_))
+
+    output = str(tmp_path / "o.onnx")
+    onnxfold.optimize(model).save(output, external_data=True)  # o.onnx.data: the plain name
+    monkeypatch.setattr(PinnedDirectory, "link", refused)
+    info = onnxfold.optimize(model).save(output, external_data=True)  # again: a fresh name
+    (data,) = _data_of(output)
+    assert re.fullmatch(r"o\.onnx\.[0-9a-f]{8}\.data", data) and data in str(info.data_path)
+    assert sorted(os.listdir(tmp_path)) == sorted(["m.onnx", "m.onnx.data", "o.onnx", data,
+                                                   "old"])
+    _computes_one_of(output, [pristine])
