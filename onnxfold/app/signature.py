@@ -24,7 +24,7 @@ from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.check.running.dim_relations import left_as_found
-from onnxfold.errors import InputError, OnnxfoldError
+from onnxfold.errors import InputError
 from onnxfold.host.heap import release
 from onnxfold.host.logs import quiet
 from onnxfold.host.terminal import printable
@@ -144,7 +144,8 @@ def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Cat
     without its weights (typed inputs instead) folded again with those shapes. A fold that
     keeps the dims dynamic leaves a TorchScript export's MatMul shapes to Shape, Gather and
     Concat chains that no inference follows (a dynamic BERT: 28 FLOPs); fixed, they fold.
-    None where that fold fails (the counts stay what inference found)."""
+    None where that fold fails, however (the counts stay what inference found, and say what
+    they left uncounted)."""
     from onnxfold.pipeline.optimizer import optimize
 
     with texts_aside(folded):
@@ -154,7 +155,7 @@ def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Cat
     del light
     try:
         pinned = optimize(graph, check=False, catalogue=catalogue, input_shapes=shapes)
-    except OnnxfoldError:
+    except Exception:  # a refinement of a count: never the end of a run that wrote its output
         return None
     types = {name: onnx.helper.make_tensor_type_proto(tensor.dtype.value, tensor.shape.numpy())
              for name, tensor in ((name, value.const_value) for name, value in
