@@ -48,7 +48,7 @@ HELD_LOCKS: dict[tuple[PinnedDirectory, str], int | None] = {}
 
 __all__ = ["HANG_AT_ENV", "HELD_LOCKS", "KILL_AT_ENV", "STEPS", "fresh_data_name",
            "kill_point", "lock_name", "lock_path", "output_lock", "release_locks",
-           "superseded_data"]
+           "requested_of", "superseded_data", "variant_pattern"]
 
 
 def kill_point(step: str) -> None:
@@ -124,9 +124,19 @@ def release_locks() -> None:
         _let_go(key)
 
 
-def _variant_pattern(requested: str) -> re.Pattern[str]:
+def variant_pattern(requested: str) -> re.Pattern[str]:
+    """The names :func:`fresh_data_name` gives in place of ``requested``
+    (``m.onnx.3f9a0c12.data`` for ``m.onnx.data``)."""
     stem, ext = os.path.splitext(requested)
     return re.compile(rf"^{re.escape(stem)}\.[0-9a-f]{{8}}{re.escape(ext)}$")
+
+
+def requested_of(variant: str) -> str | None:
+    """The name ``variant`` stands in for (``m.onnx.data`` for ``m.onnx.3f9a0c12.data``), None
+    where it is no variant."""
+    stem, ext = os.path.splitext(variant)
+    found = re.fullmatch(r"(.*)\.[0-9a-f]{8}", stem)
+    return found.group(1) + ext if found else None
 
 
 def fresh_data_name(directory: PinnedDirectory, requested: str) -> str:
@@ -144,7 +154,7 @@ def fresh_data_name(directory: PinnedDirectory, requested: str) -> str:
 def superseded_data(directory: PinnedDirectory, requested: str, published: str) -> list[str]:
     """The data files an earlier write of the same output may have left in ``directory``
     (named ``requested``, or one of its variants) other than the ``published`` one."""
-    pattern = _variant_pattern(requested)
+    pattern = variant_pattern(requested)
     found = []
     with contextlib.suppress(OSError):
         found = [entry.name for entry in directory.entries() if entry.name != published

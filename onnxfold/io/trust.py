@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 
@@ -33,6 +32,7 @@ import onnx_ir as ir
 from onnxfold.errors import InputError
 from onnxfold.host.terminal import printable
 from onnxfold.io.mapped import MappedTensor
+from onnxfold.io.publication import requested_of, variant_pattern
 from onnxfold.io.tensor_facts import data_dims
 from onnxfold.ir.graph import tensor_of
 from onnxfold.ir.protos import data_nbytes, graph_protos
@@ -114,12 +114,11 @@ def _one_data_two_names(real: str, info: os.stat_result) -> bool:
     if info.st_nlink != 2:
         return False
     directory, name = os.path.split(real)
-    stem, ext = os.path.splitext(name)
-    variant = re.fullmatch(r"(.*)\.[0-9a-f]{8}", stem)
-    others = [variant.group(1) + ext] if variant else []
+    requested = requested_of(name)
+    others = [requested] if requested is not None else []
     with contextlib.suppress(OSError):
-        others += [entry.name for entry in os.scandir(directory) if re.fullmatch(
-            re.escape(stem) + r"\.[0-9a-f]{8}" + re.escape(ext), entry.name)]
+        pattern = variant_pattern(name)
+        others += [entry.name for entry in os.scandir(directory) if pattern.match(entry.name)]
     for other in others:
         with contextlib.suppress(OSError):
             seen = os.stat(os.path.join(directory, other), follow_symlinks=False)
