@@ -191,7 +191,7 @@ def reads_dynamic_dims(original: ir.Model, optimized: ir.Model) -> bool:
     ``optimized`` fixes are not pinned here, and every such name counts, whatever its
     claims."""
     fed = _fed(original, optimized)
-    dynamic = sum(1 << i for i, value in enumerate(fed) if _dynamic(value))
+    dynamic = _dynamic_mask(fed)
     if not dynamic:
         return False
     computed = {str(v.name): v for node in original.graph for v in node.outputs}
@@ -281,6 +281,11 @@ def _fed(original: ir.Model, optimized: ir.Model) -> list[ir.Value]:
         is_overridable(v, graph, original.ir_version) and v.name in overridable)]
 
 
+def _dynamic_mask(fed: list[ir.Value]) -> int:
+    """The fed inputs with a dynamic dim, as a bitmask of :class:`InputReads`."""
+    return sum(1 << i for i, value in enumerate(fed) if _dynamic(value))
+
+
 def _dynamic(value: ir.Value) -> bool:
     """Whether ``value`` has a dim onnxruntime lets a caller choose (a negative one, Paddle's
     -1, included: ``static_shape``)."""
@@ -304,10 +309,7 @@ class _Verifier:
         self.cones = Cones(original, fed, libraries)
         self.reads = InputReads(original, fed)
         self.proof = DimProof(original, fed, catalogue.shape_steps)
-        self.dynamic = 0  # the fed inputs with a dynamic dim, as a bitmask of InputReads
-        for i, value in enumerate(fed):
-            if _dynamic(value):
-                self.dynamic |= 1 << i
+        self.dynamic = _dynamic_mask(fed)
         self.fed = fed
         self.bindings = [self._zeros(b) for b in bindings] or [self._zeros({})]
         self.inputs = inputs
