@@ -19,6 +19,7 @@ import numpy as np
 from onnxfold.errors import InputError
 from onnxfold.io.opener import open_regular
 from onnxfold.io.tempfiles import TRUNCATED
+from onnxfold.ir.arrays import ALIGNMENT, aligned_bytes
 
 FileIdentity = tuple[int, int]  # (st_dev, st_ino)
 
@@ -59,10 +60,11 @@ def read_into(fd: int, out: np.ndarray, offset: int, path: str) -> None:
 
 def read_range(path: str, identity: FileIdentity | None, offset: int, length: int,
                out: np.ndarray | None = None) -> np.ndarray:
-    """``length`` bytes of ``path`` from ``offset`` in a new uint8 array (in ``out``, a
-    contiguous uint8 array of that length, when given)."""
+    """``length`` bytes of ``path`` from ``offset`` in a new uint8 array starting at a multiple
+    of 64 bytes, as onnxruntime holds a tensor (a run fed it needs no aligned copy of a weight
+    first); in ``out``, a contiguous uint8 array of that length, when given."""
     if out is None:
-        out = np.empty(length, np.uint8)
+        out = aligned_bytes(length, ALIGNMENT)
     if not length:
         return out
     fd = open_input(path, identity)

@@ -217,3 +217,116 @@ def test_a_prefetch_asks_for_the_whole_weight_a_window_at_a_time(tmp_path, monke
     assert covered[0][0] == tensor.offset
     assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(covered))
     assert covered[-1][0] + covered[-1][1] == tensor.offset + big.nbytes
+
+
+def _hinted_thread_names(tensors, expected: int, monkeypatch) -> list[str]:
+    """The threads on which ``prefetch_ahead(tensors)`` prefetched, once ``expected`` hints
+    were given (waited for by an event, bounded, never by a fixed sleep)."""
+    import threading
+
+    from onnxfold.io import mapped
+
+    names: list[str] = []
+    done = threading.Event()
+
+    def recorded(self):
+        names.append(threading.current_thread().name)
+        if len(names) == expected:
+            done.set()
+
+    monkeypatch.setattr(mapped.MappedTensor, "prefetch", recorded)
+    mapped.prefetch_ahead(tensors)
+    assert done.wait(60)  # a bound on a loaded machine, not a timing claim
+    return names
+
+
+def test_prefetch_ahead_hints_on_a_daemon_thread_of_its_own(tmp_path, monkeypatch):
+    """The check hints the next window's weights and computes this one meanwhile: the hints
+    (posix_fadvise reads much of the range before returning) are given on a thread of their
+    own, a daemon that nothing waits for at exit, each weight in a file once; weights held in
+    memory are no file's and get no hint."""
+    import threading
+
+    from onnxfold.io import mapped
+
+    path = str(tmp_path / "m.onnx")
+    _weights_model(path, count=3)
+    model = load_model(path)
+    tensors = [model.graph.initializers[f"w{i}"].const_value for i in range(3)]
+    names = _hinted_thread_names([*tensors, ir.tensor(np.ones(3, np.float32)), None], 3,
+                                 monkeypatch)
+    assert names == ["onnxfold-read-ahead"] * 3
+    (thread,) = [t for t in threading.enumerate() if t.name == "onnxfold-read-ahead"]
+    assert thread.daemon and thread is mapped._READ_AHEAD._thread
+
+
+def test_prefetch_ahead_drops_a_request_a_newer_one_overtakes(tmp_path, monkeypatch):
+    """Hints for a step its caller has left would only crowd a small cgroup's page cache:
+    while one request is worked on, a newer one replaces what is left of it."""
+    import threading
+
+    from onnxfold.io import mapped
+
+    path = str(tmp_path / "m.onnx")
+    _weights_model(path, count=6)
+    model = load_model(path)
+    tensors = [model.graph.initializers[f"w{i}"].const_value for i in range(6)]
+    first, second = tensors[:3], tensors[3:]
+    started, release = threading.Event(), threading.Event()
+    hinted: list[str] = []
+    finished = threading.Event()
+
+    def slow(self):
+        hinted.append(self.name)
+        if self is first[0]:
+            started.set()
+            release.wait(60)
+        if self is second[-1]:
+            finished.set()
+
+    monkeypatch.setattr(mapped.MappedTensor, "prefetch", slow)
+    mapped.prefetch_ahead(first)
+    assert started.wait(60)
+    mapped.prefetch_ahead(second)  # while the first request's first hint is given
+    release.set()
+    assert finished.wait(60)
+    assert hinted == [first[0].name, *(t.name for t in second)]
+
+
+def test_prefetch_ahead_gives_no_hint_where_no_thread_can_start(tmp_path, monkeypatch):
+    """A hint is no work the run needs: where the machine refuses a thread, the caller goes
+    on without one (the machine's limit is never the model's fault)."""
+    import threading
+
+    from onnxfold.io import mapped
+
+    path = str(tmp_path / "m.onnx")
+    _weights_model(path, count=2)
+    tensors = [load_model(path).graph.initializers[f"w{i}"].const_value for i in range(2)]
+    fresh = mapped._ReadAhead()
+    monkeypatch.setattr(mapped, "_READ_AHEAD", fresh)
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    mapped.prefetch_ahead(tensors)  # nothing raised
+    assert fresh._thread is None
+
+
+def test_a_weight_read_with_pread_starts_where_onnxruntime_holds_one(tmp_path):
+    """read_range's new arrays start at a multiple of 64 bytes, as a session's tensors do: a
+    check's run fed a weight it read takes it as it is, no aligned copy of it first (a copy of
+    every transposed weight of a 7B slice, and its pages touched again)."""
+    from onnxfold.io.checked import read_range
+
+    path = str(tmp_path / "m.onnx")
+    arrays = _weights_model(path, count=40)
+    model = load_model(path)
+    for i in range(40):
+        tensor = model.graph.initializers[f"w{i}"].const_value
+        array = tensor.checked_numpy()
+        assert array.ctypes.data % 64 == 0 and array.flags.c_contiguous
+        np.testing.assert_array_equal(array, arrays[i])
+    for length in (1, 3, 63, 65, 4099):
+        assert read_range(path, None, 7, length).ctypes.data % 64 == 0

@@ -61,7 +61,7 @@ from onnxfold.check.running.pinned import pinned_dims
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
 from onnxfold.check.running.verdicts import Verdict
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.io.mapped import MappedTensor
+from onnxfold.io.mapped import prefetch_ahead
 from onnxfold.ir import provenance
 from onnxfold.ir import recipes as saved_recipes
 from onnxfold.ir.graph import (
@@ -420,9 +420,7 @@ class _Verifier:
         """Have the kernel read ahead the weights ``batch`` reads: the original's its cones
         read and the optimized model's folded tensors (those in a file's mapping)."""
         _, leaves = self.cones.cone([t.source for t in batch])
-        for tensor in [*(v.const_value for v in leaves), *(t.folded.const_value for t in batch)]:
-            if isinstance(tensor, MappedTensor):
-                tensor.prefetch()
+        prefetch_ahead([*(v.const_value for v in leaves), *(t.folded.const_value for t in batch)])
 
     def verify(self, batch: list[_Target]) -> list[Verdict]:
         """Re-derive ``batch`` (one session per run); on failure, each target alone."""

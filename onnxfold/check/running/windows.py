@@ -48,7 +48,7 @@ from onnxfold.check.running.runner import (
 )
 from onnxfold.host import heap
 from onnxfold.io.checked import read_range
-from onnxfold.io.mapped import MappedTensor, drop_resident_pages
+from onnxfold.io.mapped import MappedTensor, drop_resident_pages, prefetch_ahead
 from onnxfold.ir.graph import captured_values
 from onnxfold.numbers import size_text
 
@@ -449,10 +449,8 @@ class Chain:
 
     def _prefetch(self, window: Window) -> None:
         """Have the kernel read ``window``'s weights ahead (those in a file's mapping)."""
-        for name in window.constants:
-            tensor = self.model.graph.initializers[name].const_value
-            if isinstance(tensor, MappedTensor):
-                tensor.prefetch()
+        prefetch_ahead(self.model.graph.initializers[name].const_value
+                       for name in window.constants)
 
     def _inputs_of(self, window: Window, state: dict[str, Any]) -> dict[str, Any]:
         """What ``window`` is fed: the values it reads (a graph input a set does not feed
