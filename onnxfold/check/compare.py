@@ -150,7 +150,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         if options.verify is not False and folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
             folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                                 progress=tell, catalogue=catalogue, libraries=run.libraries,
+                                 progress=tell, libraries=run.libraries,
                                  own_output=evidence is not None)
             folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
@@ -193,7 +193,7 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     tell("verifying folds")
     return verify_folds(a, b, bindings=reference.shapes if reference else (),
                         inputs=reference.feeds if reference else (), progress=tell,
-                        catalogue=catalogue, libraries=run.libraries)
+                        libraries=run.libraries)
 
 
 class _Run:

@@ -60,7 +60,6 @@ from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.pinned import pinned_dims
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
 from onnxfold.check.running.verdicts import Verdict
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.io.mapped import prefetch_ahead
 from onnxfold.ir import provenance
 from onnxfold.ir import recipes as saved_recipes
@@ -113,7 +112,6 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
                  inputs: Sequence[Mapping[str, np.ndarray]] = (),
                  batch_bytes: int = BATCH_BYTES,
                  progress: Callable[[str], None] | None = None,
-                 catalogue: Catalogue | None = None,
                  libraries: Sequence[str] = (),
                  own_output: bool = False) -> FoldVerification:
     """Re-derive every initializer of ``optimized`` that ``original`` does not hold as it is
@@ -123,9 +121,8 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     ran (a cone that reads input shapes runs on zeros of each); ``inputs``: the check's input
     sets (a rewrite's constant whose original reads input values is compared on each). Without
     them, what needs them is said not verifiable. Raises InputError when a model cannot be
-    read. ``catalogue``: whose op facts say which folds are bitwise and whose shape steps
-    show values constant over the dims (None: the installed rules); ``libraries``: the
-    custom-op libraries the original needs (checked: ``runtime.custom_ops``).
+    read. ``libraries``: the custom-op libraries the original needs (checked:
+    ``runtime.custom_ops``).
 
     ``own_output``: ``optimized`` is the model this process's run just made (``optimize
     --check``), so what its metadata says of how a tensor was made is that run's own record,
@@ -137,14 +134,13 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     the model carries onnxfold's provenance (another tool may reuse a name for an equivalent
     value: onnxruntime's Reshape targets with 0 for "copy this dim").
     """
-    catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     label_a, label_b = label_of(original, "model A"), label_of(optimized, "model B")
     graph_a, graph_b = graph_of(original, label_a), graph_of(optimized, label_b)
     _pin(graph_a, graph_b)
     reinferred(graph_a)
     fed = _fed(graph_a, graph_b)
-    verifier = _Verifier(graph_a, graph_b, fed, catalogue, list(bindings), list(inputs),
+    verifier = _Verifier(graph_a, graph_b, fed, list(bindings), list(inputs),
                          libraries, own_output)
     result = FoldVerification(label_a, label_b,
                               bindings=[{k: list(v) for k, v in b.items()} for b in bindings])
@@ -297,7 +293,7 @@ class _Verifier:
     what is shown constant over the dims, and the bindings and input sets to run at."""
 
     def __init__(self, original: ir.Model, optimized: ir.Model, fed: list[ir.Value],
-                 catalogue: Catalogue, bindings: list[Mapping[str, Sequence[int]]],
+                 bindings: list[Mapping[str, Sequence[int]]],
                  inputs: list[Mapping[str, np.ndarray]], libraries: Sequence[str],
                  own_output: bool) -> None:
         self.original, self.optimized = original, optimized
@@ -308,7 +304,7 @@ class _Verifier:
             for key in v.const_value.metadata_props)
         self.cones = Cones(original, fed, libraries)
         self.reads = InputReads(original, fed)
-        self.proof = DimProof(original, fed, catalogue.shape_steps)
+        self.proof = DimProof(original, fed)
         self.dynamic = _dynamic_mask(fed)
         self.fed = fed
         self.bindings = [self._zeros(b) for b in bindings] or [self._zeros({})]
