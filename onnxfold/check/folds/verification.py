@@ -51,7 +51,7 @@ from onnxfold.check.folds.verdicts import (
     judge,
     verdict_of,
 )
-from onnxfold.check.running import exact_ops, string_values
+from onnxfold.check.running import exact_ops, memory, string_values
 from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.input_reads import InputReads
@@ -74,6 +74,7 @@ from onnxfold.ir.graph import (
 from onnxfold.ir.recipes import MAX_RECIPE_NODES
 
 BATCH_BYTES = 64 * 2**20  # the folded bytes one session re-derives at most
+HELD_SHARE = 4  # a batch keeps the weights its cones read for its bindings in 1/4 of the room
 BATCH_TARGETS = 512
 SMALL_SHOWN = 8  # a differing tensor of at most this many elements is shown in the reason
 
@@ -420,12 +421,14 @@ class _Verifier:
 
     def verify(self, batch: list[_Target]) -> list[Verdict]:
         """Re-derive ``batch`` (one session per run); on failure, each target alone."""
+        room = memory.room()  # a cone run at each binding reads its weights once
         try:
-            for group, runs in _by_runs(batch):
-                for inputs in self._runs(runs):
-                    derived = self.cones.run([t.source for t in group], inputs)
-                    for target in group:
-                        target.derived.append(derived[target.source])
+            with self.cones.holding(None if room is None else room // HELD_SHARE):
+                for group, runs in _by_runs(batch):
+                    for inputs in self._runs(runs):
+                        derived = self.cones.run([t.source for t in group], inputs)
+                        for target in group:
+                            target.derived.append(derived[target.source])
         except (RunFailed, MachineShort) as e:
             for target in batch:
                 target.derived.clear()

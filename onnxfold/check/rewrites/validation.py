@@ -153,30 +153,32 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
     sizes = Sizes(cones.model)
     ran: dict[int, set[object]] = {id(r): set() for r in runnable}  # what each ran at
     judged: set[int] = set()  # the records judged at some input set
-    # the smallest sets first: a rewrite the machine cannot run at a large set is validated
-    # at the smaller ones, and not tried again at larger ones
-    for done, k in enumerate(sorted(range(len(inputs)), key=lambda j: sum(
-            np.size(a) for a in inputs[j].values()))):
-        feeds = inputs[k]
-        tell(f"validating rewrites {done + 1}/{len(inputs)}")
-        shapes = tuple(sorted((name, np.shape(a)) for name, a in feeds.items()))
-        todo = []
-        for record in runnable:
-            verdict = verdicts[id(record)]
-            key = reads.key(record, k, shapes)
-            if key in ran[id(record)] or verdict.state not in (BITWISE, WITHIN):
-                continue
-            if verdict.unrun:  # short at a smaller set: this one would not fit either
-                verdict.unrun.append(k + 1)
-                continue
-            ran[id(record)].add(key)
-            todo.append(record)
-        leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
-        windows = _Windows(leaves, cones, rounding, log.opsets, verdicts, k, judged)
-        batches = _batches(todo, leaves)
-        for done_k, batch in enumerate(batches):
-            windows.judge(batch)
-            leaves.keep_only(read_by([r for b in batches[done_k + 1:] for r in b]))
+    room = memory.room()  # the weights the leaves' cones read, read once for every set
+    with cones.holding(None if room is None else room // LEAVES_SHARE):
+        # the smallest sets first: a rewrite the machine cannot run at a large set is validated
+        # at the smaller ones, and not tried again at larger ones
+        for done, k in enumerate(sorted(range(len(inputs)), key=lambda j: sum(
+                np.size(a) for a in inputs[j].values()))):
+            feeds = inputs[k]
+            tell(f"validating rewrites {done + 1}/{len(inputs)}")
+            shapes = tuple(sorted((name, np.shape(a)) for name, a in feeds.items()))
+            todo = []
+            for record in runnable:
+                verdict = verdicts[id(record)]
+                key = reads.key(record, k, shapes)
+                if key in ran[id(record)] or verdict.state not in (BITWISE, WITHIN):
+                    continue
+                if verdict.unrun:  # short at a smaller set: this one would not fit either
+                    verdict.unrun.append(k + 1)
+                    continue
+                ran[id(record)].add(key)
+                todo.append(record)
+            leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
+            windows = _Windows(leaves, cones, rounding, log.opsets, verdicts, k, judged)
+            batches = _batches(todo, leaves)
+            for done_k, batch in enumerate(batches):
+                windows.judge(batch)
+                leaves.keep_only(read_by([r for b in batches[done_k + 1:] for r in b]))
     for verdict in verdicts.values():
         verdict.unrun.sort()
     result.rewrites = [verdicts[id(r)] for r in log.records]

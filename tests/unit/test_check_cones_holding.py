@@ -1,0 +1,81 @@
+"""The original's cones run again and again on the same weights (rewrite validation: once per
+input set): within ``Cones.holding`` each weight is read once, up to a bound, and what the runs
+compute is what they compute without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.check.running import cones as cones_module
+from onnxfold.check.running.cones import Cones
+from onnxfold.io.reader import load_model
+
+READ = cones_module.read_constant  # the real one, whatever a test patched in before
+
+
+def _chain(path) -> None:
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal((64, 64)).astype(np.float32) for _ in range(4)]
+    nodes, prev = [], "x"
+    for i in range(4):
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
+        prev = f"h{i}"
+    onnx.save(helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["n", 64])],
+        [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]),
+        opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _runs(path, monkeypatch, budget: int | None, hold: bool):
+    model = load_model(str(path))
+    cones = Cones(model, list(model.graph.inputs))
+    reads: list[str] = []
+
+    def counted(tensor: ir.TensorProtocol) -> np.ndarray:
+        reads.append(str(tensor.name))
+        return READ(tensor)
+
+    monkeypatch.setattr(cones_module, "read_constant", counted)
+    values = {str(o.name): o for n in model.graph for o in n.outputs}
+    sets = [{"x": np.full((k, 64), 0.5 * k, np.float32)} for k in (1, 2, 3)]
+    found = []
+
+    def run_all() -> None:
+        for feeds in sets:
+            got = cones.run([values["h1"], values["h3"]], feeds, exact=False)
+            found.append([got[values["h1"]], got[values["h3"]]])
+
+    if hold:
+        with cones.holding(budget):
+            run_all()
+        assert cones._held is None  # nothing held past the block
+    else:
+        run_all()
+    return reads, found
+
+
+def test_within_the_block_each_weight_is_read_once_and_the_values_do_not_change(
+        tmp_path, monkeypatch):
+    path = tmp_path / "m.onnx"
+    _chain(path)
+    plain_reads, plain = _runs(path, monkeypatch, None, hold=False)
+    held_reads, held = _runs(path, monkeypatch, None, hold=True)
+    assert sorted(plain_reads) == sorted([f"w{i}" for i in range(4)] * 3)
+    assert sorted(held_reads) == [f"w{i}" for i in range(4)]
+    for a, b in zip(plain, held):
+        for x, y in zip(a, b):
+            assert x.tobytes() == y.tobytes()
+
+
+def test_what_the_bound_does_not_hold_is_read_again(tmp_path, monkeypatch):
+    """Two weights of 16 KiB fit a 40 KiB bound: those two are read once, the others at every
+    run."""
+    path = tmp_path / "m.onnx"
+    _chain(path)
+    reads, _ = _runs(path, monkeypatch, 40 << 10, hold=True)
+    counts = {name: reads.count(name) for name in set(reads)}
+    assert sorted(counts.values()) == [1, 1, 3, 3], counts
