@@ -390,3 +390,62 @@ def test_an_overridable_initializer_is_overridden_in_the_comparison(tmp_path):
     last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 0 and "scale (overridable in the original) fixed by the second " \
         "model: compared at the default only" in last and "not a full verification" in last
+
+
+def _equal_never_holds(catalogue):
+    """The fold's shape code with a bug wrong at one dim only: ``Equal(d, c)`` of a dynamic
+    dim and a constant is taken as false (``batch == 7`` folded away)."""
+    import dataclasses
+
+    from onnxfold.analysis.dim_algebra import Known
+    from onnxfold.declare.registry import ShapeValueRule
+
+    def wrap(fn):
+        def equal(step):
+            known = fn(step)
+            if known is None or known.is_constant:
+                return known
+            return Known(tuple(int(e) if isinstance(e, int) else 0 for e in known.elements),
+                         known.scalar, known.dtype)
+        return equal
+
+    return dataclasses.replace(catalogue, rules=tuple(
+        dataclasses.replace(r, fn=wrap(r.fn)) if isinstance(r, ShapeValueRule) and
+        r.op_type == "Equal" else r for r in catalogue.rules))
+
+
+def test_a_shape_bug_wrong_only_at_dims_not_sampled_is_never_certified(tmp_path, monkeypatch):
+    """``Where(Equal(batch, 7), 5, 4)`` scales the input: a bug in the fold's shape code that
+    takes ``batch == 7`` as false folds it to 4, right at every batch the check samples but 7.
+    Planted as the mutation tier plants bugs (every catalogue the process loads, the check's
+    too), the check's own dim prover does not share it: the folded tensor is sampled, never
+    "verified for every input", and the verdict says the verification is not full."""
+    import functools
+
+    import onnxfold.declare.catalogue as catalogue_module
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["b"]),
+             helper.make_node("Equal", ["b", "seven"], ["e"]),
+             helper.make_node("Where", ["e", "five", "four"], ["k"]),
+             helper.make_node("Cast", ["k"], ["kf"], to=F32),
+             helper.make_node("Mul", ["x", "kf"], ["out"])]
+    scalars = [tensor(name, np.array(v, np.int64))
+               for name, v in (("zero", 0), ("seven", 7), ("five", 5), ("four", 4))]
+    model = make_model(nodes, [vinfo("x", F32, ["batch", 4])], [vinfo("out", F32, ["batch", 4])],
+                       scalars)
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(model, a)
+    original = catalogue_module.load_catalogue
+    monkeypatch.setattr(catalogue_module, "load_catalogue",
+                        functools.cache(lambda: _equal_never_holds(original())))
+    folded = onnxfold.optimize(str(a))
+    folded.save(str(b))
+    baked = [init for init in onnx.load(b).graph.initializer
+             if init.name in ("k", "kf") and numpy_helper.to_array(init).item() == 4]
+    assert baked, "the planted bug folds the scale to 4"
+    result = onnxfold.compare(str(a), str(b), n=3)
+    verdict = next(t for t in result.folds.tensors if t.name == baked[0].name)
+    assert verdict.state in ("sampled", "differs"), verdict
+    assert verdict.dims != "proved"
+    assert not result.ok or "not a full verification" in result.summary().splitlines()[-1]
