@@ -59,6 +59,7 @@ APART: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # the fold verification proves dims with its own reading of the graph, never with the
     # fold's symbolic dims, the rules' shape steps or op facts (issue 63, item 4)
     ("onnxfold.check.folds", ("onnxfold.analysis", "onnxfold.declare", "onnxfold.rules"), ()),
+    ("onnxfold.check.rewrites", ("onnxfold.analysis", "onnxfold.declare", "onnxfold.rules"), ()),
 )
 
 
