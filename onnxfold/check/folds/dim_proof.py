@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check.running.input_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
-from onnxfold.ir.graph import captured_values, static_shape
+from onnxfold.ir.graph import captured_values, static_shape, subgraphs
 
 # ops whose result is not decided by what they read: never shown constant
 _NOT_DETERMINED = frozenset({
@@ -224,14 +224,9 @@ class _Constancy:
 def _determined(node: ir.Node) -> bool:
     """Whether nothing inside ``node``'s subgraphs is another domain's op or one whose result
     its inputs do not decide."""
-    for attribute in node.attributes.values():
-        graphs = [attribute.value] if attribute.type == ir.AttributeType.GRAPH else \
-            list(attribute.value) if attribute.type == ir.AttributeType.GRAPHS else []
-        for graph in graphs:
-            for inner in ir.traversal.RecursiveGraphIterator(graph):
-                if inner.domain not in ("", "ai.onnx") or inner.op_type in _NOT_DETERMINED:
-                    return False
-    return True
+    return not any(inner.domain not in ("", "ai.onnx") or inner.op_type in _NOT_DETERMINED
+                   for graph in subgraphs(node)
+                   for inner in ir.traversal.RecursiveGraphIterator(graph))
 
 
 def _elementwise(node: ir.Node, reads: list[Constancy]) -> Constancy:
