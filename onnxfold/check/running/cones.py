@@ -122,8 +122,9 @@ class Cones:
         to ``budget`` bytes (None: no bound): the same cones run once per input set or
         binding read the same weights (validating BERT-base's rewrites on 3 input sets read
         its 415 MB three times). A weight is held as read, so what a run computes from it is
-        what it computed without the block; the peak does not grow, as a run needs the
-        weights it reads anyway."""
+        what it computed without the block. Between runs at most ``budget`` bytes stay held
+        (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
+        with and without holding, 1,005 and 1,008 MiB)."""
         self._held, self._room = {}, budget if budget is not None else -1
         try:
             yield
