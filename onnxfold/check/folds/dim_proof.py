@@ -24,7 +24,8 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check.running.input_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
-from onnxfold.ir.graph import captured_values, static_shape, subgraphs
+from onnxfold.ir.constants import constant_array
+from onnxfold.ir.graph import captured_values, is_default_op, static_shape, subgraphs
 
 # ops whose result is not decided by what they read: never shown constant
 _NOT_DETERMINED = frozenset({
@@ -35,7 +36,7 @@ _NOT_DETERMINED = frozenset({
 _ELEMENTWISE = frozenset({
     "Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Neg", "Abs", "Cast", "Equal", "Less",
     "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "Where", "Sign",
-    "Ceil", "Floor", "Round", "Sqrt", "Reciprocal", "Identity"})
+    "Ceil", "Floor", "Round", "Sqrt", "Reciprocal"})
 # ops that keep the elements in their order and only give them another shape
 _RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity"})
 _MASKED_ELEMENTS = 4096  # values with more elements are tracked whole (a shape value is short)
@@ -125,7 +126,7 @@ class _Constancy:
 
     def _node(self, node: ir.Node) -> list[Constancy]:
         outs = len(node.outputs)
-        if node.domain not in ("", "ai.onnx") or node.op_type in _NOT_DETERMINED:
+        if not is_default_op(node) or node.op_type in _NOT_DETERMINED:
             return [False] * outs
         op, reads = node.op_type, [self.of(v) for v in node.inputs]
         if op == "Constant":
@@ -204,27 +205,12 @@ class _Constancy:
     def _array(self, value: ir.Value | None) -> np.ndarray | None:
         """The values of an initializer no caller overrides, or of a Constant node's output;
         None for anything else (a value only known to be constant gives no positions)."""
-        if value is None or value in self.fed:
-            return None
-        if value.const_value is not None:
-            return value.const_value.numpy()
-        producer = value.producer()
-        if producer is None or producer.op_type != "Constant" or \
-                producer.domain not in ("", "ai.onnx"):
-            return None
-        attribute = producer.attributes.get("value")
-        if attribute is not None:
-            return attribute.as_tensor().numpy()
-        for name in ("value_int", "value_ints"):
-            if name in producer.attributes:
-                return np.array(producer.attributes[name].value, np.int64)
-        return None
-
+        return None if value is None or value in self.fed else constant_array(value)
 
 def _determined(node: ir.Node) -> bool:
     """Whether nothing inside ``node``'s subgraphs is another domain's op or one whose result
     its inputs do not decide."""
-    return not any(inner.domain not in ("", "ai.onnx") or inner.op_type in _NOT_DETERMINED
+    return not any(not is_default_op(inner) or inner.op_type in _NOT_DETERMINED
                    for graph in subgraphs(node)
                    for inner in ir.traversal.RecursiveGraphIterator(graph))
 

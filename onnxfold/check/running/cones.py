@@ -114,7 +114,7 @@ class Cones:
         self.libraries = tuple(libraries)  # custom ops the original needs (checked)
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
         self._held: dict[str, np.ndarray] | None = None  # weights kept between runs
-        self._room = 0  # bytes more the held weights may take
+        self._room: int | None = 0  # bytes more the held weights may take (None: no bound)
 
     @contextlib.contextmanager
     def holding(self, budget: int | None) -> Iterator[None]:
@@ -125,7 +125,7 @@ class Cones:
         what it computed without the block. Between runs at most ``budget`` bytes stay held
         (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
         with and without holding, 1,005 and 1,008 MiB)."""
-        self._held, self._room = {}, budget if budget is not None else -1
+        self._held, self._room = {}, budget
         try:
             yield
         finally:
@@ -138,9 +138,10 @@ class Cones:
         if self._held is not None and name in self._held:
             return self._held[name]
         array = read_constant(leaf.const_value)
-        if self._held is not None and (self._room < 0 or array.nbytes <= self._room):
+        if self._held is not None and (self._room is None or array.nbytes <= self._room):
             self._held[name] = array
-            self._room -= array.nbytes if self._room >= 0 else 0
+            if self._room is not None:
+                self._room -= array.nbytes
         return array
 
     def cone(self, roots: Iterable[ir.Value]) -> tuple[list[ir.Node], set[ir.Value]]:
