@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check.file_verification import FileVerification
 from onnxfold.check.folds.verdicts import FoldVerification
 from onnxfold.check.folds.verification import reads_dynamic_dims, verify_folds
 from onnxfold.check.outputs import map_outputs, summed_terms
@@ -28,6 +29,12 @@ from onnxfold.check.result import (
     OutputDiff,
     accumulate,
     as_array,
+)
+from onnxfold.check.rewrites.file_windows import FileRewrites, rewritten_windows
+from onnxfold.check.rewrites.in_files import (
+    judge_parameters,
+    reshaped_values,
+    validated_windows,
 )
 from onnxfold.check.rewrites.validation import RewriteValidation, read_by, validate_rewrites
 from onnxfold.check.running import memory as memory_room
@@ -125,7 +132,9 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         raise InputError(f"the number of input sets must be at least 1, not {n}")
     leaves = read_by(evidence.rewrites.records) if evidence is not None and \
         evidence.rewrites is not None else set()
-    run = _Run(a, b, options, catalogue, tell, leaves)
+    # a file with no run's record at hand: its rewritten windows found in it (file_windows)
+    run = _Run(a, b, options, catalogue, tell, leaves,
+               in_file=evidence is None and options.verify is not False)
     unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else ""
     notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \
         if run.pinned and not unasked else []
@@ -156,6 +165,8 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         rewrites = evidence.rewrites if evidence is not None else None
         if rewrites is not None and validated is None:
             validated = _validated(a, run, rewrites, reference, catalogue)
+        elif run.found is not None and validated is None:
+            validated = _file_validated(a, b, run, reference, catalogue, folds)
         result.folds, result.rewrites = folds, validated
         drop_resident_pages()  # the cones read the weights: B's session copies its own
         if not _compare_optimized(result, b, run, reference):
@@ -185,15 +196,18 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     bindings or inputs is said not verifiable."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
-    run = _Run(a, b, options or CompareOptions(), catalogue, tell)
+    run = _Run(a, b, options or CompareOptions(), catalogue, tell, in_file=True)
     try:
         reference: Reference | None = run.reference(1)
     except (CheckCouldNotRun, InferenceTimeout):  # the original does not run (in time):
         reference = None  # its folds alone, and what needs bindings or inputs said
     tell("verifying folds")
-    return verify_folds(a, b, bindings=reference.shapes if reference else (),
-                        inputs=reference.feeds if reference else (), progress=tell,
-                        libraries=run.libraries)
+    folds = verify_folds(a, b, bindings=reference.shapes if reference else (),
+                         inputs=reference.feeds if reference else (), progress=tell,
+                         libraries=run.libraries)
+    if reference is None or run.found is None:  # its windows need the input sets
+        return folds
+    return FileVerification.of(folds, _file_validated(a, b, run, reference, catalogue, folds))
 
 
 class _Run:
@@ -203,13 +217,17 @@ class _Run:
 
     def __init__(self, a: ModelRef, b: ModelRef, options: CompareOptions,
                  catalogue: Catalogue, tell: Callable[[str], None],
-                 leaves: Collection[str] = ()) -> None:
+                 leaves: Collection[str] = (), in_file: bool = False) -> None:
         if any(t is not None and not t >= 0 for t in (options.rtol, options.atol)):
             raise InputError("rtol and atol must be non-negative")
         self.a, self.options, self.tell = a, options, tell
         self.libraries = custom_ops.checked_libraries(options.custom_op_libraries)
         self.label_a, self.label_b = label_of(a, "model A"), label_of(b, "model B")
         graph_a, graph_b = graph_of(a, self.label_a), graph_of(b, self.label_b)
+        # ``in_file``: the rewrites to validate are the windows found in the files
+        self.found = rewritten_windows(graph_a, graph_b) if in_file else None
+        if self.found is not None:
+            leaves = read_by(self.found.records)
         import onnxruntime as ort
 
         self.run_options = ort.RunOptions()
@@ -340,9 +358,10 @@ def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: 
         raise CheckCouldNotRun(str(e)) from None
 
 
-def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
-               catalogue: Catalogue) -> RewriteValidation:
-    """Every rewrite of ``rewrites`` validated on the reference's input sets."""
+def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog | FileRewrites,
+               reference: Reference, catalogue: Catalogue) -> RewriteValidation:
+    """Every rewrite of ``rewrites`` (a run's record, or the windows found in a file)
+    validated on the reference's input sets."""
     graph = graph_of(a, run.label_a)
     cones = Cones(reinferred(graph), [v for v in graph.graph.inputs
                                       if v.name not in graph.graph.initializers],
@@ -351,6 +370,22 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
                          if rule.rounds_differently)
     return validate_rewrites(rewrites, cones, reference.feeds, run.tell,
                              rounding, run.chain_values)
+
+
+def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference, catalogue: Catalogue,
+                    folds: FoldVerification | None) -> RewriteValidation:
+    """The windows of a file that the original does not hold, validated on the reference's
+    input sets (``in_files``); the tensors of ``folds`` only validated windows read judged
+    with them."""
+    assert run.found is not None
+    reshaped = reshaped_values(reinferred(graph_of(a, run.label_a)),
+                               reinferred(graph_of(b, run.label_b))) if run.found.records else ()
+    found, validation = validated_windows(
+        run.graph_a, run.graph_b, run.found,
+        lambda windows: _validated(a, run, windows, reference, catalogue), reshaped)
+    if folds is not None:
+        judge_parameters(folds.tensors, found, validation, folds.edited)
+    return validation
 
 
 def _overridable(a: ir.Model, b: ir.Model) -> tuple[dict[str, np.ndarray], list[str]]:

@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.check.rewrites.file_windows import FileRewrites
 from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
 from onnxfold.check.running import exact_ops, memory
 from onnxfold.check.running.bits import same_bits
@@ -55,6 +56,7 @@ LEAVES_SHARE = 4  # the leaves one run computes may take at most this share of t
 # few ulps of the output's largest magnitude (3-25 measured on PP-OCRv5's fused Convs), far
 # below what a wrong rewrite moves
 MAGNITUDE_ULPS = 64
+CONSTANT_NODE_ELEMENTS = 1024  # a window's constants this small are Constant nodes, not fed
 
 
 def rewrite_verdict(rule: str, node: str, state: str, reason: str = "") -> Verdict:
@@ -68,6 +70,7 @@ class RewriteValidation(Verdicts):
 
     rewrites: list[Verdict] = field(default_factory=list)
     sets: int = 0
+    in_file: bool = False  # the windows found in a file (file_windows), not a run's record
 
     @property
     def verdicts(self) -> list[Verdict]:  # type: ignore[override]
@@ -85,6 +88,8 @@ class RewriteValidation(Verdicts):
 
     def summary(self) -> str:
         """One line, then one per rewrite that differs and per reason of the unvalidated."""
+        if self.in_file and not self.rewrites:
+            return "rewrite validation: the file holds no node the original does not hold"
         validated = self.count(BITWISE) + self.count(WITHIN)
         fewer = self.fewer_sets
         parts = [f"{validated} validated ({self.count(BITWISE)} bitwise"
@@ -93,8 +98,10 @@ class RewriteValidation(Verdicts):
         if self.count(UNVALIDATED):
             parts.append(f"{self.count(UNVALIDATED)} not validated")
         parts.append(f"{self.count(DIFFERS)} differ")
-        lines = [f"rewrite validation: {len(self.rewrites)} rewrites, each replaced window run "
-                 f"against its replacement on {self.sets} input set"
+        what = (f"{len(self.rewrites)} windows of the file that the original does not hold, "
+                "each run against the original's nodes it replaced") if self.in_file else \
+            f"{len(self.rewrites)} rewrites, each replaced window run against its replacement"
+        lines = [f"rewrite validation: {what} on {self.sets} input set"
                  f"{'s' if self.sets != 1 else ''}: {', '.join(parts)}"]
         lines += [f"  DIFFERS {r.name}: {r.reason}" for r in self.rewrites if r.state == DIFFERS]
         for sets, names in self._unrun_by_sets().items():
@@ -124,11 +131,14 @@ STATES = (BITWISE, WITHIN, DIFFERS, UNVALIDATED)
 CANNOT_ALONE = "the original cannot compute a value it reads alone"
 
 
-def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[str, np.ndarray]],
+def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
+                      inputs: Sequence[Mapping[str, np.ndarray]],
                       progress: Callable[[str], None] | None = None,
                       rounding: frozenset[str] = frozenset(),
                       known: Sequence[Mapping[str, object]] = ()) -> RewriteValidation:
-    """Validate every rewrite of ``log`` on each of ``inputs`` (the check's input sets),
+    """Validate every rewrite of ``log`` (a run's record, or the windows the check found in a
+    file: ``file_windows``, which say themselves where bits are asked) on each of ``inputs``
+    (the check's input sets),
     the leaves computed by the original's ``cones`` (see module); ``rounding``: the rules
     declared to round differently (``PatternRule.rounds_differently``), never asked for
     bits; ``known``: per input set, values of the original already computed (a check in
@@ -139,7 +149,7 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
     with the same input shapes (one that reads no input at all, on every input set): it runs
     once per distinct shapes (once), not once per set."""
     tell = progress or (lambda text: None)
-    result = RewriteValidation(sets=len(inputs))
+    result = RewriteValidation(sets=len(inputs), in_file=isinstance(log, FileRewrites))
     runnable: list[RewriteRecord] = []
     verdicts: dict[int, Verdict] = {}
     for record in log.records:
@@ -174,7 +184,8 @@ def validate_rewrites(log: RewriteLog, cones: Cones, inputs: Sequence[Mapping[st
                 ran[id(record)].add(key)
                 todo.append(record)
             leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
-            windows = _Windows(leaves, cones, rounding, log.opsets, verdicts, k, judged)
+            windows = _Windows(leaves, cones, rounding, log.opsets, verdicts, k, judged,
+                               log.exact if isinstance(log, FileRewrites) else None)
             batches = _batches(todo, leaves)
             for done_k, batch in enumerate(batches):
                 windows.judge(batch)
@@ -197,17 +208,23 @@ def _batches(records: list[RewriteRecord], leaves: _Leaves) -> list[list[Rewrite
     total = 0
     for record in records:
         new = read_by([record]) - held
-        size = sum(leaves.bytes.get(name, 0) for name in new)
+        size = sum(leaves.bytes.get(name, 0) for name in new) + _constant_bytes(record)
         if batches[-1] and (len(batches[-1]) >= BATCH_RECORDS or
                             (budget is not None and total + size > budget)):
             batches.append([])
             held, total = set(), 0
             new = read_by([record])
-            size = sum(leaves.bytes.get(name, 0) for name in new)
+            size = sum(leaves.bytes.get(name, 0) for name in new) + _constant_bytes(record)
         batches[-1].append(record)
         held |= new
         total += size
     return [batch for batch in batches if batch]
+
+
+def _constant_bytes(record: RewriteRecord) -> int:
+    """The bytes of the constants ``record``'s windows read (a file's merged weight)."""
+    return sum(int(getattr(a, "nbytes", 0)) for w in (record.before, record.after)
+               if w is not None for a in w.constants.values())
 
 
 def read_by(records: Sequence[RewriteRecord]) -> set[str]:
@@ -251,6 +268,12 @@ class _Leaves:
         self.arrays: dict[str, np.ndarray | None] = {}
         self.why: dict[str, str] = {}  # a leaf not computed -> why
         self.bytes = sizes.at({n: np.shape(a) for n, a in feeds.items()})
+
+    def constant(self, name: str) -> bool:
+        """Whether leaf ``name`` is an initializer of the original no input set feeds."""
+        value = self.cones.values.get(name)
+        return name not in self.feeds and value is not None and value.producer() is None \
+            and value.const_value is not None
 
     def keep_only(self, names: set[str]) -> None:
         """Forget the arrays of every leaf but ``names`` (what later windows still read)."""
@@ -328,8 +351,10 @@ class _Windows:
 
     def __init__(self, leaves: _Leaves, cones: Cones, rounding: frozenset[str],
                  opsets: dict[str, int] | None,
-                 verdicts: dict[int, Verdict], k: int, judged: set[int]) -> None:
+                 verdicts: dict[int, Verdict], k: int, judged: set[int],
+                 exact: Mapping[int, bool] | None = None) -> None:
         self.leaves, self.verdicts, self.k = leaves, verdicts, k
+        self.exact = exact  # per record, whether bits are asked (None: _exact)
         self.judged = judged  # the records judged at some input set so far
         self.rounding = rounding
         self.opsets = opsets or dict(cones.model.opset_imports)
@@ -369,7 +394,8 @@ class _Windows:
                 self._alone(runnable[0])
             return
         for record, pairs in zip(runnable, results):
-            exact = _exact(record, self.rounding)
+            exact = self.exact.get(id(record), False) if self.exact is not None else \
+                _exact(record, self.rounding)
             verdict = self.verdicts[id(record)]
             _judge(record, pairs, exact, verdict, self.k)
             self.judged.add(id(record))
@@ -451,9 +477,12 @@ class _Windows:
             internal = {o for n in window.nodes for o in n.output if o}
             nodes.extend(_renamed(node, internal, prefix, window) for node in window.nodes)
             for read, original in window.originals.items():
-                inputs[f"{prefix}:{read}"] = self.leaves.arrays[original]  # type: ignore[assignment]
-            for name, array in window.constants.items():
-                inputs[f"{prefix}:{name}"] = array
+                array = self.leaves.arrays[original]
+                assert array is not None
+                _held(f"{prefix}:{read}", array, self.leaves.constant(original), nodes, inputs)
+            for name, held in window.constants.items():  # a file's: read as it runs
+                _held(f"{prefix}:{name}", held if isinstance(held, np.ndarray) else
+                      read_constant(held), True, nodes, inputs)
             names = []
             for j, out in enumerate(window.outputs):
                 source = f"{prefix}/{out}" if out in internal else f"{prefix}:{out}"
@@ -466,6 +495,18 @@ class _Windows:
                            ir_version=self.ir_version, libraries=self.libraries)
         by_name = {w.name: a for w, a in zip(wanted, arrays)}
         return {prefix: [by_name[n] for n in names] for prefix, names in outputs.items()}
+
+
+def _held(name: str, array: np.ndarray, constant: bool, nodes: list[onnx.NodeProto],
+          inputs: dict[str, np.ndarray]) -> None:
+    """A window's leaf ``name``: a Constant node where it is a small ``constant`` (known when
+    the session is made, as in the model: a Resize's empty ``scales`` fed as an input reads
+    as given beside its ``sizes``), else fed."""
+    if constant and array.size <= CONSTANT_NODE_ELEMENTS and array.dtype.kind != "O":
+        nodes.insert(0, onnx.helper.make_node("Constant", [], [name],
+                                              value=onnx.numpy_helper.from_array(array)))
+    else:
+        inputs[name] = array
 
 
 def _renamed(node: onnx.NodeProto, internal: set[str], prefix: str, window: Window
@@ -525,7 +566,7 @@ def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]], ex
                 verdict.state = WITHIN
                 verdict.max_abs = max(verdict.max_abs, _largest_difference(old, new))
             continue
-        verdict.state = DIFFERS
+        verdict.state, verdict.output = DIFFERS, name
         verdict.reason = f"{name} on input set {k + 1}: {problem}"
         return
 

@@ -45,6 +45,7 @@ class Verdict:
     bindings: int = 0
     rule: str = ""  # a rewrite's rule and the node it was put in at
     node: str = ""
+    output: str = ""  # a rewrite that differs: the replaced value it differs at
     # a rewrite validated at some input sets: those the machine ran short at (numbered from 1)
     unrun: list[int] = field(default_factory=list)
 
