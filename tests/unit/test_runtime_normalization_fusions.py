@@ -150,3 +150,33 @@ def test_explain_names_the_kept_tail(tmp_path):
     _, report, _ = fold_proto(_layer_norm(opset=13), tmp_path, FoldOptions(strict=True))
     rejected = str(report.patterns_rejected)
     assert "affine tail of a LayerNormalization" in rejected, rejected
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 1, 1, 1), (1, 1, 1, C)],
+                         ids=["1x1x1x1", "2x1x1x1", "1x1x1xC"])
+@pytest.mark.parametrize("tail_op", ["Mul", "Add"])
+def test_a_tail_that_broadcasts_into_a_higher_rank_keeps_it(tmp_path, shape, tail_op):
+    """A tail constant of a higher rank than x (``[1, 1, 1, 1]`` after a ``[N, 4, C]``
+    LayerNorm) broadcasts the output into its rank: the fused op computes x's rank, so the
+    tail must stay (or the rank be kept): the folded model's output has the original's shape
+    and values at every onnxruntime level (issue 63 item 5: ``(3, 16)`` for ``(1, 3, 16)``)."""
+    import onnxruntime as ort
+
+    model = _layer_norm(opset=17, tail=False)
+    relu = model.graph.node[-1]
+    model.graph.node.insert(len(model.graph.node) - 1, helper.make_node(
+        tail_op, ["n", "k"], ["t"]))
+    relu.input[0] = "t"
+    model.graph.initializer.append(tensor("k", np.full(shape, 0.5, np.float32)))
+    del model.graph.output[0].type.tensor_type.shape.dim[:]
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert "LayerNormalization" in {n.op_type for n in folded.graph.node}
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                  ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                  ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level, options.log_severity_level = level, 3
+        want, got = (ort.InferenceSession(m.SerializeToString(), options).run(None, _feeds())[0]
+                     for m in (model, folded))
+        assert got.shape == want.shape == np.broadcast_shapes((3, 4, C), shape), level
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
