@@ -378,8 +378,10 @@ def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference, c
     input sets (``in_files``); the tensors of ``folds`` only validated windows read judged
     with them."""
     assert run.found is not None
+    if not run.found.records:  # the file holds no node the original does not
+        return RewriteValidation(sets=len(reference.feeds), in_file=True)
     reshaped = reshaped_values(reinferred(graph_of(a, run.label_a)),
-                               reinferred(graph_of(b, run.label_b))) if run.found.records else ()
+                               reinferred(graph_of(b, run.label_b)))
     found, validation = validated_windows(
         run.graph_a, run.graph_b, run.found,
         lambda windows: _validated(a, run, windows, reference, catalogue), reshaped)

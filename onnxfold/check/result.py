@@ -241,7 +241,8 @@ class CompareResult:
         else:
             unvalidated, fewer = rewrites.count(UNVALIDATED), len(rewrites.fewer_sets)
             complete &= not unvalidated and not fewer
-            parts.append(f"{len(rewrites.rewrites) - unvalidated} rewrites validated on the "
+            what = "rewritten windows" if rewrites.in_file else "rewrites"
+            parts.append(f"{len(rewrites.rewrites) - unvalidated} {what} validated on the "
                          "input sets" + (f" ({fewer} at fewer: the machine ran short at the "
                                          "others)" if fewer else "")
                          + (f", {unvalidated} not validated" if unvalidated else ""))

@@ -50,7 +50,9 @@ def test_folded_passes_and_corrupted_weight_fails(folded_bert, tmp_path):
     assert onnxfold.compare(TINY_BERT, folded, n=2).ok
 
     result = onnxfold.compare(TINY_BERT, corrupted)
-    assert not result and result.failing == ["output"]
+    # the output, and the window of the file that reads the corrupted weight
+    assert not result and result.failing[0] == "output" and all(
+        f.startswith("rewrite rewritten at ") for f in result.failing[1:]), result.failing
     assert result.rows[0].mismatches > 0 and not result.rows[0].bitwise_equal
     assert 1e-6 < result.rows[0].max_abs_diff < 1.0
 
@@ -58,7 +60,7 @@ def test_folded_passes_and_corrupted_weight_fails(folded_bert, tmp_path):
     proc = run_cli("compare", TINY_BERT, corrupted, "--json", str(report))
     assert proc.returncode == 1, proc.stderr
     assert "output" in proc.stderr and "NO" in proc.stdout and "Traceback" not in proc.stderr
-    assert json.loads(report.read_text())["failing"] == ["output"]
+    assert json.loads(report.read_text())["failing"] == result.failing
 
 
 def test_failed_check_writes_nothing(folded_bert, tmp_path):
@@ -213,5 +215,6 @@ def test_the_failure_line_names_three_and_counts_the_rest(tmp_path):
     done = run_cli("compare", pa, pb, "-n", "1")
     assert done.returncode == 1, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
-    assert line.endswith("y0, y1, y2 and 4 more"), line
+    # the seven outputs, then the seven windows of the file that differ (each Neg)
+    assert line.endswith("y0, y1, y2 and 11 more"), line
     assert all(n in done.stdout for n in names), done.stdout

@@ -27,14 +27,14 @@ arithmetic, is the file's word, not the check's.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import onnx
 import onnx_ir as ir
 
 from onnxfold.check.running import exact_ops
-from onnxfold.ir.graph import captured_values
+from onnxfold.ir.graph import captured_values, subgraphs
 from onnxfold.rewrite.log import RewriteRecord, Window
 
 MAX_NODES = 64  # nodes of a window, either side
@@ -57,6 +57,7 @@ class FileRewrites:
     # an initializer -> how many nodes of the graph read it (a graph output counts as one)
     readers: dict[str, int] = field(default_factory=dict)
     computed: set[str] = field(default_factory=set)  # the values new nodes compute
+    nested: set[int] = field(default_factory=set)  # id(record): its window holds subgraphs
 
 
 def rewritten_windows(original: ir.Model, optimized: ir.Model,
@@ -77,6 +78,9 @@ def rewritten_windows(original: ir.Model, optimized: ir.Model,
     compared = named_a - set(opened)
     found.computed = {str(v.name) for n in new for v in n.outputs if v.name}
     same_opsets = dict(original.opset_imports) == dict(optimized.opset_imports)
+    shared = _names(graph_b)
+    producers = {str(v.name): node for node in graph_a for v in node.outputs if v.name}
+    position = {id(node): k for k, node in enumerate(graph_a)}
     for nodes in _windows(new, compared):
         record = RewriteRecord(RULE, nodes[0].name or nodes[0].op_type)
         outputs = [v for n in nodes for v in n.outputs if v.name and v.name in compared]
@@ -88,10 +92,13 @@ def rewritten_windows(original: ir.Model, optimized: ir.Model,
         if len(nodes) > MAX_NODES:
             record.unresolved = f"a window of {len(nodes)} new nodes, more than {MAX_NODES}"
             continue
-        before = _before(graph_a, [str(v.name) for v in outputs], _names(graph_b)) \
+        before = _before(graph_a, [str(v.name) for v in outputs], shared, producers,
+                         position) \
             if same_opsets else None
         record.before = before or _identity([str(v.name) for v in outputs])
         record.after = after
+        if any(subgraphs(n) for n in nodes):
+            found.nested.add(id(record))
         found.exact[id(record)] = all(_keeps_bits(n) for w in (record.before, after)
                                       for n in w.nodes)
     return found
@@ -182,10 +189,11 @@ def _after(nodes: list[ir.Node], outputs: list[ir.Value], defaults: bool) -> Win
     return window
 
 
-def _before(graph: ir.Graph, outputs: list[str], shared: set[str]) -> Window | None:
+def _before(graph: ir.Graph, outputs: list[str], shared: set[str],
+            by_output: Mapping[str, ir.Node], position: Mapping[int, int]) -> Window | None:
     """The original's nodes computing ``outputs`` back to the values both models hold, in
-    graph order (None: more than :data:`MAX_NODES`)."""
-    by_output = {str(v.name): node for node in graph for v in node.outputs if v.name}
+    graph order (None: more than :data:`MAX_NODES`); ``by_output``: its nodes by the names
+    of their outputs, ``position``: by ``id``, where each stands in it."""
     chosen: dict[int, ir.Node] = {}
     todo = [by_output[name] for name in outputs if name in by_output]
     while todo:
@@ -200,7 +208,7 @@ def _before(graph: ir.Graph, outputs: list[str], shared: set[str]) -> Window | N
             if producer is not None and producer.graph is graph and \
                     str(value.name) not in shared:  # type: ignore[union-attr]
                 todo.append(producer)
-    nodes = [node for node in graph if id(node) in chosen]
+    nodes = sorted(chosen.values(), key=lambda n: position[id(n)])
     window = Window(nodes=[ir.serde.serialize_node(n) for n in nodes], outputs=list(outputs))
     window.originals = {str(v.name): str(v.name) for v in _reads(nodes)}
     window.originals.update({name: name for name in outputs if name not in by_output})
