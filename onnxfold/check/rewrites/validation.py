@@ -98,9 +98,12 @@ class RewriteValidation(Verdicts):
         if self.count(UNVALIDATED):
             parts.append(f"{self.count(UNVALIDATED)} not validated")
         parts.append(f"{self.count(DIFFERS)} differ")
-        what = (f"{len(self.rewrites)} windows of the file that the original does not hold, "
-                "each run against the original's nodes it replaced") if self.in_file else \
-            f"{len(self.rewrites)} rewrites, each replaced window run against its replacement"
+        count = len(self.rewrites)
+        if self.in_file:
+            what = (f"{count} window{'s' if count != 1 else ''} of the file that the original "
+                    "does not hold, each run against the original's nodes it replaced")
+        else:
+            what = f"{count} rewrites, each replaced window run against its replacement"
         lines = [f"rewrite validation: {what} on {self.sets} input set"
                  f"{'s' if self.sets != 1 else ''}: {', '.join(parts)}"]
         lines += [f"  DIFFERS {r.name}: {r.reason}" for r in self.rewrites if r.state == DIFFERS]
