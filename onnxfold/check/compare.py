@@ -30,7 +30,7 @@ from onnxfold.check.result import (
     accumulate,
     as_array,
 )
-from onnxfold.check.rewrites.file_windows import FileRewrites, rewritten_windows
+from onnxfold.check.rewrites.file_windows import rewritten_windows
 from onnxfold.check.rewrites.in_files import (
     judge_parameters,
     reshaped_values,
@@ -166,7 +166,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         if rewrites is not None and validated is None:
             validated = _validated(a, run, rewrites, reference, catalogue)
         elif run.found is not None and validated is None:
-            validated = _file_validated(a, b, run, reference, catalogue, folds)
+            validated = _file_validated(a, b, run, reference, folds)
         result.folds, result.rewrites = folds, validated
         drop_resident_pages()  # the cones read the weights: B's session copies its own
         if not _compare_optimized(result, b, run, reference):
@@ -207,7 +207,7 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
                          libraries=run.libraries)
     if reference is None or run.found is None:  # its windows need the input sets
         return folds
-    return FileVerification.of(folds, _file_validated(a, b, run, reference, catalogue, folds))
+    return FileVerification.of(folds, _file_validated(a, b, run, reference, folds))
 
 
 class _Run:
@@ -358,21 +358,24 @@ def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: 
         raise CheckCouldNotRun(str(e)) from None
 
 
-def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog | FileRewrites,
-               reference: Reference, catalogue: Catalogue) -> RewriteValidation:
-    """Every rewrite of ``rewrites`` (a run's record, or the windows found in a file)
-    validated on the reference's input sets."""
-    graph = graph_of(a, run.label_a)
-    cones = Cones(reinferred(graph), [v for v in graph.graph.inputs
-                                      if v.name not in graph.graph.initializers],
-                  run.libraries)
+def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
+               catalogue: Catalogue) -> RewriteValidation:
+    """Every rewrite of the run's record ``rewrites`` validated on the reference's input
+    sets."""
     rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
                          if rule.rounds_differently)
-    return validate_rewrites(rewrites, cones, reference.feeds, run.tell,
-                             rounding, run.chain_values)
+    return validate_rewrites(rewrites, _cones(reinferred(graph_of(a, run.label_a)), run),
+                             reference.feeds, run.tell, rounding, run.chain_values)
 
 
-def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference, catalogue: Catalogue,
+def _cones(shaped: ir.Model, run: _Run) -> Cones:
+    """The cones of the original (``shaped``: the check's copy, its shapes inferred) the
+    rewrites' leaves are computed by."""
+    return Cones(shaped, [v for v in shaped.graph.inputs
+                          if v.name not in shaped.graph.initializers], run.libraries)
+
+
+def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,
                     folds: FoldVerification | None) -> RewriteValidation:
     """The windows of a file that the original does not hold, validated on the reference's
     input sets (``in_files``); the tensors of ``folds`` only validated windows read judged
@@ -380,11 +383,13 @@ def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference, c
     assert run.found is not None
     if not run.found.records:  # the file holds no node the original does not
         return RewriteValidation(sets=len(reference.feeds), in_file=True)
-    reshaped = reshaped_values(reinferred(graph_of(a, run.label_a)),
-                               reinferred(graph_of(b, run.label_b)))
+    shaped = reinferred(graph_of(a, run.label_a))
+    cones = _cones(shaped, run)
     found, validation = validated_windows(
         run.graph_a, run.graph_b, run.found,
-        lambda windows: _validated(a, run, windows, reference, catalogue), reshaped)
+        lambda windows: validate_rewrites(windows, cones, reference.feeds, run.tell,
+                                          known=run.chain_values),
+        reshaped_values(shaped, reinferred(graph_of(b, run.label_b))))
     if folds is not None:
         judge_parameters(folds.tensors, found, validation, folds.edited)
     return validation

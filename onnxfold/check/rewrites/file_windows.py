@@ -92,10 +92,9 @@ def rewritten_windows(original: ir.Model, optimized: ir.Model,
         if len(nodes) > MAX_NODES:
             record.unresolved = f"a window of {len(nodes)} new nodes, more than {MAX_NODES}"
             continue
-        before = _before(graph_a, [str(v.name) for v in outputs], shared, producers,
-                         position) \
-            if same_opsets else None
-        record.before = before or _identity([str(v.name) for v in outputs])
+        names = [str(v.name) for v in outputs]
+        before = _before(graph_a, names, shared, producers, position) if same_opsets else None
+        record.before = before or _identity(names)
         record.after = after
         if any(subgraphs(n) for n in nodes):
             found.nested.add(id(record))
