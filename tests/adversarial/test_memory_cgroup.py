@@ -171,6 +171,14 @@ def test_a_check_that_does_not_fit_declines_in_one_line_and_one_that_fits_runs(t
             assert not os.path.exists(out)
         else:
             assert "all outputs within tolerance" in outcome.stdout
+    # compare and verify-folds are the check: the same line, without advice of a flag they
+    # do not have
+    onnxfold.optimize(model).save(out)
+    for command in ("compare", "verify-folds"):
+        outcome = run_in_memory_cgroup(384 * MiB, [command, model, out])
+        assert outcome.returncode == 2 and outcome.oom_kills == 0, outcome
+        (line,) = outcome.stderr.strip().splitlines()
+        assert "the check needs about" in line and "--check" not in line, line
 
 
 def pixel_attention_model(path) -> str:
