@@ -320,6 +320,9 @@ def test_a_value_kept_under_an_original_name_is_judged_by_who_made_the_model(tmp
     else:
         assert verdict.state == "not verifiable" and result.ok, result.summary()
         assert "not a full verification" in result.verdict()
+        # the file's window compared where the Reshape reads the target, and said
+        assert "compared where they are read (1): values the file holds in another form " \
+            "under the original's name (target)" in result.summary(), result.summary()
 
 
 def test_a_wrong_fold_with_its_metadata_stripped_still_differs(tmp_path):

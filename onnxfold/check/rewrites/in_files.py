@@ -35,10 +35,9 @@ def validated_windows(original: ir.Model, optimized: ir.Model, found: FileRewrit
                       validate: Callable[[FileRewrites], RewriteValidation],
                       reshaped: Collection[str] = ()) -> tuple[FileRewrites, RewriteValidation]:
     """The windows of ``optimized`` that ``original`` does not hold (``found``: as first
-    found), validated (``validate``), the values ``reshaped`` (:func:`reshaped_values`) opened
-    from the start,
-    the values where they differ opened for a few rounds (module); a graph output is never
-    opened."""
+    found), validated (``validate``): the values ``reshaped`` (:func:`reshaped_values`) opened
+    from the start, those where windows differ for a few rounds (module), a graph output
+    never; the validation says which were opened."""
     outputs = {str(v.name) for v in optimized.graph.outputs}
     opened = set(reshaped) - outputs
     if opened:
@@ -59,6 +58,7 @@ def validated_windows(original: ir.Model, optimized: ir.Model, found: FileRewrit
         opened |= wrong
         found = rewritten_windows(original, optimized, opened)
         validation = validate(found)
+    validation.opened = sorted(opened)
     return found, validation
 
 

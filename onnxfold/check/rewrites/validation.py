@@ -71,6 +71,8 @@ class RewriteValidation(Verdicts):
     rewrites: list[Verdict] = field(default_factory=list)
     sets: int = 0
     in_file: bool = False  # the windows found in a file (file_windows), not a run's record
+    # a file's values under the original's names compared where they are read instead (in_files)
+    opened: list[str] = field(default_factory=list)
 
     @property
     def verdicts(self) -> list[Verdict]:  # type: ignore[override]
@@ -107,6 +109,12 @@ class RewriteValidation(Verdicts):
         lines = [f"rewrite validation: {what} on {self.sets} input set"
                  f"{'s' if self.sets != 1 else ''}: {', '.join(parts)}"]
         lines += [f"  DIFFERS {r.name}: {r.reason}" for r in self.rewrites if r.state == DIFFERS]
+        if self.opened:
+            more = f" and {len(self.opened) - SHOWN_NAMES} more" if len(self.opened) > \
+                SHOWN_NAMES else ""
+            lines.append(f"  compared where they are read ({len(self.opened)}): values the file "
+                         "holds in another form under the original's name "
+                         f"({', '.join(self.opened[:SHOWN_NAMES])}{more})")
         for sets, names in self._unrun_by_sets().items():
             more = f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else ""
             lines.append(f"  not run at input set {', '.join(map(str, sets))} ({len(names)}): "
