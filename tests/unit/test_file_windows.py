@@ -34,6 +34,11 @@ def test_kept_nodes_are_found_whatever_their_names_and_attribute_order():
                  helper.make_node("Transpose", ["a"], ["t"], perm=[1, 0]),
                  helper.make_node("Transpose", ["t"], ["b"], perm=[1, 0]),
                  helper.make_node("Gemm", ["b", "w", "c"], ["y"], beta=1.0, alpha=2.0)]
+    gemm = optimized[-1]  # make_node sorts its attributes: written in the other order here
+    reordered = list(reversed(gemm.attribute))
+    del gemm.attribute[:]
+    gemm.attribute.extend(reordered)
+    assert [a.name for a in gemm.attribute] == ["beta", "alpha"]
     found = rewritten_windows(_model(ORIGINAL, CONSTANTS), _model(optimized, CONSTANTS))
     assert found.records == []
 

@@ -117,10 +117,14 @@ def _initializer_readers(nodes: Iterable[ir.Node], outputs: Iterable[ir.Value] =
 
 
 def _signature(node: ir.Node) -> bytes:
-    """What ``node`` computes from which names: its proto without its name and notes."""
+    """What ``node`` computes from which names: its proto without its name and notes, its
+    attributes by name (their order means nothing)."""
     proto = ir.serde.serialize_node(node)
     proto.name, proto.doc_string = "", ""
     del proto.metadata_props[:]
+    attributes = sorted(proto.attribute, key=lambda a: a.name)
+    del proto.attribute[:]
+    proto.attribute.extend(attributes)
     return proto.SerializeToString(deterministic=True)
 
 
