@@ -7,7 +7,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
-from onnxfold.check.rewrites.file_windows import rewritten_windows
+from onnxfold.check.rewrites.file_windows import asks_bits, rewritten_windows
 from onnxfold.check.rewrites.in_files import judge_parameters
 from onnxfold.check.rewrites.validation import RewriteValidation, rewrite_verdict
 from onnxfold.check.running.verdicts import BITWISE, DIFFERS, PARAMETER, UNVERIFIABLE, Verdict
@@ -56,7 +56,7 @@ def test_new_nodes_linked_by_new_names_are_one_window_cut_at_the_original_s_name
     assert record.after.outputs == ["y"] and set(record.after.constants) == {"k2", "w", "c"}
     assert [n.op_type for n in record.before.nodes] == ["Mul", "Transpose", "Transpose",
                                                         "Gemm"]
-    assert not found.exact[id(record)]  # Gemm and Mul round: a tolerance, never bits asked
+    assert not asks_bits(record)  # Gemm and Mul round: a tolerance, never bits asked
     changed = [*ORIGINAL[:3], helper.make_node("Gemm", ["b", "w", "c"], ["y"], alpha=3.0,
                                                beta=1.0)]
     (record,) = rewritten_windows(_model(ORIGINAL, CONSTANTS), _model(changed, CONSTANTS)).records
@@ -85,12 +85,12 @@ def test_bits_are_asked_where_neither_window_rounds():
     found = rewritten_windows(_model(ORIGINAL, CONSTANTS), _model(moved, CONSTANTS))
     (record,) = found.records
     assert [n.op_type for n in record.before.nodes] == ["Transpose", "Transpose"]
-    assert found.exact[id(record)] is True
+    assert asks_bits(record)
     scaled = [helper.make_node("Mul", ["x", "k2"], ["a"]), *ORIGINAL[1:]]
     found = rewritten_windows(_model(ORIGINAL, CONSTANTS), _model(scaled, [
         *CONSTANTS, tensor("k2", np.full((2, 4), 3, np.float32))]))
     (record,) = found.records
-    assert found.exact[id(record)] is False
+    assert not asks_bits(record)
 
 
 def test_only_validated_windows_make_a_claimed_tensor_their_parameter():

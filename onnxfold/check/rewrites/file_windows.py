@@ -34,7 +34,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.check.running import exact_ops
-from onnxfold.ir.graph import captured_values, subgraphs
+from onnxfold.ir.graph import captured_values
 from onnxfold.rewrite.log import RewriteRecord, Window
 
 MAX_NODES = 64  # nodes of a window, either side
@@ -47,17 +47,15 @@ _ROUNDING = frozenset({"Add", "Sub", "Mul", "Div", "Sqrt", "Reciprocal", "Cast",
 @dataclass
 class FileRewrites:
     """The windows of the optimized model that differ from the original (records the rewrite
-    validation runs), which ask for bits, and the optimized model's initializers each reads."""
+    validation runs) and the optimized model's initializers each reads."""
 
     records: list[RewriteRecord] = field(default_factory=list)
     opsets: dict[str, int] = field(default_factory=dict)
-    exact: dict[int, bool] = field(default_factory=dict)  # id(record) -> bits asked
     # id(record) -> the initializers its nodes read, each with how many of them read it
     reads: dict[int, dict[str, int]] = field(default_factory=dict)
     # an initializer -> how many nodes of the graph read it (a graph output counts as one)
     readers: dict[str, int] = field(default_factory=dict)
     computed: set[str] = field(default_factory=set)  # the values new nodes compute
-    nested: set[int] = field(default_factory=set)  # id(record): its window holds subgraphs
 
 
 def rewritten_windows(original: ir.Model, optimized: ir.Model,
@@ -96,10 +94,6 @@ def rewritten_windows(original: ir.Model, optimized: ir.Model,
         before = _before(graph_a, names, shared, producers, position) if same_opsets else None
         record.before = before or _identity(names)
         record.after = after
-        if any(subgraphs(n) for n in nodes):
-            found.nested.add(id(record))
-        found.exact[id(record)] = all(_keeps_bits(n) for w in (record.before, after)
-                                      for n in w.nodes)
     return found
 
 
@@ -223,7 +217,17 @@ def _identity(outputs: list[str]) -> Window:
     return Window(outputs=list(outputs), originals={name: name for name in outputs})
 
 
-def _keeps_bits(node: onnx.NodeProto) -> bool:
-    """Whether ``node`` gives the same bits however a window is arranged around it: exact
-    (``exact_ops``) and rounding no float."""
-    return exact_ops.exact(node) and node.op_type not in _ROUNDING
+def asks_bits(record: RewriteRecord) -> bool:
+    """Whether a window found here must give the bits of the window it replaced: every node
+    of both gives the same bits however a window is arranged around it (exact, ``exact_ops``,
+    and rounding no float)."""
+    return all(exact_ops.exact(n) and n.op_type not in _ROUNDING
+               for w in (record.before, record.after) if w is not None for n in w.nodes)
+
+
+def holds_subgraphs(record: RewriteRecord) -> bool:
+    """Whether the optimized model's side of a window found here has a node with a subgraph
+    (an If, a Loop)."""
+    return record.after is not None and any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for n in record.after.nodes for a in n.attribute)

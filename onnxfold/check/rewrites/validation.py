@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.check.rewrites.file_windows import FileRewrites
+from onnxfold.check.rewrites.file_windows import FileRewrites, asks_bits, holds_subgraphs
 from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
 from onnxfold.check.running import exact_ops, memory
 from onnxfold.check.running.bits import same_bits
@@ -196,7 +196,7 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
                 todo.append(record)
             leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
             windows = _Windows(leaves, cones, rounding, log.opsets, verdicts, k, judged,
-                               log if isinstance(log, FileRewrites) else None)
+                               isinstance(log, FileRewrites))
             batches = _batches(todo, leaves)
             for done_k, batch in enumerate(batches):
                 windows.judge(batch)
@@ -363,9 +363,9 @@ class _Windows:
     def __init__(self, leaves: _Leaves, cones: Cones, rounding: frozenset[str],
                  opsets: dict[str, int] | None,
                  verdicts: dict[int, Verdict], k: int, judged: set[int],
-                 found: FileRewrites | None = None) -> None:
+                 in_file: bool = False) -> None:
         self.leaves, self.verdicts, self.k = leaves, verdicts, k
-        self.found = found  # the windows of a file: they say where bits are asked
+        self.in_file = in_file  # the windows found in a file: bits asked by file_windows
         self.judged = judged  # the records judged at some input set so far
         self.rounding = rounding
         self.opsets = opsets or dict(cones.model.opset_imports)
@@ -405,8 +405,7 @@ class _Windows:
                 self._alone(runnable[0])
             return
         for record, pairs in zip(runnable, results):
-            exact = self.found.exact.get(id(record), False) if self.found is not None else \
-                _exact(record, self.rounding)
+            exact = asks_bits(record) if self.in_file else _exact(record, self.rounding)
             verdict = self.verdicts[id(record)]
             _judge(record, pairs, exact, verdict, self.k)
             self.judged.add(id(record))
@@ -448,7 +447,7 @@ class _Windows:
         except MachineShort as e:
             self._short(record, e)
         except RunFailed as e:
-            if self.found is not None and id(record) in self.found.nested:
+            if self.in_file and holds_subgraphs(record):
                 # a file's window holding subgraphs, its inputs' shapes given: onnx's inference
                 # of a branch not taken may fail where the whole model's symbolic dims pass
                 verdict.state = UNVALIDATED
