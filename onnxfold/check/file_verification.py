@@ -11,7 +11,6 @@ from dataclasses import dataclass, fields
 
 from onnxfold.check.folds.verdicts import NOT_FULL, FoldVerification
 from onnxfold.check.rewrites.validation import RewriteValidation
-from onnxfold.check.running.verdicts import UNVALIDATED
 
 
 @dataclass
@@ -51,9 +50,5 @@ class FileVerification(FoldVerification):
         if not self.ok:
             return f"differs: {', '.join(self.failing)}"
         validated = rewrites.all_validated
-        unvalidated = rewrites.count(UNVALIDATED)
-        windows = len(rewrites.rewrites) - unvalidated
-        line = (f"{self.verdict(validated)}; {windows} rewritten window"
-                f"{'s' if windows != 1 else ''} validated on the input sets"
-                + (f", {unvalidated} not validated" if unvalidated else ""))
+        line = f"{self.verdict(validated)}; {rewrites.counted()}"
         return line + ("" if self.complete and validated else NOT_FULL)

@@ -19,7 +19,7 @@ from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.tolerance import HALF as HALF_TYPES
 from onnxfold.check.running.tolerance import SUMMED_UNITS, allowed, ulp
 from onnxfold.check.running.tolerance import for_dtype as tolerance_for
-from onnxfold.check.running.verdicts import AGREES, UNVALIDATED
+from onnxfold.check.running.verdicts import AGREES
 from onnxfold.host.terminal import printable
 
 REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
@@ -236,16 +236,11 @@ class CompareResult:
                          "fixed by the second model: compared at the default only")
             complete = False
         if rewrites is None:
-            parts.append("rewrites not validated (only optimize --check records them)")
+            parts.append("rewrites not validated")
             complete = False
         else:
-            unvalidated, fewer = rewrites.count(UNVALIDATED), len(rewrites.fewer_sets)
-            complete &= not unvalidated and not fewer
-            what = "rewritten windows" if rewrites.in_file else "rewrites"
-            parts.append(f"{len(rewrites.rewrites) - unvalidated} {what} validated on the "
-                         "input sets" + (f" ({fewer} at fewer: the machine ran short at the "
-                                         "others)" if fewer else "")
-                         + (f", {unvalidated} not validated" if unvalidated else ""))
+            complete &= rewrites.all_validated
+            parts.append(rewrites.counted())
         return "; ".join(parts) + ("" if complete else NOT_FULL)
 
 

@@ -121,6 +121,14 @@ class RewriteValidation(Verdicts):
                          f"the machine ran short ({', '.join(names[:SHOWN_NAMES])}{more})")
         return "\n".join(lines + self.reason_lines(UNVALIDATED))
 
+    def counted(self) -> str:
+        """How many were validated, as a verdict line says it."""
+        unvalidated, fewer = self.count(UNVALIDATED), len(self.fewer_sets)
+        what = "rewritten windows" if self.in_file else "rewrites"
+        return (f"{len(self.rewrites) - unvalidated} {what} validated on the input sets"
+                + (f" ({fewer} at fewer: the machine ran short at the others)" if fewer else "")
+                + (f", {unvalidated} not validated" if unvalidated else ""))
+
     @property
     def all_validated(self) -> bool:
         """Every rewrite validated, at every input set."""
