@@ -310,8 +310,8 @@ class _Leaves:
                 self.arrays[name] = np.asarray(self.feeds[name])
             elif name in self.known:  # the original's value, computed by the check's chain
                 self.arrays[name] = self.known[name]  # type: ignore[assignment]
-            elif value is not None and value.const_value is not None and \
-                    value.producer() is None:
+            elif self.constant(name):
+                assert value is not None and value.const_value is not None
                 self.arrays[name] = read_constant(value.const_value)
             elif value is None or value.producer() is None or \
                     self.cones.outside(value) is not None:
