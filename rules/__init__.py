@@ -27,7 +27,6 @@ MODULES = (
     "low_rank",
     "normalizations",
     "op_groups",
-    "qdq_units",
     "quant",
     "recurrent_states",
     "reduce",

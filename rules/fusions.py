@@ -18,7 +18,7 @@ only constants whose product is finite and normal are merged. ``(x + k) + c`` is
 the original loses the low bits of ``x`` to ``k``, the fused sum keeps them, and that
 difference is not relative to the result (cancellation makes it any size).
 
-No fusion touches a quantized (QDQ) model's node units (``rules/qdq_units.py``; each fusion is
+No fusion touches a quantized (QDQ) model's node units (``onnxfold/ir/qdq_units.py``; each fusion is
 tagged ``keeps_qdq_units``, and the driver refuses its proposals that would): a layer or op
 that reads a ``DequantizeLinear`` output or whose result a ``QuantizeLinear`` reads stays, so
 its weight stays quantized and onnxruntime still runs the unit as an integer kernel (a fused

@@ -47,8 +47,7 @@ import onnx_ir as ir
 
 from onnxfold.declare import GraphView, Match, OpBuilder, P, Reject, Var, pattern
 from onnxfold.ir.graph import is_default_op, through_identities
-
-from .qdq_units import dequantized
+from onnxfold.ir.qdq_units import dequantized
 
 MAX_TERMS = 16  # leaves of one sum followed
 MAX_HOPS = 8  # scalings and Identity nodes followed on a branch
@@ -114,8 +113,8 @@ def _sum_root(ctx: GraphView, add: ir.Node) -> bool:
     out = add.outputs[0]
     if not _followed(ctx, out, out.dtype):
         return True
-    reader = next(iter(out.uses())).node
-    return not _here(ctx, reader, "Add")
+    # what to build: the sum goes on in the Add that alone reads it
+    return not _here(ctx, ctx.reader(out), "Add")
 
 
 def _terms(ctx: GraphView, add: ir.Node) -> tuple[list[ir.Value], list[ir.Node]]:
@@ -176,7 +175,8 @@ def _inference_dropout(ctx: GraphView, node: ir.Node | None) -> bool:
     """A Dropout whose mask nothing reads and whose training mode is absent or false."""
     if not _here(ctx, node, "Dropout") or node is None:
         return False
-    if len(node.outputs) > 1 and node.outputs[1].uses():
+    # what to build: a Dropout whose mask is read stays a Dropout
+    if len(node.outputs) > 1 and ctx.readers(node.outputs[1]):
         return False
     flag = node.inputs[2] if len(node.inputs) > 2 else None
     if flag is None:

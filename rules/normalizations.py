@@ -223,12 +223,11 @@ def _constant_of(ctx: GraphView, node: ir.Node) -> ir.Value | None:
 def _goes_on(ctx: GraphView, node: ir.Node) -> bool:
     """Whether the only reader of ``node``'s output continues its normalization's tail and
     the op is written there or further on."""
-    uses = node.outputs[0].uses()
     # what to build: where another node or the graph's outputs read this value, the op is
     # written here, without the rest of the tail
-    if len(uses) != 1 or ctx.is_graph_output(node.outputs[0]):
+    reader = ctx.reader(node.outputs[0])
+    if reader is None:
         return False
-    reader = next(iter(uses)).node
     found = _tail_nodes(ctx, reader) if reader.op_type in ("Mul", "Add") else None
     return found is not None and node in (found[0].head, *found[1]) and (
         bool(_match(ctx, reader)) or _goes_on(ctx, reader))

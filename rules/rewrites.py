@@ -112,9 +112,9 @@ def _feeds_a_foldable_elementwise(ctx: GraphView, node: ir.Node, shape: ir.Value
     out = node.outputs[0]
     # what to build: an Expand for the one reader, only worth it when that elementwise op can
     # then fold on the scalar
-    if not ctx.single_use(out) or not ctx.is_constant(shape):
+    user = ctx.reader(out)
+    if user is None or not ctx.is_constant(shape):
         return False
-    user = next(iter(out.uses())).node  # the single use; uses() is declared a Collection
     return user.op_type in ELEMENTWISE and all(
         v is out or v is None or ctx.is_constant(v) for v in user.inputs)
 

@@ -23,7 +23,8 @@ Merged where it leaves fewer nodes: three products or more, or two with their bi
 ``x`` whose products are not all biased is left alone: the biased ones fuse into Gemm nodes,
 which the merge would prevent.
 
-Never in a quantized (QDQ) model's node units (``rules/qdq_units.py``): a MatMul whose weight
+Never in a quantized (QDQ) model's node units (``onnxfold/ir/qdq_units.py``; tagged
+``keeps_qdq_units``, and siblings in a unit are left out of the merge): a MatMul whose weight
 or input is a ``DequantizeLinear`` output (also through Transpose/Reshape/Identity), or whose
 product a ``QuantizeLinear`` reads, stays as it is. Merged, its weight would be a ``Concat`` of
 dequantized weights, computed in float on every call, and onnxruntime would no longer run the
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from onnxfold.declare import (
+    KEEPS_QDQ_UNITS,
     GraphView,
     Match,
     OpBuilder,
@@ -51,8 +53,8 @@ from onnxfold.declare import (
     pattern,
 )
 from onnxfold.ir.graph import is_default_op
+from onnxfold.ir.qdq_units import qdq_unit_of
 
-from .qdq_units import breaks_qdq_units, qdq_unit_of
 from .structure import split_node
 
 MIN_PRODUCTS = 3  # MatMul + Split replace them: fewer nodes from three on
@@ -125,11 +127,9 @@ def _with_bias(ctx: GraphView, product: _Product) -> _Product | None:
     column (None: there is no such Add)."""
     out = product.node.outputs[0]
     # what to build: a biased product where its one reader, in this graph, adds the bias
-    if not ctx.single_use(out):
-        return None
-    add = next(iter(out.uses())).node
+    add = ctx.reader(out)
     # what to build: that reader, an Add of this graph
-    if not is_default_op(add, "Add") or not ctx.here(add) or len(add.inputs) != 2:
+    if add is None or not is_default_op(add, "Add") or not ctx.here(add) or len(add.inputs) != 2:
         return None
     other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
     bias = _own_initializer(ctx, other) if other is not out else None
@@ -142,14 +142,14 @@ def _with_bias(ctx: GraphView, product: _Product) -> _Product | None:
 def _siblings(ctx: GraphView, x: ir.Value) -> list[_Product]:
     """The MatMuls of this graph reading ``x`` first and a weight of their own second
     (``_own_chain``), whose weights agree in every dim but the last (the first such weight
-    sets them), none of them in a QDQ node unit (``rules/qdq_units.py``)."""
+    sets them), none of them in a QDQ node unit (``onnxfold/ir/qdq_units.py``)."""
     found: list[_Product] = []
     taken: set[ir.Node] = set()  # (a set: x may have thousands of readers)
     leading: tuple[int, ...] | None = None
-    for use in x.uses():
-        node = use.node
+    # what to build: the products reading x (the siblings to merge)
+    for node, index in ctx.readers(x):
         # what to build: the siblings of this graph merge (one of a subgraph stays apart)
-        if use.idx != 0 or not is_default_op(node, "MatMul") or not ctx.here(node) \
+        if index != 0 or not is_default_op(node, "MatMul") or not ctx.here(node) \
                 or node in taken or qdq_unit_of(node) is not None:
             continue
         shape = _weight_shape(ctx, node)
@@ -183,12 +183,10 @@ def _products(ctx: GraphView, x: ir.Value, node: ir.Node
 
 
 def _mergeable(ctx: GraphView, x: ir.Value, node: ir.Node) -> bool | Match | Reject:
-    if sum(use.idx == 0 and use.node.op_type == "MatMul" for use in x.uses()) \
+    # what to build: a merge needs two products of x at least
+    if sum(index == 0 and reader.op_type == "MatMul" for reader, index in ctx.readers(x)) \
             < MIN_BIASED_PRODUCTS:
         return False  # no siblings (most MatMuls: counted first, it is cheap)
-    unit = breaks_qdq_units(node)
-    if unit is not None:
-        return unit
     found = _products(ctx, x, node)
     if found is None or isinstance(found, Reject):
         return found if isinstance(found, Reject) else False
@@ -210,7 +208,7 @@ def _with_last_dim(shape: ir.Shape | None, size: int) -> ir.Shape | None:
 
 
 @pattern(P("MatMul", Var("x"), Var("w", const=True), name="node"), check=_mergeable,
-         name="merge_shared_input_matmuls")
+         name="merge_shared_input_matmuls", tags=[KEEPS_QDQ_UNITS])
 def merge_shared_input_matmuls(op: OpBuilder, x: ir.Value, products: list[_Product],
                                first: ir.Node) -> Replacement:
     """MatMul(x, Wi) [+ Bi], i = 1..n -> Split(MatMul(x, Concat(Wi)) [+ Concat(Bi)])."""

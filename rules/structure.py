@@ -84,9 +84,9 @@ def _chunks(ctx: GraphView, node: ir.Node, shape: ir.Shape) -> tuple[int, list[i
 
 def _readers(ctx: GraphView, seq: ir.Value, count: int) -> list[tuple[ir.Node, int]] | None:
     found = []
-    for use in seq.uses():
-        at = use.node
-        if at.op_type != "SequenceAt" or at.domain not in ("", "ai.onnx") or use.idx != 0:
+    # what to build: a SequenceAt of the split for each reader of the sequence
+    for at, read_at in ctx.readers(seq):
+        if at.op_type != "SequenceAt" or at.domain not in ("", "ai.onnx") or read_at != 0:
             return None
         index = _position(ctx, at, count)
         if index is None:
@@ -96,7 +96,8 @@ def _readers(ctx: GraphView, seq: ir.Value, count: int) -> list[tuple[ir.Node, i
 
 
 def _splittable(ctx: GraphView, node: ir.Node, x: ir.Value) -> bool | Match | Reject:
-    if not node.outputs[0].uses():
+    # what to build: a sequence nothing reads is split into nothing
+    if not ctx.readers(node.outputs[0]):
         return False
     shape = x.shape
     if shape is None:

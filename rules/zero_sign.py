@@ -135,13 +135,14 @@ def zero_sign_observer(ctx: GraphView, value: ir.Value) -> str | None:
             continue
         passed_to: list[ir.Value] = []
         observer = None
-        for use in v.uses():
-            kind = _kind(ctx, use.node, use.idx)
+        # what to build: whether any reader observes the sign of a zero
+        for reader, index in ctx.readers(v):
+            kind = _kind(ctx, reader, index)
             if kind == "observes":
-                observer = f"{use.node.op_type} {use.node.name or use.node.outputs[0].name}"
+                observer = f"{reader.op_type} {reader.name or reader.outputs[0].name}"
                 break
             if kind == "passes":
-                passed_to.extend(use.node.outputs)
+                passed_to.extend(reader.outputs)
         if observer is not None:
             memo[v] = observer
             continue

@@ -111,6 +111,17 @@ class GraphView:
         copied: patterns ask it of values every layer reads)."""
         return use_count(value) == 1 and value not in self._graph.outputs
 
+    def reader(self, value: ir.Value) -> ir.Node | None:
+        """The node reading ``value`` where :meth:`single_use` holds; None where it does not."""
+        return next(iter(value.uses())).node if self.single_use(value) else None
+
+    def readers(self, value: ir.Value) -> tuple[tuple[ir.Node, int], ...]:
+        """Each use of ``value``: the node reading it and at which input (a node reading it at
+        two inputs is there twice). A rule walks them to find what to
+        build from (the siblings of a product, the readers of a sequence); whether it may
+        remove what they read is the driver's to judge."""
+        return tuple((use.node, use.idx) for use in value.uses())
+
     def is_constant(self, value: ir.Value | None) -> bool:
         """Whether ``value`` is computed from constants only (the fold will know it)."""
         return value is not None and value in self._constant

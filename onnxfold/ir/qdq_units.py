@@ -1,14 +1,23 @@
 """onnxruntime's QDQ node units: which nodes a rewrite must leave whole in a quantized model.
 
-A statically quantized model (QDQ format) computes every quantized op in float between a
-``DequantizeLinear`` of each input and a ``QuantizeLinear`` of its output, ``DQ -> op -> Q``,
-which onnxruntime runs as one integer kernel (``rules/qdq_units.py`` says why a rewrite must
-not break one). A node is in a unit when it reads a ``DequantizeLinear`` output or one of its
+A statically quantized model (``quantize_static``, QDQ format; QAT exports; NPU toolchains)
+computes every quantized op in float between a ``DequantizeLinear`` of each input and a
+``QuantizeLinear`` of its output, ``DQ -> op -> Q``. onnxruntime turns each such unit into one
+integer kernel (``QLinearMatMul``, ``QLinearConv``, ``MatMulIntegerToFloat``, ``MatMulNBits``
+for weight-only int4, ...), and NPU execution providers take only whole units. A rewrite that
+replaces or removes the op of a unit, or computes something new from its dequantized weight
+(a ``Concat`` of the Q, K and V weights, a weight scaled by a batch norm), leaves float ops
+that onnxruntime runs as they are, on every call: a static-QDQ BERT ran 2.3x slower after
+``merge_shared_input_matmuls`` merged its projections (issue 35). Float models have no such
+node, so nothing changes for them.
+
+A node is in a unit when it reads a ``DequantizeLinear`` output or one of its
 outputs is read by a ``QuantizeLinear``, directly or through the ops onnxruntime's QDQ
 propagation moves a Q or DQ across (``PROPAGATING``). The rewrite driver refuses a proposal
 of a rule tagged ``keeps_qdq_units`` that would remove or rewire such a node
-(``rewrite/judge.py``); rules ask :func:`qdq_unit_of` and :func:`dequantized` themselves where
-they choose among nodes.
+(``rewrite/judge.py``, tagged ``@pattern(..., tags=[KEEPS_QDQ_UNITS])``); rules ask
+:func:`qdq_unit_of` and :func:`dequantized` themselves only where they choose among nodes
+(which sibling products to merge, which branch to fold into a weight).
 """
 
 from __future__ import annotations

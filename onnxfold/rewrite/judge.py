@@ -12,7 +12,7 @@ rules' own rejections, a proposal that:
 - removes or rewires a node of one of onnxruntime's QDQ node units, where the rule is tagged
   ``keeps_qdq_units`` (``onnxfold/ir/qdq_units.py``: it computes new weights from what it
   removes, which onnxruntime would then run in float); a match whose pattern holds such a
-  node is refused before the rewrite is asked (:func:`match_refusal`), that reason first;
+  node is refused before the check is asked (:func:`match_refusal`), that reason first;
 - would leave a node of its match in place that it stops reading (a value the rewrite removes
   is read outside the match, or is a graph output it does not replace: the new nodes would
   compute it a second time), or gives a value a new shape that a node outside the match reads
@@ -130,8 +130,9 @@ def left_behind(proposal: Replacement, replaced: Collection[ir.Node],
 
 def match_refusal(captured: Iterable[ir.Node]) -> str | None:
     """Why the driver refuses the match of a rule tagged ``keeps_qdq_units`` before its
-    rewrite is asked (None: it does not): its pattern matched a node of a QDQ node unit (the
-    reason ``--explain`` shows even where the check declined for its own)."""
+    check is asked (None: it does not): its pattern matched a node of a QDQ node unit (the
+    reason ``--explain`` shows, whatever the check would have answered: the driver decides,
+    not each rule)."""
     return broken_unit(captured)
 
 

@@ -215,12 +215,11 @@ class Sweep:
             captures: dict[str, Any] = {}
             if not order.match_node(node, view, captures):
                 continue
-            verdict = call_with(rule.check, rule.check_names, view, captures) \
+            refused = match_refusal(nodes_of(captures.values())) \
+                if KEEPS_QDQ_UNITS in rule.tags else None
+            verdict: bool | Match | Reject = Reject(refused) if refused is not None else \
+                call_with(rule.check, rule.check_names, view, captures) \
                 if rule.check is not None else True
-            if verdict is not False and KEEPS_QDQ_UNITS in rule.tags:
-                refused = match_refusal(nodes_of(captures.values()))
-                if refused is not None:
-                    verdict = Reject(refused)
             if verdict is True or isinstance(verdict, Match):
                 found = {**captures, **verdict.found} if isinstance(verdict, Match) \
                     else captures

@@ -1,4 +1,4 @@
-"""No rewrite breaks a QDQ node unit (``rules/qdq_units.py``, issue 35): in a statically
+"""No rewrite breaks a QDQ node unit (``onnxfold/ir/qdq_units.py``, issue 35): in a statically
 quantized model every MatMul, Conv and their neighbours sit between ``DequantizeLinear`` and
 ``QuantizeLinear`` nodes that onnxruntime turns into integer kernels. The Q, K and V
 projections of such a layer stay three MatMuls (merged, their weight was a ``Concat`` of

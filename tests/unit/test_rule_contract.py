@@ -14,7 +14,7 @@ import tokenize
 from pathlib import Path
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
-DRIVERS_QUESTIONS = {"single_use", "here", "is_graph_output"}
+DRIVERS_QUESTIONS = {"single_use", "reader", "readers", "here", "is_graph_output"}
 MARK = "# what to build:"
 
 
@@ -56,6 +56,17 @@ def test_a_rule_asks_the_drivers_questions_only_to_decide_what_to_build():
     assert not unexplained, (
         f"rules/ asks what the driver judges, without a '{MARK}' comment saying why the answer "
         f"decides what the rule builds: {unexplained}")
+
+
+def test_a_rule_reads_the_readers_of_a_value_through_the_view():
+    """``value.uses()`` counted by hand (``len(uses) != 1``) is the driver's question asked
+    where no test sees it: a rule asks ``ctx.reader``, ``ctx.readers`` or ``ctx.single_use``,
+    which the scan above holds to a reason."""
+    found = [f"{path.name}:{node.lineno}" for path in sorted(RULES.glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr == "uses"]
+    assert not found, f"rules/ reads uses() itself: {found}"
 
 
 def test_no_check_declines_a_match_the_fold_computes():
