@@ -190,8 +190,7 @@ class NodesModel:
             values = [ort.OrtValue.ortvalue_from_numpy(a) for a in self.handed.values()]
             if self.handed:
                 options.add_external_initializers(list(self.handed), values)
-            return ort.InferenceSession(self.model.SerializeToString(), options,
-                                        providers=["CPUExecutionProvider"])
+            return new_session(self.model.SerializeToString(), options)
         except Exception as e:
             raise _told(e) from None
 
@@ -255,19 +254,26 @@ def session_options(level: str = DEFAULT_LEVEL, libraries: Sequence[str] = (),
     return options
 
 
+def new_session(source: bytes | str, options):
+    """The check's one constructor of onnxruntime sessions (CPU): over a model's bytes or
+    path with :func:`session_options`. The product builds its own
+    (``host/ort_sessions.py``): the check shares no session code with what it checks."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
 def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
                  level: str = DEFAULT_LEVEL, prepacking: bool = True, threads: int | None = None):
     """A CPU session over ``model`` (see :func:`session_options`). InputError where
     onnxruntime cannot load it, MachineShort where the machine ran short loading it."""
-    import onnxruntime as ort
-
     options = session_options(level, libraries, prepacking, threads)
     if not isinstance(model, onnx.ModelProto):
         check_regular(model, what="model")  # onnxruntime opens the path: never a FIFO
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
         os.fspath(model)
     try:
-        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        return new_session(source, options)
     except Exception as e:
         short = limits.shortage(e)
         if short is not None:
