@@ -12,12 +12,7 @@ from onnxfold.analysis.constness import OpFacts, plan_graph
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.analysis.step_inputs import shared_dim_names
 from onnxfold.analysis.symbolic import blocked_scaffolding, shape_values
-from onnxfold.app.signature import (
-    Original,
-    one_model_lines,
-    read_original,
-    signature,
-)
+from onnxfold.app.signature import one_model_lines, signature
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import OnnxfoldError, one_line
 from onnxfold.io import load_model
@@ -97,10 +92,9 @@ def _signature(path: str | os.PathLike, check: bool, catalogue: Catalogue) -> di
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.pipeline.optimizer import optimize
 
-    read: list[Original] = []
-    result = optimize(path, check=check, catalogue=catalogue,
-                      read_light=lambda model, light: read.append(read_original(model, light)))
-    return signature(read[0], result.model, read[0].facts["file_bytes"], None,
+    result = optimize(path, check=check, catalogue=catalogue)
+    assert result.signature is not None
+    return signature(result.signature, result.signature.before["file_bytes"], None,
                      CompareOptions(), catalogue)
 
 

@@ -25,7 +25,6 @@ from onnxfold.app.judgement import Judged, judged, judged_against
 from onnxfold.app.optimize_report import report_run
 from onnxfold.app.optimize_save import Claimed, Saved, save
 from onnxfold.app.positional_output import read_positional
-from onnxfold.app.signature import Original, read_original
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 from onnxfold.pipeline.collector import long_lived
@@ -33,14 +32,10 @@ from onnxfold.pipeline.collector import long_lived
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    import onnx
     import onnx_ir as ir
 
-    from onnxfold.analysis.step_inputs import ShapeSteps
-    from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
     from onnxfold.io.prefill import OutputPrefill
-    from onnxfold.pipeline.phases import Phases
 
 
 def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) -> int:
@@ -152,8 +147,6 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
     checking = options if settings.check.n else None
     progress = None
     dims: dict[str, int] = {}  # the check's, from --test-input-shape
-    shown = settings.report  # the signature is read where it is shown only
-    read: list[Original] | None = [] if not shown.quiet or shown.json or shown.html else None
     try:  # optimize loads the model itself: its first shape inference reuses what was read
         progress = TerminalProgress() if _on_terminal(sys.stderr) and \
             not settings.report.quiet else None
@@ -164,16 +157,11 @@ def _fold_and_save(claimed: Claimed, settings: OptimizeSettings,
                           pristine=lambda: load_model(source, check=False),
                           loaded=functools.partial(_loaded, claimed, judgement, settings,
                                                    dims),
-                          read_light=None if read is None else functools.partial(
-                              _read_original, read, phases,
-                              _plan_inputs(settings, options, checking)),
                           record_rewrites=checking is not None)
         reached("folded")
         if checking is not None and dims:
             checking = dataclasses.replace(checking, dims={**dims, **checking.dims})
-        saved = save(claimed, settings, result, phases, prefill, checking, options)
-        saved.original = read[-1] if read else None
-        return saved
+        return save(claimed, settings, result, phases, prefill, checking, options)
     finally:
         if progress is not None:
             progress.close()
@@ -190,26 +178,6 @@ def _loaded(claimed: Claimed, judgement: Judged, settings: OptimizeSettings,
     claimed.guard.protect(input_files(model))
     dims.update(judged_against(model, claimed.job.source, judgement.comparison,
                                judgement.test_shapes, settings.fold.fixed_shapes))
-
-
-def _read_original(read: list[Original], phases: Phases,
-                   plan: tuple[CompareOptions, ShapeSteps] | None, model: ir.Model,
-                   light: onnx.ModelProto | None) -> None:
-    """What the signature needs of the input, read as it is loaded (timed as the signature)."""
-    with phases.phase("signature"):
-        read.append(read_original(model, light, plan))
-
-
-def _plan_inputs(settings: OptimizeSettings, options: CompareOptions,
-                 checking: CompareOptions | None) -> tuple[CompareOptions, ShapeSteps] | None:
-    """What the signature plans the check's first input set with (``options``) as the input
-    is read: only where no check runs (it plans its own) and no ``--input-shape`` pins a dim
-    of the output (the plan holds the output's fixed dims as the check does)."""
-    from onnxfold.declare.catalogue import load_catalogue
-
-    if checking is not None or settings.fold.input_shapes:
-        return None
-    return options, (settings.catalogue or load_catalogue()).shape_steps
 
 
 def _on_terminal(stream) -> bool:

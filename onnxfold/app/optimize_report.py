@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 from onnxfold.app.commands import OptimizeSettings
 from onnxfold.app.failure_line import failing_named, rounding_hint
 from onnxfold.app.optimize_save import Claimed, Saved, measure_latency_of
-from onnxfold.app.signature import Original, lines, signature
+from onnxfold.app.signature import lines, signature
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
 from onnxfold.io.tempfiles import write_text
 
 if TYPE_CHECKING:
     from onnxfold.pipeline.report import Report
+    from onnxfold.signature import Signature
 
 CHECK_HINT = ("check        not run: --check 3 runs the output beside the original in "
               "onnxruntime and re-derives every folded tensor (docs/check.md)")
@@ -41,9 +42,10 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved) -> in
         latency = measure_latency_of(claimed, settings, saved)
     if latency is not None:
         report.latency = latency.to_dict()
-    if saved.original is not None:  # read where the signature is shown
-        with saved.phases.phase("signature"):
-            report.signature = _signature(settings, saved, saved.original)
+    shown = settings.report
+    if (not shown.quiet or shown.json or shown.html) and saved.result.signature is not None:
+        with saved.phases.phase("signature"):  # rendered where it is shown only
+            report.signature = _signature(settings, saved, saved.result.signature)
     report.phases = saved.phases.rounded()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
@@ -91,12 +93,12 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     return True
 
 
-def _signature(settings: OptimizeSettings, saved: Saved, original: Original) -> dict:
+def _signature(settings: OptimizeSettings, saved: Saved, data: Signature) -> dict:
     """The signature of the input and the output (``onnxfold.app.signature``)."""
     from onnxfold.declare.catalogue import load_catalogue
 
     written = saved.info.bytes_written if saved.info is not None else None
-    return signature(original, saved.result.model, written, saved.check, saved.compared(),
+    return signature(data, written, saved.check, saved.compared(),
                      settings.catalogue or load_catalogue())
 
 

@@ -21,7 +21,6 @@ from onnxfold.host.points import reached
 if TYPE_CHECKING:
     import onnx
 
-    from onnxfold.app.signature import Original
     from onnxfold.check.result import CompareResult
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.io.outputs import OutputGuard
@@ -59,7 +58,6 @@ class Saved:
     not_run: str = ""
     latency: LatencyResult | None = None
     checking: CompareOptions | None = None
-    original: Original | None = None  # what the signature needs of the input
     options: CompareOptions | None = None  # the comparison's options, as judged
 
     def compared(self) -> CompareOptions:

@@ -1,141 +1,97 @@
-"""The report's signature of a model before and after a run: opset and IR version, each input
-and output (dtype, shape with its symbolic dims named), the parameters and their bytes, the
-file's size, and the compute per op type (``onnxfold.analysis.cost``) at the shapes of the
-check's first input set: the check's own where ``--check`` ran, else those it would use (its
-feed plan, ``onnxfold.check.running.feeds``, over the original's declared inputs). What it
-needs of the input is read as the input is loaded (:func:`read_original`).
+"""The report's signature of a model before and after a run, rendered: the run's data
+(``OptimizeResult.signature``, ``onnxfold.signature``: opset and IR version, each input and
+output, the parameters and their bytes) with the file's size as written, and the compute per
+op type at the shapes of the check's first input set: the check's own where ``--check`` ran,
+else the check's guesses planned on the optimized graph (its feed plan,
+``onnxfold.check.running.feeds``, over the types and dims the fold already knows: no shape
+inference of its own).
+
+The compute is the run's profile evaluated at those shapes; where the fold's shapes do not say
+every shape a costed node reads (a Conv's spatial dims, a TorchScript export's attention left
+to Shape, Gather and Concat chains), both models are counted by ONNX's shape inference at
+those shapes instead (``signature.inferred``), as every model was before issue 66.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.cost import Compute, compute, compute_light, texts_aside
-from onnxfold.analysis.expansion import inference_expands_functions
-from onnxfold.analysis.shapes import serialize_light
 from onnxfold.app.html_parts import esc, mib, table
-from onnxfold.check.running.dim_relations import left_as_found
 from onnxfold.errors import InputError
 from onnxfold.host.heap import release
 from onnxfold.host.logs import quiet
 from onnxfold.host.terminal import printable
 from onnxfold.ir.graph import is_static_dim
 from onnxfold.pipeline.collector import process_goes_on
+from onnxfold.signature import Compute, Signature
+from onnxfold.signature.facts import ort_type
+from onnxfold.signature.inferred import compute, compute_light, texts_aside
 
 if TYPE_CHECKING:
-    from onnxfold.analysis.step_inputs import ShapeSteps
     from onnxfold.check.result import CompareResult
     from onnxfold.check.running.options import CompareOptions
     from onnxfold.declare.catalogue import Catalogue
 
-
-@dataclass(frozen=True)
-class Original:
-    """What the signature needs of the input, read once it is loaded, before any pass changes
-    it: its facts (opset, inputs, ..., file bytes), its inputs as onnxruntime lists them (for
-    the check's plan) and its graph as a proto without its weights and texts
-    (``serialize_light``): the input is not read a second time."""
-
-    facts: dict[str, Any]
-    declared: list[SimpleNamespace]
-    light: onnx.ModelProto
-    expands: bool  # whether shape inference may expand its functions
-    planned: FirstSet | InputError | None = None  # the check's first set, planned as it was read
-
-
 FirstSet = tuple[dict[str, list[int]], dict[str, int], str]  # shapes, dims, whose set
 WOULD_USE = "the first input set --check would use"
+PLANNED = "planned as --check plans it, on the optimized graph"
+KEYS = ("opset", "ir_version", "inputs", "outputs", "parameters")
 
 
-def read_original(model: ir.Model, light: onnx.ModelProto | None = None,
-                  plan: tuple[CompareOptions, ShapeSteps] | None = None) -> Original:
-    """The :class:`Original` of ``model``, just loaded; ``light``: the reader's proto of it
-    as ``serialize_light`` gives it (copied: the fold's first inference takes it), else it is
-    serialized here (with each node's metadata: 1.8 KiB a node of a dynamo export).
-
-    ``plan``: the check's options and shape steps, where no check will run and nothing pins
-    an input's dim (``--input-shape``): the first input set the check would use is planned
-    now, on ``model`` itself, which is left exactly as it was found (every value's type,
-    shape and marks), instead of on a second copy of the input read once the fold is done
-    (1 s of 3.5 for a 16k-node graph, and a collection of it)."""
-    from onnxfold.io.writer import input_files
-
-    sizes = {(info.st_dev, info.st_ino): info.st_size for info in
-             (os.stat(p) for p in input_files(model) if os.path.isfile(p))}
-    declared = [SimpleNamespace(name=v.name, type=f"tensor({_dtype(v)})" if isinstance(
-        v.type, ir.TensorType) else _dtype(v), shape=[
-            d if isinstance(d, int) else getattr(d, "value", None) for d in v.shape or ()])
-        for v in model.graph.inputs if v.name not in model.graph.initializers]
-    if light is not None:
-        light = _copy(light)
-    else:
-        with texts_aside(model):
-            light = serialize_light(model)
-    original = Original({**{key: fn(model) for key, fn in _FACTS},
-                         "file_bytes": sum(sizes.values())}, declared, light,
-                        inference_expands_functions(model))
-    if plan is None:
-        return original
+def signature(data: Signature, written: int | None, check: CompareResult | None,
+              options: CompareOptions, catalogue: Catalogue) -> dict[str, Any]:
+    """The signature of the input and the optimized model (``data``, the run's; ``written``
+    bytes, None: a dry run), with the compute at the check's first input set (``check``, or
+    the one ``options`` would give)."""
+    assert data.after is not None and data.model is not None
+    found: dict[str, Any] = {key: [data.before[key], data.after[key]] for key in KEYS}
+    found["file_bytes"] = [data.before["file_bytes"], written]
     try:
-        if _declared_set(original, plan[0]) is not None:
-            return original  # (a set the declared shapes give needs no plan)
-        with left_as_found(model):  # the output will fix the dims the input fixes: unpinned
-            planned: FirstSet | InputError = _planned(original, model, *plan, _fixed(model))
-    except InputError as e:  # the signature says why, once it is made
-        planned = e
-    except Exception:  # never the fold's end: planned once it is done, as it was before
-        return original
-    return dataclasses.replace(original, planned=planned)
+        shapes, dims, where = _first_set(data.model, check, options, catalogue)
+    except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
+        found["compute"] = {"reason": str(e)}
+        return found
+    before, after = _counted(data, shapes, dims, catalogue)
+    found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
+                        "before": before.totals(), "after": after.totals()}
+    return found
 
 
-def _fixed(model: ir.Model) -> dict[str, dict[int, int]]:
-    """The static dims of ``model``'s inputs, by input and axis (``FeedPlan``'s ``pinned``)."""
-    return {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
-            for v in model.graph.inputs}
+def _counted(data: Signature, shapes: dict[str, list[int]], dims: dict[str, int],
+             catalogue: Catalogue) -> tuple[Compute, Compute]:
+    """Both models' compute at ``shapes``: the run's profiles, or where they leave a costed
+    node's shape unknown, ONNX's inference at those shapes (the original's from the proto the
+    run kept where its profile was not complete)."""
+    assert data.model is not None
+    before, after = data.compute(shapes)
+    if not before.unknown and not after.unknown:
+        return before, after
+    if process_goes_on():  # else the exit frees them (a full collection: 0.5 s at 16k nodes)
+        release()
+    folded, known = data.model, None
+    if after.unknown or (before.unknown and data.light is not None):
+        after = compute(folded, shapes, catalogue.costs)
+        release()
+        known = _pinned_types(folded, shapes, catalogue) if dims and after.uncounted else None
+        if known is not None:
+            after = compute(folded, shapes, catalogue.costs, known)
+            release()
+    if before.unknown and data.light is not None:
+        before = compute_light(_copy(data.light),  # a copy is bound to the shapes
+                               data.expands, shapes, catalogue.costs,
+                               {**(known or {}), **after.types})
+    return before, after
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     return copy
-
-
-def signature(original: Original, folded: ir.Model, written: int | None,
-              check: CompareResult | None, options: CompareOptions, catalogue: Catalogue
-              ) -> dict[str, Any]:
-    """The signature of the input (``original``) and of ``folded`` (``written`` bytes; None:
-    a dry run), with the compute at the check's first input set (``check``, or the one
-    ``options`` would give)."""
-    found: dict[str, Any] = {key: [original.facts[key], fn(folded)] for key, fn in _FACTS}
-    found["file_bytes"] = [original.facts["file_bytes"], written]
-    try:
-        shapes, dims, where = _first_set(original, folded, check, options, catalogue)
-    except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
-        found["compute"] = {"reason": str(e)}
-        return found
-    if process_goes_on():  # else the exit frees them (a full collection: 0.5 s at 16k nodes)
-        release()  # the plan's graph, before the computes' protos
-    after = compute(folded, shapes, catalogue.costs)
-    release()
-    known = _pinned_types(folded, shapes, catalogue) if dims and after.uncounted else None
-    if known is not None:
-        after = compute(folded, shapes, catalogue.costs, known)
-        release()
-    before = compute_light(_copy(original.light),  # a copy is bound to the shapes
-                           original.expands, shapes, catalogue.costs, {**(known or {}),
-                                                                       **after.types})
-    found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
-                        "before": _totals(before), "after": _totals(after)}
-    return found
 
 
 def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Catalogue
@@ -146,7 +102,9 @@ def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Cat
     Concat chains that no inference follows (a dynamic BERT: 28 FLOPs); fixed, they fold.
     None where that fold fails, however (the counts stay what inference found, and say what
     they left uncounted)."""
+    from onnxfold.analysis.shapes import serialize_light
     from onnxfold.pipeline.optimizer import optimize
+    from onnxfold.signature.inferred import compute as inferred
 
     with texts_aside(folded):
         light = serialize_light(folded)
@@ -161,105 +119,38 @@ def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Cat
              for name, tensor in ((name, value.const_value) for name, value in
                                   pinned.model.graph.initializers.items())  # steps folded
              if tensor is not None}
-    return {**types, **compute(pinned.model, shapes, catalogue.costs).types}
+    return {**types, **inferred(pinned.model, shapes, catalogue.costs).types}
 
 
-def _opset(model: ir.Model) -> int | None:
-    return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOptions,
+               catalogue: Catalogue) -> FirstSet:
+    """Each input's shape in the check's first input set, its named dims, and whose set: the
+    check's where it ran, the declared shapes where every dim is static and no ``--dim`` or
+    ``--int-range`` is to be checked against the model, else the check's plan of its first
+    set over ``folded``'s inputs, its relations read from the types and dims the fold left on
+    the graph (no inference, no walk of its own)."""
+    from onnxfold.check.running.feeds import FeedPlan
+    from onnxfold.check.running.models import numpy_type
 
-
-def _dtype(value: ir.Value) -> str:
-    """``float``, ``int64``: as onnxruntime names a tensor's element type; another type
-    (a sequence, an optional) as onnx-ir names it."""
-    if value.type is not None and not isinstance(value.type, ir.TensorType):
-        return str(value.type)
-    return value.dtype.name.lower() if value.dtype is not None else "?"
-
-
-def _value(value: ir.Value) -> dict[str, Any]:
-    """``{name, dtype, shape}`` (``float32``, as the check names it): a dim an int, its
-    name, or ``?``."""
-    try:
-        dtype = str(value.dtype.numpy()) if isinstance(value.type, ir.TensorType) and \
-            value.dtype is not None else _dtype(value)
-    except TypeError:  # a type numpy has no name for (a 4-bit integer)
-        dtype = _dtype(value)
-    return {"name": value.name, "dtype": dtype, "shape": None if value.shape is None else [
-        d if isinstance(d, int) else getattr(d, "value", None) or "?" for d in value.shape]}
-
-
-def _inputs(model: ir.Model) -> list[dict[str, Any]]:
-    return [_value(v) for v in model.graph.inputs if v.name not in model.graph.initializers]
-
-
-def _params(model: ir.Model) -> dict[str, int]:
-    """The initializers' elements and bytes (strings not counted)."""
-    tensors = [v.const_value for v in model.graph.initializers.values()
-               if v.const_value is not None and v.const_value.dtype != ir.DataType.STRING]
-    return {"count": sum(t.size for t in tensors), "bytes": sum(t.nbytes for t in tensors)}
-
-
-_FACTS: tuple[tuple[str, Callable[[ir.Model], Any]], ...] = (
-    ("opset", _opset), ("ir_version", lambda m: m.ir_version), ("inputs", _inputs),
-    ("outputs", lambda m: [_value(v) for v in m.graph.outputs]), ("parameters", _params))
-
-
-def _first_set(original: Original, folded: ir.Model,
-               check: CompareResult | None, options: CompareOptions, catalogue: Catalogue
-               ) -> tuple[dict[str, list[int]], dict[str, int], str]:
-    """Each input's shape in the check's first input set, its named dims, and whose set (the
-    dims ``folded`` fixes, ``--input-shape``'s, held as the check holds them). The plan reads
-    the input's graph (weights as typed inputs): made here only where no check ran."""
     if check is not None:
         return ({i.name: list(i.shape) for i in check.inputs}, dict(check.dims),
                 "the check's first input set")
-    declared = _declared_set(original, options)
-    if declared is not None:
-        return declared
-    if isinstance(original.planned, InputError):
-        raise original.planned
-    if original.planned is not None:
-        return original.planned  # (the dims ``folded`` fixes are the input's: no pin)
-    with quiet("onnx_ir"):  # what it says of the input it said as the input was read
-        graph = ir.serde.deserialize_model(original.light)
-    return _planned(original, graph, options, catalogue.shape_steps, _fixed(folded))
-
-
-def _declared_set(original: Original, options: CompareOptions) -> FirstSet | None:
-    """The first input set where the declared shapes give it (every dim static, no ``--dim``
-    or ``--int-range`` to check against the model): the plan binds no dim then, whatever the
-    graph relates. None where the plan is needed."""
-    from onnxfold.check.running.models import numpy_type
-
-    if options.dims or options.int_ranges or not all(
-            all(map(is_static_dim, i.shape)) for i in original.declared):
-        return None
-    for i in original.declared:  # what the plan refuses first (a sequence input)
+    declared = [SimpleNamespace(name=v.name, type=f"tensor({ort_type(v)})" if isinstance(
+        v.type, ir.TensorType) else ort_type(v), shape=[
+            d if isinstance(d, int) else getattr(d, "value", None) for d in v.shape or ()])
+        for v in folded.graph.inputs if v.name not in folded.graph.initializers]
+    for i in declared:  # what the plan refuses first (a sequence input)
         numpy_type(i.type, "the original", i.name)
-    return {i.name: list(i.shape) for i in original.declared}, {}, WOULD_USE
-
-
-def _planned(original: Original, graph: ir.Model, options: CompareOptions, steps: ShapeSteps,
-             fixed: dict[str, dict[int, int]]) -> FirstSet:
-    """The check's plan of its first input set (``onnxfold.check.running.feeds``) over
-    ``graph``, the input as read (``fixed``: the dims the output fixes, held as the check
-    holds them). Its inference takes ``original.light``, which may lose there the functions
-    inference may not expand, as ``compute_light`` takes them out of its copy."""
-    from onnxfold.check.running.feeds import FeedPlan
-
-    plan = FeedPlan(SimpleNamespace(get_inputs=lambda: original.declared), "the original",
-                    graph, {}, options.dims, options.int_ranges, steps, fixed,
-                    light=original.light)
+    if not options.dims and not options.int_ranges and all(
+            all(map(is_static_dim, i.shape)) for i in declared):
+        return {i.name: list(i.shape) for i in declared}, {}, WOULD_USE
+    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
+             for v in folded.graph.inputs}
+    plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original", folded, {},
+                    options.dims, options.int_ranges, catalogue.shape_steps, fixed,
+                    analysed=True)
     return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
-            WOULD_USE)
-
-
-def _totals(found: Compute) -> dict[str, Any]:
-    return {"flops": sum(row[1] for row in found.ops.values()),
-            "macs": sum(row[2] for row in found.ops.values()),
-            "ops": {op: {"nodes": n, "flops": f, "macs": m}
-                    for op, (n, f, m) in sorted(found.ops.items(), key=lambda kv: -kv[1][1])},
-            "not_counted": found.uncounted}
+            PLANNED)
 
 
 def si(n: float, unit: str = "") -> str:

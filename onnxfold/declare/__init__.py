@@ -11,7 +11,6 @@ algebra they compute with (:class:`Known`, :func:`arith`, ...); what an op compu
 the engine's (``onnxfold.declare.catalogue``).
 """
 
-from onnxfold.analysis.cost import OpCost
 from onnxfold.analysis.declines import Decline, DeclineKind
 from onnxfold.analysis.dim_algebra import (
     MAX_ELEMENTS,
@@ -32,6 +31,7 @@ from onnxfold.analysis.dim_algebra import (
 )
 from onnxfold.analysis.step_inputs import DimsInputs, StepInputs, dim_symbols
 from onnxfold.declare.builder import OpBuilder, Out, Replacement
+from onnxfold.declare.costs import OpCost
 from onnxfold.declare.pattern_rules import (
     KEEPS_QDQ_UNITS,
     REWRITES_CONSTANTS,

@@ -23,8 +23,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import onnx_ir as ir
 
-from onnxfold.analysis.cost import OpCost
 from onnxfold.analysis.step_inputs import ShapeSteps
+from onnxfold.declare.costs import OpCost
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.registry import RULES_ATTR, FolderRule, OpFact, ShapeDimsRule, ShapeValueRule
 from onnxfold.declare.sizes import SizeRule

@@ -84,6 +84,7 @@ from onnxfold.pipeline.results import (
 )
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import StepFailed
+from onnxfold.signature import RecordsCosts, Signature, facts
 
 if TYPE_CHECKING:
     from onnxfold.io.writer import SaveInfo
@@ -98,6 +99,8 @@ class OptimizeResult:
     stats: FoldStats = field(repr=False, default_factory=FoldStats)
     # what a check needs of the run: every rewrite (when asked), the dims --input-shape fixed
     evidence: RunEvidence = field(repr=False, default_factory=RunEvidence)
+    # the input's and the optimized model's facts and compute (``onnxfold.signature``)
+    signature: Signature | None = field(repr=False, default=None)
 
     def __repr__(self) -> str:
         """Counts, sizes and time (a notebook shows this, not the whole graph)."""
@@ -157,7 +160,8 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
                    light: onnx.ModelProto | None = None,
                    phases: Phases | None = None,
                    settings: RunSettings | None = None,
-                   rewrites: RewriteLog | None = None, label: str = "model") -> PassManager:
+                   rewrites: RewriteLog | None = None, label: str = "model",
+                   signature: Signature | None = None) -> PassManager:
     """The passes of ``optimize`` for these options, each appending its result to ``log``;
     ``catalogue``: the run's rules and op facts, before the options disable some; ``skipped``
     names rules and passes (``fold``, ``prune``) left out after they failed;
@@ -165,8 +169,11 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
     clock each pass's time counts on; ``settings``: what rewrites and cleanups read (by default
     the options' own, ``FoldOptions.run_settings``, knowing of no plugin ops); ``rewrites``:
     where every rewrite is recorded, for a check to validate (None: not recorded);
-    ``label``: the model's name in an error of ``--target-opset``'s conversion."""
+    ``label``: the model's name in an error of ``--target-opset``'s conversion;
+    ``signature``: where the input's compute profile is recorded once the first shape
+    inference is done (None: not recorded)."""
     settings = settings or options.run_settings()
+    costs = catalogue.costs  # (the catalogue's, before options disable rules)
 
     def wrap(step: PassBase) -> PassBase:
         """The pass, its result recorded in ``log`` and its time counted on ``phases``."""
@@ -208,6 +215,8 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         # the reader's proto describes the model only if no pass before changed it
         wrap(InferShapes(light if not inline and not options.input_shapes and target is None
                          else None)),
+        # (the input as loaded: what the signature counts as "before", whatever came since)
+        *([] if signature is None else [_timed(RecordsCosts(signature, costs, light), phases)]),
         stage,
         *(wrap(cleanup) for cleanup in cleanup_passes(off, dataclasses.replace(
             settings, nondeterministic_ops=catalogue.nondeterministic), strict)),
@@ -219,13 +228,17 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
 MAX_RESTARTS = 4
 
 
+def _timed(step: PassBase, phases: Phases | None) -> PassBase:
+    """``step``, its time counted on ``phases`` where given (its result not in the log)."""
+    return step if phases is None else Timed(step, phases)
+
+
 def optimize(model: ModelInput, options: FoldOptions | None = None,
              *, check: bool = True,
              input_shapes: Mapping[str, Sequence[int | str | None]] | Sequence[str] | None = None,
              progress: Callable[[int, int], None] | None = None,
              pristine: Callable[[], ir.Model] | None = None,
              loaded: Callable[[ir.Model], None] | None = None,
-             read_light: Callable[[ir.Model, onnx.ModelProto | None], None] | None = None,
              phases: Phases | None = None, catalogue: Catalogue | None = None,
              record_rewrites: bool = False, **fold_options: Any) -> OptimizeResult:
     """Fold every constant subgraph of ``model``: a path, an ``onnx.ModelProto``, its bytes,
@@ -242,10 +255,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     optimization starts again from the untouched model (from ``pristine()``, a fresh copy, when
     given; else from a copy taken first); the report lists it in ``skipped_steps``.
     ``loaded(model)`` runs once the model is read, before any pass (the command line refuses
-    an output that would replace one of its files there, not after a whole fold);
-    ``read_light(model, light)`` then, with the reader's proto of the model as
-    ``shapes.serialize_light`` gives it (None where it does not describe the model exactly),
-    to read and not change: the first shape inference takes it.
+    an output that would replace one of its files there, not after a whole fold).
     ``phases`` times each phase (the report's ``phases``; a fresh clock when not given).
     ``catalogue``: the rules and op facts to fold with (None: the installed rules,
     ``load_catalogue()``); a test or a plugin passes its own, ``options.disabled_rules``
@@ -257,7 +267,7 @@ def optimize(model: ModelInput, options: FoldOptions | None = None,
     catalogue = load_catalogue() if catalogue is None else catalogue
     with long_lived():  # fewer collections; a large model's objects are not walked by each
         return _optimize(model, options, catalogue, check, progress, pristine, loaded,
-                         read_light, phases or Phases(), record_rewrites)
+                         phases or Phases(), record_rewrites)
 
 
 def with_keywords(caller: Callable[..., Any], options: FoldOptions | None, check: object,
@@ -321,7 +331,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
               progress: Callable[[int, int], None] | None,
               pristine: Callable[[], ir.Model] | None,
               loaded: Callable[[ir.Model], None] | None,
-              read_light: Callable[[ir.Model, onnx.ModelProto | None], None] | None, phases: Phases,
+              phases: Phases,
               record_rewrites: bool = False) -> OptimizeResult:
     started = time.perf_counter()
     options = options or FoldOptions()
@@ -330,8 +340,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     if loaded is not None:
         loaded(model)
     light = lighten(light) if light is not None else None  # read here
-    if read_light is not None:
-        read_light(model, light)
+    signature = Signature(facts(model))  # the input's, as loaded
     if path is not None:
         source = path
         pristine = pristine or (lambda: load_model(source, check=False))
@@ -358,7 +367,8 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         try:
             _run(build_pipeline(options, catalogue, results, progress, frozenset(skipped) | frozen,
                                 light=None if skipped else light, phases=phases,
-                                settings=settings, rewrites=rewrites, label=path or "model"),
+                                settings=settings, rewrites=rewrites, label=path or "model",
+                                signature=signature),
                  model)
             break
         except StepFailed as failure:
@@ -397,9 +407,11 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report.metadata_stripped = {"mode": options.strip_metadata,
                                     "entries": stripped.entries, "bytes": stripped.bytes,
                                     "own": stripped.own}
+    with phases.phase("signature"):
+        signature.finish(model, catalogue.costs)
     report.phases = phases.rounded()
     return OptimizeResult(model, report, stats,
-                          RunEvidence(rewrites, dict(stats.inputs_fixed.axes)))
+                          RunEvidence(rewrites, dict(stats.inputs_fixed.axes)), signature)
 
 
 def _folder(options: FoldOptions, catalogue: Catalogue) -> Callable[[ir.Model], ir.Model]:

@@ -20,6 +20,7 @@ from onnx_ir.passes import InPlacePass, PassBase, PassResult
 PASS_PHASES = {
     "input_shapes": "shapes", "infer_shapes": "shapes", "refine_shapes": "shapes",
     "rewrite": "rewrite", "fold": "fold", "fold_functions": "fold", "convert_opset": "load",
+    "signature": "signature",
 }
 
 

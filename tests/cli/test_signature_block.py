@@ -1,7 +1,8 @@
 """``optimize`` says what a model is, before and after: opset and IR version, each input and
 output with its dtype and shape (symbolic dims named), the parameters and their bytes, the
 file's size, and FLOPs/MACs per op type at the shapes of the check's first input set (the
-check's own, or with no ``--check`` the one it would use, ``--dim`` included), said; in the
+check's own, or with no ``--check`` its plan over the optimized graph, ``--dim`` included),
+said; in the
 summary, ``--json`` (its schema) and the HTML report. The counts are held against the model's
 own arithmetic, written out here."""
 
@@ -52,7 +53,7 @@ def test_the_signature_in_the_summary_and_the_json(tmp_path):
     assert found["file_bytes"] == [os.path.getsize(src), os.path.getsize(out)]
     compute = found["compute"]
     assert compute["dims"] == {"n": 3} and compute["inputs"] == {"x": [3, 8]}
-    assert compute["from"] == "the first input set --check would use"
+    assert compute["from"] == "planned as --check plans it, on the optimized graph"
     macs = 3 * 6 * 8
     before, after = compute["before"], compute["after"]
     assert before["ops"]["MatMul"] == {"nodes": 1, "flops": 2 * macs, "macs": macs}
@@ -67,8 +68,8 @@ def test_the_signature_in_the_summary_and_the_json(tmp_path):
     assert lines[head + 1] == "inputs       x float32[n,8]"
     assert lines[head + 2] == "outputs      y float32[n,6]"
     assert lines[head + 3].startswith(
-        "compute      354 FLOPs (144 MACs) -> 306 FLOPs (144 MACs) at n=3 (the first input "
-        "set --check would use); Gemm 0 -> 306")
+        "compute      354 FLOPs (144 MACs) -> 306 FLOPs (144 MACs) at n=3 (planned as --check "
+        "plans it, on the optimized graph); Gemm 0 -> 306")
 
 
 def test_with_a_check_the_compute_is_at_its_first_input_set_and_the_page_shows_it(tmp_path):

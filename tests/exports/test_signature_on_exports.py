@@ -14,6 +14,7 @@ pytest.importorskip("torch", reason="the exports tier needs torch (pip install .
 
 from tests.support import export_matrix
 from tests.support.cli import run_cli
+from tests.support.run_macs import run_macs
 
 
 def test_inspect_counts_a_dynamic_torchscript_bert_by_hand():
@@ -33,41 +34,6 @@ def test_inspect_counts_a_dynamic_torchscript_bert_by_hand():
     assert "MatMul" not in compute["before"]["not_counted"]
 
 
-def _run_macs(path, feeds) -> int:
-    """The MatMul and Gemm multiply-accumulates of one run of ``path`` in onnxruntime over
-    ``feeds``, from the shapes their inputs take at run time (each input made an output): a
-    count that shares nothing with the signature's inference."""
-    import numpy as np
-    import onnx
-    import onnxruntime as ort
-
-    model = onnx.load(path)
-    products = [n for n in model.graph.node if n.op_type in ("MatMul", "Gemm")]
-    known = {o.name for o in model.graph.output}
-    for name in dict.fromkeys(i for n in products for i in n.input[:2]):
-        if name not in known:
-            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    shapes = dict(zip(names, (np.shape(v) for v in session.run(names, feeds))))
-    shapes.update({t.name: tuple(t.dims) for t in model.graph.initializer})
-    macs = 0
-    for node in products:
-        a, b = shapes[node.input[0]], shapes[node.input[1]]
-        if node.op_type == "Gemm":
-            trans = {x.name: x.i for x in node.attribute}
-            m, k = a[::-1] if trans.get("transA") else a
-            n = b[0] if trans.get("transB") else b[1]
-            macs += m * k * n
-        else:
-            out = np.matmul(np.empty(a, np.int8), np.empty(b, np.int8)).shape
-            macs += int(np.prod(out)) * a[-1]
-    return macs
-
-
 @pytest.mark.parametrize("name", ["bert_torchscript", "llama_kv_torchscript",
                                   "gpt2_kv_torchscript", "bert_dynamo", "llama_kv_dynamo",
                                   "t5_torchscript"])
@@ -85,7 +51,7 @@ def test_optimize_counts_what_onnxruntime_runs(name, tmp_path):
     compute = json.loads(report.read_text())["signature"]["compute"]
     feeds, _ = synthetic_feeds(str(source), dims=compute["dims"])
     assert {k: list(v.shape) for k, v in feeds.items()} == compute["inputs"]
-    ran = _run_macs(source, feeds)
+    ran = run_macs(source, feeds)
     assert ran > 0
     # without a check, at the first set the check would try (a KV cache's guessed mask may
     # be one the check then retries: the products it counts do not read the mask's length)

@@ -1,11 +1,12 @@
-"""FLOPs and MACs per op type (``onnxfold.analysis.cost`` with the costs ``rules/op_costs.py``
-declares), at bound input shapes, against counts written out here by hand from each op's
-definition: a MatMul and a Gemm (``transA``) multiply-accumulate ``K`` terms per output
-element, a Conv ``C/group x kernel`` per output element, a ConvTranspose each input element
-through its weights; elementwise ops and reductions by their declared factor; data movement
-counts nothing; a custom op, a control-flow node or a node whose shape stays dynamic is not
-counted, and says so. A dynamic dim declared by name (or as dynamo's sum ``n + 1``) deeper in
-the graph takes the bound value; shapes inference cannot follow are taken from a model that
+"""FLOPs and MACs per op type counted by inference (``onnxfold.signature.inferred``: the
+signature's count where the run's profile leaves a shape unknown; the costs
+``rules/op_costs.py`` declares), at bound input shapes, against counts written out here by hand
+from each op's definition: a MatMul and a Gemm (``transA``) multiply-accumulate ``K`` terms per
+output element, a Conv ``C/group x kernel`` per output element, a ConvTranspose each input
+element through its weights; elementwise ops and reductions by their declared factor; data
+movement counts nothing; a custom op, a control-flow node or a node whose shape stays dynamic is
+not counted, and says so. A dynamic dim declared by name (or as dynamo's sum ``n + 1``) deeper
+in the graph takes the bound value; shapes inference cannot follow are taken from a model that
 computes the same (the folded model's, for the original)."""
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.analysis.cost import OpCost, compute
 from onnxfold.declare.catalogue import load_catalogue
+from onnxfold.declare.costs import OpCost
+from onnxfold.signature.inferred import compute
 from tests.support.models import make_model, tensor, vinfo
 
 COSTS = load_catalogue().costs

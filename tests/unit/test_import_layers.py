@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("declare", ("onnxfold.declare",)),
     ("rewrite", ("onnxfold.rewrite",)),
     ("fold", ("onnxfold.fold",)),
+    ("signature", ("onnxfold.signature",)),
     ("pipeline", ("onnxfold.pipeline",)),
     ("runtime", ("onnxfold.runtime",)),
     ("check", ("onnxfold.check",)),

@@ -25,8 +25,7 @@ plans: ``onnxfold.check.running.feeds``.)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
@@ -34,11 +33,11 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.dim_algebra import Dim, Linear, Sym, parse_expression
-from onnxfold.analysis.shapes import DECLARED_KEY, MARKED_KEY, infer_shapes
-from onnxfold.analysis.step_inputs import REFINED_KEY, ShapeSteps, dim_symbol, shared_dim_names
+from onnxfold.analysis.shapes import infer_shapes
+from onnxfold.analysis.step_inputs import ShapeSteps, dim_symbol, shared_dim_names
 from onnxfold.analysis.symbolic import shape_values
 from onnxfold.ir.constants import constant_array
-from onnxfold.ir.graph import PASSES_ELEMENTS, all_graphs, is_default_op
+from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
 
 WIDE = 16  # the prefill binding's length of dims off axis 0 (1 would hide broadcasting bugs)
 IMAGE_SIZE = 224  # an image's height and width where the graph does not fix them
@@ -372,40 +371,13 @@ def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
                     relations.add(b, a, where)
 
 
-@contextmanager
-def left_as_found(model: ir.Model) -> Iterator[None]:
-    """Whatever :func:`plan` (its shape inference and symbolic walk) writes into ``model``,
-    undone when the block ends: every node output's type, shape, refined dims
-    (``REFINED_KEY``) and inference marks (``shapes.DECLARED_KEY``, ``MARKED_KEY``), so that
-    a model can be planned on as it was read and then folded as if it never was."""
-    keys = (REFINED_KEY, DECLARED_KEY)
-    values = [v for graph in all_graphs(model) for node in graph for v in node.outputs]
-    found = [(v.type, v.shape, tuple(v.meta.data.get(k, _ABSENT) for k in keys))
-             for v in values]
-    marked = model.meta.data.get(MARKED_KEY, _ABSENT)
-    try:
-        yield
-    finally:
-        for value, (type_, shape, metas) in zip(values, found):
-            value.type, value.shape = type_, shape
-            for key, meta in zip(keys, metas):
-                if meta is _ABSENT:
-                    value.meta.data.pop(key, None)
-                else:
-                    value.meta.data[key] = meta
-        if marked is _ABSENT:
-            model.meta.data.pop(MARKED_KEY, None)
-        else:
-            model.meta.data[MARKED_KEY] = marked
-
-
-_ABSENT = object()
 
 
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
          given: Mapping[str, int], steps: ShapeSteps, sizes: Mapping[str, int] | None = None,
          held: Collection[str] = (), anonymous: AxisNames | None = None,
-         batches: Collection[str] = (), light: onnx.ModelProto | None = None) -> DimPlan:
+         batches: Collection[str] = (), light: onnx.ModelProto | None = None,
+         analysed: bool = False) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
     ``given`` as is, the ones the graph relates computed (``steps``: the catalogue's shape
     steps), the others guessed (see module): ``sizes`` (an image's height and width) where
@@ -414,7 +386,9 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     ``input_shapes`` gives each dim the model leaves unnamed (``?``, none, -1) by graph input
     and axis, so that the graph's relations read it as they read a named one. ``light``:
     ``model`` as ``shapes.serialize_light`` gives it, where the caller has it (its inference
-    takes it: not serialized again)."""
+    takes it: not serialized again); ``analysed``: ``model``'s values already carry their
+    inferred types and the symbolic walk's dims (an optimized model, as its run left it):
+    neither is made again."""
     sizes = sizes or {}
     names = {d for shape in input_shapes for d in shape if is_named(d)}
     axis_names: dict[tuple[str, int], str] = dict(anonymous or {})
@@ -428,8 +402,9 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
         if form is not None and form != {name: 1} and set(form) - {""} <= names:
             relations.equations[name] = (form, "declared by the input")
     try:
-        infer_shapes(model, light)
-        shape_values(model.graph, constant_array, shared_dim_names(model), steps=steps)
+        if not analysed:
+            infer_shapes(model, light)
+            shape_values(model.graph, constant_array, shared_dim_names(model), steps=steps)
         _index_relations(model, relations)
         _broadcast_relations(model, relations)
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses

@@ -176,7 +176,9 @@ class FeedPlan:
     ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims; ``pinned``:
     anonymous dims fixed by input and axis (the second model's static ones,
     ``onnxfold.check.running.pinned``); ``light``: ``graph`` serialized without its large
-    weights, where the caller has it (``dim_relations.plan``).
+    weights, where the caller has it (``dim_relations.plan``); ``analysed``: ``graph``'s
+    values already carry their inferred types and the walk's dims (a model a run just
+    optimized: the plan infers nothing again).
 
     Every anonymous dim gets a name of its own (:func:`anonymous_dims`) and is bound like a
     named one: on axis 0 or inside a shape (a recurrent state's batch) it is a batch, ending a
@@ -185,7 +187,7 @@ class FeedPlan:
     def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
                  dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]],
                  steps: ShapeSteps, pinned: Mapping[str, Mapping[int, int]] | None = None,
-                 light: onnx.ModelProto | None = None) -> None:
+                 light: onnx.ModelProto | None = None, analysed: bool = False) -> None:
         pinned = pinned or {}
         declared = [(i.name, numpy_type(i.type, label, i.name), list(i.shape))
                     for i in session.get_inputs()]
@@ -225,7 +227,8 @@ class FeedPlan:
             sizes={d: dim_relations.IMAGE_SIZE for name, _, shape in self.specs
                    if name in self.images for d in shape[2:] if is_named(d)},
             held=_cache_lengths(self.specs) - set(self.anonymous.values()),
-            anonymous=self.anonymous, batches=_inner(self.specs, self.anonymous), light=light)
+            anonymous=self.anonymous, batches=_inner(self.specs, self.anonymous), light=light,
+            analysed=analysed)
         self.table_sizes = _id_table_sizes(graph)  # after the plan's shape inference
         # a binding model A cannot run is dropped; every binding tried is kept for messages
         self.bindings: list[Bound] = list(self.plan.bindings)

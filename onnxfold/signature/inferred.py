@@ -1,24 +1,17 @@
-"""What a model computes: FLOPs and multiply-accumulates (MACs) per op type, at given input
-shapes (the report's signature: the same shapes before and after a run).
+"""What a model computes, counted by ONNX shape inference at the bound input shapes: the
+signature's count where the fold's shapes do not say every shape a costed node reads
+(``signature.compute``: a Conv's spatial dims, a TorchScript export's attention shapes left to
+Shape, Gather and Concat chains), as it counted every model before issue 66.
 
 The shapes of every value come from ONNX shape inference on the model with its inputs' dims
-bound (``analysis.shapes``: weights left out, data propagation bounded). What each op costs is
-declared per op in ``rules/op_costs.py`` as an :class:`OpCost` of a *kind*, whose formula is
-here: ``contraction`` (MatMul, Gemm: each output element a dot product of ``K`` terms),
-``convolution`` (each output element the weights' ``C/group x kernel`` terms; transposed: each
-input element scattered through them), ``elementwise`` (``factor`` FLOPs per output element),
-``reduction`` (``factor`` per input element: a Softmax, a normalization), ``free`` (data
-movement). A MAC is one multiply and one add: 2 FLOPs. A node of an op no rule declares (a
-custom op, a control-flow node, a function call), or whose shapes inference cannot make
-static, is counted apart, not guessed.
+bound (``analysis.shapes``: weights left out, data propagation bounded); the formula of each
+kind is :func:`~onnxfold.signature.compute.formula`'s.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -27,45 +20,9 @@ import onnx_ir as ir
 from onnxfold.analysis.dim_algebra import parse_expression
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import inferred_types, serialize_light
+from onnxfold.declare.costs import OpCost
 from onnxfold.ir.long_texts import LONG_TEXT
-
-KINDS = ("contraction", "convolution", "transposed convolution", "elementwise", "reduction",
-         "free")
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """What one node of ``op_type`` computes (``rules/op_costs.py``): its ``kind`` (one of
-    :data:`KINDS`), ``factor`` FLOPs per element where the kind counts elements, ``weights``:
-    the input holding a convolution's weights (QLinearConv's is 3), ``bias``: an input added
-    to each output element of a contraction where given (Gemm's C: one FLOP each)."""
-
-    op_type: str
-    kind: str
-    factor: int = 1
-    weights: int = 1
-    bias: int | None = None
-    domain: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"{self.name}: kind {self.kind!r} is none of {KINDS}")
-
-    @property
-    def name(self) -> str:
-        """``cost.<op>``, for listings."""
-        return f"cost.{self.op_type}"
-
-
-@dataclass
-class Compute:
-    """Per op type: ``[nodes, FLOPs, MACs]`` counted, and the nodes not counted (no declared
-    cost, or shapes not static at the bound dims); ``types``: every static tensor type found,
-    by value name."""
-
-    ops: dict[str, list[int]] = field(default_factory=dict)
-    uncounted: dict[str, int] = field(default_factory=dict)
-    types: dict[str, onnx.TypeProto] = field(default_factory=dict, repr=False)
+from onnxfold.signature.compute import Compute, formula
 
 
 def compute(model: ir.Model, inputs: Mapping[str, Sequence[int]],
@@ -115,13 +72,7 @@ def compute_light(light: onnx.ModelProto, expands: bool, inputs: Mapping[str, Se
         cost = costs.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
         counted = _counted(node, cost, shapes) if cost is not None else None
         op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-        if counted is None:
-            found.uncounted[op] = found.uncounted.get(op, 0) + 1
-            continue
-        row = found.ops.setdefault(op, [0, 0, 0])
-        row[0] += 1
-        row[1] += counted[0]
-        row[2] += counted[1]
+        found.add(op, counted, cost is not None)
     return found
 
 
@@ -152,24 +103,15 @@ def texts_aside(model: ir.Model) -> Iterator[None]:
 def _counted(node: onnx.NodeProto, cost: OpCost, shapes: Mapping[str, list[int]]
              ) -> tuple[int, int] | None:
     """(FLOPs, MACs) of ``node``; None where a shape it needs is not static."""
-    if cost.kind == "free":
-        return 0, 0
     ins = [shapes.get(name) if name else None for name in node.input]
     out = shapes.get(node.output[0]) if node.output else None
+    first = ins[0] if ins else None
     if cost.kind == "contraction":
-        left = ins[0] if ins else None
-        if left is None or out is None or not left:
-            return None
         transposed = any(a.name == "transA" and a.i for a in node.attribute)
-        macs = math.prod(out) * left[0 if transposed and len(left) == 2 else -1]
-        added = cost.bias is not None and len(node.input) > cost.bias and node.input[cost.bias]
-        return 2 * macs + (math.prod(out) if added else 0), macs
+        biased = cost.bias is not None and len(node.input) > cost.bias and \
+            bool(node.input[cost.bias])
+        return formula(cost, out, first, transposed, biased)
     if cost.kind in ("convolution", "transposed convolution"):
         weights = ins[cost.weights] if len(ins) > cost.weights else None
-        scattered = ins[0] if cost.kind == "transposed convolution" else out
-        if weights is None or scattered is None:
-            return None
-        macs = math.prod(scattered) * math.prod(weights[1:])
-        return 2 * macs, macs
-    counted = out if cost.kind == "elementwise" else (ins[0] if ins else None)
-    return None if counted is None else (cost.factor * math.prod(counted), 0)
+        return formula(cost, first if cost.kind == "transposed convolution" else out, weights)
+    return formula(cost, out if cost.kind == "elementwise" else first, None)

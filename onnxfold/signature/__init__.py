@@ -1,0 +1,110 @@
+"""A model's signature before and after a run, as data: its facts (opset, IR version, inputs,
+outputs, parameters, files' bytes) and what it computes (FLOPs and MACs per op type) at input
+shapes a caller binds.
+
+The run makes it from what it already has (issue 66): the input's facts as it is loaded, its
+compute profile right after the fold's first shape inference (:class:`RecordsCosts`, a pass
+of the pipeline), the optimized model's at the end; the shapes the first inference left
+unknown are taken from the optimized model's values of the same name, which the fold's walk
+refined. No shape inference, copy or snapshot of the model is made for it.
+``OptimizeResult.signature`` carries it; ``onnxfold.app.signature`` renders it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassResult
+
+from onnxfold.analysis.dim_algebra import parse_expression
+from onnxfold.analysis.expansion import inference_expands_functions
+from onnxfold.analysis.shapes import serialize_light
+from onnxfold.declare.costs import OpCost
+from onnxfold.signature.compute import (
+    Binding,
+    Compute,
+    Profile,
+    Shape,
+    input_dim_names,
+    known_shapes,
+    profile,
+)
+from onnxfold.signature.facts import facts
+from onnxfold.signature.inferred import texts_aside
+
+__all__ = ["Compute", "RecordsCosts", "Signature", "facts"]
+
+
+@dataclass
+class Signature:
+    """``before``: the input's facts as loaded; ``after``: the optimized model's (its
+    ``file_bytes`` None: what a save writes is the saver's to say); the profiles of both."""
+
+    before: dict[str, Any]
+    before_profile: Profile | None = None  # set after the run's first shape inference
+    # where that profile is not complete: the input as then, light (no weights, no texts),
+    # for ONNX's inference at bound shapes, and whether inference may expand its functions
+    light: onnx.ModelProto | None = field(default=None, repr=False)
+    expands: bool = False
+    after: dict[str, Any] | None = None
+    after_profile: Profile | None = None
+    model: ir.Model | None = field(default=None, repr=False)  # the optimized model
+    _elsewhere: dict[str, Shape] | None = field(default=None, repr=False)
+
+    def finish(self, model: ir.Model, costs: Mapping[tuple[str, str], OpCost]) -> None:
+        """The optimized ``model``'s side, at the end of the run."""
+        self.after = {**facts(model), "file_bytes": None}
+        self.after_profile = profile(model, costs)
+        self.model = model
+
+    def compute(self, shapes: Mapping[str, Sequence[int]]) -> tuple[Compute, Compute]:
+        """What the input and the optimized model compute with the graph inputs at ``shapes``
+        (by name): before and after."""
+        assert self.model is not None and self.after_profile is not None
+        binding = Binding(self.model, shapes)
+        if self.before_profile is None:
+            return Compute(), self.after_profile.at(binding)
+        if self._elsewhere is None and not self.before_profile.complete():
+            self._elsewhere = known_shapes(self.model)  # (what the input's profile lacks)
+        return self.before_profile.at(binding, self._elsewhere), self.after_profile.at(binding)
+
+
+class RecordsCosts(InPlacePass):
+    """The pipeline's reading of the input's compute profile, after its first shape inference
+    and before any pass changes a node; it changes nothing."""
+
+    name = "signature"
+
+    def __init__(self, signature: Signature, costs: Mapping[tuple[str, str], OpCost],
+                 light: onnx.ModelProto | None = None) -> None:
+        self.signature, self.costs = signature, costs
+        self.light = light  # the reader's proto of the input, where it describes it as loaded
+
+    def call(self, model: ir.Model) -> PassResult:
+        """Record the profile (and where it is not complete, a light proto); unmodified."""
+        found = self.signature.before_profile = profile(model, self.costs)
+        if not found.complete():  # (the reader's, inference reads and leaves it: kept as is)
+            self.signature.light = self.light if self.light is not None else _light(model)
+            self.signature.expands = inference_expands_functions(model)
+        self.light = None
+        return PassResult(model, False)
+
+
+def _light(model: ir.Model) -> onnx.ModelProto:
+    """``model`` serialized without its weights and texts, its dims that are no input's (the
+    names the first inference made up, ``unk__3``) cleared: an inference at bound shapes
+    gives them again."""
+    names = input_dim_names(model)
+    with texts_aside(model):
+        light = serialize_light(model)
+    for info in light.graph.value_info:
+        for dim in info.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                form = parse_expression(dim.dim_param)
+                if not form or not set(form) - {""} <= names:
+                    dim.Clear()
+    return light
