@@ -11,7 +11,7 @@ profile cannot express (an unnamed axis no walk refined, a size the data decides
 node uncounted, said per op type, never guessed.
 
 What each op costs is declared per op in ``rules/op_costs.py`` as an
-:class:`~onnxfold.declare.costs.OpCost` of a *kind*, whose formula is :func:`_counted`'s:
+:class:`~onnxfold.declare.costs.OpCost` of a *kind*, whose formula is :func:`formula`'s:
 ``contraction`` (MatMul, Gemm: each output element a dot product of ``K`` terms),
 ``convolution`` (each output element the weights' ``C/group x kernel`` terms; transposed: each
 input element scattered through them), ``elementwise`` (``factor`` FLOPs per output element),
@@ -130,7 +130,7 @@ class Profile:
 def profile(model: ir.Model, costs: Mapping[tuple[str, str], OpCost]) -> Profile:
     """The costed nodes of ``model``'s main graph, their shapes as the model's values hold
     them now (:func:`shape_of`)."""
-    names = _Inputs(model)
+    inputs = _Inputs(model)
     nodes = []
     for node in model.graph:
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -141,7 +141,7 @@ def profile(model: ir.Model, costs: Mapping[tuple[str, str], OpCost]) -> Profile
             continue
 
         def shape(value: ir.Value | None) -> _Read | None:
-            return None if value is None else _Read(str(value.name), shape_of(value, names))
+            return None if value is None else _Read(str(value.name), shape_of(value, inputs))
 
         ins = list(node.inputs)
         first = ins[0] if ins else None
