@@ -42,7 +42,9 @@ __all__ = ["Compute", "RecordsCosts", "Signature", "facts"]
 @dataclass
 class Signature:
     """``before``: the input's facts as loaded; ``after``: the optimized model's (its
-    ``file_bytes`` None: what a save writes is the saver's to say); the profiles of both."""
+    ``file_bytes`` None: what a save writes is the saver's to say); the profiles of both.
+    The optimized model's side is read when first asked (a library call that never asks pays
+    nothing for it), from the model as it then is."""
 
     before: dict[str, Any]
     before_profile: Profile | None = None  # set after the run's first shape inference
@@ -50,27 +52,44 @@ class Signature:
     # for ONNX's inference at bound shapes, and whether inference may expand its functions
     light: onnx.ModelProto | None = field(default=None, repr=False)
     expands: bool = False
-    after: dict[str, Any] | None = None
-    after_profile: Profile | None = None
     model: ir.Model | None = field(default=None, repr=False)  # the optimized model
+    _costs: Mapping[tuple[str, str], OpCost] = field(default_factory=dict, repr=False)
+    _after: tuple[dict[str, Any], Profile] | None = field(default=None, repr=False)
     _elsewhere: dict[str, Shape] | None = field(default=None, repr=False)
 
     def finish(self, model: ir.Model, costs: Mapping[tuple[str, str], OpCost]) -> None:
-        """The optimized ``model``'s side, at the end of the run."""
-        self.after = {**facts(model), "file_bytes": None}
-        self.after_profile = profile(model, costs)
-        self.model = model
+        """The run ended with ``model``, the optimized one."""
+        self.model, self._costs = model, costs
+
+    @property
+    def after(self) -> dict[str, Any] | None:
+        """The optimized model's facts (None before the run ended)."""
+        side = self._after_side()
+        return None if side is None else side[0]
+
+    @property
+    def after_profile(self) -> Profile | None:
+        """The optimized model's compute profile (None before the run ended)."""
+        side = self._after_side()
+        return None if side is None else side[1]
+
+    def _after_side(self) -> tuple[dict[str, Any], Profile] | None:
+        if self._after is None and self.model is not None:
+            self._after = ({**facts(self.model), "file_bytes": None},
+                           profile(self.model, self._costs))
+        return self._after
 
     def compute(self, shapes: Mapping[str, Sequence[int]]) -> tuple[Compute, Compute]:
         """What the input and the optimized model compute with the graph inputs at ``shapes``
         (by name): before and after."""
-        assert self.model is not None and self.after_profile is not None
+        after = self.after_profile
+        assert self.model is not None and after is not None, "the run has not ended"
         binding = Binding(self.model, shapes)
         if self.before_profile is None:
-            return Compute(), self.after_profile.at(binding)
+            return Compute(), after.at(binding)
         if self._elsewhere is None and not self.before_profile.complete():
             self._elsewhere = known_shapes(self.model)  # (what the input's profile lacks)
-        return self.before_profile.at(binding, self._elsewhere), self.after_profile.at(binding)
+        return self.before_profile.at(binding, self._elsewhere), after.at(binding)
 
 
 class RecordsCosts(InPlacePass):
