@@ -133,7 +133,7 @@ def measure_latency_of(claimed: Claimed, settings: OptimizeSettings, saved: Save
                 save_model(saved.result.model, optimized, protect={claimed.job.source})
             reached("latency")
             options = saved.compared()
-            latency = measure_latency(claimed.job.source, optimized, settings.report.latency,
+            latency = measure_latency(claimed.job.source, optimized, runs=settings.report.latency,
                                       threads=settings.report.latency_threads,
                                       dims=options.dims, int_ranges=options.int_ranges,
                                       custom_op_libraries=options.custom_op_libraries,

@@ -33,7 +33,7 @@ def split(command: SplitCommand) -> int:
         parts = optimize_and_split(model, command.runtime_constants, load_catalogue(),
                                    command.fold,
                                    "fold" if command.fold_compile_time else "separate")
-        for path in write_split(parts, command.output, guard):
+        for path in write_split(parts, command.output, guard=guard):
             print(f"wrote {path}")
     fold = parts.manifest["runtime_fold"]
     print(f"runtime_fold: {len(parts.runtime_fold.graph)} nodes, "

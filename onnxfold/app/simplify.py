@@ -38,9 +38,9 @@ def _reference(model: ModelInput, shapes: InputShapes) -> onnx.ModelProto | str 
     return with_input_shapes(model, shapes)
 
 
-def simplify(model: ModelInput, check_n: int = 0, input_shapes: Shapes = None,
+def simplify(model: ModelInput, check_n: int = 0, *, input_shapes: Shapes = None,
              overwrite_input_shapes: Shapes = None, dims: Mapping[str, int] | None = None,
-             options: FoldOptions | None = None, *,
+             options: FoldOptions | None = None,
              inputs: Mapping[str, np.ndarray] | str | os.PathLike | None = None,
              int_ranges: Mapping[str, tuple[int, int]] | None = None,
              rtol: float | None = None, atol: float | None = None,

@@ -150,10 +150,13 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     while True:
         reference = run.reference(n, every_binding)
         feeder = run.feeder
-        result = CompareResult(run.label_a, run.label_b, [], feeder.describe(), n,
-                               options.seed, options.rtol, options.atol, feeder.dims,
-                               feeder.defaulted, [feeder.shown(b) for b in feeder.bindings],
-                               feeder.plan.derived, notes + reference.notes, options.level)
+        result = CompareResult(
+            model_a=run.label_a, model_b=run.label_b, rows=[], inputs=feeder.describe(), n=n,
+            seed=options.seed, rtol=options.rtol, atol=options.atol, dims=feeder.dims,
+            defaulted_dims=feeder.defaulted,
+            bindings=[feeder.shown(b) for b in feeder.bindings],
+            derived_dims=feeder.plan.derived, notes=notes + reference.notes,
+            level=options.level)
         result.single_dims = reference.single
         result.fixed_defaults = run.fixed_defaults
         if options.verify is not False and folds is None:

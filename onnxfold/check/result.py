@@ -52,7 +52,7 @@ class OutputDiff:
     ok: bool = True
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CompareResult:
     """Per-output differences; truthy when every output is within tolerance."""
 

@@ -475,7 +475,7 @@ def _reordered(proto: onnx.ModelProto, reorders: Reorders) -> onnx.ModelProto:
 _UNSORTED = "must be topologically sorted"  # onnx's checker, on a graph out of order
 
 
-def load_model(path: str | os.PathLike, check: bool = True) -> ir.Model:
+def load_model(path: str | os.PathLike, *, check: bool = True) -> ir.Model:
     """Load ``path`` with weights memory-mapped; raise InputError on anything unreadable."""
     return _load(os.fspath(path), check, keep_light=False)[0]
 

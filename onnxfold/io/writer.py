@@ -296,7 +296,7 @@ def remove_input_data(model: ir.Model, output: PinnedOutput, written: str | None
                           "(another model may read it)", stacklevel=4)
 
 
-def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput,
+def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput, *,
                external_data: bool | None = None, data_name: str | None = None,
                protect: set[str] | None = None, prefill: OutputPrefill | None = None,
                verify: Callable[[str], None] | None = None,

@@ -94,7 +94,7 @@ class Timing:
                 "ratio": ratio.to_dict(), "verdict": verdict(ratio)}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LatencyResult:
     """Latency and size of ``model_a`` (the original) and ``model_b`` (the optimized)."""
 
@@ -172,7 +172,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def measure_latency(a: ModelRef, b: ModelRef, runs: int = 20, *, threads: int = 1,
+def measure_latency(a: ModelRef, b: ModelRef, *, runs: int = 20, threads: int = 1,
                     levels: Sequence[str] = LEVELS, dims: Mapping[str, int] | None = None,
                     int_ranges: Mapping[str, tuple[int, int]] | None = None,
                     custom_op_libraries: Sequence[str | os.PathLike] = (),
@@ -244,9 +244,10 @@ def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence
 
     feeds, described = _feeds(opener(a, label_a, "disable"), label_a, graph_a, dims, int_ranges,
                               catalogue.shape_steps, _static_dims(graph_b))
-    result = LatencyResult(label_a, label_b, runs, threads, described, [],
-                           (_file_bytes(a, graph_a), _file_bytes(b, graph_b)),
-                           (_symbolic_dims(graph_a), _symbolic_dims(graph_b)), together)
+    result = LatencyResult(
+        model_a=label_a, model_b=label_b, runs=runs, threads=threads, feeds=described,
+        timings=[], file_bytes=(_file_bytes(a, graph_a), _file_bytes(b, graph_b)),
+        dynamic_dims=(_symbolic_dims(graph_a), _symbolic_dims(graph_b)), interleaved=together)
     del graph_a, graph_b
     for level in levels:
         tell(f"latency, level {level}")

@@ -90,7 +90,7 @@ if TYPE_CHECKING:
     from onnxfold.io.writer import SaveInfo
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OptimizeResult:
     """The optimized model (in memory) and the report of what was done."""
 
@@ -410,8 +410,9 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
     with phases.phase("signature"):
         signature.finish(model, catalogue.costs)
     report.phases = phases.rounded()
-    return OptimizeResult(model, report, stats,
-                          RunEvidence(rewrites, dict(stats.inputs_fixed.axes)), signature)
+    return OptimizeResult(model=model, report=report, stats=stats,
+                          evidence=RunEvidence(rewrites, dict(stats.inputs_fixed.axes)),
+                          signature=signature)
 
 
 def _folder(options: FoldOptions, catalogue: Catalogue) -> Callable[[ir.Model], ir.Model]:

@@ -65,7 +65,7 @@ def flag_of(option: Any) -> Flag:
     return flag
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FoldOptions:
     """What may be folded, and how: the options of one run of the pipeline.
 

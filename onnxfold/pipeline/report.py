@@ -65,7 +65,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Report:
     """The summary printed by ``onnxfold optimize`` (``--json`` writes :meth:`to_dict`)."""
 

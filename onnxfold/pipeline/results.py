@@ -96,7 +96,7 @@ class CleanupsResult(PassResult):
     removed: Counter = field(default_factory=Counter)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FoldStats:
     """The totals of one ``optimize`` run, built from its passes' results (:func:`summarize`).
 

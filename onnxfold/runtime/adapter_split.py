@@ -74,7 +74,7 @@ class AdapterSplit:
 
 
 def split_adapter(model: str | os.PathLike | ir.Model, base: str | os.PathLike,
-                  adapter: str | os.PathLike, catalogue: Catalogue | None = None,
+                  adapter: str | os.PathLike, *, catalogue: Catalogue | None = None,
                   check: bool = True) -> AdapterSplit:
     """``onnxfold split-adapter`` (which calls this): ``model`` (a path, read with onnx's
     checker unless ``check=False``, or an ``ir.Model``, changed in place) split into the base

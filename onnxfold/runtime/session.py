@@ -140,7 +140,7 @@ class Session:
     installed rules, ``load_catalogue()``).
     """
 
-    def __init__(self, model, runtime_constants: Sequence[str] = (), backend: str = "ort",
+    def __init__(self, model, runtime_constants: Sequence[str] = (), *, backend: str = "ort",
                  providers: Sequence[str] | None = None, sess_options=None,
                  check: str = "fingerprint", cache_dir: str | os.PathLike | None = None,
                  fold_compile_time: bool = True, backend_options: dict | None = None,

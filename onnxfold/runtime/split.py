@@ -333,7 +333,7 @@ def optimize_and_split(model: ir.Model, runtime_constants: Iterable[str], catalo
     return parts
 
 
-def split_model(model: ir.Model, runtime_constants: Iterable[str],
+def split_model(model: ir.Model, runtime_constants: Iterable[str], *,
                 separate_compile_time: bool = False,
                 keep: frozenset[str] = frozenset(), catalogue: Catalogue | None = None,
                 file_weights: bool = False) -> SplitModels:
@@ -450,7 +450,7 @@ def split_outputs(out_dir: str | os.PathLike, inputs: Iterable[str] = (),
         raise
 
 
-def write_split(parts: SplitModels, out_dir: str | os.PathLike,
+def write_split(parts: SplitModels, out_dir: str | os.PathLike, *,
                 guard: OutputGuard | None = None) -> list[str]:
     """Write entry.onnx, runtime_fold.onnx (and compiletime_fold.onnx) and manifest.json.
 
@@ -460,7 +460,7 @@ def write_split(parts: SplitModels, out_dir: str | os.PathLike,
     """
     if guard is None:
         with split_outputs(out_dir, input_files(parts.entry)) as claimed_here:
-            return write_split(parts, out_dir, claimed_here)
+            return write_split(parts, out_dir, guard=claimed_here)
     models = [("entry.onnx", parts.entry), ("runtime_fold.onnx", parts.runtime_fold)]
     if parts.compiletime_fold is not None:
         models.append(("compiletime_fold.onnx", parts.compiletime_fold))

@@ -76,7 +76,8 @@ def test_a_check_that_could_not_run_names_the_output_not_its_temporary_file(tmp_
 
     def short(original, checked, n, options, **kwargs):
         said = f"{checked}: the machine ran short running it ({checked}: out of memory)"
-        result = CompareResult(str(original), checked, [], "", n, 0, None, None, {}, [], [])
+        result = CompareResult(model_a=str(original), model_b=checked, rows=[], inputs=[], n=n,
+                               seed=0, rtol=None, atol=None)
         result.not_run = said
         raise CheckCouldNotRun(said, result)
 

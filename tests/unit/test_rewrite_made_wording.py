@@ -23,8 +23,8 @@ def _result(rewrite_state: str | None) -> CompareResult:
                                                   Verdict("merged", PARAMETER)])
     rewrites = None if rewrite_state is None else RewriteValidation(
         [Verdict("fuse at n", rewrite_state, reason="the machine ran short")], sets=3)
-    return CompareResult("a.onnx", "b.onnx", n=3, rows=[], inputs=[], seed=0, rtol=None,
-                         atol=None, folds=folds, rewrites=rewrites)
+    return CompareResult(model_a="a.onnx", model_b="b.onnx", n=3, rows=[], inputs=[], seed=0,
+                         rtol=None, atol=None, folds=folds, rewrites=rewrites)
 
 
 @pytest.mark.parametrize("state", [UNVALIDATED, None])
