@@ -6,8 +6,10 @@ The run makes it from what it already has (issue 66): the input's facts as it is
 compute profile right after the fold's first shape inference (:class:`RecordsCosts`, a pass
 of the pipeline), the optimized model's at the end; the shapes the first inference left
 unknown are taken from the optimized model's values of the same name, which the fold's walk
-refined. No shape inference, copy or snapshot of the model is made for it.
-``OptimizeResult.signature`` carries it; ``onnxfold.app.signature`` renders it.
+refined. Where those shapes say every costed node's, no shape inference, copy or snapshot of
+the model is made for it; where they do not, the input's light proto is kept (the reader's,
+else serialized once) for ``app/signature.py`` to count both models by inference at the
+bound shapes. ``OptimizeResult.signature`` carries it; ``onnxfold.app.signature`` renders it.
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ class Signature:
 
     before: dict[str, Any]
     before_profile: Profile | None = None  # set after the run's first shape inference
-    # where that profile is not complete: the input as then, light (no weights, no texts),
-    # for ONNX's inference at bound shapes, and whether inference may expand its functions
+    # where that profile is not complete: the input light (no weights, no texts; the
+    # reader's proto as loaded, else serialized then), for ONNX's inference at bound shapes,
+    # and whether inference may expand its functions
     light: onnx.ModelProto | None = field(default=None, repr=False)
     expands: bool = False
     model: ir.Model | None = field(default=None, repr=False)  # the optimized model
