@@ -51,6 +51,9 @@ def signature(data: Signature, written: int | None, check: CompareResult | None,
     assert data.after is not None and data.model is not None
     found: dict[str, Any] = {key: [data.before[key], data.after[key]] for key in KEYS}
     found["file_bytes"] = [data.before["file_bytes"], written]
+    if data.before_profile is None:  # (never, but where reading it failed)
+        found["compute"] = {"reason": f"the input's compute was not read: {data.unread}"}
+        return found
     try:
         shapes, dims, where = _first_set(data.model, check, options, catalogue)
     except InputError as e:  # a model the check cannot feed either (a sequence input, ...)

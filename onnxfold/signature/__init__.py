@@ -26,6 +26,7 @@ from onnxfold.analysis.dim_algebra import parse_expression
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import serialize_light
 from onnxfold.declare.costs import OpCost
+from onnxfold.errors import one_line
 from onnxfold.signature.compute import (
     Binding,
     Compute,
@@ -55,6 +56,7 @@ class Signature:
     # and whether inference may expand its functions
     light: onnx.ModelProto | None = field(default=None, repr=False)
     expands: bool = False
+    unread: str = ""  # why the input's profile could not be read ("": it was)
     model: ir.Model | None = field(default=None, repr=False)  # the optimized model
     _costs: Mapping[tuple[str, str], OpCost] = field(default_factory=dict, repr=False)
     _after: tuple[dict[str, Any], Profile] | None = field(default=None, repr=False)
@@ -84,7 +86,8 @@ class Signature:
 
     def compute(self, shapes: Mapping[str, Sequence[int]]) -> tuple[Compute, Compute]:
         """What the input and the optimized model compute with the graph inputs at ``shapes``
-        (by name): before and after."""
+        (by name): before and after (before empty where the input's profile could not be
+        read: ``unread`` says why)."""
         after = self.after_profile
         assert self.model is not None and after is not None, "the run has not ended"
         binding = Binding(self.model, shapes)
@@ -107,12 +110,18 @@ class RecordsCosts(InPlacePass):
         self.light = light  # the reader's proto of the input, where it describes it as loaded
 
     def call(self, model: ir.Model) -> PassResult:
-        """Record the profile (and where it is not complete, a light proto); unmodified."""
-        found = self.signature.before_profile = profile(model, self.costs)
-        if not found.complete():  # (the reader's, inference reads and leaves it: kept as is)
-            self.signature.light = self.light if self.light is not None else _light(model)
-            self.signature.expands = inference_expands_functions(model)
-        self.light = None
+        """Record the profile (and where it is not complete, a light proto); unmodified. A
+        failure here is said by the signature, never the end of the run."""
+        signature, light, self.light = self.signature, self.light, None
+        try:
+            found = profile(model, self.costs)
+            if not found.complete():  # (the reader's: inference reads it and leaves it)
+                signature.light = light if light is not None else _light(model)
+                signature.expands = inference_expands_functions(model)
+            signature.before_profile = found
+        except Exception as e:  # a report's count: never a reason to fail the fold
+            signature.before_profile, signature.light = None, None
+            signature.unread = one_line(e) or type(e).__name__
         return PassResult(model, False)
 
 

@@ -217,3 +217,28 @@ def test_an_input_the_check_cannot_feed_is_said_and_the_fold_goes_on(dim, tmp_pa
     assert done.returncode == 0, done.stderr
     assert "compute      not counted: the original: input s has type Sequence" in done.stdout
     assert (tmp_path / "o.onnx").exists()
+
+
+def test_a_profile_that_cannot_be_read_is_said_and_the_fold_goes_on(tmp_path, monkeypatch):
+    """Whatever fails in reading the input's compute (a bug, the machine short of memory):
+    the fold goes on and writes what it writes without it, and the signature says why it
+    has no count."""
+    import onnxfold.signature as signature_data
+
+    real, calls = signature_data.profile, []
+
+    def failing(*args, **kwargs):  # the input's profile only (the run's first)
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("planted")
+        return real(*args, **kwargs)
+
+    source = _dynamo_like(tmp_path / "m.onnx")
+    want = optimize(source).to_proto().SerializeToString()
+    monkeypatch.setattr(signature_data, "profile", failing)
+    result = optimize(source)
+    assert calls == [1]
+    assert result.to_proto().SerializeToString() == want
+    assert result.signature is not None and result.signature.unread == "planted"
+    found = signature(result.signature, 1, None, CompareOptions(), load_catalogue())
+    assert found["compute"] == {"reason": "the input's compute was not read: planted"}
