@@ -117,9 +117,9 @@ class GraphView:
 
     def readers(self, value: ir.Value) -> tuple[tuple[ir.Node, int], ...]:
         """Each use of ``value``: the node reading it and at which input (a node reading it at
-        two inputs is there twice). A rule walks them to find what to
-        build from (the siblings of a product, the readers of a sequence); whether it may
-        remove what they read is the driver's to judge."""
+        two inputs is there twice). A rule walks them to find what to build from (the
+        siblings of a product, the readers of a sequence); whether it may remove what they
+        read is the driver's to judge."""
         return tuple((use.node, use.idx) for use in value.uses())
 
     def is_constant(self, value: ir.Value | None) -> bool:

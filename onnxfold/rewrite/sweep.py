@@ -217,9 +217,11 @@ class Sweep:
                 continue
             refused = match_refusal(nodes_of(captures.values())) \
                 if KEEPS_QDQ_UNITS in rule.tags else None
-            verdict: bool | Match | Reject = Reject(refused) if refused is not None else \
-                call_with(rule.check, rule.check_names, view, captures) \
-                if rule.check is not None else True
+            verdict: bool | Match | Reject = True
+            if refused is not None:  # the driver's, before the check is asked
+                verdict = Reject(refused)
+            elif rule.check is not None:
+                verdict = call_with(rule.check, rule.check_names, view, captures)
             if verdict is True or isinstance(verdict, Match):
                 found = {**captures, **verdict.found} if isinstance(verdict, Match) \
                     else captures
