@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -337,3 +338,20 @@ def parse_expression(text: str) -> Linear | None:
         key, coeff = ("", coeff * int(atom)) if atom.isdigit() else (atom, coeff)
         form[key] = form.get(key, 0) + coeff
     return form or None
+
+
+def expression_of(text: object, names: Collection[str]) -> bool:
+    """Whether ``text`` is a dim's name or a linear form (dynamo's ``s70 + s88``) of
+    ``names`` only (not a name ONNX's inference made up, ``unk__3``, where that is none of
+    them)."""
+    form = parse_expression(text) if isinstance(text, str) and text else None
+    return form is not None and set(form) - {""} <= set(names)
+
+
+def expression_value(text: str, sizes: Mapping[str, int]) -> int | None:
+    """``text``, a dim's name or a linear form of names, at ``sizes`` (by name); None where
+    it is not one or names a dim ``sizes`` does not give."""
+    form = parse_expression(text) if text else None
+    if form is None or not set(form) - {""} <= sizes.keys():
+        return None
+    return sum(c * (sizes[k] if k else 1) for k, c in form.items())

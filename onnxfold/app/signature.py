@@ -30,7 +30,7 @@ from onnxfold.ir.graph import is_static_dim
 from onnxfold.pipeline.collector import process_goes_on
 from onnxfold.signature import Compute, Signature
 from onnxfold.signature.facts import ort_type
-from onnxfold.signature.inferred import compute, compute_light, texts_aside
+from onnxfold.signature.inferred import compute, compute_light, light_proto
 
 if TYPE_CHECKING:
     from onnxfold.check.result import CompareResult
@@ -105,12 +105,9 @@ def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Cat
     Concat chains that no inference follows (a dynamic BERT: 28 FLOPs); fixed, they fold.
     None where that fold fails, however (the counts stay what inference found, and say what
     they left uncounted)."""
-    from onnxfold.analysis.shapes import serialize_light
     from onnxfold.pipeline.optimizer import optimize
-    from onnxfold.signature.inferred import compute as inferred
 
-    with texts_aside(folded):
-        light = serialize_light(folded)
+    light = light_proto(folded)
     with quiet("onnx_ir"):
         graph = ir.serde.deserialize_model(light)
     del light
@@ -122,7 +119,7 @@ def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Cat
              for name, tensor in ((name, value.const_value) for name, value in
                                   pinned.model.graph.initializers.items())  # steps folded
              if tensor is not None}
-    return {**types, **inferred(pinned.model, shapes, catalogue.costs).types}
+    return {**types, **compute(pinned.model, shapes, catalogue.costs).types}
 
 
 def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOptions,

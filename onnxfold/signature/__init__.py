@@ -22,9 +22,8 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from onnxfold.analysis.dim_algebra import parse_expression
+from onnxfold.analysis.dim_algebra import expression_of
 from onnxfold.analysis.expansion import inference_expands_functions
-from onnxfold.analysis.shapes import serialize_light
 from onnxfold.declare.costs import OpCost
 from onnxfold.errors import one_line
 from onnxfold.signature.compute import (
@@ -37,7 +36,7 @@ from onnxfold.signature.compute import (
     profile,
 )
 from onnxfold.signature.facts import facts
-from onnxfold.signature.inferred import texts_aside
+from onnxfold.signature.inferred import light_proto
 
 __all__ = ["Compute", "RecordsCosts", "Signature", "facts"]
 
@@ -130,12 +129,9 @@ def _light(model: ir.Model) -> onnx.ModelProto:
     names the first inference made up, ``unk__3``) cleared: an inference at bound shapes
     gives them again."""
     names = input_dim_names(model)
-    with texts_aside(model):
-        light = serialize_light(model)
+    light = light_proto(model)
     for info in light.graph.value_info:
         for dim in info.type.tensor_type.shape.dim:
-            if dim.dim_param:
-                form = parse_expression(dim.dim_param)
-                if not form or not set(form) - {""} <= names:
-                    dim.Clear()
+            if dim.dim_param and not expression_of(dim.dim_param, names):
+                dim.Clear()
     return light

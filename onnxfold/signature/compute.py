@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.dim_algebra import Sym, parse_expression
+from onnxfold.analysis.dim_algebra import Sym, expression_of, expression_value
 from onnxfold.analysis.step_inputs import REFINED_KEY
 from onnxfold.declare.costs import OpCost
 
@@ -177,10 +177,7 @@ class _Inputs:
     def text(self, name: object) -> bool:
         """Whether ``name`` is an input dim's name or a linear form of them (dynamo's
         ``s70 + s88``; not a name ONNX's inference made up, ``unk__3``)."""
-        if not isinstance(name, str) or not name:
-            return False
-        form = parse_expression(name)
-        return bool(form) and set(form or {}) - {""} <= self.names
+        return expression_of(name, self.names)
 
     def sym(self, dim: Sym) -> bool:
         """Whether every atom of ``dim`` is an input dim's name or an input's axis."""
@@ -257,15 +254,9 @@ class Binding:
             return None
         found = self._sizes.get(dim, _UNSIZED)
         if found is _UNSIZED:
-            found = self._sizes[dim] = self._text(dim) if isinstance(dim, str) else \
-                self._evaluated(dim)
+            found = self._sizes[dim] = expression_value(dim, self.named) \
+                if isinstance(dim, str) else self._evaluated(dim)
         return found  # type: ignore[return-value]
-
-    def _text(self, dim: str) -> int | None:
-        form = parse_expression(dim)
-        if not form or not set(form) - {""} <= self.named.keys():
-            return None
-        return sum(c * (self.named[k] if k else 1) for k, c in form.items())
 
     def _evaluated(self, dim: Sym) -> int | None:
         kind = dim.expr[0]

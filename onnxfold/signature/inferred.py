@@ -17,7 +17,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.dim_algebra import parse_expression
+from onnxfold.analysis.dim_algebra import expression_value
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.analysis.shapes import inferred_types, serialize_light
 from onnxfold.declare.costs import OpCost
@@ -32,9 +32,15 @@ def compute(model: ir.Model, inputs: Mapping[str, Sequence[int]],
     by (domain, op type). ``known``: static types of values of the same name in a model that
     computes the same (the folded model's, for the original: onnx's inference cannot follow
     the shape arithmetic a fold computed, a ``ConstantOfShape`` into a ``Where``)."""
+    return compute_light(light_proto(model), inference_expands_functions(model), inputs, costs,
+                         known)
+
+
+def light_proto(model: ir.Model) -> onnx.ModelProto:
+    """``model`` serialized without its weights (``analysis.shapes.serialize_light``) and
+    without its long texts (:func:`texts_aside`): what ONNX's inference reads."""
     with texts_aside(model):
-        light = serialize_light(model)
-    return compute_light(light, inference_expands_functions(model), inputs, costs, known)
+        return serialize_light(model)
 
 
 def compute_light(light: onnx.ModelProto, expands: bool, inputs: Mapping[str, Sequence[int]],
@@ -52,9 +58,9 @@ def compute_light(light: onnx.ModelProto, expands: bool, inputs: Mapping[str, Se
                 dims.add().dim_value = size
     for declared in (*light.graph.value_info, *light.graph.output):
         for dim in declared.type.tensor_type.shape.dim:  # a name, or dynamo's "s70 + s88"
-            form = parse_expression(dim.dim_param) if dim.dim_param else None
-            if form and set(form) - {""} <= named.keys():
-                dim.dim_value = sum(c * (named[k] if k else 1) for k, c in form.items())
+            bound = expression_value(dim.dim_param, named)
+            if bound is not None:
+                dim.dim_value = bound
     made = {name for node in light.graph.node for name in node.output}
     light.graph.value_info.extend(onnx.ValueInfoProto(name=name, type=info) for name, info in
                                   (known or {}).items() if name in made)
