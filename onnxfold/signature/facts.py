@@ -16,12 +16,12 @@ def facts(model: ir.Model) -> dict[str, Any]:
     sizes = {(info.st_dev, info.st_ino): info.st_size for info in
              (os.stat(p) for p in input_files(model) if os.path.isfile(p))}
     return {"opset": model.opset_imports.get("", model.opset_imports.get("ai.onnx")),
-            "ir_version": model.ir_version, "inputs": inputs(model),
+            "ir_version": model.ir_version, "inputs": _inputs(model),
             "outputs": [_value(v) for v in model.graph.outputs], "parameters": _params(model),
             "file_bytes": sum(sizes.values())}
 
 
-def inputs(model: ir.Model) -> list[dict[str, Any]]:
+def _inputs(model: ir.Model) -> list[dict[str, Any]]:
     """``{name, dtype, shape}`` of each graph input that is no initializer."""
     return [_value(v) for v in model.graph.inputs if v.name not in model.graph.initializers]
 

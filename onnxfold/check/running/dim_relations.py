@@ -371,8 +371,6 @@ def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
                     relations.add(b, a, where)
 
 
-
-
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
          given: Mapping[str, int], steps: ShapeSteps, sizes: Mapping[str, int] | None = None,
          held: Collection[str] = (), anonymous: AxisNames | None = None,
