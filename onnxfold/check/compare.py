@@ -49,6 +49,7 @@ from onnxfold.check.running.windows import (
     Chain,
     Window,
     WindowPlan,
+    heaviest,
     plan_windows,
     read_from_inputs,
 )
@@ -293,8 +294,10 @@ class _Run:
     def session_b(self, b: ModelRef):
         """Model B's session (or chain of windows); InputError where onnxruntime cannot load
         it, MachineShort where the machine ran short even in windows."""
-        if self.windows is not None:
-            return self._chain(self.graph_b, self.windows.b, self.label_b)
+        if self.windows is not None:  # (it keeps the leaves it makes too: a value handed
+            # back is rounded to its dtype where a session keeps it in float32, and both chains
+            # must round the same values)
+            return self._chain(self.graph_b, self.windows.b, self.label_b, self.leaves)
         try:
             return open_session(b, self.label_b, self.libraries, self.options.level)
         except MachineShort:  # A's session fitted, B's does not: B in windows, if they fit
@@ -303,7 +306,7 @@ class _Run:
                 raise
             plan = plan_windows(self.graph_a, self.graph_b, budget)
             try:
-                memory_room.check_window(max(w.weight_bytes for w in plan.b))
+                memory_room.check_window(*heaviest(plan.b))
             except (MemoryError, ValueError):
                 raise MachineShort(f"{self.label_b}: loading it: its session does not fit "
                                    "after the original's, nor its largest window") from None
@@ -347,7 +350,7 @@ def _windows(a: ir.Model, b: ir.Model, budget: int | None
                    "left")
     plan = plan_windows(a, b, budget)
     try:
-        memory_room.check_window(max((w.weight_bytes for w in [*plan.a, *plan.b]), default=0))
+        memory_room.check_window(*heaviest([*plan.a, *plan.b]))
     except MemoryError as e:
         raise CheckCouldNotRun(str(e)) from None
     return plan, why

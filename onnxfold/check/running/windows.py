@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check.running import memory
 from onnxfold.check.running.runner import (
     Fed,
     MachineShort,
@@ -52,6 +53,9 @@ from onnxfold.io.mapped import MappedTensor, drop_resident_pages, prefetch_ahead
 from onnxfold.ir.graph import captured_values
 from onnxfold.numbers import size_text
 
+# ops that draw at random: each evaluation is another value, so none is computed twice
+_DRAWS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                    "Multinomial", "Bernoulli", "Dropout"})
 # onnxruntime's names of tensor element types (its NodeArg.type: "tensor(float16)")
 _ORT_NAMES = {ir.DataType.FLOAT: "float", ir.DataType.DOUBLE: "double"}
 
@@ -67,6 +71,7 @@ class Window:
     constants: list[str]
     writes: list[str]
     weight_bytes: int
+    half_bytes: int = 0  # of them, 16-bit floats (a session holds them cast to float32 too)
 
 
 @dataclass
@@ -114,6 +119,19 @@ class _Walk:
             for out in node.outputs:
                 if out.name:
                     self.made[str(out.name)] = position
+        # nodes computed from the model's own constants alone (no graph input, no initializer a
+        # caller may override, nothing drawn at random, no subgraph): onnxruntime folds them
+        # into constants of a session that holds them with their readers
+        overridable = {str(v.name) for v in graph.inputs}
+        self.constant: set[int] = set()
+        for position, node in enumerate(self.nodes):
+            if node.domain in ("", "ai.onnx") and node.op_type not in _DRAWS and not any(
+                    a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                    for a in node.attributes.values()) and all(
+                    self.made.get(name) in self.constant if name in self.made else
+                    name in self.initializers and name not in overridable
+                    for name in self.reads[position]):
+                self.constant.add(position)
         self.crossing: list[frozenset[str]] = []  # the values made by then and read after
         live: set[str] = set()
         for position, node in enumerate(self.nodes):
@@ -192,6 +210,28 @@ class _Walk:
             groups[k].append(position)
         return groups
 
+    def sunk(self, groups: Sequence[Sequence[int]]) -> list[list[int]]:
+        """``groups`` with each node computed from constants alone (:attr:`constant`) in every
+        group that reads what it makes, and only there (besides its own where it makes a
+        graph output): a session over a whole model folds such a node into a constant its
+        readers take as one (a weight's transpose, prepacked for the MatMul that reads it), so
+        a window that read it from an earlier one would run its readers on an input, and
+        their kernels sum in another order (onnxruntime's unpacked and prepacked float
+        products differ in their last bits)."""
+        sunk = []
+        for group in groups:
+            have = {p for p in group if p not in self.constant or any(
+                str(o.name) in self.outputs for o in self.nodes[p].outputs)}
+            todo = list(have)
+            while todo:
+                for name in self.reads[todo.pop()]:
+                    made = self.made.get(name)
+                    if made is not None and made in self.constant and made not in have:
+                        have.add(made)
+                        todo.append(made)
+            sunk.append(sorted(have))
+        return sunk
+
     def windows(self, groups: Sequence[Sequence[int]]) -> list[Window]:
         """A window of each group of positions (each in order; a group reads no later one)."""
         windows = []
@@ -208,8 +248,11 @@ class _Walk:
                         reads[name] = None
             writes = [str(o.name) for p in positions for o in self.nodes[p].outputs
                       if o.name and str(o.name) in later]
+            half = sum(size for name, size in constants.items()
+                       if (tensor := self.initializers[name].const_value) is not None
+                       and tensor.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))
             windows.append(Window([self.nodes[p] for p in positions], list(reads),
-                                  list(constants), writes, sum(constants.values())))
+                                  list(constants), writes, sum(constants.values()), half))
             later |= set(reads)
         return windows[::-1]
 
@@ -252,29 +295,43 @@ def plan_windows(a: ir.Model, b: ir.Model, budget: int) -> WindowPlan:
     on values of the same names (see the module)."""
     walk_a, walk_b = _Walk(a), _Walk(b)
     both = frozenset(walk_a.made) & frozenset(walk_b.made)
-    runs = walk_a.greedy(range(len(walk_a.nodes)), budget, lambda p: any(
-        str(o.name) in both and str(o.name) in walk_a.crossing[p]
-        for o in walk_a.nodes[p].outputs))  # it hands on a value both compute
+
+    def hands_on_shared(walk: _Walk) -> Callable[[int], bool]:
+        return lambda p: any(str(o.name) in both and str(o.name) in walk.crossing[p]
+                             for o in walk.nodes[p].outputs)  # a value both compute
+
+    runs = walk_a.greedy(range(len(walk_a.nodes)), budget, hands_on_shared(walk_a))
     groups = walk_b.placed(walk_a, runs)
-    windows_a, placed_b = walk_a.windows(runs), walk_b.windows(groups)
+    split_b: list[list[int]] = []  # a group heavier than the budget split on its own
+    for group in groups:
+        heavy = sum({name: size for p in group for name, size in walk_b.weights(p).items()
+                     }.values()) > budget
+        split_b.extend(walk_b.greedy(group, budget, hands_on_shared(walk_b)) if heavy else
+                       [group] if group else [])
+    if len(split_b) > len(runs):  # the original cut where the optimized model was, by name:
+        runs, groups = walk_a.placed(walk_b, split_b), split_b  # both hand on the same values
+    windows_a, windows_b = walk_a.windows(walk_a.sunk(runs)), walk_b.windows(walk_b.sunk(groups))
     cuts: list[tuple[str, ...]] = []
     compared: set[str] = set()  # each value is compared at the first cut it crosses
     for k in range(len(runs) - 1):
-        shared = _handed_on(windows_a, k) & _handed_on(placed_b, k) - compared
+        shared = _handed_on(windows_a, k) & _handed_on(windows_b, k) - compared
         cuts.append(tuple(sorted(shared)))
         compared |= shared
-    split_b: list[list[int]] = []  # a group heavier than the budget split on its own
-    for group, window in zip(groups, placed_b, strict=True):
-        split_b.extend(walk_b.greedy(group, budget) if window.weight_bytes > budget else
-                       [group] if group else [])
-    return WindowPlan(windows_a, walk_b.windows(split_b), cuts, budget)
+    return WindowPlan(windows_a, [w for w in windows_b if w.nodes], cuts, budget)
+
+
+def heaviest(windows: Iterable[Window]) -> tuple[int, int]:
+    """The bytes of weights, and of 16-bit float weights, of the window of ``windows`` that
+    needs the most memory (:func:`memory.window_bytes`)."""
+    return max(((w.weight_bytes, w.half_bytes) for w in windows),
+               key=lambda sizes: memory.window_bytes(*sizes), default=(0, 0))
 
 
 def plan_alone(model: ir.Model, budget: int) -> list[Window]:
     """Windows of at most ``budget`` bytes of weights for ``model`` alone (a model of the
     check's own, with no other to cut beside)."""
     walk = _Walk(model)
-    return walk.windows(walk.greedy(range(len(walk.nodes)), budget))
+    return walk.windows(walk.sunk(walk.greedy(range(len(walk.nodes)), budget)))
 
 
 def read_from_inputs(model: ir.Model) -> set[str]:
@@ -476,11 +533,10 @@ class Chain:
                     if isinstance(value, list | tuple) and not value and name in self._sequences
                     else Fed.of(name, value) for name, value in inputs.items()}
         wanted = [_wanted(self._values[name]) for name in returned]
-        default_domain = all(n.domain in ("", "ai.onnx") for n in window.nodes)
         return NodesModel([ir.serde.serialize_node(n) for n in window.nodes], wanted,
                           constants=constants, inputs=declared,
                           opsets=dict(self.model.opset_imports),
-                          ir_version=self.model.ir_version, prepacking=not default_domain,
+                          ir_version=self.model.ir_version, prepacking=True,
                           functions=self._functions, level=self.level)
 
 
