@@ -459,12 +459,12 @@ def test_in_windows_a_baked_dynamic_dim_is_still_re_derived_at_other_bindings(tm
     assert result.folds is not None and any(t.state == DIFFERS for t in result.folds.tensors)
 
 
-DEEP = Shape(layers=12, hidden=128, mlp=352, heads=4, kv_heads=2, vocab=300)
+DEEP = Shape(layers=4, hidden=512, mlp=1376, heads=8, kv_heads=2, vocab=500)
 
 
 @pytest.fixture(scope="module")
 def deep_decoder(tmp_path_factory):
-    """A twelve-layer float16 decoder (the fold merges each layer's three projections of the
+    """A four-layer float16 decoder (the fold merges each layer's three projections of the
     same input into one MatMul), its fold and its rewrites' record."""
     directory = tmp_path_factory.mktemp("deep")
     source = directory / "d.onnx"

@@ -10,21 +10,33 @@ window of its own), preferring to end a window after a node whose value the othe
 computes too. A window is a model of its nodes alone: its inputs are what the graph's inputs
 and earlier windows hand it, its outputs what later windows read, the graph's outputs and the
 values kept (those at its cut). Its weights are read once, with ``pread``, into a reused
-buffer and fed to onnxruntime from there (no copy into a session; onnxruntime casts a float16
-weight to float32 only while its node runs), and the next window's are read ahead while it
-runs. Every input set goes through a window before the next window's session is built, so
-each weight is read once per model, not once per input set. The peak is about one window
-(3.7x its weights measured, 4x budgeted) plus the values one cut hands on.
+buffer, and the next window's are read ahead while it runs. Every input set goes through a
+window before the next window's session is built, so each weight is read once per model, not
+once per input set. The peak is about one window plus the values one cut hands on
+(``memory.window_bytes``: 3.3x a window's float32 weights measured, 4.4x its float16 ones).
+
+**A window computes as a session over the whole model does.** Its weights are its session's
+initializers, handed over from the buffer, which onnxruntime prepacks as it does a whole
+model's (fed as inputs, they left the MatMuls unpacked, and onnxruntime's unpacked float
+product sums in an order that follows the product's width: the fold's merge of three
+projections into one MatMul then differed in the last bits, which 32 float16 layers grew into
+a false alarm on a 7B decoder). A node computed from constants alone (a weight's transpose) is
+computed in every window that reads it (:meth:`_Walk.sunk`), never handed on, so onnxruntime
+folds it into a constant there as it does in one session.
 
 **Cuts at values both models have.** The optimized model's nodes go into the original's
 windows by name (:meth:`_Walk.placed`): each where the original makes a value of a name it
 makes, else where the original reads a constant of a name it reads (a weight the fold made
 keeps the name of the value it replaces), else with the first node that reads what it makes
 (a Conv the fold merged a normalization into goes with the Relu after it), never before what
-it reads; a group heavier than the budget is split on its own. Both chains run end to end,
-each on its own values (the errors a model accumulates across windows are in its outputs), and
-the values both hand on at a cut are compared there: they show where two chains part; the
-outputs decide.
+it reads; a group heavier than the budget is split on its own, and the original is then cut
+where the optimized model is, by the same rule the other way. A value handed on is rounded to
+its dtype where one session may keep it in float32 (onnxruntime computes a float16 op without
+a float16 kernel in float32 and drops the casts between two such ops), so both chains are cut
+at the same values and hand back the same ones (the caller keeps the same values in both).
+Both chains run end to end, each on its own values (the errors a model accumulates across
+windows are in its outputs), and the values both hand on at a cut are compared there: they
+show where two chains part; the outputs decide.
 """
 
 from __future__ import annotations
@@ -91,7 +103,7 @@ class WindowPlan:
         return (f"compared window by window ({why}): the original in {len(self.a)} windows, "
                 f"the optimized model in {len(self.b)}, at most {size_text(self.budget)} of "
                 f"weights each where one node does not need more (the largest "
-                f"{size_text(largest)}), weights fed, both chains run end to end and compared "
+                f"{size_text(largest)}), weights prepacked, both chains run end to end and compared "
                 f"at the outputs and at {compared} of {len(self.cuts)} cuts (the values both "
                 "hand on there)")
 
