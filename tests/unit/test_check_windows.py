@@ -58,6 +58,38 @@ def test_windows_cover_every_node_once_in_order_within_the_budget(decoder):
             assert done, (k, cut)
 
 
+def test_a_value_made_from_constants_alone_is_made_where_it_is_read(deep_decoder):
+    """No window reads from an earlier one a value computed from the model's constants alone
+    (a weight's transpose): it is computed where it is read, so that onnxruntime folds it into
+    a constant there and prepacks it for the MatMul that reads it, as one session does. Every
+    other node is in exactly one window."""
+    source, folded, _ = deep_decoder
+    a, b = graph_of(str(source), "a"), graph_of(str(folded), "b")
+    for budget in (20_000, 300_000):
+        plan = plan_windows(a, b, budget)
+        for model, windows in ((a, plan.a), (b, plan.b)):
+            constant = _from_constants(model)
+            assert not {name for w in windows for name in w.reads} & constant
+            counts: dict[int, int] = {}
+            for window in windows:
+                for node in window.nodes:
+                    counts[id(node)] = counts.get(id(node), 0) + 1
+            assert all(counts.get(id(n)) == 1 for n in model.graph
+                       if not {str(o.name) for o in n.outputs} <= constant)
+        assert any(str(n.outputs[0].name) in _from_constants(a) for n in a.graph)  # (exercised)
+
+
+def _from_constants(model):
+    """The values of ``model`` its nodes compute from its initializers alone."""
+    graph = model.graph
+    found: set[str] = set()
+    for node in graph:
+        if all(v is None or (v.name in graph.initializers and v not in graph.inputs) or
+               str(v.name) in found for v in node.inputs):
+            found.update(str(o.name) for o in node.outputs)
+    return found
+
+
 def _computed(model):
     return {str(o.name) for n in model.graph for o in n.outputs}
 
