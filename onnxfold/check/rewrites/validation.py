@@ -28,6 +28,7 @@ import onnx_ir as ir
 
 from onnxfold.check.rewrites.file_windows import FileRewrites, asks_bits, holds_subgraphs
 from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
+from onnxfold.check.rewrites.same_roundings import Roundings
 from onnxfold.check.running import exact_ops, memory
 from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones
@@ -159,8 +160,10 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
     file: ``file_windows``, which say themselves where bits are asked) on each of ``inputs``
     (the check's input sets),
     the leaves computed by the original's ``cones`` (see module); ``rounding``: the rules
-    declared to round differently (``PatternRule.rounds_differently``), never asked for
-    bits; ``known``: per input set, values of the original already computed (a check in
+    declared to round differently (``PatternRule.rounds_differently``), not asked for bits
+    where the check's own reading of a rewrite's windows finds other roundings
+    (``same_roundings``: only there; a window found in a file is asked for bits where that
+    reading finds the same); ``known``: per input set, values of the original already computed (a check in
     windows keeps the leaves its chain computed: a cone of a deep leaf is most of the
     model, more than a window may hold).
 
@@ -376,6 +379,7 @@ class _Windows:
         self.in_file = in_file  # the windows found in a file: bits asked by file_windows
         self.judged = judged  # the records judged at some input set so far
         self.rounding = rounding
+        self.roundings = Roundings(cones.model.graph)
         self.opsets = opsets or dict(cones.model.opset_imports)
         self.ir_version, self.libraries = cones.model.ir_version, cones.libraries
 
@@ -413,7 +417,8 @@ class _Windows:
                 self._alone(runnable[0])
             return
         for record, pairs in zip(runnable, results):
-            exact = asks_bits(record) if self.in_file else _exact(record, self.rounding)
+            exact = asks_bits(record) or self.roundings.same(record) if self.in_file else \
+                _exact(record, self.rounding, self.roundings)
             verdict = self.verdicts[id(record)]
             _judge(record, pairs, exact, verdict, self.k)
             self.judged.add(id(record))
@@ -570,12 +575,15 @@ def _rename_outer(graph: onnx.GraphProto, name: Callable[[str], str]) -> None:
             out.name = name(out.name)
 
 
-def _exact(record: RewriteRecord, rounding: frozenset[str]) -> bool:
-    """Whether the replacement must give the replaced window's bits: its rule keeps the float
-    arithmetic as it was, and every op of both windows computes bitwise what onnxruntime
-    does (the check's own ``exact_ops``)."""
-    return record.rule not in rounding and all(
-        exact_ops.exact(n) for w in (record.before, record.after) if w is not None for n in w.nodes)
+def _exact(record: RewriteRecord, rounding: frozenset[str], roundings: Roundings) -> bool:
+    """Whether the replacement must give the replaced window's bits: every op of both windows
+    computes bitwise what onnxruntime does (the check's own ``exact_ops``), and either its
+    rule keeps the float arithmetic as it was or the check's own reading finds it does
+    (``same_roundings``): a rule's word that it rounds differently is taken only where the
+    windows show it, so a rule that says so wrongly does not loosen the check on its own
+    rewrites."""
+    return all(exact_ops.exact(n) for w in (record.before, record.after) if w is not None
+               for n in w.nodes) and (record.rule not in rounding or roundings.same(record))
 
 
 def _judge(record: RewriteRecord, pairs: list[tuple[np.ndarray, np.ndarray]], exact: bool,
