@@ -87,3 +87,27 @@ def test_a_cast_to_the_dtype_a_leaf_has_is_seen_through():
     to_half = _window([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], ["y"])
     assert Roundings(graph).same(_record(before, _window([], ["x"])))
     assert not Roundings(graph).same(_record(to_half, _window([], ["x"])))
+
+
+def test_a_rules_word_that_it_rounds_differently_is_taken_only_where_the_windows_show_it():
+    """The rewrite validation asks for bits where every op is exact and either the rule keeps
+    the arithmetic or the windows show it does: a rule that says wrongly that it rounds
+    differently (a data movement) is still asked for bits; one that says so and does is
+    judged within a tolerance; one that does and does not say so is asked for bits."""
+    from onnxfold.check.rewrites.validation import _exact
+
+    moved = _record(_window([helper.make_node("Mul", ["x", "k"], ["m"]),
+                             helper.make_node("Reshape", ["m", "s"], ["y"])], ["y"],
+                            {"k": K, "s": S}),
+                    _window([helper.make_node("Reshape", ["x", "s"], ["xr"]),
+                             helper.make_node("Mul", ["xr", "k"], ["y2"])], ["y2"],
+                            {"k": K, "s": S}))
+    regrouped = _record(_window([helper.make_node("Mul", ["x", "k"], ["m"]),
+                                 helper.make_node("Mul", ["m", "c"], ["y"])], ["y"],
+                                {"k": K, "c": C}),
+                        _window([helper.make_node("Mul", ["k", "c"], ["f"]),
+                                 helper.make_node("Mul", ["x", "f"], ["y2"])], ["y2"],
+                                {"k": K, "c": C}))
+    says, silent = frozenset({"some_rule"}), frozenset()
+    assert _exact(moved, says, Roundings()) and _exact(moved, silent, Roundings())
+    assert not _exact(regrouped, says, Roundings()) and _exact(regrouped, silent, Roundings())
