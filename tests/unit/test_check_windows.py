@@ -528,3 +528,40 @@ def test_where_the_sessions_agree_the_chains_agree_at_every_budget(deep_decoder)
         assert "compared window by window" in result.windows
         assert result.ok and all(row.bitwise_equal for row in [*result.rows, *result.cut_rows]), \
             (budget, result.summary())
+
+
+def test_a_branch_the_run_never_takes_does_not_stop_a_window(tmp_path):
+    """A window whose ``If`` has a branch that squeezes an axis that is 2 where it runs: one
+    session, knowing only the symbolic dim, accepts it, and so must the window (declared with
+    the shapes it is fed, onnxruntime refused it: "Squeeze: Dimension of input 0 must be 1",
+    and silero-vad's fold failed in windows where the whole check passed)."""
+    from onnx import helper
+
+    from tests.support.models import make_model, vinfo
+
+    rng = np.random.default_rng(7)
+    then = helper.make_graph([helper.make_node("Identity", ["h"], ["t"])], "then", [],
+                             [vinfo("t", shape=["n", 16])])
+    other = helper.make_graph(
+        [helper.make_node("Squeeze", ["h", "zero"], ["s"]),
+         helper.make_node("Unsqueeze", ["s", "zero"], ["e"])], "else", [],
+        [vinfo("e", shape=[1, 16])])
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]),
+             helper.make_node("ReduceSumSquare", ["x"], ["ss"], keepdims=0),
+             helper.make_node("GreaterOrEqual", ["ss", "floor"], ["cond"]),
+             helper.make_node("MatMul", ["x", "W2"], ["g"]),
+             helper.make_node("If", ["cond"], ["picked"], then_branch=then, else_branch=other),
+             helper.make_node("Add", ["picked", "g"], ["y"])]
+    weights = [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), name)
+               for name in ("W1", "W2")]
+    model = make_model(nodes, [vinfo("x", shape=["n", 16])], [vinfo("y", shape=["n", 16])],
+                       [*weights, numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                        numpy_helper.from_array(np.array(0, np.float32), "floor")])
+    path = tmp_path / "if.onnx"
+    onnx.save(model, str(path))
+    plan = plan_windows(graph_of(str(path), "a"), graph_of(str(path), "b"), 16 * 16 * 4)
+    assert any(n.op_type == "If" for n in plan.a[-1].nodes) and "h" in plan.a[-1].reads
+    for budget in (None, 16 * 16 * 4):
+        result = compare_models(str(path), str(path), 1,
+                                CompareOptions(window_bytes=budget, dims={"n": 2}))
+        assert result.ok, (budget, result.summary())

@@ -163,9 +163,9 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
     declared to round differently (``PatternRule.rounds_differently``), not asked for bits
     where the check's own reading of a rewrite's windows finds other roundings
     (``same_roundings``: only there; a window found in a file is asked for bits where that
-    reading finds the same); ``known``: per input set, values of the original already computed (a check in
-    windows keeps the leaves its chain computed: a cone of a deep leaf is most of the
-    model, more than a window may hold).
+    reading finds the same); ``known``: per input set, values of the original already
+    computed (a check in windows keeps the leaves its chain computed: a cone of a deep leaf is
+    most of the model, more than a window may hold).
 
     A rewrite whose windows read no input's values computes the same on every input set
     with the same input shapes (one that reads no input at all, on every input set): it runs

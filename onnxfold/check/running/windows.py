@@ -42,6 +42,7 @@ show where two chains part; the outputs decide.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -103,9 +104,9 @@ class WindowPlan:
         return (f"compared window by window ({why}): the original in {len(self.a)} windows, "
                 f"the optimized model in {len(self.b)}, at most {size_text(self.budget)} of "
                 f"weights each where one node does not need more (the largest "
-                f"{size_text(largest)}), weights prepacked, both chains run end to end and compared "
-                f"at the outputs and at {compared} of {len(self.cuts)} cuts (the values both "
-                "hand on there)")
+                f"{size_text(largest)}), weights prepacked, both chains run end to end and "
+                f"compared at the outputs and at {compared} of {len(self.cuts)} cuts (the values "
+                "both hand on there)")
 
 
 class _Walk:
@@ -498,8 +499,7 @@ class Chain:
                     try:
                         if weights is None:
                             weights = self._weights.read(window, self.model.graph, inputs)
-                        built = self._model(window, inputs, returned, weights)
-                        session = built.session(self.libraries)
+                        built, session = self._session(window, inputs, returned, weights)
                         self._sequences.update(_sequence_dtypes(session))
                         sessions[shapes] = built, session
                     except (RunFailed, MachineShort) as e:
@@ -537,13 +537,35 @@ class Chain:
                 inputs[name] = state.get(name, self._defaults[name].const_value.numpy())  # type: ignore[union-attr]
         return inputs
 
+    def _session(self, window: Window, inputs: Mapping[str, Any], returned: list[str],
+                 constants: Mapping[str, np.ndarray]) -> tuple[NodesModel, Any]:
+        """``window``'s model (:meth:`_model`) and a session over it: its inputs declared with
+        the shapes they are fed, else, where onnxruntime refuses that, with none (a shape
+        declared can fail its inference of a branch the run never takes: an ``If`` whose
+        other branch squeezes an axis that is 2 here, which one session, knowing only the
+        symbolic dim, accepts, as silero-vad's decoder did); what the first refusal said where
+        both are refused."""
+        built = self._model(window, inputs, returned, constants)
+        try:
+            return built, built.session(self.libraries)
+        except RunFailed as refused:
+            unshaped = self._model(window, inputs, returned, constants, shaped=False)
+            try:
+                return unshaped, unshaped.session(self.libraries)
+            except RunFailed:
+                raise refused from None
+
     def _model(self, window: Window, inputs: Mapping[str, Any], returned: list[str],
-               constants: Mapping[str, np.ndarray]) -> NodesModel:
-        """``window``'s nodes as a model, its inputs declared as ``inputs`` are, its
-        ``constants`` as the original's initializers, handing back ``returned``."""
+               constants: Mapping[str, np.ndarray], shaped: bool = True) -> NodesModel:
+        """``window``'s nodes as a model, its inputs declared as ``inputs`` are (without
+        their shapes where not ``shaped``), its ``constants`` as the original's initializers,
+        handing back ``returned``."""
         declared = {name: Fed(self._sequences[name], sequence=True)
                     if isinstance(value, list | tuple) and not value and name in self._sequences
                     else Fed.of(name, value) for name, value in inputs.items()}
+        if not shaped:
+            declared = {name: dataclasses.replace(fed, shape=None)
+                        for name, fed in declared.items()}
         wanted = [_wanted(self._values[name]) for name in returned]
         return NodesModel([ir.serde.serialize_node(n) for n in window.nodes], wanted,
                           constants=constants, inputs=declared,
