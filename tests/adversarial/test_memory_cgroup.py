@@ -156,11 +156,27 @@ def weighty_model(path, mib: int = 128) -> str:
     return str(path)
 
 
+def one_weight_model(path, mib: int = 128) -> str:
+    """x[n, 1024] times one Transposed float32 weight of ``mib`` MiB: no window is smaller."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((mib * 256, 1024), dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["t"]),
+         helper.make_node("MatMul", ["x", "t"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", mib * 256])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
 def test_a_check_that_does_not_fit_declines_in_one_line_and_one_that_fits_runs(tmp_path):
-    """--check holds an onnxruntime session of about twice the weights: in a 384 MiB cgroup
-    a 128 MiB model declines in one line before any session opens (exit 2, nothing written,
-    never killed); in 1 GiB the same check runs and passes."""
-    model, out = weighty_model(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
+    """--check holds an onnxruntime session of about twice the weights, or windows of a few
+    times theirs: in a 384 MiB cgroup a model of one 128 MiB weight (no window smaller)
+    declines in one line before any session opens (exit 2, nothing written, never killed); in
+    1 GiB the same check runs and passes. A model of 32 weights of 4 MiB runs in windows in
+    384 MiB, and passes (it declined by 2 MiB when windows took a fifth of the memory left
+    at 4x their weights)."""
+    model, out = one_weight_model(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")
     for limit, expected in ((384 * MiB, 2), (1 * GiB, 0)):
         outcome = run_in_memory_cgroup(limit, ["optimize", model, "-o", out, "--check", "1"])
         assert outcome.returncode != -9 and outcome.oom_kills == 0, outcome
@@ -171,6 +187,11 @@ def test_a_check_that_does_not_fit_declines_in_one_line_and_one_that_fits_runs(t
             assert not os.path.exists(out)
         else:
             assert "all outputs within tolerance" in outcome.stdout
+    layered = weighty_model(tmp_path / "layered.onnx")
+    outcome = run_in_memory_cgroup(384 * MiB, ["optimize", layered, "-o", out, "--check", "1"])
+    assert outcome.returncode == 0 and outcome.oom_kills == 0, outcome
+    assert "compared window by window" in outcome.stdout and \
+        "all outputs within tolerance" in outcome.stdout, outcome.stdout
     # compare and verify-folds are the check: the same line, without advice of a flag they
     # do not have
     onnxfold.optimize(model).save(out)

@@ -115,6 +115,11 @@ def _moved_inputs(op_type: str, inputs: list[str]) -> list[str]:
 class _Expressions:
     """The expression of each value of one window (see the module)."""
 
+    def _constant(self, name: str) -> np.ndarray | None:
+        """The window's constant ``name`` (None: not one of its constants)."""
+        found = self.window.constants.get(name)
+        return None if found is None else _array(found)
+
     def __init__(self, window: Window, leaves: _Leaves) -> None:
         self.window, self.leaves = window, leaves
         self.made: Mapping[str, tuple[onnx.NodeProto, int]] = {
@@ -130,7 +135,7 @@ class _Expressions:
     def _expression(self, name: str) -> object:
         if name not in self.made:
             if name in self.window.constants:
-                array = self.window.constants[name]
+                array = _array(self.window.constants[name])
                 return ("constant", str(array.dtype), tuple(array.shape),
                         hashlib.sha256(array.tobytes()).hexdigest())
             return self.leaves.of(self.window.originals.get(name, name))
@@ -139,7 +144,7 @@ class _Expressions:
         if node.op_type not in ROUNDING:  # data moved or selected: its elements' expressions
             chosen = [self.of(i) for i in _moved_inputs(node.op_type, list(node.input))]
             return chosen[0] if len(chosen) == 1 else ("moved", tuple(sorted(map(repr, chosen))))
-        kept = _neutral(node.op_type, list(node.input), self.window.constants.get)
+        kept = _neutral(node.op_type, list(node.input), self._constant)
         if kept is not None:  # x * 1, x / 1, x + 0, x - 0: x, bit for bit
             return inputs[kept]
         if node.op_type == "Cast" and self.leaves.dtype(self.window.originals.get(
@@ -176,3 +181,9 @@ def _neutral(op_type: str, inputs: list[str],
 def _cast_to(node: onnx.NodeProto) -> int | None:
     """The dtype a Cast makes."""
     return next((a.i for a in node.attribute if a.name == "to"), None)
+
+
+def _array(constant: object) -> np.ndarray:
+    """A window's constant as numpy (a window found in a file holds the file's tensors)."""
+    return constant if isinstance(constant, np.ndarray) else np.asarray(
+        constant.numpy() if hasattr(constant, "numpy") else constant)
