@@ -111,3 +111,19 @@ def test_a_rules_word_that_it_rounds_differently_is_taken_only_where_the_windows
     says, silent = frozenset({"some_rule"}), frozenset()
     assert _exact(moved, says, Roundings()) and _exact(moved, silent, Roundings())
     assert not _exact(regrouped, says, Roundings()) and _exact(regrouped, silent, Roundings())
+
+
+def test_an_initializer_a_caller_may_feed_is_no_neutral_constant():
+    """``x * k`` with ``k`` all ones is ``x`` only where ``k`` is a constant: an initializer
+    that is also a graph input is fed other values."""
+    for overridable in (False, True):
+        x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([4]))
+        k = ir.Value(name="k", const_value=ir.tensor(np.ones((4,), np.float32)))
+        scaled = ir.Node("", "Mul", [x, k], outputs=[ir.Value(name="xk")])
+        graph = ir.Graph([x, k] if overridable else [x], [scaled.outputs[0]], nodes=[scaled],
+                         initializers=[k])
+        before = Window([helper.make_node("Reshape", ["xk", "s"], ["y"])], ["y"], {"xk": "xk"},
+                        {"s": np.array([4], np.int64)})
+        after = Window([helper.make_node("Reshape", ["x", "s"], ["y2"])], ["y2"], {"x": "x"},
+                       {"s": np.array([4], np.int64)})
+        assert Roundings(graph).same(_record(before, after)) == (not overridable)

@@ -65,6 +65,7 @@ class _Leaves:
 
     def __init__(self, original: ir.Graph | None) -> None:
         self.values: dict[str, ir.Value] = {}
+        self.fed = {str(v.name) for v in original.inputs} if original is not None else set()
         if original is not None:
             self.values = {str(v.name): v for v in [*original.inputs,
                                                      *original.initializers.values()]}
@@ -100,8 +101,10 @@ class _Leaves:
             ("moved", tuple(sorted(repr(self.of(m)) for m in moved)))
 
     def _constant(self, name: str) -> np.ndarray | None:
+        """The original's initializer ``name`` (None: not one, or one a caller may feed)."""
         value = self.values.get(name)
-        tensor = value.const_value if value is not None and value.producer() is None else None
+        tensor = value.const_value if value is not None and value.producer() is None and \
+            name not in self.fed else None
         return None if tensor is None else tensor.numpy()
 
 
@@ -115,16 +118,16 @@ def _moved_inputs(op_type: str, inputs: list[str]) -> list[str]:
 class _Expressions:
     """The expression of each value of one window (see the module)."""
 
-    def _constant(self, name: str) -> np.ndarray | None:
-        """The window's constant ``name`` (None: not one of its constants)."""
-        found = self.window.constants.get(name)
-        return None if found is None else _array(found)
-
     def __init__(self, window: Window, leaves: _Leaves) -> None:
         self.window, self.leaves = window, leaves
         self.made: Mapping[str, tuple[onnx.NodeProto, int]] = {
             out: (node, i) for node in window.nodes for i, out in enumerate(node.output) if out}
         self.known: dict[str, object] = {}
+
+    def _constant(self, name: str) -> np.ndarray | None:
+        """The window's constant ``name`` (None: not one of its constants)."""
+        found = self.window.constants.get(name)
+        return None if found is None else _array(found)
 
     def of(self, name: str) -> object:
         """The expression of the value ``name``."""
