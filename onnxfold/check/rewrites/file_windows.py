@@ -33,15 +33,13 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
+from onnxfold.check.rewrites.same_roundings import ROUNDING
 from onnxfold.check.running import exact_ops
 from onnxfold.ir.graph import captured_values
 from onnxfold.rewrite.log import RewriteRecord, Window
 
 MAX_NODES = 64  # nodes of a window, either side
 RULE = "rewritten"  # how the verdicts name a window found here (its node: the first new one)
-# ops that round a float result: a window holding one may compute it in another order
-_ROUNDING = frozenset({"Add", "Sub", "Mul", "Div", "Sqrt", "Reciprocal", "Cast", "CastLike",
-                       "DequantizeLinear"})
 
 
 @dataclass
@@ -221,7 +219,7 @@ def asks_bits(record: RewriteRecord) -> bool:
     """Whether a window found here must give the bits of the window it replaced: every node
     of both gives the same bits however a window is arranged around it (exact, ``exact_ops``,
     and rounding no float)."""
-    return all(exact_ops.exact(n) and n.op_type not in _ROUNDING
+    return all(exact_ops.exact(n) and n.op_type not in ROUNDING
                for w in (record.before, record.after) if w is not None for n in w.nodes)
 
 

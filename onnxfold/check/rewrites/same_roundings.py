@@ -27,7 +27,8 @@ import onnx_ir as ir
 from onnxfold.check.running import exact_ops
 from onnxfold.rewrite.log import RewriteRecord, Window
 
-# ops whose float result is rounded: the nodes an expression is made of
+# ops whose float result is rounded (a window holding one may compute it in another order):
+# the nodes an expression is made of
 ROUNDING = frozenset({"Add", "Sub", "Mul", "Div", "Sqrt", "Reciprocal", "Cast", "CastLike",
                       "DequantizeLinear"})
 # whose operands may be swapped without changing a bit (IEEE + and * are commutative)
