@@ -66,8 +66,9 @@ class _Leaves:
 
     def __init__(self, original: ir.Graph | None) -> None:
         self.values: dict[str, ir.Value] = {}
-        self.fed = {str(v.name) for v in original.inputs} if original is not None else set()
+        self.fed: set[str] = set()  # graph inputs (an initializer among them may be fed)
         if original is not None:
+            self.fed = {str(v.name) for v in original.inputs}
             self.values = {str(v.name): v for v in [*original.inputs,
                                                      *original.initializers.values()]}
             self.values.update((str(o.name), o) for node in original for o in node.outputs
@@ -144,10 +145,10 @@ class _Expressions:
                         hashlib.sha256(array.tobytes()).hexdigest())
             return self.leaves.of(self.window.originals.get(name, name))
         node, _ = self.made[name]
-        inputs = [self.of(i) if i else None for i in node.input]
         if node.op_type not in ROUNDING:  # data moved or selected: its elements' expressions
             chosen = [self.of(i) for i in _moved_inputs(node.op_type, list(node.input))]
             return chosen[0] if len(chosen) == 1 else ("moved", tuple(sorted(map(repr, chosen))))
+        inputs = [self.of(i) if i else None for i in node.input]
         kept = _neutral(node.op_type, list(node.input), self._constant)
         if kept is not None:  # x * 1, x / 1, x + 0, x - 0: x, bit for bit
             return inputs[kept]

@@ -185,6 +185,7 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
     sizes = Sizes(cones.model)
     ran: dict[int, set[object]] = {id(r): set() for r in runnable}  # what each ran at
     judged: set[int] = set()  # the records judged at some input set
+    roundings = Roundings(cones.model.graph)  # (its reading of the original kept for all)
     room = memory.room()  # the weights the leaves' cones read, read once for every set
     with cones.holding(None if room is None else room // LEAVES_SHARE):
         # the smallest sets first: a rewrite the machine cannot run at a large set is validated
@@ -206,8 +207,8 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
                 ran[id(record)].add(key)
                 todo.append(record)
             leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
-            windows = _Windows(leaves, cones, rounding, log.opsets, verdicts, k, judged,
-                               isinstance(log, FileRewrites))
+            windows = _Windows(leaves, cones, rounding, roundings, log.opsets, verdicts, k,
+                               judged, isinstance(log, FileRewrites))
             batches = _batches(todo, leaves)
             for done_k, batch in enumerate(batches):
                 windows.judge(batch)
@@ -372,14 +373,14 @@ class _Windows:
     """Runs records' windows on one input set (``k``) and judges them into ``verdicts``."""
 
     def __init__(self, leaves: _Leaves, cones: Cones, rounding: frozenset[str],
-                 opsets: dict[str, int] | None,
+                 roundings: Roundings, opsets: dict[str, int] | None,
                  verdicts: dict[int, Verdict], k: int, judged: set[int],
                  in_file: bool = False) -> None:
         self.leaves, self.verdicts, self.k = leaves, verdicts, k
         self.in_file = in_file  # the windows found in a file: bits asked by file_windows
         self.judged = judged  # the records judged at some input set so far
         self.rounding = rounding
-        self.roundings = Roundings(cones.model.graph)
+        self.roundings = roundings  # the check's own reading of the windows' roundings
         self.opsets = opsets or dict(cones.model.opset_imports)
         self.ir_version, self.libraries = cones.model.ir_version, cones.libraries
 

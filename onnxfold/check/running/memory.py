@@ -104,8 +104,9 @@ def _address_space_left() -> int | None:
 # A window holds its weights as a session over the whole model does (initializers, prepacked:
 # its products then sum as the user's session sums them): read into the check's buffer, then
 # onnxruntime folds what it computes from them (a transpose) and prepacks them, casting a
-# float16 weight to float32 first. Measured on the 7B decoder's layers (onnxruntime 1.23, CPU):
-# a window peaks at 3.3x its float32 weights and 4.4x its float16 ones.
+# float16 weight to float32 first. Measured on the 7B decoder's layers (onnxruntime 1.32, CPU;
+# an 8-layer float16 slice and a 2-layer float32 one): a window peaks at 3.3x its float32
+# weights and 4.4x its float16 ones.
 WINDOW_FACTOR = 3.5  # peak bytes of a window per byte of its weights
 WINDOW_HALF_FACTOR = 1.0  # and per byte of its 16-bit float weights (their float32 copies)
 WINDOW_SHARE = 6  # of the memory left, a window's weights take at most a sixth
