@@ -70,13 +70,25 @@ def identity(step: StepInputs) -> Known | None:
 
 @shape_value("Cast")
 def cast(step: StepInputs) -> Known | None:
-    source = step.get(0)
-    if source is None:
-        return None
     to = ir.DataType(step.node.attributes.get_int("to", 0))
     if to not in _SHAPE_CASTS:
         return None
+    source = step.get(0) or _whole_numbers(step.array(0))
+    if source is None:
+        return None
     return Known(source.elements, source.scalar, np.dtype(to.numpy()))
+
+
+def _whole_numbers(arr: np.ndarray | None) -> Known | None:
+    """A small float constant holding whole numbers that a cast to an integer keeps exactly
+    (``arange``'s ``CastLike(0.0, n)`` start and step): its elements, else None."""
+    if arr is None or arr.dtype.kind != "f" or arr.ndim > 1 or arr.size > MAX_ELEMENTS:
+        return None
+    wide = arr.astype(np.float64)
+    if not (np.isfinite(wide).all() and (wide == np.trunc(wide)).all()
+            and (np.abs(wide) < 2.0**53).all()):
+        return None
+    return Known(tuple(int(e) for e in wide.reshape(-1).tolist()), arr.ndim == 0)
 
 
 @shape_value("Gather")

@@ -126,8 +126,27 @@ class StepInputs:
         return None if v is None else self.arrays(v)
 
     def ints(self, i: int) -> list[int] | None:
-        """Input ``i``'s elements when it is a small constant integer tensor."""
-        return small_ints(self.array(i))
+        """Input ``i``'s elements when it is a small constant integer tensor
+        (:func:`static_ints`)."""
+        v = self.value(i)
+        return None if v is None else static_ints(v, self.arrays, self.known)
+
+
+def static_ints(value: ir.Value, arrays: Arrays, known: Mapping[ir.Value, Known]
+                ) -> list[int] | None:
+    """``value``'s elements when it is a small integer tensor of one value for every input: a
+    constant's data, or a shape value the walk found static (a 0-D or 1-D value computed from
+    constants that the fold has not made one yet: ``Reshape(Cast(Constant))`` as a Slice's
+    axes). Reading only constants' data left such a step unrefined until after the first fold,
+    and every reader downstream was then tried again by the next rewrite call."""
+    found = small_ints(arrays(value))
+    if found is not None:
+        return found
+    shape = value.shape
+    elements = known.get(value)
+    if elements is None or shape is None or len(shape) > 1 or not elements.is_constant:
+        return None
+    return [int(e) for e in elements.elements]  # (is_constant: every element is an int)
 
 
 def value_step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
@@ -169,9 +188,10 @@ class DimsInputs:
         return k.elements[0] if k is not None and len(k.elements) == 1 else None
 
     def ints(self, i: int) -> list[int] | None:
-        """Input ``i``'s elements when it is a small constant integer tensor."""
+        """Input ``i``'s elements when it is a small constant integer tensor
+        (:func:`static_ints`)."""
         v = self.value(i)
-        return None if v is None else small_ints(self.arrays(v))
+        return None if v is None else static_ints(v, self.arrays, self.known)
 
 
 ValueStep = Callable[[StepInputs], Known | None]
