@@ -94,6 +94,8 @@ def _strip(props: MutableMapping[str, str], everything: bool, written: bool = Tr
     """Drop the entries of ``props`` (onnxfold's own kept unless ``everything``); their bytes
     count where the output would have ``written`` them (an intermediate value's only with its
     value_info), each entry's field tag ``tag`` bytes long."""
+    if not props:  # most values carry none: no record made for them
+        return _NONE
     dropped = [key for key in props if everything or not key.startswith(OWN_PREFIX)]
     size = 0
     for key in dropped:
@@ -103,6 +105,9 @@ def _strip(props: MutableMapping[str, str], everything: bool, written: bool = Tr
         del props[key]
     return Stripped(len(dropped), size if written else 0,
                     sum(key.startswith(OWN_PREFIX) for key in dropped))
+
+
+_NONE = Stripped()
 
 
 def _field_bytes(length: int, tag: int = 1) -> int:
