@@ -227,3 +227,57 @@ def test_a_padded_slice_and_a_cut_position_table_keep_the_sequence(tmp_path):
     assert onnx.numpy_helper.to_array(next(
         t for t in folded.graph.initializer if t.name == target)).tolist() == [0, 0, 3, 4]
     _same(proto, out, [{"x": _rand(2, 5, 4)}, {"x": _rand(1, 1, 4)}, {"x": _rand(3, 16, 4)}])
+
+
+def _walked(proto):
+    """The model of ``proto`` and its shape values, as the rewrite driver's walk gives them
+    (after onnx's shape inference, as in a run)."""
+    from onnxfold.ir.constants import source_array
+
+    model = ir.from_proto(onnx.shape_inference.infer_shapes(proto))
+    known = shape_values(model.graph, source_array, shared_dim_names(model),
+                         steps=load_catalogue().shape_steps)
+    return model, known
+
+
+def _produced(model, op_type):
+    return next(n for n in model.graph if n.op_type == op_type).outputs[0]
+
+
+def test_a_step_reads_small_ints_the_walk_proved_before_they_fold():
+    """A Slice's axes computed from a constant (a Cast of it, not folded yet) are read from
+    the walk's shape value: its dims are refined in the first walk. Read only from constants'
+    data, they stayed unrefined until the first fold, and every reader downstream was tried
+    again by the next rewrite call (a dynamo Llama's rotary slices)."""
+    nodes = [constant_node("axes32", np.array([1], np.int32)),
+             helper.make_node("Cast", ["axes32"], ["axes"], to=TensorProto.INT64),
+             constant_node("starts", np.array([0])), constant_node("ends", np.array([3])),
+             helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])]
+    model, known = _walked(make_model(nodes, [vinfo("x", shape=["N", 6])],
+                                      [vinfo("y", shape=[None, None])]))
+    assert known[_produced(model, "Cast")].elements == (1,)
+    assert _produced(model, "Slice").meta[REFINED_KEY] == (Sym(("dim", "N")), 3)
+
+
+def test_a_float_constant_of_whole_numbers_cast_to_an_integer_is_a_shape_value():
+    """arange's start and step: ``Cast(0.0)`` and ``Cast(1.0)`` to int64 are 0 and 1, and the
+    Range over a dim is that dim long; a float that is not a whole number is no shape value
+    (a cast would truncate it)."""
+    def arange(start, delta):
+        nodes = [helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+                 helper.make_node("Squeeze", ["s"], ["n"]),
+                 constant_node("f0", np.array(start, np.float32)),
+                 constant_node("f1", np.array(delta, np.float32)),
+                 helper.make_node("Cast", ["f0"], ["i0"], to=TensorProto.INT64),
+                 helper.make_node("Cast", ["f1"], ["i1"], to=TensorProto.INT64),
+                 helper.make_node("Range", ["i0", "n", "i1"], ["r"])]
+        return _walked(make_model(nodes, [vinfo("x", shape=["N", 6])],
+                                  [vinfo("r", TensorProto.INT64, shape=[None])]))
+
+    model, known = arange(0.0, 1.0)
+    assert [known[v].elements for v in (model.graph.node(4).outputs[0],
+                                         model.graph.node(5).outputs[0])] == [(0,), (1,)]
+    assert _produced(model, "Range").meta[REFINED_KEY] == (Sym(("dim", "N")),)
+    model, known = arange(0.5, 1.0)
+    assert known.get(model.graph.node(4).outputs[0]) is None
+    assert REFINED_KEY not in _produced(model, "Range").meta
