@@ -70,13 +70,13 @@ def identity(step: StepInputs) -> Known | None:
 
 @shape_value("Cast")
 def cast(step: StepInputs) -> Known | None:
-    to = ir.DataType(step.node.attributes.get_int("to", 0))
-    if to not in _SHAPE_CASTS:
+    to = step.node.attributes.get_int("to", 0)
+    if to not in _SHAPE_CASTS:  # (compared as ints: a number no DataType has is no cast here)
         return None
     source = step.get(0) or _whole_numbers(step.array(0))
     if source is None:
         return None
-    return Known(source.elements, source.scalar, np.dtype(to.numpy()))
+    return Known(source.elements, source.scalar, np.dtype(ir.DataType(to).numpy()))
 
 
 def _whole_numbers(arr: np.ndarray | None) -> Known | None:
