@@ -68,9 +68,15 @@ def identity(step: StepInputs) -> Known | None:
     return step.get(0)
 
 
-@shape_value("Cast")
+@shape_value("Cast", "CastLike")
 def cast(step: StepInputs) -> Known | None:
-    to = step.node.attributes.get_int("to", 0)
+    """A cast to an integer type (CastLike: to its second input's type) keeps the elements."""
+    node = step.node
+    if node.op_type == "CastLike":
+        like = step.value(1)
+        to = like.dtype.value if like is not None and like.dtype is not None else 0
+    else:
+        to = node.attributes.get_int("to", 0)
     if to not in _SHAPE_CASTS:  # (compared as ints: a number no DataType has is no cast here)
         return None
     source = step.get(0) or _whole_numbers(step.array(0))
