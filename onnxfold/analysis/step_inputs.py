@@ -144,9 +144,10 @@ def static_ints(value: ir.Value, arrays: Arrays, known: Mapping[ir.Value, Known]
         return found
     shape = value.shape
     elements = known.get(value)
-    if elements is None or shape is None or len(shape) > 1 or not elements.is_constant:
+    if elements is None or shape is None or len(shape) > 1:
         return None
-    return [int(e) for e in elements.elements]  # (is_constant: every element is an int)
+    ints = [e for e in elements.elements if isinstance(e, int)]
+    return ints if len(ints) == len(elements.elements) else None  # (else a dim is dynamic)
 
 
 def value_step(node: ir.Node, known: dict[ir.Value, Known], arrays: Arrays,
