@@ -79,3 +79,48 @@ def test_what_the_bound_does_not_hold_is_read_again(tmp_path, monkeypatch):
     reads, _ = _runs(path, monkeypatch, 40 << 10, hold=True)
     counts = {name: reads.count(name) for name in set(reads)}
     assert sorted(counts.values()) == [1, 1, 3, 3], counts
+
+
+def test_a_session_is_kept_for_later_runs_of_its_values_at_the_same_shapes(
+        tmp_path, monkeypatch):
+    """Within the block, a run of values whose weights are all held and fed (``exact=False``)
+    keeps its session: a later run of some of those values from inputs of the same shapes
+    (the next input set) runs in it, and computes what a session of its own computes; inputs
+    of other shapes get a session of their own, and nothing is kept past the block."""
+    from onnxfold.check.running import runner
+
+    path = tmp_path / "m.onnx"
+    _chain(path)
+    model = load_model(str(path))
+    cones = Cones(model, list(model.graph.inputs))
+    values = {str(o.name): o for n in model.graph for o in n.outputs}
+    built: list[int] = []
+    real = runner.NodesModel.session
+
+    def counted(self, libraries):
+        built.append(len(self.outputs))
+        return real(self, libraries)
+
+    monkeypatch.setattr(runner.NodesModel, "session", counted)
+    asks = [(["h1", "h3"], 2, 0.5), (["h1"], 2, -1.5), (["h3"], 2, 2.0), (["h3"], 3, 1.0),
+            (["h1", "h3"], 2, 4.0)]
+
+    def run(names, rows, fill):
+        feeds = {"x": np.full((rows, 64), fill, np.float32)}
+        got = cones.run([values[n] for n in names], feeds, exact=False)
+        return [got[values[n]].tobytes() for n in names]
+
+    plain = [run(*ask) for ask in asks]
+    assert built == [2, 1, 1, 1, 2]  # a session per run
+    built.clear()
+    with cones.holding(None):
+        held = [run(*ask) for ask in asks]
+    assert held == plain
+    assert built == [2, 1]  # the first, and the one at 3 rows
+    assert cones._sessions is None
+    built.clear()
+    with cones.holding(None):
+        exact = cones.run([values["h1"]], {"x": np.ones((2, 64), np.float32)})
+        again = cones.run([values["h1"]], {"x": np.ones((2, 64), np.float32)})
+    assert built == [1, 1]  # a prepacked session (its own copies of the weights) is not kept
+    assert exact[values["h1"]].tobytes() == again[values["h1"]].tobytes()
