@@ -29,7 +29,7 @@ from onnxfold.declare import (
 )
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
-                  "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape")
+                  "CastLike", "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape")
 
 
 def _static_but_not_constant(ctx: GraphView, node: ir.Node) -> bool | Match:
