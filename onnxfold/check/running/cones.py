@@ -26,14 +26,7 @@ from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import exact_ops, string_values
 from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.check.running.models import read_constant
-from onnxfold.check.running.runner import (
-    Fed,
-    MachineShort,
-    NodesModel,
-    RunFailed,
-    Wanted,
-    run_nodes,
-)
+from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
 
@@ -122,9 +115,6 @@ class Cones:
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
         self._held: dict[str, np.ndarray] | None = None  # weights kept between runs
         self._room: int | None = 0  # bytes more the held weights may take (None: no bound)
-        # within holding(): the sessions of runs whose every weight is held and fed, by what
-        # they compute from which inputs (kept for the next input set of the same shapes)
-        self._sessions: dict[object, list[_KeptSession]] | None = None
 
     @contextlib.contextmanager
     def holding(self, budget: int | None) -> Iterator[None]:
@@ -134,18 +124,12 @@ class Cones:
         its 415 MB three times). A weight is held as read, so what a run computes from it is
         what it computed without the block. Between runs at most ``budget`` bytes stay held
         (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
-        with and without holding, 1,005 and 1,008 MiB).
-
-        A run whose weights are all held and fed (``exact=False``: no copy in its session)
-        keeps its session for a later run of some of its values from inputs of the same
-        names, shapes and dtypes: the leaves of BERT-base's rewrites, computed on each of 3
-        input sets (on the later ones, those that read the inputs' values), built a session
-        of most of the model three times (0.5 s each)."""
-        self._held, self._room, self._sessions = {}, budget, {}
+        with and without holding, 1,005 and 1,008 MiB)."""
+        self._held, self._room = {}, budget
         try:
             yield
         finally:
-            self._held = self._sessions = None
+            self._held = None
 
     def _weight(self, leaf: ir.Value) -> np.ndarray:
         """``leaf``'s array, read with ``pread`` (or as held, see :meth:`holding`)."""
@@ -159,27 +143,6 @@ class Cones:
             if self._room is not None:
                 self._room -= array.nbytes
         return array
-
-    def _session_key(self, fed: Mapping[str, np.ndarray], constants: Mapping[str, np.ndarray],
-                     prepacking: bool) -> object | None:
-        """What a run's session may be kept by (see :meth:`holding`): its inputs' names,
-        dtypes and shapes; None where it may not be kept: outside the block, a session that
-        copies and prepacks its weights, or a weight not held (a kept session would hold it
-        past the block's budget)."""
-        held = self._held
-        if held is None or prepacking or any(
-                held.get(name) is not array for name, array in constants.items()):
-            return None
-        return (tuple(sorted((name, a.dtype.str, a.shape) for name, a in fed.items()
-                             if isinstance(a, np.ndarray))),
-                tuple(name for name, a in fed.items() if not isinstance(a, np.ndarray)))
-
-    def _kept(self, key: object | None, sources: Sequence[ir.Value]) -> _KeptSession | None:
-        """A kept session of inputs like ``key`` that computes every one of ``sources``."""
-        if key is None or self._sessions is None:
-            return None
-        return next((kept for kept in self._sessions.get(key, ()) if kept.computes(sources)),
-                    None)
 
     def cone(self, roots: Iterable[ir.Value]) -> tuple[list[ir.Node], set[ir.Value]]:
         """The nodes computing ``roots`` (in graph order) and the values they read from
@@ -230,26 +193,11 @@ class Cones:
                 constants[str(leaf.name)] = self._weight(leaf)
         moved_only = all(n.domain in ("", "ai.onnx") and n.op_type in MOVES_DATA
                          for n in nodes)  # no kernel that could prepack: fed, not copied
-        prepacking = exact and not moved_only
-        key = self._session_key(fed, constants, prepacking)
-        kept = self._kept(key, sources)
-        if kept is not None:
-            arrays = kept.arrays(sources, fed, self.libraries)
-        elif key is not None and self._sessions is not None:
-            built = NodesModel([ir.serde.serialize_node(n) for n in nodes],
-                               [_wanted(s) for s in sources], constants=constants,
-                               inputs={name: Fed.of(name, a) for name, a in fed.items()},
-                               opsets=dict(self.model.opset_imports),
-                               ir_version=self.model.ir_version, prepacking=False)
-            kept = _KeptSession(sources, built, built.session(self.libraries))
-            self._sessions.setdefault(key, []).append(kept)
-            arrays = kept.arrays(sources, fed, self.libraries)
-        else:
-            arrays = run_nodes([ir.serde.serialize_node(n) for n in nodes],
-                               [_wanted(s) for s in sources], constants=constants, inputs=fed,
-                               opsets=dict(self.model.opset_imports),
-                               ir_version=self.model.ir_version, libraries=self.libraries,
-                               prepacking=prepacking)
+        arrays = run_nodes([ir.serde.serialize_node(n) for n in nodes],
+                           [_wanted(s) for s in sources], constants=constants, inputs=fed,
+                           opsets=dict(self.model.opset_imports),
+                           ir_version=self.model.ir_version, libraries=self.libraries,
+                           prepacking=exact and not moved_only)
         drop_resident_pages()  # the weights it read are read again where needed, not held
         return {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
                 else array for source, array in zip(sources, arrays)}
@@ -333,25 +281,3 @@ def _in_float64(node: ir.Node, arrays: list[np.ndarray | None], model: ir.Model,
     except (RunFailed, MachineShort):
         return None
     return np.asarray(result, np.float64)
-
-
-class _KeptSession:
-    """A session of a cone run kept within :meth:`Cones.holding`: the values it computes, in
-    its model's order, and the model it was built from."""
-
-    def __init__(self, sources: Sequence[ir.Value], built: NodesModel, session: object) -> None:
-        self.sources = list(sources)
-        self.names = {id(source): i for i, source in enumerate(self.sources)}
-        self.built, self.session = built, session
-
-    def computes(self, sources: Sequence[ir.Value]) -> bool:
-        """Whether it computes every one of ``sources``."""
-        return all(id(source) in self.names for source in sources)
-
-    def arrays(self, sources: Sequence[ir.Value], fed: Mapping[str, np.ndarray],
-               libraries: Sequence[str]) -> list:
-        """The arrays of ``sources``, fed ``fed`` (it computes every value it was built for:
-        a run of fewer costs what the cone costs to run, not a session's creation)."""
-        arrays = self.built.run(fed, libraries, session=self.session)
-        return [arrays[self.names[id(source)]] for source in sources]
-
