@@ -4,6 +4,8 @@ at the cuts and the outputs; what it finds is what the check in one session find
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -565,3 +567,22 @@ def test_a_branch_the_run_never_takes_does_not_stop_a_window(tmp_path):
         result = compare_models(str(path), str(path), 1,
                                 CompareOptions(window_bytes=budget, dims={"n": 2}))
         assert result.ok, (budget, result.summary())
+
+
+def test_the_windows_line_counts_the_windows_that_run_something(deep_decoder):
+    """The original's nodes placed on the optimized model's cuts leave some of its windows
+    empty (at a 300th of the weights, 29 of 60): they run nothing, and the line that says how
+    the check cut the models counts the windows that hold nodes, and the places between them
+    where both chains handed on a value."""
+    source, folded, _ = deep_decoder
+    a, b = graph_of(str(source), "a"), graph_of(str(folded), "b")
+    weights = sum(v.const_value.nbytes for v in a.graph.initializers.values()
+                  if v.const_value is not None)
+    plan = plan_windows(a, b, weights // 300)
+    holding = [w for w in plan.a if w.nodes]
+    assert len(holding) < len(plan.a)  # the case at hand: empty windows
+    line = plan.describe("test")
+    assert f"the original in {len(holding)} windows, the optimized model in {len(plan.b)}," \
+        in line, line
+    compared, cuts = map(int, re.search(r"at (\d+) of (\d+) cuts", line).groups())
+    assert cuts == len(holding) - 1 and 0 < compared <= cuts, line

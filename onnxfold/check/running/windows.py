@@ -100,13 +100,19 @@ class WindowPlan:
     def describe(self, why: str) -> str:
         """One line for the verdict's notes; ``why``: why the check runs in windows."""
         largest = max((w.weight_bytes for w in [*self.a, *self.b]), default=0)
-        compared = sum(1 for cut in self.cuts if cut)
-        return (f"compared window by window ({why}): the original in {len(self.a)} windows, "
+        # the original's windows that hold nodes (placed on the optimized model's cuts, some
+        # hold none: they run nothing), and the places between them where a value was compared
+        holding, compared = 0, set()
+        for k, window in enumerate(self.a):
+            holding += bool(window.nodes)
+            if k < len(self.cuts) and self.cuts[k]:
+                compared.add(holding)
+        return (f"compared window by window ({why}): the original in {holding} windows, "
                 f"the optimized model in {len(self.b)}, at most {size_text(self.budget)} of "
                 f"weights each where one node does not need more (the largest "
                 f"{size_text(largest)}), weights prepacked, both chains run end to end and "
-                f"compared at the outputs and at {compared} of {len(self.cuts)} cuts (the values "
-                "both hand on there)")
+                f"compared at the outputs and at {len(compared)} of {max(holding - 1, 0)} "
+                "cuts (the values both hand on there)")
 
 
 class _Walk:
