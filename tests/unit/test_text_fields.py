@@ -71,3 +71,28 @@ def test_the_models_own_doc_string_is_carried_as_its_bytes(tmp_path):
     out = tmp_path / "out.onnx"
     assert_ok(run_cli("optimize", path, "-o", out, "-q"))
     assert NOT_TEXT in out.read_bytes()
+
+
+def _with_function() -> onnx.ModelProto:
+    """y = MyFn(x) with MyFn a local function: o = Abs(i), its node named ``absnode``."""
+    function = helper.make_function(
+        "custom", "MyFn", ["fin"], ["fout"],
+        [helper.make_node("Abs", ["fin"], ["fout"], name="absnode")],
+        [helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("MyFn", ["x"], ["y"], domain="custom")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, functions=[function], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)])
+
+
+@pytest.mark.parametrize("name", [b"absnode", b"fin", b"fout"])
+def test_a_local_functions_name_that_is_no_utf8_is_refused(tmp_path, name):
+    """The reader's graph checks read the graphs' names; a local function's node, input or
+    output name that is no text ended in the writer (an internal error)."""
+    raw = _with_function().SerializeToString()
+    path, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    path.write_bytes(raw.replace(name, b"\xff" * len(name)))
+    done = run_cli("optimize", path, "-o", out, "-q")
+    assert_one_error_line(done, "invalid model", "name is not UTF-8 text")
+    assert not out.exists()
