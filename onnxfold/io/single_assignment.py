@@ -32,10 +32,11 @@ _NAME_NOT_TEXT = "a node or value name is not UTF-8 text"
 
 def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
     """InputError naming the first value of ``proto``'s graphs (its main graph and every
-    subgraph) or of its local functions that is defined twice, or for a graph's name, op type
-    or domain that is not UTF-8 text (protobuf gives bytes for those); the op types of the
-    default domain the graphs use. One walk of every node, the reader's only one in Python
-    before onnx-ir reads the model (it was three: this check, the names' and the op types')."""
+    subgraph) or of its local functions that is defined twice, or for a graph's name, op
+    type or domain, or a function's or its nodes' name, that is not UTF-8 text (protobuf gives
+    bytes for those); the op types of the default domain the graphs use. One walk of every node, the
+    reader's only one in Python before onnx-ir reads the model (it was three: this check, the
+    names' and the op types')."""
     ops: set[str] = set()
     stack: list[tuple[onnx.GraphProto, ChainMap[str, object]]] = [(proto.graph, ChainMap())]
     while stack:
@@ -44,6 +45,9 @@ def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
         inner = outer.new_child(own)
         stack.extend((sub, inner) for sub in inner_graphs)
     for function in proto.functions:
+        _text(label, function.name, *function.input, *function.output,
+              *(name for node in function.node
+                for name in (node.name, *node.input, *node.output)))
         _once(_function_definitions(function), f"function '{function.name}'", label)
     return frozenset(ops)
 

@@ -7,9 +7,7 @@ reads the graph (``single_assignment``); the others - the model's producer and d
 doc strings (but the model's own), and the ``metadata_props`` of the model, its graphs,
 functions, nodes, values and tensors - were read and carried on as bytes, until the
 metadata's stripping or the writer failed on them: an internal error, where the file is at
-fault. They are refused here, named, and so are a local function's names (the reader's
-graph checks do not read them: a node name that is no text there was an internal error in the
-writer too).
+fault. They are refused here, named.
 """
 
 from __future__ import annotations
@@ -34,10 +32,6 @@ def refuse_undecodable_text(model: ir.Model, graphs: Iterable[ir.Graph], label: 
     for function in model.functions.values():
         _fields(label, "a function", function.doc_string)
         _metadata(label, "a function", function.metadata_props)
-        _names(label, function.name, function.domain, *(v.name for v in function.inputs),
-               *(v.name for v in function.outputs),
-               *(name for node in function for name in (
-                   node.name, *(v.name for v in node.outputs))))
         _nodes(label, function)
 
 
@@ -62,13 +56,6 @@ def _value(label: str, value: ir.Value) -> None:
     tensor = value.const_value
     if tensor is not None:
         _metadata(label, "a tensor", tensor.metadata_props)
-
-
-def _names(label: str, *names: object) -> None:
-    """A function's names (a graph's are read as the reader reads the graph)."""
-    if any(name is not None and not isinstance(name, str) for name in names):
-        raise InputError(f"{label}: invalid model: a function's or its nodes' name is not "
-                         "UTF-8 text")
 
 
 def _fields(label: str, what: str, *texts: object) -> None:
