@@ -235,14 +235,18 @@ class _Worklist:
         inner nodes of a chain it inserted)."""
         if nodes:
             edited = near(nodes, 1)
-            self.note_changed(edited)
+            self.note_changed(nodes)
             self.marked |= near(edited, self.reach, upstream=False)
 
     def rewritten(self, touched: set[ir.Node], built: Collection[ir.Node] = (),
-                  feeding: Collection[ir.Node] = ()) -> None:
+                  feeding: Collection[ir.Node] = (), rewired: Collection[ir.Node] = ()
+                  ) -> None:
         """Mark what a rewrite changed: ``touched`` (its surroundings before it, and the nodes
         it ``built``) and the nodes next to them now, and their readers within reach (a
         pattern matches upwards from its root: a change concerns the roots downstream of it).
+        The nodes ``built`` and ``rewired`` (reading other values, or values of a new shape)
+        are the changed ones, whose shape values the next sweep computes again: the nodes
+        around them read and produce what they did.
 
         Next to a node that reads more than :data:`~onnxfold.rewrite.sweep.WIDE` values
         (a Sum or a Concat of thousands) are only its readers and, of its producers, those
@@ -255,7 +259,7 @@ class _Worklist:
         if wide:
             edited |= near(wide, 1, upstream=False)
             edited.update(n for n in feeding if n.graph is not None)
-        self.note_changed(edited)
+        self.note_changed(n for group in (built, rewired) for n in group)
         self.marked |= near(edited, self.reach, upstream=False)
         touched.clear()
 

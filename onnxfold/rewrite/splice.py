@@ -46,6 +46,9 @@ class Spliced:
     # (a replacement, a kept node's new inputs): they have a new reader
     feeding: frozenset[ir.Node] = frozenset()
     moved: tuple[ir.Node, ...] = ()  # the nodes moved to another place in the graph
+    # the nodes already in the graph that read other values now, or produce or read a value
+    # whose shape changed: with ``built``, every node whose shape value may differ
+    rewired: frozenset[ir.Node] = frozenset()
 
 
 def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Built],
@@ -75,19 +78,28 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
         _rewire(node, inputs)
     for value, shape in replacement.shapes.items():
         value.shape = shape
+    rewired = set(readers) | set(replacement.inputs)
+    reshaped = list(replacement.shapes)
     for old, new in replacement.values.items():
-        if old in graph.outputs and not stands_for_output(new, graph):
-            identity = ir.Node("", "Identity", [new], name=fresh("Identity"))
-            identity.outputs[0].name = fresh(old.name or "output")
-            graph.insert_before(before, identity)
-            new = identity.outputs[0]
+        if old in graph.outputs:
+            if not stands_for_output(new, graph):
+                identity = ir.Node("", "Identity", [new], name=fresh("Identity"))
+                identity.outputs[0].name = fresh(old.name or "output")
+                graph.insert_before(before, identity)
+                rewired.add(identity)
+                new = identity.outputs[0]
+            reshaped.append(new)  # (it may take the output's declared shape)
         replace_value(graph, old, new, fresh)
+    for value in reshaped:
+        rewired.update(use.node for use in value.uses())
+        if (producer := value.producer()) is not None:
+            rewired.add(producer)
     _remove_unread(candidates)
     given = [*replacement.values.values(),
              *(v for inputs in replacement.inputs.values() for v in inputs)]
     feeding = frozenset(p for v in given if v is not None and (p := v.producer()) is not None)
     return Spliced(readers, tuple(item.node for item in built if isinstance(item, BuiltNode)),
-                   feeding, tuple(replacement.moved))
+                   feeding, tuple(replacement.moved), frozenset(rewired))
 
 
 def as_replacement(result: Replaced, root: ir.Node) -> Replacement:

@@ -129,10 +129,12 @@ class Marks(Protocol):
         """Whether ``node`` is marked (unmarking it)."""
 
     def rewritten(self, touched: set[ir.Node], built: Collection[ir.Node] = (),
-                  feeding: Collection[ir.Node] = ()) -> None:
+                  feeding: Collection[ir.Node] = (), rewired: Collection[ir.Node] = ()
+                  ) -> None:
         """Mark what a rewrite changed, from ``touched`` (its surroundings before it, and the
         nodes it ``built``); ``feeding``: the producers of what nodes read in place of what
-        they read."""
+        they read; ``rewired``: the nodes that read other values now, or values of a new
+        shape."""
 
     def added(self, nodes: list[ir.Node]) -> None:
         """Mark the nodes a sweep's rewrites added."""
@@ -277,7 +279,7 @@ class Sweep:
         state.moved(spliced.moved)
         touched |= spliced.readers
         touched.update(spliced.built)
-        self.marks.rewritten(touched or {node}, spliced.built, spliced.feeding)
+        self.marks.rewritten(touched or {node}, spliced.built, spliced.feeding, spliced.rewired)
         gone = {n for n in (node, *matched, *replaced) if n.graph is None}
         return counted(gone) - counted(spliced.built)
 

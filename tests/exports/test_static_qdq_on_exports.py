@@ -86,3 +86,36 @@ def test_outputs_are_the_originals(folded):
                  "attention_mask": np.ones((batch, seq), np.int64)}
         for want, got in zip(_run(source, feeds), _run(out, feeds), strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_the_drivers_shape_values_between_sweeps_equal_a_whole_walk(tmp_path, monkeypatch):
+    """Between sweeps the driver updates the shape values of the nodes rewrites changed (built,
+    or rewired: ``Spliced.rewired``) instead of walking the graph again: on this export, whose
+    rewrites rewire readers whose refined dims change, every update equals a whole walk (values
+    and refined dims). Noting only the built nodes as changed fails here."""
+    from onnxfold.analysis.step_inputs import REFINED_KEY
+    from onnxfold.analysis.symbolic import shape_values
+    from onnxfold.rewrite.sweep import GraphState
+
+    def refined(graph):
+        return {v: v.meta.get(REFINED_KEY) for node in graph for v in node.outputs}
+
+    updates: list[tuple[int, int]] = []
+    update = GraphState.update_shape_values
+
+    def checked(state, previous, changed_nodes):
+        changed = update(state, previous, changed_nodes)
+        graph, got = state.graph, state.shape_values
+        dims = refined(graph)
+        whole = shape_values(graph, state.view.array, state.shared_dim_names(),
+                             steps=state.shape_steps, complete=state.completing)
+        values = {v for node in graph for v in (*node.inputs, *node.outputs) if v is not None}
+        updates.append((sum(got.get(v) != whole.get(v) for v in values),
+                        sum(dims[v] != found for v, found in refined(graph).items())))
+        return changed
+
+    monkeypatch.setattr(GraphState, "update_shape_values", checked)
+    source = tmp_path / "bert_qdq.onnx"
+    export_models.bert_static_qdq(source, hidden=64, seq=16)
+    onnxfold.optimize(str(source), FoldOptions(strict=True))
+    assert updates and all(u == (0, 0) for u in updates), updates
