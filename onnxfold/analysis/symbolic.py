@@ -203,11 +203,20 @@ class KnownValues(KnownMapping):
         self.not_constant: set[ir.Value] = set()
         self.placeholders: dict[str, Dim] | None = None  # the walk's (``updated_shape_values``)
 
+    def reading(self, arrays: Arrays | None) -> None:
+        """Read constants' data through ``arrays`` from now on; None: read none until told
+        again, and forget which values were found no constants. What keeps shape values past
+        their sweep (the rewrite driver, between its calls) sets None: the sweep's arrays are
+        its view's, which holds every constant of the graph, and the weights a fold replaces
+        would live on through them."""
+        self.arrays = arrays  # type: ignore[assignment]  # None: reads nothing (get)
+        self.not_constant = set()
+
     def get(self, value: ir.Value, default: Known | None = None  # type: ignore[override]
             ) -> Known | None:
         """``value``'s known elements: computed by the walk, or a constant's, read now."""
         found = super().get(value)
-        if found is None and value not in self.not_constant:
+        if found is None and self.arrays is not None and value not in self.not_constant:
             found = known_constant(value, self.arrays)
             if found is None:
                 self.not_constant.add(value)

@@ -25,6 +25,8 @@ def updated_shape_values(graph: ir.Graph, previous: dict[ir.Value, Known],
     again; the others keep their results. When a node computed again names a dim that others
     may share a symbol with (``symbolic._refined_dims``' placeholders), everything is computed
     again."""
+    if isinstance(previous, KnownValues):
+        previous.reading(arrays)  # (kept without the arrays of its own walk)
     old_placeholders = getattr(previous, "placeholders", None)
     if old_placeholders is None:
         return _recomputed(graph, previous, arrays, ambiguous, steps, complete)

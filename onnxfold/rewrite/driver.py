@@ -98,12 +98,14 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
             work.begin(graph, state)
             if not work.any_marked(graph):
                 work.end(graph, state)
+                state.close()
                 continue
             trying = Trying()
             sweep = Sweep(state, rules, effects, trying, work)
             changed |= contained(trying, strict, sweep.run)
             tried += sweep.tried
             work.end(graph, state)
+            state.close()
         if not changed:
             return Rewritten(effects.hits, converged=True, sweeps=sweeps, tried=tried,
                              effects=effects)

@@ -21,7 +21,7 @@ from onnxfold.analysis.constness import OpFacts
 from onnxfold.analysis.dim_algebra import Known
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.step_inputs import ShapeSteps, shared_dim_names
-from onnxfold.analysis.symbolic import shape_values
+from onnxfold.analysis.symbolic import KnownValues, shape_values
 from onnxfold.analysis.symbolic_update import updated_shape_values
 from onnxfold.declare.builder import BuiltNode, OpBuilder
 from onnxfold.declare.pattern_rules import (
@@ -67,6 +67,16 @@ class GraphState:
                               settings=settings, shape_values=self._shape_values,
                               memo=self.memo, positions=self._positions,
                               shared_dim_names=self.shared_dim_names)
+
+    def close(self) -> None:
+        """The sweep is over: its shape values (which the worklist keeps) read no constant
+        through its view any more, and the view goes. The view, its shape values and this
+        state refer to each other: a cycle that only a full collection frees, holding the
+        plan's every constant meanwhile - the weights the fold replaces after this call
+        among them (a second copy of a model's transposed weights)."""
+        if isinstance(self.shape_values, KnownValues):
+            self.shape_values.reading(None)
+        del self.view
 
     def shared_dim_names(self) -> frozenset[str]:
         """The input dim names that prove nothing in this run (``symbolic.shared_dim_names``),

@@ -141,3 +141,29 @@ def test_what_a_resumed_rewrite_keeps_does_not_keep_a_folded_weight_alive():
     gc.collect()
     assert weight() is None
     assert rewrite(model, load_catalogue(), resume=resume).tried > 0  # the MatMul, rewired
+
+
+def test_shape_values_kept_between_calls_keep_no_folded_weight_alive():
+    """The resume keeps the last sweep's shape values (small) across the fold; they once
+    read constants through their sweep's view, which holds every constant of the graph: a
+    weight the fold replaced stayed alive through them, whatever the collector did. Here a
+    rule asks for the shape values (the Shape of x builds the Reshape's target)."""
+    nodes = [h.make_node("Transpose", ["w"], ["wt"], name="transpose", perm=[1, 0]),
+             h.make_node("MatMul", ["x", "wt"], ["m"], name="matmul"),
+             h.make_node("Shape", ["x"], ["s"], name="shape"),
+             h.make_node("Reshape", ["m", "s"], ["y"], name="reshape")]
+    model = _model(nodes, [nh.from_array(np.ones((3, 3), np.float32), "w")], ["N", 3])
+    resume = Resumable()
+    rewrite(model, load_catalogue(), resume=resume)
+    assert resume._work is not None and any(  # (what this test is about)
+        seen.shape_values is not None for seen in resume._work.seen.values())
+    weight = weakref.ref(model.graph.initializers["w"])
+    transpose = _node(model, "transpose")
+    model.graph.register_initializer(
+        replacement(transpose.outputs[0], np.ones((3, 3), np.float32), ("transpose",)))
+    model.graph.remove(transpose, safe=True)
+    model.graph.initializers.pop("w")
+    del transpose
+    gc.collect()
+    assert weight() is None
+    assert rewrite(model, load_catalogue(), resume=resume).tried > 0
