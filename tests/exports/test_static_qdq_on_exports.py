@@ -88,7 +88,7 @@ def test_outputs_are_the_originals(folded):
             np.testing.assert_array_equal(got, want)
 
 
-def test_the_drivers_shape_values_between_sweeps_equal_a_whole_walk(tmp_path, monkeypatch):
+def test_the_drivers_shape_values_between_sweeps_equal_a_whole_walk(folded, monkeypatch):
     """Between sweeps the driver updates the shape values of the nodes rewrites changed (built,
     or rewired: ``Spliced.rewired``) instead of walking the graph again: on this export, whose
     rewrites rewire readers whose refined dims change, every update equals a whole walk (values
@@ -115,7 +115,5 @@ def test_the_drivers_shape_values_between_sweeps_equal_a_whole_walk(tmp_path, mo
         return changed
 
     monkeypatch.setattr(GraphState, "update_shape_values", checked)
-    source = tmp_path / "bert_qdq.onnx"
-    export_models.bert_static_qdq(source, hidden=64, seq=16)
-    onnxfold.optimize(str(source), FoldOptions(strict=True))
+    onnxfold.optimize(str(folded[0]), FoldOptions(strict=True))
     assert updates and all(u == (0, 0) for u in updates), updates
