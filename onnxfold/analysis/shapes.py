@@ -33,7 +33,7 @@ import onnx_ir as ir
 from onnxfold.analysis.expansion import inference_expands_functions
 from onnxfold.ir.graph import all_graphs, static_shape
 from onnxfold.ir.long_texts import texts_set_aside
-from onnxfold.ir.protos import SMALL_TENSOR_BYTES, graph_protos, tensor_nbytes
+from onnxfold.ir.protos import SMALL_TENSOR_BYTES, copy_field, graph_protos, tensor_nbytes
 
 DATA_PROP_MAX = 1 << 16  # elements of a 1-D value data propagation may have to hold
 # onnx-ir 0.2 (the declared minimum) serializes a graph without the model's IR version
@@ -348,8 +348,9 @@ def inferred_types(light: onnx.ModelProto, expands: bool) -> dict[str, onnx.Type
     try:
         if not expands:
             del light.functions[:]  # the calls stay opaque: their outputs keep declared types
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
-                                                     data_prop=_data_prop_is_bounded(light))
+        given = _without_large_constants(light)
+        inferred = onnx.shape_inference.infer_shapes(given, check_type=False, strict_mode=False,
+                                                     data_prop=_data_prop_is_bounded(given))
     except Exception:  # inference is an optimization aid, never a reason to fail
         return {}
     infos: dict[str, onnx.TypeProto] = {}
@@ -357,7 +358,50 @@ def inferred_types(light: onnx.ModelProto, expands: bool) -> dict[str, onnx.Type
         for vi in list(g.value_info) + list(g.output):
             if vi.type.HasField("tensor_type"):
                 infos[vi.name] = vi.type
+    if given is not light:  # each large Constant's output: the type inference gives it
+        for vi in inferred.graph.input[len(light.graph.input):]:
+            infos.setdefault(vi.name, vi.type)
     return infos
+
+
+def _without_large_constants(light: onnx.ModelProto) -> onnx.ModelProto:
+    """``light`` itself, or where its main graph has ``Constant`` nodes of more than
+    ``SMALL_TENSOR_BYTES`` (an exporter's weights, as Paddle's are), a copy without them whose
+    inputs declare their outputs' types instead, as :func:`serialize_light` does for large
+    initializers: inference reads no such data, and would otherwise serialize and parse it four
+    times (a 100 MB model of Constant weights peaked at 4.5x its size). The fold turns them
+    into initializers, so this is the first inference's case."""
+    graph = light.graph
+    large = [node for node in graph.node if _large_constant(node)]
+    if not large:
+        return light
+    given = onnx.ModelProto()
+    for desc, value in light.ListFields():
+        if desc.name != "graph":
+            copy_field(given, desc, value)
+    for desc, value in graph.ListFields():
+        if desc.name == "node":
+            given.graph.node.extend(node for node in value if not _large_constant(node))
+        else:
+            copy_field(given.graph, desc, value)
+    for node in large:
+        tensor = node.attribute[0].t
+        given.graph.input.append(onnx.helper.make_tensor_value_info(
+            node.output[0], tensor.data_type, tensor.dims))
+    return given
+
+
+def _large_constant(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is a ``Constant`` of the default domain whose ``value`` is a tensor of
+    more than ``SMALL_TENSOR_BYTES``."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or \
+            len(node.attribute) != 1 or len(node.output) != 1:
+        return False
+    attribute = node.attribute[0]
+    if attribute.name != "value" or attribute.type != onnx.AttributeProto.TENSOR:
+        return False
+    nbytes = tensor_nbytes(attribute.t)
+    return nbytes is not None and nbytes > SMALL_TENSOR_BYTES
 
 
 def _merge(infos: dict[str, onnx.TypeProto], values: Iterable[ir.Value]) -> int:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import onnx
 
+from onnxfold.ir.protos import copy_field
+
 CAREFUL_ABOVE = 16 << 20  # bytes of graph read: a smaller proto is copied whole, then emptied
 _A = onnx.AttributeProto
 _NESTED = (_A.TENSOR, _A.TENSORS, _A.GRAPH, _A.GRAPHS)
@@ -33,19 +35,8 @@ def light_copy(proto: onnx.ModelProto, graph_bytes: int | None = None) -> onnx.M
         if desc.name == "graph":
             _copy_graph(value, copy.graph)
         else:
-            _copy_field(copy, desc, value)
+            copy_field(copy, desc, value)
     return copy
-
-
-def _copy_field(target, desc, value) -> None:
-    repeated = desc.is_repeated if hasattr(desc, "is_repeated") else \
-        desc.label == desc.LABEL_REPEATED  # protobuf before 5.x
-    if repeated:
-        getattr(target, desc.name).extend(value)
-    elif desc.type == desc.TYPE_MESSAGE:
-        getattr(target, desc.name).CopyFrom(value)
-    else:
-        setattr(target, desc.name, value)
 
 
 def _copy_graph(graph: onnx.GraphProto, target: onnx.GraphProto) -> None:
@@ -57,7 +48,7 @@ def _copy_graph(graph: onnx.GraphProto, target: onnx.GraphProto) -> None:
             for node in value:
                 _copy_node(node, target.node.add())
         else:
-            _copy_field(target, desc, value)
+            copy_field(target, desc, value)
 
 
 def _has_text(node: onnx.NodeProto) -> bool:
@@ -76,7 +67,7 @@ def _copy_node(node: onnx.NodeProto, target: onnx.NodeProto) -> None:
         return
     for desc, value in node.ListFields():
         if desc.name != "attribute":
-            _copy_field(target, desc, value)
+            copy_field(target, desc, value)
             continue
         for attr in value:
             copied = target.attribute.add()
@@ -99,7 +90,7 @@ def _copy_node(node: onnx.NodeProto, target: onnx.NodeProto) -> None:
                 elif adesc.name == "strings":
                     copied.strings.extend([b""] * len(avalue))
                 else:
-                    _copy_field(copied, adesc, avalue)
+                    copy_field(copied, adesc, avalue)
 
 
 def _copy_tensor(tensor: onnx.TensorProto, target: onnx.TensorProto) -> None:
@@ -108,5 +99,5 @@ def _copy_tensor(tensor: onnx.TensorProto, target: onnx.TensorProto) -> None:
         return
     for desc, value in tensor.ListFields():
         if desc.name != "string_data":
-            _copy_field(target, desc, value)
+            copy_field(target, desc, value)
     target.string_data.extend([b""] * len(tensor.string_data))

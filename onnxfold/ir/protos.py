@@ -66,3 +66,17 @@ def data_nbytes(dims: Iterable[int], dtype: ir.DataType) -> int | None:
     except TypeError:
         return None
     return -(-math.prod(dims) * bits // 8)
+
+
+def copy_field(target: object, desc: object, value: object) -> None:
+    """Set the field ``desc`` (a protobuf field descriptor) of the message ``target`` to
+    ``value``, a copy: repeated fields extended, messages copied, scalars set."""
+    repeated = desc.is_repeated if hasattr(desc, "is_repeated") else \
+        desc.label == desc.LABEL_REPEATED  # type: ignore[attr-defined]  # protobuf before 5.x
+    name = desc.name  # type: ignore[attr-defined]
+    if repeated:
+        getattr(target, name).extend(value)
+    elif desc.type == desc.TYPE_MESSAGE:  # type: ignore[attr-defined]
+        getattr(target, name).CopyFrom(value)
+    else:
+        setattr(target, name, value)
