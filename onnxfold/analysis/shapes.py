@@ -348,7 +348,7 @@ def inferred_types(light: onnx.ModelProto, expands: bool) -> dict[str, onnx.Type
     try:
         if not expands:
             del light.functions[:]  # the calls stay opaque: their outputs keep declared types
-        given = _without_large_constants(light)
+        given = without_large_constants(light)
         inferred = onnx.shape_inference.infer_shapes(given, check_type=False, strict_mode=False,
                                                      data_prop=_data_prop_is_bounded(given))
     except Exception:  # inference is an optimization aid, never a reason to fail
@@ -364,13 +364,15 @@ def inferred_types(light: onnx.ModelProto, expands: bool) -> dict[str, onnx.Type
     return infos
 
 
-def _without_large_constants(light: onnx.ModelProto) -> onnx.ModelProto:
+def without_large_constants(light: onnx.ModelProto) -> onnx.ModelProto:
     """``light`` itself, or where its main graph has ``Constant`` nodes of more than
     ``SMALL_TENSOR_BYTES`` (an exporter's weights, as Paddle's are), a copy without them whose
     inputs declare their outputs' types instead, as :func:`serialize_light` does for large
     initializers: inference reads no such data, and would otherwise serialize and parse it four
     times (a 100 MB model of Constant weights peaked at 4.5x its size). The fold turns them
-    into initializers, so this is the first inference's case."""
+    into initializers, so this is the first inference's case. The reader's checker is given
+    it too: such a node is well formed by what makes it one (one ``value`` tensor, no input),
+    and its data is checked where every tensor's is (``io/trust.check_tensor_data``)."""
     graph = light.graph
     large = [node for node in graph.node if _large_constant(node)]
     if not large:
@@ -392,16 +394,26 @@ def _without_large_constants(light: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _large_constant(node: onnx.NodeProto) -> bool:
-    """Whether ``node`` is a ``Constant`` of the default domain whose ``value`` is a tensor of
-    more than ``SMALL_TENSOR_BYTES``."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or \
+    """Whether ``node`` is a ``Constant`` of the default domain, without inputs, whose one
+    attribute is a ``value`` tensor of more than ``SMALL_TENSOR_BYTES`` held in ``raw_data``
+    alone (what exporters write; any other form goes to onnx's checker as it is)."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.input or \
             len(node.attribute) != 1 or len(node.output) != 1:
         return False
     attribute = node.attribute[0]
     if attribute.name != "value" or attribute.type != onnx.AttributeProto.TENSOR:
         return False
-    nbytes = tensor_nbytes(attribute.t)
+    tensor = attribute.t  # its data in raw_data alone, as onnx's checker asks of a tensor
+    if not tensor.HasField("raw_data") or tensor.HasField("segment") or tensor.external_data \
+            or tensor.data_location != onnx.TensorProto.DEFAULT or \
+            any(len(getattr(tensor, field)) for field in _TYPED_DATA):
+        return False
+    nbytes = tensor_nbytes(tensor)
     return nbytes is not None and nbytes > SMALL_TENSOR_BYTES
+
+
+_TYPED_DATA = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
+               "uint64_data")  # a TensorProto's data fields but raw_data
 
 
 def _merge(infos: dict[str, onnx.TypeProto], values: Iterable[ir.Value]) -> int:

@@ -20,7 +20,7 @@ from typing import overload
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.shapes import serialize_light
+from onnxfold.analysis.shapes import serialize_light, without_large_constants
 from onnxfold.errors import InputError
 from onnxfold.host.limits import limit_error, out_of_memory
 from onnxfold.host.logs import quiet
@@ -578,7 +578,7 @@ def _run_checker(proto: onnx.ModelProto, label: str, ops: frozenset[str]) -> lis
     through: the model is checked with them in a domain of their own, and their names are
     returned (they are never folded)."""
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(without_large_constants(proto))  # (their data: trust.py)
         return unknown_default_ops(ops)  # none
     except UnicodeDecodeError:  # onnx's message quotes the offending bytes, and cannot be read
         raise InputError(f"{label}: invalid model: a name or op type is not UTF-8 text"

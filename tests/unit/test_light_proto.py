@@ -275,3 +275,32 @@ def test_the_first_inference_gets_no_large_constant_and_types_it_as_before(tmp_p
     assert list(reshaped.shape or ())[1:] == [64, 2]  # the small Constant's data was read
     handed = optimize(load_model(path), FoldOptions(strict=True))
     assert _bytes(result, tmp_path / "a.onnx") == _bytes(handed, tmp_path / "b.onnx")
+
+
+def _malformed(kind: str) -> onnx.TensorProto:
+    weight = tensor("w_value", np.ones((64, 64), np.float32))
+    if kind == "no data":
+        return onnx.TensorProto(name="w_value", data_type=TensorProto.FLOAT, dims=[64, 64])
+    if kind == "raw and float data":
+        weight.float_data.extend([1.0] * 4096)
+    elif kind == "too few floats":
+        weight = onnx.TensorProto(name="w_value", data_type=TensorProto.FLOAT, dims=[64, 64])
+        weight.float_data.extend([1.0] * 100)
+    elif kind == "short raw data":
+        weight.raw_data = weight.raw_data[:1000]
+    return weight
+
+
+@pytest.mark.parametrize("kind", ["no data", "raw and float data", "too few floats",
+                                  "short raw data"])
+def test_a_malformed_large_constant_is_refused_as_before(tmp_path, kind):
+    """onnx's checker is given the model without its large Constants (their data: trust.py);
+    one whose tensor is not data in raw_data alone still goes to the checker, and every one
+    of these is refused in one line."""
+    nodes = [helper.make_node("Constant", [], ["w"], value=_malformed(kind)),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    path = tmp_path / "m.onnx"
+    onnx.save(make_model(nodes, [vinfo("x", shape=["N", 64])], [vinfo("y", shape=["N", 64])]),
+              path)
+    with pytest.raises(InputError, match=r"invalid model|raw_data has 1000 B"):
+        optimize(str(path), FoldOptions(strict=True))
