@@ -199,7 +199,7 @@ class KnownValues(KnownMapping):
 
     def __init__(self, arrays: Arrays) -> None:
         super().__init__()
-        self.arrays = arrays
+        self.arrays: Arrays | None = arrays  # None: kept past its walk (``reading``)
         self.not_constant: set[ir.Value] = set()
         self.placeholders: dict[str, Dim] | None = None  # the walk's (``updated_shape_values``)
 
@@ -209,7 +209,7 @@ class KnownValues(KnownMapping):
         their sweep (the rewrite driver, between its calls) sets None: the sweep's arrays are
         its view's, which holds every constant of the graph, and the weights a fold replaces
         would live on through them."""
-        self.arrays = arrays  # type: ignore[assignment]  # None: reads nothing (get)
+        self.arrays = arrays
         self.not_constant = set()
 
     def get(self, value: ir.Value, default: Known | None = None  # type: ignore[override]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -68,15 +69,14 @@ def data_nbytes(dims: Iterable[int], dtype: ir.DataType) -> int | None:
     return -(-math.prod(dims) * bits // 8)
 
 
-def copy_field(target: object, desc: object, value: object) -> None:
-    """Set the field ``desc`` (a protobuf field descriptor) of the message ``target`` to
+def copy_field(target: object, desc: Any, value: object) -> None:
+    """Set the field ``desc`` (a protobuf ``FieldDescriptor``) of the message ``target`` to
     ``value``, a copy: repeated fields extended, messages copied, scalars set."""
     repeated = desc.is_repeated if hasattr(desc, "is_repeated") else \
-        desc.label == desc.LABEL_REPEATED  # type: ignore[attr-defined]  # protobuf before 5.x
-    name = desc.name  # type: ignore[attr-defined]
+        desc.label == desc.LABEL_REPEATED  # protobuf before 5.x
     if repeated:
-        getattr(target, name).extend(value)
-    elif desc.type == desc.TYPE_MESSAGE:  # type: ignore[attr-defined]
-        getattr(target, name).CopyFrom(value)
+        getattr(target, desc.name).extend(value)
+    elif desc.type == desc.TYPE_MESSAGE:
+        getattr(target, desc.name).CopyFrom(value)
     else:
-        setattr(target, name, value)
+        setattr(target, desc.name, value)
