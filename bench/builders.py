@@ -127,6 +127,27 @@ def many_weight_mlp(count: int, width: int = 33) -> ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def constant_weight_chain(count: int, width: int = 1024) -> ModelProto:
+    """A chain of ``count`` ``MatMul``s, each reading a ``Transpose`` of its own ``width`` x
+    ``width`` float32 weight held in a ``Constant`` node (as Paddle exports weights), with a
+    dynamic batch: 24 x 1024 x 1024 is 96 MiB of weights the fold transposes."""
+    rng = np.random.default_rng(0)
+    nodes, prev = [], "x"
+    for i in range(count):
+        weight = rng.standard_normal((width, width)).astype(np.float32)
+        nodes += [helper.make_node("Constant", [], [f"w{i}"],
+                                   value=numpy_helper.from_array(weight, f"w{i}_value")),
+                  helper.make_node("Transpose", [f"w{i}"], [f"t{i}"], perm=[1, 0]),
+                  helper.make_node("MatMul", [prev, f"t{i}"], [f"h{i}"]),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    graph = helper.make_graph(
+        nodes, "constants",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["batch", width])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 # --------------------------------------------------------------------------------------------
 # Exports: each factory takes the torch module and returns (module, example inputs by name,
 # dynamic dims by input name or None for a static export).
@@ -503,6 +524,7 @@ GRAPHS: dict[str, Callable[[], ModelProto]] = {
     "cdist_16k": lambda: cdist_model(16_000),
     "cdist_2k": lambda: cdist_model(2_000),
     "merges_1600": lambda: merge_graph(1_600),
+    "constants_96m": lambda: constant_weight_chain(24),
 }
 
 

@@ -12,6 +12,9 @@ status and the nodes it left:
 ``cdist_16k``       ``builders.cdist_model(16000)`` with ``--pool-budget 256M``: CDist would make
                     1 GB from 0.5 MB; it must be declined for its size, RSS near the budget
 ``cdist_2k``        ``builders.cdist_model(2000)`` (16 MB) with the same budget: it folds
+``constants_96m``   ``builders.constant_weight_chain(24)``: 96 MiB of weights in ``Constant``
+                    nodes, each transposed by the fold (the checker and the first shape
+                    inference once serialized and parsed their data: 655 MB peak)
 ==================  ===========================================================================
 
 The models are built into ``--work``; the table is written into ``bench/README.md``.
@@ -39,6 +42,8 @@ CASES: dict[str, tuple[str, str, list[str], dict[int, int]]] = {
                   ["--pool-budget", "256M"], {}),
     "cdist_2k": ("CDist 2,000 x 2,000 (16 MB) under `--pool-budget 256M`", "cdist_2k",
                  ["--pool-budget", "256M"], {}),
+    "constants_96m": ("24 weights of 4 MiB in `Constant` nodes, each transposed",
+                      "constants_96m", [], {}),
 }
 
 
