@@ -89,7 +89,12 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
     tried = 0
     for sweeps in range(1, MAX_ITERATIONS + 1):
         changed = False
-        for graph in all_graphs(model):
+        graphs = all_graphs(model)
+        alive: set[ir.Graph] | None = None  # after a sweep changed a model with subgraphs
+        for graph in graphs:
+            if alive is not None and graph not in alive:
+                work.forget(graph)  # discarded by a rewrite of this sweep (an If inlined)
+                continue
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
                               constant_inputs=constant_inputs and graph is model.graph,
                               keep=settings.keep, facts=facts)
@@ -102,10 +107,13 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
                 continue
             trying = Trying()
             sweep = Sweep(state, rules, effects, trying, work)
-            changed |= contained(trying, strict, sweep.run)
+            swept = contained(trying, strict, sweep.run)
             tried += sweep.tried
             work.end(graph, state)
             state.close()
+            changed |= swept
+            if swept and len(graphs) > 1:
+                alive = set(all_graphs(model))
         if not changed:
             return Rewritten(effects.hits, converged=True, sweeps=sweeps, tried=tried,
                              effects=effects)
@@ -219,6 +227,12 @@ class _Worklist:
     def end(self, graph: ir.Graph, state: GraphState) -> None:
         """After a sweep of ``graph``: what it saw, for the next sweep to compare with."""
         self.seen[graph] = _Seen(state.constant, state.shape_values)
+
+    def forget(self, graph: ir.Graph) -> None:
+        """``graph`` left the model: nothing of it is kept (its nodes read nothing of the
+        model's any more, and are never swept)."""
+        self.seen.pop(graph, None)
+        self.changed.pop(graph, None)
 
     def any_marked(self, graph: ir.Graph) -> bool:
         marked = self.marked
