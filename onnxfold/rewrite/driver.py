@@ -32,7 +32,7 @@ from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.declare.catalogue import Catalogue
 from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.declare.patterns import depth
-from onnxfold.ir.graph import all_graphs, use_count
+from onnxfold.ir.graph import all_graphs, subgraphs, use_count
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.rewrite.steps import contained
 from onnxfold.rewrite.sweep import (
@@ -90,9 +90,9 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
     for sweeps in range(1, MAX_ITERATIONS + 1):
         changed = False
         graphs = all_graphs(model)
-        alive: set[ir.Graph] | None = None  # after a sweep changed a model with subgraphs
+        owners: dict[ir.Graph, ir.Node] | None = None  # once a sweep changed the model
         for graph in graphs:
-            if alive is not None and graph not in alive:
+            if owners is not None and not _in_model(graph, owners, model.graph):
                 work.forget(graph)  # discarded by a rewrite of this sweep (an If inlined)
                 continue
             plan = plan_graph(graph, model.ir_version, inputs_are_constant=inputs_are_constant,
@@ -112,13 +112,38 @@ def _rewrite(model: ir.Model, rules: RuleOrders, facts: Catalogue,
             work.end(graph, state)
             state.close()
             changed |= swept
-            if swept and len(graphs) > 1:
-                alive = set(all_graphs(model))
+            if swept and owners is None and len(graphs) > 1:
+                owners = _owners(model.graph)
         if not changed:
             return Rewritten(effects.hits, converged=True, sweeps=sweeps, tried=tried,
                              effects=effects)
     return Rewritten(effects.hits, converged=False, sweeps=MAX_ITERATIONS, tried=tried,
                      effects=effects)
+
+
+def _owners(main: ir.Graph) -> dict[ir.Graph, ir.Node]:
+    """Each subgraph in ``main`` and the node whose attribute holds it."""
+    found: dict[ir.Graph, ir.Node] = {}
+    stack = [main]
+    while stack:
+        for node in stack.pop():
+            for sub in subgraphs(node):
+                found[sub] = node
+                stack.append(sub)
+    return found
+
+
+def _in_model(graph: ir.Graph, owners: dict[ir.Graph, ir.Node], main: ir.Graph) -> bool:
+    """Whether ``graph`` is still in the model: ``main``, or held by a node that is still in
+    a graph that is (``owners``: as the model held its subgraphs at some point of this sweep;
+    since, only removals and moves: an owner left without a graph is gone, a moved one is
+    followed)."""
+    while graph is not main:
+        owner = owners.get(graph)
+        if owner is None or owner.graph is None:
+            return False
+        graph = owner.graph
+    return True
 
 
 @dataclass
