@@ -296,11 +296,13 @@ def _malformed(kind: str) -> onnx.TensorProto:
 def test_a_malformed_large_constant_is_refused_as_before(tmp_path, kind):
     """onnx's checker is given the model without its large Constants (their data: trust.py);
     one whose tensor is not data in raw_data alone still goes to the checker, and every one
-    of these is refused in one line."""
+    of these is refused in one line (by onnx's checker, or where an older onnx's lets it
+    through, by the tensor-data check: onnx 1.19 passes too few floats)."""
     nodes = [helper.make_node("Constant", [], ["w"], value=_malformed(kind)),
              helper.make_node("MatMul", ["x", "w"], ["y"])]
     path = tmp_path / "m.onnx"
     onnx.save(make_model(nodes, [vinfo("x", shape=["N", 64])], [vinfo("y", shape=["N", 64])]),
               path)
-    with pytest.raises(InputError, match=r"invalid model|raw_data has 1000 B"):
+    with pytest.raises(InputError, match=r"invalid model|raw_data has 1000 B|"
+                       r"Constant attribute value: unreadable tensor data"):
         optimize(str(path), FoldOptions(strict=True))
