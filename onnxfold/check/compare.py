@@ -367,7 +367,10 @@ def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: 
 def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
                catalogue: Catalogue) -> RewriteValidation:
     """Every rewrite of the run's record ``rewrites`` validated on the reference's input
-    sets."""
+    sets (a run that rewrote nothing: nothing to validate, and the original is not loaded
+    again for it)."""
+    if not rewrites.records:
+        return RewriteValidation(sets=len(reference.feeds))
     rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
                          if rule.rounds_differently)
     return validate_rewrites(rewrites, _cones(reinferred(graph_of(a, run.label_a)), run),

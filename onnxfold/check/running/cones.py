@@ -36,6 +36,7 @@ from onnxfold.ir.graph import captured_values
 MOVES_DATA = frozenset({
     "Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split",
     "Slice", "Gather", "Expand", "Tile"})
+CONSTANT_NODE_BYTES = 1 << 16  # a Constant node larger: its tensor handed over (see run)
 # ops whose result a float64 run of the node can arbitrate: where onnxruntime's float32 sum or
 # transcendental is further from the exact value than the fold's, the fold is not wrong
 ARBITRATED = frozenset({
@@ -191,6 +192,14 @@ class Cones:
                 fed[str(leaf.name)] = inputs[str(leaf.name)]
             else:
                 constants[str(leaf.name)] = self._weight(leaf)
+        wanted, kept = set(sources), []
+        for node in nodes:
+            weight = _constant_weight(node)
+            if weight is None or node.outputs[0] in wanted:
+                kept.append(node)
+            else:  # a weight held as a node: handed over as an initializer's is
+                constants[str(node.outputs[0].name)] = weight
+        nodes = kept
         moved_only = all(n.domain in ("", "ai.onnx") and n.op_type in MOVES_DATA
                          for n in nodes)  # no kernel that could prepack: fed, not copied
         arrays = run_nodes([ir.serde.serialize_node(n) for n in nodes],
@@ -254,6 +263,24 @@ class Cones:
         return (f"closer to the float64 value of {node.op_type} than onnxruntime's "
                 f"{folded.dtype} (max {float((fold_error / scale).max()):.3g} ulps from it, "
                 f"onnxruntime {float((ort_error / scale).max()):.3g})")
+
+
+def _constant_weight(node: ir.Node) -> np.ndarray | None:
+    """The array of ``node`` where it is a ``Constant`` holding a tensor of more than
+    :data:`CONSTANT_NODE_BYTES` in its ``value`` (an exporter's weight, as Paddle's are), else
+    None. onnxruntime makes such a node an initializer of the same bytes when it loads a model;
+    a run given it as one never serializes it into the model it builds (a 96 MiB model of
+    Constant weights put three more copies of them on the check's peak)."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.inputs or \
+            len(node.outputs) != 1 or list(node.attributes) != ["value"]:
+        return None
+    attribute = node.attributes["value"]
+    if attribute.type != ir.AttributeType.TENSOR:
+        return None
+    tensor = attribute.as_tensor()
+    if tensor.nbytes <= CONSTANT_NODE_BYTES:
+        return None
+    return read_constant(tensor)
 
 
 def _wanted(value: ir.Value) -> Wanted:

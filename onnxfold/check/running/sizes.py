@@ -1,5 +1,6 @@
 """How large each value of the original is at given input shapes, by onnx's shape inference
-on the check's own copy of the graph (its weights' bytes left out): a binding whose values
+on the check's own copy of the graph (its weights' bytes left out, initializers and large
+``Constant`` nodes alike: ``shapes.without_large_constants``): a binding whose values
 would not fit in the memory left is not run, and the values a check holds at once are sized
 before they are computed."""
 
@@ -11,7 +12,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.shapes import serialize_light
+from onnxfold.analysis.shapes import serialize_light, without_large_constants
 
 Shapes = Mapping[str, tuple[int, ...]]
 
@@ -23,6 +24,7 @@ class Sizes:
     def __init__(self, model: ir.Model) -> None:
         self.model = model
         self._light: onnx.ModelProto | None = None
+        self._typed_inputs: set[str] = set()  # large Constants' outputs, inputs in ``_light``
         self._known: dict[tuple, dict[str, int]] = {}
 
     def at(self, shapes: Shapes) -> dict[str, int]:
@@ -35,7 +37,9 @@ class Sizes:
             except Exception:  # an aid: a graph onnx cannot infer is run and seen
                 self._known[key] = {}
             else:
-                self._known[key] = {info.name: n for info in inferred.graph.value_info
+                infos = [*inferred.graph.value_info, *(info for info in inferred.graph.input
+                                                       if info.name in self._typed_inputs)]
+                self._known[key] = {info.name: n for info in infos
                                     if (n := _bytes(info)) is not None}
         return self._known[key]
 
@@ -47,7 +51,11 @@ class Sizes:
         """The original without its weights' bytes, its inputs of ``shapes``, its declared
         intermediate and output shapes left out (a declared ``-1`` is no error of the run)."""
         if self._light is None:
-            self._light = serialize_light(self.model)
+            light = serialize_light(self.model)
+            given = len(light.graph.input)
+            self._light = without_large_constants(light)
+            del light  # (a model of Constant weights: their data, held by no proto here)
+            self._typed_inputs = {i.name for i in self._light.graph.input[given:]}
             del self._light.graph.value_info[:]
             for output in self._light.graph.output:
                 if output.type.HasField("tensor_type"):
