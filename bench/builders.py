@@ -528,6 +528,18 @@ GRAPHS: dict[str, Callable[[], ModelProto]] = {
 }
 
 
+def _example_inputs(path: Path) -> dict[str, np.ndarray]:
+    """Ones for each graph input of the model at ``path``, its named dims 1 (what a
+    benchmark's bare onnxruntime session is run on)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    found = {}
+    for value in graph.input:
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor.shape.dim]
+        found[value.name] = np.ones(dims, helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+    return found
+
+
 def build_cached(name: str, work: Path) -> Path:
     """WORK/NAME.onnx (a graph of ``GRAPHS``, an export of ``EXPORTS`` or a quantized model of
     ``QUANTIZED``), made now unless it
@@ -540,6 +552,8 @@ def build_cached(name: str, work: Path) -> Path:
             tmp = path.with_suffix(".onnx.tmp")
             onnx.save(GRAPHS[name](), str(tmp))
             os.replace(tmp, path)
+        if not path.with_suffix(".inputs.npz").exists():
+            np.savez(path.with_suffix(".inputs.npz"), **_example_inputs(path))
         return path
     if path.exists() and path.with_suffix(".inputs.npz").exists():
         return path

@@ -33,7 +33,7 @@ from bench.process import ChildRun, median, run_child
 from bench.readme import replace_section
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ("bert_base_ts", "resnet50_ts_folded")
+MODELS = ("bert_base_ts", "resnet50_ts_folded", "constants_96m")
 WALL_TARGET = 3.0
 
 _SESSION = """

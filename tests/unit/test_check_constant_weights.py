@@ -70,7 +70,7 @@ def test_a_large_constant_node_is_handed_over_and_the_runs_keep_the_originals_bi
             for name, want in zip(names, _original(path, feeds, names)):
                 assert got[values[name]].tobytes() == want.tobytes(), name
         assert built[-1] < 4096, "a Constant's weight was serialized into the run's model"
-    # a Constant asked for itself is still computed by its node (its own value, as held)
+    # a Constant asked for itself: its tensor as the node holds it
     (alone,) = cones.run([values["w0"]], feeds).values()
     assert alone.tobytes() == w0.tobytes()
 
@@ -84,3 +84,17 @@ def test_the_sizing_inference_reads_no_constants_data_and_still_sizes_its_output
     at = sizes.at({"x": (5, SIDE)})
     assert at["w0"] == at["w0t"] == SIDE * SIDE * 4  # the Constant's output sized all the same
     assert at["h"] == 5 * SIDE * 4
+
+
+def test_a_constant_asked_for_with_its_readers_is_given_as_held_and_still_read(tmp_path):
+    path = tmp_path / "m.onnx"
+    w0 = _constant_weights(path)
+    model = load_model(str(path))
+    cones = Cones(model, list(model.graph.inputs))
+    values = {str(o.name): o for n in model.graph for o in n.outputs}
+    feeds = {"x": np.ones((2, SIDE), np.float32)}
+    got = cones.run([values["w0"], values["w0t"], values["h"]], feeds)
+    want = _original(path, feeds, ["w0", "w0t", "h"])
+    assert got[values["w0"]].tobytes() == w0.tobytes() == want[0].tobytes()
+    assert got[values["w0t"]].tobytes() == want[1].tobytes()
+    assert got[values["h"]].tobytes() == want[2].tobytes()

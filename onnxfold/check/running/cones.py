@@ -192,24 +192,33 @@ class Cones:
                 fed[str(leaf.name)] = inputs[str(leaf.name)]
             else:
                 constants[str(leaf.name)] = self._weight(leaf)
-        wanted, kept = set(sources), []
+        held: dict[ir.Value, np.ndarray] = {}  # the weights Constant nodes hold
+        kept = []
         for node in nodes:
             weight = _constant_weight(node)
-            if weight is None or node.outputs[0] in wanted:
+            if weight is None:
                 kept.append(node)
-            else:  # a weight held as a node: handed over as an initializer's is
-                constants[str(node.outputs[0].name)] = weight
+            else:
+                held[node.outputs[0]] = weight
         nodes = kept
+        read = {v for n in nodes for v in (*n.inputs, *captured_values(n))}
+        constants.update({str(v.name): w for v, w in held.items() if v in read})
+        given = {s: held[s] for s in sources if s in held}  # asked for: its tensor as it is
+        wanted = [s for s in sources if s not in given]
+        if not wanted:
+            return given
         moved_only = all(n.domain in ("", "ai.onnx") and n.op_type in MOVES_DATA
                          for n in nodes)  # no kernel that could prepack: fed, not copied
         arrays = run_nodes([ir.serde.serialize_node(n) for n in nodes],
-                           [_wanted(s) for s in sources], constants=constants, inputs=fed,
+                           [_wanted(s) for s in wanted], constants=constants, inputs=fed,
                            opsets=dict(self.model.opset_imports),
                            ir_version=self.model.ir_version, libraries=self.libraries,
                            prepacking=exact and not moved_only)
         drop_resident_pages()  # the weights it read are read again where needed, not held
-        return {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
-                else array for source, array in zip(sources, arrays)}
+        computed = {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
+                    else array for source, array in zip(wanted, arrays)}
+        return {source: given[source] if source in given else computed[source]
+                for source in sources}
 
     def valued(self, source: ir.Value) -> list[ir.Node]:
         """The nodes of ``source``'s cone whose values reach its values: not those read only
@@ -266,11 +275,12 @@ class Cones:
 
 
 def _constant_weight(node: ir.Node) -> np.ndarray | None:
-    """The array of ``node`` where it is a ``Constant`` holding a tensor of more than
-    :data:`CONSTANT_NODE_BYTES` in its ``value`` (an exporter's weight, as Paddle's are), else
-    None. onnxruntime makes such a node an initializer of the same bytes when it loads a model;
-    a run given it as one never serializes it into the model it builds (a 96 MiB model of
-    Constant weights put three more copies of them on the check's peak)."""
+    """The array of ``node`` where it is a ``Constant`` holding a tensor of numbers of more
+    than :data:`CONSTANT_NODE_BYTES` in its ``value`` (an exporter's weight, as Paddle's are),
+    else None. onnxruntime makes such a node an initializer of the same bytes when it loads a
+    model, and its output is those bytes: a run hands it over as an initializer, or gives it
+    as it is where it is asked for, and never serializes it into the model it builds (a 96
+    MiB model of Constant weights put three more copies of them on the check's peak)."""
     if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.inputs or \
             len(node.outputs) != 1 or list(node.attributes) != ["value"]:
         return None
@@ -278,7 +288,8 @@ def _constant_weight(node: ir.Node) -> np.ndarray | None:
     if attribute.type != ir.AttributeType.TENSOR:
         return None
     tensor = attribute.as_tensor()
-    if tensor.nbytes <= CONSTANT_NODE_BYTES:
+    if tensor.nbytes <= CONSTANT_NODE_BYTES or \
+            np.dtype(tensor.dtype.numpy()).kind not in "biuf":
         return None
     return read_constant(tensor)
 
