@@ -365,11 +365,16 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         results: list[PassResult] = []
         rewrites = RewriteLog.of(model) if record_rewrites else None
         try:
-            _run(build_pipeline(options, catalogue, results, progress, frozenset(skipped) | frozen,
-                                light=None if skipped else light, phases=phases,
-                                settings=settings, rewrites=rewrites, label=path or "model",
-                                signature=signature),
-                 model)
+            passes = build_pipeline(options, catalogue, results, progress,
+                                    frozenset(skipped) | frozen,
+                                    light=None if skipped else light, phases=phases,
+                                    settings=settings, rewrites=rewrites, label=path or "model",
+                                    signature=signature)
+            # the passes that read the reader's proto drop it once read (a restart does not
+            # read it): held here, it kept a model's Constant weights twice through the fold
+            light = None
+            _run(passes, model)
+            del passes
             break
         except StepFailed as failure:
             if pristine is None or failure.step in skipped:

@@ -306,3 +306,32 @@ def test_a_malformed_large_constant_is_refused_as_before(tmp_path, kind):
     with pytest.raises(InputError, match=r"invalid model|raw_data has 1000 B|"
                        r"Constant attribute value: unreadable tensor data"):
         optimize(str(path), FoldOptions(strict=True))
+
+
+def test_once_inference_read_it_the_optimizer_holds_the_read_proto_no_more(tmp_path,
+                                                                          monkeypatch):
+    """The reader's proto holds the data of a model's Constant weights: once the first
+    inference has read it, no frame of the optimizer keeps it (held through the fold, it was a
+    second copy of a 96 MiB model's weights at the fold's peak)."""
+    import sys
+
+    from onnxfold.pipeline import passes
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    real = passes.InferShapes.call
+    holders: list[str] = []
+
+    def watched(self, model):
+        light = self.light
+        result = real(self, model)
+        frame = sys._getframe(1)
+        while light is not None and frame is not None:  # every caller's locals
+            if any(value is light for value in frame.f_locals.values()):
+                holders.append(frame.f_code.co_name)
+            frame = frame.f_back
+        return result
+
+    monkeypatch.setattr(passes.InferShapes, "call", watched)
+    optimize(str(path))
+    assert holders == []
