@@ -98,3 +98,59 @@ def test_a_constant_asked_for_with_its_readers_is_given_as_held_and_still_read(t
     assert got[values["w0"]].tobytes() == w0.tobytes() == want[0].tobytes()
     assert got[values["w0t"]].tobytes() == want[1].tobytes()
     assert got[values["h"]].tobytes() == want[2].tobytes()
+
+
+def _runs_as_the_original(path, names: list[str], feeds: dict[str, np.ndarray]) -> None:
+    model = load_model(str(path))
+    cones = Cones(model, list(model.graph.inputs))
+    values = {str(o.name): o for n in model.graph for o in n.outputs}
+    got = cones.run([values[n] for n in names], feeds)  # exact: the original's bits
+    for name, want in zip(names, _original(path, feeds, names)):
+        assert np.asarray(got[values[name]]).tobytes() == np.asarray(want).tobytes(), name
+
+
+def test_a_large_constant_a_subgraph_reads_is_handed_over_where_the_subgraph_sees_it(
+        tmp_path):
+    """An If's branch reads the Constant from the enclosing graph: handed over as an
+    initializer, the branch still finds it by name."""
+    w = np.random.default_rng(5).standard_normal((SIDE, SIDE)).astype(np.float32)
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, SIDE])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, SIDE])])
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "tw")),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, SIDE]),
+                     helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, SIDE])])
+    path = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = np.random.default_rng(6).standard_normal((2, SIDE)).astype(np.float32)
+    _runs_as_the_original(path, ["y"], {"x": x, "c": np.array(True)})
+
+
+def test_large_constants_of_other_types_stay_nodes_and_compute_as_before(tmp_path):
+    """bfloat16 (carried through float32 by the runner) and strings are not handed over: they
+    run as the nodes they are."""
+    import ml_dtypes
+
+    big = np.arange(SIDE * SIDE, dtype=np.float32).reshape(SIDE, SIDE) / 7
+    bf = helper.make_tensor("tb", TensorProto.BFLOAT16, [SIDE, SIDE],
+                            big.astype(ml_dtypes.bfloat16).view(np.uint16).tobytes(), raw=True)
+    words = numpy_helper.from_array(np.array([b"w" * 64] * 2048, dtype=object), "ts")
+    nodes = [helper.make_node("Constant", [], ["b"], value=bf),
+             helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["bf", "x"], ["y"]),
+             helper.make_node("Constant", [], ["s"], value=words),
+             helper.make_node("Identity", ["s"], ["z"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [SIDE, SIDE])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [SIDE, SIDE]),
+         helper.make_tensor_value_info("z", TensorProto.STRING, [2048])])
+    path = tmp_path / "types.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_model(str(path))
+    held = [n for n in model.graph if cones_module._constant_weight(n) is not None]
+    assert held == []
+    _runs_as_the_original(path, ["y"], {"x": np.ones((SIDE, SIDE), np.float32)})
