@@ -11,7 +11,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.check.running import cones as cones_module
-from onnxfold.check.running.cones import CONSTANT_NODE_BYTES, Cones
+from onnxfold.check.running.cones import Cones
+from onnxfold.check.running.models import CONSTANT_NODE_BYTES, constant_weight
 from onnxfold.check.running.sizes import Sizes
 from onnxfold.io.reader import load_model
 
@@ -151,6 +152,6 @@ def test_large_constants_of_other_types_stay_nodes_and_compute_as_before(tmp_pat
     path = tmp_path / "types.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     model = load_model(str(path))
-    held = [n for n in model.graph if cones_module._constant_weight(n) is not None]
+    held = [n for n in model.graph if constant_weight(n) is not None]
     assert held == []
     _runs_as_the_original(path, ["y"], {"x": np.ones((SIDE, SIDE), np.float32)})

@@ -586,3 +586,74 @@ def test_the_windows_line_counts_the_windows_that_run_something(deep_decoder):
         in line, line
     compared, cuts = map(int, re.search(r"at (\d+) of (\d+) cuts", line).groups())
     assert cuts == len(holding) - 1 and 0 < compared <= cuts, line
+
+
+def _constant_chain(path, count: int = 4, width: int = 160) -> int:
+    """``count`` MatMuls, each reading the Transpose of its own float32 weight held in a
+    ``Constant`` node (as Paddle exports weights), with a dynamic batch; the bytes of one."""
+    from onnx import helper
+
+    rng = np.random.default_rng(4)
+    nodes, prev = [], "x"
+    for i in range(count):
+        w = rng.standard_normal((width, width)).astype(np.float32) / width
+        nodes += [helper.make_node("Constant", [], [f"w{i}"],
+                                   value=numpy_helper.from_array(w, f"t{i}")),
+                  helper.make_node("Transpose", [f"w{i}"], [f"wt{i}"], perm=[1, 0]),
+                  helper.make_node("MatMul", [prev, f"wt{i}"], [f"h{i}"])]
+        prev = f"h{i}"
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", width])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["n", width])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return width * width * 4
+
+
+def test_weights_in_constant_nodes_are_weighed_and_windowed_as_initializers_are(tmp_path):
+    """onnxruntime makes a Constant node an initializer: a session and a window hold its
+    tensor (counted as nothing, a model of Constant weights was given a whole session it had
+    no room for, and the kernel killed the check in a 640 MiB cgroup); each window's model is
+    handed the tensor instead of carrying it, and computes what the whole check computes."""
+    from onnxfold.check.running import memory
+    from onnxfold.check.running.runner import NodesModel
+
+    source, folded = tmp_path / "c.onnx", tmp_path / "f.onnx"
+    one = _constant_chain(source)
+    onnxfold.optimize(str(source)).save(str(folded))
+    a = graph_of(str(source), "a")
+    assert memory.weight_bytes(a) == 4 * one and memory.cast_bytes(a) == 0
+    plan = plan_windows(a, graph_of(str(folded), "b"), one + one // 2)
+    assert len(plan.a) == 4 and all(w.weight_bytes == one for w in plan.a)
+    built: list[int] = []
+    real = NodesModel.__init__
+
+    def measured(self, nodes, *args, **kwargs):
+        built.append(sum(n.ByteSize() for n in nodes))
+        real(self, nodes, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(NodesModel, "__init__", measured)
+        windows = compare_models(str(source), str(folded), 2,
+                                 CompareOptions(window_bytes=one + one // 2))
+    whole = compare_models(str(source), str(folded), 2, CompareOptions())
+    assert whole.ok and windows.ok, windows.summary()
+    assert "the original in 4 windows" in windows.windows
+    assert built and max(built) < one // 4  # no window's model carries a weight
+    for x, y in zip(whole.rows, windows.rows):
+        assert (x.name, x.max_abs_diff, x.bitwise_equal, x.ok) == \
+            (y.name, y.max_abs_diff, y.bitwise_equal, y.ok)
+
+
+def test_in_windows_a_wrong_weight_of_a_constant_model_fails(tmp_path):
+    source, folded = tmp_path / "c.onnx", tmp_path / "f.onnx"
+    one = _constant_chain(source)
+    onnxfold.optimize(str(source)).save(str(folded))
+    model = onnx.load(str(folded))
+    target = model.graph.initializer[0]
+    arr = numpy_helper.to_array(target).copy()
+    arr.reshape(-1)[0] += 1.0
+    target.CopyFrom(numpy_helper.from_array(arr, target.name))
+    onnx.save(model, str(tmp_path / "p.onnx"))
+    windows = compare_models(str(source), str(tmp_path / "p.onnx"), 1,
+                             CompareOptions(window_bytes=one + one // 2))
+    assert not windows.ok and windows.failing

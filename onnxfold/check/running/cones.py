@@ -25,7 +25,7 @@ import onnx_ir as ir
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import exact_ops, string_values
 from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
-from onnxfold.check.running.models import read_constant
+from onnxfold.check.running.models import constant_weight, read_constant
 from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
@@ -36,7 +36,6 @@ from onnxfold.ir.graph import captured_values
 MOVES_DATA = frozenset({
     "Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split",
     "Slice", "Gather", "Expand", "Tile"})
-CONSTANT_NODE_BYTES = 1 << 16  # a Constant node larger: its tensor handed over (see run)
 # ops whose result a float64 run of the node can arbitrate: where onnxruntime's float32 sum or
 # transcendental is further from the exact value than the fold's, the fold is not wrong
 ARBITRATED = frozenset({
@@ -195,7 +194,7 @@ class Cones:
         held: dict[ir.Value, np.ndarray] = {}  # the weights Constant nodes hold
         kept = []
         for node in nodes:
-            weight = _constant_weight(node)
+            weight = constant_weight(node)
             if weight is None:
                 kept.append(node)
             else:
@@ -272,26 +271,6 @@ class Cones:
         return (f"closer to the float64 value of {node.op_type} than onnxruntime's "
                 f"{folded.dtype} (max {float((fold_error / scale).max()):.3g} ulps from it, "
                 f"onnxruntime {float((ort_error / scale).max()):.3g})")
-
-
-def _constant_weight(node: ir.Node) -> np.ndarray | None:
-    """The array of ``node`` where it is a ``Constant`` holding a tensor of numbers of more
-    than :data:`CONSTANT_NODE_BYTES` in its ``value`` (an exporter's weight, as Paddle's are),
-    else None. onnxruntime makes such a node an initializer of the same bytes when it loads a
-    model, and its output is those bytes: a run hands it over as an initializer, or gives it
-    as it is where it is asked for, and never serializes it into the model it builds (a 96
-    MiB model of Constant weights put three more copies of them on the check's peak)."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.inputs or \
-            len(node.outputs) != 1 or list(node.attributes) != ["value"]:
-        return None
-    attribute = node.attributes["value"]
-    if attribute.type != ir.AttributeType.TENSOR:
-        return None
-    tensor = attribute.as_tensor()
-    if tensor.nbytes <= CONSTANT_NODE_BYTES or \
-            np.dtype(tensor.dtype.numpy()).kind not in "biuf":
-        return None
-    return read_constant(tensor)
 
 
 def _wanted(value: ir.Value) -> Wanted:

@@ -22,8 +22,11 @@ each (``onnxfold.host.heap``: a session opened after a fold retained 230 MiB mor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import onnx_ir as ir
 
+from onnxfold.check.running.models import constant_tensor
 from onnxfold.host.address_space import address_space_in_use
 from onnxfold.host.memory_limits import available_memory, host_available
 
@@ -38,9 +41,11 @@ HEADROOM_SHARE, HEADROOM_FLOOR = 0.125, 64 * 2**20
 
 
 def weight_bytes(model: ir.Model) -> int:
-    """The bytes of ``model``'s initializers (what a session over it loads)."""
-    return sum(v.const_value.nbytes for v in model.graph.initializers.values()
-               if v.const_value is not None)
+    """The bytes of ``model``'s weights (what a session over it loads): its initializers and
+    its main graph's Constant nodes' tensors, which onnxruntime makes initializers (counted
+    as none, a model of Constant weights was given a session it had no room for, and the
+    kernel killed the check in a 640 MiB cgroup)."""
+    return sum(tensor.nbytes for tensor in _weights(model))
 
 
 def cast_bytes(model: ir.Model) -> int:
@@ -50,9 +55,15 @@ def cast_bytes(model: ir.Model) -> int:
     float16 decoder peaked at 1.01 GiB above the process, 3.4x its weights, where
     ``SESSION_FACTOR`` alone allowed 652 MiB: the kernel killed the check, and
     ``--latency``, in a 900 MiB cgroup)."""
-    return sum(v.const_value.nbytes for v in model.graph.initializers.values()
-               if v.const_value is not None and v.const_value.dtype in
-               (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))
+    return sum(tensor.nbytes for tensor in _weights(model)
+               if tensor.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))
+
+
+def _weights(model: ir.Model) -> Iterator[ir.TensorProtocol]:
+    """The tensors a session over ``model`` loads: its initializers', its Constant nodes'."""
+    yield from (v.const_value for v in model.graph.initializers.values()
+                if v.const_value is not None)
+    yield from (tensor for node in model.graph if (tensor := constant_tensor(node)) is not None)
 
 
 def session_bytes(weights: int, cast: int = 0) -> int:

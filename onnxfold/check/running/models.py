@@ -31,6 +31,35 @@ _ORT_TYPES = {
 }
 
 
+def constant_tensor(node: ir.Node) -> ir.TensorProtocol | None:
+    """The tensor of ``node`` where it is a ``Constant`` of the default domain holding one in
+    its ``value`` (onnxruntime makes such a node an initializer when it loads a model: an
+    exporter's weights, Paddle's among them), else None."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.inputs or \
+            len(node.outputs) != 1 or list(node.attributes) != ["value"]:
+        return None
+    attribute = node.attributes["value"]
+    return attribute.as_tensor() if attribute.type == ir.AttributeType.TENSOR else None
+
+
+CONSTANT_NODE_BYTES = 1 << 16  # a Constant node larger: its tensor handed over as a weight
+
+
+def constant_weight(node: ir.Node) -> np.ndarray | None:
+    """The array of ``node`` where it is a ``Constant`` holding a tensor of numbers of more
+    than :data:`CONSTANT_NODE_BYTES` (an exporter's weight), else None. onnxruntime makes such
+    a node an initializer of the same bytes when it loads a model, and its output is those
+    bytes: a model the check builds of the original's nodes is handed it as an initializer,
+    or a caller takes it as it is where it is asked for, and it is never serialized into the
+    model (a 96 MiB model of Constant weights put three more copies of them on the check's
+    peak)."""
+    tensor = constant_tensor(node)
+    if tensor is None or tensor.nbytes <= CONSTANT_NODE_BYTES or \
+            np.dtype(tensor.dtype.numpy()).kind not in "biuf":
+        return None
+    return read_constant(tensor)
+
+
 def read_constant(tensor: ir.TensorProtocol) -> np.ndarray:
     """A constant's array for a run of the check: a weight in a file read with ``pread``
     (a file truncated meanwhile is an InputError, never a bus error inside onnxruntime),

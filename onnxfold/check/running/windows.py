@@ -53,6 +53,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check.running import memory
+from onnxfold.check.running.models import constant_tensor, constant_weight
 from onnxfold.check.running.runner import (
     Fed,
     MachineShort,
@@ -167,6 +168,15 @@ class _Walk:
                 found[name] = value.const_value.nbytes
         return found
 
+    def held(self, position: int) -> dict[str, ir.TensorProtocol]:
+        """What node ``position`` holds in a session, by name: the initializers it reads, and
+        its own tensor where it is a Constant (onnxruntime makes it an initializer)."""
+        found = {name: self.initializers[name].const_value for name in self.weights(position)}
+        tensor = constant_tensor(self.nodes[position])
+        if tensor is not None:
+            found[str(self.nodes[position].outputs[0].name)] = tensor
+        return {name: t for name, t in found.items() if t is not None}
+
     def greedy(self, positions: Sequence[int], budget: int,
                shared: Callable[[int], bool] = lambda position: False) -> list[list[int]]:
         """``positions`` (in order) in runs of at most ``budget`` bytes of weights each (a
@@ -177,14 +187,14 @@ class _Walk:
         run: list[int] = []
         held: dict[str, int] = {}
         for position in positions:
-            weights = self.weights(position)
+            weights = _sizes(self.held(position))
             if run and sum({**held, **weights}.values()) > budget:
                 ends = [k for k, p in enumerate(run) if shared(p)]
                 end = ends[-1] + 1 if ends else len(run)
                 runs.append(run[:end])
                 run, held = run[end:], {}
                 for kept in run:
-                    held.update(self.weights(kept))
+                    held.update(_sizes(self.held(kept)))
             run.append(position)
             held.update(weights)
         return [r for r in [*runs, run] if r]
@@ -260,20 +270,26 @@ class _Walk:
                          if o.name}
             reads: dict[str, None] = {}
             constants: dict[str, int] = {}
+            held: dict[str, ir.TensorProtocol] = {}  # the initializers, the Constants' tensors
             for p in positions:
                 constants.update(self.weights(p))
+                held.update(self.held(p))
                 for name in self.reads[p]:
                     if name not in made_here and name not in constants:
                         reads[name] = None
             writes = [str(o.name) for p in positions for o in self.nodes[p].outputs
                       if o.name and str(o.name) in later]
-            half = sum(size for name, size in constants.items()
-                       if (tensor := self.initializers[name].const_value) is not None
-                       and tensor.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))
             windows.append(Window([self.nodes[p] for p in positions], list(reads),
-                                  list(constants), writes, sum(constants.values()), half))
+                                  list(constants), writes, sum(_sizes(held).values()),
+                                  sum(t.nbytes for t in held.values() if t.dtype in
+                                      (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))))
             later |= set(reads)
         return windows[::-1]
+
+
+def _sizes(tensors: Mapping[str, ir.TensorProtocol]) -> dict[str, int]:
+    """The bytes of each of ``tensors``."""
+    return {name: tensor.nbytes for name, tensor in tensors.items()}
 
 
 def _in_order(graph: ir.Graph) -> list[ir.Node]:
@@ -323,8 +339,8 @@ def plan_windows(a: ir.Model, b: ir.Model, budget: int) -> WindowPlan:
     groups = walk_b.placed(walk_a, runs)
     split_b: list[list[int]] = []  # a group heavier than the budget split on its own
     for group in groups:
-        heavy = sum({name: size for p in group for name, size in walk_b.weights(p).items()
-                     }.values()) > budget
+        heavy = sum(_sizes({name: t for p in group for name, t in walk_b.held(p).items()}
+                           ).values()) > budget
         split_b.extend(walk_b.greedy(group, budget, hands_on_shared(walk_b)) if heavy else
                        [group] if group else [])
     if len(split_b) > len(runs):  # the original cut where the optimized model was, by name:
@@ -573,8 +589,14 @@ class Chain:
             declared = {name: dataclasses.replace(fed, shape=None)
                         for name, fed in declared.items()}
         wanted = [_wanted(self._values[name]) for name in returned]
-        return NodesModel([ir.serde.serialize_node(n) for n in window.nodes], wanted,
-                          constants=constants, inputs=declared,
+        nodes, held = [], dict(constants)
+        for node in window.nodes:  # a Constant's weight: handed over as an initializer's
+            weight = constant_weight(node)
+            if weight is None or str(node.outputs[0].name) in returned:
+                nodes.append(ir.serde.serialize_node(node))
+            else:
+                held[str(node.outputs[0].name)] = weight
+        return NodesModel(nodes, wanted, constants=held, inputs=declared,
                           opsets=dict(self.model.opset_imports),
                           ir_version=self.model.ir_version, prepacking=True,
                           functions=self._functions, level=self.level)
