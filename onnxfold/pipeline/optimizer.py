@@ -365,14 +365,15 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         results: list[PassResult] = []
         rewrites = RewriteLog.of(model) if record_rewrites else None
         try:
+            # the reader's proto goes to the first pipeline only (a restart's model is no
+            # longer the one read), whose passes drop it once read: held here, it kept a
+            # model's Constant weights twice through the fold
+            first, light = light, None
             passes = build_pipeline(options, catalogue, results, progress,
-                                    frozenset(skipped) | frozen,
-                                    light=None if skipped else light, phases=phases,
+                                    frozenset(skipped) | frozen, light=first, phases=phases,
                                     settings=settings, rewrites=rewrites, label=path or "model",
                                     signature=signature)
-            # the passes that read the reader's proto drop it once read (a restart does not
-            # read it): held here, it kept a model's Constant weights twice through the fold
-            light = None
+            del first
             _run(passes, model)
             del passes
             break

@@ -25,7 +25,7 @@ import onnx_ir as ir
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import exact_ops, string_values
 from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
-from onnxfold.check.running.models import constant_weight, read_constant
+from onnxfold.check.running.models import read_constant, without_constant_weights
 from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
@@ -191,15 +191,7 @@ class Cones:
                 fed[str(leaf.name)] = inputs[str(leaf.name)]
             else:
                 constants[str(leaf.name)] = self._weight(leaf)
-        held: dict[ir.Value, np.ndarray] = {}  # the weights Constant nodes hold
-        kept = []
-        for node in nodes:
-            weight = constant_weight(node)
-            if weight is None:
-                kept.append(node)
-            else:
-                held[node.outputs[0]] = weight
-        nodes = kept
+        nodes, held = without_constant_weights(nodes)
         read = {v for n in nodes for v in (*n.inputs, *captured_values(n))}
         constants.update({str(v.name): w for v, w in held.items() if v in read})
         given = {s: held[s] for s in sources if s in held}  # asked for: its tensor as it is

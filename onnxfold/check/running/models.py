@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Container, Iterable
 
 import numpy as np
 import onnx
@@ -58,6 +59,22 @@ def constant_weight(node: ir.Node) -> np.ndarray | None:
             np.dtype(tensor.dtype.numpy()).kind not in "biuf":
         return None
     return read_constant(tensor)
+
+
+def without_constant_weights(nodes: Iterable[ir.Node], kept: Container[str] = ()
+                             ) -> tuple[list[ir.Node], dict[ir.Value, np.ndarray]]:
+    """``nodes`` less the Constants whose weight (:func:`constant_weight`) a model built of
+    them is handed instead, and those weights by the value each Constant makes; a Constant
+    whose value's name is in ``kept`` (one the model hands back) stays a node."""
+    others: list[ir.Node] = []
+    weights: dict[ir.Value, np.ndarray] = {}
+    for node in nodes:
+        weight = constant_weight(node)
+        if weight is None or str(node.outputs[0].name) in kept:
+            others.append(node)
+        else:
+            weights[node.outputs[0]] = weight
+    return others, weights
 
 
 def read_constant(tensor: ir.TensorProtocol) -> np.ndarray:

@@ -53,7 +53,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check.running import memory
-from onnxfold.check.running.models import constant_tensor, constant_weight
+from onnxfold.check.running.models import constant_tensor, without_constant_weights
 from onnxfold.check.running.runner import (
     Fed,
     MachineShort,
@@ -589,14 +589,10 @@ class Chain:
             declared = {name: dataclasses.replace(fed, shape=None)
                         for name, fed in declared.items()}
         wanted = [_wanted(self._values[name]) for name in returned]
-        nodes, held = [], dict(constants)
-        for node in window.nodes:  # a Constant's weight: handed over as an initializer's
-            weight = constant_weight(node)
-            if weight is None or str(node.outputs[0].name) in returned:
-                nodes.append(ir.serde.serialize_node(node))
-            else:
-                held[str(node.outputs[0].name)] = weight
-        return NodesModel(nodes, wanted, constants=held, inputs=declared,
+        nodes, weights = without_constant_weights(window.nodes, kept=set(returned))
+        handed = {**constants, **{str(v.name): w for v, w in weights.items()}}
+        return NodesModel([ir.serde.serialize_node(n) for n in nodes], wanted,
+                          constants=handed, inputs=declared,
                           opsets=dict(self.model.opset_imports),
                           ir_version=self.model.ir_version, prepacking=True,
                           functions=self._functions, level=self.level)
