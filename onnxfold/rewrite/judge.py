@@ -115,17 +115,28 @@ def left_behind(proposal: Replacement, replaced: Collection[ir.Node],
             return going, f"it would remove a {node.op_type} whose other result stays read"
     inside = going | set(matched) | set(proposal.inputs) | set(built)
     for node in staying:
-        readers = [(v, use.node) for v in node.outputs for use in v.uses()]
+        if node in going or node in bypassed or not _stops_reading(node, going, proposal):
+            continue
         returned = node.graph is not None and any(v in node.graph.outputs for v in node.outputs)
-        outside = returned or any(r not in inside for _, r in readers)
-        if node not in going and node not in bypassed and outside and \
-                any(gone(v, r) for v, r in readers):
+        if returned or any(use.node not in inside for v in node.outputs for use in v.uses()):
             return going, f"a {node.op_type} it removes stays read outside the match"
     for value in proposal.shapes:
         if (value.graph is not None and value in value.graph.outputs) or \
                 any(use.node not in inside for use in value.uses()):
             return going, "a value it reshapes is read outside the match"
     return going, None
+
+
+def _stops_reading(node: ir.Node, going: Collection[ir.Node], proposal: Replacement) -> bool:
+    """Whether a reader of ``node``'s outputs goes with ``proposal`` or is rewired away from
+    what it read of ``node``: asked of the few nodes that go and are rewired, not of every
+    reader (a node of the match may be read by every layer of a model: listing its readers
+    at each rewrite near it made a layer's cost grow with the layers)."""
+    outputs = set(node.outputs)
+    if any(v in outputs for reader in going for v in reader.inputs):
+        return True
+    return any(v in outputs and v not in new for reader, new in proposal.inputs.items()
+               for v in reader.inputs)
 
 
 def match_refusal(captured: Iterable[ir.Node]) -> str | None:

@@ -330,6 +330,27 @@ def test_a_proposal_leaving_a_matched_node_read_outside_the_match_is_refused():
     assert hits == 1 and not rejected and _ops(model.graph) == ["Abs"]
 
 
+def _relu_reads_its_inner_input(op: OpBuilder, node: ir.Node, x: ir.Value) -> Replacement:
+    """The Relu reads the Neg's input in place of the Neg (not its meaning: a proposal that
+    stops reading a matched node by rewiring its reader, removing nothing)."""
+    return Replacement(inputs={node: [x]})
+
+
+def test_a_proposal_rewiring_away_from_a_matched_node_read_outside_the_match_is_refused():
+    """The Relu rewired past the Neg, the Neg also a graph output: the Neg would stay only
+    for the output, as if the rewrite had removed it. Refused; with no other reader it is
+    taken (the Neg then goes with the cleanups)."""
+    rule = PatternRule("rewire_past_the_neg", P("Relu", P("Neg", Var("x"), name="inner"),
+                                                 name="node"),
+                       _relu_reads_its_inner_input, None, "test:15")
+    model, rejected, hits = _run(_neg_relu(outputs=("y", "n")), rule)
+    assert hits == 0 and _ops(model.graph) == ["Neg", "Relu"]
+    assert rejected == Counter(
+        {"rewire_past_the_neg: a Neg it removes stays read outside the match": 1})
+    model, rejected, hits = _run(_neg_relu(), rule)
+    assert hits == 1 and not rejected
+
+
 def test_a_proposal_removing_a_node_whose_other_result_is_read_is_refused():
     """Dropout(x) -> x where its mask is read: the Dropout would stay for the mask."""
     forward = PatternRule("forward_dropout", P("Dropout", Var("x"), name="node"), _forward,
