@@ -43,6 +43,8 @@ class Stripped:
     own: int = 0
 
     def __add__(self, other: Stripped) -> Stripped:
+        if other is _NONE:  # (most nodes and values: no record made)
+            return self
         return Stripped(self.entries + other.entries, self.bytes + other.bytes,
                         self.own + other.own)
 
@@ -93,21 +95,25 @@ def _strip(props: MutableMapping[str, str], everything: bool, written: bool = Tr
            tag: int = 1) -> Stripped:
     """Drop the entries of ``props`` (onnxfold's own kept unless ``everything``); their bytes
     count where the output would have ``written`` them (an intermediate value's only with its
-    value_info), each entry's field tag ``tag`` bytes long."""
+    value_info), each entry's field tag ``tag`` bytes long. (Run for every node and value of
+    a model: an exporter's stack traces are most of a graph's bytes; a text's UTF-8 length
+    is its length where it is ASCII, without encoding it.)"""
     if not props:  # most values carry none: no record made for them
         return _NONE
     dropped = [key for key in props if everything or not key.startswith(OWN_PREFIX)]
-    size = 0
+    size = own = 0
     for key in dropped:
-        entry = _field_bytes(len(key.encode("utf-8"))) + \
-            _field_bytes(len(props[key].encode("utf-8")))
+        entry = _field_bytes(_utf8_length(key)) + _field_bytes(_utf8_length(props.pop(key)))
         size += _field_bytes(entry, tag)
-        del props[key]
-    return Stripped(len(dropped), size if written else 0,
-                    sum(key.startswith(OWN_PREFIX) for key in dropped))
+        own += key.startswith(OWN_PREFIX)
+    return Stripped(len(dropped), size if written else 0, own)
 
 
 _NONE = Stripped()
+
+
+def _utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _field_bytes(length: int, tag: int = 1) -> int:
@@ -116,4 +122,4 @@ def _field_bytes(length: int, tag: int = 1) -> int:
 
 
 def _varint_bytes(n: int) -> int:
-    return max(1, (n.bit_length() + 6) // 7)
+    return 1 if n < 0x80 else 2 if n < 0x4000 else (n.bit_length() + 6) // 7
