@@ -176,12 +176,17 @@ def expects_bits(folded: ir.Value) -> bool:
 
 
 def judge(folded: ir.Value, derived: np.ndarray, exact: bool,
-          summed: np.ndarray | None = None) -> Verdict:
+          summed: np.ndarray | None = None, stored: bool = False) -> Verdict:
     """``folded`` against the ``derived`` array: bitwise, or (``exact`` False: a cone with
     an op that is not bitwise) within the ulp budget, or it differs. ``summed``: the
     magnitude of what was summed to make each element (``running.magnitudes``), which
     widens the budget of a fold that is not bitwise by ``SUMMED_UNITS`` units of roundoff of
-    it (float32 and float64; None: the ulp budget alone)."""
+    it (float32 and float64; None: the ulp budget alone).
+
+    NaNs of other bits than ``derived``'s are the same values, never bitwise: within where
+    ``derived`` was computed (a NaN's payload is the arithmetic's to choose), and a
+    difference where it is ``stored`` (the original's own bytes, an initializer's or a
+    Constant's, which a fold copies bit for bit)."""
     tensor = folded.const_value
     assert tensor is not None
     verdict = verdict_of(folded, BITWISE)
@@ -219,7 +224,13 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool,
                           f"(max {verdict.max_ulps:.3g} ulps)")
     else:
         verdict.mismatches = int((~same).sum())
-        if not verdict.mismatches:  # NaNs of other bits: the same values
+        if not verdict.mismatches:  # NaNs of other bits: the same values, not the same bits
+            nans = int(np.sum(_bits(got) != _bits(derived)))
+            verdict.state = DIFFERS if stored else WITHIN
+            verdict.mismatches = nans if stored else 0
+            verdict.reason = (f"{nans} of {got.size} elements are NaNs of other bits than "
+                              + ("the original's own (a copy keeps every bit)" if stored else
+                                 "the original's (the same values)"))
             return verdict
         verdict.reason = (f"{verdict.mismatches} of {got.size} elements differ from "
                           f"the original's bits (bits expected: its cone's ops are bitwise, or "
@@ -227,6 +238,11 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool,
                           f"{verdict.max_ulps:.3g} ulps)")
     verdict.state = DIFFERS
     return verdict
+
+
+def _bits(arr: np.ndarray) -> np.ndarray:
+    """``arr``'s elements as unsigned integers of their width (bit patterns to compare)."""
+    return np.ascontiguousarray(arr).view(f"u{arr.dtype.itemsize}")
 
 
 def ulp_distance(got: np.ndarray, derived: np.ndarray, exact: bool,

@@ -1,0 +1,87 @@
+"""A NaN of other bits is the same value, never the same bits: fold verification calls a
+folded tensor bitwise only where every bit is the original's. Where the original stores the
+value (a Constant, a weight), a fold copies it, and a NaN of another payload is a changed
+tensor; where it computes it, the payload is the arithmetic's, and the tensor is verified
+within, not bitwise. Real onnxfold, real onnxruntime."""
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+import onnxfold
+from onnxfold.check.folds.verification import BITWISE, DIFFERS, WITHIN, verify_folds
+from tests.support.models import constant_node, make_model, tensor, vinfo
+
+QUIET_NAN = 0x7FC00000
+
+
+def _with_payload(arr: np.ndarray, index: int, bits: int) -> np.ndarray:
+    """``arr`` (float32) with element ``index`` the NaN of bit pattern ``bits``."""
+    raw = arr.astype(np.float32).view(np.uint32).copy()
+    raw[index] = bits
+    return raw.view(np.float32)
+
+
+def _folded(tmp_path, proto: onnx.ModelProto) -> tuple[str, onnx.ModelProto]:
+    original = str(tmp_path / "original.onnx")
+    onnx.save(proto, original)
+    path = str(tmp_path / "folded.onnx")
+    onnxfold.optimize(original).save(path)
+    return original, onnx.load(path)
+
+
+def _verdict(original: str, proto: onnx.ModelProto, tmp_path, name: str, bits: int):
+    """The verdict on initializer ``name`` of ``proto`` once its element 1 is NaN ``bits``."""
+    init = next(t for t in proto.graph.initializer if t.name == name)
+    changed = numpy_helper.from_array(_with_payload(numpy_helper.to_array(init), 1, bits),
+                                      name)
+    changed.metadata_props.extend(init.metadata_props)
+    init.CopyFrom(changed)
+    path = str(tmp_path / f"changed_{bits:x}.onnx")
+    onnx.save(proto, path)
+    result = verify_folds(original, path)
+    return result, next(t for t in result.tensors if t.name == name)
+
+
+def _constant_output(payload: int) -> onnx.ModelProto:
+    """y = x + c, c a Constant holding a NaN of ``payload`` bits, also an output."""
+    c = _with_payload(np.array([1.0, 2.0, 3.0], np.float32), 1, payload)
+    return make_model([constant_node("c", c), helper.make_node("Add", ["x", "c"], ["y"])],
+                      [vinfo("x", shape=[3])], [vinfo("y", shape=[3]), vinfo("c", shape=[3])])
+
+
+def test_a_constant_copied_with_another_nan_payload_differs(tmp_path):
+    original, proto = _folded(tmp_path, _constant_output(QUIET_NAN | 1))
+    assert verify_folds(original, str(tmp_path / "folded.onnx")).ok  # the copy: every bit
+    result, verdict = _verdict(original, proto, tmp_path, "c", QUIET_NAN | 2)
+    assert not result.ok and verdict.state == DIFFERS
+    assert "NaNs of other bits than the original's own" in verdict.reason
+
+
+def test_a_weight_kept_with_another_nan_payload_differs(tmp_path):
+    """A weight the fold keeps, edited in place under its name (onnxfold's provenance on the
+    others): compared with the original's bytes, not counted unchanged."""
+    w = _with_payload(np.array([1.0, 2.0, 3.0], np.float32), 1, QUIET_NAN | 1)
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"]),
+             helper.make_node("Neg", ["k"], ["nk"]), helper.make_node("Add", ["y", "nk"], ["z"])]
+    model = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("z", shape=[3])],
+                       [tensor("w", w), tensor("k", np.ones(3, np.float32))])
+    original, proto = _folded(tmp_path, model)
+    result, verdict = _verdict(original, proto, tmp_path, "w", QUIET_NAN | 2)
+    assert not result.ok and verdict.state == DIFFERS
+
+
+def test_a_computed_nan_of_another_payload_is_within_not_bitwise(tmp_path):
+    """0 / 0 folded: onnxruntime's NaN and one of another payload hold the same value; the
+    verdict says so instead of bitwise."""
+    zeros = np.zeros(3, np.float32)
+    nodes = [helper.make_node("Div", ["a", "b"], ["q"]), helper.make_node("Add", ["x", "q"], ["y"])]
+    model = make_model(nodes, [vinfo("x", shape=[3])], [vinfo("y", shape=[3])],
+                       [tensor("a", zeros), tensor("b", zeros)])
+    original, proto = _folded(tmp_path, model)
+    (name,) = [t.name for t in proto.graph.initializer]
+    folded = verify_folds(original, str(tmp_path / "folded.onnx"))
+    assert folded.ok and [t.state for t in folded.tensors] == [BITWISE]
+    held = numpy_helper.to_array(proto.graph.initializer[0]).view(np.uint32)[1]
+    result, verdict = _verdict(original, proto, tmp_path, name, int(held) ^ 1)
+    assert result.ok and verdict.state == WITHIN and "NaNs of other bits" in verdict.reason
