@@ -114,12 +114,17 @@ class FoldVerification(Verdicts):
     def summary(self) -> str:
         """One line, then one per differing tensor and per reason of the sampled and the
         unverifiable (naming the tensors)."""
-        within = [t.max_ulps or 0.0 for t in self.tensors if t.state == WITHIN]
+        nan_bits = sum(t.state == WITHIN and t.reason.endswith(NAN_BITS)
+                       for t in self.tensors)
+        within = [t.max_ulps or 0.0 for t in self.tensors
+                  if t.state == WITHIN and not t.reason.endswith(NAN_BITS)]
         proved = sum(t.state in (BITWISE, WITHIN) and t.dims == PROVED for t in self.tensors)
         edited = self.edited
         parts = [f"{self.count(BITWISE)} bitwise"]
         if within:
             parts.append(f"{len(within)} within {max(within):.3g} ulps (not bitwise ops)")
+        if nan_bits:
+            parts.append(f"{nan_bits} within: NaNs of other bits (the same values)")
         if proved:
             parts[-1] += f" ({proved} of these shown constant over the dynamic dims)"
         if self.count(SAMPLED):
@@ -156,6 +161,10 @@ OTHER_VALUES = ("an original initializer of that name holds other values, and th
                 "covers it")
 
 
+# a verdict within only by NaN bits (its reason ends so, the summary counts it apart)
+NAN_BITS = "NaNs of other bits than the original's: the same values, not the same bits"
+
+
 def verdict_of(folded: ir.Value, state: str, **fields) -> Verdict:
     """A verdict on ``folded`` (an initializer) in ``state`` (re-derived from the value of
     its name in the original unless ``via`` says otherwise)."""
@@ -176,17 +185,16 @@ def expects_bits(folded: ir.Value) -> bool:
 
 
 def judge(folded: ir.Value, derived: np.ndarray, exact: bool,
-          summed: np.ndarray | None = None, stored: bool = False) -> Verdict:
+          summed: np.ndarray | None = None) -> Verdict:
     """``folded`` against the ``derived`` array: bitwise, or (``exact`` False: a cone with
     an op that is not bitwise) within the ulp budget, or it differs. ``summed``: the
     magnitude of what was summed to make each element (``running.magnitudes``), which
     widens the budget of a fold that is not bitwise by ``SUMMED_UNITS`` units of roundoff of
     it (float32 and float64; None: the ulp budget alone).
 
-    NaNs of other bits than ``derived``'s are the same values, never bitwise: within where
-    ``derived`` was computed (a NaN's payload is the arithmetic's to choose), and a
-    difference where it is ``stored`` (the original's own bytes, an initializer's or a
-    Constant's, which a fold copies bit for bit)."""
+    NaNs of other bits than ``derived``'s are the same values, never bitwise: within (a
+    computed NaN's payload is the arithmetic's to choose; what the original stores is
+    compared with its bytes instead, ``verification._stored_verdict``)."""
     tensor = folded.const_value
     assert tensor is not None
     verdict = verdict_of(folded, BITWISE)
@@ -225,12 +233,9 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool,
     else:
         verdict.mismatches = int((~same).sum())
         if not verdict.mismatches:  # NaNs of other bits: the same values, not the same bits
-            nans = int(np.sum(_bits(got) != _bits(derived)))
-            verdict.state = DIFFERS if stored else WITHIN
-            verdict.mismatches = nans if stored else 0
-            verdict.reason = (f"{nans} of {got.size} elements are NaNs of other bits than "
-                              + ("the original's own (a copy keeps every bit)" if stored else
-                                 "the original's (the same values)"))
+            verdict.state, verdict.max_ulps = WITHIN, None
+            verdict.reason = f"{bit_mismatches(got, derived)} of {got.size} elements are " \
+                f"{NAN_BITS}"
             return verdict
         verdict.reason = (f"{verdict.mismatches} of {got.size} elements differ from "
                           f"the original's bits (bits expected: its cone's ops are bitwise, or "
@@ -240,9 +245,12 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool,
     return verdict
 
 
-def _bits(arr: np.ndarray) -> np.ndarray:
-    """``arr``'s elements as unsigned integers of their width (bit patterns to compare)."""
-    return np.ascontiguousarray(arr).view(f"u{arr.dtype.itemsize}")
+def bit_mismatches(a: np.ndarray, b: np.ndarray) -> int:
+    """How many elements of ``a`` and ``b`` (of one fixed-size dtype and shape) differ in
+    their bits."""
+    width = f"u{a.dtype.itemsize}"
+    return int(np.sum(np.ascontiguousarray(a).view(width) !=
+                      np.ascontiguousarray(b).view(width)))
 
 
 def ulp_distance(got: np.ndarray, derived: np.ndarray, exact: bool,
