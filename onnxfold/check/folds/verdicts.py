@@ -3,8 +3,9 @@
 A verdict is a claim about every input the model accepts, so it says what it rests on:
 
 - **bitwise** / **within N ulps**: equal to what the original computes, bit for bit, or within
-  the ulp budget of a fold that is not bitwise (``docs/exactness.md``); for every value of the
-  dims: the value reads no dynamic dim, or it was shown constant over them
+  the ulp budget of a fold that is not bitwise (``docs/exactness.md``), or equal but for NaN
+  bits where the original computes the value (what it stores is compared as bytes); for
+  every value of the dims: the value reads no dynamic dim, or it was shown constant over them
   (``dims`` says which);
 - **sampled**: equal at every binding of the dims and every input set the check ran, but not
   shown for every one: a value the original computes from dynamic dims in a way the symbolic
