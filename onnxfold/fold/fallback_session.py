@@ -79,12 +79,18 @@ def first_line(e: Exception) -> str:
 def to_ort(arr: np.ndarray):
     """``arr`` as an OrtValue (without a copy where onnxruntime allows it); a string array as
     an object array of ``str`` (onnxruntime makes no OrtValue of one: :func:`run_guarded`
-    feeds it as an array)."""
+    feeds it as an array). FallbackError for a 4-bit or 2-bit array: onnxruntime takes the
+    shape of the array it is given and reads its bytes as packed, two elements a byte, so
+    ``[1, 2, 3, 4]`` fed as uint4 was ``[1, 0, 2, 0]`` (a ``--fold-qdq`` of 4-bit weights
+    computed wrong values)."""
     import onnxruntime as ort
 
     if arr.dtype.kind in "OSU":
         return ort_strings(arr)
-
+    if ir.DataType.from_numpy(arr.dtype).bitwidth < 8:
+        raise FallbackError(f"a {arr.dtype.name} tensor, which onnxruntime's Python binding "
+                            "reads as packed from an array of one element a byte",
+                            DeclineKind.UNSUPPORTED_TYPE)
     if is_raw_dtype(arr.dtype):
         raw = raw_bits(aligned(arr))
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type(arr.dtype))
