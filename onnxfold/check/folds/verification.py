@@ -27,8 +27,10 @@ failing batch is retried target by target so that one bad cone does not hide the
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import onnx
@@ -333,9 +335,9 @@ class _Verifier:
         name = str(folded.name)
         props = tensor.metadata_props
         source = self.cones.values.get(name)
-        if source is not None and source.producer() is None and source.const_value is not None \
-                and _same(source.const_value, tensor):
-            return None
+        stored = _stored(source) if source is not None else None
+        if stored is not None and _same(stored, tensor):
+            return None  # the original's own data (a weight; a Constant's, now an initializer)
         standing = props.get(provenance.STANDS_FOR)
         if provenance.REWIRED in props:  # its name no longer names the original's value
             if not self.own_output and source is not None and source.producer() is not None:
@@ -462,7 +464,7 @@ class _Verifier:
         verdicts = []
         for k, (derived, inputs) in enumerate(zip(target.derived, runs)):
             verdict = judge(target.folded, derived, exact) if stored is None else \
-                _stored_verdict(target.folded, stored, derived, exact)
+                _stored_verdict(target.folded, stored)
             if verdict.state == DIFFERS and not exact:  # the magnitudes of its summed terms
                 summed = self._summed(target.source, inputs)
                 if summed is not None:
@@ -679,34 +681,49 @@ def _stored(value: ir.Value) -> ir.TensorProtocol | None:
     return None
 
 
-def _stored_verdict(folded: ir.Value, stored: ir.TensorProtocol, derived: np.ndarray,
-                    exact: bool) -> Verdict:
-    """``folded`` against the bytes the original stores for it (a fold copies them bit for
-    bit): bitwise where they are the same; else the verdict on ``derived`` (what onnxruntime
-    gives of them, said where they differ), a difference whatever that says (a runner's
-    bfloat16 comes back through float32, whose NaNs of other bits it does not keep)."""
+def _stored_verdict(folded: ir.Value, stored: ir.TensorProtocol) -> Verdict:
+    """``folded`` against the data the original stores for it (a fold copies it bit for bit),
+    never against what onnxruntime gives of it (a bfloat16 comes back through float32, which
+    keeps no NaN's payload): bitwise where it is the same, else a difference, counted on the
+    stored data."""
     tensor = folded.const_value
     assert tensor is not None
     if _same(stored, tensor):
         return verdict_of(folded, BITWISE)
-    verdict = judge(folded, derived, exact)
-    if verdict.state != DIFFERS:
-        got, own = tensor.numpy(), stored.numpy()
-        counted = f"{bit_mismatches(got, own)} of {got.size} elements hold" \
-            if got.dtype == own.dtype and got.shape == own.shape and got.dtype.kind != "O" \
-            else "it holds"
-        verdict.state, verdict.max_ulps = DIFFERS, None
-        verdict.reason = f"{counted} other bits than the original stores (a fold copies " \
-            "a weight or a Constant bit for bit)"
+    verdict = verdict_of(folded, DIFFERS)
+    if stored.dtype != tensor.dtype or tuple(stored.shape) != tuple(tensor.shape):
+        verdict.reason = f"the original stores {stored.dtype.name.lower()}" \
+            f"{[int(d) for d in stored.shape.numpy()]}"
+        return verdict
+    got, own = _comparable(tensor), _comparable(stored)
+    verdict.mismatches = sum(a != b for a, b in zip(got, own)) if isinstance(got, tuple) \
+        else bit_mismatches(got, cast(np.ndarray, own))
+    verdict.reason = (f"{verdict.mismatches} of {math.prod(verdict.shape)} "
+                      "elements hold other bits than the original stores (a fold copies a "
+                      "weight or a Constant bit for bit)")
     return verdict
 
 
 def _same(a: ir.TensorProtocol, b: ir.TensorProtocol) -> bool:
+    """Whether ``a`` and ``b`` hold the same elements, bit for bit (of a 4-bit or 2-bit type,
+    the elements, not the bytes: a last byte's unused half is no element, and a tensor
+    written again from its elements has it zero)."""
     if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
         return False
-    if a.dtype == ir.DataType.STRING or a.dtype.bitwidth < 8:
-        return string_values.tensor_key(a) == string_values.tensor_key(b)
-    return same_bits(a.numpy(), b.numpy())
+    x, y = _comparable(a), _comparable(b)
+    return x == y if isinstance(x, tuple) else same_bits(x, cast(np.ndarray, y))
+
+
+def _comparable(tensor: ir.TensorProtocol) -> np.ndarray | tuple[bytes, ...]:
+    """``tensor``'s elements in a form compared bit for bit: a string tensor's strings (their
+    exact bytes), a 4-bit or 2-bit one's elements one a byte, widened (ints to int16, floats
+    to float32: exact for them), any other its array."""
+    if tensor.dtype == ir.DataType.STRING:
+        return cast(tuple, string_values.tensor_key(tensor))
+    arr = tensor.numpy()
+    if tensor.dtype.bitwidth < 8:
+        return arr.astype(np.float32 if tensor.dtype.is_floating_point() else np.int16)
+    return arr
 
 
 __all__ = ["BITWISE", "DIFFERS", "SAMPLED", "UNVERIFIABLE", "WITHIN", "FoldVerification",
