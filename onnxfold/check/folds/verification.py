@@ -461,6 +461,7 @@ class _Verifier:
             expects_bits(target.folded) and self.cones.reproducible(target.source))
         runs = self._runs(target.runs)
         stored = _stored(target.source)
+        exact = exact or stored is not None  # a copy: nothing after may widen its verdict
         verdicts = []
         for k, (derived, inputs) in enumerate(zip(target.derived, runs)):
             verdict = judge(target.folded, derived, exact) if stored is None else \
