@@ -28,7 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.check.running import string_values
-from onnxfold.check.running.bits import same_bits
+from onnxfold.check.running.bits import bit_mismatches, differing_bits, same_bits
 from onnxfold.check.running.tolerance import ROUNDOFF, SUMMED_UNITS, ulp
 from onnxfold.check.running.verdicts import (
     BITWISE,
@@ -255,7 +255,7 @@ def _without_ulps(verdict: Verdict, got: np.ndarray, derived: np.ndarray, exact:
     the cone is bitwise, and not verifiable where it is not (no budget to judge it by)."""
     x, y = got.astype(np.float64), derived.astype(np.float64)
     nans = np.isnan(x) & np.isnan(y)
-    wrong = int(np.sum(_differing_bits(got, derived) & ~nans))
+    wrong = int(np.sum(differing_bits(got, derived) & ~nans))
     if not wrong:
         verdict.state, verdict.reason = WITHIN, \
             f"{bit_mismatches(got, derived)} of {got.size} elements are {NAN_BITS}"
@@ -268,17 +268,6 @@ def _without_ulps(verdict: Verdict, got: np.ndarray, derived: np.ndarray, exact:
                           f"computes, by ops that are not bitwise, and no ulp budget is kept "
                           f"for {got.dtype.name}")
     return verdict
-
-
-def _differing_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    width = f"u{a.dtype.itemsize}"
-    return np.ascontiguousarray(a).view(width) != np.ascontiguousarray(b).view(width)
-
-
-def bit_mismatches(a: np.ndarray, b: np.ndarray) -> int:
-    """How many elements of ``a`` and ``b`` (of one fixed-size dtype and shape) differ in
-    their bits."""
-    return int(np.sum(_differing_bits(a, b)))
 
 
 def ulp_distance(got: np.ndarray, derived: np.ndarray, exact: bool,

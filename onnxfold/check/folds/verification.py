@@ -49,13 +49,12 @@ from onnxfold.check.folds.verdicts import (
     UNVERIFIABLE,
     WITHIN,
     FoldVerification,
-    bit_mismatches,
     expects_bits,
     judge,
     verdict_of,
 )
 from onnxfold.check.running import exact_ops, memory, string_values
-from onnxfold.check.running.bits import same_bits
+from onnxfold.check.running.bits import bit_mismatches, same_bits
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.magnitudes import magnitudes

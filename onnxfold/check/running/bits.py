@@ -33,3 +33,15 @@ def _bytes(arr: np.ndarray) -> np.ndarray:
     ordered)."""
     flat = np.ascontiguousarray(arr).reshape(-1)
     return flat.view(np.uint8)
+
+
+def differing_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per element of ``a`` and ``b`` (of one fixed-size dtype and shape): whether its bits
+    differ (where :func:`same_bits` says no, which elements)."""
+    width = f"u{a.dtype.itemsize}"
+    return np.ascontiguousarray(a).view(width) != np.ascontiguousarray(b).view(width)
+
+
+def bit_mismatches(a: np.ndarray, b: np.ndarray) -> int:
+    """How many elements of ``a`` and ``b`` differ in their bits."""
+    return int(np.sum(differing_bits(a, b)))
