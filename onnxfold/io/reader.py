@@ -29,6 +29,7 @@ from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.opener import opened, why
+from onnxfold.io.scoped_names import RENAMED_KEY, rename_shadowing_values
 from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
@@ -537,6 +538,7 @@ def _load(path: str, check: bool, keep_light: bool
         assert light is not None  # the checker ran on it
         unknown = _run_checker(_reordered(light, reorders), path, ops)
     describes = keep_light and light is not None and not any(reorders) and \
+        not model.meta[RENAMED_KEY] and \
         not _external_in_subgraphs(graphs) and not _small_external(proto)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
@@ -666,6 +668,7 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     files = check_tensor_data(graphs, label)
     _typed_by_their_data(graphs)
     _metadata_held_once(graphs)
+    model.meta[RENAMED_KEY] = rename_shadowing_values(model)
     return model, files, reorders
 
 

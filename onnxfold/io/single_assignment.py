@@ -10,15 +10,17 @@ line naming the value and its two definitions.
 
 A graph input that is also an initializer is one definition (an input with a default value:
 IR < 4 lists every initializer among the inputs), and an empty output name is an output left
-out: neither is a redefinition. A subgraph's node may not define a name its enclosing graphs
-define (onnx's checker and onnxruntime refuse it too); a subgraph's own input or initializer
-may shadow one (both accept that, and read the subgraph's). Each local function body is a scope
-of its own.
+out: neither is a redefinition. A subgraph's node may not define a name *visible* in it (onnx's
+checker refuses it too): an enclosing graph's input or initializer, or the output of a node
+before the subgraph's holder. The holder's own outputs and the nodes after it are not visible
+inside it, so a branch may define them: optimum's merged decoders name an If's outputs and its
+branches' (``present.0.decoder.key``) alike, which onnx's checker and onnxruntime accept. A
+subgraph's own input or initializer may shadow any outer name (both accept that, and read the
+subgraph's). Each local function body is a scope of its own.
 """
 
 from __future__ import annotations
 
-from collections import ChainMap
 from collections.abc import Iterable, Iterator
 from typing import NoReturn
 
@@ -38,12 +40,11 @@ def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
     reader's only one in Python before onnx-ir reads the model (it was three: this check, the
     names' and the op types')."""
     ops: set[str] = set()
-    stack: list[tuple[onnx.GraphProto, ChainMap[str, object]]] = [(proto.graph, ChainMap())]
+    stack: list[tuple[onnx.GraphProto, _Scopes]] = [(proto.graph, ())]
     while stack:
         graph, outer = stack.pop()
         own, inner_graphs = _walk(graph, outer, ops, label)
-        inner = outer.new_child(own)
-        stack.extend((sub, inner) for sub in inner_graphs)
+        stack.extend((sub, (*outer, (own, holder))) for sub, holder in inner_graphs)
     for function in proto.functions:
         _text(label, function.name, *function.input, *function.output,
               *(name for node in function.node
@@ -52,17 +53,35 @@ def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
     return frozenset(ops)
 
 
-def _walk(graph: onnx.GraphProto, outer: ChainMap[str, object], ops: set[str], label: str
-          ) -> tuple[dict[str, object], list[onnx.GraphProto]]:
-    """One graph: what defines each of its names (a word, or the node), checked once each and
-    not an enclosing graph's; its subgraphs, in order; its default-domain op types into
-    ``ops``."""
+# What defines each name of a graph and where: -1 for its inputs and initializers, else the
+# index of the node whose output it is.
+_Definitions = dict[str, tuple[object, int]]
+# The graphs enclosing a subgraph, outermost first, each with the index of the node holding the
+# next one: a name is visible inside if defined before that node.
+_Scopes = tuple[tuple[_Definitions, int], ...]
+
+
+def _visible(outer: _Scopes, name: str) -> object | None:
+    """What defines ``name`` where a subgraph enclosed by ``outer`` sees it, or None."""
+    for definitions, holder in reversed(outer):
+        found = definitions.get(name)
+        if found is not None and found[1] < holder:
+            return found[0]
+    return None
+
+
+def _walk(graph: onnx.GraphProto, outer: _Scopes, ops: set[str], label: str
+          ) -> tuple[_Definitions, list[tuple[onnx.GraphProto, int]]]:
+    """One graph: what defines each of its names (a word, or the node) and where, checked once
+    each and not visible from an enclosing graph; its subgraphs, in order, each with its
+    holder's index; its default-domain op types into ``ops``."""
     scope = f"graph '{graph.name}'"
     _text(label, graph.name, *(v.name for values in (graph.input, graph.output,
                                                       graph.value_info) for v in values))
-    own: dict[str, object] = dict(_once(_declared_definitions(graph, label), scope, label))
-    subgraphs: list[onnx.GraphProto] = []
-    for node in graph.node:
+    own: _Definitions = {name: (what, -1) for name, what in
+                         _once(_declared_definitions(graph, label), scope, label).items()}
+    subgraphs: list[tuple[onnx.GraphProto, int]] = []
+    for index, node in enumerate(graph.node):
         op, domain = node.op_type, node.domain
         if not isinstance(op, str) or not isinstance(domain, str):
             raise InputError(f"{label}: invalid model: {_NOT_TEXT}")
@@ -74,17 +93,17 @@ def _walk(graph: onnx.GraphProto, outer: ChainMap[str, object], ops: set[str], l
                 raise InputError(f"{label}: invalid model: {_NAME_NOT_TEXT}")
             if not name:
                 continue
-            first = own.setdefault(name, node)
+            first = own.setdefault(name, (node, index))[0]
             if first is not node:
                 _refuse(name, scope, _both(first, node), label)
-            if outer and name in outer:
-                _refuse(name, scope, f"{_what(outer[name])} of an enclosing graph and "
+            if outer and (seen := _visible(outer, name)) is not None:
+                _refuse(name, scope, f"{_what(seen)} of an enclosing graph and "
                         f"{_what(node)}", label)
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                subgraphs.append(attr.g)
+                subgraphs.append((attr.g, index))
             elif attr.type == onnx.AttributeProto.GRAPHS:
-                subgraphs.extend(attr.graphs)
+                subgraphs.extend((sub, index) for sub in attr.graphs)
     return own, subgraphs
 
 
