@@ -18,6 +18,7 @@ from onnxfold.app.commands import ModelJob
 from onnxfold.app.shards import Shard, shard_key
 from onnxfold.errors import InputError, OutputError
 from onnxfold.io import formats
+from onnxfold.io.data_names import expected_data_suffix
 from onnxfold.io.door import claimed
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.reader import DATA_FILES_KEY, load_model
@@ -118,7 +119,8 @@ def plan(inputs: list[str], outdir: str | None, recursive: bool = False,
         for job, output in zip(jobs, outputs):
             guard.claim(output, f"output of {job.source}")
             if external_data:
-                guard.claim(output + ".data", f"external data of {job.source}'s output")
+                guard.claim(output + expected_data_suffix(job.source),
+                            f"external data of {job.source}'s output")
         if summary is not None:  # resolved once, as every output
             guard.pin(summary, "JSON summary")
     keys, kept = _sharded(found, shard)

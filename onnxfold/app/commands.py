@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.host.interruptible import DEFAULT_LIMIT
+from onnxfold.io.data_names import with_own_data
 from onnxfold.pipeline.options import FoldOptions
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class OptimizeSettings:
 class ModelJob:
     """One model to optimize: where it is read (``source``), where it is written
     (``output``; None: a dry run) and the files that output may replace (``replaces``: the
-    input itself and its ``.data``, when ``-o`` names the input)."""
+    input itself and its ``.data`` or ``_data``, when ``-o`` names the input)."""
 
     source: str
     output: str | None
@@ -143,14 +144,14 @@ class ModelJob:
     @classmethod
     def of(cls, source: str, output: str | None) -> ModelJob:
         """The job of optimizing ``source`` into ``output``: it may replace the input itself
-        (and its ``.data`` beside it) when the output is the input."""
+        (and its ``.data`` or ``_data`` beside it) when the output is the input."""
         if output is None:
             return cls(source, None)
         try:
             same = os.path.samefile(source, output)
         except OSError:
             same = False
-        return cls(source, output, (source, output + ".data") if same else ())
+        return cls(source, output, tuple(with_own_data([output])) if same else ())
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from onnxfold.app.optimize_save import Claimed, Saved, save
 from onnxfold.app.positional_output import read_positional
 from onnxfold.errors import InputError
 from onnxfold.host.points import reached
+from onnxfold.io.data_names import expected_data_suffix
 from onnxfold.pipeline.collector import long_lived
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
     if command.implied:  # one line says both: the command, and how IN OUT was read
         shown = " ".join(read.sources) + (f" -o {read.output}" if read.output else "") + (
             f" --check {read.check_n}" if read.check_n is not None else "")
-        replacing = "; it exists: replaced, as onnxsim does" if read.replaces else ""
+        replacing = "; it is the input: replaced in place, as onnxsim does" if read.in_place \
+            else "; it exists: replaced, as onnxsim does" if read.replaces else ""
         note = f"onnxfold: running onnxfold optimize {shown}" + (
             f" (onnxsim's IN OUT: the second path is the output{replacing})"
             if read.note else "")
@@ -105,8 +107,8 @@ def _claim(job: ModelJob, settings: OptimizeSettings, guard: OutputGuard) -> Cla
     from onnxfold.io.door import claimed
 
     inputs, output, report = settings.check.comparison.inputs, job.output, settings.report
-    data = output + ".data" if output is not None and settings.save.external_data == "yes" \
-        else None
+    data = output + expected_data_suffix(job.source) if output is not None and \
+        settings.save.external_data == "yes" else None
     claimed([(output, "output model"), (data, "output model's external data"),
              (report.json, "JSON report"), (report.html, "HTML report")],
             [inputs] if inputs else [], guard=guard)

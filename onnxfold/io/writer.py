@@ -28,6 +28,7 @@ from onnxfold.host import endings
 from onnxfold.host.points import reached
 from onnxfold.io import map_types, segments, text_parts
 from onnxfold.io import protowire as pw
+from onnxfold.io.data_names import data_suffix, with_own_data
 from onnxfold.io.mapped import MappedTensor, detached, input_origin
 from onnxfold.io.outputs import OutputGuard
 from onnxfold.io.pinned import PinnedOutput
@@ -312,7 +313,8 @@ def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput, *,
     ``path`` is written through. ``path`` is resolved and its directory opened once, here, or
     by the caller (a ``PinnedOutput``): every file of the output is made and renamed in that
     directory (``onnxfold.io.pinned``). ``data_name``: the data file's name in it (default:
-    the model's name + ``.data``). ``prefill``, started for the same output before folding,
+    the model's name + the suffix of the input's own data, ``.data`` or ``_data``:
+    ``onnxfold.io.data_names``). ``prefill``, started for the same output before folding,
     provides the (already warm) temporary file to write over. ``verify(path of the written
     file)``, for models without external data, may refuse the written file before it replaces
     anything; ``before_publish(path of the written file)`` too, whatever the layout (its data
@@ -330,7 +332,7 @@ def save_model(model: ir.Model, path: str | os.PathLike | PinnedOutput, *,
     graphs = all_graphs(model)  # (saving changes no graph's nodes)
     own = guard is None
     if guard is None:
-        guard = OutputGuard(input_files(model, graphs), replaces)
+        guard = OutputGuard(input_files(model, graphs), with_own_data(replaces))
     elif replaces:
         raise ValueError("save_model: what an output replaces is its guard's (OutputGuard)")
     if own or protect:
@@ -445,7 +447,8 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
           judges: tuple[Callable[[str], None] | None, Callable[[str], None] | None],
           progress: Callable[[int, int], None] | None) -> SaveInfo:
     directory, shown = output.directory, output.given
-    requested = os.path.basename(data_name or output.name + ".data")
+    requested = os.path.basename(data_name or output.name + data_suffix(
+        model.meta.get(SOURCE_KEY), model.meta.get(DATA_FILES_KEY, ())))
     graph = model.graph
     streamed = {name: v for name, v in graph.initializers.items() if _streamable(v.const_value)}
     total = sum(data_nbytes(_tensor(v)) for v in streamed.values())

@@ -32,8 +32,8 @@ TIMEOUT = 120
 N = 64
 
 
-def _save_model(directory, name: str, seed: int) -> str:
-    """y = x @ Transpose(W), W in ``<name>.data``: folding stores W transposed."""
+def _save_model(directory, name: str, seed: int, suffix: str = ".data") -> str:
+    """y = x @ Transpose(W), W in ``<name><suffix>``: folding stores W transposed."""
     w = np.random.default_rng(seed).standard_normal((N, N)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Transpose", ["W"], ["wt"]),
@@ -43,7 +43,7 @@ def _save_model(directory, name: str, seed: int) -> str:
         [numpy_helper.from_array(w, "W")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     path = os.path.join(directory, name)
-    onnx.save(model, path, save_as_external_data=True, location=name + ".data",
+    onnx.save(model, path, save_as_external_data=True, location=name + suffix,
               size_threshold=0)
     return path
 
@@ -75,15 +75,20 @@ def _pristine_copy(model: str, directory) -> str:
     return os.path.join(directory, os.path.basename(model))
 
 
+@pytest.mark.parametrize("suffix", [".data", "_data"])  # torch's, optimum's convention
 @pytest.mark.parametrize("step", STEPS)
-def test_kill_at_each_step_of_an_in_place_save_leaves_the_old_or_new_pair(tmp_path, step):
+def test_kill_at_each_step_of_an_in_place_save_leaves_the_old_or_new_pair(tmp_path, step,
+                                                                          suffix):
+    """onnxsim's in-place form (``onnxfold m.onnx m.onnx``) and ``-o m.onnx`` are one save:
+    killed at each step of it, the directory holds the old pair or the new one, and the data
+    keeps the input's name once the output is written again."""
     work = tmp_path / "work"
     work.mkdir()
-    model = _save_model(work, "m.onnx", seed=0)
+    model = _save_model(work, "m.onnx", seed=0, suffix=suffix)
+    data = "m.onnx" + suffix
     old = _pristine_copy(model, tmp_path / "old")
 
-    killed = _onnxfold("optimize", model, "-o", model, "--external-data", "yes",
-                       env={KILL_AT_ENV: step})
+    killed = _onnxfold(model, model, "--external-data", "yes", env={KILL_AT_ENV: step})
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
 
     new_dir = tmp_path / "new"
@@ -91,7 +96,7 @@ def test_kill_at_each_step_of_an_in_place_save_leaves_the_old_or_new_pair(tmp_pa
     new = str(new_dir / "m.onnx")
     assert _onnxfold("optimize", old, "-o", new, "--external-data", "yes").returncode == 0
     _computes_one_of(model, [old, new])
-    published = _data_of(model) != {"m.onnx.data"}  # the new pair names a fresh data file
+    published = _data_of(model) != {data}  # the new pair names a fresh data file
     # the model's rename publishes it; the data's plain name comes back after that
     assert published == (step in ("old-data-removal", "data-second-name"))
     assert onnx.load(model, load_external_data=False).graph.node  # a whole model is there
@@ -100,8 +105,8 @@ def test_kill_at_each_step_of_an_in_place_save_leaves_the_old_or_new_pair(tmp_pa
     # variant by the next write of the same output.
     remove_stale(str(work), min_age=0)
     assert _onnxfold("optimize", model, "-o", model, "--external-data", "yes").returncode == 0
-    assert sorted(os.listdir(work)) == ["m.onnx", "m.onnx.data"], os.listdir(work)
-    assert _data_of(model) == {"m.onnx.data"}
+    assert sorted(os.listdir(work)) == ["m.onnx", data], os.listdir(work)
+    assert _data_of(model) == {data}
     _computes_one_of(model, [old])
 
 

@@ -233,29 +233,30 @@ def test_a_refused_in_place_run_leaves_the_input(tmp_path):
     assert os.listdir(tmp_path) == ["m.onnx"]
 
 
-@pytest.mark.parametrize(("data", "removed"), [
-    ("m.onnx.data", True),  # torch's name
-    ("m.onnx_data", True),  # a transformers save_pretrained folder's (model.onnx_data)
-    ("weights.bin", False),  # another model may read it: named, left
+@pytest.mark.parametrize(("data", "written"), [
+    ("m.onnx.data", "m.onnx.data"),  # torch's name
+    ("m.onnx_data", "m.onnx_data"),  # optimum's and transformers' (model.onnx_data)
+    ("weights.bin", "m.onnx.data"),  # another model may read it: named, left
 ])
 @pytest.mark.parametrize("check", [[], ["--check", "1"]], ids=["plain", "checked"])
-def test_in_place_over_external_data_leaves_no_file_nothing_reads(tmp_path, data, removed,
+def test_in_place_over_external_data_leaves_no_file_nothing_reads(tmp_path, data, written,
                                                                    check):
-    """Written in place, with a data file of its own as the input had (``m.onnx.data``: where
-    that is the input's, written under a fresh name until the model is replaced, then renamed
-    back): the input's data file goes with it (it stayed, unreferenced and unmentioned), or is
-    named on stderr when it may be another's."""
+    """Written in place, its data named as the input's was where that follows the model's
+    name (``m.onnx.data``, ``m.onnx_data``: written under a fresh name until the model is
+    replaced, then renamed back), else ``m.onnx.data``: the input's data file goes with it (it
+    stayed, unreferenced and unmentioned), or is named on stderr when it may be another's."""
     src = tmp_path / "m.onnx"
     onnx.save(onnx.load(TINY_BERT), str(src), save_as_external_data=True, location=data,
               size_threshold=1024)
     feeds = random_feeds(TINY_BERT)
     proc = run_cli("optimize", src, "-o", src, "-q", *check)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(os.listdir(tmp_path)) == sorted(["m.onnx", "m.onnx.data"] +
+    removed = data == written
+    assert sorted(os.listdir(tmp_path)) == sorted(["m.onnx", written] +
                                                   ([] if removed else [data]))
     locations = {e.value for t in onnx.load(str(src), load_external_data=False).graph.initializer
                  for e in t.external_data if e.key == "location"}
-    assert locations == {"m.onnx.data"}
+    assert locations == {written}
     assert proc.stderr == ("" if removed else
                            f"onnxfold: warning: {tmp_path / data}: the input's external data "
                            "is not read by " + str(src) + " since it was written in place; "
