@@ -5,12 +5,15 @@ with ``-o``, and takes every path without it as an input (several inputs: a batc
 coming from onnxsim who writes ``onnxfold optimize IN OUT`` means ``-o OUT``. The line is read
 that way where it can mean nothing else, and said so; ``check_n`` is ``--check N``.
 
-Where ``OUT`` exists, the line could mean both: replacing it, or a dry run of both models.
-Written as onnxsim's command line (``onnxfold IN OUT``, no command named) with ``OUT`` a
-``.onnx`` file, it means what it means to onnxsim: ``OUT`` is replaced (a second run over an
-earlier output; the input itself is never replaced, and a file of another kind is refused).
-Written with ``optimize`` named, onnxfold's own form, it is refused with one line naming
-``-o``, before anything is read or written.
+Where ``OUT`` is the input itself (``onnxfold model.onnx model.onnx``: the form genai and
+optimum directories need, whose file names are fixed), it can mean one thing only, in both
+forms: the input replaced in place, as ``-o IN`` replaces it (written beside, published by a
+rename, the input intact until then). Where ``OUT`` is another existing file, the line could
+mean both: replacing it, or a dry run of both models. Written as onnxsim's command line
+(``onnxfold IN OUT``, no command named) with ``OUT`` a ``.onnx`` file, it means what it means
+to onnxsim: ``OUT`` is replaced (a second run over an earlier output; a file of another kind is
+refused). Written with ``optimize`` named, onnxfold's own form, it is refused with one line
+naming ``-o``, before anything is read or written.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class Positional:
     note: str | None = None
     check_n: int | None = None  # onnxsim's third argument: --check N
     replaces: bool = False  # the output exists: onnxsim's command line replaces it
+    in_place: bool = False  # the output is the input itself
 
 
 def read_positional(sources: tuple[str, ...], output: str | None, implied: bool = False
@@ -56,8 +60,10 @@ def read_positional(sources: tuple[str, ...], output: str | None, implied: bool 
         return Positional(sources, output)  # a directory of models: a batch, as documented
     replacing = os.path.lexists(second)
     if replacing and os.path.exists(second) and os.path.samefile(model, second):
-        raise InputError(f"{model} {second}: the second path is the input itself; to replace "
-                         f"it in place give -o {second}")
+        checked = f" --check {check_n}" if check_n is not None else ""
+        return Positional((model,), second, f"onnxfold: writing {second} in place: the second "
+                          f"path is the input itself, replaced as onnxsim replaces it (-o "
+                          f"{second}{checked} says so)", check_n, True, True)
     if replacing and not os.path.exists(second):
         raise InputError(f"{model} {second}: {second} is a symbolic link to nothing; to write "
                          f"{model}'s optimized model there give -o {second}")

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import onnx
 import pytest
 
 from tests.support.cli import assert_one_error_line, run_cli, save_add_model
+from tests.support.models import MODELS
+from tests.support.running import random_feeds, run_ort
+
+TINY_BERT = os.path.join(MODELS, "tiny_bert_ts.onnx")
 
 
 def _listing(directory):
@@ -68,7 +73,7 @@ def test_onnxsims_check_n_is_the_check(tmp_path):
 
 def test_onnxsims_command_line_replaces_an_earlier_output(tmp_path):
     """Issue 65: ``onnxfold IN OUT`` run again once OUT exists replaces it, as onnxsim does;
-    the input itself, and a file that is not a model's, are never replaced."""
+    a file that is not a model's is never replaced."""
     save_add_model(tmp_path / "in.onnx")
     (tmp_path / "notes.txt").write_text("keep")
     for _ in range(2):
@@ -76,8 +81,6 @@ def test_onnxsims_command_line_replaces_an_earlier_output(tmp_path):
         assert proc.returncode == 0, proc.stderr
     assert "it exists: replaced, as onnxsim does" in proc.stderr
     before = (tmp_path / "in.onnx").read_bytes()
-    same = run_cli("in.onnx", "./in.onnx", cwd=tmp_path)
-    assert_one_error_line(same, "the second path is the input itself", "give -o ./in.onnx")
     notes = run_cli("in.onnx", "notes.txt", cwd=tmp_path)
     assert notes.returncode == 2 and (tmp_path / "notes.txt").read_text() == "keep"
     assert (tmp_path / "in.onnx").read_bytes() == before
@@ -130,3 +133,37 @@ def test_a_dangling_link_as_the_output_is_said_as_it_is(tmp_path):
     os.symlink("nowhere.onnx", tmp_path / "dang.onnx")
     proc = run_cli("in.onnx", "dang.onnx", cwd=tmp_path)
     assert_one_error_line(proc, "dang.onnx is a symbolic link to nothing", "give -o dang.onnx")
+
+
+@pytest.mark.parametrize("form", [[], ["optimize"]], ids=["onnxsim", "optimize"])
+@pytest.mark.parametrize("suffix", [None, ".data", "_data"])
+def test_the_input_twice_is_replaced_in_place(tmp_path, form, suffix):
+    """``onnxfold model.onnx model.onnx`` (the form a genai or optimum directory needs, whose
+    file names are fixed) is ``-o model.onnx``: written beside, published by a rename, its
+    data under the input's own name; said on one line. Both forms: the same path twice can
+    mean no batch."""
+    model = onnx.load(TINY_BERT)
+    src = tmp_path / "model.onnx"
+    if suffix is None:
+        onnx.save(model, src)
+    else:
+        onnx.save(model, src, save_as_external_data=True, location="model.onnx" + suffix,
+                  size_threshold=1024)
+    feeds = random_feeds(TINY_BERT)
+    proc = run_cli(*form, "model.onnx", "./model.onnx", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "in place" in proc.stderr.splitlines()[0], proc.stderr
+    assert _listing(tmp_path) == ["model.onnx"] + ([] if suffix is None
+                                                   else ["model.onnx" + suffix])
+    assert len(onnx.load(src).graph.node) < len(model.graph.node)
+    for a, b in zip(run_ort(TINY_BERT, feeds), run_ort(str(src), feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_input_twice_with_a_refused_option_is_left_as_it_was(tmp_path):
+    save_add_model(tmp_path / "in.onnx")
+    before = (tmp_path / "in.onnx").read_bytes()
+    proc = run_cli("in.onnx", "in.onnx", "--check", "1", "--atol", "-1", cwd=tmp_path)
+    assert_one_error_line(proc, "--atol")
+    assert (tmp_path / "in.onnx").read_bytes() == before
+    assert _listing(tmp_path) == ["in.onnx"]
