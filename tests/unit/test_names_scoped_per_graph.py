@@ -128,3 +128,19 @@ def test_the_main_graph_keeps_every_name():
     assert [i.name for i in folded.graph.input] == ["x", "use_cache_branch"]
     assert [o.name for o in folded.graph.output] == ["logits", "present"]
     assert list(folded.graph.node[0].output) == ["logits", "present"]
+
+
+@pytest.mark.parametrize("seed", [0, 5, 10])  # 5, 10: random flags were true twice
+def test_the_check_runs_both_branches_a_flag_chooses(tmp_path, seed):
+    """A boolean input of one element (optimum's ``use_cache_branch``) takes each value in
+    turn over the input sets, so two sets run both branches: a model whose no-past branch
+    alone differs fails the comparison (random flags could take one value on every set)."""
+    model = _merged_decoder()
+    wrong = _merged_decoder()
+    branch = next(a.g for a in wrong.graph.node[0].attribute if a.name == "else_branch")
+    next(n for n in branch.node if n.op_type == "Neg").op_type = "Relu"
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(model, a)
+    onnx.save(wrong, b)
+    assert not onnxfold.compare(str(a), str(b), n=2, seed=seed)
+    assert onnxfold.compare(str(a), str(a), n=2, seed=seed)

@@ -38,6 +38,9 @@ LARGER_INPUT_BYTES = 256 * 2**20
 ALIGNMENTS = (8, 16, 32, 64)
 ALIGNED_MAX = 512
 MASK_SOURCE = "ones, rows after the first with as many positions off as their index (mask)"
+# a boolean of one element (optimum's use_cache_branch, an If's condition): each value in turn,
+# so that two input sets or more run both branches it chooses
+FLAG_SOURCE = "true, then false, in turn (a flag)"
 @dataclass
 class InputInfo:
     """What was fed to an input (so a report says which values the verdict holds for)."""
@@ -399,6 +402,8 @@ class FeedPlan:
                 source = self._int_source(name, dtype)[0]
             elif "mask" in name.lower() and dtype.kind in "bf":
                 source = MASK_SOURCE
+            elif dtype.kind == "b" and all(d == 1 for d in shape):
+                source = FLAG_SOURCE
             elif dtype.kind == "b":
                 source = "random true/false"
             elif dtype.kind == "O":
@@ -435,6 +440,8 @@ class FeedPlan:
                                           dims).copy()
                 else:
                     arr = np.zeros(dims, dtype)
+            elif dtype.kind == "b" and all(d == 1 for d in shape):  # a flag: both values
+                arr = np.full(dims, k % 2 == 0)
             elif dtype.kind == "b":
                 arr = rng.integers(0, 2, dims).astype(bool)
             elif dtype.kind == "f":
