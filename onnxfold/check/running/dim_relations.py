@@ -25,7 +25,7 @@ plans: ``onnxfold.check.running.feeds``.)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
@@ -127,6 +127,7 @@ class DimPlan:
     notes: list[str] = field(default_factory=list)  # variants not run, and why
     # the group of :func:`aligned` bindings of a multiple (none where no length is guessed)
     aligned: Callable[[int], list[Bound]] = field(default=lambda multiple: [], repr=False)
+    prompts: list[OneBatchPrompt] = field(default_factory=list)  # batches of one, where
 
     def variants(self, bound: Bound) -> list[Bound]:
         """Bindings like ``bound`` with its guessed batches doubled, and with its other
@@ -155,6 +156,11 @@ class DimPlan:
             given = {name: bound.dims[name] for name in self.given if name in bound.dims}
             dims, broken = settle(free, given, equations, set(bound.dims), self.held,
                                   keep=chosen)
+            if any(not prompt.held(dims) for prompt in self.prompts):
+                self.notes.append(f"the {profile.name} binding was not run: onnxruntime's "
+                                  f"{self.prompts[0].where} takes several new tokens after a "
+                                  "past one sequence at a time")
+                continue
             if broken:
                 self.notes.append(f"the {profile.name} binding was not run: it would move "
                                   f"{broken} ({', '.join(sorted(chosen))} doubled)")
@@ -249,8 +255,12 @@ class _Relations:
         self.equations: dict[str, tuple[Linear, str]] = {}
 
     def add(self, target: Dim | None, expression: Dim | None, where: str) -> None:
-        name = _name(target, self.axis_names)
-        form = _linear(expression, self.axis_names)
+        self.add_form(_name(target, self.axis_names), _linear(expression, self.axis_names),
+                      where)
+
+    def add_form(self, name: str | None, form: Linear | None, where: str) -> None:
+        """``name = form``, unless ``name`` is no input dim, has an equation already, or
+        ``form`` reads it or a dim not the inputs'."""
         if name is None or name not in self.names or name in self.equations or form is None or \
                 form == {name: 1} or name in form or not set(form) - {""} <= self.names:
             return
@@ -371,6 +381,139 @@ def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
                     relations.add(b, a, where)
 
 
+ORT_DOMAIN = "com.microsoft"
+# Ops that pass a scalar on unchanged (a length read off a shape, cast to int32 for an op)
+_SCALAR_PASSING = frozenset({"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"})
+
+
+def _input_dim_name(value: ir.Value | None, axis: int, axis_names: AxisNames) -> str | None:
+    """The name of graph input ``value``'s dim at ``axis``, or None."""
+    if value is None or not value.is_graph_input() or value.shape is None or \
+            not -len(value.shape) <= axis < len(value.shape):
+        return None
+    label = getattr(value.shape[axis], "value", None)
+    named = label if is_named(label) else None
+    return named or axis_names.get((value.name or "", axis % len(value.shape)))
+
+
+def _length_read(value: ir.Value | None, axis_names: AxisNames) -> str | None:
+    """The input dim ``value`` holds as a number: ``Gather(Shape(x), i)`` of a graph input x,
+    through casts and reshapes of the scalar (genai's ``total_sequence_length``, read off the
+    attention mask), by its name; None otherwise."""
+    for _ in range(LAYOUT_DEPTH):
+        producer = value.producer() if value is not None else None
+        if producer is None or producer.domain not in ("", "ai.onnx"):
+            return None
+        if producer.op_type in _SCALAR_PASSING:
+            value = producer.inputs[0] if producer.inputs else None
+            continue
+        if producer.op_type != "Gather" or len(producer.inputs) < 2:
+            return None
+        shape, index = producer.inputs[0], producer.inputs[1]
+        reader = shape.producer() if shape is not None else None
+        picked = constant_array(index) if index is not None else None
+        if reader is None or reader.op_type != "Shape" or picked is None or picked.size != 1:
+            return None
+        source = reader.inputs[0] if reader.inputs else None
+        rank = len(source.shape) if source is not None and source.shape is not None else 0
+        start = reader.attributes.get_int("start", 0)
+        axis = int(picked.reshape(-1)[0]) + (start + rank if start < 0 else start)
+        return _input_dim_name(source, axis, axis_names)
+    return None
+
+
+def _last_dim(value: ir.Value | None) -> int | None:
+    """``value``'s last dim where it is static: its shape's, or where none is known the
+    output width of the MatMul (and Add of a bias) making it from a weight."""
+    while value is not None:
+        if value.shape is not None and len(value.shape) and isinstance(value.shape[-1], int):
+            return value.shape[-1]
+        producer = value.producer()
+        if producer is None or producer.domain not in ("", "ai.onnx") or \
+                producer.op_type not in ("MatMul", "Add") or len(producer.inputs) != 2:
+            return None
+        weight = producer.inputs[1]
+        tensor = weight.const_value if weight is not None else None
+        if producer.op_type == "MatMul" and tensor is not None and len(tensor.shape) >= 2:
+            return tensor.shape.numpy()[-1]
+        value = producer.inputs[0]
+    return None
+
+
+def _attention_nodes(model: ir.Model) -> Iterator[tuple[ir.Node, list[ir.Value | None]]]:
+    """The main graph's GroupQueryAttention nodes, each with its seven first inputs (None
+    where left out)."""
+    for node in model.graph:
+        if node.domain == ORT_DOMAIN and node.op_type == "GroupQueryAttention":
+            yield node, (list(node.inputs) + [None] * 7)[:7]
+
+
+def attention_caches(model: ir.Model) -> frozenset[str]:
+    """The graph inputs onnxruntime's GroupQueryAttention reads as past keys and values:
+    KV caches, whatever their shape suggests (genai names the head size ``kv_cache_dim``, so
+    ``[batch, 2, past, kv_cache_dim]`` looks like an image of 2 channels)."""
+    return frozenset(str(value.name) for _, ins in _attention_nodes(model)
+                     for value in ins[3:5] if value is not None and value.is_graph_input())
+
+
+@dataclass(frozen=True)
+class OneBatchPrompt:
+    """onnxruntime's GroupQueryAttention runs new tokens after a past only one sequence at a
+    time ("batch_size must be 1 when sequence_length > 1 and past context is given"): a
+    prompt of ``batch`` sequences has no past, a past is followed by one token per
+    sequence, or the batch is one. Dims by name; ``where``: the node."""
+
+    batch: str
+    new: str
+    past: str
+    where: str
+
+    def held(self, dims: Mapping[str, int]) -> bool:
+        """Whether ``dims`` is a state generation produces."""
+        return not (dims.get(self.batch, 1) > 1 and dims.get(self.new, 1) > 1 and
+                    dims.get(self.past, 0) > 0)
+
+
+def _attention_relations(model: ir.Model, relations: _Relations) -> list[OneBatchPrompt]:
+    """What onnxruntime's GroupQueryAttention requires of the dims it reads: its past keys
+    and values hold ``kv_num_heads`` heads of the head size (the query's width over the
+    heads it packs), and the total length it is given (genai reads it off the attention
+    mask) is the past's plus the new tokens' (onnxruntime: "total_sequence_length must equal
+    past_sequence_length + kv_sequence_length for a dynamic cache"), as in every state
+    generation produces; and where it takes several new tokens after a past, one sequence
+    (:class:`OneBatchPrompt`)."""
+    prompts: list[OneBatchPrompt] = []
+    names = relations.axis_names
+    for node, ins in _attention_nodes(model):
+        query, key, past = ins[0], ins[1], ins[3]
+        if past is None or past.shape is None or len(past.shape) != 4:
+            continue
+        where = f"{node.name or node.op_type} ({node.op_type})"
+        heads = node.attributes.get_int("num_heads", 0)
+        kv_heads = node.attributes.get_int("kv_num_heads", 0)
+        width = _last_dim(query)
+        packed = heads + (2 * kv_heads if key is None else 0)
+        if width and packed and width % packed == 0:
+            relations.add_form(_input_dim_name(past, 3, names), {"": width // packed},
+                               f"head size of {where}")
+        if kv_heads:
+            relations.add_form(_input_dim_name(past, 1, names), {"": kv_heads},
+                               f"kv_num_heads of {where}")
+        dims = [getattr(d, "value", None) for d in query.shape] \
+            if query is not None and query.shape is not None and len(query.shape) == 3 else []
+        batch = _input_dim_name(past, 0, names)
+        new = dims[1] if dims and is_named(dims[1]) else None
+        past_length = _input_dim_name(past, 2, names)
+        total = _length_read(ins[6], names)
+        if total and past_length and new:
+            relations.add_form(total, {past_length: 1, new: 1}, f"total length of {where}")
+        if batch and new and past_length and \
+                all(p != (batch, new, past_length) for p in
+                    ((p.batch, p.new, p.past) for p in prompts)):
+            prompts.append(OneBatchPrompt(batch, new, past_length, where))
+    return prompts
+
+
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
          given: Mapping[str, int], steps: ShapeSteps, sizes: Mapping[str, int] | None = None,
          held: Collection[str] = (), anonymous: AxisNames | None = None,
@@ -399,10 +542,12 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
         form = parse_expression(name)
         if form is not None and form != {name: 1} and set(form) - {""} <= names:
             relations.equations[name] = (form, "declared by the input")
+    prompts: list[OneBatchPrompt] = []
     try:
         if not analysed:
             infer_shapes(model, light)
             shape_values(model.graph, constant_array, shared_dim_names(model), steps=steps)
+        prompts = _attention_relations(model, relations)
         _index_relations(model, relations)
         _broadcast_relations(model, relations)
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
@@ -420,7 +565,8 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
         chosen = {name: profile.side if sized and name in sizes else
                   profile.batch if name in on_axis0 else
                   profile.held if name in cache else profile.width for name in free}
-        return settle(chosen, given, relations.equations, names, cache)[0]
+        return one_batch(settle(chosen, given, relations.equations, names, cache)[0],
+                         prompts, free)
 
     def group(chosen: Sequence[Profile], sized: bool = True) -> list[Bound]:
         found: list[Bound] = []
@@ -453,7 +599,18 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
     return DimPlan(base, derived, free, forms, larger, smaller,
                    frozenset(on_axis0) & set(free), frozenset(sizes) & set(free),
                    frozenset(given), cache,
-                   aligned=lambda multiple: group(aligned(multiple)) if lengthy else [])
+                   aligned=lambda multiple: group(aligned(multiple)) if lengthy else [],
+                   prompts=prompts)
+
+
+def one_batch(dims: dict[str, int], prompts: Sequence[OneBatchPrompt],
+              guessed: Collection[str]) -> dict[str, int]:
+    """``dims`` with a guessed batch set to 1 where ``prompts`` need it (several new tokens
+    after a past: :class:`OneBatchPrompt`)."""
+    for prompt in prompts:
+        if not prompt.held(dims) and prompt.batch in guessed:
+            dims = {**dims, prompt.batch: 1}
+    return dims
 
 
 def _solved_backwards(given: Mapping[str, int], equations: Mapping[str, tuple[Linear, str]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -224,13 +224,16 @@ class FeedPlan:
                       for name, arr in given.items()}
         self.int_ranges = dict(int_ranges)
         bound = self._bind(dims, fixed, label)
-        self.images = {name for name, dtype, shape in self.specs if _is_image(dtype, shape)}
+        caches = dim_relations.attention_caches(graph)
+        self.images = {name for name, dtype, shape in self.specs
+                       if _is_image(dtype, shape) and name not in caches}
         self.plan = dim_relations.plan(
             graph, [shape for _, _, shape in self.specs], bound, steps,
             sizes={d: dim_relations.IMAGE_SIZE for name, _, shape in self.specs
                    if name in self.images for d in shape[2:] if is_named(d)},
-            held=_cache_lengths(self.specs) - set(self.anonymous.values()),
-            anonymous=self.anonymous, batches=_inner(self.specs, self.anonymous), light=light,
+            held=_cache_lengths(self.specs, self.images) - set(self.anonymous.values()),
+            anonymous=self.anonymous, batches=_inner(self.specs, self.anonymous, self.images),
+            light=light,
             analysed=analysed)
         self.table_sizes = _id_table_sizes(graph)  # after the plan's shape inference
         # a binding model A cannot run is dropped; every binding tried is kept for messages
@@ -482,28 +485,30 @@ def _is_image(dtype: np.dtype, shape: list) -> bool:
         1 <= shape[1] <= 4 and not isinstance(shape[3], int)
 
 
-def _inner(specs: list[tuple[str, np.dtype, list]], anonymous: Mapping[tuple[str, int], str]
-           ) -> set[str]:
+def _inner(specs: list[tuple[str, np.dtype, list]], anonymous: Mapping[tuple[str, int], str],
+           images: Collection[str]) -> set[str]:
     """The anonymous dims inside a shape, neither on axis 0 nor among the dims ending it nor
     an image's sides: a recurrent state ``[layers, batch, hidden]``'s batch, which must
     equal the batch of the input it runs with (so it follows each binding's batch)."""
     inner = set()
-    for name, dtype, shape in specs:
+    for name, _, shape in specs:
         trailing = len(shape)
         while trailing > 1 and (name, trailing - 1) in anonymous:
             trailing -= 1
-        image = _is_image(dtype, shape)
+        image = name in images
         inner |= {anonymous[(name, axis)] for axis in range(1, trailing)
                   if (name, axis) in anonymous and not (image and axis >= 2)}
     return inner
 
 
-def _cache_lengths(specs: list[tuple[str, np.dtype, list]]) -> set[str]:
-    """Named dims off axis 0 of float inputs of rank 3 or more that no integer input has: a KV
-    cache's past length, which a decode step keeps (one new token after a past)."""
+def _cache_lengths(specs: list[tuple[str, np.dtype, list]], images: Collection[str]
+                   ) -> set[str]:
+    """Named dims off axis 0 of float inputs of rank 3 or more, not ``images``, that no
+    integer input has: a KV cache's past length, which a decode step keeps (one new token
+    after a past)."""
     integer = {d for _, dtype, shape in specs if dtype.kind in "iub" for d in shape}
-    return {d for _, dtype, shape in specs if dtype.kind == "f" and len(shape) >= 3
-            and not _is_image(dtype, shape) for d in shape[1:] if is_named(d)} - integer
+    return {d for name, dtype, shape in specs if dtype.kind == "f" and len(shape) >= 3
+            and name not in images for d in shape[1:] if is_named(d)} - integer
 
 
 def dtype_name(dtype: np.dtype) -> str:
