@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from onnxfold.declare import OpCost
 
+_ORT = "com.microsoft"
 _ONE_PER_ELEMENT = (
     "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Mod", "Pow", "Sqrt", "Reciprocal",
     "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Relu", "LeakyRelu", "PRelu", "Elu",
@@ -39,4 +40,19 @@ COSTS = (
     *(OpCost(op, "reduction", 8) for op in ("LayerNormalization", "InstanceNormalization",
                                             "GroupNormalization", "RMSNormalization")),
     *(OpCost(op, "free") for op in _DATA_MOVEMENT),
+    # onnxruntime's own ops: SimplifiedLayerNormalization in the default domain, the rest in
+    # com.microsoft (what its transformer optimizer and genai's builder emit)
+    OpCost("SimplifiedLayerNormalization", "reduction", 8),
+    *(OpCost(op, "contraction", domain=_ORT) for op in (
+        "MatMulNBits", "FusedMatMul", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+        "MatMulBnb4")),
+    *(OpCost(op, "reduction", 9, domain=_ORT) for op in (
+        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")),
+    *(OpCost(op, "reduction", 8, domain=_ORT) for op in (
+        "LayerNormalization", "SimplifiedLayerNormalization")),
+    *(OpCost(op, "elementwise", 8, domain=_ORT) for op in (
+        "Gelu", "FastGelu", "BiasGelu", "QuickGelu")),
+    OpCost("RotaryEmbedding", "elementwise", 3, domain=_ORT),
+    OpCost("GroupQueryAttention", "attention", domain=_ORT),
+    *(OpCost(op, "free", domain=_ORT) for op in ("GatherBlockQuantized",)),
 )

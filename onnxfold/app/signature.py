@@ -14,7 +14,6 @@ those shapes instead (``signature.inferred``), as every model was before issue 6
 
 from __future__ import annotations
 
-import re
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,7 @@ from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
 from onnxfold.host.heap import release
 from onnxfold.host.logs import quiet
-from onnxfold.host.terminal import printable
+from onnxfold.host.terminal import families, printable, wrapped
 from onnxfold.ir.graph import is_static_dim
 from onnxfold.pipeline.collector import process_goes_on
 from onnxfold.signature import Compute, Signature
@@ -186,37 +185,10 @@ def _io(found: dict[str, Any], key: str) -> list[tuple[str, str, str]]:
                       for v in found[key][1]])
 
 
-_NUMBER = re.compile(r"\d+")
-FAMILY = 3  # names of one pattern and one shape shown as one row from this many
-
-
 def _families(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    """``rows`` with those whose names differ only in their numbers and whose shapes are the
-    same as one row where they are ``FAMILY`` or more: a decoder's 64 KV-cache inputs
-    (``past_key_values.0.key`` ... ``past_key_values.31.value``) as two rows,
-    ``past_key_values.{0..31}.key (32)``, not a screen of identical ones. The JSON keeps
-    every input."""
-    families: dict[tuple[str, str, str], list[str]] = {}
-    for name, a, b in rows:
-        families.setdefault((_NUMBER.sub("#", name), a, b), []).append(name)
-    out = []
-    for (pattern, a, b), names in families.items():
-        if len(names) < FAMILY:
-            out += [(name, a, b) for name in names]
-            continue
-        numbers = [_NUMBER.findall(name) for name in names]
-        pieces = pattern.split("#")
-        shown = [pieces[0]]
-        for i, piece in enumerate(pieces[1:]):
-            values = sorted({int(found[i]) for found in numbers})
-            shown.append(numbers[0][i] if len(values) == 1 else
-                         f"{{{values[0]}..{values[-1]}}}"
-                         if values == list(range(values[0], values[-1] + 1)) else
-                         f"{{{','.join(map(str, values))}}}" if len(values) <= FAMILY + 1
-                         else "*")
-            shown.append(piece)
-        out.append(("".join(shown) + f" ({len(names)})", a, b))
-    return out
+    """``rows`` (name, shape before, shape after) with a family of names of one shape as one
+    (``host.terminal.families``). The JSON keeps every input."""
+    return [(name, *key) for name, key, _ in families([(n, (a, b)) for n, a, b in rows])]
 
 
 def _at(compute: dict[str, Any]) -> str:
@@ -228,8 +200,14 @@ def _at(compute: dict[str, Any]) -> str:
 
 def lines(found: dict[str, Any]) -> list[str]:
     """The summary's signature block, names escaped (``host.terminal.printable``: a name
-    holding a newline stays on its line)."""
-    return [printable(line) for line in _lines(found)]
+    holding a newline stays on its line), each entry wrapped under its label."""
+    return _fitted(_lines(found))
+
+
+def _fitted(entries: list[str]) -> list[str]:
+    """Each of ``entries`` (a 13-character label, then its text) escaped and wrapped."""
+    return [line for entry in entries
+            for line in wrapped(entry[:13], printable(entry[13:]))]
 
 
 def _lines(found: dict[str, Any]) -> list[str]:
@@ -260,8 +238,7 @@ def one_model_lines(found: dict[str, Any]) -> list[str]:
         [(v["name"], _shape(v), "") for v in found[key][0]])) for key in ("inputs", "outputs")]
     compute = found["compute"]
     if "reason" in compute:
-        return [printable(line) for line in [*out, f"compute      not counted: "
-                                                   f"{compute['reason']}"]]
+        return _fitted([*out, f"compute      not counted: {compute['reason']}"])
     counted = compute["before"]
     ops = ", ".join(f"{op} {si(row['flops'])}" for op, row in list(counted["ops"].items())[:3])
     uncounted = ", ".join(counted["not_counted"])
@@ -269,7 +246,7 @@ def one_model_lines(found: dict[str, Any]) -> list[str]:
                f"{_at(compute)}"
                + (f"; {ops}" if ops else "") + (f"; not counted: {uncounted}" if uncounted
                                                  else ""))
-    return [printable(line) for line in out]
+    return _fitted(out)
 
 
 def html(found: dict[str, Any] | None) -> str:

@@ -6,6 +6,7 @@ the report). Running the models is ``comparison.py``'s.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from onnxfold.check.running.tolerance import HALF as HALF_TYPES
 from onnxfold.check.running.tolerance import SUMMED_UNITS, allowed, ulp
 from onnxfold.check.running.tolerance import for_dtype as tolerance_for
 from onnxfold.check.running.verdicts import AGREES
-from onnxfold.host.terminal import printable
+from onnxfold.host.terminal import families, printable, wrapped
 
 REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
 
@@ -152,30 +153,34 @@ class CompareResult:
                  f"{'s' if self.n != 1 else ''} ({seeds}), {tolerance}, onnxruntime "
                  f"optimization level {self.level}"]
         used = min(self.n, len(self.bindings)) or 1  # bindings the compared sets use
-        lines.extend(f"  input {info.name}: {info.dtype}"
-                     f"{' / '.join(shape_text(s) for s in (info.shapes or [info.shape])[:used])} "
-                     f"{info.source}" for info in self.inputs)
+        said = [f"{info.dtype}"
+                f"{' / '.join(shape_text(s) for s in (info.shapes or [info.shape])[:used])} "
+                f"{info.source}" for info in self.inputs]
+        notes = [f"input {name}: {text}" for name, text, _ in
+                 families([(info.name, text) for info, text in zip(self.inputs, said)])]
         dims = ["{" + ", ".join(f"{k}={v}" for k, v in b.items()) + "}" for b in self.bindings]
         if used > 1:
-            lines.append(f"  input sets alternate the dims {' and '.join(dims[:used])}")
+            notes.append(f"input sets alternate the dims {' and '.join(dims[:used])}")
         elif len(dims) > 1:
-            lines.append(f"  the input set is at the dims {dims[0]}")
+            notes.append(f"the input set is at the dims {dims[0]}")
         if len(dims) > used:
-            lines.append(f"  the original also ran at the dims {' and '.join(dims[used:])} "
+            notes.append(f"the original also ran at the dims {' and '.join(dims[used:])} "
                          "(folds are re-derived at every binding it ran; outputs are compared "
                          f"on the input set{'s' if used > 1 else ''} above)")
         if self.derived_dims:
-            lines.append("  dims related by the graph: " + "; ".join(
+            notes.append("dims related by the graph: " + "; ".join(
                 f"{k} = {v}" for k, v in self.derived_dims.items()))
         if self.defaulted_dims:
             guessed = [d + "=" + "/".join(dict.fromkeys(str(b[d]) for b in self.bindings))
                        if self.bindings and d in self.bindings[0] else d
                        for d in self.defaulted_dims]
-            lines.append(f"  dims guessed (--dim NAME=VALUE sets one): {', '.join(guessed)}")
-        lines += [f"  {note}" for note in self.notes]
+            notes.append(f"dims guessed (--dim NAME=VALUE sets one): {', '.join(guessed)}")
+        notes += self.notes
         if self.windows:
-            lines.append(f"  {self.windows}")
-        lines += _table("output", self.rows)
+            notes.append(self.windows)
+        lines += [f"  {note}" for note in notes]
+        table = _table("output", _grouped(self.rows))
+        lines += table
         lines += [f"  {printable(row.name)}: {row.summed} element{'s' if row.summed != 1 else ''}"
                   f" beyond rtol/atol, within {SUMMED_UNITS:g}u of the magnitude of the terms "
                   "summed to make them (they cancel)" for row in self.rows if row.summed]
@@ -183,13 +188,19 @@ class CompareResult:
             lines.append(self._cuts_line())
             wrong = [row for row in self.cut_rows if not row.ok]
             if wrong:
-                lines += _table("value at a cut", wrong)
+                table += _table("value at a cut", wrong)
+                lines += table[-len(wrong) - 1:]
         if self.failure:
             lines.append(f"  FAILED: {self.failure} (the original runs the same inputs)")
         if self.folds is not None:
             lines.append(self.folds.summary())
         if self.rewrites is not None:
             lines.append(self.rewrites.summary())
+        # a table's rows stay whole, and the verdict, the last line a script reads; the rest
+        # wraps
+        rows = set(table)
+        lines = [part for line in "\n".join(lines).split("\n") for part in (
+            [line] if line in rows else _fitted(line))]
         if verdict:
             lines.append(self.verdict())
         return "\n".join(lines)
@@ -212,8 +223,9 @@ class CompareResult:
         if self.state == "could not run":
             return f"could not run: {self.not_run}; nothing differs in what ran" + \
                 self._shown_before()
-        if not self.ok:
-            return f"outside tolerance: {', '.join(self.failing)}"
+        if not self.ok:  # a family of outputs as one (a decoder's 64 caches)
+            return "outside tolerance: " + ", ".join(
+                name for name, _, _ in families([(name, "") for name in self.failing]))
         ran = self.n - len(self.short_of_memory)
         sets = f"{ran} input set{'s' if ran != 1 else ''}" + (
             f" of {self.n} (the optimized model ran out of memory on input set "
@@ -263,6 +275,40 @@ def _row_dict(row: OutputDiff) -> dict[str, Any]:
             "max_abs": row.max_abs_diff, "max_rel": row.max_rel_diff, "max_ulps": row.max_ulps,
             "tolerance": row.tolerance, "mismatches": row.mismatches, "summed": row.summed,
             "bitwise_equal": row.bitwise_equal, "ok": row.ok}
+
+
+def _fitted(line: str) -> list[str]:
+    """``line`` wrapped where it is long, its next lines indented four more than it is (a
+    line's own details are indented two)."""
+    text = line.lstrip(" ")
+    head = line[:len(line) - len(text)]
+    return wrapped(head, text, indent=len(head) + 4)
+
+
+def _grouped(rows: list[OutputDiff]) -> list[OutputDiff]:
+    """``rows`` with outputs whose names differ only in their numbers, of one dtype, shape,
+    tolerance and verdict, as one row (``present.{0..31}.key (32)``: a decoder's cache is
+    not a screen of identical rows): the largest differences, the mismatches summed, bitwise
+    where all are. ``--json`` keeps every output."""
+    def key(row: OutputDiff) -> tuple:
+        return (row.dtype_a, row.dtype_b, str(row.shape_a), str(row.shape_b), row.tolerance,
+                row.ok, row.bitwise_equal, row.shapes_equal, row.dtypes_equal)
+
+    out = []
+    for name, _, members in families([(row.name, key(row)) for row in rows]):
+        if len(members) == 1:
+            out.append(rows[members[0]])
+            continue
+        group = [rows[i] for i in members]
+        ulps = [row.max_ulps for row in group if row.max_ulps is not None]
+        out.append(dataclasses.replace(
+            group[0], name=name, elements=sum(row.elements for row in group),
+            max_abs_diff=max(row.max_abs_diff for row in group),
+            max_rel_diff=max(row.max_rel_diff for row in group),
+            max_ulps=max(ulps) if ulps else None,
+            mismatches=sum(row.mismatches for row in group),
+            summed=sum(row.summed for row in group)))
+    return out
 
 
 def _table(heading: str, rows: list[OutputDiff]) -> list[str]:

@@ -86,7 +86,7 @@ class Catalogue:
         for fact in self.of(OpFact):
             if fact.when is not None and (fact.bitwise or fact.discontinuous or fact.view or
                                           fact.nondeterministic or fact.kept_quantized or
-                                          fact.requantizes):
+                                          fact.requantizes or fact.runtime_op):
                 raise ValueError(f"{fact.name}: only order_varies may hold at some nodes only; "
                                  "the other facts are read per op type")
         for kind in (ShapeValueRule, ShapeDimsRule):
@@ -131,6 +131,11 @@ class Catalogue:
         """Non-deterministic ops whatever their inputs (not those drawing only in training)."""
         return frozenset(f.op_type for f in self.of(OpFact)
                          if f.nondeterministic and not f.draws_only_in_training)
+
+    @functools.cached_property
+    def runtime_ops(self) -> frozenset[str]:
+        """Default-domain ops onnxruntime registers where onnx has no schema of them."""
+        return frozenset(f.op_type for f in self.of(OpFact) if f.runtime_op and not f.domain)
 
     @functools.cached_property
     def kept_quantized(self) -> frozenset[str]:

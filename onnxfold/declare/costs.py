@@ -4,8 +4,10 @@ signature's compute (``onnxfold.signature.compute``), which holds the formula of
 A *kind*: ``contraction`` (MatMul, Gemm: each output element a dot product of ``K`` terms),
 ``convolution`` (each output element the weights' ``C/group x kernel`` terms; transposed: each
 input element scattered through them), ``elementwise`` (``factor`` FLOPs per output element),
-``reduction`` (``factor`` per input element: a Softmax, a normalization), ``free`` (data
-movement). A MAC is one multiply and one add: 2 FLOPs.
+``reduction`` (``factor`` per input element: a Softmax, a normalization), ``attention``
+(onnxruntime's fused attention with a KV cache, GroupQueryAttention: the scores and their
+weighted sum over the present keys, and the scores' softmax), ``free`` (data movement). A MAC
+is one multiply and one add: 2 FLOPs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KINDS = ("contraction", "convolution", "transposed convolution", "elementwise", "reduction",
-         "free")
+         "attention", "free")
 
 
 @dataclass(frozen=True)

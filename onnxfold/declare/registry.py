@@ -103,6 +103,9 @@ class OpFact:
     with where its input lies in memory (its alignment), so a node run anywhere but in the
     original's session need not give that session's bits, not even through onnxruntime: a
     fold of it is never expected bitwise (``docs/exactness.md``).
+    ``runtime_op``: onnxruntime registers it in the default domain, where onnx has no schema
+    of it (SimplifiedLayerNormalization, which genai's builder emits): no plugin, listed with
+    the onnxruntime ops a model keeps.
     ``when``: the fact holds only at the nodes it accepts (BatchNormalization computes batch
     statistics only with ``training_mode=1``). Only ``order_varies`` may depend on a node's
     attributes or inputs; every other fact holds for every attribute and dtype (the catalogue
@@ -120,6 +123,7 @@ class OpFact:
     requantizes: bool = False
     view: bool = False
     order_varies: bool = False
+    runtime_op: bool = False
     when: Callable[[ir.Node], bool] | None = None
 
     def holds_at(self, node: ir.Node) -> bool:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections.abc import Iterator
-from typing import TextIO
+import textwrap
+from collections.abc import Hashable, Iterator, Sequence
+from typing import TextIO, TypeVar
 
 # C0 and C1 controls and DEL; invisible formatting characters (soft hyphen, Arabic letter mark,
 # Mongolian vowel separator, zero-width and directional marks, bidi embeddings, overrides and
@@ -84,3 +85,53 @@ def printable_streams() -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = saved
+
+
+LINE_WIDTH = 160  # a printed list wraps before this many characters (a line stays readable)
+FAMILY = 3  # names of one pattern and one key are shown as one from this many
+_NUMBER = re.compile(r"\d+")
+_K = TypeVar("_K", bound=Hashable)
+
+
+def wrapped(head: str, text: str, width: int = LINE_WIDTH, indent: int | None = None
+            ) -> list[str]:
+    """``head`` + ``text`` as one line where it is no longer than ``width``, else as lines
+    broken at spaces, the next ones indented ``indent`` (default: as far as ``head`` is long,
+    so that the summary's ``inputs       a, b, c`` stays a column). A word longer than a line
+    stays whole."""
+    if len(head) + len(text) <= width:
+        return [head + text]
+    return textwrap.wrap(text, width, initial_indent=head,
+                         subsequent_indent=" " * (len(head) if indent is None else indent),
+                         break_long_words=False, break_on_hyphens=False) or [head.rstrip()]
+
+
+def families(rows: Sequence[tuple[str, _K]], minimum: int = FAMILY
+             ) -> list[tuple[str, _K, list[int]]]:
+    """``rows`` (a name and a key) with those whose names differ only in their numbers and
+    whose keys are equal as one where they are ``minimum`` or more: a decoder's 64 KV-cache
+    inputs (``past_key_values.0.key`` ... ``past_key_values.31.value``) as two,
+    ``past_key_values.{0..31}.key (32)``, not a screen of identical ones. Each with its key
+    and the indices of its rows, in the order the first of each appears."""
+    found: dict[tuple[str, _K], list[int]] = {}
+    for index, (name, key) in enumerate(rows):
+        found.setdefault((_NUMBER.sub("#", name), key), []).append(index)
+    out: list[tuple[str, _K, list[int]]] = []
+    for (pattern, key), members in found.items():
+        if len(members) < minimum:
+            out += [(rows[i][0], key, [i]) for i in members]
+            continue
+        numbers = [_NUMBER.findall(rows[i][0]) for i in members]
+        pieces = pattern.split("#")
+        shown = [pieces[0]]
+        for i, piece in enumerate(pieces[1:]):
+            values = sorted({int(found_[i]) for found_ in numbers})
+            shown.append(numbers[0][i] if len(values) == 1 else
+                         f"{{{values[0]}..{values[-1]}}}"
+                         if values == list(range(values[0], values[-1] + 1)) else
+                         f"{{{','.join(map(str, values))}}}" if len(values) <= minimum + 1
+                         else "*")
+            shown.append(piece)
+        out.append(("".join(shown) + f" ({len(members)})", key, members))
+    order = {id(entry): min(entry[2]) for entry in out}
+    return sorted(out, key=lambda entry: order[id(entry)])

@@ -29,7 +29,7 @@ from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.opener import opened, why
-from onnxfold.io.scoped_names import RENAMED_KEY, rename_shadowing_values
+from onnxfold.io.scoped_names import rename_shadowing_values
 from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
@@ -533,12 +533,12 @@ def _load(path: str, check: bool, keep_light: bool
         if _UNSORTED not in str(e):
             raise
         unsorted = True
-    model, data_files, reorders = _checked_model(proto, path, docs)
+    model, data_files, reorders, renamed = _checked_model(proto, path, docs)
     if unsorted:
         assert light is not None  # the checker ran on it
         unknown = _run_checker(_reordered(light, reorders), path, ops)
     describes = keep_light and light is not None and not any(reorders) and \
-        not model.meta[RENAMED_KEY] and \
+        not renamed and \
         not _external_in_subgraphs(graphs) and not _small_external(proto)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     model.meta[DATA_FILES_KEY] = frozenset(data_files)
@@ -636,10 +636,11 @@ def _external_in_subgraphs(graphs: Sequence[onnx.GraphProto]) -> bool:
 
 
 def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None = None
-                   ) -> tuple[ir.Model, set[str], Reorders]:
+                   ) -> tuple[ir.Model, set[str], Reorders, int]:
     """``proto`` as an ir.Model whose structure and tensor data are checked, the data files
-    it reads, and how its graphs were sorted (:func:`check_structure`); ``docs``: the
-    doc_strings taken out of ``proto``, given back to the model."""
+    it reads, how its graphs were sorted (:func:`check_structure`) and how many values of its
+    subgraphs were renamed (``scoped_names``); ``docs``: the doc_strings taken out of
+    ``proto``, given back to the model."""
     check_external_fields(proto, label)  # what onnx-ir would fail to read, named first
     aside = map_types.set_aside(proto)  # onnx-ir cannot read them
     try:
@@ -668,8 +669,7 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     files = check_tensor_data(graphs, label)
     _typed_by_their_data(graphs)
     _metadata_held_once(graphs)
-    model.meta[RENAMED_KEY] = rename_shadowing_values(model)
-    return model, files, reorders
+    return model, files, reorders, rename_shadowing_values(model)
 
 
 def _root_cause(error: BaseException) -> str:

@@ -24,8 +24,6 @@ import onnx_ir as ir
 from onnxfold.ir.edits import names_for
 from onnxfold.ir.graph import all_graphs
 
-RENAMED_KEY = "onnxfold.renamed_values"  # Model.meta: how many values the reader renamed
-
 
 def rename_shadowing_values(model: ir.Model) -> int:
     """Give each value of ``model``'s subgraphs that shares a name with a value of the main
@@ -50,4 +48,4 @@ def rename_shadowing_values(model: ir.Model) -> int:
     return renamed
 
 
-__all__ = ["RENAMED_KEY", "rename_shadowing_values"]
+__all__ = ["rename_shadowing_values"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import onnx_ir as ir
 
@@ -84,10 +84,13 @@ def group_leftovers(model: ir.Model, declined: Iterable[Mapping[str, str]],
     return out
 
 
-def leftover_lines(groups: Iterable[Mapping], short: bool = False) -> list[str]:
+def leftover_lines(groups: Iterable[Mapping], short: bool = False,
+                   inputs: Collection[str] | None = None) -> list[str]:
     """``layers.*.self_attn (x2): Reshape x4, Concat x2; blocked by ...`` per group, then the
     rewrites declined there; ``short``: the reasons' kinds and the dims' names only
-    (``...: Reshape x4 (dynamic dims batch, seq)``)."""
+    (``...: Reshape x4 (dynamic dims batch, seq)``), of them those of ``inputs`` (the graph
+    inputs' dims, which ``--input-shape`` fixes) where given, the others (an inferred
+    ``unk__3``, a value's ``/model/Gather_output_0[0]``: nothing a user sets) counted."""
     lines = []
     for group in groups:
         times = f" (x{group['instances']})" if group["instances"] > 1 else ""
@@ -96,14 +99,28 @@ def leftover_lines(groups: Iterable[Mapping], short: bool = False) -> list[str]:
         if short:
             kinds = dict.fromkeys(r.split(":")[0] for r in group["reasons"]
                                   if not r.startswith("blocked by dynamic dims"))
-            if group.get("dims"):
-                kinds["dynamic dims " + ", ".join(dict.fromkeys(group["dims"]))] = None
+            dims = list(dict.fromkeys(group.get("dims") or ()))
+            if dims:
+                kinds[_dims_said(dims, inputs)] = None
             lines.append(f"{head} ({'; '.join(kinds)})")
             continue
         rewrites = group.get("rewrites_declined") or []
         lines.append(f"{head}; {'; '.join(group['reasons'])}" + (
             f"; rewrites declined there: {'; '.join(rewrites)}" if rewrites else ""))
     return lines
+
+
+def _dims_said(dims: list[str], inputs: Collection[str] | None) -> str:
+    """``dynamic dims batch, seq`` (and how many others, the values' own, where ``inputs``
+    tells the graph inputs' dims apart)."""
+    if inputs is None:
+        return "dynamic dims " + ", ".join(dims)
+    named = [d for d in dims if d in inputs]
+    others = len(dims) - len(named)
+    internal = f"{others} more of values the graph computes (--explain)" if others else ""
+    if not named:
+        return f"dynamic dims: {internal}"
+    return f"dynamic dims {', '.join(named)}" + (f" and {internal}" if internal else "")
 
 
 def folded_regions(model: ir.Model) -> list[dict]:

@@ -73,7 +73,7 @@ from onnxfold.pipeline.passes import (
     restore,
 )
 from onnxfold.pipeline.phases import Phases, Timed
-from onnxfold.pipeline.report import Report, model_counts, options_dict
+from onnxfold.pipeline.report import Report, model_counts, options_dict, runtime_op_counts
 from onnxfold.pipeline.results import (
     ConversionResult,
     FoldStats,
@@ -390,7 +390,9 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report = Report.build(path or model.meta.get(SOURCE_KEY), before, model_counts(model),
                               stats, time.perf_counter() - started)
         report.warnings = [f"{op} is not an ONNX op of the default domain (a plugin?): kept as "
-                           "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())]
+                           "it is, never folded" for op in model.meta.get(UNKNOWN_OPS_KEY, ())
+                           if op not in catalogue.runtime_ops]
+        report.runtime_ops = runtime_op_counts(model, catalogue.runtime_ops)
         report.warnings += stats.warnings
         blocked = blocked_scaffolding(model, source_array, catalogue.shape_steps,
                                       options.assume_named_dims_equal)

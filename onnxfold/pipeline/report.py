@@ -6,13 +6,14 @@ import dataclasses
 import json
 import os
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
 
 import onnx_ir as ir
 
-from onnxfold.host.terminal import printable
+from onnxfold.host.terminal import printable, wrapped
 from onnxfold.ir.graph import all_graphs
 from onnxfold.pipeline.leftovers import leftover_lines, pattern
 from onnxfold.pipeline.op_table import OpRow, format_table, op_rows
@@ -59,6 +60,34 @@ def model_counts(model: ir.Model) -> ModelCounts:
             if tensor is not None and tensor.dtype != ir.DataType.STRING:
                 init_bytes += tensor.nbytes
     return ModelCounts(nodes, constants, inits, init_bytes, dict(ops))
+
+
+RUNTIME_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops (and com.microsoft.nchwc, ...)
+
+
+def runtime_op_counts(model: ir.Model, default_domain: Collection[str]) -> dict[str, int]:
+    """The nodes of onnxruntime's own ops ``model`` holds, by op type (``domain.op`` outside
+    the default domain), most first: its contrib ops, and ``default_domain``'s (the ops it
+    registers in the default domain, where onnx has none)."""
+    found: Counter = Counter()
+    for graph in all_graphs(model):
+        for node in graph:
+            domain = node.domain
+            if domain == RUNTIME_DOMAIN or domain.startswith(RUNTIME_DOMAIN + "."):
+                found[f"{domain}.{node.op_type}"] += 1
+            elif domain in ("", "ai.onnx") and node.op_type in default_domain:
+                found[node.op_type] += 1
+    return dict(found.most_common())
+
+
+def runtime_ops_line(counts: dict[str, int], limit: int = 6) -> str:
+    """``runtime ops  18 nodes of onnxruntime's own ops, kept: MatMulNBits x11, ...``: a model's
+    onnxruntime ops, the most frequent ``limit`` by name (com.microsoft's without it)."""
+    names = [f"{op.removeprefix(RUNTIME_DOMAIN + '.')} x{n}"
+             for op, n in list(counts.items())[:limit]]
+    more = f" and {len(counts) - limit} more" if len(counts) > limit else ""
+    return (f"runtime ops  {sum(counts.values())} nodes of onnxruntime's own ops, kept: "
+            f"{', '.join(names)}{more}")
 
 
 def _mib(n: int) -> str:
@@ -120,6 +149,9 @@ class Report:
     metadata_stripped: dict[str, Any] | None = None
     # the command line's: opset, inputs, outputs, parameters, file, compute, before and after
     signature: dict[str, Any] | None = None
+    # nodes of onnxruntime's own ops in the output (com.microsoft.*, and its default-domain
+    # ones onnx has no schema of), by op: what binds the model to onnxruntime
+    runtime_ops: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, source: str | None, before: ModelCounts, after: ModelCounts,
@@ -253,7 +285,9 @@ class Report:
             reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.declined.items()))
             lines.append(f"not folded   {sum(self.declined.values())} ({reasons}; --explain "
                          "says why)")
-        shown = leftover_lines(self.leftovers[:LEFTOVER_LINES], short=not verbose)
+        inputs = {d for dims in self.inputs.values() for d in dims if isinstance(d, str)}
+        shown = leftover_lines(self.leftovers[:LEFTOVER_LINES], short=not verbose,
+                               inputs=inputs)
         for i, line in enumerate(shown):
             lines.append(f"{'stayed' if i == 0 else '':13}{line}")
         if len(self.leftovers) > len(shown):
@@ -264,6 +298,8 @@ class Report:
         if self.metadata_stripped is not None and self.metadata_stripped["entries"]:
             lines.append(metadata_line(self.metadata_stripped))
         lines.extend(f"skipped      {step}" for step in self.skipped_steps)
+        if self.runtime_ops:
+            lines.append(runtime_ops_line(self.runtime_ops))
         lines.extend(f"warning      {warning}" for warning in self.warnings)
         if self.output:
             data = self.external_data  # shown as the output is (its directory's file)
@@ -271,8 +307,13 @@ class Report:
                 data = os.path.join(os.path.dirname(self.output), os.path.basename(data))
             where = f" + {data}" if data else ""
             lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")
-        lines = [printable(line) for line in lines]  # a name stays on its line
-        if table and (self.ops_before or self.ops_after):
+        # a name stays on its line; an entry wraps under its 13-character label
+        lines = [part for line in lines for part in wrapped(line[:13], printable(line[13:]))]
+        if table and self.ops_before == self.ops_after and self.ops_before:
+            kinds = len(self.ops_after)
+            lines.insert(0, f"op table     every op's count as it was ({self.nodes_after} nodes "
+                            f"of {kinds} op type{'s' if kinds != 1 else ''}; --json lists them)")
+        elif table and (self.ops_before or self.ops_after):
             lines = [self.table(), "", *lines]
         return "\n".join(lines)
 

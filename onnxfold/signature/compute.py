@@ -15,8 +15,9 @@ What each op costs is declared per op in ``rules/op_costs.py`` as an
 ``contraction`` (MatMul, Gemm: each output element a dot product of ``K`` terms),
 ``convolution`` (each output element the weights' ``C/group x kernel`` terms; transposed: each
 input element scattered through them), ``elementwise`` (``factor`` FLOPs per output element),
-``reduction`` (``factor`` per input element), ``free`` (data movement). A node of an op no rule
-declares (a custom op, a control-flow node, a function call) is counted apart.
+``reduction`` (``factor`` per input element), ``attention`` (GroupQueryAttention: the scores
+over the present keys, their softmax and weighted sum), ``free`` (data movement). A node of an
+op no rule declares (a custom op, a control-flow node, a function call) is counted apart.
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ def profile(model: ir.Model, costs: Mapping[tuple[str, str], OpCost]) -> Profile
             weights = ins[cost.weights] if len(ins) > cost.weights else None
             scattered = first if cost.kind == "transposed convolution" else out
             nodes.append(_Costed(op, cost, shape(scattered), shape(weights)))
+        elif cost.kind == "attention":  # the output, and the present keys it attended
+            keys = node.outputs[1] if len(node.outputs) > 1 else None
+            nodes.append(_Costed(op, cost, shape(out), shape(keys)))
         else:
             nodes.append(_Costed(op, cost, shape(out if cost.kind == "elementwise" else first)))
     return Profile(tuple(nodes))
@@ -326,4 +330,10 @@ def formula(cost: OpCost, primary: list[int] | None, secondary: list[int] | None
             return None
         macs = math.prod(primary) * math.prod(secondary[1:])
         return 2 * macs, macs
+    if cost.kind == "attention":  # output [B, S, N*H], present keys [B, KV heads, T, H]
+        if secondary is None or primary is None or len(secondary) != 4 or not secondary[3]:
+            return None
+        total, head = secondary[2], secondary[3]
+        macs = 2 * math.prod(primary) * total  # Q K^T, then the scores times V
+        return 2 * macs + 5 * math.prod(primary) // head * total, macs  # and their softmax
     return None if primary is None else (cost.factor * math.prod(primary), 0)
