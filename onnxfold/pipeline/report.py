@@ -309,13 +309,18 @@ class Report:
             lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")
         # a name stays on its line; an entry wraps under its 13-character label
         lines = [part for line in lines for part in wrapped(line[:13], printable(line[13:]))]
-        if table and self.ops_before == self.ops_after and self.ops_before:
+        return "\n".join(self._table_first(lines) if table else lines)
+
+    def _table_first(self, lines: list[str]) -> list[str]:
+        """``lines`` after the per-op table, or after one line where no op's count changed (a
+        table of zeros says nothing)."""
+        if self.ops_before == self.ops_after and self.ops_before:
             kinds = len(self.ops_after)
-            lines.insert(0, f"op table     every op's count as it was ({self.nodes_after} nodes "
-                            f"of {kinds} op type{'s' if kinds != 1 else ''}; --json lists them)")
-        elif table and (self.ops_before or self.ops_after):
-            lines = [self.table(), "", *lines]
-        return "\n".join(lines)
+            return [f"op table     every op's count as it was ({self.nodes_after} nodes of "
+                    f"{kinds} op type{'s' if kinds != 1 else ''}; --json lists them)", *lines]
+        if self.ops_before or self.ops_after:
+            return [self.table(), "", *lines]
+        return lines
 
 
 def rewrites(stats: FoldStats) -> list[dict[str, Any]]:
