@@ -27,6 +27,9 @@
 ``llm``        a 7B-shaped decoder (11.9 GB, external data) and an 8-layer slice of it: the fold
                against ``cp`` + ``sync``, under memory limits, ``--check`` in windows in 8, 4
                and 2 GiB cgroups, the peers on the same file, session creation (``llm.py``)
+``clients``    onnxfold, onnxsim and onnxslim in optimum's and genai's directories, in place,
+               then the real client generating: what breaks, nodes, time, memory, the same
+               tokens and logits (``clients.py``)
 =============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
@@ -47,6 +50,7 @@ from bench import (
     ab,
     adapters,
     check_cost,
+    clients,
     done_when,
     floor,
     latency,
@@ -61,7 +65,7 @@ BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "layers": layers.main, "peers": peers.main, "limits": limits.main,
     "ab": ab.main, "done_when": done_when.main, "latency": latency.main,
     "adapters": adapters.main, "signals": signals.main, "check_cost": check_cost.main,
-    "llm": llm.main}
+    "llm": llm.main, "clients": clients.main}
 
 
 def main(argv: list[str] | None = None) -> int:

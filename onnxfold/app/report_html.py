@@ -17,7 +17,7 @@ from typing import Any
 
 from onnxfold.app import report_html_check, report_html_latency, signature
 from onnxfold.app.html_parts import CSS, card, esc, mib, prose, table
-from onnxfold.pipeline.report import Report, conversion_line, versions
+from onnxfold.pipeline.report import Report, conversion_line, runtime_ops_line, versions
 
 MAX_CHART_OPS = 30  # ops drawn in the before/after chart (the table has all)
 BEFORE, AFTER = "#b8c2cc", "#2f6fb3"
@@ -189,6 +189,8 @@ def _cards(report: Report) -> str:
 def _warnings(report: Report) -> str:
     """The run's warnings and skipped steps, and what --target-opset did, under the cards."""
     lines = [*report.warnings, *(f"skipped {step}" for step in report.skipped_steps)]
+    if report.runtime_ops:
+        lines.insert(0, runtime_ops_line(report.runtime_ops).removeprefix("runtime ops").strip())
     if report.conversion is not None:
         lines.insert(0, "opset " + conversion_line(report.conversion).removeprefix("opset")
                      .strip())

@@ -178,9 +178,11 @@ class CompareResult:
         notes += self.notes
         if self.windows:
             notes.append(self.windows)
-        lines += [f"  {note}" for note in notes]
-        table = _table("output", _grouped(self.rows))
-        lines += table
+        # the notes are lists (inputs, dims, failed guesses): each wraps, its next lines
+        # indented four more; the records below (a table, the folds' and rewrites' lines, the
+        # verdict a script reads last) stay whole
+        lines += [line for note in notes for line in wrapped("  ", note, indent=6)]
+        lines += _table("output", _grouped(self.rows))
         lines += [f"  {printable(row.name)}: {row.summed} element{'s' if row.summed != 1 else ''}"
                   f" beyond rtol/atol, within {SUMMED_UNITS:g}u of the magnitude of the terms "
                   "summed to make them (they cancel)" for row in self.rows if row.summed]
@@ -188,19 +190,13 @@ class CompareResult:
             lines.append(self._cuts_line())
             wrong = [row for row in self.cut_rows if not row.ok]
             if wrong:
-                table += _table("value at a cut", wrong)
-                lines += table[-len(wrong) - 1:]
+                lines += _table("value at a cut", wrong)
         if self.failure:
             lines.append(f"  FAILED: {self.failure} (the original runs the same inputs)")
         if self.folds is not None:
             lines.append(self.folds.summary())
         if self.rewrites is not None:
             lines.append(self.rewrites.summary())
-        # a table's rows stay whole, and the verdict, the last line a script reads; the rest
-        # wraps
-        rows = set(table)
-        lines = [part for line in "\n".join(lines).split("\n") for part in (
-            [line] if line in rows else _fitted(line))]
         if verdict:
             lines.append(self.verdict())
         return "\n".join(lines)
@@ -275,14 +271,6 @@ def _row_dict(row: OutputDiff) -> dict[str, Any]:
             "max_abs": row.max_abs_diff, "max_rel": row.max_rel_diff, "max_ulps": row.max_ulps,
             "tolerance": row.tolerance, "mismatches": row.mismatches, "summed": row.summed,
             "bitwise_equal": row.bitwise_equal, "ok": row.ok}
-
-
-def _fitted(line: str) -> list[str]:
-    """``line`` wrapped where it is long, its next lines indented four more than it is (a
-    line's own details are indented two)."""
-    text = line.lstrip(" ")
-    head = line[:len(line) - len(text)]
-    return wrapped(head, text, indent=len(head) + 4)
 
 
 def _grouped(rows: list[OutputDiff]) -> list[OutputDiff]:

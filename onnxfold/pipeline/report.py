@@ -307,8 +307,11 @@ class Report:
                 data = os.path.join(os.path.dirname(self.output), os.path.basename(data))
             where = f" + {data}" if data else ""
             lines.append(f"wrote        {self.output}{where} ({_mib(self.output_bytes or 0)})")
-        # a name stays on its line; an entry wraps under its 13-character label
-        lines = [part for line in lines for part in wrapped(line[:13], printable(line[13:]))]
+        # a name stays on its line; a list wraps under its 13-character label (a path is one
+        # record, whole)
+        lines = [part for line in lines for part in (
+            [printable(line)] if line.startswith("wrote ") else
+            wrapped(line[:13], printable(line[13:])))]
         return "\n".join(self._table_first(lines) if table else lines)
 
     def _table_first(self, lines: list[str]) -> list[str]:

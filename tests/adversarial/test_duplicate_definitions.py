@@ -1,8 +1,10 @@
 """A value defined twice (two initializers of one name, a dense and a sparse one, a Constant
 node and an initializer, two nodes' outputs, two inputs): no valid ONNX graph, and onnxruntime
 runs one copy while onnx-ir keeps the other, so the check would verify what does not run. Every
-command refuses it on load, one line naming the value, exit 2; what ONNX allows (an input that
-is also an initializer, a subgraph reusing a name of its enclosing graph) still loads."""
+command refuses it on load, one line naming the value, exit 2, a subgraph's node defining a name
+visible in it (an input, an initializer or an earlier node's output of any enclosing graph)
+too; what ONNX allows (an input that is also an initializer, a subgraph's input or initializer
+shadowing an outer name, a name its holder or a later node defines) still loads."""
 
 from __future__ import annotations
 
@@ -94,6 +96,24 @@ def _branch_redefines_an_outer_value():
                       [tensor("cond", np.array(True))])
 
 
+def _nested_branch_redefines_an_input():
+    """A Loop body inside an If branch defines ``x``, the main graph's input: visible two
+    graphs up."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Neg", ["v_in"], ["x"])], "body",
+        [vinfo("i", TensorProto.INT64, []), vinfo("c_in", TensorProto.BOOL, []),
+         vinfo("v_in", shape=["batch", 4])],
+        [vinfo("c_out", TensorProto.BOOL, []), vinfo("x", shape=["batch", 4])])
+    then = helper.make_graph([helper.make_node("Loop", ["n", "", "x"], ["b"], body=body)],
+                             "then", [], [vinfo("b", shape=["batch", 4])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["c"])], "else", [],
+                              [vinfo("c", shape=["batch", 4])])
+    return make_model([helper.make_node("If", ["cond"], ["y"], then_branch=then,
+                                        else_branch=other)], *IO,
+                      [tensor("cond", np.array(True)), tensor("n", np.array(2, np.int64))])
+
+
 CASES = {"two_initializers": (_two_initializers, "'Wt'"),
          "dense_and_sparse": (_dense_and_sparse, "'Wt'"),
          "two_sparse": (_two_sparse, "'Wt'"),
@@ -102,7 +122,8 @@ CASES = {"two_initializers": (_two_initializers, "'Wt'"),
          "node_output_is_an_input": (_node_output_is_an_input, "'x'"),
          "two_inputs": (_two_inputs, "'x'"),
          "in_a_branch": (_in_a_branch, "'b'"),
-         "branch_redefines_an_outer_value": (_branch_redefines_an_outer_value, "'h'")}
+         "branch_redefines_an_outer_value": (_branch_redefines_an_outer_value, "'h'"),
+         "nested_branch_redefines_an_input": (_nested_branch_redefines_an_input, "'x'")}
 
 
 @pytest.mark.parametrize("case", CASES)

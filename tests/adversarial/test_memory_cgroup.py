@@ -243,7 +243,7 @@ def test_a_check_whose_guessed_image_needs_too_much_memory_tries_smaller_ones(tm
     assert "input x: float32[1,4,64,64] / [2,4,64,64]" in outcome.stdout, outcome.stdout
     said = " ".join(outcome.stdout.split())  # (a long note wraps)
     assert "could not run" in said and "the guessed dims" in said and "h=224, n=1, w=224" in said
-    assert "MiB at these dims (onnx's shape inference)" in outcome.stdout
+    assert "MiB at these dims (onnx's shape inference)" in said
     assert "all outputs within tolerance" in outcome.stdout
 
 

@@ -1,24 +1,23 @@
 """What ``optimize --check`` prints on a decoder of many layers reads at a glance: the check's
 inputs and table group a family of KV-cache names as the signature does
 (``present.{0..15}.key (16)``), no line runs past 200 characters (the signature, the dims,
-the notes wrap under their label), a model where nothing folds gets one line instead of a
-table of zeros, and the dims ``stayed`` names are those a user can set. Before: one row per
-cache tensor (181 lines at 16 layers), lines of 2,366 characters."""
+the notes wrap under their label; a path given is the user's), a model where nothing folds
+gets one line instead of a table of zeros, and the dims ``stayed`` names are those a user can
+set. Before: one row per cache tensor (181 lines at 16 layers), lines of 2,366 characters."""
 
 from __future__ import annotations
 
 import onnx
 
 from tests.support.cli import assert_ok, run_cli
-from tests.unit.test_attention_dims import gqa_decoder
+from tests.support.models import gqa_decoder
 
 LONGEST = 200
 
 
 def test_a_sixteen_layer_decoder_reads_at_a_glance(tmp_path):
-    model = tmp_path / "model.onnx"
-    onnx.save(gqa_decoder(16), model)
-    done = run_cli("optimize", model, "--check", "3")
+    onnx.save(gqa_decoder(16), tmp_path / "model.onnx")
+    done = run_cli("optimize", "model.onnx", "--check", "3", cwd=tmp_path)
     assert_ok(done)
     lines = done.stdout.splitlines()
     assert max(map(len, lines)) <= LONGEST, max(lines, key=len)
@@ -43,6 +42,6 @@ def test_a_family_that_fails_is_named_by_its_members(tmp_path):
     next(a for a in node.attribute if a.name == "num_heads").i = 2
     next(a for a in node.attribute if a.name == "kv_num_heads").i = 1
     onnx.save(wrong, bad)
-    done = run_cli("compare", good, bad, "-n", "2")
+    done = run_cli("compare", "a.onnx", "b.onnx", "-n", "2", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert max(map(len, done.stdout.splitlines())) <= LONGEST

@@ -88,7 +88,8 @@ def test_a_batch_job_order_is_typed_values_that_survive_pickling(tmp_path):
 def test_a_job_may_replace_only_the_input_it_is_written_over(tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(b"x")
-    assert ModelJob.of(str(model), str(model)).replaces == (str(model), f"{model}.data")
+    assert ModelJob.of(str(model), str(model)).replaces == (str(model), f"{model}_data",
+                                                             f"{model}.data")
     assert ModelJob.of(str(model), str(tmp_path / "o.onnx")).replaces == ()
     assert ModelJob.of(str(model), None) == ModelJob(str(model), None)
 

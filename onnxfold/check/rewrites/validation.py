@@ -33,7 +33,7 @@ from onnxfold.check.running import exact_ops, memory
 from onnxfold.check.running.bits import same_bits
 from onnxfold.check.running.cones import Cones
 from onnxfold.check.running.input_reads import InputReads
-from onnxfold.check.running.models import read_constant
+from onnxfold.check.running.models import ort_message, read_constant
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
 from onnxfold.check.running.sizes import Sizes
 from onnxfold.check.running.tolerance import allowed
@@ -466,11 +466,11 @@ class _Windows:
                 # of a branch not taken may fail where the whole model's symbolic dims pass
                 verdict.state = UNVALIDATED
                 verdict.reason = f"onnxruntime cannot run this window of the file alone: " \
-                    f"{str(e)[:120]}"
+                    f"{ort_message(e)[:120]}"
                 return
             verdict.state = DIFFERS
             verdict.reason = (f"onnxruntime cannot run the replacement where the window it "
-                              f"replaced runs: {str(e)[:160]}")
+                              f"replaced runs: {ort_message(e)[:120]}")
 
     def _unrun(self, record: RewriteRecord) -> bool:
         """Whether ``record``, which the machine could not run at this input set, was judged
