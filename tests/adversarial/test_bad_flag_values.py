@@ -140,22 +140,32 @@ def test_valid_numbers_still_accepted(model, tmp_path, capsys):
     assert code == 0, err
 
 
+def _threads_argv(command: str, model: str, tmp_path) -> tuple[list[str], str]:
+    feeds = str(tmp_path / "in.npz")
+    np.savez(feeds, X=np.ones((2, 3), np.float32))
+    flag = "--latency-threads" if command == "optimize" else "--threads"
+    argv = ["optimize", model, "-o", str(tmp_path / "o.onnx"), "--latency", "1"] if \
+        command == "optimize" else ["run", model, "--inputs", feeds]
+    return argv, flag
+
+
 @pytest.mark.parametrize("command", ["optimize", "run"])
 @pytest.mark.parametrize("value", ["100000", "0", "²"])
 def test_thread_counts_are_bounded_by_the_cores(command, value, model, tmp_path, capsys):
     """onnxruntime starts every thread asked for: ``--latency-threads 100000`` grew past 16 GB
     and died with SIGSEGV. Above the cores this process may run on is one line, before any
     work (and the Python API's ``measure_latency(threads=...)`` an InputError)."""
-    from onnxfold.host.machine import usable_cores
-
-    feeds = str(tmp_path / "in.npz")
-    np.savez(feeds, X=np.ones((2, 3), np.float32))
-    flag = "--latency-threads" if command == "optimize" else "--threads"
-    argv = ["optimize", model, "-o", str(tmp_path / "o.onnx"), "--latency", "1"] if \
-        command == "optimize" else ["run", model, "--inputs", feeds]
+    argv, flag = _threads_argv(command, model, tmp_path)
     code, _, err = run([*argv, flag, value], capsys)
     assert_one_line(code, err, flag, *(["between 1 and"] if value != "²" else []))
     assert not os.path.exists(tmp_path / "o.onnx")
+
+
+@pytest.mark.parametrize("command", ["optimize", "run"])
+def test_as_many_threads_as_cores_run(command, model, tmp_path, capsys):
+    from onnxfold.host.machine import usable_cores
+
+    argv, flag = _threads_argv(command, model, tmp_path)
     code, _, err = run([*argv, flag, str(usable_cores())], capsys)
     assert code == 0, err
 

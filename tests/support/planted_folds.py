@@ -12,7 +12,9 @@ provenance kept (so ``compare`` verifies its folds):
 - ``reshape``: a folded Reshape target (an int64 initializer that a Reshape reads as its shape,
   verified ``bitwise``) with its largest element plus one.
 
-:func:`planted` raises :class:`NoTarget` (saying why) when the fold has no such tensor.
+:func:`planted` raises :class:`NoTarget` (saying why) when the fold has no such tensor;
+:func:`planted_together` plants every kind with a target in one model (one comparison judges
+them all, each tensor named where it differs).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def held_to_bits(init: onnx.TensorProto) -> bool:
 
 
 def _plant_ulps(model: onnx.ModelProto, states: dict[str, str],
-                original: onnx.ModelProto) -> str:
+                original: onnx.ModelProto) -> tuple[str, str]:
     by_state: dict[str, list[onnx.TensorProto]] = {"bitwise": [], "within": []}
     inexact = []
     for init in model.graph.initializer:
@@ -101,12 +103,12 @@ def _plant_ulps(model: onnx.ModelProto, states: dict[str, str],
     before = flat[index]
     flat[index] = _moved(flat[index], ULPS)
     _replace(target, arr)
-    return (f"{target.name} {arr.dtype}{list(arr.shape)} ({state}) element {index}: "
-            f"{before!r} -> {flat[index]!r}")
+    return target.name, (f"{target.name} {arr.dtype}{list(arr.shape)} ({state}) element "
+                         f"{index}: {before!r} -> {flat[index]!r}")
 
 
 def _plant_reshape(model: onnx.ModelProto, states: dict[str, str],
-                   original: onnx.ModelProto) -> str:
+                   original: onnx.ModelProto) -> tuple[str, str]:
     inits = {t.name: t for t in model.graph.initializer}
     targets = sorted({n.input[1] for n in model.graph.node
                       if n.op_type == "Reshape" and n.domain in ("", "ai.onnx")
@@ -125,17 +127,40 @@ def _plant_reshape(model: onnx.ModelProto, states: dict[str, str],
     before = int(flat[index])
     flat[index] += 1
     _replace(target, arr)
-    return f"{target.name} int64{list(arr.shape)} {before} -> {before + 1} at {index}"
+    return target.name, f"{target.name} int64{list(arr.shape)} {before} -> {before + 1} at " \
+        f"{index}"
+
+
+_PLANTS = {"ulps": _plant_ulps, "reshape": _plant_reshape}
 
 
 def planted(kind: str, src: Path, folded: Path, states: dict[str, str], out: Path) -> str:
     """Plant ``kind`` in a copy of ``folded`` (the fold of ``src``) saved at ``out``; returns
     what was changed."""
     model = onnx.load(str(folded))
-    plant = {"ulps": _plant_ulps, "reshape": _plant_reshape}[kind]
-    what = plant(model, states, onnx.load(str(src)))
+    what = _PLANTS[kind](model, states, onnx.load(str(src)))[1]
     onnx.save(model, str(out))
     return what
+
+
+def planted_together(src: Path, folded: Path, states: dict[str, str], out: Path
+                     ) -> dict[str, str]:
+    """Every kind that has a target planted in one copy of ``folded`` saved at ``out`` (one
+    comparison then judges them all: the fold verification names each tensor that differs);
+    the planted tensors' names -> what was changed. NoTarget where no kind has one."""
+    model, original = onnx.load(str(folded)), onnx.load(str(src))
+    found, why = {}, []
+    for kind, plant in _PLANTS.items():
+        try:
+            name, what = plant(model, states, original)
+        except NoTarget as e:
+            why.append(f"{kind}: {e}")
+            continue
+        found[name] = f"{kind}: {what}"
+    if not found:
+        raise NoTarget("; ".join(why))
+    onnx.save(model, str(out))
+    return found
 
 
 def compare(original: Path, other: Path) -> Finished:

@@ -8,7 +8,9 @@ saying why where the registry cannot be reached).
 
 Each model is folded once per session (``python -m onnxfold optimize M -o OUT --strict -q``:
 a contained, skipped step is a failure) and compared with the original in onnxruntime at each
-of its sizes. A model that needs a custom-op library (``Entry.custom_ops``), or a size that
+of its sizes; the fold verification, which re-derives every folded tensor at bindings of its
+own whatever the size, runs at the first (once per model: it was half of each size's time).
+A model that needs a custom-op library (``Entry.custom_ops``), or a size that
 gives string values (``Size.texts``), is compared by the script's ``compare_in_ort`` with the
 library registered; without its module the fold is still checked and the comparison skipped.
 Folds are shared between xdist workers through a directory next to the workers' base temp
@@ -84,7 +86,11 @@ def test_fold_and_compare(folded, name, size):
         ok, text = wild.compare_in_ort(src, out, size, library)
         assert ok, f"{name} at {size.label}: {text}"
         return
-    result = onnxfold.compare(src, out, **wild.compare_kwargs(size))
+    # the fold verification re-derives every folded tensor at bindings of its own, whatever
+    # the size: once per model (at its first size); the other sizes compare the outputs there
+    first = size is wild.SIZES.get(name, (size,))[0]
+    result = onnxfold.compare(src, out, verify=None if first else False,
+                              **wild.compare_kwargs(size))
     assert result.ok, f"{name} at {size.label}:\n{result.summary()}"
 
 
