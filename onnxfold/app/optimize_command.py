@@ -81,7 +81,7 @@ def run(command: OptimizeCommand, debug: bool = False, exiting: bool = False) ->
 def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: bool = True,
                    note: str | None = None, judgement: Judged | None = None) -> int:
     """Optimize one model; the exit code (0, or 1 when the check failed). ``note``: how the
-    command line was read, said once the outputs are claimed (not over a refusal);
+    command line was read, said once the model is written (never over an error's one line);
     ``judgement``: the options as judged already (else judged here: a batch's job), before
     anything is claimed."""
     from onnxfold.io.outputs import OutputGuard
@@ -90,12 +90,12 @@ def optimize_model(job: ModelJob, settings: OptimizeSettings, collect_after: boo
     guard = OutputGuard([job.source], job.replaces)
     try:
         claimed = _claim(job, settings, guard)
-        if note is not None and not settings.report.quiet:
-            print(note, file=sys.stderr)
         with _start_prefill(claimed, settings) as prefill:
             reached("claimed")
             with long_lived(collect_after=collect_after):
                 saved = _fold_and_save(claimed, settings, prefill, judgement)
+                if note is not None and not settings.report.quiet:
+                    print(note, file=sys.stderr)  # never over an error: that is one line
                 return report_run(claimed, settings, saved)
     finally:
         guard.close()

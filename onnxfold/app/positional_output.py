@@ -52,6 +52,9 @@ def read_positional(sources: tuple[str, ...], output: str | None, implied: bool 
     if len(sources) == 3 and check_n is None:
         return Positional(sources, output)
     if not os.path.isfile(model):
+        if not os.path.isdir(model) and (os.path.normpath(model) == os.path.normpath(second)
+                                         or not os.path.lexists(second)):
+            return Positional((model,), second)  # IN OUT: the input's error, said once
         return Positional(sources, output)  # the usual error names it, or a directory's batch
     if os.path.isdir(second):
         if check_n is not None:

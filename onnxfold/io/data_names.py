@@ -22,13 +22,25 @@ DEFAULT_SUFFIX = ".data"
 def data_suffix(source: str | None, data_files: Iterable[str]) -> str:
     """The suffix of ``data_files`` (paths a model read from ``source``) after ``source``'s
     own file name, where it is one of :data:`SUFFIXES`; else :data:`DEFAULT_SUFFIX`. A data
-    file published under a fresh name (``m.3f9a0c12.onnx_data``, a write killed before its
+    file published under a fresh name (``m.onnxfold-3f9a0c12.onnx_data``, a write killed before its
     data took back its name) stands for the name it was asked for."""
     if source is None:
         return DEFAULT_SUFFIX
     names = {requested_of(name) or name for name in map(os.path.basename, data_files)}
     stem = os.path.basename(source)
-    return next((suffix for suffix in SUFFIXES if stem + suffix in names), DEFAULT_SUFFIX)
+    return next((suffix for suffix in SUFFIXES if stem + suffix in names
+                 or _links_to(source + suffix, data_files)), DEFAULT_SUFFIX)
+
+
+def _links_to(path: str, data_files: Iterable[str]) -> bool:
+    """Whether ``path`` (beside the model as it was named) leads to one of ``data_files``: a
+    data file reached through a symlink keeps the name the model gave it."""
+    if not os.path.islink(path):
+        return False
+    try:
+        return any(os.path.samefile(path, data) for data in data_files)
+    except OSError:
+        return False
 
 
 def with_own_data(paths: Iterable[str | os.PathLike]) -> list[str]:

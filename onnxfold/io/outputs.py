@@ -20,6 +20,9 @@ from onnxfold.io.pinned import PinnedDirectory, PinnedOutput, resolved
 from onnxfold.io.tempfiles import temporary
 
 FileId = tuple[int, int]
+# what a replaceable input may be replaced by: only the model written over it (and its data);
+# a report is never written over an input, even one the caller asked to replace
+REPLACING = frozenset({"output model", "output model's external data"})
 
 
 def file_id(path: str | os.PathLike | PinnedOutput) -> FileId | None:
@@ -37,8 +40,9 @@ class OutputGuard:
 
     def __init__(self, inputs: Iterable[str | os.PathLike] = (),
                  replaceable: Iterable[str | os.PathLike] = ()) -> None:
-        """``replaceable``: inputs the caller asked to replace (``-o`` equal to the input):
-        they are still written beside and renamed, so a failure leaves them intact."""
+        """``replaceable``: inputs the caller asked to replace (``-o`` equal to the input) by the
+        model and its data (``REPLACING``): still written beside and renamed, so a failure
+        leaves them intact."""
         self._inputs: dict[FileId, str] = {}
         self._claimed: dict[str, str] = {}
         self._pinned: dict[str, PinnedOutput] = {}  # claimed target -> its pinned output
@@ -132,8 +136,14 @@ class OutputGuard:
         if not stat.S_ISREG(info.st_mode):
             raise OutputError(f"{shown}: not a regular file (a device, FIFO or socket is never "
                               "replaced)")
+        writable = os.access(pinned.name, os.W_OK, dir_fd=pinned.directory.fd) \
+            if pinned is not None else os.access(target, os.W_OK)
+        if not writable:  # replacing it by a rename would succeed: refused as a write would be
+            raise OutputError(f"{shown}: the file is read-only; not replaced (make it writable "
+                              f"to let onnxfold replace the {what})")
         source = self._inputs.get((info.st_dev, info.st_ino))
-        if source is not None and (info.st_dev, info.st_ino) not in self._replaceable:
+        if source is not None and ((info.st_dev, info.st_ino) not in self._replaceable
+                                   or what not in REPLACING):
             same = "" if os.path.abspath(source) == target else f" ({source})"
             raise OutputError(f"{shown}: refusing to overwrite an input{same} with the {what}")
 

@@ -13,6 +13,7 @@ written model loaded to verify it) is named through the descriptor too
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Iterator
@@ -65,6 +66,22 @@ class PinnedDirectory:
             raise OutputError(f"{self.shown(target)}: became a directory, device, FIFO or "
                               "socket while onnxfold ran; never replaced")
         os.replace(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def carry_mode(self, old: str, new: str) -> None:
+        """Give ``new`` the permission bits of ``old`` (and its owner and group where this
+        process may): a model replaced keeps them, as one written through would (a private
+        model stays private; ``writer``'s publication). Where ``old`` is gone, or the file
+        system refuses, ``new`` keeps its own."""
+        try:
+            info = os.stat(old, dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return
+        if not stat.S_ISREG(info.st_mode):
+            return
+        with contextlib.suppress(OSError):
+            os.chown(new, info.st_uid, info.st_gid, dir_fd=self.fd, follow_symlinks=False)
+        with contextlib.suppress(OSError):
+            os.chmod(new, stat.S_IMODE(info.st_mode) & 0o777, dir_fd=self.fd)
 
     def unlink(self, name: str) -> None:
         os.unlink(name, dir_fd=self.fd)

@@ -124,29 +124,35 @@ def release_locks() -> None:
         _let_go(key)
 
 
+# a variant's mark: a name no exporter or user gives (``m.20240101.onnx_data`` is the data of
+# ``m.20240101.onnx``, never a variant of ``m.onnx_data`` to remove)
+VARIANT_MARK = "onnxfold-"
+
+
 def variant_pattern(requested: str) -> re.Pattern[str]:
     """The names :func:`fresh_data_name` gives in place of ``requested``
-    (``m.onnx.3f9a0c12.data`` for ``m.onnx.data``)."""
+    (``m.onnx.onnxfold-3f9a0c12.data`` for ``m.onnx.data``)."""
     stem, ext = os.path.splitext(requested)
-    return re.compile(rf"^{re.escape(stem)}\.[0-9a-f]{{8}}{re.escape(ext)}$")
+    return re.compile(rf"^{re.escape(stem)}\.{VARIANT_MARK}[0-9a-f]{{8}}{re.escape(ext)}$")
 
 
 def requested_of(variant: str) -> str | None:
-    """The name ``variant`` stands in for (``m.onnx.data`` for ``m.onnx.3f9a0c12.data``), None
-    where it is no variant."""
+    """The name ``variant`` stands in for (``m.onnx.data`` for
+    ``m.onnx.onnxfold-3f9a0c12.data``), None where it is no variant."""
     stem, ext = os.path.splitext(variant)
-    found = re.fullmatch(r"(.*)\.[0-9a-f]{8}", stem)
+    found = re.fullmatch(rf"(.*)\.{VARIANT_MARK}[0-9a-f]{{8}}", stem)
     return found.group(1) + ext if found else None
 
 
 def fresh_data_name(directory: PinnedDirectory, requested: str) -> str:
     """``requested`` if no file in ``directory`` has that name, else
-    ``<stem>.<8 hex digits><ext>`` that none has (``m.onnx.data`` -> ``m.onnx.3f9a0c12.data``)."""
+    ``<stem>.onnxfold-<8 hex digits><ext>`` that none has (``m.onnx.data`` ->
+    ``m.onnx.onnxfold-3f9a0c12.data``)."""
     if not directory.exists(requested):
         return requested
     stem, ext = os.path.splitext(requested)
     while True:
-        candidate = f"{stem}.{secrets.token_hex(4)}{ext}"
+        candidate = f"{stem}.{VARIANT_MARK}{secrets.token_hex(4)}{ext}"
         if not directory.exists(candidate):
             return candidate
 

@@ -108,7 +108,7 @@ def resolve_location(location: str, model_path: str, what: str) -> tuple[str, os
 
 def _one_data_two_names(real: str, info: os.stat_result) -> bool:
     """Whether the file's only other name is its variant beside it (``m.onnx.data`` and
-    ``m.onnx.3f9a0c12.data``, one file): what a kill leaves while onnxfold gives published
+    ``m.onnx.onnxfold-3f9a0c12.data``, one file): what a kill leaves while onnxfold gives published
     data its plain name back (``writer._Files.take_requested_name``). Both names are in the
     model's directory, so the second link exposes no file from elsewhere."""
     if info.st_nlink != 2:

@@ -189,7 +189,9 @@ def _byte_counter(total: int, progress: Callable[[int, int], None] | None
 def _read_with_data(model: ir.Model) -> bool:
     """Whether ``model`` was read with external data (files beside the model's own, whose
     inline weights the reader maps too)."""
-    return bool(set(model.meta.get(DATA_FILES_KEY, ())) - {model.meta.get(SOURCE_KEY)})
+    source = model.meta.get(SOURCE_KEY)
+    own = os.path.realpath(source) if source is not None else None  # a symlinked input's file
+    return bool({os.path.realpath(path) for path in model.meta.get(DATA_FILES_KEY, ())} - {own})
 
 
 _MODEL_DOC_STRING = 6  # ModelProto.doc_string
@@ -280,7 +282,11 @@ def remove_input_data(model: ir.Model, output: PinnedOutput, written: str | None
     transformers folder's ``model.onnx_data``: no other model's), else named in a warning
     (another model may read it: ``weights.bin``)."""
     directory = output.directory
+    source = model.meta.get(SOURCE_KEY)
     for path in sorted(model.meta.get(DATA_FILES_KEY, ())):
+        with contextlib.suppress(OSError):
+            if source is not None and os.path.samefile(path, source):
+                continue  # the model's own file (a second name of it: a hard link), not data
         name = os.path.basename(path)
         try:
             same = os.path.samestat(directory.stat(name, follow_symlinks=False), os.stat(path))
@@ -365,8 +371,12 @@ class _Files:
         directory = self.output.directory
         with endings.deferred():
             endings.check()  # nothing is published once a signal came
+            if self.data_tmp is not None and not self.renamed:
+                for old in (self.output.name, requested):  # the model's, else its data's
+                    directory.carry_mode(old, self.data_tmp)
             self.name_data()
             kill_point("model-rename")
+            directory.carry_mode(self.output.name, self.tmp)
             directory.replace(self.tmp, self.output.name)  # publishes model and data together
             self.published = True
             disown_name(directory, self.data)
@@ -383,12 +393,12 @@ class _Files:
         fresh name goes. Every step leaves a model naming its whole data: a kill between them
         leaves the data under both names (``trust.resolve_location`` accepts that pair; the
         next write of the output removes the variant). The model's bytes, None where the
-        fresh name stays (``requested`` held by a file this run may not remove, a signal
-        came, or the directory refused a step: a file system without hard links, a full
-        disk)."""
+        fresh name stays (``requested`` held by a file this run may not remove, or the
+        directory refused a step: a file system without hard links, a full disk). The caller
+        runs it in the deferred section of the publication: a signal that came while the pair
+        was published waits until the data has its name."""
         directory = self.output.directory
-        if not self.published or self.data == requested or directory.exists(requested) or \
-                endings.received() is not None:
+        if not self.published or self.data == requested or directory.exists(requested):
             return None
         fd: int | None
         fd, tmp = temporary(directory, self.output.name)
@@ -401,6 +411,7 @@ class _Files:
                 directory.link(self.data, requested)
                 linked = True
                 kill_point("data-second-name")
+                directory.carry_mode(self.output.name, tmp)
                 directory.replace(tmp, self.output.name)
                 renamed = True
                 kill_point("variant-removal")
@@ -493,12 +504,13 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             reached("written")
             if verify is not None and not external_data:
                 verify(directory.path_of(tmp))
-            files.publish(requested, guard, in_place)
-            if in_place:
-                remove_input_data(model, output, data if external_data else None)
-            if external_data:
-                written = _requested_name(files, requested, head, graph_bytes, streamed,
-                                          offsets, doc_string, written)
+            with endings.deferred():  # a signal once published waits for the names
+                files.publish(requested, guard, in_place)
+                if in_place:
+                    remove_input_data(model, output, data if external_data else None)
+                if external_data:
+                    written = _requested_name(files, requested, head, graph_bytes, streamed,
+                                              offsets, doc_string, written)
         except OSError as e:
             raise write_failed(shown, e) from None
         finally:
@@ -552,12 +564,13 @@ def _save_judged(model: ir.Model, output: PinnedOutput, guard: OutputGuard,
                                                       files.data), doc_string)
                 os.close(fd)
                 fd = None
-            files.publish(requested, guard, in_place)
-            if in_place:
-                remove_input_data(model, output, files.data if external_data else None)
-            if external_data:
-                written = _requested_name(files, requested, head, graph_bytes, streamed,
-                                          offsets, doc_string, written)
+            with endings.deferred():  # a signal once published waits for the names
+                files.publish(requested, guard, in_place)
+                if in_place:
+                    remove_input_data(model, output, files.data if external_data else None)
+                if external_data:
+                    written = _requested_name(files, requested, head, graph_bytes, streamed,
+                                              offsets, doc_string, written)
     except OSError as e:
         raise write_failed(shown, e) from None
     finally:

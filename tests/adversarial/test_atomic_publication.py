@@ -114,7 +114,7 @@ def test_kill_at_each_step_of_an_in_place_save_leaves_the_old_or_new_pair(tmp_pa
 def test_a_second_write_of_an_output_keeps_its_data_name(tmp_path, in_place):
     """Written again (in place, or the same output from the same input), the data is still
     ``<output>.data``: it was written under a fresh name because that one was taken, and
-    renamed once published (it came out as ``m.onnx.3f9a0c12.data``)."""
+    renamed once published (it came out as ``m.onnx.onnxfold-3f9a0c12.data``)."""
     model = _save_model(tmp_path, "m.onnx", seed=0)
     pristine = _pristine_copy(model, tmp_path / "old")
     output = model if in_place else str(tmp_path / "o.onnx")
@@ -295,7 +295,8 @@ def test_a_directory_that_refuses_the_plain_name_keeps_the_fresh_one(tmp_path, m
     monkeypatch.setattr(PinnedDirectory, "link", refused)
     info = onnxfold.optimize(model).save(output, external_data=True)  # again: a fresh name
     (data,) = _data_of(output)
-    assert re.fullmatch(r"o\.onnx\.[0-9a-f]{8}\.data", data) and data in str(info.data_path)
+    assert re.fullmatch(r"o\.onnx\.onnxfold-[0-9a-f]{8}\.data", data)
+    assert data in str(info.data_path)
     assert sorted(os.listdir(tmp_path)) == sorted(["m.onnx", "m.onnx.data", "o.onnx", data,
                                                    "old"])
     _computes_one_of(output, [pristine])

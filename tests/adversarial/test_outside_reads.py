@@ -58,13 +58,13 @@ def _point_at_canary(trick, model_dir, canary):
     if trick in ("hardlink-variant", "hardlink-variant-pair"):
         # the pair of names a kill may leave (m.onnx.data and a variant of it) is accepted
         # only where it is the file's only two names: here the canary's own name is a third
-        names = ["w.data", "w.3f9a0c12.data"][trick == "hardlink-variant":]
+        names = ["w.data", "w.onnxfold-3f9a0c12.data"][trick == "hardlink-variant":]
         try:
             for name in names:
                 os.link(canary, model_dir / name)
         except OSError as e:
             pytest.skip(f"no hard link possible here: {e}")
-        return "w.3f9a0c12.data"
+        return "w.onnxfold-3f9a0c12.data"
     raise AssertionError(trick)
 
 
