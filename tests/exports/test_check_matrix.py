@@ -11,8 +11,10 @@ fails today for a known limitation of the check's feeds are strict xfails
 (``KNOWN_CHECK_FAILURES``, the exact line of the failure), so the tier stays green and the list
 shrinks as the feeds are fixed; a different failure of the same export still fails.
 
-The check must also catch a wrong fold: in each export's fold, one element of a folded float
-tensor computed by bitwise ops only moved by 4 ulps, and a folded Reshape target off by one
+The check must also catch a wrong fold: in the fold of one export of each family
+(``FAMILY_REPRESENTATIVES``; ``python -m tools.check_matrix --mutations`` plants in all), one
+element of a folded float tensor computed by bitwise ops only moved by 4 ulps, and a folded
+Reshape target off by one
 (``tests/support/planted_folds.py``), planted together, must make ``onnxfold compare ORIGINAL
 PLANTED`` exit 1 naming each planted tensor as differing. An export whose fold has no such
 tensor skips, saying why.
@@ -35,7 +37,12 @@ pytest.importorskip("onnxscript",
 
 from tests.support import export_matrix, planted_folds
 from tests.support.cli import Finished, run_cli
-from tests.support.export_matrix import KNOWN_CHECK_FAILURES, MATRIX, UNEXPORTABLE
+from tests.support.export_matrix import (
+    FAMILY_REPRESENTATIVES,
+    KNOWN_CHECK_FAILURES,
+    MATRIX,
+    UNEXPORTABLE,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +51,10 @@ class KnownCheckFailure(Exception):
     """The export failed the check with its line of ``KNOWN_CHECK_FAILURES``."""
 
 
-def _params() -> list:
+def _params(names) -> list:
     return [pytest.param(name, marks=pytest.mark.xfail(
         strict=True, raises=KnownCheckFailure, reason=KNOWN_CHECK_FAILURES[name]))
-        if name in KNOWN_CHECK_FAILURES else name for name in MATRIX]
+        if name in KNOWN_CHECK_FAILURES else name for name in names]
 
 
 def _raise_if_known(name: str, proc: Finished) -> None:
@@ -60,6 +67,7 @@ def test_the_matrix_is_large_enough():
     assert len(MATRIX) >= 24
     assert not set(KNOWN_CHECK_FAILURES) - set(MATRIX)
     assert not set(UNEXPORTABLE) & set(MATRIX)
+    assert set(FAMILY_REPRESENTATIVES) <= set(MATRIX) - set(KNOWN_CHECK_FAILURES)
 
 
 def test_a_changed_builder_changes_the_key(monkeypatch):
@@ -75,7 +83,7 @@ def test_a_changed_builder_changes_the_key(monkeypatch):
     assert export_matrix.cache_key("llama_kv_dynamo") != before
 
 
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", _params(MATRIX))
 def test_check_passes_with_defaults(name, tmp_path):
     source, out = export_matrix.build(name), tmp_path / "out.onnx"
     proc = run_cli("optimize", source, "-o", out, "--check", "3", timeout=600)
@@ -102,7 +110,7 @@ def folds(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", _params(FAMILY_REPRESENTATIVES))
 def test_a_planted_wrong_fold_is_caught(folds, tmp_path, name):
     """Both kinds planted in one fold (where each has a target): the comparison fails and its
     fold verification names each planted tensor as differing (one run where there were two:

@@ -26,21 +26,21 @@ from onnxfold.check.compare import CheckCouldNotRun, compare_models
 from onnxfold.check.running.models import graph_of
 from onnxfold.check.running.options import CompareOptions
 from tests.support import export_matrix, planted_folds
-from tests.support.export_matrix import KNOWN_CHECK_FAILURES, MATRIX, windowed_compare
+from tests.support.export_matrix import (
+    FAMILY_REPRESENTATIVES as NAMES,
+)
+from tests.support.export_matrix import (
+    KNOWN_CHECK_FAILURES,
+    MATRIX,
+    windowed_compare,
+)
 
 pytestmark = pytest.mark.slow
 
-# one export of each family the check knows (the rest of the matrix, held out of CI for its
-# time, runs in windows with ``python -m tools.check_matrix --windows``)
-NAMES = ["llama_kv_dynamo", "llama_kv_torchscript", "gpt2_kv_torchscript", "mixtral_kv_dynamo",
-         "olmoe_kv_torchscript", "qwen2_float16_dynamo", "whisper_decoder_kv_torchscript",
-         "bert_torchscript", "t5_torchscript", "bart_dynamo", "resnet_dynamo", "vit_dynamo",
-         "wav2vec2_dynamo", "bert_static_qdq", "bert_dynamic_quant", "lstm_encoder_dynamo",
-         "gru_encoder_torchscript", "upsample_decoder_dynamo", "stdconv_batch_norm_dynamo",
-         "llama_tf_exporter_fused"]
-# one of each family for the planted fold: each compare runs both models twice
-PLANTED_ON = ["llama_kv_dynamo", "gpt2_kv_torchscript", "bert_torchscript", "t5_torchscript",
-              "resnet_dynamo", "bert_static_qdq", "qwen2_float16_dynamo", "mixtral_kv_dynamo"]
+# the planted folds in windows, on a decoder, an encoder, a vision model, a quantized and a
+# float16 model (every representative is planted on whole in tests/exports/test_check_matrix.py)
+PLANTED_ON = ["llama_kv_dynamo", "bert_torchscript", "resnet_dynamo", "bert_static_qdq",
+              "qwen2_float16_dynamo"]
 
 
 @pytest.fixture(scope="module")

@@ -643,6 +643,19 @@ KNOWN_CHECK_FAILURES: dict[str, str] = {}
 
 MATRIX: dict[str, Export] = {n: e for n, e in ENTRIES.items() if n not in UNEXPORTABLE}
 
+# one export of each family the check knows: KV-cache decoders of both exporters,
+# mixture-of-experts, encoders, encoder-decoders, vision, speech, quantized, float16, recurrent
+# and upsampling models, transformers' own exporter. The tiers that run several checks per
+# export (planted folds, windows) run on these; ``python -m tools.check_matrix --mutations
+# --windows`` runs every export
+FAMILY_REPRESENTATIVES = [
+    "llama_kv_dynamo", "llama_kv_torchscript", "gpt2_kv_torchscript", "mixtral_kv_dynamo",
+    "olmoe_kv_torchscript", "qwen2_float16_dynamo", "whisper_decoder_kv_torchscript",
+    "bert_torchscript", "t5_torchscript", "bart_dynamo", "resnet_dynamo", "vit_dynamo",
+    "wav2vec2_dynamo", "bert_static_qdq", "bert_dynamic_quant", "lstm_encoder_dynamo",
+    "gru_encoder_torchscript", "upsample_decoder_dynamo", "stdconv_batch_norm_dynamo",
+    "llama_tf_exporter_fused"]
+
 # The held-out exports (tests/support/held_out_exports.py): in ENTRIES (built and cached like
 # the rest), in no test; ``python -m tools.check_matrix --held-out`` runs them.
 HELD_OUT: dict[str, Export] = {
