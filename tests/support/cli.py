@@ -25,6 +25,8 @@ from typing import NamedTuple
 
 from onnx import TensorProto, helper
 
+from tests.support import zygote
+
 TIMEOUT = 300  # a run that takes longer fails its test (subprocess.TimeoutExpired)
 REFUSAL_TIMEOUT = 60  # a hostile input is refused (or folded) within this
 
@@ -74,7 +76,14 @@ def run_python(*args: object, cwd: str | os.PathLike | None = None,
 def run_cli(*args: object, cwd: str | os.PathLike | None = None,
             env: Mapping[str, str] | None = None, timeout: float = TIMEOUT,
             input: str | None = None) -> Finished:
-    """``python -m onnxfold ARGS`` (paths as they are): see ``run_command``."""
+    """``python -m onnxfold ARGS`` (paths as they are): see ``run_command``. Forked from the
+    worker's zygote (``tests/support/zygote.py``: the imports done once) where the run would
+    inherit what the zygote has; spawned otherwise, and everywhere with
+    ``ONNXFOLD_TEST_SPAWN=1``."""
+    if env is None:
+        forked = zygote.run([str(a) for a in args], cwd, timeout, input)
+        if forked is not None:
+            return forked
     return run_command(onnxfold_argv(*args), cwd=cwd, env=env, timeout=timeout, input=input)
 
 
