@@ -1,7 +1,7 @@
 """A pre-imported interpreter that forks the command-line runs of a test worker.
 
 Most of a small test's ``python -m onnxfold`` run is the interpreter starting and importing
-numpy, onnx, onnx-ir, onnxruntime and onnxfold (0.5-0.8 s of CPU each run; ~1,000 runs in the
+numpy, onnx, onnx-ir and onnxfold (0.5-0.8 s of CPU each run; ~1,000 runs in the
 ``cli`` and ``adversarial`` tiers). The zygote is started once per worker with those imported
 and forks one child per run: a real process with its own pid, exit status and signals, its
 stdin, stdout and stderr pipes, the caller's working directory and environment, that runs
@@ -39,8 +39,10 @@ from typing import Any
 
 LIMITS = sorted(name for name in dir(resource) if name.startswith("RLIMIT_"))
 IGNORED_ENV = {"PYTEST_CURRENT_TEST"}  # set by pytest around each test, read by no one here
-PRELOAD = ["numpy", "onnx", "onnx_ir", "onnxruntime", "onnxfold.app.cli",
-           "onnxfold.app.optimize_command", "onnxfold.check.compare"]
+# not onnxruntime: its import opens a SQLite database (its usage records), a connection no
+# forked child may share; each child imports it as a spawned one does (~0.1 s)
+PRELOAD = ["numpy", "onnx", "onnx_ir", "onnxfold.app.cli", "onnxfold.app.optimize_command",
+           "onnxfold.check.compare"]
 
 
 def _limits() -> dict[str, list[int]]:
@@ -61,7 +63,7 @@ def _state() -> dict[str, Any]:
 
 # ---- the zygote process ---------------------------------------------------------------------
 
-def _child(request: dict[str, Any], stdio: list[int]) -> None:
+def _child(request: dict[str, Any], stdio: list[int], own: list[int]) -> None:
     """In the forked child: become ``python -m onnxfold ARGS`` and exit as it would."""
     code = 1
     try:
@@ -71,7 +73,8 @@ def _child(request: dict[str, Any], stdio: list[int]) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for target, fd in enumerate(stdio):
             os.dup2(fd, target)
-        os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # only 0-2, as spawned
+        for fd in {*stdio, *own} - {0, 1, 2}:  # the zygote's own descriptors (what the
+            os.close(fd)  # preloaded imports opened, if any, stays: a spawned child has it)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -150,7 +153,9 @@ def serve(control_fd: int) -> None:
                 reply = socket.socket(fileno=fds[0])
                 pid = os.fork()
                 if pid == 0:
-                    _child(json.loads(message), fds[1:])
+                    _child(json.loads(message), fds[1:],
+                           [control.fileno(), wake_r, wake_w, selector.fileno(), fds[0],
+                            *(other.fileno() for other in replies.values())])
                 for fd in fds[1:]:
                     os.close(fd)
                 replies[pid] = reply
