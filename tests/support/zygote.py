@@ -10,10 +10,10 @@ joined and ``atexit`` run at the end, an uncaught ``KeyboardInterrupt`` ending b
 
 ``run(args, cwd, timeout, input)`` gives a ``Finished`` (its ``cpu`` from ``wait4``: the
 child and the children it waited for), or None where the run must be a spawned process: the
-caller's environment, resource limits or umask differ from the zygote's (a test that set a
-variable or a limit), the zygote cannot be started, or ``ONNXFOLD_TEST_SPAWN=1`` is set (every
-run spawned, as before the zygote). A timeout kills the child and raises
-``subprocess.TimeoutExpired`` as ``subprocess.run`` does.
+caller's resource limits, umask or a variable an import may read (``IMPORT_ENV``) differ from
+the zygote's (a test that set a limit, ``TMPDIR`` or ``ONNXFOLD_*``), the zygote cannot be
+started, or ``ONNXFOLD_TEST_SPAWN=1`` is set (every run spawned, as before the zygote). A
+timeout kills the child and raises ``subprocess.TimeoutExpired`` as ``subprocess.run`` does.
 
 Protocol: one SOCK_SEQPACKET control socket; each run sends a JSON request with four
 descriptors (its reply socket, the child's stdin, stdout and stderr); the zygote forks, replies
@@ -38,7 +38,12 @@ import threading
 from typing import Any
 
 LIMITS = sorted(name for name in dir(resource) if name.startswith("RLIMIT_"))
-IGNORED_ENV = {"PYTEST_CURRENT_TEST"}  # set by pytest around each test, read by no one here
+# variables the preloaded imports may have read (numpy's BLAS threads, locale, temporary
+# directory, Python's own, onnxfold's): where one differs from the zygote's the run is spawned;
+# any other (torch sets TORCHINDUCTOR_CACHE_DIR as test modules are collected) is the child's
+# from the caller's environment, set before onnxfold runs
+IMPORT_ENV = ("ONNXFOLD_", "PYTHON", "NPY_", "NUMPY", "OPENBLAS", "OMP_", "MKL_", "GOTO", "BLIS",
+              "LC_", "LANG", "TMPDIR", "TMP", "TEMP", "HOME", "XDG_", "ORT_")
 # not onnxruntime: its import opens a SQLite database (its usage records), a connection no
 # forked child may share; each child imports it as a spawned one does (~0.1 s)
 PRELOAD = ["numpy", "onnx", "onnx_ir", "onnxfold.app.cli", "onnxfold.app.optimize_command",
@@ -57,7 +62,7 @@ def _umask() -> int:
 
 def _state() -> dict[str, Any]:
     """What a spawned child would inherit besides its command, working directory and stdio."""
-    env = {k: v for k, v in os.environ.items() if k not in IGNORED_ENV}
+    env = {k: v for k, v in os.environ.items() if k.startswith(IMPORT_ENV)}
     return {"env": env, "limits": _limits(), "umask": _umask()}
 
 
@@ -195,6 +200,12 @@ def _as_initially() -> None:
     os.umask(INITIAL["umask"])
 
 
+def _zygote_env() -> dict[str, str]:
+    """The environment now, with the import-time variables as the worker started with them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(IMPORT_ENV)}
+    return {**env, **INITIAL["env"]}
+
+
 class _Zygote:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -202,7 +213,7 @@ class _Zygote:
             [sys.executable, "-c",
              f"from tests.support.zygote import serve; serve({theirs.fileno()})"],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, cwd=ROOT,
-            env=INITIAL["env"], preexec_fn=_as_initially)
+            env=_zygote_env(), preexec_fn=_as_initially)
         theirs.close()
         self.control, self.owner, self.lock = ours, os.getpid(), threading.Lock()
         atexit.register(self.close)
