@@ -489,6 +489,7 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
         data_fd = None
         try:
             offset = 0
+            offsets: list[int] = []
             if external_data:
                 data_fd, files.data_tmp = temporary(directory, data)
                 offsets, offset = _write_data(data_fd, streamed, counted)
@@ -504,13 +505,8 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             reached("written")
             if verify is not None and not external_data:
                 verify(directory.path_of(tmp))
-            with endings.deferred():  # a signal once published waits for the names
-                files.publish(requested, guard, in_place)
-                if in_place:
-                    remove_input_data(model, output, data if external_data else None)
-                if external_data:
-                    written = _requested_name(files, requested, head, graph_bytes, streamed,
-                                              offsets, doc_string, written)
+            written = _published(files, model, requested, guard, in_place, external_data,
+                                 (head, graph_bytes, doc_string), streamed, offsets, written)
         except OSError as e:
             raise write_failed(shown, e) from None
         finally:
@@ -564,13 +560,8 @@ def _save_judged(model: ir.Model, output: PinnedOutput, guard: OutputGuard,
                                                       files.data), doc_string)
                 os.close(fd)
                 fd = None
-            with endings.deferred():  # a signal once published waits for the names
-                files.publish(requested, guard, in_place)
-                if in_place:
-                    remove_input_data(model, output, files.data if external_data else None)
-                if external_data:
-                    written = _requested_name(files, requested, head, graph_bytes, streamed,
-                                              offsets, doc_string, written)
+            written = _published(files, model, requested, guard, in_place, external_data,
+                                 parts, streamed, offsets, written)
     except OSError as e:
         raise write_failed(shown, e) from None
     finally:
@@ -582,14 +573,24 @@ def _save_judged(model: ir.Model, output: PinnedOutput, guard: OutputGuard,
                     written + end, len(streamed))
 
 
-def _requested_name(files: _Files, requested: str, head: bytes, graph_bytes: list[Part],
-                    streamed: dict[str, ir.Value], offsets: list[int],
-                    doc_string: str | None, written: int) -> int:
-    """The published data renamed ``requested`` where it could not be written under it
-    (``_Files.take_requested_name``): the model's bytes as they are now."""
-    again = files.take_requested_name(requested, lambda fd, name: _finished(
-        fd, _write_naming(fd, head, graph_bytes, streamed, offsets, name), doc_string))
-    return written if again is None else again
+def _published(files: _Files, model: ir.Model, requested: str, guard: OutputGuard,
+               in_place: bool, external_data: bool, parts: tuple[bytes, list[Part], str | None],
+               streamed: dict[str, ir.Value], offsets: list[int], written: int) -> int:
+    """Publish ``files`` (``_Files.publish``), remove the input's data that a model written in
+    place no longer reads, and give published data the name ``requested`` where it could not
+    be written under it (``_Files.take_requested_name``), in one deferred section: a signal
+    that comes once the pair is published waits until the data has its name. The model's
+    bytes as they are now."""
+    head, graph_bytes, doc_string = parts
+    with endings.deferred():
+        files.publish(requested, guard, in_place)
+        if in_place:
+            remove_input_data(model, files.output, files.data if external_data else None)
+        if not external_data:
+            return written
+        again = files.take_requested_name(requested, lambda fd, name: _finished(
+            fd, _write_naming(fd, head, graph_bytes, streamed, offsets, name), doc_string))
+        return written if again is None else again
 
 
 def _finished(fd: int, written: int, doc_string: str | None) -> int:
