@@ -27,9 +27,7 @@ from onnxfold.check.running.models import graph_of
 from onnxfold.check.running.options import CompareOptions
 from tests.support import export_matrix, planted_folds
 from tests.support.export_matrix import (
-    FAMILY_REPRESENTATIVES as NAMES,
-)
-from tests.support.export_matrix import (
+    FAMILY_REPRESENTATIVES,
     KNOWN_CHECK_FAILURES,
     MATRIX,
     windowed_compare,
@@ -58,7 +56,7 @@ def folded(tmp_path_factory):
 
 
 def test_the_planted_exports_are_in_the_matrix():
-    assert set(PLANTED_ON) <= set(NAMES) <= set(MATRIX) - set(KNOWN_CHECK_FAILURES)
+    assert set(PLANTED_ON) <= set(FAMILY_REPRESENTATIVES) <= set(MATRIX) - set(KNOWN_CHECK_FAILURES)
 
 
 def _whole(source, fold):
@@ -69,7 +67,7 @@ def _whole(source, fold):
         return str(e)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", FAMILY_REPRESENTATIVES)
 def test_in_windows_the_verdict_is_the_same(folded, name):
     """Whole, each export's check passes (``tests/exports/test_check_matrix.py`` runs
     ``optimize --check 3`` on every one): in windows it passes too, on the same outputs, or
