@@ -25,3 +25,19 @@ def save(tmp_path):
         return path
 
     return _save
+
+
+def pytest_addoption(parser):
+    parser.addoption("--breadth", action="store_true",
+                     help="also run the breadth tier: the checks CI runs on a core of exports, "
+                          "models and sizes, over all of them (tests/support/breadth.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without ``--breadth``, the breadth tier's cases are deselected (counted as such)."""
+    if config.getoption("--breadth"):
+        return
+    left = [item for item in items if item.get_closest_marker("breadth")]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if not item.get_closest_marker("breadth")]

@@ -29,6 +29,7 @@ import onnx
 import pytest
 
 from onnxfold.host.points import PAUSE_AT_ENV, PAUSE_DIR_ENV
+from tests.support import breadth
 from tests.support.cli import onnxfold_argv, run_cli
 from tests.support.interrupts import (
     Ending,
@@ -51,6 +52,15 @@ PUBLISHING = ["data-rename", "model-rename", "old-data-removal"]
 AFTER = ["published", "reports"]
 RENAMING = ["data-second-name", "variant-removal"]  # the plain data name given back in place
 CHECKING = ["check-saved", "check-compared"]
+
+
+def at_points(points: list[str]) -> list:
+    """``(point, signum)`` cases: CI sends SIGTERM and SIGINT at alternate points (every point
+    and both signals are tested), the breadth tier both at every point."""
+    return [pytest.param(point, signum, id=f"{point}-{name}",
+                         marks=() if (index + turn) % 2 == 0 else breadth.MARK)
+            for index, point in enumerate(points)
+            for turn, (signum, name) in enumerate(zip(SIGNALS, IDS))]
 
 
 def sha256(path: Path) -> str:
@@ -96,8 +106,7 @@ def assert_nothing_left(ending: Ending, *directories: Path, tmp: Path) -> None:
     assert [p.name for p in tmp.iterdir() if p.name != ".ses"] == []  # .ses: onnxruntime's
 
 
-@pytest.mark.parametrize("signum", SIGNALS, ids=IDS)
-@pytest.mark.parametrize("point", BEFORE_SAVE + PUBLISHING + AFTER)
+@pytest.mark.parametrize(("point", "signum"), at_points(BEFORE_SAVE + PUBLISHING + AFTER))
 def test_a_signal_while_writing_a_new_output(tmp_path, folded, point, signum):
     source = transposed_weight(tmp_path / "in")
     out = tmp_path / "out"
@@ -115,9 +124,8 @@ def test_a_signal_while_writing_a_new_output(tmp_path, folded, point, signum):
         assert sha256(out / "m.onnx.data") == folded["data"]
 
 
-@pytest.mark.parametrize("signum", SIGNALS, ids=IDS)
-@pytest.mark.parametrize("point", ["claimed", "loaded", "folded", "saving", "written",
-                                   *PUBLISHING, *RENAMING, "published"])
+@pytest.mark.parametrize(("point", "signum"), at_points([
+    "claimed", "loaded", "folded", "saving", "written", *PUBLISHING, *RENAMING, "published"]))
 def test_a_signal_while_replacing_a_model_in_place(tmp_path, folded, point, signum):
     """``-o`` the input itself: the old model with its old data, or the new with the new."""
     source = transposed_weight(tmp_path / "m")
@@ -158,9 +166,9 @@ def _batch_inputs(tmp_path: Path) -> list[Path]:
             for d in ("a", "b")]
 
 
-@pytest.mark.parametrize("signum", SIGNALS, ids=IDS)
-@pytest.mark.parametrize("point", ["batch-planned", "batch-running", "claimed", "loaded",
-                                   "folding", "saving", "written", "model-rename", "published"])
+@pytest.mark.parametrize(("point", "signum"), at_points([
+    "batch-planned", "batch-running", "claimed", "loaded", "folding", "saving", "written",
+    "model-rename", "published"]))
 def test_a_signal_to_a_batch_reaches_its_jobs(tmp_path, point, signum):
     """The batch passes the signal on to its jobs (each leads its own session, out of the
     terminal's reach), waits for them, and removes what they left; an output a job had
@@ -269,8 +277,7 @@ def _embedded(directory: Path) -> Path:
     return directory / "m.onnx"
 
 
-@pytest.mark.parametrize("signum", SIGNALS, ids=IDS)
-@pytest.mark.parametrize("point", ["claimed", "folding", "saving"])
+@pytest.mark.parametrize(("point", "signum"), at_points(["claimed", "folding", "saving"]))
 def test_a_signal_while_the_output_is_prefilled(tmp_path, point, signum):
     source = _embedded(tmp_path / "in")
     out = tmp_path / "out"

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from tests.support import breadth
 from tests.support.cli import assert_one_error_line, run_cli, save_add_model
 
 NAMES = ["a.onnx", "b.onnx", "c.onnx", "d.onnx", "e.onnx", "f.onnx", "deep/g.onnx",
@@ -38,7 +39,7 @@ def _shards(zoo, out, count, tmp_path, tag=""):
     return manifests
 
 
-@pytest.mark.parametrize("count", [1, 3, 8, 11])
+@pytest.mark.parametrize("count", [1, 3, pytest.param(8, marks=breadth.MARK), 11])
 def test_the_shards_fold_every_model_once_and_evenly(zoo, tmp_path, count):
     out = tmp_path / "out"
     manifests = _shards(zoo, out, count, tmp_path)

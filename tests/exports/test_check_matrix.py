@@ -42,6 +42,7 @@ from tests.support.export_matrix import (
     KNOWN_CHECK_FAILURES,
     MATRIX,
     UNEXPORTABLE,
+    families,
 )
 
 pytestmark = pytest.mark.slow
@@ -83,7 +84,7 @@ def test_a_changed_builder_changes_the_key(monkeypatch):
     assert export_matrix.cache_key("llama_kv_dynamo") != before
 
 
-@pytest.mark.parametrize("name", _params(MATRIX))
+@pytest.mark.parametrize("name", families(_params(MATRIX)))
 def test_check_passes_with_defaults(name, tmp_path):
     source, out = export_matrix.build(name), tmp_path / "out.onnx"
     proc = run_cli("optimize", source, "-o", out, "--check", "3", timeout=600)
@@ -110,7 +111,7 @@ def folds(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", _params(FAMILY_REPRESENTATIVES))
+@pytest.mark.parametrize("name", families(_params(FAMILY_REPRESENTATIVES)))
 def test_a_planted_wrong_fold_is_caught(folds, tmp_path, name):
     """Both kinds planted in one fold (where each has a target): the comparison fails and its
     fold verification names each planted tensor as differing (one run where there were two:

@@ -26,7 +26,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", export_matrix.families(CASES))
 def test_a_fixed_shape_checks_where_the_user_fixed_it(name, tmp_path):
     source, out = export_matrix.build(name), tmp_path / "out.onnx"
     proc = run_cli("optimize", source, "-o", out, "--input-shape", *CASES[name], "--check", "3",

@@ -15,7 +15,8 @@ import onnxfold
 from tests.support import export_matrix
 
 
-@pytest.mark.parametrize("name", ["bert_dynamo", "bert_torchscript", "llama_kv_dynamo"])
+@pytest.mark.parametrize("name", export_matrix.families(
+    ["bert_dynamo", "bert_torchscript", "llama_kv_dynamo"]))
 def test_folded_regions_name_the_layers(name):
     report = onnxfold.optimize(str(export_matrix.build(name))).report
     modules = {g["module"]: g for g in report.folded_regions}

@@ -23,7 +23,7 @@ SUBSET = ("bert_torchscript", "t5_torchscript", "llama_kv_torchscript",
           "whisper_decoder_kv_dynamo")
 
 
-@pytest.mark.parametrize("name", SUBSET)
+@pytest.mark.parametrize("name", export_matrix.families(SUBSET))
 def test_every_fused_normalization_stays_fused(name):
     source = str(export_matrix.build(name))
     folded = onnxfold.optimize(source, FoldOptions(strict=True)).to_proto()

@@ -34,9 +34,9 @@ def test_inspect_counts_a_dynamic_torchscript_bert_by_hand():
     assert "MatMul" not in compute["before"]["not_counted"]
 
 
-@pytest.mark.parametrize("name", ["bert_torchscript", "llama_kv_torchscript",
-                                  "gpt2_kv_torchscript", "bert_dynamo", "llama_kv_dynamo",
-                                  "t5_torchscript"])
+@pytest.mark.parametrize("name", export_matrix.families([
+    "bert_torchscript", "llama_kv_torchscript", "gpt2_kv_torchscript", "bert_dynamo",
+    "llama_kv_dynamo", "t5_torchscript"]))
 def test_optimize_counts_what_onnxruntime_runs(name, tmp_path):
     """The signature ``optimize`` prints counts each export's MatMul and Gemm work within 5%
     of what a run at the same input shapes multiplies (issue 65's "Done when"), whichever

@@ -30,6 +30,7 @@ from tests.support.export_matrix import (
     FAMILY_REPRESENTATIVES,
     KNOWN_CHECK_FAILURES,
     MATRIX,
+    families,
     windowed_compare,
 )
 
@@ -67,7 +68,7 @@ def _whole(source, fold):
         return str(e)
 
 
-@pytest.mark.parametrize("name", FAMILY_REPRESENTATIVES)
+@pytest.mark.parametrize("name", families(FAMILY_REPRESENTATIVES))
 def test_in_windows_the_verdict_is_the_same(folded, name):
     """Whole, each export's check passes (``tests/exports/test_check_matrix.py`` runs
     ``optimize --check 3`` on every one): in windows it passes too, on the same outputs, or
@@ -85,7 +86,7 @@ def test_in_windows_the_verdict_is_the_same(folded, name):
     assert [r.name for r in windowed.rows] == outputs
 
 
-@pytest.mark.parametrize("name", PLANTED_ON)
+@pytest.mark.parametrize("name", families(PLANTED_ON))
 def test_in_windows_a_planted_wrong_fold_is_caught(folded, tmp_path, name):
     """Both kinds planted in one fold: in windows the comparison fails, naming each."""
     source, fold = folded(name)

