@@ -30,6 +30,9 @@
 ``clients``    onnxfold, onnxsim and onnxslim in optimum's and genai's directories, in place,
                then the real client generating: what breaks, nodes, time, memory, the same
                tokens and logits (``clients.py``)
+``fusions``    onnxruntime's transformer optimizer before and after onnxfold, onnxsim and
+               onnxslim on BERT, DistilBERT, GPT-2, ViT, BART and Llama exports (optimum's and
+               dynamo's): nodes, fused ops, onnxruntime's own final graph (``fusions.py``)
 =============  ================================================================================
 
 Arguments after the names go to each benchmark (``python -m bench run floor --help`` lists
@@ -53,6 +56,7 @@ from bench import (
     clients,
     done_when,
     floor,
+    fusions,
     latency,
     layers,
     limits,
@@ -65,7 +69,7 @@ BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "layers": layers.main, "peers": peers.main, "limits": limits.main,
     "ab": ab.main, "done_when": done_when.main, "latency": latency.main,
     "adapters": adapters.main, "signals": signals.main, "check_cost": check_cost.main,
-    "llm": llm.main, "clients": clients.main}
+    "llm": llm.main, "clients": clients.main, "fusions": fusions.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ MODULES = (
     "elementwise",
     "facts",
     "fusions",
+    "fusable",
     "generators",
     "linalg",
     "low_rank",

@@ -19,6 +19,10 @@ and ``--check`` run models) MLAS sizes its K block from the column count when th
 columns than K, so a merged product may round a few ulps apart: within ``--check``'s tolerance
 (``tests/unit/test_shared_input_matmuls.py`` checks both).
 
+Projections split into attention heads (an attention's Q, K and V, a decoder's cross-attention
+K and V) stay apart: onnxruntime's transformer optimizer fuses them into its ``Attention`` op
+only as three MatMuls (``rules/fusable.py``).
+
 Merged where it leaves fewer nodes: three products or more, or two with their biases. A 2-D
 ``x`` whose products are not all biased is left alone: the biased ones fuse into Gemm nodes,
 which the merge would prevent.
@@ -55,6 +59,7 @@ from onnxfold.declare import (
 from onnxfold.ir.graph import is_default_op
 from onnxfold.ir.qdq_units import qdq_unit_of
 
+from .fusable import splits_into_heads
 from .structure import split_node
 
 MIN_PRODUCTS = 3  # MatMul + Split replace them: fewer nodes from three on
@@ -173,6 +178,9 @@ def _products(ctx: GraphView, x: ir.Value, node: ir.Node
     if all(p.node is not node for p in siblings) or len(siblings) < MIN_BIASED_PRODUCTS:
         return None
     biased = [_with_bias(ctx, p) for p in siblings]
+    if any(splits_into_heads(ctx, (b or p).result) for p, b in zip(siblings, biased)):
+        return Reject("projections into attention heads: onnxruntime's attention fusers "
+                      "match them apart (rules/fusable.py)")
     if all(b is not None for b in biased):
         return [b for b in biased if b is not None]
     if any(b is not None for b in biased) and x.shape is not None and len(x.shape) == 2:

