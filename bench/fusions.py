@@ -54,21 +54,23 @@ def _optimized(source: Path, target: Path, name: str) -> str | None:
     return None
 
 
-def ort_nodes(path: Path) -> int:
-    """Nodes of onnxruntime's own final graph of ``path`` (ORT_ENABLE_ALL, CPU)."""
+def ort_nodes(path: Path, work: Path) -> int:
+    """Nodes of onnxruntime's own final graph of ``path`` (ORT_ENABLE_ALL, CPU; written into
+    ``work``)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.optimized_model_filepath = str(path.with_suffix(".ort.onnx"))
+    options.optimized_model_filepath = str(work / f"{path.stem}.ort.onnx")
     options.log_severity_level = 3
     ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return fm.nodes(Path(options.optimized_model_filepath))
 
 
-def _same(source: Path, other: Path) -> str:
+def _same(name: str, source: Path, other: Path) -> str:
     done = subprocess.run([sys.executable, "-m", "onnxfold", "compare", str(source), str(other),
-                           "-n", "3"], capture_output=True, text=True, timeout=1200)
+                           "-n", "3", *fm.dim_args(name, source)], capture_output=True,
+                          text=True, timeout=1200)
     return "same" if done.returncode == 0 else f"**differs (exit {done.returncode})**"
 
 
@@ -81,10 +83,10 @@ def _cell(path: Path | None, broke: str | None) -> str:
         f"{fm.nodes(path)} · 0 fused"
 
 
-def measure(name: str, source: Path, peers_python: str | None) -> dict:
-    """Every chain's cell for one exported file."""
-    work = source.parent
-    row: dict = {"export": f"{fm.nodes(source)} (onnxruntime {ort_nodes(source)})"}
+def measure(name: str, source: Path, work: Path, peers_python: str | None) -> dict:
+    """Every chain's cell for one exported file (the chains' files in ``work``)."""
+    work.mkdir(parents=True, exist_ok=True)
+    row: dict = {"export": f"{fm.nodes(source)} (onnxruntime {ort_nodes(source, work)})"}
     alone = work / f"{source.stem}.opt.onnx"
     row["optimizer"] = _cell(alone, _optimized(source, alone, name))
     for tool in TOOLS:
@@ -94,12 +96,13 @@ def measure(name: str, source: Path, peers_python: str | None) -> dict:
             broke = _optimized(first, then, name)
         row[f"{tool} -> optimizer"] = _cell(then, broke)
         if broke is None:
-            row[f"{tool} alone, onnxruntime"] = str(ort_nodes(first))
+            row[f"{tool} alone, onnxruntime"] = str(ort_nodes(first, work))
         after = work / f"{source.stem}.opt.{tool}.onnx"
         later = _tool(tool, alone, after, peers_python) if alone.exists() else "no optimizer output"
         row[f"optimizer -> {tool}"] = _cell(after, later)
         if tool == "onnxfold":
-            row["same"] = ", ".join(_same(source, p) for p in (then, after) if p.exists())
+            row["same"] = ", ".join(_same(name, source, p) for p in (then, after)
+                                    if p.exists())
     return row
 
 
@@ -118,24 +121,28 @@ def table(rows: dict[str, dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench run fusions", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--families", nargs="+", default=list(fm.FAMILIES), choices=list(fm.FAMILIES))
+    ap.add_argument("--families", nargs="+", default=None, choices=list(fm.ALL),
+                    help="default: every family of the tests (bench/fusion_models.py)")
+    ap.add_argument("--held-out", action="store_true",
+                    help="the held-out families (in no test), into their own section")
     ap.add_argument("--exporters", nargs="+", default=list(fm.EXPORTERS), choices=fm.EXPORTERS)
     ap.add_argument("--peers-python", default=None,
                     help="an interpreter with onnxsim and onnxslim (default: none, not run)")
-    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "onnxfold-fusions")
+    ap.add_argument("--work", type=Path, default=fm.cache_dir() / "bench",
+                    help="where the chains' files go (the exports: fusion_models.cache_dir)")
     ap.add_argument("--no-readme", action="store_true", help="print the table only")
     a = ap.parse_args(argv)
+    families = a.families or list(fm.HELD_OUT if a.held_out else fm.FAMILIES)
     rows: dict[str, dict] = {}
-    for name in a.families:
+    for name in families:
         for exporter in a.exporters:
-            directory = a.work / f"{name}_{exporter}"
-            files = sorted(p for p in directory.glob("*.onnx") if "." not in p.stem) \
-                if directory.is_dir() else fm.export(name, exporter, directory)
-            for source in files:
+            for source in fm.cached_export(name, exporter):
                 label = f"{name}, {exporter}: {source.name}"
-                rows[label] = measure(name, source, a.peers_python)
+                rows[label] = measure(name, source, a.work / f"{name}_{exporter}",
+                                      a.peers_python)
                 print(f"{label}: {rows[label]}", flush=True)
-    command = "python -m bench run fusions" + (" --peers-python PEERS" if a.peers_python else "")
+    command = "python -m bench run fusions" + (" --held-out" if a.held_out else "") + \
+        (" --peers-python PEERS" if a.peers_python else "")
     text = (dated(command, ("onnxfold", "onnx", "onnxruntime")) + "\n\n" + table(rows) +
             "\n\nEach cell: nodes (Constant nodes not counted) · fused ops, the optimizer's "
             "`--model_type` per family (bench/fusion_models.py); `export`: the export's nodes "
@@ -143,5 +150,6 @@ def main(argv: list[str] | None = None) -> int:
             "and optimizer -> onnxfold against the export (`onnxfold compare -n 3`).")
     print(text)
     if not a.no_readme:
-        replace_section(ROOT / "bench" / "README.md", "fusions", text)
+        replace_section(ROOT / "bench" / "README.md",
+                        "fusions-held-out" if a.held_out else "fusions", text)
     return 0

@@ -296,26 +296,32 @@ def _reshaped(path) -> None:
                          [tensor("tail", np.array([-1, 2], np.int64))]), path)
 
 
-@pytest.mark.parametrize("provenance_kept", [False, True])
+@pytest.mark.parametrize("provenance_kept", ["none", "file", "tensor"])
 def test_a_value_kept_under_an_original_name_is_judged_by_who_made_the_model(tmp_path,
                                                                           provenance_kept):
     """onnxruntime's optimizer writes a Reshape target as [0, 0, -1, 2] ("copy this dim")
     under the Concat's name: the same meaning, other values. From a model without onnxfold's
-    provenance that is not verifiable, not a failure; where the model carries onnxfold's
-    provenance, a value under an original name must hold the original's values: it differs.
-    Held in a Constant node or an initializer alike."""
+    provenance that is not verifiable, not a failure; nor where the model carries onnxfold's
+    provenance but the target none (onnxfold carried it through from its input, the
+    optimizer's output: export -> optimizer -> onnxfold); where the target itself is recorded
+    as onnxfold's fold, it must hold the original's values: it differs. Held in a Constant
+    node or an initializer alike."""
     a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
     _reshaped(a)
     proto = onnx.load(a)
     del proto.graph.node[:2]
-    proto.graph.node.insert(0, helper.make_node("Constant", [], ["target"], value=tensor(
-        "target", np.array([0, 0, -1, 2], np.int64))))
-    if provenance_kept:
+    target = tensor("target", np.array([0, 0, -1, 2], np.int64))
+    if provenance_kept == "tensor":  # an initializer recorded as a fold
+        target.metadata_props.add(key=provenance.FOLDED_FROM, value="Concat")
+        proto.graph.initializer.append(target)
+    else:
+        proto.graph.node.insert(0, helper.make_node("Constant", [], ["target"], value=target))
+    if provenance_kept == "file":
         proto.graph.initializer[0].metadata_props.add(key=provenance.FOLDED_FROM, value="x")
     onnx.save(proto, b)
     result = onnxfold.compare(str(a), str(b), n=1)
     (verdict,) = [t for t in result.folds.tensors if t.name == "target"]
-    if provenance_kept:
+    if provenance_kept == "tensor":
         assert verdict.state == "differs" and not result.ok, result.summary()
     else:
         assert verdict.state == "not verifiable" and result.ok, result.summary()

@@ -67,4 +67,4 @@ def test_the_optimizer_fuses_onnxfolds_output_as_it_fuses_the_export(tmp_path, n
         assert fm.fuses_as_well(first, want), said
         assert fm.nodes(fold_after) <= fm.nodes(alone) and after == want, said
         for chain in (fold_first, fold_after):
-            assert_ok(run_cli("compare", source, chain, "-n", "3"))
+            assert_ok(run_cli("compare", source, chain, "-n", "3", *fm.dim_args(name, source)))

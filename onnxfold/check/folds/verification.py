@@ -89,9 +89,9 @@ FOLD_WITHOUT_ORIGINAL = ("folded from a value the original does not name, and no
                          f"saved with it ({NO_RECIPE}); only the comparison on inputs covers it")
 # another tool may write a Reshape target with 0 (copy this dim) or -1 (infer it) where the
 # original computes the dim: the same Reshape, not a wrong value
-RESHAPE_CODES = ("a model without onnxfold's provenance: another tool may write a Reshape "
-                 "target's dims as 0 or -1, which the Reshape reads as the dims the original "
-                 "computes")
+RESHAPE_CODES = ("no onnxfold provenance on it (another tool's, or carried from the input "
+                 "onnxfold read): another tool may write a Reshape target's dims as 0 or -1, "
+                 "which the Reshape reads as the dims the original computes")
 UNVALIDATED = ("made by a rewrite (a parameter of it, or a tensor that matches the recipe the "
                "model carries): a model's own record proves nothing, and only optimize --check "
                "validates the rewrite that made it")
@@ -349,7 +349,10 @@ class _Verifier:
                     f"was saved with it ({NO_RECIPE}); only the comparison on inputs covers "
                     "it"))
         if source is not None and source.producer() is not None:
-            if not self.onnxfold_made and _reshape_target(source):
+            # onnxfold records every tensor it folds: one it carried through from its own
+            # input (another tool's output) is that tool's, as in a model without provenance
+            if _reshape_target(source) and not (
+                    self.onnxfold_made and any(key in props for key in provenance.TENSOR_KEYS)):
                 return self._target(source, folded, "original", claim=RESHAPE_CODES)
             return self._target(source, folded, "original")
         if standing is not None and standing in self.cones.values:
