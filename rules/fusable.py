@@ -40,12 +40,19 @@ _MASKS = (ir.DataType.INT64, ir.DataType.INT32, ir.DataType.BOOL)
 
 
 def splits_into_heads(ctx: GraphView, value: ir.Value) -> bool:
-    """Whether ``value`` (a projection, biased or not) is reshaped into heads and transposed,
-    as an attention's Q, K and V are: read by a Reshape that adds a dim, itself read by a
-    Transpose."""
+    """Whether ``value`` (a projection) is reshaped into heads and transposed, as an
+    attention's Q, K and V are, after its bias ``Add`` if it has one: read by a Reshape that
+    adds a dim, itself read by a Transpose."""
+    readers = ctx.readers(value)
+    # what to build: nothing, where the projections go into heads (the merge yields); a bias
+    # Add of a constant between the product and its Reshape is looked through
+    if len(readers) == 1 and is_default_op(readers[0][0], "Add") and any(
+            v is not None and v is not value and ctx.is_constant(v)
+            for v in readers[0][0].inputs):
+        value = readers[0][0].outputs[0]
+        readers = ctx.readers(value)
     rank = len(value.shape) if value.shape is not None else None
-    # what to build: nothing, where the projections go into heads (the merge yields)
-    for reader, index in ctx.readers(value):
+    for reader, index in readers:
         if index != 0 or not is_default_op(reader, "Reshape"):
             continue
         heads = reader.outputs[0]
