@@ -83,7 +83,29 @@ def _cell(path: Path | None, broke: str | None) -> str:
         f"{fm.nodes(path)} · 0 fused"
 
 
-def measure(name: str, source: Path, work: Path, peers_python: str | None) -> dict:
+def _latency(name: str, optimized: Path, folded_first: Path, runs: int) -> str:
+    """The deployed latency of onnxfold -> optimizer against the optimizer alone: onnxruntime
+    with its default options (ORT_ENABLE_ALL), 1 thread, ``runs`` interleaved runs; token ids
+    within the vocabulary (the fused embedding's tables are not the graph's Gathers)."""
+    import onnx
+
+    from onnxfold.latency.measure import measure_latency
+
+    graph = onnx.load(str(optimized), load_external_data=False).graph
+    inputs = {i.name for i in graph.input}
+    named = {d.dim_param for i in graph.input for d in i.type.tensor_type.shape.dim}
+    ranges = {n: r for n, r in (("input_ids", (0, fm.VOCAB)),
+                                ("decoder_input_ids", (0, fm.VOCAB)),
+                                ("token_type_ids", (0, 1))) if n in inputs}
+    dims = {d: v for d, v in fm.ALL[name].dims if d in named}
+    result = measure_latency(str(optimized), str(folded_first), runs=runs, threads=1,
+                             levels=("all",), int_ranges=ranges, dims=dims)
+    (timing,) = result.timings
+    return f"{timing.run_ms[0]:.3f} -> {timing.run_ms[1]:.3f} ms (x{timing.run_ratio:.2f})"
+
+
+def measure(name: str, source: Path, work: Path, peers_python: str | None,
+            latency_runs: int = 0) -> dict:
     """Every chain's cell for one exported file (the chains' files in ``work``)."""
     work.mkdir(parents=True, exist_ok=True)
     row: dict = {"export": f"{fm.nodes(source)} (onnxruntime {ort_nodes(source, work)})"}
@@ -100,6 +122,8 @@ def measure(name: str, source: Path, work: Path, peers_python: str | None) -> di
         after = work / f"{source.stem}.opt.{tool}.onnx"
         later = _tool(tool, alone, after, peers_python) if alone.exists() else "no optimizer output"
         row[f"optimizer -> {tool}"] = _cell(after, later)
+        if tool == "onnxfold" and latency_runs and broke is None and alone.exists():
+            row["latency"] = _latency(name, alone, then, latency_runs)
         if tool == "onnxfold":
             row["same"] = ", ".join(_same(name, source, p) for p in (then, after)
                                     if p.exists())
@@ -108,7 +132,7 @@ def measure(name: str, source: Path, work: Path, peers_python: str | None) -> di
 
 COLUMNS = ("export", "optimizer", "onnxfold -> optimizer", "onnxsim -> optimizer",
            "onnxslim -> optimizer", "optimizer -> onnxfold", "optimizer -> onnxsim",
-           "optimizer -> onnxslim", "onnxfold alone, onnxruntime", "same")
+           "optimizer -> onnxslim", "onnxfold alone, onnxruntime", "same", "latency")
 
 
 def table(rows: dict[str, dict]) -> str:
@@ -130,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="an interpreter with onnxsim and onnxslim (default: none, not run)")
     ap.add_argument("--work", type=Path, default=fm.cache_dir() / "bench",
                     help="where the chains' files go (the exports: fusion_models.cache_dir)")
+    ap.add_argument("--latency", type=int, default=0, metavar="RUNS",
+                    help="also time the optimizer's output against onnxfold -> optimizer "
+                         "(1 thread, default options, RUNS interleaved runs, medians)")
     ap.add_argument("--no-readme", action="store_true", help="print the table only")
     a = ap.parse_args(argv)
     families = a.families or list(fm.HELD_OUT if a.held_out else fm.FAMILIES)
@@ -139,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             for source in fm.cached_export(name, exporter):
                 label = f"{name}, {exporter}: {source.name}"
                 rows[label] = measure(name, source, a.work / f"{name}_{exporter}",
-                                      a.peers_python)
+                                      a.peers_python, a.latency)
                 print(f"{label}: {rows[label]}", flush=True)
     command = "python -m bench run fusions" + (" --held-out" if a.held_out else "") + \
         (" --peers-python PEERS" if a.peers_python else "")
@@ -147,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             "\n\nEach cell: nodes (Constant nodes not counted) · fused ops, the optimizer's "
             "`--model_type` per family (bench/fusion_models.py); `export`: the export's nodes "
             "and onnxruntime's final graph's (ORT_ENABLE_ALL); `same`: onnxfold -> optimizer "
-            "and optimizer -> onnxfold against the export (`onnxfold compare -n 3`).")
+            "and optimizer -> onnxfold against the export (`onnxfold compare -n 3`); `latency`: "
+            "the optimizer alone -> onnxfold then the optimizer, onnxruntime with its default "
+            "options, 1 thread, medians of the interleaved runs (`--latency RUNS`).")
     print(text)
     if not a.no_readme:
         replace_section(ROOT / "bench" / "README.md",
