@@ -43,13 +43,14 @@ def splits_into_heads(ctx: GraphView, value: ir.Value) -> bool:
     """Whether ``value`` (a projection) is reshaped into heads and transposed, as an
     attention's Q, K and V are, after its bias ``Add`` if it has one: read by a Reshape that
     adds a dim, itself read by a Transpose."""
-    readers = ctx.readers(value)
     # what to build: nothing, where the projections go into heads (the merge yields); a bias
     # Add of a constant between the product and its Reshape is looked through
+    readers = ctx.readers(value)
     if len(readers) == 1 and is_default_op(readers[0][0], "Add") and any(
             v is not None and v is not value and ctx.is_constant(v)
             for v in readers[0][0].inputs):
         value = readers[0][0].outputs[0]
+        # what to build: as above, past the bias
         readers = ctx.readers(value)
     rank = len(value.shape) if value.shape is not None else None
     for reader, index in readers:

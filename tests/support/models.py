@@ -144,3 +144,23 @@ def gqa_decoder(layers: int = 1) -> onnx.ModelProto:
     model = make_model(nodes, inputs, outputs, inits)
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return model
+
+
+def shared_input_products(path):
+    """Two layers of ``x @ Transpose(W_i)``, i = 1..3, of one input (merged into one MatMul and
+    a Split: a rewrite whose leaves are the transposed weights), summed, then Tanh."""
+    rng = np.random.default_rng(3)
+    nodes, inits, x = [], [], "x"
+    for layer in range(2):
+        names = []
+        for i in range(3):
+            w = f"w{layer}{i}"
+            inits.append(tensor(w, rng.standard_normal((64, 64)).astype(np.float32)))
+            nodes += [helper.make_node("Transpose", [w], [f"{w}t"]),
+                      helper.make_node("MatMul", [x, f"{w}t"], [f"{w}p"])]
+            names.append(f"{w}p")
+        nodes += [helper.make_node("Sum", names, [f"s{layer}"]),
+                  helper.make_node("Tanh", [f"s{layer}"], [f"h{layer}"])]
+        x = f"h{layer}"
+    onnx.save(make_model(nodes, [vinfo("x", shape=["N", 64])], [vinfo(x, shape=["N", 64])],
+                         inits), str(path))

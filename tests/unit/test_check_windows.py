@@ -19,6 +19,7 @@ from onnxfold.check.running.models import graph_of
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.windows import Chain, plan_windows, read_from_inputs
 from onnxfold.errors import InputError
+from tests.support.models import shared_input_products
 
 TINY = Shape(layers=2, hidden=64, mlp=128, heads=4, kv_heads=2, vocab=100)
 BUDGET = 20_000  # bytes of weights: a window per projection or two
@@ -189,30 +190,6 @@ def test_a_window_budget_must_be_a_positive_number_of_bytes(budget):
         CompareOptions(window_bytes=budget)
 
 
-def _shared_products(path):
-    """Two layers of ``x @ Transpose(W_i)``, i = 1..3, of one input (merged into one MatMul and
-    a Split: a rewrite whose leaves are the transposed weights), summed, then Tanh."""
-    from onnx import helper
-
-    from tests.support.models import make_model, tensor, vinfo
-
-    rng = np.random.default_rng(3)
-    nodes, inits, x = [], [], "x"
-    for layer in range(2):
-        names = []
-        for i in range(3):
-            w = f"w{layer}{i}"
-            inits.append(tensor(w, rng.standard_normal((64, 64)).astype(np.float32)))
-            nodes += [helper.make_node("Transpose", [w], [f"{w}t"]),
-                      helper.make_node("MatMul", [x, f"{w}t"], [f"{w}p"])]
-            names.append(f"{w}p")
-        nodes += [helper.make_node("Sum", names, [f"s{layer}"]),
-                  helper.make_node("Tanh", [f"s{layer}"], [f"h{layer}"])]
-        x = f"h{layer}"
-    onnx.save(make_model(nodes, [vinfo("x", shape=["N", 64])], [vinfo(x, shape=["N", 64])],
-                         inits), str(path))
-
-
 def test_in_windows_every_rewrite_is_validated_from_the_chain(tmp_path):
     """The rewrites' leaves inside a window (not handed on at a cut) come from the
     original's chain too: none that reads the graph inputs is computed again (its cone is
@@ -221,7 +198,7 @@ def test_in_windows_every_rewrite_is_validated_from_the_chain(tmp_path):
     from onnxfold.check.running import cones
 
     source = tmp_path / "products.onnx"
-    _shared_products(source)
+    shared_input_products(source)
     result = onnxfold.optimize(str(source), record_rewrites=True)
     out = tmp_path / "f.onnx"
     result.save(str(out))
