@@ -39,21 +39,24 @@ class Ending:
 
 
 def run_paused(args: list, point: str, signum: int, pauses: Path, env: dict | None = None,
-               cwd: str | None = None, settle: float = 0.1) -> Ending:
+               cwd: str | None = None, settle: float = 0.1, held: tuple[str, ...] = ()) -> Ending:
     """Run the CLI until it pauses at ``point``, send ``signum``, let it go on; how it ended.
     ``pauses``: an empty directory for the marker files. A run that ends before reaching the
-    point is returned with ``paused`` False (the signal never sent)."""
+    point is returned with ``paused`` False (the signal never sent). ``held``: points where
+    the run's other processes (a batch's jobs) wait too until the signal has been sent, so
+    that however slow the machine, none of them gets past one before it."""
     return run_acted_on(args, point, lambda proc: proc.send_signal(signum), pauses, env, cwd,
-                        settle)
+                        settle, held)
 
 
 def run_acted_on(args: list, point: str, act: Callable[[subprocess.Popen], object],
                  pauses: Path, env: dict | None = None, cwd: str | None = None,
-                 settle: float = 0.1) -> Ending:
+                 settle: float = 0.1, held: tuple[str, ...] = ()) -> Ending:
     """Run the CLI until it pauses at ``point``, ``act(process)`` (send a signal, move a
     directory), let it go on; how it ended (``paused`` False: it ended before the point, and
-    ``act`` was not called)."""
-    environment = {**os.environ, **(env or {}), PAUSE_AT_ENV: point, PAUSE_DIR_ENV: str(pauses)}
+    ``act`` was not called). ``held``: as for :func:`run_paused`."""
+    environment = {**os.environ, **(env or {}), PAUSE_AT_ENV: ",".join((point, *held)),
+                   PAUSE_DIR_ENV: str(pauses)}
     environment.pop("ONNXFOLD_DEBUG", None)
     proc = subprocess.Popen(onnxfold_argv(*args), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=environment, cwd=cwd)
