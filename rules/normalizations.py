@@ -242,6 +242,14 @@ def _writable(ctx: GraphView, node: ir.Node) -> bool | Match:
     return found if found and not _goes_on(ctx, node) else False
 
 
+def _keeps_rank(ctx: GraphView, nodes: tuple[ir.Node, ...], rank: int) -> bool:
+    """Whether no constant the decomposition reads (epsilon, the exponent 2, an RMSNorm's
+    numerator 1) has more axes than its input: a size-1 constant of higher rank broadcasts
+    the result into more axes, which the op would not."""
+    return all(array.ndim <= rank for node in nodes for value in node.inputs
+               if (array := ctx.array(value)) is not None)
+
+
 def _match(ctx: GraphView, node: ir.Node) -> bool | Match:
     found = _tail_nodes(ctx, node)
     if found is None or ctx.opset() < _SINCE[found[0].op]:
@@ -250,7 +258,7 @@ def _match(ctx: GraphView, node: ir.Node) -> bool | Match:
     x, rank = norm.x, len(norm.x.shape) if norm.x.shape is not None else 0
     epsilon = _scalar(ctx, norm.epsilon)
     if x.dtype != ir.DataType.FLOAT or not rank or epsilon is None or \
-            norm.epsilon.dtype != ir.DataType.FLOAT:
+            norm.epsilon.dtype != ir.DataType.FLOAT or not _keeps_rank(ctx, norm.nodes, rank):
         return False
     axes = sorted(a % rank if -rank <= a < rank else rank for a in norm.axes)
     assert x.shape is not None

@@ -208,3 +208,63 @@ def test_the_optimized_variant_computes_the_variant(rule, kind, value):
 @pytest.mark.parametrize("rule", sorted(SEEDS))
 def test_initializers_fed_as_inputs_are_not_baked(rule):
     _assert_computes_the_same(_initializers_as_inputs(SEEDS[rule].build()), defaults_fed=True)
+
+
+def _constant_slots(proto: onnx.ModelProto) -> list[str]:
+    """The seed's constant slots a broadcast can raise: its initializers and Constant nodes
+    (an epsilon, an exponent, a scale)."""
+    return [t.name for t in proto.graph.initializer] + [
+        node.output[0] for node in proto.graph.node if node.op_type == "Constant"
+        and any(a.name == "value" for a in node.attribute)]
+
+
+def _raised(proto: onnx.ModelProto, slot: str) -> onnx.ModelProto | None:
+    """``proto`` with the constant ``slot`` given leading axes of 1 up to one more axis than
+    any graph input or output has (the same values, broadcast into more axes), its outputs
+    declared at the rank the variant computes (each dim symbolic); None where onnxruntime
+    refuses the variant (a slot no broadcast reaches)."""
+    variant = onnx.ModelProto()
+    variant.CopyFrom(proto)
+    typed = _typed(proto)
+    rank = 1 + max(len(typed[v.name].type.tensor_type.shape.dim)
+                   for v in [*proto.graph.input, *proto.graph.output])
+    for tensor in [*variant.graph.initializer,
+                   *(a.t for n in variant.graph.node if n.op_type == "Constant"
+                     and n.output[0] == slot for a in n.attribute if a.name == "value")]:
+        if tensor.name in (slot, ""):
+            array = numpy_helper.to_array(tensor)
+            array = array.reshape((1,) * (rank - array.ndim) + array.shape)
+            tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
+    del variant.graph.value_info[:]
+    for output in variant.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    try:
+        computed = _run(variant, _feeds(variant, False))
+    except Exception:  # onnxruntime refuses it: the slot takes no such broadcast
+        return None
+    for output in variant.graph.output:
+        shape = output.type.tensor_type.shape
+        shape.SetInParent()
+        for k in range(np.ndim(computed[output.name])):
+            shape.dim.add().dim_param = f"{output.name}_{k}"
+    return variant
+
+
+RAISED = [(rule, slot) for rule in sorted(SEEDS) for slot in _constant_slots(
+    SEEDS[rule].build())]
+
+
+def test_the_seeds_have_constant_slots_to_raise():
+    assert {rule for rule, _ in RAISED} >= {"write_normalization", "drop_neutral_element",
+                                            "merge_constant_factors", "scale_the_product_once"}
+
+
+@pytest.mark.parametrize(("rule", "slot"), RAISED)
+def test_a_constant_that_raises_the_rank_is_kept_or_left(rule, slot):
+    """Issue 82: a constant of more axes than the input (a size-1 epsilon of shape [1, 1, 1])
+    broadcasts the result into them; a rewrite keeps that shape and those values, or does not
+    fire."""
+    variant = _raised(SEEDS[rule].build(), slot)
+    if variant is None:
+        pytest.skip(f"onnxruntime runs no {slot} of rank > its input's in this seed")
+    _assert_computes_the_same(variant)

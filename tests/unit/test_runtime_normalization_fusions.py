@@ -180,3 +180,33 @@ def test_a_tail_that_broadcasts_into_a_higher_rank_keeps_it(tmp_path, shape, tai
                      for m in (model, folded))
         assert got.shape == want.shape == np.broadcast_shapes((3, 4, C), shape), level
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("build", "slot"), [(lambda: _layer_norm(opset=17), "eps"),
+                                              (lambda: _layer_norm(opset=17), "two"),
+                                              (lambda: _rms_norm(opset=23), "one")],
+                         ids=["layer-norm-epsilon", "layer-norm-exponent", "rms-numerator"])
+def test_a_constant_of_the_decomposition_that_raises_the_rank_keeps_it(tmp_path, build, slot):
+    """Issue 82 item 4: epsilon, the exponent 2 or an RMSNorm's numerator 1 of shape
+    ``[1, 1, 1, 1]`` broadcasts ``[N, 4, C]`` into ``[1, N, 4, C]``; the op would compute x's
+    rank: the decomposition is left as it is. (onnxruntime 1.32's own fusions drop that axis
+    from ``ORT_ENABLE_BASIC`` on, in the original as in the fold: the same at every level.)"""
+    import onnxruntime as ort
+
+    model = build()
+    (init,) = [t for t in model.graph.initializer if t.name == slot]
+    init.dims[:] = [1, 1, 1, 1]
+    del model.graph.output[0].type.tensor_type.shape.dim[:]
+    folded, _, _ = fold_proto(model, tmp_path)
+    assert not {"LayerNormalization", "RMSNormalization"} & {n.op_type
+                                                            for n in folded.graph.node}
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                  ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level, options.log_severity_level = level, 3
+        want, got = (ort.InferenceSession(m.SerializeToString(), options).run(None, _feeds())[0]
+                     for m in (model, folded))
+        assert got.shape == want.shape, level
+        np.testing.assert_array_equal(got, want)
+        if level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+            assert got.shape == (1, 3, 4, C)
