@@ -30,7 +30,8 @@ class FileVerification(FoldVerification):
 
     @property
     def failing(self) -> list[str]:
-        return [*super().failing, *(self.rewrites.failing if self.rewrites else [])]
+        return [*super().failing,
+                *(self.rewrites.failing if self.rewrites is not None else [])]
 
     def to_dict(self) -> dict:
         data = super().to_dict()

@@ -21,9 +21,18 @@ Every key starts with ``onnxfold.``. On a tensor (``metadata_props``, saved with
   node rewired to other inputs: an elementwise chain moved between Reshapes computes the
   flattened values): its name no longer means the original's value of that name. On the value
   in memory, and on its tensor where the fold stores it (then judged by its recipe).
+
+On the model (``metadata_props``), :data:`RUN`: the run that wrote it (onnxfold's version and
+the options it was given that differ from the defaults), on every output, even one where
+nothing was folded: a weight under a name of the original that holds other bytes is then a
+difference, never another tool's edit (``onnxfold.check.folds.verification``).
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
 
 import onnx_ir as ir
 
@@ -38,6 +47,22 @@ REWIRED = "onnxfold.rewired"
 SHARED = "onnxfold.shared"
 
 TENSOR_KEYS = (FOLDED_FROM, ROUNDING, STANDS_FOR, RECIPE, MADE_BY, REWIRED)
+RUN = "onnxfold.run"
+
+
+def run_record(version: str, options: Mapping[str, Any]) -> str:
+    """The model-level record of a run: the version and ``options`` (JSON values, those that
+    differ from the defaults), as one JSON text with sorted keys."""
+    return json.dumps({"tool": "onnxfold", "version": version, "options": dict(options)},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def written_by_onnxfold(model: ir.Model) -> bool:
+    """Whether ``model`` says a run of onnxfold wrote it: its model-level record, or (files
+    written before that record) a tensor of its main graph with onnxfold's provenance."""
+    return RUN in model.metadata_props or any(
+        key.startswith("onnxfold.") for v in model.graph.initializers.values()
+        if v.const_value is not None for key in v.const_value.metadata_props)
 
 
 def stands_for(value: ir.Value) -> str | None:

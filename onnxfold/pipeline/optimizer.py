@@ -34,6 +34,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes import PassBase, PassError, PassManager, PassResult
 
+from onnxfold._version import __version__
 from onnxfold.analysis.input_shapes import as_specs
 from onnxfold.analysis.settings import RunSettings
 from onnxfold.analysis.shapes import interface_of, keep_interface, lighten
@@ -50,6 +51,7 @@ from onnxfold.io.reader import (
     model_from_proto,
 )
 from onnxfold.io.writer import inline_references, prune_value_info, restore_references
+from onnxfold.ir import provenance
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import graphs_within, node_label
 from onnxfold.pipeline.cleanups import CLEANUPS, cleanup_passes
@@ -415,6 +417,10 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report.metadata_stripped = {"mode": options.strip_metadata,
                                     "entries": stripped.entries, "bytes": stripped.bytes,
                                     "own": stripped.own}
+    given = options_dict(options)
+    defaults = options_dict(FoldOptions())
+    model.metadata_props[provenance.RUN] = provenance.run_record(
+        __version__, {k: v for k, v in given.items() if v != defaults.get(k)})
     with phases.phase("signature"):
         signature.finish(model, catalogue.costs)
     report.phases = phases.rounded()

@@ -62,7 +62,7 @@ def splice(graph: ir.Graph, model: ir.Model, root: ir.Node, built: Sequence[Buil
     rewrite it is (the values it built say so, ``onnxfold.ir.provenance``)."""
     replacement = as_replacement(result, root)
     _type_like_replaced(replacement.values, built)
-    _mark_built(replacement, built, rule)
+    _mark_built(replacement, built, rule, graph, fresh)
     readers = frozenset(use.node for old in replacement.values for use in old.uses())
     kept = set(replacement.inputs)
     producers = [p for old in replacement.values if (p := old.producer()) is not None]
@@ -112,16 +112,21 @@ def as_replacement(result: Replaced, root: ir.Node) -> Replacement:
     return Replacement(values=dict(zip(root.outputs, result)))
 
 
-def _mark_built(replacement: Replacement, built: Sequence[Built], rule: str) -> None:
+def _mark_built(replacement: Replacement, built: Sequence[Built], rule: str,
+                graph: ir.Graph, fresh: Callable[[str], str]) -> None:
     """Every value the rewrite built says so, and each that replaces a value stands for it
     (``provenance.mark_replacement``): the fold keeps a recipe for what it stores of them,
     and a check compares a replacement with the value of the original it stands for. The
-    outputs of kept nodes it rewires keep their names but not their meaning: marked too."""
+    outputs of kept nodes it rewires may no longer mean what they meant: marked too, and
+    renamed (a graph output keeps its name), so that a name of the original always means
+    the original's value of that name (a check judges a file by names, whatever it says)."""
     values = replacement.values
     for node in replacement.inputs:
         for out in node.outputs:
             if out not in values:
                 provenance.mark_rewired(out, rule)
+                if out.name and out not in graph.outputs:
+                    out.name = fresh(out.name)
     made = [item.value for item in built if isinstance(item, BuiltConstant)] + \
         [out for item in built if isinstance(item, BuiltNode) for out in item.node.outputs]
     for value in made:

@@ -301,10 +301,7 @@ class _Verifier:
                  own_output: bool) -> None:
         self.original, self.optimized = original, optimized
         self.own_output = own_output
-        self.onnxfold_made = own_output or any(
-            key.startswith("onnxfold.") for graph in all_graphs(optimized)
-            for v in graph.initializers.values() if v.const_value is not None
-            for key in v.const_value.metadata_props)
+        self.onnxfold_made = own_output or provenance.written_by_onnxfold(optimized)
         self.cones = Cones(original, fed, libraries)
         self.reads = InputReads(original, fed)
         self.proof = DimProof(original, fed)
@@ -337,17 +334,9 @@ class _Verifier:
         stored = _stored(source) if source is not None else None
         if stored is not None and _same(stored, tensor):
             return None  # the original's own data (a weight; a Constant's, now an initializer)
-        standing = props.get(provenance.STANDS_FOR)
-        if provenance.REWIRED in props:  # its name no longer names the original's value
-            if not self.own_output and source is not None and source.producer() is not None:
-                return self._target(source, folded, "rewired", claim=(
-                    f"the model says rewrite {props[provenance.REWIRED]} rewired it"))
-            recipe = saved_recipes.decode(props.get(provenance.RECIPE, ""))
-            return recipe if recipe is not None else verdict_of(
-                folded, UNVERIFIABLE, via="recipe", reason=(
-                    f"computed by nodes {props[provenance.REWIRED]} rewired, and no recipe "
-                    f"was saved with it ({NO_RECIPE}); only the comparison on inputs covers "
-                    "it"))
+        # a name of the original means the original's value of that name, whatever the
+        # tensor says (a record says where to look, never what to excuse): onnxfold gives
+        # what a rewrite built or rewired a name of its own (``rewrite/splice.py``)
         if source is not None and source.producer() is not None:
             # onnxfold records every tensor it folds: one it carried through from its own
             # input (another tool's output) is that tool's, as in a model without provenance
@@ -355,6 +344,26 @@ class _Verifier:
                     self.onnxfold_made and any(key in props for key in provenance.TENSOR_KEYS)):
                 return self._target(source, folded, "original", claim=RESHAPE_CODES)
             return self._target(source, folded, "original")
+        if source is not None and source in self.fed:
+            return verdict_of(folded, DIFFERS, reason=f"holds a value for the graph input "
+                              f"{name}, which a caller feeds")
+        if source is not None:
+            return self._other_values(source, folded)
+        return self._by_record(folded, props)
+
+    def _by_record(self, folded: ir.Value, props: Mapping[str, str]
+                   ) -> _Target | Verdict | saved_recipes.Recipe:
+        """A tensor under a name the original does not hold: what its record says it is
+        (the value of the original it stands for, a recipe, a rewrite's parameter), judged
+        by the check's own means; else not verifiable."""
+        if provenance.REWIRED in props:
+            recipe = saved_recipes.decode(props.get(provenance.RECIPE, ""))
+            return recipe if recipe is not None else verdict_of(
+                folded, UNVERIFIABLE, via="recipe", reason=(
+                    f"computed by nodes {props[provenance.REWIRED]} rewired, and no recipe "
+                    f"was saved with it ({NO_RECIPE}); only the comparison on inputs covers "
+                    "it"))
+        standing = props.get(provenance.STANDS_FOR)
         if standing is not None and standing in self.cones.values:
             return self._target(self.cones.values[standing], folded, f"stands for {standing}")
         if provenance.RECIPE in props:
@@ -362,16 +371,11 @@ class _Verifier:
             if recipe is not None:
                 return recipe
             return verdict_of(folded, UNVERIFIABLE, reason="its saved recipe cannot be read")
-        if source is not None and source in self.fed:
-            return verdict_of(folded, DIFFERS, reason=f"holds a value for the graph input "
-                              f"{name}, which a caller feeds")
         if provenance.MADE_BY in props:
             if not self.own_output:
                 return verdict_of(folded, UNVERIFIABLE, via="rewrite", reason=UNVALIDATED)
             return verdict_of(folded, PARAMETER, via="rewrite", reason=(
                 f"built by {props[provenance.MADE_BY]} as part of its replacement"))
-        if source is not None:
-            return self._other_values(source, folded)
         if provenance.FOLDED_FROM in props:
             return verdict_of(folded, UNVERIFIABLE, reason=FOLD_WITHOUT_ORIGINAL)
         return verdict_of(folded, UNVERIFIABLE, reason=NO_ORIGINAL)
@@ -398,12 +402,11 @@ class _Verifier:
             names = ", ".join(self.reads.names(reads.values_direct))
             node = self.reads.reader(source, reads.values_direct)
             where = f" (through {node.op_type} node {node.name})" if node is not None else ""
-            if via in ("original", "rewired"):
-                rewired = via == "rewired"  # the name may no longer mean the original's value
-                return verdict_of(folded, UNVERIFIABLE if rewired else DIFFERS, via="original",
+            if via == "original":
+                return verdict_of(folded, DIFFERS, via="original",
                                   reason=f"its original reads the values of input {names}"
                                   f"{where}: a fold computes a value once, so it must not depend "
-                                  "on them" + (f" ({claim})" if rewired else ""))
+                                  "on them")
             if not self.inputs:
                 return verdict_of(folded, UNVERIFIABLE, via=via, reason=(
                     "a rewrite's constant whose original reads input values; compare and "
