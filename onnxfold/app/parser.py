@@ -44,6 +44,7 @@ from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.errors import InputError, one_line
 from onnxfold.host.interruptible import DEFAULT_LIMIT
 from onnxfold.host.machine import checked_threads
+from onnxfold.latency import MAX_RUNS
 from onnxfold.numbers import NumberError, parse_float, parse_int
 from onnxfold.pipeline.options import FoldOptions, flag_of
 
@@ -321,7 +322,8 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
                              "what stayed and why)")
     common.add_argument("--json", type=path, metavar="FILE",
                         help="also write the report as JSON (docs/report-json.md)")
-    common.add_argument("--latency", type=COUNT, default=0, metavar="N",
+    common.add_argument("--latency", type=argument(parse_int, minimum=0, maximum=MAX_RUNS),
+                        default=0, metavar="N",
                         help="time session creation and inference of the original and the "
                              "output in onnxruntime (N interleaved runs, at its default level "
                              "and with optimizations off); sizes and dynamic dims too")

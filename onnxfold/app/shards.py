@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onnxfold.errors import InputError
+from onnxfold.numbers import NumberError, parse_int
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,12 @@ class Shard:
     def parse(cls, text: str) -> Shard:
         """``K/N`` with 0 <= K < N (InputError naming the flag otherwise)."""
         index, slash, count = text.partition("/")
-        if not slash or not index.strip().isdigit() or not count.strip().isdigit():
+        try:  # ASCII digits, as every count (str.isdigit takes any script's digits)
+            shard = cls(parse_int(index, minimum=0), parse_int(count, minimum=0))
+        except NumberError:
+            slash = ""
+        if not slash:
             raise InputError(f"--shard {text}: expected K/N, shard K (from 0) of N, e.g. 0/4")
-        shard = cls(int(index), int(count))
         if not 0 <= shard.index < shard.count:
             raise InputError(f"--shard {text}: K must be from 0 to N-1 (a Kubernetes indexed "
                              "Job's JOB_COMPLETION_INDEX, a Slurm array's task id with "

@@ -46,6 +46,7 @@ from onnxfold.host.machine import checked_threads, cpu_model
 from onnxfold.host.terminal import printable
 from onnxfold.io.writer import input_files
 from onnxfold.ir.graph import is_static_dim
+from onnxfold.latency import MAX_RUNS
 from onnxfold.latency.spread import MIN_PAIRS, QUARTILES_FROM, Spread, paired_ratios, verdict
 from onnxfold.runtime import custom_ops
 
@@ -217,8 +218,8 @@ def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence
              ) -> LatencyResult:
     """:func:`measure_latency`'s work."""
     tell = progress or (lambda text: None)
-    if runs < 1:
-        raise InputError(f"latency: runs ({runs}) must be at least 1")
+    if not 1 <= runs <= MAX_RUNS:
+        raise InputError(f"latency: runs ({runs}) must be from 1 to {MAX_RUNS:,}")
     try:
         checked_threads(threads, "latency: threads")
     except ValueError as e:

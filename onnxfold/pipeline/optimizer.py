@@ -417,16 +417,20 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report.metadata_stripped = {"mode": options.strip_metadata,
                                     "entries": stripped.entries, "bytes": stripped.bytes,
                                     "own": stripped.own}
-    given = options_dict(options)
-    defaults = options_dict(FoldOptions())
-    model.metadata_props[provenance.RUN] = provenance.run_record(
-        __version__, {k: v for k, v in given.items() if v != defaults.get(k)})
+    given, defaults = options_dict(options), options_dict(FoldOptions())
+    model.metadata_props[provenance.RUN] = provenance.run_record(__version__, {
+        k: v for k, v in given.items() if v != defaults.get(k) and k not in _UNRECORDED})
     with phases.phase("signature"):
         signature.finish(model, catalogue.costs)
     report.phases = phases.rounded()
     return OptimizeResult(model=model, report=report, stats=stats,
                           evidence=RunEvidence(rewrites, dict(stats.inputs_fixed.axes)),
                           signature=signature)
+
+
+# options that change how the run went (its bounds, the metadata kept), not what the graph
+# computes: left out of the output's record (``provenance.RUN``)
+_UNRECORDED = frozenset({"strip_metadata", "memory_limit", "pool_budget", "fold_timeout"})
 
 
 def _folder(options: FoldOptions, catalogue: Catalogue) -> Callable[[ir.Model], ir.Model]:

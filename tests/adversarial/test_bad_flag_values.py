@@ -175,3 +175,16 @@ def test_the_api_bounds_latency_threads_too(model):
 
     with pytest.raises(onnxfold.InputError, match="cores this process may run on"):
         onnxfold.measure_latency(model, model, threads=100_000)
+
+
+def test_a_latency_of_more_runs_than_a_machine_finishes_is_refused(model, tmp_path, capsys):
+    """``--latency 1000000000000`` ran until killed (issue 82): at most a million runs, on
+    the command line and in the Python API."""
+    import onnxfold
+
+    code, _, err = run(["optimize", model, "-o", str(tmp_path / "o.onnx"), "--latency",
+                        "1000000000000"], capsys)
+    assert code == 2 and "--latency" in err and "between 0 and 1000000" in err, err
+    assert not (tmp_path / "o.onnx").exists()
+    with pytest.raises(onnxfold.InputError, match="from 1 to 1,000,000"):
+        onnxfold.measure_latency(model, model, runs=10**12)

@@ -36,6 +36,8 @@ def _edited(path, out, edit, strip: bool = False) -> None:
             t.CopyFrom(onnx.numpy_helper.from_array(array, "k"))
         if strip:
             del t.metadata_props[:]
+    if strip:  # the model's own record (onnxfold.run) too
+        del model.metadata_props[:]
     onnx.save(model, str(out))
 
 

@@ -91,7 +91,8 @@ def test_what_the_batch_refuses_every_shard_refuses(tmp_path):
 
 @pytest.mark.parametrize(("value", "says"), [
     ("3/3", "K must be from 0 to N-1"), ("0/0", "K must be from 0 to N-1"),
-    ("1", "expected K/N"), ("-1/2", "expected K/N"), ("a/b", "expected K/N")])
+    ("1", "expected K/N"), ("-1/2", "expected K/N"), ("a/b", "expected K/N"),
+    ("\uff11/\uff12", "expected K/N")])  # fullwidth digits: ASCII only, as every count
 def test_a_bad_shard_is_one_line(zoo, value, says):
     assert_one_error_line(run_cli("optimize", zoo, f"--shard={value}"), "--shard", says)
 

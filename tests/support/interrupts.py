@@ -28,6 +28,14 @@ TIMEOUT = 120
 _OURS = re.compile(r"^\..*\.onnxfold-(\d+-|lock$)")  # temporary files and lock files
 
 
+def signals_restored() -> None:
+    """In the child, before it runs onnxfold: SIGINT, SIGTERM and SIGHUP at their defaults,
+    whatever the suite was started with (``nohup`` ignores SIGHUP, a shell's background job
+    SIGINT, and an ignored signal stays ignored in the run: these tests send them)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 @dataclass
 class Ending:
     """How a run ended: its exit code and output, and whether it reached the point."""
@@ -59,7 +67,8 @@ def run_acted_on(args: list, point: str, act: Callable[[subprocess.Popen], objec
                    PAUSE_DIR_ENV: str(pauses)}
     environment.pop("ONNXFOLD_DEBUG", None)
     proc = subprocess.Popen(onnxfold_argv(*args), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=environment, cwd=cwd)
+                            stderr=subprocess.PIPE, text=True, env=environment, cwd=cwd,
+                            preexec_fn=signals_restored)
     deadline = time.monotonic() + TIMEOUT
     marker = None
     while marker is None and proc.poll() is None and time.monotonic() < deadline:
@@ -125,7 +134,7 @@ def run_signalled_in_inference(args: list, signum: int, work: Path, env: dict | 
     environment.pop("ONNXFOLD_DEBUG", None)
     with open(work / "stdout", "w") as out, open(work / "stderr", "w") as err:
         proc = subprocess.Popen(onnxfold_argv(*args), stdout=out, stderr=err,
-                                env=environment, text=True)
+                                env=environment, text=True, preexec_fn=signals_restored)
     deadline = time.monotonic() + TIMEOUT
     marker = None
     while marker is None and proc.poll() is None and time.monotonic() < deadline:

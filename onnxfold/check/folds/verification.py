@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.check.folds import recipe_forms
 from onnxfold.check.folds.dim_proof import DimProof
 from onnxfold.check.folds.recipe_runs import Derived, RecipeRunner, Unresolved
 from onnxfold.check.folds.verdicts import (
@@ -92,6 +93,9 @@ FOLD_WITHOUT_ORIGINAL = ("folded from a value the original does not name, and no
 RESHAPE_CODES = ("no onnxfold provenance on it (another tool's, or carried from the input "
                  "onnxfold read): another tool may write a Reshape target's dims as 0 or -1, "
                  "which the Reshape reads as the dims the original computes")
+# the verdicts' ``via`` of a tensor whose recipe is not the original's computation: never a
+# parameter judged with the file's windows (``check/rewrites/in_files.py``)
+FOREIGN = "a recipe of its own"
 UNVALIDATED = ("made by a rewrite (a parameter of it, or a tensor that matches the recipe the "
                "model carries): a model's own record proves nothing, and only optimize --check "
                "validates the rewrite that made it")
@@ -545,6 +549,15 @@ class _Verifier:
         verdicts = []
         for folded, recipe in targets:
             name = str(folded.name)
+            tensor = folded.const_value
+            rule = tensor.metadata_props.get(provenance.MADE_BY) if tensor is not None else None
+            alien = None if self.own_output else recipe_forms.foreign(name, recipe, rule,
+                                                                      self.original)
+            if alien is not None and "reads the tensor it makes" in alien:
+                verdicts.append(verdict_of(folded, UNVERIFIABLE, via=FOREIGN, reason=(
+                    f"made by a rewrite, the file says; {alien}: only the comparison on "
+                    "inputs covers it")))
+                continue
             try:
                 derived = runner.derive(name, recipe)
             except Unresolved as e:
@@ -559,6 +572,10 @@ class _Verifier:
             if verdict.state == DIFFERS:
                 verdict.reason = f"its recipe computes other values: {verdict.reason}" + \
                     _shown(folded, derived.array)
+            elif alien is not None:  # the file's own computation of its own tensor
+                verdict.state, verdict.max_ulps, verdict.via = UNVERIFIABLE, None, FOREIGN
+                verdict.reason = (f"made by a rewrite, the file says; {alien}: only the "
+                                  "comparison on inputs covers it")
             elif not self.own_output:  # consistent with the model's own claim, not proved
                 verdict.state, verdict.reason, verdict.max_ulps = UNVERIFIABLE, UNVALIDATED, None
             elif derived.sampled:

@@ -1,0 +1,138 @@
+"""Which recipes a file may carry: the original's computation, or a rule's parameter built
+from the original's tensors with the ops that rule builds parameters with.
+
+A recipe a file carries is the file's own claim (``verification``). Re-run, it shows that its
+tensor is what the recipe computes; it shows nothing about the tensor if the recipe itself may
+be anything: three Transposes, a Concat and an ``Add`` of a constant held in the recipe compute
+a merged weight moved by 40 ulps as well as the true recipe computes the true one. So a recipe
+counts only where each of its nodes is a node of the original (the same name, op, attributes,
+inputs and outputs) or an op of :data:`PARAMETER_OPS` of the rule the tensor names
+(``onnxfold.made_by``), and each constant it holds itself is an integer one (axes, shapes,
+sizes) or a number the original holds (a float attribute: a BatchNormalization's epsilon, a
+ConstantOfShape's value; or a one-element tensor). The table is the check's own: what a rule
+declares in ``rules/`` is never read here (a wrong declaration must not loosen the check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxfold.ir.recipes import Recipe
+
+# the ops each rule computes its parameters with, over the original's tensors (a chain of
+# rules records the last: postpone_expand after constant_of_shape_as_expand)
+_BATCH_NORM = frozenset({"Add", "Sub", "Neg", "Mul", "Div", "Sqrt", "Reshape"})
+PARAMETER_OPS: dict[str, frozenset[str]] = {
+    "merge_shared_input_matmuls": frozenset({"Concat"}),
+    "merge_constant_factors": frozenset({"Mul"}),
+    "scale_the_product_once": frozenset({"Mul"}),
+    "cast_like_of_a_constant": frozenset({"Cast"}),
+    "transpose_before_widening": frozenset({"Cast", "Transpose"}),
+    "postpone_expand": frozenset({"Expand", "Mul"}),
+    "constant_of_shape_as_expand": frozenset({"Expand"}),
+    "fuse_mul_into_conv": frozenset({"Mul", "Reshape"}),
+    "fuse_add_into_conv": frozenset({"Add", "Reshape"}),
+    "fuse_batch_norm_into_conv": _BATCH_NORM,
+    "fuse_batch_norm_into_gemm": _BATCH_NORM,
+}
+_INTEGER_LEAF_ELEMENTS = 64  # an axes, shape or sizes constant a recipe holds: small
+
+
+def foreign(name: str, recipe: Recipe, rule: str | None, original: ir.Model) -> str | None:
+    """Why ``recipe`` (of the tensor ``name``, tagged as made by ``rule``) is not the
+    original's computation of a parameter of that rule, or None when it is."""
+    if any(leaf.name in (name, recipe.output) for leaf in recipe.leaves):
+        return "its recipe reads the tensor it makes"
+    allowed = PARAMETER_OPS.get(rule or "")
+    if allowed is None:
+        return (f"its recipe names no rule whose parameters the check knows ({rule or 'none'})"
+                if rule else "its recipe names no rule")
+    nodes = None
+    for node in recipe.nodes:
+        if node.domain in ("", "ai.onnx") and node.op_type in allowed:
+            continue
+        nodes = nodes if nodes is not None else _original_nodes(original)
+        if _comparable(node) not in nodes.get(node.name, ()):
+            return (f"its recipe computes with {node.op_type} (node {node.name or '?'}), "
+                    f"neither a node of the original nor an op {rule} builds parameters with")
+    numbers: set[bytes] | None = None
+    for leaf in recipe.leaves:
+        if leaf.value is None:
+            continue
+        value = np.asarray(leaf.value)
+        if value.dtype.kind in "iub" and value.size <= _INTEGER_LEAF_ELEMENTS:
+            continue
+        numbers = numbers if numbers is not None else _numbers(original)
+        if value.size != 1 or value.dtype.kind != "f" or _key(value) not in numbers:
+            return (f"its recipe holds a constant {leaf.name} of {value.size} "
+                    f"{value.dtype} value(s) that the original does not hold")
+    return None
+
+
+def _comparable(node: onnx.NodeProto) -> bytes:
+    """A node as compared with the original's: its proto without doc string or metadata."""
+    bare = onnx.NodeProto()
+    bare.CopyFrom(node)
+    bare.ClearField("doc_string")
+    bare.ClearField("metadata_props")
+    return bare.SerializeToString(deterministic=True)
+
+
+def _original_nodes(original: ir.Model) -> dict[str, set[bytes]]:
+    """The original's main-graph nodes by name, each as :func:`_comparable` sees it."""
+    found: dict[str, set[bytes]] = {}
+    for node in original.graph:
+        proto = ir.serde.serialize_node(node)
+        found.setdefault(proto.name, set()).add(_comparable(proto))
+    return found
+
+
+def _defaults(node: ir.Node, opset: int) -> Iterator[object]:
+    """The float defaults of ``node``'s op (ONNX's schema) that the node leaves unset."""
+    if node.domain not in ("", "ai.onnx"):
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return
+    for name, attr in schema.attributes.items():
+        default = attr.default_value
+        if name not in node.attributes and default.type == onnx.AttributeProto.FLOAT:
+            yield np.float32(default.f)
+
+
+def _key(value: np.ndarray) -> bytes:
+    """A one-element float as float64 bytes (a float32 epsilon held as float32 or float64)."""
+    return np.asarray(value, np.float64).reshape(-1)[:1].tobytes()
+
+
+def _numbers(original: ir.Model) -> set[bytes]:
+    """The one-element floats the original holds: float attributes, one-element tensor
+    attributes (a ConstantOfShape's value), one-element initializers."""
+    keys: set[bytes] = set()
+    for value in _held(original):
+        array = np.asarray(value)
+        if array.size == 1 and array.dtype.kind == "f":
+            keys.add(_key(array))
+    return keys
+
+
+def _held(original: ir.Model) -> Iterator[object]:
+    """Every number the original holds: its nodes' attributes, those left at their
+    defaults included (a BatchNormalization's epsilon unset is 1e-5), and its initializers."""
+    opset = original.opset_imports.get("", original.opset_imports.get("ai.onnx", 1))
+    for node in original.graph:
+        yield from _defaults(node, opset)
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.FLOAT:
+                yield np.float32(attr.as_float())
+            elif attr.type == ir.AttributeType.TENSOR and attr.as_tensor().size == 1:
+                yield attr.as_tensor().numpy()
+    for value in original.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is not None and tensor.size == 1:
+            yield tensor.numpy()

@@ -1,0 +1,78 @@
+"""Which recipes a file may carry (``onnxfold/check/folds/recipe_forms.py``): a rule's ops
+over the original's tensors, the original's own nodes, integer constants and numbers the
+original holds; anything else is said, and the tensor is not verifiable."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnx import helper
+
+from onnxfold.check.folds.recipe_forms import foreign
+from onnxfold.ir.recipes import Leaf, Recipe
+from tests.support.models import make_model, tensor, vinfo
+
+
+def _original() -> ir.Model:
+    """y = BatchNormalization(Conv(x, W), ...) with epsilon 1e-3, W read through a Transpose
+    node named ``t``."""
+    c = 2
+    nodes = [helper.make_node("Transpose", ["K"], ["W"], perm=[1, 0, 2, 3], name="t"),
+             helper.make_node("Conv", ["x", "W"], ["h"], name="conv"),
+             helper.make_node("BatchNormalization", ["h", "s", "b", "m", "v"], ["y"],
+                              epsilon=1e-3, name="bn")]
+    inits = [tensor("K", np.ones((c, c, 1, 1), np.float32))] + [
+        tensor(n, np.full(c, 0.5, np.float32)) for n in "sbmv"]
+    return ir.from_proto(make_model(nodes, [vinfo("x", shape=[1, c, 4, 4])],
+                                    [vinfo("y", shape=[1, c, 4, 4])], inits))
+
+
+def _recipe(*nodes, leaves=()) -> Recipe:
+    return Recipe(nodes[-1].output[0], tuple(nodes), tuple(leaves))
+
+
+ORIGINAL = _original()
+EPSILON = np.float32(1e-3)
+
+
+def test_a_rule_s_ops_over_the_original_s_tensors_and_numbers_are_its_computation():
+    recipe = _recipe(helper.make_node("Add", ["v", "eps"], ["ve"]),
+                     helper.make_node("Sqrt", ["ve"], ["sd"]),
+                     helper.make_node("Div", ["s", "sd"], ["k"]),
+                     helper.make_node("Reshape", ["k", "shape"], ["kk"]),
+                     helper.make_node("Mul", ["W", "kk"], ["made"]),
+                     leaves=[Leaf("v"), Leaf("s"), Leaf("W"), Leaf("eps", value=EPSILON),
+                             Leaf("shape", value=np.array([-1, 1, 1, 1], np.int64))])
+    assert foreign("w_fused", recipe, "fuse_batch_norm_into_conv", ORIGINAL) is None
+
+
+def test_the_original_s_own_node_is_its_computation():
+    node = helper.make_node("Transpose", ["K"], ["W"], perm=[1, 0, 2, 3], name="t")
+    recipe = _recipe(node, helper.make_node("Concat", ["W", "W"], ["made"], axis=0),
+                     leaves=[Leaf("K")])
+    assert foreign("merged", recipe, "merge_shared_input_matmuls", ORIGINAL) is None
+    other = helper.make_node("Transpose", ["K"], ["W"], perm=[0, 1, 2, 3], name="t")
+    said = foreign("merged", _recipe(other, helper.make_node("Concat", ["W", "W"], ["made"],
+                                                             axis=0)),
+                   "merge_shared_input_matmuls", ORIGINAL)
+    assert said is not None and "Transpose" in said
+
+
+def test_a_number_the_original_does_not_hold_is_said():
+    recipe = _recipe(helper.make_node("Add", ["v", "eps"], ["made"]),
+                     leaves=[Leaf("v"), Leaf("eps", value=np.float32(2e-3))])
+    said = foreign("x", recipe, "fuse_batch_norm_into_conv", ORIGINAL)
+    assert said is not None and "constant eps" in said
+    many = _recipe(helper.make_node("Add", ["v", "d"], ["made"]),
+                   leaves=[Leaf("v"), Leaf("d", value=np.full(2, EPSILON))])
+    assert foreign("x", many, "fuse_batch_norm_into_conv", ORIGINAL) is not None
+
+
+def test_an_unknown_rule_an_untagged_recipe_and_a_circular_one_are_said():
+    recipe = _recipe(helper.make_node("Mul", ["s", "s"], ["made"]), leaves=[Leaf("s")])
+    assert "no rule whose" in foreign("x", recipe, "no_such_rule", ORIGINAL)
+    assert "names no rule" in foreign("x", recipe, None, ORIGINAL)
+    circular = _recipe(helper.make_node("Mul", ["x", "s"], ["made"]),
+                       leaves=[Leaf("x"), Leaf("s")])
+    assert "reads the tensor it makes" in foreign("x", circular, "merge_constant_factors",
+                                                  ORIGINAL)
