@@ -99,11 +99,11 @@ def _joined(output: str, nested: list[Recipe], nodes: tuple[onnx.NodeProto, ...]
 
 
 def _saved(value: ir.Value) -> Recipe | None:
-    """The recipe saved on ``value``'s tensor by an earlier round (None: none, or one too
-    small to need it: a small constant is kept in the recipe as it is)."""
+    """The recipe saved on ``value``'s tensor by an earlier round (None: none). A small
+    constant's too: its bytes alone would be a number of the recipe's own, which a check of
+    a file does not take on trust (``check/folds/recipe_forms.py``)."""
     tensor = value.const_value
-    if tensor is None or provenance.RECIPE not in tensor.metadata_props or \
-            tensor.nbytes <= INLINE_BYTES:
+    if tensor is None or provenance.RECIPE not in tensor.metadata_props:
         return None
     return decode(tensor.metadata_props[provenance.RECIPE])
 

@@ -117,15 +117,17 @@ def _mark_built(replacement: Replacement, built: Sequence[Built], rule: str,
     """Every value the rewrite built says so, and each that replaces a value stands for it
     (``provenance.mark_replacement``): the fold keeps a recipe for what it stores of them,
     and a check compares a replacement with the value of the original it stands for. The
-    outputs of kept nodes it rewires may no longer mean what they meant: marked too, and
-    renamed (a graph output keeps its name), so that a name of the original always means
-    the original's value of that name (a check judges a file by names, whatever it says)."""
+    outputs of kept nodes it rewires may no longer mean what they meant: marked too; and
+    those it gives another shape (the elementwise chain moved between Reshapes computes the
+    flattened values) renamed (a graph output keeps its name), so that a name of the
+    original always means the original's value of that name (a check judges a file by
+    names, whatever it says)."""
     values = replacement.values
     for node in replacement.inputs:
         for out in node.outputs:
             if out not in values:
                 provenance.mark_rewired(out, rule)
-                if out.name and out not in graph.outputs:
+                if out.name and out in replacement.shapes and out not in graph.outputs:
                     out.name = fresh(out.name)
     made = [item.value for item in built if isinstance(item, BuiltConstant)] + \
         [out for item in built if isinstance(item, BuiltNode) for out in item.node.outputs]

@@ -5,17 +5,22 @@ A recipe a file carries is the file's own claim (``verification``). Re-run, it s
 tensor is what the recipe computes; it shows nothing about the tensor if the recipe itself may
 be anything: three Transposes, a Concat and an ``Add`` of a constant held in the recipe compute
 a merged weight moved by 40 ulps as well as the true recipe computes the true one. So a recipe
-counts only where each of its nodes is a node of the original (the same name, op, attributes,
-inputs and outputs) or an op of :data:`PARAMETER_OPS` of the rule the tensor names
-(``onnxfold.made_by``), and each constant it holds itself is an integer one (axes, shapes,
-sizes) or a number the original holds (a float attribute: a BatchNormalization's epsilon, a
-ConstantOfShape's value; or a one-element tensor). The table is the check's own: what a rule
-declares in ``rules/`` is never read here (a wrong declaration must not loosen the check).
+counts only where it names a rule that makes such tensors (``onnxfold.made_by``), each of
+its nodes is a node of the original (the same name, op, attributes, inputs and outputs) or
+an op rules build parameters with (:data:`PARAMETER_OPS`: a recipe joins the recipes of the
+constants it reads, which other rules may have made), and each constant it holds itself is
+an integer one (axes, shapes, sizes), a value the re-run takes from the original, or a number
+the original holds (a float attribute: a BatchNormalization's epsilon, a
+ConstantOfShape's value; or a one-element tensor). The tables are the check's own: what a
+rule declares in ``rules/`` is never read here (a wrong declaration must not loosen the
+check). What this cannot rule out: arithmetic of the original's own tensors composing
+another value; a tensor that passes is a parameter judged with the file's windows on the
+input sets (``check/rewrites/in_files.py``), as the verdict says.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnx
@@ -23,45 +28,48 @@ import onnx_ir as ir
 
 from onnxfold.ir.recipes import Recipe
 
-# the ops each rule computes its parameters with, over the original's tensors (a chain of
-# rules records the last: postpone_expand after constant_of_shape_as_expand)
-_BATCH_NORM = frozenset({"Add", "Sub", "Neg", "Mul", "Div", "Sqrt", "Reshape"})
-PARAMETER_OPS: dict[str, frozenset[str]] = {
-    "merge_shared_input_matmuls": frozenset({"Concat"}),
-    "merge_constant_factors": frozenset({"Mul"}),
-    "scale_the_product_once": frozenset({"Mul"}),
-    "cast_like_of_a_constant": frozenset({"Cast"}),
-    "transpose_before_widening": frozenset({"Cast", "Transpose"}),
-    "postpone_expand": frozenset({"Expand", "Mul"}),
-    "constant_of_shape_as_expand": frozenset({"Expand"}),
-    "fuse_mul_into_conv": frozenset({"Mul", "Reshape"}),
-    "fuse_add_into_conv": frozenset({"Add", "Reshape"}),
-    "fuse_batch_norm_into_conv": _BATCH_NORM,
-    "fuse_batch_norm_into_gemm": _BATCH_NORM,
-}
+# the ops rules compute their parameters with, over the original's tensors: a recipe joins
+# the recipes of the constants it reads, which other rules may have made (a CastLike made a
+# Cast, then the product's scale folded), so the set is the rules' union
+PARAMETER_OPS = frozenset({
+    "Concat",  # merge_shared_input_matmuls
+    "Mul",  # merge_constant_factors, scale_the_product_once, postpone_expand, fuse_mul_...
+    "Cast",  # cast_like_of_a_constant, transpose_before_widening
+    "Transpose",  # transpose_before_widening
+    "Expand",  # postpone_expand, constant_of_shape_as_expand
+    "Reshape", "Add", "Sub", "Neg", "Div", "Sqrt",  # fuse_{mul,add,batch_norm}_into_conv/gemm
+})
+# the rules that save a recipe on what they make (a tensor naming another is not one's)
+RULES = frozenset({
+    "merge_shared_input_matmuls", "merge_constant_factors", "scale_the_product_once",
+    "cast_like_of_a_constant", "transpose_before_widening", "postpone_expand",
+    "constant_of_shape_as_expand", "fuse_mul_into_conv", "fuse_add_into_conv",
+    "fuse_batch_norm_into_conv", "fuse_batch_norm_into_gemm", "fuse_matmul_add_into_gemm"})
 _INTEGER_LEAF_ELEMENTS = 64  # an axes, shape or sizes constant a recipe holds: small
 
 
-def foreign(name: str, recipe: Recipe, rule: str | None, original: ir.Model) -> str | None:
+def foreign(name: str, recipe: Recipe, rule: str | None, original: ir.Model,
+            resolved: Callable[[str], bool] = lambda leaf: False) -> str | None:
     """Why ``recipe`` (of the tensor ``name``, tagged as made by ``rule``) is not the
-    original's computation of a parameter of that rule, or None when it is."""
+    original's computation of a parameter of that rule, or None when it is. ``resolved``:
+    whether a leaf's name is a value the re-run takes from the original (its initializer, or
+    a value the check computes from it), whatever the recipe holds under that name."""
     if any(leaf.name in (name, recipe.output) for leaf in recipe.leaves):
         return "its recipe reads the tensor it makes"
-    allowed = PARAMETER_OPS.get(rule or "")
-    if allowed is None:
-        return (f"its recipe names no rule whose parameters the check knows ({rule or 'none'})"
+    if rule not in RULES:
+        return (f"its recipe names no rule whose parameters the check knows ({rule})"
                 if rule else "its recipe names no rule")
     nodes = None
     for node in recipe.nodes:
-        if node.domain in ("", "ai.onnx") and node.op_type in allowed:
+        if node.domain in ("", "ai.onnx") and node.op_type in PARAMETER_OPS:
             continue
         nodes = nodes if nodes is not None else _original_nodes(original)
         if _comparable(node) not in nodes.get(node.name, ()):
             return (f"its recipe computes with {node.op_type} (node {node.name or '?'}), "
-                    f"neither a node of the original nor an op {rule} builds parameters with")
+                    "neither a node of the original nor an op a rule builds parameters with")
     numbers: set[bytes] | None = None
     for leaf in recipe.leaves:
-        if leaf.value is None:
+        if leaf.value is None or resolved(leaf.name):
             continue
         value = np.asarray(leaf.value)
         if value.dtype.kind in "iub" and value.size <= _INTEGER_LEAF_ELEMENTS:

@@ -551,8 +551,8 @@ class _Verifier:
             name = str(folded.name)
             tensor = folded.const_value
             rule = tensor.metadata_props.get(provenance.MADE_BY) if tensor is not None else None
-            alien = None if self.own_output else recipe_forms.foreign(name, recipe, rule,
-                                                                      self.original)
+            alien = None if self.own_output else recipe_forms.foreign(
+                name, recipe, rule, self.original, self._resolvable)
             if alien is not None and "reads the tensor it makes" in alien:
                 verdicts.append(verdict_of(folded, UNVERIFIABLE, via=FOREIGN, reason=(
                     f"made by a rewrite, the file says; {alien}: only the comparison on "
@@ -582,6 +582,13 @@ class _Verifier:
                 verdict.state, verdict.reason = SAMPLED, f"made by a rewrite; {derived.sampled[0]}"
             verdicts.append(verdict)
         return verdicts
+
+    def _resolvable(self, name: str) -> bool:
+        """Whether a recipe's leaf ``name`` is taken from the original when the recipe runs
+        (``RecipeRunner``: its initializer, or a value computed from it) or the optimized
+        model (an initializer, verified on its own), not from the recipe's own bytes."""
+        return name in self.original.graph.initializers or \
+            name in self.optimized.graph.initializers or self._computable(name) is not None
 
     def _computable(self, name: str) -> ir.Value | None:
         """The original's computed value ``name``, where it reads no input value and no
