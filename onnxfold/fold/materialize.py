@@ -86,10 +86,8 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
                 if provenance.rewired(value):
                     tensor.metadata_props[provenance.REWIRED] = str(value.meta[
                         provenance.REWIRED])
-                if recipe is not None:  # with the rule whose parameter it is (for a check)
+                if recipe is not None:
                     tensor.metadata_props[provenance.RECIPE] = encode(recipe)
-                    tensor.metadata_props[provenance.MADE_BY] = str(
-                        value.meta[provenance.MADE_BY])
                 stored_by_content.add(arr, stored)
             done.stored += 1
             done.stored_bytes += arr.nbytes

