@@ -164,3 +164,16 @@ def shared_input_products(path):
         x = f"h{layer}"
     onnx.save(make_model(nodes, [vinfo("x", shape=["N", 64])], [vinfo(x, shape=["N", 64])],
                          inits), str(path))
+
+
+def without_run_record(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` without the model-level record every onnxfold output carries
+    (``onnxfold.run``: some 60 bytes), for tests that weigh what the fold itself wrote."""
+    from onnxfold.ir.provenance import RUN
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    kept = [p for p in copy.metadata_props if p.key != RUN]
+    del copy.metadata_props[:]
+    copy.metadata_props.extend(kept)
+    return copy

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.pipeline.options import FoldOptions
-from tests.support.models import make_model, tensor, vinfo
+from tests.support.models import make_model, tensor, vinfo, without_run_record
 from tests.support.running import fold_proto
 
 T = TensorProto
@@ -44,8 +44,9 @@ def assert_same(proto, folded, feeds):
 
 
 def file_size(proto, tmp_path, name):
+    """The bytes of ``proto`` saved, the run's record (``onnxfold.run``) left out."""
     path = str(tmp_path / name)
-    onnx.save(proto, path)
+    onnx.save(without_run_record(proto), path)
     return os.path.getsize(path)
 
 
