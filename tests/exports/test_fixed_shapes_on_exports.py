@@ -26,7 +26,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", export_matrix.families(CASES))
+# CI: the encoder and vision exports (the dynamo decoder, 29 s, in the breadth tier)
+@pytest.mark.parametrize("name", export_matrix.families(CASES, core=export_matrix.CORE - {
+    "llama_kv_dynamo"}))
 def test_a_fixed_shape_checks_where_the_user_fixed_it(name, tmp_path):
     source, out = export_matrix.build(name), tmp_path / "out.onnx"
     proc = run_cli("optimize", source, "-o", out, "--input-shape", *CASES[name], "--check", "3",

@@ -21,7 +21,7 @@ pytest.importorskip("peft", reason="the LoRA exports need peft (pip install .[ex
 from bench import adapter_models as am
 from onnxfold.runtime.adapters import read_adapter
 from onnxfold.runtime.session import Session
-from tests.support import export_models
+from tests.support import breadth, export_models
 from tests.support.cli import assert_ok, run_cli
 
 REL = 1e-5  # largest difference relative to the largest output, float32
@@ -68,7 +68,9 @@ def decoders(tmp_path_factory):
     return tmp, made
 
 
-@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+# CI: the dynamo export (the TorchScript decoder's export alone took 41 s: the breadth tier's)
+@pytest.mark.parametrize("dynamo", breadth.over([False, True], lambda dynamo: dynamo),
+                         ids=["torchscript", "dynamo"])
 def test_a_decoder_exported_as_users_do_splits_into_a_base_and_its_adapters(decoders, dynamo):
     tmp, made = decoders
     spec = am.DECODERS["tiny_llama_lora"]

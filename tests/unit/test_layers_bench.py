@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from bench import layers
+from tests.support import breadth
 
 
 def _model(n: int, cpu: dict[str, float], rss: dict[str, float], passes: float,
@@ -71,6 +72,7 @@ def test_a_tool_that_failed_at_either_end_has_no_slope_and_no_ratio():
     assert "crashed: no" in text
 
 
+@breadth.MARK  # 62 s of CI: the breadth tier runs it (and `python -m bench run layers` itself)
 def test_the_smallest_run_measures_checks_and_derives_its_tables(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
