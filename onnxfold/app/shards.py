@@ -44,11 +44,12 @@ class Shard:
         """``K/N`` with 0 <= K < N (InputError naming the flag otherwise)."""
         index, slash, count = text.partition("/")
         try:  # ASCII digits, as every count (str.isdigit takes any script's digits)
+            if not slash:
+                raise NumberError(text)
             shard = cls(parse_int(index, minimum=0), parse_int(count, minimum=0))
         except NumberError:
-            slash = ""
-        if not slash:
-            raise InputError(f"--shard {text}: expected K/N, shard K (from 0) of N, e.g. 0/4")
+            raise InputError(f"--shard {text}: expected K/N, shard K (from 0) of N, e.g. 0/4"
+                             ) from None
         if not 0 <= shard.index < shard.count:
             raise InputError(f"--shard {text}: K must be from 0 to N-1 (a Kubernetes indexed "
                              "Job's JOB_COMPLETION_INDEX, a Slurm array's task id with "

@@ -36,6 +36,8 @@ from typing import Any
 
 import onnx_ir as ir
 
+from onnxfold.ir.graph import all_graphs
+
 FOLDED_FROM = "onnxfold.folded_from"
 ROUNDING = "onnxfold.rounding"
 STANDS_FOR = "onnxfold.stands_for"
@@ -59,10 +61,11 @@ def run_record(version: str, options: Mapping[str, Any]) -> str:
 
 def written_by_onnxfold(model: ir.Model) -> bool:
     """Whether ``model`` says a run of onnxfold wrote it: its model-level record, or (files
-    written before that record) a tensor of its main graph with onnxfold's provenance."""
+    written before that record) a tensor of any of its graphs with onnxfold's provenance."""
     return RUN in model.metadata_props or any(
-        key.startswith("onnxfold.") for v in model.graph.initializers.values()
-        if v.const_value is not None for key in v.const_value.metadata_props)
+        key.startswith("onnxfold.") for graph in all_graphs(model)
+        for v in graph.initializers.values() if v.const_value is not None
+        for key in v.const_value.metadata_props)
 
 
 def stands_for(value: ir.Value) -> str | None:

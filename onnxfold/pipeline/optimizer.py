@@ -417,9 +417,10 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         report.metadata_stripped = {"mode": options.strip_metadata,
                                     "entries": stripped.entries, "bytes": stripped.bytes,
                                     "own": stripped.own}
-    given, defaults = options_dict(options), options_dict(FoldOptions())
+    defaults = options_dict(FoldOptions())
     model.metadata_props[provenance.RUN] = provenance.run_record(__version__, {
-        k: v for k, v in given.items() if v != defaults.get(k) and k not in _UNRECORDED})
+        k: v for k, v in report.options.items()
+        if v != defaults.get(k) and k not in _UNRECORDED})
     with phases.phase("signature"):
         signature.finish(model, catalogue.costs)
     report.phases = phases.rounded()

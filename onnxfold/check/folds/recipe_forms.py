@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.check.folds.recipe_runs import reads_itself
 from onnxfold.ir.recipes import Recipe
 
 # the ops rules compute their parameters with, over the original's tensors: a recipe joins
@@ -49,7 +50,7 @@ def foreign(name: str, recipe: Recipe, original: ir.Model,
     rewrite's parameter, or None when it is. ``resolved``:
     whether a leaf's name is a value the re-run takes from the original (its initializer, or
     a value the check computes from it), whatever the recipe holds under that name."""
-    if any(leaf.name in (name, recipe.output) for leaf in recipe.leaves):
+    if reads_itself(name, recipe):
         return "its recipe reads the tensor it makes"
     nodes = None
     for node in recipe.nodes:

@@ -22,6 +22,11 @@ from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_n
 from onnxfold.ir.recipes import Recipe
 
 
+def reads_itself(name: str, recipe: Recipe) -> bool:
+    """Whether ``recipe`` (of the initializer ``name``) reads the tensor it makes."""
+    return any(leaf.name in (name, recipe.output) for leaf in recipe.leaves)
+
+
 class Unresolved(Exception):
     """A recipe cannot be re-run; the message says why (a reason for the report)."""
 
@@ -59,7 +64,7 @@ class RecipeRunner:
         handed: dict[str, np.ndarray] = {}
         inputs: dict[str, np.ndarray] = {}
         sampled: list[str] = []
-        if any(leaf.name in (name, recipe.output) for leaf in recipe.leaves):
+        if reads_itself(name, recipe):
             raise Unresolved("its recipe reads the tensor it makes")
         for leaf in recipe.leaves:
             if not leaf.constant:

@@ -551,16 +551,11 @@ class _Verifier:
             name = str(folded.name)
             alien = None if self.own_output else recipe_forms.foreign(
                 name, recipe, self.original, self._resolvable)
-            if alien is not None and "reads the tensor it makes" in alien:
-                verdicts.append(verdict_of(folded, UNVERIFIABLE, via=FOREIGN, reason=(
-                    f"made by a rewrite, the file says; {alien}: only the comparison on "
-                    "inputs covers it")))
-                continue
             try:
                 derived = runner.derive(name, recipe)
-            except Unresolved as e:
-                verdicts.append(verdict_of(folded, UNVERIFIABLE, via="recipe",
-                                           reason=f"made by a rewrite; {e}"))
+            except Unresolved as e:  # (a file's recipe of its own: never a parameter)
+                verdicts.append(verdict_of(folded, UNVERIFIABLE, via=FOREIGN if alien else
+                                           "recipe", reason=f"made by a rewrite; {e}"))
                 continue
             nodes = [_bare(n) for n in recipe.nodes]
             exact = not any(self.cones.varies(n) for n in nodes) and (
