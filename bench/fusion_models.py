@@ -13,6 +13,7 @@ D``), in a child, and ``fused`` counts the ops it fuses into.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -181,6 +182,13 @@ def export(name: str, exporter: str, out: Path, timeout: float = 900) -> list[Pa
     subprocess.run([sys.executable, "-m", "bench.fusion_models", name, exporter, str(out)],
                    env=env, check=True, capture_output=True, text=True, timeout=timeout)
     return sorted(out.glob("*.onnx"))
+
+
+def export_error(failed: subprocess.CalledProcessError) -> str:
+    """The last line of an exporting child's error that names the exception (one line)."""
+    lines = [line.strip() for line in (failed.stderr or "").splitlines()
+             if re.match(r"\s*\w+(Error|Exception)\b", line)]
+    return (lines[-1] if lines else f"exit {failed.returncode}")[:160]
 
 
 def cache_dir() -> Path:

@@ -75,6 +75,31 @@ def _same(name: str, source: Path, other: Path) -> str:
     return "same" if done.returncode == 0 else f"**differs (exit {done.returncode})**"
 
 
+def _loads(path: Path) -> str | None:
+    """None where onnxruntime's CPU provider loads ``path``; else why not (one line)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own unexported classes
+        return str(e).splitlines()[0].rsplit(" : ", 1)[-1].split(" node with name")[0][:100]
+    return None
+
+
+def _compared(name: str, source: Path, chains: tuple[Path, ...], alone: Path,
+              folded: Path) -> str:
+    """onnxfold's chains against the export; where the optimizer's own output holds an op
+    onnxruntime's CPU provider has no kernel for (T5's RelativePositionBias), no chain through
+    it runs here: onnxfold alone against the export instead, and the reason said."""
+    cannot = _loads(alone) if alone.exists() else "no optimizer output"
+    if cannot is None:
+        return ", ".join(_same(name, source, p) for p in chains if p.exists())
+    alone_same = _same(name, source, folded) if folded.exists() else "no onnxfold output"
+    return f"not run here (the optimizer's output: {cannot}); onnxfold alone: {alone_same}"
+
+
 def _cell(path: Path | None, broke: str | None) -> str:
     if broke is not None or path is None:
         return f"**{broke}**" if broke and "not run" not in broke else str(broke)
@@ -129,8 +154,7 @@ def measure(name: str, source: Path, work: Path, peers_python: str | None,
             except InputError as e:  # the optimizer's output does not run here (a GPU op)
                 row["latency"] = f"not timed: {str(e).split(': ', 1)[-1][:100]}"
         if tool == "onnxfold":
-            row["same"] = ", ".join(_same(name, source, p) for p in (then, after)
-                                    if p.exists())
+            row["same"] = _compared(name, source, (then, after), alone, first)
     return row
 
 
@@ -167,7 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, dict] = {}
     for name in families:
         for exporter in a.exporters:
-            for source in fm.cached_export(name, exporter):
+            try:
+                sources = fm.cached_export(name, exporter)
+            except subprocess.CalledProcessError as e:  # the exporter's failure, not a tool's
+                rows[f"{name}, {exporter}"] = {"export": f"**the export fails: "
+                                                         f"{fm.export_error(e)}**"}
+                print(f"{name}, {exporter}: {rows[f'{name}, {exporter}']}", flush=True)
+                continue
+            for source in sources:
                 label = f"{name}, {exporter}: {source.name}"
                 rows[label] = measure(name, source, a.work / f"{name}_{exporter}",
                                       a.peers_python, a.latency)
@@ -184,5 +215,6 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if not a.no_readme:
         replace_section(ROOT / "bench" / "README.md",
-                        "fusions-held-out" if a.held_out else "fusions", text)
+                        "fusions-held-out" if a.held_out else "fusions", text,
+                        command.replace(" --peers-python PEERS", ""))
     return 0
