@@ -145,6 +145,9 @@ def _run_guarded(action: Callable[[], int], debug: bool, silent: bool,
         with bus_error_exits(directories, EXIT_USAGE), warnings.catch_warnings(), \
                 quiet("onnx_ir") if silent and not debug else as_warnings("onnx_ir", "onnx-ir"):
             warnings.showwarning = _one_line_warning
+            # numpy's floating-point notes (a NaN cast, a division by zero) are the model's
+            # values meeting arithmetic, as onnxruntime meets them: no warning of onnxfold's
+            warnings.filterwarnings("ignore", NUMPY_FLOATING_NOTE, RuntimeWarning)
             code = action()
         endings.check()  # a signal some library swallowed, or one noted while unwinding
         return code
@@ -157,6 +160,9 @@ def _run_guarded(action: Callable[[], int], debug: bool, silent: bool,
         if code:
             _remove_own_files()
         return code
+
+
+NUMPY_FLOATING_NOTE = r"(invalid value|divide by zero|overflow|underflow) encountered in "
 
 
 def _one_line_warning(message: Warning | str, *_where: Any, **_more: Any) -> None:

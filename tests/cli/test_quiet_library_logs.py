@@ -8,11 +8,13 @@ is shown (its other warnings tell of data it drops).
 
 from __future__ import annotations
 
+import textwrap
+
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, run_python
 
 BLOB = b"\x80\xff\x00binary sentencepiece model\xfe"  # not UTF-8
 
@@ -44,3 +46,24 @@ def test_a_non_utf8_string_attribute_is_kept_and_quiet_means_quiet(tmp_path, fla
         assert "UTF-8" in lines[0]
     kept = [a.s for n in onnx.load(out).graph.node for a in n.attribute if a.name == "model"]
     assert kept == [BLOB]
+
+
+def test_numpys_floating_point_notes_are_no_warning_of_onnxfolds():
+    """A model's NaNs meeting a cast (or a zero meeting a division) in any step of a run made
+    numpy print "invalid value encountered in cast" as ``onnxfold: warning:`` (issue 82): the
+    model's values, computed as onnxruntime computes them, are no word of onnxfold's. A
+    warning of onnxfold's own still reaches the user."""
+    result = run_python("-c", textwrap.dedent("""
+        import warnings
+        import numpy as np
+        from onnxfold.app.cli import run_guarded
+        def action():
+            np.array([np.nan, 1e30]).astype(np.int32)
+            np.array([1.0]) / np.array([0.0])
+            np.array([1e300]) * np.array([1e300])
+            warnings.warn("onnxfold's own")
+            return 0
+        print(run_guarded(action, False, False, []))
+    """), timeout=120)
+    assert result.stdout.strip() == "0", result.stderr
+    assert result.stderr.splitlines() == ["onnxfold: warning: onnxfold's own"], result.stderr
