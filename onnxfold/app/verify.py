@@ -12,6 +12,7 @@ when it loads the model: a 4 KB nest of functions is a million nodes there.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -96,6 +97,13 @@ def verifier(original: str | os.PathLike, limit: int | None = VERIFY_LIMIT,
                 raise InputError(f"--input-shape {' '.join(input_shapes.specs)}: the model does "
                                  f"not run at those shapes (the original fails there too: "
                                  f"{failure}); nothing was written")
+        else:
+            failure = _fails_at(original, None)
+            if failure is not None and _same_op(problem, failure):
+                said = re.sub(r"^.*?Load model from .*? failed: ?", "", problem)
+                raise InputError(f"onnxruntime cannot run the model: with its constants folded "
+                                 f"it does not load ({said}), and the original fails in the "
+                                 f"same op ({failure}); nothing was written")
         if target_opset is not None and _unloadable_at(original, target_opset):
             raise InputError(f"--target-opset {target_opset}: onnxruntime cannot load the model "
                              f"converted to opset {target_opset} ({problem}); nothing was "
@@ -120,16 +128,26 @@ def _unloadable_at(original: str | os.PathLike, opset: int) -> bool:
         return False
 
 
-def _fails_at(original: str | os.PathLike, input_shapes: InputShapes) -> str | None:
-    """Why the original, its inputs fixed by ``input_shapes``, fails to run once on seeded
-    inputs (None: it runs)."""
+def _same_op(load_error: str, run_error: str) -> bool:
+    """Whether onnxruntime's refusal to load the output names an op type (``Op (MatMul)``)
+    that the original's failure to run names too: the model's own op failing at load where
+    its shapes became known, not another failure of the original on made-up inputs."""
+    named = re.search(r"Op \((\w+)\)", load_error)
+    return named is not None and re.search(rf"\b{named.group(1)}\b", run_error) is not None
+
+
+def _fails_at(original: str | os.PathLike, input_shapes: InputShapes | None) -> str | None:
+    """Why the original, its inputs fixed by ``input_shapes`` (None: as it declares them),
+    fails to run once on seeded inputs (None: it runs)."""
     from onnxfold.check.running.feeds import synthetic_feeds
     from onnxfold.pipeline.references import with_input_shapes
 
-    proto = with_input_shapes(os.fspath(original), input_shapes)
+    proto = with_input_shapes(os.fspath(original), input_shapes) if input_shapes is not None \
+        else os.fspath(original)
     try:
         feeds, _ = synthetic_feeds(proto)
-        open_session(proto.SerializeToString(), load_check_options()).run(None, feeds)
+        model = proto if isinstance(proto, str) else proto.SerializeToString()
+        open_session(model, load_check_options()).run(None, feeds)
     except Exception as e:  # onnxruntime and the feeds raise several exception types
         return " ".join(str(e).split())[:300] or type(e).__name__
     return None
