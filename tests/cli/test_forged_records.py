@@ -147,3 +147,65 @@ def test_an_output_where_nothing_folded_still_says_it_is_onnxfolds(tmp_path):
     assert "no record of onnxfold" in proc.stdout, proc.stdout
     # the file's window that reads the weight, run against the original's nodes, differs
     assert proc.returncode == 1 and "rewritten at conv" in proc.stderr, proc.stderr
+
+
+def _as_literal(folded, bad, name: str, change) -> None:
+    """``folded`` with initializer ``name`` (1-D float) written as a ``Constant`` node's
+    ``value_floats`` instead, its values changed by ``change``."""
+    proto = onnx.load(folded)
+    (init,) = [t for t in proto.graph.initializer if t.name == name]
+    values = change(numpy_helper.to_array(init))
+    proto.graph.initializer.remove(init)
+    proto.graph.node.insert(0, helper.make_node("Constant", [], [name], name=f"{name}_literal",
+                                                value_floats=values.tolist()))
+    onnx.save(proto, bad)
+
+
+def test_a_constant_written_as_a_literal_list_is_judged_as_one_in_value(folded, tmp_path):
+    """The adversarial round of issue 82 (item 7): a copied-through weight written as
+    ``Constant(value_floats=...)`` and moved 900 ulps (inside the outputs' tolerance) passed
+    every check with a full verdict: only ``value`` was read as a Constant's tensor."""
+    a, b = folded
+    bad = tmp_path / "bad.onnx"
+    _as_literal(b, bad, "b", lambda v: _ulps(v, 900))
+    _fails_everywhere(a, bad, "b")
+
+
+def _renamed(folded, bad, tags: dict[str, str]) -> None:
+    """``folded`` with the folded ``Wt`` renamed (its reader rewired to the new name), one
+    element moved 300 ulps, and ``tags`` written on it."""
+    proto = onnx.load(folded)
+    (init,) = [t for t in proto.graph.initializer if t.name == "Wt"]
+    planted = numpy_helper.from_array(_ulps(numpy_helper.to_array(init), 300), "Wt_new")
+    for key, value in tags.items():
+        planted.metadata_props.add(key=key, value=value)
+    init.CopyFrom(planted)
+    for node in proto.graph.node:
+        node.input[:] = ["Wt_new" if i == "Wt" else i for i in node.input]
+    onnx.save(proto, bad)
+
+
+@pytest.mark.parametrize("tag", ["none", "made_by", "rewired", "rewired+stands_for"])
+def test_a_tag_on_a_renamed_float_tensor_never_loosens_its_verdict(folded, tmp_path, tag):
+    """Issue 82 item 7: renamed and moved 300 ulps, the folded ``Wt`` is not verifiable
+    without a tag (a full verdict is not given); a ``made_by`` or ``rewired`` tag made it a
+    parameter of the validated windows that read it (a full verdict), and ``rewired`` hid a
+    ``stands_for`` that compares it with the original's ``Wt``. Now a tag leaves it as
+    strict as none, and ``stands_for`` is always compared."""
+    tags = {"none": {}, "made_by": {provenance.MADE_BY: "merge_shared_input_matmuls"},
+            "rewired": {provenance.REWIRED: "merge_transposes"},
+            "rewired+stands_for": {provenance.REWIRED: "merge_transposes",
+                                   provenance.STANDS_FOR: "Wt"}}[tag]
+    a, b = folded
+    bad = tmp_path / "bad.onnx"
+    _renamed(b, bad, tags)
+    if provenance.STANDS_FOR in tags:
+        _fails_everywhere(a, bad, "Wt_new")
+        return
+    for window in (None, 1):
+        result = onnxfold.compare(str(a), str(bad), n=1, window_bytes=window)
+        (verdict,) = [t for t in result.folds.tensors if t.name == "Wt_new"]
+        assert verdict.state == "not verifiable", result.summary()
+        assert not result.ok or "not a full verification" in result.verdict(), result.summary()
+    proc = run_cli("verify-folds", a, bad)
+    assert proc.returncode == 1 or "not a full verification" in proc.stdout, proc.stdout

@@ -86,11 +86,11 @@ def test_a_changed_builder_changes_the_key(monkeypatch):
     assert export_matrix.cache_key("llama_kv_dynamo") != before
 
 
-# CI: the core but the MoE decoder, the upsampling decoder, the float16 encoder and T5 (103 s;
-# their planted folds and windows are the breadth tier's too)
+# CI: the core but the MoE decoder, the upsampling decoder, the float16 encoder, T5, dynamo's
+# BERT and GPT-2 (their planted folds and windows are the breadth tier's too)
 @pytest.mark.parametrize("name", families(_params(MATRIX), core=CORE - {
     "olmoe_kv_torchscript", "upsample_decoder_dynamo", "bert_float16_dynamo",
-    "t5_torchscript"}))
+    "t5_torchscript", "bert_dynamo", "gpt2_kv_torchscript"}))
 def test_check_passes_with_defaults(name, tmp_path):
     source, out = export_matrix.build(name), tmp_path / "out.onnx"
     proc = run_cli("optimize", source, "-o", out, "--check", "3", timeout=600)
@@ -118,7 +118,8 @@ def folds(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", families(_params(FAMILY_REPRESENTATIVES),
-                                          core=PLANTED_CORE - {"llama_kv_dynamo"}))
+                                          core=PLANTED_CORE - {"llama_kv_dynamo",
+                                                               "gpt2_kv_torchscript"}))
 def test_a_planted_wrong_fold_is_caught(folds, tmp_path, name):
     """Both kinds planted in one fold (where each has a target): the comparison fails and its
     fold verification names each planted tensor as differing (one run where there were two:

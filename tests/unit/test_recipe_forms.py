@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from onnx import helper
+from onnx import TensorProto, helper
 
 from onnxfold.check.folds.recipe_forms import foreign
 from onnxfold.ir.recipes import Leaf, Recipe
@@ -79,3 +79,18 @@ def test_a_number_the_re_run_takes_from_a_model_is_no_number_of_the_recipe_s_own
                      leaves=[Leaf("s"), Leaf("scale", value=np.float32(0.125))])
     assert foreign("x", recipe, ORIGINAL) is not None
     assert foreign("x", recipe, ORIGINAL, resolved=lambda name: name == "scale") is None
+
+
+def test_integers_of_its_own_cast_to_a_float_are_not_the_originals():
+    """Issue 82 item 7: integer constants are allowed a recipe as axes and shapes; cast to a
+    float they make any factor (``Cast(2**23 + 40) / Cast(2**23)`` moves a weight 40 ulps)."""
+    nodes = (helper.make_node("Cast", ["num"], ["n"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["den"], ["d"], to=TensorProto.FLOAT),
+             helper.make_node("Div", ["n", "d"], ["f"]),
+             helper.make_node("Mul", ["W", "f"], ["out"]))
+    leaves = (Leaf("W", dtype=TensorProto.FLOAT),
+              Leaf("num", dtype=TensorProto.INT64, value=np.array(2**23 + 40)),
+              Leaf("den", dtype=TensorProto.INT64, value=np.array(2**23)))
+    original = ir.Model(ir.Graph([], [], nodes=[]), ir_version=10)
+    said = foreign("out", Recipe("out", nodes, leaves), original, lambda leaf: leaf == "W")
+    assert said is not None and "casts integers of its own (num)" in said

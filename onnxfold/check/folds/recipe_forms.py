@@ -8,7 +8,8 @@ a merged weight moved by 40 ulps as well as the true recipe computes the true on
 counts only where each of its nodes is a node of the original (the same name, op,
 attributes, inputs and outputs) or an op rules build parameters with (:data:`PARAMETER_OPS`:
 a recipe joins the recipes of the constants it reads, which other rules may have made), and
-each constant it holds itself is an integer one (axes, shapes, sizes), a value the re-run
+each constant it holds itself is an integer one (axes, shapes, sizes; never cast to a
+float), a value the re-run
 takes from a model, or a number the original holds (a float attribute: a
 BatchNormalization's epsilon, a ConstantOfShape's value; or a one-element tensor).
 
@@ -60,6 +61,10 @@ def foreign(name: str, recipe: Recipe, original: ir.Model,
         if _comparable(node) not in nodes.get(node.name, ()):
             return (f"its recipe computes with {node.op_type} (node {node.name or '?'}), "
                     "neither a node of the original nor an op a rule builds parameters with")
+    widened = _own_integers_widened(recipe, resolved)
+    if widened is not None:
+        return (f"its recipe casts integers of its own ({widened}) to a float: a number of "
+                "its own making, not the original's")
     numbers: set[bytes] | None = None
     for leaf in recipe.leaves:
         if leaf.value is None or resolved(leaf.name):
@@ -71,6 +76,28 @@ def foreign(name: str, recipe: Recipe, original: ir.Model,
         if value.size != 1 or value.dtype.kind != "f" or _key(value) not in numbers:
             return (f"its recipe holds a constant {leaf.name} of {value.size} "
                     f"{value.dtype} value(s) that the original does not hold")
+    return None
+
+
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                     onnx.TensorProto.BFLOAT16})
+
+
+def _own_integers_widened(recipe: Recipe, resolved: Callable[[str], bool]) -> str | None:
+    """The first constant the recipe holds itself (a value the re-run does not take from a
+    model) that reaches a Cast to a float type: integers are allowed a recipe as axes, shapes
+    and sizes, and ``Cast(2**23 + 40) / Cast(2**23)`` would make them any float factor."""
+    own = {leaf.name for leaf in recipe.leaves
+           if leaf.value is not None and not resolved(leaf.name)}
+    origin = {name: name for name in own}
+    for node in recipe.nodes:
+        source = next((origin[i] for i in node.input if i in origin), None)
+        if source is None:
+            continue
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "Cast" and to in _FLOATS:
+            return source
+        origin.update({o: source for o in node.output if o})
     return None
 
 

@@ -250,14 +250,34 @@ def _constants(nodes: Iterable[ir.Node]) -> list[ir.TensorProtocol]:
     return [tensor for _, tensor in _constant_tensors(nodes)]
 
 
+# a Constant's literal forms besides ``value`` (ONNX's Constant-13), as the tensors they
+# stand for: a scalar or a 1-D tensor of float32, int64 or strings
+_LITERALS = {"value_float": (np.float32, False), "value_floats": (np.float32, True),
+             "value_int": (np.int64, False), "value_ints": (np.int64, True),
+             "value_string": (np.object_, False), "value_strings": (np.object_, True)}
+
+
 def _constant_tensors(nodes: Iterable[ir.Node]
                       ) -> Iterator[tuple[ir.Node, ir.TensorProtocol]]:
-    """Each Constant node among ``nodes`` that holds a ``value``, with its tensor."""
+    """Each Constant node among ``nodes`` that holds a tensor, with it: a ``value``, or one
+    of the literal forms (``value_floats`` ...: a file may write any of them, and a tensor in
+    one is a constant as much as one in ``value``)."""
     for node in nodes:
-        if is_default_op(node, "Constant") and "value" in node.attributes:
-            tensor = tensor_of(node.attributes["value"])
-            if tensor is not None:
-                yield node, tensor
+        if not is_default_op(node, "Constant") or len(node.attributes) != 1:
+            continue
+        (name, attr), = node.attributes.items()
+        if name == "value" and attr.type == ir.AttributeType.TENSOR:
+            yield node, tensor_of(attr)
+        elif name in _LITERALS:
+            dtype, listed = _LITERALS[name]
+            values = attr.value
+            if dtype is np.object_:
+                values = [v.decode() if isinstance(v, bytes) else v
+                          for v in (values if listed else [values])]
+                array = np.array(values, dtype=np.object_).reshape(-1 if listed else ())
+            else:
+                array = np.array(list(values) if listed else values, dtype=dtype)
+            yield node, ir.tensor(array, name=node.outputs[0].name)
 
 
 def _pin(original: ir.Model, optimized: ir.Model) -> None:
@@ -360,16 +380,18 @@ class _Verifier:
         """A tensor under a name the original does not hold: what its record says it is
         (the value of the original it stands for, a recipe, a rewrite's parameter), judged
         by the check's own means; else not verifiable."""
-        if provenance.REWIRED in props:
-            recipe = saved_recipes.decode(props.get(provenance.RECIPE, ""))
-            return recipe if recipe is not None else verdict_of(
-                folded, UNVERIFIABLE, via="recipe", reason=(
-                    f"computed by nodes {props[provenance.REWIRED]} rewired, and no recipe "
-                    f"was saved with it ({NO_RECIPE}); only the comparison on inputs covers "
-                    "it"))
+        # the strictest word first: a value of the original it stands for is compared with
+        # it, whatever else the record says (a tag may only make a verdict stricter)
         standing = props.get(provenance.STANDS_FOR)
         if standing is not None and standing in self.cones.values:
             return self._target(self.cones.values[standing], folded, f"stands for {standing}")
+        if provenance.REWIRED in props:
+            recipe = saved_recipes.decode(props.get(provenance.RECIPE, ""))
+            return recipe if recipe is not None else verdict_of(
+                folded, UNVERIFIABLE, via="rewired", reason=(
+                    f"computed by nodes {props[provenance.REWIRED]} rewired, and no recipe "
+                    f"was saved with it ({NO_RECIPE}); only the comparison on inputs covers "
+                    "it"))
         if provenance.RECIPE in props:
             recipe = saved_recipes.decode(props[provenance.RECIPE])
             if recipe is not None:
@@ -555,7 +577,7 @@ class _Verifier:
                 derived = runner.derive(name, recipe)
             except Unresolved as e:  # (a file's recipe of its own: never a parameter)
                 verdicts.append(verdict_of(folded, UNVERIFIABLE, via=FOREIGN if alien else
-                                           "recipe", reason=f"made by a rewrite; {e}"))
+                                           "rewrite", reason=f"made by a rewrite; {e}"))
                 continue
             nodes = [_bare(n) for n in recipe.nodes]
             exact = not any(self.cones.varies(n) for n in nodes) and (

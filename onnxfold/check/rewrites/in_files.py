@@ -6,14 +6,17 @@ input sets as a run's records do (``validation``). Where a window differs at a v
 is *opened*: compared no more there, but where what reads it hands on (a few rounds): the
 same meaning may be written in another form under the original's name.
 
-A tensor that the file says a rewrite made (a parameter, a recipe's tensor, a rewired value)
-and that only validated windows read is then a *parameter* of them, judged with them on the
+A tensor that matches a recipe the check accepts as the original's computation
+(``check/folds/recipe_forms``), or one of structure (a few integers: axes, a Reshape's target)
+that the file says a rewrite made (a parameter, a rewired value), and that only validated
+windows read is then a *parameter* of them, judged with them on the
 input sets, as ``optimize --check`` judges its own rewrites' parameters; one that anything
 else reads, that a window that did not validate reads, or that no such word names (another
 tool's), keeps its verdict."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 
 import onnx_ir as ir
@@ -27,8 +30,24 @@ OPENINGS = 3  # rounds of opening the values where windows differ
 # what the file says made a tensor: a rewrite's parameter, a recipe, a rewired value (a tensor
 # with no such word, another tool's, is not presumed a rewrite's: not verifiable, as it was)
 CLAIMED = ("rewrite", "recipe", "rewired")
+RECIPE = "recipe"  # a recipe the check accepted as the original's computation, and matched
 JUDGED_WITH = ("read only by windows of the file validated on the input sets (judged with "
                "them)")
+
+
+STRUCTURE_ELEMENTS = 64  # an axes, shape or sizes tensor: small
+
+
+def structural(verdict: Verdict) -> bool:
+    """Whether ``verdict``'s tensor is structure (a few integers: axes, a Reshape's target,
+    sizes), which windows run on the input sets judge exactly (a wrong axis or size changes
+    what they compute, not its last bits). A float tensor that matches no recipe the check
+    accepts is not judged by its windows' tolerance: a file's word that a rewrite made it
+    would excuse any difference the tolerance hides, where without that word it is not
+    verifiable."""
+    dtype = (verdict.dtype or "").lower()
+    return dtype.startswith(("int", "uint", "bool")) and \
+        math.prod(verdict.shape or [0]) <= STRUCTURE_ELEMENTS
 
 
 def validated_windows(original: ir.Model, optimized: ir.Model, found: FileRewrites,
@@ -85,7 +104,8 @@ def judge_parameters(tensors: list[Verdict], found: FileRewrites,
         for name, count in found.reads[id(record)].items():
             reads[name] = reads.get(name, 0) + count
     for verdict in tensors:
-        if verdict.state != UNVERIFIABLE or verdict.name in edited or verdict.via not in CLAIMED:
+        if verdict.state != UNVERIFIABLE or verdict.name in edited or verdict.via not in CLAIMED \
+                or (verdict.via != RECIPE and not structural(verdict)):
             continue
         readers = found.readers.get(verdict.name, 0)
         if readers and reads.get(verdict.name, 0) == readers:
