@@ -27,11 +27,18 @@ def rounding_hint(check: CompareResult) -> str:
     bit) and ``--disable-rule`` for each; where every fold and rewrite was bitwise on its own
     and the tolerance is 0 (bit for bit asked), that onnxruntime's graph optimizations met two
     different graphs (``--ort-level basic`` compares without its fusions), and
-    ``merge_shared_input_matmuls`` if it merged products. "" otherwise."""
+    ``merge_shared_input_matmuls`` if it merged products; where the original differs as much
+    from itself between onnxruntime's levels (``check.unstable``), that instead of any rule.
+    "" otherwise."""
     rewrites, folds = check.rewrites, check.folds
     if check.failure or rewrites is None or not rewrites.ok or (folds is not None and
                                                                 not folds.ok):
         return ""
+    if check.unstable:
+        return (f"; the original itself differs as much between onnxruntime's optimization "
+                f"levels ({check.unstable}): its outputs turn on near ties (a top-k, an "
+                "argmax, a comparison) and move with any rounding, onnxruntime's own "
+                "included, so no --disable-rule is named (docs/check.md)")
     rounded = list(dict.fromkeys(r.rule for r in rewrites.rewrites if r.state == "within"))
     if rounded:
         return ("; these rewrites round apart from the original (their sums in another "

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from onnxfold.check.file_verification import FileVerification
 from onnxfold.check.folds.verdicts import FoldVerification
 from onnxfold.check.folds.verification import reads_dynamic_dims, verify_folds
-from onnxfold.check.outputs import map_outputs, summed_terms
+from onnxfold.check.outputs import map_outputs, stability, summed_terms
 from onnxfold.check.outputs.doomed_bindings import FailedNodes
 from onnxfold.check.outputs.interfaces import same_interface
 from onnxfold.check.outputs.reference_runs import Reference, run_optimized, run_reference
@@ -175,6 +175,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         drop_resident_pages()  # the cones read the weights: B's session copies its own
         if not _compare_optimized(result, b, run, reference):
             result.failure = result.failure or unasked
+            _measure_stability(result, run, reference)
             return result
         group = feeder.next_smaller()
         if group is None:
@@ -445,6 +446,32 @@ def _cut_rows(plan: WindowPlan, values_a: list[dict], values_b: list[dict | None
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
     return list(rows.values())
+
+
+def _measure_stability(result: CompareResult, run: _Run, reference: Reference) -> None:
+    """Where only outputs failed (the optimized model ran, every fold and rewrite held) and
+    the original runs in one session: whether the original differs as much from itself at
+    another optimization level (``outputs.stability``); said in a note and kept on
+    ``result`` for the failure line."""
+    failing = [row for row in result.rows if not row.ok]
+    if not failing or result.failure or run.windows is not None or run.b_in_windows or \
+            (result.folds is not None and not result.folds.ok) or \
+            (result.rewrites is not None and not result.rewrites.ok):
+        return
+    run.tell("running the original at another optimization level")
+    try:
+        spread = stability.unstable_outputs(
+            run.a, run.label_a, run.libraries, run.options.level, reference.feeds,
+            reference.outputs, failing, run.outputs, result.rtol, result.atol,
+            run.run_options)
+    except (InputError, MachineShort):  # an aid to the message: the verdict stands as it is
+        return
+    finally:
+        heap.release()
+    if spread:
+        result.unstable = spread
+        result.notes.append(f"the original itself differs as much between onnxruntime's "
+                            f"optimization levels ({spread}): its outputs turn on near ties")
 
 
 def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,

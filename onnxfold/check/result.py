@@ -87,6 +87,10 @@ class CompareResult:
     # the values both chains handed on at their cuts, compared as outputs are (where their
     # shapes and dtypes agree); they show where the chains part, the outputs decide
     cut_rows: list[OutputDiff] = field(default_factory=list)
+    # where only outputs failed: the failing outputs on which the original differs as much
+    # from itself at another optimization level ("" where it does not, or was not measured;
+    # ``check.outputs.stability``)
+    unstable: str = ""
 
     @property
     def ok(self) -> bool:
