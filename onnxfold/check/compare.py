@@ -59,6 +59,7 @@ from onnxfold.errors import InputError, one_line
 from onnxfold.host import heap
 from onnxfold.host.interruptible import InferenceTimeout
 from onnxfold.io.mapped import drop_resident_pages
+from onnxfold.ir import provenance
 from onnxfold.ir.graph import is_overridable
 from onnxfold.numbers import size_text
 from onnxfold.pipeline.evidence import RunEvidence
@@ -136,7 +137,8 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     # a file with no run's record at hand: its rewritten windows found in it (file_windows)
     run = _Run(a, b, options, catalogue, tell, leaves,
                in_file=evidence is None and options.verify is not False)
-    unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else ""
+    unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else \
+        _unrecorded_pins(run)
     notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \
         if run.pinned and not unasked else []
     if run.overrides and n > 1:
@@ -446,6 +448,20 @@ def _cut_rows(plan: WindowPlan, values_a: list[dict], values_b: list[dict | None
     for row in rows.values():
         row.ok = row.shapes_equal and row.dtypes_equal and row.mismatches == 0
     return list(rows.values())
+
+
+def _unrecorded_pins(run: _Run) -> str:
+    """For a file: the dims it fixes where the original leaves them dynamic although its own
+    record of the run that wrote it (``onnxfold.run``) says no ``--input-shape`` was given, as
+    a failure ("" where it fixes none, says it was given one, or carries no readable record:
+    then it is compared where it fixes them, and said). A record may only make a verdict
+    stricter: this is where it does."""
+    options = provenance.recorded_options(run.graph_b)
+    if not run.pinned or options is None or "input_shapes" in options:
+        return ""
+    return run.pinned.unasked({}).replace(
+        "and no --input-shape fixed", "and its own record of the run that wrote it says no "
+        "--input-shape fixed them")
 
 
 def _measure_stability(result: CompareResult, run: _Run, reference: Reference) -> None:

@@ -59,6 +59,18 @@ def run_record(version: str, options: Mapping[str, Any]) -> str:
                       sort_keys=True, separators=(",", ":"))
 
 
+def recorded_options(model: ir.Model) -> dict[str, Any] | None:
+    """The options ``model``'s run record (:func:`run_record`) says its run was given, None
+    where it carries no record, or one that is not what :func:`run_record` writes."""
+    try:
+        record = json.loads(model.metadata_props.get(RUN, ""))
+    except ValueError:
+        return None
+    options = record.get("options") if isinstance(record, dict) and \
+        record.get("tool") == "onnxfold" else None
+    return options if isinstance(options, dict) else None
+
+
 def written_by_onnxfold(model: ir.Model) -> bool:
     """Whether ``model`` says a run of onnxfold wrote it: its model-level record, or (files
     written before that record) a tensor of any of its graphs with onnxfold's provenance."""

@@ -209,3 +209,24 @@ def test_a_tag_on_a_renamed_float_tensor_never_loosens_its_verdict(folded, tmp_p
         assert not result.ok or "not a full verification" in result.verdict(), result.summary()
     proc = run_cli("verify-folds", a, bad)
     assert proc.returncode == 1 or "not a full verification" in proc.stdout, proc.stdout
+
+
+def test_a_fixed_dim_the_files_own_record_does_not_account_for_fails(tmp_path):
+    """Issue 82 item 7: an output that fixes a dim the original leaves dynamic is compared
+    where it fixes it; where its own record of the run says no --input-shape was given, the
+    record makes the verdict stricter: the comparison fails naming the dim. Without a record
+    (another tool's file) it is compared there, as before."""
+    a, b, bad = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "bad.onnx"
+    _original(a)
+    assert run_cli("optimize", a, "-o", b, "--input-shape", "x:2,8").returncode == 0
+    assert run_cli("compare", a, b, "-n", "1").returncode == 0
+    proto = onnx.load(b)
+    (record,) = [p for p in proto.metadata_props if p.key == provenance.RUN]
+    record.value = provenance.run_record("0.1.0", {})
+    onnx.save(proto, bad)
+    proc = run_cli("compare", a, bad, "-n", "1")
+    assert proc.returncode == 1 and "its own record of the run that wrote it says no " \
+        "--input-shape fixed them: n=2 of x (axis 0)" in proc.stdout, proc.stdout
+    del proto.metadata_props[:]
+    onnx.save(proto, bad)
+    assert run_cli("compare", a, bad, "-n", "1").returncode == 0
