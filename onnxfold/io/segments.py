@@ -12,6 +12,7 @@ resident memory stays that of two weights.
 
 from __future__ import annotations
 
+import errno
 import functools
 import math
 import os
@@ -380,6 +381,12 @@ def _open_source(source: FileRange) -> int:
     return open_input(source.path, source.identity, "cannot open external data to copy it")
 
 
+# copy_file_range's errors that say the kernel cannot copy between these files (another
+# file system on older kernels, no such call, a file system without it, files it refuses):
+# the bytes are copied by reads and writes instead
+KERNEL_CANNOT_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL})
+
+
 def copy_range(source: FileRange, dst_fd: int, dst_offset: int,
                sources: SourceFiles | None = None) -> None:
     """Copy file-to-file (``copy_file_range``; ``pread`` and write where the kernel cannot),
@@ -393,12 +400,12 @@ def copy_range(source: FileRange, dst_fd: int, dst_offset: int,
     try:
         while left:
             n = os.copy_file_range(src, dst_fd, left, pos, out)
-            if n == 0:
-                raise OSError("short copy")
+            if n == 0:  # the input ends early: the reads below say where
+                break
             pos, out, left = pos + n, out + n, left - n
-        return
-    except OSError:
-        pass
+    except OSError as e:  # only where the kernel cannot copy these two files: a full disk or
+        if e.errno not in KERNEL_CANNOT_COPY:  # an I/O error is the copy's own failure
+            raise
     while left:
         chunk = os.pread(src, min(left, _CHUNK), pos)
         if not chunk:  # the input is shorter than when it was checked

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import itertools
 import os
@@ -330,3 +331,46 @@ def test_a_weight_read_with_pread_starts_where_onnxruntime_holds_one(tmp_path):
         np.testing.assert_array_equal(array, arrays[i])
     for length in (1, 3, 63, 65, 4099):
         assert read_range(path, None, 7, length).ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize("code", ["EXDEV", "ENOSYS", "EOPNOTSUPP", "EINVAL", "ENOSPC", "EIO"])
+def test_copy_range_falls_back_only_where_the_kernel_cannot_copy(tmp_path, monkeypatch, code):
+    """``copy_file_range`` failing because the kernel cannot copy between the two files
+    (another file system, no such call ...) is copied by reads and writes instead; a full
+    disk or an I/O error is the copy's own failure and is raised (the fall-back once caught
+    every OSError, and wrote on where the disk was full)."""
+    source = tmp_path / "src.bin"
+    source.write_bytes(bytes(range(256)) * 16)
+    number = getattr(errno, code)
+
+    def refused(*_args):
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    dst = os.open(tmp_path / "dst.bin", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if number in (errno.ENOSPC, errno.EIO):
+            with pytest.raises(OSError) as raised:
+                copy_range(FileRange(str(source), 16, 4000), dst, 0)
+            assert raised.value.errno == number
+        else:
+            copy_range(FileRange(str(source), 16, 4000), dst, 0)
+    finally:
+        os.close(dst)
+    if number not in (errno.ENOSPC, errno.EIO):
+        assert (tmp_path / "dst.bin").read_bytes() == source.read_bytes()[16:4016]
+
+
+def test_copy_range_says_an_input_that_ends_early(tmp_path):
+    """``copy_file_range`` copying nothing (the input ends before the range) leaves the
+    reads to say where it ends: the input changed, never a short output."""
+    from onnxfold.io.checked import InputChanged
+
+    source = tmp_path / "src.bin"
+    source.write_bytes(b"x" * 100)
+    dst = os.open(tmp_path / "dst.bin", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(InputChanged, match="ends before byte 200"):
+            copy_range(FileRange(str(source), 0, 200), dst, 0)
+    finally:
+        os.close(dst)
