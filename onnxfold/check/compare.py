@@ -459,9 +459,8 @@ def _unrecorded_pins(run: _Run) -> str:
     options = provenance.recorded_options(run.graph_b)
     if not run.pinned or options is None or "input_shapes" in options:
         return ""
-    return run.pinned.unasked({}).replace(
-        "and no --input-shape fixed", "and its own record of the run that wrote it says no "
-        "--input-shape fixed them")
+    return run.pinned.unasked({}, "its own record of the run that wrote it says no "
+                              "--input-shape fixed them")
 
 
 def _measure_stability(result: CompareResult, run: _Run, reference: Reference) -> None:

@@ -29,6 +29,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.check.folds.recipe_runs import reads_itself
+from onnxfold.check.running.verdicts import STRUCTURE_ELEMENTS
 from onnxfold.ir.recipes import Recipe
 
 # the ops rules compute their parameters with, over the original's tensors: a recipe joins
@@ -42,7 +43,6 @@ PARAMETER_OPS = frozenset({
     "Expand",  # postpone_expand, constant_of_shape_as_expand
     "Reshape", "Add", "Sub", "Neg", "Div", "Sqrt",  # fuse_{mul,add,batch_norm}_into_conv/gemm
 })
-_INTEGER_LEAF_ELEMENTS = 64  # an axes, shape or sizes constant a recipe holds: small
 
 
 def foreign(name: str, recipe: Recipe, original: ir.Model,
@@ -70,7 +70,7 @@ def foreign(name: str, recipe: Recipe, original: ir.Model,
         if leaf.value is None or resolved(leaf.name):
             continue
         value = np.asarray(leaf.value)
-        if value.dtype.kind in "iub" and value.size <= _INTEGER_LEAF_ELEMENTS:
+        if value.dtype.kind in "iub" and value.size <= STRUCTURE_ELEMENTS:
             continue
         numbers = numbers if numbers is not None else _numbers(original)
         if value.size != 1 or value.dtype.kind != "f" or _key(value) not in numbers:

@@ -261,14 +261,20 @@ def _constant_tensors(nodes: Iterable[ir.Node]
                       ) -> Iterator[tuple[ir.Node, ir.TensorProtocol]]:
     """Each Constant node among ``nodes`` that holds a tensor, with it: a ``value``, or one
     of the literal forms (``value_floats`` ...: a file may write any of them, and a tensor in
-    one is a constant as much as one in ``value``)."""
+    one is a constant as much as one in ``value``). The check's own reading: not
+    ``onnxfold.ir.constants``, the fold's, which skips strings and keeps what it read on the
+    node."""
     for node in nodes:
-        if not is_default_op(node, "Constant") or len(node.attributes) != 1:
+        if not is_default_op(node, "Constant"):
             continue
-        (name, attr), = node.attributes.items()
-        if name == "value" and attr.type == ir.AttributeType.TENSOR:
-            yield node, tensor_of(attr)
-        elif name in _LITERALS:
+        name = next((n for n in ("value", *_LITERALS) if n in node.attributes), None)
+        if name is None:
+            continue
+        attr = node.attributes[name]
+        if name == "value":
+            if attr.type == ir.AttributeType.TENSOR:
+                yield node, tensor_of(attr)
+        else:
             dtype, listed = _LITERALS[name]
             values = attr.value
             if dtype is np.object_:

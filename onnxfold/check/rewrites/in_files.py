@@ -23,7 +23,14 @@ import onnx_ir as ir
 
 from onnxfold.check.rewrites.file_windows import FileRewrites, rewritten_windows
 from onnxfold.check.rewrites.validation import RewriteValidation
-from onnxfold.check.running.verdicts import AGREES, DIFFERS, PARAMETER, UNVERIFIABLE, Verdict
+from onnxfold.check.running.verdicts import (
+    AGREES,
+    DIFFERS,
+    PARAMETER,
+    STRUCTURE_ELEMENTS,
+    UNVERIFIABLE,
+    Verdict,
+)
 
 OPENINGS = 3  # rounds of opening the values where windows differ
 
@@ -35,9 +42,6 @@ JUDGED_WITH = ("read only by windows of the file validated on the input sets (ju
                "them)")
 
 
-STRUCTURE_ELEMENTS = 64  # an axes, shape or sizes tensor: small
-
-
 def structural(verdict: Verdict) -> bool:
     """Whether ``verdict``'s tensor is structure (a few integers: axes, a Reshape's target,
     sizes), which windows run on the input sets judge exactly (a wrong axis or size changes
@@ -47,7 +51,7 @@ def structural(verdict: Verdict) -> bool:
     verifiable."""
     dtype = (verdict.dtype or "").lower()
     return dtype.startswith(("int", "uint", "bool")) and \
-        math.prod(verdict.shape or [0]) <= STRUCTURE_ELEMENTS
+        math.prod(verdict.shape) <= STRUCTURE_ELEMENTS
 
 
 def validated_windows(original: ir.Model, optimized: ir.Model, found: FileRewrites,

@@ -38,13 +38,14 @@ class Pinned:
         return (f"{by} fixes dims the original leaves dynamic: {'; '.join(parts)}; both are "
                 "compared there only")
 
-    def unasked(self, fixed: Mapping[str, Sequence[int]]) -> str:
+    def unasked(self, fixed: Mapping[str, Sequence[int]],
+                why: str = "no --input-shape fixed") -> str:
         """The pinned dims that ``fixed`` (by input, the axes ``--input-shape`` fixed) does
-        not account for, as a failure (empty: none)."""
+        not account for, as a failure saying ``why`` they should not be fixed (empty: none)."""
         wrong = [f"{dim} of {name} (axis {axis})" for name, axis, dim in self.each
                  if axis not in fixed.get(name, ())]
-        return ("the optimized model fixes dims the original leaves dynamic and no "
-                f"--input-shape fixed: {', '.join(wrong)}") if wrong else ""
+        return (f"the optimized model fixes dims the original leaves dynamic and {why}: "
+                f"{', '.join(wrong)}") if wrong else ""
 
 
 def pinned_dims(a: ir.Model, b: ir.Model, given: Mapping[str, int]) -> Pinned:

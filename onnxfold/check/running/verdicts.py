@@ -22,6 +22,10 @@ BITWISE, WITHIN, SAMPLED, DIFFERS = "bitwise", "within", "sampled", "differs"
 UNVERIFIABLE, UNVALIDATED, PARAMETER = "not verifiable", "not validated", "parameter of a rewrite"
 AGREES = (BITWISE, WITHIN)  # what computing it again agreed with
 SHOWN_NAMES = 3  # names listed after a reason that several share
+# a tensor of structure: an axes, shape or sizes tensor of at most this many integers (a
+# recipe may hold such constants itself; a file's word may route such a tensor to the
+# windows that read it, which judge it exactly)
+STRUCTURE_ELEMENTS = 64
 
 
 @dataclass
