@@ -11,44 +11,75 @@ A proto whose graph took at most ``CAREFUL_ABOVE`` bytes in the file is copied w
 (one call into protobuf: its strings are small); a bigger one is copied node by node and
 tensor by tensor, so that no string is copied at all (protobuf's ``ByteSize`` would serialize a
 message to measure it, so nothing here asks for a size).
+
+An in-memory proto (``onnxfold.optimize(onnx.load(p))``) holds its weights' bytes, where a
+file's reader left them in the file: with ``data_from``, a main-graph initializer of at least
+that many raw bytes is not copied but declared a typed graph input, as a file's external
+weights are (``reader._without_external``), so that the checker serializes no weight of
+either.
 """
 
 from __future__ import annotations
 
 import onnx
 
-from onnxfold.ir.protos import copy_field
+from onnxfold.ir.protos import copy_field, tensor_nbytes
 
 CAREFUL_ABOVE = 16 << 20  # bytes of graph read: a smaller proto is copied whole, then emptied
 _A = onnx.AttributeProto
 _NESTED = (_A.TENSOR, _A.TENSORS, _A.GRAPH, _A.GRAPHS)
 
 
-def light_copy(proto: onnx.ModelProto, graph_bytes: int | None = None) -> onnx.ModelProto:
+def light_copy(proto: onnx.ModelProto, graph_bytes: int | None = None,
+               data_from: int | None = None) -> onnx.ModelProto:
     """``proto`` copied, with its strings' text emptied unless ``graph_bytes`` (the size of its
-    graph as read; None: unknown) is at most ``CAREFUL_ABOVE``."""
+    graph as read; None: unknown) is at most ``CAREFUL_ABOVE``; ``data_from``: main-graph
+    initializers of at least so many raw bytes become typed inputs (None: every one copied)."""
     copy = onnx.ModelProto()
-    if graph_bytes is not None and graph_bytes <= CAREFUL_ABOVE:
+    if graph_bytes is not None and graph_bytes <= CAREFUL_ABOVE and data_from is None:
         copy.CopyFrom(proto)
         return copy
     for desc, value in proto.ListFields():
         if desc.name == "graph":
-            _copy_graph(value, copy.graph)
+            _copy_graph(value, copy.graph, data_from)
         else:
             copy_field(copy, desc, value)
     return copy
 
 
-def _copy_graph(graph: onnx.GraphProto, target: onnx.GraphProto) -> None:
+def _copy_graph(graph: onnx.GraphProto, target: onnx.GraphProto,
+                data_from: int | None = None) -> None:
+    declared = []  # bulky initializers, declared inputs after the graph's own
     for desc, value in graph.ListFields():
         if desc.name == "initializer":
             for tensor in value:
-                _copy_tensor(tensor, target.initializer.add())
+                if data_from is not None and _bulky(tensor, data_from):
+                    declared.append(tensor)
+                else:
+                    _copy_tensor(tensor, target.initializer.add())
         elif desc.name == "node":
             for node in value:
                 _copy_node(node, target.node.add())
         else:
             copy_field(target, desc, value)
+    inputs = {value.name for value in graph.input}
+    target.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                        for t in declared if t.name not in inputs)
+
+
+def _bulky(tensor: onnx.TensorProto, least: int) -> bool:
+    """Whether ``tensor`` holds at least ``least`` bytes as raw data and nothing else the
+    checker judges (no typed data field beside it, not external): sized by its dims and type,
+    as reading ``raw_data`` would copy the bytes out."""
+    if not tensor.HasField("raw_data") or tensor.data_location == onnx.TensorProto.EXTERNAL \
+            or tensor.external_data or any(len(getattr(tensor, field)) for field in _TYPED):
+        return False
+    nbytes = tensor_nbytes(tensor)
+    return nbytes is not None and nbytes >= least
+
+
+_TYPED = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
+          "uint64_data")
 
 
 def _has_text(node: onnx.NodeProto) -> bool:

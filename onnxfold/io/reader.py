@@ -730,9 +730,12 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensor_protos(graph)):
             raise InputError(f"{label}: refers to external data, which an in-memory model "
                              "cannot locate safely; pass the model's file path")
-    late = _huge(proto)  # the checker would serialize it: not above 2 GiB
+    # the checker's copy: weights as typed inputs (their data: trust.py), as a file's are
+    light = without_large_constants(_without_node_metadata(
+        light_copy(proto, data_from=LAZY_THRESHOLD))) if check else None
+    late = light is not None and _huge(light)  # the checker serializes it: not above 2 GiB
     try:
-        unknown = _run_checker(proto, label, ops) if check and not late else \
+        unknown = _run_checker(light, label, ops) if light is not None and not late else \
             unknown_default_ops(ops)
     except InputError as e:  # checked again once sorted (onnxruntime accepts it unsorted)
         if _UNSORTED not in str(e):
@@ -744,7 +747,7 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         densify(copy, label)
         proto = copy
     model = _checked_model(proto, label)[0]
-    if check and late:  # sorted, without its large weights (typed inputs instead)
+    if late:  # sorted, without its large weights (typed inputs instead)
         unknown = _run_checker(serialize_light(model), label, ops)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)
     return model
