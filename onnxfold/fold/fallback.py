@@ -189,8 +189,10 @@ def _run_here(model: onnx.ModelProto, handed: dict[str, np.ndarray],
     (raised as such)."""
     # a check's custom ops (checked by the caller; the fold has none)
     options = session_options(optimized=False, libraries=libraries)
-    handed_values = {name: to_ort(a) for name, a in handed.items()}  # alive with the session
     try:
+        # alive with the session; each an aligned copy (a weight of 2 GiB under a 6 GiB
+        # address-space limit failed to allocate here, outside any handler: a raw MemoryError)
+        handed_values = {name: to_ort(a) for name, a in handed.items()}
         session = open_session(model.SerializeToString(), options, handed=handed_values)
         feed = {name: to_ort(a) for name, a in inputs.items()}
         return interruptible.run(
@@ -204,6 +206,8 @@ def _run_here(model: onnx.ModelProto, handed: dict[str, np.ndarray],
             f"the inference time limit ({interruptible.limit() or 0:g} s)"
         raise FallbackError(f"exceeded {limit}: onnxruntime was stopped", DeclineKind.SIZE
                             ) from e
+    except MemoryError as e:  # the machine's: this node is not folded, said so
+        raise FallbackError(f"out of memory ({first_line(e)})", DeclineKind.SIZE) from None
     except Exception as e:  # onnxruntime raises several unrelated exception types
         raise FallbackError(first_line(e)) from None
 
