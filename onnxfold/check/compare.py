@@ -41,7 +41,7 @@ from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.running.levels import DEFAULT_LEVEL
-from onnxfold.check.running.models import ModelRef, graph_of, label_of
+from onnxfold.check.running.models import ModelRef, graph_of, held, label_of, release_weights
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.pinned import pinned_dims
 from onnxfold.check.running.runner import MachineShort, open_session
@@ -134,6 +134,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         raise InputError(f"the number of input sets must be at least 1, not {n}")
     leaves = read_by(evidence.rewrites.records) if evidence is not None and \
         evidence.rewrites is not None else set()
+    a, b = held(a, label_of(a, "model A")), held(b, label_of(b, "model B"))
     # a file with no run's record at hand: its rewritten windows found in it (file_windows)
     run = _Run(a, b, options, catalogue, tell, leaves,
                in_file=evidence is None and options.verify is not False)
@@ -175,6 +176,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
             validated = _file_validated(a, b, run, reference, folds)
         result.folds, result.rewrites = folds, validated
         drop_resident_pages()  # the cones read the weights: B's session copies its own
+        release_weights(a)  # (and of a proto, the copies read out of it)
         if not _compare_optimized(result, b, run, reference):
             result.failure = result.failure or unasked
             _measure_stability(result, run, reference)
@@ -203,6 +205,7 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     bindings or inputs is said not verifiable."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
+    a, b = held(a, label_of(a, "model A")), held(b, label_of(b, "model B"))
     run = _Run(a, b, options or CompareOptions(), catalogue, tell, in_file=True)
     try:
         reference: Reference | None = run.reference(1)

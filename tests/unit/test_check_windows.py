@@ -273,24 +273,24 @@ def test_a_windows_weights_start_64_bytes_aligned_and_are_fed_uncopied(decoder):
     """The weight buffer starts each weight at a multiple of 64 bytes, as the runner feeds
     them (numpy starts a large array 16 bytes past one: the runner copied every weight of
     every window again for every input set)."""
-    from onnxfold.check.running import runner
+    from onnxfold.check.running import handed, runner
 
     source, folded = decoder
     copies = []
-    original = runner._contiguous
+    original = runner.aligned
 
     def counted(array):
         out = original(array)
-        if out is not array and array.nbytes > runner.HANDED_FROM:
+        if out is not array and array.nbytes > handed.HANDED_FROM:
             copies.append(array.nbytes)
         return out
 
-    runner._contiguous = counted  # type: ignore[assignment]
+    runner.aligned = counted  # type: ignore[assignment]
     try:
         result = compare_models(str(source), str(folded), 2,
                                 CompareOptions(verify=False, window_bytes=BUDGET))
     finally:
-        runner._contiguous = original  # type: ignore[assignment]
+        runner.aligned = original  # type: ignore[assignment]
     assert result.ok
     weights = sum(v.const_value.nbytes for v in graph_of(str(source), "a").graph.initializers
                   .values() if v.const_value is not None)

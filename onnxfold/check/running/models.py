@@ -17,12 +17,13 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
+from onnxfold.check.running.held import HeldModel
 from onnxfold.errors import InputError, clipped
 from onnxfold.io import load_model
 from onnxfold.io.mapped import MappedTensor
 from onnxfold.io.reader import model_from_proto
 
-ModelRef = str | os.PathLike | onnx.ModelProto
+ModelRef = str | os.PathLike | onnx.ModelProto | HeldModel
 
 _ORT_TYPES = {
     "float": np.float32, "float16": np.float16, "double": np.float64, "bool": np.bool_,
@@ -87,8 +88,11 @@ def read_constant(tensor: ir.TensorProtocol) -> np.ndarray:
 
 
 def label_of(model: ModelRef, default: str) -> str:
-    """How messages name ``model``: its path, or ``default`` for a proto; InputError for
-    anything else a caller gives (an ``ir.Model``: save it, or ``ir.to_proto`` it)."""
+    """How messages name ``model``: its path, or ``default`` for a proto (a held one's own
+    label); InputError for anything else a caller gives (an ``ir.Model``: save it, or
+    ``ir.to_proto`` it)."""
+    if isinstance(model, HeldModel):
+        return model.label
     if isinstance(model, onnx.ModelProto):
         return default
     if not isinstance(model, str | os.PathLike):
@@ -97,12 +101,28 @@ def label_of(model: ModelRef, default: str) -> str:
     return os.fspath(model)
 
 
+def held(model: ModelRef, label: str) -> ModelRef:
+    """``model``, a proto read once for a whole check (:class:`HeldModel`), a path as it is."""
+    return HeldModel(model, label) if isinstance(model, onnx.ModelProto) else model
+
+
+def release_weights(model: ModelRef) -> None:
+    """Let the weights a held proto's steps read go (``HeldModel.drop``; a path's mapped
+    pages: ``io.mapped.drop_resident_pages``)."""
+    if isinstance(model, HeldModel):
+        model.drop()
+
+
 def graph_of(model: ModelRef, label: str) -> ir.Model:
     """The model's graph (weights memory-mapped); also turns unreadable files into InputError,
     and refuses a model whose local functions onnxruntime would inline into too many nodes
     (``expansion.refuse_onnxruntime_inlining``)."""
-    loaded = model_from_proto(model) if isinstance(model, onnx.ModelProto) else \
-        load_model(model, check=False)
+    if isinstance(model, HeldModel):
+        loaded = model.graph()
+    elif isinstance(model, onnx.ModelProto):
+        loaded = model_from_proto(model)
+    else:
+        loaded = load_model(model, check=False)
     refuse_onnxruntime_inlining(loaded, label)
     return loaded
 

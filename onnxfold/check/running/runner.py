@@ -38,21 +38,14 @@ import onnx
 from onnx import helper
 
 from onnxfold.check.running import memory
+from onnxfold.check.running.handed import CARRIED, aligned, handable, onnx_type, placeholder
+from onnxfold.check.running.held import HeldModel
 from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
 from onnxfold.check.running.models import ModelRef, ort_message
 from onnxfold.errors import InputError
 from onnxfold.host import address_space, interruptible, limits
 from onnxfold.host.ort_sessions import register_libraries
 from onnxfold.io.opener import check_regular
-
-# constants at most this large are written into the model; larger ones are handed over
-HANDED_FROM = 4096
-# dtypes onnxruntime's Python API does not hand over, and the dtype each is carried in
-_CARRIED = {np.dtype(t): np.dtype(c) for t, c in (
-    (ml_dtypes.bfloat16, np.float32), (ml_dtypes.float8_e4m3fn, np.float32),
-    (ml_dtypes.float8_e4m3fnuz, np.float32), (ml_dtypes.float8_e5m2, np.float32),
-    (ml_dtypes.float8_e5m2fnuz, np.float32), (ml_dtypes.int4, np.int8),
-    (ml_dtypes.uint4, np.uint8))}
 
 
 class RunFailed(Exception):
@@ -137,14 +130,13 @@ class NodesModel:
         self.constant_feeds: dict[str, np.ndarray] = {}  # large constants fed (no prepacking)
         declared = dict(inputs)
         for name, array in (constants or {}).items():
-            large = array.nbytes > HANDED_FROM and array.dtype.kind in "biuf" and \
-                array.dtype not in _CARRIED
+            large = handable(array)
             if large and not prepacking:  # fed: onnxruntime reads it where it is, no copy
                 self.constant_feeds[name] = array
                 declared[name] = Fed.of(name, array)
             elif large:  # handed over as an initializer (onnxruntime copies, and prepacks it)
-                self.handed[name] = _contiguous(array)
-                graph.initializer.append(_placeholder(name, array))
+                self.handed[name] = aligned(array)
+                graph.initializer.append(placeholder(name, array))
             else:
                 graph.initializer.append(_tensor(name, array))
         self.carried: dict[str, np.dtype] = {}  # fed name -> the dtype it is carried in
@@ -152,27 +144,27 @@ class NodesModel:
         for name, fed in declared.items():
             if fed.sequence:
                 graph.input.append(helper.make_tensor_sequence_value_info(
-                    name, _onnx_type(fed.dtype), None))
+                    name, onnx_type(fed.dtype), None))
                 self.fed_names[name] = name
                 continue
-            carrier = _CARRIED.get(fed.dtype)
+            carrier = CARRIED.get(fed.dtype)
             fed_name = name if carrier is None else f"{name}#fed"
             shape = list(fed.shape) if fed.shape is not None else None
             graph.input.append(helper.make_tensor_value_info(
-                fed_name, _onnx_type(carrier or fed.dtype), shape))
+                fed_name, onnx_type(carrier or fed.dtype), shape))
             if carrier is not None:
                 graph.node.insert(0, helper.make_node("Cast", [fed_name], [name],
-                                                      to=_onnx_type(fed.dtype)))
+                                                      to=onnx_type(fed.dtype)))
                 self.carried[name] = carrier
             self.fed_names[name] = fed_name
         self.returned = []
         for want in self.outputs:
-            carrier = _CARRIED.get(want.dtype) if want.dtype is not None else None
+            carrier = CARRIED.get(want.dtype) if want.dtype is not None else None
             if carrier is None:
                 self.returned.append(want.name)
                 continue
             graph.node.append(helper.make_node("Cast", [want.name], [f"{want.name}#out"],
-                                               to=_onnx_type(carrier)))
+                                               to=onnx_type(carrier)))
             self.returned.append(f"{want.name}#out")
         graph.output.extend(onnx.ValueInfoProto(name=name) for name in self.returned)
         self.model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
@@ -222,7 +214,7 @@ class NodesModel:
             if not isinstance(array, np.ndarray) and not (want.sequence and
                                                           isinstance(array, list)):
                 raise RunFailed(f"{want.name} is no tensor (a {type(array).__name__})")
-        return [array if want.dtype is None or want.dtype not in _CARRIED else
+        return [array if want.dtype is None or want.dtype not in CARRIED else
                 np.asarray(array).astype(want.dtype) for want, array in zip(self.outputs, arrays)]
 
 
@@ -268,12 +260,22 @@ def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
     """A CPU session over ``model`` (see :func:`session_options`). InputError where
     onnxruntime cannot load it, MachineShort where the machine ran short loading it."""
     options = session_options(level, libraries, prepacking, threads)
-    if not isinstance(model, onnx.ModelProto):
+    source: bytes | str
+    handed: list = []  # alive with the session (onnxruntime may read them where they are)
+    if isinstance(model, HeldModel):
+        source, arrays = model.session_source()
+        if arrays:
+            import onnxruntime as ort
+
+            handed = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays.values()]
+            options.add_external_initializers(list(arrays), handed)
+    elif isinstance(model, onnx.ModelProto):
+        source = model.SerializeToString()
+    else:
         check_regular(model, what="model")  # onnxruntime opens the path: never a FIFO
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
-        os.fspath(model)
+        source = os.fspath(model)
     try:
-        return new_session(source, options)
+        session = new_session(source, options)
     except Exception as e:
         short = limits.shortage(e)
         if short is not None:
@@ -282,6 +284,8 @@ def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
         hint = " (--custom-op-library PATH loads the library that implements it)" if \
             _UNREGISTERED_OP.search(message) else ""
         raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
+    session.onnxfold_handed = handed
+    return session
 
 
 _UNREGISTERED_OP = re.compile(r"is not a registered function/op|No Op registered for")
@@ -337,21 +341,13 @@ def _tensor(name: str, array: np.ndarray) -> onnx.TensorProto:
                                   dims=array.shape)
         tensor.string_data.extend(_utf8(x).encode("utf-8") for x in array.reshape(-1).tolist())
         return tensor
-    tensor = onnx.TensorProto(name=name, data_type=_onnx_type(array.dtype), dims=array.shape)
+    tensor = onnx.TensorProto(name=name, data_type=onnx_type(array.dtype), dims=array.shape)
     if array.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)):
-        flat = _contiguous(array).reshape(-1).view(np.uint8) & 0x0F
+        flat = aligned(array).reshape(-1).view(np.uint8) & 0x0F
         flat = np.append(flat, np.uint8(0)) if flat.size % 2 else flat
         tensor.raw_data = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
     else:
         tensor.raw_data = array.tobytes()  # C order; little-endian hosts
-    return tensor
-
-
-def _placeholder(name: str, array: np.ndarray) -> onnx.TensorProto:
-    """An initializer whose bytes the session options hand over."""
-    tensor = onnx.TensorProto(name=name, data_type=_onnx_type(array.dtype), dims=array.shape,
-                              data_location=onnx.TensorProto.EXTERNAL)
-    tensor.external_data.add(key="location", value=f"onnxfold-check-{name}")
     return tensor
 
 
@@ -362,27 +358,7 @@ def _fed(array: np.ndarray, carrier: np.dtype | None) -> np.ndarray:
     if array.dtype.kind in "OSU":
         return np.array([_utf8(x) for x in array.reshape(-1).tolist()],
                         dtype=object).reshape(array.shape)
-    return _contiguous(array)
-
-
-_ALIGNED = 64  # bytes: where onnxruntime's allocator starts every tensor of a session
-
-
-def _contiguous(array: np.ndarray) -> np.ndarray:
-    """``array`` in C order, its shape kept (``np.ascontiguousarray`` makes a scalar 1-d),
-    starting at a multiple of 64 bytes as a session's initializers do: onnxruntime's
-    vectorized reductions sum the elements before the first aligned address apart, so the
-    same values 4 bytes off give other bits (the check's own copy, not the fold's)."""
-    if array.flags.c_contiguous and (array.ctypes.data % _ALIGNED == 0 or
-                                     array.dtype.kind == "O"):  # (references: no bytes)
-        return array
-    if array.dtype.kind == "O":
-        return np.array(array, order="C")
-    raw = np.empty(array.nbytes + _ALIGNED, np.uint8)
-    start = -raw.ctypes.data % _ALIGNED
-    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
-    np.copyto(out, array)
-    return out
+    return aligned(array)
 
 
 def _utf8(item: object) -> str:
@@ -394,7 +370,3 @@ def _utf8(item: object) -> str:
             raise RunFailed("a string that is not UTF-8, which onnxruntime's Python binding "
                             "cannot feed") from None
     return str(item)
-
-
-def _onnx_type(dtype: np.dtype) -> int:
-    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))

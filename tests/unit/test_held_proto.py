@@ -1,0 +1,124 @@
+"""A model handed the check as an ``onnx.ModelProto`` is read once (``check/running/held.py``):
+its graph parsed once and cloned for each step, its large weights copied once into aligned
+arrays handed to every session. What holds that to the truth: a session over the held model
+computes the proto's own bits, the verdict over protos is the verdict over the same models'
+files (a wrong weight still fails), and messages still name a proto as "model A"/"model B"."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.check.compare import compare_models
+from onnxfold.check.running import held as held_module
+from onnxfold.check.running import models as models_module
+from onnxfold.check.running.feeds import synthetic_feeds
+from onnxfold.check.running.held import HeldModel
+from onnxfold.check.running.options import CompareOptions
+from onnxfold.check.running.runner import open_session
+from onnxfold.errors import InputError
+from onnxfold.pipeline.optimizer import optimize
+
+
+def _weights_model() -> onnx.ModelProto:
+    """x @ Transpose(W) + b, Gather from an int8 table cast up, a float16 scale: weights
+    of several dtypes, large (handed over) and small (written), one folded by the fold."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 96)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "b")
+    table = numpy_helper.from_array(rng.integers(-128, 127, (100, 64), dtype=np.int8), "T")
+    scale = numpy_helper.from_array(rng.standard_normal(64 * 40).astype(np.float16)
+                                    .reshape(40, 64), "S")
+    nodes = [helper.make_node("Transpose", ["W"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["h"]),
+             helper.make_node("Gather", ["T", "ids"], ["g8"]),
+             helper.make_node("Cast", ["g8"], ["g"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["h", "g"], ["y"]),
+             helper.make_node("Cast", ["S"], ["s32"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["s32"], ["z"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 96]),
+                     helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [64])],
+        [w, b, table, scale])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_held_models_session_computes_the_protos_own_bits():
+    proto = _weights_model()
+    model = HeldModel(proto, "model A")
+    _, arrays = model.session_source()
+    assert set(arrays) == {"W", "T", "S"}  # b (256 B) is written into the model
+    feeds = synthetic_feeds(proto, seed=3, dims={"n": 5})[0]
+    ours = open_session(model, "model A").run(None, feeds)
+    theirs = open_session(proto, "model A").run(None, feeds)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(ours, theirs, strict=True))
+
+
+def test_each_step_gets_its_own_graph_over_one_read_only_copy_of_the_weights():
+    model = HeldModel(_weights_model(), "model A")
+    first, second = model.graph(), model.graph()
+    assert first is not second and first.graph.node(0) is not second.graph.node(0)
+    w1 = first.graph.initializers["W"].const_value.numpy()
+    w2 = second.graph.initializers["W"].const_value.numpy()
+    assert np.shares_memory(w1, w2) and not w1.flags.writeable
+    assert w1.ctypes.data % 64 == 0
+    first.graph.initializers["W"].shape = None  # a step reinferring its copy's shapes ...
+    assert second.graph.initializers["W"].shape is not None  # ... leaves the others' alone
+
+
+def test_a_check_over_protos_reads_each_once_and_judges_as_over_their_files(tmp_path,
+                                                                            monkeypatch):
+    proto = _weights_model()
+    result = optimize(proto, record_rewrites=True)
+    folded = result.to_proto()
+    reads = []
+    for module in (held_module, models_module):
+        original = module.model_from_proto
+
+        def counted(p, *args, _original=original, **kwargs):
+            reads.append(id(p))
+            return _original(p, *args, **kwargs)
+
+        monkeypatch.setattr(module, "model_from_proto", counted)
+    options = CompareOptions(dims={"n": 3})
+    over_protos = compare_models(proto, folded, 3, options, evidence=result.evidence)
+    assert sorted(reads) == sorted([id(proto), id(folded)])  # once each
+    monkeypatch.undo()
+    onnx.save(proto, tmp_path / "a.onnx")
+    onnx.save(folded, tmp_path / "b.onnx")
+    over_files = compare_models(str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), 3,
+                                options)
+    assert over_protos.ok and over_files.ok
+    assert [vars(r) for r in over_protos.rows] == [vars(r) for r in over_files.rows]
+    assert over_protos.folds is not None and over_protos.folds.tensors
+
+
+def test_a_wrong_weight_in_a_held_proto_still_fails():
+    proto = _weights_model()
+    folded = optimize(proto).to_proto()
+    for tensor in folded.graph.initializer:
+        if tensor.dims == [96, 64]:  # the folded Transpose of W
+            array = numpy_helper.to_array(tensor).copy()
+            array.view(np.uint32)[7, 5] += 1  # one ulp
+            tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
+            break
+    else:
+        pytest.fail("the fold did not fold Transpose(W)")
+    result = compare_models(proto, folded, 2, CompareOptions(dims={"n": 2}))
+    assert not result.ok
+
+
+def test_a_held_proto_onnxruntime_refuses_is_named_as_the_model_given():
+    proto = _weights_model()
+    broken = onnx.ModelProto()
+    broken.CopyFrom(proto)
+    broken.graph.node[1].op_type = "MatMulNoSuchOp"
+    result = compare_models(proto, broken, 1, CompareOptions(dims={"n": 2}, verify=False))
+    assert not result.ok and result.failure.startswith("model B: onnxruntime cannot load it")
+    with pytest.raises(InputError, match=r"^model A: onnxruntime cannot load it"):
+        compare_models(broken, proto, 1, CompareOptions(dims={"n": 2}, verify=False))
