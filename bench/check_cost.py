@@ -24,11 +24,12 @@ into ``bench/README.md`` between its ``check_cost`` markers.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from bench.machine import dated
+from bench.model_bench import arguments, built
+from bench.model_bench import command as bench_command
 from bench.process import ChildRun, median, run_child
 from bench.readme import replace_section
 
@@ -73,12 +74,7 @@ def _round(model: Path, work: Path, timeout: float) -> dict[str, ChildRun]:
 
 
 def measure(name: str, work: Path, repeat: int, timeout: float) -> dict[str, float]:
-    # built in a child: an export's peak RSS would be carried into the children measured
-    built = run_child([sys.executable, "-m", "bench.builders", name, str(work)],
-                      work / f"{name}.build", timeout, cwd=ROOT)
-    if built.rc != 0:
-        raise RuntimeError(f"{name}: {built.error_line}")
-    model = work / f"{name}.onnx"
+    model = built(name, work, timeout)
     rounds = [_round(model, work, timeout) for _ in range(repeat)]
     found = {f"{tool}_wall": median([r[tool].wall_s for r in rounds])
              for tool in ("python", "fold", "check", "session", "sessions")}
@@ -113,20 +109,9 @@ def _floor(r: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench run check_cost", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME",
-                    help="exports of bench/builders.py; default: %(default)s")
-    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
-    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "onnxfold-bench",
-                    help="where the models are built (kept) and the outputs go")
-    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
-    ap.add_argument("--no-readme", action="store_true", help="print the table only")
-    a = ap.parse_args(argv)
-    a.work.mkdir(parents=True, exist_ok=True)
+    a = arguments("check_cost", __doc__, MODELS, argv)
     results = {name: measure(name, a.work, a.repeat, a.timeout) for name in a.models}
-    command = "python -m bench run check_cost" + (f" --repeat {a.repeat}" if a.repeat != 3
-                                                  else "")
+    command = bench_command("check_cost", a.repeat)
     text = (dated(command, ("onnxfold", "onnx", "onnxruntime")) + "\n\n" + table(results)
             + f"\n\nWall: medians of {a.repeat} interleaved rounds (target: check / fold at "
             f"most {WALL_TARGET:g}x). Peak RSS: the largest of the rounds; the budget is the "

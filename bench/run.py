@@ -22,6 +22,8 @@
 ``signals``    a signal in the middle of an onnxruntime inference of ``--check``, ``compare``,
                ``verify-folds``, ``--latency``, a Session's fold: time to exit, files left
                (``signals.py``; writes ``bench/results/signals.md``)
+``api_cost``   the Python API on a proto against a path: ``simplify(onnx.load(p))`` against
+               ``simplify(p)``, with and without ``check_n=3`` (``api_cost.py``)
 ``check_cost`` what ``--check 3`` costs beside the fold and an onnxruntime session of the
                original, on BERT-base and ResNet-50 (``check_cost.py``)
 ``llm``        a 7B-shaped decoder (11.9 GB, external data) and an 8-layer slice of it: the fold
@@ -52,6 +54,7 @@ from collections.abc import Callable
 from bench import (
     ab,
     adapters,
+    api_cost,
     check_cost,
     clients,
     done_when,
@@ -69,6 +72,7 @@ BENCHMARKS: dict[str, Callable[[list[str] | None], int]] = {
     "floor": floor.main, "layers": layers.main, "peers": peers.main, "limits": limits.main,
     "ab": ab.main, "done_when": done_when.main, "latency": latency.main,
     "adapters": adapters.main, "signals": signals.main, "check_cost": check_cost.main,
+    "api_cost": api_cost.main,
     "llm": llm.main, "clients": clients.main, "fusions": fusions.main}
 
 

@@ -30,7 +30,7 @@ def test_list_names_every_benchmark():
     assert proc.returncode == 0, proc.stderr
     assert [line.split()[0] for line in proc.stdout.splitlines()] == \
         ["floor", "layers", "peers", "limits", "ab", "done_when", "latency", "adapters", "signals",
-         "check_cost", "llm", "clients", "fusions"]
+         "check_cost", "api_cost", "llm", "clients", "fusions"]
 
 
 def test_an_unknown_benchmark_is_a_usage_error():
