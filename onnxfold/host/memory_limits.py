@@ -136,6 +136,34 @@ def cgroup_limit(proc_cgroup: str = PROC_CGROUP, proc_mounts: str = PROC_MOUNTS
     return min(limits) if limits else None
 
 
+# memory.stat's counts of page cache that is dirty or being written back (v1: the cgroup and
+# those under it; v2: the cgroup's own, which holds those under it)
+_UNDROPPABLE = {"memory.limit_in_bytes": ("total_dirty", "total_writeback"),
+                "memory.max": ("file_dirty", "file_writeback")}
+
+
+def cgroup_dirty_bytes(proc_cgroup: str = PROC_CGROUP, proc_mounts: str = PROC_MOUNTS) -> int:
+    """The page cache charged to this process's limited cgroups that the kernel cannot drop
+    at once: pages dirty or under writeback (a file just written, such as the output a check
+    reads next). The kernel must write them out before it can reclaim them, and a cgroup v1
+    limit kills sooner than it waits: counted as resident, a check that fitted after an
+    ``os.sync()`` was killed without one in a 600 MiB cgroup, 96 MiB of its output dirty.
+    The most of any hierarchy whose chain has a limit; 0 where none is limited or readable."""
+    most = 0
+    for hierarchy in hierarchies(proc_cgroup, proc_mounts):
+        if hierarchy_limit(hierarchy) is None:
+            continue
+        text = _read(os.path.join(_own_directory(hierarchy), "memory.stat")) or ""
+        keys = _UNDROPPABLE[hierarchy.limit_file]
+        total = 0
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key in keys and value.strip().isdigit():
+                total += int(value)
+        most = max(most, total)
+    return most
+
+
 def available_memory() -> int | None:
     """What this process may use at most: the tightest of the host's RAM and its cgroups'
     limits; None when neither can be read."""

@@ -17,6 +17,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
+from bench.builders import constant_weight_chain
+from tests.support import breadth
 from tests.support.memcg import MemoryCgroup, Outcome, create, run_in_memory_cgroup
 
 GiB = 1 << 30
@@ -410,3 +412,24 @@ def test_a_rewrite_whose_windows_outgrow_the_cgroup_is_never_killed(tmp_path, si
     outcome = run_in_memory_cgroup(1 * GiB, ["optimize", model, "-o", out, "--check", "2",
                                              "--dim", f"h={side}", "--dim", f"w={side}"])
     assert outcome.returncode in (0, 2) and outcome.oom_kills == 0, outcome
+
+
+@pytest.mark.parametrize("mib", breadth.over(range(512, 1025, 32),
+                                             lambda mib: mib in (576, 608, 640)))
+def test_a_check_of_constant_weights_passes_or_declines_at_every_limit(tmp_path, mib):
+    """--check 3 on 96 MiB of weights held in Constant nodes (as Paddle exports them), each
+    transposed by the fold, from 512 MiB to 1 GiB: exit 0, or exit 2 in one line naming the
+    memory with nothing written; never killed. In 608 MiB the kernel killed it: the fold
+    verification re-derived 64 MiB of transposed weights in one session whatever the memory
+    left (its batches are now also bounded by a share of the room)."""
+    model = str(tmp_path / "c.onnx")
+    onnx.save(constant_weight_chain(24), model)
+    out = str(tmp_path / "o.onnx")
+    outcome = run_in_memory_cgroup(mib * MiB, ["optimize", model, "-o", out, "--check", "3"])
+    assert outcome.returncode in (0, 2) and outcome.oom_kills == 0, outcome
+    if outcome.returncode == 2:
+        lines = outcome.stderr.strip().splitlines()
+        assert len(lines) == 1 and "memory" in lines[0], outcome.stderr
+        assert not os.path.exists(out)
+    else:
+        assert "all outputs within tolerance" in outcome.stdout, outcome.stdout

@@ -10,7 +10,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold import FoldOptions, optimize
 from onnxfold.fold.budget import MAX_DEFAULT_BUDGET, default_pool_budget, pool_budget
-from onnxfold.host.memory_limits import cgroup_limit, hierarchies, physical_memory
+from onnxfold.host.memory_limits import (
+    cgroup_dirty_bytes,
+    cgroup_limit,
+    hierarchies,
+    physical_memory,
+)
 
 GiB = 1 << 30
 
@@ -107,9 +112,32 @@ def test_a_check_takes_at_most_three_quarters_of_what_the_host_has_available(mon
     monkeypatch.setattr(memory_room, "available_memory", lambda: 24 * gib)  # no cgroup
     monkeypatch.setattr(memory_room, "resident_bytes", lambda: 1 * gib)
     monkeypatch.setattr(memory_room, "host_available", lambda: 20 * gib)
+    monkeypatch.setattr(memory_room, "cgroup_dirty_bytes", lambda: 0)
     assert memory_room.room() == 15 * gib  # not the 23 GiB the limit leaves
     monkeypatch.setattr(memory_room, "available_memory", lambda: 2 * gib)  # a 2 GiB cgroup
     headroom = gib // 4  # 1/8 of the limit: the page cache and the kernel's, charged too
     assert memory_room.room() == 1 * gib - headroom  # the cgroup's room, tighter
     monkeypatch.setattr(memory_room, "host_available", lambda: None)  # no /proc/meminfo
     assert memory_room.room() == 1 * gib - headroom
+    # an output just written, not yet on disk: charged, and not droppable at once
+    monkeypatch.setattr(memory_room, "cgroup_dirty_bytes", lambda: 96 << 20)
+    assert memory_room.room() == 1 * gib - headroom - (96 << 20)
+
+
+def test_the_dirty_page_cache_of_a_limited_cgroup_is_read_from_its_memory_stat(tmp_path):
+    """v1 counts its own and its children's (total_), v2 its own (file_); a hierarchy without
+    a limit on the way up counts nothing (the host's dirty pages are the kernel's to write)."""
+    v1 = tmp_path / "memory"
+    _write(v1 / "ci" / "memory.limit_in_bytes", str(GiB))
+    _write(v1 / "ci" / "memory.stat", "cache 500\ndirty 7\nwriteback 1\ntotal_dirty 4096\n"
+                                      "total_writeback 1024\n")
+    files = _layout(tmp_path, "4:memory:/ci\n", "cgroup {root}/memory cgroup rw,memory 0 0\n")
+    assert cgroup_dirty_bytes(*files) == 5120
+    _write(v1 / "ci" / "memory.limit_in_bytes", "9223372036854771712")
+    assert cgroup_dirty_bytes(*files) == 0
+    v2 = tmp_path / "unified"
+    _write(v2 / "job" / "memory.max", str(GiB))
+    _write(v2 / "job" / "memory.stat", "file 9\nfile_dirty 2048\nfile_writeback 512\n")
+    files = _layout(tmp_path, "0::/job\n", "cgroup2 {root}/unified cgroup2 rw 0 0\n")
+    assert cgroup_dirty_bytes(*files) == 2560
+    assert cgroup_dirty_bytes(str(tmp_path / "none"), str(tmp_path / "none")) == 0

@@ -20,7 +20,8 @@ two values) and must match at each; it is *verified* for every value of the dims
 computed once. A rewrite's constant whose original reads input values is compared on the
 check's input sets, and at best sampled.
 
-Batches of targets run in one session each, their outputs bounded by ``batch_bytes``; a
+Batches of targets run in one session each, their outputs bounded by ``batch_bytes`` and by a
+share of the memory left (``BATCH_ROOM_SHARE``); a
 failing batch is retried target by target so that one bad cone does not hide the others.
 """
 
@@ -77,6 +78,11 @@ from onnxfold.ir.graph import (
 from onnxfold.ir.recipes import MAX_RECIPE_NODES
 
 BATCH_BYTES = 64 * 2**20  # the folded bytes one session re-derives at most
+# and at most this share of the memory left: a batch's session holds its cones' weights (and
+# onnxruntime's copy of them), their results, and the folded tensors they are compared with
+# (64 MiB of transposed Constant weights took ~290 MiB, and the kernel killed the check in a
+# 608 MiB cgroup where 1/6 of the room was 31 MiB)
+BATCH_ROOM_SHARE = 6
 HELD_SHARE = 4  # a batch keeps the weights its cones read for its bindings in 1/4 of the room
 BATCH_TARGETS = 512
 SMALL_SHOWN = 8  # a differing tensor of at most this many elements is shown in the reason
@@ -164,7 +170,9 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
         else:
             result.unchanged += 1
     targets.sort(key=lambda t: verifier.cones.position(t.source))
-    batches = list(_batches(targets, batch_bytes))
+    room = memory.room()
+    batches = list(_batches(targets, batch_bytes if room is None else
+                            min(batch_bytes, room // BATCH_ROOM_SHARE)))
     for k, batch in enumerate(batches):
         tell(f"verifying folds {k + 1}")
         if k + 1 < len(batches):  # the next batch's weights read while this one runs

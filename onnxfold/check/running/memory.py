@@ -28,7 +28,7 @@ import onnx_ir as ir
 
 from onnxfold.check.running.models import constant_tensor
 from onnxfold.host.address_space import address_space_in_use
-from onnxfold.host.memory_limits import available_memory, host_available
+from onnxfold.host.memory_limits import available_memory, cgroup_dirty_bytes, host_available
 
 SESSION_FACTOR = 2.0  # peak bytes of a session per byte of its weights
 CAST_FACTOR = 1.5  # and per byte of its 16-bit float weights, their float32 copies
@@ -86,7 +86,9 @@ def resident_bytes() -> int | None:
 
 def room() -> int | None:
     """What this process may still take: what is left under its memory limit (the host's RAM
-    or its cgroup's) less a headroom (``HEADROOM_SHARE``), and no more than
+    or its cgroup's) less a headroom (``HEADROOM_SHARE``) and less the cgroup's dirty page
+    cache (``cgroup_dirty_bytes``: the output just written, before the kernel wrote it out),
+    and no more than
     :data:`HOST_SHARE` of what the host has available now,
     nor than its address-space limit leaves (``ulimit -v``, ``prlimit --as``: what is mapped
     counts there, the weights' files and threads' stacks too) (None: unknown). Without a
@@ -94,7 +96,8 @@ def room() -> int | None:
     it would have the kernel kill it, or them."""
     limit, used = available_memory(), resident_bytes()
     left = None if limit is None or used is None else max(
-        limit - used - max(int(limit * HEADROOM_SHARE), HEADROOM_FLOOR), 0)
+        limit - used - cgroup_dirty_bytes() - max(int(limit * HEADROOM_SHARE),
+                                                  HEADROOM_FLOOR), 0)
     available = host_available()
     share = None if available is None else int(available * HOST_SHARE)
     known = [m for m in (left, share, _address_space_left()) if m is not None]
