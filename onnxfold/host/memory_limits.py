@@ -145,10 +145,10 @@ _UNDROPPABLE = {"memory.limit_in_bytes": ("total_dirty", "total_writeback"),
 def cgroup_dirty_bytes(proc_cgroup: str = PROC_CGROUP, proc_mounts: str = PROC_MOUNTS) -> int:
     """The page cache charged to this process's limited cgroups that the kernel cannot drop
     at once: pages dirty or under writeback (a file just written, such as the output a check
-    reads next). The kernel must write them out before it can reclaim them, and a cgroup v1
-    limit kills sooner than it waits: counted as resident, a check that fitted after an
-    ``os.sync()`` was killed without one in a 600 MiB cgroup, 96 MiB of its output dirty.
-    The most of any hierarchy whose chain has a limit; 0 where none is limited or readable."""
+    reads next, on a file system that keeps them). The kernel must write them out before it
+    can reclaim them, and under a limit it may kill sooner than it waits: they are counted
+    as used, not as room. The most of any hierarchy whose chain has a limit; 0 where none is
+    limited or readable."""
     most = 0
     for hierarchy in hierarchies(proc_cgroup, proc_mounts):
         if hierarchy_limit(hierarchy) is None:
