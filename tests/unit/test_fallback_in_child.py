@@ -167,3 +167,33 @@ def test_the_child_imports_the_onnxfold_of_its_parent(tmp_path):
                        timeout=60)
     assert_ok(child)
     assert os.path.samefile(child.stdout.strip(), onnxfold.__file__)
+
+
+def test_a_weight_that_cannot_be_copied_for_the_fallback_is_a_decline_not_a_crash(monkeypatch):
+    """The fallback's aligned copy of a handed weight is made where running it is guarded: a
+    2 GiB weight under a 6 GiB address-space limit raised numpy's MemoryError out of
+    ``optimize`` (tests/adversarial/test_proto_memory.py, --breadth); now the node stays,
+    declined for size, the machine's shortage said."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxfold import optimize as fold
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((64, 8, 8)).astype(np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("Det", ["W"], ["d"]), helper.make_node("Add", ["x", "d"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    copied = fallback.to_ort
+
+    def short(array):
+        if array.nbytes > 4096:
+            raise MemoryError("Unable to allocate 16.0 KiB")
+        return copied(array)
+
+    monkeypatch.setattr(fallback, "to_ort", short)
+    result = fold(model)
+    assert [n.op_type for n in result.model.graph] == ["Det", "Add"]
+    (declined,) = result.report.declined_nodes
+    assert declined["kind"] == "size" and "out of memory" in declined["reason"]
