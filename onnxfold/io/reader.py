@@ -635,12 +635,13 @@ def _external_in_subgraphs(graphs: Sequence[onnx.GraphProto]) -> bool:
                for graph in graphs[1:] for t in tensor_protos(graph))
 
 
-def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None = None
-                   ) -> tuple[ir.Model, set[str], Reorders, int]:
+def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None = None,
+                   shared: bool = False) -> tuple[ir.Model, set[str], Reorders, int]:
     """``proto`` as an ir.Model whose structure and tensor data are checked, the data files
     it reads, how its graphs were sorted (:func:`check_structure`) and how many values of its
     subgraphs were renamed (``scoped_names``); ``docs``: the doc_strings taken out of
-    ``proto``, given back to the model."""
+    ``proto``, given back to the model; ``shared``: ``proto`` is a caller's, which the model's
+    tensors share and nothing here may change."""
     check_external_fields(proto, label)  # what onnx-ir would fail to read, named first
     aside = map_types.set_aside(proto)  # onnx-ir cannot read them
     try:
@@ -668,7 +669,7 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     check_declared_sizes(graphs, label)
     files = check_tensor_data(graphs, label)
     _typed_by_their_data(graphs)
-    _metadata_held_once(graphs)
+    _metadata_held_once(graphs, shared)
     return model, files, reorders, rename_shadowing_values(model)
 
 
@@ -683,14 +684,28 @@ def _root_cause(error: BaseException) -> str:
     return f"{error}" or type(error).__name__
 
 
-def _metadata_held_once(graphs: Iterable[ir.Graph]) -> None:
+def _metadata_held_once(graphs: Iterable[ir.Graph], shared: bool) -> None:
     """An initializer onnx-ir keeps as its proto (``TensorProtoTensor``) has its metadata both
     there and in its ``metadata_props``, and onnx-ir 1.1 writes both: each entry twice in the
-    output, and one dropped from the dict still written. The dict becomes the one place."""
+    output, and one dropped from the dict still written. The dict becomes the one place.
+    ``shared``: the protos are a caller's (``model_from_proto``), left as they were: such a
+    tensor is read from a copy of its proto instead (its data copied: only tensors with
+    metadata, an onnxfold output's folds among them)."""
     for graph in graphs:
         for value in graph.initializers.values():
-            proto = getattr(value.const_value, "raw", None)
-            if isinstance(proto, onnx.TensorProto) and proto.metadata_props:
+            tensor = value.const_value
+            proto = getattr(tensor, "raw", None)
+            if not isinstance(proto, onnx.TensorProto) or not proto.metadata_props:
+                continue
+            assert tensor is not None  # (its proto was found above)
+            if shared:
+                kept = dict(tensor.metadata_props)
+                proto, copied = onnx.TensorProto(), proto
+                proto.CopyFrom(copied)
+                del proto.metadata_props[:]
+                value.const_value = tensor = ir.TensorProtoTensor(proto)
+                tensor.metadata_props.update(kept)
+            else:
                 del proto.metadata_props[:]
 
 
@@ -741,12 +756,13 @@ def model_from_proto(proto: onnx.ModelProto, label: str = "model", check: bool =
         if _UNSORTED not in str(e):
             raise
         late = True
+    shared = True
     if has_sparse(proto):  # densified in a copy: the caller's proto is left as it was
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)
         densify(copy, label)
-        proto = copy
-    model = _checked_model(proto, label)[0]
+        proto, shared = copy, False
+    model = _checked_model(proto, label, shared=shared)[0]
     if late:  # sorted, without its large weights (typed inputs instead)
         unknown = _run_checker(serialize_light(model), label, ops)
     model.meta[UNKNOWN_OPS_KEY] = tuple(unknown)

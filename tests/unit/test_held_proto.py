@@ -122,3 +122,47 @@ def test_a_held_proto_onnxruntime_refuses_is_named_as_the_model_given():
     assert not result.ok and result.failure.startswith("model B: onnxruntime cannot load it")
     with pytest.raises(InputError, match=r"^model A: onnxruntime cannot load it"):
         compare_models(broken, proto, 1, CompareOptions(dims={"n": 2}, verify=False))
+
+
+def _softmax_model() -> onnx.ModelProto:
+    weight = np.random.default_rng(7).standard_normal((64, 64)).astype(np.float32) * 0.3
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["W"], ["e"]), helper.make_node("MatMul", ["x", "e"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+        [numpy_helper.from_array(weight, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_held_fold_keeps_its_record_so_a_one_ulp_move_fails_as_in_a_file(tmp_path):
+    """(adversarial round) The held model's weights lost their tensors' metadata, onnxfold's
+    records among them: a folded Softmax moved 1 ulp failed over files and passed over
+    protos (judged with a tolerance instead of the bits its record asks for)."""
+    original = _softmax_model()
+    folded = optimize(original).to_proto()
+    tensor = folded.graph.initializer[0]
+    assert [p.key for p in tensor.metadata_props] == ["onnxfold.folded_from"]
+    array = numpy_helper.to_array(tensor).copy()
+    array.flat[5] = np.nextafter(array.flat[5], np.float32(np.inf))
+    tensor.raw_data = array.tobytes()
+    onnx.save(original, tmp_path / "a.onnx")
+    onnx.save(folded, tmp_path / "b.onnx")
+    over_files = compare_models(str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), 1,
+                                CompareOptions())
+    over_protos = compare_models(original, folded, 1, CompareOptions())
+    assert not over_files.ok and not over_protos.ok
+    assert over_protos.folds.tensors[0].state == over_files.folds.tensors[0].state
+
+
+def test_the_callers_protos_are_left_as_they_were():
+    """(adversarial round) The reader deleted a tensor's metadata from the caller's proto
+    (which onnx-ir's model shares): compare, simplify and optimize of an onnxfold output, or
+    of a user's annotated weight, changed the proto the caller holds."""
+    original = _softmax_model()
+    original.graph.initializer[0].metadata_props.add(key="mine", value="keep me")
+    folded = optimize(original).to_proto()
+    for call in (lambda: compare_models(original, folded, 1, CompareOptions()),
+                 lambda: optimize(folded), lambda: optimize(original)):
+        before = (original.SerializeToString(), folded.SerializeToString())
+        call()
+        assert (original.SerializeToString(), folded.SerializeToString()) == before

@@ -47,7 +47,8 @@ class HeldModel:
             self._large[tensor.name] = held
             value.const_value = ir.LazyTensor(
                 functools.partial(self._tensor, tensor.name), held.dtype,
-                ir.Shape(held.shape.numpy()), name=tensor.name, doc_string=held.doc_string)
+                ir.Shape(held.shape.numpy()), name=tensor.name, doc_string=held.doc_string,
+                metadata_props=dict(held.metadata_props))  # (onnxfold's records among them)
         self._light = _without(proto, self._large)
 
     def graph(self) -> ir.Model:
