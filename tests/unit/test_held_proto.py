@@ -166,3 +166,18 @@ def test_the_callers_protos_are_left_as_they_were():
         before = (original.SerializeToString(), folded.SerializeToString())
         call()
         assert (original.SerializeToString(), folded.SerializeToString()) == before
+
+
+def test_a_weight_that_cannot_be_copied_out_of_a_held_proto_is_one_line(monkeypatch):
+    """(adversarial round) Under ``ulimit -v`` the copy of a weight out of the proto raised a
+    raw MemoryError from the check (in its session's source, or where the fold verification
+    first read the weight): the machine's shortage is one line naming the model."""
+    from onnxfold.errors import ResourceLimitError
+
+    def short(array):
+        raise MemoryError("Unable to allocate 24.0 KiB")
+
+    proto = _weights_model()
+    monkeypatch.setattr(held_module, "aligned", short)
+    with pytest.raises(ResourceLimitError, match=r"^model A: reading weight \w+: out of memory"):
+        compare_models(proto, proto, 1, CompareOptions(dims={"n": 2}))

@@ -24,6 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.check.running.handed import aligned, handable_as, placeholder_of
+from onnxfold.host.limits import out_of_memory
 from onnxfold.io.reader import model_from_proto
 from onnxfold.ir.protos import copy_field
 
@@ -66,9 +67,14 @@ class HeldModel:
         self._read.clear()
 
     def _array(self, name: str) -> np.ndarray:
+        """Weight ``name``'s array; the machine running short copying it out of the proto is
+        a ResourceLimitError (one line: the check could not run), never a raw MemoryError."""
         array = self._read.get(name)
         if array is None:
-            array = aligned(self._large[name].numpy())
+            try:
+                array = aligned(self._large[name].numpy())
+            except MemoryError:
+                raise out_of_memory(f"{self.label}: reading weight {name}") from None
             array.flags.writeable = False  # shared by every clone and session
             self._read[name] = array
         return array
