@@ -356,16 +356,22 @@ def test_the_check_in_a_small_cgroup_passes_or_says_the_machine_ran_short(tmp_pa
     above) it passes or declines in one line naming the memory (exit 2, nothing written), never
     exit 1 (the fold is right), never killed, never a signal (SIGSEGV, abort)."""
     for model in (pixel_attention_model(tmp_path / "p.onnx"), weighty_model(tmp_path / "w.onnx")):
-        out = str(tmp_path / "o.onnx")
-        outcome = run_in_memory_cgroup(mib * MiB, ["optimize", model, "-o", out, "--check", "3"])
-        assert outcome.returncode in (0, 2) and outcome.oom_kills == 0, outcome
-        if outcome.returncode == 2:
-            lines = outcome.stderr.strip().splitlines()
-            assert len(lines) == 1 and "memory" in lines[0], outcome.stderr
-            assert not os.path.exists(out)
-        else:
-            assert "all outputs within tolerance" in outcome.stdout, outcome.stdout
-            os.unlink(out)
+        _passes_or_declines_in_one_line(model, str(tmp_path / "o.onnx"), mib)
+
+
+def _passes_or_declines_in_one_line(model: str, out: str, mib: int) -> None:
+    """``optimize MODEL -o OUT --check 3`` in a cgroup of ``mib`` MiB: exit 0 with every output
+    within tolerance (OUT removed after), or exit 2 in one line naming the memory and nothing
+    written; never killed."""
+    outcome = run_in_memory_cgroup(mib * MiB, ["optimize", model, "-o", out, "--check", "3"])
+    assert outcome.returncode in (0, 2) and outcome.oom_kills == 0, outcome
+    if outcome.returncode == 2:
+        lines = outcome.stderr.strip().splitlines()
+        assert len(lines) == 1 and "memory" in lines[0], outcome.stderr
+        assert not os.path.exists(out)
+    else:
+        assert "all outputs within tolerance" in outcome.stdout, outcome.stdout
+        os.unlink(out)
 
 
 def attention_with_a_neutral_mul(tmp_path) -> str:
@@ -424,12 +430,4 @@ def test_a_check_of_constant_weights_passes_or_declines_at_every_limit(tmp_path,
     left (its batches are now also bounded by a share of the room)."""
     model = str(tmp_path / "c.onnx")
     onnx.save(constant_weight_chain(24), model)
-    out = str(tmp_path / "o.onnx")
-    outcome = run_in_memory_cgroup(mib * MiB, ["optimize", model, "-o", out, "--check", "3"])
-    assert outcome.returncode in (0, 2) and outcome.oom_kills == 0, outcome
-    if outcome.returncode == 2:
-        lines = outcome.stderr.strip().splitlines()
-        assert len(lines) == 1 and "memory" in lines[0], outcome.stderr
-        assert not os.path.exists(out)
-    else:
-        assert "all outputs within tolerance" in outcome.stdout, outcome.stdout
+    _passes_or_declines_in_one_line(model, str(tmp_path / "o.onnx"), mib)
