@@ -147,8 +147,8 @@ def as_ir_model(model: ModelInput, check: bool = True, keep_light: bool = False
             model = onnx.ModelProto.FromString(bytes(model))
         except Exception:  # protobuf's DecodeError
             raise InputError("bytes given: not an ONNX model") from None
-    if isinstance(model, onnx.ModelProto):
-        return model_from_proto(model, check=check), None, None
+    if isinstance(model, onnx.ModelProto):  # (its messages name it as a caller gave it)
+        return model_from_proto(model, "the model given", check=check), None, None
     path = os.fspath(model)  # type: ignore[arg-type]  # str or PathLike by elimination
     if not keep_light:
         return load_model(path, check=check), path, None

@@ -181,3 +181,11 @@ def test_a_weight_that_cannot_be_copied_out_of_a_held_proto_is_one_line(monkeypa
     monkeypatch.setattr(held_module, "aligned", short)
     with pytest.raises(ResourceLimitError, match=r"^model A: reading weight \w+: out of memory"):
         compare_models(proto, proto, 1, CompareOptions(dims={"n": 2}))
+
+
+def test_a_proto_the_reader_refuses_is_named_as_the_caller_gave_it():
+    """(adversarial round) optimize's errors on a proto said "model:", a name no caller gave."""
+    broken = _weights_model()
+    broken.graph.initializer.append(broken.graph.initializer[0])  # W twice
+    with pytest.raises(InputError, match=r"^the model given: "):
+        optimize(broken)
