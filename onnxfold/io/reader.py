@@ -699,12 +699,11 @@ def _metadata_held_once(graphs: Iterable[ir.Graph], shared: bool) -> None:
                 continue
             assert tensor is not None  # (its proto was found above)
             if shared:
-                kept = dict(tensor.metadata_props)
-                proto, copied = onnx.TensorProto(), proto
-                proto.CopyFrom(copied)
-                del proto.metadata_props[:]
-                value.const_value = tensor = ir.TensorProtoTensor(proto)
-                tensor.metadata_props.update(kept)
+                own = onnx.TensorProto()
+                own.CopyFrom(proto)
+                del own.metadata_props[:]
+                value.const_value = ir.TensorProtoTensor(own)
+                value.const_value.metadata_props.update(tensor.metadata_props)
             else:
                 del proto.metadata_props[:]
 
