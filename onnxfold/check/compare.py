@@ -134,7 +134,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
         raise InputError(f"the number of input sets must be at least 1, not {n}")
     leaves = read_by(evidence.rewrites.records) if evidence is not None and \
         evidence.rewrites is not None else set()
-    a, b = held(a, label_of(a, "model A")), held(b, label_of(b, "model B"))
+    a, b = held(a, "model A"), held(b, "model B")
     # a file with no run's record at hand: its rewritten windows found in it (file_windows)
     run = _Run(a, b, options, catalogue, tell, leaves,
                in_file=evidence is None and options.verify is not False)
@@ -205,7 +205,7 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     bindings or inputs is said not verifiable."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
-    a, b = held(a, label_of(a, "model A")), held(b, label_of(b, "model B"))
+    a, b = held(a, "model A"), held(b, "model B")
     run = _Run(a, b, options or CompareOptions(), catalogue, tell, in_file=True)
     try:
         reference: Reference | None = run.reference(1)

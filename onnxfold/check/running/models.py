@@ -101,9 +101,10 @@ def label_of(model: ModelRef, default: str) -> str:
     return os.fspath(model)
 
 
-def held(model: ModelRef, label: str) -> ModelRef:
-    """``model``, a proto read once for a whole check (:class:`HeldModel`), a path as it is."""
-    return HeldModel(model, label) if isinstance(model, onnx.ModelProto) else model
+def held(model: ModelRef, default: str) -> ModelRef:
+    """``model``, a proto read once for a whole check (:class:`HeldModel`, named ``default``
+    as :func:`label_of` names a proto), anything else as it is."""
+    return HeldModel(model, default) if isinstance(model, onnx.ModelProto) else model
 
 
 def release_weights(model: ModelRef) -> None:
