@@ -38,13 +38,14 @@ from onnxfold.check.rewrites.in_files import (
 )
 from onnxfold.check.rewrites.validation import RewriteValidation, read_by, validate_rewrites
 from onnxfold.check.running import memory as memory_room
+from onnxfold.check.running.aside import SessionAside
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.models import ModelRef, graph_of, held, label_of, release_weights
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.pinned import pinned_dims
-from onnxfold.check.running.runner import MachineShort, open_session
+from onnxfold.check.running.runner import MachineShort, open_session, session_parts
 from onnxfold.check.running.windows import (
     Chain,
     Window,
@@ -55,7 +56,7 @@ from onnxfold.check.running.windows import (
 )
 from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.declare.pattern_rules import PatternRule
-from onnxfold.errors import InputError, one_line
+from onnxfold.errors import InputError, ResourceLimitError, one_line
 from onnxfold.host import heap
 from onnxfold.host.interruptible import InferenceTimeout
 from onnxfold.io.mapped import drop_resident_pages
@@ -137,7 +138,7 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     a, b = held(a, "model A"), held(b, "model B")
     # a file with no run's record at hand: its rewritten windows found in it (file_windows)
     run = _Run(a, b, options, catalogue, tell, leaves,
-               in_file=evidence is None and options.verify is not False)
+               in_file=evidence is None and options.verify is not False, aside=True)
     unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else \
         _unrecorded_pins(run)
     notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \
@@ -223,11 +224,13 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
 class _Run:
     """What a comparison of ``a`` and ``b`` holds while it runs: the models' labels, the
     options checked, the dims ``b`` pins, the feed plan over ``a``'s inputs, and ``a``'s
-    session until the reference has run."""
+    session until the reference has run. ``aside``: ``b``'s session is built beside ``a``'s
+    where both fit (``running.aside``)."""
 
     def __init__(self, a: ModelRef, b: ModelRef, options: CompareOptions,
                  catalogue: Catalogue, tell: Callable[[str], None],
-                 leaves: Collection[str] = (), in_file: bool = False) -> None:
+                 leaves: Collection[str] = (), in_file: bool = False,
+                 aside: bool = False) -> None:
         if any(t is not None and not t >= 0 for t in (options.rtol, options.atol)):
             raise InputError("rtol and atol must be non-negative")
         self.a, self.options, self.tell = a, options, tell
@@ -256,7 +259,12 @@ class _Run:
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
         self.graph_a, self.graph_b = graph_a, graph_b  # (a binding that fails: inference
         tell("loading original")  # tells the next ones)
-        self.session = self._session_a()
+        self.aside = self._aside(b) if aside else None
+        try:
+            self.session = self._session_a()
+        finally:
+            if self.aside is not None:
+                self.aside.wait()  # no run of the check beside a build (running.aside)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
                                {**self.pinned.named, **options.dims}, options.int_ranges,
                                catalogue.shape_steps, self.pinned.axes)
@@ -291,6 +299,18 @@ class _Run:
             self.session = None
             heap.release()
 
+    def _aside(self, b: ModelRef) -> SessionAside | None:
+        """``b``'s session, building beside ``a``'s, where both are whole sessions that fit
+        together (None: ``b``'s is opened after ``a``'s runs, as :meth:`session_b` does)."""
+        if self.windows is not None or not memory_room.both_sessions_fit(self.graph_a,
+                                                                          self.graph_b):
+            return None
+        try:
+            parts = session_parts(b, self.libraries, self.options.level)
+        except (InputError, ResourceLimitError):  # said where B's session is opened, after
+            return None  # A's runs, as without the build aside
+        return SessionAside(parts, self.label_b)
+
     def _session_a(self):
         """Model A's session, or its chain of windows where the check runs in windows."""
         if self.windows is None:
@@ -305,6 +325,9 @@ class _Run:
             # must round the same values)
             return self._chain(self.graph_b, self.windows.b, self.label_b, self.leaves)
         try:
+            if self.aside is not None:
+                aside, self.aside = self.aside, None
+                return aside.session()
             return open_session(b, self.label_b, self.libraries, self.options.level)
         except MachineShort:  # A's session fitted, B's does not: B in windows, if they fit
             budget = memory_room.window_budget()

@@ -72,6 +72,18 @@ def session_bytes(weights: int, cast: int = 0) -> int:
     return int(SESSION_FACTOR * weights + CAST_FACTOR * cast) + SESSION_OVERHEAD
 
 
+BOTH_SESSIONS_SHARE = 2  # both sessions built at once: their peaks at most half the room
+
+
+def both_sessions_fit(a: ir.Model, b: ir.Model) -> bool:
+    """Whether sessions over ``a`` and ``b`` may be held at once: their peaks together at
+    most 1/:data:`BOTH_SESSIONS_SHARE` of the memory left (the rest for the check's runs
+    beside them); False where the memory left is unknown."""
+    free = room()
+    need = sum(session_bytes(weight_bytes(m), cast_bytes(m)) for m in (a, b))
+    return free is not None and need * BOTH_SESSIONS_SHARE <= free
+
+
 def resident_bytes() -> int | None:
     """This process's resident memory now (None where /proc cannot tell)."""
     try:

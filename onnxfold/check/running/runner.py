@@ -259,9 +259,27 @@ def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
                  level: str = DEFAULT_LEVEL, prepacking: bool = True, threads: int | None = None):
     """A CPU session over ``model`` (see :func:`session_options`). InputError where
     onnxruntime cannot load it, MachineShort where the machine ran short loading it."""
+    return built_session(session_parts(model, libraries, level, prepacking, threads), label)
+
+
+@dataclass
+class SessionParts:
+    """What a session over a whole model is built from: its bytes or path, the options, and
+    the arrays handed over (kept alive with the session: onnxruntime may read them where
+    they are)."""
+
+    source: bytes | str
+    options: object
+    handed: list
+
+
+def session_parts(model: ModelRef, libraries: Sequence[str] = (), level: str = DEFAULT_LEVEL,
+                  prepacking: bool = True, threads: int | None = None) -> SessionParts:
+    """The parts of a CPU session over ``model`` (:func:`built_session` builds it): cheap,
+    and done in the calling thread (a proto is serialized here, a path judged here)."""
     options = session_options(level, libraries, prepacking, threads)
     source: bytes | str
-    handed: list = []  # alive with the session (onnxruntime may read them where they are)
+    handed: list = []
     if isinstance(model, HeldModel):
         source, arrays = model.session_source()
         if arrays:
@@ -274,8 +292,15 @@ def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
     else:
         check_regular(model, what="model")  # onnxruntime opens the path: never a FIFO
         source = os.fspath(model)
+    return SessionParts(source, options, handed)
+
+
+def built_session(parts: SessionParts, label: str):
+    """The session over ``parts`` (any thread may build it: onnxruntime releases the GIL
+    while it does). InputError where onnxruntime cannot load it, MachineShort where the
+    machine ran short loading it."""
     try:
-        session = new_session(source, options)
+        session = new_session(parts.source, parts.options)
     except Exception as e:
         short = limits.shortage(e)
         if short is not None:
@@ -284,7 +309,7 @@ def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
         hint = " (--custom-op-library PATH loads the library that implements it)" if \
             _UNREGISTERED_OP.search(message) else ""
         raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
-    session.onnxfold_handed = handed
+    session.onnxfold_handed = parts.handed
     return session
 
 

@@ -1,0 +1,59 @@
+"""The optimized model's session, built in a second thread while the original's is built.
+
+onnxruntime builds a session on one core (its graph transformations, its prepacking) and
+releases Python's lock while it does, so on a machine of two cores the check's two sessions
+(the original's, which it runs first, and the optimized model's, which it runs after) can be
+built at once: on BERT-base the second costs 0.9 s of the check's wall, built alone. Both are
+then held together, so the check does it only where both fit in half the memory left
+(``memory.both_sessions_fit``); elsewhere it opens one after the other, as before.
+
+The build is awaited before the check's first run: a run holds the process's address space
+to the memory left (``onnxfold.host.address_space``), which a build beside it would take from
+and fail within. The wait is in steps of :data:`POLL` seconds, so a signal ends it at once
+(the build itself, native code, is left to end: onnxruntime stops no session halfway).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from onnxfold.check.running.runner import SessionParts, built_session
+
+POLL = 0.25  # longest uninterrupted wait for the build (a signal's handler runs between)
+
+
+class SessionAside:
+    """A session over ``parts`` (``runner.session_parts``, made in the calling thread) built
+    in a thread of its own; :meth:`session` waits for it and hands it over, or raises what
+    building it raised (InputError, MachineShort, as ``runner.open_session`` does)."""
+
+    def __init__(self, parts: SessionParts, label: str) -> None:
+        self._done = threading.Event()
+        self._session: object | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._build, args=(parts, label), daemon=True,
+                         name="onnxfold-check-session").start()
+
+    def _build(self, parts: SessionParts, label: str) -> None:
+        try:
+            self._session = built_session(parts, label)
+        except BaseException as e:  # handed to the waiting thread as it is
+            self._error = e
+        finally:
+            self._done.set()
+
+    def wait(self) -> None:
+        """Until the build ended (a signal ends the wait: its handler raises here)."""
+        while not self._done.wait(POLL):
+            pass
+
+    def session(self):
+        """The session, once built (it is handed over once: the next call raises)."""
+        self.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        session, self._session = self._session, None
+        if session is None:
+            raise RuntimeError("the session built aside was taken already")
+        return session

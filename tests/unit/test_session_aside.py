@@ -1,0 +1,134 @@
+"""The optimized model's session built beside the original's (``check/running/aside.py``):
+where both fit, the check hands the one built aside to its runs, and nothing it says changes
+(the same rows, bits, fold and rewrite verdicts as one session after the other); a model
+onnxruntime cannot load fails alike; where both do not fit, or the memory left is unknown,
+nothing is built aside; a signal ends the wait for a build."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.check.compare import compare_models
+from onnxfold.check.running import aside as aside_module
+from onnxfold.check.running import memory
+from onnxfold.check.running.aside import SessionAside
+from onnxfold.check.running.options import CompareOptions
+from onnxfold.check.running.runner import session_parts
+from onnxfold.pipeline.optimizer import optimize
+
+
+def _model() -> onnx.ModelProto:
+    """x @ Transpose(W) + b, then a LayerNormalization written out: a fold and rewrites."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((32, 48)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    eps = numpy_helper.from_array(np.array(1e-5, np.float32), "eps")
+    nodes = [helper.make_node("Transpose", ["W"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["h"]),
+             helper.make_node("ReduceMean", ["h", "axes"], ["m"]),
+             helper.make_node("Sub", ["h", "m"], ["d"]),
+             helper.make_node("Mul", ["d", "d"], ["d2"]),
+             helper.make_node("ReduceMean", ["d2", "axes"], ["v"]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])], [w, b, axes, eps])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _check(tmp_path, monkeypatch, both_fit: bool, source: onnx.ModelProto | None = None,
+           output: onnx.ModelProto | None = None):
+    """compare_models of the model and its fold (or ``output``), both sessions fitting at
+    once or not; the result and how many sessions were built aside."""
+    built = []
+
+    class Counted(SessionAside):  # the real build, counted
+        def __init__(self, *args, **kwargs) -> None:
+            built.append(threading.current_thread().name)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(memory, "both_sessions_fit", lambda a, b: both_fit)
+    monkeypatch.setattr("onnxfold.check.compare.SessionAside", Counted)
+    source = source or _model()
+    result = optimize(source, record_rewrites=True)
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(source, a)
+    onnx.save(output or result.to_proto(), b)
+    compared = compare_models(a, b, 3, CompareOptions(dims={"n": 4}),
+                              evidence=None if output is not None else result.evidence)
+    return compared, len(built)
+
+
+def _said(result) -> list:
+    """What a verdict says, numbers included (the rows, the folds', the rewrites')."""
+    rows = [dataclasses.astuple(r) for r in result.rows]
+    return [rows, result.folds and result.folds.summary(),
+            result.rewrites and result.rewrites.summary(), result.failure, result.ok]
+
+
+def test_a_session_built_aside_changes_nothing_the_check_says(tmp_path, monkeypatch):
+    for name in ("1", "2"):
+        (tmp_path / name).mkdir()
+    aside, built = _check(tmp_path / "1", monkeypatch, True)
+    alone, none = _check(tmp_path / "2", monkeypatch, False)
+    assert (built, none) == (1, 0)
+    assert aside.ok and _said(aside) == _said(alone)
+    assert aside.rewrites is not None and aside.rewrites.rewrites  # rewrites were validated
+
+
+def test_an_output_onnxruntime_cannot_load_fails_alike_built_aside(tmp_path, monkeypatch):
+    broken = _model()
+    broken.graph.node[1].op_type = "MatMulNoSuchOp"
+    said = []
+    for both_fit in (True, False):
+        work = tmp_path / str(both_fit)
+        work.mkdir()
+        result, built = _check(work, monkeypatch, both_fit, output=broken)
+        assert built == int(both_fit)
+        said.append(result.failure.replace(str(work), "WORK"))
+    assert said[0] == said[1] and "onnxruntime cannot load it" in said[0]
+
+
+def test_nothing_is_built_aside_where_the_memory_left_is_unknown_or_too_small(monkeypatch):
+    model = optimize(_model()).model  # an ir.Model
+    need = 2 * memory.session_bytes(memory.weight_bytes(model), memory.cast_bytes(model))
+    for left, fits in ((None, False), (need, False), (need * memory.BOTH_SESSIONS_SHARE, True)):
+        monkeypatch.setattr(memory, "room", lambda left=left: left)
+        assert memory.both_sessions_fit(model, model) is fits
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
+def test_a_signal_ends_the_wait_for_a_build(monkeypatch):
+    release = threading.Event()
+
+    def slow_build(parts, label):  # a build that ends only when told
+        release.wait(60)
+        raise RuntimeError("never handed over")
+
+    monkeypatch.setattr(aside_module, "built_session", slow_build)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        building = SessionAside(session_parts(_model()), "model B")
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            building.wait()
+        assert not building._done.is_set()  # it ended the wait, not the build's end
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        release.set()
