@@ -13,11 +13,16 @@ those initializers' bytes (placeholders), the arrays handed over, as the check's
 sessions run (``runner.NodesModel``). :meth:`HeldModel.drop` lets the arrays go where a file's
 mapped pages are let go (before the other model's session is built), and a later read copies
 them again.
+
+A model file is read once too (:class:`HeldPath`): a check walked its graph five times, each a
+parse of the file (0.08 s on a 600 KB decoder, 0.22 s on BERT-base), where a clone of one
+parse costs a quarter of that; onnxruntime still opens the file itself.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import onnx
@@ -25,7 +30,7 @@ import onnx_ir as ir
 
 from onnxfold.check.running.handed import aligned, handable_as, placeholder_of
 from onnxfold.host.limits import out_of_memory
-from onnxfold.io.reader import model_from_proto
+from onnxfold.io.reader import load_model, model_from_proto
 from onnxfold.ir.protos import copy_field
 
 
@@ -81,6 +86,31 @@ class HeldModel:
 
     def _tensor(self, name: str) -> ir.Tensor:
         return ir.Tensor(self._array(name), name=name)
+
+
+class HeldPath(os.PathLike):
+    """A model file read once for a whole check, where a step first walks its graph (an
+    unreadable file raises there, as reading it did); each step gets a clone (its weights'
+    mapped tensors shared). Anything that opens the file (onnxruntime) gets its path."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        self._model: ir.Model | None = None
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"HeldPath({self.path!r})"
+
+    def graph(self) -> ir.Model:
+        """The model's graph, the caller's own (its weights shared, mapped)."""
+        if self._model is None:
+            self._model = load_model(self.path, check=False)
+        return self._model.clone()
 
 
 def _plain(tensor: onnx.TensorProto) -> bool:

@@ -17,13 +17,13 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
-from onnxfold.check.running.held import HeldModel
+from onnxfold.check.running.held import HeldModel, HeldPath
 from onnxfold.errors import InputError, clipped
 from onnxfold.io import load_model
 from onnxfold.io.mapped import MappedTensor
 from onnxfold.io.reader import model_from_proto
 
-ModelRef = str | os.PathLike | onnx.ModelProto | HeldModel
+ModelRef = str | os.PathLike | onnx.ModelProto | HeldModel | HeldPath
 
 _ORT_TYPES = {
     "float": np.float32, "float16": np.float16, "double": np.float64, "bool": np.bool_,
@@ -102,9 +102,13 @@ def label_of(model: ModelRef, default: str) -> str:
 
 
 def held(model: ModelRef, default: str) -> ModelRef:
-    """``model``, a proto read once for a whole check (:class:`HeldModel`, named ``default``
-    as :func:`label_of` names a proto), anything else as it is."""
-    return HeldModel(model, default) if isinstance(model, onnx.ModelProto) else model
+    """``model`` read once for a whole check: a proto as :class:`HeldModel` (named
+    ``default`` as :func:`label_of` names a proto), a path as :class:`HeldPath`."""
+    if isinstance(model, onnx.ModelProto):
+        return HeldModel(model, default)
+    if isinstance(model, str | os.PathLike) and not isinstance(model, HeldPath):
+        return HeldPath(model)
+    return model
 
 
 def release_weights(model: ModelRef) -> None:
@@ -118,7 +122,7 @@ def graph_of(model: ModelRef, label: str) -> ir.Model:
     """The model's graph (weights memory-mapped); also turns unreadable files into InputError,
     and refuses a model whose local functions onnxruntime would inline into too many nodes
     (``expansion.refuse_onnxruntime_inlining``)."""
-    if isinstance(model, HeldModel):
+    if isinstance(model, HeldModel | HeldPath):
         loaded = model.graph()
     elif isinstance(model, onnx.ModelProto):
         loaded = model_from_proto(model)
