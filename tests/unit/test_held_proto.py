@@ -189,3 +189,21 @@ def test_a_proto_the_reader_refuses_is_named_as_the_caller_gave_it():
     broken.graph.initializer.append(broken.graph.initializer[0])  # W twice
     with pytest.raises(InputError, match=r"^the model given: "):
         optimize(broken)
+
+
+def test_a_check_over_files_parses_each_once_and_names_them_by_path(tmp_path, monkeypatch):
+    """A check walked each file's graph five times, a parse each (``HeldPath``): one parse
+    per file now, each step a clone of it; messages still name the files by path."""
+    proto = _weights_model()
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(proto, a)
+    result = optimize(proto, record_rewrites=True)
+    onnx.save(result.to_proto(), b)
+    parsed = []
+    real = held_module.load_model
+    monkeypatch.setattr(held_module, "load_model",
+                        lambda path, **kw: parsed.append(path) or real(path, **kw))
+    compared = compare_models(a, b, 2, CompareOptions(dims={"n": 3}), evidence=result.evidence)
+    assert compared.ok, compared.summary()
+    assert sorted(parsed) == sorted([str(a), str(b)])
+    assert (compared.model_a, compared.model_b) == (str(a), str(b))
