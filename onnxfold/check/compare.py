@@ -248,7 +248,8 @@ class _Run:
         # one model in memory at a time: A runs every input set, then B; both must fit, or
         # both run window by window
         heap.prepare()
-        planned = _windows(graph_a, graph_b, options.window_bytes)
+        self.weighed = (memory_room.weighed(graph_a), memory_room.weighed(graph_b))
+        planned = _windows(*self.weighed, graph_a, graph_b, options.window_bytes)
         self.windows: WindowPlan | None = planned[0] if planned is not None else None
         self.windows_why = planned[1] if planned is not None else ""
         self.b_in_windows = ""  # why B alone ran window by window, where it did
@@ -302,8 +303,7 @@ class _Run:
     def _aside(self, b: ModelRef) -> SessionAside | None:
         """``b``'s session, building beside ``a``'s, where both are whole sessions that fit
         together (None: ``b``'s is opened after ``a``'s runs, as :meth:`session_b` does)."""
-        if self.windows is not None or not memory_room.both_sessions_fit(self.graph_a,
-                                                                          self.graph_b):
+        if self.windows is not None or not memory_room.both_sessions_fit(*self.weighed):
             return None
         try:
             parts = session_parts(b, self.libraries, self.options.level)
@@ -358,15 +358,15 @@ class _Run:
         return chain
 
 
-def _windows(a: ir.Model, b: ir.Model, budget: int | None
-             ) -> tuple[WindowPlan, str] | None:
-    """How the check runs the models: whole (None) where a session over the larger fits in
-    the memory left, else window by window (``budget``: the windows' weights, forced), with
+def _windows(weighed_a: tuple[int, int], weighed_b: tuple[int, int], a: ir.Model,
+             b: ir.Model, budget: int | None) -> tuple[WindowPlan, str] | None:
+    """How the check runs the models (``weighed_*``: their weights and 16-bit floats'
+    bytes, ``memory.weighed``): whole (None) where a session over the larger fits in the
+    memory left, else window by window (``budget``: the windows' weights, forced), with
     why; CheckCouldNotRun where not even the largest window fits."""
     why = f"windows of at most {size_text(budget)} of weights asked for" if budget else ""
     if budget is None:
-        weights, cast = max(((memory_room.weight_bytes(m), memory_room.cast_bytes(m))
-                             for m in (a, b)), key=lambda w: memory_room.session_bytes(*w))
+        weights, cast = max(weighed_a, weighed_b, key=lambda w: memory_room.session_bytes(*w))
         try:
             memory_room.check_room(weights, cast)
             return None

@@ -228,8 +228,7 @@ def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence
     libraries = custom_ops.checked_libraries(custom_op_libraries)
     label_a, label_b = label_of(a, "model A"), label_of(b, "model B")
     graph_a, graph_b = graph_of(a, label_a), graph_of(b, label_b)
-    weights = [(memory_room.weight_bytes(g), memory_room.cast_bytes(g))
-               for g in (graph_a, graph_b)]
+    weights = [memory_room.weighed(g) for g in (graph_a, graph_b)]
     heap.prepare()
     free = memory_room.room()
     together = free is None or sum(memory_room.session_bytes(*w) for w in weights) <= free

@@ -349,9 +349,11 @@ def test_a_float16_models_session_is_weighed_with_its_float32_copies(tmp_path, m
     assert memory.cast_bytes(graph) == memory.weight_bytes(graph) == weights
     monkeypatch.setattr(memory, "room", lambda: memory.SESSION_OVERHEAD + 3 * weights)
     with pytest.raises(compare_module.CheckCouldNotRun, match="largest window"):
-        compare_module._windows(graph, graph, None)  # (its one window needs 4x: none fits)
+        # (its one window needs 4x: none fits)
+        compare_module._windows(memory.weighed(graph), memory.weighed(graph), graph, graph, None)
     monkeypatch.setattr(memory, "room", lambda: memory.SESSION_OVERHEAD + 4 * weights)
-    assert compare_module._windows(graph, graph, None) is None
+    assert compare_module._windows(memory.weighed(graph), memory.weighed(graph), graph, graph,
+                                   None) is None
 
 
 def test_an_empty_sequence_handed_on_at_a_cut_is_fed_as_one(tmp_path):

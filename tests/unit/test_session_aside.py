@@ -101,11 +101,11 @@ def test_an_output_onnxruntime_cannot_load_fails_alike_built_aside(tmp_path, mon
 
 
 def test_nothing_is_built_aside_where_the_memory_left_is_unknown_or_too_small(monkeypatch):
-    model = optimize(_model()).model  # an ir.Model
-    need = 2 * memory.session_bytes(memory.weight_bytes(model), memory.cast_bytes(model))
+    weighed = memory.weighed(optimize(_model()).model)
+    need = 2 * memory.session_bytes(*weighed)
     for left, fits in ((None, False), (need, False), (need * memory.BOTH_SESSIONS_SHARE, True)):
         monkeypatch.setattr(memory, "room", lambda left=left: left)
-        assert memory.both_sessions_fit(model, model) is fits
+        assert memory.both_sessions_fit(weighed, weighed) is fits
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")

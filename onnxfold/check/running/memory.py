@@ -45,7 +45,7 @@ def weight_bytes(model: ir.Model) -> int:
     its main graph's Constant nodes' tensors, which onnxruntime makes initializers (counted
     as none, a model of Constant weights was given a session it had no room for, and the
     kernel killed the check in a 640 MiB cgroup)."""
-    return sum(tensor.nbytes for tensor in _weights(model))
+    return weighed(model)[0]
 
 
 def cast_bytes(model: ir.Model) -> int:
@@ -55,8 +55,17 @@ def cast_bytes(model: ir.Model) -> int:
     float16 decoder peaked at 1.01 GiB above the process, 3.4x its weights, where
     ``SESSION_FACTOR`` alone allowed 652 MiB: the kernel killed the check, and
     ``--latency``, in a 900 MiB cgroup)."""
-    return sum(tensor.nbytes for tensor in _weights(model)
-               if tensor.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))
+    return weighed(model)[1]
+
+
+def weighed(model: ir.Model) -> tuple[int, int]:
+    """:func:`weight_bytes` and :func:`cast_bytes` of ``model``, in one walk of its graph."""
+    weights = cast = 0
+    for tensor in _weights(model):
+        weights += tensor.nbytes
+        if tensor.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+            cast += tensor.nbytes
+    return weights, cast
 
 
 def _weights(model: ir.Model) -> Iterator[ir.TensorProtocol]:
@@ -75,12 +84,12 @@ def session_bytes(weights: int, cast: int = 0) -> int:
 BOTH_SESSIONS_SHARE = 2  # both sessions built at once: their peaks at most half the room
 
 
-def both_sessions_fit(a: ir.Model, b: ir.Model) -> bool:
-    """Whether sessions over ``a`` and ``b`` may be held at once: their peaks together at
-    most 1/:data:`BOTH_SESSIONS_SHARE` of the memory left (the rest for the check's runs
-    beside them); False where the memory left is unknown."""
+def both_sessions_fit(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether sessions over two models (each :func:`weighed`) may be held at once: their
+    peaks together at most 1/:data:`BOTH_SESSIONS_SHARE` of the memory left (the rest for the
+    check's runs beside them); False where the memory left is unknown."""
     free = room()
-    need = sum(session_bytes(weight_bytes(m), cast_bytes(m)) for m in (a, b))
+    need = session_bytes(*a) + session_bytes(*b)
     return free is not None and need * BOTH_SESSIONS_SHARE <= free
 
 
