@@ -133,6 +133,14 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     tell = progress or (lambda text: None)
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
+    with heap.apart():  # its collections walk what it makes, not what the fold left
+        return _compared(a, b, n, options, tell, catalogue, evidence)
+
+
+def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
+              tell: Callable[[str], None], catalogue: Catalogue,
+              evidence: RunEvidence | None) -> CompareResult:
+    """:func:`compare_models`' work."""
     leaves = read_by(evidence.rewrites.records) if evidence is not None and \
         evidence.rewrites is not None else set()
     a, b = held(a, "model A"), held(b, "model B")
@@ -206,7 +214,13 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     bindings or inputs is said not verifiable."""
     catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
-    a, b = held(a, "model A"), held(b, "model B")
+    with heap.apart():  # its collections walk what it makes, not what the fold left
+        return _verified(held(a, "model A"), held(b, "model B"), options, catalogue, tell)
+
+
+def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None, catalogue: Catalogue,
+              tell: Callable[[str], None]) -> FoldVerification:
+    """:func:`verify_models`' work."""
     run = _Run(a, b, options or CompareOptions(), catalogue, tell, in_file=True)
     try:
         reference: Reference | None = run.reference(1)

@@ -7,6 +7,10 @@ Session that builds a folded set after another kept 300 MiB more than the sets h
 each set, :func:`trim` returns what is free (``malloc_trim``). A session opened after a fold
 retained 230 MiB more than in a fresh process: the check and ``--latency`` fix the threshold
 first (:func:`prepare`) and release the heap after each session.
+
+Each release starts with a collection of what cycles hold, and a full collection after a fold
+walks every object the fold left alive (its graphs, the rules): 0.07-0.15 s each, four times a
+check. Within :func:`apart` a collection walks only the objects made inside it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+from collections.abc import Iterator
 
 
 @functools.cache
@@ -52,3 +57,16 @@ def release() -> None:
     """Collect what cycles hold, then return the heap's free memory to the system."""
     gc.collect()
     trim()
+
+
+@contextlib.contextmanager
+def apart() -> Iterator[None]:
+    """Within the block, :func:`release` collects among the objects made inside it only: what
+    was alive before is set aside (``gc.freeze``, after a collection) and given back on
+    leaving (``gc.unfreeze``), so a cycle it forms later is still collected."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -188,7 +188,7 @@ def measure_latency(a: ModelRef, b: ModelRef, *, runs: int = 20, threads: int = 
     could not run, never a bug). ``catalogue``: whose shape steps relate the input dims (None:
     the installed rules)."""
     catalogue = load_catalogue() if catalogue is None else catalogue
-    with _machine_short():
+    with _machine_short(), heap.apart():  # (its collections walk what it makes)
         return _measure(a, b, runs, threads, levels, dims, int_ranges, custom_op_libraries,
                         progress, catalogue)
 
