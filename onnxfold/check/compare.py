@@ -39,6 +39,7 @@ from onnxfold.check.rewrites.in_files import (
 from onnxfold.check.rewrites.validation import RewriteValidation, read_by, validate_rewrites
 from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.aside import SessionAside
+from onnxfold.check.running.aside import started as started_aside
 from onnxfold.check.running.cones import Cones, reinferred
 from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.running.levels import DEFAULT_LEVEL
@@ -323,7 +324,7 @@ class _Run:
             parts = session_parts(b, self.libraries, self.options.level)
         except (InputError, ResourceLimitError):  # said where B's session is opened, after
             return None  # A's runs, as without the build aside
-        return SessionAside(parts, self.label_b)
+        return started_aside(parts, self.label_b)
 
     def _session_a(self):
         """Model A's session, or its chain of windows where the check runs in windows."""

@@ -18,7 +18,6 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxfold.check.compare import compare_models
 from onnxfold.check.running import aside as aside_module
 from onnxfold.check.running import memory
-from onnxfold.check.running.aside import SessionAside
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.runner import session_parts
 from onnxfold.pipeline.optimizer import optimize
@@ -53,13 +52,14 @@ def _check(tmp_path, monkeypatch, both_fit: bool, source: onnx.ModelProto | None
     once or not; the result and how many sessions were built aside."""
     built = []
 
-    class Counted(SessionAside):  # the real build, counted
-        def __init__(self, *args, **kwargs) -> None:
-            built.append(threading.current_thread().name)
-            super().__init__(*args, **kwargs)
+    real = aside_module.started
+
+    def counted(parts, label):  # the real build, counted
+        built.append(label)
+        return real(parts, label)
 
     monkeypatch.setattr(memory, "both_sessions_fit", lambda a, b: both_fit)
-    monkeypatch.setattr("onnxfold.check.compare.SessionAside", Counted)
+    monkeypatch.setattr("onnxfold.check.compare.started_aside", counted)
     source = source or _model()
     result = optimize(source, record_rewrites=True)
     a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
@@ -123,7 +123,8 @@ def test_a_signal_ends_the_wait_for_a_build(monkeypatch):
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        building = SessionAside(session_parts(_model()), "model B")
+        building = aside_module.started(session_parts(_model()), "model B")
+        assert building is not None
         signal.setitimer(signal.ITIMER_REAL, 0.1)
         with pytest.raises(KeyboardInterrupt):
             building.wait()
@@ -132,3 +133,28 @@ def test_a_signal_ends_the_wait_for_a_build(monkeypatch):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         release.set()
+
+
+def test_where_no_thread_can_start_the_sessions_open_one_after_the_other(tmp_path,
+                                                                          monkeypatch):
+    """A limit on threads is the machine's: no session is built aside, the check runs as
+    without (it was a raw RuntimeError, exit 3, from ``Thread.start``)."""
+    def refused():
+        raise RuntimeError("can't start new thread")
+
+    real_init = aside_module.SessionAside.__init__
+
+    def init(self, *args, **kwargs):  # the build's thread alone cannot start
+        real_init(self, *args, **kwargs)
+        self.thread.start = refused
+
+    monkeypatch.setattr(aside_module.SessionAside, "__init__", init)
+    assert aside_module.started(session_parts(_model()), "model B") is None
+    monkeypatch.setattr(memory, "both_sessions_fit", lambda a, b: True)
+    source = _model()
+    result = optimize(source, record_rewrites=True)
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(source, a)
+    onnx.save(result.to_proto(), b)
+    compared = compare_models(a, b, 2, CompareOptions(dims={"n": 4}), evidence=result.evidence)
+    assert compared.ok, compared.summary()

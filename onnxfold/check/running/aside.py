@@ -22,17 +22,29 @@ from onnxfold.check.running.runner import SessionParts, built_session
 POLL = 0.25  # longest uninterrupted wait for the build (a signal's handler runs between)
 
 
+def started(parts: SessionParts, label: str) -> SessionAside | None:
+    """A :class:`SessionAside` building, or None where no thread could be started for it
+    (a limit on threads: the session is then opened where it is needed, as without)."""
+    aside = SessionAside(parts, label)
+    try:
+        aside.thread.start()
+    except RuntimeError:  # "can't start new thread"
+        return None
+    return aside
+
+
 class SessionAside:
     """A session over ``parts`` (``runner.session_parts``, made in the calling thread) built
-    in a thread of its own; :meth:`session` waits for it and hands it over, or raises what
-    building it raised (InputError, MachineShort, as ``runner.open_session`` does)."""
+    in a thread of its own (:func:`started` starts it); :meth:`session` waits for it and hands
+    it over, or raises what building it raised (InputError, MachineShort, as
+    ``runner.open_session`` does)."""
 
     def __init__(self, parts: SessionParts, label: str) -> None:
         self._done = threading.Event()
         self._session: object | None = None
         self._error: BaseException | None = None
-        threading.Thread(target=self._build, args=(parts, label), daemon=True,
-                         name="onnxfold-check-session").start()
+        self.thread = threading.Thread(target=self._build, args=(parts, label), daemon=True,
+                                       name="onnxfold-check-session")
 
     def _build(self, parts: SessionParts, label: str) -> None:
         try:
