@@ -276,11 +276,9 @@ class _Run:
         self.graph_a, self.graph_b = graph_a, graph_b  # (a binding that fails: inference
         tell("loading original")  # tells the next ones)
         self.aside = self._aside(b) if aside else None
-        try:
-            self.session = self._session_a()
-        finally:
-            if self.aside is not None:
-                self.aside.wait()  # no run of the check beside a build (running.aside)
+        self.session = self._session_a()  # (where it raises, nothing runs: no wait)
+        if self.aside is not None:
+            self.aside.wait()  # no run of the check beside a build (running.aside)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
                                {**self.pinned.named, **options.dims}, options.int_ranges,
                                catalogue.shape_steps, self.pinned.axes)
