@@ -883,11 +883,11 @@ def windowed_compare(source, fold, n: int = 2):
     model's weights (7 to 20 windows a model): the ``CompareResult``, or the line of a check
     that could not run (the original fails at the guessed dims)."""
     from onnxfold.check.compare import CheckCouldNotRun, compare_models
-    from onnxfold.check.running.memory import weight_bytes
+    from onnxfold.check.running.memory import weighed
     from onnxfold.check.running.models import graph_of
     from onnxfold.check.running.options import CompareOptions
 
-    options = CompareOptions(window_bytes=max(weight_bytes(graph_of(str(source), "a")) // 8, 1))
+    options = CompareOptions(window_bytes=max(weighed(graph_of(str(source), "a"))[0] // 8, 1))
     try:
         return compare_models(str(source), str(fold), n, options)
     except CheckCouldNotRun as e:

@@ -346,7 +346,7 @@ def test_a_float16_models_session_is_weighed_with_its_float32_copies(tmp_path, m
     path = tmp_path / "h.onnx"
     onnx.save(model, str(path))
     graph = graph_of(str(path), "a")
-    assert memory.cast_bytes(graph) == memory.weight_bytes(graph) == weights
+    assert memory.weighed(graph) == (weights, weights)
     monkeypatch.setattr(memory, "room", lambda: memory.SESSION_OVERHEAD + 3 * weights)
     with pytest.raises(compare_module.CheckCouldNotRun, match="largest window"):
         # (its one window needs 4x: none fits)
@@ -627,7 +627,7 @@ def test_weights_in_constant_nodes_are_weighed_and_windowed_as_initializers_are(
     one = _constant_chain(source)
     onnxfold.optimize(str(source)).save(str(folded))
     a = graph_of(str(source), "a")
-    assert memory.weight_bytes(a) == 4 * one and memory.cast_bytes(a) == 0
+    assert memory.weighed(a) == (4 * one, 0)
     plan = plan_windows(a, graph_of(str(folded), "b"), one + one // 2)
     assert len(plan.a) == 4 and all(w.weight_bytes == one for w in plan.a)
     built: list[int] = []

@@ -60,12 +60,8 @@ class SessionAside:
             pass
 
     def session(self):
-        """The session, once built (it is handed over once: the next call raises)."""
+        """The session, once built."""
         self.wait()
         if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        session, self._session = self._session, None
-        if session is None:
-            raise RuntimeError("the session built aside was taken already")
-        return session
+            raise self._error
+        return self._session

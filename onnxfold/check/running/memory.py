@@ -40,26 +40,17 @@ HOST_SHARE = 0.75  # of the host's available memory a check may take, cgroup or 
 HEADROOM_SHARE, HEADROOM_FLOOR = 0.125, 64 * 2**20
 
 
-def weight_bytes(model: ir.Model) -> int:
-    """The bytes of ``model``'s weights (what a session over it loads): its initializers and
+def weighed(model: ir.Model) -> tuple[int, int]:
+    """The bytes of ``model``'s weights and of those of them that are float16 or bfloat16, in
+    one walk of its graph. Its weights are what a session over it loads: its initializers and
     its main graph's Constant nodes' tensors, which onnxruntime makes initializers (counted
     as none, a model of Constant weights was given a session it had no room for, and the
-    kernel killed the check in a 640 MiB cgroup)."""
-    return weighed(model)[0]
-
-
-def cast_bytes(model: ir.Model) -> int:
-    """The bytes of ``model``'s float16 and bfloat16 initializers: a session holds a float32
-    copy of those its CPU kernels cannot read (a float16 MatMul's weight, cast once by its
-    graph optimizations): :data:`CAST_FACTOR` more bytes per byte (a session over a 294 MiB
-    float16 decoder peaked at 1.01 GiB above the process, 3.4x its weights, where
-    ``SESSION_FACTOR`` alone allowed 652 MiB: the kernel killed the check, and
-    ``--latency``, in a 900 MiB cgroup)."""
-    return weighed(model)[1]
-
-
-def weighed(model: ir.Model) -> tuple[int, int]:
-    """:func:`weight_bytes` and :func:`cast_bytes` of ``model``, in one walk of its graph."""
+    kernel killed the check in a 640 MiB cgroup). A session holds a float32 copy of the 16-bit
+    float ones its CPU kernels cannot read (a float16 MatMul's weight, cast once by its graph
+    optimizations): :data:`CAST_FACTOR` more bytes per byte (a session over a 294 MiB float16
+    decoder peaked at 1.01 GiB above the process, 3.4x its weights, where ``SESSION_FACTOR``
+    alone allowed 652 MiB: the kernel killed the check, and ``--latency``, in a 900 MiB
+    cgroup)."""
     weights = cast = 0
     for tensor in _weights(model):
         weights += tensor.nbytes
@@ -77,7 +68,7 @@ def _weights(model: ir.Model) -> Iterator[ir.TensorProtocol]:
 
 def session_bytes(weights: int, cast: int = 0) -> int:
     """About the peak of an onnxruntime session over ``weights`` bytes, ``cast`` of them 16-bit
-    floats (:func:`cast_bytes`)."""
+    floats (:func:`weighed`)."""
     return int(SESSION_FACTOR * weights + CAST_FACTOR * cast) + SESSION_OVERHEAD
 
 
