@@ -146,7 +146,7 @@ def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOp
     fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
              for v in folded.graph.inputs}
     plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original", folded, {},
-                    options.dims, options.int_ranges, catalogue.shape_steps, fixed,
+                    options.dims, options.int_ranges, fixed,
                     analysed=True)
     return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
             PLANNED)

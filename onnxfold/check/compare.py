@@ -281,7 +281,7 @@ class _Run:
             self.aside.wait()  # no run of the check beside a build (running.aside)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
                                {**self.pinned.named, **options.dims}, options.int_ranges,
-                               catalogue.shape_steps, self.pinned.axes)
+                               self.pinned.axes)
         self.io_a = {get: [(v.name, v.type) for v in getattr(self.session, get)()]
                      for get in ("get_inputs", "get_outputs")}
         self.overrides, fixed = _overridable(graph_a, graph_b)

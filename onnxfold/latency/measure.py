@@ -33,13 +33,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.feeds import FeedPlan, shape_text
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import checked_dims
 from onnxfold.check.running.runner import MachineShort, open_session, run_model
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError, OnnxfoldError, ResourceLimitError
 from onnxfold.host import heap, interruptible, limits
 from onnxfold.host.machine import checked_threads, cpu_model
@@ -177,20 +175,17 @@ def measure_latency(a: ModelRef, b: ModelRef, *, runs: int = 20, threads: int = 
                     levels: Sequence[str] = LEVELS, dims: Mapping[str, int] | None = None,
                     int_ranges: Mapping[str, tuple[int, int]] | None = None,
                     custom_op_libraries: Sequence[str | os.PathLike] = (),
-                    progress: Callable[[str], None] | None = None,
-                    catalogue: Catalogue | None = None) -> LatencyResult:
+                    progress: Callable[[str], None] | None = None) -> LatencyResult:
     """Session creation and inference latency of ``a`` (the original) and ``b`` (the
     optimized model), paths or ``onnx.ModelProto``, in onnxruntime on the CPU with
     ``threads`` intra-op threads, at each of ``levels``; medians of ``runs`` interleaved runs.
     ``dims``/``int_ranges`` shape the inputs as in :func:`~onnxfold.check.compare.compare`.
     Raises InputError where a model cannot be loaded or run, or there is not memory for one
     session, ResourceLimitError where the machine ran short (memory, a thread, a descriptor:
-    could not run, never a bug). ``catalogue``: whose shape steps relate the input dims (None:
-    the installed rules)."""
-    catalogue = load_catalogue() if catalogue is None else catalogue
+    could not run, never a bug)."""
     with _machine_short(), heap.apart():  # (its collections walk what it makes)
         return _measure(a, b, runs, threads, levels, dims, int_ranges, custom_op_libraries,
-                        progress, catalogue)
+                        progress)
 
 
 @contextlib.contextmanager
@@ -214,8 +209,7 @@ def _machine_short() -> Iterator[None]:
 def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence[str],
              dims: Mapping[str, int] | None, int_ranges: Mapping[str, tuple[int, int]] | None,
              custom_op_libraries: Sequence[str | os.PathLike],
-             progress: Callable[[str], None] | None, catalogue: Catalogue
-             ) -> LatencyResult:
+             progress: Callable[[str], None] | None) -> LatencyResult:
     """:func:`measure_latency`'s work."""
     tell = progress or (lambda text: None)
     if not 1 <= runs <= MAX_RUNS:
@@ -243,7 +237,7 @@ def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence
         return lambda: open_session(model, label, libraries, level, threads=threads)
 
     feeds, described = _feeds(opener(a, label_a, "disable"), label_a, graph_a, dims, int_ranges,
-                              catalogue.shape_steps, _static_dims(graph_b))
+                              _static_dims(graph_b))
     result = LatencyResult(
         model_a=label_a, model_b=label_b, runs=runs, threads=threads, feeds=described,
         timings=[], file_bytes=(_file_bytes(a, graph_a), _file_bytes(b, graph_b)),
@@ -267,12 +261,12 @@ def _static_dims(graph: ir.Model) -> dict[str, dict[int, int]]:
 
 def _feeds(open_a: Callable[[], Any], label: str, graph: ir.Model,
            dims: Mapping[str, int] | None, int_ranges: Mapping[str, tuple[int, int]] | None,
-           steps: ShapeSteps, pinned: Mapping[str, Mapping[int, int]]
+           pinned: Mapping[str, Mapping[int, int]]
            ) -> tuple[dict[str, np.ndarray], list[str]]:
     """The check's first input set for model A (``pinned``: the dims model B fixes, by input
     and axis), and how each input is shaped."""
     session = open_a()
-    plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {}, steps, pinned)
+    plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {}, pinned)
     feeds = plan.feeds(0)
     outputs = [o.name for o in session.get_outputs()]
     run_model(session, label, outputs, feeds, None)  # a binding A cannot run fails here

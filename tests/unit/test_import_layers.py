@@ -61,6 +61,11 @@ APART: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # fold's symbolic dims, the rules' shape steps or op facts (issue 63, item 4)
     ("onnxfold.check.folds", ("onnxfold.analysis", "onnxfold.declare", "onnxfold.rules"), ()),
     ("onnxfold.check.rewrites", ("onnxfold.analysis", "onnxfold.declare", "onnxfold.rules"), ()),
+    # the input planner reads dims with its own walk, never with the fold's symbolic walk, its
+    # dim algebra or the rules' shape steps (issue 82 item 5; calls: test_graph_dims.py)
+    ("onnxfold.check", ("onnxfold.analysis.symbolic", "onnxfold.analysis.symbolic_update",
+                        "onnxfold.analysis.step_inputs", "onnxfold.analysis.dim_algebra",
+                        "onnxfold.declare.view", "rules"), ()),
 )
 
 

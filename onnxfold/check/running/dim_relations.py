@@ -8,8 +8,9 @@ a Gather or GatherND reads an input (through the layout ops an exporter puts bef
 ``Transpose(Cast(mask))``) along an axis with indices as long as an expression of the other
 inputs' dims, or a broadcasting op aligns an input's dim with such an expression (a causal
 mask, an ALiBi bias). Those expressions come from shape inference (which writes dynamo's
-``s70 + s88`` as a dim name) and onnxfold's own symbolic dims
-(:mod:`onnxfold.analysis.symbolic`), and an input dim declared as an expression is one too.
+``s70 + s88`` as a dim name) and the check's own walk of the shape computations
+(:mod:`onnxfold.check.running.graph_dims`: not the fold's, whose blind spots would choose the
+inputs that hide them), and an input dim declared as an expression is one too.
 Where a relation is stated in a way not read here, the bindings tried after the first two
 take each guessed length as the sum of two others.
 
@@ -32,10 +33,17 @@ from typing import TypeGuard
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.dim_algebra import Dim, Linear, Sym, parse_expression
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.analysis.step_inputs import ShapeSteps, dim_symbol, shared_dim_names
-from onnxfold.analysis.symbolic import shape_values
+from onnxfold.check.running.graph_dims import (
+    AxisNames,
+    GraphDims,
+    Linear,
+    Poly,
+    as_int,
+    factors,
+    linear,
+    parse,
+)
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op
 
@@ -188,55 +196,13 @@ def is_named(dim: object) -> TypeGuard[str]:
     return isinstance(dim, str) and dim not in ("", "?")
 
 
-AxisNames = Mapping[tuple[str, int], str]  # (graph input, axis) -> the dim name it declares
-
-
-def _name(d: Dim | None, axis_names: AxisNames) -> str | None:
-    """The input dim name of a symbol: its name, or the name a graph input's axis declares
-    (a name several inputs share is an axis symbol in :mod:`onnxfold.analysis.symbolic`)."""
-    if isinstance(d, Sym) and d.expr[0] == "dim":
-        return d.expr[1]
-    if isinstance(d, Sym) and d.expr[0] == "axis":
-        return axis_names.get((d.expr[2], d.expr[3]))
+def _name(d: Poly | None) -> str | None:
+    """The dim name a dim is, where it is one name alone."""
+    if d is not None and len(d) == 1:
+        (names, coeff), = d.items()
+        if coeff == 1 and len(names) == 1:
+            return names[0]
     return None
-
-
-def _linear(d: Dim | None, axis_names: AxisNames) -> Linear | None:
-    """A symbolic dim of graph-input dims as a linear form of their names (None otherwise)."""
-    if isinstance(d, int):
-        return {"": d}
-    if not isinstance(d, Sym):
-        return None
-    kind = d.expr[0]
-    if kind in ("dim", "axis"):
-        name = _name(d, axis_names)
-        if name is None:
-            return None
-        # onnx's shape inference carries a dynamo dim written as an expression ("s70 + s88")
-        return parse_expression(name) or {name: 1}
-    if kind in ("Add", "Sub"):
-        a, b = _linear(d.expr[1], axis_names), _linear(d.expr[2], axis_names)
-        if a is None or b is None:
-            return None
-        sign = 1 if kind == "Add" else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return out
-    if kind == "Mul":
-        a, b = _linear(d.expr[1], axis_names), _linear(d.expr[2], axis_names)
-        if a is not None and b is not None and set(b) == {""}:
-            return {k: v * b[""] for k, v in a.items()}
-        if a is not None and b is not None and set(a) == {""}:
-            return {k: v * a[""] for k, v in b.items()}
-    return None
-
-
-def _factors(d: Dim | None) -> list[Dim]:
-    """A product of dims as its factors in order (a flattened ``[b, n]`` is ``b*n``)."""
-    if isinstance(d, Sym) and d.expr[0] == "Mul":
-        return _factors(d.expr[1]) + _factors(d.expr[2])
-    return [] if d is None else [d]
 
 
 def _text(form: Linear) -> str:
@@ -254,9 +220,8 @@ class _Relations:
         self.axis_names = axis_names
         self.equations: dict[str, tuple[Linear, str]] = {}
 
-    def add(self, target: Dim | None, expression: Dim | None, where: str) -> None:
-        self.add_form(_name(target, self.axis_names), _linear(expression, self.axis_names),
-                      where)
+    def add(self, target: Poly | None, expression: Poly | None, where: str) -> None:
+        self.add_form(_name(target), linear(expression), where)
 
     def add_form(self, name: str | None, form: Linear | None, where: str) -> None:
         """``name = form``, unless ``name`` is no input dim, has an equation already, or
@@ -314,42 +279,57 @@ def _reads_input(value: ir.Value | None) -> bool:
     return False
 
 
-def _index_relations(model: ir.Model, relations: _Relations) -> None:
+def _index_relations(model: ir.Model, known: GraphDims, relations: _Relations) -> None:
     """Each Gather/GatherND reading an input: the axis it indexes is as long as the index."""
-    ambiguous = shared_dim_names(model)
-
-    def dims(value: ir.Value) -> list[Dim | None]:
-        rank = len(value.shape) if value.shape is not None else 0
-        return [dim_symbol(value, i, ambiguous) for i in range(rank)]
-
     for node in model.graph:
         if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
             continue
         data, indices = node.inputs[0], node.inputs[1]
-        if not _reads_input(data) or indices.shape is None or data.shape is None:
+        index_dims, data_dims = known.dims(indices), known.dims(data)
+        if not _reads_input(data) or index_dims is None or data_dims is None:
             continue
-        extents = [d for d in dims(indices) if d != 1]
+        extents = [d for d in index_dims if as_int(d) != 1]
         where = node.name or node.op_type
         if is_default_op(node, "GatherND") and node.attributes.get_int("batch_dims", 0) == 0:
-            depth = indices.shape[-1] if len(indices.shape) else None
-            extents = extents[:-1] if extents and extents[-1] == depth else extents
-            if isinstance(depth, int) and len(extents) == depth:
-                for target, extent in zip(dims(data)[:depth], extents):
+            depth = as_int(index_dims[-1]) if index_dims else None
+            extents = extents[:-1] if extents and as_int(extents[-1]) == depth else extents
+            if depth is not None and len(extents) == depth:
+                for target, extent in zip(data_dims[:depth], extents):
                     relations.add(target, extent, f"indexed by {where}")
         elif is_default_op(node, "Gather"):
             axis = node.attributes.get_int("axis", 0)
-            data_dims = dims(data)
             if not -len(data_dims) <= axis < len(data_dims):
                 continue
-            factors = _factors(data_dims[axis])
+            parts = factors(data_dims[axis])
             # a flattened [b, n] read at b*n + i: the factors pair with the extents only when
-            # one pair is the same dim (b with b); symbolic products come in any order
-            if len(factors) == len(extents) and any(
-                    f == e or _linear(f, relations.axis_names) ==
-                    _linear(e, relations.axis_names) is not None
-                    for f, e in zip(factors, extents)):
-                for target, extent in zip(factors, extents):
+            # one pair is the same dim (b with b); a product's factors come in any order, so
+            # the extents are ordered alike where they are names
+            ordered = _paired(parts, extents)
+            if len(parts) == len(extents) and any(
+                    f == e or linear(f) == linear(e) is not None
+                    for f, e in zip(parts, ordered)):
+                for target, extent in zip(parts, ordered):
                     relations.add(target, extent, f"indexed by {where}")
+
+
+def _paired(parts: list[Poly], extents: list[Poly | None]) -> list[Poly | None]:
+    """``extents`` reordered so that each one equal to a factor of ``parts`` stands beside it
+    (the others keep their order in the places left)."""
+    if len(parts) != len(extents):
+        return extents
+    placed: list[Poly | None] = [None] * len(parts)
+    free = list(range(len(parts)))
+    rest: list[Poly | None] = []
+    for extent in extents:
+        match = next((i for i in free if parts[i] == extent), None)
+        if match is None:
+            rest.append(extent)
+        else:
+            placed[match] = extent
+            free.remove(match)
+    for i, extent in zip(free, rest):
+        placed[i] = extent
+    return placed
 
 
 # Elementwise ops that broadcast their inputs: two dims on one aligned axis are equal unless
@@ -360,22 +340,21 @@ BROADCASTING_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Where", "And", "Or", 
                               "BitwiseAnd", "BitwiseOr", "Pow"})
 
 
-def _broadcast_relations(model: ir.Model, relations: _Relations) -> None:
+def _broadcast_relations(model: ir.Model, known: GraphDims, relations: _Relations) -> None:
     """Each broadcasting node: a named input dim aligned with another symbolic dim is it."""
-    ambiguous = shared_dim_names(model)
     for node in model.graph:
         if node.op_type not in BROADCASTING_OPS or node.domain not in ("", "ai.onnx"):
             continue
-        shapes = [[dim_symbol(v, i, ambiguous) for i in range(len(v.shape))]
-                  for v in node.inputs if v is not None and v.shape is not None]
+        shapes = [dims for dims in (known.dims(v) for v in node.inputs if v is not None)
+                  if dims is not None]
         if len(shapes) < 2:
             continue
         where = f"broadcast by {node.name or node.op_type}"
         for k, first in enumerate(shapes):
             for other in shapes[k + 1:]:
                 for a, b in zip(reversed(first), reversed(other)):
-                    if a is None or b is None or a == 1 or b == 1 or \
-                            (isinstance(a, int) and isinstance(b, int)):
+                    if a is None or b is None or as_int(a) == 1 or as_int(b) == 1 or \
+                            (as_int(a) is not None and as_int(b) is not None):
                         continue
                     relations.add(a, b, where)
                     relations.add(b, a, where)
@@ -515,21 +494,21 @@ def _attention_relations(model: ir.Model, relations: _Relations) -> list[OneBatc
 
 
 def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
-         given: Mapping[str, int], steps: ShapeSteps, sizes: Mapping[str, int] | None = None,
+         given: Mapping[str, int], sizes: Mapping[str, int] | None = None,
          held: Collection[str] = (), anonymous: AxisNames | None = None,
          batches: Collection[str] = (), light: onnx.ModelProto | None = None,
          analysed: bool = False) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
-    ``given`` as is, the ones the graph relates computed (``steps``: the catalogue's shape
-    steps), the others guessed (see module): ``sizes`` (an image's height and width) where
-    it names them, ``held`` (a cache's length) kept at the profile's cache length, and
+    ``given`` as is, the ones the graph relates computed (read by the check's own walk,
+    :mod:`onnxfold.check.running.graph_dims`), the others guessed (see module): ``sizes``
+    (an image's height and width) where it names them, ``held`` (a cache's length) kept at
+    the profile's cache length, and
     ``batches`` (besides the dims on axis 0) at the profile's batch. ``anonymous``: the name
     ``input_shapes`` gives each dim the model leaves unnamed (``?``, none, -1) by graph input
     and axis, so that the graph's relations read it as they read a named one. ``light``:
     ``model`` as ``shapes.serialize_light`` gives it, where the caller has it (its inference
     takes it: not serialized again); ``analysed``: ``model``'s values already carry their
-    inferred types and the symbolic walk's dims (an optimized model, as its run left it):
-    neither is made again."""
+    inferred types (an optimized model, as its run left it): not inferred again."""
     sizes = sizes or {}
     names = {d for shape in input_shapes for d in shape if is_named(d)}
     axis_names: dict[tuple[str, int], str] = dict(anonymous or {})
@@ -539,17 +518,17 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
                 axis_names[(value.name, i)] = label
     relations = _Relations(names, axis_names)
     for name in sorted(names):
-        form = parse_expression(name)
+        form = parse(name)
         if form is not None and form != {name: 1} and set(form) - {""} <= names:
             relations.equations[name] = (form, "declared by the input")
     prompts: list[OneBatchPrompt] = []
     try:
         if not analysed:
             infer_shapes(model, light)
-            shape_values(model.graph, constant_array, shared_dim_names(model), steps=steps)
+        known = GraphDims(model, axis_names)
         prompts = _attention_relations(model, relations)
-        _index_relations(model, relations)
-        _broadcast_relations(model, relations)
+        _index_relations(model, known, relations)
+        _broadcast_relations(model, known, relations)
     except Exception:  # relations are an aid: a graph they cannot be read from keeps guesses
         pass
     on_axis0 = {shape[0] for shape in input_shapes if shape and is_named(shape[0])} | \

@@ -18,12 +18,10 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.analysis.step_inputs import ShapeSteps
 from onnxfold.check.running import dim_relations
 from onnxfold.check.running.dim_relations import Bound, is_named
 from onnxfold.check.running.models import ModelRef, graph_of, label_of, numpy_type
 from onnxfold.check.running.runner import open_session
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
 from onnxfold.errors import InputError
 from onnxfold.io.feeds import load_arrays
 from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op, is_static_dim
@@ -176,12 +174,12 @@ def anonymous_dims(specs: Sequence[tuple[str, Sequence[object]]]) -> dict[tuple[
 
 class FeedPlan:
     """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
-    ``steps``: the catalogue's shape steps, which relate the inputs' symbolic dims; ``pinned``:
+    ``pinned``:
     anonymous dims fixed by input and axis (the second model's static ones,
     ``onnxfold.check.running.pinned``); ``light``: ``graph`` serialized without its large
     weights, where the caller has it (``dim_relations.plan``); ``analysed``: ``graph``'s
-    values already carry their inferred types and the walk's dims (a model a run just
-    optimized: the plan infers nothing again).
+    values already carry their inferred types (a model a run just optimized: the plan
+    infers nothing again).
 
     Every anonymous dim gets a name of its own (:func:`anonymous_dims`) and is bound like a
     named one: on axis 0 or inside a shape (a recurrent state's batch) it is a batch, ending a
@@ -189,7 +187,7 @@ class FeedPlan:
 
     def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
                  dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]],
-                 steps: ShapeSteps, pinned: Mapping[str, Mapping[int, int]] | None = None,
+                 pinned: Mapping[str, Mapping[int, int]] | None = None,
                  light: onnx.ModelProto | None = None, analysed: bool = False) -> None:
         pinned = pinned or {}
         declared = [(i.name, numpy_type(i.type, label, i.name), list(i.shape))
@@ -228,7 +226,7 @@ class FeedPlan:
         self.images = {name for name, dtype, shape in self.specs
                        if _is_image(dtype, shape) and name not in caches}
         self.plan = dim_relations.plan(
-            graph, [shape for _, _, shape in self.specs], bound, steps,
+            graph, [shape for _, _, shape in self.specs], bound,
             sizes={d: dim_relations.IMAGE_SIZE for name, _, shape in self.specs
                    if name in self.images for d in shape[2:] if is_named(d)},
             held=_cache_lengths(self.specs, self.images) - set(self.anonymous.values()),
@@ -561,19 +559,16 @@ def element_bytes(dtype: np.dtype) -> int:
 
 
 def synthetic_feeds(model: ModelRef, seed: int = 0, dims: Mapping[str, int] | None = None,
-                    int_ranges: Mapping[str, tuple[int, int]] | None = None,
-                    catalogue: Catalogue | None = None
+                    int_ranges: Mapping[str, tuple[int, int]] | None = None
                     ) -> tuple[dict[str, np.ndarray], list[InputInfo]]:
     """Seeded inputs for every input of ``model``, and what each one is, by the rules
     :func:`compare` uses (floats standard normal; token ids below the size of the table they
     index; masks ones; token types zeros; positions 0, 1, 2...; ``dims`` binds symbolic dims,
-    the rest are 1). The one feed generator of compare, the tests and ``bench/``.
-    ``catalogue``: whose shape steps relate the dims (None: the installed rules)."""
-    catalogue = load_catalogue() if catalogue is None else catalogue
+    the rest are 1). The one feed generator of compare, the tests and ``bench/``."""
     label = label_of(model, "model")
     graph = graph_of(model, label)
     feeder = FeedPlan(open_session(model, label), label, graph, {}, dims or {},
-                     int_ranges or {}, catalogue.shape_steps)
+                     int_ranges or {})
     return feeder.feeds(seed), feeder.describe()
 
 
