@@ -107,8 +107,8 @@ def compare(a: ModelRef, b: ModelRef, *,
     False: not; None or True: always, and what cannot be re-derived is said).
     ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
-    the progress line. ``catalogue``: whose shape steps relate the input dims and whose op
-    facts say which folds are bitwise (None: the installed rules). ``evidence``: what the run
+    the progress line. ``catalogue``: whose pattern rules say which rewrites may round
+    differently (None: the installed rules). ``evidence``: what the run
     that made ``b`` knows (``optimize(...).evidence``): with ``record_rewrites=True`` every
     rewrite is validated on the input sets, and ``b`` may fix only the dims its
     ``input_shapes`` fixed. ``window_bytes``: run both models window by window, each window
@@ -146,7 +146,7 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
         evidence.rewrites is not None else set()
     a, b = held(a, "model A"), held(b, "model B")
     # a file with no run's record at hand: its rewritten windows found in it (file_windows)
-    run = _Run(a, b, options, catalogue, tell, leaves,
+    run = _Run(a, b, options, tell, leaves,
                in_file=evidence is None and options.verify is not False, aside=True)
     unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else \
         _unrecorded_pins(run)
@@ -205,24 +205,22 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
 
 
 def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = None, *,
-                  progress: Callable[[str], None] | None = None,
-                  catalogue: Catalogue | None = None) -> FoldVerification:
+                  progress: Callable[[str], None] | None = None) -> FoldVerification:
     """``onnxfold verify-folds``: the original run once at every binding of the dims (which
     bindings are valid inputs, and one input set for what only inputs can sample), then every
     initializer of ``b`` the original does not hold as it is re-derived at those bindings
     (:func:`~onnxfold.check.folds.verification.verify_folds`). Where the original cannot run
     (out of time, no binding that runs), each fold is re-derived alone, and what needs the
     bindings or inputs is said not verifiable."""
-    catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     with heap.apart():  # its collections walk what it makes, not what the fold left
-        return _verified(held(a, "model A"), held(b, "model B"), options, catalogue, tell)
+        return _verified(held(a, "model A"), held(b, "model B"), options, tell)
 
 
-def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None, catalogue: Catalogue,
+def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None,
               tell: Callable[[str], None]) -> FoldVerification:
     """:func:`verify_models`' work."""
-    run = _Run(a, b, options or CompareOptions(), catalogue, tell, in_file=True)
+    run = _Run(a, b, options or CompareOptions(), tell, in_file=True)
     try:
         reference: Reference | None = run.reference(1)
     except (CheckCouldNotRun, InferenceTimeout):  # the original does not run (in time):
@@ -243,7 +241,7 @@ class _Run:
     where both fit (``running.aside``)."""
 
     def __init__(self, a: ModelRef, b: ModelRef, options: CompareOptions,
-                 catalogue: Catalogue, tell: Callable[[str], None],
+                 tell: Callable[[str], None],
                  leaves: Collection[str] = (), in_file: bool = False,
                  aside: bool = False) -> None:
         if any(t is not None and not t >= 0 for t in (options.rtol, options.atol)):

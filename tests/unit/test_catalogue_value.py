@@ -32,7 +32,6 @@ ENTRY_POINTS = {
     ("onnxfold/runtime/split.py", "split_model"),
     ("onnxfold/runtime/backends/__init__.py", "get_backend"),
     ("onnxfold/check/compare.py", "compare_models"),  # compare() and the app's checks
-    ("onnxfold/check/compare.py", "verify_models"),  # onnxfold verify-folds
     ("onnxfold/app/inspection.py", "inspect_model"),
     ("onnxfold/app/info_commands.py", "rules"),  # onnxfold rules
     ("onnxfold/app/runtime_commands.py", "split"),  # onnxfold split
