@@ -15,7 +15,6 @@ from onnx import TensorProto, helper
 
 from onnxfold.check.compare import CheckCouldNotRun, _Run
 from onnxfold.check.running.options import CompareOptions
-from onnxfold.declare.catalogue import load_catalogue
 from tests.support.cli import run_cli
 
 
@@ -58,7 +57,7 @@ def _reflect_padded():
 
 
 def _reference_runs(path, n=3):
-    run = _Run(str(path), str(path), CompareOptions(), load_catalogue(), lambda text: None)
+    run = _Run(str(path), str(path), CompareOptions(), lambda text: None)
     counted = _Counted(run.session)
     run.session = counted
     try:

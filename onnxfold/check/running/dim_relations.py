@@ -206,7 +206,7 @@ def _name(d: Poly | None) -> str | None:
 
 
 def _text(form: Linear) -> str:
-    parts = [(f"{v}*{k}" if v not in (1, -1) else k) if k else str(v)
+    parts = [(f"{v}*{k}" if v not in (1, -1) else k if v == 1 else f"-{k}") if k else str(v)
              for k, v in form.items() if v]
     text = " + ".join(parts).replace("+ -", "- ")
     return text or "0"
@@ -262,6 +262,7 @@ def _reads_input(value: ir.Value | None) -> bool:
     """Whether ``value`` comes from a graph input through layout ops (:data:`LAYOUT_OPS`,
     at most :data:`LAYOUT_DEPTH` deep): its dims are then the input's, moved."""
     frontier = [value] if value is not None else []
+    seen: set[ir.Value] = set(frontier)  # (a value read 8 times over 12 levels: once)
     for _ in range(LAYOUT_DEPTH):
         following: list[ir.Value] = []
         for current in frontier:
@@ -271,8 +272,10 @@ def _reads_input(value: ir.Value | None) -> bool:
             if producer is None or producer.op_type not in LAYOUT_OPS or \
                     producer.domain not in ("", "ai.onnx"):
                 continue
-            following.extend(v for v in producer.inputs if v is not None and
-                             v.const_value is None)
+            for v in producer.inputs:
+                if v is not None and v.const_value is None and v not in seen:
+                    seen.add(v)
+                    following.append(v)
         if not following:
             return False
         frontier = following

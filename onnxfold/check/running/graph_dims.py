@@ -18,8 +18,9 @@ from a sorted tuple of names (a monomial; ``()`` the constant) to its coefficien
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
+import numpy as np
 import onnx_ir as ir
 
 Monomial = tuple[str, ...]
@@ -68,7 +69,7 @@ def add(a: Poly, b: Poly, sign: int = 1) -> Poly | None:
 
 def mul(a: Poly, b: Poly) -> Poly | None:
     """``a * b`` (None past the bounds, found before the product is made)."""
-    if len(a) * len(b) > MAX_TERMS ** 2 or \
+    if len(a) * len(b) > MAX_TERMS or \
             max(map(len, a), default=0) + max(map(len, b), default=0) > MAX_DEGREE:
         return None
     out: Poly = {}
@@ -142,10 +143,11 @@ def parse(text: str) -> Linear | None:
     return form or None
 
 
-def named(text: str) -> Poly:
-    """The dim a name stands for: its expression where it is one, else the name itself."""
+def named(text: str, names: Collection[str] | None = None) -> Poly:
+    """The dim a name stands for: its expression where it is one (of ``names`` only, where
+    given: ``a.b + c`` of names no input has stays a name of its own), else the name."""
     form = parse(text)
-    if form is None:
+    if form is None or (names is not None and not set(form) - {""} <= set(names)):
         return atom(text)
     return {((k,) if k else ()): v for k, v in form.items() if v}
 
@@ -157,6 +159,11 @@ class GraphDims:
 
     def __init__(self, model: ir.Model, axis_names: AxisNames | None = None) -> None:
         axis_names = axis_names or {}
+        # the inputs' dim names: an expression of them is read as one (dynamo's s70 + s88)
+        self.names: set[str] = set(axis_names.values())
+        for value in model.graph.inputs:
+            self.names.update(label for d in value.shape or ()
+                              if isinstance(label := getattr(d, "value", None), str))
         self.shapes: dict[ir.Value, Dims] = {}
         # (keyed by optional values: a missing input has no elements)
         self.values: dict[ir.Value | None, list[Poly | None]] = {}
@@ -164,7 +171,8 @@ class GraphDims:
             if value.shape is not None:
                 self.shapes[value] = [
                     const(d) if isinstance(d, int) else
-                    named(d.value) if isinstance(d.value, str) and d.value not in ("", "?")
+                    named(d.value, self.names)
+                    if isinstance(d.value, str) and d.value not in ("", "?")
                     else atom(axis_names[(value.name or "", i)])
                     if (value.name or "", i) in axis_names else None
                     for i, d in enumerate(value.shape)]
@@ -184,7 +192,7 @@ class GraphDims:
         if value is None:
             return None
         if value not in self.shapes:
-            self.shapes[value] = _inferred(value)  # type: ignore[assignment]
+            self.shapes[value] = _inferred(value, self.names)  # type: ignore[assignment]
         return self.shapes[value]
 
     def dim(self, value: ir.Value, axis: int) -> Poly | None:
@@ -198,6 +206,17 @@ class GraphDims:
         self.shapes[value] = [const(d) for d in tensor.shape.numpy()]
         if tensor.dtype.is_integer() and tensor.size <= MAX_ELEMENTS:
             self.values[value] = [const(int(e)) for e in tensor.numpy().reshape(-1)]
+
+    def _given(self, node: ir.Node, index: int, attribute: str = ""
+               ) -> tuple[bool, list[int] | None]:
+        """Whether ``node``'s optional input ``index`` (or its ``attribute``, in older opsets)
+        is given, and its numbers where known: a given input whose numbers are not known is
+        no default."""
+        if attribute and attribute in node.attributes:
+            return True, list(node.attributes.get_ints(attribute) or [])
+        if len(node.inputs) <= index or node.inputs[index] is None:
+            return False, None
+        return True, self._ints(node.inputs[index])
 
     def _ints(self, value: ir.Value | None) -> list[int] | None:
         """The elements of ``value`` where all are numbers."""
@@ -215,9 +234,9 @@ class GraphDims:
             if value is not None:
                 self._constant(node.outputs[0], value.as_tensor())
             elif "value_int" in node.attributes or "value_ints" in node.attributes:
-                ints = node.attributes.get_ints("value_ints") or \
-                    [node.attributes.get_int("value_int", 0)]
                 scalar = "value_int" in node.attributes
+                ints = [node.attributes.get_int("value_int", 0)] if scalar else \
+                    list(node.attributes.get_ints("value_ints") or [])
                 self.shapes[node.outputs[0]] = [] if scalar else [const(len(ints))]
                 self.values[node.outputs[0]] = [const(int(i)) for i in ints]
             return
@@ -231,7 +250,7 @@ class GraphDims:
         out = node.outputs[0] if node.outputs else None
         if out is None:
             return
-        self.shapes[out] = _merged(shape, _inferred(out))  # type: ignore[assignment]
+        self.shapes[out] = _merged(shape, _inferred(out, self.names))  # type: ignore[assignment]
         if elements is not None and len(elements) <= MAX_ELEMENTS:
             self.values[out] = elements
 
@@ -239,16 +258,19 @@ class GraphDims:
 
     def _same(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
         """An op that keeps its input's shape and (a cast, an identity) its elements."""
-        passes = node.op_type in _PASSES_VALUES and \
-            (node.op_type != "Cast" or _integer_cast(node))
-        return self.dims(node.inputs[0]), self.values.get(node.inputs[0]) if passes else None
+        elements = self.values.get(node.inputs[0])
+        passes = node.op_type == "Identity" or \
+            (node.op_type in ("Cast", "CastLike") and _cast_keeps(node, elements))
+        return self.dims(node.inputs[0]), elements if passes else None
 
     def _broadcast(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
         shapes = [self.dims(v) for v in node.inputs]
         shape = _broadcast(shapes)
         elements = None
         combine = _ARITHMETIC.get(node.op_type)
-        if combine is not None and len(node.inputs) == 2:
+        ranks = [len(s) if s is not None else None for s in shapes]
+        if combine is not None and len(node.inputs) == 2 and \
+                all(r is not None and r <= 1 for r in ranks):  # (a [2, 1] and a [2]: 4)
             a, b = (self.values.get(v) if v is not None else None for v in node.inputs)
             if a is not None and b is not None and (len(a) == len(b) or 1 in (len(a), len(b))):
                 size = max(len(a), len(b))
@@ -301,7 +323,7 @@ class GraphDims:
 
     def _unsqueeze(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
         dims = self.dims(node.inputs[0])
-        axes = self._axes(node)
+        _, axes = self._given(node, 1, "axes")
         if dims is None or axes is None:
             return None, self.values.get(node.inputs[0])
         rank = len(dims) + len(axes)
@@ -312,8 +334,10 @@ class GraphDims:
 
     def _squeeze(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
         dims = self.dims(node.inputs[0])
-        axes = self._axes(node)
-        if dims is None:
+        given, axes = self._given(node, 1, "axes")
+        # without axes every dim of 1 goes, and a dim not known may be one: rank unknown
+        if dims is None or (given and axes is None) or \
+                (not given and any(as_int(d) is None for d in dims)):
             return None, self.values.get(node.inputs[0])
         rank = len(dims)
         dropped = {a % rank for a in axes} if axes is not None else \
@@ -321,16 +345,14 @@ class GraphDims:
         return [d for i, d in enumerate(dims) if i not in dropped], \
             self.values.get(node.inputs[0])
 
-    def _axes(self, node: ir.Node) -> list[int] | None:
-        if "axes" in node.attributes:
-            return list(node.attributes.get_ints("axes") or [])
-        return self._ints(node.inputs[1]) if len(node.inputs) > 1 else None
-
     def _flatten(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
         dims = self.dims(node.inputs[0])
         if dims is None:
             return None, None
-        axis = node.attributes.get_int("axis", 1) % (len(dims) + 1)
+        axis = node.attributes.get_int("axis", 1)
+        axis += len(dims) if axis < 0 else 0
+        if not 0 <= axis <= len(dims):
+            return None, None
         return [_product(dims[:axis]), _product(dims[axis:])], None
 
     def _reshape(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
@@ -363,7 +385,10 @@ class GraphDims:
     def _range(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
         start, limit, delta = (self.values.get(v, [None])[0] if v is not None else None
                                for v in node.inputs[:3])
-        if start is None or limit is None or as_int(delta) != 1:
+        first, last, step = as_int(start), as_int(limit), as_int(delta)
+        if first is not None and last is not None and step:
+            return [const(len(range(first, last, step)))], None
+        if start is None or limit is None or step != 1:
             return None, None
         return [add(limit, start, -1)], None
 
@@ -378,9 +403,10 @@ class GraphDims:
         dims = self.dims(node.inputs[0])
         starts, ends = (self.values.get(v) if v is not None else None
                         for v in node.inputs[1:3])
-        axes = self._ints(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
-        steps = self._ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else None
-        if dims is None or starts is None or ends is None:
+        has_axes, axes = self._given(node, 3)
+        has_steps, steps = self._given(node, 4)
+        if dims is None or starts is None or ends is None or (has_axes and axes is None) or \
+                (has_steps and steps is None):
             return None, None
         axes = axes if axes is not None else list(range(len(starts)))
         steps = steps if steps is not None else [1] * len(starts)
@@ -416,7 +442,9 @@ class GraphDims:
         if node.op_type in ("ArgMax", "ArgMin"):
             axes: list[int] | None = [node.attributes.get_int("axis", 0)]
         else:
-            axes = self._axes(node)
+            given, axes = self._given(node, 1, "axes")
+            if given and axes is None:
+                return None, None
         if not axes:
             if node.attributes.get_int("noop_with_empty_axes", 0) != 0:
                 return list(dims), None
@@ -430,23 +458,21 @@ class GraphDims:
         """Each output of a Split: the input's dims, the split axis as long as its part
         (given, or an equal share of a numeric length)."""
         dims = self.dims(node.inputs[0])
+        given, sizes = self._given(node, 1, "split")
         for i, out in enumerate(node.outputs):
             own: Dims | None = None
             if dims is not None:
                 axis = node.attributes.get_int("axis", 0) % len(dims)
-                sizes = self._ints(node.inputs[1]) if len(node.inputs) > 1 else \
-                    node.attributes.get_ints("split")
                 length = as_int(dims[axis])
-                part = const(sizes[i]) if sizes and i < len(sizes) else \
-                    const(length // len(node.outputs)) if not sizes and length is not None and \
-                    length % len(node.outputs) == 0 else None
+                part = (const(sizes[i]) if sizes is not None and i < len(sizes) else None) \
+                    if given else const(length // len(node.outputs)) \
+                    if length is not None and length % len(node.outputs) == 0 else None
                 own = [part if j == axis else d for j, d in enumerate(dims)]
-            self.shapes[out] = _merged(own, _inferred(out))  # type: ignore[assignment]
+            self.shapes[out] = _merged(own, _inferred(out, self.names))  # type: ignore[assignment]
 
     def _pad(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
         dims = self.dims(node.inputs[0])
-        pads = self._ints(node.inputs[1]) if len(node.inputs) > 1 else \
-            node.attributes.get_ints("pads")
+        _, pads = self._given(node, 1, "pads")
         if dims is None or not pads or len(pads) != 2 * len(dims) or \
                 (len(node.inputs) > 3 and node.inputs[3] is not None):
             return None, None
@@ -464,14 +490,15 @@ class GraphDims:
 Step = Callable[[GraphDims, ir.Node], tuple[Dims | None, list[Poly | None] | None]]
 
 
-def _inferred(value: ir.Value) -> Dims | None:
+def _inferred(value: ir.Value, names: Collection[str]) -> Dims | None:
     """What onnx's inference left on ``value``: numbers, and names as :func:`named` reads
-    them (a name it made up, ``unk__3``, is an atom no input has)."""
+    them with the inputs' dim ``names`` (a name it made up, ``unk__3``, is an atom no input
+    has)."""
     if value.shape is None:
         return None
     return [const(d) if isinstance(d, int) else
-            named(d.value) if isinstance(d.value, str) and d.value not in ("", "?") else None
-            for d in value.shape]
+            named(d.value, names) if isinstance(d.value, str) and d.value not in ("", "?")
+            else None for d in value.shape]
 
 
 def _merged(own: Dims | None, inferred: Dims | None) -> Dims | None:
@@ -538,16 +565,35 @@ def _product(dims: Sequence[Poly | None]) -> Poly | None:
     return total
 
 
-def _integer_cast(node: ir.Node) -> bool:
-    """Whether a Cast keeps integer elements as they are (to an integer or float type)."""
-    to = node.attributes.get_int("to", 0)
-    return ir.DataType(to).is_integer() or ir.DataType(to).is_floating_point()
+def _cast_keeps(node: ir.Node, elements: list[Poly | None] | None) -> bool:
+    """Whether a Cast (or CastLike) hands ``elements`` on as they are: to int64, or to an
+    integer type that holds each (a narrower one wraps: onnxruntime's int32 of 2**63 - 1 is
+    -1). The walk follows integers only (a float's Div is no integer's), so never to a
+    float."""
+    if node.op_type == "CastLike":
+        like = node.inputs[1] if len(node.inputs) > 1 else None
+        target = like.dtype if like is not None else None
+    else:
+        target = ir.DataType(node.attributes.get_int("to", 0))
+    if target is None or elements is None:
+        return False
+    if target == ir.DataType.INT64:
+        return True
+    numbers = [as_int(e) for e in elements]
+    if any(n is None for n in numbers):
+        return False
+    if not target.is_integer():
+        return False
+    info = np.iinfo(target.numpy())
+    return all(info.min <= n <= info.max for n in numbers)  # type: ignore[operator]
 
 
-def _floor_div(a: Poly | None, b: Poly | None) -> Poly | None:
+def _integer_div(a: Poly | None, b: Poly | None) -> Poly | None:
+    """An integer Div as onnxruntime computes it: toward zero (-7 / 2 is -3)."""
     x, y = as_int(a), as_int(b)
     if x is not None and y:
-        return const(x // y)
+        quotient = abs(x) // abs(y)
+        return const(quotient if (x < 0) == (y < 0) else -quotient)
     if a is not None and y and all(v % y == 0 for v in a.values()):
         return {k: v // y for k, v in a.items()}
     return None
@@ -568,8 +614,7 @@ def _extreme(pick: Callable[[int, int], int]) -> Callable[[Poly, Poly], Poly | N
 
 _ARITHMETIC: dict[str, Callable[[Poly | None, Poly | None], Poly | None]] = {
     "Add": _lift(add), "Sub": _lift(lambda a, b: add(a, b, -1)), "Mul": _lift(mul),
-    "Div": _floor_div, "Max": _lift(_extreme(max)), "Min": _lift(_extreme(min))}
-_PASSES_VALUES = frozenset({"Cast", "CastLike", "Identity"})
+    "Div": _integer_div, "Max": _lift(_extreme(max)), "Min": _lift(_extreme(min))}
 _SAME_SHAPE = frozenset({
     "Cast", "CastLike", "Identity", "Neg", "Not", "Abs", "Relu", "Sigmoid", "Tanh", "Exp",
     "Log", "Sqrt", "Erf", "Softmax", "LogSoftmax", "Trilu", "CumSum", "IsNaN", "IsInf",
