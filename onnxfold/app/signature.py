@@ -54,7 +54,7 @@ def signature(data: Signature, written: int | None, check: CompareResult | None,
         found["compute"] = {"reason": f"the input's compute was not read: {data.unread}"}
         return found
     try:
-        shapes, dims, where = _first_set(data.model, check, options, catalogue)
+        shapes, dims, where = _first_set(data.model, check, options)
     except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
         found["compute"] = {"reason": str(e)}
         return found
@@ -121,13 +121,13 @@ def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Cat
     return {**types, **compute(pinned.model, shapes, catalogue.costs).types}
 
 
-def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOptions,
-               catalogue: Catalogue) -> FirstSet:
+def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOptions
+               ) -> FirstSet:
     """Each input's shape in the check's first input set, its named dims, and whose set: the
     check's where it ran, the declared shapes where every dim is static and no ``--dim`` or
     ``--int-range`` is to be checked against the model, else the check's plan of its first
-    set over ``folded``'s inputs, its relations read from the types and dims the fold left on
-    the graph (no inference, no walk of its own)."""
+    set over ``folded``'s inputs, its relations read from the types the fold left on the
+    graph (no inference again) by the planner's own walk of the dims."""
     from onnxfold.check.running.feeds import FeedPlan
     from onnxfold.check.running.models import numpy_type
 
