@@ -40,7 +40,7 @@ from onnxfold.check.rewrites.validation import RewriteValidation, read_by, valid
 from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.aside import SessionAside
 from onnxfold.check.running.aside import started as started_aside
-from onnxfold.check.running.cones import Cones, reinferred
+from onnxfold.check.running.cones import Cones, WeightStore, reinferred
 from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.models import ModelRef, graph_of, held, label_of, release_weights
@@ -67,6 +67,10 @@ from onnxfold.numbers import size_text
 from onnxfold.pipeline.evidence import RunEvidence
 from onnxfold.rewrite.log import RewriteLog
 from onnxfold.runtime import custom_ops
+
+# the original's weights kept for the fold verification's and the rewrite validation's runs
+# take at most this share of the memory left (each step's own share before)
+WEIGHTS_SHARE = 4
 
 
 class CheckCouldNotRun(InputError):
@@ -173,18 +177,20 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
             level=options.level)
         result.single_dims = reference.single
         result.fixed_defaults = run.fixed_defaults
+        weights = _weight_store()  # read once for the folds' and the rewrites' cones
         if options.verify is not False and folds is None:
             tell("verifying folds")  # before B's session: never two models' weights at once
             folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
                                  progress=tell, libraries=run.libraries,
-                                 own_output=evidence is not None)
+                                 own_output=evidence is not None, weights=weights)
             folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
         if rewrites is not None and validated is None:
-            validated = _validated(a, run, rewrites, reference, catalogue)
+            validated = _validated(a, run, rewrites, reference, catalogue, weights)
         elif run.found is not None and validated is None:
-            validated = _file_validated(a, b, run, reference, folds)
+            validated = _file_validated(a, b, run, reference, folds, weights)
         result.folds, result.rewrites = folds, validated
+        weights.clear()
         drop_resident_pages()  # the cones read the weights: B's session copies its own
         release_weights(a)  # (and of a proto, the copies read out of it)
         if not _compare_optimized(result, b, run, reference):
@@ -226,12 +232,13 @@ def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None,
     except (CheckCouldNotRun, InferenceTimeout):  # the original does not run (in time):
         reference = None  # its folds alone, and what needs bindings or inputs said
     tell("verifying folds")
+    weights = _weight_store()
     folds = verify_folds(a, b, bindings=reference.shapes if reference else (),
                          inputs=reference.feeds if reference else (), progress=tell,
-                         libraries=run.libraries)
+                         libraries=run.libraries, weights=weights)
     if reference is None or run.found is None:  # its windows need the input sets
         return folds
-    return FileVerification.of(folds, _file_validated(a, b, run, reference, folds))
+    return FileVerification.of(folds, _file_validated(a, b, run, reference, folds, weights))
 
 
 class _Run:
@@ -404,8 +411,16 @@ def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: 
         raise CheckCouldNotRun(str(e)) from None
 
 
+def _weight_store() -> WeightStore:
+    """Where the original's weights the fold verification's and the rewrite validation's
+    cones read are kept for both: a :data:`WEIGHTS_SHARE` of the memory left (each step kept
+    its own in as much before, one after the other)."""
+    room = memory_room.room()
+    return WeightStore(None if room is None else room // WEIGHTS_SHARE)
+
+
 def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
-               catalogue: Catalogue) -> RewriteValidation:
+               catalogue: Catalogue, weights: WeightStore) -> RewriteValidation:
     """Every rewrite of the run's record ``rewrites`` validated on the reference's input
     sets (a run that rewrote nothing: nothing to validate, and the original is not loaded
     again for it)."""
@@ -414,7 +429,7 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
     rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
                          if rule.rounds_differently)
     return validate_rewrites(rewrites, _cones(reinferred(graph_of(a, run.label_a)), run),
-                             reference.feeds, run.tell, rounding, run.chain_values)
+                             reference.feeds, run.tell, rounding, run.chain_values, weights)
 
 
 def _cones(shaped: ir.Model, run: _Run) -> Cones:
@@ -425,7 +440,7 @@ def _cones(shaped: ir.Model, run: _Run) -> Cones:
 
 
 def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,
-                    folds: FoldVerification | None) -> RewriteValidation:
+                    folds: FoldVerification | None, weights: WeightStore) -> RewriteValidation:
     """The windows of a file that the original does not hold, validated on the reference's
     input sets (``in_files``); the tensors of ``folds`` only validated windows read judged
     with them."""
@@ -437,7 +452,7 @@ def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,
     found, validation = validated_windows(
         run.graph_a, run.graph_b, run.found,
         lambda windows: validate_rewrites(windows, cones, reference.feeds, run.tell,
-                                          known=run.chain_values),
+                                          known=run.chain_values, weights=weights),
         reshaped_values(shaped, reinferred(graph_of(b, run.label_b))))
     if folds is not None:
         judge_parameters(folds.tensors, found, validation, folds.edited)

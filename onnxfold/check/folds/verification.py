@@ -57,7 +57,7 @@ from onnxfold.check.folds.verdicts import (
 )
 from onnxfold.check.running import exact_ops, memory, string_values
 from onnxfold.check.running.bits import bit_mismatches, same_bits
-from onnxfold.check.running.cones import Cones, reinferred
+from onnxfold.check.running.cones import Cones, WeightStore, reinferred
 from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.magnitudes import magnitudes
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
@@ -126,7 +126,8 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
                  batch_bytes: int = BATCH_BYTES,
                  progress: Callable[[str], None] | None = None,
                  libraries: Sequence[str] = (),
-                 own_output: bool = False) -> FoldVerification:
+                 own_output: bool = False,
+                 weights: WeightStore | None = None) -> FoldVerification:
     """Re-derive every initializer of ``optimized`` that ``original`` does not hold as it is
     (see module).
 
@@ -135,7 +136,9 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     sets (a rewrite's constant whose original reads input values is compared on each). Without
     them, what needs them is said not verifiable. Raises InputError when a model cannot be
     read. ``libraries``: the custom-op libraries the original needs (checked:
-    ``runtime.custom_ops``).
+    ``runtime.custom_ops``). ``weights``: where the original's weights the cones read are
+    kept (a store the check's next step reads them from again; None: each batch keeps its
+    own, in a share of the memory left).
 
     ``own_output``: ``optimized`` is the model this process's run just made (``optimize
     --check``), so what its metadata says of how a tensor was made is that run's own record,
@@ -154,7 +157,7 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     reinferred(graph_a)
     fed = _fed(graph_a, graph_b)
     verifier = _Verifier(graph_a, graph_b, fed, list(bindings), list(inputs),
-                         libraries, own_output)
+                         libraries, own_output, weights)
     result = FoldVerification(label_a, label_b,
                               bindings=[{k: list(v) for k, v in b.items()} for b in bindings])
     targets: list[_Target] = []
@@ -336,8 +339,9 @@ class _Verifier:
     def __init__(self, original: ir.Model, optimized: ir.Model, fed: list[ir.Value],
                  bindings: list[Mapping[str, Sequence[int]]],
                  inputs: list[Mapping[str, np.ndarray]], libraries: Sequence[str],
-                 own_output: bool) -> None:
+                 own_output: bool, weights: WeightStore | None = None) -> None:
         self.original, self.optimized = original, optimized
+        self.weights = weights
         self.own_output = own_output
         self.onnxfold_made = own_output or provenance.written_by_onnxfold(optimized)
         self.cones = Cones(original, fed, libraries)
@@ -471,7 +475,8 @@ class _Verifier:
         """Re-derive ``batch`` (one session per run); on failure, each target alone."""
         room = memory.room()  # a cone run at each binding reads its weights once
         try:
-            with self.cones.holding(None if room is None else room // HELD_SHARE):
+            with self.cones.holding(None if room is None else room // HELD_SHARE,
+                                    self.weights):
                 for group, runs in _by_runs(batch):
                     for inputs in self._runs(runs):
                         derived = self.cones.run([t.source for t in group], inputs)

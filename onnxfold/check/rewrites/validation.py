@@ -31,7 +31,7 @@ from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
 from onnxfold.check.rewrites.same_roundings import Roundings
 from onnxfold.check.running import exact_ops, memory
 from onnxfold.check.running.bits import same_bits
-from onnxfold.check.running.cones import Cones
+from onnxfold.check.running.cones import Cones, WeightStore
 from onnxfold.check.running.input_reads import InputReads
 from onnxfold.check.running.models import ort_message, read_constant
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
@@ -155,7 +155,8 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
                       inputs: Sequence[Mapping[str, np.ndarray]],
                       progress: Callable[[str], None] | None = None,
                       rounding: frozenset[str] = frozenset(),
-                      known: Sequence[Mapping[str, object]] = ()) -> RewriteValidation:
+                      known: Sequence[Mapping[str, object]] = (),
+                      weights: WeightStore | None = None) -> RewriteValidation:
     """Validate every rewrite of ``log`` (a run's record, or the windows the check found in a
     file: ``file_windows``, which say themselves where bits are asked) on each of ``inputs``
     (the check's input sets),
@@ -165,7 +166,8 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
     (``same_roundings``: only there; a window found in a file is asked for bits where that
     reading finds the same); ``known``: per input set, values of the original already
     computed (a check in windows keeps the leaves its chain computed: a cone of a deep leaf is
-    most of the model, more than a window may hold).
+    most of the model, more than a window may hold); ``weights``: the original's weights the
+    check's fold verification kept (read again only where not kept).
 
     A rewrite whose windows read no input's values computes the same on every input set
     with the same input shapes (one that reads no input at all, on every input set): it runs
@@ -187,7 +189,7 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
     judged: set[int] = set()  # the records judged at some input set
     roundings = Roundings(cones.model.graph)  # (its reading of the original kept for all)
     room = memory.room()  # the weights the leaves' cones read, read once for every set
-    with cones.holding(None if room is None else room // LEAVES_SHARE):
+    with cones.holding(None if room is None else room // LEAVES_SHARE, weights):
         # the smallest sets first: a rewrite the machine cannot run at a large set is validated
         # at the smaller ones, and not tried again at larger ones
         for done, k in enumerate(sorted(range(len(inputs)), key=lambda j: sum(

@@ -92,6 +92,33 @@ def _reaches_values(node: ir.Node, index: int) -> bool:
     return (op, index) not in SHAPE_ONLY_READS and (op, index) not in TYPE_ONLY_READS
 
 
+class WeightStore:
+    """The original's weights as the check's runs read them, kept up to ``budget`` bytes
+    (None: no bound). One store may serve every step of one check over the original: the
+    fold verification and the rewrite validation read the same weights (BERT-base's were read
+    twice, 0.3 s and 0.64 s of ``pread``). A weight is kept as read, so what a run computes
+    from it is what it computes from the file; :meth:`clear` lets every one go."""
+
+    def __init__(self, budget: int | None) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+        self.room = budget  # bytes more it may keep
+
+    def get(self, name: str, read: Callable[[], np.ndarray]) -> np.ndarray:
+        """The weight ``name``: as kept, else ``read()`` (kept where it fits)."""
+        if name in self.arrays:
+            return self.arrays[name]
+        array = read()
+        if self.room is None or array.nbytes <= self.room:
+            self.arrays[name] = array
+            if self.room is not None:
+                self.room -= array.nbytes
+        return array
+
+    def clear(self) -> None:
+        """Let every weight kept go (before another model's session)."""
+        self.arrays.clear()
+
+
 class Cones:
     """The original graph's cones. ``fed``: the graph inputs a run feeds (the others keep the
     values of their initializers). Which ops are held to bits, and which kernels sum in an order
@@ -113,19 +140,20 @@ class Cones:
         self.varies = exact_ops.order_varies
         self.libraries = tuple(libraries)  # custom ops the original needs (checked)
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
-        self._held: dict[str, np.ndarray] | None = None  # weights kept between runs
-        self._room: int | None = 0  # bytes more the held weights may take (None: no bound)
+        self._held: WeightStore | None = None  # weights kept between runs
 
     @contextlib.contextmanager
-    def holding(self, budget: int | None) -> Iterator[None]:
+    def holding(self, budget: int | None, store: WeightStore | None = None
+                ) -> Iterator[None]:
         """Within the block, the weights :meth:`run` reads are kept for the runs after it, up
         to ``budget`` bytes (None: no bound): the same cones run once per input set or
         binding read the same weights (validating BERT-base's rewrites on 3 input sets read
         its 415 MB three times). A weight is held as read, so what a run computes from it is
         what it computed without the block. Between runs at most ``budget`` bytes stay held
         (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
-        with and without holding, 1,005 and 1,008 MiB)."""
-        self._held, self._room = {}, budget
+        with and without holding, 1,005 and 1,008 MiB). ``store``: the weights are kept there
+        (its own budget; it outlives the block) instead of for the block alone."""
+        self._held = store if store is not None else WeightStore(budget)
         try:
             yield
         finally:
@@ -133,16 +161,11 @@ class Cones:
 
     def _weight(self, leaf: ir.Value) -> np.ndarray:
         """``leaf``'s array, read with ``pread`` (or as held, see :meth:`holding`)."""
-        assert leaf.const_value is not None
-        name = str(leaf.name)
-        if self._held is not None and name in self._held:
-            return self._held[name]
-        array = read_constant(leaf.const_value)
-        if self._held is not None and (self._room is None or array.nbytes <= self._room):
-            self._held[name] = array
-            if self._room is not None:
-                self._room -= array.nbytes
-        return array
+        tensor = leaf.const_value
+        assert tensor is not None
+        if self._held is None:
+            return read_constant(tensor)
+        return self._held.get(str(leaf.name), lambda: read_constant(tensor))
 
     def cone(self, roots: Iterable[ir.Value]) -> tuple[list[ir.Node], set[ir.Value]]:
         """The nodes computing ``roots`` (in graph order) and the values they read from

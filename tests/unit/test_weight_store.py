@@ -1,0 +1,109 @@
+"""The original's weights read once for the fold verification and the rewrite validation of
+one check (``cones.WeightStore``): a weight both steps' cones read comes from the file once,
+and nothing the check says changes; a store with no room reads it again each time, as before;
+the store is emptied before the optimized model's session."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.check import compare as compare_module
+from onnxfold.check.compare import compare_models
+from onnxfold.check.running import cones as cones_module
+from onnxfold.check.running.cones import WeightStore
+from onnxfold.check.running.options import CompareOptions
+from onnxfold.pipeline.optimizer import optimize
+
+# (taken before any test patches them: a second check in one test must not count through the
+# first one's patches)
+REAL_READ, REAL_WEIGHT = cones_module.read_constant, cones_module.Cones._weight
+
+
+def _model() -> onnx.ModelProto:
+    """x @ Transpose(W) + b, then a LayerNormalization written out: the fold's cone reads W
+    (Transpose(W) folded) and so does the cone of the rewrite's leaf h."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((256, 128)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(256).astype(np.float32), "b")
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    eps = numpy_helper.from_array(np.array(1e-5, np.float32), "eps")
+    nodes = [helper.make_node("Transpose", ["W"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["h"]),
+             helper.make_node("ReduceMean", ["h", "axes"], ["m"]),
+             helper.make_node("Sub", ["h", "m"], ["d"]),
+             helper.make_node("Mul", ["d", "d"], ["d2"]),
+             helper.make_node("ReduceMean", ["d2", "axes"], ["v"]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 256])], [w, b, axes, eps])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _check(tmp_path, monkeypatch, budget: int | None):
+    """The check of the model's fold, its store of ``budget`` bytes: the result, how many
+    times each weight was read from the file for a cone's run, and the stores made."""
+    reads: Counter = Counter()
+    stores: list[WeightStore] = []
+    in_run: list[bool] = []
+
+    def counted(tensor):
+        if in_run:  # (the fold verification compares tensors read elsewhere too)
+            reads[tensor.name] += 1
+        return REAL_READ(tensor)
+
+    def weight(self, leaf):
+        in_run.append(True)
+        try:
+            return REAL_WEIGHT(self, leaf)
+        finally:
+            in_run.pop()
+
+    def store() -> WeightStore:
+        stores.append(WeightStore(budget))
+        return stores[-1]
+
+    monkeypatch.setattr(cones_module, "read_constant", counted)
+    monkeypatch.setattr(cones_module.Cones, "_weight", weight)
+    monkeypatch.setattr(compare_module, "_weight_store", store)
+    source = _model()
+    result = optimize(source, record_rewrites=True)
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(source, a)
+    onnx.save(result.to_proto(), b)
+    compared = compare_models(a, b, 3, CompareOptions(), evidence=result.evidence)
+    return compared, reads, stores
+
+
+def _said(result) -> list:
+    rows = [dataclasses.astuple(r) for r in result.rows]
+    return [rows, result.folds and result.folds.summary(),
+            result.rewrites and result.rewrites.summary(), result.failure, result.ok]
+
+
+def test_a_weight_both_steps_read_is_read_once(tmp_path, monkeypatch):
+    for name in ("kept", "none"):
+        (tmp_path / name).mkdir()
+    kept, once, stores = _check(tmp_path / "kept", monkeypatch, None)
+    unkept, again, _ = _check(tmp_path / "none", monkeypatch, 0)
+    assert kept.ok and kept.folds is not None and kept.rewrites is not None
+    assert kept.folds.tensors and kept.rewrites.rewrites  # both steps ran their cones
+    assert once["W"] == 1 and again["W"] >= 2
+    assert _said(kept) == _said(unkept)
+    assert stores and all(not s.arrays for s in stores)  # emptied before B's session
+
+
+def test_a_store_keeps_what_fits_its_budget():
+    store = WeightStore(1000)
+    small, large = np.zeros(100, np.float32), np.zeros(1000, np.float32)
+    assert store.get("s", lambda: small) is small and store.room == 600
+    assert store.get("l", lambda: large) is large and "l" not in store.arrays
+    assert store.get("s", lambda: np.ones(1)) is small  # kept: not read again
