@@ -107,3 +107,34 @@ def test_a_store_keeps_what_fits_its_budget():
     assert store.get("s", lambda: small) is small and store.room == 600
     assert store.get("l", lambda: large) is large and "l" not in store.arrays
     assert store.get("s", lambda: np.ones(1)) is small  # kept: not read again
+
+
+def test_a_cone_run_on_every_input_set_is_prepared_once(tmp_path, monkeypatch):
+    """The rewrite's leaves are the same cone on the 3 input sets: walked, stripped of its
+    large Constants and serialized once (``Cones._prepared``); what the check says is what it
+    says with each run preparing its own."""
+    real = cones_module.Cones._prepared
+    made: Counter = Counter()
+    asked: Counter = Counter()
+
+    def counted(self, sources):
+        key = (id(self), tuple(str(s.name) for s in sources))
+        asked[key] += 1
+        if tuple(sources) not in self._cones:
+            made[key] += 1
+        return real(self, sources)
+
+    def fresh(self, sources):
+        self._cones.clear()
+        return real(self, sources)
+
+    for name in ("once", "each"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setattr(cones_module.Cones, "_prepared", counted)
+    once, _, _ = _check(tmp_path / "once", monkeypatch, None)
+    assert made and max(made.values()) == 1
+    leaves = [key for key in asked if "xw" in key[1]]  # the rewrite's leaves' cone
+    assert leaves and asked[leaves[0]] == 3 and made[leaves[0]] == 1
+    monkeypatch.setattr(cones_module.Cones, "_prepared", fresh)
+    each, _, _ = _check(tmp_path / "each", monkeypatch, None)
+    assert once.ok and _said(once) == _said(each)
