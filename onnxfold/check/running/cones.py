@@ -27,7 +27,7 @@ import onnx_ir as ir
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import exact_ops, string_values
 from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
-from onnxfold.check.running.models import read_constant, without_constant_weights
+from onnxfold.check.running.models import constant_weight, is_constant_weight, read_constant
 from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
@@ -100,15 +100,21 @@ PREPARED_CONES = 16  # the cones a Cones keeps ready to build a run's model from
 @dataclasses.dataclass(frozen=True)
 class _Prepared:
     """A cone ready to build a run's model from: the values it reads from outside (constants
-    and graph inputs), its large Constants' weights by value (taken out of the nodes) and
-    those of them the nodes read by name, its other nodes serialized, and whether they only
-    move data (no kernel that could prepack: weights fed, not copied)."""
+    and graph inputs), its large Constants (taken out of the nodes: their weights are read
+    at each run, never kept here) and which of them the other nodes read, those nodes
+    serialized, and whether they only move data (no kernel that could prepack: weights fed,
+    not copied)."""
 
     leaves: set[ir.Value]
-    held: dict[ir.Value, np.ndarray]
-    constants: dict[str, np.ndarray]
+    weights: list[ir.Node]
+    read: frozenset[ir.Value]
     protos: list[onnx.NodeProto]
     moved_only: bool
+
+    def held(self) -> dict[ir.Value, np.ndarray]:
+        """The large Constants' weights by the value each makes, read now."""
+        arrays = {node.outputs[0]: constant_weight(node) for node in self.weights}
+        return {value: array for value, array in arrays.items() if array is not None}
 
 
 class WeightStore:
@@ -234,8 +240,9 @@ class Cones:
                 fed[str(leaf.name)] = inputs[str(leaf.name)]
             else:
                 constants[str(leaf.name)] = self._weight(leaf)
-        constants.update(prepared.constants)
-        given = {s: prepared.held[s] for s in sources if s in prepared.held}  # (as it is)
+        held = prepared.held()
+        constants.update({str(v.name): w for v, w in held.items() if v in prepared.read})
+        given = {s: held[s] for s in sources if s in held}  # asked for: its tensor as it is
         wanted = [s for s in sources if s not in given]
         if not wanted:
             return given
@@ -259,10 +266,11 @@ class Cones:
         if key in self._cones:
             return self._cones[key]
         nodes, leaves = self.cone(sources)
-        kept, held = without_constant_weights(nodes)
-        read = {v for n in kept for v in (*n.inputs, *captured_values(n))}
+        kept = [n for n in nodes if not is_constant_weight(n)]
+        read = frozenset(v for n in kept for v in (*n.inputs, *captured_values(n))
+                         if v is not None)
         prepared = _Prepared(
-            leaves, held, {str(v.name): w for v, w in held.items() if v in read},
+            leaves, [n for n in nodes if is_constant_weight(n)], read,
             [ir.serde.serialize_node(n) for n in kept],
             all(n.domain in ("", "ai.onnx") and n.op_type in MOVES_DATA for n in kept))
         while len(self._cones) >= PREPARED_CONES:

@@ -56,10 +56,14 @@ def constant_weight(node: ir.Node) -> np.ndarray | None:
     model (a 96 MiB model of Constant weights put three more copies of them on the check's
     peak)."""
     tensor = constant_tensor(node)
-    if tensor is None or tensor.nbytes <= CONSTANT_NODE_BYTES or \
-            np.dtype(tensor.dtype.numpy()).kind not in "biuf":
-        return None
-    return read_constant(tensor)
+    return read_constant(tensor) if tensor is not None and is_constant_weight(node) else None
+
+
+def is_constant_weight(node: ir.Node) -> bool:
+    """Whether :func:`constant_weight` takes ``node`` for a weight (its tensor not read)."""
+    tensor = constant_tensor(node)
+    return tensor is not None and tensor.nbytes > CONSTANT_NODE_BYTES and \
+        np.dtype(tensor.dtype.numpy()).kind in "biuf"
 
 
 def without_constant_weights(nodes: Iterable[ir.Node], kept: Container[str] = ()
