@@ -10,7 +10,7 @@ import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.check.running import cones as cones_module
-from onnxfold.check.running.cones import Cones
+from onnxfold.check.running.cones import Cones, WeightStore
 from onnxfold.io.reader import load_model
 
 READ = cones_module.read_constant  # the real one, whatever a test patched in before
@@ -50,7 +50,7 @@ def _runs(path, monkeypatch, budget: int | None, hold: bool):
             found.append([got[values["h1"]], got[values["h3"]]])
 
     if hold:
-        with cones.holding(budget):
+        with cones.holding(WeightStore(budget)):
             run_all()
         assert cones._held is None  # nothing held past the block
     else:

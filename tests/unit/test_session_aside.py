@@ -6,44 +6,18 @@ nothing is built aside; a signal ends the wait for a build."""
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import threading
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.check.compare import compare_models
 from onnxfold.check.running import aside as aside_module
 from onnxfold.check.running import memory
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.runner import session_parts
 from onnxfold.pipeline.optimizer import optimize
-
-
-def _model() -> onnx.ModelProto:
-    """x @ Transpose(W) + b, then a LayerNormalization written out: a fold and rewrites."""
-    rng = np.random.default_rng(1)
-    w = numpy_helper.from_array(rng.standard_normal((32, 48)).astype(np.float32), "W")
-    b = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
-    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
-    eps = numpy_helper.from_array(np.array(1e-5, np.float32), "eps")
-    nodes = [helper.make_node("Transpose", ["W"], ["wt"], perm=[1, 0]),
-             helper.make_node("MatMul", ["x", "wt"], ["xw"]),
-             helper.make_node("Add", ["xw", "b"], ["h"]),
-             helper.make_node("ReduceMean", ["h", "axes"], ["m"]),
-             helper.make_node("Sub", ["h", "m"], ["d"]),
-             helper.make_node("Mul", ["d", "d"], ["d2"]),
-             helper.make_node("ReduceMean", ["d2", "axes"], ["v"]),
-             helper.make_node("Add", ["v", "eps"], ["ve"]),
-             helper.make_node("Sqrt", ["ve"], ["s"]),
-             helper.make_node("Div", ["d", "s"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 48])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])], [w, b, axes, eps])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+from tests.support.checked_folds import checked_fold, said, transposed_layer_norm
 
 
 def _check(tmp_path, monkeypatch, both_fit: bool, output: onnx.ModelProto | None = None):
@@ -59,21 +33,12 @@ def _check(tmp_path, monkeypatch, both_fit: bool, output: onnx.ModelProto | None
 
     monkeypatch.setattr(memory, "both_sessions_fit", lambda a, b: both_fit)
     monkeypatch.setattr("onnxfold.check.compare.started_aside", counted)
-    source = _model()
-    result = optimize(source, record_rewrites=True)
-    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
-    onnx.save(source, a)
-    onnx.save(output or result.to_proto(), b)
-    compared = compare_models(a, b, 3, CompareOptions(dims={"n": 4}),
-                              evidence=None if output is not None else result.evidence)
+    compared = checked_fold(tmp_path, _model(), CompareOptions(dims={"n": 4}), output)
     return compared, len(built)
 
 
-def _said(result) -> list:
-    """What a verdict says, numbers included (the rows, the folds', the rewrites')."""
-    rows = [dataclasses.astuple(r) for r in result.rows]
-    return [rows, result.folds and result.folds.summary(),
-            result.rewrites and result.rewrites.summary(), result.failure, result.ok]
+def _model() -> onnx.ModelProto:
+    return transposed_layer_norm(32, 48, seed=1)
 
 
 def test_a_session_built_aside_changes_nothing_the_check_says(tmp_path, monkeypatch):
@@ -82,7 +47,7 @@ def test_a_session_built_aside_changes_nothing_the_check_says(tmp_path, monkeypa
     aside, built = _check(tmp_path / "1", monkeypatch, True)
     alone, none = _check(tmp_path / "2", monkeypatch, False)
     assert (built, none) == (1, 0)
-    assert aside.ok and _said(aside) == _said(alone)
+    assert aside.ok and said(aside) == said(alone)
     assert aside.rewrites is not None and aside.rewrites.rewrites  # rewrites were validated
 
 

@@ -5,47 +5,19 @@ the store is emptied before the optimized model's session."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.check import compare as compare_module
-from onnxfold.check.compare import compare_models
 from onnxfold.check.running import cones as cones_module
 from onnxfold.check.running.cones import WeightStore
 from onnxfold.check.running.options import CompareOptions
-from onnxfold.pipeline.optimizer import optimize
+from tests.support.checked_folds import checked_fold, said, transposed_layer_norm
 
 # (taken before any test patches them: a second check in one test must not count through the
 # first one's patches)
 REAL_READ, REAL_WEIGHT = cones_module.read_constant, cones_module.Cones._weight
-
-
-def _model() -> onnx.ModelProto:
-    """x @ Transpose(W) + b, then a LayerNormalization written out: the fold's cone reads W
-    (Transpose(W) folded) and so does the cone of the rewrite's leaf h."""
-    rng = np.random.default_rng(3)
-    w = numpy_helper.from_array(rng.standard_normal((256, 128)).astype(np.float32), "W")
-    b = numpy_helper.from_array(rng.standard_normal(256).astype(np.float32), "b")
-    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
-    eps = numpy_helper.from_array(np.array(1e-5, np.float32), "eps")
-    nodes = [helper.make_node("Transpose", ["W"], ["wt"], perm=[1, 0]),
-             helper.make_node("MatMul", ["x", "wt"], ["xw"]),
-             helper.make_node("Add", ["xw", "b"], ["h"]),
-             helper.make_node("ReduceMean", ["h", "axes"], ["m"]),
-             helper.make_node("Sub", ["h", "m"], ["d"]),
-             helper.make_node("Mul", ["d", "d"], ["d2"]),
-             helper.make_node("ReduceMean", ["d2", "axes"], ["v"]),
-             helper.make_node("Add", ["v", "eps"], ["ve"]),
-             helper.make_node("Sqrt", ["ve"], ["s"]),
-             helper.make_node("Div", ["d", "s"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 128])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 256])], [w, b, axes, eps])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 def _check(tmp_path, monkeypatch, budget: int | None):
@@ -74,19 +46,9 @@ def _check(tmp_path, monkeypatch, budget: int | None):
     monkeypatch.setattr(cones_module, "read_constant", counted)
     monkeypatch.setattr(cones_module.Cones, "_weight", weight)
     monkeypatch.setattr(compare_module, "_weight_store", store)
-    source = _model()
-    result = optimize(source, record_rewrites=True)
-    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
-    onnx.save(source, a)
-    onnx.save(result.to_proto(), b)
-    compared = compare_models(a, b, 3, CompareOptions(), evidence=result.evidence)
+    compared = checked_fold(tmp_path, transposed_layer_norm(256, 128, seed=3),
+                            CompareOptions())
     return compared, reads, stores
-
-
-def _said(result) -> list:
-    rows = [dataclasses.astuple(r) for r in result.rows]
-    return [rows, result.folds and result.folds.summary(),
-            result.rewrites and result.rewrites.summary(), result.failure, result.ok]
 
 
 def test_a_weight_both_steps_read_is_read_once(tmp_path, monkeypatch):
@@ -97,7 +59,7 @@ def test_a_weight_both_steps_read_is_read_once(tmp_path, monkeypatch):
     assert kept.ok and kept.folds is not None and kept.rewrites is not None
     assert kept.folds.tensors and kept.rewrites.rewrites  # both steps ran their cones
     assert once["W"] == 1 and again["W"] >= 2
-    assert _said(kept) == _said(unkept)
+    assert said(kept) == said(unkept)
     assert stores and all(not s.arrays for s in stores)  # emptied before B's session
 
 
@@ -137,4 +99,4 @@ def test_a_cone_run_on_every_input_set_is_prepared_once(tmp_path, monkeypatch):
     assert leaves and asked[leaves[0]] == 3 and made[leaves[0]] == 1
     monkeypatch.setattr(cones_module.Cones, "_prepared", fresh)
     each, _, _ = _check(tmp_path / "each", monkeypatch, None)
-    assert once.ok and _said(once) == _said(each)
+    assert once.ok and said(once) == said(each)

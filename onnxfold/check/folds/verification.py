@@ -475,8 +475,8 @@ class _Verifier:
         """Re-derive ``batch`` (one session per run); on failure, each target alone."""
         room = memory.room()  # a cone run at each binding reads its weights once
         try:
-            with self.cones.holding(None if room is None else room // HELD_SHARE,
-                                    self.weights):
+            own = WeightStore(None if room is None else room // HELD_SHARE)
+            with self.cones.holding(self.weights if self.weights is not None else own):
                 for group, runs in _by_runs(batch):
                     for inputs in self._runs(runs):
                         derived = self.cones.run([t.source for t in group], inputs)

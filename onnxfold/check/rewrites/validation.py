@@ -189,7 +189,8 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
     judged: set[int] = set()  # the records judged at some input set
     roundings = Roundings(cones.model.graph)  # (its reading of the original kept for all)
     room = memory.room()  # the weights the leaves' cones read, read once for every set
-    with cones.holding(None if room is None else room // LEAVES_SHARE, weights):
+    own = WeightStore(None if room is None else room // LEAVES_SHARE)
+    with cones.holding(weights if weights is not None else own):
         # the smallest sets first: a rewrite the machine cannot run at a large set is validated
         # at the smaller ones, and not tried again at larger ones
         for done, k in enumerate(sorted(range(len(inputs)), key=lambda j: sum(

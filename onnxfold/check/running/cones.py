@@ -169,17 +169,16 @@ class Cones:
         self._cones: dict[tuple[ir.Value, ...], _Prepared] = {}  # (see _prepared)
 
     @contextlib.contextmanager
-    def holding(self, budget: int | None, store: WeightStore | None = None
-                ) -> Iterator[None]:
-        """Within the block, the weights :meth:`run` reads are kept for the runs after it, up
-        to ``budget`` bytes (None: no bound): the same cones run once per input set or
+    def holding(self, store: WeightStore) -> Iterator[None]:
+        """Within the block, the weights :meth:`run` reads are kept in ``store`` for the runs
+        after it, up to its budget (a store may outlive the block: the check's next step reads
+        them from it again): the same cones run once per input set or
         binding read the same weights (validating BERT-base's rewrites on 3 input sets read
         its 415 MB three times). A weight is held as read, so what a run computes from it is
-        what it computed without the block. Between runs at most ``budget`` bytes stay held
+        what it computed without the block. Between runs at most the store's budget stays held
         (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
-        with and without holding, 1,005 and 1,008 MiB). ``store``: the weights are kept there
-        (its own budget; it outlives the block) instead of for the block alone."""
-        self._held = store if store is not None else WeightStore(budget)
+        with and without holding, 1,005 and 1,008 MiB)."""
+        self._held = store
         try:
             yield
         finally:
@@ -266,11 +265,14 @@ class Cones:
         if key in self._cones:
             return self._cones[key]
         nodes, leaves = self.cone(sources)
-        kept = [n for n in nodes if not is_constant_weight(n)]
+        kept: list[ir.Node] = []
+        weights: list[ir.Node] = []
+        for node in nodes:
+            (weights if is_constant_weight(node) else kept).append(node)
         read = frozenset(v for n in kept for v in (*n.inputs, *captured_values(n))
                          if v is not None)
         prepared = _Prepared(
-            leaves, [n for n in nodes if is_constant_weight(n)], read,
+            leaves, weights, read,
             [ir.serde.serialize_node(n) for n in kept],
             all(n.domain in ("", "ai.onnx") and n.op_type in MOVES_DATA for n in kept))
         while len(self._cones) >= PREPARED_CONES:

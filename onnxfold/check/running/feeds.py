@@ -174,8 +174,7 @@ def anonymous_dims(specs: Sequence[tuple[str, Sequence[object]]]) -> dict[tuple[
 
 class FeedPlan:
     """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
-    ``pinned``:
-    anonymous dims fixed by input and axis (the second model's static ones,
+    ``pinned``: anonymous dims fixed by input and axis (the second model's static ones,
     ``onnxfold.check.running.pinned``); ``light``: ``graph`` serialized without its large
     weights, where the caller has it (``dim_relations.plan``); ``analysed``: ``graph``'s
     values already carry their inferred types (a model a run just optimized: the plan

@@ -164,18 +164,15 @@ class GraphDims:
         for value in model.graph.inputs:
             self.names.update(label for d in value.shape or ()
                               if isinstance(label := getattr(d, "value", None), str))
-        self.shapes: dict[ir.Value, Dims] = {}
+        self.shapes: dict[ir.Value, Dims | None] = {}  # (None: not even the rank known)
         # (keyed by optional values: a missing input has no elements)
         self.values: dict[ir.Value | None, list[Poly | None]] = {}
         for value in model.graph.inputs:
-            if value.shape is not None:
-                self.shapes[value] = [
-                    const(d) if isinstance(d, int) else
-                    named(d.value, self.names)
-                    if isinstance(d.value, str) and d.value not in ("", "?")
-                    else atom(axis_names[(value.name or "", i)])
-                    if (value.name or "", i) in axis_names else None
-                    for i, d in enumerate(value.shape)]
+            declared = _inferred(value, self.names)
+            anonymous = {axis: atom(name) for (input_name, axis), name in axis_names.items()
+                         if input_name == (value.name or "")}
+            self.shapes[value] = None if declared is None else \
+                [anonymous.get(i) if d is None else d for i, d in enumerate(declared)]
         for value in model.graph.initializers.values():
             try:
                 self._constant(value, value.const_value)
@@ -192,7 +189,7 @@ class GraphDims:
         if value is None:
             return None
         if value not in self.shapes:
-            self.shapes[value] = _inferred(value, self.names)  # type: ignore[assignment]
+            self.shapes[value] = _inferred(value, self.names)
         return self.shapes[value]
 
     def dim(self, value: ir.Value, axis: int) -> Poly | None:
@@ -250,9 +247,13 @@ class GraphDims:
         out = node.outputs[0] if node.outputs else None
         if out is None:
             return
-        self.shapes[out] = _merged(shape, _inferred(out, self.names))  # type: ignore[assignment]
+        self._settle(out, shape)
         if elements is not None and len(elements) <= MAX_ELEMENTS:
             self.values[out] = elements
+
+    def _settle(self, out: ir.Value, own: Dims | None) -> None:
+        """``out``'s dims: the walk's ``own`` merged with what inference says."""
+        self.shapes[out] = _merged(own, _inferred(out, self.names))
 
     # -- steps: each gives an output's dims and, for small integer tensors, its elements
 
@@ -464,11 +465,13 @@ class GraphDims:
             if dims is not None:
                 axis = node.attributes.get_int("axis", 0) % len(dims)
                 length = as_int(dims[axis])
-                part = (const(sizes[i]) if sizes is not None and i < len(sizes) else None) \
-                    if given else const(length // len(node.outputs)) \
-                    if length is not None and length % len(node.outputs) == 0 else None
+                part: Poly | None = None
+                if given:  # the sizes, where known
+                    part = const(sizes[i]) if sizes is not None and i < len(sizes) else None
+                elif length is not None and length % len(node.outputs) == 0:
+                    part = const(length // len(node.outputs))  # equal parts
                 own = [part if j == axis else d for j, d in enumerate(dims)]
-            self.shapes[out] = _merged(own, _inferred(out, self.names))  # type: ignore[assignment]
+            self._settle(out, own)
 
     def _pad(self, node: ir.Node) -> tuple[Dims | None, list[Poly | None] | None]:
         dims = self.dims(node.inputs[0])
