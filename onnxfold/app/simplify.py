@@ -8,9 +8,10 @@ callers (``dims=``, not ``--dim``) as ``onnxfold.simplify`` (``onnxfold.app.pyth
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ from onnxfold.analysis.input_shapes import InputShapes, as_specs
 from onnxfold.app.judgement import judged_against, judged_comparison
 from onnxfold.check.compare import compare_models
 from onnxfold.check.running.options import CompareOptions
+from onnxfold.check.running.spilled import SpilledModel, spilled
+from onnxfold.errors import OnnxfoldError
 from onnxfold.pipeline.optimizer import ModelInput, optimize, with_keywords
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.references import with_input_shapes
@@ -69,15 +72,40 @@ def simplify(model: ModelInput, check_n: int = 0, *, input_shapes: Shapes = None
         inputs=inputs, seed=0, dims=dict(dims or {}), int_ranges=dict(int_ranges or {}),
         rtol=rtol, atol=atol, custom_op_libraries=tuple(custom_op_libraries)))
     reference = _reference(model, options.fixed_shapes) if check_n > 0 else None
-    optimized = optimize(model, options, check=check, record_rewrites=check_n > 0,
-                         loaded=None if reference is None else functools.partial(
-                             _judged, comparison, options.fixed_shapes, _label(model)))
-    folded = optimized.to_proto()
-    if reference is None:
-        return folded, True
-    result = compare_models(reference, folded, check_n, comparison,
-                            evidence=optimized.evidence)
-    return folded, result.ok
+    label = _label(model)
+    with _as_a_file(reference, label) as copy:
+        if copy is not None:  # the fold and the check read the proto's copy, as a file's
+            model = reference = copy
+        optimized = optimize(model, options, check=check, record_rewrites=check_n > 0,
+                             loaded=None if reference is None else functools.partial(
+                                 _judged, comparison, options.fixed_shapes, label))
+        folded = optimized.to_proto()
+        if reference is None:
+            return folded, True
+        result = compare_models(reference, folded, check_n, comparison,
+                                evidence=optimized.evidence)
+        return folded, result.ok
+
+
+@contextlib.contextmanager
+def _as_a_file(reference: object, label: str) -> Iterator[SpilledModel | None]:
+    """A proto to be checked as given, its large weights written once to a scratch file
+    (``check.running.spilled``) that the fold reads and the check runs as they read a file's
+    (removed when the block ends), else None. Read from the proto itself, the fold kept copies
+    of the weights its rewrites read (every read of a proto's tensor is a copy) for the check
+    to validate them: 280 MiB on BERT-base over what the same call on its file holds (issue 84
+    item 2). Messages name it as the proto, never by the scratch path."""
+    copy = spilled(reference, "model A") if isinstance(reference, onnx.ModelProto) else None
+    if copy is None:
+        yield None
+        return
+    try:
+        yield copy
+    except OnnxfoldError as e:
+        e.args = (str(e).replace(copy.path, label).replace(copy.directory, label),)
+        raise
+    finally:
+        copy.close()
 
 
 def _judged(comparison: CompareOptions, fixed: InputShapes, label: str,

@@ -138,7 +138,8 @@ def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
     tell = progress or (lambda text: None)
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
-    with heap.apart():  # its collections walk what it makes, not what the fold left
+    # its collections walk what it makes, not what the fold left
+    with heap.apart(), held(a, "model A") as a, held(b, "model B") as b:
         return _compared(a, b, n, options, tell, catalogue, evidence)
 
 
@@ -148,7 +149,6 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
     """:func:`compare_models`' work."""
     leaves = read_by(evidence.rewrites.records) if evidence is not None and \
         evidence.rewrites is not None else set()
-    a, b = held(a, "model A"), held(b, "model B")
     # a file with no run's record at hand: its rewritten windows found in it (file_windows)
     run = _Run(a, b, options, tell, leaves,
                in_file=evidence is None and options.verify is not False, aside=True)
@@ -219,8 +219,9 @@ def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = Non
     (out of time, no binding that runs), each fold is re-derived alone, and what needs the
     bindings or inputs is said not verifiable."""
     tell = progress or (lambda text: None)
-    with heap.apart():  # its collections walk what it makes, not what the fold left
-        return _verified(held(a, "model A"), held(b, "model B"), options, tell)
+    # its collections walk what it makes, not what the fold left
+    with heap.apart(), held(a, "model A") as a, held(b, "model B") as b:
+        return _verified(a, b, options, tell)
 
 
 def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None,

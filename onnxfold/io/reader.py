@@ -669,6 +669,8 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     check_declared_sizes(graphs, label)
     files = check_tensor_data(graphs, label)
     _typed_by_their_data(graphs)
+    if shared:
+        _renamed_apart(graphs)
     _metadata_held_once(graphs, shared)
     return model, files, reorders, rename_shadowing_values(model)
 
@@ -682,6 +684,45 @@ def _root_cause(error: BaseException) -> str:
         error = error.__cause__
         seen.add(id(error))
     return f"{error}" or type(error).__name__
+
+
+class CallersTensor(ir.serde.TensorProtoTensor):
+    """A tensor of a proto the caller holds, read from it as it is, that takes a copy of its
+    own the first time it is renamed: onnx-ir's tensor of a proto writes its name into the
+    proto, so a subgraph's value renamed apart from an outer one (``scoped_names``), a value
+    the fold renames, or the serializer naming each initializer after its value, changed the
+    proto the caller holds (a silero VAD model's branch then read an initializer no longer
+    there, and a check against that proto refused it)."""
+
+    __slots__ = ("_own",)
+
+    def __init__(self, proto: onnx.TensorProto) -> None:
+        super().__init__(proto)
+        self._own = False
+
+    @property
+    def name(self) -> str:
+        return self._proto.name
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        if not self._own and (value or "") != self._proto.name:
+            own = onnx.TensorProto()
+            own.CopyFrom(self._proto)
+            self._proto, self._own = own, True
+        if value is None:
+            self._proto.ClearField("name")
+        else:
+            self._proto.name = value
+
+
+def _renamed_apart(graphs: Iterable[ir.Graph]) -> None:
+    """Every initializer read from a caller's proto as a :class:`CallersTensor`."""
+    for graph in graphs:
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if type(tensor) is ir.serde.TensorProtoTensor:
+                value.const_value = CallersTensor(tensor.raw)
 
 
 def _metadata_held_once(graphs: Iterable[ir.Graph], shared: bool) -> None:

@@ -172,15 +172,13 @@ def _after(nodes: list[ir.Node], outputs: list[ir.Value], defaults: bool) -> Win
     input the check feeds as the original's."""
     window = Window(nodes=[ir.serde.serialize_node(n) for n in nodes],
                     outputs=[str(v.name) for v in outputs])
-    constants: dict[str, ir.TensorProtocol] = {}
     for value in _reads(nodes):
         name = str(value.name)
         if value.const_value is not None and value.producer() is None and not (
                 defaults and value.is_graph_input()):
-            constants[name] = value.const_value
+            window.constants[name] = value.const_value  # (read when it runs)
         else:
             window.originals[name] = name
-    window.constants = constants  # type: ignore[assignment]  # arrays read when it runs
     return window
 
 

@@ -514,7 +514,7 @@ class _Windows:
                 array = self.leaves.arrays[original]
                 assert array is not None
                 _held(f"{prefix}:{read}", array, self.leaves.constant(original), nodes, inputs)
-            for name, held in window.constants.items():  # a file's: read as it runs
+            for name, held in window.constants.items():  # a tensor: read as it runs
                 _held(f"{prefix}:{name}", held if isinstance(held, np.ndarray) else
                       read_constant(held), True, nodes, inputs)
             names = []

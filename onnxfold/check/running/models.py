@@ -8,9 +8,10 @@ rejects) into one-line :class:`~onnxfold.errors.InputError` messages.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -18,6 +19,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.check.running.held import HeldModel, HeldPath
+from onnxfold.check.running.spilled import SpilledModel, spilled
 from onnxfold.errors import InputError, clipped
 from onnxfold.io import load_model
 from onnxfold.io.mapped import MappedTensor
@@ -95,7 +97,7 @@ def label_of(model: ModelRef, default: str) -> str:
     """How messages name ``model``: its path, or ``default`` for a proto (a held one's own
     label); InputError for anything else a caller gives (an ``ir.Model``: save it, or
     ``ir.to_proto`` it)."""
-    if isinstance(model, HeldModel):
+    if isinstance(model, HeldModel | SpilledModel):
         return model.label
     if isinstance(model, onnx.ModelProto):
         return default
@@ -105,14 +107,25 @@ def label_of(model: ModelRef, default: str) -> str:
     return os.fspath(model)
 
 
-def held(model: ModelRef, default: str) -> ModelRef:
-    """``model`` read once for a whole check: a proto as :class:`HeldModel` (named
-    ``default`` as :func:`label_of` names a proto), a path as :class:`HeldPath`."""
+@contextlib.contextmanager
+def held(model: ModelRef, default: str) -> Iterator[ModelRef]:
+    """``model`` read once for a whole check (named ``default`` where it is a proto, as
+    :func:`label_of` names one): a proto's large weights written once to a scratch file
+    (:class:`SpilledModel`, removed when the block ends), else held in memory
+    (:class:`HeldModel`); a path as :class:`HeldPath`."""
     if isinstance(model, onnx.ModelProto):
-        return HeldModel(model, default)
-    if isinstance(model, str | os.PathLike) and not isinstance(model, HeldPath):
-        return HeldPath(model)
-    return model
+        spill = spilled(model, default)
+        if spill is None:
+            yield HeldModel(model, default)
+            return
+        try:
+            yield spill
+        finally:
+            spill.close()
+    elif isinstance(model, str | os.PathLike) and not isinstance(model, HeldPath):
+        yield HeldPath(model)
+    else:
+        yield model
 
 
 def release_weights(model: ModelRef) -> None:
@@ -136,8 +149,12 @@ def graph_of(model: ModelRef, label: str) -> ir.Model:
     return loaded
 
 
-def ort_message(e: Exception) -> str:
+def ort_message(e: Exception, path: str | None = None, label: str = "") -> str:
+    """onnxruntime's message of ``e`` on one line, clipped, without its C++ noise; a model it
+    loaded from ``path`` named ``label`` (not as "Load model from PATH failed:")."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if path is not None:
+        text = text.replace(f"Load model from {path} failed:", "").replace(path, label)
     if text.startswith("[ONNXRuntimeError]"):
         text = text.split(" : ", 3)[-1]
     # drop C++ source locations and signatures: "/src/x.cc:256 ns::f(args) message"

@@ -305,7 +305,10 @@ def built_session(parts: SessionParts, label: str):
         short = limits.shortage(e)
         if short is not None:
             raise MachineShort(f"{label}: loading it: {short}") from None
-        message = ort_message(e)
+        # a proto's scratch copy is said by its label, as the proto
+        said_as = parts.source if isinstance(parts.source, str) and parts.source != label \
+            else None
+        message = ort_message(e, said_as, label)
         hint = " (--custom-op-library PATH loads the library that implements it)" if \
             _UNREGISTERED_OP.search(message) else ""
         raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None

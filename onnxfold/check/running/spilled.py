@@ -1,0 +1,170 @@
+"""A proto the check was handed, its large weights written once to a private scratch file.
+
+A check of a proto needs a source for onnxruntime's session beside the proto the caller
+holds: protobuf gives no view into a proto's bytes (a read of ``raw_data`` is a new copy), and
+onnxruntime copies the initializers it is handed. Held in memory (``held.HeldModel``), the
+check of ``simplify(onnx.load(p), check_n=3)`` on BERT-base peaked at the path's peak plus the
+proto plus one more copy of the weights (issue 84 item 2). Written once to a file, the weights
+are what a model file's are: onnxruntime reads them from the file, the check's steps map them
+(``io.mapped``), their pages are the page cache's (given back under pressure, let go by
+``drop_resident_pages``), and a check of a proto costs what the check of its file costs.
+
+What is written: every initializer of the main graph holding, in ``raw_data``, exactly its
+elements' bytes (more than ``HANDED_FROM`` of a type of whole bytes), each at an offset aligned
+to a page, as the writer aligns a model's data (onnxruntime's kernels give other bits for data
+4 bytes off); the rest of the proto (small, typed-field, string, sparse, external or odd
+tensors, a tensor saying where its data is, the nodes' Constants, the branches) stays in the
+model file beside it as the proto holds it, so onnxruntime and the check read what they read
+from the proto itself. Where no scratch file can be written (no temporary directory, a full or
+read-only disk), :func:`spilled` gives None and the check holds the proto in memory as before.
+
+The scratch directory (``io.tempfiles.scratch_directory``: private, removed by a command-line
+run however it ends) is removed by :meth:`SpilledModel.close`; messages name the model by its
+label, never by the scratch path.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+
+import numpy as np
+import onnx
+
+from onnxfold.check.running.handed import HANDED_FROM
+from onnxfold.check.running.held import HeldPath
+from onnxfold.errors import NoTempDirectoryError, OnnxfoldError
+from onnxfold.io.reader import load_model
+from onnxfold.io.tempfiles import scratch_directory
+from onnxfold.ir.protos import copy_field
+
+# bytes: each weight's offset, a page (the check's own: it takes nothing of the writer's)
+ALIGNMENT = max(4096, mmap.PAGESIZE)
+MODEL = "model.onnx"
+WEIGHTS = "weights"
+_T = onnx.TensorProto
+# element types a spilled tensor may have: whole bytes per element, never strings
+_ITEM_SIZES: dict[int, int] = {
+    t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).itemsize for t in (
+    _T.FLOAT, _T.UINT8, _T.INT8, _T.UINT16, _T.INT16, _T.INT32, _T.INT64, _T.BOOL, _T.FLOAT16,
+    _T.DOUBLE, _T.UINT32, _T.UINT64, _T.COMPLEX64, _T.COMPLEX128, _T.BFLOAT16,
+    _T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2, _T.FLOAT8E5M2FNUZ)}
+
+
+class SpilledModel(HeldPath):
+    """A proto's model file in a scratch directory (see the module), named ``label``."""
+
+    def __init__(self, directory: str, label: str) -> None:
+        super().__init__(os.path.join(directory, MODEL))
+        self.directory = directory
+        self.label = label
+        try:  # read now, as a held proto is: its faults said where the proto's were
+            self._model = load_model(self.path, check=False)
+        except OnnxfoldError as e:
+            e.args = (self.named(str(e)),)
+            raise
+
+    def named(self, message: str) -> str:
+        """``message`` with the scratch path said as the model's label."""
+        return message.replace(self.path, self.label).replace(self.directory, self.label)
+
+    def close(self) -> None:
+        """Remove the scratch directory (its mappings stay valid until they are let go)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def spilled(proto: onnx.ModelProto, label: str) -> SpilledModel | None:
+    """``proto`` as a :class:`SpilledModel`, or None where nothing of it would be spilled or
+    no scratch file can be written (the caller holds it in memory instead)."""
+    if all(_spilled_bytes(t) is None for t in proto.graph.initializer):
+        return None
+    try:
+        directory = scratch_directory("onnxfold-check-")
+    except NoTempDirectoryError:
+        return None
+    try:
+        _write(proto, directory)
+    except OSError:  # a full or read-only disk, a quota: held in memory instead
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    try:
+        return SpilledModel(directory, label)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _spilled_bytes(tensor: onnx.TensorProto) -> int | None:
+    """The bytes ``tensor``'s elements take where it may be spilled (of a type of whole bytes,
+    in ``raw_data`` alone, more than ``HANDED_FROM``; see the module), else None. A tensor
+    saying where its data is (``data_location``, even DEFAULT: an output keeps what its input
+    said) stays in the model. Its ``raw_data`` is not read here (each read is a copy)."""
+    size = _ITEM_SIZES.get(tensor.data_type)
+    if size is None or tensor.HasField("data_location") or tensor.external_data or \
+            not tensor.HasField("raw_data") or any(d < 0 for d in tensor.dims) or \
+            tensor.float_data or tensor.int32_data or tensor.string_data or \
+            tensor.int64_data or tensor.double_data or tensor.uint64_data:
+        return None
+    nbytes = size * int(np.prod(tensor.dims, dtype=object))
+    return nbytes if nbytes > HANDED_FROM else None
+
+
+def _write(proto: onnx.ModelProto, directory: str) -> None:
+    """The scratch model (``MODEL``) and its weights (``WEIGHTS``) into ``directory``."""
+    light = onnx.ModelProto()
+    for desc, value in proto.ListFields():
+        if desc.name != "graph":
+            copy_field(light, desc, value)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(os.path.join(directory, WEIGHTS), flags, 0o600)
+    try:
+        offset = 0
+        for desc, value in proto.graph.ListFields():
+            if desc.name != "initializer":
+                copy_field(light.graph, desc, value)
+                continue
+            for tensor in value:
+                nbytes = _spilled_bytes(tensor)
+                data = tensor.raw_data if nbytes is not None else b""  # (a copy: read once)
+                if nbytes is None or len(data) != nbytes:  # (short or long: as the proto has)
+                    light.graph.initializer.append(tensor)
+                    continue
+                offset += -offset % ALIGNMENT
+                _write_at(fd, data, offset)
+                light.graph.initializer.append(_reference(tensor, offset, nbytes))
+                offset += nbytes
+    finally:
+        os.close(fd)
+    with open(os.path.join(directory, MODEL), "xb") as model:
+        model.write(light.SerializeToString())
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    """Write ``data`` at ``offset`` whole (a write may take part of it)."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def _reference(tensor: onnx.TensorProto, offset: int, length: int) -> onnx.TensorProto:
+    """``tensor`` without its bytes, pointing at them in ``WEIGHTS``."""
+    reference = onnx.TensorProto()
+    for desc, value in tensor.ListFields():
+        if desc.name != "raw_data":
+            copy_field(reference, desc, value)
+    reference.data_location = _T.EXTERNAL
+    for key, text in (("location", WEIGHTS), ("offset", str(offset)), ("length", str(length))):
+        reference.external_data.add(key=key, value=text)
+    return reference
+
+
+def close(model: object) -> None:
+    """Remove ``model``'s scratch directory where it is a :class:`SpilledModel`."""
+    if isinstance(model, SpilledModel):
+        model.close()
+
