@@ -142,6 +142,7 @@ def inline_references(model: ir.Model, streamed: set[ir.Value],
                 continue
             replaced[value] = tensor
             value.const_value = ir.Tensor(data, dtype=tensor.dtype, name=tensor.name,
+                                          doc_string=tensor.doc_string,
                                           metadata_props=dict(tensor.metadata_props))
     return replaced
 

@@ -269,3 +269,71 @@ def test_the_rewrite_log_keeps_a_protos_weights_as_its_tensors():
     validated = checked.rewrites
     assert checked.ok and validated is not None and validated.rewrites, checked.summary()
     assert validated.count("bitwise") + validated.count("within") == len(validated.rewrites)
+
+
+def _refers_to(location: str) -> onnx.ModelProto:
+    """:func:`_model` with an initializer that refers to external data at ``location``."""
+    proto = _model()
+    external = onnx.TensorProto(name="E", data_type=TensorProto.FLOAT, dims=[1024],
+                                data_location=TensorProto.EXTERNAL)
+    external.external_data.add(key="location", value=location)
+    proto.graph.initializer.append(external)
+    proto.graph.node.append(helper.make_node("ReduceSum", ["E"], ["es"], keepdims=0))
+    proto.graph.output.append(helper.make_tensor_value_info("es", TensorProto.FLOAT, []))
+    return proto
+
+
+@pytest.mark.parametrize("location", [WEIGHTS, MODEL, "elsewhere.bin"])
+def test_a_proto_referring_to_external_data_is_refused_as_held_in_memory(scratch, location):
+    """(adversarial round) Read from the scratch directory, a reference to ``weights`` found
+    the scratch copy's own file: the check passed, a folded ReduceSum of W's first floats."""
+    import onnxfold
+
+    proto = _refers_to(location)
+    assert spilled(proto, "model A") is None
+    with pytest.raises(InputError, match="refers to external data"):
+        onnxfold.simplify(proto, check_n=1)
+    with pytest.raises(InputError, match="refers to external data"):
+        onnxfold.compare(proto, proto, n=1)
+
+
+def test_a_copy_the_file_reader_judges_otherwise_is_held_in_memory(scratch):
+    """(adversarial round) ``ir_version`` 0 is refused by the reader of a file, not by the
+    reader of a proto: the copy is not used, and the check runs as on the proto held."""
+    import onnxfold
+
+    proto = _model()
+    proto.ir_version = 0
+    assert spilled(proto, "model A") is None
+    assert onnxfold.compare(proto, proto, n=1).ok
+
+
+def test_a_large_initializers_doc_string_is_kept(scratch):
+    """(adversarial round) An initializer read from a file's data lost its doc_string when
+    the output was serialized (``io.writer.inline_references``)."""
+    import onnxfold
+
+    proto = _model()
+    proto.graph.initializer[0].doc_string = "big doc"
+    folded, ok = onnxfold.simplify(proto, check_n=1)
+    assert ok and {t.name: t.doc_string for t in folded.graph.initializer}["W"] == "big doc"
+
+
+def test_a_scratch_path_with_a_newline_is_never_said(scratch, monkeypatch):
+    """(adversarial round) onnxruntime's message was cut at its first line before the
+    scratch path in it was named: a TMPDIR with a newline left part of the path, and no
+    reason."""
+    import onnxfold
+
+    where = scratch / "new\nline"
+    where.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(where))
+    proto = _model()
+    proto.graph.node[0].op_type, proto.graph.node[0].domain = "Bar", "foo"
+    proto.opset_import.append(helper.make_opsetid("foo", 1))
+    with pytest.raises(InputError) as raised:
+        onnxfold.compare(proto, proto, n=1)
+    assert "is not a registered function/op" in str(raised.value)
+    assert "new" not in str(raised.value).replace("\n", " ").split("registered")[0]
+    assert not list(where.iterdir())
+    where.rmdir()

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.check.running.held import HeldModel, HeldPath
 from onnxfold.check.running.spilled import SpilledModel, spilled
-from onnxfold.errors import InputError, clipped
+from onnxfold.errors import InputError, OnnxfoldError, clipped
 from onnxfold.io import load_model
 from onnxfold.io.mapped import MappedTensor
 from onnxfold.io.reader import model_from_proto
@@ -120,6 +120,9 @@ def held(model: ModelRef, default: str) -> Iterator[ModelRef]:
             return
         try:
             yield spill
+        except OnnxfoldError as e:  # (a step that named the scratch copy by its path)
+            e.args = (spill.named(str(e)),)
+            raise
         finally:
             spill.close()
     elif isinstance(model, str | os.PathLike) and not isinstance(model, HeldPath):
@@ -152,9 +155,10 @@ def graph_of(model: ModelRef, label: str) -> ir.Model:
 def ort_message(e: Exception, path: str | None = None, label: str = "") -> str:
     """onnxruntime's message of ``e`` on one line, clipped, without its C++ noise; a model it
     loaded from ``path`` named ``label`` (not as "Load model from PATH failed:")."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if path is not None:
-        text = text.replace(f"Load model from {path} failed:", "").replace(path, label)
+    text = str(e).strip()
+    if path is not None:  # (before its first line is taken: a path may hold a newline)
+        text = text.replace(f"Load model from {path} failed:", "").replace(path, label).strip()
+    text = text.splitlines()[0] if text else type(e).__name__
     if text.startswith("[ONNXRuntimeError]"):
         text = text.split(" : ", 3)[-1]
     # drop C++ source locations and signatures: "/src/x.cc:256 ns::f(args) message"

@@ -13,7 +13,7 @@ What is written: every initializer of the main graph holding, in ``raw_data``, e
 elements' bytes (more than ``HANDED_FROM`` of a type of whole bytes), each at an offset aligned
 to a page, as the writer aligns a model's data (onnxruntime's kernels give other bits for data
 4 bytes off); the rest of the proto (small, typed-field, string, sparse, external or odd
-tensors, a tensor saying where its data is, the nodes' Constants, the branches) stays in the
+tensors, the nodes' Constants, the branches) stays in the
 model file beside it as the proto holds it, so onnxruntime and the check read what they read
 from the proto itself. Where no scratch file can be written (no temporary directory, a full or
 read-only disk), :func:`spilled` gives None and the check holds the proto in memory as before.
@@ -25,6 +25,7 @@ label, never by the scratch path.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import shutil
@@ -34,10 +35,10 @@ import onnx
 
 from onnxfold.check.running.handed import HANDED_FROM
 from onnxfold.check.running.held import HeldPath
-from onnxfold.errors import NoTempDirectoryError, OnnxfoldError
+from onnxfold.errors import InputError, NoTempDirectoryError, OnnxfoldError
 from onnxfold.io.reader import load_model
 from onnxfold.io.tempfiles import scratch_directory
-from onnxfold.ir.protos import copy_field
+from onnxfold.ir.protos import copy_field, function_graphs, graph_protos, tensor_protos
 
 # bytes: each weight's offset, a page (the check's own: it takes nothing of the writer's)
 ALIGNMENT = max(4096, mmap.PAGESIZE)
@@ -71,13 +72,29 @@ class SpilledModel(HeldPath):
 
     def close(self) -> None:
         """Remove the scratch directory (its mappings stay valid until they are let go)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        _removed(self.directory)
+
+
+def _removed(directory: str) -> None:
+    """Remove a scratch directory: its files by name (no descriptor needed: a process out of
+    descriptors removes them too), then whatever else is there."""
+    for name in (MODEL, WEIGHTS):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+    try:
+        os.rmdir(directory)
+    except OSError:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def spilled(proto: onnx.ModelProto, label: str) -> SpilledModel | None:
-    """``proto`` as a :class:`SpilledModel`, or None where nothing of it would be spilled or
-    no scratch file can be written (the caller holds it in memory instead)."""
-    if all(_spilled_bytes(t) is None for t in proto.graph.initializer):
+    """``proto`` as a :class:`SpilledModel`, or None where the caller holds it in memory
+    instead: nothing of it would be spilled, it refers to external data (which a proto cannot
+    locate: the reader of a proto refuses it, and read from the scratch directory a reference
+    would find the scratch files), no scratch file can be written, or the copy is not read as
+    the proto is (the reader of a file judges some things the reader of a proto does not:
+    ``ir_version`` 0; the proto's own reader then says what is wrong, as it says it)."""
+    if all(_spilled_bytes(t) is None for t in proto.graph.initializer) or _external(proto):
         return None
     try:
         directory = scratch_directory("onnxfold-check-")
@@ -85,26 +102,28 @@ def spilled(proto: onnx.ModelProto, label: str) -> SpilledModel | None:
         return None
     try:
         _write(proto, directory)
-    except OSError:  # a full or read-only disk, a quota: held in memory instead
-        shutil.rmtree(directory, ignore_errors=True)
+        return SpilledModel(directory, label)
+    except (OSError, InputError):  # a full or read-only disk, a quota; a copy read otherwise
+        _removed(directory)
         return None
     except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
+        _removed(directory)
         raise
-    try:
-        return SpilledModel(directory, label)
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
+
+
+def _external(proto: onnx.ModelProto) -> bool:
+    """Whether a tensor of ``proto`` (any graph's, any function's) refers to external data."""
+    graphs = [*graph_protos(proto.graph), *function_graphs(proto)]
+    return any(t.data_location == _T.EXTERNAL or t.external_data
+               for graph in graphs for t in tensor_protos(graph))
 
 
 def _spilled_bytes(tensor: onnx.TensorProto) -> int | None:
     """The bytes ``tensor``'s elements take where it may be spilled (of a type of whole bytes,
-    in ``raw_data`` alone, more than ``HANDED_FROM``; see the module), else None. A tensor
-    saying where its data is (``data_location``, even DEFAULT: an output keeps what its input
-    said) stays in the model. Its ``raw_data`` is not read here (each read is a copy)."""
+    in ``raw_data`` alone, more than ``HANDED_FROM``; see the module), else None. Its
+    ``raw_data`` is not read here (each read is a copy)."""
     size = _ITEM_SIZES.get(tensor.data_type)
-    if size is None or tensor.HasField("data_location") or tensor.external_data or \
+    if size is None or tensor.data_location == _T.EXTERNAL or tensor.external_data or \
             not tensor.HasField("raw_data") or any(d < 0 for d in tensor.dims) or \
             tensor.float_data or tensor.int32_data or tensor.string_data or \
             tensor.int64_data or tensor.double_data or tensor.uint64_data:
