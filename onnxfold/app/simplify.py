@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,8 +22,7 @@ from onnxfold.analysis.input_shapes import InputShapes, as_specs
 from onnxfold.app.judgement import judged_against, judged_comparison
 from onnxfold.check.compare import compare_models
 from onnxfold.check.running.options import CompareOptions
-from onnxfold.check.running.spilled import SpilledModel, spilled
-from onnxfold.errors import OnnxfoldError
+from onnxfold.check.running.spilled import SpilledModel, copied
 from onnxfold.pipeline.optimizer import ModelInput, optimize, with_keywords
 from onnxfold.pipeline.options import FoldOptions
 from onnxfold.pipeline.references import with_input_shapes
@@ -87,25 +86,17 @@ def simplify(model: ModelInput, check_n: int = 0, *, input_shapes: Shapes = None
         return folded, result.ok
 
 
-@contextlib.contextmanager
-def _as_a_file(reference: object, label: str) -> Iterator[SpilledModel | None]:
+def _as_a_file(reference: object, label: str
+               ) -> contextlib.AbstractContextManager[SpilledModel | None]:
     """A proto to be checked as given, its large weights written once to a scratch file
     (``check.running.spilled``) that the fold reads and the check runs as they read a file's
     (removed when the block ends), else None. Read from the proto itself, the fold kept copies
     of the weights its rewrites read (every read of a proto's tensor is a copy) for the check
     to validate them: 280 MiB on BERT-base over what the same call on its file holds (issue 84
-    item 2). Messages name it as the proto, never by the scratch path."""
-    copy = spilled(reference, "model A") if isinstance(reference, onnx.ModelProto) else None
-    if copy is None:
-        yield None
-        return
-    try:
-        yield copy
-    except OnnxfoldError as e:
-        e.args = (str(e).replace(copy.path, label).replace(copy.directory, label),)
-        raise
-    finally:
-        copy.close()
+    item 2). Messages name it as the proto (``label``), never by the scratch path."""
+    if isinstance(reference, onnx.ModelProto):
+        return copied(reference, "model A", said_as=label)
+    return contextlib.nullcontext()
 
 
 def _judged(comparison: CompareOptions, fixed: InputShapes, label: str,

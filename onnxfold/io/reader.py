@@ -688,11 +688,11 @@ def _root_cause(error: BaseException) -> str:
 
 class CallersTensor(ir.serde.TensorProtoTensor):
     """A tensor of a proto the caller holds, read from it as it is, that takes a copy of its
-    own the first time it is renamed: onnx-ir's tensor of a proto writes its name into the
-    proto, so a subgraph's value renamed apart from an outer one (``scoped_names``), a value
-    the fold renames, or the serializer naming each initializer after its value, changed the
-    proto the caller holds (a silero VAD model's branch then read an initializer no longer
-    there, and a check against that proto refused it)."""
+    own before anything is written into it (:meth:`own`): onnx-ir's tensor of a proto writes
+    its name into the proto, so a subgraph's value renamed apart from an outer one
+    (``scoped_names``), a value the fold renames, or the serializer naming each initializer
+    after its value, changed the proto the caller holds (a silero VAD model's branch then read
+    an initializer no longer there, and a check against that proto refused it)."""
 
     __slots__ = ("_own",)
 
@@ -700,20 +700,26 @@ class CallersTensor(ir.serde.TensorProtoTensor):
         super().__init__(proto)
         self._own = False
 
+    def own(self) -> onnx.TensorProto:
+        """The proto this tensor may write into: a copy of the caller's, made once."""
+        if not self._own:
+            own = onnx.TensorProto()
+            own.CopyFrom(self._proto)
+            self._proto, self._own = own, True
+        return self._proto
+
     @property
     def name(self) -> str:
         return self._proto.name
 
     @name.setter
     def name(self, value: str | None) -> None:
-        if not self._own and (value or "") != self._proto.name:
-            own = onnx.TensorProto()
-            own.CopyFrom(self._proto)
-            self._proto, self._own = own, True
+        if (value or "") == self._proto.name:
+            return
         if value is None:
-            self._proto.ClearField("name")
+            self.own().ClearField("name")
         else:
-            self._proto.name = value
+            self.own().name = value
 
 
 def _renamed_apart(graphs: Iterable[ir.Graph]) -> None:
@@ -730,23 +736,18 @@ def _metadata_held_once(graphs: Iterable[ir.Graph], shared: bool) -> None:
     there and in its ``metadata_props``, and onnx-ir 1.1 writes both: each entry twice in the
     output, and one dropped from the dict still written. The dict becomes the one place.
     ``shared``: the protos are a caller's (``model_from_proto``), left as they were: such a
-    tensor is read from a copy of its proto instead (its data copied: only tensors with
-    metadata, an onnxfold output's folds among them)."""
+    tensor is read from a copy of its proto instead (:meth:`CallersTensor.own`; its data
+    copied: only tensors with metadata, an onnxfold output's folds among them)."""
     for graph in graphs:
         for value in graph.initializers.values():
             tensor = value.const_value
             proto = getattr(tensor, "raw", None)
             if not isinstance(proto, onnx.TensorProto) or not proto.metadata_props:
                 continue
-            assert tensor is not None  # (its proto was found above)
             if shared:
-                own = onnx.TensorProto()
-                own.CopyFrom(proto)
-                del own.metadata_props[:]
-                value.const_value = ir.TensorProtoTensor(own)
-                value.const_value.metadata_props.update(tensor.metadata_props)
-            else:
-                del proto.metadata_props[:]
+                assert isinstance(tensor, CallersTensor)  # (_renamed_apart made it one)
+                proto = tensor.own()
+            del proto.metadata_props[:]
 
 
 def _typed_by_their_data(graphs: Iterable[ir.Graph]) -> None:

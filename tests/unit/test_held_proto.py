@@ -34,7 +34,7 @@ def holding(request, monkeypatch, tmp_path):
     scratch.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(scratch))
     if request.param == "in memory":
-        monkeypatch.setattr(models_module, "spilled", lambda proto, label: None)
+        monkeypatch.setattr(spilled_module, "spilled", lambda proto, label: None)
     yield request.param
     assert not list(scratch.iterdir())  # nothing outlives the check
 
@@ -202,7 +202,7 @@ def test_a_weight_that_cannot_be_copied_out_of_a_held_proto_is_one_line(monkeypa
         raise MemoryError("Unable to allocate 24.0 KiB")
 
     proto = _weights_model()
-    monkeypatch.setattr(models_module, "spilled", lambda proto, label: None)  # in memory
+    monkeypatch.setattr(spilled_module, "spilled", lambda proto, label: None)  # in memory
     monkeypatch.setattr(held_module, "aligned", short)
     with pytest.raises(ResourceLimitError, match=r"^model A: reading weight \w+: out of memory"):
         compare_models(proto, proto, 1, CompareOptions(dims={"n": 2}))

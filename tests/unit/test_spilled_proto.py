@@ -226,8 +226,6 @@ def test_simplify_folds_and_checks_a_proto_from_its_copy_as_from_the_proto(scrat
     """``simplify(proto, check_n=N)`` folds the proto's scratch copy and checks against it
     (the fold's reads of a proto were copies it kept for the check): the same output, the same
     verdict and the same messages as read from the proto itself, and no scratch path said."""
-    from onnxfold.app import simplify as simplify_module
-
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     proto = onnx.load(os.path.join(root, "models", "tiny_bert_ts.onnx")) \
         if given == "tiny BERT export" else _model()
@@ -241,8 +239,7 @@ def test_simplify_folds_and_checks_a_proto_from_its_copy_as_from_the_proto(scrat
                         lambda prefix: made.append(real(prefix)) or made[-1])
     copied = _simplified(proto, check_n=2)
     assert made  # it was copied (the model and the check's folded one)
-    monkeypatch.setattr(simplify_module, "spilled", lambda model, label: None)
-    monkeypatch.setattr("onnxfold.check.running.models.spilled", lambda model, label: None)
+    monkeypatch.setattr(spilled_module, "spilled", lambda model, label: None)
     held = _simplified(proto, check_n=2)
     assert copied == held
     if isinstance(copied, str):

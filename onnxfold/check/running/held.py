@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -120,6 +121,18 @@ def _plain(tensor: onnx.TensorProto) -> bool:
 
 def _without(proto: onnx.ModelProto, large: dict[str, ir.TensorProtocol]) -> bytes:
     """``proto`` serialized with placeholders for the initializers ``large`` names."""
+    def placed(tensor: onnx.TensorProto) -> onnx.TensorProto:
+        held = large.get(tensor.name)
+        return tensor if held is None else placeholder_of(
+            tensor.name, np.dtype(held.dtype.numpy()), tuple(held.shape.numpy()))
+
+    return with_initializers(proto, placed).SerializeToString()
+
+
+def with_initializers(proto: onnx.ModelProto,
+                      each: Callable[[onnx.TensorProto], onnx.TensorProto]) -> onnx.ModelProto:
+    """A copy of ``proto`` whose main graph's initializers are ``each`` of the proto's, in
+    order (the rest copied as it is)."""
     light = onnx.ModelProto()
     for desc, value in proto.ListFields():
         if desc.name != "graph":
@@ -128,8 +141,5 @@ def _without(proto: onnx.ModelProto, large: dict[str, ir.TensorProtocol]) -> byt
         if desc.name != "initializer":
             copy_field(light.graph, desc, value)
             continue
-        for tensor in value:
-            held = large.get(tensor.name)
-            light.graph.initializer.append(tensor if held is None else placeholder_of(
-                tensor.name, np.dtype(held.dtype.numpy()), tuple(held.shape.numpy())))
-    return light.SerializeToString()
+        light.graph.initializer.extend(each(tensor) for tensor in value)
+    return light

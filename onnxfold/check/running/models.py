@@ -19,8 +19,8 @@ import onnx_ir as ir
 
 from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.check.running.held import HeldModel, HeldPath
-from onnxfold.check.running.spilled import SpilledModel, spilled
-from onnxfold.errors import InputError, OnnxfoldError, clipped
+from onnxfold.check.running.spilled import SpilledModel, copied
+from onnxfold.errors import InputError, clipped
 from onnxfold.io import load_model
 from onnxfold.io.mapped import MappedTensor
 from onnxfold.io.reader import model_from_proto
@@ -114,17 +114,8 @@ def held(model: ModelRef, default: str) -> Iterator[ModelRef]:
     (:class:`SpilledModel`, removed when the block ends), else held in memory
     (:class:`HeldModel`); a path as :class:`HeldPath`."""
     if isinstance(model, onnx.ModelProto):
-        spill = spilled(model, default)
-        if spill is None:
-            yield HeldModel(model, default)
-            return
-        try:
-            yield spill
-        except OnnxfoldError as e:  # (a step that named the scratch copy by its path)
-            e.args = (spill.named(str(e)),)
-            raise
-        finally:
-            spill.close()
+        with copied(model, default) as copy:
+            yield HeldModel(model, default) if copy is None else copy
     elif isinstance(model, str | os.PathLike) and not isinstance(model, HeldPath):
         yield HeldPath(model)
     else:

@@ -29,28 +29,29 @@ import contextlib
 import mmap
 import os
 import shutil
+from collections.abc import Iterator
 
-import numpy as np
 import onnx
+import onnx_ir as ir
 
 from onnxfold.check.running.handed import HANDED_FROM
-from onnxfold.check.running.held import HeldPath
+from onnxfold.check.running.held import HeldPath, with_initializers
 from onnxfold.errors import InputError, NoTempDirectoryError, OnnxfoldError
 from onnxfold.io.reader import load_model
 from onnxfold.io.tempfiles import scratch_directory
-from onnxfold.ir.protos import copy_field, function_graphs, graph_protos, tensor_protos
+from onnxfold.ir.protos import (
+    copy_field,
+    function_graphs,
+    graph_protos,
+    tensor_nbytes,
+    tensor_protos,
+)
 
 # bytes: each weight's offset, a page (the check's own: it takes nothing of the writer's)
 ALIGNMENT = max(4096, mmap.PAGESIZE)
 MODEL = "model.onnx"
 WEIGHTS = "weights"
 _T = onnx.TensorProto
-# element types a spilled tensor may have: whole bytes per element, never strings
-_ITEM_SIZES: dict[int, int] = {
-    t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).itemsize for t in (
-    _T.FLOAT, _T.UINT8, _T.INT8, _T.UINT16, _T.INT16, _T.INT32, _T.INT64, _T.BOOL, _T.FLOAT16,
-    _T.DOUBLE, _T.UINT32, _T.UINT64, _T.COMPLEX64, _T.COMPLEX128, _T.BFLOAT16,
-    _T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2, _T.FLOAT8E5M2FNUZ)}
 
 
 class SpilledModel(HeldPath):
@@ -66,9 +67,10 @@ class SpilledModel(HeldPath):
             e.args = (self.named(str(e)),)
             raise
 
-    def named(self, message: str) -> str:
-        """``message`` with the scratch path said as the model's label."""
-        return message.replace(self.path, self.label).replace(self.directory, self.label)
+    def named(self, message: str, label: str | None = None) -> str:
+        """``message`` with the scratch path said as ``label`` (default: the model's)."""
+        label = self.label if label is None else label
+        return message.replace(self.path, label).replace(self.directory, label)
 
     def close(self) -> None:
         """Remove the scratch directory (its mappings stay valid until they are let go)."""
@@ -85,6 +87,25 @@ def _removed(directory: str) -> None:
         os.rmdir(directory)
     except OSError:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def copied(proto: onnx.ModelProto, label: str, said_as: str | None = None
+           ) -> Iterator[SpilledModel | None]:
+    """:func:`spilled` for the block, its directory removed when the block ends however it
+    ends; an onnxfold error raised in the block names the copy as ``said_as`` (default:
+    ``label``), never by its scratch path."""
+    copy = spilled(proto, label)
+    if copy is None:
+        yield None
+        return
+    try:
+        yield copy
+    except OnnxfoldError as e:
+        e.args = (copy.named(str(e), said_as),)
+        raise
+    finally:
+        copy.close()
 
 
 def spilled(proto: onnx.ModelProto, label: str) -> SpilledModel | None:
@@ -122,40 +143,36 @@ def _spilled_bytes(tensor: onnx.TensorProto) -> int | None:
     """The bytes ``tensor``'s elements take where it may be spilled (of a type of whole bytes,
     in ``raw_data`` alone, more than ``HANDED_FROM``; see the module), else None. Its
     ``raw_data`` is not read here (each read is a copy)."""
-    size = _ITEM_SIZES.get(tensor.data_type)
-    if size is None or tensor.data_location == _T.EXTERNAL or tensor.external_data or \
+    nbytes = tensor_nbytes(tensor)
+    if nbytes is None or nbytes <= HANDED_FROM or ir.DataType(tensor.data_type).bitwidth % 8 \
+            or tensor.data_location == _T.EXTERNAL or tensor.external_data or \
             not tensor.HasField("raw_data") or any(d < 0 for d in tensor.dims) or \
             tensor.float_data or tensor.int32_data or tensor.string_data or \
             tensor.int64_data or tensor.double_data or tensor.uint64_data:
         return None
-    nbytes = size * int(np.prod(tensor.dims, dtype=object))
-    return nbytes if nbytes > HANDED_FROM else None
+    return nbytes
 
 
 def _write(proto: onnx.ModelProto, directory: str) -> None:
     """The scratch model (``MODEL``) and its weights (``WEIGHTS``) into ``directory``."""
-    light = onnx.ModelProto()
-    for desc, value in proto.ListFields():
-        if desc.name != "graph":
-            copy_field(light, desc, value)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(os.path.join(directory, WEIGHTS), flags, 0o600)
+    end = 0
+
+    def written(tensor: onnx.TensorProto) -> onnx.TensorProto:
+        """``tensor`` as the scratch model holds it: its bytes written, or itself."""
+        nonlocal end
+        nbytes = _spilled_bytes(tensor)
+        data = tensor.raw_data if nbytes is not None else b""  # (a copy: read once)
+        if nbytes is None or len(data) != nbytes:  # (short or long: as the proto has)
+            return tensor
+        offset = end + -end % ALIGNMENT
+        _write_at(fd, data, offset)
+        end = offset + nbytes
+        return _reference(tensor, offset, nbytes)
+
     try:
-        offset = 0
-        for desc, value in proto.graph.ListFields():
-            if desc.name != "initializer":
-                copy_field(light.graph, desc, value)
-                continue
-            for tensor in value:
-                nbytes = _spilled_bytes(tensor)
-                data = tensor.raw_data if nbytes is not None else b""  # (a copy: read once)
-                if nbytes is None or len(data) != nbytes:  # (short or long: as the proto has)
-                    light.graph.initializer.append(tensor)
-                    continue
-                offset += -offset % ALIGNMENT
-                _write_at(fd, data, offset)
-                light.graph.initializer.append(_reference(tensor, offset, nbytes))
-                offset += nbytes
+        light = with_initializers(proto, written)
     finally:
         os.close(fd)
     with open(os.path.join(directory, MODEL), "xb") as model:
@@ -181,9 +198,4 @@ def _reference(tensor: onnx.TensorProto, offset: int, length: int) -> onnx.Tenso
         reference.external_data.add(key=key, value=text)
     return reference
 
-
-def close(model: object) -> None:
-    """Remove ``model``'s scratch directory where it is a :class:`SpilledModel`."""
-    if isinstance(model, SpilledModel):
-        model.close()
 
