@@ -29,7 +29,7 @@ from onnxfold.io import protowire as pw
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.opener import opened, why
-from onnxfold.io.scoped_names import rename_shadowing_values
+from onnxfold.io.scoped_names import outer_values_over_fed_initializers, rename_shadowing_values
 from onnxfold.io.single_assignment import refuse_redefinitions
 from onnxfold.io.sparse import densify, has_sparse
 from onnxfold.io.tensor_facts import data_dims
@@ -672,6 +672,7 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     if shared:
         _renamed_apart(graphs)
     _metadata_held_once(graphs, shared)
+    outer_values_over_fed_initializers(model)
     return model, files, reorders, rename_shadowing_values(model)
 
 
