@@ -236,28 +236,27 @@ def test_a_check_over_files_parses_each_once_and_names_them_by_path(tmp_path, mo
 
 def _shadowing_model() -> onnx.ModelProto:
     """A branch with an initializer of the name an outer one has (as TorchScript writes
-    them: a silero VAD model's If branches), and a Constant whose tensor has a name of its
+    them: a silero VAD model's If branches; only the main graph reads the outer one, so
+    onnxruntime runs the branch with its own), and a Constant whose tensor has a name of its
     own: the reader renames the branch's apart, the serializer names each initializer after
     its value."""
-    k_outer = numpy_helper.from_array(np.array([2.0], np.float32), "k")
-    # (the same value: where they differ onnxruntime reads the outer one, and onnxfold's
-    # renaming the inner apart makes the branch read its own: noticed, not fixed here)
-    k_inner = numpy_helper.from_array(np.array([2.0], np.float32), "k")
     branch = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["t"])], "then", [],
                                [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
-                               [k_inner])
-    other = helper.make_graph([helper.make_node("Add", ["x", "k"], ["e"])], "else", [],
+                               [numpy_helper.from_array(np.array([3.0], np.float32), "k")])
+    other = helper.make_graph([helper.make_node("Add", ["x", "x"], ["e"])], "else", [],
                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])])
     constant = numpy_helper.from_array(np.ones(4, np.float32), "named_apart")
     nodes = [helper.make_node("Constant", [], ["c"], value=constant),
              helper.make_node("Add", ["x", "c"], ["xc"]),
-             helper.make_node("ReduceSum", ["xc"], ["s"], keepdims=0),
+             helper.make_node("Mul", ["xc", "k"], ["xk"]),
+             helper.make_node("ReduceSum", ["xk"], ["s"], keepdims=0),
              helper.make_node("Greater", ["s", "zero"], ["p"]),
              helper.make_node("If", ["p"], ["y"], then_branch=branch, else_branch=other)]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-        [k_outer, numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+        [numpy_helper.from_array(np.array([2.0], np.float32), "k"),
+         numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -276,5 +275,7 @@ def test_a_fold_renaming_a_protos_values_leaves_the_callers_proto_as_it_was():
     assert proto.SerializeToString() == before
     names = {t.name for g in (folded.graph,) for t in g.initializer}
     assert "k" in names  # (the output keeps its own names)
+    then = next(a.g for a in folded.graph.node[-1].attribute if a.name == "then_branch")
+    assert [t.name for t in then.initializer] == ["k__onnxfold0"]  # (renamed apart)
     assert onnxfold.simplify(proto, check_n=1)[1]
     assert proto.SerializeToString() == before
