@@ -50,7 +50,7 @@ from onnxfold.io.reader import (
     load_with_light_proto,
     model_from_proto,
 )
-from onnxfold.io.writer import inline_references, prune_value_info, restore_references
+from onnxfold.io.writer import model_proto, prune_value_info
 from onnxfold.ir import provenance
 from onnxfold.ir.constants import source_array
 from onnxfold.ir.graph import graphs_within, node_label
@@ -114,11 +114,7 @@ class OptimizeResult:
     def to_proto(self) -> onnx.ModelProto:
         """The model as an ``onnx.ModelProto`` with every weight's bytes in it (weights still
         in the input's file are read into the proto; :meth:`save` streams them instead)."""
-        inlined = inline_references(self.model, set())
-        try:
-            proto = ir.serde.serialize_model(self.model)
-        finally:
-            restore_references(inlined)
+        proto = model_proto(self.model)
         prune_value_info(self.model, proto)  # as in a saved file: no merely inferred types
         map_types.give_back_to(self.model, proto)
         return proto

@@ -6,10 +6,9 @@ fixed the fold's, so that both take the same inputs (no computation changes). Th
 from __future__ import annotations
 
 import onnx
-import onnx_ir as ir
 
 from onnxfold.analysis.input_shapes import InputShapes, apply
-from onnxfold.io.writer import inline_references
+from onnxfold.io.writer import model_proto
 from onnxfold.pipeline.optimizer import ModelInput, as_ir_model
 
 
@@ -18,5 +17,4 @@ def with_input_shapes(model: ModelInput, shapes: InputShapes) -> onnx.ModelProto
     from the model's files)."""
     reference, _, _ = as_ir_model(model, check=False)
     apply(reference, shapes)
-    inline_references(reference, set())
-    return ir.to_proto(reference)
+    return model_proto(reference)
