@@ -78,7 +78,7 @@ def simplify(model: ModelInput, check_n: int = 0, *, input_shapes: Shapes = None
         optimized = optimize(model, options, check=check, record_rewrites=check_n > 0,
                              loaded=None if reference is None else functools.partial(
                                  _judged, comparison, options.fixed_shapes, label))
-        folded = optimized.to_proto()
+        folded = optimized.to_proto(spend=True)  # (only the proto is handed back)
         if reference is None:
             return folded, True
         result = compare_models(reference, folded, check_n, comparison,

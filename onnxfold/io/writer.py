@@ -154,11 +154,16 @@ def inline_references(model: ir.Model, streamed: set[ir.Value],
     return replaced
 
 
-def model_proto(model: ir.Model) -> onnx.ModelProto:
+def model_proto(model: ir.Model, spend: bool = False) -> onnx.ModelProto:
     """``model`` serialized with every weight's bytes in it, each weight still in an input's
     file read (checked) where the serializer reaches it (:func:`inline_references` with
-    ``lazy``); a damaged input is the reader's error, not onnx-ir's ``SerdeError`` around it."""
+    ``lazy``); a damaged input is the reader's error, not onnx-ir's ``SerdeError`` around it.
+    With ``spend``, each weight the model holds in memory is let go once serialized (nothing
+    else holding it): the proto is then the only copy, and the model is not to be used after
+    (``simplify`` hands back only the proto: 350 MiB less on BERT-base given as a proto)."""
     inlined = inline_references(model, set(), lazy=True)
+    if spend:
+        _spent(model)
     try:
         return ir.serde.serialize_model(model)
     except ir.serde.SerdeError as e:
@@ -170,6 +175,33 @@ def model_proto(model: ir.Model) -> onnx.ModelProto:
         raise cause from None
     finally:
         restore_references(inlined)
+
+
+def _spent(model: ir.Model) -> None:
+    """Each initializer ``model`` holds as an array, as a tensor given to the serializer once
+    and then let go (:func:`model_proto`'s ``spend``)."""
+    for graph in all_graphs(model):
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if type(tensor) is ir.Tensor and isinstance(tensor.raw, np.ndarray) and \
+                    tensor.raw.dtype.kind not in "OSU":
+                value.const_value = ir.LazyTensor(
+                    _Once(tensor), tensor.dtype, ir.Shape(tensor.shape.numpy()),
+                    name=tensor.name, doc_string=tensor.doc_string,
+                    metadata_props=dict(tensor.metadata_props))
+
+
+class _Once:
+    """A tensor handed out once (:func:`_spent`)."""
+
+    def __init__(self, tensor: ir.Tensor) -> None:
+        self._tensor: ir.Tensor | None = tensor
+
+    def __call__(self) -> ir.Tensor:
+        tensor, self._tensor = self._tensor, None
+        if tensor is None:
+            raise RuntimeError("the model was spent by serializing it (to_proto(spend=True))")
+        return tensor
 
 
 def _read_tensor(read: Callable[[], np.ndarray], dtype: ir.DataType) -> ir.Tensor:

@@ -111,10 +111,12 @@ class OptimizeResult:
                 f"{r.folded_nodes}, initializers {r.initializer_bytes_before / 2**20:.1f} MiB -> "
                 f"{r.initializer_bytes_after / 2**20:.1f} MiB, {r.seconds:.2f} s>")
 
-    def to_proto(self) -> onnx.ModelProto:
+    def to_proto(self, spend: bool = False) -> onnx.ModelProto:
         """The model as an ``onnx.ModelProto`` with every weight's bytes in it (weights still
-        in the input's file are read into the proto; :meth:`save` streams them instead)."""
-        proto = model_proto(self.model)
+        in the input's file are read into the proto; :meth:`save` streams them instead). With
+        ``spend`` the weights this result holds in memory are let go as they are serialized,
+        so that only the proto holds them: the result is not to be used after."""
+        proto = model_proto(self.model, spend)
         prune_value_info(self.model, proto)  # as in a saved file: no merely inferred types
         map_types.give_back_to(self.model, proto)
         return proto

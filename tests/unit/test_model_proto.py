@@ -58,3 +58,27 @@ def test_each_weight_is_read_where_it_is_serialized_and_let_go(tmp_path, monkeyp
     # the result's own model refers to its file again (the references restored)
     assert {name: v.const_value for name, v in result.model.graph.initializers.items()} == \
         references
+
+
+def test_a_spent_result_lets_its_arrays_go_as_they_are_serialized():
+    """``to_proto(spend=True)`` (``simplify``'s): the arrays the fold made are let go once
+    serialized, so that the proto is the only copy; the same bytes as ``to_proto()``."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((64, 96)).astype(np.float32), f"W{i}")
+               for i in range(3)]
+    nodes = [helper.make_node("Transpose", [f"W{i}"], [f"t{i}"], perm=[1, 0]) for i in range(3)]
+    nodes += [helper.make_node("MatMul", ["x", "t0"], ["y0"]),
+              helper.make_node("MatMul", ["y0", "W1"], ["y1"]),
+              helper.make_node("MatMul", ["y1", "t2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 96])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    kept = optimize(model).to_proto()
+    result = optimize(model)
+    arrays = [weakref.ref(v.const_value.raw) for v in result.model.graph.initializers.values()
+              if isinstance(getattr(v.const_value, "raw", None), np.ndarray)]
+    assert arrays  # (the folded transposes)
+    spent = result.to_proto(spend=True)
+    assert spent.SerializeToString() == kept.SerializeToString()
+    assert all(a() is None for a in arrays)
