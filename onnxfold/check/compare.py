@@ -185,10 +185,11 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
                                  own_output=evidence is not None, weights=weights)
             folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
-        if rewrites is not None and validated is None:
-            validated = _validated(a, run, rewrites, reference, catalogue, weights)
-        elif run.found is not None and validated is None:
-            validated = _file_validated(a, b, run, reference, folds, weights)
+        with heap.pooled():  # many runs of cones and windows, the same buffers each
+            if rewrites is not None and validated is None:
+                validated = _validated(a, run, rewrites, reference, catalogue, weights)
+            elif run.found is not None and validated is None:
+                validated = _file_validated(a, b, run, reference, folds, weights)
         result.folds, result.rewrites = folds, validated
         weights.clear()
         drop_resident_pages()  # the cones read the weights: B's session copies its own
@@ -437,7 +438,8 @@ def _cones(shaped: ir.Model, run: _Run) -> Cones:
     """The cones of the original (``shaped``: the check's copy, its shapes inferred) the
     rewrites' leaves are computed by."""
     return Cones(shaped, [v for v in shaped.graph.inputs
-                          if v.name not in shaped.graph.initializers], run.libraries)
+                          if v.name not in shaped.graph.initializers], run.libraries,
+                 run.options.level)
 
 
 def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,

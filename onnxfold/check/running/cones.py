@@ -28,7 +28,14 @@ from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import exact_ops, string_values
 from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.check.running.models import constant_weight, is_constant_weight, read_constant
-from onnxfold.check.running.runner import MachineShort, RunFailed, Wanted, run_nodes
+from onnxfold.check.running.runner import (
+    Fed,
+    MachineShort,
+    NodesModel,
+    RunFailed,
+    Wanted,
+    run_nodes,
+)
 from onnxfold.io.mapped import drop_resident_pages
 from onnxfold.ir.graph import captured_values
 
@@ -147,11 +154,13 @@ class WeightStore:
 class Cones:
     """The original graph's cones. ``fed``: the graph inputs a run feeds (the others keep the
     values of their initializers). Which ops are held to bits, and which kernels sum in an order
-    that follows their input's memory, are the check's own lists (``running.exact_ops``)."""
+    that follows their input's memory, are the check's own lists (``running.exact_ops``).
+    ``level``: onnxruntime's graph optimization level of a run for values to feed elsewhere
+    (``run(exact=False)``; a run for the original's bits is always at ``disable``)."""
 
     def __init__(self, model: ir.Model, fed: Collection[ir.Value],
-                 libraries: Sequence[str] = ()) -> None:
-        self.model = model
+                 libraries: Sequence[str] = (), level: str = "disable") -> None:
+        self.model, self.level = model, level
         graph = model.graph
         self.order = {node: i for i, node in enumerate(graph)}
         self.values: dict[str, ir.Value] = {}
@@ -167,6 +176,7 @@ class Cones:
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
         self._held: WeightStore | None = None  # weights kept between runs
         self._cones: dict[tuple[ir.Value, ...], _Prepared] = {}  # (see _prepared)
+        self._kept: tuple | None = None  # a session for values kept for the next run
 
     @contextlib.contextmanager
     def holding(self, store: WeightStore) -> Iterator[None]:
@@ -177,12 +187,14 @@ class Cones:
         its 415 MB three times). A weight is held as read, so what a run computes from it is
         what it computed without the block. Between runs at most the store's budget stays held
         (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
-        with and without holding, 1,005 and 1,008 MiB)."""
+        with and without holding, 1,005 and 1,008 MiB). A session kept for runs of values
+        (:meth:`_values`) is dropped on leaving."""
         self._held = store
         try:
             yield
         finally:
             self._held = None
+            self._kept = None  # and the session kept for values (:meth:`_values`)
 
     def _weight(self, leaf: ir.Value) -> np.ndarray:
         """``leaf``'s array, read with ``pread`` (or as held, see :meth:`holding`)."""
@@ -228,7 +240,9 @@ class Cones:
             exact: bool = True) -> dict[ir.Value, np.ndarray]:
         """The arrays the original computes for ``sources``, its graph inputs fed ``inputs``
         (by name): bit for bit as the original computes them, or (``exact=False``) as values
-        to feed elsewhere (kernels then skip prepacking their weights, and save its copies).
+        to feed elsewhere: as onnxruntime computes them at the cones' ``level`` (the check's:
+        the original's fused kernels, most of BERT-base's leaves in a third of the time
+        ``disable`` took), its kernels not prepacking their weights (saving its copies).
         Raises RunFailed when onnxruntime cannot run the cones, MachineShort when the machine
         runs short (``running.runner``)."""
         prepared = self._prepared(sources)
@@ -245,16 +259,61 @@ class Cones:
         wanted = [s for s in sources if s not in given]
         if not wanted:
             return given
-        arrays = run_nodes(prepared.protos,
-                           [_wanted(s) for s in wanted], constants=constants, inputs=fed,
-                           opsets=dict(self.model.opset_imports),
-                           ir_version=self.model.ir_version, libraries=self.libraries,
-                           prepacking=exact and not prepared.moved_only)
+        if exact:
+            arrays = run_nodes(prepared.protos, [_wanted(s) for s in wanted],
+                               constants=constants, inputs=fed,
+                               opsets=dict(self.model.opset_imports),
+                               ir_version=self.model.ir_version, libraries=self.libraries,
+                               prepacking=not prepared.moved_only)
+        else:
+            arrays = self._values(prepared, wanted, constants, fed)
         drop_resident_pages()  # the weights it read are read again where needed, not held
         computed = {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
                     else array for source, array in zip(wanted, arrays)}
         return {source: given[source] if source in given else computed[source]
                 for source in sources}
+
+    def _values(self, prepared: _Prepared, wanted: list[ir.Value],
+                constants: dict[str, np.ndarray], fed: dict[str, np.ndarray]) -> list:
+        """``wanted``'s arrays as values to feed elsewhere (:meth:`run`) at the cones'
+        level, or at ``disable`` where onnxruntime fails at that level (its optimizers may
+        refuse a graph its kernels run)."""
+        try:
+            return self._values_at(self.level, prepared, wanted, constants, fed)
+        except RunFailed:
+            if self.level == "disable":
+                raise
+            return self._values_at("disable", prepared, wanted, constants, fed)
+
+    def _values_at(self, level: str, prepared: _Prepared, wanted: list[ir.Value],
+                   constants: dict[str, np.ndarray], fed: dict[str, np.ndarray]) -> list:
+        """:meth:`_values` at ``level``; within :meth:`holding`, in the session kept from
+        the last such run where it ran the same cone on inputs of the same shapes (the next
+        input set: BERT-base's leaves' session cost 0.1 s a set). The kept session holds no
+        weight between runs (every large constant is fed at each run, as it is read); it is
+        dropped on leaving :meth:`holding`, or where another cone or other shapes run."""
+        key = (level, tuple(wanted), tuple(sorted((name, Fed.of(name, array))
+                                                  for name, array in fed.items())))
+        if self._kept is None or self._kept[0] != key:
+            self._kept = None  # (the last one's session goes before another is built)
+            model = NodesModel(
+                prepared.protos, [_wanted(s) for s in wanted], constants=constants,
+                inputs={name: Fed.of(name, array) for name, array in fed.items()},
+                opsets=dict(self.model.opset_imports), ir_version=self.model.ir_version,
+                prepacking=False, level=level)
+            session = model.session(self.libraries)
+            large = list(model.constant_feeds)
+            model.constant_feeds = {}  # fed at each run, never held here
+            self._kept = (key, model, session, large)
+        _, model, session, large = self._kept
+        if self._held is None:  # kept only within holding(), which drops it
+            self._kept = None
+        try:
+            return model.run({**fed, **{name: constants[name] for name in large}},
+                             self.libraries, session)
+        except (RunFailed, MachineShort):
+            self._kept = None
+            raise
 
     def _prepared(self, sources: list[ir.Value]) -> _Prepared:
         """What a run of ``sources``' cone builds its model from, made once for the runs of

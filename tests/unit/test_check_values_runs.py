@@ -1,0 +1,155 @@
+"""Runs of the original's cones for values to feed elsewhere (the rewrite validation's leaves,
+read by both windows alike) run at the check's optimization level, in one session kept for the
+next input set of the same shapes that holds no weight between runs; runs for the original's
+bits stay at ``disable``. And :func:`onnxfold.host.heap.pooled` keeps glibc's large buffers in
+the heap only within its block."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxfold.check.running import runner
+from onnxfold.check.running.cones import Cones, WeightStore
+from onnxfold.host import heap
+from onnxfold.io.reader import load_model
+
+
+def _model(path) -> None:
+    """x -> MatMul(w0) -> Add(b) -> Relu -> MatMul(w1): at ``all`` onnxruntime fuses."""
+    rng = np.random.default_rng(0)
+    w0, w1 = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+    b = rng.standard_normal(64).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("MatMul", ["r", "w1"], ["y"])]
+    onnx.save(helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
+        [numpy_helper.from_array(w0, "w0"), numpy_helper.from_array(w1, "w1"),
+         numpy_helper.from_array(b, "b")]),
+        opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.fixture
+def sessions(monkeypatch):
+    """Every session the check's runner builds: (graph optimization level, its model's
+    initializers)."""
+    import onnxruntime as ort
+
+    built: list[tuple[object, list[str]]] = []
+    real = runner.new_session
+
+    def recorded(source, options):
+        model = onnx.load_from_string(source) if isinstance(source, bytes) else None
+        built.append((options.graph_optimization_level,
+                      [t.name for t in model.graph.initializer] if model else []))
+        return real(source, options)
+
+    monkeypatch.setattr(runner, "new_session", recorded)
+    built.clear()
+    return built, ort.GraphOptimizationLevel
+
+
+def _cones(tmp_path, level: str) -> tuple[Cones, dict]:
+    path = tmp_path / "m.onnx"
+    _model(path)
+    model = load_model(str(path))
+    values = {str(o.name): o for n in model.graph for o in n.outputs}
+    return Cones(model, list(model.graph.inputs), level=level), values
+
+
+def test_values_run_at_the_cones_level_and_bits_at_disable(tmp_path, sessions):
+    built, levels = sessions
+    cones, values = _cones(tmp_path, "all")
+    feeds = {"x": np.ones((2, 64), np.float32)}
+    with cones.holding(WeightStore(None)):
+        fast = cones.run([values["r"], values["y"]], feeds, exact=False)
+        exact = cones.run([values["r"], values["y"]], feeds)
+    assert [level for level, _ in built] == [levels.ORT_ENABLE_ALL, levels.ORT_DISABLE_ALL]
+    for value in (values["r"], values["y"]):  # the same values, within float32's rounding
+        np.testing.assert_allclose(fast[value], exact[value], rtol=1e-5, atol=1e-5)
+
+
+def test_one_session_serves_the_sets_of_one_shape_and_holds_no_weight(tmp_path, sessions):
+    built, _ = sessions
+    cones, values = _cones(tmp_path, "all")
+    wanted = [values["y"]]
+    sets = [{"x": np.full((2, 64), k, np.float32)} for k in (1.0, 2.0)] + \
+        [{"x": np.full((3, 64), 3.0, np.float32)}]
+    with cones.holding(WeightStore(None)):
+        got = [cones.run(wanted, feeds, exact=False)[values["y"]] for feeds in sets]
+        kept = cones._kept
+        assert kept is not None and not kept[1].constant_feeds  # fed at each run
+    assert cones._kept is None  # dropped on leaving the block
+    assert len(built) == 2  # sets 1 and 2 (shape [2, 64]) share one; set 3 ([3, 64]) its own
+    for feeds, array in zip(sets, got):  # each set's own values
+        alone = Cones(cones.model, list(cones.model.graph.inputs), level="all")
+        np.testing.assert_array_equal(array, alone.run(wanted, feeds, exact=False)[
+            values["y"]])
+    assert not np.array_equal(got[0], got[1])
+    built.clear()
+    for feeds in sets[:2]:  # outside holding(): nothing kept, a session each
+        cones.run(wanted, feeds, exact=False)
+    assert len(built) == 2 and cones._kept is None
+
+
+def _mapped_blocks() -> int:
+    """glibc's count of heap blocks allocated with mmap (``mallinfo2().hblks``)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+
+    class Info(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+
+    libc.mallinfo2.restype = Info
+    return int(libc.mallinfo2().hblks)
+
+
+def test_pooled_keeps_large_buffers_in_the_heap_only_within_its_block():
+    name = ctypes.util.find_library("c")
+    if name is None or not hasattr(ctypes.CDLL(name), "mallinfo2"):
+        pytest.skip("not glibc 2.33 or later: no mallinfo2 to count mapped blocks")
+    heap.prepare()
+    size = 4 << 20  # above prepare()'s 1 MiB, below pooled()'s 32 MiB
+
+    def maps_one() -> bool:
+        before = _mapped_blocks()
+        array = np.ones(size, np.uint8)
+        during = _mapped_blocks()
+        del array
+        return during == before + 1
+
+    assert maps_one()
+    with heap.pooled():
+        assert not maps_one()
+    assert maps_one()  # prepare()'s threshold is back
+
+
+def test_a_graph_onnxruntime_optimizes_wrongly_runs_at_disable(tmp_path, sessions,
+                                                               monkeypatch):
+    """Where onnxruntime fails at the cones' level, the values are computed at ``disable``."""
+    built, levels = sessions
+    cones, values = _cones(tmp_path, "all")
+    real = runner.session_options
+
+    def refusing(level="all", *args, **kwargs):
+        if level != "disable":
+            raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : an optimizer failed")
+        return real(level, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "session_options", refusing)
+    feeds = {"x": np.ones((2, 64), np.float32)}
+    with cones.holding(WeightStore(None)):
+        got = cones.run([values["y"]], feeds, exact=False)
+    monkeypatch.setattr(runner, "session_options", real)
+    want = cones.run([values["y"]], feeds)
+    np.testing.assert_allclose(got[values["y"]], want[values["y"]], rtol=1e-5, atol=1e-5)
+    assert built[0][0] == levels.ORT_DISABLE_ALL
