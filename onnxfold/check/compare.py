@@ -11,6 +11,7 @@ of the second model that the first does not hold as it is is also re-derived fro
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 
@@ -178,20 +179,20 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
         result.single_dims = reference.single
         result.fixed_defaults = run.fixed_defaults
         weights = _weight_store()  # read once for the folds' and the rewrites' cones
-        if options.verify is not False and folds is None:
-            tell("verifying folds")  # before B's session: never two models' weights at once
-            folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                                 progress=tell, libraries=run.libraries,
-                                 own_output=evidence is not None, weights=weights)
-            folds.model_b = run.label_b
         rewrites = evidence.rewrites if evidence is not None else None
-        with heap.pooled():  # many runs of cones and windows, the same buffers each
+        with _pooled(run):
+            if options.verify is not False and folds is None:
+                tell("verifying folds")  # before B's session: never two models' weights at once
+                folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
+                                     progress=tell, libraries=run.libraries,
+                                     own_output=evidence is not None, weights=weights)
+                folds.model_b = run.label_b
             if rewrites is not None and validated is None:
                 validated = _validated(a, run, rewrites, reference, catalogue, weights)
             elif run.found is not None and validated is None:
                 validated = _file_validated(a, b, run, reference, folds, weights)
+            weights.clear()
         result.folds, result.rewrites = folds, validated
-        weights.clear()
         drop_resident_pages()  # the cones read the weights: B's session copies its own
         release_weights(a)  # (and of a proto, the copies read out of it)
         if not _compare_optimized(result, b, run, reference):
@@ -235,12 +236,14 @@ def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None,
         reference = None  # its folds alone, and what needs bindings or inputs said
     tell("verifying folds")
     weights = _weight_store()
-    folds = verify_folds(a, b, bindings=reference.shapes if reference else (),
-                         inputs=reference.feeds if reference else (), progress=tell,
-                         libraries=run.libraries, weights=weights)
-    if reference is None or run.found is None:  # its windows need the input sets
-        return folds
-    return FileVerification.of(folds, _file_validated(a, b, run, reference, folds, weights))
+    with _pooled(run):
+        folds = verify_folds(a, b, bindings=reference.shapes if reference else (),
+                             inputs=reference.feeds if reference else (), progress=tell,
+                             libraries=run.libraries, weights=weights)
+        if reference is None or run.found is None:  # its windows need the input sets
+            return folds
+        return FileVerification.of(folds,
+                                   _file_validated(a, b, run, reference, folds, weights))
 
 
 class _Run:
@@ -411,6 +414,14 @@ def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: 
         return open_session(a, label, libraries, level)
     except MachineShort as e:
         raise CheckCouldNotRun(str(e)) from None
+
+
+def _pooled(run: _Run) -> contextlib.AbstractContextManager:
+    """Where the fold verification and the rewrite validation run: many runs of cones and
+    windows, each allocating the buffers the last freed, with glibc's large buffers pooled in
+    the heap (``heap.pooled``), and the heap released after; not where the check runs in
+    windows (the memory left is short: every buffer goes back to the system when freed)."""
+    return heap.pooled() if run.windows is None else contextlib.nullcontext()
 
 
 def _weight_store() -> WeightStore:

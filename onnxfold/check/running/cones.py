@@ -4,7 +4,8 @@ A folded initializer keeps the name of the value it replaces (``fold.materialize
 so the original says how that value was computed: the nodes between it and the original's
 constants and inputs (its *cone*). :meth:`Cones.run` runs cones in onnxruntime through the
 check's own runner (``running.runner``: graph optimizations off, the original's initializers
-as initializers, so its kernels prepack exactly as the original session's do), with the graph
+as initializers, so its kernels prepack exactly as the original session's do; values only fed
+on elsewhere at the check's level, see :meth:`Cones.run`), with the graph
 inputs they read fed as the caller says (zeros of one binding's shapes where only shapes are
 read), within the memory this process may still use.
 

@@ -12,7 +12,8 @@ How the model is built decides the bits. Values the original holds as constants 
 initializers here too, handed over without a copy (onnxruntime prepacks a constant operand of
 a MatMul, Gemm or Conv and its prepacked kernel sums in another order: a value is constant
 where, and only where, the original has it constant); every other value is an input. Graph
-optimizations are off: the session computes what the nodes say. onnxruntime's Python API
+optimizations are off, the session computing what the nodes say, but where a caller asks for
+a level (values the check only feeds on, ``cones.Cones.run(exact=False)``). onnxruntime's Python API
 hands no bfloat16, float8 or 4-bit array over: such an input is fed as float32 (int8) and
 cast in, such an output cast out and back (every one of these casts is exact).
 
