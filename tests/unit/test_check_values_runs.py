@@ -86,7 +86,7 @@ def test_one_session_serves_the_sets_of_one_shape_and_holds_no_weight(tmp_path, 
     with cones.holding(WeightStore(None)):
         got = [cones.run(wanted, feeds, exact=False)[values["y"]] for feeds in sets]
         kept = cones._kept
-        assert kept is not None and not kept[1].constant_feeds  # fed at each run
+        assert kept is not None and not kept.model.constant_feeds  # fed at each run
     assert cones._kept is None  # dropped on leaving the block
     assert len(built) == 2  # sets 1 and 2 (shape [2, 64]) share one; set 3 ([3, 64]) its own
     for feeds, array in zip(sets, got):  # each set's own values
@@ -153,3 +153,23 @@ def test_a_graph_onnxruntime_optimizes_wrongly_runs_at_disable(tmp_path, session
     want = cones.run([values["y"]], feeds)
     np.testing.assert_allclose(got[values["y"]], want[values["y"]], rtol=1e-5, atol=1e-5)
     assert built[0][0] == levels.ORT_DISABLE_ALL
+
+
+def test_the_kept_session_serves_fewer_values_of_its_cone(tmp_path, sessions):
+    """A later set that asks for some of the values the kept session computes (BERT-base's
+    first set asks for 222 leaves, the next two for 220 of them) runs in that session, and
+    gets what a session of its own computes."""
+    built, _ = sessions
+    cones, values = _cones(tmp_path, "all")
+    first, later = {"x": np.full((2, 64), 1.0, np.float32)}, {"x": np.full((2, 64), 2.0,
+                                                                               np.float32)}
+    with cones.holding(WeightStore(None)):
+        cones.run([values["r"], values["y"]], first, exact=False)
+        got = cones.run([values["y"]], later, exact=False)
+        assert len(built) == 1
+        assert list(got) == [values["y"]]
+        other = cones.run([values["y"]], {"x": np.ones((3, 64), np.float32)}, exact=False)
+        assert len(built) == 2 and other[values["y"]].shape == (3, 64)  # other shapes: anew
+    alone = Cones(cones.model, list(cones.model.graph.inputs), level="all")
+    np.testing.assert_array_equal(got[values["y"]],
+                                  alone.run([values["y"]], later, exact=False)[values["y"]])

@@ -125,6 +125,22 @@ class _Prepared:
         return {value: array for value, array in arrays.items() if array is not None}
 
 
+@dataclasses.dataclass(frozen=True)
+class _KeptSession:
+    """A session of :meth:`Cones._values_at` kept for the next run: its level, the sources
+    its run was asked for, the values it computes, the shapes it is fed, its cone, its model
+    and session, and the names of the large constants it is fed at each run."""
+
+    level: str
+    sources: frozenset[ir.Value]
+    wanted: tuple[ir.Value, ...]
+    shapes: tuple[tuple[str, Fed], ...]
+    prepared: _Prepared
+    model: NodesModel
+    session: object
+    large: tuple[str, ...]
+
+
 class WeightStore:
     """The original's weights as the check's runs read them, kept up to ``budget`` bytes
     (None: no bound). One store may serve every step of one check over the original: the
@@ -177,7 +193,7 @@ class Cones:
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
         self._held: WeightStore | None = None  # weights kept between runs
         self._cones: dict[tuple[ir.Value, ...], _Prepared] = {}  # (see _prepared)
-        self._kept: tuple | None = None  # a session for values kept for the next run
+        self._kept: _KeptSession | None = None  # a session for values, for the next run
 
     @contextlib.contextmanager
     def holding(self, store: WeightStore) -> Iterator[None]:
@@ -246,7 +262,8 @@ class Cones:
         ``disable`` took), its kernels not prepacking their weights (saving its copies).
         Raises RunFailed when onnxruntime cannot run the cones, MachineShort when the machine
         runs short (``running.runner``)."""
-        prepared = self._prepared(sources)
+        prepared = (None if exact else self._covering(sources, inputs)) or \
+            self._prepared(sources)
         constants: dict[str, np.ndarray] = {}
         fed: dict[str, np.ndarray] = {}
         for leaf in prepared.leaves:
@@ -267,35 +284,51 @@ class Cones:
                                ir_version=self.model.ir_version, libraries=self.libraries,
                                prepacking=not prepared.moved_only)
         else:
-            arrays = self._values(prepared, wanted, constants, fed)
+            arrays = self._values(prepared, sources, wanted, constants, fed)
         drop_resident_pages()  # the weights it read are read again where needed, not held
         computed = {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
                     else array for source, array in zip(wanted, arrays)}
         return {source: given[source] if source in given else computed[source]
                 for source in sources}
 
-    def _values(self, prepared: _Prepared, wanted: list[ir.Value],
+    def _covering(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray]
+                  ) -> _Prepared | None:
+        """The cone of the session kept for values (:meth:`_values_at`) where it computes
+        ``sources`` and more on inputs of the shapes of ``inputs`` (BERT-base's first input
+        set asks for 222 leaves, the next two for 220 of them), else None."""
+        kept = self._kept
+        if kept is None or not kept.sources.issuperset(sources):
+            return None
+        if any(name not in inputs for name, _ in kept.shapes):
+            return None
+        shapes = tuple((name, Fed.of(name, inputs[name])) for name, _ in kept.shapes)
+        return kept.prepared if shapes == kept.shapes else None
+
+    def _values(self, prepared: _Prepared, sources: list[ir.Value], wanted: list[ir.Value],
                 constants: dict[str, np.ndarray], fed: dict[str, np.ndarray]) -> list:
         """``wanted``'s arrays as values to feed elsewhere (:meth:`run`) at the cones'
         level, or at ``disable`` where onnxruntime fails at that level (its optimizers may
         refuse a graph its kernels run)."""
         try:
-            return self._values_at(self.level, prepared, wanted, constants, fed)
+            return self._values_at(self.level, prepared, sources, wanted, constants, fed)
         except RunFailed:
             if self.level == "disable":
                 raise
-            return self._values_at("disable", prepared, wanted, constants, fed)
+            return self._values_at("disable", prepared, sources, wanted, constants, fed)
 
-    def _values_at(self, level: str, prepared: _Prepared, wanted: list[ir.Value],
-                   constants: dict[str, np.ndarray], fed: dict[str, np.ndarray]) -> list:
+    def _values_at(self, level: str, prepared: _Prepared, sources: list[ir.Value],
+                   wanted: list[ir.Value], constants: dict[str, np.ndarray],
+                   fed: dict[str, np.ndarray]) -> list:
         """:meth:`_values` at ``level``; within :meth:`holding`, in the session kept from
-        the last such run where it ran the same cone on inputs of the same shapes (the next
-        input set: BERT-base's leaves' session cost 0.1 s a set). The kept session holds no
-        weight between runs (every large constant is fed at each run, as it is read); it is
-        dropped on leaving :meth:`holding`, or where another cone or other shapes run."""
-        key = (level, tuple(wanted), tuple(sorted((name, Fed.of(name, array))
-                                                  for name, array in fed.items())))
-        if self._kept is None or self._kept[0] != key:
+        the last such run where it computes ``wanted`` (and maybe more) on inputs of the same
+        shapes (the next input set: BERT-base's leaves' session and its model cost 0.1-0.2 s
+        a set). The kept session holds no weight between runs (every large constant is fed
+        at each run, as it is read); it is dropped on leaving :meth:`holding`, or where
+        another cone or other shapes run."""
+        shapes = tuple(sorted((name, Fed.of(name, array)) for name, array in fed.items()))
+        kept = self._kept
+        if kept is None or kept.level != level or kept.shapes != shapes or \
+                not set(wanted) <= set(kept.wanted):
             self._kept = None  # (the last one's session goes before another is built)
             model = NodesModel(
                 prepared.protos, [_wanted(s) for s in wanted], constants=constants,
@@ -303,18 +336,21 @@ class Cones:
                 opsets=dict(self.model.opset_imports), ir_version=self.model.ir_version,
                 prepacking=False, level=level)
             session = model.session(self.libraries)
-            large = list(model.constant_feeds)
+            large = tuple(model.constant_feeds)
             model.constant_feeds = {}  # fed at each run, never held here
-            self._kept = (key, model, session, large)
-        _, model, session, large = self._kept
+            kept = _KeptSession(level, frozenset(sources), tuple(wanted), shapes, prepared,
+                                model, session, large)
+            self._kept = kept
         if self._held is None:  # kept only within holding(), which drops it
             self._kept = None
         try:
-            return model.run({**fed, **{name: constants[name] for name in large}},
-                             self.libraries, session)
+            arrays = kept.model.run({**fed, **{name: constants[name] for name in kept.large}},
+                                    self.libraries, kept.session)
         except (RunFailed, MachineShort):
             self._kept = None
             raise
+        computed = dict(zip(kept.wanted, arrays))
+        return [computed[value] for value in wanted]
 
     def _prepared(self, sources: list[ir.Value]) -> _Prepared:
         """What a run of ``sources``' cone builds its model from, made once for the runs of
