@@ -133,6 +133,29 @@ def test_pooled_keeps_large_buffers_in_the_heap_only_within_its_block():
     assert maps_one()  # prepare()'s threshold is back
 
 
+def test_pooled_turns_numpys_huge_page_advice_off_within_its_block_only():
+    switch = heap._numpy_hugepage_switch()
+    if switch is None:
+        pytest.skip("this numpy has no switch of its huge page advice")
+
+    def advised() -> bool:
+        previous = switch(True)
+        switch(previous)
+        return bool(previous)
+
+    before = switch(True)
+    try:
+        with heap.pooled():
+            assert not advised()
+        assert advised()
+        switch(False)
+        with heap.pooled():
+            assert not advised()
+        assert not advised()  # what it was before the block, not on
+    finally:
+        switch(before)
+
+
 def test_a_graph_onnxruntime_optimizes_wrongly_runs_at_disable(tmp_path, sessions,
                                                                monkeypatch):
     """Where onnxruntime fails at the cones' level, the values are computed at ``disable``."""
