@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import threading
 from collections.abc import Callable, Iterator
 
 
@@ -36,6 +37,9 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 PREPARED_THRESHOLD = 1 << 20  # bytes: allocations this large are mapped, and unmapped when freed
 # within pooled(): glibc's own largest dynamic threshold (64-bit)
 POOLED_THRESHOLD = 32 << 20
+_pooling = 0  # pooled() blocks entered and not left, in every thread
+_advised: bool | None = None  # numpy's huge page advice before the first of them
+_pooling_lock = threading.Lock()
 
 
 def _threshold(size: int) -> None:
@@ -81,16 +85,27 @@ def pooled() -> Iterator[None]:
     Within the block numpy does not ask the kernel for transparent huge pages for its large
     arrays either: where the kernel's THP ``defrag`` setting is ``madvise`` (Debian's and
     Ubuntu's default), such a fault may first compact memory; BERT-base's weights read in
-    0.55-0.74 s with the advice and 0.22 s without, and its whole ``--check 3`` ran 0.94x."""
-    switch = _numpy_hugepage_switch()
-    advised = switch(False) if switch is not None else None
-    _threshold(POOLED_THRESHOLD)
+    0.55-0.74 s with the advice and 0.22 s without, and its whole ``--check 3`` ran 0.94x.
+
+    Both settings are the process's: blocks in several threads at once count as one, set by
+    the first to enter and put back by the last to leave (what numpy's advice was before)."""
+    global _pooling, _advised
+    with _pooling_lock:  # (held for the settings only, never across the block)
+        _pooling += 1
+        if _pooling == 1:
+            switch = _numpy_hugepage_switch()
+            _advised = switch(False) if switch is not None else None
+            _threshold(POOLED_THRESHOLD)
     try:
         yield
     finally:
-        _threshold(PREPARED_THRESHOLD)
-        if switch is not None and advised is not None:
-            switch(advised)
+        with _pooling_lock:
+            _pooling -= 1
+            if _pooling == 0:
+                _threshold(PREPARED_THRESHOLD)
+                switch = _numpy_hugepage_switch()
+                if switch is not None and _advised is not None:
+                    switch(_advised)
         release()
 
 

@@ -131,6 +131,14 @@ def test_pooled_keeps_large_buffers_in_the_heap_only_within_its_block():
     with heap.pooled():
         assert not maps_one()
     assert maps_one()  # prepare()'s threshold is back
+    # two blocks that overlap (two threads' checks): the first to leave puts nothing back
+    first, second = heap.pooled(), heap.pooled()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not maps_one()
+    second.__exit__(None, None, None)
+    assert maps_one()
 
 
 def test_pooled_turns_numpys_huge_page_advice_off_within_its_block_only():
@@ -152,6 +160,14 @@ def test_pooled_turns_numpys_huge_page_advice_off_within_its_block_only():
         with heap.pooled():
             assert not advised()
         assert not advised()  # what it was before the block, not on
+        switch(True)
+        first, second = heap.pooled(), heap.pooled()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert not advised()  # the other block is still in
+        second.__exit__(None, None, None)
+        assert advised()
     finally:
         switch(before)
 
