@@ -19,7 +19,7 @@ What cannot be validated says why (a rewrite in a subgraph, a window too large),
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -188,6 +188,8 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
     ran: dict[int, set[object]] = {id(r): set() for r in runnable}  # what each ran at
     judged: set[int] = set()  # the records judged at some input set
     roundings = Roundings(cones.model.graph)  # (its reading of the original kept for all)
+    references = {record.before.originals[name] for record in runnable
+                  if record.before is not None for name in _passed_through(record.before)}
     room = memory.room()  # the weights the leaves' cones read, read once for every set
     own = WeightStore(None if room is None else room // LEAVES_SHARE)
     with cones.holding(weights if weights is not None else own):
@@ -209,7 +211,8 @@ def validate_rewrites(log: RewriteLog | FileRewrites, cones: Cones,
                     continue
                 ran[id(record)].add(key)
                 todo.append(record)
-            leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {})
+            leaves = _Leaves(cones, feeds, sizes, known[k] if k < len(known) else {},
+                             references)
             windows = _Windows(leaves, cones, rounding, roundings, log.opsets, verdicts, k,
                                judged, isinstance(log, FileRewrites))
             batches = _batches(todo, leaves)
@@ -281,16 +284,28 @@ class _Dependence:
         return k if values else shapes if shaped else None
 
 
+def _passed_through(window: Window) -> list[str]:
+    """The outputs of ``window`` that no node of it computes: values of the original it hands
+    on as they are (a window found in a file whose original side is the original's own value,
+    ``file_windows``): such a leaf is itself what the other window is judged against."""
+    made = {name for node in window.nodes for name in node.output}
+    return [name for name in window.outputs if name not in made and name in window.originals]
+
+
 class _Leaves:
     """The arrays of the leaves the windows read, on one input set: graph inputs as fed,
     initializers as the original holds them, other values as its cones compute them (each
-    computed once; None where it cannot be, ``why`` says why). Leaves are computed in runs
-    whose values fit in a quarter of the memory left (sized by ``sizes`` at the set's input
-    shapes); one that alone does not fit is not computed."""
+    computed once; None where it cannot be, ``why`` says why): at the check's level, but
+    ``references`` (values a window hands on as they are, the reference another window is
+    judged against) by the original's nodes as they are, at ``disable`` (onnxruntime's own
+    rewrites of the original, a dropped ``+ 0.0``, must not become the reference). Leaves are
+    computed in runs whose values fit in a quarter of the memory left (sized by ``sizes`` at
+    the set's input shapes); one that alone does not fit is not computed."""
 
     def __init__(self, cones: Cones, feeds: Mapping[str, np.ndarray], sizes: Sizes,
-                 known: Mapping[str, object]) -> None:
+                 known: Mapping[str, object], references: Collection[str] = ()) -> None:
         self.cones, self.feeds, self.known = cones, feeds, known
+        self.references = frozenset(references)
         self.arrays: dict[str, np.ndarray | None] = {}
         self.why: dict[str, str] = {}  # a leaf not computed -> why
         self.bytes = sizes.at({n: np.shape(a) for n, a in feeds.items()})
@@ -326,10 +341,13 @@ class _Leaves:
                 self.why[name] = CANNOT_ALONE
             else:
                 computed.append(value)
-        for chunk in self._chunks(computed):
-            found = self._computed(chunk)
-            for value in chunk:
-                self.arrays[str(value.name)] = found.get(value)
+        as_they_are = [v for v in computed if str(v.name) in self.references]
+        for optimized, values in ((False, as_they_are),
+                                  (True, [v for v in computed if v not in as_they_are])):
+            for chunk in self._chunks(values):
+                found = self._computed(chunk, optimized)
+                for value in chunk:
+                    self.arrays[str(value.name)] = found.get(value)
 
     def _chunks(self, values: list[ir.Value]) -> list[list[ir.Value]]:
         """``values`` in runs whose sized bytes fit a quarter of the memory left, in the
@@ -352,14 +370,16 @@ class _Leaves:
             held += size
         return [chunk for chunk in chunks if chunk]
 
-    def _computed(self, values: list[ir.Value]) -> dict[ir.Value, np.ndarray]:
-        """The original's arrays of ``values``: in one run, else (onnxruntime failed) each
-        half on its own, so that one that cannot be computed spoils no other; where the
-        machine ran short, none (a half is no likelier to fit: each runs the cone again)."""
+    def _computed(self, values: list[ir.Value], optimized: bool
+                  ) -> dict[ir.Value, np.ndarray]:
+        """The original's arrays of ``values`` (at the check's level where ``optimized``):
+        in one run, else (onnxruntime failed) each half on its own, so that one that cannot
+        be computed spoils no other; where the machine ran short, none (a half is no likelier
+        to fit: each runs the cone again)."""
         if not values:
             return {}
         try:
-            return self.cones.run(values, self.feeds, exact=False)  # read by both windows
+            return self.cones.run(values, self.feeds, exact=False, optimized=optimized)
         except MachineShort as e:
             self.why.update({str(v.name): f"the machine ran short computing it ({e})"
                              for v in values})
@@ -369,7 +389,8 @@ class _Leaves:
                 self.why[str(values[0].name)] = CANNOT_ALONE
                 return {}
         half = len(values) // 2
-        return {**self._computed(values[:half]), **self._computed(values[half:])}
+        return {**self._computed(values[:half], optimized),
+                **self._computed(values[half:], optimized)}
 
 
 class _Windows:

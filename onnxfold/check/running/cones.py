@@ -27,6 +27,7 @@ import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
 from onnxfold.check.running import exact_ops, string_values
+from onnxfold.check.running.handed import HANDED_FROM, handable
 from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.check.running.models import constant_weight, is_constant_weight, read_constant
 from onnxfold.check.running.runner import (
@@ -127,11 +128,10 @@ class _Prepared:
 
 @dataclasses.dataclass(frozen=True)
 class _KeptSession:
-    """A session of :meth:`Cones._values_at` kept for the next run: its level, the sources
-    its run was asked for, the values it computes, the shapes it is fed, its cone, its model
-    and session, and the names of the large constants it is fed at each run."""
+    """A session of :meth:`Cones._values_at` kept for the next run: the sources its run was
+    asked for, the values it computes, the shapes it is fed, its cone, its model and session,
+    and the names of the large constants it is fed at each run."""
 
-    level: str
     sources: frozenset[ir.Value]
     wanted: tuple[ir.Value, ...]
     shapes: tuple[tuple[str, Fed], ...]
@@ -193,7 +193,8 @@ class Cones:
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
         self._held: WeightStore | None = None  # weights kept between runs
         self._cones: dict[tuple[ir.Value, ...], _Prepared] = {}  # (see _prepared)
-        self._kept: _KeptSession | None = None  # a session for values, for the next run
+        self._kept: dict[str, _KeptSession] = {}  # by level: sessions for values, kept
+        self._refused: set[frozenset[ir.Value]] = set()  # sources failing at self.level
 
     @contextlib.contextmanager
     def holding(self, store: WeightStore) -> Iterator[None]:
@@ -205,13 +206,13 @@ class Cones:
         what it computed without the block. Between runs at most the store's budget stays held
         (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
         with and without holding, 1,005 and 1,008 MiB). A session kept for runs of values
-        (:meth:`_values`) is dropped on leaving."""
+        (:meth:`_values`) are dropped on leaving."""
         self._held = store
         try:
             yield
         finally:
             self._held = None
-            self._kept = None  # and the session kept for values (:meth:`_values`)
+            self._kept.clear()  # and the sessions kept for values (:meth:`_values`)
 
     def _weight(self, leaf: ir.Value) -> np.ndarray:
         """``leaf``'s array, read with ``pread`` (or as held, see :meth:`holding`)."""
@@ -254,12 +255,14 @@ class Cones:
         return found
 
     def run(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray],
-            exact: bool = True) -> dict[ir.Value, np.ndarray]:
+            exact: bool = True, optimized: bool = True) -> dict[ir.Value, np.ndarray]:
         """The arrays the original computes for ``sources``, its graph inputs fed ``inputs``
         (by name): bit for bit as the original computes them, or (``exact=False``) as values
-        to feed elsewhere: as onnxruntime computes them at the cones' ``level`` (the check's:
-        the original's fused kernels, most of BERT-base's leaves in a third of the time
-        ``disable`` took), its kernels not prepacking their weights (saving its copies).
+        to feed elsewhere, its kernels not prepacking their weights (saving its copies): as
+        onnxruntime computes them at the cones' ``level`` (the check's: the original's fused
+        kernels, most of BERT-base's leaves in a third of the time ``disable`` took), or at
+        ``disable`` where not ``optimized`` (a value compared as it is, the reference a
+        window is judged against: the original's nodes, not onnxruntime's rewrite of them).
         Raises RunFailed when onnxruntime cannot run the cones, MachineShort when the machine
         runs short (``running.runner``)."""
         prepared = (None if exact else self._covering(sources, inputs)) or \
@@ -284,7 +287,7 @@ class Cones:
                                ir_version=self.model.ir_version, libraries=self.libraries,
                                prepacking=not prepared.moved_only)
         else:
-            arrays = self._values(prepared, sources, wanted, constants, fed)
+            arrays = self._values(prepared, sources, wanted, constants, fed, optimized)
         drop_resident_pages()  # the weights it read are read again where needed, not held
         computed = {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
                     else array for source, array in zip(wanted, arrays)}
@@ -293,43 +296,54 @@ class Cones:
 
     def _covering(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray]
                   ) -> _Prepared | None:
-        """The cone of the session kept for values (:meth:`_values_at`) where it computes
+        """The cone of a session kept for values (:meth:`_values_at`) where it computes
         ``sources`` and more on inputs of the shapes of ``inputs`` (BERT-base's first input
         set asks for 222 leaves, the next two for 220 of them), else None."""
-        kept = self._kept
-        if kept is None or not kept.sources.issuperset(sources):
-            return None
-        if any(name not in inputs for name, _ in kept.shapes):
-            return None
-        shapes = tuple((name, Fed.of(name, inputs[name])) for name, _ in kept.shapes)
-        return kept.prepared if shapes == kept.shapes else None
+        for kept in self._kept.values():
+            if not kept.sources.issuperset(sources) or \
+                    any(name not in inputs for name, _ in kept.shapes):
+                continue
+            if tuple((name, Fed.of(name, inputs[name])) for name, _ in kept.shapes) == \
+                    kept.shapes:
+                return kept.prepared
+        return None
 
     def _values(self, prepared: _Prepared, sources: list[ir.Value], wanted: list[ir.Value],
-                constants: dict[str, np.ndarray], fed: dict[str, np.ndarray]) -> list:
-        """``wanted``'s arrays as values to feed elsewhere (:meth:`run`) at the cones'
-        level, or at ``disable`` where onnxruntime fails at that level (its optimizers may
-        refuse a graph its kernels run)."""
+                constants: dict[str, np.ndarray], fed: dict[str, np.ndarray],
+                optimized: bool) -> list:
+        """``wanted``'s arrays as values to feed elsewhere (:meth:`run`): at the cones'
+        level where ``optimized``, else at ``disable``; at ``disable`` too where the model
+        would hold a large constant onnxruntime takes no array of (bfloat16, float8, 4-bit,
+        strings: written into it, and at another level folded into float32 copies), and
+        where onnxruntime failed at the level for these sources (its optimizers may refuse
+        a graph its kernels run; remembered for the next input sets)."""
+        written = any(array.nbytes > HANDED_FROM and not handable(array)
+                      for array in constants.values())
+        key = frozenset(sources)
+        if not optimized or written or self.level == "disable" or key in self._refused:
+            return self._values_at("disable", prepared, sources, wanted, constants, fed,
+                                   keep=not written)
         try:
             return self._values_at(self.level, prepared, sources, wanted, constants, fed)
         except RunFailed:
-            if self.level == "disable":
-                raise
+            self._refused.add(key)
             return self._values_at("disable", prepared, sources, wanted, constants, fed)
 
     def _values_at(self, level: str, prepared: _Prepared, sources: list[ir.Value],
                    wanted: list[ir.Value], constants: dict[str, np.ndarray],
-                   fed: dict[str, np.ndarray]) -> list:
-        """:meth:`_values` at ``level``; within :meth:`holding`, in the session kept from
-        the last such run where it computes ``wanted`` (and maybe more) on inputs of the same
-        shapes (the next input set: BERT-base's leaves' session and its model cost 0.1-0.2 s
-        a set). The kept session holds no weight between runs (every large constant is fed
-        at each run, as it is read); it is dropped on leaving :meth:`holding`, or where
-        another cone or other shapes run."""
+                   fed: dict[str, np.ndarray], keep: bool = True) -> list:
+        """:meth:`_values` at ``level``; within :meth:`holding` (and where ``keep``), in the
+        session kept from the last such run at ``level`` of the same cone where it computes
+        ``wanted`` (and maybe more) on inputs of the same shapes (the next input set:
+        BERT-base's leaves' session and its model cost 0.1-0.2 s a set). A kept session
+        holds no weight between runs (every large constant is fed at each run, as it is
+        read); it is dropped on leaving :meth:`holding`, or where another cone or other
+        shapes run at its level."""
         shapes = tuple(sorted((name, Fed.of(name, array)) for name, array in fed.items()))
-        kept = self._kept
-        if kept is None or kept.level != level or kept.shapes != shapes or \
+        kept = self._kept.get(level)
+        if kept is None or kept.prepared is not prepared or kept.shapes != shapes or \
                 not set(wanted) <= set(kept.wanted):
-            self._kept = None  # (the last one's session goes before another is built)
+            self._kept.pop(level, None)  # (the last one's session goes before another)
             model = NodesModel(
                 prepared.protos, [_wanted(s) for s in wanted], constants=constants,
                 inputs={name: Fed.of(name, array) for name, array in fed.items()},
@@ -338,16 +352,16 @@ class Cones:
             session = model.session(self.libraries)
             large = tuple(model.constant_feeds)
             model.constant_feeds = {}  # fed at each run, never held here
-            kept = _KeptSession(level, frozenset(sources), tuple(wanted), shapes, prepared,
-                                model, session, large)
-            self._kept = kept
-        if self._held is None:  # kept only within holding(), which drops it
-            self._kept = None
+            kept = _KeptSession(frozenset(sources), tuple(wanted), shapes, prepared, model,
+                                session, large)
+            self._kept[level] = kept
+        if self._held is None or not keep:  # kept only within holding(), which drops it
+            self._kept.pop(level, None)
         try:
             arrays = kept.model.run({**fed, **{name: constants[name] for name in kept.large}},
                                     self.libraries, kept.session)
         except (RunFailed, MachineShort):
-            self._kept = None
+            self._kept.pop(level, None)
             raise
         computed = dict(zip(kept.wanted, arrays))
         return [computed[value] for value in wanted]
