@@ -444,16 +444,21 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
         return RewriteValidation(sets=len(reference.feeds))
     rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
                          if rule.rounds_differently)
-    return validate_rewrites(rewrites, _cones(reinferred(graph_of(a, run.label_a)), run),
-                             reference.feeds, run.tell, rounding, run.chain_values, weights)
+    return validate_rewrites(
+        rewrites, _cones(reinferred(graph_of(a, run.label_a)), run, run.options.level),
+        reference.feeds, run.tell, rounding, run.chain_values, weights)
 
 
-def _cones(shaped: ir.Model, run: _Run) -> Cones:
+def _cones(shaped: ir.Model, run: _Run, level: str) -> Cones:
     """The cones of the original (``shaped``: the check's copy, its shapes inferred) the
-    rewrites' leaves are computed by."""
+    rewrites' leaves are computed by, at ``level``: the check's for a run's own record (its
+    windows are the original's nodes around each rewrite, the leaves only the values they
+    both read), ``disable`` for the windows found in a file (the original's values under
+    names the file holds in another form are compared where they are read: such a leaf is
+    the reference, and must be the original's nodes' value, not onnxruntime's rewrite of
+    them: a dropped ``+ 0.0`` there passed a wrong file)."""
     return Cones(shaped, [v for v in shaped.graph.inputs
-                          if v.name not in shaped.graph.initializers], run.libraries,
-                 run.options.level)
+                          if v.name not in shaped.graph.initializers], run.libraries, level)
 
 
 def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,
@@ -465,7 +470,7 @@ def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,
     if not run.found.records:  # the file holds no node the original does not
         return RewriteValidation(sets=len(reference.feeds), in_file=True)
     shaped = reinferred(graph_of(a, run.label_a))
-    cones = _cones(shaped, run)
+    cones = _cones(shaped, run, "disable")
     found, validation = validated_windows(
         run.graph_a, run.graph_b, run.found,
         lambda windows: validate_rewrites(windows, cones, reference.feeds, run.tell,

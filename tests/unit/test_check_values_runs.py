@@ -273,13 +273,14 @@ def test_a_written_large_constant_runs_at_disable_and_is_not_kept(tmp_path, sess
     assert [level for level, _ in built] == [levels.ORT_DISABLE_ALL] * 2
 
 
-def test_a_window_handing_on_the_originals_value_is_judged_against_its_nodes(tmp_path):
-    """A file whose window the check finds as the original's own value (the files' opsets
-    differ, as an onnxruntime-optimized file's do): that value is the reference, computed by
-    the original's nodes, not by onnxruntime's rewrite of them. The original computes
-    Sigmoid(1 / ((x * 0) + 0.0)) = 1; the file drops the ``+ 0.0`` and gives 0 where x < 0;
-    onnxruntime at ``basic`` and above drops it too (its no-op elimination), so a reference
-    computed there passed the file."""
+@pytest.mark.parametrize("domains", [("",), ("", "com.microsoft")])
+def test_a_files_window_is_judged_against_the_originals_nodes(tmp_path, domains):
+    """The original computes Sigmoid(1 / ((x * 0) + 0.0)) = 1; the file drops the ``+ 0.0``
+    and gives 0 where x < 0; onnxruntime at ``basic`` and above drops it too (its no-op
+    elimination), so leaves computed there passed the file: where the files' opsets differ
+    (as an onnxruntime-optimized file's do) the window is the original's own value of ``y``,
+    the reference itself; where they are the same, the file's ``r`` is compared where it is
+    read, on the original's value of ``r``. Either is the original's nodes' value."""
     from onnxfold.check.compare import compare
 
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
@@ -290,13 +291,44 @@ def test_a_window_handing_on_the_originals_value_is_judged_against_its_nodes(tmp
                 helper.make_node("Reciprocal", ["t"], ["r"]),
                 helper.make_node("Sigmoid", ["r"], ["y"])]
     dropped = [helper.make_node("Mul", ["x", "zero"], ["z"]),
-               helper.make_node("Reciprocal", ["z"], ["r2"]),
-               helper.make_node("Sigmoid", ["r2"], ["y"])]
+               helper.make_node("Reciprocal", ["z"], ["r"]),
+               helper.make_node("Sigmoid", ["r"], ["y"])]
     a, b = str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx")
     onnx.save(helper.make_model(helper.make_graph(original, "g", *io, [zero]),
                                 opset_imports=[helper.make_opsetid("", 17)]), a)
     onnx.save(helper.make_model(helper.make_graph(dropped, "g", *io, [zero]), opset_imports=[
-        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]), b)
+        helper.make_opsetid(domain, 17 if not domain else 1) for domain in domains]), b)
     result = compare(a, b, n=3)
     assert result.rewrites is not None and result.rewrites.failing, result.rewrites
     assert not result.ok
+
+
+def test_a_window_handing_on_a_value_as_it_is_reads_the_originals_nodes_value(tmp_path):
+    """A recorded window that hands the original's value on as it is: that value is what
+    the replacement is judged against, computed by the original's nodes (1 / (x*0 + 0.0) is
+    +inf where x < 0), not onnxruntime's rewrite of them at the cones' level (which drops
+    the + 0.0: -inf, the wrong replacement's value)."""
+    from onnxfold.check.rewrites.validation import validate_rewrites
+    from onnxfold.check.running.verdicts import DIFFERS
+    from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
+
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    nodes = [helper.make_node("Mul", ["x", "zero"], ["z"]),
+             helper.make_node("Add", ["z", "zero"], ["t"]),
+             helper.make_node("Reciprocal", ["t"], ["r"]),
+             helper.make_node("Sigmoid", ["r"], ["y"])]
+    path = tmp_path / "a.onnx"
+    onnx.save(helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])], [zero]),
+        opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_model(str(path))
+    cones = Cones(model, list(model.graph.inputs), level="all")
+    log = RewriteLog.of(load_model(str(path)))
+    log.records.append(RewriteRecord(
+        "wrong_drop", "Add", before=Window(outputs=["r"], originals={"r": "r"}),
+        after=Window(nodes=[helper.make_node("Reciprocal", ["z_in"], ["r_out"])],
+                     outputs=["r_out"], originals={"z_in": "z"})))
+    feeds = [{"x": np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)}]
+    result = validate_rewrites(log, cones, feeds)
+    assert [v.state for v in result.rewrites] == [DIFFERS], result.rewrites

@@ -66,3 +66,17 @@ def test_a_window_that_casts_is_not_arbitrated():
     window = Window([helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)], ["y"],
                     {"x": "x"}, {})
     assert in_float64(window, {"x": np.ones(3, np.float32)}, {"": 17}) is None
+
+
+def test_an_infinity_of_the_other_sign_is_no_rounding():
+    """Where the float64 value is +inf, a replacement of -inf (1 / -0.0 for 1 / +0.0) or a
+    finite one differs; the same infinity, or NaN for NaN, is no difference."""
+    truth = np.array([np.inf, 1.0, np.nan], np.float64)
+    replaced = np.array([np.inf, 1.0, np.nan], np.float32)
+    assert rounding_only(replaced, replaced.copy(), truth)
+    assert not rounding_only(replaced, np.array([-np.inf, 1.0, np.nan], np.float32), truth)
+    assert not rounding_only(replaced, np.array([3.0e38, 1.0, np.nan], np.float32), truth)
+    assert not rounding_only(replaced, np.array([np.inf, 1.0, 0.0], np.float32), truth)
+    everywhere = np.array([np.inf, -np.inf])
+    assert not rounding_only(everywhere.astype(np.float32),
+                             np.array([-np.inf, -np.inf], np.float32), everywhere)

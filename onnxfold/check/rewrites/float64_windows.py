@@ -62,15 +62,21 @@ def in_float64(window: Window, leaves: Mapping[str, np.ndarray | None],
 def rounding_only(replaced: np.ndarray, replacement: np.ndarray, exact: np.ndarray) -> bool:
     """Whether ``replacement`` is no further from ``exact`` (the float64 value) than
     :data:`ERROR_RATIO` times ``replaced``'s worst error, with an ulp of ``exact``'s largest
-    magnitude to spare (both exact is no license for a step)."""
+    magnitude to spare (both exact is no license for a step); where ``exact`` is not finite,
+    ``replacement`` is that same infinity or a NaN where it is one (-inf for +inf is no
+    rounding)."""
     if replaced.shape != exact.shape or replacement.shape != exact.shape:
         return False
     with np.errstate(all="ignore"):
         truth = exact.astype(np.float64)
+        got = replacement.astype(np.float64)
         old = np.abs(replaced.astype(np.float64) - truth)
-        new = np.abs(replacement.astype(np.float64) - truth)
+        new = np.abs(got - truth)
     finite = np.isfinite(truth)
     if not np.array_equal(np.isfinite(replacement) | ~finite, np.ones_like(finite)):
+        return False
+    beyond, at = truth[~finite], got[~finite]
+    if not np.all((beyond == at) | (np.isnan(beyond) & np.isnan(at))):
         return False
     if not finite.any():
         return True
