@@ -205,9 +205,9 @@ def test_in_windows_every_rewrite_is_validated_from_the_chain(tmp_path):
     ran: list = []
     original = cones.Cones.run
 
-    def counted(self, sources, inputs, exact=True):
+    def counted(self, sources, inputs, exact=True, **options):
         ran.append(sources)
-        return original(self, sources, inputs, exact)
+        return original(self, sources, inputs, exact, **options)
 
     cones.Cones.run = counted  # type: ignore[method-assign]
     try:

@@ -296,11 +296,12 @@ class _Leaves:
     """The arrays of the leaves the windows read, on one input set: graph inputs as fed,
     initializers as the original holds them, other values as its cones compute them (each
     computed once; None where it cannot be, ``why`` says why): at the check's level, but
-    ``references`` (values a window hands on as they are, the reference another window is
-    judged against) by the original's nodes as they are, at ``disable`` (onnxruntime's own
-    rewrites of the original, a dropped ``+ 0.0``, must not become the reference). Leaves are
-    computed in runs whose values fit in a quarter of the memory left (sized by ``sizes`` at
-    the set's input shapes); one that alone does not fit is not computed."""
+    where one is among ``references`` (values a window hands on as they are, the reference
+    another window is judged against) all at ``disable``, the original's nodes as they are
+    (onnxruntime's own rewrites of the original, a dropped ``+ 0.0``, must not become the
+    reference). Leaves are computed in runs whose values fit in a quarter of the memory left
+    (sized by ``sizes`` at the set's input shapes); one that alone does not fit is not
+    computed."""
 
     def __init__(self, cones: Cones, feeds: Mapping[str, np.ndarray], sizes: Sizes,
                  known: Mapping[str, object], references: Collection[str] = ()) -> None:
@@ -341,13 +342,14 @@ class _Leaves:
                 self.why[name] = CANNOT_ALONE
             else:
                 computed.append(value)
-        as_they_are = [v for v in computed if str(v.name) in self.references]
-        for optimized, values in ((False, as_they_are),
-                                  (True, [v for v in computed if v not in as_they_are])):
-            for chunk in self._chunks(values):
-                found = self._computed(chunk, optimized)
-                for value in chunk:
-                    self.arrays[str(value.name)] = found.get(value)
+        # a reference among them: all at disable, in the same runs as the others (which
+        # values a run hands back decides where onnxruntime rounds a float16 model's values:
+        # leaves computed apart from the reference they are judged with differed from it)
+        optimized = not any(str(v.name) in self.references for v in computed)
+        for chunk in self._chunks(computed):
+            found = self._computed(chunk, optimized)
+            for value in chunk:
+                self.arrays[str(value.name)] = found.get(value)
 
     def _chunks(self, values: list[ir.Value]) -> list[list[ir.Value]]:
         """``values`` in runs whose sized bytes fit a quarter of the memory left, in the
