@@ -37,7 +37,7 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 PREPARED_THRESHOLD = 1 << 20  # bytes: allocations this large are mapped, and unmapped when freed
 # within pooled(): glibc's own largest dynamic threshold (64-bit)
 POOLED_THRESHOLD = 32 << 20
-_pooling = 0  # pooled() blocks entered and not left, in every thread
+_pooling: set[object] = set()  # a token of each pooled() block entered and not left
 _advised: bool | None = None  # numpy's huge page advice before the first of them
 _pooling_lock = threading.Lock()
 
@@ -78,9 +78,9 @@ def pooled() -> Iterator[None]:
     same buffers run after run (the check's runs of cones and windows): a freshly mapped
     buffer page-faults every page again and unmapping it stops every thread of the process
     (BERT-base's fold verification 0.75 -> 0.5 s and rewrite validation 1.49 -> 1.10 s, the
-    check's peak within 10 MiB). Not for building
-    a whole model's session: what it frees while building stays resident until the block
-    ends (two BERT-base sessions built at once peaked 550 MiB higher).
+    check's peak within 10 MiB). Not for building a whole model's session: what it frees
+    while building stays resident until the block ends (two BERT-base sessions built at
+    once peaked 550 MiB higher).
 
     Within the block numpy does not ask the kernel for transparent huge pages for its large
     arrays either: where the kernel's THP ``defrag`` setting is ``madvise`` (Debian's and
@@ -88,24 +88,27 @@ def pooled() -> Iterator[None]:
     0.55-0.74 s with the advice and 0.22 s without, and its whole ``--check 3`` ran 0.94x.
 
     Both settings are the process's: blocks in several threads at once count as one, set by
-    the first to enter and put back by the last to leave (what numpy's advice was before)."""
-    global _pooling, _advised
-    with _pooling_lock:  # (held for the settings only, never across the block)
-        _pooling += 1
-        if _pooling == 1:
-            switch = _numpy_hugepage_switch()
-            _advised = switch(False) if switch is not None else None
-            _threshold(POOLED_THRESHOLD)
+    the first to enter and put back by the last to leave (what numpy's advice was before).
+    An exception landing anywhere in entering (KeyboardInterrupt between two lines) puts
+    them back too: each block is a token, added in one call and discarded in ``finally``."""
+    global _advised
+    token = object()
+    switch = _numpy_hugepage_switch()
     try:
+        with _pooling_lock:  # (held for the settings only, never across the block)
+            if not _pooling:
+                _advised = switch(False) if switch is not None else None
+                _threshold(POOLED_THRESHOLD)
+            _pooling.add(token)
         yield
     finally:
         with _pooling_lock:
-            _pooling -= 1
-            if _pooling == 0:
+            _pooling.discard(token)
+            if not _pooling:
                 _threshold(PREPARED_THRESHOLD)
-                switch = _numpy_hugepage_switch()
                 if switch is not None and _advised is not None:
                     switch(_advised)
+                _advised = None
         release()
 
 

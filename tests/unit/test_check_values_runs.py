@@ -347,3 +347,29 @@ def test_a_window_handing_on_a_value_as_it_is_reads_the_originals_nodes_value(tm
     feeds = [{"x": np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)}]
     result = validate_rewrites(log, cones, feeds)
     assert [v.state for v in result.rewrites] == [DIFFERS], result.rewrites
+
+
+def test_pooled_puts_the_settings_back_when_entering_it_is_interrupted(monkeypatch):
+    """A KeyboardInterrupt landing while the block sets the process's settings (after
+    numpy's advice was turned off, before the block was counted) leaves no block counted
+    and numpy's advice as it was."""
+    switch = heap._numpy_hugepage_switch()
+    if switch is None:
+        pytest.skip("this numpy has no switch of its huge page advice")
+    real = heap._threshold
+
+    def interrupted(size: int) -> None:
+        if size == heap.POOLED_THRESHOLD:
+            raise KeyboardInterrupt
+        real(size)
+
+    before = switch(True)
+    try:
+        monkeypatch.setattr(heap, "_threshold", interrupted)
+        with pytest.raises(KeyboardInterrupt), heap.pooled():
+            pass
+        assert not heap._pooling
+        previous = switch(True)
+        assert previous is True  # the advice is back on
+    finally:
+        switch(before)

@@ -205,7 +205,7 @@ class Cones:
         its 415 MB three times). A weight is held as read, so what a run computes from it is
         what it computed without the block. Between runs at most the store's budget stays held
         (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
-        with and without holding, 1,005 and 1,008 MiB). A session kept for runs of values
+        with and without holding, 1,005 and 1,008 MiB). The sessions kept for runs of values
         (:meth:`_values`) are dropped on leaving."""
         self._held = store
         try:
