@@ -6,6 +6,8 @@ Usage: python models/build_models.py [OUT_DIR]      (needs torch and transformer
                         (seed 0), TorchScript export with do_constant_folding=False, opset 17:
                         the exporter's weight transposes and shape arithmetic stay in the graph.
 - tiny_gpt2_ts.onnx   : the same for a 2-layer GPT-2 with a tied embedding.
+- tiny_bert_ts_dynamic.onnx : tiny_bert_ts with ``batch`` and ``seq`` dynamic (exported at
+                        batch 2): its attention's shapes are Shape, Gather and Concat chains.
 """
 
 import os
@@ -41,16 +43,18 @@ def _gpt2():
     return GPT2LMHeadModel(cfg)
 
 
-def export(out_dir: str, name: str, factory) -> None:
+def export(out_dir: str, name: str, factory, dynamic: bool = False) -> None:
     torch.manual_seed(0)
     model = FirstOutput(factory()).eval()
-    ids = torch.randint(0, 512, (1, SEQ))
-    mask = torch.ones(1, SEQ, dtype=torch.int64)
+    batch = 2 if dynamic else 1
+    ids = torch.randint(0, 512, (batch, SEQ))
+    mask = torch.ones(batch, SEQ, dtype=torch.int64)
     path = os.path.join(out_dir, name + ".onnx")
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
     with torch.no_grad():
         torch.onnx.export(model, (ids, mask), path, dynamo=False, do_constant_folding=False,
                           input_names=["input_ids", "attention_mask"], output_names=["output"],
-                          opset_version=17)
+                          opset_version=17, dynamic_axes=axes if dynamic else None)
     print("wrote", path, os.path.getsize(path), "bytes")
 
 
@@ -58,3 +62,4 @@ if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     export(out, "tiny_bert_ts", _bert)
     export(out, "tiny_gpt2_ts", _gpt2)
+    export(out, "tiny_bert_ts_dynamic", _bert, dynamic=True)

@@ -40,5 +40,6 @@ MODULES = (
     "shared_input_matmuls",
     "sizes",
     "structure",
+    "window_dims",
     "zero_sign",
 )

@@ -445,8 +445,11 @@ def expand(step: DimsInputs) -> Dims | None:
 
 @shape_dims("MatMul")
 def matmul(step: DimsInputs) -> Dims | None:
-    first = step.first
-    other = step.dims(step.node.inputs[1]) if len(step.node.inputs) > 1 else None
+    return matmul_of(step.first, step.dims(step.value(1)))
+
+
+def matmul_of(first: Dims | None, other: Dims | None) -> Dims | None:
+    """The dims of a matrix product of ``first`` and ``other`` (rank 2 or more each)."""
     if first is None or other is None or len(first) < 2 or len(other) < 2:
         return None
     return (*broadcast_dims([first[:-2], other[:-2]]), first[-2], other[-1])

@@ -85,8 +85,8 @@ def _all_static(values: Sequence[ir.Value | None], complete: Completing) -> bool
             if complete is not None and complete(value) and \
                     isinstance(value.type, ir.TensorType):
                 return False
-        elif not all(isinstance(d, int) for d in shape.dims):
-            return False
+        elif not all(isinstance(d, int) and d >= 0 for d in shape.dims):
+            return False  # (Paddle's -1: a dim of any size)
     return True
 
 
@@ -171,10 +171,10 @@ def _refined_dims(declared: Sequence[int | ir.SymbolicDim], derived: Dims | None
     (a symbol of this output's own axis, never a graph input's)."""
     refined: list[Dim | None] = []
     for axis, dim in enumerate(declared):
-        if isinstance(dim, int):
+        if isinstance(dim, int) and dim >= 0:
             refined.append(None)
             continue
-        name = dim.value
+        name = None if isinstance(dim, int) else dim.value  # (Paddle's -1: no size, no name)
         named = isinstance(name, str) and bool(name) and name not in ambiguous
         if named:
             if name in inputs_dims:

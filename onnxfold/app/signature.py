@@ -136,14 +136,16 @@ def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOp
                 "the check's first input set")
     declared = [SimpleNamespace(name=v.name, type=f"tensor({ort_type(v)})" if isinstance(
         v.type, ir.TensorType) else ort_type(v), shape=[
-            d if isinstance(d, int) else getattr(d, "value", None) for d in v.shape or ()])
+            (d if d >= 0 else None) if isinstance(d, int) else getattr(d, "value", None)
+            for d in v.shape or ()])  # (Paddle's -1: any size)
         for v in folded.graph.inputs if v.name not in folded.graph.initializers]
     for i in declared:  # what the plan refuses first (a sequence input)
         numpy_type(i.type, "the original", i.name)
     if not options.dims and not options.int_ranges and all(
             all(map(is_static_dim, i.shape)) for i in declared):
         return {i.name: list(i.shape) for i in declared}, {}, WOULD_USE
-    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if isinstance(d, int)}
+    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ())
+                           if isinstance(d, int) and d >= 0}
              for v in folded.graph.inputs}
     plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original", folded, {},
                     options.dims, options.int_ranges, fixed,

@@ -173,7 +173,8 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
     ``signature``: where the input's compute profile is recorded once the first shape
     inference is done (None: not recorded)."""
     settings = settings or options.run_settings()
-    costs = catalogue.costs  # (the catalogue's, before options disable rules)
+    # (the catalogue's, before options disable rules: what the signature counts with)
+    costs, steps = catalogue.costs, catalogue.shape_steps
 
     def wrap(step: PassBase) -> PassBase:
         """The pass, its result recorded in ``log`` and its time counted on ``phases``."""
@@ -216,7 +217,8 @@ def build_pipeline(options: FoldOptions, catalogue: Catalogue, log: list[PassRes
         wrap(InferShapes(light if not inline and not options.input_shapes and target is None
                          else None)),
         # (the input as loaded: what the signature counts as "before", whatever came since)
-        *([] if signature is None else [_timed(RecordsCosts(signature, costs, light), phases)]),
+        *([] if signature is None else [_timed(RecordsCosts(
+            signature, costs, steps, settings.named_dims_equal, light), phases)]),
         stage,
         *(wrap(cleanup) for cleanup in cleanup_passes(off, dataclasses.replace(
             settings, nondeterministic_ops=catalogue.nondeterministic), strict)),

@@ -4,12 +4,13 @@ shapes a caller binds.
 
 The run makes it from what it already has (issue 66): the input's facts as it is loaded, its
 compute profile right after the fold's first shape inference (:class:`RecordsCosts`, a pass
-of the pipeline), the optimized model's at the end; the shapes the first inference left
-unknown are taken from the optimized model's values of the same name, which the fold's walk
-refined. Where those shapes say every costed node's, no shape inference, copy or snapshot of
-the model is made for it; where they do not, the input's light proto is kept (the reader's,
-else serialized once) for ``app/signature.py`` to count both models by inference at the
-bound shapes. ``OptimizeResult.signature`` carries it; ``onnxfold.app.signature`` renders it.
+of the pipeline; where inference left a costed node's shape unknown, with the dims the fold's
+walk proves), the optimized model's at the end, from the dims its last walk proved; a shape
+the input's profile still lacks is taken from the optimized model's value of the same name.
+Where those shapes say every costed node's, no shape inference, copy or snapshot of the model
+is made for it; where they do not, the input's light proto is kept (the reader's, else
+serialized once) for ``app/signature.py`` to count both models by inference at the bound
+shapes. ``OptimizeResult.signature`` carries it; ``onnxfold.app.signature`` renders it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from onnx_ir.passes import InPlacePass, PassResult
 
 from onnxfold.analysis.dim_algebra import expression_of
 from onnxfold.analysis.expansion import inference_expands_functions
+from onnxfold.analysis.step_inputs import REFINED_KEY, ShapeSteps, shared_dim_names
+from onnxfold.analysis.symbolic import shape_values
 from onnxfold.declare.costs import OpCost
 from onnxfold.errors import one_line
+from onnxfold.ir.constants import source_array
 from onnxfold.signature.compute import (
     Binding,
     Compute,
@@ -99,13 +103,19 @@ class Signature:
 
 class RecordsCosts(InPlacePass):
     """The pipeline's reading of the input's compute profile, after its first shape inference
-    and before any pass changes a node; it changes nothing."""
+    and before any pass changes a node; it changes nothing. Where inference left a costed
+    node's shape unknown (a TorchScript export's attention, a Conv's spatial dims), the fold's
+    own walk of the dims (``analysis.symbolic``, with ``steps``) proves what it can first, and
+    its records are taken off again: the fold's first sweep walks the graph as it always has.
+    """
 
     name = "signature"
 
     def __init__(self, signature: Signature, costs: Mapping[tuple[str, str], OpCost],
+                 steps: ShapeSteps, named_dims_equal: bool = False,
                  light: onnx.ModelProto | None = None) -> None:
-        self.signature, self.costs = signature, costs
+        self.signature, self.costs, self.steps = signature, costs, steps
+        self.named_dims_equal = named_dims_equal
         self.light = light  # the reader's proto of the input, where it describes it as loaded
 
     def call(self, model: ir.Model) -> PassResult:
@@ -114,6 +124,8 @@ class RecordsCosts(InPlacePass):
         signature, light, self.light = self.signature, self.light, None
         try:
             found = profile(model, self.costs)
+            if not found.complete():
+                found = self._walked(model)
             if not found.complete():  # (the reader's: inference reads it and leaves it)
                 signature.light = light if light is not None else _light(model)
                 signature.expands = inference_expands_functions(model)
@@ -122,6 +134,23 @@ class RecordsCosts(InPlacePass):
             signature.before_profile, signature.light = None, None
             signature.unread = one_line(e) or type(e).__name__
         return PassResult(model, False)
+
+    def _walked(self, model: ir.Model) -> Profile:
+        """The profile with the dims the walk proves (and the shapes it gives values
+        inference left shapeless: an opset-13 export's attention), the walk's records and
+        those shapes taken off again after."""
+        graph = model.graph
+        shapeless = [value for node in graph for value in node.outputs if value.shape is None]
+        try:
+            shape_values(graph, source_array, shared_dim_names(model, self.named_dims_equal),
+                         steps=self.steps, complete=lambda _: True)
+            return profile(model, self.costs)
+        finally:
+            for node in graph:
+                for value in node.outputs:
+                    value.meta.data.pop(REFINED_KEY, None)
+            for value in shapeless:
+                value.shape = None
 
 
 def _light(model: ir.Model) -> onnx.ModelProto:

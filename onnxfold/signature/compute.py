@@ -62,13 +62,6 @@ class _Read:
     name: str
     shape: Shape
 
-    def resolved(self, elsewhere: Mapping[str, Shape] | None) -> Shape:
-        """The shape, or where a dim of it is not known, the shape of the value of this
-        name in ``elsewhere`` (a model computing the same), when that one is known."""
-        if (self.shape is None or None in self.shape) and elsewhere:
-            return elsewhere.get(self.name, self.shape)
-        return self.shape
-
 
 @dataclass
 class Compute:
@@ -184,9 +177,20 @@ class _Inputs:
         return expression_of(name, self.names)
 
     def sym(self, dim: Sym) -> bool:
-        """Whether every atom of ``dim`` is an input dim's name or an input's axis."""
-        return all((a.expr[0] == "dim" and a.expr[1] in self.names) or
-                   (a.expr[0] == "axis" and a.expr[1] in self.ids) for a in dim.atoms())
+        """Whether every atom of ``dim`` is an input dim's name or an input's axis, in an
+        expression :class:`Binding` evaluates (not the walk's ``Opaque`` size of data)."""
+        return _evaluable(dim) and all(
+            (a.expr[0] == "dim" and a.expr[1] in self.names) or
+            (a.expr[0] == "axis" and a.expr[1] in self.ids) for a in dim.atoms())
+
+
+_EVALUATED = frozenset({"dim", "axis", "Add", "Sub", "Mul", "Div", "Broadcast", "Reshape0", "Min"})
+
+
+def _evaluable(dim: Sym) -> bool:
+    """Whether :meth:`Binding.size` can evaluate every part of ``dim``."""
+    return dim.expr[0] in _EVALUATED and all(
+        _evaluable(part) for part in dim.expr[1:] if isinstance(part, Sym))
 
 
 def shape_of(value: ir.Value | None, inputs: _Inputs) -> Shape:
@@ -206,6 +210,8 @@ def shape_of(value: ir.Value | None, inputs: _Inputs) -> Shape:
     for axis, dim in enumerate(shape.dims):
         if isinstance(dim, int) and dim >= 0:
             dims.append(dim)
+        elif isinstance(dim, int) and id(value) in inputs.ids:  # (Paddle's -1: any size)
+            dims.append(Sym(("axis", id(value), value.name or "?", axis)))
         elif refined is not None and isinstance(refined[axis], int | Sym) and (
                 not isinstance(refined[axis], Sym) or inputs.sym(refined[axis])):
             dims.append(refined[axis])
@@ -242,7 +248,7 @@ class Binding:
             if sizes is None or value.shape is None or len(value.shape) != len(sizes):
                 continue
             for axis, (dim, size) in enumerate(zip(value.shape.dims, sizes)):
-                if isinstance(dim, int):
+                if isinstance(dim, int) and dim >= 0:
                     continue
                 name = getattr(dim, "value", None)
                 if isinstance(name, str) and name:
@@ -308,7 +314,12 @@ def _counted(node: _Costed, binding: Binding, elsewhere: Mapping[str, Shape] | N
     assert node.cost is not None
 
     def sizes(read: _Read | None) -> list[int] | None:
-        return None if read is None else _sizes(read.resolved(elsewhere), binding)
+        """The read's sizes at the binding, else those of its name ``elsewhere``."""
+        if read is None:
+            return None
+        found = _sizes(read.shape, binding)
+        other = elsewhere.get(read.name) if found is None and elsewhere else None
+        return found if other is None else _sizes(other, binding)
 
     return formula(node.cost, sizes(node.primary), sizes(node.secondary), node.transposed,
                    node.biased)
