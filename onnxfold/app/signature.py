@@ -79,7 +79,7 @@ def _counted(data: Signature, shapes: dict[str, list[int]], dims: dict[str, int]
     if after.unknown or (before.unknown and data.light is not None):
         after = compute(folded, shapes, catalogue.costs)
         release()
-        known = _pinned_types(folded, shapes, catalogue) if dims and after.uncounted else None
+        known = _pinned_types(folded, shapes, catalogue) if dims and after.unknown else None
         if known is not None:
             after = compute(folded, shapes, catalogue.costs, known)
             release()
