@@ -156,6 +156,45 @@ def arithmetic(step: StepInputs) -> Known | None:
         if a is not None and b is not None else None
 
 
+@shape_value("Neg")
+def negated(step: StepInputs) -> Known | None:
+    a = step.get(0)
+    return None if a is None else \
+        Known(tuple(arith("Sub", 0, e) for e in a.elements), a.scalar, a.dtype)
+
+
+@shape_value("ReduceProd", "ReduceSum")
+def reduced_value(step: StepInputs) -> Known | None:
+    """A 1-D shape value reduced whole (its one axis, or none given): its elements' product
+    (a flattened size) or sum."""
+    source, attrs, product = step.get(0), step.node.attributes, step.node.op_type == "ReduceProd"
+    given = step.ints(1) if step.value(1) is not None else list(attrs.get_ints("axes", []) or [])
+    noop, keep = attrs.get_int("noop_with_empty_axes", 0), attrs.get_int("keepdims", 1)
+    if source is None or source.scalar or given is None or given not in ([], [0], [-1]) or \
+            (not given and noop):
+        return None
+    total: Dim = 1 if product else 0
+    for e in source.elements:
+        total = arith("Mul" if product else "Add", total, e)
+    return Known((total,), not keep, source.dtype)
+
+
+@shape_value("Max", "Min")
+def extreme(step: StepInputs) -> Known | None:
+    """Two shape values' elementwise larger or smaller: where both are ints, or equal."""
+    a, b = step.get(0), step.get(1)
+    if a is None or b is None or len(step.node.inputs) != 2 or a.dtype != b.dtype:
+        return None
+    pairs = broadcast_elements("Sub", a, b)  # (the broadcast's shape and scalar-ness)
+    if pairs is None:
+        return None
+    size, pick = len(pairs.elements), max if step.node.op_type == "Max" else min
+    left, right = (k.elements * size if len(k.elements) == 1 else k.elements for k in (a, b))
+    out = [pick(x, y) if isinstance(x, int) and isinstance(y, int) else x if x == y else None
+           for x, y in zip(left, right)]
+    return None if None in out else Known(tuple(out), pairs.scalar, a.dtype)  # type: ignore
+
+
 @shape_value("Reshape")
 def reshape_value(step: StepInputs) -> Known | None:
     """A scalar or 1-D shape value reshaped to [n] or [-1] keeps its elements."""

@@ -29,7 +29,8 @@ from onnxfold.declare import (
 )
 
 SHAPE_BUILDERS = ("Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
-                  "CastLike", "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape")
+                  "CastLike", "Add", "Sub", "Mul", "Div", "Equal", "Identity", "Where", "Reshape",
+                  "Neg", "ReduceProd", "ReduceSum", "Max", "Min")
 
 
 def _static_but_not_constant(ctx: GraphView, node: ir.Node) -> bool | Match:

@@ -177,3 +177,18 @@ def recurrent(step: DimsInputs) -> list[Dims | None]:
     directions = 2 if attrs.get_string("direction", "forward") == "bidirectional" else 1
     state = (directions, first[1], hidden)
     return [(first[0], *state), state, state]
+
+
+@shape_dims("If", every_output=True)
+def taken_branch(step: DimsInputs) -> list[Dims | None]:
+    """An If whose condition the walk knows: the static dims of the branch it takes (the
+    branch's own symbols are not the graph's: only its ints are derived)."""
+    cond = step.known_at(0)
+    if cond is None or not cond.is_constant or len(cond.elements) != 1:
+        return []
+    branch = step.node.attributes.get_graph("then_branch" if cond.elements[0] else "else_branch")
+    if branch is None:
+        return []
+    return [None if out.shape is None else tuple(
+        d if isinstance(d, int) and d >= 0 else None for d in out.shape.dims)
+        for out in branch.outputs]

@@ -95,7 +95,7 @@ def _signature(path: str | os.PathLike, check: bool, catalogue: Catalogue) -> di
     result = optimize(path, check=check, catalogue=catalogue)
     assert result.signature is not None
     return signature(result.signature, result.signature.before["file_bytes"], None,
-                     CompareOptions(), catalogue)
+                     CompareOptions())
 
 
 def _shape_scaffolding(model: ir.Model, catalogue: Catalogue

@@ -45,7 +45,7 @@ def report_run(claimed: Claimed, settings: OptimizeSettings, saved: Saved) -> in
     shown = settings.report
     if (not shown.quiet or shown.json or shown.html) and saved.result.signature is not None:
         with saved.phases.phase("signature"):  # rendered where it is shown only
-            report.signature = _signature(settings, saved, saved.result.signature)
+            report.signature = _signature(saved, saved.result.signature)
     report.phases = saved.phases.rounded()
     if not settings.report.quiet:  # the table and summary, then the check's verdict last
         print(report.summary(verbose=settings.report.verbose))
@@ -93,13 +93,10 @@ def _check_failed(claimed: Claimed, settings: OptimizeSettings, report: Report,
     return True
 
 
-def _signature(settings: OptimizeSettings, saved: Saved, data: Signature) -> dict:
+def _signature(saved: Saved, data: Signature) -> dict:
     """The signature of the input and the output (``onnxfold.app.signature``)."""
-    from onnxfold.declare.catalogue import load_catalogue
-
     written = saved.info.bytes_written if saved.info is not None else None
-    return signature(data, written, saved.check, saved.compared(),
-                     settings.catalogue or load_catalogue())
+    return signature(data, written, saved.check, saved.compared())
 
 
 def _write_reports(claimed: Claimed, settings: OptimizeSettings, report: Report) -> None:

@@ -6,10 +6,9 @@ else the check's guesses planned on the optimized graph (its feed plan,
 ``onnxfold.check.running.feeds``, over the types and dims the fold already knows: no shape
 inference of its own).
 
-The compute is the run's profile evaluated at those shapes; where the fold's shapes do not say
-every shape a costed node reads (a Conv's spatial dims, a TorchScript export's attention left
-to Shape, Gather and Concat chains), both models are counted by ONNX's shape inference at
-those shapes instead (``signature.inferred``), as every model was before issue 66.
+The compute is the run's profiles evaluated at those shapes (``onnxfold.signature``: the
+dims the fold's walk proved, where they leave one unknown at those shapes the same walk over
+a weightless copy with the inputs fixed at them); what no walk sizes is said not counted.
 """
 
 from __future__ import annotations
@@ -17,24 +16,18 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import onnx
 import onnx_ir as ir
 
 from onnxfold.app.html_parts import esc, mib, table
 from onnxfold.errors import InputError
-from onnxfold.host.heap import release
-from onnxfold.host.logs import quiet
 from onnxfold.host.terminal import families, printable, wrapped
 from onnxfold.ir.graph import is_static_dim
-from onnxfold.pipeline.collector import process_goes_on
-from onnxfold.signature import Compute, Signature
+from onnxfold.signature import Signature
 from onnxfold.signature.facts import ort_type
-from onnxfold.signature.inferred import compute, compute_light, light_proto
 
 if TYPE_CHECKING:
     from onnxfold.check.result import CompareResult
     from onnxfold.check.running.options import CompareOptions
-    from onnxfold.declare.catalogue import Catalogue
 
 FirstSet = tuple[dict[str, list[int]], dict[str, int], str]  # shapes, dims, whose set
 WOULD_USE = "the first input set --check would use"
@@ -43,7 +36,7 @@ KEYS = ("opset", "ir_version", "inputs", "outputs", "parameters")
 
 
 def signature(data: Signature, written: int | None, check: CompareResult | None,
-              options: CompareOptions, catalogue: Catalogue) -> dict[str, Any]:
+              options: CompareOptions) -> dict[str, Any]:
     """The signature of the input and the optimized model (``data``, the run's; ``written``
     bytes, None: a dry run), with the compute at the check's first input set (``check``, or
     the one ``options`` would give)."""
@@ -58,67 +51,10 @@ def signature(data: Signature, written: int | None, check: CompareResult | None,
     except InputError as e:  # a model the check cannot feed either (a sequence input, ...)
         found["compute"] = {"reason": str(e)}
         return found
-    before, after = _counted(data, shapes, dims, catalogue)
+    before, after = data.compute(shapes)
     found["compute"] = {"dims": dims, "inputs": shapes, "from": where,
                         "before": before.totals(), "after": after.totals()}
     return found
-
-
-def _counted(data: Signature, shapes: dict[str, list[int]], dims: dict[str, int],
-             catalogue: Catalogue) -> tuple[Compute, Compute]:
-    """Both models' compute at ``shapes``: the run's profiles, or where they leave a costed
-    node's shape unknown, ONNX's inference at those shapes (the original's from the proto the
-    run kept where its profile was not complete)."""
-    assert data.model is not None
-    before, after = data.compute(shapes)
-    if not before.unknown and not after.unknown:
-        return before, after
-    if process_goes_on():  # else the exit frees them (a full collection: 0.5 s at 16k nodes)
-        release()
-    folded, known = data.model, None
-    if after.unknown or (before.unknown and data.light is not None):
-        after = compute(folded, shapes, catalogue.costs)
-        release()
-        known = _pinned_types(folded, shapes, catalogue) if dims and after.unknown else None
-        if known is not None:
-            after = compute(folded, shapes, catalogue.costs, known)
-            release()
-    if before.unknown and data.light is not None:
-        before = compute_light(_copy(data.light),  # a copy is bound to the shapes
-                               data.expands, shapes, catalogue.costs,
-                               {**(known or {}), **after.types})
-    return before, after
-
-
-def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    return copy
-
-
-def _pinned_types(folded: ir.Model, shapes: dict[str, list[int]], catalogue: Catalogue
-                  ) -> dict[str, onnx.TypeProto] | None:
-    """The static types of ``folded``'s values with its inputs fixed at ``shapes``: its graph
-    without its weights (typed inputs instead) folded again with those shapes. A fold that
-    keeps the dims dynamic leaves a TorchScript export's MatMul shapes to Shape, Gather and
-    Concat chains that no inference follows (a dynamic BERT: 28 FLOPs); fixed, they fold.
-    None where that fold fails, however (the counts stay what inference found, and say what
-    they left uncounted)."""
-    from onnxfold.pipeline.optimizer import optimize
-
-    light = light_proto(folded)
-    with quiet("onnx_ir"):
-        graph = ir.serde.deserialize_model(light)
-    del light
-    try:
-        pinned = optimize(graph, check=False, catalogue=catalogue, input_shapes=shapes)
-    except Exception:  # a refinement of a count: never the end of a run that wrote its output
-        return None
-    types = {name: onnx.helper.make_tensor_type_proto(tensor.dtype.value, tensor.shape.numpy())
-             for name, tensor in ((name, value.const_value) for name, value in
-                                  pinned.model.graph.initializers.items())  # steps folded
-             if tensor is not None}
-    return {**types, **compute(pinned.model, shapes, catalogue.costs).types}
 
 
 def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOptions

@@ -422,7 +422,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
         k: v for k, v in report.options.items()
         if v != defaults.get(k) and k not in _UNRECORDED})
     with phases.phase("signature"):
-        signature.finish(model, catalogue.costs)
+        signature.finish(model, catalogue.costs, catalogue.shape_steps)
     report.phases = phases.rounded()
     return OptimizeResult(model=model, report=report, stats=stats,
                           evidence=RunEvidence(rewrites, dict(stats.inputs_fixed.axes)),

@@ -7,10 +7,12 @@ compute profile right after the fold's first shape inference (:class:`RecordsCos
 of the pipeline; where inference left a costed node's shape unknown, with the dims the fold's
 walk proves), the optimized model's at the end, from the dims its last walk proved; a shape
 the input's profile still lacks is taken from the optimized model's value of the same name.
-Where those shapes say every costed node's, no shape inference, copy or snapshot of the model
-is made for it; where they do not, the input's light proto is kept (the reader's, else
-serialized once) for ``app/signature.py`` to count both models by inference at the bound
-shapes. ``OptimizeResult.signature`` carries it; ``onnxfold.app.signature`` renders it.
+Where those shapes say every costed node's at the binding, no shape inference, copy or
+snapshot of the model is made for it; where they do not (a dim the data of a dynamic dim
+decides), the same walk runs on a weightless copy with the inputs at the bound shapes
+(:func:`pinned_shapes`; the input's light proto is kept for it). The count is always the
+profile's; what no walk sizes is said not counted, never guessed; no second fold is run.
+``OptimizeResult.signature`` carries it; ``onnxfold.app.signature`` renders it.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ from onnxfold.signature.compute import (
     profile,
 )
 from onnxfold.signature.facts import facts
-from onnxfold.signature.inferred import light_proto
+from onnxfold.signature.pinned import light_proto, pinned_model
 
-__all__ = ["Compute", "RecordsCosts", "Signature", "facts"]
+__all__ = ["Compute", "RecordsCosts", "Signature", "counted", "facts"]
 
 
 @dataclass
@@ -55,19 +57,21 @@ class Signature:
     before: dict[str, Any]
     before_profile: Profile | None = None  # set after the run's first shape inference
     # where that profile is not complete: the input light (no weights, no texts; the
-    # reader's proto as loaded, else serialized then), for ONNX's inference at bound shapes,
-    # and whether inference may expand its functions
+    # reader's proto as loaded, else serialized then), for the walk at bound shapes, and
+    # whether ONNX's inference may expand its functions
     light: onnx.ModelProto | None = field(default=None, repr=False)
     expands: bool = False
     unread: str = ""  # why the input's profile could not be read ("": it was)
     model: ir.Model | None = field(default=None, repr=False)  # the optimized model
     _costs: Mapping[tuple[str, str], OpCost] = field(default_factory=dict, repr=False)
+    _steps: ShapeSteps | None = field(default=None, repr=False)
     _after: tuple[dict[str, Any], Profile] | None = field(default=None, repr=False)
     _elsewhere: dict[str, Shape] | None = field(default=None, repr=False)
 
-    def finish(self, model: ir.Model, costs: Mapping[tuple[str, str], OpCost]) -> None:
-        """The run ended with ``model``, the optimized one."""
-        self.model, self._costs = model, costs
+    def finish(self, model: ir.Model, costs: Mapping[tuple[str, str], OpCost],
+               steps: ShapeSteps) -> None:
+        """The run ended with ``model``, the optimized one (``steps``: the walk's)."""
+        self.model, self._costs, self._steps = model, costs, steps
 
     @property
     def after(self) -> dict[str, Any] | None:
@@ -90,15 +94,76 @@ class Signature:
     def compute(self, shapes: Mapping[str, Sequence[int]]) -> tuple[Compute, Compute]:
         """What the input and the optimized model compute with the graph inputs at ``shapes``
         (by name): before and after (before empty where the input's profile could not be
-        read: ``unread`` says why)."""
-        after = self.after_profile
-        assert self.model is not None and after is not None, "the run has not ended"
-        binding = Binding(self.model, shapes)
+        read: ``unread`` says why). A shape a profile leaves unknown at that binding is the
+        one the walk finds on a weightless copy with its inputs at ``shapes``
+        (:func:`pinned_shapes`; the input's, from its light proto, after the optimized
+        model's of the same name)."""
+        after_profile, model = self.after_profile, self.model
+        assert model is not None and after_profile is not None, "the run has not ended"
+        assert self._steps is not None
+        binding = Binding(model, shapes)
+        after, fixed = _counted(model, after_profile, binding, shapes, self._steps)
         if self.before_profile is None:
-            return Compute(), after.at(binding)
+            return Compute(), after
         if self._elsewhere is None and not self.before_profile.complete():
-            self._elsewhere = known_shapes(self.model)  # (what the input's profile lacks)
-        return self.before_profile.at(binding, self._elsewhere), after.at(binding)
+            self._elsewhere = known_shapes(model)  # (what the input's profile lacks)
+        elsewhere = {**(self._elsewhere or {}), **fixed}
+        before = self.before_profile.at(binding, elsewhere)
+        if before.unknown and self.light is not None:
+            light = onnx.ModelProto()
+            light.CopyFrom(self.light)  # (bound to the shapes: the next binding needs one)
+            before = self.before_profile.at(binding, {**elsewhere, **pinned_shapes(
+                light, self.expands, shapes, self._steps, _types(model, elsewhere, binding))})
+        return before, after
+
+
+def counted(model: ir.Model, shapes: Mapping[str, Sequence[int]],
+            costs: Mapping[tuple[str, str], OpCost], steps: ShapeSteps) -> Compute:
+    """What ``model`` (its shapes inferred, as a run leaves them) computes with its graph
+    inputs at ``shapes``: its profile, with the dims the walk proves at those shapes where it
+    leaves one unknown."""
+    return _counted(model, profile(model, costs), Binding(model, shapes), shapes, steps)[0]
+
+
+def _counted(model: ir.Model, found: Profile, binding: Binding,
+             shapes: Mapping[str, Sequence[int]], steps: ShapeSteps
+             ) -> tuple[Compute, dict[str, Shape]]:
+    """``found`` (``model``'s profile) at ``binding`` (``shapes``), and the static shapes the
+    walk at those shapes found where it left a costed node's unknown (else none)."""
+    count = found.at(binding)
+    if not count.unknown:
+        return count, {}
+    fixed = pinned_shapes(light_proto(model), inference_expands_functions(model), shapes, steps)
+    return found.at(binding, fixed), fixed
+
+
+def _types(model: ir.Model, shapes: Mapping[str, Shape], binding: Binding
+           ) -> dict[str, onnx.TypeProto]:
+    """The tensor types of ``model``'s values whose ``shapes`` the ``binding`` sizes."""
+    found = {}
+    for node in model.graph:
+        for value in node.outputs:
+            sizes = binding.sizes(shapes.get(str(value.name)))
+            if sizes is not None and value.dtype is not None:
+                found[str(value.name)] = onnx.helper.make_tensor_type_proto(value.dtype.value,
+                                                                            sizes)
+    return found
+
+
+def pinned_shapes(light: onnx.ModelProto, expands: bool, shapes: Mapping[str, Sequence[int]],
+                  steps: ShapeSteps, known: Mapping[str, onnx.TypeProto] | None = None
+                  ) -> dict[str, Shape]:
+    """The static shapes of ``light``'s values (a model serialized light, changed here) with
+    its inputs at ``shapes``, by name: the fold's walk of the dims (with ``steps``) over it,
+    typed by ONNX's inference at those shapes (``pinned.pinned_model``; ``known``: the types
+    of values of the same names in a model that computes the same, declared first: the
+    optimized model's, for the input, whose constants the fold computed). A dynamic dim leaves
+    a TorchScript export's shapes to Shape, Gather and Concat chains; at fixed shapes the walk
+    computes every element of them."""
+    copy = pinned_model(light, expands, shapes, known)
+    shape_values(copy.graph, source_array, frozenset(), steps=steps, complete=lambda _: True)
+    return {name: shape for name, shape in known_shapes(copy).items()
+            if all(isinstance(d, int) for d in shape or (None,))}
 
 
 class RecordsCosts(InPlacePass):

@@ -173,8 +173,9 @@ class _Inputs:
 
     def text(self, name: object) -> bool:
         """Whether ``name`` is an input dim's name or a linear form of them (dynamo's
-        ``s70 + s88``; not a name ONNX's inference made up, ``unk__3``)."""
-        return expression_of(name, self.names)
+        ``s70 + s88``, whether or not an input declares the sum itself; not a name ONNX's
+        inference made up, ``unk__3``)."""
+        return name in self.names or expression_of(name, self.names)
 
     def sym(self, dim: Sym) -> bool:
         """Whether every atom of ``dim`` is an input dim's name or an input's axis, in an
@@ -264,9 +265,21 @@ class Binding:
             return None
         found = self._sizes.get(dim, _UNSIZED)
         if found is _UNSIZED:
-            found = self._sizes[dim] = expression_value(dim, self.named) \
-                if isinstance(dim, str) else self._evaluated(dim)
+            if isinstance(dim, str):  # a declared name (a sum an input declares), or a sum
+                found = self.named[dim] if dim in self.named else \
+                    expression_value(dim, self.named)
+            else:
+                found = self._evaluated(dim)
+            self._sizes[dim] = found
         return found  # type: ignore[return-value]
+
+    def sizes(self, shape: Shape) -> list[int] | None:
+        """``shape``'s sizes at this binding; None where one is not known."""
+        if shape is None:
+            return None
+        sizes = [self.size(d) for d in shape]
+        return None if any(s is None or s < 0 for s in sizes) else \
+            [s for s in sizes if s is not None]
 
     def _evaluated(self, dim: Sym) -> int | None:
         kind = dim.expr[0]
@@ -301,11 +314,7 @@ _UNSIZED = object()
 
 
 def _sizes(shape: Shape, binding: Binding) -> list[int] | None:
-    if shape is None:
-        return None
-    sizes = [binding.size(d) for d in shape]
-    return None if any(s is None or s < 0 for s in sizes) else \
-        [s for s in sizes if s is not None]
+    return binding.sizes(shape)
 
 
 def _counted(node: _Costed, binding: Binding, elsewhere: Mapping[str, Shape] | None

@@ -1,36 +1,36 @@
-"""FLOPs and MACs per op type counted by inference (``onnxfold.signature.inferred``: the
-signature's count where the run's profile leaves a shape unknown; the costs
-``rules/op_costs.py`` declares), at bound input shapes, against counts written out here by hand
-from each op's definition: a MatMul and a Gemm (``transA``) multiply-accumulate ``K`` terms per
-output element, a Conv ``C/group x kernel`` per output element, a ConvTranspose each input
-element through its weights; elementwise ops and reductions by their declared factor; data
-movement counts nothing; a custom op, a control-flow node or a node whose shape stays dynamic is
-not counted, and says so. A dynamic dim declared by name (or as dynamo's sum ``n + 1``) deeper
-in the graph takes the bound value; shapes inference cannot follow are taken from a model that
-computes the same (the folded model's, for the original)."""
+"""FLOPs and MACs per op type as the signature counts a model at bound input shapes
+(``onnxfold.signature.counted``: its profile, the fold's walk at those shapes where the
+profile leaves a shape unknown; the costs ``rules/op_costs.py`` declares), against counts
+written out here by hand from each op's definition: a MatMul and a Gemm (``transA``)
+multiply-accumulate ``K`` terms per output element, a Conv ``C/group x kernel`` per output
+element, a ConvTranspose each input element through its weights; elementwise ops and
+reductions by their declared factor; data movement counts nothing; a custom op, a
+control-flow node or a node whose shape stays dynamic is not counted, and says so. A dynamic
+dim declared by name (or as dynamo's sum ``n + 1``) deeper in the graph takes the bound value;
+shapes ONNX's inference cannot follow, the walk does."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.declare.costs import OpCost
-from onnxfold.signature.inferred import compute
+from onnxfold.pipeline.passes import InferShapes
+from onnxfold.signature import counted
 from tests.support.models import make_model, tensor, vinfo
 
-COSTS = load_catalogue().costs
+CATALOGUE = load_catalogue()
 
 
-def _ir(proto):
+def _count(proto, inputs):
+    """The count of ``proto`` (its shapes inferred first, as a run does) at ``inputs``."""
     import onnx_ir as ir
 
-    return ir.serde.deserialize_model(proto)
-
-
-def _count(proto, inputs, known=None):
-    found = compute(_ir(proto), inputs, COSTS, known)
+    model = ir.serde.deserialize_model(proto)
+    InferShapes()(model)
+    found = counted(model, inputs, CATALOGUE.costs, CATALOGUE.shape_steps)
     return {op: (flops, macs) for op, (_, flops, macs) in found.ops.items()}, found
 
 
@@ -86,9 +86,10 @@ def test_named_dims_and_sums_deeper_in_the_graph_take_the_bound_values():
     assert found.uncounted == {"MatMul": 1}
 
 
-def test_shapes_inference_cannot_follow_come_from_the_folded_models():
+def test_shapes_inference_cannot_follow_come_from_the_walk():
     """``Expand(x, Where(ConstantOfShape(...)))``: onnx's inference loses the shape at the
-    Where; the folded model's static type of ``e`` makes the MatMul after it countable."""
+    Where; the fold's walk follows the shape value through it, and the MatMul after it is
+    counted."""
     nodes = [helper.make_node("ConstantOfShape", ["two"], ["ones"],
                               value=numpy_helper.from_array(np.array([1], np.int64))),
              helper.make_node("Equal", ["ones", "minus"], ["eq"]),
@@ -99,11 +100,8 @@ def test_shapes_inference_cannot_follow_come_from_the_folded_models():
              tensor("target", np.array([6, 4], np.int64)),
              tensor("w", np.ones((4, 3), np.float32))]
     proto = make_model(nodes, [vinfo("x", shape=[1, 4])], [vinfo("m")], inits)
-    _, alone = _count(proto, {})
-    assert alone.uncounted.get("MatMul") == 1
-    known = {"e": helper.make_tensor_type_proto(TensorProto.FLOAT, [6, 4])}
-    counted, seeded = _count(proto, {}, known)
-    assert counted["MatMul"] == (2 * 6 * 3 * 4, 6 * 3 * 4) and "MatMul" not in seeded.uncounted
+    found, alone = _count(proto, {})
+    assert found["MatMul"] == (2 * 6 * 3 * 4, 6 * 3 * 4) and "MatMul" not in alone.uncounted
 
 
 def test_a_cost_of_an_unknown_kind_is_refused_when_declared():

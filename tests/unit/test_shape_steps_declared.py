@@ -42,7 +42,7 @@ def test_the_catalogue_collects_the_shape_steps_of_the_rules():
     steps = load_catalogue().shape_steps
     assert {"Shape", "Gather", "Concat", "Reshape", "Where", "Size"} <= set(steps.values)
     assert {"Reshape", "MatMul", "Relu", "Add", "ReduceSum", "Concat"} <= set(steps.dims)
-    assert set(steps.every_output_dims) == {"Split", "LSTM", "GRU", "RNN"}
+    assert set(steps.every_output_dims) == {"Split", "LSTM", "GRU", "RNN", "If"}
 
 
 def test_shape_values_follow_the_steps_passed_and_only_those():

@@ -19,7 +19,7 @@ from onnxfold.check.running.options import CompareOptions
 from onnxfold.declare.catalogue import load_catalogue
 from onnxfold.io import load_model
 from onnxfold.pipeline.optimizer import optimize
-from onnxfold.signature import inferred
+from tests.support import inferred_count as inferred
 from tests.support.models import make_model
 from tests.support.run_macs import run_macs
 
@@ -83,7 +83,7 @@ def test_a_complete_profile_counts_what_inference_at_the_bound_shapes_counts(nam
     data = result.signature
     assert data is not None and data.after_profile is not None
     # the check's first input set (the dims the graph relates, related)
-    shapes = signature(data, 1, None, CompareOptions(), load_catalogue())["compute"]["inputs"]
+    shapes = signature(data, 1, None, CompareOptions())["compute"]["inputs"]
     before, after = data.compute(shapes)
     costs = load_catalogue().costs
     assert after.unknown == 0, after.uncounted  # the fold's shapes say every one
@@ -134,7 +134,7 @@ def test_the_signature_infers_no_shape_and_leaves_the_model_as_it_found_it(name,
     assert result.signature.light is None  # (the related dims: sized by the walk)
     calls = _counting_inference(monkeypatch)
     state = _state(result.model)
-    found = signature(result.signature, 1, None, CompareOptions(), load_catalogue())
+    found = signature(result.signature, 1, None, CompareOptions())
     assert calls == [] and _state(result.model) == state
     assert found["compute"]["before"]["flops"] > 0 and not found["compute"]["after"][
         "not_counted"]
@@ -143,7 +143,7 @@ def test_the_signature_infers_no_shape_and_leaves_the_model_as_it_found_it(name,
 def test_the_plan_on_the_optimized_graph_relates_the_dims_the_graph_relates(tmp_path):
     result = optimize(_related_dims(tmp_path / "m.onnx"))
     assert result.signature is not None
-    found = signature(result.signature, 1, None, CompareOptions(), load_catalogue())
+    found = signature(result.signature, 1, None, CompareOptions())
     assert found["compute"]["dims"] == {"s0": 16, "s1": 16, "m": 32}, found["compute"]
     assert found["compute"]["from"] == "planned as --check plans it, on the optimized graph"
 
@@ -153,18 +153,18 @@ def test_a_torchscript_attention_is_counted_from_the_walks_dims(name, monkeypatc
     """A TorchScript BERT (its batch and sequence static, or dynamic): its first inference
     leaves the attention's products unsized (``unk__``: Shape, Gather and Concat chains), and
     the fold removes some of them. The walk the fold runs sizes them before any pass changes
-    a node: no proto of the input is kept, no inference and no second fold run for the
-    count, and every MatMul and Gemm is counted, as many multiply-accumulates as
+    a node: no proto of the input is kept, no inference and no walk at fixed shapes run for
+    the count, and every MatMul and Gemm is counted, as many multiply-accumulates as
     onnxruntime's run does."""
-    import onnxfold.app.signature as rendering
+    import onnxfold.signature as signature_data
 
     source = str(MODELS / f"{name}.onnx")
     result = optimize(source)
     data = result.signature
     assert data is not None and data.light is None
     calls = _counting_inference(monkeypatch)
-    monkeypatch.setattr(rendering, "_pinned_types", lambda *_: pytest.fail("a second fold"))
-    found = signature(data, 1, None, CompareOptions(), load_catalogue())["compute"]
+    monkeypatch.setattr(signature_data, "pinned_shapes", lambda *_: pytest.fail("walked again"))
+    found = signature(data, 1, None, CompareOptions())["compute"]
     assert calls == [], "inferred again"
     monkeypatch.undo()
     feeds = {name: np.ones(shape, np.int64) for name, shape in found["inputs"].items()}
@@ -251,7 +251,7 @@ def test_a_profile_that_cannot_be_read_is_said_and_the_fold_goes_on(tmp_path, mo
     assert calls == [1]
     assert result.to_proto().SerializeToString() == want
     assert result.signature is not None and result.signature.unread == "planted"
-    found = signature(result.signature, 1, None, CompareOptions(), load_catalogue())
+    found = signature(result.signature, 1, None, CompareOptions())
     assert found["compute"] == {"reason": "the input's compute was not read: planted"}
 
 
