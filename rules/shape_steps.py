@@ -318,8 +318,9 @@ def sliced(first: Dims, starts: Known, ends: Known, axes: list[int] | None,
         d = first[a]
         if isinstance(d, int) and isinstance(start, int) and isinstance(end, int) and step:
             out[a] = len(range(d)[onnx_slice(start, end, step, d)])
-        elif start == 0 and step == 1 and ((isinstance(end, int) and end >= BIG) or end == d):
-            out[a] = d
+        elif step == 1 and (start == 0 or (d is not None and start == arith("Sub", 0, d))) and (
+                (isinstance(end, int) and end >= BIG) or end == d):
+            out[a] = d  # (from 0, or from minus the axis's own size: the whole axis)
         elif start == 0 and step == 1 and isinstance(d, int) and not isinstance(end, int) \
                 and nonnegative(end):
             out[a] = expression("Min", end, d)  # a position table cut to the sequence

@@ -118,3 +118,81 @@ def test_a_ceil_mode_pool_is_left_underived():
                             ceil_mode=1)
     derived, _ = _derived(_model(node, [x], []))
     assert derived is None or None in derived
+
+
+def _value_model(nodes, initializers) -> onnx.ModelProto:
+    """``s = Shape(x)`` of x [n, 3, m], then ``nodes``, their last output ``y`` the graph's."""
+    x = helper.make_tensor_value_info("x", F, ["n", 3, "m"])
+    graph = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]), *nodes], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+                              initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
+VALUE_CASES = {
+    "neg": [helper.make_node("Neg", ["s"], ["y"])],
+    "prod": [helper.make_node("ReduceProd", ["s"], ["y"], keepdims=0)],
+    "sum_kept": [helper.make_node("ReduceSum", ["s", "axis0"], ["y"])],
+    "max": [helper.make_node("Gather", ["s", "axis1"], ["c"], axis=0),  # max(3, 5)
+            helper.make_node("Max", ["c", "five"], ["y"])],
+    "min": [helper.make_node("Min", ["s", "s"], ["y"])],
+    "slice_from_minus": [  # x[:, :, -m:] (T5's relative positions): the whole axis
+        helper.make_node("Gather", ["s", "two"], ["m"], axis=0),
+        helper.make_node("Neg", ["m"], ["minus"]),
+        helper.make_node("Unsqueeze", ["minus", "axis0"], ["start"]),
+        helper.make_node("Slice", ["x", "start", "big", "axis2"], ["cut"]),
+        helper.make_node("Shape", ["cut"], ["y"])],
+}
+
+
+@pytest.mark.parametrize("case", VALUE_CASES)
+def test_shape_value_steps_are_onnxruntimes_values(case):
+    """The walk's elements of ``y`` (symbols of n and m, or ints), evaluated at several sizes,
+    are the values onnxruntime computes; a step that gives none fails."""
+    import onnx_ir as ir
+
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array([3, 1, 5], np.int64), "k"),
+             numpy_helper.from_array(np.array(2, np.int64), "two"),
+             numpy_helper.from_array(np.array([2**62], np.int64), "big"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+             numpy_helper.from_array(np.array([2], np.int64), "axis2"),
+             numpy_helper.from_array(np.array([5], np.int64), "five")]
+    proto = _value_model(VALUE_CASES[case], inits)
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto))
+    known = shape_values(model.graph, source_array, shared_dim_names(model), steps=STEPS)
+    y = next(v for node in model.graph for v in node.outputs if v.name == "y")
+    assert known.get(y) is not None, "no step gave y's elements"
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n, m in ((1, 1), (2, 7), (5, 3)):
+        want = session.run(None, {"x": np.zeros((n, 3, m), np.float32)})[0]
+        binding = Binding(model, {"x": [n, 3, m]})
+        got = [binding.size(e) for e in known[y].elements]
+        assert got == want.reshape(-1).tolist(), (case, n, m)
+
+
+@pytest.mark.parametrize("size", [6, 7])
+def test_an_if_the_walk_knows_takes_its_branchs_dims(size):
+    """``If(Size(x) == size)`` over x [2, 3]: then ``x``, else ``Concat(x, x)``; inference
+    merges the branches (a dim unknown), the walk knows the condition and takes the dims of
+    the branch onnxruntime runs."""
+    import onnx_ir as ir
+
+    x = helper.make_tensor_value_info("x", F, [2, 3])
+    then = helper.make_graph([helper.make_node("Identity", ["x"], ["a"])], "then", [],
+                             [helper.make_tensor_value_info("a", F, [2, 3])])
+    other = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["b"], axis=0)], "else",
+                              [], [helper.make_tensor_value_info("b", F, [4, 3])])
+    graph = helper.make_graph(
+        [helper.make_node("Size", ["x"], ["n"]),
+         helper.make_node("Equal", ["n", "size"], ["cond"]),
+         helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)],
+        "g", [x], [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(np.array(size, np.int64), "size")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto))
+    shape_values(model.graph, source_array, frozenset(), steps=STEPS, complete=lambda _: True)
+    y = next(v for node in model.graph for v in node.outputs if v.name == "y")
+    want = ort.InferenceSession(proto.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, {"x": np.zeros((2, 3), np.float32)})[0].shape
+    assert shape_of(y, _Inputs(model)) == want
