@@ -22,15 +22,11 @@ from onnxfold.check.file_verification import FileVerification
 from onnxfold.check.folds.verdicts import FoldVerification
 from onnxfold.check.folds.verification import reads_dynamic_dims, verify_folds
 from onnxfold.check.outputs import map_outputs, stability, summed_terms
+from onnxfold.check.outputs.differences import OutputDiff, accumulate, as_array
 from onnxfold.check.outputs.doomed_bindings import FailedNodes
 from onnxfold.check.outputs.interfaces import same_interface
 from onnxfold.check.outputs.reference_runs import Reference, run_optimized, run_reference
-from onnxfold.check.result import (
-    CompareResult,
-    OutputDiff,
-    accumulate,
-    as_array,
-)
+from onnxfold.check.result import CompareResult
 from onnxfold.check.rewrites.file_windows import rewritten_windows
 from onnxfold.check.rewrites.in_files import (
     judge_parameters,
@@ -56,8 +52,6 @@ from onnxfold.check.running.windows import (
     plan_windows,
     read_from_inputs,
 )
-from onnxfold.declare.catalogue import Catalogue, load_catalogue
-from onnxfold.declare.pattern_rules import PatternRule
 from onnxfold.errors import InputError, ResourceLimitError, one_line
 from onnxfold.host import heap
 from onnxfold.host.interruptible import InferenceTimeout
@@ -93,7 +87,6 @@ def compare(a: ModelRef, b: ModelRef, *,
             custom_op_libraries: Sequence[str | os.PathLike] = (),
             level: str = DEFAULT_LEVEL, verify: bool | None = None,
             progress: Callable[[str], None] | None = None,
-            catalogue: Catalogue | None = None,
             evidence: RunEvidence | None = None,
             window_bytes: int | None = None) -> CompareResult:
     """Run models ``a`` and ``b`` (paths or ``onnx.ModelProto``) on the same inputs.
@@ -112,8 +105,7 @@ def compare(a: ModelRef, b: ModelRef, *,
     False: not; None or True: always, and what cannot be re-derived is said).
     ``progress(text)`` is told what runs
     (``loading original``, ``original 2/3``, ``loading optimized``, ``optimized 1/3``), for
-    the progress line. ``catalogue``: whose pattern rules say which rewrites may round
-    differently (None: the installed rules). ``evidence``: what the run
+    the progress line. ``evidence``: what the run
     that made ``b`` knows (``optimize(...).evidence``): with ``record_rewrites=True`` every
     rewrite is validated on the input sets, and ``b`` may fix only the dims its
     ``input_shapes`` fixed. ``window_bytes``: run both models window by window, each window
@@ -123,30 +115,26 @@ def compare(a: ModelRef, b: ModelRef, *,
     return compare_models(a, b, n, CompareOptions(
         inputs=inputs, seed=seed, dims=dict(dims or {}), int_ranges=dict(int_ranges or {}),
         rtol=rtol, atol=atol, custom_op_libraries=tuple(custom_op_libraries), level=level,
-        verify=verify, window_bytes=window_bytes), progress=progress, catalogue=catalogue,
-        evidence=evidence)
+        verify=verify, window_bytes=window_bytes), progress=progress, evidence=evidence)
 
 
 def compare_models(a: ModelRef, b: ModelRef, n: int, options: CompareOptions, *,
                    progress: Callable[[str], None] | None = None,
-                   catalogue: Catalogue | None = None,
                    evidence: RunEvidence | None = None) -> CompareResult:
     """:func:`compare`, its settings as one value (``onnxfold.check.running.options``);
     ``evidence``: what the run that made ``b`` knows: its rewrites, each validated on the
     input sets (:mod:`onnxfold.check.rewrites.validation`), and the dims it fixed (any other
     dim ``b`` fixes that ``a`` leaves dynamic fails the check)."""
-    catalogue = load_catalogue() if catalogue is None else catalogue
     tell = progress or (lambda text: None)
     if n < 1:
         raise InputError(f"the number of input sets must be at least 1, not {n}")
     # its collections walk what it makes, not what the fold left
     with heap.apart(), held(a, "model A") as a, held(b, "model B") as b:
-        return _compared(a, b, n, options, tell, catalogue, evidence)
+        return _compared(a, b, n, options, tell, evidence)
 
 
 def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
-              tell: Callable[[str], None], catalogue: Catalogue,
-              evidence: RunEvidence | None) -> CompareResult:
+              tell: Callable[[str], None], evidence: RunEvidence | None) -> CompareResult:
     """:func:`compare_models`' work."""
     leaves = read_by(evidence.rewrites.records) if evidence is not None and \
         evidence.rewrites is not None else set()
@@ -188,7 +176,7 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
                                      own_output=evidence is not None, weights=weights)
                 folds.model_b = run.label_b
             if rewrites is not None and validated is None:
-                validated = _validated(a, run, rewrites, reference, catalogue, weights)
+                validated = _validated(a, run, rewrites, reference, weights)
             elif run.found is not None and validated is None:
                 validated = _file_validated(a, b, run, reference, folds, weights)
             weights.clear()
@@ -436,14 +424,13 @@ def _weight_store() -> WeightStore:
 
 
 def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
-               catalogue: Catalogue, weights: WeightStore) -> RewriteValidation:
+               weights: WeightStore) -> RewriteValidation:
     """Every rewrite of the run's record ``rewrites`` validated on the reference's input
     sets (a run that rewrote nothing: nothing to validate, and the original is not loaded
     again for it)."""
     if not rewrites.records:
         return RewriteValidation(sets=len(reference.feeds))
-    rounding = frozenset(rule.name for rule in catalogue.of(PatternRule)
-                         if rule.rounds_differently)
+    rounding = frozenset(record.rule for record in rewrites.records if record.rounds)
     return validate_rewrites(
         rewrites, _cones(reinferred(graph_of(a, run.label_a)), run, run.options.level),
         reference.feeds, run.tell, rounding, run.chain_values, weights)

@@ -85,6 +85,7 @@ from onnxfold.pipeline.results import (
     summarize,
 )
 from onnxfold.rewrite.log import RewriteLog
+from onnxfold.rewrite.recorder import new_log
 from onnxfold.rewrite.steps import StepFailed
 from onnxfold.signature import RecordsCosts, Signature, facts
 
@@ -365,7 +366,7 @@ def _optimize(model: ModelInput, options: FoldOptions | None, catalogue: Catalog
                         *(cleanup.name for cleanup in CLEANUPS)} if unknown else ())
     for _attempt in range(MAX_RESTARTS + 1):
         results: list[PassResult] = []
-        rewrites = RewriteLog.of(model) if record_rewrites else None
+        rewrites = new_log(model) if record_rewrites else None
         try:
             # the reader's proto goes to the first pipeline only (a restart's model is no
             # longer the one read), whose passes drop it once read: held here, it kept a

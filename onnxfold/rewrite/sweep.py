@@ -38,6 +38,7 @@ from onnxfold.ir.graph import counted, use_count
 from onnxfold.ir.scopes import module_path
 from onnxfold.rewrite.judge import match_refusal, nodes_of, refusal
 from onnxfold.rewrite.log import RewriteLog
+from onnxfold.rewrite.recorder import Recorder
 from onnxfold.rewrite.splice import as_replacement, splice
 
 RETRIES_PER_NODE = 4  # patterns tried again at a node one of them rewrote, per sweep
@@ -56,7 +57,8 @@ class GraphState:
                  *, shape_steps: ShapeSteps, settings: RunSettings,
                  log: RewriteLog | None = None) -> None:
         self.graph, self.model, self.constant, self.facts = graph, model, constant, facts
-        self.log = log  # records each rewrite, when a check will validate them
+        # records each rewrite, when a check will validate them
+        self.log = Recorder(log) if log is not None else None
         self.rejected, self.rejected_at, self.shape_steps = rejected, rejected_at, shape_steps
         self.memo: dict[str, Any] = {}
         self.shape_values: dict[ir.Value, Known] | None = None  # asked for, or updated
@@ -278,8 +280,8 @@ class Sweep:
             names.release()
             return Reject(reason)
         replaced = {p for v in proposal.values if (p := v.producer()) is not None}
-        pending = state.log.before(rule.name, node, result, builder.built,
-                                   matched) if state.log is not None else None
+        pending = state.log.before(rule.name, node, result, builder.built, matched,
+                                   rule.rounds_differently) if state.log is not None else None
         spliced = splice(state.graph, state.model, node, builder.built, result,
                          matched, state.constant, state.facts, state.fresh, rule.name)
         if pending is not None:

@@ -62,18 +62,19 @@ def test_inspect_says_the_signature_optimize_says_of_its_input(tmp_path):
     assert f"compute      {si(before['flops'], 'FLOPs')} ({si(before['macs'])} MACs) at " in text
 
 
-def test_inspect_folds_once_where_the_inputs_are_already_fixed(monkeypatch):
-    """The second fold (inputs fixed at the first set's shapes) tells the count nothing new
-    where the model names no dim: the tiny BERT's inputs are [1, 16], its Where stays uncounted
-    either way."""
+@pytest.mark.parametrize("name", ["tiny_bert_ts.onnx", "tiny_bert_ts_dynamic.onnx"])
+def test_inspect_folds_once(name, monkeypatch):
+    """One fold per ``inspect``, its count included (issue 83: the count's shapes are the
+    fold's walk's, at fixed shapes too; no second fold): the tiny BERTs, static or dynamic,
+    counted whole (their attention mask's Where too)."""
     from onnxfold.app import inspection
     from onnxfold.pipeline import optimizer
 
     calls = []
     real = optimizer.optimize
     monkeypatch.setattr(optimizer, "optimize", lambda *a, **k: calls.append(k) or real(*a, **k))
-    info = inspection.inspect_model(TINY_BERT)
-    assert info["signature"]["compute"]["before"]["not_counted"]  # (a second fold was asked)
+    info = inspection.inspect_model(str(Path(TINY_BERT).parent / name))
+    assert info["signature"]["compute"]["before"]["not_counted"] == {}
     assert len(calls) == 1
 
 

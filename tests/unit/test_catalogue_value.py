@@ -31,12 +31,10 @@ ENTRY_POINTS = {
     ("onnxfold/runtime/session.py", "__init__"),  # Session
     ("onnxfold/runtime/split.py", "split_model"),
     ("onnxfold/runtime/backends/__init__.py", "get_backend"),
-    ("onnxfold/check/compare.py", "compare_models"),  # compare() and the app's checks
     ("onnxfold/app/inspection.py", "inspect_model"),
     ("onnxfold/app/info_commands.py", "rules"),  # onnxfold rules
     ("onnxfold/app/runtime_commands.py", "split"),  # onnxfold split
     ("onnxfold/runtime/adapter_split.py", "split_adapter"),  # onnxfold.split_adapter, the CLI
-    ("onnxfold/app/optimize_report.py", "_signature"),  # optimize's catalogue, for its FLOPs
     ("onnxfold/app/optimize_command.py", "_plan_inputs"),  # and for its plan as the input loads
 }
 

@@ -325,7 +325,8 @@ def test_a_window_handing_on_a_value_as_it_is_reads_the_originals_nodes_value(tm
     the + 0.0: -inf, the wrong replacement's value)."""
     from onnxfold.check.rewrites.validation import validate_rewrites
     from onnxfold.check.running.verdicts import DIFFERS
-    from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
+    from onnxfold.rewrite.log import RewriteRecord, Window
+    from onnxfold.rewrite.recorder import new_log
 
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
     nodes = [helper.make_node("Mul", ["x", "zero"], ["z"]),
@@ -339,7 +340,7 @@ def test_a_window_handing_on_a_value_as_it_is_reads_the_originals_nodes_value(tm
         opset_imports=[helper.make_opsetid("", 17)]), path)
     model = load_model(str(path))
     cones = Cones(model, list(model.graph.inputs), level="all")
-    log = RewriteLog.of(load_model(str(path)))
+    log = new_log(load_model(str(path)))
     log.records.append(RewriteRecord(
         "wrong_drop", "Add", before=Window(outputs=["r"], originals={"r": "r"}),
         after=Window(nodes=[helper.make_node("Reciprocal", ["z_in"], ["r_out"])],

@@ -5,8 +5,15 @@ inside functions and under ``TYPE_CHECKING`` (an import deferred into a function
 edge: deferring it hides a cycle from the interpreter, not from the design). ``from pkg import
 name`` is an edge to the submodule ``pkg.name`` when there is one, else to ``pkg`` itself (its
 ``__init__`` and what it re-exports); importing ``pkg.sub`` is an edge to ``pkg.sub`` only, not
-to ``pkg``'s ``__init__``. Imports by name at run time (``importlib.import_module``) are not
-edges: the catalogue loads ``onnxfold.rules`` that way, on purpose.
+to ``pkg``'s ``__init__``. An import by name at run time (``importlib.import_module``) is an
+edge to every module it can name: a constant name, or an f-string whose start names a package
+(``f"onnxfold.runtime.backends.{name}"``, or ``f"{package.__name__}.{name}"`` with
+``package`` an imported module: the catalogue loads every ``onnxfold.rules`` module that way);
+one whose start names none is reported (the test cannot see where it leads).
+
+What must stand apart (``APART``) is judged on the modules each one *reaches*, through every
+module between (an import of a module of the check's floor that imports the fold's walk is the
+fold's walk imported), the way to each one found printed.
 
 The layers, bottom to top, are those of docs/ARCHITECTURE.md: a module may import from its own
 layer or lower ones. ``rules/`` is installed as ``onnxfold.rules`` and may import only the
@@ -19,7 +26,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,12 +76,32 @@ APART: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
+# What a package that stands apart still reaches of what it must not, each with why it is
+# let be for now: a ratchet (a crossing not listed fails; a listed one no longer there fails
+# too, so that its entry goes). The check's shapes are ONNX's inference through the fold's own
+# wrapper (its light serialization, its merge of the inferred types: ``running.cones.reinferred``,
+# ``running.dim_relations``); the dim proof reads them. Its own is issue 83's open part.
+KNOWN_CROSSINGS: dict[tuple[str, str], str] = {
+    ("onnxfold.check.folds", "onnxfold.analysis.shapes"): "inference through the fold's wrapper",
+    ("onnxfold.check.rewrites", "onnxfold.analysis.shapes"): "inference through the fold's wrapper",
+    # a guard that refuses a model onnxruntime would inline into too many nodes, and the
+    # wrapper's choice whether inference may expand functions: no result the check judges
+    ("onnxfold.check.folds", "onnxfold.analysis.expansion"): "the inlining guard",
+    ("onnxfold.check.rewrites", "onnxfold.analysis.expansion"): "the inlining guard",
+}
+
+
 @dataclass
 class ImportGraph:
-    """Modules (dotted names) and, for each, the internal modules it imports (with line numbers)."""
+    """Modules (dotted names) and, for each, the internal modules it imports (with line
+    numbers; ``importlib`` edges among them), and the imports by name it could not resolve."""
 
     files: dict[str, Path] = field(default_factory=dict)
     edges: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    unresolved: list[str] = field(default_factory=list)
+    # the ``importlib`` edges among ``edges``: no order of imports (the interpreter takes them
+    # when called, every module loaded): they join what a module reaches, not its cycles
+    dynamic: set[tuple[str, str]] = field(default_factory=set)
 
 
 def _module_files(root: Path, top: str, name: str) -> dict[str, Path]:
@@ -104,6 +131,35 @@ def _imported_names(tree: ast.AST, module: str,
             yield base, [alias.name for alias in node.names], node.lineno
 
 
+def _dynamic_imports(tree: ast.AST) -> Iterable[tuple[str | None, bool, int]]:
+    """(module name or package prefix, whether a prefix, line) of every
+    ``importlib.import_module`` call; None where its argument's start names nothing."""
+    aliases = {alias.asname or alias.name: alias.name for node in ast.walk(tree)
+               if isinstance(node, ast.Import) for alias in node.names}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module") or
+                (isinstance(node.func, ast.Name) and node.func.id == "import_module"))):
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            yield arg.value, False, node.lineno
+        elif isinstance(arg, ast.JoinedStr) and arg.values:
+            head, rest = arg.values[0], arg.values[1:]
+            if isinstance(head, ast.Constant) and isinstance(head.value, str) and \
+                    head.value.endswith("."):
+                yield head.value.rstrip("."), True, node.lineno
+            elif isinstance(head, ast.FormattedValue) and isinstance(head.value, ast.Attribute) \
+                    and head.value.attr == "__name__" and isinstance(head.value.value, ast.Name) \
+                    and head.value.value.id in aliases and rest and \
+                    isinstance(rest[0], ast.Constant) and rest[0].value == ".":
+                yield aliases[head.value.value.id], True, node.lineno
+            else:
+                yield None, True, node.lineno
+        else:
+            yield None, False, node.lineno
+
+
 def build_graph(root: Path, packages: Mapping[str, str]) -> ImportGraph:
     """The import graph of the packages ``{directory under root: installed name}``."""
     graph = ImportGraph()
@@ -126,6 +182,15 @@ def build_graph(root: Path, packages: Mapping[str, str]) -> ImportGraph:
             for hit in hits:
                 if hit != module:
                     graph.edges[module].setdefault(hit, line)
+        for target, prefix, line in _dynamic_imports(tree):
+            if target is None:
+                graph.unresolved.append(f"{module} (line {line})")
+                continue
+            target = _canonical(target, renames)
+            for hit in (m for m in files if m == target or (prefix and m.startswith(target + "."))):
+                if hit != module and hit not in graph.edges[module]:
+                    graph.edges[module][hit] = line
+                    graph.dynamic.add((module, hit))
     return graph
 
 
@@ -144,10 +209,14 @@ def cycles(graph: ImportGraph) -> list[list[str]]:
     on_stack: set[str] = set()
     found: list[list[str]] = []
     counter = 0
+    def imports(module: str) -> Iterator[str]:
+        return iter(sorted(t for t in graph.edges.get(module, {})
+                           if (module, t) not in graph.dynamic))
+
     for start in sorted(graph.files):
         if start in index:
             continue
-        work = [(start, iter(sorted(graph.edges.get(start, {}))))]
+        work = [(start, imports(start))]
         index[start] = low[start] = counter
         counter += 1
         stack.append(start)
@@ -160,7 +229,7 @@ def cycles(graph: ImportGraph) -> list[list[str]]:
                     counter += 1
                     stack.append(child)
                     on_stack.add(child)
-                    work.append((child, iter(sorted(graph.edges.get(child, {})))))
+                    work.append((child, imports(child)))
                     break
                 if child in on_stack:
                     low[node] = min(low[node], index[child])
@@ -241,21 +310,35 @@ def test_onnxfold_and_rules_have_no_cycles_and_respect_the_layers() -> None:
     assert not found, f"{len(found)} import-layer problems:\n" + "\n".join(found)
 
 
+def _ways(graph: ImportGraph, start: str, data: Sequence[str]) -> dict[str, list[str]]:
+    """Every module ``start`` reaches, with the way to it (``a -> b (line n)`` steps), first
+    found breadth-first; a pure-data module (``data``) is reached but not gone through."""
+    ways: dict[str, list[str]] = {start: []}
+    queue = [start]
+    for module in queue:
+        if module in data:
+            continue
+        for target, line in sorted(graph.edges.get(module, {}).items()):
+            if target not in ways:
+                ways[target] = [*ways[module], f"{module} -> {target} (line {line})"]
+                queue.append(target)
+    return ways
+
+
 def apart_problems(graph: ImportGraph,
                    apart: Sequence[tuple[str, Sequence[str], Sequence[str]]]) -> list[str]:
-    """Every import of a package that must stand apart (``apart``: the package, what it must
-    not import, the pure-data modules it may)."""
+    """Every module a package that must stand apart reaches (``apart``: the package, what it
+    must not reach, the pure-data modules it may import), with the way there."""
     found = []
     for package, banned, data in apart:
         for module in sorted(graph.files):
             if not (module == package or module.startswith(package + ".")):
                 continue
-            for target, line in sorted(graph.edges.get(module, {}).items()):
-                if target in data:
-                    continue
-                if any(target == b or target.startswith(b + ".") for b in banned):
-                    found.append(f"{module} -> {target} (line {line}): {package} stands apart "
-                                 f"from {', '.join(banned)}")
+            for target, way in sorted(_ways(graph, module, data).items()):
+                if target not in data and any(
+                        target == b or target.startswith(b + ".") for b in banned):
+                    found.append(f"{module} reaches {target}: {package} stands apart from "
+                                 f"{', '.join(banned)}\n    " + "\n    ".join(way))
     return found
 
 
@@ -263,7 +346,22 @@ def test_the_check_shares_no_execution_code_with_the_fold() -> None:
     graph = build_graph(REPO, {"onnxfold": "onnxfold", "rules": "onnxfold.rules"})
     assert any(m.startswith("onnxfold.check.") for m in graph.files)
     found = apart_problems(graph, APART)
-    assert not found, "\n".join(found)
+    crossings = {(f.split(": ")[1].split(" stands")[0], f.split(" reaches ")[1].split(":")[0])
+                 for f in found}
+    new = [f for f in found if (f.split(": ")[1].split(" stands")[0],
+                                f.split(" reaches ")[1].split(":")[0]) not in KNOWN_CROSSINGS]
+    assert not new, f"{len(new)} found:\n" + "\n".join(new)
+    assert set(KNOWN_CROSSINGS) <= crossings, \
+        f"crossings gone (remove their entries): {set(KNOWN_CROSSINGS) - crossings}"
+
+
+def test_every_import_by_name_is_seen() -> None:
+    """An ``importlib.import_module`` whose argument names no module or package is a way the
+    tests above cannot follow: there is none but ``_lazy``'s and ``_deferred_imports``' (they
+    name ``onnxfold``'s own public attributes and deferred third-party modules)."""
+    graph = build_graph(REPO, {"onnxfold": "onnxfold", "rules": "onnxfold.rules"})
+    assert [u for u in graph.unresolved if not u.startswith((
+        "onnxfold._lazy ", "onnxfold._deferred_imports "))] == [], graph.unresolved
 
 
 def test_an_import_across_the_separation_is_reported(tmp_path: Path) -> None:
@@ -277,8 +375,35 @@ def test_an_import_across_the_separation_is_reported(tmp_path: Path) -> None:
     })
     found = apart_problems(build_graph(tmp_path, {"pkg": "pkg"}),
                            (("pkg.check", ("pkg.fold",), ("pkg.fold.data",)),))
-    assert found == ["pkg.check.cones -> pkg.fold.runner (line 1): pkg.check stands apart "
-                     "from pkg.fold"]
+    assert found == ["pkg.check.cones reaches pkg.fold.runner: pkg.check stands apart from "
+                     "pkg.fold\n    pkg.check.cones -> pkg.fold.runner (line 1)"]
+
+
+def test_an_import_through_a_module_between_or_by_name_is_reported(tmp_path: Path) -> None:
+    """The check imports its floor, which imports the fold's walk; a catalogue loads plugins
+    by name: both reach what they import, the way there said."""
+    _plant(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/walk.py": "",
+        "pkg/plugins/__init__.py": "",
+        "pkg/plugins/one.py": "from pkg import walk\n",
+        "pkg/catalogue.py": ("import importlib\nimport pkg.plugins as package\n"
+                             "def load(name):\n"
+                             "    return importlib.import_module(f'{package.__name__}.{name}')\n"),
+        "pkg/check/__init__.py": "",
+        "pkg/check/floor.py": "from pkg import walk\n",
+        "pkg/check/cones.py": "from pkg.check import floor\n",
+        "pkg/check/rules.py": "from pkg import catalogue\n",
+        "pkg/check/lazy.py": "import importlib\ndef f(x):\n    importlib.import_module(x)\n",
+    })
+    graph = build_graph(tmp_path, {"pkg": "pkg"})
+    found = apart_problems(graph, (("pkg.check", ("pkg.walk",), ()),))
+    assert "pkg.check.cones reaches pkg.walk: pkg.check stands apart from pkg.walk\n" \
+        "    pkg.check.cones -> pkg.check.floor (line 1)\n" \
+        "    pkg.check.floor -> pkg.walk (line 1)" in found
+    assert any(f.startswith("pkg.check.rules reaches pkg.walk") and
+               "pkg.catalogue -> pkg.plugins.one (line 4)" in f for f in found), found
+    assert graph.unresolved == ["pkg.check.lazy (line 3)"]
 
 
 def _plant(root: Path, files: Mapping[str, str]) -> None:

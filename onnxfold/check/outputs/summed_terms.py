@@ -22,7 +22,7 @@ from typing import cast
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check.result import OutputDiff, accumulate, as_array
+from onnxfold.check.outputs.differences import OutputDiff, accumulate, as_array
 from onnxfold.check.running.cones import reinferred
 from onnxfold.check.running.magnitudes import magnitudes, magnitudes_in_windows
 from onnxfold.check.running.models import ModelRef, graph_of

@@ -21,9 +21,8 @@ from onnxfold.analysis.expansion import refuse_onnxruntime_inlining
 from onnxfold.check.running.held import HeldModel, HeldPath
 from onnxfold.check.running.spilled import SpilledModel, copied
 from onnxfold.errors import InputError, clipped
-from onnxfold.io import load_model
 from onnxfold.io.mapped import MappedTensor
-from onnxfold.io.reader import model_from_proto
+from onnxfold.io.reader import load_model, model_from_proto
 
 ModelRef = str | os.PathLike | onnx.ModelProto | HeldModel | HeldPath
 
