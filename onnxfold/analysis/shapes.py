@@ -348,6 +348,7 @@ def inferred_types(light: onnx.ModelProto, expands: bool) -> dict[str, onnx.Type
     try:
         if not expands:
             del light.functions[:]  # the calls stay opaque: their outputs keep declared types
+        _clear_negative_dims(light)
         given = without_large_constants(light)
         inferred = onnx.shape_inference.infer_shapes(given, check_type=False, strict_mode=False,
                                                      data_prop=_data_prop_is_bounded(given))
@@ -362,6 +363,17 @@ def inferred_types(light: onnx.ModelProto, expands: bool) -> dict[str, onnx.Type
         for vi in inferred.graph.input[len(light.graph.input):]:
             infos.setdefault(vi.name, vi.type)
     return infos
+
+
+def _clear_negative_dims(light: onnx.ModelProto) -> None:
+    """Make every declared dim of ``light`` below 0 (Paddle's ``-1``: a dim of any size) a dim
+    of no known size: ONNX's inference computes with it as a number (``Pad(x, 1 each side)``
+    of a ``-1`` axis made it 1, a Conv's made it 0, and the fold folded ``Shape`` to that)."""
+    for graph in graph_protos(light.graph):
+        for info in (*graph.input, *graph.value_info, *graph.output):
+            for dim in info.type.tensor_type.shape.dim:
+                if dim.HasField("dim_value") and dim.dim_value < 0:
+                    dim.Clear()
 
 
 def without_large_constants(light: onnx.ModelProto) -> onnx.ModelProto:
