@@ -44,10 +44,10 @@ from onnxfold.host.limits import describe_cause as describe_limit
 from onnxfold.host.limits import shortage
 from onnxfold.host.logs import as_warnings, quiet, quiet_onnxruntime_startup
 from onnxfold.host.points import reached
-from onnxfold.host.terminal import printable_streams
+from onnxfold.host.terminal import printable, printable_streams
 from onnxfold.io.faults import bus_error_exits
 from onnxfold.io.publication import release_locks
-from onnxfold.io.tempfiles import remove_own_files
+from onnxfold.io.tempfiles import published, remove_own_files
 
 __all__ = ["EXIT_INTERNAL", "EXIT_USAGE", "entry_point", "interrupted", "main", "run",
            "run_job"]
@@ -186,7 +186,7 @@ def _one_line_error(e: BaseException, debug: bool) -> int:
         sys.stderr.close()
         return 0
     if isinstance(e, MemoryError):
-        print(f"onnxfold: error: {describe_limit(e)}; nothing was written", file=sys.stderr)
+        print(f"onnxfold: error: {describe_limit(e)}; {_what_was_written()}", file=sys.stderr)
         return EXIT_USAGE
     if not isinstance(e, Exception):
         raise e
@@ -194,12 +194,20 @@ def _one_line_error(e: BaseException, debug: bool) -> int:
         traceback.print_exc()
     limit = _shortage(e)
     if limit is not None:  # a resource limit of the machine, not a bug
-        print(f"onnxfold: error: {limit}; nothing was written", file=sys.stderr)
+        print(f"onnxfold: error: {limit}; {_what_was_written()}", file=sys.stderr)
         return EXIT_USAGE
     print(f"onnxfold: internal error: {type(e).__name__}: {one_line(e)} (this is a bug; "
-          "nothing was written; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
+          f"{_what_was_written()}; --debug or ONNXFOLD_DEBUG=1 shows the traceback)",
           file=sys.stderr)
     return EXIT_INTERNAL
+
+
+def _what_was_written() -> str:
+    """What an error's line says of the outputs: none written, or those published before it
+    (an error while the report is made comes after the output is written, whole)."""
+    done = published()
+    return "nothing was written" if not done else \
+        f"{', '.join(map(printable, done))} was written before it"
 
 
 def _shortage(e: Exception) -> str | None:

@@ -233,6 +233,20 @@ def remove_own_files() -> None:
             directory.unlink(name)
 
 
+_PUBLISHED: list[str] = []  # the outputs this process published, as the user named them
+
+
+def note_published(shown: str) -> None:
+    """``shown`` (an output as the user named it) is published: an error after this says so
+    instead of "nothing was written"."""
+    _PUBLISHED.append(shown)
+
+
+def published() -> list[str]:
+    """The outputs this process published so far, as the user named them."""
+    return list(_PUBLISHED)
+
+
 def own_name(directory: PinnedDirectory, name: str) -> None:
     """Record ``name`` in ``directory``, a file this run made under its final name that no
     published file names yet (a model's data, renamed before the model is checked), as its

@@ -36,7 +36,13 @@ from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.prefill import OutputPrefill
 from onnxfold.io.publication import fresh_data_name, kill_point, output_lock, superseded_data
 from onnxfold.io.reader import DATA_FILES_KEY, SOURCE_KEY
-from onnxfold.io.tempfiles import disown_name, own_name, temporary, write_failed
+from onnxfold.io.tempfiles import (
+    disown_name,
+    note_published,
+    own_name,
+    temporary,
+    write_failed,
+)
 from onnxfold.io.tensor_facts import data_dims, data_nbytes
 from onnxfold.io.text_parts import Part, graph_parts, pwrite_parts, text_field
 from onnxfold.ir.blocks import Concatenated
@@ -442,6 +448,7 @@ class _Files:
             directory.carry_mode(self.output.name, self.tmp)
             directory.replace(self.tmp, self.output.name)  # publishes model and data together
             self.published = True
+            note_published(self.output.given)
             disown_name(directory, self.data)
             if self.data_tmp is not None:
                 kill_point("old-data-removal")

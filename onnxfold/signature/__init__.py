@@ -42,7 +42,7 @@ from onnxfold.signature.compute import (
     profile,
 )
 from onnxfold.signature.facts import facts
-from onnxfold.signature.pinned import light_proto, pinned_model
+from onnxfold.signature.pinned import INT64_MAX, light_proto, pinned_model
 
 __all__ = ["Compute", "RecordsCosts", "Signature", "counted", "facts"]
 
@@ -144,7 +144,7 @@ def _types(model: ir.Model, shapes: Mapping[str, Shape], binding: Binding
     for node in model.graph:
         for value in node.outputs:
             sizes = binding.sizes(shapes.get(str(value.name)))
-            if sizes is not None and value.dtype is not None:
+            if sizes is not None and value.dtype is not None and max(sizes, default=0) <= INT64_MAX:
                 found[str(value.name)] = onnx.helper.make_tensor_type_proto(value.dtype.value,
                                                                             sizes)
     return found

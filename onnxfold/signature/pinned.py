@@ -22,6 +22,8 @@ from onnxfold.analysis.shapes import inferred_types, serialize_light
 from onnxfold.host.logs import quiet
 from onnxfold.ir.long_texts import LONG_TEXT
 
+INT64_MAX = 2**63 - 1  # the largest dim a proto holds
+
 
 def light_proto(model: ir.Model) -> onnx.ModelProto:
     """``model`` serialized without its weights (``analysis.shapes.serialize_light``) and
@@ -38,7 +40,7 @@ def bound_types(light: onnx.ModelProto, inputs: Mapping[str, Sequence[int]], exp
     included."""
     named: dict[str, int] = {}  # a dim's name is one size wherever the graph declares it
     for value in light.graph.input:
-        if value.name in inputs:
+        if value.name in inputs and all(0 <= n <= INT64_MAX for n in inputs[value.name]):
             dims = value.type.tensor_type.shape.dim
             named.update({d.dim_param: n for d, n in zip(dims, inputs[value.name]) if d.dim_param})
             del dims[:]
@@ -47,7 +49,7 @@ def bound_types(light: onnx.ModelProto, inputs: Mapping[str, Sequence[int]], exp
     for declared in (*light.graph.value_info, *light.graph.output):
         for dim in declared.type.tensor_type.shape.dim:  # a name, or dynamo's "s70 + s88"
             bound = expression_value(dim.dim_param, named)
-            if bound is not None:
+            if bound is not None and 0 <= bound <= INT64_MAX:  # (else no size a proto holds)
                 dim.dim_value = bound
     made = {name for node in light.graph.node for name in node.output}
     light.graph.value_info.extend(onnx.ValueInfoProto(name=name, type=info) for name, info in

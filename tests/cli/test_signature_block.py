@@ -135,3 +135,60 @@ def test_a_family_of_inputs_is_one_row_and_the_json_keeps_each(tmp_path):
     assert "past.{0..3}.key (4)" in page.read_text()
     assert [v["name"] for v in json.loads(report.read_text())["signature"]["inputs"][1]] == \
         ["x", *past, "odd.1"]
+
+
+def _huge(path) -> str:
+    """x [a, 2**22, 2**22] flattened: at a = 2**20 its dims' product passes int64, and a
+    Reshape to [-1, Floor(4.0)] is a shape only a walk at fixed shapes sizes."""
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["x"], ["cc"], axis=0),
+         helper.make_node("Relu", ["cc"], ["o1"]),
+         helper.make_node("Floor", ["c4"], ["k"]),
+         helper.make_node("Cast", ["k"], ["k64"], to=TensorProto.INT64),
+         helper.make_node("Concat", ["m1", "k64"], ["t"], axis=0),
+         helper.make_node("Reshape", ["z", "t"], ["zr"]),
+         helper.make_node("Add", ["zr", "zero"], ["za"]),
+         helper.make_node("MatMul", ["za", "w"], ["o2"])], "g",
+        [helper.make_tensor_value_info("x", f, ["a", 2**22, 2**22]),
+         helper.make_tensor_value_info("z", f, ["m", 8])],
+        [helper.make_tensor_value_info("o1", f, [1, None]),
+         helper.make_tensor_value_info("o2", f, [None, 4])],
+        [numpy_helper.from_array(np.array([4.0], np.float32), "c4"),
+         numpy_helper.from_array(np.array([-1], np.int64), "m1"),
+         numpy_helper.from_array(np.ones((4, 4), np.float32), "w"),
+         numpy_helper.from_array(np.zeros(4, np.float32), "zero")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    return str(path)
+
+
+def test_dims_past_int64_are_counted_or_said_never_an_error(tmp_path):
+    """A count whose bound dims pass what a proto holds (found by an adversarial round: an
+    internal error, exit 3, after the output was written, its line saying nothing was)."""
+    done = run_cli("optimize", _huge(tmp_path / "m.onnx"), "-o", tmp_path / "o.onnx",
+                   "--dim", "a=1048576", "--json", tmp_path / "r.json")
+    assert done.returncode == 0, done.stderr
+    compute = json.loads((tmp_path / "r.json").read_text())["signature"]["compute"]
+    assert compute["after"]["ops"]["MatMul"]["macs"] == 2 * 4 * 4  # z [m=1, 8] as [2, 4]
+
+
+def test_an_internal_error_after_the_write_says_the_output_was_written(tmp_path):
+    """The line of an internal error says what was written before it: the output is whole
+    (published), and "nothing was written" would send the user looking for nothing."""
+    import subprocess
+    import sys
+
+    source, out = _model(tmp_path / "m.onnx"), tmp_path / "o.onnx"
+    code = ("import onnxfold.app.optimize_report as r\n"
+            "def boom(*a, **k):\n    raise RuntimeError('planted')\n"
+            "r.signature = boom\n"
+            "from onnxfold.app.cli import main\n"
+            f"raise SystemExit(main(['optimize', {source!r}, '-o', {str(out)!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().endswith(
+        f"(this is a bug; {out} was written before it; --debug or ONNXFOLD_DEBUG=1 shows the "
+        "traceback)"), done.stderr
+    assert out.exists()
