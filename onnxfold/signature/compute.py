@@ -170,6 +170,7 @@ class _Inputs:
     def __init__(self, model: ir.Model) -> None:
         self.names = input_dim_names(model)
         self.ids = frozenset(id(v) for v in model.graph.inputs)
+        self._syms: dict[Sym, bool] = {}  # each symbol judged once (a layer's dims recur)
 
     def text(self, name: object) -> bool:
         """Whether ``name`` is an input dim's name or a linear form of them (dynamo's
@@ -180,9 +181,12 @@ class _Inputs:
     def sym(self, dim: Sym) -> bool:
         """Whether every atom of ``dim`` is an input dim's name or an input's axis, in an
         expression :class:`Binding` evaluates (not the walk's ``Opaque`` size of data)."""
-        return _evaluable(dim) and all(
-            (a.expr[0] == "dim" and a.expr[1] in self.names) or
-            (a.expr[0] == "axis" and a.expr[1] in self.ids) for a in dim.atoms())
+        found = self._syms.get(dim)
+        if found is None:
+            found = self._syms[dim] = _evaluable(dim) and all(
+                (a.expr[0] == "dim" and a.expr[1] in self.names) or
+                (a.expr[0] == "axis" and a.expr[1] in self.ids) for a in dim.atoms())
+        return found
 
 
 _EVALUATED = frozenset({"dim", "axis", "Add", "Sub", "Mul", "Div", "Broadcast", "Reshape0", "Min"})
@@ -313,25 +317,25 @@ class Binding:
 _UNSIZED = object()
 
 
-def _sizes(shape: Shape, binding: Binding) -> list[int] | None:
-    return binding.sizes(shape)
-
-
 def _counted(node: _Costed, binding: Binding, elsewhere: Mapping[str, Shape] | None
              ) -> tuple[int, int] | None:
     """(FLOPs, MACs) of ``node`` at ``binding``; None where a shape it needs is not static."""
     assert node.cost is not None
-
-    def sizes(read: _Read | None) -> list[int] | None:
-        """The read's sizes at the binding, else those of its name ``elsewhere``."""
-        if read is None:
-            return None
-        found = _sizes(read.shape, binding)
-        other = elsewhere.get(read.name) if found is None and elsewhere else None
-        return found if other is None else _sizes(other, binding)
-
-    return formula(node.cost, sizes(node.primary), sizes(node.secondary), node.transposed,
+    if node.cost.kind == "free":  # (data movement: half a graph's nodes, nothing to size)
+        return 0, 0
+    return formula(node.cost, _read_sizes(node.primary, binding, elsewhere),
+                   _read_sizes(node.secondary, binding, elsewhere), node.transposed,
                    node.biased)
+
+
+def _read_sizes(read: _Read | None, binding: Binding, elsewhere: Mapping[str, Shape] | None
+                ) -> list[int] | None:
+    """``read``'s sizes at ``binding``, else those of its name ``elsewhere``."""
+    if read is None:
+        return None
+    found = binding.sizes(read.shape)
+    other = elsewhere.get(read.name) if found is None and elsewhere else None
+    return found if other is None else binding.sizes(other)
 
 
 def formula(cost: OpCost, primary: list[int] | None, secondary: list[int] | None,
