@@ -17,6 +17,7 @@ from a sorted tuple of names (a monomial; ``()`` the constant) to its coefficien
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 
@@ -81,8 +82,12 @@ def mul(a: Poly, b: Poly) -> Poly | None:
 
 
 def as_int(p: Poly | None) -> int | None:
-    """``p`` where it is a number."""
-    return None if p is None or set(p) - {()} else p.get((), 0)
+    """``p`` where it is a number (asked of every dim of every value: no set made)."""
+    if p is None:
+        return None
+    if not p:
+        return 0
+    return p[()] if len(p) == 1 and () in p else None
 
 
 def divided(a: Poly, b: Poly) -> Poly | None:
@@ -127,7 +132,14 @@ _TERM = re.compile(r"^(?:(\d{1,18})\*)?([A-Za-z_][\w.]*|\d{1,18})$")
 
 def parse(text: str) -> Linear | None:
     """``"s0 + 2*s1 - 1"`` (a dim name dynamo writes as an expression) as a linear form, or
-    None when ``text`` is not one (``Min(64, s53)``, ``s0//2``)."""
+    None when ``text`` is not one (``Min(64, s53)``, ``s0//2``); a copy of the form read once
+    per text (every layer declares the same few)."""
+    form = _parsed(text)
+    return None if form is None else dict(form)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> Linear | None:
     form: Linear = {}
     squeezed = text.replace(" ", "")
     if not squeezed or squeezed[-1] in "+-":
