@@ -16,8 +16,20 @@ are not derived.
 from __future__ import annotations
 
 from onnxfold.declare import Dim, Dims, DimsInputs, arith, normalize_index, shape_dims
+from onnxfold.ir.graph import is_static_dim
 
 from .shape_steps import matmul_of
+
+
+def _strides_dilations_pads(step: DimsInputs, rank: int
+                            ) -> tuple[list[int], list[int], list[int]]:
+    """A window op's strides, dilations and pads over ``rank`` spatial axes, each its default
+    where not given (pads 0 under ``VALID``)."""
+    attrs = step.node.attributes
+    pads = [0] * 2 * rank if attrs.get_string("auto_pad", "NOTSET") == "VALID" else \
+        list(attrs.get_ints("pads", []) or [0] * 2 * rank)
+    return (list(attrs.get_ints("strides", []) or [1] * rank),
+            list(attrs.get_ints("dilations", []) or [1] * rank), pads)
 
 
 def _spatial(step: DimsInputs, first: Dims, kernel: list[int], pool: bool
@@ -26,9 +38,7 @@ def _spatial(step: DimsInputs, first: Dims, kernel: list[int], pool: bool
     with ``kernel`` (``pool``: a pool's rounding); None where its attributes are not derived
     here."""
     attrs, rank = step.node.attributes, len(first) - 2
-    strides = list(attrs.get_ints("strides", []) or [1] * rank)
-    dilations = list(attrs.get_ints("dilations", []) or [1] * rank)
-    pads = list(attrs.get_ints("pads", []) or [0] * 2 * rank)
+    strides, dilations, pads = _strides_dilations_pads(step, rank)
     auto, ceil = attrs.get_string("auto_pad", "NOTSET"), attrs.get_int("ceil_mode", 0)
     sizes = [d for d in first[2:] if d is not None]
     if rank < 1 or len(sizes) != rank or {len(kernel), len(strides), len(dilations)} != {rank} \
@@ -37,9 +47,7 @@ def _spatial(step: DimsInputs, first: Dims, kernel: list[int], pool: bool
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         return None if set(dilations) != {1} else [
             arith("Div", arith("Add", d, s - 1), s) for d, s in zip(sizes, strides)]
-    if auto == "VALID":
-        pads = [0] * 2 * rank
-    elif auto != "NOTSET":
+    if auto not in ("NOTSET", "VALID"):
         return None
     if pool:  # (x / stride) + 1: a window that does not fit gives 1 where a Conv's gives 0
         return [arith("Add", arith("Div", arith("Add", d, pads[i] + pads[i + rank] -
@@ -108,12 +116,8 @@ def conv_transpose(step: DimsInputs) -> Dims | None:
         return None
     rank = len(first) - 2
     sizes = [d for d in first[2:] if d is not None]
-    strides = list(attrs.get_ints("strides", []) or [1] * rank)
-    dilations = list(attrs.get_ints("dilations", []) or [1] * rank)
+    strides, dilations, pads = _strides_dilations_pads(step, rank)
     extra = list(attrs.get_ints("output_padding", []) or [0] * rank)
-    pads = list(attrs.get_ints("pads", []) or [0] * 2 * rank)
-    if attrs.get_string("auto_pad", "NOTSET") == "VALID":
-        pads = [0] * 2 * rank
     if rank < 1 or len(sizes) != rank or len(pads) != 2 * rank or \
             {len(kernel), len(strides), len(dilations), len(extra)} != {rank}:
         return None
@@ -190,5 +194,5 @@ def taken_branch(step: DimsInputs) -> list[Dims | None]:
     if branch is None:
         return []
     return [None if out.shape is None else tuple(
-        d if isinstance(d, int) and d >= 0 else None for d in out.shape.dims)
+        d if is_static_dim(d) else None for d in out.shape.dims)
         for out in branch.outputs]

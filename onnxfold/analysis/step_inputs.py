@@ -22,7 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxfold.analysis.dim_algebra import MAX_ELEMENTS, Dim, Dims, Known, Sym, small_ints
-from onnxfold.ir.graph import tensor_of
+from onnxfold.ir.graph import is_static_dim, tensor_of
 
 REFINED_KEY = "onnxfold.symbolic.dims"  # Value.meta: dims proved better than the declared ones
 
@@ -72,7 +72,7 @@ def _axis_dim(value: ir.Value, dim: int | ir.SymbolicDim, axis: int,
               refined: tuple[Dim | None, ...] | None, ambiguous: frozenset[str]) -> Dim:
     """:func:`dim_symbol` of axis ``axis``, from its declared ``dim`` and ``value``'s
     :func:`_refined` dims (read once by a caller asking for every axis)."""
-    if isinstance(dim, int) and dim >= 0:  # (Paddle writes -1 for "any size": no size)
+    if is_static_dim(dim):  # (Paddle writes -1 for "any size": no size)
         return dim
     found = refined[axis] if refined is not None else None
     return found if found is not None else _declared_dim(value, dim, axis, ambiguous)

@@ -41,7 +41,7 @@ from onnxfold.analysis.step_inputs import (
     shared_dim_names,
     value_step,
 )
-from onnxfold.ir.graph import DEFAULT_DOMAINS, all_graphs
+from onnxfold.ir.graph import DEFAULT_DOMAINS, all_graphs, is_static_dim
 
 __all__ = ["Completing", "KnownValues", "ShapeWalk", "blocked_scaffolding", "shape_values"]
 
@@ -85,7 +85,7 @@ def _all_static(values: Sequence[ir.Value | None], complete: Completing) -> bool
             if complete is not None and complete(value) and \
                     isinstance(value.type, ir.TensorType):
                 return False
-        elif not all(isinstance(d, int) and d >= 0 for d in shape.dims):
+        elif not all(map(is_static_dim, shape.dims)):
             return False  # (Paddle's -1: a dim of any size)
     return True
 
@@ -171,7 +171,7 @@ def _refined_dims(declared: Sequence[int | ir.SymbolicDim], derived: Dims | None
     (a symbol of this output's own axis, never a graph input's)."""
     refined: list[Dim | None] = []
     for axis, dim in enumerate(declared):
-        if isinstance(dim, int) and dim >= 0:
+        if is_static_dim(dim):
             refined.append(None)
             continue
         name = None if isinstance(dim, int) else dim.value  # (Paddle's -1: no size, no name)

@@ -72,7 +72,7 @@ def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOp
                 "the check's first input set")
     declared = [SimpleNamespace(name=v.name, type=f"tensor({ort_type(v)})" if isinstance(
         v.type, ir.TensorType) else ort_type(v), shape=[
-            (d if d >= 0 else None) if isinstance(d, int) else getattr(d, "value", None)
+            d if is_static_dim(d) else None if isinstance(d, int) else getattr(d, "value", None)
             for d in v.shape or ()])  # (Paddle's -1: any size)
         for v in folded.graph.inputs if v.name not in folded.graph.initializers]
     for i in declared:  # what the plan refuses first (a sequence input)
@@ -80,8 +80,7 @@ def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOp
     if not options.dims and not options.int_ranges and all(
             all(map(is_static_dim, i.shape)) for i in declared):
         return {i.name: list(i.shape) for i in declared}, {}, WOULD_USE
-    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ())
-                           if isinstance(d, int) and d >= 0}
+    fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if is_static_dim(d)}
              for v in folded.graph.inputs}
     plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original", folded, {},
                     options.dims, options.int_ranges, fixed,

@@ -32,6 +32,7 @@ import onnx_ir as ir
 from onnxfold.analysis.dim_algebra import Sym, expression_of, expression_value
 from onnxfold.analysis.step_inputs import REFINED_KEY
 from onnxfold.declare.costs import OpCost
+from onnxfold.ir.graph import is_static_dim
 
 # A dim as the profile holds it: an int, a text (a name or a linear form of names, as the
 # model declares it) or the fold's symbolic dim; None: not known
@@ -213,7 +214,7 @@ def shape_of(value: ir.Value | None, inputs: _Inputs) -> Shape:
     refined = refined if refined is not None and len(refined) == len(shape) else None
     dims: list[Dim] = []
     for axis, dim in enumerate(shape.dims):
-        if isinstance(dim, int) and dim >= 0:
+        if is_static_dim(dim):
             dims.append(dim)
         elif isinstance(dim, int) and id(value) in inputs.ids:  # (Paddle's -1: any size)
             dims.append(Sym(("axis", id(value), value.name or "?", axis)))
@@ -253,7 +254,7 @@ class Binding:
             if sizes is None or value.shape is None or len(value.shape) != len(sizes):
                 continue
             for axis, (dim, size) in enumerate(zip(value.shape.dims, sizes)):
-                if isinstance(dim, int) and dim >= 0:
+                if is_static_dim(dim):
                     continue
                 name = getattr(dim, "value", None)
                 if isinstance(name, str) and name:

@@ -1,7 +1,8 @@
 """A model's weightless copy with its inputs fixed at static shapes, for the signature's count
 where the fold's walk leaves a costed node's shape unknown at a binding (a dim the data of a
 dynamic dim decides: a TorchScript export's attention left to Shape, Gather and Concat
-chains, a Slice whose start is minus a sequence length): ``Signature.pinned`` walks it again.
+chains, a Slice whose start is minus a sequence length): ``signature.pinned_shapes`` walks it
+again.
 
 The copy is the model serialized light (``analysis.shapes``: weights left out, data
 propagation bounded; its long texts set aside, :func:`texts_aside`) with every type ONNX's
@@ -33,7 +34,8 @@ def light_proto(model: ir.Model) -> onnx.ModelProto:
 
 
 def bound_types(light: onnx.ModelProto, inputs: Mapping[str, Sequence[int]], expands: bool,
-           known: Mapping[str, onnx.TypeProto] | None = None) -> dict[str, onnx.TypeProto]:
+                known: Mapping[str, onnx.TypeProto] | None = None
+                ) -> dict[str, onnx.TypeProto]:
     """Every tensor type with a shape ONNX's inference finds in ``light`` with its inputs bound
     (in place) to ``inputs``, the dims declared with their names too, and ``known``'s types
     (of values of the same names elsewhere) declared first; by value name, the inputs'
