@@ -25,6 +25,7 @@ import onnx_ir as ir
 from onnxfold.errors import InputError, OnnxfoldError
 from onnxfold.host.limits import limit_error
 from onnxfold.io.checked import InputChanged, open_input, read_range
+from onnxfold.io.threads import submit
 from onnxfold.ir.arrays import byte_bounds, memory_owner
 
 FileIdentity = tuple[int, int]  # (st_dev, st_ino)
@@ -255,54 +256,54 @@ class MappedTensor(ir.ExternalTensor):
 
 
 def prefetch_ahead(tensors: Iterable[ir.TensorProtocol | None]) -> None:
-    """:meth:`MappedTensor.prefetch` for each of ``tensors`` held in a file, on a thread of
-    its own, and return at once: ``posix_fadvise`` reads much of the range before it returns
-    (on a virtio disk most of what reading it costs), so a caller that hints the weights of
-    its next step before computing this one would otherwise wait for them first (an 8-layer
-    slice of a 7B decoder: 0.9 s of a check's 4.5 s run of the optimized model). Only the
-    latest request is worked on: one a newer request finds unfinished is dropped (its caller
-    has moved on, and pages read for a step already done would only crowd the page cache).
-    A hint: where no thread can start, none is given; the thread is a daemon, so nothing ever
-    waits for it (not the end of the process after a signal)."""
+    """:meth:`MappedTensor.prefetch` for each of ``tensors`` held in a file, on an I/O thread
+    (``onnxfold.io.threads``), and return at once: ``posix_fadvise`` reads much of the range
+    before it returns (on a virtio disk most of what reading it costs), so a caller that hints
+    the weights of its next step before computing this one would otherwise wait for them first
+    (an 8-layer slice of a 7B decoder: 0.9 s of a check's 4.5 s run of the optimized model).
+    Only the latest request is worked on: one a newer request finds unfinished is dropped (its
+    caller has moved on, and pages read for a step already done would only crowd the page
+    cache). A hint: where no thread can start, none is given until one can; the I/O threads are
+    daemons, so nothing ever waits for it (not the end of the process after a signal)."""
     mapped = [t for t in tensors if isinstance(t, MappedTensor) and t.size]
     if mapped:
         _READ_AHEAD.ask(mapped)
 
 
 class _ReadAhead:
-    """The one thread that gives :func:`prefetch_ahead`'s hints, started on first use."""
+    """:func:`prefetch_ahead`'s hints, given by one job at a time on an I/O thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._asked = threading.Event()
         self._latest: list[MappedTensor] = []
         self._generation = 0
-        self._thread: threading.Thread | None = None
+        self._giving = False  # a job is queued or running: it takes the latest request
 
     def ask(self, tensors: list[MappedTensor]) -> None:
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():  # (none in a fork)
-                thread = threading.Thread(target=self._give, name="onnxfold-read-ahead",
-                                          daemon=True)
-                try:
-                    thread.start()
-                except RuntimeError:  # no thread: no hint
-                    return
-                self._thread = thread
             self._latest, self._generation = tensors, self._generation + 1
-        self._asked.set()
+            if self._giving:
+                return
+            self._giving = True
+        submit(self._give)
 
     def _give(self) -> None:
-        while True:
-            self._asked.wait()
+        try:
+            while True:
+                with self._lock:
+                    tensors, generation = self._latest, self._generation
+                    self._latest = []
+                    if not tensors:  # (decided under the lock an ``ask`` takes)
+                        self._giving = False
+                        return
+                for tensor in tensors:
+                    if self._generation != generation:
+                        break  # a newer request: this one's caller has moved on
+                    tensor.prefetch()
+        except BaseException:
             with self._lock:
-                self._asked.clear()
-                tensors, generation = self._latest, self._generation
-                self._latest = []
-            for tensor in tensors:
-                if self._generation != generation:
-                    break  # a newer request: this one's caller has moved on
-                tensor.prefetch()
+                self._giving = False
+            raise
 
 
 _READ_AHEAD = _ReadAhead()

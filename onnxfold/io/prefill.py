@@ -3,9 +3,10 @@
 Writing a few hundred MB into new page-cache pages is most of what saving costs once the
 weights are laid out, and on virtual machines whose free memory is handed back to the host
 (free page reporting, ballooning) the first touch of each page costs several times more, and
-varies from run to run. Folding is single-threaded Python, so the second core is free: a
-thread fills the output's temporary file with zeros meanwhile, and the writer then overwrites
-pages that are already in the page cache, and truncates the file to the model's size.
+varies from run to run. Folding is single-threaded Python, so the second core is free: an
+I/O thread (``onnxfold.io.threads``) fills the output's temporary file with zeros meanwhile,
+and the writer then overwrites pages that are already in the page cache, and truncates the
+file to the model's size.
 
 Standard library only, so the CLI can start it before numpy, onnx and onnx-ir are imported.
 """
@@ -19,6 +20,7 @@ import threading
 from onnxfold.host.endings import uninterrupted
 from onnxfold.io.pinned import PinnedOutput
 from onnxfold.io.tempfiles import temporary
+from onnxfold.io.threads import submit
 
 AVAILABLE = hasattr(os, "pwrite")  # not on Windows
 PREFILL_LIMIT = 1 << 30  # bigger outputs take long to fold; zeros kept that long get written back
@@ -26,10 +28,10 @@ _PIECE = 8 << 20
 
 
 class OutputPrefill:
-    """A temporary file beside ``output`` that a background thread fills with ``nbytes`` zeros.
+    """A temporary file beside ``output`` that an I/O thread fills with ``nbytes`` zeros.
 
     Pass it to ``save_model(..., prefill=...)``, which takes the file over; if it is never
-    taken, ``discard`` (or leaving the ``with`` block) stops the thread and deletes the file.
+    taken, ``discard`` (or leaving the ``with`` block) stops the filling and deletes the file.
     """
 
     def __init__(self, output: PinnedOutput, nbytes: int) -> None:
@@ -39,12 +41,11 @@ class OutputPrefill:
         fd, self.tmp = temporary(output.directory, output.name)
         self.fd: int | None = fd  # None once taken or discarded
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fill, name="onnxfold-prefill", daemon=True)
-        self._thread.start()
+        self._job = submit(self._fill)
 
     def _fill(self) -> None:
         zeros = memoryview(bytes(min(_PIECE, self.target)))
-        assert self.fd is not None  # cleared only after this thread is joined
+        assert self.fd is not None  # cleared only after this job ended
         try:
             while self.filled < self.target and not self._stop.is_set():
                 size = min(len(zeros), self.target - self.filled)
@@ -54,7 +55,8 @@ class OutputPrefill:
 
     def _halt(self) -> None:
         self._stop.set()
-        uninterrupted(self._thread.join)  # never leave it writing to a closed descriptor
+        if not self._job.cancel():  # never leave it writing to a closed descriptor
+            uninterrupted(self._job.exception)
 
     def take(self, output: PinnedOutput) -> tuple[int, str] | None:
         """Hand the file over for writing ``output``: ``(fd, temporary file's name)``, or None

@@ -7,18 +7,17 @@ weight, copied file-to-file) or a sub-byte tensor. A large segment is cut in two
 rows, file ranges anywhere) and its halves are written concurrently: the copies of transposed
 views run on two cores, their whole pages written around the page cache
 (``onnxfold.io.writes``), while a third thread reads the next weight from its input file; the
-resident memory stays that of two weights.
+resident memory stays that of two weights. The other threads are the process's I/O threads
+(``onnxfold.io.threads``); a half or a read no thread has started is done by the writer itself.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
 import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +28,7 @@ from onnxfold.io.checked import InputChanged, open_input
 from onnxfold.io.mapped import detached, input_origin
 from onnxfold.io.tempfiles import TRUNCATED
 from onnxfold.io.tensor_facts import data_nbytes
+from onnxfold.io.threads import Job, submit
 from onnxfold.io.writes import AlignedBuffer, Writes, placement, pwrite_all
 from onnxfold.ir.arrays import byte_bounds, copy_c_order, release_pages
 from onnxfold.ir.blocks import Concatenated
@@ -156,19 +156,20 @@ class _ReadAhead:
     while a weight is transposed and written, and the cores while the next is read (on a
     model read from a cold cache, 1.3 s of a 3.1 s write). Two buffers take turns: the one
     being written, the one being read into. A context manager: leaving waits for a read
-    still going, so no thread outlives the write."""
+    still going (one not started is dropped), so no read outlives the write."""
 
     def __init__(self, segments: Sequence[Segment]) -> None:
         self._segments = segments
         self._copies = (_Scratch(), _Scratch())
-        self._pending: tuple[int, Future[Segment]] | None = None
+        self._pending: tuple[int, Job[Segment]] | None = None
 
     def __enter__(self) -> _ReadAhead:
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._pending is not None:
-            uninterrupted(self._pending[1].exception)
+            if not self._pending[1].cancel():
+                uninterrupted(self._pending[1].exception)
             self._pending = None
 
     def take(self, index: int) -> Segment:
@@ -180,7 +181,7 @@ class _ReadAhead:
         self._pending = None
         following = index + 1
         if following < len(self._segments) and _reads_mapping(self._segments[following]):
-            self._pending = (following, _reader().submit(
+            self._pending = (following, submit(
                 unmapped, self._segments[following], self._copies[following % 2]))
         return seg
 
@@ -264,7 +265,7 @@ def _write_whole(writes: Writes, seg: Segment, scratch: tuple[_Scratch, _Scratch
     if cut is None:
         _write_one(writes, seg, scratch[0], sources)
         return
-    other = _helper().submit(_write_one, writes, cut[1], scratch[1], sources)
+    other = submit(_write_one, writes, cut[1], scratch[1], sources)
     try:
         _write_one(writes, cut[0], scratch[0], sources)
     finally:  # never leave it writing to a closed descriptor
@@ -449,15 +450,3 @@ def _array_chunks(arr: np.ndarray, scratch: _Scratch, at: int) -> Iterator[np.nd
         out = scratch.array(piece.shape, piece.dtype, at + i * arr[0].nbytes)
         copy_c_order(piece, out)
         yield out.reshape(-1)
-
-
-@functools.cache
-def _reader() -> ThreadPoolExecutor:
-    """The thread that reads the next mapped view while a segment is written."""
-    return ThreadPoolExecutor(1, thread_name_prefix="onnxfold-read")
-
-
-@functools.cache
-def _helper() -> ThreadPoolExecutor:
-    """The second thread (numpy copies and file writes release the GIL)."""
-    return ThreadPoolExecutor(1, thread_name_prefix="onnxfold-write")

@@ -241,14 +241,12 @@ def _hinted_thread_names(tensors, expected: int, monkeypatch) -> list[str]:
     return names
 
 
-def test_prefetch_ahead_hints_on_a_daemon_thread_of_its_own(tmp_path, monkeypatch):
+def test_prefetch_ahead_hints_on_a_daemon_io_thread(tmp_path, monkeypatch):
     """The check hints the next window's weights and computes this one meanwhile: the hints
-    (posix_fadvise reads much of the range before returning) are given on a thread of their
-    own, a daemon that nothing waits for at exit, each weight in a file once; weights held in
-    memory are no file's and get no hint."""
+    (posix_fadvise reads much of the range before returning) are given on one of the
+    process's I/O threads, daemons that nothing waits for at exit, each weight in a file once;
+    weights held in memory are no file's and get no hint."""
     import threading
-
-    from onnxfold.io import mapped
 
     path = str(tmp_path / "m.onnx")
     _weights_model(path, count=3)
@@ -256,9 +254,9 @@ def test_prefetch_ahead_hints_on_a_daemon_thread_of_its_own(tmp_path, monkeypatc
     tensors = [model.graph.initializers[f"w{i}"].const_value for i in range(3)]
     names = _hinted_thread_names([*tensors, ir.tensor(np.ones(3, np.float32)), None], 3,
                                  monkeypatch)
-    assert names == ["onnxfold-read-ahead"] * 3
-    (thread,) = [t for t in threading.enumerate() if t.name == "onnxfold-read-ahead"]
-    assert thread.daemon and thread is mapped._READ_AHEAD._thread
+    assert names == ["onnxfold-io"] * 3
+    workers = [t for t in threading.enumerate() if t.name == "onnxfold-io"]
+    assert workers and all(t.daemon for t in workers)
 
 
 def test_prefetch_ahead_drops_a_request_a_newer_one_overtakes(tmp_path, monkeypatch):
@@ -296,23 +294,26 @@ def test_prefetch_ahead_drops_a_request_a_newer_one_overtakes(tmp_path, monkeypa
 
 def test_prefetch_ahead_gives_no_hint_where_no_thread_can_start(tmp_path, monkeypatch):
     """A hint is no work the run needs: where the machine refuses a thread, the caller goes
-    on without one (the machine's limit is never the model's fault)."""
+    on without one (the machine's limit is never the model's fault), and no hint is given."""
     import threading
 
-    from onnxfold.io import mapped
+    from onnxfold.io import mapped, threads
 
     path = str(tmp_path / "m.onnx")
     _weights_model(path, count=2)
     tensors = [load_model(path).graph.initializers[f"w{i}"].const_value for i in range(2)]
-    fresh = mapped._ReadAhead()
-    monkeypatch.setattr(mapped, "_READ_AHEAD", fresh)
+    monkeypatch.setattr(mapped, "_READ_AHEAD", mapped._ReadAhead())
+    pool = threads._Pool()
+    monkeypatch.setattr(threads, "_POOL", pool)
+    hinted: list[object] = []
+    monkeypatch.setattr(mapped.MappedTensor, "prefetch", hinted.append)
 
     def refused(self):
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", refused)
     mapped.prefetch_ahead(tensors)  # nothing raised
-    assert fresh._thread is None
+    assert pool.threads() == 0 and hinted == []
 
 
 def test_a_weight_read_with_pread_starts_where_onnxruntime_holds_one(tmp_path):

@@ -1,0 +1,154 @@
+"""The process's I/O threads: one small pool the writer, the read-ahead and the prefill share.
+
+Every I/O job of a run (the second half of a large weight's write, reading the next weight
+while one is written, warming the output's pages while the model folds, hinting the weights a
+check reads next) runs on one of at most ``MAX_THREADS`` threads, started when a job finds
+none idle and kept, idle, for the next one.
+
+A caller that waits for its job takes it back when no thread has started it (every thread
+busy, or none could start: "can't start new thread" under a thread limit) and runs it itself.
+A wait is therefore never on a job queued behind others, nothing waits for a thread that never
+comes, and a machine with no thread to spare runs the same work in one. A job nobody waits
+for (a hint, the prefill) can be cancelled while it is queued. The threads are daemons: the
+end of the process, a signal's included, waits for no hint and no prefill (the writer's own
+jobs are always waited for). Standard library only: the CLI starts the prefill before numpy,
+onnx and onnx-ir are imported.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+MAX_THREADS = 3  # the writer's two (a half written, the next weight read) and one hint or fill
+POLL = 0.5  # seconds a wait sleeps before it looks again (a signal's handler runs between)
+
+_PENDING, _RUNNING, _DONE, _CANCELLED = range(4)
+
+
+class Job(Generic[T]):
+    """``fn(*args)`` handed to the pool (:func:`submit`)."""
+
+    def __init__(self, fn: Callable[..., T], args: tuple) -> None:
+        self._fn: Callable[..., T] | None = fn
+        self._args = args
+        self._state = _PENDING
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def _claim(self) -> bool:
+        """Whether the caller is the one to run it (it was still queued)."""
+        with self._lock:
+            if self._state != _PENDING:
+                return False
+            self._state = _RUNNING
+            return True
+
+    def _run(self) -> None:
+        fn, args = self._fn, self._args
+        assert fn is not None  # cleared only once it ran, or instead of running
+        try:
+            self._value = fn(*args)
+        except BaseException as e:  # handed to whoever waits for it, as it is
+            self._error = e
+        finally:
+            del fn, args  # what it held goes with it
+            self._fn, self._args = None, ()
+            self._state = _DONE
+            self._finished.set()
+
+    def cancel(self) -> bool:
+        """Drop the job if no thread has started it: whether it will never run."""
+        with self._lock:
+            if self._state == _PENDING:
+                self._state = _CANCELLED
+                self._fn, self._args = None, ()
+                self._finished.set()
+            return self._state == _CANCELLED
+
+    def done(self) -> bool:
+        """Whether it ended (ran, failed or was cancelled): nothing of it runs any more."""
+        return self._finished.is_set()
+
+    def exception(self) -> BaseException | None:
+        """Run it here if still queued, else wait until it ended; what it raised, or None.
+        Raises KeyboardInterrupt (a signal) if one comes while it waits."""
+        if self._claim():
+            self._run()
+        while not self._finished.wait(POLL):
+            pass
+        return self._error
+
+    def result(self) -> T:
+        """:meth:`exception`, then its value, or what it raised raised here."""
+        error = self.exception()
+        if error is not None:
+            raise error
+        return self._value  # type: ignore[return-value]
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, job: Job) -> None:
+        self._queue.put(job)
+        with self._lock:
+            if self._idle > 0 or self._threads >= MAX_THREADS:
+                return
+            self._threads += 1
+        thread = threading.Thread(target=self._work, name="onnxfold-io", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had: the job waits, or its waiter runs it
+            with self._lock:
+                self._threads -= 1
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            job = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+            if job._claim():
+                job._run()
+
+    def threads(self) -> int:
+        """Threads started (busy or idle)."""
+        with self._lock:
+            return self._threads
+
+
+_POOL = _Pool()
+
+
+def submit(fn: Callable[..., T], *args: object) -> Job[T]:
+    """Run ``fn(*args)`` on an I/O thread; the job, for waiting on it or cancelling it."""
+    job: Job[T] = Job(fn, args)
+    _POOL.submit(job)
+    return job
+
+
+def threads_started() -> int:
+    """How many I/O threads this process has (never more than ``MAX_THREADS``)."""
+    return _POOL.threads()
+
+
+def _after_fork() -> None:
+    """A forked child has none of its parent's threads: a fresh pool."""
+    global _POOL
+    _POOL = _Pool()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
