@@ -527,6 +527,12 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
           external_data: bool | None, data_name: str | None, prefill: OutputPrefill | None,
           judges: tuple[Callable[[str], None] | None, Callable[[str], None] | None],
           progress: Callable[[int, int], None] | None) -> SaveInfo:
+    """:func:`save_model`'s one path: the model and its data written beside the output under
+    temporary names (which no other writer removes) and judged there (``verify``, a model
+    without external data; ``before_publish``, any) without the output's lock: a check takes
+    minutes, a large write long, and another run on the output waits for neither. Then, under
+    the lock, the data gets the fresh name it keeps, the small model file is written naming
+    it, and both are published (``_Files.publish``)."""
     directory, shown = output.directory, output.given
     requested = os.path.basename(data_name or output.name + data_suffix(
         model.meta.get(SOURCE_KEY), model.meta.get(DATA_FILES_KEY, ())))
@@ -543,85 +549,38 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
     if external_data:
         guard.pin(output.sibling(requested), "output model's external data")
 
-    head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
+    parts = head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
     in_place = guard.replaces_input(output)
     verify, before_publish = judges
-    if before_publish is not None:  # judged outside the output's lock, then published
-        return _save_judged(model, output, guard, (head, graph_bytes, doc_string), streamed,
-                            requested, external_data, before_publish, counted)
-    with output_lock(output):
-        data = fresh_data_name(directory, requested) if external_data else requested
-        reached("saving")
-        fd: int | None
-        taken = prefill.take(output) if prefill is not None else None
-        fd, tmp = taken or temporary(directory, output.name)
-        files = _Files(output, tmp, data)
-        data_fd = None
-        try:
-            offset = 0
-            offsets: list[int] = []
-            if external_data:
-                data_fd, files.data_tmp = temporary(directory, data)
-                offsets, offset = _write_data(data_fd, streamed, counted)
-                written = _write_naming(fd, head, graph_bytes, streamed, offsets, data)
-            else:
-                # (pages a prefill warmed are overwritten in the page cache: a direct write
-                # would first write their zeros out)
-                written = _write_embedded(fd, head, graph_bytes, streamed, counted,
-                                          direct=taken is None)
-            written = _finished(fd, written, doc_string)
-            os.close(fd)
-            fd = None
-            reached("written")
-            if verify is not None and not external_data:
-                verify(directory.path_of(tmp))
-            written = _published(files, model, requested, guard, in_place, external_data,
-                                 (head, graph_bytes, doc_string), streamed, offsets, written)
-        except OSError as e:
-            raise write_failed(shown, e) from None
-        finally:
-            for open_fd in (fd, data_fd):
-                if open_fd is not None:
-                    os.close(open_fd)
-            files.remove_unpublished()
-    return SaveInfo(shown, directory.shown(files.data) if external_data else None,
-                    written + offset, len(streamed))
-
-
-def _save_judged(model: ir.Model, output: PinnedOutput, guard: OutputGuard,
-                 parts: tuple[bytes, list[Part], str | None], streamed: dict[str, ir.Value],
-                 requested: str, external_data: bool,
-                 before_publish: Callable[[str], None],
-                 counted: Callable[[int], None] | None) -> SaveInfo:
-    """:func:`save_model` with ``before_publish``: the model and its data written beside the
-    output under temporary names (which no other writer removes), judged there without the
-    output's lock (a check takes minutes: another run on the output does not wait for it),
-    then, under the lock, its data given the fresh name it keeps, the small model file written
-    again naming it, and both published (``_Files.publish``)."""
-    directory, shown = output.directory, output.given
-    head, graph_bytes, doc_string = parts
-    in_place = guard.replaces_input(output)
     reached("saving")
     fd: int | None
-    fd, tmp = temporary(directory, output.name)
+    taken = prefill.take(output) if prefill is not None else None
+    fd, tmp = taken or temporary(directory, output.name)
     files = _Files(output, tmp, requested)
     data_fd = None
     try:
         offsets: list[int] = []
-        end = 0
+        end = written = 0
         if external_data:
             data_fd, files.data_tmp = temporary(directory, requested)
             offsets, end = _write_data(data_fd, streamed, counted)
             os.close(data_fd)
             data_fd = None
-            written = _write_naming(fd, head, graph_bytes, streamed, offsets, files.data_tmp)
+            if before_publish is not None:  # the model judged names its data's temporary file
+                written = _finished(fd, _write_naming(fd, head, graph_bytes, streamed, offsets,
+                                                      files.data_tmp), doc_string)
         else:
-            written = _write_embedded(fd, head, graph_bytes, streamed, counted)
-        written = _finished(fd, written, doc_string)
+            # (pages a prefill warmed are overwritten in the page cache: a direct write would
+            # first write their zeros out)
+            written = _finished(fd, _write_embedded(fd, head, graph_bytes, streamed, counted,
+                                                    direct=taken is None), doc_string)
         os.close(fd)
         fd = None
         reached("written")
-        before_publish(directory.path_of(tmp))
+        if verify is not None and not external_data:
+            verify(directory.path_of(tmp))
+        if before_publish is not None:
+            before_publish(directory.path_of(tmp))
         with output_lock(output):
             if external_data:  # named as published now: the model names its data's name
                 files.data = fresh_data_name(directory, requested)
