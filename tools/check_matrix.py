@@ -12,7 +12,7 @@ of stderr, else the check's failure). Rows of ``KNOWN_CHECK_FAILURES`` say ``kno
 ``--mutations`` also plants the two wrong folds of ``tests/support/planted_folds.py`` in each
 folded model and says whether ``onnxfold compare`` catches them (exit 1). ``--windows`` also
 compares each fold with its export window by window (windows of an eighth of its weights:
-``export_matrix.windowed_compare``), as ``tests/exports/test_windowed_check_matrix.py`` does
+``export_matrix.windowed_compare``), as ``tests/exports/test_staged_check_matrix.py`` does
 on one export of each family: the verdict must be the whole check's.
 ``--held-out`` runs the held-out exports instead (``tests/support/held_out_exports.py``),
 ``--fresh`` the fresh ones (``tests/support/fresh_exports.py``: a second control set of

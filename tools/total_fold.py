@@ -29,7 +29,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 import onnxfold
-from onnxfold.check.running.feeds import synthetic_feeds
+from onnxfold.check.inputs.feeds import synthetic_feeds
 from onnxfold.pipeline.options import FoldOptions
 
 FLAG_SETS = {

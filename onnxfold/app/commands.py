@@ -53,7 +53,7 @@ class ComparisonFlags:
     def resolved(self) -> CompareOptions:
         """The comparison's settings: ``--dim`` and ``--int-range`` parsed, each custom-op
         library an existing file (InputError naming the first that is not)."""
-        from onnxfold.check.running.feeds import parse_dims, parse_int_ranges
+        from onnxfold.check.inputs.feeds import parse_dims, parse_int_ranges
         from onnxfold.check.running.options import CompareOptions
         from onnxfold.runtime.custom_ops import checked_libraries
 

@@ -82,8 +82,8 @@ def judged_against(model: ir.Model, label: str, comparison: CompareOptions,
     ``--test-input-shape`` (``test_shapes``) the inputs' shapes, and none of them binding a dim
     to another size than another does or than ``--input-shape`` (``fixed``) fixes it at.
     Returns the check's dims ``--test-input-shape`` gives."""
-    from onnxfold.check.running.dim_relations import is_named
-    from onnxfold.check.running.feeds import anonymous_dims
+    from onnxfold.check.inputs.dim_relations import is_named
+    from onnxfold.check.inputs.feeds import anonymous_dims
 
     inputs = {str(v.name): v for v in model.graph.inputs
               if v.name not in model.graph.initializers}
@@ -154,7 +154,7 @@ def _tested_dims(shapes: Sequence[str], model: ir.Model) -> dict[str, int]:
     anonymous one by the name the check gives it (``x[2]``). InputError, as ``--input-shape``
     says it, for an input the model lacks, another rank, a static dim given another size, or a
     dim given two sizes."""
-    from onnxfold.check.running.feeds import anonymous_dims
+    from onnxfold.check.inputs.feeds import anonymous_dims
 
     inputs = {str(v.name): v for v in model.graph.inputs if v.name not in
               model.graph.initializers}

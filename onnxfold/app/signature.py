@@ -3,7 +3,7 @@
 output, the parameters and their bytes) with the file's size as written, and the compute per
 op type at the shapes of the check's first input set: the check's own where ``--check`` ran,
 else the check's guesses planned on the optimized graph (its feed plan,
-``onnxfold.check.running.feeds``, over the types and dims the fold already knows: no shape
+``onnxfold.check.inputs.feeds``, over the types and dims the fold already knows: no shape
 inference of its own).
 
 The compute is the run's profiles evaluated at those shapes (``onnxfold.signature``: the
@@ -64,7 +64,7 @@ def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOp
     ``--int-range`` is to be checked against the model, else the check's plan of its first
     set over ``folded``'s inputs, its relations read from the types the fold left on the
     graph (no inference again) by the planner's own walk of the dims."""
-    from onnxfold.check.running.feeds import FeedPlan
+    from onnxfold.check.inputs.feeds import FeedPlan
     from onnxfold.check.running.models import numpy_type
 
     if check is not None:

@@ -139,7 +139,7 @@ def _same_op(load_error: str, run_error: str) -> bool:
 def _fails_at(original: str | os.PathLike, input_shapes: InputShapes | None) -> str | None:
     """Why the original, its inputs fixed by ``input_shapes`` (None: as it declares them),
     fails to run once on seeded inputs (None: it runs)."""
-    from onnxfold.check.running.feeds import synthetic_feeds
+    from onnxfold.check.inputs.feeds import synthetic_feeds
     from onnxfold.pipeline.references import with_input_shapes
 
     proto = with_input_shapes(os.fspath(original), input_shapes) if input_shapes is not None \

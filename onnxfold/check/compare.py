@@ -3,7 +3,7 @@
 Folding must not change what a model computes. This runs the original and the rewritten model
 one after the other (CPU, at onnxruntime's default optimization level unless told otherwise:
 the original as a user runs it) on seeded random or user-supplied inputs
-(:mod:`onnxfold.check.running.feeds`, run by :mod:`onnxfold.check.outputs.reference_runs`),
+(:mod:`onnxfold.check.inputs.feeds`, run by :mod:`onnxfold.check.outputs.reference_runs`),
 and reports per output how far apart they are (``onnxfold.check.result``). Every initializer
 of the second model that the first does not hold as it is is also re-derived from the first
 (:mod:`onnxfold.check.folds.verification`), at every binding of the dims the reference ran.
@@ -21,6 +21,8 @@ import onnx_ir as ir
 from onnxfold.check.file_verification import FileVerification
 from onnxfold.check.folds.verdicts import FoldVerification
 from onnxfold.check.folds.verification import reads_dynamic_dims, verify_folds
+from onnxfold.check.inputs.feeds import FeedPlan, dtype_name, load_given
+from onnxfold.check.inputs.pinned import pinned_dims
 from onnxfold.check.outputs import map_outputs, stability, summed_terms
 from onnxfold.check.outputs.differences import OutputDiff, accumulate, as_array
 from onnxfold.check.outputs.doomed_bindings import FailedNodes
@@ -38,20 +40,18 @@ from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.aside import SessionAside
 from onnxfold.check.running.aside import started as started_aside
 from onnxfold.check.running.cones import Cones, WeightStore, reinferred
-from onnxfold.check.running.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.models import ModelRef, graph_of, held, label_of, release_weights
 from onnxfold.check.running.options import CompareOptions
-from onnxfold.check.running.pinned import pinned_dims
 from onnxfold.check.running.runner import MachineShort, open_session, session_parts
-from onnxfold.check.running.windows import (
-    Chain,
-    Window,
-    WindowPlan,
+from onnxfold.check.running.stage_plan import (
+    Stage,
+    StagePlan,
     heaviest,
-    plan_windows,
+    plan_stages,
     read_from_inputs,
 )
+from onnxfold.check.running.stages import Chain
 from onnxfold.errors import InputError, ResourceLimitError, one_line
 from onnxfold.host import heap
 from onnxfold.host.interruptible import InferenceTimeout
@@ -94,7 +94,7 @@ def compare(a: ModelRef, b: ModelRef, *,
     Inputs are ``inputs`` (a dict or an .npz path) where given, else seeded random data shaped
     from model A's inputs (``dims`` binds symbolic dimensions, the rest are 1). ``n`` input sets
     use seeds ``seed .. seed+n-1``. An element matches when it is within the tolerance of its
-    output's dtype (:mod:`onnxfold.check.running.tolerance`: float16/bfloat16 in ulps, float32
+    output's dtype (:mod:`onnxfold.check.judging.tolerance`: float16/bfloat16 in ulps, float32
     by rtol 1e-4 and atol 1e-5, the rest exactly), or within ``atol + rtol*|b|`` when ``rtol``
     or ``atol`` is given, or both are NaN. Raises InputError when a model cannot be read or run,
     or the I/O names differ. ``custom_op_libraries``: shared libraries of custom ops onnxruntime
@@ -108,7 +108,7 @@ def compare(a: ModelRef, b: ModelRef, *,
     the progress line. ``evidence``: what the run
     that made ``b`` knows (``optimize(...).evidence``): with ``record_rewrites=True`` every
     rewrite is validated on the input sets, and ``b`` may fix only the dims its
-    ``input_shapes`` fixed. ``window_bytes``: run both models window by window, each window
+    ``input_shapes`` fixed. ``window_bytes``: run both models stage by stage, each stage
     at most this many bytes of weights (None: only where a session over a whole model does
     not fit in the memory left).
     """
@@ -150,9 +150,9 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
                      "from input set 2 on, each moved about 1% from its default")
     folds: FoldVerification | None = None
     validated: RewriteValidation | None = None
-    # in windows, where each binding is a whole run of the original over its weights read
+    # in stages, where each binding is a whole run of the original over its weights read
     # again, the bindings no compared set uses run only for folds re-derived at each of them
-    every_binding = run.windows is None or (
+    every_binding = run.stages is None or (
         options.verify is not False and reads_dynamic_dims(run.graph_a, run.graph_b))
     while True:
         reference = run.reference(n, every_binding)
@@ -168,7 +168,7 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
         result.fixed_defaults = run.fixed_defaults
         weights = _weight_store()  # read once for the folds' and the rewrites' cones
         rewrites = evidence.rewrites if evidence is not None else None
-        with _pooled(run.windows is None):
+        with _pooled(run.stages is None):
             if options.verify is not False and folds is None:
                 tell("verifying folds")  # before B's session: never two models' weights at once
                 folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
@@ -224,7 +224,7 @@ def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None,
         reference = None  # its folds alone, and what needs bindings or inputs said
     tell("verifying folds")
     weights = _weight_store()
-    with _pooled(run.windows is None):
+    with _pooled(run.stages is None):
         folds = verify_folds(a, b, bindings=reference.shapes if reference else (),
                              inputs=reference.feeds if reference else (), progress=tell,
                              libraries=run.libraries, weights=weights)
@@ -259,16 +259,16 @@ class _Run:
         self.run_options = ort.RunOptions()
         self.run_options.log_severity_level = 4
         # one model in memory at a time: A runs every input set, then B; both must fit, or
-        # both run window by window
+        # both run stage by stage
         heap.prepare()
         self.weighed = (memory_room.weighed(graph_a), memory_room.weighed(graph_b))
-        planned = _windows(*self.weighed, graph_a, graph_b, options.window_bytes)
-        self.windows: WindowPlan | None = planned[0] if planned is not None else None
-        self.windows_why = planned[1] if planned is not None else ""
-        self.b_in_windows = ""  # why B alone ran window by window, where it did
-        # in windows: the rewrites' leaves A's chain keeps, those computed from the inputs
+        planned = _stages(*self.weighed, graph_a, graph_b, options.window_bytes)
+        self.stages: StagePlan | None = planned[0] if planned is not None else None
+        self.stages_why = planned[1] if planned is not None else ""
+        self.b_in_stages = ""  # why B alone ran stage by stage, where it did
+        # in stages: the rewrites' leaves A's chain keeps, those computed from the inputs
         # (a leaf of the weights alone, a transposed weight, is computed again where read)
-        self.leaves = frozenset(leaves) & read_from_inputs(graph_a) if self.windows else \
+        self.leaves = frozenset(leaves) & read_from_inputs(graph_a) if self.stages else \
             frozenset()
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
         self.graph_a, self.graph_b = graph_a, graph_b  # (a binding that fails: inference
@@ -287,7 +287,7 @@ class _Run:
         # default it fixed, and a difference shows)
         self.fixed_defaults = [name for name in fixed if name not in self.feeder.given]
         self.outputs = [name for name, _ in self.io_a["get_outputs"]]
-        # in windows: A's values at the cuts and the rewrites' leaves, per input set compared
+        # in stages: A's values at the cuts and the rewrites' leaves, per input set compared
         self.chain_values: list[dict] = []
 
     def reference(self, n: int, every_binding: bool = True) -> Reference:
@@ -315,7 +315,7 @@ class _Run:
     def _aside(self, b: ModelRef) -> SessionAside | None:
         """``b``'s session, building beside ``a``'s, where both are whole sessions that fit
         together (None: ``b``'s is opened after ``a``'s runs, as :meth:`session_b` does)."""
-        if self.windows is not None or not memory_room.both_sessions_fit(*self.weighed):
+        if self.stages is not None or not memory_room.both_sessions_fit(*self.weighed):
             return None
         try:
             parts = session_parts(b, self.libraries, self.options.level)
@@ -324,74 +324,74 @@ class _Run:
         return started_aside(parts, self.label_b)
 
     def _session_a(self):
-        """Model A's session, or its chain of windows where the check runs in windows."""
-        if self.windows is None:
+        """Model A's session, or its chain of stages where the check runs in stages."""
+        if self.stages is None:
             return _original_session(self.a, self.label_a, self.libraries, self.options.level)
-        return self._chain(self.graph_a, self.windows.a, self.label_a, self.leaves)
+        return self._chain(self.graph_a, self.stages.a, self.label_a, self.leaves)
 
     def session_b(self, b: ModelRef):
-        """Model B's session (or chain of windows); InputError where onnxruntime cannot load
-        it, MachineShort where the machine ran short even in windows."""
-        if self.windows is not None:  # (it keeps the leaves it makes too: a value handed
+        """Model B's session (or chain of stages); InputError where onnxruntime cannot load
+        it, MachineShort where the machine ran short even in stages."""
+        if self.stages is not None:  # (it keeps the leaves it makes too: a value handed
             # back is rounded to its dtype where a session keeps it in float32, and both chains
             # must round the same values)
-            return self._chain(self.graph_b, self.windows.b, self.label_b, self.leaves)
+            return self._chain(self.graph_b, self.stages.b, self.label_b, self.leaves)
         try:
             if self.aside is not None:
                 aside, self.aside = self.aside, None
                 return aside.session()
             return open_session(b, self.label_b, self.libraries, self.options.level)
-        except MachineShort:  # A's session fitted, B's does not: B in windows, if they fit
-            budget = memory_room.window_budget()
+        except MachineShort:  # A's session fitted, B's does not: B in stages, if they fit
+            budget = memory_room.stage_budget()
             if budget is None:
                 raise
-            plan = plan_windows(self.graph_a, self.graph_b, budget)
+            plan = plan_stages(self.graph_a, self.graph_b, budget)
             try:
-                memory_room.check_window(*heaviest(plan.b))
+                memory_room.check_stage(*heaviest(plan.b))
             except (MemoryError, ValueError):
                 raise MachineShort(f"{self.label_b}: loading it: its session does not fit "
-                                   "after the original's, nor its largest window") from None
-            self.b_in_windows = (
-                f"the optimized model ran window by window (its session did not fit after "
-                f"the original's): {len(plan.b)} windows of at most {size_text(budget)} of "
+                                   "after the original's, nor its largest stage") from None
+            self.b_in_stages = (
+                f"the optimized model ran stage by stage (its session did not fit after "
+                f"the original's): {len(plan.b)} stages of at most {size_text(budget)} of "
                 "weights, fed, run end to end and compared with the original's one session "
                 "at the outputs")
             return Chain(self.graph_b, plan.b, self.label_b, self.libraries,
                          self.options.level)
 
-    def _chain(self, graph: ir.Model, windows: list[Window], label: str,
+    def _chain(self, graph: ir.Model, stages: list[Stage], label: str,
                also: Collection[str] = ()) -> Chain:
-        """A chain of ``graph``'s ``windows`` that keeps the values at the cuts, and
+        """A chain of ``graph``'s ``stages`` that keeps the values at the cuts, and
         ``also``."""
-        assert self.windows is not None
-        chain = Chain(graph, windows, label, self.libraries, self.options.level,
-                      kept=[*(name for cut in self.windows.cuts for name in cut), *also])
+        assert self.stages is not None
+        chain = Chain(graph, stages, label, self.libraries, self.options.level,
+                      kept=[*(name for cut in self.stages.cuts for name in cut), *also])
         chain.tell = lambda text: self.tell(f"{label}: {text}")
         return chain
 
 
-def _windows(weighed_a: tuple[int, int], weighed_b: tuple[int, int], a: ir.Model,
-             b: ir.Model, budget: int | None) -> tuple[WindowPlan, str] | None:
+def _stages(weighed_a: tuple[int, int], weighed_b: tuple[int, int], a: ir.Model,
+            b: ir.Model, budget: int | None) -> tuple[StagePlan, str] | None:
     """How the check runs the models (``weighed_*``: their weights and 16-bit floats'
     bytes, ``memory.weighed``): whole (None) where a session over the larger fits in the
-    memory left, else window by window (``budget``: the windows' weights, forced), with
-    why; CheckCouldNotRun where not even the largest window fits."""
-    why = f"windows of at most {size_text(budget)} of weights asked for" if budget else ""
+    memory left, else stage by stage (``budget``: the stages' weights, forced), with
+    why; CheckCouldNotRun where not even the largest stage fits."""
+    why = f"stages of at most {size_text(budget)} of weights asked for" if budget else ""
     if budget is None:
         weights, cast = max(weighed_a, weighed_b, key=lambda w: memory_room.session_bytes(*w))
         try:
             memory_room.check_room(weights, cast)
             return None
         except MemoryError as e:
-            budget = memory_room.window_budget()
+            budget = memory_room.stage_budget()
             if budget is None:
                 raise CheckCouldNotRun(str(e)) from None
             why = (f"a session over a whole model needs about "
                    f"{size_text(memory_room.session_bytes(weights, cast))}, more than the memory "
                    "left")
-    plan = plan_windows(a, b, budget)
+    plan = plan_stages(a, b, budget)
     try:
-        memory_room.check_window(*heaviest([*plan.a, *plan.b]))
+        memory_room.check_stage(*heaviest([*plan.a, *plan.b]))
     except MemoryError as e:
         raise CheckCouldNotRun(str(e)) from None
     return plan, why
@@ -410,8 +410,8 @@ def _pooled(whole: bool) -> contextlib.AbstractContextManager:
     (``whole``: with whole sessions, none built in the block): many runs, each allocating
     the buffers the last freed, with glibc's large buffers pooled in the heap
     (``heap.pooled``: ResNet-50's three input sets 0.18 -> 0.10 s), and the heap released
-    after; not where a chain of windows runs (the memory left is short, every buffer goes
-    back to the system when freed, and each window's session is built within the run)."""
+    after; not where a chain of stages runs (the memory left is short, every buffer goes
+    back to the system when freed, and each stage's session is built within the run)."""
     return heap.pooled() if whole else contextlib.nullcontext()
 
 
@@ -487,7 +487,7 @@ def _overridable(a: ir.Model, b: ir.Model) -> tuple[dict[str, np.ndarray], list[
     return fed, fixed
 
 
-def _cut_rows(plan: WindowPlan, values_a: list[dict], values_b: list[dict | None],
+def _cut_rows(plan: StagePlan, values_a: list[dict], values_b: list[dict | None],
               result: CompareResult) -> list[OutputDiff]:
     """The values both chains handed on at each cut, compared over the input sets both ran
     (the tolerance of their dtype, as outputs), where both have the same shape and dtype (a
@@ -530,7 +530,7 @@ def _measure_stability(result: CompareResult, run: _Run, reference: Reference) -
     another optimization level (``outputs.stability``); said in a note and kept on
     ``result`` for the failure line."""
     failing = [row for row in result.rows if not row.ok]
-    if not failing or result.failure or run.windows is not None or run.b_in_windows or \
+    if not failing or result.failure or run.stages is not None or run.b_in_stages or \
             (result.folds is not None and not result.folds.ok) or \
             (result.rewrites is not None and not result.rewrites.ok):
         return
@@ -579,11 +579,11 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     if ran.failure:
         result.failure = ran.failure
         return False
-    if run.windows is not None:
-        result.windows = run.windows.describe(run.windows_why)
-        result.cut_rows = _cut_rows(run.windows, run.chain_values, cuts_b, result)
-    elif run.b_in_windows:
-        result.windows = run.b_in_windows
+    if run.stages is not None:
+        result.windows = run.stages.describe(run.stages_why)
+        result.cut_rows = _cut_rows(run.stages, run.chain_values, cuts_b, result)
+    elif run.b_in_stages:
+        result.windows = run.b_in_stages
     compared = [(a, b) for a, b in zip(reference.outputs, ran.outputs) if b is not None]
     if not compared:
         result.short_reason = ran.short
@@ -610,7 +610,7 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
                 zip(reference.feeds, reference.outputs, ran.outputs) if got_b is not None]
         note = summed_terms.judge_again(
             rows, again, run.a, run.label_a, sets, outputs, result.rtol, result.atol,
-            run.libraries, run.windows.budget if run.windows is not None else None,
+            run.libraries, run.stages.budget if run.stages is not None else None,
             run.options.level)
         result.notes += [note] if note else []
     for row in rows.values():

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 
 from onnxfold.check.folds.verdicts import NOT_FULL, FoldVerification
+from onnxfold.check.inputs.feeds import InputInfo, shape_text
+from onnxfold.check.judging.tolerance import SUMMED_UNITS
+from onnxfold.check.judging.tolerance import for_dtype as tolerance_for
+from onnxfold.check.judging.verdicts import AGREES
 from onnxfold.check.outputs.differences import OutputDiff
 from onnxfold.check.rewrites.validation import RewriteValidation
-from onnxfold.check.running.feeds import InputInfo, shape_text
 from onnxfold.check.running.levels import DEFAULT_LEVEL
-from onnxfold.check.running.tolerance import SUMMED_UNITS
-from onnxfold.check.running.tolerance import for_dtype as tolerance_for
-from onnxfold.check.running.verdicts import AGREES
 from onnxfold.host.terminal import families, printable, wrapped
 
 
@@ -33,7 +33,7 @@ class CompareResult:
     inputs: list[InputInfo]
     n: int
     seed: int
-    rtol: float | None  # None: chosen per output from its dtype (onnxfold.check.running.tolerance)
+    rtol: float | None  # None: chosen per output from its dtype (onnxfold.check.judging.tolerance)
     atol: float | None
     dims: dict[str, int] = field(default_factory=dict)  # the first binding of the named dims
     defaulted_dims: list[str] = field(default_factory=list)  # guessed: not given, not derived
@@ -53,7 +53,8 @@ class CompareResult:
     # it shows is what was shown before, nothing about the outputs
     not_run: str = ""
     short_reason: str = ""  # what the machine last ran short of running the second model
-    windows: str = ""  # how both models ran window by window ("": each in one session)
+    # how both models ran stage by stage ("": each in one session); its public name is older
+    windows: str = ""
     # the values both chains handed on at their cuts, compared as outputs are (where their
     # shapes and dtypes agree); they show where the chains part, the outputs decide
     cut_rows: list[OutputDiff] = field(default_factory=list)

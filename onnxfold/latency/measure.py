@@ -14,7 +14,7 @@ where the spread covers 1.0x, from enough pairs only (``spread.py``). Session cr
 :data:`CREATIONS` times per model, interleaved too (each model created first in half the
 pairs), from files (a dry run's output is written to a scratch file first:
 a session made from bytes in memory is slower to create than from a file). The inputs are the
-check's first input set (:mod:`onnxfold.check.running.feeds`: realistic sizes, the graph's dim
+check's first input set (:mod:`onnxfold.check.inputs.feeds`: realistic sizes, the graph's dim
 relations). Both sessions are held at once where both fit the memory limit, else one model is
 timed after the other (and the result says so; its ratios then pair runs taken apart).
 """
@@ -33,8 +33,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxfold.check.inputs.feeds import FeedPlan, shape_text
 from onnxfold.check.running import memory as memory_room
-from onnxfold.check.running.feeds import FeedPlan, shape_text
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import checked_dims
 from onnxfold.check.running.runner import MachineShort, open_session, run_model

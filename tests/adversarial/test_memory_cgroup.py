@@ -192,7 +192,7 @@ def test_a_check_that_does_not_fit_declines_in_one_line_and_one_that_fits_runs(t
     layered = weighty_model(tmp_path / "layered.onnx")
     outcome = run_in_memory_cgroup(384 * MiB, ["optimize", layered, "-o", out, "--check", "1"])
     assert outcome.returncode == 0 and outcome.oom_kills == 0, outcome
-    assert "compared window by window" in outcome.stdout and \
+    assert "compared stage by stage" in outcome.stdout and \
         "all outputs within tolerance" in outcome.stdout, outcome.stdout
     # compare and verify-folds are the check: the same line, without advice of a flag they
     # do not have

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from onnxfold.check.running import feeds
+from onnxfold.check.inputs import feeds
 from tests.support.memcg import run_in_memory_cgroup
 
 GiB = 1 << 30

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxfold
-from onnxfold.check.running import dim_relations
-from onnxfold.check.running.dim_relations import Bound, DimPlan, Profile, settle
+from onnxfold.check.inputs import dim_relations
+from onnxfold.check.inputs.dim_relations import Bound, DimPlan, Profile, settle
 from tests.support.cli import run_cli
 from tests.support.models import make_model, tensor, vinfo
 from tests.support.wild_models import wild_model

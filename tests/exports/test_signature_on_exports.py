@@ -42,7 +42,7 @@ def test_optimize_counts_what_onnxruntime_runs(name, tmp_path):
     of what a run at the same input shapes multiplies (issue 65's "Done when"), whichever
     exporter wrote it and whatever dims it keeps dynamic. With ``--check`` the shapes are those
     the check ran (a KV cache's mask spans past and new tokens: a guess may need a retry)."""
-    from onnxfold.check.running.feeds import synthetic_feeds
+    from onnxfold.check.inputs.feeds import synthetic_feeds
 
     source = export_matrix.build(name)
     report = tmp_path / "r.json"

@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 
 import onnxfold
-from onnxfold.check.running.feeds import synthetic_feeds
+from onnxfold.check.inputs.feeds import synthetic_feeds
 from onnxfold.pipeline.options import FoldOptions
 
 
@@ -34,7 +34,7 @@ def assert_same_bits(original, folded, feeds):
 
 def random_feeds(path, seed=0, dims=None):
     """Seeded inputs for every graph input of an .onnx file: onnxfold's own synthetic feeds
-    (``onnxfold.check.running.feeds.synthetic_feeds``, the ones ``compare`` and ``bench/`` use)."""
+    (``onnxfold.check.inputs.feeds.synthetic_feeds``, the ones ``compare`` and ``bench/`` use)."""
     return synthetic_feeds(path, seed, dims)[0]
 
 

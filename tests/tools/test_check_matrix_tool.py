@@ -35,7 +35,7 @@ def test_every_state_of_the_line_is_counted():
         WITHIN,
         FoldVerification,
     )
-    from onnxfold.check.running.verdicts import Verdict
+    from onnxfold.check.judging.verdicts import Verdict
     states = [BITWISE] * 7 + [WITHIN] * 2 + [SAMPLED] * 3 + [UNVERIFIABLE] * 4 + \
         [DIFFERS] * 1 + [PARAMETER] * 5
     tensors = [Verdict(f"t{k}", s, dtype="float", shape=[2], max_ulps=1.0,

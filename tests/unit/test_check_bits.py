@@ -1,4 +1,4 @@
-"""The check's one test of equal bits (``onnxfold.check.running.bits``): bytes in C order,
+"""The check's one test of equal bits (``onnxfold.check.judging.bits``): bytes in C order,
 compared in place, never values (-0.0 is not 0.0, NaNs of other payloads differ)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxfold.check.running import bits
-from onnxfold.check.running.bits import same_bits
+from onnxfold.check.judging import bits
+from onnxfold.check.judging.bits import same_bits
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int64, np.uint16])

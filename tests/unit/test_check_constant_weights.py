@@ -10,10 +10,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxfold.check.inputs.sizes import Sizes
 from onnxfold.check.running import cones as cones_module
 from onnxfold.check.running.cones import Cones
 from onnxfold.check.running.models import CONSTANT_NODE_BYTES, constant_weight
-from onnxfold.check.running.sizes import Sizes
 from onnxfold.io.reader import load_model
 
 SIDE = 256  # a 256x256 float weight: 256 KiB, more than CONSTANT_NODE_BYTES

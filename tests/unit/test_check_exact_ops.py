@@ -1,4 +1,4 @@
-"""The check's own list of ops it holds to bits (``check/running/exact_ops.py``; issue 63,
+"""The check's own list of ops it holds to bits (``check/judging/exact_ops.py``; issue 63,
 items 3 and 4): a value made only by a ``Constant``, data movement or exact arithmetic is
 bitwise or it differs, and no op fact of the rules decides it."""
 
@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 import onnxfold
 from onnxfold.check.compare import compare_models
 from onnxfold.check.folds.verification import verify_folds
-from onnxfold.check.running import exact_ops
+from onnxfold.check.judging import exact_ops
 from tests.support.models import make_model, tensor, vinfo
 from tests.unit import test_op_facts as facts
 

@@ -323,8 +323,8 @@ def test_a_window_handing_on_a_value_as_it_is_reads_the_originals_nodes_value(tm
     the replacement is judged against, computed by the original's nodes (1 / (x*0 + 0.0) is
     +inf where x < 0), not onnxruntime's rewrite of them at the cones' level (which drops
     the + 0.0: -inf, the wrong replacement's value)."""
+    from onnxfold.check.judging.verdicts import DIFFERS
     from onnxfold.check.rewrites.validation import validate_rewrites
-    from onnxfold.check.running.verdicts import DIFFERS
     from onnxfold.rewrite.log import RewriteRecord, Window
     from onnxfold.rewrite.recorder import new_log
 

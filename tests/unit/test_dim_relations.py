@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.analysis.dim_algebra import parse_expression
-from onnxfold.check.running.feeds import synthetic_feeds
+from onnxfold.check.inputs.feeds import synthetic_feeds
 from onnxfold.errors import InputError
 from tests.support.models import make_model, reshape_to_rows_of_thirteen
 

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.check.running.tolerance import for_dtype, ulp
+from onnxfold.check.judging.tolerance import for_dtype, ulp
 
 F16 = TensorProto.FLOAT16
 

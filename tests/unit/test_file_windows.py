@@ -7,10 +7,10 @@ import numpy as np
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
+from onnxfold.check.judging.verdicts import BITWISE, DIFFERS, PARAMETER, UNVERIFIABLE, Verdict
 from onnxfold.check.rewrites.file_windows import asks_bits, rewritten_windows
 from onnxfold.check.rewrites.in_files import judge_parameters
 from onnxfold.check.rewrites.validation import RewriteValidation, rewrite_verdict
-from onnxfold.check.running.verdicts import BITWISE, DIFFERS, PARAMETER, UNVERIFIABLE, Verdict
 from tests.support.models import make_model, tensor, vinfo
 
 F = TensorProto.FLOAT

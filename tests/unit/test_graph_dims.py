@@ -1,4 +1,4 @@
-"""The check's own reading of symbolic dims (``check/running/graph_dims``), and the input
+"""The check's own reading of symbolic dims (``check/inputs/graph_dims``), and the input
 planner standing apart from the fold: a check never calls the fold's symbolic walk or the
 rules' shape steps (issue 82 item 5)."""
 
@@ -14,8 +14,8 @@ from onnx import TensorProto, helper
 
 import onnxfold
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.check.running.feeds import synthetic_feeds
-from onnxfold.check.running.graph_dims import GraphDims, factors, linear, named, parse
+from onnxfold.check.inputs.feeds import synthetic_feeds
+from onnxfold.check.inputs.graph_dims import GraphDims, factors, linear, named, parse
 from tests.support.models import make_model, tensor
 from tests.support.stand_apart import calls_from_the_check
 

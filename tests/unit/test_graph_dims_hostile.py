@@ -1,4 +1,4 @@
-"""The adversarial round on the check's own dim walk (``check/running/graph_dims``): each
+"""The adversarial round on the check's own dim walk (``check/inputs/graph_dims``): each
 graph here made the first version of the walk read a relation that is false (the check then
 fed inputs the model cannot run, and gave up where the fold's walk had planned them), or run
 for minutes. Each must now plan inputs the model runs (``compare`` of the model with itself
@@ -14,9 +14,9 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import onnxfold
-from onnxfold.check.running import dim_relations
-from onnxfold.check.running.dim_relations import _text
-from onnxfold.check.running.feeds import synthetic_feeds
+from onnxfold.check.inputs import dim_relations
+from onnxfold.check.inputs.dim_relations import _text
+from onnxfold.check.inputs.feeds import synthetic_feeds
 
 N = helper.make_node
 
@@ -127,7 +127,7 @@ def test_a_layout_fan_out_is_walked_once_per_value(monkeypatch):
 
 def test_sums_of_many_terms_are_not_multiplied_out():
     """A Mul of two 31-name sums (961 products before the bounds) is unknown at once."""
-    from onnxfold.check.running.graph_dims import MAX_TERMS, atom, mul
+    from onnxfold.check.inputs.graph_dims import MAX_TERMS, atom, mul
     wide = {(f"n{i}",): 1 for i in range(31)}
     assert mul(wide, wide) is None and len(wide) < MAX_TERMS
     assert mul(atom("a"), atom("b")) == {("a", "b"): 1}

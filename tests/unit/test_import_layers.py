@@ -60,7 +60,14 @@ APART: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("onnxfold.check", ("onnxfold.fold", "onnxfold.io.writer", "onnxfold.pipeline",
                         "onnxfold.rewrite"),
      ("onnxfold.pipeline.evidence", "onnxfold.rewrite.log")),
-    # the check's three jobs share only their floor, check/running/ (issue 66, item 3)
+    # the check's rooms by job (issue 83, item 1): running models is the floor; what feeds
+    # them and what judges their values stand on it, apart from each other
+    ("onnxfold.check.running", ("onnxfold.check.inputs", "onnxfold.check.judging",
+                                "onnxfold.check.outputs", "onnxfold.check.folds",
+                                "onnxfold.check.rewrites"), ()),
+    ("onnxfold.check.inputs", ("onnxfold.check.judging",), ()),
+    ("onnxfold.check.judging", ("onnxfold.check.inputs",), ()),
+    # the check's three jobs share only their floors (issue 66, item 3)
     ("onnxfold.check.folds", ("onnxfold.check.outputs", "onnxfold.check.rewrites"), ()),
     ("onnxfold.check.outputs", ("onnxfold.check.folds", "onnxfold.check.rewrites"), ()),
     ("onnxfold.check.rewrites", ("onnxfold.check.folds", "onnxfold.check.outputs"), ()),
@@ -80,7 +87,7 @@ APART: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 # let be for now: a ratchet (a crossing not listed fails; a listed one no longer there fails
 # too, so that its entry goes). The check's shapes are ONNX's inference through the fold's own
 # wrapper (its light serialization, its merge of the inferred types: ``running.cones.reinferred``,
-# ``running.dim_relations``); the dim proof reads them. Its own is issue 83's open part.
+# ``inputs.dim_relations``); the dim proof reads them. Its own is issue 83's open part.
 KNOWN_CROSSINGS: dict[tuple[str, str], str] = {
     ("onnxfold.check.folds", "onnxfold.analysis.shapes"): "inference through the fold's wrapper",
     ("onnxfold.check.rewrites", "onnxfold.analysis.shapes"): "inference through the fold's wrapper",

@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from onnxfold.check.folds.verdicts import FoldVerification
-from onnxfold.check.result import CompareResult
-from onnxfold.check.rewrites.validation import RewriteValidation
-from onnxfold.check.running.verdicts import (
+from onnxfold.check.judging.verdicts import (
     BITWISE,
     PARAMETER,
     UNVALIDATED,
     Verdict,
 )
+from onnxfold.check.result import CompareResult
+from onnxfold.check.rewrites.validation import RewriteValidation
 
 
 def _result(rewrite_state: str | None) -> CompareResult:

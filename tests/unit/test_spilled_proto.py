@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.check.compare import compare_models
+from onnxfold.check.inputs.feeds import synthetic_feeds
 from onnxfold.check.running import spilled as spilled_module
-from onnxfold.check.running.feeds import synthetic_feeds
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.runner import open_session
 from onnxfold.check.running.spilled import ALIGNMENT, MODEL, WEIGHTS, SpilledModel, spilled

@@ -1,4 +1,4 @@
-"""The magnitude of what was summed to make each element (``check/running/magnitudes.py``) and
+"""The magnitude of what was summed to make each element (``check/judging/magnitudes.py``) and
 the tolerance built on it (issue 67, item 1), on small models in real onnxruntime.
 
 An element of a sum whose terms cancel is only as exact as its terms: two honest evaluations of
@@ -16,10 +16,10 @@ import onnx_ir as ir
 from onnx import TensorProto, helper
 
 import onnxfold
+from onnxfold.check.judging.magnitudes import magnitudes
+from onnxfold.check.judging.tolerance import SUMMED_UNITS, for_dtype
 from onnxfold.check.running.cones import reinferred
-from onnxfold.check.running.magnitudes import magnitudes
 from onnxfold.check.running.models import graph_of
-from onnxfold.check.running.tolerance import SUMMED_UNITS, for_dtype
 from tests.support.models import make_model, tensor, vinfo
 
 F32 = TensorProto.FLOAT

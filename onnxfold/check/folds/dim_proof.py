@@ -23,7 +23,7 @@ from collections.abc import Collection
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check.running.input_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
+from onnxfold.check.running.op_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.ir.constants import constant_array
 from onnxfold.ir.graph import captured_values, is_default_op, static_shape, subgraphs
 

@@ -29,7 +29,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.check.folds.recipe_runs import reads_itself
-from onnxfold.check.running.verdicts import STRUCTURE_ELEMENTS
+from onnxfold.check.judging.verdicts import STRUCTURE_ELEMENTS
 from onnxfold.ir.recipes import Recipe
 
 # the ops rules compute their parameters with, over the original's tensors: a recipe joins

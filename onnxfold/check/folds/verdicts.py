@@ -16,7 +16,7 @@ A verdict is a claim about every input the model accepts, so it says what it res
   Unsqueeze axes, a Split's sizes), with no value of the original to stand for: it is judged
   with its rewrite, by the rewrite validation (``check.rewrites``), not here.
 
-The verdict type is the check's one (``running.verdicts``), shared with the rewrite
+The verdict type is the check's one (``judging.verdicts``), shared with the rewrite
 validation.
 """
 
@@ -27,10 +27,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.check.running import string_values
-from onnxfold.check.running.bits import bit_mismatches, differing_bits, same_bits
-from onnxfold.check.running.tolerance import ROUNDOFF, SUMMED_UNITS, ulp
-from onnxfold.check.running.verdicts import (
+from onnxfold.check.judging.bits import bit_mismatches, differing_bits, same_bits
+from onnxfold.check.judging.tolerance import ROUNDOFF, SUMMED_UNITS, ulp
+from onnxfold.check.judging.verdicts import (
     BITWISE,
     DIFFERS,
     PARAMETER,
@@ -40,6 +39,7 @@ from onnxfold.check.running.verdicts import (
     Verdict,
     Verdicts,
 )
+from onnxfold.check.running import string_values
 from onnxfold.ir import provenance
 
 # the budget of a fold that is not bitwise (a MatMul or a sum folded by numpy): numpy and
@@ -189,7 +189,7 @@ def judge(folded: ir.Value, derived: np.ndarray, exact: bool,
           summed: np.ndarray | None = None) -> Verdict:
     """``folded`` against the ``derived`` array: bitwise, or (``exact`` False: a cone with
     an op that is not bitwise) within the ulp budget, or it differs. ``summed``: the
-    magnitude of what was summed to make each element (``running.magnitudes``), which
+    magnitude of what was summed to make each element (``judging.magnitudes``), which
     widens the budget of a fold that is not bitwise by ``SUMMED_UNITS`` units of roundoff of
     it (float32 and float64; None: the ulp budget alone).
 

@@ -55,15 +55,16 @@ from onnxfold.check.folds.verdicts import (
     judge,
     verdict_of,
 )
-from onnxfold.check.running import exact_ops, memory, string_values
-from onnxfold.check.running.bits import bit_mismatches, same_bits
+from onnxfold.check.inputs.input_reads import InputReads
+from onnxfold.check.inputs.pinned import pinned_dims
+from onnxfold.check.judging import exact_ops, exactness
+from onnxfold.check.judging.bits import bit_mismatches, same_bits
+from onnxfold.check.judging.magnitudes import magnitudes
+from onnxfold.check.judging.verdicts import Verdict
+from onnxfold.check.running import memory, string_values
 from onnxfold.check.running.cones import Cones, WeightStore, reinferred
-from onnxfold.check.running.input_reads import InputReads
-from onnxfold.check.running.magnitudes import magnitudes
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
-from onnxfold.check.running.pinned import pinned_dims
 from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut
-from onnxfold.check.running.verdicts import Verdict
 from onnxfold.io.mapped import prefetch_ahead
 from onnxfold.ir import provenance
 from onnxfold.ir import recipes as saved_recipes
@@ -201,7 +202,7 @@ def reads_dynamic_dims(original: ir.Model, optimized: ir.Model) -> bool:
     binding of the dims: one under the name of a value ``original`` computes (or that
     stands for one) from the shapes of an input with a dynamic dim. Where none is, the
     reference need not run the bindings no compared input set uses (on a model checked in
-    windows, each is a whole run of the original). Errs towards True: the dims
+    stages, each is a whole run of the original). Errs towards True: the dims
     ``optimized`` fixes are not pinned here, and every such name counts, whatever its
     claims."""
     fed = _fed(original, optimized)
@@ -507,8 +508,8 @@ class _Verifier:
     def _judged(self, target: _Target) -> Verdict:
         """One verdict from the runs of ``target``: the first run that differs (said where),
         else how the match holds over the dims."""
-        exact = self.cones.exact(target.source) or (
-            expects_bits(target.folded) and self.cones.reproducible(target.source))
+        exact = exactness.exact(self.cones, target.source) or (
+            expects_bits(target.folded) and exactness.reproducible(self.cones, target.source))
         runs = self._runs(target.runs)
         stored = _stored(target.source)
         exact = exact or stored is not None  # a copy: nothing after may widen its verdict
@@ -522,8 +523,8 @@ class _Verifier:
                     verdict = judge(target.folded, derived, exact, summed)
             verdict.via = target.via
             if verdict.state == DIFFERS and not exact:
-                closer = self.cones.arbitrate(target.source, _array(target.folded), derived,
-                                              inputs)
+                closer = exactness.arbitrate(self.cones, target.source, _array(target.folded),
+                                             derived, inputs)
                 if closer is not None:
                     verdict.state, verdict.reason = WITHIN, closer
             if verdict.state == DIFFERS:
@@ -563,7 +564,7 @@ class _Verifier:
     def _summed(self, source: ir.Value, inputs: Mapping[str, np.ndarray]
                 ) -> np.ndarray | None:
         """The magnitude of what was summed to make each element of ``source``, its cone run
-        with its twins (``running.magnitudes``) on ``inputs``; None where it cannot run."""
+        with its twins (``judging.magnitudes``) on ``inputs``; None where it cannot run."""
         try:
             (summed,) = magnitudes(self.cones.model, [source], inputs, self.cones.libraries)
         except (RunFailed, MachineShort):
@@ -599,7 +600,7 @@ class _Verifier:
                                            "rewrite", reason=f"made by a rewrite; {e}"))
                 continue
             nodes = [_bare(n) for n in recipe.nodes]
-            exact = not any(self.cones.varies(n) for n in nodes) and (
+            exact = not any(exact_ops.order_varies(n) for n in nodes) and (
                 expects_bits(folded) or all(exact_ops.exact(n) for n in nodes))
             verdict = judge(folded, derived.array, exact)
             verdict.via, verdict.dims, verdict.bindings = "recipe", STATIC, 1

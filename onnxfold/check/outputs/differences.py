@@ -1,6 +1,6 @@
 """How far one output of model A is from model B's over every input set: :class:`OutputDiff`,
 filled one input set at a time by :func:`accumulate` with the tolerance of its dtype
-(``running.tolerance``) and, where given, the magnitude of the terms each element sums.
+(``judging.tolerance``) and, where given, the magnitude of the terms each element sums.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxfold.check.running.bits import same_bits
-from onnxfold.check.running.tolerance import HALF as HALF_TYPES
-from onnxfold.check.running.tolerance import allowed, ulp
-from onnxfold.check.running.tolerance import for_dtype as tolerance_for
+from onnxfold.check.judging.bits import same_bits
+from onnxfold.check.judging.tolerance import HALF as HALF_TYPES
+from onnxfold.check.judging.tolerance import allowed, ulp
+from onnxfold.check.judging.tolerance import for_dtype as tolerance_for
 
 REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
 
@@ -59,7 +59,7 @@ def accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None,
                summed: np.ndarray | None = None) -> None:
     """Fold one input set's outputs ``a`` (model A) and ``b`` (model B) into ``row``, with the
     tolerance of ``a``'s dtype unless ``rtol``/``atol`` override it; ``summed``: the
-    magnitude of what was summed to make each element of ``a`` (``running.magnitudes``;
+    magnitude of what was summed to make each element of ``a`` (``judging.magnitudes``;
     None: not computed, rtol/atol alone)."""
     a, b = as_array(a), as_array(b)
     tolerance = tolerance_for(a.dtype, rtol, atol)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import onnx
 import onnx_ir as ir
 
-from onnxfold.check.running.sizes import Sizes
+from onnxfold.check.inputs.sizes import Sizes
 from onnxfold.errors import InputError, clipped
 
 # onnxruntime: "Non-zero status code returned while running Squeeze node. Name:'Squeeze_0' ...",

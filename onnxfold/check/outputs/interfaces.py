@@ -1,5 +1,5 @@
 """What the two models of a check accept: the same inputs and outputs (the dims the second
-one fixes are ``check.running.pinned``'s)."""
+one fixes are ``check.inputs.pinned``'s)."""
 
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ the optimized one, each within the memory this process may still use.
 The reference decides which bindings of the guessed dims are valid inputs: a binding it cannot
 run is dropped (and said in a note), and when no binding of a group runs, larger (or, when it
 ran out of memory, smaller) groups are tried
-(:class:`~onnxfold.check.running.feeds.FeedPlan`). Every binding of the group is run by the
+(:class:`~onnxfold.check.inputs.feeds.FeedPlan`). Every binding of the group is run by the
 reference at least once, also the ones no compared input set uses, so that the fold
-verification re-derives folds at each of them; in windows (each binding a whole run over the
+verification re-derives folds at each of them; in stages (each binding a whole run over the
 weights read again), where no fold reads the dynamic dims, only the compared sets run.
 
 Random inputs are weighed before they are allocated: a binding whose inputs alone would take
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onnxfold.check.inputs.dim_relations import Bound
+from onnxfold.check.inputs.feeds import FeedPlan
 from onnxfold.check.outputs.doomed_bindings import Doomed, FailedNodes
 from onnxfold.check.running import memory as memory_room
-from onnxfold.check.running.dim_relations import Bound
-from onnxfold.check.running.feeds import FeedPlan
 from onnxfold.check.running.runner import MachineShort, run_model
 from onnxfold.errors import InputError, clipped, one_line
 from onnxfold.io.checked import InputChanged
@@ -70,7 +70,7 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
         results: list[list] = []
         shapes: list[dict[str, tuple[int, ...]]] = []
         bound = bindings[0]
-        chain = getattr(sess, "run_all", None)  # a chain of windows runs every set at once
+        chain = getattr(sess, "run_all", None)  # a chain of stages runs every set at once
         made: list[tuple[int, Bound, dict[str, np.ndarray]]] = []
         try:
             for k in range(max(n, len(bindings)) if every_binding else n):
@@ -254,7 +254,7 @@ class Optimized:
     failure: str = ""
     short: str = ""  # what the machine ran short of, where it did
     # what B was fed, per set (what it takes of each reference set): the very mappings a
-    # chain of windows ran, whose values at the cuts ``Chain.results`` then gives without
+    # chain of stages ran, whose values at the cuts ``Chain.results`` then gives without
     # running the chain again
     feeds: list[dict] = field(default_factory=list)
 
@@ -273,7 +273,7 @@ def run_optimized(sess, label: str, outputs: list[str], reference: Reference, ru
         sess, "get_overridable_initializers", list)()]}
     sets = [{name: arr for name, arr in feeds.items() if name in takes}
             for feeds in reference.feeds]
-    chain = getattr(sess, "run_all", None)  # a chain of windows runs every set at once
+    chain = getattr(sess, "run_all", None)  # a chain of stages runs every set at once
     if chain is not None:
         chain(sets)
     for k, feeds in enumerate(sets):

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from onnxfold.check.inputs.feeds import dtype_name
 from onnxfold.check.outputs.differences import OutputDiff, accumulate, as_array
-from onnxfold.check.running.feeds import dtype_name
 from onnxfold.check.running.models import ModelRef
 from onnxfold.check.running.runner import open_session, run_model
 

@@ -1,5 +1,5 @@
 """Outputs judged again, where rtol/atol alone find elements apart, with the magnitude of what
-was summed to make each element (``running.magnitudes``, ``running.tolerance``).
+was summed to make each element (``judging.magnitudes``, ``judging.tolerance``).
 
 An element of a sum whose terms cancel carries their rounding, not its own: a convolution
 with standardized weights gives outputs near zero from terms of a few hundred, and two honest
@@ -9,7 +9,7 @@ over every input set, with those elements allowed ``SUMMED_UNITS`` units of roun
 magnitude of their summed terms, which the original computes in onnxruntime on the same feeds
 (a model of its nodes and their twins, through the check's own runner). Where that model
 cannot run (an op onnxruntime has no kernel for in a twin, the machine short of memory),
-rtol/atol alone judge, and a note says so. Where the outputs ran window by window (no session
+rtol/atol alone judge, and a note says so. Where the outputs ran stage by stage (no session
 over the whole original fits), so do the original and its twins, with the same budget of
 weights.
 """
@@ -22,12 +22,12 @@ from typing import cast
 import numpy as np
 import onnx_ir as ir
 
+from onnxfold.check.judging.magnitudes import magnitudes, magnitudes_in_stages
+from onnxfold.check.judging.tolerance import ROUNDOFF, for_dtype
 from onnxfold.check.outputs.differences import OutputDiff, accumulate, as_array
 from onnxfold.check.running.cones import reinferred
-from onnxfold.check.running.magnitudes import magnitudes, magnitudes_in_windows
 from onnxfold.check.running.models import ModelRef, graph_of
 from onnxfold.check.running.runner import MachineShort, RunFailed
-from onnxfold.check.running.tolerance import ROUNDOFF, for_dtype
 
 
 def candidates(rows: dict[str, OutputDiff], rtol: float | None, atol: float | None
@@ -46,8 +46,8 @@ def judge_again(rows: dict[str, OutputDiff], names: Sequence[str], a: ModelRef, 
                 libraries: Sequence[str], budget: int | None = None, level: str = "all"
                 ) -> str:
     """Rebuild the rows of ``names`` over ``sets`` (each: the feeds, A's and B's outputs in
-    the order of ``outputs``) with the magnitudes of their elements (computed window by
-    window, ``budget`` bytes of weights each, where it is given); "" or a note on those whose
+    the order of ``outputs``) with the magnitudes of their elements (computed stage by
+    stage, ``budget`` bytes of weights each, where it is given); "" or a note on those whose
     magnitudes could not be computed (their rows are left as they are). The outputs are
     computed together, and where that fails each alone: one output whose twins cannot run (a
     sequence, the result of a subgraph onnxruntime refuses as a twin) costs no other its
@@ -85,7 +85,7 @@ def _computed(model: ir.Model, values: list[ir.Value],
     """The twins of ``values`` on each set's feeds, or what stopped them."""
     try:
         if budget is not None:
-            found = magnitudes_in_windows(model, values, [feeds for feeds, _, _ in sets],
+            found = magnitudes_in_stages(model, values, [feeds for feeds, _, _ in sets],
                                           budget, libraries, level)
             stopped = next((e for e in found if isinstance(e, Exception)), None)
             return stopped if stopped is not None else \

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
+from onnxfold.check.judging import exact_ops
 from onnxfold.check.rewrites.same_roundings import ROUNDING
-from onnxfold.check.running import exact_ops
 from onnxfold.ir.graph import captured_values
 from onnxfold.rewrite.log import RewriteRecord, Window
 

@@ -21,9 +21,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import onnx_ir as ir
 
-from onnxfold.check.rewrites.file_windows import FileRewrites, rewritten_windows
-from onnxfold.check.rewrites.validation import RewriteValidation
-from onnxfold.check.running.verdicts import (
+from onnxfold.check.judging.verdicts import (
     AGREES,
     DIFFERS,
     PARAMETER,
@@ -31,6 +29,8 @@ from onnxfold.check.running.verdicts import (
     UNVERIFIABLE,
     Verdict,
 )
+from onnxfold.check.rewrites.file_windows import FileRewrites, rewritten_windows
+from onnxfold.check.rewrites.validation import RewriteValidation
 
 OPENINGS = 3  # rounds of opening the values where windows differ
 

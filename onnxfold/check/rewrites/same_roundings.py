@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.check.running import exact_ops
+from onnxfold.check.judging import exact_ops
 from onnxfold.rewrite.log import RewriteRecord, Window
 
 # ops whose float result is rounded (a window holding one may compute it in another order):

@@ -26,19 +26,13 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.check.rewrites.file_windows import FileRewrites, asks_bits, holds_subgraphs
-from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
-from onnxfold.check.rewrites.same_roundings import Roundings
-from onnxfold.check.running import exact_ops, memory
-from onnxfold.check.running.bits import same_bits
-from onnxfold.check.running.cones import Cones, WeightStore
-from onnxfold.check.running.input_reads import InputReads
-from onnxfold.check.running.models import ort_message, read_constant
-from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
-from onnxfold.check.running.sizes import Sizes
-from onnxfold.check.running.tolerance import allowed
-from onnxfold.check.running.tolerance import for_dtype as tolerance_for
-from onnxfold.check.running.verdicts import (
+from onnxfold.check.inputs.input_reads import InputReads
+from onnxfold.check.inputs.sizes import Sizes
+from onnxfold.check.judging import exact_ops
+from onnxfold.check.judging.bits import same_bits
+from onnxfold.check.judging.tolerance import allowed
+from onnxfold.check.judging.tolerance import for_dtype as tolerance_for
+from onnxfold.check.judging.verdicts import (
     BITWISE,
     DIFFERS,
     SHOWN_NAMES,
@@ -47,6 +41,13 @@ from onnxfold.check.running.verdicts import (
     Verdict,
     Verdicts,
 )
+from onnxfold.check.rewrites.file_windows import FileRewrites, asks_bits, holds_subgraphs
+from onnxfold.check.rewrites.float64_windows import in_float64, rounding_only
+from onnxfold.check.rewrites.same_roundings import Roundings
+from onnxfold.check.running import memory
+from onnxfold.check.running.cones import Cones, WeightStore
+from onnxfold.check.running.models import ort_message, read_constant
+from onnxfold.check.running.runner import MachineShort, RunFailed, TimedOut, Wanted, run_nodes
 from onnxfold.rewrite.log import RewriteLog, RewriteRecord, Window
 
 BATCH_RECORDS = 128  # records run in one session
@@ -265,7 +266,7 @@ def read_by(records: Sequence[RewriteRecord]) -> set[str]:
 class _Dependence:
     """How a record's windows depend on the check's input sets: on the inputs' values (run on
     every set), on their shapes only (run once per distinct shapes), or on neither (once),
-    by the check's own reading of the original (``running.input_reads``)."""
+    by the check's own reading of the original (``inputs.input_reads``)."""
 
     def __init__(self, cones: Cones) -> None:
         self.cones = cones

@@ -26,10 +26,10 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.check.running import exact_ops, string_values
+from onnxfold.check.running import string_values
 from onnxfold.check.running.handed import HANDED_FROM, handable
-from onnxfold.check.running.input_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.check.running.models import constant_weight, is_constant_weight, read_constant
+from onnxfold.check.running.op_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.check.running.runner import (
     Fed,
     MachineShort,
@@ -47,14 +47,6 @@ from onnxfold.ir.graph import captured_values
 MOVES_DATA = frozenset({
     "Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split",
     "Slice", "Gather", "Expand", "Tile"})
-# ops whose result a float64 run of the node can arbitrate: where onnxruntime's float32 sum or
-# transcendental is further from the exact value than the fold's, the fold is not wrong
-ARBITRATED = frozenset({
-    "ReduceMean", "ReduceSum", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
-    "ReduceLogSumExp", "ReduceProd", "MatMul", "Gemm", "Exp", "Log", "Tanh", "Sigmoid", "Sin",
-    "Cos", "Tan", "Sqrt", "Pow", "Softmax", "LogSoftmax", "Erf"})
-
-
 def reinferred(model: ir.Model) -> ir.Model:
     """``model`` (the check's own copy) with the types and shapes of its intermediate values
     and outputs forgotten and inferred again by onnx from its inputs and initializers."""
@@ -171,7 +163,7 @@ class WeightStore:
 class Cones:
     """The original graph's cones. ``fed``: the graph inputs a run feeds (the others keep the
     values of their initializers). Which ops are held to bits, and which kernels sum in an order
-    that follows their input's memory, are the check's own lists (``running.exact_ops``).
+    that follows their input's memory, are the check's own lists (``judging.exact_ops``).
     ``level``: onnxruntime's graph optimization level of a run for values to feed elsewhere
     (``run(exact=False)``; a run for the original's bits is always at ``disable``)."""
 
@@ -188,7 +180,6 @@ class Cones:
                 if out.name:
                     self.values[out.name] = out
         self.fed = set(fed)
-        self.varies = exact_ops.order_varies
         self.libraries = tuple(libraries)  # custom ops the original needs (checked)
         self._outer: set[ir.Value] | None = None  # values whose cones read an outer value
         self._held: WeightStore | None = None  # weights kept between runs
@@ -397,52 +388,6 @@ class Cones:
         nodes, _ = cone_of(self.model.graph, [source], _reaches_values)
         return sorted(nodes, key=self.order.__getitem__)
 
-    def exact(self, source: ir.Value) -> bool:
-        """Whether every op of ``source``'s cone whose values reach it computes bitwise what
-        onnxruntime does (the check's ``exact_ops``), or it computes no float
-        (types inferred; a value of unknown type is taken as a float)."""
-        nodes = self.valued(source)
-        return all((exact_ops.exact(n) and not self.varies(n)) or
-                   not any(o.dtype is None or o.dtype.is_floating_point() for o in n.outputs)
-                   for n in nodes)
-
-    def reproducible(self, source: ir.Value) -> bool:
-        """Whether onnxruntime computes ``source``'s cone with the same bits wherever it runs
-        it: no node of it sums in an order that varies with its input's memory (a fold through
-        onnxruntime is then the original's bits; else it is judged within a tolerance)."""
-        return not any(self.varies(n) for n in self.valued(source))
-
-    def arbitrate(self, source: ir.Value, folded: np.ndarray, derived: np.ndarray,
-                  inputs: Mapping[str, np.ndarray]) -> str | None:
-        """Where ``folded`` and onnxruntime's ``derived`` disagree beyond the budget: if
-        ``source``'s node, run in float64 on the inputs onnxruntime computed for it, is at
-        least as close to ``folded`` as to ``derived`` at every element, say so (the fold is
-        the more exact one); None otherwise, or where it cannot be run in float64."""
-        node = source.producer()
-        if node is None or node.op_type not in ARBITRATED or node.domain not in ("", "ai.onnx") \
-                or len(node.outputs) != 1 or folded.dtype.kind != "f":
-            return None
-        try:
-            reads = [v for v in node.inputs if v is not None]
-            computed = self.run(reads, inputs) if reads else {}
-            exact = _in_float64(node, [computed[v] if v is not None else None
-                                       for v in node.inputs], self.model, self.libraries)
-        except (RunFailed, MachineShort):
-            return None
-        if exact is None or exact.shape != folded.shape:
-            return None
-        with np.errstate(all="ignore"):
-            fold_error = np.abs(folded.astype(np.float64) - exact)
-            ort_error = np.abs(derived.astype(np.float64) - exact)
-            spacing = np.spacing(np.abs(exact).astype(folded.dtype)).astype(np.float64)
-        both = np.isfinite(fold_error) & np.isfinite(ort_error)
-        if not both.all() or not np.all(fold_error <= ort_error + spacing):
-            return None
-        scale = np.where(spacing > 0, spacing, 1.0)
-        return (f"closer to the float64 value of {node.op_type} than onnxruntime's "
-                f"{folded.dtype} (max {float((fold_error / scale).max()):.3g} ulps from it, "
-                f"onnxruntime {float((ort_error / scale).max()):.3g})")
-
 
 def _wanted(value: ir.Value) -> Wanted:
     """How the runner hands ``value`` back: its dtype where the original's types say, a
@@ -451,21 +396,3 @@ def _wanted(value: ir.Value) -> Wanted:
         return Wanted(str(value.name), sequence=True)
     return Wanted(str(value.name), value.dtype.numpy() if value.dtype is not None and
                   value.dtype != ir.DataType.STRING else None)
-
-
-def _in_float64(node: ir.Node, arrays: list[np.ndarray | None], model: ir.Model,
-                libraries: Sequence[str]) -> np.ndarray | None:
-    """``node`` run alone by onnxruntime with its float inputs widened to float64 (None where
-    onnxruntime has no float64 kernel for it)."""
-    proto = ir.serde.serialize_node(node)
-    inputs: dict[str, np.ndarray] = {}
-    for name, arr in zip(proto.input, arrays):
-        if name and arr is not None:
-            inputs[name] = arr.astype(np.float64) if arr.dtype.kind == "f" else arr
-    try:
-        (result,) = run_nodes([proto], [Wanted(proto.output[0])], inputs=inputs,
-                              opsets=dict(model.opset_imports), ir_version=model.ir_version,
-                              libraries=libraries)
-    except (RunFailed, MachineShort):
-        return None
-    return np.asarray(result, np.float64)

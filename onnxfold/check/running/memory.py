@@ -127,39 +127,39 @@ def _address_space_left() -> int | None:
     return max(soft - mapped, 0)
 
 
-# A window holds its weights as a session over the whole model does (initializers, prepacked:
+# A stage holds its weights as a session over the whole model does (initializers, prepacked:
 # its products then sum as the user's session sums them): read into the check's buffer, then
 # onnxruntime folds what it computes from them (a transpose) and prepacks them, casting a
 # float16 weight to float32 first. Measured on the 7B decoder's layers (onnxruntime 1.32, CPU;
-# an 8-layer float16 slice and a 2-layer float32 one): a window peaks at 3.3x its float32
+# an 8-layer float16 slice and a 2-layer float32 one): a stage peaks at 3.3x its float32
 # weights and 4.4x its float16 ones.
-WINDOW_FACTOR = 3.5  # peak bytes of a window per byte of its weights
-WINDOW_HALF_FACTOR = 1.0  # and per byte of its 16-bit float weights (their float32 copies)
-WINDOW_SHARE = 6  # of the memory left, a window's weights take at most a sixth
+STAGE_FACTOR = 3.5  # peak bytes of a stage per byte of its weights
+STAGE_HALF_FACTOR = 1.0  # and per byte of its 16-bit float weights (their float32 copies)
+STAGE_SHARE = 6  # of the memory left, a stage's weights take at most a sixth
 
 
-def window_budget() -> int | None:
-    """The bytes of weights one window of a check in windows may hold (None: the memory left
+def stage_budget() -> int | None:
+    """The bytes of weights one stage of a check in stages may hold (None: the memory left
     is unknown)."""
     free = room()
-    return None if free is None else max(free // WINDOW_SHARE, 1)
+    return None if free is None else max(free // STAGE_SHARE, 1)
 
 
-def window_bytes(weights: int, half: int = 0) -> int:
-    """About the peak of a window over ``weights`` bytes of weights, ``half`` of them 16-bit
+def stage_bytes(weights: int, half: int = 0) -> int:
+    """About the peak of a stage over ``weights`` bytes of weights, ``half`` of them 16-bit
     floats."""
-    return int(WINDOW_FACTOR * weights + WINDOW_HALF_FACTOR * half) + SESSION_OVERHEAD
+    return int(STAGE_FACTOR * weights + STAGE_HALF_FACTOR * half) + SESSION_OVERHEAD
 
 
-def check_window(weights: int, half: int = 0) -> None:
-    """MemoryError, saying the sizes, when the largest window (``weights`` bytes: a single
+def check_stage(weights: int, half: int = 0) -> None:
+    """MemoryError, saying the sizes, when the largest stage (``weights`` bytes: a single
     node's where no cut is smaller; ``half`` of them 16-bit floats) does not fit."""
     free = room()
-    need = window_bytes(weights, half)
+    need = stage_bytes(weights, half)
     if free is None or need <= free:
         return
     mib = 2**20
-    raise MemoryError(f"the check needs about {need // mib} MiB to run its largest window "
+    raise MemoryError(f"the check needs about {need // mib} MiB to run its largest stage "
                       f"({weights // mib} MiB of weights: one node's cannot be cut smaller) "
                       f"and {free // mib} MiB are left under the memory limit; run it where "
                       "more memory is available, or without --check")

@@ -31,8 +31,8 @@ class CompareOptions:
     ``custom_op_libraries``: what onnxruntime loads for both models; ``level``: onnxruntime's
     graph optimization level; ``verify``: re-derive every folded tensor of the second model
     from the first (None: when it carries onnxfold's provenance); ``window_bytes``: run both
-    models window by window, each window at most this many bytes of weights
-    (``onnxfold.check.running.windows``; None: only where a session over a whole model does
+    models stage by stage, each stage at most this many bytes of weights
+    (``onnxfold.check.running.stages``; None: only where a session over a whole model does
     not fit in the memory left).
     """
 

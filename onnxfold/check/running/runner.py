@@ -324,8 +324,8 @@ def run_model(session, label: str, outputs: list[str], feeds: dict, run_options,
               hint: str = "") -> list:
     """``session.run`` bounded as every run of the check is (see the module). InputError
     where onnxruntime fails to run it (``hint``: the flags that change the inputs),
-    MachineShort where the machine ran short. ``session`` may be a chain of windows
-    (``running.windows.Chain``), which bounds each of its runs itself."""
+    MachineShort where the machine ran short. ``session`` may be a chain of stages
+    (``running.stages.Chain``), which bounds each of its runs itself."""
     hint = hint or " (see --dim, --int-range, --inputs)"
     try:
         if getattr(session, "bounds_its_runs", False):

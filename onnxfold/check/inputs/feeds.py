@@ -1,7 +1,7 @@
 """What a check feeds a model: given arrays, else seeded random data shaped and ranged so that
 the original model runs at sizes it was made for.
 
-Symbolic dims follow the relations the graph states (:mod:`onnxfold.check.running.dim_relations`),
+Symbolic dims follow the relations the graph states (:mod:`onnxfold.check.inputs.dim_relations`),
 integer ids stay below the size of the table they index, masks are ones, positions count on
 from the past; every guess is listed so that a message can name the flag that sets it.
 """
@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxfold.check.running import dim_relations
-from onnxfold.check.running.dim_relations import Bound, is_named
+from onnxfold.check.inputs import dim_relations
+from onnxfold.check.inputs.dim_relations import Bound, is_named
 from onnxfold.check.running.models import ModelRef, graph_of, label_of, numpy_type
 from onnxfold.check.running.runner import open_session
 from onnxfold.errors import InputError
@@ -175,7 +175,7 @@ def anonymous_dims(specs: Sequence[tuple[str, Sequence[object]]]) -> dict[tuple[
 class FeedPlan:
     """Builds feeds for the graph inputs of model A: supplied arrays, else seeded random data.
     ``pinned``: anonymous dims fixed by input and axis (the second model's static ones,
-    ``onnxfold.check.running.pinned``); ``light``: ``graph`` serialized without its large
+    ``onnxfold.check.inputs.pinned``); ``light``: ``graph`` serialized without its large
     weights, where the caller has it (``dim_relations.plan``); ``analysed``: ``graph``'s
     values already carry their inferred types (a model a run just optimized: the plan
     infers nothing again).

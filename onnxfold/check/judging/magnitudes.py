@@ -53,7 +53,8 @@ from onnx import helper
 from onnxfold.check.running.cones import cone_of
 from onnxfold.check.running.models import read_constant
 from onnxfold.check.running.runner import Fed, MachineShort, NodesModel, RunFailed, Wanted
-from onnxfold.check.running.windows import Chain, plan_alone
+from onnxfold.check.running.stage_plan import plan_alone
+from onnxfold.check.running.stages import Chain
 
 # prefix of every name this module makes (the original's names are left as they are)
 PREFIX = "onnxfold.magnitude/"
@@ -529,7 +530,7 @@ def _names_read(nodes: Sequence[onnx.NodeProto]) -> set[str]:
 def twin_model(model: ir.Model, values: Sequence[ir.Value]) -> ir.Model:
     """The original's nodes computing ``values`` and their twins as a model of their own,
     whose outputs are the twins (in the order of ``values``) and whose initializers are the
-    original's own tensors (not copied: a window reads its weights where the original's are)."""
+    original's own tensors (not copied: a stage reads its weights where the original's are)."""
     nodes, names = twin_nodes(model, values)
     graph = model.graph
     read = _names_read(nodes)
@@ -553,7 +554,7 @@ def twin_model(model: ir.Model, values: Sequence[ir.Value]) -> ir.Model:
         helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()])
     built.ir_version = model.ir_version
     built.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
-    # the types of the twins (a window hands on what the next one reads, by its dtype)
+    # the types of the twins (a stage hands on what the next one reads, by its dtype)
     try:
         built = onnx.shape_inference.infer_shapes(built)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
@@ -564,12 +565,12 @@ def twin_model(model: ir.Model, values: Sequence[ir.Value]) -> ir.Model:
     return twin
 
 
-def magnitudes_in_windows(model: ir.Model, values: Sequence[ir.Value],
+def magnitudes_in_stages(model: ir.Model, values: Sequence[ir.Value],
                           feed_sets: Sequence[Mapping[str, np.ndarray]], budget: int,
                           libraries: Sequence[str] = (), level: str = "all"
                           ) -> list[list[np.ndarray] | Exception]:
-    """:func:`magnitudes` for each of ``feed_sets``, the original and its twins run window by
-    window (at most ``budget`` bytes of weights each: where no session over the whole
+    """:func:`magnitudes` for each of ``feed_sets``, the original and its twins run stage by
+    stage (at most ``budget`` bytes of weights each: where no session over the whole
     original fits); each set's twins as float64, or what stopped its run (the runner's
     RunFailed or MachineShort)."""
     twin = twin_model(model, values)

@@ -13,7 +13,7 @@ honest float16 model, and one wide enough for float16 hides wrong float32 folds.
 - float32 and float64 keep ``rtol``/``atol`` (``|a-b| <= atol + rtol*|b|``) at
   :data:`FLOAT_RTOL` / :data:`FLOAT_ATOL`, and add :data:`SUMMED_UNITS` units of roundoff
   (``u``: 2**-24, 2**-53) of the magnitude of what was summed to make the element
-  (``running.magnitudes``): an element of a sum whose terms cancel is only as exact as its
+  (``judging.magnitudes``): an element of a sum whose terms cancel is only as exact as its
   terms' magnitude, never as its own (``docs/check.md``, "Tolerances from error analysis").
   That magnitude is computed only for the elements outside the first part: it is never
   negative, so the others pass whatever it is.
@@ -104,7 +104,7 @@ def allowed(tolerance: Tolerance, reference: np.ndarray, dtype_name: str,
     """How far each element may be from ``reference`` (float64) under ``tolerance``;
     ``magnitude``: the largest finite ``|reference|`` of the whole output where ``reference``
     is a slice of it; ``summed``: the magnitude of what was summed to make each element
-    (``running.magnitudes``; None: not computed, the rest of the rule alone; an element
+    (``judging.magnitudes``; None: not computed, the rest of the rule alone; an element
     where it is not finite gets nothing from it)."""
     base = _allowed(tolerance, reference, dtype_name, finite, magnitude)
     if summed is None or not tolerance.summed_units or dtype_name not in ROUNDOFF:

@@ -9,7 +9,7 @@ a Gather or GatherND reads an input (through the layout ops an exporter puts bef
 inputs' dims, or a broadcasting op aligns an input's dim with such an expression (a causal
 mask, an ALiBi bias). Those expressions come from shape inference (which writes dynamo's
 ``s70 + s88`` as a dim name) and the check's own walk of the shape computations
-(:mod:`onnxfold.check.running.graph_dims`: not the fold's, whose blind spots would choose the
+(:mod:`onnxfold.check.inputs.graph_dims`: not the fold's, whose blind spots would choose the
 inputs that hide them), and an input dim declared as an expression is one too.
 Where a relation is stated in a way not read here, the bindings tried after the first two
 take each guessed length as the sum of two others.
@@ -21,7 +21,7 @@ WIDE (one new token after a past), and a *varied* one at other values again; eve
 graph relates to others is computed from them, and a given dim is never moved (:func:`settle`).
 What was guessed (not given, not derived) is listed so a message can name the ``--dim`` to
 set. (The check names every anonymous dim, ``?``, unnamed or -1, by input and axis before it
-plans: ``onnxfold.check.running.feeds``.)
+plans: ``onnxfold.check.inputs.feeds``.)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.check.running.graph_dims import (
+from onnxfold.check.inputs.graph_dims import (
     AxisNames,
     GraphDims,
     Linear,
@@ -63,7 +63,7 @@ class Profile:
     """How one binding sets the dims nothing gives or relates: the dims on axis 0 (a batch)
     ``batch``, the lengths off axis 0 ``width``, a cache's length ``held``, an image's height
     and width ``side``. The unnamed dims follow the same numbers
-    (``onnxfold.check.running.feeds``)."""
+    (``onnxfold.check.inputs.feeds``)."""
 
     name: str
     batch: int
@@ -504,7 +504,7 @@ def plan(model: ir.Model, input_shapes: Sequence[Sequence[int | str | None]],
          analysed: bool = False) -> DimPlan:
     """Bindings of the named dims of ``input_shapes`` (onnxruntime's view of the inputs):
     ``given`` as is, the ones the graph relates computed (read by the check's own walk,
-    :mod:`onnxfold.check.running.graph_dims`), the others guessed (see module): ``sizes``
+    :mod:`onnxfold.check.inputs.graph_dims`), the others guessed (see module): ``sizes``
     (an image's height and width) where it names them, ``held`` (a cache's length) kept at
     the profile's cache length, and
     ``batches`` (besides the dims on axis 0) at the profile's batch. ``anonymous``: the name

@@ -15,12 +15,12 @@ from its inputs, in graph order, with five sets of inputs each (bitmasks):
 - ``shapes_of_values``: inputs whose shapes reach its values (``Shape(x)``, a broadcast);
 - ``shapes_of_shape``: inputs whose shapes reach its shape.
 
-What an op reads of its inputs comes from the ONNX spec: :data:`SHAPE_ONLY_READS` read an
-input's shape and never its values, :data:`TYPE_ONLY_READS` only its element type;
-:data:`SHAPE_FROM_VALUES` are the inputs whose values decide an op's output shape (every other
-input of a default-domain op decides it by its shape alone). An op of another domain, a
-function call or an op with subgraphs is taken to read everything and to shape its outputs by
-everything: the analysis never misses a read, it may only see one that is not there.
+What an op reads of its inputs comes from the ONNX spec (``running.op_reads``, the check's own
+facts): inputs whose shape alone it reads, whose element type alone, and whose values decide
+its output shape (every other input of a default-domain op decides it by its shape alone).
+An op of another domain, a function call or an op with subgraphs is taken to read everything
+and to shape its outputs by everything: the analysis never misses a read, it may only see one
+that is not there.
 
 This is the check's own reading of the original model: it shares nothing with the analyses
 the fold ran (``onnxfold.analysis``), so that a wrong fold cannot be confirmed by the same
@@ -33,30 +33,8 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from onnxfold.check.running.op_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
 from onnxfold.ir.graph import captured_values
-
-# (op type, input index) whose shape (and type) the op reads, never its values
-SHAPE_ONLY_READS = frozenset({
-    ("Shape", 0), ("Size", 0), ("EyeLike", 0), ("RandomNormalLike", 0),
-    ("RandomUniformLike", 0)})
-# (op type, input index) whose element type alone the op reads: not its shape nor values
-TYPE_ONLY_READS = frozenset({("CastLike", 1)})
-# op type -> the inputs whose values decide the op's output shape ("*": all of them)
-SHAPE_FROM_VALUES: dict[str, tuple[int, ...] | str] = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
-    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Squeeze": (1,), "Unsqueeze": (1,),
-    "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,),
-    "Split": (1,), "Compress": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2), "DFT": (1, 2),
-    "STFT": (1, 3), "MaxUnpool": (2,), "AffineGrid": (1,), "SplitToSequence": (1,),
-    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
-    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
-    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "SequenceAt": (1,),
-    "SequenceInsert": "*", "SequenceErase": "*", "ConcatFromSequence": "*",
-    "SequenceConstruct": "*", "SequenceEmpty": "*", "SequenceLength": "*", "SequenceMap": "*",
-    "NonZero": "*", "Unique": "*", "NonMaxSuppression": "*", "StringSplit": "*",
-    "StringNormalizer": "*", "MelWeightMatrix": "*", "HannWindow": "*", "HammingWindow": "*",
-    "BlackmanWindow": "*", "ImageDecoder": "*", "Optional": "*", "OptionalGetElement": "*",
-    "OptionalHasElement": "*", "If": "*", "Loop": "*", "Scan": "*"}
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
-"""The export matrix checked in windows (``onnxfold.check.running.windows``): every export's fold
-compared with the original window by window, with windows forced small (an eighth of the
-weights: 7 to 20 windows a model): it passes as the whole check of the export matrix passes
+"""The export matrix checked in stages (``onnxfold.check.running.stages``): every export's fold
+compared with the original stage by stage, with stages forced small (an eighth of the
+weights: 7 to 20 stages a model): it passes as the whole check of the export matrix passes
 (``tests/exports/test_check_matrix.py``), on every output; a wrong fold planted in a fold is
-caught in windows as it is whole.
+caught in stages as it is whole.
 
-Windows are what lets the check run where a session over a whole model does not fit (a 7B
+Stages are what lets the check run where a session over a whole model does not fit (a 7B
 decoder in 8 GiB); this tier holds them to the same answers on one export of every family the
 check knows: KV-cache decoders of both exporters, mixture-of-experts, encoders,
 encoder-decoders, vision, speech, quantized, float16, recurrent and upsampling models, and
 transformers' own exporter. The rest of the matrix is held out of CI for its time (~4 min of
-CPU): ``python -m tools.check_matrix --windows`` runs every export in windows.
+CPU): ``python -m tools.check_matrix --stages`` runs every export in stages.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from tests.support.export_matrix import (
 
 pytestmark = pytest.mark.slow
 
-# the planted folds in windows, on a decoder, an encoder, a vision model, a quantized and a
+# the planted folds in stages, on a decoder, an encoder, a vision model, a quantized and a
 # float16 model (every representative is planted on whole in tests/exports/test_check_matrix.py)
 PLANTED_ON = ["llama_kv_dynamo", "bert_torchscript", "resnet_dynamo", "bert_static_qdq",
               "qwen2_float16_dynamo"]
@@ -71,9 +71,9 @@ def _whole(source, fold):
 
 @pytest.mark.parametrize("name", families(FAMILY_REPRESENTATIVES,
                                           core=PLANTED_CORE - {"gpt2_kv_torchscript"}))
-def test_in_windows_the_verdict_is_the_same(folded, name):
+def test_in_stages_the_verdict_is_the_same(folded, name):
     """Whole, each export's check passes (``tests/exports/test_check_matrix.py`` runs
-    ``optimize --check 3`` on every one): in windows it passes too, on the same outputs, or
+    ``optimize --check 3`` on every one): in stages it passes too, on the same outputs, or
     it could not run where the whole check could not (the original fails at the guessed
     dims). The whole comparison is not run again here: it is that tier's."""
     source, fold = folded(name)
@@ -82,15 +82,15 @@ def test_in_windows_the_verdict_is_the_same(folded, name):
         whole = _whole(source, fold)
         assert windowed == whole, (windowed, whole)
         pytest.skip(f"{name}: {whole[:200]}")
-    assert "compared window by window" in windowed.windows, windowed.summary()
+    assert "compared stage by stage" in windowed.windows, windowed.summary()
     assert windowed.ok and not windowed.failing, windowed.summary()
     outputs = [str(v.name) for v in graph_of(str(source), "a").graph.outputs]
     assert [r.name for r in windowed.rows] == outputs
 
 
 @pytest.mark.parametrize("name", families(PLANTED_ON))
-def test_in_windows_a_planted_wrong_fold_is_caught(folded, tmp_path, name):
-    """Both kinds planted in one fold: in windows the comparison fails, naming each."""
+def test_in_stages_a_planted_wrong_fold_is_caught(folded, tmp_path, name):
+    """Both kinds planted in one fold: in stages the comparison fails, naming each."""
     source, fold = folded(name)
     states = planted_folds.verdicts(source, fold)
     try:

@@ -1,6 +1,6 @@
 """The check's own reading of a graph's symbolic dims, for choosing the inputs it samples.
 
-The input planner (:mod:`onnxfold.check.running.dim_relations`) reads relations between the
+The input planner (:mod:`onnxfold.check.inputs.dim_relations`) reads relations between the
 inputs' dims off the graph: the length a Gather's indices give an axis of an input, two dims a
 broadcast aligns. Those lengths are computed in the graph
 (``Range(0, Shape(past)[2] + Shape(ids)[1])``), so it needs them written in the inputs' dims.

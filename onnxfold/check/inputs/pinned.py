@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from onnxfold.check.running.dim_relations import is_named
+from onnxfold.check.inputs.dim_relations import is_named
 from onnxfold.errors import InputError
 from onnxfold.ir.graph import is_static_dim
 

@@ -1,5 +1,5 @@
-"""The check in windows (``onnxfold.check.running.windows``): both models cut where they hand on
-the same values, every window within its budget of weights, run window by window and compared
+"""The check in stages (``onnxfold.check.running.stages``): both models cut where they hand on
+the same values, every stage within its budget of weights, run stage by stage and compared
 at the cuts and the outputs; what it finds is what the check in one session finds."""
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from onnxfold.check.compare import compare_models
 from onnxfold.check.folds.verdicts import BITWISE, DIFFERS
 from onnxfold.check.running.models import graph_of
 from onnxfold.check.running.options import CompareOptions
-from onnxfold.check.running.windows import Chain, plan_windows, read_from_inputs
+from onnxfold.check.running.stage_plan import plan_stages, read_from_inputs
+from onnxfold.check.running.stages import Chain
 from onnxfold.errors import InputError
 from tests.support.models import shared_input_products
 
 TINY = Shape(layers=2, hidden=64, mlp=128, heads=4, kv_heads=2, vocab=100)
-BUDGET = 20_000  # bytes of weights: a window per projection or two
+BUDGET = 20_000  # bytes of weights: a stage per projection or two
 
 
 @pytest.fixture(scope="module")
@@ -37,45 +38,45 @@ def decoder(tmp_path_factory):
     return source, folded
 
 
-def test_windows_cover_every_node_once_in_order_within_the_budget(decoder):
+def test_stages_cover_every_node_once_in_order_within_the_budget(decoder):
     source, folded = decoder
     a, b = graph_of(str(source), "a"), graph_of(str(folded), "b")
-    plan = plan_windows(a, b, BUDGET)
+    plan = plan_stages(a, b, BUDGET)
     assert len(plan.a) == len(plan.cuts) + 1 > 4 and len(plan.b) > 4
-    for model, windows in ((a, plan.a), (b, plan.b)):
-        nodes = [n for w in windows for n in w.nodes]
+    for model, stages in ((a, plan.a), (b, plan.b)):
+        nodes = [n for w in stages for n in w.nodes]
         assert sorted(map(id, nodes)) == sorted(map(id, model.graph))  # each node once
         made: set[str] = set()
-        for window in windows:  # nothing is read before it is made
-            inside = {str(o.name) for n in window.nodes for o in n.outputs}
-            assert all(name in made or name not in _computed(model) for name in window.reads)
+        for stage in stages:  # nothing is read before it is made
+            inside = {str(o.name) for n in stage.nodes for o in n.outputs}
+            assert all(name in made or name not in _computed(model) for name in stage.reads)
             made |= inside
-        assert all(w.weight_bytes <= BUDGET or len(w.nodes) == 1 for w in windows)
+        assert all(w.weight_bytes <= BUDGET or len(w.nodes) == 1 for w in stages)
     assert sum(1 for cut in plan.cuts if cut) >= len(plan.cuts) - 1  # nearly every cut shared
     compared = [name for cut in plan.cuts for name in cut]
     assert len(compared) == len(set(compared))  # each value compared once
     for k, cut in enumerate(plan.cuts):  # both hand on each value at its cut
-        for windows in (plan.a, plan.b):
-            done = [w for w in windows if any(
+        for stages in (plan.a, plan.b):
+            done = [w for w in stages if any(
                 o.name in cut for n in w.nodes for o in n.outputs)]
             assert done, (k, cut)
 
 
 def test_a_value_made_from_constants_alone_is_made_where_it_is_read(deep_decoder):
-    """No window reads from an earlier one a value computed from the model's constants alone
+    """No stage reads from an earlier one a value computed from the model's constants alone
     (a weight's transpose): it is computed where it is read, so that onnxruntime folds it into
     a constant there and prepacks it for the MatMul that reads it, as one session does. Every
-    other node is in exactly one window."""
+    other node is in exactly one stage."""
     source, folded, _ = deep_decoder
     a, b = graph_of(str(source), "a"), graph_of(str(folded), "b")
     for budget in (20_000, 300_000):
-        plan = plan_windows(a, b, budget)
-        for model, windows in ((a, plan.a), (b, plan.b)):
+        plan = plan_stages(a, b, budget)
+        for model, stages in ((a, plan.a), (b, plan.b)):
             constant = _from_constants(model)
-            assert not {name for w in windows for name in w.reads} & constant
+            assert not {name for w in stages for name in w.reads} & constant
             counts: dict[int, int] = {}
-            for window in windows:
-                for node in window.nodes:
+            for stage in stages:
+                for node in stage.nodes:
                     counts[id(node)] = counts.get(id(node), 0) + 1
             assert all(counts.get(id(n)) == 1 for n in model.graph
                        if not {str(o.name) for o in n.outputs} <= constant)
@@ -98,13 +99,13 @@ def _computed(model):
 
 
 def test_a_chain_runs_what_the_model_computes(decoder):
-    """Run in windows, a model computes what one session of it computes, within float16's
+    """Run in stages, a model computes what one session of it computes, within float16's
     rounding at the cuts (a session fuses across them)."""
     import onnxruntime as ort
 
     source, _ = decoder
     model = graph_of(str(source), "a")
-    plan = plan_windows(model, model, BUDGET)
+    plan = plan_stages(model, model, BUDGET)
     chain = Chain(model, plan.a, "a", (), "all")
     rng = np.random.default_rng(0)
     feeds = {"input_ids": rng.integers(0, TINY.vocab, (2, 3)),
@@ -122,15 +123,15 @@ def test_a_chain_runs_what_the_model_computes(decoder):
                                    err_msg=name)
 
 
-def test_in_windows_the_check_passes_where_it_passes_whole(decoder):
+def test_in_stages_the_check_passes_where_it_passes_whole(decoder):
     source, folded = decoder
     whole = compare_models(str(source), str(folded), 2, CompareOptions())
-    windows = compare_models(str(source), str(folded), 2, CompareOptions(window_bytes=BUDGET))
-    assert whole.ok and windows.ok, windows.summary()
-    assert not whole.windows and "compared window by window" in windows.windows
-    assert windows.cut_rows and all(row.ok for row in windows.cut_rows)
-    assert "values at the cuts:" in windows.summary()
-    assert windows.to_dict()["cuts"] and windows.to_dict()["windows"]
+    stages = compare_models(str(source), str(folded), 2, CompareOptions(window_bytes=BUDGET))
+    assert whole.ok and stages.ok, stages.summary()
+    assert not whole.windows and "compared stage by stage" in stages.windows
+    assert stages.cut_rows and all(row.ok for row in stages.cut_rows)
+    assert "values at the cuts:" in stages.summary()
+    assert stages.to_dict()["cuts"] and stages.to_dict()["windows"]
 
 
 def _planted(folded, out):
@@ -145,16 +146,16 @@ def _planted(folded, out):
     return out
 
 
-def test_in_windows_a_wrong_weight_fails_at_a_cut_and_an_output(decoder, tmp_path):
+def test_in_stages_a_wrong_weight_fails_at_a_cut_and_an_output(decoder, tmp_path):
     source, folded = decoder
     planted = _planted(folded, tmp_path / "p.onnx")
     whole = compare_models(str(source), str(planted), 1, CompareOptions(verify=False))
-    windows = compare_models(str(source), str(planted), 1,
+    stages = compare_models(str(source), str(planted), 1,
                              CompareOptions(verify=False, window_bytes=BUDGET))
-    assert not whole.ok and not windows.ok
-    assert {r.name for r in whole.rows if not r.ok} == {r.name for r in windows.rows if not r.ok}
-    assert any(not row.ok for row in windows.cut_rows)  # where the chains part
-    assert set(whole.failing) == set(windows.failing)  # the outputs decide
+    assert not whole.ok and not stages.ok
+    assert {r.name for r in whole.rows if not r.ok} == {r.name for r in stages.rows if not r.ok}
+    assert any(not row.ok for row in stages.cut_rows)  # where the chains part
+    assert set(whole.failing) == set(stages.failing)  # the outputs decide
 
 
 def test_graphs_that_share_no_values_are_cut_each_on_its_own(decoder, tmp_path):
@@ -175,7 +176,7 @@ def test_graphs_that_share_no_values_are_cut_each_on_its_own(decoder, tmp_path):
     other = tmp_path / "renamed.onnx"
     onnx.save(model, str(other))
     a, b = graph_of(str(source), "a"), graph_of(str(other), "b")
-    plan = plan_windows(a, b, BUDGET)
+    plan = plan_stages(a, b, BUDGET)
     assert {name for cut in plan.cuts for name in cut} <= outputs
     assert len(plan.a) > 1 and len(plan.b) > 1
     assert all(w.weight_bytes <= BUDGET or len(w.nodes) == 1 for w in plan.b)
@@ -185,13 +186,13 @@ def test_graphs_that_share_no_values_are_cut_each_on_its_own(decoder, tmp_path):
 
 
 @pytest.mark.parametrize("budget", [0, -1, True, 2.5])
-def test_a_window_budget_must_be_a_positive_number_of_bytes(budget):
+def test_a_stage_budget_must_be_a_positive_number_of_bytes(budget):
     with pytest.raises(InputError, match="window_bytes"):
         CompareOptions(window_bytes=budget)
 
 
-def test_in_windows_every_rewrite_is_validated_from_the_chain(tmp_path):
-    """The rewrites' leaves inside a window (not handed on at a cut) come from the
+def test_in_stages_every_rewrite_is_validated_from_the_chain(tmp_path):
+    """The rewrites' leaves inside a stage (not handed on at a cut) come from the
     original's chain too: none that reads the graph inputs is computed again (its cone is
     most of the model); a leaf of the weights alone (a transposed weight) is, where it is
     read (the chain would hold every one of them for every input set)."""
@@ -239,10 +240,10 @@ def _constant_output_model(path, shape_value=None):
     return path
 
 
-def test_in_windows_an_output_no_node_makes_is_compared(tmp_path):
+def test_in_stages_an_output_no_node_makes_is_compared(tmp_path):
     """An output the fold made an initializer (a shape) is handed back by the chain, and
-    compared: the check in windows failed on it ("onnxruntime failed to run it: 's'"), and
-    declined a model without nodes (max() of no windows)."""
+    compared: the check in stages failed on it ("onnxruntime failed to run it: 's'"), and
+    declined a model without nodes (max() of no stages)."""
     from tests.support.models import make_model, vinfo
 
     source = _constant_output_model(tmp_path / "m.onnx")
@@ -269,10 +270,10 @@ def test_in_windows_an_output_no_node_makes_is_compared(tmp_path):
 
 
 
-def test_a_windows_weights_start_64_bytes_aligned_and_are_fed_uncopied(decoder):
+def test_a_stages_weights_start_64_bytes_aligned_and_are_fed_uncopied(decoder):
     """The weight buffer starts each weight at a multiple of 64 bytes, as the runner feeds
     them (numpy starts a large array 16 bytes past one: the runner copied every weight of
-    every window again for every input set)."""
+    every stage again for every input set)."""
     from onnxfold.check.running import handed, runner
 
     source, folded = decoder
@@ -297,7 +298,7 @@ def test_a_windows_weights_start_64_bytes_aligned_and_are_fed_uncopied(decoder):
     assert sum(copies) < weights / 10, (len(copies), sum(copies))
 
 
-def test_an_input_truncated_while_the_windows_run_stops_the_check_at_once(tmp_path):
+def test_an_input_truncated_while_the_stages_run_stops_the_check_at_once(tmp_path):
     """A data file truncated while the chain reads it is an InputError of the file, not a
     binding the original fails at: the check tried every guessed dim (40 bindings of the
     decoder) and said 'dims guessed: ... (--dim NAME=VALUE sets one the model runs at)'."""
@@ -348,17 +349,17 @@ def test_a_float16_models_session_is_weighed_with_its_float32_copies(tmp_path, m
     graph = graph_of(str(path), "a")
     assert memory.weighed(graph) == (weights, weights)
     monkeypatch.setattr(memory, "room", lambda: memory.SESSION_OVERHEAD + 3 * weights)
-    with pytest.raises(compare_module.CheckCouldNotRun, match="largest window"):
-        # (its one window needs 4x: none fits)
-        compare_module._windows(memory.weighed(graph), memory.weighed(graph), graph, graph, None)
+    with pytest.raises(compare_module.CheckCouldNotRun, match="largest stage"):
+        # (its one stage needs 4x: none fits)
+        compare_module._stages(memory.weighed(graph), memory.weighed(graph), graph, graph, None)
     monkeypatch.setattr(memory, "room", lambda: memory.SESSION_OVERHEAD + 4 * weights)
-    assert compare_module._windows(memory.weighed(graph), memory.weighed(graph), graph, graph,
+    assert compare_module._stages(memory.weighed(graph), memory.weighed(graph), graph, graph,
                                    None) is None
 
 
 def test_an_empty_sequence_handed_on_at_a_cut_is_fed_as_one(tmp_path):
-    """A sequence that is empty where it crosses a cut (SequenceEmpty, filled windows later)
-    is declared with the element type the window that made it gave it: the check in windows
+    """A sequence that is empty where it crosses a cut (SequenceEmpty, filled stages later)
+    is declared with the element type the stage that made it gave it: the check in stages
     declined ('s0: an empty sequence, whose element type is unknown') where one session
     passes."""
     from onnx import helper
@@ -381,17 +382,17 @@ def test_an_empty_sequence_handed_on_at_a_cut_is_fed_as_one(tmp_path):
         assert compare_models(str(path), str(path), 1, CompareOptions(window_bytes=budget)).ok
 
 
-def test_onnxfold_compare_takes_a_window_budget(decoder):
+def test_onnxfold_compare_takes_a_stage_budget(decoder):
     """``onnxfold.compare(..., window_bytes=N)``, as check.md says (it was a TypeError: only
     ``CompareOptions`` took one)."""
     source, folded = decoder
     result = onnxfold.compare(str(source), str(folded), window_bytes=BUDGET, verify=False)
-    assert result.ok and "compared window by window" in result.windows
+    assert result.ok and "compared stage by stage" in result.windows
 
 
-def test_an_optimized_model_whose_session_does_not_fit_runs_in_windows(decoder, monkeypatch):
+def test_an_optimized_model_whose_session_does_not_fit_runs_in_stages(decoder, monkeypatch):
     """The original's session fitted and the optimized model's does not (a fold that grew
-    its weights, or less memory left after the original's outputs): B runs window by window
+    its weights, or less memory left after the original's outputs): B runs stage by stage
     and is compared at the outputs, instead of declining."""
     from onnxfold.check import compare as compare_module
     from onnxfold.check.running.runner import MachineShort
@@ -409,27 +410,27 @@ def test_an_optimized_model_whose_session_does_not_fit_runs_in_windows(decoder, 
     monkeypatch.setattr(compare_module.memory_room, "both_sessions_fit", lambda a, b: False)
     result = compare_models(str(source), str(folded), 2, CompareOptions(verify=False))
     assert result.ok, result.summary()
-    assert result.windows.startswith("the optimized model ran window by window")
+    assert result.windows.startswith("the optimized model ran stage by stage")
     assert not result.cut_rows
 
 
 def test_each_chain_runs_its_input_sets_once(decoder, monkeypatch):
     """The values at the cuts come from the run that made the outputs: asking the optimized
     chain for them with the reference's feeds (not the mappings it was fed, which keep only
-    what it takes) ran every window of it a second time."""
+    what it takes) ran every stage of it a second time."""
     source, folded = decoder
     runs = []
     real = Chain.run_all
     monkeypatch.setattr(Chain, "run_all", lambda self, sets: runs.append(len(sets))
                         or real(self, sets))
-    windows = compare_models(str(source), str(folded), 2,
+    stages = compare_models(str(source), str(folded), 2,
                              CompareOptions(verify=False, window_bytes=BUDGET))
-    assert windows.ok and windows.cut_rows
+    assert stages.ok and stages.cut_rows
     assert len(runs) == 2, runs  # the original's chain, the optimized one's: each once
 
 
-def test_in_windows_the_bindings_no_set_uses_run_only_for_folds_that_read_dims(tmp_path):
-    """In windows each binding of the dims is a whole run of the original over its weights
+def test_in_stages_the_bindings_no_set_uses_run_only_for_folds_that_read_dims(tmp_path):
+    """In stages each binding of the dims is a whole run of the original over its weights
     read again: the bindings no compared input set uses (which the fold verification
     re-derives at) run only where a folded tensor's original reads the dynamic dims. The
     projections of a decoder fold weight transposes alone: one binding (it was three, 2/3 of
@@ -441,12 +442,12 @@ def test_in_windows_the_bindings_no_set_uses_run_only_for_folds_that_read_dims(t
     build(str(source), Shape(layers=2, hidden=64, mlp=128, heads=4, kv_heads=2, vocab=100,
                              attention=False))
     onnxfold.optimize(str(source)).save(str(folded))
-    windows = compare_models(str(source), str(folded), 1, CompareOptions(window_bytes=BUDGET))
+    stages = compare_models(str(source), str(folded), 1, CompareOptions(window_bytes=BUDGET))
     whole = compare_models(str(source), str(folded), 1, CompareOptions())
-    assert windows.ok and whole.ok and windows.windows and not whole.windows
-    assert len(windows.bindings) == 1 and len(whole.bindings) == 3
-    assert windows.folds is not None and windows.folds.tensors
-    states = {t.state for t in windows.folds.tensors}
+    assert stages.ok and whole.ok and stages.windows and not whole.windows
+    assert len(stages.bindings) == 1 and len(whole.bindings) == 3
+    assert stages.folds is not None and stages.folds.tensors
+    states = {t.state for t in stages.folds.tensors}
     assert BITWISE in states and DIFFERS not in states, states
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal(
@@ -466,11 +467,11 @@ def test_in_windows_the_bindings_no_set_uses_run_only_for_folds_that_read_dims(t
     out = tmp_path / "do.onnx"
     onnxfold.optimize(str(dims)).save(str(out))
     assert "scale" in {t.name for t in onnx.load(str(out)).graph.initializer}
-    windows = compare_models(str(dims), str(out), 1, CompareOptions(window_bytes=64))
-    assert windows.ok and windows.windows and len(windows.bindings) == 3, windows.summary()
+    stages = compare_models(str(dims), str(out), 1, CompareOptions(window_bytes=64))
+    assert stages.ok and stages.windows and len(stages.bindings) == 3, stages.summary()
 
 
-def test_in_windows_a_baked_dynamic_dim_is_still_re_derived_at_other_bindings(tmp_path):
+def test_in_stages_a_baked_dynamic_dim_is_still_re_derived_at_other_bindings(tmp_path):
     """The wrong model the fewer bindings could let through: a dynamic dim baked at the first
     binding's value (n = 1, where the one compared input set agrees). Its original reads the
     dim, so every binding runs and the fold verification finds it at n = 2."""
@@ -517,13 +518,13 @@ def deep_decoder(tmp_path_factory):
 
 def test_where_the_sessions_agree_the_chains_agree_at_every_budget(deep_decoder):
     """Where one session of each model computes the same bits, both chains do, however small
-    their windows: on the 7B decoder in windows of 1003.7 MiB they parted from layer 2 on
+    their stages: on the 7B decoder in stages of 1003.7 MiB they parted from layer 2 on
     (logits 0.0117 apart, 15,026 elements outside tolerance: a false alarm) where the whole
-    sessions agree. The windows fed their weights, and onnxruntime's unpacked float products
+    sessions agree. The stages fed their weights, and onnxruntime's unpacked float products
     sum in an order that follows a MatMul's width (the fold merged three into one, and the
     prepacked kernel of a session does not); the original's chain alone handed back the
     rewrites' leaves (a value handed back is rounded to float16 where a session keeps it in
-    float32); the optimized model split its windows where the original did not."""
+    float32); the optimized model split its stages where the original did not."""
     source, folded, evidence = deep_decoder
     whole = compare_models(str(source), str(folded), 1, CompareOptions(verify=False))
     assert whole.ok and all(row.bitwise_equal for row in whole.rows), whole.summary()
@@ -533,16 +534,16 @@ def test_where_the_sessions_agree_the_chains_agree_at_every_budget(deep_decoder)
         result = compare_models(str(source), str(folded), 1,
                                 CompareOptions(verify=False, window_bytes=budget),
                                 evidence=evidence)
-        assert "compared window by window" in result.windows
+        assert "compared stage by stage" in result.windows
         assert result.ok and all(row.bitwise_equal for row in [*result.rows, *result.cut_rows]), \
             (budget, result.summary())
 
 
 def test_a_branch_the_run_never_takes_does_not_stop_a_window(tmp_path):
-    """A window whose ``If`` has a branch that squeezes an axis that is 2 where it runs: one
-    session, knowing only the symbolic dim, accepts it, and so must the window (declared with
+    """A stage whose ``If`` has a branch that squeezes an axis that is 2 where it runs: one
+    session, knowing only the symbolic dim, accepts it, and so must the stage (declared with
     the shapes it is fed, onnxruntime refused it: "Squeeze: Dimension of input 0 must be 1",
-    and silero-vad's fold failed in windows where the whole check passed)."""
+    and silero-vad's fold failed in stages where the whole check passed)."""
     from onnx import helper
 
     from tests.support.models import make_model, vinfo
@@ -567,7 +568,7 @@ def test_a_branch_the_run_never_takes_does_not_stop_a_window(tmp_path):
                         numpy_helper.from_array(np.array(0, np.float32), "floor")])
     path = tmp_path / "if.onnx"
     onnx.save(model, str(path))
-    plan = plan_windows(graph_of(str(path), "a"), graph_of(str(path), "b"), 16 * 16 * 4)
+    plan = plan_stages(graph_of(str(path), "a"), graph_of(str(path), "b"), 16 * 16 * 4)
     assert any(n.op_type == "If" for n in plan.a[-1].nodes) and "h" in plan.a[-1].reads
     for budget in (None, 16 * 16 * 4):
         result = compare_models(str(path), str(path), 1,
@@ -575,20 +576,20 @@ def test_a_branch_the_run_never_takes_does_not_stop_a_window(tmp_path):
         assert result.ok, (budget, result.summary())
 
 
-def test_the_windows_line_counts_the_windows_that_run_something(deep_decoder):
-    """The original's nodes placed on the optimized model's cuts leave some of its windows
+def test_the_stages_line_counts_the_stages_that_run_something(deep_decoder):
+    """The original's nodes placed on the optimized model's cuts leave some of its stages
     empty (at a 300th of the weights, 29 of 60): they run nothing, and the line that says how
-    the check cut the models counts the windows that hold nodes, and the places between them
+    the check cut the models counts the stages that hold nodes, and the places between them
     where both chains handed on a value."""
     source, folded, _ = deep_decoder
     a, b = graph_of(str(source), "a"), graph_of(str(folded), "b")
     weights = sum(v.const_value.nbytes for v in a.graph.initializers.values()
                   if v.const_value is not None)
-    plan = plan_windows(a, b, weights // 300)
+    plan = plan_stages(a, b, weights // 300)
     holding = [w for w in plan.a if w.nodes]
-    assert len(holding) < len(plan.a)  # the case at hand: empty windows
+    assert len(holding) < len(plan.a)  # the case at hand: empty stages
     line = plan.describe("test")
-    assert f"the original in {len(holding)} windows, the optimized model in {len(plan.b)}," \
+    assert f"the original in {len(holding)} stages, the optimized model in {len(plan.b)}," \
         in line, line
     compared, cuts = map(int, re.search(r"at (\d+) of (\d+) cuts", line).groups())
     assert cuts == len(holding) - 1 and 0 < compared <= cuts, line
@@ -615,10 +616,10 @@ def _constant_chain(path, count: int = 4, width: int = 160) -> int:
     return width * width * 4
 
 
-def test_weights_in_constant_nodes_are_weighed_and_windowed_as_initializers_are(tmp_path):
-    """onnxruntime makes a Constant node an initializer: a session and a window hold its
+def test_weights_in_constant_nodes_are_weighed_and_staged_as_initializers_are(tmp_path):
+    """onnxruntime makes a Constant node an initializer: a session and a stage hold its
     tensor (counted as nothing, a model of Constant weights was given a whole session it had
-    no room for, and the kernel killed the check in a 640 MiB cgroup); each window's model is
+    no room for, and the kernel killed the check in a 640 MiB cgroup); each stage's model is
     handed the tensor instead of carrying it, and computes what the whole check computes."""
     from onnxfold.check.running import memory
     from onnxfold.check.running.runner import NodesModel
@@ -628,7 +629,7 @@ def test_weights_in_constant_nodes_are_weighed_and_windowed_as_initializers_are(
     onnxfold.optimize(str(source)).save(str(folded))
     a = graph_of(str(source), "a")
     assert memory.weighed(a) == (4 * one, 0)
-    plan = plan_windows(a, graph_of(str(folded), "b"), one + one // 2)
+    plan = plan_stages(a, graph_of(str(folded), "b"), one + one // 2)
     assert len(plan.a) == 4 and all(w.weight_bytes == one for w in plan.a)
     built: list[int] = []
     real = NodesModel.__init__
@@ -639,18 +640,18 @@ def test_weights_in_constant_nodes_are_weighed_and_windowed_as_initializers_are(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(NodesModel, "__init__", measured)
-        windows = compare_models(str(source), str(folded), 2,
+        stages = compare_models(str(source), str(folded), 2,
                                  CompareOptions(window_bytes=one + one // 2))
     whole = compare_models(str(source), str(folded), 2, CompareOptions())
-    assert whole.ok and windows.ok, windows.summary()
-    assert "the original in 4 windows" in windows.windows
-    assert built and max(built) < one // 4  # no window's model carries a weight
-    for x, y in zip(whole.rows, windows.rows):
+    assert whole.ok and stages.ok, stages.summary()
+    assert "the original in 4 stages" in stages.windows
+    assert built and max(built) < one // 4  # no stage's model carries a weight
+    for x, y in zip(whole.rows, stages.rows):
         assert (x.name, x.max_abs_diff, x.bitwise_equal, x.ok) == \
             (y.name, y.max_abs_diff, y.bitwise_equal, y.ok)
 
 
-def test_in_windows_a_wrong_weight_of_a_constant_model_fails(tmp_path):
+def test_in_stages_a_wrong_weight_of_a_constant_model_fails(tmp_path):
     source, folded = tmp_path / "c.onnx", tmp_path / "f.onnx"
     one = _constant_chain(source)
     onnxfold.optimize(str(source)).save(str(folded))
@@ -660,6 +661,6 @@ def test_in_windows_a_wrong_weight_of_a_constant_model_fails(tmp_path):
     arr.reshape(-1)[0] += 1.0
     target.CopyFrom(numpy_helper.from_array(arr, target.name))
     onnx.save(model, str(tmp_path / "p.onnx"))
-    windows = compare_models(str(source), str(tmp_path / "p.onnx"), 1,
+    stages = compare_models(str(source), str(tmp_path / "p.onnx"), 1,
                              CompareOptions(window_bytes=one + one // 2))
-    assert not windows.ok and windows.failing
+    assert not stages.ok and stages.failing

@@ -1,9 +1,9 @@
-"""Where the memory windows' walk places each node of the optimized model (``_Walk.placed``,
-``check/running/windows.py``): the step that pairs the two chains of windows, tested on
+"""Where the memory stages' walk places each node of the optimized model (``_Walk.placed``,
+``check/running/stage_plan.py``): the step that pairs the two chains of stages, tested on
 hand-made graphs (issue 83: its subtlest step had no test of its own). Each node of the
-optimized graph goes into the window where the original makes a value of the same name;
+optimized graph goes into the stage where the original makes a value of the same name;
 else where the original makes or reads a weight it reads by that name; else with the first
-node that reads what it makes; and never into a window before one it reads from."""
+node that reads what it makes; and never into a stage before one it reads from."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxfold.check.running.windows import _Walk
+from onnxfold.check.running.stage_plan import _Walk
 
 
 def _walk(nodes, inputs, outputs, weights) -> _Walk:
@@ -50,7 +50,7 @@ def test_a_node_goes_where_the_original_makes_its_name():
 
 def test_a_renamed_node_goes_with_the_weight_it_reads():
     """A Gemm the fold made of the first MatMul and its Relu (a new name) reads ``w1``: it goes
-    where the original reads ``w1``, the first window, though what reads it is in the
+    where the original reads ``w1``, the first stage, though what reads it is in the
     second."""
     fused = _walk([_node("Gemm", ["x", "w1"], "gemm"), _node("MatMul", ["gemm", "w2"], "c"),
                    _node("Relu", ["c"], "d")], ["x"], ["d"], ["w1", "w2"])
@@ -59,7 +59,7 @@ def test_a_renamed_node_goes_with_the_weight_it_reads():
 
 def test_a_node_of_no_known_name_or_weight_goes_with_its_first_reader():
     """A node the fold made of nothing the original names (a Mul of the input by itself)
-    goes with the node that reads it, the first window's MatMul, not to the last window."""
+    goes with the node that reads it, the first stage's MatMul, not to the last stage."""
     merged = _walk([_node("Mul", ["x", "x"], "scaled"), _node("MatMul", ["scaled", "w1"], "a"),
                     _node("Relu", ["a"], "b"), _node("MatMul", ["b", "w2"], "c"),
                     _node("Relu", ["c"], "d")], ["x"], ["d"], ["w1", "w2"])
@@ -67,7 +67,7 @@ def test_a_node_of_no_known_name_or_weight_goes_with_its_first_reader():
 
 
 def test_a_group_never_reads_a_later_one():
-    """``a`` and ``b`` have the names of values the original makes in the first window, but
+    """``a`` and ``b`` have the names of values the original makes in the first stage, but
     here they read ``c``, which it makes in the second: they move down with what they
     read."""
     reordered = _walk([_node("MatMul", ["x", "w2"], "c"), _node("Relu", ["c"], "a"),
