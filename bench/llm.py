@@ -1,5 +1,5 @@
 """A 7B-shaped decoder (issue 62): the fold against a copy of its files, under memory limits,
-its check in windows, the peers on the same file, and how fast onnxruntime opens the output.
+its check in stages, the peers on the same file, and how fast onnxruntime opens the output.
 
 Two models, built once into ``--cache`` by ``bench/llm_model.py`` (never more than one weight in
 memory): ``llama7b``, a Llama-style decoder of 7B sizes as TorchScript writes one (32 layers,
@@ -228,7 +228,7 @@ def check_in(src: Path, work: Path, limit: int, timeout: float) -> dict[str, Any
         peak = cgroup_peak(procs)
     text = (work / f"check{limit >> 30}.out").read_text(errors="replace")
     lines = text.strip().splitlines()
-    windows = next((ln.strip() for ln in lines if "compared window by window" in ln), "")
+    windows = next((ln.strip() for ln in lines if "compared stage by stage" in ln), "")
     _remove(out)
     return {"rc": run.rc, "wall": run.wall_s, "peak": run.maxrss_mib, "cgroup_peak": peak,
             "limited": procs is not None, "verdict": lines[-1] if lines else run.error_line,

@@ -27,7 +27,7 @@
 ``check_cost`` what ``--check 3`` costs beside the fold and an onnxruntime session of the
                original, on BERT-base and ResNet-50 (``check_cost.py``)
 ``llm``        a 7B-shaped decoder (11.9 GB, external data) and an 8-layer slice of it: the fold
-               against ``cp`` + ``sync``, under memory limits, ``--check`` in windows in 8, 4
+               against ``cp`` + ``sync``, under memory limits, ``--check`` in stages in 8, 4
                and 2 GiB cgroups, the peers on the same file, session creation (``llm.py``)
 ``clients``    onnxfold, onnxsim and onnxslim in optimum's and genai's directories, in place,
                then the real client generating: what breaks, nodes, time, memory, the same

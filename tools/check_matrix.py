@@ -10,16 +10,16 @@ verifiable / differ / parameters of rewrites) and, on failure, the error line (t
 of stderr, else the check's failure). Rows of ``KNOWN_CHECK_FAILURES`` say ``known``;
 ``UNEXPORTABLE`` exports are listed with their error (with ``--only``, those it names).
 ``--mutations`` also plants the two wrong folds of ``tests/support/planted_folds.py`` in each
-folded model and says whether ``onnxfold compare`` catches them (exit 1). ``--windows`` also
-compares each fold with its export window by window (windows of an eighth of its weights:
-``export_matrix.windowed_compare``), as ``tests/exports/test_staged_check_matrix.py`` does
+folded model and says whether ``onnxfold compare`` catches them (exit 1). ``--stages`` also
+compares each fold with its export stage by stage (stages of an eighth of its weights:
+``export_matrix.staged_compare``), as ``tests/exports/test_staged_check_matrix.py`` does
 on one export of each family: the verdict must be the whole check's.
 ``--held-out`` runs the held-out exports instead (``tests/support/held_out_exports.py``),
 ``--fresh`` the fresh ones (``tests/support/fresh_exports.py``: a second control set of
 families neither the matrix nor the held-out set has; ``FRESH_UNEXPORTABLE`` listed).
 
     python -m tools.check_matrix [--only NAME ...] [--held-out | --fresh] [--json FILE]
-                                 [--mutations] [--windows] [--cache DIR]
+                                 [--mutations] [--stages] [--cache DIR]
 
 Exit 1 when an export fails to build, a check fails that is not a known failure, a fold
 verification reports ``differ``, or a planted fold is not caught; 2 on bad arguments. Needs
@@ -60,7 +60,7 @@ class Row:
     error: str = ""
     known: bool = False  # in KNOWN_CHECK_FAILURES and failing with its line
     mutations: dict[str, str] = field(default_factory=dict)  # kind -> caught / MISSED / skip
-    windows: str = ""  # --windows: "same verdict", or what differed
+    stages: str = ""  # --stages: "same verdict", or what differed
 
     @property
     def bad(self) -> bool:
@@ -68,7 +68,7 @@ class Row:
                      for v in self.mutations.values())
         return (self.code is None or (self.code != 0 and not self.known)
                 or self.folds.get("differ", 0) > 0 or missed
-                or (self.windows != "" and self.windows != "same verdict"))
+                or (self.stages != "" and self.stages != "same verdict"))
 
 
 def verification_counts(stdout: str) -> tuple[str, dict[str, int]]:
@@ -106,21 +106,21 @@ def run_check(src: Path, out: Path) -> tuple[int, float, str, str]:
     return proc.returncode, time.perf_counter() - start, proc.stdout, proc.stderr
 
 
-def windowed_verdict(src: Path, out: Path, passed: bool) -> str:
-    """"same verdict" where ``out`` compared with ``src`` in windows passes as the whole check
+def staged_verdict(src: Path, out: Path, passed: bool) -> str:
+    """"same verdict" where ``out`` compared with ``src`` in stages passes as the whole check
     did (``passed``), or could not run as it could not; else what differed."""
     from tests.support import export_matrix
 
-    found = export_matrix.windowed_compare(src, out)
+    found = export_matrix.staged_compare(src, out)
     if isinstance(found, str):
-        return "same verdict" if not passed else f"in windows could not run: {found[:160]}"
-    if found.ok == passed and (not passed or "compared window by window" in found.windows):
+        return "same verdict" if not passed else f"in stages could not run: {found[:160]}"
+    if found.ok == passed and (not passed or "compared stage by stage" in found.windows):
         return "same verdict"
-    return f"in windows {'passed' if found.ok else 'failed'}: {', '.join(found.failing)[:160]}"
+    return f"in stages {'passed' if found.ok else 'failed'}: {', '.join(found.failing)[:160]}"
 
 
 def check_one(name: str, cache: Path, work: Path, mutations: bool,
-              windows: bool = False) -> Row:
+              stages: bool = False) -> Row:
     from tests.support import export_matrix, planted_folds
     from tools.wild_corpus import _load_counts
 
@@ -144,8 +144,8 @@ def check_one(name: str, cache: Path, work: Path, mutations: bool,
     if mutations:
         for kind, outcome in planted_folds.try_all(src, work / f"{name}.mut").items():
             row.mutations[kind] = outcome
-    if windows and out.exists():
-        row.windows = windowed_verdict(src, out, row.code == 0)
+    if stages and out.exists():
+        row.stages = staged_verdict(src, out, row.code == 0)
     return row
 
 
@@ -158,8 +158,8 @@ def _cell(row: Row) -> list[str]:
     cells = [row.name, row.exporter, code, status, f"{row.seconds:.1f}", nodes, folds]
     if row.mutations:
         cells.append(", ".join(f"{k}: {v}" for k, v in row.mutations.items()))
-    if row.windows:
-        cells.append(row.windows)
+    if row.stages:
+        cells.append(row.stages)
     cells.append(row.error)
     return cells
 
@@ -195,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                               "tests/support/fresh_exports.py) instead of the matrix")
     ap.add_argument("--mutations", action="store_true",
                     help="also plant wrong folds in each folded model and run compare")
-    ap.add_argument("--windows", action="store_true",
-                    help="also compare each fold window by window (the verdict must be the "
+    ap.add_argument("--stages", action="store_true",
+                    help="also compare each fold stage by stage (the verdict must be the "
                          "whole check's)")
     ap.add_argument("--cache", type=Path, default=None,
                     help="export cache (default: $ONNXFOLD_MATRIX_CACHE or "
@@ -212,13 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     cache = (args.cache or export_matrix.default_cache()).expanduser().resolve()
     print(f"{export_matrix.versions()}; cache {cache}", flush=True)
     header = ["export", "exporter", "exit", "status", "s", "nodes", "folds b/w/s/u/d/p"]
-    header += ["mutations"] * args.mutations + ["windows"] * args.windows + ["error"]
+    header += ["mutations"] * args.mutations + ["stages"] * args.stages + ["error"]
     print(" | ".join(header), flush=True)
     rows = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="onnxfold-matrix-") as tmp:
         for name in names:
-            row = check_one(name, cache, Path(tmp), args.mutations, args.windows)
+            row = check_one(name, cache, Path(tmp), args.mutations, args.stages)
             rows.append(row)
             print(" | ".join(_cell(row)), flush=True)
     bad = [r.name for r in rows if r.bad]

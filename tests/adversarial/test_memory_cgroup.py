@@ -175,7 +175,7 @@ def test_a_check_that_does_not_fit_declines_in_one_line_and_one_that_fits_runs(t
     """--check holds an onnxruntime session of about twice the weights, or windows of a few
     times theirs: in a 384 MiB cgroup a model of one 128 MiB weight (no window smaller)
     declines in one line before any session opens (exit 2, nothing written, never killed); in
-    1 GiB the same check runs and passes. A model of 32 weights of 4 MiB runs in windows in
+    1 GiB the same check runs and passes. A model of 32 weights of 4 MiB runs in stages in
     384 MiB, and passes (it declined by 2 MiB when windows took a fifth of the memory left
     at 4x their weights)."""
     model, out = one_weight_model(tmp_path / "m.onnx"), str(tmp_path / "o.onnx")

@@ -215,7 +215,7 @@ def test_outputs_whose_terms_cancel_are_judged_by_their_magnitudes_whole_and_in_
     """Issue 67: the outputs near zero of a more exact standardization differ from the
     original's beyond rtol/atol (a given ``rtol``/``atol`` means that formula alone, and it
     fails them), within 64 units of roundoff of the magnitude of their summed terms: the check
-    passes them, whole and window by window (the original and its twins run in windows)."""
+    passes them, whole and stage by stage (the original and its twins run in stages)."""
     path, exact = tmp_path / "m.onnx", tmp_path / "exact.onnx"
     model = _standardized_convolutions(np.random.default_rng(0))
     onnx.save(model, path)

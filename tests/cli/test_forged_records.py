@@ -3,7 +3,7 @@
 onnxfold's output of ``y = Relu(x @ Transpose(W) + b) @ V`` (the Transpose folded under its
 own name, ``b`` and ``V`` copied through) with one value planted wrong, and a tag an attacker
 would write beside it: a ``rewired``, ``made_by`` or ``stands_for`` claim, or a recipe. Each
-planted value fails ``verify-folds``, ``compare`` and ``compare`` in windows with exit 1,
+planted value fails ``verify-folds``, ``compare`` and ``compare`` in stages with exit 1,
 whatever the tag; and an output where nothing was folded still says it is onnxfold's (its
 model-level record), so a weight changed in it differs too. A file whose record was stripped
 is said to carry none.

@@ -91,7 +91,7 @@ def test_a_default_fed_another_value_computes_what_the_original_computes(tmp_pat
 def test_inputs_feeds_an_overridable_default_and_catches_a_baked_one(tmp_path):
     """``--inputs`` gives an initializer that is also a graph input as a caller feeds it (it
     was refused: "is not an input"): fed ``eps = 3.0``, a model that baked the default epsilon
-    into a LayerNormalization differs; onnxfold's own output passes, whole and in windows."""
+    into a LayerNormalization differs; onnxfold's own output passes, whole and in stages."""
     from onnxfold.check.compare import compare
     from tests.support.cli import run_cli
 

@@ -270,7 +270,7 @@ def test_a_recipe_that_moves_its_tensor_by_a_constant_of_its_own_is_refused(tmp_
     """Issue 82 Why 1: the merged weight moved 40 ulps, its recipe the original's weights
     concatenated plus an ``Add`` of a constant the recipe holds (computing the moved weight
     exactly), tagged as the merge's: not the original's
-    computation, so not verifiable and not full, whole and in windows (without that rule of
+    computation, so not verifiable and not full, whole and in stages (without that rule of
     the check: a parameter validated on the input sets, and a full verification)."""
     a, bad, name, _ = _merged_with_recipe(tmp_path, None, {})
     proto = onnx.load(bad)

@@ -1,7 +1,7 @@
 """Outputs judged by the magnitudes of their summed terms beside outputs that have none (found by
 the adversarial round of issue 64): a sequence output beside a tensor one made the twins' model
 invalid (an ``Abs`` of a sequence), so the tensor lost its magnitudes and failed, a false alarm;
-run window by window it was a raw AssertionError. Each output's magnitudes are computed alone
+run stage by stage it was a raw AssertionError. Each output's magnitudes are computed alone
 where the outputs together cannot be, and an output with no tensor type is judged by rtol/atol
 alone, said in a note."""
 

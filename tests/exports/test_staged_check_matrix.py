@@ -32,7 +32,7 @@ from tests.support.export_matrix import (
     MATRIX,
     PLANTED_CORE,
     families,
-    windowed_compare,
+    staged_compare,
 )
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def test_in_stages_the_verdict_is_the_same(folded, name):
     it could not run where the whole check could not (the original fails at the guessed
     dims). The whole comparison is not run again here: it is that tier's."""
     source, fold = folded(name)
-    windowed = windowed_compare(source, fold)
+    windowed = staged_compare(source, fold)
     if isinstance(windowed, str):  # the original does not run on the guessed dims
         whole = _whole(source, fold)
         assert windowed == whole, (windowed, whole)
@@ -98,7 +98,7 @@ def test_in_stages_a_planted_wrong_fold_is_caught(folded, tmp_path, name):
                                               tmp_path / "planted.onnx")
     except planted_folds.NoTarget as e:
         pytest.skip(f"{name}: {e}")
-    result = windowed_compare(source, tmp_path / "planted.onnx")
+    result = staged_compare(source, tmp_path / "planted.onnx")
     assert not isinstance(result, str), result
     assert not result.ok and result.state == "failed", f"{what}\n{result.summary()}"
     for tensor, how in what.items():

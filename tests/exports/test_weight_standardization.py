@@ -40,9 +40,9 @@ def test_the_issues_module_passes_the_check_and_compare(tmp_path):
 
 
 def test_window_by_window_the_issues_module_passes_by_the_magnitudes(tmp_path):
-    """Run in windows (each window's weights at their own alignment), its outputs near
+    """Run in stages (each stage's weights at their own alignment), its outputs near
     zero differ beyond rtol/atol from the original's (29 of 98,304 elements): the original
-    and its twins run window by window as well, and the magnitudes pass them."""
+    and its twins run stage by stage as well, and the magnitudes pass them."""
     source, out = export_matrix.build("stdconv_batch_norm_torchscript"), tmp_path / "f.onnx"
     onnxfold.optimize(str(source)).save(str(out))
     check = onnxfold.compare(str(source), str(out), n=2, window_bytes=4096)

@@ -646,8 +646,8 @@ MATRIX: dict[str, Export] = {n: e for n, e in ENTRIES.items() if n not in UNEXPO
 # one export of each family the check knows: KV-cache decoders of both exporters,
 # mixture-of-experts, encoders, encoder-decoders, vision, speech, quantized, float16, recurrent
 # and upsampling models, transformers' own exporter. The tiers that run several checks per
-# export (planted folds, windows) run on these; ``python -m tools.check_matrix --mutations
-# --windows`` runs every export
+# export (planted folds, stages) run on these; ``python -m tools.check_matrix --mutations
+# --stages`` runs every export
 FAMILY_REPRESENTATIVES = [
     "llama_kv_dynamo", "llama_kv_torchscript", "gpt2_kv_torchscript", "mixtral_kv_dynamo",
     "olmoe_kv_torchscript", "qwen2_float16_dynamo", "whisper_decoder_kv_torchscript",
@@ -669,7 +669,7 @@ CORE = frozenset({
     "bert_float16_dynamo", "upsample_decoder_dynamo", "stdconv_batch_norm_torchscript"})
 
 
-# The core of the checks that plant wrong folds (whole and in windows) and of the windowed
+# The core of the checks that plant wrong folds (whole and in stages) and of the staged
 # verdict: a decoder of each exporter, an encoder, QDQ and vision; the whole check with the
 # defaults runs on all of CORE (its planted fold costs a second check: 53 s on a MoE decoder)
 PLANTED_CORE = frozenset({
@@ -878,9 +878,9 @@ def _run_builder(name: str, path: Path, quiet: bool) -> None:
         ENTRIES[name].build(path)
 
 
-def windowed_compare(source, fold, n: int = 2):
-    """``fold`` compared with ``source`` window by window, windows of an eighth of the
-    model's weights (7 to 20 windows a model): the ``CompareResult``, or the line of a check
+def staged_compare(source, fold, n: int = 2):
+    """``fold`` compared with ``source`` stage by stage, stages of an eighth of the
+    model's weights (7 to 20 stages a model): the ``CompareResult``, or the line of a check
     that could not run (the original fails at the guessed dims)."""
     from onnxfold.check.compare import CheckCouldNotRun, compare_models
     from onnxfold.check.running.memory import weighed

@@ -172,7 +172,7 @@ def test_drop_resident_pages_gives_back_what_reads_of_many_weights_left(tmp_path
 
 def test_a_prefetch_maps_nothing_and_fails_on_nothing(tmp_path, monkeypatch):
     """A prefetch is a hint to the page cache: it maps no file (mapping a whole data file for
-    it failed a check in windows, which reads its weights with pread, under ulimit -v), holds
+    it failed a check in stages, which reads its weights with pread, under ulimit -v), holds
     no descriptor, and a file cut short is left for the read to report."""
     from onnxfold.io import mapped
 
