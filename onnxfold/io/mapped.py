@@ -285,7 +285,12 @@ class _ReadAhead:
             if self._giving:
                 return
             self._giving = True
-        submit(self._give)
+        try:
+            submit(self._give)
+        except BaseException:  # (a signal): no job takes the requests, the next ask starts one
+            with self._lock:
+                self._giving = False
+            raise
 
     def _give(self) -> None:
         try:
@@ -307,3 +312,13 @@ class _ReadAhead:
 
 
 _READ_AHEAD = _ReadAhead()
+
+
+def _after_fork() -> None:
+    """A forked child has no job giving its parent's hints (and maybe a lock held)."""
+    global _READ_AHEAD
+    _READ_AHEAD = _ReadAhead()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

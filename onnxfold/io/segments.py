@@ -175,7 +175,7 @@ class _ReadAhead:
     def take(self, index: int) -> Segment:
         """Segment ``index`` unmapped (segments are taken in order); starts reading the next."""
         if self._pending is not None and self._pending[0] == index:
-            seg = uninterrupted(self._pending[1].result)
+            seg = self._pending[1].joined()
         else:
             seg = unmapped(self._segments[index], self._copies[index % 2])
         self._pending = None
@@ -268,8 +268,11 @@ def _write_whole(writes: Writes, seg: Segment, scratch: tuple[_Scratch, _Scratch
     other = submit(_write_one, writes, cut[1], scratch[1], sources)
     try:
         _write_one(writes, cut[0], scratch[0], sources)
-    finally:  # never leave it writing to a closed descriptor
-        failure = uninterrupted(other.exception)
+    except BaseException:  # never leave it writing to a closed descriptor, nor start it
+        if not other.cancel():
+            uninterrupted(other.exception)
+        raise
+    failure = uninterrupted(other.exception)
     if failure is not None:
         raise failure
 

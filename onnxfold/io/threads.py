@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from onnxfold.host.endings import deferred, uninterrupted
+
 T = TypeVar("T")
 MAX_THREADS = 3  # the writer's two (a half written, the next weight read) and one hint or fill
 POLL = 0.5  # seconds a wait sleeps before it looks again (a signal's handler runs between)
@@ -41,27 +43,31 @@ class Job(Generic[T]):
         self._finished = threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
+        self._runner: int | None = None  # the thread that claimed it
 
     def _claim(self) -> bool:
         """Whether the caller is the one to run it (it was still queued)."""
         with self._lock:
             if self._state != _PENDING:
                 return False
+            self._runner = threading.get_ident()  # (before the state: see exception())
             self._state = _RUNNING
             return True
 
     def _run(self) -> None:
-        fn, args = self._fn, self._args
-        assert fn is not None  # cleared only once it ran, or instead of running
+        """Run it (its claimer only); what it raises, a signal's KeyboardInterrupt included, is
+        its outcome. It ends marked done whatever lands in its bookkeeping."""
         try:
+            fn, args = self._fn, self._args
+            assert fn is not None  # cleared only once it ran, or instead of running
             self._value = fn(*args)
         except BaseException as e:  # handed to whoever waits for it, as it is
             self._error = e
         finally:
-            del fn, args  # what it held goes with it
-            self._fn, self._args = None, ()
-            self._state = _DONE
-            self._finished.set()
+            with deferred():  # (a signal here is raised once the job is marked done)
+                self._fn, self._args = None, ()  # what it held goes with it
+                self._state = _DONE
+                self._finished.set()
 
     def cancel(self) -> bool:
         """Drop the job if no thread has started it: whether it will never run."""
@@ -77,51 +83,81 @@ class Job(Generic[T]):
         return self._finished.is_set()
 
     def exception(self) -> BaseException | None:
-        """Run it here if still queued, else wait until it ended; what it raised, or None.
-        Raises KeyboardInterrupt (a signal) if one comes while it waits."""
-        if self._claim():
-            self._run()
+        """Run it here if still queued, else wait until it ended; what it raised (a signal
+        that came while it ran here included), or None, never raised here. Raises
+        KeyboardInterrupt only for a signal that comes while it waits for a thread."""
+        try:
+            if self._claim():
+                self._run()
+        finally:  # a signal that came as it was claimed here: the job ends with it
+            if self._runner == threading.get_ident() and not self._finished.is_set():
+                self._run_cut()
         while not self._finished.wait(POLL):
             pass
         return self._error
 
-    def result(self) -> T:
-        """:meth:`exception`, then its value, or what it raised raised here."""
-        error = self.exception()
+    def _run_cut(self) -> None:
+        with deferred():
+            self._error = self._error or KeyboardInterrupt()
+            self._fn, self._args = None, ()
+            self._state = _DONE
+            self._finished.set()
+
+    def joined(self) -> T:
+        """Its value once it ended (run here if still queued), a signal that comes meanwhile
+        raised after it; what it raised is raised here."""
+        error = uninterrupted(self.exception)
         if error is not None:
             raise error
         return self._value  # type: ignore[return-value]
 
 
 class _Pool:
+    """Jobs on at most ``MAX_THREADS`` threads. Each job queued has one reason a thread will
+    take it: an idle thread it reserved, a thread started for it, or a place in the backlog
+    that a thread finishing a job takes on (so two jobs queued at once never both count on
+    the one idle thread)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._threads = 0
-        self._idle = 0
+        self._idle = 0  # threads waiting for a job no queued job has reserved
+        self._backlog = 0  # queued jobs no thread is reserved or started for
 
     def submit(self, job: Job) -> None:
         self._queue.put(job)
         with self._lock:
-            if self._idle > 0 or self._threads >= MAX_THREADS:
+            if self._idle > 0:
+                self._idle -= 1
+                return
+            if self._threads >= MAX_THREADS:
+                self._backlog += 1
                 return
             self._threads += 1
-        thread = threading.Thread(target=self._work, name="onnxfold-io", daemon=True)
+        started = False
         try:
+            thread = threading.Thread(target=self._work, name="onnxfold-io", daemon=True)
             thread.start()
+            started = True
         except RuntimeError:  # no thread to be had: the job waits, or its waiter runs it
-            with self._lock:
-                self._threads -= 1
+            pass
+        finally:
+            if not started:
+                with self._lock:
+                    self._threads -= 1
+                    self._backlog += 1
 
     def _work(self) -> None:
         while True:
-            with self._lock:
-                self._idle += 1
             job = self._queue.get()
-            with self._lock:
-                self._idle -= 1
             if job._claim():
                 job._run()
+            with self._lock:
+                if self._backlog > 0:
+                    self._backlog -= 1  # a queued job waits for a thread: this one takes it
+                else:
+                    self._idle += 1
 
     def threads(self) -> int:
         """Threads started (busy or idle)."""
