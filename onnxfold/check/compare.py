@@ -23,8 +23,8 @@ from onnxfold.check.folds.verdicts import FoldVerification
 from onnxfold.check.folds.verification import reads_dynamic_dims, verify_folds
 from onnxfold.check.inputs.feeds import FeedPlan, dtype_name, load_given
 from onnxfold.check.inputs.pinned import pinned_dims
-from onnxfold.check.outputs import map_outputs, stability, summed_terms
-from onnxfold.check.outputs.differences import OutputDiff, accumulate, as_array
+from onnxfold.check.outputs import stability, summed_terms
+from onnxfold.check.outputs.differences import OutputDiff, accumulate, as_array, compared_outputs
 from onnxfold.check.outputs.doomed_bindings import FailedNodes
 from onnxfold.check.outputs.interfaces import same_interface
 from onnxfold.check.outputs.reference_runs import Reference, run_optimized, run_reference
@@ -591,18 +591,7 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
     # where the original ran: B may need more memory, or have less left (the original's
     # outputs are held); not compared there, and the verdict says so (not a full one)
     result.short_of_memory = [k + 1 for k, got in enumerate(ran.outputs) if got is None]
-    rows: dict[str, OutputDiff] = {}
-    maps: set[str] = set()
-    for result_a, result_b in compared:
-        for name, va, vb in zip(outputs, result_a, result_b):
-            va, vb, unzipped = map_outputs.as_value_arrays(va, vb)
-            if unzipped:
-                maps.add(name)
-            va, vb = as_array(va), as_array(vb)
-            row = rows.setdefault(name, OutputDiff(
-                name, dtype_name(va.dtype), dtype_name(vb.dtype), list(va.shape),
-                list(vb.shape)))
-            accumulate(row, va, vb, result.rtol, result.atol)
+    rows, maps = compared_outputs(outputs, compared, result.rtol, result.atol)
     # elements outside rtol/atol: judged again with the magnitudes of their summed terms
     again = [n for n in summed_terms.candidates(rows, result.rtol, result.atol) if n not in maps]
     if again:

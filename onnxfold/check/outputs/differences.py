@@ -1,18 +1,22 @@
 """How far one output of model A is from model B's over every input set: :class:`OutputDiff`,
 filled one input set at a time by :func:`accumulate` with the tolerance of its dtype
-(``judging.tolerance``) and, where given, the magnitude of the terms each element sums.
+(``judging.tolerance``) and, where given, the magnitude of the terms each element sums;
+:func:`compared_outputs`, the comparison of both models' runs, a function of their results.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from onnxfold.check.inputs.feeds import dtype_name
 from onnxfold.check.judging.bits import same_bits
 from onnxfold.check.judging.tolerance import HALF as HALF_TYPES
 from onnxfold.check.judging.tolerance import allowed, ulp
 from onnxfold.check.judging.tolerance import for_dtype as tolerance_for
+from onnxfold.check.outputs import map_outputs
 
 REL_FLOOR = 1e-3  # max rel counts elements at least this share of the output's max |b|
 
@@ -103,3 +107,24 @@ def accumulate(row: OutputDiff, a, b, rtol: float | None, atol: float | None,
                 rel = float((diff[mattering] / magnitude[mattering]).max())
                 row.max_rel_diff = max(row.max_rel_diff, rel)
     row.mismatches += int((~close).sum())
+
+
+def compared_outputs(names: Sequence[str], runs: Iterable[tuple[Sequence, Sequence]],
+                     rtol: float | None, atol: float | None
+                     ) -> tuple[dict[str, OutputDiff], set[str]]:
+    """Both models' outputs (``names``), run by run (``runs``: A's outputs and B's on one
+    input set), compared: a row per output, and the outputs that are sequences of maps with
+    the same keys (compared as their values, [sequence length, keys])."""
+    rows: dict[str, OutputDiff] = {}
+    maps: set[str] = set()
+    for result_a, result_b in runs:
+        for name, va, vb in zip(names, result_a, result_b):
+            va, vb, unzipped = map_outputs.as_value_arrays(va, vb)
+            if unzipped:
+                maps.add(name)
+            va, vb = as_array(va), as_array(vb)
+            row = rows.setdefault(name, OutputDiff(
+                name, dtype_name(va.dtype), dtype_name(vb.dtype), list(va.shape),
+                list(vb.shape)))
+            accumulate(row, va, vb, rtol, atol)
+    return rows, maps
