@@ -1,7 +1,6 @@
 """Positioned output segments: layout, the split into two halves, and writing on two threads."""
 
 import os
-import threading
 
 import numpy as np
 import onnx
@@ -77,20 +76,30 @@ def test_two_halves_write_the_same_bytes(tmp_path, monkeypatch, external):
 
 
 def test_a_failing_half_leaves_nothing_behind(tmp_path, monkeypatch):
+    """The second half of each cut fails (a full disk), whichever thread writes it (an I/O
+    thread, or the writer where none had started it): nothing is left behind."""
     src = _model(tmp_path, external=False)
     monkeypatch.setattr(segments, "PARALLEL_WRITE", 1)
-    real = segments._write_one
+    real_halves, real = segments.halves, segments._write_one
+    second: list[Segment] = []  # (held: their ids stay theirs)
 
-    def helper_half_fails(fd, seg, *rest):
-        if threading.current_thread() is not threading.main_thread():
+    def recorded(seg):
+        cut = real_halves(seg)
+        if cut is not None:
+            second.append(cut[1])
+        return cut
+
+    def second_half_fails(fd, seg, *rest):
+        if any(seg is half for half in second):
             raise OSError(28, "No space left on device")
         real(fd, seg, *rest)
 
-    monkeypatch.setattr(segments, "_write_one", helper_half_fails)
+    monkeypatch.setattr(segments, "halves", recorded)
+    monkeypatch.setattr(segments, "_write_one", second_half_fails)
     out = tmp_path / "out.onnx"
     with pytest.raises(OutputError, match="No space left"):
         save_model(load_model(src), out)
-    assert sorted(os.listdir(tmp_path)) == ["in.onnx"]
+    assert second and sorted(os.listdir(tmp_path)) == ["in.onnx"]
 
 
 def _mixed_segments(tmp_path) -> list[Segment]:
