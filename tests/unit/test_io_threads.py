@@ -167,9 +167,11 @@ def test_two_jobs_queued_at_once_do_not_both_count_on_one_idle_thread(pool):
     """The writer queues the next weight's read, then a half: with one thread idle, the second
     job starts a thread of its own (the bound allowing), so both run at once."""
     threads.submit(lambda: None).joined()
-    while pool._idle == 0:  # the thread goes idle (bounded by the test's own runner)
+    for _ in range(BOUND * 100):  # until the thread is idle again (bounded)
+        if pool._idle:
+            break
         threading.Event().wait(0.01)
-    assert pool.threads() == 1
+    assert pool._idle == 1 and pool.threads() == 1
     started, release, jobs = _blocked(2)
     try:
         assert all(e.wait(BOUND) for e in started)  # both began, neither waited for the other
