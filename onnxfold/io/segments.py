@@ -6,8 +6,8 @@ non-contiguous view that must be copied in C order), a range of another file (an
 weight, copied file-to-file) or a sub-byte tensor. A large segment is cut in two (arrays between
 rows, file ranges anywhere) and its halves are written concurrently: the copies of transposed
 views run on two cores, their whole pages written around the page cache
-(``onnxfold.io.writes``), while a third thread reads the next weight from its input file; the
-resident memory stays that of two weights. The other threads are the process's I/O threads
+(``onnxfold.io.writes``), while another thread reads the next weight from its input file; the
+resident memory stays that of two weights. Those threads are the process's I/O threads
 (``onnxfold.io.threads``); a half or a read no thread has started is done by the writer itself.
 """
 
@@ -152,7 +152,7 @@ def write(fd: int, segments: list[Segment],
 
 class _ReadAhead:
     """The segments as :func:`unmapped` gives them, the next one that reads an input's mapping
-    read on a thread of its own while the one before it is written: otherwise the disk idles
+    read on an I/O thread while the one before it is written: otherwise the disk idles
     while a weight is transposed and written, and the cores while the next is read (on a
     model read from a cold cache, 1.3 s of a 3.1 s write). Two buffers take turns: the one
     being written, the one being read into. A context manager: leaving waits for a read

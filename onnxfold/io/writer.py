@@ -6,7 +6,8 @@ disk are copied file-to-file, folded arrays are written from their buffers (non-
 in chunks). No full in-memory protobuf of the model is ever built. Models whose weights exceed
 the protobuf limit are written with external data. Everything goes to temporary files renamed
 at the end, so a failure never leaves a half-written output, and the model's own input files
-are never targets. A model with external data is published with its data by one rename, one
+are never targets. The files are written, and judged where the caller asks, without the
+output's lock; a model with external data is then published with its data by one rename, one
 writer per output at a time (``onnxfold.io.publication``).
 """
 
