@@ -68,12 +68,6 @@ def long_lived(collect_after: bool = True) -> Iterator[None]:
                 gc.collect()
 
 
-def process_goes_on() -> bool:
-    """Whether the process goes on after the outermost :func:`long_lived` running (False: it
-    exits right after, and memory given back before then is work for nothing)."""
-    return _in_effect is None or _in_effect.collect_after
-
-
 def settled(nodes: int) -> None:
     """A model of ``nodes`` nodes was just loaded: freeze what exists, so that collections
     skip it while :func:`long_lived` is in effect, if that pays, and turn automatic collection
