@@ -97,6 +97,8 @@ class Job(Generic[T]):
         return self._error
 
     def _run_cut(self) -> None:
+        """End a job its claimer did not run through (a signal landed as it claimed it): done,
+        with the interrupt as its outcome."""
         with deferred():
             self._error = self._error or KeyboardInterrupt()
             self._fn, self._args = None, ()
