@@ -550,7 +550,14 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
     if external_data:
         guard.pin(output.sibling(requested), "output model's external data")
 
-    parts = head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
+    head, graph_bytes, doc_string = _serialize_without(model, streamed, graphs)
+    offsets: list[int] = []  # of the weights in the data file, once written
+
+    def write_naming(fd: int, data_name: str) -> int:
+        """The model written to ``fd``, its weights in ``data_name``: its bytes."""
+        return _finished(fd, _write_naming(fd, head, graph_bytes, streamed, offsets, data_name),
+                         doc_string)
+
     in_place = guard.replaces_input(output)
     verify, before_publish = judges
     reached("saving")
@@ -560,16 +567,15 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
     files = _Files(output, tmp, requested)
     data_fd = None
     try:
-        offsets: list[int] = []
         end = written = 0
         if external_data:
             data_fd, files.data_tmp = temporary(directory, requested)
-            offsets, end = _write_data(data_fd, streamed, counted)
+            placed, end = _write_data(data_fd, streamed, counted)
+            offsets.extend(placed)
             os.close(data_fd)
             data_fd = None
             if before_publish is not None:  # the model judged names its data's temporary file
-                written = _finished(fd, _write_naming(fd, head, graph_bytes, streamed, offsets,
-                                                      files.data_tmp), doc_string)
+                written = write_naming(fd, files.data_tmp)
         else:
             # (pages a prefill warmed are overwritten in the page cache: a direct write would
             # first write their zeros out)
@@ -586,12 +592,11 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
             if external_data:  # named as published now: the model names its data's name
                 files.data = fresh_data_name(directory, requested)
                 fd = directory.open(tmp, os.O_WRONLY)
-                written = _finished(fd, _write_naming(fd, head, graph_bytes, streamed, offsets,
-                                                      files.data), doc_string)
+                written = write_naming(fd, files.data)
                 os.close(fd)
                 fd = None
             written = _published(files, model, requested, guard, in_place, external_data,
-                                 parts, streamed, offsets, written)
+                                 write_naming, written)
     except OSError as e:
         raise write_failed(shown, e) from None
     finally:
@@ -604,22 +609,20 @@ def _save(model: ir.Model, output: PinnedOutput, graphs: list[ir.Graph], guard: 
 
 
 def _published(files: _Files, model: ir.Model, requested: str, guard: OutputGuard,
-               in_place: bool, external_data: bool, parts: tuple[bytes, list[Part], str | None],
-               streamed: dict[str, ir.Value], offsets: list[int], written: int) -> int:
+               in_place: bool, external_data: bool, write_naming: Callable[[int, str], int],
+               written: int) -> int:
     """Publish ``files`` (``_Files.publish``), remove the input's data that a model written in
     place no longer reads, and give published data the name ``requested`` where it could not
-    be written under it (``_Files.take_requested_name``), in one deferred section: a signal
-    that comes once the pair is published waits until the data has its name. The model's
-    bytes as they are now."""
-    head, graph_bytes, doc_string = parts
+    be written under it (``_Files.take_requested_name``, the model written again by
+    ``write_naming(fd, data name)``), in one deferred section: a signal that comes once the
+    pair is published waits until the data has its name. The model's bytes as they are now."""
     with endings.deferred():
         files.publish(requested, guard, in_place)
         if in_place:
             remove_input_data(model, files.output, files.data if external_data else None)
         if not external_data:
             return written
-        again = files.take_requested_name(requested, lambda fd, name: _finished(
-            fd, _write_naming(fd, head, graph_bytes, streamed, offsets, name), doc_string))
+        again = files.take_requested_name(requested, write_naming)
         return written if again is None else again
 
 
