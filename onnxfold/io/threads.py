@@ -65,17 +65,19 @@ class Job(Generic[T]):
             self._error = e
         finally:
             with deferred():  # (a signal here is raised once the job is marked done)
-                self._fn, self._args = None, ()  # what it held goes with it
-                self._state = _DONE
-                self._finished.set()
+                self._end(_DONE)
+
+    def _end(self, state: int) -> None:
+        """Mark it ended (``_DONE`` or ``_CANCELLED``), letting go of what it held."""
+        self._fn, self._args = None, ()
+        self._state = state
+        self._finished.set()
 
     def cancel(self) -> bool:
         """Drop the job if no thread has started it: whether it will never run."""
         with self._lock:
             if self._state == _PENDING:
-                self._state = _CANCELLED
-                self._fn, self._args = None, ()
-                self._finished.set()
+                self._end(_CANCELLED)
             return self._state == _CANCELLED
 
     def done(self) -> bool:
@@ -101,9 +103,7 @@ class Job(Generic[T]):
         with the interrupt as its outcome."""
         with deferred():
             self._error = self._error or KeyboardInterrupt()
-            self._fn, self._args = None, ()
-            self._state = _DONE
-            self._finished.set()
+            self._end(_DONE)
 
     def joined(self) -> T:
         """Its value once it ended (run here if still queued), a signal that comes meanwhile
@@ -175,11 +175,6 @@ def submit(fn: Callable[..., T], *args: object) -> Job[T]:
     job: Job[T] = Job(fn, args)
     _POOL.submit(job)
     return job
-
-
-def threads_started() -> int:
-    """How many I/O threads this process has (never more than ``MAX_THREADS``)."""
-    return _POOL.threads()
 
 
 def _after_fork() -> None:

@@ -153,7 +153,7 @@ def test_a_forked_child_has_a_pool_of_its_own(pool):
     if child == 0:  # pragma: no cover - the child
         try:
             name = threads.submit(lambda: threading.current_thread().name).joined()
-            os.write(write, f"{name} {threads.threads_started()}".encode())
+            os.write(write, f"{name} {threads._POOL.threads()}".encode())
         finally:
             os._exit(0)
     os.close(write)
