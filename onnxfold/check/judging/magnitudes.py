@@ -566,9 +566,9 @@ def twin_model(model: ir.Model, values: Sequence[ir.Value]) -> ir.Model:
 
 
 def magnitudes_in_stages(model: ir.Model, values: Sequence[ir.Value],
-                          feed_sets: Sequence[Mapping[str, np.ndarray]], budget: int,
-                          libraries: Sequence[str] = (), level: str = "all"
-                          ) -> list[list[np.ndarray] | Exception]:
+                         feed_sets: Sequence[Mapping[str, np.ndarray]], budget: int,
+                         libraries: Sequence[str] = (), level: str = "all"
+                         ) -> list[list[np.ndarray] | Exception]:
     """:func:`magnitudes` for each of ``feed_sets``, the original and its twins run stage by
     stage (at most ``budget`` bytes of weights each: where no session over the whole
     original fits); each set's twins as float64, or what stopped its run (the runner's

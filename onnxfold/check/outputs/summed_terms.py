@@ -86,7 +86,7 @@ def _computed(model: ir.Model, values: list[ir.Value],
     try:
         if budget is not None:
             found = magnitudes_in_stages(model, values, [feeds for feeds, _, _ in sets],
-                                          budget, libraries, level)
+                                         budget, libraries, level)
             stopped = next((e for e in found if isinstance(e, Exception)), None)
             return stopped if stopped is not None else \
                 [cast(list[np.ndarray], f) for f in found]

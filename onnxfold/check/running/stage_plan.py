@@ -248,9 +248,9 @@ class _Walk:
             writes = [str(o.name) for p in positions for o in self.nodes[p].outputs
                       if o.name and str(o.name) in later]
             stages.append(Stage([self.nodes[p] for p in positions], list(reads),
-                                  list(constants), writes, sum(_sizes(held).values()),
-                                  sum(t.nbytes for t in held.values() if t.dtype in
-                                      (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))))
+                                list(constants), writes, sum(_sizes(held).values()),
+                                sum(t.nbytes for t in held.values() if t.dtype in
+                                    (ir.DataType.FLOAT16, ir.DataType.BFLOAT16))))
             later |= set(reads)
         return stages[::-1]
 
