@@ -151,6 +151,24 @@ def test_shape_ops_follow_the_dims():
     assert known.dims(_value(graph, "pad")) == [{("b",): 1, (): 1}, {**n4, (): 2}]
 
 
+def test_broadcasts_keep_each_axis_its_own():
+    """A broadcasting op of equal shapes keeps each axis's dim in its place; a 1 or a
+    shorter shape gives way to the other's dim."""
+    model = make_model(
+        [helper.make_node("Add", ["x", "x"], ["same"]),
+         helper.make_node("Mul", ["col", "x"], ["widened"]),
+         helper.make_node("Sub", ["x", "w4"], ["shorter"])],
+        [helper.make_tensor_value_info("x", F, ["b", "4*n"]),
+         helper.make_tensor_value_info("col", F, ["b", 1]),
+         helper.make_tensor_value_info("w4", F, ["4*n"]),
+         helper.make_tensor_value_info("w", F, ["n"])],
+        [helper.make_tensor_value_info(o, F, None) for o in ("same", "widened", "shorter")])
+    graph = ir.from_proto(model)  # (no inference: the walk's own dims alone)
+    known = GraphDims(graph)
+    for name in ("same", "widened", "shorter"):
+        assert known.dims(_value(graph, name)) == [{("b",): 1}, {("n",): 4}], name
+
+
 @pytest.mark.parametrize(("text", "form"), [
     ("s0 + s1", {"s0": 1, "s1": 1}), ("2*s0 - 1", {"s0": 2, "": -1}), ("seq", {"seq": 1}),
     ("Min(64, s53)", None), ("s0//2", None), ("s0 +", None), ("", None)])

@@ -357,7 +357,7 @@ def _broadcast_relations(model: ir.Model, known: GraphDims, relations: _Relation
         for k, first in enumerate(shapes):
             for other in shapes[k + 1:]:
                 for a, b in zip(reversed(first), reversed(other)):
-                    if a is None or b is None or as_int(a) == 1 or as_int(b) == 1 or \
+                    if a is None or b is None or a == b or as_int(a) == 1 or as_int(b) == 1 or \
                             (as_int(a) is not None and as_int(b) is not None):
                         continue
                     relations.add(a, b, where)

@@ -176,11 +176,12 @@ class GraphDims:
         for value in model.graph.inputs:
             self.names.update(label for d in value.shape or ()
                               if isinstance(label := getattr(d, "value", None), str))
+        self._read: dict[str, Poly] = {}  # each dim's name as read (:func:`_named_once`)
         self.shapes: dict[ir.Value, Dims | None] = {}  # (None: not even the rank known)
         # (keyed by optional values: a missing input has no elements)
         self.values: dict[ir.Value | None, list[Poly | None]] = {}
         for value in model.graph.inputs:
-            declared = _inferred(value, self.names)
+            declared = _inferred(value, self.names, self._read)
             anonymous = {axis: atom(name) for (input_name, axis), name in axis_names.items()
                          if input_name == (value.name or "")}
             self.shapes[value] = None if declared is None else \
@@ -201,7 +202,7 @@ class GraphDims:
         if value is None:
             return None
         if value not in self.shapes:
-            self.shapes[value] = _inferred(value, self.names)
+            self.shapes[value] = _inferred(value, self.names, self._read)
         return self.shapes[value]
 
     def dim(self, value: ir.Value, axis: int) -> Poly | None:
@@ -265,7 +266,7 @@ class GraphDims:
 
     def _settle(self, out: ir.Value, own: Dims | None) -> None:
         """``out``'s dims: the walk's ``own`` merged with what inference says."""
-        self.shapes[out] = _merged(own, _inferred(out, self.names))
+        self.shapes[out] = _merged(own, _inferred(out, self.names, self._read))
 
     # -- steps: each gives an output's dims and, for small integer tensors, its elements
 
@@ -505,15 +506,24 @@ class GraphDims:
 Step = Callable[[GraphDims, ir.Node], tuple[Dims | None, list[Poly | None] | None]]
 
 
-def _inferred(value: ir.Value, names: Collection[str]) -> Dims | None:
+def _inferred(value: ir.Value, names: Collection[str], read: dict[str, Poly]) -> Dims | None:
     """What onnx's inference left on ``value``: numbers, and names as :func:`named` reads
     them with the inputs' dim ``names`` (a name it made up, ``unk__3``, is an atom no input
-    has)."""
-    if value.shape is None:
+    has); ``read``: the names read so far (a layer's dims recur in every layer)."""
+    shape = value.shape
+    if shape is None:
         return None
     return [const(d) if isinstance(d, int) else
-            named(d.value, names) if isinstance(d.value, str) and d.value not in ("", "?")
-            else None for d in value.shape]
+            _named_once(text, names, read) if isinstance(text := d.value, str) and
+            text not in ("", "?") else None for d in shape.dims]
+
+
+def _named_once(text: str, names: Collection[str], read: dict[str, Poly]) -> Poly:
+    """:func:`named`, each text read once (no step changes a dim in place: it is shared)."""
+    found = read.get(text)
+    if found is None:
+        found = read[text] = named(text, names)
+    return found
 
 
 def _merged(own: Dims | None, inferred: Dims | None) -> Dims | None:
@@ -523,8 +533,7 @@ def _merged(own: Dims | None, inferred: Dims | None) -> Dims | None:
         return inferred
     if inferred is None:
         return own
-    return [i if as_int(i) is not None else o if o is not None else i
-            for o, i in zip(own, inferred)]
+    return [i if _is_number(i) else o if o is not None else i for o, i in zip(own, inferred)]
 
 
 def _broadcast(shapes: Sequence[Dims | None]) -> Dims | None:
@@ -532,15 +541,25 @@ def _broadcast(shapes: Sequence[Dims | None]) -> Dims | None:
     if not shapes or any(s is None for s in shapes):
         return None
     known: list[Dims] = shapes  # type: ignore[assignment]
+    if all(s == known[0] for s in known):  # (most often: one shape, each axis its own)
+        return list(known[0])
     rank = max(len(s) for s in known)
     out: Dims = []
-    for i in range(rank):
-        aligned = [s[len(s) - rank + i] for s in known if len(s) - rank + i >= 0]
-        wide = [d for d in aligned if as_int(d) != 1]
+    for i in range(-rank, 0):
+        wide = [s[i] for s in known if len(s) >= -i and s[i] != _ONE]
         out.append(const(1) if not wide else
-                   next((d for d in wide if d is not None and as_int(d) is not None),
+                   next((d for d in wide if _is_number(d)),
                         next((d for d in wide if d is not None), None)))
     return out
+
+
+_ONE = const(1)
+
+
+def _is_number(p: Poly | None) -> bool:
+    """Whether ``p`` is a number (:func:`as_int` not None), asked of every dim a step
+    merges."""
+    return p is not None and (not p or (len(p) == 1 and () in p))
 
 
 def _sliced(dim: Poly | None, start: Poly | None, end: Poly | None, step: int) -> Poly | None:
