@@ -10,8 +10,13 @@ For each model, ``--repeat`` interleaved rounds of four child processes, one at 
 ``session``    onnxruntime alone: the original's ``InferenceSession`` (default options) run
                once on the export's example inputs: what running the model costs
 ``sessions``   onnxruntime alone, the floor of any check that runs both models: a session
-               over the original and one over the fold's output, each run once on the example
-               inputs
+               over the original and one over the fold's output, each run once on the first
+               input set the check ran (its shapes read off one ``--check 3 --json`` run
+               before the rounds; integer inputs the example's values wrapped to them, floats
+               random): the floor as the decision of 2026-11-28 (DESIGN.md) defines it
+``example``    the same two sessions on the export's example inputs (the floor this bench
+               used before the decision: an image model's example is smaller than the set
+               the check runs first)
 =============  ==========================================================================
 
 Wall seconds are medians over the rounds, peak RSS the largest ``ru_maxrss`` (whole child
@@ -24,8 +29,11 @@ into ``bench/README.md`` between its ``check_cost`` markers.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from bench.machine import dated
 from bench.model_bench import arguments, built
@@ -54,7 +62,35 @@ for path in sys.argv[2:]:
 """
 
 
-def _round(model: Path, work: Path, timeout: float) -> dict[str, ChildRun]:
+def first_set(model: Path, work: Path, timeout: float) -> Path:
+    """The first input set ``--check 3`` runs on ``model``, as an ``.npz`` for the floor's
+    sessions: each input at the shape the check's JSON gives it; an integer input the
+    example's values wrapped to that shape (ids the table holds, a mask of ones), a float
+    one random, a missing one zeros (timing depends on the shapes, not on the values)."""
+    report = work / f"{model.stem}.check.json"
+    run = run_child([sys.executable, "-m", "onnxfold", "optimize", str(model), "-o",
+                     str(work / f"{model.stem}.out.onnx"), "-q", "--check", "3", "--json",
+                     str(report)], work / f"{model.stem}.first", timeout, cwd=ROOT)
+    if run.rc != 0:
+        raise RuntimeError(f"{model.stem} check: {run.error_line}")
+    example = dict(np.load(model.with_suffix(".inputs.npz")))
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec in json.loads(report.read_text())["check"]["inputs"]:
+        dtype, shape = np.dtype(spec["dtype"]), spec["shape"]
+        given = example.get(spec["name"])
+        if np.issubdtype(dtype, np.floating):
+            feeds[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+        elif given is not None and given.size:
+            feeds[spec["name"]] = np.resize(given, shape).astype(dtype)
+        else:
+            feeds[spec["name"]] = np.zeros(shape, dtype)
+    path = work / f"{model.stem}.first.npz"
+    np.savez(path, **feeds)
+    return path
+
+
+def _round(model: Path, feeds: Path, work: Path, timeout: float) -> dict[str, ChildRun]:
     py = sys.executable
     out = work / f"{model.stem}.out.onnx"
     commands = {
@@ -63,8 +99,9 @@ def _round(model: Path, work: Path, timeout: float) -> dict[str, ChildRun]:
         "check": [py, "-m", "onnxfold", "optimize", str(model), "-o", str(out), "-q",
                   "--check", "3"],
         "session": [py, "-c", _SESSION, str(model), str(model.with_suffix(".inputs.npz"))],
-        "sessions": [py, "-c", _SESSIONS, str(model.with_suffix(".inputs.npz")),
-                     str(model), str(out)]}
+        "sessions": [py, "-c", _SESSIONS, str(feeds), str(model), str(out)],
+        "example": [py, "-c", _SESSIONS, str(model.with_suffix(".inputs.npz")),
+                    str(model), str(out)]}
     runs = {}
     for tool, command in commands.items():
         runs[tool] = run_child(command, work / f"{model.stem}.{tool}", timeout, cwd=ROOT)
@@ -75,27 +112,31 @@ def _round(model: Path, work: Path, timeout: float) -> dict[str, ChildRun]:
 
 def measure(name: str, work: Path, repeat: int, timeout: float) -> dict[str, float]:
     model = built(name, work, timeout)
-    rounds = [_round(model, work, timeout) for _ in range(repeat)]
+    feeds = first_set(model, work, timeout)
+    rounds = [_round(model, feeds, work, timeout) for _ in range(repeat)]
     found = {f"{tool}_wall": median([r[tool].wall_s for r in rounds])
-             for tool in ("python", "fold", "check", "session", "sessions")}
+             for tool in ("python", "fold", "check", "session", "sessions", "example")}
     found.update({f"{tool}_peak": max(r[tool].maxrss_mib for r in rounds)
                   for tool in ("python", "fold", "check", "session")})
     found["wall_ratio"] = found["check_wall"] / found["fold_wall"]
     found["floor_ratio"] = (found["check_wall"] - found["fold_wall"]) / \
         (found["sessions_wall"] - found["python_wall"])
+    found["example_ratio"] = (found["check_wall"] - found["fold_wall"]) / \
+        (found["example_wall"] - found["python_wall"])
     found["peak_budget"] = found["session_peak"] + found["fold_peak"] - found["python_peak"]
     return found
 
 
 def table(results: dict[str, dict[str, float]]) -> str:
     rows = ["| model | fold | --check 3 | check / fold | both sessions | check's own / "
-            "sessions | peak: fold, session, check | check's peak / budget |",
-            "|---|---|---|---|---|---|---|---|"]
+            "sessions | at the example | peak: fold, session, check | check's peak / budget |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         rows.append(
             f"| {name} | {r['fold_wall']:.1f} s | {r['check_wall']:.1f} s | "
             f"{r['wall_ratio']:.2f}x{' **over**' if r['wall_ratio'] > WALL_TARGET else ''} | "
             f"{_floor(r)} | {r['floor_ratio']:.2f}x | "
+            f"{r['example_wall'] - r['python_wall']:.1f} s: {r['example_ratio']:.2f}x | "
             f"{r['fold_peak']:.0f}, {r['session_peak']:.0f}, {r['check_peak']:.0f} MiB | "
             f"{r['check_peak']:.0f} / {r['peak_budget']:.0f} MiB"
             f"{' **over**' if r['check_peak'] > r['peak_budget'] else ''} |")
@@ -116,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             + f"\n\nWall: medians of {a.repeat} interleaved rounds (target: check / fold at "
             f"most {WALL_TARGET:g}x). Peak RSS: the largest of the rounds; the budget is the "
             "session's peak plus the fold's, the interpreter counted once. Both sessions: "
-            "onnxruntime alone creating and running a session over the original and one "
-            "over the output, less the interpreter's start (`import onnxfold, onnxruntime`); "
+            "onnxruntime alone creating a session over the original and one over the output "
+            "and running each once on the check's first input set, less the interpreter's "
+            "start (`import onnxfold, onnxruntime`); at the example: the same on the "
+            "export's example inputs (the floor before the decision of 2026-11-28); "
             "check's own: --check 3 less the fold.")
     print(text)
     if not a.no_readme:
