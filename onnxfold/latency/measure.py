@@ -234,7 +234,8 @@ def _measure(a: ModelRef, b: ModelRef, runs: int, threads: int, levels: Sequence
                              .replace("or without --check", "or without --latency")) from None
 
     def opener(model: ModelRef, label: str, level: str) -> Callable[[], Any]:
-        return lambda: open_session(model, label, libraries, level, threads=threads)
+        return lambda: open_session(model, label, libraries, level, threads=threads,
+                                    referenced=False)  # (created as a user's is)
 
     feeds, described = _feeds(opener(a, label_a, "disable"), label_a, graph_a, dims, int_ranges,
                               _static_dims(graph_b))

@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxfold.check.running import memory
+from onnxfold.check.running import file_refs, memory
 from onnxfold.check.running.handed import CARRIED, aligned, handable, onnx_type, placeholder
 from onnxfold.check.running.held import HeldModel
 from onnxfold.check.running.levels import DEFAULT_LEVEL, LEVELS
@@ -257,10 +257,12 @@ def new_session(source: bytes | str, options):
 
 
 def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
-                 level: str = DEFAULT_LEVEL, prepacking: bool = True, threads: int | None = None):
-    """A CPU session over ``model`` (see :func:`session_options`). InputError where
+                 level: str = DEFAULT_LEVEL, prepacking: bool = True, threads: int | None = None,
+                 referenced: bool = True):
+    """A CPU session over ``model`` (see :func:`session_parts`). InputError where
     onnxruntime cannot load it, MachineShort where the machine ran short loading it."""
-    return built_session(session_parts(model, libraries, level, prepacking, threads), label)
+    return built_session(session_parts(model, libraries, level, prepacking, threads,
+                                       referenced), label)
 
 
 @dataclass
@@ -272,12 +274,20 @@ class SessionParts:
     source: bytes | str
     options: object
     handed: list
+    # a file handed over with its weights referenced in it (``file_refs``): its path and its
+    # identity when it was read, checked again once the session is built
+    read_as: tuple[str, tuple[int, int, int, int]] | None = None
 
 
 def session_parts(model: ModelRef, libraries: Sequence[str] = (), level: str = DEFAULT_LEVEL,
-                  prepacking: bool = True, threads: int | None = None) -> SessionParts:
+                  prepacking: bool = True, threads: int | None = None,
+                  referenced: bool = True) -> SessionParts:
     """The parts of a CPU session over ``model`` (:func:`built_session` builds it): cheap,
-    and done in the calling thread (a proto is serialized here, a path judged here)."""
+    and done in the calling thread (a proto is serialized here, a path judged here). A file
+    whose large weights are embedded is handed over with them referenced in it
+    (``file_refs``: onnxruntime maps them instead of parsing them, the same session) unless
+    not ``referenced`` (``--latency`` times a session as a user's is created, from the
+    path)."""
     options = session_options(level, libraries, prepacking, threads)
     source: bytes | str
     handed: list = []
@@ -293,7 +303,18 @@ def session_parts(model: ModelRef, libraries: Sequence[str] = (), level: str = D
     else:
         check_regular(model, what="model")  # onnxruntime opens the path: never a FIFO
         source = os.fspath(model)
+        try:
+            refs = file_refs.referenced(source) if referenced else None
+        except OSError:  # (onnxruntime, opening the path, says what is wrong with it)
+            refs = None
+        if refs is not None:
+            options.add_session_config_entry(FOLDER_KEY, refs.folder)
+            return SessionParts(refs.proto, options, handed, (source, refs.identity))
     return SessionParts(source, options, handed)
+
+
+# where onnxruntime finds the external data of a model given as bytes
+FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
 
 def built_session(parts: SessionParts, label: str):
@@ -313,6 +334,14 @@ def built_session(parts: SessionParts, label: str):
         hint = " (--custom-op-library PATH loads the library that implements it)" if \
             _UNREGISTERED_OP.search(message) else ""
         raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
+    if parts.read_as is not None:
+        path, identity = parts.read_as
+        try:
+            same = file_refs.identity_of(os.stat(os.path.realpath(path))) == identity
+        except OSError:
+            same = False
+        if not same:  # its weights were read at offsets of the file as it was
+            raise InputError(f"{label}: the file changed while onnxruntime read it")
     session.onnxfold_handed = parts.handed
     return session
 
