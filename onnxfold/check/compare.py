@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
@@ -27,7 +28,12 @@ from onnxfold.check.outputs import stability, summed_terms
 from onnxfold.check.outputs.differences import OutputDiff, accumulate, as_array, compared_outputs
 from onnxfold.check.outputs.doomed_bindings import FailedNodes
 from onnxfold.check.outputs.interfaces import same_interface
-from onnxfold.check.outputs.reference_runs import Reference, run_optimized, run_reference
+from onnxfold.check.outputs.reference_runs import (
+    Optimized,
+    Reference,
+    run_optimized,
+    run_reference,
+)
 from onnxfold.check.result import CompareResult
 from onnxfold.check.rewrites.file_windows import rewritten_windows
 from onnxfold.check.rewrites.in_files import (
@@ -43,7 +49,12 @@ from onnxfold.check.running.cones import Cones, WeightStore, reinferred
 from onnxfold.check.running.levels import DEFAULT_LEVEL
 from onnxfold.check.running.models import ModelRef, graph_of, held, label_of, release_weights
 from onnxfold.check.running.options import CompareOptions
-from onnxfold.check.running.runner import MachineShort, open_session, session_parts
+from onnxfold.check.running.runner import (
+    MachineShort,
+    open_session,
+    session_parts,
+    still_read,
+)
 from onnxfold.check.running.stage_plan import (
     Stage,
     StagePlan,
@@ -183,10 +194,16 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
         result.folds, result.rewrites = folds, validated
         drop_resident_pages()  # the cones read the weights: B's session copies its own
         release_weights(a)  # (and of a proto, the copies read out of it)
-        if not _compare_optimized(result, b, run, reference):
-            result.failure = result.failure or unasked
-            _measure_stability(result, run, reference)
+        optimized = _ran_optimized(b, run, reference)
+        if optimized.ran is not None and not optimized.failure:
+            _describe_stages(result, run, optimized.cuts)
+        if optimized.short is None:
+            result.failure = optimized.failure or unasked
+            if optimized.ran is not None and not optimized.failure:
+                _judge_outputs(result, run, reference, optimized.ran)
+                _measure_stability(result, run, reference)
             return result
+        result.short_reason = optimized.short
         group = feeder.next_smaller()
         if group is None:
             result.not_run = (f"{run.label_b}: the machine ran short running it on every input "
@@ -305,6 +322,7 @@ class _Run:
                                           every_binding)
             if isinstance(self.session, Chain):  # its values at the cuts and the leaves
                 self.chain_values = [self.session.results(feeds) for feeds in reference.feeds]
+            still_read(self.session, self.label_a)
             return reference
         except (InputError, MachineShort) as e:
             raise CheckCouldNotRun(str(e)) from None
@@ -550,46 +568,61 @@ def _measure_stability(result: CompareResult, run: _Run, reference: Reference) -
                             f"optimization levels ({spread}): its outputs turn on near ties")
 
 
-def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
-                       reference: Reference) -> bool:
-    """Run B on the reference's input sets and fill ``result``'s rows (or its failure).
-    True when B ran out of memory on every set: nothing was compared, try smaller (both ran
-    after weighing the memory left, so a B that fits nowhere the original fitted is tried
-    where both may fit; one that runs out on some sets only is compared on the others, and
-    the verdict names the sets it was not compared on)."""
-    label_b, tell = run.label_b, run.tell
+@dataclass
+class _OptimizedRun:
+    """Model B on the reference's input sets: its runs (``ran``: None where its session did
+    not open), the values its chain of stages handed on at the cuts per set, why it failed
+    where A ran (B's fault: the check fails) or what the machine ran short of on every set
+    (``short``: smaller inputs are tried)."""
+
+    ran: Optimized | None = None
+    cuts: list[dict | None] = field(default_factory=list)
+    failure: str = ""
+    short: str | None = None  # (None: compared on some sets at least)
+
+
+def _ran_optimized(b: ModelRef, run: _Run, reference: Reference) -> _OptimizedRun:
+    """Run B on the reference's input sets (its session then let go). Both ran after
+    weighing the memory left, so a B that fits nowhere the original fitted is tried where
+    both may fit (``short``); one that runs out on some sets only is compared on the others,
+    and the verdict names the sets it was not compared on."""
+    run.tell("loading optimized")
     try:
-        tell("loading optimized")
         sess_b = run.session_b(b)
     except InputError as e:  # A loads and B does not: B is wrong, not the input
-        result.failure = one_line(e)
-        return False
+        return _OptimizedRun(failure=one_line(e))
     except MachineShort as e:  # the machine's: A's outputs are held, smaller ones may fit
-        result.short_reason = str(e)
-        return True
-    same_interface(run.io_a, sess_b, result.model_a, label_b)
-    outputs, run_options = run.outputs, run.run_options
+        return _OptimizedRun(short=str(e))
+    same_interface(run.io_a, sess_b, run.label_a, run.label_b)
     with _pooled(not isinstance(sess_b, Chain)):
-        ran = run_optimized(sess_b, label_b, outputs, reference, run_options, tell)
-    cuts_b = [sess_b.results(feeds) if got is not None else None
-              for feeds, got in zip(ran.feeds, ran.outputs)] \
+        ran = run_optimized(sess_b, run.label_b, run.outputs, reference, run.run_options,
+                            run.tell)
+    still_read(sess_b, run.label_b)
+    cuts = [sess_b.results(feeds) if got is not None else None
+            for feeds, got in zip(ran.feeds, ran.outputs)] \
         if isinstance(sess_b, Chain) and not ran.failure else []
     del sess_b
     heap.release()
-    if ran.failure:
-        result.failure = ran.failure
-        return False
+    short = ran.short if not ran.failure and all(got is None for got in ran.outputs) else None
+    return _OptimizedRun(ran, cuts, ran.failure, short)
+
+
+def _describe_stages(result: CompareResult, run: _Run, cuts_b: list[dict | None]) -> None:
+    """Where the models ran stage by stage: how, and the values both handed on at the cuts
+    compared; where only B did, why."""
     if run.stages is not None:
         result.windows = run.stages.describe(run.stages_why)
         result.cut_rows = _cut_rows(run.stages, run.chain_values, cuts_b, result)
     elif run.b_in_stages:
         result.windows = run.b_in_stages
+
+
+def _judge_outputs(result: CompareResult, run: _Run, reference: Reference,
+                   ran: Optimized) -> None:
+    """``result``'s rows: B's outputs against A's on every set both ran (where A ran, B may
+    have run short: not compared there, and the verdict says so, not a full one)."""
+    outputs = run.outputs
     compared = [(a, b) for a, b in zip(reference.outputs, ran.outputs) if b is not None]
-    if not compared:
-        result.short_reason = ran.short
-        return True
-    # where the original ran: B may need more memory, or have less left (the original's
-    # outputs are held); not compared there, and the verdict says so (not a full one)
     result.short_of_memory = [k + 1 for k, got in enumerate(ran.outputs) if got is None]
     rows, maps = compared_outputs(outputs, compared, result.rtol, result.atol)
     # elements outside rtol/atol: judged again with the magnitudes of their summed terms
@@ -608,4 +641,3 @@ def _compare_optimized(result: CompareResult, b: ModelRef, run: _Run,
         result.notes.append(f"output {name} is a sequence of maps with the same keys in both "
                             "models: compared as its values, [sequence length, keys]")
     result.rows = [rows[name] for name in outputs]
-    return False

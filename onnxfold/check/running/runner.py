@@ -275,8 +275,8 @@ class SessionParts:
     options: object
     handed: list
     # a file handed over with its weights referenced in it (``file_refs``): its path and its
-    # identity when it was read, checked again once the session is built
-    read_as: tuple[str, tuple[int, int, int, int]] | None = None
+    # identity when it was read, checked again once the session is built and after its runs
+    read_as: tuple[str, file_refs.Identity] | None = None
 
 
 def session_parts(model: ModelRef, libraries: Sequence[str] = (), level: str = DEFAULT_LEVEL,
@@ -308,7 +308,10 @@ def session_parts(model: ModelRef, libraries: Sequence[str] = (), level: str = D
         except OSError:  # (onnxruntime, opening the path, says what is wrong with it)
             refs = None
         if refs is not None:
-            options.add_session_config_entry(FOLDER_KEY, refs.folder)
+            try:
+                options.add_session_config_entry(FOLDER_KEY, refs.folder)
+            except Exception:  # (a folder onnxruntime takes no option of: the path, as before)
+                return SessionParts(source, options, handed)
             return SessionParts(refs.proto, options, handed, (source, refs.identity))
     return SessionParts(source, options, handed)
 
@@ -334,16 +337,19 @@ def built_session(parts: SessionParts, label: str):
         hint = " (--custom-op-library PATH loads the library that implements it)" if \
             _UNREGISTERED_OP.search(message) else ""
         raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
-    if parts.read_as is not None:
-        path, identity = parts.read_as
-        try:
-            same = file_refs.identity_of(os.stat(os.path.realpath(path))) == identity
-        except OSError:
-            same = False
-        if not same:  # its weights were read at offsets of the file as it was
-            raise InputError(f"{label}: the file changed while onnxruntime read it")
     session.onnxfold_handed = parts.handed
+    session.onnxfold_read_as = parts.read_as
+    still_read(session, label)
     return session
+
+
+def still_read(session, label: str) -> None:
+    """InputError where ``session`` reads its weights from a file (``file_refs``) that is no
+    longer the one read: at the offsets of the file as it was, or rewritten under its mapping.
+    Checked once the session is built and after its last run."""
+    read_as = getattr(session, "onnxfold_read_as", None)
+    if read_as is not None and not file_refs.unchanged(*read_as):
+        raise InputError(f"{label}: the file changed while onnxruntime read it")
 
 
 _UNREGISTERED_OP = re.compile(r"is not a registered function/op|No Op registered for")
