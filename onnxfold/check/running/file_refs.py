@@ -13,7 +13,10 @@ Everything but those bytes reaches onnxruntime as the file holds it: this reads 
 wire format itself, within the limits onnxruntime's protobuf reads it by (a key or a length in
 at most 5 bytes, a key below 2**32, a file below 2 GiB: no length past it), and copies every
 other field verbatim, so what onnxruntime runs is still its own reading of the file, never
-onnxfold's reader's (the check's anchor stays independent of the code it checks). A file this
+onnxfold's reader's (the check's anchor stays independent of the code it checks). This walker
+is the check's own, not ``io/protowire.py`` (the reader's and the writer's): a fault in where
+a weight's bytes lie would otherwise be read alike by the fold and by the check's session of
+the original, and a fold of the wrong bytes certified. A file this
 does not read as plainly as that is handed over as a path, as before: a field in the deprecated
 group encoding or past those limits, a graph given twice, a weight already external (its
 location is the folder of the path given, the references' that of the file itself: one model
