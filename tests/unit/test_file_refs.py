@@ -397,3 +397,37 @@ def test_a_compare_whose_file_is_rewritten_while_it_runs_is_an_error(tmp_path, w
     with pytest.raises(InputError, match="changed while onnxruntime read it"):
         onnxfold.compare(str(a), str(b), n=1, progress=progress)
     assert done
+
+
+def test_a_reader_that_misplaces_a_weight_is_caught_by_the_check(tmp_path, monkeypatch):
+    """The check's session of the original finds a weight's bytes with its own walker: a
+    reader (``io/reader.py``) that placed them 4 bytes off folds ``Transpose(W)`` of the
+    wrong bytes, and the check, reading the right ones, fails it. Were the walker shared,
+    both sides would read the same wrong bytes and the fold be certified."""
+    import onnxfold
+    from onnxfold.io import reader
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((SIDE, SIDE)).astype(np.float32)
+    model = make_model(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+         helper.make_node("MatMul", ["x", "wt"], ["y"])],
+        [helper.make_tensor_value_info("x", F, [1, SIDE])],
+        [helper.make_tensor_value_info("y", F, [1, SIDE])], [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert onnxfold.simplify(str(path), check_n=1)[1]  # (as the reader is: it passes)
+    real = reader._strip_tensor
+
+    def misplaced(buf, start, end, location):
+        found = real(buf, start, end, location)
+        if found is None:
+            return None
+        tensor = onnx.TensorProto.FromString(found)
+        for entry in tensor.external_data:
+            if entry.key == "offset":
+                entry.value = str(int(entry.value) + 4)
+        return tensor.SerializeToString()
+
+    monkeypatch.setattr(reader, "_strip_tensor", misplaced)
+    assert not onnxfold.simplify(str(path), check_n=1)[1]
