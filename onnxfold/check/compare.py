@@ -195,11 +195,11 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
         drop_resident_pages()  # the cones read the weights: B's session copies its own
         release_weights(a)  # (and of a proto, the copies read out of it)
         optimized = _ran_optimized(b, run, reference)
-        if optimized.ran is not None and not optimized.failure:
+        if optimized.ran is not None:
             _describe_stages(result, run, optimized.cuts)
         if optimized.short is None:
             result.failure = optimized.failure or unasked
-            if optimized.ran is not None and not optimized.failure:
+            if optimized.ran is not None:
                 _judge_outputs(result, run, reference, optimized.ran)
                 _measure_stability(result, run, reference)
             return result
@@ -570,10 +570,10 @@ def _measure_stability(result: CompareResult, run: _Run, reference: Reference) -
 
 @dataclass
 class _OptimizedRun:
-    """Model B on the reference's input sets: its runs (``ran``: None where its session did
-    not open), the values its chain of stages handed on at the cuts per set, why it failed
-    where A ran (B's fault: the check fails) or what the machine ran short of on every set
-    (``short``: smaller inputs are tried)."""
+    """Model B on the reference's input sets: its runs (``ran``: None where it failed or its
+    session did not open), the values its chain of stages handed on at the cuts per set, why
+    it failed where A ran (B's fault: the check fails) or what the machine ran short of on
+    every set (``short``: smaller inputs are tried)."""
 
     ran: Optimized | None = None
     cuts: list[dict | None] = field(default_factory=list)
@@ -603,8 +603,10 @@ def _ran_optimized(b: ModelRef, run: _Run, reference: Reference) -> _OptimizedRu
         if isinstance(sess_b, Chain) and not ran.failure else []
     del sess_b
     heap.release()
-    short = ran.short if not ran.failure and all(got is None for got in ran.outputs) else None
-    return _OptimizedRun(ran, cuts, ran.failure, short)
+    if ran.failure:
+        return _OptimizedRun(failure=ran.failure)
+    return _OptimizedRun(ran, cuts, short=ran.short if all(
+        got is None for got in ran.outputs) else None)
 
 
 def _describe_stages(result: CompareResult, run: _Run, cuts_b: list[dict | None]) -> None:

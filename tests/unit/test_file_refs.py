@@ -339,6 +339,17 @@ def test_a_file_changed_before_the_session_is_built_is_an_error(tmp_path, change
         built_session(parts, str(path))
 
 
+def _rewritten_in_place(path) -> None:
+    """``path``'s bytes changed where they lie (one bit near its end), its
+    modification time set back: only its change time tells."""
+    before = os.stat(path)
+    data = bytearray(path.read_bytes())
+    data[-8] ^= 1
+    with open(path, "r+b") as f:
+        f.write(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 def test_a_file_rewritten_under_a_built_session_is_an_error_after_its_runs(tmp_path):
     """Review finding: onnxruntime reads referenced weights through its mapping as long as
     the session lives: rewritten in place (its modification time set back), the values
@@ -347,12 +358,7 @@ def test_a_file_rewritten_under_a_built_session_is_an_error_after_its_runs(tmp_p
     onnx.save(_model(), path)
     session = built_session(session_parts(str(path)), "m")
     still_read(session, "m")
-    before = os.stat(path)
-    data = bytearray(path.read_bytes())
-    data[-8] ^= 1
-    with open(path, "r+b") as f:
-        f.write(bytes(data))
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    _rewritten_in_place(path)
     with pytest.raises(InputError, match="changed while onnxruntime read it"):
         still_read(session, "m")
 
@@ -386,12 +392,7 @@ def test_a_compare_whose_file_is_rewritten_while_it_runs_is_an_error(tmp_path, w
 
     def progress(text: str) -> None:
         if text.startswith(which) and not done:
-            before = os.stat(target)
-            data = bytearray(target.read_bytes())
-            data[-8] ^= 1
-            with open(target, "r+b") as f:
-                f.write(bytes(data))
-            os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+            _rewritten_in_place(target)
             done.append(text)
 
     with pytest.raises(InputError, match="changed while onnxruntime read it"):

@@ -145,7 +145,7 @@ def _graph(data: memoryview, begin: int, end: int, location: str, budget: _Budge
     """The graph's fields: its large initializers referenced (bytes), every other field the
     range of the file it is (copied once, when joined)."""
     parts: list[bytes | range] = []
-    names: list[str] = []  # every initializer's, then every node output's
+    names: list[str] = []  # every initializer's and every node output's
     referred: set[str] = set()
     for number, kind, start, body, stop in _fields(data, begin, end, budget):
         tensor = None
