@@ -423,14 +423,23 @@ def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: 
         raise CheckCouldNotRun(str(e)) from None
 
 
+KEPT_FREE = 64 << 20  # bytes of a heap's free top kept while runs reuse their buffers
+KEPT_FREE_SHARE = 32  # and at most this share of the memory left
+
+
 def _pooled(whole: bool) -> contextlib.AbstractContextManager:
     """Where the check runs a model on its input sets, verifies folds or validates rewrites
     (``whole``: with whole sessions, none built in the block): many runs, each allocating
     the buffers the last freed, with glibc's large buffers pooled in the heap
     (``heap.pooled``: ResNet-50's three input sets 0.18 -> 0.10 s), and the heap released
-    after; not where a chain of stages runs (the memory left is short, every buffer goes
-    back to the system when freed, and each stage's session is built within the run)."""
-    return heap.pooled() if whole else contextlib.nullcontext()
+    after; the free top of a heap kept for the next buffers up to :data:`KEPT_FREE` or a
+    :data:`KEPT_FREE_SHARE` of the memory left. Not where a chain of stages runs (the memory
+    left is short, every buffer goes back to the system when freed, and each stage's session
+    is built within the run)."""
+    if not whole:
+        return contextlib.nullcontext()
+    room = memory_room.room()
+    return heap.pooled(KEPT_FREE if room is None else min(KEPT_FREE, room // KEPT_FREE_SHARE))
 
 
 def _weight_store() -> WeightStore:

@@ -33,7 +33,9 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters
+M_TRIM_THRESHOLD = -1
+DEFAULT_TRIM = 128 << 10  # glibc's default trim threshold
 PREPARED_THRESHOLD = 1 << 20  # bytes: allocations this large are mapped, and unmapped when freed
 # within pooled(): glibc's own largest dynamic threshold (64-bit)
 POOLED_THRESHOLD = 32 << 20
@@ -42,12 +44,15 @@ _advised: bool | None = None  # numpy's huge page advice before the first of the
 _pooling_lock = threading.Lock()
 
 
-def _threshold(size: int) -> None:
-    """Fix glibc's mmap threshold at ``size`` bytes."""
+def _threshold(size: int, trim: int | None = None) -> None:
+    """Fix glibc's mmap threshold at ``size`` bytes, and where given the free top of a heap it
+    keeps rather than give back at ``trim`` bytes."""
     libc = _libc()
     with contextlib.suppress(AttributeError):
         if libc is not None:
             libc.mallopt(M_MMAP_THRESHOLD, size)
+            if trim is not None:
+                libc.mallopt(M_TRIM_THRESHOLD, trim)
 
 
 def prepare() -> None:
@@ -71,7 +76,7 @@ def _numpy_hugepage_switch() -> Callable[[bool], bool] | None:
 
 
 @contextlib.contextmanager
-def pooled() -> Iterator[None]:
+def pooled(keep: int = DEFAULT_TRIM) -> Iterator[None]:
     """Within the block, buffers up to :data:`POOLED_THRESHOLD` come from the heap and go back
     to it when freed, for the next allocation to reuse; on leaving, the threshold is
     :func:`prepare`'s again and the heap is released. For many small runs that allocate the
@@ -87,7 +92,7 @@ def pooled() -> Iterator[None]:
     Ubuntu's default), such a fault may first compact memory; BERT-base's weights read in
     0.55-0.74 s with the advice and 0.22 s without, and its whole ``--check 3`` ran 0.94x.
 
-    Both settings are the process's: blocks in several threads at once count as one, set by
+    The settings are the process's: blocks in several threads at once count as one, set by
     the first to enter and put back by the last to leave (what numpy's advice was before).
     An exception landing anywhere in entering (KeyboardInterrupt between two lines) puts
     them back too: each block is a token, added in one call and discarded in ``finally``."""
@@ -98,14 +103,14 @@ def pooled() -> Iterator[None]:
         with _pooling_lock:  # (held for the settings only, never across the block)
             if not _pooling:
                 _advised = switch(False) if switch is not None else None
-                _threshold(POOLED_THRESHOLD)
+                _threshold(POOLED_THRESHOLD, keep)
             _pooling.add(token)
         yield
     finally:
         with _pooling_lock:
             _pooling.discard(token)
             if not _pooling:
-                _threshold(PREPARED_THRESHOLD)
+                _threshold(PREPARED_THRESHOLD, DEFAULT_TRIM)
                 if switch is not None and _advised is not None:
                     switch(_advised)
                 _advised = None

@@ -156,6 +156,54 @@ def test_pooled_keeps_large_buffers_in_the_heap_only_within_its_block():
     assert done.stdout.strip() == "[True, False, True, False, True]"
 
 
+_KEPT_TOP = """
+import ctypes, ctypes.util
+import numpy as np
+from onnxfold.host import heap
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+libc.mallinfo2.restype = Info
+
+
+def kept(keep):
+    with heap.pooled(keep):
+        before = libc.mallinfo2().arena
+        array = np.ones(8 << 20, np.uint8)  # from the heap's top (below pooled()'s 32 MiB)
+        grown = libc.mallinfo2().arena
+        del array
+        after = libc.mallinfo2().arena
+    return grown - before >= 8 << 20, after >= grown - (1 << 20)
+
+
+heap.prepare()
+print([kept(heap.DEFAULT_TRIM), kept(64 << 20), kept(heap.DEFAULT_TRIM)])
+"""
+
+
+def test_pooled_keeps_the_free_top_of_the_heap_it_is_told_to():
+    """A buffer freed at the top of the heap stays there for the next one within
+    ``pooled(keep)`` where it fits in ``keep``; glibc's default gives it back at once (and
+    the next buffer faults every page in again)."""
+    import subprocess
+    import sys
+
+    name = ctypes.util.find_library("c")
+    if name is None or not hasattr(ctypes.CDLL(name), "mallinfo2"):
+        pytest.skip("not glibc 2.33 or later: no mallinfo2 to read the heap's size")
+    done = subprocess.run([sys.executable, "-c", _KEPT_TOP], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[(True, False), (True, True), (True, False)]"
+
+
 def test_pooled_turns_numpys_huge_page_advice_off_within_its_block_only():
     switch = heap._numpy_hugepage_switch()
     if switch is None:
@@ -359,10 +407,10 @@ def test_pooled_puts_the_settings_back_when_entering_it_is_interrupted(monkeypat
         pytest.skip("this numpy has no switch of its huge page advice")
     real = heap._threshold
 
-    def interrupted(size: int) -> None:
+    def interrupted(size: int, trim: int | None = None) -> None:
         if size == heap.POOLED_THRESHOLD:
             raise KeyboardInterrupt
-        real(size)
+        real(size, trim)
 
     before = switch(True)
     try:
