@@ -134,7 +134,7 @@ def busy_neighbour() -> Iterator[None]:
 
 
 # -- one child ----------------------------------------------------------------------------
-def _run(command: list[str], stem: Path, timeout: float, procs: str | None = None,
+def run_in(command: list[str], stem: Path, timeout: float, procs: str | None = None,
          synced: bool = False) -> ChildRun:
     """``command`` (then ``sync`` where ``synced``) as one measured child, in the cgroup of
     ``procs`` where given."""
@@ -149,7 +149,7 @@ def _fold_cmd(src: Path, out: Path, *more: str) -> list[str]:
     return [sys.executable, "-m", "onnxfold", "optimize", str(src), "-o", str(out), *more]
 
 
-def _remove(path: Path) -> None:
+def remove_output(path: Path) -> None:
     """An output and its data files."""
     for found in path.parent.glob(path.name + "*"):
         found.unlink()
@@ -179,12 +179,12 @@ def fold_against_copy(src: Path, work: Path, repeat: int, timeout: float,
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
             dropped &= drop_caches()
-            copies.append(_run(["cp", *_files(src), str(target)], work / f"copy{k}", timeout,
+            copies.append(run_in(["cp", *_files(src), str(target)], work / f"copy{k}", timeout,
                                synced=True))
             shutil.rmtree(target)
-            _remove(out)
+            remove_output(out)
             dropped &= drop_caches()
-            folds.append(_run(_fold_cmd(src, out, "-q"), work / f"fold{k}", timeout,
+            folds.append(run_in(_fold_cmd(src, out, "-q"), work / f"fold{k}", timeout,
                               synced=True))
     failed = [r for r in [*copies, *folds] if r.rc != 0]
     if failed:
@@ -195,7 +195,7 @@ def fold_against_copy(src: Path, work: Path, repeat: int, timeout: float,
              "fold_peak": max(r.maxrss_mib for r in folds), "dropped": dropped,
              "nodes_left": nodes_left(out)}
     found["ratio"] = found["fold_wall"] / found["copy_wall"]
-    _remove(out)
+    remove_output(out)
     return found
 
 
@@ -203,12 +203,12 @@ def fold_in(src: Path, work: Path, limit: int, timeout: float) -> dict[str, Any]
     """The fold in a memory cgroup of ``limit`` bytes: what it leaves, its peak."""
     out = work / "limited.onnx"
     with memory_cgroup(limit) as procs:
-        run = _run(_fold_cmd(src, out, "-q"), work / "limited", timeout, procs)
+        run = run_in(_fold_cmd(src, out, "-q"), work / "limited", timeout, procs)
         peak = cgroup_peak(procs)
     found = {"rc": run.rc, "wall": run.wall_s, "peak": run.maxrss_mib, "cgroup_peak": peak,
              "limited": procs is not None, "error": run.error_line,
              "nodes_left": nodes_left(out) if run.rc == 0 else None}
-    _remove(out)
+    remove_output(out)
     return found
 
 
@@ -220,16 +220,16 @@ def check_in(src: Path, work: Path, limit: int, timeout: float) -> dict[str, Any
     out = work / "checked.onnx"
     with memory_cgroup(limit) as procs:
         drop_caches()
-        fold = _run(_fold_cmd(src, out, "-q"), work / f"fold{limit >> 30}", timeout, procs)
-        _remove(out)
+        fold = run_in(_fold_cmd(src, out, "-q"), work / f"fold{limit >> 30}", timeout, procs)
+        remove_output(out)
         drop_caches()
-        run = _run(_fold_cmd(src, out, "--check", "1"), work / f"check{limit >> 30}", timeout,
+        run = run_in(_fold_cmd(src, out, "--check", "1"), work / f"check{limit >> 30}", timeout,
                    procs)
         peak = cgroup_peak(procs)
     text = (work / f"check{limit >> 30}.out").read_text(errors="replace")
     lines = text.strip().splitlines()
     windows = next((ln.strip() for ln in lines if "compared stage by stage" in ln), "")
-    _remove(out)
+    remove_output(out)
     return {"rc": run.rc, "wall": run.wall_s, "peak": run.maxrss_mib, "cgroup_peak": peak,
             "limited": procs is not None, "verdict": lines[-1] if lines else run.error_line,
             "windows": windows, "error": run.error_line,
@@ -242,12 +242,12 @@ def peer(tool: str, src: Path, work: Path, limit: int, timeout: float,
     out = work / f"{tool}.onnx"
     command = [python, "-c", PEER_CODE[tool], str(src), str(out), "1", str(1 << 30), "-"]
     with memory_cgroup(limit) as procs:
-        run = _run(command, work / tool, timeout, procs)
+        run = run_in(command, work / tool, timeout, procs)
         peak = cgroup_peak(procs)
     found = {"rc": run.rc, "wall": run.wall_s, "peak": run.maxrss_mib, "cgroup_peak": peak,
              "timed_out": run.timed_out, "error": run.error_line,
              "nodes_left": nodes_left(out) if run.rc == 0 and out.exists() else None}
-    _remove(out)
+    remove_output(out)
     return found
 
 
@@ -259,7 +259,7 @@ def session_creation(original: Path, output: Path, work: Path, timeout: float,
     for k in range(runs + 1):  # the first round warms the page cache: not counted
         for name, path in (("original", original), ("output", output)):
             with memory_cgroup(limit) as procs:
-                run = _run([sys.executable, "-c", _SESSION, str(path)],
+                run = run_in([sys.executable, "-c", _SESSION, str(path)],
                            work / f"session_{name}", timeout, procs)
             if run.rc != 0:
                 raise RuntimeError(f"session {name}: {run.error_line}")
@@ -316,20 +316,20 @@ def measure(a: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]
         if name in SESSIONS:
             say(f"{name}: session creation")
             out = work / "session.onnx"
-            run = _run(_fold_cmd(src, out, "-q"), work / "session_fold", a.timeout)
+            run = run_in(_fold_cmd(src, out, "-q"), work / "session_fold", a.timeout)
             if run.rc == 0:
                 r["session"] = session_creation(src, out, work, a.timeout, a.peer_memory)
-            _remove(out)
+            remove_output(out)
         if a.json:  # what is measured so far, in case a later step fails
             a.json.write_text(json.dumps(results, indent=1, default=str))
     say("bert_base_dynamo: session creation")
     bert = bert_dynamo(a.cache, a.timeout)
     out = a.work / "bert_folded.onnx"
-    run = _run(_fold_cmd(bert, out, "-q"), a.work / "bert_fold", a.timeout)
+    run = run_in(_fold_cmd(bert, out, "-q"), a.work / "bert_fold", a.timeout)
     if run.rc == 0:
         results["bert_base_dynamo"] = {"session": session_creation(
             bert, out, a.work, a.timeout, a.peer_memory)}
-    _remove(out)
+    remove_output(out)
     return results
 
 

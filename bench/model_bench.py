@@ -15,13 +15,18 @@ DEFAULT_REPEAT = 3
 
 
 def arguments(name: str, doc: str | None, models: Sequence[str],
-              argv: list[str] | None) -> argparse.Namespace:
+              argv: list[str] | None, windowed: Sequence[str] = ()) -> argparse.Namespace:
     """The benchmark's arguments (``--models``, ``--repeat``, ``--work``, ``--timeout``,
-    ``--no-readme``), its work directory made."""
+    ``--no-readme``; ``--windowed`` where the benchmark has ``windowed`` models), its work
+    directory made."""
     ap = argparse.ArgumentParser(prog=f"python -m bench run {name}", description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=list(models), metavar="NAME",
+    ap.add_argument("--models", nargs="*", default=list(models), metavar="NAME",
                     help="exports of bench/builders.py; default: %(default)s")
+    if windowed:
+        ap.add_argument("--windowed", nargs="*", default=list(windowed), metavar="NAME",
+                        help="models checked in stages (bench/llm.py's); default: "
+                             "%(default)s")
     ap.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="interleaved rounds")
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "onnxfold-bench",
                     help="where the models are built (kept) and the outputs go")
