@@ -1,6 +1,7 @@
 """The original's cones run again and again on the same weights (rewrite validation: once per
-input set): within ``Cones.holding`` each weight is read once, up to a bound, and what the runs
-compute is what they compute without it."""
+input set): within ``Cones.holding`` each weight a run copies is read once, up to a bound, and
+what the runs compute is what they compute without it; runs for values both windows read
+alike copy no weight at all (they read it where it lies)."""
 
 from __future__ import annotations
 
@@ -30,14 +31,18 @@ def _chain(path) -> None:
         opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-def _runs(path, monkeypatch, budget: int | None, hold: bool):
+def _runs(path, monkeypatch, budget: int | None, hold: bool, optimized: bool = False):
+    """Runs of two values' cone on three input sets (``optimized``: values both windows read
+    alike; else the original's nodes as they are, copying their weights): the weights copied,
+    in order, and the values."""
     model = load_model(str(path))
     cones = Cones(model, list(model.graph.inputs))
     reads: list[str] = []
 
-    def counted(tensor: ir.TensorProtocol) -> np.ndarray:
-        reads.append(str(tensor.name))
-        return READ(tensor)
+    def counted(tensor: ir.TensorProtocol, in_place: bool = False) -> np.ndarray:
+        if not in_place:
+            reads.append(str(tensor.name))
+        return READ(tensor, in_place)
 
     monkeypatch.setattr(cones_module, "read_constant", counted)
     values = {str(o.name): o for n in model.graph for o in n.outputs}
@@ -46,7 +51,8 @@ def _runs(path, monkeypatch, budget: int | None, hold: bool):
 
     def run_all() -> None:
         for feeds in sets:
-            got = cones.run([values["h1"], values["h3"]], feeds, exact=False)
+            got = cones.run([values["h1"], values["h3"]], feeds, exact=False,
+                            optimized=optimized)
             found.append([got[values["h1"]], got[values["h3"]]])
 
     if hold:
@@ -79,3 +85,12 @@ def test_what_the_bound_does_not_hold_is_read_again(tmp_path, monkeypatch):
     reads, _ = _runs(path, monkeypatch, 40 << 10, hold=True)
     counts = {name: reads.count(name) for name in set(reads)}
     assert sorted(counts.values()) == [1, 1, 3, 3], counts
+
+
+def test_runs_for_values_both_windows_read_copy_no_weight(tmp_path, monkeypatch):
+    path = tmp_path / "m.onnx"
+    _chain(path)
+    reads, found = _runs(path, monkeypatch, None, hold=True, optimized=True)
+    _, copied = _runs(path, monkeypatch, None, hold=True)
+    assert reads == [] and len(found) == 3
+    assert [[a.shape for a in f] for f in found] == [[a.shape for a in f] for f in copied]

@@ -1,7 +1,9 @@
-"""The original's weights read once for the fold verification and the rewrite validation of
-one check (``cones.WeightStore``): a weight both steps' cones read comes from the file once,
+"""The original's weights copied once for the fold verification and the rewrite validation of
+one check (``cones.WeightStore``): a weight both steps' cones copy comes from the file once,
 and nothing the check says changes; a store with no room reads it again each time, as before;
-the store is emptied before the optimized model's session."""
+the store is emptied before the optimized model's session. Runs that read a weight where it
+lies (nodes that only move data, values both windows read alike) copy it not at all, and say
+what the copies say."""
 
 from __future__ import annotations
 
@@ -20,22 +22,23 @@ from tests.support.checked_folds import checked_fold, said, transposed_layer_nor
 REAL_READ, REAL_WEIGHT = cones_module.read_constant, cones_module.Cones._weight
 
 
-def _check(tmp_path, monkeypatch, budget: int | None):
-    """The check of the model's fold, its store of ``budget`` bytes: the result, how many
-    times each weight was read from the file for a cone's run, and the stores made."""
+def _check(tmp_path, monkeypatch, budget: int | None, allowed: bool = True):
+    """The check of the model's fold, its store of ``budget`` bytes (``allowed=False``: no
+    run reads a weight where it lies): the result, how many times each weight was copied
+    from the file for a cone's run, and the stores made."""
     reads: Counter = Counter()
     stores: list[WeightStore] = []
     in_run: list[bool] = []
 
-    def counted(tensor):
-        if in_run:  # (the fold verification compares tensors read elsewhere too)
-            reads[tensor.name] += 1
-        return REAL_READ(tensor)
+    def counted(tensor, in_place: bool = False):
+        if in_run and not in_place:  # (the fold verification compares tensors read
+            reads[tensor.name] += 1  # elsewhere too)
+        return REAL_READ(tensor, in_place)
 
-    def weight(self, leaf):
+    def weight(self, leaf, asked: bool = False):
         in_run.append(True)
         try:
-            return REAL_WEIGHT(self, leaf)
+            return REAL_WEIGHT(self, leaf, asked and allowed)
         finally:
             in_run.pop()
 
@@ -51,16 +54,19 @@ def _check(tmp_path, monkeypatch, budget: int | None):
     return compared, reads, stores
 
 
-def test_a_weight_both_steps_read_is_read_once(tmp_path, monkeypatch):
-    for name in ("kept", "none"):
+def test_a_weight_both_steps_copy_is_copied_once(tmp_path, monkeypatch):
+    for name in ("kept", "none", "in_place"):
         (tmp_path / name).mkdir()
-    kept, once, stores = _check(tmp_path / "kept", monkeypatch, None)
-    unkept, again, _ = _check(tmp_path / "none", monkeypatch, 0)
+    kept, once, stores = _check(tmp_path / "kept", monkeypatch, None, allowed=False)
+    unkept, again, _ = _check(tmp_path / "none", monkeypatch, 0, allowed=False)
     assert kept.ok and kept.folds is not None and kept.rewrites is not None
     assert kept.folds.tensors and kept.rewrites.rewrites  # both steps ran their cones
     assert once["W"] == 1 and again["W"] >= 2
     assert said(kept) == said(unkept)
     assert stores and all(not s.arrays for s in stores)  # emptied before B's session
+    # the fold (a transpose) and the leaves (values both windows read) read W where it lies
+    in_place, never, _ = _check(tmp_path / "in_place", monkeypatch, None)
+    assert never["W"] == 0 and said(in_place) == said(kept)
 
 
 def test_a_store_keeps_what_fits_its_budget():

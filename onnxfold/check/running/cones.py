@@ -112,9 +112,10 @@ class _Prepared:
     protos: list[onnx.NodeProto]
     moved_only: bool
 
-    def held(self) -> dict[ir.Value, np.ndarray]:
-        """The large Constants' weights by the value each makes, read now."""
-        arrays = {node.outputs[0]: constant_weight(node) for node in self.weights}
+    def held(self, in_place: bool = False) -> dict[ir.Value, np.ndarray]:
+        """The large Constants' weights by the value each makes, read now (``in_place``: see
+        ``models.read_constant``)."""
+        arrays = {node.outputs[0]: constant_weight(node, in_place) for node in self.weights}
         return {value: array for value, array in arrays.items() if array is not None}
 
 
@@ -205,10 +206,14 @@ class Cones:
             self._held = None
             self._kept.clear()  # and the sessions kept for values (:meth:`_values`)
 
-    def _weight(self, leaf: ir.Value) -> np.ndarray:
-        """``leaf``'s array, read with ``pread`` (or as held, see :meth:`holding`)."""
+    def _weight(self, leaf: ir.Value, in_place: bool = False) -> np.ndarray:
+        """``leaf``'s array, read with ``pread`` (or as held, see :meth:`holding`); where
+        ``in_place``, a view of its file's mapping (``models.read_constant``: nothing to
+        hold)."""
         tensor = leaf.const_value
         assert tensor is not None
+        if in_place:
+            return read_constant(tensor, in_place=True)
         if self._held is None:
             return read_constant(tensor)
         return self._held.get(str(leaf.name), lambda: read_constant(tensor))
@@ -254,18 +259,24 @@ class Cones:
         kernels, most of BERT-base's leaves in a third of the time ``disable`` took), or at
         ``disable`` where not ``optimized`` (a value compared as it is, the reference a
         window is judged against: the original's nodes, not onnxruntime's rewrite of them).
-        Raises RunFailed when onnxruntime cannot run the cones, MachineShort when the machine
-        runs short (``running.runner``)."""
+        A run whose bits cannot depend on where an array starts reads the original's weights
+        where they lie in its file (views of the mapping: no copy of them, none held between
+        runs): one whose nodes only move data (BERT-base's transposed weights), and one for
+        values both windows read alike (``optimized``: the values are never compared
+        themselves). Elsewhere a weight is read into memory of its own starting at 64 bytes,
+        as a session holds it. Raises RunFailed when onnxruntime cannot run the cones,
+        MachineShort when the machine runs short (``running.runner``)."""
         prepared = (None if exact else self._covering(sources, inputs)) or \
             self._prepared(sources)
+        in_place = prepared.moved_only if exact else optimized
         constants: dict[str, np.ndarray] = {}
         fed: dict[str, np.ndarray] = {}
         for leaf in prepared.leaves:
             if leaf in self.fed:
                 fed[str(leaf.name)] = inputs[str(leaf.name)]
             else:
-                constants[str(leaf.name)] = self._weight(leaf)
-        held = prepared.held()
+                constants[str(leaf.name)] = self._weight(leaf, in_place)
+        held = prepared.held(in_place)
         constants.update({str(v.name): w for v, w in held.items() if v in prepared.read})
         given = {s: held[s] for s in sources if s in held}  # asked for: its tensor as it is
         wanted = [s for s in sources if s not in given]
@@ -276,7 +287,7 @@ class Cones:
                                constants=constants, inputs=fed,
                                opsets=dict(self.model.opset_imports),
                                ir_version=self.model.ir_version, libraries=self.libraries,
-                               prepacking=not prepared.moved_only)
+                               prepacking=not prepared.moved_only, aligned=not in_place)
         else:
             arrays = self._values(prepared, sources, wanted, constants, fed, optimized)
         drop_resident_pages()  # the weights it read are read again where needed, not held
@@ -313,17 +324,20 @@ class Cones:
         key = frozenset(sources)
         if not optimized or written or self.level == "disable" or key in self._refused:
             return self._values_at("disable", prepared, sources, wanted, constants, fed,
-                                   keep=not written)
+                                   optimized, keep=not written)
         try:
-            return self._values_at(self.level, prepared, sources, wanted, constants, fed)
+            return self._values_at(self.level, prepared, sources, wanted, constants, fed,
+                                   optimized)
         except RunFailed:
             self._refused.add(key)
-            return self._values_at("disable", prepared, sources, wanted, constants, fed)
+            return self._values_at("disable", prepared, sources, wanted, constants, fed,
+                                   optimized)
 
     def _values_at(self, level: str, prepared: _Prepared, sources: list[ir.Value],
                    wanted: list[ir.Value], constants: dict[str, np.ndarray],
-                   fed: dict[str, np.ndarray], keep: bool = True) -> list:
-        """:meth:`_values` at ``level``; within :meth:`holding` (and where ``keep``), in the
+                   fed: dict[str, np.ndarray], optimized: bool, keep: bool = True) -> list:
+        """:meth:`_values` at ``level`` (``optimized``: values both windows read alike, fed
+        where they lie, see :meth:`run`); within :meth:`holding` (and where ``keep``), in the
         session kept from the last such run at ``level`` of the same cone where it computes
         ``wanted`` (and maybe more) on inputs of the same shapes (the next input set:
         BERT-base's leaves' session and its model cost 0.1-0.2 s a set). A kept session
@@ -348,9 +362,9 @@ class Cones:
             self._kept[level] = kept
         if self._held is None or not keep:  # kept only within holding(), which drops it
             self._kept.pop(level, None)
-        try:
+        try:  # (values both windows read alike: their weights fed where they lie)
             arrays = kept.model.run({**fed, **{name: constants[name] for name in kept.large}},
-                                    self.libraries, kept.session)
+                                    self.libraries, kept.session, aligned=not optimized)
         except (RunFailed, MachineShort):
             self._kept.pop(level, None)
             raise

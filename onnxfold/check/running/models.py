@@ -48,16 +48,17 @@ def constant_tensor(node: ir.Node) -> ir.TensorProtocol | None:
 CONSTANT_NODE_BYTES = 1 << 16  # a Constant node larger: its tensor handed over as a weight
 
 
-def constant_weight(node: ir.Node) -> np.ndarray | None:
+def constant_weight(node: ir.Node, in_place: bool = False) -> np.ndarray | None:
     """The array of ``node`` where it is a ``Constant`` holding a tensor of numbers of more
     than :data:`CONSTANT_NODE_BYTES` (an exporter's weight), else None. onnxruntime makes such
     a node an initializer of the same bytes when it loads a model, and its output is those
     bytes: a model the check builds of the original's nodes is handed it as an initializer,
     or a caller takes it as it is where it is asked for, and it is never serialized into the
     model (a 96 MiB model of Constant weights put three more copies of them on the check's
-    peak)."""
+    peak). ``in_place``: see :func:`read_constant`."""
     tensor = constant_tensor(node)
-    return read_constant(tensor) if tensor is not None and is_constant_weight(node) else None
+    return read_constant(tensor, in_place) if tensor is not None and is_constant_weight(node) \
+        else None
 
 
 def is_constant_weight(node: ir.Node) -> bool:
@@ -83,12 +84,15 @@ def without_constant_weights(nodes: Iterable[ir.Node], kept: Container[str] = ()
     return others, weights
 
 
-def read_constant(tensor: ir.TensorProtocol) -> np.ndarray:
+def read_constant(tensor: ir.TensorProtocol, in_place: bool = False) -> np.ndarray:
     """A constant's array for a run of the check: a weight in a file read with ``pread``
-    (a file truncated meanwhile is an InputError, never a bus error inside onnxruntime),
-    anything else as it is held."""
+    into memory of its own, starting at 64 bytes (a file truncated meanwhile is an
+    InputError, never a bus error inside onnxruntime), or where ``in_place`` a view of the
+    file's mapping where it lies (no copy; a file truncated during the run is a bus error,
+    as for onnxruntime's own mappings: docs/trust.md); anything else as it is held."""
     if isinstance(tensor, MappedTensor):
-        return tensor.checked_numpy()
+        return tensor.numpy() if in_place and tensor.dtype.bitwidth >= 8 else \
+            tensor.checked_numpy()
     return tensor.numpy()
 
 

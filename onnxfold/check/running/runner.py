@@ -78,18 +78,19 @@ def run_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[Wanted], *,
               constants: Mapping[str, np.ndarray] | None = None,
               inputs: Mapping[str, np.ndarray | list[np.ndarray]] | None = None,
               opsets: Mapping[str, int], ir_version: int, libraries: Sequence[str] = (),
-              prepacking: bool = True) -> list[np.ndarray]:
+              prepacking: bool = True, aligned: bool = True) -> list[np.ndarray]:
     """The arrays of ``outputs`` that ``nodes`` compute from ``constants`` (initializers, as
     the original holds them) and ``inputs`` (fed; a list: a sequence of tensors). Raises
     RunFailed or MachineShort. ``prepacking=False`` where the bits need not be the
     original's (values a window reads: both windows read the same ones): the large constants
     are then fed, and onnxruntime reads them where they are (the file's pages) instead of
-    copying and prepacking them."""
+    copying and prepacking them; ``aligned=False`` where no bit depends on where an array
+    starts (see :meth:`NodesModel.run`)."""
     given = dict(inputs or {})
     built = NodesModel(nodes, outputs, constants=constants,
                        inputs={name: Fed.of(name, array) for name, array in given.items()},
                        opsets=opsets, ir_version=ir_version, prepacking=prepacking)
-    return built.run(given, libraries)
+    return built.run(given, libraries, aligned=aligned)
 
 
 @dataclass(frozen=True)
@@ -188,9 +189,13 @@ class NodesModel:
             raise _told(e) from None
 
     def run(self, inputs: Mapping[str, np.ndarray | list[np.ndarray]],
-            libraries: Sequence[str] = (), session=None) -> list:
+            libraries: Sequence[str] = (), session=None, aligned: bool = True) -> list:
         """The arrays of the outputs, fed ``inputs`` (in ``session`` where the caller keeps
-        one, else in a session built for this run). Raises RunFailed or MachineShort."""
+        one, else in a session built for this run). Every array fed starts at 64 bytes
+        (``handed.aligned``: a copy of one that does not), but where not ``aligned``: a run
+        whose nodes only move data, or whose values both windows read alike, feeds a weight
+        where it lies (a view of its file's mapping: no copy of it). Raises RunFailed or
+        MachineShort."""
         feeds: dict[str, object] = {}
         for name, given in {**inputs, **self.constant_feeds}.items():
             fed_name = self.fed_names.get(name)
@@ -199,7 +204,7 @@ class NodesModel:
             if isinstance(given, list | tuple):
                 feeds[fed_name] = [_fed(a, None) for a in given]
             else:
-                feeds[fed_name] = _fed(given, self.carried.get(name))
+                feeds[fed_name] = _fed(given, self.carried.get(name), aligned)
         if session is None:
             session = self.session(libraries)
         try:
@@ -415,14 +420,16 @@ def _tensor(name: str, array: np.ndarray) -> onnx.TensorProto:
     return tensor
 
 
-def _fed(array: np.ndarray, carrier: np.dtype | None) -> np.ndarray:
-    """``array`` as onnxruntime's Python API takes it (strings as ``str`` objects)."""
+def _fed(array: np.ndarray, carrier: np.dtype | None, start_aligned: bool = True
+         ) -> np.ndarray:
+    """``array`` as onnxruntime's Python API takes it (strings as ``str`` objects), starting
+    at 64 bytes where ``start_aligned``."""
     if carrier is not None:
         return array.astype(carrier)
     if array.dtype.kind in "OSU":
         return np.array([_utf8(x) for x in array.reshape(-1).tolist()],
                         dtype=object).reshape(array.shape)
-    return aligned(array)
+    return aligned(array) if start_aligned else np.ascontiguousarray(array)
 
 
 def _utf8(item: object) -> str:
