@@ -246,15 +246,17 @@ def main(argv: list[str] | None = None) -> int:
     staged = {name: measure_windowed(name, a.work, a.repeat, a.timeout)
               for name in a.windowed}
     command = bench_command("check_cost", a.repeat)
-    text = (dated(command, ("onnxfold", "onnx", "onnxruntime")) + "\n\n" + table(results)
-            + f"\n\nWall: medians of {a.repeat} interleaved rounds (target: check / fold at "
-            f"most {WALL_TARGET:g}x). Peak RSS: the largest of the rounds; the budget is the "
-            "session's peak plus the fold's, the interpreter counted once. Both sessions: "
-            "onnxruntime alone creating a session over the original and one over the output "
-            "and running each once on the check's first input set, less the interpreter's "
-            "start (`import onnxfold, onnxruntime`); at the example: the same on the "
-            "export's example inputs (the floor before the decision of 2026-11-28); "
-            "check's own: --check 3 less the fold.")
+    text = dated(command, ("onnxfold", "onnx", "onnxruntime"))
+    if results:
+        text += ("\n\n" + table(results) + f"\n\nWall: medians of {a.repeat} interleaved "
+                 f"rounds (target: check / fold at most {WALL_TARGET:g}x). Peak RSS: the "
+                 "largest of the rounds; the budget is the session's peak plus the fold's, the "
+                 "interpreter counted once. Both sessions: onnxruntime alone creating a "
+                 "session over the original and one over the output and running each once on "
+                 "the check's first input set, less the interpreter's start (`import "
+                 "onnxfold, onnxruntime`); at the example: the same on the export's example "
+                 "inputs (the floor before the decision of 2026-11-28); check's own: --check 3 "
+                 "less the fold.")
     if staged:
         text += ("\n\nIn stages (`--check 1` where a session over the whole model does not "
                  f"fit; target: the check's own time at most {WINDOWED_TARGET:g}x the floor):"
