@@ -184,13 +184,15 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
                 tell("verifying folds")  # before B's session: never two models' weights at once
                 folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
                                      progress=tell, libraries=run.libraries,
-                                     own_output=evidence is not None, weights=weights)
+                                     own_output=evidence is not None, weights=weights,
+                                     shaped=None if run.pinned else _shaped_original(run))
                 folds.model_b = run.label_b
             if rewrites is not None and validated is None:
-                validated = _validated(a, run, rewrites, reference, weights)
+                validated = _validated(run, rewrites, reference, weights)
             elif run.found is not None and validated is None:
-                validated = _file_validated(a, b, run, reference, folds, weights)
+                validated = _file_validated(b, run, reference, folds, weights)
             weights.clear()
+            run.shaped_a = None
         result.folds, result.rewrites = folds, validated
         drop_resident_pages()  # the cones read the weights: B's session copies its own
         release_weights(a)  # (and of a proto, the copies read out of it)
@@ -244,11 +246,12 @@ def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None,
     with _pooled(run.stages is None):
         folds = verify_folds(a, b, bindings=reference.shapes if reference else (),
                              inputs=reference.feeds if reference else (), progress=tell,
-                             libraries=run.libraries, weights=weights)
+                             libraries=run.libraries, weights=weights,
+                             shaped=None if run.pinned else _shaped_original(run))
         if reference is None or run.found is None:  # its windows need the input sets
             return folds
         return FileVerification.of(folds,
-                                   _file_validated(a, b, run, reference, folds, weights))
+                                   _file_validated(b, run, reference, folds, weights))
 
 
 class _Run:
@@ -289,6 +292,7 @@ class _Run:
             frozenset()
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
         self.graph_a, self.graph_b = graph_a, graph_b  # (a binding that fails: inference
+        self.shaped_a: ir.Model | None = None  # (see _shaped_original)
         tell("loading original")  # tells the next ones)
         self.aside = self._aside(b) if aside else None
         self.session = self._session_a()  # (where it raises, nothing runs: no wait)
@@ -450,7 +454,7 @@ def _weight_store() -> WeightStore:
     return WeightStore(None if room is None else room // WEIGHTS_SHARE)
 
 
-def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Reference,
+def _validated(run: _Run, rewrites: RewriteLog, reference: Reference,
                weights: WeightStore) -> RewriteValidation:
     """Every rewrite of the run's record ``rewrites`` validated on the reference's input
     sets (a run that rewrote nothing: nothing to validate, and the original is not loaded
@@ -459,8 +463,17 @@ def _validated(a: ModelRef, run: _Run, rewrites: RewriteLog, reference: Referenc
         return RewriteValidation(sets=len(reference.feeds))
     rounding = frozenset(record.rule for record in rewrites.records if record.rounds)
     return validate_rewrites(
-        rewrites, _cones(reinferred(graph_of(a, run.label_a)), run, run.options.level),
+        rewrites, _cones(_shaped_original(run), run, run.options.level),
         reference.feeds, run.tell, rounding, run.chain_values, weights)
+
+
+def _shaped_original(run: _Run) -> ir.Model:
+    """The original as the fold verification and the rewrite validation read it: the check's
+    own copy, its shapes inferred again (``cones.reinferred``), made once for both (each made
+    its own before: a clone and an inference, 0.08 s on BERT-base) and let go after them."""
+    if run.shaped_a is None:
+        run.shaped_a = reinferred(graph_of(run.a, run.label_a))
+    return run.shaped_a
 
 
 def _cones(shaped: ir.Model, run: _Run, level: str) -> Cones:
@@ -475,7 +488,7 @@ def _cones(shaped: ir.Model, run: _Run, level: str) -> Cones:
                           if v.name not in shaped.graph.initializers], run.libraries, level)
 
 
-def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,
+def _file_validated(b: ModelRef, run: _Run, reference: Reference,
                     folds: FoldVerification | None, weights: WeightStore) -> RewriteValidation:
     """The windows of a file that the original does not hold, validated on the reference's
     input sets (``in_files``); the tensors of ``folds`` only validated windows read judged
@@ -483,7 +496,7 @@ def _file_validated(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,
     assert run.found is not None
     if not run.found.records:  # the file holds no node the original does not
         return RewriteValidation(sets=len(reference.feeds), in_file=True)
-    shaped = reinferred(graph_of(a, run.label_a))
+    shaped = _shaped_original(run)
     cones = _cones(shaped, run, "disable")
     found, validation = validated_windows(
         run.graph_a, run.graph_b, run.found,

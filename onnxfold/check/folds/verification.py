@@ -128,7 +128,8 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
                  progress: Callable[[str], None] | None = None,
                  libraries: Sequence[str] = (),
                  own_output: bool = False,
-                 weights: WeightStore | None = None) -> FoldVerification:
+                 weights: WeightStore | None = None,
+                 shaped: ir.Model | None = None) -> FoldVerification:
     """Re-derive every initializer of ``optimized`` that ``original`` does not hold as it is
     (see module).
 
@@ -139,7 +140,9 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     read. ``libraries``: the custom-op libraries the original needs (checked:
     ``runtime.custom_ops``). ``weights``: where the original's weights the cones read are
     kept (a store the check's next step reads them from again; None: each batch keeps its
-    own, in a share of the memory left).
+    own, in a share of the memory left). ``shaped``: the original's graph as read here, where
+    a caller holds one (its own copy, its shapes inferred again: ``cones.reinferred``; no
+    dim of its inputs that ``optimized`` fixes).
 
     ``own_output``: ``optimized`` is the model this process's run just made (``optimize
     --check``), so what its metadata says of how a tensor was made is that run's own record,
@@ -153,9 +156,12 @@ def verify_folds(original: ModelRef, optimized: ModelRef, *,
     """
     tell = progress or (lambda text: None)
     label_a, label_b = label_of(original, "model A"), label_of(optimized, "model B")
-    graph_a, graph_b = graph_of(original, label_a), graph_of(optimized, label_b)
-    _pin(graph_a, graph_b)
-    reinferred(graph_a)
+    graph_b = graph_of(optimized, label_b)
+    graph_a = shaped
+    if graph_a is None:
+        graph_a = graph_of(original, label_a)
+        _pin(graph_a, graph_b)
+        reinferred(graph_a)
     fed = _fed(graph_a, graph_b)
     verifier = _Verifier(graph_a, graph_b, fed, list(bindings), list(inputs),
                          libraries, own_output, weights)
