@@ -25,7 +25,8 @@
 ``api_cost``   the Python API on a proto against a path: ``simplify(onnx.load(p))`` against
                ``simplify(p)``, with and without ``check_n=3`` (``api_cost.py``)
 ``check_cost`` what ``--check 3`` costs beside the fold and an onnxruntime session of the
-               original, on BERT-base and ResNet-50 (``check_cost.py``)
+               original, on BERT-base and ResNet-50, and ``--check 1`` in stages on an
+               8-layer slice of the 7B decoder (``check_cost.py``)
 ``llm``        a 7B-shaped decoder (11.9 GB, external data) and an 8-layer slice of it: the fold
                against ``cp`` + ``sync``, under memory limits, ``--check`` in stages in 8, 4
                and 2 GiB cgroups, the peers on the same file, session creation (``llm.py``)
