@@ -100,7 +100,8 @@ def test_one_session_serves_the_sets_of_one_shape_and_holds_no_weight(tmp_path, 
     assert len(built) == 2 and not cones._kept
 
 
-_MAPPED_BLOCKS = """
+# a fresh process's glibc heap, read with mallinfo2
+_MALLINFO = """
 import ctypes, ctypes.util, sys
 import numpy as np
 from onnxfold.host import heap
@@ -115,6 +116,9 @@ class Info(ctypes.Structure):
 
 
 libc.mallinfo2.restype = Info
+"""
+
+_MAPPED_BLOCKS = _MALLINFO + """
 
 
 def maps_one():
@@ -156,21 +160,7 @@ def test_pooled_keeps_large_buffers_in_the_heap_only_within_its_block():
     assert done.stdout.strip() == "[True, False, True, False, True]"
 
 
-_KEPT_TOP = """
-import ctypes, ctypes.util
-import numpy as np
-from onnxfold.host import heap
-
-libc = ctypes.CDLL(ctypes.util.find_library("c"))
-
-
-class Info(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-
-
-libc.mallinfo2.restype = Info
+_KEPT_TOP = _MALLINFO + """
 
 
 def kept(keep):
