@@ -318,8 +318,10 @@ def test_a_file_of_two_gib_or_more_is_handed_as_a_path(tmp_path):
     assert referenced(str(path)) is None
 
 
-@pytest.mark.parametrize("change", ["rewritten", "replaced", "removed"])
+@pytest.mark.parametrize("change", ["rewritten", "replaced", "removed", "truncated"])
 def test_a_file_changed_before_the_session_is_built_is_an_error(tmp_path, change):
+    """Said as a change of the file, also where onnxruntime fails on the bytes it found
+    (a truncated file: its weights' references run past its end)."""
     path = tmp_path / "m.onnx"
     onnx.save(_model(), path)
     parts = session_parts(str(path))
@@ -333,9 +335,11 @@ def test_a_file_changed_before_the_session_is_built_is_an_error(tmp_path, change
         other = tmp_path / "other.onnx"
         onnx.save(_model(), other)
         os.replace(other, path)
+    elif change == "truncated":
+        os.truncate(path, os.path.getsize(path) // 2)
     else:
         os.unlink(path)
-    with pytest.raises(InputError, match=r"changed while onnxruntime read it|cannot load"):
+    with pytest.raises(InputError, match=r"changed while onnxruntime read it"):
         built_session(parts, str(path))
 
 

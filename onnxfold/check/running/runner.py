@@ -335,6 +335,9 @@ def built_session(parts: SessionParts, label: str):
         short = limits.shortage(e)
         if short is not None:
             raise MachineShort(f"{label}: loading it: {short}") from None
+        if parts.read_as is not None and not file_refs.unchanged(*parts.read_as):
+            # (truncated while onnxruntime read its weights: its error is of the bytes)
+            raise InputError(f"{label}: the file changed while onnxruntime read it") from None
         # a proto's scratch copy is said by its label, as the proto
         said_as = parts.source if isinstance(parts.source, str) and parts.source != label \
             else None
