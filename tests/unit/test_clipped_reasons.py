@@ -55,3 +55,21 @@ def test_onnxruntimes_failing_squeeze_names_the_node_and_the_cause():
     text = ort_message(caught.value)
     assert "Squeeze_0" in text and "must be 1 instead of 16" in text, text
     assert "::" not in text and ".h:" not in text and ".cc:" not in text, text
+
+
+def test_an_error_onnxruntime_wraps_in_another_keeps_the_cause():
+    """onnxruntime's failure to read a truncated file's external data while it builds a
+    session (1.32): a signature whose arguments hold parentheses, a status inside another."""
+    said = ("[ONNXRuntimeError] : 1 : FAIL : Exception during initialization: /onnxruntime_src/"
+            "onnxruntime/core/optimizer/optimizer_execution_frame.cc:74 onnxruntime::"
+            "OptimizerExecutionFrame::Info::Info(const std::vector<const onnxruntime::Node*>&, "
+            "const onnxruntime::InitializedTensorSet&, const std::filesystem::__cxx11::path&, "
+            "const onnxruntime::IExecutionProvider&, const std::function<bool(const "
+            "std::__cxx11::basic_string<char>&)>&, const onnxruntime::logging::Logger&) "
+            "[ONNXRuntimeError] : 1 : FAIL : tensorprotoutils.cc:2201 GetExtDataFromTensorProto "
+            "External initializer: w offset: 425914454 size to read: 9437184 given "
+            "file_length: 100000000 are out of bounds or can not be read in full.")
+    text = ort_message(Exception(said))
+    assert text.startswith("Exception during initialization: tensorprotoutils.cc:2201 "
+                           "GetExtDataFromTensorProto External initializer: w offset"), text
+    assert "ONNXRuntimeError" not in text and "Info::Info" not in text, text

@@ -153,8 +153,8 @@ def ort_message(e: Exception, path: str | None = None, label: str = "") -> str:
     if path is not None:  # (before its first line is taken: a path may hold a newline)
         text = text.replace(f"Load model from {path} failed:", "").replace(path, label).strip()
     text = text.splitlines()[0] if text else type(e).__name__
-    if text.startswith("[ONNXRuntimeError]"):
-        text = text.split(" : ", 3)[-1]
+    # onnxruntime's status, at its start and before each error it wraps in another
+    text = _STATUS.sub("", text)
     # drop C++ source locations and signatures: "/src/x.cc:256 ns::f(args) message"
     text = re.sub(r"/\S*\.(?:cc|cpp|h):\d+ (?:[^()\s]+\([^()]*\) )?", " ", text)
     text = _CPP_SIGNATURE.sub("", text)
@@ -168,8 +168,11 @@ _RUNNING_NODE = re.compile(r"Non-zero status code returned while running (\w+) n
                            r"Name:'([^']*)' Status Message: ")
 # a C++ function's signature onnxruntime quotes before an ENFORCE's condition: "static
 # onnxruntime::TensorShapeVector onnxruntime::SqueezeBase::ComputeOutputShape(const ...&) "
+# (its arguments may hold one level of parentheses: "const std::function<bool(int)>&")
 _CPP_SIGNATURE = re.compile(r"(?:(?:static|virtual|inline) )*(?:[\w:<>,*&]+ )?"
-                            r"(?:\w+(?:<[^<>()]*>)?::)+~?\w+\([^()]*\)(?: const)? ")
+                            r"(?:\w+(?:<[^<>()]*>)?::)+~?\w+\((?:[^()]|\([^()]*\))*\)"
+                            r"(?: const)? ")
+_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
 
 
 def numpy_type(ort_type: str, label: str, name: str) -> np.dtype:
