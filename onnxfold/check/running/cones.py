@@ -135,11 +135,13 @@ class _KeptSession:
 
 
 class WeightStore:
-    """The original's weights as the check's runs read them, kept up to ``budget`` bytes
-    (None: no bound). One store may serve every step of one check over the original: the
-    fold verification and the rewrite validation read the same weights (BERT-base's were read
-    twice, 0.3 s and 0.64 s of ``pread``). A weight is kept as read, so what a run computes
-    from it is what it computes from the file; :meth:`clear` lets every one go."""
+    """The original's weights as the check's runs copy them (``pread``, starting at 64 bytes:
+    runs whose bits may depend on where a weight starts), kept up to ``budget`` bytes (None:
+    no bound). One store may serve every step of one check over the original: the fold
+    verification and the rewrite validation read the same weights (BERT-base's were read
+    twice, 0.3 s and 0.64 s of ``pread``, before its runs read them in place). A weight is
+    kept as read, so what a run computes from it is what it computes from the file;
+    :meth:`clear` lets every one go."""
 
     def __init__(self, budget: int | None) -> None:
         self.arrays: dict[str, np.ndarray] = {}
@@ -190,15 +192,16 @@ class Cones:
 
     @contextlib.contextmanager
     def holding(self, store: WeightStore) -> Iterator[None]:
-        """Within the block, the weights :meth:`run` reads are kept in ``store`` for the runs
+        """Within the block, the weights :meth:`run` copies are kept in ``store`` for the runs
         after it, up to its budget (a store may outlive the block: the check's next step reads
-        them from it again): the same cones run once per input set or
-        binding read the same weights (validating BERT-base's rewrites on 3 input sets read
-        its 415 MB three times). A weight is held as read, so what a run computes from it is
-        what it computed without the block. Between runs at most the store's budget stays held
-        (a run needs the weights it reads anyway: on BERT-base the check's peak is the same
-        with and without holding, 1,005 and 1,008 MiB). The sessions kept for runs of values
-        (:meth:`_values`) are dropped on leaving."""
+        them from it again; a weight read where it lies is not copied, nor held): the same
+        cones run once per input set or binding read the same weights (validating BERT-base's
+        rewrites on 3 input sets read its 415 MB three times). A weight is held as read, so
+        what a run computes from it is what it computed without the block. Between runs at
+        most the store's budget stays held (a run needs the weights it reads anyway: on
+        BERT-base the check's peak is the same with and without holding, 1,005 and 1,008
+        MiB). The sessions kept for runs of values (:meth:`_values`) are dropped on
+        leaving."""
         self._held = store
         try:
             yield
