@@ -185,7 +185,7 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
                 folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
                                      progress=tell, libraries=run.libraries,
                                      own_output=evidence is not None, weights=weights,
-                                     shaped=None if run.pinned else _shaped_original(run))
+                                     shaped=_shaped_for_folds(run))
                 folds.model_b = run.label_b
             if rewrites is not None and validated is None:
                 validated = _validated(run, rewrites, reference, weights)
@@ -247,7 +247,7 @@ def _verified(a: ModelRef, b: ModelRef, options: CompareOptions | None,
         folds = verify_folds(a, b, bindings=reference.shapes if reference else (),
                              inputs=reference.feeds if reference else (), progress=tell,
                              libraries=run.libraries, weights=weights,
-                             shaped=None if run.pinned else _shaped_original(run))
+                             shaped=_shaped_for_folds(run))
         if reference is None or run.found is None:  # its windows need the input sets
             return folds
         return FileVerification.of(folds,
@@ -474,6 +474,12 @@ def _shaped_original(run: _Run) -> ir.Model:
     if run.shaped_a is None:
         run.shaped_a = reinferred(graph_of(run.a, run.label_a))
     return run.shaped_a
+
+
+def _shaped_for_folds(run: _Run) -> ir.Model | None:
+    """The copy the fold verification reads: the shared one where the optimized model pins no
+    dim, else None (it pins its own: a fold that holds at a pinned dim is verified there)."""
+    return None if run.pinned else _shaped_original(run)
 
 
 def _cones(shaped: ir.Model, run: _Run, level: str) -> Cones:

@@ -335,9 +335,9 @@ def built_session(parts: SessionParts, label: str):
         short = limits.shortage(e)
         if short is not None:
             raise MachineShort(f"{label}: loading it: {short}") from None
-        if parts.read_as is not None and not file_refs.unchanged(*parts.read_as):
-            # (truncated while onnxruntime read its weights: its error is of the bytes)
-            raise InputError(f"{label}: the file changed while onnxruntime read it") from None
+        # a file truncated under its references: onnxruntime's error is of the bytes it found
+        if _changed(parts.read_as):
+            raise InputError(f"{label}: {CHANGED}") from None
         # a proto's scratch copy is said by its label, as the proto
         said_as = parts.source if isinstance(parts.source, str) and parts.source != label \
             else None
@@ -355,9 +355,17 @@ def still_read(session, label: str) -> None:
     """InputError where ``session`` reads its weights from a file (``file_refs``) that is no
     longer the one read: at the offsets of the file as it was, or rewritten under its mapping.
     Checked once the session is built and after its last run."""
-    read_as = getattr(session, "onnxfold_read_as", None)
-    if read_as is not None and not file_refs.unchanged(*read_as):
-        raise InputError(f"{label}: the file changed while onnxruntime read it")
+    if _changed(getattr(session, "onnxfold_read_as", None)):
+        raise InputError(f"{label}: {CHANGED}")
+
+
+CHANGED = "the file changed while onnxruntime read it"
+
+
+def _changed(read_as: tuple[str, file_refs.Identity] | None) -> bool:
+    """Whether the file a session was handed with its weights referenced in it (``read_as``:
+    its path and identity then; None: none) is no longer that file."""
+    return read_as is not None and not file_refs.unchanged(*read_as)
 
 
 _UNREGISTERED_OP = re.compile(r"is not a registered function/op|No Op registered for")
