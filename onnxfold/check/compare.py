@@ -177,26 +177,16 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
             level=options.level)
         result.single_dims = reference.single
         result.fixed_defaults = run.fixed_defaults
-        weights = _weight_store()  # read once for the folds' and the rewrites' cones
-        rewrites = evidence.rewrites if evidence is not None else None
-        with _pooled(run.stages is None):
-            if options.verify is not False and folds is None:
-                tell("verifying folds")  # before B's session: never two models' weights at once
-                folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
-                                     progress=tell, libraries=run.libraries,
-                                     own_output=evidence is not None, weights=weights,
-                                     shaped=_shaped_for_folds(run))
-                folds.model_b = run.label_b
-            if rewrites is not None and validated is None:
-                validated = _validated(run, rewrites, reference, weights)
-            elif run.found is not None and validated is None:
-                validated = _file_validated(b, run, reference, folds, weights)
-            weights.clear()
-            run.shaped_a = None
-        result.folds, result.rewrites = folds, validated
-        drop_resident_pages()  # the cones read the weights: B's session copies its own
-        release_weights(a)  # (and of a proto, the copies read out of it)
+        if run.aside is None:  # B's session opens next: what A's proto copied goes first
+            release_weights(a)
+        # B runs right after A, and its session goes before the original's cones run: no
+        # model's session beside them (BERT-base's check peaked at 1,002 MiB with B's session,
+        # built aside, alive through them; 806 MiB without)
         optimized = _ran_optimized(b, run, reference)
+        if optimized.short is None or not feeder.has_smaller:  # (else: at smaller dims)
+            folds, validated = _checked_by_cones(a, b, run, reference, evidence, folds,
+                                                 validated)
+        result.folds, result.rewrites = folds, validated
         if optimized.ran is not None:
             _describe_stages(result, run, optimized.cuts)
         if optimized.short is None:
@@ -217,6 +207,36 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
             feeder.guessed_values(bound) for bound in feeder.bindings) + "; both were "
             "compared at smaller images")
         feeder.bindings = group
+
+
+def _checked_by_cones(a: ModelRef, b: ModelRef, run: _Run, reference: Reference,
+                      evidence: RunEvidence | None, folds: FoldVerification | None,
+                      validated: RewriteValidation | None
+                      ) -> tuple[FoldVerification | None, RewriteValidation | None]:
+    """The steps that run the original's cones on the reference's input sets, each where not
+    done yet: every fold re-derived (``folds``), every rewrite of the run's record
+    (``evidence``) or window found in the file validated (``validated``); one store of the
+    original's weights for both, and what they read of either file given back after."""
+    options = run.options
+    weights = _weight_store()  # read once for the folds' and the rewrites' cones
+    rewrites = evidence.rewrites if evidence is not None else None
+    with _pooled(run.stages is None):
+        if options.verify is not False and folds is None:
+            run.tell("verifying folds")
+            folds = verify_folds(a, b, bindings=reference.shapes, inputs=reference.feeds,
+                                 progress=run.tell, libraries=run.libraries,
+                                 own_output=evidence is not None, weights=weights,
+                                 shaped=_shaped_for_folds(run))
+            folds.model_b = run.label_b
+        if rewrites is not None and validated is None:
+            validated = _validated(run, rewrites, reference, weights)
+        elif run.found is not None and validated is None:
+            validated = _file_validated(b, run, reference, folds, weights)
+        weights.clear()
+        run.shaped_a = None
+    drop_resident_pages()  # what the cones read of either file
+    release_weights(a)  # (and of a proto, the copies read out of it)
+    return folds, validated
 
 
 def verify_models(a: ModelRef, b: ModelRef, options: CompareOptions | None = None, *,

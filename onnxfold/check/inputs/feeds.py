@@ -311,6 +311,11 @@ class FeedPlan:
         self.tried.extend(found)
         return found
 
+    @property
+    def has_smaller(self) -> bool:
+        """Whether :meth:`next_smaller` has a group left."""
+        return bool(self._smaller)
+
     def next_smaller(self) -> list[Bound] | None:
         """After the reference ran out of memory: the next group with the images' guessed
         height and width smaller (112, 64, then 32; None: no more)."""

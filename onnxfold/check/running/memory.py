@@ -6,9 +6,10 @@ address space bounded by what is left (:func:`room`, ``onnxfold.host.address_spa
 allocation beyond it fails in onnxruntime, and the check tries smaller inputs or declines in
 one line instead of being killed.
 
-A check holds one model's onnxruntime session at a time (the original, then the optimized one),
-but a session peaks well above the weights it loads: onnxruntime reads the model's protobuf and
-then copies each initializer out of it. Measured on a BERT-base export (415 MiB of weights,
+A check holds one model's onnxruntime session at a time (the original, then the optimized one;
+both at once where both fit, ``aside.py``), none while the original's cones run; a session
+peaks well above the weights it loads: onnxruntime reads the model's protobuf and then copies
+each initializer out of it. Measured on a BERT-base export (415 MiB of weights,
 onnxruntime 1.32, CPU): a session at the default level with prepacked weights peaks at 1.85x
 the weights, one with optimizations and prepacking off at 1.8x (:data:`SESSION_FACTOR` allows
 2x). So before the first session opens, the weights are weighed against what is left under the
