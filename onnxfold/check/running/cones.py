@@ -26,7 +26,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.analysis.shapes import infer_shapes
-from onnxfold.check.running import string_values
+from onnxfold.check.running import memory, string_values
 from onnxfold.check.running.handed import HANDED_FROM, handable
 from onnxfold.check.running.models import constant_weight, is_constant_weight, read_constant
 from onnxfold.check.running.op_reads import SHAPE_ONLY_READS, TYPE_ONLY_READS
@@ -47,6 +47,11 @@ from onnxfold.ir.graph import captured_values
 MOVES_DATA = frozenset({
     "Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split",
     "Slice", "Gather", "Expand", "Tile"})
+# the weights a kept session's run read where they lie stay resident for its next run where
+# they take at most this share of the memory left (see Cones.run)
+LINGER_SHARE = 4
+
+
 def reinferred(model: ir.Model) -> ir.Model:
     """``model`` (the check's own copy) with the types and shapes of its intermediate values
     and outputs forgotten and inferred again by onnx from its inputs and initializers."""
@@ -189,6 +194,7 @@ class Cones:
         self._cones: dict[tuple[ir.Value, ...], _Prepared] = {}  # (see _prepared)
         self._kept: dict[str, _KeptSession] = {}  # by level: sessions for values, kept
         self._refused: set[frozenset[ir.Value]] = set()  # sources failing at self.level
+        self._lingering = False  # a kept session's weights left resident for its next run
 
     @contextlib.contextmanager
     def holding(self, store: WeightStore) -> Iterator[None]:
@@ -208,6 +214,7 @@ class Cones:
         finally:
             self._held = None
             self._kept.clear()  # and the sessions kept for values (:meth:`_values`)
+            self._let_go()
 
     def _weight(self, leaf: ir.Value, in_place: bool = False) -> np.ndarray:
         """``leaf``'s array, read with ``pread`` (or as held, see :meth:`holding`); where
@@ -263,10 +270,11 @@ class Cones:
         ``disable`` where not ``optimized`` (a value compared as it is, the reference a
         window is judged against: the original's nodes, not onnxruntime's rewrite of them).
         A run whose bits cannot depend on where an array starts reads the original's weights
-        where they lie in its file (views of the mapping: no copy of them, none held between
-        runs): one whose nodes only move data (BERT-base's transposed weights), and one for
-        values both windows read alike (``optimized``: the values are never compared
-        themselves). Elsewhere a weight is read into memory of its own starting at 64 bytes,
+        where they lie in its file (views of the mapping: no copy of them; their pages given
+        back after the run, but where a kept session reads them again, :meth:`_lingers`):
+        one whose nodes only move data (BERT-base's transposed weights), and one for values
+        both windows read alike (``optimized``: the values are never compared themselves).
+        Elsewhere a weight is read into memory of its own starting at 64 bytes,
         as a session holds it. Raises RunFailed when onnxruntime cannot run the cones,
         MachineShort when the machine runs short (``running.runner``)."""
         prepared = (None if exact else self._covering(sources, inputs)) or \
@@ -285,19 +293,40 @@ class Cones:
         wanted = [s for s in sources if s not in given]
         if not wanted:
             return given
-        if exact:
-            arrays = run_nodes(prepared.protos, [_wanted(s) for s in wanted],
-                               constants=constants, inputs=fed,
-                               opsets=dict(self.model.opset_imports),
-                               ir_version=self.model.ir_version, libraries=self.libraries,
-                               prepacking=not prepared.moved_only, aligned=not in_place)
-        else:
-            arrays = self._values(prepared, sources, wanted, constants, fed, optimized)
-        drop_resident_pages()  # the weights it read are read again where needed, not held
+        try:
+            if exact:
+                arrays = run_nodes(prepared.protos, [_wanted(s) for s in wanted],
+                                   constants=constants, inputs=fed,
+                                   opsets=dict(self.model.opset_imports),
+                                   ir_version=self.model.ir_version, libraries=self.libraries,
+                                   prepacking=not prepared.moved_only, aligned=not in_place)
+            else:
+                arrays = self._values(prepared, sources, wanted, constants, fed, optimized)
+        finally:  # the weights it read are read again where needed, not held
+            self._lingering = in_place and self._lingers(prepared, constants)
+            if not self._lingering:
+                drop_resident_pages()
         computed = {source: string_values.as_tensor_form(array) if isinstance(array, np.ndarray)
                     else array for source, array in zip(wanted, arrays)}
         return {source: given[source] if source in given else computed[source]
                 for source in sources}
+
+    def _lingers(self, prepared: _Prepared, read: Mapping[str, np.ndarray]) -> bool:
+        """Whether the weights a run of ``prepared`` just ``read`` where they lie stay
+        resident: where a session kept for the next input set runs that cone (it reads them
+        all again: BERT-base's leaves refaulted 415 MB at each set, 0.12 s of a check) and
+        they take at most a :data:`LINGER_SHARE` of the memory left. They go where that
+        session goes (:meth:`_let_go`)."""
+        if not any(kept.prepared is prepared for kept in self._kept.values()):
+            return False
+        room = memory.room()
+        return room is None or sum(a.nbytes for a in read.values()) <= room // LINGER_SHARE
+
+    def _let_go(self) -> None:
+        """Give back the pages a kept session's run left resident (:meth:`_lingers`)."""
+        if self._lingering:
+            self._lingering = False
+            drop_resident_pages()
 
     def _covering(self, sources: list[ir.Value], inputs: Mapping[str, np.ndarray]
                   ) -> _Prepared | None:
@@ -352,6 +381,7 @@ class Cones:
         if kept is None or kept.prepared is not prepared or kept.shapes != shapes or \
                 not set(wanted) <= set(kept.wanted):
             self._kept.pop(level, None)  # (the last one's session goes before another)
+            self._let_go()  # (and the weights it left resident)
             model = NodesModel(
                 prepared.protos, [_wanted(s) for s in wanted], constants=constants,
                 inputs={name: Fed.of(name, array) for name, array in fed.items()},
