@@ -14,6 +14,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
+from onnxfold.check import compare as compare_module
 from onnxfold.check.compare import compare_models
 from onnxfold.check.running import runner
 from onnxfold.check.running.handed import ALIGNED
@@ -108,3 +109,55 @@ def test_an_ir_model_given_to_compare_is_one_line_of_input_error():
     model = ir.Model(ir.Graph([], [], nodes=[]), ir_version=8)
     with pytest.raises(InputError, match=r"a path or an onnx\.ModelProto is compared, not a Model"):
         onnxfold.compare(model, model)
+
+
+def test_moved_weights_are_read_in_place_beside_a_fold_that_computes(tmp_path, monkeypatch):
+    """A computing fold (V * 2) before a moving one (Transpose(W)) in the graph: the fold
+    verification batches them apart, so W is still fed where it lies (a batch of both
+    copied every weight it read: BERT-base's first batch, 16 transposes beside a mask's
+    cone, copied 63 MB) while V is read into a copy."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 512)).astype(np.float32)
+    v = rng.standard_normal((1, 256)).astype(np.float32)
+    (tmp_path / "m.onnx.data").write_bytes(b"\0" * 4 + w.tobytes() + v.tobytes())
+    tensors = []
+    for name, array, offset in (("W", w, 4), ("V", v, 4 + w.nbytes)):
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=array.shape,
+                             data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", "m.onnx.data"), ("offset", str(offset)),
+                           ("length", str(array.nbytes))):
+            tensor.external_data.add(key=key, value=value)
+        tensors.append(tensor)
+    nodes = [helper.make_node("Mul", ["V", "two"], ["v2"]),
+             helper.make_node("Transpose", ["W"], ["wt"]),
+             helper.make_node("MatMul", ["x", "wt"], ["y1"]),
+             helper.make_node("Add", ["y1", "v2"], ["y"])]
+    onnx.save(helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])],
+        [*tensors, numpy_helper.from_array(np.array(2.0, np.float32), "two")]),
+        opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    fed: list[np.ndarray] = []  # by the fold verification's runs
+    verifying: list[bool] = []
+    real, real_verify = runner._fed, compare_module.verify_folds
+
+    def recorded(array, *args):
+        got = real(array, *args)
+        if verifying:
+            fed.append(got)
+        return got
+
+    def verify(*args, **kwargs):
+        verifying.append(True)
+        try:
+            return real_verify(*args, **kwargs)
+        finally:
+            verifying.clear()
+
+    monkeypatch.setattr(runner, "_fed", recorded)
+    monkeypatch.setattr(compare_module, "verify_folds", verify)
+    checked = _checked(tmp_path / "m.onnx", tmp_path)
+    assert checked.ok and checked.folds is not None and len(checked.folds.tensors) == 2
+    assert {t.state for t in checked.folds.tensors} == {"bitwise"}, checked.folds.summary()
+    in_place = [a.shape for a in fed if input_origin(a) is not None]
+    assert in_place == [(256, 512)], [a.shape for a in fed]

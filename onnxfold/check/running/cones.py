@@ -195,6 +195,7 @@ class Cones:
         self._kept: dict[str, _KeptSession] = {}  # by level: sessions for values, kept
         self._refused: set[frozenset[ir.Value]] = set()  # sources failing at self.level
         self._lingering = False  # a kept session's weights left resident for its next run
+        self._moving: dict[ir.Value, bool] = {}  # (see moves_only)
 
     @contextlib.contextmanager
     def holding(self, store: WeightStore) -> Iterator[None]:
@@ -422,11 +423,38 @@ class Cones:
         prepared = _Prepared(
             leaves, weights, read,
             [ir.serde.serialize_node(n) for n in kept],
-            all(n.domain in ("", "ai.onnx") and n.op_type in MOVES_DATA for n in kept))
+            all(self.moves_only(source) for source in sources))
         while len(self._cones) >= PREPARED_CONES:
             del self._cones[next(iter(self._cones))]
         self._cones[key] = prepared
         return prepared
+
+    def moves_only(self, value: ir.Value) -> bool:
+        """Whether every node of ``value``'s cone but its large Constants (weights) only
+        moves data (:data:`MOVES_DATA`): a run of it reads its weights where they lie
+        (:meth:`run`). Remembered per value: one pass over the graph however many are
+        asked."""
+        stack = [value]
+        while stack:
+            top = stack[-1]
+            if top in self._moving:
+                stack.pop()
+                continue
+            producer = top.producer()
+            if producer is None or producer.graph is not self.model.graph or \
+                    is_constant_weight(producer):
+                self._moving[stack.pop()] = True
+                continue
+            if producer.domain not in ("", "ai.onnx") or producer.op_type not in MOVES_DATA:
+                self._moving[stack.pop()] = False
+                continue
+            unknown = [v for v in producer.inputs if v is not None and v not in self._moving]
+            if unknown:
+                stack.extend(unknown)
+                continue
+            self._moving[stack.pop()] = all(self._moving[v] for v in producer.inputs
+                                            if v is not None)
+        return self._moving[value]
 
     def valued(self, source: ir.Value) -> list[ir.Node]:
         """The nodes of ``source``'s cone whose values reach its values: not those read only
