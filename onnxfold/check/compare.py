@@ -152,6 +152,7 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
     # a file with no run's record at hand: its rewritten windows found in it (file_windows)
     run = _Run(a, b, options, tell, leaves,
                in_file=evidence is None and options.verify is not False, aside=True)
+    heap.set_aside()  # (what the run holds lives through the check)
     unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else \
         _unrecorded_pins(run)
     notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \

@@ -131,6 +131,9 @@ def release() -> None:
     trim()
 
 
+_apart: list[object] = []  # a token per apart() block entered and not left
+
+
 @contextlib.contextmanager
 def apart() -> Iterator[None]:
     """Within the block, :func:`release` collects among the objects made inside it only: what
@@ -138,7 +141,19 @@ def apart() -> Iterator[None]:
     leaving (``gc.unfreeze``), so a cycle it forms later is still collected."""
     gc.collect()
     gc.freeze()
+    token = object()
+    _apart.append(token)
     try:
         yield
     finally:
+        _apart.remove(token)
         gc.unfreeze()
+
+
+def set_aside() -> None:
+    """Within :func:`apart`, what is alive now is set aside too until the block ends (what a
+    step holds for the rest of it: the check's graphs of both models, walked by each of its
+    seven collections, 0.07 s of BERT-base's check, 0.03 s without); outside, nothing. A
+    cycle among these objects is collected once the block ends."""
+    if _apart:
+        gc.freeze()
