@@ -17,6 +17,22 @@ from onnxfold.check.running.options import CompareOptions
 from onnxfold.pipeline.optimizer import optimize
 
 
+def matmul_chain(path) -> None:
+    """x [n, 64] through four MatMuls of random 64 x 64 float32 weights (h0 .. h3), saved at
+    ``path``: every value's cone reads the weights before it (the cones' tests)."""
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal((64, 64)).astype(np.float32) for _ in range(4)]
+    nodes, prev = [], "x"
+    for i in range(4):
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
+        prev = f"h{i}"
+    onnx.save(helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["n", 64])],
+        [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]),
+        opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
 def transposed_layer_norm(rows: int, cols: int, seed: int) -> onnx.ModelProto:
     """x [n, cols] @ Transpose(W [rows, cols]) + b, then a LayerNormalization written out:
     the fold's cone reads W (Transpose(W) folded), and so does the cone of the rewrite's

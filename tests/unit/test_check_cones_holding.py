@@ -6,29 +6,14 @@ alike copy no weight at all (they read it where it lies)."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnx_ir as ir
-from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.check.running import cones as cones_module
 from onnxfold.check.running.cones import Cones, WeightStore
 from onnxfold.io.reader import load_model
+from tests.support.checked_folds import matmul_chain
 
 READ = cones_module.read_constant  # the real one, whatever a test patched in before
-
-
-def _chain(path) -> None:
-    rng = np.random.default_rng(0)
-    weights = [rng.standard_normal((64, 64)).astype(np.float32) for _ in range(4)]
-    nodes, prev = [], "x"
-    for i in range(4):
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
-        prev = f"h{i}"
-    onnx.save(helper.make_model(helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
-        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["n", 64])],
-        [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]),
-        opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
 def _runs(path, monkeypatch, budget: int | None, hold: bool, optimized: bool = False):
@@ -67,7 +52,7 @@ def _runs(path, monkeypatch, budget: int | None, hold: bool, optimized: bool = F
 def test_within_the_block_each_weight_is_read_once_and_the_values_do_not_change(
         tmp_path, monkeypatch):
     path = tmp_path / "m.onnx"
-    _chain(path)
+    matmul_chain(path)
     plain_reads, plain = _runs(path, monkeypatch, None, hold=False)
     held_reads, held = _runs(path, monkeypatch, None, hold=True)
     assert sorted(plain_reads) == sorted([f"w{i}" for i in range(4)] * 3)
@@ -81,7 +66,7 @@ def test_what_the_bound_does_not_hold_is_read_again(tmp_path, monkeypatch):
     """Two weights of 16 KiB fit a 40 KiB bound: those two are read once, the others at every
     run."""
     path = tmp_path / "m.onnx"
-    _chain(path)
+    matmul_chain(path)
     reads, _ = _runs(path, monkeypatch, 40 << 10, hold=True)
     counts = {name: reads.count(name) for name in set(reads)}
     assert sorted(counts.values()) == [1, 1, 3, 3], counts
@@ -89,7 +74,7 @@ def test_what_the_bound_does_not_hold_is_read_again(tmp_path, monkeypatch):
 
 def test_runs_for_values_both_windows_read_copy_no_weight(tmp_path, monkeypatch):
     path = tmp_path / "m.onnx"
-    _chain(path)
+    matmul_chain(path)
     reads, found = _runs(path, monkeypatch, None, hold=True, optimized=True)
     _, copied = _runs(path, monkeypatch, None, hold=True)
     assert reads == [] and len(found) == 3

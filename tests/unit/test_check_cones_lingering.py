@@ -7,28 +7,13 @@ next input set will read them all again: there they stay resident until that ses
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.check.running import cones as cones_module
 from onnxfold.check.running.cones import Cones, WeightStore
 from onnxfold.io.reader import load_model
+from tests.support.checked_folds import matmul_chain
 
 SETS = 3
-
-
-def _chain(path) -> None:
-    rng = np.random.default_rng(0)
-    nodes, prev = [], "x"
-    for i in range(4):
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
-        prev = f"h{i}"
-    onnx.save(helper.make_model(helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
-        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["n", 64])],
-        [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}")
-         for i in range(4)]),
-        opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
 def _events(tmp_path, monkeypatch, cones_asked: list[list[str]], hold: bool = True,
@@ -37,7 +22,7 @@ def _events(tmp_path, monkeypatch, cones_asked: list[list[str]], hold: bool = Tr
     events, in order ("run NAMES" after each run, "drop" at each give-back), and the values
     of each run."""
     path = tmp_path / "m.onnx"
-    _chain(path)
+    matmul_chain(path)
     model = load_model(str(path))
     cones = Cones(model, list(model.graph.inputs))
     events: list[str] = []
