@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxfold.check import compare as compare_module
@@ -58,3 +59,30 @@ def test_the_folds_are_verified_once_at_the_images_both_models_ran(tmp_path, mon
     assert compared.ok, compared.summary()
     assert compared.folds is not None and compared.folds.summary().count("bitwise") >= 1
     assert any("compared at smaller images" in note for note in compared.notes)
+
+
+def test_where_it_runs_short_at_every_image_the_check_says_so_with_its_folds(tmp_path,
+                                                                             monkeypatch):
+    """The optimized model short at every image tried: the check could not run, one line
+    naming the machine, and the folds were still verified, once, at the last images."""
+    verified: list[int] = []
+    real_verify = compare_module.verify_folds
+
+    def recorded(a, b, **kwargs):
+        verified.append(kwargs["inputs"][0]["x"].shape[-1])
+        return real_verify(a, b, **kwargs)
+
+    monkeypatch.setattr(compare_module, "_ran_optimized", lambda b, run, reference:
+                        compare_module._OptimizedRun(short="out of memory (simulated)"))
+    monkeypatch.setattr(compare_module, "verify_folds", recorded)
+    source = _image_model()
+    result = optimize(source, record_rewrites=True)
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(source, a)
+    onnx.save(result.to_proto(), b)
+    with pytest.raises(compare_module.CheckCouldNotRun) as raised:
+        compare_module.compare_models(a, b, 2, CompareOptions(), evidence=result.evidence)
+    assert "ran short running it on every input set" in str(raised.value)
+    assert len(verified) == 1 and verified[0] < 112
+    checked = raised.value.result
+    assert checked is not None and checked.folds is not None and checked.folds.ok
