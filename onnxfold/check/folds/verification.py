@@ -729,8 +729,7 @@ def _array(folded: ir.Value) -> np.ndarray:
     return tensor.numpy()
 
 
-def _batches(targets: list[_Target], limit: int,
-             kind: Callable[[_Target], object] = lambda target: None
+def _batches(targets: list[_Target], limit: int, kind: Callable[[_Target], object]
              ) -> Iterable[list[_Target]]:
     """``targets`` in order, in batches of at most ``limit`` folded bytes (a larger target is
     a batch of its own) and :data:`BATCH_TARGETS` targets, of one ``kind`` each."""
