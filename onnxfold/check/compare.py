@@ -152,7 +152,6 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
     # a file with no run's record at hand: its rewritten windows found in it (file_windows)
     run = _Run(a, b, options, tell, leaves,
                in_file=evidence is None and options.verify is not False, aside=True)
-    heap.set_aside()  # (what the run holds lives through the check)
     unasked = run.pinned.unasked(evidence.fixed) if evidence is not None else \
         _unrecorded_pins(run)
     notes = [run.pinned.note("--input-shape" if evidence is not None else "the second model")] \
@@ -178,25 +177,31 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
             level=options.level)
         result.single_dims = reference.single
         result.fixed_defaults = run.fixed_defaults
-        if run.aside is None:  # B's session opens next: what A's proto copied goes first
-            release_weights(a)
+        if run.aside is None or not run.aside.built:  # B's session opens next: what A's
+            release_weights(a)  # proto copied goes first
         # B runs right after A, and its session goes before the original's cones run: no
         # model's session beside them (BERT-base's check peaked at 1,002 MiB with B's session,
-        # built aside, alive through them; 806 MiB without)
+        # built aside, alive through them; 806 MiB without); its values are judged then, and
+        # not held through the cones either (in stages, its values at every cut)
         optimized = _ran_optimized(b, run, reference)
-        if optimized.short is None or not feeder.has_smaller:  # (else: at smaller dims)
+        judged = optimized.ran is not None and optimized.short is None
+        if optimized.ran is not None:
+            _describe_stages(result, run, optimized.cuts)
+        if judged:
+            assert optimized.ran is not None
+            _judge_outputs(result, run, reference, optimized.ran)
+        failure, short = optimized.failure, optimized.short
+        del optimized
+        if short is None or not feeder.has_smaller:  # (else: at smaller dims)
             folds, validated = _checked_by_cones(a, b, run, reference, evidence, folds,
                                                  validated)
         result.folds, result.rewrites = folds, validated
-        if optimized.ran is not None:
-            _describe_stages(result, run, optimized.cuts)
-        if optimized.short is None:
-            result.failure = optimized.failure or unasked
-            if optimized.ran is not None:
-                _judge_outputs(result, run, reference, optimized.ran)
+        if short is None:
+            result.failure = failure or unasked
+            if judged:
                 _measure_stability(result, run, reference)
             return result
-        result.short_reason = optimized.short
+        result.short_reason = short
         group = feeder.next_smaller()
         if group is None:
             result.not_run = (f"{run.label_b}: the machine ran short running it on every input "
@@ -314,6 +319,7 @@ class _Run:
         self.pinned = pinned_dims(graph_a, graph_b, options.dims)
         self.graph_a, self.graph_b = graph_a, graph_b  # (a binding that fails: inference
         self.shaped_a: ir.Model | None = None  # (see _shaped_original)
+        heap.set_aside()  # (its graphs live through the check; what it builds next may not)
         tell("loading original")  # tells the next ones)
         self.aside = self._aside(b) if aside else None
         self.session = self._session_a()  # (where it raises, nothing runs: no wait)

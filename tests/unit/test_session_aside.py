@@ -12,6 +12,7 @@ import signal
 import threading
 import weakref
 
+import numpy as np
 import onnx
 import pytest
 
@@ -154,3 +155,63 @@ def test_no_models_session_is_alive_while_the_cones_run(tmp_path, monkeypatch, b
     assert compared.rewrites is not None and compared.rewrites.rewrites
     assert len(sessions) >= 2  # (A's and B's at least)
     assert alive_at == {"verify_folds": 0, "_validated": 0}
+
+
+def test_what_a_failed_build_aside_held_is_collected_before_the_cones(tmp_path, monkeypatch):
+    """A build aside that failed (the machine ran short) keeps its frames in a cycle (the
+    error's traceback holds the build's frame, which holds the SessionAside): the check's
+    graphs are set aside from its collections before that build starts, so once B is opened
+    otherwise the cycle is collected, not held through the cones."""
+    from onnxfold.check.running.runner import MachineShort
+
+    held: list[weakref.ref] = []
+
+    def failing_build(parts, label):
+        big = np.ones(16 << 20, np.uint8)  # what a failed build's frames hold
+        held.append(weakref.ref(big))
+        raise MachineShort(f"{label}: loading it: out of memory (simulated)")
+
+    alive: list[bool] = []
+    real_verify = compare_module.verify_folds
+
+    def verify(*args, **kwargs):
+        gc.collect()
+        alive.append(held[-1]() is not None)
+        return real_verify(*args, **kwargs)
+
+    monkeypatch.setattr(aside_module, "built_session", failing_build)
+    monkeypatch.setattr(compare_module, "verify_folds", verify)
+    compared, built = _check(tmp_path, monkeypatch, True)
+    assert built == 1 and compared.ok, compared.summary()
+    assert alive == [False]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_originals_copies_go_before_b_opens_unless_b_was_built_aside(tmp_path, monkeypatch,
+                                                                        fails):
+    """What the check copied of the original's weights (a proto's) is kept for the cones
+    where B's session was built beside A's (both fit: nothing more is held), and let go
+    before B's session opens otherwise, as where the build aside failed."""
+    from onnxfold.check.running.runner import MachineShort
+
+    events: list[str] = []
+    real_release, real_ran = compare_module.release_weights, compare_module._ran_optimized
+
+    def release(model):
+        events.append("release")
+        return real_release(model)
+
+    def ran(b, run, reference):
+        events.append("B")
+        return real_ran(b, run, reference)
+
+    def failing_build(parts, label):
+        raise MachineShort(f"{label}: loading it: out of memory (simulated)")
+
+    if fails:
+        monkeypatch.setattr(aside_module, "built_session", failing_build)
+    monkeypatch.setattr(compare_module, "release_weights", release)
+    monkeypatch.setattr(compare_module, "_ran_optimized", ran)
+    compared, built = _check(tmp_path, monkeypatch, True)
+    assert built == 1 and compared.ok, compared.summary()
+    assert events[:2] == (["release", "B"] if fails else ["B", "release"]), events

@@ -59,6 +59,11 @@ class SessionAside:
         while not self._done.wait(POLL):
             pass
 
+    @property
+    def built(self) -> bool:
+        """Whether the build has ended with a session (not with an error)."""
+        return self._done.is_set() and self._error is None
+
     def session(self):
         """The session, once built."""
         self.wait()
