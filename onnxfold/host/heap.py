@@ -140,13 +140,14 @@ def apart() -> Iterator[None]:
     was alive before is set aside (``gc.freeze``, after a collection) and given back on
     leaving (``gc.unfreeze``), so a cycle it forms later is still collected."""
     gc.collect()
-    gc.freeze()
     token = object()
-    _apart.append(token)
-    try:
+    try:  # (an exception landing between the freeze and the block still undoes both)
+        gc.freeze()
+        _apart.append(token)
         yield
     finally:
-        _apart.remove(token)
+        with contextlib.suppress(ValueError):
+            _apart.remove(token)
         gc.unfreeze()
 
 

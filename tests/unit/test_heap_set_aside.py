@@ -38,3 +38,25 @@ def test_outside_a_block_nothing_is_set_aside():
     del held
     gc.collect()
     assert gone() is None
+
+
+def test_an_exception_entering_the_block_leaves_nothing_set_aside(monkeypatch):
+    """An exception landing between the freeze and the block (a KeyboardInterrupt) undoes
+    both: no token is left to make set_aside freeze outside a block, nothing stays frozen."""
+    frozen = gc.get_freeze_count()
+    real_freeze = gc.freeze
+
+    def interrupted() -> None:
+        real_freeze()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(heap.gc, "freeze", interrupted)
+    try:
+        with heap.apart():
+            raise AssertionError("the block ran")
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.undo()
+    assert not heap._apart and gc.get_freeze_count() == frozen
+    heap.set_aside()
+    assert gc.get_freeze_count() == frozen
