@@ -184,14 +184,13 @@ def _compared(a: ModelRef, b: ModelRef, n: int, options: CompareOptions,
         # built aside, alive through them; 806 MiB without); its values are judged then, and
         # not held through the cones either (in stages, its values at every cut)
         optimized = _ran_optimized(b, run, reference)
-        judged = optimized.ran is not None and optimized.short is None
         if optimized.ran is not None:
             _describe_stages(result, run, optimized.cuts)
-        if judged:
-            assert optimized.ran is not None
-            _judge_outputs(result, run, reference, optimized.ran)
-        failure, short = optimized.failure, optimized.short
-        del optimized
+        ran = optimized.ran if optimized.short is None else None
+        if ran is not None:
+            _judge_outputs(result, run, reference, ran)
+        failure, short, judged = optimized.failure, optimized.short, ran is not None
+        del optimized, ran
         if short is None or not feeder.has_smaller:  # (else: at smaller dims)
             folds, validated = _checked_by_cones(a, b, run, reference, evidence, folds,
                                                  validated)
