@@ -28,6 +28,29 @@ def _image_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _verified_widths(monkeypatch) -> list[list[int]]:
+    """Per call of the fold verification, the image widths of the input sets it reads."""
+    verified: list[list[int]] = []
+    real_verify = compare_module.verify_folds
+
+    def recorded(a, b, **kwargs):
+        verified.append([feeds["x"].shape[-1] for feeds in kwargs["inputs"]])
+        return real_verify(a, b, **kwargs)
+
+    monkeypatch.setattr(compare_module, "verify_folds", recorded)
+    return verified
+
+
+def _compared(tmp_path):
+    """compare_models on 2 input sets of the image model and its fold, its record at hand."""
+    source = _image_model()
+    result = optimize(source, record_rewrites=True)
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(source, a)
+    onnx.save(result.to_proto(), b)
+    return compare_module.compare_models(a, b, 2, CompareOptions(), evidence=result.evidence)
+
+
 def test_the_folds_are_verified_once_at_the_images_both_models_ran(tmp_path, monkeypatch):
     real_run = compare_module._ran_optimized
     runs: list[int] = []
@@ -38,22 +61,9 @@ def test_the_folds_are_verified_once_at_the_images_both_models_ran(tmp_path, mon
             return compare_module._OptimizedRun(short="out of memory (simulated)")
         return real_run(b, run, reference)
 
-    verified: list[list[int]] = []
-    real_verify = compare_module.verify_folds
-
-    def recorded(a, b, **kwargs):
-        verified.append([feeds["x"].shape[-1] for feeds in kwargs["inputs"]])
-        return real_verify(a, b, **kwargs)
-
     monkeypatch.setattr(compare_module, "_ran_optimized", short_at_first)
-    monkeypatch.setattr(compare_module, "verify_folds", recorded)
-    source = _image_model()
-    result = optimize(source, record_rewrites=True)
-    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
-    onnx.save(source, a)
-    onnx.save(result.to_proto(), b)
-    compared = compare_module.compare_models(a, b, 2, CompareOptions(),
-                                             evidence=result.evidence)
+    verified = _verified_widths(monkeypatch)
+    compared = _compared(tmp_path)
     assert runs == [224, 112]
     assert verified == [[112, 112]]  # once, on the sets compared
     assert compared.ok, compared.summary()
@@ -65,24 +75,12 @@ def test_where_it_runs_short_at_every_image_the_check_says_so_with_its_folds(tmp
                                                                              monkeypatch):
     """The optimized model short at every image tried: the check could not run, one line
     naming the machine, and the folds were still verified, once, at the last images."""
-    verified: list[int] = []
-    real_verify = compare_module.verify_folds
-
-    def recorded(a, b, **kwargs):
-        verified.append(kwargs["inputs"][0]["x"].shape[-1])
-        return real_verify(a, b, **kwargs)
-
     monkeypatch.setattr(compare_module, "_ran_optimized", lambda b, run, reference:
                         compare_module._OptimizedRun(short="out of memory (simulated)"))
-    monkeypatch.setattr(compare_module, "verify_folds", recorded)
-    source = _image_model()
-    result = optimize(source, record_rewrites=True)
-    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
-    onnx.save(source, a)
-    onnx.save(result.to_proto(), b)
+    verified = _verified_widths(monkeypatch)
     with pytest.raises(compare_module.CheckCouldNotRun) as raised:
-        compare_module.compare_models(a, b, 2, CompareOptions(), evidence=result.evidence)
+        _compared(tmp_path)
     assert "ran short running it on every input set" in str(raised.value)
-    assert len(verified) == 1 and verified[0] < 112
+    assert len(verified) == 1 and verified[0][0] < 112
     checked = raised.value.result
     assert checked is not None and checked.folds is not None and checked.folds.ok

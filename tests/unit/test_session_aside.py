@@ -21,7 +21,7 @@ from onnxfold.check.running import aside as aside_module
 from onnxfold.check.running import memory
 from onnxfold.check.running import runner as runner_module
 from onnxfold.check.running.options import CompareOptions
-from onnxfold.check.running.runner import session_parts
+from onnxfold.check.running.runner import MachineShort, session_parts
 from onnxfold.pipeline.optimizer import optimize
 from tests.support.checked_folds import checked_fold, said, transposed_layer_norm
 
@@ -162,8 +162,6 @@ def test_what_a_failed_build_aside_held_is_collected_before_the_cones(tmp_path, 
     error's traceback holds the build's frame, which holds the SessionAside): the check's
     graphs are set aside from its collections before that build starts, so once B is opened
     otherwise the cycle is collected, not held through the cones."""
-    from onnxfold.check.running.runner import MachineShort
-
     held: list[weakref.ref] = []
 
     def failing_build(parts, label):
@@ -192,8 +190,6 @@ def test_the_originals_copies_go_before_b_opens_unless_b_was_built_aside(tmp_pat
     """What the check copied of the original's weights (a proto's) is kept for the cones
     where B's session was built beside A's (both fit: nothing more is held), and let go
     before B's session opens otherwise, as where the build aside failed."""
-    from onnxfold.check.running.runner import MachineShort
-
     events: list[str] = []
     real_release, real_ran = compare_module.release_weights, compare_module._ran_optimized
 
