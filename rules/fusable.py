@@ -76,7 +76,7 @@ def is_mask_widening(ctx: GraphView, x: ir.Value, merged_axes: list[int]) -> boo
     """Whether two Unsqueezes of ``x`` into ``merged_axes`` widen a 2-D mask input (integer or
     bool, as exporters declare ``attention_mask``) to the 4-D ``[batch, 1, 1, sequence]`` an
     attention adds to its scores."""
-    return (ctx.array(x) is None and x.producer() is None and x.shape is not None
+    return (not ctx.has_array(x) and x.producer() is None and x.shape is not None
             and len(x.shape) == 2 and merged_axes == [1, 2] and x.dtype in _MASKS)
 
 

@@ -49,7 +49,7 @@ def _fixed(ctx: GraphView, value: ir.Value | None) -> bool:
     """Whether ``value`` is a constant to onnxruntime's fusion: one the fold computes, or data
     (also through an Identity ``--keep`` keeps: an exporter's shared weight, no constant of
     the fold, which onnxruntime reads through all the same)."""
-    return ctx.is_constant(value) or ctx.array(value) is not None
+    return ctx.is_constant(value) or ctx.has_array(value)
 
 
 def _scalar(ctx: GraphView, value: ir.Value | None) -> float | None:

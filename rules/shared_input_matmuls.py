@@ -91,7 +91,7 @@ def _own_initializer(ctx: GraphView, value: ir.Value | None) -> ir.Value | None:
     it into a concatenation then duplicates nothing)."""
     # what to build: a weight is no node of the match; merging a shared one copies it
     if value is not None and value.producer() is None and ctx.is_constant(value) \
-            and ctx.single_use(value) and ctx.array(value) is not None:
+            and ctx.single_use(value) and ctx.has_array(value):
         return value
     return None
 

@@ -27,7 +27,7 @@ from onnxfold.analysis.step_inputs import (
     input_dims,
     known_constant,
 )
-from onnxfold.ir.constants import source_array
+from onnxfold.ir.constants import has_source_array, source_array
 from onnxfold.ir.graph import static_shape, through_identities, use_count
 
 IDENTITY_HOPS = 16  # Identity nodes GraphView.array looks through
@@ -156,16 +156,30 @@ class GraphView:
             return None
         if value in self._arrays:  # a constant's data does not change during a sweep
             return self._arrays[value]
-        found = None
-        for link in itertools.islice(through_identities(value), IDENTITY_HOPS):
-            if link in self._graph.inputs and link not in self._constant:
-                break  # an initializer that is also a graph input: a default a caller may
-                # override (IR >= 4), whose value no rule may read
-            found = source_array(link)
-            if found is not None:
-                break
+        link = self._data_link(value)
+        found = None if link is None else source_array(link)
         self._arrays[value] = found
         return found
+
+    def has_array(self, value: ir.Value | None) -> bool:
+        """Whether :meth:`array` gives data for ``value``, without reading it: a tensor of a
+        caller's proto is copied out of the proto at every read (protobuf gives no view)."""
+        if value is None:
+            return False
+        if value in self._arrays:
+            return self._arrays[value] is not None
+        return self._data_link(value) is not None
+
+    def _data_link(self, value: ir.Value) -> ir.Value | None:
+        """The value along ``value``'s Identity chain whose data :meth:`array` reads; None
+        where there is none."""
+        for link in itertools.islice(through_identities(value), IDENTITY_HOPS):
+            if link in self._graph.inputs and link not in self._constant:
+                return None  # an initializer that is also a graph input: a default a caller
+                # may override (IR >= 4), whose value no rule may read
+            if has_source_array(link):
+                return link
+        return None
 
     def shape(self, value: ir.Value | None) -> tuple[int, ...] | None:
         """``value``'s shape where every dim is static (a constant's, from its data)."""

@@ -123,8 +123,10 @@ def _leaf(value: ir.Value) -> Leaf | None:
     producer = value.producer()
     if value.const_value is not None or (producer is not None and
                                          is_default_op(producer, "Constant")):
-        array = source_array(value)  # an initializer's or a Constant node's
-        small = array is not None and array.nbytes <= INLINE_BYTES and _made(value)
+        # an initializer's or a Constant node's data, read only where it is the fold's own (a
+        # caller's proto copies a tensor's bytes at every read)
+        array = source_array(value) if _made(value) else None
+        small = array is not None and array.nbytes <= INLINE_BYTES
         return Leaf(value.name, value=np.array(array, copy=True) if small else None)
     shape = static_shape(value)
     if shape is None or value.dtype is None:

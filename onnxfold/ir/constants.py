@@ -41,6 +41,14 @@ def constant_array(value: ir.Value) -> np.ndarray | None:
     return None
 
 
+def has_source_array(value: ir.Value) -> bool:
+    """Whether :func:`source_array` gives data for ``value``, without reading an initializer's
+    (a caller's proto copies its bytes at every read)."""
+    if value.const_value is not None:
+        return value.const_value.dtype != ir.DataType.STRING
+    return source_array(value) is not None  # a Constant's array: read once (node.meta)
+
+
 def source_array(value: ir.Value) -> np.ndarray | None:
     """A constant's data as the pool can hold it (numeric: strings are not folded)."""
     arr = constant_array(value)
