@@ -34,10 +34,12 @@ import onnx
 import onnx_ir as ir
 
 from onnxfold.check.inputs.feeds import FeedPlan, shape_text
+from onnxfold.check.outputs.doomed_bindings import FailedNodes
+from onnxfold.check.outputs.reference_runs import run_reference
 from onnxfold.check.running import memory as memory_room
 from onnxfold.check.running.models import ModelRef, graph_of, label_of
 from onnxfold.check.running.options import checked_dims
-from onnxfold.check.running.runner import MachineShort, open_session, run_model
+from onnxfold.check.running.runner import MachineShort, open_session
 from onnxfold.errors import InputError, OnnxfoldError, ResourceLimitError
 from onnxfold.host import heap, interruptible, limits
 from onnxfold.host.machine import checked_threads, cpu_model
@@ -265,16 +267,18 @@ def _feeds(open_a: Callable[[], Any], label: str, graph: ir.Model,
            pinned: Mapping[str, Mapping[int, int]]
            ) -> tuple[dict[str, np.ndarray], list[str]]:
     """The check's first input set for model A (``pinned``: the dims model B fixes, by input
-    and axis), and how each input is shaped."""
+    and axis), and how each input is shaped: found as the check finds it (``run_reference``),
+    so that where A cannot run the plan's first guess of a dim (an audio model's length of
+    16, an image side of 224) the timing runs the guess that ran, as the check does."""
     session = open_a()
     plan = FeedPlan(session, label, graph, {}, dims or {}, int_ranges or {}, pinned)
-    feeds = plan.feeds(0)
     outputs = [o.name for o in session.get_outputs()]
-    run_model(session, label, outputs, feeds, None)  # a binding A cannot run fails here
+    reference = run_reference(session, label, outputs, plan, 0, 1, None,
+                              failures=FailedNodes(graph), every_binding=False)
     del session
     heap.release()
-    return feeds, [f"{info.name} {info.dtype}{shape_text(info.shape)}" for info in
-                   plan.describe()]
+    return reference.feeds[0], [f"{info.name} {info.dtype}{shape_text(info.shape)}"
+                                for info in plan.describe()]
 
 
 def _timed_run(session, label: str, feeds: dict[str, np.ndarray]) -> float:

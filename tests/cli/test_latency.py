@@ -188,3 +188,25 @@ def test_the_dims_input_shape_fixes_feed_both_models(tmp_path):
                    "--latency", "1")
     assert proc.returncode == 0, proc.stderr
     assert "feeds x float32[2,256]" in proc.stdout
+
+
+@pytest.mark.parametrize("check", [[], ["--check", "1"]])
+def test_the_timing_runs_the_first_input_set_the_check_runs(tmp_path, check):
+    """A reflect Pad of 40 needs more than 40 samples: the plan's first guesses (16, then 1)
+    fail in the original, and the check goes on to 64. The timing takes the set the check
+    finds (it timed the first guess, and a command that passed without --latency ended in
+    exit 2: a fresh audio export, sew-d, ran short at length 16)."""
+    src = tmp_path / "pad.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+         helper.make_node("Pad", ["x", "p"], ["padded"], mode="reflect"),
+         helper.make_node("MatMul", ["wt", "padded"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "samples"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "out"])],
+        [numpy_helper.from_array(np.ones((1, 1), np.float32), "w"),
+         numpy_helper.from_array(np.array([0, 0, 0, 40], np.int64), "p")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(src))
+    proc = run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--latency", "1", *check)
+    assert proc.returncode == 0, proc.stderr
+    assert "feeds x float32[1,64]" in proc.stdout
