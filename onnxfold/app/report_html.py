@@ -175,8 +175,7 @@ def _cards(report: Report) -> str:
         card("nodes", f"{report.nodes_before} \u2192 {report.nodes_after}",
              f"{report.folded_nodes} folded; Constant nodes not counted "
              f"({report.constant_nodes_before} \u2192 {report.constant_nodes_after})"),
-        card("weights", _from_to(mib(report.initializer_bytes_before),
-                                 mib(report.initializer_bytes_after)),
+        card("weights", _from_to(mib(report.weight_bytes[0]), mib(report.weight_bytes[1])),
              f"{report.new_initializers} new" + (
                  f"; metadata: {mib(saved['bytes'])} saved" if saved else "")),
         card("time", f"{sum(report.phases.values()) or report.seconds:.2f} s",

@@ -41,6 +41,22 @@ def constant_array(value: ir.Value) -> np.ndarray | None:
     return None
 
 
+def constant_data_size(node: ir.Node) -> tuple[int, int]:
+    """The elements and bytes of a Constant node's value, as a weight's count (strings and
+    sparse values: none), from its shape and dtype (its data is not read)."""
+    for name, attr in node.attributes.items():
+        if name == "value":
+            tensor = tensor_of(attr)
+            if tensor.dtype == ir.DataType.STRING:
+                return 0, 0
+            return tensor.size, tensor.nbytes
+        if name in ("value_float", "value_int"):
+            return 1, 4 if name == "value_float" else 8
+        if name in ("value_floats", "value_ints"):
+            return len(attr.value), len(attr.value) * (4 if name == "value_floats" else 8)
+    return 0, 0
+
+
 def has_source_array(value: ir.Value) -> bool:
     """Whether :func:`source_array` gives data for ``value``, without reading an initializer's
     (a caller's proto copies its bytes at every read)."""

@@ -14,6 +14,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnxfold.host.terminal import printable, wrapped
+from onnxfold.ir.constants import constant_data_size
 from onnxfold.ir.graph import all_graphs
 from onnxfold.pipeline.leftovers import leftover_lines, pattern
 from onnxfold.pipeline.op_table import OpRow, format_table, op_rows
@@ -38,6 +39,7 @@ class ModelCounts:
     initializers: int
     initializer_bytes: int
     ops: dict[str, int]  # nodes per op type, Constant nodes not counted
+    constant_bytes: int = 0  # the Constant nodes' values (a weight an exporter left in one)
 
 
 def model_counts(model: ir.Model) -> ModelCounts:
@@ -46,11 +48,12 @@ def model_counts(model: ir.Model) -> ModelCounts:
     and says so."""
     nodes = constants = 0
     ops: Counter = Counter()
-    inits = init_bytes = 0
+    inits = init_bytes = constant_bytes = 0
     for graph in all_graphs(model):
         for node in graph:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 constants += 1
+                constant_bytes += constant_data_size(node)[1]
                 continue
             nodes += 1
             ops[node.op_type] += 1
@@ -59,7 +62,7 @@ def model_counts(model: ir.Model) -> ModelCounts:
             tensor = value.const_value
             if tensor is not None and tensor.dtype != ir.DataType.STRING:
                 init_bytes += tensor.nbytes
-    return ModelCounts(nodes, constants, inits, init_bytes, dict(ops))
+    return ModelCounts(nodes, constants, inits, init_bytes, dict(ops), constant_bytes)
 
 
 RUNTIME_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops (and com.microsoft.nchwc, ...)
@@ -140,6 +143,8 @@ class Report:
     check: dict[str, Any] | None = None  # the --check comparison's to_dict()
     constant_nodes_before: int = 0  # Constant nodes, not counted in nodes_before/after
     constant_nodes_after: int = 0
+    constant_bytes_before: int = 0  # their values' bytes: weights too (strings not counted)
+    constant_bytes_after: int = 0
     latency: dict[str, Any] | None = None  # --latency: LatencyResult.to_dict()
     inputs: dict[str, list[int | str | None]] = field(default_factory=dict)  # declared, after
     inputs_fixed: str = ""  # what --input-shape bound: "batch=1, seq=128 fixed on ..."
@@ -178,7 +183,17 @@ class Report:
             skipped_steps=list(stats.skipped_steps),
             ops_before=dict(before.ops), ops_after=dict(after.ops),
             constant_nodes_before=before.constants, constant_nodes_after=after.constants,
+            constant_bytes_before=before.constant_bytes,
+            constant_bytes_after=after.constant_bytes,
             inputs_fixed=stats.inputs_fixed.describe())
+
+    @property
+    def weight_bytes(self) -> tuple[int, int]:
+        """The model's constant data before and after: its initializers and its Constant
+        nodes' values (a fold makes initializers of Constant nodes: counting initializers
+        alone, a model whose weights an exporter left in Constant nodes grew)."""
+        return (self.initializer_bytes_before + self.constant_bytes_before,
+                self.initializer_bytes_after + self.constant_bytes_after)
 
     def __repr__(self) -> str:
         return (f"Report(nodes {self.nodes_before} -> {self.nodes_after}, initializers "
@@ -252,8 +267,7 @@ class Report:
             "".join(f", {name} {sec:.1f} s" for name, sec in apart.items()) +
             f" ({seconds:.1f} s in all)" if apart else "")
         lines = [self.nodes_line(),
-                 f"weights      {_mib(self.initializer_bytes_before)} -> "
-                 f"{_mib(self.initializer_bytes_after)}",
+                 f"weights      {_mib(self.weight_bytes[0])} -> {_mib(self.weight_bytes[1])}",
                  f"time         {own}"]
         if self.options.get("input_shapes"):
             shapes = ", ".join(f"{printable(name)} [{','.join(str(d) for d in dims)}]"

@@ -9,6 +9,8 @@ from typing import Any
 import onnx_ir as ir
 
 from onnxfold.io.writer import input_files
+from onnxfold.ir.constants import constant_data_size
+from onnxfold.ir.graph import is_default_op
 
 
 def facts(model: ir.Model) -> dict[str, Any]:
@@ -47,7 +49,12 @@ def _value(value: ir.Value) -> dict[str, Any]:
 
 
 def _params(model: ir.Model) -> dict[str, int]:
-    """The initializers' elements and bytes (strings not counted)."""
+    """The main graph's constant data, elements and bytes: its initializers and its Constant
+    nodes' values (strings not counted; a fold makes initializers of Constant nodes, so the
+    count before and after is of the same thing)."""
     tensors = [v.const_value for v in model.graph.initializers.values()
                if v.const_value is not None and v.const_value.dtype != ir.DataType.STRING]
-    return {"count": sum(t.size for t in tensors), "bytes": sum(t.nbytes for t in tensors)}
+    constants = [constant_data_size(node) for node in model.graph
+                 if is_default_op(node, "Constant")]
+    return {"count": sum(t.size for t in tensors) + sum(n for n, _ in constants),
+            "bytes": sum(t.nbytes for t in tensors) + sum(b for _, b in constants)}
