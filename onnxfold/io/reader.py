@@ -26,6 +26,7 @@ from onnxfold.host.limits import limit_error, out_of_memory
 from onnxfold.host.logs import quiet
 from onnxfold.io import formats, map_types
 from onnxfold.io import protowire as pw
+from onnxfold.io.attribute_types import refuse_mistyped_attributes
 from onnxfold.io.light_copy import light_copy
 from onnxfold.io.node_bound import refuse_too_many_nodes
 from onnxfold.io.opener import opened, why
@@ -666,6 +667,8 @@ def _checked_model(proto: onnx.ModelProto, label: str, docs: _DocStrings | None 
     reorders = check_structure(graphs, label)
     if any(order is not None for order in reorders):
         graphs = all_graphs(model)  # sorted: its subgraphs may come in another order
+    refuse_mistyped_attributes(graphs, model.opset_imports.get(
+        "", model.opset_imports.get("ai.onnx")), label)
     check_declared_sizes(graphs, label)
     files = check_tensor_data(graphs, label)
     _typed_by_their_data(graphs)
