@@ -54,4 +54,4 @@ def _types(op: str, opset: int) -> _Types:
         schema = onnx.defs.get_schema(op, opset, "")
     except onnx.defs.SchemaError:
         return None
-    return {name: ir.AttributeType(int(attr.type)) for name, attr in schema.attributes.items()}
+    return {name: ir.AttributeType(attr.type.value) for name, attr in schema.attributes.items()}
