@@ -22,6 +22,9 @@ from onnxfold.host.terminal import printable
 from onnxfold.ir.graph import is_default_op, node_label
 
 _Types = dict[str, ir.AttributeType] | None  # an op's attribute types (None: no schema)
+# onnx's schema types by onnx-ir's (the same names: the AttributeProto's types)
+_SCHEMA_TYPES = {getattr(onnx.defs.OpSchema.AttrType, kind.name): kind
+                 for kind in ir.AttributeType if hasattr(onnx.defs.OpSchema.AttrType, kind.name)}
 
 
 def refuse_mistyped_attributes(graphs: Iterable[ir.Graph], opset: int | None, path: str
@@ -54,4 +57,4 @@ def _types(op: str, opset: int) -> _Types:
         schema = onnx.defs.get_schema(op, opset, "")
     except onnx.defs.SchemaError:
         return None
-    return {name: ir.AttributeType(attr.type.value) for name, attr in schema.attributes.items()}
+    return {name: _SCHEMA_TYPES[attr.type] for name, attr in schema.attributes.items()}
