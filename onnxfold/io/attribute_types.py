@@ -30,8 +30,9 @@ _SCHEMA_TYPES = {getattr(onnx.defs.OpSchema.AttrType, kind.name): kind
 def refuse_mistyped_attributes(graphs: Iterable[ir.Graph], opset: int | None, path: str
                                ) -> None:
     """InputError naming the first attribute of a default-domain node in ``graphs`` whose
-    type is not the one its op's schema at ``opset`` gives it."""
-    if opset is None:
+    type is not the one its op's schema at ``opset`` gives it. An opset the installed onnx
+    does not know (newer, or below 1) is not judged: its ops may mean something else."""
+    if opset is None or not 1 <= opset <= onnx.defs.onnx_opset_version():
         return
     schemas: dict[str, _Types] = {}
     for graph in graphs:
