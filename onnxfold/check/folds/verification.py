@@ -282,9 +282,9 @@ _LITERALS = {"value_float": (np.float32, False), "value_floats": (np.float32, Tr
 
 def _constant_tensors(nodes: Iterable[ir.Node]
                       ) -> Iterator[tuple[ir.Node, ir.TensorProtocol]]:
-    """Each Constant node among ``nodes`` that holds a tensor, with it: a ``value``, or one
-    of the literal forms (``value_floats`` ...: a file may write any of them, and a tensor in
-    one is a constant as much as one in ``value``). The check's own reading: not
+    """Each Constant node among ``nodes`` that holds a tensor of its own, with it: a
+    ``value``, or one of the literal forms (``value_floats`` ...: a file may write any of
+    them, and a tensor in one is a constant as much as one in ``value``). The check's own reading: not
     ``onnxfold.ir.constants``, the fold's, which skips strings and keeps what it read on the
     node."""
     for node in nodes:
@@ -294,6 +294,8 @@ def _constant_tensors(nodes: Iterable[ir.Node]
         if name is None:
             continue
         attr = node.attributes[name]
+        if attr.is_ref():  # a function body's Constant taking its caller's attribute: none
+            continue  # of its own
         if name == "value":
             if attr.type == ir.AttributeType.TENSOR:
                 yield node, tensor_of(attr)
