@@ -82,7 +82,8 @@ def run_batch(batch: list[ir.Node], array: Callable[[ir.Value], np.ndarray | Non
     wanted = [v for n in batch for v in n.outputs
               if v.name and (needed(v) or any(u not in members for u, _ in v.uses()))]
     try:
-        packed = [v.name for v in wanted if v.dtype is not None and v.dtype.bitwidth < 8]
+        packed = [v.name for v in wanted if v.dtype is not None and
+                  v.dtype != ir.DataType.STRING and v.dtype.bitwidth < 8]  # (a string: none)
         if packed:  # onnxruntime's Python API hands 4-bit results back with wrong values
             raise FallbackError(f"{packed[0]}: sub-byte result", DeclineKind.UNSUPPORTED_TYPE)
         feeds = {v: array(v) for v in external_inputs(batch)}

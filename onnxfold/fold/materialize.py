@@ -4,11 +4,12 @@ Every value the graph keeps (a graph output, an input of a node that stays) and 
 computed replaces its producer's output: as an initializer in a graph, as a Constant node in a
 function body (the ``store`` the caller passes). Its tensor records the nodes it was computed
 from (``provenance.FOLDED_FROM``). A result is refused here, and its node stays to compute it at run
-time, when it is much larger than the constants it comes from (``budget.expansion``) or cannot
-serve as the shape input it feeds (``shape_inputs.py``); an Identity (chain) of a source
-constant is replaced by that constant, not copied; a plain fold equal, bit for bit, to one
-already stored in this graph reads that one (:class:`_Stored`: 58 ConstantOfShape weights of a
-DenseNet are one tensor), so the second copy is released, never kept.
+time, when it is much larger than the constants it comes from (``budget.expansion``), cannot
+serve as the shape input it feeds (``shape_inputs.py``) or holds strings; an Identity (chain)
+of a source constant is replaced by that constant, not copied; a plain fold equal, bit for
+bit, to one already stored in this graph reads that one (:class:`_Stored`: 58
+ConstantOfShape weights of a DenseNet are one tensor), so the second copy is released, never
+kept.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from onnxfold.analysis.declines import Reason
+from onnxfold.analysis.declines import DeclineKind, Reason
 from onnxfold.fold.budget import expansion
 from onnxfold.fold.evaluate import Evaluated
 from onnxfold.fold.plan import FoldPlan
@@ -62,7 +63,7 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
         arr = pool.get(value)
         refused = expansion(arr.nbytes, functools.partial(derived, value), policy.expansion_factor,
                             policy.expansion_min_bytes, policy.max_tensor_bytes) or \
-            unusable_as_shape(value, arr)
+            unusable_as_shape(value, arr) or _text(arr)
         producer = value.producer()
         if refused is not None and producer is not None:
             done.refused.append((producer, refused))  # it stays, computing it at run time
@@ -93,6 +94,16 @@ def materialize(evaluated: Evaluated, plan: FoldPlan, graph: ir.Graph, pool: Buf
             done.stored_bytes += arr.nbytes
         pool.release(value)
     return done
+
+
+def _text(arr: np.ndarray) -> Reason | None:
+    """Why a tensor of strings is not stored: the fold keeps no strings (a constant's are no
+    source either: ``ir.constants.source_array``); its node computes it at run time (a Cast
+    of a constant to STRING, through onnxruntime, ended in an internal error when written)."""
+    if arr.dtype.kind not in "OSU":
+        return None
+    return Reason(DeclineKind.RULE_DECLINED, "a tensor of strings is not stored: onnxruntime "
+                  "computes it")
 
 
 def _plain(value: ir.Value, outputs: Collection[ir.Value], evaluated: Evaluated) -> bool:

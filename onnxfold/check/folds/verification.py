@@ -284,9 +284,9 @@ def _constant_tensors(nodes: Iterable[ir.Node]
                       ) -> Iterator[tuple[ir.Node, ir.TensorProtocol]]:
     """Each Constant node among ``nodes`` that holds a tensor of its own, with it: a
     ``value``, or one of the literal forms (``value_floats`` ...: a file may write any of
-    them, and a tensor in one is a constant as much as one in ``value``). The check's own reading: not
-    ``onnxfold.ir.constants``, the fold's, which skips strings and keeps what it read on the
-    node."""
+    them, and a tensor in one is a constant as much as one in ``value``). The check's own
+    reading: not ``onnxfold.ir.constants``, the fold's, which skips strings and keeps what it
+    read on the node."""
     for node in nodes:
         if not is_default_op(node, "Constant"):
             continue
