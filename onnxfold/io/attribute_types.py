@@ -7,7 +7,9 @@ The fold, the rules and the check read an attribute as its schema types it (a ``
 refuses such a model, and so does onnxruntime for every op but ``Constant`` (whose value it
 reads by the attribute's type, whatever its name): refused here in one line, with or without
 the checker. Unknown ops and attributes are not this check's (others judge those), nor are a
-function body's references to its caller's attributes (typed by the call).
+function body's references to its caller's attributes (typed by the call); a reference in a
+model's own graphs, which have no caller, is refused (its value is nothing: it ended in an
+internal error wherever a tensor was read).
 """
 
 from __future__ import annotations
@@ -29,24 +31,32 @@ _SCHEMA_TYPES = {getattr(onnx.defs.OpSchema.AttrType, kind.name): kind
 
 def refuse_mistyped_attributes(graphs: Iterable[ir.Graph], opset: int | None, path: str
                                ) -> None:
-    """InputError naming the first attribute of a default-domain node in ``graphs`` whose
-    type is not the one its op's schema at ``opset`` gives it. An opset the installed onnx
-    does not know (newer, or below 1) is not judged: its ops may mean something else."""
-    if opset is None or not 1 <= opset <= onnx.defs.onnx_opset_version():
-        return
+    """InputError naming the first attribute of a node in ``graphs`` (a model's, not a
+    function body's) that refers to a caller's attribute (``ref_attr_name``: only a function
+    body has a caller), or of a default-domain node whose type is not the one its op's schema
+    at ``opset`` gives it. An opset the installed onnx does not know (newer, or below 1) types
+    nothing: its ops may mean something else."""
+    version = opset if opset is not None and 1 <= opset <= onnx.defs.onnx_opset_version() \
+        else 0  # (0: none judged)
     schemas: dict[str, _Types] = {}
     for graph in graphs:
         for node in graph:
             attributes = node.attributes
-            if not attributes or not is_default_op(node):
+            if not attributes:
                 continue
             op = node.op_type
-            types = schemas[op] if op in schemas else schemas.setdefault(op, _types(op, opset))
-            if types is None:
-                continue
+            types = None
+            if version and is_default_op(node):
+                types = schemas[op] if op in schemas else schemas.setdefault(
+                    op, _types(op, version))
             for name, attr in attributes.items():
-                wanted = types.get(name)
-                if wanted is not None and attr.type != wanted and not attr.is_ref():
+                if attr.is_ref():
+                    raise InputError(
+                        f"{path}: node '{printable(node_label(node))}' ({op}): attribute "
+                        f"{name} refers to an attribute of a function's caller "
+                        f"('{printable(attr.ref_attr_name or '')}') outside any function")
+                wanted = types.get(name) if types is not None else None
+                if wanted is not None and attr.type != wanted:
                     raise InputError(
                         f"{path}: node '{printable(node_label(node))}' ({op}): attribute {name} is "
                         f"{attr.type.name}, the op's schema types it {wanted.name} (onnx's "

@@ -18,8 +18,17 @@ def _constant_value(node: ir.Node) -> np.ndarray | None:
     return node.meta[_ARRAY_KEY]
 
 
+_A = ir.AttributeType
+# each value attribute of a Constant, by the type its schema gives it: of another type only in
+# an opset no schema judged (``io/attribute_types.py``), where it is read as no value
+_VALUE_TYPES = {"value": _A.TENSOR, "value_float": _A.FLOAT, "value_int": _A.INT,
+                "value_floats": _A.FLOATS, "value_ints": _A.INTS}
+
+
 def _read_constant(node: ir.Node) -> np.ndarray | None:
     for name, attr in node.attributes.items():
+        if _VALUE_TYPES.get(name, attr.type) != attr.type:
+            return None
         if name == "value":
             arr = tensor_of(attr).numpy()
             return None if arr.dtype.kind in "OSU" else arr
@@ -45,6 +54,8 @@ def constant_data_size(node: ir.Node) -> tuple[int, int]:
     """The elements and bytes of a Constant node's value, as a weight's count (strings and
     sparse values: none), from its shape and dtype (its data is not read)."""
     for name, attr in node.attributes.items():
+        if _VALUE_TYPES.get(name, attr.type) != attr.type:
+            return 0, 0
         if name == "value":
             tensor = tensor_of(attr)
             if tensor.dtype == ir.DataType.STRING:

@@ -99,3 +99,56 @@ def test_an_opset_onnx_does_not_know_is_not_judged(tmp_path, opset):
     onnx.save(model, src)
     done = run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--skip-check", "-q")
     assert done.returncode == 0, done.stderr
+
+
+def _referring(op: str, inputs) -> helper.NodeProto:
+    node = helper.make_node(op, [i.name for i in inputs], ["y"], name="the_node")
+    taken = helper.make_attribute_ref("value", onnx.AttributeProto.TENSOR)
+    taken.ref_attr_name = "nowhere"
+    node.attribute.append(taken)
+    return node
+
+
+@pytest.mark.parametrize("where", ["Constant", "ConstantOfShape", "an If branch"])
+def test_a_reference_to_a_callers_attribute_outside_a_function_is_one_line(tmp_path, where):
+    """Only a function body has a caller: in a model's own graphs a reference stands for
+    nothing (it ended in internal errors wherever its tensor was read)."""
+    src = tmp_path / "m.onnx"
+    shape = helper.make_tensor_value_info("x", I64, [2])
+    if where == "an If branch":
+        branch = helper.make_graph([_referring("Constant", [])], "b", [],
+                                   [helper.make_tensor_value_info("y", F, None)])
+        node = helper.make_node("If", ["flag"], ["out"], then_branch=branch, else_branch=branch)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("flag", 9, [])],
+                                  [helper.make_tensor_value_info("out", F, None)])
+    else:
+        inputs = [shape] if where == "ConstantOfShape" else []
+        graph = helper.make_graph([_referring(where, inputs)], "g", inputs,
+                                  [helper.make_tensor_value_info("y", F, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), src)
+    done = run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--skip-check")
+    assert_one_error_line(done, "node 'the_node'", "refers to an attribute of a function's "
+                          "caller ('nowhere') outside any function")
+    with pytest.raises(InputError, match="outside any function"):
+        onnxfold.optimize(onnx.load(src), check=False)
+
+
+@pytest.mark.parametrize("name, value", [("value", 3), ("value_ints", 3),
+                                         ("value_float", [1.0, 2.0])])
+@pytest.mark.parametrize("opset", [29, None])
+def test_a_constant_of_another_type_in_an_unjudged_opset_is_no_internal_error(
+        tmp_path, name, value, opset):
+    """Where no schema judges the types (an opset onnx does not know, or none for the
+    default domain), a Constant's value of another type is read as no value: the model is
+    written as it is (it ended in an internal error reading it as its schema types it)."""
+    src = tmp_path / "m.onnx"
+    node = helper.make_node("Constant", [], ["c"])
+    node.attribute.append(helper.make_attribute(name, value))
+    graph = helper.make_graph([node, helper.make_node("Identity", ["c"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", F, None)])
+    opsets = [helper.make_opsetid("", opset)] if opset is not None else \
+        [helper.make_opsetid("other", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets, ir_version=8), src)
+    done = run_cli("optimize", src, "-o", tmp_path / "o.onnx", "--skip-check", "-q")
+    assert done.returncode == 0, done.stderr
