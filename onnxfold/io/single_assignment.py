@@ -36,9 +36,10 @@ def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
     """InputError naming the first value of ``proto``'s graphs (its main graph and every
     subgraph) or of its local functions that is defined twice, or for a graph's name, op
     type or domain, or a function's or its nodes' name, that is not UTF-8 text (protobuf gives
-    bytes for those); the op types of the default domain the graphs use. One walk of every node, the
-    reader's only one in Python before onnx-ir reads the model (it was three: this check, the
-    names' and the op types')."""
+    bytes for those), or for a node with two attributes of one name; the op types of the
+    default domain the graphs use. One walk of every node, the reader's only one in Python
+    before onnx-ir reads the model (it was three: this check, the names' and the op
+    types')."""
     ops: set[str] = set()
     stack: list[tuple[onnx.GraphProto, _Scopes]] = [(proto.graph, ())]
     while stack:
@@ -49,6 +50,9 @@ def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
         _text(label, function.name, *function.input, *function.output,
               *(name for node in function.node
                 for name in (node.name, *node.input, *node.output)))
+        for node in function.node:
+            if len(node.attribute) > 1:
+                _attributes_once(node, label)
         _once(_function_definitions(function), f"function '{function.name}'", label)
     return frozenset(ops)
 
@@ -99,12 +103,25 @@ def _walk(graph: onnx.GraphProto, outer: _Scopes, ops: set[str], label: str
             if outer and (seen := _visible(outer, name)) is not None:
                 _refuse(name, scope, f"{_what(seen)} of an enclosing graph and "
                         f"{_what(node)}", label)
+        if len(node.attribute) > 1:
+            _attributes_once(node, label)
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 subgraphs.append((attr.g, index))
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 subgraphs.extend((sub, index) for sub in attr.graphs)
     return own, subgraphs
+
+
+def _attributes_once(node: onnx.NodeProto, label: str) -> None:
+    """InputError where ``node`` has two attributes of one name: onnxruntime reads the first
+    (a Constant's two ``value``s), onnx-ir keeps the last, so a fold would compute another
+    model than the one onnxruntime runs (onnx's checker refuses it too)."""
+    names = [attr.name for attr in node.attribute]
+    if len(set(names)) != len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise InputError(f"{label}: invalid model: node '{node.name or node.op_type}' "
+                         f"({node.op_type}) has two attributes named '{twice}'")
 
 
 def _text(label: str, *names: object) -> None:

@@ -178,3 +178,33 @@ def test_what_onnx_allows_still_loads(tmp_path):
         path = tmp_path / f"m{k}.onnx"
         onnx.save(model, path)
         assert_ok(run_cli("compare", path, path, "-n", "1"))
+
+
+def _two_values(where: str) -> onnx.ModelProto:
+    """A Constant with two ``value`` attributes (onnxruntime reads the first, onnx-ir kept the
+    last: the fold computed x + 2 where onnxruntime computes x + 1), in the main graph or a
+    local function's body."""
+    constant = helper.make_node("Constant", [], ["k"], name="two_values")
+    constant.attribute.extend([
+        helper.make_attribute("value", helper.make_tensor("t", TensorProto.FLOAT, [4], [1] * 4)),
+        helper.make_attribute("value", helper.make_tensor("t", TensorProto.FLOAT, [4], [2] * 4))])
+    if where == "graph":
+        return make_model([constant, helper.make_node("Add", ["x", "k"], ["y"])], *IO)
+    body = helper.make_function("local", "AddK", ["a"], ["b"],
+                                [constant, helper.make_node("Add", ["a", "k"], ["b"])],
+                                [helper.make_opsetid("", 17)])
+    model = make_model([helper.make_node("AddK", ["x"], ["y"], domain="local")], *IO)
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    model.functions.append(body)
+    return model
+
+
+@pytest.mark.parametrize("where", ["graph", "function"])
+def test_two_attributes_of_one_name_are_refused(tmp_path, where):
+    bad, out = tmp_path / "bad.onnx", tmp_path / "o.onnx"
+    onnx.save(_two_values(where), bad)
+    done = run_cli("optimize", bad, "-o", out, "--skip-check", timeout=REFUSAL_TIMEOUT)
+    assert_one_error_line(done, "node 'two_values' (Constant) has two attributes named 'value'")
+    assert not out.exists()
+    with pytest.raises(InputError, match="two attributes named 'value'"):
+        onnxfold.optimize(_two_values(where), check=False)
