@@ -36,10 +36,10 @@ def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
     """InputError naming the first value of ``proto``'s graphs (its main graph and every
     subgraph) or of its local functions that is defined twice, or for a graph's name, op
     type or domain, or a function's or its nodes' name, that is not UTF-8 text (protobuf gives
-    bytes for those), or for a node with two attributes of one name; the op types of the
-    default domain the graphs use. One walk of every node, the reader's only one in Python
-    before onnx-ir reads the model (it was three: this check, the names' and the op
-    types')."""
+    bytes for those), for a node with two attributes of one name, or for a value a function
+    body reads and never defines; the op types of the default domain the graphs use. One walk
+    of every node, the reader's only one in Python before onnx-ir reads the model (it was
+    three: this check, the names' and the op types')."""
     ops: set[str] = set()
     stack: list[tuple[onnx.GraphProto, _Scopes]] = [(proto.graph, ())]
     while stack:
@@ -50,10 +50,14 @@ def refuse_redefinitions(proto: onnx.ModelProto, label: str) -> frozenset[str]:
         _text(label, function.name, *function.input, *function.output,
               *(name for node in function.node
                 for name in (node.name, *node.input, *node.output)))
+        defined = _once(_function_definitions(function), f"function '{function.name}'", label)
         for node in function.node:
             if len(node.attribute) > 1:
                 _attributes_once(node, label)
-        _once(_function_definitions(function), f"function '{function.name}'", label)
+            read = next((name for name in node.input if name and name not in defined), None)
+            if read is not None:  # (a graph's: io.reader.check_structure)
+                raise InputError(f"{label}: function '{function.name}': value '{read}' read "
+                                 f"by {node.op_type} node '{node.name}' is never defined")
     return frozenset(ops)
 
 

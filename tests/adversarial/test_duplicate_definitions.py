@@ -208,3 +208,22 @@ def test_two_attributes_of_one_name_are_refused(tmp_path, where):
     assert not out.exists()
     with pytest.raises(InputError, match="two attributes named 'value'"):
         onnxfold.optimize(_two_values(where), check=False)
+
+
+def test_a_value_a_function_body_never_defines_is_refused(tmp_path):
+    """A body reading a name that is neither its input nor a node's output of it: onnxruntime
+    refuses the model; the Python API ended in onnx-ir's RuntimeError (cloning the model)."""
+    body = helper.make_function("local", "F", ["a"], ["b"],
+                                [helper.make_node("Add", ["a", "zz"], ["b"], name="reads_zz")],
+                                [helper.make_opsetid("", 17)])
+    model = make_model([helper.make_node("F", ["x"], ["y"], domain="local")], *IO)
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    model.functions.append(body)
+    bad, out = tmp_path / "bad.onnx", tmp_path / "o.onnx"
+    onnx.save(model, bad)
+    said = "function 'F': value 'zz' read by Add node 'reads_zz' is never defined"
+    assert_one_error_line(run_cli("optimize", bad, "-o", out, "--skip-check",
+                                  timeout=REFUSAL_TIMEOUT), said)
+    assert not out.exists()
+    with pytest.raises(InputError, match=said):
+        onnxfold.optimize(model, check=False)
