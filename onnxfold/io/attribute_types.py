@@ -68,4 +68,5 @@ def _types(op: str, opset: int) -> _Types:
         schema = onnx.defs.get_schema(op, opset, "")
     except onnx.defs.SchemaError:
         return None
-    return {name: _SCHEMA_TYPES[attr.type] for name, attr in schema.attributes.items()}
+    return {name: kind for name, attr in schema.attributes.items()  # (a type onnx-ir does
+            if (kind := _SCHEMA_TYPES.get(attr.type)) is not None}  # not know: not judged)
