@@ -47,8 +47,9 @@ def refuse_mistyped_attributes(graphs: Iterable[ir.Graph], opset: int | None, pa
             op = node.op_type
             types = None
             if version and is_default_op(node):
-                types = schemas[op] if op in schemas else schemas.setdefault(
-                    op, _types(op, version))
+                if op not in schemas:
+                    schemas[op] = _types(op, version)
+                types = schemas[op]
             for name, attr in attributes.items():
                 if attr.is_ref():
                     raise InputError(

@@ -19,25 +19,36 @@ def _constant_value(node: ir.Node) -> np.ndarray | None:
 
 
 _A = ir.AttributeType
-# each value attribute of a Constant, by the type its schema gives it: of another type only in
-# an opset no schema judged (``io/attribute_types.py``), where it is read as no value
-_VALUE_TYPES = {"value": _A.TENSOR, "value_float": _A.FLOAT, "value_int": _A.INT,
-                "value_floats": _A.FLOATS, "value_ints": _A.INTS}
+# each value attribute of a Constant: the type its schema gives it (of another type only in an
+# opset no schema judged, ``io/attribute_types.py``, where it is read as no value), and the
+# dtype of a number or a list of numbers (a tensor has its own)
+_VALUE_FORMS: dict[str, tuple[ir.AttributeType, type[np.generic] | None]] = {
+    "value": (_A.TENSOR, None), "value_float": (_A.FLOAT, np.float32),
+    "value_int": (_A.INT, np.int64), "value_floats": (_A.FLOATS, np.float32),
+    "value_ints": (_A.INTS, np.int64)}
+_LISTS = (_A.FLOATS, _A.INTS)
+
+
+def _value_form(node: ir.Node) -> tuple[ir.Attr, type[np.generic] | None] | None:
+    """A Constant's value attribute (the first of :data:`_VALUE_FORMS` it has) and the dtype
+    of its numbers; None where it has none of them (a string, a sparse value) or that one is
+    of another type than its form's."""
+    for name, attr in node.attributes.items():
+        form = _VALUE_FORMS.get(name)
+        if form is not None:
+            return (attr, form[1]) if attr.type == form[0] else None
+    return None
 
 
 def _read_constant(node: ir.Node) -> np.ndarray | None:
-    for name, attr in node.attributes.items():
-        if _VALUE_TYPES.get(name, attr.type) != attr.type:
-            return None
-        if name == "value":
-            arr = tensor_of(attr).numpy()
-            return None if arr.dtype.kind in "OSU" else arr
-        if name in ("value_float", "value_int"):
-            return np.asarray(attr.value, np.float32 if name == "value_float" else np.int64)
-        if name in ("value_floats", "value_ints"):
-            return np.asarray(list(attr.value),
-                              np.float32 if name == "value_floats" else np.int64)
-    return None
+    found = _value_form(node)
+    if found is None:
+        return None
+    attr, dtype = found
+    if dtype is None:
+        arr = tensor_of(attr).numpy()
+        return None if arr.dtype.kind in "OSU" else arr
+    return np.asarray(list(attr.value) if attr.type in _LISTS else attr.value, dtype)
 
 
 def constant_array(value: ir.Value) -> np.ndarray | None:
@@ -53,19 +64,15 @@ def constant_array(value: ir.Value) -> np.ndarray | None:
 def constant_data_size(node: ir.Node) -> tuple[int, int]:
     """The elements and bytes of a Constant node's value, as a weight's count (strings and
     sparse values: none), from its shape and dtype (its data is not read)."""
-    for name, attr in node.attributes.items():
-        if _VALUE_TYPES.get(name, attr.type) != attr.type:
-            return 0, 0
-        if name == "value":
-            tensor = tensor_of(attr)
-            if tensor.dtype == ir.DataType.STRING:
-                return 0, 0
-            return tensor.size, tensor.nbytes
-        if name in ("value_float", "value_int"):
-            return 1, 4 if name == "value_float" else 8
-        if name in ("value_floats", "value_ints"):
-            return len(attr.value), len(attr.value) * (4 if name == "value_floats" else 8)
-    return 0, 0
+    found = _value_form(node)
+    if found is None:
+        return 0, 0
+    attr, dtype = found
+    if dtype is None:
+        tensor = tensor_of(attr)
+        return (0, 0) if tensor.dtype == ir.DataType.STRING else (tensor.size, tensor.nbytes)
+    count = len(attr.value) if attr.type in _LISTS else 1
+    return count, count * np.dtype(dtype).itemsize
 
 
 def has_source_array(value: ir.Value) -> bool:
