@@ -82,9 +82,10 @@ def _first_set(folded: ir.Model, check: CompareResult | None, options: CompareOp
         return {i.name: list(i.shape) for i in declared}, {}, WOULD_USE
     fixed = {str(v.name): {axis: d for axis, d in enumerate(v.shape or ()) if is_static_dim(d)}
              for v in folded.graph.inputs}
-    plan = FeedPlan(SimpleNamespace(get_inputs=lambda: declared), "the original", folded, {},
-                    options.dims, options.int_ranges, fixed,
-                    analysed=True)
+    interface = SimpleNamespace(get_inputs=lambda: declared,  # (a runner's, read without one)
+                                get_overridable_initializers=list)
+    plan = FeedPlan(interface, "the original", folded, {}, options.dims, options.int_ranges,
+                    fixed, analysed=True)
     return ({name: list(plan.shape(shape)) for name, _, shape in plan.specs}, plan.dims,
             PLANNED)
 

@@ -51,9 +51,9 @@ from onnxfold.check.running.models import ModelRef, graph_of, held, label_of, re
 from onnxfold.check.running.options import CompareOptions
 from onnxfold.check.running.runner import (
     MachineShort,
+    Runner,
     open_session,
     session_parts,
-    still_read,
 )
 from onnxfold.check.running.stage_plan import (
     Stage,
@@ -321,14 +321,14 @@ class _Run:
         heap.set_aside()  # (its graphs live through the check; what it builds next may not)
         tell("loading original")  # tells the next ones)
         self.aside = self._aside(b) if aside else None
-        self.session = self._session_a()  # (where it raises, nothing runs: no wait)
+        self.session: Runner | None = self._session_a()  # (where it raises: no wait)
         if self.aside is not None:
             self.aside.wait()  # no run of the check beside a build (running.aside)
         self.feeder = FeedPlan(self.session, self.label_a, graph_a, load_given(options.inputs),
                                {**self.pinned.named, **options.dims}, options.int_ranges,
                                self.pinned.axes)
-        self.io_a = {get: [(v.name, v.type) for v in getattr(self.session, get)()]
-                     for get in ("get_inputs", "get_outputs")}
+        self.io_a = {"get_inputs": [(v.name, v.type) for v in self.session.get_inputs()],
+                     "get_outputs": [(v.name, v.type) for v in self.session.get_outputs()]}
         self.overrides, fixed = _overridable(graph_a, graph_b)
         # (one --inputs gave is compared at that value: the second model computes with the
         # default it fixed, and a difference shows)
@@ -345,14 +345,14 @@ class _Run:
             self.tell("loading original")
             self.session = self._session_a()
         try:
-            with _pooled(not isinstance(self.session, Chain)):
+            with _pooled(not self.session.in_stages):
                 reference = run_reference(self.session, self.label_a, self.outputs,
                                           self.feeder, self.options.seed, n, self.run_options,
                                           self.tell, self.overrides, FailedNodes(self.graph_a),
                                           every_binding)
-            if isinstance(self.session, Chain):  # its values at the cuts and the leaves
+            if self.session.in_stages:  # its values at the cuts and the leaves
                 self.chain_values = [self.session.results(feeds) for feeds in reference.feeds]
-            still_read(self.session, self.label_a)
+            self.session.still_read()
             return reference
         except (InputError, MachineShort) as e:
             raise CheckCouldNotRun(str(e)) from None
@@ -371,13 +371,13 @@ class _Run:
             return None  # A's runs, as without the build aside
         return started_aside(parts, self.label_b)
 
-    def _session_a(self):
+    def _session_a(self) -> Runner:
         """Model A's session, or its chain of stages where the check runs in stages."""
         if self.stages is None:
             return _original_session(self.a, self.label_a, self.libraries, self.options.level)
         return self._chain(self.graph_a, self.stages.a, self.label_a, self.leaves)
 
-    def session_b(self, b: ModelRef):
+    def session_b(self, b: ModelRef) -> Runner:
         """Model B's session (or chain of stages); InputError where onnxruntime cannot load
         it, MachineShort where the machine ran short even in stages."""
         if self.stages is not None:  # (it keeps the leaves it makes too: a value handed
@@ -445,7 +445,8 @@ def _stages(weighed_a: tuple[int, int], weighed_b: tuple[int, int], a: ir.Model,
     return plan, why
 
 
-def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: str):
+def _original_session(a: ModelRef, label: str, libraries: Sequence[str], level: str
+                      ) -> Runner:
     """Model A's session; CheckCouldNotRun where the machine ran short loading it."""
     try:
         return open_session(a, label, libraries, level)
@@ -648,13 +649,13 @@ def _ran_optimized(b: ModelRef, run: _Run, reference: Reference) -> _OptimizedRu
     except MachineShort as e:  # the machine's: A's outputs are held, smaller ones may fit
         return _OptimizedRun(short=str(e))
     same_interface(run.io_a, sess_b, run.label_a, run.label_b)
-    with _pooled(not isinstance(sess_b, Chain)):
+    with _pooled(not sess_b.in_stages):
         ran = run_optimized(sess_b, run.label_b, run.outputs, reference, run.run_options,
                             run.tell)
-    still_read(sess_b, run.label_b)
+    sess_b.still_read()
     cuts = [sess_b.results(feeds) if got is not None else None
             for feeds, got in zip(ran.feeds, ran.outputs)] \
-        if isinstance(sess_b, Chain) and not ran.failure else []
+        if sess_b.in_stages and not ran.failure else []
     del sess_b
     heap.release()
     if ran.failure:

@@ -15,7 +15,7 @@ from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from onnxfold.check.running import file_refs
 from onnxfold.check.running.file_refs import MIN_BYTES, referenced
-from onnxfold.check.running.runner import built_session, session_parts, still_read
+from onnxfold.check.running.runner import built_session, session_parts
 from onnxfold.errors import InputError
 from tests.support.models import make_model
 
@@ -361,10 +361,10 @@ def test_a_file_rewritten_under_a_built_session_is_an_error_after_its_runs(tmp_p
     path = tmp_path / "m.onnx"
     onnx.save(_model(), path)
     session = built_session(session_parts(str(path)), "m")
-    still_read(session, "m")
+    session.still_read()
     _rewritten_in_place(path)
     with pytest.raises(InputError, match="changed while onnxruntime read it"):
-        still_read(session, "m")
+        session.still_read()
 
 
 def test_latency_creates_its_sessions_from_the_path(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ import onnx_ir as ir
 from onnxfold.check.inputs import dim_relations
 from onnxfold.check.inputs.dim_relations import Bound, is_named
 from onnxfold.check.running.models import ModelRef, graph_of, label_of, numpy_type
-from onnxfold.check.running.runner import open_session
+from onnxfold.check.running.runner import Runner, open_session
 from onnxfold.errors import InputError
 from onnxfold.io.feeds import load_arrays
 from onnxfold.ir.graph import PASSES_ELEMENTS, is_default_op, is_static_dim
@@ -184,8 +184,9 @@ class FeedPlan:
     named one: on axis 0 or inside a shape (a recurrent state's batch) it is a batch, ending a
     shape a length, an image's height and width its side."""
 
-    def __init__(self, session, label: str, graph: ir.Model, given: Mapping[str, np.ndarray],
-                 dims: Mapping[str, int], int_ranges: Mapping[str, tuple[int, int]],
+    def __init__(self, session: Runner, label: str, graph: ir.Model,
+                 given: Mapping[str, np.ndarray], dims: Mapping[str, int],
+                 int_ranges: Mapping[str, tuple[int, int]],
                  pinned: Mapping[str, Mapping[int, int]] | None = None,
                  light: onnx.ModelProto | None = None, analysed: bool = False) -> None:
         pinned = pinned or {}
@@ -203,7 +204,7 @@ class FeedPlan:
         # initializers a caller may override (IR >= 4: also graph inputs): --inputs may give
         # them, as a caller feeds them; the rest of the plan leaves them at their defaults
         self.defaults = {str(arg.name): numpy_type(arg.type, label, arg.name) for arg in
-                         getattr(session, "get_overridable_initializers", list)()}
+                         session.get_overridable_initializers()}
         for name in given:
             if name not in names and name not in self.defaults:
                 raise InputError(f"--inputs: {name} is not an input of {label} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from onnxfold.check.running.runner import Runner
 from onnxfold.errors import InputError
 
 
@@ -18,7 +19,7 @@ def names_differ(what: str, a: Sequence[str], b: Sequence[str]) -> str | None:
     return f"the models' {what} differ ({'; '.join(p for p in parts if p)})"
 
 
-def same_interface(io_a: Mapping[str, list[tuple[str, str]]], sess_b, label_a: str,
+def same_interface(io_a: Mapping[str, list[tuple[str, str]]], sess_b: Runner, label_a: str,
                    label_b: str) -> None:
     """InputError unless B's session has A's input and output names and input types."""
     for what, get in (("inputs", "get_inputs"), ("outputs", "get_outputs")):

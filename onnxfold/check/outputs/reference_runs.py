@@ -25,7 +25,7 @@ from onnxfold.check.inputs.dim_relations import Bound
 from onnxfold.check.inputs.feeds import FeedPlan
 from onnxfold.check.outputs.doomed_bindings import Doomed, FailedNodes
 from onnxfold.check.running import memory as memory_room
-from onnxfold.check.running.runner import MachineShort, run_model
+from onnxfold.check.running.runner import MachineShort, Runner, run_model
 from onnxfold.errors import InputError, clipped, one_line
 from onnxfold.io.checked import InputChanged
 
@@ -46,7 +46,7 @@ class Reference:
     single: list[str] = field(default_factory=list)  # guessed dims that took one value
 
 
-def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
+def run_reference(sess: Runner, label: str, outputs: list[str], feeder: FeedPlan, seed: int, n: int,
                   run_options, progress: Callable[[str], None] = lambda text: None,
                   overrides: Mapping[str, np.ndarray] | None = None,
                   failures: FailedNodes | None = None,
@@ -70,7 +70,6 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
         results: list[list] = []
         shapes: list[dict[str, tuple[int, ...]]] = []
         bound = bindings[0]
-        chain = getattr(sess, "run_all", None)  # a chain of stages runs every set at once
         made: list[tuple[int, Bound, dict[str, np.ndarray]]] = []
         try:
             for k in range(max(n, len(bindings)) if every_binding else n):
@@ -80,13 +79,13 @@ def run_reference(sess, label: str, outputs: list[str], feeder: FeedPlan, seed: 
                 if feeder.plan.sizes and failures is not None:  # images' sides guessed
                     forecast(failures.sizes.largest({n: a.shape for n, a in feeds.items()}), label)
                 made.append((k, bound, feeds))
-                if chain is None:  # one set at a time: the next one's feeds are made after
+                if not sess.in_stages:  # one set at a time: the next one's feeds made after
                     _ran_one(made.pop(), sess, label, outputs, run_options, feeder, n,
                              bindings, progress, (feeds_kept, results, shapes))
                 del feeds
-            if chain is not None:
+            if sess.in_stages:  # a chain of stages runs every set at once
                 progress("original, every input set")
-                chain([feeds for _, _, feeds in made])
+                sess.run_all([feeds for _, _, feeds in made])
             for one in made:
                 bound = one[1]
                 _ran_one(one, sess, label, outputs, run_options, feeder, n, bindings,
@@ -137,7 +136,7 @@ def _notes(feeder: FeedPlan, failed: dict[str, str], single: list[str]) -> list[
     return notes
 
 
-def _ran_one(one: tuple[int, Bound, dict[str, np.ndarray]], sess, label: str,
+def _ran_one(one: tuple[int, Bound, dict[str, np.ndarray]], sess: Runner, label: str,
              outputs: list[str], run_options, feeder: FeedPlan, n: int, bindings: list[Bound],
              progress: Callable[[str], None],
              kept: tuple[list[dict[str, np.ndarray]], list[list],
@@ -259,7 +258,7 @@ class Optimized:
     feeds: list[dict] = field(default_factory=list)
 
 
-def run_optimized(sess, label: str, outputs: list[str], reference: Reference, run_options,
+def run_optimized(sess: Runner, label: str, outputs: list[str], reference: Reference, run_options,
                   progress: Callable[[str], None] = lambda text: None) -> Optimized:
     """Model B on each of the reference's input sets. Running out of memory where A ran is
     not a wrong model (B runs after A in the same process): that set is marked None, and the
@@ -269,13 +268,10 @@ def run_optimized(sess, label: str, outputs: list[str], reference: Reference, ru
     short = ""
     # what B takes: its inputs and the initializers it lets a caller override (a default A
     # was fed, by --inputs, that B fixed is not B's to take: it computes with what it fixed)
-    takes = {arg.name for arg in [*sess.get_inputs(), *getattr(
-        sess, "get_overridable_initializers", list)()]}
+    takes = {arg.name for arg in [*sess.get_inputs(), *sess.get_overridable_initializers()]}
     sets = [{name: arr for name, arr in feeds.items() if name in takes}
             for feeds in reference.feeds]
-    chain = getattr(sess, "run_all", None)  # a chain of stages runs every set at once
-    if chain is not None:
-        chain(sets)
+    sess.run_all(sets)  # (a chain of stages runs every set at once)
     for k, feeds in enumerate(sets):
         progress(f"optimized {k + 1}/{len(reference.feeds)}")
         try:

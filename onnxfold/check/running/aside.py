@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from onnxfold.check.running.runner import SessionParts, built_session
+from onnxfold.check.running.runner import SessionParts, WholeSession, built_session
 
 POLL = 0.25  # longest uninterrupted wait for the build (a signal's handler runs between)
 
@@ -41,7 +41,7 @@ class SessionAside:
 
     def __init__(self, parts: SessionParts, label: str) -> None:
         self._done = threading.Event()
-        self._session: object | None = None
+        self._session: WholeSession | None = None
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._build, args=(parts, label), daemon=True,
                                        name="onnxfold-check-session")
@@ -64,9 +64,10 @@ class SessionAside:
         """Whether the build has ended with a session (not with an error)."""
         return self._done.is_set() and self._error is None
 
-    def session(self):
+    def session(self) -> WholeSession:
         """The session, once built."""
         self.wait()
         if self._error is not None:
             raise self._error
+        assert self._session is not None  # (built, or the error raised)
         return self._session

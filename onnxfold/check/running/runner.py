@@ -1,6 +1,8 @@
 """The check's own onnxruntime runner: the one place the check builds a session, over a whole
-model (:func:`open_session`, run by :func:`run_model`) or over nodes of the original, a
-recipe or a rewrite's windows built into one model (:func:`run_nodes`).
+model (:func:`open_session`: a :class:`WholeSession`, run by :func:`run_model`) or over nodes
+of the original, a recipe or a rewrite's windows built into one model (:func:`run_nodes`).
+A model whose session does not fit runs as a chain of stages (``stages.Chain``), a
+:class:`Runner` as a whole session is: the comparison runs either without asking which.
 
 The check computes again what the fold computed, so it must not compute it with the fold's
 code: a fault in what runs onnxruntime for the fold (a shifted float, outputs handed back in
@@ -32,6 +34,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -263,7 +266,7 @@ def new_session(source: bytes | str, options):
 
 def open_session(model: ModelRef, label: str, libraries: Sequence[str] = (),
                  level: str = DEFAULT_LEVEL, prepacking: bool = True, threads: int | None = None,
-                 referenced: bool = True):
+                 referenced: bool = True) -> WholeSession:
     """A CPU session over ``model`` (see :func:`session_parts`). InputError where
     onnxruntime cannot load it, MachineShort where the machine ran short loading it."""
     return built_session(session_parts(model, libraries, level, prepacking, threads,
@@ -325,7 +328,7 @@ def session_parts(model: ModelRef, libraries: Sequence[str] = (), level: str = D
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
 
-def built_session(parts: SessionParts, label: str):
+def built_session(parts: SessionParts, label: str) -> WholeSession:
     """The session over ``parts`` (any thread may build it: onnxruntime releases the GIL
     while it does). InputError where onnxruntime cannot load it, MachineShort where the
     machine ran short loading it."""
@@ -345,18 +348,79 @@ def built_session(parts: SessionParts, label: str):
         hint = " (--custom-op-library PATH loads the library that implements it)" if \
             _UNREGISTERED_OP.search(message) else ""
         raise InputError(f"{label}: onnxruntime cannot load it: {message}{hint}") from None
-    session.onnxfold_handed = parts.handed
-    session.onnxfold_read_as = parts.read_as
-    still_read(session, label)
-    return session
+    whole = WholeSession(session, parts, label)
+    whole.still_read()
+    return whole
 
 
-def still_read(session, label: str) -> None:
-    """InputError where ``session`` reads its weights from a file (``file_refs``) that is no
-    longer the one read: at the offsets of the file as it was, or rewritten under its mapping.
-    Checked once the session is built and after its last run."""
-    if _changed(getattr(session, "onnxfold_read_as", None)):
-        raise InputError(f"{label}: {CHANGED}")
+class Runner(Protocol):
+    """What the check runs a model with: a :class:`WholeSession` or a chain of stages
+    (``stages.Chain``). Its interface is onnxruntime's (``get_inputs``, ``get_outputs``,
+    ``get_overridable_initializers``); :func:`run_model` runs it, each run bounded."""
+
+    label: str
+    # whether it runs every input set at once (:meth:`run_all`) and hands back its values at
+    # the cuts between stages (``Chain.results``), where a whole session runs a set when asked
+    in_stages: bool
+
+    def get_inputs(self) -> list[Any]: ...
+
+    def get_outputs(self) -> list[Any]: ...
+
+    def get_overridable_initializers(self) -> list[Any]: ...
+
+    def run_all(self, feed_sets: Sequence[Mapping[str, np.ndarray]]) -> None:
+        """Run every input set ahead of :meth:`run` asking for each (a chain of stages builds
+        each stage's session once for all of them)."""
+
+    def run(self, outputs: Sequence[str], feeds: Mapping[str, Any], run_options=None) -> list:
+        """onnxruntime's ``session.run``, bounded (:func:`bounded_run`)."""
+
+    def results(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """What it kept of the set ``feeds`` (the mapping :meth:`run_all` ran): a chain's
+        outputs and its values at the cuts; a whole session keeps nothing."""
+
+    def still_read(self) -> None:
+        """InputError where a file it reads its weights from is no longer the one read."""
+
+
+class WholeSession:
+    """A :class:`Runner` over a whole model: its onnxruntime ``session`` (the arrays handed
+    over to it kept alive with it), run an input set at a time; the file it reads its large
+    weights in (``file_refs``, where it does) judged unchanged by :meth:`still_read`."""
+
+    in_stages = False
+
+    def __init__(self, session: Any, parts: SessionParts, label: str) -> None:
+        self.session, self.label = session, label
+        self._handed, self._read_as = parts.handed, parts.read_as
+
+    def get_inputs(self) -> list[Any]:
+        return self.session.get_inputs()
+
+    def get_outputs(self) -> list[Any]:
+        return self.session.get_outputs()
+
+    def get_overridable_initializers(self) -> list[Any]:
+        return self.session.get_overridable_initializers()
+
+    def run_all(self, feed_sets: Sequence[Mapping[str, np.ndarray]]) -> None:
+        """Nothing ahead: a set runs when :meth:`run` asks for it."""
+
+    def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, Any], run_options=None
+            ) -> list:
+        return bounded_run(lambda options: self.session.run(outputs, feeds, options),
+                           self.label, run_options)
+
+    def results(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        return {}
+
+    def still_read(self) -> None:
+        """InputError where the session reads its weights from a file (``file_refs``) that is
+        no longer the one read: at the offsets of the file as it was, or rewritten under its
+        mapping. Checked once the session is built and after its last run."""
+        if _changed(self._read_as):
+            raise InputError(f"{self.label}: {CHANGED}")
 
 
 CHANGED = "the file changed while onnxruntime read it"
@@ -371,18 +435,14 @@ def _changed(read_as: tuple[str, file_refs.Identity] | None) -> bool:
 _UNREGISTERED_OP = re.compile(r"is not a registered function/op|No Op registered for")
 
 
-def run_model(session, label: str, outputs: list[str], feeds: dict, run_options,
+def run_model(runner: Runner, label: str, outputs: list[str], feeds: dict, run_options,
               hint: str = "") -> list:
-    """``session.run`` bounded as every run of the check is (see the module). InputError
+    """``runner.run``, bounded as every run of the check is (see the module). InputError
     where onnxruntime fails to run it (``hint``: the flags that change the inputs),
-    MachineShort where the machine ran short. ``session`` may be a chain of stages
-    (``running.stages.Chain``), which bounds each of its runs itself."""
+    MachineShort where the machine ran short."""
     hint = hint or " (see --dim, --int-range, --inputs)"
     try:
-        if getattr(session, "bounds_its_runs", False):
-            return session.run(outputs, feeds, run_options)
-        return bounded_run(lambda options: session.run(outputs, feeds, options), label,
-                           run_options)
+        return runner.run(outputs, feeds, run_options)
     except interruptible.InferenceTimeout:
         raise
     except MachineShort as e:

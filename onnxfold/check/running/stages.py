@@ -1,6 +1,6 @@
 """The check in stages, run: a model whose onnxruntime session does not fit in memory run as
 a chain of stages (planned by ``running.stage_plan``), one session at a time, standing where
-the check holds a session (a runner among runners: ``runner.run_model`` runs it).
+the check holds a session (a ``runner.Runner`` as ``runner.WholeSession`` is).
 
 Every input set goes through a stage before the next stage's session is built, so each weight
 is read once per model, not once per input set. A stage's weights are read once, with
@@ -81,11 +81,12 @@ def _ort_type(type_: ir.TypeProtocol | None) -> str:
 
 
 class Chain:
-    """A model run as its stages, standing where a check holds an onnxruntime session
-    (``get_inputs``, ``get_outputs``; :meth:`run_all` and ``runner.run_model`` run it).
-    ``kept``: values besides the graph's outputs handed back (the cut values compared)."""
+    """A model run as its stages: a ``runner.Runner``, standing where a check holds a whole
+    session (``get_inputs``, ``get_outputs``; :meth:`run_all` and ``runner.run_model`` run
+    it, each stage's run bounded by its own session). ``kept``: values besides the graph's
+    outputs handed back (the cut values compared)."""
 
-    bounds_its_runs = True  # ``runner.run_model`` runs it as it is: each stage is bounded
+    in_stages = True
 
     def __init__(self, model: ir.Model, stages: list[Stage], label: str,
                  libraries: Sequence[str], level: str, kept: Iterable[str] = ()) -> None:
@@ -165,6 +166,11 @@ class Chain:
         """onnxruntime's ``session.run``: ``outputs`` for ``feeds``."""
         done = self.results(feeds)
         return [done[name] for name in outputs]
+
+    def still_read(self) -> None:
+        """Nothing to judge after the runs: a stage's weights are handed to its session as
+        arrays read before it is built (``_WeightBuffer``), none left for onnxruntime to read
+        in a file."""
 
     def _run_stage(self, k: int, states: list[dict[str, Any] | Exception]) -> None:
         """Every set of ``states`` (its values so far, or what stopped it) through stage
