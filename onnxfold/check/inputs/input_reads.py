@@ -20,7 +20,9 @@ facts): inputs whose shape alone it reads, whose element type alone, and whose v
 its output shape (every other input of a default-domain op decides it by its shape alone).
 An op of another domain, a function call or an op with subgraphs is taken to read everything
 and to shape its outputs by everything: the analysis never misses a read, it may only see one
-that is not there.
+that is not there. An ``If`` is read output by output: each reads its condition and what its
+own cone reads in either branch (a fold of an output whose cones read only constants, beside
+one that reads an input, was called a fold of an input's values).
 
 This is the check's own reading of the original model: it shares nothing with the analyses
 the fold ran (``onnxfold.analysis``), so that a wrong fold cannot be confirmed by the same
@@ -29,12 +31,13 @@ mistake.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from onnxfold.check.running.op_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
-from onnxfold.ir.graph import captured_values
+from onnxfold.ir.graph import captured_values, subgraphs
 
 
 @dataclass(frozen=True)
@@ -97,10 +100,22 @@ class InputReads:
 
     def _visit(self, node: ir.Node) -> None:
         default = node.domain in ("", "ai.onnx")
+        reads = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
+        if default and node.op_type == "If":  # each output: its condition, and what its
+            for k, out in enumerate(node.outputs):  # own cone in either branch reads
+                self._record(node, [*reads, *((-1, v) for v in _branch_reads(node, k))],
+                             [out])
+            return
+        reads += [(-1, v) for v in captured_values(node)]  # an outer value a subgraph reads
+        self._record(node, reads, node.outputs)
+
+    def _record(self, node: ir.Node, reads: list[tuple[int, ir.Value]],
+                outputs: Sequence[ir.Value]) -> None:
+        """The :class:`Reads` of ``outputs`` of ``node``, computed from what it reads
+        (``reads``: input index and value; -1: an outer value a subgraph reads)."""
+        default = node.domain in ("", "ai.onnx")
         by_values = SHAPE_FROM_VALUES.get(node.op_type, ()) if default else "*"
         direct = via = values_shape = shapes = shapes_shape = 0
-        reads = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
-        reads += [(-1, v) for v in captured_values(node)]  # an outer value a subgraph reads
         found: dict[int, ir.Node] = {}
         for i, value in reads:
             if default and (node.op_type, i) in TYPE_ONLY_READS:
@@ -124,10 +139,33 @@ class InputReads:
         if not (direct | via | values_shape | shapes | shapes_shape):
             return
         result = Reads(direct, via, values_shape, shapes, shapes_shape)
-        for out in node.outputs:
+        for out in outputs:
             self.reads[out] = result
             for bit, reader in found.items():
                 self.where[(out, bit)] = reader
+
+
+def _branch_reads(node: ir.Node, k: int) -> list[ir.Value]:
+    """The outer values that output ``k`` of an If reads in either branch: those its own cone
+    in the branch reaches (what a branch computes for its other outputs does not reach it;
+    a node of the cone with subgraphs reads all they capture)."""
+    found: list[ir.Value] = []
+    seen: set[ir.Value] = set()
+    for branch in subgraphs(node):
+        inner = {*branch.inputs, *branch.initializers.values()}
+        stack = list(branch.outputs[k:k + 1])
+        while stack:
+            value = stack.pop()
+            if value in seen or value in inner:
+                continue
+            seen.add(value)
+            producer = value.producer()
+            if producer is None or producer.graph is not branch:
+                found.append(value)  # a value of an enclosing scope
+                continue
+            stack += [v for v in producer.inputs if v is not None]
+            stack += captured_values(producer)
+    return found
 
 
 def _bits(mask: int) -> list[int]:

@@ -284,9 +284,9 @@ class Cones:
         constants: dict[str, np.ndarray] = {}
         fed: dict[str, np.ndarray] = {}
         for leaf in prepared.leaves:
-            if leaf in self.fed:
+            if leaf in self.fed and str(leaf.name) in inputs:
                 fed[str(leaf.name)] = inputs[str(leaf.name)]
-            else:
+            else:  # (an overridable default the set does not feed: the default, as run)
                 constants[str(leaf.name)] = self._weight(leaf, in_place)
         held = prepared.held(in_place)
         constants.update({str(v.name): w for v, w in held.items() if v in prepared.read})

@@ -1,0 +1,133 @@
+"""What random graphs through the fold and ``onnxfold.compare`` found in the check (the
+fuzzer's models, seeds 9200000..9200099: the fold right by the fuzzer's own comparison):
+
+- an ``If`` was read as one node: every output read what any branch read, so a folded value
+  of an output whose cones read only constants, beside an output that reads an input, was
+  said to bake that input's values (``DIFFERS``: a false alarm, exit 1);
+- an initializer that is also a graph input, captured by a branch in a folded value's cone,
+  was looked up among the set's feeds, where a set that does not move it has none (an
+  internal error, exit 3).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxfold
+from onnxfold.check.inputs.input_reads import NONE, InputReads
+from tests.support.cli import run_cli
+
+I64, F32 = TensorProto.INT64, TensorProto.FLOAT
+
+
+def _constant(name: str, array: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array))
+
+
+def _two_outputs(condition: list[onnx.NodeProto], cond: str = "cond") -> onnx.ModelProto:
+    """``If(cond)`` with two outputs: the first reads input ``x`` in either branch, the
+    second is ``[1, 2, 3]`` in the then branch and ``[3, 2, 1]`` in the else branch; the
+    model's output adds the second squared to ``Shape`` of the first (a fold of the second's
+    square reads no input where the condition is a constant)."""
+    then_g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["t0"]),
+         _constant("t1", np.array([1, 2, 3], np.int64))], "then", [],
+        [helper.make_tensor_value_info("t0", F32, ["n"]),
+         helper.make_tensor_value_info("t1", I64, [3])])
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e0"]),
+         _constant("e1", np.array([3, 2, 1], np.int64))], "else", [],
+        [helper.make_tensor_value_info("e0", F32, ["n"]),
+         helper.make_tensor_value_info("e1", I64, [3])])
+    graph = helper.make_graph(
+        [*condition,
+         helper.make_node("If", [cond], ["o0", "o1"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Mul", ["o1", "o1"], ["sq"]),
+         helper.make_node("Shape", ["o0"], ["s0"]),
+         helper.make_node("Add", ["sq", "s0"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", F32, ["n"])],
+        [helper.make_tensor_value_info("y", I64, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_an_if_output_is_read_by_its_own_cone_in_each_branch():
+    model = ir.from_proto(_two_outputs([_constant("cond", np.array(True))]))
+    reads = InputReads(model, [model.graph.inputs[0]])
+    first, second = next(n for n in model.graph if n.op_type == "If").outputs
+    assert reads.of(first).values_direct == 1  # x in either branch
+    assert reads.of(second) == NONE  # constants in both
+
+
+@pytest.mark.parametrize("branch", ["then_branch", "else_branch"])
+def test_an_if_output_reads_what_its_cone_reads_in_either_branch(branch):
+    """Sound as before: an output reads an input if either branch's cone reads it (the
+    branch taken or not)."""
+    proto = _two_outputs([_constant("cond", np.array(True))])
+    graph = next(a.g for a in proto.graph.node[1].attribute if a.name == branch)
+    graph.node[1].CopyFrom(helper.make_node("Shape", ["x"], [graph.output[1].name]))
+    model = ir.from_proto(proto)
+    reads = InputReads(model, [model.graph.inputs[0]])
+    second = next(n for n in model.graph if n.op_type == "If").outputs[1]
+    assert reads.of(second).values_direct == 1  # a captured value is read whole
+
+
+def test_an_if_output_read_through_its_condition_reads_what_the_condition_reads():
+    model = ir.from_proto(_two_outputs([
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        _constant("zero", np.array(0.0, np.float32)),
+        helper.make_node("Greater", ["m", "zero"], ["cond"])]))
+    reads = InputReads(model, [model.graph.inputs[0]])
+    second = next(n for n in model.graph if n.op_type == "If").outputs[1]
+    assert reads.of(second).values_direct == 1  # which branch runs is x's values'
+
+
+def test_a_fold_of_an_if_output_that_reads_no_input_passes_the_check(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(_two_outputs([_constant("cond", np.array(True))]), source)
+    proc = run_cli("optimize", source, "-o", tmp_path / "o.onnx", "--check", "2", "--json",
+                   tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _fold_states(tmp_path / "r.json") == ["bitwise"]
+
+
+def test_a_default_a_branch_captures_is_its_default_where_a_set_does_not_feed_it(tmp_path):
+    """``w`` (int64, an initializer and a graph input) is read in a then branch whose shape
+    the fold folds; the check's sets feed no int64 default: its cone reads the default."""
+    then_g = helper.make_graph([helper.make_node("Concat", ["w", "w"], ["t"], axis=0)], "then",
+                               [], [helper.make_tensor_value_info("t", I64, [4])])
+    else_g = helper.make_graph([_constant("e", np.arange(4, dtype=np.int64))], "else", [],
+                               [helper.make_tensor_value_info("e", I64, [4])])
+    graph = helper.make_graph(
+        [_constant("cond", np.array(True)),
+         helper.make_node("If", ["cond"], ["v"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Shape", ["v"], ["s"]),
+         helper.make_node("Add", ["x", "s"], ["y0"]),
+         helper.make_node("Add", ["y0", "v"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", I64, ["n"]),
+              helper.make_tensor_value_info("w", I64, [2])],
+        [helper.make_tensor_value_info("y", I64, [4])],
+        [numpy_helper.from_array(np.array([5, 7], np.int64), "w")])
+    source = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), source)
+    proc = run_cli("optimize", source, "-o", tmp_path / "o.onnx", "--check", "2", "--json",
+                   tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _fold_states(tmp_path / "r.json") == ["bitwise"]
+    result = onnxfold.compare(str(source), str(tmp_path / "o.onnx"), n=1)
+    assert result.ok and result.folds is not None
+    assert [t.state for t in result.folds.tensors] == ["bitwise"]
+
+
+def _fold_states(report: Path) -> list[str]:
+    """The states of the fold verification's tensors in a ``--json`` report."""
+    return [t["state"] for t in json.loads(report.read_text())["check"]["folds"]["tensors"]]
