@@ -131,3 +131,60 @@ def test_a_default_a_branch_captures_is_its_default_where_a_set_does_not_feed_it
 def _fold_states(report: Path) -> list[str]:
     """The states of the fold verification's tensors in a ``--json`` report."""
     return [t["state"] for t in json.loads(report.read_text())["check"]["folds"]["tensors"]]
+
+
+def test_a_read_only_through_an_op_read_whole_is_compared_not_failed_unrun():
+    """``values_shown`` keeps apart the input values that reach a value only through an op the
+    check reads whole (here the If's branches): a possible read, compared on the input sets."""
+    model = ir.from_proto(_two_outputs([_constant("cond", np.array(True))]))
+    reads = InputReads(model, [model.graph.inputs[0]])
+    first = next(n for n in model.graph if n.op_type == "If").outputs[0]
+    assert reads.of(first).values_direct == 1 and reads.of(first).values_shown == 0
+    neg = next(n for n in model.graph if n.op_type == "Shape").outputs[0]
+    assert reads.of(neg).values_direct == 0  # (a Shape reads no values)
+    assert reads.of(model.graph.inputs[0]).values_shown == 1
+
+
+def test_a_forged_fold_of_an_if_output_that_reads_an_input_is_caught_on_the_sets(tmp_path):
+    """The If's output stands in the second model as a constant: a wrong fold (the output is
+    ``x``), compared on the input sets and failed there, never passed."""
+    x = helper.make_tensor_value_info("x", F32, [3])
+    then_g = helper.make_graph([helper.make_node("Identity", ["x"], ["t0"])], "then", [],
+                               [helper.make_tensor_value_info("t0", F32, [3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e0"])], "else", [],
+                               [helper.make_tensor_value_info("e0", F32, [3])])
+    out = helper.make_tensor_value_info("y", F32, [3])
+    onnx.save(helper.make_model(helper.make_graph(
+        [_constant("cond", np.array(True)),
+         helper.make_node("If", ["cond"], ["o0"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Add", ["o0", "x"], ["y"])], "g", [x], [out]),
+        opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "a.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["o0", "x"], ["y"])], "g", [x], [out],
+        [numpy_helper.from_array(np.zeros(3, np.float32), "o0")]),
+        opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "b.onnx")
+    result = onnxfold.compare(str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), n=2)
+    assert not result.ok
+    assert result.folds is not None
+    assert [t.state for t in result.folds.tensors] == ["differs"], result.folds.tensors
+
+
+def test_a_forged_fold_read_through_ops_the_spec_gives_fails_unrun(tmp_path):
+    """``Neg(x)`` stands in the second model as the constant it is on the one input set the
+    check runs (given by ``inputs``): equal there, yet a fold of an input's values, which the
+    check shows by the graph and fails without running it."""
+    x = helper.make_tensor_value_info("x", F32, [3])
+    out = helper.make_tensor_value_info("y", F32, [3])
+    given = np.array([1.5, -2.0, 0.25], np.float32)
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["n0"]), helper.make_node("Add", ["n0", "x"], ["y"])],
+        "g", [x], [out]), opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "a.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["n0", "x"], ["y"])], "g", [x], [out],
+        [numpy_helper.from_array(-given, "n0")]), opset_imports=[helper.make_opsetid("", 17)]),
+        tmp_path / "b.onnx")
+    result = onnxfold.compare(str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"),
+                              inputs={"x": given}, n=1)
+    assert result.folds is not None and not result.ok
+    [verdict] = result.folds.tensors
+    assert verdict.state == "differs" and "a fold computes a value once" in verdict.reason

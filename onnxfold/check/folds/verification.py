@@ -118,6 +118,7 @@ class _Target:
     runs: str  # "once", "bindings" or "inputs" (see _judged)
     shaped: bool = False  # input values reach it only through shapes they decide
     claim: str = ""  # why a difference is not verifiable rather than a failure (_target)
+    maybe: str = ""  # the input values it may read (through an op the check reads whole)
     derived: list[np.ndarray] = field(default_factory=list)  # one per run
 
 
@@ -460,6 +461,12 @@ class _Verifier:
             names = ", ".join(self.reads.names(reads.values_direct))
             node = self.reads.reader(source, reads.values_direct)
             where = f" (through {node.op_type} node {node.name})" if node is not None else ""
+            if via == "original" and not reads.values_shown:  # (only through ops read whole)
+                maybe = f"its original may read the values of input {names}{where}"
+                if not self.inputs:
+                    return verdict_of(folded, UNVERIFIABLE, via=via, reason=(
+                        f"{maybe}; compare and --check compare it on their input sets"))
+                return _Target(source, folded, via, "inputs", maybe=maybe)
             if via == "original":
                 return verdict_of(folded, DIFFERS, via="original",
                                   reason=f"its original reads the values of input {names}"
@@ -569,9 +576,9 @@ class _Verifier:
                 "its original reads a shape the input values decide, in a way the symbolic "
                 f"dims do not show constant; equal on each of the {len(runs)} input sets")
         else:
+            what = target.maybe or "a rewrite's constant whose original reads input values"
             verdict.state, verdict.reason = SAMPLED, (
-                "a rewrite's constant whose original reads input values; equal on each of "
-                f"the {len(runs)} input sets compared")
+                f"{what}; equal on each of the {len(runs)} input sets compared")
         return verdict
 
     def _summed(self, source: ir.Value, inputs: Mapping[str, np.ndarray]

@@ -22,7 +22,9 @@ An op of another domain, a function call or an op with subgraphs is taken to rea
 and to shape its outputs by everything: the analysis never misses a read, it may only see one
 that is not there. An ``If`` is read output by output: each reads its condition and what its
 own cone reads in either branch (a fold of an output whose cones read only constants, beside
-one that reads an input, was called a fold of an input's values).
+one that reads an input, was called a fold of an input's values). Which input values reach a
+value only through an op read whole is kept apart (``values_shown`` holds the others): such a
+read may not be there, so a fold of it is compared on the input sets, never failed unrun.
 
 This is the check's own reading of the original model: it shares nothing with the analyses
 the fold ran (``onnxfold.analysis``), so that a wrong fold cannot be confirmed by the same
@@ -49,6 +51,10 @@ class Reads:
     values_of_shape: int = 0
     shapes_of_values: int = 0
     shapes_of_shape: int = 0
+    # of ``values_direct``, those reaching it by a path of ops whose reads the spec gives
+    # (none read whole: an op of another domain, a function call, an op with subgraphs, which
+    # may read an input without its value deciding this one)
+    values_shown: int = 0
 
     @property
     def values(self) -> int:
@@ -76,7 +82,7 @@ class InputReads:
         self.where: dict[tuple[ir.Value, int], ir.Node] = {}  # (value, input bit) -> reader
         for value in self.inputs:
             bit = self._bit[value]
-            self.reads[value] = Reads(values_direct=bit, shapes_of_shape=bit)
+            self.reads[value] = Reads(values_direct=bit, shapes_of_shape=bit, values_shown=bit)
         for node in model.graph:
             self._visit(node)
 
@@ -115,7 +121,8 @@ class InputReads:
         (``reads``: input index and value; -1: an outer value a subgraph reads)."""
         default = node.domain in ("", "ai.onnx")
         by_values = SHAPE_FROM_VALUES.get(node.op_type, ()) if default else "*"
-        direct = via = values_shape = shapes = shapes_shape = 0
+        whole = not default or bool(subgraphs(node))
+        direct = via = values_shape = shapes = shapes_shape = shown = 0
         found: dict[int, ir.Node] = {}
         for i, value in reads:
             if default and (node.op_type, i) in TYPE_ONLY_READS:
@@ -126,6 +133,7 @@ class InputReads:
                 shapes |= r.shapes_of_shape
             else:
                 direct |= r.values_direct
+                shown |= 0 if whole else r.values_shown
                 via |= r.values_via_shapes | r.values_of_shape  # (a broadcast reads shapes)
                 shapes |= r.shapes_of_values | r.shapes_of_shape
                 for bit in _bits(r.values_direct):  # where an input's values are read
@@ -138,7 +146,7 @@ class InputReads:
                 shapes_shape |= r.shapes_of_shape
         if not (direct | via | values_shape | shapes | shapes_shape):
             return
-        result = Reads(direct, via, values_shape, shapes, shapes_shape)
+        result = Reads(direct, via, values_shape, shapes, shapes_shape, shown)
         for out in outputs:
             self.reads[out] = result
             for bit, reader in found.items():
