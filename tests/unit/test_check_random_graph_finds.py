@@ -21,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxfold
-from onnxfold.check.inputs.input_reads import NONE, InputReads
+from onnxfold.check.inputs.input_reads import NONE, InputReads, Reads
 from tests.support.cli import run_cli
 
 I64, F32 = TensorProto.INT64, TensorProto.FLOAT
@@ -188,3 +188,37 @@ def test_a_forged_fold_read_through_ops_the_spec_gives_fails_unrun(tmp_path):
     assert result.folds is not None and not result.ok
     [verdict] = result.folds.tensors
     assert verdict.state == "differs" and "a fold computes a value once" in verdict.reason
+
+
+def _reads_of_y(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+                initializers: list[onnx.TensorProto] = ()) -> Reads:
+    """The check's reads of value ``y`` of a graph of ``nodes``, every input fed."""
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", I64, None)],
+                              list(initializers))
+    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    reads = InputReads(model, list(model.graph.inputs))
+    return reads.of(next(v for n in model.graph for v in n.outputs if v.name == "y"))
+
+
+@pytest.mark.parametrize(("picks", "values_read"), [
+    ([False, False, False], 0), ([True, True, True], 1), ([True, False, True], 1)])
+def test_a_where_picking_one_branch_everywhere_reads_the_others_shape_alone(picks,
+                                                                           values_read):
+    """Seed 9300232: ``Where(False, x, w)`` is ``w`` whatever ``x`` holds; a condition that
+    picks ``x`` anywhere reads its values."""
+    reads = _reads_of_y(
+        [helper.make_node("Where", ["c", "x", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", I64, [])],
+        [numpy_helper.from_array(np.array(picks), "c"),
+         numpy_helper.from_array(np.array([-1, -2, 1], np.int64), "w")])
+    assert reads.values_direct == values_read and reads.shapes == 1
+
+
+@pytest.mark.parametrize(("dims", "values_read"), [([0], 0), (["n"], 1), ([2], 1)])
+def test_an_input_declared_empty_has_no_values_to_read(dims, values_read):
+    """Seed 9300373: ``Concat(w, x, x)`` of an ``x`` of shape ``[0]`` is ``w``."""
+    reads = _reads_of_y(
+        [helper.make_node("Concat", ["w", "x", "x"], ["y"], axis=0)],
+        [helper.make_tensor_value_info("x", I64, dims)],
+        [numpy_helper.from_array(np.array([0, 1, 1], np.int64), "w")])
+    assert reads.values_direct == values_read

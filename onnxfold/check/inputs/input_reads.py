@@ -20,7 +20,9 @@ facts): inputs whose shape alone it reads, whose element type alone, and whose v
 its output shape (every other input of a default-domain op decides it by its shape alone).
 An op of another domain, a function call or an op with subgraphs is taken to read everything
 and to shape its outputs by everything: the analysis never misses a read, it may only see one
-that is not there. An ``If`` is read output by output: each reads its condition and what its
+that is not there, but that an input declared empty (an axis of size 0) has no values, and
+a ``Where`` whose constant condition picks one branch everywhere reads the other's shape
+alone. An ``If`` is read output by output: each reads its condition and what its
 own cone reads in either branch (a fold of an output whose cones read only constants, beside
 one that reads an input, was called a fold of an input's values). Which input values reach a
 value only through an op read whole is kept apart (``values_shown`` holds the others): such a
@@ -33,13 +35,17 @@ mistake.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from onnxfold.check.running.op_reads import SHAPE_FROM_VALUES, SHAPE_ONLY_READS, TYPE_ONLY_READS
-from onnxfold.ir.graph import captured_values, subgraphs
+from onnxfold.ir.constants import constant_array
+from onnxfold.ir.graph import captured_values, static_shape, subgraphs
+
+_PICKED_MAX = 1 << 16  # elements of a Where's constant condition read to see what it picks
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,9 @@ class InputReads:
         self.where: dict[tuple[ir.Value, int], ir.Node] = {}  # (value, input bit) -> reader
         for value in self.inputs:
             bit = self._bit[value]
-            self.reads[value] = Reads(values_direct=bit, shapes_of_shape=bit, values_shown=bit)
+            values = 0 if _empty(value) else bit  # (an empty tensor has no values to read)
+            self.reads[value] = Reads(values_direct=values, shapes_of_shape=bit,
+                                      values_shown=values)
         for node in model.graph:
             self._visit(node)
 
@@ -113,12 +121,27 @@ class InputReads:
                              [out])
             return
         reads += [(-1, v) for v in captured_values(node)]  # an outer value a subgraph reads
-        self._record(node, reads, node.outputs)
+        self._record(node, reads, node.outputs, self._unpicked(node) if default else ())
+
+    def _unpicked(self, node: ir.Node) -> tuple[int, ...]:
+        """The branch of a ``Where`` whose constant condition never picks it (its shape alone
+        is read: a broadcast), else none."""
+        cond = node.inputs[0] if node.op_type == "Where" and len(node.inputs) == 3 else None
+        if cond is None or cond in self._bit:
+            return ()
+        shape = static_shape(cond)
+        if shape is None or math.prod(shape) > _PICKED_MAX:
+            return ()
+        picks = constant_array(cond)
+        if picks is None or picks.size == 0:
+            return ()
+        return (2,) if picks.all() else (1,) if not picks.any() else ()
 
     def _record(self, node: ir.Node, reads: list[tuple[int, ir.Value]],
-                outputs: Sequence[ir.Value]) -> None:
+                outputs: Sequence[ir.Value], shape_only: Collection[int] = ()) -> None:
         """The :class:`Reads` of ``outputs`` of ``node``, computed from what it reads
-        (``reads``: input index and value; -1: an outer value a subgraph reads)."""
+        (``reads``: input index and value; -1: an outer value a subgraph reads;
+        ``shape_only``: inputs whose shape alone it reads here)."""
         default = node.domain in ("", "ai.onnx")
         by_values = SHAPE_FROM_VALUES.get(node.op_type, ()) if default else "*"
         whole = not default or bool(subgraphs(node))
@@ -128,7 +151,7 @@ class InputReads:
             if default and (node.op_type, i) in TYPE_ONLY_READS:
                 continue
             r = self.of(value)
-            if default and (node.op_type, i) in SHAPE_ONLY_READS:
+            if default and ((node.op_type, i) in SHAPE_ONLY_READS or i in shape_only):
                 via |= r.values_of_shape  # its shape, with what decides it
                 shapes |= r.shapes_of_shape
             else:
@@ -151,6 +174,12 @@ class InputReads:
             self.reads[out] = result
             for bit, reader in found.items():
                 self.where[(out, bit)] = reader
+
+
+def _empty(value: ir.Value) -> bool:
+    """Whether ``value`` is declared with an axis of size 0 (no elements, whatever its other
+    dims)."""
+    return value.shape is not None and any(d == 0 for d in value.shape if isinstance(d, int))
 
 
 def _branch_reads(node: ir.Node, k: int) -> list[ir.Value]:
