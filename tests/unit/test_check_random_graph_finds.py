@@ -222,3 +222,28 @@ def test_an_input_declared_empty_has_no_values_to_read(dims, values_read):
         [helper.make_tensor_value_info("x", I64, dims)],
         [numpy_helper.from_array(np.array([0, 1, 1], np.int64), "w")])
     assert reads.values_direct == values_read
+
+
+def test_a_fold_failed_unrun_names_the_inputs_the_graph_shows_it_reads(tmp_path):
+    """``s = If(...)(b) + a`` stands as a constant: failed for ``a``, read by an ``Add``; ``b``
+    is read only in the If's branch, where the check cannot show its values matter."""
+    x = [helper.make_tensor_value_info(name, F32, [3]) for name in ("a", "b")]
+    then_g = helper.make_graph([helper.make_node("Identity", ["b"], ["t0"])], "then", [],
+                               [helper.make_tensor_value_info("t0", F32, [3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["b"], ["e0"])], "else", [],
+                               [helper.make_tensor_value_info("e0", F32, [3])])
+    out = helper.make_tensor_value_info("y", F32, [3])
+    onnx.save(helper.make_model(helper.make_graph(
+        [_constant("cond", np.array(True)),
+         helper.make_node("If", ["cond"], ["o0"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Add", ["o0", "a"], ["s"]), helper.make_node("Add", ["s", "a"], ["y"])],
+        "g", x, [out]), opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "a.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["s", "a"], ["y"])], "g", x, [out],
+        [numpy_helper.from_array(np.zeros(3, np.float32), "s")]),
+        opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "b.onnx")
+    result = onnxfold.compare(str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), n=2)
+    assert result.folds is not None
+    [verdict] = result.folds.tensors
+    assert verdict.state == "differs"
+    assert "reads the values of input a (" in verdict.reason, verdict.reason

@@ -458,8 +458,9 @@ class _Verifier:
             return verdict_of(folded, UNVERIFIABLE, via=via, reason=why)
         reads = self.reads.of(source)
         if reads.values_direct:
-            names = ", ".join(self.reads.names(reads.values_direct))
-            node = self.reads.reader(source, reads.values_direct)
+            read = reads.values_shown or reads.values_direct  # (what a failure names: shown)
+            names = ", ".join(self.reads.names(read))
+            node = self.reads.reader(source, read)
             where = f" (through {node.op_type} node {node.name})" if node is not None else ""
             if via == "original" and not reads.values_shown:  # (only through ops read whole)
                 maybe = f"its original may read the values of input {names}{where}"
