@@ -46,6 +46,7 @@ from tests.support.export_matrix import (
     UNEXPORTABLE,
     families,
 )
+from tests.support.known_failures import with_known
 
 pytestmark = pytest.mark.slow
 
@@ -55,9 +56,7 @@ class KnownCheckFailure(Exception):
 
 
 def _params(names) -> list:
-    return [pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, raises=KnownCheckFailure, reason=KNOWN_CHECK_FAILURES[name]))
-        if name in KNOWN_CHECK_FAILURES else name for name in names]
+    return with_known(names, KNOWN_CHECK_FAILURES, raises=KnownCheckFailure)
 
 
 def _raise_if_known(name: str, proc: Finished) -> None:

@@ -20,6 +20,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from tests.support.known_failures import with_known
 from tools.fuzz import fuzzcheck, graphgen
 
 # seeds outside that range that once failed: 29071, a backward Slice of a shape clamped the
@@ -36,13 +37,7 @@ KNOWN: dict[int, str] = {
 }
 
 
-def _param(seed: int):
-    if seed in KNOWN:
-        return pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=KNOWN[seed]))
-    return seed
-
-
-@pytest.mark.parametrize("seed", [_param(s) for s in SEEDS])
+@pytest.mark.parametrize("seed", with_known(SEEDS, KNOWN))
 def test_folded_model_computes_what_the_original_computes(seed, tmp_path):
     res = fuzzcheck.check_seed(seed, workdir=str(tmp_path), timeout=30, inspect=False)
     if res.status == "discard":

@@ -17,6 +17,7 @@ import pytest
 
 import onnxfold
 from onnxfold.errors import InputError
+from tests.support.known_failures import with_known
 from tools.fuzz import fuzzcheck, graphgen
 
 SEEDS = [*range(9200000, 9200100), 9300396, 9300400, 9300417, 9300232, 9300373, 9300585]
@@ -28,13 +29,7 @@ KNOWN: dict[int, str] = {
 }
 
 
-def _param(seed: int):
-    if seed in KNOWN:
-        return pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=KNOWN[seed]))
-    return seed
-
-
-@pytest.mark.parametrize("seed", [_param(s) for s in SEEDS])
+@pytest.mark.parametrize("seed", with_known(SEEDS, KNOWN))
 def test_the_check_passes_a_fold_the_fuzzer_finds_right(seed, tmp_path):
     case = graphgen.generate(seed)
     res = fuzzcheck.check_case(case, str(tmp_path), inspect=False)
